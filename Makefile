@@ -1,0 +1,53 @@
+# cuwire developer commands. `make test` is what CI runs (.ci/run); every target sets itself up.
+PY        ?= python3
+VENV      := .venv
+VPY       := $(VENV)/bin/python
+export CUWIRE_HEADER_CACHE ?= $(CURDIR)/.cache/headers
+
+.PHONY: venv codegen check-generated client apps test lint gpu-test bench docker clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+## Regenerate generated/ from the pinned CUDA headers and codegen/annotations.toml
+codegen: venv
+	$(VPY) -m cuwire.codegen
+
+## Fail when generated/ is not what `make codegen` makes
+check-generated: venv
+	rm -rf build/generated-check && $(VPY) -m cuwire.codegen --out build/generated-check > /dev/null
+	diff -rq --exclude=__pycache__ --exclude=__init__.py generated build/generated-check \
+	  || (echo "generated/ is stale: run make codegen and commit" >&2; exit 1)
+
+## Build the client library (libcuwire.so and the names programs load) into build/client
+client: venv
+	$(VPY) -m cuwire.client.build
+
+## Build the CUDA test apps with nvcc -cudart shared into tests/test_apps/build
+apps:
+	$(MAKE) -C tests/test_apps
+
+lint: venv
+	$(VPY) -m ruff check .
+
+## Everything CI checks: lint, generated/ up to date, client and apps built, the test suite
+test: venv lint check-generated client apps
+	$(VPY) -m pytest -q -m 'not gpu'
+
+## On a machine with an NVIDIA GPU: every test app natively and through cuwire, one line per app
+gpu-test:
+	bash tests/gpu_test.sh
+
+bench:
+	bash bench/run.sh
+
+docker:
+	docker build -f docker/Dockerfile -t cuwire-server .
+
+clean:
+	rm -rf build tests/test_apps/build

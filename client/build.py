@@ -1,0 +1,107 @@
+"""Build the client library with cffi's embedding mode (`make client`, or `python -m cuwire.client.build`).
+
+Output, in build/client/ (or --out):
+  libcuwire.so       the library to LD_PRELOAD
+  libcudart.so.13    the same library under the names programs load (issue: run where no CUDA is installed)
+  libcuda.so.1
+
+The C is generated/client_stubs.c (one exported function per CUDA function) plus client/local.c; the
+Python that the stubs call is generated/client_calls.py and client/custom.py, imported by the embedded
+interpreter on the first call that needs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+import cffi
+
+ROOT = Path(__file__).resolve().parent.parent
+GENERATED = ROOT / "generated"
+CLIENT = ROOT / "client"
+MODULE = "_cuwire"
+NAMES = ("libcudart.so.13", "libcuda.so.1")
+
+# C functions of local.c that the Python side calls.
+HELPERS_CDEF = """
+size_t cuwire_queue_take(char **data, uint64_t *count);
+void cuwire_free(void *p);
+void cuwire_set_last_error(int err);
+int cuwire_lookup_function(const void *host, int *fatbin, const char **name);
+int cuwire_lookup_variable(const void *host, int *fatbin, const char **name, size_t *size);
+int cuwire_fatbin(int index, const void **data, size_t *size);
+void cuwire_hook_exit(void);
+extern "Python+C" int cuwire_py_flush(void);
+extern "Python+C" void cuwire_py_at_exit(void);
+"""
+
+
+def init_code() -> str:
+    """Runs inside the program's process when the first call needs Python.
+
+    The embedded interpreter does not know this environment's site-packages (a venv, say), so the
+    build writes them in; addsitedir also reads the .pth files an editable install relies on.
+    """
+    paths = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    return f"""
+import site
+import sys
+for p in {paths!r}:
+    if p not in sys.path:
+        site.addsitedir(p)
+from cuwire.client import runtime
+runtime.start()
+"""
+
+
+def build(out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    ffi = cffi.FFI()
+    ffi.embedding_api("int cuwire_embedded(void);")
+    ffi.cdef(HELPERS_CDEF + (GENERATED / "client_cdefs.h").read_text())
+    source = '#include "client_stubs.c"\n'
+    libdir = sysconfig.get_config_var("LIBDIR")
+    ldlib = sysconfig.get_config_var("LDLIBRARY") or ""
+    pylib = ldlib[3:].split(".so")[0] if ldlib.startswith("lib") and ".so" in ldlib else None
+    libs = ["dl", "pthread"] + ([pylib] if pylib else [])
+    ffi.set_source(
+        MODULE, source,
+        sources=[str(CLIENT / "local.c")],
+        include_dirs=[str(GENERATED), str(CLIENT)],
+        libraries=libs,
+        library_dirs=[libdir] if libdir else [],
+        define_macros=[("CUWIRE_LIBPYTHON", f'"{ldlib}"')] if ldlib else [],
+        extra_compile_args=["-O2", "-fvisibility=hidden", "-Wno-unused-parameter", "-Wno-deprecated-declarations"],
+        extra_link_args=[f"-Wl,--version-script={GENERATED / 'exports.map'}", "-Wl,-soname,libcuwire.so",
+                         *([f"-Wl,-rpath,{libdir}"] if libdir else [])],
+    )
+    ffi.embedding_init_code(init_code() + "\n" + "@ffi.def_extern()\ndef cuwire_embedded():\n    return 1\n")
+    tmp = out / "tmp"
+    built = Path(ffi.compile(tmpdir=str(tmp), target="libcuwire.so", verbose=False))
+    lib = out / "libcuwire.so"
+    if built != lib:
+        shutil.move(built, lib)
+    for name in NAMES:
+        link = out / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        os.symlink("libcuwire.so", link)
+    return lib
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m cuwire.client.build", description=__doc__)
+    ap.add_argument("--out", type=Path, default=ROOT / "build" / "client")
+    args = ap.parse_args(argv)
+    lib = build(args.out)
+    print(f"built {lib}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

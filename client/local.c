@@ -1,0 +1,441 @@
+/* cuwire client: what the program's process answers itself, in C (no Python, no server).
+ *
+ * - the batch queue that async stubs append to (Python takes it with the next synchronous call)
+ * - the last error per thread
+ * - fatbinary, kernel and variable registration, run from static constructors and dlopen: record only
+ * - the <<<>>> call configuration stack
+ * - host memory of the client's own (cudaMallocHost and friends)
+ * - driver entry points: cuwire's own exported stubs
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_api.h"
+#include "runtime.h"
+
+/* ------------------------------------------------------------------ start-up */
+
+/* When a program reaches this library only through dlopen (RTLD_LOCAL), the libpython it links is local
+ * too and Python's extension modules cannot find its symbols. Make it global, unless the process is
+ * already a Python program (PyTorch), whose interpreter the embedded code then uses. */
+__attribute__((constructor)) static void cuwire_promote_libpython(void)
+{
+#ifdef CUWIRE_LIBPYTHON
+    if (!dlsym(RTLD_DEFAULT, "Py_IsInitialized") || !((int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsInitialized"))())
+        dlopen(CUWIRE_LIBPYTHON, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+#endif
+}
+
+static void exit_hook(void)
+{
+    int (*is_initialized)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsInitialized");
+    if (is_initialized && is_initialized())
+        cuwire_py_at_exit();
+}
+
+void cuwire_hook_exit(void) { atexit(exit_hook); }
+
+/* ------------------------------------------------------------------ errors */
+
+static __thread int last_error;
+
+int cuwire_rt_status(int err)
+{
+    if (err != 0)
+        last_error = err;
+    return err;
+}
+
+void cuwire_set_last_error(int err) { cuwire_rt_status(err); }
+
+cudaError_t cuwire_local_cudaGetLastError(void)
+{
+    int e = last_error;
+    last_error = 0;
+    return (cudaError_t)e;
+}
+
+cudaError_t cuwire_local_cudaPeekAtLastError(void) { return (cudaError_t)last_error; }
+
+const char *cuwire_local_cudaGetErrorName(cudaError_t error) { return cuwire_error_name((int)error); }
+
+int cuwire_unimplemented(const char *name, const char *header, int *warned)
+{
+    if (!__atomic_exchange_n(warned, 1, __ATOMIC_RELAXED))
+        fprintf(stderr, "cuwire: unimplemented CUDA function %s (%s)\n", name, header);
+    const char *strict = getenv("CUWIRE_STRICT");
+    if (strict && strcmp(strict, "1") == 0) {
+        fprintf(stderr, "cuwire: CUWIRE_STRICT=1, aborting at %s\n", name);
+        abort();
+    }
+    return CUWIRE_NOT_SUPPORTED;
+}
+
+/* ------------------------------------------------------------------ batch queue */
+
+static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *queue_data;
+static size_t queue_len, queue_cap;
+static uint64_t queue_count;
+#define QUEUE_FLUSH_AT (4u << 20)
+
+
+int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size)
+{
+    pthread_mutex_lock(&queue_lock);
+    size_t need = queue_len + 8 + size;
+    if (need > queue_cap) {
+        size_t cap = queue_cap ? queue_cap : 4096;
+        while (cap < need)
+            cap *= 2;
+        char *p = realloc(queue_data, cap);
+        if (!p) {
+            pthread_mutex_unlock(&queue_lock);
+            return 2; /* cudaErrorMemoryAllocation */
+        }
+        queue_data = p;
+        queue_cap = cap;
+    }
+    memcpy(queue_data + queue_len, &id, 4);
+    memcpy(queue_data + queue_len + 4, &size, 4);
+    memcpy(queue_data + queue_len + 8, payload, size);
+    queue_len = need;
+    queue_count++;
+    int flush = queue_len >= QUEUE_FLUSH_AT;
+    pthread_mutex_unlock(&queue_lock);
+    return flush ? cuwire_py_flush() : 0;
+}
+
+/* Hands the queued records to the caller (who frees them with free()) and starts a new queue. */
+size_t cuwire_queue_take(char **data, uint64_t *count)
+{
+    pthread_mutex_lock(&queue_lock);
+    size_t len = queue_len;
+    *data = queue_data;
+    *count = queue_count;
+    queue_data = NULL;
+    queue_len = queue_cap = 0;
+    queue_count = 0;
+    pthread_mutex_unlock(&queue_lock);
+    return len;
+}
+
+void cuwire_free(void *p) { free(p); }
+
+/* ------------------------------------------------------------------ registration */
+
+/* The fatbinary wrapper nvcc emits (__fatBinC_Wrapper_t) and the header of the fatbinary it points to. */
+struct fatbin_wrapper {
+    int magic;
+    int version;
+    const unsigned long long *data;
+    void *filename_or_fatbins;
+};
+struct fatbin_header {
+    unsigned int magic;
+    unsigned short version;
+    unsigned short header_size;
+    unsigned long long fat_size;
+};
+#define FATBIN_WRAPPER_MAGIC 0x466243b1
+#define FATBIN_MAGIC 0xBA55ED50u
+
+struct fatbin_rec {
+    const void *data;
+    size_t size;
+    int index;
+};
+struct symbol_rec {
+    const void *host; /* host stub (kernels) or host shadow variable */
+    int fatbin;
+    const char *name;
+    size_t size;
+};
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fatbin_rec **fatbins;
+static int n_fatbins, cap_fatbins;
+static struct symbol_rec *functions, *variables;
+static int n_functions, cap_functions, n_variables, cap_variables;
+
+static void *grow(void *arr, int *cap, int n, size_t elem)
+{
+    if (n < *cap)
+        return arr;
+    *cap = *cap ? *cap * 2 : 64;
+    void *p = realloc(arr, (size_t)*cap * elem);
+    if (!p) {
+        fprintf(stderr, "cuwire: out of memory while registering CUDA code\n");
+        abort();
+    }
+    return p;
+}
+
+void **cuwire_local___cudaRegisterFatBinary(void *fatCubin)
+{
+    const struct fatbin_wrapper *w = fatCubin;
+    struct fatbin_rec *rec = calloc(1, sizeof *rec);
+    if (!rec)
+        abort();
+    if (w && w->magic == FATBIN_WRAPPER_MAGIC && w->data) {
+        const struct fatbin_header *h = (const void *)w->data;
+        if (h->magic == FATBIN_MAGIC) {
+            rec->data = h;
+            rec->size = h->header_size + h->fat_size;
+        }
+    }
+    pthread_mutex_lock(&reg_lock);
+    fatbins = grow(fatbins, &cap_fatbins, n_fatbins, sizeof *fatbins);
+    rec->index = n_fatbins;
+    fatbins[n_fatbins++] = rec;
+    pthread_mutex_unlock(&reg_lock);
+    return (void **)rec;
+}
+
+void cuwire_local___cudaRegisterFatBinaryEnd(void **fatCubinHandle) { (void)fatCubinHandle; }
+
+void cuwire_local___cudaUnregisterFatBinary(void **fatCubinHandle) { (void)fatCubinHandle; }
+
+char cuwire_local___cudaInitModule(void **fatCubinHandle)
+{
+    (void)fatCubinHandle;
+    return 1;
+}
+
+static void add_symbol(struct symbol_rec **arr, int *n, int *cap, void **handle, const void *host,
+                       const char *name, size_t size)
+{
+    pthread_mutex_lock(&reg_lock);
+    *arr = grow(*arr, cap, *n, sizeof **arr);
+    (*arr)[*n] = (struct symbol_rec){host, ((struct fatbin_rec *)handle)->index, name, size};
+    (*n)++;
+    pthread_mutex_unlock(&reg_lock);
+}
+
+void cuwire_local___cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun,
+                                         const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid,
+                                         dim3 *bDim, dim3 *gDim, int *wSize)
+{
+    (void)deviceFun, (void)thread_limit, (void)tid, (void)bid, (void)bDim, (void)gDim, (void)wSize;
+    add_symbol(&functions, &n_functions, &cap_functions, fatCubinHandle, hostFun, deviceName, 0);
+}
+
+void cuwire_local___cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress,
+                                    const char *deviceName, int ext, size_t size, int constant, int global)
+{
+    (void)deviceAddress, (void)ext, (void)constant, (void)global;
+    add_symbol(&variables, &n_variables, &cap_variables, fatCubinHandle, hostVar, deviceName, size);
+}
+
+static int lookup(const struct symbol_rec *arr, int n, const void *host, int *fatbin, const char **name,
+                  size_t *size)
+{
+    int found = 0;
+    pthread_mutex_lock(&reg_lock);
+    for (int i = 0; i < n; i++) {
+        if (arr[i].host == host) {
+            *fatbin = arr[i].fatbin;
+            *name = arr[i].name;
+            *size = arr[i].size;
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&reg_lock);
+    return found;
+}
+
+int cuwire_lookup_function(const void *host, int *fatbin, const char **name)
+{
+    size_t size;
+    return lookup(functions, n_functions, host, fatbin, name, &size);
+}
+
+int cuwire_lookup_variable(const void *host, int *fatbin, const char **name, size_t *size)
+{
+    return lookup(variables, n_variables, host, fatbin, name, size);
+}
+
+int cuwire_fatbin(int index, const void **data, size_t *size)
+{
+    int ok = 0;
+    pthread_mutex_lock(&reg_lock);
+    if (index >= 0 && index < n_fatbins && fatbins[index]->data) {
+        *data = fatbins[index]->data;
+        *size = fatbins[index]->size;
+        ok = 1;
+    }
+    pthread_mutex_unlock(&reg_lock);
+    return ok;
+}
+
+/* A kernel handle is the host stub's address: the client's registry maps it to the server's kernel. */
+cudaError_t cuwire_local___cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
+{
+    if (!kernel)
+        return cudaErrorInvalidValue;
+    *kernel = (cudaKernel_t)hostFun;
+    return cudaSuccess;
+}
+
+cudaError_t cuwire_local_cudaGetKernel(cudaKernel_t *kernelPtr, const void *entryFuncAddr)
+{
+    return cuwire_local___cudaGetKernel(kernelPtr, entryFuncAddr);
+}
+
+/* ------------------------------------------------------------------ <<<grid, block, shmem, stream>>> */
+
+struct call_config {
+    dim3 grid, block;
+    size_t shmem;
+    void *stream;
+};
+#define CONFIG_DEPTH 16
+static __thread struct call_config configs[CONFIG_DEPTH];
+static __thread int n_configs;
+
+unsigned cuwire_local___cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem,
+                                                  struct CUstream_st *stream)
+{
+    if (n_configs >= CONFIG_DEPTH)
+        return 1;
+    configs[n_configs++] = (struct call_config){gridDim, blockDim, sharedMem, stream};
+    return 0;
+}
+
+cudaError_t cuwire_local___cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem,
+                                                    void *stream)
+{
+    if (n_configs == 0)
+        return cudaErrorMissingConfiguration;
+    struct call_config c = configs[--n_configs];
+    *gridDim = c.grid;
+    *blockDim = c.block;
+    *sharedMem = c.shmem;
+    *(void **)stream = c.stream;
+    return cudaSuccess;
+}
+
+/* ------------------------------------------------------------------ host memory of the client's own */
+
+struct host_alloc {
+    void *ptr;
+    unsigned int flags;
+    struct host_alloc *next;
+};
+static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct host_alloc *host_allocs;
+
+cudaError_t cuwire_local_cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
+{
+    if (!pHost)
+        return cuwire_rt_status(cudaErrorInvalidValue);
+    struct host_alloc *a = malloc(sizeof *a);
+    if (!a || posix_memalign(pHost, 4096, size ? size : 1) != 0) {
+        free(a);
+        return cuwire_rt_status(cudaErrorMemoryAllocation);
+    }
+    pthread_mutex_lock(&host_lock);
+    *a = (struct host_alloc){*pHost, flags, host_allocs};
+    host_allocs = a;
+    pthread_mutex_unlock(&host_lock);
+    return cudaSuccess;
+}
+
+cudaError_t cuwire_local_cudaMallocHost(void **ptr, size_t size)
+{
+    return cuwire_local_cudaHostAlloc(ptr, size, 0);
+}
+
+cudaError_t cuwire_local_cudaFreeHost(void *ptr)
+{
+    if (!ptr)
+        return cudaSuccess;
+    pthread_mutex_lock(&host_lock);
+    for (struct host_alloc **p = &host_allocs; *p; p = &(*p)->next) {
+        if ((*p)->ptr == ptr) {
+            struct host_alloc *a = *p;
+            *p = a->next;
+            pthread_mutex_unlock(&host_lock);
+            free(a);
+            free(ptr);
+            return cudaSuccess;
+        }
+    }
+    pthread_mutex_unlock(&host_lock);
+    return cuwire_rt_status(cudaErrorInvalidValue);
+}
+
+cudaError_t cuwire_local_cudaHostGetFlags(unsigned int *pFlags, void *pHost)
+{
+    pthread_mutex_lock(&host_lock);
+    for (struct host_alloc *a = host_allocs; a; a = a->next) {
+        if (a->ptr == pHost) {
+            *pFlags = a->flags;
+            pthread_mutex_unlock(&host_lock);
+            return cudaSuccess;
+        }
+    }
+    pthread_mutex_unlock(&host_lock);
+    return cuwire_rt_status(cudaErrorInvalidValue);
+}
+
+cudaError_t cuwire_local_cudaHostRegister(void *ptr, size_t size, unsigned int flags)
+{
+    (void)size, (void)flags;
+    return ptr ? cudaSuccess : cuwire_rt_status(cudaErrorInvalidValue);
+}
+
+cudaError_t cuwire_local_cudaHostUnregister(void *ptr)
+{
+    return ptr ? cudaSuccess : cuwire_rt_status(cudaErrorInvalidValue);
+}
+
+/* ------------------------------------------------------------------ driver entry points */
+
+/* Looks a name up among this library's own exports, never in a real libcuda. */
+static void *own_symbol(const char *name)
+{
+    static void *self;
+    if (!self) {
+        Dl_info info;
+        if (dladdr((void *)own_symbol, &info) && info.dli_fname)
+            self = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    }
+    return self && name ? dlsym(self, name) : NULL;
+}
+
+CUresult cuwire_local_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                          CUdriverProcAddressQueryResult *symbolStatus)
+{
+    (void)cudaVersion, (void)flags;
+    if (!symbol || !pfn)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pfn = own_symbol(symbol);
+    if (symbolStatus)
+        *symbolStatus = *pfn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+cudaError_t cuwire_local_cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
+                                                          unsigned int cudaVersion, unsigned long long flags,
+                                                          enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+    (void)cudaVersion, (void)flags;
+    if (!symbol || !funcPtr)
+        return cuwire_rt_status(cudaErrorInvalidValue);
+    *funcPtr = own_symbol(symbol);
+    if (driverStatus)
+        *driverStatus = *funcPtr ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+    return cudaSuccess;
+}
+
+cudaError_t cuwire_local_cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
+                                                 enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+    return cuwire_local_cudaGetDriverEntryPointByVersion(symbol, funcPtr, 13000, flags, driverStatus);
+}

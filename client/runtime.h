@@ -1,0 +1,31 @@
+/* cuwire client: the C helpers that generated stubs (generated/client_stubs.c) and the hand-written
+ * local functions (local.c) share. Python reaches the ones declared in client/build.py's cdef. */
+#ifndef CUWIRE_RUNTIME_H
+#define CUWIRE_RUNTIME_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define CUWIRE_EXPORT __attribute__((visibility("default")))
+#define CUWIRE_NOT_SUPPORTED 801 /* cudaErrorNotSupported == CUDA_ERROR_NOT_SUPPORTED */
+
+/* Records a runtime call's result as the thread's last error (cudaGetLastError) and returns it. */
+int cuwire_rt_status(int err);
+/* Says once, on stderr, that a CUDA function is not remoted yet; aborts when CUWIRE_STRICT=1. */
+int cuwire_unimplemented(const char *name, const char *header, int *warned);
+/* Appends one queued call ([u32 id][u32 size][payload]) to the batch the next synchronous call sends. */
+int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size);
+/* The name of a cudaError_t value (generated from the enum in client_stubs.c). */
+const char *cuwire_error_name(int code);
+
+/* For the Python side (declared again in client/build.py's cdef). */
+size_t cuwire_queue_take(char **data, uint64_t *count);
+void cuwire_free(void *p);
+void cuwire_set_last_error(int err);
+int cuwire_lookup_function(const void *host, int *fatbin, const char **name);
+int cuwire_lookup_variable(const void *host, int *fatbin, const char **name, size_t *size);
+int cuwire_fatbin(int index, const void **data, size_t *size);
+int cuwire_py_flush(void);
+void cuwire_py_at_exit(void);
+void cuwire_hook_exit(void);
+
+#endif

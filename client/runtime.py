@@ -1,0 +1,446 @@
+"""The client's Python side, inside the program's process: the session with the server, the call path,
+the map of device memory, and kernels (modules uploaded on first use).
+
+Generated stubs (generated/client_calls.py) and hand-written ones (client/custom.py) call into this
+module; it imports `_cuwire`, the client library's own cffi module, so it only runs embedded.
+"""
+
+from __future__ import annotations
+
+import atexit
+import bisect
+import hashlib
+import os
+import socket
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import zstandard
+from _cuwire import ffi, lib
+
+import cuwire
+from cuwire.client import fatbin
+from cuwire.generated import cuwire_pb2 as pb
+from cuwire.generated import server_handlers as wire
+from cuwire.settings import Settings
+from cuwire.transport import GrpcTransport, Transport, TransportError
+
+# Error codes used here (the same numbers in cudaError_t and CUresult).
+INVALID_VALUE = 1
+INVALID_CONFIGURATION = 9
+NO_KERNEL_IMAGE = 209
+INVALID_DEVICE_FUNCTION = 98
+DEVICES_UNAVAILABLE = 46
+UNKNOWN = 999
+
+
+def op_id(name: str) -> int:
+    import zlib
+
+    return zlib.crc32(f"cuwire.{name}".encode())
+
+
+LOAD_MODULE, GET_KERNEL, GET_GLOBAL, LAUNCH_KERNEL, ERROR_STRING = (
+    op_id(n) for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString"))
+
+
+class Fail(Exception):
+    """Ends a call with this CUDA error code (no traceback: the program gets the code)."""
+
+    def __init__(self, code: int, message: str = ""):
+        super().__init__(message or f"CUDA error {code}")
+        self.code = code
+
+
+@dataclass
+class Kernel:
+    handle: int
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def buffer_size(self) -> int:
+        return max((o + s for o, s in zip(self.offsets, self.sizes, strict=True)), default=0)
+
+
+@dataclass
+class Stats:
+    """What `CUWIRE_STATS=1` prints at exit (see print_stats)."""
+
+    calls: Counter = field(default_factory=Counter)  # sync calls by name
+    seconds: Counter = field(default_factory=Counter)  # time waiting for the server, by name
+    queued: int = 0
+    batches: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    bytes_sent_raw: int = 0
+    bytes_received_raw: int = 0
+    modules_uploaded: int = 0
+    modules_cached: int = 0
+    wait_seconds: float = 0.0
+
+
+class Session:
+    """The client's half of one server session: connection, handshake, caches that live as long as it."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.transport: Transport = GrpcTransport(settings.server)
+        hello = pb.Hello(client_version=cuwire.__version__, cuda_version=wire.CUDA_VERSION,
+                         api_digest=wire.API_DIGEST, token=settings.token, pid=os.getpid(),
+                         host=socket.gethostname())
+        reply = self.transport.exchange(pb.Batch(hello=hello))
+        if reply.error:
+            self.transport.close()
+            raise TransportError(reply.error)
+        self.welcome = reply.welcome
+        if self.welcome.backend == "emulated":
+            print("cuwire: the server runs the EMULATED device (tests only): results are not from a GPU",
+                  file=sys.stderr)
+        self.modules: dict[int, int] = {}  # fatbin index -> server module
+        self.kernels: dict[int, Kernel] = {}  # host stub address -> kernel
+        self.globals: dict[int, tuple[int, int]] = {}  # host shadow address -> (device address, size)
+        self.error_strings: dict[tuple[int, bool], object] = {}  # kept alive: C holds the pointers
+
+
+class Client:
+    """Process-wide client state. One lock serialises calls: the stream carries one call at a time."""
+
+    def __init__(self) -> None:
+        self.settings = Settings()
+        self.lock = threading.RLock()
+        self.session: Session | None = None
+        self.broken: str = ""
+        self.alloc_bases: list[int] = []
+        self.alloc_sizes: dict[int, int] = {}
+        self.stats = Stats()
+        self.names: dict[int, str] = {}
+        self.zstd_c = zstandard.ZstdCompressor(level=3)
+        self.zstd_d = zstandard.ZstdDecompressor()
+
+    # ---------------------------------------------------------------- the call path
+
+    def connect(self) -> Session:
+        if self.session is None:
+            if self.broken:
+                raise Fail(DEVICES_UNAVAILABLE)
+            try:
+                self.session = Session(self.settings)
+            except TransportError as e:
+                self.broken = str(e)
+                print(f"cuwire: {e}", file=sys.stderr)
+                raise Fail(DEVICES_UNAVAILABLE) from None
+        return self.session
+
+    def exchange(self, fn: int, args: bytes) -> pb.Reply:
+        """Send the queued calls and (if fn) one call; return the server's reply."""
+        with self.lock:
+            session = self.connect()
+            batch = pb.Batch(fn=fn)
+            data, count = ffi.new("char **"), ffi.new("uint64_t *")
+            size = lib.cuwire_queue_take(data, count)
+            if size:
+                records = bytes(ffi.buffer(data[0], size))
+                lib.cuwire_free(data[0])
+                batch.records, batch.records_codec = self.encode(records)
+                self.stats.queued += count[0]
+            if fn:
+                batch.args, batch.args_codec = self.encode(args)
+            t0 = time.perf_counter()
+            try:
+                reply = session.transport.exchange(batch)
+            except TransportError as e:
+                self.broken = str(e)
+                self.session = None
+                print(f"cuwire: {e}", file=sys.stderr)
+                raise Fail(DEVICES_UNAVAILABLE) from None
+            dt = time.perf_counter() - t0
+            self.stats.batches += 1
+            self.stats.wait_seconds += dt
+            self.stats.bytes_sent += batch.ByteSize()
+            self.stats.bytes_received += reply.ByteSize()
+            if fn:
+                self.stats.calls[fn] += 1
+                self.stats.seconds[fn] += dt
+            if reply.output:
+                sys.stdout.flush()
+                os.write(1, reply.output)
+            if reply.error:
+                print(f"cuwire: the server refused a call: {reply.error}", file=sys.stderr)
+                raise Fail(UNKNOWN)
+            if reply.queued_error:
+                lib.cuwire_set_last_error(reply.queued_error)
+            return reply
+
+    def call(self, fn: int, args, result_cls):
+        raw = args.SerializeToString()
+        self.stats.bytes_sent_raw += len(raw)
+        reply = self.exchange(fn, raw)
+        data = self.decode(reply.result, reply.result_codec)
+        self.stats.bytes_received_raw += len(data)
+        res = result_cls.FromString(data)
+        if reply.queued_error and res.status == 0:
+            res.status = reply.queued_error  # an earlier queued call failed: surface it here, as CUDA does
+        return res
+
+    def flush(self) -> int:
+        reply = self.exchange(0, b"")
+        return reply.queued_error
+
+    def encode(self, data: bytes) -> tuple[bytes, int]:
+        if self.settings.compress == "zstd" and len(data) >= self.settings.compress_min:
+            return self.zstd_c.compress(data), pb.ZSTD
+        return data, pb.RAW
+
+    def decode(self, data: bytes, codec: int) -> bytes:
+        return self.zstd_d.decompress(data) if codec == pb.ZSTD else data
+
+    # ---------------------------------------------------------------- device memory map
+
+    def track_alloc(self, address: int, size: int) -> None:
+        if address not in self.alloc_sizes:
+            bisect.insort(self.alloc_bases, address)
+        self.alloc_sizes[address] = max(size, 1)
+
+    def untrack_alloc(self, address: int) -> None:
+        if self.alloc_sizes.pop(address, None) is not None:
+            self.alloc_bases.remove(address)
+
+    def is_device(self, address: int) -> bool:
+        i = bisect.bisect_right(self.alloc_bases, address) - 1
+        return i >= 0 and address < self.alloc_bases[i] + self.alloc_sizes[self.alloc_bases[i]]
+
+    # ---------------------------------------------------------------- kernels and modules
+
+    def module(self, index: int) -> int:
+        session = self.connect()
+        if index in session.modules:
+            return session.modules[index]
+        data, size = ffi.new("const void **"), ffi.new("size_t *")
+        if not lib.cuwire_fatbin(index, data, size):
+            raise Fail(NO_KERNEL_IMAGE, "the program registered no readable fatbinary")
+        blob = bytes(ffi.buffer(data[0], size[0]))
+        dev = session.welcome.devices[0] if session.welcome.devices else None
+        entry = fatbin.select(fatbin.parse(blob), dev.major, dev.minor) if dev else None
+        if entry is None:
+            raise Fail(NO_KERNEL_IMAGE, "no code in the program for the server's GPU")
+        image = fatbin.single_entry_fatbin(entry)
+        digest = hashlib.sha256(image).digest()
+        res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest), pb.LoadModule_Result)
+        if res.need_image:
+            body, codec = self.encode(image)
+            res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest, image=body, image_codec=codec),
+                            pb.LoadModule_Result)
+            self.stats.modules_uploaded += 1
+        else:
+            self.stats.modules_cached += 1
+        if res.status != 0:
+            raise Fail(res.status)
+        session.modules[index] = res.module
+        return res.module
+
+    def kernel(self, host_fun: int) -> Kernel:
+        session = self.connect()
+        k = session.kernels.get(host_fun)
+        if k is None:
+            index, name = ffi.new("int *"), ffi.new("const char **")
+            if not lib.cuwire_lookup_function(ffi.cast("void *", host_fun), index, name):
+                raise Fail(INVALID_DEVICE_FUNCTION)
+            module = self.module(index[0])
+            res = self.call(GET_KERNEL, pb.GetKernel_Args(module=module, name=ffi.string(name[0]).decode()),
+                            pb.GetKernel_Result)
+            if res.status != 0:
+                raise Fail(res.status)
+            k = Kernel(res.kernel, tuple(res.param_offsets), tuple(res.param_sizes))
+            session.kernels[host_fun] = k
+        return k
+
+    def symbol_address(self, host_var: int) -> int:
+        session = self.connect()
+        hit = session.globals.get(host_var)
+        if hit is None:
+            index, name, size = ffi.new("int *"), ffi.new("const char **"), ffi.new("size_t *")
+            if not lib.cuwire_lookup_variable(ffi.cast("void *", host_var), index, name, size):
+                raise Fail(13)  # cudaErrorInvalidSymbol
+            module = self.module(index[0])
+            res = self.call(GET_GLOBAL, pb.GetGlobal_Args(module=module, name=ffi.string(name[0]).decode(),
+                                                         size=size[0]), pb.GetGlobal_Result)
+            if res.status != 0:
+                raise Fail(res.status)
+            hit = (res.address, res.size)
+            session.globals[host_var] = hit
+            self.track_alloc(res.address, res.size)
+        return hit[0]
+
+    def symbol_size(self, host_var: int) -> int:
+        self.symbol_address(host_var)
+        return self.connect().globals[host_var][1]
+
+    def launch(self, host_fun: int, grid: tuple[int, int, int], block: tuple[int, int, int], args,
+               shared_mem: int, stream: int) -> int:
+        session = self.connect()
+        dev = session.welcome.devices[0]
+        if (any(b < 1 for b in block) or any(g < 1 for g in grid)
+                or block[0] * block[1] * block[2] > dev.max_threads_per_block
+                or any(b > m for b, m in zip(block, dev.max_block, strict=True))
+                or any(g > m for g, m in zip(grid, dev.max_grid, strict=True))):
+            return INVALID_CONFIGURATION  # what the runtime itself answers, before the GPU sees it
+        k = self.kernel(host_fun)
+        argv = ffi.cast("void **", args)
+        params = bytearray(k.buffer_size)
+        for i, (off, size) in enumerate(zip(k.offsets, k.sizes, strict=True)):
+            params[off:off + size] = ffi.buffer(argv[i], size)
+        res = self.call(LAUNCH_KERNEL, pb.LaunchKernel_Args(kernel=k.handle, grid=grid, block=block,
+                                                           shared_mem=shared_mem, stream=stream,
+                                                           params=bytes(params)), pb.LaunchKernel_Result)
+        return res.status
+
+    def error_string(self, code: int, driver: bool):
+        session = self.connect()
+        key = (code, driver)
+        if key not in session.error_strings:
+            res = self.call(ERROR_STRING, pb.ErrorString_Args(error=code, driver=driver), pb.ErrorString_Result)
+            session.error_strings[key] = ffi.new("char[]", res.text.encode())
+        return session.error_strings[key]
+
+    # ---------------------------------------------------------------- end of the process
+
+    def at_exit(self) -> None:
+        with self.lock:
+            if self.session is not None:
+                try:
+                    self.flush()
+                except Fail:
+                    pass
+                self.session.transport.close()
+                self.session = None
+        if self.settings.stats:
+            print_stats(self.stats, self.names_by_id())
+
+    def after_fork(self) -> None:
+        """A forked child gets a session of its own; the parent's stream is not its to use."""
+        self.lock = threading.RLock()
+        self.session = None
+        self.alloc_bases, self.alloc_sizes = [], {}
+
+    def names_by_id(self) -> dict[int, str]:
+        names = {i: n for i, (n, _, _) in wire.HANDLERS.items()}
+        names.update({op_id(n): f"cuwire.{n}" for n in ("LoadModule", "GetKernel", "GetGlobal",
+                                                       "LaunchKernel", "ErrorString")})
+        return names
+
+
+def print_stats(s: Stats, names: dict[int, str]) -> None:
+    total = sum(s.calls.values())
+    lines = ["cuwire stats:",
+             f"  calls sent to the server: {total} (in {s.batches} batches); queued calls sent with them: "
+             f"{s.queued}",
+             f"  bytes sent: {s.bytes_sent} on the wire ({s.bytes_sent_raw} before compression); "
+             f"received: {s.bytes_received} ({s.bytes_received_raw} after decompression)",
+             f"  modules uploaded: {s.modules_uploaded}; found in the server's cache: {s.modules_cached}",
+             f"  time waiting on the server: {s.wait_seconds * 1e3:.1f} ms"]
+    lines.append("  top calls by count: " + ", ".join(f"{names.get(i, i)} {n}" for i, n in s.calls.most_common(8)))
+    lines.append("  top calls by time: " + ", ".join(f"{names.get(i, i)} {t * 1e3:.2f} ms"
+                                                    for i, t in s.seconds.most_common(8)))
+    print("\n".join(lines), file=sys.stderr)
+
+
+client = Client()
+
+# ---------------------------------------------------------------- helpers the generated stubs use
+
+call = client.call
+track_alloc = client.track_alloc
+symbol_address = client.symbol_address
+
+
+def kernel_handle(host_fun: int) -> int:
+    return client.kernel(host_fun).handle
+
+
+def untrack_alloc(ptr: int) -> None:
+    client.untrack_alloc(ptr)
+
+
+def address(ptr) -> int:
+    return int(ffi.cast("uintptr_t", ptr))
+
+
+def is_device(ptr) -> bool:
+    return client.is_device(address(ptr))
+
+
+def read(ptr, size: int) -> bytes:
+    if size == 0:
+        return b""
+    if ptr == ffi.NULL:
+        raise Fail(INVALID_VALUE)
+    return bytes(ffi.buffer(ffi.cast("char *", ptr), size))
+
+
+def write(ptr, data: bytes, size: int) -> None:
+    if len(data) > size:
+        raise Fail(UNKNOWN, f"the server sent {len(data)} bytes for a {size}-byte buffer")
+    if data:
+        if ptr == ffi.NULL:
+            raise Fail(INVALID_VALUE)
+        ffi.memmove(ptr, data, len(data))
+
+
+def read_scalar(ptr, ctype: str):
+    if ptr == ffi.NULL:
+        raise Fail(INVALID_VALUE)
+    return ffi.cast(ctype + " *", ptr)[0]
+
+
+def write_scalar(ptr, ctype: str, value) -> None:
+    if ptr == ffi.NULL:
+        raise Fail(INVALID_VALUE)
+    ffi.cast(ctype + " *", ptr)[0] = value
+
+
+def read_string(ptr) -> str:
+    if ptr == ffi.NULL:
+        raise Fail(INVALID_VALUE)
+    return ffi.string(ffi.cast("char *", ptr)).decode()
+
+
+def on_error(exc_type, exc, tb) -> int:
+    """cffi calls this when a Python half raises: the program gets an error code, never a crash."""
+    if isinstance(exc, Fail):
+        return exc.code
+    import traceback
+
+    print("cuwire: internal error in the client (the call returns cudaErrorUnknown):", file=sys.stderr)
+    traceback.print_exception(exc_type, exc, tb, file=sys.stderr)
+    return UNKNOWN
+
+
+@ffi.def_extern(onerror=on_error)
+def cuwire_py_flush() -> int:
+    return client.flush()
+
+
+_exited = False
+
+
+@ffi.def_extern()
+def cuwire_py_at_exit() -> None:
+    """Flush what is queued and end the session; runs once, from Python's atexit or C's, whichever is first."""
+    global _exited
+    if not _exited:
+        _exited = True
+        client.at_exit()
+
+
+def start() -> None:
+    """Called once by the embedded init code: hook process exit and fork; the connection waits."""
+    from cuwire.client import custom  # noqa: F401  (registers the hand-written halves)
+    from cuwire.generated import client_calls  # noqa: F401  (registers the generated halves)
+
+    atexit.register(cuwire_py_at_exit)  # a Python program (PyTorch) ends through Python's atexit
+    lib.cuwire_hook_exit()  # a C program never finalises the embedded interpreter: C's atexit does it
+    os.register_at_fork(after_in_child=client.after_fork)

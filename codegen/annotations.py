@@ -1,0 +1,134 @@
+"""The annotations: what the headers do not say, kept as data in annotations.toml.
+
+Each table names a function cuwire implements; a function without one is
+unimplemented (its stub says so loudly). Inside a table:
+
+  mode     sync    the client waits for the server's answer
+           async   queued by the client and sent with the next batch; only an error code comes back,
+                   at the next synchronising call
+           custom  hand-written client code (client/custom.py) and server handler (server/custom.py)
+           local   answered by the client's own C (client/local.c); the server never sees it
+  note     free text shown in the manifest
+  aliases  extra exported names served by the same implementation
+  <param>  an inline table for one parameter: role, length, alloc, frees (see model.Param)
+
+Parameters not named are inferred where that is safe (see `infer_role`);
+anything else is an error, never a guess.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+from .model import Api, Function, Param
+
+ANNOTATIONS = Path(__file__).with_name("annotations.toml")
+MODES = {"sync", "async", "custom", "local"}
+FUNCTION_KEYS = {"mode", "note", "aliases"}
+PARAM_KEYS = {"role", "length", "alloc", "frees"}
+ROLES = {"value", "struct", "out", "inout", "struct_in", "struct_out", "buf_in", "buf_out", "mem_in", "mem_out",
+         "mem_inout", "string", "symbol", "kernel", "null"}
+NEEDS_LENGTH = {"buf_in", "buf_out", "mem_in", "mem_out", "mem_inout"}
+ASYNC_ROLES = {"value"}
+
+
+class AnnotationError(Exception):
+    """An annotation that does not match the headers, or a parameter nobody explained."""
+
+
+def infer_role(p: Param) -> str | None:
+    """The role of an unannotated parameter, when the type alone makes it certain."""
+    t = p.type
+    if t.resolved == "struct":
+        return "struct"
+    if t.is_scalar and t.resolved != "pointer":
+        return "value"
+    if t.resolved != "pointer" or t.pointee is None:
+        return None
+    if "*" not in t.spelling:  # a typedef'd pointer to an opaque struct: a handle such as cudaStream_t
+        return "value" if t.pointee.resolved == "struct" else None
+    pt = t.pointee
+    if pt.resolved == "struct":
+        if "*" in pt.spelling:
+            return None
+        return "struct_in" if t.const else "struct_out"
+    if pt.resolved == "char" and t.const:
+        return "string"
+    if pt.is_scalar and not t.const and pt.resolved != "char":
+        return "out"  # T *x with T a scalar, enum, handle or pointer: one value the call writes
+    return None
+
+
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def check_expression(fn: Function, pname: str, expr: str) -> None:
+    names = {p.name for p in fn.params}
+    for ident in _NAME.findall(expr):
+        if ident not in names and ident != "sizeof":
+            raise AnnotationError(f"{fn.name}.{pname}: length {expr!r} names {ident!r}, which is not a parameter")
+    if not re.fullmatch(r"[\w\s+*/()-]+", expr):
+        raise AnnotationError(f"{fn.name}.{pname}: length {expr!r} may use only parameters, numbers and + - * / ( )")
+
+
+def load(path: Path = ANNOTATIONS) -> dict:
+    with path.open("rb") as f:
+        return tomllib.load(f)
+
+
+def apply(api: Api, table: dict) -> None:
+    """Give every annotated function its mode and every parameter its role; fail on anything unexplained."""
+    by_name = {f.name: f for f in api.functions}
+    for name, spec in table.items():
+        fn = by_name.get(name)
+        if fn is None:
+            raise AnnotationError(f"annotations name {name!r}, which no parsed header declares")
+        if not isinstance(spec, dict):
+            raise AnnotationError(f"{name}: expected a table")
+        apply_function(fn, spec)
+
+
+def apply_function(fn: Function, spec: dict) -> None:
+    params = {p.name: p for p in fn.params}
+    for key in spec:
+        if key not in FUNCTION_KEYS and key not in params:
+            raise AnnotationError(
+                f"{fn.name}: unknown key {key!r} (not a parameter, nor one of {sorted(FUNCTION_KEYS)})")
+    mode = spec.get("mode")
+    if mode not in MODES:
+        raise AnnotationError(f"{fn.name}: mode must be one of {sorted(MODES)}, not {mode!r}")
+    fn.mode = mode
+    fn.status = "local" if mode == "local" else "remoted"
+    fn.note = spec.get("note", "")
+    fn.aliases = sorted(set(fn.aliases) | set(spec.get("aliases", [])))
+    for p in fn.params:
+        ann = spec.get(p.name, {})
+        if not isinstance(ann, dict):
+            raise AnnotationError(f"{fn.name}.{p.name}: expected an inline table")
+        for key in ann:
+            if key not in PARAM_KEYS:
+                raise AnnotationError(f"{fn.name}.{p.name}: unknown key {key!r} (known: {sorted(PARAM_KEYS)})")
+        role = ann.get("role") or infer_role(p)
+        if mode in ("local", "custom") and role is None:
+            role = "value"  # hand-written code reads the raw argument
+        if role is None:
+            raise AnnotationError(f"{fn.name}.{p.name}: pointer parameter of type {p.type.spelling!r} needs an "
+                                  "annotation (its direction and length are not in the header)")
+        if role not in ROLES:
+            raise AnnotationError(f"{fn.name}.{p.name}: unknown role {role!r} (known: {sorted(ROLES)})")
+        p.role = role
+        p.length = str(ann.get("length", ""))
+        if role in NEEDS_LENGTH and not p.length:
+            raise AnnotationError(f"{fn.name}.{p.name}: role {role} needs a length expression")
+        if p.length:
+            check_expression(fn, p.name, p.length)
+        p.alloc = str(ann.get("alloc", ""))
+        if p.alloc:
+            check_expression(fn, p.name, p.alloc)
+        p.frees = bool(ann.get("frees", False))
+        if mode == "async" and role not in ASYNC_ROLES:
+            raise AnnotationError(f"{fn.name}.{p.name}: an async call can carry only values, not role {role}")
+    if mode == "async" and fn.returns.spelling != fn.error_type:
+        raise AnnotationError(f"{fn.name}: only functions returning {fn.error_type} can be queued")

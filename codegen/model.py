@@ -1,0 +1,180 @@
+"""The typed model of the CUDA API that every generator consumes.
+
+Built once from the headers (parse.py) and the annotations (annotations.py);
+templates only read it. Nothing here knows about files or Jinja.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+# How a scalar C type travels: (protobuf type, struct format, C type used at the C/Python boundary).
+SCALARS: dict[str, tuple[str, str, str]] = {
+    "char": ("int32", "b", "int64_t"),
+    "signed char": ("int32", "b", "int64_t"),
+    "unsigned char": ("uint32", "B", "uint64_t"),
+    "short": ("int32", "h", "int64_t"),
+    "unsigned short": ("uint32", "H", "uint64_t"),
+    "int": ("int32", "i", "int64_t"),
+    "unsigned int": ("uint32", "I", "uint64_t"),
+    "long": ("int64", "q", "int64_t"),
+    "unsigned long": ("uint64", "Q", "uint64_t"),
+    "long long": ("int64", "q", "int64_t"),
+    "unsigned long long": ("uint64", "Q", "uint64_t"),
+    "size_t": ("uint64", "Q", "uint64_t"),
+    "float": ("float", "f", "double"),
+    "double": ("double", "d", "double"),
+    "enum": ("int32", "i", "int64_t"),
+    "pointer": ("uint64", "Q", "uint64_t"),
+}
+
+
+@dataclass(frozen=True)
+class CType:
+    """A C type as written, plus what it resolves to once typedefs are followed.
+
+    `resolved` is one of SCALARS' keys, "struct", "void", "funcptr" or "array";
+    `pointee` is set for pointers and describes what they point to.
+    """
+
+    spelling: str
+    resolved: str
+    pointee: CType | None = None
+    const: bool = False  # const on the pointee (for pointers) or on the value
+    name: str = ""  # the typedef or struct name as written (e.g. "cudaStream_t", "dim3")
+
+    @property
+    def is_pointer(self) -> bool:
+        return self.pointee is not None
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.resolved in SCALARS
+
+    @property
+    def proto_type(self) -> str:
+        return SCALARS[self.resolved][0] if self.is_scalar else "bytes"
+
+    @property
+    def struct_format(self) -> str:
+        return SCALARS[self.resolved][1]
+
+    @property
+    def boundary_type(self) -> str:
+        """The C type a value of this type has when it crosses into Python."""
+        return SCALARS[self.resolved][2] if self.is_scalar else "void *"
+
+
+@dataclass
+class Param:
+    """One parameter and, once annotated, the role it plays on the wire.
+
+    role is one of:
+      value      scalar, enum, handle or device address passed by value
+      struct     struct passed by value (travels as its bytes)
+      out        pointer to one scalar the call writes
+      inout      pointer to one scalar the call reads and writes
+      struct_in  pointer to one struct the call reads
+      struct_out pointer to one struct the call writes
+      buf_in     host buffer of `length` bytes the call reads
+      buf_out    host buffer of `length` bytes the call writes
+      mem_in     memory of `length` bytes, device or host (decided per call by the client)
+      mem_out    like mem_in, written by the call
+      mem_inout  like mem_out, but host memory is sent too (2D copies leave the gaps between rows alone)
+      string     NUL-terminated input string
+      symbol     address of a registered __device__ variable (resolved to the server's copy)
+      kernel     host stub address of a registered kernel (resolved to the server's kernel handle)
+      null       pointer that must be NULL (reserved parameters)
+    """
+
+    name: str
+    type: CType
+    decl: str  # the declaration as C, e.g. "const void *src"
+    role: str = ""
+    length: str = ""  # C expression over the other parameters, in bytes
+    alloc: str = ""  # for `out` device pointers: the size expression of the new allocation
+    frees: bool = False  # the call releases the device allocation this parameter names
+
+    @property
+    def proto_type(self) -> str:
+        if self.role in ("value", "out", "inout"):
+            t = self.type if self.role == "value" else self.type.pointee
+            assert t is not None
+            return t.proto_type
+        if self.role == "string":
+            return "string"
+        if self.role in ("mem_in", "mem_out", "mem_inout", "symbol", "kernel"):
+            return "uint64"
+        return "bytes"
+
+    @property
+    def scalar(self) -> CType:
+        """The scalar type this parameter carries (the pointee for out/inout)."""
+        t = self.type.pointee if self.role in ("out", "inout") else self.type
+        assert t is not None
+        return t
+
+
+@dataclass
+class Function:
+    name: str
+    header: str
+    api: str  # "runtime" or "driver"
+    returns: CType
+    params: list[Param]
+    aliases: list[str] = field(default_factory=list)
+    status: str = "unimplemented"  # remoted | local | unimplemented
+    mode: str = ""  # sync | async | custom | local, when not unimplemented
+    note: str = ""
+
+    @property
+    def fn_id(self) -> int:
+        """Wire id: derived from the name so builds from the same headers agree."""
+        return zlib.crc32(self.name.encode())
+
+    @property
+    def c_params(self) -> str:
+        """The parameter list as C, for stub definitions."""
+        return ", ".join(p.decl for p in self.params) or "void"
+
+    @property
+    def error_type(self) -> str:
+        return "cudaError_t" if self.api == "runtime" else "CUresult"
+
+
+@dataclass
+class Enum:
+    name: str
+    header: str
+    members: dict[str, int]
+
+
+@dataclass
+class Struct:
+    name: str
+    header: str
+    fields: list[tuple[str, str]]  # (field name, C spelling)
+
+
+@dataclass
+class Api:
+    """Everything codegen knows: the input of every template."""
+
+    cuda_version: str
+    functions: list[Function]
+    enums: list[Enum]
+    structs: list[Struct]
+    declarations_c: str  # the headers' types and prototypes as plain C, for cffi and the client stubs
+
+    def function(self, name: str) -> Function:
+        for f in self.functions:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def by_status(self) -> dict[str, list[Function]]:
+        out: dict[str, list[Function]] = {"remoted": [], "local": [], "unimplemented": []}
+        for f in self.functions:
+            out[f.status].append(f)
+        return out

@@ -1,0 +1,191 @@
+"""Model -> generated/: render each template, compile the protobuf schema, write the manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import keyword
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import jinja2
+
+from .model import Api, Function, Param
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+# template -> output file in generated/
+OUTPUTS = {
+    "cuwire.proto.j2": "cuwire.proto",
+    "cuda_api.h.j2": "cuda_api.h",
+    "client_stubs.c.j2": "client_stubs.c",
+    "client_cdefs.h.j2": "client_cdefs.h",
+    "client_calls.py.j2": "client_calls.py",
+    "server_handlers.py.j2": "server_handlers.py",
+    "exports.map.j2": "exports.map",
+}
+# struct format letter -> C type of the same size, for writing outputs and packing records
+FORMAT_CTYPES = {"b": "int8_t", "B": "uint8_t", "h": "int16_t", "H": "uint16_t", "i": "int32_t", "I": "uint32_t",
+                 "q": "int64_t", "Q": "uint64_t", "f": "float", "d": "double"}
+# Ids of cuwire's own operations (not CUDA functions) in the same id space as functions.
+INTERNAL_OPS = ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString")
+
+
+def py_name(name: str) -> str:
+    return name + "_" if keyword.iskeyword(name) or name in ("self", "a", "r", "s", "res", "args") else name
+
+
+def expr(e: str, bind) -> str:
+    """Rewrite a length expression's parameter names with `bind(name)`."""
+    return re.sub(r"[A-Za-z_]\w*", lambda m: bind(m.group(0)), e)
+
+
+def py_expr(e: str, prefix: str = "", outs: frozenset[str] = frozenset()) -> str:
+    return expr(e, lambda n: (f"res.{py_name(n)}" if n in outs else f"{prefix}{py_name(n)}"))
+
+
+def boundary_args(p: Param) -> list[tuple[str, str]]:
+    """(C type at the Python boundary, C expression) for each value a stub passes to Python for p."""
+    if p.role == "value" or p.role in ("symbol", "kernel"):
+        if p.type.is_scalar and p.type.resolved != "pointer":
+            return [(p.type.boundary_type, f"({p.type.boundary_type}){p.name}")]
+        return [("uint64_t", f"(uint64_t)(uintptr_t){p.name}")]
+    if p.role == "struct":
+        return [("void *", f"(void *)&{p.name}"), ("uint64_t", f"sizeof {p.name}")]
+    if p.role in ("struct_in", "struct_out"):
+        return [("void *", f"(void *){p.name}"), ("uint64_t", f"sizeof *{p.name}")]
+    if p.role in ("buf_in", "buf_out", "mem_in", "mem_out", "mem_inout"):
+        return [("void *", f"(void *){p.name}"), ("uint64_t", f"(uint64_t)({p.length})")]
+    return [("void *", f"(void *){p.name}")]  # out, inout, string, null
+
+
+def python_params(p: Param) -> list[str]:
+    names = [py_name(p.name)]
+    if len(boundary_args(p)) == 2:
+        names.append(py_name(p.name) + "_len")
+    return names
+
+
+def record_fields(fn: Function) -> list[tuple[str, str, str]]:
+    """(field name, C type, struct format) of a queued call's record, in order."""
+    out = []
+    for p in fn.params:
+        fmt = p.type.struct_format if p.type.is_scalar else "Q"
+        out.append((p.name, FORMAT_CTYPES[fmt], fmt))
+    return out
+
+
+def out_ctype(p: Param) -> str:
+    return FORMAT_CTYPES[p.scalar.struct_format]
+
+
+def server_arg(p: Param) -> str:
+    """The Python expression a server handler passes to the real function for p."""
+    n = py_name(p.name)
+    if p.role in ("value", "symbol", "kernel"):
+        if p.type.resolved == "pointer" or not p.type.is_scalar:
+            return f's.ptr("{p.type.spelling}", a.{n})'
+        return f"a.{n}"
+    return n  # prepared by the handler under the parameter's own name
+
+
+def api_digest(api: Api) -> str:
+    """One hash of everything the wire depends on; client and server compare it at the handshake."""
+    h = hashlib.sha256()
+    for f in api.functions:
+        h.update(f"{f.name}:{f.mode}:{[(p.name, p.role, p.length) for p in f.params]}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True,
+                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env.filters.update(py_name=py_name, boundary_args=boundary_args, python_params=python_params,
+                       record_fields=record_fields, out_ctype=out_ctype, server_arg=server_arg, py_expr=py_expr)
+    env.globals.update(internal_ops={op: f"cuwire.{op}" for op in INTERNAL_OPS}, crc32=_crc32,
+                       frozenset=frozenset)
+    return env
+
+
+def _crc32(s: str) -> int:
+    import zlib
+
+    return zlib.crc32(s.encode())
+
+
+def error_names(api: Api) -> list[tuple[str, int]]:
+    """cudaError_t names by value (first name wins where values repeat), for cudaGetErrorName."""
+    enum = next(e for e in api.enums if e.name == "cudaError")
+    seen: dict[int, str] = {}
+    for name, value in enum.members.items():
+        seen.setdefault(value, name)
+    return [(n, v) for v, n in sorted(seen.items())]
+
+
+def manifest(api: Api) -> dict:
+    return {
+        "generated_by": "cuwire.codegen",
+        "cuda_version": api.cuda_version,
+        "api_digest": api_digest(api),
+        "counts": {h: {s: sum(1 for f in api.functions if f.header == h and f.status == s)
+                       for s in ("remoted", "local", "unimplemented")}
+                   for h in sorted({f.header for f in api.functions})},
+        "functions": [
+            {"name": f.name, "header": f.header, "api": f.api, "status": f.status, "mode": f.mode or None,
+             "aliases": f.aliases, "note": f.note or None, "id": f.fn_id}
+            for f in sorted(api.functions, key=lambda f: f.name)
+        ],
+    }
+
+
+def check_ids(api: Api) -> None:
+    seen: dict[int, str] = {}
+    names = [f.name for f in api.functions] + [f"cuwire.{op}" for op in INTERNAL_OPS]
+    for n in names:
+        i = _crc32(n)
+        if i in seen:
+            raise SystemExit(f"codegen: wire id collision between {seen[i]} and {n}; rename one id scheme")
+        seen[i] = n
+
+
+def render_all(api: Api, out: Path) -> list[Path]:
+    check_ids(api)
+    env = environment()
+    wire = [f for f in api.functions if f.mode in ("sync", "async")]
+    ctx = {"api": api, "functions": sorted(api.functions, key=lambda f: f.name),
+           "wire": sorted(wire, key=lambda f: f.name), "digest": api_digest(api),
+           "error_names": error_names(api)}
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for tpl, name in OUTPUTS.items():
+        path = out / name
+        path.write_text(env.get_template(tpl).render(**ctx))
+        written.append(path)
+    path = out / "api_manifest.json"
+    path.write_text(json.dumps(manifest(api), indent=1) + "\n")
+    written.append(path)
+    written += compile_proto(out / "cuwire.proto", out)
+    return written
+
+
+def compile_proto(proto: Path, out: Path) -> list[Path]:
+    """Run grpcio-tools so the modules import as cuwire.generated.cuwire_pb2."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "src" / "cuwire" / "generated"
+        dst = Path(tmp) / "out"
+        src.mkdir(parents=True)
+        dst.mkdir()
+        shutil.copy(proto, src / proto.name)
+        subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{Path(tmp) / 'src'}",
+                        f"--python_out={dst}", f"--grpc_python_out={dst}",
+                        f"cuwire/generated/{proto.name}"], check=True)
+        written = []
+        for f in sorted((dst / "cuwire" / "generated").glob("*.py")):
+            text = f.read_text()
+            target = out / f.name
+            target.write_text(f"# Generated by grpcio-tools from cuwire.proto (cuwire.codegen). Do not edit.\n{text}")
+            written.append(target)
+    return written

@@ -1,0 +1,52 @@
+"""Settings shared by the client, the server and the `cuwire` command: one place, flags and CUWIRE_* variables.
+
+Every setting has a default, a CUWIRE_* environment variable and (for the commands) a flag; a flag wins
+over the variable, the variable over the default.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+DEFAULT_PORT = 50551
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"CUWIRE_{name.upper()}", default)
+
+
+@dataclass
+class Settings:
+    # where the client finds the server, and where the server listens
+    server: str = field(default_factory=lambda: _env("server", f"127.0.0.1:{DEFAULT_PORT}"))
+    listen: str = field(default_factory=lambda: _env("listen", f"127.0.0.1:{DEFAULT_PORT}"))
+    token: str = field(default_factory=lambda: _env("token", ""))
+    # server side
+    backend: str = field(default_factory=lambda: _env("backend", "cuda"))  # cuda | emulated (tests only)
+    devices: str = field(default_factory=lambda: _env("devices", ""))  # e.g. "0,1"; empty: all
+    cache_dir: Path = field(
+        default_factory=lambda: Path(_env("cache_dir", str(Path.home() / ".cache" / "cuwire" / "modules"))))
+    log_level: str = field(default_factory=lambda: _env("log_level", "info"))
+    max_buffer: int = field(default_factory=lambda: int(_env("max_buffer", str(8 << 30))))
+    # client side
+    compress: str = field(default_factory=lambda: _env("compress", "off"))  # off | zstd
+    compress_min: int = field(default_factory=lambda: int(_env("compress_min", str(64 << 10))))
+    stats: bool = field(default_factory=lambda: _env("stats", "0") == "1")
+    strict: bool = field(default_factory=lambda: _env("strict", "0") == "1")
+
+    def to_env(self) -> dict[str, str]:
+        """The variables that pass these settings on to a child process."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            out[f"CUWIRE_{f.name.upper()}"] = ("1" if v else "0") if isinstance(v, bool) else str(v)
+        return out
+
+
+def host_port(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {addr!r}")
+    return host.strip("[]"), int(port)

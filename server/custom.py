@@ -1,0 +1,145 @@
+"""Server halves of cuwire's own operations: modules, kernels, __device__ variables, launches, error text.
+
+Modules are loaded with cuLibraryLoadData (context-independent, once per server process, keyed by
+content hash); kernels are CUkernel handles, launched through the CUfunction of the current context.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+
+from cuwire.generated import cuwire_pb2 as pb
+
+log = logging.getLogger("cuwire.server")
+NOT_FOUND = 500
+INVALID_VALUE = 1
+INVALID_HANDLE = 400
+
+
+def op_id(name: str) -> int:
+    return zlib.crc32(f"cuwire.{name}".encode())
+
+
+def _module(s, handle: int):
+    from cuwire.server.session import WireError
+
+    if handle not in s.modules:
+        raise WireError(f"module {handle:#x} was not loaded by this session")
+    return s.ffi.cast("CUlibrary", handle)
+
+
+def load_module(s, a: pb.LoadModule_Args) -> pb.LoadModule_Result:
+    from cuwire.server.session import WireError
+
+    cache = s.server.modules
+    if len(a.digest) != 32:
+        raise WireError("module digest must be 32 bytes (sha256)")
+    r = pb.LoadModule_Result()
+    with cache.lock:
+        handle = cache.loaded.get(a.digest)
+        if handle is None:
+            if a.image:
+                image = s.server.decode(a.image, a.image_codec)
+                try:
+                    cache.store(a.digest, image)
+                except ValueError as e:
+                    raise WireError(str(e)) from e
+            elif cache.has(a.digest):
+                image = cache.read(a.digest)
+                r.cached = True
+                cache.hits += 1
+                log.info("module %s found in the cache: nothing uploaded", a.digest.hex()[:12])
+            else:
+                r.need_image = True
+                return r
+            out = s.ffi.new("CUlibrary *")
+            buf = s.ffi.new("char[]", image)
+            r.status = s.lib.cuLibraryLoadData(out, buf, s.ffi.NULL, s.ffi.NULL, 0, s.ffi.NULL, s.ffi.NULL, 0)
+            if r.status != 0:
+                return r
+            handle = int(s.ffi.cast("uintptr_t", out[0]))
+            cache.loaded[a.digest] = handle
+        else:
+            r.cached = True
+            cache.hits += 1
+            log.info("module %s already loaded: nothing uploaded", a.digest.hex()[:12])
+    s.modules.add(handle)
+    r.module = handle
+    return r
+
+
+def get_kernel(s, a: pb.GetKernel_Args) -> pb.GetKernel_Result:
+    lib, ffi = s.lib, s.ffi
+    r = pb.GetKernel_Result()
+    kernel = ffi.new("CUkernel *")
+    r.status = lib.cuLibraryGetKernel(kernel, _module(s, a.module), s.string(a.name))
+    if r.status != 0:
+        return r
+    func = ffi.new("CUfunction *")
+    r.status = lib.cuKernelGetFunction(func, kernel[0])
+    if r.status != 0:
+        return r
+    offset, size = ffi.new("size_t *"), ffi.new("size_t *")
+    i = 0
+    while lib.cuFuncGetParamInfo(func[0], i, offset, size) == 0:
+        r.param_offsets.append(offset[0])
+        r.param_sizes.append(size[0])
+        i += 1
+    r.kernel = int(ffi.cast("uintptr_t", kernel[0]))
+    size = max((o + z for o, z in zip(r.param_offsets, r.param_sizes, strict=True)), default=0)
+    s.kernels[r.kernel] = (func[0], tuple(r.param_offsets), size)
+    return r
+
+
+def get_global(s, a: pb.GetGlobal_Args) -> pb.GetGlobal_Result:
+    r = pb.GetGlobal_Result()
+    dptr, size = s.ffi.new("CUdeviceptr *"), s.ffi.new("size_t *")
+    r.status = s.lib.cuLibraryGetGlobal(dptr, size, _module(s, a.module), s.string(a.name))
+    if r.status == 0:
+        r.address, r.size = dptr[0], size[0]
+    return r
+
+
+def launch_kernel(s, a: pb.LaunchKernel_Args) -> pb.LaunchKernel_Result:
+    from cuwire.server.session import WireError
+
+    ffi = s.ffi
+    hit = s.kernels.get(a.kernel)
+    if hit is None:
+        return pb.LaunchKernel_Result(status=INVALID_HANDLE)
+    func, offsets, size = hit
+    if len(a.params) != size:
+        raise WireError(f"kernel parameters: sent {len(a.params)} bytes, the kernel takes {size}")
+    if len(a.grid) != 3 or len(a.block) != 3:
+        raise WireError("grid and block need three dimensions each")
+    r = pb.LaunchKernel_Result()
+    buf = ffi.new("char[]", a.params or b"\0")
+    argv = ffi.new("void *[]", max(len(offsets), 1))
+    for i, off in enumerate(offsets):
+        argv[i] = buf + off
+    r.status = s.lib.cuLaunchKernel(func, *a.grid, *a.block, a.shared_mem, ffi.cast("CUstream", a.stream),
+                                    argv if offsets else ffi.NULL, ffi.NULL)
+    return r
+
+
+def error_string(s, a: pb.ErrorString_Args) -> pb.ErrorString_Result:
+    r = pb.ErrorString_Result()
+    if a.driver:
+        text = s.ffi.new("const char **")
+        r.status = s.lib.cuGetErrorString(a.error, text)
+        r.text = s.ffi.string(text[0]).decode() if r.status == 0 and text[0] != s.ffi.NULL else ""
+    else:
+        p = s.lib.cudaGetErrorString(a.error)
+        r.text = s.ffi.string(p).decode() if p != s.ffi.NULL else ""
+    return r
+
+
+# id -> (name, Args message, handler), looked up like generated.HANDLERS
+OPS = {
+    op_id("LoadModule"): ("cuwire.LoadModule", pb.LoadModule_Args, load_module),
+    op_id("GetKernel"): ("cuwire.GetKernel", pb.GetKernel_Args, get_kernel),
+    op_id("GetGlobal"): ("cuwire.GetGlobal", pb.GetGlobal_Args, get_global),
+    op_id("LaunchKernel"): ("cuwire.LaunchKernel", pb.LaunchKernel_Args, launch_kernel),
+    op_id("ErrorString"): ("cuwire.ErrorString", pb.ErrorString_Args, error_string),
+}

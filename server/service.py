@@ -1,0 +1,125 @@
+"""The listening server: accepts sessions over gRPC, checks the handshake, runs each session's batches.
+
+Sessions are threads of this process for now; Session is independent of the transport so that a
+listener can hand each session to a process of its own (see DESIGN.md, sessions and safety).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from concurrent import futures
+
+import grpc
+import zstandard
+
+import cuwire
+from cuwire.generated import cuwire_pb2 as pb
+from cuwire.generated import cuwire_pb2_grpc as pb_grpc
+from cuwire.generated import server_handlers as generated
+from cuwire.server.backend import open_backend
+from cuwire.server.module_cache import ModuleCache
+from cuwire.server.session import Session
+from cuwire.settings import Settings
+from cuwire.transport import CHANNEL_OPTIONS
+
+log = logging.getLogger("cuwire.server")
+
+
+class CuWireServer:
+    """What all sessions share: the backend, the module cache, the devices."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        if settings.devices:
+            os.environ["CUDA_VISIBLE_DEVICES"] = settings.devices
+        self.ffi, self.lib, self.backend = open_backend(settings.backend)
+        self.modules = ModuleCache(settings.cache_dir)
+        self.devices = self.query_devices()
+        self.session_ids = itertools.count(1)
+        self.zstd = zstandard.ZstdDecompressor()
+
+    def query_devices(self) -> list[pb.Device]:
+        ffi, lib = self.ffi, self.lib
+        count = ffi.new("int *")
+        err = lib.cudaGetDeviceCount(count)
+        if err != 0:
+            raise RuntimeError(f"no usable GPU: cudaGetDeviceCount returned error {err} "
+                               f"({ffi.string(lib.cudaGetErrorString(err)).decode()}). "
+                               "For tests without a GPU, run the server with --emulated.")
+        out = []
+        for i in range(count[0]):
+            p = ffi.new("struct cudaDeviceProp *")
+            lib.cudaGetDeviceProperties(p, i)
+            out.append(pb.Device(name=ffi.string(p.name).decode(errors="replace"), major=p.major, minor=p.minor,
+                                 total_memory=p.totalGlobalMem, max_threads_per_block=p.maxThreadsPerBlock,
+                                 max_block=list(p.maxThreadsDim), max_grid=list(p.maxGridSize),
+                                 max_shared_memory=max(p.sharedMemPerBlockOptin, p.sharedMemPerBlock)))
+        return out
+
+    def versions(self) -> tuple[int, int]:
+        d, r = self.ffi.new("int *"), self.ffi.new("int *")
+        self.lib.cudaDriverGetVersion(d)
+        self.lib.cudaRuntimeGetVersion(r)
+        return d[0], r[0]
+
+    def decode(self, data: bytes, codec: int) -> bytes:
+        return self.zstd.decompress(data) if codec == pb.ZSTD else data
+
+    def welcome(self, hello: pb.Hello, peer: str) -> tuple[pb.Reply, Session | None]:
+        """Check the handshake; a mismatch gets one clear message and no session."""
+        if self.settings.token and hello.token != self.settings.token:
+            return pb.Reply(error="the server refused the token (set CUWIRE_TOKEN to the server's token)"), None
+        if hello.api_digest != generated.API_DIGEST or hello.cuda_version != generated.CUDA_VERSION:
+            return pb.Reply(error=(
+                f"version mismatch: the client (cuwire {hello.client_version}) was generated for CUDA "
+                f"{hello.cuda_version} with API digest {hello.api_digest}, the server (cuwire {cuwire.__version__}) "
+                f"for CUDA {generated.CUDA_VERSION} with API digest {generated.API_DIGEST}; build both from the "
+                "same cuwire version")), None
+        name = f"{next(self.session_ids)}"
+        session = Session(self, peer, hello, name)
+        driver, runtime = self.versions()
+        log.info("session %s opened for pid %d on %s (%s), backend %s", name, hello.pid, hello.host, peer,
+                 self.backend)
+        if self.backend == "emulated":
+            log.warning("session %s runs on the EMULATED device (tests only)", name)
+        return pb.Reply(welcome=pb.Welcome(
+            server_version=cuwire.__version__, cuda_version=generated.CUDA_VERSION,
+            api_digest=generated.API_DIGEST, backend=self.backend, devices=self.devices, session=name,
+            driver_version=driver, runtime_version=runtime)), session
+
+
+class Servicer(pb_grpc.CuWireServicer):
+    def __init__(self, server: CuWireServer):
+        self.server = server
+
+    def Session(self, request_iterator, context):
+        session = None
+        try:
+            for batch in request_iterator:
+                if session is None:
+                    if not batch.HasField("hello"):
+                        yield pb.Reply(error="a session starts with a hello")
+                        return
+                    reply, session = self.server.welcome(batch.hello, context.peer())
+                    yield reply
+                    if session is None:
+                        return
+                    continue
+                yield session.handle(batch)
+        finally:
+            if session is not None:
+                session.close()
+
+
+def serve(settings: Settings, max_sessions: int = 64) -> tuple[grpc.Server, CuWireServer, int]:
+    """Start listening; returns the gRPC server, the shared state and the bound port."""
+    state = CuWireServer(settings)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_sessions), options=CHANNEL_OPTIONS)
+    pb_grpc.add_CuWireServicer_to_server(Servicer(state), server)
+    port = server.add_insecure_port(settings.listen)
+    if port == 0:
+        raise RuntimeError(f"cannot listen on {settings.listen}")
+    server.start()
+    return server, state, port

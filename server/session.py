@@ -1,0 +1,155 @@
+"""One client's session on the server: runs its batches in order and owns what it allocated.
+
+Generated handlers (generated/server_handlers.py) receive the session as `s` and use its checked
+conversions from wire values to C values; nothing from the wire reaches CUDA unchecked in size.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+
+from google.protobuf.message import DecodeError
+
+from cuwire.generated import cuwire_pb2 as pb
+from cuwire.generated import server_handlers as generated
+from cuwire.server import custom
+
+log = logging.getLogger("cuwire.server")
+RECORD_HEADER = struct.Struct("<II")
+
+
+class WireError(Exception):
+    """The client sent something malformed: the call is refused with a message, the session goes on."""
+
+
+class Session:
+    def __init__(self, server, peer: str, hello: pb.Hello, name: str):
+        self.server = server
+        self.ffi = server.ffi
+        self.lib = server.lib
+        self.peer = peer
+        self.hello = hello
+        self.name = name
+        self.max_buffer = server.settings.max_buffer
+        self.allocations: set[int] = set()
+        self.modules: set[int] = set()
+        self.kernels: dict[int, object] = {}  # CUkernel -> CUfunction
+        self.calls = 0
+        self.started = time.monotonic()
+        self.lib.cudaFree(self.ffi.NULL)  # make the device's primary context current on this thread
+
+    # ---------------------------------------------------------------- running batches
+
+    def handle(self, batch: pb.Batch) -> pb.Reply:
+        reply = pb.Reply()
+        try:
+            if batch.records:
+                err, fn = self.run_records(self.server.decode(batch.records, batch.records_codec))
+                if err:
+                    reply.queued_error, reply.queued_error_fn = err, fn
+            if batch.fn:
+                name, args_cls, handler = self.lookup(batch.fn)
+                try:
+                    args = args_cls.FromString(self.server.decode(batch.args, batch.args_codec))
+                except DecodeError as e:
+                    raise WireError(f"malformed arguments for {name}: {e}") from e
+                self.calls += 1
+                result = handler(self, args)
+                reply.result = result.SerializeToString()
+        except WireError as e:
+            log.warning("session %s: refused a call: %s", self.name, e)
+            reply.error = str(e)
+        except Exception as e:  # a handler bug must not end the server, nor the session
+            log.exception("session %s: internal error", self.name)
+            reply.error = f"internal server error: {type(e).__name__}: {e}"
+        return reply
+
+    def lookup(self, fn: int):
+        hit = generated.HANDLERS.get(fn) or custom.OPS.get(fn)
+        if hit is None:
+            raise WireError(f"unknown function id {fn:#x} (client and server built from different APIs?)")
+        return hit
+
+    def run_records(self, data: bytes) -> tuple[int, str]:
+        """Run queued calls in order; return the first error and the function that made it."""
+        first, first_fn, pos = 0, "", 0
+        while pos < len(data):
+            if pos + RECORD_HEADER.size > len(data):
+                raise WireError("truncated queued-call record")
+            fn, size = RECORD_HEADER.unpack_from(data, pos)
+            pos += RECORD_HEADER.size
+            hit = generated.RECORDS.get(fn)
+            if hit is None:
+                raise WireError(f"unknown queued function id {fn:#x}")
+            name, layout, handler = hit
+            if size != layout.size or pos + size > len(data):
+                raise WireError(f"queued {name}: record of {size} bytes, expected {layout.size}")
+            err = handler(self, *layout.unpack_from(data, pos))
+            pos += size
+            self.calls += 1
+            if err and not first:
+                first, first_fn = err, name
+        return first, first_fn
+
+    # ---------------------------------------------------------------- conversions the handlers use
+
+    def ptr(self, ctype: str, value: int):
+        return self.ffi.cast(ctype, value)
+
+    def scalar(self, value) -> int | float:
+        """A C value as a wire value (pointers become their address)."""
+        if isinstance(value, self.ffi.CData):
+            return int(self.ffi.cast("uintptr_t", value))
+        return value
+
+    def check_size(self, size: int) -> int:
+        if size < 0 or size > self.max_buffer:
+            raise WireError(f"buffer of {size} bytes is outside 0..{self.max_buffer} (CUWIRE_MAX_BUFFER)")
+        return size
+
+    def in_buffer(self, data: bytes, size: int):
+        self.check_size(size)
+        if len(data) != size:
+            raise WireError(f"sent {len(data)} bytes for a {size}-byte buffer")
+        return self.ffi.from_buffer(data) if data else self.ffi.new("char[]", 1)
+
+    def out_buffer(self, size: int):
+        return self.ffi.new("char[]", max(self.check_size(size), 1))
+
+    def inout_buffer(self, data: bytes, size: int):
+        buf = self.out_buffer(size)
+        if len(data) != size:
+            raise WireError(f"sent {len(data)} bytes for a {size}-byte buffer")
+        self.ffi.memmove(buf, data, size)
+        return buf
+
+    def take(self, buf, size: int | None = None) -> bytes:
+        return bytes(self.ffi.buffer(buf, size) if size is not None else self.ffi.buffer(buf))
+
+    def struct_in(self, ctype: str, data: bytes):
+        p = self.ffi.new(ctype + " *")
+        if len(data) != self.ffi.sizeof(ctype):
+            raise WireError(f"{ctype}: sent {len(data)} bytes, expected {self.ffi.sizeof(ctype)}")
+        self.ffi.memmove(p, data, len(data))
+        return p
+
+    def string(self, text: str):
+        return self.ffi.new("char[]", text.encode())
+
+    def owns(self, address: int) -> None:
+        self.allocations.add(address)
+
+    def disowns(self, address: int) -> None:
+        self.allocations.discard(address)
+
+    # ---------------------------------------------------------------- the end
+
+    def close(self) -> None:
+        """Free everything the client left behind (it may have died mid-run)."""
+        for address in sorted(self.allocations):
+            self.lib.cudaFree(self.ffi.cast("void *", address))
+        log.info("session %s (%s) ended after %d calls in %.1f s; freed %d allocations", self.name, self.peer,
+                 self.calls, time.monotonic() - self.started, len(self.allocations))
+        self.allocations.clear()

@@ -1,0 +1,91 @@
+"""Shared fixtures: the built client library, the built test apps, and an emulated server."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CLIENT_DIR = ROOT / "build" / "client"
+APPS = ROOT / "tests" / "test_apps"
+APPS_BUILD = APPS / "build"
+
+
+@pytest.fixture(scope="session")
+def client_lib() -> Path:
+    lib = CLIENT_DIR / "libcuwire.so"
+    if not lib.exists():
+        subprocess.run([sys.executable, "-m", "cuwire.client.build"], check=True, cwd=ROOT)
+    return lib
+
+
+@pytest.fixture(scope="session")
+def apps() -> Path:
+    subprocess.run(["make", "-s", "-C", str(APPS)], check=True)
+    return APPS_BUILD
+
+
+class ServerProcess:
+    """A cuwire server in a child process; its log is kept for assertions."""
+
+    def __init__(self, tmp: Path, *extra: str, env: dict[str, str] | None = None):
+        self.log_path = tmp / f"server-{time.monotonic_ns()}.log"
+        self.cache = tmp / "modules"
+        cmd = [sys.executable, "-m", "cuwire.server", "--emulated", "--listen", "127.0.0.1:0",
+               "--cache-dir", str(self.cache), *extra]
+        self.log = self.log_path.open("w")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})
+        self.port = self._wait_port()
+        self.address = f"127.0.0.1:{self.port}"
+
+    def _wait_port(self) -> int:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = re.search(r"listening on [^:]+:(\d+)", self.log_path.read_text())
+            if m:
+                return int(m.group(1))
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited:\n" + self.log_path.read_text())
+            time.sleep(0.05)
+        raise RuntimeError("server did not start:\n" + self.log_path.read_text())
+
+    def text(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    s = ServerProcess(tmp_path_factory.mktemp("server"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def fresh_server(tmp_path):
+    s = ServerProcess(tmp_path)
+    yield s
+    s.stop()
+
+
+def run_remote(app: Path, lib: Path, address: str, *args: str, env: dict[str, str] | None = None,
+               timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run a program with the client preloaded against the server at address."""
+    e = {**os.environ, "LD_PRELOAD": str(lib), "CUWIRE_SERVER": address,
+         "LD_LIBRARY_PATH": f"{lib.parent}:{os.environ.get('LD_LIBRARY_PATH', '')}", **(env or {})}
+    return subprocess.run([str(app), *args], capture_output=True, text=True, env=e, timeout=timeout)

@@ -1,0 +1,143 @@
+"""The generator: parsing the real headers, the annotations' checks, the manifest, the committed output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cuwire.codegen import annotations, headers, parse
+from cuwire.codegen.model import Function
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def api():
+    a = parse.parse_api(headers.include_dir(), headers.CUDA_VERSION)
+    annotations.apply(a, annotations.load())
+    return a
+
+
+def test_counts(api):
+    by_header: dict[str, int] = {}
+    for f in api.functions:
+        by_header[f.header] = by_header.get(f.header, 0) + 1
+    assert by_header["cuda_runtime_api.h"] == 310
+    assert by_header["cuda.h"] == 449
+    assert not any(f.name == "cuserid" for f in api.functions)  # libc's, not CUDA's
+
+
+def test_cuda_memcpy_signature(api):
+    f = api.function("cudaMemcpy")
+    assert f.header == "cuda_runtime_api.h" and f.api == "runtime"
+    assert f.returns.spelling == "cudaError_t" and f.returns.resolved == "enum"
+    assert [(p.name, p.type.spelling) for p in f.params] == [
+        ("dst", "void *"), ("src", "const void *"), ("count", "size_t"), ("kind", "enum cudaMemcpyKind")]
+    dst, src, count, kind = f.params
+    assert dst.type.pointee.resolved == "void" and not dst.type.const
+    assert src.type.const
+    assert count.type.resolved == "unsigned long"
+    assert (dst.role, dst.length, src.role, kind.role) == ("mem_out", "count", "mem_in", "value")
+    assert "cudaMemcpy_ptds" in f.aliases
+
+
+def test_driver_versioned_names(api):
+    f = api.function("cuMemAlloc_v2")
+    assert f.header == "cuda.h"
+    assert "cuMemAlloc" in f.aliases
+    assert [(p.name, p.type.spelling, p.type.pointee.resolved) for p in f.params[:1]] == [
+        ("dptr", "CUdeviceptr *", "unsigned long long")]
+    assert "cuMemcpyHtoD_v2_ptds" in api.function("cuMemcpyHtoD_v2").aliases
+
+
+def test_handles_and_structs(api):
+    f = api.function("cudaStreamCreateWithFlags")
+    assert f.params[0].type.pointee.spelling == "cudaStream_t" and f.params[0].role == "out"
+    prop = api.function("cudaGetDeviceProperties").params[0]
+    assert prop.role == "struct_out" and prop.type.pointee.resolved == "struct"
+    launch = api.function("cudaLaunchKernel")
+    assert launch.params[1].type.spelling == "dim3" and launch.params[1].type.resolved == "struct"
+
+
+def test_enums(api):
+    err = next(e for e in api.enums if e.name == "cudaError")
+    assert err.members["cudaSuccess"] == 0
+    assert err.members["cudaErrorMemoryAllocation"] == 2
+    assert err.members["cudaErrorNotSupported"] == 801
+    cu = next(e for e in api.enums if e.name == "CUresult")
+    assert cu.members["CUDA_ERROR_NOT_SUPPORTED"] == 801
+
+
+def fresh(api, name: str) -> Function:
+    """A copy of one function with annotations undone, to feed the checks bad input."""
+    import copy
+
+    f = copy.deepcopy(api.function(name))
+    f.status, f.mode = "unimplemented", ""
+    return f
+
+
+def test_annotation_names_unknown_function(api):
+    with pytest.raises(annotations.AnnotationError, match="cudaNoSuchThing"):
+        annotations.apply(api, {"cudaNoSuchThing": {"mode": "sync"}})
+
+
+def test_annotation_names_unknown_parameter(api):
+    with pytest.raises(annotations.AnnotationError, match="unknown key 'bogus'"):
+        annotations.apply_function(fresh(api, "cudaMalloc"), {"mode": "sync", "bogus": {"role": "out"}})
+
+
+def test_annotation_unknown_role_and_key(api):
+    with pytest.raises(annotations.AnnotationError, match="unknown role"):
+        annotations.apply_function(fresh(api, "cudaMalloc"), {"mode": "sync", "devPtr": {"role": "sideways"}})
+    with pytest.raises(annotations.AnnotationError, match="unknown key 'size'"):
+        annotations.apply_function(fresh(api, "cudaMalloc"), {"mode": "sync", "devPtr": {"size": "1"}})
+
+
+def test_unexplained_pointer_is_an_error(api):
+    with pytest.raises(annotations.AnnotationError, match=r"cudaMemcpy\.dst: pointer parameter .* needs an annotation"):
+        annotations.apply_function(fresh(api, "cudaMemcpy"), {"mode": "sync"})
+
+
+def test_length_must_use_parameters(api):
+    with pytest.raises(annotations.AnnotationError, match="names 'bytes'"):
+        annotations.apply_function(fresh(api, "cudaMemcpy"), {
+            "mode": "sync", "dst": {"role": "mem_out", "length": "bytes"},
+            "src": {"role": "mem_in", "length": "count"}})
+
+
+def test_async_only_carries_values(api):
+    with pytest.raises(annotations.AnnotationError, match="async call can carry only values"):
+        annotations.apply_function(fresh(api, "cudaMalloc"), {"mode": "async"})
+
+
+def test_manifest_covers_every_function(api):
+    m = json.loads((ROOT / "generated" / "api_manifest.json").read_text())
+    names = {f["name"] for f in m["functions"]}
+    assert names == {f.name for f in api.functions}
+    assert all(f["status"] in ("remoted", "local", "unimplemented") for f in m["functions"])
+    required = ["cudaMalloc", "cudaFree", "cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpy2D", "cudaMemset",
+                "cudaMemsetAsync", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol", "cudaStreamCreate",
+                "cudaEventRecord", "cudaEventElapsedTime", "cudaLaunchKernel", "cudaLaunchKernelExC",
+                "__cudaLaunchKernel", "__cudaRegisterFatBinary", "cudaFuncGetAttributes",
+                "cudaOccupancyMaxActiveBlocksPerMultiprocessor", "cudaPointerGetAttributes",
+                "cudaGetDeviceProperties", "cudaGetLastError", "cudaGetDriverEntryPoint"]
+    status = {f["name"]: f["status"] for f in m["functions"]}
+    assert all(status[n] in ("remoted", "local") for n in required), {n: status[n] for n in required}
+
+
+def test_wire_ids_come_from_names(api):
+    import zlib
+
+    f = api.function("cudaMalloc")
+    assert f.fn_id == zlib.crc32(b"cudaMalloc")
+
+
+def test_stats_prints_counts(capsys):
+    from cuwire.codegen.__main__ import main
+
+    assert main(["--stats"]) == 0
+    out = capsys.readouterr().out
+    assert "cuda_runtime_api.h" in out and "310 functions" in out and "449 functions" in out

@@ -1,0 +1,51 @@
+"""A function cuwire does not remote says so by name and returns "not supported"; it never falls through."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAM = r"""
+#include <stdio.h>
+#include "cuda_api.h"
+int main(void) {
+    cudaGraph_t g;
+    int a = cudaGraphCreate(&g, 0);
+    int b = cudaGraphCreate(&g, 0);
+    CUgraph dg;
+    int c = cuGraphCreate(&dg, 0);
+    printf("%d %d %d %d\n", a, b, c, (int)cudaGetLastError());
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def program(client_lib, tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("unimpl")
+    (d / "p.c").write_text(PROGRAM)
+    exe = d / "p"
+    subprocess.run(["gcc", "-o", str(exe), str(d / "p.c"), f"-I{ROOT / 'generated'}",
+                    f"-L{client_lib.parent}", "-lcuwire", f"-Wl,-rpath,{client_lib.parent}"], check=True)
+    return exe
+
+
+def test_unimplemented_says_so_once_and_returns_not_supported(program):
+    r = subprocess.run([str(program)], capture_output=True, text=True, timeout=30,
+                       env={**os.environ, "CUWIRE_STRICT": "0"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["801", "801", "801", "801"]  # and cudaGetLastError reports it
+    assert r.stderr.count("cuwire: unimplemented CUDA function cudaGraphCreate (cuda_runtime_api.h)") == 1
+    assert "cuwire: unimplemented CUDA function cuGraphCreate (cuda.h)" in r.stderr
+
+
+def test_strict_mode_aborts(program):
+    r = subprocess.run([str(program)], capture_output=True, text=True, timeout=30,
+                       env={**os.environ, "CUWIRE_STRICT": "1"})
+    assert r.returncode != 0
+    assert "cuwire: unimplemented CUDA function cudaGraphCreate" in r.stderr
+    assert "aborting" in r.stderr
