@@ -36,6 +36,7 @@ int cuwire_lookup_function(const void *host, int *fatbin, const char **name);
 int cuwire_lookup_variable(const void *host, int *fatbin, const char **name, size_t *size);
 int cuwire_fatbin(int index, const void **data, size_t *size);
 void cuwire_hook_exit(void);
+void cuwire_python_started(void);
 extern "Python+C" int cuwire_py_flush(void);
 extern "Python+C" void cuwire_py_at_exit(void);
 """
@@ -54,8 +55,17 @@ import sys
 for p in {paths!r}:
     if p not in sys.path:
         site.addsitedir(p)
-from cuwire.client import runtime
+from _cuwire import ffi, lib  # noqa: E402
+from cuwire.client import runtime  # noqa: E402
+
+
+@ffi.def_extern()
+def cuwire_embedded():
+    return 1
+
+
 runtime.start()
+lib.cuwire_python_started()
 """
 
 
@@ -80,7 +90,7 @@ def build(out: Path) -> Path:
         extra_link_args=[f"-Wl,--version-script={GENERATED / 'exports.map'}", "-Wl,-soname,libcuwire.so",
                          *([f"-Wl,-rpath,{libdir}"] if libdir else [])],
     )
-    ffi.embedding_init_code(init_code() + "\n" + "@ffi.def_extern()\ndef cuwire_embedded():\n    return 1\n")
+    ffi.embedding_init_code(init_code())
     tmp = out / "tmp"
     built = Path(ffi.compile(tmpdir=str(tmp), target="libcuwire.so", verbose=False))
     lib = out / "libcuwire.so"

@@ -30,10 +30,27 @@ __attribute__((constructor)) static void cuwire_promote_libpython(void)
 #endif
 }
 
+int cuwire_python_ok;
+int cuwire_embedded(void); /* cffi's embedding entry point: running it starts Python (client/build.py) */
+
+void cuwire_python_started(void) { __atomic_store_n(&cuwire_python_ok, 1, __ATOMIC_RELEASE); }
+
+int cuwire_start_python(void)
+{
+    static int said;
+    cuwire_embedded();
+    if (__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE))
+        return 1;
+    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        fprintf(stderr, "cuwire: the client's Python runtime did not start (see the error above); "
+                        "every CUDA call that needs the server fails with cudaErrorUnknown\n");
+    return 0;
+}
+
 static void exit_hook(void)
 {
     int (*is_initialized)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsInitialized");
-    if (is_initialized && is_initialized())
+    if (is_initialized && is_initialized() && cuwire_python_ok)
         cuwire_py_at_exit();
 }
 
@@ -107,7 +124,7 @@ int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size)
     queue_count++;
     int flush = queue_len >= QUEUE_FLUSH_AT;
     pthread_mutex_unlock(&queue_lock);
-    return flush ? cuwire_py_flush() : 0;
+    return flush && CUWIRE_READY() ? cuwire_py_flush() : 0;
 }
 
 /* Hands the queued records to the caller (who frees them with free()) and starts a new queue. */

@@ -17,6 +17,13 @@ int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size);
 /* The name of a cudaError_t value (generated from the enum in client_stubs.c). */
 const char *cuwire_error_name(int code);
 
+/* True once the embedded Python runtime started; the first sync call starts it. If it cannot start,
+ * calls fail loudly with cudaErrorUnknown instead of cffi's silent zero. */
+extern int cuwire_python_ok;
+int cuwire_start_python(void);
+#define CUWIRE_READY() (__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE) || cuwire_start_python())
+#define CUWIRE_NOT_READY 999
+
 /* For the Python side (declared again in client/build.py's cdef). */
 size_t cuwire_queue_take(char **data, uint64_t *count);
 void cuwire_free(void *p);
@@ -25,6 +32,7 @@ int cuwire_lookup_function(const void *host, int *fatbin, const char **name);
 int cuwire_lookup_variable(const void *host, int *fatbin, const char **name, size_t *size);
 int cuwire_fatbin(int index, const void **data, size_t *size);
 int cuwire_py_flush(void);
+void cuwire_python_started(void);
 void cuwire_py_at_exit(void);
 void cuwire_hook_exit(void);
 

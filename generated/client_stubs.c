@@ -177,6 +177,8 @@ return cuwire_local___cudaInitModule(fatCubinHandle);
 int cuwire_py___cudaLaunchKernel(uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py___cudaLaunchKernel((uint64_t)(uintptr_t)kernel, (void *)&gridDim, sizeof gridDim, (void *)&blockDim, sizeof blockDim, (void *)args, (uint64_t)sharedMem, (uint64_t)(uintptr_t)stream));
 }
 CUWIRE_EXPORT __typeof__(__cudaLaunchKernel) __cudaLaunchKernel_ptsz __attribute__((alias("__cudaLaunchKernel")));
@@ -450,6 +452,8 @@ CUWIRE_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
 int cuwire_py_cuCtxGetCurrent(void *);
 CUWIRE_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuCtxGetCurrent((void *)pctx));
 }
 
@@ -557,6 +561,8 @@ CUWIRE_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config)
 int cuwire_py_cuCtxSetCurrent(uint64_t);
 CUWIRE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuCtxSetCurrent((uint64_t)(uintptr_t)ctx));
 }
 
@@ -585,6 +591,8 @@ CUWIRE_EXPORT CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
 int cuwire_py_cuCtxSynchronize(void);
 CUWIRE_EXPORT CUresult cuCtxSynchronize(void)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuCtxSynchronize());
 }
 
@@ -641,6 +649,8 @@ CUWIRE_EXPORT CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, C
 int cuwire_py_cuDeviceComputeCapability(void *, void *, int64_t);
 CUWIRE_EXPORT CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDeviceComputeCapability((void *)major, (void *)minor, (int64_t)dev));
 }
 
@@ -648,6 +658,8 @@ CUWIRE_EXPORT CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevic
 int cuwire_py_cuDeviceGet(void *, int64_t);
 CUWIRE_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDeviceGet((void *)device, (int64_t)ordinal));
 }
 
@@ -655,6 +667,8 @@ CUWIRE_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
 int cuwire_py_cuDeviceGetAttribute(void *, int64_t, int64_t);
 CUWIRE_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDeviceGetAttribute((void *)pi, (int64_t)attrib, (int64_t)dev));
 }
 
@@ -669,6 +683,8 @@ CUWIRE_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId
 int cuwire_py_cuDeviceGetCount(void *);
 CUWIRE_EXPORT CUresult cuDeviceGetCount(int *count)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDeviceGetCount((void *)count));
 }
 
@@ -725,6 +741,8 @@ CUWIRE_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 int cuwire_py_cuDeviceGetName(void *, uint64_t, int64_t, int64_t);
 CUWIRE_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDeviceGetName((void *)name, (uint64_t)(len), (int64_t)len, (int64_t)dev));
 }
 
@@ -774,6 +792,8 @@ CUWIRE_EXPORT CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElem
 int cuwire_py_cuDeviceGetUuid_v2(void *, uint64_t, int64_t);
 CUWIRE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDeviceGetUuid_v2((void *)uuid, sizeof *uuid, (int64_t)dev));
 }
 CUWIRE_EXPORT __typeof__(cuDeviceGetUuid_v2) cuDeviceGetUuid __attribute__((alias("cuDeviceGetUuid_v2")));
@@ -789,6 +809,8 @@ CUWIRE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
 int cuwire_py_cuDevicePrimaryCtxGetState(int64_t, void *, void *);
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDevicePrimaryCtxGetState((int64_t)dev, (void *)flags, (void *)active));
 }
 
@@ -796,6 +818,8 @@ CUWIRE_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *fl
 int cuwire_py_cuDevicePrimaryCtxRelease_v2(int64_t);
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDevicePrimaryCtxRelease_v2((int64_t)dev));
 }
 CUWIRE_EXPORT __typeof__(cuDevicePrimaryCtxRelease_v2) cuDevicePrimaryCtxRelease __attribute__((alias("cuDevicePrimaryCtxRelease_v2")));
@@ -812,6 +836,8 @@ CUWIRE_EXPORT __typeof__(cuDevicePrimaryCtxReset_v2) cuDevicePrimaryCtxReset __a
 int cuwire_py_cuDevicePrimaryCtxRetain(void *, int64_t);
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDevicePrimaryCtxRetain((void *)pctx, (int64_t)dev));
 }
 
@@ -848,6 +874,8 @@ CUWIRE_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 int cuwire_py_cuDeviceTotalMem_v2(void *, int64_t);
 CUWIRE_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDeviceTotalMem_v2((void *)bytes, (int64_t)dev));
 }
 CUWIRE_EXPORT __typeof__(cuDeviceTotalMem_v2) cuDeviceTotalMem __attribute__((alias("cuDeviceTotalMem_v2")));
@@ -863,6 +891,8 @@ CUWIRE_EXPORT CUresult cuDeviceUnregisterAsyncNotification(CUdevice device, CUas
 int cuwire_py_cuDriverGetVersion(void *);
 CUWIRE_EXPORT CUresult cuDriverGetVersion(int *driverVersion)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDriverGetVersion((void *)driverVersion));
 }
 
@@ -870,6 +900,8 @@ CUWIRE_EXPORT CUresult cuDriverGetVersion(int *driverVersion)
 int cuwire_py_cuEventCreate(void *, uint64_t);
 CUWIRE_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuEventCreate((void *)phEvent, (uint64_t)Flags));
 }
 
@@ -877,6 +909,8 @@ CUWIRE_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 int cuwire_py_cuEventDestroy_v2(uint64_t);
 CUWIRE_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuEventDestroy_v2((uint64_t)(uintptr_t)hEvent));
 }
 CUWIRE_EXPORT __typeof__(cuEventDestroy_v2) cuEventDestroy __attribute__((alias("cuEventDestroy_v2")));
@@ -885,6 +919,8 @@ CUWIRE_EXPORT __typeof__(cuEventDestroy_v2) cuEventDestroy __attribute__((alias(
 int cuwire_py_cuEventElapsedTime_v2(void *, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuEventElapsedTime_v2((void *)pMilliseconds, (uint64_t)(uintptr_t)hStart, (uint64_t)(uintptr_t)hEnd));
 }
 CUWIRE_EXPORT __typeof__(cuEventElapsedTime_v2) cuEventElapsedTime __attribute__((alias("cuEventElapsedTime_v2")));
@@ -922,6 +958,8 @@ CUWIRE_EXPORT __typeof__(cuEventRecordWithFlags) cuEventRecordWithFlags_ptsz __a
 int cuwire_py_cuEventSynchronize(uint64_t);
 CUWIRE_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuEventSynchronize((uint64_t)(uintptr_t)hEvent));
 }
 
@@ -1720,6 +1758,8 @@ CUWIRE_EXPORT CUresult cuImportExternalSemaphore(CUexternalSemaphore *extSem_out
 int cuwire_py_cuInit(uint64_t);
 CUWIRE_EXPORT CUresult cuInit(unsigned int Flags)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuInit((uint64_t)Flags));
 }
 
@@ -2076,6 +2116,8 @@ CUWIRE_EXPORT __typeof__(cuMemAllocPitch_v2) cuMemAllocPitch __attribute__((alia
 int cuwire_py_cuMemAlloc_v2(void *, uint64_t);
 CUWIRE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemAlloc_v2((void *)dptr, (uint64_t)bytesize));
 }
 CUWIRE_EXPORT __typeof__(cuMemAlloc_v2) cuMemAlloc __attribute__((alias("cuMemAlloc_v2")));
@@ -2137,6 +2179,8 @@ CUWIRE_EXPORT CUresult cuMemFreeHost(void *p)
 int cuwire_py_cuMemFree_v2(uint64_t);
 CUWIRE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemFree_v2((uint64_t)dptr));
 }
 CUWIRE_EXPORT __typeof__(cuMemFree_v2) cuMemFree __attribute__((alias("cuMemFree_v2")));
@@ -2188,6 +2232,8 @@ CUWIRE_EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr d
 int cuwire_py_cuMemGetInfo_v2(void *, void *);
 CUWIRE_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemGetInfo_v2((void *)free, (void *)total));
 }
 CUWIRE_EXPORT __typeof__(cuMemGetInfo_v2) cuMemGetInfo __attribute__((alias("cuMemGetInfo_v2")));
@@ -2554,6 +2600,8 @@ CUWIRE_EXPORT __typeof__(cuMemcpyDtoDAsync_v2) cuMemcpyDtoDAsync_v2_ptsz __attri
 int cuwire_py_cuMemcpyDtoD_v2(uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyDtoD_v2((uint64_t)dstDevice, (uint64_t)srcDevice, (uint64_t)ByteCount));
 }
 CUWIRE_EXPORT __typeof__(cuMemcpyDtoD_v2) cuMemcpyDtoD __attribute__((alias("cuMemcpyDtoD_v2")));
@@ -2572,6 +2620,8 @@ CUWIRE_EXPORT __typeof__(cuMemcpyDtoHAsync_v2) cuMemcpyDtoHAsync_v2_ptsz __attri
 int cuwire_py_cuMemcpyDtoH_v2(void *, uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyDtoH_v2((void *)dstHost, (uint64_t)(ByteCount), (uint64_t)srcDevice, (uint64_t)ByteCount));
 }
 CUWIRE_EXPORT __typeof__(cuMemcpyDtoH_v2) cuMemcpyDtoH __attribute__((alias("cuMemcpyDtoH_v2")));
@@ -2608,6 +2658,8 @@ CUWIRE_EXPORT __typeof__(cuMemcpyHtoDAsync_v2) cuMemcpyHtoDAsync_v2_ptsz __attri
 int cuwire_py_cuMemcpyHtoD_v2(uint64_t, void *, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyHtoD_v2((uint64_t)dstDevice, (void *)srcHost, (uint64_t)(ByteCount), (uint64_t)ByteCount));
 }
 CUWIRE_EXPORT __typeof__(cuMemcpyHtoD_v2) cuMemcpyHtoD __attribute__((alias("cuMemcpyHtoD_v2")));
@@ -2709,6 +2761,8 @@ CUWIRE_EXPORT __typeof__(cuMemsetD32Async) cuMemsetD32Async_ptsz __attribute__((
 int cuwire_py_cuMemsetD32_v2(uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemsetD32_v2((uint64_t)dstDevice, (uint64_t)ui, (uint64_t)N));
 }
 CUWIRE_EXPORT __typeof__(cuMemsetD32_v2) cuMemsetD32 __attribute__((alias("cuMemsetD32_v2")));
@@ -2726,6 +2780,8 @@ CUWIRE_EXPORT __typeof__(cuMemsetD8Async) cuMemsetD8Async_ptsz __attribute__((al
 int cuwire_py_cuMemsetD8_v2(uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemsetD8_v2((uint64_t)dstDevice, (uint64_t)uc, (uint64_t)N));
 }
 CUWIRE_EXPORT __typeof__(cuMemsetD8_v2) cuMemsetD8 __attribute__((alias("cuMemsetD8_v2")));
@@ -3060,6 +3116,8 @@ CUWIRE_EXPORT __typeof__(cuStreamCopyAttributes) cuStreamCopyAttributes_ptsz __a
 int cuwire_py_cuStreamCreate(void *, uint64_t);
 CUWIRE_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuStreamCreate((void *)phStream, (uint64_t)Flags));
 }
 
@@ -3074,6 +3132,8 @@ CUWIRE_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned i
 int cuwire_py_cuStreamDestroy_v2(uint64_t);
 CUWIRE_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuStreamDestroy_v2((uint64_t)(uintptr_t)hStream));
 }
 CUWIRE_EXPORT __typeof__(cuStreamDestroy_v2) cuStreamDestroy __attribute__((alias("cuStreamDestroy_v2")));
@@ -3186,6 +3246,8 @@ CUWIRE_EXPORT __typeof__(cuStreamSetAttribute) cuStreamSetAttribute_ptsz __attri
 int cuwire_py_cuStreamSynchronize(uint64_t);
 CUWIRE_EXPORT CUresult cuStreamSynchronize(CUstream hStream)
 {
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuStreamSynchronize((uint64_t)(uintptr_t)hStream));
 }
 CUWIRE_EXPORT __typeof__(cuStreamSynchronize) cuStreamSynchronize_ptsz __attribute__((alias("cuStreamSynchronize")));
@@ -3601,6 +3663,8 @@ CUWIRE_EXPORT cudaError_t cudaArrayGetSparseProperties(struct cudaArraySparsePro
 int cuwire_py_cudaChooseDevice(void *, void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaChooseDevice(int *device, const struct cudaDeviceProp *prop)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaChooseDevice((void *)device, (void *)prop, sizeof *prop));
 }
 
@@ -3693,6 +3757,8 @@ CUWIRE_EXPORT cudaError_t cudaDeviceFlushGPUDirectRDMAWrites(enum cudaFlushGPUDi
 int cuwire_py_cudaDeviceGetAttribute(void *, int64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetAttribute((void *)value, (int64_t)attr, (int64_t)device));
 }
 
@@ -3700,6 +3766,8 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr
 int cuwire_py_cudaDeviceGetByPCIBusId(void *, void *);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pciBusId)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetByPCIBusId((void *)device, (void *)pciBusId));
 }
 
@@ -3707,6 +3775,8 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pciBu
 int cuwire_py_cudaDeviceGetCacheConfig(void *);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetCacheConfig(enum cudaFuncCache *pCacheConfig)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetCacheConfig((void *)pCacheConfig));
 }
 
@@ -3735,6 +3805,8 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetHostAtomicCapabilities(unsigned int *capa
 int cuwire_py_cudaDeviceGetLimit(void *, int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetLimit(size_t *pValue, enum cudaLimit limit)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetLimit((void *)pValue, (int64_t)limit));
 }
 
@@ -3763,6 +3835,8 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetP2PAtomicCapabilities(unsigned int *capab
 int cuwire_py_cudaDeviceGetP2PAttribute(void *, int64_t, int64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetP2PAttribute(int *value, enum cudaDeviceP2PAttr attr, int srcDevice, int dstDevice)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetP2PAttribute((void *)value, (int64_t)attr, (int64_t)srcDevice, (int64_t)dstDevice));
 }
 
@@ -3770,6 +3844,8 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetP2PAttribute(int *value, enum cudaDeviceP
 int cuwire_py_cudaDeviceGetPCIBusId(void *, uint64_t, int64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetPCIBusId((void *)pciBusId, (uint64_t)(len), (int64_t)len, (int64_t)device));
 }
 
@@ -3777,6 +3853,8 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int dev
 int cuwire_py_cudaDeviceGetSharedMemConfig(void *);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetSharedMemConfig(enum cudaSharedMemConfig *pConfig)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetSharedMemConfig((void *)pConfig));
 }
 
@@ -3784,6 +3862,8 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetSharedMemConfig(enum cudaSharedMemConfig 
 int cuwire_py_cudaDeviceGetStreamPriorityRange(void *, void *);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetStreamPriorityRange((void *)leastPriority, (void *)greatestPriority));
 }
 
@@ -3812,6 +3892,8 @@ CUWIRE_EXPORT cudaError_t cudaDeviceRegisterAsyncNotification(int device, cudaAs
 int cuwire_py_cudaDeviceReset(void);
 CUWIRE_EXPORT cudaError_t cudaDeviceReset(void)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceReset());
 }
 
@@ -3819,6 +3901,8 @@ CUWIRE_EXPORT cudaError_t cudaDeviceReset(void)
 int cuwire_py_cudaDeviceSetCacheConfig(int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceSetCacheConfig(enum cudaFuncCache cacheConfig)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceSetCacheConfig((int64_t)cacheConfig));
 }
 
@@ -3833,6 +3917,8 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSetGraphMemAttribute(int device, enum cudaGr
 int cuwire_py_cudaDeviceSetLimit(int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceSetLimit((int64_t)limit, (uint64_t)value));
 }
 
@@ -3847,6 +3933,8 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool
 int cuwire_py_cudaDeviceSetSharedMemConfig(int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceSetSharedMemConfig(enum cudaSharedMemConfig config)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceSetSharedMemConfig((int64_t)config));
 }
 
@@ -3854,6 +3942,8 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSetSharedMemConfig(enum cudaSharedMemConfig 
 int cuwire_py_cudaDeviceSynchronize(void);
 CUWIRE_EXPORT cudaError_t cudaDeviceSynchronize(void)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceSynchronize());
 }
 
@@ -3868,6 +3958,8 @@ CUWIRE_EXPORT cudaError_t cudaDeviceUnregisterAsyncNotification(int device, cuda
 int cuwire_py_cudaDriverGetVersion(void *);
 CUWIRE_EXPORT cudaError_t cudaDriverGetVersion(int *driverVersion)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDriverGetVersion((void *)driverVersion));
 }
 
@@ -3875,6 +3967,8 @@ CUWIRE_EXPORT cudaError_t cudaDriverGetVersion(int *driverVersion)
 int cuwire_py_cudaEventCreate(void *);
 CUWIRE_EXPORT cudaError_t cudaEventCreate(cudaEvent_t *event)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventCreate((void *)event));
 }
 
@@ -3882,6 +3976,8 @@ CUWIRE_EXPORT cudaError_t cudaEventCreate(cudaEvent_t *event)
 int cuwire_py_cudaEventCreateWithFlags(void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventCreateWithFlags((void *)event, (uint64_t)flags));
 }
 
@@ -3889,6 +3985,8 @@ CUWIRE_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned 
 int cuwire_py_cudaEventDestroy(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventDestroy((uint64_t)(uintptr_t)event));
 }
 
@@ -3896,6 +3994,8 @@ CUWIRE_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event)
 int cuwire_py_cudaEventElapsedTime(void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventElapsedTime((void *)ms, (uint64_t)(uintptr_t)start, (uint64_t)(uintptr_t)end));
 }
 
@@ -3903,6 +4003,8 @@ CUWIRE_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cud
 int cuwire_py_cudaEventQuery(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaEventQuery(cudaEvent_t event)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventQuery((uint64_t)(uintptr_t)event));
 }
 
@@ -3940,6 +4042,8 @@ CUWIRE_EXPORT __typeof__(cudaEventRecordWithFlags) cudaEventRecordWithFlags_ptsz
 int cuwire_py_cudaEventSynchronize(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventSynchronize((uint64_t)(uintptr_t)event));
 }
 
@@ -3961,6 +4065,8 @@ CUWIRE_EXPORT cudaError_t cudaExternalMemoryGetMappedMipmappedArray(cudaMipmappe
 int cuwire_py_cudaFree(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaFree(void *devPtr)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFree((uint64_t)(uintptr_t)devPtr));
 }
 
@@ -3975,6 +4081,8 @@ CUWIRE_EXPORT cudaError_t cudaFreeArray(cudaArray_t array)
 int cuwire_py_cudaFreeAsync(uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFreeAsync((uint64_t)(uintptr_t)devPtr, (uint64_t)(uintptr_t)hStream));
 }
 CUWIRE_EXPORT __typeof__(cudaFreeAsync) cudaFreeAsync_ptsz __attribute__((alias("cudaFreeAsync")));
@@ -3997,6 +4105,8 @@ CUWIRE_EXPORT cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedA
 int cuwire_py_cudaFuncGetAttributes(void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFuncGetAttributes((void *)attr, sizeof *attr, (uint64_t)(uintptr_t)func));
 }
 
@@ -4011,6 +4121,8 @@ CUWIRE_EXPORT cudaError_t cudaFuncGetName(const char **name, const void *func)
 int cuwire_py_cudaFuncGetParamInfo(uint64_t, uint64_t, void *, void *);
 CUWIRE_EXPORT cudaError_t cudaFuncGetParamInfo(const void *func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFuncGetParamInfo((uint64_t)(uintptr_t)func, (uint64_t)paramIndex, (void *)paramOffset, (void *)paramSize));
 }
 
@@ -4018,6 +4130,8 @@ CUWIRE_EXPORT cudaError_t cudaFuncGetParamInfo(const void *func, size_t paramInd
 int cuwire_py_cudaFuncSetAttribute(uint64_t, int64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFuncSetAttribute((uint64_t)(uintptr_t)func, (int64_t)attr, (int64_t)value));
 }
 
@@ -4025,6 +4139,8 @@ CUWIRE_EXPORT cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAt
 int cuwire_py_cudaFuncSetCacheConfig(uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaFuncSetCacheConfig(const void *func, enum cudaFuncCache cacheConfig)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFuncSetCacheConfig((uint64_t)(uintptr_t)func, (int64_t)cacheConfig));
 }
 
@@ -4046,6 +4162,8 @@ CUWIRE_EXPORT cudaError_t cudaGetChannelDesc(struct cudaChannelFormatDesc *desc,
 int cuwire_py_cudaGetDevice(void *);
 CUWIRE_EXPORT cudaError_t cudaGetDevice(int *device)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetDevice((void *)device));
 }
 
@@ -4053,6 +4171,8 @@ CUWIRE_EXPORT cudaError_t cudaGetDevice(int *device)
 int cuwire_py_cudaGetDeviceCount(void *);
 CUWIRE_EXPORT cudaError_t cudaGetDeviceCount(int *count)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetDeviceCount((void *)count));
 }
 
@@ -4060,6 +4180,8 @@ CUWIRE_EXPORT cudaError_t cudaGetDeviceCount(int *count)
 int cuwire_py_cudaGetDeviceFlags(void *);
 CUWIRE_EXPORT cudaError_t cudaGetDeviceFlags(unsigned int *flags)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetDeviceFlags((void *)flags));
 }
 
@@ -4067,6 +4189,8 @@ CUWIRE_EXPORT cudaError_t cudaGetDeviceFlags(unsigned int *flags)
 int cuwire_py_cudaGetDeviceProperties(void *, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetDeviceProperties((void *)prop, sizeof *prop, (int64_t)device));
 }
 
@@ -4097,6 +4221,8 @@ return cuwire_local_cudaGetErrorName(error);
 uint64_t cuwire_py_cudaGetErrorString(int64_t);
 CUWIRE_EXPORT const char * cudaGetErrorString(cudaError_t error)
 {
+    if (!CUWIRE_READY())
+        return (const char *){0};
     return (const char *)(uintptr_t)cuwire_py_cudaGetErrorString((int64_t)error);
 }
 
@@ -4146,6 +4272,8 @@ CUWIRE_EXPORT cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDe
 int cuwire_py_cudaGetSymbolAddress(void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetSymbolAddress((void *)devPtr, (uint64_t)(uintptr_t)symbol));
 }
 
@@ -4153,6 +4281,8 @@ CUWIRE_EXPORT cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol
 int cuwire_py_cudaGetSymbolSize(void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetSymbolSize((void *)size, (uint64_t)(uintptr_t)symbol));
 }
 
@@ -4856,6 +4986,8 @@ CUWIRE_EXPORT cudaError_t cudaImportExternalSemaphore(cudaExternalSemaphore_t *e
 int cuwire_py_cudaInitDevice(int64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsigned int flags)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaInitDevice((int64_t)device, (uint64_t)deviceFlags, (uint64_t)flags));
 }
 
@@ -4921,6 +5053,8 @@ CUWIRE_EXPORT __typeof__(cudaLaunchHostFunc) cudaLaunchHostFunc_ptsz __attribute
 int cuwire_py_cudaLaunchKernel(uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaLaunchKernel((uint64_t)(uintptr_t)func, (void *)&gridDim, sizeof gridDim, (void *)&blockDim, sizeof blockDim, (void *)args, (uint64_t)sharedMem, (uint64_t)(uintptr_t)stream));
 }
 CUWIRE_EXPORT __typeof__(cudaLaunchKernel) cudaLaunchKernel_ptsz __attribute__((alias("cudaLaunchKernel")));
@@ -4929,6 +5063,8 @@ CUWIRE_EXPORT __typeof__(cudaLaunchKernel) cudaLaunchKernel_ptsz __attribute__((
 int cuwire_py_cudaLaunchKernelExC(void *, uint64_t, uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaLaunchKernelExC((void *)config, sizeof *config, (uint64_t)(uintptr_t)func, (void *)args));
 }
 CUWIRE_EXPORT __typeof__(cudaLaunchKernelExC) cudaLaunchKernelExC_ptsz __attribute__((alias("cudaLaunchKernelExC")));
@@ -5035,6 +5171,8 @@ CUWIRE_EXPORT cudaError_t cudaLogsUnregisterCallback(cudaLogsCallbackHandle call
 int cuwire_py_cudaMalloc(void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMalloc((void *)devPtr, (uint64_t)size));
 }
 
@@ -5063,6 +5201,8 @@ CUWIRE_EXPORT cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaC
 int cuwire_py_cudaMallocAsync(void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMallocAsync((void *)devPtr, (uint64_t)size, (uint64_t)(uintptr_t)hStream));
 }
 CUWIRE_EXPORT __typeof__(cudaMallocAsync) cudaMallocAsync_ptsz __attribute__((alias("cudaMallocAsync")));
@@ -5100,6 +5240,8 @@ CUWIRE_EXPORT cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmapp
 int cuwire_py_cudaMallocPitch(void *, void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMallocPitch((void *)devPtr, (void *)pitch, (uint64_t)width, (uint64_t)height));
 }
 
@@ -5137,6 +5279,8 @@ CUWIRE_EXPORT cudaError_t cudaMemGetDefaultMemPool(cudaMemPool_t *memPool, struc
 int cuwire_py_cudaMemGetInfo(void *, void *);
 CUWIRE_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemGetInfo((void *)free, (void *)total));
 }
 
@@ -5265,6 +5409,8 @@ CUWIRE_EXPORT cudaError_t cudaMemSetMemPool(struct cudaMemLocation *location, en
 int cuwire_py_cudaMemcpy(void *, uint64_t, void *, uint64_t, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpy((void *)dst, (uint64_t)(count), (void *)src, (uint64_t)(count), (uint64_t)count, (int64_t)kind));
 }
 CUWIRE_EXPORT __typeof__(cudaMemcpy) cudaMemcpy_ptds __attribute__((alias("cudaMemcpy")));
@@ -5273,6 +5419,8 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy) cudaMemcpy_ptds __attribute__((alias("cudaM
 int cuwire_py_cudaMemcpy2D(void *, uint64_t, uint64_t, void *, uint64_t, uint64_t, uint64_t, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpy2D((void *)dst, (uint64_t)(dpitch * (height - 1) + width), (uint64_t)dpitch, (void *)src, (uint64_t)(spitch * (height - 1) + width), (uint64_t)spitch, (uint64_t)width, (uint64_t)height, (int64_t)kind));
 }
 CUWIRE_EXPORT __typeof__(cudaMemcpy2D) cudaMemcpy2D_ptds __attribute__((alias("cudaMemcpy2D")));
@@ -5289,6 +5437,8 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DArrayToArray) cudaMemcpy2DArrayToArray_ptds
 int cuwire_py_cudaMemcpy2DAsync(void *, uint64_t, uint64_t, void *, uint64_t, uint64_t, uint64_t, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpy2DAsync((void *)dst, (uint64_t)(dpitch * (height - 1) + width), (uint64_t)dpitch, (void *)src, (uint64_t)(spitch * (height - 1) + width), (uint64_t)spitch, (uint64_t)width, (uint64_t)height, (int64_t)kind, (uint64_t)(uintptr_t)stream));
 }
 CUWIRE_EXPORT __typeof__(cudaMemcpy2DAsync) cudaMemcpy2DAsync_ptsz __attribute__((alias("cudaMemcpy2DAsync")));
@@ -5377,6 +5527,8 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyArrayToArray) cudaMemcpyArrayToArray_ptds __a
 int cuwire_py_cudaMemcpyAsync(void *, uint64_t, void *, uint64_t, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyAsync((void *)dst, (uint64_t)(count), (void *)src, (uint64_t)(count), (uint64_t)count, (int64_t)kind, (uint64_t)(uintptr_t)stream));
 }
 CUWIRE_EXPORT __typeof__(cudaMemcpyAsync) cudaMemcpyAsync_ptsz __attribute__((alias("cudaMemcpyAsync")));
@@ -5409,6 +5561,8 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyFromArrayAsync) cudaMemcpyFromArrayAsync_ptsz
 int cuwire_py_cudaMemcpyFromSymbol(uint64_t, uint64_t, uint64_t, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyFromSymbol((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)symbol, (uint64_t)count, (uint64_t)offset, (int64_t)kind));
 }
 CUWIRE_EXPORT __typeof__(cudaMemcpyFromSymbol) cudaMemcpyFromSymbol_ptds __attribute__((alias("cudaMemcpyFromSymbol")));
@@ -5417,6 +5571,8 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyFromSymbol) cudaMemcpyFromSymbol_ptds __attri
 int cuwire_py_cudaMemcpyFromSymbolAsync(uint64_t, uint64_t, uint64_t, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyFromSymbolAsync((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)symbol, (uint64_t)count, (uint64_t)offset, (int64_t)kind, (uint64_t)(uintptr_t)stream));
 }
 CUWIRE_EXPORT __typeof__(cudaMemcpyFromSymbolAsync) cudaMemcpyFromSymbolAsync_ptsz __attribute__((alias("cudaMemcpyFromSymbolAsync")));
@@ -5425,6 +5581,8 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyFromSymbolAsync) cudaMemcpyFromSymbolAsync_pt
 int cuwire_py_cudaMemcpyPeer(uint64_t, int64_t, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyPeer((uint64_t)(uintptr_t)dst, (int64_t)dstDevice, (uint64_t)(uintptr_t)src, (int64_t)srcDevice, (uint64_t)count));
 }
 
@@ -5469,6 +5627,8 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyToArrayAsync) cudaMemcpyToArrayAsync_ptsz __a
 int cuwire_py_cudaMemcpyToSymbol(uint64_t, uint64_t, uint64_t, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyToSymbol((uint64_t)(uintptr_t)symbol, (uint64_t)(uintptr_t)src, (uint64_t)count, (uint64_t)offset, (int64_t)kind));
 }
 CUWIRE_EXPORT __typeof__(cudaMemcpyToSymbol) cudaMemcpyToSymbol_ptds __attribute__((alias("cudaMemcpyToSymbol")));
@@ -5477,6 +5637,8 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyToSymbol) cudaMemcpyToSymbol_ptds __attribute
 int cuwire_py_cudaMemcpyToSymbolAsync(uint64_t, uint64_t, uint64_t, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyToSymbolAsync((uint64_t)(uintptr_t)symbol, (uint64_t)(uintptr_t)src, (uint64_t)count, (uint64_t)offset, (int64_t)kind, (uint64_t)(uintptr_t)stream));
 }
 CUWIRE_EXPORT __typeof__(cudaMemcpyToSymbolAsync) cudaMemcpyToSymbolAsync_ptsz __attribute__((alias("cudaMemcpyToSymbolAsync")));
@@ -5485,6 +5647,8 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyToSymbolAsync) cudaMemcpyToSymbolAsync_ptsz _
 int cuwire_py_cudaMemset(uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemset(void *devPtr, int value, size_t count)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemset((uint64_t)(uintptr_t)devPtr, (int64_t)value, (uint64_t)count));
 }
 CUWIRE_EXPORT __typeof__(cudaMemset) cudaMemset_ptds __attribute__((alias("cudaMemset")));
@@ -5493,6 +5657,8 @@ CUWIRE_EXPORT __typeof__(cudaMemset) cudaMemset_ptds __attribute__((alias("cudaM
 int cuwire_py_cudaMemset2D(uint64_t, uint64_t, int64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemset2D(void *devPtr, size_t pitch, int value, size_t width, size_t height)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemset2D((uint64_t)(uintptr_t)devPtr, (uint64_t)pitch, (int64_t)value, (uint64_t)width, (uint64_t)height));
 }
 CUWIRE_EXPORT __typeof__(cudaMemset2D) cudaMemset2D_ptds __attribute__((alias("cudaMemset2D")));
@@ -5571,6 +5737,8 @@ CUWIRE_EXPORT cudaError_t cudaMipmappedArrayGetSparseProperties(struct cudaArray
 int cuwire_py_cudaOccupancyAvailableDynamicSMemPerBlock(void *, uint64_t, int64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, const void *func, int numBlocks, int blockSize)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaOccupancyAvailableDynamicSMemPerBlock((void *)dynamicSmemSize, (uint64_t)(uintptr_t)func, (int64_t)numBlocks, (int64_t)blockSize));
 }
 
@@ -5578,6 +5746,8 @@ CUWIRE_EXPORT cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dyna
 int cuwire_py_cudaOccupancyMaxActiveBlocksPerMultiprocessor(void *, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, const void *func, int blockSize, size_t dynamicSMemSize)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaOccupancyMaxActiveBlocksPerMultiprocessor((void *)numBlocks, (uint64_t)(uintptr_t)func, (int64_t)blockSize, (uint64_t)dynamicSMemSize));
 }
 
@@ -5585,6 +5755,8 @@ CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *num
 int cuwire_py_cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(void *, uint64_t, int64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, const void *func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags((void *)numBlocks, (uint64_t)(uintptr_t)func, (int64_t)blockSize, (uint64_t)dynamicSMemSize, (uint64_t)flags));
 }
 
@@ -5613,6 +5785,8 @@ return cuwire_local_cudaPeekAtLastError();
 int cuwire_py_cudaPointerGetAttributes(void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaPointerGetAttributes((void *)attributes, sizeof *attributes, (uint64_t)(uintptr_t)ptr));
 }
 
@@ -5620,6 +5794,8 @@ CUWIRE_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes 
 int cuwire_py_cudaRuntimeGetVersion(void *);
 CUWIRE_EXPORT cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaRuntimeGetVersion((void *)runtimeVersion));
 }
 
@@ -5627,6 +5803,8 @@ CUWIRE_EXPORT cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
 int cuwire_py_cudaSetDevice(int64_t);
 CUWIRE_EXPORT cudaError_t cudaSetDevice(int device)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaSetDevice((int64_t)device));
 }
 
@@ -5634,6 +5812,8 @@ CUWIRE_EXPORT cudaError_t cudaSetDevice(int device)
 int cuwire_py_cudaSetDeviceFlags(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaSetDeviceFlags(unsigned int flags)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaSetDeviceFlags((uint64_t)flags));
 }
 
@@ -5641,6 +5821,8 @@ CUWIRE_EXPORT cudaError_t cudaSetDeviceFlags(unsigned int flags)
 int cuwire_py_cudaSetValidDevices(void *, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaSetValidDevices(int *device_arr, int len)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaSetValidDevices((void *)device_arr, (uint64_t)(len * 4), (int64_t)len));
 }
 
@@ -5688,6 +5870,8 @@ CUWIRE_EXPORT __typeof__(cudaStreamBeginCaptureToGraph) cudaStreamBeginCaptureTo
 int cuwire_py_cudaStreamCopyAttributes(uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamCopyAttributes(cudaStream_t dst, cudaStream_t src)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamCopyAttributes((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src));
 }
 CUWIRE_EXPORT __typeof__(cudaStreamCopyAttributes) cudaStreamCopyAttributes_ptsz __attribute__((alias("cudaStreamCopyAttributes")));
@@ -5696,6 +5880,8 @@ CUWIRE_EXPORT __typeof__(cudaStreamCopyAttributes) cudaStreamCopyAttributes_ptsz
 int cuwire_py_cudaStreamCreate(void *);
 CUWIRE_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *pStream)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamCreate((void *)pStream));
 }
 
@@ -5703,6 +5889,8 @@ CUWIRE_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *pStream)
 int cuwire_py_cudaStreamCreateWithFlags(void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamCreateWithFlags((void *)pStream, (uint64_t)flags));
 }
 
@@ -5710,6 +5898,8 @@ CUWIRE_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsig
 int cuwire_py_cudaStreamCreateWithPriority(void *, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamCreateWithPriority((void *)pStream, (uint64_t)flags, (int64_t)priority));
 }
 
@@ -5717,6 +5907,8 @@ CUWIRE_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, un
 int cuwire_py_cudaStreamDestroy(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamDestroy((uint64_t)(uintptr_t)stream));
 }
 
@@ -5732,6 +5924,8 @@ CUWIRE_EXPORT __typeof__(cudaStreamEndCapture) cudaStreamEndCapture_ptsz __attri
 int cuwire_py_cudaStreamGetAttribute(uint64_t, int64_t, void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamGetAttribute(cudaStream_t hStream, cudaLaunchAttributeID attr, cudaLaunchAttributeValue *value_out)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamGetAttribute((uint64_t)(uintptr_t)hStream, (int64_t)attr, (void *)value_out, sizeof *value_out));
 }
 CUWIRE_EXPORT __typeof__(cudaStreamGetAttribute) cudaStreamGetAttribute_ptsz __attribute__((alias("cudaStreamGetAttribute")));
@@ -5748,6 +5942,8 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetCaptureInfo) cudaStreamGetCaptureInfo_ptsz
 int cuwire_py_cudaStreamGetDevice(uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaStreamGetDevice(cudaStream_t hStream, int *device)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamGetDevice((uint64_t)(uintptr_t)hStream, (void *)device));
 }
 CUWIRE_EXPORT __typeof__(cudaStreamGetDevice) cudaStreamGetDevice_ptsz __attribute__((alias("cudaStreamGetDevice")));
@@ -5756,6 +5952,8 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetDevice) cudaStreamGetDevice_ptsz __attribu
 int cuwire_py_cudaStreamGetFlags(uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaStreamGetFlags(cudaStream_t hStream, unsigned int *flags)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamGetFlags((uint64_t)(uintptr_t)hStream, (void *)flags));
 }
 CUWIRE_EXPORT __typeof__(cudaStreamGetFlags) cudaStreamGetFlags_ptsz __attribute__((alias("cudaStreamGetFlags")));
@@ -5764,6 +5962,8 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetFlags) cudaStreamGetFlags_ptsz __attribute
 int cuwire_py_cudaStreamGetId(uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaStreamGetId(cudaStream_t hStream, unsigned long long *streamId)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamGetId((uint64_t)(uintptr_t)hStream, (void *)streamId));
 }
 CUWIRE_EXPORT __typeof__(cudaStreamGetId) cudaStreamGetId_ptsz __attribute__((alias("cudaStreamGetId")));
@@ -5772,6 +5972,8 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetId) cudaStreamGetId_ptsz __attribute__((al
 int cuwire_py_cudaStreamGetPriority(uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaStreamGetPriority(cudaStream_t hStream, int *priority)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamGetPriority((uint64_t)(uintptr_t)hStream, (void *)priority));
 }
 CUWIRE_EXPORT __typeof__(cudaStreamGetPriority) cudaStreamGetPriority_ptsz __attribute__((alias("cudaStreamGetPriority")));
@@ -5780,6 +5982,8 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetPriority) cudaStreamGetPriority_ptsz __att
 int cuwire_py_cudaStreamIsCapturing(uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamIsCapturing((uint64_t)(uintptr_t)stream, (void *)pCaptureStatus));
 }
 CUWIRE_EXPORT __typeof__(cudaStreamIsCapturing) cudaStreamIsCapturing_ptsz __attribute__((alias("cudaStreamIsCapturing")));
@@ -5788,6 +5992,8 @@ CUWIRE_EXPORT __typeof__(cudaStreamIsCapturing) cudaStreamIsCapturing_ptsz __att
 int cuwire_py_cudaStreamQuery(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamQuery((uint64_t)(uintptr_t)stream));
 }
 CUWIRE_EXPORT __typeof__(cudaStreamQuery) cudaStreamQuery_ptsz __attribute__((alias("cudaStreamQuery")));
@@ -5796,6 +6002,8 @@ CUWIRE_EXPORT __typeof__(cudaStreamQuery) cudaStreamQuery_ptsz __attribute__((al
 int cuwire_py_cudaStreamSetAttribute(uint64_t, int64_t, void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamSetAttribute(cudaStream_t hStream, cudaLaunchAttributeID attr, const cudaLaunchAttributeValue *value)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamSetAttribute((uint64_t)(uintptr_t)hStream, (int64_t)attr, (void *)value, sizeof *value));
 }
 CUWIRE_EXPORT __typeof__(cudaStreamSetAttribute) cudaStreamSetAttribute_ptsz __attribute__((alias("cudaStreamSetAttribute")));
@@ -5804,6 +6012,8 @@ CUWIRE_EXPORT __typeof__(cudaStreamSetAttribute) cudaStreamSetAttribute_ptsz __a
 int cuwire_py_cudaStreamSynchronize(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
+    if (!CUWIRE_READY())
+        return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamSynchronize((uint64_t)(uintptr_t)stream));
 }
 CUWIRE_EXPORT __typeof__(cudaStreamSynchronize) cudaStreamSynchronize_ptsz __attribute__((alias("cudaStreamSynchronize")));

@@ -7,6 +7,7 @@ know which one they call.
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import cffi
@@ -29,20 +30,42 @@ class CudaLibraries:
     the driver), so a handler writes `s.lib.cudaMalloc` or `s.lib.cuMemAlloc_v2` alike."""
 
     def __init__(self, ffi: cffi.FFI):
-        try:
-            self.runtime = ffi.dlopen("libcudart.so.13")
-            self.driver = ffi.dlopen("libcuda.so.1")
-        except OSError as e:
-            raise RuntimeError(
-                f"cannot open the CUDA libraries ({e}). This machine needs an NVIDIA driver and the CUDA 13 "
-                "runtime to serve a GPU; for tests without a GPU, run the server with --emulated "
-                "(CUWIRE_BACKEND=emulated).") from e
+        self.driver = _open(ffi, "libcuda.so.1", [])
+        self.runtime = _open(ffi, "libcudart.so.13", runtime_candidates())
 
     def __getattr__(self, name: str):
         lib = self.runtime if name.startswith("cuda") else self.driver
         fn = getattr(lib, name)
         setattr(self, name, fn)  # cache: later lookups skip __getattr__
         return fn
+
+
+def runtime_candidates() -> list[str]:
+    """Where a CUDA 13 runtime may live besides the loader's path: the toolkit, the nvidia wheels."""
+    import site
+    import sys
+
+    homes = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
+    out = [f"{h}/lib64/libcudart.so.13" for h in homes if h]
+    for sp in [*site.getsitepackages(), *sys.path]:
+        out.append(f"{sp}/nvidia/cu13/lib/libcudart.so.13")
+        out.append(f"{sp}/nvidia/cuda_runtime/lib/libcudart.so.13")
+    return out
+
+
+def _open(ffi: cffi.FFI, name: str, candidates: list[str]):
+    errors = []
+    for path in [name, *candidates]:
+        if path != name and not os.path.exists(path):
+            continue
+        try:
+            return ffi.dlopen(path)
+        except OSError as e:
+            errors.append(str(e))
+    raise RuntimeError(
+        f"cannot open {name} ({'; '.join(errors) or 'not found'}). This machine needs an NVIDIA driver and the "
+        "CUDA 13 runtime to serve a GPU; for tests without a GPU, run the server with --emulated "
+        "(CUWIRE_BACKEND=emulated).")
 
 
 def open_backend(name: str):

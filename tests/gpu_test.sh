@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# make gpu-test: on a machine with an NVIDIA GPU, run every test app natively and through cuwire
+# (client preloaded, real server on the same machine), diff the outputs, one line per app.
+# Logs go to $OUT (the device tool brings them back) or build/gpu-test.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOG=${OUT:-build/gpu-test}
+mkdir -p "$LOG" build
+PY=${PYTHON:-python3}
+
+# Python packages the GPU host lacks travel as wheels in .whl (see README, "GPU test")
+if [ -d .whl ]; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+$PY -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$LOG/install.log" 2>&1 || { cat "$LOG/install.log"; exit 1; }
+$PY -m cuwire.client.build --out build/client >"$LOG/client-build.log" 2>&1 || { tail -30 "$LOG/client-build.log"; exit 1; }
+make -s -C tests/test_apps >"$LOG/apps-build.log" 2>&1 || { tail -30 "$LOG/apps-build.log"; exit 1; }
+gcc -shared -fPIC -o build/maps_probe.so tests/tools/maps_probe.c || exit 1
+nvidia-smi -L | tee "$LOG/gpu.txt"
+
+CACHE=$(mktemp -d)
+$PY -m cuwire.server --listen 127.0.0.1:0 --cache-dir "$CACHE" >"$LOG/server.log" 2>&1 &
+SERVER=$!
+for _ in $(seq 1 300); do
+  PORT=$(grep -oP 'listening on [^:]+:\K[0-9]+' "$LOG/server.log" | head -1)
+  [ -n "$PORT" ] && break
+  kill -0 $SERVER 2>/dev/null || break
+  sleep 0.1
+done
+if [ -z "${PORT:-}" ]; then echo "gpu-test: server did not start"; cat "$LOG/server.log"; exit 1; fi
+export CUWIRE_SERVER=127.0.0.1:$PORT
+
+remote() {  # remote APP ARGS...: the app with the client preloaded and only cuwire's libraries to find
+  CUWIRE_MAPS_OUT="$LOG/maps.txt" LD_PRELOAD="$PWD/build/client/libcuwire.so:$PWD/build/maps_probe.so" \
+    LD_LIBRARY_PATH="$PWD/build/client" "$@"
+}
+
+pass=0; fail=0; : >"$LOG/maps.txt"
+for app in tests/test_apps/build/*; do
+  name=$(basename "$app")
+  [ -x "$app" ] || continue
+  case $name in static_app) continue;; esac
+  "$app" >"$LOG/$name.native.out" 2>"$LOG/$name.native.err"; nrc=$?
+  timeout 300 bash -c "$(declare -f remote); LOG=$LOG remote $app" >"$LOG/$name.remote.out" 2>"$LOG/$name.remote.err"; rrc=$?
+  case $name in
+    unimplemented) want=tests/test_apps/expected/unimplemented.out
+      if diff -q "$want" "$LOG/$name.remote.out" >/dev/null && grep -q "cuwire: unimplemented CUDA function" "$LOG/$name.remote.err"; then
+        echo "$name: OK (native rc=$nrc, through cuwire: the loud not-supported message)"; pass=$((pass+1))
+      else echo "$name: FAIL"; fail=$((fail+1)); fi;;
+    *)
+      if [ $nrc -eq $rrc ] && diff -q "$LOG/$name.native.out" "$LOG/$name.remote.out" >/dev/null; then
+        echo "$name: OK (remote output == native output, $(wc -l <"$LOG/$name.native.out") lines, rc=$rrc)"; pass=$((pass+1))
+      else
+        echo "$name: DIFF (native rc=$nrc, remote rc=$rrc)"; diff "$LOG/$name.native.out" "$LOG/$name.remote.out" | head -10
+        tail -5 "$LOG/$name.remote.err"; fail=$((fail+1))
+      fi;;
+  esac
+done
+
+# a second run of the same app against the same server sends no module bytes
+CUWIRE_STATS=1 remote tests/test_apps/build/vector_add >/dev/null 2>"$LOG/stats-second-run.txt"
+grep "modules uploaded" "$LOG/stats-second-run.txt" | sed 's/^ */second run of vector_add: /'
+if grep -q "libcuda.so\|libcudart.so" "$LOG/maps.txt" && grep -v "$PWD/build/client" "$LOG/maps.txt" | grep -q .; then
+  echo "client maps: FAIL, a real CUDA library was mapped:"; grep -v "$PWD/build/client" "$LOG/maps.txt" | sort -u; fail=$((fail+1))
+else
+  echo "client maps: OK, no real libcuda or libcudart in any client process ($(sort -u "$LOG/maps.txt" | wc -l) cuwire mappings)"
+fi
+kill $SERVER; wait $SERVER 2>/dev/null
+grep -c "uploaded (" "$LOG/server.log" | sed 's/^/server: modules uploaded over the whole run: /'
+echo "gpu-test summary: $pass passed, $fail failed"
+[ $fail -eq 0 ]

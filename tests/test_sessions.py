@@ -1,0 +1,81 @@
+"""Sessions on the server: the module cache across runs, a client killed mid-run, statistics."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_remote
+
+LOOPER = r"""
+#include <stdio.h>
+#include <string.h>
+#include "cuda_api.h"
+int main(void) {
+    void *d; char buf[4096];
+    memset(buf, 7, sizeof buf);
+    if (cudaMalloc(&d, 1 << 20) != 0) return 1;
+    printf("allocated\n"); fflush(stdout);
+    for (;;) cudaMemcpy(d, buf, sizeof buf, cudaMemcpyHostToDevice);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def looper(client_lib, tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("looper")
+    (d / "looper.c").write_text(LOOPER)
+    exe = d / "looper"
+    subprocess.run(["gcc", "-o", str(exe), str(d / "looper.c"), f"-I{ROOT / 'generated'}",
+                    f"-L{client_lib.parent}", "-lcuwire", f"-Wl,-rpath,{client_lib.parent}"], check=True)
+    return exe
+
+
+def test_second_run_uploads_no_module(apps, client_lib, fresh_server):
+    first = run_remote(apps / "vector_add", client_lib, fresh_server.address, env={"CUWIRE_STATS": "1"})
+    second = run_remote(apps / "vector_add", client_lib, fresh_server.address, env={"CUWIRE_STATS": "1"})
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert "modules uploaded: 1; found in the server's cache: 0" in first.stderr
+    assert "modules uploaded: 0; found in the server's cache: 1" in second.stderr
+    log = fresh_server.text()
+    assert len(re.findall(r"module \w+ uploaded", log)) == 1
+    assert re.search(r"module \w+ (already loaded|found in the cache): nothing uploaded", log)
+
+
+def test_cache_survives_a_server_restart(apps, client_lib, tmp_path):
+    from conftest import ServerProcess
+
+    for expected in ("modules uploaded: 1;", "modules uploaded: 0; found in the server's cache: 1"):
+        s = ServerProcess(tmp_path)  # same tmp dir: same module cache folder
+        try:
+            r = run_remote(apps / "vector_add", client_lib, s.address, env={"CUWIRE_STATS": "1"})
+            assert r.returncode == 0, r.stderr
+            assert expected in r.stderr
+        finally:
+            s.stop()
+
+
+def test_killed_client_leaves_server_serving(looper, apps, client_lib, fresh_server):
+    env = {**os.environ, "LD_PRELOAD": str(client_lib), "CUWIRE_SERVER": fresh_server.address}
+    p = subprocess.Popen([str(looper)], stdout=subprocess.PIPE, text=True, env=env)
+    assert p.stdout.readline().strip() == "allocated"
+    time.sleep(0.3)
+    p.send_signal(signal.SIGKILL)
+    p.wait(10)
+    deadline = time.monotonic() + 10
+    while "freed 1 allocations" not in fresh_server.text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "freed 1 allocations" in fresh_server.text()  # the dead client's memory went back
+    r = run_remote(apps / "vector_add", client_lib, fresh_server.address)
+    assert r.returncode == 0 and "vector_add: PASS" in r.stdout, r.stderr
+
+
+def test_no_server_is_a_clear_error(apps, client_lib):
+    r = run_remote(apps / "vector_add", client_lib, "127.0.0.1:1", timeout=60)
+    assert r.returncode != 0
+    assert "cuwire: cannot reach the cuwire server at 127.0.0.1:1" in r.stderr

@@ -1,0 +1,118 @@
+"""Bad input from the wire gets a clear error reply; the session and the server go on."""
+
+from __future__ import annotations
+
+import struct
+
+import grpc
+import pytest
+
+from cuwire.generated import cuwire_pb2 as pb
+from cuwire.generated import cuwire_pb2_grpc as pb_grpc
+from cuwire.generated import server_handlers as generated
+from cuwire.transport import GrpcTransport
+
+HELLO = pb.Hello(client_version="test", cuda_version=generated.CUDA_VERSION, api_digest=generated.API_DIGEST)
+
+
+def fn_id(name: str) -> int:
+    return next(i for i, (n, _, _) in generated.HANDLERS.items() if n == name)
+
+
+@pytest.fixture
+def session(server):
+    t = GrpcTransport(server.address)
+    reply = t.exchange(pb.Batch(hello=HELLO))
+    assert not reply.error and reply.welcome.backend == "emulated"
+    yield t
+    t.close()
+
+
+def device_count(t) -> int:
+    reply = t.exchange(pb.Batch(fn=fn_id("cudaGetDeviceCount"), args=pb.cudaGetDeviceCount_Args().SerializeToString()))
+    assert not reply.error
+    return pb.cudaGetDeviceCount_Result.FromString(reply.result).count
+
+
+def test_session_must_start_with_hello(server):
+    t = GrpcTransport(server.address)
+    reply = t.exchange(pb.Batch(fn=fn_id("cudaGetDeviceCount")))
+    assert "starts with a hello" in reply.error
+    t.close()
+
+
+def test_version_mismatch_is_one_clear_message(server):
+    t = GrpcTransport(server.address)
+    bad = pb.Hello(client_version="0.0.1", cuda_version="12.4", api_digest="0123456789abcdef")
+    reply = t.exchange(pb.Batch(hello=bad))
+    assert reply.error.startswith("version mismatch") and "CUDA 12.4" in reply.error
+    t.close()
+
+
+def test_unknown_function_id(session):
+    reply = session.exchange(pb.Batch(fn=0xDEADBEEF))
+    assert "unknown function id 0xdeadbeef" in reply.error
+    assert device_count(session) == 1  # the session goes on
+
+
+def test_malformed_arguments(session):
+    reply = session.exchange(pb.Batch(fn=fn_id("cudaMalloc"), args=b"\xff\xff\xff\xff"))
+    assert "malformed arguments for cudaMalloc" in reply.error
+    assert device_count(session) == 1
+
+
+def test_wrong_buffer_size(session):
+    malloc = pb.cudaMalloc_Result.FromString(session.exchange(pb.Batch(
+        fn=fn_id("cudaMalloc"), args=pb.cudaMalloc_Args(size=64).SerializeToString())).result)
+    assert malloc.status == 0
+    args = pb.cudaMemcpy_Args(dst=malloc.devPtr, src_host=b"x" * 10, count=64, kind=1)
+    reply = session.exchange(pb.Batch(fn=fn_id("cudaMemcpy"), args=args.SerializeToString()))
+    assert "sent 10 bytes for a 64-byte buffer" in reply.error
+    huge = pb.cudaMemcpy_Args(dst_host=b"", src=malloc.devPtr, count=1 << 62, kind=2)
+    reply = session.exchange(pb.Batch(fn=fn_id("cudaMemcpy"), args=huge.SerializeToString()))
+    assert "outside 0.." in reply.error
+    assert device_count(session) == 1
+
+
+def test_truncated_and_unknown_records(session):
+    assert "truncated" in session.exchange(pb.Batch(records=b"\x01\x02")).error
+    assert "unknown queued function id" in session.exchange(pb.Batch(records=struct.pack("<II", 7, 0))).error
+    rec_id = next(i for i, (n, _, _) in generated.RECORDS.items() if n == "cudaEventRecord")
+    reply = session.exchange(pb.Batch(records=struct.pack("<II", rec_id, 3) + b"abc"))
+    assert "expected 16" in reply.error
+    assert device_count(session) == 1
+
+
+def test_unknown_handles_get_cuda_errors(session):
+    args = pb.cudaStreamSynchronize_Args(stream=0x1234_5678)
+    reply = session.exchange(pb.Batch(fn=fn_id("cudaStreamSynchronize"), args=args.SerializeToString()))
+    assert not reply.error
+    assert pb.cudaStreamSynchronize_Result.FromString(reply.result).status == 400  # invalid resource handle
+
+
+def test_bad_module_and_kernel_handles(session):
+    from cuwire.server.custom import op_id
+
+    reply = session.exchange(pb.Batch(fn=op_id("GetKernel"),
+                                      args=pb.GetKernel_Args(module=42, name="k").SerializeToString()))
+    assert "was not loaded by this session" in reply.error
+    reply = session.exchange(pb.Batch(fn=op_id("LoadModule"),
+                                      args=pb.LoadModule_Args(digest=b"short").SerializeToString()))
+    assert "digest must be 32 bytes" in reply.error
+    reply = session.exchange(pb.Batch(fn=op_id("LoadModule"),
+                                      args=pb.LoadModule_Args(digest=b"\0" * 32, image=b"abc").SerializeToString()))
+    assert "does not match its digest" in reply.error
+    assert device_count(session) == 1
+
+
+def test_raw_grpc_garbage_does_not_kill_the_server(server):
+    channel = grpc.insecure_channel(server.address)
+    call = channel.stream_stream("/cuwire.CuWire/Session", request_serializer=lambda b: b,
+                                 response_deserializer=lambda b: b)
+    with pytest.raises(grpc.RpcError):
+        list(call(iter([b"\xff\xfe garbage"]), timeout=10))
+    channel.close()
+    t = GrpcTransport(server.address)
+    assert not t.exchange(pb.Batch(hello=HELLO)).error
+    t.close()
+    assert pb_grpc  # the generated stub module imports

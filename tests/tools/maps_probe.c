@@ -1,0 +1,23 @@
+/* Preloaded beside the client in gpu-test: at exit, writes every mapped file whose name contains
+ * "libcuda" or "libcudart" to $CUWIRE_MAPS_OUT, so the test can show no real CUDA library was loaded. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+__attribute__((destructor)) static void probe(void)
+{
+    const char *out = getenv("CUWIRE_MAPS_OUT");
+    if (!out)
+        return;
+    FILE *in = fopen("/proc/self/maps", "r"), *o = fopen(out, "a");
+    char line[4096];
+    while (in && o && fgets(line, sizeof line, in)) {
+        const char *path = strchr(line, '/');
+        if (path && (strstr(path, "libcuda") || strstr(path, "libcudart")))
+            fputs(path, o);
+    }
+    if (in)
+        fclose(in);
+    if (o)
+        fclose(o);
+}
