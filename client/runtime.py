@@ -30,7 +30,6 @@ from cuwire.transport import GrpcTransport, Transport, TransportError
 
 # Error codes used here (the same numbers in cudaError_t and CUresult).
 INVALID_VALUE = 1
-INVALID_CONFIGURATION = 9
 NO_KERNEL_IMAGE = 209
 INVALID_DEVICE_FUNCTION = 98
 DEVICES_UNAVAILABLE = 46
@@ -287,7 +286,7 @@ class Client:
                 or block[0] * block[1] * block[2] > dev.max_threads_per_block
                 or any(b > m for b, m in zip(block, dev.max_block, strict=True))
                 or any(g > m for g, m in zip(grid, dev.max_grid, strict=True))):
-            return INVALID_CONFIGURATION  # what the runtime itself answers, before the GPU sees it
+            return INVALID_VALUE  # what the CUDA 13 runtime answers (seen on an H100), before the GPU sees it
         k = self.kernel(host_fun)
         argv = ffi.cast("void **", args)
         params = bytearray(k.buffer_size)

@@ -1,0 +1,296 @@
+"""Host implementations of the test apps' kernels (tests/test_apps/*.cu), for the emulated device.
+
+Tests only (CUWIRE_BACKEND=emulated). Each kernel is registered under the mangled name the app's cubin
+gives it, with the parameter sizes and alignments of its `.nv.info` (EIATTR_KPARAM_INFO); each
+`__device__`/`__constant__` variable under the name the app registers it by, with its size.
+
+A kernel here does what the CUDA source does, with the same results: float32 values are rounded to
+float32 after every operation (array('f') / struct 'f'), a multiply-add that nvcc contracts into an
+FMA (the default, --fmad=true) is rounded once, and int arithmetic wraps at 32 bits. Each reads the
+buffers it needs once, computes over them whole, and writes them back once. Only the x dimension of
+the grid and block is used, as in the apps.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import struct
+from array import array
+from fractions import Fraction
+
+from cuwire.server.emulated_registry import DeviceMemory as Mem
+from cuwire.server.emulated_registry import Dim3, Params, device_global, kernel
+
+# ---------------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _threads(grid: Dim3, block: Dim3) -> int:
+    """Threads along x: gridDim.x * blockDim.x (the apps index with blockIdx.x * blockDim.x + threadIdx.x)."""
+    return grid[0] * block[0]
+
+
+def _active(grid: Dim3, block: Dim3, n: int) -> int:
+    """How many leading elements a `if (i < n)` kernel touches."""
+    return max(0, min(n, _threads(grid, block)))
+
+
+def _read(mem: Mem, typecode: str, address: int, count: int) -> array:
+    out = array(typecode)
+    if count > 0:
+        out.frombytes(mem.read(address, count * out.itemsize))
+    return out
+
+
+def _write(mem: Mem, address: int, values: array) -> None:
+    if len(values):
+        mem.write(address, values.tobytes())
+
+
+def _wrap32(values) -> array:
+    """int32 array from Python ints, wrapping like 32-bit two's-complement arithmetic."""
+    return array("i", [((v + 0x80000000) & 0xFFFFFFFF) - 0x80000000 for v in values])
+
+
+def _f32(x: float) -> float:
+    """Round a double to the nearest float32, as a C cast does (inf past the float32 range)."""
+    return array("f", (x,))[0]
+
+
+_F32_MAX = float.fromhex("0x1.fffffep+127")
+
+
+def _round_fraction_f32(q: Fraction) -> float:
+    """An exact rational rounded once to float32, to nearest, ties to even (q != 0)."""
+    sign = -1.0 if q < 0 else 1.0
+    q = abs(q)
+    e = q.numerator.bit_length() - q.denominator.bit_length()  # 2**e <= q < 2**(e+2)
+    if Fraction(2) ** e > q:
+        e -= 1
+    elif Fraction(2) ** (e + 1) <= q:
+        e += 1
+    e = max(e, -126)  # subnormals share the smallest normal exponent
+    scale = 23 - e
+    m = round(q * Fraction(2) ** scale)  # Fraction rounds half to even
+    value = math.ldexp(m, -scale)
+    if value > _F32_MAX:
+        return sign * math.inf
+    return sign * value
+
+
+def _fma32(a: float, b: float, c: float) -> float:
+    """fmaf(a, b, c) for float32 inputs: a * b + c rounded once to float32."""
+    p = a * b  # exact: a product of two float32 values fits a double
+    s = p + c
+    if not math.isfinite(s):
+        return _f32(s)
+    t = s - p
+    err = (p - (s - t)) + (c - t)  # TwoSum: s + err == p + c exactly
+    if err == 0:
+        return _f32(s)
+    return _round_fraction_f32(Fraction(a) * Fraction(b) + Fraction(c))
+
+
+def _fma64(a: float, b: float, c: float) -> float:
+    """fma(a, b, c) for doubles: a * b + c rounded once."""
+    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
+        return a * b + c
+    q = Fraction(a) * Fraction(b) + Fraction(c)
+    if q == 0:
+        return a * b + c  # the sign of an exact zero, as IEEE gives it
+    return float(q)  # int / int division in Python is correctly rounded
+
+
+# ---------------------------------------------------------------------------------------------------------
+# vector_add.cu
+
+
+@kernel("_Z9vectorAddPKfS0_Pfi", params=[8, 8, 8, 4])
+def vector_add(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """c[i] = a[i] + b[i] for i < n."""
+    a, b, c, n = p.ptr(0), p.ptr(1), p.ptr(2), p.i32(3)
+    count = _active(grid, block, n)
+    x = _read(mem, "f", a, count)
+    y = _read(mem, "f", b, count)
+    # a float32 sum computed in double and rounded to float32 is the correctly rounded float32 sum
+    _write(mem, c, array("f", map(operator.add, x, y)))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# events.cu
+
+
+@kernel("_Z10eventsIotaPiii", params=[8, 4, 4])
+def events_iota(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """out[i] = base + i."""
+    out, base, n = p.ptr(0), p.i32(1), p.i32(2)
+    _write(mem, out, _wrap32(range(base, base + _active(grid, block, n))))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# streams.cu
+
+
+@kernel("_Z10streamFillPiii", params=[8, 4, 4])
+def stream_fill(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """p[i] = v + (i & 15)."""
+    ptr, v, n = p.ptr(0), p.i32(1), p.i32(2)
+    _write(mem, ptr, _wrap32(v + (i & 15) for i in range(_active(grid, block, n))))
+
+
+@kernel("_Z14streamScaleAddPiPKiiii", params=[8, 8, 4, 4, 4])
+def stream_scale_add(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """dst[i] = src[i] * mul + add (dst may be src)."""
+    dst, src, mul, add, n = p.ptr(0), p.ptr(1), p.i32(2), p.i32(3), p.i32(4)
+    x = _read(mem, "i", src, _active(grid, block, n))
+    _write(mem, dst, _wrap32(v * mul + add for v in x))
+
+
+@kernel("_Z13streamAddIntoPiPKii", params=[8, 8, 4])
+def stream_add_into(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """dst[i] += src[i]."""
+    dst, src, n = p.ptr(0), p.ptr(1), p.i32(2)
+    count = _active(grid, block, n)
+    x = _read(mem, "i", dst, count)
+    y = _read(mem, "i", src, count)
+    _write(mem, dst, _wrap32(map(operator.add, x, y)))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# device_symbols.cu: __device__ int symArray[16]; __device__ float symScale; __constant__ int symTable[8]
+
+device_global("symArray", 64)
+device_global("symScale", 4)
+device_global("symTable", 32)
+
+
+@kernel("_Z12symbolsApplyPfi", params=[8, 4])
+def symbols_apply(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """v = symArray[i] * symTable[i % 8] + i; symArray[i] = v; out[i] = (float)v * symScale."""
+    out, n = p.ptr(0), p.i32(1)
+    count = _active(grid, block, n)
+    arr_addr = mem.global_address("symArray")
+    values = _read(mem, "i", arr_addr, count)
+    table = _read(mem, "i", mem.global_address("symTable"), 8)
+    scale = _read(mem, "f", mem.global_address("symScale"), 1)[0]
+    new = _wrap32(v * table[i % 8] + i for i, v in enumerate(values))
+    _write(mem, arr_addr, new)
+    _write(mem, out, array("f", [_f32(v) * scale for v in new]))
+
+
+@kernel("_Z18symbolsDoubleScalev", params=[])
+def symbols_double_scale(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """Thread 0 of block 0: symScale = symScale * 2."""
+    if _threads(grid, block) == 0:
+        return
+    addr = mem.global_address("symScale")
+    _write(mem, addr, array("f", [_read(mem, "f", addr, 1)[0] * 2.0]))
+
+
+@kernel("_Z24symbolsAddThroughPointerPiii", params=[8, 4, 4])
+def symbols_add_through_pointer(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """p[i] += add (p points into symArray, from cudaGetSymbolAddress)."""
+    ptr, add, n = p.ptr(0), p.i32(1), p.i32(2)
+    x = _read(mem, "i", ptr, _active(grid, block, n))
+    _write(mem, ptr, _wrap32(v + add for v in x))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# templated.cu: template <typename T> axpy(T a, const T *x, T *y, int n): y[i] = a * x[i] + y[i]
+
+
+@kernel("_Z4axpyIiEvT_PKS0_PS0_i", params=[4, 8, 8, 4])
+def axpy_int(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    a, x_addr, y_addr, n = p.i32(0), p.ptr(1), p.ptr(2), p.i32(3)
+    count = _active(grid, block, n)
+    x = _read(mem, "i", x_addr, count)
+    y = _read(mem, "i", y_addr, count)
+    _write(mem, y_addr, _wrap32(a * u + v for u, v in zip(x, y, strict=True)))
+
+
+@kernel("_Z4axpyIfEvT_PKS0_PS0_i", params=[4, 8, 8, 4])
+def axpy_float(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    a, x_addr, y_addr, n = p.f32(0), p.ptr(1), p.ptr(2), p.i32(3)
+    count = _active(grid, block, n)
+    x = _read(mem, "f", x_addr, count)
+    y = _read(mem, "f", y_addr, count)
+    _write(mem, y_addr, array("f", [_fma32(a, u, v) for u, v in zip(x, y, strict=True)]))
+
+
+@kernel("_Z4axpyIdEvT_PKS0_PS0_i", params=[8, 8, 8, 4])
+def axpy_double(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    a, x_addr, y_addr, n = p.f64(0), p.ptr(1), p.ptr(2), p.i32(3)
+    count = _active(grid, block, n)
+    x = _read(mem, "d", x_addr, count)
+    y = _read(mem, "d", y_addr, count)
+    _write(mem, y_addr, array("d", [_fma64(a, u, v) for u, v in zip(x, y, strict=True)]))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# struct_arg.cu
+
+# struct Mixed { char tag; double scale; int offset; short count; float bias; char flag; }: 32 bytes, align 8
+_MIXED = struct.Struct("<b7xdih2xfb3x")
+assert _MIXED.size == 32
+
+
+@kernel("_Z11structApply5MixedPKfPfi", params=[32, 8, 8, 4], aligns=[8, 8, 8, 4])
+def struct_apply(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """v = (float)((double)in[i] * scale + (double)offset);
+    out[i] = v + bias * (float)count + (flag ? tag : 0)."""
+    tag, scale, offset, count_field, bias, flag = _MIXED.unpack(p.raw(0))
+    in_addr, out_addr, n = p.ptr(1), p.ptr(2), p.i32(3)
+    count = _active(grid, block, n)
+    x = _read(mem, "f", in_addr, count)
+    fcount = float(count_field)
+    ftag = float(tag) if flag else 0.0
+    out = array("f")
+    for u in x:
+        v = _f32(_fma64(u, scale, float(offset)))
+        out.append(_f32(_fma32(bias, fcount, v) + ftag))
+    _write(mem, out_addr, out)
+
+
+@kernel("_Z8blockSumPKiPii", params=[8, 8, 4])
+def block_sum(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """out[b] = sum of in[b * blockDim.x + t] for t < blockDim.x (0 past n), in blockDim.x ints of dynamic
+    shared memory."""
+    in_addr, out_addr, n = p.ptr(0), p.ptr(1), p.i32(2)
+    bd = block[0]
+    if shared < bd * 4:
+        raise ValueError(f"blockSum needs {bd * 4} bytes of dynamic shared memory, launched with {shared}")
+    x = _read(mem, "i", in_addr, _active(grid, block, n))
+    # int additions wrap mod 2**32, so the tree's order does not change the result
+    _write(mem, out_addr, _wrap32(sum(x[b * bd : (b + 1) * bd]) for b in range(grid[0])))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# two_units_a.cu, two_units_b.cu
+
+
+@kernel("_Z10unitAScalePffi", params=[8, 4, 4])
+def unit_a_scale(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """p[i] = p[i] * f."""
+    ptr, f, n = p.ptr(0), p.f32(1), p.i32(2)
+    x = _read(mem, "f", ptr, _active(grid, block, n))
+    _write(mem, ptr, array("f", [v * f for v in x]))
+
+
+@kernel("_Z11unitBOffsetPffi", params=[8, 4, 4])
+def unit_b_offset(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """p[i] = p[i] + offset."""
+    ptr, offset, n = p.ptr(0), p.f32(1), p.i32(2)
+    x = _read(mem, "f", ptr, _active(grid, block, n))
+    _write(mem, ptr, array("f", [v + offset for v in x]))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# error_paths.cu
+
+
+@kernel("_Z11errorsTouchPii", params=[8, 4])
+def errors_touch(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """p[i] = 2 * i + 1."""
+    ptr, n = p.ptr(0), p.i32(1)
+    _write(mem, ptr, _wrap32(2 * i + 1 for i in range(_active(grid, block, n))))
