@@ -1,5 +1,5 @@
 /* Preloaded beside the client in gpu-test: at exit, writes every mapped file whose name contains
- * "libcuda" or "libcudart" to $CUWIRE_MAPS_OUT, so the test can show no real CUDA library was loaded. */
+ * "libcuda", "libcudart" or "libcuwire" to $CUWIRE_MAPS_OUT, so the test can show no real CUDA library was loaded. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,9 +11,11 @@ __attribute__((destructor)) static void probe(void)
         return;
     FILE *in = fopen("/proc/self/maps", "r"), *o = fopen(out, "a");
     char line[4096];
+    if (o)
+        fprintf(o, "probe ran\n"); /* so a missing probe cannot pass for a clean process */
     while (in && o && fgets(line, sizeof line, in)) {
         const char *path = strchr(line, '/');
-        if (path && (strstr(path, "libcuda") || strstr(path, "libcudart")))
+        if (path && (strstr(path, "libcuda") || strstr(path, "libcudart") || strstr(path, "libcuwire")))
             fputs(path, o);
     }
     if (in)
