@@ -77,6 +77,7 @@ def build(out: Path) -> Path:
     source = '#include "client_stubs.c"\n'
     libdir = sysconfig.get_config_var("LIBDIR")
     ldlib = sysconfig.get_config_var("LDLIBRARY") or ""
+    soname = sysconfig.get_config_var("INSTSONAME") or ldlib
     pylib = ldlib[3:].split(".so")[0] if ldlib.startswith("lib") and ".so" in ldlib else None
     libs = ["dl", "pthread"] + ([pylib] if pylib else [])
     ffi.set_source(
@@ -85,7 +86,7 @@ def build(out: Path) -> Path:
         include_dirs=[str(GENERATED), str(CLIENT)],
         libraries=libs,
         library_dirs=[libdir] if libdir else [],
-        define_macros=[("CUWIRE_LIBPYTHON", f'"{ldlib}"')] if ldlib else [],
+        define_macros=[("CUWIRE_LIBPYTHON", f'"{soname}"')] if soname.endswith(tuple(".so" + v for v in ("", ".1.0"))) else [],
         extra_compile_args=["-O2", "-fvisibility=hidden", "-Wno-unused-parameter", "-Wno-deprecated-declarations"],
         extra_link_args=[f"-Wl,--version-script={GENERATED / 'exports.map'}", "-Wl,-soname,libcuwire.so",
                          *([f"-Wl,-rpath,{libdir}"] if libdir else [])],

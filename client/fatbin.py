@@ -903,9 +903,10 @@ def elf_kernel_params(cubin: bytes) -> dict[str, list[tuple[int, int]]]:
     """Kernel name -> [(offset, size)] of its parameters in ordinal order, from .nv.info.<kernel>.
 
     For when the driver can't say (cuFuncGetParamInfo needs CUDA 12.4). Records, 12 bytes each:
-    KPARAM_INFO u32 index, u16 ordinal, u16 offset, u32 with the size in bits 18..31;
-    KPARAM_INFO_V2 (nvcc 13 writes these for kernels with a parameter too big for 14 bits)
-    u32 index, u16 ordinal, u16 offset, u32 size.
+    u32 index, u16 ordinal, u16 offset, u32 bits. In KPARAM_INFO the bits are pointee log2
+    alignment (0..7), space (8..11), cbank (12..17), size (18..31); KPARAM_INFO_V2, which nvcc 13
+    writes for kernels with a parameter too big for 14 bits, has size (0..15), pointee log2
+    alignment (16..23), space (24..27).
     """
     params: dict[str, list[tuple[int, int]]] = {}
     for name, data in elf_sections(cubin).items():
@@ -917,7 +918,7 @@ def elf_kernel_params(cubin: bytes) -> dict[str, list[tuple[int, int]]]:
                 if len(value) < 12:
                     raise ValueError(f"{name}: short parameter record ({len(value)} bytes)")
                 _index, ordinal, offset, bits = struct.unpack_from("<IHHI", value)
-                size = bits >> 18 if attr == EIATTR_KPARAM_INFO else bits
+                size = bits >> 18 if attr == EIATTR_KPARAM_INFO else bits & 0xFFFF
                 found[ordinal] = (offset, size)
         if sorted(found) != list(range(len(found))):
             raise ValueError(f"{name}: parameter ordinals {sorted(found)} are not 0..n-1")

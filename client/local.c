@@ -37,8 +37,9 @@ void cuwire_python_started(void) { __atomic_store_n(&cuwire_python_ok, 1, __ATOM
 
 int cuwire_start_python(void)
 {
-    static int said;
-    cuwire_embedded();
+    static int said, tried;
+    if (!__atomic_exchange_n(&tried, 1, __ATOMIC_ACQ_REL))
+        cuwire_embedded(); /* one try: cffi does not retry a failed start */
     if (__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE))
         return 1;
     if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
@@ -455,4 +456,22 @@ cudaError_t cuwire_local_cudaGetDriverEntryPoint(const char *symbol, void **func
                                                  enum cudaDriverEntryPointQueryResult *driverStatus)
 {
     return cuwire_local_cudaGetDriverEntryPointByVersion(symbol, funcPtr, 13000, flags, driverStatus);
+}
+
+/* ------------------------------------------------------------------ statically linked runtimes */
+
+/* A program linked with nvcc's default static runtime carries its own libcudart, which opens libcuda
+ * and asks for the driver's private export tables. cuwire does not serve that layer: say so by name
+ * and let the program take its own error path (its first CUDA call fails). */
+CUresult cuwire_local_cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
+{
+    static int said;
+    (void)pExportTableId;
+    if (ppExportTable)
+        *ppExportTable = NULL;
+    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        fprintf(stderr, "cuwire: this program links the CUDA runtime statically (it asked the driver for its "
+                        "private export tables); cuwire cannot serve it yet: rebuild it with "
+                        "`nvcc -cudart shared`\n");
+    return CUDA_ERROR_NOT_SUPPORTED;
 }

@@ -7,15 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from . import annotations, headers, parse, render
+from . import annotations, build_api, render
 
 GENERATED = Path(__file__).resolve().parent.parent / "generated"
-
-
-def build_api():
-    api = parse.parse_api(headers.include_dir(), headers.CUDA_VERSION)
-    annotations.apply(api, annotations.load())
-    return api
 
 
 def print_stats(manifest_path: Path) -> None:

@@ -238,6 +238,30 @@ def make_function(decl: c_ast.Decl, header: str, resolver: TypeResolver, gen: c_
     return Function(decl.name, header, FUNCTION_HEADERS[header], returns, params)
 
 
+EXPORTS = HERE / "exports"
+EXPORT_LISTS = {"libcudart.so.13.exports": "runtime", "libcuda.so.1.exports": "driver"}
+
+
+def undeclared_exports(functions: list[Function]) -> list[Function]:
+    """Functions the real libraries export that no parsed header declares (see exports/README.md).
+
+    They get a client symbol that fails loudly; with no prototype to go by, the stub takes no
+    parameters (callers may pass any: the x86-64 calling convention makes that harmless) and
+    returns the API's error type.
+    """
+    known = {f.name for f in functions} | {a for f in functions for a in f.aliases}
+    out = []
+    for listing, api in EXPORT_LISTS.items():
+        error = "cudaError_t" if api == "runtime" else "CUresult"
+        for name in (EXPORTS / listing).read_text().split():
+            if name in known or name.startswith("cudbg"):
+                continue
+            known.add(name)
+            out.append(Function(name, f"{listing[:-len('.exports')]} export", api, CType(error, "enum", name=error),
+                                []))
+    return out
+
+
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 
 

@@ -390,6 +390,20 @@ CUWIRE_EXPORT CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
     return (CUresult)(cuwire_unimplemented("cuCtxAttach", "cuda.h", &warned));
 }
 
+/* cuCtxCreate_v2 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuCtxCreate_v2(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuCtxCreate_v2", "libcuda.so.1 export", &warned));
+}
+
+/* cuCtxCreate_v3 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuCtxCreate_v3(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuCtxCreate_v3", "libcuda.so.1 export", &warned));
+}
+
 /* cuCtxCreate_v4 (cuda.h): unimplemented; also cuCtxCreate */
 CUWIRE_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
 {
@@ -896,6 +910,76 @@ CUWIRE_EXPORT CUresult cuDriverGetVersion(int *driverVersion)
     return (CUresult)(cuwire_py_cuDriverGetVersion((void *)driverVersion));
 }
 
+/* cuEGLApiInit (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuEGLApiInit(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuEGLApiInit", "libcuda.so.1 export", &warned));
+}
+
+/* cuEGLStreamConsumerAcquireFrame (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuEGLStreamConsumerAcquireFrame(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerAcquireFrame", "libcuda.so.1 export", &warned));
+}
+
+/* cuEGLStreamConsumerConnect (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuEGLStreamConsumerConnect(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerConnect", "libcuda.so.1 export", &warned));
+}
+
+/* cuEGLStreamConsumerConnectWithFlags (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuEGLStreamConsumerConnectWithFlags(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerConnectWithFlags", "libcuda.so.1 export", &warned));
+}
+
+/* cuEGLStreamConsumerDisconnect (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuEGLStreamConsumerDisconnect(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerDisconnect", "libcuda.so.1 export", &warned));
+}
+
+/* cuEGLStreamConsumerReleaseFrame (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuEGLStreamConsumerReleaseFrame(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerReleaseFrame", "libcuda.so.1 export", &warned));
+}
+
+/* cuEGLStreamProducerConnect (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuEGLStreamProducerConnect(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuEGLStreamProducerConnect", "libcuda.so.1 export", &warned));
+}
+
+/* cuEGLStreamProducerDisconnect (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuEGLStreamProducerDisconnect(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuEGLStreamProducerDisconnect", "libcuda.so.1 export", &warned));
+}
+
+/* cuEGLStreamProducerPresentFrame (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuEGLStreamProducerPresentFrame(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuEGLStreamProducerPresentFrame", "libcuda.so.1 export", &warned));
+}
+
+/* cuEGLStreamProducerReturnFrame (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuEGLStreamProducerReturnFrame(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuEGLStreamProducerReturnFrame", "libcuda.so.1 export", &warned));
+}
+
 /* cuEventCreate (cuda.h): remoted, sync */
 int cuwire_py_cuEventCreate(void *, uint64_t);
 CUWIRE_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
@@ -1061,6 +1145,118 @@ CUWIRE_EXPORT CUresult cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes)
     return (CUresult)(cuwire_unimplemented("cuFuncSetSharedSize", "cuda.h", &warned));
 }
 
+/* cuGLCtxCreate (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGLCtxCreate(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGLCtxCreate", "libcuda.so.1 export", &warned));
+}
+
+/* cuGLCtxCreate_v2 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGLCtxCreate_v2(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGLCtxCreate_v2", "libcuda.so.1 export", &warned));
+}
+
+/* cuGLGetDevices (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGLGetDevices(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGLGetDevices", "libcuda.so.1 export", &warned));
+}
+
+/* cuGLGetDevices_v2 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGLGetDevices_v2(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGLGetDevices_v2", "libcuda.so.1 export", &warned));
+}
+
+/* cuGLInit (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGLInit(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGLInit", "libcuda.so.1 export", &warned));
+}
+
+/* cuGLMapBufferObject (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGLMapBufferObject(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGLMapBufferObject", "libcuda.so.1 export", &warned));
+}
+
+/* cuGLMapBufferObjectAsync (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGLMapBufferObjectAsync", "libcuda.so.1 export", &warned));
+}
+
+/* cuGLMapBufferObjectAsync_v2 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync_v2(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGLMapBufferObjectAsync_v2", "libcuda.so.1 export", &warned));
+}
+
+/* cuGLMapBufferObjectAsync_v2_ptsz (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync_v2_ptsz(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGLMapBufferObjectAsync_v2_ptsz", "libcuda.so.1 export", &warned));
+}
+
+/* cuGLMapBufferObject_v2 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGLMapBufferObject_v2(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGLMapBufferObject_v2", "libcuda.so.1 export", &warned));
+}
+
+/* cuGLMapBufferObject_v2_ptds (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGLMapBufferObject_v2_ptds(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGLMapBufferObject_v2_ptds", "libcuda.so.1 export", &warned));
+}
+
+/* cuGLRegisterBufferObject (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGLRegisterBufferObject(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGLRegisterBufferObject", "libcuda.so.1 export", &warned));
+}
+
+/* cuGLSetBufferObjectMapFlags (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGLSetBufferObjectMapFlags(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGLSetBufferObjectMapFlags", "libcuda.so.1 export", &warned));
+}
+
+/* cuGLUnmapBufferObject (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGLUnmapBufferObject(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGLUnmapBufferObject", "libcuda.so.1 export", &warned));
+}
+
+/* cuGLUnmapBufferObjectAsync (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGLUnmapBufferObjectAsync(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGLUnmapBufferObjectAsync", "libcuda.so.1 export", &warned));
+}
+
+/* cuGLUnregisterBufferObject (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGLUnregisterBufferObject(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGLUnregisterBufferObject", "libcuda.so.1 export", &warned));
+}
+
 /* cuGetErrorName (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr)
 {
@@ -1075,11 +1271,11 @@ CUWIRE_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
     return (CUresult)(cuwire_unimplemented("cuGetErrorString", "cuda.h", &warned));
 }
 
-/* cuGetExportTable (cuda.h): unimplemented */
+/* cuGetExportTable (cuda.h): local, local */
+CUresult cuwire_local_cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);
 CUWIRE_EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
 {
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGetExportTable", "cuda.h", &warned));
+return cuwire_local_cuGetExportTable(ppExportTable, pExportTableId);
 }
 
 /* cuGetProcAddress_v2 (cuda.h): local, local; also cuGetProcAddress, cuGetProcAddress_v2_ptsz */
@@ -1470,6 +1666,13 @@ CUWIRE_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CU
 }
 CUWIRE_EXPORT __typeof__(cuGraphInstantiateWithParams) cuGraphInstantiateWithParams_ptsz __attribute__((alias("cuGraphInstantiateWithParams")));
 
+/* cuGraphInstantiate_v2 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphInstantiate_v2(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphInstantiate_v2", "libcuda.so.1 export", &warned));
+}
+
 /* cuGraphKernelNodeCopyAttributes (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
 {
@@ -1638,6 +1841,27 @@ CUWIRE_EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 }
 CUWIRE_EXPORT __typeof__(cuGraphUpload) cuGraphUpload_ptsz __attribute__((alias("cuGraphUpload")));
 
+/* cuGraphicsEGLRegisterImage (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphicsEGLRegisterImage(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphicsEGLRegisterImage", "libcuda.so.1 export", &warned));
+}
+
+/* cuGraphicsGLRegisterBuffer (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphicsGLRegisterBuffer(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphicsGLRegisterBuffer", "libcuda.so.1 export", &warned));
+}
+
+/* cuGraphicsGLRegisterImage (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphicsGLRegisterImage(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphicsGLRegisterImage", "libcuda.so.1 export", &warned));
+}
+
 /* cuGraphicsMapResources (cuda.h): unimplemented; also cuGraphicsMapResources_ptsz */
 CUWIRE_EXPORT CUresult cuGraphicsMapResources(unsigned int count, CUgraphicsResource *resources, CUstream hStream)
 {
@@ -1645,6 +1869,13 @@ CUWIRE_EXPORT CUresult cuGraphicsMapResources(unsigned int count, CUgraphicsReso
     return (CUresult)(cuwire_unimplemented("cuGraphicsMapResources", "cuda.h", &warned));
 }
 CUWIRE_EXPORT __typeof__(cuGraphicsMapResources) cuGraphicsMapResources_ptsz __attribute__((alias("cuGraphicsMapResources")));
+
+/* cuGraphicsResourceGetMappedEglFrame (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedEglFrame(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphicsResourceGetMappedEglFrame", "libcuda.so.1 export", &warned));
+}
 
 /* cuGraphicsResourceGetMappedMipmappedArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedMipmappedArray(CUmipmappedArray *pMipmappedArray, CUgraphicsResource resource)
@@ -1689,6 +1920,20 @@ CUWIRE_EXPORT CUresult cuGraphicsUnregisterResource(CUgraphicsResource resource)
 {
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsUnregisterResource", "cuda.h", &warned));
+}
+
+/* cuGraphicsVDPAURegisterOutputSurface (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphicsVDPAURegisterOutputSurface(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphicsVDPAURegisterOutputSurface", "libcuda.so.1 export", &warned));
+}
+
+/* cuGraphicsVDPAURegisterVideoSurface (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphicsVDPAURegisterVideoSurface(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphicsVDPAURegisterVideoSurface", "libcuda.so.1 export", &warned));
 }
 
 /* cuGreenCtxCreate (cuda.h): unimplemented */
@@ -2214,6 +2459,20 @@ CUWIRE_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationPro
     return (CUresult)(cuwire_unimplemented("cuMemGetAllocationPropertiesFromHandle", "cuda.h", &warned));
 }
 
+/* cuMemGetAttribute (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemGetAttribute(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemGetAttribute", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemGetAttribute_v2 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemGetAttribute_v2(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemGetAttribute_v2", "libcuda.so.1 export", &warned));
+}
+
 /* cuMemGetDefaultMemPool (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
 {
@@ -2381,6 +2640,13 @@ CUWIRE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
     return (CUresult)(cuwire_unimplemented("cuMemPoolTrimTo", "cuda.h", &warned));
 }
 
+/* cuMemPrefetchAsync_ptsz (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemPrefetchAsync_ptsz(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemPrefetchAsync_ptsz", "libcuda.so.1 export", &warned));
+}
+
 /* cuMemPrefetchAsync_v2 (cuda.h): unimplemented; also cuMemPrefetchAsync, cuMemPrefetchAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)
 {
@@ -2491,6 +2757,13 @@ CUWIRE_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream h
 CUWIRE_EXPORT __typeof__(cuMemcpy3DAsync_v2) cuMemcpy3DAsync __attribute__((alias("cuMemcpy3DAsync_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpy3DAsync_v2) cuMemcpy3DAsync_v2_ptsz __attribute__((alias("cuMemcpy3DAsync_v2")));
 
+/* cuMemcpy3DBatchAsync_ptsz (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpy3DBatchAsync_ptsz(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpy3DBatchAsync_ptsz", "libcuda.so.1 export", &warned));
+}
+
 /* cuMemcpy3DBatchAsync_v2 (cuda.h): unimplemented; also cuMemcpy3DBatchAsync, cuMemcpy3DBatchAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream)
 {
@@ -2568,6 +2841,13 @@ CUWIRE_EXPORT CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t s
 }
 CUWIRE_EXPORT __typeof__(cuMemcpyAtoH_v2) cuMemcpyAtoH __attribute__((alias("cuMemcpyAtoH_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpyAtoH_v2) cuMemcpyAtoH_v2_ptds __attribute__((alias("cuMemcpyAtoH_v2")));
+
+/* cuMemcpyBatchAsync_ptsz (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpyBatchAsync_ptsz(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpyBatchAsync_ptsz", "libcuda.so.1 export", &warned));
+}
 
 /* cuMemcpyBatchAsync_v2 (cuda.h): unimplemented; also cuMemcpyBatchAsync, cuMemcpyBatchAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
@@ -3054,6 +3334,27 @@ CUWIRE_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attrib
     return (CUresult)(cuwire_unimplemented("cuPointerSetAttribute", "cuda.h", &warned));
 }
 
+/* cuProfilerInitialize (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuProfilerInitialize(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuProfilerInitialize", "libcuda.so.1 export", &warned));
+}
+
+/* cuProfilerStart (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuProfilerStart(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuProfilerStart", "libcuda.so.1 export", &warned));
+}
+
+/* cuProfilerStop (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuProfilerStop(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuProfilerStop", "libcuda.so.1 export", &warned));
+}
+
 /* cuSignalExternalSemaphoresAsync (cuda.h): unimplemented; also cuSignalExternalSemaphoresAsync_ptsz */
 CUWIRE_EXPORT CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
@@ -3078,6 +3379,13 @@ CUWIRE_EXPORT CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr
 }
 CUWIRE_EXPORT __typeof__(cuStreamAttachMemAsync) cuStreamAttachMemAsync_ptsz __attribute__((alias("cuStreamAttachMemAsync")));
 
+/* cuStreamBatchMemOp_ptsz (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamBatchMemOp_ptsz(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamBatchMemOp_ptsz", "libcuda.so.1 export", &warned));
+}
+
 /* cuStreamBatchMemOp_v2 (cuda.h): unimplemented; also cuStreamBatchMemOp, cuStreamBatchMemOp_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
@@ -3094,6 +3402,13 @@ CUWIRE_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGr
     return (CUresult)(cuwire_unimplemented("cuStreamBeginCaptureToGraph", "cuda.h", &warned));
 }
 CUWIRE_EXPORT __typeof__(cuStreamBeginCaptureToGraph) cuStreamBeginCaptureToGraph_ptsz __attribute__((alias("cuStreamBeginCaptureToGraph")));
+
+/* cuStreamBeginCapture_ptsz (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamBeginCapture_ptsz(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamBeginCapture_ptsz", "libcuda.so.1 export", &warned));
+}
 
 /* cuStreamBeginCapture_v2 (cuda.h): unimplemented; also cuStreamBeginCapture, cuStreamBeginCapture_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
@@ -3153,6 +3468,27 @@ CUWIRE_EXPORT CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID att
     return (CUresult)(cuwire_unimplemented("cuStreamGetAttribute", "cuda.h", &warned));
 }
 CUWIRE_EXPORT __typeof__(cuStreamGetAttribute) cuStreamGetAttribute_ptsz __attribute__((alias("cuStreamGetAttribute")));
+
+/* cuStreamGetCaptureInfo_ptsz (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_ptsz(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamGetCaptureInfo_ptsz", "libcuda.so.1 export", &warned));
+}
+
+/* cuStreamGetCaptureInfo_v2 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_v2(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamGetCaptureInfo_v2", "libcuda.so.1 export", &warned));
+}
+
+/* cuStreamGetCaptureInfo_v2_ptsz (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamGetCaptureInfo_v2_ptsz", "libcuda.so.1 export", &warned));
+}
 
 /* cuStreamGetCaptureInfo_v3 (cuda.h): unimplemented; also cuStreamGetCaptureInfo, cuStreamGetCaptureInfo_v3_ptsz */
 CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
@@ -3252,6 +3588,13 @@ CUWIRE_EXPORT CUresult cuStreamSynchronize(CUstream hStream)
 }
 CUWIRE_EXPORT __typeof__(cuStreamSynchronize) cuStreamSynchronize_ptsz __attribute__((alias("cuStreamSynchronize")));
 
+/* cuStreamUpdateCaptureDependencies_ptsz (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies_ptsz(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamUpdateCaptureDependencies_ptsz", "libcuda.so.1 export", &warned));
+}
+
 /* cuStreamUpdateCaptureDependencies_v2 (cuda.h): unimplemented; also cuStreamUpdateCaptureDependencies, cuStreamUpdateCaptureDependencies_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
 {
@@ -3269,6 +3612,13 @@ CUWIRE_EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsig
 }
 CUWIRE_EXPORT __typeof__(cuStreamWaitEvent) cuStreamWaitEvent_ptsz __attribute__((alias("cuStreamWaitEvent")));
 
+/* cuStreamWaitValue32_ptsz (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamWaitValue32_ptsz(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamWaitValue32_ptsz", "libcuda.so.1 export", &warned));
+}
+
 /* cuStreamWaitValue32_v2 (cuda.h): unimplemented; also cuStreamWaitValue32, cuStreamWaitValue32_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
@@ -3277,6 +3627,13 @@ CUWIRE_EXPORT CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr,
 }
 CUWIRE_EXPORT __typeof__(cuStreamWaitValue32_v2) cuStreamWaitValue32 __attribute__((alias("cuStreamWaitValue32_v2")));
 CUWIRE_EXPORT __typeof__(cuStreamWaitValue32_v2) cuStreamWaitValue32_v2_ptsz __attribute__((alias("cuStreamWaitValue32_v2")));
+
+/* cuStreamWaitValue64_ptsz (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamWaitValue64_ptsz(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamWaitValue64_ptsz", "libcuda.so.1 export", &warned));
+}
 
 /* cuStreamWaitValue64_v2 (cuda.h): unimplemented; also cuStreamWaitValue64, cuStreamWaitValue64_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
@@ -3287,6 +3644,13 @@ CUWIRE_EXPORT CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr,
 CUWIRE_EXPORT __typeof__(cuStreamWaitValue64_v2) cuStreamWaitValue64 __attribute__((alias("cuStreamWaitValue64_v2")));
 CUWIRE_EXPORT __typeof__(cuStreamWaitValue64_v2) cuStreamWaitValue64_v2_ptsz __attribute__((alias("cuStreamWaitValue64_v2")));
 
+/* cuStreamWriteValue32_ptsz (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamWriteValue32_ptsz(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamWriteValue32_ptsz", "libcuda.so.1 export", &warned));
+}
+
 /* cuStreamWriteValue32_v2 (cuda.h): unimplemented; also cuStreamWriteValue32, cuStreamWriteValue32_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
@@ -3295,6 +3659,13 @@ CUWIRE_EXPORT CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr
 }
 CUWIRE_EXPORT __typeof__(cuStreamWriteValue32_v2) cuStreamWriteValue32 __attribute__((alias("cuStreamWriteValue32_v2")));
 CUWIRE_EXPORT __typeof__(cuStreamWriteValue32_v2) cuStreamWriteValue32_v2_ptsz __attribute__((alias("cuStreamWriteValue32_v2")));
+
+/* cuStreamWriteValue64_ptsz (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamWriteValue64_ptsz(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamWriteValue64_ptsz", "libcuda.so.1 export", &warned));
+}
 
 /* cuStreamWriteValue64_v2 (cuda.h): unimplemented; also cuStreamWriteValue64, cuStreamWriteValue64_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
@@ -3502,6 +3873,13 @@ CUWIRE_EXPORT CUresult cuTexRefGetMipmappedArray(CUmipmappedArray *phMipmappedAr
     return (CUresult)(cuwire_unimplemented("cuTexRefGetMipmappedArray", "cuda.h", &warned));
 }
 
+/* cuTexRefSetAddress2D_v2 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuTexRefSetAddress2D_v2(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuTexRefSetAddress2D_v2", "libcuda.so.1 export", &warned));
+}
+
 /* cuTexRefSetAddress2D_v3 (cuda.h): unimplemented; also cuTexRefSetAddress2D */
 CUWIRE_EXPORT CUresult cuTexRefSetAddress2D_v3(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *desc, CUdeviceptr dptr, size_t Pitch)
 {
@@ -3621,6 +3999,27 @@ CUWIRE_EXPORT CUresult cuUserObjectRetain(CUuserObject object, unsigned int coun
 {
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuUserObjectRetain", "cuda.h", &warned));
+}
+
+/* cuVDPAUCtxCreate (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuVDPAUCtxCreate(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuVDPAUCtxCreate", "libcuda.so.1 export", &warned));
+}
+
+/* cuVDPAUCtxCreate_v2 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuVDPAUCtxCreate_v2(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuVDPAUCtxCreate_v2", "libcuda.so.1 export", &warned));
+}
+
+/* cuVDPAUGetDevice (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuVDPAUGetDevice(void)
+{
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuVDPAUGetDevice", "libcuda.so.1 export", &warned));
 }
 
 /* cuWaitExternalSemaphoresAsync (cuda.h): unimplemented; also cuWaitExternalSemaphoresAsync_ptsz */
@@ -3963,6 +4362,69 @@ CUWIRE_EXPORT cudaError_t cudaDriverGetVersion(int *driverVersion)
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDriverGetVersion((void *)driverVersion));
 }
 
+/* cudaEGLStreamConsumerAcquireFrame (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerAcquireFrame(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerAcquireFrame", "libcudart.so.13 export", &warned));
+}
+
+/* cudaEGLStreamConsumerConnect (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerConnect(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerConnect", "libcudart.so.13 export", &warned));
+}
+
+/* cudaEGLStreamConsumerConnectWithFlags (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerConnectWithFlags(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerConnectWithFlags", "libcudart.so.13 export", &warned));
+}
+
+/* cudaEGLStreamConsumerDisconnect (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerDisconnect(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerDisconnect", "libcudart.so.13 export", &warned));
+}
+
+/* cudaEGLStreamConsumerReleaseFrame (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerReleaseFrame(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerReleaseFrame", "libcudart.so.13 export", &warned));
+}
+
+/* cudaEGLStreamProducerConnect (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerConnect(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamProducerConnect", "libcudart.so.13 export", &warned));
+}
+
+/* cudaEGLStreamProducerDisconnect (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerDisconnect(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamProducerDisconnect", "libcudart.so.13 export", &warned));
+}
+
+/* cudaEGLStreamProducerPresentFrame (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerPresentFrame(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamProducerPresentFrame", "libcudart.so.13 export", &warned));
+}
+
+/* cudaEGLStreamProducerReturnFrame (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerReturnFrame(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamProducerReturnFrame", "libcudart.so.13 export", &warned));
+}
+
 /* cudaEventCreate (cuda_runtime_api.h): remoted, sync */
 int cuwire_py_cudaEventCreate(void *);
 CUWIRE_EXPORT cudaError_t cudaEventCreate(cudaEvent_t *event)
@@ -3970,6 +4432,13 @@ CUWIRE_EXPORT cudaError_t cudaEventCreate(cudaEvent_t *event)
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventCreate((void *)event));
+}
+
+/* cudaEventCreateFromEGLSync (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaEventCreateFromEGLSync(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEventCreateFromEGLSync", "libcudart.so.13 export", &warned));
 }
 
 /* cudaEventCreateWithFlags (cuda_runtime_api.h): remoted, sync */
@@ -4149,6 +4618,69 @@ CUWIRE_EXPORT cudaError_t cudaFuncSetSharedMemConfig(const void *func, enum cuda
 {
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaFuncSetSharedMemConfig", "cuda_runtime_api.h", &warned));
+}
+
+/* cudaGLGetDevices (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaGLGetDevices(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLGetDevices", "libcudart.so.13 export", &warned));
+}
+
+/* cudaGLMapBufferObject (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaGLMapBufferObject(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLMapBufferObject", "libcudart.so.13 export", &warned));
+}
+
+/* cudaGLMapBufferObjectAsync (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaGLMapBufferObjectAsync(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLMapBufferObjectAsync", "libcudart.so.13 export", &warned));
+}
+
+/* cudaGLRegisterBufferObject (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaGLRegisterBufferObject(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLRegisterBufferObject", "libcudart.so.13 export", &warned));
+}
+
+/* cudaGLSetBufferObjectMapFlags (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaGLSetBufferObjectMapFlags(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLSetBufferObjectMapFlags", "libcudart.so.13 export", &warned));
+}
+
+/* cudaGLSetGLDevice (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaGLSetGLDevice(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLSetGLDevice", "libcudart.so.13 export", &warned));
+}
+
+/* cudaGLUnmapBufferObject (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaGLUnmapBufferObject(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLUnmapBufferObject", "libcudart.so.13 export", &warned));
+}
+
+/* cudaGLUnmapBufferObjectAsync (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaGLUnmapBufferObjectAsync(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLUnmapBufferObjectAsync", "libcudart.so.13 export", &warned));
+}
+
+/* cudaGLUnregisterBufferObject (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaGLUnregisterBufferObject(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLUnregisterBufferObject", "libcudart.so.13 export", &warned));
 }
 
 /* cudaGetChannelDesc (cuda_runtime_api.h): unimplemented */
@@ -4884,11 +5416,39 @@ CUWIRE_EXPORT cudaError_t cudaGraphUpload(cudaGraphExec_t graphExec, cudaStream_
 }
 CUWIRE_EXPORT __typeof__(cudaGraphUpload) cudaGraphUpload_ptsz __attribute__((alias("cudaGraphUpload")));
 
+/* cudaGraphicsEGLRegisterImage (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaGraphicsEGLRegisterImage(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsEGLRegisterImage", "libcudart.so.13 export", &warned));
+}
+
+/* cudaGraphicsGLRegisterBuffer (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaGraphicsGLRegisterBuffer(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsGLRegisterBuffer", "libcudart.so.13 export", &warned));
+}
+
+/* cudaGraphicsGLRegisterImage (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaGraphicsGLRegisterImage(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsGLRegisterImage", "libcudart.so.13 export", &warned));
+}
+
 /* cudaGraphicsMapResources (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsMapResources(int count, cudaGraphicsResource_t *resources, cudaStream_t stream)
 {
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsMapResources", "cuda_runtime_api.h", &warned));
+}
+
+/* cudaGraphicsResourceGetMappedEglFrame (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedEglFrame(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsResourceGetMappedEglFrame", "libcudart.so.13 export", &warned));
 }
 
 /* cudaGraphicsResourceGetMappedMipmappedArray (cuda_runtime_api.h): unimplemented */
@@ -4931,6 +5491,20 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsUnregisterResource(cudaGraphicsResource_t 
 {
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsUnregisterResource", "cuda_runtime_api.h", &warned));
+}
+
+/* cudaGraphicsVDPAURegisterOutputSurface (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaGraphicsVDPAURegisterOutputSurface(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsVDPAURegisterOutputSurface", "libcudart.so.13 export", &warned));
+}
+
+/* cudaGraphicsVDPAURegisterVideoSurface (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaGraphicsVDPAURegisterVideoSurface(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsVDPAURegisterVideoSurface", "libcudart.so.13 export", &warned));
 }
 
 /* cudaHostAlloc (cuda_runtime_api.h): local, local */
@@ -5790,6 +6364,20 @@ CUWIRE_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes 
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaPointerGetAttributes((void *)attributes, sizeof *attributes, (uint64_t)(uintptr_t)ptr));
 }
 
+/* cudaProfilerStart (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaProfilerStart(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaProfilerStart", "libcudart.so.13 export", &warned));
+}
+
+/* cudaProfilerStop (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaProfilerStop(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaProfilerStop", "libcudart.so.13 export", &warned));
+}
+
 /* cudaRuntimeGetVersion (cuda_runtime_api.h): remoted, sync */
 int cuwire_py_cudaRuntimeGetVersion(void *);
 CUWIRE_EXPORT cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
@@ -6068,6 +6656,20 @@ CUWIRE_EXPORT cudaError_t cudaUserObjectRetain(cudaUserObject_t object, unsigned
 {
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaUserObjectRetain", "cuda_runtime_api.h", &warned));
+}
+
+/* cudaVDPAUGetDevice (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaVDPAUGetDevice(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaVDPAUGetDevice", "libcudart.so.13 export", &warned));
+}
+
+/* cudaVDPAUSetVDPAUDevice (libcudart.so.13 export): unimplemented */
+CUWIRE_EXPORT cudaError_t cudaVDPAUSetVDPAUDevice(void)
+{
+    static int warned;
+    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaVDPAUSetVDPAUDevice", "libcudart.so.13 export", &warned));
 }
 
 /* cudaWaitExternalSemaphoresAsync (cuda_runtime_api.h): unimplemented; also cudaWaitExternalSemaphoresAsync_ptsz */

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "5ae069be0f1dcd11"
+API_DIGEST = "1be5f89dd26fe91d"
 CUDA_VERSION = "13.0"
 
 
