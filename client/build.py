@@ -86,7 +86,7 @@ def build(out: Path) -> Path:
         include_dirs=[str(GENERATED), str(CLIENT)],
         libraries=libs,
         library_dirs=[libdir] if libdir else [],
-        define_macros=[("CUWIRE_LIBPYTHON", f'"{soname}"')] if soname.endswith(tuple(".so" + v for v in ("", ".1.0"))) else [],
+        define_macros=[("CUWIRE_LIBPYTHON", f'"{soname}"')] if ".so" in soname else [],
         extra_compile_args=["-O2", "-fvisibility=hidden", "-Wno-unused-parameter", "-Wno-deprecated-declarations"],
         extra_link_args=[f"-Wl,--version-script={GENERATED / 'exports.map'}", "-Wl,-soname,libcuwire.so",
                          *([f"-Wl,-rpath,{libdir}"] if libdir else [])],
