@@ -4,7 +4,7 @@ VENV      := .venv
 VPY       := $(VENV)/bin/python
 export CUWIRE_HEADER_CACHE ?= $(CURDIR)/.cache/headers
 
-.PHONY: venv codegen check-generated client apps test lint gpu-test bench docker clean
+.PHONY: venv codegen check-generated client apps demo test lint gpu-test bench docker clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -32,8 +32,18 @@ client: venv
 apps:
 	$(MAKE) -C tests/test_apps
 
+## Run a bundled CUDA test app through cuwire: on this machine's GPU if it has one, else emulated
+demo: venv client apps
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  $(VENV)/bin/cuwire run -- tests/test_apps/build/vector_add; \
+	else \
+	  echo "no GPU on this machine: running on the emulated device"; \
+	  $(VENV)/bin/cuwire run --emulated -- tests/test_apps/build/vector_add; \
+	fi
+
 lint: venv
 	$(VPY) -m ruff check .
+	$(VENV)/bin/hadolint docker/Dockerfile
 
 ## Everything CI checks: lint, generated/ up to date, client and apps built, the test suite
 test: venv lint check-generated client apps

@@ -37,6 +37,10 @@ int cuwire_lookup_variable(const void *host, int *fatbin, const char **name, siz
 int cuwire_fatbin(int index, const void **data, size_t *size);
 void cuwire_hook_exit(void);
 void cuwire_python_started(void);
+extern const char *const cuwire_names[];
+extern const char *const cuwire_modes[];
+extern unsigned long long cuwire_counts[];
+extern const int cuwire_n_functions;
 extern "Python+C" int cuwire_py_flush(void);
 extern "Python+C" void cuwire_py_at_exit(void);
 """

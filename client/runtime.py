@@ -317,7 +317,7 @@ class Client:
                 self.session.transport.close()
                 self.session = None
         if self.settings.stats:
-            print_stats(self.stats, self.names_by_id())
+            print_stats(self.stats, self.names_by_id(), api_calls())
 
     def after_fork(self) -> None:
         """A forked child gets a session of its own; the parent's stream is not its to use."""
@@ -332,18 +332,36 @@ class Client:
         return names
 
 
-def print_stats(s: Stats, names: dict[int, str]) -> None:
-    total = sum(s.calls.values())
-    lines = ["cuwire stats:",
-             f"  calls sent to the server: {total} (in {s.batches} batches); queued calls sent with them: "
-             f"{s.queued}",
-             f"  bytes sent: {s.bytes_sent} on the wire ({s.bytes_sent_raw} before compression); "
-             f"received: {s.bytes_received} ({s.bytes_received_raw} after decompression)",
-             f"  modules uploaded: {s.modules_uploaded}; found in the server's cache: {s.modules_cached}",
-             f"  time waiting on the server: {s.wait_seconds * 1e3:.1f} ms"]
-    lines.append("  top calls by count: " + ", ".join(f"{names.get(i, i)} {n}" for i, n in s.calls.most_common(8)))
-    lines.append("  top calls by time: " + ", ".join(f"{names.get(i, i)} {t * 1e3:.2f} ms"
-                                                    for i, t in s.seconds.most_common(8)))
+def api_calls() -> dict[str, Counter]:
+    """The program's calls by how each was served (sync, async, custom, local, unimplemented), by name."""
+    out: dict[str, Counter] = {}
+    for i in range(lib.cuwire_n_functions):
+        if lib.cuwire_counts[i]:
+            mode = ffi.string(lib.cuwire_modes[i]).decode()
+            out.setdefault(mode, Counter())[ffi.string(lib.cuwire_names[i]).decode()] = lib.cuwire_counts[i]
+    return out
+
+
+def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> None:
+    """What cuwire did for the program, at exit (CUWIRE_STATS=1 or cuwire run --stats)."""
+    total = {mode: sum(c.values()) for mode, c in calls.items()}
+    every = sum(calls.values(), Counter())
+    lines = [
+        "cuwire stats:",
+        f"  API calls: {sum(total.values())} = {total.get('sync', 0) + total.get('custom', 0)} sent to the server "
+        f"and waited for + {total.get('async', 0)} queued (sent in batches) + {total.get('local', 0)} answered "
+        f"locally + {total.get('unimplemented', 0)} unimplemented",
+        f"  round trips: {s.batches} (queued calls carried: {s.queued}; cuwire's own requests, e.g. module "
+        f"uploads: {sum(n for i, n in s.calls.items() if names.get(i, '').startswith('cuwire.'))})",
+        f"  bytes sent: {s.bytes_sent} in messages, carrying {s.bytes_sent_raw} bytes of call data before "
+        f"compression; received: {s.bytes_received} in messages, {s.bytes_received_raw} bytes of results after "
+        f"decompression",
+        f"  modules uploaded: {s.modules_uploaded}; found in the server's cache: {s.modules_cached}",
+        f"  time waiting on the server: {s.wait_seconds * 1e3:.1f} ms",
+        "  top calls by count: " + ", ".join(f"{n} {c}" for n, c in every.most_common(8)),
+        "  top calls by time waiting on the server: " + ", ".join(
+            f"{names.get(i, i)} {t * 1e3:.2f} ms" for i, t in s.seconds.most_common(8)),
+    ]
     print("\n".join(lines), file=sys.stderr)
 
 

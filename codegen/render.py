@@ -141,6 +141,24 @@ def manifest(api: Api) -> dict:
     }
 
 
+COVERAGE = re.compile(r"(<!-- coverage -->\n).*?(\n<!-- /coverage -->)", re.S)
+
+
+def coverage_line(m: dict) -> str:
+    n = {s: sum(c[s] for c in m["counts"].values()) for s in ("remoted", "local", "unimplemented")}
+    return (f"CUDA {m['cuda_version']}: {n['remoted']} of {sum(n.values())} functions remoted, {n['local']} answered "
+            f"locally by the client, {n['unimplemented']} not implemented yet (each fails loudly by name).")
+
+
+def update_readme(readme: Path, m: dict) -> bool:
+    """Rewrite the coverage line between the README's markers; True if it changed."""
+    text = readme.read_text()
+    new = COVERAGE.sub(lambda x: x.group(1) + coverage_line(m) + x.group(2), text)
+    if new != text:
+        readme.write_text(new)
+    return new != text
+
+
 def check_ids(api: Api) -> None:
     seen: dict[int, str] = {}
     names = [f.name for f in api.functions] + [f"cuwire.{op}" for op in INTERNAL_OPS]

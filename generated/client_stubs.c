@@ -11,6 +11,1732 @@
 #include "cuda_api.h"
 #include "runtime.h"
 
+/* How often the program called each function (CUWIRE_STATS): names, how each is served, counters. */
+const char *const cuwire_names[] = {
+    "__cudaGetKernel",
+    "__cudaGetProcAddress",
+    "__cudaInitModule",
+    "__cudaLaunchKernel",
+    "__cudaPopCallConfiguration",
+    "__cudaPushCallConfiguration",
+    "__cudaRegisterFatBinary",
+    "__cudaRegisterFatBinaryEnd",
+    "__cudaRegisterFunction",
+    "__cudaRegisterHostVar",
+    "__cudaRegisterManagedVar",
+    "__cudaRegisterUnifiedTable",
+    "__cudaRegisterVar",
+    "__cudaUnregisterFatBinary",
+    "cuArray3DCreate_v2",
+    "cuArray3DGetDescriptor_v2",
+    "cuArrayCreate_v2",
+    "cuArrayDestroy",
+    "cuArrayGetDescriptor_v2",
+    "cuArrayGetMemoryRequirements",
+    "cuArrayGetPlane",
+    "cuArrayGetSparseProperties",
+    "cuCheckpointProcessCheckpoint",
+    "cuCheckpointProcessGetRestoreThreadId",
+    "cuCheckpointProcessGetState",
+    "cuCheckpointProcessLock",
+    "cuCheckpointProcessRestore",
+    "cuCheckpointProcessUnlock",
+    "cuCoredumpGetAttribute",
+    "cuCoredumpGetAttributeGlobal",
+    "cuCoredumpSetAttribute",
+    "cuCoredumpSetAttributeGlobal",
+    "cuCtxAttach",
+    "cuCtxCreate_v2",
+    "cuCtxCreate_v3",
+    "cuCtxCreate_v4",
+    "cuCtxDestroy_v2",
+    "cuCtxDetach",
+    "cuCtxDisablePeerAccess",
+    "cuCtxEnablePeerAccess",
+    "cuCtxFromGreenCtx",
+    "cuCtxGetApiVersion",
+    "cuCtxGetCacheConfig",
+    "cuCtxGetCurrent",
+    "cuCtxGetDevResource",
+    "cuCtxGetDevice",
+    "cuCtxGetDevice_v2",
+    "cuCtxGetExecAffinity",
+    "cuCtxGetFlags",
+    "cuCtxGetId",
+    "cuCtxGetLimit",
+    "cuCtxGetSharedMemConfig",
+    "cuCtxGetStreamPriorityRange",
+    "cuCtxPopCurrent_v2",
+    "cuCtxPushCurrent_v2",
+    "cuCtxRecordEvent",
+    "cuCtxResetPersistingL2Cache",
+    "cuCtxSetCacheConfig",
+    "cuCtxSetCurrent",
+    "cuCtxSetFlags",
+    "cuCtxSetLimit",
+    "cuCtxSetSharedMemConfig",
+    "cuCtxSynchronize",
+    "cuCtxSynchronize_v2",
+    "cuCtxWaitEvent",
+    "cuDestroyExternalMemory",
+    "cuDestroyExternalSemaphore",
+    "cuDevResourceGenerateDesc",
+    "cuDevSmResourceSplitByCount",
+    "cuDeviceCanAccessPeer",
+    "cuDeviceComputeCapability",
+    "cuDeviceGet",
+    "cuDeviceGetAttribute",
+    "cuDeviceGetByPCIBusId",
+    "cuDeviceGetCount",
+    "cuDeviceGetDefaultMemPool",
+    "cuDeviceGetDevResource",
+    "cuDeviceGetExecAffinitySupport",
+    "cuDeviceGetGraphMemAttribute",
+    "cuDeviceGetHostAtomicCapabilities",
+    "cuDeviceGetLuid",
+    "cuDeviceGetMemPool",
+    "cuDeviceGetName",
+    "cuDeviceGetNvSciSyncAttributes",
+    "cuDeviceGetP2PAtomicCapabilities",
+    "cuDeviceGetP2PAttribute",
+    "cuDeviceGetPCIBusId",
+    "cuDeviceGetProperties",
+    "cuDeviceGetTexture1DLinearMaxWidth",
+    "cuDeviceGetUuid_v2",
+    "cuDeviceGraphMemTrim",
+    "cuDevicePrimaryCtxGetState",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuDevicePrimaryCtxReset_v2",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxSetFlags_v2",
+    "cuDeviceRegisterAsyncNotification",
+    "cuDeviceSetGraphMemAttribute",
+    "cuDeviceSetMemPool",
+    "cuDeviceTotalMem_v2",
+    "cuDeviceUnregisterAsyncNotification",
+    "cuDriverGetVersion",
+    "cuEGLApiInit",
+    "cuEGLStreamConsumerAcquireFrame",
+    "cuEGLStreamConsumerConnect",
+    "cuEGLStreamConsumerConnectWithFlags",
+    "cuEGLStreamConsumerDisconnect",
+    "cuEGLStreamConsumerReleaseFrame",
+    "cuEGLStreamProducerConnect",
+    "cuEGLStreamProducerDisconnect",
+    "cuEGLStreamProducerPresentFrame",
+    "cuEGLStreamProducerReturnFrame",
+    "cuEventCreate",
+    "cuEventDestroy_v2",
+    "cuEventElapsedTime_v2",
+    "cuEventQuery",
+    "cuEventRecord",
+    "cuEventRecordWithFlags",
+    "cuEventSynchronize",
+    "cuExternalMemoryGetMappedBuffer",
+    "cuExternalMemoryGetMappedMipmappedArray",
+    "cuFlushGPUDirectRDMAWrites",
+    "cuFuncGetAttribute",
+    "cuFuncGetModule",
+    "cuFuncGetName",
+    "cuFuncGetParamInfo",
+    "cuFuncIsLoaded",
+    "cuFuncLoad",
+    "cuFuncSetAttribute",
+    "cuFuncSetBlockShape",
+    "cuFuncSetCacheConfig",
+    "cuFuncSetSharedMemConfig",
+    "cuFuncSetSharedSize",
+    "cuGLCtxCreate",
+    "cuGLCtxCreate_v2",
+    "cuGLGetDevices",
+    "cuGLGetDevices_v2",
+    "cuGLInit",
+    "cuGLMapBufferObject",
+    "cuGLMapBufferObjectAsync",
+    "cuGLMapBufferObjectAsync_v2",
+    "cuGLMapBufferObjectAsync_v2_ptsz",
+    "cuGLMapBufferObject_v2",
+    "cuGLMapBufferObject_v2_ptds",
+    "cuGLRegisterBufferObject",
+    "cuGLSetBufferObjectMapFlags",
+    "cuGLUnmapBufferObject",
+    "cuGLUnmapBufferObjectAsync",
+    "cuGLUnregisterBufferObject",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuGetExportTable",
+    "cuGetProcAddress_v2",
+    "cuGraphAddBatchMemOpNode",
+    "cuGraphAddChildGraphNode",
+    "cuGraphAddDependencies_v2",
+    "cuGraphAddEmptyNode",
+    "cuGraphAddEventRecordNode",
+    "cuGraphAddEventWaitNode",
+    "cuGraphAddExternalSemaphoresSignalNode",
+    "cuGraphAddExternalSemaphoresWaitNode",
+    "cuGraphAddHostNode",
+    "cuGraphAddKernelNode_v2",
+    "cuGraphAddMemAllocNode",
+    "cuGraphAddMemFreeNode",
+    "cuGraphAddMemcpyNode",
+    "cuGraphAddMemsetNode",
+    "cuGraphAddNode_v2",
+    "cuGraphBatchMemOpNodeGetParams",
+    "cuGraphBatchMemOpNodeSetParams",
+    "cuGraphChildGraphNodeGetGraph",
+    "cuGraphClone",
+    "cuGraphConditionalHandleCreate",
+    "cuGraphCreate",
+    "cuGraphDebugDotPrint",
+    "cuGraphDestroy",
+    "cuGraphDestroyNode",
+    "cuGraphEventRecordNodeGetEvent",
+    "cuGraphEventRecordNodeSetEvent",
+    "cuGraphEventWaitNodeGetEvent",
+    "cuGraphEventWaitNodeSetEvent",
+    "cuGraphExecBatchMemOpNodeSetParams",
+    "cuGraphExecChildGraphNodeSetParams",
+    "cuGraphExecDestroy",
+    "cuGraphExecEventRecordNodeSetEvent",
+    "cuGraphExecEventWaitNodeSetEvent",
+    "cuGraphExecExternalSemaphoresSignalNodeSetParams",
+    "cuGraphExecExternalSemaphoresWaitNodeSetParams",
+    "cuGraphExecGetFlags",
+    "cuGraphExecHostNodeSetParams",
+    "cuGraphExecKernelNodeSetParams_v2",
+    "cuGraphExecMemcpyNodeSetParams",
+    "cuGraphExecMemsetNodeSetParams",
+    "cuGraphExecNodeSetParams",
+    "cuGraphExecUpdate_v2",
+    "cuGraphExternalSemaphoresSignalNodeGetParams",
+    "cuGraphExternalSemaphoresSignalNodeSetParams",
+    "cuGraphExternalSemaphoresWaitNodeGetParams",
+    "cuGraphExternalSemaphoresWaitNodeSetParams",
+    "cuGraphGetEdges_v2",
+    "cuGraphGetNodes",
+    "cuGraphGetRootNodes",
+    "cuGraphHostNodeGetParams",
+    "cuGraphHostNodeSetParams",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphInstantiateWithParams",
+    "cuGraphInstantiate_v2",
+    "cuGraphKernelNodeCopyAttributes",
+    "cuGraphKernelNodeGetAttribute",
+    "cuGraphKernelNodeGetParams_v2",
+    "cuGraphKernelNodeSetAttribute",
+    "cuGraphKernelNodeSetParams_v2",
+    "cuGraphLaunch",
+    "cuGraphMemAllocNodeGetParams",
+    "cuGraphMemFreeNodeGetParams",
+    "cuGraphMemcpyNodeGetParams",
+    "cuGraphMemcpyNodeSetParams",
+    "cuGraphMemsetNodeGetParams",
+    "cuGraphMemsetNodeSetParams",
+    "cuGraphNodeFindInClone",
+    "cuGraphNodeGetDependencies_v2",
+    "cuGraphNodeGetDependentNodes_v2",
+    "cuGraphNodeGetEnabled",
+    "cuGraphNodeGetType",
+    "cuGraphNodeSetEnabled",
+    "cuGraphNodeSetParams",
+    "cuGraphReleaseUserObject",
+    "cuGraphRemoveDependencies_v2",
+    "cuGraphRetainUserObject",
+    "cuGraphUpload",
+    "cuGraphicsEGLRegisterImage",
+    "cuGraphicsGLRegisterBuffer",
+    "cuGraphicsGLRegisterImage",
+    "cuGraphicsMapResources",
+    "cuGraphicsResourceGetMappedEglFrame",
+    "cuGraphicsResourceGetMappedMipmappedArray",
+    "cuGraphicsResourceGetMappedPointer_v2",
+    "cuGraphicsResourceSetMapFlags_v2",
+    "cuGraphicsSubResourceGetMappedArray",
+    "cuGraphicsUnmapResources",
+    "cuGraphicsUnregisterResource",
+    "cuGraphicsVDPAURegisterOutputSurface",
+    "cuGraphicsVDPAURegisterVideoSurface",
+    "cuGreenCtxCreate",
+    "cuGreenCtxDestroy",
+    "cuGreenCtxGetDevResource",
+    "cuGreenCtxGetId",
+    "cuGreenCtxRecordEvent",
+    "cuGreenCtxStreamCreate",
+    "cuGreenCtxWaitEvent",
+    "cuImportExternalMemory",
+    "cuImportExternalSemaphore",
+    "cuInit",
+    "cuIpcCloseMemHandle",
+    "cuIpcGetEventHandle",
+    "cuIpcGetMemHandle",
+    "cuIpcOpenEventHandle",
+    "cuIpcOpenMemHandle_v2",
+    "cuKernelGetAttribute",
+    "cuKernelGetFunction",
+    "cuKernelGetLibrary",
+    "cuKernelGetName",
+    "cuKernelGetParamInfo",
+    "cuKernelSetAttribute",
+    "cuKernelSetCacheConfig",
+    "cuLaunch",
+    "cuLaunchCooperativeKernel",
+    "cuLaunchCooperativeKernelMultiDevice",
+    "cuLaunchGrid",
+    "cuLaunchGridAsync",
+    "cuLaunchHostFunc",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "cuLibraryEnumerateKernels",
+    "cuLibraryGetGlobal",
+    "cuLibraryGetKernel",
+    "cuLibraryGetKernelCount",
+    "cuLibraryGetManaged",
+    "cuLibraryGetModule",
+    "cuLibraryGetUnifiedFunction",
+    "cuLibraryLoadData",
+    "cuLibraryLoadFromFile",
+    "cuLibraryUnload",
+    "cuLinkAddData_v2",
+    "cuLinkAddFile_v2",
+    "cuLinkComplete",
+    "cuLinkCreate_v2",
+    "cuLinkDestroy",
+    "cuLogsCurrent",
+    "cuLogsDumpToFile",
+    "cuLogsDumpToMemory",
+    "cuLogsRegisterCallback",
+    "cuLogsUnregisterCallback",
+    "cuMemAddressFree",
+    "cuMemAddressReserve",
+    "cuMemAdvise_v2",
+    "cuMemAllocAsync",
+    "cuMemAllocFromPoolAsync",
+    "cuMemAllocHost_v2",
+    "cuMemAllocManaged",
+    "cuMemAllocPitch_v2",
+    "cuMemAlloc_v2",
+    "cuMemBatchDecompressAsync",
+    "cuMemCreate",
+    "cuMemDiscardAndPrefetchBatchAsync",
+    "cuMemDiscardBatchAsync",
+    "cuMemExportToShareableHandle",
+    "cuMemFreeAsync",
+    "cuMemFreeHost",
+    "cuMemFree_v2",
+    "cuMemGetAccess",
+    "cuMemGetAddressRange_v2",
+    "cuMemGetAllocationGranularity",
+    "cuMemGetAllocationPropertiesFromHandle",
+    "cuMemGetAttribute",
+    "cuMemGetAttribute_v2",
+    "cuMemGetDefaultMemPool",
+    "cuMemGetHandleForAddressRange",
+    "cuMemGetInfo_v2",
+    "cuMemGetMemPool",
+    "cuMemHostAlloc",
+    "cuMemHostGetDevicePointer_v2",
+    "cuMemHostGetFlags",
+    "cuMemHostRegister_v2",
+    "cuMemHostUnregister",
+    "cuMemImportFromShareableHandle",
+    "cuMemMap",
+    "cuMemMapArrayAsync",
+    "cuMemPoolCreate",
+    "cuMemPoolDestroy",
+    "cuMemPoolExportPointer",
+    "cuMemPoolExportToShareableHandle",
+    "cuMemPoolGetAccess",
+    "cuMemPoolGetAttribute",
+    "cuMemPoolImportFromShareableHandle",
+    "cuMemPoolImportPointer",
+    "cuMemPoolSetAccess",
+    "cuMemPoolSetAttribute",
+    "cuMemPoolTrimTo",
+    "cuMemPrefetchAsync_ptsz",
+    "cuMemPrefetchAsync_v2",
+    "cuMemPrefetchBatchAsync",
+    "cuMemRangeGetAttribute",
+    "cuMemRangeGetAttributes",
+    "cuMemRelease",
+    "cuMemRetainAllocationHandle",
+    "cuMemSetAccess",
+    "cuMemSetMemPool",
+    "cuMemUnmap",
+    "cuMemcpy",
+    "cuMemcpy2DAsync_v2",
+    "cuMemcpy2DUnaligned_v2",
+    "cuMemcpy2D_v2",
+    "cuMemcpy3DAsync_v2",
+    "cuMemcpy3DBatchAsync_ptsz",
+    "cuMemcpy3DBatchAsync_v2",
+    "cuMemcpy3DPeer",
+    "cuMemcpy3DPeerAsync",
+    "cuMemcpy3D_v2",
+    "cuMemcpyAsync",
+    "cuMemcpyAtoA_v2",
+    "cuMemcpyAtoD_v2",
+    "cuMemcpyAtoHAsync_v2",
+    "cuMemcpyAtoH_v2",
+    "cuMemcpyBatchAsync_ptsz",
+    "cuMemcpyBatchAsync_v2",
+    "cuMemcpyDtoA_v2",
+    "cuMemcpyDtoDAsync_v2",
+    "cuMemcpyDtoD_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoAAsync_v2",
+    "cuMemcpyHtoA_v2",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyPeer",
+    "cuMemcpyPeerAsync",
+    "cuMemsetD16Async",
+    "cuMemsetD16_v2",
+    "cuMemsetD2D16Async",
+    "cuMemsetD2D16_v2",
+    "cuMemsetD2D32Async",
+    "cuMemsetD2D32_v2",
+    "cuMemsetD2D8Async",
+    "cuMemsetD2D8_v2",
+    "cuMemsetD32Async",
+    "cuMemsetD32_v2",
+    "cuMemsetD8Async",
+    "cuMemsetD8_v2",
+    "cuMipmappedArrayCreate",
+    "cuMipmappedArrayDestroy",
+    "cuMipmappedArrayGetLevel",
+    "cuMipmappedArrayGetMemoryRequirements",
+    "cuMipmappedArrayGetSparseProperties",
+    "cuModuleEnumerateFunctions",
+    "cuModuleGetFunction",
+    "cuModuleGetFunctionCount",
+    "cuModuleGetGlobal_v2",
+    "cuModuleGetLoadingMode",
+    "cuModuleGetSurfRef",
+    "cuModuleGetTexRef",
+    "cuModuleLoad",
+    "cuModuleLoadData",
+    "cuModuleLoadDataEx",
+    "cuModuleLoadFatBinary",
+    "cuModuleUnload",
+    "cuMulticastAddDevice",
+    "cuMulticastBindAddr",
+    "cuMulticastBindMem",
+    "cuMulticastCreate",
+    "cuMulticastGetGranularity",
+    "cuMulticastUnbind",
+    "cuOccupancyAvailableDynamicSMemPerBlock",
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+    "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
+    "cuOccupancyMaxActiveClusters",
+    "cuOccupancyMaxPotentialBlockSize",
+    "cuOccupancyMaxPotentialBlockSizeWithFlags",
+    "cuOccupancyMaxPotentialClusterSize",
+    "cuParamSetSize",
+    "cuParamSetTexRef",
+    "cuParamSetf",
+    "cuParamSeti",
+    "cuParamSetv",
+    "cuPointerGetAttribute",
+    "cuPointerGetAttributes",
+    "cuPointerSetAttribute",
+    "cuProfilerInitialize",
+    "cuProfilerStart",
+    "cuProfilerStop",
+    "cuSignalExternalSemaphoresAsync",
+    "cuStreamAddCallback",
+    "cuStreamAttachMemAsync",
+    "cuStreamBatchMemOp_ptsz",
+    "cuStreamBatchMemOp_v2",
+    "cuStreamBeginCaptureToGraph",
+    "cuStreamBeginCapture_ptsz",
+    "cuStreamBeginCapture_v2",
+    "cuStreamCopyAttributes",
+    "cuStreamCreate",
+    "cuStreamCreateWithPriority",
+    "cuStreamDestroy_v2",
+    "cuStreamEndCapture",
+    "cuStreamGetAttribute",
+    "cuStreamGetCaptureInfo_ptsz",
+    "cuStreamGetCaptureInfo_v2",
+    "cuStreamGetCaptureInfo_v2_ptsz",
+    "cuStreamGetCaptureInfo_v3",
+    "cuStreamGetCtx",
+    "cuStreamGetCtx_v2",
+    "cuStreamGetDevice",
+    "cuStreamGetFlags",
+    "cuStreamGetGreenCtx",
+    "cuStreamGetId",
+    "cuStreamGetPriority",
+    "cuStreamIsCapturing",
+    "cuStreamQuery",
+    "cuStreamSetAttribute",
+    "cuStreamSynchronize",
+    "cuStreamUpdateCaptureDependencies_ptsz",
+    "cuStreamUpdateCaptureDependencies_v2",
+    "cuStreamWaitEvent",
+    "cuStreamWaitValue32_ptsz",
+    "cuStreamWaitValue32_v2",
+    "cuStreamWaitValue64_ptsz",
+    "cuStreamWaitValue64_v2",
+    "cuStreamWriteValue32_ptsz",
+    "cuStreamWriteValue32_v2",
+    "cuStreamWriteValue64_ptsz",
+    "cuStreamWriteValue64_v2",
+    "cuSurfObjectCreate",
+    "cuSurfObjectDestroy",
+    "cuSurfObjectGetResourceDesc",
+    "cuSurfRefGetArray",
+    "cuSurfRefSetArray",
+    "cuTensorMapEncodeIm2col",
+    "cuTensorMapEncodeIm2colWide",
+    "cuTensorMapEncodeTiled",
+    "cuTensorMapReplaceAddress",
+    "cuTexObjectCreate",
+    "cuTexObjectDestroy",
+    "cuTexObjectGetResourceDesc",
+    "cuTexObjectGetResourceViewDesc",
+    "cuTexObjectGetTextureDesc",
+    "cuTexRefCreate",
+    "cuTexRefDestroy",
+    "cuTexRefGetAddressMode",
+    "cuTexRefGetAddress_v2",
+    "cuTexRefGetArray",
+    "cuTexRefGetBorderColor",
+    "cuTexRefGetFilterMode",
+    "cuTexRefGetFlags",
+    "cuTexRefGetFormat",
+    "cuTexRefGetMaxAnisotropy",
+    "cuTexRefGetMipmapFilterMode",
+    "cuTexRefGetMipmapLevelBias",
+    "cuTexRefGetMipmapLevelClamp",
+    "cuTexRefGetMipmappedArray",
+    "cuTexRefSetAddress2D_v2",
+    "cuTexRefSetAddress2D_v3",
+    "cuTexRefSetAddressMode",
+    "cuTexRefSetAddress_v2",
+    "cuTexRefSetArray",
+    "cuTexRefSetBorderColor",
+    "cuTexRefSetFilterMode",
+    "cuTexRefSetFlags",
+    "cuTexRefSetFormat",
+    "cuTexRefSetMaxAnisotropy",
+    "cuTexRefSetMipmapFilterMode",
+    "cuTexRefSetMipmapLevelBias",
+    "cuTexRefSetMipmapLevelClamp",
+    "cuTexRefSetMipmappedArray",
+    "cuThreadExchangeStreamCaptureMode",
+    "cuUserObjectCreate",
+    "cuUserObjectRelease",
+    "cuUserObjectRetain",
+    "cuVDPAUCtxCreate",
+    "cuVDPAUCtxCreate_v2",
+    "cuVDPAUGetDevice",
+    "cuWaitExternalSemaphoresAsync",
+    "cudaArrayGetInfo",
+    "cudaArrayGetMemoryRequirements",
+    "cudaArrayGetPlane",
+    "cudaArrayGetSparseProperties",
+    "cudaChooseDevice",
+    "cudaCreateChannelDesc",
+    "cudaCreateSurfaceObject",
+    "cudaCreateTextureObject",
+    "cudaCtxResetPersistingL2Cache",
+    "cudaDestroyExternalMemory",
+    "cudaDestroyExternalSemaphore",
+    "cudaDestroySurfaceObject",
+    "cudaDestroyTextureObject",
+    "cudaDeviceCanAccessPeer",
+    "cudaDeviceDisablePeerAccess",
+    "cudaDeviceEnablePeerAccess",
+    "cudaDeviceFlushGPUDirectRDMAWrites",
+    "cudaDeviceGetAttribute",
+    "cudaDeviceGetByPCIBusId",
+    "cudaDeviceGetCacheConfig",
+    "cudaDeviceGetDefaultMemPool",
+    "cudaDeviceGetGraphMemAttribute",
+    "cudaDeviceGetHostAtomicCapabilities",
+    "cudaDeviceGetLimit",
+    "cudaDeviceGetMemPool",
+    "cudaDeviceGetNvSciSyncAttributes",
+    "cudaDeviceGetP2PAtomicCapabilities",
+    "cudaDeviceGetP2PAttribute",
+    "cudaDeviceGetPCIBusId",
+    "cudaDeviceGetSharedMemConfig",
+    "cudaDeviceGetStreamPriorityRange",
+    "cudaDeviceGetTexture1DLinearMaxWidth",
+    "cudaDeviceGraphMemTrim",
+    "cudaDeviceRegisterAsyncNotification",
+    "cudaDeviceReset",
+    "cudaDeviceSetCacheConfig",
+    "cudaDeviceSetGraphMemAttribute",
+    "cudaDeviceSetLimit",
+    "cudaDeviceSetMemPool",
+    "cudaDeviceSetSharedMemConfig",
+    "cudaDeviceSynchronize",
+    "cudaDeviceUnregisterAsyncNotification",
+    "cudaDriverGetVersion",
+    "cudaEGLStreamConsumerAcquireFrame",
+    "cudaEGLStreamConsumerConnect",
+    "cudaEGLStreamConsumerConnectWithFlags",
+    "cudaEGLStreamConsumerDisconnect",
+    "cudaEGLStreamConsumerReleaseFrame",
+    "cudaEGLStreamProducerConnect",
+    "cudaEGLStreamProducerDisconnect",
+    "cudaEGLStreamProducerPresentFrame",
+    "cudaEGLStreamProducerReturnFrame",
+    "cudaEventCreate",
+    "cudaEventCreateFromEGLSync",
+    "cudaEventCreateWithFlags",
+    "cudaEventDestroy",
+    "cudaEventElapsedTime",
+    "cudaEventQuery",
+    "cudaEventRecord",
+    "cudaEventRecordWithFlags",
+    "cudaEventSynchronize",
+    "cudaExternalMemoryGetMappedBuffer",
+    "cudaExternalMemoryGetMappedMipmappedArray",
+    "cudaFree",
+    "cudaFreeArray",
+    "cudaFreeAsync",
+    "cudaFreeHost",
+    "cudaFreeMipmappedArray",
+    "cudaFuncGetAttributes",
+    "cudaFuncGetName",
+    "cudaFuncGetParamInfo",
+    "cudaFuncSetAttribute",
+    "cudaFuncSetCacheConfig",
+    "cudaFuncSetSharedMemConfig",
+    "cudaGLGetDevices",
+    "cudaGLMapBufferObject",
+    "cudaGLMapBufferObjectAsync",
+    "cudaGLRegisterBufferObject",
+    "cudaGLSetBufferObjectMapFlags",
+    "cudaGLSetGLDevice",
+    "cudaGLUnmapBufferObject",
+    "cudaGLUnmapBufferObjectAsync",
+    "cudaGLUnregisterBufferObject",
+    "cudaGetChannelDesc",
+    "cudaGetDevice",
+    "cudaGetDeviceCount",
+    "cudaGetDeviceFlags",
+    "cudaGetDeviceProperties",
+    "cudaGetDriverEntryPoint",
+    "cudaGetDriverEntryPointByVersion",
+    "cudaGetErrorName",
+    "cudaGetErrorString",
+    "cudaGetExportTable",
+    "cudaGetFuncBySymbol",
+    "cudaGetKernel",
+    "cudaGetLastError",
+    "cudaGetMipmappedArrayLevel",
+    "cudaGetSurfaceObjectResourceDesc",
+    "cudaGetSymbolAddress",
+    "cudaGetSymbolSize",
+    "cudaGetTextureObjectResourceDesc",
+    "cudaGetTextureObjectResourceViewDesc",
+    "cudaGetTextureObjectTextureDesc",
+    "cudaGraphAddChildGraphNode",
+    "cudaGraphAddDependencies",
+    "cudaGraphAddEmptyNode",
+    "cudaGraphAddEventRecordNode",
+    "cudaGraphAddEventWaitNode",
+    "cudaGraphAddExternalSemaphoresSignalNode",
+    "cudaGraphAddExternalSemaphoresWaitNode",
+    "cudaGraphAddHostNode",
+    "cudaGraphAddKernelNode",
+    "cudaGraphAddMemAllocNode",
+    "cudaGraphAddMemFreeNode",
+    "cudaGraphAddMemcpyNode",
+    "cudaGraphAddMemcpyNode1D",
+    "cudaGraphAddMemcpyNodeFromSymbol",
+    "cudaGraphAddMemcpyNodeToSymbol",
+    "cudaGraphAddMemsetNode",
+    "cudaGraphAddNode",
+    "cudaGraphChildGraphNodeGetGraph",
+    "cudaGraphClone",
+    "cudaGraphConditionalHandleCreate",
+    "cudaGraphCreate",
+    "cudaGraphDebugDotPrint",
+    "cudaGraphDestroy",
+    "cudaGraphDestroyNode",
+    "cudaGraphEventRecordNodeGetEvent",
+    "cudaGraphEventRecordNodeSetEvent",
+    "cudaGraphEventWaitNodeGetEvent",
+    "cudaGraphEventWaitNodeSetEvent",
+    "cudaGraphExecChildGraphNodeSetParams",
+    "cudaGraphExecDestroy",
+    "cudaGraphExecEventRecordNodeSetEvent",
+    "cudaGraphExecEventWaitNodeSetEvent",
+    "cudaGraphExecExternalSemaphoresSignalNodeSetParams",
+    "cudaGraphExecExternalSemaphoresWaitNodeSetParams",
+    "cudaGraphExecGetFlags",
+    "cudaGraphExecHostNodeSetParams",
+    "cudaGraphExecKernelNodeSetParams",
+    "cudaGraphExecMemcpyNodeSetParams",
+    "cudaGraphExecMemcpyNodeSetParams1D",
+    "cudaGraphExecMemcpyNodeSetParamsFromSymbol",
+    "cudaGraphExecMemcpyNodeSetParamsToSymbol",
+    "cudaGraphExecMemsetNodeSetParams",
+    "cudaGraphExecNodeSetParams",
+    "cudaGraphExecUpdate",
+    "cudaGraphExternalSemaphoresSignalNodeGetParams",
+    "cudaGraphExternalSemaphoresSignalNodeSetParams",
+    "cudaGraphExternalSemaphoresWaitNodeGetParams",
+    "cudaGraphExternalSemaphoresWaitNodeSetParams",
+    "cudaGraphGetEdges",
+    "cudaGraphGetNodes",
+    "cudaGraphGetRootNodes",
+    "cudaGraphHostNodeGetParams",
+    "cudaGraphHostNodeSetParams",
+    "cudaGraphInstantiate",
+    "cudaGraphInstantiateWithFlags",
+    "cudaGraphInstantiateWithParams",
+    "cudaGraphKernelNodeCopyAttributes",
+    "cudaGraphKernelNodeGetAttribute",
+    "cudaGraphKernelNodeGetParams",
+    "cudaGraphKernelNodeSetAttribute",
+    "cudaGraphKernelNodeSetParams",
+    "cudaGraphLaunch",
+    "cudaGraphMemAllocNodeGetParams",
+    "cudaGraphMemFreeNodeGetParams",
+    "cudaGraphMemcpyNodeGetParams",
+    "cudaGraphMemcpyNodeSetParams",
+    "cudaGraphMemcpyNodeSetParams1D",
+    "cudaGraphMemcpyNodeSetParamsFromSymbol",
+    "cudaGraphMemcpyNodeSetParamsToSymbol",
+    "cudaGraphMemsetNodeGetParams",
+    "cudaGraphMemsetNodeSetParams",
+    "cudaGraphNodeFindInClone",
+    "cudaGraphNodeGetDependencies",
+    "cudaGraphNodeGetDependentNodes",
+    "cudaGraphNodeGetEnabled",
+    "cudaGraphNodeGetType",
+    "cudaGraphNodeSetEnabled",
+    "cudaGraphNodeSetParams",
+    "cudaGraphReleaseUserObject",
+    "cudaGraphRemoveDependencies",
+    "cudaGraphRetainUserObject",
+    "cudaGraphUpload",
+    "cudaGraphicsEGLRegisterImage",
+    "cudaGraphicsGLRegisterBuffer",
+    "cudaGraphicsGLRegisterImage",
+    "cudaGraphicsMapResources",
+    "cudaGraphicsResourceGetMappedEglFrame",
+    "cudaGraphicsResourceGetMappedMipmappedArray",
+    "cudaGraphicsResourceGetMappedPointer",
+    "cudaGraphicsResourceSetMapFlags",
+    "cudaGraphicsSubResourceGetMappedArray",
+    "cudaGraphicsUnmapResources",
+    "cudaGraphicsUnregisterResource",
+    "cudaGraphicsVDPAURegisterOutputSurface",
+    "cudaGraphicsVDPAURegisterVideoSurface",
+    "cudaHostAlloc",
+    "cudaHostGetDevicePointer",
+    "cudaHostGetFlags",
+    "cudaHostRegister",
+    "cudaHostUnregister",
+    "cudaImportExternalMemory",
+    "cudaImportExternalSemaphore",
+    "cudaInitDevice",
+    "cudaIpcCloseMemHandle",
+    "cudaIpcGetEventHandle",
+    "cudaIpcGetMemHandle",
+    "cudaIpcOpenEventHandle",
+    "cudaIpcOpenMemHandle",
+    "cudaKernelSetAttributeForDevice",
+    "cudaLaunchCooperativeKernel",
+    "cudaLaunchHostFunc",
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cudaLibraryEnumerateKernels",
+    "cudaLibraryGetGlobal",
+    "cudaLibraryGetKernel",
+    "cudaLibraryGetKernelCount",
+    "cudaLibraryGetManaged",
+    "cudaLibraryGetUnifiedFunction",
+    "cudaLibraryLoadData",
+    "cudaLibraryLoadFromFile",
+    "cudaLibraryUnload",
+    "cudaLogsCurrent",
+    "cudaLogsDumpToFile",
+    "cudaLogsDumpToMemory",
+    "cudaLogsRegisterCallback",
+    "cudaLogsUnregisterCallback",
+    "cudaMalloc",
+    "cudaMalloc3D",
+    "cudaMalloc3DArray",
+    "cudaMallocArray",
+    "cudaMallocAsync",
+    "cudaMallocFromPoolAsync",
+    "cudaMallocHost",
+    "cudaMallocManaged",
+    "cudaMallocMipmappedArray",
+    "cudaMallocPitch",
+    "cudaMemAdvise",
+    "cudaMemDiscardAndPrefetchBatchAsync",
+    "cudaMemDiscardBatchAsync",
+    "cudaMemGetDefaultMemPool",
+    "cudaMemGetInfo",
+    "cudaMemGetMemPool",
+    "cudaMemPoolCreate",
+    "cudaMemPoolDestroy",
+    "cudaMemPoolExportPointer",
+    "cudaMemPoolExportToShareableHandle",
+    "cudaMemPoolGetAccess",
+    "cudaMemPoolGetAttribute",
+    "cudaMemPoolImportFromShareableHandle",
+    "cudaMemPoolImportPointer",
+    "cudaMemPoolSetAccess",
+    "cudaMemPoolSetAttribute",
+    "cudaMemPoolTrimTo",
+    "cudaMemPrefetchAsync",
+    "cudaMemPrefetchBatchAsync",
+    "cudaMemRangeGetAttribute",
+    "cudaMemRangeGetAttributes",
+    "cudaMemSetMemPool",
+    "cudaMemcpy",
+    "cudaMemcpy2D",
+    "cudaMemcpy2DArrayToArray",
+    "cudaMemcpy2DAsync",
+    "cudaMemcpy2DFromArray",
+    "cudaMemcpy2DFromArrayAsync",
+    "cudaMemcpy2DToArray",
+    "cudaMemcpy2DToArrayAsync",
+    "cudaMemcpy3D",
+    "cudaMemcpy3DAsync",
+    "cudaMemcpy3DBatchAsync",
+    "cudaMemcpy3DPeer",
+    "cudaMemcpy3DPeerAsync",
+    "cudaMemcpyArrayToArray",
+    "cudaMemcpyAsync",
+    "cudaMemcpyBatchAsync",
+    "cudaMemcpyFromArray",
+    "cudaMemcpyFromArrayAsync",
+    "cudaMemcpyFromSymbol",
+    "cudaMemcpyFromSymbolAsync",
+    "cudaMemcpyPeer",
+    "cudaMemcpyPeerAsync",
+    "cudaMemcpyToArray",
+    "cudaMemcpyToArrayAsync",
+    "cudaMemcpyToSymbol",
+    "cudaMemcpyToSymbolAsync",
+    "cudaMemset",
+    "cudaMemset2D",
+    "cudaMemset2DAsync",
+    "cudaMemset3D",
+    "cudaMemset3DAsync",
+    "cudaMemsetAsync",
+    "cudaMipmappedArrayGetMemoryRequirements",
+    "cudaMipmappedArrayGetSparseProperties",
+    "cudaOccupancyAvailableDynamicSMemPerBlock",
+    "cudaOccupancyMaxActiveBlocksPerMultiprocessor",
+    "cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
+    "cudaOccupancyMaxActiveClusters",
+    "cudaOccupancyMaxPotentialClusterSize",
+    "cudaPeekAtLastError",
+    "cudaPointerGetAttributes",
+    "cudaProfilerStart",
+    "cudaProfilerStop",
+    "cudaRuntimeGetVersion",
+    "cudaSetDevice",
+    "cudaSetDeviceFlags",
+    "cudaSetValidDevices",
+    "cudaSignalExternalSemaphoresAsync",
+    "cudaStreamAddCallback",
+    "cudaStreamAttachMemAsync",
+    "cudaStreamBeginCapture",
+    "cudaStreamBeginCaptureToGraph",
+    "cudaStreamCopyAttributes",
+    "cudaStreamCreate",
+    "cudaStreamCreateWithFlags",
+    "cudaStreamCreateWithPriority",
+    "cudaStreamDestroy",
+    "cudaStreamEndCapture",
+    "cudaStreamGetAttribute",
+    "cudaStreamGetCaptureInfo",
+    "cudaStreamGetDevice",
+    "cudaStreamGetFlags",
+    "cudaStreamGetId",
+    "cudaStreamGetPriority",
+    "cudaStreamIsCapturing",
+    "cudaStreamQuery",
+    "cudaStreamSetAttribute",
+    "cudaStreamSynchronize",
+    "cudaStreamUpdateCaptureDependencies",
+    "cudaStreamWaitEvent",
+    "cudaThreadExchangeStreamCaptureMode",
+    "cudaUserObjectCreate",
+    "cudaUserObjectRelease",
+    "cudaUserObjectRetain",
+    "cudaVDPAUGetDevice",
+    "cudaVDPAUSetVDPAUDevice",
+    "cudaWaitExternalSemaphoresAsync",
+};
+const char *const cuwire_modes[] = {
+    "local",
+    "unimplemented",
+    "local",
+    "custom",
+    "local",
+    "local",
+    "local",
+    "local",
+    "local",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "local",
+    "local",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "async",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "local",
+    "local",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
+    "async",
+    "async",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "local",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
+    "local",
+    "local",
+    "local",
+    "custom",
+    "unimplemented",
+    "unimplemented",
+    "local",
+    "local",
+    "unimplemented",
+    "unimplemented",
+    "custom",
+    "custom",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "local",
+    "unimplemented",
+    "local",
+    "local",
+    "local",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "custom",
+    "custom",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "local",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "custom",
+    "custom",
+    "sync",
+    "async",
+    "unimplemented",
+    "unimplemented",
+    "custom",
+    "custom",
+    "sync",
+    "sync",
+    "async",
+    "unimplemented",
+    "unimplemented",
+    "async",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "local",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "async",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+};
+unsigned long long cuwire_counts[859];
+const int cuwire_n_functions = 859;
+
 const char *cuwire_error_name(int code)
 {
     switch (code) {
@@ -156,12 +1882,14 @@ const char *cuwire_error_name(int code)
 cudaError_t cuwire_local___cudaGetKernel(cudaKernel_t *kernel, const void *hostFun);
 CUWIRE_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
 {
+    __atomic_add_fetch(&cuwire_counts[0], 1, __ATOMIC_RELAXED);
 return cuwire_local___cudaGetKernel(kernel, hostFun);
 }
 
 /* __cudaGetProcAddress (crt/host_runtime.h): unimplemented */
 CUWIRE_EXPORT cudaError_t __cudaGetProcAddress(const char *symbol, void **funcPtr, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus)
 {
+    __atomic_add_fetch(&cuwire_counts[1], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("__cudaGetProcAddress", "crt/host_runtime.h", &warned));
 }
@@ -170,6 +1898,7 @@ CUWIRE_EXPORT cudaError_t __cudaGetProcAddress(const char *symbol, void **funcPt
 char cuwire_local___cudaInitModule(void **fatCubinHandle);
 CUWIRE_EXPORT char __cudaInitModule(void **fatCubinHandle)
 {
+    __atomic_add_fetch(&cuwire_counts[2], 1, __ATOMIC_RELAXED);
 return cuwire_local___cudaInitModule(fatCubinHandle);
 }
 
@@ -177,6 +1906,7 @@ return cuwire_local___cudaInitModule(fatCubinHandle);
 int cuwire_py___cudaLaunchKernel(uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[3], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py___cudaLaunchKernel((uint64_t)(uintptr_t)kernel, (void *)&gridDim, sizeof gridDim, (void *)&blockDim, sizeof blockDim, (void *)args, (uint64_t)sharedMem, (uint64_t)(uintptr_t)stream));
@@ -187,6 +1917,7 @@ CUWIRE_EXPORT __typeof__(__cudaLaunchKernel) __cudaLaunchKernel_ptsz __attribute
 cudaError_t cuwire_local___cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem, void *stream);
 CUWIRE_EXPORT cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem, void *stream)
 {
+    __atomic_add_fetch(&cuwire_counts[4], 1, __ATOMIC_RELAXED);
 return cuwire_local___cudaPopCallConfiguration(gridDim, blockDim, sharedMem, stream);
 }
 
@@ -194,6 +1925,7 @@ return cuwire_local___cudaPopCallConfiguration(gridDim, blockDim, sharedMem, str
 unsigned cuwire_local___cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem, struct CUstream_st *stream);
 CUWIRE_EXPORT unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem, struct CUstream_st *stream)
 {
+    __atomic_add_fetch(&cuwire_counts[5], 1, __ATOMIC_RELAXED);
 return cuwire_local___cudaPushCallConfiguration(gridDim, blockDim, sharedMem, stream);
 }
 
@@ -201,6 +1933,7 @@ return cuwire_local___cudaPushCallConfiguration(gridDim, blockDim, sharedMem, st
 void ** cuwire_local___cudaRegisterFatBinary(void *fatCubin);
 CUWIRE_EXPORT void ** __cudaRegisterFatBinary(void *fatCubin)
 {
+    __atomic_add_fetch(&cuwire_counts[6], 1, __ATOMIC_RELAXED);
 return cuwire_local___cudaRegisterFatBinary(fatCubin);
 }
 
@@ -208,6 +1941,7 @@ return cuwire_local___cudaRegisterFatBinary(fatCubin);
 void cuwire_local___cudaRegisterFatBinaryEnd(void **fatCubinHandle);
 CUWIRE_EXPORT void __cudaRegisterFatBinaryEnd(void **fatCubinHandle)
 {
+    __atomic_add_fetch(&cuwire_counts[7], 1, __ATOMIC_RELAXED);
 cuwire_local___cudaRegisterFatBinaryEnd(fatCubinHandle);
 }
 
@@ -215,12 +1949,14 @@ cuwire_local___cudaRegisterFatBinaryEnd(fatCubinHandle);
 void cuwire_local___cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize);
 CUWIRE_EXPORT void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize)
 {
+    __atomic_add_fetch(&cuwire_counts[8], 1, __ATOMIC_RELAXED);
 cuwire_local___cudaRegisterFunction(fatCubinHandle, hostFun, deviceFun, deviceName, thread_limit, tid, bid, bDim, gDim, wSize);
 }
 
 /* __cudaRegisterHostVar (crt/host_runtime.h): unimplemented */
 CUWIRE_EXPORT void __cudaRegisterHostVar(void **fatCubinHandle, const char *deviceName, char *hostVar, size_t size)
 {
+    __atomic_add_fetch(&cuwire_counts[9], 1, __ATOMIC_RELAXED);
     static int warned;
     cuwire_unimplemented("__cudaRegisterHostVar", "crt/host_runtime.h", &warned);
 }
@@ -228,6 +1964,7 @@ CUWIRE_EXPORT void __cudaRegisterHostVar(void **fatCubinHandle, const char *devi
 /* __cudaRegisterManagedVar (crt/host_runtime.h): unimplemented */
 CUWIRE_EXPORT void __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVarPtrAddress, char *deviceAddress, const char *deviceName, int ext, size_t size, int constant, int global)
 {
+    __atomic_add_fetch(&cuwire_counts[10], 1, __ATOMIC_RELAXED);
     static int warned;
     cuwire_unimplemented("__cudaRegisterManagedVar", "crt/host_runtime.h", &warned);
 }
@@ -235,6 +1972,7 @@ CUWIRE_EXPORT void __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVa
 /* __cudaRegisterUnifiedTable (crt/host_runtime.h): unimplemented */
 CUWIRE_EXPORT void __cudaRegisterUnifiedTable(void *table)
 {
+    __atomic_add_fetch(&cuwire_counts[11], 1, __ATOMIC_RELAXED);
     static int warned;
     cuwire_unimplemented("__cudaRegisterUnifiedTable", "crt/host_runtime.h", &warned);
 }
@@ -243,6 +1981,7 @@ CUWIRE_EXPORT void __cudaRegisterUnifiedTable(void *table)
 void cuwire_local___cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress, const char *deviceName, int ext, size_t size, int constant, int global);
 CUWIRE_EXPORT void __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress, const char *deviceName, int ext, size_t size, int constant, int global)
 {
+    __atomic_add_fetch(&cuwire_counts[12], 1, __ATOMIC_RELAXED);
 cuwire_local___cudaRegisterVar(fatCubinHandle, hostVar, deviceAddress, deviceName, ext, size, constant, global);
 }
 
@@ -250,12 +1989,14 @@ cuwire_local___cudaRegisterVar(fatCubinHandle, hostVar, deviceAddress, deviceNam
 void cuwire_local___cudaUnregisterFatBinary(void **fatCubinHandle);
 CUWIRE_EXPORT void __cudaUnregisterFatBinary(void **fatCubinHandle)
 {
+    __atomic_add_fetch(&cuwire_counts[13], 1, __ATOMIC_RELAXED);
 cuwire_local___cudaUnregisterFatBinary(fatCubinHandle);
 }
 
 /* cuArray3DCreate_v2 (cuda.h): unimplemented; also cuArray3DCreate */
 CUWIRE_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
+    __atomic_add_fetch(&cuwire_counts[14], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuArray3DCreate_v2", "cuda.h", &warned));
 }
@@ -264,6 +2005,7 @@ CUWIRE_EXPORT __typeof__(cuArray3DCreate_v2) cuArray3DCreate __attribute__((alia
 /* cuArray3DGetDescriptor_v2 (cuda.h): unimplemented; also cuArray3DGetDescriptor */
 CUWIRE_EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
+    __atomic_add_fetch(&cuwire_counts[15], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuArray3DGetDescriptor_v2", "cuda.h", &warned));
 }
@@ -272,6 +2014,7 @@ CUWIRE_EXPORT __typeof__(cuArray3DGetDescriptor_v2) cuArray3DGetDescriptor __att
 /* cuArrayCreate_v2 (cuda.h): unimplemented; also cuArrayCreate */
 CUWIRE_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
+    __atomic_add_fetch(&cuwire_counts[16], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuArrayCreate_v2", "cuda.h", &warned));
 }
@@ -280,6 +2023,7 @@ CUWIRE_EXPORT __typeof__(cuArrayCreate_v2) cuArrayCreate __attribute__((alias("c
 /* cuArrayDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuArrayDestroy(CUarray hArray)
 {
+    __atomic_add_fetch(&cuwire_counts[17], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuArrayDestroy", "cuda.h", &warned));
 }
@@ -287,6 +2031,7 @@ CUWIRE_EXPORT CUresult cuArrayDestroy(CUarray hArray)
 /* cuArrayGetDescriptor_v2 (cuda.h): unimplemented; also cuArrayGetDescriptor */
 CUWIRE_EXPORT CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
+    __atomic_add_fetch(&cuwire_counts[18], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuArrayGetDescriptor_v2", "cuda.h", &warned));
 }
@@ -295,6 +2040,7 @@ CUWIRE_EXPORT __typeof__(cuArrayGetDescriptor_v2) cuArrayGetDescriptor __attribu
 /* cuArrayGetMemoryRequirements (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUarray array, CUdevice device)
 {
+    __atomic_add_fetch(&cuwire_counts[19], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuArrayGetMemoryRequirements", "cuda.h", &warned));
 }
@@ -302,6 +2048,7 @@ CUWIRE_EXPORT CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMEN
 /* cuArrayGetPlane (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuArrayGetPlane(CUarray *pPlaneArray, CUarray hArray, unsigned int planeIdx)
 {
+    __atomic_add_fetch(&cuwire_counts[20], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuArrayGetPlane", "cuda.h", &warned));
 }
@@ -309,6 +2056,7 @@ CUWIRE_EXPORT CUresult cuArrayGetPlane(CUarray *pPlaneArray, CUarray hArray, uns
 /* cuArrayGetSparseProperties (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *sparseProperties, CUarray array)
 {
+    __atomic_add_fetch(&cuwire_counts[21], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuArrayGetSparseProperties", "cuda.h", &warned));
 }
@@ -316,6 +2064,7 @@ CUWIRE_EXPORT CUresult cuArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *
 /* cuCheckpointProcessCheckpoint (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
+    __atomic_add_fetch(&cuwire_counts[22], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCheckpointProcessCheckpoint", "cuda.h", &warned));
 }
@@ -323,6 +2072,7 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckp
 /* cuCheckpointProcessGetRestoreThreadId (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 {
+    __atomic_add_fetch(&cuwire_counts[23], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCheckpointProcessGetRestoreThreadId", "cuda.h", &warned));
 }
@@ -330,6 +2080,7 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 /* cuCheckpointProcessGetState (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
+    __atomic_add_fetch(&cuwire_counts[24], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCheckpointProcessGetState", "cuda.h", &warned));
 }
@@ -337,6 +2088,7 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *stat
 /* cuCheckpointProcessLock (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
+    __atomic_add_fetch(&cuwire_counts[25], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCheckpointProcessLock", "cuda.h", &warned));
 }
@@ -344,6 +2096,7 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *ar
 /* cuCheckpointProcessRestore (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
+    __atomic_add_fetch(&cuwire_counts[26], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCheckpointProcessRestore", "cuda.h", &warned));
 }
@@ -351,6 +2104,7 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreAr
 /* cuCheckpointProcessUnlock (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
+    __atomic_add_fetch(&cuwire_counts[27], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCheckpointProcessUnlock", "cuda.h", &warned));
 }
@@ -358,6 +2112,7 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs
 /* cuCoredumpGetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCoredumpGetAttribute(CUcoredumpSettings attrib, void *value, size_t *size)
 {
+    __atomic_add_fetch(&cuwire_counts[28], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCoredumpGetAttribute", "cuda.h", &warned));
 }
@@ -365,6 +2120,7 @@ CUWIRE_EXPORT CUresult cuCoredumpGetAttribute(CUcoredumpSettings attrib, void *v
 /* cuCoredumpGetAttributeGlobal (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCoredumpGetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
 {
+    __atomic_add_fetch(&cuwire_counts[29], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCoredumpGetAttributeGlobal", "cuda.h", &warned));
 }
@@ -372,6 +2128,7 @@ CUWIRE_EXPORT CUresult cuCoredumpGetAttributeGlobal(CUcoredumpSettings attrib, v
 /* cuCoredumpSetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCoredumpSetAttribute(CUcoredumpSettings attrib, void *value, size_t *size)
 {
+    __atomic_add_fetch(&cuwire_counts[30], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCoredumpSetAttribute", "cuda.h", &warned));
 }
@@ -379,6 +2136,7 @@ CUWIRE_EXPORT CUresult cuCoredumpSetAttribute(CUcoredumpSettings attrib, void *v
 /* cuCoredumpSetAttributeGlobal (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCoredumpSetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
 {
+    __atomic_add_fetch(&cuwire_counts[31], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCoredumpSetAttributeGlobal", "cuda.h", &warned));
 }
@@ -386,6 +2144,7 @@ CUWIRE_EXPORT CUresult cuCoredumpSetAttributeGlobal(CUcoredumpSettings attrib, v
 /* cuCtxAttach (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[32], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxAttach", "cuda.h", &warned));
 }
@@ -393,6 +2152,7 @@ CUWIRE_EXPORT CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
 /* cuCtxCreate_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxCreate_v2(void)
 {
+    __atomic_add_fetch(&cuwire_counts[33], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxCreate_v2", "libcuda.so.1 export", &warned));
 }
@@ -400,6 +2160,7 @@ CUWIRE_EXPORT CUresult cuCtxCreate_v2(void)
 /* cuCtxCreate_v3 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxCreate_v3(void)
 {
+    __atomic_add_fetch(&cuwire_counts[34], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxCreate_v3", "libcuda.so.1 export", &warned));
 }
@@ -407,6 +2168,7 @@ CUWIRE_EXPORT CUresult cuCtxCreate_v3(void)
 /* cuCtxCreate_v4 (cuda.h): unimplemented; also cuCtxCreate */
 CUWIRE_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[35], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxCreate_v4", "cuda.h", &warned));
 }
@@ -415,6 +2177,7 @@ CUWIRE_EXPORT __typeof__(cuCtxCreate_v4) cuCtxCreate __attribute__((alias("cuCtx
 /* cuCtxDestroy_v2 (cuda.h): unimplemented; also cuCtxDestroy */
 CUWIRE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
+    __atomic_add_fetch(&cuwire_counts[36], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxDestroy_v2", "cuda.h", &warned));
 }
@@ -423,6 +2186,7 @@ CUWIRE_EXPORT __typeof__(cuCtxDestroy_v2) cuCtxDestroy __attribute__((alias("cuC
 /* cuCtxDetach (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxDetach(CUcontext ctx)
 {
+    __atomic_add_fetch(&cuwire_counts[37], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxDetach", "cuda.h", &warned));
 }
@@ -430,6 +2194,7 @@ CUWIRE_EXPORT CUresult cuCtxDetach(CUcontext ctx)
 /* cuCtxDisablePeerAccess (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
 {
+    __atomic_add_fetch(&cuwire_counts[38], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxDisablePeerAccess", "cuda.h", &warned));
 }
@@ -437,6 +2202,7 @@ CUWIRE_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
 /* cuCtxEnablePeerAccess (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
 {
+    __atomic_add_fetch(&cuwire_counts[39], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxEnablePeerAccess", "cuda.h", &warned));
 }
@@ -444,6 +2210,7 @@ CUWIRE_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int
 /* cuCtxFromGreenCtx (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
 {
+    __atomic_add_fetch(&cuwire_counts[40], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxFromGreenCtx", "cuda.h", &warned));
 }
@@ -451,6 +2218,7 @@ CUWIRE_EXPORT CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
 /* cuCtxGetApiVersion (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
 {
+    __atomic_add_fetch(&cuwire_counts[41], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxGetApiVersion", "cuda.h", &warned));
 }
@@ -458,6 +2226,7 @@ CUWIRE_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
 /* cuCtxGetCacheConfig (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
 {
+    __atomic_add_fetch(&cuwire_counts[42], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxGetCacheConfig", "cuda.h", &warned));
 }
@@ -466,6 +2235,7 @@ CUWIRE_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
 int cuwire_py_cuCtxGetCurrent(void *);
 CUWIRE_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
+    __atomic_add_fetch(&cuwire_counts[43], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuCtxGetCurrent((void *)pctx));
@@ -474,6 +2244,7 @@ CUWIRE_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
 /* cuCtxGetDevResource (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResourceType type)
 {
+    __atomic_add_fetch(&cuwire_counts[44], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxGetDevResource", "cuda.h", &warned));
 }
@@ -481,6 +2252,7 @@ CUWIRE_EXPORT CUresult cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resour
 /* cuCtxGetDevice (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 {
+    __atomic_add_fetch(&cuwire_counts[45], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxGetDevice", "cuda.h", &warned));
 }
@@ -488,6 +2260,7 @@ CUWIRE_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 /* cuCtxGetDevice_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 {
+    __atomic_add_fetch(&cuwire_counts[46], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxGetDevice_v2", "cuda.h", &warned));
 }
@@ -495,6 +2268,7 @@ CUWIRE_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 /* cuCtxGetExecAffinity (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type)
 {
+    __atomic_add_fetch(&cuwire_counts[47], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxGetExecAffinity", "cuda.h", &warned));
 }
@@ -502,6 +2276,7 @@ CUWIRE_EXPORT CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, 
 /* cuCtxGetFlags (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
 {
+    __atomic_add_fetch(&cuwire_counts[48], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxGetFlags", "cuda.h", &warned));
 }
@@ -509,6 +2284,7 @@ CUWIRE_EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
 /* cuCtxGetId (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
 {
+    __atomic_add_fetch(&cuwire_counts[49], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxGetId", "cuda.h", &warned));
 }
@@ -516,6 +2292,7 @@ CUWIRE_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
 /* cuCtxGetLimit (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 {
+    __atomic_add_fetch(&cuwire_counts[50], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxGetLimit", "cuda.h", &warned));
 }
@@ -523,6 +2300,7 @@ CUWIRE_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 /* cuCtxGetSharedMemConfig (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
 {
+    __atomic_add_fetch(&cuwire_counts[51], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxGetSharedMemConfig", "cuda.h", &warned));
 }
@@ -530,6 +2308,7 @@ CUWIRE_EXPORT CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
 /* cuCtxGetStreamPriorityRange (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
+    __atomic_add_fetch(&cuwire_counts[52], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxGetStreamPriorityRange", "cuda.h", &warned));
 }
@@ -537,6 +2316,7 @@ CUWIRE_EXPORT CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *grea
 /* cuCtxPopCurrent_v2 (cuda.h): unimplemented; also cuCtxPopCurrent */
 CUWIRE_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 {
+    __atomic_add_fetch(&cuwire_counts[53], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxPopCurrent_v2", "cuda.h", &warned));
 }
@@ -545,6 +2325,7 @@ CUWIRE_EXPORT __typeof__(cuCtxPopCurrent_v2) cuCtxPopCurrent __attribute__((alia
 /* cuCtxPushCurrent_v2 (cuda.h): unimplemented; also cuCtxPushCurrent */
 CUWIRE_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 {
+    __atomic_add_fetch(&cuwire_counts[54], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxPushCurrent_v2", "cuda.h", &warned));
 }
@@ -553,6 +2334,7 @@ CUWIRE_EXPORT __typeof__(cuCtxPushCurrent_v2) cuCtxPushCurrent __attribute__((al
 /* cuCtxRecordEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
 {
+    __atomic_add_fetch(&cuwire_counts[55], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxRecordEvent", "cuda.h", &warned));
 }
@@ -560,6 +2342,7 @@ CUWIRE_EXPORT CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
 /* cuCtxResetPersistingL2Cache (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxResetPersistingL2Cache(void)
 {
+    __atomic_add_fetch(&cuwire_counts[56], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxResetPersistingL2Cache", "cuda.h", &warned));
 }
@@ -567,6 +2350,7 @@ CUWIRE_EXPORT CUresult cuCtxResetPersistingL2Cache(void)
 /* cuCtxSetCacheConfig (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config)
 {
+    __atomic_add_fetch(&cuwire_counts[57], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxSetCacheConfig", "cuda.h", &warned));
 }
@@ -575,6 +2359,7 @@ CUWIRE_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config)
 int cuwire_py_cuCtxSetCurrent(uint64_t);
 CUWIRE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 {
+    __atomic_add_fetch(&cuwire_counts[58], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuCtxSetCurrent((uint64_t)(uintptr_t)ctx));
@@ -583,6 +2368,7 @@ CUWIRE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 /* cuCtxSetFlags (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxSetFlags(unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[59], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxSetFlags", "cuda.h", &warned));
 }
@@ -590,6 +2376,7 @@ CUWIRE_EXPORT CUresult cuCtxSetFlags(unsigned int flags)
 /* cuCtxSetLimit (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
+    __atomic_add_fetch(&cuwire_counts[60], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxSetLimit", "cuda.h", &warned));
 }
@@ -597,6 +2384,7 @@ CUWIRE_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 /* cuCtxSetSharedMemConfig (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
 {
+    __atomic_add_fetch(&cuwire_counts[61], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxSetSharedMemConfig", "cuda.h", &warned));
 }
@@ -605,6 +2393,7 @@ CUWIRE_EXPORT CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
 int cuwire_py_cuCtxSynchronize(void);
 CUWIRE_EXPORT CUresult cuCtxSynchronize(void)
 {
+    __atomic_add_fetch(&cuwire_counts[62], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuCtxSynchronize());
@@ -613,6 +2402,7 @@ CUWIRE_EXPORT CUresult cuCtxSynchronize(void)
 /* cuCtxSynchronize_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
+    __atomic_add_fetch(&cuwire_counts[63], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxSynchronize_v2", "cuda.h", &warned));
 }
@@ -620,6 +2410,7 @@ CUWIRE_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 /* cuCtxWaitEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
 {
+    __atomic_add_fetch(&cuwire_counts[64], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxWaitEvent", "cuda.h", &warned));
 }
@@ -627,6 +2418,7 @@ CUWIRE_EXPORT CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
 /* cuDestroyExternalMemory (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDestroyExternalMemory(CUexternalMemory extMem)
 {
+    __atomic_add_fetch(&cuwire_counts[65], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDestroyExternalMemory", "cuda.h", &warned));
 }
@@ -634,6 +2426,7 @@ CUWIRE_EXPORT CUresult cuDestroyExternalMemory(CUexternalMemory extMem)
 /* cuDestroyExternalSemaphore (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDestroyExternalSemaphore(CUexternalSemaphore extSem)
 {
+    __atomic_add_fetch(&cuwire_counts[66], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDestroyExternalSemaphore", "cuda.h", &warned));
 }
@@ -641,6 +2434,7 @@ CUWIRE_EXPORT CUresult cuDestroyExternalSemaphore(CUexternalSemaphore extSem)
 /* cuDevResourceGenerateDesc (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *resources, unsigned int nbResources)
 {
+    __atomic_add_fetch(&cuwire_counts[67], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDevResourceGenerateDesc", "cuda.h", &warned));
 }
@@ -648,6 +2442,7 @@ CUWIRE_EXPORT CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUde
 /* cuDevSmResourceSplitByCount (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGroups, const CUdevResource *input, CUdevResource *remaining, unsigned int useFlags, unsigned int minCount)
 {
+    __atomic_add_fetch(&cuwire_counts[68], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDevSmResourceSplitByCount", "cuda.h", &warned));
 }
@@ -655,6 +2450,7 @@ CUWIRE_EXPORT CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsign
 /* cuDeviceCanAccessPeer (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
 {
+    __atomic_add_fetch(&cuwire_counts[69], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceCanAccessPeer", "cuda.h", &warned));
 }
@@ -663,6 +2459,7 @@ CUWIRE_EXPORT CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, C
 int cuwire_py_cuDeviceComputeCapability(void *, void *, int64_t);
 CUWIRE_EXPORT CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[70], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDeviceComputeCapability((void *)major, (void *)minor, (int64_t)dev));
@@ -672,6 +2469,7 @@ CUWIRE_EXPORT CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevic
 int cuwire_py_cuDeviceGet(void *, int64_t);
 CUWIRE_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
 {
+    __atomic_add_fetch(&cuwire_counts[71], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDeviceGet((void *)device, (int64_t)ordinal));
@@ -681,6 +2479,7 @@ CUWIRE_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
 int cuwire_py_cuDeviceGetAttribute(void *, int64_t, int64_t);
 CUWIRE_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[72], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDeviceGetAttribute((void *)pi, (int64_t)attrib, (int64_t)dev));
@@ -689,6 +2488,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, 
 /* cuDeviceGetByPCIBusId (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
 {
+    __atomic_add_fetch(&cuwire_counts[73], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetByPCIBusId", "cuda.h", &warned));
 }
@@ -697,6 +2497,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId
 int cuwire_py_cuDeviceGetCount(void *);
 CUWIRE_EXPORT CUresult cuDeviceGetCount(int *count)
 {
+    __atomic_add_fetch(&cuwire_counts[74], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDeviceGetCount((void *)count));
@@ -705,6 +2506,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetCount(int *count)
 /* cuDeviceGetDefaultMemPool (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[75], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetDefaultMemPool", "cuda.h", &warned));
 }
@@ -712,6 +2514,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevic
 /* cuDeviceGetDevResource (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevResourceType type)
 {
+    __atomic_add_fetch(&cuwire_counts[76], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetDevResource", "cuda.h", &warned));
 }
@@ -719,6 +2522,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *re
 /* cuDeviceGetExecAffinitySupport (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[77], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetExecAffinitySupport", "cuda.h", &warned));
 }
@@ -726,6 +2530,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityTyp
 /* cuDeviceGetGraphMemAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
+    __atomic_add_fetch(&cuwire_counts[78], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetGraphMemAttribute", "cuda.h", &warned));
 }
@@ -733,6 +2538,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_
 /* cuDeviceGetHostAtomicCapabilities (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[79], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetHostAtomicCapabilities", "cuda.h", &warned));
 }
@@ -740,6 +2546,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *capabilit
 /* cuDeviceGetLuid (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetLuid(char *luid, unsigned int *deviceNodeMask, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[80], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetLuid", "cuda.h", &warned));
 }
@@ -747,6 +2554,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetLuid(char *luid, unsigned int *deviceNodeMask,
 /* cuDeviceGetMemPool (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[81], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetMemPool", "cuda.h", &warned));
 }
@@ -755,6 +2563,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 int cuwire_py_cuDeviceGetName(void *, uint64_t, int64_t, int64_t);
 CUWIRE_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[82], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDeviceGetName((void *)name, (uint64_t)(len), (int64_t)len, (int64_t)dev));
@@ -763,6 +2572,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 /* cuDeviceGetNvSciSyncAttributes (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, CUdevice dev, int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[83], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetNvSciSyncAttributes", "cuda.h", &warned));
 }
@@ -770,6 +2580,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, C
 /* cuDeviceGetP2PAtomicCapabilities (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice srcDevice, CUdevice dstDevice)
 {
+    __atomic_add_fetch(&cuwire_counts[84], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetP2PAtomicCapabilities", "cuda.h", &warned));
 }
@@ -777,6 +2588,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetP2PAtomicCapabilities(unsigned int *capabiliti
 /* cuDeviceGetP2PAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice)
 {
+    __atomic_add_fetch(&cuwire_counts[85], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetP2PAttribute", "cuda.h", &warned));
 }
@@ -784,6 +2596,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute
 /* cuDeviceGetPCIBusId (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[86], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetPCIBusId", "cuda.h", &warned));
 }
@@ -791,6 +2604,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev
 /* cuDeviceGetProperties (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[87], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetProperties", "cuda.h", &warned));
 }
@@ -798,6 +2612,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev)
 /* cuDeviceGetTexture1DLinearMaxWidth (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[88], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetTexture1DLinearMaxWidth", "cuda.h", &warned));
 }
@@ -806,6 +2621,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElem
 int cuwire_py_cuDeviceGetUuid_v2(void *, uint64_t, int64_t);
 CUWIRE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[89], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDeviceGetUuid_v2((void *)uuid, sizeof *uuid, (int64_t)dev));
@@ -815,6 +2631,7 @@ CUWIRE_EXPORT __typeof__(cuDeviceGetUuid_v2) cuDeviceGetUuid __attribute__((alia
 /* cuDeviceGraphMemTrim (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
 {
+    __atomic_add_fetch(&cuwire_counts[90], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGraphMemTrim", "cuda.h", &warned));
 }
@@ -823,6 +2640,7 @@ CUWIRE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
 int cuwire_py_cuDevicePrimaryCtxGetState(int64_t, void *, void *);
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
+    __atomic_add_fetch(&cuwire_counts[91], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDevicePrimaryCtxGetState((int64_t)dev, (void *)flags, (void *)active));
@@ -832,6 +2650,7 @@ CUWIRE_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *fl
 int cuwire_py_cuDevicePrimaryCtxRelease_v2(int64_t);
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[92], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDevicePrimaryCtxRelease_v2((int64_t)dev));
@@ -841,6 +2660,7 @@ CUWIRE_EXPORT __typeof__(cuDevicePrimaryCtxRelease_v2) cuDevicePrimaryCtxRelease
 /* cuDevicePrimaryCtxReset_v2 (cuda.h): unimplemented; also cuDevicePrimaryCtxReset */
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[93], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDevicePrimaryCtxReset_v2", "cuda.h", &warned));
 }
@@ -850,6 +2670,7 @@ CUWIRE_EXPORT __typeof__(cuDevicePrimaryCtxReset_v2) cuDevicePrimaryCtxReset __a
 int cuwire_py_cuDevicePrimaryCtxRetain(void *, int64_t);
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[94], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDevicePrimaryCtxRetain((void *)pctx, (int64_t)dev));
@@ -858,6 +2679,7 @@ CUWIRE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 /* cuDevicePrimaryCtxSetFlags_v2 (cuda.h): unimplemented; also cuDevicePrimaryCtxSetFlags */
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[95], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDevicePrimaryCtxSetFlags_v2", "cuda.h", &warned));
 }
@@ -866,6 +2688,7 @@ CUWIRE_EXPORT __typeof__(cuDevicePrimaryCtxSetFlags_v2) cuDevicePrimaryCtxSetFla
 /* cuDeviceRegisterAsyncNotification (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceRegisterAsyncNotification(CUdevice device, CUasyncCallback callbackFunc, void *userData, CUasyncCallbackHandle *callback)
 {
+    __atomic_add_fetch(&cuwire_counts[96], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceRegisterAsyncNotification", "cuda.h", &warned));
 }
@@ -873,6 +2696,7 @@ CUWIRE_EXPORT CUresult cuDeviceRegisterAsyncNotification(CUdevice device, CUasyn
 /* cuDeviceSetGraphMemAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
+    __atomic_add_fetch(&cuwire_counts[97], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceSetGraphMemAttribute", "cuda.h", &warned));
 }
@@ -880,6 +2704,7 @@ CUWIRE_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_
 /* cuDeviceSetMemPool (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 {
+    __atomic_add_fetch(&cuwire_counts[98], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceSetMemPool", "cuda.h", &warned));
 }
@@ -888,6 +2713,7 @@ CUWIRE_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 int cuwire_py_cuDeviceTotalMem_v2(void *, int64_t);
 CUWIRE_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[99], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDeviceTotalMem_v2((void *)bytes, (int64_t)dev));
@@ -897,6 +2723,7 @@ CUWIRE_EXPORT __typeof__(cuDeviceTotalMem_v2) cuDeviceTotalMem __attribute__((al
 /* cuDeviceUnregisterAsyncNotification (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceUnregisterAsyncNotification(CUdevice device, CUasyncCallbackHandle callback)
 {
+    __atomic_add_fetch(&cuwire_counts[100], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceUnregisterAsyncNotification", "cuda.h", &warned));
 }
@@ -905,6 +2732,7 @@ CUWIRE_EXPORT CUresult cuDeviceUnregisterAsyncNotification(CUdevice device, CUas
 int cuwire_py_cuDriverGetVersion(void *);
 CUWIRE_EXPORT CUresult cuDriverGetVersion(int *driverVersion)
 {
+    __atomic_add_fetch(&cuwire_counts[101], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDriverGetVersion((void *)driverVersion));
@@ -913,6 +2741,7 @@ CUWIRE_EXPORT CUresult cuDriverGetVersion(int *driverVersion)
 /* cuEGLApiInit (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLApiInit(void)
 {
+    __atomic_add_fetch(&cuwire_counts[102], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLApiInit", "libcuda.so.1 export", &warned));
 }
@@ -920,6 +2749,7 @@ CUWIRE_EXPORT CUresult cuEGLApiInit(void)
 /* cuEGLStreamConsumerAcquireFrame (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerAcquireFrame(void)
 {
+    __atomic_add_fetch(&cuwire_counts[103], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerAcquireFrame", "libcuda.so.1 export", &warned));
 }
@@ -927,6 +2757,7 @@ CUWIRE_EXPORT CUresult cuEGLStreamConsumerAcquireFrame(void)
 /* cuEGLStreamConsumerConnect (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerConnect(void)
 {
+    __atomic_add_fetch(&cuwire_counts[104], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerConnect", "libcuda.so.1 export", &warned));
 }
@@ -934,6 +2765,7 @@ CUWIRE_EXPORT CUresult cuEGLStreamConsumerConnect(void)
 /* cuEGLStreamConsumerConnectWithFlags (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerConnectWithFlags(void)
 {
+    __atomic_add_fetch(&cuwire_counts[105], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerConnectWithFlags", "libcuda.so.1 export", &warned));
 }
@@ -941,6 +2773,7 @@ CUWIRE_EXPORT CUresult cuEGLStreamConsumerConnectWithFlags(void)
 /* cuEGLStreamConsumerDisconnect (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerDisconnect(void)
 {
+    __atomic_add_fetch(&cuwire_counts[106], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerDisconnect", "libcuda.so.1 export", &warned));
 }
@@ -948,6 +2781,7 @@ CUWIRE_EXPORT CUresult cuEGLStreamConsumerDisconnect(void)
 /* cuEGLStreamConsumerReleaseFrame (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerReleaseFrame(void)
 {
+    __atomic_add_fetch(&cuwire_counts[107], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerReleaseFrame", "libcuda.so.1 export", &warned));
 }
@@ -955,6 +2789,7 @@ CUWIRE_EXPORT CUresult cuEGLStreamConsumerReleaseFrame(void)
 /* cuEGLStreamProducerConnect (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamProducerConnect(void)
 {
+    __atomic_add_fetch(&cuwire_counts[108], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamProducerConnect", "libcuda.so.1 export", &warned));
 }
@@ -962,6 +2797,7 @@ CUWIRE_EXPORT CUresult cuEGLStreamProducerConnect(void)
 /* cuEGLStreamProducerDisconnect (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamProducerDisconnect(void)
 {
+    __atomic_add_fetch(&cuwire_counts[109], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamProducerDisconnect", "libcuda.so.1 export", &warned));
 }
@@ -969,6 +2805,7 @@ CUWIRE_EXPORT CUresult cuEGLStreamProducerDisconnect(void)
 /* cuEGLStreamProducerPresentFrame (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamProducerPresentFrame(void)
 {
+    __atomic_add_fetch(&cuwire_counts[110], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamProducerPresentFrame", "libcuda.so.1 export", &warned));
 }
@@ -976,6 +2813,7 @@ CUWIRE_EXPORT CUresult cuEGLStreamProducerPresentFrame(void)
 /* cuEGLStreamProducerReturnFrame (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamProducerReturnFrame(void)
 {
+    __atomic_add_fetch(&cuwire_counts[111], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamProducerReturnFrame", "libcuda.so.1 export", &warned));
 }
@@ -984,6 +2822,7 @@ CUWIRE_EXPORT CUresult cuEGLStreamProducerReturnFrame(void)
 int cuwire_py_cuEventCreate(void *, uint64_t);
 CUWIRE_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
+    __atomic_add_fetch(&cuwire_counts[112], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuEventCreate((void *)phEvent, (uint64_t)Flags));
@@ -993,6 +2832,7 @@ CUWIRE_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 int cuwire_py_cuEventDestroy_v2(uint64_t);
 CUWIRE_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
 {
+    __atomic_add_fetch(&cuwire_counts[113], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuEventDestroy_v2((uint64_t)(uintptr_t)hEvent));
@@ -1003,6 +2843,7 @@ CUWIRE_EXPORT __typeof__(cuEventDestroy_v2) cuEventDestroy __attribute__((alias(
 int cuwire_py_cuEventElapsedTime_v2(void *, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
+    __atomic_add_fetch(&cuwire_counts[114], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuEventElapsedTime_v2((void *)pMilliseconds, (uint64_t)(uintptr_t)hStart, (uint64_t)(uintptr_t)hEnd));
@@ -1012,6 +2853,7 @@ CUWIRE_EXPORT __typeof__(cuEventElapsedTime_v2) cuEventElapsedTime __attribute__
 /* cuEventQuery (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuEventQuery(CUevent hEvent)
 {
+    __atomic_add_fetch(&cuwire_counts[115], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEventQuery", "cuda.h", &warned));
 }
@@ -1019,6 +2861,7 @@ CUWIRE_EXPORT CUresult cuEventQuery(CUevent hEvent)
 /* cuEventRecord (cuda.h): remoted, async; also cuEventRecord_ptsz */
 CUWIRE_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[116], 1, __ATOMIC_RELAXED);
     struct __attribute__((packed)) {
         uint64_t hEvent;
         uint64_t hStream;
@@ -1033,6 +2876,7 @@ CUWIRE_EXPORT __typeof__(cuEventRecord) cuEventRecord_ptsz __attribute__((alias(
 /* cuEventRecordWithFlags (cuda.h): unimplemented; also cuEventRecordWithFlags_ptsz */
 CUWIRE_EXPORT CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[117], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEventRecordWithFlags", "cuda.h", &warned));
 }
@@ -1042,6 +2886,7 @@ CUWIRE_EXPORT __typeof__(cuEventRecordWithFlags) cuEventRecordWithFlags_ptsz __a
 int cuwire_py_cuEventSynchronize(uint64_t);
 CUWIRE_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 {
+    __atomic_add_fetch(&cuwire_counts[118], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuEventSynchronize((uint64_t)(uintptr_t)hEvent));
@@ -1050,6 +2895,7 @@ CUWIRE_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 /* cuExternalMemoryGetMappedBuffer (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *devPtr, CUexternalMemory extMem, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *bufferDesc)
 {
+    __atomic_add_fetch(&cuwire_counts[119], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuExternalMemoryGetMappedBuffer", "cuda.h", &warned));
 }
@@ -1057,6 +2903,7 @@ CUWIRE_EXPORT CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *devPtr, CUex
 /* cuExternalMemoryGetMappedMipmappedArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuExternalMemoryGetMappedMipmappedArray(CUmipmappedArray *mipmap, CUexternalMemory extMem, const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC *mipmapDesc)
 {
+    __atomic_add_fetch(&cuwire_counts[120], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuExternalMemoryGetMappedMipmappedArray", "cuda.h", &warned));
 }
@@ -1064,6 +2911,7 @@ CUWIRE_EXPORT CUresult cuExternalMemoryGetMappedMipmappedArray(CUmipmappedArray 
 /* cuFlushGPUDirectRDMAWrites (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarget target, CUflushGPUDirectRDMAWritesScope scope)
 {
+    __atomic_add_fetch(&cuwire_counts[121], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFlushGPUDirectRDMAWrites", "cuda.h", &warned));
 }
@@ -1071,6 +2919,7 @@ CUWIRE_EXPORT CUresult cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarg
 /* cuFuncGetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
+    __atomic_add_fetch(&cuwire_counts[122], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFuncGetAttribute", "cuda.h", &warned));
 }
@@ -1078,6 +2927,7 @@ CUWIRE_EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, 
 /* cuFuncGetModule (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
 {
+    __atomic_add_fetch(&cuwire_counts[123], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFuncGetModule", "cuda.h", &warned));
 }
@@ -1085,6 +2935,7 @@ CUWIRE_EXPORT CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
 /* cuFuncGetName (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFuncGetName(const char **name, CUfunction hfunc)
 {
+    __atomic_add_fetch(&cuwire_counts[124], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFuncGetName", "cuda.h", &warned));
 }
@@ -1092,6 +2943,7 @@ CUWIRE_EXPORT CUresult cuFuncGetName(const char **name, CUfunction hfunc)
 /* cuFuncGetParamInfo (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
+    __atomic_add_fetch(&cuwire_counts[125], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFuncGetParamInfo", "cuda.h", &warned));
 }
@@ -1099,6 +2951,7 @@ CUWIRE_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, si
 /* cuFuncIsLoaded (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
 {
+    __atomic_add_fetch(&cuwire_counts[126], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFuncIsLoaded", "cuda.h", &warned));
 }
@@ -1106,6 +2959,7 @@ CUWIRE_EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction 
 /* cuFuncLoad (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFuncLoad(CUfunction function)
 {
+    __atomic_add_fetch(&cuwire_counts[127], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFuncLoad", "cuda.h", &warned));
 }
@@ -1113,6 +2967,7 @@ CUWIRE_EXPORT CUresult cuFuncLoad(CUfunction function)
 /* cuFuncSetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
+    __atomic_add_fetch(&cuwire_counts[128], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFuncSetAttribute", "cuda.h", &warned));
 }
@@ -1120,6 +2975,7 @@ CUWIRE_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute
 /* cuFuncSetBlockShape (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z)
 {
+    __atomic_add_fetch(&cuwire_counts[129], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFuncSetBlockShape", "cuda.h", &warned));
 }
@@ -1127,6 +2983,7 @@ CUWIRE_EXPORT CUresult cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z
 /* cuFuncSetCacheConfig (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
 {
+    __atomic_add_fetch(&cuwire_counts[130], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFuncSetCacheConfig", "cuda.h", &warned));
 }
@@ -1134,6 +2991,7 @@ CUWIRE_EXPORT CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache confi
 /* cuFuncSetSharedMemConfig (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
 {
+    __atomic_add_fetch(&cuwire_counts[131], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFuncSetSharedMemConfig", "cuda.h", &warned));
 }
@@ -1141,6 +2999,7 @@ CUWIRE_EXPORT CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig
 /* cuFuncSetSharedSize (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes)
 {
+    __atomic_add_fetch(&cuwire_counts[132], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFuncSetSharedSize", "cuda.h", &warned));
 }
@@ -1148,6 +3007,7 @@ CUWIRE_EXPORT CUresult cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes)
 /* cuGLCtxCreate (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLCtxCreate(void)
 {
+    __atomic_add_fetch(&cuwire_counts[133], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLCtxCreate", "libcuda.so.1 export", &warned));
 }
@@ -1155,6 +3015,7 @@ CUWIRE_EXPORT CUresult cuGLCtxCreate(void)
 /* cuGLCtxCreate_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLCtxCreate_v2(void)
 {
+    __atomic_add_fetch(&cuwire_counts[134], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLCtxCreate_v2", "libcuda.so.1 export", &warned));
 }
@@ -1162,6 +3023,7 @@ CUWIRE_EXPORT CUresult cuGLCtxCreate_v2(void)
 /* cuGLGetDevices (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLGetDevices(void)
 {
+    __atomic_add_fetch(&cuwire_counts[135], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLGetDevices", "libcuda.so.1 export", &warned));
 }
@@ -1169,6 +3031,7 @@ CUWIRE_EXPORT CUresult cuGLGetDevices(void)
 /* cuGLGetDevices_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLGetDevices_v2(void)
 {
+    __atomic_add_fetch(&cuwire_counts[136], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLGetDevices_v2", "libcuda.so.1 export", &warned));
 }
@@ -1176,6 +3039,7 @@ CUWIRE_EXPORT CUresult cuGLGetDevices_v2(void)
 /* cuGLInit (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLInit(void)
 {
+    __atomic_add_fetch(&cuwire_counts[137], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLInit", "libcuda.so.1 export", &warned));
 }
@@ -1183,6 +3047,7 @@ CUWIRE_EXPORT CUresult cuGLInit(void)
 /* cuGLMapBufferObject (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLMapBufferObject(void)
 {
+    __atomic_add_fetch(&cuwire_counts[138], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLMapBufferObject", "libcuda.so.1 export", &warned));
 }
@@ -1190,6 +3055,7 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObject(void)
 /* cuGLMapBufferObjectAsync (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync(void)
 {
+    __atomic_add_fetch(&cuwire_counts[139], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLMapBufferObjectAsync", "libcuda.so.1 export", &warned));
 }
@@ -1197,6 +3063,7 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync(void)
 /* cuGLMapBufferObjectAsync_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync_v2(void)
 {
+    __atomic_add_fetch(&cuwire_counts[140], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLMapBufferObjectAsync_v2", "libcuda.so.1 export", &warned));
 }
@@ -1204,6 +3071,7 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync_v2(void)
 /* cuGLMapBufferObjectAsync_v2_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync_v2_ptsz(void)
 {
+    __atomic_add_fetch(&cuwire_counts[141], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLMapBufferObjectAsync_v2_ptsz", "libcuda.so.1 export", &warned));
 }
@@ -1211,6 +3079,7 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync_v2_ptsz(void)
 /* cuGLMapBufferObject_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLMapBufferObject_v2(void)
 {
+    __atomic_add_fetch(&cuwire_counts[142], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLMapBufferObject_v2", "libcuda.so.1 export", &warned));
 }
@@ -1218,6 +3087,7 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObject_v2(void)
 /* cuGLMapBufferObject_v2_ptds (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLMapBufferObject_v2_ptds(void)
 {
+    __atomic_add_fetch(&cuwire_counts[143], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLMapBufferObject_v2_ptds", "libcuda.so.1 export", &warned));
 }
@@ -1225,6 +3095,7 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObject_v2_ptds(void)
 /* cuGLRegisterBufferObject (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLRegisterBufferObject(void)
 {
+    __atomic_add_fetch(&cuwire_counts[144], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLRegisterBufferObject", "libcuda.so.1 export", &warned));
 }
@@ -1232,6 +3103,7 @@ CUWIRE_EXPORT CUresult cuGLRegisterBufferObject(void)
 /* cuGLSetBufferObjectMapFlags (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLSetBufferObjectMapFlags(void)
 {
+    __atomic_add_fetch(&cuwire_counts[145], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLSetBufferObjectMapFlags", "libcuda.so.1 export", &warned));
 }
@@ -1239,6 +3111,7 @@ CUWIRE_EXPORT CUresult cuGLSetBufferObjectMapFlags(void)
 /* cuGLUnmapBufferObject (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLUnmapBufferObject(void)
 {
+    __atomic_add_fetch(&cuwire_counts[146], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLUnmapBufferObject", "libcuda.so.1 export", &warned));
 }
@@ -1246,6 +3119,7 @@ CUWIRE_EXPORT CUresult cuGLUnmapBufferObject(void)
 /* cuGLUnmapBufferObjectAsync (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLUnmapBufferObjectAsync(void)
 {
+    __atomic_add_fetch(&cuwire_counts[147], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLUnmapBufferObjectAsync", "libcuda.so.1 export", &warned));
 }
@@ -1253,6 +3127,7 @@ CUWIRE_EXPORT CUresult cuGLUnmapBufferObjectAsync(void)
 /* cuGLUnregisterBufferObject (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLUnregisterBufferObject(void)
 {
+    __atomic_add_fetch(&cuwire_counts[148], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLUnregisterBufferObject", "libcuda.so.1 export", &warned));
 }
@@ -1260,6 +3135,7 @@ CUWIRE_EXPORT CUresult cuGLUnregisterBufferObject(void)
 /* cuGetErrorName (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr)
 {
+    __atomic_add_fetch(&cuwire_counts[149], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGetErrorName", "cuda.h", &warned));
 }
@@ -1267,6 +3143,7 @@ CUWIRE_EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr)
 /* cuGetErrorString (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
 {
+    __atomic_add_fetch(&cuwire_counts[150], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGetErrorString", "cuda.h", &warned));
 }
@@ -1275,6 +3152,7 @@ CUWIRE_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
 CUresult cuwire_local_cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);
 CUWIRE_EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
 {
+    __atomic_add_fetch(&cuwire_counts[151], 1, __ATOMIC_RELAXED);
 return cuwire_local_cuGetExportTable(ppExportTable, pExportTableId);
 }
 
@@ -1282,6 +3160,7 @@ return cuwire_local_cuGetExportTable(ppExportTable, pExportTableId);
 CUresult cuwire_local_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus);
 CUWIRE_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus)
 {
+    __atomic_add_fetch(&cuwire_counts[152], 1, __ATOMIC_RELAXED);
 return cuwire_local_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
 }
 CUWIRE_EXPORT __typeof__(cuGetProcAddress_v2) cuGetProcAddress __attribute__((alias("cuGetProcAddress_v2")));
@@ -1290,6 +3169,7 @@ CUWIRE_EXPORT __typeof__(cuGetProcAddress_v2) cuGetProcAddress_v2_ptsz __attribu
 /* cuGraphAddBatchMemOpNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[153], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddBatchMemOpNode", "cuda.h", &warned));
 }
@@ -1297,6 +3177,7 @@ CUWIRE_EXPORT CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgrap
 /* cuGraphAddChildGraphNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
 {
+    __atomic_add_fetch(&cuwire_counts[154], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddChildGraphNode", "cuda.h", &warned));
 }
@@ -1304,6 +3185,7 @@ CUWIRE_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgrap
 /* cuGraphAddDependencies_v2 (cuda.h): unimplemented; also cuGraphAddDependencies */
 CUWIRE_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
+    __atomic_add_fetch(&cuwire_counts[155], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddDependencies_v2", "cuda.h", &warned));
 }
@@ -1312,6 +3194,7 @@ CUWIRE_EXPORT __typeof__(cuGraphAddDependencies_v2) cuGraphAddDependencies __att
 /* cuGraphAddEmptyNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
 {
+    __atomic_add_fetch(&cuwire_counts[156], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddEmptyNode", "cuda.h", &warned));
 }
@@ -1319,6 +3202,7 @@ CUWIRE_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGr
 /* cuGraphAddEventRecordNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
+    __atomic_add_fetch(&cuwire_counts[157], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddEventRecordNode", "cuda.h", &warned));
 }
@@ -1326,6 +3210,7 @@ CUWIRE_EXPORT CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgra
 /* cuGraphAddEventWaitNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
+    __atomic_add_fetch(&cuwire_counts[158], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddEventWaitNode", "cuda.h", &warned));
 }
@@ -1333,6 +3218,7 @@ CUWIRE_EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph
 /* cuGraphAddExternalSemaphoresSignalNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddExternalSemaphoresSignalNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[159], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddExternalSemaphoresSignalNode", "cuda.h", &warned));
 }
@@ -1340,6 +3226,7 @@ CUWIRE_EXPORT CUresult cuGraphAddExternalSemaphoresSignalNode(CUgraphNode *phGra
 /* cuGraphAddExternalSemaphoresWaitNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddExternalSemaphoresWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[160], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddExternalSemaphoresWaitNode", "cuda.h", &warned));
 }
@@ -1347,6 +3234,7 @@ CUWIRE_EXPORT CUresult cuGraphAddExternalSemaphoresWaitNode(CUgraphNode *phGraph
 /* cuGraphAddHostNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[161], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddHostNode", "cuda.h", &warned));
 }
@@ -1354,6 +3242,7 @@ CUWIRE_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGra
 /* cuGraphAddKernelNode_v2 (cuda.h): unimplemented; also cuGraphAddKernelNode */
 CUWIRE_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[162], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddKernelNode_v2", "cuda.h", &warned));
 }
@@ -1362,6 +3251,7 @@ CUWIRE_EXPORT __typeof__(cuGraphAddKernelNode_v2) cuGraphAddKernelNode __attribu
 /* cuGraphAddMemAllocNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[163], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddMemAllocNode", "cuda.h", &warned));
 }
@@ -1369,6 +3259,7 @@ CUWIRE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph 
 /* cuGraphAddMemFreeNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
+    __atomic_add_fetch(&cuwire_counts[164], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddMemFreeNode", "cuda.h", &warned));
 }
@@ -1376,6 +3267,7 @@ CUWIRE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph h
 /* cuGraphAddMemcpyNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
+    __atomic_add_fetch(&cuwire_counts[165], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddMemcpyNode", "cuda.h", &warned));
 }
@@ -1383,6 +3275,7 @@ CUWIRE_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hG
 /* cuGraphAddMemsetNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
+    __atomic_add_fetch(&cuwire_counts[166], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddMemsetNode", "cuda.h", &warned));
 }
@@ -1390,6 +3283,7 @@ CUWIRE_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hG
 /* cuGraphAddNode_v2 (cuda.h): unimplemented; also cuGraphAddNode */
 CUWIRE_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[167], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddNode_v2", "cuda.h", &warned));
 }
@@ -1398,6 +3292,7 @@ CUWIRE_EXPORT __typeof__(cuGraphAddNode_v2) cuGraphAddNode __attribute__((alias(
 /* cuGraphBatchMemOpNodeGetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams_out)
 {
+    __atomic_add_fetch(&cuwire_counts[168], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphBatchMemOpNodeGetParams", "cuda.h", &warned));
 }
@@ -1405,6 +3300,7 @@ CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BA
 /* cuGraphBatchMemOpNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[169], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphBatchMemOpNodeSetParams", "cuda.h", &warned));
 }
@@ -1412,6 +3308,7 @@ CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const C
 /* cuGraphChildGraphNodeGetGraph (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
+    __atomic_add_fetch(&cuwire_counts[170], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphChildGraphNodeGetGraph", "cuda.h", &warned));
 }
@@ -1419,6 +3316,7 @@ CUWIRE_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph 
 /* cuGraphClone (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
+    __atomic_add_fetch(&cuwire_counts[171], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphClone", "cuda.h", &warned));
 }
@@ -1426,6 +3324,7 @@ CUWIRE_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph
 /* cuGraphConditionalHandleCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[172], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphConditionalHandleCreate", "cuda.h", &warned));
 }
@@ -1433,6 +3332,7 @@ CUWIRE_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *
 /* cuGraphCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[173], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphCreate", "cuda.h", &warned));
 }
@@ -1440,6 +3340,7 @@ CUWIRE_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 /* cuGraphDebugDotPrint (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[174], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphDebugDotPrint", "cuda.h", &warned));
 }
@@ -1447,6 +3348,7 @@ CUWIRE_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, un
 /* cuGraphDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 {
+    __atomic_add_fetch(&cuwire_counts[175], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphDestroy", "cuda.h", &warned));
 }
@@ -1454,6 +3356,7 @@ CUWIRE_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 /* cuGraphDestroyNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
 {
+    __atomic_add_fetch(&cuwire_counts[176], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphDestroyNode", "cuda.h", &warned));
 }
@@ -1461,6 +3364,7 @@ CUWIRE_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
 /* cuGraphEventRecordNodeGetEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
 {
+    __atomic_add_fetch(&cuwire_counts[177], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphEventRecordNodeGetEvent", "cuda.h", &warned));
 }
@@ -1468,6 +3372,7 @@ CUWIRE_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent
 /* cuGraphEventRecordNodeSetEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event)
 {
+    __atomic_add_fetch(&cuwire_counts[178], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphEventRecordNodeSetEvent", "cuda.h", &warned));
 }
@@ -1475,6 +3380,7 @@ CUWIRE_EXPORT CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent
 /* cuGraphEventWaitNodeGetEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
 {
+    __atomic_add_fetch(&cuwire_counts[179], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphEventWaitNodeGetEvent", "cuda.h", &warned));
 }
@@ -1482,6 +3388,7 @@ CUWIRE_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *
 /* cuGraphEventWaitNodeSetEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
 {
+    __atomic_add_fetch(&cuwire_counts[180], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphEventWaitNodeSetEvent", "cuda.h", &warned));
 }
@@ -1489,6 +3396,7 @@ CUWIRE_EXPORT CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent e
 /* cuGraphExecBatchMemOpNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[181], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecBatchMemOpNodeSetParams", "cuda.h", &warned));
 }
@@ -1496,6 +3404,7 @@ CUWIRE_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec
 /* cuGraphExecChildGraphNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph)
 {
+    __atomic_add_fetch(&cuwire_counts[182], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecChildGraphNodeSetParams", "cuda.h", &warned));
 }
@@ -1503,6 +3412,7 @@ CUWIRE_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec
 /* cuGraphExecDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
+    __atomic_add_fetch(&cuwire_counts[183], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecDestroy", "cuda.h", &warned));
 }
@@ -1510,6 +3420,7 @@ CUWIRE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 /* cuGraphExecEventRecordNodeSetEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
 {
+    __atomic_add_fetch(&cuwire_counts[184], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecEventRecordNodeSetEvent", "cuda.h", &warned));
 }
@@ -1517,6 +3428,7 @@ CUWIRE_EXPORT CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec
 /* cuGraphExecEventWaitNodeSetEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
 {
+    __atomic_add_fetch(&cuwire_counts[185], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecEventWaitNodeSetEvent", "cuda.h", &warned));
 }
@@ -1524,6 +3436,7 @@ CUWIRE_EXPORT CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, 
 /* cuGraphExecExternalSemaphoresSignalNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[186], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecExternalSemaphoresSignalNodeSetParams", "cuda.h", &warned));
 }
@@ -1531,6 +3444,7 @@ CUWIRE_EXPORT CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(CUgraphE
 /* cuGraphExecExternalSemaphoresWaitNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[187], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecExternalSemaphoresWaitNodeSetParams", "cuda.h", &warned));
 }
@@ -1538,6 +3452,7 @@ CUWIRE_EXPORT CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(CUgraphExe
 /* cuGraphExecGetFlags (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)
 {
+    __atomic_add_fetch(&cuwire_counts[188], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecGetFlags", "cuda.h", &warned));
 }
@@ -1545,6 +3460,7 @@ CUWIRE_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *f
 /* cuGraphExecHostNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[189], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecHostNodeSetParams", "cuda.h", &warned));
 }
@@ -1552,6 +3468,7 @@ CUWIRE_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgr
 /* cuGraphExecKernelNodeSetParams_v2 (cuda.h): unimplemented; also cuGraphExecKernelNodeSetParams */
 CUWIRE_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[190], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecKernelNodeSetParams_v2", "cuda.h", &warned));
 }
@@ -1560,6 +3477,7 @@ CUWIRE_EXPORT __typeof__(cuGraphExecKernelNodeSetParams_v2) cuGraphExecKernelNod
 /* cuGraphExecMemcpyNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
+    __atomic_add_fetch(&cuwire_counts[191], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecMemcpyNodeSetParams", "cuda.h", &warned));
 }
@@ -1567,6 +3485,7 @@ CUWIRE_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CU
 /* cuGraphExecMemsetNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
+    __atomic_add_fetch(&cuwire_counts[192], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecMemsetNodeSetParams", "cuda.h", &warned));
 }
@@ -1574,6 +3493,7 @@ CUWIRE_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CU
 /* cuGraphExecNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[193], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecNodeSetParams", "cuda.h", &warned));
 }
@@ -1581,6 +3501,7 @@ CUWIRE_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphN
 /* cuGraphExecUpdate_v2 (cuda.h): unimplemented; also cuGraphExecUpdate */
 CUWIRE_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
 {
+    __atomic_add_fetch(&cuwire_counts[194], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecUpdate_v2", "cuda.h", &warned));
 }
@@ -1589,6 +3510,7 @@ CUWIRE_EXPORT __typeof__(cuGraphExecUpdate_v2) cuGraphExecUpdate __attribute__((
 /* cuGraphExternalSemaphoresSignalNodeGetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeGetParams(CUgraphNode hNode, CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *params_out)
 {
+    __atomic_add_fetch(&cuwire_counts[195], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExternalSemaphoresSignalNodeGetParams", "cuda.h", &warned));
 }
@@ -1596,6 +3518,7 @@ CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeGetParams(CUgraphNode 
 /* cuGraphExternalSemaphoresSignalNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeSetParams(CUgraphNode hNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[196], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExternalSemaphoresSignalNodeSetParams", "cuda.h", &warned));
 }
@@ -1603,6 +3526,7 @@ CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeSetParams(CUgraphNode 
 /* cuGraphExternalSemaphoresWaitNodeGetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeGetParams(CUgraphNode hNode, CUDA_EXT_SEM_WAIT_NODE_PARAMS *params_out)
 {
+    __atomic_add_fetch(&cuwire_counts[197], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExternalSemaphoresWaitNodeGetParams", "cuda.h", &warned));
 }
@@ -1610,6 +3534,7 @@ CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeGetParams(CUgraphNode hN
 /* cuGraphExternalSemaphoresWaitNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeSetParams(CUgraphNode hNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[198], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExternalSemaphoresWaitNodeSetParams", "cuda.h", &warned));
 }
@@ -1617,6 +3542,7 @@ CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeSetParams(CUgraphNode hN
 /* cuGraphGetEdges_v2 (cuda.h): unimplemented; also cuGraphGetEdges */
 CUWIRE_EXPORT CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData, size_t *numEdges)
 {
+    __atomic_add_fetch(&cuwire_counts[199], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphGetEdges_v2", "cuda.h", &warned));
 }
@@ -1625,6 +3551,7 @@ CUWIRE_EXPORT __typeof__(cuGraphGetEdges_v2) cuGraphGetEdges __attribute__((alia
 /* cuGraphGetNodes (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
+    __atomic_add_fetch(&cuwire_counts[200], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphGetNodes", "cuda.h", &warned));
 }
@@ -1632,6 +3559,7 @@ CUWIRE_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_
 /* cuGraphGetRootNodes (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
 {
+    __atomic_add_fetch(&cuwire_counts[201], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphGetRootNodes", "cuda.h", &warned));
 }
@@ -1639,6 +3567,7 @@ CUWIRE_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNode
 /* cuGraphHostNodeGetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[202], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphHostNodeGetParams", "cuda.h", &warned));
 }
@@ -1646,6 +3575,7 @@ CUWIRE_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NOD
 /* cuGraphHostNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[203], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphHostNodeSetParams", "cuda.h", &warned));
 }
@@ -1653,6 +3583,7 @@ CUWIRE_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HO
 /* cuGraphInstantiateWithFlags (cuda.h): unimplemented; also cuGraphInstantiate */
 CUWIRE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
+    __atomic_add_fetch(&cuwire_counts[204], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphInstantiateWithFlags", "cuda.h", &warned));
 }
@@ -1661,6 +3592,7 @@ CUWIRE_EXPORT __typeof__(cuGraphInstantiateWithFlags) cuGraphInstantiate __attri
 /* cuGraphInstantiateWithParams (cuda.h): unimplemented; also cuGraphInstantiateWithParams_ptsz */
 CUWIRE_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
+    __atomic_add_fetch(&cuwire_counts[205], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphInstantiateWithParams", "cuda.h", &warned));
 }
@@ -1669,6 +3601,7 @@ CUWIRE_EXPORT __typeof__(cuGraphInstantiateWithParams) cuGraphInstantiateWithPar
 /* cuGraphInstantiate_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphInstantiate_v2(void)
 {
+    __atomic_add_fetch(&cuwire_counts[206], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphInstantiate_v2", "libcuda.so.1 export", &warned));
 }
@@ -1676,6 +3609,7 @@ CUWIRE_EXPORT CUresult cuGraphInstantiate_v2(void)
 /* cuGraphKernelNodeCopyAttributes (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
 {
+    __atomic_add_fetch(&cuwire_counts[207], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeCopyAttributes", "cuda.h", &warned));
 }
@@ -1683,6 +3617,7 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphN
 /* cuGraphKernelNodeGetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, CUkernelNodeAttrValue *value_out)
 {
+    __atomic_add_fetch(&cuwire_counts[208], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeGetAttribute", "cuda.h", &warned));
 }
@@ -1690,6 +3625,7 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernel
 /* cuGraphKernelNodeGetParams_v2 (cuda.h): unimplemented; also cuGraphKernelNodeGetParams */
 CUWIRE_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[209], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeGetParams_v2", "cuda.h", &warned));
 }
@@ -1698,6 +3634,7 @@ CUWIRE_EXPORT __typeof__(cuGraphKernelNodeGetParams_v2) cuGraphKernelNodeGetPara
 /* cuGraphKernelNodeSetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue *value)
 {
+    __atomic_add_fetch(&cuwire_counts[210], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeSetAttribute", "cuda.h", &warned));
 }
@@ -1705,6 +3642,7 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernel
 /* cuGraphKernelNodeSetParams_v2 (cuda.h): unimplemented; also cuGraphKernelNodeSetParams */
 CUWIRE_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[211], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeSetParams_v2", "cuda.h", &warned));
 }
@@ -1713,6 +3651,7 @@ CUWIRE_EXPORT __typeof__(cuGraphKernelNodeSetParams_v2) cuGraphKernelNodeSetPara
 /* cuGraphLaunch (cuda.h): unimplemented; also cuGraphLaunch_ptsz */
 CUWIRE_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[212], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphLaunch", "cuda.h", &warned));
 }
@@ -1721,6 +3660,7 @@ CUWIRE_EXPORT __typeof__(cuGraphLaunch) cuGraphLaunch_ptsz __attribute__((alias(
 /* cuGraphMemAllocNodeGetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
+    __atomic_add_fetch(&cuwire_counts[213], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphMemAllocNodeGetParams", "cuda.h", &warned));
 }
@@ -1728,6 +3668,7 @@ CUWIRE_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_
 /* cuGraphMemFreeNodeGetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
 {
+    __atomic_add_fetch(&cuwire_counts[214], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphMemFreeNodeGetParams", "cuda.h", &warned));
 }
@@ -1735,6 +3676,7 @@ CUWIRE_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdevicept
 /* cuGraphMemcpyNodeGetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[215], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphMemcpyNodeGetParams", "cuda.h", &warned));
 }
@@ -1742,6 +3684,7 @@ CUWIRE_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY
 /* cuGraphMemcpyNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[216], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphMemcpyNodeSetParams", "cuda.h", &warned));
 }
@@ -1749,6 +3692,7 @@ CUWIRE_EXPORT CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_
 /* cuGraphMemsetNodeGetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[217], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphMemsetNodeGetParams", "cuda.h", &warned));
 }
@@ -1756,6 +3700,7 @@ CUWIRE_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET
 /* cuGraphMemsetNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[218], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphMemsetNodeSetParams", "cuda.h", &warned));
 }
@@ -1763,6 +3708,7 @@ CUWIRE_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_
 /* cuGraphNodeFindInClone (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph)
 {
+    __atomic_add_fetch(&cuwire_counts[219], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphNodeFindInClone", "cuda.h", &warned));
 }
@@ -1770,6 +3716,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode h
 /* cuGraphNodeGetDependencies_v2 (cuda.h): unimplemented; also cuGraphNodeGetDependencies */
 CUWIRE_EXPORT CUresult cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependencies, CUgraphEdgeData *edgeData, size_t *numDependencies)
 {
+    __atomic_add_fetch(&cuwire_counts[220], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphNodeGetDependencies_v2", "cuda.h", &warned));
 }
@@ -1778,6 +3725,7 @@ CUWIRE_EXPORT __typeof__(cuGraphNodeGetDependencies_v2) cuGraphNodeGetDependenci
 /* cuGraphNodeGetDependentNodes_v2 (cuda.h): unimplemented; also cuGraphNodeGetDependentNodes */
 CUWIRE_EXPORT CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *dependentNodes, CUgraphEdgeData *edgeData, size_t *numDependentNodes)
 {
+    __atomic_add_fetch(&cuwire_counts[221], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphNodeGetDependentNodes_v2", "cuda.h", &warned));
 }
@@ -1786,6 +3734,7 @@ CUWIRE_EXPORT __typeof__(cuGraphNodeGetDependentNodes_v2) cuGraphNodeGetDependen
 /* cuGraphNodeGetEnabled (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled)
 {
+    __atomic_add_fetch(&cuwire_counts[222], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphNodeGetEnabled", "cuda.h", &warned));
 }
@@ -1793,6 +3742,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode
 /* cuGraphNodeGetType (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
+    __atomic_add_fetch(&cuwire_counts[223], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphNodeGetType", "cuda.h", &warned));
 }
@@ -1800,6 +3750,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *ty
 /* cuGraphNodeSetEnabled (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled)
 {
+    __atomic_add_fetch(&cuwire_counts[224], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphNodeSetEnabled", "cuda.h", &warned));
 }
@@ -1807,6 +3758,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode
 /* cuGraphNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[225], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphNodeSetParams", "cuda.h", &warned));
 }
@@ -1814,6 +3766,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams
 /* cuGraphReleaseUserObject (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count)
 {
+    __atomic_add_fetch(&cuwire_counts[226], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphReleaseUserObject", "cuda.h", &warned));
 }
@@ -1821,6 +3774,7 @@ CUWIRE_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject obje
 /* cuGraphRemoveDependencies_v2 (cuda.h): unimplemented; also cuGraphRemoveDependencies */
 CUWIRE_EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
+    __atomic_add_fetch(&cuwire_counts[227], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphRemoveDependencies_v2", "cuda.h", &warned));
 }
@@ -1829,6 +3783,7 @@ CUWIRE_EXPORT __typeof__(cuGraphRemoveDependencies_v2) cuGraphRemoveDependencies
 /* cuGraphRetainUserObject (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[228], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphRetainUserObject", "cuda.h", &warned));
 }
@@ -1836,6 +3791,7 @@ CUWIRE_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject objec
 /* cuGraphUpload (cuda.h): unimplemented; also cuGraphUpload_ptsz */
 CUWIRE_EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[229], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphUpload", "cuda.h", &warned));
 }
@@ -1844,6 +3800,7 @@ CUWIRE_EXPORT __typeof__(cuGraphUpload) cuGraphUpload_ptsz __attribute__((alias(
 /* cuGraphicsEGLRegisterImage (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsEGLRegisterImage(void)
 {
+    __atomic_add_fetch(&cuwire_counts[230], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsEGLRegisterImage", "libcuda.so.1 export", &warned));
 }
@@ -1851,6 +3808,7 @@ CUWIRE_EXPORT CUresult cuGraphicsEGLRegisterImage(void)
 /* cuGraphicsGLRegisterBuffer (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsGLRegisterBuffer(void)
 {
+    __atomic_add_fetch(&cuwire_counts[231], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsGLRegisterBuffer", "libcuda.so.1 export", &warned));
 }
@@ -1858,6 +3816,7 @@ CUWIRE_EXPORT CUresult cuGraphicsGLRegisterBuffer(void)
 /* cuGraphicsGLRegisterImage (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsGLRegisterImage(void)
 {
+    __atomic_add_fetch(&cuwire_counts[232], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsGLRegisterImage", "libcuda.so.1 export", &warned));
 }
@@ -1865,6 +3824,7 @@ CUWIRE_EXPORT CUresult cuGraphicsGLRegisterImage(void)
 /* cuGraphicsMapResources (cuda.h): unimplemented; also cuGraphicsMapResources_ptsz */
 CUWIRE_EXPORT CUresult cuGraphicsMapResources(unsigned int count, CUgraphicsResource *resources, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[233], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsMapResources", "cuda.h", &warned));
 }
@@ -1873,6 +3833,7 @@ CUWIRE_EXPORT __typeof__(cuGraphicsMapResources) cuGraphicsMapResources_ptsz __a
 /* cuGraphicsResourceGetMappedEglFrame (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedEglFrame(void)
 {
+    __atomic_add_fetch(&cuwire_counts[234], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsResourceGetMappedEglFrame", "libcuda.so.1 export", &warned));
 }
@@ -1880,6 +3841,7 @@ CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedEglFrame(void)
 /* cuGraphicsResourceGetMappedMipmappedArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedMipmappedArray(CUmipmappedArray *pMipmappedArray, CUgraphicsResource resource)
 {
+    __atomic_add_fetch(&cuwire_counts[235], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsResourceGetMappedMipmappedArray", "cuda.h", &warned));
 }
@@ -1887,6 +3849,7 @@ CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedMipmappedArray(CUmipmappedArra
 /* cuGraphicsResourceGetMappedPointer_v2 (cuda.h): unimplemented; also cuGraphicsResourceGetMappedPointer */
 CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedPointer_v2(CUdeviceptr *pDevPtr, size_t *pSize, CUgraphicsResource resource)
 {
+    __atomic_add_fetch(&cuwire_counts[236], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsResourceGetMappedPointer_v2", "cuda.h", &warned));
 }
@@ -1895,6 +3858,7 @@ CUWIRE_EXPORT __typeof__(cuGraphicsResourceGetMappedPointer_v2) cuGraphicsResour
 /* cuGraphicsResourceSetMapFlags_v2 (cuda.h): unimplemented; also cuGraphicsResourceSetMapFlags */
 CUWIRE_EXPORT CUresult cuGraphicsResourceSetMapFlags_v2(CUgraphicsResource resource, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[237], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsResourceSetMapFlags_v2", "cuda.h", &warned));
 }
@@ -1903,6 +3867,7 @@ CUWIRE_EXPORT __typeof__(cuGraphicsResourceSetMapFlags_v2) cuGraphicsResourceSet
 /* cuGraphicsSubResourceGetMappedArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsSubResourceGetMappedArray(CUarray *pArray, CUgraphicsResource resource, unsigned int arrayIndex, unsigned int mipLevel)
 {
+    __atomic_add_fetch(&cuwire_counts[238], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsSubResourceGetMappedArray", "cuda.h", &warned));
 }
@@ -1910,6 +3875,7 @@ CUWIRE_EXPORT CUresult cuGraphicsSubResourceGetMappedArray(CUarray *pArray, CUgr
 /* cuGraphicsUnmapResources (cuda.h): unimplemented; also cuGraphicsUnmapResources_ptsz */
 CUWIRE_EXPORT CUresult cuGraphicsUnmapResources(unsigned int count, CUgraphicsResource *resources, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[239], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsUnmapResources", "cuda.h", &warned));
 }
@@ -1918,6 +3884,7 @@ CUWIRE_EXPORT __typeof__(cuGraphicsUnmapResources) cuGraphicsUnmapResources_ptsz
 /* cuGraphicsUnregisterResource (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsUnregisterResource(CUgraphicsResource resource)
 {
+    __atomic_add_fetch(&cuwire_counts[240], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsUnregisterResource", "cuda.h", &warned));
 }
@@ -1925,6 +3892,7 @@ CUWIRE_EXPORT CUresult cuGraphicsUnregisterResource(CUgraphicsResource resource)
 /* cuGraphicsVDPAURegisterOutputSurface (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsVDPAURegisterOutputSurface(void)
 {
+    __atomic_add_fetch(&cuwire_counts[241], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsVDPAURegisterOutputSurface", "libcuda.so.1 export", &warned));
 }
@@ -1932,6 +3900,7 @@ CUWIRE_EXPORT CUresult cuGraphicsVDPAURegisterOutputSurface(void)
 /* cuGraphicsVDPAURegisterVideoSurface (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsVDPAURegisterVideoSurface(void)
 {
+    __atomic_add_fetch(&cuwire_counts[242], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsVDPAURegisterVideoSurface", "libcuda.so.1 export", &warned));
 }
@@ -1939,6 +3908,7 @@ CUWIRE_EXPORT CUresult cuGraphicsVDPAURegisterVideoSurface(void)
 /* cuGreenCtxCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[243], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGreenCtxCreate", "cuda.h", &warned));
 }
@@ -1946,6 +3916,7 @@ CUWIRE_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc des
 /* cuGreenCtxDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
 {
+    __atomic_add_fetch(&cuwire_counts[244], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGreenCtxDestroy", "cuda.h", &warned));
 }
@@ -1953,6 +3924,7 @@ CUWIRE_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
 /* cuGreenCtxGetDevResource (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource *resource, CUdevResourceType type)
 {
+    __atomic_add_fetch(&cuwire_counts[245], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGreenCtxGetDevResource", "cuda.h", &warned));
 }
@@ -1960,6 +3932,7 @@ CUWIRE_EXPORT CUresult cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource *
 /* cuGreenCtxGetId (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *greenCtxId)
 {
+    __atomic_add_fetch(&cuwire_counts[246], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGreenCtxGetId", "cuda.h", &warned));
 }
@@ -1967,6 +3940,7 @@ CUWIRE_EXPORT CUresult cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *
 /* cuGreenCtxRecordEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent)
 {
+    __atomic_add_fetch(&cuwire_counts[247], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGreenCtxRecordEvent", "cuda.h", &warned));
 }
@@ -1974,6 +3948,7 @@ CUWIRE_EXPORT CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent)
 /* cuGreenCtxStreamCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx, unsigned int flags, int priority)
 {
+    __atomic_add_fetch(&cuwire_counts[248], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGreenCtxStreamCreate", "cuda.h", &warned));
 }
@@ -1981,6 +3956,7 @@ CUWIRE_EXPORT CUresult cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx gre
 /* cuGreenCtxWaitEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent)
 {
+    __atomic_add_fetch(&cuwire_counts[249], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGreenCtxWaitEvent", "cuda.h", &warned));
 }
@@ -1988,6 +3964,7 @@ CUWIRE_EXPORT CUresult cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent)
 /* cuImportExternalMemory (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuImportExternalMemory(CUexternalMemory *extMem_out, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *memHandleDesc)
 {
+    __atomic_add_fetch(&cuwire_counts[250], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuImportExternalMemory", "cuda.h", &warned));
 }
@@ -1995,6 +3972,7 @@ CUWIRE_EXPORT CUresult cuImportExternalMemory(CUexternalMemory *extMem_out, cons
 /* cuImportExternalSemaphore (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuImportExternalSemaphore(CUexternalSemaphore *extSem_out, const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *semHandleDesc)
 {
+    __atomic_add_fetch(&cuwire_counts[251], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuImportExternalSemaphore", "cuda.h", &warned));
 }
@@ -2003,6 +3981,7 @@ CUWIRE_EXPORT CUresult cuImportExternalSemaphore(CUexternalSemaphore *extSem_out
 int cuwire_py_cuInit(uint64_t);
 CUWIRE_EXPORT CUresult cuInit(unsigned int Flags)
 {
+    __atomic_add_fetch(&cuwire_counts[252], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuInit((uint64_t)Flags));
@@ -2011,6 +3990,7 @@ CUWIRE_EXPORT CUresult cuInit(unsigned int Flags)
 /* cuIpcCloseMemHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
+    __atomic_add_fetch(&cuwire_counts[253], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuIpcCloseMemHandle", "cuda.h", &warned));
 }
@@ -2018,6 +3998,7 @@ CUWIRE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 /* cuIpcGetEventHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
 {
+    __atomic_add_fetch(&cuwire_counts[254], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuIpcGetEventHandle", "cuda.h", &warned));
 }
@@ -2025,6 +4006,7 @@ CUWIRE_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent ev
 /* cuIpcGetMemHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
+    __atomic_add_fetch(&cuwire_counts[255], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuIpcGetMemHandle", "cuda.h", &warned));
 }
@@ -2032,6 +4014,7 @@ CUWIRE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dp
 /* cuIpcOpenEventHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
 {
+    __atomic_add_fetch(&cuwire_counts[256], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuIpcOpenEventHandle", "cuda.h", &warned));
 }
@@ -2039,6 +4022,7 @@ CUWIRE_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle h
 /* cuIpcOpenMemHandle_v2 (cuda.h): unimplemented; also cuIpcOpenMemHandle */
 CUWIRE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
+    __atomic_add_fetch(&cuwire_counts[257], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuIpcOpenMemHandle_v2", "cuda.h", &warned));
 }
@@ -2047,6 +4031,7 @@ CUWIRE_EXPORT __typeof__(cuIpcOpenMemHandle_v2) cuIpcOpenMemHandle __attribute__
 /* cuKernelGetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[258], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuKernelGetAttribute", "cuda.h", &warned));
 }
@@ -2054,6 +4039,7 @@ CUWIRE_EXPORT CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib
 /* cuKernelGetFunction (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
+    __atomic_add_fetch(&cuwire_counts[259], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuKernelGetFunction", "cuda.h", &warned));
 }
@@ -2061,6 +4047,7 @@ CUWIRE_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 /* cuKernelGetLibrary (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
 {
+    __atomic_add_fetch(&cuwire_counts[260], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuKernelGetLibrary", "cuda.h", &warned));
 }
@@ -2068,6 +4055,7 @@ CUWIRE_EXPORT CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
 /* cuKernelGetName (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuKernelGetName(const char **name, CUkernel hfunc)
 {
+    __atomic_add_fetch(&cuwire_counts[261], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuKernelGetName", "cuda.h", &warned));
 }
@@ -2075,6 +4063,7 @@ CUWIRE_EXPORT CUresult cuKernelGetName(const char **name, CUkernel hfunc)
 /* cuKernelGetParamInfo (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
+    __atomic_add_fetch(&cuwire_counts[262], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuKernelGetParamInfo", "cuda.h", &warned));
 }
@@ -2082,6 +4071,7 @@ CUWIRE_EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, 
 /* cuKernelSetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[263], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuKernelSetAttribute", "cuda.h", &warned));
 }
@@ -2089,6 +4079,7 @@ CUWIRE_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val
 /* cuKernelSetCacheConfig (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[264], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuKernelSetCacheConfig", "cuda.h", &warned));
 }
@@ -2096,6 +4087,7 @@ CUWIRE_EXPORT CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache conf
 /* cuLaunch (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLaunch(CUfunction f)
 {
+    __atomic_add_fetch(&cuwire_counts[265], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLaunch", "cuda.h", &warned));
 }
@@ -2103,6 +4095,7 @@ CUWIRE_EXPORT CUresult cuLaunch(CUfunction f)
 /* cuLaunchCooperativeKernel (cuda.h): unimplemented; also cuLaunchCooperativeKernel_ptsz */
 CUWIRE_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
+    __atomic_add_fetch(&cuwire_counts[266], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLaunchCooperativeKernel", "cuda.h", &warned));
 }
@@ -2111,6 +4104,7 @@ CUWIRE_EXPORT __typeof__(cuLaunchCooperativeKernel) cuLaunchCooperativeKernel_pt
 /* cuLaunchCooperativeKernelMultiDevice (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[267], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLaunchCooperativeKernelMultiDevice", "cuda.h", &warned));
 }
@@ -2118,6 +4112,7 @@ CUWIRE_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *
 /* cuLaunchGrid (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
 {
+    __atomic_add_fetch(&cuwire_counts[268], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLaunchGrid", "cuda.h", &warned));
 }
@@ -2125,6 +4120,7 @@ CUWIRE_EXPORT CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_heigh
 /* cuLaunchGridAsync (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[269], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLaunchGridAsync", "cuda.h", &warned));
 }
@@ -2132,6 +4128,7 @@ CUWIRE_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_
 /* cuLaunchHostFunc (cuda.h): unimplemented; also cuLaunchHostFunc_ptsz */
 CUWIRE_EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
+    __atomic_add_fetch(&cuwire_counts[270], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLaunchHostFunc", "cuda.h", &warned));
 }
@@ -2140,6 +4137,7 @@ CUWIRE_EXPORT __typeof__(cuLaunchHostFunc) cuLaunchHostFunc_ptsz __attribute__((
 /* cuLaunchKernel (cuda.h): unimplemented; also cuLaunchKernel_ptsz */
 CUWIRE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
+    __atomic_add_fetch(&cuwire_counts[271], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLaunchKernel", "cuda.h", &warned));
 }
@@ -2148,6 +4146,7 @@ CUWIRE_EXPORT __typeof__(cuLaunchKernel) cuLaunchKernel_ptsz __attribute__((alia
 /* cuLaunchKernelEx (cuda.h): unimplemented; also cuLaunchKernelEx_ptsz */
 CUWIRE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
+    __atomic_add_fetch(&cuwire_counts[272], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLaunchKernelEx", "cuda.h", &warned));
 }
@@ -2156,6 +4155,7 @@ CUWIRE_EXPORT __typeof__(cuLaunchKernelEx) cuLaunchKernelEx_ptsz __attribute__((
 /* cuLibraryEnumerateKernels (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib)
 {
+    __atomic_add_fetch(&cuwire_counts[273], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLibraryEnumerateKernels", "cuda.h", &warned));
 }
@@ -2163,6 +4163,7 @@ CUWIRE_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int
 /* cuLibraryGetGlobal (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
+    __atomic_add_fetch(&cuwire_counts[274], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLibraryGetGlobal", "cuda.h", &warned));
 }
@@ -2170,6 +4171,7 @@ CUWIRE_EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUli
 /* cuLibraryGetKernel (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
+    __atomic_add_fetch(&cuwire_counts[275], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLibraryGetKernel", "cuda.h", &warned));
 }
@@ -2177,6 +4179,7 @@ CUWIRE_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, 
 /* cuLibraryGetKernelCount (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
 {
+    __atomic_add_fetch(&cuwire_counts[276], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLibraryGetKernelCount", "cuda.h", &warned));
 }
@@ -2184,6 +4187,7 @@ CUWIRE_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary li
 /* cuLibraryGetManaged (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
+    __atomic_add_fetch(&cuwire_counts[277], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLibraryGetManaged", "cuda.h", &warned));
 }
@@ -2191,6 +4195,7 @@ CUWIRE_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUl
 /* cuLibraryGetModule (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
 {
+    __atomic_add_fetch(&cuwire_counts[278], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLibraryGetModule", "cuda.h", &warned));
 }
@@ -2198,6 +4203,7 @@ CUWIRE_EXPORT CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
 /* cuLibraryGetUnifiedFunction (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLibraryGetUnifiedFunction(void **fptr, CUlibrary library, const char *symbol)
 {
+    __atomic_add_fetch(&cuwire_counts[279], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLibraryGetUnifiedFunction", "cuda.h", &warned));
 }
@@ -2205,6 +4211,7 @@ CUWIRE_EXPORT CUresult cuLibraryGetUnifiedFunction(void **fptr, CUlibrary librar
 /* cuLibraryLoadData (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
+    __atomic_add_fetch(&cuwire_counts[280], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLibraryLoadData", "cuda.h", &warned));
 }
@@ -2212,6 +4219,7 @@ CUWIRE_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, C
 /* cuLibraryLoadFromFile (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
+    __atomic_add_fetch(&cuwire_counts[281], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLibraryLoadFromFile", "cuda.h", &warned));
 }
@@ -2219,6 +4227,7 @@ CUWIRE_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fil
 /* cuLibraryUnload (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLibraryUnload(CUlibrary library)
 {
+    __atomic_add_fetch(&cuwire_counts[282], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLibraryUnload", "cuda.h", &warned));
 }
@@ -2226,6 +4235,7 @@ CUWIRE_EXPORT CUresult cuLibraryUnload(CUlibrary library)
 /* cuLinkAddData_v2 (cuda.h): unimplemented; also cuLinkAddData */
 CUWIRE_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
+    __atomic_add_fetch(&cuwire_counts[283], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLinkAddData_v2", "cuda.h", &warned));
 }
@@ -2234,6 +4244,7 @@ CUWIRE_EXPORT __typeof__(cuLinkAddData_v2) cuLinkAddData __attribute__((alias("c
 /* cuLinkAddFile_v2 (cuda.h): unimplemented; also cuLinkAddFile */
 CUWIRE_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
+    __atomic_add_fetch(&cuwire_counts[284], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLinkAddFile_v2", "cuda.h", &warned));
 }
@@ -2242,6 +4253,7 @@ CUWIRE_EXPORT __typeof__(cuLinkAddFile_v2) cuLinkAddFile __attribute__((alias("c
 /* cuLinkComplete (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
 {
+    __atomic_add_fetch(&cuwire_counts[285], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLinkComplete", "cuda.h", &warned));
 }
@@ -2249,6 +4261,7 @@ CUWIRE_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t
 /* cuLinkCreate_v2 (cuda.h): unimplemented; also cuLinkCreate */
 CUWIRE_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut)
 {
+    __atomic_add_fetch(&cuwire_counts[286], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLinkCreate_v2", "cuda.h", &warned));
 }
@@ -2257,6 +4270,7 @@ CUWIRE_EXPORT __typeof__(cuLinkCreate_v2) cuLinkCreate __attribute__((alias("cuL
 /* cuLinkDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 {
+    __atomic_add_fetch(&cuwire_counts[287], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLinkDestroy", "cuda.h", &warned));
 }
@@ -2264,6 +4278,7 @@ CUWIRE_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 /* cuLogsCurrent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLogsCurrent(CUlogIterator *iterator_out, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[288], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLogsCurrent", "cuda.h", &warned));
 }
@@ -2271,6 +4286,7 @@ CUWIRE_EXPORT CUresult cuLogsCurrent(CUlogIterator *iterator_out, unsigned int f
 /* cuLogsDumpToFile (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLogsDumpToFile(CUlogIterator *iterator, const char *pathToFile, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[289], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLogsDumpToFile", "cuda.h", &warned));
 }
@@ -2278,6 +4294,7 @@ CUWIRE_EXPORT CUresult cuLogsDumpToFile(CUlogIterator *iterator, const char *pat
 /* cuLogsDumpToMemory (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLogsDumpToMemory(CUlogIterator *iterator, char *buffer, size_t *size, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[290], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLogsDumpToMemory", "cuda.h", &warned));
 }
@@ -2285,6 +4302,7 @@ CUWIRE_EXPORT CUresult cuLogsDumpToMemory(CUlogIterator *iterator, char *buffer,
 /* cuLogsRegisterCallback (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLogsRegisterCallback(CUlogsCallback callbackFunc, void *userData, CUlogsCallbackHandle *callback_out)
 {
+    __atomic_add_fetch(&cuwire_counts[291], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLogsRegisterCallback", "cuda.h", &warned));
 }
@@ -2292,6 +4310,7 @@ CUWIRE_EXPORT CUresult cuLogsRegisterCallback(CUlogsCallback callbackFunc, void 
 /* cuLogsUnregisterCallback (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle callback)
 {
+    __atomic_add_fetch(&cuwire_counts[292], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLogsUnregisterCallback", "cuda.h", &warned));
 }
@@ -2299,6 +4318,7 @@ CUWIRE_EXPORT CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle callback)
 /* cuMemAddressFree (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
+    __atomic_add_fetch(&cuwire_counts[293], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemAddressFree", "cuda.h", &warned));
 }
@@ -2306,6 +4326,7 @@ CUWIRE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 /* cuMemAddressReserve (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
 {
+    __atomic_add_fetch(&cuwire_counts[294], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemAddressReserve", "cuda.h", &warned));
 }
@@ -2313,6 +4334,7 @@ CUWIRE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t
 /* cuMemAdvise_v2 (cuda.h): unimplemented; also cuMemAdvise */
 CUWIRE_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
 {
+    __atomic_add_fetch(&cuwire_counts[295], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemAdvise_v2", "cuda.h", &warned));
 }
@@ -2321,6 +4343,7 @@ CUWIRE_EXPORT __typeof__(cuMemAdvise_v2) cuMemAdvise __attribute__((alias("cuMem
 /* cuMemAllocAsync (cuda.h): unimplemented; also cuMemAllocAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[296], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemAllocAsync", "cuda.h", &warned));
 }
@@ -2329,6 +4352,7 @@ CUWIRE_EXPORT __typeof__(cuMemAllocAsync) cuMemAllocAsync_ptsz __attribute__((al
 /* cuMemAllocFromPoolAsync (cuda.h): unimplemented; also cuMemAllocFromPoolAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[297], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemAllocFromPoolAsync", "cuda.h", &warned));
 }
@@ -2337,6 +4361,7 @@ CUWIRE_EXPORT __typeof__(cuMemAllocFromPoolAsync) cuMemAllocFromPoolAsync_ptsz _
 /* cuMemAllocHost_v2 (cuda.h): unimplemented; also cuMemAllocHost */
 CUWIRE_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
+    __atomic_add_fetch(&cuwire_counts[298], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemAllocHost_v2", "cuda.h", &warned));
 }
@@ -2345,6 +4370,7 @@ CUWIRE_EXPORT __typeof__(cuMemAllocHost_v2) cuMemAllocHost __attribute__((alias(
 /* cuMemAllocManaged (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[299], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemAllocManaged", "cuda.h", &warned));
 }
@@ -2352,6 +4378,7 @@ CUWIRE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, uns
 /* cuMemAllocPitch_v2 (cuda.h): unimplemented; also cuMemAllocPitch */
 CUWIRE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes)
 {
+    __atomic_add_fetch(&cuwire_counts[300], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemAllocPitch_v2", "cuda.h", &warned));
 }
@@ -2361,6 +4388,7 @@ CUWIRE_EXPORT __typeof__(cuMemAllocPitch_v2) cuMemAllocPitch __attribute__((alia
 int cuwire_py_cuMemAlloc_v2(void *, uint64_t);
 CUWIRE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
+    __atomic_add_fetch(&cuwire_counts[301], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemAlloc_v2((void *)dptr, (uint64_t)bytesize));
@@ -2370,6 +4398,7 @@ CUWIRE_EXPORT __typeof__(cuMemAlloc_v2) cuMemAlloc __attribute__((alias("cuMemAl
 /* cuMemBatchDecompressAsync (cuda.h): unimplemented; also cuMemBatchDecompressAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemBatchDecompressAsync(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream)
 {
+    __atomic_add_fetch(&cuwire_counts[302], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemBatchDecompressAsync", "cuda.h", &warned));
 }
@@ -2378,6 +4407,7 @@ CUWIRE_EXPORT __typeof__(cuMemBatchDecompressAsync) cuMemBatchDecompressAsync_pt
 /* cuMemCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
+    __atomic_add_fetch(&cuwire_counts[303], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemCreate", "cuda.h", &warned));
 }
@@ -2385,6 +4415,7 @@ CUWIRE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t 
 /* cuMemDiscardAndPrefetchBatchAsync (cuda.h): unimplemented; also cuMemDiscardAndPrefetchBatchAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[304], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemDiscardAndPrefetchBatchAsync", "cuda.h", &warned));
 }
@@ -2393,6 +4424,7 @@ CUWIRE_EXPORT __typeof__(cuMemDiscardAndPrefetchBatchAsync) cuMemDiscardAndPrefe
 /* cuMemDiscardBatchAsync (cuda.h): unimplemented; also cuMemDiscardBatchAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[305], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemDiscardBatchAsync", "cuda.h", &warned));
 }
@@ -2401,6 +4433,7 @@ CUWIRE_EXPORT __typeof__(cuMemDiscardBatchAsync) cuMemDiscardBatchAsync_ptsz __a
 /* cuMemExportToShareableHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
+    __atomic_add_fetch(&cuwire_counts[306], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemExportToShareableHandle", "cuda.h", &warned));
 }
@@ -2408,6 +4441,7 @@ CUWIRE_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmem
 /* cuMemFreeAsync (cuda.h): unimplemented; also cuMemFreeAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[307], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemFreeAsync", "cuda.h", &warned));
 }
@@ -2416,6 +4450,7 @@ CUWIRE_EXPORT __typeof__(cuMemFreeAsync) cuMemFreeAsync_ptsz __attribute__((alia
 /* cuMemFreeHost (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemFreeHost(void *p)
 {
+    __atomic_add_fetch(&cuwire_counts[308], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemFreeHost", "cuda.h", &warned));
 }
@@ -2424,6 +4459,7 @@ CUWIRE_EXPORT CUresult cuMemFreeHost(void *p)
 int cuwire_py_cuMemFree_v2(uint64_t);
 CUWIRE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
+    __atomic_add_fetch(&cuwire_counts[309], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemFree_v2((uint64_t)dptr));
@@ -2433,6 +4469,7 @@ CUWIRE_EXPORT __typeof__(cuMemFree_v2) cuMemFree __attribute__((alias("cuMemFree
 /* cuMemGetAccess (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
 {
+    __atomic_add_fetch(&cuwire_counts[310], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemGetAccess", "cuda.h", &warned));
 }
@@ -2440,6 +4477,7 @@ CUWIRE_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLoca
 /* cuMemGetAddressRange_v2 (cuda.h): unimplemented; also cuMemGetAddressRange */
 CUWIRE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
+    __atomic_add_fetch(&cuwire_counts[311], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemGetAddressRange_v2", "cuda.h", &warned));
 }
@@ -2448,6 +4486,7 @@ CUWIRE_EXPORT __typeof__(cuMemGetAddressRange_v2) cuMemGetAddressRange __attribu
 /* cuMemGetAllocationGranularity (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
 {
+    __atomic_add_fetch(&cuwire_counts[312], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemGetAllocationGranularity", "cuda.h", &warned));
 }
@@ -2455,6 +4494,7 @@ CUWIRE_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const 
 /* cuMemGetAllocationPropertiesFromHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
 {
+    __atomic_add_fetch(&cuwire_counts[313], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemGetAllocationPropertiesFromHandle", "cuda.h", &warned));
 }
@@ -2462,6 +4502,7 @@ CUWIRE_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationPro
 /* cuMemGetAttribute (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuMemGetAttribute(void)
 {
+    __atomic_add_fetch(&cuwire_counts[314], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemGetAttribute", "libcuda.so.1 export", &warned));
 }
@@ -2469,6 +4510,7 @@ CUWIRE_EXPORT CUresult cuMemGetAttribute(void)
 /* cuMemGetAttribute_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuMemGetAttribute_v2(void)
 {
+    __atomic_add_fetch(&cuwire_counts[315], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemGetAttribute_v2", "libcuda.so.1 export", &warned));
 }
@@ -2476,6 +4518,7 @@ CUWIRE_EXPORT CUresult cuMemGetAttribute_v2(void)
 /* cuMemGetDefaultMemPool (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
 {
+    __atomic_add_fetch(&cuwire_counts[316], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemGetDefaultMemPool", "cuda.h", &warned));
 }
@@ -2483,6 +4526,7 @@ CUWIRE_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocat
 /* cuMemGetHandleForAddressRange (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType handleType, unsigned long long flags)
 {
+    __atomic_add_fetch(&cuwire_counts[317], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemGetHandleForAddressRange", "cuda.h", &warned));
 }
@@ -2491,6 +4535,7 @@ CUWIRE_EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr d
 int cuwire_py_cuMemGetInfo_v2(void *, void *);
 CUWIRE_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
+    __atomic_add_fetch(&cuwire_counts[318], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemGetInfo_v2((void *)free, (void *)total));
@@ -2500,6 +4545,7 @@ CUWIRE_EXPORT __typeof__(cuMemGetInfo_v2) cuMemGetInfo __attribute__((alias("cuM
 /* cuMemGetMemPool (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
 {
+    __atomic_add_fetch(&cuwire_counts[319], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemGetMemPool", "cuda.h", &warned));
 }
@@ -2507,6 +4553,7 @@ CUWIRE_EXPORT CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *locati
 /* cuMemHostAlloc (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
+    __atomic_add_fetch(&cuwire_counts[320], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemHostAlloc", "cuda.h", &warned));
 }
@@ -2514,6 +4561,7 @@ CUWIRE_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int F
 /* cuMemHostGetDevicePointer_v2 (cuda.h): unimplemented; also cuMemHostGetDevicePointer */
 CUWIRE_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
 {
+    __atomic_add_fetch(&cuwire_counts[321], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemHostGetDevicePointer_v2", "cuda.h", &warned));
 }
@@ -2522,6 +4570,7 @@ CUWIRE_EXPORT __typeof__(cuMemHostGetDevicePointer_v2) cuMemHostGetDevicePointer
 /* cuMemHostGetFlags (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
 {
+    __atomic_add_fetch(&cuwire_counts[322], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemHostGetFlags", "cuda.h", &warned));
 }
@@ -2529,6 +4578,7 @@ CUWIRE_EXPORT CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
 /* cuMemHostRegister_v2 (cuda.h): unimplemented; also cuMemHostRegister */
 CUWIRE_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
+    __atomic_add_fetch(&cuwire_counts[323], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemHostRegister_v2", "cuda.h", &warned));
 }
@@ -2537,6 +4587,7 @@ CUWIRE_EXPORT __typeof__(cuMemHostRegister_v2) cuMemHostRegister __attribute__((
 /* cuMemHostUnregister (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemHostUnregister(void *p)
 {
+    __atomic_add_fetch(&cuwire_counts[324], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemHostUnregister", "cuda.h", &warned));
 }
@@ -2544,6 +4595,7 @@ CUWIRE_EXPORT CUresult cuMemHostUnregister(void *p)
 /* cuMemImportFromShareableHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType)
 {
+    __atomic_add_fetch(&cuwire_counts[325], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemImportFromShareableHandle", "cuda.h", &warned));
 }
@@ -2551,6 +4603,7 @@ CUWIRE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHand
 /* cuMemMap (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
+    __atomic_add_fetch(&cuwire_counts[326], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemMap", "cuda.h", &warned));
 }
@@ -2558,6 +4611,7 @@ CUWIRE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUm
 /* cuMemMapArrayAsync (cuda.h): unimplemented; also cuMemMapArrayAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemMapArrayAsync(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[327], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemMapArrayAsync", "cuda.h", &warned));
 }
@@ -2566,6 +4620,7 @@ CUWIRE_EXPORT __typeof__(cuMemMapArrayAsync) cuMemMapArrayAsync_ptsz __attribute
 /* cuMemPoolCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
+    __atomic_add_fetch(&cuwire_counts[328], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolCreate", "cuda.h", &warned));
 }
@@ -2573,6 +4628,7 @@ CUWIRE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps 
 /* cuMemPoolDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
+    __atomic_add_fetch(&cuwire_counts[329], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolDestroy", "cuda.h", &warned));
 }
@@ -2580,6 +4636,7 @@ CUWIRE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 /* cuMemPoolExportPointer (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
 {
+    __atomic_add_fetch(&cuwire_counts[330], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolExportPointer", "cuda.h", &warned));
 }
@@ -2587,6 +4644,7 @@ CUWIRE_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_
 /* cuMemPoolExportToShareableHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
+    __atomic_add_fetch(&cuwire_counts[331], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolExportToShareableHandle", "cuda.h", &warned));
 }
@@ -2594,6 +4652,7 @@ CUWIRE_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemo
 /* cuMemPoolGetAccess (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location)
 {
+    __atomic_add_fetch(&cuwire_counts[332], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolGetAccess", "cuda.h", &warned));
 }
@@ -2601,6 +4660,7 @@ CUWIRE_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool
 /* cuMemPoolGetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
+    __atomic_add_fetch(&cuwire_counts[333], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolGetAttribute", "cuda.h", &warned));
 }
@@ -2608,6 +4668,7 @@ CUWIRE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attrib
 /* cuMemPoolImportFromShareableHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
+    __atomic_add_fetch(&cuwire_counts[334], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolImportFromShareableHandle", "cuda.h", &warned));
 }
@@ -2615,6 +4676,7 @@ CUWIRE_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out
 /* cuMemPoolImportPointer (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)
 {
+    __atomic_add_fetch(&cuwire_counts[335], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolImportPointer", "cuda.h", &warned));
 }
@@ -2622,6 +4684,7 @@ CUWIRE_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool
 /* cuMemPoolSetAccess (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
 {
+    __atomic_add_fetch(&cuwire_counts[336], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolSetAccess", "cuda.h", &warned));
 }
@@ -2629,6 +4692,7 @@ CUWIRE_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDe
 /* cuMemPoolSetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
+    __atomic_add_fetch(&cuwire_counts[337], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolSetAttribute", "cuda.h", &warned));
 }
@@ -2636,6 +4700,7 @@ CUWIRE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attrib
 /* cuMemPoolTrimTo (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
+    __atomic_add_fetch(&cuwire_counts[338], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolTrimTo", "cuda.h", &warned));
 }
@@ -2643,6 +4708,7 @@ CUWIRE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 /* cuMemPrefetchAsync_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPrefetchAsync_ptsz(void)
 {
+    __atomic_add_fetch(&cuwire_counts[339], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPrefetchAsync_ptsz", "libcuda.so.1 export", &warned));
 }
@@ -2650,6 +4716,7 @@ CUWIRE_EXPORT CUresult cuMemPrefetchAsync_ptsz(void)
 /* cuMemPrefetchAsync_v2 (cuda.h): unimplemented; also cuMemPrefetchAsync, cuMemPrefetchAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[340], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPrefetchAsync_v2", "cuda.h", &warned));
 }
@@ -2659,6 +4726,7 @@ CUWIRE_EXPORT __typeof__(cuMemPrefetchAsync_v2) cuMemPrefetchAsync_v2_ptsz __att
 /* cuMemPrefetchBatchAsync (cuda.h): unimplemented; also cuMemPrefetchBatchAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[341], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPrefetchBatchAsync", "cuda.h", &warned));
 }
@@ -2667,6 +4735,7 @@ CUWIRE_EXPORT __typeof__(cuMemPrefetchBatchAsync) cuMemPrefetchBatchAsync_ptsz _
 /* cuMemRangeGetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr devPtr, size_t count)
 {
+    __atomic_add_fetch(&cuwire_counts[342], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemRangeGetAttribute", "cuda.h", &warned));
 }
@@ -2674,6 +4743,7 @@ CUWIRE_EXPORT CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem
 /* cuMemRangeGetAttributes (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_attribute *attributes, size_t numAttributes, CUdeviceptr devPtr, size_t count)
 {
+    __atomic_add_fetch(&cuwire_counts[343], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemRangeGetAttributes", "cuda.h", &warned));
 }
@@ -2681,6 +4751,7 @@ CUWIRE_EXPORT CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, C
 /* cuMemRelease (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
+    __atomic_add_fetch(&cuwire_counts[344], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemRelease", "cuda.h", &warned));
 }
@@ -2688,6 +4759,7 @@ CUWIRE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 /* cuMemRetainAllocationHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
+    __atomic_add_fetch(&cuwire_counts[345], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemRetainAllocationHandle", "cuda.h", &warned));
 }
@@ -2695,6 +4767,7 @@ CUWIRE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle 
 /* cuMemSetAccess (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
+    __atomic_add_fetch(&cuwire_counts[346], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemSetAccess", "cuda.h", &warned));
 }
@@ -2702,6 +4775,7 @@ CUWIRE_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemA
 /* cuMemSetMemPool (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
 {
+    __atomic_add_fetch(&cuwire_counts[347], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemSetMemPool", "cuda.h", &warned));
 }
@@ -2709,6 +4783,7 @@ CUWIRE_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationT
 /* cuMemUnmap (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
+    __atomic_add_fetch(&cuwire_counts[348], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemUnmap", "cuda.h", &warned));
 }
@@ -2716,6 +4791,7 @@ CUWIRE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 /* cuMemcpy (cuda.h): unimplemented; also cuMemcpy_ptds */
 CUWIRE_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
+    __atomic_add_fetch(&cuwire_counts[349], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpy", "cuda.h", &warned));
 }
@@ -2724,6 +4800,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpy) cuMemcpy_ptds __attribute__((alias("cuMemcpy"
 /* cuMemcpy2DAsync_v2 (cuda.h): unimplemented; also cuMemcpy2DAsync, cuMemcpy2DAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[350], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpy2DAsync_v2", "cuda.h", &warned));
 }
@@ -2733,6 +4810,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpy2DAsync_v2) cuMemcpy2DAsync_v2_ptsz __attribute
 /* cuMemcpy2DUnaligned_v2 (cuda.h): unimplemented; also cuMemcpy2DUnaligned, cuMemcpy2DUnaligned_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
 {
+    __atomic_add_fetch(&cuwire_counts[351], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpy2DUnaligned_v2", "cuda.h", &warned));
 }
@@ -2742,6 +4820,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpy2DUnaligned_v2) cuMemcpy2DUnaligned_v2_ptds __a
 /* cuMemcpy2D_v2 (cuda.h): unimplemented; also cuMemcpy2D, cuMemcpy2D_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
 {
+    __atomic_add_fetch(&cuwire_counts[352], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpy2D_v2", "cuda.h", &warned));
 }
@@ -2751,6 +4830,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpy2D_v2) cuMemcpy2D_v2_ptds __attribute__((alias(
 /* cuMemcpy3DAsync_v2 (cuda.h): unimplemented; also cuMemcpy3DAsync, cuMemcpy3DAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[353], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpy3DAsync_v2", "cuda.h", &warned));
 }
@@ -2760,6 +4840,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpy3DAsync_v2) cuMemcpy3DAsync_v2_ptsz __attribute
 /* cuMemcpy3DBatchAsync_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuMemcpy3DBatchAsync_ptsz(void)
 {
+    __atomic_add_fetch(&cuwire_counts[354], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpy3DBatchAsync_ptsz", "libcuda.so.1 export", &warned));
 }
@@ -2767,6 +4848,7 @@ CUWIRE_EXPORT CUresult cuMemcpy3DBatchAsync_ptsz(void)
 /* cuMemcpy3DBatchAsync_v2 (cuda.h): unimplemented; also cuMemcpy3DBatchAsync, cuMemcpy3DBatchAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[355], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpy3DBatchAsync_v2", "cuda.h", &warned));
 }
@@ -2776,6 +4858,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpy3DBatchAsync_v2) cuMemcpy3DBatchAsync_v2_ptsz _
 /* cuMemcpy3DPeer (cuda.h): unimplemented; also cuMemcpy3DPeer_ptds */
 CUWIRE_EXPORT CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
 {
+    __atomic_add_fetch(&cuwire_counts[356], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpy3DPeer", "cuda.h", &warned));
 }
@@ -2784,6 +4867,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpy3DPeer) cuMemcpy3DPeer_ptds __attribute__((alia
 /* cuMemcpy3DPeerAsync (cuda.h): unimplemented; also cuMemcpy3DPeerAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[357], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpy3DPeerAsync", "cuda.h", &warned));
 }
@@ -2792,6 +4876,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpy3DPeerAsync) cuMemcpy3DPeerAsync_ptsz __attribu
 /* cuMemcpy3D_v2 (cuda.h): unimplemented; also cuMemcpy3D, cuMemcpy3D_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
 {
+    __atomic_add_fetch(&cuwire_counts[358], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpy3D_v2", "cuda.h", &warned));
 }
@@ -2801,6 +4886,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpy3D_v2) cuMemcpy3D_v2_ptds __attribute__((alias(
 /* cuMemcpyAsync (cuda.h): unimplemented; also cuMemcpyAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[359], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyAsync", "cuda.h", &warned));
 }
@@ -2809,6 +4895,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyAsync) cuMemcpyAsync_ptsz __attribute__((alias(
 /* cuMemcpyAtoA_v2 (cuda.h): unimplemented; also cuMemcpyAtoA, cuMemcpyAtoA_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
+    __atomic_add_fetch(&cuwire_counts[360], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyAtoA_v2", "cuda.h", &warned));
 }
@@ -2818,6 +4905,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyAtoA_v2) cuMemcpyAtoA_v2_ptds __attribute__((al
 /* cuMemcpyAtoD_v2 (cuda.h): unimplemented; also cuMemcpyAtoD, cuMemcpyAtoD_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
+    __atomic_add_fetch(&cuwire_counts[361], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyAtoD_v2", "cuda.h", &warned));
 }
@@ -2827,6 +4915,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyAtoD_v2) cuMemcpyAtoD_v2_ptds __attribute__((al
 /* cuMemcpyAtoHAsync_v2 (cuda.h): unimplemented; also cuMemcpyAtoHAsync, cuMemcpyAtoHAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[362], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyAtoHAsync_v2", "cuda.h", &warned));
 }
@@ -2836,6 +4925,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyAtoHAsync_v2) cuMemcpyAtoHAsync_v2_ptsz __attri
 /* cuMemcpyAtoH_v2 (cuda.h): unimplemented; also cuMemcpyAtoH, cuMemcpyAtoH_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
+    __atomic_add_fetch(&cuwire_counts[363], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyAtoH_v2", "cuda.h", &warned));
 }
@@ -2845,6 +4935,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyAtoH_v2) cuMemcpyAtoH_v2_ptds __attribute__((al
 /* cuMemcpyBatchAsync_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuMemcpyBatchAsync_ptsz(void)
 {
+    __atomic_add_fetch(&cuwire_counts[364], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyBatchAsync_ptsz", "libcuda.so.1 export", &warned));
 }
@@ -2852,6 +4943,7 @@ CUWIRE_EXPORT CUresult cuMemcpyBatchAsync_ptsz(void)
 /* cuMemcpyBatchAsync_v2 (cuda.h): unimplemented; also cuMemcpyBatchAsync, cuMemcpyBatchAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[365], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyBatchAsync_v2", "cuda.h", &warned));
 }
@@ -2861,6 +4953,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyBatchAsync_v2) cuMemcpyBatchAsync_v2_ptsz __att
 /* cuMemcpyDtoA_v2 (cuda.h): unimplemented; also cuMemcpyDtoA, cuMemcpyDtoA_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)
 {
+    __atomic_add_fetch(&cuwire_counts[366], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyDtoA_v2", "cuda.h", &warned));
 }
@@ -2870,6 +4963,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyDtoA_v2) cuMemcpyDtoA_v2_ptds __attribute__((al
 /* cuMemcpyDtoDAsync_v2 (cuda.h): unimplemented; also cuMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[367], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyDtoDAsync_v2", "cuda.h", &warned));
 }
@@ -2880,6 +4974,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyDtoDAsync_v2) cuMemcpyDtoDAsync_v2_ptsz __attri
 int cuwire_py_cuMemcpyDtoD_v2(uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
+    __atomic_add_fetch(&cuwire_counts[368], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyDtoD_v2((uint64_t)dstDevice, (uint64_t)srcDevice, (uint64_t)ByteCount));
@@ -2890,6 +4985,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyDtoD_v2) cuMemcpyDtoD_v2_ptds __attribute__((al
 /* cuMemcpyDtoHAsync_v2 (cuda.h): unimplemented; also cuMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[369], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyDtoHAsync_v2", "cuda.h", &warned));
 }
@@ -2900,6 +4996,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyDtoHAsync_v2) cuMemcpyDtoHAsync_v2_ptsz __attri
 int cuwire_py_cuMemcpyDtoH_v2(void *, uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
+    __atomic_add_fetch(&cuwire_counts[370], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyDtoH_v2((void *)dstHost, (uint64_t)(ByteCount), (uint64_t)srcDevice, (uint64_t)ByteCount));
@@ -2910,6 +5007,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyDtoH_v2) cuMemcpyDtoH_v2_ptds __attribute__((al
 /* cuMemcpyHtoAAsync_v2 (cuda.h): unimplemented; also cuMemcpyHtoAAsync, cuMemcpyHtoAAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[371], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyHtoAAsync_v2", "cuda.h", &warned));
 }
@@ -2919,6 +5017,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyHtoAAsync_v2) cuMemcpyHtoAAsync_v2_ptsz __attri
 /* cuMemcpyHtoA_v2 (cuda.h): unimplemented; also cuMemcpyHtoA, cuMemcpyHtoA_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
 {
+    __atomic_add_fetch(&cuwire_counts[372], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyHtoA_v2", "cuda.h", &warned));
 }
@@ -2928,6 +5027,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyHtoA_v2) cuMemcpyHtoA_v2_ptds __attribute__((al
 /* cuMemcpyHtoDAsync_v2 (cuda.h): unimplemented; also cuMemcpyHtoDAsync, cuMemcpyHtoDAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[373], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyHtoDAsync_v2", "cuda.h", &warned));
 }
@@ -2938,6 +5038,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyHtoDAsync_v2) cuMemcpyHtoDAsync_v2_ptsz __attri
 int cuwire_py_cuMemcpyHtoD_v2(uint64_t, void *, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
+    __atomic_add_fetch(&cuwire_counts[374], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyHtoD_v2((uint64_t)dstDevice, (void *)srcHost, (uint64_t)(ByteCount), (uint64_t)ByteCount));
@@ -2948,6 +5049,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyHtoD_v2) cuMemcpyHtoD_v2_ptds __attribute__((al
 /* cuMemcpyPeer (cuda.h): unimplemented; also cuMemcpyPeer_ptds */
 CUWIRE_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
+    __atomic_add_fetch(&cuwire_counts[375], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyPeer", "cuda.h", &warned));
 }
@@ -2956,6 +5058,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyPeer) cuMemcpyPeer_ptds __attribute__((alias("c
 /* cuMemcpyPeerAsync (cuda.h): unimplemented; also cuMemcpyPeerAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[376], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyPeerAsync", "cuda.h", &warned));
 }
@@ -2964,6 +5067,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyPeerAsync) cuMemcpyPeerAsync_ptsz __attribute__
 /* cuMemsetD16Async (cuda.h): unimplemented; also cuMemsetD16Async_ptsz */
 CUWIRE_EXPORT CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[377], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemsetD16Async", "cuda.h", &warned));
 }
@@ -2972,6 +5076,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD16Async) cuMemsetD16Async_ptsz __attribute__((
 /* cuMemsetD16_v2 (cuda.h): unimplemented; also cuMemsetD16, cuMemsetD16_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
+    __atomic_add_fetch(&cuwire_counts[378], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemsetD16_v2", "cuda.h", &warned));
 }
@@ -2981,6 +5086,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD16_v2) cuMemsetD16_v2_ptds __attribute__((alia
 /* cuMemsetD2D16Async (cuda.h): unimplemented; also cuMemsetD2D16Async_ptsz */
 CUWIRE_EXPORT CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[379], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemsetD2D16Async", "cuda.h", &warned));
 }
@@ -2989,6 +5095,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD2D16Async) cuMemsetD2D16Async_ptsz __attribute
 /* cuMemsetD2D16_v2 (cuda.h): unimplemented; also cuMemsetD2D16, cuMemsetD2D16_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
+    __atomic_add_fetch(&cuwire_counts[380], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemsetD2D16_v2", "cuda.h", &warned));
 }
@@ -2998,6 +5105,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD2D16_v2) cuMemsetD2D16_v2_ptds __attribute__((
 /* cuMemsetD2D32Async (cuda.h): unimplemented; also cuMemsetD2D32Async_ptsz */
 CUWIRE_EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[381], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemsetD2D32Async", "cuda.h", &warned));
 }
@@ -3006,6 +5114,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD2D32Async) cuMemsetD2D32Async_ptsz __attribute
 /* cuMemsetD2D32_v2 (cuda.h): unimplemented; also cuMemsetD2D32, cuMemsetD2D32_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
+    __atomic_add_fetch(&cuwire_counts[382], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemsetD2D32_v2", "cuda.h", &warned));
 }
@@ -3015,6 +5124,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD2D32_v2) cuMemsetD2D32_v2_ptds __attribute__((
 /* cuMemsetD2D8Async (cuda.h): unimplemented; also cuMemsetD2D8Async_ptsz */
 CUWIRE_EXPORT CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[383], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemsetD2D8Async", "cuda.h", &warned));
 }
@@ -3023,6 +5133,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD2D8Async) cuMemsetD2D8Async_ptsz __attribute__
 /* cuMemsetD2D8_v2 (cuda.h): unimplemented; also cuMemsetD2D8, cuMemsetD2D8_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
+    __atomic_add_fetch(&cuwire_counts[384], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemsetD2D8_v2", "cuda.h", &warned));
 }
@@ -3032,6 +5143,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD2D8_v2) cuMemsetD2D8_v2_ptds __attribute__((al
 /* cuMemsetD32Async (cuda.h): unimplemented; also cuMemsetD32Async_ptsz */
 CUWIRE_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[385], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemsetD32Async", "cuda.h", &warned));
 }
@@ -3041,6 +5153,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD32Async) cuMemsetD32Async_ptsz __attribute__((
 int cuwire_py_cuMemsetD32_v2(uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
+    __atomic_add_fetch(&cuwire_counts[386], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemsetD32_v2((uint64_t)dstDevice, (uint64_t)ui, (uint64_t)N));
@@ -3051,6 +5164,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD32_v2) cuMemsetD32_v2_ptds __attribute__((alia
 /* cuMemsetD8Async (cuda.h): unimplemented; also cuMemsetD8Async_ptsz */
 CUWIRE_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[387], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemsetD8Async", "cuda.h", &warned));
 }
@@ -3060,6 +5174,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD8Async) cuMemsetD8Async_ptsz __attribute__((al
 int cuwire_py_cuMemsetD8_v2(uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
+    __atomic_add_fetch(&cuwire_counts[388], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemsetD8_v2((uint64_t)dstDevice, (uint64_t)uc, (uint64_t)N));
@@ -3070,6 +5185,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD8_v2) cuMemsetD8_v2_ptds __attribute__((alias(
 /* cuMipmappedArrayCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels)
 {
+    __atomic_add_fetch(&cuwire_counts[389], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMipmappedArrayCreate", "cuda.h", &warned));
 }
@@ -3077,6 +5193,7 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const C
 /* cuMipmappedArrayDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
+    __atomic_add_fetch(&cuwire_counts[390], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMipmappedArrayDestroy", "cuda.h", &warned));
 }
@@ -3084,6 +5201,7 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 /* cuMipmappedArrayGetLevel (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level)
 {
+    __atomic_add_fetch(&cuwire_counts[391], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMipmappedArrayGetLevel", "cuda.h", &warned));
 }
@@ -3091,6 +5209,7 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappe
 /* cuMipmappedArrayGetMemoryRequirements (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUmipmappedArray mipmap, CUdevice device)
 {
+    __atomic_add_fetch(&cuwire_counts[392], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMipmappedArrayGetMemoryRequirements", "cuda.h", &warned));
 }
@@ -3098,6 +5217,7 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_R
 /* cuMipmappedArrayGetSparseProperties (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMipmappedArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *sparseProperties, CUmipmappedArray mipmap)
 {
+    __atomic_add_fetch(&cuwire_counts[393], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMipmappedArrayGetSparseProperties", "cuda.h", &warned));
 }
@@ -3105,6 +5225,7 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PRO
 /* cuModuleEnumerateFunctions (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod)
 {
+    __atomic_add_fetch(&cuwire_counts[394], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuModuleEnumerateFunctions", "cuda.h", &warned));
 }
@@ -3112,6 +5233,7 @@ CUWIRE_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigne
 /* cuModuleGetFunction (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
+    __atomic_add_fetch(&cuwire_counts[395], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuModuleGetFunction", "cuda.h", &warned));
 }
@@ -3119,6 +5241,7 @@ CUWIRE_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, con
 /* cuModuleGetFunctionCount (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
 {
+    __atomic_add_fetch(&cuwire_counts[396], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuModuleGetFunctionCount", "cuda.h", &warned));
 }
@@ -3126,6 +5249,7 @@ CUWIRE_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mo
 /* cuModuleGetGlobal_v2 (cuda.h): unimplemented; also cuModuleGetGlobal */
 CUWIRE_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
 {
+    __atomic_add_fetch(&cuwire_counts[397], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuModuleGetGlobal_v2", "cuda.h", &warned));
 }
@@ -3134,6 +5258,7 @@ CUWIRE_EXPORT __typeof__(cuModuleGetGlobal_v2) cuModuleGetGlobal __attribute__((
 /* cuModuleGetLoadingMode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
 {
+    __atomic_add_fetch(&cuwire_counts[398], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuModuleGetLoadingMode", "cuda.h", &warned));
 }
@@ -3141,6 +5266,7 @@ CUWIRE_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
 /* cuModuleGetSurfRef (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuModuleGetSurfRef(CUsurfref *pSurfRef, CUmodule hmod, const char *name)
 {
+    __atomic_add_fetch(&cuwire_counts[399], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuModuleGetSurfRef", "cuda.h", &warned));
 }
@@ -3148,6 +5274,7 @@ CUWIRE_EXPORT CUresult cuModuleGetSurfRef(CUsurfref *pSurfRef, CUmodule hmod, co
 /* cuModuleGetTexRef (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuModuleGetTexRef(CUtexref *pTexRef, CUmodule hmod, const char *name)
 {
+    __atomic_add_fetch(&cuwire_counts[400], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuModuleGetTexRef", "cuda.h", &warned));
 }
@@ -3155,6 +5282,7 @@ CUWIRE_EXPORT CUresult cuModuleGetTexRef(CUtexref *pTexRef, CUmodule hmod, const
 /* cuModuleLoad (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
 {
+    __atomic_add_fetch(&cuwire_counts[401], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuModuleLoad", "cuda.h", &warned));
 }
@@ -3162,6 +5290,7 @@ CUWIRE_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
 /* cuModuleLoadData (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
+    __atomic_add_fetch(&cuwire_counts[402], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuModuleLoadData", "cuda.h", &warned));
 }
@@ -3169,6 +5298,7 @@ CUWIRE_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
 /* cuModuleLoadDataEx (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
+    __atomic_add_fetch(&cuwire_counts[403], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuModuleLoadDataEx", "cuda.h", &warned));
 }
@@ -3176,6 +5306,7 @@ CUWIRE_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, u
 /* cuModuleLoadFatBinary (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
+    __atomic_add_fetch(&cuwire_counts[404], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuModuleLoadFatBinary", "cuda.h", &warned));
 }
@@ -3183,6 +5314,7 @@ CUWIRE_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCu
 /* cuModuleUnload (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuModuleUnload(CUmodule hmod)
 {
+    __atomic_add_fetch(&cuwire_counts[405], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuModuleUnload", "cuda.h", &warned));
 }
@@ -3190,6 +5322,7 @@ CUWIRE_EXPORT CUresult cuModuleUnload(CUmodule hmod)
 /* cuMulticastAddDevice (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice dev)
 {
+    __atomic_add_fetch(&cuwire_counts[406], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMulticastAddDevice", "cuda.h", &warned));
 }
@@ -3197,6 +5330,7 @@ CUWIRE_EXPORT CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandl
 /* cuMulticastBindAddr (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUdeviceptr memptr, size_t size, unsigned long long flags)
 {
+    __atomic_add_fetch(&cuwire_counts[407], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMulticastBindAddr", "cuda.h", &warned));
 }
@@ -3204,6 +5338,7 @@ CUWIRE_EXPORT CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle
 /* cuMulticastBindMem (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size, unsigned long long flags)
 {
+    __atomic_add_fetch(&cuwire_counts[408], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMulticastBindMem", "cuda.h", &warned));
 }
@@ -3211,6 +5346,7 @@ CUWIRE_EXPORT CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle,
 /* cuMulticastCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop)
 {
+    __atomic_add_fetch(&cuwire_counts[409], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMulticastCreate", "cuda.h", &warned));
 }
@@ -3218,6 +5354,7 @@ CUWIRE_EXPORT CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle,
 /* cuMulticastGetGranularity (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMulticastGetGranularity(size_t *granularity, const CUmulticastObjectProp *prop, CUmulticastGranularity_flags option)
 {
+    __atomic_add_fetch(&cuwire_counts[410], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMulticastGetGranularity", "cuda.h", &warned));
 }
@@ -3225,6 +5362,7 @@ CUWIRE_EXPORT CUresult cuMulticastGetGranularity(size_t *granularity, const CUmu
 /* cuMulticastUnbind (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset, size_t size)
 {
+    __atomic_add_fetch(&cuwire_counts[411], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMulticastUnbind", "cuda.h", &warned));
 }
@@ -3232,6 +5370,7 @@ CUWIRE_EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, 
 /* cuOccupancyAvailableDynamicSMemPerBlock (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize)
 {
+    __atomic_add_fetch(&cuwire_counts[412], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuOccupancyAvailableDynamicSMemPerBlock", "cuda.h", &warned));
 }
@@ -3239,6 +5378,7 @@ CUWIRE_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSm
 /* cuOccupancyMaxActiveBlocksPerMultiprocessor (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize)
 {
+    __atomic_add_fetch(&cuwire_counts[413], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuda.h", &warned));
 }
@@ -3246,6 +5386,7 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlock
 /* cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[414], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cuda.h", &warned));
 }
@@ -3253,6 +5394,7 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int 
 /* cuOccupancyMaxActiveClusters (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
 {
+    __atomic_add_fetch(&cuwire_counts[415], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuOccupancyMaxActiveClusters", "cuda.h", &warned));
 }
@@ -3260,6 +5402,7 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction
 /* cuOccupancyMaxPotentialBlockSize (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit)
 {
+    __atomic_add_fetch(&cuwire_counts[416], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuOccupancyMaxPotentialBlockSize", "cuda.h", &warned));
 }
@@ -3267,6 +5410,7 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *b
 /* cuOccupancyMaxPotentialBlockSizeWithFlags (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[417], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuOccupancyMaxPotentialBlockSizeWithFlags", "cuda.h", &warned));
 }
@@ -3274,6 +5418,7 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSiz
 /* cuOccupancyMaxPotentialClusterSize (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config)
 {
+    __atomic_add_fetch(&cuwire_counts[418], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuOccupancyMaxPotentialClusterSize", "cuda.h", &warned));
 }
@@ -3281,6 +5426,7 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfu
 /* cuParamSetSize (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuParamSetSize(CUfunction hfunc, unsigned int numbytes)
 {
+    __atomic_add_fetch(&cuwire_counts[419], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuParamSetSize", "cuda.h", &warned));
 }
@@ -3288,6 +5434,7 @@ CUWIRE_EXPORT CUresult cuParamSetSize(CUfunction hfunc, unsigned int numbytes)
 /* cuParamSetTexRef (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuParamSetTexRef(CUfunction hfunc, int texunit, CUtexref hTexRef)
 {
+    __atomic_add_fetch(&cuwire_counts[420], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuParamSetTexRef", "cuda.h", &warned));
 }
@@ -3295,6 +5442,7 @@ CUWIRE_EXPORT CUresult cuParamSetTexRef(CUfunction hfunc, int texunit, CUtexref 
 /* cuParamSetf (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuParamSetf(CUfunction hfunc, int offset, float value)
 {
+    __atomic_add_fetch(&cuwire_counts[421], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuParamSetf", "cuda.h", &warned));
 }
@@ -3302,6 +5450,7 @@ CUWIRE_EXPORT CUresult cuParamSetf(CUfunction hfunc, int offset, float value)
 /* cuParamSeti (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuParamSeti(CUfunction hfunc, int offset, unsigned int value)
 {
+    __atomic_add_fetch(&cuwire_counts[422], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuParamSeti", "cuda.h", &warned));
 }
@@ -3309,6 +5458,7 @@ CUWIRE_EXPORT CUresult cuParamSeti(CUfunction hfunc, int offset, unsigned int va
 /* cuParamSetv (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuParamSetv(CUfunction hfunc, int offset, void *ptr, unsigned int numbytes)
 {
+    __atomic_add_fetch(&cuwire_counts[423], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuParamSetv", "cuda.h", &warned));
 }
@@ -3316,6 +5466,7 @@ CUWIRE_EXPORT CUresult cuParamSetv(CUfunction hfunc, int offset, void *ptr, unsi
 /* cuPointerGetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
+    __atomic_add_fetch(&cuwire_counts[424], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuPointerGetAttribute", "cuda.h", &warned));
 }
@@ -3323,6 +5474,7 @@ CUWIRE_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute att
 /* cuPointerGetAttributes (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr)
 {
+    __atomic_add_fetch(&cuwire_counts[425], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuPointerGetAttributes", "cuda.h", &warned));
 }
@@ -3330,6 +5482,7 @@ CUWIRE_EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpoin
 /* cuPointerSetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
+    __atomic_add_fetch(&cuwire_counts[426], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuPointerSetAttribute", "cuda.h", &warned));
 }
@@ -3337,6 +5490,7 @@ CUWIRE_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attrib
 /* cuProfilerInitialize (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuProfilerInitialize(void)
 {
+    __atomic_add_fetch(&cuwire_counts[427], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuProfilerInitialize", "libcuda.so.1 export", &warned));
 }
@@ -3344,6 +5498,7 @@ CUWIRE_EXPORT CUresult cuProfilerInitialize(void)
 /* cuProfilerStart (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuProfilerStart(void)
 {
+    __atomic_add_fetch(&cuwire_counts[428], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuProfilerStart", "libcuda.so.1 export", &warned));
 }
@@ -3351,6 +5506,7 @@ CUWIRE_EXPORT CUresult cuProfilerStart(void)
 /* cuProfilerStop (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuProfilerStop(void)
 {
+    __atomic_add_fetch(&cuwire_counts[429], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuProfilerStop", "libcuda.so.1 export", &warned));
 }
@@ -3358,6 +5514,7 @@ CUWIRE_EXPORT CUresult cuProfilerStop(void)
 /* cuSignalExternalSemaphoresAsync (cuda.h): unimplemented; also cuSignalExternalSemaphoresAsync_ptsz */
 CUWIRE_EXPORT CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
+    __atomic_add_fetch(&cuwire_counts[430], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuSignalExternalSemaphoresAsync", "cuda.h", &warned));
 }
@@ -3366,6 +5523,7 @@ CUWIRE_EXPORT __typeof__(cuSignalExternalSemaphoresAsync) cuSignalExternalSemaph
 /* cuStreamAddCallback (cuda.h): unimplemented; also cuStreamAddCallback_ptsz */
 CUWIRE_EXPORT CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[431], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamAddCallback", "cuda.h", &warned));
 }
@@ -3374,6 +5532,7 @@ CUWIRE_EXPORT __typeof__(cuStreamAddCallback) cuStreamAddCallback_ptsz __attribu
 /* cuStreamAttachMemAsync (cuda.h): unimplemented; also cuStreamAttachMemAsync_ptsz */
 CUWIRE_EXPORT CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[432], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamAttachMemAsync", "cuda.h", &warned));
 }
@@ -3382,6 +5541,7 @@ CUWIRE_EXPORT __typeof__(cuStreamAttachMemAsync) cuStreamAttachMemAsync_ptsz __a
 /* cuStreamBatchMemOp_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamBatchMemOp_ptsz(void)
 {
+    __atomic_add_fetch(&cuwire_counts[433], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamBatchMemOp_ptsz", "libcuda.so.1 export", &warned));
 }
@@ -3389,6 +5549,7 @@ CUWIRE_EXPORT CUresult cuStreamBatchMemOp_ptsz(void)
 /* cuStreamBatchMemOp_v2 (cuda.h): unimplemented; also cuStreamBatchMemOp, cuStreamBatchMemOp_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[434], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamBatchMemOp_v2", "cuda.h", &warned));
 }
@@ -3398,6 +5559,7 @@ CUWIRE_EXPORT __typeof__(cuStreamBatchMemOp_v2) cuStreamBatchMemOp_v2_ptsz __att
 /* cuStreamBeginCaptureToGraph (cuda.h): unimplemented; also cuStreamBeginCaptureToGraph_ptsz */
 CUWIRE_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
 {
+    __atomic_add_fetch(&cuwire_counts[435], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamBeginCaptureToGraph", "cuda.h", &warned));
 }
@@ -3406,6 +5568,7 @@ CUWIRE_EXPORT __typeof__(cuStreamBeginCaptureToGraph) cuStreamBeginCaptureToGrap
 /* cuStreamBeginCapture_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamBeginCapture_ptsz(void)
 {
+    __atomic_add_fetch(&cuwire_counts[436], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamBeginCapture_ptsz", "libcuda.so.1 export", &warned));
 }
@@ -3413,6 +5576,7 @@ CUWIRE_EXPORT CUresult cuStreamBeginCapture_ptsz(void)
 /* cuStreamBeginCapture_v2 (cuda.h): unimplemented; also cuStreamBeginCapture, cuStreamBeginCapture_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
+    __atomic_add_fetch(&cuwire_counts[437], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamBeginCapture_v2", "cuda.h", &warned));
 }
@@ -3422,6 +5586,7 @@ CUWIRE_EXPORT __typeof__(cuStreamBeginCapture_v2) cuStreamBeginCapture_v2_ptsz _
 /* cuStreamCopyAttributes (cuda.h): unimplemented; also cuStreamCopyAttributes_ptsz */
 CUWIRE_EXPORT CUresult cuStreamCopyAttributes(CUstream dst, CUstream src)
 {
+    __atomic_add_fetch(&cuwire_counts[438], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamCopyAttributes", "cuda.h", &warned));
 }
@@ -3431,6 +5596,7 @@ CUWIRE_EXPORT __typeof__(cuStreamCopyAttributes) cuStreamCopyAttributes_ptsz __a
 int cuwire_py_cuStreamCreate(void *, uint64_t);
 CUWIRE_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
+    __atomic_add_fetch(&cuwire_counts[439], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuStreamCreate((void *)phStream, (uint64_t)Flags));
@@ -3439,6 +5605,7 @@ CUWIRE_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 /* cuStreamCreateWithPriority (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
+    __atomic_add_fetch(&cuwire_counts[440], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamCreateWithPriority", "cuda.h", &warned));
 }
@@ -3447,6 +5614,7 @@ CUWIRE_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned i
 int cuwire_py_cuStreamDestroy_v2(uint64_t);
 CUWIRE_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[441], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuStreamDestroy_v2((uint64_t)(uintptr_t)hStream));
@@ -3456,6 +5624,7 @@ CUWIRE_EXPORT __typeof__(cuStreamDestroy_v2) cuStreamDestroy __attribute__((alia
 /* cuStreamEndCapture (cuda.h): unimplemented; also cuStreamEndCapture_ptsz */
 CUWIRE_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
+    __atomic_add_fetch(&cuwire_counts[442], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamEndCapture", "cuda.h", &warned));
 }
@@ -3464,6 +5633,7 @@ CUWIRE_EXPORT __typeof__(cuStreamEndCapture) cuStreamEndCapture_ptsz __attribute
 /* cuStreamGetAttribute (cuda.h): unimplemented; also cuStreamGetAttribute_ptsz */
 CUWIRE_EXPORT CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
 {
+    __atomic_add_fetch(&cuwire_counts[443], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamGetAttribute", "cuda.h", &warned));
 }
@@ -3472,6 +5642,7 @@ CUWIRE_EXPORT __typeof__(cuStreamGetAttribute) cuStreamGetAttribute_ptsz __attri
 /* cuStreamGetCaptureInfo_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_ptsz(void)
 {
+    __atomic_add_fetch(&cuwire_counts[444], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamGetCaptureInfo_ptsz", "libcuda.so.1 export", &warned));
 }
@@ -3479,6 +5650,7 @@ CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_ptsz(void)
 /* cuStreamGetCaptureInfo_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_v2(void)
 {
+    __atomic_add_fetch(&cuwire_counts[445], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamGetCaptureInfo_v2", "libcuda.so.1 export", &warned));
 }
@@ -3486,6 +5658,7 @@ CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_v2(void)
 /* cuStreamGetCaptureInfo_v2_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(void)
 {
+    __atomic_add_fetch(&cuwire_counts[446], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamGetCaptureInfo_v2_ptsz", "libcuda.so.1 export", &warned));
 }
@@ -3493,6 +5666,7 @@ CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(void)
 /* cuStreamGetCaptureInfo_v3 (cuda.h): unimplemented; also cuStreamGetCaptureInfo, cuStreamGetCaptureInfo_v3_ptsz */
 CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
 {
+    __atomic_add_fetch(&cuwire_counts[447], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamGetCaptureInfo_v3", "cuda.h", &warned));
 }
@@ -3502,6 +5676,7 @@ CUWIRE_EXPORT __typeof__(cuStreamGetCaptureInfo_v3) cuStreamGetCaptureInfo_v3_pt
 /* cuStreamGetCtx (cuda.h): unimplemented; also cuStreamGetCtx_ptsz */
 CUWIRE_EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
 {
+    __atomic_add_fetch(&cuwire_counts[448], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamGetCtx", "cuda.h", &warned));
 }
@@ -3510,6 +5685,7 @@ CUWIRE_EXPORT __typeof__(cuStreamGetCtx) cuStreamGetCtx_ptsz __attribute__((alia
 /* cuStreamGetCtx_v2 (cuda.h): unimplemented; also cuStreamGetCtx_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
 {
+    __atomic_add_fetch(&cuwire_counts[449], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamGetCtx_v2", "cuda.h", &warned));
 }
@@ -3518,6 +5694,7 @@ CUWIRE_EXPORT __typeof__(cuStreamGetCtx_v2) cuStreamGetCtx_v2_ptsz __attribute__
 /* cuStreamGetDevice (cuda.h): unimplemented; also cuStreamGetDevice_ptsz */
 CUWIRE_EXPORT CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
 {
+    __atomic_add_fetch(&cuwire_counts[450], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamGetDevice", "cuda.h", &warned));
 }
@@ -3526,6 +5703,7 @@ CUWIRE_EXPORT __typeof__(cuStreamGetDevice) cuStreamGetDevice_ptsz __attribute__
 /* cuStreamGetFlags (cuda.h): unimplemented; also cuStreamGetFlags_ptsz */
 CUWIRE_EXPORT CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
 {
+    __atomic_add_fetch(&cuwire_counts[451], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamGetFlags", "cuda.h", &warned));
 }
@@ -3534,6 +5712,7 @@ CUWIRE_EXPORT __typeof__(cuStreamGetFlags) cuStreamGetFlags_ptsz __attribute__((
 /* cuStreamGetGreenCtx (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx)
 {
+    __atomic_add_fetch(&cuwire_counts[452], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamGetGreenCtx", "cuda.h", &warned));
 }
@@ -3541,6 +5720,7 @@ CUWIRE_EXPORT CUresult cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx)
 /* cuStreamGetId (cuda.h): unimplemented; also cuStreamGetId_ptsz */
 CUWIRE_EXPORT CUresult cuStreamGetId(CUstream hStream, unsigned long long *streamId)
 {
+    __atomic_add_fetch(&cuwire_counts[453], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamGetId", "cuda.h", &warned));
 }
@@ -3549,6 +5729,7 @@ CUWIRE_EXPORT __typeof__(cuStreamGetId) cuStreamGetId_ptsz __attribute__((alias(
 /* cuStreamGetPriority (cuda.h): unimplemented; also cuStreamGetPriority_ptsz */
 CUWIRE_EXPORT CUresult cuStreamGetPriority(CUstream hStream, int *priority)
 {
+    __atomic_add_fetch(&cuwire_counts[454], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamGetPriority", "cuda.h", &warned));
 }
@@ -3557,6 +5738,7 @@ CUWIRE_EXPORT __typeof__(cuStreamGetPriority) cuStreamGetPriority_ptsz __attribu
 /* cuStreamIsCapturing (cuda.h): unimplemented; also cuStreamIsCapturing_ptsz */
 CUWIRE_EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
+    __atomic_add_fetch(&cuwire_counts[455], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamIsCapturing", "cuda.h", &warned));
 }
@@ -3565,6 +5747,7 @@ CUWIRE_EXPORT __typeof__(cuStreamIsCapturing) cuStreamIsCapturing_ptsz __attribu
 /* cuStreamQuery (cuda.h): unimplemented; also cuStreamQuery_ptsz */
 CUWIRE_EXPORT CUresult cuStreamQuery(CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[456], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamQuery", "cuda.h", &warned));
 }
@@ -3573,6 +5756,7 @@ CUWIRE_EXPORT __typeof__(cuStreamQuery) cuStreamQuery_ptsz __attribute__((alias(
 /* cuStreamSetAttribute (cuda.h): unimplemented; also cuStreamSetAttribute_ptsz */
 CUWIRE_EXPORT CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value)
 {
+    __atomic_add_fetch(&cuwire_counts[457], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamSetAttribute", "cuda.h", &warned));
 }
@@ -3582,6 +5766,7 @@ CUWIRE_EXPORT __typeof__(cuStreamSetAttribute) cuStreamSetAttribute_ptsz __attri
 int cuwire_py_cuStreamSynchronize(uint64_t);
 CUWIRE_EXPORT CUresult cuStreamSynchronize(CUstream hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[458], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuStreamSynchronize((uint64_t)(uintptr_t)hStream));
@@ -3591,6 +5776,7 @@ CUWIRE_EXPORT __typeof__(cuStreamSynchronize) cuStreamSynchronize_ptsz __attribu
 /* cuStreamUpdateCaptureDependencies_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies_ptsz(void)
 {
+    __atomic_add_fetch(&cuwire_counts[459], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamUpdateCaptureDependencies_ptsz", "libcuda.so.1 export", &warned));
 }
@@ -3598,6 +5784,7 @@ CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies_ptsz(void)
 /* cuStreamUpdateCaptureDependencies_v2 (cuda.h): unimplemented; also cuStreamUpdateCaptureDependencies, cuStreamUpdateCaptureDependencies_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[460], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamUpdateCaptureDependencies_v2", "cuda.h", &warned));
 }
@@ -3607,6 +5794,7 @@ CUWIRE_EXPORT __typeof__(cuStreamUpdateCaptureDependencies_v2) cuStreamUpdateCap
 /* cuStreamWaitEvent (cuda.h): unimplemented; also cuStreamWaitEvent_ptsz */
 CUWIRE_EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
+    __atomic_add_fetch(&cuwire_counts[461], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamWaitEvent", "cuda.h", &warned));
 }
@@ -3615,6 +5803,7 @@ CUWIRE_EXPORT __typeof__(cuStreamWaitEvent) cuStreamWaitEvent_ptsz __attribute__
 /* cuStreamWaitValue32_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamWaitValue32_ptsz(void)
 {
+    __atomic_add_fetch(&cuwire_counts[462], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamWaitValue32_ptsz", "libcuda.so.1 export", &warned));
 }
@@ -3622,6 +5811,7 @@ CUWIRE_EXPORT CUresult cuStreamWaitValue32_ptsz(void)
 /* cuStreamWaitValue32_v2 (cuda.h): unimplemented; also cuStreamWaitValue32, cuStreamWaitValue32_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[463], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamWaitValue32_v2", "cuda.h", &warned));
 }
@@ -3631,6 +5821,7 @@ CUWIRE_EXPORT __typeof__(cuStreamWaitValue32_v2) cuStreamWaitValue32_v2_ptsz __a
 /* cuStreamWaitValue64_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamWaitValue64_ptsz(void)
 {
+    __atomic_add_fetch(&cuwire_counts[464], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamWaitValue64_ptsz", "libcuda.so.1 export", &warned));
 }
@@ -3638,6 +5829,7 @@ CUWIRE_EXPORT CUresult cuStreamWaitValue64_ptsz(void)
 /* cuStreamWaitValue64_v2 (cuda.h): unimplemented; also cuStreamWaitValue64, cuStreamWaitValue64_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[465], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamWaitValue64_v2", "cuda.h", &warned));
 }
@@ -3647,6 +5839,7 @@ CUWIRE_EXPORT __typeof__(cuStreamWaitValue64_v2) cuStreamWaitValue64_v2_ptsz __a
 /* cuStreamWriteValue32_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamWriteValue32_ptsz(void)
 {
+    __atomic_add_fetch(&cuwire_counts[466], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamWriteValue32_ptsz", "libcuda.so.1 export", &warned));
 }
@@ -3654,6 +5847,7 @@ CUWIRE_EXPORT CUresult cuStreamWriteValue32_ptsz(void)
 /* cuStreamWriteValue32_v2 (cuda.h): unimplemented; also cuStreamWriteValue32, cuStreamWriteValue32_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[467], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamWriteValue32_v2", "cuda.h", &warned));
 }
@@ -3663,6 +5857,7 @@ CUWIRE_EXPORT __typeof__(cuStreamWriteValue32_v2) cuStreamWriteValue32_v2_ptsz _
 /* cuStreamWriteValue64_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamWriteValue64_ptsz(void)
 {
+    __atomic_add_fetch(&cuwire_counts[468], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamWriteValue64_ptsz", "libcuda.so.1 export", &warned));
 }
@@ -3670,6 +5865,7 @@ CUWIRE_EXPORT CUresult cuStreamWriteValue64_ptsz(void)
 /* cuStreamWriteValue64_v2 (cuda.h): unimplemented; also cuStreamWriteValue64, cuStreamWriteValue64_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[469], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamWriteValue64_v2", "cuda.h", &warned));
 }
@@ -3679,6 +5875,7 @@ CUWIRE_EXPORT __typeof__(cuStreamWriteValue64_v2) cuStreamWriteValue64_v2_ptsz _
 /* cuSurfObjectCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc)
 {
+    __atomic_add_fetch(&cuwire_counts[470], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuSurfObjectCreate", "cuda.h", &warned));
 }
@@ -3686,6 +5883,7 @@ CUWIRE_EXPORT CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_
 /* cuSurfObjectDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
 {
+    __atomic_add_fetch(&cuwire_counts[471], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuSurfObjectDestroy", "cuda.h", &warned));
 }
@@ -3693,6 +5891,7 @@ CUWIRE_EXPORT CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
 /* cuSurfObjectGetResourceDesc (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject)
 {
+    __atomic_add_fetch(&cuwire_counts[472], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuSurfObjectGetResourceDesc", "cuda.h", &warned));
 }
@@ -3700,6 +5899,7 @@ CUWIRE_EXPORT CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc,
 /* cuSurfRefGetArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuSurfRefGetArray(CUarray *phArray, CUsurfref hSurfRef)
 {
+    __atomic_add_fetch(&cuwire_counts[473], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuSurfRefGetArray", "cuda.h", &warned));
 }
@@ -3707,6 +5907,7 @@ CUWIRE_EXPORT CUresult cuSurfRefGetArray(CUarray *phArray, CUsurfref hSurfRef)
 /* cuSurfRefSetArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuSurfRefSetArray(CUsurfref hSurfRef, CUarray hArray, unsigned int Flags)
 {
+    __atomic_add_fetch(&cuwire_counts[474], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuSurfRefSetArray", "cuda.h", &warned));
 }
@@ -3714,6 +5915,7 @@ CUWIRE_EXPORT CUresult cuSurfRefSetArray(CUsurfref hSurfRef, CUarray hArray, uns
 /* cuTensorMapEncodeIm2col (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
+    __atomic_add_fetch(&cuwire_counts[475], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTensorMapEncodeIm2col", "cuda.h", &warned));
 }
@@ -3721,6 +5923,7 @@ CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorM
 /* cuTensorMapEncodeIm2colWide (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, int pixelBoxLowerCornerWidth, int pixelBoxUpperCornerWidth, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapIm2ColWideMode mode, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
+    __atomic_add_fetch(&cuwire_counts[476], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTensorMapEncodeIm2colWide", "cuda.h", &warned));
 }
@@ -3728,6 +5931,7 @@ CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUten
 /* cuTensorMapEncodeTiled (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
+    __atomic_add_fetch(&cuwire_counts[477], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTensorMapEncodeTiled", "cuda.h", &warned));
 }
@@ -3735,6 +5939,7 @@ CUWIRE_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMa
 /* cuTensorMapReplaceAddress (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
 {
+    __atomic_add_fetch(&cuwire_counts[478], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTensorMapReplaceAddress", "cuda.h", &warned));
 }
@@ -3742,6 +5947,7 @@ CUWIRE_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *g
 /* cuTexObjectCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
 {
+    __atomic_add_fetch(&cuwire_counts[479], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexObjectCreate", "cuda.h", &warned));
 }
@@ -3749,6 +5955,7 @@ CUWIRE_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RES
 /* cuTexObjectDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexObjectDestroy(CUtexObject texObject)
 {
+    __atomic_add_fetch(&cuwire_counts[480], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexObjectDestroy", "cuda.h", &warned));
 }
@@ -3756,6 +5963,7 @@ CUWIRE_EXPORT CUresult cuTexObjectDestroy(CUtexObject texObject)
 /* cuTexObjectGetResourceDesc (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject)
 {
+    __atomic_add_fetch(&cuwire_counts[481], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexObjectGetResourceDesc", "cuda.h", &warned));
 }
@@ -3763,6 +5971,7 @@ CUWIRE_EXPORT CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, 
 /* cuTexObjectGetResourceViewDesc (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, CUtexObject texObject)
 {
+    __atomic_add_fetch(&cuwire_counts[482], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexObjectGetResourceViewDesc", "cuda.h", &warned));
 }
@@ -3770,6 +5979,7 @@ CUWIRE_EXPORT CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *p
 /* cuTexObjectGetTextureDesc (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texObject)
 {
+    __atomic_add_fetch(&cuwire_counts[483], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexObjectGetTextureDesc", "cuda.h", &warned));
 }
@@ -3777,6 +5987,7 @@ CUWIRE_EXPORT CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CU
 /* cuTexRefCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefCreate(CUtexref *pTexRef)
 {
+    __atomic_add_fetch(&cuwire_counts[484], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefCreate", "cuda.h", &warned));
 }
@@ -3784,6 +5995,7 @@ CUWIRE_EXPORT CUresult cuTexRefCreate(CUtexref *pTexRef)
 /* cuTexRefDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefDestroy(CUtexref hTexRef)
 {
+    __atomic_add_fetch(&cuwire_counts[485], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefDestroy", "cuda.h", &warned));
 }
@@ -3791,6 +6003,7 @@ CUWIRE_EXPORT CUresult cuTexRefDestroy(CUtexref hTexRef)
 /* cuTexRefGetAddressMode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetAddressMode(CUaddress_mode *pam, CUtexref hTexRef, int dim)
 {
+    __atomic_add_fetch(&cuwire_counts[486], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetAddressMode", "cuda.h", &warned));
 }
@@ -3798,6 +6011,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetAddressMode(CUaddress_mode *pam, CUtexref hTex
 /* cuTexRefGetAddress_v2 (cuda.h): unimplemented; also cuTexRefGetAddress */
 CUWIRE_EXPORT CUresult cuTexRefGetAddress_v2(CUdeviceptr *pdptr, CUtexref hTexRef)
 {
+    __atomic_add_fetch(&cuwire_counts[487], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetAddress_v2", "cuda.h", &warned));
 }
@@ -3806,6 +6020,7 @@ CUWIRE_EXPORT __typeof__(cuTexRefGetAddress_v2) cuTexRefGetAddress __attribute__
 /* cuTexRefGetArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetArray(CUarray *phArray, CUtexref hTexRef)
 {
+    __atomic_add_fetch(&cuwire_counts[488], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetArray", "cuda.h", &warned));
 }
@@ -3813,6 +6028,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetArray(CUarray *phArray, CUtexref hTexRef)
 /* cuTexRefGetBorderColor (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetBorderColor(float *pBorderColor, CUtexref hTexRef)
 {
+    __atomic_add_fetch(&cuwire_counts[489], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetBorderColor", "cuda.h", &warned));
 }
@@ -3820,6 +6036,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetBorderColor(float *pBorderColor, CUtexref hTex
 /* cuTexRefGetFilterMode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
 {
+    __atomic_add_fetch(&cuwire_counts[490], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetFilterMode", "cuda.h", &warned));
 }
@@ -3827,6 +6044,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetFilterMode(CUfilter_mode *pfm, CUtexref hTexRe
 /* cuTexRefGetFlags (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetFlags(unsigned int *pFlags, CUtexref hTexRef)
 {
+    __atomic_add_fetch(&cuwire_counts[491], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetFlags", "cuda.h", &warned));
 }
@@ -3834,6 +6052,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetFlags(unsigned int *pFlags, CUtexref hTexRef)
 /* cuTexRefGetFormat (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetFormat(CUarray_format *pFormat, int *pNumChannels, CUtexref hTexRef)
 {
+    __atomic_add_fetch(&cuwire_counts[492], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetFormat", "cuda.h", &warned));
 }
@@ -3841,6 +6060,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetFormat(CUarray_format *pFormat, int *pNumChann
 /* cuTexRefGetMaxAnisotropy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetMaxAnisotropy(int *pmaxAniso, CUtexref hTexRef)
 {
+    __atomic_add_fetch(&cuwire_counts[493], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetMaxAnisotropy", "cuda.h", &warned));
 }
@@ -3848,6 +6068,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetMaxAnisotropy(int *pmaxAniso, CUtexref hTexRef
 /* cuTexRefGetMipmapFilterMode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetMipmapFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
 {
+    __atomic_add_fetch(&cuwire_counts[494], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetMipmapFilterMode", "cuda.h", &warned));
 }
@@ -3855,6 +6076,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetMipmapFilterMode(CUfilter_mode *pfm, CUtexref 
 /* cuTexRefGetMipmapLevelBias (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetMipmapLevelBias(float *pbias, CUtexref hTexRef)
 {
+    __atomic_add_fetch(&cuwire_counts[495], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetMipmapLevelBias", "cuda.h", &warned));
 }
@@ -3862,6 +6084,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetMipmapLevelBias(float *pbias, CUtexref hTexRef
 /* cuTexRefGetMipmapLevelClamp (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetMipmapLevelClamp(float *pminMipmapLevelClamp, float *pmaxMipmapLevelClamp, CUtexref hTexRef)
 {
+    __atomic_add_fetch(&cuwire_counts[496], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetMipmapLevelClamp", "cuda.h", &warned));
 }
@@ -3869,6 +6092,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetMipmapLevelClamp(float *pminMipmapLevelClamp, 
 /* cuTexRefGetMipmappedArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetMipmappedArray(CUmipmappedArray *phMipmappedArray, CUtexref hTexRef)
 {
+    __atomic_add_fetch(&cuwire_counts[497], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetMipmappedArray", "cuda.h", &warned));
 }
@@ -3876,6 +6100,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetMipmappedArray(CUmipmappedArray *phMipmappedAr
 /* cuTexRefSetAddress2D_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetAddress2D_v2(void)
 {
+    __atomic_add_fetch(&cuwire_counts[498], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetAddress2D_v2", "libcuda.so.1 export", &warned));
 }
@@ -3883,6 +6108,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetAddress2D_v2(void)
 /* cuTexRefSetAddress2D_v3 (cuda.h): unimplemented; also cuTexRefSetAddress2D */
 CUWIRE_EXPORT CUresult cuTexRefSetAddress2D_v3(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *desc, CUdeviceptr dptr, size_t Pitch)
 {
+    __atomic_add_fetch(&cuwire_counts[499], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetAddress2D_v3", "cuda.h", &warned));
 }
@@ -3891,6 +6117,7 @@ CUWIRE_EXPORT __typeof__(cuTexRefSetAddress2D_v3) cuTexRefSetAddress2D __attribu
 /* cuTexRefSetAddressMode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetAddressMode(CUtexref hTexRef, int dim, CUaddress_mode am)
 {
+    __atomic_add_fetch(&cuwire_counts[500], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetAddressMode", "cuda.h", &warned));
 }
@@ -3898,6 +6125,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetAddressMode(CUtexref hTexRef, int dim, CUaddre
 /* cuTexRefSetAddress_v2 (cuda.h): unimplemented; also cuTexRefSetAddress */
 CUWIRE_EXPORT CUresult cuTexRefSetAddress_v2(size_t *ByteOffset, CUtexref hTexRef, CUdeviceptr dptr, size_t bytes)
 {
+    __atomic_add_fetch(&cuwire_counts[501], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetAddress_v2", "cuda.h", &warned));
 }
@@ -3906,6 +6134,7 @@ CUWIRE_EXPORT __typeof__(cuTexRefSetAddress_v2) cuTexRefSetAddress __attribute__
 /* cuTexRefSetArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetArray(CUtexref hTexRef, CUarray hArray, unsigned int Flags)
 {
+    __atomic_add_fetch(&cuwire_counts[502], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetArray", "cuda.h", &warned));
 }
@@ -3913,6 +6142,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetArray(CUtexref hTexRef, CUarray hArray, unsign
 /* cuTexRefSetBorderColor (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetBorderColor(CUtexref hTexRef, float *pBorderColor)
 {
+    __atomic_add_fetch(&cuwire_counts[503], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetBorderColor", "cuda.h", &warned));
 }
@@ -3920,6 +6150,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetBorderColor(CUtexref hTexRef, float *pBorderCo
 /* cuTexRefSetFilterMode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetFilterMode(CUtexref hTexRef, CUfilter_mode fm)
 {
+    __atomic_add_fetch(&cuwire_counts[504], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetFilterMode", "cuda.h", &warned));
 }
@@ -3927,6 +6158,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetFilterMode(CUtexref hTexRef, CUfilter_mode fm)
 /* cuTexRefSetFlags (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetFlags(CUtexref hTexRef, unsigned int Flags)
 {
+    __atomic_add_fetch(&cuwire_counts[505], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetFlags", "cuda.h", &warned));
 }
@@ -3934,6 +6166,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetFlags(CUtexref hTexRef, unsigned int Flags)
 /* cuTexRefSetFormat (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetFormat(CUtexref hTexRef, CUarray_format fmt, int NumPackedComponents)
 {
+    __atomic_add_fetch(&cuwire_counts[506], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetFormat", "cuda.h", &warned));
 }
@@ -3941,6 +6174,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetFormat(CUtexref hTexRef, CUarray_format fmt, i
 /* cuTexRefSetMaxAnisotropy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetMaxAnisotropy(CUtexref hTexRef, unsigned int maxAniso)
 {
+    __atomic_add_fetch(&cuwire_counts[507], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetMaxAnisotropy", "cuda.h", &warned));
 }
@@ -3948,6 +6182,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetMaxAnisotropy(CUtexref hTexRef, unsigned int m
 /* cuTexRefSetMipmapFilterMode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetMipmapFilterMode(CUtexref hTexRef, CUfilter_mode fm)
 {
+    __atomic_add_fetch(&cuwire_counts[508], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetMipmapFilterMode", "cuda.h", &warned));
 }
@@ -3955,6 +6190,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetMipmapFilterMode(CUtexref hTexRef, CUfilter_mo
 /* cuTexRefSetMipmapLevelBias (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetMipmapLevelBias(CUtexref hTexRef, float bias)
 {
+    __atomic_add_fetch(&cuwire_counts[509], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetMipmapLevelBias", "cuda.h", &warned));
 }
@@ -3962,6 +6198,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetMipmapLevelBias(CUtexref hTexRef, float bias)
 /* cuTexRefSetMipmapLevelClamp (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetMipmapLevelClamp(CUtexref hTexRef, float minMipmapLevelClamp, float maxMipmapLevelClamp)
 {
+    __atomic_add_fetch(&cuwire_counts[510], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetMipmapLevelClamp", "cuda.h", &warned));
 }
@@ -3969,6 +6206,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetMipmapLevelClamp(CUtexref hTexRef, float minMi
 /* cuTexRefSetMipmappedArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetMipmappedArray(CUtexref hTexRef, CUmipmappedArray hMipmappedArray, unsigned int Flags)
 {
+    __atomic_add_fetch(&cuwire_counts[511], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetMipmappedArray", "cuda.h", &warned));
 }
@@ -3976,6 +6214,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetMipmappedArray(CUtexref hTexRef, CUmipmappedAr
 /* cuThreadExchangeStreamCaptureMode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
+    __atomic_add_fetch(&cuwire_counts[512], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuThreadExchangeStreamCaptureMode", "cuda.h", &warned));
 }
@@ -3983,6 +6222,7 @@ CUWIRE_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mo
 /* cuUserObjectCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy, unsigned int initialRefcount, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[513], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuUserObjectCreate", "cuda.h", &warned));
 }
@@ -3990,6 +6230,7 @@ CUWIRE_EXPORT CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, C
 /* cuUserObjectRelease (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuUserObjectRelease(CUuserObject object, unsigned int count)
 {
+    __atomic_add_fetch(&cuwire_counts[514], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuUserObjectRelease", "cuda.h", &warned));
 }
@@ -3997,6 +6238,7 @@ CUWIRE_EXPORT CUresult cuUserObjectRelease(CUuserObject object, unsigned int cou
 /* cuUserObjectRetain (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuUserObjectRetain(CUuserObject object, unsigned int count)
 {
+    __atomic_add_fetch(&cuwire_counts[515], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuUserObjectRetain", "cuda.h", &warned));
 }
@@ -4004,6 +6246,7 @@ CUWIRE_EXPORT CUresult cuUserObjectRetain(CUuserObject object, unsigned int coun
 /* cuVDPAUCtxCreate (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuVDPAUCtxCreate(void)
 {
+    __atomic_add_fetch(&cuwire_counts[516], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuVDPAUCtxCreate", "libcuda.so.1 export", &warned));
 }
@@ -4011,6 +6254,7 @@ CUWIRE_EXPORT CUresult cuVDPAUCtxCreate(void)
 /* cuVDPAUCtxCreate_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuVDPAUCtxCreate_v2(void)
 {
+    __atomic_add_fetch(&cuwire_counts[517], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuVDPAUCtxCreate_v2", "libcuda.so.1 export", &warned));
 }
@@ -4018,6 +6262,7 @@ CUWIRE_EXPORT CUresult cuVDPAUCtxCreate_v2(void)
 /* cuVDPAUGetDevice (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuVDPAUGetDevice(void)
 {
+    __atomic_add_fetch(&cuwire_counts[518], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuVDPAUGetDevice", "libcuda.so.1 export", &warned));
 }
@@ -4025,6 +6270,7 @@ CUWIRE_EXPORT CUresult cuVDPAUGetDevice(void)
 /* cuWaitExternalSemaphoresAsync (cuda.h): unimplemented; also cuWaitExternalSemaphoresAsync_ptsz */
 CUWIRE_EXPORT CUresult cuWaitExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
+    __atomic_add_fetch(&cuwire_counts[519], 1, __ATOMIC_RELAXED);
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuWaitExternalSemaphoresAsync", "cuda.h", &warned));
 }
@@ -4033,6 +6279,7 @@ CUWIRE_EXPORT __typeof__(cuWaitExternalSemaphoresAsync) cuWaitExternalSemaphores
 /* cudaArrayGetInfo (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, struct cudaExtent *extent, unsigned int *flags, cudaArray_t array)
 {
+    __atomic_add_fetch(&cuwire_counts[520], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaArrayGetInfo", "cuda_runtime_api.h", &warned));
 }
@@ -4040,6 +6287,7 @@ CUWIRE_EXPORT cudaError_t cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, s
 /* cudaArrayGetMemoryRequirements (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaArrayGetMemoryRequirements(struct cudaArrayMemoryRequirements *memoryRequirements, cudaArray_t array, int device)
 {
+    __atomic_add_fetch(&cuwire_counts[521], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaArrayGetMemoryRequirements", "cuda_runtime_api.h", &warned));
 }
@@ -4047,6 +6295,7 @@ CUWIRE_EXPORT cudaError_t cudaArrayGetMemoryRequirements(struct cudaArrayMemoryR
 /* cudaArrayGetPlane (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaArrayGetPlane(cudaArray_t *pPlaneArray, cudaArray_t hArray, unsigned int planeIdx)
 {
+    __atomic_add_fetch(&cuwire_counts[522], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaArrayGetPlane", "cuda_runtime_api.h", &warned));
 }
@@ -4054,6 +6303,7 @@ CUWIRE_EXPORT cudaError_t cudaArrayGetPlane(cudaArray_t *pPlaneArray, cudaArray_
 /* cudaArrayGetSparseProperties (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaArrayGetSparseProperties(struct cudaArraySparseProperties *sparseProperties, cudaArray_t array)
 {
+    __atomic_add_fetch(&cuwire_counts[523], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaArrayGetSparseProperties", "cuda_runtime_api.h", &warned));
 }
@@ -4062,6 +6312,7 @@ CUWIRE_EXPORT cudaError_t cudaArrayGetSparseProperties(struct cudaArraySparsePro
 int cuwire_py_cudaChooseDevice(void *, void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaChooseDevice(int *device, const struct cudaDeviceProp *prop)
 {
+    __atomic_add_fetch(&cuwire_counts[524], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaChooseDevice((void *)device, (void *)prop, sizeof *prop));
@@ -4070,6 +6321,7 @@ CUWIRE_EXPORT cudaError_t cudaChooseDevice(int *device, const struct cudaDeviceP
 /* cudaCreateChannelDesc (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w, enum cudaChannelFormatKind f)
 {
+    __atomic_add_fetch(&cuwire_counts[525], 1, __ATOMIC_RELAXED);
     static int warned;
     cuwire_unimplemented("cudaCreateChannelDesc", "cuda_runtime_api.h", &warned);
     return (struct cudaChannelFormatDesc){0};
@@ -4078,6 +6330,7 @@ CUWIRE_EXPORT struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, i
 /* cudaCreateSurfaceObject (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t *pSurfObject, const struct cudaResourceDesc *pResDesc)
 {
+    __atomic_add_fetch(&cuwire_counts[526], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaCreateSurfaceObject", "cuda_runtime_api.h", &warned));
 }
@@ -4085,6 +6338,7 @@ CUWIRE_EXPORT cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t *pSurfObje
 /* cudaCreateTextureObject (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaCreateTextureObject(cudaTextureObject_t *pTexObject, const struct cudaResourceDesc *pResDesc, const struct cudaTextureDesc *pTexDesc, const struct cudaResourceViewDesc *pResViewDesc)
 {
+    __atomic_add_fetch(&cuwire_counts[527], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaCreateTextureObject", "cuda_runtime_api.h", &warned));
 }
@@ -4092,6 +6346,7 @@ CUWIRE_EXPORT cudaError_t cudaCreateTextureObject(cudaTextureObject_t *pTexObjec
 /* cudaCtxResetPersistingL2Cache (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaCtxResetPersistingL2Cache(void)
 {
+    __atomic_add_fetch(&cuwire_counts[528], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaCtxResetPersistingL2Cache", "cuda_runtime_api.h", &warned));
 }
@@ -4099,6 +6354,7 @@ CUWIRE_EXPORT cudaError_t cudaCtxResetPersistingL2Cache(void)
 /* cudaDestroyExternalMemory (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDestroyExternalMemory(cudaExternalMemory_t extMem)
 {
+    __atomic_add_fetch(&cuwire_counts[529], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDestroyExternalMemory", "cuda_runtime_api.h", &warned));
 }
@@ -4106,6 +6362,7 @@ CUWIRE_EXPORT cudaError_t cudaDestroyExternalMemory(cudaExternalMemory_t extMem)
 /* cudaDestroyExternalSemaphore (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDestroyExternalSemaphore(cudaExternalSemaphore_t extSem)
 {
+    __atomic_add_fetch(&cuwire_counts[530], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDestroyExternalSemaphore", "cuda_runtime_api.h", &warned));
 }
@@ -4113,6 +6370,7 @@ CUWIRE_EXPORT cudaError_t cudaDestroyExternalSemaphore(cudaExternalSemaphore_t e
 /* cudaDestroySurfaceObject (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t surfObject)
 {
+    __atomic_add_fetch(&cuwire_counts[531], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDestroySurfaceObject", "cuda_runtime_api.h", &warned));
 }
@@ -4120,6 +6378,7 @@ CUWIRE_EXPORT cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t surfObjec
 /* cudaDestroyTextureObject (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject)
 {
+    __atomic_add_fetch(&cuwire_counts[532], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDestroyTextureObject", "cuda_runtime_api.h", &warned));
 }
@@ -4127,6 +6386,7 @@ CUWIRE_EXPORT cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject
 /* cudaDeviceCanAccessPeer (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice)
 {
+    __atomic_add_fetch(&cuwire_counts[533], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceCanAccessPeer", "cuda_runtime_api.h", &warned));
 }
@@ -4134,6 +6394,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device
 /* cudaDeviceDisablePeerAccess (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peerDevice)
 {
+    __atomic_add_fetch(&cuwire_counts[534], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceDisablePeerAccess", "cuda_runtime_api.h", &warned));
 }
@@ -4141,6 +6402,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peerDevice)
 /* cudaDeviceEnablePeerAccess (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[535], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceEnablePeerAccess", "cuda_runtime_api.h", &warned));
 }
@@ -4148,6 +6410,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned in
 /* cudaDeviceFlushGPUDirectRDMAWrites (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceFlushGPUDirectRDMAWrites(enum cudaFlushGPUDirectRDMAWritesTarget target, enum cudaFlushGPUDirectRDMAWritesScope scope)
 {
+    __atomic_add_fetch(&cuwire_counts[536], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceFlushGPUDirectRDMAWrites", "cuda_runtime_api.h", &warned));
 }
@@ -4156,6 +6419,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceFlushGPUDirectRDMAWrites(enum cudaFlushGPUDi
 int cuwire_py_cudaDeviceGetAttribute(void *, int64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
 {
+    __atomic_add_fetch(&cuwire_counts[537], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetAttribute((void *)value, (int64_t)attr, (int64_t)device));
@@ -4165,6 +6429,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr
 int cuwire_py_cudaDeviceGetByPCIBusId(void *, void *);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pciBusId)
 {
+    __atomic_add_fetch(&cuwire_counts[538], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetByPCIBusId((void *)device, (void *)pciBusId));
@@ -4174,6 +6439,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pciBu
 int cuwire_py_cudaDeviceGetCacheConfig(void *);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetCacheConfig(enum cudaFuncCache *pCacheConfig)
 {
+    __atomic_add_fetch(&cuwire_counts[539], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetCacheConfig((void *)pCacheConfig));
@@ -4182,6 +6448,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetCacheConfig(enum cudaFuncCache *pCacheCon
 /* cudaDeviceGetDefaultMemPool (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
 {
+    __atomic_add_fetch(&cuwire_counts[540], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetDefaultMemPool", "cuda_runtime_api.h", &warned));
 }
@@ -4189,6 +6456,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, in
 /* cudaDeviceGetGraphMemAttribute (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceGetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value)
 {
+    __atomic_add_fetch(&cuwire_counts[541], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetGraphMemAttribute", "cuda_runtime_api.h", &warned));
 }
@@ -4196,6 +6464,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetGraphMemAttribute(int device, enum cudaGr
 /* cudaDeviceGetHostAtomicCapabilities (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceGetHostAtomicCapabilities(unsigned int *capabilities, const enum cudaAtomicOperation *operations, unsigned int count, int device)
 {
+    __atomic_add_fetch(&cuwire_counts[542], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetHostAtomicCapabilities", "cuda_runtime_api.h", &warned));
 }
@@ -4204,6 +6473,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetHostAtomicCapabilities(unsigned int *capa
 int cuwire_py_cudaDeviceGetLimit(void *, int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetLimit(size_t *pValue, enum cudaLimit limit)
 {
+    __atomic_add_fetch(&cuwire_counts[543], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetLimit((void *)pValue, (int64_t)limit));
@@ -4212,6 +6482,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetLimit(size_t *pValue, enum cudaLimit limi
 /* cudaDeviceGetMemPool (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *memPool, int device)
 {
+    __atomic_add_fetch(&cuwire_counts[544], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetMemPool", "cuda_runtime_api.h", &warned));
 }
@@ -4219,6 +6490,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *memPool, int devic
 /* cudaDeviceGetNvSciSyncAttributes (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, int device, int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[545], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetNvSciSyncAttributes", "cuda_runtime_api.h", &warned));
 }
@@ -4226,6 +6498,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrLi
 /* cudaDeviceGetP2PAtomicCapabilities (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const enum cudaAtomicOperation *operations, unsigned int count, int srcDevice, int dstDevice)
 {
+    __atomic_add_fetch(&cuwire_counts[546], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetP2PAtomicCapabilities", "cuda_runtime_api.h", &warned));
 }
@@ -4234,6 +6507,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetP2PAtomicCapabilities(unsigned int *capab
 int cuwire_py_cudaDeviceGetP2PAttribute(void *, int64_t, int64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetP2PAttribute(int *value, enum cudaDeviceP2PAttr attr, int srcDevice, int dstDevice)
 {
+    __atomic_add_fetch(&cuwire_counts[547], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetP2PAttribute((void *)value, (int64_t)attr, (int64_t)srcDevice, (int64_t)dstDevice));
@@ -4243,6 +6517,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetP2PAttribute(int *value, enum cudaDeviceP
 int cuwire_py_cudaDeviceGetPCIBusId(void *, uint64_t, int64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
 {
+    __atomic_add_fetch(&cuwire_counts[548], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetPCIBusId((void *)pciBusId, (uint64_t)(len), (int64_t)len, (int64_t)device));
@@ -4252,6 +6527,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int dev
 int cuwire_py_cudaDeviceGetSharedMemConfig(void *);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetSharedMemConfig(enum cudaSharedMemConfig *pConfig)
 {
+    __atomic_add_fetch(&cuwire_counts[549], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetSharedMemConfig((void *)pConfig));
@@ -4261,6 +6537,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetSharedMemConfig(enum cudaSharedMemConfig 
 int cuwire_py_cudaDeviceGetStreamPriorityRange(void *, void *);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
+    __atomic_add_fetch(&cuwire_counts[550], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetStreamPriorityRange((void *)leastPriority, (void *)greatestPriority));
@@ -4269,6 +6546,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, i
 /* cudaDeviceGetTexture1DLinearMaxWidth (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, const struct cudaChannelFormatDesc *fmtDesc, int device)
 {
+    __atomic_add_fetch(&cuwire_counts[551], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetTexture1DLinearMaxWidth", "cuda_runtime_api.h", &warned));
 }
@@ -4276,6 +6554,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthI
 /* cudaDeviceGraphMemTrim (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceGraphMemTrim(int device)
 {
+    __atomic_add_fetch(&cuwire_counts[552], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGraphMemTrim", "cuda_runtime_api.h", &warned));
 }
@@ -4283,6 +6562,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGraphMemTrim(int device)
 /* cudaDeviceRegisterAsyncNotification (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceRegisterAsyncNotification(int device, cudaAsyncCallback callbackFunc, void *userData, cudaAsyncCallbackHandle_t *callback)
 {
+    __atomic_add_fetch(&cuwire_counts[553], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceRegisterAsyncNotification", "cuda_runtime_api.h", &warned));
 }
@@ -4291,6 +6571,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceRegisterAsyncNotification(int device, cudaAs
 int cuwire_py_cudaDeviceReset(void);
 CUWIRE_EXPORT cudaError_t cudaDeviceReset(void)
 {
+    __atomic_add_fetch(&cuwire_counts[554], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceReset());
@@ -4300,6 +6581,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceReset(void)
 int cuwire_py_cudaDeviceSetCacheConfig(int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceSetCacheConfig(enum cudaFuncCache cacheConfig)
 {
+    __atomic_add_fetch(&cuwire_counts[555], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceSetCacheConfig((int64_t)cacheConfig));
@@ -4308,6 +6590,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSetCacheConfig(enum cudaFuncCache cacheConfi
 /* cudaDeviceSetGraphMemAttribute (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceSetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value)
 {
+    __atomic_add_fetch(&cuwire_counts[556], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceSetGraphMemAttribute", "cuda_runtime_api.h", &warned));
 }
@@ -4316,6 +6599,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSetGraphMemAttribute(int device, enum cudaGr
 int cuwire_py_cudaDeviceSetLimit(int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value)
 {
+    __atomic_add_fetch(&cuwire_counts[557], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceSetLimit((int64_t)limit, (uint64_t)value));
@@ -4324,6 +6608,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value)
 /* cudaDeviceSetMemPool (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
 {
+    __atomic_add_fetch(&cuwire_counts[558], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceSetMemPool", "cuda_runtime_api.h", &warned));
 }
@@ -4332,6 +6617,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool
 int cuwire_py_cudaDeviceSetSharedMemConfig(int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceSetSharedMemConfig(enum cudaSharedMemConfig config)
 {
+    __atomic_add_fetch(&cuwire_counts[559], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceSetSharedMemConfig((int64_t)config));
@@ -4341,6 +6627,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSetSharedMemConfig(enum cudaSharedMemConfig 
 int cuwire_py_cudaDeviceSynchronize(void);
 CUWIRE_EXPORT cudaError_t cudaDeviceSynchronize(void)
 {
+    __atomic_add_fetch(&cuwire_counts[560], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceSynchronize());
@@ -4349,6 +6636,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSynchronize(void)
 /* cudaDeviceUnregisterAsyncNotification (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceUnregisterAsyncNotification(int device, cudaAsyncCallbackHandle_t callback)
 {
+    __atomic_add_fetch(&cuwire_counts[561], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceUnregisterAsyncNotification", "cuda_runtime_api.h", &warned));
 }
@@ -4357,6 +6645,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceUnregisterAsyncNotification(int device, cuda
 int cuwire_py_cudaDriverGetVersion(void *);
 CUWIRE_EXPORT cudaError_t cudaDriverGetVersion(int *driverVersion)
 {
+    __atomic_add_fetch(&cuwire_counts[562], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDriverGetVersion((void *)driverVersion));
@@ -4365,6 +6654,7 @@ CUWIRE_EXPORT cudaError_t cudaDriverGetVersion(int *driverVersion)
 /* cudaEGLStreamConsumerAcquireFrame (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerAcquireFrame(void)
 {
+    __atomic_add_fetch(&cuwire_counts[563], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerAcquireFrame", "libcudart.so.13 export", &warned));
 }
@@ -4372,6 +6662,7 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerAcquireFrame(void)
 /* cudaEGLStreamConsumerConnect (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerConnect(void)
 {
+    __atomic_add_fetch(&cuwire_counts[564], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerConnect", "libcudart.so.13 export", &warned));
 }
@@ -4379,6 +6670,7 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerConnect(void)
 /* cudaEGLStreamConsumerConnectWithFlags (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerConnectWithFlags(void)
 {
+    __atomic_add_fetch(&cuwire_counts[565], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerConnectWithFlags", "libcudart.so.13 export", &warned));
 }
@@ -4386,6 +6678,7 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerConnectWithFlags(void)
 /* cudaEGLStreamConsumerDisconnect (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerDisconnect(void)
 {
+    __atomic_add_fetch(&cuwire_counts[566], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerDisconnect", "libcudart.so.13 export", &warned));
 }
@@ -4393,6 +6686,7 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerDisconnect(void)
 /* cudaEGLStreamConsumerReleaseFrame (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerReleaseFrame(void)
 {
+    __atomic_add_fetch(&cuwire_counts[567], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerReleaseFrame", "libcudart.so.13 export", &warned));
 }
@@ -4400,6 +6694,7 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerReleaseFrame(void)
 /* cudaEGLStreamProducerConnect (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerConnect(void)
 {
+    __atomic_add_fetch(&cuwire_counts[568], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamProducerConnect", "libcudart.so.13 export", &warned));
 }
@@ -4407,6 +6702,7 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerConnect(void)
 /* cudaEGLStreamProducerDisconnect (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerDisconnect(void)
 {
+    __atomic_add_fetch(&cuwire_counts[569], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamProducerDisconnect", "libcudart.so.13 export", &warned));
 }
@@ -4414,6 +6710,7 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerDisconnect(void)
 /* cudaEGLStreamProducerPresentFrame (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerPresentFrame(void)
 {
+    __atomic_add_fetch(&cuwire_counts[570], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamProducerPresentFrame", "libcudart.so.13 export", &warned));
 }
@@ -4421,6 +6718,7 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerPresentFrame(void)
 /* cudaEGLStreamProducerReturnFrame (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerReturnFrame(void)
 {
+    __atomic_add_fetch(&cuwire_counts[571], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamProducerReturnFrame", "libcudart.so.13 export", &warned));
 }
@@ -4429,6 +6727,7 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerReturnFrame(void)
 int cuwire_py_cudaEventCreate(void *);
 CUWIRE_EXPORT cudaError_t cudaEventCreate(cudaEvent_t *event)
 {
+    __atomic_add_fetch(&cuwire_counts[572], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventCreate((void *)event));
@@ -4437,6 +6736,7 @@ CUWIRE_EXPORT cudaError_t cudaEventCreate(cudaEvent_t *event)
 /* cudaEventCreateFromEGLSync (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEventCreateFromEGLSync(void)
 {
+    __atomic_add_fetch(&cuwire_counts[573], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEventCreateFromEGLSync", "libcudart.so.13 export", &warned));
 }
@@ -4445,6 +6745,7 @@ CUWIRE_EXPORT cudaError_t cudaEventCreateFromEGLSync(void)
 int cuwire_py_cudaEventCreateWithFlags(void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[574], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventCreateWithFlags((void *)event, (uint64_t)flags));
@@ -4454,6 +6755,7 @@ CUWIRE_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned 
 int cuwire_py_cudaEventDestroy(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event)
 {
+    __atomic_add_fetch(&cuwire_counts[575], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventDestroy((uint64_t)(uintptr_t)event));
@@ -4463,6 +6765,7 @@ CUWIRE_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event)
 int cuwire_py_cudaEventElapsedTime(void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 {
+    __atomic_add_fetch(&cuwire_counts[576], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventElapsedTime((void *)ms, (uint64_t)(uintptr_t)start, (uint64_t)(uintptr_t)end));
@@ -4472,6 +6775,7 @@ CUWIRE_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cud
 int cuwire_py_cudaEventQuery(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaEventQuery(cudaEvent_t event)
 {
+    __atomic_add_fetch(&cuwire_counts[577], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventQuery((uint64_t)(uintptr_t)event));
@@ -4480,6 +6784,7 @@ CUWIRE_EXPORT cudaError_t cudaEventQuery(cudaEvent_t event)
 /* cudaEventRecord (cuda_runtime_api.h): remoted, async; also cudaEventRecord_ptsz */
 CUWIRE_EXPORT cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[578], 1, __ATOMIC_RELAXED);
     struct __attribute__((packed)) {
         uint64_t event;
         uint64_t stream;
@@ -4494,6 +6799,7 @@ CUWIRE_EXPORT __typeof__(cudaEventRecord) cudaEventRecord_ptsz __attribute__((al
 /* cudaEventRecordWithFlags (cuda_runtime_api.h): remoted, async; also cudaEventRecordWithFlags_ptsz */
 CUWIRE_EXPORT cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[579], 1, __ATOMIC_RELAXED);
     struct __attribute__((packed)) {
         uint64_t event;
         uint64_t stream;
@@ -4511,6 +6817,7 @@ CUWIRE_EXPORT __typeof__(cudaEventRecordWithFlags) cudaEventRecordWithFlags_ptsz
 int cuwire_py_cudaEventSynchronize(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
+    __atomic_add_fetch(&cuwire_counts[580], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventSynchronize((uint64_t)(uintptr_t)event));
@@ -4519,6 +6826,7 @@ CUWIRE_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event)
 /* cudaExternalMemoryGetMappedBuffer (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaExternalMemoryGetMappedBuffer(void **devPtr, cudaExternalMemory_t extMem, const struct cudaExternalMemoryBufferDesc *bufferDesc)
 {
+    __atomic_add_fetch(&cuwire_counts[581], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaExternalMemoryGetMappedBuffer", "cuda_runtime_api.h", &warned));
 }
@@ -4526,6 +6834,7 @@ CUWIRE_EXPORT cudaError_t cudaExternalMemoryGetMappedBuffer(void **devPtr, cudaE
 /* cudaExternalMemoryGetMappedMipmappedArray (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaExternalMemoryGetMappedMipmappedArray(cudaMipmappedArray_t *mipmap, cudaExternalMemory_t extMem, const struct cudaExternalMemoryMipmappedArrayDesc *mipmapDesc)
 {
+    __atomic_add_fetch(&cuwire_counts[582], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaExternalMemoryGetMappedMipmappedArray", "cuda_runtime_api.h", &warned));
 }
@@ -4534,6 +6843,7 @@ CUWIRE_EXPORT cudaError_t cudaExternalMemoryGetMappedMipmappedArray(cudaMipmappe
 int cuwire_py_cudaFree(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaFree(void *devPtr)
 {
+    __atomic_add_fetch(&cuwire_counts[583], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFree((uint64_t)(uintptr_t)devPtr));
@@ -4542,6 +6852,7 @@ CUWIRE_EXPORT cudaError_t cudaFree(void *devPtr)
 /* cudaFreeArray (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaFreeArray(cudaArray_t array)
 {
+    __atomic_add_fetch(&cuwire_counts[584], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaFreeArray", "cuda_runtime_api.h", &warned));
 }
@@ -4550,6 +6861,7 @@ CUWIRE_EXPORT cudaError_t cudaFreeArray(cudaArray_t array)
 int cuwire_py_cudaFreeAsync(uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[585], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFreeAsync((uint64_t)(uintptr_t)devPtr, (uint64_t)(uintptr_t)hStream));
@@ -4560,12 +6872,14 @@ CUWIRE_EXPORT __typeof__(cudaFreeAsync) cudaFreeAsync_ptsz __attribute__((alias(
 cudaError_t cuwire_local_cudaFreeHost(void *ptr);
 CUWIRE_EXPORT cudaError_t cudaFreeHost(void *ptr)
 {
+    __atomic_add_fetch(&cuwire_counts[586], 1, __ATOMIC_RELAXED);
 return cuwire_local_cudaFreeHost(ptr);
 }
 
 /* cudaFreeMipmappedArray (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray)
 {
+    __atomic_add_fetch(&cuwire_counts[587], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaFreeMipmappedArray", "cuda_runtime_api.h", &warned));
 }
@@ -4574,6 +6888,7 @@ CUWIRE_EXPORT cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedA
 int cuwire_py_cudaFuncGetAttributes(void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func)
 {
+    __atomic_add_fetch(&cuwire_counts[588], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFuncGetAttributes((void *)attr, sizeof *attr, (uint64_t)(uintptr_t)func));
@@ -4582,6 +6897,7 @@ CUWIRE_EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr,
 /* cudaFuncGetName (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaFuncGetName(const char **name, const void *func)
 {
+    __atomic_add_fetch(&cuwire_counts[589], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaFuncGetName", "cuda_runtime_api.h", &warned));
 }
@@ -4590,6 +6906,7 @@ CUWIRE_EXPORT cudaError_t cudaFuncGetName(const char **name, const void *func)
 int cuwire_py_cudaFuncGetParamInfo(uint64_t, uint64_t, void *, void *);
 CUWIRE_EXPORT cudaError_t cudaFuncGetParamInfo(const void *func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
+    __atomic_add_fetch(&cuwire_counts[590], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFuncGetParamInfo((uint64_t)(uintptr_t)func, (uint64_t)paramIndex, (void *)paramOffset, (void *)paramSize));
@@ -4599,6 +6916,7 @@ CUWIRE_EXPORT cudaError_t cudaFuncGetParamInfo(const void *func, size_t paramInd
 int cuwire_py_cudaFuncSetAttribute(uint64_t, int64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)
 {
+    __atomic_add_fetch(&cuwire_counts[591], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFuncSetAttribute((uint64_t)(uintptr_t)func, (int64_t)attr, (int64_t)value));
@@ -4608,6 +6926,7 @@ CUWIRE_EXPORT cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAt
 int cuwire_py_cudaFuncSetCacheConfig(uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaFuncSetCacheConfig(const void *func, enum cudaFuncCache cacheConfig)
 {
+    __atomic_add_fetch(&cuwire_counts[592], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFuncSetCacheConfig((uint64_t)(uintptr_t)func, (int64_t)cacheConfig));
@@ -4616,6 +6935,7 @@ CUWIRE_EXPORT cudaError_t cudaFuncSetCacheConfig(const void *func, enum cudaFunc
 /* cudaFuncSetSharedMemConfig (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaFuncSetSharedMemConfig(const void *func, enum cudaSharedMemConfig config)
 {
+    __atomic_add_fetch(&cuwire_counts[593], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaFuncSetSharedMemConfig", "cuda_runtime_api.h", &warned));
 }
@@ -4623,6 +6943,7 @@ CUWIRE_EXPORT cudaError_t cudaFuncSetSharedMemConfig(const void *func, enum cuda
 /* cudaGLGetDevices (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLGetDevices(void)
 {
+    __atomic_add_fetch(&cuwire_counts[594], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLGetDevices", "libcudart.so.13 export", &warned));
 }
@@ -4630,6 +6951,7 @@ CUWIRE_EXPORT cudaError_t cudaGLGetDevices(void)
 /* cudaGLMapBufferObject (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLMapBufferObject(void)
 {
+    __atomic_add_fetch(&cuwire_counts[595], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLMapBufferObject", "libcudart.so.13 export", &warned));
 }
@@ -4637,6 +6959,7 @@ CUWIRE_EXPORT cudaError_t cudaGLMapBufferObject(void)
 /* cudaGLMapBufferObjectAsync (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLMapBufferObjectAsync(void)
 {
+    __atomic_add_fetch(&cuwire_counts[596], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLMapBufferObjectAsync", "libcudart.so.13 export", &warned));
 }
@@ -4644,6 +6967,7 @@ CUWIRE_EXPORT cudaError_t cudaGLMapBufferObjectAsync(void)
 /* cudaGLRegisterBufferObject (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLRegisterBufferObject(void)
 {
+    __atomic_add_fetch(&cuwire_counts[597], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLRegisterBufferObject", "libcudart.so.13 export", &warned));
 }
@@ -4651,6 +6975,7 @@ CUWIRE_EXPORT cudaError_t cudaGLRegisterBufferObject(void)
 /* cudaGLSetBufferObjectMapFlags (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLSetBufferObjectMapFlags(void)
 {
+    __atomic_add_fetch(&cuwire_counts[598], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLSetBufferObjectMapFlags", "libcudart.so.13 export", &warned));
 }
@@ -4658,6 +6983,7 @@ CUWIRE_EXPORT cudaError_t cudaGLSetBufferObjectMapFlags(void)
 /* cudaGLSetGLDevice (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLSetGLDevice(void)
 {
+    __atomic_add_fetch(&cuwire_counts[599], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLSetGLDevice", "libcudart.so.13 export", &warned));
 }
@@ -4665,6 +6991,7 @@ CUWIRE_EXPORT cudaError_t cudaGLSetGLDevice(void)
 /* cudaGLUnmapBufferObject (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLUnmapBufferObject(void)
 {
+    __atomic_add_fetch(&cuwire_counts[600], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLUnmapBufferObject", "libcudart.so.13 export", &warned));
 }
@@ -4672,6 +6999,7 @@ CUWIRE_EXPORT cudaError_t cudaGLUnmapBufferObject(void)
 /* cudaGLUnmapBufferObjectAsync (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLUnmapBufferObjectAsync(void)
 {
+    __atomic_add_fetch(&cuwire_counts[601], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLUnmapBufferObjectAsync", "libcudart.so.13 export", &warned));
 }
@@ -4679,6 +7007,7 @@ CUWIRE_EXPORT cudaError_t cudaGLUnmapBufferObjectAsync(void)
 /* cudaGLUnregisterBufferObject (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLUnregisterBufferObject(void)
 {
+    __atomic_add_fetch(&cuwire_counts[602], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLUnregisterBufferObject", "libcudart.so.13 export", &warned));
 }
@@ -4686,6 +7015,7 @@ CUWIRE_EXPORT cudaError_t cudaGLUnregisterBufferObject(void)
 /* cudaGetChannelDesc (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGetChannelDesc(struct cudaChannelFormatDesc *desc, cudaArray_const_t array)
 {
+    __atomic_add_fetch(&cuwire_counts[603], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetChannelDesc", "cuda_runtime_api.h", &warned));
 }
@@ -4694,6 +7024,7 @@ CUWIRE_EXPORT cudaError_t cudaGetChannelDesc(struct cudaChannelFormatDesc *desc,
 int cuwire_py_cudaGetDevice(void *);
 CUWIRE_EXPORT cudaError_t cudaGetDevice(int *device)
 {
+    __atomic_add_fetch(&cuwire_counts[604], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetDevice((void *)device));
@@ -4703,6 +7034,7 @@ CUWIRE_EXPORT cudaError_t cudaGetDevice(int *device)
 int cuwire_py_cudaGetDeviceCount(void *);
 CUWIRE_EXPORT cudaError_t cudaGetDeviceCount(int *count)
 {
+    __atomic_add_fetch(&cuwire_counts[605], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetDeviceCount((void *)count));
@@ -4712,6 +7044,7 @@ CUWIRE_EXPORT cudaError_t cudaGetDeviceCount(int *count)
 int cuwire_py_cudaGetDeviceFlags(void *);
 CUWIRE_EXPORT cudaError_t cudaGetDeviceFlags(unsigned int *flags)
 {
+    __atomic_add_fetch(&cuwire_counts[606], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetDeviceFlags((void *)flags));
@@ -4721,6 +7054,7 @@ CUWIRE_EXPORT cudaError_t cudaGetDeviceFlags(unsigned int *flags)
 int cuwire_py_cudaGetDeviceProperties(void *, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 {
+    __atomic_add_fetch(&cuwire_counts[607], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetDeviceProperties((void *)prop, sizeof *prop, (int64_t)device));
@@ -4730,6 +7064,7 @@ CUWIRE_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, i
 cudaError_t cuwire_local_cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus);
 CUWIRE_EXPORT cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus)
 {
+    __atomic_add_fetch(&cuwire_counts[608], 1, __ATOMIC_RELAXED);
 return cuwire_local_cudaGetDriverEntryPoint(symbol, funcPtr, flags, driverStatus);
 }
 CUWIRE_EXPORT __typeof__(cudaGetDriverEntryPoint) cudaGetDriverEntryPoint_ptsz __attribute__((alias("cudaGetDriverEntryPoint")));
@@ -4738,6 +7073,7 @@ CUWIRE_EXPORT __typeof__(cudaGetDriverEntryPoint) cudaGetDriverEntryPoint_ptsz _
 cudaError_t cuwire_local_cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus);
 CUWIRE_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus)
 {
+    __atomic_add_fetch(&cuwire_counts[609], 1, __ATOMIC_RELAXED);
 return cuwire_local_cudaGetDriverEntryPointByVersion(symbol, funcPtr, cudaVersion, flags, driverStatus);
 }
 CUWIRE_EXPORT __typeof__(cudaGetDriverEntryPointByVersion) cudaGetDriverEntryPointByVersion_ptsz __attribute__((alias("cudaGetDriverEntryPointByVersion")));
@@ -4746,6 +7082,7 @@ CUWIRE_EXPORT __typeof__(cudaGetDriverEntryPointByVersion) cudaGetDriverEntryPoi
 const char * cuwire_local_cudaGetErrorName(cudaError_t error);
 CUWIRE_EXPORT const char * cudaGetErrorName(cudaError_t error)
 {
+    __atomic_add_fetch(&cuwire_counts[610], 1, __ATOMIC_RELAXED);
 return cuwire_local_cudaGetErrorName(error);
 }
 
@@ -4753,6 +7090,7 @@ return cuwire_local_cudaGetErrorName(error);
 uint64_t cuwire_py_cudaGetErrorString(int64_t);
 CUWIRE_EXPORT const char * cudaGetErrorString(cudaError_t error)
 {
+    __atomic_add_fetch(&cuwire_counts[611], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (const char *){0};
     return (const char *)(uintptr_t)cuwire_py_cudaGetErrorString((int64_t)error);
@@ -4761,6 +7099,7 @@ CUWIRE_EXPORT const char * cudaGetErrorString(cudaError_t error)
 /* cudaGetExportTable (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGetExportTable(const void **ppExportTable, const cudaUUID_t *pExportTableId)
 {
+    __atomic_add_fetch(&cuwire_counts[612], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetExportTable", "cuda_runtime_api.h", &warned));
 }
@@ -4768,6 +7107,7 @@ CUWIRE_EXPORT cudaError_t cudaGetExportTable(const void **ppExportTable, const c
 /* cudaGetFuncBySymbol (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *symbolPtr)
 {
+    __atomic_add_fetch(&cuwire_counts[613], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetFuncBySymbol", "cuda_runtime_api.h", &warned));
 }
@@ -4776,6 +7116,7 @@ CUWIRE_EXPORT cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const
 cudaError_t cuwire_local_cudaGetKernel(cudaKernel_t *kernelPtr, const void *entryFuncAddr);
 CUWIRE_EXPORT cudaError_t cudaGetKernel(cudaKernel_t *kernelPtr, const void *entryFuncAddr)
 {
+    __atomic_add_fetch(&cuwire_counts[614], 1, __ATOMIC_RELAXED);
 return cuwire_local_cudaGetKernel(kernelPtr, entryFuncAddr);
 }
 
@@ -4783,12 +7124,14 @@ return cuwire_local_cudaGetKernel(kernelPtr, entryFuncAddr);
 cudaError_t cuwire_local_cudaGetLastError(void);
 CUWIRE_EXPORT cudaError_t cudaGetLastError(void)
 {
+    __atomic_add_fetch(&cuwire_counts[615], 1, __ATOMIC_RELAXED);
 return cuwire_local_cudaGetLastError();
 }
 
 /* cudaGetMipmappedArrayLevel (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGetMipmappedArrayLevel(cudaArray_t *levelArray, cudaMipmappedArray_const_t mipmappedArray, unsigned int level)
 {
+    __atomic_add_fetch(&cuwire_counts[616], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetMipmappedArrayLevel", "cuda_runtime_api.h", &warned));
 }
@@ -4796,6 +7139,7 @@ CUWIRE_EXPORT cudaError_t cudaGetMipmappedArrayLevel(cudaArray_t *levelArray, cu
 /* cudaGetSurfaceObjectResourceDesc (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDesc *pResDesc, cudaSurfaceObject_t surfObject)
 {
+    __atomic_add_fetch(&cuwire_counts[617], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetSurfaceObjectResourceDesc", "cuda_runtime_api.h", &warned));
 }
@@ -4804,6 +7148,7 @@ CUWIRE_EXPORT cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDe
 int cuwire_py_cudaGetSymbolAddress(void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol)
 {
+    __atomic_add_fetch(&cuwire_counts[618], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetSymbolAddress((void *)devPtr, (uint64_t)(uintptr_t)symbol));
@@ -4813,6 +7158,7 @@ CUWIRE_EXPORT cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol
 int cuwire_py_cudaGetSymbolSize(void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
 {
+    __atomic_add_fetch(&cuwire_counts[619], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetSymbolSize((void *)size, (uint64_t)(uintptr_t)symbol));
@@ -4821,6 +7167,7 @@ CUWIRE_EXPORT cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
 /* cudaGetTextureObjectResourceDesc (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *pResDesc, cudaTextureObject_t texObject)
 {
+    __atomic_add_fetch(&cuwire_counts[620], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetTextureObjectResourceDesc", "cuda_runtime_api.h", &warned));
 }
@@ -4828,6 +7175,7 @@ CUWIRE_EXPORT cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDe
 /* cudaGetTextureObjectResourceViewDesc (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGetTextureObjectResourceViewDesc(struct cudaResourceViewDesc *pResViewDesc, cudaTextureObject_t texObject)
 {
+    __atomic_add_fetch(&cuwire_counts[621], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetTextureObjectResourceViewDesc", "cuda_runtime_api.h", &warned));
 }
@@ -4835,6 +7183,7 @@ CUWIRE_EXPORT cudaError_t cudaGetTextureObjectResourceViewDesc(struct cudaResour
 /* cudaGetTextureObjectTextureDesc (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc *pTexDesc, cudaTextureObject_t texObject)
 {
+    __atomic_add_fetch(&cuwire_counts[622], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetTextureObjectTextureDesc", "cuda_runtime_api.h", &warned));
 }
@@ -4842,6 +7191,7 @@ CUWIRE_EXPORT cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc
 /* cudaGraphAddChildGraphNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaGraph_t childGraph)
 {
+    __atomic_add_fetch(&cuwire_counts[623], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddChildGraphNode", "cuda_runtime_api.h", &warned));
 }
@@ -4849,6 +7199,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode
 /* cudaGraphAddDependencies (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *from, const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData, size_t numDependencies)
 {
+    __atomic_add_fetch(&cuwire_counts[624], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddDependencies", "cuda_runtime_api.h", &warned));
 }
@@ -4856,6 +7207,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cuda
 /* cudaGraphAddEmptyNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddEmptyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies)
 {
+    __atomic_add_fetch(&cuwire_counts[625], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddEmptyNode", "cuda_runtime_api.h", &warned));
 }
@@ -4863,6 +7215,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddEmptyNode(cudaGraphNode_t *pGraphNode, cud
 /* cudaGraphAddEventRecordNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddEventRecordNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaEvent_t event)
 {
+    __atomic_add_fetch(&cuwire_counts[626], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddEventRecordNode", "cuda_runtime_api.h", &warned));
 }
@@ -4870,6 +7223,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddEventRecordNode(cudaGraphNode_t *pGraphNod
 /* cudaGraphAddEventWaitNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddEventWaitNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaEvent_t event)
 {
+    __atomic_add_fetch(&cuwire_counts[627], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddEventWaitNode", "cuda_runtime_api.h", &warned));
 }
@@ -4877,6 +7231,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddEventWaitNode(cudaGraphNode_t *pGraphNode,
 /* cudaGraphAddExternalSemaphoresSignalNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddExternalSemaphoresSignalNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaExternalSemaphoreSignalNodeParams *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[628], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddExternalSemaphoresSignalNode", "cuda_runtime_api.h", &warned));
 }
@@ -4884,6 +7239,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddExternalSemaphoresSignalNode(cudaGraphNode
 /* cudaGraphAddExternalSemaphoresWaitNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddExternalSemaphoresWaitNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaExternalSemaphoreWaitNodeParams *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[629], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddExternalSemaphoresWaitNode", "cuda_runtime_api.h", &warned));
 }
@@ -4891,6 +7247,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddExternalSemaphoresWaitNode(cudaGraphNode_t
 /* cudaGraphAddHostNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddHostNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaHostNodeParams *pNodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[630], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddHostNode", "cuda_runtime_api.h", &warned));
 }
@@ -4898,6 +7255,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddHostNode(cudaGraphNode_t *pGraphNode, cuda
 /* cudaGraphAddKernelNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaKernelNodeParams *pNodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[631], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddKernelNode", "cuda_runtime_api.h", &warned));
 }
@@ -4905,6 +7263,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cu
 /* cudaGraphAddMemAllocNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, struct cudaMemAllocNodeParams *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[632], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemAllocNode", "cuda_runtime_api.h", &warned));
 }
@@ -4912,6 +7271,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, 
 /* cudaGraphAddMemFreeNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dptr)
 {
+    __atomic_add_fetch(&cuwire_counts[633], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemFreeNode", "cuda_runtime_api.h", &warned));
 }
@@ -4919,6 +7279,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, c
 /* cudaGraphAddMemcpyNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaMemcpy3DParms *pCopyParams)
 {
+    __atomic_add_fetch(&cuwire_counts[634], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemcpyNode", "cuda_runtime_api.h", &warned));
 }
@@ -4926,6 +7287,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cu
 /* cudaGraphAddMemcpyNode1D (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[635], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemcpyNode1D", "cuda_runtime_api.h", &warned));
 }
@@ -4933,6 +7295,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, 
 /* cudaGraphAddMemcpyNodeFromSymbol (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNodeFromSymbol(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[636], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemcpyNodeFromSymbol", "cuda_runtime_api.h", &warned));
 }
@@ -4940,6 +7303,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNodeFromSymbol(cudaGraphNode_t *pGra
 /* cudaGraphAddMemcpyNodeToSymbol (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNodeToSymbol(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[637], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemcpyNodeToSymbol", "cuda_runtime_api.h", &warned));
 }
@@ -4947,6 +7311,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNodeToSymbol(cudaGraphNode_t *pGraph
 /* cudaGraphAddMemsetNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaMemsetParams *pMemsetParams)
 {
+    __atomic_add_fetch(&cuwire_counts[638], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemsetNode", "cuda_runtime_api.h", &warned));
 }
@@ -4954,6 +7319,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cu
 /* cudaGraphAddNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, struct cudaGraphNodeParams *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[639], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddNode", "cuda_runtime_api.h", &warned));
 }
@@ -4961,6 +7327,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGrap
 /* cudaGraphChildGraphNodeGetGraph (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphChildGraphNodeGetGraph(cudaGraphNode_t node, cudaGraph_t *pGraph)
 {
+    __atomic_add_fetch(&cuwire_counts[640], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphChildGraphNodeGetGraph", "cuda_runtime_api.h", &warned));
 }
@@ -4968,6 +7335,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphChildGraphNodeGetGraph(cudaGraphNode_t node, 
 /* cudaGraphClone (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t originalGraph)
 {
+    __atomic_add_fetch(&cuwire_counts[641], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphClone", "cuda_runtime_api.h", &warned));
 }
@@ -4975,6 +7343,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t o
 /* cudaGraphConditionalHandleCreate (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle *pHandle_out, cudaGraph_t graph, unsigned int defaultLaunchValue, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[642], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphConditionalHandleCreate", "cuda_runtime_api.h", &warned));
 }
@@ -4982,6 +7351,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalH
 /* cudaGraphCreate (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[643], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphCreate", "cuda_runtime_api.h", &warned));
 }
@@ -4989,6 +7359,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flag
 /* cudaGraphDebugDotPrint (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char *path, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[644], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphDebugDotPrint", "cuda_runtime_api.h", &warned));
 }
@@ -4996,6 +7367,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char *
 /* cudaGraphDestroy (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
 {
+    __atomic_add_fetch(&cuwire_counts[645], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphDestroy", "cuda_runtime_api.h", &warned));
 }
@@ -5003,6 +7375,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
 /* cudaGraphDestroyNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node)
 {
+    __atomic_add_fetch(&cuwire_counts[646], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphDestroyNode", "cuda_runtime_api.h", &warned));
 }
@@ -5010,6 +7383,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node)
 /* cudaGraphEventRecordNodeGetEvent (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphEventRecordNodeGetEvent(cudaGraphNode_t node, cudaEvent_t *event_out)
 {
+    __atomic_add_fetch(&cuwire_counts[647], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphEventRecordNodeGetEvent", "cuda_runtime_api.h", &warned));
 }
@@ -5017,6 +7391,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphEventRecordNodeGetEvent(cudaGraphNode_t node,
 /* cudaGraphEventRecordNodeSetEvent (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphEventRecordNodeSetEvent(cudaGraphNode_t node, cudaEvent_t event)
 {
+    __atomic_add_fetch(&cuwire_counts[648], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphEventRecordNodeSetEvent", "cuda_runtime_api.h", &warned));
 }
@@ -5024,6 +7399,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphEventRecordNodeSetEvent(cudaGraphNode_t node,
 /* cudaGraphEventWaitNodeGetEvent (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphEventWaitNodeGetEvent(cudaGraphNode_t node, cudaEvent_t *event_out)
 {
+    __atomic_add_fetch(&cuwire_counts[649], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphEventWaitNodeGetEvent", "cuda_runtime_api.h", &warned));
 }
@@ -5031,6 +7407,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphEventWaitNodeGetEvent(cudaGraphNode_t node, c
 /* cudaGraphEventWaitNodeSetEvent (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphEventWaitNodeSetEvent(cudaGraphNode_t node, cudaEvent_t event)
 {
+    __atomic_add_fetch(&cuwire_counts[650], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphEventWaitNodeSetEvent", "cuda_runtime_api.h", &warned));
 }
@@ -5038,6 +7415,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphEventWaitNodeSetEvent(cudaGraphNode_t node, c
 /* cudaGraphExecChildGraphNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, cudaGraph_t childGraph)
 {
+    __atomic_add_fetch(&cuwire_counts[651], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecChildGraphNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5045,6 +7423,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t h
 /* cudaGraphExecDestroy (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
 {
+    __atomic_add_fetch(&cuwire_counts[652], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecDestroy", "cuda_runtime_api.h", &warned));
 }
@@ -5052,6 +7431,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
 /* cudaGraphExecEventRecordNodeSetEvent (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, cudaEvent_t event)
 {
+    __atomic_add_fetch(&cuwire_counts[653], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecEventRecordNodeSetEvent", "cuda_runtime_api.h", &warned));
 }
@@ -5059,6 +7439,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t h
 /* cudaGraphExecEventWaitNodeSetEvent (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, cudaEvent_t event)
 {
+    __atomic_add_fetch(&cuwire_counts[654], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecEventWaitNodeSetEvent", "cuda_runtime_api.h", &warned));
 }
@@ -5066,6 +7447,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t hGr
 /* cudaGraphExecExternalSemaphoresSignalNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecExternalSemaphoresSignalNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, const struct cudaExternalSemaphoreSignalNodeParams *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[655], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecExternalSemaphoresSignalNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5073,6 +7455,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecExternalSemaphoresSignalNodeSetParams(cud
 /* cudaGraphExecExternalSemaphoresWaitNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecExternalSemaphoresWaitNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, const struct cudaExternalSemaphoreWaitNodeParams *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[656], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecExternalSemaphoresWaitNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5080,6 +7463,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecExternalSemaphoresWaitNodeSetParams(cudaG
 /* cudaGraphExecGetFlags (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecGetFlags(cudaGraphExec_t graphExec, unsigned long long *flags)
 {
+    __atomic_add_fetch(&cuwire_counts[657], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecGetFlags", "cuda_runtime_api.h", &warned));
 }
@@ -5087,6 +7471,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecGetFlags(cudaGraphExec_t graphExec, unsig
 /* cudaGraphExecHostNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaHostNodeParams *pNodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[658], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecHostNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5094,6 +7479,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t hGraphE
 /* cudaGraphExecKernelNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaKernelNodeParams *pNodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[659], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecKernelNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5101,6 +7487,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGrap
 /* cudaGraphExecMemcpyNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaMemcpy3DParms *pNodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[660], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecMemcpyNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5108,6 +7495,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t hGrap
 /* cudaGraphExecMemcpyNodeSetParams1D (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[661], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecMemcpyNodeSetParams1D", "cuda_runtime_api.h", &warned));
 }
@@ -5115,6 +7503,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t hGr
 /* cudaGraphExecMemcpyNodeSetParamsFromSymbol (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParamsFromSymbol(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[662], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecMemcpyNodeSetParamsFromSymbol", "cuda_runtime_api.h", &warned));
 }
@@ -5122,6 +7511,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParamsFromSymbol(cudaGraphEx
 /* cudaGraphExecMemcpyNodeSetParamsToSymbol (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParamsToSymbol(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[663], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecMemcpyNodeSetParamsToSymbol", "cuda_runtime_api.h", &warned));
 }
@@ -5129,6 +7519,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParamsToSymbol(cudaGraphExec
 /* cudaGraphExecMemsetNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaMemsetParams *pNodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[664], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecMemsetNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5136,6 +7527,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGrap
 /* cudaGraphExecNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cudaGraphNode_t node, struct cudaGraphNodeParams *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[665], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5143,6 +7535,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, 
 /* cudaGraphExecUpdate (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph, cudaGraphExecUpdateResultInfo *resultInfo)
 {
+    __atomic_add_fetch(&cuwire_counts[666], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecUpdate", "cuda_runtime_api.h", &warned));
 }
@@ -5150,6 +7543,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGr
 /* cudaGraphExternalSemaphoresSignalNodeGetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresSignalNodeGetParams(cudaGraphNode_t hNode, struct cudaExternalSemaphoreSignalNodeParams *params_out)
 {
+    __atomic_add_fetch(&cuwire_counts[667], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExternalSemaphoresSignalNodeGetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5157,6 +7551,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresSignalNodeGetParams(cudaGra
 /* cudaGraphExternalSemaphoresSignalNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresSignalNodeSetParams(cudaGraphNode_t hNode, const struct cudaExternalSemaphoreSignalNodeParams *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[668], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExternalSemaphoresSignalNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5164,6 +7559,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresSignalNodeSetParams(cudaGra
 /* cudaGraphExternalSemaphoresWaitNodeGetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresWaitNodeGetParams(cudaGraphNode_t hNode, struct cudaExternalSemaphoreWaitNodeParams *params_out)
 {
+    __atomic_add_fetch(&cuwire_counts[669], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExternalSemaphoresWaitNodeGetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5171,6 +7567,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresWaitNodeGetParams(cudaGraph
 /* cudaGraphExternalSemaphoresWaitNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresWaitNodeSetParams(cudaGraphNode_t hNode, const struct cudaExternalSemaphoreWaitNodeParams *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[670], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExternalSemaphoresWaitNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5178,6 +7575,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresWaitNodeSetParams(cudaGraph
 /* cudaGraphGetEdges (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *from, cudaGraphNode_t *to, cudaGraphEdgeData *edgeData, size_t *numEdges)
 {
+    __atomic_add_fetch(&cuwire_counts[671], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphGetEdges", "cuda_runtime_api.h", &warned));
 }
@@ -5185,6 +7583,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *
 /* cudaGraphGetNodes (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *numNodes)
 {
+    __atomic_add_fetch(&cuwire_counts[672], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphGetNodes", "cuda_runtime_api.h", &warned));
 }
@@ -5192,6 +7591,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *
 /* cudaGraphGetRootNodes (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphGetRootNodes(cudaGraph_t graph, cudaGraphNode_t *pRootNodes, size_t *pNumRootNodes)
 {
+    __atomic_add_fetch(&cuwire_counts[673], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphGetRootNodes", "cuda_runtime_api.h", &warned));
 }
@@ -5199,6 +7599,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphGetRootNodes(cudaGraph_t graph, cudaGraphNode
 /* cudaGraphHostNodeGetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphHostNodeGetParams(cudaGraphNode_t node, struct cudaHostNodeParams *pNodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[674], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphHostNodeGetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5206,6 +7607,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphHostNodeGetParams(cudaGraphNode_t node, struc
 /* cudaGraphHostNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphHostNodeSetParams(cudaGraphNode_t node, const struct cudaHostNodeParams *pNodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[675], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphHostNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5213,6 +7615,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphHostNodeSetParams(cudaGraphNode_t node, const
 /* cudaGraphInstantiate (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
 {
+    __atomic_add_fetch(&cuwire_counts[676], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphInstantiate", "cuda_runtime_api.h", &warned));
 }
@@ -5220,6 +7623,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cuda
 /* cudaGraphInstantiateWithFlags (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
 {
+    __atomic_add_fetch(&cuwire_counts[677], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphInstantiateWithFlags", "cuda_runtime_api.h", &warned));
 }
@@ -5227,6 +7631,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphE
 /* cudaGraphInstantiateWithParams (cuda_runtime_api.h): unimplemented; also cudaGraphInstantiateWithParams_ptsz */
 CUWIRE_EXPORT cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, cudaGraphInstantiateParams *instantiateParams)
 {
+    __atomic_add_fetch(&cuwire_counts[678], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphInstantiateWithParams", "cuda_runtime_api.h", &warned));
 }
@@ -5235,6 +7640,7 @@ CUWIRE_EXPORT __typeof__(cudaGraphInstantiateWithParams) cudaGraphInstantiateWit
 /* cudaGraphKernelNodeCopyAttributes (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeCopyAttributes(cudaGraphNode_t hDst, cudaGraphNode_t hSrc)
 {
+    __atomic_add_fetch(&cuwire_counts[679], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphKernelNodeCopyAttributes", "cuda_runtime_api.h", &warned));
 }
@@ -5242,6 +7648,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeCopyAttributes(cudaGraphNode_t hDst
 /* cudaGraphKernelNodeGetAttribute (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeGetAttribute(cudaGraphNode_t hNode, cudaLaunchAttributeID attr, cudaLaunchAttributeValue *value_out)
 {
+    __atomic_add_fetch(&cuwire_counts[680], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphKernelNodeGetAttribute", "cuda_runtime_api.h", &warned));
 }
@@ -5249,6 +7656,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeGetAttribute(cudaGraphNode_t hNode,
 /* cudaGraphKernelNodeGetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, struct cudaKernelNodeParams *pNodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[681], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphKernelNodeGetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5256,6 +7664,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, str
 /* cudaGraphKernelNodeSetAttribute (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeSetAttribute(cudaGraphNode_t hNode, cudaLaunchAttributeID attr, const cudaLaunchAttributeValue *value)
 {
+    __atomic_add_fetch(&cuwire_counts[682], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphKernelNodeSetAttribute", "cuda_runtime_api.h", &warned));
 }
@@ -5263,6 +7672,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeSetAttribute(cudaGraphNode_t hNode,
 /* cudaGraphKernelNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node, const struct cudaKernelNodeParams *pNodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[683], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphKernelNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5270,6 +7680,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node, con
 /* cudaGraphLaunch (cuda_runtime_api.h): unimplemented; also cudaGraphLaunch_ptsz */
 CUWIRE_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[684], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphLaunch", "cuda_runtime_api.h", &warned));
 }
@@ -5278,6 +7689,7 @@ CUWIRE_EXPORT __typeof__(cudaGraphLaunch) cudaGraphLaunch_ptsz __attribute__((al
 /* cudaGraphMemAllocNodeGetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, struct cudaMemAllocNodeParams *params_out)
 {
+    __atomic_add_fetch(&cuwire_counts[685], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemAllocNodeGetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5285,6 +7697,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, s
 /* cudaGraphMemFreeNodeGetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, void *dptr_out)
 {
+    __atomic_add_fetch(&cuwire_counts[686], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemFreeNodeGetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5292,6 +7705,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, vo
 /* cudaGraphMemcpyNodeGetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeGetParams(cudaGraphNode_t node, struct cudaMemcpy3DParms *pNodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[687], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemcpyNodeGetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5299,6 +7713,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeGetParams(cudaGraphNode_t node, str
 /* cudaGraphMemcpyNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParams(cudaGraphNode_t node, const struct cudaMemcpy3DParms *pNodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[688], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemcpyNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5306,6 +7721,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParams(cudaGraphNode_t node, con
 /* cudaGraphMemcpyNodeSetParams1D (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParams1D(cudaGraphNode_t node, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[689], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemcpyNodeSetParams1D", "cuda_runtime_api.h", &warned));
 }
@@ -5313,6 +7729,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParams1D(cudaGraphNode_t node, v
 /* cudaGraphMemcpyNodeSetParamsFromSymbol (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParamsFromSymbol(cudaGraphNode_t node, void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[690], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemcpyNodeSetParamsFromSymbol", "cuda_runtime_api.h", &warned));
 }
@@ -5320,6 +7737,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParamsFromSymbol(cudaGraphNode_t
 /* cudaGraphMemcpyNodeSetParamsToSymbol (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParamsToSymbol(cudaGraphNode_t node, const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[691], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemcpyNodeSetParamsToSymbol", "cuda_runtime_api.h", &warned));
 }
@@ -5327,6 +7745,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParamsToSymbol(cudaGraphNode_t n
 /* cudaGraphMemsetNodeGetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemsetNodeGetParams(cudaGraphNode_t node, struct cudaMemsetParams *pNodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[692], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemsetNodeGetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5334,6 +7753,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemsetNodeGetParams(cudaGraphNode_t node, str
 /* cudaGraphMemsetNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemsetNodeSetParams(cudaGraphNode_t node, const struct cudaMemsetParams *pNodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[693], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemsetNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5341,6 +7761,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemsetNodeSetParams(cudaGraphNode_t node, con
 /* cudaGraphNodeFindInClone (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphNodeFindInClone(cudaGraphNode_t *pNode, cudaGraphNode_t originalNode, cudaGraph_t clonedGraph)
 {
+    __atomic_add_fetch(&cuwire_counts[694], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeFindInClone", "cuda_runtime_api.h", &warned));
 }
@@ -5348,6 +7769,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeFindInClone(cudaGraphNode_t *pNode, cudaG
 /* cudaGraphNodeGetDependencies (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *pDependencies, cudaGraphEdgeData *edgeData, size_t *pNumDependencies)
 {
+    __atomic_add_fetch(&cuwire_counts[695], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeGetDependencies", "cuda_runtime_api.h", &warned));
 }
@@ -5355,6 +7777,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cud
 /* cudaGraphNodeGetDependentNodes (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, cudaGraphNode_t *pDependentNodes, cudaGraphEdgeData *edgeData, size_t *pNumDependentNodes)
 {
+    __atomic_add_fetch(&cuwire_counts[696], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeGetDependentNodes", "cuda_runtime_api.h", &warned));
 }
@@ -5362,6 +7785,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, c
 /* cudaGraphNodeGetEnabled (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphNodeGetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, unsigned int *isEnabled)
 {
+    __atomic_add_fetch(&cuwire_counts[697], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeGetEnabled", "cuda_runtime_api.h", &warned));
 }
@@ -5369,6 +7793,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeGetEnabled(cudaGraphExec_t hGraphExec, cu
 /* cudaGraphNodeGetType (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *pType)
 {
+    __atomic_add_fetch(&cuwire_counts[698], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeGetType", "cuda_runtime_api.h", &warned));
 }
@@ -5376,6 +7801,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGr
 /* cudaGraphNodeSetEnabled (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, unsigned int isEnabled)
 {
+    __atomic_add_fetch(&cuwire_counts[699], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeSetEnabled", "cuda_runtime_api.h", &warned));
 }
@@ -5383,6 +7809,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t hGraphExec, cu
 /* cudaGraphNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, struct cudaGraphNodeParams *nodeParams)
 {
+    __atomic_add_fetch(&cuwire_counts[700], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -5390,6 +7817,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, struct cu
 /* cudaGraphReleaseUserObject (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphReleaseUserObject(cudaGraph_t graph, cudaUserObject_t object, unsigned int count)
 {
+    __atomic_add_fetch(&cuwire_counts[701], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphReleaseUserObject", "cuda_runtime_api.h", &warned));
 }
@@ -5397,6 +7825,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphReleaseUserObject(cudaGraph_t graph, cudaUser
 /* cudaGraphRemoveDependencies (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const cudaGraphNode_t *from, const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData, size_t numDependencies)
 {
+    __atomic_add_fetch(&cuwire_counts[702], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphRemoveDependencies", "cuda_runtime_api.h", &warned));
 }
@@ -5404,6 +7833,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const c
 /* cudaGraphRetainUserObject (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t object, unsigned int count, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[703], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphRetainUserObject", "cuda_runtime_api.h", &warned));
 }
@@ -5411,6 +7841,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserO
 /* cudaGraphUpload (cuda_runtime_api.h): unimplemented; also cudaGraphUpload_ptsz */
 CUWIRE_EXPORT cudaError_t cudaGraphUpload(cudaGraphExec_t graphExec, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[704], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphUpload", "cuda_runtime_api.h", &warned));
 }
@@ -5419,6 +7850,7 @@ CUWIRE_EXPORT __typeof__(cudaGraphUpload) cudaGraphUpload_ptsz __attribute__((al
 /* cudaGraphicsEGLRegisterImage (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsEGLRegisterImage(void)
 {
+    __atomic_add_fetch(&cuwire_counts[705], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsEGLRegisterImage", "libcudart.so.13 export", &warned));
 }
@@ -5426,6 +7858,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsEGLRegisterImage(void)
 /* cudaGraphicsGLRegisterBuffer (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsGLRegisterBuffer(void)
 {
+    __atomic_add_fetch(&cuwire_counts[706], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsGLRegisterBuffer", "libcudart.so.13 export", &warned));
 }
@@ -5433,6 +7866,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsGLRegisterBuffer(void)
 /* cudaGraphicsGLRegisterImage (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsGLRegisterImage(void)
 {
+    __atomic_add_fetch(&cuwire_counts[707], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsGLRegisterImage", "libcudart.so.13 export", &warned));
 }
@@ -5440,6 +7874,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsGLRegisterImage(void)
 /* cudaGraphicsMapResources (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsMapResources(int count, cudaGraphicsResource_t *resources, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[708], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsMapResources", "cuda_runtime_api.h", &warned));
 }
@@ -5447,6 +7882,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsMapResources(int count, cudaGraphicsResour
 /* cudaGraphicsResourceGetMappedEglFrame (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedEglFrame(void)
 {
+    __atomic_add_fetch(&cuwire_counts[709], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsResourceGetMappedEglFrame", "libcudart.so.13 export", &warned));
 }
@@ -5454,6 +7890,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedEglFrame(void)
 /* cudaGraphicsResourceGetMappedMipmappedArray (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedMipmappedArray(cudaMipmappedArray_t *mipmappedArray, cudaGraphicsResource_t resource)
 {
+    __atomic_add_fetch(&cuwire_counts[710], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsResourceGetMappedMipmappedArray", "cuda_runtime_api.h", &warned));
 }
@@ -5461,6 +7898,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedMipmappedArray(cudaMipmap
 /* cudaGraphicsResourceGetMappedPointer (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedPointer(void **devPtr, size_t *size, cudaGraphicsResource_t resource)
 {
+    __atomic_add_fetch(&cuwire_counts[711], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsResourceGetMappedPointer", "cuda_runtime_api.h", &warned));
 }
@@ -5468,6 +7906,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedPointer(void **devPtr, si
 /* cudaGraphicsResourceSetMapFlags (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsResourceSetMapFlags(cudaGraphicsResource_t resource, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[712], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsResourceSetMapFlags", "cuda_runtime_api.h", &warned));
 }
@@ -5475,6 +7914,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsResourceSetMapFlags(cudaGraphicsResource_t
 /* cudaGraphicsSubResourceGetMappedArray (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsSubResourceGetMappedArray(cudaArray_t *array, cudaGraphicsResource_t resource, unsigned int arrayIndex, unsigned int mipLevel)
 {
+    __atomic_add_fetch(&cuwire_counts[713], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsSubResourceGetMappedArray", "cuda_runtime_api.h", &warned));
 }
@@ -5482,6 +7922,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsSubResourceGetMappedArray(cudaArray_t *arr
 /* cudaGraphicsUnmapResources (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsUnmapResources(int count, cudaGraphicsResource_t *resources, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[714], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsUnmapResources", "cuda_runtime_api.h", &warned));
 }
@@ -5489,6 +7930,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsUnmapResources(int count, cudaGraphicsReso
 /* cudaGraphicsUnregisterResource (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsUnregisterResource(cudaGraphicsResource_t resource)
 {
+    __atomic_add_fetch(&cuwire_counts[715], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsUnregisterResource", "cuda_runtime_api.h", &warned));
 }
@@ -5496,6 +7938,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsUnregisterResource(cudaGraphicsResource_t 
 /* cudaGraphicsVDPAURegisterOutputSurface (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsVDPAURegisterOutputSurface(void)
 {
+    __atomic_add_fetch(&cuwire_counts[716], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsVDPAURegisterOutputSurface", "libcudart.so.13 export", &warned));
 }
@@ -5503,6 +7946,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsVDPAURegisterOutputSurface(void)
 /* cudaGraphicsVDPAURegisterVideoSurface (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsVDPAURegisterVideoSurface(void)
 {
+    __atomic_add_fetch(&cuwire_counts[717], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsVDPAURegisterVideoSurface", "libcudart.so.13 export", &warned));
 }
@@ -5511,12 +7955,14 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsVDPAURegisterVideoSurface(void)
 cudaError_t cuwire_local_cudaHostAlloc(void **pHost, size_t size, unsigned int flags);
 CUWIRE_EXPORT cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[718], 1, __ATOMIC_RELAXED);
 return cuwire_local_cudaHostAlloc(pHost, size, flags);
 }
 
 /* cudaHostGetDevicePointer (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[719], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaHostGetDevicePointer", "cuda_runtime_api.h", &warned));
 }
@@ -5525,6 +7971,7 @@ CUWIRE_EXPORT cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, 
 cudaError_t cuwire_local_cudaHostGetFlags(unsigned int *pFlags, void *pHost);
 CUWIRE_EXPORT cudaError_t cudaHostGetFlags(unsigned int *pFlags, void *pHost)
 {
+    __atomic_add_fetch(&cuwire_counts[720], 1, __ATOMIC_RELAXED);
 return cuwire_local_cudaHostGetFlags(pFlags, pHost);
 }
 
@@ -5532,6 +7979,7 @@ return cuwire_local_cudaHostGetFlags(pFlags, pHost);
 cudaError_t cuwire_local_cudaHostRegister(void *ptr, size_t size, unsigned int flags);
 CUWIRE_EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[721], 1, __ATOMIC_RELAXED);
 return cuwire_local_cudaHostRegister(ptr, size, flags);
 }
 
@@ -5539,12 +7987,14 @@ return cuwire_local_cudaHostRegister(ptr, size, flags);
 cudaError_t cuwire_local_cudaHostUnregister(void *ptr);
 CUWIRE_EXPORT cudaError_t cudaHostUnregister(void *ptr)
 {
+    __atomic_add_fetch(&cuwire_counts[722], 1, __ATOMIC_RELAXED);
 return cuwire_local_cudaHostUnregister(ptr);
 }
 
 /* cudaImportExternalMemory (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaImportExternalMemory(cudaExternalMemory_t *extMem_out, const struct cudaExternalMemoryHandleDesc *memHandleDesc)
 {
+    __atomic_add_fetch(&cuwire_counts[723], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaImportExternalMemory", "cuda_runtime_api.h", &warned));
 }
@@ -5552,6 +8002,7 @@ CUWIRE_EXPORT cudaError_t cudaImportExternalMemory(cudaExternalMemory_t *extMem_
 /* cudaImportExternalSemaphore (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaImportExternalSemaphore(cudaExternalSemaphore_t *extSem_out, const struct cudaExternalSemaphoreHandleDesc *semHandleDesc)
 {
+    __atomic_add_fetch(&cuwire_counts[724], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaImportExternalSemaphore", "cuda_runtime_api.h", &warned));
 }
@@ -5560,6 +8011,7 @@ CUWIRE_EXPORT cudaError_t cudaImportExternalSemaphore(cudaExternalSemaphore_t *e
 int cuwire_py_cudaInitDevice(int64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[725], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaInitDevice((int64_t)device, (uint64_t)deviceFlags, (uint64_t)flags));
@@ -5568,6 +8020,7 @@ CUWIRE_EXPORT cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, u
 /* cudaIpcCloseMemHandle (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaIpcCloseMemHandle(void *devPtr)
 {
+    __atomic_add_fetch(&cuwire_counts[726], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaIpcCloseMemHandle", "cuda_runtime_api.h", &warned));
 }
@@ -5575,6 +8028,7 @@ CUWIRE_EXPORT cudaError_t cudaIpcCloseMemHandle(void *devPtr)
 /* cudaIpcGetEventHandle (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *handle, cudaEvent_t event)
 {
+    __atomic_add_fetch(&cuwire_counts[727], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaIpcGetEventHandle", "cuda_runtime_api.h", &warned));
 }
@@ -5582,6 +8036,7 @@ CUWIRE_EXPORT cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *handle, cu
 /* cudaIpcGetMemHandle (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
 {
+    __atomic_add_fetch(&cuwire_counts[728], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaIpcGetMemHandle", "cuda_runtime_api.h", &warned));
 }
@@ -5589,6 +8044,7 @@ CUWIRE_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *
 /* cudaIpcOpenEventHandle (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *event, cudaIpcEventHandle_t handle)
 {
+    __atomic_add_fetch(&cuwire_counts[729], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaIpcOpenEventHandle", "cuda_runtime_api.h", &warned));
 }
@@ -5596,6 +8052,7 @@ CUWIRE_EXPORT cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *event, cudaIpcEven
 /* cudaIpcOpenMemHandle (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[730], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaIpcOpenMemHandle", "cuda_runtime_api.h", &warned));
 }
@@ -5603,6 +8060,7 @@ CUWIRE_EXPORT cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t
 /* cudaKernelSetAttributeForDevice (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, enum cudaFuncAttribute attr, int value, int device)
 {
+    __atomic_add_fetch(&cuwire_counts[731], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaKernelSetAttributeForDevice", "cuda_runtime_api.h", &warned));
 }
@@ -5610,6 +8068,7 @@ CUWIRE_EXPORT cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, e
 /* cudaLaunchCooperativeKernel (cuda_runtime_api.h): unimplemented; also cudaLaunchCooperativeKernel_ptsz */
 CUWIRE_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[732], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLaunchCooperativeKernel", "cuda_runtime_api.h", &warned));
 }
@@ -5618,6 +8077,7 @@ CUWIRE_EXPORT __typeof__(cudaLaunchCooperativeKernel) cudaLaunchCooperativeKerne
 /* cudaLaunchHostFunc (cuda_runtime_api.h): unimplemented; also cudaLaunchHostFunc_ptsz */
 CUWIRE_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData)
 {
+    __atomic_add_fetch(&cuwire_counts[733], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLaunchHostFunc", "cuda_runtime_api.h", &warned));
 }
@@ -5627,6 +8087,7 @@ CUWIRE_EXPORT __typeof__(cudaLaunchHostFunc) cudaLaunchHostFunc_ptsz __attribute
 int cuwire_py_cudaLaunchKernel(uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[734], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaLaunchKernel((uint64_t)(uintptr_t)func, (void *)&gridDim, sizeof gridDim, (void *)&blockDim, sizeof blockDim, (void *)args, (uint64_t)sharedMem, (uint64_t)(uintptr_t)stream));
@@ -5637,6 +8098,7 @@ CUWIRE_EXPORT __typeof__(cudaLaunchKernel) cudaLaunchKernel_ptsz __attribute__((
 int cuwire_py_cudaLaunchKernelExC(void *, uint64_t, uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
 {
+    __atomic_add_fetch(&cuwire_counts[735], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaLaunchKernelExC((void *)config, sizeof *config, (uint64_t)(uintptr_t)func, (void *)args));
@@ -5646,6 +8108,7 @@ CUWIRE_EXPORT __typeof__(cudaLaunchKernelExC) cudaLaunchKernelExC_ptsz __attribu
 /* cudaLibraryEnumerateKernels (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryEnumerateKernels(cudaKernel_t *kernels, unsigned int numKernels, cudaLibrary_t lib)
 {
+    __atomic_add_fetch(&cuwire_counts[736], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryEnumerateKernels", "cuda_runtime_api.h", &warned));
 }
@@ -5653,6 +8116,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryEnumerateKernels(cudaKernel_t *kernels, uns
 /* cudaLibraryGetGlobal (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryGetGlobal(void **dptr, size_t *bytes, cudaLibrary_t library, const char *name)
 {
+    __atomic_add_fetch(&cuwire_counts[737], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryGetGlobal", "cuda_runtime_api.h", &warned));
 }
@@ -5660,6 +8124,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryGetGlobal(void **dptr, size_t *bytes, cudaL
 /* cudaLibraryGetKernel (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryGetKernel(cudaKernel_t *pKernel, cudaLibrary_t library, const char *name)
 {
+    __atomic_add_fetch(&cuwire_counts[738], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryGetKernel", "cuda_runtime_api.h", &warned));
 }
@@ -5667,6 +8132,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryGetKernel(cudaKernel_t *pKernel, cudaLibrar
 /* cudaLibraryGetKernelCount (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryGetKernelCount(unsigned int *count, cudaLibrary_t lib)
 {
+    __atomic_add_fetch(&cuwire_counts[739], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryGetKernelCount", "cuda_runtime_api.h", &warned));
 }
@@ -5674,6 +8140,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryGetKernelCount(unsigned int *count, cudaLib
 /* cudaLibraryGetManaged (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryGetManaged(void **dptr, size_t *bytes, cudaLibrary_t library, const char *name)
 {
+    __atomic_add_fetch(&cuwire_counts[740], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryGetManaged", "cuda_runtime_api.h", &warned));
 }
@@ -5681,6 +8148,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryGetManaged(void **dptr, size_t *bytes, cuda
 /* cudaLibraryGetUnifiedFunction (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryGetUnifiedFunction(void **fptr, cudaLibrary_t library, const char *symbol)
 {
+    __atomic_add_fetch(&cuwire_counts[741], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryGetUnifiedFunction", "cuda_runtime_api.h", &warned));
 }
@@ -5688,6 +8156,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryGetUnifiedFunction(void **fptr, cudaLibrary
 /* cudaLibraryLoadData (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void *code, enum cudaJitOption *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, enum cudaLibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
+    __atomic_add_fetch(&cuwire_counts[742], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryLoadData", "cuda_runtime_api.h", &warned));
 }
@@ -5695,6 +8164,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void
 /* cudaLibraryLoadFromFile (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t *library, const char *fileName, enum cudaJitOption *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, enum cudaLibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
+    __atomic_add_fetch(&cuwire_counts[743], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryLoadFromFile", "cuda_runtime_api.h", &warned));
 }
@@ -5702,6 +8172,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t *library, const 
 /* cudaLibraryUnload (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryUnload(cudaLibrary_t library)
 {
+    __atomic_add_fetch(&cuwire_counts[744], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryUnload", "cuda_runtime_api.h", &warned));
 }
@@ -5709,6 +8180,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryUnload(cudaLibrary_t library)
 /* cudaLogsCurrent (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLogsCurrent(cudaLogIterator *iterator_out, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[745], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLogsCurrent", "cuda_runtime_api.h", &warned));
 }
@@ -5716,6 +8188,7 @@ CUWIRE_EXPORT cudaError_t cudaLogsCurrent(cudaLogIterator *iterator_out, unsigne
 /* cudaLogsDumpToFile (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLogsDumpToFile(cudaLogIterator *iterator, const char *pathToFile, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[746], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLogsDumpToFile", "cuda_runtime_api.h", &warned));
 }
@@ -5723,6 +8196,7 @@ CUWIRE_EXPORT cudaError_t cudaLogsDumpToFile(cudaLogIterator *iterator, const ch
 /* cudaLogsDumpToMemory (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLogsDumpToMemory(cudaLogIterator *iterator, char *buffer, size_t *size, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[747], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLogsDumpToMemory", "cuda_runtime_api.h", &warned));
 }
@@ -5730,6 +8204,7 @@ CUWIRE_EXPORT cudaError_t cudaLogsDumpToMemory(cudaLogIterator *iterator, char *
 /* cudaLogsRegisterCallback (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLogsRegisterCallback(cudaLogsCallback_t callbackFunc, void *userData, cudaLogsCallbackHandle *callback_out)
 {
+    __atomic_add_fetch(&cuwire_counts[748], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLogsRegisterCallback", "cuda_runtime_api.h", &warned));
 }
@@ -5737,6 +8212,7 @@ CUWIRE_EXPORT cudaError_t cudaLogsRegisterCallback(cudaLogsCallback_t callbackFu
 /* cudaLogsUnregisterCallback (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLogsUnregisterCallback(cudaLogsCallbackHandle callback)
 {
+    __atomic_add_fetch(&cuwire_counts[749], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLogsUnregisterCallback", "cuda_runtime_api.h", &warned));
 }
@@ -5745,6 +8221,7 @@ CUWIRE_EXPORT cudaError_t cudaLogsUnregisterCallback(cudaLogsCallbackHandle call
 int cuwire_py_cudaMalloc(void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
+    __atomic_add_fetch(&cuwire_counts[750], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMalloc((void *)devPtr, (uint64_t)size));
@@ -5753,6 +8230,7 @@ CUWIRE_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
 /* cudaMalloc3D (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent)
 {
+    __atomic_add_fetch(&cuwire_counts[751], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMalloc3D", "cuda_runtime_api.h", &warned));
 }
@@ -5760,6 +8238,7 @@ CUWIRE_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, str
 /* cudaMalloc3DArray (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, struct cudaExtent extent, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[752], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMalloc3DArray", "cuda_runtime_api.h", &warned));
 }
@@ -5767,6 +8246,7 @@ CUWIRE_EXPORT cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cud
 /* cudaMallocArray (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, size_t width, size_t height, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[753], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMallocArray", "cuda_runtime_api.h", &warned));
 }
@@ -5775,6 +8255,7 @@ CUWIRE_EXPORT cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaC
 int cuwire_py_cudaMallocAsync(void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
 {
+    __atomic_add_fetch(&cuwire_counts[754], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMallocAsync((void *)devPtr, (uint64_t)size, (uint64_t)(uintptr_t)hStream));
@@ -5784,6 +8265,7 @@ CUWIRE_EXPORT __typeof__(cudaMallocAsync) cudaMallocAsync_ptsz __attribute__((al
 /* cudaMallocFromPoolAsync (cuda_runtime_api.h): unimplemented; also cudaMallocFromPoolAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[755], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMallocFromPoolAsync", "cuda_runtime_api.h", &warned));
 }
@@ -5793,12 +8275,14 @@ CUWIRE_EXPORT __typeof__(cudaMallocFromPoolAsync) cudaMallocFromPoolAsync_ptsz _
 cudaError_t cuwire_local_cudaMallocHost(void **ptr, size_t size);
 CUWIRE_EXPORT cudaError_t cudaMallocHost(void **ptr, size_t size)
 {
+    __atomic_add_fetch(&cuwire_counts[756], 1, __ATOMIC_RELAXED);
 return cuwire_local_cudaMallocHost(ptr, size);
 }
 
 /* cudaMallocManaged (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[757], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMallocManaged", "cuda_runtime_api.h", &warned));
 }
@@ -5806,6 +8290,7 @@ CUWIRE_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned
 /* cudaMallocMipmappedArray (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray, const struct cudaChannelFormatDesc *desc, struct cudaExtent extent, unsigned int numLevels, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[758], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMallocMipmappedArray", "cuda_runtime_api.h", &warned));
 }
@@ -5814,6 +8299,7 @@ CUWIRE_EXPORT cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmapp
 int cuwire_py_cudaMallocPitch(void *, void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
 {
+    __atomic_add_fetch(&cuwire_counts[759], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMallocPitch((void *)devPtr, (void *)pitch, (uint64_t)width, (uint64_t)height));
@@ -5822,6 +8308,7 @@ CUWIRE_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t w
 /* cudaMemAdvise (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemAdvise(const void *devPtr, size_t count, enum cudaMemoryAdvise advice, struct cudaMemLocation location)
 {
+    __atomic_add_fetch(&cuwire_counts[760], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemAdvise", "cuda_runtime_api.h", &warned));
 }
@@ -5829,6 +8316,7 @@ CUWIRE_EXPORT cudaError_t cudaMemAdvise(const void *devPtr, size_t count, enum c
 /* cudaMemDiscardAndPrefetchBatchAsync (cuda_runtime_api.h): unimplemented; also cudaMemDiscardAndPrefetchBatchAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemDiscardAndPrefetchBatchAsync(void **dptrs, size_t *sizes, size_t count, struct cudaMemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[761], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemDiscardAndPrefetchBatchAsync", "cuda_runtime_api.h", &warned));
 }
@@ -5837,6 +8325,7 @@ CUWIRE_EXPORT __typeof__(cudaMemDiscardAndPrefetchBatchAsync) cudaMemDiscardAndP
 /* cudaMemDiscardBatchAsync (cuda_runtime_api.h): unimplemented; also cudaMemDiscardBatchAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemDiscardBatchAsync(void **dptrs, size_t *sizes, size_t count, unsigned long long flags, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[762], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemDiscardBatchAsync", "cuda_runtime_api.h", &warned));
 }
@@ -5845,6 +8334,7 @@ CUWIRE_EXPORT __typeof__(cudaMemDiscardBatchAsync) cudaMemDiscardBatchAsync_ptsz
 /* cudaMemGetDefaultMemPool (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemGetDefaultMemPool(cudaMemPool_t *memPool, struct cudaMemLocation *location, enum cudaMemAllocationType type)
 {
+    __atomic_add_fetch(&cuwire_counts[763], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemGetDefaultMemPool", "cuda_runtime_api.h", &warned));
 }
@@ -5853,6 +8343,7 @@ CUWIRE_EXPORT cudaError_t cudaMemGetDefaultMemPool(cudaMemPool_t *memPool, struc
 int cuwire_py_cudaMemGetInfo(void *, void *);
 CUWIRE_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
 {
+    __atomic_add_fetch(&cuwire_counts[764], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemGetInfo((void *)free, (void *)total));
@@ -5861,6 +8352,7 @@ CUWIRE_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
 /* cudaMemGetMemPool (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemGetMemPool(cudaMemPool_t *memPool, struct cudaMemLocation *location, enum cudaMemAllocationType type)
 {
+    __atomic_add_fetch(&cuwire_counts[765], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemGetMemPool", "cuda_runtime_api.h", &warned));
 }
@@ -5868,6 +8360,7 @@ CUWIRE_EXPORT cudaError_t cudaMemGetMemPool(cudaMemPool_t *memPool, struct cudaM
 /* cudaMemPoolCreate (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolProps *poolProps)
 {
+    __atomic_add_fetch(&cuwire_counts[766], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolCreate", "cuda_runtime_api.h", &warned));
 }
@@ -5875,6 +8368,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct
 /* cudaMemPoolDestroy (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
 {
+    __atomic_add_fetch(&cuwire_counts[767], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolDestroy", "cuda_runtime_api.h", &warned));
 }
@@ -5882,6 +8376,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
 /* cudaMemPoolExportPointer (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData, void *ptr)
 {
+    __atomic_add_fetch(&cuwire_counts[768], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolExportPointer", "cuda_runtime_api.h", &warned));
 }
@@ -5889,6 +8384,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolExportPointer(struct cudaMemPoolPtrExportDa
 /* cudaMemPoolExportToShareableHandle (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolExportToShareableHandle(void *shareableHandle, cudaMemPool_t memPool, enum cudaMemAllocationHandleType handleType, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[769], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolExportToShareableHandle", "cuda_runtime_api.h", &warned));
 }
@@ -5896,6 +8392,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolExportToShareableHandle(void *shareableHand
 /* cudaMemPoolGetAccess (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t memPool, struct cudaMemLocation *location)
 {
+    __atomic_add_fetch(&cuwire_counts[770], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolGetAccess", "cuda_runtime_api.h", &warned));
 }
@@ -5903,6 +8400,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, c
 /* cudaMemPoolGetAttribute (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
 {
+    __atomic_add_fetch(&cuwire_counts[771], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolGetAttribute", "cuda_runtime_api.h", &warned));
 }
@@ -5910,6 +8408,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cu
 /* cudaMemPoolImportFromShareableHandle (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolImportFromShareableHandle(cudaMemPool_t *memPool, void *shareableHandle, enum cudaMemAllocationHandleType handleType, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[772], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolImportFromShareableHandle", "cuda_runtime_api.h", &warned));
 }
@@ -5917,6 +8416,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolImportFromShareableHandle(cudaMemPool_t *me
 /* cudaMemPoolImportPointer (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool, struct cudaMemPoolPtrExportData *exportData)
 {
+    __atomic_add_fetch(&cuwire_counts[773], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolImportPointer", "cuda_runtime_api.h", &warned));
 }
@@ -5924,6 +8424,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolImportPointer(void **ptr, cudaMemPool_t mem
 /* cudaMemPoolSetAccess (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc *descList, size_t count)
 {
+    __atomic_add_fetch(&cuwire_counts[774], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolSetAccess", "cuda_runtime_api.h", &warned));
 }
@@ -5931,6 +8432,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const stru
 /* cudaMemPoolSetAttribute (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
 {
+    __atomic_add_fetch(&cuwire_counts[775], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolSetAttribute", "cuda_runtime_api.h", &warned));
 }
@@ -5938,6 +8440,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cu
 /* cudaMemPoolTrimTo (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
 {
+    __atomic_add_fetch(&cuwire_counts[776], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolTrimTo", "cuda_runtime_api.h", &warned));
 }
@@ -5945,6 +8448,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minByt
 /* cudaMemPrefetchAsync (cuda_runtime_api.h): unimplemented; also cudaMemPrefetchAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemPrefetchAsync(const void *devPtr, size_t count, struct cudaMemLocation location, unsigned int flags, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[777], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPrefetchAsync", "cuda_runtime_api.h", &warned));
 }
@@ -5953,6 +8457,7 @@ CUWIRE_EXPORT __typeof__(cudaMemPrefetchAsync) cudaMemPrefetchAsync_ptsz __attri
 /* cudaMemPrefetchBatchAsync (cuda_runtime_api.h): unimplemented; also cudaMemPrefetchBatchAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemPrefetchBatchAsync(void **dptrs, size_t *sizes, size_t count, struct cudaMemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[778], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPrefetchBatchAsync", "cuda_runtime_api.h", &warned));
 }
@@ -5961,6 +8466,7 @@ CUWIRE_EXPORT __typeof__(cudaMemPrefetchBatchAsync) cudaMemPrefetchBatchAsync_pt
 /* cudaMemRangeGetAttribute (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemRangeGetAttribute(void *data, size_t dataSize, enum cudaMemRangeAttribute attribute, const void *devPtr, size_t count)
 {
+    __atomic_add_fetch(&cuwire_counts[779], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemRangeGetAttribute", "cuda_runtime_api.h", &warned));
 }
@@ -5968,6 +8474,7 @@ CUWIRE_EXPORT cudaError_t cudaMemRangeGetAttribute(void *data, size_t dataSize, 
 /* cudaMemRangeGetAttributes (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemRangeGetAttributes(void **data, size_t *dataSizes, enum cudaMemRangeAttribute *attributes, size_t numAttributes, const void *devPtr, size_t count)
 {
+    __atomic_add_fetch(&cuwire_counts[780], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemRangeGetAttributes", "cuda_runtime_api.h", &warned));
 }
@@ -5975,6 +8482,7 @@ CUWIRE_EXPORT cudaError_t cudaMemRangeGetAttributes(void **data, size_t *dataSiz
 /* cudaMemSetMemPool (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemSetMemPool(struct cudaMemLocation *location, enum cudaMemAllocationType type, cudaMemPool_t memPool)
 {
+    __atomic_add_fetch(&cuwire_counts[781], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemSetMemPool", "cuda_runtime_api.h", &warned));
 }
@@ -5983,6 +8491,7 @@ CUWIRE_EXPORT cudaError_t cudaMemSetMemPool(struct cudaMemLocation *location, en
 int cuwire_py_cudaMemcpy(void *, uint64_t, void *, uint64_t, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[782], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpy((void *)dst, (uint64_t)(count), (void *)src, (uint64_t)(count), (uint64_t)count, (int64_t)kind));
@@ -5993,6 +8502,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy) cudaMemcpy_ptds __attribute__((alias("cudaM
 int cuwire_py_cudaMemcpy2D(void *, uint64_t, uint64_t, void *, uint64_t, uint64_t, uint64_t, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[783], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpy2D((void *)dst, (uint64_t)(dpitch * (height - 1) + width), (uint64_t)dpitch, (void *)src, (uint64_t)(spitch * (height - 1) + width), (uint64_t)spitch, (uint64_t)width, (uint64_t)height, (int64_t)kind));
@@ -6002,6 +8512,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2D) cudaMemcpy2D_ptds __attribute__((alias("c
 /* cudaMemcpy2DArrayToArray (cuda_runtime_api.h): unimplemented; also cudaMemcpy2DArrayToArray_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst, cudaArray_const_t src, size_t wOffsetSrc, size_t hOffsetSrc, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[784], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy2DArrayToArray", "cuda_runtime_api.h", &warned));
 }
@@ -6011,6 +8522,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DArrayToArray) cudaMemcpy2DArrayToArray_ptds
 int cuwire_py_cudaMemcpy2DAsync(void *, uint64_t, uint64_t, void *, uint64_t, uint64_t, uint64_t, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[785], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpy2DAsync((void *)dst, (uint64_t)(dpitch * (height - 1) + width), (uint64_t)dpitch, (void *)src, (uint64_t)(spitch * (height - 1) + width), (uint64_t)spitch, (uint64_t)width, (uint64_t)height, (int64_t)kind, (uint64_t)(uintptr_t)stream));
@@ -6020,6 +8532,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DAsync) cudaMemcpy2DAsync_ptsz __attribute__
 /* cudaMemcpy2DFromArray (cuda_runtime_api.h): unimplemented; also cudaMemcpy2DFromArray_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DFromArray(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[786], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy2DFromArray", "cuda_runtime_api.h", &warned));
 }
@@ -6028,6 +8541,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DFromArray) cudaMemcpy2DFromArray_ptds __att
 /* cudaMemcpy2DFromArrayAsync (cuda_runtime_api.h): unimplemented; also cudaMemcpy2DFromArrayAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DFromArrayAsync(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[787], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy2DFromArrayAsync", "cuda_runtime_api.h", &warned));
 }
@@ -6036,6 +8550,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DFromArrayAsync) cudaMemcpy2DFromArrayAsync_
 /* cudaMemcpy2DToArray (cuda_runtime_api.h): unimplemented; also cudaMemcpy2DToArray_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[788], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy2DToArray", "cuda_runtime_api.h", &warned));
 }
@@ -6044,6 +8559,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DToArray) cudaMemcpy2DToArray_ptds __attribu
 /* cudaMemcpy2DToArrayAsync (cuda_runtime_api.h): unimplemented; also cudaMemcpy2DToArrayAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[789], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy2DToArrayAsync", "cuda_runtime_api.h", &warned));
 }
@@ -6052,6 +8568,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DToArrayAsync) cudaMemcpy2DToArrayAsync_ptsz
 /* cudaMemcpy3D (cuda_runtime_api.h): unimplemented; also cudaMemcpy3D_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p)
 {
+    __atomic_add_fetch(&cuwire_counts[790], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy3D", "cuda_runtime_api.h", &warned));
 }
@@ -6060,6 +8577,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy3D) cudaMemcpy3D_ptds __attribute__((alias("c
 /* cudaMemcpy3DAsync (cuda_runtime_api.h): unimplemented; also cudaMemcpy3DAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[791], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy3DAsync", "cuda_runtime_api.h", &warned));
 }
@@ -6068,6 +8586,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy3DAsync) cudaMemcpy3DAsync_ptsz __attribute__
 /* cudaMemcpy3DBatchAsync (cuda_runtime_api.h): unimplemented; also cudaMemcpy3DBatchAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemcpy3DBatchAsync(size_t numOps, struct cudaMemcpy3DBatchOp *opList, unsigned long long flags, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[792], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy3DBatchAsync", "cuda_runtime_api.h", &warned));
 }
@@ -6076,6 +8595,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy3DBatchAsync) cudaMemcpy3DBatchAsync_ptsz __a
 /* cudaMemcpy3DPeer (cuda_runtime_api.h): unimplemented; also cudaMemcpy3DPeer_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemcpy3DPeer(const struct cudaMemcpy3DPeerParms *p)
 {
+    __atomic_add_fetch(&cuwire_counts[793], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy3DPeer", "cuda_runtime_api.h", &warned));
 }
@@ -6084,6 +8604,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy3DPeer) cudaMemcpy3DPeer_ptds __attribute__((
 /* cudaMemcpy3DPeerAsync (cuda_runtime_api.h): unimplemented; also cudaMemcpy3DPeerAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemcpy3DPeerAsync(const struct cudaMemcpy3DPeerParms *p, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[794], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy3DPeerAsync", "cuda_runtime_api.h", &warned));
 }
@@ -6092,6 +8613,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy3DPeerAsync) cudaMemcpy3DPeerAsync_ptsz __att
 /* cudaMemcpyArrayToArray (cuda_runtime_api.h): unimplemented; also cudaMemcpyArrayToArray_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemcpyArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst, cudaArray_const_t src, size_t wOffsetSrc, size_t hOffsetSrc, size_t count, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[795], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyArrayToArray", "cuda_runtime_api.h", &warned));
 }
@@ -6101,6 +8623,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyArrayToArray) cudaMemcpyArrayToArray_ptds __a
 int cuwire_py_cudaMemcpyAsync(void *, uint64_t, void *, uint64_t, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[796], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyAsync((void *)dst, (uint64_t)(count), (void *)src, (uint64_t)(count), (uint64_t)count, (int64_t)kind, (uint64_t)(uintptr_t)stream));
@@ -6110,6 +8633,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyAsync) cudaMemcpyAsync_ptsz __attribute__((al
 /* cudaMemcpyBatchAsync (cuda_runtime_api.h): unimplemented; also cudaMemcpyBatchAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemcpyBatchAsync(void * const *dsts, const void * const *srcs, const size_t *sizes, size_t count, struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[797], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyBatchAsync", "cuda_runtime_api.h", &warned));
 }
@@ -6118,6 +8642,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyBatchAsync) cudaMemcpyBatchAsync_ptsz __attri
 /* cudaMemcpyFromArray (cuda_runtime_api.h): unimplemented; also cudaMemcpyFromArray_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemcpyFromArray(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[798], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyFromArray", "cuda_runtime_api.h", &warned));
 }
@@ -6126,6 +8651,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyFromArray) cudaMemcpyFromArray_ptds __attribu
 /* cudaMemcpyFromArrayAsync (cuda_runtime_api.h): unimplemented; also cudaMemcpyFromArrayAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemcpyFromArrayAsync(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[799], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyFromArrayAsync", "cuda_runtime_api.h", &warned));
 }
@@ -6135,6 +8661,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyFromArrayAsync) cudaMemcpyFromArrayAsync_ptsz
 int cuwire_py_cudaMemcpyFromSymbol(uint64_t, uint64_t, uint64_t, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[800], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyFromSymbol((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)symbol, (uint64_t)count, (uint64_t)offset, (int64_t)kind));
@@ -6145,6 +8672,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyFromSymbol) cudaMemcpyFromSymbol_ptds __attri
 int cuwire_py_cudaMemcpyFromSymbolAsync(uint64_t, uint64_t, uint64_t, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[801], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyFromSymbolAsync((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)symbol, (uint64_t)count, (uint64_t)offset, (int64_t)kind, (uint64_t)(uintptr_t)stream));
@@ -6155,6 +8683,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyFromSymbolAsync) cudaMemcpyFromSymbolAsync_pt
 int cuwire_py_cudaMemcpyPeer(uint64_t, int64_t, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count)
 {
+    __atomic_add_fetch(&cuwire_counts[802], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyPeer((uint64_t)(uintptr_t)dst, (int64_t)dstDevice, (uint64_t)(uintptr_t)src, (int64_t)srcDevice, (uint64_t)count));
@@ -6163,6 +8692,7 @@ CUWIRE_EXPORT cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *s
 /* cudaMemcpyPeerAsync (cuda_runtime_api.h): remoted, async */
 CUWIRE_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice, size_t count, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[803], 1, __ATOMIC_RELAXED);
     struct __attribute__((packed)) {
         uint64_t dst;
         int32_t dstDevice;
@@ -6184,6 +8714,7 @@ CUWIRE_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const vo
 /* cudaMemcpyToArray (cuda_runtime_api.h): unimplemented; also cudaMemcpyToArray_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemcpyToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[804], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyToArray", "cuda_runtime_api.h", &warned));
 }
@@ -6192,6 +8723,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyToArray) cudaMemcpyToArray_ptds __attribute__
 /* cudaMemcpyToArrayAsync (cuda_runtime_api.h): unimplemented; also cudaMemcpyToArrayAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemcpyToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[805], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyToArrayAsync", "cuda_runtime_api.h", &warned));
 }
@@ -6201,6 +8733,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyToArrayAsync) cudaMemcpyToArrayAsync_ptsz __a
 int cuwire_py_cudaMemcpyToSymbol(uint64_t, uint64_t, uint64_t, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
+    __atomic_add_fetch(&cuwire_counts[806], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyToSymbol((uint64_t)(uintptr_t)symbol, (uint64_t)(uintptr_t)src, (uint64_t)count, (uint64_t)offset, (int64_t)kind));
@@ -6211,6 +8744,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyToSymbol) cudaMemcpyToSymbol_ptds __attribute
 int cuwire_py_cudaMemcpyToSymbolAsync(uint64_t, uint64_t, uint64_t, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[807], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyToSymbolAsync((uint64_t)(uintptr_t)symbol, (uint64_t)(uintptr_t)src, (uint64_t)count, (uint64_t)offset, (int64_t)kind, (uint64_t)(uintptr_t)stream));
@@ -6221,6 +8755,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyToSymbolAsync) cudaMemcpyToSymbolAsync_ptsz _
 int cuwire_py_cudaMemset(uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemset(void *devPtr, int value, size_t count)
 {
+    __atomic_add_fetch(&cuwire_counts[808], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemset((uint64_t)(uintptr_t)devPtr, (int64_t)value, (uint64_t)count));
@@ -6231,6 +8766,7 @@ CUWIRE_EXPORT __typeof__(cudaMemset) cudaMemset_ptds __attribute__((alias("cudaM
 int cuwire_py_cudaMemset2D(uint64_t, uint64_t, int64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemset2D(void *devPtr, size_t pitch, int value, size_t width, size_t height)
 {
+    __atomic_add_fetch(&cuwire_counts[809], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemset2D((uint64_t)(uintptr_t)devPtr, (uint64_t)pitch, (int64_t)value, (uint64_t)width, (uint64_t)height));
@@ -6240,6 +8776,7 @@ CUWIRE_EXPORT __typeof__(cudaMemset2D) cudaMemset2D_ptds __attribute__((alias("c
 /* cudaMemset2DAsync (cuda_runtime_api.h): remoted, async; also cudaMemset2DAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemset2DAsync(void *devPtr, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[810], 1, __ATOMIC_RELAXED);
     struct __attribute__((packed)) {
         uint64_t devPtr;
         uint64_t pitch;
@@ -6262,6 +8799,7 @@ CUWIRE_EXPORT __typeof__(cudaMemset2DAsync) cudaMemset2DAsync_ptsz __attribute__
 /* cudaMemset3D (cuda_runtime_api.h): unimplemented; also cudaMemset3D_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemset3D(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent)
 {
+    __atomic_add_fetch(&cuwire_counts[811], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemset3D", "cuda_runtime_api.h", &warned));
 }
@@ -6270,6 +8808,7 @@ CUWIRE_EXPORT __typeof__(cudaMemset3D) cudaMemset3D_ptds __attribute__((alias("c
 /* cudaMemset3DAsync (cuda_runtime_api.h): unimplemented; also cudaMemset3DAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemset3DAsync(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[812], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemset3DAsync", "cuda_runtime_api.h", &warned));
 }
@@ -6278,6 +8817,7 @@ CUWIRE_EXPORT __typeof__(cudaMemset3DAsync) cudaMemset3DAsync_ptsz __attribute__
 /* cudaMemsetAsync (cuda_runtime_api.h): remoted, async; also cudaMemsetAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[813], 1, __ATOMIC_RELAXED);
     struct __attribute__((packed)) {
         uint64_t devPtr;
         int32_t value;
@@ -6296,6 +8836,7 @@ CUWIRE_EXPORT __typeof__(cudaMemsetAsync) cudaMemsetAsync_ptsz __attribute__((al
 /* cudaMipmappedArrayGetMemoryRequirements (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMipmappedArrayGetMemoryRequirements(struct cudaArrayMemoryRequirements *memoryRequirements, cudaMipmappedArray_t mipmap, int device)
 {
+    __atomic_add_fetch(&cuwire_counts[814], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMipmappedArrayGetMemoryRequirements", "cuda_runtime_api.h", &warned));
 }
@@ -6303,6 +8844,7 @@ CUWIRE_EXPORT cudaError_t cudaMipmappedArrayGetMemoryRequirements(struct cudaArr
 /* cudaMipmappedArrayGetSparseProperties (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMipmappedArrayGetSparseProperties(struct cudaArraySparseProperties *sparseProperties, cudaMipmappedArray_t mipmap)
 {
+    __atomic_add_fetch(&cuwire_counts[815], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMipmappedArrayGetSparseProperties", "cuda_runtime_api.h", &warned));
 }
@@ -6311,6 +8853,7 @@ CUWIRE_EXPORT cudaError_t cudaMipmappedArrayGetSparseProperties(struct cudaArray
 int cuwire_py_cudaOccupancyAvailableDynamicSMemPerBlock(void *, uint64_t, int64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, const void *func, int numBlocks, int blockSize)
 {
+    __atomic_add_fetch(&cuwire_counts[816], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaOccupancyAvailableDynamicSMemPerBlock((void *)dynamicSmemSize, (uint64_t)(uintptr_t)func, (int64_t)numBlocks, (int64_t)blockSize));
@@ -6320,6 +8863,7 @@ CUWIRE_EXPORT cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dyna
 int cuwire_py_cudaOccupancyMaxActiveBlocksPerMultiprocessor(void *, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, const void *func, int blockSize, size_t dynamicSMemSize)
 {
+    __atomic_add_fetch(&cuwire_counts[817], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaOccupancyMaxActiveBlocksPerMultiprocessor((void *)numBlocks, (uint64_t)(uintptr_t)func, (int64_t)blockSize, (uint64_t)dynamicSMemSize));
@@ -6329,6 +8873,7 @@ CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *num
 int cuwire_py_cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(void *, uint64_t, int64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, const void *func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[818], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags((void *)numBlocks, (uint64_t)(uintptr_t)func, (int64_t)blockSize, (uint64_t)dynamicSMemSize, (uint64_t)flags));
@@ -6337,6 +8882,7 @@ CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags
 /* cudaOccupancyMaxActiveClusters (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveClusters(int *numClusters, const void *func, const cudaLaunchConfig_t *launchConfig)
 {
+    __atomic_add_fetch(&cuwire_counts[819], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaOccupancyMaxActiveClusters", "cuda_runtime_api.h", &warned));
 }
@@ -6344,6 +8890,7 @@ CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveClusters(int *numClusters, const
 /* cudaOccupancyMaxPotentialClusterSize (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaOccupancyMaxPotentialClusterSize(int *clusterSize, const void *func, const cudaLaunchConfig_t *launchConfig)
 {
+    __atomic_add_fetch(&cuwire_counts[820], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaOccupancyMaxPotentialClusterSize", "cuda_runtime_api.h", &warned));
 }
@@ -6352,6 +8899,7 @@ CUWIRE_EXPORT cudaError_t cudaOccupancyMaxPotentialClusterSize(int *clusterSize,
 cudaError_t cuwire_local_cudaPeekAtLastError(void);
 CUWIRE_EXPORT cudaError_t cudaPeekAtLastError(void)
 {
+    __atomic_add_fetch(&cuwire_counts[821], 1, __ATOMIC_RELAXED);
 return cuwire_local_cudaPeekAtLastError();
 }
 
@@ -6359,6 +8907,7 @@ return cuwire_local_cudaPeekAtLastError();
 int cuwire_py_cudaPointerGetAttributes(void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr)
 {
+    __atomic_add_fetch(&cuwire_counts[822], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaPointerGetAttributes((void *)attributes, sizeof *attributes, (uint64_t)(uintptr_t)ptr));
@@ -6367,6 +8916,7 @@ CUWIRE_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes 
 /* cudaProfilerStart (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaProfilerStart(void)
 {
+    __atomic_add_fetch(&cuwire_counts[823], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaProfilerStart", "libcudart.so.13 export", &warned));
 }
@@ -6374,6 +8924,7 @@ CUWIRE_EXPORT cudaError_t cudaProfilerStart(void)
 /* cudaProfilerStop (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaProfilerStop(void)
 {
+    __atomic_add_fetch(&cuwire_counts[824], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaProfilerStop", "libcudart.so.13 export", &warned));
 }
@@ -6382,6 +8933,7 @@ CUWIRE_EXPORT cudaError_t cudaProfilerStop(void)
 int cuwire_py_cudaRuntimeGetVersion(void *);
 CUWIRE_EXPORT cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
 {
+    __atomic_add_fetch(&cuwire_counts[825], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaRuntimeGetVersion((void *)runtimeVersion));
@@ -6391,6 +8943,7 @@ CUWIRE_EXPORT cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
 int cuwire_py_cudaSetDevice(int64_t);
 CUWIRE_EXPORT cudaError_t cudaSetDevice(int device)
 {
+    __atomic_add_fetch(&cuwire_counts[826], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaSetDevice((int64_t)device));
@@ -6400,6 +8953,7 @@ CUWIRE_EXPORT cudaError_t cudaSetDevice(int device)
 int cuwire_py_cudaSetDeviceFlags(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaSetDeviceFlags(unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[827], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaSetDeviceFlags((uint64_t)flags));
@@ -6409,6 +8963,7 @@ CUWIRE_EXPORT cudaError_t cudaSetDeviceFlags(unsigned int flags)
 int cuwire_py_cudaSetValidDevices(void *, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaSetValidDevices(int *device_arr, int len)
 {
+    __atomic_add_fetch(&cuwire_counts[828], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaSetValidDevices((void *)device_arr, (uint64_t)(len * 4), (int64_t)len));
@@ -6417,6 +8972,7 @@ CUWIRE_EXPORT cudaError_t cudaSetValidDevices(int *device_arr, int len)
 /* cudaSignalExternalSemaphoresAsync (cuda_runtime_api.h): unimplemented; also cudaSignalExternalSemaphoresAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaSignalExternalSemaphoresAsync(const cudaExternalSemaphore_t *extSemArray, const struct cudaExternalSemaphoreSignalParams *paramsArray, unsigned int numExtSems, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[829], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaSignalExternalSemaphoresAsync", "cuda_runtime_api.h", &warned));
 }
@@ -6425,6 +8981,7 @@ CUWIRE_EXPORT __typeof__(cudaSignalExternalSemaphoresAsync) cudaSignalExternalSe
 /* cudaStreamAddCallback (cuda_runtime_api.h): unimplemented; also cudaStreamAddCallback_ptsz */
 CUWIRE_EXPORT cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t callback, void *userData, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[830], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamAddCallback", "cuda_runtime_api.h", &warned));
 }
@@ -6433,6 +8990,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamAddCallback) cudaStreamAddCallback_ptsz __att
 /* cudaStreamAttachMemAsync (cuda_runtime_api.h): unimplemented; also cudaStreamAttachMemAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaStreamAttachMemAsync(cudaStream_t stream, void *devPtr, size_t length, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[831], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamAttachMemAsync", "cuda_runtime_api.h", &warned));
 }
@@ -6441,6 +8999,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamAttachMemAsync) cudaStreamAttachMemAsync_ptsz
 /* cudaStreamBeginCapture (cuda_runtime_api.h): unimplemented; also cudaStreamBeginCapture_ptsz */
 CUWIRE_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
 {
+    __atomic_add_fetch(&cuwire_counts[832], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamBeginCapture", "cuda_runtime_api.h", &warned));
 }
@@ -6449,6 +9008,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamBeginCapture) cudaStreamBeginCapture_ptsz __a
 /* cudaStreamBeginCaptureToGraph (cuda_runtime_api.h): unimplemented; also cudaStreamBeginCaptureToGraph_ptsz */
 CUWIRE_EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph, const cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, enum cudaStreamCaptureMode mode)
 {
+    __atomic_add_fetch(&cuwire_counts[833], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamBeginCaptureToGraph", "cuda_runtime_api.h", &warned));
 }
@@ -6458,6 +9018,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamBeginCaptureToGraph) cudaStreamBeginCaptureTo
 int cuwire_py_cudaStreamCopyAttributes(uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamCopyAttributes(cudaStream_t dst, cudaStream_t src)
 {
+    __atomic_add_fetch(&cuwire_counts[834], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamCopyAttributes((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src));
@@ -6468,6 +9029,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamCopyAttributes) cudaStreamCopyAttributes_ptsz
 int cuwire_py_cudaStreamCreate(void *);
 CUWIRE_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *pStream)
 {
+    __atomic_add_fetch(&cuwire_counts[835], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamCreate((void *)pStream));
@@ -6477,6 +9039,7 @@ CUWIRE_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *pStream)
 int cuwire_py_cudaStreamCreateWithFlags(void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[836], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamCreateWithFlags((void *)pStream, (uint64_t)flags));
@@ -6486,6 +9049,7 @@ CUWIRE_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsig
 int cuwire_py_cudaStreamCreateWithPriority(void *, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority)
 {
+    __atomic_add_fetch(&cuwire_counts[837], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamCreateWithPriority((void *)pStream, (uint64_t)flags, (int64_t)priority));
@@ -6495,6 +9059,7 @@ CUWIRE_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, un
 int cuwire_py_cudaStreamDestroy(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[838], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamDestroy((uint64_t)(uintptr_t)stream));
@@ -6503,6 +9068,7 @@ CUWIRE_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
 /* cudaStreamEndCapture (cuda_runtime_api.h): unimplemented; also cudaStreamEndCapture_ptsz */
 CUWIRE_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
 {
+    __atomic_add_fetch(&cuwire_counts[839], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamEndCapture", "cuda_runtime_api.h", &warned));
 }
@@ -6512,6 +9078,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamEndCapture) cudaStreamEndCapture_ptsz __attri
 int cuwire_py_cudaStreamGetAttribute(uint64_t, int64_t, void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamGetAttribute(cudaStream_t hStream, cudaLaunchAttributeID attr, cudaLaunchAttributeValue *value_out)
 {
+    __atomic_add_fetch(&cuwire_counts[840], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamGetAttribute((uint64_t)(uintptr_t)hStream, (int64_t)attr, (void *)value_out, sizeof *value_out));
@@ -6521,6 +9088,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetAttribute) cudaStreamGetAttribute_ptsz __a
 /* cudaStreamGetCaptureInfo (cuda_runtime_api.h): unimplemented; also cudaStreamGetCaptureInfo_ptsz */
 CUWIRE_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out, cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out, const cudaGraphEdgeData **edgeData_out, size_t *numDependencies_out)
 {
+    __atomic_add_fetch(&cuwire_counts[841], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamGetCaptureInfo", "cuda_runtime_api.h", &warned));
 }
@@ -6530,6 +9098,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetCaptureInfo) cudaStreamGetCaptureInfo_ptsz
 int cuwire_py_cudaStreamGetDevice(uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaStreamGetDevice(cudaStream_t hStream, int *device)
 {
+    __atomic_add_fetch(&cuwire_counts[842], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamGetDevice((uint64_t)(uintptr_t)hStream, (void *)device));
@@ -6540,6 +9109,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetDevice) cudaStreamGetDevice_ptsz __attribu
 int cuwire_py_cudaStreamGetFlags(uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaStreamGetFlags(cudaStream_t hStream, unsigned int *flags)
 {
+    __atomic_add_fetch(&cuwire_counts[843], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamGetFlags((uint64_t)(uintptr_t)hStream, (void *)flags));
@@ -6550,6 +9120,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetFlags) cudaStreamGetFlags_ptsz __attribute
 int cuwire_py_cudaStreamGetId(uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaStreamGetId(cudaStream_t hStream, unsigned long long *streamId)
 {
+    __atomic_add_fetch(&cuwire_counts[844], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamGetId((uint64_t)(uintptr_t)hStream, (void *)streamId));
@@ -6560,6 +9131,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetId) cudaStreamGetId_ptsz __attribute__((al
 int cuwire_py_cudaStreamGetPriority(uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaStreamGetPriority(cudaStream_t hStream, int *priority)
 {
+    __atomic_add_fetch(&cuwire_counts[845], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamGetPriority((uint64_t)(uintptr_t)hStream, (void *)priority));
@@ -6570,6 +9142,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetPriority) cudaStreamGetPriority_ptsz __att
 int cuwire_py_cudaStreamIsCapturing(uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus)
 {
+    __atomic_add_fetch(&cuwire_counts[846], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamIsCapturing((uint64_t)(uintptr_t)stream, (void *)pCaptureStatus));
@@ -6580,6 +9153,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamIsCapturing) cudaStreamIsCapturing_ptsz __att
 int cuwire_py_cudaStreamQuery(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[847], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamQuery((uint64_t)(uintptr_t)stream));
@@ -6590,6 +9164,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamQuery) cudaStreamQuery_ptsz __attribute__((al
 int cuwire_py_cudaStreamSetAttribute(uint64_t, int64_t, void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamSetAttribute(cudaStream_t hStream, cudaLaunchAttributeID attr, const cudaLaunchAttributeValue *value)
 {
+    __atomic_add_fetch(&cuwire_counts[848], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamSetAttribute((uint64_t)(uintptr_t)hStream, (int64_t)attr, (void *)value, sizeof *value));
@@ -6600,6 +9175,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamSetAttribute) cudaStreamSetAttribute_ptsz __a
 int cuwire_py_cudaStreamSynchronize(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[849], 1, __ATOMIC_RELAXED);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamSynchronize((uint64_t)(uintptr_t)stream));
@@ -6609,6 +9185,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamSynchronize) cudaStreamSynchronize_ptsz __att
 /* cudaStreamUpdateCaptureDependencies (cuda_runtime_api.h): unimplemented; also cudaStreamUpdateCaptureDependencies_ptsz */
 CUWIRE_EXPORT cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[850], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamUpdateCaptureDependencies", "cuda_runtime_api.h", &warned));
 }
@@ -6617,6 +9194,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamUpdateCaptureDependencies) cudaStreamUpdateCa
 /* cudaStreamWaitEvent (cuda_runtime_api.h): remoted, async; also cudaStreamWaitEvent_ptsz */
 CUWIRE_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[851], 1, __ATOMIC_RELAXED);
     struct __attribute__((packed)) {
         uint64_t stream;
         uint64_t event;
@@ -6633,6 +9211,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamWaitEvent) cudaStreamWaitEvent_ptsz __attribu
 /* cudaThreadExchangeStreamCaptureMode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
 {
+    __atomic_add_fetch(&cuwire_counts[852], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaThreadExchangeStreamCaptureMode", "cuda_runtime_api.h", &warned));
 }
@@ -6640,6 +9219,7 @@ CUWIRE_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCap
 /* cudaUserObjectCreate (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaUserObjectCreate(cudaUserObject_t *object_out, void *ptr, cudaHostFn_t destroy, unsigned int initialRefcount, unsigned int flags)
 {
+    __atomic_add_fetch(&cuwire_counts[853], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaUserObjectCreate", "cuda_runtime_api.h", &warned));
 }
@@ -6647,6 +9227,7 @@ CUWIRE_EXPORT cudaError_t cudaUserObjectCreate(cudaUserObject_t *object_out, voi
 /* cudaUserObjectRelease (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaUserObjectRelease(cudaUserObject_t object, unsigned int count)
 {
+    __atomic_add_fetch(&cuwire_counts[854], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaUserObjectRelease", "cuda_runtime_api.h", &warned));
 }
@@ -6654,6 +9235,7 @@ CUWIRE_EXPORT cudaError_t cudaUserObjectRelease(cudaUserObject_t object, unsigne
 /* cudaUserObjectRetain (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaUserObjectRetain(cudaUserObject_t object, unsigned int count)
 {
+    __atomic_add_fetch(&cuwire_counts[855], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaUserObjectRetain", "cuda_runtime_api.h", &warned));
 }
@@ -6661,6 +9243,7 @@ CUWIRE_EXPORT cudaError_t cudaUserObjectRetain(cudaUserObject_t object, unsigned
 /* cudaVDPAUGetDevice (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaVDPAUGetDevice(void)
 {
+    __atomic_add_fetch(&cuwire_counts[856], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaVDPAUGetDevice", "libcudart.so.13 export", &warned));
 }
@@ -6668,6 +9251,7 @@ CUWIRE_EXPORT cudaError_t cudaVDPAUGetDevice(void)
 /* cudaVDPAUSetVDPAUDevice (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaVDPAUSetVDPAUDevice(void)
 {
+    __atomic_add_fetch(&cuwire_counts[857], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaVDPAUSetVDPAUDevice", "libcudart.so.13 export", &warned));
 }
@@ -6675,6 +9259,7 @@ CUWIRE_EXPORT cudaError_t cudaVDPAUSetVDPAUDevice(void)
 /* cudaWaitExternalSemaphoresAsync (cuda_runtime_api.h): unimplemented; also cudaWaitExternalSemaphoresAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaWaitExternalSemaphoresAsync(const cudaExternalSemaphore_t *extSemArray, const struct cudaExternalSemaphoreWaitParams *paramsArray, unsigned int numExtSems, cudaStream_t stream)
 {
+    __atomic_add_fetch(&cuwire_counts[858], 1, __ATOMIC_RELAXED);
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaWaitExternalSemaphoresAsync", "cuda_runtime_api.h", &warned));
 }

@@ -70,13 +70,14 @@ class CuWireServer:
     def welcome(self, hello: pb.Hello, peer: str) -> tuple[pb.Reply, Session | None]:
         """Check the handshake; a mismatch gets one clear message and no session."""
         if self.settings.token and hello.token != self.settings.token:
-            return pb.Reply(error="the server refused the token (set CUWIRE_TOKEN to the server's token)"), None
+            return pb.Reply(error="the server refused the token (set CUWIRE_TOKEN to the server's token)",
+                            refusal=pb.TOKEN), None
         if hello.api_digest != generated.API_DIGEST or hello.cuda_version != generated.CUDA_VERSION:
             return pb.Reply(error=(
                 f"version mismatch: the client (cuwire {hello.client_version}) was generated for CUDA "
                 f"{hello.cuda_version} with API digest {hello.api_digest}, the server (cuwire {cuwire.__version__}) "
                 f"for CUDA {generated.CUDA_VERSION} with API digest {generated.API_DIGEST}; build both from the "
-                "same cuwire version")), None
+                "same cuwire version"), refusal=pb.VERSION), None
         name = f"{next(self.session_ids)}"
         session = Session(self, peer, hello, name)
         driver, runtime = self.versions()
@@ -100,7 +101,7 @@ class Servicer(pb_grpc.CuWireServicer):
             for batch in request_iterator:
                 if session is None:
                     if not batch.HasField("hello"):
-                        yield pb.Reply(error="a session starts with a hello")
+                        yield pb.Reply(error="a session starts with a hello", refusal=pb.PROTOCOL)
                         return
                     reply, session = self.server.welcome(batch.hello, context.peer())
                     yield reply

@@ -60,10 +60,10 @@ class Session:
                 reply.result = result.SerializeToString()
         except WireError as e:
             log.warning("session %s: refused a call: %s", self.name, e)
-            reply.error = str(e)
+            reply.error, reply.refusal = str(e), pb.PROTOCOL
         except Exception as e:  # a handler bug must not end the server, nor the session
             log.exception("session %s: internal error", self.name)
-            reply.error = f"internal server error: {type(e).__name__}: {e}"
+            reply.error, reply.refusal = f"internal server error: {type(e).__name__}: {e}", pb.INTERNAL
         return reply
 
     def lookup(self, fn: int):

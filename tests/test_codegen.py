@@ -140,3 +140,10 @@ def test_stats_prints_counts(capsys):
     assert main(["--stats"]) == 0
     out = capsys.readouterr().out
     assert "cuda_runtime_api.h" in out and "310 functions" in out and "449 functions" in out
+
+
+def test_readme_coverage_line_is_current():
+    from cuwire.codegen import render
+
+    m = json.loads((ROOT / "generated" / "api_manifest.json").read_text())
+    assert render.coverage_line(m) in (ROOT / "README.md").read_text(), "run make codegen"

@@ -1,0 +1,496 @@
+"""`cuwire`: serve GPUs, run programs on them, and check a setup.
+
+  cuwire server [--listen HOST:PORT] [--emulated] ...   serve this machine's GPUs
+  cuwire run [--server HOST:PORT] [--stats] -- PROGRAM ARGS...
+                                                        run PROGRAM with its CUDA calls sent to a server
+  cuwire info [--server HOST:PORT]                      list the server's GPUs, like `nvidia-smi -L`
+  cuwire doctor [--server HOST:PORT]                    check this client setup and say what to fix
+
+Every flag also has a CUWIRE_* variable (see README, settings); a flag wins over the variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import cuwire
+from cuwire.settings import Settings, host_port
+
+# Exit codes of `cuwire run` itself (the program's own code passes through otherwise), as `docker run`
+# and `env` use them: cuwire failed before the program ran; the program cannot be executed; not found.
+EXIT_CUWIRE, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND = 125, 126, 127
+NO_GPU_HINT = ("no GPU here: pass --emulated to run on the emulated device (tests only), "
+               "or --server HOST:PORT for a remote GPU")
+EMULATED_BANNER = ("cuwire: *** EMULATED device: results are computed by cuwire's host emulator for tests, "
+                   "NOT on a GPU ***")
+SERVER_START_TIMEOUT = 60.0
+SERVER_STOP_TIMEOUT = 10.0
+
+
+def err(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- the client library
+
+
+def source_root() -> Path:
+    """The folder that holds client/ and generated/: the repository, or the installed package."""
+    from cuwire.client import build
+
+    return build.ROOT
+
+
+def client_dir() -> Path:
+    """Where `cuwire run` keeps the client library: build/client in a checkout (what `make client` builds);
+    for an installed package, whose folder may be read-only, a per-user cache."""
+    root = source_root()
+    if (root / "pyproject.toml").exists():
+        return root / "build" / "client"
+    return Path.home() / ".cache" / "cuwire" / f"client-{cuwire.__version__}"
+
+
+def library_sources() -> list[Path]:
+    """The C files the library is compiled from: a library older than any of them is stale."""
+    root = source_root()
+    return [p for p in (root / "generated" / "client_stubs.c", root / "generated" / "client_cdefs.h",
+                        root / "generated" / "exports.map", root / "client" / "local.c",
+                        root / "client" / "runtime.h") if p.exists()]
+
+
+def ensure_client_library(folder: Path | None = None) -> Path:
+    """The client library, built first when missing or older than its sources (a `git pull` since
+    `make client`), so that `cuwire run` works from a fresh clone."""
+    folder = folder or client_dir()
+    lib = folder / "libcuwire.so"
+    if lib.exists():
+        built = lib.stat().st_mtime
+        if all(src.stat().st_mtime <= built for src in library_sources()):
+            return lib
+        err(f"cuwire: the client library {lib} is older than its sources; rebuilding it")
+    else:
+        err(f"cuwire: building the client library into {folder} (once)")
+    from cuwire.client import build
+
+    with stdout_to_stderr():  # the compiler's chatter must not mix with the program's output
+        return build.build(folder)
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Point file descriptor 1 at stderr for a while: child compilers write there directly."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+# ---------------------------------------------------------------- a local server for one run
+
+
+class LocalServer:
+    """`cuwire server` in a child process on 127.0.0.1 and a free port, for the length of one run.
+
+    It gets its own session (process group) so that a Ctrl-C meant for the program does not stop the
+    server under it; `stop` ends it."""
+
+    def __init__(self, emulated: bool, token: str | None, cache_dir: Path):
+        self.logdir = tempfile.TemporaryDirectory(prefix="cuwire-server-")
+        self.log_path = Path(self.logdir.name) / "server.log"
+        cmd = [sys.executable, "-m", "cuwire.server", "--listen", "127.0.0.1:0", "--cache-dir", str(cache_dir)]
+        if emulated:
+            cmd.append("--emulated")
+        env = dict(os.environ)
+        if token is not None:
+            env["CUWIRE_TOKEN"] = token  # not a flag: flags show in the process list
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         env=env, start_new_session=True)
+        self.address = ""
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = SERVER_START_TIMEOUT) -> str:
+        """The address once the server logs it; RuntimeError with the server's log if it exits or hangs."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = re.search(r"listening on [^\s:]+:(\d+)", self.log())
+            if m:
+                self.address = f"127.0.0.1:{m.group(1)}"
+                return self.address
+            if self.proc.poll() is not None:
+                raise RuntimeError(self.log().strip() or f"the server exited with code {self.proc.returncode}")
+            time.sleep(0.02)
+        raise RuntimeError(f"the local cuwire server did not start within {timeout:.0f} s; its log:\n"
+                           + self.log().strip())
+
+    def stop(self, timeout: float = SERVER_STOP_TIMEOUT) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.logdir.cleanup()
+
+
+# ---------------------------------------------------------------- cuwire run
+
+
+def program_env(lib: Path, server: str, token: str | None, stats: bool,
+                base: dict[str, str] | None = None) -> dict[str, str]:
+    """The program's environment: the library preloaded and first on the library path (so that a machine
+    without CUDA finds libcudart.so.13 and libcuda.so.1 there), and the settings the client reads."""
+    env = dict(os.environ if base is None else base)
+    env["LD_PRELOAD"] = ":".join(p for p in (str(lib), env.get("LD_PRELOAD", "")) if p)
+    env["LD_LIBRARY_PATH"] = ":".join(p for p in (str(lib.parent), env.get("LD_LIBRARY_PATH", "")) if p)
+    env["CUWIRE_SERVER"] = server
+    if token is not None:
+        env["CUWIRE_TOKEN"] = token
+    if stats:
+        env["CUWIRE_STATS"] = "1"
+    return env
+
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM)
+SI_KERNEL = 0x80  # siginfo si_code of a signal the kernel sent, e.g. a terminal's Ctrl-C to its process group
+
+
+def wait_forwarding_signals(proc: subprocess.Popen) -> int:
+    """Wait for the program, passing on SIGINT and SIGTERM sent to cuwire.
+
+    A Ctrl-C typed at the terminal already reaches the program (same process group); forwarding it too
+    would deliver it twice, so signals the kernel sent are not forwarded, those sent with kill() are.
+    Returns the exit code, 128+N for a program killed by signal N, as a shell reports it."""
+    watched = {*FORWARDED, signal.SIGCHLD}  # SIGCHLD wakes the wait when the program ends
+    signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+    try:
+        while proc.poll() is None:
+            info = signal.sigtimedwait(watched, 0.5)
+            if info is not None and info.si_signo in FORWARDED and info.si_code != SI_KERNEL:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(info.si_signo)
+    finally:
+        while signal.sigtimedwait(watched, 0) is not None:  # consumed here, not raised at the unblock
+            pass
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, watched)
+    rc = proc.returncode
+    return 128 - rc if rc < 0 else rc
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        err("cuwire run: no program given (usage: cuwire run [options] -- PROGRAM ARGS...)")
+        return 2
+    server = args.server or os.environ.get("CUWIRE_SERVER")
+    if server and args.emulated:
+        err("cuwire run: --emulated starts a local emulated server; it cannot be combined with a server "
+            f"({server}) given by --server or CUWIRE_SERVER")
+        return 2
+    if shutil.which(command[0]) is None:  # before a server is started for nothing
+        found = shutil.which(command[0], mode=os.F_OK)
+        err(f"cuwire run: {command[0]}: " + ("not executable" if found else "command not found"))
+        return EXIT_CANNOT_EXECUTE if found else EXIT_NOT_FOUND
+    try:
+        lib = ensure_client_library()
+    except Exception as e:  # a compiler error, a missing Python header: say it, do not trace back
+        err(f"cuwire run: cannot build the client library: {e}\n  -> run `make client` and read its output")
+        return EXIT_CUWIRE
+
+    local: LocalServer | None = None
+    if not server:
+        local = LocalServer(args.emulated, args.token, Settings().cache_dir)
+        try:
+            server = local.wait_ready()
+        except RuntimeError as e:
+            local.stop()
+            err(f"cuwire run: the local cuwire server did not start:\n{e}")
+            if not args.emulated:
+                err(f"cuwire run: {NO_GPU_HINT}")
+            return EXIT_CUWIRE
+    if args.emulated:
+        err(EMULATED_BANNER)
+    try:
+        env = program_env(lib, server, args.token, args.stats)
+        try:
+            proc = subprocess.Popen(command, env=env)
+        except OSError as e:
+            err(f"cuwire run: cannot run {command[0]}: {e}")
+            return EXIT_CANNOT_EXECUTE
+        rc = wait_forwarding_signals(proc)
+        if local is not None and local.proc.poll() is not None:
+            err(f"cuwire run: the local server stopped during the run; its log:\n{local.log().strip()}")
+        return rc
+    finally:
+        if local is not None:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the program is done: a late Ctrl-C must not
+            local.stop()                                   # leave the server behind
+
+
+# ---------------------------------------------------------------- talking to a server: info and doctor
+
+
+def server_address(flag: str | None) -> str:
+    """--server, else CUWIRE_SERVER, else the default address."""
+    return flag or Settings().server
+
+
+def token_value(flag: str | None) -> str:
+    return flag if flag is not None else Settings().token
+
+
+def make_hello(token: str = "", **overrides: object):
+    """The Hello the client library sends (client/runtime.py, Session), with fields replaceable for tests."""
+    from cuwire.generated import cuwire_pb2 as pb
+    from cuwire.generated import server_handlers
+
+    fields: dict[str, object] = dict(client_version=cuwire.__version__, cuda_version=server_handlers.CUDA_VERSION,
+                                     api_digest=server_handlers.API_DIGEST, token=token, pid=os.getpid(),
+                                     host=socket.gethostname())
+    fields.update(overrides)
+    return pb.Hello(**fields)
+
+
+def handshake(address: str, hello, timeout: float = 5.0):
+    """Open a session, send the Hello, close; the server's Reply (welcome or error). Raises TransportError."""
+    from cuwire.generated import cuwire_pb2 as pb
+    from cuwire.transport import GrpcTransport
+
+    transport = GrpcTransport(address, connect_timeout=timeout)
+    try:
+        return transport.exchange(pb.Batch(hello=hello))
+    finally:
+        transport.close()
+
+
+def cuda_version_text(v: int) -> str:
+    """CUDA's integer versions as people write them: 13000 -> 13.0, 12040 -> 12.4."""
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def describe_welcome(w, address: str) -> list[str]:
+    """The Welcome as `nvidia-smi -L` lines, then what a user checks next."""
+    lines = []
+    if w.backend == "emulated":
+        lines.append("*** EMULATED device: this server does not use a GPU; for tests only ***")
+    for i, d in enumerate(w.devices):
+        lines.append(f"GPU {i}: {d.name} (compute capability {d.major}.{d.minor}, {d.total_memory >> 20} MiB)")
+    if not w.devices:
+        lines.append("no GPUs exposed")
+    lines.append(f"driver version: {cuda_version_text(w.driver_version)}, runtime version: "
+                 f"{cuda_version_text(w.runtime_version)}")
+    backend = "EMULATED (tests only)" if w.backend == "emulated" else w.backend
+    lines.append(f"server: {address}, cuwire {w.server_version}, backend {backend}, CUDA API {w.cuda_version} "
+                 f"(digest {w.api_digest})")
+    return lines
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from cuwire.transport import TransportError
+
+    address = server_address(args.server)
+    reachable = check_reachable(address, args.timeout)  # fails fast where gRPC would retry until the timeout
+    if not reachable.ok:
+        err(f"cuwire info: {reachable.what}\n  -> {reachable.fix}")
+        return 1
+    try:
+        reply = handshake(address, make_hello(token_value(args.token)), timeout=args.timeout)
+    except TransportError as e:
+        err(f"cuwire info: {e}\n  -> is `cuwire server` running there? `cuwire doctor --server {address}` says more")
+        return 1
+    if reply.error:
+        err(f"cuwire info: {address}: {reply.error}")
+        return 1
+    print("\n".join(describe_welcome(reply.welcome, address)))
+    return 0
+
+
+@dataclass
+class Check:
+    """One line of `cuwire doctor`: what was checked, and how to fix it when it failed."""
+
+    ok: bool | None  # None: not checked, an earlier check failed
+    what: str
+    fix: str = ""
+
+    def line(self) -> str:
+        if self.ok is None:
+            return f"skip: {self.what}"
+        return f"ok: {self.what}" if self.ok else f"FAIL: {self.what} -> {self.fix}"
+
+
+def check_library(folder: Path | None = None) -> Check:
+    """The client library is built, loads, and exports the CUDA runtime (checked in a child process:
+    loading it runs its constructors, which belong in a program, not here)."""
+    folder = folder or client_dir()
+    lib = folder / "libcuwire.so"
+    if not lib.exists():
+        return Check(False, f"client library not found at {lib}", "run `make client` (or any `cuwire run` builds it)")
+    probe = "import ctypes, sys; ctypes.CDLL(sys.argv[1]).cudaMalloc"
+    r = subprocess.run([sys.executable, "-c", probe, str(lib)], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["?"])[-1]
+        return Check(False, f"client library {lib} does not load or lacks cudaMalloc ({last})",
+                     "rebuild it: `make client`")
+    missing = [n for n in ("libcudart.so.13", "libcuda.so.1") if not (folder / n).exists()]
+    if missing:
+        return Check(False, f"client library {lib} found, but not under the names {', '.join(missing)}",
+                     "rebuild it: `make client`")
+    stale = [p.name for p in library_sources() if p.stat().st_mtime > lib.stat().st_mtime]
+    if stale:
+        return Check(False, f"client library {lib} is older than {', '.join(stale)}", "rebuild it: `make client`")
+    return Check(True, f"client library {lib} loads and exports cudaMalloc")
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> Check:
+    """Something answers at HOST:PORT; a refused connection (wrong port, server down) and an unknown or
+    silent host get messages of their own."""
+    try:
+        host, port = host_port(address)
+    except ValueError as e:
+        return Check(False, f"server address: {e}", "give --server HOST:PORT or set CUWIRE_SERVER=HOST:PORT")
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except socket.gaierror as e:
+        return Check(False, f"server host {host!r} unknown ({e.strerror})",
+                     "check the host name in --server or CUWIRE_SERVER")
+    except ConnectionRefusedError:
+        return Check(False, f"nothing is listening at {address} (connection refused: wrong port, or no server)",
+                     f"start `cuwire server --listen {host}:{port}` there, or fix the port in --server/CUWIRE_SERVER")
+    except OSError as e:
+        return Check(False, f"server {address} does not answer ({e.strerror or e})",
+                     "check that the host is up and that a firewall lets the port through")
+    return Check(True, f"server {address} is reachable")
+
+
+def check_token(reply) -> Check:
+    """The server accepted our token (it checks the token before anything else)."""
+    from cuwire.generated import cuwire_pb2 as pb
+
+    if reply.refusal == pb.TOKEN:
+        return Check(False, f"token not accepted: {reply.error}",
+                     "set CUWIRE_TOKEN (or --token) to the token the server was started with")
+    return Check(True, "token accepted")
+
+
+def check_versions(reply) -> Check:
+    """Client and server were generated from the same CUDA headers (API digest, CUDA version)."""
+    from cuwire.generated import cuwire_pb2 as pb
+    from cuwire.generated import server_handlers
+
+    if reply.refusal == pb.VERSION:
+        return Check(False, f"client and server versions are incompatible: {reply.error}",
+                     "install the same cuwire version on both sides and rebuild the client (`make client`)")
+    if reply.error:
+        return Check(False, f"the server refused the session: {reply.error}", "read the server's log")
+    w = reply.welcome
+    if w.api_digest != server_handlers.API_DIGEST or w.cuda_version != server_handlers.CUDA_VERSION:
+        return Check(False, f"version mismatch: the server speaks CUDA {w.cuda_version} API {w.api_digest}, this "
+                     f"client CUDA {server_handlers.CUDA_VERSION} API {server_handlers.API_DIGEST}",
+                     "install the same cuwire version on both sides")
+    return Check(True, f"versions compatible: client cuwire {cuwire.__version__}, server cuwire {w.server_version}, "
+                 f"CUDA {w.cuda_version}, API digest {w.api_digest}")
+
+
+def doctor_checks(address: str, token: str, folder: Path | None = None, timeout: float = 5.0) -> list[Check]:
+    """Every check in order; the ones after a failed connection are reported as skipped."""
+    from cuwire.transport import TransportError
+
+    checks = [check_library(folder), check_reachable(address, timeout)]
+    if not checks[-1].ok:
+        return checks + [Check(None, "token and versions not checked (no server)")]
+    try:
+        reply = handshake(address, make_hello(token), timeout=timeout)
+    except TransportError as e:
+        return checks + [Check(False, f"{address} answers, but not as a cuwire server ({e})",
+                               "point --server/CUWIRE_SERVER at the port `cuwire server` listens on")]
+    checks.append(check_token(reply))
+    if not checks[-1].ok:
+        return checks + [Check(None, "versions not checked (the server checks the token first)")]
+    checks.append(check_versions(reply))
+    if checks[-1].ok and reply.welcome.backend == "emulated":
+        checks.append(Check(True, "server backend is EMULATED: fine for tests, results do not come from a GPU"))
+    return checks
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    checks = doctor_checks(server_address(args.server), token_value(args.token), timeout=args.timeout)
+    for c in checks:
+        print(c.line())
+    return 0 if all(c.ok for c in checks) else 1
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    from cuwire.server import __main__ as server_main
+
+    return server_main.run(server_main.settings_from(args))
+
+
+def parser() -> argparse.ArgumentParser:
+    from cuwire.server import __main__ as server_main
+
+    ap = argparse.ArgumentParser(prog="cuwire", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=f"cuwire {cuwire.__version__}")
+    sub = ap.add_subparsers(dest="subcommand", required=True, metavar="{server,run,info,doctor}")
+
+    p = sub.add_parser("server", help="serve this machine's GPUs", description=server_main.__doc__)
+    server_main.add_arguments(p)
+    p.set_defaults(func=cmd_server)
+
+    p = sub.add_parser("run", help="run a program with its CUDA calls sent to a cuwire server",
+                       description="Run PROGRAM with the cuwire client preloaded. With no --server and no "
+                       "CUWIRE_SERVER, a local server is started for the run and stopped after it. The program's "
+                       f"exit code is passed through; cuwire's own failures exit {EXIT_CUWIRE}.")
+    p.add_argument("--server", help="HOST:PORT of the cuwire server (CUWIRE_SERVER; default: a local server)")
+    p.add_argument("--emulated", action="store_true",
+                   help="start the local server on the EMULATED device (tests only: no GPU computes anything)")
+    p.add_argument("--stats", action="store_true", help="print cuwire's statistics at exit (CUWIRE_STATS=1)")
+    p.add_argument("--token", help="token the server expects (CUWIRE_TOKEN)")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- PROGRAM ARGS...")
+    p.set_defaults(func=cmd_run)
+
+    for name, func, text in (("info", cmd_info, "list the server's GPUs and versions"),
+                             ("doctor", cmd_doctor, "check this client setup and say what to fix")):
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("--server", help="HOST:PORT of the cuwire server (CUWIRE_SERVER, default 127.0.0.1:50551)")
+        p.add_argument("--token", help="token the server expects (CUWIRE_TOKEN)")
+        p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the server (default 5)")
+        p.set_defaults(func=func)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

