@@ -225,37 +225,28 @@ def _loadable_ptx_rank(e: Entry, dev_major: int, dev_minor: int) -> tuple[int, .
 def select(entries: Iterable[Entry], major: int, minor: int) -> Entry | None:
     """The entry to load on a device of compute capability major.minor, or None.
 
-    Rule, in order of preference:
+    Rule, in order of preference (what the driver itself prefers: machine code before a JIT):
       1. a cubin (ELF) built for exactly this arch; 'a' (arch-specific) before 'f' (family)
          before plain, since the specific build may use instructions the plain one lacks;
-      2. PTX with the highest arch <= the device's, JIT-compiled by the driver ('a' PTX only for
-         exactly this arch, 'f' PTX only within this major);
-      3. a cubin of the same major with a lower minor (binary compatible within a major), the
-         highest minor first.
+      2. a cubin of the same major with a lower minor (binary compatible within a major), the
+         highest minor first;
+      3. PTX with the highest arch <= the device's, JIT-compiled by the driver ('a' PTX only for
+         exactly this arch, 'f' PTX only within this major).
     LTO IR and unknown kinds are never chosen: cuModuleLoadData can't load them.
     """
     entries = list(entries)
-    best: tuple[tuple[int, ...], Entry] | None = None
-    for e in entries:
-        if e.kind == "elf":
-            rank = _loadable_elf_rank(e, major, minor)
-            if rank is not None and rank[0] == 1 and (best is None or rank > best[0]):
-                best = (rank, e)
-    if best:
-        return best[1]
-    for e in entries:
-        if e.kind == "ptx":
-            rank = _loadable_ptx_rank(e, major, minor)
-            if rank is not None and (best is None or rank > best[0]):
-                best = (rank, e)
-    if best:
-        return best[1]
-    for e in entries:
-        if e.kind == "elf":
-            rank = _loadable_elf_rank(e, major, minor)
-            if rank is not None and (best is None or rank > best[0]):
-                best = (rank, e)
-    return best[1] if best else None
+
+    def best(kind: str, rank_of, exact_only: bool = False) -> Entry | None:
+        top: tuple[tuple[int, ...], Entry] | None = None
+        for e in entries:
+            if e.kind == kind:
+                rank = rank_of(e, major, minor)
+                if rank is not None and (not exact_only or rank[0] == 1) and (top is None or rank > top[0]):
+                    top = (rank, e)
+        return top[1] if top else None
+
+    return (best("elf", _loadable_elf_rank, exact_only=True) or best("elf", _loadable_elf_rank)
+            or best("ptx", _loadable_ptx_rank))
 
 
 def single_entry_fatbin(entry: Entry) -> bytes:

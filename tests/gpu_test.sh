@@ -67,7 +67,7 @@ done
 
 # inside a running Python process (the interpreter that has torch), as PyTorch will load the client
 if $PY tests/tools/python_host.py "$PWD/build/client/libcuwire.so" >"$LOG/python_host.out" 2>"$LOG/python_host.err" \
-   && grep -q "round trip: OK" "$LOG/python_host.out" && [ "$(grep -c -- '-> 0' "$LOG/python_host.out")" -eq 4 ]; then
+   && grep -q "round trip: OK" "$LOG/python_host.out" && [ "$(grep -c -- '-> 0' "$LOG/python_host.out")" -eq 5 ]; then
   echo "python_host: OK (client library loaded into $($PY -c 'import sys; print(sys.executable)'), calls reached the GPU)"; pass=$((pass+1))
 else echo "python_host: FAIL"; cat "$LOG/python_host.out"; tail -5 "$LOG/python_host.err"; fail=$((fail+1)); fi
 

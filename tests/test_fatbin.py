@@ -106,7 +106,7 @@ def test_single_entry_fatbin_roundtrip() -> None:
     [
         ((9, 0), ("elf", 90, A)),  # exact cubin; the 'a' build preferred
         ((8, 0), ("elf", 80, 0)),
-        ((8, 6), ("elf", 80, 0)),  # no PTX <= 8.6: binary compatible cubin of the same major
+        ((8, 6), ("elf", 80, 0)),  # binary compatible cubin of the same major
         ((8, 9), ("elf", 80, 0)),
         ((10, 0), ("ptx", 90, 0)),  # newer major: JIT the newest PTX
         ((12, 1), ("ptx", 90, 0)),
@@ -126,8 +126,10 @@ def test_select_rules() -> None:
 
     # exact cubin beats any PTX; plain cubin is fine without an 'a' one
     assert pick([("ptx", 90, 0), ("elf", 90, 0)], (9, 0)) == ("elf", 90, 0)
-    # PTX (highest arch <= device) beats an older-minor cubin
-    assert pick([("elf", 80, 0), ("ptx", 75, 0), ("ptx", 86, 0), ("ptx", 89, 0)], (8, 6)) == ("ptx", 86, 0)
+    # an older-minor cubin beats PTX (machine code before a JIT, as the driver chooses)
+    assert pick([("elf", 80, 0), ("ptx", 75, 0), ("ptx", 86, 0), ("ptx", 89, 0)], (8, 6)) == ("elf", 80, 0)
+    # without one, the highest PTX <= the device
+    assert pick([("elf", 75, 0), ("ptx", 75, 0), ("ptx", 86, 0), ("ptx", 89, 0)], (8, 6)) == ("ptx", 86, 0)
     # 'a' targets only on exactly that arch
     assert pick([("elf", 90, A), ("ptx", 90, A)], (10, 0)) is None
     assert pick([("ptx", 90, A), ("ptx", 80, 0)], (10, 0)) == ("ptx", 80, 0)
@@ -463,9 +465,10 @@ def test_nvcc_select_and_single_entry(built: dict[str, Path]) -> None:
     fam = F.parse(built["family"].read_bytes())
     assert F.select(fam, 10, 0).arch_name == "sm_100a"
     assert F.select(fam, 10, 3).arch_name == "sm_103f"
-    assert F.select(fam, 10, 1).arch_name == "compute_100f"  # PTX before an older-minor cubin
+    assert F.select(fam, 10, 1).arch_name == "sm_100f"  # an older-minor cubin before PTX
     assert F.select([e for e in fam if e.kind == "elf"], 10, 1).arch_name == "sm_100f"
-    assert F.select(fam, 12, 1).arch_name == "compute_120"
+    assert F.select(fam, 12, 1).arch_name == "sm_120"
+    assert F.select([e for e in fam if e.kind == "ptx"], 12, 1).arch_name == "compute_120"
     assert F.select(fam, 12, 0).arch_name == "sm_120"
     assert F.select(fam, 11, 0) is None  # no cubin or PTX of major 11 or below
 
