@@ -73,6 +73,7 @@ class Stats:
     seconds: Counter = field(default_factory=Counter)  # time waiting for the server, by name
     queued: int = 0
     batches: int = 0
+    flushes: int = 0  # round trips that carried only queued calls (a full queue, the end of the process)
     bytes_sent: int = 0
     bytes_received: int = 0
     bytes_sent_raw: int = 0
@@ -186,6 +187,7 @@ class Client:
         return res
 
     def flush(self) -> int:
+        self.stats.flushes += 1
         reply = self.exchange(0, b"")
         return reply.queued_error
 
@@ -345,14 +347,16 @@ def api_calls() -> dict[str, Counter]:
 def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> None:
     """What cuwire did for the program, at exit (CUWIRE_STATS=1 or cuwire run --stats)."""
     total = {mode: sum(c.values()) for mode, c in calls.items()}
+    own = sum(n for i, n in s.calls.items() if names.get(i, "").startswith("cuwire.") and i != LAUNCH_KERNEL)
+    sent = s.batches - own - s.flushes
     every = sum(calls.values(), Counter())
     lines = [
         "cuwire stats:",
         f"  API calls: {sum(total.values())} = {total.get('sync', 0) + total.get('custom', 0)} sent to the server "
         f"and waited for + {total.get('async', 0)} queued (sent in batches) + {total.get('local', 0)} answered "
         f"locally + {total.get('unimplemented', 0)} unimplemented",
-        f"  round trips: {s.batches} (queued calls carried: {s.queued}; cuwire's own requests, e.g. module "
-        f"uploads: {sum(n for i, n in s.calls.items() if names.get(i, '').startswith('cuwire.'))})",
+        f"  round trips: {s.batches} = {sent} for calls + {own} cuwire requests (modules, kernels, symbols) + "
+        f"{s.flushes} flushes of queued calls; queued calls carried: {s.queued}",
         f"  bytes sent: {s.bytes_sent} in messages, carrying {s.bytes_sent_raw} bytes of call data before "
         f"compression; received: {s.bytes_received} in messages, {s.bytes_received_raw} bytes of results after "
         f"decompression",

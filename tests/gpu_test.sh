@@ -30,6 +30,7 @@ for _ in $(seq 1 300); do
 done
 if [ -z "${PORT:-}" ]; then echo "gpu-test: server did not start"; cat "$LOG/server.log"; exit 1; fi
 export CUWIRE_SERVER=127.0.0.1:$PORT
+$PY -m cuwire.cli info --server "$CUWIRE_SERVER" | sed 's/^/cuwire info: /'
 
 remote() {  # remote APP ARGS...: the app with the client preloaded and only cuwire's libraries to find
   case $(basename "$1") in

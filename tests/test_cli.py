@@ -120,6 +120,25 @@ def test_run_stats_prints_what_cuwire_did(server, apps, client_lib, tmp_path):
     assert m, r.stderr
     assert int(m.group(1)) + int(m.group(2)) == 1  # vector_add has one module, sent once or already cached
     assert "cudaMalloc 3" in r.stderr  # the app allocates three buffers
+    # the numbers add up, and match what vector_add does (tests/test_apps/vector_add.cu)
+    calls = re.search(r"API calls: (\d+) = (\d+) sent to the server and waited for \+ (\d+) queued \(sent in batches\) "
+                      r"\+ (\d+) answered locally \+ (\d+) unimplemented", r.stderr)
+    total, sent, queued, local, unimplemented = map(int, calls.groups())
+    assert total == sent + queued + local + unimplemented
+    # 3 cudaMalloc, 2 cudaMemcpy in, 1 launch, cudaDeviceSynchronize, 1 cudaMemcpy out, 3 cudaFree
+    assert (sent, queued, unimplemented) == (11, 0, 0)
+    # registration (fatbinary, function, end), <<<>>> push and pop, __cudaGetKernel, cudaGetLastError
+    assert local == 7
+    trips = re.search(r"round trips: (\d+) = (\d+) for calls \+ (\d+) cuwire requests .* \+ (\d+) flushes", r.stderr)
+    n_trips, for_calls, own, flushes = map(int, trips.groups())
+    assert n_trips == for_calls + own + flushes and for_calls == sent
+    assert own == 1 + int(m.group(1)) + 1  # the module offered (and sent, if it had to be), the kernel looked up
+    data = re.search(r"bytes sent: (\d+) in messages, carrying (\d+) bytes of call data before compression; "
+                     r"received: (\d+) in messages, (\d+) bytes of results", r.stderr)
+    wire_out, data_out, wire_in, data_in = map(int, data.groups())
+    n_bytes = (1 << 16) * 4  # one float array
+    assert 2 * n_bytes <= data_out < 2 * n_bytes + (64 << 10) and wire_out >= data_out  # + a module image
+    assert n_bytes <= data_in < n_bytes + 4096 and wire_in >= data_in
 
 
 # ---------------------------------------------------------------- cuwire info

@@ -79,3 +79,23 @@ def test_no_server_is_a_clear_error(apps, client_lib):
     r = run_remote(apps / "vector_add", client_lib, "127.0.0.1:1", timeout=60)
     assert r.returncode != 0
     assert "cuwire: cannot reach the cuwire server at 127.0.0.1:1" in r.stderr
+
+
+def test_sigterm_ends_sessions_and_frees_their_memory(looper, client_lib, tmp_path):
+    from conftest import ServerProcess
+
+    s = ServerProcess(tmp_path)
+    env = {**os.environ, "LD_PRELOAD": str(client_lib), "CUWIRE_SERVER": s.address}
+    p = subprocess.Popen([str(looper)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert p.stdout.readline().strip() == "allocated"
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(20) == 0
+        log = s.text()
+        assert "shutting down: ending sessions" in log
+        assert "freed 1 allocations" in log
+    finally:
+        p.kill()
+        p.wait(10)
+        s.stop()
+    assert "lost the cuwire server" in p.stderr.read()  # the client is told, once

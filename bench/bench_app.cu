@@ -1,0 +1,75 @@
+// cuwire benchmark workload: the same binary runs natively and through cuwire (bench/run.sh), and each
+// line it prints is "name: value unit" for run.sh to put side by side.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CHECK(x)                                                                      \
+    do {                                                                              \
+        cudaError_t e_ = (x);                                                         \
+        if (e_ != cudaSuccess) {                                                      \
+            std::printf("%s failed: %s\n", #x, cudaGetErrorName(e_));                 \
+            std::exit(1);                                                             \
+        }                                                                             \
+    } while (0)
+
+__global__ void tiny(int *p) { if (threadIdx.x == 0 && blockIdx.x == 0) p[0] += 1; }
+
+static double now()
+{
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int main()
+{
+    const int calls = 2000;
+    int *d;
+    CHECK(cudaMalloc(&d, 1 << 20));
+    CHECK(cudaMemset(d, 0, 1 << 20));
+    tiny<<<1, 32>>>(d);  // warm up: module load, kernel lookup
+    CHECK(cudaDeviceSynchronize());
+
+    int h = 0;
+    double t = now();
+    for (int i = 0; i < calls; i++)
+        CHECK(cudaMemcpy(d, &h, sizeof h, cudaMemcpyHostToDevice));
+    std::printf("small cudaMemcpy H2D (4 bytes): %.2f us/call\n", (now() - t) / calls * 1e6);
+
+    t = now();
+    for (int i = 0; i < calls; i++)
+        CHECK(cudaGetDeviceCount(&h));
+    std::printf("cudaGetDeviceCount: %.2f us/call\n", (now() - t) / calls * 1e6);
+
+    t = now();
+    for (int i = 0; i < calls; i++)
+        tiny<<<1, 32>>>(d);
+    CHECK(cudaDeviceSynchronize());
+    std::printf("kernel launch (throughput, one sync at the end): %.2f us/launch\n", (now() - t) / calls * 1e6);
+
+    cudaEvent_t ev;
+    CHECK(cudaEventCreate(&ev));
+    t = now();
+    for (int i = 0; i < calls; i++)
+        CHECK(cudaEventRecord(ev, 0));
+    CHECK(cudaDeviceSynchronize());
+    std::printf("cudaEventRecord (queued): %.2f us/call\n", (now() - t) / calls * 1e6);
+    CHECK(cudaEventDestroy(ev));
+
+    const size_t big = 256u << 20;
+    std::vector<char> host(big, 1);
+    char *dbig;
+    CHECK(cudaMalloc(&dbig, big));
+    t = now();
+    CHECK(cudaMemcpy(dbig, host.data(), big, cudaMemcpyHostToDevice));
+    std::printf("cudaMemcpy H2D 256 MiB: %.2f GB/s\n", big / (now() - t) / 1e9);
+    t = now();
+    CHECK(cudaMemcpy(host.data(), dbig, big, cudaMemcpyDeviceToHost));
+    std::printf("cudaMemcpy D2H 256 MiB: %.2f GB/s\n", big / (now() - t) / 1e9);
+    CHECK(cudaFree(dbig));
+
+    CHECK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
+    std::printf("kernel ran %d times (expected %d)\n", h, calls + 1);
+    CHECK(cudaFree(d));
+    return h == calls + 1 ? 0 : 1;
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# make bench: on a GPU machine, run bench_app natively and through cuwire (a local server, loopback gRPC)
+# in the same run on the same GPU, and print each measurement side by side with the ratio.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+OUTDIR=$PWD/build/bench; mkdir -p "$OUTDIR"
+[ -f build/client/libcuwire.so ] || $PY -m cuwire.client.build --out build/client >/dev/null || exit 1
+nvcc -cudart shared -arch=sm_90 -O2 -o "$OUTDIR/bench_app" bench/bench_app.cu || exit 1
+"$OUTDIR/bench_app" >"$OUTDIR/native.txt" || { cat "$OUTDIR/native.txt"; exit 1; }
+$PY -m cuwire.cli run -- "$OUTDIR/bench_app" >"$OUTDIR/cuwire.txt" 2>"$OUTDIR/cuwire.err" || { cat "$OUTDIR/cuwire.txt" "$OUTDIR/cuwire.err"; exit 1; }
+nvidia-smi -L 2>/dev/null | head -1
+$PY - "$OUTDIR/native.txt" "$OUTDIR/cuwire.txt" <<'PYEOF'
+import re, sys
+def read(p):
+    return {m[1]: (float(m[2]), m[3]) for m in re.finditer(r"^(.*): ([\d.]+) (\S+)$", open(p).read(), re.M)}
+native, remote = read(sys.argv[1]), read(sys.argv[2])
+print(f"{'measurement':52} {'native':>12} {'cuwire':>12}  ratio (cuwire/native)")
+for name, (v, unit) in native.items():
+    r = remote[name][0]
+    ratio = r / v if v else float("inf")
+    note = "slower" if (unit.startswith("us") and ratio > 1) or (unit == "GB/s" and ratio < 1) else "faster"
+    shown = ratio if unit.startswith("us") else (v / r if r else float("inf"))
+    print(f"{name:52} {v:>9.2f} {unit:<4}{r:>9.2f} {unit:<4} x{shown:.1f} {note}")
+PYEOF
