@@ -4,8 +4,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-OUTDIR=$PWD/build/bench; mkdir -p "$OUTDIR"
-[ -f build/client/libcuwire.so ] || $PY -m cuwire.client.build --out build/client >/dev/null || exit 1
+OUTDIR=$PWD/build/bench; mkdir -p "$OUTDIR"; LOG=$OUTDIR
+source tests/gpu_env.sh
 nvcc -cudart shared -arch=sm_90 -O2 -o "$OUTDIR/bench_app" bench/bench_app.cu || exit 1
 "$OUTDIR/bench_app" >"$OUTDIR/native.txt" || { cat "$OUTDIR/native.txt"; exit 1; }
 $PY -m cuwire.cli run -- "$OUTDIR/bench_app" >"$OUTDIR/cuwire.txt" 2>"$OUTDIR/cuwire.err" || { cat "$OUTDIR/cuwire.txt" "$OUTDIR/cuwire.err"; exit 1; }

@@ -8,13 +8,7 @@ LOG=$PWD/build/gpu-test
 rm -rf "$LOG"; mkdir -p "$LOG"
 PY=${PYTHON:-python3}
 
-# Python packages the GPU host lacks travel as wheels in .whl (see README, "GPU test")
-if [ -d .whl ]; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-$PY -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$LOG/install.log" 2>&1 || { cat "$LOG/install.log"; exit 1; }
-$PY -m cuwire.client.build --out build/client >"$LOG/client-build.log" 2>&1 || { tail -30 "$LOG/client-build.log"; exit 1; }
+source tests/gpu_env.sh
 make -s -C tests/test_apps >"$LOG/apps-build.log" 2>&1 || { tail -30 "$LOG/apps-build.log"; exit 1; }
 gcc -shared -fPIC -o build/maps_probe.so tests/tools/maps_probe.c || exit 1
 nvidia-smi -L | tee "$LOG/gpu.txt"
