@@ -294,3 +294,15 @@ def errors_touch(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> N
     """p[i] = 2 * i + 1."""
     ptr, n = p.ptr(0), p.i32(1)
     _write(mem, ptr, _wrap32(2 * i + 1 for i in range(_active(grid, block, n))))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# launch_api.cu
+
+
+@kernel("_Z8scaleAddPfPKffi", params=[8, 8, 4, 4])
+def scale_add(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """out[i] = in[i] * scale + 1 for i < n, as one fused multiply-add (what nvcc emits)."""
+    out, src, scale, n = p.ptr(0), p.ptr(1), p.f32(2), p.i32(3)
+    x = _read(mem, "f", src, _active(grid, block, n))
+    _write(mem, out, array("f", (_fma32(v, scale, 1.0) for v in x)))

@@ -10,7 +10,7 @@ from conftest import APPS, run_remote
 
 EXPECTED = APPS / "expected"
 APPS_SAME_AS_NATIVE = ["vector_add", "memcpy_kinds", "memset", "events", "streams", "device_symbols", "templated",
-                       "struct_arg", "two_units", "error_paths"]
+                       "struct_arg", "two_units", "error_paths", "launch_api"]
 
 
 @pytest.mark.parametrize("name", APPS_SAME_AS_NATIVE)
