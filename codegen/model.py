@@ -53,6 +53,15 @@ class CType:
         return self.resolved in SCALARS
 
     @property
+    def handle_kind(self) -> str:
+        """For a handle type (a typedef'd pointer to an opaque struct, e.g. cudaStream_t), the struct's
+        tag (CUstream_st), shared by the runtime and driver names of the same handle; else ""."""
+        if self.resolved == "pointer" and "*" not in self.spelling and self.pointee is not None \
+                and self.pointee.resolved == "struct":
+            return self.pointee.name
+        return ""
+
+    @property
     def proto_type(self) -> str:
         return SCALARS[self.resolved][0] if self.is_scalar else "bytes"
 
@@ -107,6 +116,15 @@ class Param:
         if self.role in ("mem_in", "mem_out", "mem_inout", "symbol", "kernel"):
             return "uint64"
         return "bytes"
+
+    @property
+    def handle_kind(self) -> str:
+        """The handle kind this parameter passes (role value) or receives (role out), else ""."""
+        if self.role == "value":
+            return self.type.handle_kind
+        if self.role == "out" and self.type.pointee is not None:
+            return self.type.pointee.handle_kind
+        return ""
 
     @property
     def scalar(self) -> CType:

@@ -43,8 +43,8 @@ def expr(e: str, bind) -> str:
     return re.sub(r"[A-Za-z_]\w*", lambda m: bind(m.group(0)), e)
 
 
-def py_expr(e: str, prefix: str = "", outs: frozenset[str] = frozenset()) -> str:
-    return expr(e, lambda n: (f"res.{py_name(n)}" if n in outs else f"{prefix}{py_name(n)}"))
+def py_expr(e: str, prefix: str = "", outs: frozenset[str] = frozenset(), out_prefix: str = "res.") -> str:
+    return expr(e, lambda n: (f"{out_prefix}{py_name(n)}" if n in outs else f"{prefix}{py_name(n)}"))
 
 
 def boundary_args(p: Param) -> list[tuple[str, str]]:
@@ -85,6 +85,8 @@ def out_ctype(p: Param) -> str:
 def server_arg(p: Param) -> str:
     """The Python expression a server handler passes to the real function for p."""
     n = py_name(p.name)
+    if p.handle_kind and p.role == "value":
+        return f's.handle("{p.handle_kind}", "{p.type.spelling}", a.{n})'
     if p.role in ("value", "symbol", "kernel"):
         if p.type.resolved == "pointer" or not p.type.is_scalar:
             return f's.ptr("{p.type.spelling}", a.{n})'

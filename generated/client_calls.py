@@ -177,6 +177,8 @@ def cuEventDestroy_v2(hEvent):
     args = pb.cuEventDestroy_v2_Args()
     args.hEvent = hEvent
     res = rt.call(495590736, args, pb.cuEventDestroy_v2_Result)
+    if res.status == 0:
+        rt.untrack_alloc(hEvent)
     return res.status
 
 
@@ -317,6 +319,8 @@ def cuStreamDestroy_v2(hStream):
     args = pb.cuStreamDestroy_v2_Args()
     args.hStream = hStream
     res = rt.call(2166856291, args, pb.cuStreamDestroy_v2_Result)
+    if res.status == 0:
+        rt.untrack_alloc(hStream)
     return res.status
 
 
@@ -511,6 +515,8 @@ def cudaEventDestroy(event):
     args = pb.cudaEventDestroy_Args()
     args.event = event
     res = rt.call(2487494479, args, pb.cudaEventDestroy_Result)
+    if res.status == 0:
+        rt.untrack_alloc(event)
     return res.status
 
 
@@ -977,6 +983,8 @@ def cudaStreamDestroy(stream):
     args = pb.cudaStreamDestroy_Args()
     args.stream = stream
     res = rt.call(3118356673, args, pb.cudaStreamDestroy_Result)
+    if res.status == 0:
+        rt.untrack_alloc(stream)
     return res.status
 
 

@@ -20,13 +20,14 @@ def cuCtxGetCurrent(s, a: pb.cuCtxGetCurrent_Args) -> pb.cuCtxGetCurrent_Result:
     r.status = s.lib.cuCtxGetCurrent(pctx)
     if r.status == 0:
         r.pctx = s.scalar(pctx[0])
+        s.owns_handle("CUctx_st", r.pctx)
     return r
 
 
 def cuCtxSetCurrent(s, a: pb.cuCtxSetCurrent_Args) -> pb.cuCtxSetCurrent_Result:
     """cuCtxSetCurrent (cuda.h)"""
     r = pb.cuCtxSetCurrent_Result()
-    r.status = s.lib.cuCtxSetCurrent(s.ptr("CUcontext", a.ctx))
+    r.status = s.lib.cuCtxSetCurrent(s.handle("CUctx_st", "CUcontext", a.ctx))
     return r
 
 
@@ -125,6 +126,7 @@ def cuDevicePrimaryCtxRetain(s, a: pb.cuDevicePrimaryCtxRetain_Args) -> pb.cuDev
     r.status = s.lib.cuDevicePrimaryCtxRetain(pctx, a.dev)
     if r.status == 0:
         r.pctx = s.scalar(pctx[0])
+        s.owns_handle("CUctx_st", r.pctx)
     return r
 
 
@@ -155,13 +157,16 @@ def cuEventCreate(s, a: pb.cuEventCreate_Args) -> pb.cuEventCreate_Result:
     r.status = s.lib.cuEventCreate(phEvent, a.Flags)
     if r.status == 0:
         r.phEvent = s.scalar(phEvent[0])
+        s.owns_handle("CUevent_st", r.phEvent)
     return r
 
 
 def cuEventDestroy_v2(s, a: pb.cuEventDestroy_v2_Args) -> pb.cuEventDestroy_v2_Result:
     """cuEventDestroy_v2 (cuda.h)"""
     r = pb.cuEventDestroy_v2_Result()
-    r.status = s.lib.cuEventDestroy_v2(s.ptr("CUevent", a.hEvent))
+    r.status = s.lib.cuEventDestroy_v2(s.handle("CUevent_st", "CUevent", a.hEvent))
+    if r.status == 0:
+        s.disowns_handle("CUevent_st", a.hEvent)
     return r
 
 
@@ -169,7 +174,7 @@ def cuEventElapsedTime_v2(s, a: pb.cuEventElapsedTime_v2_Args) -> pb.cuEventElap
     """cuEventElapsedTime_v2 (cuda.h)"""
     r = pb.cuEventElapsedTime_v2_Result()
     pMilliseconds = s.ffi.new("float *")
-    r.status = s.lib.cuEventElapsedTime_v2(pMilliseconds, s.ptr("CUevent", a.hStart), s.ptr("CUevent", a.hEnd))
+    r.status = s.lib.cuEventElapsedTime_v2(pMilliseconds, s.handle("CUevent_st", "CUevent", a.hStart), s.handle("CUevent_st", "CUevent", a.hEnd))
     if r.status == 0:
         r.pMilliseconds = s.scalar(pMilliseconds[0])
     return r
@@ -178,7 +183,7 @@ def cuEventElapsedTime_v2(s, a: pb.cuEventElapsedTime_v2_Args) -> pb.cuEventElap
 def cuEventSynchronize(s, a: pb.cuEventSynchronize_Args) -> pb.cuEventSynchronize_Result:
     """cuEventSynchronize (cuda.h)"""
     r = pb.cuEventSynchronize_Result()
-    r.status = s.lib.cuEventSynchronize(s.ptr("CUevent", a.hEvent))
+    r.status = s.lib.cuEventSynchronize(s.handle("CUevent_st", "CUevent", a.hEvent))
     return r
 
 
@@ -196,7 +201,7 @@ def cuMemAlloc_v2(s, a: pb.cuMemAlloc_v2_Args) -> pb.cuMemAlloc_v2_Result:
     r.status = s.lib.cuMemAlloc_v2(dptr, a.bytesize)
     if r.status == 0:
         r.dptr = s.scalar(dptr[0])
-        s.owns(r.dptr)
+        s.owns(r.dptr, a.bytesize)
     return r
 
 
@@ -267,20 +272,23 @@ def cuStreamCreate(s, a: pb.cuStreamCreate_Args) -> pb.cuStreamCreate_Result:
     r.status = s.lib.cuStreamCreate(phStream, a.Flags)
     if r.status == 0:
         r.phStream = s.scalar(phStream[0])
+        s.owns_handle("CUstream_st", r.phStream)
     return r
 
 
 def cuStreamDestroy_v2(s, a: pb.cuStreamDestroy_v2_Args) -> pb.cuStreamDestroy_v2_Result:
     """cuStreamDestroy_v2 (cuda.h)"""
     r = pb.cuStreamDestroy_v2_Result()
-    r.status = s.lib.cuStreamDestroy_v2(s.ptr("CUstream", a.hStream))
+    r.status = s.lib.cuStreamDestroy_v2(s.handle("CUstream_st", "CUstream", a.hStream))
+    if r.status == 0:
+        s.disowns_handle("CUstream_st", a.hStream)
     return r
 
 
 def cuStreamSynchronize(s, a: pb.cuStreamSynchronize_Args) -> pb.cuStreamSynchronize_Result:
     """cuStreamSynchronize (cuda.h)"""
     r = pb.cuStreamSynchronize_Result()
-    r.status = s.lib.cuStreamSynchronize(s.ptr("CUstream", a.hStream))
+    r.status = s.lib.cuStreamSynchronize(s.handle("CUstream_st", "CUstream", a.hStream))
     return r
 
 
@@ -430,6 +438,7 @@ def cudaEventCreate(s, a: pb.cudaEventCreate_Args) -> pb.cudaEventCreate_Result:
     r.status = s.lib.cudaEventCreate(event)
     if r.status == 0:
         r.event = s.scalar(event[0])
+        s.owns_handle("CUevent_st", r.event)
     return r
 
 
@@ -440,13 +449,16 @@ def cudaEventCreateWithFlags(s, a: pb.cudaEventCreateWithFlags_Args) -> pb.cudaE
     r.status = s.lib.cudaEventCreateWithFlags(event, a.flags)
     if r.status == 0:
         r.event = s.scalar(event[0])
+        s.owns_handle("CUevent_st", r.event)
     return r
 
 
 def cudaEventDestroy(s, a: pb.cudaEventDestroy_Args) -> pb.cudaEventDestroy_Result:
     """cudaEventDestroy (cuda_runtime_api.h)"""
     r = pb.cudaEventDestroy_Result()
-    r.status = s.lib.cudaEventDestroy(s.ptr("cudaEvent_t", a.event))
+    r.status = s.lib.cudaEventDestroy(s.handle("CUevent_st", "cudaEvent_t", a.event))
+    if r.status == 0:
+        s.disowns_handle("CUevent_st", a.event)
     return r
 
 
@@ -454,7 +466,7 @@ def cudaEventElapsedTime(s, a: pb.cudaEventElapsedTime_Args) -> pb.cudaEventElap
     """cudaEventElapsedTime (cuda_runtime_api.h)"""
     r = pb.cudaEventElapsedTime_Result()
     ms = s.ffi.new("float *")
-    r.status = s.lib.cudaEventElapsedTime(ms, s.ptr("cudaEvent_t", a.start), s.ptr("cudaEvent_t", a.end))
+    r.status = s.lib.cudaEventElapsedTime(ms, s.handle("CUevent_st", "cudaEvent_t", a.start), s.handle("CUevent_st", "cudaEvent_t", a.end))
     if r.status == 0:
         r.ms = s.scalar(ms[0])
     return r
@@ -463,14 +475,14 @@ def cudaEventElapsedTime(s, a: pb.cudaEventElapsedTime_Args) -> pb.cudaEventElap
 def cudaEventQuery(s, a: pb.cudaEventQuery_Args) -> pb.cudaEventQuery_Result:
     """cudaEventQuery (cuda_runtime_api.h)"""
     r = pb.cudaEventQuery_Result()
-    r.status = s.lib.cudaEventQuery(s.ptr("cudaEvent_t", a.event))
+    r.status = s.lib.cudaEventQuery(s.handle("CUevent_st", "cudaEvent_t", a.event))
     return r
 
 
 def cudaEventSynchronize(s, a: pb.cudaEventSynchronize_Args) -> pb.cudaEventSynchronize_Result:
     """cudaEventSynchronize (cuda_runtime_api.h)"""
     r = pb.cudaEventSynchronize_Result()
-    r.status = s.lib.cudaEventSynchronize(s.ptr("cudaEvent_t", a.event))
+    r.status = s.lib.cudaEventSynchronize(s.handle("CUevent_st", "cudaEvent_t", a.event))
     return r
 
 
@@ -486,7 +498,7 @@ def cudaFree(s, a: pb.cudaFree_Args) -> pb.cudaFree_Result:
 def cudaFreeAsync(s, a: pb.cudaFreeAsync_Args) -> pb.cudaFreeAsync_Result:
     """cudaFreeAsync (cuda_runtime_api.h)"""
     r = pb.cudaFreeAsync_Result()
-    r.status = s.lib.cudaFreeAsync(s.ptr("void *", a.devPtr), s.ptr("cudaStream_t", a.hStream))
+    r.status = s.lib.cudaFreeAsync(s.ptr("void *", a.devPtr), s.handle("CUstream_st", "cudaStream_t", a.hStream))
     if r.status == 0:
         s.disowns(a.devPtr)
     return r
@@ -582,7 +594,7 @@ def cudaMalloc(s, a: pb.cudaMalloc_Args) -> pb.cudaMalloc_Result:
     r.status = s.lib.cudaMalloc(devPtr, a.size)
     if r.status == 0:
         r.devPtr = s.scalar(devPtr[0])
-        s.owns(r.devPtr)
+        s.owns(r.devPtr, a.size)
     return r
 
 
@@ -590,10 +602,10 @@ def cudaMallocAsync(s, a: pb.cudaMallocAsync_Args) -> pb.cudaMallocAsync_Result:
     """cudaMallocAsync (cuda_runtime_api.h)"""
     r = pb.cudaMallocAsync_Result()
     devPtr = s.ffi.new("void * *")
-    r.status = s.lib.cudaMallocAsync(devPtr, a.size, s.ptr("cudaStream_t", a.hStream))
+    r.status = s.lib.cudaMallocAsync(devPtr, a.size, s.handle("CUstream_st", "cudaStream_t", a.hStream))
     if r.status == 0:
         r.devPtr = s.scalar(devPtr[0])
-        s.owns(r.devPtr)
+        s.owns(r.devPtr, a.size)
     return r
 
 
@@ -605,8 +617,8 @@ def cudaMallocPitch(s, a: pb.cudaMallocPitch_Args) -> pb.cudaMallocPitch_Result:
     r.status = s.lib.cudaMallocPitch(devPtr, pitch, a.width, a.height)
     if r.status == 0:
         r.devPtr = s.scalar(devPtr[0])
-        s.owns(r.devPtr)
         r.pitch = s.scalar(pitch[0])
+        s.owns(r.devPtr, r.pitch * a.height)
     return r
 
 
@@ -625,8 +637,8 @@ def cudaMemGetInfo(s, a: pb.cudaMemGetInfo_Args) -> pb.cudaMemGetInfo_Result:
 def cudaMemcpy(s, a: pb.cudaMemcpy_Args) -> pb.cudaMemcpy_Result:
     """cudaMemcpy (cuda_runtime_api.h)"""
     r = pb.cudaMemcpy_Result()
-    dst = s.out_buffer(a.count) if a.HasField("dst_host") else s.ptr("void *", a.dst)
-    src = s.in_buffer(a.src_host, a.count) if a.HasField("src_host") else s.ptr("void *", a.src)
+    dst = s.out_buffer(a.count) if a.HasField("dst_host") else s.device(a.dst, a.count)
+    src = s.in_buffer(a.src_host, a.count) if a.HasField("src_host") else s.device(a.src, a.count)
     r.status = s.lib.cudaMemcpy(dst, src, a.count, a.kind)
     if a.HasField("dst_host"):
         r.dst = s.take(dst, a.count)
@@ -636,8 +648,8 @@ def cudaMemcpy(s, a: pb.cudaMemcpy_Args) -> pb.cudaMemcpy_Result:
 def cudaMemcpy2D(s, a: pb.cudaMemcpy2D_Args) -> pb.cudaMemcpy2D_Result:
     """cudaMemcpy2D (cuda_runtime_api.h)"""
     r = pb.cudaMemcpy2D_Result()
-    dst = s.inout_buffer(a.dst_host, a.dpitch * (a.height - 1) + a.width) if a.HasField("dst_host") else s.ptr("void *", a.dst)
-    src = s.in_buffer(a.src_host, a.spitch * (a.height - 1) + a.width) if a.HasField("src_host") else s.ptr("void *", a.src)
+    dst = s.inout_buffer(a.dst_host, a.dpitch * (a.height - 1) + a.width) if a.HasField("dst_host") else s.device(a.dst, a.dpitch * (a.height - 1) + a.width)
+    src = s.in_buffer(a.src_host, a.spitch * (a.height - 1) + a.width) if a.HasField("src_host") else s.device(a.src, a.spitch * (a.height - 1) + a.width)
     r.status = s.lib.cudaMemcpy2D(dst, a.dpitch, src, a.spitch, a.width, a.height, a.kind)
     if a.HasField("dst_host"):
         r.dst = s.take(dst, a.dpitch * (a.height - 1) + a.width)
@@ -647,9 +659,9 @@ def cudaMemcpy2D(s, a: pb.cudaMemcpy2D_Args) -> pb.cudaMemcpy2D_Result:
 def cudaMemcpy2DAsync(s, a: pb.cudaMemcpy2DAsync_Args) -> pb.cudaMemcpy2DAsync_Result:
     """cudaMemcpy2DAsync (cuda_runtime_api.h)"""
     r = pb.cudaMemcpy2DAsync_Result()
-    dst = s.inout_buffer(a.dst_host, a.dpitch * (a.height - 1) + a.width) if a.HasField("dst_host") else s.ptr("void *", a.dst)
-    src = s.in_buffer(a.src_host, a.spitch * (a.height - 1) + a.width) if a.HasField("src_host") else s.ptr("void *", a.src)
-    r.status = s.lib.cudaMemcpy2DAsync(dst, a.dpitch, src, a.spitch, a.width, a.height, a.kind, s.ptr("cudaStream_t", a.stream))
+    dst = s.inout_buffer(a.dst_host, a.dpitch * (a.height - 1) + a.width) if a.HasField("dst_host") else s.device(a.dst, a.dpitch * (a.height - 1) + a.width)
+    src = s.in_buffer(a.src_host, a.spitch * (a.height - 1) + a.width) if a.HasField("src_host") else s.device(a.src, a.spitch * (a.height - 1) + a.width)
+    r.status = s.lib.cudaMemcpy2DAsync(dst, a.dpitch, src, a.spitch, a.width, a.height, a.kind, s.handle("CUstream_st", "cudaStream_t", a.stream))
     if a.HasField("dst_host"):
         r.dst = s.take(dst, a.dpitch * (a.height - 1) + a.width)
     return r
@@ -658,9 +670,9 @@ def cudaMemcpy2DAsync(s, a: pb.cudaMemcpy2DAsync_Args) -> pb.cudaMemcpy2DAsync_R
 def cudaMemcpyAsync(s, a: pb.cudaMemcpyAsync_Args) -> pb.cudaMemcpyAsync_Result:
     """cudaMemcpyAsync (cuda_runtime_api.h)"""
     r = pb.cudaMemcpyAsync_Result()
-    dst = s.out_buffer(a.count) if a.HasField("dst_host") else s.ptr("void *", a.dst)
-    src = s.in_buffer(a.src_host, a.count) if a.HasField("src_host") else s.ptr("void *", a.src)
-    r.status = s.lib.cudaMemcpyAsync(dst, src, a.count, a.kind, s.ptr("cudaStream_t", a.stream))
+    dst = s.out_buffer(a.count) if a.HasField("dst_host") else s.device(a.dst, a.count)
+    src = s.in_buffer(a.src_host, a.count) if a.HasField("src_host") else s.device(a.src, a.count)
+    r.status = s.lib.cudaMemcpyAsync(dst, src, a.count, a.kind, s.handle("CUstream_st", "cudaStream_t", a.stream))
     if a.HasField("dst_host"):
         r.dst = s.take(dst, a.count)
     return r
@@ -762,7 +774,7 @@ def cudaSetValidDevices(s, a: pb.cudaSetValidDevices_Args) -> pb.cudaSetValidDev
 def cudaStreamCopyAttributes(s, a: pb.cudaStreamCopyAttributes_Args) -> pb.cudaStreamCopyAttributes_Result:
     """cudaStreamCopyAttributes (cuda_runtime_api.h)"""
     r = pb.cudaStreamCopyAttributes_Result()
-    r.status = s.lib.cudaStreamCopyAttributes(s.ptr("cudaStream_t", a.dst), s.ptr("cudaStream_t", a.src))
+    r.status = s.lib.cudaStreamCopyAttributes(s.handle("CUstream_st", "cudaStream_t", a.dst), s.handle("CUstream_st", "cudaStream_t", a.src))
     return r
 
 
@@ -773,6 +785,7 @@ def cudaStreamCreate(s, a: pb.cudaStreamCreate_Args) -> pb.cudaStreamCreate_Resu
     r.status = s.lib.cudaStreamCreate(pStream)
     if r.status == 0:
         r.pStream = s.scalar(pStream[0])
+        s.owns_handle("CUstream_st", r.pStream)
     return r
 
 
@@ -783,6 +796,7 @@ def cudaStreamCreateWithFlags(s, a: pb.cudaStreamCreateWithFlags_Args) -> pb.cud
     r.status = s.lib.cudaStreamCreateWithFlags(pStream, a.flags)
     if r.status == 0:
         r.pStream = s.scalar(pStream[0])
+        s.owns_handle("CUstream_st", r.pStream)
     return r
 
 
@@ -793,13 +807,16 @@ def cudaStreamCreateWithPriority(s, a: pb.cudaStreamCreateWithPriority_Args) -> 
     r.status = s.lib.cudaStreamCreateWithPriority(pStream, a.flags, a.priority)
     if r.status == 0:
         r.pStream = s.scalar(pStream[0])
+        s.owns_handle("CUstream_st", r.pStream)
     return r
 
 
 def cudaStreamDestroy(s, a: pb.cudaStreamDestroy_Args) -> pb.cudaStreamDestroy_Result:
     """cudaStreamDestroy (cuda_runtime_api.h)"""
     r = pb.cudaStreamDestroy_Result()
-    r.status = s.lib.cudaStreamDestroy(s.ptr("cudaStream_t", a.stream))
+    r.status = s.lib.cudaStreamDestroy(s.handle("CUstream_st", "cudaStream_t", a.stream))
+    if r.status == 0:
+        s.disowns_handle("CUstream_st", a.stream)
     return r
 
 
@@ -807,7 +824,7 @@ def cudaStreamGetAttribute(s, a: pb.cudaStreamGetAttribute_Args) -> pb.cudaStrea
     """cudaStreamGetAttribute (cuda_runtime_api.h)"""
     r = pb.cudaStreamGetAttribute_Result()
     value_out = s.ffi.new("cudaLaunchAttributeValue *")
-    r.status = s.lib.cudaStreamGetAttribute(s.ptr("cudaStream_t", a.hStream), a.attr, value_out)
+    r.status = s.lib.cudaStreamGetAttribute(s.handle("CUstream_st", "cudaStream_t", a.hStream), a.attr, value_out)
     if r.status == 0:
         r.value_out = s.take(value_out)
     return r
@@ -817,7 +834,7 @@ def cudaStreamGetDevice(s, a: pb.cudaStreamGetDevice_Args) -> pb.cudaStreamGetDe
     """cudaStreamGetDevice (cuda_runtime_api.h)"""
     r = pb.cudaStreamGetDevice_Result()
     device = s.ffi.new("int *")
-    r.status = s.lib.cudaStreamGetDevice(s.ptr("cudaStream_t", a.hStream), device)
+    r.status = s.lib.cudaStreamGetDevice(s.handle("CUstream_st", "cudaStream_t", a.hStream), device)
     if r.status == 0:
         r.device = s.scalar(device[0])
     return r
@@ -827,7 +844,7 @@ def cudaStreamGetFlags(s, a: pb.cudaStreamGetFlags_Args) -> pb.cudaStreamGetFlag
     """cudaStreamGetFlags (cuda_runtime_api.h)"""
     r = pb.cudaStreamGetFlags_Result()
     flags = s.ffi.new("unsigned int *")
-    r.status = s.lib.cudaStreamGetFlags(s.ptr("cudaStream_t", a.hStream), flags)
+    r.status = s.lib.cudaStreamGetFlags(s.handle("CUstream_st", "cudaStream_t", a.hStream), flags)
     if r.status == 0:
         r.flags = s.scalar(flags[0])
     return r
@@ -837,7 +854,7 @@ def cudaStreamGetId(s, a: pb.cudaStreamGetId_Args) -> pb.cudaStreamGetId_Result:
     """cudaStreamGetId (cuda_runtime_api.h)"""
     r = pb.cudaStreamGetId_Result()
     streamId = s.ffi.new("unsigned long long *")
-    r.status = s.lib.cudaStreamGetId(s.ptr("cudaStream_t", a.hStream), streamId)
+    r.status = s.lib.cudaStreamGetId(s.handle("CUstream_st", "cudaStream_t", a.hStream), streamId)
     if r.status == 0:
         r.streamId = s.scalar(streamId[0])
     return r
@@ -847,7 +864,7 @@ def cudaStreamGetPriority(s, a: pb.cudaStreamGetPriority_Args) -> pb.cudaStreamG
     """cudaStreamGetPriority (cuda_runtime_api.h)"""
     r = pb.cudaStreamGetPriority_Result()
     priority = s.ffi.new("int *")
-    r.status = s.lib.cudaStreamGetPriority(s.ptr("cudaStream_t", a.hStream), priority)
+    r.status = s.lib.cudaStreamGetPriority(s.handle("CUstream_st", "cudaStream_t", a.hStream), priority)
     if r.status == 0:
         r.priority = s.scalar(priority[0])
     return r
@@ -857,7 +874,7 @@ def cudaStreamIsCapturing(s, a: pb.cudaStreamIsCapturing_Args) -> pb.cudaStreamI
     """cudaStreamIsCapturing (cuda_runtime_api.h)"""
     r = pb.cudaStreamIsCapturing_Result()
     pCaptureStatus = s.ffi.new("enum cudaStreamCaptureStatus *")
-    r.status = s.lib.cudaStreamIsCapturing(s.ptr("cudaStream_t", a.stream), pCaptureStatus)
+    r.status = s.lib.cudaStreamIsCapturing(s.handle("CUstream_st", "cudaStream_t", a.stream), pCaptureStatus)
     if r.status == 0:
         r.pCaptureStatus = s.scalar(pCaptureStatus[0])
     return r
@@ -866,7 +883,7 @@ def cudaStreamIsCapturing(s, a: pb.cudaStreamIsCapturing_Args) -> pb.cudaStreamI
 def cudaStreamQuery(s, a: pb.cudaStreamQuery_Args) -> pb.cudaStreamQuery_Result:
     """cudaStreamQuery (cuda_runtime_api.h)"""
     r = pb.cudaStreamQuery_Result()
-    r.status = s.lib.cudaStreamQuery(s.ptr("cudaStream_t", a.stream))
+    r.status = s.lib.cudaStreamQuery(s.handle("CUstream_st", "cudaStream_t", a.stream))
     return r
 
 
@@ -874,50 +891,50 @@ def cudaStreamSetAttribute(s, a: pb.cudaStreamSetAttribute_Args) -> pb.cudaStrea
     """cudaStreamSetAttribute (cuda_runtime_api.h)"""
     r = pb.cudaStreamSetAttribute_Result()
     value = s.struct_in("cudaLaunchAttributeValue", a.value)
-    r.status = s.lib.cudaStreamSetAttribute(s.ptr("cudaStream_t", a.hStream), a.attr, value)
+    r.status = s.lib.cudaStreamSetAttribute(s.handle("CUstream_st", "cudaStream_t", a.hStream), a.attr, value)
     return r
 
 
 def cudaStreamSynchronize(s, a: pb.cudaStreamSynchronize_Args) -> pb.cudaStreamSynchronize_Result:
     """cudaStreamSynchronize (cuda_runtime_api.h)"""
     r = pb.cudaStreamSynchronize_Result()
-    r.status = s.lib.cudaStreamSynchronize(s.ptr("cudaStream_t", a.stream))
+    r.status = s.lib.cudaStreamSynchronize(s.handle("CUstream_st", "cudaStream_t", a.stream))
     return r
 
 
 def cuEventRecord_record(s, hEvent, hStream) -> int:
     """cuEventRecord (cuda.h), queued"""
-    return s.lib.cuEventRecord(s.ptr("CUevent", hEvent), s.ptr("CUstream", hStream))
+    return s.lib.cuEventRecord(s.handle("CUevent_st", "CUevent", hEvent), s.handle("CUstream_st", "CUstream", hStream))
 
 
 def cudaEventRecord_record(s, event, stream) -> int:
     """cudaEventRecord (cuda_runtime_api.h), queued"""
-    return s.lib.cudaEventRecord(s.ptr("cudaEvent_t", event), s.ptr("cudaStream_t", stream))
+    return s.lib.cudaEventRecord(s.handle("CUevent_st", "cudaEvent_t", event), s.handle("CUstream_st", "cudaStream_t", stream))
 
 
 def cudaEventRecordWithFlags_record(s, event, stream, flags) -> int:
     """cudaEventRecordWithFlags (cuda_runtime_api.h), queued"""
-    return s.lib.cudaEventRecordWithFlags(s.ptr("cudaEvent_t", event), s.ptr("cudaStream_t", stream), flags)
+    return s.lib.cudaEventRecordWithFlags(s.handle("CUevent_st", "cudaEvent_t", event), s.handle("CUstream_st", "cudaStream_t", stream), flags)
 
 
 def cudaMemcpyPeerAsync_record(s, dst, dstDevice, src, srcDevice, count, stream) -> int:
     """cudaMemcpyPeerAsync (cuda_runtime_api.h), queued"""
-    return s.lib.cudaMemcpyPeerAsync(s.ptr("void *", dst), dstDevice, s.ptr("const void *", src), srcDevice, count, s.ptr("cudaStream_t", stream))
+    return s.lib.cudaMemcpyPeerAsync(s.ptr("void *", dst), dstDevice, s.ptr("const void *", src), srcDevice, count, s.handle("CUstream_st", "cudaStream_t", stream))
 
 
 def cudaMemset2DAsync_record(s, devPtr, pitch, value, width, height, stream) -> int:
     """cudaMemset2DAsync (cuda_runtime_api.h), queued"""
-    return s.lib.cudaMemset2DAsync(s.ptr("void *", devPtr), pitch, value, width, height, s.ptr("cudaStream_t", stream))
+    return s.lib.cudaMemset2DAsync(s.ptr("void *", devPtr), pitch, value, width, height, s.handle("CUstream_st", "cudaStream_t", stream))
 
 
 def cudaMemsetAsync_record(s, devPtr, value, count, stream) -> int:
     """cudaMemsetAsync (cuda_runtime_api.h), queued"""
-    return s.lib.cudaMemsetAsync(s.ptr("void *", devPtr), value, count, s.ptr("cudaStream_t", stream))
+    return s.lib.cudaMemsetAsync(s.ptr("void *", devPtr), value, count, s.handle("CUstream_st", "cudaStream_t", stream))
 
 
 def cudaStreamWaitEvent_record(s, stream, event, flags) -> int:
     """cudaStreamWaitEvent (cuda_runtime_api.h), queued"""
-    return s.lib.cudaStreamWaitEvent(s.ptr("cudaStream_t", stream), s.ptr("cudaEvent_t", event), flags)
+    return s.lib.cudaStreamWaitEvent(s.handle("CUstream_st", "cudaStream_t", stream), s.handle("CUevent_st", "cudaEvent_t", event), flags)
 
 
 # id -> (name, Args message, handler): calls that wait for an answer

@@ -98,6 +98,7 @@ def get_global(s, a: pb.GetGlobal_Args) -> pb.GetGlobal_Result:
     r.status = s.lib.cuLibraryGetGlobal(dptr, size, _module(s, a.module), s.string(a.name))
     if r.status == 0:
         r.address, r.size = dptr[0], size[0]
+        s.owns_global(r.address, r.size)
     return r
 
 
@@ -118,8 +119,9 @@ def launch_kernel(s, a: pb.LaunchKernel_Args) -> pb.LaunchKernel_Result:
     argv = ffi.new("void *[]", max(len(offsets), 1))
     for i, off in enumerate(offsets):
         argv[i] = buf + off
-    r.status = s.lib.cuLaunchKernel(func, *a.grid, *a.block, a.shared_mem, ffi.cast("CUstream", a.stream),
-                                    argv if offsets else ffi.NULL, ffi.NULL)
+    stream = s.handle("CUstream_st", "CUstream", a.stream)
+    r.status = s.lib.cuLaunchKernel(func, *a.grid, *a.block, a.shared_mem, stream, argv if offsets else ffi.NULL,
+                                    ffi.NULL)
     return r
 
 

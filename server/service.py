@@ -108,7 +108,7 @@ class Servicer(pb_grpc.CuWireServicer):
                     if session is None:
                         return
                     continue
-                yield session.handle(batch)
+                yield session.run(batch)
         finally:
             if session is not None:
                 session.close()

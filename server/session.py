@@ -24,6 +24,22 @@ class WireError(Exception):
     """The client sent something malformed: the call is refused with a message, the session goes on."""
 
 
+class CudaFail(Exception):
+    """A value the session did not hand out (a handle, a device range): the call returns this CUDA error
+    without reaching CUDA, which could otherwise crash the server on a pointer it does not own."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+INVALID_VALUE = 1  # cudaErrorInvalidValue == CUDA_ERROR_INVALID_VALUE
+INVALID_HANDLE = 400  # cudaErrorInvalidResourceHandle == CUDA_ERROR_INVALID_HANDLE
+STREAM_KIND = "CUstream_st"
+SPECIAL_STREAMS = (1, 2)  # cudaStreamLegacy / CU_STREAM_LEGACY, cudaStreamPerThread / CU_STREAM_PER_THREAD
+DESTROY = {"CUstream_st": "cudaStreamDestroy", "CUevent_st": "cudaEventDestroy"}
+
+
 class Session:
     def __init__(self, server, peer: str, hello: pb.Hello, name: str):
         self.server = server
@@ -33,7 +49,9 @@ class Session:
         self.hello = hello
         self.name = name
         self.max_buffer = server.settings.max_buffer
-        self.allocations: set[int] = set()
+        self.allocations: dict[int, int] = {}  # device address -> size, freed when the session ends
+        self.globals: dict[int, int] = {}  # __device__ variables of loaded modules: address -> size
+        self.handles: dict[str, set[int]] = {}  # handle kind (struct tag) -> handles this session made
         self.modules: set[int] = set()
         self.kernels: dict[int, object] = {}  # CUkernel -> CUfunction
         self.calls = 0
@@ -42,7 +60,7 @@ class Session:
 
     # ---------------------------------------------------------------- running batches
 
-    def handle(self, batch: pb.Batch) -> pb.Reply:
+    def run(self, batch: pb.Batch) -> pb.Reply:
         reply = pb.Reply()
         try:
             if batch.records:
@@ -56,7 +74,11 @@ class Session:
                 except DecodeError as e:
                     raise WireError(f"malformed arguments for {name}: {e}") from e
                 self.calls += 1
-                result = handler(self, args)
+                try:
+                    result = handler(self, args)
+                except CudaFail as e:
+                    log.info("session %s: %s: %s", self.name, name, e)
+                    result = getattr(pb, f"{name.removeprefix('cuwire.')}_Result")(status=e.code)
                 reply.result = result.SerializeToString()
         except WireError as e:
             log.warning("session %s: refused a call: %s", self.name, e)
@@ -86,7 +108,11 @@ class Session:
             name, layout, handler = hit
             if size != layout.size or pos + size > len(data):
                 raise WireError(f"queued {name}: record of {size} bytes, expected {layout.size}")
-            err = handler(self, *layout.unpack_from(data, pos))
+            try:
+                err = handler(self, *layout.unpack_from(data, pos))
+            except CudaFail as e:
+                log.info("session %s: queued %s: %s", self.name, name, e)
+                err = e.code
             pos += size
             self.calls += 1
             if err and not first:
@@ -138,11 +164,37 @@ class Session:
     def string(self, text: str):
         return self.ffi.new("char[]", text.encode())
 
-    def owns(self, address: int) -> None:
-        self.allocations.add(address)
+    def handle(self, kind: str, ctype: str, value: int):
+        """A handle from the wire, if this session made it (NULL and the special streams always pass)."""
+        if value and value not in self.handles.get(kind, ()) and not (kind == STREAM_KIND and value in SPECIAL_STREAMS):
+            raise CudaFail(INVALID_HANDLE, f"{ctype} {value:#x} was not created by this session")
+        return self.ffi.cast(ctype, value)
+
+    def owns_handle(self, kind: str, value: int) -> None:
+        if value:
+            self.handles.setdefault(kind, set()).add(value)
+
+    def disowns_handle(self, kind: str, value: int) -> None:
+        self.handles.get(kind, set()).discard(value)
+
+    def device(self, address: int, size: int):
+        """A device range from the wire, if it lies in this session's memory: else CUDA would take it for
+        a host address in the server's own memory."""
+        self.check_size(size)
+        for ranges in (self.allocations, self.globals):
+            for base, length in ranges.items():
+                if base <= address and address + size <= base + length:
+                    return self.ffi.cast("void *", address)
+        raise CudaFail(INVALID_VALUE, f"{size} bytes at {address:#x} are not in this session's device memory")
+
+    def owns(self, address: int, size: int) -> None:
+        self.allocations[address] = max(int(size), 1)
 
     def disowns(self, address: int) -> None:
-        self.allocations.discard(address)
+        self.allocations.pop(address, None)
+
+    def owns_global(self, address: int, size: int) -> None:
+        self.globals[address] = size
 
     # ---------------------------------------------------------------- the end
 
@@ -150,6 +202,13 @@ class Session:
         """Free everything the client left behind (it may have died mid-run)."""
         for address in sorted(self.allocations):
             self.lib.cudaFree(self.ffi.cast("void *", address))
-        log.info("session %s (%s) ended after %d calls in %.1f s; freed %d allocations", self.name, self.peer,
-                 self.calls, time.monotonic() - self.started, len(self.allocations))
+        destroyed = 0
+        for kind, destroy in DESTROY.items():
+            for h in self.handles.get(kind, ()):
+                getattr(self.lib, destroy)(self.ffi.cast("void *", h))
+                destroyed += 1
+        log.info("session %s (%s) ended after %d calls in %.1f s; freed %d allocations, destroyed %d streams "
+                 "and events", self.name, self.peer, self.calls, time.monotonic() - self.started,
+                 len(self.allocations), destroyed)
         self.allocations.clear()
+        self.handles.clear()

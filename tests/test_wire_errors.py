@@ -116,3 +116,36 @@ def test_raw_grpc_garbage_does_not_kill_the_server(server):
     assert not t.exchange(pb.Batch(hello=HELLO)).error
     t.close()
     assert pb_grpc  # the generated stub module imports
+
+
+def test_device_ranges_the_session_does_not_own(session):
+    malloc = pb.cudaMalloc_Result.FromString(session.exchange(pb.Batch(
+        fn=fn_id("cudaMalloc"), args=pb.cudaMalloc_Args(size=64).SerializeToString())).result)
+    assert malloc.status == 0
+    for dst, count in ((malloc.devPtr + 32, 64), (0x7F00_0000_1000, 8), (malloc.devPtr - 8, 8)):
+        args = pb.cudaMemcpy_Args(dst=dst, src_host=b"y" * count, count=count, kind=4)
+        reply = session.exchange(pb.Batch(fn=fn_id("cudaMemcpy"), args=args.SerializeToString()))
+        assert not reply.error
+        assert pb.cudaMemcpy_Result.FromString(reply.result).status == 1  # cudaErrorInvalidValue, CUDA untouched
+    args = pb.cudaMemcpy_Args(dst=malloc.devPtr + 32, src_host=b"y" * 32, count=32, kind=1)
+    reply = session.exchange(pb.Batch(fn=fn_id("cudaMemcpy"), args=args.SerializeToString()))
+    assert pb.cudaMemcpy_Result.FromString(reply.result).status == 0  # inside the allocation: fine
+
+
+def test_handles_are_per_session(server, session):
+    created = pb.cudaStreamCreate_Result.FromString(session.exchange(pb.Batch(
+        fn=fn_id("cudaStreamCreate"), args=pb.cudaStreamCreate_Args().SerializeToString())).result)
+    assert created.status == 0 and created.pStream
+    other = GrpcTransport(server.address)
+    assert not other.exchange(pb.Batch(hello=HELLO)).error
+    args = pb.cudaStreamSynchronize_Args(stream=created.pStream).SerializeToString()
+    theirs = other.exchange(pb.Batch(fn=fn_id("cudaStreamSynchronize"), args=args))
+    assert pb.cudaStreamSynchronize_Result.FromString(theirs.result).status == 400  # not the other's stream
+    other.close()
+    mine = session.exchange(pb.Batch(fn=fn_id("cudaStreamSynchronize"), args=args))
+    assert pb.cudaStreamSynchronize_Result.FromString(mine.result).status == 0
+    destroy = pb.cudaStreamDestroy_Args(stream=created.pStream).SerializeToString()
+    assert pb.cudaStreamDestroy_Result.FromString(session.exchange(pb.Batch(
+        fn=fn_id("cudaStreamDestroy"), args=destroy)).result).status == 0
+    again = session.exchange(pb.Batch(fn=fn_id("cudaStreamDestroy"), args=destroy))
+    assert pb.cudaStreamDestroy_Result.FromString(again.result).status == 400  # destroyed: no longer valid
