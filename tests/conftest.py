@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CLIENT_DIR = ROOT / "build" / "client"
 APPS = ROOT / "tests" / "test_apps"
 APPS_BUILD = APPS / "build"
+# make gpu-test runs some suites against the real GPU: CUWIRE_TEST_BACKEND=cuda
+BACKEND = os.environ.get("CUWIRE_TEST_BACKEND", "emulated")
 
 
 @pytest.fixture(scope="session")
@@ -37,8 +39,8 @@ class ServerProcess:
     def __init__(self, tmp: Path, *extra: str, env: dict[str, str] | None = None):
         self.log_path = tmp / f"server-{time.monotonic_ns()}.log"
         self.cache = tmp / "modules"
-        cmd = [sys.executable, "-m", "cuwire.server", "--emulated", "--listen", "127.0.0.1:0",
-               "--cache-dir", str(self.cache), *extra]
+        cmd = [sys.executable, "-m", "cuwire.server", "--listen", "127.0.0.1:0", "--cache-dir", str(self.cache),
+               *(["--emulated"] if BACKEND == "emulated" else []), *extra]
         self.log = self.log_path.open("w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})})

@@ -66,6 +66,11 @@ if $PY tests/tools/python_host.py "$PWD/build/client/libcuwire.so" >"$LOG/python
   echo "python_host: OK (client library loaded into $($PY -c 'import sys; print(sys.executable)'), calls reached the GPU)"; pass=$((pass+1))
 else echo "python_host: FAIL"; cat "$LOG/python_host.out"; tail -5 "$LOG/python_host.err"; fail=$((fail+1)); fi
 
+# bad input from the wire against the real CUDA backend: clear errors, never a crash
+if CUWIRE_TEST_BACKEND=cuda $PY -m pytest -q -p no:cacheprovider tests/test_wire_errors.py >"$LOG/wire_errors.txt" 2>&1; then
+  echo "wire errors on the GPU: OK ($(tail -1 "$LOG/wire_errors.txt"))"; pass=$((pass+1))
+else echo "wire errors on the GPU: FAIL"; tail -30 "$LOG/wire_errors.txt"; fail=$((fail+1)); fi
+
 # a second run of the same app against the same server sends no module bytes
 CUWIRE_STATS=1 remote tests/test_apps/build/vector_add >/dev/null 2>"$LOG/stats-second-run.txt"
 grep "modules uploaded" "$LOG/stats-second-run.txt" | sed 's/^ */second run of vector_add: /'

@@ -1,4 +1,6 @@
-"""Bad input from the wire gets a clear error reply; the session and the server go on."""
+"""Bad input from the wire gets a clear error reply; the session and the server go on.
+
+make gpu-test runs this file against the real GPU too (CUWIRE_TEST_BACKEND=cuda)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import struct
 
 import grpc
 import pytest
+from conftest import BACKEND
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import cuwire_pb2_grpc as pb_grpc
@@ -23,7 +26,7 @@ def fn_id(name: str) -> int:
 def session(server):
     t = GrpcTransport(server.address)
     reply = t.exchange(pb.Batch(hello=HELLO))
-    assert not reply.error and reply.welcome.backend == "emulated"
+    assert not reply.error and reply.welcome.backend == BACKEND
     yield t
     t.close()
 
