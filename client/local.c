@@ -31,6 +31,7 @@ __attribute__((constructor)) static void cuwire_promote_libpython(void)
 }
 
 int cuwire_python_ok;
+int cuwire_forked; /* set in a child forked from this process: see forked_child() */
 int cuwire_embedded(void); /* cffi's embedding entry point: running it starts Python (client/build.py) */
 
 void cuwire_python_started(void) { __atomic_store_n(&cuwire_python_ok, 1, __ATOMIC_RELEASE); }
@@ -38,6 +39,12 @@ void cuwire_python_started(void) { __atomic_store_n(&cuwire_python_ok, 1, __ATOM
 int cuwire_start_python(void)
 {
     static int said, tried;
+    if (cuwire_forked) {
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            fprintf(stderr, "cuwire: this process was forked from a cuwire client; a forked child cannot open its "
+                            "own session yet, so its CUDA calls fail (cudaErrorDevicesUnavailable)\n");
+        return 0;
+    }
     if (!__atomic_exchange_n(&tried, 1, __ATOMIC_ACQ_REL))
         cuwire_embedded(); /* one try: cffi does not retry a failed start */
     if (__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE))
@@ -51,11 +58,20 @@ int cuwire_start_python(void)
 static void exit_hook(void)
 {
     int (*is_initialized)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsInitialized");
-    if (is_initialized && is_initialized() && cuwire_python_ok)
+    if (is_initialized && is_initialized() && cuwire_python_ok && !cuwire_forked)
         cuwire_py_at_exit();
 }
 
-void cuwire_hook_exit(void) { atexit(exit_hook); }
+/* A child forked from a client (fork() from C, os.fork() from Python) must not touch the parent's
+ * session: gRPC and the parent's stream do not survive fork, and waiting on them hangs. Python's own
+ * at-fork hooks do not run for a fork() from C, so the mark is made here, in C. */
+static void forked_child(void) { cuwire_forked = 1; }
+
+void cuwire_hook_exit(void)
+{
+    atexit(exit_hook);
+    pthread_atfork(NULL, NULL, forked_child);
+}
 
 /* ------------------------------------------------------------------ errors */
 
@@ -104,6 +120,8 @@ static uint64_t queue_count;
 
 int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size)
 {
+    if (cuwire_forked)
+        return cuwire_start_python() ? 0 : CUWIRE_NOT_READY; /* says why, once; never queue in vain */
     pthread_mutex_lock(&queue_lock);
     size_t need = queue_len + 8 + size;
     if (need > queue_cap) {

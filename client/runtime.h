@@ -19,10 +19,13 @@ const char *cuwire_error_name(int code);
 
 /* True once the embedded Python runtime started; the first sync call starts it. If it cannot start,
  * calls fail loudly with cudaErrorUnknown instead of cffi's silent zero. */
-extern int cuwire_python_ok;
+extern int cuwire_python_ok, cuwire_forked;
 int cuwire_start_python(void);
-#define CUWIRE_READY() (__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE) || cuwire_start_python())
-#define CUWIRE_NOT_READY 999
+#define CUWIRE_READY() \
+    ((__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE) && !cuwire_forked) || cuwire_start_python())
+/* The error a call returns when it cannot reach Python: cudaErrorDevicesUnavailable in a forked child,
+ * cudaErrorUnknown when Python failed to start (both the same numbers in CUresult). */
+#define CUWIRE_NOT_READY (cuwire_forked ? 46 : 999)
 
 /* For the Python side (declared again in client/build.py's cdef). */
 size_t cuwire_queue_take(char **data, uint64_t *count);

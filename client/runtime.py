@@ -113,7 +113,8 @@ class Client:
         self.settings = Settings()
         self.lock = threading.RLock()
         self.session: Session | None = None
-        self.broken: str = ""
+        self.broken: str = ""  # why the server cannot be reached any more
+        self.told = False  # whether the program was told why
         self.alloc_bases: list[int] = []
         self.alloc_sizes: dict[int, int] = {}
         self.stats = Stats()
@@ -126,11 +127,14 @@ class Client:
     def connect(self) -> Session:
         if self.session is None:
             if self.broken:
+                if not self.told:
+                    self.told = True
+                    print(f"cuwire: {self.broken}", file=sys.stderr)
                 raise Fail(DEVICES_UNAVAILABLE)
             try:
                 self.session = Session(self.settings)
             except TransportError as e:
-                self.broken = str(e)
+                self.broken, self.told = str(e), True
                 print(f"cuwire: {e}", file=sys.stderr)
                 raise Fail(DEVICES_UNAVAILABLE) from None
         return self.session
@@ -153,7 +157,7 @@ class Client:
             try:
                 reply = session.transport.exchange(batch)
             except TransportError as e:
-                self.broken = str(e)
+                self.broken, self.told = str(e), True
                 self.session = None
                 print(f"cuwire: {e}", file=sys.stderr)
                 raise Fail(DEVICES_UNAVAILABLE) from None
@@ -322,10 +326,17 @@ class Client:
             print_stats(self.stats, self.names_by_id(), api_calls())
 
     def after_fork(self) -> None:
-        """A forked child gets a session of its own; the parent's stream is not its to use."""
+        """The parent's stream, memory and queued calls are not a forked child's to use (their handles mean
+        nothing in another session), and gRPC cannot open a new channel in a child forked while the
+        parent's stream is open: the child's calls fail at once, by name, instead of hanging."""
         self.lock = threading.RLock()
         self.session = None
+        self.broken = ("this process was forked from a cuwire client; a forked child cannot open its own "
+                       "session yet, so its CUDA calls fail (cudaErrorDevicesUnavailable)")
         self.alloc_bases, self.alloc_sizes = [], {}
+        data, count = ffi.new("char **"), ffi.new("uint64_t *")
+        if lib.cuwire_queue_take(data, count):
+            lib.cuwire_free(data[0])
 
     def names_by_id(self) -> dict[int, str]:
         names = {i: n for i, (n, _, _) in wire.HANDLERS.items()}

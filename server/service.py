@@ -117,7 +117,10 @@ class Servicer(pb_grpc.CuWireServicer):
 def serve(settings: Settings, max_sessions: int = 64) -> tuple[grpc.Server, CuWireServer, int]:
     """Start listening; returns the gRPC server, the shared state and the bound port."""
     state = CuWireServer(settings)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_sessions), options=CHANNEL_OPTIONS)
+    # one thread per session; a client beyond max_sessions is refused at once (RESOURCE_EXHAUSTED)
+    # instead of waiting for a thread that may never come
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_sessions), options=CHANNEL_OPTIONS,
+                         maximum_concurrent_rpcs=max_sessions)
     pb_grpc.add_CuWireServicer_to_server(Servicer(state), server)
     port = server.add_insecure_port(settings.listen)
     if port == 0:

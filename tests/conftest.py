@@ -91,3 +91,12 @@ def run_remote(app: Path, lib: Path, address: str, *args: str, env: dict[str, st
     e = {**os.environ, "LD_PRELOAD": str(lib), "CUWIRE_SERVER": address,
          "LD_LIBRARY_PATH": f"{lib.parent}:{os.environ.get('LD_LIBRARY_PATH', '')}", **(env or {})}
     return subprocess.run([str(app), *args], capture_output=True, text=True, env=e, timeout=timeout)
+
+
+def compile_against_client(source: str, folder: Path, client_lib: Path, name: str = "prog") -> Path:
+    """Build a small C program against cuwire's CUDA declarations, linked to the client library itself."""
+    (folder / f"{name}.c").write_text(source)
+    exe = folder / name
+    subprocess.run(["gcc", "-o", str(exe), str(folder / f"{name}.c"), f"-I{ROOT / 'generated'}",
+                    f"-L{client_lib.parent}", "-lcuwire", f"-Wl,-rpath,{client_lib.parent}"], check=True)
+    return exe

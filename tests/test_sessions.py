@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_remote
+from conftest import compile_against_client, run_remote
 
 LOOPER = r"""
 #include <stdio.h>
@@ -28,12 +28,7 @@ int main(void) {
 
 @pytest.fixture(scope="module")
 def looper(client_lib, tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("looper")
-    (d / "looper.c").write_text(LOOPER)
-    exe = d / "looper"
-    subprocess.run(["gcc", "-o", str(exe), str(d / "looper.c"), f"-I{ROOT / 'generated'}",
-                    f"-L{client_lib.parent}", "-lcuwire", f"-Wl,-rpath,{client_lib.parent}"], check=True)
-    return exe
+    return compile_against_client(LOOPER, tmp_path_factory.mktemp("looper"), client_lib, "looper")
 
 
 def test_second_run_uploads_no_module(apps, client_lib, fresh_server):
@@ -99,3 +94,45 @@ def test_sigterm_ends_sessions_and_frees_their_memory(looper, client_lib, tmp_pa
         p.wait(10)
         s.stop()
     assert "lost the cuwire server" in p.stderr.read()  # the client is told, once
+
+
+def test_compressed_calls(apps, client_lib, server):
+    r = run_remote(apps / "vector_add", client_lib, server.address,
+                   env={"CUWIRE_COMPRESS": "zstd", "CUWIRE_COMPRESS_MIN": "1", "CUWIRE_STATS": "1"})
+    assert r.returncode == 0 and "vector_add: PASS" in r.stdout, r.stderr
+    sent = re.search(r"bytes sent: (\d+) in messages, carrying (\d+) bytes of call data", r.stderr)
+    assert int(sent.group(1)) < int(sent.group(2))  # fewer bytes on the wire than the calls carry
+
+
+def test_forked_child_fails_by_name_and_parent_goes_on(client_lib, server, tmp_path):
+    from conftest import compile_against_client
+
+    exe = compile_against_client(FORKER, tmp_path, client_lib, "forker")
+    env = {**os.environ, "CUWIRE_SERVER": server.address}
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
+    # the child's calls fail at once with cudaErrorDevicesUnavailable (46), never hang; the parent goes on
+    assert r.stdout.splitlines() == ["parent 0 0", "child 46 46", "parent after child 0"], r.stderr
+    assert r.stderr.count("a forked child cannot open its own session yet") == 1
+    assert r.returncode == 1  # the child's exit status, passed on by the parent
+
+
+FORKER = r"""
+#include <stdio.h>
+#include <unistd.h>
+#include <sys/wait.h>
+#include "cuda_api.h"
+int main(void) {
+    void *d; int n = 0;
+    int a = cudaMalloc(&d, 256), b = cudaMemsetAsync(d, 1, 256, 0);  /* leaves a queued call behind */
+    printf("parent %d %d\n", a, b); fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        void *c; int x = cudaMalloc(&c, 256), y = cudaGetDeviceCount(&n);
+        printf("child %d %d\n", x, y); fflush(stdout);
+        _exit(x || y || n < 1);
+    }
+    int status; waitpid(pid, &status, 0);
+    printf("parent after child %d\n", cudaFree(d));
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+"""

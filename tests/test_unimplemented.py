@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import compile_against_client
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = r"""
@@ -26,12 +27,7 @@ int main(void) {
 
 @pytest.fixture(scope="module")
 def program(client_lib, tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("unimpl")
-    (d / "p.c").write_text(PROGRAM)
-    exe = d / "p"
-    subprocess.run(["gcc", "-o", str(exe), str(d / "p.c"), f"-I{ROOT / 'generated'}",
-                    f"-L{client_lib.parent}", "-lcuwire", f"-Wl,-rpath,{client_lib.parent}"], check=True)
-    return exe
+    return compile_against_client(PROGRAM, tmp_path_factory.mktemp("unimpl"), client_lib)
 
 
 def test_unimplemented_says_so_once_and_returns_not_supported(program):

@@ -6,14 +6,7 @@
 #include <cstring>
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        cudaError_t err_ = (call);                                                         \
-        if (err_ != cudaSuccess) {                                                         \
-            printf("%s failed: %d %s\n", #call, (int)err_, cudaGetErrorName(err_));        \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
+#include "check.h"
 
 #define P_INT(f) printf(#f ": %d\n", (int)p.f)
 #define P_UINT(f) printf(#f ": %u\n", (unsigned)p.f)

@@ -3,14 +3,7 @@
 #include <cstdlib>
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        cudaError_t err_ = (call);                                                         \
-        if (err_ != cudaSuccess) {                                                         \
-            printf("%s failed: %d %s\n", #call, (int)err_, cudaGetErrorName(err_));        \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
+#include "check.h"
 
 __global__ void eventsIota(int *out, int base, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -5,14 +5,7 @@
 #include <cstddef>
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        cudaError_t err_ = (call);                                                         \
-        if (err_ != cudaSuccess) {                                                         \
-            printf("%s failed: %d %s\n", #call, (int)err_, cudaGetErrorName(err_));        \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
+#include "check.h"
 
 // offsets: tag 0, scale 8, offset 16, count 20, bias 24, flag 28; size 32, alignment 8
 struct Mixed {

@@ -3,14 +3,7 @@
 #include <cstdlib>
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        cudaError_t err_ = (call);                                                         \
-        if (err_ != cudaSuccess) {                                                         \
-            printf("%s failed: %d %s\n", #call, (int)err_, cudaGetErrorName(err_));        \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
+#include "check.h"
 
 // y[i] = a * x[i] + y[i]. The values below make every product and sum exact in each type,
 // so the result does not depend on whether the compiler fuses the multiply-add.
