@@ -26,7 +26,7 @@ from cuwire.client import fatbin
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as wire
 from cuwire.settings import Settings
-from cuwire.transport import GrpcTransport, Transport, TransportError
+from cuwire.transport import Transport, TransportError, open_session
 
 # Error codes used here (the same numbers in cudaError_t and CUresult).
 INVALID_VALUE = 1
@@ -88,11 +88,11 @@ class Session:
 
     def __init__(self, settings: Settings):
         self.settings = settings
-        self.transport: Transport = GrpcTransport(settings.server)
         hello = pb.Hello(client_version=cuwire.__version__, cuda_version=wire.CUDA_VERSION,
                          api_digest=wire.API_DIGEST, token=settings.token, pid=os.getpid(),
                          host=socket.gethostname())
-        reply = self.transport.exchange(pb.Batch(hello=hello))
+        self.transport: Transport
+        self.transport, reply = open_session(settings.server, hello)
         if reply.error:
             self.transport.close()
             raise TransportError(reply.error)

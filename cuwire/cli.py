@@ -276,14 +276,11 @@ def make_hello(token: str = "", **overrides: object):
 
 def handshake(address: str, hello, timeout: float = 5.0):
     """Open a session, send the Hello, close; the server's Reply (welcome or error). Raises TransportError."""
-    from cuwire.generated import cuwire_pb2 as pb
-    from cuwire.transport import GrpcTransport
+    from cuwire.transport import open_session
 
-    transport = GrpcTransport(address, connect_timeout=timeout)
-    try:
-        return transport.exchange(pb.Batch(hello=hello))
-    finally:
-        transport.close()
+    transport, reply = open_session(address, hello, connect_timeout=timeout)
+    transport.close()
+    return reply
 
 
 def cuda_version_text(v: int) -> str:

@@ -30,6 +30,10 @@ class Settings:
         default_factory=lambda: Path(_env("cache_dir", str(Path.home() / ".cache" / "cuwire" / "modules"))))
     log_level: str = field(default_factory=lambda: _env("log_level", "info"))
     max_buffer: int = field(default_factory=lambda: int(_env("max_buffer", str(8 << 30))))
+    # process: each session runs in a process of its own (its own CUDA context; a crash stays there);
+    # thread: sessions are threads of the listening process
+    isolation: str = field(default_factory=lambda: _env("isolation", "process"))
+    session_name: str = field(default_factory=lambda: _env("session_name", ""))  # set by the listener
     # client side
     compress: str = field(default_factory=lambda: _env("compress", "off"))  # off | zstd
     compress_min: int = field(default_factory=lambda: int(_env("compress_min", str(64 << 10))))

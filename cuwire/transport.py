@@ -62,3 +62,21 @@ class GrpcTransport:
     def close(self) -> None:
         self._requests.put(None)
         self._channel.close()
+
+
+def open_session(address: str, hello: pb.Hello, connect_timeout: float = 10.0) -> tuple[GrpcTransport, pb.Reply]:
+    """Connect, say hello, and follow the listener to the session's own process where it sends us.
+
+    Returns the transport of the session and the server's first reply (a Welcome, or a refusal).
+    """
+    transport = GrpcTransport(address, connect_timeout)
+    reply = transport.exchange(pb.Batch(hello=hello))
+    if reply.error or not reply.welcome.redirect_port:
+        return transport, reply
+    transport.close()
+    host = address.rpartition(":")[0]
+    again = pb.Hello()
+    again.CopyFrom(hello)
+    again.token = reply.welcome.session_token
+    transport = GrpcTransport(f"{host}:{reply.welcome.redirect_port}", connect_timeout)
+    return transport, transport.exchange(pb.Batch(hello=again))

@@ -9,7 +9,6 @@ import sys
 import threading
 from pathlib import Path
 
-from cuwire.server.service import serve
 from cuwire.settings import Settings
 
 
@@ -19,13 +18,18 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--cache-dir", type=Path, help="module cache folder (CUWIRE_CACHE_DIR)")
     ap.add_argument("--token", help="token clients must present (CUWIRE_TOKEN)")
     ap.add_argument("--log-level", help="debug, info, warning, error (CUWIRE_LOG_LEVEL)")
+    ap.add_argument("--isolation", choices=["process", "thread"],
+                    help="each session in a process of its own (default) or a thread (CUWIRE_ISOLATION)")
     ap.add_argument("--emulated", action="store_true",
                     help="serve the EMULATED device instead of a GPU (tests only; CUWIRE_BACKEND=emulated)")
+    # how the listener starts its children (not for users)
+    ap.add_argument("--one-session", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
     s = Settings()
-    for name in ("listen", "devices", "cache_dir", "token", "log_level"):
+    for name in ("listen", "devices", "cache_dir", "token", "log_level", "isolation"):
         if getattr(args, name, None) is not None:
             setattr(s, name, getattr(args, name))
     if args.emulated:
@@ -33,34 +37,107 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return s
 
 
-def run(settings: Settings, ready=None) -> int:
+def wait_for_signal(extra: threading.Event | None = None) -> threading.Event:
+    """An event set by SIGTERM or SIGINT (or by whoever else holds it)."""
+    stop = extra or threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def run(settings: Settings, ready=None, one_session: bool = False, probe: bool = False) -> int:
     logging.basicConfig(level=settings.log_level.upper(), format="cuwire server: %(message)s")
     log = logging.getLogger("cuwire.server")
+    if probe:
+        return run_probe(settings, log)
+    if settings.isolation == "process" and not one_session:
+        return run_listener(settings, ready, log)
+    from cuwire.server.listener import PORT_LINE, START_TIMEOUT
+    from cuwire.server.service import serve
+
     try:
-        server, state, port = serve(settings)
+        server, state, port = serve(settings, max_sessions=1 if one_session else 64)
     except RuntimeError as e:
         log.error("%s", e)
         return 1
+    stop = wait_for_signal()
+    if one_session:  # a listener's child: say where, serve one session, then end
+        state.on_session_end = stop.set
+        nobody_came = threading.Timer(START_TIMEOUT, lambda: None if state.session_started.is_set() else stop.set())
+        nobody_came.daemon = True  # must not keep the process alive once its session is over
+        nobody_came.start()
+        print(f"{PORT_LINE}{port}", flush=True)
+    else:
+        host = settings.listen.rpartition(":")[0]
+        devices = ", ".join(f"{d.name} (sm_{d.major}{d.minor})" for d in state.devices)
+        log.info("listening on %s:%d, backend %s, devices: %s; sessions are threads of this process", host, port,
+                 state.backend, devices)
+        if state.backend == "emulated":
+            log.warning("EMULATED device: for tests only, results do not come from a GPU")
+        if ready is not None:
+            ready(port)
+    stop.wait()
+    if not one_session:
+        log.info("shutting down: ending sessions")
+    server.stop(grace=2).wait()
+    return 0
+
+
+def run_probe(settings: Settings, log: logging.Logger) -> int:
+    from cuwire.server.service import CuWireServer
+
+    try:
+        state = CuWireServer(settings)
+    except RuntimeError as e:
+        log.error("%s", e)
+        return 1
+    for d in state.devices:
+        print(f"{d.name} (sm_{d.major}{d.minor})")
+    return 0
+
+
+def run_listener(settings: Settings, ready, log: logging.Logger) -> int:
+    from concurrent import futures
+
+    import grpc
+
+    from cuwire.generated import cuwire_pb2_grpc as pb_grpc
+    from cuwire.server.listener import Listener, ListenerServicer
+    from cuwire.transport import CHANNEL_OPTIONS
+
+    listener = Listener(settings)
+    try:
+        devices = listener.probe()
+    except (RuntimeError, OSError) as e:
+        log.error("%s", e)
+        return 1
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=CHANNEL_OPTIONS)
+    pb_grpc.add_CuWireServicer_to_server(ListenerServicer(listener), server)
+    port = server.add_insecure_port(settings.listen)
+    if port == 0:
+        log.error("cannot listen on %s", settings.listen)
+        return 1
+    server.start()
+    stop = wait_for_signal()
     host = settings.listen.rpartition(":")[0]
-    devices = ", ".join(f"{d.name} (sm_{d.major}{d.minor})" for d in state.devices)
-    log.info("listening on %s:%d, backend %s, devices: %s", host, port, state.backend, devices)
-    if state.backend == "emulated":
+    log.info("listening on %s:%d, backend %s, devices: %s; each session in a process of its own", host, port,
+             settings.backend, ", ".join(devices))
+    if settings.backend == "emulated":
         log.warning("EMULATED device: for tests only, results do not come from a GPU")
     if ready is not None:
         ready(port)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     log.info("shutting down: ending sessions")
-    server.stop(grace=2).wait()
+    server.stop(grace=1).wait()
+    listener.stop()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="cuwire server", description=__doc__)
     add_arguments(ap)
-    return run(settings_from(ap.parse_args(argv)))
+    args = ap.parse_args(argv)
+    return run(settings_from(args), one_session=args.one_session, probe=args.probe)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""The listening server: accepts sessions over gRPC, checks the handshake, runs each session's batches.
+"""The session server: accepts sessions over gRPC, checks the handshake, runs each session's batches.
 
-Sessions are threads of this process for now; Session is independent of the transport so that a
-listener can hand each session to a process of its own (see DESIGN.md, sessions and safety).
+It runs the sessions as threads of its own process. With isolation=process (the default), the
+listener (server/listener.py) starts one of these per session, for that session alone.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import threading
 from concurrent import futures
 
 import grpc
@@ -39,6 +40,8 @@ class CuWireServer:
         self.devices = self.query_devices()
         self.session_ids = itertools.count(1)
         self.zstd = zstandard.ZstdDecompressor()
+        self.on_session_end = lambda: None  # a one-session process stops here
+        self.session_started = threading.Event()
 
     def query_devices(self) -> list[pb.Device]:
         ffi, lib = self.ffi, self.lib
@@ -69,16 +72,11 @@ class CuWireServer:
 
     def welcome(self, hello: pb.Hello, peer: str) -> tuple[pb.Reply, Session | None]:
         """Check the handshake; a mismatch gets one clear message and no session."""
-        if self.settings.token and hello.token != self.settings.token:
-            return pb.Reply(error="the server refused the token (set CUWIRE_TOKEN to the server's token)",
-                            refusal=pb.TOKEN), None
-        if hello.api_digest != generated.API_DIGEST or hello.cuda_version != generated.CUDA_VERSION:
-            return pb.Reply(error=(
-                f"version mismatch: the client (cuwire {hello.client_version}) was generated for CUDA "
-                f"{hello.cuda_version} with API digest {hello.api_digest}, the server (cuwire {cuwire.__version__}) "
-                f"for CUDA {generated.CUDA_VERSION} with API digest {generated.API_DIGEST}; build both from the "
-                "same cuwire version"), refusal=pb.VERSION), None
-        name = f"{next(self.session_ids)}"
+        refusal = check_hello(self.settings, hello)
+        if refusal is not None:
+            return refusal, None
+        self.session_started.set()
+        name = self.settings.session_name or f"{next(self.session_ids)}"
         session = Session(self, peer, hello, name)
         driver, runtime = self.versions()
         log.info("session %s opened for pid %d on %s (%s), backend %s", name, hello.pid, hello.host, peer,
@@ -89,6 +87,20 @@ class CuWireServer:
             server_version=cuwire.__version__, cuda_version=generated.CUDA_VERSION,
             api_digest=generated.API_DIGEST, backend=self.backend, devices=self.devices, session=name,
             driver_version=driver, runtime_version=runtime)), session
+
+
+def check_hello(settings: Settings, hello: pb.Hello) -> pb.Reply | None:
+    """The refusal for a Hello with the wrong token or from another API version, else None."""
+    if settings.token and hello.token != settings.token:
+        return pb.Reply(error="the server refused the token (set CUWIRE_TOKEN to the server's token)",
+                        refusal=pb.TOKEN)
+    if hello.api_digest != generated.API_DIGEST or hello.cuda_version != generated.CUDA_VERSION:
+        return pb.Reply(error=(
+            f"version mismatch: the client (cuwire {hello.client_version}) was generated for CUDA "
+            f"{hello.cuda_version} with API digest {hello.api_digest}, the server (cuwire {cuwire.__version__}) "
+            f"for CUDA {generated.CUDA_VERSION} with API digest {generated.API_DIGEST}; build both from the "
+            "same cuwire version"), refusal=pb.VERSION)
+    return None
 
 
 class Servicer(pb_grpc.CuWireServicer):
@@ -112,6 +124,7 @@ class Servicer(pb_grpc.CuWireServicer):
         finally:
             if session is not None:
                 session.close()
+                self.server.on_session_end()
 
 
 def serve(settings: Settings, max_sessions: int = 64) -> tuple[grpc.Server, CuWireServer, int]:

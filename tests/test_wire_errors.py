@@ -13,7 +13,7 @@ from conftest import BACKEND
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import cuwire_pb2_grpc as pb_grpc
 from cuwire.generated import server_handlers as generated
-from cuwire.transport import GrpcTransport
+from cuwire.transport import GrpcTransport, open_session
 
 HELLO = pb.Hello(client_version="test", cuda_version=generated.CUDA_VERSION, api_digest=generated.API_DIGEST)
 
@@ -24,8 +24,7 @@ def fn_id(name: str) -> int:
 
 @pytest.fixture
 def session(server):
-    t = GrpcTransport(server.address)
-    reply = t.exchange(pb.Batch(hello=HELLO))
+    t, reply = open_session(server.address, HELLO)
     assert not reply.error and reply.welcome.backend == BACKEND
     yield t
     t.close()
@@ -139,8 +138,8 @@ def test_handles_are_per_session(server, session):
     created = pb.cudaStreamCreate_Result.FromString(session.exchange(pb.Batch(
         fn=fn_id("cudaStreamCreate"), args=pb.cudaStreamCreate_Args().SerializeToString())).result)
     assert created.status == 0 and created.pStream
-    other = GrpcTransport(server.address)
-    assert not other.exchange(pb.Batch(hello=HELLO)).error
+    other, reply = open_session(server.address, HELLO)
+    assert not reply.error
     args = pb.cudaStreamSynchronize_Args(stream=created.pStream).SerializeToString()
     theirs = other.exchange(pb.Batch(fn=fn_id("cudaStreamSynchronize"), args=args))
     assert pb.cudaStreamSynchronize_Result.FromString(theirs.result).status == 400  # not the other's stream
