@@ -136,3 +136,30 @@ int main(void) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 """
+
+
+def test_sessions_in_threads_still_work(apps, client_lib, tmp_path):
+    from conftest import ServerProcess
+
+    s = ServerProcess(tmp_path, "--isolation", "thread")
+    try:
+        r = run_remote(apps / "vector_add", client_lib, s.address)
+        assert r.returncode == 0 and "vector_add: PASS" in r.stdout, r.stderr
+        assert "sessions are threads of this process" in s.text()
+    finally:
+        s.stop()
+
+
+def test_a_dying_session_process_leaves_the_others_alone(looper, apps, client_lib, fresh_server):
+    env = {**os.environ, "LD_PRELOAD": str(client_lib), "CUWIRE_SERVER": fresh_server.address}
+    p = subprocess.Popen([str(looper)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert p.stdout.readline().strip() == "allocated"
+        pid = int(re.findall(r"session \d+ for pid \d+ .*: process (\d+), port", fresh_server.text())[-1])
+        os.kill(pid, signal.SIGKILL)  # the session's own process dies (a crash in CUDA, say)
+        r = run_remote(apps / "vector_add", client_lib, fresh_server.address)
+        assert r.returncode == 0 and "vector_add: PASS" in r.stdout, r.stderr  # other sessions go on
+    finally:
+        p.kill()
+        p.wait(10)
+    assert "lost the cuwire server" in p.stderr.read()  # its client is told
