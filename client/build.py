@@ -41,6 +41,11 @@ extern const char *const cuwire_names[];
 extern const char *const cuwire_modes[];
 extern unsigned long long cuwire_counts[];
 extern const int cuwire_n_functions;
+void cuwire_set_launch_limits(uint32_t threads, const uint32_t *block, const uint32_t *grid);
+void cuwire_cache_kernel(const void *host, uint64_t handle, uint32_t n, const uint32_t *offsets,
+                         const uint32_t *sizes);
+void cuwire_forget_kernels(void);
+extern unsigned long long cuwire_fast_launches;
 extern "Python+C" int cuwire_py_flush(void);
 extern "Python+C" void cuwire_py_at_exit(void);
 """

@@ -493,3 +493,161 @@ CUresult cuwire_local_cuGetExportTable(const void **ppExportTable, const CUuuid 
                         "`nvcc -cudart shared`\n");
     return CUDA_ERROR_NOT_SUPPORTED;
 }
+
+/* ------------------------------------------------------------------ queued kernel launches */
+
+/* Kernels the Python side has looked up on the server (first launch), by host stub: their server
+ * handle and parameter layout. With it, a launch is checked against the device's limits and queued
+ * as one record, in C, without Python or a round trip; its errors surface at the next synchronising
+ * call, as a GPU's own launch errors do. The table belongs to the current session. */
+struct kernel_info {
+    const void *host;
+    uint64_t handle;
+    uint32_t n, size;
+    uint32_t *offsets, *sizes;
+};
+static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kernel_info *kernels; /* open addressing, power-of-two capacity */
+static size_t kernels_cap, kernels_len;
+static uint32_t max_threads, max_block[3], max_grid[3];
+static int limits_set;
+unsigned long long cuwire_fast_launches; /* for CUWIRE_STATS */
+extern const uint32_t cuwire_launch_record_id;
+
+static size_t slot_of(const void *host, size_t cap)
+{
+    return ((uintptr_t)host >> 4) * 0x9E3779B97F4A7C15ull & (cap - 1);
+}
+
+void cuwire_set_launch_limits(uint32_t threads, const uint32_t *block, const uint32_t *grid)
+{
+    pthread_mutex_lock(&kernels_lock);
+    max_threads = threads;
+    memcpy(max_block, block, sizeof max_block);
+    memcpy(max_grid, grid, sizeof max_grid);
+    limits_set = 1;
+    pthread_mutex_unlock(&kernels_lock);
+}
+
+void cuwire_forget_kernels(void)
+{
+    pthread_mutex_lock(&kernels_lock);
+    for (size_t i = 0; i < kernels_cap; i++) {
+        free(kernels[i].offsets);
+        free(kernels[i].sizes);
+    }
+    free(kernels);
+    kernels = NULL;
+    kernels_cap = kernels_len = 0;
+    limits_set = 0;
+    pthread_mutex_unlock(&kernels_lock);
+}
+
+void cuwire_cache_kernel(const void *host, uint64_t handle, uint32_t n, const uint32_t *offsets,
+                         const uint32_t *sizes)
+{
+    pthread_mutex_lock(&kernels_lock);
+    if ((kernels_len + 1) * 2 > kernels_cap) {
+        size_t cap = kernels_cap ? kernels_cap * 2 : 256;
+        struct kernel_info *grown = calloc(cap, sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&kernels_lock);
+            return; /* launches of this kernel simply keep taking the Python path */
+        }
+        for (size_t i = 0; i < kernels_cap; i++) {
+            if (kernels[i].host) {
+                size_t j = slot_of(kernels[i].host, cap);
+                while (grown[j].host)
+                    j = (j + 1) & (cap - 1);
+                grown[j] = kernels[i];
+            }
+        }
+        free(kernels);
+        kernels = grown;
+        kernels_cap = cap;
+    }
+    size_t j = slot_of(host, kernels_cap);
+    while (kernels[j].host && kernels[j].host != host)
+        j = (j + 1) & (kernels_cap - 1);
+    if (!kernels[j].host) {
+        struct kernel_info k = {host, handle, n, 0, malloc(n * sizeof(uint32_t) + 1),
+                                malloc(n * sizeof(uint32_t) + 1)};
+        if (!k.offsets || !k.sizes) {
+            free(k.offsets);
+            free(k.sizes);
+            pthread_mutex_unlock(&kernels_lock);
+            return;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            k.offsets[i] = offsets[i];
+            k.sizes[i] = sizes[i];
+            if (offsets[i] + sizes[i] > k.size)
+                k.size = offsets[i] + sizes[i];
+        }
+        kernels[j] = k;
+        kernels_len++;
+    }
+    pthread_mutex_unlock(&kernels_lock);
+}
+
+/* The record: u64 kernel, u32 grid[3], u32 block[3], u64 shared memory, u64 stream, then the
+ * parameters laid out at their offsets (server/custom.py, LAUNCH_HEAD). */
+struct __attribute__((packed)) launch_head {
+    uint64_t kernel;
+    uint32_t grid[3], block[3];
+    uint64_t shared_mem, stream;
+};
+
+static int launch_queued(const void *host, dim3 grid, dim3 block, void **args, size_t shmem, void *stream)
+{
+    if (cuwire_forked || !__atomic_load_n(&limits_set, __ATOMIC_ACQUIRE))
+        return -1;
+    uint32_t g[3] = {grid.x, grid.y, grid.z}, b[3] = {block.x, block.y, block.z};
+    if ((uint64_t)b[0] * b[1] * b[2] > max_threads || !b[0] || !b[1] || !b[2] || !g[0] || !g[1] || !g[2])
+        return cudaErrorInvalidValue; /* what the CUDA 13 runtime answers, before the GPU sees it */
+    for (int i = 0; i < 3; i++)
+        if (b[i] > max_block[i] || g[i] > max_grid[i])
+            return cudaErrorInvalidValue;
+    pthread_mutex_lock(&kernels_lock);
+    struct kernel_info k = {0};
+    if (kernels_cap) {
+        size_t j = slot_of(host, kernels_cap);
+        while (kernels[j].host && kernels[j].host != host)
+            j = (j + 1) & (kernels_cap - 1);
+        k = kernels[j];
+    }
+    if (!k.host) {
+        pthread_mutex_unlock(&kernels_lock);
+        return -1; /* first launch of this kernel: Python looks it up (and uploads its module) */
+    }
+    char small[4096], *rec = small;
+    size_t len = sizeof(struct launch_head) + k.size;
+    if (len > sizeof small && !(rec = calloc(1, len))) {
+        pthread_mutex_unlock(&kernels_lock);
+        return cudaErrorMemoryAllocation;
+    }
+    memset(rec, 0, len);
+    struct launch_head head = {k.handle, {g[0], g[1], g[2]}, {b[0], b[1], b[2]}, shmem, (uint64_t)(uintptr_t)stream};
+    memcpy(rec, &head, sizeof head);
+    for (uint32_t i = 0; i < k.n; i++)
+        memcpy(rec + sizeof head + k.offsets[i], args[i], k.sizes[i]);
+    pthread_mutex_unlock(&kernels_lock);
+    int err = cuwire_enqueue(cuwire_launch_record_id, rec, (uint32_t)len);
+    if (rec != small)
+        free(rec);
+    if (!err)
+        __atomic_add_fetch(&cuwire_fast_launches, 1, __ATOMIC_RELAXED);
+    return err;
+}
+
+int cuwire_fast_cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+                                 cudaStream_t stream)
+{
+    return launch_queued(func, gridDim, blockDim, args, sharedMem, stream);
+}
+
+int cuwire_fast___cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
+                                   cudaStream_t stream)
+{
+    return launch_queued((const void *)kernel, gridDim, blockDim, args, sharedMem, stream);
+}

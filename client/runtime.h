@@ -35,6 +35,11 @@ int cuwire_lookup_function(const void *host, int *fatbin, const char **name);
 int cuwire_lookup_variable(const void *host, int *fatbin, const char **name, size_t *size);
 int cuwire_fatbin(int index, const void **data, size_t *size);
 int cuwire_py_flush(void);
+void cuwire_set_launch_limits(uint32_t threads, const uint32_t *block, const uint32_t *grid);
+void cuwire_cache_kernel(const void *host, uint64_t handle, uint32_t n, const uint32_t *offsets,
+                         const uint32_t *sizes);
+void cuwire_forget_kernels(void);
+extern unsigned long long cuwire_fast_launches;
 void cuwire_python_started(void);
 void cuwire_py_at_exit(void);
 void cuwire_hook_exit(void);

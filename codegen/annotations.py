@@ -10,6 +10,8 @@ unimplemented (its stub says so loudly). Inside a table:
            local   answered by the client's own C (client/local.c); the server never sees it
   note     free text shown in the manifest
   aliases  extra exported names served by the same implementation
+  fast     a C function of client/local.c, with the same parameters, that the stub tries first; it
+           answers (e.g. queues a launch whose kernel it knows) or returns -1 to take the usual path
   <param>  an inline table for one parameter: role, length, alloc, frees (see model.Param)
 
 Parameters not named are inferred where that is safe (see `infer_role`);
@@ -26,7 +28,7 @@ from .model import Api, Function, Param
 
 ANNOTATIONS = Path(__file__).with_name("annotations.toml")
 MODES = {"sync", "async", "custom", "local"}
-FUNCTION_KEYS = {"mode", "note", "aliases"}
+FUNCTION_KEYS = {"mode", "note", "aliases", "fast"}
 PARAM_KEYS = {"role", "length", "alloc", "frees"}
 ROLES = {"value", "struct", "out", "inout", "struct_in", "struct_out", "buf_in", "buf_out", "mem_in", "mem_out",
          "mem_inout", "string", "symbol", "kernel", "null"}
@@ -102,6 +104,9 @@ def apply_function(fn: Function, spec: dict) -> None:
     fn.mode = mode
     fn.status = "local" if mode == "local" else "remoted"
     fn.note = spec.get("note", "")
+    fn.fast = spec.get("fast", "")
+    if fn.fast and mode not in ("sync", "custom"):
+        raise AnnotationError(f"{fn.name}: `fast` goes with mode sync or custom, not {mode}")
     fn.aliases = sorted(set(fn.aliases) | set(spec.get("aliases", [])))
     for p in fn.params:
         ann = spec.get(p.name, {})

@@ -145,6 +145,7 @@ class Function:
     status: str = "unimplemented"  # remoted | local | unimplemented
     mode: str = ""  # sync | async | custom | local, when not unimplemented
     note: str = ""
+    fast: str = ""  # C function tried before the usual path (see annotations.py)
 
     @property
     def fn_id(self) -> int:

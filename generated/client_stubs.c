@@ -1737,6 +1737,9 @@ const char *const cuwire_modes[] = {
 unsigned long long cuwire_counts[859];
 const int cuwire_n_functions = 859;
 
+/* The id of a queued kernel launch record (cuwire's own operation LaunchKernel). */
+const uint32_t cuwire_launch_record_id = 1561583759u;
+
 const char *cuwire_error_name(int code)
 {
     switch (code) {
@@ -1904,9 +1907,13 @@ return cuwire_local___cudaInitModule(fatCubinHandle);
 
 /* __cudaLaunchKernel (crt/device_functions.h): remoted, custom; also __cudaLaunchKernel_ptsz */
 int cuwire_py___cudaLaunchKernel(uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t, uint64_t);
+int cuwire_fast___cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream);
 CUWIRE_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
     __atomic_add_fetch(&cuwire_counts[3], 1, __ATOMIC_RELAXED);
+    int fast = cuwire_fast___cudaLaunchKernel(kernel, gridDim, blockDim, args, sharedMem, stream);
+    if (fast >= 0)
+        return (cudaError_t)cuwire_rt_status(fast);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py___cudaLaunchKernel((uint64_t)(uintptr_t)kernel, (void *)&gridDim, sizeof gridDim, (void *)&blockDim, sizeof blockDim, (void *)args, (uint64_t)sharedMem, (uint64_t)(uintptr_t)stream));
@@ -8085,9 +8092,13 @@ CUWIRE_EXPORT __typeof__(cudaLaunchHostFunc) cudaLaunchHostFunc_ptsz __attribute
 
 /* cudaLaunchKernel (cuda_runtime_api.h): remoted, custom; also cudaLaunchKernel_ptsz */
 int cuwire_py_cudaLaunchKernel(uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t, uint64_t);
+int cuwire_fast_cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream);
 CUWIRE_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
     __atomic_add_fetch(&cuwire_counts[734], 1, __ATOMIC_RELAXED);
+    int fast = cuwire_fast_cudaLaunchKernel(func, gridDim, blockDim, args, sharedMem, stream);
+    if (fast >= 0)
+        return (cudaError_t)cuwire_rt_status(fast);
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaLaunchKernel((uint64_t)(uintptr_t)func, (void *)&gridDim, sizeof gridDim, (void *)&blockDim, sizeof blockDim, (void *)args, (uint64_t)sharedMem, (uint64_t)(uintptr_t)stream));

@@ -7,6 +7,7 @@ content hash); kernels are CUkernel handles, launched through the CUfunction of 
 from __future__ import annotations
 
 import logging
+import struct
 import zlib
 
 from cuwire.generated import cuwire_pb2 as pb
@@ -105,24 +106,42 @@ def get_global(s, a: pb.GetGlobal_Args) -> pb.GetGlobal_Result:
 def launch_kernel(s, a: pb.LaunchKernel_Args) -> pb.LaunchKernel_Result:
     from cuwire.server.session import WireError
 
-    ffi = s.ffi
-    hit = s.kernels.get(a.kernel)
-    if hit is None:
-        return pb.LaunchKernel_Result(status=INVALID_HANDLE)
-    func, offsets, size = hit
-    if len(a.params) != size:
-        raise WireError(f"kernel parameters: sent {len(a.params)} bytes, the kernel takes {size}")
     if len(a.grid) != 3 or len(a.block) != 3:
         raise WireError("grid and block need three dimensions each")
-    r = pb.LaunchKernel_Result()
-    buf = ffi.new("char[]", a.params or b"\0")
+    return pb.LaunchKernel_Result(status=launch(s, a.kernel, a.grid, a.block, a.shared_mem, a.stream, a.params))
+
+
+# A queued launch (client/local.c, struct launch_head): kernel, grid[3], block[3], shared memory, stream,
+# then the parameters at their offsets.
+LAUNCH_HEAD = struct.Struct("<Q3I3IQQ")
+
+
+def launch_record(s, payload: bytes) -> int:
+    from cuwire.server.session import WireError
+
+    if len(payload) < LAUNCH_HEAD.size:
+        raise WireError(f"queued launch of {len(payload)} bytes, shorter than its {LAUNCH_HEAD.size}-byte head")
+    kernel, gx, gy, gz, bx, by, bz, shared_mem, stream = LAUNCH_HEAD.unpack_from(payload)
+    return launch(s, kernel, (gx, gy, gz), (bx, by, bz), shared_mem, stream, payload[LAUNCH_HEAD.size:])
+
+
+def launch(s, kernel: int, grid, block, shared_mem: int, stream: int, params: bytes) -> int:
+    """Launch a kernel this session looked up, with its parameters laid out at their offsets."""
+    from cuwire.server.session import WireError
+
+    ffi = s.ffi
+    hit = s.kernels.get(kernel)
+    if hit is None:
+        return INVALID_HANDLE
+    func, offsets, size = hit
+    if len(params) != size:
+        raise WireError(f"kernel parameters: sent {len(params)} bytes, the kernel takes {size}")
+    buf = ffi.new("char[]", params or b"\0")
     argv = ffi.new("void *[]", max(len(offsets), 1))
     for i, off in enumerate(offsets):
         argv[i] = buf + off
-    stream = s.handle("CUstream_st", "CUstream", a.stream)
-    r.status = s.lib.cuLaunchKernel(func, *a.grid, *a.block, a.shared_mem, stream, argv if offsets else ffi.NULL,
-                                    ffi.NULL)
-    return r
+    cu_stream = s.handle("CUstream_st", "CUstream", stream)
+    return s.lib.cuLaunchKernel(func, *grid, *block, shared_mem, cu_stream, argv if offsets else ffi.NULL, ffi.NULL)
 
 
 def error_string(s, a: pb.ErrorString_Args) -> pb.ErrorString_Result:
@@ -144,4 +163,9 @@ OPS = {
     op_id("GetGlobal"): ("cuwire.GetGlobal", pb.GetGlobal_Args, get_global),
     op_id("LaunchKernel"): ("cuwire.LaunchKernel", pb.LaunchKernel_Args, launch_kernel),
     op_id("ErrorString"): ("cuwire.ErrorString", pb.ErrorString_Args, error_string),
+}
+
+# id -> (name, handler(session, payload) -> error): queued operations of variable size
+RECORD_OPS = {
+    op_id("LaunchKernel"): ("cuwire.LaunchKernel", launch_record),
 }

@@ -102,14 +102,11 @@ class Session:
                 raise WireError("truncated queued-call record")
             fn, size = RECORD_HEADER.unpack_from(data, pos)
             pos += RECORD_HEADER.size
-            hit = generated.RECORDS.get(fn)
-            if hit is None:
-                raise WireError(f"unknown queued function id {fn:#x}")
-            name, layout, handler = hit
-            if size != layout.size or pos + size > len(data):
-                raise WireError(f"queued {name}: record of {size} bytes, expected {layout.size}")
+            if pos + size > len(data):
+                raise WireError(f"queued call {fn:#x}: record of {size} bytes runs past the batch")
+            name = self.record_name(fn, size)
             try:
-                err = handler(self, *layout.unpack_from(data, pos))
+                err = self.run_record(fn, data, pos, size)
             except CudaFail as e:
                 log.info("session %s: queued %s: %s", self.name, name, e)
                 err = e.code
@@ -118,6 +115,23 @@ class Session:
             if err and not first:
                 first, first_fn = err, name
         return first, first_fn
+
+    def record_name(self, fn: int, size: int) -> str:
+        """The queued call's name, once its id and size are known to fit."""
+        hit = generated.RECORDS.get(fn)
+        if hit is not None:
+            if size != hit[1].size:
+                raise WireError(f"queued {hit[0]}: record of {size} bytes, expected {hit[1].size}")
+            return hit[0]
+        if fn not in custom.RECORD_OPS:
+            raise WireError(f"unknown queued function id {fn:#x}")
+        return custom.RECORD_OPS[fn][0]
+
+    def run_record(self, fn: int, data: bytes, pos: int, size: int) -> int:
+        hit = generated.RECORDS.get(fn)
+        if hit is not None:
+            return hit[2](self, *hit[1].unpack_from(data, pos))
+        return custom.RECORD_OPS[fn][1](self, data[pos:pos + size])
 
     # ---------------------------------------------------------------- conversions the handlers use
 

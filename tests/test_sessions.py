@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import compile_against_client, run_remote
+from conftest import APPS, compile_against_client, run_remote
 
 LOOPER = r"""
 #include <stdio.h>
@@ -163,3 +163,13 @@ def test_a_dying_session_process_leaves_the_others_alone(looper, apps, client_li
         p.kill()
         p.wait(10)
     assert "lost the cuwire server" in p.stderr.read()  # its client is told
+
+
+def test_launches_of_known_kernels_are_queued(apps, client_lib, server):
+    """streams.cu launches 3 kernels 6 times: the first launch of each waits for the server (the kernel
+    is looked up), the other 3 are queued in C with the 2 event records and 2 stream waits."""
+    r = run_remote(apps / "streams", client_lib, server.address, env={"CUWIRE_STATS": "1"})
+    assert r.returncode == 0 and r.stdout == (APPS / "expected" / "streams.out").read_text(), r.stderr
+    calls = re.search(r"API calls: \d+ = (\d+) sent to the server and waited for \+ (\d+) queued", r.stderr)
+    assert int(calls.group(2)) == 3 + 2 + 2
+    assert "queued calls carried: 7" in r.stderr
