@@ -36,14 +36,8 @@ DEVICES_UNAVAILABLE = 46
 UNKNOWN = 999
 
 
-def op_id(name: str) -> int:
-    import zlib
-
-    return zlib.crc32(f"cuwire.{name}".encode())
-
-
 LOAD_MODULE, GET_KERNEL, GET_GLOBAL, LAUNCH_KERNEL, ERROR_STRING = (
-    op_id(n) for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString"))
+    wire.OP_IDS[n] for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString"))
 
 
 class Fail(Exception):
@@ -350,8 +344,7 @@ class Client:
 
     def names_by_id(self) -> dict[int, str]:
         names = {i: n for i, (n, _, _) in wire.HANDLERS.items()}
-        names.update({op_id(n): f"cuwire.{n}" for n in ("LoadModule", "GetKernel", "GetGlobal",
-                                                       "LaunchKernel", "ErrorString")})
+        names.update({i: f"cuwire.{n}" for n, i in wire.OP_IDS.items()})
         return names
 
 

@@ -11,6 +11,14 @@ from cuwire.generated import cuwire_pb2 as pb
 
 API_DIGEST = "1be5f89dd26fe91d"
 CUDA_VERSION = "13.0"
+# Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
+OP_IDS = {
+    "LoadModule": 2472846292,
+    "GetKernel": 2787689297,
+    "GetGlobal": 335532665,
+    "LaunchKernel": 1561583759,
+    "ErrorString": 3562576209,
+}
 
 
 def cuCtxGetCurrent(s, a: pb.cuCtxGetCurrent_Args) -> pb.cuCtxGetCurrent_Result:

@@ -8,31 +8,25 @@ from __future__ import annotations
 
 import logging
 import struct
-import zlib
 
 from cuwire.generated import cuwire_pb2 as pb
+from cuwire.generated import server_handlers as generated
+from cuwire.server.errors import INVALID_HANDLE, WireError
 
 log = logging.getLogger("cuwire.server")
-NOT_FOUND = 500
-INVALID_VALUE = 1
-INVALID_HANDLE = 400
 
 
 def op_id(name: str) -> int:
-    return zlib.crc32(f"cuwire.{name}".encode())
+    return generated.OP_IDS[name]
 
 
 def _module(s, handle: int):
-    from cuwire.server.session import WireError
-
     if handle not in s.modules:
         raise WireError(f"module {handle:#x} was not loaded by this session")
     return s.ffi.cast("CUlibrary", handle)
 
 
 def load_module(s, a: pb.LoadModule_Args) -> pb.LoadModule_Result:
-    from cuwire.server.session import WireError
-
     cache = s.server.modules
     if len(a.digest) != 32:
         raise WireError("module digest must be 32 bytes (sha256)")
@@ -104,8 +98,6 @@ def get_global(s, a: pb.GetGlobal_Args) -> pb.GetGlobal_Result:
 
 
 def launch_kernel(s, a: pb.LaunchKernel_Args) -> pb.LaunchKernel_Result:
-    from cuwire.server.session import WireError
-
     if len(a.grid) != 3 or len(a.block) != 3:
         raise WireError("grid and block need three dimensions each")
     return pb.LaunchKernel_Result(status=launch(s, a.kernel, a.grid, a.block, a.shared_mem, a.stream, a.params))
@@ -117,8 +109,6 @@ LAUNCH_HEAD = struct.Struct("<Q3I3IQQ")
 
 
 def launch_record(s, payload: bytes) -> int:
-    from cuwire.server.session import WireError
-
     if len(payload) < LAUNCH_HEAD.size:
         raise WireError(f"queued launch of {len(payload)} bytes, shorter than its {LAUNCH_HEAD.size}-byte head")
     kernel, gx, gy, gz, bx, by, bz, shared_mem, stream = LAUNCH_HEAD.unpack_from(payload)
@@ -127,8 +117,6 @@ def launch_record(s, payload: bytes) -> int:
 
 def launch(s, kernel: int, grid, block, shared_mem: int, stream: int, params: bytes) -> int:
     """Launch a kernel this session looked up, with its parameters laid out at their offsets."""
-    from cuwire.server.session import WireError
-
     ffi = s.ffi
     hit = s.kernels.get(kernel)
     if hit is None:

@@ -15,26 +15,10 @@ from google.protobuf.message import DecodeError
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.server import custom
+from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, CudaFail, WireError
 
 log = logging.getLogger("cuwire.server")
 RECORD_HEADER = struct.Struct("<II")
-
-
-class WireError(Exception):
-    """The client sent something malformed: the call is refused with a message, the session goes on."""
-
-
-class CudaFail(Exception):
-    """A value the session did not hand out (a handle, a device range): the call returns this CUDA error
-    without reaching CUDA, which could otherwise crash the server on a pointer it does not own."""
-
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
-
-
-INVALID_VALUE = 1  # cudaErrorInvalidValue == CUDA_ERROR_INVALID_VALUE
-INVALID_HANDLE = 400  # cudaErrorInvalidResourceHandle == CUDA_ERROR_INVALID_HANDLE
 STREAM_KIND = "CUstream_st"
 SPECIAL_STREAMS = (1, 2)  # cudaStreamLegacy / CU_STREAM_LEGACY, cudaStreamPerThread / CU_STREAM_PER_THREAD
 DESTROY = {"CUstream_st": "cudaStreamDestroy", "CUevent_st": "cudaEventDestroy"}

@@ -1,0 +1,19 @@
+"""How a call from the wire ends when it cannot run as sent (shared by the session and the handlers)."""
+
+from __future__ import annotations
+
+INVALID_VALUE = 1  # cudaErrorInvalidValue == CUDA_ERROR_INVALID_VALUE
+INVALID_HANDLE = 400  # cudaErrorInvalidResourceHandle == CUDA_ERROR_INVALID_HANDLE
+
+
+class WireError(Exception):
+    """The client sent something malformed: the call is refused with a message, the session goes on."""
+
+
+class CudaFail(Exception):
+    """A value the session did not hand out (a handle, a device range): the call returns this CUDA error
+    without reaching CUDA, which could otherwise crash the server on a pointer it does not own."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
