@@ -14,6 +14,7 @@ from concurrent import futures
 
 import grpc
 import zstandard
+from google.protobuf.message import DecodeError
 
 import cuwire
 from cuwire.generated import cuwire_pb2 as pb
@@ -23,7 +24,7 @@ from cuwire.server.backend import open_backend
 from cuwire.server.module_cache import ModuleCache
 from cuwire.server.session import Session
 from cuwire.settings import Settings
-from cuwire.transport import CHANNEL_OPTIONS
+from cuwire.transport import CHANNEL_OPTIONS, Joiner, split
 
 log = logging.getLogger("cuwire.server")
 
@@ -109,8 +110,16 @@ class Servicer(pb_grpc.CuWireServicer):
 
     def Session(self, request_iterator, context):
         session = None
+        joiner = Joiner(pb.Batch)
         try:
-            for batch in request_iterator:
+            for received in request_iterator:
+                try:
+                    batch = joiner.feed(received)
+                except DecodeError as e:
+                    yield pb.Reply(error=f"malformed batch (joined from parts): {e}", refusal=pb.PROTOCOL)
+                    continue
+                if batch is None:
+                    continue  # more parts to come
                 if session is None:
                     if not batch.HasField("hello"):
                         yield pb.Reply(error="a session starts with a hello", refusal=pb.PROTOCOL)
@@ -120,7 +129,7 @@ class Servicer(pb_grpc.CuWireServicer):
                     if session is None:
                         return
                     continue
-                yield session.run(batch)
+                yield from split(session.run(batch), pb.Reply)
         finally:
             if session is not None:
                 session.close()
