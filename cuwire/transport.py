@@ -23,35 +23,6 @@ CHANNEL_OPTIONS = [
 ]
 
 
-PART = 4 << 20  # the size of the parts a large message travels in
-
-
-def split(message, cls) -> list:
-    """A message as it travels: itself, or the parts of its serialized form (see Batch.part)."""
-    data = message.SerializeToString()
-    if len(data) <= 2 * PART:
-        return [message]
-    return [cls(part=data[i:i + PART], more=i + PART < len(data)) for i in range(0, len(data), PART)]
-
-
-class Joiner:
-    """Puts parts back together: feed each message received, get the whole one once it is complete."""
-
-    def __init__(self, cls):
-        self.cls = cls
-        self.parts: list[bytes] = []
-
-    def feed(self, message):
-        if not (message.part or message.more):
-            return message
-        self.parts.append(message.part)
-        if message.more:
-            return None
-        data = b"".join(self.parts)
-        self.parts.clear()
-        return self.cls.FromString(data)
-
-
 class TransportError(Exception):
     """The peer is gone or the connection broke: the session cannot continue."""
 
@@ -80,14 +51,9 @@ class GrpcTransport:
         self._replies = pb_grpc.CuWireStub(self._channel).Session(iter(self._requests.get, None))
 
     def exchange(self, batch: pb.Batch) -> pb.Reply:
-        for part in split(batch, pb.Batch):  # sent back to back; the server answers once
-            self._requests.put(part)
-        joiner = Joiner(pb.Reply)
+        self._requests.put(batch)
         try:
-            reply = None
-            while reply is None:
-                reply = joiner.feed(next(self._replies))
-            return reply
+            return next(self._replies)
         except grpc.RpcError as e:
             raise TransportError(f"lost the cuwire server at {self.address}: {e.code().name}: {e.details()}") from e
         except StopIteration as e:

@@ -14,7 +14,6 @@ from concurrent import futures
 
 import grpc
 import zstandard
-from google.protobuf.message import DecodeError
 
 import cuwire
 from cuwire.generated import cuwire_pb2 as pb
@@ -24,7 +23,7 @@ from cuwire.server.backend import open_backend
 from cuwire.server.module_cache import ModuleCache
 from cuwire.server.session import Session
 from cuwire.settings import Settings
-from cuwire.transport import CHANNEL_OPTIONS, Joiner, split
+from cuwire.transport import CHANNEL_OPTIONS
 
 log = logging.getLogger("cuwire.server")
 
@@ -110,16 +109,8 @@ class Servicer(pb_grpc.CuWireServicer):
 
     def Session(self, request_iterator, context):
         session = None
-        joiner = Joiner(pb.Batch)
         try:
-            for received in request_iterator:
-                try:
-                    batch = joiner.feed(received)
-                except DecodeError as e:
-                    yield pb.Reply(error=f"malformed batch (joined from parts): {e}", refusal=pb.PROTOCOL)
-                    continue
-                if batch is None:
-                    continue  # more parts to come
+            for batch in request_iterator:
                 if session is None:
                     if not batch.HasField("hello"):
                         yield pb.Reply(error="a session starts with a hello", refusal=pb.PROTOCOL)
@@ -129,7 +120,7 @@ class Servicer(pb_grpc.CuWireServicer):
                     if session is None:
                         return
                     continue
-                yield from split(session.run(batch), pb.Reply)
+                yield session.run(batch)
         finally:
             if session is not None:
                 session.close()
