@@ -53,10 +53,11 @@ def cudaLaunchKernelExC(config, config_len, func, args):
 
 
 def _symbol_kind(kind: int, towards_device: bool) -> int:
-    """The cudaMemcpy kind for a symbol copy: the symbol side is device memory."""
-    if kind == DEFAULT:
-        return DEFAULT
-    if kind not in (HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE):
+    """The cudaMemcpy kind for a symbol copy, checked as the runtime does: the symbol side is device
+    memory, so a copy to a symbol comes from host or device, and one from a symbol goes to either."""
+    allowed = (HOST_TO_DEVICE, DEVICE_TO_DEVICE, DEFAULT) if towards_device else (DEVICE_TO_HOST, DEVICE_TO_DEVICE,
+                                                                                  DEFAULT)
+    if kind not in allowed:
         raise rt.Fail(INVALID_MEMCPY_DIRECTION)
     return kind
 
