@@ -45,6 +45,7 @@ void cuwire_set_launch_limits(uint32_t threads, const uint32_t *block, const uin
 void cuwire_cache_kernel(const void *host, uint64_t handle, uint32_t n, const uint32_t *offsets,
                          const uint32_t *sizes);
 void cuwire_forget_kernels(void);
+int cuwire_launch_config_error(const uint32_t *grid, const uint32_t *block);
 extern unsigned long long cuwire_fast_launches;
 extern "Python+C" int cuwire_py_flush(void);
 extern "Python+C" void cuwire_py_at_exit(void);

@@ -598,16 +598,28 @@ struct __attribute__((packed)) launch_head {
     uint64_t shared_mem, stream;
 };
 
+/* A launch configuration the device cannot run gets cudaErrorInvalidValue at once, before the GPU sees
+ * it, as the CUDA 13 runtime answers (seen on an H100); -1 while the device's limits are not known. */
+int cuwire_launch_config_error(const uint32_t *g, const uint32_t *b)
+{
+    if (!__atomic_load_n(&limits_set, __ATOMIC_ACQUIRE))
+        return -1;
+    if ((uint64_t)b[0] * b[1] * b[2] > max_threads || !b[0] || !b[1] || !b[2] || !g[0] || !g[1] || !g[2])
+        return cudaErrorInvalidValue;
+    for (int i = 0; i < 3; i++)
+        if (b[i] > max_block[i] || g[i] > max_grid[i])
+            return cudaErrorInvalidValue;
+    return 0;
+}
+
 static int launch_queued(const void *host, dim3 grid, dim3 block, void **args, size_t shmem, void *stream)
 {
     if (cuwire_forked || !__atomic_load_n(&limits_set, __ATOMIC_ACQUIRE))
         return -1;
     uint32_t g[3] = {grid.x, grid.y, grid.z}, b[3] = {block.x, block.y, block.z};
-    if ((uint64_t)b[0] * b[1] * b[2] > max_threads || !b[0] || !b[1] || !b[2] || !g[0] || !g[1] || !g[2])
-        return cudaErrorInvalidValue; /* what the CUDA 13 runtime answers, before the GPU sees it */
-    for (int i = 0; i < 3; i++)
-        if (b[i] > max_block[i] || g[i] > max_grid[i])
-            return cudaErrorInvalidValue;
+    int bad = cuwire_launch_config_error(g, b);
+    if (bad)
+        return bad;
     pthread_mutex_lock(&kernels_lock);
     struct kernel_info k = {0};
     if (kernels_cap) {

@@ -289,13 +289,10 @@ class Client:
 
     def launch(self, host_fun: int, grid: tuple[int, int, int], block: tuple[int, int, int], args,
                shared_mem: int, stream: int) -> int:
-        session = self.connect()
-        dev = session.welcome.devices[0]
-        if (any(b < 1 for b in block) or any(g < 1 for g in grid)
-                or block[0] * block[1] * block[2] > dev.max_threads_per_block
-                or any(b > m for b, m in zip(block, dev.max_block, strict=True))
-                or any(g > m for g, m in zip(grid, dev.max_grid, strict=True))):
-            return INVALID_VALUE  # what the CUDA 13 runtime answers (seen on an H100), before the GPU sees it
+        self.connect()  # the session sets the device's limits (Session.__init__)
+        bad = lib.cuwire_launch_config_error(ffi.new("uint32_t[3]", list(grid)), ffi.new("uint32_t[3]", list(block)))
+        if bad > 0:
+            return bad  # the same check as a queued launch's (client/local.c)
         k = self.kernel(host_fun)
         argv = ffi.cast("void **", args)
         params = bytearray(k.buffer_size)
