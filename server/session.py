@@ -6,6 +6,7 @@ conversions from wire values to C values; nothing from the wire reaches CUDA unc
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
 import time
@@ -88,9 +89,9 @@ class Session:
             pos += RECORD_HEADER.size
             if pos + size > len(data):
                 raise WireError(f"queued call {fn:#x}: record of {size} bytes runs past the batch")
-            name = self.record_name(fn, size)
+            name, run = self.record(fn, data, pos, size)
             try:
-                err = self.run_record(fn, data, pos, size)
+                err = run()
             except CudaFail as e:
                 log.info("session %s: queued %s: %s", self.name, name, e)
                 err = e.code
@@ -100,22 +101,18 @@ class Session:
                 first, first_fn = err, name
         return first, first_fn
 
-    def record_name(self, fn: int, size: int) -> str:
-        """The queued call's name, once its id and size are known to fit."""
+    def record(self, fn: int, data: bytes, pos: int, size: int):
+        """The queued call's name and a callable that runs it, once its id and size are known to fit."""
         hit = generated.RECORDS.get(fn)
         if hit is not None:
-            if size != hit[1].size:
-                raise WireError(f"queued {hit[0]}: record of {size} bytes, expected {hit[1].size}")
-            return hit[0]
+            name, layout, handler = hit
+            if size != layout.size:
+                raise WireError(f"queued {name}: record of {size} bytes, expected {layout.size}")
+            return name, functools.partial(handler, self, *layout.unpack_from(data, pos))
         if fn not in custom.RECORD_OPS:
             raise WireError(f"unknown queued function id {fn:#x}")
-        return custom.RECORD_OPS[fn][0]
-
-    def run_record(self, fn: int, data: bytes, pos: int, size: int) -> int:
-        hit = generated.RECORDS.get(fn)
-        if hit is not None:
-            return hit[2](self, *hit[1].unpack_from(data, pos))
-        return custom.RECORD_OPS[fn][1](self, data[pos:pos + size])
+        name, op = custom.RECORD_OPS[fn]
+        return name, functools.partial(op, self, data[pos:pos + size])
 
     # ---------------------------------------------------------------- conversions the handlers use
 
