@@ -285,6 +285,18 @@ def decompress(entry: Entry) -> bytes:
     return out
 
 
+def _lz4_length(src: bytes, i: int, value: int, what: str) -> tuple[int, int]:
+    """An LZ4 length continued in bytes of 255 and a last byte below; returns (length, next index)."""
+    while True:
+        if i >= len(src):
+            raise ValueError(f"lz4: truncated {what}")
+        b = src[i]
+        i += 1
+        value += b
+        if b != 255:
+            return value, i
+
+
 def lz4_block_decompress(src: bytes, size: int) -> bytes:
     """Decode an LZ4 block (no frame) of at most size bytes; fatbinary's FLAG_COMPRESSED_LZ4."""
     out = bytearray()
@@ -294,14 +306,7 @@ def lz4_block_decompress(src: bytes, size: int) -> bytes:
         i += 1
         lit = token >> 4
         if lit == 15:
-            while True:
-                if i >= n:
-                    raise ValueError("lz4: truncated literal length")
-                b = src[i]
-                i += 1
-                lit += b
-                if b != 255:
-                    break
+            lit, i = _lz4_length(src, i, lit, "literal length")
         if i + lit > n:
             raise ValueError("lz4: literals run past the input")
         out += src[i : i + lit]
@@ -314,14 +319,7 @@ def lz4_block_decompress(src: bytes, size: int) -> bytes:
         i += 2
         mlen = (token & 15) + 4
         if token & 15 == 15:
-            while True:
-                if i >= n:
-                    raise ValueError("lz4: truncated match length")
-                b = src[i]
-                i += 1
-                mlen += b
-                if b != 255:
-                    break
+            mlen, i = _lz4_length(src, i, mlen, "match length")
         if offset == 0 or offset > len(out):
             raise ValueError(f"lz4: match offset {offset} outside the {len(out)} bytes decoded")
         if len(out) + mlen > size:
