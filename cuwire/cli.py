@@ -176,15 +176,19 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM)
 SI_KERNEL = 0x80  # siginfo si_code of a signal the kernel sent, e.g. a terminal's Ctrl-C to its process group
 
 
-def wait_forwarding_signals(proc: subprocess.Popen) -> int:
-    """Wait for the program, passing on SIGINT and SIGTERM sent to cuwire.
+def run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
+    """Run the program and wait for it, passing on SIGINT and SIGTERM sent to cuwire.
 
-    A Ctrl-C typed at the terminal already reaches the program (same process group); forwarding it too
-    would deliver it twice, so signals the kernel sent are not forwarded, those sent with kill() are.
-    Returns the exit code, 128+N for a program killed by signal N, as a shell reports it."""
+    The signals are blocked before the program starts (it may be ready, and be signalled, at once) and
+    unblocked in the program itself. A Ctrl-C typed at the terminal already reaches the program (same
+    process group); forwarding it too would deliver it twice, so signals the kernel sent are not
+    forwarded, those sent with kill() are. Returns the exit code, 128+N for a program killed by signal
+    N, as a shell reports it. Raises OSError when the program cannot be started."""
     watched = {*FORWARDED, signal.SIGCHLD}  # SIGCHLD wakes the wait when the program ends
     signal.pthread_sigmask(signal.SIG_BLOCK, watched)
     try:
+        proc = subprocess.Popen(command, env=env,
+                                preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, watched))
         while proc.poll() is None:
             info = signal.sigtimedwait(watched, 0.5)
             if info is not None and info.si_signo in FORWARDED and info.si_code != SI_KERNEL:
@@ -236,11 +240,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         env = program_env(lib, server, args.token, args.stats)
         try:
-            proc = subprocess.Popen(command, env=env)
+            rc = run_forwarding_signals(command, env)
         except OSError as e:
             err(f"cuwire run: cannot run {command[0]}: {e}")
             return EXIT_CANNOT_EXECUTE
-        rc = wait_forwarding_signals(proc)
         if local is not None and local.proc.poll() is not None:
             err(f"cuwire run: the local server stopped during the run; its log:\n{local.log().strip()}")
         return rc
