@@ -1,9 +1,10 @@
 """Build the client library with cffi's embedding mode (`make client`, or `python -m cuwire.client.build`).
 
 Output, in build/client/ (or --out):
-  libcuwire.so       the library to LD_PRELOAD
-  libcudart.so.13    the same library under the names programs load (issue: run where no CUDA is installed)
+  libcuwire.so       the library
+  libcudart.so.13    the same library under the names programs load (the runtime layer: preloaded)
   libcuda.so.1
+  driver/libcuda.so.1  the same library alone, for the driver layer: NVIDIA's libcudart loads it
 
 The C is generated/client_stubs.c (one exported function per CUDA function) plus client/local.c; the
 Python that the stubs call is generated/client_calls.py and client/custom.py, imported by the embedded
@@ -26,6 +27,7 @@ GENERATED = ROOT / "generated"
 CLIENT = ROOT / "client"
 MODULE = "_cuwire"
 NAMES = ("libcudart.so.13", "libcuda.so.1")
+C_SOURCES = ("local.c", "driver_local.c", "export_tables.c")
 
 # C functions of local.c that the Python side calls.
 HELPERS_CDEF = """
@@ -46,8 +48,15 @@ void cuwire_cache_kernel(const void *host, uint64_t handle, uint32_t n, const ui
                          const uint32_t *sizes);
 void cuwire_forget_kernels(void);
 int cuwire_launch_config_error(const uint32_t *grid, const uint32_t *block);
+uint64_t cuwire_current_context(void);
+int cuwire_fast_cuLaunchKernelEx(void *config, void *f, void **params, void **extra);
+int cuwire_fast_cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                               unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
 extern unsigned long long cuwire_fast_launches;
 extern "Python+C" int cuwire_py_flush(void);
+extern "Python+C" int cuwire_py_connect(void);
+void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char *const *device_names,
+                        const uint8_t *device_uuids, const uint64_t *memory, int driver);
 extern "Python+C" void cuwire_py_at_exit(void);
 """
 
@@ -84,7 +93,7 @@ def build(out: Path) -> Path:
     ffi = cffi.FFI()
     ffi.embedding_api("int cuwire_embedded(void);")
     ffi.cdef(HELPERS_CDEF + (GENERATED / "client_cdefs.h").read_text())
-    source = '#include "client_stubs.c"\n'
+    source = '#include <stdlib.h>\n#include <string.h>\n#include "client_stubs.c"\n#include "client_procs.c"\n'
     libdir = sysconfig.get_config_var("LIBDIR")
     ldlib = sysconfig.get_config_var("LDLIBRARY") or ""
     soname = sysconfig.get_config_var("INSTSONAME") or ldlib
@@ -92,7 +101,7 @@ def build(out: Path) -> Path:
     libs = ["dl", "pthread"] + ([pylib] if pylib else [])
     ffi.set_source(
         MODULE, source,
-        sources=[str(CLIENT / "local.c")],
+        sources=[str(CLIENT / name) for name in C_SOURCES],
         include_dirs=[str(GENERATED), str(CLIENT)],
         libraries=libs,
         library_dirs=[libdir] if libdir else [],
@@ -107,11 +116,13 @@ def build(out: Path) -> Path:
     lib = out / "libcuwire.so"
     if built != lib:
         shutil.move(built, lib)
-    for name in NAMES:
-        link = out / name
+    for folder, name, target in [*((out, n, "libcuwire.so") for n in NAMES),
+                                 (out / "driver", "libcuda.so.1", "../libcuwire.so")]:
+        folder.mkdir(exist_ok=True)
+        link = folder / name
         if link.is_symlink() or link.exists():
             link.unlink()
-        os.symlink("libcuwire.so", link)
+        os.symlink(target, link)
     return lib
 
 

@@ -129,6 +129,31 @@ def fatbin_size(prefix: bytes) -> int:
     return header_size + fat_size
 
 
+ELF_MAGIC = b"\x7fELF"
+_ELF64_HEADER = struct.Struct("<16xHHIQQQIHHHHHH")  # e_type .. e_shstrndx, after e_ident
+_ELF64_SECTION = struct.Struct("<IIQQQQIIQQ")
+
+
+def elf_size(header: bytes, sections: bytes | None = None) -> int:
+    """Bytes of the 64-bit ELF (a cubin) whose first 64 bytes are `header`: where its section header
+    table ends, or, given that table's bytes (`sections`), where its last section's data ends if later.
+
+    A cubin handed to cuModuleLoadData comes as a bare pointer, so its size must be read from it."""
+    if header[:4] != ELF_MAGIC or header[4] != 2:
+        raise ValueError("not a 64-bit ELF image")
+    (_t, _m, _v, _entry, phoff, shoff, _f, _eh, phentsize, phnum, shentsize, shnum, _x) = \
+        _ELF64_HEADER.unpack_from(header, 0)
+    end = max(shoff + shentsize * shnum, phoff + phentsize * phnum, 64)
+    if sections is not None:
+        for i in range(shnum):
+            (_n, kind, _fl, _a, offset, size, _l, _i, _al, _es) = _ELF64_SECTION.unpack_from(sections, i * shentsize)
+            if kind != 8:  # SHT_NOBITS takes no room in the file
+                end = max(end, offset + size)
+    if end > _MAX_SIZE:
+        raise ValueError(f"ELF image of {end} bytes is out of range")
+    return end
+
+
 def _region(hdr: bytes, offset: int, size: int, what: str) -> bytes:
     if offset == 0 and size == 0:
         return b""

@@ -73,6 +73,18 @@ void cuwire_hook_exit(void)
     pthread_atfork(NULL, NULL, forked_child);
 }
 
+/* ------------------------------------------------------------------ tracing */
+
+int cuwire_trace;
+
+__attribute__((constructor)) static void cuwire_trace_setting(void)
+{
+    const char *t = getenv("CUWIRE_TRACE");
+    cuwire_trace = t && strcmp(t, "1") == 0;
+}
+
+void cuwire_trace_call(const char *name) { fprintf(stderr, "cuwire trace: %s\n", name); }
+
 /* ------------------------------------------------------------------ errors */
 
 static __thread int last_error;
@@ -366,14 +378,16 @@ struct host_alloc {
 static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct host_alloc *host_allocs;
 
-cudaError_t cuwire_local_cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
+/* The runtime's and the driver's host allocations share these; their error codes are the same
+ * numbers in both APIs (1 invalid value, 2 out of memory). */
+static int host_alloc(void **pHost, size_t size, unsigned int flags)
 {
     if (!pHost)
-        return cuwire_rt_status(cudaErrorInvalidValue);
+        return cudaErrorInvalidValue;
     struct host_alloc *a = malloc(sizeof *a);
     if (!a || posix_memalign(pHost, 4096, size ? size : 1) != 0) {
         free(a);
-        return cuwire_rt_status(cudaErrorMemoryAllocation);
+        return cudaErrorMemoryAllocation;
     }
     pthread_mutex_lock(&host_lock);
     *a = (struct host_alloc){*pHost, flags, host_allocs};
@@ -382,12 +396,7 @@ cudaError_t cuwire_local_cudaHostAlloc(void **pHost, size_t size, unsigned int f
     return cudaSuccess;
 }
 
-cudaError_t cuwire_local_cudaMallocHost(void **ptr, size_t size)
-{
-    return cuwire_local_cudaHostAlloc(ptr, size, 0);
-}
-
-cudaError_t cuwire_local_cudaFreeHost(void *ptr)
+static int host_free(void *ptr)
 {
     if (!ptr)
         return cudaSuccess;
@@ -403,10 +412,10 @@ cudaError_t cuwire_local_cudaFreeHost(void *ptr)
         }
     }
     pthread_mutex_unlock(&host_lock);
-    return cuwire_rt_status(cudaErrorInvalidValue);
+    return cudaErrorInvalidValue;
 }
 
-cudaError_t cuwire_local_cudaHostGetFlags(unsigned int *pFlags, void *pHost)
+static int host_flags(unsigned int *pFlags, void *pHost)
 {
     pthread_mutex_lock(&host_lock);
     for (struct host_alloc *a = host_allocs; a; a = a->next) {
@@ -417,7 +426,21 @@ cudaError_t cuwire_local_cudaHostGetFlags(unsigned int *pFlags, void *pHost)
         }
     }
     pthread_mutex_unlock(&host_lock);
-    return cuwire_rt_status(cudaErrorInvalidValue);
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t cuwire_local_cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
+{
+    return cuwire_rt_status(host_alloc(pHost, size, flags));
+}
+
+cudaError_t cuwire_local_cudaMallocHost(void **ptr, size_t size) { return cuwire_rt_status(host_alloc(ptr, size, 0)); }
+
+cudaError_t cuwire_local_cudaFreeHost(void *ptr) { return cuwire_rt_status(host_free(ptr)); }
+
+cudaError_t cuwire_local_cudaHostGetFlags(unsigned int *pFlags, void *pHost)
+{
+    return cuwire_rt_status(host_flags(pFlags, pHost));
 }
 
 cudaError_t cuwire_local_cudaHostRegister(void *ptr, size_t size, unsigned int flags)
@@ -431,42 +454,83 @@ cudaError_t cuwire_local_cudaHostUnregister(void *ptr)
     return ptr ? cudaSuccess : cuwire_rt_status(cudaErrorInvalidValue);
 }
 
-/* ------------------------------------------------------------------ driver entry points */
-
-/* Looks a name up among this library's own exports, never in a real libcuda. */
-static void *own_symbol(const char *name)
+CUresult cuwire_local_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
-    static void *self;
-    if (!self) {
-        Dl_info info;
-        if (dladdr((void *)own_symbol, &info) && info.dli_fname)
-            self = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
-    }
-    return self && name ? dlsym(self, name) : NULL;
+    return (CUresult)host_alloc(pp, bytesize, Flags);
 }
 
+CUresult cuwire_local_cuMemAllocHost_v2(void **pp, size_t bytesize) { return (CUresult)host_alloc(pp, bytesize, 0); }
+
+CUresult cuwire_local_cuMemFreeHost(void *p) { return (CUresult)host_free(p); }
+
+CUresult cuwire_local_cuMemHostGetFlags(unsigned int *pFlags, void *p) { return (CUresult)host_flags(pFlags, p); }
+
+/* Registering host memory changes nothing here: every copy from client memory goes over the wire. */
+CUresult cuwire_local_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+    (void)bytesize, (void)Flags;
+    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuwire_local_cuMemHostUnregister(void *p) { return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+
+/* ------------------------------------------------------------------ driver entry points */
+
+/* Names said once each (a library may ask for the same missing entry point many times). */
+void cuwire_say_once_per_name(const char *what, const char *name)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static char *said[512];
+    static int n;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < n; i++)
+        if (strcmp(said[i], name) == 0) {
+            pthread_mutex_unlock(&lock);
+            return;
+        }
+    if (n < 512)
+        said[n++] = strdup(name);
+    pthread_mutex_unlock(&lock);
+    fprintf(stderr, "%s %s\n", what, name);
+}
+
+/* cuGetProcAddress: the ABI variant of `symbol` current at `cudaVersion` (generated/client_procs.c). */
 CUresult cuwire_local_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                                           CUdriverProcAddressQueryResult *symbolStatus)
 {
-    (void)cudaVersion, (void)flags;
     if (!symbol || !pfn)
         return CUDA_ERROR_INVALID_VALUE;
-    *pfn = own_symbol(symbol);
+    if (cuwire_trace)
+        fprintf(stderr, "cuwire trace: cuGetProcAddress(%s, %d, %llu)\n", symbol, cudaVersion, (unsigned long long)flags);
+    int found;
+    *pfn = cuwire_proc_lookup(symbol, cudaVersion, (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0,
+                              &found);
     if (symbolStatus)
-        *symbolStatus = *pfn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+        *symbolStatus = found == 1   ? CU_GET_PROC_ADDRESS_SUCCESS
+                        : found == 2 ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                                     : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (found == 0 && symbol[0]) /* "" is a probe (cuBLAS makes it): the driver says not found, quietly */
+        cuwire_say_once_per_name("cuwire: cuGetProcAddress: no driver entry point named", symbol);
+    return found == 1 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult cuwire_local_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    return cuwire_local_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
 }
 
 cudaError_t cuwire_local_cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
                                                           unsigned int cudaVersion, unsigned long long flags,
                                                           enum cudaDriverEntryPointQueryResult *driverStatus)
 {
-    (void)cudaVersion, (void)flags;
     if (!symbol || !funcPtr)
         return cuwire_rt_status(cudaErrorInvalidValue);
-    *funcPtr = own_symbol(symbol);
+    int found;
+    *funcPtr = cuwire_proc_lookup(symbol, (int)cudaVersion, (flags & cudaEnablePerThreadDefaultStream) != 0, &found);
     if (driverStatus)
-        *driverStatus = *funcPtr ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+        *driverStatus = found == 1   ? cudaDriverEntryPointSuccess
+                        : found == 2 ? cudaDriverEntryPointVersionNotSufficent
+                                     : cudaDriverEntryPointSymbolNotFound;
     return cudaSuccess;
 }
 
@@ -474,24 +538,6 @@ cudaError_t cuwire_local_cudaGetDriverEntryPoint(const char *symbol, void **func
                                                  enum cudaDriverEntryPointQueryResult *driverStatus)
 {
     return cuwire_local_cudaGetDriverEntryPointByVersion(symbol, funcPtr, 13000, flags, driverStatus);
-}
-
-/* ------------------------------------------------------------------ statically linked runtimes */
-
-/* A program linked with nvcc's default static runtime carries its own libcudart, which opens libcuda
- * and asks for the driver's private export tables. cuwire does not serve that layer: say so by name
- * and let the program take its own error path (its first CUDA call fails). */
-CUresult cuwire_local_cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
-{
-    static int said;
-    (void)pExportTableId;
-    if (ppExportTable)
-        *ppExportTable = NULL;
-    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-        fprintf(stderr, "cuwire: this program links the CUDA runtime statically (it asked the driver for its "
-                        "private export tables); cuwire cannot serve it yet: rebuild it with "
-                        "`nvcc -cudart shared`\n");
-    return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 /* ------------------------------------------------------------------ queued kernel launches */
@@ -612,7 +658,10 @@ int cuwire_launch_config_error(const uint32_t *g, const uint32_t *b)
     return 0;
 }
 
-static int launch_queued(const void *host, dim3 grid, dim3 block, void **args, size_t shmem, void *stream)
+/* Queue a launch of a known kernel; its parameters come as kernelParams (args) or, from the driver's
+ * `extra`, as one buffer already laid out at their offsets (buf, buf_size). */
+static int launch_queued_from(const void *host, dim3 grid, dim3 block, void **args, const void *buf,
+                              size_t buf_size, size_t shmem, void *stream)
 {
     if (cuwire_forked || !__atomic_load_n(&limits_set, __ATOMIC_ACQUIRE))
         return -1;
@@ -641,8 +690,17 @@ static int launch_queued(const void *host, dim3 grid, dim3 block, void **args, s
     memset(rec, 0, len);
     struct launch_head head = {k.handle, {g[0], g[1], g[2]}, {b[0], b[1], b[2]}, shmem, (uint64_t)(uintptr_t)stream};
     memcpy(rec, &head, sizeof head);
-    for (uint32_t i = 0; i < k.n; i++)
-        memcpy(rec + sizeof head + k.offsets[i], args[i], k.sizes[i]);
+    if (args)
+        for (uint32_t i = 0; i < k.n; i++)
+            memcpy(rec + sizeof head + k.offsets[i], args[i], k.sizes[i]);
+    else if (buf)
+        memcpy(rec + sizeof head, buf, buf_size < k.size ? buf_size : k.size);
+    else if (k.n) {
+        pthread_mutex_unlock(&kernels_lock);
+        if (rec != small)
+            free(rec);
+        return cudaErrorInvalidValue; /* a kernel with parameters launched without them */
+    }
     pthread_mutex_unlock(&kernels_lock);
     int err = cuwire_enqueue(cuwire_launch_record_id, rec, (uint32_t)len);
     if (rec != small)
@@ -650,6 +708,48 @@ static int launch_queued(const void *host, dim3 grid, dim3 block, void **args, s
     if (!err)
         __atomic_add_fetch(&cuwire_fast_launches, 1, __ATOMIC_RELAXED);
     return err;
+}
+
+static int launch_queued(const void *host, dim3 grid, dim3 block, void **args, size_t shmem, void *stream)
+{
+    return launch_queued_from(host, grid, block, args, NULL, 0, shmem, stream);
+}
+
+/* cuda.h's `extra` keys (macros, so not in generated/cuda_api.h). */
+#define LAUNCH_PARAM_END ((void *)0)
+#define LAUNCH_PARAM_BUFFER_POINTER ((void *)1)
+#define LAUNCH_PARAM_BUFFER_SIZE ((void *)2)
+
+/* cuLaunchKernel of a function or kernel whose layout the client holds (from its lookup). */
+int cuwire_fast_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                               unsigned bz, unsigned shmem, CUstream stream, void **params, void **extra)
+{
+    const void *buf = NULL;
+    size_t buf_size = 0;
+    for (void **e = extra; e && *e != LAUNCH_PARAM_END; e += 2) {
+        if (e[0] == LAUNCH_PARAM_BUFFER_POINTER)
+            buf = e[1];
+        else if (e[0] == LAUNCH_PARAM_BUFFER_SIZE && e[1])
+            buf_size = *(size_t *)e[1];
+        else
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (params && buf)
+        return CUDA_ERROR_INVALID_VALUE;
+    dim3 grid = {gx, gy, gz}, block = {bx, by, bz};
+    return launch_queued_from((const void *)f, grid, block, params, buf, buf_size, shmem, stream);
+}
+
+/* cuLaunchKernelEx without launch attributes is cuLaunchKernel; with them, Python refuses by name. */
+int cuwire_fast_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+{
+    if (!config)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (config->numAttrs)
+        return -1;
+    return cuwire_fast_cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                                      config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream,
+                                      params, extra);
 }
 
 int cuwire_fast_cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,

@@ -12,6 +12,13 @@
 int cuwire_rt_status(int err);
 /* Says once, on stderr, that a CUDA function is not remoted yet; aborts when CUWIRE_STRICT=1. */
 int cuwire_unimplemented(const char *name, const char *header, int *warned);
+/* CUWIRE_TRACE=1: every CUDA call the program makes is named on stderr as it starts. */
+extern int cuwire_trace;
+void cuwire_trace_call(const char *name);
+/* Says `what name` on stderr, once per name. */
+void cuwire_say_once_per_name(const char *what, const char *name);
+/* cuGetProcAddress's table (generated/client_procs.c): found is 0 (no such name), 1, or 2 (too new). */
+void *cuwire_proc_lookup(const char *name, int version, int per_thread, int *found);
 /* Appends one queued call ([u32 id][u32 size][payload]) to the batch the next synchronous call sends. */
 int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size);
 /* The name of a cudaError_t value (generated from the enum in client_stubs.c). */
@@ -28,6 +35,10 @@ int cuwire_start_python(void);
 #define CUWIRE_NOT_READY (cuwire_forked ? 46 : 999)
 
 /* For the Python side (declared again in client/build.py's cdef). */
+uint64_t cuwire_current_context(void);
+int cuwire_py_connect(void);
+void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char *const *device_names,
+                        const uint8_t *device_uuids, const uint64_t *memory, int driver);
 size_t cuwire_queue_take(char **data, uint64_t *count);
 void cuwire_free(void *p);
 void cuwire_set_last_error(int err);

@@ -33,6 +33,7 @@ INVALID_VALUE = 1
 NO_KERNEL_IMAGE = 209
 INVALID_DEVICE_FUNCTION = 98
 DEVICES_UNAVAILABLE = 46
+DEINITIALIZED = 4  # CUDA_ERROR_DEINITIALIZED == cudaErrorCudartUnloading
 UNKNOWN = 999
 
 
@@ -95,13 +96,25 @@ class Session:
             d = self.welcome.devices[0]
             lib.cuwire_set_launch_limits(d.max_threads_per_block, ffi.new("uint32_t[3]", list(d.max_block)),
                                          ffi.new("uint32_t[3]", list(d.max_grid)))
+        give_devices_to_c(self.welcome)
         if self.welcome.backend == "emulated":
             print("cuwire: the server runs the EMULATED device (tests only): results are not from a GPU",
                   file=sys.stderr)
         self.modules: dict[int, int] = {}  # fatbin index -> server module
         self.kernels: dict[int, Kernel] = {}  # host stub address -> kernel
         self.globals: dict[int, tuple[int, int]] = {}  # host shadow address -> (device address, size)
-        self.error_strings: dict[tuple[int, bool], object] = {}  # kept alive: C holds the pointers
+
+
+def give_devices_to_c(welcome: pb.Welcome) -> None:
+    """The driver's answers about devices (client/driver_local.c) come from this snapshot."""
+    devices = list(welcome.devices)
+    n_attrs = max((len(d.attributes) for d in devices), default=0)
+    attrs = [v for d in devices for v in (list(d.attributes) + [-(2**31)] * (n_attrs - len(d.attributes)))]
+    names = [ffi.new("char[]", d.name.encode()) for d in devices]
+    uuids = b"".join(d.uuid.ljust(16, b"\0")[:16] for d in devices)
+    lib.cuwire_set_devices(len(devices), n_attrs, ffi.new("int32_t[]", attrs or [0]),
+                           ffi.new("char *[]", names or [ffi.NULL]), ffi.new("uint8_t[]", uuids or b"\0"),
+                           ffi.new("uint64_t[]", [d.total_memory for d in devices] or [0]), welcome.driver_version)
 
 
 class Client:
@@ -112,11 +125,14 @@ class Client:
         self.lock = threading.RLock()
         self.session: Session | None = None
         self.broken: str = ""  # why the server cannot be reached any more
+        self.finished = False  # the process is exiting and its session is closed
         self.told = False  # whether the program was told why
         self.alloc_bases: list[int] = []
         self.alloc_sizes: dict[int, int] = {}
         self.stats = Stats()
         self.names: dict[int, str] = {}
+        self.error_strings: dict[tuple[int, bool, bool], object] = {}  # kept alive: C holds the pointers
+        self.kernel_names: dict[int, object] = {}  # kernel or function handle -> its name (char[], kept alive)
         self.zstd_c = zstandard.ZstdCompressor(level=3)
         self.zstd_d = zstandard.ZstdDecompressor()
 
@@ -124,6 +140,8 @@ class Client:
 
     def connect(self) -> Session:
         if self.session is None:
+            if self.finished:  # the runtime's own clean-up after exit, as the driver answers it
+                raise Fail(DEINITIALIZED)
             if self.broken:
                 if not self.told:
                     self.told = True
@@ -213,9 +231,15 @@ class Client:
         if self.alloc_sizes.pop(address, None) is not None:
             self.alloc_bases.remove(address)
 
-    def is_device(self, address: int) -> bool:
+    def allocation_of(self, address: int) -> int | None:
+        """The base of the session's device allocation holding `address`, or None."""
         i = bisect.bisect_right(self.alloc_bases, address) - 1
-        return i >= 0 and address < self.alloc_bases[i] + self.alloc_sizes[self.alloc_bases[i]]
+        if i >= 0 and address < self.alloc_bases[i] + self.alloc_sizes[self.alloc_bases[i]]:
+            return self.alloc_bases[i]
+        return None
+
+    def is_device(self, address: int) -> bool:
+        return self.allocation_of(address) is not None
 
     # ---------------------------------------------------------------- kernels and modules
 
@@ -226,12 +250,21 @@ class Client:
         data, size = ffi.new("const void **"), ffi.new("size_t *")
         if not lib.cuwire_fatbin(index, data, size):
             raise Fail(NO_KERNEL_IMAGE, "the program registered no readable fatbinary")
-        blob = bytes(ffi.buffer(data[0], size[0]))
-        dev = session.welcome.devices[0] if session.welcome.devices else None
-        entry = fatbin.select(fatbin.parse(blob), dev.major, dev.minor) if dev else None
-        if entry is None:
-            raise Fail(NO_KERNEL_IMAGE, "no code in the program for the server's GPU")
-        image = fatbin.single_entry_fatbin(entry)
+        session.modules[index] = self.load_image(bytes(ffi.buffer(data[0], size[0])))
+        return session.modules[index]
+
+    def load_image(self, blob: bytes) -> int:
+        """Load a fatbin, cubin or PTX image on the server (once per content: the hash goes first, the
+        bytes only if the server lacks them); return its CUlibrary. Of a fatbin, only the entry the
+        server's GPU would choose travels."""
+        session = self.connect()
+        image = blob
+        if blob[:4] == fatbin.HEADER_MAGIC.to_bytes(4, "little"):
+            dev = session.welcome.devices[0] if session.welcome.devices else None
+            entry = fatbin.select(fatbin.parse(blob), dev.major, dev.minor) if dev else None
+            if entry is None:
+                raise Fail(NO_KERNEL_IMAGE, "no code in the program for the server's GPU")
+            image = fatbin.single_entry_fatbin(entry)
         digest = hashlib.sha256(image).digest()
         res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest), pb.LoadModule_Result)
         if res.need_image:
@@ -243,8 +276,19 @@ class Client:
             self.stats.modules_cached += 1
         if res.status != 0:
             raise Fail(res.status)
-        session.modules[index] = res.module
         return res.module
+
+    def lookup_kernel(self, key: int, args: pb.GetKernel_Args) -> Kernel:
+        """Look a kernel or function up on the server and give the C launch path its layout, so that
+        launches through `key` (the handle the program holds) are checked and queued without Python."""
+        res = self.call(GET_KERNEL, args, pb.GetKernel_Result)
+        if res.status != 0:
+            raise Fail(res.status)
+        k = Kernel(res.kernel, tuple(res.param_offsets), tuple(res.param_sizes))
+        lib.cuwire_cache_kernel(ffi.cast("void *", key or res.kernel), k.handle, len(k.offsets),
+                                ffi.new("uint32_t[]", list(k.offsets) or [0]),
+                                ffi.new("uint32_t[]", list(k.sizes) or [0]))
+        return k
 
     def kernel(self, host_fun: int) -> Kernel:
         session = self.connect()
@@ -254,16 +298,8 @@ class Client:
             if not lib.cuwire_lookup_function(ffi.cast("void *", host_fun), index, name):
                 raise Fail(INVALID_DEVICE_FUNCTION)
             module = self.module(index[0])
-            res = self.call(GET_KERNEL, pb.GetKernel_Args(module=module, name=ffi.string(name[0]).decode()),
-                            pb.GetKernel_Result)
-            if res.status != 0:
-                raise Fail(res.status)
-            k = Kernel(res.kernel, tuple(res.param_offsets), tuple(res.param_sizes))
+            k = self.lookup_kernel(host_fun, pb.GetKernel_Args(module=module, name=ffi.string(name[0]).decode()))
             session.kernels[host_fun] = k
-            n = len(k.offsets)
-            lib.cuwire_cache_kernel(ffi.cast("void *", host_fun), k.handle, n,
-                                    ffi.new("uint32_t[]", list(k.offsets) or [0]),
-                                    ffi.new("uint32_t[]", list(k.sizes) or [0]))
         return k
 
     def symbol_address(self, host_var: int) -> int:
@@ -303,13 +339,17 @@ class Client:
                                                            params=bytes(params)), pb.LaunchKernel_Result)
         return res.status
 
-    def error_string(self, code: int, driver: bool):
-        session = self.connect()
-        key = (code, driver)
-        if key not in session.error_strings:
-            res = self.call(ERROR_STRING, pb.ErrorString_Args(error=code, driver=driver), pb.ErrorString_Result)
-            session.error_strings[key] = ffi.new("char[]", res.text.encode())
-        return session.error_strings[key]
+    def error_string(self, code: int, driver: bool, name: bool = False):
+        """The server's text (or name) for an error code, as a C string kept for the process's life;
+        NULL for a code the driver does not know."""
+        key = (code, driver, name)
+        if key not in self.error_strings:
+            res = self.call(ERROR_STRING, pb.ErrorString_Args(error=code, driver=driver, name=name),
+                            pb.ErrorString_Result)
+            if res.status != 0 or not res.text:
+                return ffi.NULL
+            self.error_strings[key] = ffi.new("char[]", res.text.encode())
+        return self.error_strings[key]
 
     # ---------------------------------------------------------------- end of the process
 
@@ -323,6 +363,7 @@ class Client:
                 self.session.transport.close()
                 self.session = None
                 lib.cuwire_forget_kernels()
+            self.finished = True
         if self.settings.stats:
             print_stats(self.stats, self.names_by_id(), api_calls())
 
@@ -357,7 +398,7 @@ def api_calls() -> dict[str, Counter]:
     fast = lib.cuwire_fast_launches
     if fast:
         custom = out.setdefault("custom", Counter())
-        for name in ("__cudaLaunchKernel", "cudaLaunchKernel"):
+        for name in ("__cudaLaunchKernel", "cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"):
             moved = min(fast, custom[name])
             custom[name] -= moved
             out.setdefault("async", Counter())[name] += moved
@@ -466,6 +507,13 @@ def cuwire_py_flush() -> int:
     return client.flush()
 
 
+@ffi.def_extern(onerror=on_error)
+def cuwire_py_connect() -> int:
+    """Open the session now (a local answer needs its device snapshot); 0 or the CUDA error."""
+    client.connect()
+    return 0
+
+
 _exited = False
 
 
@@ -480,7 +528,7 @@ def cuwire_py_at_exit() -> None:
 
 def start() -> None:
     """Called once by the embedded init code: hook process exit and fork; the connection waits."""
-    from cuwire.client import custom  # noqa: F401  (registers the hand-written halves)
+    from cuwire.client import custom, driver  # noqa: F401  (register the hand-written halves)
     from cuwire.generated import client_calls  # noqa: F401  (registers the generated halves)
 
     atexit.register(cuwire_py_at_exit)  # a Python program (PyTorch) ends through Python's atexit

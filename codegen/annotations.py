@@ -10,8 +10,9 @@ unimplemented (its stub says so loudly). Inside a table:
            local   answered by the client's own C (client/local.c); the server never sees it
   note     free text shown in the manifest
   aliases  extra exported names served by the same implementation
-  fast     a C function of client/local.c, with the same parameters, that the stub tries first; it
+  fast     a C function of the client's C, with the same parameters, that the stub tries first; it
            answers (e.g. queues a launch whose kernel it knows) or returns -1 to take the usual path
+           (for async calls: notes what the client keeps, e.g. the thread's current context)
   <param>  an inline table for one parameter: role, length, alloc, frees (see model.Param)
 
 Parameters not named are inferred where that is safe (see `infer_role`);
@@ -99,17 +100,21 @@ def apply_function(fn: Function, spec: dict) -> None:
             raise AnnotationError(
                 f"{fn.name}: unknown key {key!r} (not a parameter, nor one of {sorted(FUNCTION_KEYS)})")
     mode = spec.get("mode")
+    if isinstance(mode, dict):
+        raise AnnotationError(f"{fn.name}: a parameter named `mode` needs the function's mode first")
     if mode not in MODES:
         raise AnnotationError(f"{fn.name}: mode must be one of {sorted(MODES)}, not {mode!r}")
     fn.mode = mode
     fn.status = "local" if mode == "local" else "remoted"
     fn.note = spec.get("note", "")
     fn.fast = spec.get("fast", "")
-    if fn.fast and mode not in ("sync", "custom"):
-        raise AnnotationError(f"{fn.name}: `fast` goes with mode sync or custom, not {mode}")
+    if fn.fast and mode not in ("sync", "custom", "async"):
+        raise AnnotationError(f"{fn.name}: `fast` goes with mode sync, async or custom, not {mode}")
     fn.aliases = sorted(set(fn.aliases) | set(spec.get("aliases", [])))
     for p in fn.params:
         ann = spec.get(p.name, {})
+        if p.name in FUNCTION_KEYS and not isinstance(ann, dict):
+            ann = {}  # a parameter named like a function key (cuModuleGetLoadingMode's `mode`)
         if not isinstance(ann, dict):
             raise AnnotationError(f"{fn.name}.{p.name}: expected an inline table")
         for key in ann:

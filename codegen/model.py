@@ -185,6 +185,7 @@ class Api:
     enums: list[Enum]
     structs: list[Struct]
     declarations_c: str  # the headers' types and prototypes as plain C, for cffi and the client stubs
+    procs: list = field(default_factory=list)  # cuGetProcAddress's table (procs.ProcVariant)
 
     def function(self, name: str) -> Function:
         for f in self.functions:

@@ -43,7 +43,7 @@ def preprocess(include: Path, extra: list[str] | None = None, tail: str = "") ->
 
 def header_of(file: str, include: Path) -> str | None:
     """The header name (relative to the include folder) of a line marker's file, or None for libc."""
-    if file in ("crt/host_runtime.h", "crt/device_functions.h"):
+    if file in ("crt/host_runtime.h", "crt/device_functions.h", "cuda.h"):  # internal_api.h's sections
         return file
     try:
         return str(Path(file).resolve().relative_to(include.resolve()))
@@ -265,6 +265,13 @@ def undeclared_exports(functions: list[Function]) -> list[Function]:
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 
 
+def same_abi(alias: str, target: Function) -> bool:
+    """Whether `alias` may share `target`'s code. The driver keeps each older ABI under the plain name
+    (`cuMemAlloc` takes 32-bit sizes and pointers; `cuMemAlloc_v2` is what cuda.h maps it to), so a
+    driver alias may differ from its target only by the per-thread stream suffix."""
+    return target.api != "driver" or re.sub(r"_pt(ds|sz)$", "", alias) == target.name
+
+
 def attach_aliases(functions: list[Function], include: Path) -> None:
     """Give each function every other name the headers map onto it.
 
@@ -290,7 +297,8 @@ def attach_aliases(functions: list[Function], include: Path) -> None:
         if target is None:
             continue
         for alias in (n, d, p):
-            if _IDENT.match(alias) and alias != target.name and alias not in by_name and alias not in target.aliases:
+            if _IDENT.match(alias) and alias != target.name and alias not in by_name and alias not in target.aliases \
+                    and same_abi(alias, target):
                 target.aliases.append(alias)
     for f in functions:
         f.aliases.sort()

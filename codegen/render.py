@@ -22,6 +22,7 @@ OUTPUTS = {
     "cuwire.proto.j2": "cuwire.proto",
     "cuda_api.h.j2": "cuda_api.h",
     "client_stubs.c.j2": "client_stubs.c",
+    "client_procs.c.j2": "client_procs.c",
     "client_cdefs.h.j2": "client_cdefs.h",
     "client_calls.py.j2": "client_calls.py",
     "server_handlers.py.j2": "server_handlers.py",
@@ -91,6 +92,8 @@ def server_arg(p: Param) -> str:
         if p.type.resolved == "pointer" or not p.type.is_scalar:
             return f's.ptr("{p.type.spelling}", a.{n})'
         return f"a.{n}"
+    if p.role in ("mem_in", "mem_out", "mem_inout") and p.type.resolved != "pointer":
+        return f"s.address_of({n})"  # a CUdeviceptr parameter takes the buffer's address as an integer
     return n  # prepared by the handler under the parameter's own name
 
 
@@ -177,7 +180,7 @@ def render_all(api: Api, out: Path) -> list[Path]:
     wire = [f for f in api.functions if f.mode in ("sync", "async")]
     ctx = {"api": api, "functions": sorted(api.functions, key=lambda f: f.name),
            "wire": sorted(wire, key=lambda f: f.name), "digest": api_digest(api),
-           "error_names": error_names(api)}
+           "error_names": error_names(api), "procs": api.procs}
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for tpl, name in OUTPUTS.items():

@@ -66,9 +66,11 @@ def client_dir() -> Path:
 def library_sources() -> list[Path]:
     """The C files the library is compiled from: a library older than any of them is stale."""
     root = source_root()
-    return [p for p in (root / "generated" / "client_stubs.c", root / "generated" / "client_cdefs.h",
-                        root / "generated" / "exports.map", root / "client" / "local.c",
-                        root / "client" / "runtime.h") if p.exists()]
+    from cuwire.client import build
+
+    generated = [root / "generated" / n for n in ("client_stubs.c", "client_procs.c", "client_cdefs.h", "exports.map")]
+    own = [root / "client" / n for n in (*build.C_SOURCES, "runtime.h")]
+    return [p for p in (*generated, *own) if p.exists()]
 
 
 def ensure_client_library(folder: Path | None = None) -> Path:
@@ -157,13 +159,38 @@ class LocalServer:
 # ---------------------------------------------------------------- cuwire run
 
 
+def nvidia_runtime_dir() -> Path | None:
+    """The folder of NVIDIA's libcudart.so.13 from the nvidia-cuda-runtime wheel cuwire depends on."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for sub in ("cu13/lib", "cuda_runtime/lib"):
+            if (Path(root) / sub / "libcudart.so.13").exists():
+                return Path(root) / sub
+    return None
+
+
 def program_env(lib: Path, server: str, token: str | None, stats: bool,
-                base: dict[str, str] | None = None) -> dict[str, str]:
-    """The program's environment: the library preloaded and first on the library path (so that a machine
-    without CUDA finds libcudart.so.13 and libcuda.so.1 there), and the settings the client reads."""
+                base: dict[str, str] | None = None, layer: str = "driver") -> dict[str, str]:
+    """The program's environment, for the layer cuwire serves:
+
+    - driver: cuwire's libcuda.so.1 first on the library path (its folder holds nothing else), NVIDIA's
+      libcudart from the nvidia-cuda-runtime wheel last (a program or library that brings its own
+      runtime keeps it); nothing preloaded.
+    - runtime: cuwire's library preloaded and first on the library path, where it also answers to
+      libcudart.so.13.
+    Plus the settings the client reads."""
     env = dict(os.environ if base is None else base)
-    env["LD_PRELOAD"] = ":".join(p for p in (str(lib), env.get("LD_PRELOAD", "")) if p)
-    env["LD_LIBRARY_PATH"] = ":".join(p for p in (str(lib.parent), env.get("LD_LIBRARY_PATH", "")) if p)
+    path = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
+    if layer == "runtime":
+        env["LD_PRELOAD"] = ":".join(p for p in (str(lib), env.get("LD_PRELOAD", "")) if p)
+        path = [str(lib.parent), *path]
+    else:
+        runtime = nvidia_runtime_dir()
+        path = [str(lib.parent / "driver"), *path, *([str(runtime)] if runtime else [])]
+    env["LD_LIBRARY_PATH"] = ":".join(path)
+    env["CUWIRE_LAYER"] = layer
     env["CUWIRE_SERVER"] = server
     if token is not None:
         env["CUWIRE_TOKEN"] = token
@@ -238,7 +265,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.emulated:
         err(EMULATED_BANNER)
     try:
-        env = program_env(lib, server, args.token, args.stats)
+        env = program_env(lib, server, args.token, args.stats, layer=args.layer or Settings().layer)
         try:
             rc = run_forwarding_signals(command, env)
         except OSError as e:
@@ -473,6 +500,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--emulated", action="store_true",
                    help="start the local server on the EMULATED device (tests only: no GPU computes anything)")
     p.add_argument("--stats", action="store_true", help="print cuwire's statistics at exit (CUWIRE_STATS=1)")
+    p.add_argument("--layer", choices=("driver", "runtime"),
+                   help="driver (default): NVIDIA's runtime and libraries on cuwire's libcuda; runtime: cuwire's "
+                        "runtime stand-in preloaded (CUWIRE_LAYER)")
     p.add_argument("--token", help="token the server expects (CUWIRE_TOKEN)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- PROGRAM ARGS...")
     p.set_defaults(func=cmd_run)

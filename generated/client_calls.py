@@ -12,22 +12,113 @@ from cuwire.generated import cuwire_pb2 as pb
 
 
 
-@ffi.def_extern(name="cuwire_py_cuCtxGetCurrent", onerror=rt.on_error)
-def cuCtxGetCurrent(pctx):
-    """cuCtxGetCurrent (cuda.h)"""
-    args = pb.cuCtxGetCurrent_Args()
-    res = rt.call(1159499964, args, pb.cuCtxGetCurrent_Result)
+@ffi.def_extern(name="cuwire_py_cuCtxGetApiVersion", onerror=rt.on_error)
+def cuCtxGetApiVersion(ctx, version):
+    """cuCtxGetApiVersion (cuda.h)"""
+    args = pb.cuCtxGetApiVersion_Args()
+    args.ctx = ctx
+    res = rt.call(900342868, args, pb.cuCtxGetApiVersion_Result)
     if res.status == 0:
-        rt.write_scalar(pctx, "uint64_t", res.pctx)
+        rt.write_scalar(version, "uint32_t", res.version)
     return res.status
 
 
-@ffi.def_extern(name="cuwire_py_cuCtxSetCurrent", onerror=rt.on_error)
-def cuCtxSetCurrent(ctx):
-    """cuCtxSetCurrent (cuda.h)"""
-    args = pb.cuCtxSetCurrent_Args()
+@ffi.def_extern(name="cuwire_py_cuCtxGetCacheConfig", onerror=rt.on_error)
+def cuCtxGetCacheConfig(pconfig):
+    """cuCtxGetCacheConfig (cuda.h)"""
+    args = pb.cuCtxGetCacheConfig_Args()
+    res = rt.call(1342146307, args, pb.cuCtxGetCacheConfig_Result)
+    if res.status == 0:
+        rt.write_scalar(pconfig, "int32_t", res.pconfig)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuCtxGetDevice", onerror=rt.on_error)
+def cuCtxGetDevice(device):
+    """cuCtxGetDevice (cuda.h)"""
+    args = pb.cuCtxGetDevice_Args()
+    res = rt.call(4024089485, args, pb.cuCtxGetDevice_Result)
+    if res.status == 0:
+        rt.write_scalar(device, "int32_t", res.device)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuCtxGetDevice_v2", onerror=rt.on_error)
+def cuCtxGetDevice_v2(device, ctx):
+    """cuCtxGetDevice_v2 (cuda.h)"""
+    args = pb.cuCtxGetDevice_v2_Args()
     args.ctx = ctx
-    res = rt.call(1801040174, args, pb.cuCtxSetCurrent_Result)
+    res = rt.call(2714369002, args, pb.cuCtxGetDevice_v2_Result)
+    if res.status == 0:
+        rt.write_scalar(device, "int32_t", res.device)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuCtxGetFlags", onerror=rt.on_error)
+def cuCtxGetFlags(flags):
+    """cuCtxGetFlags (cuda.h)"""
+    args = pb.cuCtxGetFlags_Args()
+    res = rt.call(2639545333, args, pb.cuCtxGetFlags_Result)
+    if res.status == 0:
+        rt.write_scalar(flags, "uint32_t", res.flags)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuCtxGetLimit", onerror=rt.on_error)
+def cuCtxGetLimit(pvalue, limit):
+    """cuCtxGetLimit (cuda.h)"""
+    args = pb.cuCtxGetLimit_Args()
+    args.limit = limit
+    res = rt.call(3922192943, args, pb.cuCtxGetLimit_Result)
+    if res.status == 0:
+        rt.write_scalar(pvalue, "uint64_t", res.pvalue)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuCtxGetStreamPriorityRange", onerror=rt.on_error)
+def cuCtxGetStreamPriorityRange(leastPriority, greatestPriority):
+    """cuCtxGetStreamPriorityRange (cuda.h)"""
+    args = pb.cuCtxGetStreamPriorityRange_Args()
+    res = rt.call(1782496290, args, pb.cuCtxGetStreamPriorityRange_Result)
+    if res.status == 0:
+        rt.write_scalar(leastPriority, "int32_t", res.leastPriority)
+        rt.write_scalar(greatestPriority, "int32_t", res.greatestPriority)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuCtxResetPersistingL2Cache", onerror=rt.on_error)
+def cuCtxResetPersistingL2Cache():
+    """cuCtxResetPersistingL2Cache (cuda.h)"""
+    args = pb.cuCtxResetPersistingL2Cache_Args()
+    res = rt.call(3274641050, args, pb.cuCtxResetPersistingL2Cache_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuCtxSetCacheConfig", onerror=rt.on_error)
+def cuCtxSetCacheConfig(config):
+    """cuCtxSetCacheConfig (cuda.h)"""
+    args = pb.cuCtxSetCacheConfig_Args()
+    args.config = config
+    res = rt.call(820065396, args, pb.cuCtxSetCacheConfig_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuCtxSetFlags", onerror=rt.on_error)
+def cuCtxSetFlags(flags):
+    """cuCtxSetFlags (cuda.h)"""
+    args = pb.cuCtxSetFlags_Args()
+    args.flags = flags
+    res = rt.call(1705344036, args, pb.cuCtxSetFlags_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuCtxSetLimit", onerror=rt.on_error)
+def cuCtxSetLimit(limit, value):
+    """cuCtxSetLimit (cuda.h)"""
+    args = pb.cuCtxSetLimit_Args()
+    args.limit = limit
+    args.value = value
+    res = rt.call(288806398, args, pb.cuCtxSetLimit_Result)
     return res.status
 
 
@@ -39,71 +130,60 @@ def cuCtxSynchronize():
     return res.status
 
 
-@ffi.def_extern(name="cuwire_py_cuDeviceComputeCapability", onerror=rt.on_error)
-def cuDeviceComputeCapability(major, minor, dev):
-    """cuDeviceComputeCapability (cuda.h)"""
-    args = pb.cuDeviceComputeCapability_Args()
+@ffi.def_extern(name="cuwire_py_cuCtxSynchronize_v2", onerror=rt.on_error)
+def cuCtxSynchronize_v2(ctx):
+    """cuCtxSynchronize_v2 (cuda.h)"""
+    args = pb.cuCtxSynchronize_v2_Args()
+    args.ctx = ctx
+    res = rt.call(357846365, args, pb.cuCtxSynchronize_v2_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuDeviceCanAccessPeer", onerror=rt.on_error)
+def cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev):
+    """cuDeviceCanAccessPeer (cuda.h)"""
+    args = pb.cuDeviceCanAccessPeer_Args()
     args.dev = dev
-    res = rt.call(542397003, args, pb.cuDeviceComputeCapability_Result)
+    args.peerDev = peerDev
+    res = rt.call(1419231701, args, pb.cuDeviceCanAccessPeer_Result)
     if res.status == 0:
-        rt.write_scalar(major, "int32_t", res.major)
-        rt.write_scalar(minor, "int32_t", res.minor)
+        rt.write_scalar(canAccessPeer, "int32_t", res.canAccessPeer)
     return res.status
 
 
-@ffi.def_extern(name="cuwire_py_cuDeviceGet", onerror=rt.on_error)
-def cuDeviceGet(device, ordinal):
-    """cuDeviceGet (cuda.h)"""
-    args = pb.cuDeviceGet_Args()
-    args.ordinal = ordinal
-    res = rt.call(3787125616, args, pb.cuDeviceGet_Result)
+@ffi.def_extern(name="cuwire_py_cuDeviceGetByPCIBusId", onerror=rt.on_error)
+def cuDeviceGetByPCIBusId(dev, pciBusId):
+    """cuDeviceGetByPCIBusId (cuda.h)"""
+    args = pb.cuDeviceGetByPCIBusId_Args()
+    args.pciBusId = rt.read_string(pciBusId)
+    res = rt.call(3582315627, args, pb.cuDeviceGetByPCIBusId_Result)
     if res.status == 0:
-        rt.write_scalar(device, "int32_t", res.device)
+        rt.write_scalar(dev, "int32_t", res.dev)
     return res.status
 
 
-@ffi.def_extern(name="cuwire_py_cuDeviceGetAttribute", onerror=rt.on_error)
-def cuDeviceGetAttribute(pi, attrib, dev):
-    """cuDeviceGetAttribute (cuda.h)"""
-    args = pb.cuDeviceGetAttribute_Args()
+@ffi.def_extern(name="cuwire_py_cuDeviceGetP2PAttribute", onerror=rt.on_error)
+def cuDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice):
+    """cuDeviceGetP2PAttribute (cuda.h)"""
+    args = pb.cuDeviceGetP2PAttribute_Args()
     args.attrib = attrib
-    args.dev = dev
-    res = rt.call(2698077677, args, pb.cuDeviceGetAttribute_Result)
+    args.srcDevice = srcDevice
+    args.dstDevice = dstDevice
+    res = rt.call(2429329345, args, pb.cuDeviceGetP2PAttribute_Result)
     if res.status == 0:
-        rt.write_scalar(pi, "int32_t", res.pi)
+        rt.write_scalar(value, "int32_t", res.value)
     return res.status
 
 
-@ffi.def_extern(name="cuwire_py_cuDeviceGetCount", onerror=rt.on_error)
-def cuDeviceGetCount(count):
-    """cuDeviceGetCount (cuda.h)"""
-    args = pb.cuDeviceGetCount_Args()
-    res = rt.call(2796915595, args, pb.cuDeviceGetCount_Result)
-    if res.status == 0:
-        rt.write_scalar(count, "int32_t", res.count)
-    return res.status
-
-
-@ffi.def_extern(name="cuwire_py_cuDeviceGetName", onerror=rt.on_error)
-def cuDeviceGetName(name, name_len, len, dev):
-    """cuDeviceGetName (cuda.h)"""
-    args = pb.cuDeviceGetName_Args()
+@ffi.def_extern(name="cuwire_py_cuDeviceGetPCIBusId", onerror=rt.on_error)
+def cuDeviceGetPCIBusId(pciBusId, pciBusId_len, len, dev):
+    """cuDeviceGetPCIBusId (cuda.h)"""
+    args = pb.cuDeviceGetPCIBusId_Args()
     args.len = len
     args.dev = dev
-    res = rt.call(3951765745, args, pb.cuDeviceGetName_Result)
+    res = rt.call(2039655364, args, pb.cuDeviceGetPCIBusId_Result)
     if res.status == 0:
-        rt.write(name, res.name, name_len)
-    return res.status
-
-
-@ffi.def_extern(name="cuwire_py_cuDeviceGetUuid_v2", onerror=rt.on_error)
-def cuDeviceGetUuid_v2(uuid, uuid_len, dev):
-    """cuDeviceGetUuid_v2 (cuda.h)"""
-    args = pb.cuDeviceGetUuid_v2_Args()
-    args.dev = dev
-    res = rt.call(176200573, args, pb.cuDeviceGetUuid_v2_Result)
-    if res.status == 0:
-        rt.write(uuid, res.uuid, uuid_len)
+        rt.write(pciBusId, res.pciBusId, pciBusId_len)
     return res.status
 
 
@@ -128,6 +208,15 @@ def cuDevicePrimaryCtxRelease_v2(dev):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuDevicePrimaryCtxReset_v2", onerror=rt.on_error)
+def cuDevicePrimaryCtxReset_v2(dev):
+    """cuDevicePrimaryCtxReset_v2 (cuda.h)"""
+    args = pb.cuDevicePrimaryCtxReset_v2_Args()
+    args.dev = dev
+    res = rt.call(2324783077, args, pb.cuDevicePrimaryCtxReset_v2_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuDevicePrimaryCtxRetain", onerror=rt.on_error)
 def cuDevicePrimaryCtxRetain(pctx, dev):
     """cuDevicePrimaryCtxRetain (cuda.h)"""
@@ -139,24 +228,13 @@ def cuDevicePrimaryCtxRetain(pctx, dev):
     return res.status
 
 
-@ffi.def_extern(name="cuwire_py_cuDeviceTotalMem_v2", onerror=rt.on_error)
-def cuDeviceTotalMem_v2(bytes, dev):
-    """cuDeviceTotalMem_v2 (cuda.h)"""
-    args = pb.cuDeviceTotalMem_v2_Args()
+@ffi.def_extern(name="cuwire_py_cuDevicePrimaryCtxSetFlags_v2", onerror=rt.on_error)
+def cuDevicePrimaryCtxSetFlags_v2(dev, flags):
+    """cuDevicePrimaryCtxSetFlags_v2 (cuda.h)"""
+    args = pb.cuDevicePrimaryCtxSetFlags_v2_Args()
     args.dev = dev
-    res = rt.call(3211406426, args, pb.cuDeviceTotalMem_v2_Result)
-    if res.status == 0:
-        rt.write_scalar(bytes, "uint64_t", res.bytes)
-    return res.status
-
-
-@ffi.def_extern(name="cuwire_py_cuDriverGetVersion", onerror=rt.on_error)
-def cuDriverGetVersion(driverVersion):
-    """cuDriverGetVersion (cuda.h)"""
-    args = pb.cuDriverGetVersion_Args()
-    res = rt.call(800684195, args, pb.cuDriverGetVersion_Result)
-    if res.status == 0:
-        rt.write_scalar(driverVersion, "int32_t", res.driverVersion)
+    args.flags = flags
+    res = rt.call(4201524549, args, pb.cuDevicePrimaryCtxSetFlags_v2_Result)
     return res.status
 
 
@@ -194,6 +272,15 @@ def cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuEventQuery", onerror=rt.on_error)
+def cuEventQuery(hEvent):
+    """cuEventQuery (cuda.h)"""
+    args = pb.cuEventQuery_Args()
+    args.hEvent = hEvent
+    res = rt.call(2687060959, args, pb.cuEventQuery_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuEventSynchronize", onerror=rt.on_error)
 def cuEventSynchronize(hEvent):
     """cuEventSynchronize (cuda.h)"""
@@ -203,12 +290,137 @@ def cuEventSynchronize(hEvent):
     return res.status
 
 
-@ffi.def_extern(name="cuwire_py_cuInit", onerror=rt.on_error)
-def cuInit(Flags):
-    """cuInit (cuda.h)"""
-    args = pb.cuInit_Args()
-    args.Flags = Flags
-    res = rt.call(1234315198, args, pb.cuInit_Result)
+@ffi.def_extern(name="cuwire_py_cuFuncGetAttribute", onerror=rt.on_error)
+def cuFuncGetAttribute(pi, attrib, hfunc):
+    """cuFuncGetAttribute (cuda.h)"""
+    args = pb.cuFuncGetAttribute_Args()
+    args.attrib = attrib
+    args.hfunc = hfunc
+    res = rt.call(1113544593, args, pb.cuFuncGetAttribute_Result)
+    if res.status == 0:
+        rt.write_scalar(pi, "int32_t", res.pi)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuFuncGetParamInfo", onerror=rt.on_error)
+def cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize):
+    """cuFuncGetParamInfo (cuda.h)"""
+    args = pb.cuFuncGetParamInfo_Args()
+    args.func = func
+    args.paramIndex = paramIndex
+    res = rt.call(567025728, args, pb.cuFuncGetParamInfo_Result)
+    if res.status == 0:
+        rt.write_scalar(paramOffset, "uint64_t", res.paramOffset)
+        rt.write_scalar(paramSize, "uint64_t", res.paramSize)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuFuncSetAttribute", onerror=rt.on_error)
+def cuFuncSetAttribute(hfunc, attrib, value):
+    """cuFuncSetAttribute (cuda.h)"""
+    args = pb.cuFuncSetAttribute_Args()
+    args.hfunc = hfunc
+    args.attrib = attrib
+    args.value = value
+    res = rt.call(1296138514, args, pb.cuFuncSetAttribute_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuFuncSetCacheConfig", onerror=rt.on_error)
+def cuFuncSetCacheConfig(hfunc, config):
+    """cuFuncSetCacheConfig (cuda.h)"""
+    args = pb.cuFuncSetCacheConfig_Args()
+    args.hfunc = hfunc
+    args.config = config
+    res = rt.call(1688761246, args, pb.cuFuncSetCacheConfig_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuKernelGetAttribute", onerror=rt.on_error)
+def cuKernelGetAttribute(pi, attrib, kernel, dev):
+    """cuKernelGetAttribute (cuda.h)"""
+    args = pb.cuKernelGetAttribute_Args()
+    args.attrib = attrib
+    args.kernel = kernel
+    args.dev = dev
+    res = rt.call(1724498758, args, pb.cuKernelGetAttribute_Result)
+    if res.status == 0:
+        rt.write_scalar(pi, "int32_t", res.pi)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuKernelGetParamInfo", onerror=rt.on_error)
+def cuKernelGetParamInfo(kernel, paramIndex, paramOffset, paramSize):
+    """cuKernelGetParamInfo (cuda.h)"""
+    args = pb.cuKernelGetParamInfo_Args()
+    args.kernel = kernel
+    args.paramIndex = paramIndex
+    res = rt.call(89830551, args, pb.cuKernelGetParamInfo_Result)
+    if res.status == 0:
+        rt.write_scalar(paramOffset, "uint64_t", res.paramOffset)
+        rt.write_scalar(paramSize, "uint64_t", res.paramSize)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuKernelSetAttribute", onerror=rt.on_error)
+def cuKernelSetAttribute(attrib, val, kernel, dev):
+    """cuKernelSetAttribute (cuda.h)"""
+    args = pb.cuKernelSetAttribute_Args()
+    args.attrib = attrib
+    args.val = val
+    args.kernel = kernel
+    args.dev = dev
+    res = rt.call(1775703493, args, pb.cuKernelSetAttribute_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuKernelSetCacheConfig", onerror=rt.on_error)
+def cuKernelSetCacheConfig(kernel, config, dev):
+    """cuKernelSetCacheConfig (cuda.h)"""
+    args = pb.cuKernelSetCacheConfig_Args()
+    args.kernel = kernel
+    args.config = config
+    args.dev = dev
+    res = rt.call(1572033421, args, pb.cuKernelSetCacheConfig_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuLibraryGetModule", onerror=rt.on_error)
+def cuLibraryGetModule(pMod, library):
+    """cuLibraryGetModule (cuda.h)"""
+    args = pb.cuLibraryGetModule_Args()
+    args.library = library
+    res = rt.call(1865932518, args, pb.cuLibraryGetModule_Result)
+    if res.status == 0:
+        rt.write_scalar(pMod, "uint64_t", res.pMod)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemAllocAsync", onerror=rt.on_error)
+def cuMemAllocAsync(dptr, bytesize, hStream):
+    """cuMemAllocAsync (cuda.h)"""
+    args = pb.cuMemAllocAsync_Args()
+    args.bytesize = bytesize
+    args.hStream = hStream
+    res = rt.call(3963973914, args, pb.cuMemAllocAsync_Result)
+    if res.status == 0:
+        rt.write_scalar(dptr, "uint64_t", res.dptr)
+        rt.track_alloc(res.dptr, bytesize)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemAllocPitch_v2", onerror=rt.on_error)
+def cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes):
+    """cuMemAllocPitch_v2 (cuda.h)"""
+    args = pb.cuMemAllocPitch_v2_Args()
+    args.WidthInBytes = WidthInBytes
+    args.Height = Height
+    args.ElementSizeBytes = ElementSizeBytes
+    res = rt.call(3900720854, args, pb.cuMemAllocPitch_v2_Result)
+    if res.status == 0:
+        rt.write_scalar(dptr, "uint64_t", res.dptr)
+        rt.track_alloc(res.dptr, res.pPitch * Height)
+        rt.write_scalar(pPitch, "uint64_t", res.pPitch)
     return res.status
 
 
@@ -221,6 +433,18 @@ def cuMemAlloc_v2(dptr, bytesize):
     if res.status == 0:
         rt.write_scalar(dptr, "uint64_t", res.dptr)
         rt.track_alloc(res.dptr, bytesize)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemFreeAsync", onerror=rt.on_error)
+def cuMemFreeAsync(dptr, hStream):
+    """cuMemFreeAsync (cuda.h)"""
+    args = pb.cuMemFreeAsync_Args()
+    args.dptr = dptr
+    args.hStream = hStream
+    res = rt.call(2268878162, args, pb.cuMemFreeAsync_Result)
+    if res.status == 0:
+        rt.untrack_alloc(dptr)
     return res.status
 
 
@@ -246,6 +470,45 @@ def cuMemGetInfo_v2(free, total):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuMemcpy", onerror=rt.on_error)
+def cuMemcpy(dst, dst_len, src, src_len, ByteCount):
+    """cuMemcpy (cuda.h)"""
+    args = pb.cuMemcpy_Args()
+    if rt.is_device(dst):
+        args.dst = rt.address(dst)
+    else:
+        args.dst_host = b""
+    if rt.is_device(src):
+        args.src = rt.address(src)
+    else:
+        args.src_host = rt.read(src, src_len)
+    args.ByteCount = ByteCount
+    res = rt.call(3795422459, args, pb.cuMemcpy_Result)
+    if args.HasField("dst_host"):
+        rt.write(dst, res.dst, dst_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemcpyAsync", onerror=rt.on_error)
+def cuMemcpyAsync(dst, dst_len, src, src_len, ByteCount, hStream):
+    """cuMemcpyAsync (cuda.h)"""
+    args = pb.cuMemcpyAsync_Args()
+    if rt.is_device(dst):
+        args.dst = rt.address(dst)
+    else:
+        args.dst_host = b""
+    if rt.is_device(src):
+        args.src = rt.address(src)
+    else:
+        args.src_host = rt.read(src, src_len)
+    args.ByteCount = ByteCount
+    args.hStream = hStream
+    res = rt.call(1900514108, args, pb.cuMemcpyAsync_Result)
+    if args.HasField("dst_host"):
+        rt.write(dst, res.dst, dst_len)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuMemcpyDtoD_v2", onerror=rt.on_error)
 def cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount):
     """cuMemcpyDtoD_v2 (cuda.h)"""
@@ -254,6 +517,19 @@ def cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount):
     args.srcDevice = srcDevice
     args.ByteCount = ByteCount
     res = rt.call(3146899852, args, pb.cuMemcpyDtoD_v2_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemcpyDtoHAsync_v2", onerror=rt.on_error)
+def cuMemcpyDtoHAsync_v2(dstHost, dstHost_len, srcDevice, ByteCount, hStream):
+    """cuMemcpyDtoHAsync_v2 (cuda.h): waits for the copy (the host buffer is the program's)"""
+    args = pb.cuMemcpyDtoHAsync_v2_Args()
+    args.srcDevice = srcDevice
+    args.ByteCount = ByteCount
+    args.hStream = hStream
+    res = rt.call(1182161886, args, pb.cuMemcpyDtoHAsync_v2_Result)
+    if res.status == 0:
+        rt.write(dstHost, res.dstHost, dstHost_len)
     return res.status
 
 
@@ -269,6 +545,18 @@ def cuMemcpyDtoH_v2(dstHost, dstHost_len, srcDevice, ByteCount):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuMemcpyHtoDAsync_v2", onerror=rt.on_error)
+def cuMemcpyHtoDAsync_v2(dstDevice, srcHost, srcHost_len, ByteCount, hStream):
+    """cuMemcpyHtoDAsync_v2 (cuda.h): waits for the copy (the host buffer is the program's)"""
+    args = pb.cuMemcpyHtoDAsync_v2_Args()
+    args.dstDevice = dstDevice
+    args.srcHost = rt.read(srcHost, srcHost_len)
+    args.ByteCount = ByteCount
+    args.hStream = hStream
+    res = rt.call(2773017931, args, pb.cuMemcpyHtoDAsync_v2_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuMemcpyHtoD_v2", onerror=rt.on_error)
 def cuMemcpyHtoD_v2(dstDevice, srcHost, srcHost_len, ByteCount):
     """cuMemcpyHtoD_v2 (cuda.h)"""
@@ -277,6 +565,56 @@ def cuMemcpyHtoD_v2(dstDevice, srcHost, srcHost_len, ByteCount):
     args.srcHost = rt.read(srcHost, srcHost_len)
     args.ByteCount = ByteCount
     res = rt.call(2083621880, args, pb.cuMemcpyHtoD_v2_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemsetD16_v2", onerror=rt.on_error)
+def cuMemsetD16_v2(dstDevice, us, N):
+    """cuMemsetD16_v2 (cuda.h)"""
+    args = pb.cuMemsetD16_v2_Args()
+    args.dstDevice = dstDevice
+    args.us = us
+    args.N = N
+    res = rt.call(1863459517, args, pb.cuMemsetD16_v2_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemsetD2D16_v2", onerror=rt.on_error)
+def cuMemsetD2D16_v2(dstDevice, dstPitch, us, Width, Height):
+    """cuMemsetD2D16_v2 (cuda.h)"""
+    args = pb.cuMemsetD2D16_v2_Args()
+    args.dstDevice = dstDevice
+    args.dstPitch = dstPitch
+    args.us = us
+    args.Width = Width
+    args.Height = Height
+    res = rt.call(4269481017, args, pb.cuMemsetD2D16_v2_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemsetD2D32_v2", onerror=rt.on_error)
+def cuMemsetD2D32_v2(dstDevice, dstPitch, ui, Width, Height):
+    """cuMemsetD2D32_v2 (cuda.h)"""
+    args = pb.cuMemsetD2D32_v2_Args()
+    args.dstDevice = dstDevice
+    args.dstPitch = dstPitch
+    args.ui = ui
+    args.Width = Width
+    args.Height = Height
+    res = rt.call(198825998, args, pb.cuMemsetD2D32_v2_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemsetD2D8_v2", onerror=rt.on_error)
+def cuMemsetD2D8_v2(dstDevice, dstPitch, uc, Width, Height):
+    """cuMemsetD2D8_v2 (cuda.h)"""
+    args = pb.cuMemsetD2D8_v2_Args()
+    args.dstDevice = dstDevice
+    args.dstPitch = dstPitch
+    args.uc = uc
+    args.Width = Width
+    args.Height = Height
+    res = rt.call(2945751755, args, pb.cuMemsetD2D8_v2_Result)
     return res.status
 
 
@@ -302,12 +640,80 @@ def cuMemsetD8_v2(dstDevice, uc, N):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuOccupancyAvailableDynamicSMemPerBlock", onerror=rt.on_error)
+def cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize):
+    """cuOccupancyAvailableDynamicSMemPerBlock (cuda.h)"""
+    args = pb.cuOccupancyAvailableDynamicSMemPerBlock_Args()
+    args.func = func
+    args.numBlocks = numBlocks
+    args.blockSize = blockSize
+    res = rt.call(3899431437, args, pb.cuOccupancyAvailableDynamicSMemPerBlock_Result)
+    if res.status == 0:
+        rt.write_scalar(dynamicSmemSize, "uint64_t", res.dynamicSmemSize)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessor", onerror=rt.on_error)
+def cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize):
+    """cuOccupancyMaxActiveBlocksPerMultiprocessor (cuda.h)"""
+    args = pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Args()
+    args.func = func
+    args.blockSize = blockSize
+    args.dynamicSMemSize = dynamicSMemSize
+    res = rt.call(3096712021, args, pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Result)
+    if res.status == 0:
+        rt.write_scalar(numBlocks, "int32_t", res.numBlocks)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", onerror=rt.on_error)
+def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags):
+    """cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags (cuda.h)"""
+    args = pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Args()
+    args.func = func
+    args.blockSize = blockSize
+    args.dynamicSMemSize = dynamicSMemSize
+    args.flags = flags
+    res = rt.call(3893859051, args, pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Result)
+    if res.status == 0:
+        rt.write_scalar(numBlocks, "int32_t", res.numBlocks)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuProfilerStart", onerror=rt.on_error)
+def cuProfilerStart():
+    """cuProfilerStart (cuda.h)"""
+    args = pb.cuProfilerStart_Args()
+    res = rt.call(1141378963, args, pb.cuProfilerStart_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuProfilerStop", onerror=rt.on_error)
+def cuProfilerStop():
+    """cuProfilerStop (cuda.h)"""
+    args = pb.cuProfilerStop_Args()
+    res = rt.call(1942346908, args, pb.cuProfilerStop_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuStreamCreate", onerror=rt.on_error)
 def cuStreamCreate(phStream, Flags):
     """cuStreamCreate (cuda.h)"""
     args = pb.cuStreamCreate_Args()
     args.Flags = Flags
     res = rt.call(2819812623, args, pb.cuStreamCreate_Result)
+    if res.status == 0:
+        rt.write_scalar(phStream, "uint64_t", res.phStream)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuStreamCreateWithPriority", onerror=rt.on_error)
+def cuStreamCreateWithPriority(phStream, flags, priority):
+    """cuStreamCreateWithPriority (cuda.h)"""
+    args = pb.cuStreamCreateWithPriority_Args()
+    args.flags = flags
+    args.priority = priority
+    res = rt.call(475445991, args, pb.cuStreamCreateWithPriority_Result)
     if res.status == 0:
         rt.write_scalar(phStream, "uint64_t", res.phStream)
     return res.status
@@ -321,6 +727,70 @@ def cuStreamDestroy_v2(hStream):
     res = rt.call(2166856291, args, pb.cuStreamDestroy_v2_Result)
     if res.status == 0:
         rt.untrack_alloc(hStream)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuStreamGetCtx", onerror=rt.on_error)
+def cuStreamGetCtx(hStream, pctx):
+    """cuStreamGetCtx (cuda.h)"""
+    args = pb.cuStreamGetCtx_Args()
+    args.hStream = hStream
+    res = rt.call(1361652262, args, pb.cuStreamGetCtx_Result)
+    if res.status == 0:
+        rt.write_scalar(pctx, "uint64_t", res.pctx)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuStreamGetDevice", onerror=rt.on_error)
+def cuStreamGetDevice(hStream, device):
+    """cuStreamGetDevice (cuda.h)"""
+    args = pb.cuStreamGetDevice_Args()
+    args.hStream = hStream
+    res = rt.call(2047611888, args, pb.cuStreamGetDevice_Result)
+    if res.status == 0:
+        rt.write_scalar(device, "int32_t", res.device)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuStreamGetFlags", onerror=rt.on_error)
+def cuStreamGetFlags(hStream, flags):
+    """cuStreamGetFlags (cuda.h)"""
+    args = pb.cuStreamGetFlags_Args()
+    args.hStream = hStream
+    res = rt.call(4105616445, args, pb.cuStreamGetFlags_Result)
+    if res.status == 0:
+        rt.write_scalar(flags, "uint32_t", res.flags)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuStreamGetId", onerror=rt.on_error)
+def cuStreamGetId(hStream, streamId):
+    """cuStreamGetId (cuda.h)"""
+    args = pb.cuStreamGetId_Args()
+    args.hStream = hStream
+    res = rt.call(521704577, args, pb.cuStreamGetId_Result)
+    if res.status == 0:
+        rt.write_scalar(streamId, "uint64_t", res.streamId)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuStreamGetPriority", onerror=rt.on_error)
+def cuStreamGetPriority(hStream, priority):
+    """cuStreamGetPriority (cuda.h)"""
+    args = pb.cuStreamGetPriority_Args()
+    args.hStream = hStream
+    res = rt.call(1973857307, args, pb.cuStreamGetPriority_Result)
+    if res.status == 0:
+        rt.write_scalar(priority, "int32_t", res.priority)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuStreamQuery", onerror=rt.on_error)
+def cuStreamQuery(hStream):
+    """cuStreamQuery (cuda.h)"""
+    args = pb.cuStreamQuery_Args()
+    args.hStream = hStream
+    res = rt.call(3807505306, args, pb.cuStreamQuery_Result)
     return res.status
 
 

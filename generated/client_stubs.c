@@ -27,10 +27,14 @@ const char *const cuwire_names[] = {
     "__cudaRegisterUnifiedTable",
     "__cudaRegisterVar",
     "__cudaUnregisterFatBinary",
+    "cuArray3DCreate",
     "cuArray3DCreate_v2",
+    "cuArray3DGetDescriptor",
     "cuArray3DGetDescriptor_v2",
+    "cuArrayCreate",
     "cuArrayCreate_v2",
     "cuArrayDestroy",
+    "cuArrayGetDescriptor",
     "cuArrayGetDescriptor_v2",
     "cuArrayGetMemoryRequirements",
     "cuArrayGetPlane",
@@ -46,9 +50,11 @@ const char *const cuwire_names[] = {
     "cuCoredumpSetAttribute",
     "cuCoredumpSetAttributeGlobal",
     "cuCtxAttach",
+    "cuCtxCreate",
     "cuCtxCreate_v2",
     "cuCtxCreate_v3",
     "cuCtxCreate_v4",
+    "cuCtxDestroy",
     "cuCtxDestroy_v2",
     "cuCtxDetach",
     "cuCtxDisablePeerAccess",
@@ -66,7 +72,9 @@ const char *const cuwire_names[] = {
     "cuCtxGetLimit",
     "cuCtxGetSharedMemConfig",
     "cuCtxGetStreamPriorityRange",
+    "cuCtxPopCurrent",
     "cuCtxPopCurrent_v2",
+    "cuCtxPushCurrent",
     "cuCtxPushCurrent_v2",
     "cuCtxRecordEvent",
     "cuCtxResetPersistingL2Cache",
@@ -108,10 +116,12 @@ const char *const cuwire_names[] = {
     "cuDevicePrimaryCtxRelease_v2",
     "cuDevicePrimaryCtxReset_v2",
     "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxSetFlags",
     "cuDevicePrimaryCtxSetFlags_v2",
     "cuDeviceRegisterAsyncNotification",
     "cuDeviceSetGraphMemAttribute",
     "cuDeviceSetMemPool",
+    "cuDeviceTotalMem",
     "cuDeviceTotalMem_v2",
     "cuDeviceUnregisterAsyncNotification",
     "cuDriverGetVersion",
@@ -126,6 +136,7 @@ const char *const cuwire_names[] = {
     "cuEGLStreamProducerPresentFrame",
     "cuEGLStreamProducerReturnFrame",
     "cuEventCreate",
+    "cuEventDestroy",
     "cuEventDestroy_v2",
     "cuEventElapsedTime_v2",
     "cuEventQuery",
@@ -165,9 +176,11 @@ const char *const cuwire_names[] = {
     "cuGetErrorName",
     "cuGetErrorString",
     "cuGetExportTable",
+    "cuGetProcAddress",
     "cuGetProcAddress_v2",
     "cuGraphAddBatchMemOpNode",
     "cuGraphAddChildGraphNode",
+    "cuGraphAddDependencies",
     "cuGraphAddDependencies_v2",
     "cuGraphAddEmptyNode",
     "cuGraphAddEventRecordNode",
@@ -175,11 +188,13 @@ const char *const cuwire_names[] = {
     "cuGraphAddExternalSemaphoresSignalNode",
     "cuGraphAddExternalSemaphoresWaitNode",
     "cuGraphAddHostNode",
+    "cuGraphAddKernelNode",
     "cuGraphAddKernelNode_v2",
     "cuGraphAddMemAllocNode",
     "cuGraphAddMemFreeNode",
     "cuGraphAddMemcpyNode",
     "cuGraphAddMemsetNode",
+    "cuGraphAddNode",
     "cuGraphAddNode_v2",
     "cuGraphBatchMemOpNodeGetParams",
     "cuGraphBatchMemOpNodeSetParams",
@@ -203,27 +218,33 @@ const char *const cuwire_names[] = {
     "cuGraphExecExternalSemaphoresWaitNodeSetParams",
     "cuGraphExecGetFlags",
     "cuGraphExecHostNodeSetParams",
+    "cuGraphExecKernelNodeSetParams",
     "cuGraphExecKernelNodeSetParams_v2",
     "cuGraphExecMemcpyNodeSetParams",
     "cuGraphExecMemsetNodeSetParams",
     "cuGraphExecNodeSetParams",
+    "cuGraphExecUpdate",
     "cuGraphExecUpdate_v2",
     "cuGraphExternalSemaphoresSignalNodeGetParams",
     "cuGraphExternalSemaphoresSignalNodeSetParams",
     "cuGraphExternalSemaphoresWaitNodeGetParams",
     "cuGraphExternalSemaphoresWaitNodeSetParams",
+    "cuGraphGetEdges",
     "cuGraphGetEdges_v2",
     "cuGraphGetNodes",
     "cuGraphGetRootNodes",
     "cuGraphHostNodeGetParams",
     "cuGraphHostNodeSetParams",
+    "cuGraphInstantiate",
     "cuGraphInstantiateWithFlags",
     "cuGraphInstantiateWithParams",
     "cuGraphInstantiate_v2",
     "cuGraphKernelNodeCopyAttributes",
     "cuGraphKernelNodeGetAttribute",
+    "cuGraphKernelNodeGetParams",
     "cuGraphKernelNodeGetParams_v2",
     "cuGraphKernelNodeSetAttribute",
+    "cuGraphKernelNodeSetParams",
     "cuGraphKernelNodeSetParams_v2",
     "cuGraphLaunch",
     "cuGraphMemAllocNodeGetParams",
@@ -233,13 +254,16 @@ const char *const cuwire_names[] = {
     "cuGraphMemsetNodeGetParams",
     "cuGraphMemsetNodeSetParams",
     "cuGraphNodeFindInClone",
+    "cuGraphNodeGetDependencies",
     "cuGraphNodeGetDependencies_v2",
+    "cuGraphNodeGetDependentNodes",
     "cuGraphNodeGetDependentNodes_v2",
     "cuGraphNodeGetEnabled",
     "cuGraphNodeGetType",
     "cuGraphNodeSetEnabled",
     "cuGraphNodeSetParams",
     "cuGraphReleaseUserObject",
+    "cuGraphRemoveDependencies",
     "cuGraphRemoveDependencies_v2",
     "cuGraphRetainUserObject",
     "cuGraphUpload",
@@ -249,7 +273,9 @@ const char *const cuwire_names[] = {
     "cuGraphicsMapResources",
     "cuGraphicsResourceGetMappedEglFrame",
     "cuGraphicsResourceGetMappedMipmappedArray",
+    "cuGraphicsResourceGetMappedPointer",
     "cuGraphicsResourceGetMappedPointer_v2",
+    "cuGraphicsResourceSetMapFlags",
     "cuGraphicsResourceSetMapFlags_v2",
     "cuGraphicsSubResourceGetMappedArray",
     "cuGraphicsUnmapResources",
@@ -270,6 +296,7 @@ const char *const cuwire_names[] = {
     "cuIpcGetEventHandle",
     "cuIpcGetMemHandle",
     "cuIpcOpenEventHandle",
+    "cuIpcOpenMemHandle",
     "cuIpcOpenMemHandle_v2",
     "cuKernelGetAttribute",
     "cuKernelGetFunction",
@@ -296,9 +323,12 @@ const char *const cuwire_names[] = {
     "cuLibraryLoadData",
     "cuLibraryLoadFromFile",
     "cuLibraryUnload",
+    "cuLinkAddData",
     "cuLinkAddData_v2",
+    "cuLinkAddFile",
     "cuLinkAddFile_v2",
     "cuLinkComplete",
+    "cuLinkCreate",
     "cuLinkCreate_v2",
     "cuLinkDestroy",
     "cuLogsCurrent",
@@ -308,11 +338,15 @@ const char *const cuwire_names[] = {
     "cuLogsUnregisterCallback",
     "cuMemAddressFree",
     "cuMemAddressReserve",
+    "cuMemAdvise",
     "cuMemAdvise_v2",
+    "cuMemAlloc",
     "cuMemAllocAsync",
     "cuMemAllocFromPoolAsync",
+    "cuMemAllocHost",
     "cuMemAllocHost_v2",
     "cuMemAllocManaged",
+    "cuMemAllocPitch",
     "cuMemAllocPitch_v2",
     "cuMemAlloc_v2",
     "cuMemBatchDecompressAsync",
@@ -320,10 +354,12 @@ const char *const cuwire_names[] = {
     "cuMemDiscardAndPrefetchBatchAsync",
     "cuMemDiscardBatchAsync",
     "cuMemExportToShareableHandle",
+    "cuMemFree",
     "cuMemFreeAsync",
     "cuMemFreeHost",
     "cuMemFree_v2",
     "cuMemGetAccess",
+    "cuMemGetAddressRange",
     "cuMemGetAddressRange_v2",
     "cuMemGetAllocationGranularity",
     "cuMemGetAllocationPropertiesFromHandle",
@@ -331,11 +367,14 @@ const char *const cuwire_names[] = {
     "cuMemGetAttribute_v2",
     "cuMemGetDefaultMemPool",
     "cuMemGetHandleForAddressRange",
+    "cuMemGetInfo",
     "cuMemGetInfo_v2",
     "cuMemGetMemPool",
     "cuMemHostAlloc",
+    "cuMemHostGetDevicePointer",
     "cuMemHostGetDevicePointer_v2",
     "cuMemHostGetFlags",
+    "cuMemHostRegister",
     "cuMemHostRegister_v2",
     "cuMemHostUnregister",
     "cuMemImportFromShareableHandle",
@@ -352,6 +391,7 @@ const char *const cuwire_names[] = {
     "cuMemPoolSetAccess",
     "cuMemPoolSetAttribute",
     "cuMemPoolTrimTo",
+    "cuMemPrefetchAsync",
     "cuMemPrefetchAsync_ptsz",
     "cuMemPrefetchAsync_v2",
     "cuMemPrefetchBatchAsync",
@@ -363,43 +403,69 @@ const char *const cuwire_names[] = {
     "cuMemSetMemPool",
     "cuMemUnmap",
     "cuMemcpy",
+    "cuMemcpy2D",
+    "cuMemcpy2DAsync",
     "cuMemcpy2DAsync_v2",
+    "cuMemcpy2DUnaligned",
     "cuMemcpy2DUnaligned_v2",
     "cuMemcpy2D_v2",
+    "cuMemcpy3D",
+    "cuMemcpy3DAsync",
     "cuMemcpy3DAsync_v2",
+    "cuMemcpy3DBatchAsync",
     "cuMemcpy3DBatchAsync_ptsz",
     "cuMemcpy3DBatchAsync_v2",
     "cuMemcpy3DPeer",
     "cuMemcpy3DPeerAsync",
     "cuMemcpy3D_v2",
     "cuMemcpyAsync",
+    "cuMemcpyAtoA",
     "cuMemcpyAtoA_v2",
+    "cuMemcpyAtoD",
     "cuMemcpyAtoD_v2",
+    "cuMemcpyAtoH",
+    "cuMemcpyAtoHAsync",
     "cuMemcpyAtoHAsync_v2",
     "cuMemcpyAtoH_v2",
+    "cuMemcpyBatchAsync",
     "cuMemcpyBatchAsync_ptsz",
     "cuMemcpyBatchAsync_v2",
+    "cuMemcpyDtoA",
     "cuMemcpyDtoA_v2",
+    "cuMemcpyDtoD",
+    "cuMemcpyDtoDAsync",
     "cuMemcpyDtoDAsync_v2",
     "cuMemcpyDtoD_v2",
+    "cuMemcpyDtoH",
+    "cuMemcpyDtoHAsync",
     "cuMemcpyDtoHAsync_v2",
     "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoA",
+    "cuMemcpyHtoAAsync",
     "cuMemcpyHtoAAsync_v2",
     "cuMemcpyHtoA_v2",
+    "cuMemcpyHtoD",
+    "cuMemcpyHtoDAsync",
     "cuMemcpyHtoDAsync_v2",
     "cuMemcpyHtoD_v2",
     "cuMemcpyPeer",
     "cuMemcpyPeerAsync",
+    "cuMemsetD16",
     "cuMemsetD16Async",
     "cuMemsetD16_v2",
+    "cuMemsetD2D16",
     "cuMemsetD2D16Async",
     "cuMemsetD2D16_v2",
+    "cuMemsetD2D32",
     "cuMemsetD2D32Async",
     "cuMemsetD2D32_v2",
+    "cuMemsetD2D8",
     "cuMemsetD2D8Async",
     "cuMemsetD2D8_v2",
+    "cuMemsetD32",
     "cuMemsetD32Async",
     "cuMemsetD32_v2",
+    "cuMemsetD8",
     "cuMemsetD8Async",
     "cuMemsetD8_v2",
     "cuMipmappedArrayCreate",
@@ -410,6 +476,7 @@ const char *const cuwire_names[] = {
     "cuModuleEnumerateFunctions",
     "cuModuleGetFunction",
     "cuModuleGetFunctionCount",
+    "cuModuleGetGlobal",
     "cuModuleGetGlobal_v2",
     "cuModuleGetLoadingMode",
     "cuModuleGetSurfRef",
@@ -446,17 +513,21 @@ const char *const cuwire_names[] = {
     "cuSignalExternalSemaphoresAsync",
     "cuStreamAddCallback",
     "cuStreamAttachMemAsync",
+    "cuStreamBatchMemOp",
     "cuStreamBatchMemOp_ptsz",
     "cuStreamBatchMemOp_v2",
+    "cuStreamBeginCapture",
     "cuStreamBeginCaptureToGraph",
     "cuStreamBeginCapture_ptsz",
     "cuStreamBeginCapture_v2",
     "cuStreamCopyAttributes",
     "cuStreamCreate",
     "cuStreamCreateWithPriority",
+    "cuStreamDestroy",
     "cuStreamDestroy_v2",
     "cuStreamEndCapture",
     "cuStreamGetAttribute",
+    "cuStreamGetCaptureInfo",
     "cuStreamGetCaptureInfo_ptsz",
     "cuStreamGetCaptureInfo_v2",
     "cuStreamGetCaptureInfo_v2_ptsz",
@@ -472,15 +543,20 @@ const char *const cuwire_names[] = {
     "cuStreamQuery",
     "cuStreamSetAttribute",
     "cuStreamSynchronize",
+    "cuStreamUpdateCaptureDependencies",
     "cuStreamUpdateCaptureDependencies_ptsz",
     "cuStreamUpdateCaptureDependencies_v2",
     "cuStreamWaitEvent",
+    "cuStreamWaitValue32",
     "cuStreamWaitValue32_ptsz",
     "cuStreamWaitValue32_v2",
+    "cuStreamWaitValue64",
     "cuStreamWaitValue64_ptsz",
     "cuStreamWaitValue64_v2",
+    "cuStreamWriteValue32",
     "cuStreamWriteValue32_ptsz",
     "cuStreamWriteValue32_v2",
+    "cuStreamWriteValue64",
     "cuStreamWriteValue64_ptsz",
     "cuStreamWriteValue64_v2",
     "cuSurfObjectCreate",
@@ -499,6 +575,7 @@ const char *const cuwire_names[] = {
     "cuTexObjectGetTextureDesc",
     "cuTexRefCreate",
     "cuTexRefDestroy",
+    "cuTexRefGetAddress",
     "cuTexRefGetAddressMode",
     "cuTexRefGetAddress_v2",
     "cuTexRefGetArray",
@@ -511,6 +588,8 @@ const char *const cuwire_names[] = {
     "cuTexRefGetMipmapLevelBias",
     "cuTexRefGetMipmapLevelClamp",
     "cuTexRefGetMipmappedArray",
+    "cuTexRefSetAddress",
+    "cuTexRefSetAddress2D",
     "cuTexRefSetAddress2D_v2",
     "cuTexRefSetAddress2D_v3",
     "cuTexRefSetAddressMode",
@@ -917,6 +996,104 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "local",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "local",
+    "unimplemented",
+    "local",
+    "unimplemented",
+    "sync",
+    "sync",
+    "async",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "local",
+    "local",
+    "local",
+    "sync",
+    "local",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "local",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "local",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "local",
+    "unimplemented",
+    "local",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "async",
+    "async",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "custom",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
     "sync",
     "unimplemented",
     "unimplemented",
@@ -932,50 +1109,168 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "custom",
+    "custom",
+    "local",
+    "local",
+    "local",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "local",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
     "sync",
+    "custom",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "custom",
     "sync",
     "sync",
     "sync",
     "unimplemented",
-    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
+    "custom",
+    "custom",
     "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "custom",
+    "custom",
     "unimplemented",
     "unimplemented",
     "sync",
     "unimplemented",
-    "sync",
-    "sync",
+    "custom",
     "unimplemented",
-    "sync",
-    "unimplemented",
+    "local",
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "sync",
     "unimplemented",
-    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -987,12 +1282,236 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "sync",
+    "unimplemented",
+    "unimplemented",
+    "local",
+    "unimplemented",
+    "unimplemented",
     "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "local",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "custom",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "local",
+    "unimplemented",
+    "unimplemented",
+    "local",
+    "unimplemented",
+    "local",
+    "local",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "custom",
+    "unimplemented",
+    "custom",
+    "custom",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "async",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "async",
     "sync",
     "unimplemented",
     "async",
+    "sync",
+    "unimplemented",
+    "async",
+    "sync",
+    "unimplemented",
+    "async",
+    "sync",
+    "unimplemented",
+    "async",
+    "sync",
+    "unimplemented",
+    "async",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "custom",
+    "unimplemented",
+    "unimplemented",
+    "custom",
+    "local",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "custom",
+    "custom",
+    "custom",
+    "local",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
     "unimplemented",
     "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "custom",
+    "custom",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "local",
+    "unimplemented",
+    "local",
+    "unimplemented",
+    "local",
+    "sync",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "sync",
+    "local",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "async",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1026,367 +1545,6 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "local",
-    "local",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1734,8 +1892,8 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
 };
-unsigned long long cuwire_counts[859];
-const int cuwire_n_functions = 859;
+unsigned long long cuwire_counts[938];
+const int cuwire_n_functions = 938;
 
 /* The id of a queued kernel launch record (cuwire's own operation LaunchKernel). */
 const uint32_t cuwire_launch_record_id = 1561583759u;
@@ -1886,6 +2044,8 @@ cudaError_t cuwire_local___cudaGetKernel(cudaKernel_t *kernel, const void *hostF
 CUWIRE_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
 {
     __atomic_add_fetch(&cuwire_counts[0], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("__cudaGetKernel");
 return cuwire_local___cudaGetKernel(kernel, hostFun);
 }
 
@@ -1893,6 +2053,8 @@ return cuwire_local___cudaGetKernel(kernel, hostFun);
 CUWIRE_EXPORT cudaError_t __cudaGetProcAddress(const char *symbol, void **funcPtr, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus)
 {
     __atomic_add_fetch(&cuwire_counts[1], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("__cudaGetProcAddress");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("__cudaGetProcAddress", "crt/host_runtime.h", &warned));
 }
@@ -1902,6 +2064,8 @@ char cuwire_local___cudaInitModule(void **fatCubinHandle);
 CUWIRE_EXPORT char __cudaInitModule(void **fatCubinHandle)
 {
     __atomic_add_fetch(&cuwire_counts[2], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("__cudaInitModule");
 return cuwire_local___cudaInitModule(fatCubinHandle);
 }
 
@@ -1911,6 +2075,8 @@ int cuwire_fast___cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 block
 CUWIRE_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
     __atomic_add_fetch(&cuwire_counts[3], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("__cudaLaunchKernel");
     int fast = cuwire_fast___cudaLaunchKernel(kernel, gridDim, blockDim, args, sharedMem, stream);
     if (fast >= 0)
         return (cudaError_t)cuwire_rt_status(fast);
@@ -1925,6 +2091,8 @@ cudaError_t cuwire_local___cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDi
 CUWIRE_EXPORT cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem, void *stream)
 {
     __atomic_add_fetch(&cuwire_counts[4], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("__cudaPopCallConfiguration");
 return cuwire_local___cudaPopCallConfiguration(gridDim, blockDim, sharedMem, stream);
 }
 
@@ -1933,6 +2101,8 @@ unsigned cuwire_local___cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, s
 CUWIRE_EXPORT unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem, struct CUstream_st *stream)
 {
     __atomic_add_fetch(&cuwire_counts[5], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("__cudaPushCallConfiguration");
 return cuwire_local___cudaPushCallConfiguration(gridDim, blockDim, sharedMem, stream);
 }
 
@@ -1941,6 +2111,8 @@ void ** cuwire_local___cudaRegisterFatBinary(void *fatCubin);
 CUWIRE_EXPORT void ** __cudaRegisterFatBinary(void *fatCubin)
 {
     __atomic_add_fetch(&cuwire_counts[6], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("__cudaRegisterFatBinary");
 return cuwire_local___cudaRegisterFatBinary(fatCubin);
 }
 
@@ -1949,6 +2121,8 @@ void cuwire_local___cudaRegisterFatBinaryEnd(void **fatCubinHandle);
 CUWIRE_EXPORT void __cudaRegisterFatBinaryEnd(void **fatCubinHandle)
 {
     __atomic_add_fetch(&cuwire_counts[7], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("__cudaRegisterFatBinaryEnd");
 cuwire_local___cudaRegisterFatBinaryEnd(fatCubinHandle);
 }
 
@@ -1957,6 +2131,8 @@ void cuwire_local___cudaRegisterFunction(void **fatCubinHandle, const char *host
 CUWIRE_EXPORT void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize)
 {
     __atomic_add_fetch(&cuwire_counts[8], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("__cudaRegisterFunction");
 cuwire_local___cudaRegisterFunction(fatCubinHandle, hostFun, deviceFun, deviceName, thread_limit, tid, bid, bDim, gDim, wSize);
 }
 
@@ -1964,6 +2140,8 @@ cuwire_local___cudaRegisterFunction(fatCubinHandle, hostFun, deviceFun, deviceNa
 CUWIRE_EXPORT void __cudaRegisterHostVar(void **fatCubinHandle, const char *deviceName, char *hostVar, size_t size)
 {
     __atomic_add_fetch(&cuwire_counts[9], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("__cudaRegisterHostVar");
     static int warned;
     cuwire_unimplemented("__cudaRegisterHostVar", "crt/host_runtime.h", &warned);
 }
@@ -1972,6 +2150,8 @@ CUWIRE_EXPORT void __cudaRegisterHostVar(void **fatCubinHandle, const char *devi
 CUWIRE_EXPORT void __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVarPtrAddress, char *deviceAddress, const char *deviceName, int ext, size_t size, int constant, int global)
 {
     __atomic_add_fetch(&cuwire_counts[10], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("__cudaRegisterManagedVar");
     static int warned;
     cuwire_unimplemented("__cudaRegisterManagedVar", "crt/host_runtime.h", &warned);
 }
@@ -1980,6 +2160,8 @@ CUWIRE_EXPORT void __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVa
 CUWIRE_EXPORT void __cudaRegisterUnifiedTable(void *table)
 {
     __atomic_add_fetch(&cuwire_counts[11], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("__cudaRegisterUnifiedTable");
     static int warned;
     cuwire_unimplemented("__cudaRegisterUnifiedTable", "crt/host_runtime.h", &warned);
 }
@@ -1989,6 +2171,8 @@ void cuwire_local___cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *
 CUWIRE_EXPORT void __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress, const char *deviceName, int ext, size_t size, int constant, int global)
 {
     __atomic_add_fetch(&cuwire_counts[12], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("__cudaRegisterVar");
 cuwire_local___cudaRegisterVar(fatCubinHandle, hostVar, deviceAddress, deviceName, ext, size, constant, global);
 }
 
@@ -1997,57 +2181,107 @@ void cuwire_local___cudaUnregisterFatBinary(void **fatCubinHandle);
 CUWIRE_EXPORT void __cudaUnregisterFatBinary(void **fatCubinHandle)
 {
     __atomic_add_fetch(&cuwire_counts[13], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("__cudaUnregisterFatBinary");
 cuwire_local___cudaUnregisterFatBinary(fatCubinHandle);
 }
 
-/* cuArray3DCreate_v2 (cuda.h): unimplemented; also cuArray3DCreate */
-CUWIRE_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
+/* cuArray3DCreate (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuArray3DCreate(void)
 {
     __atomic_add_fetch(&cuwire_counts[14], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuArray3DCreate");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuArray3DCreate", "libcuda.so.1 export", &warned));
+}
+
+/* cuArray3DCreate_v2 (cuda.h): unimplemented */
+CUWIRE_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
+{
+    __atomic_add_fetch(&cuwire_counts[15], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuArray3DCreate_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuArray3DCreate_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuArray3DCreate_v2) cuArray3DCreate __attribute__((alias("cuArray3DCreate_v2")));
 
-/* cuArray3DGetDescriptor_v2 (cuda.h): unimplemented; also cuArray3DGetDescriptor */
+/* cuArray3DGetDescriptor (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuArray3DGetDescriptor(void)
+{
+    __atomic_add_fetch(&cuwire_counts[16], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuArray3DGetDescriptor");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuArray3DGetDescriptor", "libcuda.so.1 export", &warned));
+}
+
+/* cuArray3DGetDescriptor_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
-    __atomic_add_fetch(&cuwire_counts[15], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[17], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuArray3DGetDescriptor_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuArray3DGetDescriptor_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuArray3DGetDescriptor_v2) cuArray3DGetDescriptor __attribute__((alias("cuArray3DGetDescriptor_v2")));
 
-/* cuArrayCreate_v2 (cuda.h): unimplemented; also cuArrayCreate */
+/* cuArrayCreate (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuArrayCreate(void)
+{
+    __atomic_add_fetch(&cuwire_counts[18], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuArrayCreate");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuArrayCreate", "libcuda.so.1 export", &warned));
+}
+
+/* cuArrayCreate_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
-    __atomic_add_fetch(&cuwire_counts[16], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[19], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuArrayCreate_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuArrayCreate_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuArrayCreate_v2) cuArrayCreate __attribute__((alias("cuArrayCreate_v2")));
 
 /* cuArrayDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuArrayDestroy(CUarray hArray)
 {
-    __atomic_add_fetch(&cuwire_counts[17], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[20], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuArrayDestroy");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuArrayDestroy", "cuda.h", &warned));
 }
 
-/* cuArrayGetDescriptor_v2 (cuda.h): unimplemented; also cuArrayGetDescriptor */
+/* cuArrayGetDescriptor (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuArrayGetDescriptor(void)
+{
+    __atomic_add_fetch(&cuwire_counts[21], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuArrayGetDescriptor");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuArrayGetDescriptor", "libcuda.so.1 export", &warned));
+}
+
+/* cuArrayGetDescriptor_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
-    __atomic_add_fetch(&cuwire_counts[18], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[22], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuArrayGetDescriptor_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuArrayGetDescriptor_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuArrayGetDescriptor_v2) cuArrayGetDescriptor __attribute__((alias("cuArrayGetDescriptor_v2")));
 
 /* cuArrayGetMemoryRequirements (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUarray array, CUdevice device)
 {
-    __atomic_add_fetch(&cuwire_counts[19], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[23], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuArrayGetMemoryRequirements");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuArrayGetMemoryRequirements", "cuda.h", &warned));
 }
@@ -2055,7 +2289,9 @@ CUWIRE_EXPORT CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMEN
 /* cuArrayGetPlane (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuArrayGetPlane(CUarray *pPlaneArray, CUarray hArray, unsigned int planeIdx)
 {
-    __atomic_add_fetch(&cuwire_counts[20], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[24], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuArrayGetPlane");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuArrayGetPlane", "cuda.h", &warned));
 }
@@ -2063,7 +2299,9 @@ CUWIRE_EXPORT CUresult cuArrayGetPlane(CUarray *pPlaneArray, CUarray hArray, uns
 /* cuArrayGetSparseProperties (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *sparseProperties, CUarray array)
 {
-    __atomic_add_fetch(&cuwire_counts[21], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[25], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuArrayGetSparseProperties");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuArrayGetSparseProperties", "cuda.h", &warned));
 }
@@ -2071,7 +2309,9 @@ CUWIRE_EXPORT CUresult cuArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *
 /* cuCheckpointProcessCheckpoint (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
-    __atomic_add_fetch(&cuwire_counts[22], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[26], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCheckpointProcessCheckpoint");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCheckpointProcessCheckpoint", "cuda.h", &warned));
 }
@@ -2079,7 +2319,9 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckp
 /* cuCheckpointProcessGetRestoreThreadId (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 {
-    __atomic_add_fetch(&cuwire_counts[23], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[27], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCheckpointProcessGetRestoreThreadId");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCheckpointProcessGetRestoreThreadId", "cuda.h", &warned));
 }
@@ -2087,7 +2329,9 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 /* cuCheckpointProcessGetState (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
-    __atomic_add_fetch(&cuwire_counts[24], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[28], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCheckpointProcessGetState");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCheckpointProcessGetState", "cuda.h", &warned));
 }
@@ -2095,7 +2339,9 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *stat
 /* cuCheckpointProcessLock (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
-    __atomic_add_fetch(&cuwire_counts[25], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[29], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCheckpointProcessLock");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCheckpointProcessLock", "cuda.h", &warned));
 }
@@ -2103,7 +2349,9 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *ar
 /* cuCheckpointProcessRestore (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
-    __atomic_add_fetch(&cuwire_counts[26], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[30], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCheckpointProcessRestore");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCheckpointProcessRestore", "cuda.h", &warned));
 }
@@ -2111,7 +2359,9 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreAr
 /* cuCheckpointProcessUnlock (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
-    __atomic_add_fetch(&cuwire_counts[27], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[31], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCheckpointProcessUnlock");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCheckpointProcessUnlock", "cuda.h", &warned));
 }
@@ -2119,7 +2369,9 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs
 /* cuCoredumpGetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCoredumpGetAttribute(CUcoredumpSettings attrib, void *value, size_t *size)
 {
-    __atomic_add_fetch(&cuwire_counts[28], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[32], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCoredumpGetAttribute");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCoredumpGetAttribute", "cuda.h", &warned));
 }
@@ -2127,7 +2379,9 @@ CUWIRE_EXPORT CUresult cuCoredumpGetAttribute(CUcoredumpSettings attrib, void *v
 /* cuCoredumpGetAttributeGlobal (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCoredumpGetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
 {
-    __atomic_add_fetch(&cuwire_counts[29], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[33], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCoredumpGetAttributeGlobal");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCoredumpGetAttributeGlobal", "cuda.h", &warned));
 }
@@ -2135,7 +2389,9 @@ CUWIRE_EXPORT CUresult cuCoredumpGetAttributeGlobal(CUcoredumpSettings attrib, v
 /* cuCoredumpSetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCoredumpSetAttribute(CUcoredumpSettings attrib, void *value, size_t *size)
 {
-    __atomic_add_fetch(&cuwire_counts[30], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[34], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCoredumpSetAttribute");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCoredumpSetAttribute", "cuda.h", &warned));
 }
@@ -2143,7 +2399,9 @@ CUWIRE_EXPORT CUresult cuCoredumpSetAttribute(CUcoredumpSettings attrib, void *v
 /* cuCoredumpSetAttributeGlobal (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCoredumpSetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
 {
-    __atomic_add_fetch(&cuwire_counts[31], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[35], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCoredumpSetAttributeGlobal");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCoredumpSetAttributeGlobal", "cuda.h", &warned));
 }
@@ -2151,15 +2409,29 @@ CUWIRE_EXPORT CUresult cuCoredumpSetAttributeGlobal(CUcoredumpSettings attrib, v
 /* cuCtxAttach (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[32], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[36], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxAttach");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxAttach", "cuda.h", &warned));
+}
+
+/* cuCtxCreate (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuCtxCreate(void)
+{
+    __atomic_add_fetch(&cuwire_counts[37], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxCreate");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuCtxCreate", "libcuda.so.1 export", &warned));
 }
 
 /* cuCtxCreate_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxCreate_v2(void)
 {
-    __atomic_add_fetch(&cuwire_counts[33], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[38], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxCreate_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxCreate_v2", "libcuda.so.1 export", &warned));
 }
@@ -2167,33 +2439,49 @@ CUWIRE_EXPORT CUresult cuCtxCreate_v2(void)
 /* cuCtxCreate_v3 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxCreate_v3(void)
 {
-    __atomic_add_fetch(&cuwire_counts[34], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[39], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxCreate_v3");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxCreate_v3", "libcuda.so.1 export", &warned));
 }
 
-/* cuCtxCreate_v4 (cuda.h): unimplemented; also cuCtxCreate */
+/* cuCtxCreate_v4 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[35], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[40], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxCreate_v4");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxCreate_v4", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuCtxCreate_v4) cuCtxCreate __attribute__((alias("cuCtxCreate_v4")));
 
-/* cuCtxDestroy_v2 (cuda.h): unimplemented; also cuCtxDestroy */
+/* cuCtxDestroy (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuCtxDestroy(void)
+{
+    __atomic_add_fetch(&cuwire_counts[41], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxDestroy");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuCtxDestroy", "libcuda.so.1 export", &warned));
+}
+
+/* cuCtxDestroy_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
-    __atomic_add_fetch(&cuwire_counts[36], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[42], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxDestroy_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxDestroy_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuCtxDestroy_v2) cuCtxDestroy __attribute__((alias("cuCtxDestroy_v2")));
 
 /* cuCtxDetach (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxDetach(CUcontext ctx)
 {
-    __atomic_add_fetch(&cuwire_counts[37], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[43], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxDetach");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxDetach", "cuda.h", &warned));
 }
@@ -2201,7 +2489,9 @@ CUWIRE_EXPORT CUresult cuCtxDetach(CUcontext ctx)
 /* cuCtxDisablePeerAccess (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
 {
-    __atomic_add_fetch(&cuwire_counts[38], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[44], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxDisablePeerAccess");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxDisablePeerAccess", "cuda.h", &warned));
 }
@@ -2209,7 +2499,9 @@ CUWIRE_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
 /* cuCtxEnablePeerAccess (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
 {
-    __atomic_add_fetch(&cuwire_counts[39], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[45], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxEnablePeerAccess");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxEnablePeerAccess", "cuda.h", &warned));
 }
@@ -2217,181 +2509,269 @@ CUWIRE_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int
 /* cuCtxFromGreenCtx (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
 {
-    __atomic_add_fetch(&cuwire_counts[40], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[46], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxFromGreenCtx");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxFromGreenCtx", "cuda.h", &warned));
 }
 
-/* cuCtxGetApiVersion (cuda.h): unimplemented */
+/* cuCtxGetApiVersion (cuda.h): remoted, sync */
+int cuwire_py_cuCtxGetApiVersion(uint64_t, void *);
 CUWIRE_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
 {
-    __atomic_add_fetch(&cuwire_counts[41], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxGetApiVersion", "cuda.h", &warned));
-}
-
-/* cuCtxGetCacheConfig (cuda.h): unimplemented */
-CUWIRE_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
-{
-    __atomic_add_fetch(&cuwire_counts[42], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxGetCacheConfig", "cuda.h", &warned));
-}
-
-/* cuCtxGetCurrent (cuda.h): remoted, sync */
-int cuwire_py_cuCtxGetCurrent(void *);
-CUWIRE_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
-{
-    __atomic_add_fetch(&cuwire_counts[43], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[47], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxGetApiVersion");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuCtxGetCurrent((void *)pctx));
+    return (CUresult)(cuwire_py_cuCtxGetApiVersion((uint64_t)(uintptr_t)ctx, (void *)version));
+}
+
+/* cuCtxGetCacheConfig (cuda.h): remoted, sync */
+int cuwire_py_cuCtxGetCacheConfig(void *);
+CUWIRE_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
+{
+    __atomic_add_fetch(&cuwire_counts[48], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxGetCacheConfig");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxGetCacheConfig((void *)pconfig));
+}
+
+/* cuCtxGetCurrent (cuda.h): local, local */
+CUresult cuwire_local_cuCtxGetCurrent(CUcontext *pctx);
+CUWIRE_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+    __atomic_add_fetch(&cuwire_counts[49], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxGetCurrent");
+return cuwire_local_cuCtxGetCurrent(pctx);
 }
 
 /* cuCtxGetDevResource (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResourceType type)
 {
-    __atomic_add_fetch(&cuwire_counts[44], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[50], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxGetDevResource");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxGetDevResource", "cuda.h", &warned));
 }
 
-/* cuCtxGetDevice (cuda.h): unimplemented */
+/* cuCtxGetDevice (cuda.h): remoted, sync */
+int cuwire_py_cuCtxGetDevice(void *);
 CUWIRE_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 {
-    __atomic_add_fetch(&cuwire_counts[45], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxGetDevice", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[51], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxGetDevice");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxGetDevice((void *)device));
 }
 
-/* cuCtxGetDevice_v2 (cuda.h): unimplemented */
+/* cuCtxGetDevice_v2 (cuda.h): remoted, sync */
+int cuwire_py_cuCtxGetDevice_v2(void *, uint64_t);
 CUWIRE_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 {
-    __atomic_add_fetch(&cuwire_counts[46], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxGetDevice_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[52], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxGetDevice_v2");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxGetDevice_v2((void *)device, (uint64_t)(uintptr_t)ctx));
 }
 
 /* cuCtxGetExecAffinity (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type)
 {
-    __atomic_add_fetch(&cuwire_counts[47], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[53], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxGetExecAffinity");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxGetExecAffinity", "cuda.h", &warned));
 }
 
-/* cuCtxGetFlags (cuda.h): unimplemented */
+/* cuCtxGetFlags (cuda.h): remoted, sync */
+int cuwire_py_cuCtxGetFlags(void *);
 CUWIRE_EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
 {
-    __atomic_add_fetch(&cuwire_counts[48], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxGetFlags", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[54], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxGetFlags");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxGetFlags((void *)flags));
 }
 
 /* cuCtxGetId (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
 {
-    __atomic_add_fetch(&cuwire_counts[49], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[55], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxGetId");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxGetId", "cuda.h", &warned));
 }
 
-/* cuCtxGetLimit (cuda.h): unimplemented */
+/* cuCtxGetLimit (cuda.h): remoted, sync */
+int cuwire_py_cuCtxGetLimit(void *, int64_t);
 CUWIRE_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 {
-    __atomic_add_fetch(&cuwire_counts[50], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxGetLimit", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[56], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxGetLimit");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxGetLimit((void *)pvalue, (int64_t)limit));
 }
 
 /* cuCtxGetSharedMemConfig (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
 {
-    __atomic_add_fetch(&cuwire_counts[51], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[57], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxGetSharedMemConfig");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxGetSharedMemConfig", "cuda.h", &warned));
 }
 
-/* cuCtxGetStreamPriorityRange (cuda.h): unimplemented */
+/* cuCtxGetStreamPriorityRange (cuda.h): remoted, sync */
+int cuwire_py_cuCtxGetStreamPriorityRange(void *, void *);
 CUWIRE_EXPORT CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
-    __atomic_add_fetch(&cuwire_counts[52], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxGetStreamPriorityRange", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[58], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxGetStreamPriorityRange");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxGetStreamPriorityRange((void *)leastPriority, (void *)greatestPriority));
 }
 
-/* cuCtxPopCurrent_v2 (cuda.h): unimplemented; also cuCtxPopCurrent */
+/* cuCtxPopCurrent (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuCtxPopCurrent(void)
+{
+    __atomic_add_fetch(&cuwire_counts[59], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxPopCurrent");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuCtxPopCurrent", "libcuda.so.1 export", &warned));
+}
+
+/* cuCtxPopCurrent_v2 (cuda.h): local, local */
+CUresult cuwire_local_cuCtxPopCurrent_v2(CUcontext *pctx);
 CUWIRE_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 {
-    __atomic_add_fetch(&cuwire_counts[53], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxPopCurrent_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[60], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxPopCurrent_v2");
+return cuwire_local_cuCtxPopCurrent_v2(pctx);
 }
-CUWIRE_EXPORT __typeof__(cuCtxPopCurrent_v2) cuCtxPopCurrent __attribute__((alias("cuCtxPopCurrent_v2")));
 
-/* cuCtxPushCurrent_v2 (cuda.h): unimplemented; also cuCtxPushCurrent */
+/* cuCtxPushCurrent (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuCtxPushCurrent(void)
+{
+    __atomic_add_fetch(&cuwire_counts[61], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxPushCurrent");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuCtxPushCurrent", "libcuda.so.1 export", &warned));
+}
+
+/* cuCtxPushCurrent_v2 (cuda.h): local, local */
+CUresult cuwire_local_cuCtxPushCurrent_v2(CUcontext ctx);
 CUWIRE_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 {
-    __atomic_add_fetch(&cuwire_counts[54], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxPushCurrent_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[62], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxPushCurrent_v2");
+return cuwire_local_cuCtxPushCurrent_v2(ctx);
 }
-CUWIRE_EXPORT __typeof__(cuCtxPushCurrent_v2) cuCtxPushCurrent __attribute__((alias("cuCtxPushCurrent_v2")));
 
 /* cuCtxRecordEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
 {
-    __atomic_add_fetch(&cuwire_counts[55], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[63], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxRecordEvent");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxRecordEvent", "cuda.h", &warned));
 }
 
-/* cuCtxResetPersistingL2Cache (cuda.h): unimplemented */
+/* cuCtxResetPersistingL2Cache (cuda.h): remoted, sync */
+int cuwire_py_cuCtxResetPersistingL2Cache(void);
 CUWIRE_EXPORT CUresult cuCtxResetPersistingL2Cache(void)
 {
-    __atomic_add_fetch(&cuwire_counts[56], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxResetPersistingL2Cache", "cuda.h", &warned));
-}
-
-/* cuCtxSetCacheConfig (cuda.h): unimplemented */
-CUWIRE_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config)
-{
-    __atomic_add_fetch(&cuwire_counts[57], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxSetCacheConfig", "cuda.h", &warned));
-}
-
-/* cuCtxSetCurrent (cuda.h): remoted, sync */
-int cuwire_py_cuCtxSetCurrent(uint64_t);
-CUWIRE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
-{
-    __atomic_add_fetch(&cuwire_counts[58], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[64], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxResetPersistingL2Cache");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuCtxSetCurrent((uint64_t)(uintptr_t)ctx));
+    return (CUresult)(cuwire_py_cuCtxResetPersistingL2Cache());
 }
 
-/* cuCtxSetFlags (cuda.h): unimplemented */
+/* cuCtxSetCacheConfig (cuda.h): remoted, sync */
+int cuwire_py_cuCtxSetCacheConfig(int64_t);
+CUWIRE_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config)
+{
+    __atomic_add_fetch(&cuwire_counts[65], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxSetCacheConfig");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxSetCacheConfig((int64_t)config));
+}
+
+/* cuCtxSetCurrent (cuda.h): remoted, async */
+int cuwire_note_current_context(CUcontext ctx);
+CUWIRE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    __atomic_add_fetch(&cuwire_counts[66], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxSetCurrent");
+    int fast = cuwire_note_current_context(ctx);
+    if (fast >= 0)
+        return (CUresult)fast;
+    struct __attribute__((packed)) {
+        uint64_t ctx;
+    } rec = {
+        (uint64_t)(uintptr_t)ctx,
+    };
+    return (CUresult)(cuwire_enqueue(1801040174u, &rec, sizeof rec));
+}
+
+/* cuCtxSetFlags (cuda.h): remoted, sync */
+int cuwire_py_cuCtxSetFlags(uint64_t);
 CUWIRE_EXPORT CUresult cuCtxSetFlags(unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[59], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxSetFlags", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[67], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxSetFlags");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxSetFlags((uint64_t)flags));
 }
 
-/* cuCtxSetLimit (cuda.h): unimplemented */
+/* cuCtxSetLimit (cuda.h): remoted, sync */
+int cuwire_py_cuCtxSetLimit(int64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
-    __atomic_add_fetch(&cuwire_counts[60], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxSetLimit", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[68], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxSetLimit");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxSetLimit((int64_t)limit, (uint64_t)value));
 }
 
 /* cuCtxSetSharedMemConfig (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
 {
-    __atomic_add_fetch(&cuwire_counts[61], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[69], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxSetSharedMemConfig");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxSetSharedMemConfig", "cuda.h", &warned));
 }
@@ -2400,24 +2780,32 @@ CUWIRE_EXPORT CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
 int cuwire_py_cuCtxSynchronize(void);
 CUWIRE_EXPORT CUresult cuCtxSynchronize(void)
 {
-    __atomic_add_fetch(&cuwire_counts[62], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[70], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxSynchronize");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuCtxSynchronize());
 }
 
-/* cuCtxSynchronize_v2 (cuda.h): unimplemented */
+/* cuCtxSynchronize_v2 (cuda.h): remoted, sync */
+int cuwire_py_cuCtxSynchronize_v2(uint64_t);
 CUWIRE_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
-    __atomic_add_fetch(&cuwire_counts[63], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxSynchronize_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[71], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxSynchronize_v2");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxSynchronize_v2((uint64_t)(uintptr_t)ctx));
 }
 
 /* cuCtxWaitEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
 {
-    __atomic_add_fetch(&cuwire_counts[64], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[72], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuCtxWaitEvent");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuCtxWaitEvent", "cuda.h", &warned));
 }
@@ -2425,7 +2813,9 @@ CUWIRE_EXPORT CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
 /* cuDestroyExternalMemory (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDestroyExternalMemory(CUexternalMemory extMem)
 {
-    __atomic_add_fetch(&cuwire_counts[65], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[73], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDestroyExternalMemory");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDestroyExternalMemory", "cuda.h", &warned));
 }
@@ -2433,7 +2823,9 @@ CUWIRE_EXPORT CUresult cuDestroyExternalMemory(CUexternalMemory extMem)
 /* cuDestroyExternalSemaphore (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDestroyExternalSemaphore(CUexternalSemaphore extSem)
 {
-    __atomic_add_fetch(&cuwire_counts[66], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[74], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDestroyExternalSemaphore");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDestroyExternalSemaphore", "cuda.h", &warned));
 }
@@ -2441,7 +2833,9 @@ CUWIRE_EXPORT CUresult cuDestroyExternalSemaphore(CUexternalSemaphore extSem)
 /* cuDevResourceGenerateDesc (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *resources, unsigned int nbResources)
 {
-    __atomic_add_fetch(&cuwire_counts[67], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[75], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDevResourceGenerateDesc");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDevResourceGenerateDesc", "cuda.h", &warned));
 }
@@ -2449,71 +2843,83 @@ CUWIRE_EXPORT CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUde
 /* cuDevSmResourceSplitByCount (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGroups, const CUdevResource *input, CUdevResource *remaining, unsigned int useFlags, unsigned int minCount)
 {
-    __atomic_add_fetch(&cuwire_counts[68], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[76], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDevSmResourceSplitByCount");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDevSmResourceSplitByCount", "cuda.h", &warned));
 }
 
-/* cuDeviceCanAccessPeer (cuda.h): unimplemented */
+/* cuDeviceCanAccessPeer (cuda.h): remoted, sync */
+int cuwire_py_cuDeviceCanAccessPeer(void *, int64_t, int64_t);
 CUWIRE_EXPORT CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
 {
-    __atomic_add_fetch(&cuwire_counts[69], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceCanAccessPeer", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[77], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceCanAccessPeer");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuDeviceCanAccessPeer((void *)canAccessPeer, (int64_t)dev, (int64_t)peerDev));
 }
 
-/* cuDeviceComputeCapability (cuda.h): remoted, sync */
-int cuwire_py_cuDeviceComputeCapability(void *, void *, int64_t);
+/* cuDeviceComputeCapability (cuda.h): local, local */
+CUresult cuwire_local_cuDeviceComputeCapability(int *major, int *minor, CUdevice dev);
 CUWIRE_EXPORT CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[70], 1, __ATOMIC_RELAXED);
-    if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuDeviceComputeCapability((void *)major, (void *)minor, (int64_t)dev));
+    __atomic_add_fetch(&cuwire_counts[78], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceComputeCapability");
+return cuwire_local_cuDeviceComputeCapability(major, minor, dev);
 }
 
-/* cuDeviceGet (cuda.h): remoted, sync */
-int cuwire_py_cuDeviceGet(void *, int64_t);
+/* cuDeviceGet (cuda.h): local, local */
+CUresult cuwire_local_cuDeviceGet(CUdevice *device, int ordinal);
 CUWIRE_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
 {
-    __atomic_add_fetch(&cuwire_counts[71], 1, __ATOMIC_RELAXED);
-    if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuDeviceGet((void *)device, (int64_t)ordinal));
+    __atomic_add_fetch(&cuwire_counts[79], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGet");
+return cuwire_local_cuDeviceGet(device, ordinal);
 }
 
-/* cuDeviceGetAttribute (cuda.h): remoted, sync */
-int cuwire_py_cuDeviceGetAttribute(void *, int64_t, int64_t);
+/* cuDeviceGetAttribute (cuda.h): local, local */
+CUresult cuwire_local_cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
 CUWIRE_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[72], 1, __ATOMIC_RELAXED);
-    if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuDeviceGetAttribute((void *)pi, (int64_t)attrib, (int64_t)dev));
+    __atomic_add_fetch(&cuwire_counts[80], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetAttribute");
+return cuwire_local_cuDeviceGetAttribute(pi, attrib, dev);
 }
 
-/* cuDeviceGetByPCIBusId (cuda.h): unimplemented */
+/* cuDeviceGetByPCIBusId (cuda.h): remoted, sync */
+int cuwire_py_cuDeviceGetByPCIBusId(void *, void *);
 CUWIRE_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
 {
-    __atomic_add_fetch(&cuwire_counts[73], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceGetByPCIBusId", "cuda.h", &warned));
-}
-
-/* cuDeviceGetCount (cuda.h): remoted, sync */
-int cuwire_py_cuDeviceGetCount(void *);
-CUWIRE_EXPORT CUresult cuDeviceGetCount(int *count)
-{
-    __atomic_add_fetch(&cuwire_counts[74], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[81], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetByPCIBusId");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuDeviceGetCount((void *)count));
+    return (CUresult)(cuwire_py_cuDeviceGetByPCIBusId((void *)dev, (void *)pciBusId));
+}
+
+/* cuDeviceGetCount (cuda.h): local, local */
+CUresult cuwire_local_cuDeviceGetCount(int *count);
+CUWIRE_EXPORT CUresult cuDeviceGetCount(int *count)
+{
+    __atomic_add_fetch(&cuwire_counts[82], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetCount");
+return cuwire_local_cuDeviceGetCount(count);
 }
 
 /* cuDeviceGetDefaultMemPool (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[75], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[83], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetDefaultMemPool");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetDefaultMemPool", "cuda.h", &warned));
 }
@@ -2521,7 +2927,9 @@ CUWIRE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevic
 /* cuDeviceGetDevResource (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevResourceType type)
 {
-    __atomic_add_fetch(&cuwire_counts[76], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[84], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetDevResource");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetDevResource", "cuda.h", &warned));
 }
@@ -2529,7 +2937,9 @@ CUWIRE_EXPORT CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *re
 /* cuDeviceGetExecAffinitySupport (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[77], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[85], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetExecAffinitySupport");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetExecAffinitySupport", "cuda.h", &warned));
 }
@@ -2537,7 +2947,9 @@ CUWIRE_EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityTyp
 /* cuDeviceGetGraphMemAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
-    __atomic_add_fetch(&cuwire_counts[78], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[86], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetGraphMemAttribute");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetGraphMemAttribute", "cuda.h", &warned));
 }
@@ -2545,7 +2957,9 @@ CUWIRE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_
 /* cuDeviceGetHostAtomicCapabilities (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[79], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[87], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetHostAtomicCapabilities");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetHostAtomicCapabilities", "cuda.h", &warned));
 }
@@ -2553,7 +2967,9 @@ CUWIRE_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *capabilit
 /* cuDeviceGetLuid (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetLuid(char *luid, unsigned int *deviceNodeMask, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[80], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[88], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetLuid");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetLuid", "cuda.h", &warned));
 }
@@ -2561,25 +2977,29 @@ CUWIRE_EXPORT CUresult cuDeviceGetLuid(char *luid, unsigned int *deviceNodeMask,
 /* cuDeviceGetMemPool (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[81], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[89], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetMemPool");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetMemPool", "cuda.h", &warned));
 }
 
-/* cuDeviceGetName (cuda.h): remoted, sync */
-int cuwire_py_cuDeviceGetName(void *, uint64_t, int64_t, int64_t);
+/* cuDeviceGetName (cuda.h): local, local */
+CUresult cuwire_local_cuDeviceGetName(char *name, int len, CUdevice dev);
 CUWIRE_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[82], 1, __ATOMIC_RELAXED);
-    if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuDeviceGetName((void *)name, (uint64_t)(len), (int64_t)len, (int64_t)dev));
+    __atomic_add_fetch(&cuwire_counts[90], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetName");
+return cuwire_local_cuDeviceGetName(name, len, dev);
 }
 
 /* cuDeviceGetNvSciSyncAttributes (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, CUdevice dev, int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[83], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[91], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetNvSciSyncAttributes");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetNvSciSyncAttributes", "cuda.h", &warned));
 }
@@ -2587,31 +3007,43 @@ CUWIRE_EXPORT CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, C
 /* cuDeviceGetP2PAtomicCapabilities (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice srcDevice, CUdevice dstDevice)
 {
-    __atomic_add_fetch(&cuwire_counts[84], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[92], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetP2PAtomicCapabilities");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetP2PAtomicCapabilities", "cuda.h", &warned));
 }
 
-/* cuDeviceGetP2PAttribute (cuda.h): unimplemented */
+/* cuDeviceGetP2PAttribute (cuda.h): remoted, sync */
+int cuwire_py_cuDeviceGetP2PAttribute(void *, int64_t, int64_t, int64_t);
 CUWIRE_EXPORT CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice)
 {
-    __atomic_add_fetch(&cuwire_counts[85], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceGetP2PAttribute", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[93], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetP2PAttribute");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuDeviceGetP2PAttribute((void *)value, (int64_t)attrib, (int64_t)srcDevice, (int64_t)dstDevice));
 }
 
-/* cuDeviceGetPCIBusId (cuda.h): unimplemented */
+/* cuDeviceGetPCIBusId (cuda.h): remoted, sync */
+int cuwire_py_cuDeviceGetPCIBusId(void *, uint64_t, int64_t, int64_t);
 CUWIRE_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[86], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceGetPCIBusId", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[94], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetPCIBusId");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuDeviceGetPCIBusId((void *)pciBusId, (uint64_t)(len), (int64_t)len, (int64_t)dev));
 }
 
 /* cuDeviceGetProperties (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[87], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[95], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetProperties");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetProperties", "cuda.h", &warned));
 }
@@ -2619,26 +3051,30 @@ CUWIRE_EXPORT CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev)
 /* cuDeviceGetTexture1DLinearMaxWidth (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[88], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[96], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetTexture1DLinearMaxWidth");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGetTexture1DLinearMaxWidth", "cuda.h", &warned));
 }
 
-/* cuDeviceGetUuid_v2 (cuda.h): remoted, sync; also cuDeviceGetUuid */
-int cuwire_py_cuDeviceGetUuid_v2(void *, uint64_t, int64_t);
+/* cuDeviceGetUuid_v2 (cuda.h): local, local; also cuDeviceGetUuid */
+CUresult cuwire_local_cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev);
 CUWIRE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[89], 1, __ATOMIC_RELAXED);
-    if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuDeviceGetUuid_v2((void *)uuid, sizeof *uuid, (int64_t)dev));
+    __atomic_add_fetch(&cuwire_counts[97], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGetUuid_v2");
+return cuwire_local_cuDeviceGetUuid_v2(uuid, dev);
 }
 CUWIRE_EXPORT __typeof__(cuDeviceGetUuid_v2) cuDeviceGetUuid __attribute__((alias("cuDeviceGetUuid_v2")));
 
 /* cuDeviceGraphMemTrim (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
 {
-    __atomic_add_fetch(&cuwire_counts[90], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[98], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceGraphMemTrim");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceGraphMemTrim", "cuda.h", &warned));
 }
@@ -2647,7 +3083,9 @@ CUWIRE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
 int cuwire_py_cuDevicePrimaryCtxGetState(int64_t, void *, void *);
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
-    __atomic_add_fetch(&cuwire_counts[91], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[99], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDevicePrimaryCtxGetState");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDevicePrimaryCtxGetState((int64_t)dev, (void *)flags, (void *)active));
@@ -2657,19 +3095,25 @@ CUWIRE_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *fl
 int cuwire_py_cuDevicePrimaryCtxRelease_v2(int64_t);
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[92], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[100], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDevicePrimaryCtxRelease_v2");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDevicePrimaryCtxRelease_v2((int64_t)dev));
 }
 CUWIRE_EXPORT __typeof__(cuDevicePrimaryCtxRelease_v2) cuDevicePrimaryCtxRelease __attribute__((alias("cuDevicePrimaryCtxRelease_v2")));
 
-/* cuDevicePrimaryCtxReset_v2 (cuda.h): unimplemented; also cuDevicePrimaryCtxReset */
+/* cuDevicePrimaryCtxReset_v2 (cuda.h): remoted, sync; also cuDevicePrimaryCtxReset */
+int cuwire_py_cuDevicePrimaryCtxReset_v2(int64_t);
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[93], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDevicePrimaryCtxReset_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[101], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDevicePrimaryCtxReset_v2");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuDevicePrimaryCtxReset_v2((int64_t)dev));
 }
 CUWIRE_EXPORT __typeof__(cuDevicePrimaryCtxReset_v2) cuDevicePrimaryCtxReset __attribute__((alias("cuDevicePrimaryCtxReset_v2")));
 
@@ -2677,25 +3121,42 @@ CUWIRE_EXPORT __typeof__(cuDevicePrimaryCtxReset_v2) cuDevicePrimaryCtxReset __a
 int cuwire_py_cuDevicePrimaryCtxRetain(void *, int64_t);
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[94], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[102], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDevicePrimaryCtxRetain");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDevicePrimaryCtxRetain((void *)pctx, (int64_t)dev));
 }
 
-/* cuDevicePrimaryCtxSetFlags_v2 (cuda.h): unimplemented; also cuDevicePrimaryCtxSetFlags */
+/* cuDevicePrimaryCtxSetFlags (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuDevicePrimaryCtxSetFlags(void)
+{
+    __atomic_add_fetch(&cuwire_counts[103], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDevicePrimaryCtxSetFlags");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuDevicePrimaryCtxSetFlags", "libcuda.so.1 export", &warned));
+}
+
+/* cuDevicePrimaryCtxSetFlags_v2 (cuda.h): remoted, sync */
+int cuwire_py_cuDevicePrimaryCtxSetFlags_v2(int64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[95], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDevicePrimaryCtxSetFlags_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[104], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDevicePrimaryCtxSetFlags_v2");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuDevicePrimaryCtxSetFlags_v2((int64_t)dev, (uint64_t)flags));
 }
-CUWIRE_EXPORT __typeof__(cuDevicePrimaryCtxSetFlags_v2) cuDevicePrimaryCtxSetFlags __attribute__((alias("cuDevicePrimaryCtxSetFlags_v2")));
 
 /* cuDeviceRegisterAsyncNotification (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceRegisterAsyncNotification(CUdevice device, CUasyncCallback callbackFunc, void *userData, CUasyncCallbackHandle *callback)
 {
-    __atomic_add_fetch(&cuwire_counts[96], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[105], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceRegisterAsyncNotification");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceRegisterAsyncNotification", "cuda.h", &warned));
 }
@@ -2703,7 +3164,9 @@ CUWIRE_EXPORT CUresult cuDeviceRegisterAsyncNotification(CUdevice device, CUasyn
 /* cuDeviceSetGraphMemAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
-    __atomic_add_fetch(&cuwire_counts[97], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[106], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceSetGraphMemAttribute");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceSetGraphMemAttribute", "cuda.h", &warned));
 }
@@ -2711,44 +3174,59 @@ CUWIRE_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_
 /* cuDeviceSetMemPool (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 {
-    __atomic_add_fetch(&cuwire_counts[98], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[107], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceSetMemPool");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceSetMemPool", "cuda.h", &warned));
 }
 
-/* cuDeviceTotalMem_v2 (cuda.h): remoted, sync; also cuDeviceTotalMem */
-int cuwire_py_cuDeviceTotalMem_v2(void *, int64_t);
+/* cuDeviceTotalMem (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuDeviceTotalMem(void)
+{
+    __atomic_add_fetch(&cuwire_counts[108], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceTotalMem");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuDeviceTotalMem", "libcuda.so.1 export", &warned));
+}
+
+/* cuDeviceTotalMem_v2 (cuda.h): local, local */
+CUresult cuwire_local_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
 CUWIRE_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[99], 1, __ATOMIC_RELAXED);
-    if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuDeviceTotalMem_v2((void *)bytes, (int64_t)dev));
+    __atomic_add_fetch(&cuwire_counts[109], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceTotalMem_v2");
+return cuwire_local_cuDeviceTotalMem_v2(bytes, dev);
 }
-CUWIRE_EXPORT __typeof__(cuDeviceTotalMem_v2) cuDeviceTotalMem __attribute__((alias("cuDeviceTotalMem_v2")));
 
 /* cuDeviceUnregisterAsyncNotification (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuDeviceUnregisterAsyncNotification(CUdevice device, CUasyncCallbackHandle callback)
 {
-    __atomic_add_fetch(&cuwire_counts[100], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[110], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDeviceUnregisterAsyncNotification");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuDeviceUnregisterAsyncNotification", "cuda.h", &warned));
 }
 
-/* cuDriverGetVersion (cuda.h): remoted, sync */
-int cuwire_py_cuDriverGetVersion(void *);
+/* cuDriverGetVersion (cuda.h): local, local */
+CUresult cuwire_local_cuDriverGetVersion(int *driverVersion);
 CUWIRE_EXPORT CUresult cuDriverGetVersion(int *driverVersion)
 {
-    __atomic_add_fetch(&cuwire_counts[101], 1, __ATOMIC_RELAXED);
-    if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuDriverGetVersion((void *)driverVersion));
+    __atomic_add_fetch(&cuwire_counts[111], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuDriverGetVersion");
+return cuwire_local_cuDriverGetVersion(driverVersion);
 }
 
 /* cuEGLApiInit (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLApiInit(void)
 {
-    __atomic_add_fetch(&cuwire_counts[102], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[112], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEGLApiInit");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLApiInit", "libcuda.so.1 export", &warned));
 }
@@ -2756,7 +3234,9 @@ CUWIRE_EXPORT CUresult cuEGLApiInit(void)
 /* cuEGLStreamConsumerAcquireFrame (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerAcquireFrame(void)
 {
-    __atomic_add_fetch(&cuwire_counts[103], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[113], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEGLStreamConsumerAcquireFrame");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerAcquireFrame", "libcuda.so.1 export", &warned));
 }
@@ -2764,7 +3244,9 @@ CUWIRE_EXPORT CUresult cuEGLStreamConsumerAcquireFrame(void)
 /* cuEGLStreamConsumerConnect (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerConnect(void)
 {
-    __atomic_add_fetch(&cuwire_counts[104], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[114], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEGLStreamConsumerConnect");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerConnect", "libcuda.so.1 export", &warned));
 }
@@ -2772,7 +3254,9 @@ CUWIRE_EXPORT CUresult cuEGLStreamConsumerConnect(void)
 /* cuEGLStreamConsumerConnectWithFlags (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerConnectWithFlags(void)
 {
-    __atomic_add_fetch(&cuwire_counts[105], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[115], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEGLStreamConsumerConnectWithFlags");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerConnectWithFlags", "libcuda.so.1 export", &warned));
 }
@@ -2780,7 +3264,9 @@ CUWIRE_EXPORT CUresult cuEGLStreamConsumerConnectWithFlags(void)
 /* cuEGLStreamConsumerDisconnect (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerDisconnect(void)
 {
-    __atomic_add_fetch(&cuwire_counts[106], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[116], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEGLStreamConsumerDisconnect");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerDisconnect", "libcuda.so.1 export", &warned));
 }
@@ -2788,7 +3274,9 @@ CUWIRE_EXPORT CUresult cuEGLStreamConsumerDisconnect(void)
 /* cuEGLStreamConsumerReleaseFrame (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerReleaseFrame(void)
 {
-    __atomic_add_fetch(&cuwire_counts[107], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[117], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEGLStreamConsumerReleaseFrame");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerReleaseFrame", "libcuda.so.1 export", &warned));
 }
@@ -2796,7 +3284,9 @@ CUWIRE_EXPORT CUresult cuEGLStreamConsumerReleaseFrame(void)
 /* cuEGLStreamProducerConnect (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamProducerConnect(void)
 {
-    __atomic_add_fetch(&cuwire_counts[108], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[118], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEGLStreamProducerConnect");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamProducerConnect", "libcuda.so.1 export", &warned));
 }
@@ -2804,7 +3294,9 @@ CUWIRE_EXPORT CUresult cuEGLStreamProducerConnect(void)
 /* cuEGLStreamProducerDisconnect (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamProducerDisconnect(void)
 {
-    __atomic_add_fetch(&cuwire_counts[109], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[119], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEGLStreamProducerDisconnect");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamProducerDisconnect", "libcuda.so.1 export", &warned));
 }
@@ -2812,7 +3304,9 @@ CUWIRE_EXPORT CUresult cuEGLStreamProducerDisconnect(void)
 /* cuEGLStreamProducerPresentFrame (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamProducerPresentFrame(void)
 {
-    __atomic_add_fetch(&cuwire_counts[110], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[120], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEGLStreamProducerPresentFrame");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamProducerPresentFrame", "libcuda.so.1 export", &warned));
 }
@@ -2820,7 +3314,9 @@ CUWIRE_EXPORT CUresult cuEGLStreamProducerPresentFrame(void)
 /* cuEGLStreamProducerReturnFrame (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuEGLStreamProducerReturnFrame(void)
 {
-    __atomic_add_fetch(&cuwire_counts[111], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[121], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEGLStreamProducerReturnFrame");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuEGLStreamProducerReturnFrame", "libcuda.so.1 export", &warned));
 }
@@ -2829,46 +3325,67 @@ CUWIRE_EXPORT CUresult cuEGLStreamProducerReturnFrame(void)
 int cuwire_py_cuEventCreate(void *, uint64_t);
 CUWIRE_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
-    __atomic_add_fetch(&cuwire_counts[112], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[122], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEventCreate");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuEventCreate((void *)phEvent, (uint64_t)Flags));
 }
 
-/* cuEventDestroy_v2 (cuda.h): remoted, sync; also cuEventDestroy */
+/* cuEventDestroy (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuEventDestroy(void)
+{
+    __atomic_add_fetch(&cuwire_counts[123], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEventDestroy");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuEventDestroy", "libcuda.so.1 export", &warned));
+}
+
+/* cuEventDestroy_v2 (cuda.h): remoted, sync */
 int cuwire_py_cuEventDestroy_v2(uint64_t);
 CUWIRE_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
 {
-    __atomic_add_fetch(&cuwire_counts[113], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[124], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEventDestroy_v2");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuEventDestroy_v2((uint64_t)(uintptr_t)hEvent));
 }
-CUWIRE_EXPORT __typeof__(cuEventDestroy_v2) cuEventDestroy __attribute__((alias("cuEventDestroy_v2")));
 
 /* cuEventElapsedTime_v2 (cuda.h): remoted, sync; also cuEventElapsedTime */
 int cuwire_py_cuEventElapsedTime_v2(void *, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
-    __atomic_add_fetch(&cuwire_counts[114], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[125], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEventElapsedTime_v2");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuEventElapsedTime_v2((void *)pMilliseconds, (uint64_t)(uintptr_t)hStart, (uint64_t)(uintptr_t)hEnd));
 }
 CUWIRE_EXPORT __typeof__(cuEventElapsedTime_v2) cuEventElapsedTime __attribute__((alias("cuEventElapsedTime_v2")));
 
-/* cuEventQuery (cuda.h): unimplemented */
+/* cuEventQuery (cuda.h): remoted, sync */
+int cuwire_py_cuEventQuery(uint64_t);
 CUWIRE_EXPORT CUresult cuEventQuery(CUevent hEvent)
 {
-    __atomic_add_fetch(&cuwire_counts[115], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuEventQuery", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[126], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEventQuery");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuEventQuery((uint64_t)(uintptr_t)hEvent));
 }
 
 /* cuEventRecord (cuda.h): remoted, async; also cuEventRecord_ptsz */
 CUWIRE_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[116], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[127], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEventRecord");
     struct __attribute__((packed)) {
         uint64_t hEvent;
         uint64_t hStream;
@@ -2880,12 +3397,22 @@ CUWIRE_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 }
 CUWIRE_EXPORT __typeof__(cuEventRecord) cuEventRecord_ptsz __attribute__((alias("cuEventRecord")));
 
-/* cuEventRecordWithFlags (cuda.h): unimplemented; also cuEventRecordWithFlags_ptsz */
+/* cuEventRecordWithFlags (cuda.h): remoted, async; also cuEventRecordWithFlags_ptsz */
 CUWIRE_EXPORT CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[117], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuEventRecordWithFlags", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[128], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEventRecordWithFlags");
+    struct __attribute__((packed)) {
+        uint64_t hEvent;
+        uint64_t hStream;
+        uint32_t flags;
+    } rec = {
+        (uint64_t)(uintptr_t)hEvent,
+        (uint64_t)(uintptr_t)hStream,
+        flags,
+    };
+    return (CUresult)(cuwire_enqueue(663009900u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT __typeof__(cuEventRecordWithFlags) cuEventRecordWithFlags_ptsz __attribute__((alias("cuEventRecordWithFlags")));
 
@@ -2893,7 +3420,9 @@ CUWIRE_EXPORT __typeof__(cuEventRecordWithFlags) cuEventRecordWithFlags_ptsz __a
 int cuwire_py_cuEventSynchronize(uint64_t);
 CUWIRE_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 {
-    __atomic_add_fetch(&cuwire_counts[118], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[129], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuEventSynchronize");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuEventSynchronize((uint64_t)(uintptr_t)hEvent));
@@ -2902,7 +3431,9 @@ CUWIRE_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 /* cuExternalMemoryGetMappedBuffer (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *devPtr, CUexternalMemory extMem, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *bufferDesc)
 {
-    __atomic_add_fetch(&cuwire_counts[119], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[130], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuExternalMemoryGetMappedBuffer");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuExternalMemoryGetMappedBuffer", "cuda.h", &warned));
 }
@@ -2910,7 +3441,9 @@ CUWIRE_EXPORT CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *devPtr, CUex
 /* cuExternalMemoryGetMappedMipmappedArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuExternalMemoryGetMappedMipmappedArray(CUmipmappedArray *mipmap, CUexternalMemory extMem, const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC *mipmapDesc)
 {
-    __atomic_add_fetch(&cuwire_counts[120], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[131], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuExternalMemoryGetMappedMipmappedArray");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuExternalMemoryGetMappedMipmappedArray", "cuda.h", &warned));
 }
@@ -2918,47 +3451,65 @@ CUWIRE_EXPORT CUresult cuExternalMemoryGetMappedMipmappedArray(CUmipmappedArray 
 /* cuFlushGPUDirectRDMAWrites (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarget target, CUflushGPUDirectRDMAWritesScope scope)
 {
-    __atomic_add_fetch(&cuwire_counts[121], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[132], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuFlushGPUDirectRDMAWrites");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFlushGPUDirectRDMAWrites", "cuda.h", &warned));
 }
 
-/* cuFuncGetAttribute (cuda.h): unimplemented */
+/* cuFuncGetAttribute (cuda.h): remoted, sync */
+int cuwire_py_cuFuncGetAttribute(void *, int64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
-    __atomic_add_fetch(&cuwire_counts[122], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuFuncGetAttribute", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[133], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuFuncGetAttribute");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuFuncGetAttribute((void *)pi, (int64_t)attrib, (uint64_t)(uintptr_t)hfunc));
 }
 
 /* cuFuncGetModule (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
 {
-    __atomic_add_fetch(&cuwire_counts[123], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[134], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuFuncGetModule");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFuncGetModule", "cuda.h", &warned));
 }
 
-/* cuFuncGetName (cuda.h): unimplemented */
+/* cuFuncGetName (cuda.h): remoted, custom */
+int cuwire_py_cuFuncGetName(uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuFuncGetName(const char **name, CUfunction hfunc)
 {
-    __atomic_add_fetch(&cuwire_counts[124], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuFuncGetName", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[135], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuFuncGetName");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuFuncGetName((uint64_t)(uintptr_t)name, (uint64_t)(uintptr_t)hfunc));
 }
 
-/* cuFuncGetParamInfo (cuda.h): unimplemented */
+/* cuFuncGetParamInfo (cuda.h): remoted, sync */
+int cuwire_py_cuFuncGetParamInfo(uint64_t, uint64_t, void *, void *);
 CUWIRE_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
-    __atomic_add_fetch(&cuwire_counts[125], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuFuncGetParamInfo", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[136], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuFuncGetParamInfo");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuFuncGetParamInfo((uint64_t)(uintptr_t)func, (uint64_t)paramIndex, (void *)paramOffset, (void *)paramSize));
 }
 
 /* cuFuncIsLoaded (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
 {
-    __atomic_add_fetch(&cuwire_counts[126], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[137], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuFuncIsLoaded");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFuncIsLoaded", "cuda.h", &warned));
 }
@@ -2966,39 +3517,53 @@ CUWIRE_EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction 
 /* cuFuncLoad (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFuncLoad(CUfunction function)
 {
-    __atomic_add_fetch(&cuwire_counts[127], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[138], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuFuncLoad");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFuncLoad", "cuda.h", &warned));
 }
 
-/* cuFuncSetAttribute (cuda.h): unimplemented */
+/* cuFuncSetAttribute (cuda.h): remoted, sync */
+int cuwire_py_cuFuncSetAttribute(uint64_t, int64_t, int64_t);
 CUWIRE_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
-    __atomic_add_fetch(&cuwire_counts[128], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuFuncSetAttribute", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[139], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuFuncSetAttribute");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuFuncSetAttribute((uint64_t)(uintptr_t)hfunc, (int64_t)attrib, (int64_t)value));
 }
 
 /* cuFuncSetBlockShape (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z)
 {
-    __atomic_add_fetch(&cuwire_counts[129], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[140], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuFuncSetBlockShape");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFuncSetBlockShape", "cuda.h", &warned));
 }
 
-/* cuFuncSetCacheConfig (cuda.h): unimplemented */
+/* cuFuncSetCacheConfig (cuda.h): remoted, sync */
+int cuwire_py_cuFuncSetCacheConfig(uint64_t, int64_t);
 CUWIRE_EXPORT CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
 {
-    __atomic_add_fetch(&cuwire_counts[130], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuFuncSetCacheConfig", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[141], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuFuncSetCacheConfig");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuFuncSetCacheConfig((uint64_t)(uintptr_t)hfunc, (int64_t)config));
 }
 
 /* cuFuncSetSharedMemConfig (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
 {
-    __atomic_add_fetch(&cuwire_counts[131], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[142], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuFuncSetSharedMemConfig");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFuncSetSharedMemConfig", "cuda.h", &warned));
 }
@@ -3006,7 +3571,9 @@ CUWIRE_EXPORT CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig
 /* cuFuncSetSharedSize (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes)
 {
-    __atomic_add_fetch(&cuwire_counts[132], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[143], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuFuncSetSharedSize");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuFuncSetSharedSize", "cuda.h", &warned));
 }
@@ -3014,7 +3581,9 @@ CUWIRE_EXPORT CUresult cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes)
 /* cuGLCtxCreate (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLCtxCreate(void)
 {
-    __atomic_add_fetch(&cuwire_counts[133], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[144], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGLCtxCreate");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLCtxCreate", "libcuda.so.1 export", &warned));
 }
@@ -3022,7 +3591,9 @@ CUWIRE_EXPORT CUresult cuGLCtxCreate(void)
 /* cuGLCtxCreate_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLCtxCreate_v2(void)
 {
-    __atomic_add_fetch(&cuwire_counts[134], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[145], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGLCtxCreate_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLCtxCreate_v2", "libcuda.so.1 export", &warned));
 }
@@ -3030,7 +3601,9 @@ CUWIRE_EXPORT CUresult cuGLCtxCreate_v2(void)
 /* cuGLGetDevices (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLGetDevices(void)
 {
-    __atomic_add_fetch(&cuwire_counts[135], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[146], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGLGetDevices");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLGetDevices", "libcuda.so.1 export", &warned));
 }
@@ -3038,7 +3611,9 @@ CUWIRE_EXPORT CUresult cuGLGetDevices(void)
 /* cuGLGetDevices_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLGetDevices_v2(void)
 {
-    __atomic_add_fetch(&cuwire_counts[136], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[147], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGLGetDevices_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLGetDevices_v2", "libcuda.so.1 export", &warned));
 }
@@ -3046,7 +3621,9 @@ CUWIRE_EXPORT CUresult cuGLGetDevices_v2(void)
 /* cuGLInit (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLInit(void)
 {
-    __atomic_add_fetch(&cuwire_counts[137], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[148], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGLInit");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLInit", "libcuda.so.1 export", &warned));
 }
@@ -3054,7 +3631,9 @@ CUWIRE_EXPORT CUresult cuGLInit(void)
 /* cuGLMapBufferObject (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLMapBufferObject(void)
 {
-    __atomic_add_fetch(&cuwire_counts[138], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[149], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGLMapBufferObject");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLMapBufferObject", "libcuda.so.1 export", &warned));
 }
@@ -3062,7 +3641,9 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObject(void)
 /* cuGLMapBufferObjectAsync (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync(void)
 {
-    __atomic_add_fetch(&cuwire_counts[139], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[150], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGLMapBufferObjectAsync");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLMapBufferObjectAsync", "libcuda.so.1 export", &warned));
 }
@@ -3070,7 +3651,9 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync(void)
 /* cuGLMapBufferObjectAsync_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync_v2(void)
 {
-    __atomic_add_fetch(&cuwire_counts[140], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[151], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGLMapBufferObjectAsync_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLMapBufferObjectAsync_v2", "libcuda.so.1 export", &warned));
 }
@@ -3078,7 +3661,9 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync_v2(void)
 /* cuGLMapBufferObjectAsync_v2_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync_v2_ptsz(void)
 {
-    __atomic_add_fetch(&cuwire_counts[141], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[152], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGLMapBufferObjectAsync_v2_ptsz");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLMapBufferObjectAsync_v2_ptsz", "libcuda.so.1 export", &warned));
 }
@@ -3086,7 +3671,9 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync_v2_ptsz(void)
 /* cuGLMapBufferObject_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLMapBufferObject_v2(void)
 {
-    __atomic_add_fetch(&cuwire_counts[142], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[153], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGLMapBufferObject_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLMapBufferObject_v2", "libcuda.so.1 export", &warned));
 }
@@ -3094,7 +3681,9 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObject_v2(void)
 /* cuGLMapBufferObject_v2_ptds (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLMapBufferObject_v2_ptds(void)
 {
-    __atomic_add_fetch(&cuwire_counts[143], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[154], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGLMapBufferObject_v2_ptds");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLMapBufferObject_v2_ptds", "libcuda.so.1 export", &warned));
 }
@@ -3102,7 +3691,9 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObject_v2_ptds(void)
 /* cuGLRegisterBufferObject (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLRegisterBufferObject(void)
 {
-    __atomic_add_fetch(&cuwire_counts[144], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[155], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGLRegisterBufferObject");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLRegisterBufferObject", "libcuda.so.1 export", &warned));
 }
@@ -3110,7 +3701,9 @@ CUWIRE_EXPORT CUresult cuGLRegisterBufferObject(void)
 /* cuGLSetBufferObjectMapFlags (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLSetBufferObjectMapFlags(void)
 {
-    __atomic_add_fetch(&cuwire_counts[145], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[156], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGLSetBufferObjectMapFlags");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLSetBufferObjectMapFlags", "libcuda.so.1 export", &warned));
 }
@@ -3118,7 +3711,9 @@ CUWIRE_EXPORT CUresult cuGLSetBufferObjectMapFlags(void)
 /* cuGLUnmapBufferObject (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLUnmapBufferObject(void)
 {
-    __atomic_add_fetch(&cuwire_counts[146], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[157], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGLUnmapBufferObject");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLUnmapBufferObject", "libcuda.so.1 export", &warned));
 }
@@ -3126,7 +3721,9 @@ CUWIRE_EXPORT CUresult cuGLUnmapBufferObject(void)
 /* cuGLUnmapBufferObjectAsync (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLUnmapBufferObjectAsync(void)
 {
-    __atomic_add_fetch(&cuwire_counts[147], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[158], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGLUnmapBufferObjectAsync");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLUnmapBufferObjectAsync", "libcuda.so.1 export", &warned));
 }
@@ -3134,49 +3731,74 @@ CUWIRE_EXPORT CUresult cuGLUnmapBufferObjectAsync(void)
 /* cuGLUnregisterBufferObject (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGLUnregisterBufferObject(void)
 {
-    __atomic_add_fetch(&cuwire_counts[148], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[159], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGLUnregisterBufferObject");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGLUnregisterBufferObject", "libcuda.so.1 export", &warned));
 }
 
-/* cuGetErrorName (cuda.h): unimplemented */
+/* cuGetErrorName (cuda.h): remoted, custom */
+int cuwire_py_cuGetErrorName(int64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr)
 {
-    __atomic_add_fetch(&cuwire_counts[149], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGetErrorName", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[160], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGetErrorName");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGetErrorName((int64_t)error, (uint64_t)(uintptr_t)pStr));
 }
 
-/* cuGetErrorString (cuda.h): unimplemented */
+/* cuGetErrorString (cuda.h): remoted, custom */
+int cuwire_py_cuGetErrorString(int64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
 {
-    __atomic_add_fetch(&cuwire_counts[150], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGetErrorString", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[161], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGetErrorString");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGetErrorString((int64_t)error, (uint64_t)(uintptr_t)pStr));
 }
 
 /* cuGetExportTable (cuda.h): local, local */
 CUresult cuwire_local_cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);
 CUWIRE_EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
 {
-    __atomic_add_fetch(&cuwire_counts[151], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[162], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGetExportTable");
 return cuwire_local_cuGetExportTable(ppExportTable, pExportTableId);
 }
 
-/* cuGetProcAddress_v2 (cuda.h): local, local; also cuGetProcAddress, cuGetProcAddress_v2_ptsz */
+/* cuGetProcAddress (cuda.h): local, local */
+CUresult cuwire_local_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+CUWIRE_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    __atomic_add_fetch(&cuwire_counts[163], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGetProcAddress");
+return cuwire_local_cuGetProcAddress(symbol, pfn, cudaVersion, flags);
+}
+
+/* cuGetProcAddress_v2 (cuda.h): local, local; also cuGetProcAddress_v2_ptsz */
 CUresult cuwire_local_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus);
 CUWIRE_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus)
 {
-    __atomic_add_fetch(&cuwire_counts[152], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[164], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGetProcAddress_v2");
 return cuwire_local_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
 }
-CUWIRE_EXPORT __typeof__(cuGetProcAddress_v2) cuGetProcAddress __attribute__((alias("cuGetProcAddress_v2")));
 CUWIRE_EXPORT __typeof__(cuGetProcAddress_v2) cuGetProcAddress_v2_ptsz __attribute__((alias("cuGetProcAddress_v2")));
 
 /* cuGraphAddBatchMemOpNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[153], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[165], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddBatchMemOpNode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddBatchMemOpNode", "cuda.h", &warned));
 }
@@ -3184,24 +3806,39 @@ CUWIRE_EXPORT CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgrap
 /* cuGraphAddChildGraphNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
 {
-    __atomic_add_fetch(&cuwire_counts[154], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[166], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddChildGraphNode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddChildGraphNode", "cuda.h", &warned));
 }
 
-/* cuGraphAddDependencies_v2 (cuda.h): unimplemented; also cuGraphAddDependencies */
+/* cuGraphAddDependencies (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphAddDependencies(void)
+{
+    __atomic_add_fetch(&cuwire_counts[167], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddDependencies");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphAddDependencies", "libcuda.so.1 export", &warned));
+}
+
+/* cuGraphAddDependencies_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
-    __atomic_add_fetch(&cuwire_counts[155], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[168], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddDependencies_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddDependencies_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuGraphAddDependencies_v2) cuGraphAddDependencies __attribute__((alias("cuGraphAddDependencies_v2")));
 
 /* cuGraphAddEmptyNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
 {
-    __atomic_add_fetch(&cuwire_counts[156], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[169], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddEmptyNode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddEmptyNode", "cuda.h", &warned));
 }
@@ -3209,7 +3846,9 @@ CUWIRE_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGr
 /* cuGraphAddEventRecordNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
-    __atomic_add_fetch(&cuwire_counts[157], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[170], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddEventRecordNode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddEventRecordNode", "cuda.h", &warned));
 }
@@ -3217,7 +3856,9 @@ CUWIRE_EXPORT CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgra
 /* cuGraphAddEventWaitNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
-    __atomic_add_fetch(&cuwire_counts[158], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[171], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddEventWaitNode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddEventWaitNode", "cuda.h", &warned));
 }
@@ -3225,7 +3866,9 @@ CUWIRE_EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph
 /* cuGraphAddExternalSemaphoresSignalNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddExternalSemaphoresSignalNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[159], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[172], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddExternalSemaphoresSignalNode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddExternalSemaphoresSignalNode", "cuda.h", &warned));
 }
@@ -3233,7 +3876,9 @@ CUWIRE_EXPORT CUresult cuGraphAddExternalSemaphoresSignalNode(CUgraphNode *phGra
 /* cuGraphAddExternalSemaphoresWaitNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddExternalSemaphoresWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[160], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[173], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddExternalSemaphoresWaitNode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddExternalSemaphoresWaitNode", "cuda.h", &warned));
 }
@@ -3241,24 +3886,39 @@ CUWIRE_EXPORT CUresult cuGraphAddExternalSemaphoresWaitNode(CUgraphNode *phGraph
 /* cuGraphAddHostNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[161], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[174], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddHostNode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddHostNode", "cuda.h", &warned));
 }
 
-/* cuGraphAddKernelNode_v2 (cuda.h): unimplemented; also cuGraphAddKernelNode */
+/* cuGraphAddKernelNode (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphAddKernelNode(void)
+{
+    __atomic_add_fetch(&cuwire_counts[175], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddKernelNode");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphAddKernelNode", "libcuda.so.1 export", &warned));
+}
+
+/* cuGraphAddKernelNode_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[162], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[176], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddKernelNode_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddKernelNode_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuGraphAddKernelNode_v2) cuGraphAddKernelNode __attribute__((alias("cuGraphAddKernelNode_v2")));
 
 /* cuGraphAddMemAllocNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[163], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[177], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddMemAllocNode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddMemAllocNode", "cuda.h", &warned));
 }
@@ -3266,7 +3926,9 @@ CUWIRE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph 
 /* cuGraphAddMemFreeNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
-    __atomic_add_fetch(&cuwire_counts[164], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[178], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddMemFreeNode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddMemFreeNode", "cuda.h", &warned));
 }
@@ -3274,7 +3936,9 @@ CUWIRE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph h
 /* cuGraphAddMemcpyNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
-    __atomic_add_fetch(&cuwire_counts[165], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[179], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddMemcpyNode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddMemcpyNode", "cuda.h", &warned));
 }
@@ -3282,24 +3946,39 @@ CUWIRE_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hG
 /* cuGraphAddMemsetNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
-    __atomic_add_fetch(&cuwire_counts[166], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[180], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddMemsetNode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddMemsetNode", "cuda.h", &warned));
 }
 
-/* cuGraphAddNode_v2 (cuda.h): unimplemented; also cuGraphAddNode */
+/* cuGraphAddNode (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphAddNode(void)
+{
+    __atomic_add_fetch(&cuwire_counts[181], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddNode");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphAddNode", "libcuda.so.1 export", &warned));
+}
+
+/* cuGraphAddNode_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[167], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[182], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphAddNode_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphAddNode_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuGraphAddNode_v2) cuGraphAddNode __attribute__((alias("cuGraphAddNode_v2")));
 
 /* cuGraphBatchMemOpNodeGetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams_out)
 {
-    __atomic_add_fetch(&cuwire_counts[168], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[183], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphBatchMemOpNodeGetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphBatchMemOpNodeGetParams", "cuda.h", &warned));
 }
@@ -3307,7 +3986,9 @@ CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BA
 /* cuGraphBatchMemOpNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[169], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[184], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphBatchMemOpNodeSetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphBatchMemOpNodeSetParams", "cuda.h", &warned));
 }
@@ -3315,7 +3996,9 @@ CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const C
 /* cuGraphChildGraphNodeGetGraph (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
-    __atomic_add_fetch(&cuwire_counts[170], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[185], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphChildGraphNodeGetGraph");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphChildGraphNodeGetGraph", "cuda.h", &warned));
 }
@@ -3323,7 +4006,9 @@ CUWIRE_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph 
 /* cuGraphClone (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
-    __atomic_add_fetch(&cuwire_counts[171], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[186], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphClone");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphClone", "cuda.h", &warned));
 }
@@ -3331,7 +4016,9 @@ CUWIRE_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph
 /* cuGraphConditionalHandleCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[172], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[187], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphConditionalHandleCreate");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphConditionalHandleCreate", "cuda.h", &warned));
 }
@@ -3339,7 +4026,9 @@ CUWIRE_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *
 /* cuGraphCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[173], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[188], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphCreate");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphCreate", "cuda.h", &warned));
 }
@@ -3347,7 +4036,9 @@ CUWIRE_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 /* cuGraphDebugDotPrint (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[174], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[189], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphDebugDotPrint");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphDebugDotPrint", "cuda.h", &warned));
 }
@@ -3355,7 +4046,9 @@ CUWIRE_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, un
 /* cuGraphDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 {
-    __atomic_add_fetch(&cuwire_counts[175], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[190], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphDestroy");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphDestroy", "cuda.h", &warned));
 }
@@ -3363,7 +4056,9 @@ CUWIRE_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 /* cuGraphDestroyNode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
 {
-    __atomic_add_fetch(&cuwire_counts[176], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[191], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphDestroyNode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphDestroyNode", "cuda.h", &warned));
 }
@@ -3371,7 +4066,9 @@ CUWIRE_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
 /* cuGraphEventRecordNodeGetEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
 {
-    __atomic_add_fetch(&cuwire_counts[177], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[192], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphEventRecordNodeGetEvent");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphEventRecordNodeGetEvent", "cuda.h", &warned));
 }
@@ -3379,7 +4076,9 @@ CUWIRE_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent
 /* cuGraphEventRecordNodeSetEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event)
 {
-    __atomic_add_fetch(&cuwire_counts[178], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[193], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphEventRecordNodeSetEvent");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphEventRecordNodeSetEvent", "cuda.h", &warned));
 }
@@ -3387,7 +4086,9 @@ CUWIRE_EXPORT CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent
 /* cuGraphEventWaitNodeGetEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
 {
-    __atomic_add_fetch(&cuwire_counts[179], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[194], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphEventWaitNodeGetEvent");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphEventWaitNodeGetEvent", "cuda.h", &warned));
 }
@@ -3395,7 +4096,9 @@ CUWIRE_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *
 /* cuGraphEventWaitNodeSetEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
 {
-    __atomic_add_fetch(&cuwire_counts[180], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[195], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphEventWaitNodeSetEvent");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphEventWaitNodeSetEvent", "cuda.h", &warned));
 }
@@ -3403,7 +4106,9 @@ CUWIRE_EXPORT CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent e
 /* cuGraphExecBatchMemOpNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[181], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[196], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExecBatchMemOpNodeSetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecBatchMemOpNodeSetParams", "cuda.h", &warned));
 }
@@ -3411,7 +4116,9 @@ CUWIRE_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec
 /* cuGraphExecChildGraphNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph)
 {
-    __atomic_add_fetch(&cuwire_counts[182], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[197], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExecChildGraphNodeSetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecChildGraphNodeSetParams", "cuda.h", &warned));
 }
@@ -3419,7 +4126,9 @@ CUWIRE_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec
 /* cuGraphExecDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
-    __atomic_add_fetch(&cuwire_counts[183], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[198], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExecDestroy");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecDestroy", "cuda.h", &warned));
 }
@@ -3427,7 +4136,9 @@ CUWIRE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 /* cuGraphExecEventRecordNodeSetEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
 {
-    __atomic_add_fetch(&cuwire_counts[184], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[199], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExecEventRecordNodeSetEvent");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecEventRecordNodeSetEvent", "cuda.h", &warned));
 }
@@ -3435,7 +4146,9 @@ CUWIRE_EXPORT CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec
 /* cuGraphExecEventWaitNodeSetEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
 {
-    __atomic_add_fetch(&cuwire_counts[185], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[200], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExecEventWaitNodeSetEvent");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecEventWaitNodeSetEvent", "cuda.h", &warned));
 }
@@ -3443,7 +4156,9 @@ CUWIRE_EXPORT CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, 
 /* cuGraphExecExternalSemaphoresSignalNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[186], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[201], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExecExternalSemaphoresSignalNodeSetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecExternalSemaphoresSignalNodeSetParams", "cuda.h", &warned));
 }
@@ -3451,7 +4166,9 @@ CUWIRE_EXPORT CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(CUgraphE
 /* cuGraphExecExternalSemaphoresWaitNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[187], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[202], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExecExternalSemaphoresWaitNodeSetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecExternalSemaphoresWaitNodeSetParams", "cuda.h", &warned));
 }
@@ -3459,7 +4176,9 @@ CUWIRE_EXPORT CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(CUgraphExe
 /* cuGraphExecGetFlags (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)
 {
-    __atomic_add_fetch(&cuwire_counts[188], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[203], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExecGetFlags");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecGetFlags", "cuda.h", &warned));
 }
@@ -3467,24 +4186,39 @@ CUWIRE_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *f
 /* cuGraphExecHostNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[189], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[204], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExecHostNodeSetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecHostNodeSetParams", "cuda.h", &warned));
 }
 
-/* cuGraphExecKernelNodeSetParams_v2 (cuda.h): unimplemented; also cuGraphExecKernelNodeSetParams */
+/* cuGraphExecKernelNodeSetParams (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphExecKernelNodeSetParams(void)
+{
+    __atomic_add_fetch(&cuwire_counts[205], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExecKernelNodeSetParams");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphExecKernelNodeSetParams", "libcuda.so.1 export", &warned));
+}
+
+/* cuGraphExecKernelNodeSetParams_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[190], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[206], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExecKernelNodeSetParams_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecKernelNodeSetParams_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuGraphExecKernelNodeSetParams_v2) cuGraphExecKernelNodeSetParams __attribute__((alias("cuGraphExecKernelNodeSetParams_v2")));
 
 /* cuGraphExecMemcpyNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
-    __atomic_add_fetch(&cuwire_counts[191], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[207], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExecMemcpyNodeSetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecMemcpyNodeSetParams", "cuda.h", &warned));
 }
@@ -3492,7 +4226,9 @@ CUWIRE_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CU
 /* cuGraphExecMemsetNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
-    __atomic_add_fetch(&cuwire_counts[192], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[208], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExecMemsetNodeSetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecMemsetNodeSetParams", "cuda.h", &warned));
 }
@@ -3500,24 +4236,39 @@ CUWIRE_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CU
 /* cuGraphExecNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[193], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[209], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExecNodeSetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecNodeSetParams", "cuda.h", &warned));
 }
 
-/* cuGraphExecUpdate_v2 (cuda.h): unimplemented; also cuGraphExecUpdate */
+/* cuGraphExecUpdate (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphExecUpdate(void)
+{
+    __atomic_add_fetch(&cuwire_counts[210], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExecUpdate");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphExecUpdate", "libcuda.so.1 export", &warned));
+}
+
+/* cuGraphExecUpdate_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
 {
-    __atomic_add_fetch(&cuwire_counts[194], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[211], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExecUpdate_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExecUpdate_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuGraphExecUpdate_v2) cuGraphExecUpdate __attribute__((alias("cuGraphExecUpdate_v2")));
 
 /* cuGraphExternalSemaphoresSignalNodeGetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeGetParams(CUgraphNode hNode, CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *params_out)
 {
-    __atomic_add_fetch(&cuwire_counts[195], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[212], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExternalSemaphoresSignalNodeGetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExternalSemaphoresSignalNodeGetParams", "cuda.h", &warned));
 }
@@ -3525,7 +4276,9 @@ CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeGetParams(CUgraphNode 
 /* cuGraphExternalSemaphoresSignalNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeSetParams(CUgraphNode hNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[196], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[213], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExternalSemaphoresSignalNodeSetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExternalSemaphoresSignalNodeSetParams", "cuda.h", &warned));
 }
@@ -3533,7 +4286,9 @@ CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeSetParams(CUgraphNode 
 /* cuGraphExternalSemaphoresWaitNodeGetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeGetParams(CUgraphNode hNode, CUDA_EXT_SEM_WAIT_NODE_PARAMS *params_out)
 {
-    __atomic_add_fetch(&cuwire_counts[197], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[214], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExternalSemaphoresWaitNodeGetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExternalSemaphoresWaitNodeGetParams", "cuda.h", &warned));
 }
@@ -3541,24 +4296,39 @@ CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeGetParams(CUgraphNode hN
 /* cuGraphExternalSemaphoresWaitNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeSetParams(CUgraphNode hNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[198], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[215], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphExternalSemaphoresWaitNodeSetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphExternalSemaphoresWaitNodeSetParams", "cuda.h", &warned));
 }
 
-/* cuGraphGetEdges_v2 (cuda.h): unimplemented; also cuGraphGetEdges */
+/* cuGraphGetEdges (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphGetEdges(void)
+{
+    __atomic_add_fetch(&cuwire_counts[216], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphGetEdges");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphGetEdges", "libcuda.so.1 export", &warned));
+}
+
+/* cuGraphGetEdges_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData, size_t *numEdges)
 {
-    __atomic_add_fetch(&cuwire_counts[199], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[217], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphGetEdges_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphGetEdges_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuGraphGetEdges_v2) cuGraphGetEdges __attribute__((alias("cuGraphGetEdges_v2")));
 
 /* cuGraphGetNodes (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
-    __atomic_add_fetch(&cuwire_counts[200], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[218], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphGetNodes");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphGetNodes", "cuda.h", &warned));
 }
@@ -3566,7 +4336,9 @@ CUWIRE_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_
 /* cuGraphGetRootNodes (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
 {
-    __atomic_add_fetch(&cuwire_counts[201], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[219], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphGetRootNodes");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphGetRootNodes", "cuda.h", &warned));
 }
@@ -3574,7 +4346,9 @@ CUWIRE_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNode
 /* cuGraphHostNodeGetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[202], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[220], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphHostNodeGetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphHostNodeGetParams", "cuda.h", &warned));
 }
@@ -3582,24 +4356,39 @@ CUWIRE_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NOD
 /* cuGraphHostNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[203], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[221], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphHostNodeSetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphHostNodeSetParams", "cuda.h", &warned));
 }
 
-/* cuGraphInstantiateWithFlags (cuda.h): unimplemented; also cuGraphInstantiate */
+/* cuGraphInstantiate (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphInstantiate(void)
+{
+    __atomic_add_fetch(&cuwire_counts[222], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphInstantiate");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphInstantiate", "libcuda.so.1 export", &warned));
+}
+
+/* cuGraphInstantiateWithFlags (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
-    __atomic_add_fetch(&cuwire_counts[204], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[223], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphInstantiateWithFlags");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphInstantiateWithFlags", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuGraphInstantiateWithFlags) cuGraphInstantiate __attribute__((alias("cuGraphInstantiateWithFlags")));
 
 /* cuGraphInstantiateWithParams (cuda.h): unimplemented; also cuGraphInstantiateWithParams_ptsz */
 CUWIRE_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
-    __atomic_add_fetch(&cuwire_counts[205], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[224], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphInstantiateWithParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphInstantiateWithParams", "cuda.h", &warned));
 }
@@ -3608,7 +4397,9 @@ CUWIRE_EXPORT __typeof__(cuGraphInstantiateWithParams) cuGraphInstantiateWithPar
 /* cuGraphInstantiate_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphInstantiate_v2(void)
 {
-    __atomic_add_fetch(&cuwire_counts[206], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[225], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphInstantiate_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphInstantiate_v2", "libcuda.so.1 export", &warned));
 }
@@ -3616,7 +4407,9 @@ CUWIRE_EXPORT CUresult cuGraphInstantiate_v2(void)
 /* cuGraphKernelNodeCopyAttributes (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
 {
-    __atomic_add_fetch(&cuwire_counts[207], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[226], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphKernelNodeCopyAttributes");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeCopyAttributes", "cuda.h", &warned));
 }
@@ -3624,41 +4417,69 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphN
 /* cuGraphKernelNodeGetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, CUkernelNodeAttrValue *value_out)
 {
-    __atomic_add_fetch(&cuwire_counts[208], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[227], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphKernelNodeGetAttribute");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeGetAttribute", "cuda.h", &warned));
 }
 
-/* cuGraphKernelNodeGetParams_v2 (cuda.h): unimplemented; also cuGraphKernelNodeGetParams */
+/* cuGraphKernelNodeGetParams (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphKernelNodeGetParams(void)
+{
+    __atomic_add_fetch(&cuwire_counts[228], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphKernelNodeGetParams");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeGetParams", "libcuda.so.1 export", &warned));
+}
+
+/* cuGraphKernelNodeGetParams_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[209], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[229], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphKernelNodeGetParams_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeGetParams_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuGraphKernelNodeGetParams_v2) cuGraphKernelNodeGetParams __attribute__((alias("cuGraphKernelNodeGetParams_v2")));
 
 /* cuGraphKernelNodeSetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue *value)
 {
-    __atomic_add_fetch(&cuwire_counts[210], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[230], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphKernelNodeSetAttribute");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeSetAttribute", "cuda.h", &warned));
 }
 
-/* cuGraphKernelNodeSetParams_v2 (cuda.h): unimplemented; also cuGraphKernelNodeSetParams */
+/* cuGraphKernelNodeSetParams (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphKernelNodeSetParams(void)
+{
+    __atomic_add_fetch(&cuwire_counts[231], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphKernelNodeSetParams");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeSetParams", "libcuda.so.1 export", &warned));
+}
+
+/* cuGraphKernelNodeSetParams_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[211], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[232], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphKernelNodeSetParams_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeSetParams_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuGraphKernelNodeSetParams_v2) cuGraphKernelNodeSetParams __attribute__((alias("cuGraphKernelNodeSetParams_v2")));
 
 /* cuGraphLaunch (cuda.h): unimplemented; also cuGraphLaunch_ptsz */
 CUWIRE_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[212], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[233], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphLaunch");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphLaunch", "cuda.h", &warned));
 }
@@ -3667,7 +4488,9 @@ CUWIRE_EXPORT __typeof__(cuGraphLaunch) cuGraphLaunch_ptsz __attribute__((alias(
 /* cuGraphMemAllocNodeGetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
-    __atomic_add_fetch(&cuwire_counts[213], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[234], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphMemAllocNodeGetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphMemAllocNodeGetParams", "cuda.h", &warned));
 }
@@ -3675,7 +4498,9 @@ CUWIRE_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_
 /* cuGraphMemFreeNodeGetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
 {
-    __atomic_add_fetch(&cuwire_counts[214], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[235], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphMemFreeNodeGetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphMemFreeNodeGetParams", "cuda.h", &warned));
 }
@@ -3683,7 +4508,9 @@ CUWIRE_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdevicept
 /* cuGraphMemcpyNodeGetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[215], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[236], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphMemcpyNodeGetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphMemcpyNodeGetParams", "cuda.h", &warned));
 }
@@ -3691,7 +4518,9 @@ CUWIRE_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY
 /* cuGraphMemcpyNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[216], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[237], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphMemcpyNodeSetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphMemcpyNodeSetParams", "cuda.h", &warned));
 }
@@ -3699,7 +4528,9 @@ CUWIRE_EXPORT CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_
 /* cuGraphMemsetNodeGetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[217], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[238], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphMemsetNodeGetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphMemsetNodeGetParams", "cuda.h", &warned));
 }
@@ -3707,7 +4538,9 @@ CUWIRE_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET
 /* cuGraphMemsetNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[218], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[239], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphMemsetNodeSetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphMemsetNodeSetParams", "cuda.h", &warned));
 }
@@ -3715,33 +4548,59 @@ CUWIRE_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_
 /* cuGraphNodeFindInClone (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph)
 {
-    __atomic_add_fetch(&cuwire_counts[219], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[240], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphNodeFindInClone");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphNodeFindInClone", "cuda.h", &warned));
 }
 
-/* cuGraphNodeGetDependencies_v2 (cuda.h): unimplemented; also cuGraphNodeGetDependencies */
+/* cuGraphNodeGetDependencies (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphNodeGetDependencies(void)
+{
+    __atomic_add_fetch(&cuwire_counts[241], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphNodeGetDependencies");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphNodeGetDependencies", "libcuda.so.1 export", &warned));
+}
+
+/* cuGraphNodeGetDependencies_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependencies, CUgraphEdgeData *edgeData, size_t *numDependencies)
 {
-    __atomic_add_fetch(&cuwire_counts[220], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[242], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphNodeGetDependencies_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphNodeGetDependencies_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuGraphNodeGetDependencies_v2) cuGraphNodeGetDependencies __attribute__((alias("cuGraphNodeGetDependencies_v2")));
 
-/* cuGraphNodeGetDependentNodes_v2 (cuda.h): unimplemented; also cuGraphNodeGetDependentNodes */
+/* cuGraphNodeGetDependentNodes (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphNodeGetDependentNodes(void)
+{
+    __atomic_add_fetch(&cuwire_counts[243], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphNodeGetDependentNodes");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphNodeGetDependentNodes", "libcuda.so.1 export", &warned));
+}
+
+/* cuGraphNodeGetDependentNodes_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *dependentNodes, CUgraphEdgeData *edgeData, size_t *numDependentNodes)
 {
-    __atomic_add_fetch(&cuwire_counts[221], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[244], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphNodeGetDependentNodes_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphNodeGetDependentNodes_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuGraphNodeGetDependentNodes_v2) cuGraphNodeGetDependentNodes __attribute__((alias("cuGraphNodeGetDependentNodes_v2")));
 
 /* cuGraphNodeGetEnabled (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled)
 {
-    __atomic_add_fetch(&cuwire_counts[222], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[245], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphNodeGetEnabled");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphNodeGetEnabled", "cuda.h", &warned));
 }
@@ -3749,7 +4608,9 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode
 /* cuGraphNodeGetType (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
-    __atomic_add_fetch(&cuwire_counts[223], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[246], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphNodeGetType");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphNodeGetType", "cuda.h", &warned));
 }
@@ -3757,7 +4618,9 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *ty
 /* cuGraphNodeSetEnabled (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled)
 {
-    __atomic_add_fetch(&cuwire_counts[224], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[247], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphNodeSetEnabled");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphNodeSetEnabled", "cuda.h", &warned));
 }
@@ -3765,7 +4628,9 @@ CUWIRE_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode
 /* cuGraphNodeSetParams (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[225], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[248], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphNodeSetParams");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphNodeSetParams", "cuda.h", &warned));
 }
@@ -3773,24 +4638,39 @@ CUWIRE_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams
 /* cuGraphReleaseUserObject (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count)
 {
-    __atomic_add_fetch(&cuwire_counts[226], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[249], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphReleaseUserObject");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphReleaseUserObject", "cuda.h", &warned));
 }
 
-/* cuGraphRemoveDependencies_v2 (cuda.h): unimplemented; also cuGraphRemoveDependencies */
+/* cuGraphRemoveDependencies (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphRemoveDependencies(void)
+{
+    __atomic_add_fetch(&cuwire_counts[250], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphRemoveDependencies");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphRemoveDependencies", "libcuda.so.1 export", &warned));
+}
+
+/* cuGraphRemoveDependencies_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
-    __atomic_add_fetch(&cuwire_counts[227], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[251], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphRemoveDependencies_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphRemoveDependencies_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuGraphRemoveDependencies_v2) cuGraphRemoveDependencies __attribute__((alias("cuGraphRemoveDependencies_v2")));
 
 /* cuGraphRetainUserObject (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[228], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[252], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphRetainUserObject");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphRetainUserObject", "cuda.h", &warned));
 }
@@ -3798,7 +4678,9 @@ CUWIRE_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject objec
 /* cuGraphUpload (cuda.h): unimplemented; also cuGraphUpload_ptsz */
 CUWIRE_EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[229], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[253], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphUpload");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphUpload", "cuda.h", &warned));
 }
@@ -3807,7 +4689,9 @@ CUWIRE_EXPORT __typeof__(cuGraphUpload) cuGraphUpload_ptsz __attribute__((alias(
 /* cuGraphicsEGLRegisterImage (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsEGLRegisterImage(void)
 {
-    __atomic_add_fetch(&cuwire_counts[230], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[254], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphicsEGLRegisterImage");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsEGLRegisterImage", "libcuda.so.1 export", &warned));
 }
@@ -3815,7 +4699,9 @@ CUWIRE_EXPORT CUresult cuGraphicsEGLRegisterImage(void)
 /* cuGraphicsGLRegisterBuffer (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsGLRegisterBuffer(void)
 {
-    __atomic_add_fetch(&cuwire_counts[231], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[255], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphicsGLRegisterBuffer");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsGLRegisterBuffer", "libcuda.so.1 export", &warned));
 }
@@ -3823,7 +4709,9 @@ CUWIRE_EXPORT CUresult cuGraphicsGLRegisterBuffer(void)
 /* cuGraphicsGLRegisterImage (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsGLRegisterImage(void)
 {
-    __atomic_add_fetch(&cuwire_counts[232], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[256], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphicsGLRegisterImage");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsGLRegisterImage", "libcuda.so.1 export", &warned));
 }
@@ -3831,7 +4719,9 @@ CUWIRE_EXPORT CUresult cuGraphicsGLRegisterImage(void)
 /* cuGraphicsMapResources (cuda.h): unimplemented; also cuGraphicsMapResources_ptsz */
 CUWIRE_EXPORT CUresult cuGraphicsMapResources(unsigned int count, CUgraphicsResource *resources, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[233], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[257], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphicsMapResources");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsMapResources", "cuda.h", &warned));
 }
@@ -3840,7 +4730,9 @@ CUWIRE_EXPORT __typeof__(cuGraphicsMapResources) cuGraphicsMapResources_ptsz __a
 /* cuGraphicsResourceGetMappedEglFrame (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedEglFrame(void)
 {
-    __atomic_add_fetch(&cuwire_counts[234], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[258], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphicsResourceGetMappedEglFrame");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsResourceGetMappedEglFrame", "libcuda.so.1 export", &warned));
 }
@@ -3848,33 +4740,59 @@ CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedEglFrame(void)
 /* cuGraphicsResourceGetMappedMipmappedArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedMipmappedArray(CUmipmappedArray *pMipmappedArray, CUgraphicsResource resource)
 {
-    __atomic_add_fetch(&cuwire_counts[235], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[259], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphicsResourceGetMappedMipmappedArray");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsResourceGetMappedMipmappedArray", "cuda.h", &warned));
 }
 
-/* cuGraphicsResourceGetMappedPointer_v2 (cuda.h): unimplemented; also cuGraphicsResourceGetMappedPointer */
+/* cuGraphicsResourceGetMappedPointer (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedPointer(void)
+{
+    __atomic_add_fetch(&cuwire_counts[260], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphicsResourceGetMappedPointer");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphicsResourceGetMappedPointer", "libcuda.so.1 export", &warned));
+}
+
+/* cuGraphicsResourceGetMappedPointer_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedPointer_v2(CUdeviceptr *pDevPtr, size_t *pSize, CUgraphicsResource resource)
 {
-    __atomic_add_fetch(&cuwire_counts[236], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[261], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphicsResourceGetMappedPointer_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsResourceGetMappedPointer_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuGraphicsResourceGetMappedPointer_v2) cuGraphicsResourceGetMappedPointer __attribute__((alias("cuGraphicsResourceGetMappedPointer_v2")));
 
-/* cuGraphicsResourceSetMapFlags_v2 (cuda.h): unimplemented; also cuGraphicsResourceSetMapFlags */
+/* cuGraphicsResourceSetMapFlags (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuGraphicsResourceSetMapFlags(void)
+{
+    __atomic_add_fetch(&cuwire_counts[262], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphicsResourceSetMapFlags");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuGraphicsResourceSetMapFlags", "libcuda.so.1 export", &warned));
+}
+
+/* cuGraphicsResourceSetMapFlags_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsResourceSetMapFlags_v2(CUgraphicsResource resource, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[237], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[263], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphicsResourceSetMapFlags_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsResourceSetMapFlags_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuGraphicsResourceSetMapFlags_v2) cuGraphicsResourceSetMapFlags __attribute__((alias("cuGraphicsResourceSetMapFlags_v2")));
 
 /* cuGraphicsSubResourceGetMappedArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsSubResourceGetMappedArray(CUarray *pArray, CUgraphicsResource resource, unsigned int arrayIndex, unsigned int mipLevel)
 {
-    __atomic_add_fetch(&cuwire_counts[238], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[264], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphicsSubResourceGetMappedArray");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsSubResourceGetMappedArray", "cuda.h", &warned));
 }
@@ -3882,7 +4800,9 @@ CUWIRE_EXPORT CUresult cuGraphicsSubResourceGetMappedArray(CUarray *pArray, CUgr
 /* cuGraphicsUnmapResources (cuda.h): unimplemented; also cuGraphicsUnmapResources_ptsz */
 CUWIRE_EXPORT CUresult cuGraphicsUnmapResources(unsigned int count, CUgraphicsResource *resources, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[239], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[265], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphicsUnmapResources");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsUnmapResources", "cuda.h", &warned));
 }
@@ -3891,7 +4811,9 @@ CUWIRE_EXPORT __typeof__(cuGraphicsUnmapResources) cuGraphicsUnmapResources_ptsz
 /* cuGraphicsUnregisterResource (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsUnregisterResource(CUgraphicsResource resource)
 {
-    __atomic_add_fetch(&cuwire_counts[240], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[266], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphicsUnregisterResource");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsUnregisterResource", "cuda.h", &warned));
 }
@@ -3899,7 +4821,9 @@ CUWIRE_EXPORT CUresult cuGraphicsUnregisterResource(CUgraphicsResource resource)
 /* cuGraphicsVDPAURegisterOutputSurface (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsVDPAURegisterOutputSurface(void)
 {
-    __atomic_add_fetch(&cuwire_counts[241], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[267], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphicsVDPAURegisterOutputSurface");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsVDPAURegisterOutputSurface", "libcuda.so.1 export", &warned));
 }
@@ -3907,7 +4831,9 @@ CUWIRE_EXPORT CUresult cuGraphicsVDPAURegisterOutputSurface(void)
 /* cuGraphicsVDPAURegisterVideoSurface (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuGraphicsVDPAURegisterVideoSurface(void)
 {
-    __atomic_add_fetch(&cuwire_counts[242], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[268], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGraphicsVDPAURegisterVideoSurface");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGraphicsVDPAURegisterVideoSurface", "libcuda.so.1 export", &warned));
 }
@@ -3915,7 +4841,9 @@ CUWIRE_EXPORT CUresult cuGraphicsVDPAURegisterVideoSurface(void)
 /* cuGreenCtxCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[243], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[269], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGreenCtxCreate");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGreenCtxCreate", "cuda.h", &warned));
 }
@@ -3923,7 +4851,9 @@ CUWIRE_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc des
 /* cuGreenCtxDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
 {
-    __atomic_add_fetch(&cuwire_counts[244], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[270], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGreenCtxDestroy");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGreenCtxDestroy", "cuda.h", &warned));
 }
@@ -3931,7 +4861,9 @@ CUWIRE_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
 /* cuGreenCtxGetDevResource (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource *resource, CUdevResourceType type)
 {
-    __atomic_add_fetch(&cuwire_counts[245], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[271], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGreenCtxGetDevResource");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGreenCtxGetDevResource", "cuda.h", &warned));
 }
@@ -3939,7 +4871,9 @@ CUWIRE_EXPORT CUresult cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource *
 /* cuGreenCtxGetId (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *greenCtxId)
 {
-    __atomic_add_fetch(&cuwire_counts[246], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[272], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGreenCtxGetId");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGreenCtxGetId", "cuda.h", &warned));
 }
@@ -3947,7 +4881,9 @@ CUWIRE_EXPORT CUresult cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *
 /* cuGreenCtxRecordEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent)
 {
-    __atomic_add_fetch(&cuwire_counts[247], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[273], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGreenCtxRecordEvent");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGreenCtxRecordEvent", "cuda.h", &warned));
 }
@@ -3955,7 +4891,9 @@ CUWIRE_EXPORT CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent)
 /* cuGreenCtxStreamCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx, unsigned int flags, int priority)
 {
-    __atomic_add_fetch(&cuwire_counts[248], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[274], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGreenCtxStreamCreate");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGreenCtxStreamCreate", "cuda.h", &warned));
 }
@@ -3963,7 +4901,9 @@ CUWIRE_EXPORT CUresult cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx gre
 /* cuGreenCtxWaitEvent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent)
 {
-    __atomic_add_fetch(&cuwire_counts[249], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[275], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuGreenCtxWaitEvent");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuGreenCtxWaitEvent", "cuda.h", &warned));
 }
@@ -3971,7 +4911,9 @@ CUWIRE_EXPORT CUresult cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent)
 /* cuImportExternalMemory (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuImportExternalMemory(CUexternalMemory *extMem_out, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *memHandleDesc)
 {
-    __atomic_add_fetch(&cuwire_counts[250], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[276], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuImportExternalMemory");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuImportExternalMemory", "cuda.h", &warned));
 }
@@ -3979,25 +4921,29 @@ CUWIRE_EXPORT CUresult cuImportExternalMemory(CUexternalMemory *extMem_out, cons
 /* cuImportExternalSemaphore (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuImportExternalSemaphore(CUexternalSemaphore *extSem_out, const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *semHandleDesc)
 {
-    __atomic_add_fetch(&cuwire_counts[251], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[277], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuImportExternalSemaphore");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuImportExternalSemaphore", "cuda.h", &warned));
 }
 
-/* cuInit (cuda.h): remoted, sync */
-int cuwire_py_cuInit(uint64_t);
+/* cuInit (cuda.h): local, local */
+CUresult cuwire_local_cuInit(unsigned int Flags);
 CUWIRE_EXPORT CUresult cuInit(unsigned int Flags)
 {
-    __atomic_add_fetch(&cuwire_counts[252], 1, __ATOMIC_RELAXED);
-    if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuInit((uint64_t)Flags));
+    __atomic_add_fetch(&cuwire_counts[278], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuInit");
+return cuwire_local_cuInit(Flags);
 }
 
 /* cuIpcCloseMemHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
-    __atomic_add_fetch(&cuwire_counts[253], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[279], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuIpcCloseMemHandle");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuIpcCloseMemHandle", "cuda.h", &warned));
 }
@@ -4005,7 +4951,9 @@ CUWIRE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 /* cuIpcGetEventHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
 {
-    __atomic_add_fetch(&cuwire_counts[254], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[280], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuIpcGetEventHandle");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuIpcGetEventHandle", "cuda.h", &warned));
 }
@@ -4013,7 +4961,9 @@ CUWIRE_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent ev
 /* cuIpcGetMemHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
-    __atomic_add_fetch(&cuwire_counts[255], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[281], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuIpcGetMemHandle");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuIpcGetMemHandle", "cuda.h", &warned));
 }
@@ -4021,80 +4971,121 @@ CUWIRE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dp
 /* cuIpcOpenEventHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
 {
-    __atomic_add_fetch(&cuwire_counts[256], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[282], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuIpcOpenEventHandle");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuIpcOpenEventHandle", "cuda.h", &warned));
 }
 
-/* cuIpcOpenMemHandle_v2 (cuda.h): unimplemented; also cuIpcOpenMemHandle */
+/* cuIpcOpenMemHandle (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuIpcOpenMemHandle(void)
+{
+    __atomic_add_fetch(&cuwire_counts[283], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuIpcOpenMemHandle");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuIpcOpenMemHandle", "libcuda.so.1 export", &warned));
+}
+
+/* cuIpcOpenMemHandle_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
-    __atomic_add_fetch(&cuwire_counts[257], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[284], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuIpcOpenMemHandle_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuIpcOpenMemHandle_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuIpcOpenMemHandle_v2) cuIpcOpenMemHandle __attribute__((alias("cuIpcOpenMemHandle_v2")));
 
-/* cuKernelGetAttribute (cuda.h): unimplemented */
+/* cuKernelGetAttribute (cuda.h): remoted, sync */
+int cuwire_py_cuKernelGetAttribute(void *, int64_t, uint64_t, int64_t);
 CUWIRE_EXPORT CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[258], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuKernelGetAttribute", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[285], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuKernelGetAttribute");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuKernelGetAttribute((void *)pi, (int64_t)attrib, (uint64_t)(uintptr_t)kernel, (int64_t)dev));
 }
 
-/* cuKernelGetFunction (cuda.h): unimplemented */
+/* cuKernelGetFunction (cuda.h): remoted, custom */
+int cuwire_py_cuKernelGetFunction(void *, uint64_t);
 CUWIRE_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
-    __atomic_add_fetch(&cuwire_counts[259], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuKernelGetFunction", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[286], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuKernelGetFunction");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuKernelGetFunction((void *)pFunc, (uint64_t)(uintptr_t)kernel));
 }
 
 /* cuKernelGetLibrary (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
 {
-    __atomic_add_fetch(&cuwire_counts[260], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[287], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuKernelGetLibrary");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuKernelGetLibrary", "cuda.h", &warned));
 }
 
-/* cuKernelGetName (cuda.h): unimplemented */
+/* cuKernelGetName (cuda.h): remoted, custom */
+int cuwire_py_cuKernelGetName(uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuKernelGetName(const char **name, CUkernel hfunc)
 {
-    __atomic_add_fetch(&cuwire_counts[261], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuKernelGetName", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[288], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuKernelGetName");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuKernelGetName((uint64_t)(uintptr_t)name, (uint64_t)(uintptr_t)hfunc));
 }
 
-/* cuKernelGetParamInfo (cuda.h): unimplemented */
+/* cuKernelGetParamInfo (cuda.h): remoted, sync */
+int cuwire_py_cuKernelGetParamInfo(uint64_t, uint64_t, void *, void *);
 CUWIRE_EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
-    __atomic_add_fetch(&cuwire_counts[262], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuKernelGetParamInfo", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[289], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuKernelGetParamInfo");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuKernelGetParamInfo((uint64_t)(uintptr_t)kernel, (uint64_t)paramIndex, (void *)paramOffset, (void *)paramSize));
 }
 
-/* cuKernelSetAttribute (cuda.h): unimplemented */
+/* cuKernelSetAttribute (cuda.h): remoted, sync */
+int cuwire_py_cuKernelSetAttribute(int64_t, int64_t, uint64_t, int64_t);
 CUWIRE_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[263], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuKernelSetAttribute", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[290], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuKernelSetAttribute");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuKernelSetAttribute((int64_t)attrib, (int64_t)val, (uint64_t)(uintptr_t)kernel, (int64_t)dev));
 }
 
-/* cuKernelSetCacheConfig (cuda.h): unimplemented */
+/* cuKernelSetCacheConfig (cuda.h): remoted, sync */
+int cuwire_py_cuKernelSetCacheConfig(uint64_t, int64_t, int64_t);
 CUWIRE_EXPORT CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[264], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuKernelSetCacheConfig", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[291], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuKernelSetCacheConfig");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuKernelSetCacheConfig((uint64_t)(uintptr_t)kernel, (int64_t)config, (int64_t)dev));
 }
 
 /* cuLaunch (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLaunch(CUfunction f)
 {
-    __atomic_add_fetch(&cuwire_counts[265], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[292], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLaunch");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLaunch", "cuda.h", &warned));
 }
@@ -4102,7 +5093,9 @@ CUWIRE_EXPORT CUresult cuLaunch(CUfunction f)
 /* cuLaunchCooperativeKernel (cuda.h): unimplemented; also cuLaunchCooperativeKernel_ptsz */
 CUWIRE_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
-    __atomic_add_fetch(&cuwire_counts[266], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[293], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLaunchCooperativeKernel");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLaunchCooperativeKernel", "cuda.h", &warned));
 }
@@ -4111,7 +5104,9 @@ CUWIRE_EXPORT __typeof__(cuLaunchCooperativeKernel) cuLaunchCooperativeKernel_pt
 /* cuLaunchCooperativeKernelMultiDevice (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[267], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[294], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLaunchCooperativeKernelMultiDevice");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLaunchCooperativeKernelMultiDevice", "cuda.h", &warned));
 }
@@ -4119,7 +5114,9 @@ CUWIRE_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *
 /* cuLaunchGrid (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
 {
-    __atomic_add_fetch(&cuwire_counts[268], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[295], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLaunchGrid");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLaunchGrid", "cuda.h", &warned));
 }
@@ -4127,7 +5124,9 @@ CUWIRE_EXPORT CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_heigh
 /* cuLaunchGridAsync (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[269], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[296], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLaunchGridAsync");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLaunchGridAsync", "cuda.h", &warned));
 }
@@ -4135,58 +5134,88 @@ CUWIRE_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_
 /* cuLaunchHostFunc (cuda.h): unimplemented; also cuLaunchHostFunc_ptsz */
 CUWIRE_EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
-    __atomic_add_fetch(&cuwire_counts[270], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[297], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLaunchHostFunc");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLaunchHostFunc", "cuda.h", &warned));
 }
 CUWIRE_EXPORT __typeof__(cuLaunchHostFunc) cuLaunchHostFunc_ptsz __attribute__((alias("cuLaunchHostFunc")));
 
-/* cuLaunchKernel (cuda.h): unimplemented; also cuLaunchKernel_ptsz */
+/* cuLaunchKernel (cuda.h): remoted, custom; also cuLaunchKernel_ptsz */
+int cuwire_py_cuLaunchKernel(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, void *, void *);
+int cuwire_fast_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
 CUWIRE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
-    __atomic_add_fetch(&cuwire_counts[271], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLaunchKernel", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[298], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLaunchKernel");
+    int fast = cuwire_fast_cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+    if (fast >= 0)
+        return (CUresult)cuwire_rt_status(fast);
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuLaunchKernel((uint64_t)(uintptr_t)f, (uint64_t)gridDimX, (uint64_t)gridDimY, (uint64_t)gridDimZ, (uint64_t)blockDimX, (uint64_t)blockDimY, (uint64_t)blockDimZ, (uint64_t)sharedMemBytes, (uint64_t)(uintptr_t)hStream, (void *)kernelParams, (void *)extra));
 }
 CUWIRE_EXPORT __typeof__(cuLaunchKernel) cuLaunchKernel_ptsz __attribute__((alias("cuLaunchKernel")));
 
-/* cuLaunchKernelEx (cuda.h): unimplemented; also cuLaunchKernelEx_ptsz */
+/* cuLaunchKernelEx (cuda.h): remoted, custom; also cuLaunchKernelEx_ptsz */
+int cuwire_py_cuLaunchKernelEx(void *, uint64_t, uint64_t, void *, void *);
+int cuwire_fast_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
 CUWIRE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
-    __atomic_add_fetch(&cuwire_counts[272], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLaunchKernelEx", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[299], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLaunchKernelEx");
+    int fast = cuwire_fast_cuLaunchKernelEx(config, f, kernelParams, extra);
+    if (fast >= 0)
+        return (CUresult)cuwire_rt_status(fast);
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuLaunchKernelEx((void *)config, sizeof *config, (uint64_t)(uintptr_t)f, (void *)kernelParams, (void *)extra));
 }
 CUWIRE_EXPORT __typeof__(cuLaunchKernelEx) cuLaunchKernelEx_ptsz __attribute__((alias("cuLaunchKernelEx")));
 
 /* cuLibraryEnumerateKernels (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib)
 {
-    __atomic_add_fetch(&cuwire_counts[273], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[300], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLibraryEnumerateKernels");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLibraryEnumerateKernels", "cuda.h", &warned));
 }
 
-/* cuLibraryGetGlobal (cuda.h): unimplemented */
+/* cuLibraryGetGlobal (cuda.h): remoted, custom */
+int cuwire_py_cuLibraryGetGlobal(void *, void *, uint64_t, void *);
 CUWIRE_EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
-    __atomic_add_fetch(&cuwire_counts[274], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLibraryGetGlobal", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[301], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLibraryGetGlobal");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuLibraryGetGlobal((void *)dptr, (void *)bytes, (uint64_t)(uintptr_t)library, (void *)name));
 }
 
-/* cuLibraryGetKernel (cuda.h): unimplemented */
+/* cuLibraryGetKernel (cuda.h): remoted, custom */
+int cuwire_py_cuLibraryGetKernel(void *, uint64_t, void *);
 CUWIRE_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
-    __atomic_add_fetch(&cuwire_counts[275], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLibraryGetKernel", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[302], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLibraryGetKernel");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuLibraryGetKernel((void *)pKernel, (uint64_t)(uintptr_t)library, (void *)name));
 }
 
 /* cuLibraryGetKernelCount (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
 {
-    __atomic_add_fetch(&cuwire_counts[276], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[303], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLibraryGetKernelCount");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLibraryGetKernelCount", "cuda.h", &warned));
 }
@@ -4194,90 +5223,143 @@ CUWIRE_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary li
 /* cuLibraryGetManaged (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
-    __atomic_add_fetch(&cuwire_counts[277], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[304], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLibraryGetManaged");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLibraryGetManaged", "cuda.h", &warned));
 }
 
-/* cuLibraryGetModule (cuda.h): unimplemented */
+/* cuLibraryGetModule (cuda.h): remoted, sync */
+int cuwire_py_cuLibraryGetModule(void *, uint64_t);
 CUWIRE_EXPORT CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
 {
-    __atomic_add_fetch(&cuwire_counts[278], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLibraryGetModule", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[305], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLibraryGetModule");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuLibraryGetModule((void *)pMod, (uint64_t)(uintptr_t)library));
 }
 
 /* cuLibraryGetUnifiedFunction (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLibraryGetUnifiedFunction(void **fptr, CUlibrary library, const char *symbol)
 {
-    __atomic_add_fetch(&cuwire_counts[279], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[306], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLibraryGetUnifiedFunction");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLibraryGetUnifiedFunction", "cuda.h", &warned));
 }
 
-/* cuLibraryLoadData (cuda.h): unimplemented */
+/* cuLibraryLoadData (cuda.h): remoted, custom */
+int cuwire_py_cuLibraryLoadData(void *, uint64_t, void *, void *, uint64_t, void *, void *, uint64_t);
 CUWIRE_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
-    __atomic_add_fetch(&cuwire_counts[280], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLibraryLoadData", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[307], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLibraryLoadData");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuLibraryLoadData((void *)library, (uint64_t)(uintptr_t)code, (void *)jitOptions, (void *)jitOptionsValues, (uint64_t)numJitOptions, (void *)libraryOptions, (void *)libraryOptionValues, (uint64_t)numLibraryOptions));
 }
 
 /* cuLibraryLoadFromFile (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
-    __atomic_add_fetch(&cuwire_counts[281], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[308], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLibraryLoadFromFile");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLibraryLoadFromFile", "cuda.h", &warned));
 }
 
-/* cuLibraryUnload (cuda.h): unimplemented */
+/* cuLibraryUnload (cuda.h): local, local */
+CUresult cuwire_local_cuLibraryUnload(CUlibrary library);
 CUWIRE_EXPORT CUresult cuLibraryUnload(CUlibrary library)
 {
-    __atomic_add_fetch(&cuwire_counts[282], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLibraryUnload", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[309], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLibraryUnload");
+return cuwire_local_cuLibraryUnload(library);
 }
 
-/* cuLinkAddData_v2 (cuda.h): unimplemented; also cuLinkAddData */
+/* cuLinkAddData (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuLinkAddData(void)
+{
+    __atomic_add_fetch(&cuwire_counts[310], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLinkAddData");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuLinkAddData", "libcuda.so.1 export", &warned));
+}
+
+/* cuLinkAddData_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
-    __atomic_add_fetch(&cuwire_counts[283], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[311], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLinkAddData_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLinkAddData_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuLinkAddData_v2) cuLinkAddData __attribute__((alias("cuLinkAddData_v2")));
 
-/* cuLinkAddFile_v2 (cuda.h): unimplemented; also cuLinkAddFile */
+/* cuLinkAddFile (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuLinkAddFile(void)
+{
+    __atomic_add_fetch(&cuwire_counts[312], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLinkAddFile");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuLinkAddFile", "libcuda.so.1 export", &warned));
+}
+
+/* cuLinkAddFile_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
-    __atomic_add_fetch(&cuwire_counts[284], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[313], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLinkAddFile_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLinkAddFile_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuLinkAddFile_v2) cuLinkAddFile __attribute__((alias("cuLinkAddFile_v2")));
 
 /* cuLinkComplete (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
 {
-    __atomic_add_fetch(&cuwire_counts[285], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[314], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLinkComplete");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLinkComplete", "cuda.h", &warned));
 }
 
-/* cuLinkCreate_v2 (cuda.h): unimplemented; also cuLinkCreate */
+/* cuLinkCreate (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuLinkCreate(void)
+{
+    __atomic_add_fetch(&cuwire_counts[315], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLinkCreate");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuLinkCreate", "libcuda.so.1 export", &warned));
+}
+
+/* cuLinkCreate_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut)
 {
-    __atomic_add_fetch(&cuwire_counts[286], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[316], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLinkCreate_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLinkCreate_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuLinkCreate_v2) cuLinkCreate __attribute__((alias("cuLinkCreate_v2")));
 
 /* cuLinkDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 {
-    __atomic_add_fetch(&cuwire_counts[287], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[317], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLinkDestroy");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLinkDestroy", "cuda.h", &warned));
 }
@@ -4285,7 +5367,9 @@ CUWIRE_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 /* cuLogsCurrent (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLogsCurrent(CUlogIterator *iterator_out, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[288], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[318], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLogsCurrent");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLogsCurrent", "cuda.h", &warned));
 }
@@ -4293,7 +5377,9 @@ CUWIRE_EXPORT CUresult cuLogsCurrent(CUlogIterator *iterator_out, unsigned int f
 /* cuLogsDumpToFile (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLogsDumpToFile(CUlogIterator *iterator, const char *pathToFile, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[289], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[319], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLogsDumpToFile");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLogsDumpToFile", "cuda.h", &warned));
 }
@@ -4301,7 +5387,9 @@ CUWIRE_EXPORT CUresult cuLogsDumpToFile(CUlogIterator *iterator, const char *pat
 /* cuLogsDumpToMemory (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLogsDumpToMemory(CUlogIterator *iterator, char *buffer, size_t *size, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[290], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[320], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLogsDumpToMemory");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLogsDumpToMemory", "cuda.h", &warned));
 }
@@ -4309,7 +5397,9 @@ CUWIRE_EXPORT CUresult cuLogsDumpToMemory(CUlogIterator *iterator, char *buffer,
 /* cuLogsRegisterCallback (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLogsRegisterCallback(CUlogsCallback callbackFunc, void *userData, CUlogsCallbackHandle *callback_out)
 {
-    __atomic_add_fetch(&cuwire_counts[291], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[321], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLogsRegisterCallback");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLogsRegisterCallback", "cuda.h", &warned));
 }
@@ -4317,7 +5407,9 @@ CUWIRE_EXPORT CUresult cuLogsRegisterCallback(CUlogsCallback callbackFunc, void 
 /* cuLogsUnregisterCallback (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle callback)
 {
-    __atomic_add_fetch(&cuwire_counts[292], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[322], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuLogsUnregisterCallback");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuLogsUnregisterCallback", "cuda.h", &warned));
 }
@@ -4325,7 +5417,9 @@ CUWIRE_EXPORT CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle callback)
 /* cuMemAddressFree (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
-    __atomic_add_fetch(&cuwire_counts[293], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[323], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemAddressFree");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemAddressFree", "cuda.h", &warned));
 }
@@ -4333,79 +5427,137 @@ CUWIRE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 /* cuMemAddressReserve (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
 {
-    __atomic_add_fetch(&cuwire_counts[294], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[324], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemAddressReserve");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemAddressReserve", "cuda.h", &warned));
 }
 
-/* cuMemAdvise_v2 (cuda.h): unimplemented; also cuMemAdvise */
+/* cuMemAdvise (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemAdvise(void)
+{
+    __atomic_add_fetch(&cuwire_counts[325], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemAdvise");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemAdvise", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemAdvise_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
 {
-    __atomic_add_fetch(&cuwire_counts[295], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[326], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemAdvise_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemAdvise_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuMemAdvise_v2) cuMemAdvise __attribute__((alias("cuMemAdvise_v2")));
 
-/* cuMemAllocAsync (cuda.h): unimplemented; also cuMemAllocAsync_ptsz */
+/* cuMemAlloc (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemAlloc(void)
+{
+    __atomic_add_fetch(&cuwire_counts[327], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemAlloc");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemAlloc", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemAllocAsync (cuda.h): remoted, sync; also cuMemAllocAsync_ptsz */
+int cuwire_py_cuMemAllocAsync(void *, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[296], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemAllocAsync", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[328], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemAllocAsync");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemAllocAsync((void *)dptr, (uint64_t)bytesize, (uint64_t)(uintptr_t)hStream));
 }
 CUWIRE_EXPORT __typeof__(cuMemAllocAsync) cuMemAllocAsync_ptsz __attribute__((alias("cuMemAllocAsync")));
 
 /* cuMemAllocFromPoolAsync (cuda.h): unimplemented; also cuMemAllocFromPoolAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[297], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[329], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemAllocFromPoolAsync");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemAllocFromPoolAsync", "cuda.h", &warned));
 }
 CUWIRE_EXPORT __typeof__(cuMemAllocFromPoolAsync) cuMemAllocFromPoolAsync_ptsz __attribute__((alias("cuMemAllocFromPoolAsync")));
 
-/* cuMemAllocHost_v2 (cuda.h): unimplemented; also cuMemAllocHost */
+/* cuMemAllocHost (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemAllocHost(void)
+{
+    __atomic_add_fetch(&cuwire_counts[330], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemAllocHost");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemAllocHost", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemAllocHost_v2 (cuda.h): local, local */
+CUresult cuwire_local_cuMemAllocHost_v2(void **pp, size_t bytesize);
 CUWIRE_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
-    __atomic_add_fetch(&cuwire_counts[298], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemAllocHost_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[331], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemAllocHost_v2");
+return cuwire_local_cuMemAllocHost_v2(pp, bytesize);
 }
-CUWIRE_EXPORT __typeof__(cuMemAllocHost_v2) cuMemAllocHost __attribute__((alias("cuMemAllocHost_v2")));
 
 /* cuMemAllocManaged (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[299], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[332], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemAllocManaged");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemAllocManaged", "cuda.h", &warned));
 }
 
-/* cuMemAllocPitch_v2 (cuda.h): unimplemented; also cuMemAllocPitch */
+/* cuMemAllocPitch (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemAllocPitch(void)
+{
+    __atomic_add_fetch(&cuwire_counts[333], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemAllocPitch");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemAllocPitch", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemAllocPitch_v2 (cuda.h): remoted, sync */
+int cuwire_py_cuMemAllocPitch_v2(void *, void *, uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes)
 {
-    __atomic_add_fetch(&cuwire_counts[300], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemAllocPitch_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[334], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemAllocPitch_v2");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemAllocPitch_v2((void *)dptr, (void *)pPitch, (uint64_t)WidthInBytes, (uint64_t)Height, (uint64_t)ElementSizeBytes));
 }
-CUWIRE_EXPORT __typeof__(cuMemAllocPitch_v2) cuMemAllocPitch __attribute__((alias("cuMemAllocPitch_v2")));
 
-/* cuMemAlloc_v2 (cuda.h): remoted, sync; also cuMemAlloc */
+/* cuMemAlloc_v2 (cuda.h): remoted, sync */
 int cuwire_py_cuMemAlloc_v2(void *, uint64_t);
 CUWIRE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-    __atomic_add_fetch(&cuwire_counts[301], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[335], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemAlloc_v2");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemAlloc_v2((void *)dptr, (uint64_t)bytesize));
 }
-CUWIRE_EXPORT __typeof__(cuMemAlloc_v2) cuMemAlloc __attribute__((alias("cuMemAlloc_v2")));
 
 /* cuMemBatchDecompressAsync (cuda.h): unimplemented; also cuMemBatchDecompressAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemBatchDecompressAsync(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream)
 {
-    __atomic_add_fetch(&cuwire_counts[302], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[336], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemBatchDecompressAsync");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemBatchDecompressAsync", "cuda.h", &warned));
 }
@@ -4414,7 +5566,9 @@ CUWIRE_EXPORT __typeof__(cuMemBatchDecompressAsync) cuMemBatchDecompressAsync_pt
 /* cuMemCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    __atomic_add_fetch(&cuwire_counts[303], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[337], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemCreate");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemCreate", "cuda.h", &warned));
 }
@@ -4422,7 +5576,9 @@ CUWIRE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t 
 /* cuMemDiscardAndPrefetchBatchAsync (cuda.h): unimplemented; also cuMemDiscardAndPrefetchBatchAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[304], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[338], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemDiscardAndPrefetchBatchAsync");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemDiscardAndPrefetchBatchAsync", "cuda.h", &warned));
 }
@@ -4431,7 +5587,9 @@ CUWIRE_EXPORT __typeof__(cuMemDiscardAndPrefetchBatchAsync) cuMemDiscardAndPrefe
 /* cuMemDiscardBatchAsync (cuda.h): unimplemented; also cuMemDiscardBatchAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[305], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[339], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemDiscardBatchAsync");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemDiscardBatchAsync", "cuda.h", &warned));
 }
@@ -4440,60 +5598,96 @@ CUWIRE_EXPORT __typeof__(cuMemDiscardBatchAsync) cuMemDiscardBatchAsync_ptsz __a
 /* cuMemExportToShareableHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
-    __atomic_add_fetch(&cuwire_counts[306], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[340], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemExportToShareableHandle");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemExportToShareableHandle", "cuda.h", &warned));
 }
 
-/* cuMemFreeAsync (cuda.h): unimplemented; also cuMemFreeAsync_ptsz */
+/* cuMemFree (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemFree(void)
+{
+    __atomic_add_fetch(&cuwire_counts[341], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemFree");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemFree", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemFreeAsync (cuda.h): remoted, sync; also cuMemFreeAsync_ptsz */
+int cuwire_py_cuMemFreeAsync(uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[307], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemFreeAsync", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[342], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemFreeAsync");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemFreeAsync((uint64_t)dptr, (uint64_t)(uintptr_t)hStream));
 }
 CUWIRE_EXPORT __typeof__(cuMemFreeAsync) cuMemFreeAsync_ptsz __attribute__((alias("cuMemFreeAsync")));
 
-/* cuMemFreeHost (cuda.h): unimplemented */
+/* cuMemFreeHost (cuda.h): local, local */
+CUresult cuwire_local_cuMemFreeHost(void *p);
 CUWIRE_EXPORT CUresult cuMemFreeHost(void *p)
 {
-    __atomic_add_fetch(&cuwire_counts[308], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemFreeHost", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[343], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemFreeHost");
+return cuwire_local_cuMemFreeHost(p);
 }
 
-/* cuMemFree_v2 (cuda.h): remoted, sync; also cuMemFree */
+/* cuMemFree_v2 (cuda.h): remoted, sync */
 int cuwire_py_cuMemFree_v2(uint64_t);
 CUWIRE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-    __atomic_add_fetch(&cuwire_counts[309], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[344], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemFree_v2");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemFree_v2((uint64_t)dptr));
 }
-CUWIRE_EXPORT __typeof__(cuMemFree_v2) cuMemFree __attribute__((alias("cuMemFree_v2")));
 
 /* cuMemGetAccess (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
 {
-    __atomic_add_fetch(&cuwire_counts[310], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[345], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemGetAccess");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemGetAccess", "cuda.h", &warned));
 }
 
-/* cuMemGetAddressRange_v2 (cuda.h): unimplemented; also cuMemGetAddressRange */
+/* cuMemGetAddressRange (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemGetAddressRange(void)
+{
+    __atomic_add_fetch(&cuwire_counts[346], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemGetAddressRange");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemGetAddressRange", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemGetAddressRange_v2 (cuda.h): remoted, custom */
+int cuwire_py_cuMemGetAddressRange_v2(void *, void *, uint64_t);
 CUWIRE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
-    __atomic_add_fetch(&cuwire_counts[311], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemGetAddressRange_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[347], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemGetAddressRange_v2");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemGetAddressRange_v2((void *)pbase, (void *)psize, (uint64_t)dptr));
 }
-CUWIRE_EXPORT __typeof__(cuMemGetAddressRange_v2) cuMemGetAddressRange __attribute__((alias("cuMemGetAddressRange_v2")));
 
 /* cuMemGetAllocationGranularity (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
 {
-    __atomic_add_fetch(&cuwire_counts[312], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[348], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemGetAllocationGranularity");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemGetAllocationGranularity", "cuda.h", &warned));
 }
@@ -4501,7 +5695,9 @@ CUWIRE_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const 
 /* cuMemGetAllocationPropertiesFromHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
 {
-    __atomic_add_fetch(&cuwire_counts[313], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[349], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemGetAllocationPropertiesFromHandle");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemGetAllocationPropertiesFromHandle", "cuda.h", &warned));
 }
@@ -4509,7 +5705,9 @@ CUWIRE_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationPro
 /* cuMemGetAttribute (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuMemGetAttribute(void)
 {
-    __atomic_add_fetch(&cuwire_counts[314], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[350], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemGetAttribute");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemGetAttribute", "libcuda.so.1 export", &warned));
 }
@@ -4517,7 +5715,9 @@ CUWIRE_EXPORT CUresult cuMemGetAttribute(void)
 /* cuMemGetAttribute_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuMemGetAttribute_v2(void)
 {
-    __atomic_add_fetch(&cuwire_counts[315], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[351], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemGetAttribute_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemGetAttribute_v2", "libcuda.so.1 export", &warned));
 }
@@ -4525,7 +5725,9 @@ CUWIRE_EXPORT CUresult cuMemGetAttribute_v2(void)
 /* cuMemGetDefaultMemPool (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
 {
-    __atomic_add_fetch(&cuwire_counts[316], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[352], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemGetDefaultMemPool");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemGetDefaultMemPool", "cuda.h", &warned));
 }
@@ -4533,76 +5735,121 @@ CUWIRE_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocat
 /* cuMemGetHandleForAddressRange (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType handleType, unsigned long long flags)
 {
-    __atomic_add_fetch(&cuwire_counts[317], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[353], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemGetHandleForAddressRange");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemGetHandleForAddressRange", "cuda.h", &warned));
 }
 
-/* cuMemGetInfo_v2 (cuda.h): remoted, sync; also cuMemGetInfo */
+/* cuMemGetInfo (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemGetInfo(void)
+{
+    __atomic_add_fetch(&cuwire_counts[354], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemGetInfo");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemGetInfo", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemGetInfo_v2 (cuda.h): remoted, sync */
 int cuwire_py_cuMemGetInfo_v2(void *, void *);
 CUWIRE_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
-    __atomic_add_fetch(&cuwire_counts[318], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[355], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemGetInfo_v2");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemGetInfo_v2((void *)free, (void *)total));
 }
-CUWIRE_EXPORT __typeof__(cuMemGetInfo_v2) cuMemGetInfo __attribute__((alias("cuMemGetInfo_v2")));
 
 /* cuMemGetMemPool (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
 {
-    __atomic_add_fetch(&cuwire_counts[319], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[356], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemGetMemPool");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemGetMemPool", "cuda.h", &warned));
 }
 
-/* cuMemHostAlloc (cuda.h): unimplemented */
+/* cuMemHostAlloc (cuda.h): local, local */
+CUresult cuwire_local_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags);
 CUWIRE_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
-    __atomic_add_fetch(&cuwire_counts[320], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemHostAlloc", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[357], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemHostAlloc");
+return cuwire_local_cuMemHostAlloc(pp, bytesize, Flags);
 }
 
-/* cuMemHostGetDevicePointer_v2 (cuda.h): unimplemented; also cuMemHostGetDevicePointer */
+/* cuMemHostGetDevicePointer (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemHostGetDevicePointer(void)
+{
+    __atomic_add_fetch(&cuwire_counts[358], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemHostGetDevicePointer");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemHostGetDevicePointer", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemHostGetDevicePointer_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
 {
-    __atomic_add_fetch(&cuwire_counts[321], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[359], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemHostGetDevicePointer_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemHostGetDevicePointer_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuMemHostGetDevicePointer_v2) cuMemHostGetDevicePointer __attribute__((alias("cuMemHostGetDevicePointer_v2")));
 
-/* cuMemHostGetFlags (cuda.h): unimplemented */
+/* cuMemHostGetFlags (cuda.h): local, local */
+CUresult cuwire_local_cuMemHostGetFlags(unsigned int *pFlags, void *p);
 CUWIRE_EXPORT CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
 {
-    __atomic_add_fetch(&cuwire_counts[322], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemHostGetFlags", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[360], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemHostGetFlags");
+return cuwire_local_cuMemHostGetFlags(pFlags, p);
 }
 
-/* cuMemHostRegister_v2 (cuda.h): unimplemented; also cuMemHostRegister */
+/* cuMemHostRegister (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemHostRegister(void)
+{
+    __atomic_add_fetch(&cuwire_counts[361], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemHostRegister");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemHostRegister", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemHostRegister_v2 (cuda.h): local, local */
+CUresult cuwire_local_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags);
 CUWIRE_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
-    __atomic_add_fetch(&cuwire_counts[323], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemHostRegister_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[362], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemHostRegister_v2");
+return cuwire_local_cuMemHostRegister_v2(p, bytesize, Flags);
 }
-CUWIRE_EXPORT __typeof__(cuMemHostRegister_v2) cuMemHostRegister __attribute__((alias("cuMemHostRegister_v2")));
 
-/* cuMemHostUnregister (cuda.h): unimplemented */
+/* cuMemHostUnregister (cuda.h): local, local */
+CUresult cuwire_local_cuMemHostUnregister(void *p);
 CUWIRE_EXPORT CUresult cuMemHostUnregister(void *p)
 {
-    __atomic_add_fetch(&cuwire_counts[324], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemHostUnregister", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[363], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemHostUnregister");
+return cuwire_local_cuMemHostUnregister(p);
 }
 
 /* cuMemImportFromShareableHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType)
 {
-    __atomic_add_fetch(&cuwire_counts[325], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[364], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemImportFromShareableHandle");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemImportFromShareableHandle", "cuda.h", &warned));
 }
@@ -4610,7 +5857,9 @@ CUWIRE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHand
 /* cuMemMap (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
-    __atomic_add_fetch(&cuwire_counts[326], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[365], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemMap");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemMap", "cuda.h", &warned));
 }
@@ -4618,7 +5867,9 @@ CUWIRE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUm
 /* cuMemMapArrayAsync (cuda.h): unimplemented; also cuMemMapArrayAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemMapArrayAsync(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[327], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[366], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemMapArrayAsync");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemMapArrayAsync", "cuda.h", &warned));
 }
@@ -4627,7 +5878,9 @@ CUWIRE_EXPORT __typeof__(cuMemMapArrayAsync) cuMemMapArrayAsync_ptsz __attribute
 /* cuMemPoolCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
-    __atomic_add_fetch(&cuwire_counts[328], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[367], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemPoolCreate");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolCreate", "cuda.h", &warned));
 }
@@ -4635,7 +5888,9 @@ CUWIRE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps 
 /* cuMemPoolDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
-    __atomic_add_fetch(&cuwire_counts[329], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[368], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemPoolDestroy");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolDestroy", "cuda.h", &warned));
 }
@@ -4643,7 +5898,9 @@ CUWIRE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 /* cuMemPoolExportPointer (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
 {
-    __atomic_add_fetch(&cuwire_counts[330], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[369], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemPoolExportPointer");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolExportPointer", "cuda.h", &warned));
 }
@@ -4651,7 +5908,9 @@ CUWIRE_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_
 /* cuMemPoolExportToShareableHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
-    __atomic_add_fetch(&cuwire_counts[331], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[370], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemPoolExportToShareableHandle");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolExportToShareableHandle", "cuda.h", &warned));
 }
@@ -4659,7 +5918,9 @@ CUWIRE_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemo
 /* cuMemPoolGetAccess (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location)
 {
-    __atomic_add_fetch(&cuwire_counts[332], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[371], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemPoolGetAccess");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolGetAccess", "cuda.h", &warned));
 }
@@ -4667,7 +5928,9 @@ CUWIRE_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool
 /* cuMemPoolGetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
-    __atomic_add_fetch(&cuwire_counts[333], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[372], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemPoolGetAttribute");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolGetAttribute", "cuda.h", &warned));
 }
@@ -4675,7 +5938,9 @@ CUWIRE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attrib
 /* cuMemPoolImportFromShareableHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
-    __atomic_add_fetch(&cuwire_counts[334], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[373], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemPoolImportFromShareableHandle");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolImportFromShareableHandle", "cuda.h", &warned));
 }
@@ -4683,7 +5948,9 @@ CUWIRE_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out
 /* cuMemPoolImportPointer (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)
 {
-    __atomic_add_fetch(&cuwire_counts[335], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[374], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemPoolImportPointer");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolImportPointer", "cuda.h", &warned));
 }
@@ -4691,7 +5958,9 @@ CUWIRE_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool
 /* cuMemPoolSetAccess (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
 {
-    __atomic_add_fetch(&cuwire_counts[336], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[375], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemPoolSetAccess");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolSetAccess", "cuda.h", &warned));
 }
@@ -4699,7 +5968,9 @@ CUWIRE_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDe
 /* cuMemPoolSetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
-    __atomic_add_fetch(&cuwire_counts[337], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[376], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemPoolSetAttribute");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolSetAttribute", "cuda.h", &warned));
 }
@@ -4707,33 +5978,50 @@ CUWIRE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attrib
 /* cuMemPoolTrimTo (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
-    __atomic_add_fetch(&cuwire_counts[338], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[377], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemPoolTrimTo");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPoolTrimTo", "cuda.h", &warned));
+}
+
+/* cuMemPrefetchAsync (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemPrefetchAsync(void)
+{
+    __atomic_add_fetch(&cuwire_counts[378], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemPrefetchAsync");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemPrefetchAsync", "libcuda.so.1 export", &warned));
 }
 
 /* cuMemPrefetchAsync_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuMemPrefetchAsync_ptsz(void)
 {
-    __atomic_add_fetch(&cuwire_counts[339], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[379], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemPrefetchAsync_ptsz");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPrefetchAsync_ptsz", "libcuda.so.1 export", &warned));
 }
 
-/* cuMemPrefetchAsync_v2 (cuda.h): unimplemented; also cuMemPrefetchAsync, cuMemPrefetchAsync_v2_ptsz */
+/* cuMemPrefetchAsync_v2 (cuda.h): unimplemented; also cuMemPrefetchAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[340], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[380], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemPrefetchAsync_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPrefetchAsync_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuMemPrefetchAsync_v2) cuMemPrefetchAsync __attribute__((alias("cuMemPrefetchAsync_v2")));
 CUWIRE_EXPORT __typeof__(cuMemPrefetchAsync_v2) cuMemPrefetchAsync_v2_ptsz __attribute__((alias("cuMemPrefetchAsync_v2")));
 
 /* cuMemPrefetchBatchAsync (cuda.h): unimplemented; also cuMemPrefetchBatchAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[341], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[381], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemPrefetchBatchAsync");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemPrefetchBatchAsync", "cuda.h", &warned));
 }
@@ -4742,7 +6030,9 @@ CUWIRE_EXPORT __typeof__(cuMemPrefetchBatchAsync) cuMemPrefetchBatchAsync_ptsz _
 /* cuMemRangeGetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr devPtr, size_t count)
 {
-    __atomic_add_fetch(&cuwire_counts[342], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[382], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemRangeGetAttribute");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemRangeGetAttribute", "cuda.h", &warned));
 }
@@ -4750,7 +6040,9 @@ CUWIRE_EXPORT CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem
 /* cuMemRangeGetAttributes (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_attribute *attributes, size_t numAttributes, CUdeviceptr devPtr, size_t count)
 {
-    __atomic_add_fetch(&cuwire_counts[343], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[383], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemRangeGetAttributes");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemRangeGetAttributes", "cuda.h", &warned));
 }
@@ -4758,7 +6050,9 @@ CUWIRE_EXPORT CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, C
 /* cuMemRelease (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-    __atomic_add_fetch(&cuwire_counts[344], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[384], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemRelease");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemRelease", "cuda.h", &warned));
 }
@@ -4766,7 +6060,9 @@ CUWIRE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 /* cuMemRetainAllocationHandle (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
-    __atomic_add_fetch(&cuwire_counts[345], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[385], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemRetainAllocationHandle");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemRetainAllocationHandle", "cuda.h", &warned));
 }
@@ -4774,7 +6070,9 @@ CUWIRE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle 
 /* cuMemSetAccess (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
-    __atomic_add_fetch(&cuwire_counts[346], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[386], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemSetAccess");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemSetAccess", "cuda.h", &warned));
 }
@@ -4782,7 +6080,9 @@ CUWIRE_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemA
 /* cuMemSetMemPool (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
 {
-    __atomic_add_fetch(&cuwire_counts[347], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[387], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemSetMemPool");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemSetMemPool", "cuda.h", &warned));
 }
@@ -4790,82 +6090,163 @@ CUWIRE_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationT
 /* cuMemUnmap (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
-    __atomic_add_fetch(&cuwire_counts[348], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[388], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemUnmap");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemUnmap", "cuda.h", &warned));
 }
 
-/* cuMemcpy (cuda.h): unimplemented; also cuMemcpy_ptds */
+/* cuMemcpy (cuda.h): remoted, sync; also cuMemcpy_ptds */
+int cuwire_py_cuMemcpy(void *, uint64_t, void *, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
-    __atomic_add_fetch(&cuwire_counts[349], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpy", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[389], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpy");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemcpy((void *)dst, (uint64_t)(ByteCount), (void *)src, (uint64_t)(ByteCount), (uint64_t)ByteCount));
 }
 CUWIRE_EXPORT __typeof__(cuMemcpy) cuMemcpy_ptds __attribute__((alias("cuMemcpy")));
 
-/* cuMemcpy2DAsync_v2 (cuda.h): unimplemented; also cuMemcpy2DAsync, cuMemcpy2DAsync_v2_ptsz */
+/* cuMemcpy2D (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpy2D(void)
+{
+    __atomic_add_fetch(&cuwire_counts[390], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpy2D");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpy2D", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpy2DAsync (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpy2DAsync(void)
+{
+    __atomic_add_fetch(&cuwire_counts[391], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpy2DAsync");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpy2DAsync", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpy2DAsync_v2 (cuda.h): remoted, custom; also cuMemcpy2DAsync_v2_ptsz */
+int cuwire_py_cuMemcpy2DAsync_v2(void *, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[350], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpy2DAsync_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[392], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpy2DAsync_v2");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemcpy2DAsync_v2((void *)pCopy, sizeof *pCopy, (uint64_t)(uintptr_t)hStream));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpy2DAsync_v2) cuMemcpy2DAsync __attribute__((alias("cuMemcpy2DAsync_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpy2DAsync_v2) cuMemcpy2DAsync_v2_ptsz __attribute__((alias("cuMemcpy2DAsync_v2")));
 
-/* cuMemcpy2DUnaligned_v2 (cuda.h): unimplemented; also cuMemcpy2DUnaligned, cuMemcpy2DUnaligned_v2_ptds */
+/* cuMemcpy2DUnaligned (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpy2DUnaligned(void)
+{
+    __atomic_add_fetch(&cuwire_counts[393], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpy2DUnaligned");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpy2DUnaligned", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpy2DUnaligned_v2 (cuda.h): remoted, custom; also cuMemcpy2DUnaligned_v2_ptds */
+int cuwire_py_cuMemcpy2DUnaligned_v2(void *, uint64_t);
 CUWIRE_EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
 {
-    __atomic_add_fetch(&cuwire_counts[351], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpy2DUnaligned_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[394], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpy2DUnaligned_v2");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemcpy2DUnaligned_v2((void *)pCopy, sizeof *pCopy));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpy2DUnaligned_v2) cuMemcpy2DUnaligned __attribute__((alias("cuMemcpy2DUnaligned_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpy2DUnaligned_v2) cuMemcpy2DUnaligned_v2_ptds __attribute__((alias("cuMemcpy2DUnaligned_v2")));
 
-/* cuMemcpy2D_v2 (cuda.h): unimplemented; also cuMemcpy2D, cuMemcpy2D_v2_ptds */
+/* cuMemcpy2D_v2 (cuda.h): remoted, custom; also cuMemcpy2D_v2_ptds */
+int cuwire_py_cuMemcpy2D_v2(void *, uint64_t);
 CUWIRE_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
 {
-    __atomic_add_fetch(&cuwire_counts[352], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpy2D_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[395], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpy2D_v2");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemcpy2D_v2((void *)pCopy, sizeof *pCopy));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpy2D_v2) cuMemcpy2D __attribute__((alias("cuMemcpy2D_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpy2D_v2) cuMemcpy2D_v2_ptds __attribute__((alias("cuMemcpy2D_v2")));
 
-/* cuMemcpy3DAsync_v2 (cuda.h): unimplemented; also cuMemcpy3DAsync, cuMemcpy3DAsync_v2_ptsz */
+/* cuMemcpy3D (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpy3D(void)
+{
+    __atomic_add_fetch(&cuwire_counts[396], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpy3D");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpy3D", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpy3DAsync (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpy3DAsync(void)
+{
+    __atomic_add_fetch(&cuwire_counts[397], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpy3DAsync");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpy3DAsync", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpy3DAsync_v2 (cuda.h): unimplemented; also cuMemcpy3DAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[353], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[398], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpy3DAsync_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpy3DAsync_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpy3DAsync_v2) cuMemcpy3DAsync __attribute__((alias("cuMemcpy3DAsync_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpy3DAsync_v2) cuMemcpy3DAsync_v2_ptsz __attribute__((alias("cuMemcpy3DAsync_v2")));
+
+/* cuMemcpy3DBatchAsync (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpy3DBatchAsync(void)
+{
+    __atomic_add_fetch(&cuwire_counts[399], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpy3DBatchAsync");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpy3DBatchAsync", "libcuda.so.1 export", &warned));
+}
 
 /* cuMemcpy3DBatchAsync_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuMemcpy3DBatchAsync_ptsz(void)
 {
-    __atomic_add_fetch(&cuwire_counts[354], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[400], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpy3DBatchAsync_ptsz");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpy3DBatchAsync_ptsz", "libcuda.so.1 export", &warned));
 }
 
-/* cuMemcpy3DBatchAsync_v2 (cuda.h): unimplemented; also cuMemcpy3DBatchAsync, cuMemcpy3DBatchAsync_v2_ptsz */
+/* cuMemcpy3DBatchAsync_v2 (cuda.h): unimplemented; also cuMemcpy3DBatchAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[355], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[401], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpy3DBatchAsync_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpy3DBatchAsync_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpy3DBatchAsync_v2) cuMemcpy3DBatchAsync __attribute__((alias("cuMemcpy3DBatchAsync_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpy3DBatchAsync_v2) cuMemcpy3DBatchAsync_v2_ptsz __attribute__((alias("cuMemcpy3DBatchAsync_v2")));
 
 /* cuMemcpy3DPeer (cuda.h): unimplemented; also cuMemcpy3DPeer_ptds */
 CUWIRE_EXPORT CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
 {
-    __atomic_add_fetch(&cuwire_counts[356], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[402], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpy3DPeer");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpy3DPeer", "cuda.h", &warned));
 }
@@ -4874,189 +6255,368 @@ CUWIRE_EXPORT __typeof__(cuMemcpy3DPeer) cuMemcpy3DPeer_ptds __attribute__((alia
 /* cuMemcpy3DPeerAsync (cuda.h): unimplemented; also cuMemcpy3DPeerAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[357], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[403], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpy3DPeerAsync");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpy3DPeerAsync", "cuda.h", &warned));
 }
 CUWIRE_EXPORT __typeof__(cuMemcpy3DPeerAsync) cuMemcpy3DPeerAsync_ptsz __attribute__((alias("cuMemcpy3DPeerAsync")));
 
-/* cuMemcpy3D_v2 (cuda.h): unimplemented; also cuMemcpy3D, cuMemcpy3D_v2_ptds */
+/* cuMemcpy3D_v2 (cuda.h): unimplemented; also cuMemcpy3D_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
 {
-    __atomic_add_fetch(&cuwire_counts[358], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[404], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpy3D_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpy3D_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpy3D_v2) cuMemcpy3D __attribute__((alias("cuMemcpy3D_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpy3D_v2) cuMemcpy3D_v2_ptds __attribute__((alias("cuMemcpy3D_v2")));
 
-/* cuMemcpyAsync (cuda.h): unimplemented; also cuMemcpyAsync_ptsz */
+/* cuMemcpyAsync (cuda.h): remoted, sync; also cuMemcpyAsync_ptsz */
+int cuwire_py_cuMemcpyAsync(void *, uint64_t, void *, uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[359], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyAsync", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[405], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyAsync");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemcpyAsync((void *)dst, (uint64_t)(ByteCount), (void *)src, (uint64_t)(ByteCount), (uint64_t)ByteCount, (uint64_t)(uintptr_t)hStream));
 }
 CUWIRE_EXPORT __typeof__(cuMemcpyAsync) cuMemcpyAsync_ptsz __attribute__((alias("cuMemcpyAsync")));
 
-/* cuMemcpyAtoA_v2 (cuda.h): unimplemented; also cuMemcpyAtoA, cuMemcpyAtoA_v2_ptds */
+/* cuMemcpyAtoA (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpyAtoA(void)
+{
+    __atomic_add_fetch(&cuwire_counts[406], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyAtoA");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpyAtoA", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpyAtoA_v2 (cuda.h): unimplemented; also cuMemcpyAtoA_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    __atomic_add_fetch(&cuwire_counts[360], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[407], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyAtoA_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyAtoA_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpyAtoA_v2) cuMemcpyAtoA __attribute__((alias("cuMemcpyAtoA_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpyAtoA_v2) cuMemcpyAtoA_v2_ptds __attribute__((alias("cuMemcpyAtoA_v2")));
 
-/* cuMemcpyAtoD_v2 (cuda.h): unimplemented; also cuMemcpyAtoD, cuMemcpyAtoD_v2_ptds */
+/* cuMemcpyAtoD (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpyAtoD(void)
+{
+    __atomic_add_fetch(&cuwire_counts[408], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyAtoD");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpyAtoD", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpyAtoD_v2 (cuda.h): unimplemented; also cuMemcpyAtoD_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    __atomic_add_fetch(&cuwire_counts[361], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[409], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyAtoD_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyAtoD_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpyAtoD_v2) cuMemcpyAtoD __attribute__((alias("cuMemcpyAtoD_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpyAtoD_v2) cuMemcpyAtoD_v2_ptds __attribute__((alias("cuMemcpyAtoD_v2")));
 
-/* cuMemcpyAtoHAsync_v2 (cuda.h): unimplemented; also cuMemcpyAtoHAsync, cuMemcpyAtoHAsync_v2_ptsz */
+/* cuMemcpyAtoH (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpyAtoH(void)
+{
+    __atomic_add_fetch(&cuwire_counts[410], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyAtoH");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpyAtoH", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpyAtoHAsync (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpyAtoHAsync(void)
+{
+    __atomic_add_fetch(&cuwire_counts[411], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyAtoHAsync");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpyAtoHAsync", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpyAtoHAsync_v2 (cuda.h): unimplemented; also cuMemcpyAtoHAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[362], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[412], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyAtoHAsync_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyAtoHAsync_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpyAtoHAsync_v2) cuMemcpyAtoHAsync __attribute__((alias("cuMemcpyAtoHAsync_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpyAtoHAsync_v2) cuMemcpyAtoHAsync_v2_ptsz __attribute__((alias("cuMemcpyAtoHAsync_v2")));
 
-/* cuMemcpyAtoH_v2 (cuda.h): unimplemented; also cuMemcpyAtoH, cuMemcpyAtoH_v2_ptds */
+/* cuMemcpyAtoH_v2 (cuda.h): unimplemented; also cuMemcpyAtoH_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    __atomic_add_fetch(&cuwire_counts[363], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[413], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyAtoH_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyAtoH_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpyAtoH_v2) cuMemcpyAtoH __attribute__((alias("cuMemcpyAtoH_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpyAtoH_v2) cuMemcpyAtoH_v2_ptds __attribute__((alias("cuMemcpyAtoH_v2")));
+
+/* cuMemcpyBatchAsync (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpyBatchAsync(void)
+{
+    __atomic_add_fetch(&cuwire_counts[414], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyBatchAsync");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpyBatchAsync", "libcuda.so.1 export", &warned));
+}
 
 /* cuMemcpyBatchAsync_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuMemcpyBatchAsync_ptsz(void)
 {
-    __atomic_add_fetch(&cuwire_counts[364], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[415], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyBatchAsync_ptsz");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyBatchAsync_ptsz", "libcuda.so.1 export", &warned));
 }
 
-/* cuMemcpyBatchAsync_v2 (cuda.h): unimplemented; also cuMemcpyBatchAsync, cuMemcpyBatchAsync_v2_ptsz */
+/* cuMemcpyBatchAsync_v2 (cuda.h): unimplemented; also cuMemcpyBatchAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[365], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[416], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyBatchAsync_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyBatchAsync_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpyBatchAsync_v2) cuMemcpyBatchAsync __attribute__((alias("cuMemcpyBatchAsync_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpyBatchAsync_v2) cuMemcpyBatchAsync_v2_ptsz __attribute__((alias("cuMemcpyBatchAsync_v2")));
 
-/* cuMemcpyDtoA_v2 (cuda.h): unimplemented; also cuMemcpyDtoA, cuMemcpyDtoA_v2_ptds */
+/* cuMemcpyDtoA (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpyDtoA(void)
+{
+    __atomic_add_fetch(&cuwire_counts[417], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyDtoA");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpyDtoA", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpyDtoA_v2 (cuda.h): unimplemented; also cuMemcpyDtoA_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    __atomic_add_fetch(&cuwire_counts[366], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[418], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyDtoA_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyDtoA_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpyDtoA_v2) cuMemcpyDtoA __attribute__((alias("cuMemcpyDtoA_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpyDtoA_v2) cuMemcpyDtoA_v2_ptds __attribute__((alias("cuMemcpyDtoA_v2")));
 
-/* cuMemcpyDtoDAsync_v2 (cuda.h): unimplemented; also cuMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2_ptsz */
+/* cuMemcpyDtoD (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpyDtoD(void)
+{
+    __atomic_add_fetch(&cuwire_counts[419], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyDtoD");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpyDtoD", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpyDtoDAsync (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpyDtoDAsync(void)
+{
+    __atomic_add_fetch(&cuwire_counts[420], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyDtoDAsync");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpyDtoDAsync", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpyDtoDAsync_v2 (cuda.h): remoted, async; also cuMemcpyDtoDAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[367], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyDtoDAsync_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[421], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyDtoDAsync_v2");
+    struct __attribute__((packed)) {
+        uint64_t dstDevice;
+        uint64_t srcDevice;
+        uint64_t ByteCount;
+        uint64_t hStream;
+    } rec = {
+        dstDevice,
+        srcDevice,
+        ByteCount,
+        (uint64_t)(uintptr_t)hStream,
+    };
+    return (CUresult)(cuwire_enqueue(2688723146u, &rec, sizeof rec));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpyDtoDAsync_v2) cuMemcpyDtoDAsync __attribute__((alias("cuMemcpyDtoDAsync_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpyDtoDAsync_v2) cuMemcpyDtoDAsync_v2_ptsz __attribute__((alias("cuMemcpyDtoDAsync_v2")));
 
-/* cuMemcpyDtoD_v2 (cuda.h): remoted, sync; also cuMemcpyDtoD, cuMemcpyDtoD_v2_ptds */
+/* cuMemcpyDtoD_v2 (cuda.h): remoted, sync; also cuMemcpyDtoD_v2_ptds */
 int cuwire_py_cuMemcpyDtoD_v2(uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    __atomic_add_fetch(&cuwire_counts[368], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[422], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyDtoD_v2");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyDtoD_v2((uint64_t)dstDevice, (uint64_t)srcDevice, (uint64_t)ByteCount));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpyDtoD_v2) cuMemcpyDtoD __attribute__((alias("cuMemcpyDtoD_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpyDtoD_v2) cuMemcpyDtoD_v2_ptds __attribute__((alias("cuMemcpyDtoD_v2")));
 
-/* cuMemcpyDtoHAsync_v2 (cuda.h): unimplemented; also cuMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2_ptsz */
+/* cuMemcpyDtoH (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpyDtoH(void)
+{
+    __atomic_add_fetch(&cuwire_counts[423], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyDtoH");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpyDtoH", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpyDtoHAsync (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpyDtoHAsync(void)
+{
+    __atomic_add_fetch(&cuwire_counts[424], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyDtoHAsync");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpyDtoHAsync", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpyDtoHAsync_v2 (cuda.h): remoted, sync; also cuMemcpyDtoHAsync_v2_ptsz */
+int cuwire_py_cuMemcpyDtoHAsync_v2(void *, uint64_t, uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[369], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyDtoHAsync_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[425], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyDtoHAsync_v2");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemcpyDtoHAsync_v2((void *)dstHost, (uint64_t)(ByteCount), (uint64_t)srcDevice, (uint64_t)ByteCount, (uint64_t)(uintptr_t)hStream));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpyDtoHAsync_v2) cuMemcpyDtoHAsync __attribute__((alias("cuMemcpyDtoHAsync_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpyDtoHAsync_v2) cuMemcpyDtoHAsync_v2_ptsz __attribute__((alias("cuMemcpyDtoHAsync_v2")));
 
-/* cuMemcpyDtoH_v2 (cuda.h): remoted, sync; also cuMemcpyDtoH, cuMemcpyDtoH_v2_ptds */
+/* cuMemcpyDtoH_v2 (cuda.h): remoted, sync; also cuMemcpyDtoH_v2_ptds */
 int cuwire_py_cuMemcpyDtoH_v2(void *, uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    __atomic_add_fetch(&cuwire_counts[370], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[426], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyDtoH_v2");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyDtoH_v2((void *)dstHost, (uint64_t)(ByteCount), (uint64_t)srcDevice, (uint64_t)ByteCount));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpyDtoH_v2) cuMemcpyDtoH __attribute__((alias("cuMemcpyDtoH_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpyDtoH_v2) cuMemcpyDtoH_v2_ptds __attribute__((alias("cuMemcpyDtoH_v2")));
 
-/* cuMemcpyHtoAAsync_v2 (cuda.h): unimplemented; also cuMemcpyHtoAAsync, cuMemcpyHtoAAsync_v2_ptsz */
+/* cuMemcpyHtoA (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpyHtoA(void)
+{
+    __atomic_add_fetch(&cuwire_counts[427], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyHtoA");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpyHtoA", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpyHtoAAsync (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpyHtoAAsync(void)
+{
+    __atomic_add_fetch(&cuwire_counts[428], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyHtoAAsync");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpyHtoAAsync", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpyHtoAAsync_v2 (cuda.h): unimplemented; also cuMemcpyHtoAAsync_v2_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[371], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[429], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyHtoAAsync_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyHtoAAsync_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpyHtoAAsync_v2) cuMemcpyHtoAAsync __attribute__((alias("cuMemcpyHtoAAsync_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpyHtoAAsync_v2) cuMemcpyHtoAAsync_v2_ptsz __attribute__((alias("cuMemcpyHtoAAsync_v2")));
 
-/* cuMemcpyHtoA_v2 (cuda.h): unimplemented; also cuMemcpyHtoA, cuMemcpyHtoA_v2_ptds */
+/* cuMemcpyHtoA_v2 (cuda.h): unimplemented; also cuMemcpyHtoA_v2_ptds */
 CUWIRE_EXPORT CUresult cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
 {
-    __atomic_add_fetch(&cuwire_counts[372], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[430], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyHtoA_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyHtoA_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpyHtoA_v2) cuMemcpyHtoA __attribute__((alias("cuMemcpyHtoA_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpyHtoA_v2) cuMemcpyHtoA_v2_ptds __attribute__((alias("cuMemcpyHtoA_v2")));
 
-/* cuMemcpyHtoDAsync_v2 (cuda.h): unimplemented; also cuMemcpyHtoDAsync, cuMemcpyHtoDAsync_v2_ptsz */
+/* cuMemcpyHtoD (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpyHtoD(void)
+{
+    __atomic_add_fetch(&cuwire_counts[431], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyHtoD");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpyHtoD", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpyHtoDAsync (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemcpyHtoDAsync(void)
+{
+    __atomic_add_fetch(&cuwire_counts[432], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyHtoDAsync");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemcpyHtoDAsync", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemcpyHtoDAsync_v2 (cuda.h): remoted, sync; also cuMemcpyHtoDAsync_v2_ptsz */
+int cuwire_py_cuMemcpyHtoDAsync_v2(uint64_t, void *, uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[373], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyHtoDAsync_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[433], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyHtoDAsync_v2");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemcpyHtoDAsync_v2((uint64_t)dstDevice, (void *)srcHost, (uint64_t)(ByteCount), (uint64_t)ByteCount, (uint64_t)(uintptr_t)hStream));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpyHtoDAsync_v2) cuMemcpyHtoDAsync __attribute__((alias("cuMemcpyHtoDAsync_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpyHtoDAsync_v2) cuMemcpyHtoDAsync_v2_ptsz __attribute__((alias("cuMemcpyHtoDAsync_v2")));
 
-/* cuMemcpyHtoD_v2 (cuda.h): remoted, sync; also cuMemcpyHtoD, cuMemcpyHtoD_v2_ptds */
+/* cuMemcpyHtoD_v2 (cuda.h): remoted, sync; also cuMemcpyHtoD_v2_ptds */
 int cuwire_py_cuMemcpyHtoD_v2(uint64_t, void *, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-    __atomic_add_fetch(&cuwire_counts[374], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[434], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyHtoD_v2");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyHtoD_v2((uint64_t)dstDevice, (void *)srcHost, (uint64_t)(ByteCount), (uint64_t)ByteCount));
 }
-CUWIRE_EXPORT __typeof__(cuMemcpyHtoD_v2) cuMemcpyHtoD __attribute__((alias("cuMemcpyHtoD_v2")));
 CUWIRE_EXPORT __typeof__(cuMemcpyHtoD_v2) cuMemcpyHtoD_v2_ptds __attribute__((alias("cuMemcpyHtoD_v2")));
 
 /* cuMemcpyPeer (cuda.h): unimplemented; also cuMemcpyPeer_ptds */
 CUWIRE_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
-    __atomic_add_fetch(&cuwire_counts[375], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[435], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyPeer");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyPeer", "cuda.h", &warned));
 }
@@ -5065,134 +6625,296 @@ CUWIRE_EXPORT __typeof__(cuMemcpyPeer) cuMemcpyPeer_ptds __attribute__((alias("c
 /* cuMemcpyPeerAsync (cuda.h): unimplemented; also cuMemcpyPeerAsync_ptsz */
 CUWIRE_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[376], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[436], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemcpyPeerAsync");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMemcpyPeerAsync", "cuda.h", &warned));
 }
 CUWIRE_EXPORT __typeof__(cuMemcpyPeerAsync) cuMemcpyPeerAsync_ptsz __attribute__((alias("cuMemcpyPeerAsync")));
 
-/* cuMemsetD16Async (cuda.h): unimplemented; also cuMemsetD16Async_ptsz */
+/* cuMemsetD16 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemsetD16(void)
+{
+    __atomic_add_fetch(&cuwire_counts[437], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD16");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemsetD16", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemsetD16Async (cuda.h): remoted, async; also cuMemsetD16Async_ptsz */
 CUWIRE_EXPORT CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[377], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemsetD16Async", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[438], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD16Async");
+    struct __attribute__((packed)) {
+        uint64_t dstDevice;
+        uint16_t us;
+        uint64_t N;
+        uint64_t hStream;
+    } rec = {
+        dstDevice,
+        us,
+        N,
+        (uint64_t)(uintptr_t)hStream,
+    };
+    return (CUresult)(cuwire_enqueue(2127962567u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT __typeof__(cuMemsetD16Async) cuMemsetD16Async_ptsz __attribute__((alias("cuMemsetD16Async")));
 
-/* cuMemsetD16_v2 (cuda.h): unimplemented; also cuMemsetD16, cuMemsetD16_v2_ptds */
+/* cuMemsetD16_v2 (cuda.h): remoted, sync; also cuMemsetD16_v2_ptds */
+int cuwire_py_cuMemsetD16_v2(uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
-    __atomic_add_fetch(&cuwire_counts[378], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemsetD16_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[439], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD16_v2");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemsetD16_v2((uint64_t)dstDevice, (uint64_t)us, (uint64_t)N));
 }
-CUWIRE_EXPORT __typeof__(cuMemsetD16_v2) cuMemsetD16 __attribute__((alias("cuMemsetD16_v2")));
 CUWIRE_EXPORT __typeof__(cuMemsetD16_v2) cuMemsetD16_v2_ptds __attribute__((alias("cuMemsetD16_v2")));
 
-/* cuMemsetD2D16Async (cuda.h): unimplemented; also cuMemsetD2D16Async_ptsz */
+/* cuMemsetD2D16 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemsetD2D16(void)
+{
+    __atomic_add_fetch(&cuwire_counts[440], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD2D16");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemsetD2D16", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemsetD2D16Async (cuda.h): remoted, async; also cuMemsetD2D16Async_ptsz */
 CUWIRE_EXPORT CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[379], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemsetD2D16Async", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[441], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD2D16Async");
+    struct __attribute__((packed)) {
+        uint64_t dstDevice;
+        uint64_t dstPitch;
+        uint16_t us;
+        uint64_t Width;
+        uint64_t Height;
+        uint64_t hStream;
+    } rec = {
+        dstDevice,
+        dstPitch,
+        us,
+        Width,
+        Height,
+        (uint64_t)(uintptr_t)hStream,
+    };
+    return (CUresult)(cuwire_enqueue(3763925066u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT __typeof__(cuMemsetD2D16Async) cuMemsetD2D16Async_ptsz __attribute__((alias("cuMemsetD2D16Async")));
 
-/* cuMemsetD2D16_v2 (cuda.h): unimplemented; also cuMemsetD2D16, cuMemsetD2D16_v2_ptds */
+/* cuMemsetD2D16_v2 (cuda.h): remoted, sync; also cuMemsetD2D16_v2_ptds */
+int cuwire_py_cuMemsetD2D16_v2(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
-    __atomic_add_fetch(&cuwire_counts[380], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemsetD2D16_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[442], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD2D16_v2");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemsetD2D16_v2((uint64_t)dstDevice, (uint64_t)dstPitch, (uint64_t)us, (uint64_t)Width, (uint64_t)Height));
 }
-CUWIRE_EXPORT __typeof__(cuMemsetD2D16_v2) cuMemsetD2D16 __attribute__((alias("cuMemsetD2D16_v2")));
 CUWIRE_EXPORT __typeof__(cuMemsetD2D16_v2) cuMemsetD2D16_v2_ptds __attribute__((alias("cuMemsetD2D16_v2")));
 
-/* cuMemsetD2D32Async (cuda.h): unimplemented; also cuMemsetD2D32Async_ptsz */
+/* cuMemsetD2D32 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemsetD2D32(void)
+{
+    __atomic_add_fetch(&cuwire_counts[443], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD2D32");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemsetD2D32", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemsetD2D32Async (cuda.h): remoted, async; also cuMemsetD2D32Async_ptsz */
 CUWIRE_EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[381], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemsetD2D32Async", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[444], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD2D32Async");
+    struct __attribute__((packed)) {
+        uint64_t dstDevice;
+        uint64_t dstPitch;
+        uint32_t ui;
+        uint64_t Width;
+        uint64_t Height;
+        uint64_t hStream;
+    } rec = {
+        dstDevice,
+        dstPitch,
+        ui,
+        Width,
+        Height,
+        (uint64_t)(uintptr_t)hStream,
+    };
+    return (CUresult)(cuwire_enqueue(3965100917u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT __typeof__(cuMemsetD2D32Async) cuMemsetD2D32Async_ptsz __attribute__((alias("cuMemsetD2D32Async")));
 
-/* cuMemsetD2D32_v2 (cuda.h): unimplemented; also cuMemsetD2D32, cuMemsetD2D32_v2_ptds */
+/* cuMemsetD2D32_v2 (cuda.h): remoted, sync; also cuMemsetD2D32_v2_ptds */
+int cuwire_py_cuMemsetD2D32_v2(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
-    __atomic_add_fetch(&cuwire_counts[382], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemsetD2D32_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[445], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD2D32_v2");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemsetD2D32_v2((uint64_t)dstDevice, (uint64_t)dstPitch, (uint64_t)ui, (uint64_t)Width, (uint64_t)Height));
 }
-CUWIRE_EXPORT __typeof__(cuMemsetD2D32_v2) cuMemsetD2D32 __attribute__((alias("cuMemsetD2D32_v2")));
 CUWIRE_EXPORT __typeof__(cuMemsetD2D32_v2) cuMemsetD2D32_v2_ptds __attribute__((alias("cuMemsetD2D32_v2")));
 
-/* cuMemsetD2D8Async (cuda.h): unimplemented; also cuMemsetD2D8Async_ptsz */
+/* cuMemsetD2D8 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemsetD2D8(void)
+{
+    __atomic_add_fetch(&cuwire_counts[446], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD2D8");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemsetD2D8", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemsetD2D8Async (cuda.h): remoted, async; also cuMemsetD2D8Async_ptsz */
 CUWIRE_EXPORT CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[383], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemsetD2D8Async", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[447], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD2D8Async");
+    struct __attribute__((packed)) {
+        uint64_t dstDevice;
+        uint64_t dstPitch;
+        uint8_t uc;
+        uint64_t Width;
+        uint64_t Height;
+        uint64_t hStream;
+    } rec = {
+        dstDevice,
+        dstPitch,
+        uc,
+        Width,
+        Height,
+        (uint64_t)(uintptr_t)hStream,
+    };
+    return (CUresult)(cuwire_enqueue(3255370895u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT __typeof__(cuMemsetD2D8Async) cuMemsetD2D8Async_ptsz __attribute__((alias("cuMemsetD2D8Async")));
 
-/* cuMemsetD2D8_v2 (cuda.h): unimplemented; also cuMemsetD2D8, cuMemsetD2D8_v2_ptds */
+/* cuMemsetD2D8_v2 (cuda.h): remoted, sync; also cuMemsetD2D8_v2_ptds */
+int cuwire_py_cuMemsetD2D8_v2(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
-    __atomic_add_fetch(&cuwire_counts[384], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemsetD2D8_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[448], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD2D8_v2");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemsetD2D8_v2((uint64_t)dstDevice, (uint64_t)dstPitch, (uint64_t)uc, (uint64_t)Width, (uint64_t)Height));
 }
-CUWIRE_EXPORT __typeof__(cuMemsetD2D8_v2) cuMemsetD2D8 __attribute__((alias("cuMemsetD2D8_v2")));
 CUWIRE_EXPORT __typeof__(cuMemsetD2D8_v2) cuMemsetD2D8_v2_ptds __attribute__((alias("cuMemsetD2D8_v2")));
 
-/* cuMemsetD32Async (cuda.h): unimplemented; also cuMemsetD32Async_ptsz */
+/* cuMemsetD32 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemsetD32(void)
+{
+    __atomic_add_fetch(&cuwire_counts[449], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD32");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemsetD32", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemsetD32Async (cuda.h): remoted, async; also cuMemsetD32Async_ptsz */
 CUWIRE_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[385], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemsetD32Async", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[450], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD32Async");
+    struct __attribute__((packed)) {
+        uint64_t dstDevice;
+        uint32_t ui;
+        uint64_t N;
+        uint64_t hStream;
+    } rec = {
+        dstDevice,
+        ui,
+        N,
+        (uint64_t)(uintptr_t)hStream,
+    };
+    return (CUresult)(cuwire_enqueue(1926787832u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT __typeof__(cuMemsetD32Async) cuMemsetD32Async_ptsz __attribute__((alias("cuMemsetD32Async")));
 
-/* cuMemsetD32_v2 (cuda.h): remoted, sync; also cuMemsetD32, cuMemsetD32_v2_ptds */
+/* cuMemsetD32_v2 (cuda.h): remoted, sync; also cuMemsetD32_v2_ptds */
 int cuwire_py_cuMemsetD32_v2(uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
-    __atomic_add_fetch(&cuwire_counts[386], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[451], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD32_v2");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemsetD32_v2((uint64_t)dstDevice, (uint64_t)ui, (uint64_t)N));
 }
-CUWIRE_EXPORT __typeof__(cuMemsetD32_v2) cuMemsetD32 __attribute__((alias("cuMemsetD32_v2")));
 CUWIRE_EXPORT __typeof__(cuMemsetD32_v2) cuMemsetD32_v2_ptds __attribute__((alias("cuMemsetD32_v2")));
 
-/* cuMemsetD8Async (cuda.h): unimplemented; also cuMemsetD8Async_ptsz */
+/* cuMemsetD8 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuMemsetD8(void)
+{
+    __atomic_add_fetch(&cuwire_counts[452], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD8");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuMemsetD8", "libcuda.so.1 export", &warned));
+}
+
+/* cuMemsetD8Async (cuda.h): remoted, async; also cuMemsetD8Async_ptsz */
 CUWIRE_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[387], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemsetD8Async", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[453], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD8Async");
+    struct __attribute__((packed)) {
+        uint64_t dstDevice;
+        uint8_t uc;
+        uint64_t N;
+        uint64_t hStream;
+    } rec = {
+        dstDevice,
+        uc,
+        N,
+        (uint64_t)(uintptr_t)hStream,
+    };
+    return (CUresult)(cuwire_enqueue(676145800u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT __typeof__(cuMemsetD8Async) cuMemsetD8Async_ptsz __attribute__((alias("cuMemsetD8Async")));
 
-/* cuMemsetD8_v2 (cuda.h): remoted, sync; also cuMemsetD8, cuMemsetD8_v2_ptds */
+/* cuMemsetD8_v2 (cuda.h): remoted, sync; also cuMemsetD8_v2_ptds */
 int cuwire_py_cuMemsetD8_v2(uint64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
-    __atomic_add_fetch(&cuwire_counts[388], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[454], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMemsetD8_v2");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemsetD8_v2((uint64_t)dstDevice, (uint64_t)uc, (uint64_t)N));
 }
-CUWIRE_EXPORT __typeof__(cuMemsetD8_v2) cuMemsetD8 __attribute__((alias("cuMemsetD8_v2")));
 CUWIRE_EXPORT __typeof__(cuMemsetD8_v2) cuMemsetD8_v2_ptds __attribute__((alias("cuMemsetD8_v2")));
 
 /* cuMipmappedArrayCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels)
 {
-    __atomic_add_fetch(&cuwire_counts[389], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[455], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMipmappedArrayCreate");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMipmappedArrayCreate", "cuda.h", &warned));
 }
@@ -5200,7 +6922,9 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const C
 /* cuMipmappedArrayDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
-    __atomic_add_fetch(&cuwire_counts[390], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[456], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMipmappedArrayDestroy");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMipmappedArrayDestroy", "cuda.h", &warned));
 }
@@ -5208,7 +6932,9 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 /* cuMipmappedArrayGetLevel (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level)
 {
-    __atomic_add_fetch(&cuwire_counts[391], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[457], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMipmappedArrayGetLevel");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMipmappedArrayGetLevel", "cuda.h", &warned));
 }
@@ -5216,7 +6942,9 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappe
 /* cuMipmappedArrayGetMemoryRequirements (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUmipmappedArray mipmap, CUdevice device)
 {
-    __atomic_add_fetch(&cuwire_counts[392], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[458], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMipmappedArrayGetMemoryRequirements");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMipmappedArrayGetMemoryRequirements", "cuda.h", &warned));
 }
@@ -5224,7 +6952,9 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_R
 /* cuMipmappedArrayGetSparseProperties (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMipmappedArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *sparseProperties, CUmipmappedArray mipmap)
 {
-    __atomic_add_fetch(&cuwire_counts[393], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[459], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMipmappedArrayGetSparseProperties");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMipmappedArrayGetSparseProperties", "cuda.h", &warned));
 }
@@ -5232,48 +6962,73 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PRO
 /* cuModuleEnumerateFunctions (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod)
 {
-    __atomic_add_fetch(&cuwire_counts[394], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[460], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuModuleEnumerateFunctions");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuModuleEnumerateFunctions", "cuda.h", &warned));
 }
 
-/* cuModuleGetFunction (cuda.h): unimplemented */
+/* cuModuleGetFunction (cuda.h): remoted, custom */
+int cuwire_py_cuModuleGetFunction(void *, uint64_t, void *);
 CUWIRE_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
-    __atomic_add_fetch(&cuwire_counts[395], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuModuleGetFunction", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[461], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuModuleGetFunction");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuModuleGetFunction((void *)hfunc, (uint64_t)(uintptr_t)hmod, (void *)name));
 }
 
 /* cuModuleGetFunctionCount (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
 {
-    __atomic_add_fetch(&cuwire_counts[396], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[462], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuModuleGetFunctionCount");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuModuleGetFunctionCount", "cuda.h", &warned));
 }
 
-/* cuModuleGetGlobal_v2 (cuda.h): unimplemented; also cuModuleGetGlobal */
+/* cuModuleGetGlobal (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuModuleGetGlobal(void)
+{
+    __atomic_add_fetch(&cuwire_counts[463], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuModuleGetGlobal");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuModuleGetGlobal", "libcuda.so.1 export", &warned));
+}
+
+/* cuModuleGetGlobal_v2 (cuda.h): remoted, custom */
+int cuwire_py_cuModuleGetGlobal_v2(void *, void *, uint64_t, void *);
 CUWIRE_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
 {
-    __atomic_add_fetch(&cuwire_counts[397], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuModuleGetGlobal_v2", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[464], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuModuleGetGlobal_v2");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuModuleGetGlobal_v2((void *)dptr, (void *)bytes, (uint64_t)(uintptr_t)hmod, (void *)name));
 }
-CUWIRE_EXPORT __typeof__(cuModuleGetGlobal_v2) cuModuleGetGlobal __attribute__((alias("cuModuleGetGlobal_v2")));
 
-/* cuModuleGetLoadingMode (cuda.h): unimplemented */
+/* cuModuleGetLoadingMode (cuda.h): local, local */
+CUresult cuwire_local_cuModuleGetLoadingMode(CUmoduleLoadingMode *mode);
 CUWIRE_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
 {
-    __atomic_add_fetch(&cuwire_counts[398], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuModuleGetLoadingMode", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[465], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuModuleGetLoadingMode");
+return cuwire_local_cuModuleGetLoadingMode(mode);
 }
 
 /* cuModuleGetSurfRef (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuModuleGetSurfRef(CUsurfref *pSurfRef, CUmodule hmod, const char *name)
 {
-    __atomic_add_fetch(&cuwire_counts[399], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[466], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuModuleGetSurfRef");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuModuleGetSurfRef", "cuda.h", &warned));
 }
@@ -5281,7 +7036,9 @@ CUWIRE_EXPORT CUresult cuModuleGetSurfRef(CUsurfref *pSurfRef, CUmodule hmod, co
 /* cuModuleGetTexRef (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuModuleGetTexRef(CUtexref *pTexRef, CUmodule hmod, const char *name)
 {
-    __atomic_add_fetch(&cuwire_counts[400], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[467], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuModuleGetTexRef");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuModuleGetTexRef", "cuda.h", &warned));
 }
@@ -5289,47 +7046,65 @@ CUWIRE_EXPORT CUresult cuModuleGetTexRef(CUtexref *pTexRef, CUmodule hmod, const
 /* cuModuleLoad (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
 {
-    __atomic_add_fetch(&cuwire_counts[401], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[468], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuModuleLoad");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuModuleLoad", "cuda.h", &warned));
 }
 
-/* cuModuleLoadData (cuda.h): unimplemented */
+/* cuModuleLoadData (cuda.h): remoted, custom */
+int cuwire_py_cuModuleLoadData(void *, uint64_t);
 CUWIRE_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
-    __atomic_add_fetch(&cuwire_counts[402], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuModuleLoadData", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[469], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuModuleLoadData");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuModuleLoadData((void *)module, (uint64_t)(uintptr_t)image));
 }
 
-/* cuModuleLoadDataEx (cuda.h): unimplemented */
+/* cuModuleLoadDataEx (cuda.h): remoted, custom */
+int cuwire_py_cuModuleLoadDataEx(void *, uint64_t, uint64_t, void *, void *);
 CUWIRE_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
-    __atomic_add_fetch(&cuwire_counts[403], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuModuleLoadDataEx", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[470], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuModuleLoadDataEx");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuModuleLoadDataEx((void *)module, (uint64_t)(uintptr_t)image, (uint64_t)numOptions, (void *)options, (void *)optionValues));
 }
 
-/* cuModuleLoadFatBinary (cuda.h): unimplemented */
+/* cuModuleLoadFatBinary (cuda.h): remoted, custom */
+int cuwire_py_cuModuleLoadFatBinary(void *, uint64_t);
 CUWIRE_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
-    __atomic_add_fetch(&cuwire_counts[404], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuModuleLoadFatBinary", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[471], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuModuleLoadFatBinary");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuModuleLoadFatBinary((void *)module, (uint64_t)(uintptr_t)fatCubin));
 }
 
-/* cuModuleUnload (cuda.h): unimplemented */
+/* cuModuleUnload (cuda.h): local, local */
+CUresult cuwire_local_cuModuleUnload(CUmodule hmod);
 CUWIRE_EXPORT CUresult cuModuleUnload(CUmodule hmod)
 {
-    __atomic_add_fetch(&cuwire_counts[405], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuModuleUnload", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[472], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuModuleUnload");
+return cuwire_local_cuModuleUnload(hmod);
 }
 
 /* cuMulticastAddDevice (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice dev)
 {
-    __atomic_add_fetch(&cuwire_counts[406], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[473], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMulticastAddDevice");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMulticastAddDevice", "cuda.h", &warned));
 }
@@ -5337,7 +7112,9 @@ CUWIRE_EXPORT CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandl
 /* cuMulticastBindAddr (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUdeviceptr memptr, size_t size, unsigned long long flags)
 {
-    __atomic_add_fetch(&cuwire_counts[407], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[474], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMulticastBindAddr");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMulticastBindAddr", "cuda.h", &warned));
 }
@@ -5345,7 +7122,9 @@ CUWIRE_EXPORT CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle
 /* cuMulticastBindMem (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size, unsigned long long flags)
 {
-    __atomic_add_fetch(&cuwire_counts[408], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[475], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMulticastBindMem");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMulticastBindMem", "cuda.h", &warned));
 }
@@ -5353,7 +7132,9 @@ CUWIRE_EXPORT CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle,
 /* cuMulticastCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop)
 {
-    __atomic_add_fetch(&cuwire_counts[409], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[476], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMulticastCreate");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMulticastCreate", "cuda.h", &warned));
 }
@@ -5361,7 +7142,9 @@ CUWIRE_EXPORT CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle,
 /* cuMulticastGetGranularity (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMulticastGetGranularity(size_t *granularity, const CUmulticastObjectProp *prop, CUmulticastGranularity_flags option)
 {
-    __atomic_add_fetch(&cuwire_counts[410], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[477], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMulticastGetGranularity");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMulticastGetGranularity", "cuda.h", &warned));
 }
@@ -5369,39 +7152,55 @@ CUWIRE_EXPORT CUresult cuMulticastGetGranularity(size_t *granularity, const CUmu
 /* cuMulticastUnbind (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset, size_t size)
 {
-    __atomic_add_fetch(&cuwire_counts[411], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[478], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuMulticastUnbind");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuMulticastUnbind", "cuda.h", &warned));
 }
 
-/* cuOccupancyAvailableDynamicSMemPerBlock (cuda.h): unimplemented */
+/* cuOccupancyAvailableDynamicSMemPerBlock (cuda.h): remoted, sync */
+int cuwire_py_cuOccupancyAvailableDynamicSMemPerBlock(void *, uint64_t, int64_t, int64_t);
 CUWIRE_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize)
 {
-    __atomic_add_fetch(&cuwire_counts[412], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuOccupancyAvailableDynamicSMemPerBlock", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[479], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuOccupancyAvailableDynamicSMemPerBlock");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuOccupancyAvailableDynamicSMemPerBlock((void *)dynamicSmemSize, (uint64_t)(uintptr_t)func, (int64_t)numBlocks, (int64_t)blockSize));
 }
 
-/* cuOccupancyMaxActiveBlocksPerMultiprocessor (cuda.h): unimplemented */
+/* cuOccupancyMaxActiveBlocksPerMultiprocessor (cuda.h): remoted, sync */
+int cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessor(void *, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize)
 {
-    __atomic_add_fetch(&cuwire_counts[413], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[480], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessor((void *)numBlocks, (uint64_t)(uintptr_t)func, (int64_t)blockSize, (uint64_t)dynamicSMemSize));
 }
 
-/* cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags (cuda.h): unimplemented */
+/* cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags (cuda.h): remoted, sync */
+int cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(void *, uint64_t, int64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[414], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[481], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags((void *)numBlocks, (uint64_t)(uintptr_t)func, (int64_t)blockSize, (uint64_t)dynamicSMemSize, (uint64_t)flags));
 }
 
 /* cuOccupancyMaxActiveClusters (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
 {
-    __atomic_add_fetch(&cuwire_counts[415], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[482], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuOccupancyMaxActiveClusters");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuOccupancyMaxActiveClusters", "cuda.h", &warned));
 }
@@ -5409,7 +7208,9 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction
 /* cuOccupancyMaxPotentialBlockSize (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit)
 {
-    __atomic_add_fetch(&cuwire_counts[416], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[483], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuOccupancyMaxPotentialBlockSize");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuOccupancyMaxPotentialBlockSize", "cuda.h", &warned));
 }
@@ -5417,7 +7218,9 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *b
 /* cuOccupancyMaxPotentialBlockSizeWithFlags (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[417], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[484], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuOccupancyMaxPotentialBlockSizeWithFlags");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuOccupancyMaxPotentialBlockSizeWithFlags", "cuda.h", &warned));
 }
@@ -5425,7 +7228,9 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSiz
 /* cuOccupancyMaxPotentialClusterSize (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config)
 {
-    __atomic_add_fetch(&cuwire_counts[418], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[485], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuOccupancyMaxPotentialClusterSize");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuOccupancyMaxPotentialClusterSize", "cuda.h", &warned));
 }
@@ -5433,7 +7238,9 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfu
 /* cuParamSetSize (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuParamSetSize(CUfunction hfunc, unsigned int numbytes)
 {
-    __atomic_add_fetch(&cuwire_counts[419], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[486], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuParamSetSize");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuParamSetSize", "cuda.h", &warned));
 }
@@ -5441,7 +7248,9 @@ CUWIRE_EXPORT CUresult cuParamSetSize(CUfunction hfunc, unsigned int numbytes)
 /* cuParamSetTexRef (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuParamSetTexRef(CUfunction hfunc, int texunit, CUtexref hTexRef)
 {
-    __atomic_add_fetch(&cuwire_counts[420], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[487], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuParamSetTexRef");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuParamSetTexRef", "cuda.h", &warned));
 }
@@ -5449,7 +7258,9 @@ CUWIRE_EXPORT CUresult cuParamSetTexRef(CUfunction hfunc, int texunit, CUtexref 
 /* cuParamSetf (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuParamSetf(CUfunction hfunc, int offset, float value)
 {
-    __atomic_add_fetch(&cuwire_counts[421], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[488], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuParamSetf");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuParamSetf", "cuda.h", &warned));
 }
@@ -5457,7 +7268,9 @@ CUWIRE_EXPORT CUresult cuParamSetf(CUfunction hfunc, int offset, float value)
 /* cuParamSeti (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuParamSeti(CUfunction hfunc, int offset, unsigned int value)
 {
-    __atomic_add_fetch(&cuwire_counts[422], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[489], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuParamSeti");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuParamSeti", "cuda.h", &warned));
 }
@@ -5465,31 +7278,43 @@ CUWIRE_EXPORT CUresult cuParamSeti(CUfunction hfunc, int offset, unsigned int va
 /* cuParamSetv (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuParamSetv(CUfunction hfunc, int offset, void *ptr, unsigned int numbytes)
 {
-    __atomic_add_fetch(&cuwire_counts[423], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[490], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuParamSetv");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuParamSetv", "cuda.h", &warned));
 }
 
-/* cuPointerGetAttribute (cuda.h): unimplemented */
+/* cuPointerGetAttribute (cuda.h): remoted, custom */
+int cuwire_py_cuPointerGetAttribute(uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
-    __atomic_add_fetch(&cuwire_counts[424], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuPointerGetAttribute", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[491], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuPointerGetAttribute");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuPointerGetAttribute((uint64_t)(uintptr_t)data, (int64_t)attribute, (uint64_t)ptr));
 }
 
-/* cuPointerGetAttributes (cuda.h): unimplemented */
+/* cuPointerGetAttributes (cuda.h): remoted, custom */
+int cuwire_py_cuPointerGetAttributes(uint64_t, void *, void *, uint64_t);
 CUWIRE_EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr)
 {
-    __atomic_add_fetch(&cuwire_counts[425], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuPointerGetAttributes", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[492], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuPointerGetAttributes");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuPointerGetAttributes((uint64_t)numAttributes, (void *)attributes, (void *)data, (uint64_t)ptr));
 }
 
 /* cuPointerSetAttribute (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
-    __atomic_add_fetch(&cuwire_counts[426], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[493], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuPointerSetAttribute");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuPointerSetAttribute", "cuda.h", &warned));
 }
@@ -5497,31 +7322,43 @@ CUWIRE_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attrib
 /* cuProfilerInitialize (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuProfilerInitialize(void)
 {
-    __atomic_add_fetch(&cuwire_counts[427], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[494], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuProfilerInitialize");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuProfilerInitialize", "libcuda.so.1 export", &warned));
 }
 
-/* cuProfilerStart (libcuda.so.1 export): unimplemented */
+/* cuProfilerStart (cuda.h): remoted, sync */
+int cuwire_py_cuProfilerStart(void);
 CUWIRE_EXPORT CUresult cuProfilerStart(void)
 {
-    __atomic_add_fetch(&cuwire_counts[428], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuProfilerStart", "libcuda.so.1 export", &warned));
+    __atomic_add_fetch(&cuwire_counts[495], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuProfilerStart");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuProfilerStart());
 }
 
-/* cuProfilerStop (libcuda.so.1 export): unimplemented */
+/* cuProfilerStop (cuda.h): remoted, sync */
+int cuwire_py_cuProfilerStop(void);
 CUWIRE_EXPORT CUresult cuProfilerStop(void)
 {
-    __atomic_add_fetch(&cuwire_counts[429], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuProfilerStop", "libcuda.so.1 export", &warned));
+    __atomic_add_fetch(&cuwire_counts[496], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuProfilerStop");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuProfilerStop());
 }
 
 /* cuSignalExternalSemaphoresAsync (cuda.h): unimplemented; also cuSignalExternalSemaphoresAsync_ptsz */
 CUWIRE_EXPORT CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
-    __atomic_add_fetch(&cuwire_counts[430], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[497], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuSignalExternalSemaphoresAsync");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuSignalExternalSemaphoresAsync", "cuda.h", &warned));
 }
@@ -5530,7 +7367,9 @@ CUWIRE_EXPORT __typeof__(cuSignalExternalSemaphoresAsync) cuSignalExternalSemaph
 /* cuStreamAddCallback (cuda.h): unimplemented; also cuStreamAddCallback_ptsz */
 CUWIRE_EXPORT CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[431], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[498], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamAddCallback");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamAddCallback", "cuda.h", &warned));
 }
@@ -5539,34 +7378,61 @@ CUWIRE_EXPORT __typeof__(cuStreamAddCallback) cuStreamAddCallback_ptsz __attribu
 /* cuStreamAttachMemAsync (cuda.h): unimplemented; also cuStreamAttachMemAsync_ptsz */
 CUWIRE_EXPORT CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[432], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[499], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamAttachMemAsync");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamAttachMemAsync", "cuda.h", &warned));
 }
 CUWIRE_EXPORT __typeof__(cuStreamAttachMemAsync) cuStreamAttachMemAsync_ptsz __attribute__((alias("cuStreamAttachMemAsync")));
 
+/* cuStreamBatchMemOp (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamBatchMemOp(void)
+{
+    __atomic_add_fetch(&cuwire_counts[500], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamBatchMemOp");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamBatchMemOp", "libcuda.so.1 export", &warned));
+}
+
 /* cuStreamBatchMemOp_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamBatchMemOp_ptsz(void)
 {
-    __atomic_add_fetch(&cuwire_counts[433], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[501], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamBatchMemOp_ptsz");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamBatchMemOp_ptsz", "libcuda.so.1 export", &warned));
 }
 
-/* cuStreamBatchMemOp_v2 (cuda.h): unimplemented; also cuStreamBatchMemOp, cuStreamBatchMemOp_v2_ptsz */
+/* cuStreamBatchMemOp_v2 (cuda.h): unimplemented; also cuStreamBatchMemOp_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[434], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[502], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamBatchMemOp_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamBatchMemOp_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuStreamBatchMemOp_v2) cuStreamBatchMemOp __attribute__((alias("cuStreamBatchMemOp_v2")));
 CUWIRE_EXPORT __typeof__(cuStreamBatchMemOp_v2) cuStreamBatchMemOp_v2_ptsz __attribute__((alias("cuStreamBatchMemOp_v2")));
+
+/* cuStreamBeginCapture (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamBeginCapture(void)
+{
+    __atomic_add_fetch(&cuwire_counts[503], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamBeginCapture");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamBeginCapture", "libcuda.so.1 export", &warned));
+}
 
 /* cuStreamBeginCaptureToGraph (cuda.h): unimplemented; also cuStreamBeginCaptureToGraph_ptsz */
 CUWIRE_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
 {
-    __atomic_add_fetch(&cuwire_counts[435], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[504], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamBeginCaptureToGraph");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamBeginCaptureToGraph", "cuda.h", &warned));
 }
@@ -5575,25 +7441,30 @@ CUWIRE_EXPORT __typeof__(cuStreamBeginCaptureToGraph) cuStreamBeginCaptureToGrap
 /* cuStreamBeginCapture_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamBeginCapture_ptsz(void)
 {
-    __atomic_add_fetch(&cuwire_counts[436], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[505], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamBeginCapture_ptsz");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamBeginCapture_ptsz", "libcuda.so.1 export", &warned));
 }
 
-/* cuStreamBeginCapture_v2 (cuda.h): unimplemented; also cuStreamBeginCapture, cuStreamBeginCapture_v2_ptsz */
+/* cuStreamBeginCapture_v2 (cuda.h): unimplemented; also cuStreamBeginCapture_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
-    __atomic_add_fetch(&cuwire_counts[437], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[506], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamBeginCapture_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamBeginCapture_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuStreamBeginCapture_v2) cuStreamBeginCapture __attribute__((alias("cuStreamBeginCapture_v2")));
 CUWIRE_EXPORT __typeof__(cuStreamBeginCapture_v2) cuStreamBeginCapture_v2_ptsz __attribute__((alias("cuStreamBeginCapture_v2")));
 
 /* cuStreamCopyAttributes (cuda.h): unimplemented; also cuStreamCopyAttributes_ptsz */
 CUWIRE_EXPORT CUresult cuStreamCopyAttributes(CUstream dst, CUstream src)
 {
-    __atomic_add_fetch(&cuwire_counts[438], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[507], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamCopyAttributes");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamCopyAttributes", "cuda.h", &warned));
 }
@@ -5603,35 +7474,54 @@ CUWIRE_EXPORT __typeof__(cuStreamCopyAttributes) cuStreamCopyAttributes_ptsz __a
 int cuwire_py_cuStreamCreate(void *, uint64_t);
 CUWIRE_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
-    __atomic_add_fetch(&cuwire_counts[439], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[508], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamCreate");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuStreamCreate((void *)phStream, (uint64_t)Flags));
 }
 
-/* cuStreamCreateWithPriority (cuda.h): unimplemented */
+/* cuStreamCreateWithPriority (cuda.h): remoted, sync */
+int cuwire_py_cuStreamCreateWithPriority(void *, uint64_t, int64_t);
 CUWIRE_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
-    __atomic_add_fetch(&cuwire_counts[440], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamCreateWithPriority", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[509], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamCreateWithPriority");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuStreamCreateWithPriority((void *)phStream, (uint64_t)flags, (int64_t)priority));
 }
 
-/* cuStreamDestroy_v2 (cuda.h): remoted, sync; also cuStreamDestroy */
+/* cuStreamDestroy (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamDestroy(void)
+{
+    __atomic_add_fetch(&cuwire_counts[510], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamDestroy");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamDestroy", "libcuda.so.1 export", &warned));
+}
+
+/* cuStreamDestroy_v2 (cuda.h): remoted, sync */
 int cuwire_py_cuStreamDestroy_v2(uint64_t);
 CUWIRE_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[441], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[511], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamDestroy_v2");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuStreamDestroy_v2((uint64_t)(uintptr_t)hStream));
 }
-CUWIRE_EXPORT __typeof__(cuStreamDestroy_v2) cuStreamDestroy __attribute__((alias("cuStreamDestroy_v2")));
 
 /* cuStreamEndCapture (cuda.h): unimplemented; also cuStreamEndCapture_ptsz */
 CUWIRE_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
-    __atomic_add_fetch(&cuwire_counts[442], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[512], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamEndCapture");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamEndCapture", "cuda.h", &warned));
 }
@@ -5640,130 +7530,181 @@ CUWIRE_EXPORT __typeof__(cuStreamEndCapture) cuStreamEndCapture_ptsz __attribute
 /* cuStreamGetAttribute (cuda.h): unimplemented; also cuStreamGetAttribute_ptsz */
 CUWIRE_EXPORT CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
 {
-    __atomic_add_fetch(&cuwire_counts[443], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[513], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamGetAttribute");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamGetAttribute", "cuda.h", &warned));
 }
 CUWIRE_EXPORT __typeof__(cuStreamGetAttribute) cuStreamGetAttribute_ptsz __attribute__((alias("cuStreamGetAttribute")));
 
+/* cuStreamGetCaptureInfo (cuda.h): local, local */
+CUresult cuwire_local_cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    __atomic_add_fetch(&cuwire_counts[514], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamGetCaptureInfo");
+return cuwire_local_cuStreamGetCaptureInfo(hStream, captureStatus);
+}
+
 /* cuStreamGetCaptureInfo_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_ptsz(void)
 {
-    __atomic_add_fetch(&cuwire_counts[444], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[515], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamGetCaptureInfo_ptsz");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamGetCaptureInfo_ptsz", "libcuda.so.1 export", &warned));
 }
 
-/* cuStreamGetCaptureInfo_v2 (libcuda.so.1 export): unimplemented */
-CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_v2(void)
+/* cuStreamGetCaptureInfo_v2 (cuda.h): local, local */
+CUresult cuwire_local_cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
+CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out)
 {
-    __atomic_add_fetch(&cuwire_counts[445], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamGetCaptureInfo_v2", "libcuda.so.1 export", &warned));
+    __atomic_add_fetch(&cuwire_counts[516], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamGetCaptureInfo_v2");
+return cuwire_local_cuStreamGetCaptureInfo_v2(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
 }
 
 /* cuStreamGetCaptureInfo_v2_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(void)
 {
-    __atomic_add_fetch(&cuwire_counts[446], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[517], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamGetCaptureInfo_v2_ptsz");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamGetCaptureInfo_v2_ptsz", "libcuda.so.1 export", &warned));
 }
 
-/* cuStreamGetCaptureInfo_v3 (cuda.h): unimplemented; also cuStreamGetCaptureInfo, cuStreamGetCaptureInfo_v3_ptsz */
+/* cuStreamGetCaptureInfo_v3 (cuda.h): local, local; also cuStreamGetCaptureInfo_v3_ptsz */
+CUresult cuwire_local_cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
 CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
 {
-    __atomic_add_fetch(&cuwire_counts[447], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamGetCaptureInfo_v3", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[518], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamGetCaptureInfo_v3");
+return cuwire_local_cuStreamGetCaptureInfo_v3(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
 }
-CUWIRE_EXPORT __typeof__(cuStreamGetCaptureInfo_v3) cuStreamGetCaptureInfo __attribute__((alias("cuStreamGetCaptureInfo_v3")));
 CUWIRE_EXPORT __typeof__(cuStreamGetCaptureInfo_v3) cuStreamGetCaptureInfo_v3_ptsz __attribute__((alias("cuStreamGetCaptureInfo_v3")));
 
-/* cuStreamGetCtx (cuda.h): unimplemented; also cuStreamGetCtx_ptsz */
+/* cuStreamGetCtx (cuda.h): remoted, sync; also cuStreamGetCtx_ptsz */
+int cuwire_py_cuStreamGetCtx(uint64_t, void *);
 CUWIRE_EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
 {
-    __atomic_add_fetch(&cuwire_counts[448], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamGetCtx", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[519], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamGetCtx");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuStreamGetCtx((uint64_t)(uintptr_t)hStream, (void *)pctx));
 }
 CUWIRE_EXPORT __typeof__(cuStreamGetCtx) cuStreamGetCtx_ptsz __attribute__((alias("cuStreamGetCtx")));
 
 /* cuStreamGetCtx_v2 (cuda.h): unimplemented; also cuStreamGetCtx_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
 {
-    __atomic_add_fetch(&cuwire_counts[449], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[520], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamGetCtx_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamGetCtx_v2", "cuda.h", &warned));
 }
 CUWIRE_EXPORT __typeof__(cuStreamGetCtx_v2) cuStreamGetCtx_v2_ptsz __attribute__((alias("cuStreamGetCtx_v2")));
 
-/* cuStreamGetDevice (cuda.h): unimplemented; also cuStreamGetDevice_ptsz */
+/* cuStreamGetDevice (cuda.h): remoted, sync; also cuStreamGetDevice_ptsz */
+int cuwire_py_cuStreamGetDevice(uint64_t, void *);
 CUWIRE_EXPORT CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
 {
-    __atomic_add_fetch(&cuwire_counts[450], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamGetDevice", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[521], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamGetDevice");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuStreamGetDevice((uint64_t)(uintptr_t)hStream, (void *)device));
 }
 CUWIRE_EXPORT __typeof__(cuStreamGetDevice) cuStreamGetDevice_ptsz __attribute__((alias("cuStreamGetDevice")));
 
-/* cuStreamGetFlags (cuda.h): unimplemented; also cuStreamGetFlags_ptsz */
+/* cuStreamGetFlags (cuda.h): remoted, sync; also cuStreamGetFlags_ptsz */
+int cuwire_py_cuStreamGetFlags(uint64_t, void *);
 CUWIRE_EXPORT CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
 {
-    __atomic_add_fetch(&cuwire_counts[451], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamGetFlags", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[522], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamGetFlags");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuStreamGetFlags((uint64_t)(uintptr_t)hStream, (void *)flags));
 }
 CUWIRE_EXPORT __typeof__(cuStreamGetFlags) cuStreamGetFlags_ptsz __attribute__((alias("cuStreamGetFlags")));
 
 /* cuStreamGetGreenCtx (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx)
 {
-    __atomic_add_fetch(&cuwire_counts[452], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[523], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamGetGreenCtx");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamGetGreenCtx", "cuda.h", &warned));
 }
 
-/* cuStreamGetId (cuda.h): unimplemented; also cuStreamGetId_ptsz */
+/* cuStreamGetId (cuda.h): remoted, sync; also cuStreamGetId_ptsz */
+int cuwire_py_cuStreamGetId(uint64_t, void *);
 CUWIRE_EXPORT CUresult cuStreamGetId(CUstream hStream, unsigned long long *streamId)
 {
-    __atomic_add_fetch(&cuwire_counts[453], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamGetId", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[524], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamGetId");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuStreamGetId((uint64_t)(uintptr_t)hStream, (void *)streamId));
 }
 CUWIRE_EXPORT __typeof__(cuStreamGetId) cuStreamGetId_ptsz __attribute__((alias("cuStreamGetId")));
 
-/* cuStreamGetPriority (cuda.h): unimplemented; also cuStreamGetPriority_ptsz */
+/* cuStreamGetPriority (cuda.h): remoted, sync; also cuStreamGetPriority_ptsz */
+int cuwire_py_cuStreamGetPriority(uint64_t, void *);
 CUWIRE_EXPORT CUresult cuStreamGetPriority(CUstream hStream, int *priority)
 {
-    __atomic_add_fetch(&cuwire_counts[454], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamGetPriority", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[525], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamGetPriority");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuStreamGetPriority((uint64_t)(uintptr_t)hStream, (void *)priority));
 }
 CUWIRE_EXPORT __typeof__(cuStreamGetPriority) cuStreamGetPriority_ptsz __attribute__((alias("cuStreamGetPriority")));
 
-/* cuStreamIsCapturing (cuda.h): unimplemented; also cuStreamIsCapturing_ptsz */
+/* cuStreamIsCapturing (cuda.h): local, local; also cuStreamIsCapturing_ptsz */
+CUresult cuwire_local_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 CUWIRE_EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
-    __atomic_add_fetch(&cuwire_counts[455], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamIsCapturing", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[526], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamIsCapturing");
+return cuwire_local_cuStreamIsCapturing(hStream, captureStatus);
 }
 CUWIRE_EXPORT __typeof__(cuStreamIsCapturing) cuStreamIsCapturing_ptsz __attribute__((alias("cuStreamIsCapturing")));
 
-/* cuStreamQuery (cuda.h): unimplemented; also cuStreamQuery_ptsz */
+/* cuStreamQuery (cuda.h): remoted, sync; also cuStreamQuery_ptsz */
+int cuwire_py_cuStreamQuery(uint64_t);
 CUWIRE_EXPORT CUresult cuStreamQuery(CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[456], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamQuery", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[527], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamQuery");
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuStreamQuery((uint64_t)(uintptr_t)hStream));
 }
 CUWIRE_EXPORT __typeof__(cuStreamQuery) cuStreamQuery_ptsz __attribute__((alias("cuStreamQuery")));
 
 /* cuStreamSetAttribute (cuda.h): unimplemented; also cuStreamSetAttribute_ptsz */
 CUWIRE_EXPORT CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value)
 {
-    __atomic_add_fetch(&cuwire_counts[457], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[528], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamSetAttribute");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamSetAttribute", "cuda.h", &warned));
 }
@@ -5773,116 +7714,195 @@ CUWIRE_EXPORT __typeof__(cuStreamSetAttribute) cuStreamSetAttribute_ptsz __attri
 int cuwire_py_cuStreamSynchronize(uint64_t);
 CUWIRE_EXPORT CUresult cuStreamSynchronize(CUstream hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[458], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[529], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamSynchronize");
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuStreamSynchronize((uint64_t)(uintptr_t)hStream));
 }
 CUWIRE_EXPORT __typeof__(cuStreamSynchronize) cuStreamSynchronize_ptsz __attribute__((alias("cuStreamSynchronize")));
 
+/* cuStreamUpdateCaptureDependencies (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies(void)
+{
+    __atomic_add_fetch(&cuwire_counts[530], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamUpdateCaptureDependencies");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamUpdateCaptureDependencies", "libcuda.so.1 export", &warned));
+}
+
 /* cuStreamUpdateCaptureDependencies_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies_ptsz(void)
 {
-    __atomic_add_fetch(&cuwire_counts[459], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[531], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamUpdateCaptureDependencies_ptsz");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamUpdateCaptureDependencies_ptsz", "libcuda.so.1 export", &warned));
 }
 
-/* cuStreamUpdateCaptureDependencies_v2 (cuda.h): unimplemented; also cuStreamUpdateCaptureDependencies, cuStreamUpdateCaptureDependencies_v2_ptsz */
+/* cuStreamUpdateCaptureDependencies_v2 (cuda.h): unimplemented; also cuStreamUpdateCaptureDependencies_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[460], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[532], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamUpdateCaptureDependencies_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamUpdateCaptureDependencies_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuStreamUpdateCaptureDependencies_v2) cuStreamUpdateCaptureDependencies __attribute__((alias("cuStreamUpdateCaptureDependencies_v2")));
 CUWIRE_EXPORT __typeof__(cuStreamUpdateCaptureDependencies_v2) cuStreamUpdateCaptureDependencies_v2_ptsz __attribute__((alias("cuStreamUpdateCaptureDependencies_v2")));
 
-/* cuStreamWaitEvent (cuda.h): unimplemented; also cuStreamWaitEvent_ptsz */
+/* cuStreamWaitEvent (cuda.h): remoted, async; also cuStreamWaitEvent_ptsz */
 CUWIRE_EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
-    __atomic_add_fetch(&cuwire_counts[461], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamWaitEvent", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[533], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamWaitEvent");
+    struct __attribute__((packed)) {
+        uint64_t hStream;
+        uint64_t hEvent;
+        uint32_t Flags;
+    } rec = {
+        (uint64_t)(uintptr_t)hStream,
+        (uint64_t)(uintptr_t)hEvent,
+        Flags,
+    };
+    return (CUresult)(cuwire_enqueue(1194339591u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT __typeof__(cuStreamWaitEvent) cuStreamWaitEvent_ptsz __attribute__((alias("cuStreamWaitEvent")));
+
+/* cuStreamWaitValue32 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamWaitValue32(void)
+{
+    __atomic_add_fetch(&cuwire_counts[534], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamWaitValue32");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamWaitValue32", "libcuda.so.1 export", &warned));
+}
 
 /* cuStreamWaitValue32_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamWaitValue32_ptsz(void)
 {
-    __atomic_add_fetch(&cuwire_counts[462], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[535], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamWaitValue32_ptsz");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamWaitValue32_ptsz", "libcuda.so.1 export", &warned));
 }
 
-/* cuStreamWaitValue32_v2 (cuda.h): unimplemented; also cuStreamWaitValue32, cuStreamWaitValue32_v2_ptsz */
+/* cuStreamWaitValue32_v2 (cuda.h): unimplemented; also cuStreamWaitValue32_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[463], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[536], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamWaitValue32_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamWaitValue32_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuStreamWaitValue32_v2) cuStreamWaitValue32 __attribute__((alias("cuStreamWaitValue32_v2")));
 CUWIRE_EXPORT __typeof__(cuStreamWaitValue32_v2) cuStreamWaitValue32_v2_ptsz __attribute__((alias("cuStreamWaitValue32_v2")));
+
+/* cuStreamWaitValue64 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamWaitValue64(void)
+{
+    __atomic_add_fetch(&cuwire_counts[537], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamWaitValue64");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamWaitValue64", "libcuda.so.1 export", &warned));
+}
 
 /* cuStreamWaitValue64_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamWaitValue64_ptsz(void)
 {
-    __atomic_add_fetch(&cuwire_counts[464], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[538], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamWaitValue64_ptsz");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamWaitValue64_ptsz", "libcuda.so.1 export", &warned));
 }
 
-/* cuStreamWaitValue64_v2 (cuda.h): unimplemented; also cuStreamWaitValue64, cuStreamWaitValue64_v2_ptsz */
+/* cuStreamWaitValue64_v2 (cuda.h): unimplemented; also cuStreamWaitValue64_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[465], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[539], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamWaitValue64_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamWaitValue64_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuStreamWaitValue64_v2) cuStreamWaitValue64 __attribute__((alias("cuStreamWaitValue64_v2")));
 CUWIRE_EXPORT __typeof__(cuStreamWaitValue64_v2) cuStreamWaitValue64_v2_ptsz __attribute__((alias("cuStreamWaitValue64_v2")));
+
+/* cuStreamWriteValue32 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamWriteValue32(void)
+{
+    __atomic_add_fetch(&cuwire_counts[540], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamWriteValue32");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamWriteValue32", "libcuda.so.1 export", &warned));
+}
 
 /* cuStreamWriteValue32_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamWriteValue32_ptsz(void)
 {
-    __atomic_add_fetch(&cuwire_counts[466], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[541], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamWriteValue32_ptsz");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamWriteValue32_ptsz", "libcuda.so.1 export", &warned));
 }
 
-/* cuStreamWriteValue32_v2 (cuda.h): unimplemented; also cuStreamWriteValue32, cuStreamWriteValue32_v2_ptsz */
+/* cuStreamWriteValue32_v2 (cuda.h): unimplemented; also cuStreamWriteValue32_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[467], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[542], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamWriteValue32_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamWriteValue32_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuStreamWriteValue32_v2) cuStreamWriteValue32 __attribute__((alias("cuStreamWriteValue32_v2")));
 CUWIRE_EXPORT __typeof__(cuStreamWriteValue32_v2) cuStreamWriteValue32_v2_ptsz __attribute__((alias("cuStreamWriteValue32_v2")));
+
+/* cuStreamWriteValue64 (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuStreamWriteValue64(void)
+{
+    __atomic_add_fetch(&cuwire_counts[543], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamWriteValue64");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuStreamWriteValue64", "libcuda.so.1 export", &warned));
+}
 
 /* cuStreamWriteValue64_ptsz (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuStreamWriteValue64_ptsz(void)
 {
-    __atomic_add_fetch(&cuwire_counts[468], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[544], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamWriteValue64_ptsz");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamWriteValue64_ptsz", "libcuda.so.1 export", &warned));
 }
 
-/* cuStreamWriteValue64_v2 (cuda.h): unimplemented; also cuStreamWriteValue64, cuStreamWriteValue64_v2_ptsz */
+/* cuStreamWriteValue64_v2 (cuda.h): unimplemented; also cuStreamWriteValue64_v2_ptsz */
 CUWIRE_EXPORT CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[469], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[545], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuStreamWriteValue64_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuStreamWriteValue64_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuStreamWriteValue64_v2) cuStreamWriteValue64 __attribute__((alias("cuStreamWriteValue64_v2")));
 CUWIRE_EXPORT __typeof__(cuStreamWriteValue64_v2) cuStreamWriteValue64_v2_ptsz __attribute__((alias("cuStreamWriteValue64_v2")));
 
 /* cuSurfObjectCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc)
 {
-    __atomic_add_fetch(&cuwire_counts[470], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[546], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuSurfObjectCreate");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuSurfObjectCreate", "cuda.h", &warned));
 }
@@ -5890,7 +7910,9 @@ CUWIRE_EXPORT CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_
 /* cuSurfObjectDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
 {
-    __atomic_add_fetch(&cuwire_counts[471], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[547], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuSurfObjectDestroy");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuSurfObjectDestroy", "cuda.h", &warned));
 }
@@ -5898,7 +7920,9 @@ CUWIRE_EXPORT CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
 /* cuSurfObjectGetResourceDesc (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject)
 {
-    __atomic_add_fetch(&cuwire_counts[472], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[548], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuSurfObjectGetResourceDesc");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuSurfObjectGetResourceDesc", "cuda.h", &warned));
 }
@@ -5906,7 +7930,9 @@ CUWIRE_EXPORT CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc,
 /* cuSurfRefGetArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuSurfRefGetArray(CUarray *phArray, CUsurfref hSurfRef)
 {
-    __atomic_add_fetch(&cuwire_counts[473], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[549], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuSurfRefGetArray");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuSurfRefGetArray", "cuda.h", &warned));
 }
@@ -5914,7 +7940,9 @@ CUWIRE_EXPORT CUresult cuSurfRefGetArray(CUarray *phArray, CUsurfref hSurfRef)
 /* cuSurfRefSetArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuSurfRefSetArray(CUsurfref hSurfRef, CUarray hArray, unsigned int Flags)
 {
-    __atomic_add_fetch(&cuwire_counts[474], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[550], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuSurfRefSetArray");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuSurfRefSetArray", "cuda.h", &warned));
 }
@@ -5922,7 +7950,9 @@ CUWIRE_EXPORT CUresult cuSurfRefSetArray(CUsurfref hSurfRef, CUarray hArray, uns
 /* cuTensorMapEncodeIm2col (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
-    __atomic_add_fetch(&cuwire_counts[475], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[551], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTensorMapEncodeIm2col");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTensorMapEncodeIm2col", "cuda.h", &warned));
 }
@@ -5930,7 +7960,9 @@ CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorM
 /* cuTensorMapEncodeIm2colWide (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, int pixelBoxLowerCornerWidth, int pixelBoxUpperCornerWidth, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapIm2ColWideMode mode, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
-    __atomic_add_fetch(&cuwire_counts[476], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[552], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTensorMapEncodeIm2colWide");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTensorMapEncodeIm2colWide", "cuda.h", &warned));
 }
@@ -5938,7 +7970,9 @@ CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUten
 /* cuTensorMapEncodeTiled (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
-    __atomic_add_fetch(&cuwire_counts[477], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[553], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTensorMapEncodeTiled");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTensorMapEncodeTiled", "cuda.h", &warned));
 }
@@ -5946,7 +7980,9 @@ CUWIRE_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMa
 /* cuTensorMapReplaceAddress (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
 {
-    __atomic_add_fetch(&cuwire_counts[478], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[554], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTensorMapReplaceAddress");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTensorMapReplaceAddress", "cuda.h", &warned));
 }
@@ -5954,7 +7990,9 @@ CUWIRE_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *g
 /* cuTexObjectCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
 {
-    __atomic_add_fetch(&cuwire_counts[479], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[555], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexObjectCreate");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexObjectCreate", "cuda.h", &warned));
 }
@@ -5962,7 +8000,9 @@ CUWIRE_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RES
 /* cuTexObjectDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexObjectDestroy(CUtexObject texObject)
 {
-    __atomic_add_fetch(&cuwire_counts[480], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[556], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexObjectDestroy");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexObjectDestroy", "cuda.h", &warned));
 }
@@ -5970,7 +8010,9 @@ CUWIRE_EXPORT CUresult cuTexObjectDestroy(CUtexObject texObject)
 /* cuTexObjectGetResourceDesc (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject)
 {
-    __atomic_add_fetch(&cuwire_counts[481], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[557], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexObjectGetResourceDesc");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexObjectGetResourceDesc", "cuda.h", &warned));
 }
@@ -5978,7 +8020,9 @@ CUWIRE_EXPORT CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, 
 /* cuTexObjectGetResourceViewDesc (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, CUtexObject texObject)
 {
-    __atomic_add_fetch(&cuwire_counts[482], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[558], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexObjectGetResourceViewDesc");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexObjectGetResourceViewDesc", "cuda.h", &warned));
 }
@@ -5986,7 +8030,9 @@ CUWIRE_EXPORT CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *p
 /* cuTexObjectGetTextureDesc (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texObject)
 {
-    __atomic_add_fetch(&cuwire_counts[483], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[559], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexObjectGetTextureDesc");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexObjectGetTextureDesc", "cuda.h", &warned));
 }
@@ -5994,7 +8040,9 @@ CUWIRE_EXPORT CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CU
 /* cuTexRefCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefCreate(CUtexref *pTexRef)
 {
-    __atomic_add_fetch(&cuwire_counts[484], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[560], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefCreate");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefCreate", "cuda.h", &warned));
 }
@@ -6002,32 +8050,49 @@ CUWIRE_EXPORT CUresult cuTexRefCreate(CUtexref *pTexRef)
 /* cuTexRefDestroy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefDestroy(CUtexref hTexRef)
 {
-    __atomic_add_fetch(&cuwire_counts[485], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[561], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefDestroy");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefDestroy", "cuda.h", &warned));
+}
+
+/* cuTexRefGetAddress (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuTexRefGetAddress(void)
+{
+    __atomic_add_fetch(&cuwire_counts[562], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefGetAddress");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuTexRefGetAddress", "libcuda.so.1 export", &warned));
 }
 
 /* cuTexRefGetAddressMode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetAddressMode(CUaddress_mode *pam, CUtexref hTexRef, int dim)
 {
-    __atomic_add_fetch(&cuwire_counts[486], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[563], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefGetAddressMode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetAddressMode", "cuda.h", &warned));
 }
 
-/* cuTexRefGetAddress_v2 (cuda.h): unimplemented; also cuTexRefGetAddress */
+/* cuTexRefGetAddress_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetAddress_v2(CUdeviceptr *pdptr, CUtexref hTexRef)
 {
-    __atomic_add_fetch(&cuwire_counts[487], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[564], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefGetAddress_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetAddress_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuTexRefGetAddress_v2) cuTexRefGetAddress __attribute__((alias("cuTexRefGetAddress_v2")));
 
 /* cuTexRefGetArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetArray(CUarray *phArray, CUtexref hTexRef)
 {
-    __atomic_add_fetch(&cuwire_counts[488], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[565], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefGetArray");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetArray", "cuda.h", &warned));
 }
@@ -6035,7 +8100,9 @@ CUWIRE_EXPORT CUresult cuTexRefGetArray(CUarray *phArray, CUtexref hTexRef)
 /* cuTexRefGetBorderColor (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetBorderColor(float *pBorderColor, CUtexref hTexRef)
 {
-    __atomic_add_fetch(&cuwire_counts[489], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[566], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefGetBorderColor");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetBorderColor", "cuda.h", &warned));
 }
@@ -6043,7 +8110,9 @@ CUWIRE_EXPORT CUresult cuTexRefGetBorderColor(float *pBorderColor, CUtexref hTex
 /* cuTexRefGetFilterMode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
 {
-    __atomic_add_fetch(&cuwire_counts[490], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[567], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefGetFilterMode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetFilterMode", "cuda.h", &warned));
 }
@@ -6051,7 +8120,9 @@ CUWIRE_EXPORT CUresult cuTexRefGetFilterMode(CUfilter_mode *pfm, CUtexref hTexRe
 /* cuTexRefGetFlags (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetFlags(unsigned int *pFlags, CUtexref hTexRef)
 {
-    __atomic_add_fetch(&cuwire_counts[491], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[568], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefGetFlags");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetFlags", "cuda.h", &warned));
 }
@@ -6059,7 +8130,9 @@ CUWIRE_EXPORT CUresult cuTexRefGetFlags(unsigned int *pFlags, CUtexref hTexRef)
 /* cuTexRefGetFormat (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetFormat(CUarray_format *pFormat, int *pNumChannels, CUtexref hTexRef)
 {
-    __atomic_add_fetch(&cuwire_counts[492], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[569], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefGetFormat");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetFormat", "cuda.h", &warned));
 }
@@ -6067,7 +8140,9 @@ CUWIRE_EXPORT CUresult cuTexRefGetFormat(CUarray_format *pFormat, int *pNumChann
 /* cuTexRefGetMaxAnisotropy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetMaxAnisotropy(int *pmaxAniso, CUtexref hTexRef)
 {
-    __atomic_add_fetch(&cuwire_counts[493], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[570], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefGetMaxAnisotropy");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetMaxAnisotropy", "cuda.h", &warned));
 }
@@ -6075,7 +8150,9 @@ CUWIRE_EXPORT CUresult cuTexRefGetMaxAnisotropy(int *pmaxAniso, CUtexref hTexRef
 /* cuTexRefGetMipmapFilterMode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetMipmapFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
 {
-    __atomic_add_fetch(&cuwire_counts[494], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[571], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefGetMipmapFilterMode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetMipmapFilterMode", "cuda.h", &warned));
 }
@@ -6083,7 +8160,9 @@ CUWIRE_EXPORT CUresult cuTexRefGetMipmapFilterMode(CUfilter_mode *pfm, CUtexref 
 /* cuTexRefGetMipmapLevelBias (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetMipmapLevelBias(float *pbias, CUtexref hTexRef)
 {
-    __atomic_add_fetch(&cuwire_counts[495], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[572], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefGetMipmapLevelBias");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetMipmapLevelBias", "cuda.h", &warned));
 }
@@ -6091,7 +8170,9 @@ CUWIRE_EXPORT CUresult cuTexRefGetMipmapLevelBias(float *pbias, CUtexref hTexRef
 /* cuTexRefGetMipmapLevelClamp (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetMipmapLevelClamp(float *pminMipmapLevelClamp, float *pmaxMipmapLevelClamp, CUtexref hTexRef)
 {
-    __atomic_add_fetch(&cuwire_counts[496], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[573], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefGetMipmapLevelClamp");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetMipmapLevelClamp", "cuda.h", &warned));
 }
@@ -6099,49 +8180,79 @@ CUWIRE_EXPORT CUresult cuTexRefGetMipmapLevelClamp(float *pminMipmapLevelClamp, 
 /* cuTexRefGetMipmappedArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefGetMipmappedArray(CUmipmappedArray *phMipmappedArray, CUtexref hTexRef)
 {
-    __atomic_add_fetch(&cuwire_counts[497], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[574], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefGetMipmappedArray");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefGetMipmappedArray", "cuda.h", &warned));
+}
+
+/* cuTexRefSetAddress (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuTexRefSetAddress(void)
+{
+    __atomic_add_fetch(&cuwire_counts[575], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefSetAddress");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuTexRefSetAddress", "libcuda.so.1 export", &warned));
+}
+
+/* cuTexRefSetAddress2D (libcuda.so.1 export): unimplemented */
+CUWIRE_EXPORT CUresult cuTexRefSetAddress2D(void)
+{
+    __atomic_add_fetch(&cuwire_counts[576], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefSetAddress2D");
+    static int warned;
+    return (CUresult)(cuwire_unimplemented("cuTexRefSetAddress2D", "libcuda.so.1 export", &warned));
 }
 
 /* cuTexRefSetAddress2D_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetAddress2D_v2(void)
 {
-    __atomic_add_fetch(&cuwire_counts[498], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[577], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefSetAddress2D_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetAddress2D_v2", "libcuda.so.1 export", &warned));
 }
 
-/* cuTexRefSetAddress2D_v3 (cuda.h): unimplemented; also cuTexRefSetAddress2D */
+/* cuTexRefSetAddress2D_v3 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetAddress2D_v3(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *desc, CUdeviceptr dptr, size_t Pitch)
 {
-    __atomic_add_fetch(&cuwire_counts[499], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[578], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefSetAddress2D_v3");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetAddress2D_v3", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuTexRefSetAddress2D_v3) cuTexRefSetAddress2D __attribute__((alias("cuTexRefSetAddress2D_v3")));
 
 /* cuTexRefSetAddressMode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetAddressMode(CUtexref hTexRef, int dim, CUaddress_mode am)
 {
-    __atomic_add_fetch(&cuwire_counts[500], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[579], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefSetAddressMode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetAddressMode", "cuda.h", &warned));
 }
 
-/* cuTexRefSetAddress_v2 (cuda.h): unimplemented; also cuTexRefSetAddress */
+/* cuTexRefSetAddress_v2 (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetAddress_v2(size_t *ByteOffset, CUtexref hTexRef, CUdeviceptr dptr, size_t bytes)
 {
-    __atomic_add_fetch(&cuwire_counts[501], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[580], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefSetAddress_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetAddress_v2", "cuda.h", &warned));
 }
-CUWIRE_EXPORT __typeof__(cuTexRefSetAddress_v2) cuTexRefSetAddress __attribute__((alias("cuTexRefSetAddress_v2")));
 
 /* cuTexRefSetArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetArray(CUtexref hTexRef, CUarray hArray, unsigned int Flags)
 {
-    __atomic_add_fetch(&cuwire_counts[502], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[581], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefSetArray");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetArray", "cuda.h", &warned));
 }
@@ -6149,7 +8260,9 @@ CUWIRE_EXPORT CUresult cuTexRefSetArray(CUtexref hTexRef, CUarray hArray, unsign
 /* cuTexRefSetBorderColor (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetBorderColor(CUtexref hTexRef, float *pBorderColor)
 {
-    __atomic_add_fetch(&cuwire_counts[503], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[582], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefSetBorderColor");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetBorderColor", "cuda.h", &warned));
 }
@@ -6157,7 +8270,9 @@ CUWIRE_EXPORT CUresult cuTexRefSetBorderColor(CUtexref hTexRef, float *pBorderCo
 /* cuTexRefSetFilterMode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetFilterMode(CUtexref hTexRef, CUfilter_mode fm)
 {
-    __atomic_add_fetch(&cuwire_counts[504], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[583], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefSetFilterMode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetFilterMode", "cuda.h", &warned));
 }
@@ -6165,7 +8280,9 @@ CUWIRE_EXPORT CUresult cuTexRefSetFilterMode(CUtexref hTexRef, CUfilter_mode fm)
 /* cuTexRefSetFlags (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetFlags(CUtexref hTexRef, unsigned int Flags)
 {
-    __atomic_add_fetch(&cuwire_counts[505], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[584], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefSetFlags");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetFlags", "cuda.h", &warned));
 }
@@ -6173,7 +8290,9 @@ CUWIRE_EXPORT CUresult cuTexRefSetFlags(CUtexref hTexRef, unsigned int Flags)
 /* cuTexRefSetFormat (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetFormat(CUtexref hTexRef, CUarray_format fmt, int NumPackedComponents)
 {
-    __atomic_add_fetch(&cuwire_counts[506], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[585], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefSetFormat");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetFormat", "cuda.h", &warned));
 }
@@ -6181,7 +8300,9 @@ CUWIRE_EXPORT CUresult cuTexRefSetFormat(CUtexref hTexRef, CUarray_format fmt, i
 /* cuTexRefSetMaxAnisotropy (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetMaxAnisotropy(CUtexref hTexRef, unsigned int maxAniso)
 {
-    __atomic_add_fetch(&cuwire_counts[507], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[586], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefSetMaxAnisotropy");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetMaxAnisotropy", "cuda.h", &warned));
 }
@@ -6189,7 +8310,9 @@ CUWIRE_EXPORT CUresult cuTexRefSetMaxAnisotropy(CUtexref hTexRef, unsigned int m
 /* cuTexRefSetMipmapFilterMode (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetMipmapFilterMode(CUtexref hTexRef, CUfilter_mode fm)
 {
-    __atomic_add_fetch(&cuwire_counts[508], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[587], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefSetMipmapFilterMode");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetMipmapFilterMode", "cuda.h", &warned));
 }
@@ -6197,7 +8320,9 @@ CUWIRE_EXPORT CUresult cuTexRefSetMipmapFilterMode(CUtexref hTexRef, CUfilter_mo
 /* cuTexRefSetMipmapLevelBias (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetMipmapLevelBias(CUtexref hTexRef, float bias)
 {
-    __atomic_add_fetch(&cuwire_counts[509], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[588], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefSetMipmapLevelBias");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetMipmapLevelBias", "cuda.h", &warned));
 }
@@ -6205,7 +8330,9 @@ CUWIRE_EXPORT CUresult cuTexRefSetMipmapLevelBias(CUtexref hTexRef, float bias)
 /* cuTexRefSetMipmapLevelClamp (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetMipmapLevelClamp(CUtexref hTexRef, float minMipmapLevelClamp, float maxMipmapLevelClamp)
 {
-    __atomic_add_fetch(&cuwire_counts[510], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[589], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefSetMipmapLevelClamp");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetMipmapLevelClamp", "cuda.h", &warned));
 }
@@ -6213,23 +8340,29 @@ CUWIRE_EXPORT CUresult cuTexRefSetMipmapLevelClamp(CUtexref hTexRef, float minMi
 /* cuTexRefSetMipmappedArray (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuTexRefSetMipmappedArray(CUtexref hTexRef, CUmipmappedArray hMipmappedArray, unsigned int Flags)
 {
-    __atomic_add_fetch(&cuwire_counts[511], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[590], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuTexRefSetMipmappedArray");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuTexRefSetMipmappedArray", "cuda.h", &warned));
 }
 
-/* cuThreadExchangeStreamCaptureMode (cuda.h): unimplemented */
+/* cuThreadExchangeStreamCaptureMode (cuda.h): local, local */
+CUresult cuwire_local_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode);
 CUWIRE_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
-    __atomic_add_fetch(&cuwire_counts[512], 1, __ATOMIC_RELAXED);
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuThreadExchangeStreamCaptureMode", "cuda.h", &warned));
+    __atomic_add_fetch(&cuwire_counts[591], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuThreadExchangeStreamCaptureMode");
+return cuwire_local_cuThreadExchangeStreamCaptureMode(mode);
 }
 
 /* cuUserObjectCreate (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy, unsigned int initialRefcount, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[513], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[592], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuUserObjectCreate");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuUserObjectCreate", "cuda.h", &warned));
 }
@@ -6237,7 +8370,9 @@ CUWIRE_EXPORT CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, C
 /* cuUserObjectRelease (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuUserObjectRelease(CUuserObject object, unsigned int count)
 {
-    __atomic_add_fetch(&cuwire_counts[514], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[593], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuUserObjectRelease");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuUserObjectRelease", "cuda.h", &warned));
 }
@@ -6245,7 +8380,9 @@ CUWIRE_EXPORT CUresult cuUserObjectRelease(CUuserObject object, unsigned int cou
 /* cuUserObjectRetain (cuda.h): unimplemented */
 CUWIRE_EXPORT CUresult cuUserObjectRetain(CUuserObject object, unsigned int count)
 {
-    __atomic_add_fetch(&cuwire_counts[515], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[594], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuUserObjectRetain");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuUserObjectRetain", "cuda.h", &warned));
 }
@@ -6253,7 +8390,9 @@ CUWIRE_EXPORT CUresult cuUserObjectRetain(CUuserObject object, unsigned int coun
 /* cuVDPAUCtxCreate (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuVDPAUCtxCreate(void)
 {
-    __atomic_add_fetch(&cuwire_counts[516], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[595], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuVDPAUCtxCreate");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuVDPAUCtxCreate", "libcuda.so.1 export", &warned));
 }
@@ -6261,7 +8400,9 @@ CUWIRE_EXPORT CUresult cuVDPAUCtxCreate(void)
 /* cuVDPAUCtxCreate_v2 (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuVDPAUCtxCreate_v2(void)
 {
-    __atomic_add_fetch(&cuwire_counts[517], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[596], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuVDPAUCtxCreate_v2");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuVDPAUCtxCreate_v2", "libcuda.so.1 export", &warned));
 }
@@ -6269,7 +8410,9 @@ CUWIRE_EXPORT CUresult cuVDPAUCtxCreate_v2(void)
 /* cuVDPAUGetDevice (libcuda.so.1 export): unimplemented */
 CUWIRE_EXPORT CUresult cuVDPAUGetDevice(void)
 {
-    __atomic_add_fetch(&cuwire_counts[518], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[597], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuVDPAUGetDevice");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuVDPAUGetDevice", "libcuda.so.1 export", &warned));
 }
@@ -6277,7 +8420,9 @@ CUWIRE_EXPORT CUresult cuVDPAUGetDevice(void)
 /* cuWaitExternalSemaphoresAsync (cuda.h): unimplemented; also cuWaitExternalSemaphoresAsync_ptsz */
 CUWIRE_EXPORT CUresult cuWaitExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
-    __atomic_add_fetch(&cuwire_counts[519], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[598], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cuWaitExternalSemaphoresAsync");
     static int warned;
     return (CUresult)(cuwire_unimplemented("cuWaitExternalSemaphoresAsync", "cuda.h", &warned));
 }
@@ -6286,7 +8431,9 @@ CUWIRE_EXPORT __typeof__(cuWaitExternalSemaphoresAsync) cuWaitExternalSemaphores
 /* cudaArrayGetInfo (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, struct cudaExtent *extent, unsigned int *flags, cudaArray_t array)
 {
-    __atomic_add_fetch(&cuwire_counts[520], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[599], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaArrayGetInfo");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaArrayGetInfo", "cuda_runtime_api.h", &warned));
 }
@@ -6294,7 +8441,9 @@ CUWIRE_EXPORT cudaError_t cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, s
 /* cudaArrayGetMemoryRequirements (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaArrayGetMemoryRequirements(struct cudaArrayMemoryRequirements *memoryRequirements, cudaArray_t array, int device)
 {
-    __atomic_add_fetch(&cuwire_counts[521], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[600], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaArrayGetMemoryRequirements");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaArrayGetMemoryRequirements", "cuda_runtime_api.h", &warned));
 }
@@ -6302,7 +8451,9 @@ CUWIRE_EXPORT cudaError_t cudaArrayGetMemoryRequirements(struct cudaArrayMemoryR
 /* cudaArrayGetPlane (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaArrayGetPlane(cudaArray_t *pPlaneArray, cudaArray_t hArray, unsigned int planeIdx)
 {
-    __atomic_add_fetch(&cuwire_counts[522], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[601], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaArrayGetPlane");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaArrayGetPlane", "cuda_runtime_api.h", &warned));
 }
@@ -6310,7 +8461,9 @@ CUWIRE_EXPORT cudaError_t cudaArrayGetPlane(cudaArray_t *pPlaneArray, cudaArray_
 /* cudaArrayGetSparseProperties (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaArrayGetSparseProperties(struct cudaArraySparseProperties *sparseProperties, cudaArray_t array)
 {
-    __atomic_add_fetch(&cuwire_counts[523], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[602], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaArrayGetSparseProperties");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaArrayGetSparseProperties", "cuda_runtime_api.h", &warned));
 }
@@ -6319,7 +8472,9 @@ CUWIRE_EXPORT cudaError_t cudaArrayGetSparseProperties(struct cudaArraySparsePro
 int cuwire_py_cudaChooseDevice(void *, void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaChooseDevice(int *device, const struct cudaDeviceProp *prop)
 {
-    __atomic_add_fetch(&cuwire_counts[524], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[603], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaChooseDevice");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaChooseDevice((void *)device, (void *)prop, sizeof *prop));
@@ -6328,7 +8483,9 @@ CUWIRE_EXPORT cudaError_t cudaChooseDevice(int *device, const struct cudaDeviceP
 /* cudaCreateChannelDesc (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w, enum cudaChannelFormatKind f)
 {
-    __atomic_add_fetch(&cuwire_counts[525], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[604], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaCreateChannelDesc");
     static int warned;
     cuwire_unimplemented("cudaCreateChannelDesc", "cuda_runtime_api.h", &warned);
     return (struct cudaChannelFormatDesc){0};
@@ -6337,7 +8494,9 @@ CUWIRE_EXPORT struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, i
 /* cudaCreateSurfaceObject (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t *pSurfObject, const struct cudaResourceDesc *pResDesc)
 {
-    __atomic_add_fetch(&cuwire_counts[526], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[605], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaCreateSurfaceObject");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaCreateSurfaceObject", "cuda_runtime_api.h", &warned));
 }
@@ -6345,7 +8504,9 @@ CUWIRE_EXPORT cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t *pSurfObje
 /* cudaCreateTextureObject (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaCreateTextureObject(cudaTextureObject_t *pTexObject, const struct cudaResourceDesc *pResDesc, const struct cudaTextureDesc *pTexDesc, const struct cudaResourceViewDesc *pResViewDesc)
 {
-    __atomic_add_fetch(&cuwire_counts[527], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[606], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaCreateTextureObject");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaCreateTextureObject", "cuda_runtime_api.h", &warned));
 }
@@ -6353,7 +8514,9 @@ CUWIRE_EXPORT cudaError_t cudaCreateTextureObject(cudaTextureObject_t *pTexObjec
 /* cudaCtxResetPersistingL2Cache (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaCtxResetPersistingL2Cache(void)
 {
-    __atomic_add_fetch(&cuwire_counts[528], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[607], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaCtxResetPersistingL2Cache");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaCtxResetPersistingL2Cache", "cuda_runtime_api.h", &warned));
 }
@@ -6361,7 +8524,9 @@ CUWIRE_EXPORT cudaError_t cudaCtxResetPersistingL2Cache(void)
 /* cudaDestroyExternalMemory (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDestroyExternalMemory(cudaExternalMemory_t extMem)
 {
-    __atomic_add_fetch(&cuwire_counts[529], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[608], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDestroyExternalMemory");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDestroyExternalMemory", "cuda_runtime_api.h", &warned));
 }
@@ -6369,7 +8534,9 @@ CUWIRE_EXPORT cudaError_t cudaDestroyExternalMemory(cudaExternalMemory_t extMem)
 /* cudaDestroyExternalSemaphore (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDestroyExternalSemaphore(cudaExternalSemaphore_t extSem)
 {
-    __atomic_add_fetch(&cuwire_counts[530], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[609], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDestroyExternalSemaphore");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDestroyExternalSemaphore", "cuda_runtime_api.h", &warned));
 }
@@ -6377,7 +8544,9 @@ CUWIRE_EXPORT cudaError_t cudaDestroyExternalSemaphore(cudaExternalSemaphore_t e
 /* cudaDestroySurfaceObject (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t surfObject)
 {
-    __atomic_add_fetch(&cuwire_counts[531], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[610], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDestroySurfaceObject");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDestroySurfaceObject", "cuda_runtime_api.h", &warned));
 }
@@ -6385,7 +8554,9 @@ CUWIRE_EXPORT cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t surfObjec
 /* cudaDestroyTextureObject (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject)
 {
-    __atomic_add_fetch(&cuwire_counts[532], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[611], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDestroyTextureObject");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDestroyTextureObject", "cuda_runtime_api.h", &warned));
 }
@@ -6393,7 +8564,9 @@ CUWIRE_EXPORT cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject
 /* cudaDeviceCanAccessPeer (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice)
 {
-    __atomic_add_fetch(&cuwire_counts[533], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[612], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceCanAccessPeer");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceCanAccessPeer", "cuda_runtime_api.h", &warned));
 }
@@ -6401,7 +8574,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device
 /* cudaDeviceDisablePeerAccess (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peerDevice)
 {
-    __atomic_add_fetch(&cuwire_counts[534], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[613], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceDisablePeerAccess");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceDisablePeerAccess", "cuda_runtime_api.h", &warned));
 }
@@ -6409,7 +8584,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peerDevice)
 /* cudaDeviceEnablePeerAccess (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[535], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[614], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceEnablePeerAccess");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceEnablePeerAccess", "cuda_runtime_api.h", &warned));
 }
@@ -6417,7 +8594,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned in
 /* cudaDeviceFlushGPUDirectRDMAWrites (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceFlushGPUDirectRDMAWrites(enum cudaFlushGPUDirectRDMAWritesTarget target, enum cudaFlushGPUDirectRDMAWritesScope scope)
 {
-    __atomic_add_fetch(&cuwire_counts[536], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[615], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceFlushGPUDirectRDMAWrites");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceFlushGPUDirectRDMAWrites", "cuda_runtime_api.h", &warned));
 }
@@ -6426,7 +8605,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceFlushGPUDirectRDMAWrites(enum cudaFlushGPUDi
 int cuwire_py_cudaDeviceGetAttribute(void *, int64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
 {
-    __atomic_add_fetch(&cuwire_counts[537], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[616], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceGetAttribute");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetAttribute((void *)value, (int64_t)attr, (int64_t)device));
@@ -6436,7 +8617,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr
 int cuwire_py_cudaDeviceGetByPCIBusId(void *, void *);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pciBusId)
 {
-    __atomic_add_fetch(&cuwire_counts[538], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[617], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceGetByPCIBusId");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetByPCIBusId((void *)device, (void *)pciBusId));
@@ -6446,7 +8629,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pciBu
 int cuwire_py_cudaDeviceGetCacheConfig(void *);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetCacheConfig(enum cudaFuncCache *pCacheConfig)
 {
-    __atomic_add_fetch(&cuwire_counts[539], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[618], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceGetCacheConfig");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetCacheConfig((void *)pCacheConfig));
@@ -6455,7 +8640,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetCacheConfig(enum cudaFuncCache *pCacheCon
 /* cudaDeviceGetDefaultMemPool (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
 {
-    __atomic_add_fetch(&cuwire_counts[540], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[619], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceGetDefaultMemPool");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetDefaultMemPool", "cuda_runtime_api.h", &warned));
 }
@@ -6463,7 +8650,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, in
 /* cudaDeviceGetGraphMemAttribute (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceGetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value)
 {
-    __atomic_add_fetch(&cuwire_counts[541], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[620], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceGetGraphMemAttribute");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetGraphMemAttribute", "cuda_runtime_api.h", &warned));
 }
@@ -6471,7 +8660,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetGraphMemAttribute(int device, enum cudaGr
 /* cudaDeviceGetHostAtomicCapabilities (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceGetHostAtomicCapabilities(unsigned int *capabilities, const enum cudaAtomicOperation *operations, unsigned int count, int device)
 {
-    __atomic_add_fetch(&cuwire_counts[542], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[621], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceGetHostAtomicCapabilities");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetHostAtomicCapabilities", "cuda_runtime_api.h", &warned));
 }
@@ -6480,7 +8671,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetHostAtomicCapabilities(unsigned int *capa
 int cuwire_py_cudaDeviceGetLimit(void *, int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetLimit(size_t *pValue, enum cudaLimit limit)
 {
-    __atomic_add_fetch(&cuwire_counts[543], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[622], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceGetLimit");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetLimit((void *)pValue, (int64_t)limit));
@@ -6489,7 +8682,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetLimit(size_t *pValue, enum cudaLimit limi
 /* cudaDeviceGetMemPool (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *memPool, int device)
 {
-    __atomic_add_fetch(&cuwire_counts[544], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[623], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceGetMemPool");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetMemPool", "cuda_runtime_api.h", &warned));
 }
@@ -6497,7 +8692,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *memPool, int devic
 /* cudaDeviceGetNvSciSyncAttributes (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, int device, int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[545], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[624], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceGetNvSciSyncAttributes");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetNvSciSyncAttributes", "cuda_runtime_api.h", &warned));
 }
@@ -6505,7 +8702,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrLi
 /* cudaDeviceGetP2PAtomicCapabilities (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const enum cudaAtomicOperation *operations, unsigned int count, int srcDevice, int dstDevice)
 {
-    __atomic_add_fetch(&cuwire_counts[546], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[625], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceGetP2PAtomicCapabilities");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetP2PAtomicCapabilities", "cuda_runtime_api.h", &warned));
 }
@@ -6514,7 +8713,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetP2PAtomicCapabilities(unsigned int *capab
 int cuwire_py_cudaDeviceGetP2PAttribute(void *, int64_t, int64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetP2PAttribute(int *value, enum cudaDeviceP2PAttr attr, int srcDevice, int dstDevice)
 {
-    __atomic_add_fetch(&cuwire_counts[547], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[626], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceGetP2PAttribute");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetP2PAttribute((void *)value, (int64_t)attr, (int64_t)srcDevice, (int64_t)dstDevice));
@@ -6524,7 +8725,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetP2PAttribute(int *value, enum cudaDeviceP
 int cuwire_py_cudaDeviceGetPCIBusId(void *, uint64_t, int64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
 {
-    __atomic_add_fetch(&cuwire_counts[548], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[627], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceGetPCIBusId");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetPCIBusId((void *)pciBusId, (uint64_t)(len), (int64_t)len, (int64_t)device));
@@ -6534,7 +8737,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int dev
 int cuwire_py_cudaDeviceGetSharedMemConfig(void *);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetSharedMemConfig(enum cudaSharedMemConfig *pConfig)
 {
-    __atomic_add_fetch(&cuwire_counts[549], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[628], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceGetSharedMemConfig");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetSharedMemConfig((void *)pConfig));
@@ -6544,7 +8749,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetSharedMemConfig(enum cudaSharedMemConfig 
 int cuwire_py_cudaDeviceGetStreamPriorityRange(void *, void *);
 CUWIRE_EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
-    __atomic_add_fetch(&cuwire_counts[550], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[629], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceGetStreamPriorityRange");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceGetStreamPriorityRange((void *)leastPriority, (void *)greatestPriority));
@@ -6553,7 +8760,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, i
 /* cudaDeviceGetTexture1DLinearMaxWidth (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, const struct cudaChannelFormatDesc *fmtDesc, int device)
 {
-    __atomic_add_fetch(&cuwire_counts[551], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[630], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceGetTexture1DLinearMaxWidth");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetTexture1DLinearMaxWidth", "cuda_runtime_api.h", &warned));
 }
@@ -6561,7 +8770,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthI
 /* cudaDeviceGraphMemTrim (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceGraphMemTrim(int device)
 {
-    __atomic_add_fetch(&cuwire_counts[552], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[631], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceGraphMemTrim");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGraphMemTrim", "cuda_runtime_api.h", &warned));
 }
@@ -6569,7 +8780,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGraphMemTrim(int device)
 /* cudaDeviceRegisterAsyncNotification (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceRegisterAsyncNotification(int device, cudaAsyncCallback callbackFunc, void *userData, cudaAsyncCallbackHandle_t *callback)
 {
-    __atomic_add_fetch(&cuwire_counts[553], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[632], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceRegisterAsyncNotification");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceRegisterAsyncNotification", "cuda_runtime_api.h", &warned));
 }
@@ -6578,7 +8791,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceRegisterAsyncNotification(int device, cudaAs
 int cuwire_py_cudaDeviceReset(void);
 CUWIRE_EXPORT cudaError_t cudaDeviceReset(void)
 {
-    __atomic_add_fetch(&cuwire_counts[554], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[633], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceReset");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceReset());
@@ -6588,7 +8803,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceReset(void)
 int cuwire_py_cudaDeviceSetCacheConfig(int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceSetCacheConfig(enum cudaFuncCache cacheConfig)
 {
-    __atomic_add_fetch(&cuwire_counts[555], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[634], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceSetCacheConfig");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceSetCacheConfig((int64_t)cacheConfig));
@@ -6597,7 +8814,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSetCacheConfig(enum cudaFuncCache cacheConfi
 /* cudaDeviceSetGraphMemAttribute (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceSetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value)
 {
-    __atomic_add_fetch(&cuwire_counts[556], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[635], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceSetGraphMemAttribute");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceSetGraphMemAttribute", "cuda_runtime_api.h", &warned));
 }
@@ -6606,7 +8825,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSetGraphMemAttribute(int device, enum cudaGr
 int cuwire_py_cudaDeviceSetLimit(int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value)
 {
-    __atomic_add_fetch(&cuwire_counts[557], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[636], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceSetLimit");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceSetLimit((int64_t)limit, (uint64_t)value));
@@ -6615,7 +8836,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value)
 /* cudaDeviceSetMemPool (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
 {
-    __atomic_add_fetch(&cuwire_counts[558], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[637], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceSetMemPool");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceSetMemPool", "cuda_runtime_api.h", &warned));
 }
@@ -6624,7 +8847,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool
 int cuwire_py_cudaDeviceSetSharedMemConfig(int64_t);
 CUWIRE_EXPORT cudaError_t cudaDeviceSetSharedMemConfig(enum cudaSharedMemConfig config)
 {
-    __atomic_add_fetch(&cuwire_counts[559], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[638], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceSetSharedMemConfig");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceSetSharedMemConfig((int64_t)config));
@@ -6634,7 +8859,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSetSharedMemConfig(enum cudaSharedMemConfig 
 int cuwire_py_cudaDeviceSynchronize(void);
 CUWIRE_EXPORT cudaError_t cudaDeviceSynchronize(void)
 {
-    __atomic_add_fetch(&cuwire_counts[560], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[639], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceSynchronize");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDeviceSynchronize());
@@ -6643,7 +8870,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSynchronize(void)
 /* cudaDeviceUnregisterAsyncNotification (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaDeviceUnregisterAsyncNotification(int device, cudaAsyncCallbackHandle_t callback)
 {
-    __atomic_add_fetch(&cuwire_counts[561], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[640], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDeviceUnregisterAsyncNotification");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceUnregisterAsyncNotification", "cuda_runtime_api.h", &warned));
 }
@@ -6652,7 +8881,9 @@ CUWIRE_EXPORT cudaError_t cudaDeviceUnregisterAsyncNotification(int device, cuda
 int cuwire_py_cudaDriverGetVersion(void *);
 CUWIRE_EXPORT cudaError_t cudaDriverGetVersion(int *driverVersion)
 {
-    __atomic_add_fetch(&cuwire_counts[562], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[641], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaDriverGetVersion");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaDriverGetVersion((void *)driverVersion));
@@ -6661,7 +8892,9 @@ CUWIRE_EXPORT cudaError_t cudaDriverGetVersion(int *driverVersion)
 /* cudaEGLStreamConsumerAcquireFrame (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerAcquireFrame(void)
 {
-    __atomic_add_fetch(&cuwire_counts[563], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[642], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEGLStreamConsumerAcquireFrame");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerAcquireFrame", "libcudart.so.13 export", &warned));
 }
@@ -6669,7 +8902,9 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerAcquireFrame(void)
 /* cudaEGLStreamConsumerConnect (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerConnect(void)
 {
-    __atomic_add_fetch(&cuwire_counts[564], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[643], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEGLStreamConsumerConnect");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerConnect", "libcudart.so.13 export", &warned));
 }
@@ -6677,7 +8912,9 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerConnect(void)
 /* cudaEGLStreamConsumerConnectWithFlags (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerConnectWithFlags(void)
 {
-    __atomic_add_fetch(&cuwire_counts[565], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[644], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEGLStreamConsumerConnectWithFlags");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerConnectWithFlags", "libcudart.so.13 export", &warned));
 }
@@ -6685,7 +8922,9 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerConnectWithFlags(void)
 /* cudaEGLStreamConsumerDisconnect (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerDisconnect(void)
 {
-    __atomic_add_fetch(&cuwire_counts[566], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[645], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEGLStreamConsumerDisconnect");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerDisconnect", "libcudart.so.13 export", &warned));
 }
@@ -6693,7 +8932,9 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerDisconnect(void)
 /* cudaEGLStreamConsumerReleaseFrame (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerReleaseFrame(void)
 {
-    __atomic_add_fetch(&cuwire_counts[567], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[646], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEGLStreamConsumerReleaseFrame");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerReleaseFrame", "libcudart.so.13 export", &warned));
 }
@@ -6701,7 +8942,9 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerReleaseFrame(void)
 /* cudaEGLStreamProducerConnect (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerConnect(void)
 {
-    __atomic_add_fetch(&cuwire_counts[568], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[647], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEGLStreamProducerConnect");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamProducerConnect", "libcudart.so.13 export", &warned));
 }
@@ -6709,7 +8952,9 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerConnect(void)
 /* cudaEGLStreamProducerDisconnect (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerDisconnect(void)
 {
-    __atomic_add_fetch(&cuwire_counts[569], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[648], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEGLStreamProducerDisconnect");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamProducerDisconnect", "libcudart.so.13 export", &warned));
 }
@@ -6717,7 +8962,9 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerDisconnect(void)
 /* cudaEGLStreamProducerPresentFrame (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerPresentFrame(void)
 {
-    __atomic_add_fetch(&cuwire_counts[570], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[649], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEGLStreamProducerPresentFrame");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamProducerPresentFrame", "libcudart.so.13 export", &warned));
 }
@@ -6725,7 +8972,9 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerPresentFrame(void)
 /* cudaEGLStreamProducerReturnFrame (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerReturnFrame(void)
 {
-    __atomic_add_fetch(&cuwire_counts[571], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[650], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEGLStreamProducerReturnFrame");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamProducerReturnFrame", "libcudart.so.13 export", &warned));
 }
@@ -6734,7 +8983,9 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerReturnFrame(void)
 int cuwire_py_cudaEventCreate(void *);
 CUWIRE_EXPORT cudaError_t cudaEventCreate(cudaEvent_t *event)
 {
-    __atomic_add_fetch(&cuwire_counts[572], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[651], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEventCreate");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventCreate((void *)event));
@@ -6743,7 +8994,9 @@ CUWIRE_EXPORT cudaError_t cudaEventCreate(cudaEvent_t *event)
 /* cudaEventCreateFromEGLSync (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaEventCreateFromEGLSync(void)
 {
-    __atomic_add_fetch(&cuwire_counts[573], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[652], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEventCreateFromEGLSync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEventCreateFromEGLSync", "libcudart.so.13 export", &warned));
 }
@@ -6752,7 +9005,9 @@ CUWIRE_EXPORT cudaError_t cudaEventCreateFromEGLSync(void)
 int cuwire_py_cudaEventCreateWithFlags(void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[574], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[653], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEventCreateWithFlags");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventCreateWithFlags((void *)event, (uint64_t)flags));
@@ -6762,7 +9017,9 @@ CUWIRE_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned 
 int cuwire_py_cudaEventDestroy(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event)
 {
-    __atomic_add_fetch(&cuwire_counts[575], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[654], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEventDestroy");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventDestroy((uint64_t)(uintptr_t)event));
@@ -6772,7 +9029,9 @@ CUWIRE_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event)
 int cuwire_py_cudaEventElapsedTime(void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 {
-    __atomic_add_fetch(&cuwire_counts[576], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[655], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEventElapsedTime");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventElapsedTime((void *)ms, (uint64_t)(uintptr_t)start, (uint64_t)(uintptr_t)end));
@@ -6782,7 +9041,9 @@ CUWIRE_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cud
 int cuwire_py_cudaEventQuery(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaEventQuery(cudaEvent_t event)
 {
-    __atomic_add_fetch(&cuwire_counts[577], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[656], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEventQuery");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventQuery((uint64_t)(uintptr_t)event));
@@ -6791,7 +9052,9 @@ CUWIRE_EXPORT cudaError_t cudaEventQuery(cudaEvent_t event)
 /* cudaEventRecord (cuda_runtime_api.h): remoted, async; also cudaEventRecord_ptsz */
 CUWIRE_EXPORT cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[578], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[657], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEventRecord");
     struct __attribute__((packed)) {
         uint64_t event;
         uint64_t stream;
@@ -6806,7 +9069,9 @@ CUWIRE_EXPORT __typeof__(cudaEventRecord) cudaEventRecord_ptsz __attribute__((al
 /* cudaEventRecordWithFlags (cuda_runtime_api.h): remoted, async; also cudaEventRecordWithFlags_ptsz */
 CUWIRE_EXPORT cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[579], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[658], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEventRecordWithFlags");
     struct __attribute__((packed)) {
         uint64_t event;
         uint64_t stream;
@@ -6824,7 +9089,9 @@ CUWIRE_EXPORT __typeof__(cudaEventRecordWithFlags) cudaEventRecordWithFlags_ptsz
 int cuwire_py_cudaEventSynchronize(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
-    __atomic_add_fetch(&cuwire_counts[580], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[659], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaEventSynchronize");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaEventSynchronize((uint64_t)(uintptr_t)event));
@@ -6833,7 +9100,9 @@ CUWIRE_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event)
 /* cudaExternalMemoryGetMappedBuffer (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaExternalMemoryGetMappedBuffer(void **devPtr, cudaExternalMemory_t extMem, const struct cudaExternalMemoryBufferDesc *bufferDesc)
 {
-    __atomic_add_fetch(&cuwire_counts[581], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[660], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaExternalMemoryGetMappedBuffer");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaExternalMemoryGetMappedBuffer", "cuda_runtime_api.h", &warned));
 }
@@ -6841,7 +9110,9 @@ CUWIRE_EXPORT cudaError_t cudaExternalMemoryGetMappedBuffer(void **devPtr, cudaE
 /* cudaExternalMemoryGetMappedMipmappedArray (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaExternalMemoryGetMappedMipmappedArray(cudaMipmappedArray_t *mipmap, cudaExternalMemory_t extMem, const struct cudaExternalMemoryMipmappedArrayDesc *mipmapDesc)
 {
-    __atomic_add_fetch(&cuwire_counts[582], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[661], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaExternalMemoryGetMappedMipmappedArray");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaExternalMemoryGetMappedMipmappedArray", "cuda_runtime_api.h", &warned));
 }
@@ -6850,7 +9121,9 @@ CUWIRE_EXPORT cudaError_t cudaExternalMemoryGetMappedMipmappedArray(cudaMipmappe
 int cuwire_py_cudaFree(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaFree(void *devPtr)
 {
-    __atomic_add_fetch(&cuwire_counts[583], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[662], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaFree");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFree((uint64_t)(uintptr_t)devPtr));
@@ -6859,7 +9132,9 @@ CUWIRE_EXPORT cudaError_t cudaFree(void *devPtr)
 /* cudaFreeArray (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaFreeArray(cudaArray_t array)
 {
-    __atomic_add_fetch(&cuwire_counts[584], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[663], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaFreeArray");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaFreeArray", "cuda_runtime_api.h", &warned));
 }
@@ -6868,7 +9143,9 @@ CUWIRE_EXPORT cudaError_t cudaFreeArray(cudaArray_t array)
 int cuwire_py_cudaFreeAsync(uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[585], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[664], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaFreeAsync");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFreeAsync((uint64_t)(uintptr_t)devPtr, (uint64_t)(uintptr_t)hStream));
@@ -6879,14 +9156,18 @@ CUWIRE_EXPORT __typeof__(cudaFreeAsync) cudaFreeAsync_ptsz __attribute__((alias(
 cudaError_t cuwire_local_cudaFreeHost(void *ptr);
 CUWIRE_EXPORT cudaError_t cudaFreeHost(void *ptr)
 {
-    __atomic_add_fetch(&cuwire_counts[586], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[665], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaFreeHost");
 return cuwire_local_cudaFreeHost(ptr);
 }
 
 /* cudaFreeMipmappedArray (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray)
 {
-    __atomic_add_fetch(&cuwire_counts[587], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[666], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaFreeMipmappedArray");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaFreeMipmappedArray", "cuda_runtime_api.h", &warned));
 }
@@ -6895,7 +9176,9 @@ CUWIRE_EXPORT cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedA
 int cuwire_py_cudaFuncGetAttributes(void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func)
 {
-    __atomic_add_fetch(&cuwire_counts[588], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[667], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaFuncGetAttributes");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFuncGetAttributes((void *)attr, sizeof *attr, (uint64_t)(uintptr_t)func));
@@ -6904,7 +9187,9 @@ CUWIRE_EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr,
 /* cudaFuncGetName (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaFuncGetName(const char **name, const void *func)
 {
-    __atomic_add_fetch(&cuwire_counts[589], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[668], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaFuncGetName");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaFuncGetName", "cuda_runtime_api.h", &warned));
 }
@@ -6913,7 +9198,9 @@ CUWIRE_EXPORT cudaError_t cudaFuncGetName(const char **name, const void *func)
 int cuwire_py_cudaFuncGetParamInfo(uint64_t, uint64_t, void *, void *);
 CUWIRE_EXPORT cudaError_t cudaFuncGetParamInfo(const void *func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
-    __atomic_add_fetch(&cuwire_counts[590], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[669], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaFuncGetParamInfo");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFuncGetParamInfo((uint64_t)(uintptr_t)func, (uint64_t)paramIndex, (void *)paramOffset, (void *)paramSize));
@@ -6923,7 +9210,9 @@ CUWIRE_EXPORT cudaError_t cudaFuncGetParamInfo(const void *func, size_t paramInd
 int cuwire_py_cudaFuncSetAttribute(uint64_t, int64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)
 {
-    __atomic_add_fetch(&cuwire_counts[591], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[670], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaFuncSetAttribute");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFuncSetAttribute((uint64_t)(uintptr_t)func, (int64_t)attr, (int64_t)value));
@@ -6933,7 +9222,9 @@ CUWIRE_EXPORT cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAt
 int cuwire_py_cudaFuncSetCacheConfig(uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaFuncSetCacheConfig(const void *func, enum cudaFuncCache cacheConfig)
 {
-    __atomic_add_fetch(&cuwire_counts[592], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[671], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaFuncSetCacheConfig");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaFuncSetCacheConfig((uint64_t)(uintptr_t)func, (int64_t)cacheConfig));
@@ -6942,7 +9233,9 @@ CUWIRE_EXPORT cudaError_t cudaFuncSetCacheConfig(const void *func, enum cudaFunc
 /* cudaFuncSetSharedMemConfig (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaFuncSetSharedMemConfig(const void *func, enum cudaSharedMemConfig config)
 {
-    __atomic_add_fetch(&cuwire_counts[593], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[672], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaFuncSetSharedMemConfig");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaFuncSetSharedMemConfig", "cuda_runtime_api.h", &warned));
 }
@@ -6950,7 +9243,9 @@ CUWIRE_EXPORT cudaError_t cudaFuncSetSharedMemConfig(const void *func, enum cuda
 /* cudaGLGetDevices (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLGetDevices(void)
 {
-    __atomic_add_fetch(&cuwire_counts[594], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[673], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGLGetDevices");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLGetDevices", "libcudart.so.13 export", &warned));
 }
@@ -6958,7 +9253,9 @@ CUWIRE_EXPORT cudaError_t cudaGLGetDevices(void)
 /* cudaGLMapBufferObject (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLMapBufferObject(void)
 {
-    __atomic_add_fetch(&cuwire_counts[595], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[674], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGLMapBufferObject");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLMapBufferObject", "libcudart.so.13 export", &warned));
 }
@@ -6966,7 +9263,9 @@ CUWIRE_EXPORT cudaError_t cudaGLMapBufferObject(void)
 /* cudaGLMapBufferObjectAsync (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLMapBufferObjectAsync(void)
 {
-    __atomic_add_fetch(&cuwire_counts[596], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[675], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGLMapBufferObjectAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLMapBufferObjectAsync", "libcudart.so.13 export", &warned));
 }
@@ -6974,7 +9273,9 @@ CUWIRE_EXPORT cudaError_t cudaGLMapBufferObjectAsync(void)
 /* cudaGLRegisterBufferObject (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLRegisterBufferObject(void)
 {
-    __atomic_add_fetch(&cuwire_counts[597], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[676], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGLRegisterBufferObject");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLRegisterBufferObject", "libcudart.so.13 export", &warned));
 }
@@ -6982,7 +9283,9 @@ CUWIRE_EXPORT cudaError_t cudaGLRegisterBufferObject(void)
 /* cudaGLSetBufferObjectMapFlags (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLSetBufferObjectMapFlags(void)
 {
-    __atomic_add_fetch(&cuwire_counts[598], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[677], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGLSetBufferObjectMapFlags");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLSetBufferObjectMapFlags", "libcudart.so.13 export", &warned));
 }
@@ -6990,7 +9293,9 @@ CUWIRE_EXPORT cudaError_t cudaGLSetBufferObjectMapFlags(void)
 /* cudaGLSetGLDevice (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLSetGLDevice(void)
 {
-    __atomic_add_fetch(&cuwire_counts[599], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[678], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGLSetGLDevice");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLSetGLDevice", "libcudart.so.13 export", &warned));
 }
@@ -6998,7 +9303,9 @@ CUWIRE_EXPORT cudaError_t cudaGLSetGLDevice(void)
 /* cudaGLUnmapBufferObject (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLUnmapBufferObject(void)
 {
-    __atomic_add_fetch(&cuwire_counts[600], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[679], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGLUnmapBufferObject");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLUnmapBufferObject", "libcudart.so.13 export", &warned));
 }
@@ -7006,7 +9313,9 @@ CUWIRE_EXPORT cudaError_t cudaGLUnmapBufferObject(void)
 /* cudaGLUnmapBufferObjectAsync (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLUnmapBufferObjectAsync(void)
 {
-    __atomic_add_fetch(&cuwire_counts[601], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[680], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGLUnmapBufferObjectAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLUnmapBufferObjectAsync", "libcudart.so.13 export", &warned));
 }
@@ -7014,7 +9323,9 @@ CUWIRE_EXPORT cudaError_t cudaGLUnmapBufferObjectAsync(void)
 /* cudaGLUnregisterBufferObject (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGLUnregisterBufferObject(void)
 {
-    __atomic_add_fetch(&cuwire_counts[602], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[681], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGLUnregisterBufferObject");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLUnregisterBufferObject", "libcudart.so.13 export", &warned));
 }
@@ -7022,7 +9333,9 @@ CUWIRE_EXPORT cudaError_t cudaGLUnregisterBufferObject(void)
 /* cudaGetChannelDesc (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGetChannelDesc(struct cudaChannelFormatDesc *desc, cudaArray_const_t array)
 {
-    __atomic_add_fetch(&cuwire_counts[603], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[682], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetChannelDesc");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetChannelDesc", "cuda_runtime_api.h", &warned));
 }
@@ -7031,7 +9344,9 @@ CUWIRE_EXPORT cudaError_t cudaGetChannelDesc(struct cudaChannelFormatDesc *desc,
 int cuwire_py_cudaGetDevice(void *);
 CUWIRE_EXPORT cudaError_t cudaGetDevice(int *device)
 {
-    __atomic_add_fetch(&cuwire_counts[604], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[683], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetDevice");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetDevice((void *)device));
@@ -7041,7 +9356,9 @@ CUWIRE_EXPORT cudaError_t cudaGetDevice(int *device)
 int cuwire_py_cudaGetDeviceCount(void *);
 CUWIRE_EXPORT cudaError_t cudaGetDeviceCount(int *count)
 {
-    __atomic_add_fetch(&cuwire_counts[605], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[684], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetDeviceCount");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetDeviceCount((void *)count));
@@ -7051,7 +9368,9 @@ CUWIRE_EXPORT cudaError_t cudaGetDeviceCount(int *count)
 int cuwire_py_cudaGetDeviceFlags(void *);
 CUWIRE_EXPORT cudaError_t cudaGetDeviceFlags(unsigned int *flags)
 {
-    __atomic_add_fetch(&cuwire_counts[606], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[685], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetDeviceFlags");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetDeviceFlags((void *)flags));
@@ -7061,7 +9380,9 @@ CUWIRE_EXPORT cudaError_t cudaGetDeviceFlags(unsigned int *flags)
 int cuwire_py_cudaGetDeviceProperties(void *, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 {
-    __atomic_add_fetch(&cuwire_counts[607], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[686], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetDeviceProperties");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetDeviceProperties((void *)prop, sizeof *prop, (int64_t)device));
@@ -7071,7 +9392,9 @@ CUWIRE_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, i
 cudaError_t cuwire_local_cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus);
 CUWIRE_EXPORT cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus)
 {
-    __atomic_add_fetch(&cuwire_counts[608], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[687], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetDriverEntryPoint");
 return cuwire_local_cudaGetDriverEntryPoint(symbol, funcPtr, flags, driverStatus);
 }
 CUWIRE_EXPORT __typeof__(cudaGetDriverEntryPoint) cudaGetDriverEntryPoint_ptsz __attribute__((alias("cudaGetDriverEntryPoint")));
@@ -7080,7 +9403,9 @@ CUWIRE_EXPORT __typeof__(cudaGetDriverEntryPoint) cudaGetDriverEntryPoint_ptsz _
 cudaError_t cuwire_local_cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus);
 CUWIRE_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus)
 {
-    __atomic_add_fetch(&cuwire_counts[609], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[688], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetDriverEntryPointByVersion");
 return cuwire_local_cudaGetDriverEntryPointByVersion(symbol, funcPtr, cudaVersion, flags, driverStatus);
 }
 CUWIRE_EXPORT __typeof__(cudaGetDriverEntryPointByVersion) cudaGetDriverEntryPointByVersion_ptsz __attribute__((alias("cudaGetDriverEntryPointByVersion")));
@@ -7089,7 +9414,9 @@ CUWIRE_EXPORT __typeof__(cudaGetDriverEntryPointByVersion) cudaGetDriverEntryPoi
 const char * cuwire_local_cudaGetErrorName(cudaError_t error);
 CUWIRE_EXPORT const char * cudaGetErrorName(cudaError_t error)
 {
-    __atomic_add_fetch(&cuwire_counts[610], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[689], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetErrorName");
 return cuwire_local_cudaGetErrorName(error);
 }
 
@@ -7097,7 +9424,9 @@ return cuwire_local_cudaGetErrorName(error);
 uint64_t cuwire_py_cudaGetErrorString(int64_t);
 CUWIRE_EXPORT const char * cudaGetErrorString(cudaError_t error)
 {
-    __atomic_add_fetch(&cuwire_counts[611], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[690], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetErrorString");
     if (!CUWIRE_READY())
         return (const char *){0};
     return (const char *)(uintptr_t)cuwire_py_cudaGetErrorString((int64_t)error);
@@ -7106,7 +9435,9 @@ CUWIRE_EXPORT const char * cudaGetErrorString(cudaError_t error)
 /* cudaGetExportTable (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGetExportTable(const void **ppExportTable, const cudaUUID_t *pExportTableId)
 {
-    __atomic_add_fetch(&cuwire_counts[612], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[691], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetExportTable");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetExportTable", "cuda_runtime_api.h", &warned));
 }
@@ -7114,7 +9445,9 @@ CUWIRE_EXPORT cudaError_t cudaGetExportTable(const void **ppExportTable, const c
 /* cudaGetFuncBySymbol (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *symbolPtr)
 {
-    __atomic_add_fetch(&cuwire_counts[613], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[692], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetFuncBySymbol");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetFuncBySymbol", "cuda_runtime_api.h", &warned));
 }
@@ -7123,7 +9456,9 @@ CUWIRE_EXPORT cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const
 cudaError_t cuwire_local_cudaGetKernel(cudaKernel_t *kernelPtr, const void *entryFuncAddr);
 CUWIRE_EXPORT cudaError_t cudaGetKernel(cudaKernel_t *kernelPtr, const void *entryFuncAddr)
 {
-    __atomic_add_fetch(&cuwire_counts[614], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[693], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetKernel");
 return cuwire_local_cudaGetKernel(kernelPtr, entryFuncAddr);
 }
 
@@ -7131,14 +9466,18 @@ return cuwire_local_cudaGetKernel(kernelPtr, entryFuncAddr);
 cudaError_t cuwire_local_cudaGetLastError(void);
 CUWIRE_EXPORT cudaError_t cudaGetLastError(void)
 {
-    __atomic_add_fetch(&cuwire_counts[615], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[694], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetLastError");
 return cuwire_local_cudaGetLastError();
 }
 
 /* cudaGetMipmappedArrayLevel (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGetMipmappedArrayLevel(cudaArray_t *levelArray, cudaMipmappedArray_const_t mipmappedArray, unsigned int level)
 {
-    __atomic_add_fetch(&cuwire_counts[616], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[695], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetMipmappedArrayLevel");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetMipmappedArrayLevel", "cuda_runtime_api.h", &warned));
 }
@@ -7146,7 +9485,9 @@ CUWIRE_EXPORT cudaError_t cudaGetMipmappedArrayLevel(cudaArray_t *levelArray, cu
 /* cudaGetSurfaceObjectResourceDesc (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDesc *pResDesc, cudaSurfaceObject_t surfObject)
 {
-    __atomic_add_fetch(&cuwire_counts[617], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[696], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetSurfaceObjectResourceDesc");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetSurfaceObjectResourceDesc", "cuda_runtime_api.h", &warned));
 }
@@ -7155,7 +9496,9 @@ CUWIRE_EXPORT cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDe
 int cuwire_py_cudaGetSymbolAddress(void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol)
 {
-    __atomic_add_fetch(&cuwire_counts[618], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[697], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetSymbolAddress");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetSymbolAddress((void *)devPtr, (uint64_t)(uintptr_t)symbol));
@@ -7165,7 +9508,9 @@ CUWIRE_EXPORT cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol
 int cuwire_py_cudaGetSymbolSize(void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
 {
-    __atomic_add_fetch(&cuwire_counts[619], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[698], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetSymbolSize");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaGetSymbolSize((void *)size, (uint64_t)(uintptr_t)symbol));
@@ -7174,7 +9519,9 @@ CUWIRE_EXPORT cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
 /* cudaGetTextureObjectResourceDesc (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *pResDesc, cudaTextureObject_t texObject)
 {
-    __atomic_add_fetch(&cuwire_counts[620], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[699], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetTextureObjectResourceDesc");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetTextureObjectResourceDesc", "cuda_runtime_api.h", &warned));
 }
@@ -7182,7 +9529,9 @@ CUWIRE_EXPORT cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDe
 /* cudaGetTextureObjectResourceViewDesc (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGetTextureObjectResourceViewDesc(struct cudaResourceViewDesc *pResViewDesc, cudaTextureObject_t texObject)
 {
-    __atomic_add_fetch(&cuwire_counts[621], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[700], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetTextureObjectResourceViewDesc");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetTextureObjectResourceViewDesc", "cuda_runtime_api.h", &warned));
 }
@@ -7190,7 +9539,9 @@ CUWIRE_EXPORT cudaError_t cudaGetTextureObjectResourceViewDesc(struct cudaResour
 /* cudaGetTextureObjectTextureDesc (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc *pTexDesc, cudaTextureObject_t texObject)
 {
-    __atomic_add_fetch(&cuwire_counts[622], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[701], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGetTextureObjectTextureDesc");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetTextureObjectTextureDesc", "cuda_runtime_api.h", &warned));
 }
@@ -7198,7 +9549,9 @@ CUWIRE_EXPORT cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc
 /* cudaGraphAddChildGraphNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaGraph_t childGraph)
 {
-    __atomic_add_fetch(&cuwire_counts[623], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[702], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphAddChildGraphNode");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddChildGraphNode", "cuda_runtime_api.h", &warned));
 }
@@ -7206,7 +9559,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode
 /* cudaGraphAddDependencies (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *from, const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData, size_t numDependencies)
 {
-    __atomic_add_fetch(&cuwire_counts[624], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[703], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphAddDependencies");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddDependencies", "cuda_runtime_api.h", &warned));
 }
@@ -7214,7 +9569,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cuda
 /* cudaGraphAddEmptyNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddEmptyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies)
 {
-    __atomic_add_fetch(&cuwire_counts[625], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[704], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphAddEmptyNode");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddEmptyNode", "cuda_runtime_api.h", &warned));
 }
@@ -7222,7 +9579,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddEmptyNode(cudaGraphNode_t *pGraphNode, cud
 /* cudaGraphAddEventRecordNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddEventRecordNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaEvent_t event)
 {
-    __atomic_add_fetch(&cuwire_counts[626], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[705], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphAddEventRecordNode");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddEventRecordNode", "cuda_runtime_api.h", &warned));
 }
@@ -7230,7 +9589,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddEventRecordNode(cudaGraphNode_t *pGraphNod
 /* cudaGraphAddEventWaitNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddEventWaitNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaEvent_t event)
 {
-    __atomic_add_fetch(&cuwire_counts[627], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[706], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphAddEventWaitNode");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddEventWaitNode", "cuda_runtime_api.h", &warned));
 }
@@ -7238,7 +9599,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddEventWaitNode(cudaGraphNode_t *pGraphNode,
 /* cudaGraphAddExternalSemaphoresSignalNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddExternalSemaphoresSignalNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaExternalSemaphoreSignalNodeParams *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[628], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[707], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphAddExternalSemaphoresSignalNode");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddExternalSemaphoresSignalNode", "cuda_runtime_api.h", &warned));
 }
@@ -7246,7 +9609,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddExternalSemaphoresSignalNode(cudaGraphNode
 /* cudaGraphAddExternalSemaphoresWaitNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddExternalSemaphoresWaitNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaExternalSemaphoreWaitNodeParams *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[629], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[708], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphAddExternalSemaphoresWaitNode");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddExternalSemaphoresWaitNode", "cuda_runtime_api.h", &warned));
 }
@@ -7254,7 +9619,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddExternalSemaphoresWaitNode(cudaGraphNode_t
 /* cudaGraphAddHostNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddHostNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaHostNodeParams *pNodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[630], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[709], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphAddHostNode");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddHostNode", "cuda_runtime_api.h", &warned));
 }
@@ -7262,7 +9629,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddHostNode(cudaGraphNode_t *pGraphNode, cuda
 /* cudaGraphAddKernelNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaKernelNodeParams *pNodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[631], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[710], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphAddKernelNode");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddKernelNode", "cuda_runtime_api.h", &warned));
 }
@@ -7270,7 +9639,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cu
 /* cudaGraphAddMemAllocNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, struct cudaMemAllocNodeParams *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[632], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[711], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphAddMemAllocNode");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemAllocNode", "cuda_runtime_api.h", &warned));
 }
@@ -7278,7 +9649,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, 
 /* cudaGraphAddMemFreeNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dptr)
 {
-    __atomic_add_fetch(&cuwire_counts[633], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[712], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphAddMemFreeNode");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemFreeNode", "cuda_runtime_api.h", &warned));
 }
@@ -7286,7 +9659,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, c
 /* cudaGraphAddMemcpyNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaMemcpy3DParms *pCopyParams)
 {
-    __atomic_add_fetch(&cuwire_counts[634], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[713], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphAddMemcpyNode");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemcpyNode", "cuda_runtime_api.h", &warned));
 }
@@ -7294,7 +9669,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cu
 /* cudaGraphAddMemcpyNode1D (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[635], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[714], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphAddMemcpyNode1D");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemcpyNode1D", "cuda_runtime_api.h", &warned));
 }
@@ -7302,7 +9679,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, 
 /* cudaGraphAddMemcpyNodeFromSymbol (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNodeFromSymbol(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[636], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[715], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphAddMemcpyNodeFromSymbol");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemcpyNodeFromSymbol", "cuda_runtime_api.h", &warned));
 }
@@ -7310,7 +9689,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNodeFromSymbol(cudaGraphNode_t *pGra
 /* cudaGraphAddMemcpyNodeToSymbol (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNodeToSymbol(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[637], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[716], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphAddMemcpyNodeToSymbol");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemcpyNodeToSymbol", "cuda_runtime_api.h", &warned));
 }
@@ -7318,7 +9699,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNodeToSymbol(cudaGraphNode_t *pGraph
 /* cudaGraphAddMemsetNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaMemsetParams *pMemsetParams)
 {
-    __atomic_add_fetch(&cuwire_counts[638], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[717], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphAddMemsetNode");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemsetNode", "cuda_runtime_api.h", &warned));
 }
@@ -7326,7 +9709,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cu
 /* cudaGraphAddNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, struct cudaGraphNodeParams *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[639], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[718], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphAddNode");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddNode", "cuda_runtime_api.h", &warned));
 }
@@ -7334,7 +9719,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGrap
 /* cudaGraphChildGraphNodeGetGraph (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphChildGraphNodeGetGraph(cudaGraphNode_t node, cudaGraph_t *pGraph)
 {
-    __atomic_add_fetch(&cuwire_counts[640], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[719], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphChildGraphNodeGetGraph");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphChildGraphNodeGetGraph", "cuda_runtime_api.h", &warned));
 }
@@ -7342,7 +9729,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphChildGraphNodeGetGraph(cudaGraphNode_t node, 
 /* cudaGraphClone (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t originalGraph)
 {
-    __atomic_add_fetch(&cuwire_counts[641], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[720], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphClone");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphClone", "cuda_runtime_api.h", &warned));
 }
@@ -7350,7 +9739,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t o
 /* cudaGraphConditionalHandleCreate (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle *pHandle_out, cudaGraph_t graph, unsigned int defaultLaunchValue, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[642], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[721], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphConditionalHandleCreate");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphConditionalHandleCreate", "cuda_runtime_api.h", &warned));
 }
@@ -7358,7 +9749,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalH
 /* cudaGraphCreate (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[643], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[722], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphCreate");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphCreate", "cuda_runtime_api.h", &warned));
 }
@@ -7366,7 +9759,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flag
 /* cudaGraphDebugDotPrint (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char *path, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[644], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[723], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphDebugDotPrint");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphDebugDotPrint", "cuda_runtime_api.h", &warned));
 }
@@ -7374,7 +9769,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char *
 /* cudaGraphDestroy (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
 {
-    __atomic_add_fetch(&cuwire_counts[645], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[724], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphDestroy");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphDestroy", "cuda_runtime_api.h", &warned));
 }
@@ -7382,7 +9779,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
 /* cudaGraphDestroyNode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node)
 {
-    __atomic_add_fetch(&cuwire_counts[646], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[725], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphDestroyNode");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphDestroyNode", "cuda_runtime_api.h", &warned));
 }
@@ -7390,7 +9789,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node)
 /* cudaGraphEventRecordNodeGetEvent (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphEventRecordNodeGetEvent(cudaGraphNode_t node, cudaEvent_t *event_out)
 {
-    __atomic_add_fetch(&cuwire_counts[647], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[726], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphEventRecordNodeGetEvent");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphEventRecordNodeGetEvent", "cuda_runtime_api.h", &warned));
 }
@@ -7398,7 +9799,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphEventRecordNodeGetEvent(cudaGraphNode_t node,
 /* cudaGraphEventRecordNodeSetEvent (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphEventRecordNodeSetEvent(cudaGraphNode_t node, cudaEvent_t event)
 {
-    __atomic_add_fetch(&cuwire_counts[648], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[727], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphEventRecordNodeSetEvent");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphEventRecordNodeSetEvent", "cuda_runtime_api.h", &warned));
 }
@@ -7406,7 +9809,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphEventRecordNodeSetEvent(cudaGraphNode_t node,
 /* cudaGraphEventWaitNodeGetEvent (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphEventWaitNodeGetEvent(cudaGraphNode_t node, cudaEvent_t *event_out)
 {
-    __atomic_add_fetch(&cuwire_counts[649], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[728], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphEventWaitNodeGetEvent");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphEventWaitNodeGetEvent", "cuda_runtime_api.h", &warned));
 }
@@ -7414,7 +9819,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphEventWaitNodeGetEvent(cudaGraphNode_t node, c
 /* cudaGraphEventWaitNodeSetEvent (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphEventWaitNodeSetEvent(cudaGraphNode_t node, cudaEvent_t event)
 {
-    __atomic_add_fetch(&cuwire_counts[650], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[729], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphEventWaitNodeSetEvent");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphEventWaitNodeSetEvent", "cuda_runtime_api.h", &warned));
 }
@@ -7422,7 +9829,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphEventWaitNodeSetEvent(cudaGraphNode_t node, c
 /* cudaGraphExecChildGraphNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, cudaGraph_t childGraph)
 {
-    __atomic_add_fetch(&cuwire_counts[651], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[730], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExecChildGraphNodeSetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecChildGraphNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7430,7 +9839,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t h
 /* cudaGraphExecDestroy (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
 {
-    __atomic_add_fetch(&cuwire_counts[652], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[731], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExecDestroy");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecDestroy", "cuda_runtime_api.h", &warned));
 }
@@ -7438,7 +9849,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
 /* cudaGraphExecEventRecordNodeSetEvent (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, cudaEvent_t event)
 {
-    __atomic_add_fetch(&cuwire_counts[653], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[732], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExecEventRecordNodeSetEvent");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecEventRecordNodeSetEvent", "cuda_runtime_api.h", &warned));
 }
@@ -7446,7 +9859,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t h
 /* cudaGraphExecEventWaitNodeSetEvent (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, cudaEvent_t event)
 {
-    __atomic_add_fetch(&cuwire_counts[654], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[733], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExecEventWaitNodeSetEvent");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecEventWaitNodeSetEvent", "cuda_runtime_api.h", &warned));
 }
@@ -7454,7 +9869,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t hGr
 /* cudaGraphExecExternalSemaphoresSignalNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecExternalSemaphoresSignalNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, const struct cudaExternalSemaphoreSignalNodeParams *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[655], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[734], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExecExternalSemaphoresSignalNodeSetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecExternalSemaphoresSignalNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7462,7 +9879,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecExternalSemaphoresSignalNodeSetParams(cud
 /* cudaGraphExecExternalSemaphoresWaitNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecExternalSemaphoresWaitNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, const struct cudaExternalSemaphoreWaitNodeParams *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[656], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[735], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExecExternalSemaphoresWaitNodeSetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecExternalSemaphoresWaitNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7470,7 +9889,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecExternalSemaphoresWaitNodeSetParams(cudaG
 /* cudaGraphExecGetFlags (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecGetFlags(cudaGraphExec_t graphExec, unsigned long long *flags)
 {
-    __atomic_add_fetch(&cuwire_counts[657], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[736], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExecGetFlags");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecGetFlags", "cuda_runtime_api.h", &warned));
 }
@@ -7478,7 +9899,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecGetFlags(cudaGraphExec_t graphExec, unsig
 /* cudaGraphExecHostNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaHostNodeParams *pNodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[658], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[737], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExecHostNodeSetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecHostNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7486,7 +9909,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t hGraphE
 /* cudaGraphExecKernelNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaKernelNodeParams *pNodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[659], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[738], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExecKernelNodeSetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecKernelNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7494,7 +9919,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGrap
 /* cudaGraphExecMemcpyNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaMemcpy3DParms *pNodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[660], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[739], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExecMemcpyNodeSetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecMemcpyNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7502,7 +9929,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t hGrap
 /* cudaGraphExecMemcpyNodeSetParams1D (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[661], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[740], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExecMemcpyNodeSetParams1D");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecMemcpyNodeSetParams1D", "cuda_runtime_api.h", &warned));
 }
@@ -7510,7 +9939,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t hGr
 /* cudaGraphExecMemcpyNodeSetParamsFromSymbol (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParamsFromSymbol(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[662], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[741], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExecMemcpyNodeSetParamsFromSymbol");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecMemcpyNodeSetParamsFromSymbol", "cuda_runtime_api.h", &warned));
 }
@@ -7518,7 +9949,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParamsFromSymbol(cudaGraphEx
 /* cudaGraphExecMemcpyNodeSetParamsToSymbol (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParamsToSymbol(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[663], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[742], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExecMemcpyNodeSetParamsToSymbol");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecMemcpyNodeSetParamsToSymbol", "cuda_runtime_api.h", &warned));
 }
@@ -7526,7 +9959,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParamsToSymbol(cudaGraphExec
 /* cudaGraphExecMemsetNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaMemsetParams *pNodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[664], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[743], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExecMemsetNodeSetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecMemsetNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7534,7 +9969,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGrap
 /* cudaGraphExecNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cudaGraphNode_t node, struct cudaGraphNodeParams *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[665], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[744], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExecNodeSetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7542,7 +9979,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, 
 /* cudaGraphExecUpdate (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph, cudaGraphExecUpdateResultInfo *resultInfo)
 {
-    __atomic_add_fetch(&cuwire_counts[666], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[745], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExecUpdate");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecUpdate", "cuda_runtime_api.h", &warned));
 }
@@ -7550,7 +9989,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGr
 /* cudaGraphExternalSemaphoresSignalNodeGetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresSignalNodeGetParams(cudaGraphNode_t hNode, struct cudaExternalSemaphoreSignalNodeParams *params_out)
 {
-    __atomic_add_fetch(&cuwire_counts[667], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[746], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExternalSemaphoresSignalNodeGetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExternalSemaphoresSignalNodeGetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7558,7 +9999,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresSignalNodeGetParams(cudaGra
 /* cudaGraphExternalSemaphoresSignalNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresSignalNodeSetParams(cudaGraphNode_t hNode, const struct cudaExternalSemaphoreSignalNodeParams *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[668], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[747], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExternalSemaphoresSignalNodeSetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExternalSemaphoresSignalNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7566,7 +10009,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresSignalNodeSetParams(cudaGra
 /* cudaGraphExternalSemaphoresWaitNodeGetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresWaitNodeGetParams(cudaGraphNode_t hNode, struct cudaExternalSemaphoreWaitNodeParams *params_out)
 {
-    __atomic_add_fetch(&cuwire_counts[669], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[748], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExternalSemaphoresWaitNodeGetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExternalSemaphoresWaitNodeGetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7574,7 +10019,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresWaitNodeGetParams(cudaGraph
 /* cudaGraphExternalSemaphoresWaitNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresWaitNodeSetParams(cudaGraphNode_t hNode, const struct cudaExternalSemaphoreWaitNodeParams *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[670], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[749], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphExternalSemaphoresWaitNodeSetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExternalSemaphoresWaitNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7582,7 +10029,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresWaitNodeSetParams(cudaGraph
 /* cudaGraphGetEdges (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *from, cudaGraphNode_t *to, cudaGraphEdgeData *edgeData, size_t *numEdges)
 {
-    __atomic_add_fetch(&cuwire_counts[671], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[750], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphGetEdges");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphGetEdges", "cuda_runtime_api.h", &warned));
 }
@@ -7590,7 +10039,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *
 /* cudaGraphGetNodes (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *numNodes)
 {
-    __atomic_add_fetch(&cuwire_counts[672], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[751], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphGetNodes");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphGetNodes", "cuda_runtime_api.h", &warned));
 }
@@ -7598,7 +10049,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *
 /* cudaGraphGetRootNodes (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphGetRootNodes(cudaGraph_t graph, cudaGraphNode_t *pRootNodes, size_t *pNumRootNodes)
 {
-    __atomic_add_fetch(&cuwire_counts[673], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[752], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphGetRootNodes");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphGetRootNodes", "cuda_runtime_api.h", &warned));
 }
@@ -7606,7 +10059,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphGetRootNodes(cudaGraph_t graph, cudaGraphNode
 /* cudaGraphHostNodeGetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphHostNodeGetParams(cudaGraphNode_t node, struct cudaHostNodeParams *pNodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[674], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[753], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphHostNodeGetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphHostNodeGetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7614,7 +10069,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphHostNodeGetParams(cudaGraphNode_t node, struc
 /* cudaGraphHostNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphHostNodeSetParams(cudaGraphNode_t node, const struct cudaHostNodeParams *pNodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[675], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[754], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphHostNodeSetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphHostNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7622,7 +10079,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphHostNodeSetParams(cudaGraphNode_t node, const
 /* cudaGraphInstantiate (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
 {
-    __atomic_add_fetch(&cuwire_counts[676], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[755], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphInstantiate");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphInstantiate", "cuda_runtime_api.h", &warned));
 }
@@ -7630,7 +10089,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cuda
 /* cudaGraphInstantiateWithFlags (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
 {
-    __atomic_add_fetch(&cuwire_counts[677], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[756], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphInstantiateWithFlags");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphInstantiateWithFlags", "cuda_runtime_api.h", &warned));
 }
@@ -7638,7 +10099,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphE
 /* cudaGraphInstantiateWithParams (cuda_runtime_api.h): unimplemented; also cudaGraphInstantiateWithParams_ptsz */
 CUWIRE_EXPORT cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, cudaGraphInstantiateParams *instantiateParams)
 {
-    __atomic_add_fetch(&cuwire_counts[678], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[757], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphInstantiateWithParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphInstantiateWithParams", "cuda_runtime_api.h", &warned));
 }
@@ -7647,7 +10110,9 @@ CUWIRE_EXPORT __typeof__(cudaGraphInstantiateWithParams) cudaGraphInstantiateWit
 /* cudaGraphKernelNodeCopyAttributes (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeCopyAttributes(cudaGraphNode_t hDst, cudaGraphNode_t hSrc)
 {
-    __atomic_add_fetch(&cuwire_counts[679], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[758], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphKernelNodeCopyAttributes");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphKernelNodeCopyAttributes", "cuda_runtime_api.h", &warned));
 }
@@ -7655,7 +10120,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeCopyAttributes(cudaGraphNode_t hDst
 /* cudaGraphKernelNodeGetAttribute (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeGetAttribute(cudaGraphNode_t hNode, cudaLaunchAttributeID attr, cudaLaunchAttributeValue *value_out)
 {
-    __atomic_add_fetch(&cuwire_counts[680], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[759], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphKernelNodeGetAttribute");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphKernelNodeGetAttribute", "cuda_runtime_api.h", &warned));
 }
@@ -7663,7 +10130,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeGetAttribute(cudaGraphNode_t hNode,
 /* cudaGraphKernelNodeGetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, struct cudaKernelNodeParams *pNodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[681], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[760], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphKernelNodeGetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphKernelNodeGetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7671,7 +10140,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, str
 /* cudaGraphKernelNodeSetAttribute (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeSetAttribute(cudaGraphNode_t hNode, cudaLaunchAttributeID attr, const cudaLaunchAttributeValue *value)
 {
-    __atomic_add_fetch(&cuwire_counts[682], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[761], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphKernelNodeSetAttribute");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphKernelNodeSetAttribute", "cuda_runtime_api.h", &warned));
 }
@@ -7679,7 +10150,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeSetAttribute(cudaGraphNode_t hNode,
 /* cudaGraphKernelNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node, const struct cudaKernelNodeParams *pNodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[683], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[762], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphKernelNodeSetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphKernelNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7687,7 +10160,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node, con
 /* cudaGraphLaunch (cuda_runtime_api.h): unimplemented; also cudaGraphLaunch_ptsz */
 CUWIRE_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[684], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[763], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphLaunch");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphLaunch", "cuda_runtime_api.h", &warned));
 }
@@ -7696,7 +10171,9 @@ CUWIRE_EXPORT __typeof__(cudaGraphLaunch) cudaGraphLaunch_ptsz __attribute__((al
 /* cudaGraphMemAllocNodeGetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, struct cudaMemAllocNodeParams *params_out)
 {
-    __atomic_add_fetch(&cuwire_counts[685], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[764], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphMemAllocNodeGetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemAllocNodeGetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7704,7 +10181,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, s
 /* cudaGraphMemFreeNodeGetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, void *dptr_out)
 {
-    __atomic_add_fetch(&cuwire_counts[686], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[765], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphMemFreeNodeGetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemFreeNodeGetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7712,7 +10191,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, vo
 /* cudaGraphMemcpyNodeGetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeGetParams(cudaGraphNode_t node, struct cudaMemcpy3DParms *pNodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[687], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[766], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphMemcpyNodeGetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemcpyNodeGetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7720,7 +10201,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeGetParams(cudaGraphNode_t node, str
 /* cudaGraphMemcpyNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParams(cudaGraphNode_t node, const struct cudaMemcpy3DParms *pNodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[688], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[767], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphMemcpyNodeSetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemcpyNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7728,7 +10211,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParams(cudaGraphNode_t node, con
 /* cudaGraphMemcpyNodeSetParams1D (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParams1D(cudaGraphNode_t node, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[689], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[768], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphMemcpyNodeSetParams1D");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemcpyNodeSetParams1D", "cuda_runtime_api.h", &warned));
 }
@@ -7736,7 +10221,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParams1D(cudaGraphNode_t node, v
 /* cudaGraphMemcpyNodeSetParamsFromSymbol (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParamsFromSymbol(cudaGraphNode_t node, void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[690], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[769], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphMemcpyNodeSetParamsFromSymbol");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemcpyNodeSetParamsFromSymbol", "cuda_runtime_api.h", &warned));
 }
@@ -7744,7 +10231,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParamsFromSymbol(cudaGraphNode_t
 /* cudaGraphMemcpyNodeSetParamsToSymbol (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParamsToSymbol(cudaGraphNode_t node, const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[691], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[770], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphMemcpyNodeSetParamsToSymbol");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemcpyNodeSetParamsToSymbol", "cuda_runtime_api.h", &warned));
 }
@@ -7752,7 +10241,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParamsToSymbol(cudaGraphNode_t n
 /* cudaGraphMemsetNodeGetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemsetNodeGetParams(cudaGraphNode_t node, struct cudaMemsetParams *pNodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[692], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[771], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphMemsetNodeGetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemsetNodeGetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7760,7 +10251,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemsetNodeGetParams(cudaGraphNode_t node, str
 /* cudaGraphMemsetNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphMemsetNodeSetParams(cudaGraphNode_t node, const struct cudaMemsetParams *pNodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[693], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[772], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphMemsetNodeSetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemsetNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7768,7 +10261,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemsetNodeSetParams(cudaGraphNode_t node, con
 /* cudaGraphNodeFindInClone (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphNodeFindInClone(cudaGraphNode_t *pNode, cudaGraphNode_t originalNode, cudaGraph_t clonedGraph)
 {
-    __atomic_add_fetch(&cuwire_counts[694], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[773], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphNodeFindInClone");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeFindInClone", "cuda_runtime_api.h", &warned));
 }
@@ -7776,7 +10271,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeFindInClone(cudaGraphNode_t *pNode, cudaG
 /* cudaGraphNodeGetDependencies (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *pDependencies, cudaGraphEdgeData *edgeData, size_t *pNumDependencies)
 {
-    __atomic_add_fetch(&cuwire_counts[695], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[774], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphNodeGetDependencies");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeGetDependencies", "cuda_runtime_api.h", &warned));
 }
@@ -7784,7 +10281,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cud
 /* cudaGraphNodeGetDependentNodes (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, cudaGraphNode_t *pDependentNodes, cudaGraphEdgeData *edgeData, size_t *pNumDependentNodes)
 {
-    __atomic_add_fetch(&cuwire_counts[696], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[775], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphNodeGetDependentNodes");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeGetDependentNodes", "cuda_runtime_api.h", &warned));
 }
@@ -7792,7 +10291,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, c
 /* cudaGraphNodeGetEnabled (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphNodeGetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, unsigned int *isEnabled)
 {
-    __atomic_add_fetch(&cuwire_counts[697], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[776], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphNodeGetEnabled");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeGetEnabled", "cuda_runtime_api.h", &warned));
 }
@@ -7800,7 +10301,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeGetEnabled(cudaGraphExec_t hGraphExec, cu
 /* cudaGraphNodeGetType (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *pType)
 {
-    __atomic_add_fetch(&cuwire_counts[698], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[777], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphNodeGetType");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeGetType", "cuda_runtime_api.h", &warned));
 }
@@ -7808,7 +10311,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGr
 /* cudaGraphNodeSetEnabled (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, unsigned int isEnabled)
 {
-    __atomic_add_fetch(&cuwire_counts[699], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[778], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphNodeSetEnabled");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeSetEnabled", "cuda_runtime_api.h", &warned));
 }
@@ -7816,7 +10321,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t hGraphExec, cu
 /* cudaGraphNodeSetParams (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, struct cudaGraphNodeParams *nodeParams)
 {
-    __atomic_add_fetch(&cuwire_counts[700], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[779], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphNodeSetParams");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeSetParams", "cuda_runtime_api.h", &warned));
 }
@@ -7824,7 +10331,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, struct cu
 /* cudaGraphReleaseUserObject (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphReleaseUserObject(cudaGraph_t graph, cudaUserObject_t object, unsigned int count)
 {
-    __atomic_add_fetch(&cuwire_counts[701], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[780], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphReleaseUserObject");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphReleaseUserObject", "cuda_runtime_api.h", &warned));
 }
@@ -7832,7 +10341,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphReleaseUserObject(cudaGraph_t graph, cudaUser
 /* cudaGraphRemoveDependencies (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const cudaGraphNode_t *from, const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData, size_t numDependencies)
 {
-    __atomic_add_fetch(&cuwire_counts[702], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[781], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphRemoveDependencies");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphRemoveDependencies", "cuda_runtime_api.h", &warned));
 }
@@ -7840,7 +10351,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const c
 /* cudaGraphRetainUserObject (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t object, unsigned int count, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[703], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[782], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphRetainUserObject");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphRetainUserObject", "cuda_runtime_api.h", &warned));
 }
@@ -7848,7 +10361,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserO
 /* cudaGraphUpload (cuda_runtime_api.h): unimplemented; also cudaGraphUpload_ptsz */
 CUWIRE_EXPORT cudaError_t cudaGraphUpload(cudaGraphExec_t graphExec, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[704], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[783], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphUpload");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphUpload", "cuda_runtime_api.h", &warned));
 }
@@ -7857,7 +10372,9 @@ CUWIRE_EXPORT __typeof__(cudaGraphUpload) cudaGraphUpload_ptsz __attribute__((al
 /* cudaGraphicsEGLRegisterImage (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsEGLRegisterImage(void)
 {
-    __atomic_add_fetch(&cuwire_counts[705], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[784], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphicsEGLRegisterImage");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsEGLRegisterImage", "libcudart.so.13 export", &warned));
 }
@@ -7865,7 +10382,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsEGLRegisterImage(void)
 /* cudaGraphicsGLRegisterBuffer (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsGLRegisterBuffer(void)
 {
-    __atomic_add_fetch(&cuwire_counts[706], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[785], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphicsGLRegisterBuffer");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsGLRegisterBuffer", "libcudart.so.13 export", &warned));
 }
@@ -7873,7 +10392,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsGLRegisterBuffer(void)
 /* cudaGraphicsGLRegisterImage (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsGLRegisterImage(void)
 {
-    __atomic_add_fetch(&cuwire_counts[707], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[786], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphicsGLRegisterImage");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsGLRegisterImage", "libcudart.so.13 export", &warned));
 }
@@ -7881,7 +10402,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsGLRegisterImage(void)
 /* cudaGraphicsMapResources (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsMapResources(int count, cudaGraphicsResource_t *resources, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[708], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[787], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphicsMapResources");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsMapResources", "cuda_runtime_api.h", &warned));
 }
@@ -7889,7 +10412,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsMapResources(int count, cudaGraphicsResour
 /* cudaGraphicsResourceGetMappedEglFrame (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedEglFrame(void)
 {
-    __atomic_add_fetch(&cuwire_counts[709], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[788], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphicsResourceGetMappedEglFrame");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsResourceGetMappedEglFrame", "libcudart.so.13 export", &warned));
 }
@@ -7897,7 +10422,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedEglFrame(void)
 /* cudaGraphicsResourceGetMappedMipmappedArray (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedMipmappedArray(cudaMipmappedArray_t *mipmappedArray, cudaGraphicsResource_t resource)
 {
-    __atomic_add_fetch(&cuwire_counts[710], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[789], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphicsResourceGetMappedMipmappedArray");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsResourceGetMappedMipmappedArray", "cuda_runtime_api.h", &warned));
 }
@@ -7905,7 +10432,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedMipmappedArray(cudaMipmap
 /* cudaGraphicsResourceGetMappedPointer (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedPointer(void **devPtr, size_t *size, cudaGraphicsResource_t resource)
 {
-    __atomic_add_fetch(&cuwire_counts[711], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[790], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphicsResourceGetMappedPointer");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsResourceGetMappedPointer", "cuda_runtime_api.h", &warned));
 }
@@ -7913,7 +10442,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedPointer(void **devPtr, si
 /* cudaGraphicsResourceSetMapFlags (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsResourceSetMapFlags(cudaGraphicsResource_t resource, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[712], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[791], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphicsResourceSetMapFlags");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsResourceSetMapFlags", "cuda_runtime_api.h", &warned));
 }
@@ -7921,7 +10452,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsResourceSetMapFlags(cudaGraphicsResource_t
 /* cudaGraphicsSubResourceGetMappedArray (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsSubResourceGetMappedArray(cudaArray_t *array, cudaGraphicsResource_t resource, unsigned int arrayIndex, unsigned int mipLevel)
 {
-    __atomic_add_fetch(&cuwire_counts[713], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[792], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphicsSubResourceGetMappedArray");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsSubResourceGetMappedArray", "cuda_runtime_api.h", &warned));
 }
@@ -7929,7 +10462,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsSubResourceGetMappedArray(cudaArray_t *arr
 /* cudaGraphicsUnmapResources (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsUnmapResources(int count, cudaGraphicsResource_t *resources, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[714], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[793], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphicsUnmapResources");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsUnmapResources", "cuda_runtime_api.h", &warned));
 }
@@ -7937,7 +10472,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsUnmapResources(int count, cudaGraphicsReso
 /* cudaGraphicsUnregisterResource (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsUnregisterResource(cudaGraphicsResource_t resource)
 {
-    __atomic_add_fetch(&cuwire_counts[715], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[794], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphicsUnregisterResource");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsUnregisterResource", "cuda_runtime_api.h", &warned));
 }
@@ -7945,7 +10482,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsUnregisterResource(cudaGraphicsResource_t 
 /* cudaGraphicsVDPAURegisterOutputSurface (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsVDPAURegisterOutputSurface(void)
 {
-    __atomic_add_fetch(&cuwire_counts[716], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[795], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphicsVDPAURegisterOutputSurface");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsVDPAURegisterOutputSurface", "libcudart.so.13 export", &warned));
 }
@@ -7953,7 +10492,9 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsVDPAURegisterOutputSurface(void)
 /* cudaGraphicsVDPAURegisterVideoSurface (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaGraphicsVDPAURegisterVideoSurface(void)
 {
-    __atomic_add_fetch(&cuwire_counts[717], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[796], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaGraphicsVDPAURegisterVideoSurface");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsVDPAURegisterVideoSurface", "libcudart.so.13 export", &warned));
 }
@@ -7962,14 +10503,18 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsVDPAURegisterVideoSurface(void)
 cudaError_t cuwire_local_cudaHostAlloc(void **pHost, size_t size, unsigned int flags);
 CUWIRE_EXPORT cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[718], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[797], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaHostAlloc");
 return cuwire_local_cudaHostAlloc(pHost, size, flags);
 }
 
 /* cudaHostGetDevicePointer (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[719], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[798], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaHostGetDevicePointer");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaHostGetDevicePointer", "cuda_runtime_api.h", &warned));
 }
@@ -7978,7 +10523,9 @@ CUWIRE_EXPORT cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, 
 cudaError_t cuwire_local_cudaHostGetFlags(unsigned int *pFlags, void *pHost);
 CUWIRE_EXPORT cudaError_t cudaHostGetFlags(unsigned int *pFlags, void *pHost)
 {
-    __atomic_add_fetch(&cuwire_counts[720], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[799], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaHostGetFlags");
 return cuwire_local_cudaHostGetFlags(pFlags, pHost);
 }
 
@@ -7986,7 +10533,9 @@ return cuwire_local_cudaHostGetFlags(pFlags, pHost);
 cudaError_t cuwire_local_cudaHostRegister(void *ptr, size_t size, unsigned int flags);
 CUWIRE_EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[721], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[800], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaHostRegister");
 return cuwire_local_cudaHostRegister(ptr, size, flags);
 }
 
@@ -7994,14 +10543,18 @@ return cuwire_local_cudaHostRegister(ptr, size, flags);
 cudaError_t cuwire_local_cudaHostUnregister(void *ptr);
 CUWIRE_EXPORT cudaError_t cudaHostUnregister(void *ptr)
 {
-    __atomic_add_fetch(&cuwire_counts[722], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[801], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaHostUnregister");
 return cuwire_local_cudaHostUnregister(ptr);
 }
 
 /* cudaImportExternalMemory (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaImportExternalMemory(cudaExternalMemory_t *extMem_out, const struct cudaExternalMemoryHandleDesc *memHandleDesc)
 {
-    __atomic_add_fetch(&cuwire_counts[723], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[802], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaImportExternalMemory");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaImportExternalMemory", "cuda_runtime_api.h", &warned));
 }
@@ -8009,7 +10562,9 @@ CUWIRE_EXPORT cudaError_t cudaImportExternalMemory(cudaExternalMemory_t *extMem_
 /* cudaImportExternalSemaphore (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaImportExternalSemaphore(cudaExternalSemaphore_t *extSem_out, const struct cudaExternalSemaphoreHandleDesc *semHandleDesc)
 {
-    __atomic_add_fetch(&cuwire_counts[724], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[803], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaImportExternalSemaphore");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaImportExternalSemaphore", "cuda_runtime_api.h", &warned));
 }
@@ -8018,7 +10573,9 @@ CUWIRE_EXPORT cudaError_t cudaImportExternalSemaphore(cudaExternalSemaphore_t *e
 int cuwire_py_cudaInitDevice(int64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[725], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[804], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaInitDevice");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaInitDevice((int64_t)device, (uint64_t)deviceFlags, (uint64_t)flags));
@@ -8027,7 +10584,9 @@ CUWIRE_EXPORT cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, u
 /* cudaIpcCloseMemHandle (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaIpcCloseMemHandle(void *devPtr)
 {
-    __atomic_add_fetch(&cuwire_counts[726], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[805], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaIpcCloseMemHandle");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaIpcCloseMemHandle", "cuda_runtime_api.h", &warned));
 }
@@ -8035,7 +10594,9 @@ CUWIRE_EXPORT cudaError_t cudaIpcCloseMemHandle(void *devPtr)
 /* cudaIpcGetEventHandle (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *handle, cudaEvent_t event)
 {
-    __atomic_add_fetch(&cuwire_counts[727], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[806], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaIpcGetEventHandle");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaIpcGetEventHandle", "cuda_runtime_api.h", &warned));
 }
@@ -8043,7 +10604,9 @@ CUWIRE_EXPORT cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *handle, cu
 /* cudaIpcGetMemHandle (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
 {
-    __atomic_add_fetch(&cuwire_counts[728], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[807], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaIpcGetMemHandle");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaIpcGetMemHandle", "cuda_runtime_api.h", &warned));
 }
@@ -8051,7 +10614,9 @@ CUWIRE_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *
 /* cudaIpcOpenEventHandle (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *event, cudaIpcEventHandle_t handle)
 {
-    __atomic_add_fetch(&cuwire_counts[729], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[808], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaIpcOpenEventHandle");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaIpcOpenEventHandle", "cuda_runtime_api.h", &warned));
 }
@@ -8059,7 +10624,9 @@ CUWIRE_EXPORT cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *event, cudaIpcEven
 /* cudaIpcOpenMemHandle (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[730], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[809], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaIpcOpenMemHandle");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaIpcOpenMemHandle", "cuda_runtime_api.h", &warned));
 }
@@ -8067,7 +10634,9 @@ CUWIRE_EXPORT cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t
 /* cudaKernelSetAttributeForDevice (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, enum cudaFuncAttribute attr, int value, int device)
 {
-    __atomic_add_fetch(&cuwire_counts[731], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[810], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaKernelSetAttributeForDevice");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaKernelSetAttributeForDevice", "cuda_runtime_api.h", &warned));
 }
@@ -8075,7 +10644,9 @@ CUWIRE_EXPORT cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, e
 /* cudaLaunchCooperativeKernel (cuda_runtime_api.h): unimplemented; also cudaLaunchCooperativeKernel_ptsz */
 CUWIRE_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[732], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[811], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLaunchCooperativeKernel");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLaunchCooperativeKernel", "cuda_runtime_api.h", &warned));
 }
@@ -8084,7 +10655,9 @@ CUWIRE_EXPORT __typeof__(cudaLaunchCooperativeKernel) cudaLaunchCooperativeKerne
 /* cudaLaunchHostFunc (cuda_runtime_api.h): unimplemented; also cudaLaunchHostFunc_ptsz */
 CUWIRE_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData)
 {
-    __atomic_add_fetch(&cuwire_counts[733], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[812], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLaunchHostFunc");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLaunchHostFunc", "cuda_runtime_api.h", &warned));
 }
@@ -8095,7 +10668,9 @@ int cuwire_py_cudaLaunchKernel(uint64_t, void *, uint64_t, void *, uint64_t, voi
 int cuwire_fast_cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream);
 CUWIRE_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[734], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[813], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLaunchKernel");
     int fast = cuwire_fast_cudaLaunchKernel(func, gridDim, blockDim, args, sharedMem, stream);
     if (fast >= 0)
         return (cudaError_t)cuwire_rt_status(fast);
@@ -8109,7 +10684,9 @@ CUWIRE_EXPORT __typeof__(cudaLaunchKernel) cudaLaunchKernel_ptsz __attribute__((
 int cuwire_py_cudaLaunchKernelExC(void *, uint64_t, uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args)
 {
-    __atomic_add_fetch(&cuwire_counts[735], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[814], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLaunchKernelExC");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaLaunchKernelExC((void *)config, sizeof *config, (uint64_t)(uintptr_t)func, (void *)args));
@@ -8119,7 +10696,9 @@ CUWIRE_EXPORT __typeof__(cudaLaunchKernelExC) cudaLaunchKernelExC_ptsz __attribu
 /* cudaLibraryEnumerateKernels (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryEnumerateKernels(cudaKernel_t *kernels, unsigned int numKernels, cudaLibrary_t lib)
 {
-    __atomic_add_fetch(&cuwire_counts[736], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[815], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLibraryEnumerateKernels");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryEnumerateKernels", "cuda_runtime_api.h", &warned));
 }
@@ -8127,7 +10706,9 @@ CUWIRE_EXPORT cudaError_t cudaLibraryEnumerateKernels(cudaKernel_t *kernels, uns
 /* cudaLibraryGetGlobal (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryGetGlobal(void **dptr, size_t *bytes, cudaLibrary_t library, const char *name)
 {
-    __atomic_add_fetch(&cuwire_counts[737], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[816], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLibraryGetGlobal");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryGetGlobal", "cuda_runtime_api.h", &warned));
 }
@@ -8135,7 +10716,9 @@ CUWIRE_EXPORT cudaError_t cudaLibraryGetGlobal(void **dptr, size_t *bytes, cudaL
 /* cudaLibraryGetKernel (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryGetKernel(cudaKernel_t *pKernel, cudaLibrary_t library, const char *name)
 {
-    __atomic_add_fetch(&cuwire_counts[738], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[817], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLibraryGetKernel");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryGetKernel", "cuda_runtime_api.h", &warned));
 }
@@ -8143,7 +10726,9 @@ CUWIRE_EXPORT cudaError_t cudaLibraryGetKernel(cudaKernel_t *pKernel, cudaLibrar
 /* cudaLibraryGetKernelCount (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryGetKernelCount(unsigned int *count, cudaLibrary_t lib)
 {
-    __atomic_add_fetch(&cuwire_counts[739], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[818], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLibraryGetKernelCount");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryGetKernelCount", "cuda_runtime_api.h", &warned));
 }
@@ -8151,7 +10736,9 @@ CUWIRE_EXPORT cudaError_t cudaLibraryGetKernelCount(unsigned int *count, cudaLib
 /* cudaLibraryGetManaged (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryGetManaged(void **dptr, size_t *bytes, cudaLibrary_t library, const char *name)
 {
-    __atomic_add_fetch(&cuwire_counts[740], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[819], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLibraryGetManaged");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryGetManaged", "cuda_runtime_api.h", &warned));
 }
@@ -8159,7 +10746,9 @@ CUWIRE_EXPORT cudaError_t cudaLibraryGetManaged(void **dptr, size_t *bytes, cuda
 /* cudaLibraryGetUnifiedFunction (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryGetUnifiedFunction(void **fptr, cudaLibrary_t library, const char *symbol)
 {
-    __atomic_add_fetch(&cuwire_counts[741], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[820], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLibraryGetUnifiedFunction");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryGetUnifiedFunction", "cuda_runtime_api.h", &warned));
 }
@@ -8167,7 +10756,9 @@ CUWIRE_EXPORT cudaError_t cudaLibraryGetUnifiedFunction(void **fptr, cudaLibrary
 /* cudaLibraryLoadData (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void *code, enum cudaJitOption *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, enum cudaLibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
-    __atomic_add_fetch(&cuwire_counts[742], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[821], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLibraryLoadData");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryLoadData", "cuda_runtime_api.h", &warned));
 }
@@ -8175,7 +10766,9 @@ CUWIRE_EXPORT cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void
 /* cudaLibraryLoadFromFile (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t *library, const char *fileName, enum cudaJitOption *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, enum cudaLibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
-    __atomic_add_fetch(&cuwire_counts[743], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[822], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLibraryLoadFromFile");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryLoadFromFile", "cuda_runtime_api.h", &warned));
 }
@@ -8183,7 +10776,9 @@ CUWIRE_EXPORT cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t *library, const 
 /* cudaLibraryUnload (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLibraryUnload(cudaLibrary_t library)
 {
-    __atomic_add_fetch(&cuwire_counts[744], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[823], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLibraryUnload");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryUnload", "cuda_runtime_api.h", &warned));
 }
@@ -8191,7 +10786,9 @@ CUWIRE_EXPORT cudaError_t cudaLibraryUnload(cudaLibrary_t library)
 /* cudaLogsCurrent (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLogsCurrent(cudaLogIterator *iterator_out, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[745], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[824], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLogsCurrent");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLogsCurrent", "cuda_runtime_api.h", &warned));
 }
@@ -8199,7 +10796,9 @@ CUWIRE_EXPORT cudaError_t cudaLogsCurrent(cudaLogIterator *iterator_out, unsigne
 /* cudaLogsDumpToFile (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLogsDumpToFile(cudaLogIterator *iterator, const char *pathToFile, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[746], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[825], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLogsDumpToFile");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLogsDumpToFile", "cuda_runtime_api.h", &warned));
 }
@@ -8207,7 +10806,9 @@ CUWIRE_EXPORT cudaError_t cudaLogsDumpToFile(cudaLogIterator *iterator, const ch
 /* cudaLogsDumpToMemory (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLogsDumpToMemory(cudaLogIterator *iterator, char *buffer, size_t *size, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[747], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[826], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLogsDumpToMemory");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLogsDumpToMemory", "cuda_runtime_api.h", &warned));
 }
@@ -8215,7 +10816,9 @@ CUWIRE_EXPORT cudaError_t cudaLogsDumpToMemory(cudaLogIterator *iterator, char *
 /* cudaLogsRegisterCallback (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLogsRegisterCallback(cudaLogsCallback_t callbackFunc, void *userData, cudaLogsCallbackHandle *callback_out)
 {
-    __atomic_add_fetch(&cuwire_counts[748], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[827], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLogsRegisterCallback");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLogsRegisterCallback", "cuda_runtime_api.h", &warned));
 }
@@ -8223,7 +10826,9 @@ CUWIRE_EXPORT cudaError_t cudaLogsRegisterCallback(cudaLogsCallback_t callbackFu
 /* cudaLogsUnregisterCallback (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaLogsUnregisterCallback(cudaLogsCallbackHandle callback)
 {
-    __atomic_add_fetch(&cuwire_counts[749], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[828], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaLogsUnregisterCallback");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLogsUnregisterCallback", "cuda_runtime_api.h", &warned));
 }
@@ -8232,7 +10837,9 @@ CUWIRE_EXPORT cudaError_t cudaLogsUnregisterCallback(cudaLogsCallbackHandle call
 int cuwire_py_cudaMalloc(void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
-    __atomic_add_fetch(&cuwire_counts[750], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[829], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMalloc");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMalloc((void *)devPtr, (uint64_t)size));
@@ -8241,7 +10848,9 @@ CUWIRE_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
 /* cudaMalloc3D (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent)
 {
-    __atomic_add_fetch(&cuwire_counts[751], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[830], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMalloc3D");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMalloc3D", "cuda_runtime_api.h", &warned));
 }
@@ -8249,7 +10858,9 @@ CUWIRE_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, str
 /* cudaMalloc3DArray (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, struct cudaExtent extent, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[752], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[831], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMalloc3DArray");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMalloc3DArray", "cuda_runtime_api.h", &warned));
 }
@@ -8257,7 +10868,9 @@ CUWIRE_EXPORT cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cud
 /* cudaMallocArray (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, size_t width, size_t height, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[753], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[832], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMallocArray");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMallocArray", "cuda_runtime_api.h", &warned));
 }
@@ -8266,7 +10879,9 @@ CUWIRE_EXPORT cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaC
 int cuwire_py_cudaMallocAsync(void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
 {
-    __atomic_add_fetch(&cuwire_counts[754], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[833], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMallocAsync");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMallocAsync((void *)devPtr, (uint64_t)size, (uint64_t)(uintptr_t)hStream));
@@ -8276,7 +10891,9 @@ CUWIRE_EXPORT __typeof__(cudaMallocAsync) cudaMallocAsync_ptsz __attribute__((al
 /* cudaMallocFromPoolAsync (cuda_runtime_api.h): unimplemented; also cudaMallocFromPoolAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[755], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[834], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMallocFromPoolAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMallocFromPoolAsync", "cuda_runtime_api.h", &warned));
 }
@@ -8286,14 +10903,18 @@ CUWIRE_EXPORT __typeof__(cudaMallocFromPoolAsync) cudaMallocFromPoolAsync_ptsz _
 cudaError_t cuwire_local_cudaMallocHost(void **ptr, size_t size);
 CUWIRE_EXPORT cudaError_t cudaMallocHost(void **ptr, size_t size)
 {
-    __atomic_add_fetch(&cuwire_counts[756], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[835], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMallocHost");
 return cuwire_local_cudaMallocHost(ptr, size);
 }
 
 /* cudaMallocManaged (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[757], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[836], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMallocManaged");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMallocManaged", "cuda_runtime_api.h", &warned));
 }
@@ -8301,7 +10922,9 @@ CUWIRE_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned
 /* cudaMallocMipmappedArray (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray, const struct cudaChannelFormatDesc *desc, struct cudaExtent extent, unsigned int numLevels, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[758], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[837], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMallocMipmappedArray");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMallocMipmappedArray", "cuda_runtime_api.h", &warned));
 }
@@ -8310,7 +10933,9 @@ CUWIRE_EXPORT cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmapp
 int cuwire_py_cudaMallocPitch(void *, void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
 {
-    __atomic_add_fetch(&cuwire_counts[759], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[838], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMallocPitch");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMallocPitch((void *)devPtr, (void *)pitch, (uint64_t)width, (uint64_t)height));
@@ -8319,7 +10944,9 @@ CUWIRE_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t w
 /* cudaMemAdvise (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemAdvise(const void *devPtr, size_t count, enum cudaMemoryAdvise advice, struct cudaMemLocation location)
 {
-    __atomic_add_fetch(&cuwire_counts[760], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[839], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemAdvise");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemAdvise", "cuda_runtime_api.h", &warned));
 }
@@ -8327,7 +10954,9 @@ CUWIRE_EXPORT cudaError_t cudaMemAdvise(const void *devPtr, size_t count, enum c
 /* cudaMemDiscardAndPrefetchBatchAsync (cuda_runtime_api.h): unimplemented; also cudaMemDiscardAndPrefetchBatchAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemDiscardAndPrefetchBatchAsync(void **dptrs, size_t *sizes, size_t count, struct cudaMemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[761], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[840], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemDiscardAndPrefetchBatchAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemDiscardAndPrefetchBatchAsync", "cuda_runtime_api.h", &warned));
 }
@@ -8336,7 +10965,9 @@ CUWIRE_EXPORT __typeof__(cudaMemDiscardAndPrefetchBatchAsync) cudaMemDiscardAndP
 /* cudaMemDiscardBatchAsync (cuda_runtime_api.h): unimplemented; also cudaMemDiscardBatchAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemDiscardBatchAsync(void **dptrs, size_t *sizes, size_t count, unsigned long long flags, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[762], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[841], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemDiscardBatchAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemDiscardBatchAsync", "cuda_runtime_api.h", &warned));
 }
@@ -8345,7 +10976,9 @@ CUWIRE_EXPORT __typeof__(cudaMemDiscardBatchAsync) cudaMemDiscardBatchAsync_ptsz
 /* cudaMemGetDefaultMemPool (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemGetDefaultMemPool(cudaMemPool_t *memPool, struct cudaMemLocation *location, enum cudaMemAllocationType type)
 {
-    __atomic_add_fetch(&cuwire_counts[763], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[842], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemGetDefaultMemPool");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemGetDefaultMemPool", "cuda_runtime_api.h", &warned));
 }
@@ -8354,7 +10987,9 @@ CUWIRE_EXPORT cudaError_t cudaMemGetDefaultMemPool(cudaMemPool_t *memPool, struc
 int cuwire_py_cudaMemGetInfo(void *, void *);
 CUWIRE_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
 {
-    __atomic_add_fetch(&cuwire_counts[764], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[843], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemGetInfo");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemGetInfo((void *)free, (void *)total));
@@ -8363,7 +10998,9 @@ CUWIRE_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
 /* cudaMemGetMemPool (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemGetMemPool(cudaMemPool_t *memPool, struct cudaMemLocation *location, enum cudaMemAllocationType type)
 {
-    __atomic_add_fetch(&cuwire_counts[765], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[844], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemGetMemPool");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemGetMemPool", "cuda_runtime_api.h", &warned));
 }
@@ -8371,7 +11008,9 @@ CUWIRE_EXPORT cudaError_t cudaMemGetMemPool(cudaMemPool_t *memPool, struct cudaM
 /* cudaMemPoolCreate (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolProps *poolProps)
 {
-    __atomic_add_fetch(&cuwire_counts[766], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[845], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemPoolCreate");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolCreate", "cuda_runtime_api.h", &warned));
 }
@@ -8379,7 +11018,9 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct
 /* cudaMemPoolDestroy (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
 {
-    __atomic_add_fetch(&cuwire_counts[767], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[846], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemPoolDestroy");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolDestroy", "cuda_runtime_api.h", &warned));
 }
@@ -8387,7 +11028,9 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
 /* cudaMemPoolExportPointer (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData, void *ptr)
 {
-    __atomic_add_fetch(&cuwire_counts[768], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[847], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemPoolExportPointer");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolExportPointer", "cuda_runtime_api.h", &warned));
 }
@@ -8395,7 +11038,9 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolExportPointer(struct cudaMemPoolPtrExportDa
 /* cudaMemPoolExportToShareableHandle (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolExportToShareableHandle(void *shareableHandle, cudaMemPool_t memPool, enum cudaMemAllocationHandleType handleType, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[769], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[848], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemPoolExportToShareableHandle");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolExportToShareableHandle", "cuda_runtime_api.h", &warned));
 }
@@ -8403,7 +11048,9 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolExportToShareableHandle(void *shareableHand
 /* cudaMemPoolGetAccess (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t memPool, struct cudaMemLocation *location)
 {
-    __atomic_add_fetch(&cuwire_counts[770], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[849], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemPoolGetAccess");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolGetAccess", "cuda_runtime_api.h", &warned));
 }
@@ -8411,7 +11058,9 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, c
 /* cudaMemPoolGetAttribute (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
 {
-    __atomic_add_fetch(&cuwire_counts[771], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[850], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemPoolGetAttribute");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolGetAttribute", "cuda_runtime_api.h", &warned));
 }
@@ -8419,7 +11068,9 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cu
 /* cudaMemPoolImportFromShareableHandle (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolImportFromShareableHandle(cudaMemPool_t *memPool, void *shareableHandle, enum cudaMemAllocationHandleType handleType, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[772], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[851], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemPoolImportFromShareableHandle");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolImportFromShareableHandle", "cuda_runtime_api.h", &warned));
 }
@@ -8427,7 +11078,9 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolImportFromShareableHandle(cudaMemPool_t *me
 /* cudaMemPoolImportPointer (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool, struct cudaMemPoolPtrExportData *exportData)
 {
-    __atomic_add_fetch(&cuwire_counts[773], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[852], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemPoolImportPointer");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolImportPointer", "cuda_runtime_api.h", &warned));
 }
@@ -8435,7 +11088,9 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolImportPointer(void **ptr, cudaMemPool_t mem
 /* cudaMemPoolSetAccess (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc *descList, size_t count)
 {
-    __atomic_add_fetch(&cuwire_counts[774], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[853], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemPoolSetAccess");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolSetAccess", "cuda_runtime_api.h", &warned));
 }
@@ -8443,7 +11098,9 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const stru
 /* cudaMemPoolSetAttribute (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
 {
-    __atomic_add_fetch(&cuwire_counts[775], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[854], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemPoolSetAttribute");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolSetAttribute", "cuda_runtime_api.h", &warned));
 }
@@ -8451,7 +11108,9 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cu
 /* cudaMemPoolTrimTo (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
 {
-    __atomic_add_fetch(&cuwire_counts[776], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[855], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemPoolTrimTo");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolTrimTo", "cuda_runtime_api.h", &warned));
 }
@@ -8459,7 +11118,9 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minByt
 /* cudaMemPrefetchAsync (cuda_runtime_api.h): unimplemented; also cudaMemPrefetchAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemPrefetchAsync(const void *devPtr, size_t count, struct cudaMemLocation location, unsigned int flags, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[777], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[856], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemPrefetchAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPrefetchAsync", "cuda_runtime_api.h", &warned));
 }
@@ -8468,7 +11129,9 @@ CUWIRE_EXPORT __typeof__(cudaMemPrefetchAsync) cudaMemPrefetchAsync_ptsz __attri
 /* cudaMemPrefetchBatchAsync (cuda_runtime_api.h): unimplemented; also cudaMemPrefetchBatchAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemPrefetchBatchAsync(void **dptrs, size_t *sizes, size_t count, struct cudaMemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[778], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[857], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemPrefetchBatchAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPrefetchBatchAsync", "cuda_runtime_api.h", &warned));
 }
@@ -8477,7 +11140,9 @@ CUWIRE_EXPORT __typeof__(cudaMemPrefetchBatchAsync) cudaMemPrefetchBatchAsync_pt
 /* cudaMemRangeGetAttribute (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemRangeGetAttribute(void *data, size_t dataSize, enum cudaMemRangeAttribute attribute, const void *devPtr, size_t count)
 {
-    __atomic_add_fetch(&cuwire_counts[779], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[858], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemRangeGetAttribute");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemRangeGetAttribute", "cuda_runtime_api.h", &warned));
 }
@@ -8485,7 +11150,9 @@ CUWIRE_EXPORT cudaError_t cudaMemRangeGetAttribute(void *data, size_t dataSize, 
 /* cudaMemRangeGetAttributes (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemRangeGetAttributes(void **data, size_t *dataSizes, enum cudaMemRangeAttribute *attributes, size_t numAttributes, const void *devPtr, size_t count)
 {
-    __atomic_add_fetch(&cuwire_counts[780], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[859], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemRangeGetAttributes");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemRangeGetAttributes", "cuda_runtime_api.h", &warned));
 }
@@ -8493,7 +11160,9 @@ CUWIRE_EXPORT cudaError_t cudaMemRangeGetAttributes(void **data, size_t *dataSiz
 /* cudaMemSetMemPool (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMemSetMemPool(struct cudaMemLocation *location, enum cudaMemAllocationType type, cudaMemPool_t memPool)
 {
-    __atomic_add_fetch(&cuwire_counts[781], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[860], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemSetMemPool");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemSetMemPool", "cuda_runtime_api.h", &warned));
 }
@@ -8502,7 +11171,9 @@ CUWIRE_EXPORT cudaError_t cudaMemSetMemPool(struct cudaMemLocation *location, en
 int cuwire_py_cudaMemcpy(void *, uint64_t, void *, uint64_t, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[782], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[861], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpy");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpy((void *)dst, (uint64_t)(count), (void *)src, (uint64_t)(count), (uint64_t)count, (int64_t)kind));
@@ -8513,7 +11184,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy) cudaMemcpy_ptds __attribute__((alias("cudaM
 int cuwire_py_cudaMemcpy2D(void *, uint64_t, uint64_t, void *, uint64_t, uint64_t, uint64_t, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[783], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[862], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpy2D");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpy2D((void *)dst, (uint64_t)(dpitch * (height - 1) + width), (uint64_t)dpitch, (void *)src, (uint64_t)(spitch * (height - 1) + width), (uint64_t)spitch, (uint64_t)width, (uint64_t)height, (int64_t)kind));
@@ -8523,7 +11196,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2D) cudaMemcpy2D_ptds __attribute__((alias("c
 /* cudaMemcpy2DArrayToArray (cuda_runtime_api.h): unimplemented; also cudaMemcpy2DArrayToArray_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst, cudaArray_const_t src, size_t wOffsetSrc, size_t hOffsetSrc, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[784], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[863], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpy2DArrayToArray");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy2DArrayToArray", "cuda_runtime_api.h", &warned));
 }
@@ -8533,7 +11208,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DArrayToArray) cudaMemcpy2DArrayToArray_ptds
 int cuwire_py_cudaMemcpy2DAsync(void *, uint64_t, uint64_t, void *, uint64_t, uint64_t, uint64_t, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[785], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[864], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpy2DAsync");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpy2DAsync((void *)dst, (uint64_t)(dpitch * (height - 1) + width), (uint64_t)dpitch, (void *)src, (uint64_t)(spitch * (height - 1) + width), (uint64_t)spitch, (uint64_t)width, (uint64_t)height, (int64_t)kind, (uint64_t)(uintptr_t)stream));
@@ -8543,7 +11220,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DAsync) cudaMemcpy2DAsync_ptsz __attribute__
 /* cudaMemcpy2DFromArray (cuda_runtime_api.h): unimplemented; also cudaMemcpy2DFromArray_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DFromArray(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[786], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[865], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpy2DFromArray");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy2DFromArray", "cuda_runtime_api.h", &warned));
 }
@@ -8552,7 +11231,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DFromArray) cudaMemcpy2DFromArray_ptds __att
 /* cudaMemcpy2DFromArrayAsync (cuda_runtime_api.h): unimplemented; also cudaMemcpy2DFromArrayAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DFromArrayAsync(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[787], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[866], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpy2DFromArrayAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy2DFromArrayAsync", "cuda_runtime_api.h", &warned));
 }
@@ -8561,7 +11242,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DFromArrayAsync) cudaMemcpy2DFromArrayAsync_
 /* cudaMemcpy2DToArray (cuda_runtime_api.h): unimplemented; also cudaMemcpy2DToArray_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[788], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[867], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpy2DToArray");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy2DToArray", "cuda_runtime_api.h", &warned));
 }
@@ -8570,7 +11253,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DToArray) cudaMemcpy2DToArray_ptds __attribu
 /* cudaMemcpy2DToArrayAsync (cuda_runtime_api.h): unimplemented; also cudaMemcpy2DToArrayAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[789], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[868], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpy2DToArrayAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy2DToArrayAsync", "cuda_runtime_api.h", &warned));
 }
@@ -8579,7 +11264,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DToArrayAsync) cudaMemcpy2DToArrayAsync_ptsz
 /* cudaMemcpy3D (cuda_runtime_api.h): unimplemented; also cudaMemcpy3D_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p)
 {
-    __atomic_add_fetch(&cuwire_counts[790], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[869], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpy3D");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy3D", "cuda_runtime_api.h", &warned));
 }
@@ -8588,7 +11275,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy3D) cudaMemcpy3D_ptds __attribute__((alias("c
 /* cudaMemcpy3DAsync (cuda_runtime_api.h): unimplemented; also cudaMemcpy3DAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[791], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[870], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpy3DAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy3DAsync", "cuda_runtime_api.h", &warned));
 }
@@ -8597,7 +11286,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy3DAsync) cudaMemcpy3DAsync_ptsz __attribute__
 /* cudaMemcpy3DBatchAsync (cuda_runtime_api.h): unimplemented; also cudaMemcpy3DBatchAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemcpy3DBatchAsync(size_t numOps, struct cudaMemcpy3DBatchOp *opList, unsigned long long flags, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[792], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[871], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpy3DBatchAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy3DBatchAsync", "cuda_runtime_api.h", &warned));
 }
@@ -8606,7 +11297,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy3DBatchAsync) cudaMemcpy3DBatchAsync_ptsz __a
 /* cudaMemcpy3DPeer (cuda_runtime_api.h): unimplemented; also cudaMemcpy3DPeer_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemcpy3DPeer(const struct cudaMemcpy3DPeerParms *p)
 {
-    __atomic_add_fetch(&cuwire_counts[793], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[872], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpy3DPeer");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy3DPeer", "cuda_runtime_api.h", &warned));
 }
@@ -8615,7 +11308,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy3DPeer) cudaMemcpy3DPeer_ptds __attribute__((
 /* cudaMemcpy3DPeerAsync (cuda_runtime_api.h): unimplemented; also cudaMemcpy3DPeerAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemcpy3DPeerAsync(const struct cudaMemcpy3DPeerParms *p, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[794], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[873], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpy3DPeerAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy3DPeerAsync", "cuda_runtime_api.h", &warned));
 }
@@ -8624,7 +11319,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy3DPeerAsync) cudaMemcpy3DPeerAsync_ptsz __att
 /* cudaMemcpyArrayToArray (cuda_runtime_api.h): unimplemented; also cudaMemcpyArrayToArray_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemcpyArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst, cudaArray_const_t src, size_t wOffsetSrc, size_t hOffsetSrc, size_t count, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[795], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[874], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpyArrayToArray");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyArrayToArray", "cuda_runtime_api.h", &warned));
 }
@@ -8634,7 +11331,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyArrayToArray) cudaMemcpyArrayToArray_ptds __a
 int cuwire_py_cudaMemcpyAsync(void *, uint64_t, void *, uint64_t, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[796], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[875], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpyAsync");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyAsync((void *)dst, (uint64_t)(count), (void *)src, (uint64_t)(count), (uint64_t)count, (int64_t)kind, (uint64_t)(uintptr_t)stream));
@@ -8644,7 +11343,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyAsync) cudaMemcpyAsync_ptsz __attribute__((al
 /* cudaMemcpyBatchAsync (cuda_runtime_api.h): unimplemented; also cudaMemcpyBatchAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemcpyBatchAsync(void * const *dsts, const void * const *srcs, const size_t *sizes, size_t count, struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[797], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[876], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpyBatchAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyBatchAsync", "cuda_runtime_api.h", &warned));
 }
@@ -8653,7 +11354,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyBatchAsync) cudaMemcpyBatchAsync_ptsz __attri
 /* cudaMemcpyFromArray (cuda_runtime_api.h): unimplemented; also cudaMemcpyFromArray_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemcpyFromArray(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[798], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[877], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpyFromArray");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyFromArray", "cuda_runtime_api.h", &warned));
 }
@@ -8662,7 +11365,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyFromArray) cudaMemcpyFromArray_ptds __attribu
 /* cudaMemcpyFromArrayAsync (cuda_runtime_api.h): unimplemented; also cudaMemcpyFromArrayAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemcpyFromArrayAsync(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[799], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[878], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpyFromArrayAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyFromArrayAsync", "cuda_runtime_api.h", &warned));
 }
@@ -8672,7 +11377,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyFromArrayAsync) cudaMemcpyFromArrayAsync_ptsz
 int cuwire_py_cudaMemcpyFromSymbol(uint64_t, uint64_t, uint64_t, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[800], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[879], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpyFromSymbol");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyFromSymbol((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)symbol, (uint64_t)count, (uint64_t)offset, (int64_t)kind));
@@ -8683,7 +11390,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyFromSymbol) cudaMemcpyFromSymbol_ptds __attri
 int cuwire_py_cudaMemcpyFromSymbolAsync(uint64_t, uint64_t, uint64_t, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[801], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[880], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpyFromSymbolAsync");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyFromSymbolAsync((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)symbol, (uint64_t)count, (uint64_t)offset, (int64_t)kind, (uint64_t)(uintptr_t)stream));
@@ -8694,7 +11403,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyFromSymbolAsync) cudaMemcpyFromSymbolAsync_pt
 int cuwire_py_cudaMemcpyPeer(uint64_t, int64_t, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count)
 {
-    __atomic_add_fetch(&cuwire_counts[802], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[881], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpyPeer");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyPeer((uint64_t)(uintptr_t)dst, (int64_t)dstDevice, (uint64_t)(uintptr_t)src, (int64_t)srcDevice, (uint64_t)count));
@@ -8703,7 +11414,9 @@ CUWIRE_EXPORT cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *s
 /* cudaMemcpyPeerAsync (cuda_runtime_api.h): remoted, async */
 CUWIRE_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice, size_t count, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[803], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[882], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpyPeerAsync");
     struct __attribute__((packed)) {
         uint64_t dst;
         int32_t dstDevice;
@@ -8725,7 +11438,9 @@ CUWIRE_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const vo
 /* cudaMemcpyToArray (cuda_runtime_api.h): unimplemented; also cudaMemcpyToArray_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemcpyToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[804], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[883], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpyToArray");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyToArray", "cuda_runtime_api.h", &warned));
 }
@@ -8734,7 +11449,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyToArray) cudaMemcpyToArray_ptds __attribute__
 /* cudaMemcpyToArrayAsync (cuda_runtime_api.h): unimplemented; also cudaMemcpyToArrayAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemcpyToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[805], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[884], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpyToArrayAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyToArrayAsync", "cuda_runtime_api.h", &warned));
 }
@@ -8744,7 +11461,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyToArrayAsync) cudaMemcpyToArrayAsync_ptsz __a
 int cuwire_py_cudaMemcpyToSymbol(uint64_t, uint64_t, uint64_t, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
-    __atomic_add_fetch(&cuwire_counts[806], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[885], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpyToSymbol");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyToSymbol((uint64_t)(uintptr_t)symbol, (uint64_t)(uintptr_t)src, (uint64_t)count, (uint64_t)offset, (int64_t)kind));
@@ -8755,7 +11474,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyToSymbol) cudaMemcpyToSymbol_ptds __attribute
 int cuwire_py_cudaMemcpyToSymbolAsync(uint64_t, uint64_t, uint64_t, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[807], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[886], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemcpyToSymbolAsync");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemcpyToSymbolAsync((uint64_t)(uintptr_t)symbol, (uint64_t)(uintptr_t)src, (uint64_t)count, (uint64_t)offset, (int64_t)kind, (uint64_t)(uintptr_t)stream));
@@ -8766,7 +11487,9 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyToSymbolAsync) cudaMemcpyToSymbolAsync_ptsz _
 int cuwire_py_cudaMemset(uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemset(void *devPtr, int value, size_t count)
 {
-    __atomic_add_fetch(&cuwire_counts[808], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[887], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemset");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemset((uint64_t)(uintptr_t)devPtr, (int64_t)value, (uint64_t)count));
@@ -8777,7 +11500,9 @@ CUWIRE_EXPORT __typeof__(cudaMemset) cudaMemset_ptds __attribute__((alias("cudaM
 int cuwire_py_cudaMemset2D(uint64_t, uint64_t, int64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaMemset2D(void *devPtr, size_t pitch, int value, size_t width, size_t height)
 {
-    __atomic_add_fetch(&cuwire_counts[809], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[888], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemset2D");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaMemset2D((uint64_t)(uintptr_t)devPtr, (uint64_t)pitch, (int64_t)value, (uint64_t)width, (uint64_t)height));
@@ -8787,7 +11512,9 @@ CUWIRE_EXPORT __typeof__(cudaMemset2D) cudaMemset2D_ptds __attribute__((alias("c
 /* cudaMemset2DAsync (cuda_runtime_api.h): remoted, async; also cudaMemset2DAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemset2DAsync(void *devPtr, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[810], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[889], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemset2DAsync");
     struct __attribute__((packed)) {
         uint64_t devPtr;
         uint64_t pitch;
@@ -8810,7 +11537,9 @@ CUWIRE_EXPORT __typeof__(cudaMemset2DAsync) cudaMemset2DAsync_ptsz __attribute__
 /* cudaMemset3D (cuda_runtime_api.h): unimplemented; also cudaMemset3D_ptds */
 CUWIRE_EXPORT cudaError_t cudaMemset3D(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent)
 {
-    __atomic_add_fetch(&cuwire_counts[811], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[890], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemset3D");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemset3D", "cuda_runtime_api.h", &warned));
 }
@@ -8819,7 +11548,9 @@ CUWIRE_EXPORT __typeof__(cudaMemset3D) cudaMemset3D_ptds __attribute__((alias("c
 /* cudaMemset3DAsync (cuda_runtime_api.h): unimplemented; also cudaMemset3DAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemset3DAsync(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[812], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[891], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemset3DAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemset3DAsync", "cuda_runtime_api.h", &warned));
 }
@@ -8828,7 +11559,9 @@ CUWIRE_EXPORT __typeof__(cudaMemset3DAsync) cudaMemset3DAsync_ptsz __attribute__
 /* cudaMemsetAsync (cuda_runtime_api.h): remoted, async; also cudaMemsetAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[813], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[892], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMemsetAsync");
     struct __attribute__((packed)) {
         uint64_t devPtr;
         int32_t value;
@@ -8847,7 +11580,9 @@ CUWIRE_EXPORT __typeof__(cudaMemsetAsync) cudaMemsetAsync_ptsz __attribute__((al
 /* cudaMipmappedArrayGetMemoryRequirements (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMipmappedArrayGetMemoryRequirements(struct cudaArrayMemoryRequirements *memoryRequirements, cudaMipmappedArray_t mipmap, int device)
 {
-    __atomic_add_fetch(&cuwire_counts[814], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[893], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMipmappedArrayGetMemoryRequirements");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMipmappedArrayGetMemoryRequirements", "cuda_runtime_api.h", &warned));
 }
@@ -8855,7 +11590,9 @@ CUWIRE_EXPORT cudaError_t cudaMipmappedArrayGetMemoryRequirements(struct cudaArr
 /* cudaMipmappedArrayGetSparseProperties (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaMipmappedArrayGetSparseProperties(struct cudaArraySparseProperties *sparseProperties, cudaMipmappedArray_t mipmap)
 {
-    __atomic_add_fetch(&cuwire_counts[815], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[894], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaMipmappedArrayGetSparseProperties");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMipmappedArrayGetSparseProperties", "cuda_runtime_api.h", &warned));
 }
@@ -8864,7 +11601,9 @@ CUWIRE_EXPORT cudaError_t cudaMipmappedArrayGetSparseProperties(struct cudaArray
 int cuwire_py_cudaOccupancyAvailableDynamicSMemPerBlock(void *, uint64_t, int64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, const void *func, int numBlocks, int blockSize)
 {
-    __atomic_add_fetch(&cuwire_counts[816], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[895], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaOccupancyAvailableDynamicSMemPerBlock");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaOccupancyAvailableDynamicSMemPerBlock((void *)dynamicSmemSize, (uint64_t)(uintptr_t)func, (int64_t)numBlocks, (int64_t)blockSize));
@@ -8874,7 +11613,9 @@ CUWIRE_EXPORT cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dyna
 int cuwire_py_cudaOccupancyMaxActiveBlocksPerMultiprocessor(void *, uint64_t, int64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, const void *func, int blockSize, size_t dynamicSMemSize)
 {
-    __atomic_add_fetch(&cuwire_counts[817], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[896], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaOccupancyMaxActiveBlocksPerMultiprocessor((void *)numBlocks, (uint64_t)(uintptr_t)func, (int64_t)blockSize, (uint64_t)dynamicSMemSize));
@@ -8884,7 +11625,9 @@ CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *num
 int cuwire_py_cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(void *, uint64_t, int64_t, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, const void *func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[818], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[897], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags((void *)numBlocks, (uint64_t)(uintptr_t)func, (int64_t)blockSize, (uint64_t)dynamicSMemSize, (uint64_t)flags));
@@ -8893,7 +11636,9 @@ CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags
 /* cudaOccupancyMaxActiveClusters (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveClusters(int *numClusters, const void *func, const cudaLaunchConfig_t *launchConfig)
 {
-    __atomic_add_fetch(&cuwire_counts[819], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[898], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaOccupancyMaxActiveClusters");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaOccupancyMaxActiveClusters", "cuda_runtime_api.h", &warned));
 }
@@ -8901,7 +11646,9 @@ CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveClusters(int *numClusters, const
 /* cudaOccupancyMaxPotentialClusterSize (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaOccupancyMaxPotentialClusterSize(int *clusterSize, const void *func, const cudaLaunchConfig_t *launchConfig)
 {
-    __atomic_add_fetch(&cuwire_counts[820], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[899], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaOccupancyMaxPotentialClusterSize");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaOccupancyMaxPotentialClusterSize", "cuda_runtime_api.h", &warned));
 }
@@ -8910,7 +11657,9 @@ CUWIRE_EXPORT cudaError_t cudaOccupancyMaxPotentialClusterSize(int *clusterSize,
 cudaError_t cuwire_local_cudaPeekAtLastError(void);
 CUWIRE_EXPORT cudaError_t cudaPeekAtLastError(void)
 {
-    __atomic_add_fetch(&cuwire_counts[821], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[900], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaPeekAtLastError");
 return cuwire_local_cudaPeekAtLastError();
 }
 
@@ -8918,7 +11667,9 @@ return cuwire_local_cudaPeekAtLastError();
 int cuwire_py_cudaPointerGetAttributes(void *, uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr)
 {
-    __atomic_add_fetch(&cuwire_counts[822], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[901], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaPointerGetAttributes");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaPointerGetAttributes((void *)attributes, sizeof *attributes, (uint64_t)(uintptr_t)ptr));
@@ -8927,7 +11678,9 @@ CUWIRE_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes 
 /* cudaProfilerStart (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaProfilerStart(void)
 {
-    __atomic_add_fetch(&cuwire_counts[823], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[902], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaProfilerStart");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaProfilerStart", "libcudart.so.13 export", &warned));
 }
@@ -8935,7 +11688,9 @@ CUWIRE_EXPORT cudaError_t cudaProfilerStart(void)
 /* cudaProfilerStop (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaProfilerStop(void)
 {
-    __atomic_add_fetch(&cuwire_counts[824], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[903], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaProfilerStop");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaProfilerStop", "libcudart.so.13 export", &warned));
 }
@@ -8944,7 +11699,9 @@ CUWIRE_EXPORT cudaError_t cudaProfilerStop(void)
 int cuwire_py_cudaRuntimeGetVersion(void *);
 CUWIRE_EXPORT cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
 {
-    __atomic_add_fetch(&cuwire_counts[825], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[904], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaRuntimeGetVersion");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaRuntimeGetVersion((void *)runtimeVersion));
@@ -8954,7 +11711,9 @@ CUWIRE_EXPORT cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
 int cuwire_py_cudaSetDevice(int64_t);
 CUWIRE_EXPORT cudaError_t cudaSetDevice(int device)
 {
-    __atomic_add_fetch(&cuwire_counts[826], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[905], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaSetDevice");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaSetDevice((int64_t)device));
@@ -8964,7 +11723,9 @@ CUWIRE_EXPORT cudaError_t cudaSetDevice(int device)
 int cuwire_py_cudaSetDeviceFlags(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaSetDeviceFlags(unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[827], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[906], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaSetDeviceFlags");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaSetDeviceFlags((uint64_t)flags));
@@ -8974,7 +11735,9 @@ CUWIRE_EXPORT cudaError_t cudaSetDeviceFlags(unsigned int flags)
 int cuwire_py_cudaSetValidDevices(void *, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaSetValidDevices(int *device_arr, int len)
 {
-    __atomic_add_fetch(&cuwire_counts[828], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[907], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaSetValidDevices");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaSetValidDevices((void *)device_arr, (uint64_t)(len * 4), (int64_t)len));
@@ -8983,7 +11746,9 @@ CUWIRE_EXPORT cudaError_t cudaSetValidDevices(int *device_arr, int len)
 /* cudaSignalExternalSemaphoresAsync (cuda_runtime_api.h): unimplemented; also cudaSignalExternalSemaphoresAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaSignalExternalSemaphoresAsync(const cudaExternalSemaphore_t *extSemArray, const struct cudaExternalSemaphoreSignalParams *paramsArray, unsigned int numExtSems, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[829], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[908], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaSignalExternalSemaphoresAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaSignalExternalSemaphoresAsync", "cuda_runtime_api.h", &warned));
 }
@@ -8992,7 +11757,9 @@ CUWIRE_EXPORT __typeof__(cudaSignalExternalSemaphoresAsync) cudaSignalExternalSe
 /* cudaStreamAddCallback (cuda_runtime_api.h): unimplemented; also cudaStreamAddCallback_ptsz */
 CUWIRE_EXPORT cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t callback, void *userData, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[830], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[909], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamAddCallback");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamAddCallback", "cuda_runtime_api.h", &warned));
 }
@@ -9001,7 +11768,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamAddCallback) cudaStreamAddCallback_ptsz __att
 /* cudaStreamAttachMemAsync (cuda_runtime_api.h): unimplemented; also cudaStreamAttachMemAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaStreamAttachMemAsync(cudaStream_t stream, void *devPtr, size_t length, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[831], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[910], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamAttachMemAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamAttachMemAsync", "cuda_runtime_api.h", &warned));
 }
@@ -9010,7 +11779,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamAttachMemAsync) cudaStreamAttachMemAsync_ptsz
 /* cudaStreamBeginCapture (cuda_runtime_api.h): unimplemented; also cudaStreamBeginCapture_ptsz */
 CUWIRE_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
 {
-    __atomic_add_fetch(&cuwire_counts[832], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[911], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamBeginCapture");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamBeginCapture", "cuda_runtime_api.h", &warned));
 }
@@ -9019,7 +11790,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamBeginCapture) cudaStreamBeginCapture_ptsz __a
 /* cudaStreamBeginCaptureToGraph (cuda_runtime_api.h): unimplemented; also cudaStreamBeginCaptureToGraph_ptsz */
 CUWIRE_EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph, const cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, enum cudaStreamCaptureMode mode)
 {
-    __atomic_add_fetch(&cuwire_counts[833], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[912], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamBeginCaptureToGraph");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamBeginCaptureToGraph", "cuda_runtime_api.h", &warned));
 }
@@ -9029,7 +11802,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamBeginCaptureToGraph) cudaStreamBeginCaptureTo
 int cuwire_py_cudaStreamCopyAttributes(uint64_t, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamCopyAttributes(cudaStream_t dst, cudaStream_t src)
 {
-    __atomic_add_fetch(&cuwire_counts[834], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[913], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamCopyAttributes");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamCopyAttributes((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src));
@@ -9040,7 +11815,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamCopyAttributes) cudaStreamCopyAttributes_ptsz
 int cuwire_py_cudaStreamCreate(void *);
 CUWIRE_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *pStream)
 {
-    __atomic_add_fetch(&cuwire_counts[835], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[914], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamCreate");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamCreate((void *)pStream));
@@ -9050,7 +11827,9 @@ CUWIRE_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *pStream)
 int cuwire_py_cudaStreamCreateWithFlags(void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[836], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[915], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamCreateWithFlags");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamCreateWithFlags((void *)pStream, (uint64_t)flags));
@@ -9060,7 +11839,9 @@ CUWIRE_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsig
 int cuwire_py_cudaStreamCreateWithPriority(void *, uint64_t, int64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority)
 {
-    __atomic_add_fetch(&cuwire_counts[837], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[916], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamCreateWithPriority");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamCreateWithPriority((void *)pStream, (uint64_t)flags, (int64_t)priority));
@@ -9070,7 +11851,9 @@ CUWIRE_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, un
 int cuwire_py_cudaStreamDestroy(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[838], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[917], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamDestroy");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamDestroy((uint64_t)(uintptr_t)stream));
@@ -9079,7 +11862,9 @@ CUWIRE_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
 /* cudaStreamEndCapture (cuda_runtime_api.h): unimplemented; also cudaStreamEndCapture_ptsz */
 CUWIRE_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
 {
-    __atomic_add_fetch(&cuwire_counts[839], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[918], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamEndCapture");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamEndCapture", "cuda_runtime_api.h", &warned));
 }
@@ -9089,7 +11874,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamEndCapture) cudaStreamEndCapture_ptsz __attri
 int cuwire_py_cudaStreamGetAttribute(uint64_t, int64_t, void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamGetAttribute(cudaStream_t hStream, cudaLaunchAttributeID attr, cudaLaunchAttributeValue *value_out)
 {
-    __atomic_add_fetch(&cuwire_counts[840], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[919], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamGetAttribute");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamGetAttribute((uint64_t)(uintptr_t)hStream, (int64_t)attr, (void *)value_out, sizeof *value_out));
@@ -9099,7 +11886,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetAttribute) cudaStreamGetAttribute_ptsz __a
 /* cudaStreamGetCaptureInfo (cuda_runtime_api.h): unimplemented; also cudaStreamGetCaptureInfo_ptsz */
 CUWIRE_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out, cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out, const cudaGraphEdgeData **edgeData_out, size_t *numDependencies_out)
 {
-    __atomic_add_fetch(&cuwire_counts[841], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[920], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamGetCaptureInfo");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamGetCaptureInfo", "cuda_runtime_api.h", &warned));
 }
@@ -9109,7 +11898,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetCaptureInfo) cudaStreamGetCaptureInfo_ptsz
 int cuwire_py_cudaStreamGetDevice(uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaStreamGetDevice(cudaStream_t hStream, int *device)
 {
-    __atomic_add_fetch(&cuwire_counts[842], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[921], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamGetDevice");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamGetDevice((uint64_t)(uintptr_t)hStream, (void *)device));
@@ -9120,7 +11911,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetDevice) cudaStreamGetDevice_ptsz __attribu
 int cuwire_py_cudaStreamGetFlags(uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaStreamGetFlags(cudaStream_t hStream, unsigned int *flags)
 {
-    __atomic_add_fetch(&cuwire_counts[843], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[922], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamGetFlags");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamGetFlags((uint64_t)(uintptr_t)hStream, (void *)flags));
@@ -9131,7 +11924,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetFlags) cudaStreamGetFlags_ptsz __attribute
 int cuwire_py_cudaStreamGetId(uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaStreamGetId(cudaStream_t hStream, unsigned long long *streamId)
 {
-    __atomic_add_fetch(&cuwire_counts[844], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[923], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamGetId");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamGetId((uint64_t)(uintptr_t)hStream, (void *)streamId));
@@ -9142,7 +11937,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetId) cudaStreamGetId_ptsz __attribute__((al
 int cuwire_py_cudaStreamGetPriority(uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaStreamGetPriority(cudaStream_t hStream, int *priority)
 {
-    __atomic_add_fetch(&cuwire_counts[845], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[924], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamGetPriority");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamGetPriority((uint64_t)(uintptr_t)hStream, (void *)priority));
@@ -9153,7 +11950,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetPriority) cudaStreamGetPriority_ptsz __att
 int cuwire_py_cudaStreamIsCapturing(uint64_t, void *);
 CUWIRE_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus)
 {
-    __atomic_add_fetch(&cuwire_counts[846], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[925], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamIsCapturing");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamIsCapturing((uint64_t)(uintptr_t)stream, (void *)pCaptureStatus));
@@ -9164,7 +11963,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamIsCapturing) cudaStreamIsCapturing_ptsz __att
 int cuwire_py_cudaStreamQuery(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[847], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[926], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamQuery");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamQuery((uint64_t)(uintptr_t)stream));
@@ -9175,7 +11976,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamQuery) cudaStreamQuery_ptsz __attribute__((al
 int cuwire_py_cudaStreamSetAttribute(uint64_t, int64_t, void *, uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamSetAttribute(cudaStream_t hStream, cudaLaunchAttributeID attr, const cudaLaunchAttributeValue *value)
 {
-    __atomic_add_fetch(&cuwire_counts[848], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[927], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamSetAttribute");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamSetAttribute((uint64_t)(uintptr_t)hStream, (int64_t)attr, (void *)value, sizeof *value));
@@ -9186,7 +11989,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamSetAttribute) cudaStreamSetAttribute_ptsz __a
 int cuwire_py_cudaStreamSynchronize(uint64_t);
 CUWIRE_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[849], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[928], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamSynchronize");
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaStreamSynchronize((uint64_t)(uintptr_t)stream));
@@ -9196,7 +12001,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamSynchronize) cudaStreamSynchronize_ptsz __att
 /* cudaStreamUpdateCaptureDependencies (cuda_runtime_api.h): unimplemented; also cudaStreamUpdateCaptureDependencies_ptsz */
 CUWIRE_EXPORT cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[850], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[929], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamUpdateCaptureDependencies");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamUpdateCaptureDependencies", "cuda_runtime_api.h", &warned));
 }
@@ -9205,7 +12012,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamUpdateCaptureDependencies) cudaStreamUpdateCa
 /* cudaStreamWaitEvent (cuda_runtime_api.h): remoted, async; also cudaStreamWaitEvent_ptsz */
 CUWIRE_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[851], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[930], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaStreamWaitEvent");
     struct __attribute__((packed)) {
         uint64_t stream;
         uint64_t event;
@@ -9222,7 +12031,9 @@ CUWIRE_EXPORT __typeof__(cudaStreamWaitEvent) cudaStreamWaitEvent_ptsz __attribu
 /* cudaThreadExchangeStreamCaptureMode (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
 {
-    __atomic_add_fetch(&cuwire_counts[852], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[931], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaThreadExchangeStreamCaptureMode");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaThreadExchangeStreamCaptureMode", "cuda_runtime_api.h", &warned));
 }
@@ -9230,7 +12041,9 @@ CUWIRE_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCap
 /* cudaUserObjectCreate (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaUserObjectCreate(cudaUserObject_t *object_out, void *ptr, cudaHostFn_t destroy, unsigned int initialRefcount, unsigned int flags)
 {
-    __atomic_add_fetch(&cuwire_counts[853], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[932], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaUserObjectCreate");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaUserObjectCreate", "cuda_runtime_api.h", &warned));
 }
@@ -9238,7 +12051,9 @@ CUWIRE_EXPORT cudaError_t cudaUserObjectCreate(cudaUserObject_t *object_out, voi
 /* cudaUserObjectRelease (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaUserObjectRelease(cudaUserObject_t object, unsigned int count)
 {
-    __atomic_add_fetch(&cuwire_counts[854], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[933], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaUserObjectRelease");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaUserObjectRelease", "cuda_runtime_api.h", &warned));
 }
@@ -9246,7 +12061,9 @@ CUWIRE_EXPORT cudaError_t cudaUserObjectRelease(cudaUserObject_t object, unsigne
 /* cudaUserObjectRetain (cuda_runtime_api.h): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaUserObjectRetain(cudaUserObject_t object, unsigned int count)
 {
-    __atomic_add_fetch(&cuwire_counts[855], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[934], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaUserObjectRetain");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaUserObjectRetain", "cuda_runtime_api.h", &warned));
 }
@@ -9254,7 +12071,9 @@ CUWIRE_EXPORT cudaError_t cudaUserObjectRetain(cudaUserObject_t object, unsigned
 /* cudaVDPAUGetDevice (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaVDPAUGetDevice(void)
 {
-    __atomic_add_fetch(&cuwire_counts[856], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[935], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaVDPAUGetDevice");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaVDPAUGetDevice", "libcudart.so.13 export", &warned));
 }
@@ -9262,7 +12081,9 @@ CUWIRE_EXPORT cudaError_t cudaVDPAUGetDevice(void)
 /* cudaVDPAUSetVDPAUDevice (libcudart.so.13 export): unimplemented */
 CUWIRE_EXPORT cudaError_t cudaVDPAUSetVDPAUDevice(void)
 {
-    __atomic_add_fetch(&cuwire_counts[857], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[936], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaVDPAUSetVDPAUDevice");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaVDPAUSetVDPAUDevice", "libcudart.so.13 export", &warned));
 }
@@ -9270,7 +12091,9 @@ CUWIRE_EXPORT cudaError_t cudaVDPAUSetVDPAUDevice(void)
 /* cudaWaitExternalSemaphoresAsync (cuda_runtime_api.h): unimplemented; also cudaWaitExternalSemaphoresAsync_ptsz */
 CUWIRE_EXPORT cudaError_t cudaWaitExternalSemaphoresAsync(const cudaExternalSemaphore_t *extSemArray, const struct cudaExternalSemaphoreWaitParams *paramsArray, unsigned int numExtSems, cudaStream_t stream)
 {
-    __atomic_add_fetch(&cuwire_counts[858], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_counts[937], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("cudaWaitExternalSemaphoresAsync");
     static int warned;
     return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaWaitExternalSemaphoresAsync", "cuda_runtime_api.h", &warned));
 }

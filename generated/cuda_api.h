@@ -4902,5 +4902,10 @@ CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args);
 CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args);
 CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args);
 CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args);
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
+CUresult cuProfilerStart(void);
+CUresult cuProfilerStop(void);
 
 #endif

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "1be5f89dd26fe91d"
+API_DIGEST = "ae0506ced49fcfd4"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -21,21 +21,103 @@ OP_IDS = {
 }
 
 
-def cuCtxGetCurrent(s, a: pb.cuCtxGetCurrent_Args) -> pb.cuCtxGetCurrent_Result:
-    """cuCtxGetCurrent (cuda.h)"""
-    r = pb.cuCtxGetCurrent_Result()
-    pctx = s.ffi.new("CUcontext *")
-    r.status = s.lib.cuCtxGetCurrent(pctx)
+def cuCtxGetApiVersion(s, a: pb.cuCtxGetApiVersion_Args) -> pb.cuCtxGetApiVersion_Result:
+    """cuCtxGetApiVersion (cuda.h)"""
+    r = pb.cuCtxGetApiVersion_Result()
+    version = s.ffi.new("unsigned int *")
+    r.status = s.lib.cuCtxGetApiVersion(s.handle("CUctx_st", "CUcontext", a.ctx), version)
     if r.status == 0:
-        r.pctx = s.scalar(pctx[0])
-        s.owns_handle("CUctx_st", r.pctx)
+        r.version = s.scalar(version[0])
     return r
 
 
-def cuCtxSetCurrent(s, a: pb.cuCtxSetCurrent_Args) -> pb.cuCtxSetCurrent_Result:
-    """cuCtxSetCurrent (cuda.h)"""
-    r = pb.cuCtxSetCurrent_Result()
-    r.status = s.lib.cuCtxSetCurrent(s.handle("CUctx_st", "CUcontext", a.ctx))
+def cuCtxGetCacheConfig(s, a: pb.cuCtxGetCacheConfig_Args) -> pb.cuCtxGetCacheConfig_Result:
+    """cuCtxGetCacheConfig (cuda.h)"""
+    r = pb.cuCtxGetCacheConfig_Result()
+    pconfig = s.ffi.new("CUfunc_cache *")
+    r.status = s.lib.cuCtxGetCacheConfig(pconfig)
+    if r.status == 0:
+        r.pconfig = s.scalar(pconfig[0])
+    return r
+
+
+def cuCtxGetDevice(s, a: pb.cuCtxGetDevice_Args) -> pb.cuCtxGetDevice_Result:
+    """cuCtxGetDevice (cuda.h)"""
+    r = pb.cuCtxGetDevice_Result()
+    device = s.ffi.new("CUdevice *")
+    r.status = s.lib.cuCtxGetDevice(device)
+    if r.status == 0:
+        r.device = s.scalar(device[0])
+    return r
+
+
+def cuCtxGetDevice_v2(s, a: pb.cuCtxGetDevice_v2_Args) -> pb.cuCtxGetDevice_v2_Result:
+    """cuCtxGetDevice_v2 (cuda.h)"""
+    r = pb.cuCtxGetDevice_v2_Result()
+    device = s.ffi.new("CUdevice *")
+    r.status = s.lib.cuCtxGetDevice_v2(device, s.handle("CUctx_st", "CUcontext", a.ctx))
+    if r.status == 0:
+        r.device = s.scalar(device[0])
+    return r
+
+
+def cuCtxGetFlags(s, a: pb.cuCtxGetFlags_Args) -> pb.cuCtxGetFlags_Result:
+    """cuCtxGetFlags (cuda.h)"""
+    r = pb.cuCtxGetFlags_Result()
+    flags = s.ffi.new("unsigned int *")
+    r.status = s.lib.cuCtxGetFlags(flags)
+    if r.status == 0:
+        r.flags = s.scalar(flags[0])
+    return r
+
+
+def cuCtxGetLimit(s, a: pb.cuCtxGetLimit_Args) -> pb.cuCtxGetLimit_Result:
+    """cuCtxGetLimit (cuda.h)"""
+    r = pb.cuCtxGetLimit_Result()
+    pvalue = s.ffi.new("size_t *")
+    r.status = s.lib.cuCtxGetLimit(pvalue, a.limit)
+    if r.status == 0:
+        r.pvalue = s.scalar(pvalue[0])
+    return r
+
+
+def cuCtxGetStreamPriorityRange(s, a: pb.cuCtxGetStreamPriorityRange_Args) -> pb.cuCtxGetStreamPriorityRange_Result:
+    """cuCtxGetStreamPriorityRange (cuda.h)"""
+    r = pb.cuCtxGetStreamPriorityRange_Result()
+    leastPriority = s.ffi.new("int *")
+    greatestPriority = s.ffi.new("int *")
+    r.status = s.lib.cuCtxGetStreamPriorityRange(leastPriority, greatestPriority)
+    if r.status == 0:
+        r.leastPriority = s.scalar(leastPriority[0])
+        r.greatestPriority = s.scalar(greatestPriority[0])
+    return r
+
+
+def cuCtxResetPersistingL2Cache(s, a: pb.cuCtxResetPersistingL2Cache_Args) -> pb.cuCtxResetPersistingL2Cache_Result:
+    """cuCtxResetPersistingL2Cache (cuda.h)"""
+    r = pb.cuCtxResetPersistingL2Cache_Result()
+    r.status = s.lib.cuCtxResetPersistingL2Cache()
+    return r
+
+
+def cuCtxSetCacheConfig(s, a: pb.cuCtxSetCacheConfig_Args) -> pb.cuCtxSetCacheConfig_Result:
+    """cuCtxSetCacheConfig (cuda.h)"""
+    r = pb.cuCtxSetCacheConfig_Result()
+    r.status = s.lib.cuCtxSetCacheConfig(a.config)
+    return r
+
+
+def cuCtxSetFlags(s, a: pb.cuCtxSetFlags_Args) -> pb.cuCtxSetFlags_Result:
+    """cuCtxSetFlags (cuda.h)"""
+    r = pb.cuCtxSetFlags_Result()
+    r.status = s.lib.cuCtxSetFlags(a.flags)
+    return r
+
+
+def cuCtxSetLimit(s, a: pb.cuCtxSetLimit_Args) -> pb.cuCtxSetLimit_Result:
+    """cuCtxSetLimit (cuda.h)"""
+    r = pb.cuCtxSetLimit_Result()
+    r.status = s.lib.cuCtxSetLimit(a.limit, a.value)
     return r
 
 
@@ -46,65 +128,51 @@ def cuCtxSynchronize(s, a: pb.cuCtxSynchronize_Args) -> pb.cuCtxSynchronize_Resu
     return r
 
 
-def cuDeviceComputeCapability(s, a: pb.cuDeviceComputeCapability_Args) -> pb.cuDeviceComputeCapability_Result:
-    """cuDeviceComputeCapability (cuda.h)"""
-    r = pb.cuDeviceComputeCapability_Result()
-    major = s.ffi.new("int *")
-    minor = s.ffi.new("int *")
-    r.status = s.lib.cuDeviceComputeCapability(major, minor, a.dev)
-    if r.status == 0:
-        r.major = s.scalar(major[0])
-        r.minor = s.scalar(minor[0])
+def cuCtxSynchronize_v2(s, a: pb.cuCtxSynchronize_v2_Args) -> pb.cuCtxSynchronize_v2_Result:
+    """cuCtxSynchronize_v2 (cuda.h)"""
+    r = pb.cuCtxSynchronize_v2_Result()
+    r.status = s.lib.cuCtxSynchronize_v2(s.handle("CUctx_st", "CUcontext", a.ctx))
     return r
 
 
-def cuDeviceGet(s, a: pb.cuDeviceGet_Args) -> pb.cuDeviceGet_Result:
-    """cuDeviceGet (cuda.h)"""
-    r = pb.cuDeviceGet_Result()
-    device = s.ffi.new("CUdevice *")
-    r.status = s.lib.cuDeviceGet(device, a.ordinal)
+def cuDeviceCanAccessPeer(s, a: pb.cuDeviceCanAccessPeer_Args) -> pb.cuDeviceCanAccessPeer_Result:
+    """cuDeviceCanAccessPeer (cuda.h)"""
+    r = pb.cuDeviceCanAccessPeer_Result()
+    canAccessPeer = s.ffi.new("int *")
+    r.status = s.lib.cuDeviceCanAccessPeer(canAccessPeer, a.dev, a.peerDev)
     if r.status == 0:
-        r.device = s.scalar(device[0])
+        r.canAccessPeer = s.scalar(canAccessPeer[0])
     return r
 
 
-def cuDeviceGetAttribute(s, a: pb.cuDeviceGetAttribute_Args) -> pb.cuDeviceGetAttribute_Result:
-    """cuDeviceGetAttribute (cuda.h)"""
-    r = pb.cuDeviceGetAttribute_Result()
-    pi = s.ffi.new("int *")
-    r.status = s.lib.cuDeviceGetAttribute(pi, a.attrib, a.dev)
+def cuDeviceGetByPCIBusId(s, a: pb.cuDeviceGetByPCIBusId_Args) -> pb.cuDeviceGetByPCIBusId_Result:
+    """cuDeviceGetByPCIBusId (cuda.h)"""
+    r = pb.cuDeviceGetByPCIBusId_Result()
+    dev = s.ffi.new("CUdevice *")
+    pciBusId = s.string(a.pciBusId)
+    r.status = s.lib.cuDeviceGetByPCIBusId(dev, pciBusId)
     if r.status == 0:
-        r.pi = s.scalar(pi[0])
+        r.dev = s.scalar(dev[0])
     return r
 
 
-def cuDeviceGetCount(s, a: pb.cuDeviceGetCount_Args) -> pb.cuDeviceGetCount_Result:
-    """cuDeviceGetCount (cuda.h)"""
-    r = pb.cuDeviceGetCount_Result()
-    count = s.ffi.new("int *")
-    r.status = s.lib.cuDeviceGetCount(count)
+def cuDeviceGetP2PAttribute(s, a: pb.cuDeviceGetP2PAttribute_Args) -> pb.cuDeviceGetP2PAttribute_Result:
+    """cuDeviceGetP2PAttribute (cuda.h)"""
+    r = pb.cuDeviceGetP2PAttribute_Result()
+    value = s.ffi.new("int *")
+    r.status = s.lib.cuDeviceGetP2PAttribute(value, a.attrib, a.srcDevice, a.dstDevice)
     if r.status == 0:
-        r.count = s.scalar(count[0])
+        r.value = s.scalar(value[0])
     return r
 
 
-def cuDeviceGetName(s, a: pb.cuDeviceGetName_Args) -> pb.cuDeviceGetName_Result:
-    """cuDeviceGetName (cuda.h)"""
-    r = pb.cuDeviceGetName_Result()
-    name = s.out_buffer(a.len)
-    r.status = s.lib.cuDeviceGetName(name, a.len, a.dev)
+def cuDeviceGetPCIBusId(s, a: pb.cuDeviceGetPCIBusId_Args) -> pb.cuDeviceGetPCIBusId_Result:
+    """cuDeviceGetPCIBusId (cuda.h)"""
+    r = pb.cuDeviceGetPCIBusId_Result()
+    pciBusId = s.out_buffer(a.len)
+    r.status = s.lib.cuDeviceGetPCIBusId(pciBusId, a.len, a.dev)
     if r.status == 0:
-        r.name = s.take(name, a.len)
-    return r
-
-
-def cuDeviceGetUuid_v2(s, a: pb.cuDeviceGetUuid_v2_Args) -> pb.cuDeviceGetUuid_v2_Result:
-    """cuDeviceGetUuid_v2 (cuda.h)"""
-    r = pb.cuDeviceGetUuid_v2_Result()
-    uuid = s.ffi.new("CUuuid *")
-    r.status = s.lib.cuDeviceGetUuid_v2(uuid, a.dev)
-    if r.status == 0:
-        r.uuid = s.take(uuid)
+        r.pciBusId = s.take(pciBusId, a.len)
     return r
 
 
@@ -127,6 +195,13 @@ def cuDevicePrimaryCtxRelease_v2(s, a: pb.cuDevicePrimaryCtxRelease_v2_Args) -> 
     return r
 
 
+def cuDevicePrimaryCtxReset_v2(s, a: pb.cuDevicePrimaryCtxReset_v2_Args) -> pb.cuDevicePrimaryCtxReset_v2_Result:
+    """cuDevicePrimaryCtxReset_v2 (cuda.h)"""
+    r = pb.cuDevicePrimaryCtxReset_v2_Result()
+    r.status = s.lib.cuDevicePrimaryCtxReset_v2(a.dev)
+    return r
+
+
 def cuDevicePrimaryCtxRetain(s, a: pb.cuDevicePrimaryCtxRetain_Args) -> pb.cuDevicePrimaryCtxRetain_Result:
     """cuDevicePrimaryCtxRetain (cuda.h)"""
     r = pb.cuDevicePrimaryCtxRetain_Result()
@@ -138,23 +213,10 @@ def cuDevicePrimaryCtxRetain(s, a: pb.cuDevicePrimaryCtxRetain_Args) -> pb.cuDev
     return r
 
 
-def cuDeviceTotalMem_v2(s, a: pb.cuDeviceTotalMem_v2_Args) -> pb.cuDeviceTotalMem_v2_Result:
-    """cuDeviceTotalMem_v2 (cuda.h)"""
-    r = pb.cuDeviceTotalMem_v2_Result()
-    bytes = s.ffi.new("size_t *")
-    r.status = s.lib.cuDeviceTotalMem_v2(bytes, a.dev)
-    if r.status == 0:
-        r.bytes = s.scalar(bytes[0])
-    return r
-
-
-def cuDriverGetVersion(s, a: pb.cuDriverGetVersion_Args) -> pb.cuDriverGetVersion_Result:
-    """cuDriverGetVersion (cuda.h)"""
-    r = pb.cuDriverGetVersion_Result()
-    driverVersion = s.ffi.new("int *")
-    r.status = s.lib.cuDriverGetVersion(driverVersion)
-    if r.status == 0:
-        r.driverVersion = s.scalar(driverVersion[0])
+def cuDevicePrimaryCtxSetFlags_v2(s, a: pb.cuDevicePrimaryCtxSetFlags_v2_Args) -> pb.cuDevicePrimaryCtxSetFlags_v2_Result:
+    """cuDevicePrimaryCtxSetFlags_v2 (cuda.h)"""
+    r = pb.cuDevicePrimaryCtxSetFlags_v2_Result()
+    r.status = s.lib.cuDevicePrimaryCtxSetFlags_v2(a.dev, a.flags)
     return r
 
 
@@ -188,6 +250,13 @@ def cuEventElapsedTime_v2(s, a: pb.cuEventElapsedTime_v2_Args) -> pb.cuEventElap
     return r
 
 
+def cuEventQuery(s, a: pb.cuEventQuery_Args) -> pb.cuEventQuery_Result:
+    """cuEventQuery (cuda.h)"""
+    r = pb.cuEventQuery_Result()
+    r.status = s.lib.cuEventQuery(s.handle("CUevent_st", "CUevent", a.hEvent))
+    return r
+
+
 def cuEventSynchronize(s, a: pb.cuEventSynchronize_Args) -> pb.cuEventSynchronize_Result:
     """cuEventSynchronize (cuda.h)"""
     r = pb.cuEventSynchronize_Result()
@@ -195,10 +264,110 @@ def cuEventSynchronize(s, a: pb.cuEventSynchronize_Args) -> pb.cuEventSynchroniz
     return r
 
 
-def cuInit(s, a: pb.cuInit_Args) -> pb.cuInit_Result:
-    """cuInit (cuda.h)"""
-    r = pb.cuInit_Result()
-    r.status = s.lib.cuInit(a.Flags)
+def cuFuncGetAttribute(s, a: pb.cuFuncGetAttribute_Args) -> pb.cuFuncGetAttribute_Result:
+    """cuFuncGetAttribute (cuda.h)"""
+    r = pb.cuFuncGetAttribute_Result()
+    pi = s.ffi.new("int *")
+    r.status = s.lib.cuFuncGetAttribute(pi, a.attrib, s.handle("CUfunc_st", "CUfunction", a.hfunc))
+    if r.status == 0:
+        r.pi = s.scalar(pi[0])
+    return r
+
+
+def cuFuncGetParamInfo(s, a: pb.cuFuncGetParamInfo_Args) -> pb.cuFuncGetParamInfo_Result:
+    """cuFuncGetParamInfo (cuda.h)"""
+    r = pb.cuFuncGetParamInfo_Result()
+    paramOffset = s.ffi.new("size_t *")
+    paramSize = s.ffi.new("size_t *")
+    r.status = s.lib.cuFuncGetParamInfo(s.handle("CUfunc_st", "CUfunction", a.func), a.paramIndex, paramOffset, paramSize)
+    if r.status == 0:
+        r.paramOffset = s.scalar(paramOffset[0])
+        r.paramSize = s.scalar(paramSize[0])
+    return r
+
+
+def cuFuncSetAttribute(s, a: pb.cuFuncSetAttribute_Args) -> pb.cuFuncSetAttribute_Result:
+    """cuFuncSetAttribute (cuda.h)"""
+    r = pb.cuFuncSetAttribute_Result()
+    r.status = s.lib.cuFuncSetAttribute(s.handle("CUfunc_st", "CUfunction", a.hfunc), a.attrib, a.value)
+    return r
+
+
+def cuFuncSetCacheConfig(s, a: pb.cuFuncSetCacheConfig_Args) -> pb.cuFuncSetCacheConfig_Result:
+    """cuFuncSetCacheConfig (cuda.h)"""
+    r = pb.cuFuncSetCacheConfig_Result()
+    r.status = s.lib.cuFuncSetCacheConfig(s.handle("CUfunc_st", "CUfunction", a.hfunc), a.config)
+    return r
+
+
+def cuKernelGetAttribute(s, a: pb.cuKernelGetAttribute_Args) -> pb.cuKernelGetAttribute_Result:
+    """cuKernelGetAttribute (cuda.h)"""
+    r = pb.cuKernelGetAttribute_Result()
+    pi = s.ffi.new("int *")
+    r.status = s.lib.cuKernelGetAttribute(pi, a.attrib, s.handle("CUkern_st", "CUkernel", a.kernel), a.dev)
+    if r.status == 0:
+        r.pi = s.scalar(pi[0])
+    return r
+
+
+def cuKernelGetParamInfo(s, a: pb.cuKernelGetParamInfo_Args) -> pb.cuKernelGetParamInfo_Result:
+    """cuKernelGetParamInfo (cuda.h)"""
+    r = pb.cuKernelGetParamInfo_Result()
+    paramOffset = s.ffi.new("size_t *")
+    paramSize = s.ffi.new("size_t *")
+    r.status = s.lib.cuKernelGetParamInfo(s.handle("CUkern_st", "CUkernel", a.kernel), a.paramIndex, paramOffset, paramSize)
+    if r.status == 0:
+        r.paramOffset = s.scalar(paramOffset[0])
+        r.paramSize = s.scalar(paramSize[0])
+    return r
+
+
+def cuKernelSetAttribute(s, a: pb.cuKernelSetAttribute_Args) -> pb.cuKernelSetAttribute_Result:
+    """cuKernelSetAttribute (cuda.h)"""
+    r = pb.cuKernelSetAttribute_Result()
+    r.status = s.lib.cuKernelSetAttribute(a.attrib, a.val, s.handle("CUkern_st", "CUkernel", a.kernel), a.dev)
+    return r
+
+
+def cuKernelSetCacheConfig(s, a: pb.cuKernelSetCacheConfig_Args) -> pb.cuKernelSetCacheConfig_Result:
+    """cuKernelSetCacheConfig (cuda.h)"""
+    r = pb.cuKernelSetCacheConfig_Result()
+    r.status = s.lib.cuKernelSetCacheConfig(s.handle("CUkern_st", "CUkernel", a.kernel), a.config, a.dev)
+    return r
+
+
+def cuLibraryGetModule(s, a: pb.cuLibraryGetModule_Args) -> pb.cuLibraryGetModule_Result:
+    """cuLibraryGetModule (cuda.h)"""
+    r = pb.cuLibraryGetModule_Result()
+    pMod = s.ffi.new("CUmodule *")
+    r.status = s.lib.cuLibraryGetModule(pMod, s.handle("CUlib_st", "CUlibrary", a.library))
+    if r.status == 0:
+        r.pMod = s.scalar(pMod[0])
+        s.owns_handle("CUmod_st", r.pMod)
+    return r
+
+
+def cuMemAllocAsync(s, a: pb.cuMemAllocAsync_Args) -> pb.cuMemAllocAsync_Result:
+    """cuMemAllocAsync (cuda.h)"""
+    r = pb.cuMemAllocAsync_Result()
+    dptr = s.ffi.new("CUdeviceptr *")
+    r.status = s.lib.cuMemAllocAsync(dptr, a.bytesize, s.handle("CUstream_st", "CUstream", a.hStream))
+    if r.status == 0:
+        r.dptr = s.scalar(dptr[0])
+        s.owns(r.dptr, a.bytesize)
+    return r
+
+
+def cuMemAllocPitch_v2(s, a: pb.cuMemAllocPitch_v2_Args) -> pb.cuMemAllocPitch_v2_Result:
+    """cuMemAllocPitch_v2 (cuda.h)"""
+    r = pb.cuMemAllocPitch_v2_Result()
+    dptr = s.ffi.new("CUdeviceptr *")
+    pPitch = s.ffi.new("size_t *")
+    r.status = s.lib.cuMemAllocPitch_v2(dptr, pPitch, a.WidthInBytes, a.Height, a.ElementSizeBytes)
+    if r.status == 0:
+        r.dptr = s.scalar(dptr[0])
+        r.pPitch = s.scalar(pPitch[0])
+        s.owns(r.dptr, r.pPitch * a.Height)
     return r
 
 
@@ -210,6 +379,15 @@ def cuMemAlloc_v2(s, a: pb.cuMemAlloc_v2_Args) -> pb.cuMemAlloc_v2_Result:
     if r.status == 0:
         r.dptr = s.scalar(dptr[0])
         s.owns(r.dptr, a.bytesize)
+    return r
+
+
+def cuMemFreeAsync(s, a: pb.cuMemFreeAsync_Args) -> pb.cuMemFreeAsync_Result:
+    """cuMemFreeAsync (cuda.h)"""
+    r = pb.cuMemFreeAsync_Result()
+    r.status = s.lib.cuMemFreeAsync(a.dptr, s.handle("CUstream_st", "CUstream", a.hStream))
+    if r.status == 0:
+        s.disowns(a.dptr)
     return r
 
 
@@ -234,10 +412,42 @@ def cuMemGetInfo_v2(s, a: pb.cuMemGetInfo_v2_Args) -> pb.cuMemGetInfo_v2_Result:
     return r
 
 
+def cuMemcpy(s, a: pb.cuMemcpy_Args) -> pb.cuMemcpy_Result:
+    """cuMemcpy (cuda.h)"""
+    r = pb.cuMemcpy_Result()
+    dst = s.out_buffer(a.ByteCount) if a.HasField("dst_host") else s.device(a.dst, a.ByteCount)
+    src = s.in_buffer(a.src_host, a.ByteCount) if a.HasField("src_host") else s.device(a.src, a.ByteCount)
+    r.status = s.lib.cuMemcpy(s.address_of(dst), s.address_of(src), a.ByteCount)
+    if a.HasField("dst_host"):
+        r.dst = s.take(dst, a.ByteCount)
+    return r
+
+
+def cuMemcpyAsync(s, a: pb.cuMemcpyAsync_Args) -> pb.cuMemcpyAsync_Result:
+    """cuMemcpyAsync (cuda.h)"""
+    r = pb.cuMemcpyAsync_Result()
+    dst = s.out_buffer(a.ByteCount) if a.HasField("dst_host") else s.device(a.dst, a.ByteCount)
+    src = s.in_buffer(a.src_host, a.ByteCount) if a.HasField("src_host") else s.device(a.src, a.ByteCount)
+    r.status = s.lib.cuMemcpyAsync(s.address_of(dst), s.address_of(src), a.ByteCount, s.handle("CUstream_st", "CUstream", a.hStream))
+    if a.HasField("dst_host"):
+        r.dst = s.take(dst, a.ByteCount)
+    return r
+
+
 def cuMemcpyDtoD_v2(s, a: pb.cuMemcpyDtoD_v2_Args) -> pb.cuMemcpyDtoD_v2_Result:
     """cuMemcpyDtoD_v2 (cuda.h)"""
     r = pb.cuMemcpyDtoD_v2_Result()
     r.status = s.lib.cuMemcpyDtoD_v2(a.dstDevice, a.srcDevice, a.ByteCount)
+    return r
+
+
+def cuMemcpyDtoHAsync_v2(s, a: pb.cuMemcpyDtoHAsync_v2_Args) -> pb.cuMemcpyDtoHAsync_v2_Result:
+    """cuMemcpyDtoHAsync_v2 (cuda.h)"""
+    r = pb.cuMemcpyDtoHAsync_v2_Result()
+    dstHost = s.out_buffer(a.ByteCount)
+    r.status = s.lib.cuMemcpyDtoHAsync_v2(dstHost, a.srcDevice, a.ByteCount, s.handle("CUstream_st", "CUstream", a.hStream))
+    if r.status == 0:
+        r.dstHost = s.take(dstHost, a.ByteCount)
     return r
 
 
@@ -251,11 +461,47 @@ def cuMemcpyDtoH_v2(s, a: pb.cuMemcpyDtoH_v2_Args) -> pb.cuMemcpyDtoH_v2_Result:
     return r
 
 
+def cuMemcpyHtoDAsync_v2(s, a: pb.cuMemcpyHtoDAsync_v2_Args) -> pb.cuMemcpyHtoDAsync_v2_Result:
+    """cuMemcpyHtoDAsync_v2 (cuda.h)"""
+    r = pb.cuMemcpyHtoDAsync_v2_Result()
+    srcHost = s.in_buffer(a.srcHost, a.ByteCount)
+    r.status = s.lib.cuMemcpyHtoDAsync_v2(a.dstDevice, srcHost, a.ByteCount, s.handle("CUstream_st", "CUstream", a.hStream))
+    return r
+
+
 def cuMemcpyHtoD_v2(s, a: pb.cuMemcpyHtoD_v2_Args) -> pb.cuMemcpyHtoD_v2_Result:
     """cuMemcpyHtoD_v2 (cuda.h)"""
     r = pb.cuMemcpyHtoD_v2_Result()
     srcHost = s.in_buffer(a.srcHost, a.ByteCount)
     r.status = s.lib.cuMemcpyHtoD_v2(a.dstDevice, srcHost, a.ByteCount)
+    return r
+
+
+def cuMemsetD16_v2(s, a: pb.cuMemsetD16_v2_Args) -> pb.cuMemsetD16_v2_Result:
+    """cuMemsetD16_v2 (cuda.h)"""
+    r = pb.cuMemsetD16_v2_Result()
+    r.status = s.lib.cuMemsetD16_v2(a.dstDevice, a.us, a.N)
+    return r
+
+
+def cuMemsetD2D16_v2(s, a: pb.cuMemsetD2D16_v2_Args) -> pb.cuMemsetD2D16_v2_Result:
+    """cuMemsetD2D16_v2 (cuda.h)"""
+    r = pb.cuMemsetD2D16_v2_Result()
+    r.status = s.lib.cuMemsetD2D16_v2(a.dstDevice, a.dstPitch, a.us, a.Width, a.Height)
+    return r
+
+
+def cuMemsetD2D32_v2(s, a: pb.cuMemsetD2D32_v2_Args) -> pb.cuMemsetD2D32_v2_Result:
+    """cuMemsetD2D32_v2 (cuda.h)"""
+    r = pb.cuMemsetD2D32_v2_Result()
+    r.status = s.lib.cuMemsetD2D32_v2(a.dstDevice, a.dstPitch, a.ui, a.Width, a.Height)
+    return r
+
+
+def cuMemsetD2D8_v2(s, a: pb.cuMemsetD2D8_v2_Args) -> pb.cuMemsetD2D8_v2_Result:
+    """cuMemsetD2D8_v2 (cuda.h)"""
+    r = pb.cuMemsetD2D8_v2_Result()
+    r.status = s.lib.cuMemsetD2D8_v2(a.dstDevice, a.dstPitch, a.uc, a.Width, a.Height)
     return r
 
 
@@ -273,11 +519,66 @@ def cuMemsetD8_v2(s, a: pb.cuMemsetD8_v2_Args) -> pb.cuMemsetD8_v2_Result:
     return r
 
 
+def cuOccupancyAvailableDynamicSMemPerBlock(s, a: pb.cuOccupancyAvailableDynamicSMemPerBlock_Args) -> pb.cuOccupancyAvailableDynamicSMemPerBlock_Result:
+    """cuOccupancyAvailableDynamicSMemPerBlock (cuda.h)"""
+    r = pb.cuOccupancyAvailableDynamicSMemPerBlock_Result()
+    dynamicSmemSize = s.ffi.new("size_t *")
+    r.status = s.lib.cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, s.handle("CUfunc_st", "CUfunction", a.func), a.numBlocks, a.blockSize)
+    if r.status == 0:
+        r.dynamicSmemSize = s.scalar(dynamicSmemSize[0])
+    return r
+
+
+def cuOccupancyMaxActiveBlocksPerMultiprocessor(s, a: pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Args) -> pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Result:
+    """cuOccupancyMaxActiveBlocksPerMultiprocessor (cuda.h)"""
+    r = pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Result()
+    numBlocks = s.ffi.new("int *")
+    r.status = s.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, s.handle("CUfunc_st", "CUfunction", a.func), a.blockSize, a.dynamicSMemSize)
+    if r.status == 0:
+        r.numBlocks = s.scalar(numBlocks[0])
+    return r
+
+
+def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(s, a: pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Args) -> pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Result:
+    """cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags (cuda.h)"""
+    r = pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Result()
+    numBlocks = s.ffi.new("int *")
+    r.status = s.lib.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, s.handle("CUfunc_st", "CUfunction", a.func), a.blockSize, a.dynamicSMemSize, a.flags)
+    if r.status == 0:
+        r.numBlocks = s.scalar(numBlocks[0])
+    return r
+
+
+def cuProfilerStart(s, a: pb.cuProfilerStart_Args) -> pb.cuProfilerStart_Result:
+    """cuProfilerStart (cuda.h)"""
+    r = pb.cuProfilerStart_Result()
+    r.status = s.lib.cuProfilerStart()
+    return r
+
+
+def cuProfilerStop(s, a: pb.cuProfilerStop_Args) -> pb.cuProfilerStop_Result:
+    """cuProfilerStop (cuda.h)"""
+    r = pb.cuProfilerStop_Result()
+    r.status = s.lib.cuProfilerStop()
+    return r
+
+
 def cuStreamCreate(s, a: pb.cuStreamCreate_Args) -> pb.cuStreamCreate_Result:
     """cuStreamCreate (cuda.h)"""
     r = pb.cuStreamCreate_Result()
     phStream = s.ffi.new("CUstream *")
     r.status = s.lib.cuStreamCreate(phStream, a.Flags)
+    if r.status == 0:
+        r.phStream = s.scalar(phStream[0])
+        s.owns_handle("CUstream_st", r.phStream)
+    return r
+
+
+def cuStreamCreateWithPriority(s, a: pb.cuStreamCreateWithPriority_Args) -> pb.cuStreamCreateWithPriority_Result:
+    """cuStreamCreateWithPriority (cuda.h)"""
+    r = pb.cuStreamCreateWithPriority_Result()
+    phStream = s.ffi.new("CUstream *")
+    r.status = s.lib.cuStreamCreateWithPriority(phStream, a.flags, a.priority)
     if r.status == 0:
         r.phStream = s.scalar(phStream[0])
         s.owns_handle("CUstream_st", r.phStream)
@@ -290,6 +591,64 @@ def cuStreamDestroy_v2(s, a: pb.cuStreamDestroy_v2_Args) -> pb.cuStreamDestroy_v
     r.status = s.lib.cuStreamDestroy_v2(s.handle("CUstream_st", "CUstream", a.hStream))
     if r.status == 0:
         s.disowns_handle("CUstream_st", a.hStream)
+    return r
+
+
+def cuStreamGetCtx(s, a: pb.cuStreamGetCtx_Args) -> pb.cuStreamGetCtx_Result:
+    """cuStreamGetCtx (cuda.h)"""
+    r = pb.cuStreamGetCtx_Result()
+    pctx = s.ffi.new("CUcontext *")
+    r.status = s.lib.cuStreamGetCtx(s.handle("CUstream_st", "CUstream", a.hStream), pctx)
+    if r.status == 0:
+        r.pctx = s.scalar(pctx[0])
+        s.owns_handle("CUctx_st", r.pctx)
+    return r
+
+
+def cuStreamGetDevice(s, a: pb.cuStreamGetDevice_Args) -> pb.cuStreamGetDevice_Result:
+    """cuStreamGetDevice (cuda.h)"""
+    r = pb.cuStreamGetDevice_Result()
+    device = s.ffi.new("CUdevice *")
+    r.status = s.lib.cuStreamGetDevice(s.handle("CUstream_st", "CUstream", a.hStream), device)
+    if r.status == 0:
+        r.device = s.scalar(device[0])
+    return r
+
+
+def cuStreamGetFlags(s, a: pb.cuStreamGetFlags_Args) -> pb.cuStreamGetFlags_Result:
+    """cuStreamGetFlags (cuda.h)"""
+    r = pb.cuStreamGetFlags_Result()
+    flags = s.ffi.new("unsigned int *")
+    r.status = s.lib.cuStreamGetFlags(s.handle("CUstream_st", "CUstream", a.hStream), flags)
+    if r.status == 0:
+        r.flags = s.scalar(flags[0])
+    return r
+
+
+def cuStreamGetId(s, a: pb.cuStreamGetId_Args) -> pb.cuStreamGetId_Result:
+    """cuStreamGetId (cuda.h)"""
+    r = pb.cuStreamGetId_Result()
+    streamId = s.ffi.new("unsigned long long *")
+    r.status = s.lib.cuStreamGetId(s.handle("CUstream_st", "CUstream", a.hStream), streamId)
+    if r.status == 0:
+        r.streamId = s.scalar(streamId[0])
+    return r
+
+
+def cuStreamGetPriority(s, a: pb.cuStreamGetPriority_Args) -> pb.cuStreamGetPriority_Result:
+    """cuStreamGetPriority (cuda.h)"""
+    r = pb.cuStreamGetPriority_Result()
+    priority = s.ffi.new("int *")
+    r.status = s.lib.cuStreamGetPriority(s.handle("CUstream_st", "CUstream", a.hStream), priority)
+    if r.status == 0:
+        r.priority = s.scalar(priority[0])
+    return r
+
+
+def cuStreamQuery(s, a: pb.cuStreamQuery_Args) -> pb.cuStreamQuery_Result:
+    """cuStreamQuery (cuda.h)"""
+    r = pb.cuStreamQuery_Result()
+    r.status = s.lib.cuStreamQuery(s.handle("CUstream_st", "CUstream", a.hStream))
     return r
 
 
@@ -910,9 +1269,59 @@ def cudaStreamSynchronize(s, a: pb.cudaStreamSynchronize_Args) -> pb.cudaStreamS
     return r
 
 
+def cuCtxSetCurrent_record(s, ctx) -> int:
+    """cuCtxSetCurrent (cuda.h), queued"""
+    return s.lib.cuCtxSetCurrent(s.handle("CUctx_st", "CUcontext", ctx))
+
+
 def cuEventRecord_record(s, hEvent, hStream) -> int:
     """cuEventRecord (cuda.h), queued"""
     return s.lib.cuEventRecord(s.handle("CUevent_st", "CUevent", hEvent), s.handle("CUstream_st", "CUstream", hStream))
+
+
+def cuEventRecordWithFlags_record(s, hEvent, hStream, flags) -> int:
+    """cuEventRecordWithFlags (cuda.h), queued"""
+    return s.lib.cuEventRecordWithFlags(s.handle("CUevent_st", "CUevent", hEvent), s.handle("CUstream_st", "CUstream", hStream), flags)
+
+
+def cuMemcpyDtoDAsync_v2_record(s, dstDevice, srcDevice, ByteCount, hStream) -> int:
+    """cuMemcpyDtoDAsync_v2 (cuda.h), queued"""
+    return s.lib.cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, s.handle("CUstream_st", "CUstream", hStream))
+
+
+def cuMemsetD16Async_record(s, dstDevice, us, N, hStream) -> int:
+    """cuMemsetD16Async (cuda.h), queued"""
+    return s.lib.cuMemsetD16Async(dstDevice, us, N, s.handle("CUstream_st", "CUstream", hStream))
+
+
+def cuMemsetD2D16Async_record(s, dstDevice, dstPitch, us, Width, Height, hStream) -> int:
+    """cuMemsetD2D16Async (cuda.h), queued"""
+    return s.lib.cuMemsetD2D16Async(dstDevice, dstPitch, us, Width, Height, s.handle("CUstream_st", "CUstream", hStream))
+
+
+def cuMemsetD2D32Async_record(s, dstDevice, dstPitch, ui, Width, Height, hStream) -> int:
+    """cuMemsetD2D32Async (cuda.h), queued"""
+    return s.lib.cuMemsetD2D32Async(dstDevice, dstPitch, ui, Width, Height, s.handle("CUstream_st", "CUstream", hStream))
+
+
+def cuMemsetD2D8Async_record(s, dstDevice, dstPitch, uc, Width, Height, hStream) -> int:
+    """cuMemsetD2D8Async (cuda.h), queued"""
+    return s.lib.cuMemsetD2D8Async(dstDevice, dstPitch, uc, Width, Height, s.handle("CUstream_st", "CUstream", hStream))
+
+
+def cuMemsetD32Async_record(s, dstDevice, ui, N, hStream) -> int:
+    """cuMemsetD32Async (cuda.h), queued"""
+    return s.lib.cuMemsetD32Async(dstDevice, ui, N, s.handle("CUstream_st", "CUstream", hStream))
+
+
+def cuMemsetD8Async_record(s, dstDevice, uc, N, hStream) -> int:
+    """cuMemsetD8Async (cuda.h), queued"""
+    return s.lib.cuMemsetD8Async(dstDevice, uc, N, s.handle("CUstream_st", "CUstream", hStream))
+
+
+def cuStreamWaitEvent_record(s, hStream, hEvent, Flags) -> int:
+    """cuStreamWaitEvent (cuda.h), queued"""
+    return s.lib.cuStreamWaitEvent(s.handle("CUstream_st", "CUstream", hStream), s.handle("CUevent_st", "CUevent", hEvent), Flags)
 
 
 def cudaEventRecord_record(s, event, stream) -> int:
@@ -947,35 +1356,75 @@ def cudaStreamWaitEvent_record(s, stream, event, flags) -> int:
 
 # id -> (name, Args message, handler): calls that wait for an answer
 HANDLERS = {
-    1159499964: ("cuCtxGetCurrent", pb.cuCtxGetCurrent_Args, cuCtxGetCurrent),
-    1801040174: ("cuCtxSetCurrent", pb.cuCtxSetCurrent_Args, cuCtxSetCurrent),
+    900342868: ("cuCtxGetApiVersion", pb.cuCtxGetApiVersion_Args, cuCtxGetApiVersion),
+    1342146307: ("cuCtxGetCacheConfig", pb.cuCtxGetCacheConfig_Args, cuCtxGetCacheConfig),
+    4024089485: ("cuCtxGetDevice", pb.cuCtxGetDevice_Args, cuCtxGetDevice),
+    2714369002: ("cuCtxGetDevice_v2", pb.cuCtxGetDevice_v2_Args, cuCtxGetDevice_v2),
+    2639545333: ("cuCtxGetFlags", pb.cuCtxGetFlags_Args, cuCtxGetFlags),
+    3922192943: ("cuCtxGetLimit", pb.cuCtxGetLimit_Args, cuCtxGetLimit),
+    1782496290: ("cuCtxGetStreamPriorityRange", pb.cuCtxGetStreamPriorityRange_Args, cuCtxGetStreamPriorityRange),
+    3274641050: ("cuCtxResetPersistingL2Cache", pb.cuCtxResetPersistingL2Cache_Args, cuCtxResetPersistingL2Cache),
+    820065396: ("cuCtxSetCacheConfig", pb.cuCtxSetCacheConfig_Args, cuCtxSetCacheConfig),
+    1705344036: ("cuCtxSetFlags", pb.cuCtxSetFlags_Args, cuCtxSetFlags),
+    288806398: ("cuCtxSetLimit", pb.cuCtxSetLimit_Args, cuCtxSetLimit),
     484046796: ("cuCtxSynchronize", pb.cuCtxSynchronize_Args, cuCtxSynchronize),
-    542397003: ("cuDeviceComputeCapability", pb.cuDeviceComputeCapability_Args, cuDeviceComputeCapability),
-    3787125616: ("cuDeviceGet", pb.cuDeviceGet_Args, cuDeviceGet),
-    2698077677: ("cuDeviceGetAttribute", pb.cuDeviceGetAttribute_Args, cuDeviceGetAttribute),
-    2796915595: ("cuDeviceGetCount", pb.cuDeviceGetCount_Args, cuDeviceGetCount),
-    3951765745: ("cuDeviceGetName", pb.cuDeviceGetName_Args, cuDeviceGetName),
-    176200573: ("cuDeviceGetUuid_v2", pb.cuDeviceGetUuid_v2_Args, cuDeviceGetUuid_v2),
+    357846365: ("cuCtxSynchronize_v2", pb.cuCtxSynchronize_v2_Args, cuCtxSynchronize_v2),
+    1419231701: ("cuDeviceCanAccessPeer", pb.cuDeviceCanAccessPeer_Args, cuDeviceCanAccessPeer),
+    3582315627: ("cuDeviceGetByPCIBusId", pb.cuDeviceGetByPCIBusId_Args, cuDeviceGetByPCIBusId),
+    2429329345: ("cuDeviceGetP2PAttribute", pb.cuDeviceGetP2PAttribute_Args, cuDeviceGetP2PAttribute),
+    2039655364: ("cuDeviceGetPCIBusId", pb.cuDeviceGetPCIBusId_Args, cuDeviceGetPCIBusId),
     1684173691: ("cuDevicePrimaryCtxGetState", pb.cuDevicePrimaryCtxGetState_Args, cuDevicePrimaryCtxGetState),
     3634663162: ("cuDevicePrimaryCtxRelease_v2", pb.cuDevicePrimaryCtxRelease_v2_Args, cuDevicePrimaryCtxRelease_v2),
+    2324783077: ("cuDevicePrimaryCtxReset_v2", pb.cuDevicePrimaryCtxReset_v2_Args, cuDevicePrimaryCtxReset_v2),
     322168396: ("cuDevicePrimaryCtxRetain", pb.cuDevicePrimaryCtxRetain_Args, cuDevicePrimaryCtxRetain),
-    3211406426: ("cuDeviceTotalMem_v2", pb.cuDeviceTotalMem_v2_Args, cuDeviceTotalMem_v2),
-    800684195: ("cuDriverGetVersion", pb.cuDriverGetVersion_Args, cuDriverGetVersion),
+    4201524549: ("cuDevicePrimaryCtxSetFlags_v2", pb.cuDevicePrimaryCtxSetFlags_v2_Args, cuDevicePrimaryCtxSetFlags_v2),
     2934341808: ("cuEventCreate", pb.cuEventCreate_Args, cuEventCreate),
     495590736: ("cuEventDestroy_v2", pb.cuEventDestroy_v2_Args, cuEventDestroy_v2),
     461475650: ("cuEventElapsedTime_v2", pb.cuEventElapsedTime_v2_Args, cuEventElapsedTime_v2),
+    2687060959: ("cuEventQuery", pb.cuEventQuery_Args, cuEventQuery),
     3775496938: ("cuEventSynchronize", pb.cuEventSynchronize_Args, cuEventSynchronize),
-    1234315198: ("cuInit", pb.cuInit_Args, cuInit),
+    1113544593: ("cuFuncGetAttribute", pb.cuFuncGetAttribute_Args, cuFuncGetAttribute),
+    567025728: ("cuFuncGetParamInfo", pb.cuFuncGetParamInfo_Args, cuFuncGetParamInfo),
+    1296138514: ("cuFuncSetAttribute", pb.cuFuncSetAttribute_Args, cuFuncSetAttribute),
+    1688761246: ("cuFuncSetCacheConfig", pb.cuFuncSetCacheConfig_Args, cuFuncSetCacheConfig),
+    1724498758: ("cuKernelGetAttribute", pb.cuKernelGetAttribute_Args, cuKernelGetAttribute),
+    89830551: ("cuKernelGetParamInfo", pb.cuKernelGetParamInfo_Args, cuKernelGetParamInfo),
+    1775703493: ("cuKernelSetAttribute", pb.cuKernelSetAttribute_Args, cuKernelSetAttribute),
+    1572033421: ("cuKernelSetCacheConfig", pb.cuKernelSetCacheConfig_Args, cuKernelSetCacheConfig),
+    1865932518: ("cuLibraryGetModule", pb.cuLibraryGetModule_Args, cuLibraryGetModule),
+    3963973914: ("cuMemAllocAsync", pb.cuMemAllocAsync_Args, cuMemAllocAsync),
+    3900720854: ("cuMemAllocPitch_v2", pb.cuMemAllocPitch_v2_Args, cuMemAllocPitch_v2),
     3039727126: ("cuMemAlloc_v2", pb.cuMemAlloc_v2_Args, cuMemAlloc_v2),
+    2268878162: ("cuMemFreeAsync", pb.cuMemFreeAsync_Args, cuMemFreeAsync),
     2004586063: ("cuMemFree_v2", pb.cuMemFree_v2_Args, cuMemFree_v2),
     969693882: ("cuMemGetInfo_v2", pb.cuMemGetInfo_v2_Args, cuMemGetInfo_v2),
+    3795422459: ("cuMemcpy", pb.cuMemcpy_Args, cuMemcpy),
+    1900514108: ("cuMemcpyAsync", pb.cuMemcpyAsync_Args, cuMemcpyAsync),
     3146899852: ("cuMemcpyDtoD_v2", pb.cuMemcpyDtoD_v2_Args, cuMemcpyDtoD_v2),
+    1182161886: ("cuMemcpyDtoHAsync_v2", pb.cuMemcpyDtoHAsync_v2_Args, cuMemcpyDtoHAsync_v2),
     4047986228: ("cuMemcpyDtoH_v2", pb.cuMemcpyDtoH_v2_Args, cuMemcpyDtoH_v2),
+    2773017931: ("cuMemcpyHtoDAsync_v2", pb.cuMemcpyHtoDAsync_v2_Args, cuMemcpyHtoDAsync_v2),
     2083621880: ("cuMemcpyHtoD_v2", pb.cuMemcpyHtoD_v2_Args, cuMemcpyHtoD_v2),
+    1863459517: ("cuMemsetD16_v2", pb.cuMemsetD16_v2_Args, cuMemsetD16_v2),
+    4269481017: ("cuMemsetD2D16_v2", pb.cuMemsetD2D16_v2_Args, cuMemsetD2D16_v2),
+    198825998: ("cuMemsetD2D32_v2", pb.cuMemsetD2D32_v2_Args, cuMemsetD2D32_v2),
+    2945751755: ("cuMemsetD2D8_v2", pb.cuMemsetD2D8_v2_Args, cuMemsetD2D8_v2),
     2595284618: ("cuMemsetD32_v2", pb.cuMemsetD32_v2_Args, cuMemsetD32_v2),
     2730920325: ("cuMemsetD8_v2", pb.cuMemsetD8_v2_Args, cuMemsetD8_v2),
+    3899431437: ("cuOccupancyAvailableDynamicSMemPerBlock", pb.cuOccupancyAvailableDynamicSMemPerBlock_Args, cuOccupancyAvailableDynamicSMemPerBlock),
+    3096712021: ("cuOccupancyMaxActiveBlocksPerMultiprocessor", pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Args, cuOccupancyMaxActiveBlocksPerMultiprocessor),
+    3893859051: ("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Args, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags),
+    1141378963: ("cuProfilerStart", pb.cuProfilerStart_Args, cuProfilerStart),
+    1942346908: ("cuProfilerStop", pb.cuProfilerStop_Args, cuProfilerStop),
     2819812623: ("cuStreamCreate", pb.cuStreamCreate_Args, cuStreamCreate),
+    475445991: ("cuStreamCreateWithPriority", pb.cuStreamCreateWithPriority_Args, cuStreamCreateWithPriority),
     2166856291: ("cuStreamDestroy_v2", pb.cuStreamDestroy_v2_Args, cuStreamDestroy_v2),
+    1361652262: ("cuStreamGetCtx", pb.cuStreamGetCtx_Args, cuStreamGetCtx),
+    2047611888: ("cuStreamGetDevice", pb.cuStreamGetDevice_Args, cuStreamGetDevice),
+    4105616445: ("cuStreamGetFlags", pb.cuStreamGetFlags_Args, cuStreamGetFlags),
+    521704577: ("cuStreamGetId", pb.cuStreamGetId_Args, cuStreamGetId),
+    1973857307: ("cuStreamGetPriority", pb.cuStreamGetPriority_Args, cuStreamGetPriority),
+    3807505306: ("cuStreamQuery", pb.cuStreamQuery_Args, cuStreamQuery),
     1581600379: ("cuStreamSynchronize", pb.cuStreamSynchronize_Args, cuStreamSynchronize),
     3308384561: ("cudaChooseDevice", pb.cudaChooseDevice_Args, cudaChooseDevice),
     3255058015: ("cudaDeviceGetAttribute", pb.cudaDeviceGetAttribute_Args, cudaDeviceGetAttribute),
@@ -1046,7 +1495,17 @@ HANDLERS = {
 
 # id -> (name, record layout, handler): queued calls
 RECORDS = {
+    1801040174: ("cuCtxSetCurrent", struct.Struct("<Q"), cuCtxSetCurrent_record),
     3120889818: ("cuEventRecord", struct.Struct("<QQ"), cuEventRecord_record),
+    663009900: ("cuEventRecordWithFlags", struct.Struct("<QQI"), cuEventRecordWithFlags_record),
+    2688723146: ("cuMemcpyDtoDAsync_v2", struct.Struct("<QQQQ"), cuMemcpyDtoDAsync_v2_record),
+    2127962567: ("cuMemsetD16Async", struct.Struct("<QHQQ"), cuMemsetD16Async_record),
+    3763925066: ("cuMemsetD2D16Async", struct.Struct("<QQHQQQ"), cuMemsetD2D16Async_record),
+    3965100917: ("cuMemsetD2D32Async", struct.Struct("<QQIQQQ"), cuMemsetD2D32Async_record),
+    3255370895: ("cuMemsetD2D8Async", struct.Struct("<QQBQQQ"), cuMemsetD2D8Async_record),
+    1926787832: ("cuMemsetD32Async", struct.Struct("<QIQQ"), cuMemsetD32Async_record),
+    676145800: ("cuMemsetD8Async", struct.Struct("<QBQQ"), cuMemsetD8Async_record),
+    1194339591: ("cuStreamWaitEvent", struct.Struct("<QQI"), cuStreamWaitEvent_record),
     759273686: ("cudaEventRecord", struct.Struct("<QQ"), cudaEventRecord_record),
     231644415: ("cudaEventRecordWithFlags", struct.Struct("<QQI"), cudaEventRecordWithFlags_record),
     1772300144: ("cudaMemcpyPeerAsync", struct.Struct("<QiQiQQ"), cudaMemcpyPeerAsync_record),

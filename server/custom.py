@@ -11,7 +11,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
-from cuwire.server.errors import INVALID_HANDLE, WireError
+from cuwire.server.errors import INVALID_HANDLE, CudaFail, WireError
 
 log = logging.getLogger("cuwire.server")
 
@@ -20,10 +20,18 @@ def op_id(name: str) -> int:
     return generated.OP_IDS[name]
 
 
+LIBRARY, MODULE = "CUlib_st", "CUmod_st"
+
+
 def _module(s, handle: int):
     if handle not in s.modules:
         raise WireError(f"module {handle:#x} was not loaded by this session")
     return s.ffi.cast("CUlibrary", handle)
+
+
+def _cu_module(s, handle: int):
+    """A CUmodule this session got (cuLibraryGetModule of one of its libraries)."""
+    return s.handle(MODULE, "CUmodule", handle)
 
 
 def load_module(s, a: pb.LoadModule_Args) -> pb.LoadModule_Result:
@@ -60,19 +68,31 @@ def load_module(s, a: pb.LoadModule_Args) -> pb.LoadModule_Result:
             cache.hits += 1
             log.info("module %s already loaded: nothing uploaded", a.digest.hex()[:12])
     s.modules.add(handle)
+    s.owns_handle(LIBRARY, handle)
     r.module = handle
     return r
 
 
 def get_kernel(s, a: pb.GetKernel_Args) -> pb.GetKernel_Result:
+    """A kernel (cuLibraryGetKernel), a function (cuModuleGetFunction) or a kernel's function
+    (cuKernelGetFunction), with its parameter layout: the client queues launches of it from then on."""
     lib, ffi = s.lib, s.ffi
     r = pb.GetKernel_Result()
-    kernel = ffi.new("CUkernel *")
-    r.status = lib.cuLibraryGetKernel(kernel, _module(s, a.module), s.string(a.name))
-    if r.status != 0:
-        return r
     func = ffi.new("CUfunction *")
-    r.status = lib.cuKernelGetFunction(func, kernel[0])
+    if a.kernel:
+        if a.kernel not in s.kernels or s.kernel_kind.get(a.kernel) != "kernel":
+            raise CudaFail(INVALID_HANDLE, f"CUkernel {a.kernel:#x} was not looked up by this session")
+        r.status = lib.cuKernelGetFunction(func, ffi.cast("CUkernel", a.kernel))
+        handle, kind = func[0], "function"
+    elif a.from_module:
+        r.status = lib.cuModuleGetFunction(func, _cu_module(s, a.module), s.string(a.name))
+        handle, kind = func[0], "function"
+    else:
+        kernel = ffi.new("CUkernel *")
+        r.status = lib.cuLibraryGetKernel(kernel, _module(s, a.module), s.string(a.name))
+        if r.status == 0:
+            r.status = lib.cuKernelGetFunction(func, kernel[0])
+        handle, kind = kernel[0], "kernel"
     if r.status != 0:
         return r
     offset, size = ffi.new("size_t *"), ffi.new("size_t *")
@@ -81,16 +101,24 @@ def get_kernel(s, a: pb.GetKernel_Args) -> pb.GetKernel_Result:
         r.param_offsets.append(offset[0])
         r.param_sizes.append(size[0])
         i += 1
-    r.kernel = int(ffi.cast("uintptr_t", kernel[0]))
+    r.kernel = int(ffi.cast("uintptr_t", handle))
     size = max((o + z for o, z in zip(r.param_offsets, r.param_sizes, strict=True)), default=0)
     s.kernels[r.kernel] = (func[0], tuple(r.param_offsets), size)
+    s.kernel_kind[r.kernel] = kind
+    # the driver takes a CUkernel wherever it takes a CUfunction (cuFuncGetAttribute, launches)
+    s.owns_handle("CUfunc_st", r.kernel)
+    if kind == "kernel":
+        s.owns_handle("CUkern_st", r.kernel)
     return r
 
 
 def get_global(s, a: pb.GetGlobal_Args) -> pb.GetGlobal_Result:
     r = pb.GetGlobal_Result()
     dptr, size = s.ffi.new("CUdeviceptr *"), s.ffi.new("size_t *")
-    r.status = s.lib.cuLibraryGetGlobal(dptr, size, _module(s, a.module), s.string(a.name))
+    if a.from_module:
+        r.status = s.lib.cuModuleGetGlobal_v2(dptr, size, _cu_module(s, a.module), s.string(a.name))
+    else:
+        r.status = s.lib.cuLibraryGetGlobal(dptr, size, _module(s, a.module), s.string(a.name))
     if r.status == 0:
         r.address, r.size = dptr[0], size[0]
         s.owns_global(r.address, r.size)
@@ -136,7 +164,7 @@ def error_string(s, a: pb.ErrorString_Args) -> pb.ErrorString_Result:
     r = pb.ErrorString_Result()
     if a.driver:
         text = s.ffi.new("const char **")
-        r.status = s.lib.cuGetErrorString(a.error, text)
+        r.status = (s.lib.cuGetErrorName if a.name else s.lib.cuGetErrorString)(a.error, text)
         r.text = s.ffi.string(text[0]).decode() if r.status == 0 and text[0] != s.ffi.NULL else ""
     else:
         p = s.lib.cudaGetErrorString(a.error)

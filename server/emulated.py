@@ -745,7 +745,15 @@ class EmulatedLib:
 
     @_after_fault
     def cuMemFree_v2(self, dptr: int) -> int:
+        if not self._addr(dptr):
+            return 0  # freeing 0 does nothing (what cudaFree(NULL) relies on)
         return 0 if self._memory.free(self._addr(dptr)) else self.drv.CUDA_ERROR_INVALID_VALUE
+
+    def cuMemAllocPitch_v2(self, dptr: CData, pPitch: CData, WidthInBytes: int, Height: int,
+                           ElementSizeBytes: int) -> int:
+        if ElementSizeBytes not in (4, 8, 16):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        return self.cudaMallocPitch(dptr, pPitch, WidthInBytes, Height)
 
     def cuMemGetInfo_v2(self, free: CData, total: CData) -> int:
         return self._drv_put((free, self._memory.total - self._memory.used), (total, self._memory.total))
@@ -1040,6 +1048,241 @@ class EmulatedLib:
     def cuCtxSynchronize(self) -> int:
         return 0
 
+    def cuCtxSynchronize_v2(self, ctx: CData) -> int:
+        if self._addr(ctx) not in (0, self._context):
+            return self.drv.CUDA_ERROR_INVALID_CONTEXT
+        return self.cuCtxSynchronize()
+
+    def cuCtxGetDevice(self, device: CData) -> int:
+        if not self._current_context:
+            return self.drv.CUDA_ERROR_INVALID_CONTEXT
+        return self._drv_put((device, 0))
+
+    def cuCtxGetDevice_v2(self, device: CData, ctx: CData) -> int:
+        if self._addr(ctx) not in (0, self._context):
+            return self.drv.CUDA_ERROR_INVALID_CONTEXT
+        return self._drv_put((device, 0)) if self._addr(ctx) else self.cuCtxGetDevice(device)
+
+    # --- driver: what NVIDIA's runtime asks of libcuda beyond the above ------------------------------
+    # These share the runtime methods' logic; the error codes they return (1, 400, 600) are the same
+    # numbers in CUresult and cudaError_t.
+
+    def cuMemsetD8Async(self, dstDevice: int, uc: int, N: int, hStream: CData) -> int:
+        return self.cudaMemsetAsync(self.ffi.cast("void *", dstDevice), uc, N, hStream)
+
+    def cuMemsetD16_v2(self, dstDevice: int, us: int, N: int) -> int:
+        address = self._addr(dstDevice)
+        ok = address % 2 == 0 and self._fill(address, 2 * N, struct.pack("<H", us & 0xFFFF), 2 * N, 1)
+        return 0 if ok else self.drv.CUDA_ERROR_INVALID_VALUE
+
+    def cuMemsetD16Async(self, dstDevice: int, us: int, N: int, hStream: CData) -> int:
+        return self.cuMemsetD16_v2(dstDevice, us, N) if self._stream(hStream) else self.drv.CUDA_ERROR_INVALID_HANDLE
+
+    def cuMemsetD32Async(self, dstDevice: int, ui: int, N: int, hStream: CData) -> int:
+        return self.cuMemsetD32_v2(dstDevice, ui, N) if self._stream(hStream) else self.drv.CUDA_ERROR_INVALID_HANDLE
+
+    def _driver_copy_async(self, dst, src, count: int, kind: str, stream: CData) -> int:
+        if self._stream(stream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self._driver_copy(dst, src, count, kind)
+
+    def cuMemcpyHtoDAsync_v2(self, dstDevice: int, srcHost: CData, ByteCount: int, hStream: CData) -> int:
+        return self._driver_copy_async(dstDevice, srcHost, ByteCount, "cudaMemcpyHostToDevice", hStream)
+
+    def cuMemcpyDtoHAsync_v2(self, dstHost: CData, srcDevice: int, ByteCount: int, hStream: CData) -> int:
+        return self._driver_copy_async(dstHost, srcDevice, ByteCount, "cudaMemcpyDeviceToHost", hStream)
+
+    def cuMemcpyDtoDAsync_v2(self, dstDevice: int, srcDevice: int, ByteCount: int, hStream: CData) -> int:
+        return self._driver_copy_async(dstDevice, srcDevice, ByteCount, "cudaMemcpyDeviceToDevice", hStream)
+
+    def cuMemcpy(self, dst: CData, src: CData, ByteCount: int) -> int:
+        return self._driver_copy(dst, src, ByteCount, "cudaMemcpyDefault")
+
+    def cuMemcpyAsync(self, dst: CData, src: CData, ByteCount: int, hStream: CData) -> int:
+        return self._driver_copy_async(dst, src, ByteCount, "cudaMemcpyDefault", hStream)
+
+    def cuStreamCreateWithPriority(self, phStream: CData, flags: int, priority: int) -> int:
+        return 0 if self._create_stream(phStream, flags, priority) else self.drv.CUDA_ERROR_INVALID_VALUE
+
+    def cuStreamQuery(self, hStream: CData) -> int:
+        return self.cudaStreamQuery(hStream)
+
+    def cuStreamWaitEvent(self, hStream: CData, hEvent: CData, Flags: int) -> int:
+        return self.cudaStreamWaitEvent(hStream, hEvent, Flags)
+
+    def cuStreamGetFlags(self, hStream: CData, flags: CData) -> int:
+        return self.cudaStreamGetFlags(hStream, flags)
+
+    def cuStreamGetPriority(self, hStream: CData, priority: CData) -> int:
+        return self.cudaStreamGetPriority(hStream, priority)
+
+    def cuEventQuery(self, hEvent: CData) -> int:
+        return self.cudaEventQuery(hEvent)
+
+    def cuEventRecordWithFlags(self, hEvent: CData, hStream: CData, flags: int) -> int:
+        return self.cudaEventRecordWithFlags(hEvent, hStream, flags)
+
+    def cuFuncGetAttribute(self, pi: CData, attrib: int, hfunc: CData) -> int:
+        function = self._function(hfunc)
+        if function is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        attrs = self.ffi.new("struct cudaFuncAttributes *")
+        status = self.cudaFuncGetAttributes(attrs, hfunc)
+        names = {v: k for k, v in self.ffi.typeof("CUfunction_attribute").relements.items()}
+        field = {"CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK": "maxThreadsPerBlock",
+                 "CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES": "sharedSizeBytes",
+                 "CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES": "constSizeBytes",
+                 "CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES": "localSizeBytes",
+                 "CU_FUNC_ATTRIBUTE_NUM_REGS": "numRegs", "CU_FUNC_ATTRIBUTE_PTX_VERSION": "ptxVersion",
+                 "CU_FUNC_ATTRIBUTE_BINARY_VERSION": "binaryVersion",
+                 "CU_FUNC_ATTRIBUTE_CACHE_MODE_CA": "cacheModeCA",
+                 "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES": "maxDynamicSharedSizeBytes",
+                 "CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT": "preferredShmemCarveout"}.get(
+                     names.get(attrib, ""))
+        if status or attrib not in names or names[attrib] == "CU_FUNC_ATTRIBUTE_MAX":
+            return status or self.drv.CUDA_ERROR_INVALID_VALUE
+        return self._drv_put((pi, getattr(attrs, field) if field else 0))  # cluster attributes: none set
+
+    def cuFuncSetAttribute(self, hfunc: CData, attrib: int, value: int) -> int:
+        return self.cudaFuncSetAttribute(hfunc, attrib, value)  # the two enums agree on these values
+
+    def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, numBlocks: CData, func: CData, blockSize: int,
+                                                    dynamicSMemSize: int) -> int:
+        return self.cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize,
+                                                                         dynamicSMemSize, 0)
+
+    def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(self, numBlocks: CData, func: CData, blockSize: int,
+                                                             dynamicSMemSize: int, flags: int) -> int:
+        return self.cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize,
+                                                                         dynamicSMemSize, flags)
+
+    def cuKernelGetAttribute(self, pi: CData, attrib: int, kernel: CData, dev: int) -> int:
+        return self.cuFuncGetAttribute(pi, attrib, kernel) if dev == 0 else self.drv.CUDA_ERROR_INVALID_DEVICE
+
+    def cuKernelSetAttribute(self, attrib: int, val: int, kernel: CData, dev: int) -> int:
+        return self.cuFuncSetAttribute(kernel, attrib, val) if dev == 0 else self.drv.CUDA_ERROR_INVALID_DEVICE
+
+    def _fill_2d(self, dst: int, pitch: int, value: int, size: int, width: int, height: int) -> int:
+        address = self._addr(dst)
+        pattern = value.to_bytes(8, "little")[:size]
+        ok = address % size == 0 and self._fill(address, pitch, pattern, width * size, height)
+        return 0 if ok else self.drv.CUDA_ERROR_INVALID_VALUE
+
+    def cuMemsetD2D8_v2(self, dstDevice: int, dstPitch: int, uc: int, Width: int, Height: int) -> int:
+        return self._fill_2d(dstDevice, dstPitch, uc & 0xFF, 1, Width, Height)
+
+    def cuMemsetD2D16_v2(self, dstDevice: int, dstPitch: int, us: int, Width: int, Height: int) -> int:
+        return self._fill_2d(dstDevice, dstPitch, us & 0xFFFF, 2, Width, Height)
+
+    def cuMemsetD2D32_v2(self, dstDevice: int, dstPitch: int, ui: int, Width: int, Height: int) -> int:
+        return self._fill_2d(dstDevice, dstPitch, ui & 0xFFFFFFFF, 4, Width, Height)
+
+    def cuMemsetD2D8Async(self, dstDevice: int, dstPitch: int, uc: int, Width: int, Height: int,
+                          hStream: CData) -> int:
+        if self._stream(hStream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self.cuMemsetD2D8_v2(dstDevice, dstPitch, uc, Width, Height)
+
+    def cuMemsetD2D16Async(self, dstDevice: int, dstPitch: int, us: int, Width: int, Height: int,
+                           hStream: CData) -> int:
+        if self._stream(hStream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self.cuMemsetD2D16_v2(dstDevice, dstPitch, us, Width, Height)
+
+    def cuMemsetD2D32Async(self, dstDevice: int, dstPitch: int, ui: int, Width: int, Height: int,
+                           hStream: CData) -> int:
+        if self._stream(hStream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self.cuMemsetD2D32_v2(dstDevice, dstPitch, ui, Width, Height)
+
+    def cuCtxGetStreamPriorityRange(self, leastPriority: CData, greatestPriority: CData) -> int:
+        outputs = [(leastPriority, STREAM_PRIORITIES[0]), (greatestPriority, STREAM_PRIORITIES[1])]
+        return self._drv_put(*[(p, v) for p, v in outputs if not self._is_null(p)])
+
+    def cuCtxGetApiVersion(self, ctx: CData, version: CData) -> int:
+        return self._drv_put((version, 3020))  # what the driver reports for contexts since CUDA 3.2
+
+    def cuCtxGetFlags(self, flags: CData) -> int:
+        return self._drv_put((flags, self._device_flags))
+
+    def cuCtxSetFlags(self, flags: int) -> int:
+        self._device_flags = flags
+        return 0
+
+    def cuCtxGetCacheConfig(self, pconfig: CData) -> int:
+        return self.cudaDeviceGetCacheConfig(pconfig)
+
+    def cuCtxSetCacheConfig(self, config: int) -> int:
+        return self.cudaDeviceSetCacheConfig(config)
+
+    def cuCtxResetPersistingL2Cache(self) -> int:
+        return 0
+
+    def cuDevicePrimaryCtxSetFlags_v2(self, dev: int, flags: int) -> int:
+        if dev != 0:
+            return self.drv.CUDA_ERROR_INVALID_DEVICE
+        self._device_flags = flags
+        return 0
+
+    def cuDevicePrimaryCtxReset_v2(self, dev: int) -> int:
+        return 0 if dev == 0 else self.drv.CUDA_ERROR_INVALID_DEVICE
+
+    def cuDeviceCanAccessPeer(self, canAccessPeer: CData, dev: int, peerDev: int) -> int:
+        if dev != 0 or peerDev != 0:
+            return self.drv.CUDA_ERROR_INVALID_DEVICE
+        return self._drv_put((canAccessPeer, 0))
+
+    def cuDeviceGetP2PAttribute(self, value: CData, attrib: int, srcDevice: int, dstDevice: int) -> int:
+        return self.cudaDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice)
+
+    def cuDeviceGetPCIBusId(self, pciBusId: CData, len: int, dev: int) -> int:
+        return self.cudaDeviceGetPCIBusId(pciBusId, len, dev)
+
+    def cuDeviceGetByPCIBusId(self, dev: CData, pciBusId: CData) -> int:
+        return self.cudaDeviceGetByPCIBusId(dev, pciBusId)
+
+    def cuKernelGetParamInfo(self, kernel: CData, paramIndex: int, paramOffset: CData, paramSize: CData) -> int:
+        return self.cuFuncGetParamInfo(kernel, paramIndex, paramOffset, paramSize)
+
+    def cuFuncSetCacheConfig(self, hfunc: CData, config: int) -> int:
+        return self.cudaFuncSetCacheConfig(hfunc, config)
+
+    def cuKernelSetCacheConfig(self, kernel: CData, config: int, dev: int) -> int:
+        return self.cudaFuncSetCacheConfig(kernel, config) if dev == 0 else self.drv.CUDA_ERROR_INVALID_DEVICE
+
+    def cuOccupancyAvailableDynamicSMemPerBlock(self, dynamicSmemSize: CData, func: CData, numBlocks: int,
+                                                blockSize: int) -> int:
+        return self.cudaOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize)
+
+    def cuStreamGetId(self, hStream: CData, streamId: CData) -> int:
+        return self.cudaStreamGetId(hStream, streamId)
+
+    def cuStreamGetDevice(self, hStream: CData, device: CData) -> int:
+        return self.cudaStreamGetDevice(hStream, device)
+
+    def cuStreamGetCtx(self, hStream: CData, pctx: CData) -> int:
+        if self._stream(hStream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self._drv_put((pctx, self._context))
+
+    def cuMemAllocAsync(self, dptr: CData, bytesize: int, hStream: CData) -> int:
+        return self.cudaMallocAsync(dptr, bytesize, hStream)
+
+    def cuMemFreeAsync(self, dptr: int, hStream: CData) -> int:
+        return self.cudaFreeAsync(self.ffi.cast("void *", dptr), hStream)
+
+    def cuProfilerStart(self) -> int:
+        return 0
+
+    def cuProfilerStop(self) -> int:
+        return 0
+
+    def cuCtxGetLimit(self, pvalue: CData, limit: int) -> int:
+        return self.cudaDeviceGetLimit(pvalue, limit)
+
+    def cuCtxSetLimit(self, limit: int, value: int) -> int:
+        return self.cudaDeviceSetLimit(limit, value)
+
     # --- modules, kernels and launches --------------------------------------------------------------
 
     def cuLibraryLoadData(self, library: CData, code: CData, jitOptions: CData, jitOptionsValues: CData,
@@ -1079,6 +1322,21 @@ class EmulatedLib:
         kernel_handle = existing[0] if existing else self._new_handle()
         self._kernel_handles[kernel_handle] = function
         return self._drv_put((pKernel, kernel_handle))
+
+    def cuLibraryGetModule(self, pMod: CData, library: CData) -> int:
+        """A library's module is the library itself here."""
+        handle = self._addr(library)
+        if handle not in self._libraries:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self._drv_put((pMod, handle))
+
+    def cuModuleGetFunction(self, hfunc: CData, hmod: CData, name: CData) -> int:
+        kernel = self.ffi.new("CUkernel *")
+        status = self.cuLibraryGetKernel(kernel, hmod, name)
+        return status or self.cuKernelGetFunction(hfunc, kernel[0])
+
+    def cuModuleGetGlobal_v2(self, dptr: CData, bytes: CData, hmod: CData, name: CData) -> int:
+        return self.cuLibraryGetGlobal(dptr, bytes, hmod, name)
 
     def cuKernelGetFunction(self, pFunc: CData, kernel: CData) -> int:
         function = self._kernel_handles.get(self._addr(kernel))

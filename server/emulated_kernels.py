@@ -306,3 +306,14 @@ def scale_add(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None
     out, src, scale, n = p.ptr(0), p.ptr(1), p.f32(2), p.i32(3)
     x = _read(mem, "f", src, _active(grid, block, n))
     _write(mem, out, array("f", (_fma32(v, scale, 1.0) for v in x)))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# static_app.cu
+
+
+@kernel("_Z4fillPii", params=[8, 4])
+def static_fill(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """p[threadIdx.x] = v (one block)."""
+    ptr, v = p.ptr(0), p.i32(1)
+    _write(mem, ptr, _wrap32(v for _ in range(block[0])))

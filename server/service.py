@@ -28,6 +28,9 @@ from cuwire.transport import CHANNEL_OPTIONS
 log = logging.getLogger("cuwire.server")
 
 
+ATTRIBUTE_UNSUPPORTED = -(2**31)  # in Device.attributes: the driver refused this attribute number
+
+
 class CuWireServer:
     """What all sessions share: the backend, the module cache, the devices."""
 
@@ -58,8 +61,21 @@ class CuWireServer:
             out.append(pb.Device(name=ffi.string(p.name).decode(errors="replace"), major=p.major, minor=p.minor,
                                  total_memory=p.totalGlobalMem, max_threads_per_block=p.maxThreadsPerBlock,
                                  max_block=list(p.maxThreadsDim), max_grid=list(p.maxGridSize),
-                                 max_shared_memory=max(p.sharedMemPerBlockOptin, p.sharedMemPerBlock)))
+                                 max_shared_memory=max(p.sharedMemPerBlockOptin, p.sharedMemPerBlock),
+                                 attributes=self.device_attributes(i), uuid=self.device_uuid(i)))
         return out
+
+    def device_attributes(self, device: int) -> list[int]:
+        """Every cuDeviceGetAttribute value of the device, once: clients answer from this snapshot."""
+        ffi, lib = self.ffi, self.lib
+        value = ffi.new("int *")
+        count = ffi.typeof("CUdevice_attribute").relements["CU_DEVICE_ATTRIBUTE_MAX"]
+        return [value[0] if lib.cuDeviceGetAttribute(value, attr, device) == 0 else ATTRIBUTE_UNSUPPORTED
+                for attr in range(count)]
+
+    def device_uuid(self, device: int) -> bytes:
+        uuid = self.ffi.new("CUuuid *")
+        return bytes(self.ffi.buffer(uuid)) if self.lib.cuDeviceGetUuid_v2(uuid, device) == 0 else b""
 
     def versions(self) -> tuple[int, int]:
         d, r = self.ffi.new("int *"), self.ffi.new("int *")

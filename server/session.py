@@ -38,7 +38,8 @@ class Session:
         self.globals: dict[int, int] = {}  # __device__ variables of loaded modules: address -> size
         self.handles: dict[str, set[int]] = {}  # handle kind (struct tag) -> handles this session made
         self.modules: set[int] = set()
-        self.kernels: dict[int, object] = {}  # CUkernel -> CUfunction
+        self.kernels: dict[int, object] = {}  # CUkernel or CUfunction -> (CUfunction, offsets, size)
+        self.kernel_kind: dict[int, str] = {}  # the same handles -> "kernel" or "function"
         self.calls = 0
         self.started = time.monotonic()
         self.lib.cudaFree(self.ffi.NULL)  # make the device's primary context current on this thread
@@ -124,6 +125,10 @@ class Session:
         if isinstance(value, self.ffi.CData):
             return int(self.ffi.cast("uintptr_t", value))
         return value
+
+    def address_of(self, buf) -> int:
+        """A prepared buffer (device range or server-side host buffer) as the integer a CUdeviceptr takes."""
+        return int(self.ffi.cast("uintptr_t", buf))
 
     def check_size(self, size: int) -> int:
         if size < 0 or size > self.max_buffer:

@@ -93,6 +93,17 @@ def run_remote(app: Path, lib: Path, address: str, *args: str, env: dict[str, st
     return subprocess.run([str(app), *args], capture_output=True, text=True, env=e, timeout=timeout)
 
 
+def run_layer(layer: str, app: Path, lib: Path, address: str, *args: str, env: dict[str, str] | None = None,
+              timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run a program as `cuwire run --layer LAYER` does: on the driver layer NVIDIA's libcudart (from the
+    nvidia-cuda-runtime wheel) runs on cuwire's libcuda.so.1; on the runtime layer cuwire's library is
+    preloaded."""
+    from cuwire import cli
+
+    e = cli.program_env(lib, address, None, False, base={**os.environ, **(env or {})}, layer=layer)
+    return subprocess.run([str(app), *args], capture_output=True, text=True, env=e, timeout=timeout)
+
+
 def compile_against_client(source: str, folder: Path, client_lib: Path, name: str = "prog") -> Path:
     """Build a small C program against cuwire's CUDA declarations, linked to the client library itself."""
     (folder / f"{name}.c").write_text(source)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make gpu-test: on a machine with an NVIDIA GPU, run every test app natively and through cuwire
-# (client preloaded, real server on the same machine), diff the outputs, one line per app.
+# make gpu-test: on a machine with an NVIDIA GPU, run every test app natively and through cuwire on both
+# layers (driver: NVIDIA's libcudart on cuwire's libcuda.so.1; runtime: cuwire's runtime preloaded), with
+# a real server on the same machine, diff the outputs, one line per app and layer; then PyTorch.
 # Logs go to build/gpu-test, and as one tarball to $OUT when set (the device tool brings it back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +27,14 @@ if [ -z "${PORT:-}" ]; then echo "gpu-test: server did not start"; cat "$LOG/ser
 export CUWIRE_SERVER=127.0.0.1:$PORT
 $PY -m cuwire.cli info --server "$CUWIRE_SERVER" | sed 's/^/cuwire info: /'
 
-remote() {  # remote APP ARGS...: the app with the client preloaded and only cuwire's libraries to find
+RUNTIME_DIR=$($PY -c 'from cuwire import cli; print(cli.nvidia_runtime_dir() or "")')
+remote() {  # remote LAYER APP ARGS...: as `cuwire run --layer LAYER` runs it, plus the maps probe
+  local layer=$1; shift
+  if [ "$layer" = driver ]; then  # nothing of cuwire preloaded: NVIDIA's runtime finds cuwire's libcuda
+    CUWIRE_MAPS_OUT="$LOG/maps.txt" LD_PRELOAD=$PWD/build/maps_probe.so \
+      LD_LIBRARY_PATH="$PWD/build/client/driver${RUNTIME_DIR:+:$RUNTIME_DIR}" "$@"
+    return
+  fi
   case $(basename "$1") in
     dlopen_app) preload=$PWD/build/maps_probe.so;;  # no preload: the app opens libcudart.so.13 itself
     *) preload=$PWD/build/client/libcuwire.so:$PWD/build/maps_probe.so;;
@@ -40,24 +48,36 @@ for app in tests/test_apps/build/*; do
   name=$(basename "$app")
   [ -x "$app" ] || continue
   LD_LIBRARY_PATH="$CUDA_LIB:${LD_LIBRARY_PATH:-}" "$app" >"$LOG/$name.native.out" 2>"$LOG/$name.native.err"; nrc=$?
-  timeout 300 bash -c "$(declare -f remote); LOG=$LOG remote $app" >"$LOG/$name.remote.out" 2>"$LOG/$name.remote.err"; rrc=$?
-  case $name in
-    static_app)
-      if [ $rrc -eq 2 ] && grep -q "links the CUDA runtime statically" "$LOG/$name.remote.err" && grep -q "cudaMalloc failed" "$LOG/$name.remote.out"; then
-        echo "$name: OK (native rc=$nrc; through cuwire: refused by name, the program's own error path, rc=$rrc)"; pass=$((pass+1))
-      else echo "$name: FAIL (rc=$rrc)"; tail -3 "$LOG/$name.remote.err"; fail=$((fail+1)); fi;;
-    unimplemented) want=tests/test_apps/expected/unimplemented.out
-      if diff -q "$want" "$LOG/$name.remote.out" >/dev/null && grep -q "cuwire: unimplemented CUDA function" "$LOG/$name.remote.err"; then
-        echo "$name: OK (native rc=$nrc, through cuwire: the loud not-supported message)"; pass=$((pass+1))
-      else echo "$name: FAIL"; fail=$((fail+1)); fi;;
-    *)
-      if [ $nrc -eq $rrc ] && diff -q "$LOG/$name.native.out" "$LOG/$name.remote.out" >/dev/null; then
-        echo "$name: OK (remote output == native output, $(wc -l <"$LOG/$name.native.out") lines, rc=$rrc)"; pass=$((pass+1))
-      else
-        echo "$name: DIFF (native rc=$nrc, remote rc=$rrc)"; diff "$LOG/$name.native.out" "$LOG/$name.remote.out" | head -10
-        tail -5 "$LOG/$name.remote.err"; fail=$((fail+1))
-      fi;;
-  esac
+  for layer in driver runtime; do
+    timeout 300 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote $layer $app" \
+      >"$LOG/$name.$layer.out" 2>"$LOG/$name.$layer.err"; rrc=$?
+    if [ "$name" = unimplemented ]; then
+      if diff -q tests/test_apps/expected/unimplemented.out "$LOG/$name.$layer.out" >/dev/null \
+         && grep -q "cuwire: unimplemented CUDA function" "$LOG/$name.$layer.err"; then
+        echo "$name [$layer]: OK (native rc=$nrc, through cuwire: the loud not-supported message)"; pass=$((pass+1))
+      else echo "$name [$layer]: FAIL"; tail -3 "$LOG/$name.$layer.err"; fail=$((fail+1)); fi
+    elif [ $nrc -eq $rrc ] && diff -q "$LOG/$name.native.out" "$LOG/$name.$layer.out" >/dev/null; then
+      echo "$name [$layer]: OK (remote output == native output, $(wc -l <"$LOG/$name.native.out") lines, rc=$rrc)"
+      pass=$((pass+1))
+    else
+      echo "$name [$layer]: DIFF (native rc=$nrc, remote rc=$rrc)"; diff "$LOG/$name.native.out" "$LOG/$name.$layer.out" | head -10
+      tail -5 "$LOG/$name.$layer.err"; fail=$((fail+1))
+    fi
+  done
+done
+
+# PyTorch (stock, as installed on this host) natively and through cuwire's driver layer
+for script in tests/torch_apps/*.py; do
+  name=torch-$(basename "$script" .py)
+  $PY "$script" >"$LOG/$name.native.out" 2>"$LOG/$name.native.err"; nrc=$?
+  CUWIRE_STATS=1 timeout 240 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote driver $PY $script" \
+    >"$LOG/$name.driver.out" 2>"$LOG/$name.driver.err"; rrc=$?
+  if [ $nrc -eq 0 ] && [ $rrc -eq 0 ] && diff -q "$LOG/$name.native.out" "$LOG/$name.driver.out" >/dev/null; then
+    echo "$name [driver]: OK (remote output == native output, $(wc -l <"$LOG/$name.native.out") lines)"; pass=$((pass+1))
+  else
+    echo "$name [driver]: DIFF (native rc=$nrc, remote rc=$rrc)"; diff "$LOG/$name.native.out" "$LOG/$name.driver.out" | head -20
+    grep -v "^cuwire trace" "$LOG/$name.driver.err" | sort | uniq -c | sort -rn | head -15; fail=$((fail+1))
+  fi
 done
 
 # inside a running Python process (the interpreter that has torch), as PyTorch will load the client
@@ -72,13 +92,15 @@ if CUWIRE_TEST_BACKEND=cuda $PY -m pytest -q -p no:cacheprovider tests/test_wire
 else echo "wire errors on the GPU: FAIL"; tail -30 "$LOG/wire_errors.txt"; fail=$((fail+1)); fi
 
 # a second run of the same app against the same server sends no module bytes
-CUWIRE_STATS=1 remote tests/test_apps/build/vector_add >/dev/null 2>"$LOG/stats-second-run.txt"
+CUWIRE_STATS=1 remote driver tests/test_apps/build/vector_add >/dev/null 2>"$LOG/stats-second-run.txt"
 grep "modules uploaded" "$LOG/stats-second-run.txt" | sed 's/^ */second run of vector_add: /'
-probes=$(grep -c "^probe ran in $PWD/tests/test_apps/build/" "$LOG/maps.txt"); real=$(grep "libcuda\|libcudart" "$LOG/maps.txt" | grep -v "$PWD/build/client" | sort -u)
-if [ -n "$real" ] || [ "$probes" -lt 14 ]; then
-  echo "client maps: FAIL ($probes processes probed), real CUDA libraries mapped: $real"; fail=$((fail+1))
+# no real libcuda in any client process; on the driver layer NVIDIA's libcudart is expected (and torch's own)
+probes=$(grep -c "^probe ran in " "$LOG/maps.txt")
+real=$(grep "libcuda\.so" "$LOG/maps.txt" | grep -v "$PWD/build/client" | sort -u)
+if [ -n "$real" ] || [ "$probes" -lt 28 ]; then
+  echo "client maps: FAIL ($probes processes probed), real libcuda mapped: $real"; fail=$((fail+1))
 else
-  echo "client maps: OK, $probes client processes probed: each mapped $(grep -v '^probe' "$LOG/maps.txt" | sort -u | tr '\n' ' ')and no real libcuda or libcudart"
+  echo "client maps: OK, $probes client processes probed, no real libcuda mapped; CUDA libraries seen: $(grep -v '^probe' "$LOG/maps.txt" | sort -u | tr '\n' ' ')"
 fi
 kill $SERVER; wait $SERVER 2>/dev/null
 grep -c "uploaded (" "$LOG/server.log" | sed 's/^/server: modules uploaded over the whole run: /'

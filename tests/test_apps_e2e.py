@@ -1,28 +1,34 @@
 """Every test app, unmodified, through the real client library, a real gRPC connection and a real server
-whose backend is the emulated device; its stdout must equal the expected output."""
+whose backend is the emulated device; its stdout must equal the expected output. Each runs on both
+layers: the driver layer (NVIDIA's own libcudart on cuwire's libcuda.so.1) and the runtime layer
+(cuwire's runtime stand-in preloaded)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from conftest import APPS, run_remote
+from conftest import APPS, run_layer, run_remote
 
 EXPECTED = APPS / "expected"
 APPS_SAME_AS_NATIVE = ["vector_add", "memcpy_kinds", "memset", "events", "streams", "device_symbols", "templated",
-                       "struct_arg", "two_units", "error_paths", "launch_api"]
+                       "struct_arg", "two_units", "error_paths", "launch_api", "static_app", "dlopen_app"]
+LAYERS = ["driver", "runtime"]
 
 
+@pytest.mark.parametrize("layer", LAYERS)
 @pytest.mark.parametrize("name", APPS_SAME_AS_NATIVE)
-def test_app_output_matches(name, apps: Path, client_lib, server):
-    r = run_remote(apps / name, client_lib, server.address)
+def test_app_output_matches(name, layer, apps: Path, client_lib, server):
+    r = run_layer(layer, apps / name, client_lib, server.address)
     assert r.returncode == 0, f"{name} failed:\n{r.stdout}\n{r.stderr}"
     assert r.stdout == (EXPECTED / f"{name}.out").read_text(), r.stderr
     assert "EMULATED" in r.stderr  # the emulated device always says so
+    assert "unimplemented" not in r.stderr, r.stderr
 
 
-def test_device_query_reports_the_emulated_device(apps, client_lib, server):
-    r = run_remote(apps / "device_query", client_lib, server.address)
+@pytest.mark.parametrize("layer", LAYERS)
+def test_device_query_reports_the_emulated_device(layer, apps, client_lib, server):
+    r = run_layer(layer, apps / "device_query", client_lib, server.address)
     assert r.returncode == 0, r.stderr
     assert r.stdout == (EXPECTED / "device_query.emulated.out").read_text()
 

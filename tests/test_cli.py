@@ -72,18 +72,29 @@ def test_run_passes_the_exit_code_through(server, client_lib, tmp_path):
 
 def test_run_sets_up_the_program_environment(server, client_lib, tmp_path):
     r = cuwire("run", "--server", server.address, "--token", "tok", "--stats", "--", "sh", "-c",
-               'echo "$LD_PRELOAD|$LD_LIBRARY_PATH|$CUWIRE_SERVER|$CUWIRE_TOKEN|$CUWIRE_STATS"',
+               'echo "$LD_PRELOAD|$LD_LIBRARY_PATH|$CUWIRE_SERVER|$CUWIRE_TOKEN|$CUWIRE_STATS|$CUWIRE_LAYER"',
                tmp=tmp_path, env={"LD_PRELOAD": "", "LD_LIBRARY_PATH": "/opt/x"})
     assert r.returncode == 0, r.stderr
-    preload, libpath, addr, token, stats = r.stdout.strip().split("|")
-    assert preload == str(client_lib)
-    assert libpath.split(":") == [str(client_lib.parent), "/opt/x"]
+    preload, libpath, addr, token, stats, layer = r.stdout.strip().split("|")
+    assert preload == "" and layer == "driver"  # the default: nothing preloaded, NVIDIA's runtime on cuwire's libcuda
+    runtime = cli.nvidia_runtime_dir()
+    assert runtime is not None and (runtime / "libcudart.so.13").exists()
+    assert libpath.split(":") == [str(client_lib.parent / "driver"), "/opt/x", str(runtime)]
+    assert sorted(p.name for p in (client_lib.parent / "driver").iterdir()) == ["libcuda.so.1"]
     assert (addr, token, stats) == (server.address, "tok", "1")
+
+
+def test_run_on_the_runtime_layer_preloads_cuwire(server, client_lib, tmp_path):
+    r = cuwire("run", "--server", server.address, "--layer", "runtime", "--", "sh", "-c",
+               'echo "$LD_PRELOAD|$LD_LIBRARY_PATH|$CUWIRE_LAYER"', tmp=tmp_path,
+               env={"LD_PRELOAD": "", "LD_LIBRARY_PATH": "/opt/x"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().split("|") == [str(client_lib), f"{client_lib.parent}:/opt/x", "runtime"]
 
 
 def test_program_env_prepends_to_existing_preloads(tmp_path):
     lib = tmp_path / "libcuwire.so"
-    env = cli.program_env(lib, "h:1", None, False, base={"LD_PRELOAD": "/a.so", "CUWIRE_TOKEN": "t"})
+    env = cli.program_env(lib, "h:1", None, False, base={"LD_PRELOAD": "/a.so", "CUWIRE_TOKEN": "t"}, layer="runtime")
     assert env["LD_PRELOAD"] == f"{lib}:/a.so" and env["LD_LIBRARY_PATH"] == str(tmp_path)
     assert env["CUWIRE_TOKEN"] == "t" and "CUWIRE_STATS" not in env
 
@@ -111,8 +122,23 @@ def test_run_without_a_gpu_says_what_to_do(client_lib, tmp_path):
     assert cli.NO_GPU_HINT in r.stderr
 
 
-def test_run_stats_prints_what_cuwire_did(server, apps, client_lib, tmp_path):
+def test_run_stats_on_the_driver_layer(server, apps, client_lib, tmp_path):
     r = cuwire("run", "--stats", "--server", server.address, "--", str(apps / "vector_add"), tmp=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "vector_add: PASS" in r.stdout and "cuwire stats:" in r.stderr
+    # what NVIDIA's runtime asked of cuwire's libcuda for vector_add's 3 cudaMalloc and 3 cudaFree
+    assert "cuMemAlloc_v2 3" in r.stderr and "cuMemFree_v2 3" in r.stderr
+    calls = re.search(r"API calls: (\d+) = (\d+) sent to the server and waited for \+ (\d+) queued \(sent in batches\) "
+                      r"\+ (\d+) answered locally \+ (\d+) unimplemented", r.stderr)
+    total, sent, queued, local, unimplemented = map(int, calls.groups())
+    assert total == sent + queued + local + unimplemented and unimplemented == 0
+    assert queued >= 1  # the launch, queued in C once its kernel was looked up
+    assert local > sent  # entry points, export tables, the current context: answered in the client
+
+
+def test_run_stats_prints_what_cuwire_did(server, apps, client_lib, tmp_path):
+    r = cuwire("run", "--stats", "--layer", "runtime", "--server", server.address, "--", str(apps / "vector_add"),
+               tmp=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "vector_add: PASS" in r.stdout and "cuwire stats:" not in r.stdout
     assert "cuwire stats:" in r.stderr

@@ -1,0 +1,313 @@
+"""Hand-written Python halves of the driver functions whose meaning changes on the way: module images
+(read from the program's memory and sent through the server's module cache), kernel and function
+lookups (which hand their parameter layout to the C launch path), and the first launch of a function.
+
+NVIDIA's runtime loads every fatbin a program registers with cuLibraryLoadData and launches with
+cuLaunchKernel, so these are the paths every kernel of every CUDA library takes.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+
+from _cuwire import ffi, lib
+
+from cuwire.client import fatbin
+from cuwire.client import runtime as rt
+from cuwire.generated import client_calls as calls
+from cuwire.generated import cuwire_pb2 as pb
+
+INVALID_VALUE, INVALID_IMAGE, INVALID_HANDLE, NOT_FOUND, NOT_SUPPORTED = 1, 200, 400, 500, 801
+_U32 = struct.Struct("<I")
+
+
+def _bytes(address: int, size: int) -> bytes:
+    return bytes(ffi.buffer(ffi.cast("char *", address), size))
+
+
+def image_at(address: int) -> bytes:
+    """The bytes of the module image at `address`: a fatbin registration wrapper, a fatbin, a 64-bit ELF
+    cubin, or NUL-terminated PTX text (what cuModuleLoadData and cuLibraryLoadData accept)."""
+    if not address:
+        raise rt.Fail(INVALID_VALUE)
+    magic = _U32.unpack(_bytes(address, 4))[0]
+    if magic == fatbin.WRAPPER_MAGIC:  # __fatBinC_Wrapper_t: magic, version, data, filename
+        return image_at(ffi.cast("uint64_t *", address)[1])
+    if magic == fatbin.HEADER_MAGIC:
+        return _bytes(address, fatbin.fatbin_size(_bytes(address, fatbin.HEADER_SIZE)))
+    if _bytes(address, 4) == fatbin.ELF_MAGIC:
+        header = _bytes(address, 64)
+        table_end = fatbin.elf_size(header)
+        shoff = struct.unpack_from("<Q", header, 0x28)[0]
+        return _bytes(address, fatbin.elf_size(header, _bytes(address + shoff, table_end - shoff)))
+    return ffi.string(ffi.cast("char *", address)) + b"\0"  # PTX
+
+
+def _load(address: int) -> int:
+    try:
+        image = image_at(address)
+    except ValueError as e:
+        raise rt.Fail(INVALID_IMAGE, f"cuwire: unreadable module image: {e}") from None
+    return rt.client.load_image(image)
+
+
+# ---------------------------------------------------------------- modules and libraries
+
+
+@ffi.def_extern(name="cuwire_py_cuLibraryLoadData", onerror=rt.on_error)
+def cuLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+                      libraryOptionValues, numLibraryOptions):
+    rt.write_scalar(library, "uint64_t", _load(code))
+    return 0
+
+
+def _load_module(module, image) -> int:
+    """A module is its library's module on the server (one cache for both)."""
+    return calls.cuLibraryGetModule(module, _load(image))
+
+
+@ffi.def_extern(name="cuwire_py_cuModuleLoadData", onerror=rt.on_error)
+def cuModuleLoadData(module, image):
+    return _load_module(module, image)
+
+
+@ffi.def_extern(name="cuwire_py_cuModuleLoadDataEx", onerror=rt.on_error)
+def cuModuleLoadDataEx(module, image, numOptions, options, optionValues):
+    return _load_module(module, image)
+
+
+@ffi.def_extern(name="cuwire_py_cuModuleLoadFatBinary", onerror=rt.on_error)
+def cuModuleLoadFatBinary(module, fatCubin):
+    return _load_module(module, fatCubin)
+
+
+# ---------------------------------------------------------------- kernels, functions, globals
+
+
+def _named(k, name: bytes):
+    rt.client.kernel_names.setdefault(k.handle, ffi.new("char[]", name))
+    return k.handle
+
+
+@ffi.def_extern(name="cuwire_py_cuLibraryGetKernel", onerror=rt.on_error)
+def cuLibraryGetKernel(pKernel, library, name):
+    text = rt.read_string(name)
+    k = rt.client.lookup_kernel(0, pb.GetKernel_Args(module=library, name=text))
+    rt.write_scalar(pKernel, "uint64_t", _named(k, text.encode()))
+    return 0
+
+
+@ffi.def_extern(name="cuwire_py_cuModuleGetFunction", onerror=rt.on_error)
+def cuModuleGetFunction(hfunc, hmod, name):
+    text = rt.read_string(name)
+    k = rt.client.lookup_kernel(0, pb.GetKernel_Args(module=hmod, name=text, from_module=True))
+    rt.write_scalar(hfunc, "uint64_t", _named(k, text.encode()))
+    return 0
+
+
+@ffi.def_extern(name="cuwire_py_cuKernelGetFunction", onerror=rt.on_error)
+def cuKernelGetFunction(pFunc, kernel):
+    k = rt.client.lookup_kernel(0, pb.GetKernel_Args(kernel=kernel))
+    name = rt.client.kernel_names.get(kernel)
+    rt.write_scalar(pFunc, "uint64_t", _named(k, ffi.string(name)) if name is not None else k.handle)
+    return 0
+
+
+def _get_name(out: int, handle: int) -> int:
+    name = rt.client.kernel_names.get(handle)
+    if name is None:
+        return INVALID_HANDLE
+    rt.write_scalar(ffi.cast("void *", out), "uint64_t", int(ffi.cast("uintptr_t", name)))
+    return 0
+
+
+@ffi.def_extern(name="cuwire_py_cuFuncGetName", onerror=rt.on_error)
+def cuFuncGetName(name, hfunc):
+    return _get_name(name, hfunc)
+
+
+@ffi.def_extern(name="cuwire_py_cuKernelGetName", onerror=rt.on_error)
+def cuKernelGetName(name, hfunc):
+    return _get_name(name, hfunc)
+
+
+def _global(dptr, size, module: int, name, from_module: bool) -> int:
+    res = rt.call(rt.GET_GLOBAL, pb.GetGlobal_Args(module=module, name=rt.read_string(name), from_module=from_module),
+                  pb.GetGlobal_Result)
+    if res.status != 0:
+        return res.status
+    rt.client.track_alloc(res.address, res.size)
+    if dptr != ffi.NULL:
+        rt.write_scalar(dptr, "uint64_t", res.address)
+    if size != ffi.NULL:
+        rt.write_scalar(size, "uint64_t", res.size)
+    return 0
+
+
+@ffi.def_extern(name="cuwire_py_cuLibraryGetGlobal", onerror=rt.on_error)
+def cuLibraryGetGlobal(dptr, bytes_, library, name):
+    return _global(dptr, bytes_, library, name, False)
+
+
+@ffi.def_extern(name="cuwire_py_cuModuleGetGlobal_v2", onerror=rt.on_error)
+def cuModuleGetGlobal_v2(dptr, bytes_, hmod, name):
+    return _global(dptr, bytes_, hmod, name, True)
+
+
+# ---------------------------------------------------------------- launches
+
+
+@ffi.def_extern(name="cuwire_py_cuLaunchKernel", onerror=rt.on_error)
+def cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra):
+    """Reached when C could not queue the launch: before the session knows the device's limits (the
+    first call of the process), or for a function this session never looked up."""
+    rt.client.connect()
+    err = lib.cuwire_fast_cuLaunchKernel(ffi.cast("void *", f), gx, gy, gz, bx, by, bz, shared_mem,
+                                        ffi.cast("void *", stream), ffi.cast("void **", params),
+                                        ffi.cast("void **", extra))
+    return INVALID_HANDLE if err < 0 else err
+
+
+@ffi.def_extern(name="cuwire_py_cuLaunchKernelEx", onerror=rt.on_error)
+def cuLaunchKernelEx(config, f, params, extra):
+    num_attrs = ffi.cast("unsigned int *", config)[12] if config else 0  # CUlaunchConfig.numAttrs
+    if num_attrs:
+        print("cuwire: cuLaunchKernelEx with launch attributes is not supported yet (CUDA_ERROR_NOT_SUPPORTED)",
+              file=sys.stderr)
+        return NOT_SUPPORTED
+    rt.client.connect()
+    err = lib.cuwire_fast_cuLaunchKernelEx(ffi.cast("void *", config), ffi.cast("void *", f),
+                                          ffi.cast("void **", params), ffi.cast("void **", extra))
+    return INVALID_HANDLE if err < 0 else err
+
+
+# ---------------------------------------------------------------- 2D copies
+
+# CUmemorytype, and the cudaMemcpyKind a pair of them makes
+HOST, DEVICE, ARRAY, UNIFIED = 1, 2, 3, 4
+_KIND = {(HOST, HOST): 0, (HOST, DEVICE): 1, (DEVICE, HOST): 2, (DEVICE, DEVICE): 3}
+# CUDA_MEMCPY2D, 64-bit: per side X, Y, memory type, host, device, array, pitch; then width and height
+_COPY2D = struct.Struct("<QQI4xQQQQ" "QQI4xQQQQ" "QQ")
+
+
+def _copy_2d(pCopy, stream: int | None) -> int:
+    if pCopy == ffi.NULL:
+        return INVALID_VALUE
+    (sx, sy, stype, shost, sdev, sarray, spitch, dx, dy, dtype, dhost, ddev, darray, dpitch, width,
+     height) = _COPY2D.unpack(bytes(ffi.buffer(ffi.cast("char *", pCopy), _COPY2D.size)))
+    if ARRAY in (stype, dtype):
+        print("cuwire: 2D copies to and from CUDA arrays are not supported yet (CUDA_ERROR_NOT_SUPPORTED)",
+              file=sys.stderr)
+        return NOT_SUPPORTED
+    src = (shost if stype == HOST else sdev) + sy * spitch + sx
+    dst = (dhost if dtype == HOST else ddev) + dy * dpitch + dx
+    if width == 0 or height == 0:
+        return 0
+    kind = _KIND.get((stype, dtype), 4)  # unified memory on either side: cudaMemcpyDefault
+    if kind == 0:  # host to host: the client's own memory
+        for row in range(height):
+            ffi.memmove(ffi.cast("char *", dst + row * dpitch), ffi.cast("char *", src + row * spitch), width)
+        return 0
+    dst_len, src_len = dpitch * (height - 1) + width, spitch * (height - 1) + width
+    args = (ffi.cast("void *", dst), dst_len, dpitch, ffi.cast("void *", src), src_len, spitch, width, height, kind)
+    return calls.cudaMemcpy2D(*args) if stream is None else calls.cudaMemcpy2DAsync(*args, stream)
+
+
+@ffi.def_extern(name="cuwire_py_cuMemcpy2D_v2", onerror=rt.on_error)
+def cuMemcpy2D_v2(pCopy, pCopy_len):
+    return _copy_2d(pCopy, None)
+
+
+@ffi.def_extern(name="cuwire_py_cuMemcpy2DUnaligned_v2", onerror=rt.on_error)
+def cuMemcpy2DUnaligned_v2(pCopy, pCopy_len):
+    return _copy_2d(pCopy, None)
+
+
+@ffi.def_extern(name="cuwire_py_cuMemcpy2DAsync_v2", onerror=rt.on_error)
+def cuMemcpy2DAsync_v2(pCopy, pCopy_len, hStream):
+    return _copy_2d(pCopy, hStream)
+
+
+# ---------------------------------------------------------------- errors
+
+
+def _error_text(error: int, out: int, name: bool) -> int:
+    if not out:
+        return INVALID_VALUE
+    text = rt.client.error_string(error, driver=True, name=name)
+    ffi.cast("uint64_t *", out)[0] = int(ffi.cast("uintptr_t", text))
+    return 0 if text != ffi.NULL else INVALID_VALUE
+
+
+@ffi.def_extern(name="cuwire_py_cuGetErrorName", onerror=rt.on_error)
+def cuGetErrorName(error, pStr):
+    return _error_text(error, pStr, True)
+
+
+@ffi.def_extern(name="cuwire_py_cuGetErrorString", onerror=rt.on_error)
+def cuGetErrorString(error, pStr):
+    return _error_text(error, pStr, False)
+
+
+# ---------------------------------------------------------------- pointer attributes
+
+# CUpointer_attribute values answered here, and their sizes
+CONTEXT, MEMORY_TYPE, DEVICE_POINTER, HOST_POINTER = 1, 2, 3, 4
+SYNC_MEMOPS, BUFFER_ID, IS_MANAGED, DEVICE_ORDINAL = 6, 7, 8, 9
+RANGE_START_ADDR, RANGE_SIZE, MAPPED = 11, 12, 13
+
+
+@ffi.def_extern(name="cuwire_py_cuPointerGetAttributes", onerror=rt.on_error)
+def cuPointerGetAttributes(numAttributes, attributes, data, ptr):
+    """What the client knows of its own session's memory: device allocations (and __device__ variables)
+    are device memory of device 0; any other address is host memory CUDA does not know (type 0)."""
+    attrs = ffi.cast("unsigned int *", attributes)
+    out = ffi.cast("void **", data)
+    for i in range(numAttributes):
+        if out[i] != ffi.NULL:
+            err = _pointer_attribute(attrs[i], out[i], ptr)
+            if err:
+                return err
+    return 0
+
+
+@ffi.def_extern(name="cuwire_py_cuPointerGetAttribute", onerror=rt.on_error)
+def cuPointerGetAttribute(data, attribute, ptr):
+    if not data:
+        return INVALID_VALUE
+    if rt.client.allocation_of(ptr) is None:
+        return INVALID_VALUE  # one attribute of memory CUDA does not know: the driver refuses
+    return _pointer_attribute(attribute, ffi.cast("void *", data), ptr)
+
+
+@ffi.def_extern(name="cuwire_py_cuMemGetAddressRange_v2", onerror=rt.on_error)
+def cuMemGetAddressRange_v2(pbase, psize, dptr):
+    base = rt.client.allocation_of(dptr)
+    if base is None:
+        return NOT_FOUND
+    if pbase != ffi.NULL:
+        rt.write_scalar(pbase, "uint64_t", base)
+    if psize != ffi.NULL:
+        rt.write_scalar(psize, "uint64_t", rt.client.alloc_sizes[base])
+    return 0
+
+
+def _pointer_attribute(a: int, slot, ptr: int) -> int:
+    """Write one CUpointer_attribute of `ptr` into `slot`; 0, or INVALID_VALUE for one not answered here."""
+    base = rt.client.allocation_of(ptr)
+    known = base is not None
+    if a in (CONTEXT, DEVICE_POINTER, HOST_POINTER, BUFFER_ID, RANGE_START_ADDR, RANGE_SIZE):
+        value = {CONTEXT: lib.cuwire_current_context() if known else 0, DEVICE_POINTER: ptr if known else 0,
+                 HOST_POINTER: 0, BUFFER_ID: base or 0, RANGE_START_ADDR: base or 0,
+                 RANGE_SIZE: rt.client.alloc_sizes[base] if known else 0}[a]
+        ffi.cast("uint64_t *", slot)[0] = value
+    elif a == MEMORY_TYPE:
+        ffi.cast("unsigned int *", slot)[0] = DEVICE if known else 0
+    elif a in (SYNC_MEMOPS, IS_MANAGED, MAPPED):  # booleans, read by the runtime as 32-bit
+        ffi.cast("unsigned int *", slot)[0] = 1 if a == MAPPED and known else 0
+    elif a == DEVICE_ORDINAL:
+        ffi.cast("int *", slot)[0] = 0 if known else -2
+    else:
+        return INVALID_VALUE
+    return 0

@@ -1,0 +1,267 @@
+/* cuwire client: driver-API answers the client gives from its own state (no Python, no server).
+ *
+ * NVIDIA's runtime asks the driver for the current context before most of its calls; the answer is
+ * the calling thread's own, so it is kept here per thread, and changes are queued to the server.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_api.h"
+#include "runtime.h"
+
+static __thread CUcontext current_context;
+
+/* cuCtxSetCurrent's fast path: note the thread's context, then let the stub queue the call. */
+int cuwire_note_current_context(CUcontext ctx)
+{
+    current_context = ctx;
+    return -1;
+}
+
+CUresult cuwire_local_cuCtxGetCurrent(CUcontext *pctx)
+{
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pctx = current_context;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuwire_local_cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
+{
+    if (!mode)
+        return CUDA_ERROR_INVALID_VALUE;
+    const char *env = getenv("CUDA_MODULE_LOADING");
+    *mode = env && strcmp(env, "EAGER") == 0 ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
+    return CUDA_SUCCESS;
+}
+
+/* Libraries and modules stay loaded on the server, in its module cache, shared by later sessions. */
+CUresult cuwire_local_cuLibraryUnload(CUlibrary library)
+{
+    return library ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuwire_local_cuModuleUnload(CUmodule module)
+{
+    return module ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* For the Python side (cuPointerGetAttributes): the calling thread's current context. */
+uint64_t cuwire_current_context(void) { return (uint64_t)(uintptr_t)current_context; }
+
+/* ------------------------------------------------------------------ devices: one snapshot per session */
+
+/* What the server's driver said of each device when the session opened (Welcome.devices): every
+ * attribute, name, UUID and memory size. NVIDIA's runtime reads about a hundred attributes per device
+ * at start, each a round trip if it were asked for. */
+#define MAX_DEVICES 64
+#define ATTRIBUTE_UNSUPPORTED INT32_MIN
+static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
+static int n_devices = -1, n_attributes, driver_version;
+static int32_t *attributes; /* n_devices * n_attributes */
+static char names[MAX_DEVICES][256];
+static CUuuid uuids[MAX_DEVICES];
+static size_t total_memory[MAX_DEVICES];
+
+void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char *const *device_names,
+                        const uint8_t *device_uuids, const uint64_t *memory, int driver)
+{
+    if (count > MAX_DEVICES)
+        count = MAX_DEVICES;
+    int32_t *copy = malloc((size_t)(count * n_attrs + 1) * sizeof *copy);
+    if (!copy)
+        return;
+    memcpy(copy, attrs, (size_t)count * n_attrs * sizeof *copy);
+    pthread_mutex_lock(&devices_lock);
+    free(attributes);
+    attributes = copy, n_attributes = n_attrs, driver_version = driver;
+    for (int i = 0; i < count; i++) {
+        snprintf(names[i], sizeof names[i], "%s", device_names[i]);
+        memcpy(uuids[i].bytes, device_uuids + 16 * i, 16);
+        total_memory[i] = memory[i];
+    }
+    __atomic_store_n(&n_devices, count, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&devices_lock);
+}
+
+/* The snapshot, connecting first if this is the process's first question: 0, or the error to return. */
+static CUresult devices_known(void)
+{
+    if (__atomic_load_n(&n_devices, __ATOMIC_ACQUIRE) >= 0)
+        return CUDA_SUCCESS;
+    if (!CUWIRE_READY())
+        return CUWIRE_NOT_READY;
+    int err = cuwire_py_connect();
+    if (err)
+        return (CUresult)err;
+    return __atomic_load_n(&n_devices, __ATOMIC_ACQUIRE) >= 0 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+}
+
+#define CHECK_DEVICE(dev)                                                                                  \
+    do {                                                                                                   \
+        CUresult e = devices_known();                                                                      \
+        if (e)                                                                                             \
+            return e;                                                                                      \
+        if ((dev) < 0 || (dev) >= n_devices)                                                               \
+            return CUDA_ERROR_INVALID_DEVICE;                                                              \
+    } while (0)
+
+CUresult cuwire_local_cuInit(unsigned int flags)
+{
+    if (flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    return devices_known();
+}
+
+CUresult cuwire_local_cuDriverGetVersion(int *version)
+{
+    if (!version)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult e = devices_known();
+    if (!e)
+        *version = driver_version;
+    return e;
+}
+
+CUresult cuwire_local_cuDeviceGetCount(int *count)
+{
+    if (!count)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult e = devices_known();
+    if (!e)
+        *count = n_devices;
+    return e;
+}
+
+CUresult cuwire_local_cuDeviceGet(CUdevice *device, int ordinal)
+{
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK_DEVICE(ordinal);
+    *device = ordinal; /* a CUdevice is its ordinal */
+    return CUDA_SUCCESS;
+}
+
+CUresult cuwire_local_cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+    if (!pi)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK_DEVICE(dev);
+    if ((int)attrib < 0 || (int)attrib >= n_attributes || attributes[dev * n_attributes + attrib] == ATTRIBUTE_UNSUPPORTED)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pi = attributes[dev * n_attributes + attrib];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuwire_local_cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    if (!name || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK_DEVICE(dev);
+    snprintf(name, (size_t)len, "%s", names[dev]);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuwire_local_cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    if (!uuid)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK_DEVICE(dev);
+    *uuid = uuids[dev];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuwire_local_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    if (!bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK_DEVICE(dev);
+    *bytes = total_memory[dev];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuwire_local_cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
+{
+    if (!major || !minor)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult e = cuwire_local_cuDeviceGetAttribute(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    return e ? e : cuwire_local_cuDeviceGetAttribute(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+}
+
+/* ------------------------------------------------------------------ context stack, stream capture */
+
+#define CONTEXT_STACK 64
+static __thread CUcontext context_stack[CONTEXT_STACK];
+static __thread int context_depth;
+
+CUresult cuwire_local_cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    if (!ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (context_depth == CONTEXT_STACK)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    context_stack[context_depth++] = current_context;
+    return cuCtxSetCurrent(ctx);
+}
+
+CUresult cuwire_local_cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    if (!current_context)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (pctx)
+        *pctx = current_context;
+    return cuCtxSetCurrent(context_depth ? context_stack[--context_depth] : NULL);
+}
+
+/* Stream capture is not served yet (cuStreamBeginCapture fails loudly by name), so no stream is ever
+ * capturing: PyTorch asks before most of its work, and the answer costs nothing here. */
+CUresult cuwire_local_cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status)
+{
+    (void)stream;
+    if (!status)
+        return CUDA_ERROR_INVALID_VALUE;
+    *status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuwire_local_cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus *status)
+{
+    return cuwire_local_cuStreamIsCapturing(stream, status);
+}
+
+CUresult cuwire_local_cuStreamGetCaptureInfo_v2(CUstream stream, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                               CUgraph *graph, const CUgraphNode **deps, size_t *n_deps)
+{
+    if (id)
+        *id = 0;
+    if (graph)
+        *graph = NULL;
+    if (deps)
+        *deps = NULL;
+    if (n_deps)
+        *n_deps = 0;
+    return cuwire_local_cuStreamIsCapturing(stream, status);
+}
+
+CUresult cuwire_local_cuStreamGetCaptureInfo_v3(CUstream stream, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                               CUgraph *graph, const CUgraphNode **deps,
+                                               const CUgraphEdgeData **edges, size_t *n_deps)
+{
+    if (edges)
+        *edges = NULL;
+    return cuwire_local_cuStreamGetCaptureInfo_v2(stream, status, id, graph, deps, n_deps);
+}
+
+static __thread CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+CUresult cuwire_local_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    if (!mode)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = capture_mode;
+    capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}

@@ -1,0 +1,425 @@
+/* cuwire client: the driver's private export tables (cuGetExportTable), built in the program's process.
+ *
+ * NVIDIA's libcudart (and the runtime that cuBLAS, cuDNN and cuFFT carry inside them) asks libcuda for
+ * undocumented tables of function pointers by UUID. Which tables there are, their layouts and what each
+ * slot must do were learned from ZLUDA's dark_api and Lupine's driver shim, and checked against the
+ * UUIDs that libcudart.so.13 contains. Each slot here answers from the client's own state or through
+ * cuwire's public driver entry points (which reach the server); none touches a real libcuda.
+ *
+ * A slot no table here implements points at a function that names the table and slot on stderr and
+ * returns CUDA_ERROR_NOT_SUPPORTED, so a caller never jumps through NULL. An unknown UUID is named once
+ * and refused with CUDA_ERROR_NOT_SUPPORTED.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_api.h"
+#include "runtime.h"
+
+/* ------------------------------------------------------------------ slots nobody implemented */
+
+/* Slot functions take no declared parameters: callers pass whatever the real slot takes, which the
+ * x86-64 calling convention makes harmless for a function that ignores them. */
+static CUresult unsupported_slot(const char *table, int slot)
+{
+    char what[96];
+    snprintf(what, sizeof what, "%s slot %d", table, slot);
+    cuwire_say_once_per_name("cuwire: unimplemented private driver table entry", what);
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+#define UNSUPPORTED(table, n) \
+    static CUresult table##_##n(void) { return unsupported_slot(#table, n); }
+#define SIZE_WORD(slots) ((void *)(uintptr_t)((slots) * sizeof(void *)))
+
+/* ------------------------------------------------------------------ CUDART_INTERFACE */
+
+/* A module from what __cudaRegisterFatBinary was given (a fatbin wrapper, a fatbin or a cubin): the
+ * public cuModuleLoadData takes all three. */
+static CUresult cudart_module_from_cubin(CUmodule *module, const void *image)
+{
+    if (!module)
+        return CUDA_ERROR_INVALID_VALUE;
+    return cuModuleLoadData(module, image);
+}
+
+/* The ext variants carry host-variable registrations we have never seen used: refuse them by name. */
+static CUresult cudart_module_from_cubin_ext1(CUmodule *module, const void *image, void *a3, void *a4,
+                                              unsigned a5)
+{
+    if (a3 || a4 || a5)
+        return unsupported_slot("CUDART_INTERFACE (extra arguments)", 6);
+    return cudart_module_from_cubin(module, image);
+}
+
+static CUresult cudart_module_from_cubin_ext2(const void *image, CUmodule *module, void *a3, void *a4,
+                                              unsigned a5)
+{
+    if (a3 || a4 || a5)
+        return unsupported_slot("CUDART_INTERFACE (extra arguments)", 8);
+    return cudart_module_from_cubin(module, image);
+}
+
+/* The device's primary context without retaining it: the handle cuDevicePrimaryCtxRetain returns. The
+ * server's session already holds the primary context, so a retain and a release leave it as it was. */
+static CUresult cudart_primary_context(CUcontext *pctx, CUdevice dev)
+{
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult err = cuDevicePrimaryCtxRetain(pctx, dev);
+    if (err == CUDA_SUCCESS)
+        err = cuDevicePrimaryCtxRelease_v2(dev);
+    return err;
+}
+
+static void cudart_noop(size_t arg) { (void)arg; }
+static CUresult cudart_load_compilers(void) { return CUDA_SUCCESS; }
+
+UNSUPPORTED(CUDART_INTERFACE, 3)
+UNSUPPORTED(CUDART_INTERFACE, 4)
+UNSUPPORTED(CUDART_INTERFACE, 5)
+UNSUPPORTED(CUDART_INTERFACE, 9)
+UNSUPPORTED(CUDART_INTERFACE, 10)
+UNSUPPORTED(CUDART_INTERFACE, 11)
+
+static const void *const cudart_interface[13] = {
+    SIZE_WORD(13),
+    (void *)cudart_module_from_cubin,
+    (void *)cudart_primary_context,
+    (void *)CUDART_INTERFACE_3,
+    (void *)CUDART_INTERFACE_4,
+    (void *)CUDART_INTERFACE_5,
+    (void *)cudart_module_from_cubin_ext1,
+    (void *)cudart_noop,
+    (void *)cudart_module_from_cubin_ext2,
+    (void *)CUDART_INTERFACE_9,
+    (void *)CUDART_INTERFACE_10,
+    (void *)CUDART_INTERFACE_11,
+    (void *)cudart_load_compilers,
+};
+
+/* ------------------------------------------------------------------ tools: no profiler attached */
+
+static uintptr_t no_tool(void) { return 0; }
+
+static const void *const tools_tls[4] = {SIZE_WORD(4), (void *)no_tool, (void *)no_tool, (void *)no_tool};
+
+/* Buffers the runtime reads its tool callbacks from: all zero means no tool subscribed. */
+static void hooks_buffer1(void **ptr, size_t *size)
+{
+    static uint64_t buffer[1024];
+    *ptr = buffer;
+    *size = 1024;
+}
+
+static void hooks_buffer2(void **ptr, size_t *size)
+{
+    static uint64_t buffer[16];
+    *ptr = buffer;
+    *size = 14;
+}
+
+static const void *const tools_callback_hooks[7] = {
+    SIZE_WORD(7),        (void *)no_tool, (void *)hooks_buffer1, (void *)no_tool, (void *)no_tool,
+    (void *)no_tool, (void *)hooks_buffer2,
+};
+
+/* ------------------------------------------------------------------ context-local storage */
+
+/* What the runtime keeps per context (its own state for each context it uses), looked up before most
+ * runtime calls: kept here, never on the server. A NULL context means the calling thread's current one. */
+struct cls_entry {
+    CUcontext ctx;
+    void *key, *value;
+};
+
+static pthread_mutex_t cls_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cls_entry *cls;
+static int cls_n, cls_cap;
+
+static CUcontext cls_context(CUcontext ctx)
+{
+    if (!ctx || ctx == (CUcontext)(intptr_t)-1)
+        cuCtxGetCurrent(&ctx);
+    return ctx;
+}
+
+static struct cls_entry *cls_find(CUcontext ctx, void *key)
+{
+    for (int i = 0; i < cls_n; i++)
+        if (cls[i].ctx == ctx && cls[i].key == key)
+            return &cls[i];
+    return NULL;
+}
+
+/* The destructor is not kept: the runtime frees its own values, and a context outlives the process's
+ * use of it here (the server frees the real one with the session). */
+static CUresult cls_put(CUcontext ctx, void *key, void *value, void (*dtor)(CUcontext, void *, void *))
+{
+    (void)dtor;
+    ctx = cls_context(ctx);
+    if (!ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&cls_lock);
+    struct cls_entry *e = cls_find(ctx, key);
+    if (!e) {
+        if (cls_n == cls_cap) {
+            int cap = cls_cap ? 2 * cls_cap : 16;
+            struct cls_entry *grown = realloc(cls, cap * sizeof *grown);
+            if (!grown) {
+                pthread_mutex_unlock(&cls_lock);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            cls = grown, cls_cap = cap;
+        }
+        e = &cls[cls_n++];
+        e->ctx = ctx, e->key = key;
+    }
+    e->value = value;
+    pthread_mutex_unlock(&cls_lock);
+    return CUDA_SUCCESS;
+}
+
+static CUresult cls_delete(CUcontext ctx, void *key)
+{
+    ctx = cls_context(ctx);
+    pthread_mutex_lock(&cls_lock);
+    struct cls_entry *e = cls_find(ctx, key);
+    if (e)
+        *e = cls[--cls_n];
+    pthread_mutex_unlock(&cls_lock);
+    return CUDA_SUCCESS;
+}
+
+static CUresult cls_get(void **value, CUcontext ctx, void *key)
+{
+    ctx = cls_context(ctx);
+    if (!ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&cls_lock);
+    struct cls_entry *e = cls_find(ctx, key);
+    if (e && value)
+        *value = e->value;
+    pthread_mutex_unlock(&cls_lock);
+    return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* No size word: the table is four entries, the last NULL. */
+static const void *const context_local_storage[4] = {(void *)cls_put, (void *)cls_delete, (void *)cls_get, NULL};
+
+/* ------------------------------------------------------------------ context checks */
+
+static CUresult context_check(CUcontext ctx, uint32_t *wrapped, const void **inner)
+{
+    (void)ctx, (void)inner;
+    if (wrapped)
+        *wrapped = 0; /* never a wrapped (interop) context */
+    return CUDA_SUCCESS;
+}
+
+UNSUPPORTED(CONTEXT_CHECKS, 1)
+
+static const void *const context_checks[4] = {SIZE_WORD(4), (void *)CONTEXT_CHECKS_1, (void *)context_check,
+                                               (void *)no_tool};
+
+/* ------------------------------------------------------------------ tables the runtime does not use */
+
+UNSUPPORTED(CTX_CREATE_BYPASS, 1)
+static const void *const ctx_create_bypass[2] = {SIZE_WORD(2), (void *)CTX_CREATE_BYPASS_1};
+
+UNSUPPORTED(HEAP_ACCESS, 1)
+UNSUPPORTED(HEAP_ACCESS, 2)
+static const void *const heap_access[3] = {SIZE_WORD(3), (void *)HEAP_ACCESS_1, (void *)HEAP_ACCESS_2};
+
+/* ------------------------------------------------------------------ integrity check */
+
+/* The runtime proves it talks to NVIDIA's driver: it hashes what the driver told it (version, devices)
+ * with the addresses of the tables it was given, and compares with the driver's answer. The hash is
+ * HMAC over MD2 (RFC 2104, RFC 1319) with a fixed key; a wrong answer makes every runtime call fail
+ * with cudaErrorSoftwareValidityNotEstablished. */
+static const uint8_t MD2_S[256] = {
+    0x29, 0x2E, 0x43, 0xC9, 0xA2, 0xD8, 0x7C, 0x01, 0x3D, 0x36, 0x54, 0xA1, 0xEC, 0xF0, 0x06, 0x13, 0x62, 0xA7, 0x05,
+    0xF3, 0xC0, 0xC7, 0x73, 0x8C, 0x98, 0x93, 0x2B, 0xD9, 0xBC, 0x4C, 0x82, 0xCA, 0x1E, 0x9B, 0x57, 0x3C, 0xFD, 0xD4,
+    0xE0, 0x16, 0x67, 0x42, 0x6F, 0x18, 0x8A, 0x17, 0xE5, 0x12, 0xBE, 0x4E, 0xC4, 0xD6, 0xDA, 0x9E, 0xDE, 0x49, 0xA0,
+    0xFB, 0xF5, 0x8E, 0xBB, 0x2F, 0xEE, 0x7A, 0xA9, 0x68, 0x79, 0x91, 0x15, 0xB2, 0x07, 0x3F, 0x94, 0xC2, 0x10, 0x89,
+    0x0B, 0x22, 0x5F, 0x21, 0x80, 0x7F, 0x5D, 0x9A, 0x5A, 0x90, 0x32, 0x27, 0x35, 0x3E, 0xCC, 0xE7, 0xBF, 0xF7, 0x97,
+    0x03, 0xFF, 0x19, 0x30, 0xB3, 0x48, 0xA5, 0xB5, 0xD1, 0xD7, 0x5E, 0x92, 0x2A, 0xAC, 0x56, 0xAA, 0xC6, 0x4F, 0xB8,
+    0x38, 0xD2, 0x96, 0xA4, 0x7D, 0xB6, 0x76, 0xFC, 0x6B, 0xE2, 0x9C, 0x74, 0x04, 0xF1, 0x45, 0x9D, 0x70, 0x59, 0x64,
+    0x71, 0x87, 0x20, 0x86, 0x5B, 0xCF, 0x65, 0xE6, 0x2D, 0xA8, 0x02, 0x1B, 0x60, 0x25, 0xAD, 0xAE, 0xB0, 0xB9, 0xF6,
+    0x1C, 0x46, 0x61, 0x69, 0x34, 0x40, 0x7E, 0x0F, 0x55, 0x47, 0xA3, 0x23, 0xDD, 0x51, 0xAF, 0x3A, 0xC3, 0x5C, 0xF9,
+    0xCE, 0xBA, 0xC5, 0xEA, 0x26, 0x2C, 0x53, 0x0D, 0x6E, 0x85, 0x28, 0x84, 0x09, 0xD3, 0xDF, 0xCD, 0xF4, 0x41, 0x81,
+    0x4D, 0x52, 0x6A, 0xDC, 0x37, 0xC8, 0x6C, 0xC1, 0xAB, 0xFA, 0x24, 0xE1, 0x7B, 0x08, 0x0C, 0xBD, 0xB1, 0x4A, 0x78,
+    0x88, 0x95, 0x8B, 0xE3, 0x63, 0xE8, 0x6D, 0xE9, 0xCB, 0xD5, 0xFE, 0x3B, 0x00, 0x1D, 0x39, 0xF2, 0xEF, 0xB7, 0x0E,
+    0x66, 0x58, 0xD0, 0xE4, 0xA6, 0x77, 0x72, 0xF8, 0xEB, 0x75, 0x4B, 0x0A, 0x31, 0x44, 0x50, 0xB4, 0x8F, 0xED, 0x1F,
+    0x1A, 0xDB, 0x99, 0x8D, 0x33, 0x9F, 0x11, 0x83, 0x14};
+static const uint8_t INTEGRITY_KEY[16] = {0x14, 0x6A, 0xDD, 0xAE, 0x53, 0xA9, 0xA7, 0x52,
+                                          0xAA, 0x08, 0x41, 0x36, 0x0B, 0xF5, 0x5A, 0x9F};
+
+struct md2 {
+    uint8_t x[48], checksum[16], n, last;
+};
+
+static void md2_byte(struct md2 *s, uint8_t b)
+{
+    s->x[16 + s->n] = b;
+    s->x[32 + s->n] = s->x[s->n] ^ b;
+    s->last = (s->checksum[s->n] ^= MD2_S[b ^ s->last]);
+    if (++s->n < 16)
+        return;
+    s->n = 0;
+    uint8_t t = 0;
+    for (int round = 0; round < 18; round++) {
+        for (int k = 0; k < 48; k++)
+            t = (s->x[k] ^= MD2_S[t]);
+        t = (uint8_t)(t + round);
+    }
+}
+
+static void md2_update(struct md2 *s, const void *data, size_t len, uint8_t mask)
+{
+    const uint8_t *b = data;
+    for (size_t i = 0; i < len; i++)
+        md2_byte(s, b[i] ^ mask);
+}
+
+static void md2_final(struct md2 *s, uint8_t out[16])
+{
+    uint8_t pad = (uint8_t)(16 - s->n), checksum[16];
+    for (int i = 0; i < pad; i++)
+        md2_byte(s, pad);
+    memcpy(checksum, s->checksum, 16);
+    md2_update(s, checksum, 16, 0);
+    memcpy(out, s->x, 16);
+}
+
+struct __attribute__((packed)) integrity_header {
+    uint32_t driver_version, version, pid, tid;
+    uint64_t cudart_table, integrity_table, integrity_fn, unix_seconds;
+};
+struct __attribute__((packed)) integrity_device {
+    CUuuid uuid;
+    int32_t pci_domain, pci_bus, pci_device;
+};
+
+/* Exposed for the unit test (tests/test_export_tables.py checks a published test vector). */
+CUWIRE_EXPORT void cuwire_integrity_hash(const void *header, const void *devices, int n_devices, uint64_t out[2])
+{
+    struct md2 s;
+    uint8_t inner[16], outer[16];
+    memset(&s, 0, sizeof s);
+    md2_update(&s, INTEGRITY_KEY, 16, 0x36);
+    md2_update(&s, header, sizeof(struct integrity_header), 0);
+    md2_update(&s, devices, (size_t)n_devices * sizeof(struct integrity_device), 0);
+    md2_final(&s, inner);
+    memset(&s, 0, sizeof s);
+    md2_update(&s, INTEGRITY_KEY, 16, 0x5c);
+    md2_update(&s, inner, 16, 0);
+    md2_final(&s, outer);
+    memcpy(out, outer, 16);
+}
+
+static CUresult integrity_check(uint32_t version, uint64_t unix_seconds, uint64_t result[2]);
+static const void *const integrity_table[3] = {SIZE_WORD(3), (void *)integrity_check, NULL};
+
+static CUresult integrity_check(uint32_t version, uint64_t unix_seconds, uint64_t result[2])
+{
+    if (!result)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (version % 10 < 2) { /* these versions expect fixed answers */
+        result[0] = version % 10 == 0 ? 0x3341181C03CB675CULL : 0x1841181C03CB675CULL;
+        result[1] = 0x8ED383AA1F4CD1E8ULL;
+        return CUDA_SUCCESS;
+    }
+    int driver = 0, count = 0;
+    CUresult err = cuDriverGetVersion(&driver);
+    if (!err)
+        err = cuDeviceGetCount(&count);
+    if (err)
+        return err;
+    struct integrity_device devices[64];
+    if (count > 64)
+        count = 64;
+    for (int i = 0; i < count && !err; i++) {
+        CUdevice dev;
+        CUuuid uuid;
+        int domain = 0, bus = 0, device = 0;
+        err = cuDeviceGet(&dev, i);
+        if (!err)
+            err = cuDeviceGetUuid_v2(&uuid, dev);
+        if (!err)
+            err = cuDeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev);
+        if (!err)
+            err = cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev);
+        if (!err)
+            err = cuDeviceGetAttribute(&device, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev);
+        devices[i] = (struct integrity_device){uuid, domain, bus, device};
+    }
+    if (err)
+        return err;
+    struct integrity_header h = {
+        (uint32_t)driver, version, (uint32_t)getpid(), (uint32_t)(uintptr_t)pthread_self(),
+        (uint64_t)(uintptr_t)cudart_interface, (uint64_t)(uintptr_t)integrity_table,
+        (uint64_t)(uintptr_t)integrity_table[1], unix_seconds,
+    };
+    cuwire_integrity_hash(&h, devices, count, result);
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ the lookup */
+
+struct export_table {
+    const char *name;
+    uint8_t uuid[16];
+    const void *const *table; /* NULL: refused quietly (an expected probe) */
+};
+
+static const struct export_table export_tables[] = {
+    {"CUDART_INTERFACE", {0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9},
+     cudart_interface},
+    {"TOOLS_TLS", {0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc},
+     tools_tls},
+    {"TOOLS_RUNTIME_CALLBACK_HOOKS",
+     {0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74, 0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a, 0x66},
+     tools_callback_hooks},
+    {"CONTEXT_LOCAL_STORAGE",
+     {0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93},
+     context_local_storage},
+    {"CTX_CREATE_BYPASS", {0x0c, 0xa5, 0x0b, 0x8c, 0x10, 0x04, 0x92, 0x9a, 0x89, 0xa7, 0xd0, 0xdf, 0x10, 0xe7, 0x72, 0x86},
+     ctx_create_bypass},
+    {"HEAP_ACCESS", {0x19, 0x5b, 0xcb, 0xf4, 0xd6, 0x7d, 0x02, 0x4a, 0xac, 0xc5, 0x1d, 0x29, 0xce, 0xa6, 0x31, 0xae},
+     heap_access},
+    {"INTEGRITY_CHECK", {0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2},
+     integrity_table},
+    {"CONTEXT_CHECKS", {0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e},
+     context_checks},
+    /* Asked for by libcudart 13 before cuInit; the real driver's answer is not needed to run. */
+    {"CUDART_PROBE_F8CF", {0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e, 0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9},
+     NULL},
+};
+
+CUresult cuwire_local_cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
+{
+    if (!ppExportTable || !pExportTableId)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof export_tables / sizeof export_tables[0]; i++) {
+        const struct export_table *t = &export_tables[i];
+        if (memcmp(t->uuid, pExportTableId->bytes, 16) != 0)
+            continue;
+        if (cuwire_trace)
+            fprintf(stderr, "cuwire trace: cuGetExportTable(%s)%s\n", t->name, t->table ? "" : ": refused");
+        if (!t->table)
+            return CUDA_ERROR_NOT_FOUND;
+        *ppExportTable = t->table;
+        return CUDA_SUCCESS;
+    }
+    char uuid[40];
+    const unsigned char *u = (const unsigned char *)pExportTableId->bytes;
+    for (int i = 0; i < 16; i++)
+        snprintf(uuid + 2 * i, 3, "%02x", u[i]);
+    cuwire_say_once_per_name("cuwire: unknown private driver table requested (cuGetExportTable), refused:", uuid);
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
