@@ -38,6 +38,7 @@ int cuwire_lookup_function(const void *host, int *fatbin, const char **name);
 int cuwire_lookup_variable(const void *host, int *fatbin, const char **name, size_t *size);
 int cuwire_fatbin(int index, const void **data, size_t *size);
 void cuwire_hook_exit(void);
+void cuwire_session_finished(void);
 void cuwire_python_started(void);
 extern const char *const cuwire_names[];
 extern const char *const cuwire_modes[];
@@ -56,7 +57,8 @@ extern unsigned long long cuwire_fast_launches;
 extern "Python+C" int cuwire_py_flush(void);
 extern "Python+C" int cuwire_py_connect(void);
 void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char *const *device_names,
-                        const uint8_t *device_uuids, const uint64_t *memory, int driver);
+                        const uint8_t *device_uuids, const uint64_t *memory, const uint64_t *contexts,
+                        const uint32_t *flags, int driver);
 extern "Python+C" void cuwire_py_at_exit(void);
 """
 

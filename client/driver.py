@@ -49,7 +49,16 @@ def _load(address: int) -> int:
         image = image_at(address)
     except ValueError as e:
         raise rt.Fail(INVALID_IMAGE, f"cuwire: unreadable module image: {e}") from None
-    return rt.client.load_image(image)
+    try:
+        return rt.client.load_image(image)
+    except rt.Fail as e:
+        if rt.client.settings.trace:
+            kind = ("fatbin" if image[:4] == fatbin.HEADER_MAGIC.to_bytes(4, "little")
+                    else "ELF" if image[:4] == fatbin.ELF_MAGIC else "PTX?")
+            entries = [repr(x) for x in fatbin.parse(image)] if kind == "fatbin" else []
+            print(f"cuwire trace: module image ({kind}, {len(image)} bytes{', ' if entries else ''}"
+                  f"{', '.join(entries)}) not loaded: error {e.code}", file=sys.stderr)
+        raise
 
 
 # ---------------------------------------------------------------- modules and libraries

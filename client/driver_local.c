@@ -64,9 +64,13 @@ static int32_t *attributes; /* n_devices * n_attributes */
 static char names[MAX_DEVICES][256];
 static CUuuid uuids[MAX_DEVICES];
 static size_t total_memory[MAX_DEVICES];
+static CUcontext primary[MAX_DEVICES];
+static unsigned int primary_flags[MAX_DEVICES];
+static int primary_refs[MAX_DEVICES];
 
 void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char *const *device_names,
-                        const uint8_t *device_uuids, const uint64_t *memory, int driver)
+                        const uint8_t *device_uuids, const uint64_t *memory, const uint64_t *contexts,
+                        const uint32_t *flags, int driver)
 {
     if (count > MAX_DEVICES)
         count = MAX_DEVICES;
@@ -81,6 +85,8 @@ void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char
         snprintf(names[i], sizeof names[i], "%s", device_names[i]);
         memcpy(uuids[i].bytes, device_uuids + 16 * i, 16);
         total_memory[i] = memory[i];
+        primary[i] = (CUcontext)(uintptr_t)contexts[i];
+        primary_flags[i] = flags[i];
     }
     __atomic_store_n(&n_devices, count, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&devices_lock);
@@ -265,3 +271,67 @@ CUresult cuwire_local_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mod
     *mode = old;
     return CUDA_SUCCESS;
 }
+
+/* ------------------------------------------------------------------ primary contexts */
+
+/* The session process holds each device's primary context for its whole life, so retaining and
+ * releasing it here only counts (the state PyTorch polls thousands of times per run). */
+CUresult cuwire_local_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK_DEVICE(dev);
+    __atomic_add_fetch(&primary_refs[dev], 1, __ATOMIC_RELAXED);
+    *pctx = primary[dev];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuwire_local_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    CHECK_DEVICE(dev);
+    int refs = __atomic_load_n(&primary_refs[dev], __ATOMIC_RELAXED);
+    while (refs > 0 && !__atomic_compare_exchange_n(&primary_refs[dev], &refs, refs - 1, 0, __ATOMIC_RELAXED,
+                                                    __ATOMIC_RELAXED))
+        ;
+    return refs > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+CUresult cuwire_local_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    CHECK_DEVICE(dev);
+    *flags = __atomic_load_n(&primary_flags[dev], __ATOMIC_RELAXED);
+    *active = __atomic_load_n(&primary_refs[dev], __ATOMIC_RELAXED) > 0;
+    return CUDA_SUCCESS;
+}
+
+/* cuDevicePrimaryCtxSetFlags_v2's fast path: note the flags, then let the stub ask the server. */
+int cuwire_note_primary_flags(CUdevice dev, unsigned int flags)
+{
+    if (dev >= 0 && dev < MAX_DEVICES)
+        __atomic_store_n(&primary_flags[dev], flags, __ATOMIC_RELAXED);
+    return -1;
+}
+
+/* The device of a context: contexts are the devices' primary contexts (cuCtxCreate is not served yet). */
+CUresult cuwire_local_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+{
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult e = devices_known();
+    if (e)
+        return e;
+    if (!ctx)
+        ctx = current_context;
+    if (!ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    for (int i = 0; i < n_devices; i++)
+        if (primary[i] == ctx) {
+            *device = i;
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_INVALID_CONTEXT;
+}
+
+CUresult cuwire_local_cuCtxGetDevice(CUdevice *device) { return cuwire_local_cuCtxGetDevice_v2(device, NULL); }

@@ -31,14 +31,19 @@ __attribute__((constructor)) static void cuwire_promote_libpython(void)
 }
 
 int cuwire_python_ok;
+int cuwire_finished; /* set when the process's session ended at exit: see CUWIRE_NOT_READY */
 int cuwire_forked; /* set in a child forked from this process: see forked_child() */
 int cuwire_embedded(void); /* cffi's embedding entry point: running it starts Python (client/build.py) */
 
 void cuwire_python_started(void) { __atomic_store_n(&cuwire_python_ok, 1, __ATOMIC_RELEASE); }
 
+void cuwire_session_finished(void) { __atomic_store_n(&cuwire_finished, 1, __ATOMIC_RELEASE); }
+
 int cuwire_start_python(void)
 {
     static int said, tried;
+    if (__atomic_load_n(&cuwire_finished, __ATOMIC_ACQUIRE))
+        return 0; /* the process is exiting: calls after the session ended fail quietly */
     if (cuwire_forked) {
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
             fprintf(stderr, "cuwire: this process was forked from a cuwire client; a forked child cannot open its "
@@ -84,6 +89,12 @@ __attribute__((constructor)) static void cuwire_trace_setting(void)
 }
 
 void cuwire_trace_call(const char *name) { fprintf(stderr, "cuwire trace: %s\n", name); }
+
+void cuwire_trace_result(const char *name, int result)
+{
+    if (result)
+        fprintf(stderr, "cuwire trace: %s -> %d\n", name, result);
+}
 
 /* ------------------------------------------------------------------ errors */
 

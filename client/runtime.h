@@ -15,6 +15,7 @@ int cuwire_unimplemented(const char *name, const char *header, int *warned);
 /* CUWIRE_TRACE=1: every CUDA call the program makes is named on stderr as it starts. */
 extern int cuwire_trace;
 void cuwire_trace_call(const char *name);
+void cuwire_trace_result(const char *name, int result); /* errors only */
 /* Says `what name` on stderr, once per name. */
 void cuwire_say_once_per_name(const char *what, const char *name);
 /* cuGetProcAddress's table (generated/client_procs.c): found is 0 (no such name), 1, or 2 (too new). */
@@ -26,19 +27,23 @@ const char *cuwire_error_name(int code);
 
 /* True once the embedded Python runtime started; the first sync call starts it. If it cannot start,
  * calls fail loudly with cudaErrorUnknown instead of cffi's silent zero. */
-extern int cuwire_python_ok, cuwire_forked;
+extern int cuwire_python_ok, cuwire_forked, cuwire_finished;
 int cuwire_start_python(void);
 #define CUWIRE_READY() \
-    ((__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE) && !cuwire_forked) || cuwire_start_python())
-/* The error a call returns when it cannot reach Python: cudaErrorDevicesUnavailable in a forked child,
- * cudaErrorUnknown when Python failed to start (both the same numbers in CUresult). */
-#define CUWIRE_NOT_READY (cuwire_forked ? 46 : 999)
+    ((__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE) && !cuwire_forked && !cuwire_finished) || \
+     cuwire_start_python())
+/* The error a call returns when it cannot reach Python: CUDA_ERROR_DEINITIALIZED (cudaErrorCudartUnloading)
+ * once the process is exiting and its session has ended (libraries' own clean-up runs after Python's
+ * finalization, when Python must not be called), cudaErrorDevicesUnavailable in a forked child,
+ * cudaErrorUnknown when Python failed to start (each the same number in CUresult). */
+#define CUWIRE_NOT_READY (cuwire_finished ? 4 : cuwire_forked ? 46 : 999)
 
 /* For the Python side (declared again in client/build.py's cdef). */
 uint64_t cuwire_current_context(void);
 int cuwire_py_connect(void);
 void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char *const *device_names,
-                        const uint8_t *device_uuids, const uint64_t *memory, int driver);
+                        const uint8_t *device_uuids, const uint64_t *memory, const uint64_t *contexts,
+                        const uint32_t *flags, int driver);
 size_t cuwire_queue_take(char **data, uint64_t *count);
 void cuwire_free(void *p);
 void cuwire_set_last_error(int err);
@@ -54,6 +59,7 @@ int cuwire_launch_config_error(const uint32_t *grid, const uint32_t *block);
 extern unsigned long long cuwire_fast_launches;
 void cuwire_python_started(void);
 void cuwire_py_at_exit(void);
+void cuwire_session_finished(void);
 void cuwire_hook_exit(void);
 
 #endif

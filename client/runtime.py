@@ -114,7 +114,9 @@ def give_devices_to_c(welcome: pb.Welcome) -> None:
     uuids = b"".join(d.uuid.ljust(16, b"\0")[:16] for d in devices)
     lib.cuwire_set_devices(len(devices), n_attrs, ffi.new("int32_t[]", attrs or [0]),
                            ffi.new("char *[]", names or [ffi.NULL]), ffi.new("uint8_t[]", uuids or b"\0"),
-                           ffi.new("uint64_t[]", [d.total_memory for d in devices] or [0]), welcome.driver_version)
+                           ffi.new("uint64_t[]", [d.total_memory for d in devices] or [0]),
+                           ffi.new("uint64_t[]", [d.primary_context for d in devices] or [0]),
+                           ffi.new("uint32_t[]", [d.primary_flags for d in devices] or [0]), welcome.driver_version)
 
 
 class Client:
@@ -364,6 +366,7 @@ class Client:
                 self.session = None
                 lib.cuwire_forget_kernels()
             self.finished = True
+            lib.cuwire_session_finished()  # from now on C answers without calling Python
         if self.settings.stats:
             print_stats(self.stats, self.names_by_id(), api_calls())
 

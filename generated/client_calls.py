@@ -33,27 +33,6 @@ def cuCtxGetCacheConfig(pconfig):
     return res.status
 
 
-@ffi.def_extern(name="cuwire_py_cuCtxGetDevice", onerror=rt.on_error)
-def cuCtxGetDevice(device):
-    """cuCtxGetDevice (cuda.h)"""
-    args = pb.cuCtxGetDevice_Args()
-    res = rt.call(4024089485, args, pb.cuCtxGetDevice_Result)
-    if res.status == 0:
-        rt.write_scalar(device, "int32_t", res.device)
-    return res.status
-
-
-@ffi.def_extern(name="cuwire_py_cuCtxGetDevice_v2", onerror=rt.on_error)
-def cuCtxGetDevice_v2(device, ctx):
-    """cuCtxGetDevice_v2 (cuda.h)"""
-    args = pb.cuCtxGetDevice_v2_Args()
-    args.ctx = ctx
-    res = rt.call(2714369002, args, pb.cuCtxGetDevice_v2_Result)
-    if res.status == 0:
-        rt.write_scalar(device, "int32_t", res.device)
-    return res.status
-
-
 @ffi.def_extern(name="cuwire_py_cuCtxGetFlags", onerror=rt.on_error)
 def cuCtxGetFlags(flags):
     """cuCtxGetFlags (cuda.h)"""
@@ -187,44 +166,12 @@ def cuDeviceGetPCIBusId(pciBusId, pciBusId_len, len, dev):
     return res.status
 
 
-@ffi.def_extern(name="cuwire_py_cuDevicePrimaryCtxGetState", onerror=rt.on_error)
-def cuDevicePrimaryCtxGetState(dev, flags, active):
-    """cuDevicePrimaryCtxGetState (cuda.h)"""
-    args = pb.cuDevicePrimaryCtxGetState_Args()
-    args.dev = dev
-    res = rt.call(1684173691, args, pb.cuDevicePrimaryCtxGetState_Result)
-    if res.status == 0:
-        rt.write_scalar(flags, "uint32_t", res.flags)
-        rt.write_scalar(active, "int32_t", res.active)
-    return res.status
-
-
-@ffi.def_extern(name="cuwire_py_cuDevicePrimaryCtxRelease_v2", onerror=rt.on_error)
-def cuDevicePrimaryCtxRelease_v2(dev):
-    """cuDevicePrimaryCtxRelease_v2 (cuda.h)"""
-    args = pb.cuDevicePrimaryCtxRelease_v2_Args()
-    args.dev = dev
-    res = rt.call(3634663162, args, pb.cuDevicePrimaryCtxRelease_v2_Result)
-    return res.status
-
-
 @ffi.def_extern(name="cuwire_py_cuDevicePrimaryCtxReset_v2", onerror=rt.on_error)
 def cuDevicePrimaryCtxReset_v2(dev):
     """cuDevicePrimaryCtxReset_v2 (cuda.h)"""
     args = pb.cuDevicePrimaryCtxReset_v2_Args()
     args.dev = dev
     res = rt.call(2324783077, args, pb.cuDevicePrimaryCtxReset_v2_Result)
-    return res.status
-
-
-@ffi.def_extern(name="cuwire_py_cuDevicePrimaryCtxRetain", onerror=rt.on_error)
-def cuDevicePrimaryCtxRetain(pctx, dev):
-    """cuDevicePrimaryCtxRetain (cuda.h)"""
-    args = pb.cuDevicePrimaryCtxRetain_Args()
-    args.dev = dev
-    res = rt.call(322168396, args, pb.cuDevicePrimaryCtxRetain_Result)
-    if res.status == 0:
-        rt.write_scalar(pctx, "uint64_t", res.pctx)
     return res.status
 
 

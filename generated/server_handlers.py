@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "ae0506ced49fcfd4"
+API_DIGEST = "b84d156e3f185466"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -38,26 +38,6 @@ def cuCtxGetCacheConfig(s, a: pb.cuCtxGetCacheConfig_Args) -> pb.cuCtxGetCacheCo
     r.status = s.lib.cuCtxGetCacheConfig(pconfig)
     if r.status == 0:
         r.pconfig = s.scalar(pconfig[0])
-    return r
-
-
-def cuCtxGetDevice(s, a: pb.cuCtxGetDevice_Args) -> pb.cuCtxGetDevice_Result:
-    """cuCtxGetDevice (cuda.h)"""
-    r = pb.cuCtxGetDevice_Result()
-    device = s.ffi.new("CUdevice *")
-    r.status = s.lib.cuCtxGetDevice(device)
-    if r.status == 0:
-        r.device = s.scalar(device[0])
-    return r
-
-
-def cuCtxGetDevice_v2(s, a: pb.cuCtxGetDevice_v2_Args) -> pb.cuCtxGetDevice_v2_Result:
-    """cuCtxGetDevice_v2 (cuda.h)"""
-    r = pb.cuCtxGetDevice_v2_Result()
-    device = s.ffi.new("CUdevice *")
-    r.status = s.lib.cuCtxGetDevice_v2(device, s.handle("CUctx_st", "CUcontext", a.ctx))
-    if r.status == 0:
-        r.device = s.scalar(device[0])
     return r
 
 
@@ -176,40 +156,10 @@ def cuDeviceGetPCIBusId(s, a: pb.cuDeviceGetPCIBusId_Args) -> pb.cuDeviceGetPCIB
     return r
 
 
-def cuDevicePrimaryCtxGetState(s, a: pb.cuDevicePrimaryCtxGetState_Args) -> pb.cuDevicePrimaryCtxGetState_Result:
-    """cuDevicePrimaryCtxGetState (cuda.h)"""
-    r = pb.cuDevicePrimaryCtxGetState_Result()
-    flags = s.ffi.new("unsigned int *")
-    active = s.ffi.new("int *")
-    r.status = s.lib.cuDevicePrimaryCtxGetState(a.dev, flags, active)
-    if r.status == 0:
-        r.flags = s.scalar(flags[0])
-        r.active = s.scalar(active[0])
-    return r
-
-
-def cuDevicePrimaryCtxRelease_v2(s, a: pb.cuDevicePrimaryCtxRelease_v2_Args) -> pb.cuDevicePrimaryCtxRelease_v2_Result:
-    """cuDevicePrimaryCtxRelease_v2 (cuda.h)"""
-    r = pb.cuDevicePrimaryCtxRelease_v2_Result()
-    r.status = s.lib.cuDevicePrimaryCtxRelease_v2(a.dev)
-    return r
-
-
 def cuDevicePrimaryCtxReset_v2(s, a: pb.cuDevicePrimaryCtxReset_v2_Args) -> pb.cuDevicePrimaryCtxReset_v2_Result:
     """cuDevicePrimaryCtxReset_v2 (cuda.h)"""
     r = pb.cuDevicePrimaryCtxReset_v2_Result()
     r.status = s.lib.cuDevicePrimaryCtxReset_v2(a.dev)
-    return r
-
-
-def cuDevicePrimaryCtxRetain(s, a: pb.cuDevicePrimaryCtxRetain_Args) -> pb.cuDevicePrimaryCtxRetain_Result:
-    """cuDevicePrimaryCtxRetain (cuda.h)"""
-    r = pb.cuDevicePrimaryCtxRetain_Result()
-    pctx = s.ffi.new("CUcontext *")
-    r.status = s.lib.cuDevicePrimaryCtxRetain(pctx, a.dev)
-    if r.status == 0:
-        r.pctx = s.scalar(pctx[0])
-        s.owns_handle("CUctx_st", r.pctx)
     return r
 
 
@@ -1358,8 +1308,6 @@ def cudaStreamWaitEvent_record(s, stream, event, flags) -> int:
 HANDLERS = {
     900342868: ("cuCtxGetApiVersion", pb.cuCtxGetApiVersion_Args, cuCtxGetApiVersion),
     1342146307: ("cuCtxGetCacheConfig", pb.cuCtxGetCacheConfig_Args, cuCtxGetCacheConfig),
-    4024089485: ("cuCtxGetDevice", pb.cuCtxGetDevice_Args, cuCtxGetDevice),
-    2714369002: ("cuCtxGetDevice_v2", pb.cuCtxGetDevice_v2_Args, cuCtxGetDevice_v2),
     2639545333: ("cuCtxGetFlags", pb.cuCtxGetFlags_Args, cuCtxGetFlags),
     3922192943: ("cuCtxGetLimit", pb.cuCtxGetLimit_Args, cuCtxGetLimit),
     1782496290: ("cuCtxGetStreamPriorityRange", pb.cuCtxGetStreamPriorityRange_Args, cuCtxGetStreamPriorityRange),
@@ -1373,10 +1321,7 @@ HANDLERS = {
     3582315627: ("cuDeviceGetByPCIBusId", pb.cuDeviceGetByPCIBusId_Args, cuDeviceGetByPCIBusId),
     2429329345: ("cuDeviceGetP2PAttribute", pb.cuDeviceGetP2PAttribute_Args, cuDeviceGetP2PAttribute),
     2039655364: ("cuDeviceGetPCIBusId", pb.cuDeviceGetPCIBusId_Args, cuDeviceGetPCIBusId),
-    1684173691: ("cuDevicePrimaryCtxGetState", pb.cuDevicePrimaryCtxGetState_Args, cuDevicePrimaryCtxGetState),
-    3634663162: ("cuDevicePrimaryCtxRelease_v2", pb.cuDevicePrimaryCtxRelease_v2_Args, cuDevicePrimaryCtxRelease_v2),
     2324783077: ("cuDevicePrimaryCtxReset_v2", pb.cuDevicePrimaryCtxReset_v2_Args, cuDevicePrimaryCtxReset_v2),
-    322168396: ("cuDevicePrimaryCtxRetain", pb.cuDevicePrimaryCtxRetain_Args, cuDevicePrimaryCtxRetain),
     4201524549: ("cuDevicePrimaryCtxSetFlags_v2", pb.cuDevicePrimaryCtxSetFlags_v2_Args, cuDevicePrimaryCtxSetFlags_v2),
     2934341808: ("cuEventCreate", pb.cuEventCreate_Args, cuEventCreate),
     495590736: ("cuEventDestroy_v2", pb.cuEventDestroy_v2_Args, cuEventDestroy_v2),

@@ -62,8 +62,18 @@ class CuWireServer:
                                  total_memory=p.totalGlobalMem, max_threads_per_block=p.maxThreadsPerBlock,
                                  max_block=list(p.maxThreadsDim), max_grid=list(p.maxGridSize),
                                  max_shared_memory=max(p.sharedMemPerBlockOptin, p.sharedMemPerBlock),
-                                 attributes=self.device_attributes(i), uuid=self.device_uuid(i)))
+                                 attributes=self.device_attributes(i), uuid=self.device_uuid(i),
+                                 **self.primary_context(i)))
         return out
+
+    def primary_context(self, device: int) -> dict[str, int]:
+        """Retain the device's primary context for the life of this process (sessions use it)."""
+        ffi, lib = self.ffi, self.lib
+        ctx, flags, active = ffi.new("CUcontext *"), ffi.new("unsigned int *"), ffi.new("int *")
+        if lib.cuDevicePrimaryCtxRetain(ctx, device) != 0:
+            return {}
+        lib.cuDevicePrimaryCtxGetState(device, flags, active)
+        return {"primary_context": int(ffi.cast("uintptr_t", ctx[0])), "primary_flags": flags[0]}
 
     def device_attributes(self, device: int) -> list[int]:
         """Every cuDeviceGetAttribute value of the device, once: clients answer from this snapshot."""

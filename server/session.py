@@ -43,6 +43,8 @@ class Session:
         self.calls = 0
         self.started = time.monotonic()
         self.lib.cudaFree(self.ffi.NULL)  # make the device's primary context current on this thread
+        for d in server.devices:  # the client hands these out itself (cuDevicePrimaryCtxRetain)
+            self.owns_handle("CUctx_st", d.primary_context)
 
     # ---------------------------------------------------------------- running batches
 

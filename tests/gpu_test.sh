@@ -47,6 +47,7 @@ pass=0; fail=0; : >"$LOG/maps.txt"
 for app in tests/test_apps/build/*; do
   name=$(basename "$app")
   [ -x "$app" ] || continue
+  [ "${GPU_TEST_ONLY:-}" = torch ] && continue  # GPU_TEST_ONLY=torch: only the PyTorch part
   LD_LIBRARY_PATH="$CUDA_LIB:${LD_LIBRARY_PATH:-}" "$app" >"$LOG/$name.native.out" 2>"$LOG/$name.native.err"; nrc=$?
   for layer in driver runtime; do
     timeout 300 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote $layer $app" \
@@ -79,6 +80,8 @@ for script in tests/torch_apps/*.py; do
     grep -v "^cuwire trace" "$LOG/$name.driver.err" | sort | uniq -c | sort -rn | head -15; fail=$((fail+1))
   fi
 done
+
+[ "${GPU_TEST_ONLY:-}" = torch ] && { kill $SERVER; echo "gpu-test summary: $pass passed, $fail failed"; exit $fail; }
 
 # inside a running Python process (the interpreter that has torch), as PyTorch will load the client
 if $PY tests/tools/python_host.py "$PWD/build/client/libcuwire.so" >"$LOG/python_host.out" 2>"$LOG/python_host.err" \

@@ -64,9 +64,12 @@ def uuid(hexbytes: str) -> ctypes.Array:
 
 CUDART_INTERFACE = "6bd5fb6c5bf4e74a8987d93912fd9df9"
 CONTEXT_LOCAL_STORAGE = "c693336e1121df11a8c368f355d89593"
-SIZED_TABLES = {CUDART_INTERFACE: 13, "42d85a8123f6cb478298f6e78a3aecdc": 4, "a094798c2e742e7493f20800200c0a66": 7,
+# slots per table: the real driver's (580), measured on the H100 with tests/tools/export_tables_probe.c
+SIZED_TABLES = {CUDART_INTERFACE: 13, "42d85a8123f6cb478298f6e78a3aecdc": 3, "a094798c2e742e7493f20800200c0a66": 7,
                 "0ca50b8c1004929a89a7d0df10e77286": 2, "195bcbf4d67d024aacc51d29cea631ae": 3,
-                "d4082055bde6704b8d34ba123c66e1f2": 3, "263e88607cd2614392f6bbd5006dfa7e": 4}
+                "d4082055bde6704b8d34ba123c66e1f2": 3, "263e88607cd2614392f6bbd5006dfa7e": 15,
+                "21318c60971432488ca641ff7324c8f2": 93, "6e163fbeb958444d835ce182aff1991e": 99,
+                "69a28e9f24498b47b030c5da330ea4e9": 34}
 
 
 def table(lib, hexbytes: str) -> tuple[int, ctypes.POINTER]:
