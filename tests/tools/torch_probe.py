@@ -1,5 +1,6 @@
 """Smallest PyTorch uses of cuBLAS and cuFFT, for tracing what they ask of the driver (CUWIRE_TRACE=1)."""
 import torch
+
 a = torch.randn(64, 64, device="cuda")
 try:
     print("matmul:", (a @ a).sum().item())
