@@ -70,11 +70,14 @@ done
 # PyTorch (stock, as installed on this host) natively and through cuwire's driver layer
 for script in tests/torch_apps/*.py; do
   name=torch-$(basename "$script" .py)
-  $PY "$script" >"$LOG/$name.native.out" 2>"$LOG/$name.native.err"; nrc=$?
+  t0=$(date +%s.%N); $PY "$script" >"$LOG/$name.native.out" 2>"$LOG/$name.native.err"; nrc=$?; t1=$(date +%s.%N)
   CUWIRE_STATS=1 timeout 240 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote driver $PY $script" \
-    >"$LOG/$name.driver.out" 2>"$LOG/$name.driver.err"; rrc=$?
+    >"$LOG/$name.driver.out" 2>"$LOG/$name.driver.err"; rrc=$?; t2=$(date +%s.%N)
+  took=$(awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "wall %.1f s native, %.1f s through cuwire", b - a, c - b }')
   if [ $nrc -eq 0 ] && [ $rrc -eq 0 ] && diff -q "$LOG/$name.native.out" "$LOG/$name.driver.out" >/dev/null; then
-    echo "$name [driver]: OK (remote output == native output, $(wc -l <"$LOG/$name.native.out") lines)"; pass=$((pass+1))
+    echo "$name [driver]: OK (remote output == native output, $(wc -l <"$LOG/$name.native.out") lines; $took)"
+    grep "API calls\|round trips" "$LOG/$name.driver.err" | sed "s/^ */  $name: /"
+    pass=$((pass+1))
   else
     echo "$name [driver]: DIFF (native rc=$nrc, remote rc=$rrc)"; diff "$LOG/$name.native.out" "$LOG/$name.driver.out" | head -20
     grep -v "^cuwire trace" "$LOG/$name.driver.err" | sort | uniq -c | sort -rn | head -15; fail=$((fail+1))
