@@ -91,6 +91,34 @@ def cuModuleLoadFatBinary(module, fatCubin):
     return _load_module(module, fatCubin)
 
 
+# ---------------------------------------------------------------- the driver's private module iterator
+
+
+@ffi.def_extern(onerror=lambda *exc: 0)
+def cuwire_py_module_functions(context, module, callback, userdata):
+    """Slot 7 of the private table 6e163fbe (client/export_tables.c): call `callback(userdata, function,
+    owner)` for each function of `module`, as the driver does for cuBLAS and cuFFT. The function handed
+    over is a client copy of the server's function object (the libraries read fields of it); launches
+    and calls through it reach the server's function."""
+    res = rt.call(rt.MODULE_FUNCTIONS, pb.ModuleFunctions_Args(module=module, context=context),
+                  pb.ModuleFunctions_Result)
+    if res.status != 0:
+        print(f"cuwire: the driver's module iterator failed on the server (error {res.status})", file=sys.stderr)
+        return 0
+    client = rt.client
+    report = ffi.cast("void (*)(void *, void *, uint64_t)", callback)
+    for f in res.functions:
+        copy = ffi.new("char[]", f.object)
+        handle = int(ffi.cast("uintptr_t", copy))
+        client.function_objects[handle] = (f.function, copy)
+        lib.cuwire_cache_kernel(copy, f.function, len(f.param_offsets),
+                                ffi.new("uint32_t[]", list(f.param_offsets) or [0]),
+                                ffi.new("uint32_t[]", list(f.param_sizes) or [0]))
+        if callback:
+            report(ffi.cast("void *", userdata), copy, f.owner)
+    return res.count
+
+
 # ---------------------------------------------------------------- kernels, functions, globals
 
 
@@ -179,7 +207,7 @@ def cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra)
 
 
 @ffi.def_extern(name="cuwire_py_cuLaunchKernelEx", onerror=rt.on_error)
-def cuLaunchKernelEx(config, f, params, extra):
+def cuLaunchKernelEx(config, config_len, f, params, extra):
     num_attrs = ffi.cast("unsigned int *", config)[12] if config else 0  # CUlaunchConfig.numAttrs
     if num_attrs:
         print("cuwire: cuLaunchKernelEx with launch attributes is not supported yet (CUDA_ERROR_NOT_SUPPORTED)",
@@ -189,6 +217,26 @@ def cuLaunchKernelEx(config, f, params, extra):
     err = lib.cuwire_fast_cuLaunchKernelEx(ffi.cast("void *", config), ffi.cast("void *", f),
                                           ffi.cast("void **", params), ffi.cast("void **", extra))
     return INVALID_HANDLE if err < 0 else err
+
+
+# CUlaunchConfig: grid[3], block[3], shared memory (u32), stream, attrs (at 40), numAttrs (at 48);
+# CUlaunchAttribute: 72 bytes
+_LAUNCH_ATTRIBUTE = 72
+
+
+@ffi.def_extern(name="cuwire_py_cuOccupancyMaxActiveClusters", onerror=rt.on_error)
+def cuOccupancyMaxActiveClusters(numClusters, func, config, config_len):
+    if not config or not numClusters:
+        return INVALID_VALUE
+    raw = bytes(ffi.buffer(ffi.cast("char *", config), config_len))
+    attrs, count = struct.unpack_from("<QI", raw, 40)
+    body = bytes(ffi.buffer(ffi.cast("char *", attrs), count * _LAUNCH_ATTRIBUTE)) if count and attrs else b""
+    res = rt.call(rt.MAX_ACTIVE_CLUSTERS, pb.MaxActiveClusters_Args(function=rt.server_function(func), config=raw,
+                                                                     attributes=body),
+                  pb.MaxActiveClusters_Result)
+    if res.status == 0:
+        ffi.cast("int *", numClusters)[0] = res.clusters
+    return res.status
 
 
 # ---------------------------------------------------------------- 2D copies

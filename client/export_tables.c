@@ -251,11 +251,22 @@ static const void *const heap_access[3] = {SIZE_WORD(3), (void *)HEAP_ACCESS_1, 
 
 /* ------------------------------------------------------------------ tables the CUDA libraries use */
 
-/* cuBLAS (cublasCreate) and cuFFT ask for these; what they are for is not known. Three slots of the
- * first are answered as Lupine found that cuBLAS needs them (lupinemachines/lupine, cuda_client.cpp);
- * every other slot is named when called and refused. Their sizes are the real driver's (580, CUDA
+/* cuBLAS (cublasCreate) and cuFFT ask for these. Three slots of the first are answered as Lupine found
+ * that cuBLAS needs them (lupinemachines/lupine, cuda_client.cpp); slot 7 of the second iterates the
+ * functions of a module (cuBLAS and cuFFT call it after cuModuleLoadData); every other slot is named
+ * when called and refused. Their sizes are the real driver's (580, CUDA
  * 13.0, measured with tests/tools/export_tables_probe.c on the H100). */
 static uint64_t library_object[64];
+
+/* 6e163fbe slot 7: the functions of a module, each reported to a callback (client/driver.py). */
+static uint64_t module_functions(uint64_t ctx, uint64_t module, void *callback, void *userdata, uint64_t a4,
+                                 uint64_t a5)
+{
+    (void)a4, (void)a5;
+    if (!CUWIRE_READY())
+        return 0;
+    return cuwire_py_module_functions(ctx, module, callback, userdata);
+}
 
 static CUresult library_slot4(uint64_t handle, uint64_t *out)
 {
@@ -351,7 +362,7 @@ static const void *const library_21318c60[93] = {
 
 UNSUPPORTED(LIBRARY_6E163FBE, 1) UNSUPPORTED(LIBRARY_6E163FBE, 2) UNSUPPORTED(LIBRARY_6E163FBE, 3)
 UNSUPPORTED(LIBRARY_6E163FBE, 4) UNSUPPORTED(LIBRARY_6E163FBE, 5) UNSUPPORTED(LIBRARY_6E163FBE, 6)
-UNSUPPORTED(LIBRARY_6E163FBE, 7) UNSUPPORTED(LIBRARY_6E163FBE, 8) UNSUPPORTED(LIBRARY_6E163FBE, 9)
+UNSUPPORTED(LIBRARY_6E163FBE, 8) UNSUPPORTED(LIBRARY_6E163FBE, 9)
 UNSUPPORTED(LIBRARY_6E163FBE, 10) UNSUPPORTED(LIBRARY_6E163FBE, 11) UNSUPPORTED(LIBRARY_6E163FBE, 12)
 UNSUPPORTED(LIBRARY_6E163FBE, 13) UNSUPPORTED(LIBRARY_6E163FBE, 14) UNSUPPORTED(LIBRARY_6E163FBE, 15)
 UNSUPPORTED(LIBRARY_6E163FBE, 16) UNSUPPORTED(LIBRARY_6E163FBE, 17) UNSUPPORTED(LIBRARY_6E163FBE, 18)
@@ -385,7 +396,7 @@ UNSUPPORTED(LIBRARY_6E163FBE, 97) UNSUPPORTED(LIBRARY_6E163FBE, 98)
 
 static const void *const library_6e163fbe[99] = {
     SIZE_WORD(99), (void *)LIBRARY_6E163FBE_1, (void *)LIBRARY_6E163FBE_2, (void *)LIBRARY_6E163FBE_3,
-    (void *)LIBRARY_6E163FBE_4, (void *)LIBRARY_6E163FBE_5, (void *)LIBRARY_6E163FBE_6, (void *)LIBRARY_6E163FBE_7,
+    (void *)LIBRARY_6E163FBE_4, (void *)LIBRARY_6E163FBE_5, (void *)LIBRARY_6E163FBE_6, (void *)module_functions,
     (void *)LIBRARY_6E163FBE_8, (void *)LIBRARY_6E163FBE_9, (void *)LIBRARY_6E163FBE_10, (void *)LIBRARY_6E163FBE_11,
     (void *)LIBRARY_6E163FBE_12, (void *)LIBRARY_6E163FBE_13, (void *)LIBRARY_6E163FBE_14,
     (void *)LIBRARY_6E163FBE_15, (void *)LIBRARY_6E163FBE_16, (void *)LIBRARY_6E163FBE_17,

@@ -37,8 +37,9 @@ DEINITIALIZED = 4  # CUDA_ERROR_DEINITIALIZED == cudaErrorCudartUnloading
 UNKNOWN = 999
 
 
-LOAD_MODULE, GET_KERNEL, GET_GLOBAL, LAUNCH_KERNEL, ERROR_STRING = (
-    wire.OP_IDS[n] for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString"))
+LOAD_MODULE, GET_KERNEL, GET_GLOBAL, LAUNCH_KERNEL, ERROR_STRING, MODULE_FUNCTIONS, MAX_ACTIVE_CLUSTERS = (
+    wire.OP_IDS[n] for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString", "ModuleFunctions",
+                             "MaxActiveClusters"))
 
 
 class Fail(Exception):
@@ -135,6 +136,8 @@ class Client:
         self.names: dict[int, str] = {}
         self.error_strings: dict[tuple[int, bool, bool], object] = {}  # kept alive: C holds the pointers
         self.kernel_names: dict[int, object] = {}  # kernel or function handle -> its name (char[], kept alive)
+        # client copy of a driver function object -> (server function, the copy kept alive)
+        self.function_objects: dict[int, tuple[int, object]] = {}
         self.zstd_c = zstandard.ZstdCompressor(level=3)
         self.zstd_d = zstandard.ZstdDecompressor()
 
@@ -445,6 +448,12 @@ symbol_address = client.symbol_address
 
 def kernel_handle(host_fun: int) -> int:
     return client.kernel(host_fun).handle
+
+
+def server_function(handle: int) -> int:
+    """The server's CUfunction for a handle the program holds: the same value, except for functions the
+    driver's private module iterator gave out (client/driver.py), whose objects live in the client."""
+    return client.function_objects.get(handle, (handle,))[0]
 
 
 def untrack_alloc(ptr: int) -> None:

@@ -32,7 +32,8 @@ OUTPUTS = {
 FORMAT_CTYPES = {"b": "int8_t", "B": "uint8_t", "h": "int16_t", "H": "uint16_t", "i": "int32_t", "I": "uint32_t",
                  "q": "int64_t", "Q": "uint64_t", "f": "float", "d": "double"}
 # Ids of cuwire's own operations (not CUDA functions) in the same id space as functions.
-INTERNAL_OPS = ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString")
+INTERNAL_OPS = ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString", "ModuleFunctions",
+                "MaxActiveClusters")
 
 
 def py_name(name: str) -> str:

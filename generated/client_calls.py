@@ -242,7 +242,7 @@ def cuFuncGetAttribute(pi, attrib, hfunc):
     """cuFuncGetAttribute (cuda.h)"""
     args = pb.cuFuncGetAttribute_Args()
     args.attrib = attrib
-    args.hfunc = hfunc
+    args.hfunc = rt.server_function(hfunc)
     res = rt.call(1113544593, args, pb.cuFuncGetAttribute_Result)
     if res.status == 0:
         rt.write_scalar(pi, "int32_t", res.pi)
@@ -253,7 +253,7 @@ def cuFuncGetAttribute(pi, attrib, hfunc):
 def cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize):
     """cuFuncGetParamInfo (cuda.h)"""
     args = pb.cuFuncGetParamInfo_Args()
-    args.func = func
+    args.func = rt.server_function(func)
     args.paramIndex = paramIndex
     res = rt.call(567025728, args, pb.cuFuncGetParamInfo_Result)
     if res.status == 0:
@@ -266,7 +266,7 @@ def cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize):
 def cuFuncSetAttribute(hfunc, attrib, value):
     """cuFuncSetAttribute (cuda.h)"""
     args = pb.cuFuncSetAttribute_Args()
-    args.hfunc = hfunc
+    args.hfunc = rt.server_function(hfunc)
     args.attrib = attrib
     args.value = value
     res = rt.call(1296138514, args, pb.cuFuncSetAttribute_Result)
@@ -277,7 +277,7 @@ def cuFuncSetAttribute(hfunc, attrib, value):
 def cuFuncSetCacheConfig(hfunc, config):
     """cuFuncSetCacheConfig (cuda.h)"""
     args = pb.cuFuncSetCacheConfig_Args()
-    args.hfunc = hfunc
+    args.hfunc = rt.server_function(hfunc)
     args.config = config
     res = rt.call(1688761246, args, pb.cuFuncSetCacheConfig_Result)
     return res.status
@@ -591,7 +591,7 @@ def cuMemsetD8_v2(dstDevice, uc, N):
 def cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize):
     """cuOccupancyAvailableDynamicSMemPerBlock (cuda.h)"""
     args = pb.cuOccupancyAvailableDynamicSMemPerBlock_Args()
-    args.func = func
+    args.func = rt.server_function(func)
     args.numBlocks = numBlocks
     args.blockSize = blockSize
     res = rt.call(3899431437, args, pb.cuOccupancyAvailableDynamicSMemPerBlock_Result)
@@ -604,7 +604,7 @@ def cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, bl
 def cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize):
     """cuOccupancyMaxActiveBlocksPerMultiprocessor (cuda.h)"""
     args = pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Args()
-    args.func = func
+    args.func = rt.server_function(func)
     args.blockSize = blockSize
     args.dynamicSMemSize = dynamicSMemSize
     res = rt.call(3096712021, args, pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Result)
@@ -617,7 +617,7 @@ def cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dyna
 def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags):
     """cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags (cuda.h)"""
     args = pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Args()
-    args.func = func
+    args.func = rt.server_function(func)
     args.blockSize = blockSize
     args.dynamicSMemSize = dynamicSMemSize
     args.flags = flags

@@ -1435,7 +1435,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "sync",
     "sync",
-    "unimplemented",
+    "custom",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -11005,11 +11005,13 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int 
     return cuwire_impl_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags);
 }
 
-/* cuOccupancyMaxActiveClusters (cuda.h): unimplemented */
+/* cuOccupancyMaxActiveClusters (cuda.h): remoted, custom */
+int cuwire_py_cuOccupancyMaxActiveClusters(void *, uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
 {
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuOccupancyMaxActiveClusters", "cuda.h", &warned));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuOccupancyMaxActiveClusters((void *)numClusters, (uint64_t)(uintptr_t)func, (void *)config, sizeof *config));
 }
 CUWIRE_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "b84d156e3f185466"
+API_DIGEST = "cdc2120fc719d688"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -18,6 +18,8 @@ OP_IDS = {
     "GetGlobal": 335532665,
     "LaunchKernel": 1561583759,
     "ErrorString": 3562576209,
+    "ModuleFunctions": 1160144857,
+    "MaxActiveClusters": 303605733,
 }
 
 

@@ -160,6 +160,67 @@ def launch(s, kernel: int, grid, block, shared_mem: int, stream: int, params: by
     return s.lib.cuLaunchKernel(func, *grid, *block, shared_mem, cu_stream, argv if offsets else ffi.NULL, ffi.NULL)
 
 
+MODULE_ITERATOR = bytes.fromhex("6e163fbeb958444d835ce182aff1991e")  # the driver's private table, slot 7
+FUNCTION_OBJECT_BYTES = 0x500  # how much of each function's driver object the client gets a copy of
+
+
+def module_functions(s, a: pb.ModuleFunctions_Args) -> pb.ModuleFunctions_Result:
+    """Run the driver's private module iterator on a module of this session, collecting every function."""
+    ffi, lib = s.ffi, s.lib
+    module = _cu_module(s, a.module)
+    r = pb.ModuleFunctions_Result()
+    get_table = getattr(lib, "cuGetExportTable", None)
+    table = ffi.new("const void **")
+    uuid = ffi.new("CUuuid *")
+    ffi.memmove(uuid, MODULE_ITERATOR, 16)
+    if get_table is None or get_table(table, uuid) != 0 or table[0] == ffi.NULL:
+        r.status = 801  # the emulated device has no private tables
+        return r
+    slots = ffi.cast("uint64_t *", table[0])
+    if slots[0] <= 7 * 8 or not slots[7]:
+        r.status = 500
+        return r
+    found: list[tuple[int, int]] = []
+
+    @ffi.callback("void(void *, void *, uint64_t)")
+    def collect(_opaque, node, owner):
+        found.append((int(ffi.cast("uintptr_t", node)), owner))
+
+    iterate = ffi.cast("uint64_t(*)(uint64_t, uint64_t, void *, void *, uint64_t, uint64_t)", slots[7])
+    r.count = iterate(a.context, a.module, collect, ffi.NULL, a.module, 0)
+    offset, size = ffi.new("size_t *"), ffi.new("size_t *")
+    for node, owner in found:
+        f = r.functions.add(function=node, owner=owner,
+                            object=bytes(ffi.buffer(ffi.cast("char *", node), FUNCTION_OBJECT_BYTES)))
+        func = ffi.cast("CUfunction", node)
+        i = 0
+        while lib.cuFuncGetParamInfo(func, i, offset, size) == 0:
+            f.param_offsets.append(offset[0])
+            f.param_sizes.append(size[0])
+            i += 1
+        s.kernels[node] = (func, tuple(f.param_offsets), max(
+            (o + z for o, z in zip(f.param_offsets, f.param_sizes, strict=True)), default=0))
+        s.kernel_kind[node] = "function"
+        s.owns_handle("CUfunc_st", node)
+    del module
+    return r
+
+
+def max_active_clusters(s, a: pb.MaxActiveClusters_Args) -> pb.MaxActiveClusters_Result:
+    ffi = s.ffi
+    config = s.struct_in("CUlaunchConfig", a.config)
+    n = config.numAttrs
+    if len(a.attributes) != n * ffi.sizeof("CUlaunchAttribute"):
+        raise WireError(f"cuOccupancyMaxActiveClusters: {len(a.attributes)} bytes for {n} launch attributes")
+    attrs = ffi.new("CUlaunchAttribute[]", max(n, 1))
+    ffi.memmove(attrs, a.attributes, len(a.attributes))
+    config.attrs = attrs if n else ffi.NULL
+    config.hStream = s.handle("CUstream_st", "CUstream", int(ffi.cast("uintptr_t", config.hStream)))
+    out = ffi.new("int *")
+    status = s.lib.cuOccupancyMaxActiveClusters(out, s.handle("CUfunc_st", "CUfunction", a.function), config)
+    return pb.MaxActiveClusters_Result(status=status, clusters=out[0])
+
+
 def error_string(s, a: pb.ErrorString_Args) -> pb.ErrorString_Result:
     r = pb.ErrorString_Result()
     if a.driver:
@@ -179,6 +240,8 @@ OPS = {
     op_id("GetGlobal"): ("cuwire.GetGlobal", pb.GetGlobal_Args, get_global),
     op_id("LaunchKernel"): ("cuwire.LaunchKernel", pb.LaunchKernel_Args, launch_kernel),
     op_id("ErrorString"): ("cuwire.ErrorString", pb.ErrorString_Args, error_string),
+    op_id("ModuleFunctions"): ("cuwire.ModuleFunctions", pb.ModuleFunctions_Args, module_functions),
+    op_id("MaxActiveClusters"): ("cuwire.MaxActiveClusters", pb.MaxActiveClusters_Args, max_active_clusters),
 }
 
 # id -> (name, handler(session, payload) -> error): queued operations of variable size

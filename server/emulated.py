@@ -1277,6 +1277,18 @@ class EmulatedLib:
     def cuProfilerStop(self) -> int:
         return 0
 
+    def cuOccupancyMaxActiveClusters(self, numClusters: CData, func: CData, config: CData) -> int:
+        """One cluster per multiprocessor, of the size the launch attributes ask (1 block by default)."""
+        if self._function(func) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        ids = self.ffi.typeof("CUlaunchAttributeID").relements
+        size = 1
+        for i in range(config.numAttrs):
+            if config.attrs[i].id == ids["CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION"]:
+                d = config.attrs[i].value.clusterDim
+                size = d.x * d.y * d.z
+        return self._drv_put((numClusters, _prop("multiProcessorCount") // max(size, 1)))
+
     def cuCtxGetLimit(self, pvalue: CData, limit: int) -> int:
         return self.cudaDeviceGetLimit(pvalue, limit)
 

@@ -121,7 +121,10 @@ def tables_alone(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tables")
     driver = ["cuModuleLoadData", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2", "cuCtxGetCurrent",
               "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetUuid_v2", "cuDeviceGetAttribute"]
-    (folder / "harness.c").write_text("int cuwire_trace;\nvoid cuwire_say_once_per_name(void) {}\n"
+    (folder / "harness.c").write_text("int cuwire_trace, cuwire_python_ok, cuwire_forked, cuwire_finished;\n"
+                                      "void cuwire_say_once_per_name(void) {}\n"
+                                      "int cuwire_start_python(void) { return 0; }\n"
+                                      "unsigned long cuwire_py_module_functions(void) { return 0; }\n"
                                       + "".join(f"int {name}(void) {{ return 999; }}\n" for name in driver))
     out = folder / "tables.so"
     subprocess.run(["gcc", "-shared", "-fPIC", "-O2", f"-I{ROOT / 'generated'}", f"-I{ROOT / 'client'}", "-o", str(out),

@@ -25,3 +25,16 @@ def test_every_local_function_has_its_c():
     defined = set(re.findall(r"\bcuwire_local_(\w+)\s*\([^;{]*\)\s*\{", text))
     local = {f["name"] for f in manifest() if f["mode"] == "local"}
     assert local - defined == set()
+
+
+def test_python_halves_take_what_their_c_stub_passes():
+    """cffi calls a Python half with the boundary arguments of generated/client_cdefs.h; a def with another
+    count would fail at the call, as an internal error, only when the program first makes it."""
+    cdefs = (ROOT / "generated" / "client_cdefs.h").read_text()
+    passed = {name: 0 if args.strip() in ("", "void") else args.count(",") + 1
+              for name, args in re.findall(r"cuwire_py_(\w+)\(([^)]*)\);", cdefs)}
+    text = "".join(p.read_text() for p in (ROOT / "client").glob("*.py"))
+    text += (ROOT / "generated" / "client_calls.py").read_text()
+    taken = {name: 0 if not args.strip() else args.count(",") + 1
+             for name, args in re.findall(r'def_extern\(name="cuwire_py_(\w+)".*\)\ndef \w+\(([^)]*)\)', text)}
+    assert taken and {n: (taken[n], passed[n]) for n in taken if n in passed and taken[n] != passed[n]} == {}
