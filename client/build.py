@@ -56,6 +56,8 @@ int cuwire_fast_cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
 extern unsigned long long cuwire_fast_launches;
 extern "Python+C" int cuwire_py_flush(void);
 extern "Python+C" int cuwire_py_connect(void);
+extern "Python+C" uint64_t cuwire_py_export_table_size(const void *uuid);
+int cuwire_session_open(void);
 extern "Python+C" uint64_t cuwire_py_module_functions(uint64_t context, uint64_t module, void *callback,
                                                       void *userdata);
 void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char *const *device_names,

@@ -119,6 +119,14 @@ def cuwire_py_module_functions(context, module, callback, userdata):
     return res.count
 
 
+@ffi.def_extern(onerror=lambda *exc: 0)
+def cuwire_py_export_table_size(uuid):
+    """The size of the server driver's private table `uuid` (client/export_tables.c), or 0."""
+    res = rt.call(rt.EXPORT_TABLE_SIZE, pb.ExportTableSize_Args(uuid=bytes(ffi.buffer(uuid, 16))),
+                  pb.ExportTableSize_Result)
+    return res.size if res.status == 0 else 0
+
+
 # ---------------------------------------------------------------- kernels, functions, globals
 
 
@@ -208,11 +216,7 @@ def cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra)
 
 @ffi.def_extern(name="cuwire_py_cuLaunchKernelEx", onerror=rt.on_error)
 def cuLaunchKernelEx(config, config_len, f, params, extra):
-    num_attrs = ffi.cast("unsigned int *", config)[12] if config else 0  # CUlaunchConfig.numAttrs
-    if num_attrs:
-        print("cuwire: cuLaunchKernelEx with launch attributes is not supported yet (CUDA_ERROR_NOT_SUPPORTED)",
-              file=sys.stderr)
-        return NOT_SUPPORTED
+    """As cuLaunchKernel's: C queues the launch, attributes included, once the session is open."""
     rt.client.connect()
     err = lib.cuwire_fast_cuLaunchKernelEx(ffi.cast("void *", config), ffi.cast("void *", f),
                                           ffi.cast("void **", params), ffi.cast("void **", extra))

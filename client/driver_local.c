@@ -92,6 +92,8 @@ void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char
     pthread_mutex_unlock(&devices_lock);
 }
 
+int cuwire_session_open(void) { return __atomic_load_n(&n_devices, __ATOMIC_ACQUIRE) >= 0; }
+
 /* The snapshot, connecting first if this is the process's first question: 0, or the error to return. */
 static CUresult devices_known(void)
 {

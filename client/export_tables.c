@@ -627,6 +627,63 @@ static const struct export_table export_tables[] = {
      NULL},
 };
 
+/* ------------------------------------------------------------------ tables cuwire does not know */
+
+/* A CUDA library may ask for a table no one has described. Where the server's driver has it, the client
+ * serves a table of the same size whose every slot names itself and refuses, so the library takes its
+ * own error path instead of reading a table that is not there. */
+#define ANY_SLOT(n) static CUresult unknown_slot_##n(void) { return unsupported_slot("an unknown table", n); }
+#define ANY_SLOTS_10(t) ANY_SLOT(t##0) ANY_SLOT(t##1) ANY_SLOT(t##2) ANY_SLOT(t##3) ANY_SLOT(t##4) ANY_SLOT(t##5) \
+    ANY_SLOT(t##6) ANY_SLOT(t##7) ANY_SLOT(t##8) ANY_SLOT(t##9)
+ANY_SLOT(1) ANY_SLOT(2) ANY_SLOT(3) ANY_SLOT(4) ANY_SLOT(5) ANY_SLOT(6) ANY_SLOT(7) ANY_SLOT(8) ANY_SLOT(9)
+ANY_SLOTS_10(1) ANY_SLOTS_10(2) ANY_SLOTS_10(3) ANY_SLOTS_10(4) ANY_SLOTS_10(5) ANY_SLOTS_10(6) ANY_SLOTS_10(7)
+ANY_SLOTS_10(8) ANY_SLOTS_10(9) ANY_SLOTS_10(10) ANY_SLOTS_10(11)
+ANY_SLOT(120) ANY_SLOT(121) ANY_SLOT(122) ANY_SLOT(123) ANY_SLOT(124) ANY_SLOT(125) ANY_SLOT(126) ANY_SLOT(127)
+#define A(n) (void *)unknown_slot_##n
+#define A10(t) A(t##0), A(t##1), A(t##2), A(t##3), A(t##4), A(t##5), A(t##6), A(t##7), A(t##8), A(t##9)
+#define MAX_UNKNOWN_SLOTS 128
+static const void *const unknown_slots[MAX_UNKNOWN_SLOTS] = {
+    NULL, A(1), A(2), A(3), A(4), A(5), A(6), A(7), A(8), A(9), A10(1), A10(2), A10(3), A10(4), A10(5), A10(6),
+    A10(7), A10(8), A10(9), A10(10), A10(11), A(120), A(121), A(122), A(123), A(124), A(125), A(126), A(127),
+};
+
+struct served_table {
+    uint8_t uuid[16];
+    const void **table;
+};
+static pthread_mutex_t served_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct served_table served[32];
+static int n_served;
+
+static const void *const *serve_unknown_table(const CUuuid *id)
+{
+    pthread_mutex_lock(&served_lock);
+    for (int i = 0; i < n_served; i++)
+        if (memcmp(served[i].uuid, id->bytes, 16) == 0) {
+            pthread_mutex_unlock(&served_lock);
+            return served[i].table;
+        }
+    pthread_mutex_unlock(&served_lock);
+    /* only once a session is open (the libraries ask after cuInit): never connect just for this */
+    if (!cuwire_session_open() || !CUWIRE_READY())
+        return NULL;
+    uint64_t size = cuwire_py_export_table_size(id->bytes);
+    if (size < 8 || size > MAX_UNKNOWN_SLOTS * 8)
+        return NULL;
+    const void **table = malloc(size);
+    if (!table)
+        return NULL;
+    table[0] = (void *)(uintptr_t)size;
+    memcpy(table + 1, unknown_slots + 1, size - 8);
+    pthread_mutex_lock(&served_lock);
+    if (n_served < 32) {
+        memcpy(served[n_served].uuid, id->bytes, 16);
+        served[n_served++].table = table;
+    }
+    pthread_mutex_unlock(&served_lock);
+    return table;
+}
+
 CUresult cuwire_local_cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
 {
     if (!ppExportTable || !pExportTableId)
@@ -646,6 +703,13 @@ CUresult cuwire_local_cuGetExportTable(const void **ppExportTable, const CUuuid 
     const unsigned char *u = (const unsigned char *)pExportTableId->bytes;
     for (int i = 0; i < 16; i++)
         snprintf(uuid + 2 * i, 3, "%02x", u[i]);
+    const void *const *table = serve_unknown_table(pExportTableId);
+    if (table) {
+        cuwire_say_once_per_name("cuwire: unknown private driver table requested (cuGetExportTable), served with "
+                                 "slots that each refuse (CUDA_ERROR_NOT_SUPPORTED):", uuid);
+        *ppExportTable = table;
+        return CUDA_SUCCESS;
+    }
     cuwire_say_once_per_name("cuwire: unknown private driver table requested (cuGetExportTable), refused:", uuid);
     return CUDA_ERROR_NOT_SUPPORTED;
 }

@@ -569,7 +569,7 @@ static size_t kernels_cap, kernels_len;
 static uint32_t max_threads, max_block[3], max_grid[3];
 static int limits_set;
 unsigned long long cuwire_fast_launches; /* for CUWIRE_STATS */
-extern const uint32_t cuwire_launch_record_id;
+extern const uint32_t cuwire_launch_record_id, cuwire_launch_ex_record_id;
 
 static size_t slot_of(const void *host, size_t cap)
 {
@@ -672,7 +672,8 @@ int cuwire_launch_config_error(const uint32_t *g, const uint32_t *b)
 /* Queue a launch of a known kernel; its parameters come as kernelParams (args) or, from the driver's
  * `extra`, as one buffer already laid out at their offsets (buf, buf_size). */
 static int launch_queued_from(const void *host, dim3 grid, dim3 block, void **args, const void *buf,
-                              size_t buf_size, size_t shmem, void *stream)
+                              size_t buf_size, size_t shmem, void *stream, const CUlaunchAttribute *attrs,
+                              uint32_t n_attrs)
 {
     if (cuwire_forked || !__atomic_load_n(&limits_set, __ATOMIC_ACQUIRE))
         return -1;
@@ -693,7 +694,8 @@ static int launch_queued_from(const void *host, dim3 grid, dim3 block, void **ar
         return -1; /* first launch of this kernel: Python looks it up (and uploads its module) */
     }
     char small[4096], *rec = small;
-    size_t len = sizeof(struct launch_head) + k.size;
+    size_t attrs_len = n_attrs ? 8 + (size_t)n_attrs * sizeof(CUlaunchAttribute) : 0;
+    size_t len = sizeof(struct launch_head) + attrs_len + k.size;
     if (len > sizeof small && !(rec = calloc(1, len))) {
         pthread_mutex_unlock(&kernels_lock);
         return cudaErrorMemoryAllocation;
@@ -701,11 +703,16 @@ static int launch_queued_from(const void *host, dim3 grid, dim3 block, void **ar
     memset(rec, 0, len);
     struct launch_head head = {k.handle, {g[0], g[1], g[2]}, {b[0], b[1], b[2]}, shmem, (uint64_t)(uintptr_t)stream};
     memcpy(rec, &head, sizeof head);
+    if (n_attrs) {
+        memcpy(rec + sizeof head, &n_attrs, 4);
+        memcpy(rec + sizeof head + 8, attrs, (size_t)n_attrs * sizeof(CUlaunchAttribute));
+    }
+    char *params = rec + sizeof head + attrs_len;
     if (args)
         for (uint32_t i = 0; i < k.n; i++)
-            memcpy(rec + sizeof head + k.offsets[i], args[i], k.sizes[i]);
+            memcpy(params + k.offsets[i], args[i], k.sizes[i]);
     else if (buf)
-        memcpy(rec + sizeof head, buf, buf_size < k.size ? buf_size : k.size);
+        memcpy(params, buf, buf_size < k.size ? buf_size : k.size);
     else if (k.n) {
         pthread_mutex_unlock(&kernels_lock);
         if (rec != small)
@@ -713,7 +720,7 @@ static int launch_queued_from(const void *host, dim3 grid, dim3 block, void **ar
         return cudaErrorInvalidValue; /* a kernel with parameters launched without them */
     }
     pthread_mutex_unlock(&kernels_lock);
-    int err = cuwire_enqueue(cuwire_launch_record_id, rec, (uint32_t)len);
+    int err = cuwire_enqueue(n_attrs ? cuwire_launch_ex_record_id : cuwire_launch_record_id, rec, (uint32_t)len);
     if (rec != small)
         free(rec);
     if (!err)
@@ -723,7 +730,7 @@ static int launch_queued_from(const void *host, dim3 grid, dim3 block, void **ar
 
 static int launch_queued(const void *host, dim3 grid, dim3 block, void **args, size_t shmem, void *stream)
 {
-    return launch_queued_from(host, grid, block, args, NULL, 0, shmem, stream);
+    return launch_queued_from(host, grid, block, args, NULL, 0, shmem, stream, NULL, 0);
 }
 
 /* cuda.h's `extra` keys (macros, so not in generated/cuda_api.h). */
@@ -731,9 +738,20 @@ static int launch_queued(const void *host, dim3 grid, dim3 block, void **args, s
 #define LAUNCH_PARAM_BUFFER_POINTER ((void *)1)
 #define LAUNCH_PARAM_BUFFER_SIZE ((void *)2)
 
+static int launch_driver(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                         unsigned shmem, CUstream stream, void **params, void **extra, const CUlaunchAttribute *attrs,
+                         uint32_t n_attrs);
+
 /* cuLaunchKernel of a function or kernel whose layout the client holds (from its lookup). */
 int cuwire_fast_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                unsigned bz, unsigned shmem, CUstream stream, void **params, void **extra)
+{
+    return launch_driver(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra, NULL, 0);
+}
+
+static int launch_driver(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                         unsigned shmem, CUstream stream, void **params, void **extra, const CUlaunchAttribute *attrs,
+                         uint32_t n_attrs)
 {
     const void *buf = NULL;
     size_t buf_size = 0;
@@ -748,19 +766,17 @@ int cuwire_fast_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
     if (params && buf)
         return CUDA_ERROR_INVALID_VALUE;
     dim3 grid = {gx, gy, gz}, block = {bx, by, bz};
-    return launch_queued_from((const void *)f, grid, block, params, buf, buf_size, shmem, stream);
+    return launch_queued_from((const void *)f, grid, block, params, buf, buf_size, shmem, stream, attrs, n_attrs);
 }
 
-/* cuLaunchKernelEx without launch attributes is cuLaunchKernel; with them, Python refuses by name. */
+/* cuLaunchKernelEx: its launch attributes (cluster dimensions, cooperative...) travel in the record. */
 int cuwire_fast_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
-    if (!config)
+    if (!config || (config->numAttrs && !config->attrs))
         return CUDA_ERROR_INVALID_VALUE;
-    if (config->numAttrs)
-        return -1;
-    return cuwire_fast_cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
-                                      config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream,
-                                      params, extra);
+    return launch_driver(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                         config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream, params, extra,
+                         config->attrs, config->numAttrs);
 }
 
 int cuwire_fast_cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,

@@ -41,6 +41,9 @@ int cuwire_start_python(void);
 /* For the Python side (declared again in client/build.py's cdef). */
 uint64_t cuwire_current_context(void);
 int cuwire_py_connect(void);
+uint64_t cuwire_py_export_table_size(const void *uuid);
+/* Whether the process has its session (the device snapshot came): never opens one. */
+int cuwire_session_open(void);
 uint64_t cuwire_py_module_functions(uint64_t context, uint64_t module, void *callback, void *userdata);
 void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char *const *device_names,
                         const uint8_t *device_uuids, const uint64_t *memory, const uint64_t *contexts,

@@ -37,9 +37,9 @@ DEINITIALIZED = 4  # CUDA_ERROR_DEINITIALIZED == cudaErrorCudartUnloading
 UNKNOWN = 999
 
 
-LOAD_MODULE, GET_KERNEL, GET_GLOBAL, LAUNCH_KERNEL, ERROR_STRING, MODULE_FUNCTIONS, MAX_ACTIVE_CLUSTERS = (
-    wire.OP_IDS[n] for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString", "ModuleFunctions",
-                             "MaxActiveClusters"))
+(LOAD_MODULE, GET_KERNEL, GET_GLOBAL, LAUNCH_KERNEL, ERROR_STRING, MODULE_FUNCTIONS, MAX_ACTIVE_CLUSTERS,
+ EXPORT_TABLE_SIZE) = (wire.OP_IDS[n] for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString",
+                                               "ModuleFunctions", "MaxActiveClusters", "ExportTableSize"))
 
 
 class Fail(Exception):

@@ -1897,6 +1897,8 @@ const int cuwire_n_functions = 938;
 
 /* The id of a queued kernel launch record (cuwire's own operation LaunchKernel). */
 const uint32_t cuwire_launch_record_id = 1561583759u;
+/* ... and of one with launch attributes (cuLaunchKernelEx): cuwire's own operation LaunchKernelEx. */
+const uint32_t cuwire_launch_ex_record_id = 2383965022u;
 
 const char *cuwire_error_name(int code)
 {

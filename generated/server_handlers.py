@@ -20,6 +20,8 @@ OP_IDS = {
     "ErrorString": 3562576209,
     "ModuleFunctions": 1160144857,
     "MaxActiveClusters": 303605733,
+    "ExportTableSize": 2138948862,
+    "LaunchKernelEx": 2383965022,
 }
 
 

@@ -143,7 +143,25 @@ def launch_record(s, payload: bytes) -> int:
     return launch(s, kernel, (gx, gy, gz), (bx, by, bz), shared_mem, stream, payload[LAUNCH_HEAD.size:])
 
 
-def launch(s, kernel: int, grid, block, shared_mem: int, stream: int, params: bytes) -> int:
+ATTRIBUTE_BYTES = 72  # sizeof(CUlaunchAttribute)
+
+
+def launch_ex_record(s, payload: bytes) -> int:
+    """A queued cuLaunchKernelEx: the launch head, u32 count, u32 pad, the attributes, the parameters."""
+    head = LAUNCH_HEAD.size
+    if len(payload) < head + 8:
+        raise WireError(f"queued launch with attributes of {len(payload)} bytes is too short")
+    kernel, gx, gy, gz, bx, by, bz, shared_mem, stream = LAUNCH_HEAD.unpack_from(payload)
+    count = struct.unpack_from("<I", payload, head)[0]
+    end = head + 8 + count * ATTRIBUTE_BYTES
+    if end > len(payload):
+        raise WireError(f"queued launch: {count} launch attributes run past the record")
+    return launch(s, kernel, (gx, gy, gz), (bx, by, bz), shared_mem, stream, payload[end:],
+                  payload[head + 8:end], count)
+
+
+def launch(s, kernel: int, grid, block, shared_mem: int, stream: int, params: bytes, attrs: bytes = b"",
+           n_attrs: int = 0) -> int:
     """Launch a kernel this session looked up, with its parameters laid out at their offsets."""
     ffi = s.ffi
     hit = s.kernels.get(kernel)
@@ -157,7 +175,17 @@ def launch(s, kernel: int, grid, block, shared_mem: int, stream: int, params: by
     for i, off in enumerate(offsets):
         argv[i] = buf + off
     cu_stream = s.handle("CUstream_st", "CUstream", stream)
-    return s.lib.cuLaunchKernel(func, *grid, *block, shared_mem, cu_stream, argv if offsets else ffi.NULL, ffi.NULL)
+    if not n_attrs:
+        return s.lib.cuLaunchKernel(func, *grid, *block, shared_mem, cu_stream, argv if offsets else ffi.NULL,
+                                    ffi.NULL)
+    config = ffi.new("CUlaunchConfig *")
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes, config.hStream = shared_mem, cu_stream
+    attributes = ffi.new("CUlaunchAttribute[]", n_attrs)
+    ffi.memmove(attributes, attrs, len(attrs))
+    config.attrs, config.numAttrs = attributes, n_attrs
+    return s.lib.cuLaunchKernelEx(config, func, argv if offsets else ffi.NULL, ffi.NULL)
 
 
 MODULE_ITERATOR = bytes.fromhex("6e163fbeb958444d835ce182aff1991e")  # the driver's private table, slot 7
@@ -221,6 +249,24 @@ def max_active_clusters(s, a: pb.MaxActiveClusters_Args) -> pb.MaxActiveClusters
     return pb.MaxActiveClusters_Result(status=status, clusters=out[0])
 
 
+MAX_TABLE_BYTES = 4096  # a first word above this (or not a multiple of 8) is a pointer, not a size
+
+
+def export_table_size(s, a: pb.ExportTableSize_Args) -> pb.ExportTableSize_Result:
+    ffi = s.ffi
+    if len(a.uuid) != 16:
+        raise WireError("an export table's UUID is 16 bytes")
+    get_table = getattr(s.lib, "cuGetExportTable", None)
+    table, uuid = ffi.new("const void **"), ffi.new("CUuuid *")
+    ffi.memmove(uuid, a.uuid, 16)
+    r = pb.ExportTableSize_Result()
+    r.status = get_table(table, uuid) if get_table is not None else 801
+    if r.status == 0 and table[0] != ffi.NULL:
+        first = ffi.cast("uint64_t *", table[0])[0]
+        r.size = first if 0 < first <= MAX_TABLE_BYTES and first % 8 == 0 else 0
+    return r
+
+
 def error_string(s, a: pb.ErrorString_Args) -> pb.ErrorString_Result:
     r = pb.ErrorString_Result()
     if a.driver:
@@ -242,9 +288,11 @@ OPS = {
     op_id("ErrorString"): ("cuwire.ErrorString", pb.ErrorString_Args, error_string),
     op_id("ModuleFunctions"): ("cuwire.ModuleFunctions", pb.ModuleFunctions_Args, module_functions),
     op_id("MaxActiveClusters"): ("cuwire.MaxActiveClusters", pb.MaxActiveClusters_Args, max_active_clusters),
+    op_id("ExportTableSize"): ("cuwire.ExportTableSize", pb.ExportTableSize_Args, export_table_size),
 }
 
 # id -> (name, handler(session, payload) -> error): queued operations of variable size
 RECORD_OPS = {
     op_id("LaunchKernel"): ("cuwire.LaunchKernel", launch_record),
+    op_id("LaunchKernelEx"): ("cuwire.LaunchKernelEx", launch_ex_record),
 }

@@ -974,6 +974,18 @@ class EmulatedLib:
 
     # --- driver: device and context -----------------------------------------------------------------
 
+    # A private table only the emulated device has, so that tests can show how the client serves
+    # tables it does not know (client/export_tables.c): three slots, all empty.
+    TEST_EXPORT_TABLE = b"cuwire-emulated!"
+
+    def cuGetExportTable(self, ppExportTable: CData, pExportTableId: CData) -> int:
+        if bytes(self.ffi.buffer(pExportTableId, 16)) != self.TEST_EXPORT_TABLE:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        if not hasattr(self, "_test_table"):
+            self._test_table = self.ffi.new("uint64_t[3]", [24, 0, 0])
+        ppExportTable[0] = self._test_table
+        return 0
+
     def cuInit(self, Flags: int) -> int:
         return 0 if Flags == 0 else self.drv.CUDA_ERROR_INVALID_VALUE
 
@@ -1541,6 +1553,14 @@ class EmulatedLib:
         params = registry.Params(buffer, kernel.param_offsets, kernel.param_sizes)
         self._run(kernel, grid, block, sharedMemBytes, params)
         return 0
+
+    def cuLaunchKernelEx(self, config: CData, f: CData, kernelParams: CData, extra: CData) -> int:
+        """cuLaunchKernel of the configuration: launch attributes change nothing on the emulated device."""
+        if self._is_null(config):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        c = config
+        return self.cuLaunchKernel(f, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY, c.blockDimZ,
+                                   c.sharedMemBytes, c.hStream, kernelParams, extra)
 
     def _run(self, kernel: registry.Kernel, grid: registry.Dim3, block: registry.Dim3, shared: int,
              params: registry.Params) -> None:

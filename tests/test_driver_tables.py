@@ -125,6 +125,8 @@ def tables_alone(tmp_path_factory):
                                       "void cuwire_say_once_per_name(void) {}\n"
                                       "int cuwire_start_python(void) { return 0; }\n"
                                       "unsigned long cuwire_py_module_functions(void) { return 0; }\n"
+                                      "unsigned long cuwire_py_export_table_size(void) { return 0; }\n"
+                                      "int cuwire_session_open(void) { return 0; }\n"
                                       + "".join(f"int {name}(void) {{ return 999; }}\n" for name in driver))
     out = folder / "tables.so"
     subprocess.run(["gcc", "-shared", "-fPIC", "-O2", f"-I{ROOT / 'generated'}", f"-I{ROOT / 'client'}", "-o", str(out),
@@ -141,3 +143,39 @@ def test_integrity_hash_matches_the_published_vector(tables_alone):
     out = (ctypes.c_uint64 * 2)()
     lib.cuwire_integrity_hash(header, device, 1, out)
     assert (out[0], out[1]) == (0xA7C34628F214707A, 0xEAF1313342BFCD84)
+
+
+TABLE_USER = r"""
+#include <stdio.h>
+#include <string.h>
+#include "cuda_api.h"
+int main(void) {
+    CUuuid id; const void **table = NULL;
+    memcpy(id.bytes, "cuwire-emulated!", 16);
+    printf("cuInit %d\n", cuInit(0));
+    int err = cuGetExportTable((const void **)&table, &id);
+    printf("table %d size %lu\n", err, err ? 0ul : (unsigned long)(size_t)table[0]);
+    if (!err)
+        printf("slot 1 %d\n", ((int (*)(void))table[1])());
+    memcpy(id.bytes, "no-such-table-00", 16);
+    printf("unknown %d\n", cuGetExportTable((const void **)&table, &id));
+    return 0;
+}
+"""
+
+
+def test_a_table_only_the_server_knows_is_served_with_refusing_slots(client_lib, server, tmp_path):
+    """A table cuwire does not describe but the server's driver has: the same size, every slot refusing by
+    name (a library then takes its own error path); one the server lacks too is refused."""
+    import os
+
+    from conftest import compile_against_client
+
+    exe = compile_against_client(TABLE_USER, tmp_path, client_lib, "table_user")
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "CUWIRE_SERVER": server.address})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["cuInit 0", "table 0 size 24", f"slot 1 {NOT_SUPPORTED}",
+                                     f"unknown {NOT_SUPPORTED}"]
+    assert "served with slots that each refuse" in r.stderr and "an unknown table slot 1" in r.stderr
+    assert "6e6f2d737563682d7461626c652d3030" in r.stderr  # the refused one, named by UUID
