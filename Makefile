@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-## Regenerate generated/ from the pinned CUDA headers and codegen/annotations.toml
+## Regenerate generated/ from the pinned CUDA headers and codegen/annotations/
 codegen: venv
 	$(VPY) -m cuwire.codegen
 

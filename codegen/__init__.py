@@ -7,8 +7,8 @@ def build_api():
     api = parse.parse_api(headers.include_dir(), headers.CUDA_VERSION)
     annotations.apply(api, annotations.load())
     api.functions += parse.undeclared_exports(api.functions)
-    exported = {f.name for f in api.functions if f.api == "driver"} | {
-        a for f in api.functions if f.api == "driver" for a in f.aliases}
+    driver = [f for f in api.functions if f.api == "driver"]
+    exported = {f.name for f in driver} | {a for f in driver for a in f.aliases}
     api.procs = procs.proc_variants(headers.include_dir(), exported)
     procs.check_aliases(api.functions, headers.include_dir(), exported)
     return api

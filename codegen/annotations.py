@@ -1,4 +1,5 @@
-"""The annotations: what the headers do not say, kept as data in annotations.toml.
+"""The annotations: what the headers do not say, kept as data, one file per library in annotations/
+(named in libraries.py).
 
 Each table names a function cuwire implements; a function without one is
 unimplemented (its stub says so loudly). Inside a table:
@@ -25,9 +26,10 @@ import re
 import tomllib
 from pathlib import Path
 
+from .libraries import BY_API, LIBRARIES
 from .model import Api, Function, Param
 
-ANNOTATIONS = Path(__file__).with_name("annotations.toml")
+ANNOTATIONS = Path(__file__).with_name("annotations")
 MODES = {"sync", "async", "custom", "local"}
 FUNCTION_KEYS = {"mode", "note", "aliases", "fast"}
 PARAM_KEYS = {"role", "length", "alloc", "frees"}
@@ -76,18 +78,30 @@ def check_expression(fn: Function, pname: str, expr: str) -> None:
         raise AnnotationError(f"{fn.name}.{pname}: length {expr!r} may use only parameters, numbers and + - * / ( )")
 
 
-def load(path: Path = ANNOTATIONS) -> dict:
-    with path.open("rb") as f:
-        return tomllib.load(f)
+def load(folder: Path = ANNOTATIONS) -> dict:
+    """Every library's annotations as one table, each function tagged with the library whose file named it
+    (apply checks that it is that library's function)."""
+    table: dict = {}
+    for lib in LIBRARIES:
+        with (folder / lib.annotations).open("rb") as f:
+            for name, spec in tomllib.load(f).items():
+                if name in table:
+                    raise AnnotationError(f"{name} is annotated twice ({lib.annotations} and another file)")
+                table[name] = (lib.api, spec)
+    return table
 
 
 def apply(api: Api, table: dict) -> None:
     """Give every annotated function its mode and every parameter its role; fail on anything unexplained."""
     by_name = {f.name: f for f in api.functions}
-    for name, spec in table.items():
+    for name, entry in table.items():
+        api_of_file, spec = entry if isinstance(entry, tuple) else (None, entry)
         fn = by_name.get(name)
         if fn is None:
             raise AnnotationError(f"annotations name {name!r}, which no parsed header declares")
+        if api_of_file is not None and fn.api != api_of_file:
+            raise AnnotationError(f"{name} belongs to the {fn.api} library; annotate it in "
+                                  f"{BY_API[fn.api].annotations}")
         if not isinstance(spec, dict):
             raise AnnotationError(f"{name}: expected a table")
         apply_function(fn, spec)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field
 
+from .libraries import BY_API, Library
+
 # How a scalar C type travels: (protobuf type, struct format, C type used at the C/Python boundary).
 SCALARS: dict[str, tuple[str, str, str]] = {
     "char": ("int32", "b", "int64_t"),
@@ -138,7 +140,7 @@ class Param:
 class Function:
     name: str
     header: str
-    api: str  # "runtime" or "driver"
+    api: str  # the library it belongs to (libraries.py): "runtime" or "driver"
     returns: CType
     params: list[Param]
     aliases: list[str] = field(default_factory=list)
@@ -158,8 +160,12 @@ class Function:
         return ", ".join(p.decl for p in self.params) or "void"
 
     @property
+    def library(self) -> Library:
+        return BY_API[self.api]
+
+    @property
     def error_type(self) -> str:
-        return "cudaError_t" if self.api == "runtime" else "CUresult"
+        return self.library.error_type
 
 
 @dataclass

@@ -14,18 +14,14 @@ from pathlib import Path
 
 from pycparser import c_ast, c_generator, c_parser
 
+from . import libraries
 from .headers import PARSED_HEADERS
 from .model import SCALARS, Api, CType, Enum, Function, Param, Struct
 
 HERE = Path(__file__).parent
 INTERNAL_HEADER = HERE / "internal_api.h"
-# Headers whose functions become client symbols, and the API each belongs to.
-FUNCTION_HEADERS = {
-    "cuda_runtime_api.h": "runtime",
-    "cuda.h": "driver",
-    "crt/host_runtime.h": "runtime",
-    "crt/device_functions.h": "runtime",
-}
+# Headers whose functions become client symbols, and the library each belongs to (libraries.py).
+FUNCTION_HEADERS = libraries.FUNCTION_HEADERS
 GCC_FLAGS = ["-E", "-std=c99", "-D__attribute__(x)=", "-D__extension__=", "-D__restrict=", "-D__inline=",
              "-D__asm__(x)=", "-D__builtin_va_list=int"]
 PER_THREAD = "-DCUDA_API_PER_THREAD_DEFAULT_STREAM"
@@ -239,7 +235,7 @@ def make_function(decl: c_ast.Decl, header: str, resolver: TypeResolver, gen: c_
 
 
 EXPORTS = HERE / "exports"
-EXPORT_LISTS = {"libcudart.so.13.exports": "runtime", "libcuda.so.1.exports": "driver"}
+EXPORT_LISTS = {lib.exports: lib.api for lib in libraries.LIBRARIES}
 
 
 def undeclared_exports(functions: list[Function]) -> list[Function]:
@@ -252,7 +248,7 @@ def undeclared_exports(functions: list[Function]) -> list[Function]:
     known = {f.name for f in functions} | {a for f in functions for a in f.aliases}
     out = []
     for listing, api in EXPORT_LISTS.items():
-        error = "cudaError_t" if api == "runtime" else "CUresult"
+        error = libraries.BY_API[api].error_type
         for name in (EXPORTS / listing).read_text().split():
             if name in known or name.startswith("cudbg"):
                 continue

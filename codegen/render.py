@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jinja2
 
+from .libraries import LIBRARIES
 from .model import Api, Function, Param
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -136,6 +137,7 @@ def manifest(api: Api) -> dict:
         "generated_by": "cuwire.codegen",
         "cuda_version": api.cuda_version,
         "api_digest": api_digest(api),
+        "libraries": {lib.api: lib.soname for lib in LIBRARIES},
         "counts": {h: {s: sum(1 for f in api.functions if f.header == h and f.status == s)
                        for s in ("remoted", "local", "unimplemented")}
                    for h in sorted({f.header for f in api.functions})},
@@ -181,7 +183,7 @@ def render_all(api: Api, out: Path) -> list[Path]:
     wire = [f for f in api.functions if f.mode in ("sync", "async")]
     ctx = {"api": api, "functions": sorted(api.functions, key=lambda f: f.name),
            "wire": sorted(wire, key=lambda f: f.name), "digest": api_digest(api),
-           "error_names": error_names(api), "procs": api.procs}
+           "error_names": error_names(api), "procs": api.procs, "libraries": LIBRARIES}
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for tpl, name in OUTPUTS.items():

@@ -7,6 +7,7 @@ know which one they call.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from pathlib import Path
 
@@ -25,17 +26,31 @@ def cuda_ffi() -> cffi.FFI:
     return ffi
 
 
+@functools.cache
+def manifest() -> dict:
+    return json.loads((GENERATED / "api_manifest.json").read_text())
+
+
+@functools.cache
+def library_of() -> dict[str, str]:
+    """Every function's library (codegen/libraries.py), from the manifest codegen wrote."""
+    return {name: f["api"] for f in manifest()["functions"] for name in (f["name"], *f["aliases"])}
+
+
 class CudaLibraries:
-    """libcudart.so.13 and libcuda.so.1 behind one attribute namespace (cuda* from the runtime, cu* from
-    the driver), so a handler writes `s.lib.cudaMalloc` or `s.lib.cuMemAlloc_v2` alike."""
+    """The real libraries (libcudart.so.13, libcuda.so.1) behind one attribute namespace, each function
+    taken from the library the model says it belongs to, so a handler writes `s.lib.cudaMalloc` or
+    `s.lib.cuMemAlloc_v2` alike."""
 
     def __init__(self, ffi: cffi.FFI):
-        self.driver = _open(ffi, "libcuda.so.1", [])
-        self.runtime = _open(ffi, "libcudart.so.13", runtime_candidates())
+        self.libs = {api: _open(ffi, soname, runtime_candidates() if soname == "libcudart.so.13" else [])
+                     for api, soname in manifest()["libraries"].items()}
 
     def __getattr__(self, name: str):
-        lib = self.runtime if name.startswith("cuda") else self.driver
-        fn = getattr(lib, name)
+        api = library_of().get(name)
+        if api is None:
+            raise AttributeError(f"{name} is not a function of any library cuwire knows")
+        fn = getattr(self.libs[api], name)
         setattr(self, name, fn)  # cache: later lookups skip __getattr__
         return fn
 

@@ -154,3 +154,15 @@ def test_readme_coverage_line_is_current():
 
     m = json.loads((ROOT / "generated" / "api_manifest.json").read_text())
     assert render.coverage_line(m) in (ROOT / "README.md").read_text(), "run make codegen"
+
+
+def test_annotations_belong_to_their_library(api):
+    with pytest.raises(annotations.AnnotationError, match="annotate it in libcuda.so.1.toml"):
+        annotations.apply(api, {"cuMemAlloc_v2": ("runtime", {"mode": "sync"})})
+
+
+def test_every_library_has_its_annotations():
+    from cuwire.codegen.libraries import LIBRARIES
+
+    table = annotations.load()
+    assert {api for api, _ in table.values()} == {lib.api for lib in LIBRARIES}

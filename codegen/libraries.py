@@ -1,0 +1,29 @@
+"""The CUDA libraries cuwire stands in for, as data: one entry per library, read by the parser (which
+header's functions belong to which library), the model (what its functions return), the templates (how
+the client's stubs report errors, which symbols carry which version) and the server (which real library
+serves a call). A new library (cuBLAS, NVML) is one more entry here, plus its headers and annotations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Library:
+    api: str  # the model's name for it (Function.api)
+    soname: str  # the file programs load; cuwire's client answers to it, the server opens the real one
+    headers: tuple[str, ...]  # the headers (relative to the include folder) whose functions it exports
+    exports: str  # the list of every name the real library exports (codegen/exports/)
+    annotations: str  # what its headers do not say (codegen/annotations/)
+    error_type: str  # what its functions return
+    last_error: bool  # it keeps a per-thread last error (cudaGetLastError) that failing calls set
+
+
+LIBRARIES = (
+    Library("runtime", "libcudart.so.13", ("cuda_runtime_api.h", "crt/host_runtime.h", "crt/device_functions.h"),
+            "libcudart.so.13.exports", "libcudart.so.13.toml", "cudaError_t", last_error=True),
+    Library("driver", "libcuda.so.1", ("cuda.h",), "libcuda.so.1.exports", "libcuda.so.1.toml", "CUresult",
+            last_error=False),
+)
+BY_API = {lib.api: lib for lib in LIBRARIES}
+FUNCTION_HEADERS = {header: lib.api for lib in LIBRARIES for header in lib.headers}
