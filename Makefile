@@ -14,14 +14,14 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-## Regenerate generated/ from the pinned CUDA headers and codegen/annotations/
+## Regenerate cuwire/generated/ from the pinned CUDA headers and cuwire/codegen/annotations/
 codegen: venv
 	$(VPY) -m cuwire.codegen
 
-## Fail when generated/ is not what `make codegen` makes
+## Fail when cuwire/generated/ is not what `make codegen` makes
 check-generated: venv
 	rm -rf build/generated-check && $(VPY) -m cuwire.codegen --out build/generated-check > /dev/null
-	diff -rq --exclude=__pycache__ --exclude=__init__.py generated build/generated-check \
+	diff -rq --exclude=__pycache__ --exclude=__init__.py cuwire/generated build/generated-check \
 	  || (echo "generated/ is stale: run make codegen and commit" >&2; exit 1)
 
 ## Build the client library (libcuwire.so and the names programs load) into build/client

@@ -47,29 +47,22 @@ def err(msg: str) -> None:
 # ---------------------------------------------------------------- the client library
 
 
-def source_root() -> Path:
-    """The folder that holds client/ and generated/: the repository, or the installed package."""
-    from cuwire.client import build
-
-    return build.ROOT
-
-
 def client_dir() -> Path:
     """Where `cuwire run` keeps the client library: build/client in a checkout (what `make client` builds);
     for an installed package, whose folder may be read-only, a per-user cache."""
-    root = source_root()
-    if (root / "pyproject.toml").exists():
-        return root / "build" / "client"
+    from cuwire.client import build
+
+    if build.CHECKOUT is not None:
+        return build.CHECKOUT / "build" / "client"
     return Path.home() / ".cache" / "cuwire" / f"client-{cuwire.__version__}"
 
 
 def library_sources() -> list[Path]:
     """The C files the library is compiled from: a library older than any of them is stale."""
-    root = source_root()
     from cuwire.client import build
 
-    generated = [root / "generated" / n for n in ("client_stubs.c", "client_procs.c", "client_cdefs.h", "exports.map")]
-    own = [root / "client" / n for n in (*build.C_SOURCES, "runtime.h")]
+    generated = [build.GENERATED / n for n in ("client_stubs.c", "client_procs.c", "client_cdefs.h", "exports.map")]
+    own = [build.CLIENT / n for n in (*build.C_SOURCES, "runtime.h")]
     return [p for p in (*generated, *own) if p.exists()]
 
 

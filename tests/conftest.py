@@ -108,6 +108,6 @@ def compile_against_client(source: str, folder: Path, client_lib: Path, name: st
     """Build a small C program against cuwire's CUDA declarations, linked to the client library itself."""
     (folder / f"{name}.c").write_text(source)
     exe = folder / name
-    subprocess.run(["gcc", "-o", str(exe), str(folder / f"{name}.c"), f"-I{ROOT / 'generated'}",
+    subprocess.run(["gcc", "-o", str(exe), str(folder / f"{name}.c"), f"-I{ROOT / 'cuwire' / 'generated'}",
                     f"-L{client_lib.parent}", "-lcuwire", f"-Wl,-rpath,{client_lib.parent}"], check=True)
     return exe

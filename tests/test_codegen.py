@@ -14,7 +14,7 @@ from cuwire.codegen.model import Function
 ROOT = Path(__file__).resolve().parent.parent
 
 
-INTERNAL = ROOT / "codegen" / "internal_api.h"
+INTERNAL = ROOT / "cuwire" / "codegen" / "internal_api.h"
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +120,7 @@ def test_async_only_carries_values(api):
 
 
 def test_manifest_covers_every_function(api):
-    m = json.loads((ROOT / "generated" / "api_manifest.json").read_text())
+    m = json.loads((ROOT / "cuwire" / "generated" / "api_manifest.json").read_text())
     names = {f["name"] for f in m["functions"]}
     assert names == {f.name for f in api.functions}
     assert all(f["status"] in ("remoted", "local", "unimplemented") for f in m["functions"])
@@ -152,7 +152,7 @@ def test_stats_prints_counts(capsys):
 def test_readme_coverage_line_is_current():
     from cuwire.codegen import render
 
-    m = json.loads((ROOT / "generated" / "api_manifest.json").read_text())
+    m = json.loads((ROOT / "cuwire" / "generated" / "api_manifest.json").read_text())
     assert render.coverage_line(m) in (ROOT / "README.md").read_text(), "run make codegen"
 
 

@@ -129,8 +129,9 @@ def tables_alone(tmp_path_factory):
                                       "int cuwire_session_open(void) { return 0; }\n"
                                       + "".join(f"int {name}(void) {{ return 999; }}\n" for name in driver))
     out = folder / "tables.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", f"-I{ROOT / 'generated'}", f"-I{ROOT / 'client'}", "-o", str(out),
-                    str(ROOT / "client" / "export_tables.c"), str(folder / "harness.c")], check=True)
+    package = ROOT / "cuwire"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", f"-I{package / 'generated'}", f"-I{package / 'client'}", "-o",
+                    str(out), str(package / "client" / "export_tables.c"), str(folder / "harness.c")], check=True)
     return ctypes.CDLL(str(out))
 
 

@@ -90,7 +90,8 @@ def handle(lib: EmulatedLib, ctype: str, create: str, *args: Any) -> Any:
 
 def test_every_function_the_server_calls_is_implemented() -> None:
     """What the generated handlers and the hand-written ones (server/custom.py) call on the backend."""
-    text = (ROOT / "generated" / "server_handlers.py").read_text() + (ROOT / "server" / "custom.py").read_text()
+    package = ROOT / "cuwire"
+    text = (package / "generated" / "server_handlers.py").read_text() + (package / "server" / "custom.py").read_text()
     called = set(re.findall(r"\bs\.lib\.(\w+)", text)) | set(re.findall(r"\blib\.(cu\w+)", text))
     assert len(called) > 100
     missing = sorted(name for name in called if name not in vars(EmulatedLib))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-EXPORTS = ROOT / "codegen" / "exports"
+EXPORTS = ROOT / "cuwire" / "codegen" / "exports"
 SHARED_TOOL = ROOT.parent / "shared" / "tools" / "missing-exports.sh"
 
 

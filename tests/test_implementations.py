@@ -10,18 +10,18 @@ from conftest import ROOT
 
 
 def manifest() -> list[dict]:
-    return json.loads((ROOT / "generated" / "api_manifest.json").read_text())["functions"]
+    return json.loads((ROOT / "cuwire" / "generated" / "api_manifest.json").read_text())["functions"]
 
 
 def test_every_custom_function_has_its_python_half():
-    text = "".join(p.read_text() for p in (ROOT / "client").glob("*.py"))
+    text = "".join(p.read_text() for p in (ROOT / "cuwire" / "client").glob("*.py"))
     defined = set(re.findall(r'def_extern\(name="cuwire_py_(\w+)"', text))
     custom = {f["name"] for f in manifest() if f["mode"] == "custom"}
     assert custom - defined == set()
 
 
 def test_every_local_function_has_its_c():
-    text = "".join(p.read_text() for p in (ROOT / "client").glob("*.c"))
+    text = "".join(p.read_text() for p in (ROOT / "cuwire" / "client").glob("*.c"))
     defined = set(re.findall(r"\bcuwire_local_(\w+)\s*\([^;{]*\)\s*\{", text))
     local = {f["name"] for f in manifest() if f["mode"] == "local"}
     assert local - defined == set()
@@ -30,11 +30,11 @@ def test_every_local_function_has_its_c():
 def test_python_halves_take_what_their_c_stub_passes():
     """cffi calls a Python half with the boundary arguments of generated/client_cdefs.h; a def with another
     count would fail at the call, as an internal error, only when the program first makes it."""
-    cdefs = (ROOT / "generated" / "client_cdefs.h").read_text()
+    cdefs = (ROOT / "cuwire" / "generated" / "client_cdefs.h").read_text()
     passed = {name: 0 if args.strip() in ("", "void") else args.count(",") + 1
               for name, args in re.findall(r"cuwire_py_(\w+)\(([^)]*)\);", cdefs)}
-    text = "".join(p.read_text() for p in (ROOT / "client").glob("*.py"))
-    text += (ROOT / "generated" / "client_calls.py").read_text()
+    text = "".join(p.read_text() for p in (ROOT / "cuwire" / "client").glob("*.py"))
+    text += (ROOT / "cuwire" / "generated" / "client_calls.py").read_text()
     taken = {name: 0 if not args.strip() else args.count(",") + 1
              for name, args in re.findall(r'def_extern\(name="cuwire_py_(\w+)".*\)\ndef \w+\(([^)]*)\)', text)}
     assert taken and {n: (taken[n], passed[n]) for n in taken if n in passed and taken[n] != passed[n]} == {}

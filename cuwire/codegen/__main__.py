@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in render.render_all(api, args.out):
         print(f"wrote {path}")
     if args.out == GENERATED:
-        readme = GENERATED.parent / "README.md"
+        readme = GENERATED.parent.parent / "README.md"
         if render.update_readme(readme, json.loads((args.out / "api_manifest.json").read_text())):
             print(f"updated the coverage line in {readme}")
     print_stats(args.out / "api_manifest.json")

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import cffi
 
-ROOT = Path(__file__).resolve().parent.parent
-GENERATED = ROOT / "generated"
-CLIENT = ROOT / "client"
+PACKAGE = Path(__file__).resolve().parent.parent  # cuwire/, in a checkout or installed
+GENERATED = PACKAGE / "generated"
+CLIENT = PACKAGE / "client"
+# the repository, when this is a checkout (make client builds into its build/client)
+CHECKOUT = PACKAGE.parent if (PACKAGE.parent / "pyproject.toml").exists() else None
 MODULE = "_cuwire"
 NAMES = ("libcudart.so.13", "libcuda.so.1")
 C_SOURCES = ("local.c", "driver_local.c", "export_tables.c")
@@ -134,7 +136,7 @@ def build(out: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cuwire.client.build", description=__doc__)
-    ap.add_argument("--out", type=Path, default=ROOT / "build" / "client")
+    ap.add_argument("--out", type=Path, default=(CHECKOUT or Path.cwd()) / "build" / "client")
     args = ap.parse_args(argv)
     lib = build(args.out)
     print(f"built {lib}")

@@ -1,0 +1,43 @@
+"""cuwire installed as a user installs it (`pip install .`, not editable): the package is whole (every
+sub-package and the files the client library is built from), and `cuwire run` works from anywhere,
+the checkout's own root included (whose cuwire/ folder Python finds first)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import APPS, ROOT
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+                    str(target), str(ROOT)], check=True, capture_output=True)
+    return target
+
+
+def test_the_installed_package_is_whole(installed):
+    package = installed / "cuwire"
+    for sub in ("codegen", "templates", "generated", "client", "server"):
+        assert (package / sub / "__init__.py").exists(), sub
+    for f in ("generated/client_stubs.c", "generated/client_procs.c", "generated/cuda_api.h", "generated/exports.map",
+              "generated/api_manifest.json", "client/local.c", "client/export_tables.c", "client/runtime.h",
+              "codegen/annotations/libcuda.so.1.toml", "templates/client_stubs.c.j2"):
+        assert (package / f).exists(), f
+
+
+@pytest.mark.parametrize("where", ["checkout", "elsewhere"])
+def test_run_from_an_install(installed, apps, where, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(installed), "HOME": str(tmp_path)}  # the library builds in HOME's cache
+    for name in ("CUWIRE_SERVER", "LD_PRELOAD"):
+        env.pop(name, None)
+    cwd = ROOT if where == "checkout" else tmp_path
+    app = str(APPS / "build" / "vector_add")
+    r = subprocess.run([sys.executable, "-m", "cuwire.cli", "run", "--emulated", "--", app],
+                       capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    assert "vector_add: PASS" in r.stdout
