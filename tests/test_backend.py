@@ -1,0 +1,37 @@
+"""The server's real CUDA: each function comes from the library the model assigns it to (the manifest),
+not from a guess by name (a `cublas*` name must not go to libcuda)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from cuwire.server import backend
+
+
+def test_every_function_knows_its_library():
+    where = backend.library_of()
+    assert where["cudaMalloc"] == "runtime" and where["__cudaRegisterFatBinary"] == "runtime"
+    assert where["cuMemAlloc_v2"] == "driver" and where["cuGetExportTable"] == "driver"
+    assert where["cuMemcpyHtoD_v2_ptds"] == "driver"  # aliases too
+    assert backend.manifest()["libraries"] == {"runtime": "libcudart.so.13", "driver": "libcuda.so.1"}
+
+
+def test_calls_reach_the_library_of_the_function(monkeypatch):
+    opened = {}
+
+    def fake_open(ffi, name, candidates):
+        lib = types.SimpleNamespace(cudaMalloc=f"{name}:cudaMalloc", cuMemAlloc_v2=f"{name}:cuMemAlloc_v2",
+                                    cuGetExportTable=f"{name}:cuGetExportTable")
+        opened[name] = lib
+        return lib
+
+    monkeypatch.setattr(backend, "_open", fake_open)
+    libs = backend.CudaLibraries(None)
+    assert set(opened) == {"libcudart.so.13", "libcuda.so.1"}
+    assert libs.cudaMalloc == "libcudart.so.13:cudaMalloc"
+    assert libs.cuMemAlloc_v2 == "libcuda.so.1:cuMemAlloc_v2"
+    assert libs.cuGetExportTable == "libcuda.so.1:cuGetExportTable"
+    with pytest.raises(AttributeError, match="not a function of any library"):
+        libs.cublasCreate_v2  # noqa: B018
