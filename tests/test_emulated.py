@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from cuwire.server import emulated_registry as registry
-from cuwire.server.emulated import DEVICE_BASE, EmulatedLib, cuda_ffi
+from cuwire.emulated import registry
+from cuwire.emulated.device import DEVICE_BASE, EmulatedLib, cuda_ffi
 
 ROOT = Path(__file__).resolve().parent.parent
 

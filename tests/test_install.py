@@ -41,3 +41,28 @@ def test_run_from_an_install(installed, apps, where, tmp_path):
                        capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
     assert r.returncode == 0, r.stderr
     assert "vector_add: PASS" in r.stdout
+
+
+def test_the_server_image_leaves_the_emulated_device_out(tmp_path):
+    """What the image installs (docker/Dockerfile copies the tree minus .dockerignore's cuwire/emulated):
+    no test-only code, and a session on the emulated backend says why it cannot run."""
+    import shutil
+
+    assert "cuwire/emulated" in (ROOT / ".dockerignore").read_text().split()
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "cuwire", src / "cuwire", ignore=shutil.ignore_patterns("emulated", "__pycache__"))
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+                    str(site), str(src)], check=True, capture_output=True)
+    assert (site / "cuwire" / "server").is_dir() and not (site / "cuwire" / "emulated").exists()
+    import sysconfig
+
+    # -S: no .pth files, so the checkout's editable install cannot supply what the image lacks
+    code = "from cuwire.server import backend; backend.open_backend('emulated')"
+    r = subprocess.run([sys.executable, "-S", "-c", code],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": f"{site}:{sysconfig.get_paths()['purelib']}"})
+    assert r.returncode != 0 and "emulated device (tests only) is not installed here" in r.stderr

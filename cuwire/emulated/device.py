@@ -4,7 +4,7 @@ CI has no GPU, yet the end-to-end tests must drive the real server code. `Emulat
 same interface as the cffi library object the generated handlers call (`s.lib.cudaMalloc(...)`): one
 method per CUDA function, the C function's name and positional arguments, cffi values in (ints, cdata
 pointers, structs), the CUDA error code out, outputs written through the pointers. Kernels run through
-host implementations registered by name in `emulated_registry`. Everything runs synchronously when it is
+host implementations registered by name in `cuwire.emulated.registry`. Everything runs synchronously when it is
 called. Tests only: never the default backend.
 
 Device memory lives at addresses at or above 2**48, above any x86-64 user-space address, so a device
@@ -27,7 +27,7 @@ from typing import Any, TypeVar, cast
 
 import cffi
 
-from cuwire.server import emulated_registry as registry
+from cuwire.emulated import registry
 from cuwire.server.backend import cuda_ffi  # noqa: F401  (tests build their FFI through it)
 
 CData = Any  # a cffi cdata value; cffi has no static types for these
@@ -134,7 +134,7 @@ def _prop(name: str) -> Any:
 class EmulatedMemory:
     """The device's global memory: allocations, each backed by host memory, plus `__device__` variables.
 
-    Implements `emulated_registry.DeviceMemory` for kernels; an access outside every allocation raises
+    Implements `registry.DeviceMemory` for kernels; an access outside every allocation raises
     `_Fault`, which the launch turns into CUDA's sticky illegal-address error.
     """
 
@@ -219,7 +219,7 @@ class EmulatedMemory:
             self._globals[name] = address
         return self._globals[name]
 
-    # emulated_registry.DeviceMemory, as kernels see it
+    # registry.DeviceMemory, as kernels see it
 
     def read(self, address: int, size: int) -> bytes:
         data = self.load(address, size)

@@ -19,8 +19,8 @@ import struct
 from array import array
 from fractions import Fraction
 
-from cuwire.server.emulated_registry import DeviceMemory as Mem
-from cuwire.server.emulated_registry import Dim3, Params, device_global, kernel
+from cuwire.emulated.registry import DeviceMemory as Mem
+from cuwire.emulated.registry import Dim3, Params, device_global, kernel
 
 # ---------------------------------------------------------------------------------------------------------
 # helpers
