@@ -584,3 +584,16 @@ def test_driver_events(lib: EmulatedLib, ffi: Any) -> None:
     assert lib.cuEventElapsedTime_v2(ms, start, end) == 0 and ms[0] >= 0.0
     assert lib.cuEventDestroy_v2(start) == 0
     assert lib.cuEventDestroy_v2(start) == code(ffi, "CUDA_ERROR_INVALID_HANDLE")
+
+
+def test_the_server_sees_the_emulated_device_through_prototype_checks() -> None:
+    """A pointer where the driver takes an integer (a CUdeviceptr) is refused as cffi refuses it with the
+    real library, so a handler that passes one fails in CI, not first on a GPU."""
+    from cuwire.server.backend import open_backend
+
+    ffi, lib, label = open_backend("emulated")
+    assert label == "emulated"
+    buf = ffi.new("char[]", 8)
+    with pytest.raises(TypeError, match="cuMemcpy: argument 1 is a C integer"):
+        lib.cuMemcpy(ffi.cast("void *", buf), 0, 8)
+    assert lib.cuDriverGetVersion(ffi.new("int *")) == 0  # well-typed calls go through

@@ -91,10 +91,11 @@ def open_backend(name: str):
     if name == "emulated":
         try:
             from cuwire.emulated import kernels  # noqa: F401  (registers the test apps' kernels)
+            from cuwire.emulated.checked import CheckedLib
             from cuwire.emulated.device import EmulatedLib
         except ImportError as e:
             raise RuntimeError("the emulated device (tests only) is not installed here: the server image leaves "
                                "it out; run the server from a checkout or a pip install of cuwire") from e
 
-        return ffi, EmulatedLib(ffi), "emulated"
+        return ffi, CheckedLib(ffi, EmulatedLib(ffi)), "emulated"
     raise ValueError(f"unknown backend {name!r} (expected cuda or emulated)")
