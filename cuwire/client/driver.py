@@ -111,9 +111,7 @@ def cuwire_py_module_functions(context, module, callback, userdata):
         copy = ffi.new("char[]", f.object)
         handle = int(ffi.cast("uintptr_t", copy))
         client.function_objects[handle] = (f.function, copy)
-        lib.cuwire_cache_kernel(copy, f.function, len(f.param_offsets),
-                                ffi.new("uint32_t[]", list(f.param_offsets) or [0]),
-                                ffi.new("uint32_t[]", list(f.param_sizes) or [0]))
+        rt.give_layout_to_c(copy, rt.Kernel(f.function, tuple(f.param_offsets), tuple(f.param_sizes)))
         if callback:
             report(ffi.cast("void *", userdata), copy, f.owner)
     return res.count

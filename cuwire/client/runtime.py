@@ -106,6 +106,13 @@ class Session:
         self.globals: dict[int, tuple[int, int]] = {}  # host shadow address -> (device address, size)
 
 
+def give_layout_to_c(key, k: Kernel) -> None:
+    """Launches through `key` (a handle or host address the program holds) are checked and queued in C
+    from now on, as launches of the server's `k.handle` with k's parameter layout (client/local.c)."""
+    lib.cuwire_cache_kernel(ffi.cast("void *", key), k.handle, len(k.offsets),
+                            ffi.new("uint32_t[]", list(k.offsets) or [0]), ffi.new("uint32_t[]", list(k.sizes) or [0]))
+
+
 def give_devices_to_c(welcome: pb.Welcome) -> None:
     """The driver's answers about devices (client/driver_local.c) come from this snapshot."""
     devices = list(welcome.devices)
@@ -290,9 +297,7 @@ class Client:
         if res.status != 0:
             raise Fail(res.status)
         k = Kernel(res.kernel, tuple(res.param_offsets), tuple(res.param_sizes))
-        lib.cuwire_cache_kernel(ffi.cast("void *", key or res.kernel), k.handle, len(k.offsets),
-                                ffi.new("uint32_t[]", list(k.offsets) or [0]),
-                                ffi.new("uint32_t[]", list(k.sizes) or [0]))
+        give_layout_to_c(key or res.kernel, k)
         return k
 
     def kernel(self, host_fun: int) -> Kernel:

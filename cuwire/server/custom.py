@@ -95,21 +95,26 @@ def get_kernel(s, a: pb.GetKernel_Args) -> pb.GetKernel_Result:
         handle, kind = kernel[0], "kernel"
     if r.status != 0:
         return r
-    offset, size = ffi.new("size_t *"), ffi.new("size_t *")
-    i = 0
-    while lib.cuFuncGetParamInfo(func[0], i, offset, size) == 0:
-        r.param_offsets.append(offset[0])
-        r.param_sizes.append(size[0])
-        i += 1
     r.kernel = int(ffi.cast("uintptr_t", handle))
-    size = max((o + z for o, z in zip(r.param_offsets, r.param_sizes, strict=True)), default=0)
-    s.kernels[r.kernel] = (func[0], tuple(r.param_offsets), size)
-    s.kernel_kind[r.kernel] = kind
-    # the driver takes a CUkernel wherever it takes a CUfunction (cuFuncGetAttribute, launches)
-    s.owns_handle("CUfunc_st", r.kernel)
-    if kind == "kernel":
-        s.owns_handle("CUkern_st", r.kernel)
+    _describe(s, r.kernel, func[0], kind, r.param_offsets, r.param_sizes)
     return r
+
+
+def _describe(s, handle: int, func, kind: str, offsets, sizes) -> None:
+    """Append the parameter layout of `func` to offsets and sizes, and remember `handle` (a kernel or a
+    function of this session) for its launches and for the calls that name it."""
+    offset, size = s.ffi.new("size_t *"), s.ffi.new("size_t *")
+    i = 0
+    while s.lib.cuFuncGetParamInfo(func, i, offset, size) == 0:
+        offsets.append(offset[0])
+        sizes.append(size[0])
+        i += 1
+    s.kernels[handle] = (func, tuple(offsets), max((o + z for o, z in zip(offsets, sizes, strict=True)), default=0))
+    s.kernel_kind[handle] = kind
+    # the driver takes a CUkernel wherever it takes a CUfunction (cuFuncGetAttribute, launches)
+    s.owns_handle("CUfunc_st", handle)
+    if kind == "kernel":
+        s.owns_handle("CUkern_st", handle)
 
 
 def get_global(s, a: pb.GetGlobal_Args) -> pb.GetGlobal_Result:
@@ -195,7 +200,7 @@ FUNCTION_OBJECT_BYTES = 0x500  # how much of each function's driver object the c
 def module_functions(s, a: pb.ModuleFunctions_Args) -> pb.ModuleFunctions_Result:
     """Run the driver's private module iterator on a module of this session, collecting every function."""
     ffi, lib = s.ffi, s.lib
-    module = _cu_module(s, a.module)
+    _cu_module(s, a.module)  # a module of this session, or refused
     r = pb.ModuleFunctions_Result()
     get_table = getattr(lib, "cuGetExportTable", None)
     table = ffi.new("const void **")
@@ -216,21 +221,10 @@ def module_functions(s, a: pb.ModuleFunctions_Args) -> pb.ModuleFunctions_Result
 
     iterate = ffi.cast("uint64_t(*)(uint64_t, uint64_t, void *, void *, uint64_t, uint64_t)", slots[7])
     r.count = iterate(a.context, a.module, collect, ffi.NULL, a.module, 0)
-    offset, size = ffi.new("size_t *"), ffi.new("size_t *")
     for node, owner in found:
         f = r.functions.add(function=node, owner=owner,
                             object=bytes(ffi.buffer(ffi.cast("char *", node), FUNCTION_OBJECT_BYTES)))
-        func = ffi.cast("CUfunction", node)
-        i = 0
-        while lib.cuFuncGetParamInfo(func, i, offset, size) == 0:
-            f.param_offsets.append(offset[0])
-            f.param_sizes.append(size[0])
-            i += 1
-        s.kernels[node] = (func, tuple(f.param_offsets), max(
-            (o + z for o, z in zip(f.param_offsets, f.param_sizes, strict=True)), default=0))
-        s.kernel_kind[node] = "function"
-        s.owns_handle("CUfunc_st", node)
-    del module
+        _describe(s, node, ffi.cast("CUfunction", node), "function", f.param_offsets, f.param_sizes)
     return r
 
 
