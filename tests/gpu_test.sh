@@ -44,12 +44,10 @@ remote() {  # remote LAYER APP ARGS...: as `cuwire run --layer LAYER` runs it, p
 export CUDA_LIB=$(dirname "$(readlink -f "$(command -v nvcc)")")/../lib64
 
 pass=0; fail=0; : >"$LOG/maps.txt"
-for app in tests/test_apps/build/*; do
-  name=$(basename "$app")
-  [ -x "$app" ] || continue
-  [ "${GPU_TEST_ONLY:-}" = torch ] && continue  # GPU_TEST_ONLY=torch: only the PyTorch part
+compare() {  # compare APP LAYER...: the app natively, then through cuwire on each layer; one line each
+  local app=$1 name; name=$(basename "$1"); shift
   LD_LIBRARY_PATH="$CUDA_LIB:${LD_LIBRARY_PATH:-}" "$app" >"$LOG/$name.native.out" 2>"$LOG/$name.native.err"; nrc=$?
-  for layer in driver runtime; do
+  for layer in "$@"; do
     timeout 300 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote $layer $app" \
       >"$LOG/$name.$layer.out" 2>"$LOG/$name.$layer.err"; rrc=$?
     if [ "$name" = unimplemented ]; then
@@ -62,10 +60,37 @@ for app in tests/test_apps/build/*; do
       pass=$((pass+1))
     else
       echo "$name [$layer]: DIFF (native rc=$nrc, remote rc=$rrc)"; diff "$LOG/$name.native.out" "$LOG/$name.$layer.out" | head -10
-      tail -5 "$LOG/$name.$layer.err"; fail=$((fail+1))
+      tail -n 5 "$LOG/$name.native.err" "$LOG/$name.$layer.err"; fail=$((fail+1))
     fi
   done
+}
+if [ "${GPU_TEST_ONLY:-}" != torch ]; then
+  for app in tests/test_apps/build/*; do
+    [ -f "$app" ] && [ -x "$app" ] && compare "$app" driver runtime
+  done
+  # programs of NVIDIA's libraries, built with nvcc's default static runtime: the driver layer serves them
+  LIB_HOME=$(dirname "$(readlink -f "$(command -v nvcc)")")/..
+  [ -f "$LIB_HOME/include/cublas_v2.h" ] || LIB_HOME=$($PY -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))')
+  if make -s -C tests/lib_apps LIB_HOME="$LIB_HOME" >"$LOG/lib-apps-build.log" 2>&1; then
+    for app in tests/lib_apps/build/*; do compare "$app" driver; done
+  else echo "lib apps: FAIL to build (LIB_HOME=$LIB_HOME)"; tail -5 "$LOG/lib-apps-build.log"; fail=$((fail+1)); fi
+fi
+
+# NVML: cuwire's libnvidia-ml.so.1 answers from the server's NVML (through ctypes, and through pynvml)
+for mode in ctypes pynvml; do
+  flag=$([ $mode = pynvml ] && echo --pynvml)
+  $PY tests/tools/nvml_probe.py $flag >"$LOG/nvml-$mode.native.out" 2>&1
+  bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote driver $PY tests/tools/nvml_probe.py $flag" \
+    >"$LOG/nvml-$mode.driver.out" 2>"$LOG/nvml-$mode.driver.err"
+  if diff -q "$LOG/nvml-$mode.native.out" "$LOG/nvml-$mode.driver.out" >/dev/null; then
+    echo "nvml ($mode) [driver]: OK (remote output == native output: $(head -1 "$LOG/nvml-$mode.driver.out"))"; pass=$((pass+1))
+  else echo "nvml ($mode) [driver]: DIFF"; diff "$LOG/nvml-$mode.native.out" "$LOG/nvml-$mode.driver.out" | head
+    tail -n 5 "$LOG/nvml-$mode.driver.err"; fail=$((fail+1)); fi
 done
+# nvidia-smi -L through cuwire (told, not counted: nvidia-smi is the driver's tool, not a user program)
+CUWIRE_TRACE=1 timeout 60 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote driver nvidia-smi -L" \
+  >"$LOG/nvidia-smi.out" 2>"$LOG/nvidia-smi.err"; echo "nvidia-smi -L through cuwire (rc=$?, $(grep -c '^cuwire trace' \
+  "$LOG/nvidia-smi.err") calls reached cuwire): $(head -3 "$LOG/nvidia-smi.out" | tr '\n' ' ')$(grep -m3 unimplemented "$LOG/nvidia-smi.err" | tr '\n' ' ')"
 
 # PyTorch (stock, as installed on this host) natively and through cuwire's driver layer
 for script in tests/torch_apps/*.py; do
@@ -83,6 +108,16 @@ for script in tests/torch_apps/*.py; do
     grep -v "^cuwire trace" "$LOG/$name.driver.err" | sort | uniq -c | sort -rn | head -15; fail=$((fail+1))
   fi
 done
+
+# the cost of one training step of the small transformer (README): 11 steps less 1 step, divided by 10
+for steps in 1 11; do
+  CUWIRE_STATS=1 timeout 240 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote driver $PY \
+    tests/torch_apps/train.py transformer --dtype fp32 --steps $steps" >/dev/null 2>"$LOG/step-stats-$steps.err"
+done
+awk '/API calls:/ { w[FILENAME] = $5; q[FILENAME] = $14; l[FILENAME] = $20 } /round trips:/ { r[FILENAME] = $3 }
+     END { a = ARGV[1]; b = ARGV[2]; printf "one transformer training step (fp32) through cuwire: %.1f round trips, " \
+           "%.1f calls waited for, %.1f queued, %.1f answered locally\n", (r[b] - r[a]) / 10, (w[b] - w[a]) / 10, \
+           (q[b] - q[a]) / 10, (l[b] - l[a]) / 10 }' "$LOG/step-stats-1.err" "$LOG/step-stats-11.err"
 
 [ "${GPU_TEST_ONLY:-}" = torch ] && { kill $SERVER; echo "gpu-test summary: $pass passed, $fail failed"; exit $fail; }
 

@@ -15,7 +15,9 @@ def test_every_function_knows_its_library():
     assert where["cudaMalloc"] == "runtime" and where["__cudaRegisterFatBinary"] == "runtime"
     assert where["cuMemAlloc_v2"] == "driver" and where["cuGetExportTable"] == "driver"
     assert where["cuMemcpyHtoD_v2_ptds"] == "driver"  # aliases too
-    assert backend.manifest()["libraries"] == {"runtime": "libcudart.so.13", "driver": "libcuda.so.1"}
+    assert where["nvmlDeviceGetName"] == "nvml" and where["nvmlInit"] == "nvml"
+    assert backend.manifest()["libraries"] == {"runtime": "libcudart.so.13", "driver": "libcuda.so.1",
+                                               "nvml": "libnvidia-ml.so.1"}
 
 
 def test_calls_reach_the_library_of_the_function(monkeypatch):
@@ -35,3 +37,20 @@ def test_calls_reach_the_library_of_the_function(monkeypatch):
     assert libs.cuGetExportTable == "libcuda.so.1:cuGetExportTable"
     with pytest.raises(AttributeError, match="not a function of any library"):
         libs.cublasCreate_v2  # noqa: B018
+
+
+def test_a_server_without_nvml_still_serves_cuda(monkeypatch):
+    """NVML is opened at its first call; a host without it fails those calls with NVML's own code."""
+    from cuwire.server.errors import CudaFail
+
+    def fake_open(ffi, name, candidates):
+        if name == "libnvidia-ml.so.1":
+            raise RuntimeError("cannot open libnvidia-ml.so.1 (not found)")
+        return types.SimpleNamespace(cudaMalloc=f"{name}:cudaMalloc")
+
+    monkeypatch.setattr(backend, "_open", fake_open)
+    libs = backend.CudaLibraries(None)
+    assert libs.cudaMalloc == "libcudart.so.13:cudaMalloc"
+    with pytest.raises(CudaFail) as e:
+        libs.nvmlInit_v2  # noqa: B018
+    assert e.value.code == 12  # NVML_ERROR_LIBRARY_NOT_FOUND

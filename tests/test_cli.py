@@ -80,7 +80,7 @@ def test_run_sets_up_the_program_environment(server, client_lib, tmp_path):
     runtime = cli.nvidia_runtime_dir()
     assert runtime is not None and (runtime / "libcudart.so.13").exists()
     assert libpath.split(":") == [str(client_lib.parent / "driver"), "/opt/x", str(runtime)]
-    assert sorted(p.name for p in (client_lib.parent / "driver").iterdir()) == ["libcuda.so.1"]
+    assert sorted(p.name for p in (client_lib.parent / "driver").iterdir()) == ["libcuda.so.1", "libnvidia-ml.so.1"]
     assert (addr, token, stats) == (server.address, "tok", "1")
 
 

@@ -146,7 +146,8 @@ def test_stats_prints_counts(capsys):
 
     assert main(["--stats"]) == 0
     out = capsys.readouterr().out
-    assert "cuda_runtime_api.h" in out and "310 functions" in out and "454 functions" in out
+    assert "cuda_runtime_api.h" in out and "310 functions" in out and "455 functions" in out
+    assert "nvml.h" in out and "375 functions" in out
 
 
 def test_readme_coverage_line_is_current():

@@ -1,5 +1,6 @@
-"""The client library exports every function name the real libcudart.so.13 and libcuda.so.1 export,
-under the runtime's symbol version, so a program finds each one (see codegen/exports/README.md)."""
+"""The client library exports every function name the real libcudart.so.13, libcuda.so.1 and
+libnvidia-ml.so.1 export, the runtime's under its symbol version, so a program finds each one (see
+codegen/exports/README.md)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def defined(lib: Path) -> dict[str, str]:
     return names
 
 
-@pytest.mark.parametrize("listing,count", [("libcudart.so.13.exports", 422), ("libcuda.so.1.exports", 674)])
+@pytest.mark.parametrize("listing,count", [("libcudart.so.13.exports", 422), ("libcuda.so.1.exports", 674),
+                                           ("libnvidia-ml.so.1.exports", 404)])
 def test_every_real_export_is_there(client_lib, listing, count):
     want = [n for n in (EXPORTS / listing).read_text().split() if not n.startswith("cudbg")]
     have = defined(client_lib)

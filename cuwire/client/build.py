@@ -4,7 +4,9 @@ Output, in build/client/ (or --out):
   libcuwire.so       the library
   libcudart.so.13    the same library under the names programs load (the runtime layer: preloaded)
   libcuda.so.1
-  driver/libcuda.so.1  the same library alone, for the driver layer: NVIDIA's libcudart loads it
+  libnvidia-ml.so.1
+  driver/            the same library as libcuda.so.1 and libnvidia-ml.so.1 but not libcudart, for the
+                     driver layer: NVIDIA's libcudart (and a program's own) loads them
 
 The C is generated/client_stubs.c (one exported function per CUDA function) plus client/local.c; the
 Python that the stubs call is generated/client_calls.py and client/custom.py, imported by the embedded
@@ -14,6 +16,7 @@ interpreter on the first call that needs it.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -28,7 +31,9 @@ CLIENT = PACKAGE / "client"
 # the repository, when this is a checkout (make client builds into its build/client)
 CHECKOUT = PACKAGE.parent if (PACKAGE.parent / "pyproject.toml").exists() else None
 MODULE = "_cuwire"
-NAMES = ("libcudart.so.13", "libcuda.so.1")
+# every library the generated stubs stand in for (codegen/libraries.py, through the manifest)
+NAMES = tuple(json.loads((GENERATED / "api_manifest.json").read_text())["libraries"].values())
+RUNTIME = "libcudart.so.13"  # NVIDIA's own runs above cuwire on the driver layer
 C_SOURCES = ("local.c", "driver_local.c", "export_tables.c")
 
 # C functions of local.c that the Python side calls.
@@ -125,7 +130,7 @@ def build(out: Path) -> Path:
     if built != lib:
         shutil.move(built, lib)
     for folder, name, target in [*((out, n, "libcuwire.so") for n in NAMES),
-                                 (out / "driver", "libcuda.so.1", "../libcuwire.so")]:
+                                 *((out / "driver", n, "../libcuwire.so") for n in NAMES if n != RUNTIME)]:
         folder.mkdir(exist_ok=True)
         link = folder / name
         if link.is_symlink() or link.exists():

@@ -109,3 +109,24 @@ def cudaGetSymbolSize(size, symbol):
 def cudaGetErrorString(error):
     """The server's text for the code, cached; the C stub returns it as const char *."""
     return int(ffi.cast("uintptr_t", rt.client.error_string(error, driver=False)))
+
+
+_nvml_fallbacks: dict[int, object] = {}  # code -> C string, kept alive: callers hold the pointers
+
+
+def _nvml_fallback(error: int):
+    """nvmlErrorString when the server cannot be asked: never NULL (callers print it unchecked)."""
+    if error not in _nvml_fallbacks:
+        text = f"NVML error {error} (cuwire: the server could not be asked for its message)"
+        _nvml_fallbacks[error] = ffi.new("char[]", text.encode())
+    return int(ffi.cast("uintptr_t", _nvml_fallbacks[error]))
+
+
+@ffi.def_extern(name="cuwire_py_nvmlErrorString", onerror=lambda exc_type, exc, tb: 0)
+def nvmlErrorString(result):
+    """The server's NVML's message for the code, cached; the C stub returns it as const char *."""
+    try:
+        text = rt.client.error_string(result, driver=False, nvml=True)
+    except rt.Fail:
+        return _nvml_fallback(result)
+    return int(ffi.cast("uintptr_t", text)) or _nvml_fallback(result)

@@ -316,7 +316,63 @@ int cuwire_note_primary_flags(CUdevice dev, unsigned int flags)
     return -1;
 }
 
-/* The device of a context: contexts are the devices' primary contexts (cuCtxCreate is not served yet). */
+/* ------------------------------------------------------------------ contexts the program creates */
+
+/* cuCtxCreate's contexts live on the server; the client keeps each one's device (for cuCtxGetDevice,
+ * which libraries ask often) in a small table. */
+#define MAX_CREATED 256
+static struct { CUcontext ctx; CUdevice dev; } created[MAX_CREATED];
+static pthread_mutex_t created_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* cuCtxCreate_v4's fast path: the creation parameters (execution affinity, CIG) are not served. */
+int cuwire_check_context_params(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
+{
+    (void)pctx, (void)flags, (void)dev;
+    if (!params)
+        return -1;
+    static int warned;
+    return cuwire_unimplemented("cuCtxCreate_v4 with CUctxCreateParams (execution affinity, CIG)", "cuda.h",
+                                &warned);
+}
+
+/* After the server made the context (and made it current there): note its device, and make it the
+ * calling thread's current context, the previous one pushed, as the driver does. */
+void cuwire_note_created_context(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
+{
+    (void)params, (void)flags;
+    pthread_mutex_lock(&created_lock);
+    for (int i = 0; i < MAX_CREATED; i++)
+        if (!created[i].ctx) {
+            created[i].ctx = *pctx;
+            created[i].dev = dev;
+            break;
+        }
+    pthread_mutex_unlock(&created_lock);
+    if (context_depth < CONTEXT_STACK)
+        context_stack[context_depth++] = current_context;
+    current_context = *pctx;
+}
+
+/* The same for cuCtxCreate_v2 (the ABI programs built with CUDA 12 call). */
+void cuwire_note_created_context_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    cuwire_note_created_context(pctx, NULL, flags, dev);
+}
+
+/* After the server destroyed it: forget it; if it was the calling thread's, pop it, as the driver does,
+ * and tell the server which context is current now. */
+void cuwire_note_destroyed_context(CUcontext ctx)
+{
+    pthread_mutex_lock(&created_lock);
+    for (int i = 0; i < MAX_CREATED; i++)
+        if (created[i].ctx == ctx)
+            created[i].ctx = NULL;
+    pthread_mutex_unlock(&created_lock);
+    if (ctx == current_context)
+        cuCtxSetCurrent(context_depth ? context_stack[--context_depth] : NULL);
+}
+
+/* The device of a context: a device's primary context, or one the program created. */
 CUresult cuwire_local_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 {
     if (!device)
@@ -333,7 +389,16 @@ CUresult cuwire_local_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
             *device = i;
             return CUDA_SUCCESS;
         }
-    return CUDA_ERROR_INVALID_CONTEXT;
+    e = CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&created_lock);
+    for (int i = 0; i < MAX_CREATED; i++)
+        if (created[i].ctx == ctx) {
+            *device = created[i].dev;
+            e = CUDA_SUCCESS;
+            break;
+        }
+    pthread_mutex_unlock(&created_lock);
+    return e;
 }
 
 CUresult cuwire_local_cuCtxGetDevice(CUdevice *device) { return cuwire_local_cuCtxGetDevice_v2(device, NULL); }

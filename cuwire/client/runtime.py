@@ -349,12 +349,12 @@ class Client:
                                                            params=bytes(params)), pb.LaunchKernel_Result)
         return res.status
 
-    def error_string(self, code: int, driver: bool, name: bool = False):
+    def error_string(self, code: int, driver: bool, name: bool = False, nvml: bool = False):
         """The server's text (or name) for an error code, as a C string kept for the process's life;
         NULL for a code the driver does not know."""
-        key = (code, driver, name)
+        key = (code, driver, name, nvml)
         if key not in self.error_strings:
-            res = self.call(ERROR_STRING, pb.ErrorString_Args(error=code, driver=driver, name=name),
+            res = self.call(ERROR_STRING, pb.ErrorString_Args(error=code, driver=driver, name=name, nvml=nvml),
                             pb.ErrorString_Result)
             if res.status != 0 or not res.text:
                 return ffi.NULL
@@ -517,6 +517,16 @@ def on_error(exc_type, exc, tb) -> int:
     print("cuwire: internal error in the client (the call returns cudaErrorUnknown):", file=sys.stderr)
     traceback.print_exception(exc_type, exc, tb, file=sys.stderr)
     return UNKNOWN
+
+
+# NVML's codes for the client's failures: a bad pointer is NVML_ERROR_INVALID_ARGUMENT, anything else
+# (no server, a lost session) NVML_ERROR_UNKNOWN
+NVML_CODES = {INVALID_VALUE: 2}
+
+
+def on_nvml_error(exc_type, exc, tb) -> int:
+    """on_error for NVML's functions, which speak nvmlReturn_t."""
+    return NVML_CODES.get(on_error(exc_type, exc, tb), 999)
 
 
 @ffi.def_extern(onerror=on_error)

@@ -14,6 +14,8 @@ unimplemented (its stub says so loudly). Inside a table:
   fast     a C function of the client's C, with the same parameters, that the stub tries first; it
            answers (e.g. queues a launch whose kernel it knows) or returns -1 to take the usual path
            (for async calls: notes what the client keeps, e.g. the thread's current context)
+  after    a C function of the client's C, with the same parameters, that the stub calls once a sync
+           call succeeded, to note what the client keeps (e.g. a new context and its device)
   <param>  an inline table for one parameter: role, length, alloc, frees (see model.Param)
 
 Parameters not named are inferred where that is safe (see `infer_role`);
@@ -31,7 +33,7 @@ from .model import Api, Function, Param
 
 ANNOTATIONS = Path(__file__).with_name("annotations")
 MODES = {"sync", "async", "custom", "local"}
-FUNCTION_KEYS = {"mode", "note", "aliases", "fast"}
+FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after"}
 PARAM_KEYS = {"role", "length", "alloc", "frees"}
 ROLES = {"value", "struct", "out", "inout", "struct_in", "struct_out", "buf_in", "buf_out", "mem_in", "mem_out",
          "mem_inout", "string", "symbol", "kernel", "null"}
@@ -124,6 +126,9 @@ def apply_function(fn: Function, spec: dict) -> None:
     fn.fast = spec.get("fast", "")
     if fn.fast and mode not in ("sync", "custom", "async"):
         raise AnnotationError(f"{fn.name}: `fast` goes with mode sync, async or custom, not {mode}")
+    fn.after = spec.get("after", "")
+    if fn.after and mode != "sync":
+        raise AnnotationError(f"{fn.name}: `after` goes with mode sync, not {mode}")
     fn.aliases = sorted(set(fn.aliases) | set(spec.get("aliases", [])))
     for p in fn.params:
         ann = spec.get(p.name, {})

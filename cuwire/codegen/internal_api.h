@@ -32,6 +32,8 @@ CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *capture
 CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out,
                                    CUgraph *graph_out, const CUgraphNode **dependencies_out,
                                    size_t *numDependencies_out);
+/* cuCtxCreate as programs built with CUDA 12 headers call it (CUDA 13's cuCtxCreate is _v4) */
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 /* cudaProfiler.h's driver calls (that header is not parsed) */
 CUresult cuProfilerStart(void);
 CUresult cuProfilerStop(void);

@@ -148,6 +148,7 @@ class Function:
     mode: str = ""  # sync | async | custom | local, when not unimplemented
     note: str = ""
     fast: str = ""  # C function tried before the usual path (see annotations.py)
+    after: str = ""  # C function called after a successful sync call (see annotations.py)
 
     @property
     def fn_id(self) -> int:

@@ -142,18 +142,20 @@ def eval_const(node: c_ast.Node, known: dict[str, int], resolver: TypeResolver |
 
 
 class _ArraySizes(c_ast.NodeVisitor):
-    def __init__(self, resolver: TypeResolver):
+    def __init__(self, resolver: TypeResolver, constants: dict[str, int]):
         self.resolver = resolver
+        self.constants = constants
 
     def visit_ArrayDecl(self, node: c_ast.ArrayDecl) -> None:
         if node.dim is not None and not isinstance(node.dim, c_ast.Constant):
-            node.dim = c_ast.Constant("int", str(eval_const(node.dim, {}, self.resolver)))
+            node.dim = c_ast.Constant("int", str(eval_const(node.dim, self.constants, self.resolver)))
         self.generic_visit(node)
 
 
-def fold_array_sizes(node: c_ast.Node, resolver: TypeResolver) -> None:
-    """Replace array sizes such as `8 - sizeof(cudaLaunchAttributeID)` by their value (cffi needs numbers)."""
-    _ArraySizes(resolver).visit(node)
+def fold_array_sizes(node: c_ast.Node, resolver: TypeResolver, constants: dict[str, int]) -> None:
+    """Replace array sizes such as `8 - sizeof(cudaLaunchAttributeID)` or an enumerator (nvml.h's
+    `NVML_GPM_METRIC_MAX`) by their value (cffi needs numbers)."""
+    _ArraySizes(resolver, constants).visit(node)
 
 
 SIZES = {"char": 1, "signed char": 1, "unsigned char": 1, "short": 2, "unsigned short": 2, "int": 4,
@@ -205,12 +207,29 @@ def parse_api(include: Path, cuda_version: str) -> Api:
                                   [(d.name or "", gen.visit(d)) for d in inner.decls]))
 
     resolver = TypeResolver(typedefs)
+    constants = {name: value for en in enums.values() for name, value in en.members.items()}
     for n in decl_nodes:
-        fold_array_sizes(n, resolver)
+        fold_array_sizes(n, resolver, constants)
     functions = [make_function(d, h, resolver, gen) for d, h in func_decls]
     attach_aliases(functions, include)
-    declarations = "\n".join(gen.visit(n) + ";" for n in decl_nodes)
+    declarations = "\n".join(gen.visit(n) + ";" for n in define_structs_once(decl_nodes))
     return Api(cuda_version, functions, sorted(enums.values(), key=lambda e: e.name), structs, declarations)
+
+
+def define_structs_once(nodes: list[c_ast.Node]) -> list[c_ast.Node]:
+    """`typedef struct s {...} a_t, b_t;` (nvml.h) parses as two typedefs that each define struct s: the
+    second one becomes a typedef of the struct already defined."""
+    seen: set[str] = set()
+    out = []
+    for n in nodes:
+        inner = n.type.type if isinstance(n, c_ast.Typedef) and isinstance(n.type, c_ast.TypeDecl) else None
+        if isinstance(inner, (c_ast.Struct, c_ast.Union)) and inner.name and inner.decls:
+            if inner.name in seen:
+                n = copy.deepcopy(n)
+                n.type.type.decls = None
+            seen.add(inner.name)
+        out.append(n)
+    return out
 
 
 def make_function(decl: c_ast.Decl, header: str, resolver: TypeResolver, gen: c_generator.CGenerator) -> Function:

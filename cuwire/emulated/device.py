@@ -28,6 +28,7 @@ from typing import Any, TypeVar, cast
 import cffi
 
 from cuwire.emulated import registry
+from cuwire.emulated.nvml import EmulatedNvml
 from cuwire.server.backend import cuda_ffi  # noqa: F401  (tests build their FFI through it)
 
 CData = Any  # a cffi cdata value; cffi has no static types for these
@@ -96,7 +97,7 @@ ATTRIBUTE_FIELDS: dict[str, tuple[str, int | None]] = {
     "gpuoverlap": ("asyncEngineCount", None),
 }
 
-_CUDA_FUNCTION = re.compile(r"cu(da)?[A-Z]")
+_CUDA_FUNCTION = re.compile(r"(cu(da)?|nvml)[A-Z]")
 
 
 class _Enum:
@@ -274,7 +275,7 @@ def _after_fault(method: Method) -> Method:
     return cast(Method, checked)
 
 
-class EmulatedLib:
+class EmulatedLib(EmulatedNvml):
     """Host-memory stand-in for the cffi CUDA library object: same function names, arguments and codes.
 
     A CUDA function it does not implement answers "not supported" and says so on stderr (`__getattr__`),
@@ -286,7 +287,8 @@ class EmulatedLib:
         self.rt = _Enum(ffi, "cudaError_t")
         self.drv = _Enum(ffi, "CUresult")
         self._next_handle = HANDLE_BASE
-        self._context = self._new_handle()
+        self._context = self._new_handle()  # the primary context
+        self._created: set[int] = set()  # contexts made with cuCtxCreate: they share the one device's state
         self._error_strings: dict[tuple[str, int], CData] = {}  # kept alive: C callers hold the pointers
         self._memory = EmulatedMemory(int(_prop("totalGlobalMem")))
         # Libraries are context-independent in CUDA: they and their kernels outlive cudaDeviceReset.
@@ -317,7 +319,8 @@ class EmulatedLib:
         """Any other CUDA function: fail loudly by name, never succeed silently."""
         if not _CUDA_FUNCTION.match(name):
             raise AttributeError(name)
-        code = self.rt.cudaErrorNotSupported if name.startswith("cuda") else self.drv.CUDA_ERROR_NOT_SUPPORTED
+        code = (self.rt.cudaErrorNotSupported if name.startswith("cuda") else 3 if name.startswith("nvml")
+                else self.drv.CUDA_ERROR_NOT_SUPPORTED)  # 3: NVML_ERROR_NOT_SUPPORTED
 
         def not_implemented(*args: Any) -> int:
             print(f"emulated device: {name} not implemented", file=sys.stderr, flush=True)
@@ -1049,11 +1052,38 @@ class EmulatedLib:
     def cuCtxGetCurrent(self, pctx: CData) -> int:
         return self._drv_put((pctx, self._current_context))
 
+    def _is_context(self, address: int) -> bool:
+        return address == self._context or address in self._created
+
     def cuCtxSetCurrent(self, ctx: CData) -> int:
         address = self._addr(ctx)
-        if address not in (0, self._context):
+        if address and not self._is_context(address):
             return self.drv.CUDA_ERROR_INVALID_CONTEXT
         self._current_context = address
+        return 0
+
+    def cuCtxCreate_v4(self, pctx: CData, ctxCreateParams: CData, flags: int, dev: int) -> int:
+        if dev != 0:
+            return self.drv.CUDA_ERROR_INVALID_DEVICE
+        if not self._is_null(ctxCreateParams):
+            return self.drv.CUDA_ERROR_NOT_SUPPORTED
+        handle = self._new_handle()
+        status = self._drv_put((pctx, handle))
+        if status == 0:
+            self._created.add(handle)
+            self._current_context = handle
+        return status
+
+    def cuCtxCreate_v2(self, pctx: CData, flags: int, dev: int) -> int:
+        return self.cuCtxCreate_v4(pctx, self.ffi.NULL, flags, dev)
+
+    def cuCtxDestroy_v2(self, ctx: CData) -> int:
+        address = self._addr(ctx)
+        if address not in self._created:
+            return self.drv.CUDA_ERROR_INVALID_CONTEXT
+        self._created.discard(address)
+        if self._current_context == address:
+            self._current_context = 0
         return 0
 
     @_after_fault
@@ -1061,7 +1091,7 @@ class EmulatedLib:
         return 0
 
     def cuCtxSynchronize_v2(self, ctx: CData) -> int:
-        if self._addr(ctx) not in (0, self._context):
+        if self._addr(ctx) and not self._is_context(self._addr(ctx)):
             return self.drv.CUDA_ERROR_INVALID_CONTEXT
         return self.cuCtxSynchronize()
 
@@ -1071,7 +1101,7 @@ class EmulatedLib:
         return self._drv_put((device, 0))
 
     def cuCtxGetDevice_v2(self, device: CData, ctx: CData) -> int:
-        if self._addr(ctx) not in (0, self._context):
+        if self._addr(ctx) and not self._is_context(self._addr(ctx)):
             return self.drv.CUDA_ERROR_INVALID_CONTEXT
         return self._drv_put((device, 0)) if self._addr(ctx) else self.cuCtxGetDevice(device)
 
@@ -1212,6 +1242,8 @@ class EmulatedLib:
         return self._drv_put(*[(p, v) for p, v in outputs if not self._is_null(p)])
 
     def cuCtxGetApiVersion(self, ctx: CData, version: CData) -> int:
+        if self._addr(ctx) and not self._is_context(self._addr(ctx)):
+            return self.drv.CUDA_ERROR_INVALID_CONTEXT
         return self._drv_put((version, 3020))  # what the driver reports for contexts since CUDA 3.2
 
     def cuCtxGetFlags(self, flags: CData) -> int:

@@ -317,3 +317,26 @@ def static_fill(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> No
     """p[threadIdx.x] = v (one block)."""
     ptr, v = p.ptr(0), p.i32(1)
     _write(mem, ptr, _wrap32(v for _ in range(block[0])))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# driver_api.c: PTX text with extern "C" kernels and __device__ int launches
+
+device_global("launches", 4)
+
+
+@kernel("axpb", params=[8, 8, 4, 4, 4])
+def axpb(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """out[i] = in[i] * a + b for i < n, as one fused multiply-add (fma.rn.f32 in the PTX)."""
+    out, src, a, b, n = p.ptr(0), p.ptr(1), p.f32(2), p.f32(3), p.i32(4)
+    x = _read(mem, "f", src, _active(grid, block, n))
+    _write(mem, out, array("f", (_fma32(v, a, b) for v in x)))
+
+
+@kernel("count_launch", params=[])
+def count_launch(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """Thread 0 of block 0: launches += 1."""
+    if _threads(grid, block) == 0:
+        return
+    addr = mem.global_address("launches")
+    _write(mem, addr, _wrap32([_read(mem, "i", addr, 1)[0] + 1]))

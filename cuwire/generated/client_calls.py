@@ -12,6 +12,41 @@ from cuwire.generated import cuwire_pb2 as pb
 
 
 
+@ffi.def_extern(name="cuwire_py_cuCtxCreate_v2", onerror=rt.on_error)
+def cuCtxCreate_v2(pctx, flags, dev):
+    """cuCtxCreate_v2 (cuda.h): the CUDA 12 ABI of cuCtxCreate"""
+    args = pb.cuCtxCreate_v2_Args()
+    args.flags = flags
+    args.dev = dev
+    res = rt.call(2951752814, args, pb.cuCtxCreate_v2_Result)
+    if res.status == 0:
+        rt.write_scalar(pctx, "uint64_t", res.pctx)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuCtxCreate_v4", onerror=rt.on_error)
+def cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev):
+    """cuCtxCreate_v4 (cuda.h): made on the server; the client notes its device and makes it current (client/driver_local.c)"""
+    args = pb.cuCtxCreate_v4_Args()
+    args.flags = flags
+    args.dev = dev
+    res = rt.call(1184074075, args, pb.cuCtxCreate_v4_Result)
+    if res.status == 0:
+        rt.write_scalar(pctx, "uint64_t", res.pctx)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuCtxDestroy_v2", onerror=rt.on_error)
+def cuCtxDestroy_v2(ctx):
+    """cuCtxDestroy_v2 (cuda.h): the client pops it if it was the calling thread's current context"""
+    args = pb.cuCtxDestroy_v2_Args()
+    args.ctx = ctx
+    res = rt.call(2936422730, args, pb.cuCtxDestroy_v2_Result)
+    if res.status == 0:
+        rt.untrack_alloc(ctx)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuCtxGetApiVersion", onerror=rt.on_error)
 def cuCtxGetApiVersion(ctx, version):
     """cuCtxGetApiVersion (cuda.h)"""
@@ -1498,4 +1533,766 @@ def cudaStreamSynchronize(stream):
     args = pb.cudaStreamSynchronize_Args()
     args.stream = stream
     res = rt.call(1443046183, args, pb.cudaStreamSynchronize_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetApplicationsClock", onerror=rt.on_nvml_error)
+def nvmlDeviceGetApplicationsClock(device, clockType, clockMHz):
+    """nvmlDeviceGetApplicationsClock (nvml.h)"""
+    args = pb.nvmlDeviceGetApplicationsClock_Args()
+    args.device = device
+    args.clockType = clockType
+    res = rt.call(4265764078, args, pb.nvmlDeviceGetApplicationsClock_Result)
+    if res.status == 0:
+        rt.write_scalar(clockMHz, "uint32_t", res.clockMHz)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetArchitecture", onerror=rt.on_nvml_error)
+def nvmlDeviceGetArchitecture(device, arch):
+    """nvmlDeviceGetArchitecture (nvml.h)"""
+    args = pb.nvmlDeviceGetArchitecture_Args()
+    args.device = device
+    res = rt.call(3327499075, args, pb.nvmlDeviceGetArchitecture_Result)
+    if res.status == 0:
+        rt.write_scalar(arch, "uint32_t", res.arch)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetAttributes_v2", onerror=rt.on_nvml_error)
+def nvmlDeviceGetAttributes_v2(device, attributes, attributes_len):
+    """nvmlDeviceGetAttributes_v2 (nvml.h)"""
+    args = pb.nvmlDeviceGetAttributes_v2_Args()
+    args.device = device
+    res = rt.call(1207074235, args, pb.nvmlDeviceGetAttributes_v2_Result)
+    if res.status == 0:
+        rt.write(attributes, res.attributes, attributes_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetBAR1MemoryInfo", onerror=rt.on_nvml_error)
+def nvmlDeviceGetBAR1MemoryInfo(device, bar1Memory, bar1Memory_len):
+    """nvmlDeviceGetBAR1MemoryInfo (nvml.h)"""
+    args = pb.nvmlDeviceGetBAR1MemoryInfo_Args()
+    args.device = device
+    res = rt.call(2294879676, args, pb.nvmlDeviceGetBAR1MemoryInfo_Result)
+    if res.status == 0:
+        rt.write(bar1Memory, res.bar1Memory, bar1Memory_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetBoardPartNumber", onerror=rt.on_nvml_error)
+def nvmlDeviceGetBoardPartNumber(device, partNumber, partNumber_len, length):
+    """nvmlDeviceGetBoardPartNumber (nvml.h)"""
+    args = pb.nvmlDeviceGetBoardPartNumber_Args()
+    args.device = device
+    args.length = length
+    res = rt.call(3595278150, args, pb.nvmlDeviceGetBoardPartNumber_Result)
+    if res.status == 0:
+        rt.write(partNumber, res.partNumber, partNumber_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetBrand", onerror=rt.on_nvml_error)
+def nvmlDeviceGetBrand(device, type):
+    """nvmlDeviceGetBrand (nvml.h)"""
+    args = pb.nvmlDeviceGetBrand_Args()
+    args.device = device
+    res = rt.call(2607443840, args, pb.nvmlDeviceGetBrand_Result)
+    if res.status == 0:
+        rt.write_scalar(type, "int32_t", res.type)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetClockInfo", onerror=rt.on_nvml_error)
+def nvmlDeviceGetClockInfo(device, type, clock):
+    """nvmlDeviceGetClockInfo (nvml.h)"""
+    args = pb.nvmlDeviceGetClockInfo_Args()
+    args.device = device
+    args.type = type
+    res = rt.call(756917670, args, pb.nvmlDeviceGetClockInfo_Result)
+    if res.status == 0:
+        rt.write_scalar(clock, "uint32_t", res.clock)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetComputeMode", onerror=rt.on_nvml_error)
+def nvmlDeviceGetComputeMode(device, mode):
+    """nvmlDeviceGetComputeMode (nvml.h)"""
+    args = pb.nvmlDeviceGetComputeMode_Args()
+    args.device = device
+    res = rt.call(2606892829, args, pb.nvmlDeviceGetComputeMode_Result)
+    if res.status == 0:
+        rt.write_scalar(mode, "int32_t", res.mode)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetCount_v2", onerror=rt.on_nvml_error)
+def nvmlDeviceGetCount_v2(deviceCount):
+    """nvmlDeviceGetCount_v2 (nvml.h)"""
+    args = pb.nvmlDeviceGetCount_v2_Args()
+    res = rt.call(2245603800, args, pb.nvmlDeviceGetCount_v2_Result)
+    if res.status == 0:
+        rt.write_scalar(deviceCount, "uint32_t", res.deviceCount)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetCudaComputeCapability", onerror=rt.on_nvml_error)
+def nvmlDeviceGetCudaComputeCapability(device, major, minor):
+    """nvmlDeviceGetCudaComputeCapability (nvml.h)"""
+    args = pb.nvmlDeviceGetCudaComputeCapability_Args()
+    args.device = device
+    res = rt.call(3412239242, args, pb.nvmlDeviceGetCudaComputeCapability_Result)
+    if res.status == 0:
+        rt.write_scalar(major, "int32_t", res.major)
+        rt.write_scalar(minor, "int32_t", res.minor)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetCurrPcieLinkGeneration", onerror=rt.on_nvml_error)
+def nvmlDeviceGetCurrPcieLinkGeneration(device, currLinkGen):
+    """nvmlDeviceGetCurrPcieLinkGeneration (nvml.h)"""
+    args = pb.nvmlDeviceGetCurrPcieLinkGeneration_Args()
+    args.device = device
+    res = rt.call(1809282924, args, pb.nvmlDeviceGetCurrPcieLinkGeneration_Result)
+    if res.status == 0:
+        rt.write_scalar(currLinkGen, "uint32_t", res.currLinkGen)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetCurrPcieLinkWidth", onerror=rt.on_nvml_error)
+def nvmlDeviceGetCurrPcieLinkWidth(device, currLinkWidth):
+    """nvmlDeviceGetCurrPcieLinkWidth (nvml.h)"""
+    args = pb.nvmlDeviceGetCurrPcieLinkWidth_Args()
+    args.device = device
+    res = rt.call(1948690486, args, pb.nvmlDeviceGetCurrPcieLinkWidth_Result)
+    if res.status == 0:
+        rt.write_scalar(currLinkWidth, "uint32_t", res.currLinkWidth)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetCurrentClocksEventReasons", onerror=rt.on_nvml_error)
+def nvmlDeviceGetCurrentClocksEventReasons(device, clocksEventReasons):
+    """nvmlDeviceGetCurrentClocksEventReasons (nvml.h)"""
+    args = pb.nvmlDeviceGetCurrentClocksEventReasons_Args()
+    args.device = device
+    res = rt.call(3574240252, args, pb.nvmlDeviceGetCurrentClocksEventReasons_Result)
+    if res.status == 0:
+        rt.write_scalar(clocksEventReasons, "uint64_t", res.clocksEventReasons)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetDefaultApplicationsClock", onerror=rt.on_nvml_error)
+def nvmlDeviceGetDefaultApplicationsClock(device, clockType, clockMHz):
+    """nvmlDeviceGetDefaultApplicationsClock (nvml.h)"""
+    args = pb.nvmlDeviceGetDefaultApplicationsClock_Args()
+    args.device = device
+    args.clockType = clockType
+    res = rt.call(3648510411, args, pb.nvmlDeviceGetDefaultApplicationsClock_Result)
+    if res.status == 0:
+        rt.write_scalar(clockMHz, "uint32_t", res.clockMHz)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetDeviceHandleFromMigDeviceHandle", onerror=rt.on_nvml_error)
+def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice, device):
+    """nvmlDeviceGetDeviceHandleFromMigDeviceHandle (nvml.h)"""
+    args = pb.nvmlDeviceGetDeviceHandleFromMigDeviceHandle_Args()
+    args.migDevice = migDevice
+    res = rt.call(1369165812, args, pb.nvmlDeviceGetDeviceHandleFromMigDeviceHandle_Result)
+    if res.status == 0:
+        rt.write_scalar(device, "uint64_t", res.device)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetDisplayActive", onerror=rt.on_nvml_error)
+def nvmlDeviceGetDisplayActive(device, isActive):
+    """nvmlDeviceGetDisplayActive (nvml.h)"""
+    args = pb.nvmlDeviceGetDisplayActive_Args()
+    args.device = device
+    res = rt.call(1976945070, args, pb.nvmlDeviceGetDisplayActive_Result)
+    if res.status == 0:
+        rt.write_scalar(isActive, "int32_t", res.isActive)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetDisplayMode", onerror=rt.on_nvml_error)
+def nvmlDeviceGetDisplayMode(device, display):
+    """nvmlDeviceGetDisplayMode (nvml.h)"""
+    args = pb.nvmlDeviceGetDisplayMode_Args()
+    args.device = device
+    res = rt.call(3741895564, args, pb.nvmlDeviceGetDisplayMode_Result)
+    if res.status == 0:
+        rt.write_scalar(display, "int32_t", res.display)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetEccMode", onerror=rt.on_nvml_error)
+def nvmlDeviceGetEccMode(device, current, pending):
+    """nvmlDeviceGetEccMode (nvml.h)"""
+    args = pb.nvmlDeviceGetEccMode_Args()
+    args.device = device
+    res = rt.call(1377895810, args, pb.nvmlDeviceGetEccMode_Result)
+    if res.status == 0:
+        rt.write_scalar(current, "int32_t", res.current)
+        rt.write_scalar(pending, "int32_t", res.pending)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetEnforcedPowerLimit", onerror=rt.on_nvml_error)
+def nvmlDeviceGetEnforcedPowerLimit(device, limit):
+    """nvmlDeviceGetEnforcedPowerLimit (nvml.h)"""
+    args = pb.nvmlDeviceGetEnforcedPowerLimit_Args()
+    args.device = device
+    res = rt.call(1601332534, args, pb.nvmlDeviceGetEnforcedPowerLimit_Result)
+    if res.status == 0:
+        rt.write_scalar(limit, "uint32_t", res.limit)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetFanSpeed", onerror=rt.on_nvml_error)
+def nvmlDeviceGetFanSpeed(device, speed):
+    """nvmlDeviceGetFanSpeed (nvml.h)"""
+    args = pb.nvmlDeviceGetFanSpeed_Args()
+    args.device = device
+    res = rt.call(3906963660, args, pb.nvmlDeviceGetFanSpeed_Result)
+    if res.status == 0:
+        rt.write_scalar(speed, "uint32_t", res.speed)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetGpuOperationMode", onerror=rt.on_nvml_error)
+def nvmlDeviceGetGpuOperationMode(device, current, pending):
+    """nvmlDeviceGetGpuOperationMode (nvml.h)"""
+    args = pb.nvmlDeviceGetGpuOperationMode_Args()
+    args.device = device
+    res = rt.call(739626078, args, pb.nvmlDeviceGetGpuOperationMode_Result)
+    if res.status == 0:
+        rt.write_scalar(current, "int32_t", res.current)
+        rt.write_scalar(pending, "int32_t", res.pending)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetGspFirmwareMode", onerror=rt.on_nvml_error)
+def nvmlDeviceGetGspFirmwareMode(device, isEnabled, defaultMode):
+    """nvmlDeviceGetGspFirmwareMode (nvml.h)"""
+    args = pb.nvmlDeviceGetGspFirmwareMode_Args()
+    args.device = device
+    res = rt.call(3980525284, args, pb.nvmlDeviceGetGspFirmwareMode_Result)
+    if res.status == 0:
+        rt.write_scalar(isEnabled, "uint32_t", res.isEnabled)
+        rt.write_scalar(defaultMode, "uint32_t", res.defaultMode)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetHandleByIndex_v2", onerror=rt.on_nvml_error)
+def nvmlDeviceGetHandleByIndex_v2(index, device):
+    """nvmlDeviceGetHandleByIndex_v2 (nvml.h)"""
+    args = pb.nvmlDeviceGetHandleByIndex_v2_Args()
+    args.index = index
+    res = rt.call(4240391759, args, pb.nvmlDeviceGetHandleByIndex_v2_Result)
+    if res.status == 0:
+        rt.write_scalar(device, "uint64_t", res.device)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetHandleByPciBusId_v2", onerror=rt.on_nvml_error)
+def nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device):
+    """nvmlDeviceGetHandleByPciBusId_v2 (nvml.h)"""
+    args = pb.nvmlDeviceGetHandleByPciBusId_v2_Args()
+    args.pciBusId = rt.read_string(pciBusId)
+    res = rt.call(3067700812, args, pb.nvmlDeviceGetHandleByPciBusId_v2_Result)
+    if res.status == 0:
+        rt.write_scalar(device, "uint64_t", res.device)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetHandleBySerial", onerror=rt.on_nvml_error)
+def nvmlDeviceGetHandleBySerial(serial, device):
+    """nvmlDeviceGetHandleBySerial (nvml.h)"""
+    args = pb.nvmlDeviceGetHandleBySerial_Args()
+    args.serial = rt.read_string(serial)
+    res = rt.call(3896524185, args, pb.nvmlDeviceGetHandleBySerial_Result)
+    if res.status == 0:
+        rt.write_scalar(device, "uint64_t", res.device)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetHandleByUUID", onerror=rt.on_nvml_error)
+def nvmlDeviceGetHandleByUUID(uuid, device):
+    """nvmlDeviceGetHandleByUUID (nvml.h)"""
+    args = pb.nvmlDeviceGetHandleByUUID_Args()
+    args.uuid = rt.read_string(uuid)
+    res = rt.call(2525637074, args, pb.nvmlDeviceGetHandleByUUID_Result)
+    if res.status == 0:
+        rt.write_scalar(device, "uint64_t", res.device)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetHostVgpuMode", onerror=rt.on_nvml_error)
+def nvmlDeviceGetHostVgpuMode(device, pHostVgpuMode):
+    """nvmlDeviceGetHostVgpuMode (nvml.h)"""
+    args = pb.nvmlDeviceGetHostVgpuMode_Args()
+    args.device = device
+    res = rt.call(1705904705, args, pb.nvmlDeviceGetHostVgpuMode_Result)
+    if res.status == 0:
+        rt.write_scalar(pHostVgpuMode, "int32_t", res.pHostVgpuMode)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetIndex", onerror=rt.on_nvml_error)
+def nvmlDeviceGetIndex(device, index):
+    """nvmlDeviceGetIndex (nvml.h)"""
+    args = pb.nvmlDeviceGetIndex_Args()
+    args.device = device
+    res = rt.call(122417625, args, pb.nvmlDeviceGetIndex_Result)
+    if res.status == 0:
+        rt.write_scalar(index, "uint32_t", res.index)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetInforomImageVersion", onerror=rt.on_nvml_error)
+def nvmlDeviceGetInforomImageVersion(device, version, version_len, length):
+    """nvmlDeviceGetInforomImageVersion (nvml.h)"""
+    args = pb.nvmlDeviceGetInforomImageVersion_Args()
+    args.device = device
+    args.length = length
+    res = rt.call(3844783122, args, pb.nvmlDeviceGetInforomImageVersion_Result)
+    if res.status == 0:
+        rt.write(version, res.version, version_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetMaxClockInfo", onerror=rt.on_nvml_error)
+def nvmlDeviceGetMaxClockInfo(device, type, clock):
+    """nvmlDeviceGetMaxClockInfo (nvml.h)"""
+    args = pb.nvmlDeviceGetMaxClockInfo_Args()
+    args.device = device
+    args.type = type
+    res = rt.call(1022897731, args, pb.nvmlDeviceGetMaxClockInfo_Result)
+    if res.status == 0:
+        rt.write_scalar(clock, "uint32_t", res.clock)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetMaxMigDeviceCount", onerror=rt.on_nvml_error)
+def nvmlDeviceGetMaxMigDeviceCount(device, count):
+    """nvmlDeviceGetMaxMigDeviceCount (nvml.h)"""
+    args = pb.nvmlDeviceGetMaxMigDeviceCount_Args()
+    args.device = device
+    res = rt.call(3132815924, args, pb.nvmlDeviceGetMaxMigDeviceCount_Result)
+    if res.status == 0:
+        rt.write_scalar(count, "uint32_t", res.count)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetMaxPcieLinkGeneration", onerror=rt.on_nvml_error)
+def nvmlDeviceGetMaxPcieLinkGeneration(device, maxLinkGen):
+    """nvmlDeviceGetMaxPcieLinkGeneration (nvml.h)"""
+    args = pb.nvmlDeviceGetMaxPcieLinkGeneration_Args()
+    args.device = device
+    res = rt.call(894528339, args, pb.nvmlDeviceGetMaxPcieLinkGeneration_Result)
+    if res.status == 0:
+        rt.write_scalar(maxLinkGen, "uint32_t", res.maxLinkGen)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetMaxPcieLinkWidth", onerror=rt.on_nvml_error)
+def nvmlDeviceGetMaxPcieLinkWidth(device, maxLinkWidth):
+    """nvmlDeviceGetMaxPcieLinkWidth (nvml.h)"""
+    args = pb.nvmlDeviceGetMaxPcieLinkWidth_Args()
+    args.device = device
+    res = rt.call(3291306046, args, pb.nvmlDeviceGetMaxPcieLinkWidth_Result)
+    if res.status == 0:
+        rt.write_scalar(maxLinkWidth, "uint32_t", res.maxLinkWidth)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetMemoryInfo", onerror=rt.on_nvml_error)
+def nvmlDeviceGetMemoryInfo(device, memory, memory_len):
+    """nvmlDeviceGetMemoryInfo (nvml.h)"""
+    args = pb.nvmlDeviceGetMemoryInfo_Args()
+    args.device = device
+    res = rt.call(1622472062, args, pb.nvmlDeviceGetMemoryInfo_Result)
+    if res.status == 0:
+        rt.write(memory, res.memory, memory_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetMigDeviceHandleByIndex", onerror=rt.on_nvml_error)
+def nvmlDeviceGetMigDeviceHandleByIndex(device, index, migDevice):
+    """nvmlDeviceGetMigDeviceHandleByIndex (nvml.h)"""
+    args = pb.nvmlDeviceGetMigDeviceHandleByIndex_Args()
+    args.device = device
+    args.index = index
+    res = rt.call(441963348, args, pb.nvmlDeviceGetMigDeviceHandleByIndex_Result)
+    if res.status == 0:
+        rt.write_scalar(migDevice, "uint64_t", res.migDevice)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetMigMode", onerror=rt.on_nvml_error)
+def nvmlDeviceGetMigMode(device, currentMode, pendingMode):
+    """nvmlDeviceGetMigMode (nvml.h)"""
+    args = pb.nvmlDeviceGetMigMode_Args()
+    args.device = device
+    res = rt.call(903204419, args, pb.nvmlDeviceGetMigMode_Result)
+    if res.status == 0:
+        rt.write_scalar(currentMode, "uint32_t", res.currentMode)
+        rt.write_scalar(pendingMode, "uint32_t", res.pendingMode)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetMinorNumber", onerror=rt.on_nvml_error)
+def nvmlDeviceGetMinorNumber(device, minorNumber):
+    """nvmlDeviceGetMinorNumber (nvml.h)"""
+    args = pb.nvmlDeviceGetMinorNumber_Args()
+    args.device = device
+    res = rt.call(1788364338, args, pb.nvmlDeviceGetMinorNumber_Result)
+    if res.status == 0:
+        rt.write_scalar(minorNumber, "uint32_t", res.minorNumber)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetName", onerror=rt.on_nvml_error)
+def nvmlDeviceGetName(device, name, name_len, length):
+    """nvmlDeviceGetName (nvml.h)"""
+    args = pb.nvmlDeviceGetName_Args()
+    args.device = device
+    args.length = length
+    res = rt.call(1846965399, args, pb.nvmlDeviceGetName_Result)
+    if res.status == 0:
+        rt.write(name, res.name, name_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetNumGpuCores", onerror=rt.on_nvml_error)
+def nvmlDeviceGetNumGpuCores(device, numCores):
+    """nvmlDeviceGetNumGpuCores (nvml.h)"""
+    args = pb.nvmlDeviceGetNumGpuCores_Args()
+    args.device = device
+    res = rt.call(3416126591, args, pb.nvmlDeviceGetNumGpuCores_Result)
+    if res.status == 0:
+        rt.write_scalar(numCores, "uint32_t", res.numCores)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetNumaNodeId", onerror=rt.on_nvml_error)
+def nvmlDeviceGetNumaNodeId(device, node):
+    """nvmlDeviceGetNumaNodeId (nvml.h)"""
+    args = pb.nvmlDeviceGetNumaNodeId_Args()
+    args.device = device
+    res = rt.call(816294722, args, pb.nvmlDeviceGetNumaNodeId_Result)
+    if res.status == 0:
+        rt.write_scalar(node, "uint32_t", res.node)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetNvLinkRemoteDeviceType", onerror=rt.on_nvml_error)
+def nvmlDeviceGetNvLinkRemoteDeviceType(device, link, pNvLinkDeviceType):
+    """nvmlDeviceGetNvLinkRemoteDeviceType (nvml.h)"""
+    args = pb.nvmlDeviceGetNvLinkRemoteDeviceType_Args()
+    args.device = device
+    args.link = link
+    res = rt.call(2213010662, args, pb.nvmlDeviceGetNvLinkRemoteDeviceType_Result)
+    if res.status == 0:
+        rt.write_scalar(pNvLinkDeviceType, "int32_t", res.pNvLinkDeviceType)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetNvLinkState", onerror=rt.on_nvml_error)
+def nvmlDeviceGetNvLinkState(device, link, isActive):
+    """nvmlDeviceGetNvLinkState (nvml.h)"""
+    args = pb.nvmlDeviceGetNvLinkState_Args()
+    args.device = device
+    args.link = link
+    res = rt.call(158654964, args, pb.nvmlDeviceGetNvLinkState_Result)
+    if res.status == 0:
+        rt.write_scalar(isActive, "int32_t", res.isActive)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetP2PStatus", onerror=rt.on_nvml_error)
+def nvmlDeviceGetP2PStatus(device1, device2, p2pIndex, p2pStatus):
+    """nvmlDeviceGetP2PStatus (nvml.h)"""
+    args = pb.nvmlDeviceGetP2PStatus_Args()
+    args.device1 = device1
+    args.device2 = device2
+    args.p2pIndex = p2pIndex
+    res = rt.call(1103385609, args, pb.nvmlDeviceGetP2PStatus_Result)
+    if res.status == 0:
+        rt.write_scalar(p2pStatus, "int32_t", res.p2pStatus)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetPciInfo_v3", onerror=rt.on_nvml_error)
+def nvmlDeviceGetPciInfo_v3(device, pci, pci_len):
+    """nvmlDeviceGetPciInfo_v3 (nvml.h)"""
+    args = pb.nvmlDeviceGetPciInfo_v3_Args()
+    args.device = device
+    res = rt.call(4153554568, args, pb.nvmlDeviceGetPciInfo_v3_Result)
+    if res.status == 0:
+        rt.write(pci, res.pci, pci_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetPcieThroughput", onerror=rt.on_nvml_error)
+def nvmlDeviceGetPcieThroughput(device, counter, value):
+    """nvmlDeviceGetPcieThroughput (nvml.h)"""
+    args = pb.nvmlDeviceGetPcieThroughput_Args()
+    args.device = device
+    args.counter = counter
+    res = rt.call(3656226457, args, pb.nvmlDeviceGetPcieThroughput_Result)
+    if res.status == 0:
+        rt.write_scalar(value, "uint32_t", res.value)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetPerformanceState", onerror=rt.on_nvml_error)
+def nvmlDeviceGetPerformanceState(device, pState):
+    """nvmlDeviceGetPerformanceState (nvml.h)"""
+    args = pb.nvmlDeviceGetPerformanceState_Args()
+    args.device = device
+    res = rt.call(1118968960, args, pb.nvmlDeviceGetPerformanceState_Result)
+    if res.status == 0:
+        rt.write_scalar(pState, "int32_t", res.pState)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetPersistenceMode", onerror=rt.on_nvml_error)
+def nvmlDeviceGetPersistenceMode(device, mode):
+    """nvmlDeviceGetPersistenceMode (nvml.h)"""
+    args = pb.nvmlDeviceGetPersistenceMode_Args()
+    args.device = device
+    res = rt.call(2944001441, args, pb.nvmlDeviceGetPersistenceMode_Result)
+    if res.status == 0:
+        rt.write_scalar(mode, "int32_t", res.mode)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetPowerManagementDefaultLimit", onerror=rt.on_nvml_error)
+def nvmlDeviceGetPowerManagementDefaultLimit(device, defaultLimit):
+    """nvmlDeviceGetPowerManagementDefaultLimit (nvml.h)"""
+    args = pb.nvmlDeviceGetPowerManagementDefaultLimit_Args()
+    args.device = device
+    res = rt.call(18966196, args, pb.nvmlDeviceGetPowerManagementDefaultLimit_Result)
+    if res.status == 0:
+        rt.write_scalar(defaultLimit, "uint32_t", res.defaultLimit)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetPowerManagementLimit", onerror=rt.on_nvml_error)
+def nvmlDeviceGetPowerManagementLimit(device, limit):
+    """nvmlDeviceGetPowerManagementLimit (nvml.h)"""
+    args = pb.nvmlDeviceGetPowerManagementLimit_Args()
+    args.device = device
+    res = rt.call(1827855002, args, pb.nvmlDeviceGetPowerManagementLimit_Result)
+    if res.status == 0:
+        rt.write_scalar(limit, "uint32_t", res.limit)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetPowerManagementLimitConstraints", onerror=rt.on_nvml_error)
+def nvmlDeviceGetPowerManagementLimitConstraints(device, minLimit, maxLimit):
+    """nvmlDeviceGetPowerManagementLimitConstraints (nvml.h)"""
+    args = pb.nvmlDeviceGetPowerManagementLimitConstraints_Args()
+    args.device = device
+    res = rt.call(2195157466, args, pb.nvmlDeviceGetPowerManagementLimitConstraints_Result)
+    if res.status == 0:
+        rt.write_scalar(minLimit, "uint32_t", res.minLimit)
+        rt.write_scalar(maxLimit, "uint32_t", res.maxLimit)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetPowerState", onerror=rt.on_nvml_error)
+def nvmlDeviceGetPowerState(device, pState):
+    """nvmlDeviceGetPowerState (nvml.h)"""
+    args = pb.nvmlDeviceGetPowerState_Args()
+    args.device = device
+    res = rt.call(1955384892, args, pb.nvmlDeviceGetPowerState_Result)
+    if res.status == 0:
+        rt.write_scalar(pState, "int32_t", res.pState)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetPowerUsage", onerror=rt.on_nvml_error)
+def nvmlDeviceGetPowerUsage(device, power):
+    """nvmlDeviceGetPowerUsage (nvml.h)"""
+    args = pb.nvmlDeviceGetPowerUsage_Args()
+    args.device = device
+    res = rt.call(133448375, args, pb.nvmlDeviceGetPowerUsage_Result)
+    if res.status == 0:
+        rt.write_scalar(power, "uint32_t", res.power)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetSerial", onerror=rt.on_nvml_error)
+def nvmlDeviceGetSerial(device, serial, serial_len, length):
+    """nvmlDeviceGetSerial (nvml.h)"""
+    args = pb.nvmlDeviceGetSerial_Args()
+    args.device = device
+    args.length = length
+    res = rt.call(1543220140, args, pb.nvmlDeviceGetSerial_Result)
+    if res.status == 0:
+        rt.write(serial, res.serial, serial_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetTemperature", onerror=rt.on_nvml_error)
+def nvmlDeviceGetTemperature(device, sensorType, temp):
+    """nvmlDeviceGetTemperature (nvml.h)"""
+    args = pb.nvmlDeviceGetTemperature_Args()
+    args.device = device
+    args.sensorType = sensorType
+    res = rt.call(3481320405, args, pb.nvmlDeviceGetTemperature_Result)
+    if res.status == 0:
+        rt.write_scalar(temp, "uint32_t", res.temp)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetTotalEccErrors", onerror=rt.on_nvml_error)
+def nvmlDeviceGetTotalEccErrors(device, errorType, counterType, eccCounts):
+    """nvmlDeviceGetTotalEccErrors (nvml.h)"""
+    args = pb.nvmlDeviceGetTotalEccErrors_Args()
+    args.device = device
+    args.errorType = errorType
+    args.counterType = counterType
+    res = rt.call(1379896477, args, pb.nvmlDeviceGetTotalEccErrors_Result)
+    if res.status == 0:
+        rt.write_scalar(eccCounts, "uint64_t", res.eccCounts)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetTotalEnergyConsumption", onerror=rt.on_nvml_error)
+def nvmlDeviceGetTotalEnergyConsumption(device, energy):
+    """nvmlDeviceGetTotalEnergyConsumption (nvml.h)"""
+    args = pb.nvmlDeviceGetTotalEnergyConsumption_Args()
+    args.device = device
+    res = rt.call(765838733, args, pb.nvmlDeviceGetTotalEnergyConsumption_Result)
+    if res.status == 0:
+        rt.write_scalar(energy, "uint64_t", res.energy)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetUUID", onerror=rt.on_nvml_error)
+def nvmlDeviceGetUUID(device, uuid, uuid_len, length):
+    """nvmlDeviceGetUUID (nvml.h)"""
+    args = pb.nvmlDeviceGetUUID_Args()
+    args.device = device
+    args.length = length
+    res = rt.call(2012027069, args, pb.nvmlDeviceGetUUID_Result)
+    if res.status == 0:
+        rt.write(uuid, res.uuid, uuid_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetUtilizationRates", onerror=rt.on_nvml_error)
+def nvmlDeviceGetUtilizationRates(device, utilization, utilization_len):
+    """nvmlDeviceGetUtilizationRates (nvml.h)"""
+    args = pb.nvmlDeviceGetUtilizationRates_Args()
+    args.device = device
+    res = rt.call(1071099370, args, pb.nvmlDeviceGetUtilizationRates_Result)
+    if res.status == 0:
+        rt.write(utilization, res.utilization, utilization_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetVbiosVersion", onerror=rt.on_nvml_error)
+def nvmlDeviceGetVbiosVersion(device, version, version_len, length):
+    """nvmlDeviceGetVbiosVersion (nvml.h)"""
+    args = pb.nvmlDeviceGetVbiosVersion_Args()
+    args.device = device
+    args.length = length
+    res = rt.call(1810680486, args, pb.nvmlDeviceGetVbiosVersion_Result)
+    if res.status == 0:
+        rt.write(version, res.version, version_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetVirtualizationMode", onerror=rt.on_nvml_error)
+def nvmlDeviceGetVirtualizationMode(device, pVirtualMode):
+    """nvmlDeviceGetVirtualizationMode (nvml.h)"""
+    args = pb.nvmlDeviceGetVirtualizationMode_Args()
+    args.device = device
+    res = rt.call(1861763383, args, pb.nvmlDeviceGetVirtualizationMode_Result)
+    if res.status == 0:
+        rt.write_scalar(pVirtualMode, "int32_t", res.pVirtualMode)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceIsMigDeviceHandle", onerror=rt.on_nvml_error)
+def nvmlDeviceIsMigDeviceHandle(device, isMigDevice):
+    """nvmlDeviceIsMigDeviceHandle (nvml.h)"""
+    args = pb.nvmlDeviceIsMigDeviceHandle_Args()
+    args.device = device
+    res = rt.call(1693389219, args, pb.nvmlDeviceIsMigDeviceHandle_Result)
+    if res.status == 0:
+        rt.write_scalar(isMigDevice, "uint32_t", res.isMigDevice)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlInitWithFlags", onerror=rt.on_nvml_error)
+def nvmlInitWithFlags(flags):
+    """nvmlInitWithFlags (nvml.h)"""
+    args = pb.nvmlInitWithFlags_Args()
+    args.flags = flags
+    res = rt.call(1768977338, args, pb.nvmlInitWithFlags_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlInit_v2", onerror=rt.on_nvml_error)
+def nvmlInit_v2():
+    """nvmlInit_v2 (nvml.h)"""
+    args = pb.nvmlInit_v2_Args()
+    res = rt.call(4250578944, args, pb.nvmlInit_v2_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlShutdown", onerror=rt.on_nvml_error)
+def nvmlShutdown():
+    """nvmlShutdown (nvml.h)"""
+    args = pb.nvmlShutdown_Args()
+    res = rt.call(999915332, args, pb.nvmlShutdown_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlSystemGetCudaDriverVersion", onerror=rt.on_nvml_error)
+def nvmlSystemGetCudaDriverVersion(cudaDriverVersion):
+    """nvmlSystemGetCudaDriverVersion (nvml.h)"""
+    args = pb.nvmlSystemGetCudaDriverVersion_Args()
+    res = rt.call(789458020, args, pb.nvmlSystemGetCudaDriverVersion_Result)
+    if res.status == 0:
+        rt.write_scalar(cudaDriverVersion, "int32_t", res.cudaDriverVersion)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlSystemGetCudaDriverVersion_v2", onerror=rt.on_nvml_error)
+def nvmlSystemGetCudaDriverVersion_v2(cudaDriverVersion):
+    """nvmlSystemGetCudaDriverVersion_v2 (nvml.h)"""
+    args = pb.nvmlSystemGetCudaDriverVersion_v2_Args()
+    res = rt.call(3091470869, args, pb.nvmlSystemGetCudaDriverVersion_v2_Result)
+    if res.status == 0:
+        rt.write_scalar(cudaDriverVersion, "int32_t", res.cudaDriverVersion)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlSystemGetDriverVersion", onerror=rt.on_nvml_error)
+def nvmlSystemGetDriverVersion(version, version_len, length):
+    """nvmlSystemGetDriverVersion (nvml.h)"""
+    args = pb.nvmlSystemGetDriverVersion_Args()
+    args.length = length
+    res = rt.call(697104280, args, pb.nvmlSystemGetDriverVersion_Result)
+    if res.status == 0:
+        rt.write(version, res.version, version_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlSystemGetNVMLVersion", onerror=rt.on_nvml_error)
+def nvmlSystemGetNVMLVersion(version, version_len, length):
+    """nvmlSystemGetNVMLVersion (nvml.h)"""
+    args = pb.nvmlSystemGetNVMLVersion_Args()
+    args.length = length
+    res = rt.call(2680665479, args, pb.nvmlSystemGetNVMLVersion_Result)
+    if res.status == 0:
+        rt.write(version, res.version, version_len)
     return res.status

@@ -951,6 +951,406 @@ const char *const cuwire_names[] = {
     "cudaVDPAUGetDevice",
     "cudaVDPAUSetVDPAUDevice",
     "cudaWaitExternalSemaphoresAsync",
+    "nvmlComputeInstanceDestroy",
+    "nvmlComputeInstanceGetInfo",
+    "nvmlComputeInstanceGetInfo_v2",
+    "nvmlDeviceClearAccountingPids",
+    "nvmlDeviceClearCpuAffinity",
+    "nvmlDeviceClearEccErrorCounts",
+    "nvmlDeviceClearFieldValues",
+    "nvmlDeviceCreateGpuInstance",
+    "nvmlDeviceCreateGpuInstanceWithPlacement",
+    "nvmlDeviceDiscoverGpus",
+    "nvmlDeviceFreezeNvLinkUtilizationCounter",
+    "nvmlDeviceGetAPIRestriction",
+    "nvmlDeviceGetAccountingBufferSize",
+    "nvmlDeviceGetAccountingMode",
+    "nvmlDeviceGetAccountingPids",
+    "nvmlDeviceGetAccountingStats",
+    "nvmlDeviceGetActiveVgpus",
+    "nvmlDeviceGetAdaptiveClockInfoStatus",
+    "nvmlDeviceGetAddressingMode",
+    "nvmlDeviceGetApplicationsClock",
+    "nvmlDeviceGetArchitecture",
+    "nvmlDeviceGetAttributes",
+    "nvmlDeviceGetAttributes_v2",
+    "nvmlDeviceGetAutoBoostedClocksEnabled",
+    "nvmlDeviceGetBAR1MemoryInfo",
+    "nvmlDeviceGetBoardId",
+    "nvmlDeviceGetBoardPartNumber",
+    "nvmlDeviceGetBrand",
+    "nvmlDeviceGetBridgeChipInfo",
+    "nvmlDeviceGetBusType",
+    "nvmlDeviceGetC2cModeInfoV",
+    "nvmlDeviceGetCapabilities",
+    "nvmlDeviceGetClkMonStatus",
+    "nvmlDeviceGetClock",
+    "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetClockOffsets",
+    "nvmlDeviceGetComputeInstanceId",
+    "nvmlDeviceGetComputeMode",
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetComputeRunningProcesses_v2",
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetConfComputeGpuAttestationReport",
+    "nvmlDeviceGetConfComputeGpuCertificate",
+    "nvmlDeviceGetConfComputeMemSizeInfo",
+    "nvmlDeviceGetConfComputeProtectedMemoryUsage",
+    "nvmlDeviceGetCoolerInfo",
+    "nvmlDeviceGetCount_v2",
+    "nvmlDeviceGetCpuAffinity",
+    "nvmlDeviceGetCpuAffinityWithinScope",
+    "nvmlDeviceGetCreatableVgpus",
+    "nvmlDeviceGetCudaComputeCapability",
+    "nvmlDeviceGetCurrPcieLinkGeneration",
+    "nvmlDeviceGetCurrPcieLinkWidth",
+    "nvmlDeviceGetCurrentClockFreqs",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
+    "nvmlDeviceGetDecoderUtilization",
+    "nvmlDeviceGetDefaultApplicationsClock",
+    "nvmlDeviceGetDefaultEccMode",
+    "nvmlDeviceGetDetailedEccErrors",
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+    "nvmlDeviceGetDisplayActive",
+    "nvmlDeviceGetDisplayMode",
+    "nvmlDeviceGetDramEncryptionMode",
+    "nvmlDeviceGetDriverModel",
+    "nvmlDeviceGetDriverModel_v2",
+    "nvmlDeviceGetDynamicPstatesInfo",
+    "nvmlDeviceGetEccMode",
+    "nvmlDeviceGetEncoderCapacity",
+    "nvmlDeviceGetEncoderSessions",
+    "nvmlDeviceGetEncoderStats",
+    "nvmlDeviceGetEncoderUtilization",
+    "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetFBCSessions",
+    "nvmlDeviceGetFBCStats",
+    "nvmlDeviceGetFanControlPolicy_v2",
+    "nvmlDeviceGetFanSpeed",
+    "nvmlDeviceGetFanSpeedRPM",
+    "nvmlDeviceGetFanSpeed_v2",
+    "nvmlDeviceGetFieldValues",
+    "nvmlDeviceGetGpcClkMinMaxVfOffset",
+    "nvmlDeviceGetGpcClkVfOffset",
+    "nvmlDeviceGetGpuFabricInfo",
+    "nvmlDeviceGetGpuFabricInfoV",
+    "nvmlDeviceGetGpuInstanceById",
+    "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetGpuInstancePossiblePlacements",
+    "nvmlDeviceGetGpuInstancePossiblePlacements_v2",
+    "nvmlDeviceGetGpuInstanceProfileInfo",
+    "nvmlDeviceGetGpuInstanceProfileInfoByIdV",
+    "nvmlDeviceGetGpuInstanceProfileInfoV",
+    "nvmlDeviceGetGpuInstanceRemainingCapacity",
+    "nvmlDeviceGetGpuInstances",
+    "nvmlDeviceGetGpuMaxPcieLinkGeneration",
+    "nvmlDeviceGetGpuOperationMode",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses_v2",
+    "nvmlDeviceGetGraphicsRunningProcesses_v3",
+    "nvmlDeviceGetGridLicensableFeatures",
+    "nvmlDeviceGetGridLicensableFeatures_v2",
+    "nvmlDeviceGetGridLicensableFeatures_v3",
+    "nvmlDeviceGetGridLicensableFeatures_v4",
+    "nvmlDeviceGetGspFirmwareMode",
+    "nvmlDeviceGetGspFirmwareVersion",
+    "nvmlDeviceGetHandleByIndex_v2",
+    "nvmlDeviceGetHandleByPciBusId_v2",
+    "nvmlDeviceGetHandleBySerial",
+    "nvmlDeviceGetHandleByUUID",
+    "nvmlDeviceGetHandleByUUIDV",
+    "nvmlDeviceGetHostVgpuMode",
+    "nvmlDeviceGetHostname_v1",
+    "nvmlDeviceGetIndex",
+    "nvmlDeviceGetInforomConfigurationChecksum",
+    "nvmlDeviceGetInforomImageVersion",
+    "nvmlDeviceGetInforomVersion",
+    "nvmlDeviceGetIrqNum",
+    "nvmlDeviceGetJpgUtilization",
+    "nvmlDeviceGetLastBBXFlushTime",
+    "nvmlDeviceGetMPSComputeRunningProcesses",
+    "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+    "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+    "nvmlDeviceGetMarginTemperature",
+    "nvmlDeviceGetMaxClockInfo",
+    "nvmlDeviceGetMaxCustomerBoostClock",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetMaxPcieLinkGeneration",
+    "nvmlDeviceGetMaxPcieLinkWidth",
+    "nvmlDeviceGetMemClkMinMaxVfOffset",
+    "nvmlDeviceGetMemClkVfOffset",
+    "nvmlDeviceGetMemoryAffinity",
+    "nvmlDeviceGetMemoryBusWidth",
+    "nvmlDeviceGetMemoryErrorCounter",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetMemoryInfo_v2",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMinMaxClockOfPState",
+    "nvmlDeviceGetMinMaxFanSpeed",
+    "nvmlDeviceGetMinorNumber",
+    "nvmlDeviceGetModuleId",
+    "nvmlDeviceGetMultiGpuBoard",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetNumFans",
+    "nvmlDeviceGetNumGpuCores",
+    "nvmlDeviceGetNumaNodeId",
+    "nvmlDeviceGetNvLinkCapability",
+    "nvmlDeviceGetNvLinkErrorCounter",
+    "nvmlDeviceGetNvLinkInfo",
+    "nvmlDeviceGetNvLinkRemoteDeviceType",
+    "nvmlDeviceGetNvLinkRemotePciInfo",
+    "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+    "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetNvLinkUtilizationControl",
+    "nvmlDeviceGetNvLinkUtilizationCounter",
+    "nvmlDeviceGetNvLinkVersion",
+    "nvmlDeviceGetNvlinkBwMode",
+    "nvmlDeviceGetNvlinkSupportedBwModes",
+    "nvmlDeviceGetOfaUtilization",
+    "nvmlDeviceGetP2PStatus",
+    "nvmlDeviceGetPciInfo",
+    "nvmlDeviceGetPciInfoExt",
+    "nvmlDeviceGetPciInfo_v2",
+    "nvmlDeviceGetPciInfo_v3",
+    "nvmlDeviceGetPcieLinkMaxSpeed",
+    "nvmlDeviceGetPcieReplayCounter",
+    "nvmlDeviceGetPcieSpeed",
+    "nvmlDeviceGetPcieThroughput",
+    "nvmlDeviceGetPdi",
+    "nvmlDeviceGetPerformanceModes",
+    "nvmlDeviceGetPerformanceState",
+    "nvmlDeviceGetPersistenceMode",
+    "nvmlDeviceGetPgpuMetadataString",
+    "nvmlDeviceGetPlatformInfo",
+    "nvmlDeviceGetPowerManagementDefaultLimit",
+    "nvmlDeviceGetPowerManagementLimit",
+    "nvmlDeviceGetPowerManagementLimitConstraints",
+    "nvmlDeviceGetPowerManagementMode",
+    "nvmlDeviceGetPowerMizerMode_v1",
+    "nvmlDeviceGetPowerSource",
+    "nvmlDeviceGetPowerState",
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetProcessUtilization",
+    "nvmlDeviceGetProcessesUtilizationInfo",
+    "nvmlDeviceGetRemappedRows",
+    "nvmlDeviceGetRemappedRows_v2",
+    "nvmlDeviceGetRepairStatus",
+    "nvmlDeviceGetRetiredPages",
+    "nvmlDeviceGetRetiredPagesPendingStatus",
+    "nvmlDeviceGetRetiredPages_v2",
+    "nvmlDeviceGetRowRemapperHistogram",
+    "nvmlDeviceGetRunningProcessDetailList",
+    "nvmlDeviceGetSamples",
+    "nvmlDeviceGetSerial",
+    "nvmlDeviceGetSramEccErrorStatus",
+    "nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts",
+    "nvmlDeviceGetSupportedClocksEventReasons",
+    "nvmlDeviceGetSupportedClocksThrottleReasons",
+    "nvmlDeviceGetSupportedEventTypes",
+    "nvmlDeviceGetSupportedGraphicsClocks",
+    "nvmlDeviceGetSupportedMemoryClocks",
+    "nvmlDeviceGetSupportedPerformanceStates",
+    "nvmlDeviceGetSupportedVgpus",
+    "nvmlDeviceGetTargetFanSpeed",
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetTemperatureThreshold",
+    "nvmlDeviceGetTemperatureV",
+    "nvmlDeviceGetThermalSettings",
+    "nvmlDeviceGetTopologyCommonAncestor",
+    "nvmlDeviceGetTopologyNearestGpus",
+    "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetTotalEnergyConsumption",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetUnrepairableMemoryFlag_v1",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetVbiosVersion",
+    "nvmlDeviceGetVgpuCapabilities",
+    "nvmlDeviceGetVgpuHeterogeneousMode",
+    "nvmlDeviceGetVgpuInstancesUtilizationInfo",
+    "nvmlDeviceGetVgpuMetadata",
+    "nvmlDeviceGetVgpuProcessUtilization",
+    "nvmlDeviceGetVgpuProcessesUtilizationInfo",
+    "nvmlDeviceGetVgpuSchedulerCapabilities",
+    "nvmlDeviceGetVgpuSchedulerLog",
+    "nvmlDeviceGetVgpuSchedulerState",
+    "nvmlDeviceGetVgpuTypeCreatablePlacements",
+    "nvmlDeviceGetVgpuTypeSupportedPlacements",
+    "nvmlDeviceGetVgpuUtilization",
+    "nvmlDeviceGetViolationStatus",
+    "nvmlDeviceGetVirtualizationMode",
+    "nvmlDeviceIsMigDeviceHandle",
+    "nvmlDeviceModifyDrainState",
+    "nvmlDeviceOnSameBoard",
+    "nvmlDevicePowerSmoothingActivatePresetProfile",
+    "nvmlDevicePowerSmoothingSetState",
+    "nvmlDevicePowerSmoothingUpdatePresetProfileParam",
+    "nvmlDeviceQueryDrainState",
+    "nvmlDeviceReadPRMCounters_v1",
+    "nvmlDeviceReadWritePRM_v1",
+    "nvmlDeviceRegisterEvents",
+    "nvmlDeviceRemoveGpu",
+    "nvmlDeviceRemoveGpu_v2",
+    "nvmlDeviceResetApplicationsClocks",
+    "nvmlDeviceResetGpuLockedClocks",
+    "nvmlDeviceResetMemoryLockedClocks",
+    "nvmlDeviceResetNvLinkErrorCounters",
+    "nvmlDeviceResetNvLinkUtilizationCounter",
+    "nvmlDeviceSetAPIRestriction",
+    "nvmlDeviceSetAccountingMode",
+    "nvmlDeviceSetApplicationsClocks",
+    "nvmlDeviceSetAutoBoostedClocksEnabled",
+    "nvmlDeviceSetClockOffsets",
+    "nvmlDeviceSetComputeMode",
+    "nvmlDeviceSetConfComputeUnprotectedMemSize",
+    "nvmlDeviceSetCpuAffinity",
+    "nvmlDeviceSetDefaultAutoBoostedClocksEnabled",
+    "nvmlDeviceSetDefaultFanSpeed_v2",
+    "nvmlDeviceSetDramEncryptionMode",
+    "nvmlDeviceSetDriverModel",
+    "nvmlDeviceSetEccMode",
+    "nvmlDeviceSetFanControlPolicy",
+    "nvmlDeviceSetFanSpeed_v2",
+    "nvmlDeviceSetGpcClkVfOffset",
+    "nvmlDeviceSetGpuLockedClocks",
+    "nvmlDeviceSetGpuOperationMode",
+    "nvmlDeviceSetHostname_v1",
+    "nvmlDeviceSetMemClkVfOffset",
+    "nvmlDeviceSetMemoryLockedClocks",
+    "nvmlDeviceSetMigMode",
+    "nvmlDeviceSetNvLinkDeviceLowPowerThreshold",
+    "nvmlDeviceSetNvLinkUtilizationControl",
+    "nvmlDeviceSetNvlinkBwMode",
+    "nvmlDeviceSetPersistenceMode",
+    "nvmlDeviceSetPowerManagementLimit",
+    "nvmlDeviceSetPowerManagementLimit_v2",
+    "nvmlDeviceSetPowerMizerMode_v1",
+    "nvmlDeviceSetTemperatureThreshold",
+    "nvmlDeviceSetVgpuCapabilities",
+    "nvmlDeviceSetVgpuHeterogeneousMode",
+    "nvmlDeviceSetVgpuSchedulerState",
+    "nvmlDeviceSetVirtualizationMode",
+    "nvmlDeviceValidateInforom",
+    "nvmlDeviceWorkloadPowerProfileClearRequestedProfiles",
+    "nvmlDeviceWorkloadPowerProfileGetCurrentProfiles",
+    "nvmlDeviceWorkloadPowerProfileGetProfilesInfo",
+    "nvmlDeviceWorkloadPowerProfileSetRequestedProfiles",
+    "nvmlErrorString",
+    "nvmlEventSetCreate",
+    "nvmlEventSetFree",
+    "nvmlEventSetWait",
+    "nvmlEventSetWait_v2",
+    "nvmlGetBlacklistDeviceCount",
+    "nvmlGetBlacklistDeviceInfoByIndex",
+    "nvmlGetExcludedDeviceCount",
+    "nvmlGetExcludedDeviceInfoByIndex",
+    "nvmlGetVgpuCompatibility",
+    "nvmlGetVgpuDriverCapabilities",
+    "nvmlGetVgpuVersion",
+    "nvmlGpmMetricsGet",
+    "nvmlGpmMigSampleGet",
+    "nvmlGpmQueryDeviceSupport",
+    "nvmlGpmQueryIfStreamingEnabled",
+    "nvmlGpmSampleAlloc",
+    "nvmlGpmSampleFree",
+    "nvmlGpmSampleGet",
+    "nvmlGpmSetStreamingEnabled",
+    "nvmlGpuInstanceCreateComputeInstance",
+    "nvmlGpuInstanceCreateComputeInstanceWithPlacement",
+    "nvmlGpuInstanceDestroy",
+    "nvmlGpuInstanceGetActiveVgpus",
+    "nvmlGpuInstanceGetComputeInstanceById",
+    "nvmlGpuInstanceGetComputeInstancePossiblePlacements",
+    "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+    "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
+    "nvmlGpuInstanceGetComputeInstanceRemainingCapacity",
+    "nvmlGpuInstanceGetComputeInstances",
+    "nvmlGpuInstanceGetCreatableVgpus",
+    "nvmlGpuInstanceGetInfo",
+    "nvmlGpuInstanceGetVgpuHeterogeneousMode",
+    "nvmlGpuInstanceGetVgpuSchedulerLog",
+    "nvmlGpuInstanceGetVgpuSchedulerState",
+    "nvmlGpuInstanceGetVgpuTypeCreatablePlacements",
+    "nvmlGpuInstanceSetVgpuHeterogeneousMode",
+    "nvmlGpuInstanceSetVgpuSchedulerState",
+    "nvmlInitWithFlags",
+    "nvmlInit_v2",
+    "nvmlInternalGetExportTable",
+    "nvmlSetVgpuVersion",
+    "nvmlShutdown",
+    "nvmlSystemEventSetCreate",
+    "nvmlSystemEventSetFree",
+    "nvmlSystemEventSetWait",
+    "nvmlSystemGetConfComputeCapabilities",
+    "nvmlSystemGetConfComputeGpusReadyState",
+    "nvmlSystemGetConfComputeKeyRotationThresholdInfo",
+    "nvmlSystemGetConfComputeSettings",
+    "nvmlSystemGetConfComputeState",
+    "nvmlSystemGetCudaDriverVersion",
+    "nvmlSystemGetCudaDriverVersion_v2",
+    "nvmlSystemGetDriverBranch",
+    "nvmlSystemGetDriverVersion",
+    "nvmlSystemGetHicVersion",
+    "nvmlSystemGetNVMLVersion",
+    "nvmlSystemGetNvlinkBwMode",
+    "nvmlSystemGetProcessName",
+    "nvmlSystemGetTopologyGpuSet",
+    "nvmlSystemRegisterEvents",
+    "nvmlSystemSetConfComputeGpusReadyState",
+    "nvmlSystemSetConfComputeKeyRotationThresholdInfo",
+    "nvmlSystemSetNvlinkBwMode",
+    "nvmlUnitGetCount",
+    "nvmlUnitGetDevices",
+    "nvmlUnitGetFanSpeedInfo",
+    "nvmlUnitGetHandleByIndex",
+    "nvmlUnitGetLedState",
+    "nvmlUnitGetPsuInfo",
+    "nvmlUnitGetTemperature",
+    "nvmlUnitGetUnitInfo",
+    "nvmlUnitSetLedState",
+    "nvmlVgpuInstanceClearAccountingPids",
+    "nvmlVgpuInstanceGetAccountingMode",
+    "nvmlVgpuInstanceGetAccountingPids",
+    "nvmlVgpuInstanceGetAccountingStats",
+    "nvmlVgpuInstanceGetEccMode",
+    "nvmlVgpuInstanceGetEncoderCapacity",
+    "nvmlVgpuInstanceGetEncoderSessions",
+    "nvmlVgpuInstanceGetEncoderStats",
+    "nvmlVgpuInstanceGetFBCSessions",
+    "nvmlVgpuInstanceGetFBCStats",
+    "nvmlVgpuInstanceGetFbUsage",
+    "nvmlVgpuInstanceGetFrameRateLimit",
+    "nvmlVgpuInstanceGetGpuInstanceId",
+    "nvmlVgpuInstanceGetGpuPciId",
+    "nvmlVgpuInstanceGetLicenseInfo",
+    "nvmlVgpuInstanceGetLicenseInfo_v2",
+    "nvmlVgpuInstanceGetLicenseStatus",
+    "nvmlVgpuInstanceGetMdevUUID",
+    "nvmlVgpuInstanceGetMetadata",
+    "nvmlVgpuInstanceGetPlacementId",
+    "nvmlVgpuInstanceGetRuntimeStateSize",
+    "nvmlVgpuInstanceGetType",
+    "nvmlVgpuInstanceGetUUID",
+    "nvmlVgpuInstanceGetVmDriverVersion",
+    "nvmlVgpuInstanceGetVmID",
+    "nvmlVgpuInstanceSetEncoderCapacity",
+    "nvmlVgpuTypeGetBAR1Info",
+    "nvmlVgpuTypeGetCapabilities",
+    "nvmlVgpuTypeGetClass",
+    "nvmlVgpuTypeGetDeviceID",
+    "nvmlVgpuTypeGetFbReservation",
+    "nvmlVgpuTypeGetFrameRateLimit",
+    "nvmlVgpuTypeGetFramebufferSize",
+    "nvmlVgpuTypeGetGpuInstanceProfileId",
+    "nvmlVgpuTypeGetGspHeapSize",
+    "nvmlVgpuTypeGetLicense",
+    "nvmlVgpuTypeGetMaxInstances",
+    "nvmlVgpuTypeGetMaxInstancesPerGpuInstance",
+    "nvmlVgpuTypeGetMaxInstancesPerVm",
+    "nvmlVgpuTypeGetName",
+    "nvmlVgpuTypeGetNumDisplayHeads",
+    "nvmlVgpuTypeGetResolution",
 };
 const char *const cuwire_modes[] = {
     "local",
@@ -991,11 +1391,11 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
+    "sync",
     "unimplemented",
+    "sync",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1884,6 +2284,406 @@ const char *const cuwire_modes[] = {
     "sync",
     "unimplemented",
     "async",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "custom",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1892,8 +2692,8 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
 };
-unsigned long long cuwire_counts[938];
-const int cuwire_n_functions = 938;
+unsigned long long cuwire_counts[1338];
+const int cuwire_n_functions = 1338;
 
 /* The id of a queued kernel launch record (cuwire's own operation LaunchKernel). */
 const uint32_t cuwire_launch_record_id = 1561583759u;
@@ -2063,7 +2863,7 @@ CUWIRE_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *host
 static inline cudaError_t cuwire_impl___cudaGetProcAddress(const char *symbol, void **funcPtr, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("__cudaGetProcAddress", "crt/host_runtime.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("__cudaGetProcAddress", "crt/host_runtime.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t __cudaGetProcAddress(const char *symbol, void **funcPtr, unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus)
 {
@@ -2264,7 +3064,7 @@ CUWIRE_EXPORT void __cudaUnregisterFatBinary(void **fatCubinHandle)
 static inline CUresult cuwire_impl_cuArray3DCreate(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuArray3DCreate", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuArray3DCreate", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuArray3DCreate(void)
 {
@@ -2282,7 +3082,7 @@ CUWIRE_EXPORT CUresult cuArray3DCreate(void)
 static inline CUresult cuwire_impl_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuArray3DCreate_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuArray3DCreate_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
@@ -2300,7 +3100,7 @@ CUWIRE_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_D
 static inline CUresult cuwire_impl_cuArray3DGetDescriptor(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuArray3DGetDescriptor", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuArray3DGetDescriptor", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuArray3DGetDescriptor(void)
 {
@@ -2318,7 +3118,7 @@ CUWIRE_EXPORT CUresult cuArray3DGetDescriptor(void)
 static inline CUresult cuwire_impl_cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuArray3DGetDescriptor_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuArray3DGetDescriptor_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
@@ -2336,7 +3136,7 @@ CUWIRE_EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArray
 static inline CUresult cuwire_impl_cuArrayCreate(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuArrayCreate", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuArrayCreate", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuArrayCreate(void)
 {
@@ -2354,7 +3154,7 @@ CUWIRE_EXPORT CUresult cuArrayCreate(void)
 static inline CUresult cuwire_impl_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuArrayCreate_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuArrayCreate_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
@@ -2372,7 +3172,7 @@ CUWIRE_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCR
 static inline CUresult cuwire_impl_cuArrayDestroy(CUarray hArray)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuArrayDestroy", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuArrayDestroy", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuArrayDestroy(CUarray hArray)
 {
@@ -2390,7 +3190,7 @@ CUWIRE_EXPORT CUresult cuArrayDestroy(CUarray hArray)
 static inline CUresult cuwire_impl_cuArrayGetDescriptor(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuArrayGetDescriptor", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuArrayGetDescriptor", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuArrayGetDescriptor(void)
 {
@@ -2408,7 +3208,7 @@ CUWIRE_EXPORT CUresult cuArrayGetDescriptor(void)
 static inline CUresult cuwire_impl_cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuArrayGetDescriptor_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuArrayGetDescriptor_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
@@ -2426,7 +3226,7 @@ CUWIRE_EXPORT CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDesc
 static inline CUresult cuwire_impl_cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUarray array, CUdevice device)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuArrayGetMemoryRequirements", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuArrayGetMemoryRequirements", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUarray array, CUdevice device)
 {
@@ -2444,7 +3244,7 @@ CUWIRE_EXPORT CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMEN
 static inline CUresult cuwire_impl_cuArrayGetPlane(CUarray *pPlaneArray, CUarray hArray, unsigned int planeIdx)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuArrayGetPlane", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuArrayGetPlane", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuArrayGetPlane(CUarray *pPlaneArray, CUarray hArray, unsigned int planeIdx)
 {
@@ -2462,7 +3262,7 @@ CUWIRE_EXPORT CUresult cuArrayGetPlane(CUarray *pPlaneArray, CUarray hArray, uns
 static inline CUresult cuwire_impl_cuArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *sparseProperties, CUarray array)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuArrayGetSparseProperties", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuArrayGetSparseProperties", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *sparseProperties, CUarray array)
 {
@@ -2480,7 +3280,7 @@ CUWIRE_EXPORT CUresult cuArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *
 static inline CUresult cuwire_impl_cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCheckpointProcessCheckpoint", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCheckpointProcessCheckpoint", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
@@ -2498,7 +3298,7 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckp
 static inline CUresult cuwire_impl_cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCheckpointProcessGetRestoreThreadId", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCheckpointProcessGetRestoreThreadId", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 {
@@ -2516,7 +3316,7 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 static inline CUresult cuwire_impl_cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCheckpointProcessGetState", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCheckpointProcessGetState", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
@@ -2534,7 +3334,7 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *stat
 static inline CUresult cuwire_impl_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCheckpointProcessLock", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCheckpointProcessLock", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
@@ -2552,7 +3352,7 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *ar
 static inline CUresult cuwire_impl_cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCheckpointProcessRestore", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCheckpointProcessRestore", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
@@ -2570,7 +3370,7 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreAr
 static inline CUresult cuwire_impl_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCheckpointProcessUnlock", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCheckpointProcessUnlock", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
@@ -2588,7 +3388,7 @@ CUWIRE_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs
 static inline CUresult cuwire_impl_cuCoredumpGetAttribute(CUcoredumpSettings attrib, void *value, size_t *size)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCoredumpGetAttribute", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCoredumpGetAttribute", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCoredumpGetAttribute(CUcoredumpSettings attrib, void *value, size_t *size)
 {
@@ -2606,7 +3406,7 @@ CUWIRE_EXPORT CUresult cuCoredumpGetAttribute(CUcoredumpSettings attrib, void *v
 static inline CUresult cuwire_impl_cuCoredumpGetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCoredumpGetAttributeGlobal", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCoredumpGetAttributeGlobal", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCoredumpGetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
 {
@@ -2624,7 +3424,7 @@ CUWIRE_EXPORT CUresult cuCoredumpGetAttributeGlobal(CUcoredumpSettings attrib, v
 static inline CUresult cuwire_impl_cuCoredumpSetAttribute(CUcoredumpSettings attrib, void *value, size_t *size)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCoredumpSetAttribute", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCoredumpSetAttribute", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCoredumpSetAttribute(CUcoredumpSettings attrib, void *value, size_t *size)
 {
@@ -2642,7 +3442,7 @@ CUWIRE_EXPORT CUresult cuCoredumpSetAttribute(CUcoredumpSettings attrib, void *v
 static inline CUresult cuwire_impl_cuCoredumpSetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCoredumpSetAttributeGlobal", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCoredumpSetAttributeGlobal", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCoredumpSetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
 {
@@ -2660,7 +3460,7 @@ CUWIRE_EXPORT CUresult cuCoredumpSetAttributeGlobal(CUcoredumpSettings attrib, v
 static inline CUresult cuwire_impl_cuCtxAttach(CUcontext *pctx, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxAttach", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCtxAttach", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
 {
@@ -2678,7 +3478,7 @@ CUWIRE_EXPORT CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
 static inline CUresult cuwire_impl_cuCtxCreate(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxCreate", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCtxCreate", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCtxCreate(void)
 {
@@ -2692,29 +3492,35 @@ CUWIRE_EXPORT CUresult cuCtxCreate(void)
     return cuwire_impl_cuCtxCreate();
 }
 
-/* cuCtxCreate_v2 (libcuda.so.1 export): unimplemented */
-static inline CUresult cuwire_impl_cuCtxCreate_v2(void)
+/* cuCtxCreate_v2 (cuda.h): remoted, sync */
+int cuwire_py_cuCtxCreate_v2(void *, uint64_t, int64_t);
+void cuwire_note_created_context_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+static inline CUresult cuwire_impl_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxCreate_v2", "libcuda.so.1 export", &warned));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    int status = cuwire_py_cuCtxCreate_v2((void *)pctx, (uint64_t)flags, (int64_t)dev);
+    if (status == 0)
+        cuwire_note_created_context_v2(pctx, flags, dev);
+    return (CUresult)status;
 }
-CUWIRE_EXPORT CUresult cuCtxCreate_v2(void)
+CUWIRE_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     __atomic_add_fetch(&cuwire_counts[38], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxCreate_v2");
-        CUresult cuwire_result = cuwire_impl_cuCtxCreate_v2();
+        CUresult cuwire_result = cuwire_impl_cuCtxCreate_v2(pctx, flags, dev);
         cuwire_trace_result("cuCtxCreate_v2", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuCtxCreate_v2();
+    return cuwire_impl_cuCtxCreate_v2(pctx, flags, dev);
 }
 
 /* cuCtxCreate_v3 (libcuda.so.1 export): unimplemented */
 static inline CUresult cuwire_impl_cuCtxCreate_v3(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxCreate_v3", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCtxCreate_v3", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCtxCreate_v3(void)
 {
@@ -2728,11 +3534,21 @@ CUWIRE_EXPORT CUresult cuCtxCreate_v3(void)
     return cuwire_impl_cuCtxCreate_v3();
 }
 
-/* cuCtxCreate_v4 (cuda.h): unimplemented */
+/* cuCtxCreate_v4 (cuda.h): remoted, sync */
+int cuwire_py_cuCtxCreate_v4(void *, void *, uint64_t, int64_t);
+int cuwire_check_context_params(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
+void cuwire_note_created_context(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
 static inline CUresult cuwire_impl_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
 {
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxCreate_v4", "cuda.h", &warned));
+    int fast = cuwire_check_context_params(pctx, ctxCreateParams, flags, dev);
+    if (fast >= 0)
+        return (CUresult)fast;
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    int status = cuwire_py_cuCtxCreate_v4((void *)pctx, (void *)ctxCreateParams, (uint64_t)flags, (int64_t)dev);
+    if (status == 0)
+        cuwire_note_created_context(pctx, ctxCreateParams, flags, dev);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
 {
@@ -2750,7 +3566,7 @@ CUWIRE_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCre
 static inline CUresult cuwire_impl_cuCtxDestroy(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxDestroy", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCtxDestroy", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCtxDestroy(void)
 {
@@ -2764,11 +3580,17 @@ CUWIRE_EXPORT CUresult cuCtxDestroy(void)
     return cuwire_impl_cuCtxDestroy();
 }
 
-/* cuCtxDestroy_v2 (cuda.h): unimplemented */
+/* cuCtxDestroy_v2 (cuda.h): remoted, sync */
+int cuwire_py_cuCtxDestroy_v2(uint64_t);
+void cuwire_note_destroyed_context(CUcontext ctx);
 static inline CUresult cuwire_impl_cuCtxDestroy_v2(CUcontext ctx)
 {
-    static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxDestroy_v2", "cuda.h", &warned));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    int status = cuwire_py_cuCtxDestroy_v2((uint64_t)(uintptr_t)ctx);
+    if (status == 0)
+        cuwire_note_destroyed_context(ctx);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
@@ -2786,7 +3608,7 @@ CUWIRE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 static inline CUresult cuwire_impl_cuCtxDetach(CUcontext ctx)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxDetach", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCtxDetach", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCtxDetach(CUcontext ctx)
 {
@@ -2804,7 +3626,7 @@ CUWIRE_EXPORT CUresult cuCtxDetach(CUcontext ctx)
 static inline CUresult cuwire_impl_cuCtxDisablePeerAccess(CUcontext peerContext)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxDisablePeerAccess", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCtxDisablePeerAccess", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
 {
@@ -2822,7 +3644,7 @@ CUWIRE_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
 static inline CUresult cuwire_impl_cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxEnablePeerAccess", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCtxEnablePeerAccess", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
 {
@@ -2840,7 +3662,7 @@ CUWIRE_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int
 static inline CUresult cuwire_impl_cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxFromGreenCtx", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCtxFromGreenCtx", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
 {
@@ -2916,7 +3738,7 @@ CUWIRE_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
 static inline CUresult cuwire_impl_cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResourceType type)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxGetDevResource", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCtxGetDevResource", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResourceType type)
 {
@@ -2970,7 +3792,7 @@ CUWIRE_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 static inline CUresult cuwire_impl_cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxGetExecAffinity", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCtxGetExecAffinity", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type)
 {
@@ -3008,7 +3830,7 @@ CUWIRE_EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
 static inline CUresult cuwire_impl_cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxGetId", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCtxGetId", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
 {
@@ -3046,7 +3868,7 @@ CUWIRE_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 static inline CUresult cuwire_impl_cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxGetSharedMemConfig", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCtxGetSharedMemConfig", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
 {
@@ -3084,7 +3906,7 @@ CUWIRE_EXPORT CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *grea
 static inline CUresult cuwire_impl_cuCtxPopCurrent(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxPopCurrent", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCtxPopCurrent", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCtxPopCurrent(void)
 {
@@ -3120,7 +3942,7 @@ CUWIRE_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 static inline CUresult cuwire_impl_cuCtxPushCurrent(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxPushCurrent", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCtxPushCurrent", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCtxPushCurrent(void)
 {
@@ -3156,7 +3978,7 @@ CUWIRE_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 static inline CUresult cuwire_impl_cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxRecordEvent", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCtxRecordEvent", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
 {
@@ -3280,7 +4102,7 @@ CUWIRE_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 static inline CUresult cuwire_impl_cuCtxSetSharedMemConfig(CUsharedconfig config)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxSetSharedMemConfig", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCtxSetSharedMemConfig", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
 {
@@ -3338,7 +4160,7 @@ CUWIRE_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 static inline CUresult cuwire_impl_cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuCtxWaitEvent", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuCtxWaitEvent", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
 {
@@ -3356,7 +4178,7 @@ CUWIRE_EXPORT CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
 static inline CUresult cuwire_impl_cuDestroyExternalMemory(CUexternalMemory extMem)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDestroyExternalMemory", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDestroyExternalMemory", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDestroyExternalMemory(CUexternalMemory extMem)
 {
@@ -3374,7 +4196,7 @@ CUWIRE_EXPORT CUresult cuDestroyExternalMemory(CUexternalMemory extMem)
 static inline CUresult cuwire_impl_cuDestroyExternalSemaphore(CUexternalSemaphore extSem)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDestroyExternalSemaphore", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDestroyExternalSemaphore", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDestroyExternalSemaphore(CUexternalSemaphore extSem)
 {
@@ -3392,7 +4214,7 @@ CUWIRE_EXPORT CUresult cuDestroyExternalSemaphore(CUexternalSemaphore extSem)
 static inline CUresult cuwire_impl_cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *resources, unsigned int nbResources)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDevResourceGenerateDesc", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDevResourceGenerateDesc", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *resources, unsigned int nbResources)
 {
@@ -3410,7 +4232,7 @@ CUWIRE_EXPORT CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUde
 static inline CUresult cuwire_impl_cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGroups, const CUdevResource *input, CUdevResource *remaining, unsigned int useFlags, unsigned int minCount)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDevSmResourceSplitByCount", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDevSmResourceSplitByCount", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGroups, const CUdevResource *input, CUdevResource *remaining, unsigned int useFlags, unsigned int minCount)
 {
@@ -3540,7 +4362,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetCount(int *count)
 static inline CUresult cuwire_impl_cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceGetDefaultMemPool", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDeviceGetDefaultMemPool", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
@@ -3558,7 +4380,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevic
 static inline CUresult cuwire_impl_cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevResourceType type)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceGetDevResource", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDeviceGetDevResource", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevResourceType type)
 {
@@ -3576,7 +4398,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *re
 static inline CUresult cuwire_impl_cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceGetExecAffinitySupport", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDeviceGetExecAffinitySupport", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev)
 {
@@ -3594,7 +4416,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityTyp
 static inline CUresult cuwire_impl_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceGetGraphMemAttribute", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDeviceGetGraphMemAttribute", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3612,7 +4434,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_
 static inline CUresult cuwire_impl_cuDeviceGetHostAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice dev)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceGetHostAtomicCapabilities", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDeviceGetHostAtomicCapabilities", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice dev)
 {
@@ -3630,7 +4452,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *capabilit
 static inline CUresult cuwire_impl_cuDeviceGetLuid(char *luid, unsigned int *deviceNodeMask, CUdevice dev)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceGetLuid", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDeviceGetLuid", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetLuid(char *luid, unsigned int *deviceNodeMask, CUdevice dev)
 {
@@ -3648,7 +4470,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetLuid(char *luid, unsigned int *deviceNodeMask,
 static inline CUresult cuwire_impl_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceGetMemPool", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDeviceGetMemPool", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
@@ -3684,7 +4506,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 static inline CUresult cuwire_impl_cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, CUdevice dev, int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceGetNvSciSyncAttributes", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDeviceGetNvSciSyncAttributes", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, CUdevice dev, int flags)
 {
@@ -3702,7 +4524,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, C
 static inline CUresult cuwire_impl_cuDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice srcDevice, CUdevice dstDevice)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceGetP2PAtomicCapabilities", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDeviceGetP2PAtomicCapabilities", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice srcDevice, CUdevice dstDevice)
 {
@@ -3760,7 +4582,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev
 static inline CUresult cuwire_impl_cuDeviceGetProperties(CUdevprop *prop, CUdevice dev)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceGetProperties", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDeviceGetProperties", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev)
 {
@@ -3778,7 +4600,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev)
 static inline CUresult cuwire_impl_cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceGetTexture1DLinearMaxWidth", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDeviceGetTexture1DLinearMaxWidth", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev)
 {
@@ -3815,7 +4637,7 @@ CUWIRE_EXPORT __typeof__(cuDeviceGetUuid_v2) cuDeviceGetUuid __attribute__((alia
 static inline CUresult cuwire_impl_cuDeviceGraphMemTrim(CUdevice device)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceGraphMemTrim", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDeviceGraphMemTrim", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -3909,7 +4731,7 @@ CUWIRE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 static inline CUresult cuwire_impl_cuDevicePrimaryCtxSetFlags(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDevicePrimaryCtxSetFlags", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDevicePrimaryCtxSetFlags", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxSetFlags(void)
 {
@@ -3930,7 +4752,7 @@ static inline CUresult cuwire_impl_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, u
 {
     int fast = cuwire_note_primary_flags(dev, flags);
     if (fast >= 0)
-        return (CUresult)cuwire_rt_status(fast);
+        return (CUresult)fast;
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDevicePrimaryCtxSetFlags_v2((int64_t)dev, (uint64_t)flags));
@@ -3951,7 +4773,7 @@ CUWIRE_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int 
 static inline CUresult cuwire_impl_cuDeviceRegisterAsyncNotification(CUdevice device, CUasyncCallback callbackFunc, void *userData, CUasyncCallbackHandle *callback)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceRegisterAsyncNotification", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDeviceRegisterAsyncNotification", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDeviceRegisterAsyncNotification(CUdevice device, CUasyncCallback callbackFunc, void *userData, CUasyncCallbackHandle *callback)
 {
@@ -3969,7 +4791,7 @@ CUWIRE_EXPORT CUresult cuDeviceRegisterAsyncNotification(CUdevice device, CUasyn
 static inline CUresult cuwire_impl_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceSetGraphMemAttribute", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDeviceSetGraphMemAttribute", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3987,7 +4809,7 @@ CUWIRE_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_
 static inline CUresult cuwire_impl_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceSetMemPool", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDeviceSetMemPool", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 {
@@ -4005,7 +4827,7 @@ CUWIRE_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 static inline CUresult cuwire_impl_cuDeviceTotalMem(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceTotalMem", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDeviceTotalMem", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDeviceTotalMem(void)
 {
@@ -4041,7 +4863,7 @@ CUWIRE_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 static inline CUresult cuwire_impl_cuDeviceUnregisterAsyncNotification(CUdevice device, CUasyncCallbackHandle callback)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuDeviceUnregisterAsyncNotification", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuDeviceUnregisterAsyncNotification", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuDeviceUnregisterAsyncNotification(CUdevice device, CUasyncCallbackHandle callback)
 {
@@ -4077,7 +4899,7 @@ CUWIRE_EXPORT CUresult cuDriverGetVersion(int *driverVersion)
 static inline CUresult cuwire_impl_cuEGLApiInit(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuEGLApiInit", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuEGLApiInit", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuEGLApiInit(void)
 {
@@ -4095,7 +4917,7 @@ CUWIRE_EXPORT CUresult cuEGLApiInit(void)
 static inline CUresult cuwire_impl_cuEGLStreamConsumerAcquireFrame(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerAcquireFrame", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuEGLStreamConsumerAcquireFrame", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerAcquireFrame(void)
 {
@@ -4113,7 +4935,7 @@ CUWIRE_EXPORT CUresult cuEGLStreamConsumerAcquireFrame(void)
 static inline CUresult cuwire_impl_cuEGLStreamConsumerConnect(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerConnect", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuEGLStreamConsumerConnect", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerConnect(void)
 {
@@ -4131,7 +4953,7 @@ CUWIRE_EXPORT CUresult cuEGLStreamConsumerConnect(void)
 static inline CUresult cuwire_impl_cuEGLStreamConsumerConnectWithFlags(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerConnectWithFlags", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuEGLStreamConsumerConnectWithFlags", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerConnectWithFlags(void)
 {
@@ -4149,7 +4971,7 @@ CUWIRE_EXPORT CUresult cuEGLStreamConsumerConnectWithFlags(void)
 static inline CUresult cuwire_impl_cuEGLStreamConsumerDisconnect(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerDisconnect", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuEGLStreamConsumerDisconnect", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerDisconnect(void)
 {
@@ -4167,7 +4989,7 @@ CUWIRE_EXPORT CUresult cuEGLStreamConsumerDisconnect(void)
 static inline CUresult cuwire_impl_cuEGLStreamConsumerReleaseFrame(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuEGLStreamConsumerReleaseFrame", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuEGLStreamConsumerReleaseFrame", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerReleaseFrame(void)
 {
@@ -4185,7 +5007,7 @@ CUWIRE_EXPORT CUresult cuEGLStreamConsumerReleaseFrame(void)
 static inline CUresult cuwire_impl_cuEGLStreamProducerConnect(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuEGLStreamProducerConnect", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuEGLStreamProducerConnect", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuEGLStreamProducerConnect(void)
 {
@@ -4203,7 +5025,7 @@ CUWIRE_EXPORT CUresult cuEGLStreamProducerConnect(void)
 static inline CUresult cuwire_impl_cuEGLStreamProducerDisconnect(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuEGLStreamProducerDisconnect", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuEGLStreamProducerDisconnect", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuEGLStreamProducerDisconnect(void)
 {
@@ -4221,7 +5043,7 @@ CUWIRE_EXPORT CUresult cuEGLStreamProducerDisconnect(void)
 static inline CUresult cuwire_impl_cuEGLStreamProducerPresentFrame(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuEGLStreamProducerPresentFrame", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuEGLStreamProducerPresentFrame", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuEGLStreamProducerPresentFrame(void)
 {
@@ -4239,7 +5061,7 @@ CUWIRE_EXPORT CUresult cuEGLStreamProducerPresentFrame(void)
 static inline CUresult cuwire_impl_cuEGLStreamProducerReturnFrame(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuEGLStreamProducerReturnFrame", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuEGLStreamProducerReturnFrame", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuEGLStreamProducerReturnFrame(void)
 {
@@ -4277,7 +5099,7 @@ CUWIRE_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 static inline CUresult cuwire_impl_cuEventDestroy(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuEventDestroy", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuEventDestroy", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuEventDestroy(void)
 {
@@ -4428,7 +5250,7 @@ CUWIRE_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 static inline CUresult cuwire_impl_cuExternalMemoryGetMappedBuffer(CUdeviceptr *devPtr, CUexternalMemory extMem, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *bufferDesc)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuExternalMemoryGetMappedBuffer", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuExternalMemoryGetMappedBuffer", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *devPtr, CUexternalMemory extMem, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *bufferDesc)
 {
@@ -4446,7 +5268,7 @@ CUWIRE_EXPORT CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *devPtr, CUex
 static inline CUresult cuwire_impl_cuExternalMemoryGetMappedMipmappedArray(CUmipmappedArray *mipmap, CUexternalMemory extMem, const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC *mipmapDesc)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuExternalMemoryGetMappedMipmappedArray", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuExternalMemoryGetMappedMipmappedArray", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuExternalMemoryGetMappedMipmappedArray(CUmipmappedArray *mipmap, CUexternalMemory extMem, const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC *mipmapDesc)
 {
@@ -4464,7 +5286,7 @@ CUWIRE_EXPORT CUresult cuExternalMemoryGetMappedMipmappedArray(CUmipmappedArray 
 static inline CUresult cuwire_impl_cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarget target, CUflushGPUDirectRDMAWritesScope scope)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuFlushGPUDirectRDMAWrites", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuFlushGPUDirectRDMAWrites", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarget target, CUflushGPUDirectRDMAWritesScope scope)
 {
@@ -4502,7 +5324,7 @@ CUWIRE_EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, 
 static inline CUresult cuwire_impl_cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuFuncGetModule", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuFuncGetModule", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
 {
@@ -4560,7 +5382,7 @@ CUWIRE_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, si
 static inline CUresult cuwire_impl_cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuFuncIsLoaded", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuFuncIsLoaded", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
 {
@@ -4578,7 +5400,7 @@ CUWIRE_EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction 
 static inline CUresult cuwire_impl_cuFuncLoad(CUfunction function)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuFuncLoad", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuFuncLoad", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuFuncLoad(CUfunction function)
 {
@@ -4616,7 +5438,7 @@ CUWIRE_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute
 static inline CUresult cuwire_impl_cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuFuncSetBlockShape", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuFuncSetBlockShape", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z)
 {
@@ -4654,7 +5476,7 @@ CUWIRE_EXPORT CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache confi
 static inline CUresult cuwire_impl_cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuFuncSetSharedMemConfig", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuFuncSetSharedMemConfig", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
 {
@@ -4672,7 +5494,7 @@ CUWIRE_EXPORT CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig
 static inline CUresult cuwire_impl_cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuFuncSetSharedSize", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuFuncSetSharedSize", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes)
 {
@@ -4690,7 +5512,7 @@ CUWIRE_EXPORT CUresult cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes)
 static inline CUresult cuwire_impl_cuGLCtxCreate(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGLCtxCreate", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGLCtxCreate", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGLCtxCreate(void)
 {
@@ -4708,7 +5530,7 @@ CUWIRE_EXPORT CUresult cuGLCtxCreate(void)
 static inline CUresult cuwire_impl_cuGLCtxCreate_v2(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGLCtxCreate_v2", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGLCtxCreate_v2", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGLCtxCreate_v2(void)
 {
@@ -4726,7 +5548,7 @@ CUWIRE_EXPORT CUresult cuGLCtxCreate_v2(void)
 static inline CUresult cuwire_impl_cuGLGetDevices(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGLGetDevices", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGLGetDevices", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGLGetDevices(void)
 {
@@ -4744,7 +5566,7 @@ CUWIRE_EXPORT CUresult cuGLGetDevices(void)
 static inline CUresult cuwire_impl_cuGLGetDevices_v2(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGLGetDevices_v2", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGLGetDevices_v2", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGLGetDevices_v2(void)
 {
@@ -4762,7 +5584,7 @@ CUWIRE_EXPORT CUresult cuGLGetDevices_v2(void)
 static inline CUresult cuwire_impl_cuGLInit(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGLInit", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGLInit", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGLInit(void)
 {
@@ -4780,7 +5602,7 @@ CUWIRE_EXPORT CUresult cuGLInit(void)
 static inline CUresult cuwire_impl_cuGLMapBufferObject(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGLMapBufferObject", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGLMapBufferObject", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGLMapBufferObject(void)
 {
@@ -4798,7 +5620,7 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObject(void)
 static inline CUresult cuwire_impl_cuGLMapBufferObjectAsync(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGLMapBufferObjectAsync", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGLMapBufferObjectAsync", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync(void)
 {
@@ -4816,7 +5638,7 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync(void)
 static inline CUresult cuwire_impl_cuGLMapBufferObjectAsync_v2(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGLMapBufferObjectAsync_v2", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGLMapBufferObjectAsync_v2", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync_v2(void)
 {
@@ -4834,7 +5656,7 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync_v2(void)
 static inline CUresult cuwire_impl_cuGLMapBufferObjectAsync_v2_ptsz(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGLMapBufferObjectAsync_v2_ptsz", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGLMapBufferObjectAsync_v2_ptsz", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync_v2_ptsz(void)
 {
@@ -4852,7 +5674,7 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync_v2_ptsz(void)
 static inline CUresult cuwire_impl_cuGLMapBufferObject_v2(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGLMapBufferObject_v2", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGLMapBufferObject_v2", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGLMapBufferObject_v2(void)
 {
@@ -4870,7 +5692,7 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObject_v2(void)
 static inline CUresult cuwire_impl_cuGLMapBufferObject_v2_ptds(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGLMapBufferObject_v2_ptds", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGLMapBufferObject_v2_ptds", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGLMapBufferObject_v2_ptds(void)
 {
@@ -4888,7 +5710,7 @@ CUWIRE_EXPORT CUresult cuGLMapBufferObject_v2_ptds(void)
 static inline CUresult cuwire_impl_cuGLRegisterBufferObject(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGLRegisterBufferObject", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGLRegisterBufferObject", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGLRegisterBufferObject(void)
 {
@@ -4906,7 +5728,7 @@ CUWIRE_EXPORT CUresult cuGLRegisterBufferObject(void)
 static inline CUresult cuwire_impl_cuGLSetBufferObjectMapFlags(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGLSetBufferObjectMapFlags", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGLSetBufferObjectMapFlags", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGLSetBufferObjectMapFlags(void)
 {
@@ -4924,7 +5746,7 @@ CUWIRE_EXPORT CUresult cuGLSetBufferObjectMapFlags(void)
 static inline CUresult cuwire_impl_cuGLUnmapBufferObject(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGLUnmapBufferObject", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGLUnmapBufferObject", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGLUnmapBufferObject(void)
 {
@@ -4942,7 +5764,7 @@ CUWIRE_EXPORT CUresult cuGLUnmapBufferObject(void)
 static inline CUresult cuwire_impl_cuGLUnmapBufferObjectAsync(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGLUnmapBufferObjectAsync", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGLUnmapBufferObjectAsync", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGLUnmapBufferObjectAsync(void)
 {
@@ -4960,7 +5782,7 @@ CUWIRE_EXPORT CUresult cuGLUnmapBufferObjectAsync(void)
 static inline CUresult cuwire_impl_cuGLUnregisterBufferObject(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGLUnregisterBufferObject", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGLUnregisterBufferObject", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGLUnregisterBufferObject(void)
 {
@@ -5073,7 +5895,7 @@ CUWIRE_EXPORT __typeof__(cuGetProcAddress_v2) cuGetProcAddress_v2_ptsz __attribu
 static inline CUresult cuwire_impl_cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddBatchMemOpNode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddBatchMemOpNode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
@@ -5091,7 +5913,7 @@ CUWIRE_EXPORT CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgrap
 static inline CUresult cuwire_impl_cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddChildGraphNode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddChildGraphNode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
 {
@@ -5109,7 +5931,7 @@ CUWIRE_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgrap
 static inline CUresult cuwire_impl_cuGraphAddDependencies(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddDependencies", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddDependencies", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddDependencies(void)
 {
@@ -5127,7 +5949,7 @@ CUWIRE_EXPORT CUresult cuGraphAddDependencies(void)
 static inline CUresult cuwire_impl_cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddDependencies_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddDependencies_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
@@ -5145,7 +5967,7 @@ CUWIRE_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNo
 static inline CUresult cuwire_impl_cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddEmptyNode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddEmptyNode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
 {
@@ -5163,7 +5985,7 @@ CUWIRE_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGr
 static inline CUresult cuwire_impl_cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddEventRecordNode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddEventRecordNode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
@@ -5181,7 +6003,7 @@ CUWIRE_EXPORT CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgra
 static inline CUresult cuwire_impl_cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddEventWaitNode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddEventWaitNode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
@@ -5199,7 +6021,7 @@ CUWIRE_EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph
 static inline CUresult cuwire_impl_cuGraphAddExternalSemaphoresSignalNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddExternalSemaphoresSignalNode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddExternalSemaphoresSignalNode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddExternalSemaphoresSignalNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
@@ -5217,7 +6039,7 @@ CUWIRE_EXPORT CUresult cuGraphAddExternalSemaphoresSignalNode(CUgraphNode *phGra
 static inline CUresult cuwire_impl_cuGraphAddExternalSemaphoresWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddExternalSemaphoresWaitNode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddExternalSemaphoresWaitNode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddExternalSemaphoresWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
@@ -5235,7 +6057,7 @@ CUWIRE_EXPORT CUresult cuGraphAddExternalSemaphoresWaitNode(CUgraphNode *phGraph
 static inline CUresult cuwire_impl_cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddHostNode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddHostNode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
@@ -5253,7 +6075,7 @@ CUWIRE_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGra
 static inline CUresult cuwire_impl_cuGraphAddKernelNode(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddKernelNode", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddKernelNode", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddKernelNode(void)
 {
@@ -5271,7 +6093,7 @@ CUWIRE_EXPORT CUresult cuGraphAddKernelNode(void)
 static inline CUresult cuwire_impl_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddKernelNode_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddKernelNode_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
@@ -5289,7 +6111,7 @@ CUWIRE_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph
 static inline CUresult cuwire_impl_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddMemAllocNode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddMemAllocNode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
@@ -5307,7 +6129,7 @@ CUWIRE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph 
 static inline CUresult cuwire_impl_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddMemFreeNode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddMemFreeNode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
@@ -5325,7 +6147,7 @@ CUWIRE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph h
 static inline CUresult cuwire_impl_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddMemcpyNode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddMemcpyNode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
@@ -5343,7 +6165,7 @@ CUWIRE_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hG
 static inline CUresult cuwire_impl_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddMemsetNode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddMemsetNode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
@@ -5361,7 +6183,7 @@ CUWIRE_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hG
 static inline CUresult cuwire_impl_cuGraphAddNode(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddNode", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddNode", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddNode(void)
 {
@@ -5379,7 +6201,7 @@ CUWIRE_EXPORT CUresult cuGraphAddNode(void)
 static inline CUresult cuwire_impl_cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphAddNode_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphAddNode_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams)
 {
@@ -5397,7 +6219,7 @@ CUWIRE_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGrap
 static inline CUresult cuwire_impl_cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams_out)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphBatchMemOpNodeGetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphBatchMemOpNodeGetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams_out)
 {
@@ -5415,7 +6237,7 @@ CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BA
 static inline CUresult cuwire_impl_cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphBatchMemOpNodeSetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphBatchMemOpNodeSetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
@@ -5433,7 +6255,7 @@ CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const C
 static inline CUresult cuwire_impl_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphChildGraphNodeGetGraph", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphChildGraphNodeGetGraph", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
@@ -5451,7 +6273,7 @@ CUWIRE_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph 
 static inline CUresult cuwire_impl_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphClone", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphClone", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
@@ -5469,7 +6291,7 @@ CUWIRE_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph
 static inline CUresult cuwire_impl_cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphConditionalHandleCreate", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphConditionalHandleCreate", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags)
 {
@@ -5487,7 +6309,7 @@ CUWIRE_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *
 static inline CUresult cuwire_impl_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphCreate", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphCreate", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
@@ -5505,7 +6327,7 @@ CUWIRE_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 static inline CUresult cuwire_impl_cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphDebugDotPrint", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphDebugDotPrint", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
 {
@@ -5523,7 +6345,7 @@ CUWIRE_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, un
 static inline CUresult cuwire_impl_cuGraphDestroy(CUgraph hGraph)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphDestroy", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphDestroy", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 {
@@ -5541,7 +6363,7 @@ CUWIRE_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 static inline CUresult cuwire_impl_cuGraphDestroyNode(CUgraphNode hNode)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphDestroyNode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphDestroyNode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
 {
@@ -5559,7 +6381,7 @@ CUWIRE_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
 static inline CUresult cuwire_impl_cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphEventRecordNodeGetEvent", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphEventRecordNodeGetEvent", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
 {
@@ -5577,7 +6399,7 @@ CUWIRE_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent
 static inline CUresult cuwire_impl_cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphEventRecordNodeSetEvent", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphEventRecordNodeSetEvent", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event)
 {
@@ -5595,7 +6417,7 @@ CUWIRE_EXPORT CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent
 static inline CUresult cuwire_impl_cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphEventWaitNodeGetEvent", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphEventWaitNodeGetEvent", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
 {
@@ -5613,7 +6435,7 @@ CUWIRE_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *
 static inline CUresult cuwire_impl_cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphEventWaitNodeSetEvent", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphEventWaitNodeSetEvent", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
 {
@@ -5631,7 +6453,7 @@ CUWIRE_EXPORT CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent e
 static inline CUresult cuwire_impl_cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExecBatchMemOpNodeSetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExecBatchMemOpNodeSetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
@@ -5649,7 +6471,7 @@ CUWIRE_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec
 static inline CUresult cuwire_impl_cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExecChildGraphNodeSetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExecChildGraphNodeSetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph)
 {
@@ -5667,7 +6489,7 @@ CUWIRE_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec
 static inline CUresult cuwire_impl_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExecDestroy", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExecDestroy", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -5685,7 +6507,7 @@ CUWIRE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 static inline CUresult cuwire_impl_cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExecEventRecordNodeSetEvent", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExecEventRecordNodeSetEvent", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
 {
@@ -5703,7 +6525,7 @@ CUWIRE_EXPORT CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec
 static inline CUresult cuwire_impl_cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExecEventWaitNodeSetEvent", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExecEventWaitNodeSetEvent", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
 {
@@ -5721,7 +6543,7 @@ CUWIRE_EXPORT CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, 
 static inline CUresult cuwire_impl_cuGraphExecExternalSemaphoresSignalNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExecExternalSemaphoresSignalNodeSetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExecExternalSemaphoresSignalNodeSetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
@@ -5739,7 +6561,7 @@ CUWIRE_EXPORT CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(CUgraphE
 static inline CUresult cuwire_impl_cuGraphExecExternalSemaphoresWaitNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExecExternalSemaphoresWaitNodeSetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExecExternalSemaphoresWaitNodeSetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
@@ -5757,7 +6579,7 @@ CUWIRE_EXPORT CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(CUgraphExe
 static inline CUresult cuwire_impl_cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExecGetFlags", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExecGetFlags", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)
 {
@@ -5775,7 +6597,7 @@ CUWIRE_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *f
 static inline CUresult cuwire_impl_cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExecHostNodeSetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExecHostNodeSetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
@@ -5793,7 +6615,7 @@ CUWIRE_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgr
 static inline CUresult cuwire_impl_cuGraphExecKernelNodeSetParams(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExecKernelNodeSetParams", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExecKernelNodeSetParams", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExecKernelNodeSetParams(void)
 {
@@ -5811,7 +6633,7 @@ CUWIRE_EXPORT CUresult cuGraphExecKernelNodeSetParams(void)
 static inline CUresult cuwire_impl_cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExecKernelNodeSetParams_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExecKernelNodeSetParams_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
@@ -5829,7 +6651,7 @@ CUWIRE_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec,
 static inline CUresult cuwire_impl_cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExecMemcpyNodeSetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExecMemcpyNodeSetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
@@ -5847,7 +6669,7 @@ CUWIRE_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CU
 static inline CUresult cuwire_impl_cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExecMemsetNodeSetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExecMemsetNodeSetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
@@ -5865,7 +6687,7 @@ CUWIRE_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CU
 static inline CUresult cuwire_impl_cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExecNodeSetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExecNodeSetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
@@ -5883,7 +6705,7 @@ CUWIRE_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphN
 static inline CUresult cuwire_impl_cuGraphExecUpdate(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExecUpdate", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExecUpdate", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExecUpdate(void)
 {
@@ -5901,7 +6723,7 @@ CUWIRE_EXPORT CUresult cuGraphExecUpdate(void)
 static inline CUresult cuwire_impl_cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExecUpdate_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExecUpdate_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
 {
@@ -5919,7 +6741,7 @@ CUWIRE_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGra
 static inline CUresult cuwire_impl_cuGraphExternalSemaphoresSignalNodeGetParams(CUgraphNode hNode, CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *params_out)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExternalSemaphoresSignalNodeGetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExternalSemaphoresSignalNodeGetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeGetParams(CUgraphNode hNode, CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *params_out)
 {
@@ -5937,7 +6759,7 @@ CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeGetParams(CUgraphNode 
 static inline CUresult cuwire_impl_cuGraphExternalSemaphoresSignalNodeSetParams(CUgraphNode hNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExternalSemaphoresSignalNodeSetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExternalSemaphoresSignalNodeSetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeSetParams(CUgraphNode hNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
@@ -5955,7 +6777,7 @@ CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeSetParams(CUgraphNode 
 static inline CUresult cuwire_impl_cuGraphExternalSemaphoresWaitNodeGetParams(CUgraphNode hNode, CUDA_EXT_SEM_WAIT_NODE_PARAMS *params_out)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExternalSemaphoresWaitNodeGetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExternalSemaphoresWaitNodeGetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeGetParams(CUgraphNode hNode, CUDA_EXT_SEM_WAIT_NODE_PARAMS *params_out)
 {
@@ -5973,7 +6795,7 @@ CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeGetParams(CUgraphNode hN
 static inline CUresult cuwire_impl_cuGraphExternalSemaphoresWaitNodeSetParams(CUgraphNode hNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphExternalSemaphoresWaitNodeSetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphExternalSemaphoresWaitNodeSetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeSetParams(CUgraphNode hNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
@@ -5991,7 +6813,7 @@ CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeSetParams(CUgraphNode hN
 static inline CUresult cuwire_impl_cuGraphGetEdges(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphGetEdges", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphGetEdges", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphGetEdges(void)
 {
@@ -6009,7 +6831,7 @@ CUWIRE_EXPORT CUresult cuGraphGetEdges(void)
 static inline CUresult cuwire_impl_cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData, size_t *numEdges)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphGetEdges_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphGetEdges_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData, size_t *numEdges)
 {
@@ -6027,7 +6849,7 @@ CUWIRE_EXPORT CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUg
 static inline CUresult cuwire_impl_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphGetNodes", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphGetNodes", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
@@ -6045,7 +6867,7 @@ CUWIRE_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_
 static inline CUresult cuwire_impl_cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphGetRootNodes", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphGetRootNodes", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
 {
@@ -6063,7 +6885,7 @@ CUWIRE_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNode
 static inline CUresult cuwire_impl_cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphHostNodeGetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphHostNodeGetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
 {
@@ -6081,7 +6903,7 @@ CUWIRE_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NOD
 static inline CUresult cuwire_impl_cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphHostNodeSetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphHostNodeSetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
@@ -6099,7 +6921,7 @@ CUWIRE_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HO
 static inline CUresult cuwire_impl_cuGraphInstantiate(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphInstantiate", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphInstantiate", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphInstantiate(void)
 {
@@ -6117,7 +6939,7 @@ CUWIRE_EXPORT CUresult cuGraphInstantiate(void)
 static inline CUresult cuwire_impl_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphInstantiateWithFlags", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphInstantiateWithFlags", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -6135,7 +6957,7 @@ CUWIRE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUg
 static inline CUresult cuwire_impl_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphInstantiateWithParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphInstantiateWithParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -6154,7 +6976,7 @@ CUWIRE_EXPORT __typeof__(cuGraphInstantiateWithParams) cuGraphInstantiateWithPar
 static inline CUresult cuwire_impl_cuGraphInstantiate_v2(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphInstantiate_v2", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphInstantiate_v2", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphInstantiate_v2(void)
 {
@@ -6172,7 +6994,7 @@ CUWIRE_EXPORT CUresult cuGraphInstantiate_v2(void)
 static inline CUresult cuwire_impl_cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeCopyAttributes", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphKernelNodeCopyAttributes", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
 {
@@ -6190,7 +7012,7 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphN
 static inline CUresult cuwire_impl_cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, CUkernelNodeAttrValue *value_out)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeGetAttribute", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphKernelNodeGetAttribute", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, CUkernelNodeAttrValue *value_out)
 {
@@ -6208,7 +7030,7 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernel
 static inline CUresult cuwire_impl_cuGraphKernelNodeGetParams(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeGetParams", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphKernelNodeGetParams", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphKernelNodeGetParams(void)
 {
@@ -6226,7 +7048,7 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeGetParams(void)
 static inline CUresult cuwire_impl_cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeGetParams_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphKernelNodeGetParams_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
@@ -6244,7 +7066,7 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KER
 static inline CUresult cuwire_impl_cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue *value)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeSetAttribute", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphKernelNodeSetAttribute", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue *value)
 {
@@ -6262,7 +7084,7 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernel
 static inline CUresult cuwire_impl_cuGraphKernelNodeSetParams(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeSetParams", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphKernelNodeSetParams", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphKernelNodeSetParams(void)
 {
@@ -6280,7 +7102,7 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeSetParams(void)
 static inline CUresult cuwire_impl_cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphKernelNodeSetParams_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphKernelNodeSetParams_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
@@ -6298,7 +7120,7 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CU
 static inline CUresult cuwire_impl_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphLaunch", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphLaunch", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -6317,7 +7139,7 @@ CUWIRE_EXPORT __typeof__(cuGraphLaunch) cuGraphLaunch_ptsz __attribute__((alias(
 static inline CUresult cuwire_impl_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphMemAllocNodeGetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphMemAllocNodeGetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
@@ -6335,7 +7157,7 @@ CUWIRE_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_
 static inline CUresult cuwire_impl_cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphMemFreeNodeGetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphMemFreeNodeGetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
 {
@@ -6353,7 +7175,7 @@ CUWIRE_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdevicept
 static inline CUresult cuwire_impl_cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphMemcpyNodeGetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphMemcpyNodeGetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams)
 {
@@ -6371,7 +7193,7 @@ CUWIRE_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY
 static inline CUresult cuwire_impl_cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphMemcpyNodeSetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphMemcpyNodeSetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
 {
@@ -6389,7 +7211,7 @@ CUWIRE_EXPORT CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_
 static inline CUresult cuwire_impl_cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphMemsetNodeGetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphMemsetNodeGetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
@@ -6407,7 +7229,7 @@ CUWIRE_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET
 static inline CUresult cuwire_impl_cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphMemsetNodeSetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphMemsetNodeSetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
@@ -6425,7 +7247,7 @@ CUWIRE_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_
 static inline CUresult cuwire_impl_cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphNodeFindInClone", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphNodeFindInClone", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph)
 {
@@ -6443,7 +7265,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode h
 static inline CUresult cuwire_impl_cuGraphNodeGetDependencies(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphNodeGetDependencies", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphNodeGetDependencies", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphNodeGetDependencies(void)
 {
@@ -6461,7 +7283,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetDependencies(void)
 static inline CUresult cuwire_impl_cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependencies, CUgraphEdgeData *edgeData, size_t *numDependencies)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphNodeGetDependencies_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphNodeGetDependencies_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependencies, CUgraphEdgeData *edgeData, size_t *numDependencies)
 {
@@ -6479,7 +7301,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphN
 static inline CUresult cuwire_impl_cuGraphNodeGetDependentNodes(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphNodeGetDependentNodes", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphNodeGetDependentNodes", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphNodeGetDependentNodes(void)
 {
@@ -6497,7 +7319,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetDependentNodes(void)
 static inline CUresult cuwire_impl_cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *dependentNodes, CUgraphEdgeData *edgeData, size_t *numDependentNodes)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphNodeGetDependentNodes_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphNodeGetDependentNodes_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *dependentNodes, CUgraphEdgeData *edgeData, size_t *numDependentNodes)
 {
@@ -6515,7 +7337,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgrap
 static inline CUresult cuwire_impl_cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphNodeGetEnabled", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphNodeGetEnabled", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled)
 {
@@ -6533,7 +7355,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode
 static inline CUresult cuwire_impl_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphNodeGetType", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphNodeGetType", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
@@ -6551,7 +7373,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *ty
 static inline CUresult cuwire_impl_cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphNodeSetEnabled", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphNodeSetEnabled", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled)
 {
@@ -6569,7 +7391,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode
 static inline CUresult cuwire_impl_cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphNodeSetParams", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphNodeSetParams", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
@@ -6587,7 +7409,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams
 static inline CUresult cuwire_impl_cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphReleaseUserObject", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphReleaseUserObject", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count)
 {
@@ -6605,7 +7427,7 @@ CUWIRE_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject obje
 static inline CUresult cuwire_impl_cuGraphRemoveDependencies(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphRemoveDependencies", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphRemoveDependencies", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphRemoveDependencies(void)
 {
@@ -6623,7 +7445,7 @@ CUWIRE_EXPORT CUresult cuGraphRemoveDependencies(void)
 static inline CUresult cuwire_impl_cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphRemoveDependencies_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphRemoveDependencies_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
@@ -6641,7 +7463,7 @@ CUWIRE_EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgrap
 static inline CUresult cuwire_impl_cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphRetainUserObject", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphRetainUserObject", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags)
 {
@@ -6659,7 +7481,7 @@ CUWIRE_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject objec
 static inline CUresult cuwire_impl_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphUpload", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphUpload", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -6678,7 +7500,7 @@ CUWIRE_EXPORT __typeof__(cuGraphUpload) cuGraphUpload_ptsz __attribute__((alias(
 static inline CUresult cuwire_impl_cuGraphicsEGLRegisterImage(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphicsEGLRegisterImage", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphicsEGLRegisterImage", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphicsEGLRegisterImage(void)
 {
@@ -6696,7 +7518,7 @@ CUWIRE_EXPORT CUresult cuGraphicsEGLRegisterImage(void)
 static inline CUresult cuwire_impl_cuGraphicsGLRegisterBuffer(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphicsGLRegisterBuffer", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphicsGLRegisterBuffer", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphicsGLRegisterBuffer(void)
 {
@@ -6714,7 +7536,7 @@ CUWIRE_EXPORT CUresult cuGraphicsGLRegisterBuffer(void)
 static inline CUresult cuwire_impl_cuGraphicsGLRegisterImage(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphicsGLRegisterImage", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphicsGLRegisterImage", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphicsGLRegisterImage(void)
 {
@@ -6732,7 +7554,7 @@ CUWIRE_EXPORT CUresult cuGraphicsGLRegisterImage(void)
 static inline CUresult cuwire_impl_cuGraphicsMapResources(unsigned int count, CUgraphicsResource *resources, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphicsMapResources", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphicsMapResources", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphicsMapResources(unsigned int count, CUgraphicsResource *resources, CUstream hStream)
 {
@@ -6751,7 +7573,7 @@ CUWIRE_EXPORT __typeof__(cuGraphicsMapResources) cuGraphicsMapResources_ptsz __a
 static inline CUresult cuwire_impl_cuGraphicsResourceGetMappedEglFrame(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphicsResourceGetMappedEglFrame", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphicsResourceGetMappedEglFrame", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedEglFrame(void)
 {
@@ -6769,7 +7591,7 @@ CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedEglFrame(void)
 static inline CUresult cuwire_impl_cuGraphicsResourceGetMappedMipmappedArray(CUmipmappedArray *pMipmappedArray, CUgraphicsResource resource)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphicsResourceGetMappedMipmappedArray", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphicsResourceGetMappedMipmappedArray", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedMipmappedArray(CUmipmappedArray *pMipmappedArray, CUgraphicsResource resource)
 {
@@ -6787,7 +7609,7 @@ CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedMipmappedArray(CUmipmappedArra
 static inline CUresult cuwire_impl_cuGraphicsResourceGetMappedPointer(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphicsResourceGetMappedPointer", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphicsResourceGetMappedPointer", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedPointer(void)
 {
@@ -6805,7 +7627,7 @@ CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedPointer(void)
 static inline CUresult cuwire_impl_cuGraphicsResourceGetMappedPointer_v2(CUdeviceptr *pDevPtr, size_t *pSize, CUgraphicsResource resource)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphicsResourceGetMappedPointer_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphicsResourceGetMappedPointer_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedPointer_v2(CUdeviceptr *pDevPtr, size_t *pSize, CUgraphicsResource resource)
 {
@@ -6823,7 +7645,7 @@ CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedPointer_v2(CUdeviceptr *pDevPt
 static inline CUresult cuwire_impl_cuGraphicsResourceSetMapFlags(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphicsResourceSetMapFlags", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphicsResourceSetMapFlags", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphicsResourceSetMapFlags(void)
 {
@@ -6841,7 +7663,7 @@ CUWIRE_EXPORT CUresult cuGraphicsResourceSetMapFlags(void)
 static inline CUresult cuwire_impl_cuGraphicsResourceSetMapFlags_v2(CUgraphicsResource resource, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphicsResourceSetMapFlags_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphicsResourceSetMapFlags_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphicsResourceSetMapFlags_v2(CUgraphicsResource resource, unsigned int flags)
 {
@@ -6859,7 +7681,7 @@ CUWIRE_EXPORT CUresult cuGraphicsResourceSetMapFlags_v2(CUgraphicsResource resou
 static inline CUresult cuwire_impl_cuGraphicsSubResourceGetMappedArray(CUarray *pArray, CUgraphicsResource resource, unsigned int arrayIndex, unsigned int mipLevel)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphicsSubResourceGetMappedArray", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphicsSubResourceGetMappedArray", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphicsSubResourceGetMappedArray(CUarray *pArray, CUgraphicsResource resource, unsigned int arrayIndex, unsigned int mipLevel)
 {
@@ -6877,7 +7699,7 @@ CUWIRE_EXPORT CUresult cuGraphicsSubResourceGetMappedArray(CUarray *pArray, CUgr
 static inline CUresult cuwire_impl_cuGraphicsUnmapResources(unsigned int count, CUgraphicsResource *resources, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphicsUnmapResources", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphicsUnmapResources", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphicsUnmapResources(unsigned int count, CUgraphicsResource *resources, CUstream hStream)
 {
@@ -6896,7 +7718,7 @@ CUWIRE_EXPORT __typeof__(cuGraphicsUnmapResources) cuGraphicsUnmapResources_ptsz
 static inline CUresult cuwire_impl_cuGraphicsUnregisterResource(CUgraphicsResource resource)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphicsUnregisterResource", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphicsUnregisterResource", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphicsUnregisterResource(CUgraphicsResource resource)
 {
@@ -6914,7 +7736,7 @@ CUWIRE_EXPORT CUresult cuGraphicsUnregisterResource(CUgraphicsResource resource)
 static inline CUresult cuwire_impl_cuGraphicsVDPAURegisterOutputSurface(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphicsVDPAURegisterOutputSurface", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphicsVDPAURegisterOutputSurface", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphicsVDPAURegisterOutputSurface(void)
 {
@@ -6932,7 +7754,7 @@ CUWIRE_EXPORT CUresult cuGraphicsVDPAURegisterOutputSurface(void)
 static inline CUresult cuwire_impl_cuGraphicsVDPAURegisterVideoSurface(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGraphicsVDPAURegisterVideoSurface", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGraphicsVDPAURegisterVideoSurface", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGraphicsVDPAURegisterVideoSurface(void)
 {
@@ -6950,7 +7772,7 @@ CUWIRE_EXPORT CUresult cuGraphicsVDPAURegisterVideoSurface(void)
 static inline CUresult cuwire_impl_cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGreenCtxCreate", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGreenCtxCreate", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)
 {
@@ -6968,7 +7790,7 @@ CUWIRE_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc des
 static inline CUresult cuwire_impl_cuGreenCtxDestroy(CUgreenCtx hCtx)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGreenCtxDestroy", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGreenCtxDestroy", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
 {
@@ -6986,7 +7808,7 @@ CUWIRE_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
 static inline CUresult cuwire_impl_cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource *resource, CUdevResourceType type)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGreenCtxGetDevResource", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGreenCtxGetDevResource", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource *resource, CUdevResourceType type)
 {
@@ -7004,7 +7826,7 @@ CUWIRE_EXPORT CUresult cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource *
 static inline CUresult cuwire_impl_cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *greenCtxId)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGreenCtxGetId", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGreenCtxGetId", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *greenCtxId)
 {
@@ -7022,7 +7844,7 @@ CUWIRE_EXPORT CUresult cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *
 static inline CUresult cuwire_impl_cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGreenCtxRecordEvent", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGreenCtxRecordEvent", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent)
 {
@@ -7040,7 +7862,7 @@ CUWIRE_EXPORT CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent)
 static inline CUresult cuwire_impl_cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx, unsigned int flags, int priority)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGreenCtxStreamCreate", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGreenCtxStreamCreate", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx, unsigned int flags, int priority)
 {
@@ -7058,7 +7880,7 @@ CUWIRE_EXPORT CUresult cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx gre
 static inline CUresult cuwire_impl_cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuGreenCtxWaitEvent", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuGreenCtxWaitEvent", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent)
 {
@@ -7076,7 +7898,7 @@ CUWIRE_EXPORT CUresult cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent)
 static inline CUresult cuwire_impl_cuImportExternalMemory(CUexternalMemory *extMem_out, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *memHandleDesc)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuImportExternalMemory", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuImportExternalMemory", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuImportExternalMemory(CUexternalMemory *extMem_out, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *memHandleDesc)
 {
@@ -7094,7 +7916,7 @@ CUWIRE_EXPORT CUresult cuImportExternalMemory(CUexternalMemory *extMem_out, cons
 static inline CUresult cuwire_impl_cuImportExternalSemaphore(CUexternalSemaphore *extSem_out, const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *semHandleDesc)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuImportExternalSemaphore", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuImportExternalSemaphore", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuImportExternalSemaphore(CUexternalSemaphore *extSem_out, const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *semHandleDesc)
 {
@@ -7130,7 +7952,7 @@ CUWIRE_EXPORT CUresult cuInit(unsigned int Flags)
 static inline CUresult cuwire_impl_cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuIpcCloseMemHandle", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuIpcCloseMemHandle", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
@@ -7148,7 +7970,7 @@ CUWIRE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 static inline CUresult cuwire_impl_cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuIpcGetEventHandle", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuIpcGetEventHandle", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
 {
@@ -7166,7 +7988,7 @@ CUWIRE_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent ev
 static inline CUresult cuwire_impl_cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuIpcGetMemHandle", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuIpcGetMemHandle", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
@@ -7184,7 +8006,7 @@ CUWIRE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dp
 static inline CUresult cuwire_impl_cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuIpcOpenEventHandle", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuIpcOpenEventHandle", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
 {
@@ -7202,7 +8024,7 @@ CUWIRE_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle h
 static inline CUresult cuwire_impl_cuIpcOpenMemHandle(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuIpcOpenMemHandle", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuIpcOpenMemHandle", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuIpcOpenMemHandle(void)
 {
@@ -7220,7 +8042,7 @@ CUWIRE_EXPORT CUresult cuIpcOpenMemHandle(void)
 static inline CUresult cuwire_impl_cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuIpcOpenMemHandle_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuIpcOpenMemHandle_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
@@ -7278,7 +8100,7 @@ CUWIRE_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 static inline CUresult cuwire_impl_cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuKernelGetLibrary", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuKernelGetLibrary", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
 {
@@ -7376,7 +8198,7 @@ CUWIRE_EXPORT CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache conf
 static inline CUresult cuwire_impl_cuLaunch(CUfunction f)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLaunch", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLaunch", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLaunch(CUfunction f)
 {
@@ -7394,7 +8216,7 @@ CUWIRE_EXPORT CUresult cuLaunch(CUfunction f)
 static inline CUresult cuwire_impl_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLaunchCooperativeKernel", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLaunchCooperativeKernel", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -7413,7 +8235,7 @@ CUWIRE_EXPORT __typeof__(cuLaunchCooperativeKernel) cuLaunchCooperativeKernel_pt
 static inline CUresult cuwire_impl_cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLaunchCooperativeKernelMultiDevice", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLaunchCooperativeKernelMultiDevice", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices, unsigned int flags)
 {
@@ -7431,7 +8253,7 @@ CUWIRE_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *
 static inline CUresult cuwire_impl_cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLaunchGrid", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLaunchGrid", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
 {
@@ -7449,7 +8271,7 @@ CUWIRE_EXPORT CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_heigh
 static inline CUresult cuwire_impl_cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLaunchGridAsync", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLaunchGridAsync", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream hStream)
 {
@@ -7467,7 +8289,7 @@ CUWIRE_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_
 static inline CUresult cuwire_impl_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLaunchHostFunc", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLaunchHostFunc", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -7489,7 +8311,7 @@ static inline CUresult cuwire_impl_cuLaunchKernel(CUfunction f, unsigned int gri
 {
     int fast = cuwire_fast_cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
     if (fast >= 0)
-        return (CUresult)cuwire_rt_status(fast);
+        return (CUresult)fast;
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuLaunchKernel((uint64_t)(uintptr_t)f, (uint64_t)gridDimX, (uint64_t)gridDimY, (uint64_t)gridDimZ, (uint64_t)blockDimX, (uint64_t)blockDimY, (uint64_t)blockDimZ, (uint64_t)sharedMemBytes, (uint64_t)(uintptr_t)hStream, (void *)kernelParams, (void *)extra));
@@ -7514,7 +8336,7 @@ static inline CUresult cuwire_impl_cuLaunchKernelEx(const CUlaunchConfig *config
 {
     int fast = cuwire_fast_cuLaunchKernelEx(config, f, kernelParams, extra);
     if (fast >= 0)
-        return (CUresult)cuwire_rt_status(fast);
+        return (CUresult)fast;
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuLaunchKernelEx((void *)config, sizeof *config, (uint64_t)(uintptr_t)f, (void *)kernelParams, (void *)extra));
@@ -7536,7 +8358,7 @@ CUWIRE_EXPORT __typeof__(cuLaunchKernelEx) cuLaunchKernelEx_ptsz __attribute__((
 static inline CUresult cuwire_impl_cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLibraryEnumerateKernels", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLibraryEnumerateKernels", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib)
 {
@@ -7594,7 +8416,7 @@ CUWIRE_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, 
 static inline CUresult cuwire_impl_cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLibraryGetKernelCount", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLibraryGetKernelCount", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
 {
@@ -7612,7 +8434,7 @@ CUWIRE_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary li
 static inline CUresult cuwire_impl_cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLibraryGetManaged", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLibraryGetManaged", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
@@ -7650,7 +8472,7 @@ CUWIRE_EXPORT CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
 static inline CUresult cuwire_impl_cuLibraryGetUnifiedFunction(void **fptr, CUlibrary library, const char *symbol)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLibraryGetUnifiedFunction", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLibraryGetUnifiedFunction", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLibraryGetUnifiedFunction(void **fptr, CUlibrary library, const char *symbol)
 {
@@ -7688,7 +8510,7 @@ CUWIRE_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, C
 static inline CUresult cuwire_impl_cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLibraryLoadFromFile", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLibraryLoadFromFile", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
@@ -7724,7 +8546,7 @@ CUWIRE_EXPORT CUresult cuLibraryUnload(CUlibrary library)
 static inline CUresult cuwire_impl_cuLinkAddData(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLinkAddData", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLinkAddData", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLinkAddData(void)
 {
@@ -7742,7 +8564,7 @@ CUWIRE_EXPORT CUresult cuLinkAddData(void)
 static inline CUresult cuwire_impl_cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLinkAddData_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLinkAddData_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
@@ -7760,7 +8582,7 @@ CUWIRE_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, 
 static inline CUresult cuwire_impl_cuLinkAddFile(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLinkAddFile", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLinkAddFile", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLinkAddFile(void)
 {
@@ -7778,7 +8600,7 @@ CUWIRE_EXPORT CUresult cuLinkAddFile(void)
 static inline CUresult cuwire_impl_cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLinkAddFile_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLinkAddFile_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
@@ -7796,7 +8618,7 @@ CUWIRE_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, 
 static inline CUresult cuwire_impl_cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLinkComplete", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLinkComplete", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
 {
@@ -7814,7 +8636,7 @@ CUWIRE_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t
 static inline CUresult cuwire_impl_cuLinkCreate(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLinkCreate", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLinkCreate", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLinkCreate(void)
 {
@@ -7832,7 +8654,7 @@ CUWIRE_EXPORT CUresult cuLinkCreate(void)
 static inline CUresult cuwire_impl_cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLinkCreate_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLinkCreate_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut)
 {
@@ -7850,7 +8672,7 @@ CUWIRE_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *op
 static inline CUresult cuwire_impl_cuLinkDestroy(CUlinkState state)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLinkDestroy", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLinkDestroy", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 {
@@ -7868,7 +8690,7 @@ CUWIRE_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 static inline CUresult cuwire_impl_cuLogsCurrent(CUlogIterator *iterator_out, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLogsCurrent", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLogsCurrent", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLogsCurrent(CUlogIterator *iterator_out, unsigned int flags)
 {
@@ -7886,7 +8708,7 @@ CUWIRE_EXPORT CUresult cuLogsCurrent(CUlogIterator *iterator_out, unsigned int f
 static inline CUresult cuwire_impl_cuLogsDumpToFile(CUlogIterator *iterator, const char *pathToFile, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLogsDumpToFile", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLogsDumpToFile", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLogsDumpToFile(CUlogIterator *iterator, const char *pathToFile, unsigned int flags)
 {
@@ -7904,7 +8726,7 @@ CUWIRE_EXPORT CUresult cuLogsDumpToFile(CUlogIterator *iterator, const char *pat
 static inline CUresult cuwire_impl_cuLogsDumpToMemory(CUlogIterator *iterator, char *buffer, size_t *size, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLogsDumpToMemory", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLogsDumpToMemory", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLogsDumpToMemory(CUlogIterator *iterator, char *buffer, size_t *size, unsigned int flags)
 {
@@ -7922,7 +8744,7 @@ CUWIRE_EXPORT CUresult cuLogsDumpToMemory(CUlogIterator *iterator, char *buffer,
 static inline CUresult cuwire_impl_cuLogsRegisterCallback(CUlogsCallback callbackFunc, void *userData, CUlogsCallbackHandle *callback_out)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLogsRegisterCallback", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLogsRegisterCallback", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLogsRegisterCallback(CUlogsCallback callbackFunc, void *userData, CUlogsCallbackHandle *callback_out)
 {
@@ -7940,7 +8762,7 @@ CUWIRE_EXPORT CUresult cuLogsRegisterCallback(CUlogsCallback callbackFunc, void 
 static inline CUresult cuwire_impl_cuLogsUnregisterCallback(CUlogsCallbackHandle callback)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuLogsUnregisterCallback", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuLogsUnregisterCallback", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle callback)
 {
@@ -7958,7 +8780,7 @@ CUWIRE_EXPORT CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle callback)
 static inline CUresult cuwire_impl_cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemAddressFree", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemAddressFree", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
@@ -7976,7 +8798,7 @@ CUWIRE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 static inline CUresult cuwire_impl_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemAddressReserve", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemAddressReserve", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
 {
@@ -7994,7 +8816,7 @@ CUWIRE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t
 static inline CUresult cuwire_impl_cuMemAdvise(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemAdvise", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemAdvise", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemAdvise(void)
 {
@@ -8012,7 +8834,7 @@ CUWIRE_EXPORT CUresult cuMemAdvise(void)
 static inline CUresult cuwire_impl_cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemAdvise_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemAdvise_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
 {
@@ -8030,7 +8852,7 @@ CUWIRE_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_ad
 static inline CUresult cuwire_impl_cuMemAlloc(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemAlloc", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemAlloc", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemAlloc(void)
 {
@@ -8069,7 +8891,7 @@ CUWIRE_EXPORT __typeof__(cuMemAllocAsync) cuMemAllocAsync_ptsz __attribute__((al
 static inline CUresult cuwire_impl_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemAllocFromPoolAsync", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemAllocFromPoolAsync", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
@@ -8088,7 +8910,7 @@ CUWIRE_EXPORT __typeof__(cuMemAllocFromPoolAsync) cuMemAllocFromPoolAsync_ptsz _
 static inline CUresult cuwire_impl_cuMemAllocHost(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemAllocHost", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemAllocHost", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemAllocHost(void)
 {
@@ -8124,7 +8946,7 @@ CUWIRE_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 static inline CUresult cuwire_impl_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemAllocManaged", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemAllocManaged", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
@@ -8142,7 +8964,7 @@ CUWIRE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, uns
 static inline CUresult cuwire_impl_cuMemAllocPitch(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemAllocPitch", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemAllocPitch", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemAllocPitch(void)
 {
@@ -8200,7 +9022,7 @@ CUWIRE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 static inline CUresult cuwire_impl_cuMemBatchDecompressAsync(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemBatchDecompressAsync", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemBatchDecompressAsync", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemBatchDecompressAsync(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream)
 {
@@ -8219,7 +9041,7 @@ CUWIRE_EXPORT __typeof__(cuMemBatchDecompressAsync) cuMemBatchDecompressAsync_pt
 static inline CUresult cuwire_impl_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemCreate", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemCreate", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
@@ -8237,7 +9059,7 @@ CUWIRE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t 
 static inline CUresult cuwire_impl_cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemDiscardAndPrefetchBatchAsync", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemDiscardAndPrefetchBatchAsync", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
@@ -8256,7 +9078,7 @@ CUWIRE_EXPORT __typeof__(cuMemDiscardAndPrefetchBatchAsync) cuMemDiscardAndPrefe
 static inline CUresult cuwire_impl_cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemDiscardBatchAsync", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemDiscardBatchAsync", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream)
 {
@@ -8275,7 +9097,7 @@ CUWIRE_EXPORT __typeof__(cuMemDiscardBatchAsync) cuMemDiscardBatchAsync_ptsz __a
 static inline CUresult cuwire_impl_cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemExportToShareableHandle", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemExportToShareableHandle", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
@@ -8293,7 +9115,7 @@ CUWIRE_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmem
 static inline CUresult cuwire_impl_cuMemFree(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemFree", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemFree", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemFree(void)
 {
@@ -8370,7 +9192,7 @@ CUWIRE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 static inline CUresult cuwire_impl_cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemGetAccess", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemGetAccess", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
 {
@@ -8388,7 +9210,7 @@ CUWIRE_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLoca
 static inline CUresult cuwire_impl_cuMemGetAddressRange(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemGetAddressRange", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemGetAddressRange", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemGetAddressRange(void)
 {
@@ -8426,7 +9248,7 @@ CUWIRE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize
 static inline CUresult cuwire_impl_cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemGetAllocationGranularity", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemGetAllocationGranularity", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
 {
@@ -8444,7 +9266,7 @@ CUWIRE_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const 
 static inline CUresult cuwire_impl_cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemGetAllocationPropertiesFromHandle", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemGetAllocationPropertiesFromHandle", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
 {
@@ -8462,7 +9284,7 @@ CUWIRE_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationPro
 static inline CUresult cuwire_impl_cuMemGetAttribute(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemGetAttribute", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemGetAttribute", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemGetAttribute(void)
 {
@@ -8480,7 +9302,7 @@ CUWIRE_EXPORT CUresult cuMemGetAttribute(void)
 static inline CUresult cuwire_impl_cuMemGetAttribute_v2(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemGetAttribute_v2", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemGetAttribute_v2", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemGetAttribute_v2(void)
 {
@@ -8498,7 +9320,7 @@ CUWIRE_EXPORT CUresult cuMemGetAttribute_v2(void)
 static inline CUresult cuwire_impl_cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemGetDefaultMemPool", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemGetDefaultMemPool", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
 {
@@ -8516,7 +9338,7 @@ CUWIRE_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocat
 static inline CUresult cuwire_impl_cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType handleType, unsigned long long flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemGetHandleForAddressRange", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemGetHandleForAddressRange", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType handleType, unsigned long long flags)
 {
@@ -8534,7 +9356,7 @@ CUWIRE_EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr d
 static inline CUresult cuwire_impl_cuMemGetInfo(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemGetInfo", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemGetInfo", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemGetInfo(void)
 {
@@ -8572,7 +9394,7 @@ CUWIRE_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 static inline CUresult cuwire_impl_cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemGetMemPool", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemGetMemPool", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
 {
@@ -8608,7 +9430,7 @@ CUWIRE_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int F
 static inline CUresult cuwire_impl_cuMemHostGetDevicePointer(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemHostGetDevicePointer", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemHostGetDevicePointer", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemHostGetDevicePointer(void)
 {
@@ -8626,7 +9448,7 @@ CUWIRE_EXPORT CUresult cuMemHostGetDevicePointer(void)
 static inline CUresult cuwire_impl_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemHostGetDevicePointer_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemHostGetDevicePointer_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
 {
@@ -8662,7 +9484,7 @@ CUWIRE_EXPORT CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
 static inline CUresult cuwire_impl_cuMemHostRegister(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemHostRegister", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemHostRegister", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemHostRegister(void)
 {
@@ -8716,7 +9538,7 @@ CUWIRE_EXPORT CUresult cuMemHostUnregister(void *p)
 static inline CUresult cuwire_impl_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemImportFromShareableHandle", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemImportFromShareableHandle", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType)
 {
@@ -8734,7 +9556,7 @@ CUWIRE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHand
 static inline CUresult cuwire_impl_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemMap", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemMap", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
@@ -8752,7 +9574,7 @@ CUWIRE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUm
 static inline CUresult cuwire_impl_cuMemMapArrayAsync(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemMapArrayAsync", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemMapArrayAsync", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemMapArrayAsync(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream)
 {
@@ -8771,7 +9593,7 @@ CUWIRE_EXPORT __typeof__(cuMemMapArrayAsync) cuMemMapArrayAsync_ptsz __attribute
 static inline CUresult cuwire_impl_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemPoolCreate", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemPoolCreate", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
@@ -8789,7 +9611,7 @@ CUWIRE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps 
 static inline CUresult cuwire_impl_cuMemPoolDestroy(CUmemoryPool pool)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemPoolDestroy", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemPoolDestroy", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
@@ -8807,7 +9629,7 @@ CUWIRE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 static inline CUresult cuwire_impl_cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemPoolExportPointer", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemPoolExportPointer", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
 {
@@ -8825,7 +9647,7 @@ CUWIRE_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_
 static inline CUresult cuwire_impl_cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemPoolExportToShareableHandle", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemPoolExportToShareableHandle", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
@@ -8843,7 +9665,7 @@ CUWIRE_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemo
 static inline CUresult cuwire_impl_cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemPoolGetAccess", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemPoolGetAccess", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location)
 {
@@ -8861,7 +9683,7 @@ CUWIRE_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool
 static inline CUresult cuwire_impl_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemPoolGetAttribute", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemPoolGetAttribute", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
@@ -8879,7 +9701,7 @@ CUWIRE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attrib
 static inline CUresult cuwire_impl_cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemPoolImportFromShareableHandle", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemPoolImportFromShareableHandle", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
@@ -8897,7 +9719,7 @@ CUWIRE_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out
 static inline CUresult cuwire_impl_cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemPoolImportPointer", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemPoolImportPointer", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)
 {
@@ -8915,7 +9737,7 @@ CUWIRE_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool
 static inline CUresult cuwire_impl_cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemPoolSetAccess", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemPoolSetAccess", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
 {
@@ -8933,7 +9755,7 @@ CUWIRE_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDe
 static inline CUresult cuwire_impl_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemPoolSetAttribute", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemPoolSetAttribute", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
@@ -8951,7 +9773,7 @@ CUWIRE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attrib
 static inline CUresult cuwire_impl_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemPoolTrimTo", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemPoolTrimTo", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
@@ -8969,7 +9791,7 @@ CUWIRE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 static inline CUresult cuwire_impl_cuMemPrefetchAsync(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemPrefetchAsync", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemPrefetchAsync", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemPrefetchAsync(void)
 {
@@ -8987,7 +9809,7 @@ CUWIRE_EXPORT CUresult cuMemPrefetchAsync(void)
 static inline CUresult cuwire_impl_cuMemPrefetchAsync_ptsz(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemPrefetchAsync_ptsz", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemPrefetchAsync_ptsz", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemPrefetchAsync_ptsz(void)
 {
@@ -9005,7 +9827,7 @@ CUWIRE_EXPORT CUresult cuMemPrefetchAsync_ptsz(void)
 static inline CUresult cuwire_impl_cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemPrefetchAsync_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemPrefetchAsync_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)
 {
@@ -9024,7 +9846,7 @@ CUWIRE_EXPORT __typeof__(cuMemPrefetchAsync_v2) cuMemPrefetchAsync_v2_ptsz __att
 static inline CUresult cuwire_impl_cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemPrefetchBatchAsync", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemPrefetchBatchAsync", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
@@ -9043,7 +9865,7 @@ CUWIRE_EXPORT __typeof__(cuMemPrefetchBatchAsync) cuMemPrefetchBatchAsync_ptsz _
 static inline CUresult cuwire_impl_cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr devPtr, size_t count)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemRangeGetAttribute", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemRangeGetAttribute", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr devPtr, size_t count)
 {
@@ -9061,7 +9883,7 @@ CUWIRE_EXPORT CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem
 static inline CUresult cuwire_impl_cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_attribute *attributes, size_t numAttributes, CUdeviceptr devPtr, size_t count)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemRangeGetAttributes", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemRangeGetAttributes", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_attribute *attributes, size_t numAttributes, CUdeviceptr devPtr, size_t count)
 {
@@ -9079,7 +9901,7 @@ CUWIRE_EXPORT CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, C
 static inline CUresult cuwire_impl_cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemRelease", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemRelease", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
@@ -9097,7 +9919,7 @@ CUWIRE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 static inline CUresult cuwire_impl_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemRetainAllocationHandle", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemRetainAllocationHandle", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
@@ -9115,7 +9937,7 @@ CUWIRE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle 
 static inline CUresult cuwire_impl_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemSetAccess", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemSetAccess", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
@@ -9133,7 +9955,7 @@ CUWIRE_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemA
 static inline CUresult cuwire_impl_cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemSetMemPool", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemSetMemPool", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
 {
@@ -9151,7 +9973,7 @@ CUWIRE_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationT
 static inline CUresult cuwire_impl_cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemUnmap", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemUnmap", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
@@ -9190,7 +10012,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpy) cuMemcpy_ptds __attribute__((alias("cuMemcpy"
 static inline CUresult cuwire_impl_cuMemcpy2D(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpy2D", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpy2D", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpy2D(void)
 {
@@ -9208,7 +10030,7 @@ CUWIRE_EXPORT CUresult cuMemcpy2D(void)
 static inline CUresult cuwire_impl_cuMemcpy2DAsync(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpy2DAsync", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpy2DAsync", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpy2DAsync(void)
 {
@@ -9247,7 +10069,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpy2DAsync_v2) cuMemcpy2DAsync_v2_ptsz __attribute
 static inline CUresult cuwire_impl_cuMemcpy2DUnaligned(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpy2DUnaligned", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpy2DUnaligned", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpy2DUnaligned(void)
 {
@@ -9307,7 +10129,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpy2D_v2) cuMemcpy2D_v2_ptds __attribute__((alias(
 static inline CUresult cuwire_impl_cuMemcpy3D(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpy3D", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpy3D", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpy3D(void)
 {
@@ -9325,7 +10147,7 @@ CUWIRE_EXPORT CUresult cuMemcpy3D(void)
 static inline CUresult cuwire_impl_cuMemcpy3DAsync(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpy3DAsync", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpy3DAsync", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpy3DAsync(void)
 {
@@ -9343,7 +10165,7 @@ CUWIRE_EXPORT CUresult cuMemcpy3DAsync(void)
 static inline CUresult cuwire_impl_cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpy3DAsync_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpy3DAsync_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
@@ -9362,7 +10184,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpy3DAsync_v2) cuMemcpy3DAsync_v2_ptsz __attribute
 static inline CUresult cuwire_impl_cuMemcpy3DBatchAsync(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpy3DBatchAsync", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpy3DBatchAsync", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpy3DBatchAsync(void)
 {
@@ -9380,7 +10202,7 @@ CUWIRE_EXPORT CUresult cuMemcpy3DBatchAsync(void)
 static inline CUresult cuwire_impl_cuMemcpy3DBatchAsync_ptsz(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpy3DBatchAsync_ptsz", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpy3DBatchAsync_ptsz", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpy3DBatchAsync_ptsz(void)
 {
@@ -9398,7 +10220,7 @@ CUWIRE_EXPORT CUresult cuMemcpy3DBatchAsync_ptsz(void)
 static inline CUresult cuwire_impl_cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpy3DBatchAsync_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpy3DBatchAsync_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream)
 {
@@ -9417,7 +10239,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpy3DBatchAsync_v2) cuMemcpy3DBatchAsync_v2_ptsz _
 static inline CUresult cuwire_impl_cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpy3DPeer", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpy3DPeer", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
 {
@@ -9436,7 +10258,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpy3DPeer) cuMemcpy3DPeer_ptds __attribute__((alia
 static inline CUresult cuwire_impl_cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpy3DPeerAsync", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpy3DPeerAsync", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
 {
@@ -9455,7 +10277,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpy3DPeerAsync) cuMemcpy3DPeerAsync_ptsz __attribu
 static inline CUresult cuwire_impl_cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpy3D_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpy3D_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
 {
@@ -9495,7 +10317,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyAsync) cuMemcpyAsync_ptsz __attribute__((alias(
 static inline CUresult cuwire_impl_cuMemcpyAtoA(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyAtoA", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyAtoA", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyAtoA(void)
 {
@@ -9513,7 +10335,7 @@ CUWIRE_EXPORT CUresult cuMemcpyAtoA(void)
 static inline CUresult cuwire_impl_cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyAtoA_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyAtoA_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
@@ -9532,7 +10354,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyAtoA_v2) cuMemcpyAtoA_v2_ptds __attribute__((al
 static inline CUresult cuwire_impl_cuMemcpyAtoD(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyAtoD", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyAtoD", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyAtoD(void)
 {
@@ -9550,7 +10372,7 @@ CUWIRE_EXPORT CUresult cuMemcpyAtoD(void)
 static inline CUresult cuwire_impl_cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyAtoD_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyAtoD_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
@@ -9569,7 +10391,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyAtoD_v2) cuMemcpyAtoD_v2_ptds __attribute__((al
 static inline CUresult cuwire_impl_cuMemcpyAtoH(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyAtoH", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyAtoH", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyAtoH(void)
 {
@@ -9587,7 +10409,7 @@ CUWIRE_EXPORT CUresult cuMemcpyAtoH(void)
 static inline CUresult cuwire_impl_cuMemcpyAtoHAsync(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyAtoHAsync", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyAtoHAsync", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyAtoHAsync(void)
 {
@@ -9605,7 +10427,7 @@ CUWIRE_EXPORT CUresult cuMemcpyAtoHAsync(void)
 static inline CUresult cuwire_impl_cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyAtoHAsync_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyAtoHAsync_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
 {
@@ -9624,7 +10446,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyAtoHAsync_v2) cuMemcpyAtoHAsync_v2_ptsz __attri
 static inline CUresult cuwire_impl_cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyAtoH_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyAtoH_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
@@ -9643,7 +10465,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyAtoH_v2) cuMemcpyAtoH_v2_ptds __attribute__((al
 static inline CUresult cuwire_impl_cuMemcpyBatchAsync(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyBatchAsync", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyBatchAsync", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyBatchAsync(void)
 {
@@ -9661,7 +10483,7 @@ CUWIRE_EXPORT CUresult cuMemcpyBatchAsync(void)
 static inline CUresult cuwire_impl_cuMemcpyBatchAsync_ptsz(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyBatchAsync_ptsz", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyBatchAsync_ptsz", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyBatchAsync_ptsz(void)
 {
@@ -9679,7 +10501,7 @@ CUWIRE_EXPORT CUresult cuMemcpyBatchAsync_ptsz(void)
 static inline CUresult cuwire_impl_cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyBatchAsync_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyBatchAsync_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
 {
@@ -9698,7 +10520,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyBatchAsync_v2) cuMemcpyBatchAsync_v2_ptsz __att
 static inline CUresult cuwire_impl_cuMemcpyDtoA(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyDtoA", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyDtoA", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyDtoA(void)
 {
@@ -9716,7 +10538,7 @@ CUWIRE_EXPORT CUresult cuMemcpyDtoA(void)
 static inline CUresult cuwire_impl_cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyDtoA_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyDtoA_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -9735,7 +10557,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyDtoA_v2) cuMemcpyDtoA_v2_ptds __attribute__((al
 static inline CUresult cuwire_impl_cuMemcpyDtoD(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyDtoD", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyDtoD", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyDtoD(void)
 {
@@ -9753,7 +10575,7 @@ CUWIRE_EXPORT CUresult cuMemcpyDtoD(void)
 static inline CUresult cuwire_impl_cuMemcpyDtoDAsync(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyDtoDAsync", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyDtoDAsync", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyDtoDAsync(void)
 {
@@ -9821,7 +10643,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyDtoD_v2) cuMemcpyDtoD_v2_ptds __attribute__((al
 static inline CUresult cuwire_impl_cuMemcpyDtoH(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyDtoH", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyDtoH", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyDtoH(void)
 {
@@ -9839,7 +10661,7 @@ CUWIRE_EXPORT CUresult cuMemcpyDtoH(void)
 static inline CUresult cuwire_impl_cuMemcpyDtoHAsync(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyDtoHAsync", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyDtoHAsync", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyDtoHAsync(void)
 {
@@ -9899,7 +10721,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyDtoH_v2) cuMemcpyDtoH_v2_ptds __attribute__((al
 static inline CUresult cuwire_impl_cuMemcpyHtoA(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyHtoA", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyHtoA", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyHtoA(void)
 {
@@ -9917,7 +10739,7 @@ CUWIRE_EXPORT CUresult cuMemcpyHtoA(void)
 static inline CUresult cuwire_impl_cuMemcpyHtoAAsync(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyHtoAAsync", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyHtoAAsync", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyHtoAAsync(void)
 {
@@ -9935,7 +10757,7 @@ CUWIRE_EXPORT CUresult cuMemcpyHtoAAsync(void)
 static inline CUresult cuwire_impl_cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyHtoAAsync_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyHtoAAsync_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
@@ -9954,7 +10776,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyHtoAAsync_v2) cuMemcpyHtoAAsync_v2_ptsz __attri
 static inline CUresult cuwire_impl_cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyHtoA_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyHtoA_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
 {
@@ -9973,7 +10795,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyHtoA_v2) cuMemcpyHtoA_v2_ptds __attribute__((al
 static inline CUresult cuwire_impl_cuMemcpyHtoD(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyHtoD", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyHtoD", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyHtoD(void)
 {
@@ -9991,7 +10813,7 @@ CUWIRE_EXPORT CUresult cuMemcpyHtoD(void)
 static inline CUresult cuwire_impl_cuMemcpyHtoDAsync(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyHtoDAsync", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyHtoDAsync", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyHtoDAsync(void)
 {
@@ -10051,7 +10873,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyHtoD_v2) cuMemcpyHtoD_v2_ptds __attribute__((al
 static inline CUresult cuwire_impl_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyPeer", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyPeer", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
@@ -10070,7 +10892,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyPeer) cuMemcpyPeer_ptds __attribute__((alias("c
 static inline CUresult cuwire_impl_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemcpyPeerAsync", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemcpyPeerAsync", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
@@ -10089,7 +10911,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyPeerAsync) cuMemcpyPeerAsync_ptsz __attribute__
 static inline CUresult cuwire_impl_cuMemsetD16(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemsetD16", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemsetD16", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemsetD16(void)
 {
@@ -10157,7 +10979,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD16_v2) cuMemsetD16_v2_ptds __attribute__((alia
 static inline CUresult cuwire_impl_cuMemsetD2D16(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemsetD2D16", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemsetD2D16", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemsetD2D16(void)
 {
@@ -10229,7 +11051,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD2D16_v2) cuMemsetD2D16_v2_ptds __attribute__((
 static inline CUresult cuwire_impl_cuMemsetD2D32(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemsetD2D32", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemsetD2D32", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemsetD2D32(void)
 {
@@ -10301,7 +11123,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD2D32_v2) cuMemsetD2D32_v2_ptds __attribute__((
 static inline CUresult cuwire_impl_cuMemsetD2D8(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemsetD2D8", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemsetD2D8", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemsetD2D8(void)
 {
@@ -10373,7 +11195,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD2D8_v2) cuMemsetD2D8_v2_ptds __attribute__((al
 static inline CUresult cuwire_impl_cuMemsetD32(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemsetD32", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemsetD32", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemsetD32(void)
 {
@@ -10441,7 +11263,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD32_v2) cuMemsetD32_v2_ptds __attribute__((alia
 static inline CUresult cuwire_impl_cuMemsetD8(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMemsetD8", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMemsetD8", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMemsetD8(void)
 {
@@ -10509,7 +11331,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD8_v2) cuMemsetD8_v2_ptds __attribute__((alias(
 static inline CUresult cuwire_impl_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMipmappedArrayCreate", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMipmappedArrayCreate", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels)
 {
@@ -10527,7 +11349,7 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const C
 static inline CUresult cuwire_impl_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMipmappedArrayDestroy", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMipmappedArrayDestroy", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
@@ -10545,7 +11367,7 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 static inline CUresult cuwire_impl_cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMipmappedArrayGetLevel", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMipmappedArrayGetLevel", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level)
 {
@@ -10563,7 +11385,7 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappe
 static inline CUresult cuwire_impl_cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUmipmappedArray mipmap, CUdevice device)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMipmappedArrayGetMemoryRequirements", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMipmappedArrayGetMemoryRequirements", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUmipmappedArray mipmap, CUdevice device)
 {
@@ -10581,7 +11403,7 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_R
 static inline CUresult cuwire_impl_cuMipmappedArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *sparseProperties, CUmipmappedArray mipmap)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMipmappedArrayGetSparseProperties", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMipmappedArrayGetSparseProperties", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMipmappedArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *sparseProperties, CUmipmappedArray mipmap)
 {
@@ -10599,7 +11421,7 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PRO
 static inline CUresult cuwire_impl_cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuModuleEnumerateFunctions", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuModuleEnumerateFunctions", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod)
 {
@@ -10637,7 +11459,7 @@ CUWIRE_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, con
 static inline CUresult cuwire_impl_cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuModuleGetFunctionCount", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuModuleGetFunctionCount", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
 {
@@ -10655,7 +11477,7 @@ CUWIRE_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mo
 static inline CUresult cuwire_impl_cuModuleGetGlobal(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuModuleGetGlobal", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuModuleGetGlobal", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuModuleGetGlobal(void)
 {
@@ -10711,7 +11533,7 @@ CUWIRE_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
 static inline CUresult cuwire_impl_cuModuleGetSurfRef(CUsurfref *pSurfRef, CUmodule hmod, const char *name)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuModuleGetSurfRef", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuModuleGetSurfRef", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuModuleGetSurfRef(CUsurfref *pSurfRef, CUmodule hmod, const char *name)
 {
@@ -10729,7 +11551,7 @@ CUWIRE_EXPORT CUresult cuModuleGetSurfRef(CUsurfref *pSurfRef, CUmodule hmod, co
 static inline CUresult cuwire_impl_cuModuleGetTexRef(CUtexref *pTexRef, CUmodule hmod, const char *name)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuModuleGetTexRef", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuModuleGetTexRef", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuModuleGetTexRef(CUtexref *pTexRef, CUmodule hmod, const char *name)
 {
@@ -10747,7 +11569,7 @@ CUWIRE_EXPORT CUresult cuModuleGetTexRef(CUtexref *pTexRef, CUmodule hmod, const
 static inline CUresult cuwire_impl_cuModuleLoad(CUmodule *module, const char *fname)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuModuleLoad", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuModuleLoad", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
 {
@@ -10843,7 +11665,7 @@ CUWIRE_EXPORT CUresult cuModuleUnload(CUmodule hmod)
 static inline CUresult cuwire_impl_cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice dev)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMulticastAddDevice", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMulticastAddDevice", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice dev)
 {
@@ -10861,7 +11683,7 @@ CUWIRE_EXPORT CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandl
 static inline CUresult cuwire_impl_cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUdeviceptr memptr, size_t size, unsigned long long flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMulticastBindAddr", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMulticastBindAddr", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUdeviceptr memptr, size_t size, unsigned long long flags)
 {
@@ -10879,7 +11701,7 @@ CUWIRE_EXPORT CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle
 static inline CUresult cuwire_impl_cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size, unsigned long long flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMulticastBindMem", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMulticastBindMem", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size, unsigned long long flags)
 {
@@ -10897,7 +11719,7 @@ CUWIRE_EXPORT CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle,
 static inline CUresult cuwire_impl_cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMulticastCreate", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMulticastCreate", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop)
 {
@@ -10915,7 +11737,7 @@ CUWIRE_EXPORT CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle,
 static inline CUresult cuwire_impl_cuMulticastGetGranularity(size_t *granularity, const CUmulticastObjectProp *prop, CUmulticastGranularity_flags option)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMulticastGetGranularity", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMulticastGetGranularity", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMulticastGetGranularity(size_t *granularity, const CUmulticastObjectProp *prop, CUmulticastGranularity_flags option)
 {
@@ -10933,7 +11755,7 @@ CUWIRE_EXPORT CUresult cuMulticastGetGranularity(size_t *granularity, const CUmu
 static inline CUresult cuwire_impl_cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset, size_t size)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuMulticastUnbind", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuMulticastUnbind", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset, size_t size)
 {
@@ -11031,7 +11853,7 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction
 static inline CUresult cuwire_impl_cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuOccupancyMaxPotentialBlockSize", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuOccupancyMaxPotentialBlockSize", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit)
 {
@@ -11049,7 +11871,7 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *b
 static inline CUresult cuwire_impl_cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuOccupancyMaxPotentialBlockSizeWithFlags", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuOccupancyMaxPotentialBlockSizeWithFlags", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags)
 {
@@ -11067,7 +11889,7 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSiz
 static inline CUresult cuwire_impl_cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuOccupancyMaxPotentialClusterSize", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuOccupancyMaxPotentialClusterSize", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config)
 {
@@ -11085,7 +11907,7 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfu
 static inline CUresult cuwire_impl_cuParamSetSize(CUfunction hfunc, unsigned int numbytes)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuParamSetSize", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuParamSetSize", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuParamSetSize(CUfunction hfunc, unsigned int numbytes)
 {
@@ -11103,7 +11925,7 @@ CUWIRE_EXPORT CUresult cuParamSetSize(CUfunction hfunc, unsigned int numbytes)
 static inline CUresult cuwire_impl_cuParamSetTexRef(CUfunction hfunc, int texunit, CUtexref hTexRef)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuParamSetTexRef", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuParamSetTexRef", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuParamSetTexRef(CUfunction hfunc, int texunit, CUtexref hTexRef)
 {
@@ -11121,7 +11943,7 @@ CUWIRE_EXPORT CUresult cuParamSetTexRef(CUfunction hfunc, int texunit, CUtexref 
 static inline CUresult cuwire_impl_cuParamSetf(CUfunction hfunc, int offset, float value)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuParamSetf", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuParamSetf", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuParamSetf(CUfunction hfunc, int offset, float value)
 {
@@ -11139,7 +11961,7 @@ CUWIRE_EXPORT CUresult cuParamSetf(CUfunction hfunc, int offset, float value)
 static inline CUresult cuwire_impl_cuParamSeti(CUfunction hfunc, int offset, unsigned int value)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuParamSeti", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuParamSeti", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuParamSeti(CUfunction hfunc, int offset, unsigned int value)
 {
@@ -11157,7 +11979,7 @@ CUWIRE_EXPORT CUresult cuParamSeti(CUfunction hfunc, int offset, unsigned int va
 static inline CUresult cuwire_impl_cuParamSetv(CUfunction hfunc, int offset, void *ptr, unsigned int numbytes)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuParamSetv", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuParamSetv", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuParamSetv(CUfunction hfunc, int offset, void *ptr, unsigned int numbytes)
 {
@@ -11215,7 +12037,7 @@ CUWIRE_EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpoin
 static inline CUresult cuwire_impl_cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuPointerSetAttribute", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuPointerSetAttribute", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
@@ -11233,7 +12055,7 @@ CUWIRE_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attrib
 static inline CUresult cuwire_impl_cuProfilerInitialize(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuProfilerInitialize", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuProfilerInitialize", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuProfilerInitialize(void)
 {
@@ -11291,7 +12113,7 @@ CUWIRE_EXPORT CUresult cuProfilerStop(void)
 static inline CUresult cuwire_impl_cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuSignalExternalSemaphoresAsync", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuSignalExternalSemaphoresAsync", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
@@ -11310,7 +12132,7 @@ CUWIRE_EXPORT __typeof__(cuSignalExternalSemaphoresAsync) cuSignalExternalSemaph
 static inline CUresult cuwire_impl_cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamAddCallback", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamAddCallback", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
@@ -11329,7 +12151,7 @@ CUWIRE_EXPORT __typeof__(cuStreamAddCallback) cuStreamAddCallback_ptsz __attribu
 static inline CUresult cuwire_impl_cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamAttachMemAsync", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamAttachMemAsync", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
 {
@@ -11348,7 +12170,7 @@ CUWIRE_EXPORT __typeof__(cuStreamAttachMemAsync) cuStreamAttachMemAsync_ptsz __a
 static inline CUresult cuwire_impl_cuStreamBatchMemOp(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamBatchMemOp", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamBatchMemOp", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamBatchMemOp(void)
 {
@@ -11366,7 +12188,7 @@ CUWIRE_EXPORT CUresult cuStreamBatchMemOp(void)
 static inline CUresult cuwire_impl_cuStreamBatchMemOp_ptsz(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamBatchMemOp_ptsz", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamBatchMemOp_ptsz", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamBatchMemOp_ptsz(void)
 {
@@ -11384,7 +12206,7 @@ CUWIRE_EXPORT CUresult cuStreamBatchMemOp_ptsz(void)
 static inline CUresult cuwire_impl_cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamBatchMemOp_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamBatchMemOp_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
@@ -11403,7 +12225,7 @@ CUWIRE_EXPORT __typeof__(cuStreamBatchMemOp_v2) cuStreamBatchMemOp_v2_ptsz __att
 static inline CUresult cuwire_impl_cuStreamBeginCapture(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamBeginCapture", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamBeginCapture", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamBeginCapture(void)
 {
@@ -11421,7 +12243,7 @@ CUWIRE_EXPORT CUresult cuStreamBeginCapture(void)
 static inline CUresult cuwire_impl_cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamBeginCaptureToGraph", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamBeginCaptureToGraph", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
 {
@@ -11440,7 +12262,7 @@ CUWIRE_EXPORT __typeof__(cuStreamBeginCaptureToGraph) cuStreamBeginCaptureToGrap
 static inline CUresult cuwire_impl_cuStreamBeginCapture_ptsz(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamBeginCapture_ptsz", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamBeginCapture_ptsz", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamBeginCapture_ptsz(void)
 {
@@ -11458,7 +12280,7 @@ CUWIRE_EXPORT CUresult cuStreamBeginCapture_ptsz(void)
 static inline CUresult cuwire_impl_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamBeginCapture_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamBeginCapture_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -11477,7 +12299,7 @@ CUWIRE_EXPORT __typeof__(cuStreamBeginCapture_v2) cuStreamBeginCapture_v2_ptsz _
 static inline CUresult cuwire_impl_cuStreamCopyAttributes(CUstream dst, CUstream src)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamCopyAttributes", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamCopyAttributes", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamCopyAttributes(CUstream dst, CUstream src)
 {
@@ -11536,7 +12358,7 @@ CUWIRE_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned i
 static inline CUresult cuwire_impl_cuStreamDestroy(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamDestroy", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamDestroy", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamDestroy(void)
 {
@@ -11574,7 +12396,7 @@ CUWIRE_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 static inline CUresult cuwire_impl_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamEndCapture", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamEndCapture", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
@@ -11593,7 +12415,7 @@ CUWIRE_EXPORT __typeof__(cuStreamEndCapture) cuStreamEndCapture_ptsz __attribute
 static inline CUresult cuwire_impl_cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamGetAttribute", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamGetAttribute", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
 {
@@ -11630,7 +12452,7 @@ CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureS
 static inline CUresult cuwire_impl_cuStreamGetCaptureInfo_ptsz(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamGetCaptureInfo_ptsz", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamGetCaptureInfo_ptsz", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_ptsz(void)
 {
@@ -11666,7 +12488,7 @@ CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptu
 static inline CUresult cuwire_impl_cuStreamGetCaptureInfo_v2_ptsz(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamGetCaptureInfo_v2_ptsz", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamGetCaptureInfo_v2_ptsz", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(void)
 {
@@ -11724,7 +12546,7 @@ CUWIRE_EXPORT __typeof__(cuStreamGetCtx) cuStreamGetCtx_ptsz __attribute__((alia
 static inline CUresult cuwire_impl_cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamGetCtx_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamGetCtx_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
 {
@@ -11785,7 +12607,7 @@ CUWIRE_EXPORT __typeof__(cuStreamGetFlags) cuStreamGetFlags_ptsz __attribute__((
 static inline CUresult cuwire_impl_cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamGetGreenCtx", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamGetGreenCtx", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx)
 {
@@ -11885,7 +12707,7 @@ CUWIRE_EXPORT __typeof__(cuStreamQuery) cuStreamQuery_ptsz __attribute__((alias(
 static inline CUresult cuwire_impl_cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamSetAttribute", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamSetAttribute", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value)
 {
@@ -11925,7 +12747,7 @@ CUWIRE_EXPORT __typeof__(cuStreamSynchronize) cuStreamSynchronize_ptsz __attribu
 static inline CUresult cuwire_impl_cuStreamUpdateCaptureDependencies(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamUpdateCaptureDependencies", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamUpdateCaptureDependencies", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies(void)
 {
@@ -11943,7 +12765,7 @@ CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies(void)
 static inline CUresult cuwire_impl_cuStreamUpdateCaptureDependencies_ptsz(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamUpdateCaptureDependencies_ptsz", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamUpdateCaptureDependencies_ptsz", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies_ptsz(void)
 {
@@ -11961,7 +12783,7 @@ CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies_ptsz(void)
 static inline CUresult cuwire_impl_cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamUpdateCaptureDependencies_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamUpdateCaptureDependencies_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
 {
@@ -12007,7 +12829,7 @@ CUWIRE_EXPORT __typeof__(cuStreamWaitEvent) cuStreamWaitEvent_ptsz __attribute__
 static inline CUresult cuwire_impl_cuStreamWaitValue32(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamWaitValue32", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamWaitValue32", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamWaitValue32(void)
 {
@@ -12025,7 +12847,7 @@ CUWIRE_EXPORT CUresult cuStreamWaitValue32(void)
 static inline CUresult cuwire_impl_cuStreamWaitValue32_ptsz(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamWaitValue32_ptsz", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamWaitValue32_ptsz", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamWaitValue32_ptsz(void)
 {
@@ -12043,7 +12865,7 @@ CUWIRE_EXPORT CUresult cuStreamWaitValue32_ptsz(void)
 static inline CUresult cuwire_impl_cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamWaitValue32_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamWaitValue32_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
@@ -12062,7 +12884,7 @@ CUWIRE_EXPORT __typeof__(cuStreamWaitValue32_v2) cuStreamWaitValue32_v2_ptsz __a
 static inline CUresult cuwire_impl_cuStreamWaitValue64(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamWaitValue64", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamWaitValue64", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamWaitValue64(void)
 {
@@ -12080,7 +12902,7 @@ CUWIRE_EXPORT CUresult cuStreamWaitValue64(void)
 static inline CUresult cuwire_impl_cuStreamWaitValue64_ptsz(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamWaitValue64_ptsz", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamWaitValue64_ptsz", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamWaitValue64_ptsz(void)
 {
@@ -12098,7 +12920,7 @@ CUWIRE_EXPORT CUresult cuStreamWaitValue64_ptsz(void)
 static inline CUresult cuwire_impl_cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamWaitValue64_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamWaitValue64_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
@@ -12117,7 +12939,7 @@ CUWIRE_EXPORT __typeof__(cuStreamWaitValue64_v2) cuStreamWaitValue64_v2_ptsz __a
 static inline CUresult cuwire_impl_cuStreamWriteValue32(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamWriteValue32", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamWriteValue32", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamWriteValue32(void)
 {
@@ -12135,7 +12957,7 @@ CUWIRE_EXPORT CUresult cuStreamWriteValue32(void)
 static inline CUresult cuwire_impl_cuStreamWriteValue32_ptsz(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamWriteValue32_ptsz", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamWriteValue32_ptsz", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamWriteValue32_ptsz(void)
 {
@@ -12153,7 +12975,7 @@ CUWIRE_EXPORT CUresult cuStreamWriteValue32_ptsz(void)
 static inline CUresult cuwire_impl_cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamWriteValue32_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamWriteValue32_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
@@ -12172,7 +12994,7 @@ CUWIRE_EXPORT __typeof__(cuStreamWriteValue32_v2) cuStreamWriteValue32_v2_ptsz _
 static inline CUresult cuwire_impl_cuStreamWriteValue64(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamWriteValue64", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamWriteValue64", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamWriteValue64(void)
 {
@@ -12190,7 +13012,7 @@ CUWIRE_EXPORT CUresult cuStreamWriteValue64(void)
 static inline CUresult cuwire_impl_cuStreamWriteValue64_ptsz(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamWriteValue64_ptsz", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamWriteValue64_ptsz", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamWriteValue64_ptsz(void)
 {
@@ -12208,7 +13030,7 @@ CUWIRE_EXPORT CUresult cuStreamWriteValue64_ptsz(void)
 static inline CUresult cuwire_impl_cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuStreamWriteValue64_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuStreamWriteValue64_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
@@ -12227,7 +13049,7 @@ CUWIRE_EXPORT __typeof__(cuStreamWriteValue64_v2) cuStreamWriteValue64_v2_ptsz _
 static inline CUresult cuwire_impl_cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuSurfObjectCreate", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuSurfObjectCreate", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc)
 {
@@ -12245,7 +13067,7 @@ CUWIRE_EXPORT CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_
 static inline CUresult cuwire_impl_cuSurfObjectDestroy(CUsurfObject surfObject)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuSurfObjectDestroy", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuSurfObjectDestroy", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
 {
@@ -12263,7 +13085,7 @@ CUWIRE_EXPORT CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
 static inline CUresult cuwire_impl_cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuSurfObjectGetResourceDesc", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuSurfObjectGetResourceDesc", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject)
 {
@@ -12281,7 +13103,7 @@ CUWIRE_EXPORT CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc,
 static inline CUresult cuwire_impl_cuSurfRefGetArray(CUarray *phArray, CUsurfref hSurfRef)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuSurfRefGetArray", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuSurfRefGetArray", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuSurfRefGetArray(CUarray *phArray, CUsurfref hSurfRef)
 {
@@ -12299,7 +13121,7 @@ CUWIRE_EXPORT CUresult cuSurfRefGetArray(CUarray *phArray, CUsurfref hSurfRef)
 static inline CUresult cuwire_impl_cuSurfRefSetArray(CUsurfref hSurfRef, CUarray hArray, unsigned int Flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuSurfRefSetArray", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuSurfRefSetArray", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuSurfRefSetArray(CUsurfref hSurfRef, CUarray hArray, unsigned int Flags)
 {
@@ -12317,7 +13139,7 @@ CUWIRE_EXPORT CUresult cuSurfRefSetArray(CUsurfref hSurfRef, CUarray hArray, uns
 static inline CUresult cuwire_impl_cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTensorMapEncodeIm2col", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTensorMapEncodeIm2col", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
@@ -12335,7 +13157,7 @@ CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorM
 static inline CUresult cuwire_impl_cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, int pixelBoxLowerCornerWidth, int pixelBoxUpperCornerWidth, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapIm2ColWideMode mode, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTensorMapEncodeIm2colWide", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTensorMapEncodeIm2colWide", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, int pixelBoxLowerCornerWidth, int pixelBoxUpperCornerWidth, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapIm2ColWideMode mode, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
@@ -12353,7 +13175,7 @@ CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUten
 static inline CUresult cuwire_impl_cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTensorMapEncodeTiled", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTensorMapEncodeTiled", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
@@ -12371,7 +13193,7 @@ CUWIRE_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMa
 static inline CUresult cuwire_impl_cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTensorMapReplaceAddress", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTensorMapReplaceAddress", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
 {
@@ -12389,7 +13211,7 @@ CUWIRE_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *g
 static inline CUresult cuwire_impl_cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexObjectCreate", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexObjectCreate", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
 {
@@ -12407,7 +13229,7 @@ CUWIRE_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RES
 static inline CUresult cuwire_impl_cuTexObjectDestroy(CUtexObject texObject)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexObjectDestroy", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexObjectDestroy", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexObjectDestroy(CUtexObject texObject)
 {
@@ -12425,7 +13247,7 @@ CUWIRE_EXPORT CUresult cuTexObjectDestroy(CUtexObject texObject)
 static inline CUresult cuwire_impl_cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexObjectGetResourceDesc", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexObjectGetResourceDesc", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject)
 {
@@ -12443,7 +13265,7 @@ CUWIRE_EXPORT CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, 
 static inline CUresult cuwire_impl_cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, CUtexObject texObject)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexObjectGetResourceViewDesc", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexObjectGetResourceViewDesc", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, CUtexObject texObject)
 {
@@ -12461,7 +13283,7 @@ CUWIRE_EXPORT CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *p
 static inline CUresult cuwire_impl_cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texObject)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexObjectGetTextureDesc", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexObjectGetTextureDesc", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texObject)
 {
@@ -12479,7 +13301,7 @@ CUWIRE_EXPORT CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CU
 static inline CUresult cuwire_impl_cuTexRefCreate(CUtexref *pTexRef)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefCreate", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefCreate", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefCreate(CUtexref *pTexRef)
 {
@@ -12497,7 +13319,7 @@ CUWIRE_EXPORT CUresult cuTexRefCreate(CUtexref *pTexRef)
 static inline CUresult cuwire_impl_cuTexRefDestroy(CUtexref hTexRef)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefDestroy", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefDestroy", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefDestroy(CUtexref hTexRef)
 {
@@ -12515,7 +13337,7 @@ CUWIRE_EXPORT CUresult cuTexRefDestroy(CUtexref hTexRef)
 static inline CUresult cuwire_impl_cuTexRefGetAddress(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefGetAddress", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefGetAddress", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefGetAddress(void)
 {
@@ -12533,7 +13355,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetAddress(void)
 static inline CUresult cuwire_impl_cuTexRefGetAddressMode(CUaddress_mode *pam, CUtexref hTexRef, int dim)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefGetAddressMode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefGetAddressMode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefGetAddressMode(CUaddress_mode *pam, CUtexref hTexRef, int dim)
 {
@@ -12551,7 +13373,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetAddressMode(CUaddress_mode *pam, CUtexref hTex
 static inline CUresult cuwire_impl_cuTexRefGetAddress_v2(CUdeviceptr *pdptr, CUtexref hTexRef)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefGetAddress_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefGetAddress_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefGetAddress_v2(CUdeviceptr *pdptr, CUtexref hTexRef)
 {
@@ -12569,7 +13391,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetAddress_v2(CUdeviceptr *pdptr, CUtexref hTexRe
 static inline CUresult cuwire_impl_cuTexRefGetArray(CUarray *phArray, CUtexref hTexRef)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefGetArray", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefGetArray", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefGetArray(CUarray *phArray, CUtexref hTexRef)
 {
@@ -12587,7 +13409,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetArray(CUarray *phArray, CUtexref hTexRef)
 static inline CUresult cuwire_impl_cuTexRefGetBorderColor(float *pBorderColor, CUtexref hTexRef)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefGetBorderColor", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefGetBorderColor", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefGetBorderColor(float *pBorderColor, CUtexref hTexRef)
 {
@@ -12605,7 +13427,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetBorderColor(float *pBorderColor, CUtexref hTex
 static inline CUresult cuwire_impl_cuTexRefGetFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefGetFilterMode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefGetFilterMode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefGetFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
 {
@@ -12623,7 +13445,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetFilterMode(CUfilter_mode *pfm, CUtexref hTexRe
 static inline CUresult cuwire_impl_cuTexRefGetFlags(unsigned int *pFlags, CUtexref hTexRef)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefGetFlags", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefGetFlags", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefGetFlags(unsigned int *pFlags, CUtexref hTexRef)
 {
@@ -12641,7 +13463,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetFlags(unsigned int *pFlags, CUtexref hTexRef)
 static inline CUresult cuwire_impl_cuTexRefGetFormat(CUarray_format *pFormat, int *pNumChannels, CUtexref hTexRef)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefGetFormat", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefGetFormat", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefGetFormat(CUarray_format *pFormat, int *pNumChannels, CUtexref hTexRef)
 {
@@ -12659,7 +13481,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetFormat(CUarray_format *pFormat, int *pNumChann
 static inline CUresult cuwire_impl_cuTexRefGetMaxAnisotropy(int *pmaxAniso, CUtexref hTexRef)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefGetMaxAnisotropy", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefGetMaxAnisotropy", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefGetMaxAnisotropy(int *pmaxAniso, CUtexref hTexRef)
 {
@@ -12677,7 +13499,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetMaxAnisotropy(int *pmaxAniso, CUtexref hTexRef
 static inline CUresult cuwire_impl_cuTexRefGetMipmapFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefGetMipmapFilterMode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefGetMipmapFilterMode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefGetMipmapFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
 {
@@ -12695,7 +13517,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetMipmapFilterMode(CUfilter_mode *pfm, CUtexref 
 static inline CUresult cuwire_impl_cuTexRefGetMipmapLevelBias(float *pbias, CUtexref hTexRef)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefGetMipmapLevelBias", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefGetMipmapLevelBias", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefGetMipmapLevelBias(float *pbias, CUtexref hTexRef)
 {
@@ -12713,7 +13535,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetMipmapLevelBias(float *pbias, CUtexref hTexRef
 static inline CUresult cuwire_impl_cuTexRefGetMipmapLevelClamp(float *pminMipmapLevelClamp, float *pmaxMipmapLevelClamp, CUtexref hTexRef)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefGetMipmapLevelClamp", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefGetMipmapLevelClamp", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefGetMipmapLevelClamp(float *pminMipmapLevelClamp, float *pmaxMipmapLevelClamp, CUtexref hTexRef)
 {
@@ -12731,7 +13553,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetMipmapLevelClamp(float *pminMipmapLevelClamp, 
 static inline CUresult cuwire_impl_cuTexRefGetMipmappedArray(CUmipmappedArray *phMipmappedArray, CUtexref hTexRef)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefGetMipmappedArray", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefGetMipmappedArray", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefGetMipmappedArray(CUmipmappedArray *phMipmappedArray, CUtexref hTexRef)
 {
@@ -12749,7 +13571,7 @@ CUWIRE_EXPORT CUresult cuTexRefGetMipmappedArray(CUmipmappedArray *phMipmappedAr
 static inline CUresult cuwire_impl_cuTexRefSetAddress(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefSetAddress", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefSetAddress", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefSetAddress(void)
 {
@@ -12767,7 +13589,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetAddress(void)
 static inline CUresult cuwire_impl_cuTexRefSetAddress2D(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefSetAddress2D", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefSetAddress2D", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefSetAddress2D(void)
 {
@@ -12785,7 +13607,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetAddress2D(void)
 static inline CUresult cuwire_impl_cuTexRefSetAddress2D_v2(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefSetAddress2D_v2", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefSetAddress2D_v2", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefSetAddress2D_v2(void)
 {
@@ -12803,7 +13625,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetAddress2D_v2(void)
 static inline CUresult cuwire_impl_cuTexRefSetAddress2D_v3(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *desc, CUdeviceptr dptr, size_t Pitch)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefSetAddress2D_v3", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefSetAddress2D_v3", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefSetAddress2D_v3(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *desc, CUdeviceptr dptr, size_t Pitch)
 {
@@ -12821,7 +13643,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetAddress2D_v3(CUtexref hTexRef, const CUDA_ARRA
 static inline CUresult cuwire_impl_cuTexRefSetAddressMode(CUtexref hTexRef, int dim, CUaddress_mode am)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefSetAddressMode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefSetAddressMode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefSetAddressMode(CUtexref hTexRef, int dim, CUaddress_mode am)
 {
@@ -12839,7 +13661,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetAddressMode(CUtexref hTexRef, int dim, CUaddre
 static inline CUresult cuwire_impl_cuTexRefSetAddress_v2(size_t *ByteOffset, CUtexref hTexRef, CUdeviceptr dptr, size_t bytes)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefSetAddress_v2", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefSetAddress_v2", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefSetAddress_v2(size_t *ByteOffset, CUtexref hTexRef, CUdeviceptr dptr, size_t bytes)
 {
@@ -12857,7 +13679,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetAddress_v2(size_t *ByteOffset, CUtexref hTexRe
 static inline CUresult cuwire_impl_cuTexRefSetArray(CUtexref hTexRef, CUarray hArray, unsigned int Flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefSetArray", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefSetArray", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefSetArray(CUtexref hTexRef, CUarray hArray, unsigned int Flags)
 {
@@ -12875,7 +13697,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetArray(CUtexref hTexRef, CUarray hArray, unsign
 static inline CUresult cuwire_impl_cuTexRefSetBorderColor(CUtexref hTexRef, float *pBorderColor)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefSetBorderColor", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefSetBorderColor", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefSetBorderColor(CUtexref hTexRef, float *pBorderColor)
 {
@@ -12893,7 +13715,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetBorderColor(CUtexref hTexRef, float *pBorderCo
 static inline CUresult cuwire_impl_cuTexRefSetFilterMode(CUtexref hTexRef, CUfilter_mode fm)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefSetFilterMode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefSetFilterMode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefSetFilterMode(CUtexref hTexRef, CUfilter_mode fm)
 {
@@ -12911,7 +13733,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetFilterMode(CUtexref hTexRef, CUfilter_mode fm)
 static inline CUresult cuwire_impl_cuTexRefSetFlags(CUtexref hTexRef, unsigned int Flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefSetFlags", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefSetFlags", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefSetFlags(CUtexref hTexRef, unsigned int Flags)
 {
@@ -12929,7 +13751,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetFlags(CUtexref hTexRef, unsigned int Flags)
 static inline CUresult cuwire_impl_cuTexRefSetFormat(CUtexref hTexRef, CUarray_format fmt, int NumPackedComponents)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefSetFormat", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefSetFormat", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefSetFormat(CUtexref hTexRef, CUarray_format fmt, int NumPackedComponents)
 {
@@ -12947,7 +13769,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetFormat(CUtexref hTexRef, CUarray_format fmt, i
 static inline CUresult cuwire_impl_cuTexRefSetMaxAnisotropy(CUtexref hTexRef, unsigned int maxAniso)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefSetMaxAnisotropy", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefSetMaxAnisotropy", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefSetMaxAnisotropy(CUtexref hTexRef, unsigned int maxAniso)
 {
@@ -12965,7 +13787,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetMaxAnisotropy(CUtexref hTexRef, unsigned int m
 static inline CUresult cuwire_impl_cuTexRefSetMipmapFilterMode(CUtexref hTexRef, CUfilter_mode fm)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefSetMipmapFilterMode", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefSetMipmapFilterMode", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefSetMipmapFilterMode(CUtexref hTexRef, CUfilter_mode fm)
 {
@@ -12983,7 +13805,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetMipmapFilterMode(CUtexref hTexRef, CUfilter_mo
 static inline CUresult cuwire_impl_cuTexRefSetMipmapLevelBias(CUtexref hTexRef, float bias)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefSetMipmapLevelBias", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefSetMipmapLevelBias", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefSetMipmapLevelBias(CUtexref hTexRef, float bias)
 {
@@ -13001,7 +13823,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetMipmapLevelBias(CUtexref hTexRef, float bias)
 static inline CUresult cuwire_impl_cuTexRefSetMipmapLevelClamp(CUtexref hTexRef, float minMipmapLevelClamp, float maxMipmapLevelClamp)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefSetMipmapLevelClamp", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefSetMipmapLevelClamp", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefSetMipmapLevelClamp(CUtexref hTexRef, float minMipmapLevelClamp, float maxMipmapLevelClamp)
 {
@@ -13019,7 +13841,7 @@ CUWIRE_EXPORT CUresult cuTexRefSetMipmapLevelClamp(CUtexref hTexRef, float minMi
 static inline CUresult cuwire_impl_cuTexRefSetMipmappedArray(CUtexref hTexRef, CUmipmappedArray hMipmappedArray, unsigned int Flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuTexRefSetMipmappedArray", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuTexRefSetMipmappedArray", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuTexRefSetMipmappedArray(CUtexref hTexRef, CUmipmappedArray hMipmappedArray, unsigned int Flags)
 {
@@ -13055,7 +13877,7 @@ CUWIRE_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mo
 static inline CUresult cuwire_impl_cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy, unsigned int initialRefcount, unsigned int flags)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuUserObjectCreate", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuUserObjectCreate", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy, unsigned int initialRefcount, unsigned int flags)
 {
@@ -13073,7 +13895,7 @@ CUWIRE_EXPORT CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, C
 static inline CUresult cuwire_impl_cuUserObjectRelease(CUuserObject object, unsigned int count)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuUserObjectRelease", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuUserObjectRelease", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuUserObjectRelease(CUuserObject object, unsigned int count)
 {
@@ -13091,7 +13913,7 @@ CUWIRE_EXPORT CUresult cuUserObjectRelease(CUuserObject object, unsigned int cou
 static inline CUresult cuwire_impl_cuUserObjectRetain(CUuserObject object, unsigned int count)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuUserObjectRetain", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuUserObjectRetain", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuUserObjectRetain(CUuserObject object, unsigned int count)
 {
@@ -13109,7 +13931,7 @@ CUWIRE_EXPORT CUresult cuUserObjectRetain(CUuserObject object, unsigned int coun
 static inline CUresult cuwire_impl_cuVDPAUCtxCreate(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuVDPAUCtxCreate", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuVDPAUCtxCreate", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuVDPAUCtxCreate(void)
 {
@@ -13127,7 +13949,7 @@ CUWIRE_EXPORT CUresult cuVDPAUCtxCreate(void)
 static inline CUresult cuwire_impl_cuVDPAUCtxCreate_v2(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuVDPAUCtxCreate_v2", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuVDPAUCtxCreate_v2", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuVDPAUCtxCreate_v2(void)
 {
@@ -13145,7 +13967,7 @@ CUWIRE_EXPORT CUresult cuVDPAUCtxCreate_v2(void)
 static inline CUresult cuwire_impl_cuVDPAUGetDevice(void)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuVDPAUGetDevice", "libcuda.so.1 export", &warned));
+    return (CUresult)((cuwire_unimplemented("cuVDPAUGetDevice", "libcuda.so.1 export", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuVDPAUGetDevice(void)
 {
@@ -13163,7 +13985,7 @@ CUWIRE_EXPORT CUresult cuVDPAUGetDevice(void)
 static inline CUresult cuwire_impl_cuWaitExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
     static int warned;
-    return (CUresult)(cuwire_unimplemented("cuWaitExternalSemaphoresAsync", "cuda.h", &warned));
+    return (CUresult)((cuwire_unimplemented("cuWaitExternalSemaphoresAsync", "cuda.h", &warned), 801));
 }
 CUWIRE_EXPORT CUresult cuWaitExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
@@ -13182,7 +14004,7 @@ CUWIRE_EXPORT __typeof__(cuWaitExternalSemaphoresAsync) cuWaitExternalSemaphores
 static inline cudaError_t cuwire_impl_cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, struct cudaExtent *extent, unsigned int *flags, cudaArray_t array)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaArrayGetInfo", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaArrayGetInfo", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, struct cudaExtent *extent, unsigned int *flags, cudaArray_t array)
 {
@@ -13200,7 +14022,7 @@ CUWIRE_EXPORT cudaError_t cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, s
 static inline cudaError_t cuwire_impl_cudaArrayGetMemoryRequirements(struct cudaArrayMemoryRequirements *memoryRequirements, cudaArray_t array, int device)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaArrayGetMemoryRequirements", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaArrayGetMemoryRequirements", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaArrayGetMemoryRequirements(struct cudaArrayMemoryRequirements *memoryRequirements, cudaArray_t array, int device)
 {
@@ -13218,7 +14040,7 @@ CUWIRE_EXPORT cudaError_t cudaArrayGetMemoryRequirements(struct cudaArrayMemoryR
 static inline cudaError_t cuwire_impl_cudaArrayGetPlane(cudaArray_t *pPlaneArray, cudaArray_t hArray, unsigned int planeIdx)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaArrayGetPlane", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaArrayGetPlane", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaArrayGetPlane(cudaArray_t *pPlaneArray, cudaArray_t hArray, unsigned int planeIdx)
 {
@@ -13236,7 +14058,7 @@ CUWIRE_EXPORT cudaError_t cudaArrayGetPlane(cudaArray_t *pPlaneArray, cudaArray_
 static inline cudaError_t cuwire_impl_cudaArrayGetSparseProperties(struct cudaArraySparseProperties *sparseProperties, cudaArray_t array)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaArrayGetSparseProperties", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaArrayGetSparseProperties", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaArrayGetSparseProperties(struct cudaArraySparseProperties *sparseProperties, cudaArray_t array)
 {
@@ -13289,7 +14111,7 @@ CUWIRE_EXPORT struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, i
 static inline cudaError_t cuwire_impl_cudaCreateSurfaceObject(cudaSurfaceObject_t *pSurfObject, const struct cudaResourceDesc *pResDesc)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaCreateSurfaceObject", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaCreateSurfaceObject", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t *pSurfObject, const struct cudaResourceDesc *pResDesc)
 {
@@ -13307,7 +14129,7 @@ CUWIRE_EXPORT cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t *pSurfObje
 static inline cudaError_t cuwire_impl_cudaCreateTextureObject(cudaTextureObject_t *pTexObject, const struct cudaResourceDesc *pResDesc, const struct cudaTextureDesc *pTexDesc, const struct cudaResourceViewDesc *pResViewDesc)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaCreateTextureObject", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaCreateTextureObject", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaCreateTextureObject(cudaTextureObject_t *pTexObject, const struct cudaResourceDesc *pResDesc, const struct cudaTextureDesc *pTexDesc, const struct cudaResourceViewDesc *pResViewDesc)
 {
@@ -13325,7 +14147,7 @@ CUWIRE_EXPORT cudaError_t cudaCreateTextureObject(cudaTextureObject_t *pTexObjec
 static inline cudaError_t cuwire_impl_cudaCtxResetPersistingL2Cache(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaCtxResetPersistingL2Cache", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaCtxResetPersistingL2Cache", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaCtxResetPersistingL2Cache(void)
 {
@@ -13343,7 +14165,7 @@ CUWIRE_EXPORT cudaError_t cudaCtxResetPersistingL2Cache(void)
 static inline cudaError_t cuwire_impl_cudaDestroyExternalMemory(cudaExternalMemory_t extMem)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDestroyExternalMemory", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDestroyExternalMemory", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDestroyExternalMemory(cudaExternalMemory_t extMem)
 {
@@ -13361,7 +14183,7 @@ CUWIRE_EXPORT cudaError_t cudaDestroyExternalMemory(cudaExternalMemory_t extMem)
 static inline cudaError_t cuwire_impl_cudaDestroyExternalSemaphore(cudaExternalSemaphore_t extSem)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDestroyExternalSemaphore", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDestroyExternalSemaphore", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDestroyExternalSemaphore(cudaExternalSemaphore_t extSem)
 {
@@ -13379,7 +14201,7 @@ CUWIRE_EXPORT cudaError_t cudaDestroyExternalSemaphore(cudaExternalSemaphore_t e
 static inline cudaError_t cuwire_impl_cudaDestroySurfaceObject(cudaSurfaceObject_t surfObject)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDestroySurfaceObject", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDestroySurfaceObject", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t surfObject)
 {
@@ -13397,7 +14219,7 @@ CUWIRE_EXPORT cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t surfObjec
 static inline cudaError_t cuwire_impl_cudaDestroyTextureObject(cudaTextureObject_t texObject)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDestroyTextureObject", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDestroyTextureObject", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject)
 {
@@ -13415,7 +14237,7 @@ CUWIRE_EXPORT cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject
 static inline cudaError_t cuwire_impl_cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceCanAccessPeer", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDeviceCanAccessPeer", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice)
 {
@@ -13433,7 +14255,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device
 static inline cudaError_t cuwire_impl_cudaDeviceDisablePeerAccess(int peerDevice)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceDisablePeerAccess", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDeviceDisablePeerAccess", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peerDevice)
 {
@@ -13451,7 +14273,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peerDevice)
 static inline cudaError_t cuwire_impl_cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceEnablePeerAccess", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDeviceEnablePeerAccess", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
 {
@@ -13469,7 +14291,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned in
 static inline cudaError_t cuwire_impl_cudaDeviceFlushGPUDirectRDMAWrites(enum cudaFlushGPUDirectRDMAWritesTarget target, enum cudaFlushGPUDirectRDMAWritesScope scope)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceFlushGPUDirectRDMAWrites", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDeviceFlushGPUDirectRDMAWrites", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDeviceFlushGPUDirectRDMAWrites(enum cudaFlushGPUDirectRDMAWritesTarget target, enum cudaFlushGPUDirectRDMAWritesScope scope)
 {
@@ -13547,7 +14369,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetCacheConfig(enum cudaFuncCache *pCacheCon
 static inline cudaError_t cuwire_impl_cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetDefaultMemPool", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDeviceGetDefaultMemPool", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
 {
@@ -13565,7 +14387,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, in
 static inline cudaError_t cuwire_impl_cudaDeviceGetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetGraphMemAttribute", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDeviceGetGraphMemAttribute", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDeviceGetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value)
 {
@@ -13583,7 +14405,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetGraphMemAttribute(int device, enum cudaGr
 static inline cudaError_t cuwire_impl_cudaDeviceGetHostAtomicCapabilities(unsigned int *capabilities, const enum cudaAtomicOperation *operations, unsigned int count, int device)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetHostAtomicCapabilities", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDeviceGetHostAtomicCapabilities", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDeviceGetHostAtomicCapabilities(unsigned int *capabilities, const enum cudaAtomicOperation *operations, unsigned int count, int device)
 {
@@ -13621,7 +14443,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetLimit(size_t *pValue, enum cudaLimit limi
 static inline cudaError_t cuwire_impl_cudaDeviceGetMemPool(cudaMemPool_t *memPool, int device)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetMemPool", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDeviceGetMemPool", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *memPool, int device)
 {
@@ -13639,7 +14461,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *memPool, int devic
 static inline cudaError_t cuwire_impl_cudaDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, int device, int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetNvSciSyncAttributes", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDeviceGetNvSciSyncAttributes", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, int device, int flags)
 {
@@ -13657,7 +14479,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrLi
 static inline cudaError_t cuwire_impl_cudaDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const enum cudaAtomicOperation *operations, unsigned int count, int srcDevice, int dstDevice)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetP2PAtomicCapabilities", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDeviceGetP2PAtomicCapabilities", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const enum cudaAtomicOperation *operations, unsigned int count, int srcDevice, int dstDevice)
 {
@@ -13755,7 +14577,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, i
 static inline cudaError_t cuwire_impl_cudaDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, const struct cudaChannelFormatDesc *fmtDesc, int device)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGetTexture1DLinearMaxWidth", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDeviceGetTexture1DLinearMaxWidth", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, const struct cudaChannelFormatDesc *fmtDesc, int device)
 {
@@ -13773,7 +14595,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthI
 static inline cudaError_t cuwire_impl_cudaDeviceGraphMemTrim(int device)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceGraphMemTrim", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDeviceGraphMemTrim", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDeviceGraphMemTrim(int device)
 {
@@ -13791,7 +14613,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceGraphMemTrim(int device)
 static inline cudaError_t cuwire_impl_cudaDeviceRegisterAsyncNotification(int device, cudaAsyncCallback callbackFunc, void *userData, cudaAsyncCallbackHandle_t *callback)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceRegisterAsyncNotification", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDeviceRegisterAsyncNotification", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDeviceRegisterAsyncNotification(int device, cudaAsyncCallback callbackFunc, void *userData, cudaAsyncCallbackHandle_t *callback)
 {
@@ -13849,7 +14671,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSetCacheConfig(enum cudaFuncCache cacheConfi
 static inline cudaError_t cuwire_impl_cudaDeviceSetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceSetGraphMemAttribute", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDeviceSetGraphMemAttribute", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDeviceSetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value)
 {
@@ -13887,7 +14709,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value)
 static inline cudaError_t cuwire_impl_cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceSetMemPool", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDeviceSetMemPool", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
 {
@@ -13945,7 +14767,7 @@ CUWIRE_EXPORT cudaError_t cudaDeviceSynchronize(void)
 static inline cudaError_t cuwire_impl_cudaDeviceUnregisterAsyncNotification(int device, cudaAsyncCallbackHandle_t callback)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaDeviceUnregisterAsyncNotification", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaDeviceUnregisterAsyncNotification", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaDeviceUnregisterAsyncNotification(int device, cudaAsyncCallbackHandle_t callback)
 {
@@ -13983,7 +14805,7 @@ CUWIRE_EXPORT cudaError_t cudaDriverGetVersion(int *driverVersion)
 static inline cudaError_t cuwire_impl_cudaEGLStreamConsumerAcquireFrame(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerAcquireFrame", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaEGLStreamConsumerAcquireFrame", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerAcquireFrame(void)
 {
@@ -14001,7 +14823,7 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerAcquireFrame(void)
 static inline cudaError_t cuwire_impl_cudaEGLStreamConsumerConnect(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerConnect", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaEGLStreamConsumerConnect", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerConnect(void)
 {
@@ -14019,7 +14841,7 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerConnect(void)
 static inline cudaError_t cuwire_impl_cudaEGLStreamConsumerConnectWithFlags(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerConnectWithFlags", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaEGLStreamConsumerConnectWithFlags", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerConnectWithFlags(void)
 {
@@ -14037,7 +14859,7 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerConnectWithFlags(void)
 static inline cudaError_t cuwire_impl_cudaEGLStreamConsumerDisconnect(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerDisconnect", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaEGLStreamConsumerDisconnect", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerDisconnect(void)
 {
@@ -14055,7 +14877,7 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerDisconnect(void)
 static inline cudaError_t cuwire_impl_cudaEGLStreamConsumerReleaseFrame(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamConsumerReleaseFrame", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaEGLStreamConsumerReleaseFrame", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerReleaseFrame(void)
 {
@@ -14073,7 +14895,7 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamConsumerReleaseFrame(void)
 static inline cudaError_t cuwire_impl_cudaEGLStreamProducerConnect(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamProducerConnect", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaEGLStreamProducerConnect", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerConnect(void)
 {
@@ -14091,7 +14913,7 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerConnect(void)
 static inline cudaError_t cuwire_impl_cudaEGLStreamProducerDisconnect(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamProducerDisconnect", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaEGLStreamProducerDisconnect", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerDisconnect(void)
 {
@@ -14109,7 +14931,7 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerDisconnect(void)
 static inline cudaError_t cuwire_impl_cudaEGLStreamProducerPresentFrame(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamProducerPresentFrame", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaEGLStreamProducerPresentFrame", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerPresentFrame(void)
 {
@@ -14127,7 +14949,7 @@ CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerPresentFrame(void)
 static inline cudaError_t cuwire_impl_cudaEGLStreamProducerReturnFrame(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEGLStreamProducerReturnFrame", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaEGLStreamProducerReturnFrame", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaEGLStreamProducerReturnFrame(void)
 {
@@ -14165,7 +14987,7 @@ CUWIRE_EXPORT cudaError_t cudaEventCreate(cudaEvent_t *event)
 static inline cudaError_t cuwire_impl_cudaEventCreateFromEGLSync(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaEventCreateFromEGLSync", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaEventCreateFromEGLSync", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaEventCreateFromEGLSync(void)
 {
@@ -14335,7 +15157,7 @@ CUWIRE_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event)
 static inline cudaError_t cuwire_impl_cudaExternalMemoryGetMappedBuffer(void **devPtr, cudaExternalMemory_t extMem, const struct cudaExternalMemoryBufferDesc *bufferDesc)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaExternalMemoryGetMappedBuffer", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaExternalMemoryGetMappedBuffer", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaExternalMemoryGetMappedBuffer(void **devPtr, cudaExternalMemory_t extMem, const struct cudaExternalMemoryBufferDesc *bufferDesc)
 {
@@ -14353,7 +15175,7 @@ CUWIRE_EXPORT cudaError_t cudaExternalMemoryGetMappedBuffer(void **devPtr, cudaE
 static inline cudaError_t cuwire_impl_cudaExternalMemoryGetMappedMipmappedArray(cudaMipmappedArray_t *mipmap, cudaExternalMemory_t extMem, const struct cudaExternalMemoryMipmappedArrayDesc *mipmapDesc)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaExternalMemoryGetMappedMipmappedArray", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaExternalMemoryGetMappedMipmappedArray", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaExternalMemoryGetMappedMipmappedArray(cudaMipmappedArray_t *mipmap, cudaExternalMemory_t extMem, const struct cudaExternalMemoryMipmappedArrayDesc *mipmapDesc)
 {
@@ -14391,7 +15213,7 @@ CUWIRE_EXPORT cudaError_t cudaFree(void *devPtr)
 static inline cudaError_t cuwire_impl_cudaFreeArray(cudaArray_t array)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaFreeArray", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaFreeArray", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaFreeArray(cudaArray_t array)
 {
@@ -14448,7 +15270,7 @@ CUWIRE_EXPORT cudaError_t cudaFreeHost(void *ptr)
 static inline cudaError_t cuwire_impl_cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaFreeMipmappedArray", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaFreeMipmappedArray", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray)
 {
@@ -14486,7 +15308,7 @@ CUWIRE_EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr,
 static inline cudaError_t cuwire_impl_cudaFuncGetName(const char **name, const void *func)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaFuncGetName", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaFuncGetName", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaFuncGetName(const char **name, const void *func)
 {
@@ -14564,7 +15386,7 @@ CUWIRE_EXPORT cudaError_t cudaFuncSetCacheConfig(const void *func, enum cudaFunc
 static inline cudaError_t cuwire_impl_cudaFuncSetSharedMemConfig(const void *func, enum cudaSharedMemConfig config)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaFuncSetSharedMemConfig", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaFuncSetSharedMemConfig", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaFuncSetSharedMemConfig(const void *func, enum cudaSharedMemConfig config)
 {
@@ -14582,7 +15404,7 @@ CUWIRE_EXPORT cudaError_t cudaFuncSetSharedMemConfig(const void *func, enum cuda
 static inline cudaError_t cuwire_impl_cudaGLGetDevices(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLGetDevices", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGLGetDevices", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGLGetDevices(void)
 {
@@ -14600,7 +15422,7 @@ CUWIRE_EXPORT cudaError_t cudaGLGetDevices(void)
 static inline cudaError_t cuwire_impl_cudaGLMapBufferObject(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLMapBufferObject", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGLMapBufferObject", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGLMapBufferObject(void)
 {
@@ -14618,7 +15440,7 @@ CUWIRE_EXPORT cudaError_t cudaGLMapBufferObject(void)
 static inline cudaError_t cuwire_impl_cudaGLMapBufferObjectAsync(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLMapBufferObjectAsync", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGLMapBufferObjectAsync", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGLMapBufferObjectAsync(void)
 {
@@ -14636,7 +15458,7 @@ CUWIRE_EXPORT cudaError_t cudaGLMapBufferObjectAsync(void)
 static inline cudaError_t cuwire_impl_cudaGLRegisterBufferObject(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLRegisterBufferObject", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGLRegisterBufferObject", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGLRegisterBufferObject(void)
 {
@@ -14654,7 +15476,7 @@ CUWIRE_EXPORT cudaError_t cudaGLRegisterBufferObject(void)
 static inline cudaError_t cuwire_impl_cudaGLSetBufferObjectMapFlags(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLSetBufferObjectMapFlags", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGLSetBufferObjectMapFlags", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGLSetBufferObjectMapFlags(void)
 {
@@ -14672,7 +15494,7 @@ CUWIRE_EXPORT cudaError_t cudaGLSetBufferObjectMapFlags(void)
 static inline cudaError_t cuwire_impl_cudaGLSetGLDevice(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLSetGLDevice", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGLSetGLDevice", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGLSetGLDevice(void)
 {
@@ -14690,7 +15512,7 @@ CUWIRE_EXPORT cudaError_t cudaGLSetGLDevice(void)
 static inline cudaError_t cuwire_impl_cudaGLUnmapBufferObject(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLUnmapBufferObject", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGLUnmapBufferObject", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGLUnmapBufferObject(void)
 {
@@ -14708,7 +15530,7 @@ CUWIRE_EXPORT cudaError_t cudaGLUnmapBufferObject(void)
 static inline cudaError_t cuwire_impl_cudaGLUnmapBufferObjectAsync(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLUnmapBufferObjectAsync", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGLUnmapBufferObjectAsync", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGLUnmapBufferObjectAsync(void)
 {
@@ -14726,7 +15548,7 @@ CUWIRE_EXPORT cudaError_t cudaGLUnmapBufferObjectAsync(void)
 static inline cudaError_t cuwire_impl_cudaGLUnregisterBufferObject(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGLUnregisterBufferObject", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGLUnregisterBufferObject", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGLUnregisterBufferObject(void)
 {
@@ -14744,7 +15566,7 @@ CUWIRE_EXPORT cudaError_t cudaGLUnregisterBufferObject(void)
 static inline cudaError_t cuwire_impl_cudaGetChannelDesc(struct cudaChannelFormatDesc *desc, cudaArray_const_t array)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetChannelDesc", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGetChannelDesc", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGetChannelDesc(struct cudaChannelFormatDesc *desc, cudaArray_const_t array)
 {
@@ -14910,7 +15732,7 @@ CUWIRE_EXPORT const char * cudaGetErrorString(cudaError_t error)
 static inline cudaError_t cuwire_impl_cudaGetExportTable(const void **ppExportTable, const cudaUUID_t *pExportTableId)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetExportTable", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGetExportTable", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGetExportTable(const void **ppExportTable, const cudaUUID_t *pExportTableId)
 {
@@ -14928,7 +15750,7 @@ CUWIRE_EXPORT cudaError_t cudaGetExportTable(const void **ppExportTable, const c
 static inline cudaError_t cuwire_impl_cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *symbolPtr)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetFuncBySymbol", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGetFuncBySymbol", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *symbolPtr)
 {
@@ -14982,7 +15804,7 @@ CUWIRE_EXPORT cudaError_t cudaGetLastError(void)
 static inline cudaError_t cuwire_impl_cudaGetMipmappedArrayLevel(cudaArray_t *levelArray, cudaMipmappedArray_const_t mipmappedArray, unsigned int level)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetMipmappedArrayLevel", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGetMipmappedArrayLevel", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGetMipmappedArrayLevel(cudaArray_t *levelArray, cudaMipmappedArray_const_t mipmappedArray, unsigned int level)
 {
@@ -15000,7 +15822,7 @@ CUWIRE_EXPORT cudaError_t cudaGetMipmappedArrayLevel(cudaArray_t *levelArray, cu
 static inline cudaError_t cuwire_impl_cudaGetSurfaceObjectResourceDesc(struct cudaResourceDesc *pResDesc, cudaSurfaceObject_t surfObject)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetSurfaceObjectResourceDesc", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGetSurfaceObjectResourceDesc", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDesc *pResDesc, cudaSurfaceObject_t surfObject)
 {
@@ -15058,7 +15880,7 @@ CUWIRE_EXPORT cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol)
 static inline cudaError_t cuwire_impl_cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *pResDesc, cudaTextureObject_t texObject)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetTextureObjectResourceDesc", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGetTextureObjectResourceDesc", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *pResDesc, cudaTextureObject_t texObject)
 {
@@ -15076,7 +15898,7 @@ CUWIRE_EXPORT cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDe
 static inline cudaError_t cuwire_impl_cudaGetTextureObjectResourceViewDesc(struct cudaResourceViewDesc *pResViewDesc, cudaTextureObject_t texObject)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetTextureObjectResourceViewDesc", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGetTextureObjectResourceViewDesc", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGetTextureObjectResourceViewDesc(struct cudaResourceViewDesc *pResViewDesc, cudaTextureObject_t texObject)
 {
@@ -15094,7 +15916,7 @@ CUWIRE_EXPORT cudaError_t cudaGetTextureObjectResourceViewDesc(struct cudaResour
 static inline cudaError_t cuwire_impl_cudaGetTextureObjectTextureDesc(struct cudaTextureDesc *pTexDesc, cudaTextureObject_t texObject)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGetTextureObjectTextureDesc", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGetTextureObjectTextureDesc", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc *pTexDesc, cudaTextureObject_t texObject)
 {
@@ -15112,7 +15934,7 @@ CUWIRE_EXPORT cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc
 static inline cudaError_t cuwire_impl_cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaGraph_t childGraph)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddChildGraphNode", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphAddChildGraphNode", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaGraph_t childGraph)
 {
@@ -15130,7 +15952,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t *pGraphNode
 static inline cudaError_t cuwire_impl_cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *from, const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData, size_t numDependencies)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddDependencies", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphAddDependencies", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *from, const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData, size_t numDependencies)
 {
@@ -15148,7 +15970,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cuda
 static inline cudaError_t cuwire_impl_cudaGraphAddEmptyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddEmptyNode", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphAddEmptyNode", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphAddEmptyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies)
 {
@@ -15166,7 +15988,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddEmptyNode(cudaGraphNode_t *pGraphNode, cud
 static inline cudaError_t cuwire_impl_cudaGraphAddEventRecordNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaEvent_t event)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddEventRecordNode", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphAddEventRecordNode", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphAddEventRecordNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaEvent_t event)
 {
@@ -15184,7 +16006,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddEventRecordNode(cudaGraphNode_t *pGraphNod
 static inline cudaError_t cuwire_impl_cudaGraphAddEventWaitNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaEvent_t event)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddEventWaitNode", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphAddEventWaitNode", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphAddEventWaitNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, cudaEvent_t event)
 {
@@ -15202,7 +16024,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddEventWaitNode(cudaGraphNode_t *pGraphNode,
 static inline cudaError_t cuwire_impl_cudaGraphAddExternalSemaphoresSignalNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaExternalSemaphoreSignalNodeParams *nodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddExternalSemaphoresSignalNode", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphAddExternalSemaphoresSignalNode", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphAddExternalSemaphoresSignalNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaExternalSemaphoreSignalNodeParams *nodeParams)
 {
@@ -15220,7 +16042,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddExternalSemaphoresSignalNode(cudaGraphNode
 static inline cudaError_t cuwire_impl_cudaGraphAddExternalSemaphoresWaitNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaExternalSemaphoreWaitNodeParams *nodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddExternalSemaphoresWaitNode", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphAddExternalSemaphoresWaitNode", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphAddExternalSemaphoresWaitNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaExternalSemaphoreWaitNodeParams *nodeParams)
 {
@@ -15238,7 +16060,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddExternalSemaphoresWaitNode(cudaGraphNode_t
 static inline cudaError_t cuwire_impl_cudaGraphAddHostNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaHostNodeParams *pNodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddHostNode", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphAddHostNode", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphAddHostNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaHostNodeParams *pNodeParams)
 {
@@ -15256,7 +16078,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddHostNode(cudaGraphNode_t *pGraphNode, cuda
 static inline cudaError_t cuwire_impl_cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaKernelNodeParams *pNodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddKernelNode", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphAddKernelNode", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaKernelNodeParams *pNodeParams)
 {
@@ -15274,7 +16096,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cu
 static inline cudaError_t cuwire_impl_cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, struct cudaMemAllocNodeParams *nodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemAllocNode", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphAddMemAllocNode", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, struct cudaMemAllocNodeParams *nodeParams)
 {
@@ -15292,7 +16114,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, 
 static inline cudaError_t cuwire_impl_cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dptr)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemFreeNode", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphAddMemFreeNode", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dptr)
 {
@@ -15310,7 +16132,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t *pGraphNode, c
 static inline cudaError_t cuwire_impl_cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaMemcpy3DParms *pCopyParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemcpyNode", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphAddMemcpyNode", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaMemcpy3DParms *pCopyParams)
 {
@@ -15328,7 +16150,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t *pGraphNode, cu
 static inline cudaError_t cuwire_impl_cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemcpyNode1D", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphAddMemcpyNode1D", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
@@ -15346,7 +16168,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *pGraphNode, 
 static inline cudaError_t cuwire_impl_cudaGraphAddMemcpyNodeFromSymbol(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemcpyNodeFromSymbol", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphAddMemcpyNodeFromSymbol", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNodeFromSymbol(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
@@ -15364,7 +16186,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNodeFromSymbol(cudaGraphNode_t *pGra
 static inline cudaError_t cuwire_impl_cudaGraphAddMemcpyNodeToSymbol(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemcpyNodeToSymbol", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphAddMemcpyNodeToSymbol", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNodeToSymbol(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
@@ -15382,7 +16204,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemcpyNodeToSymbol(cudaGraphNode_t *pGraph
 static inline cudaError_t cuwire_impl_cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaMemsetParams *pMemsetParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddMemsetNode", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphAddMemsetNode", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, size_t numDependencies, const struct cudaMemsetParams *pMemsetParams)
 {
@@ -15400,7 +16222,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *pGraphNode, cu
 static inline cudaError_t cuwire_impl_cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, struct cudaGraphNodeParams *nodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphAddNode", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphAddNode", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, struct cudaGraphNodeParams *nodeParams)
 {
@@ -15418,7 +16240,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGrap
 static inline cudaError_t cuwire_impl_cudaGraphChildGraphNodeGetGraph(cudaGraphNode_t node, cudaGraph_t *pGraph)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphChildGraphNodeGetGraph", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphChildGraphNodeGetGraph", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphChildGraphNodeGetGraph(cudaGraphNode_t node, cudaGraph_t *pGraph)
 {
@@ -15436,7 +16258,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphChildGraphNodeGetGraph(cudaGraphNode_t node, 
 static inline cudaError_t cuwire_impl_cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t originalGraph)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphClone", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphClone", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t originalGraph)
 {
@@ -15454,7 +16276,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphClone(cudaGraph_t *pGraphClone, cudaGraph_t o
 static inline cudaError_t cuwire_impl_cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle *pHandle_out, cudaGraph_t graph, unsigned int defaultLaunchValue, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphConditionalHandleCreate", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphConditionalHandleCreate", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle *pHandle_out, cudaGraph_t graph, unsigned int defaultLaunchValue, unsigned int flags)
 {
@@ -15472,7 +16294,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalH
 static inline cudaError_t cuwire_impl_cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphCreate", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphCreate", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags)
 {
@@ -15490,7 +16312,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flag
 static inline cudaError_t cuwire_impl_cudaGraphDebugDotPrint(cudaGraph_t graph, const char *path, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphDebugDotPrint", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphDebugDotPrint", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char *path, unsigned int flags)
 {
@@ -15508,7 +16330,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char *
 static inline cudaError_t cuwire_impl_cudaGraphDestroy(cudaGraph_t graph)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphDestroy", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphDestroy", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
 {
@@ -15526,7 +16348,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
 static inline cudaError_t cuwire_impl_cudaGraphDestroyNode(cudaGraphNode_t node)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphDestroyNode", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphDestroyNode", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node)
 {
@@ -15544,7 +16366,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node)
 static inline cudaError_t cuwire_impl_cudaGraphEventRecordNodeGetEvent(cudaGraphNode_t node, cudaEvent_t *event_out)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphEventRecordNodeGetEvent", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphEventRecordNodeGetEvent", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphEventRecordNodeGetEvent(cudaGraphNode_t node, cudaEvent_t *event_out)
 {
@@ -15562,7 +16384,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphEventRecordNodeGetEvent(cudaGraphNode_t node,
 static inline cudaError_t cuwire_impl_cudaGraphEventRecordNodeSetEvent(cudaGraphNode_t node, cudaEvent_t event)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphEventRecordNodeSetEvent", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphEventRecordNodeSetEvent", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphEventRecordNodeSetEvent(cudaGraphNode_t node, cudaEvent_t event)
 {
@@ -15580,7 +16402,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphEventRecordNodeSetEvent(cudaGraphNode_t node,
 static inline cudaError_t cuwire_impl_cudaGraphEventWaitNodeGetEvent(cudaGraphNode_t node, cudaEvent_t *event_out)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphEventWaitNodeGetEvent", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphEventWaitNodeGetEvent", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphEventWaitNodeGetEvent(cudaGraphNode_t node, cudaEvent_t *event_out)
 {
@@ -15598,7 +16420,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphEventWaitNodeGetEvent(cudaGraphNode_t node, c
 static inline cudaError_t cuwire_impl_cudaGraphEventWaitNodeSetEvent(cudaGraphNode_t node, cudaEvent_t event)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphEventWaitNodeSetEvent", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphEventWaitNodeSetEvent", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphEventWaitNodeSetEvent(cudaGraphNode_t node, cudaEvent_t event)
 {
@@ -15616,7 +16438,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphEventWaitNodeSetEvent(cudaGraphNode_t node, c
 static inline cudaError_t cuwire_impl_cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, cudaGraph_t childGraph)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecChildGraphNodeSetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExecChildGraphNodeSetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, cudaGraph_t childGraph)
 {
@@ -15634,7 +16456,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t h
 static inline cudaError_t cuwire_impl_cudaGraphExecDestroy(cudaGraphExec_t graphExec)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecDestroy", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExecDestroy", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
 {
@@ -15652,7 +16474,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
 static inline cudaError_t cuwire_impl_cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, cudaEvent_t event)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecEventRecordNodeSetEvent", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExecEventRecordNodeSetEvent", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, cudaEvent_t event)
 {
@@ -15670,7 +16492,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t h
 static inline cudaError_t cuwire_impl_cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, cudaEvent_t event)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecEventWaitNodeSetEvent", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExecEventWaitNodeSetEvent", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, cudaEvent_t event)
 {
@@ -15688,7 +16510,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t hGr
 static inline cudaError_t cuwire_impl_cudaGraphExecExternalSemaphoresSignalNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, const struct cudaExternalSemaphoreSignalNodeParams *nodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecExternalSemaphoresSignalNodeSetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExecExternalSemaphoresSignalNodeSetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExecExternalSemaphoresSignalNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, const struct cudaExternalSemaphoreSignalNodeParams *nodeParams)
 {
@@ -15706,7 +16528,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecExternalSemaphoresSignalNodeSetParams(cud
 static inline cudaError_t cuwire_impl_cudaGraphExecExternalSemaphoresWaitNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, const struct cudaExternalSemaphoreWaitNodeParams *nodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecExternalSemaphoresWaitNodeSetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExecExternalSemaphoresWaitNodeSetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExecExternalSemaphoresWaitNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, const struct cudaExternalSemaphoreWaitNodeParams *nodeParams)
 {
@@ -15724,7 +16546,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecExternalSemaphoresWaitNodeSetParams(cudaG
 static inline cudaError_t cuwire_impl_cudaGraphExecGetFlags(cudaGraphExec_t graphExec, unsigned long long *flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecGetFlags", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExecGetFlags", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExecGetFlags(cudaGraphExec_t graphExec, unsigned long long *flags)
 {
@@ -15742,7 +16564,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecGetFlags(cudaGraphExec_t graphExec, unsig
 static inline cudaError_t cuwire_impl_cudaGraphExecHostNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaHostNodeParams *pNodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecHostNodeSetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExecHostNodeSetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaHostNodeParams *pNodeParams)
 {
@@ -15760,7 +16582,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t hGraphE
 static inline cudaError_t cuwire_impl_cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaKernelNodeParams *pNodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecKernelNodeSetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExecKernelNodeSetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaKernelNodeParams *pNodeParams)
 {
@@ -15778,7 +16600,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGrap
 static inline cudaError_t cuwire_impl_cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaMemcpy3DParms *pNodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecMemcpyNodeSetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExecMemcpyNodeSetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaMemcpy3DParms *pNodeParams)
 {
@@ -15796,7 +16618,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t hGrap
 static inline cudaError_t cuwire_impl_cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecMemcpyNodeSetParams1D", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExecMemcpyNodeSetParams1D", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
@@ -15814,7 +16636,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t hGr
 static inline cudaError_t cuwire_impl_cudaGraphExecMemcpyNodeSetParamsFromSymbol(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecMemcpyNodeSetParamsFromSymbol", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExecMemcpyNodeSetParamsFromSymbol", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParamsFromSymbol(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
@@ -15832,7 +16654,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParamsFromSymbol(cudaGraphEx
 static inline cudaError_t cuwire_impl_cudaGraphExecMemcpyNodeSetParamsToSymbol(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecMemcpyNodeSetParamsToSymbol", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExecMemcpyNodeSetParamsToSymbol", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParamsToSymbol(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
@@ -15850,7 +16672,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParamsToSymbol(cudaGraphExec
 static inline cudaError_t cuwire_impl_cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaMemsetParams *pNodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecMemsetNodeSetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExecMemsetNodeSetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const struct cudaMemsetParams *pNodeParams)
 {
@@ -15868,7 +16690,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGrap
 static inline cudaError_t cuwire_impl_cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cudaGraphNode_t node, struct cudaGraphNodeParams *nodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecNodeSetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExecNodeSetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cudaGraphNode_t node, struct cudaGraphNodeParams *nodeParams)
 {
@@ -15886,7 +16708,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, 
 static inline cudaError_t cuwire_impl_cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph, cudaGraphExecUpdateResultInfo *resultInfo)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExecUpdate", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExecUpdate", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph, cudaGraphExecUpdateResultInfo *resultInfo)
 {
@@ -15904,7 +16726,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGr
 static inline cudaError_t cuwire_impl_cudaGraphExternalSemaphoresSignalNodeGetParams(cudaGraphNode_t hNode, struct cudaExternalSemaphoreSignalNodeParams *params_out)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExternalSemaphoresSignalNodeGetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExternalSemaphoresSignalNodeGetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresSignalNodeGetParams(cudaGraphNode_t hNode, struct cudaExternalSemaphoreSignalNodeParams *params_out)
 {
@@ -15922,7 +16744,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresSignalNodeGetParams(cudaGra
 static inline cudaError_t cuwire_impl_cudaGraphExternalSemaphoresSignalNodeSetParams(cudaGraphNode_t hNode, const struct cudaExternalSemaphoreSignalNodeParams *nodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExternalSemaphoresSignalNodeSetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExternalSemaphoresSignalNodeSetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresSignalNodeSetParams(cudaGraphNode_t hNode, const struct cudaExternalSemaphoreSignalNodeParams *nodeParams)
 {
@@ -15940,7 +16762,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresSignalNodeSetParams(cudaGra
 static inline cudaError_t cuwire_impl_cudaGraphExternalSemaphoresWaitNodeGetParams(cudaGraphNode_t hNode, struct cudaExternalSemaphoreWaitNodeParams *params_out)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExternalSemaphoresWaitNodeGetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExternalSemaphoresWaitNodeGetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresWaitNodeGetParams(cudaGraphNode_t hNode, struct cudaExternalSemaphoreWaitNodeParams *params_out)
 {
@@ -15958,7 +16780,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresWaitNodeGetParams(cudaGraph
 static inline cudaError_t cuwire_impl_cudaGraphExternalSemaphoresWaitNodeSetParams(cudaGraphNode_t hNode, const struct cudaExternalSemaphoreWaitNodeParams *nodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphExternalSemaphoresWaitNodeSetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphExternalSemaphoresWaitNodeSetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresWaitNodeSetParams(cudaGraphNode_t hNode, const struct cudaExternalSemaphoreWaitNodeParams *nodeParams)
 {
@@ -15976,7 +16798,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphExternalSemaphoresWaitNodeSetParams(cudaGraph
 static inline cudaError_t cuwire_impl_cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *from, cudaGraphNode_t *to, cudaGraphEdgeData *edgeData, size_t *numEdges)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphGetEdges", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphGetEdges", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *from, cudaGraphNode_t *to, cudaGraphEdgeData *edgeData, size_t *numEdges)
 {
@@ -15994,7 +16816,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *
 static inline cudaError_t cuwire_impl_cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *numNodes)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphGetNodes", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphGetNodes", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *numNodes)
 {
@@ -16012,7 +16834,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *
 static inline cudaError_t cuwire_impl_cudaGraphGetRootNodes(cudaGraph_t graph, cudaGraphNode_t *pRootNodes, size_t *pNumRootNodes)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphGetRootNodes", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphGetRootNodes", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphGetRootNodes(cudaGraph_t graph, cudaGraphNode_t *pRootNodes, size_t *pNumRootNodes)
 {
@@ -16030,7 +16852,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphGetRootNodes(cudaGraph_t graph, cudaGraphNode
 static inline cudaError_t cuwire_impl_cudaGraphHostNodeGetParams(cudaGraphNode_t node, struct cudaHostNodeParams *pNodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphHostNodeGetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphHostNodeGetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphHostNodeGetParams(cudaGraphNode_t node, struct cudaHostNodeParams *pNodeParams)
 {
@@ -16048,7 +16870,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphHostNodeGetParams(cudaGraphNode_t node, struc
 static inline cudaError_t cuwire_impl_cudaGraphHostNodeSetParams(cudaGraphNode_t node, const struct cudaHostNodeParams *pNodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphHostNodeSetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphHostNodeSetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphHostNodeSetParams(cudaGraphNode_t node, const struct cudaHostNodeParams *pNodeParams)
 {
@@ -16066,7 +16888,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphHostNodeSetParams(cudaGraphNode_t node, const
 static inline cudaError_t cuwire_impl_cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphInstantiate", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphInstantiate", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
 {
@@ -16084,7 +16906,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cuda
 static inline cudaError_t cuwire_impl_cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphInstantiateWithFlags", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphInstantiateWithFlags", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
 {
@@ -16102,7 +16924,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphE
 static inline cudaError_t cuwire_impl_cudaGraphInstantiateWithParams(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, cudaGraphInstantiateParams *instantiateParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphInstantiateWithParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphInstantiateWithParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, cudaGraphInstantiateParams *instantiateParams)
 {
@@ -16121,7 +16943,7 @@ CUWIRE_EXPORT __typeof__(cudaGraphInstantiateWithParams) cudaGraphInstantiateWit
 static inline cudaError_t cuwire_impl_cudaGraphKernelNodeCopyAttributes(cudaGraphNode_t hDst, cudaGraphNode_t hSrc)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphKernelNodeCopyAttributes", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphKernelNodeCopyAttributes", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeCopyAttributes(cudaGraphNode_t hDst, cudaGraphNode_t hSrc)
 {
@@ -16139,7 +16961,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeCopyAttributes(cudaGraphNode_t hDst
 static inline cudaError_t cuwire_impl_cudaGraphKernelNodeGetAttribute(cudaGraphNode_t hNode, cudaLaunchAttributeID attr, cudaLaunchAttributeValue *value_out)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphKernelNodeGetAttribute", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphKernelNodeGetAttribute", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeGetAttribute(cudaGraphNode_t hNode, cudaLaunchAttributeID attr, cudaLaunchAttributeValue *value_out)
 {
@@ -16157,7 +16979,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeGetAttribute(cudaGraphNode_t hNode,
 static inline cudaError_t cuwire_impl_cudaGraphKernelNodeGetParams(cudaGraphNode_t node, struct cudaKernelNodeParams *pNodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphKernelNodeGetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphKernelNodeGetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, struct cudaKernelNodeParams *pNodeParams)
 {
@@ -16175,7 +16997,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, str
 static inline cudaError_t cuwire_impl_cudaGraphKernelNodeSetAttribute(cudaGraphNode_t hNode, cudaLaunchAttributeID attr, const cudaLaunchAttributeValue *value)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphKernelNodeSetAttribute", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphKernelNodeSetAttribute", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeSetAttribute(cudaGraphNode_t hNode, cudaLaunchAttributeID attr, const cudaLaunchAttributeValue *value)
 {
@@ -16193,7 +17015,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeSetAttribute(cudaGraphNode_t hNode,
 static inline cudaError_t cuwire_impl_cudaGraphKernelNodeSetParams(cudaGraphNode_t node, const struct cudaKernelNodeParams *pNodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphKernelNodeSetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphKernelNodeSetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node, const struct cudaKernelNodeParams *pNodeParams)
 {
@@ -16211,7 +17033,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node, con
 static inline cudaError_t cuwire_impl_cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphLaunch", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphLaunch", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
 {
@@ -16230,7 +17052,7 @@ CUWIRE_EXPORT __typeof__(cudaGraphLaunch) cudaGraphLaunch_ptsz __attribute__((al
 static inline cudaError_t cuwire_impl_cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, struct cudaMemAllocNodeParams *params_out)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemAllocNodeGetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphMemAllocNodeGetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, struct cudaMemAllocNodeParams *params_out)
 {
@@ -16248,7 +17070,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, s
 static inline cudaError_t cuwire_impl_cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, void *dptr_out)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemFreeNodeGetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphMemFreeNodeGetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, void *dptr_out)
 {
@@ -16266,7 +17088,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, vo
 static inline cudaError_t cuwire_impl_cudaGraphMemcpyNodeGetParams(cudaGraphNode_t node, struct cudaMemcpy3DParms *pNodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemcpyNodeGetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphMemcpyNodeGetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeGetParams(cudaGraphNode_t node, struct cudaMemcpy3DParms *pNodeParams)
 {
@@ -16284,7 +17106,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeGetParams(cudaGraphNode_t node, str
 static inline cudaError_t cuwire_impl_cudaGraphMemcpyNodeSetParams(cudaGraphNode_t node, const struct cudaMemcpy3DParms *pNodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemcpyNodeSetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphMemcpyNodeSetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParams(cudaGraphNode_t node, const struct cudaMemcpy3DParms *pNodeParams)
 {
@@ -16302,7 +17124,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParams(cudaGraphNode_t node, con
 static inline cudaError_t cuwire_impl_cudaGraphMemcpyNodeSetParams1D(cudaGraphNode_t node, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemcpyNodeSetParams1D", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphMemcpyNodeSetParams1D", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParams1D(cudaGraphNode_t node, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
@@ -16320,7 +17142,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParams1D(cudaGraphNode_t node, v
 static inline cudaError_t cuwire_impl_cudaGraphMemcpyNodeSetParamsFromSymbol(cudaGraphNode_t node, void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemcpyNodeSetParamsFromSymbol", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphMemcpyNodeSetParamsFromSymbol", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParamsFromSymbol(cudaGraphNode_t node, void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
@@ -16338,7 +17160,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParamsFromSymbol(cudaGraphNode_t
 static inline cudaError_t cuwire_impl_cudaGraphMemcpyNodeSetParamsToSymbol(cudaGraphNode_t node, const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemcpyNodeSetParamsToSymbol", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphMemcpyNodeSetParamsToSymbol", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParamsToSymbol(cudaGraphNode_t node, const void *symbol, const void *src, size_t count, size_t offset, enum cudaMemcpyKind kind)
 {
@@ -16356,7 +17178,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemcpyNodeSetParamsToSymbol(cudaGraphNode_t n
 static inline cudaError_t cuwire_impl_cudaGraphMemsetNodeGetParams(cudaGraphNode_t node, struct cudaMemsetParams *pNodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemsetNodeGetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphMemsetNodeGetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphMemsetNodeGetParams(cudaGraphNode_t node, struct cudaMemsetParams *pNodeParams)
 {
@@ -16374,7 +17196,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemsetNodeGetParams(cudaGraphNode_t node, str
 static inline cudaError_t cuwire_impl_cudaGraphMemsetNodeSetParams(cudaGraphNode_t node, const struct cudaMemsetParams *pNodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphMemsetNodeSetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphMemsetNodeSetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphMemsetNodeSetParams(cudaGraphNode_t node, const struct cudaMemsetParams *pNodeParams)
 {
@@ -16392,7 +17214,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphMemsetNodeSetParams(cudaGraphNode_t node, con
 static inline cudaError_t cuwire_impl_cudaGraphNodeFindInClone(cudaGraphNode_t *pNode, cudaGraphNode_t originalNode, cudaGraph_t clonedGraph)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeFindInClone", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphNodeFindInClone", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphNodeFindInClone(cudaGraphNode_t *pNode, cudaGraphNode_t originalNode, cudaGraph_t clonedGraph)
 {
@@ -16410,7 +17232,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeFindInClone(cudaGraphNode_t *pNode, cudaG
 static inline cudaError_t cuwire_impl_cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *pDependencies, cudaGraphEdgeData *edgeData, size_t *pNumDependencies)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeGetDependencies", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphNodeGetDependencies", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *pDependencies, cudaGraphEdgeData *edgeData, size_t *pNumDependencies)
 {
@@ -16428,7 +17250,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cud
 static inline cudaError_t cuwire_impl_cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, cudaGraphNode_t *pDependentNodes, cudaGraphEdgeData *edgeData, size_t *pNumDependentNodes)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeGetDependentNodes", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphNodeGetDependentNodes", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, cudaGraphNode_t *pDependentNodes, cudaGraphEdgeData *edgeData, size_t *pNumDependentNodes)
 {
@@ -16446,7 +17268,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, c
 static inline cudaError_t cuwire_impl_cudaGraphNodeGetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, unsigned int *isEnabled)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeGetEnabled", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphNodeGetEnabled", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphNodeGetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, unsigned int *isEnabled)
 {
@@ -16464,7 +17286,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeGetEnabled(cudaGraphExec_t hGraphExec, cu
 static inline cudaError_t cuwire_impl_cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *pType)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeGetType", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphNodeGetType", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *pType)
 {
@@ -16482,7 +17304,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGr
 static inline cudaError_t cuwire_impl_cudaGraphNodeSetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, unsigned int isEnabled)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeSetEnabled", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphNodeSetEnabled", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, unsigned int isEnabled)
 {
@@ -16500,7 +17322,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t hGraphExec, cu
 static inline cudaError_t cuwire_impl_cudaGraphNodeSetParams(cudaGraphNode_t node, struct cudaGraphNodeParams *nodeParams)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphNodeSetParams", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphNodeSetParams", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, struct cudaGraphNodeParams *nodeParams)
 {
@@ -16518,7 +17340,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, struct cu
 static inline cudaError_t cuwire_impl_cudaGraphReleaseUserObject(cudaGraph_t graph, cudaUserObject_t object, unsigned int count)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphReleaseUserObject", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphReleaseUserObject", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphReleaseUserObject(cudaGraph_t graph, cudaUserObject_t object, unsigned int count)
 {
@@ -16536,7 +17358,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphReleaseUserObject(cudaGraph_t graph, cudaUser
 static inline cudaError_t cuwire_impl_cudaGraphRemoveDependencies(cudaGraph_t graph, const cudaGraphNode_t *from, const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData, size_t numDependencies)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphRemoveDependencies", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphRemoveDependencies", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const cudaGraphNode_t *from, const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData, size_t numDependencies)
 {
@@ -16554,7 +17376,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const c
 static inline cudaError_t cuwire_impl_cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t object, unsigned int count, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphRetainUserObject", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphRetainUserObject", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t object, unsigned int count, unsigned int flags)
 {
@@ -16572,7 +17394,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserO
 static inline cudaError_t cuwire_impl_cudaGraphUpload(cudaGraphExec_t graphExec, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphUpload", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphUpload", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphUpload(cudaGraphExec_t graphExec, cudaStream_t stream)
 {
@@ -16591,7 +17413,7 @@ CUWIRE_EXPORT __typeof__(cudaGraphUpload) cudaGraphUpload_ptsz __attribute__((al
 static inline cudaError_t cuwire_impl_cudaGraphicsEGLRegisterImage(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsEGLRegisterImage", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphicsEGLRegisterImage", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphicsEGLRegisterImage(void)
 {
@@ -16609,7 +17431,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsEGLRegisterImage(void)
 static inline cudaError_t cuwire_impl_cudaGraphicsGLRegisterBuffer(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsGLRegisterBuffer", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphicsGLRegisterBuffer", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphicsGLRegisterBuffer(void)
 {
@@ -16627,7 +17449,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsGLRegisterBuffer(void)
 static inline cudaError_t cuwire_impl_cudaGraphicsGLRegisterImage(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsGLRegisterImage", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphicsGLRegisterImage", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphicsGLRegisterImage(void)
 {
@@ -16645,7 +17467,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsGLRegisterImage(void)
 static inline cudaError_t cuwire_impl_cudaGraphicsMapResources(int count, cudaGraphicsResource_t *resources, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsMapResources", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphicsMapResources", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphicsMapResources(int count, cudaGraphicsResource_t *resources, cudaStream_t stream)
 {
@@ -16663,7 +17485,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsMapResources(int count, cudaGraphicsResour
 static inline cudaError_t cuwire_impl_cudaGraphicsResourceGetMappedEglFrame(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsResourceGetMappedEglFrame", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphicsResourceGetMappedEglFrame", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedEglFrame(void)
 {
@@ -16681,7 +17503,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedEglFrame(void)
 static inline cudaError_t cuwire_impl_cudaGraphicsResourceGetMappedMipmappedArray(cudaMipmappedArray_t *mipmappedArray, cudaGraphicsResource_t resource)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsResourceGetMappedMipmappedArray", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphicsResourceGetMappedMipmappedArray", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedMipmappedArray(cudaMipmappedArray_t *mipmappedArray, cudaGraphicsResource_t resource)
 {
@@ -16699,7 +17521,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedMipmappedArray(cudaMipmap
 static inline cudaError_t cuwire_impl_cudaGraphicsResourceGetMappedPointer(void **devPtr, size_t *size, cudaGraphicsResource_t resource)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsResourceGetMappedPointer", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphicsResourceGetMappedPointer", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedPointer(void **devPtr, size_t *size, cudaGraphicsResource_t resource)
 {
@@ -16717,7 +17539,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsResourceGetMappedPointer(void **devPtr, si
 static inline cudaError_t cuwire_impl_cudaGraphicsResourceSetMapFlags(cudaGraphicsResource_t resource, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsResourceSetMapFlags", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphicsResourceSetMapFlags", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphicsResourceSetMapFlags(cudaGraphicsResource_t resource, unsigned int flags)
 {
@@ -16735,7 +17557,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsResourceSetMapFlags(cudaGraphicsResource_t
 static inline cudaError_t cuwire_impl_cudaGraphicsSubResourceGetMappedArray(cudaArray_t *array, cudaGraphicsResource_t resource, unsigned int arrayIndex, unsigned int mipLevel)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsSubResourceGetMappedArray", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphicsSubResourceGetMappedArray", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphicsSubResourceGetMappedArray(cudaArray_t *array, cudaGraphicsResource_t resource, unsigned int arrayIndex, unsigned int mipLevel)
 {
@@ -16753,7 +17575,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsSubResourceGetMappedArray(cudaArray_t *arr
 static inline cudaError_t cuwire_impl_cudaGraphicsUnmapResources(int count, cudaGraphicsResource_t *resources, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsUnmapResources", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphicsUnmapResources", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphicsUnmapResources(int count, cudaGraphicsResource_t *resources, cudaStream_t stream)
 {
@@ -16771,7 +17593,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsUnmapResources(int count, cudaGraphicsReso
 static inline cudaError_t cuwire_impl_cudaGraphicsUnregisterResource(cudaGraphicsResource_t resource)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsUnregisterResource", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphicsUnregisterResource", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphicsUnregisterResource(cudaGraphicsResource_t resource)
 {
@@ -16789,7 +17611,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsUnregisterResource(cudaGraphicsResource_t 
 static inline cudaError_t cuwire_impl_cudaGraphicsVDPAURegisterOutputSurface(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsVDPAURegisterOutputSurface", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphicsVDPAURegisterOutputSurface", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphicsVDPAURegisterOutputSurface(void)
 {
@@ -16807,7 +17629,7 @@ CUWIRE_EXPORT cudaError_t cudaGraphicsVDPAURegisterOutputSurface(void)
 static inline cudaError_t cuwire_impl_cudaGraphicsVDPAURegisterVideoSurface(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaGraphicsVDPAURegisterVideoSurface", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaGraphicsVDPAURegisterVideoSurface", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaGraphicsVDPAURegisterVideoSurface(void)
 {
@@ -16843,7 +17665,7 @@ CUWIRE_EXPORT cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int 
 static inline cudaError_t cuwire_impl_cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaHostGetDevicePointer", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaHostGetDevicePointer", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
 {
@@ -16915,7 +17737,7 @@ CUWIRE_EXPORT cudaError_t cudaHostUnregister(void *ptr)
 static inline cudaError_t cuwire_impl_cudaImportExternalMemory(cudaExternalMemory_t *extMem_out, const struct cudaExternalMemoryHandleDesc *memHandleDesc)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaImportExternalMemory", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaImportExternalMemory", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaImportExternalMemory(cudaExternalMemory_t *extMem_out, const struct cudaExternalMemoryHandleDesc *memHandleDesc)
 {
@@ -16933,7 +17755,7 @@ CUWIRE_EXPORT cudaError_t cudaImportExternalMemory(cudaExternalMemory_t *extMem_
 static inline cudaError_t cuwire_impl_cudaImportExternalSemaphore(cudaExternalSemaphore_t *extSem_out, const struct cudaExternalSemaphoreHandleDesc *semHandleDesc)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaImportExternalSemaphore", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaImportExternalSemaphore", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaImportExternalSemaphore(cudaExternalSemaphore_t *extSem_out, const struct cudaExternalSemaphoreHandleDesc *semHandleDesc)
 {
@@ -16971,7 +17793,7 @@ CUWIRE_EXPORT cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, u
 static inline cudaError_t cuwire_impl_cudaIpcCloseMemHandle(void *devPtr)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaIpcCloseMemHandle", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaIpcCloseMemHandle", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaIpcCloseMemHandle(void *devPtr)
 {
@@ -16989,7 +17811,7 @@ CUWIRE_EXPORT cudaError_t cudaIpcCloseMemHandle(void *devPtr)
 static inline cudaError_t cuwire_impl_cudaIpcGetEventHandle(cudaIpcEventHandle_t *handle, cudaEvent_t event)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaIpcGetEventHandle", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaIpcGetEventHandle", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *handle, cudaEvent_t event)
 {
@@ -17007,7 +17829,7 @@ CUWIRE_EXPORT cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *handle, cu
 static inline cudaError_t cuwire_impl_cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaIpcGetMemHandle", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaIpcGetMemHandle", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
 {
@@ -17025,7 +17847,7 @@ CUWIRE_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *
 static inline cudaError_t cuwire_impl_cudaIpcOpenEventHandle(cudaEvent_t *event, cudaIpcEventHandle_t handle)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaIpcOpenEventHandle", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaIpcOpenEventHandle", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *event, cudaIpcEventHandle_t handle)
 {
@@ -17043,7 +17865,7 @@ CUWIRE_EXPORT cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *event, cudaIpcEven
 static inline cudaError_t cuwire_impl_cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaIpcOpenMemHandle", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaIpcOpenMemHandle", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
 {
@@ -17061,7 +17883,7 @@ CUWIRE_EXPORT cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t
 static inline cudaError_t cuwire_impl_cudaKernelSetAttributeForDevice(cudaKernel_t kernel, enum cudaFuncAttribute attr, int value, int device)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaKernelSetAttributeForDevice", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaKernelSetAttributeForDevice", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, enum cudaFuncAttribute attr, int value, int device)
 {
@@ -17079,7 +17901,7 @@ CUWIRE_EXPORT cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, e
 static inline cudaError_t cuwire_impl_cudaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLaunchCooperativeKernel", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaLaunchCooperativeKernel", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
@@ -17098,7 +17920,7 @@ CUWIRE_EXPORT __typeof__(cudaLaunchCooperativeKernel) cudaLaunchCooperativeKerne
 static inline cudaError_t cuwire_impl_cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLaunchHostFunc", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaLaunchHostFunc", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData)
 {
@@ -17163,7 +17985,7 @@ CUWIRE_EXPORT __typeof__(cudaLaunchKernelExC) cudaLaunchKernelExC_ptsz __attribu
 static inline cudaError_t cuwire_impl_cudaLibraryEnumerateKernels(cudaKernel_t *kernels, unsigned int numKernels, cudaLibrary_t lib)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryEnumerateKernels", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaLibraryEnumerateKernels", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaLibraryEnumerateKernels(cudaKernel_t *kernels, unsigned int numKernels, cudaLibrary_t lib)
 {
@@ -17181,7 +18003,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryEnumerateKernels(cudaKernel_t *kernels, uns
 static inline cudaError_t cuwire_impl_cudaLibraryGetGlobal(void **dptr, size_t *bytes, cudaLibrary_t library, const char *name)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryGetGlobal", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaLibraryGetGlobal", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaLibraryGetGlobal(void **dptr, size_t *bytes, cudaLibrary_t library, const char *name)
 {
@@ -17199,7 +18021,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryGetGlobal(void **dptr, size_t *bytes, cudaL
 static inline cudaError_t cuwire_impl_cudaLibraryGetKernel(cudaKernel_t *pKernel, cudaLibrary_t library, const char *name)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryGetKernel", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaLibraryGetKernel", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaLibraryGetKernel(cudaKernel_t *pKernel, cudaLibrary_t library, const char *name)
 {
@@ -17217,7 +18039,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryGetKernel(cudaKernel_t *pKernel, cudaLibrar
 static inline cudaError_t cuwire_impl_cudaLibraryGetKernelCount(unsigned int *count, cudaLibrary_t lib)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryGetKernelCount", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaLibraryGetKernelCount", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaLibraryGetKernelCount(unsigned int *count, cudaLibrary_t lib)
 {
@@ -17235,7 +18057,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryGetKernelCount(unsigned int *count, cudaLib
 static inline cudaError_t cuwire_impl_cudaLibraryGetManaged(void **dptr, size_t *bytes, cudaLibrary_t library, const char *name)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryGetManaged", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaLibraryGetManaged", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaLibraryGetManaged(void **dptr, size_t *bytes, cudaLibrary_t library, const char *name)
 {
@@ -17253,7 +18075,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryGetManaged(void **dptr, size_t *bytes, cuda
 static inline cudaError_t cuwire_impl_cudaLibraryGetUnifiedFunction(void **fptr, cudaLibrary_t library, const char *symbol)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryGetUnifiedFunction", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaLibraryGetUnifiedFunction", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaLibraryGetUnifiedFunction(void **fptr, cudaLibrary_t library, const char *symbol)
 {
@@ -17271,7 +18093,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryGetUnifiedFunction(void **fptr, cudaLibrary
 static inline cudaError_t cuwire_impl_cudaLibraryLoadData(cudaLibrary_t *library, const void *code, enum cudaJitOption *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, enum cudaLibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryLoadData", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaLibraryLoadData", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void *code, enum cudaJitOption *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, enum cudaLibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
@@ -17289,7 +18111,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void
 static inline cudaError_t cuwire_impl_cudaLibraryLoadFromFile(cudaLibrary_t *library, const char *fileName, enum cudaJitOption *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, enum cudaLibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryLoadFromFile", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaLibraryLoadFromFile", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t *library, const char *fileName, enum cudaJitOption *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, enum cudaLibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
@@ -17307,7 +18129,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t *library, const 
 static inline cudaError_t cuwire_impl_cudaLibraryUnload(cudaLibrary_t library)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLibraryUnload", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaLibraryUnload", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaLibraryUnload(cudaLibrary_t library)
 {
@@ -17325,7 +18147,7 @@ CUWIRE_EXPORT cudaError_t cudaLibraryUnload(cudaLibrary_t library)
 static inline cudaError_t cuwire_impl_cudaLogsCurrent(cudaLogIterator *iterator_out, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLogsCurrent", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaLogsCurrent", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaLogsCurrent(cudaLogIterator *iterator_out, unsigned int flags)
 {
@@ -17343,7 +18165,7 @@ CUWIRE_EXPORT cudaError_t cudaLogsCurrent(cudaLogIterator *iterator_out, unsigne
 static inline cudaError_t cuwire_impl_cudaLogsDumpToFile(cudaLogIterator *iterator, const char *pathToFile, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLogsDumpToFile", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaLogsDumpToFile", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaLogsDumpToFile(cudaLogIterator *iterator, const char *pathToFile, unsigned int flags)
 {
@@ -17361,7 +18183,7 @@ CUWIRE_EXPORT cudaError_t cudaLogsDumpToFile(cudaLogIterator *iterator, const ch
 static inline cudaError_t cuwire_impl_cudaLogsDumpToMemory(cudaLogIterator *iterator, char *buffer, size_t *size, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLogsDumpToMemory", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaLogsDumpToMemory", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaLogsDumpToMemory(cudaLogIterator *iterator, char *buffer, size_t *size, unsigned int flags)
 {
@@ -17379,7 +18201,7 @@ CUWIRE_EXPORT cudaError_t cudaLogsDumpToMemory(cudaLogIterator *iterator, char *
 static inline cudaError_t cuwire_impl_cudaLogsRegisterCallback(cudaLogsCallback_t callbackFunc, void *userData, cudaLogsCallbackHandle *callback_out)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLogsRegisterCallback", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaLogsRegisterCallback", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaLogsRegisterCallback(cudaLogsCallback_t callbackFunc, void *userData, cudaLogsCallbackHandle *callback_out)
 {
@@ -17397,7 +18219,7 @@ CUWIRE_EXPORT cudaError_t cudaLogsRegisterCallback(cudaLogsCallback_t callbackFu
 static inline cudaError_t cuwire_impl_cudaLogsUnregisterCallback(cudaLogsCallbackHandle callback)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaLogsUnregisterCallback", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaLogsUnregisterCallback", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaLogsUnregisterCallback(cudaLogsCallbackHandle callback)
 {
@@ -17435,7 +18257,7 @@ CUWIRE_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
 static inline cudaError_t cuwire_impl_cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMalloc3D", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMalloc3D", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent)
 {
@@ -17453,7 +18275,7 @@ CUWIRE_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, str
 static inline cudaError_t cuwire_impl_cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, struct cudaExtent extent, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMalloc3DArray", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMalloc3DArray", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, struct cudaExtent extent, unsigned int flags)
 {
@@ -17471,7 +18293,7 @@ CUWIRE_EXPORT cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cud
 static inline cudaError_t cuwire_impl_cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, size_t width, size_t height, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMallocArray", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMallocArray", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, size_t width, size_t height, unsigned int flags)
 {
@@ -17510,7 +18332,7 @@ CUWIRE_EXPORT __typeof__(cudaMallocAsync) cudaMallocAsync_ptsz __attribute__((al
 static inline cudaError_t cuwire_impl_cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMallocFromPoolAsync", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMallocFromPoolAsync", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)
 {
@@ -17547,7 +18369,7 @@ CUWIRE_EXPORT cudaError_t cudaMallocHost(void **ptr, size_t size)
 static inline cudaError_t cuwire_impl_cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMallocManaged", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMallocManaged", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
 {
@@ -17565,7 +18387,7 @@ CUWIRE_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned
 static inline cudaError_t cuwire_impl_cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray, const struct cudaChannelFormatDesc *desc, struct cudaExtent extent, unsigned int numLevels, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMallocMipmappedArray", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMallocMipmappedArray", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray, const struct cudaChannelFormatDesc *desc, struct cudaExtent extent, unsigned int numLevels, unsigned int flags)
 {
@@ -17603,7 +18425,7 @@ CUWIRE_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t w
 static inline cudaError_t cuwire_impl_cudaMemAdvise(const void *devPtr, size_t count, enum cudaMemoryAdvise advice, struct cudaMemLocation location)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemAdvise", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemAdvise", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemAdvise(const void *devPtr, size_t count, enum cudaMemoryAdvise advice, struct cudaMemLocation location)
 {
@@ -17621,7 +18443,7 @@ CUWIRE_EXPORT cudaError_t cudaMemAdvise(const void *devPtr, size_t count, enum c
 static inline cudaError_t cuwire_impl_cudaMemDiscardAndPrefetchBatchAsync(void **dptrs, size_t *sizes, size_t count, struct cudaMemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemDiscardAndPrefetchBatchAsync", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemDiscardAndPrefetchBatchAsync", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemDiscardAndPrefetchBatchAsync(void **dptrs, size_t *sizes, size_t count, struct cudaMemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, cudaStream_t stream)
 {
@@ -17640,7 +18462,7 @@ CUWIRE_EXPORT __typeof__(cudaMemDiscardAndPrefetchBatchAsync) cudaMemDiscardAndP
 static inline cudaError_t cuwire_impl_cudaMemDiscardBatchAsync(void **dptrs, size_t *sizes, size_t count, unsigned long long flags, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemDiscardBatchAsync", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemDiscardBatchAsync", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemDiscardBatchAsync(void **dptrs, size_t *sizes, size_t count, unsigned long long flags, cudaStream_t stream)
 {
@@ -17659,7 +18481,7 @@ CUWIRE_EXPORT __typeof__(cudaMemDiscardBatchAsync) cudaMemDiscardBatchAsync_ptsz
 static inline cudaError_t cuwire_impl_cudaMemGetDefaultMemPool(cudaMemPool_t *memPool, struct cudaMemLocation *location, enum cudaMemAllocationType type)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemGetDefaultMemPool", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemGetDefaultMemPool", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemGetDefaultMemPool(cudaMemPool_t *memPool, struct cudaMemLocation *location, enum cudaMemAllocationType type)
 {
@@ -17697,7 +18519,7 @@ CUWIRE_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
 static inline cudaError_t cuwire_impl_cudaMemGetMemPool(cudaMemPool_t *memPool, struct cudaMemLocation *location, enum cudaMemAllocationType type)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemGetMemPool", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemGetMemPool", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemGetMemPool(cudaMemPool_t *memPool, struct cudaMemLocation *location, enum cudaMemAllocationType type)
 {
@@ -17715,7 +18537,7 @@ CUWIRE_EXPORT cudaError_t cudaMemGetMemPool(cudaMemPool_t *memPool, struct cudaM
 static inline cudaError_t cuwire_impl_cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolProps *poolProps)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolCreate", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemPoolCreate", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolProps *poolProps)
 {
@@ -17733,7 +18555,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct
 static inline cudaError_t cuwire_impl_cudaMemPoolDestroy(cudaMemPool_t memPool)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolDestroy", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemPoolDestroy", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
 {
@@ -17751,7 +18573,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
 static inline cudaError_t cuwire_impl_cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData, void *ptr)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolExportPointer", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemPoolExportPointer", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData, void *ptr)
 {
@@ -17769,7 +18591,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolExportPointer(struct cudaMemPoolPtrExportDa
 static inline cudaError_t cuwire_impl_cudaMemPoolExportToShareableHandle(void *shareableHandle, cudaMemPool_t memPool, enum cudaMemAllocationHandleType handleType, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolExportToShareableHandle", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemPoolExportToShareableHandle", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemPoolExportToShareableHandle(void *shareableHandle, cudaMemPool_t memPool, enum cudaMemAllocationHandleType handleType, unsigned int flags)
 {
@@ -17787,7 +18609,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolExportToShareableHandle(void *shareableHand
 static inline cudaError_t cuwire_impl_cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t memPool, struct cudaMemLocation *location)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolGetAccess", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemPoolGetAccess", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t memPool, struct cudaMemLocation *location)
 {
@@ -17805,7 +18627,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, c
 static inline cudaError_t cuwire_impl_cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolGetAttribute", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemPoolGetAttribute", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
 {
@@ -17823,7 +18645,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cu
 static inline cudaError_t cuwire_impl_cudaMemPoolImportFromShareableHandle(cudaMemPool_t *memPool, void *shareableHandle, enum cudaMemAllocationHandleType handleType, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolImportFromShareableHandle", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemPoolImportFromShareableHandle", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemPoolImportFromShareableHandle(cudaMemPool_t *memPool, void *shareableHandle, enum cudaMemAllocationHandleType handleType, unsigned int flags)
 {
@@ -17841,7 +18663,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolImportFromShareableHandle(cudaMemPool_t *me
 static inline cudaError_t cuwire_impl_cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool, struct cudaMemPoolPtrExportData *exportData)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolImportPointer", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemPoolImportPointer", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool, struct cudaMemPoolPtrExportData *exportData)
 {
@@ -17859,7 +18681,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolImportPointer(void **ptr, cudaMemPool_t mem
 static inline cudaError_t cuwire_impl_cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc *descList, size_t count)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolSetAccess", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemPoolSetAccess", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc *descList, size_t count)
 {
@@ -17877,7 +18699,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const stru
 static inline cudaError_t cuwire_impl_cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolSetAttribute", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemPoolSetAttribute", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
 {
@@ -17895,7 +18717,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cu
 static inline cudaError_t cuwire_impl_cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPoolTrimTo", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemPoolTrimTo", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
 {
@@ -17913,7 +18735,7 @@ CUWIRE_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minByt
 static inline cudaError_t cuwire_impl_cudaMemPrefetchAsync(const void *devPtr, size_t count, struct cudaMemLocation location, unsigned int flags, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPrefetchAsync", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemPrefetchAsync", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemPrefetchAsync(const void *devPtr, size_t count, struct cudaMemLocation location, unsigned int flags, cudaStream_t stream)
 {
@@ -17932,7 +18754,7 @@ CUWIRE_EXPORT __typeof__(cudaMemPrefetchAsync) cudaMemPrefetchAsync_ptsz __attri
 static inline cudaError_t cuwire_impl_cudaMemPrefetchBatchAsync(void **dptrs, size_t *sizes, size_t count, struct cudaMemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemPrefetchBatchAsync", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemPrefetchBatchAsync", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemPrefetchBatchAsync(void **dptrs, size_t *sizes, size_t count, struct cudaMemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, cudaStream_t stream)
 {
@@ -17951,7 +18773,7 @@ CUWIRE_EXPORT __typeof__(cudaMemPrefetchBatchAsync) cudaMemPrefetchBatchAsync_pt
 static inline cudaError_t cuwire_impl_cudaMemRangeGetAttribute(void *data, size_t dataSize, enum cudaMemRangeAttribute attribute, const void *devPtr, size_t count)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemRangeGetAttribute", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemRangeGetAttribute", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemRangeGetAttribute(void *data, size_t dataSize, enum cudaMemRangeAttribute attribute, const void *devPtr, size_t count)
 {
@@ -17969,7 +18791,7 @@ CUWIRE_EXPORT cudaError_t cudaMemRangeGetAttribute(void *data, size_t dataSize, 
 static inline cudaError_t cuwire_impl_cudaMemRangeGetAttributes(void **data, size_t *dataSizes, enum cudaMemRangeAttribute *attributes, size_t numAttributes, const void *devPtr, size_t count)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemRangeGetAttributes", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemRangeGetAttributes", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemRangeGetAttributes(void **data, size_t *dataSizes, enum cudaMemRangeAttribute *attributes, size_t numAttributes, const void *devPtr, size_t count)
 {
@@ -17987,7 +18809,7 @@ CUWIRE_EXPORT cudaError_t cudaMemRangeGetAttributes(void **data, size_t *dataSiz
 static inline cudaError_t cuwire_impl_cudaMemSetMemPool(struct cudaMemLocation *location, enum cudaMemAllocationType type, cudaMemPool_t memPool)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemSetMemPool", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemSetMemPool", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemSetMemPool(struct cudaMemLocation *location, enum cudaMemAllocationType type, cudaMemPool_t memPool)
 {
@@ -18047,7 +18869,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2D) cudaMemcpy2D_ptds __attribute__((alias("c
 static inline cudaError_t cuwire_impl_cudaMemcpy2DArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst, cudaArray_const_t src, size_t wOffsetSrc, size_t hOffsetSrc, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy2DArrayToArray", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemcpy2DArrayToArray", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst, cudaArray_const_t src, size_t wOffsetSrc, size_t hOffsetSrc, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
@@ -18087,7 +18909,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DAsync) cudaMemcpy2DAsync_ptsz __attribute__
 static inline cudaError_t cuwire_impl_cudaMemcpy2DFromArray(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy2DFromArray", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemcpy2DFromArray", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DFromArray(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
@@ -18106,7 +18928,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DFromArray) cudaMemcpy2DFromArray_ptds __att
 static inline cudaError_t cuwire_impl_cudaMemcpy2DFromArrayAsync(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy2DFromArrayAsync", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemcpy2DFromArrayAsync", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DFromArrayAsync(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
@@ -18125,7 +18947,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DFromArrayAsync) cudaMemcpy2DFromArrayAsync_
 static inline cudaError_t cuwire_impl_cudaMemcpy2DToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy2DToArray", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemcpy2DToArray", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind)
 {
@@ -18144,7 +18966,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DToArray) cudaMemcpy2DToArray_ptds __attribu
 static inline cudaError_t cuwire_impl_cudaMemcpy2DToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy2DToArrayAsync", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemcpy2DToArrayAsync", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemcpy2DToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
@@ -18163,7 +18985,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy2DToArrayAsync) cudaMemcpy2DToArrayAsync_ptsz
 static inline cudaError_t cuwire_impl_cudaMemcpy3D(const struct cudaMemcpy3DParms *p)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy3D", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemcpy3D", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p)
 {
@@ -18182,7 +19004,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy3D) cudaMemcpy3D_ptds __attribute__((alias("c
 static inline cudaError_t cuwire_impl_cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy3DAsync", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemcpy3DAsync", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t stream)
 {
@@ -18201,7 +19023,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy3DAsync) cudaMemcpy3DAsync_ptsz __attribute__
 static inline cudaError_t cuwire_impl_cudaMemcpy3DBatchAsync(size_t numOps, struct cudaMemcpy3DBatchOp *opList, unsigned long long flags, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy3DBatchAsync", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemcpy3DBatchAsync", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemcpy3DBatchAsync(size_t numOps, struct cudaMemcpy3DBatchOp *opList, unsigned long long flags, cudaStream_t stream)
 {
@@ -18220,7 +19042,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy3DBatchAsync) cudaMemcpy3DBatchAsync_ptsz __a
 static inline cudaError_t cuwire_impl_cudaMemcpy3DPeer(const struct cudaMemcpy3DPeerParms *p)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy3DPeer", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemcpy3DPeer", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemcpy3DPeer(const struct cudaMemcpy3DPeerParms *p)
 {
@@ -18239,7 +19061,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy3DPeer) cudaMemcpy3DPeer_ptds __attribute__((
 static inline cudaError_t cuwire_impl_cudaMemcpy3DPeerAsync(const struct cudaMemcpy3DPeerParms *p, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpy3DPeerAsync", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemcpy3DPeerAsync", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemcpy3DPeerAsync(const struct cudaMemcpy3DPeerParms *p, cudaStream_t stream)
 {
@@ -18258,7 +19080,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpy3DPeerAsync) cudaMemcpy3DPeerAsync_ptsz __att
 static inline cudaError_t cuwire_impl_cudaMemcpyArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst, cudaArray_const_t src, size_t wOffsetSrc, size_t hOffsetSrc, size_t count, enum cudaMemcpyKind kind)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyArrayToArray", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemcpyArrayToArray", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemcpyArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst, cudaArray_const_t src, size_t wOffsetSrc, size_t hOffsetSrc, size_t count, enum cudaMemcpyKind kind)
 {
@@ -18298,7 +19120,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyAsync) cudaMemcpyAsync_ptsz __attribute__((al
 static inline cudaError_t cuwire_impl_cudaMemcpyBatchAsync(void * const *dsts, const void * const *srcs, const size_t *sizes, size_t count, struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyBatchAsync", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemcpyBatchAsync", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemcpyBatchAsync(void * const *dsts, const void * const *srcs, const size_t *sizes, size_t count, struct cudaMemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, cudaStream_t stream)
 {
@@ -18317,7 +19139,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyBatchAsync) cudaMemcpyBatchAsync_ptsz __attri
 static inline cudaError_t cuwire_impl_cudaMemcpyFromArray(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count, enum cudaMemcpyKind kind)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyFromArray", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemcpyFromArray", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemcpyFromArray(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count, enum cudaMemcpyKind kind)
 {
@@ -18336,7 +19158,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyFromArray) cudaMemcpyFromArray_ptds __attribu
 static inline cudaError_t cuwire_impl_cudaMemcpyFromArrayAsync(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyFromArrayAsync", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemcpyFromArrayAsync", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemcpyFromArrayAsync(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
@@ -18449,7 +19271,7 @@ CUWIRE_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const vo
 static inline cudaError_t cuwire_impl_cudaMemcpyToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyToArray", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemcpyToArray", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemcpyToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
@@ -18468,7 +19290,7 @@ CUWIRE_EXPORT __typeof__(cudaMemcpyToArray) cudaMemcpyToArray_ptds __attribute__
 static inline cudaError_t cuwire_impl_cudaMemcpyToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemcpyToArrayAsync", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemcpyToArrayAsync", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemcpyToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
@@ -18604,7 +19426,7 @@ CUWIRE_EXPORT __typeof__(cudaMemset2DAsync) cudaMemset2DAsync_ptsz __attribute__
 static inline cudaError_t cuwire_impl_cudaMemset3D(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemset3D", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemset3D", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemset3D(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent)
 {
@@ -18623,7 +19445,7 @@ CUWIRE_EXPORT __typeof__(cudaMemset3D) cudaMemset3D_ptds __attribute__((alias("c
 static inline cudaError_t cuwire_impl_cudaMemset3DAsync(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMemset3DAsync", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMemset3DAsync", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMemset3DAsync(struct cudaPitchedPtr pitchedDevPtr, int value, struct cudaExtent extent, cudaStream_t stream)
 {
@@ -18671,7 +19493,7 @@ CUWIRE_EXPORT __typeof__(cudaMemsetAsync) cudaMemsetAsync_ptsz __attribute__((al
 static inline cudaError_t cuwire_impl_cudaMipmappedArrayGetMemoryRequirements(struct cudaArrayMemoryRequirements *memoryRequirements, cudaMipmappedArray_t mipmap, int device)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMipmappedArrayGetMemoryRequirements", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMipmappedArrayGetMemoryRequirements", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMipmappedArrayGetMemoryRequirements(struct cudaArrayMemoryRequirements *memoryRequirements, cudaMipmappedArray_t mipmap, int device)
 {
@@ -18689,7 +19511,7 @@ CUWIRE_EXPORT cudaError_t cudaMipmappedArrayGetMemoryRequirements(struct cudaArr
 static inline cudaError_t cuwire_impl_cudaMipmappedArrayGetSparseProperties(struct cudaArraySparseProperties *sparseProperties, cudaMipmappedArray_t mipmap)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaMipmappedArrayGetSparseProperties", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaMipmappedArrayGetSparseProperties", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaMipmappedArrayGetSparseProperties(struct cudaArraySparseProperties *sparseProperties, cudaMipmappedArray_t mipmap)
 {
@@ -18767,7 +19589,7 @@ CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags
 static inline cudaError_t cuwire_impl_cudaOccupancyMaxActiveClusters(int *numClusters, const void *func, const cudaLaunchConfig_t *launchConfig)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaOccupancyMaxActiveClusters", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaOccupancyMaxActiveClusters", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveClusters(int *numClusters, const void *func, const cudaLaunchConfig_t *launchConfig)
 {
@@ -18785,7 +19607,7 @@ CUWIRE_EXPORT cudaError_t cudaOccupancyMaxActiveClusters(int *numClusters, const
 static inline cudaError_t cuwire_impl_cudaOccupancyMaxPotentialClusterSize(int *clusterSize, const void *func, const cudaLaunchConfig_t *launchConfig)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaOccupancyMaxPotentialClusterSize", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaOccupancyMaxPotentialClusterSize", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaOccupancyMaxPotentialClusterSize(int *clusterSize, const void *func, const cudaLaunchConfig_t *launchConfig)
 {
@@ -18841,7 +19663,7 @@ CUWIRE_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes 
 static inline cudaError_t cuwire_impl_cudaProfilerStart(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaProfilerStart", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaProfilerStart", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaProfilerStart(void)
 {
@@ -18859,7 +19681,7 @@ CUWIRE_EXPORT cudaError_t cudaProfilerStart(void)
 static inline cudaError_t cuwire_impl_cudaProfilerStop(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaProfilerStop", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaProfilerStop", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaProfilerStop(void)
 {
@@ -18957,7 +19779,7 @@ CUWIRE_EXPORT cudaError_t cudaSetValidDevices(int *device_arr, int len)
 static inline cudaError_t cuwire_impl_cudaSignalExternalSemaphoresAsync(const cudaExternalSemaphore_t *extSemArray, const struct cudaExternalSemaphoreSignalParams *paramsArray, unsigned int numExtSems, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaSignalExternalSemaphoresAsync", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaSignalExternalSemaphoresAsync", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaSignalExternalSemaphoresAsync(const cudaExternalSemaphore_t *extSemArray, const struct cudaExternalSemaphoreSignalParams *paramsArray, unsigned int numExtSems, cudaStream_t stream)
 {
@@ -18976,7 +19798,7 @@ CUWIRE_EXPORT __typeof__(cudaSignalExternalSemaphoresAsync) cudaSignalExternalSe
 static inline cudaError_t cuwire_impl_cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t callback, void *userData, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamAddCallback", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaStreamAddCallback", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t callback, void *userData, unsigned int flags)
 {
@@ -18995,7 +19817,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamAddCallback) cudaStreamAddCallback_ptsz __att
 static inline cudaError_t cuwire_impl_cudaStreamAttachMemAsync(cudaStream_t stream, void *devPtr, size_t length, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamAttachMemAsync", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaStreamAttachMemAsync", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaStreamAttachMemAsync(cudaStream_t stream, void *devPtr, size_t length, unsigned int flags)
 {
@@ -19014,7 +19836,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamAttachMemAsync) cudaStreamAttachMemAsync_ptsz
 static inline cudaError_t cuwire_impl_cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamBeginCapture", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaStreamBeginCapture", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
 {
@@ -19033,7 +19855,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamBeginCapture) cudaStreamBeginCapture_ptsz __a
 static inline cudaError_t cuwire_impl_cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph, const cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, enum cudaStreamCaptureMode mode)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamBeginCaptureToGraph", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaStreamBeginCaptureToGraph", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph, const cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, enum cudaStreamCaptureMode mode)
 {
@@ -19153,7 +19975,7 @@ CUWIRE_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
 static inline cudaError_t cuwire_impl_cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamEndCapture", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaStreamEndCapture", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
 {
@@ -19193,7 +20015,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamGetAttribute) cudaStreamGetAttribute_ptsz __a
 static inline cudaError_t cuwire_impl_cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out, cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out, const cudaGraphEdgeData **edgeData_out, size_t *numDependencies_out)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamGetCaptureInfo", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaStreamGetCaptureInfo", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out, cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out, const cudaGraphEdgeData **edgeData_out, size_t *numDependencies_out)
 {
@@ -19380,7 +20202,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamSynchronize) cudaStreamSynchronize_ptsz __att
 static inline cudaError_t cuwire_impl_cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaStreamUpdateCaptureDependencies", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaStreamUpdateCaptureDependencies", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
 {
@@ -19426,7 +20248,7 @@ CUWIRE_EXPORT __typeof__(cudaStreamWaitEvent) cudaStreamWaitEvent_ptsz __attribu
 static inline cudaError_t cuwire_impl_cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaThreadExchangeStreamCaptureMode", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaThreadExchangeStreamCaptureMode", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
 {
@@ -19444,7 +20266,7 @@ CUWIRE_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCap
 static inline cudaError_t cuwire_impl_cudaUserObjectCreate(cudaUserObject_t *object_out, void *ptr, cudaHostFn_t destroy, unsigned int initialRefcount, unsigned int flags)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaUserObjectCreate", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaUserObjectCreate", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaUserObjectCreate(cudaUserObject_t *object_out, void *ptr, cudaHostFn_t destroy, unsigned int initialRefcount, unsigned int flags)
 {
@@ -19462,7 +20284,7 @@ CUWIRE_EXPORT cudaError_t cudaUserObjectCreate(cudaUserObject_t *object_out, voi
 static inline cudaError_t cuwire_impl_cudaUserObjectRelease(cudaUserObject_t object, unsigned int count)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaUserObjectRelease", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaUserObjectRelease", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaUserObjectRelease(cudaUserObject_t object, unsigned int count)
 {
@@ -19480,7 +20302,7 @@ CUWIRE_EXPORT cudaError_t cudaUserObjectRelease(cudaUserObject_t object, unsigne
 static inline cudaError_t cuwire_impl_cudaUserObjectRetain(cudaUserObject_t object, unsigned int count)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaUserObjectRetain", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaUserObjectRetain", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaUserObjectRetain(cudaUserObject_t object, unsigned int count)
 {
@@ -19498,7 +20320,7 @@ CUWIRE_EXPORT cudaError_t cudaUserObjectRetain(cudaUserObject_t object, unsigned
 static inline cudaError_t cuwire_impl_cudaVDPAUGetDevice(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaVDPAUGetDevice", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaVDPAUGetDevice", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaVDPAUGetDevice(void)
 {
@@ -19516,7 +20338,7 @@ CUWIRE_EXPORT cudaError_t cudaVDPAUGetDevice(void)
 static inline cudaError_t cuwire_impl_cudaVDPAUSetVDPAUDevice(void)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaVDPAUSetVDPAUDevice", "libcudart.so.13 export", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaVDPAUSetVDPAUDevice", "libcudart.so.13 export", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaVDPAUSetVDPAUDevice(void)
 {
@@ -19534,7 +20356,7 @@ CUWIRE_EXPORT cudaError_t cudaVDPAUSetVDPAUDevice(void)
 static inline cudaError_t cuwire_impl_cudaWaitExternalSemaphoresAsync(const cudaExternalSemaphore_t *extSemArray, const struct cudaExternalSemaphoreWaitParams *paramsArray, unsigned int numExtSems, cudaStream_t stream)
 {
     static int warned;
-    return (cudaError_t)cuwire_rt_status(cuwire_unimplemented("cudaWaitExternalSemaphoresAsync", "cuda_runtime_api.h", &warned));
+    return (cudaError_t)cuwire_rt_status((cuwire_unimplemented("cudaWaitExternalSemaphoresAsync", "cuda_runtime_api.h", &warned), 801));
 }
 CUWIRE_EXPORT cudaError_t cudaWaitExternalSemaphoresAsync(const cudaExternalSemaphore_t *extSemArray, const struct cudaExternalSemaphoreWaitParams *paramsArray, unsigned int numExtSems, cudaStream_t stream)
 {
@@ -19548,4 +20370,7342 @@ CUWIRE_EXPORT cudaError_t cudaWaitExternalSemaphoresAsync(const cudaExternalSema
     return cuwire_impl_cudaWaitExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
 }
 CUWIRE_EXPORT __typeof__(cudaWaitExternalSemaphoresAsync) cudaWaitExternalSemaphoresAsync_ptsz __attribute__((alias("cudaWaitExternalSemaphoresAsync")));
+
+/* nvmlComputeInstanceDestroy (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlComputeInstanceDestroy", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance)
+{
+    __atomic_add_fetch(&cuwire_counts[938], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlComputeInstanceDestroy");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlComputeInstanceDestroy(computeInstance);
+        cuwire_trace_result("nvmlComputeInstanceDestroy", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlComputeInstanceDestroy(computeInstance);
+}
+
+/* nvmlComputeInstanceGetInfo (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlComputeInstanceGetInfo(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlComputeInstanceGetInfo", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo(void)
+{
+    __atomic_add_fetch(&cuwire_counts[939], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlComputeInstanceGetInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlComputeInstanceGetInfo();
+        cuwire_trace_result("nvmlComputeInstanceGetInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlComputeInstanceGetInfo();
+}
+
+/* nvmlComputeInstanceGetInfo_v2 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t *info)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlComputeInstanceGetInfo_v2", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t *info)
+{
+    __atomic_add_fetch(&cuwire_counts[940], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlComputeInstanceGetInfo_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlComputeInstanceGetInfo_v2(computeInstance, info);
+        cuwire_trace_result("nvmlComputeInstanceGetInfo_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlComputeInstanceGetInfo_v2(computeInstance, info);
+}
+
+/* nvmlDeviceClearAccountingPids (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceClearAccountingPids(nvmlDevice_t device)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceClearAccountingPids", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceClearAccountingPids(nvmlDevice_t device)
+{
+    __atomic_add_fetch(&cuwire_counts[941], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceClearAccountingPids");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceClearAccountingPids(device);
+        cuwire_trace_result("nvmlDeviceClearAccountingPids", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceClearAccountingPids(device);
+}
+
+/* nvmlDeviceClearCpuAffinity (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceClearCpuAffinity(nvmlDevice_t device)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceClearCpuAffinity", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceClearCpuAffinity(nvmlDevice_t device)
+{
+    __atomic_add_fetch(&cuwire_counts[942], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceClearCpuAffinity");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceClearCpuAffinity(device);
+        cuwire_trace_result("nvmlDeviceClearCpuAffinity", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceClearCpuAffinity(device);
+}
+
+/* nvmlDeviceClearEccErrorCounts (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceClearEccErrorCounts(nvmlDevice_t device, nvmlEccCounterType_t counterType)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceClearEccErrorCounts", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceClearEccErrorCounts(nvmlDevice_t device, nvmlEccCounterType_t counterType)
+{
+    __atomic_add_fetch(&cuwire_counts[943], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceClearEccErrorCounts");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceClearEccErrorCounts(device, counterType);
+        cuwire_trace_result("nvmlDeviceClearEccErrorCounts", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceClearEccErrorCounts(device, counterType);
+}
+
+/* nvmlDeviceClearFieldValues (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceClearFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceClearFieldValues", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceClearFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
+{
+    __atomic_add_fetch(&cuwire_counts[944], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceClearFieldValues");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceClearFieldValues(device, valuesCount, values);
+        cuwire_trace_result("nvmlDeviceClearFieldValues", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceClearFieldValues(device, valuesCount, values);
+}
+
+/* nvmlDeviceCreateGpuInstance (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceCreateGpuInstance(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t *gpuInstance)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceCreateGpuInstance", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t *gpuInstance)
+{
+    __atomic_add_fetch(&cuwire_counts[945], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceCreateGpuInstance");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceCreateGpuInstance(device, profileId, gpuInstance);
+        cuwire_trace_result("nvmlDeviceCreateGpuInstance", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceCreateGpuInstance(device, profileId, gpuInstance);
+}
+
+/* nvmlDeviceCreateGpuInstanceWithPlacement (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device, unsigned int profileId, const nvmlGpuInstancePlacement_t *placement, nvmlGpuInstance_t *gpuInstance)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceCreateGpuInstanceWithPlacement", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device, unsigned int profileId, const nvmlGpuInstancePlacement_t *placement, nvmlGpuInstance_t *gpuInstance)
+{
+    __atomic_add_fetch(&cuwire_counts[946], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceCreateGpuInstanceWithPlacement");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceCreateGpuInstanceWithPlacement(device, profileId, placement, gpuInstance);
+        cuwire_trace_result("nvmlDeviceCreateGpuInstanceWithPlacement", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceCreateGpuInstanceWithPlacement(device, profileId, placement, gpuInstance);
+}
+
+/* nvmlDeviceDiscoverGpus (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceDiscoverGpus(nvmlPciInfo_t *pciInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceDiscoverGpus", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceDiscoverGpus(nvmlPciInfo_t *pciInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[947], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceDiscoverGpus");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceDiscoverGpus(pciInfo);
+        cuwire_trace_result("nvmlDeviceDiscoverGpus", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceDiscoverGpus(pciInfo);
+}
+
+/* nvmlDeviceFreezeNvLinkUtilizationCounter (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceFreezeNvLinkUtilizationCounter(nvmlDevice_t device, unsigned int link, unsigned int counter, nvmlEnableState_t freeze)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceFreezeNvLinkUtilizationCounter", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceFreezeNvLinkUtilizationCounter(nvmlDevice_t device, unsigned int link, unsigned int counter, nvmlEnableState_t freeze)
+{
+    __atomic_add_fetch(&cuwire_counts[948], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceFreezeNvLinkUtilizationCounter");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceFreezeNvLinkUtilizationCounter(device, link, counter, freeze);
+        cuwire_trace_result("nvmlDeviceFreezeNvLinkUtilizationCounter", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceFreezeNvLinkUtilizationCounter(device, link, counter, freeze);
+}
+
+/* nvmlDeviceGetAPIRestriction (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAPIRestriction(nvmlDevice_t device, nvmlRestrictedAPI_t apiType, nvmlEnableState_t *isRestricted)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetAPIRestriction", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAPIRestriction(nvmlDevice_t device, nvmlRestrictedAPI_t apiType, nvmlEnableState_t *isRestricted)
+{
+    __atomic_add_fetch(&cuwire_counts[949], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetAPIRestriction");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAPIRestriction(device, apiType, isRestricted);
+        cuwire_trace_result("nvmlDeviceGetAPIRestriction", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetAPIRestriction(device, apiType, isRestricted);
+}
+
+/* nvmlDeviceGetAccountingBufferSize (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAccountingBufferSize(nvmlDevice_t device, unsigned int *bufferSize)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetAccountingBufferSize", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingBufferSize(nvmlDevice_t device, unsigned int *bufferSize)
+{
+    __atomic_add_fetch(&cuwire_counts[950], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetAccountingBufferSize");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAccountingBufferSize(device, bufferSize);
+        cuwire_trace_result("nvmlDeviceGetAccountingBufferSize", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetAccountingBufferSize(device, bufferSize);
+}
+
+/* nvmlDeviceGetAccountingMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAccountingMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetAccountingMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+{
+    __atomic_add_fetch(&cuwire_counts[951], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetAccountingMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAccountingMode(device, mode);
+        cuwire_trace_result("nvmlDeviceGetAccountingMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetAccountingMode(device, mode);
+}
+
+/* nvmlDeviceGetAccountingPids (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned int *count, unsigned int *pids)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetAccountingPids", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned int *count, unsigned int *pids)
+{
+    __atomic_add_fetch(&cuwire_counts[952], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetAccountingPids");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAccountingPids(device, count, pids);
+        cuwire_trace_result("nvmlDeviceGetAccountingPids", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetAccountingPids(device, count, pids);
+}
+
+/* nvmlDeviceGetAccountingStats (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigned int pid, nvmlAccountingStats_t *stats)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetAccountingStats", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigned int pid, nvmlAccountingStats_t *stats)
+{
+    __atomic_add_fetch(&cuwire_counts[953], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetAccountingStats");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAccountingStats(device, pid, stats);
+        cuwire_trace_result("nvmlDeviceGetAccountingStats", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetAccountingStats(device, pid, stats);
+}
+
+/* nvmlDeviceGetActiveVgpus (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetActiveVgpus(nvmlDevice_t device, unsigned int *vgpuCount, nvmlVgpuInstance_t *vgpuInstances)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetActiveVgpus", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetActiveVgpus(nvmlDevice_t device, unsigned int *vgpuCount, nvmlVgpuInstance_t *vgpuInstances)
+{
+    __atomic_add_fetch(&cuwire_counts[954], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetActiveVgpus");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetActiveVgpus(device, vgpuCount, vgpuInstances);
+        cuwire_trace_result("nvmlDeviceGetActiveVgpus", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetActiveVgpus(device, vgpuCount, vgpuInstances);
+}
+
+/* nvmlDeviceGetAdaptiveClockInfoStatus (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAdaptiveClockInfoStatus(nvmlDevice_t device, unsigned int *adaptiveClockStatus)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetAdaptiveClockInfoStatus", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAdaptiveClockInfoStatus(nvmlDevice_t device, unsigned int *adaptiveClockStatus)
+{
+    __atomic_add_fetch(&cuwire_counts[955], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetAdaptiveClockInfoStatus");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAdaptiveClockInfoStatus(device, adaptiveClockStatus);
+        cuwire_trace_result("nvmlDeviceGetAdaptiveClockInfoStatus", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetAdaptiveClockInfoStatus(device, adaptiveClockStatus);
+}
+
+/* nvmlDeviceGetAddressingMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAddressingMode(nvmlDevice_t device, nvmlDeviceAddressingMode_t *mode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetAddressingMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAddressingMode(nvmlDevice_t device, nvmlDeviceAddressingMode_t *mode)
+{
+    __atomic_add_fetch(&cuwire_counts[956], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetAddressingMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAddressingMode(device, mode);
+        cuwire_trace_result("nvmlDeviceGetAddressingMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetAddressingMode(device, mode);
+}
+
+/* nvmlDeviceGetApplicationsClock (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetApplicationsClock(uint64_t, int64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetApplicationsClock(nvmlDevice_t device, nvmlClockType_t clockType, unsigned int *clockMHz)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetApplicationsClock((uint64_t)(uintptr_t)device, (int64_t)clockType, (void *)clockMHz));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetApplicationsClock(nvmlDevice_t device, nvmlClockType_t clockType, unsigned int *clockMHz)
+{
+    __atomic_add_fetch(&cuwire_counts[957], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetApplicationsClock");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetApplicationsClock(device, clockType, clockMHz);
+        cuwire_trace_result("nvmlDeviceGetApplicationsClock", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetApplicationsClock(device, clockType, clockMHz);
+}
+
+/* nvmlDeviceGetArchitecture (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetArchitecture(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitecture_t *arch)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetArchitecture((uint64_t)(uintptr_t)device, (void *)arch));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitecture_t *arch)
+{
+    __atomic_add_fetch(&cuwire_counts[958], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetArchitecture");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetArchitecture(device, arch);
+        cuwire_trace_result("nvmlDeviceGetArchitecture", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetArchitecture(device, arch);
+}
+
+/* nvmlDeviceGetAttributes (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAttributes(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetAttributes", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAttributes(void)
+{
+    __atomic_add_fetch(&cuwire_counts[959], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetAttributes");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAttributes();
+        cuwire_trace_result("nvmlDeviceGetAttributes", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetAttributes();
+}
+
+/* nvmlDeviceGetAttributes_v2 (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetAttributes_v2(uint64_t, void *, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetAttributes_v2((uint64_t)(uintptr_t)device, (void *)attributes, sizeof *attributes));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes)
+{
+    __atomic_add_fetch(&cuwire_counts[960], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetAttributes_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAttributes_v2(device, attributes);
+        cuwire_trace_result("nvmlDeviceGetAttributes_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetAttributes_v2(device, attributes);
+}
+
+/* nvmlDeviceGetAutoBoostedClocksEnabled (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAutoBoostedClocksEnabled(nvmlDevice_t device, nvmlEnableState_t *isEnabled, nvmlEnableState_t *defaultIsEnabled)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetAutoBoostedClocksEnabled", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAutoBoostedClocksEnabled(nvmlDevice_t device, nvmlEnableState_t *isEnabled, nvmlEnableState_t *defaultIsEnabled)
+{
+    __atomic_add_fetch(&cuwire_counts[961], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetAutoBoostedClocksEnabled");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAutoBoostedClocksEnabled(device, isEnabled, defaultIsEnabled);
+        cuwire_trace_result("nvmlDeviceGetAutoBoostedClocksEnabled", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetAutoBoostedClocksEnabled(device, isEnabled, defaultIsEnabled);
+}
+
+/* nvmlDeviceGetBAR1MemoryInfo (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetBAR1MemoryInfo(uint64_t, void *, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetBAR1MemoryInfo((uint64_t)(uintptr_t)device, (void *)bar1Memory, sizeof *bar1Memory));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory)
+{
+    __atomic_add_fetch(&cuwire_counts[962], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetBAR1MemoryInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetBAR1MemoryInfo(device, bar1Memory);
+        cuwire_trace_result("nvmlDeviceGetBAR1MemoryInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetBAR1MemoryInfo(device, bar1Memory);
+}
+
+/* nvmlDeviceGetBoardId (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetBoardId(nvmlDevice_t device, unsigned int *boardId)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetBoardId", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetBoardId(nvmlDevice_t device, unsigned int *boardId)
+{
+    __atomic_add_fetch(&cuwire_counts[963], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetBoardId");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetBoardId(device, boardId);
+        cuwire_trace_result("nvmlDeviceGetBoardId", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetBoardId(device, boardId);
+}
+
+/* nvmlDeviceGetBoardPartNumber (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetBoardPartNumber(uint64_t, void *, uint64_t, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetBoardPartNumber(nvmlDevice_t device, char *partNumber, unsigned int length)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetBoardPartNumber((uint64_t)(uintptr_t)device, (void *)partNumber, (uint64_t)(length), (uint64_t)length));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetBoardPartNumber(nvmlDevice_t device, char *partNumber, unsigned int length)
+{
+    __atomic_add_fetch(&cuwire_counts[964], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetBoardPartNumber");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetBoardPartNumber(device, partNumber, length);
+        cuwire_trace_result("nvmlDeviceGetBoardPartNumber", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetBoardPartNumber(device, partNumber, length);
+}
+
+/* nvmlDeviceGetBrand (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetBrand(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t *type)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetBrand((uint64_t)(uintptr_t)device, (void *)type));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t *type)
+{
+    __atomic_add_fetch(&cuwire_counts[965], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetBrand");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetBrand(device, type);
+        cuwire_trace_result("nvmlDeviceGetBrand", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetBrand(device, type);
+}
+
+/* nvmlDeviceGetBridgeChipInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetBridgeChipInfo(nvmlDevice_t device, nvmlBridgeChipHierarchy_t *bridgeHierarchy)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetBridgeChipInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetBridgeChipInfo(nvmlDevice_t device, nvmlBridgeChipHierarchy_t *bridgeHierarchy)
+{
+    __atomic_add_fetch(&cuwire_counts[966], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetBridgeChipInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetBridgeChipInfo(device, bridgeHierarchy);
+        cuwire_trace_result("nvmlDeviceGetBridgeChipInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetBridgeChipInfo(device, bridgeHierarchy);
+}
+
+/* nvmlDeviceGetBusType (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetBusType(nvmlDevice_t device, nvmlBusType_t *type)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetBusType", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetBusType(nvmlDevice_t device, nvmlBusType_t *type)
+{
+    __atomic_add_fetch(&cuwire_counts[967], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetBusType");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetBusType(device, type);
+        cuwire_trace_result("nvmlDeviceGetBusType", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetBusType(device, type);
+}
+
+/* nvmlDeviceGetC2cModeInfoV (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetC2cModeInfoV(nvmlDevice_t device, nvmlC2cModeInfo_v1_t *c2cModeInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetC2cModeInfoV", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetC2cModeInfoV(nvmlDevice_t device, nvmlC2cModeInfo_v1_t *c2cModeInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[968], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetC2cModeInfoV");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetC2cModeInfoV(device, c2cModeInfo);
+        cuwire_trace_result("nvmlDeviceGetC2cModeInfoV", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetC2cModeInfoV(device, c2cModeInfo);
+}
+
+/* nvmlDeviceGetCapabilities (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCapabilities(nvmlDevice_t device, nvmlDeviceCapabilities_t *caps)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetCapabilities", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCapabilities(nvmlDevice_t device, nvmlDeviceCapabilities_t *caps)
+{
+    __atomic_add_fetch(&cuwire_counts[969], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetCapabilities");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCapabilities(device, caps);
+        cuwire_trace_result("nvmlDeviceGetCapabilities", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetCapabilities(device, caps);
+}
+
+/* nvmlDeviceGetClkMonStatus (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetClkMonStatus(nvmlDevice_t device, nvmlClkMonStatus_t *status)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetClkMonStatus", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetClkMonStatus(nvmlDevice_t device, nvmlClkMonStatus_t *status)
+{
+    __atomic_add_fetch(&cuwire_counts[970], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetClkMonStatus");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetClkMonStatus(device, status);
+        cuwire_trace_result("nvmlDeviceGetClkMonStatus", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetClkMonStatus(device, status);
+}
+
+/* nvmlDeviceGetClock (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t clockType, nvmlClockId_t clockId, unsigned int *clockMHz)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetClock", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t clockType, nvmlClockId_t clockId, unsigned int *clockMHz)
+{
+    __atomic_add_fetch(&cuwire_counts[971], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetClock");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetClock(device, clockType, clockId, clockMHz);
+        cuwire_trace_result("nvmlDeviceGetClock", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetClock(device, clockType, clockId, clockMHz);
+}
+
+/* nvmlDeviceGetClockInfo (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetClockInfo(uint64_t, int64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetClockInfo((uint64_t)(uintptr_t)device, (int64_t)type, (void *)clock));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+{
+    __atomic_add_fetch(&cuwire_counts[972], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetClockInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetClockInfo(device, type, clock);
+        cuwire_trace_result("nvmlDeviceGetClockInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetClockInfo(device, type, clock);
+}
+
+/* nvmlDeviceGetClockOffsets (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetClockOffsets(nvmlDevice_t device, nvmlClockOffset_t *info)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetClockOffsets", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetClockOffsets(nvmlDevice_t device, nvmlClockOffset_t *info)
+{
+    __atomic_add_fetch(&cuwire_counts[973], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetClockOffsets");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetClockOffsets(device, info);
+        cuwire_trace_result("nvmlDeviceGetClockOffsets", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetClockOffsets(device, info);
+}
+
+/* nvmlDeviceGetComputeInstanceId (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetComputeInstanceId", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    __atomic_add_fetch(&cuwire_counts[974], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetComputeInstanceId");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetComputeInstanceId(device, id);
+        cuwire_trace_result("nvmlDeviceGetComputeInstanceId", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetComputeInstanceId(device, id);
+}
+
+/* nvmlDeviceGetComputeMode (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetComputeMode(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetComputeMode((uint64_t)(uintptr_t)device, (void *)mode));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)
+{
+    __atomic_add_fetch(&cuwire_counts[975], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetComputeMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetComputeMode(device, mode);
+        cuwire_trace_result("nvmlDeviceGetComputeMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetComputeMode(device, mode);
+}
+
+/* nvmlDeviceGetComputeRunningProcesses (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetComputeRunningProcesses(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetComputeRunningProcesses", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(void)
+{
+    __atomic_add_fetch(&cuwire_counts[976], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetComputeRunningProcesses");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetComputeRunningProcesses();
+        cuwire_trace_result("nvmlDeviceGetComputeRunningProcesses", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetComputeRunningProcesses();
+}
+
+/* nvmlDeviceGetComputeRunningProcesses_v2 (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v2(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetComputeRunningProcesses_v2", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(void)
+{
+    __atomic_add_fetch(&cuwire_counts[977], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetComputeRunningProcesses_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v2();
+        cuwire_trace_result("nvmlDeviceGetComputeRunningProcesses_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v2();
+}
+
+/* nvmlDeviceGetComputeRunningProcesses_v3 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetComputeRunningProcesses_v3", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
+{
+    __atomic_add_fetch(&cuwire_counts[978], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetComputeRunningProcesses_v3");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v3(device, infoCount, infos);
+        cuwire_trace_result("nvmlDeviceGetComputeRunningProcesses_v3", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v3(device, infoCount, infos);
+}
+
+/* nvmlDeviceGetConfComputeGpuAttestationReport (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetConfComputeGpuAttestationReport(nvmlDevice_t device, nvmlConfComputeGpuAttestationReport_t *gpuAtstReport)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetConfComputeGpuAttestationReport", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetConfComputeGpuAttestationReport(nvmlDevice_t device, nvmlConfComputeGpuAttestationReport_t *gpuAtstReport)
+{
+    __atomic_add_fetch(&cuwire_counts[979], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetConfComputeGpuAttestationReport");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetConfComputeGpuAttestationReport(device, gpuAtstReport);
+        cuwire_trace_result("nvmlDeviceGetConfComputeGpuAttestationReport", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetConfComputeGpuAttestationReport(device, gpuAtstReport);
+}
+
+/* nvmlDeviceGetConfComputeGpuCertificate (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetConfComputeGpuCertificate(nvmlDevice_t device, nvmlConfComputeGpuCertificate_t *gpuCert)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetConfComputeGpuCertificate", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetConfComputeGpuCertificate(nvmlDevice_t device, nvmlConfComputeGpuCertificate_t *gpuCert)
+{
+    __atomic_add_fetch(&cuwire_counts[980], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetConfComputeGpuCertificate");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetConfComputeGpuCertificate(device, gpuCert);
+        cuwire_trace_result("nvmlDeviceGetConfComputeGpuCertificate", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetConfComputeGpuCertificate(device, gpuCert);
+}
+
+/* nvmlDeviceGetConfComputeMemSizeInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t device, nvmlConfComputeMemSizeInfo_t *memInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetConfComputeMemSizeInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t device, nvmlConfComputeMemSizeInfo_t *memInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[981], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetConfComputeMemSizeInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetConfComputeMemSizeInfo(device, memInfo);
+        cuwire_trace_result("nvmlDeviceGetConfComputeMemSizeInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetConfComputeMemSizeInfo(device, memInfo);
+}
+
+/* nvmlDeviceGetConfComputeProtectedMemoryUsage (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetConfComputeProtectedMemoryUsage(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetConfComputeProtectedMemoryUsage", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetConfComputeProtectedMemoryUsage(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    __atomic_add_fetch(&cuwire_counts[982], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetConfComputeProtectedMemoryUsage");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetConfComputeProtectedMemoryUsage(device, memory);
+        cuwire_trace_result("nvmlDeviceGetConfComputeProtectedMemoryUsage", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetConfComputeProtectedMemoryUsage(device, memory);
+}
+
+/* nvmlDeviceGetCoolerInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCoolerInfo(nvmlDevice_t device, nvmlCoolerInfo_t *coolerInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetCoolerInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCoolerInfo(nvmlDevice_t device, nvmlCoolerInfo_t *coolerInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[983], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetCoolerInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCoolerInfo(device, coolerInfo);
+        cuwire_trace_result("nvmlDeviceGetCoolerInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetCoolerInfo(device, coolerInfo);
+}
+
+/* nvmlDeviceGetCount_v2 (nvml.h): remoted, sync; also nvmlDeviceGetCount */
+int cuwire_py_nvmlDeviceGetCount_v2(void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetCount_v2((void *)deviceCount));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
+{
+    __atomic_add_fetch(&cuwire_counts[984], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetCount_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCount_v2(deviceCount);
+        cuwire_trace_result("nvmlDeviceGetCount_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetCount_v2(deviceCount);
+}
+CUWIRE_EXPORT __typeof__(nvmlDeviceGetCount_v2) nvmlDeviceGetCount __attribute__((alias("nvmlDeviceGetCount_v2")));
+
+/* nvmlDeviceGetCpuAffinity (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize, unsigned long *cpuSet)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetCpuAffinity", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize, unsigned long *cpuSet)
+{
+    __atomic_add_fetch(&cuwire_counts[985], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetCpuAffinity");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCpuAffinity(device, cpuSetSize, cpuSet);
+        cuwire_trace_result("nvmlDeviceGetCpuAffinity", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetCpuAffinity(device, cpuSetSize, cpuSet);
+}
+
+/* nvmlDeviceGetCpuAffinityWithinScope (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device, unsigned int cpuSetSize, unsigned long *cpuSet, nvmlAffinityScope_t scope)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetCpuAffinityWithinScope", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device, unsigned int cpuSetSize, unsigned long *cpuSet, nvmlAffinityScope_t scope)
+{
+    __atomic_add_fetch(&cuwire_counts[986], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetCpuAffinityWithinScope");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCpuAffinityWithinScope(device, cpuSetSize, cpuSet, scope);
+        cuwire_trace_result("nvmlDeviceGetCpuAffinityWithinScope", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetCpuAffinityWithinScope(device, cpuSetSize, cpuSet, scope);
+}
+
+/* nvmlDeviceGetCreatableVgpus (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCreatableVgpus(nvmlDevice_t device, unsigned int *vgpuCount, nvmlVgpuTypeId_t *vgpuTypeIds)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetCreatableVgpus", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCreatableVgpus(nvmlDevice_t device, unsigned int *vgpuCount, nvmlVgpuTypeId_t *vgpuTypeIds)
+{
+    __atomic_add_fetch(&cuwire_counts[987], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetCreatableVgpus");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCreatableVgpus(device, vgpuCount, vgpuTypeIds);
+        cuwire_trace_result("nvmlDeviceGetCreatableVgpus", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetCreatableVgpus(device, vgpuCount, vgpuTypeIds);
+}
+
+/* nvmlDeviceGetCudaComputeCapability (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetCudaComputeCapability(uint64_t, void *, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetCudaComputeCapability((uint64_t)(uintptr_t)device, (void *)major, (void *)minor));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+    __atomic_add_fetch(&cuwire_counts[988], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetCudaComputeCapability");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCudaComputeCapability(device, major, minor);
+        cuwire_trace_result("nvmlDeviceGetCudaComputeCapability", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetCudaComputeCapability(device, major, minor);
+}
+
+/* nvmlDeviceGetCurrPcieLinkGeneration (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetCurrPcieLinkGeneration(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *currLinkGen)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetCurrPcieLinkGeneration((uint64_t)(uintptr_t)device, (void *)currLinkGen));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *currLinkGen)
+{
+    __atomic_add_fetch(&cuwire_counts[989], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetCurrPcieLinkGeneration");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCurrPcieLinkGeneration(device, currLinkGen);
+        cuwire_trace_result("nvmlDeviceGetCurrPcieLinkGeneration", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetCurrPcieLinkGeneration(device, currLinkGen);
+}
+
+/* nvmlDeviceGetCurrPcieLinkWidth (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetCurrPcieLinkWidth(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *currLinkWidth)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetCurrPcieLinkWidth((uint64_t)(uintptr_t)device, (void *)currLinkWidth));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *currLinkWidth)
+{
+    __atomic_add_fetch(&cuwire_counts[990], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetCurrPcieLinkWidth");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCurrPcieLinkWidth(device, currLinkWidth);
+        cuwire_trace_result("nvmlDeviceGetCurrPcieLinkWidth", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetCurrPcieLinkWidth(device, currLinkWidth);
+}
+
+/* nvmlDeviceGetCurrentClockFreqs (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCurrentClockFreqs(nvmlDevice_t device, nvmlDeviceCurrentClockFreqs_t *currentClockFreqs)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetCurrentClockFreqs", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClockFreqs(nvmlDevice_t device, nvmlDeviceCurrentClockFreqs_t *currentClockFreqs)
+{
+    __atomic_add_fetch(&cuwire_counts[991], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetCurrentClockFreqs");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCurrentClockFreqs(device, currentClockFreqs);
+        cuwire_trace_result("nvmlDeviceGetCurrentClockFreqs", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetCurrentClockFreqs(device, currentClockFreqs);
+}
+
+/* nvmlDeviceGetCurrentClocksEventReasons (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetCurrentClocksEventReasons(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *clocksEventReasons)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetCurrentClocksEventReasons((uint64_t)(uintptr_t)device, (void *)clocksEventReasons));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *clocksEventReasons)
+{
+    __atomic_add_fetch(&cuwire_counts[992], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetCurrentClocksEventReasons");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCurrentClocksEventReasons(device, clocksEventReasons);
+        cuwire_trace_result("nvmlDeviceGetCurrentClocksEventReasons", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetCurrentClocksEventReasons(device, clocksEventReasons);
+}
+
+/* nvmlDeviceGetCurrentClocksThrottleReasons (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *clocksThrottleReasons)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetCurrentClocksThrottleReasons", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *clocksThrottleReasons)
+{
+    __atomic_add_fetch(&cuwire_counts[993], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetCurrentClocksThrottleReasons");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCurrentClocksThrottleReasons(device, clocksThrottleReasons);
+        cuwire_trace_result("nvmlDeviceGetCurrentClocksThrottleReasons", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetCurrentClocksThrottleReasons(device, clocksThrottleReasons);
+}
+
+/* nvmlDeviceGetDecoderUtilization (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetDecoderUtilization", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs)
+{
+    __atomic_add_fetch(&cuwire_counts[994], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetDecoderUtilization");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDecoderUtilization(device, utilization, samplingPeriodUs);
+        cuwire_trace_result("nvmlDeviceGetDecoderUtilization", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetDecoderUtilization(device, utilization, samplingPeriodUs);
+}
+
+/* nvmlDeviceGetDefaultApplicationsClock (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetDefaultApplicationsClock(uint64_t, int64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDefaultApplicationsClock(nvmlDevice_t device, nvmlClockType_t clockType, unsigned int *clockMHz)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetDefaultApplicationsClock((uint64_t)(uintptr_t)device, (int64_t)clockType, (void *)clockMHz));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDefaultApplicationsClock(nvmlDevice_t device, nvmlClockType_t clockType, unsigned int *clockMHz)
+{
+    __atomic_add_fetch(&cuwire_counts[995], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetDefaultApplicationsClock");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDefaultApplicationsClock(device, clockType, clockMHz);
+        cuwire_trace_result("nvmlDeviceGetDefaultApplicationsClock", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetDefaultApplicationsClock(device, clockType, clockMHz);
+}
+
+/* nvmlDeviceGetDefaultEccMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDefaultEccMode(nvmlDevice_t device, nvmlEnableState_t *defaultMode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetDefaultEccMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDefaultEccMode(nvmlDevice_t device, nvmlEnableState_t *defaultMode)
+{
+    __atomic_add_fetch(&cuwire_counts[996], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetDefaultEccMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDefaultEccMode(device, defaultMode);
+        cuwire_trace_result("nvmlDeviceGetDefaultEccMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetDefaultEccMode(device, defaultMode);
+}
+
+/* nvmlDeviceGetDetailedEccErrors (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDetailedEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType, nvmlEccCounterType_t counterType, nvmlEccErrorCounts_t *eccCounts)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetDetailedEccErrors", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDetailedEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType, nvmlEccCounterType_t counterType, nvmlEccErrorCounts_t *eccCounts)
+{
+    __atomic_add_fetch(&cuwire_counts[997], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetDetailedEccErrors");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDetailedEccErrors(device, errorType, counterType, eccCounts);
+        cuwire_trace_result("nvmlDeviceGetDetailedEccErrors", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetDetailedEccErrors(device, errorType, counterType, eccCounts);
+}
+
+/* nvmlDeviceGetDeviceHandleFromMigDeviceHandle (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetDeviceHandleFromMigDeviceHandle(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetDeviceHandleFromMigDeviceHandle((uint64_t)(uintptr_t)migDevice, (void *)device));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device)
+{
+    __atomic_add_fetch(&cuwire_counts[998], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetDeviceHandleFromMigDeviceHandle");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice, device);
+        cuwire_trace_result("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice, device);
+}
+
+/* nvmlDeviceGetDisplayActive (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetDisplayActive(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDisplayActive(nvmlDevice_t device, nvmlEnableState_t *isActive)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetDisplayActive((uint64_t)(uintptr_t)device, (void *)isActive));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, nvmlEnableState_t *isActive)
+{
+    __atomic_add_fetch(&cuwire_counts[999], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetDisplayActive");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDisplayActive(device, isActive);
+        cuwire_trace_result("nvmlDeviceGetDisplayActive", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetDisplayActive(device, isActive);
+}
+
+/* nvmlDeviceGetDisplayMode (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetDisplayMode(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvmlEnableState_t *display)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetDisplayMode((uint64_t)(uintptr_t)device, (void *)display));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvmlEnableState_t *display)
+{
+    __atomic_add_fetch(&cuwire_counts[1000], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetDisplayMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDisplayMode(device, display);
+        cuwire_trace_result("nvmlDeviceGetDisplayMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetDisplayMode(device, display);
+}
+
+/* nvmlDeviceGetDramEncryptionMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDramEncryptionMode(nvmlDevice_t device, nvmlDramEncryptionInfo_t *current, nvmlDramEncryptionInfo_t *pending)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetDramEncryptionMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDramEncryptionMode(nvmlDevice_t device, nvmlDramEncryptionInfo_t *current, nvmlDramEncryptionInfo_t *pending)
+{
+    __atomic_add_fetch(&cuwire_counts[1001], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetDramEncryptionMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDramEncryptionMode(device, current, pending);
+        cuwire_trace_result("nvmlDeviceGetDramEncryptionMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetDramEncryptionMode(device, current, pending);
+}
+
+/* nvmlDeviceGetDriverModel (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDriverModel(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetDriverModel", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDriverModel(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1002], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetDriverModel");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDriverModel();
+        cuwire_trace_result("nvmlDeviceGetDriverModel", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetDriverModel();
+}
+
+/* nvmlDeviceGetDriverModel_v2 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDriverModel_v2(nvmlDevice_t device, nvmlDriverModel_t *current, nvmlDriverModel_t *pending)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetDriverModel_v2", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDriverModel_v2(nvmlDevice_t device, nvmlDriverModel_t *current, nvmlDriverModel_t *pending)
+{
+    __atomic_add_fetch(&cuwire_counts[1003], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetDriverModel_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDriverModel_v2(device, current, pending);
+        cuwire_trace_result("nvmlDeviceGetDriverModel_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetDriverModel_v2(device, current, pending);
+}
+
+/* nvmlDeviceGetDynamicPstatesInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDynamicPstatesInfo(nvmlDevice_t device, nvmlGpuDynamicPstatesInfo_t *pDynamicPstatesInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetDynamicPstatesInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDynamicPstatesInfo(nvmlDevice_t device, nvmlGpuDynamicPstatesInfo_t *pDynamicPstatesInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1004], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetDynamicPstatesInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDynamicPstatesInfo(device, pDynamicPstatesInfo);
+        cuwire_trace_result("nvmlDeviceGetDynamicPstatesInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetDynamicPstatesInfo(device, pDynamicPstatesInfo);
+}
+
+/* nvmlDeviceGetEccMode (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetEccMode(uint64_t, void *, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current, nvmlEnableState_t *pending)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetEccMode((uint64_t)(uintptr_t)device, (void *)current, (void *)pending));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current, nvmlEnableState_t *pending)
+{
+    __atomic_add_fetch(&cuwire_counts[1005], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetEccMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetEccMode(device, current, pending);
+        cuwire_trace_result("nvmlDeviceGetEccMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetEccMode(device, current, pending);
+}
+
+/* nvmlDeviceGetEncoderCapacity (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetEncoderCapacity(nvmlDevice_t device, nvmlEncoderType_t encoderQueryType, unsigned int *encoderCapacity)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetEncoderCapacity", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetEncoderCapacity(nvmlDevice_t device, nvmlEncoderType_t encoderQueryType, unsigned int *encoderCapacity)
+{
+    __atomic_add_fetch(&cuwire_counts[1006], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetEncoderCapacity");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetEncoderCapacity(device, encoderQueryType, encoderCapacity);
+        cuwire_trace_result("nvmlDeviceGetEncoderCapacity", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetEncoderCapacity(device, encoderQueryType, encoderCapacity);
+}
+
+/* nvmlDeviceGetEncoderSessions (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetEncoderSessions(nvmlDevice_t device, unsigned int *sessionCount, nvmlEncoderSessionInfo_t *sessionInfos)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetEncoderSessions", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetEncoderSessions(nvmlDevice_t device, unsigned int *sessionCount, nvmlEncoderSessionInfo_t *sessionInfos)
+{
+    __atomic_add_fetch(&cuwire_counts[1007], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetEncoderSessions");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetEncoderSessions(device, sessionCount, sessionInfos);
+        cuwire_trace_result("nvmlDeviceGetEncoderSessions", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetEncoderSessions(device, sessionCount, sessionInfos);
+}
+
+/* nvmlDeviceGetEncoderStats (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetEncoderStats(nvmlDevice_t device, unsigned int *sessionCount, unsigned int *averageFps, unsigned int *averageLatency)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetEncoderStats", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetEncoderStats(nvmlDevice_t device, unsigned int *sessionCount, unsigned int *averageFps, unsigned int *averageLatency)
+{
+    __atomic_add_fetch(&cuwire_counts[1008], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetEncoderStats");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetEncoderStats(device, sessionCount, averageFps, averageLatency);
+        cuwire_trace_result("nvmlDeviceGetEncoderStats", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetEncoderStats(device, sessionCount, averageFps, averageLatency);
+}
+
+/* nvmlDeviceGetEncoderUtilization (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetEncoderUtilization", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs)
+{
+    __atomic_add_fetch(&cuwire_counts[1009], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetEncoderUtilization");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetEncoderUtilization(device, utilization, samplingPeriodUs);
+        cuwire_trace_result("nvmlDeviceGetEncoderUtilization", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetEncoderUtilization(device, utilization, samplingPeriodUs);
+}
+
+/* nvmlDeviceGetEnforcedPowerLimit (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetEnforcedPowerLimit(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetEnforcedPowerLimit((uint64_t)(uintptr_t)device, (void *)limit));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    __atomic_add_fetch(&cuwire_counts[1010], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetEnforcedPowerLimit");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetEnforcedPowerLimit(device, limit);
+        cuwire_trace_result("nvmlDeviceGetEnforcedPowerLimit", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetEnforcedPowerLimit(device, limit);
+}
+
+/* nvmlDeviceGetFBCSessions (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetFBCSessions(nvmlDevice_t device, unsigned int *sessionCount, nvmlFBCSessionInfo_t *sessionInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetFBCSessions", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetFBCSessions(nvmlDevice_t device, unsigned int *sessionCount, nvmlFBCSessionInfo_t *sessionInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1011], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetFBCSessions");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetFBCSessions(device, sessionCount, sessionInfo);
+        cuwire_trace_result("nvmlDeviceGetFBCSessions", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetFBCSessions(device, sessionCount, sessionInfo);
+}
+
+/* nvmlDeviceGetFBCStats (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetFBCStats(nvmlDevice_t device, nvmlFBCStats_t *fbcStats)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetFBCStats", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetFBCStats(nvmlDevice_t device, nvmlFBCStats_t *fbcStats)
+{
+    __atomic_add_fetch(&cuwire_counts[1012], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetFBCStats");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetFBCStats(device, fbcStats);
+        cuwire_trace_result("nvmlDeviceGetFBCStats", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetFBCStats(device, fbcStats);
+}
+
+/* nvmlDeviceGetFanControlPolicy_v2 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetFanControlPolicy_v2(nvmlDevice_t device, unsigned int fan, nvmlFanControlPolicy_t *policy)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetFanControlPolicy_v2", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetFanControlPolicy_v2(nvmlDevice_t device, unsigned int fan, nvmlFanControlPolicy_t *policy)
+{
+    __atomic_add_fetch(&cuwire_counts[1013], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetFanControlPolicy_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetFanControlPolicy_v2(device, fan, policy);
+        cuwire_trace_result("nvmlDeviceGetFanControlPolicy_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetFanControlPolicy_v2(device, fan, policy);
+}
+
+/* nvmlDeviceGetFanSpeed (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetFanSpeed(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetFanSpeed((uint64_t)(uintptr_t)device, (void *)speed));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed)
+{
+    __atomic_add_fetch(&cuwire_counts[1014], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetFanSpeed");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetFanSpeed(device, speed);
+        cuwire_trace_result("nvmlDeviceGetFanSpeed", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetFanSpeed(device, speed);
+}
+
+/* nvmlDeviceGetFanSpeedRPM (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetFanSpeedRPM(nvmlDevice_t device, nvmlFanSpeedInfo_t *fanSpeed)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetFanSpeedRPM", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetFanSpeedRPM(nvmlDevice_t device, nvmlFanSpeedInfo_t *fanSpeed)
+{
+    __atomic_add_fetch(&cuwire_counts[1015], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetFanSpeedRPM");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetFanSpeedRPM(device, fanSpeed);
+        cuwire_trace_result("nvmlDeviceGetFanSpeedRPM", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetFanSpeedRPM(device, fanSpeed);
+}
+
+/* nvmlDeviceGetFanSpeed_v2 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetFanSpeed_v2(nvmlDevice_t device, unsigned int fan, unsigned int *speed)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetFanSpeed_v2", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetFanSpeed_v2(nvmlDevice_t device, unsigned int fan, unsigned int *speed)
+{
+    __atomic_add_fetch(&cuwire_counts[1016], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetFanSpeed_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetFanSpeed_v2(device, fan, speed);
+        cuwire_trace_result("nvmlDeviceGetFanSpeed_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetFanSpeed_v2(device, fan, speed);
+}
+
+/* nvmlDeviceGetFieldValues (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetFieldValues", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
+{
+    __atomic_add_fetch(&cuwire_counts[1017], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetFieldValues");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetFieldValues(device, valuesCount, values);
+        cuwire_trace_result("nvmlDeviceGetFieldValues", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetFieldValues(device, valuesCount, values);
+}
+
+/* nvmlDeviceGetGpcClkMinMaxVfOffset (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpcClkMinMaxVfOffset(nvmlDevice_t device, int *minOffset, int *maxOffset)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGpcClkMinMaxVfOffset", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpcClkMinMaxVfOffset(nvmlDevice_t device, int *minOffset, int *maxOffset)
+{
+    __atomic_add_fetch(&cuwire_counts[1018], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGpcClkMinMaxVfOffset");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpcClkMinMaxVfOffset(device, minOffset, maxOffset);
+        cuwire_trace_result("nvmlDeviceGetGpcClkMinMaxVfOffset", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGpcClkMinMaxVfOffset(device, minOffset, maxOffset);
+}
+
+/* nvmlDeviceGetGpcClkVfOffset (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpcClkVfOffset(nvmlDevice_t device, int *offset)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGpcClkVfOffset", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpcClkVfOffset(nvmlDevice_t device, int *offset)
+{
+    __atomic_add_fetch(&cuwire_counts[1019], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGpcClkVfOffset");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpcClkVfOffset(device, offset);
+        cuwire_trace_result("nvmlDeviceGetGpcClkVfOffset", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGpcClkVfOffset(device, offset);
+}
+
+/* nvmlDeviceGetGpuFabricInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *gpuFabricInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGpuFabricInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *gpuFabricInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1020], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGpuFabricInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuFabricInfo(device, gpuFabricInfo);
+        cuwire_trace_result("nvmlDeviceGetGpuFabricInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGpuFabricInfo(device, gpuFabricInfo);
+}
+
+/* nvmlDeviceGetGpuFabricInfoV (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *gpuFabricInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGpuFabricInfoV", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *gpuFabricInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1021], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGpuFabricInfoV");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuFabricInfoV(device, gpuFabricInfo);
+        cuwire_trace_result("nvmlDeviceGetGpuFabricInfoV", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGpuFabricInfoV(device, gpuFabricInfo);
+}
+
+/* nvmlDeviceGetGpuInstanceById (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, nvmlGpuInstance_t *gpuInstance)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGpuInstanceById", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, nvmlGpuInstance_t *gpuInstance)
+{
+    __atomic_add_fetch(&cuwire_counts[1022], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGpuInstanceById");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstanceById(device, id, gpuInstance);
+        cuwire_trace_result("nvmlDeviceGetGpuInstanceById", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGpuInstanceById(device, id, gpuInstance);
+}
+
+/* nvmlDeviceGetGpuInstanceId (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGpuInstanceId", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    __atomic_add_fetch(&cuwire_counts[1023], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGpuInstanceId");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstanceId(device, id);
+        cuwire_trace_result("nvmlDeviceGetGpuInstanceId", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGpuInstanceId(device, id);
+}
+
+/* nvmlDeviceGetGpuInstancePossiblePlacements (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstancePossiblePlacements(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGpuInstancePossiblePlacements", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1024], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGpuInstancePossiblePlacements");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstancePossiblePlacements();
+        cuwire_trace_result("nvmlDeviceGetGpuInstancePossiblePlacements", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGpuInstancePossiblePlacements();
+}
+
+/* nvmlDeviceGetGpuInstancePossiblePlacements_v2 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstancePlacement_t *placements, unsigned int *count)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGpuInstancePossiblePlacements_v2", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstancePlacement_t *placements, unsigned int *count)
+{
+    __atomic_add_fetch(&cuwire_counts[1025], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGpuInstancePossiblePlacements_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstancePossiblePlacements_v2(device, profileId, placements, count);
+        cuwire_trace_result("nvmlDeviceGetGpuInstancePossiblePlacements_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGpuInstancePossiblePlacements_v2(device, profileId, placements, count);
+}
+
+/* nvmlDeviceGetGpuInstanceProfileInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_t *info)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGpuInstanceProfileInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_t *info)
+{
+    __atomic_add_fetch(&cuwire_counts[1026], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGpuInstanceProfileInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfo(device, profile, info);
+        cuwire_trace_result("nvmlDeviceGetGpuInstanceProfileInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfo(device, profile, info);
+}
+
+/* nvmlDeviceGetGpuInstanceProfileInfoByIdV (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfoByIdV(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGpuInstanceProfileInfoByIdV", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoByIdV(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    __atomic_add_fetch(&cuwire_counts[1027], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGpuInstanceProfileInfoByIdV");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfoByIdV(device, profileId, info);
+        cuwire_trace_result("nvmlDeviceGetGpuInstanceProfileInfoByIdV", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfoByIdV(device, profileId, info);
+}
+
+/* nvmlDeviceGetGpuInstanceProfileInfoV (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGpuInstanceProfileInfoV", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    __atomic_add_fetch(&cuwire_counts[1028], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGpuInstanceProfileInfoV");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfoV(device, profile, info);
+        cuwire_trace_result("nvmlDeviceGetGpuInstanceProfileInfoV", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfoV(device, profile, info);
+}
+
+/* nvmlDeviceGetGpuInstanceRemainingCapacity (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device, unsigned int profileId, unsigned int *count)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGpuInstanceRemainingCapacity", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device, unsigned int profileId, unsigned int *count)
+{
+    __atomic_add_fetch(&cuwire_counts[1029], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGpuInstanceRemainingCapacity");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstanceRemainingCapacity(device, profileId, count);
+        cuwire_trace_result("nvmlDeviceGetGpuInstanceRemainingCapacity", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGpuInstanceRemainingCapacity(device, profileId, count);
+}
+
+/* nvmlDeviceGetGpuInstances (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t *gpuInstances, unsigned int *count)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGpuInstances", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t *gpuInstances, unsigned int *count)
+{
+    __atomic_add_fetch(&cuwire_counts[1030], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGpuInstances");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstances(device, profileId, gpuInstances, count);
+        cuwire_trace_result("nvmlDeviceGetGpuInstances", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGpuInstances(device, profileId, gpuInstances, count);
+}
+
+/* nvmlDeviceGetGpuMaxPcieLinkGeneration (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *maxLinkGenDevice)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGpuMaxPcieLinkGeneration", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *maxLinkGenDevice)
+{
+    __atomic_add_fetch(&cuwire_counts[1031], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGpuMaxPcieLinkGeneration");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuMaxPcieLinkGeneration(device, maxLinkGenDevice);
+        cuwire_trace_result("nvmlDeviceGetGpuMaxPcieLinkGeneration", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGpuMaxPcieLinkGeneration(device, maxLinkGenDevice);
+}
+
+/* nvmlDeviceGetGpuOperationMode (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetGpuOperationMode(uint64_t, void *, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuOperationMode(nvmlDevice_t device, nvmlGpuOperationMode_t *current, nvmlGpuOperationMode_t *pending)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetGpuOperationMode((uint64_t)(uintptr_t)device, (void *)current, (void *)pending));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuOperationMode(nvmlDevice_t device, nvmlGpuOperationMode_t *current, nvmlGpuOperationMode_t *pending)
+{
+    __atomic_add_fetch(&cuwire_counts[1032], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGpuOperationMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuOperationMode(device, current, pending);
+        cuwire_trace_result("nvmlDeviceGetGpuOperationMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGpuOperationMode(device, current, pending);
+}
+
+/* nvmlDeviceGetGraphicsRunningProcesses (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGraphicsRunningProcesses", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1033], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGraphicsRunningProcesses");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses();
+        cuwire_trace_result("nvmlDeviceGetGraphicsRunningProcesses", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses();
+}
+
+/* nvmlDeviceGetGraphicsRunningProcesses_v2 (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v2(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGraphicsRunningProcesses_v2", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1034], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGraphicsRunningProcesses_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v2();
+        cuwire_trace_result("nvmlDeviceGetGraphicsRunningProcesses_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v2();
+}
+
+/* nvmlDeviceGetGraphicsRunningProcesses_v3 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGraphicsRunningProcesses_v3", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
+{
+    __atomic_add_fetch(&cuwire_counts[1035], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGraphicsRunningProcesses_v3");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v3(device, infoCount, infos);
+        cuwire_trace_result("nvmlDeviceGetGraphicsRunningProcesses_v3", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v3(device, infoCount, infos);
+}
+
+/* nvmlDeviceGetGridLicensableFeatures (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGridLicensableFeatures(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGridLicensableFeatures", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGridLicensableFeatures(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1036], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGridLicensableFeatures");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGridLicensableFeatures();
+        cuwire_trace_result("nvmlDeviceGetGridLicensableFeatures", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGridLicensableFeatures();
+}
+
+/* nvmlDeviceGetGridLicensableFeatures_v2 (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v2(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGridLicensableFeatures_v2", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v2(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1037], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGridLicensableFeatures_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v2();
+        cuwire_trace_result("nvmlDeviceGetGridLicensableFeatures_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v2();
+}
+
+/* nvmlDeviceGetGridLicensableFeatures_v3 (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v3(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGridLicensableFeatures_v3", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v3(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1038], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGridLicensableFeatures_v3");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v3();
+        cuwire_trace_result("nvmlDeviceGetGridLicensableFeatures_v3", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v3();
+}
+
+/* nvmlDeviceGetGridLicensableFeatures_v4 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v4(nvmlDevice_t device, nvmlGridLicensableFeatures_t *pGridLicensableFeatures)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGridLicensableFeatures_v4", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v4(nvmlDevice_t device, nvmlGridLicensableFeatures_t *pGridLicensableFeatures)
+{
+    __atomic_add_fetch(&cuwire_counts[1039], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGridLicensableFeatures_v4");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v4(device, pGridLicensableFeatures);
+        cuwire_trace_result("nvmlDeviceGetGridLicensableFeatures_v4", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v4(device, pGridLicensableFeatures);
+}
+
+/* nvmlDeviceGetGspFirmwareMode (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetGspFirmwareMode(uint64_t, void *, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGspFirmwareMode(nvmlDevice_t device, unsigned int *isEnabled, unsigned int *defaultMode)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetGspFirmwareMode((uint64_t)(uintptr_t)device, (void *)isEnabled, (void *)defaultMode));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGspFirmwareMode(nvmlDevice_t device, unsigned int *isEnabled, unsigned int *defaultMode)
+{
+    __atomic_add_fetch(&cuwire_counts[1040], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGspFirmwareMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGspFirmwareMode(device, isEnabled, defaultMode);
+        cuwire_trace_result("nvmlDeviceGetGspFirmwareMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGspFirmwareMode(device, isEnabled, defaultMode);
+}
+
+/* nvmlDeviceGetGspFirmwareVersion (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGspFirmwareVersion(nvmlDevice_t device, char *version)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGspFirmwareVersion", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGspFirmwareVersion(nvmlDevice_t device, char *version)
+{
+    __atomic_add_fetch(&cuwire_counts[1041], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetGspFirmwareVersion");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGspFirmwareVersion(device, version);
+        cuwire_trace_result("nvmlDeviceGetGspFirmwareVersion", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetGspFirmwareVersion(device, version);
+}
+
+/* nvmlDeviceGetHandleByIndex_v2 (nvml.h): remoted, sync; also nvmlDeviceGetHandleByIndex */
+int cuwire_py_nvmlDeviceGetHandleByIndex_v2(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetHandleByIndex_v2((uint64_t)index, (void *)device));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+    __atomic_add_fetch(&cuwire_counts[1042], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetHandleByIndex_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetHandleByIndex_v2(index, device);
+        cuwire_trace_result("nvmlDeviceGetHandleByIndex_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+CUWIRE_EXPORT __typeof__(nvmlDeviceGetHandleByIndex_v2) nvmlDeviceGetHandleByIndex __attribute__((alias("nvmlDeviceGetHandleByIndex_v2")));
+
+/* nvmlDeviceGetHandleByPciBusId_v2 (nvml.h): remoted, sync; also nvmlDeviceGetHandleByPciBusId */
+int cuwire_py_nvmlDeviceGetHandleByPciBusId_v2(void *, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetHandleByPciBusId_v2((void *)pciBusId, (void *)device));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
+{
+    __atomic_add_fetch(&cuwire_counts[1043], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetHandleByPciBusId_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device);
+        cuwire_trace_result("nvmlDeviceGetHandleByPciBusId_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device);
+}
+CUWIRE_EXPORT __typeof__(nvmlDeviceGetHandleByPciBusId_v2) nvmlDeviceGetHandleByPciBusId __attribute__((alias("nvmlDeviceGetHandleByPciBusId_v2")));
+
+/* nvmlDeviceGetHandleBySerial (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetHandleBySerial(void *, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetHandleBySerial((void *)serial, (void *)device));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device)
+{
+    __atomic_add_fetch(&cuwire_counts[1044], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetHandleBySerial");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetHandleBySerial(serial, device);
+        cuwire_trace_result("nvmlDeviceGetHandleBySerial", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetHandleBySerial(serial, device);
+}
+
+/* nvmlDeviceGetHandleByUUID (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetHandleByUUID(void *, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetHandleByUUID((void *)uuid, (void *)device));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    __atomic_add_fetch(&cuwire_counts[1045], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetHandleByUUID");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetHandleByUUID(uuid, device);
+        cuwire_trace_result("nvmlDeviceGetHandleByUUID", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetHandleByUUID(uuid, device);
+}
+
+/* nvmlDeviceGetHandleByUUIDV (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetHandleByUUIDV(const nvmlUUID_t *uuid, nvmlDevice_t *device)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetHandleByUUIDV", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUIDV(const nvmlUUID_t *uuid, nvmlDevice_t *device)
+{
+    __atomic_add_fetch(&cuwire_counts[1046], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetHandleByUUIDV");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetHandleByUUIDV(uuid, device);
+        cuwire_trace_result("nvmlDeviceGetHandleByUUIDV", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetHandleByUUIDV(uuid, device);
+}
+
+/* nvmlDeviceGetHostVgpuMode (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetHostVgpuMode(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetHostVgpuMode(nvmlDevice_t device, nvmlHostVgpuMode_t *pHostVgpuMode)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetHostVgpuMode((uint64_t)(uintptr_t)device, (void *)pHostVgpuMode));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetHostVgpuMode(nvmlDevice_t device, nvmlHostVgpuMode_t *pHostVgpuMode)
+{
+    __atomic_add_fetch(&cuwire_counts[1047], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetHostVgpuMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetHostVgpuMode(device, pHostVgpuMode);
+        cuwire_trace_result("nvmlDeviceGetHostVgpuMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetHostVgpuMode(device, pHostVgpuMode);
+}
+
+/* nvmlDeviceGetHostname_v1 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetHostname_v1(nvmlDevice_t device, nvmlHostname_v1_t *hostname)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetHostname_v1", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetHostname_v1(nvmlDevice_t device, nvmlHostname_v1_t *hostname)
+{
+    __atomic_add_fetch(&cuwire_counts[1048], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetHostname_v1");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetHostname_v1(device, hostname);
+        cuwire_trace_result("nvmlDeviceGetHostname_v1", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetHostname_v1(device, hostname);
+}
+
+/* nvmlDeviceGetIndex (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetIndex(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetIndex((uint64_t)(uintptr_t)device, (void *)index));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+    __atomic_add_fetch(&cuwire_counts[1049], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetIndex");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetIndex(device, index);
+        cuwire_trace_result("nvmlDeviceGetIndex", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetIndex(device, index);
+}
+
+/* nvmlDeviceGetInforomConfigurationChecksum (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetInforomConfigurationChecksum(nvmlDevice_t device, unsigned int *checksum)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetInforomConfigurationChecksum", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetInforomConfigurationChecksum(nvmlDevice_t device, unsigned int *checksum)
+{
+    __atomic_add_fetch(&cuwire_counts[1050], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetInforomConfigurationChecksum");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetInforomConfigurationChecksum(device, checksum);
+        cuwire_trace_result("nvmlDeviceGetInforomConfigurationChecksum", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetInforomConfigurationChecksum(device, checksum);
+}
+
+/* nvmlDeviceGetInforomImageVersion (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetInforomImageVersion(uint64_t, void *, uint64_t, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetInforomImageVersion(nvmlDevice_t device, char *version, unsigned int length)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetInforomImageVersion((uint64_t)(uintptr_t)device, (void *)version, (uint64_t)(length), (uint64_t)length));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetInforomImageVersion(nvmlDevice_t device, char *version, unsigned int length)
+{
+    __atomic_add_fetch(&cuwire_counts[1051], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetInforomImageVersion");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetInforomImageVersion(device, version, length);
+        cuwire_trace_result("nvmlDeviceGetInforomImageVersion", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetInforomImageVersion(device, version, length);
+}
+
+/* nvmlDeviceGetInforomVersion (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetInforomVersion(nvmlDevice_t device, nvmlInforomObject_t object, char *version, unsigned int length)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetInforomVersion", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetInforomVersion(nvmlDevice_t device, nvmlInforomObject_t object, char *version, unsigned int length)
+{
+    __atomic_add_fetch(&cuwire_counts[1052], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetInforomVersion");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetInforomVersion(device, object, version, length);
+        cuwire_trace_result("nvmlDeviceGetInforomVersion", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetInforomVersion(device, object, version, length);
+}
+
+/* nvmlDeviceGetIrqNum (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetIrqNum(nvmlDevice_t device, unsigned int *irqNum)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetIrqNum", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetIrqNum(nvmlDevice_t device, unsigned int *irqNum)
+{
+    __atomic_add_fetch(&cuwire_counts[1053], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetIrqNum");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetIrqNum(device, irqNum);
+        cuwire_trace_result("nvmlDeviceGetIrqNum", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetIrqNum(device, irqNum);
+}
+
+/* nvmlDeviceGetJpgUtilization (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetJpgUtilization(nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetJpgUtilization", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetJpgUtilization(nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs)
+{
+    __atomic_add_fetch(&cuwire_counts[1054], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetJpgUtilization");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetJpgUtilization(device, utilization, samplingPeriodUs);
+        cuwire_trace_result("nvmlDeviceGetJpgUtilization", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetJpgUtilization(device, utilization, samplingPeriodUs);
+}
+
+/* nvmlDeviceGetLastBBXFlushTime (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetLastBBXFlushTime(nvmlDevice_t device, unsigned long long *timestamp, unsigned long *durationUs)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetLastBBXFlushTime", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetLastBBXFlushTime(nvmlDevice_t device, unsigned long long *timestamp, unsigned long *durationUs)
+{
+    __atomic_add_fetch(&cuwire_counts[1055], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetLastBBXFlushTime");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetLastBBXFlushTime(device, timestamp, durationUs);
+        cuwire_trace_result("nvmlDeviceGetLastBBXFlushTime", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetLastBBXFlushTime(device, timestamp, durationUs);
+}
+
+/* nvmlDeviceGetMPSComputeRunningProcesses (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMPSComputeRunningProcesses", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1056], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMPSComputeRunningProcesses");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses();
+        cuwire_trace_result("nvmlDeviceGetMPSComputeRunningProcesses", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses();
+}
+
+/* nvmlDeviceGetMPSComputeRunningProcesses_v2 (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v2(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMPSComputeRunningProcesses_v2", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1057], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMPSComputeRunningProcesses_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v2();
+        cuwire_trace_result("nvmlDeviceGetMPSComputeRunningProcesses_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v2();
+}
+
+/* nvmlDeviceGetMPSComputeRunningProcesses_v3 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
+{
+    __atomic_add_fetch(&cuwire_counts[1058], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMPSComputeRunningProcesses_v3");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v3(device, infoCount, infos);
+        cuwire_trace_result("nvmlDeviceGetMPSComputeRunningProcesses_v3", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v3(device, infoCount, infos);
+}
+
+/* nvmlDeviceGetMarginTemperature (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMarginTemperature(nvmlDevice_t device, nvmlMarginTemperature_t *marginTempInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMarginTemperature", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMarginTemperature(nvmlDevice_t device, nvmlMarginTemperature_t *marginTempInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1059], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMarginTemperature");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMarginTemperature(device, marginTempInfo);
+        cuwire_trace_result("nvmlDeviceGetMarginTemperature", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMarginTemperature(device, marginTempInfo);
+}
+
+/* nvmlDeviceGetMaxClockInfo (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetMaxClockInfo(uint64_t, int64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetMaxClockInfo((uint64_t)(uintptr_t)device, (int64_t)type, (void *)clock));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+{
+    __atomic_add_fetch(&cuwire_counts[1060], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMaxClockInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMaxClockInfo(device, type, clock);
+        cuwire_trace_result("nvmlDeviceGetMaxClockInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMaxClockInfo(device, type, clock);
+}
+
+/* nvmlDeviceGetMaxCustomerBoostClock (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMaxCustomerBoostClock(nvmlDevice_t device, nvmlClockType_t clockType, unsigned int *clockMHz)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMaxCustomerBoostClock", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMaxCustomerBoostClock(nvmlDevice_t device, nvmlClockType_t clockType, unsigned int *clockMHz)
+{
+    __atomic_add_fetch(&cuwire_counts[1061], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMaxCustomerBoostClock");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMaxCustomerBoostClock(device, clockType, clockMHz);
+        cuwire_trace_result("nvmlDeviceGetMaxCustomerBoostClock", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMaxCustomerBoostClock(device, clockType, clockMHz);
+}
+
+/* nvmlDeviceGetMaxMigDeviceCount (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetMaxMigDeviceCount(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetMaxMigDeviceCount((uint64_t)(uintptr_t)device, (void *)count));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
+{
+    __atomic_add_fetch(&cuwire_counts[1062], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMaxMigDeviceCount");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMaxMigDeviceCount(device, count);
+        cuwire_trace_result("nvmlDeviceGetMaxMigDeviceCount", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMaxMigDeviceCount(device, count);
+}
+
+/* nvmlDeviceGetMaxPcieLinkGeneration (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetMaxPcieLinkGeneration(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *maxLinkGen)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetMaxPcieLinkGeneration((uint64_t)(uintptr_t)device, (void *)maxLinkGen));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *maxLinkGen)
+{
+    __atomic_add_fetch(&cuwire_counts[1063], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMaxPcieLinkGeneration");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMaxPcieLinkGeneration(device, maxLinkGen);
+        cuwire_trace_result("nvmlDeviceGetMaxPcieLinkGeneration", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMaxPcieLinkGeneration(device, maxLinkGen);
+}
+
+/* nvmlDeviceGetMaxPcieLinkWidth (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetMaxPcieLinkWidth(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *maxLinkWidth)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetMaxPcieLinkWidth((uint64_t)(uintptr_t)device, (void *)maxLinkWidth));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *maxLinkWidth)
+{
+    __atomic_add_fetch(&cuwire_counts[1064], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMaxPcieLinkWidth");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMaxPcieLinkWidth(device, maxLinkWidth);
+        cuwire_trace_result("nvmlDeviceGetMaxPcieLinkWidth", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMaxPcieLinkWidth(device, maxLinkWidth);
+}
+
+/* nvmlDeviceGetMemClkMinMaxVfOffset (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMemClkMinMaxVfOffset(nvmlDevice_t device, int *minOffset, int *maxOffset)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMemClkMinMaxVfOffset", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMemClkMinMaxVfOffset(nvmlDevice_t device, int *minOffset, int *maxOffset)
+{
+    __atomic_add_fetch(&cuwire_counts[1065], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMemClkMinMaxVfOffset");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMemClkMinMaxVfOffset(device, minOffset, maxOffset);
+        cuwire_trace_result("nvmlDeviceGetMemClkMinMaxVfOffset", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMemClkMinMaxVfOffset(device, minOffset, maxOffset);
+}
+
+/* nvmlDeviceGetMemClkVfOffset (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMemClkVfOffset(nvmlDevice_t device, int *offset)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMemClkVfOffset", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMemClkVfOffset(nvmlDevice_t device, int *offset)
+{
+    __atomic_add_fetch(&cuwire_counts[1066], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMemClkVfOffset");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMemClkVfOffset(device, offset);
+        cuwire_trace_result("nvmlDeviceGetMemClkVfOffset", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMemClkVfOffset(device, offset);
+}
+
+/* nvmlDeviceGetMemoryAffinity (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int nodeSetSize, unsigned long *nodeSet, nvmlAffinityScope_t scope)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMemoryAffinity", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int nodeSetSize, unsigned long *nodeSet, nvmlAffinityScope_t scope)
+{
+    __atomic_add_fetch(&cuwire_counts[1067], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMemoryAffinity");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMemoryAffinity(device, nodeSetSize, nodeSet, scope);
+        cuwire_trace_result("nvmlDeviceGetMemoryAffinity", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMemoryAffinity(device, nodeSetSize, nodeSet, scope);
+}
+
+/* nvmlDeviceGetMemoryBusWidth (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMemoryBusWidth(nvmlDevice_t device, unsigned int *busWidth)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMemoryBusWidth", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryBusWidth(nvmlDevice_t device, unsigned int *busWidth)
+{
+    __atomic_add_fetch(&cuwire_counts[1068], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMemoryBusWidth");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMemoryBusWidth(device, busWidth);
+        cuwire_trace_result("nvmlDeviceGetMemoryBusWidth", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMemoryBusWidth(device, busWidth);
+}
+
+/* nvmlDeviceGetMemoryErrorCounter (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nvmlMemoryErrorType_t errorType, nvmlEccCounterType_t counterType, nvmlMemoryLocation_t locationType, unsigned long long *count)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMemoryErrorCounter", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nvmlMemoryErrorType_t errorType, nvmlEccCounterType_t counterType, nvmlMemoryLocation_t locationType, unsigned long long *count)
+{
+    __atomic_add_fetch(&cuwire_counts[1069], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMemoryErrorCounter");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMemoryErrorCounter(device, errorType, counterType, locationType, count);
+        cuwire_trace_result("nvmlDeviceGetMemoryErrorCounter", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMemoryErrorCounter(device, errorType, counterType, locationType, count);
+}
+
+/* nvmlDeviceGetMemoryInfo (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetMemoryInfo(uint64_t, void *, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetMemoryInfo((uint64_t)(uintptr_t)device, (void *)memory, sizeof *memory));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    __atomic_add_fetch(&cuwire_counts[1070], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMemoryInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMemoryInfo(device, memory);
+        cuwire_trace_result("nvmlDeviceGetMemoryInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMemoryInfo(device, memory);
+}
+
+/* nvmlDeviceGetMemoryInfo_v2 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMemoryInfo_v2", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    __atomic_add_fetch(&cuwire_counts[1071], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMemoryInfo_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMemoryInfo_v2(device, memory);
+        cuwire_trace_result("nvmlDeviceGetMemoryInfo_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMemoryInfo_v2(device, memory);
+}
+
+/* nvmlDeviceGetMigDeviceHandleByIndex (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetMigDeviceHandleByIndex(uint64_t, uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetMigDeviceHandleByIndex((uint64_t)(uintptr_t)device, (uint64_t)index, (void *)migDevice));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice)
+{
+    __atomic_add_fetch(&cuwire_counts[1072], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMigDeviceHandleByIndex");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMigDeviceHandleByIndex(device, index, migDevice);
+        cuwire_trace_result("nvmlDeviceGetMigDeviceHandleByIndex", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMigDeviceHandleByIndex(device, index, migDevice);
+}
+
+/* nvmlDeviceGetMigMode (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetMigMode(uint64_t, void *, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetMigMode((uint64_t)(uintptr_t)device, (void *)currentMode, (void *)pendingMode));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
+{
+    __atomic_add_fetch(&cuwire_counts[1073], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMigMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMigMode(device, currentMode, pendingMode);
+        cuwire_trace_result("nvmlDeviceGetMigMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMigMode(device, currentMode, pendingMode);
+}
+
+/* nvmlDeviceGetMinMaxClockOfPState (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMinMaxClockOfPState(nvmlDevice_t device, nvmlClockType_t type, nvmlPstates_t pstate, unsigned int *minClockMHz, unsigned int *maxClockMHz)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMinMaxClockOfPState", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMinMaxClockOfPState(nvmlDevice_t device, nvmlClockType_t type, nvmlPstates_t pstate, unsigned int *minClockMHz, unsigned int *maxClockMHz)
+{
+    __atomic_add_fetch(&cuwire_counts[1074], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMinMaxClockOfPState");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMinMaxClockOfPState(device, type, pstate, minClockMHz, maxClockMHz);
+        cuwire_trace_result("nvmlDeviceGetMinMaxClockOfPState", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMinMaxClockOfPState(device, type, pstate, minClockMHz, maxClockMHz);
+}
+
+/* nvmlDeviceGetMinMaxFanSpeed (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMinMaxFanSpeed(nvmlDevice_t device, unsigned int *minSpeed, unsigned int *maxSpeed)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMinMaxFanSpeed", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMinMaxFanSpeed(nvmlDevice_t device, unsigned int *minSpeed, unsigned int *maxSpeed)
+{
+    __atomic_add_fetch(&cuwire_counts[1075], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMinMaxFanSpeed");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMinMaxFanSpeed(device, minSpeed, maxSpeed);
+        cuwire_trace_result("nvmlDeviceGetMinMaxFanSpeed", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMinMaxFanSpeed(device, minSpeed, maxSpeed);
+}
+
+/* nvmlDeviceGetMinorNumber (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetMinorNumber(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetMinorNumber((uint64_t)(uintptr_t)device, (void *)minorNumber));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
+{
+    __atomic_add_fetch(&cuwire_counts[1076], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMinorNumber");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMinorNumber(device, minorNumber);
+        cuwire_trace_result("nvmlDeviceGetMinorNumber", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMinorNumber(device, minorNumber);
+}
+
+/* nvmlDeviceGetModuleId (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetModuleId(nvmlDevice_t device, unsigned int *moduleId)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetModuleId", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetModuleId(nvmlDevice_t device, unsigned int *moduleId)
+{
+    __atomic_add_fetch(&cuwire_counts[1077], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetModuleId");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetModuleId(device, moduleId);
+        cuwire_trace_result("nvmlDeviceGetModuleId", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetModuleId(device, moduleId);
+}
+
+/* nvmlDeviceGetMultiGpuBoard (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMultiGpuBoard(nvmlDevice_t device, unsigned int *multiGpuBool)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMultiGpuBoard", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMultiGpuBoard(nvmlDevice_t device, unsigned int *multiGpuBool)
+{
+    __atomic_add_fetch(&cuwire_counts[1078], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetMultiGpuBoard");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMultiGpuBoard(device, multiGpuBool);
+        cuwire_trace_result("nvmlDeviceGetMultiGpuBoard", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetMultiGpuBoard(device, multiGpuBool);
+}
+
+/* nvmlDeviceGetName (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetName(uint64_t, void *, uint64_t, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetName((uint64_t)(uintptr_t)device, (void *)name, (uint64_t)(length), (uint64_t)length));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+    __atomic_add_fetch(&cuwire_counts[1079], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetName");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetName(device, name, length);
+        cuwire_trace_result("nvmlDeviceGetName", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetName(device, name, length);
+}
+
+/* nvmlDeviceGetNumFans (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNumFans(nvmlDevice_t device, unsigned int *numFans)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetNumFans", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNumFans(nvmlDevice_t device, unsigned int *numFans)
+{
+    __atomic_add_fetch(&cuwire_counts[1080], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetNumFans");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNumFans(device, numFans);
+        cuwire_trace_result("nvmlDeviceGetNumFans", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetNumFans(device, numFans);
+}
+
+/* nvmlDeviceGetNumGpuCores (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetNumGpuCores(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int *numCores)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetNumGpuCores((uint64_t)(uintptr_t)device, (void *)numCores));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int *numCores)
+{
+    __atomic_add_fetch(&cuwire_counts[1081], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetNumGpuCores");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNumGpuCores(device, numCores);
+        cuwire_trace_result("nvmlDeviceGetNumGpuCores", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetNumGpuCores(device, numCores);
+}
+
+/* nvmlDeviceGetNumaNodeId (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetNumaNodeId(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetNumaNodeId((uint64_t)(uintptr_t)device, (void *)node));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node)
+{
+    __atomic_add_fetch(&cuwire_counts[1082], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetNumaNodeId");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNumaNodeId(device, node);
+        cuwire_trace_result("nvmlDeviceGetNumaNodeId", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetNumaNodeId(device, node);
+}
+
+/* nvmlDeviceGetNvLinkCapability (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigned int link, nvmlNvLinkCapability_t capability, unsigned int *capResult)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetNvLinkCapability", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigned int link, nvmlNvLinkCapability_t capability, unsigned int *capResult)
+{
+    __atomic_add_fetch(&cuwire_counts[1083], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetNvLinkCapability");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkCapability(device, link, capability, capResult);
+        cuwire_trace_result("nvmlDeviceGetNvLinkCapability", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetNvLinkCapability(device, link, capability, capResult);
+}
+
+/* nvmlDeviceGetNvLinkErrorCounter (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link, nvmlNvLinkErrorCounter_t counter, unsigned long long *counterValue)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetNvLinkErrorCounter", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link, nvmlNvLinkErrorCounter_t counter, unsigned long long *counterValue)
+{
+    __atomic_add_fetch(&cuwire_counts[1084], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetNvLinkErrorCounter");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkErrorCounter(device, link, counter, counterValue);
+        cuwire_trace_result("nvmlDeviceGetNvLinkErrorCounter", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetNvLinkErrorCounter(device, link, counter, counterValue);
+}
+
+/* nvmlDeviceGetNvLinkInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkInfo(nvmlDevice_t device, nvmlNvLinkInfo_t *info)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetNvLinkInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkInfo(nvmlDevice_t device, nvmlNvLinkInfo_t *info)
+{
+    __atomic_add_fetch(&cuwire_counts[1085], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetNvLinkInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkInfo(device, info);
+        cuwire_trace_result("nvmlDeviceGetNvLinkInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetNvLinkInfo(device, info);
+}
+
+/* nvmlDeviceGetNvLinkRemoteDeviceType (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetNvLinkRemoteDeviceType(uint64_t, uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link, nvmlIntNvLinkDeviceType_t *pNvLinkDeviceType)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetNvLinkRemoteDeviceType((uint64_t)(uintptr_t)device, (uint64_t)link, (void *)pNvLinkDeviceType));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link, nvmlIntNvLinkDeviceType_t *pNvLinkDeviceType)
+{
+    __atomic_add_fetch(&cuwire_counts[1086], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetNvLinkRemoteDeviceType");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkRemoteDeviceType(device, link, pNvLinkDeviceType);
+        cuwire_trace_result("nvmlDeviceGetNvLinkRemoteDeviceType", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetNvLinkRemoteDeviceType(device, link, pNvLinkDeviceType);
+}
+
+/* nvmlDeviceGetNvLinkRemotePciInfo (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetNvLinkRemotePciInfo", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1087], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetNvLinkRemotePciInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo();
+        cuwire_trace_result("nvmlDeviceGetNvLinkRemotePciInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo();
+}
+
+/* nvmlDeviceGetNvLinkRemotePciInfo_v2 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetNvLinkRemotePciInfo_v2", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
+{
+    __atomic_add_fetch(&cuwire_counts[1088], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetNvLinkRemotePciInfo_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, pci);
+        cuwire_trace_result("nvmlDeviceGetNvLinkRemotePciInfo_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, pci);
+}
+
+/* nvmlDeviceGetNvLinkState (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetNvLinkState(uint64_t, uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nvmlEnableState_t *isActive)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetNvLinkState((uint64_t)(uintptr_t)device, (uint64_t)link, (void *)isActive));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nvmlEnableState_t *isActive)
+{
+    __atomic_add_fetch(&cuwire_counts[1089], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetNvLinkState");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkState(device, link, isActive);
+        cuwire_trace_result("nvmlDeviceGetNvLinkState", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetNvLinkState(device, link, isActive);
+}
+
+/* nvmlDeviceGetNvLinkUtilizationControl (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkUtilizationControl(nvmlDevice_t device, unsigned int link, unsigned int counter, nvmlNvLinkUtilizationControl_t *control)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetNvLinkUtilizationControl", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkUtilizationControl(nvmlDevice_t device, unsigned int link, unsigned int counter, nvmlNvLinkUtilizationControl_t *control)
+{
+    __atomic_add_fetch(&cuwire_counts[1090], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetNvLinkUtilizationControl");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkUtilizationControl(device, link, counter, control);
+        cuwire_trace_result("nvmlDeviceGetNvLinkUtilizationControl", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetNvLinkUtilizationControl(device, link, counter, control);
+}
+
+/* nvmlDeviceGetNvLinkUtilizationCounter (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkUtilizationCounter(nvmlDevice_t device, unsigned int link, unsigned int counter, unsigned long long *rxcounter, unsigned long long *txcounter)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetNvLinkUtilizationCounter", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkUtilizationCounter(nvmlDevice_t device, unsigned int link, unsigned int counter, unsigned long long *rxcounter, unsigned long long *txcounter)
+{
+    __atomic_add_fetch(&cuwire_counts[1091], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetNvLinkUtilizationCounter");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkUtilizationCounter(device, link, counter, rxcounter, txcounter);
+        cuwire_trace_result("nvmlDeviceGetNvLinkUtilizationCounter", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetNvLinkUtilizationCounter(device, link, counter, rxcounter, txcounter);
+}
+
+/* nvmlDeviceGetNvLinkVersion (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link, unsigned int *version)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetNvLinkVersion", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link, unsigned int *version)
+{
+    __atomic_add_fetch(&cuwire_counts[1092], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetNvLinkVersion");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkVersion(device, link, version);
+        cuwire_trace_result("nvmlDeviceGetNvLinkVersion", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetNvLinkVersion(device, link, version);
+}
+
+/* nvmlDeviceGetNvlinkBwMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvlinkBwMode(nvmlDevice_t device, nvmlNvlinkGetBwMode_t *getBwMode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetNvlinkBwMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvlinkBwMode(nvmlDevice_t device, nvmlNvlinkGetBwMode_t *getBwMode)
+{
+    __atomic_add_fetch(&cuwire_counts[1093], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetNvlinkBwMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvlinkBwMode(device, getBwMode);
+        cuwire_trace_result("nvmlDeviceGetNvlinkBwMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetNvlinkBwMode(device, getBwMode);
+}
+
+/* nvmlDeviceGetNvlinkSupportedBwModes (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvlinkSupportedBwModes(nvmlDevice_t device, nvmlNvlinkSupportedBwModes_t *supportedBwMode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetNvlinkSupportedBwModes", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvlinkSupportedBwModes(nvmlDevice_t device, nvmlNvlinkSupportedBwModes_t *supportedBwMode)
+{
+    __atomic_add_fetch(&cuwire_counts[1094], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetNvlinkSupportedBwModes");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvlinkSupportedBwModes(device, supportedBwMode);
+        cuwire_trace_result("nvmlDeviceGetNvlinkSupportedBwModes", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetNvlinkSupportedBwModes(device, supportedBwMode);
+}
+
+/* nvmlDeviceGetOfaUtilization (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetOfaUtilization(nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetOfaUtilization", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetOfaUtilization(nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs)
+{
+    __atomic_add_fetch(&cuwire_counts[1095], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetOfaUtilization");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetOfaUtilization(device, utilization, samplingPeriodUs);
+        cuwire_trace_result("nvmlDeviceGetOfaUtilization", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetOfaUtilization(device, utilization, samplingPeriodUs);
+}
+
+/* nvmlDeviceGetP2PStatus (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetP2PStatus(uint64_t, uint64_t, int64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuP2PCapsIndex_t p2pIndex, nvmlGpuP2PStatus_t *p2pStatus)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetP2PStatus((uint64_t)(uintptr_t)device1, (uint64_t)(uintptr_t)device2, (int64_t)p2pIndex, (void *)p2pStatus));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuP2PCapsIndex_t p2pIndex, nvmlGpuP2PStatus_t *p2pStatus)
+{
+    __atomic_add_fetch(&cuwire_counts[1096], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetP2PStatus");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetP2PStatus(device1, device2, p2pIndex, p2pStatus);
+        cuwire_trace_result("nvmlDeviceGetP2PStatus", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetP2PStatus(device1, device2, p2pIndex, p2pStatus);
+}
+
+/* nvmlDeviceGetPciInfo (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPciInfo(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetPciInfo", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1097], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPciInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPciInfo();
+        cuwire_trace_result("nvmlDeviceGetPciInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPciInfo();
+}
+
+/* nvmlDeviceGetPciInfoExt (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_t *pci)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetPciInfoExt", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_t *pci)
+{
+    __atomic_add_fetch(&cuwire_counts[1098], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPciInfoExt");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPciInfoExt(device, pci);
+        cuwire_trace_result("nvmlDeviceGetPciInfoExt", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPciInfoExt(device, pci);
+}
+
+/* nvmlDeviceGetPciInfo_v2 (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPciInfo_v2(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetPciInfo_v2", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1099], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPciInfo_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPciInfo_v2();
+        cuwire_trace_result("nvmlDeviceGetPciInfo_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPciInfo_v2();
+}
+
+/* nvmlDeviceGetPciInfo_v3 (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetPciInfo_v3(uint64_t, void *, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetPciInfo_v3((uint64_t)(uintptr_t)device, (void *)pci, sizeof *pci));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    __atomic_add_fetch(&cuwire_counts[1100], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPciInfo_v3");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPciInfo_v3(device, pci);
+        cuwire_trace_result("nvmlDeviceGetPciInfo_v3", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPciInfo_v3(device, pci);
+}
+
+/* nvmlDeviceGetPcieLinkMaxSpeed (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPcieLinkMaxSpeed(nvmlDevice_t device, unsigned int *maxSpeed)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetPcieLinkMaxSpeed", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPcieLinkMaxSpeed(nvmlDevice_t device, unsigned int *maxSpeed)
+{
+    __atomic_add_fetch(&cuwire_counts[1101], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPcieLinkMaxSpeed");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPcieLinkMaxSpeed(device, maxSpeed);
+        cuwire_trace_result("nvmlDeviceGetPcieLinkMaxSpeed", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPcieLinkMaxSpeed(device, maxSpeed);
+}
+
+/* nvmlDeviceGetPcieReplayCounter (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetPcieReplayCounter", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value)
+{
+    __atomic_add_fetch(&cuwire_counts[1102], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPcieReplayCounter");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPcieReplayCounter(device, value);
+        cuwire_trace_result("nvmlDeviceGetPcieReplayCounter", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPcieReplayCounter(device, value);
+}
+
+/* nvmlDeviceGetPcieSpeed (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPcieSpeed(nvmlDevice_t device, unsigned int *pcieSpeed)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetPcieSpeed", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPcieSpeed(nvmlDevice_t device, unsigned int *pcieSpeed)
+{
+    __atomic_add_fetch(&cuwire_counts[1103], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPcieSpeed");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPcieSpeed(device, pcieSpeed);
+        cuwire_trace_result("nvmlDeviceGetPcieSpeed", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPcieSpeed(device, pcieSpeed);
+}
+
+/* nvmlDeviceGetPcieThroughput (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetPcieThroughput(uint64_t, int64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvmlPcieUtilCounter_t counter, unsigned int *value)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetPcieThroughput((uint64_t)(uintptr_t)device, (int64_t)counter, (void *)value));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvmlPcieUtilCounter_t counter, unsigned int *value)
+{
+    __atomic_add_fetch(&cuwire_counts[1104], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPcieThroughput");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPcieThroughput(device, counter, value);
+        cuwire_trace_result("nvmlDeviceGetPcieThroughput", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPcieThroughput(device, counter, value);
+}
+
+/* nvmlDeviceGetPdi (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPdi(nvmlDevice_t device, nvmlPdi_t *pdi)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetPdi", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPdi(nvmlDevice_t device, nvmlPdi_t *pdi)
+{
+    __atomic_add_fetch(&cuwire_counts[1105], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPdi");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPdi(device, pdi);
+        cuwire_trace_result("nvmlDeviceGetPdi", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPdi(device, pdi);
+}
+
+/* nvmlDeviceGetPerformanceModes (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPerformanceModes(nvmlDevice_t device, nvmlDevicePerfModes_t *perfModes)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetPerformanceModes", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPerformanceModes(nvmlDevice_t device, nvmlDevicePerfModes_t *perfModes)
+{
+    __atomic_add_fetch(&cuwire_counts[1106], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPerformanceModes");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPerformanceModes(device, perfModes);
+        cuwire_trace_result("nvmlDeviceGetPerformanceModes", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPerformanceModes(device, perfModes);
+}
+
+/* nvmlDeviceGetPerformanceState (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetPerformanceState(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPstates_t *pState)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetPerformanceState((uint64_t)(uintptr_t)device, (void *)pState));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPstates_t *pState)
+{
+    __atomic_add_fetch(&cuwire_counts[1107], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPerformanceState");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPerformanceState(device, pState);
+        cuwire_trace_result("nvmlDeviceGetPerformanceState", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPerformanceState(device, pState);
+}
+
+/* nvmlDeviceGetPersistenceMode (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetPersistenceMode(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetPersistenceMode((uint64_t)(uintptr_t)device, (void *)mode));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+{
+    __atomic_add_fetch(&cuwire_counts[1108], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPersistenceMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPersistenceMode(device, mode);
+        cuwire_trace_result("nvmlDeviceGetPersistenceMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPersistenceMode(device, mode);
+}
+
+/* nvmlDeviceGetPgpuMetadataString (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPgpuMetadataString(nvmlDevice_t device, char *pgpuMetadata, unsigned int *bufferSize)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetPgpuMetadataString", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPgpuMetadataString(nvmlDevice_t device, char *pgpuMetadata, unsigned int *bufferSize)
+{
+    __atomic_add_fetch(&cuwire_counts[1109], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPgpuMetadataString");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPgpuMetadataString(device, pgpuMetadata, bufferSize);
+        cuwire_trace_result("nvmlDeviceGetPgpuMetadataString", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPgpuMetadataString(device, pgpuMetadata, bufferSize);
+}
+
+/* nvmlDeviceGetPlatformInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPlatformInfo(nvmlDevice_t device, nvmlPlatformInfo_t *platformInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetPlatformInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPlatformInfo(nvmlDevice_t device, nvmlPlatformInfo_t *platformInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1110], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPlatformInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPlatformInfo(device, platformInfo);
+        cuwire_trace_result("nvmlDeviceGetPlatformInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPlatformInfo(device, platformInfo);
+}
+
+/* nvmlDeviceGetPowerManagementDefaultLimit (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetPowerManagementDefaultLimit(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device, unsigned int *defaultLimit)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetPowerManagementDefaultLimit((uint64_t)(uintptr_t)device, (void *)defaultLimit));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device, unsigned int *defaultLimit)
+{
+    __atomic_add_fetch(&cuwire_counts[1111], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPowerManagementDefaultLimit");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPowerManagementDefaultLimit(device, defaultLimit);
+        cuwire_trace_result("nvmlDeviceGetPowerManagementDefaultLimit", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPowerManagementDefaultLimit(device, defaultLimit);
+}
+
+/* nvmlDeviceGetPowerManagementLimit (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetPowerManagementLimit(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetPowerManagementLimit((uint64_t)(uintptr_t)device, (void *)limit));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    __atomic_add_fetch(&cuwire_counts[1112], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPowerManagementLimit");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPowerManagementLimit(device, limit);
+        cuwire_trace_result("nvmlDeviceGetPowerManagementLimit", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPowerManagementLimit(device, limit);
+}
+
+/* nvmlDeviceGetPowerManagementLimitConstraints (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetPowerManagementLimitConstraints(uint64_t, void *, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, unsigned int *minLimit, unsigned int *maxLimit)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetPowerManagementLimitConstraints((uint64_t)(uintptr_t)device, (void *)minLimit, (void *)maxLimit));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, unsigned int *minLimit, unsigned int *maxLimit)
+{
+    __atomic_add_fetch(&cuwire_counts[1113], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPowerManagementLimitConstraints");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPowerManagementLimitConstraints(device, minLimit, maxLimit);
+        cuwire_trace_result("nvmlDeviceGetPowerManagementLimitConstraints", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPowerManagementLimitConstraints(device, minLimit, maxLimit);
+}
+
+/* nvmlDeviceGetPowerManagementMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPowerManagementMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetPowerManagementMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+{
+    __atomic_add_fetch(&cuwire_counts[1114], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPowerManagementMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPowerManagementMode(device, mode);
+        cuwire_trace_result("nvmlDeviceGetPowerManagementMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPowerManagementMode(device, mode);
+}
+
+/* nvmlDeviceGetPowerMizerMode_v1 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPowerMizerMode_v1(nvmlDevice_t device, nvmlDevicePowerMizerModes_v1_t *powerMizerMode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetPowerMizerMode_v1", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPowerMizerMode_v1(nvmlDevice_t device, nvmlDevicePowerMizerModes_v1_t *powerMizerMode)
+{
+    __atomic_add_fetch(&cuwire_counts[1115], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPowerMizerMode_v1");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPowerMizerMode_v1(device, powerMizerMode);
+        cuwire_trace_result("nvmlDeviceGetPowerMizerMode_v1", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPowerMizerMode_v1(device, powerMizerMode);
+}
+
+/* nvmlDeviceGetPowerSource (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPowerSource(nvmlDevice_t device, nvmlPowerSource_t *powerSource)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetPowerSource", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPowerSource(nvmlDevice_t device, nvmlPowerSource_t *powerSource)
+{
+    __atomic_add_fetch(&cuwire_counts[1116], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPowerSource");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPowerSource(device, powerSource);
+        cuwire_trace_result("nvmlDeviceGetPowerSource", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPowerSource(device, powerSource);
+}
+
+/* nvmlDeviceGetPowerState (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetPowerState(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPowerState(nvmlDevice_t device, nvmlPstates_t *pState)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetPowerState((uint64_t)(uintptr_t)device, (void *)pState));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPowerState(nvmlDevice_t device, nvmlPstates_t *pState)
+{
+    __atomic_add_fetch(&cuwire_counts[1117], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPowerState");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPowerState(device, pState);
+        cuwire_trace_result("nvmlDeviceGetPowerState", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPowerState(device, pState);
+}
+
+/* nvmlDeviceGetPowerUsage (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetPowerUsage(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetPowerUsage((uint64_t)(uintptr_t)device, (void *)power));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
+{
+    __atomic_add_fetch(&cuwire_counts[1118], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetPowerUsage");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPowerUsage(device, power);
+        cuwire_trace_result("nvmlDeviceGetPowerUsage", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetPowerUsage(device, power);
+}
+
+/* nvmlDeviceGetProcessUtilization (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetProcessUtilization", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
+{
+    __atomic_add_fetch(&cuwire_counts[1119], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetProcessUtilization");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetProcessUtilization(device, utilization, processSamplesCount, lastSeenTimeStamp);
+        cuwire_trace_result("nvmlDeviceGetProcessUtilization", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetProcessUtilization(device, utilization, processSamplesCount, lastSeenTimeStamp);
+}
+
+/* nvmlDeviceGetProcessesUtilizationInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device, nvmlProcessesUtilizationInfo_t *procesesUtilInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetProcessesUtilizationInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device, nvmlProcessesUtilizationInfo_t *procesesUtilInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1120], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetProcessesUtilizationInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetProcessesUtilizationInfo(device, procesesUtilInfo);
+        cuwire_trace_result("nvmlDeviceGetProcessesUtilizationInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetProcessesUtilizationInfo(device, procesesUtilInfo);
+}
+
+/* nvmlDeviceGetRemappedRows (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows, unsigned int *isPending, unsigned int *failureOccurred)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetRemappedRows", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows, unsigned int *isPending, unsigned int *failureOccurred)
+{
+    __atomic_add_fetch(&cuwire_counts[1121], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetRemappedRows");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetRemappedRows(device, corrRows, uncRows, isPending, failureOccurred);
+        cuwire_trace_result("nvmlDeviceGetRemappedRows", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetRemappedRows(device, corrRows, uncRows, isPending, failureOccurred);
+}
+
+/* nvmlDeviceGetRemappedRows_v2 (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetRemappedRows_v2(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetRemappedRows_v2", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows_v2(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1122], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetRemappedRows_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetRemappedRows_v2();
+        cuwire_trace_result("nvmlDeviceGetRemappedRows_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetRemappedRows_v2();
+}
+
+/* nvmlDeviceGetRepairStatus (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetRepairStatus(nvmlDevice_t device, nvmlRepairStatus_t *repairStatus)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetRepairStatus", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetRepairStatus(nvmlDevice_t device, nvmlRepairStatus_t *repairStatus)
+{
+    __atomic_add_fetch(&cuwire_counts[1123], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetRepairStatus");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetRepairStatus(device, repairStatus);
+        cuwire_trace_result("nvmlDeviceGetRepairStatus", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetRepairStatus(device, repairStatus);
+}
+
+/* nvmlDeviceGetRetiredPages (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCause_t cause, unsigned int *pageCount, unsigned long long *addresses)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetRetiredPages", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCause_t cause, unsigned int *pageCount, unsigned long long *addresses)
+{
+    __atomic_add_fetch(&cuwire_counts[1124], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetRetiredPages");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetRetiredPages(device, cause, pageCount, addresses);
+        cuwire_trace_result("nvmlDeviceGetRetiredPages", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetRetiredPages(device, cause, pageCount, addresses);
+}
+
+/* nvmlDeviceGetRetiredPagesPendingStatus (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t *isPending)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetRetiredPagesPendingStatus", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t *isPending)
+{
+    __atomic_add_fetch(&cuwire_counts[1125], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetRetiredPagesPendingStatus");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetRetiredPagesPendingStatus(device, isPending);
+        cuwire_trace_result("nvmlDeviceGetRetiredPagesPendingStatus", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetRetiredPagesPendingStatus(device, isPending);
+}
+
+/* nvmlDeviceGetRetiredPages_v2 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, nvmlPageRetirementCause_t cause, unsigned int *pageCount, unsigned long long *addresses, unsigned long long *timestamps)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetRetiredPages_v2", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, nvmlPageRetirementCause_t cause, unsigned int *pageCount, unsigned long long *addresses, unsigned long long *timestamps)
+{
+    __atomic_add_fetch(&cuwire_counts[1126], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetRetiredPages_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetRetiredPages_v2(device, cause, pageCount, addresses, timestamps);
+        cuwire_trace_result("nvmlDeviceGetRetiredPages_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetRetiredPages_v2(device, cause, pageCount, addresses, timestamps);
+}
+
+/* nvmlDeviceGetRowRemapperHistogram (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetRowRemapperHistogram(nvmlDevice_t device, nvmlRowRemapperHistogramValues_t *values)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetRowRemapperHistogram", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(nvmlDevice_t device, nvmlRowRemapperHistogramValues_t *values)
+{
+    __atomic_add_fetch(&cuwire_counts[1127], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetRowRemapperHistogram");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetRowRemapperHistogram(device, values);
+        cuwire_trace_result("nvmlDeviceGetRowRemapperHistogram", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetRowRemapperHistogram(device, values);
+}
+
+/* nvmlDeviceGetRunningProcessDetailList (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device, nvmlProcessDetailList_t *plist)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetRunningProcessDetailList", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device, nvmlProcessDetailList_t *plist)
+{
+    __atomic_add_fetch(&cuwire_counts[1128], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetRunningProcessDetailList");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetRunningProcessDetailList(device, plist);
+        cuwire_trace_result("nvmlDeviceGetRunningProcessDetailList", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetRunningProcessDetailList(device, plist);
+}
+
+/* nvmlDeviceGetSamples (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t type, unsigned long long lastSeenTimeStamp, nvmlValueType_t *sampleValType, unsigned int *sampleCount, nvmlSample_t *samples)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetSamples", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t type, unsigned long long lastSeenTimeStamp, nvmlValueType_t *sampleValType, unsigned int *sampleCount, nvmlSample_t *samples)
+{
+    __atomic_add_fetch(&cuwire_counts[1129], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetSamples");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSamples(device, type, lastSeenTimeStamp, sampleValType, sampleCount, samples);
+        cuwire_trace_result("nvmlDeviceGetSamples", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetSamples(device, type, lastSeenTimeStamp, sampleValType, sampleCount, samples);
+}
+
+/* nvmlDeviceGetSerial (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetSerial(uint64_t, void *, uint64_t, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetSerial((uint64_t)(uintptr_t)device, (void *)serial, (uint64_t)(length), (uint64_t)length));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
+{
+    __atomic_add_fetch(&cuwire_counts[1130], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetSerial");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSerial(device, serial, length);
+        cuwire_trace_result("nvmlDeviceGetSerial", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetSerial(device, serial, length);
+}
+
+/* nvmlDeviceGetSramEccErrorStatus (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t device, nvmlEccSramErrorStatus_t *status)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetSramEccErrorStatus", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t device, nvmlEccSramErrorStatus_t *status)
+{
+    __atomic_add_fetch(&cuwire_counts[1131], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetSramEccErrorStatus");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSramEccErrorStatus(device, status);
+        cuwire_trace_result("nvmlDeviceGetSramEccErrorStatus", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetSramEccErrorStatus(device, status);
+}
+
+/* nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(nvmlDevice_t device, nvmlEccSramUniqueUncorrectedErrorCounts_t *errorCounts)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(nvmlDevice_t device, nvmlEccSramUniqueUncorrectedErrorCounts_t *errorCounts)
+{
+    __atomic_add_fetch(&cuwire_counts[1132], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(device, errorCounts);
+        cuwire_trace_result("nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(device, errorCounts);
+}
+
+/* nvmlDeviceGetSupportedClocksEventReasons (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSupportedClocksEventReasons(nvmlDevice_t device, unsigned long long *supportedClocksEventReasons)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetSupportedClocksEventReasons", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSupportedClocksEventReasons(nvmlDevice_t device, unsigned long long *supportedClocksEventReasons)
+{
+    __atomic_add_fetch(&cuwire_counts[1133], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetSupportedClocksEventReasons");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSupportedClocksEventReasons(device, supportedClocksEventReasons);
+        cuwire_trace_result("nvmlDeviceGetSupportedClocksEventReasons", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetSupportedClocksEventReasons(device, supportedClocksEventReasons);
+}
+
+/* nvmlDeviceGetSupportedClocksThrottleReasons (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSupportedClocksThrottleReasons(nvmlDevice_t device, unsigned long long *supportedClocksThrottleReasons)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetSupportedClocksThrottleReasons", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSupportedClocksThrottleReasons(nvmlDevice_t device, unsigned long long *supportedClocksThrottleReasons)
+{
+    __atomic_add_fetch(&cuwire_counts[1134], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetSupportedClocksThrottleReasons");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSupportedClocksThrottleReasons(device, supportedClocksThrottleReasons);
+        cuwire_trace_result("nvmlDeviceGetSupportedClocksThrottleReasons", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetSupportedClocksThrottleReasons(device, supportedClocksThrottleReasons);
+}
+
+/* nvmlDeviceGetSupportedEventTypes (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetSupportedEventTypes", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes)
+{
+    __atomic_add_fetch(&cuwire_counts[1135], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetSupportedEventTypes");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSupportedEventTypes(device, eventTypes);
+        cuwire_trace_result("nvmlDeviceGetSupportedEventTypes", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetSupportedEventTypes(device, eventTypes);
+}
+
+/* nvmlDeviceGetSupportedGraphicsClocks (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSupportedGraphicsClocks(nvmlDevice_t device, unsigned int memoryClockMHz, unsigned int *count, unsigned int *clocksMHz)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetSupportedGraphicsClocks", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSupportedGraphicsClocks(nvmlDevice_t device, unsigned int memoryClockMHz, unsigned int *count, unsigned int *clocksMHz)
+{
+    __atomic_add_fetch(&cuwire_counts[1136], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetSupportedGraphicsClocks");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSupportedGraphicsClocks(device, memoryClockMHz, count, clocksMHz);
+        cuwire_trace_result("nvmlDeviceGetSupportedGraphicsClocks", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetSupportedGraphicsClocks(device, memoryClockMHz, count, clocksMHz);
+}
+
+/* nvmlDeviceGetSupportedMemoryClocks (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSupportedMemoryClocks(nvmlDevice_t device, unsigned int *count, unsigned int *clocksMHz)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetSupportedMemoryClocks", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSupportedMemoryClocks(nvmlDevice_t device, unsigned int *count, unsigned int *clocksMHz)
+{
+    __atomic_add_fetch(&cuwire_counts[1137], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetSupportedMemoryClocks");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSupportedMemoryClocks(device, count, clocksMHz);
+        cuwire_trace_result("nvmlDeviceGetSupportedMemoryClocks", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetSupportedMemoryClocks(device, count, clocksMHz);
+}
+
+/* nvmlDeviceGetSupportedPerformanceStates (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSupportedPerformanceStates(nvmlDevice_t device, nvmlPstates_t *pstates, unsigned int size)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetSupportedPerformanceStates", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSupportedPerformanceStates(nvmlDevice_t device, nvmlPstates_t *pstates, unsigned int size)
+{
+    __atomic_add_fetch(&cuwire_counts[1138], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetSupportedPerformanceStates");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSupportedPerformanceStates(device, pstates, size);
+        cuwire_trace_result("nvmlDeviceGetSupportedPerformanceStates", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetSupportedPerformanceStates(device, pstates, size);
+}
+
+/* nvmlDeviceGetSupportedVgpus (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSupportedVgpus(nvmlDevice_t device, unsigned int *vgpuCount, nvmlVgpuTypeId_t *vgpuTypeIds)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetSupportedVgpus", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSupportedVgpus(nvmlDevice_t device, unsigned int *vgpuCount, nvmlVgpuTypeId_t *vgpuTypeIds)
+{
+    __atomic_add_fetch(&cuwire_counts[1139], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetSupportedVgpus");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSupportedVgpus(device, vgpuCount, vgpuTypeIds);
+        cuwire_trace_result("nvmlDeviceGetSupportedVgpus", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetSupportedVgpus(device, vgpuCount, vgpuTypeIds);
+}
+
+/* nvmlDeviceGetTargetFanSpeed (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetTargetFanSpeed(nvmlDevice_t device, unsigned int fan, unsigned int *targetSpeed)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetTargetFanSpeed", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetTargetFanSpeed(nvmlDevice_t device, unsigned int fan, unsigned int *targetSpeed)
+{
+    __atomic_add_fetch(&cuwire_counts[1140], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetTargetFanSpeed");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetTargetFanSpeed(device, fan, targetSpeed);
+        cuwire_trace_result("nvmlDeviceGetTargetFanSpeed", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetTargetFanSpeed(device, fan, targetSpeed);
+}
+
+/* nvmlDeviceGetTemperature (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetTemperature(uint64_t, int64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType, unsigned int *temp)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetTemperature((uint64_t)(uintptr_t)device, (int64_t)sensorType, (void *)temp));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType, unsigned int *temp)
+{
+    __atomic_add_fetch(&cuwire_counts[1141], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetTemperature");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetTemperature(device, sensorType, temp);
+        cuwire_trace_result("nvmlDeviceGetTemperature", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetTemperature(device, sensorType, temp);
+}
+
+/* nvmlDeviceGetTemperatureThreshold (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperatureThresholds_t thresholdType, unsigned int *temp)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetTemperatureThreshold", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperatureThresholds_t thresholdType, unsigned int *temp)
+{
+    __atomic_add_fetch(&cuwire_counts[1142], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetTemperatureThreshold");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetTemperatureThreshold(device, thresholdType, temp);
+        cuwire_trace_result("nvmlDeviceGetTemperatureThreshold", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetTemperatureThreshold(device, thresholdType, temp);
+}
+
+/* nvmlDeviceGetTemperatureV (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *temperature)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetTemperatureV", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *temperature)
+{
+    __atomic_add_fetch(&cuwire_counts[1143], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetTemperatureV");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetTemperatureV(device, temperature);
+        cuwire_trace_result("nvmlDeviceGetTemperatureV", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetTemperatureV(device, temperature);
+}
+
+/* nvmlDeviceGetThermalSettings (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetThermalSettings(nvmlDevice_t device, unsigned int sensorIndex, nvmlGpuThermalSettings_t *pThermalSettings)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetThermalSettings", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetThermalSettings(nvmlDevice_t device, unsigned int sensorIndex, nvmlGpuThermalSettings_t *pThermalSettings)
+{
+    __atomic_add_fetch(&cuwire_counts[1144], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetThermalSettings");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetThermalSettings(device, sensorIndex, pThermalSettings);
+        cuwire_trace_result("nvmlDeviceGetThermalSettings", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetThermalSettings(device, sensorIndex, pThermalSettings);
+}
+
+/* nvmlDeviceGetTopologyCommonAncestor (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuTopologyLevel_t *pathInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetTopologyCommonAncestor", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuTopologyLevel_t *pathInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1145], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetTopologyCommonAncestor");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetTopologyCommonAncestor(device1, device2, pathInfo);
+        cuwire_trace_result("nvmlDeviceGetTopologyCommonAncestor", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetTopologyCommonAncestor(device1, device2, pathInfo);
+}
+
+/* nvmlDeviceGetTopologyNearestGpus (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device, nvmlGpuTopologyLevel_t level, unsigned int *count, nvmlDevice_t *deviceArray)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetTopologyNearestGpus", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device, nvmlGpuTopologyLevel_t level, unsigned int *count, nvmlDevice_t *deviceArray)
+{
+    __atomic_add_fetch(&cuwire_counts[1146], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetTopologyNearestGpus");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetTopologyNearestGpus(device, level, count, deviceArray);
+        cuwire_trace_result("nvmlDeviceGetTopologyNearestGpus", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetTopologyNearestGpus(device, level, count, deviceArray);
+}
+
+/* nvmlDeviceGetTotalEccErrors (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetTotalEccErrors(uint64_t, int64_t, int64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType, nvmlEccCounterType_t counterType, unsigned long long *eccCounts)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetTotalEccErrors((uint64_t)(uintptr_t)device, (int64_t)errorType, (int64_t)counterType, (void *)eccCounts));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType, nvmlEccCounterType_t counterType, unsigned long long *eccCounts)
+{
+    __atomic_add_fetch(&cuwire_counts[1147], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetTotalEccErrors");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetTotalEccErrors(device, errorType, counterType, eccCounts);
+        cuwire_trace_result("nvmlDeviceGetTotalEccErrors", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetTotalEccErrors(device, errorType, counterType, eccCounts);
+}
+
+/* nvmlDeviceGetTotalEnergyConsumption (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetTotalEnergyConsumption(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetTotalEnergyConsumption((uint64_t)(uintptr_t)device, (void *)energy));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy)
+{
+    __atomic_add_fetch(&cuwire_counts[1148], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetTotalEnergyConsumption");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetTotalEnergyConsumption(device, energy);
+        cuwire_trace_result("nvmlDeviceGetTotalEnergyConsumption", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetTotalEnergyConsumption(device, energy);
+}
+
+/* nvmlDeviceGetUUID (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetUUID(uint64_t, void *, uint64_t, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetUUID((uint64_t)(uintptr_t)device, (void *)uuid, (uint64_t)(length), (uint64_t)length));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+    __atomic_add_fetch(&cuwire_counts[1149], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetUUID");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetUUID(device, uuid, length);
+        cuwire_trace_result("nvmlDeviceGetUUID", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetUUID(device, uuid, length);
+}
+
+/* nvmlDeviceGetUnrepairableMemoryFlag_v1 (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetUnrepairableMemoryFlag_v1(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetUnrepairableMemoryFlag_v1", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetUnrepairableMemoryFlag_v1(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1150], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetUnrepairableMemoryFlag_v1");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetUnrepairableMemoryFlag_v1();
+        cuwire_trace_result("nvmlDeviceGetUnrepairableMemoryFlag_v1", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetUnrepairableMemoryFlag_v1();
+}
+
+/* nvmlDeviceGetUtilizationRates (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetUtilizationRates(uint64_t, void *, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetUtilizationRates((uint64_t)(uintptr_t)device, (void *)utilization, sizeof *utilization));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
+{
+    __atomic_add_fetch(&cuwire_counts[1151], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetUtilizationRates");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetUtilizationRates(device, utilization);
+        cuwire_trace_result("nvmlDeviceGetUtilizationRates", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetUtilizationRates(device, utilization);
+}
+
+/* nvmlDeviceGetVbiosVersion (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetVbiosVersion(uint64_t, void *, uint64_t, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsigned int length)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetVbiosVersion((uint64_t)(uintptr_t)device, (void *)version, (uint64_t)(length), (uint64_t)length));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsigned int length)
+{
+    __atomic_add_fetch(&cuwire_counts[1152], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetVbiosVersion");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVbiosVersion(device, version, length);
+        cuwire_trace_result("nvmlDeviceGetVbiosVersion", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetVbiosVersion(device, version, length);
+}
+
+/* nvmlDeviceGetVgpuCapabilities (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuCapabilities(nvmlDevice_t device, nvmlDeviceVgpuCapability_t capability, unsigned int *capResult)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetVgpuCapabilities", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuCapabilities(nvmlDevice_t device, nvmlDeviceVgpuCapability_t capability, unsigned int *capResult)
+{
+    __atomic_add_fetch(&cuwire_counts[1153], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetVgpuCapabilities");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuCapabilities(device, capability, capResult);
+        cuwire_trace_result("nvmlDeviceGetVgpuCapabilities", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetVgpuCapabilities(device, capability, capResult);
+}
+
+/* nvmlDeviceGetVgpuHeterogeneousMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuHeterogeneousMode(nvmlDevice_t device, nvmlVgpuHeterogeneousMode_t *pHeterogeneousMode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetVgpuHeterogeneousMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuHeterogeneousMode(nvmlDevice_t device, nvmlVgpuHeterogeneousMode_t *pHeterogeneousMode)
+{
+    __atomic_add_fetch(&cuwire_counts[1154], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetVgpuHeterogeneousMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuHeterogeneousMode(device, pHeterogeneousMode);
+        cuwire_trace_result("nvmlDeviceGetVgpuHeterogeneousMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetVgpuHeterogeneousMode(device, pHeterogeneousMode);
+}
+
+/* nvmlDeviceGetVgpuInstancesUtilizationInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuInstancesUtilizationInfo(nvmlDevice_t device, nvmlVgpuInstancesUtilizationInfo_t *vgpuUtilInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetVgpuInstancesUtilizationInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuInstancesUtilizationInfo(nvmlDevice_t device, nvmlVgpuInstancesUtilizationInfo_t *vgpuUtilInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1155], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetVgpuInstancesUtilizationInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuInstancesUtilizationInfo(device, vgpuUtilInfo);
+        cuwire_trace_result("nvmlDeviceGetVgpuInstancesUtilizationInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetVgpuInstancesUtilizationInfo(device, vgpuUtilInfo);
+}
+
+/* nvmlDeviceGetVgpuMetadata (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuMetadata(nvmlDevice_t device, nvmlVgpuPgpuMetadata_t *pgpuMetadata, unsigned int *bufferSize)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetVgpuMetadata", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuMetadata(nvmlDevice_t device, nvmlVgpuPgpuMetadata_t *pgpuMetadata, unsigned int *bufferSize)
+{
+    __atomic_add_fetch(&cuwire_counts[1156], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetVgpuMetadata");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuMetadata(device, pgpuMetadata, bufferSize);
+        cuwire_trace_result("nvmlDeviceGetVgpuMetadata", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetVgpuMetadata(device, pgpuMetadata, bufferSize);
+}
+
+/* nvmlDeviceGetVgpuProcessUtilization (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuProcessUtilization(nvmlDevice_t device, unsigned long long lastSeenTimeStamp, unsigned int *vgpuProcessSamplesCount, nvmlVgpuProcessUtilizationSample_t *utilizationSamples)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetVgpuProcessUtilization", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuProcessUtilization(nvmlDevice_t device, unsigned long long lastSeenTimeStamp, unsigned int *vgpuProcessSamplesCount, nvmlVgpuProcessUtilizationSample_t *utilizationSamples)
+{
+    __atomic_add_fetch(&cuwire_counts[1157], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetVgpuProcessUtilization");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuProcessUtilization(device, lastSeenTimeStamp, vgpuProcessSamplesCount, utilizationSamples);
+        cuwire_trace_result("nvmlDeviceGetVgpuProcessUtilization", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetVgpuProcessUtilization(device, lastSeenTimeStamp, vgpuProcessSamplesCount, utilizationSamples);
+}
+
+/* nvmlDeviceGetVgpuProcessesUtilizationInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuProcessesUtilizationInfo(nvmlDevice_t device, nvmlVgpuProcessesUtilizationInfo_t *vgpuProcUtilInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetVgpuProcessesUtilizationInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuProcessesUtilizationInfo(nvmlDevice_t device, nvmlVgpuProcessesUtilizationInfo_t *vgpuProcUtilInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1158], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetVgpuProcessesUtilizationInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuProcessesUtilizationInfo(device, vgpuProcUtilInfo);
+        cuwire_trace_result("nvmlDeviceGetVgpuProcessesUtilizationInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetVgpuProcessesUtilizationInfo(device, vgpuProcUtilInfo);
+}
+
+/* nvmlDeviceGetVgpuSchedulerCapabilities (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuSchedulerCapabilities(nvmlDevice_t device, nvmlVgpuSchedulerCapabilities_t *pCapabilities)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetVgpuSchedulerCapabilities", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuSchedulerCapabilities(nvmlDevice_t device, nvmlVgpuSchedulerCapabilities_t *pCapabilities)
+{
+    __atomic_add_fetch(&cuwire_counts[1159], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetVgpuSchedulerCapabilities");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuSchedulerCapabilities(device, pCapabilities);
+        cuwire_trace_result("nvmlDeviceGetVgpuSchedulerCapabilities", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetVgpuSchedulerCapabilities(device, pCapabilities);
+}
+
+/* nvmlDeviceGetVgpuSchedulerLog (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuSchedulerLog(nvmlDevice_t device, nvmlVgpuSchedulerLog_t *pSchedulerLog)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetVgpuSchedulerLog", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuSchedulerLog(nvmlDevice_t device, nvmlVgpuSchedulerLog_t *pSchedulerLog)
+{
+    __atomic_add_fetch(&cuwire_counts[1160], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetVgpuSchedulerLog");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuSchedulerLog(device, pSchedulerLog);
+        cuwire_trace_result("nvmlDeviceGetVgpuSchedulerLog", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetVgpuSchedulerLog(device, pSchedulerLog);
+}
+
+/* nvmlDeviceGetVgpuSchedulerState (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuSchedulerState(nvmlDevice_t device, nvmlVgpuSchedulerGetState_t *pSchedulerState)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetVgpuSchedulerState", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuSchedulerState(nvmlDevice_t device, nvmlVgpuSchedulerGetState_t *pSchedulerState)
+{
+    __atomic_add_fetch(&cuwire_counts[1161], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetVgpuSchedulerState");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuSchedulerState(device, pSchedulerState);
+        cuwire_trace_result("nvmlDeviceGetVgpuSchedulerState", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetVgpuSchedulerState(device, pSchedulerState);
+}
+
+/* nvmlDeviceGetVgpuTypeCreatablePlacements (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuTypeCreatablePlacements(nvmlDevice_t device, nvmlVgpuTypeId_t vgpuTypeId, nvmlVgpuPlacementList_t *pPlacementList)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetVgpuTypeCreatablePlacements", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuTypeCreatablePlacements(nvmlDevice_t device, nvmlVgpuTypeId_t vgpuTypeId, nvmlVgpuPlacementList_t *pPlacementList)
+{
+    __atomic_add_fetch(&cuwire_counts[1162], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetVgpuTypeCreatablePlacements");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuTypeCreatablePlacements(device, vgpuTypeId, pPlacementList);
+        cuwire_trace_result("nvmlDeviceGetVgpuTypeCreatablePlacements", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetVgpuTypeCreatablePlacements(device, vgpuTypeId, pPlacementList);
+}
+
+/* nvmlDeviceGetVgpuTypeSupportedPlacements (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuTypeSupportedPlacements(nvmlDevice_t device, nvmlVgpuTypeId_t vgpuTypeId, nvmlVgpuPlacementList_t *pPlacementList)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetVgpuTypeSupportedPlacements", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuTypeSupportedPlacements(nvmlDevice_t device, nvmlVgpuTypeId_t vgpuTypeId, nvmlVgpuPlacementList_t *pPlacementList)
+{
+    __atomic_add_fetch(&cuwire_counts[1163], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetVgpuTypeSupportedPlacements");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuTypeSupportedPlacements(device, vgpuTypeId, pPlacementList);
+        cuwire_trace_result("nvmlDeviceGetVgpuTypeSupportedPlacements", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetVgpuTypeSupportedPlacements(device, vgpuTypeId, pPlacementList);
+}
+
+/* nvmlDeviceGetVgpuUtilization (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuUtilization(nvmlDevice_t device, unsigned long long lastSeenTimeStamp, nvmlValueType_t *sampleValType, unsigned int *vgpuInstanceSamplesCount, nvmlVgpuInstanceUtilizationSample_t *utilizationSamples)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetVgpuUtilization", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuUtilization(nvmlDevice_t device, unsigned long long lastSeenTimeStamp, nvmlValueType_t *sampleValType, unsigned int *vgpuInstanceSamplesCount, nvmlVgpuInstanceUtilizationSample_t *utilizationSamples)
+{
+    __atomic_add_fetch(&cuwire_counts[1164], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetVgpuUtilization");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuUtilization(device, lastSeenTimeStamp, sampleValType, vgpuInstanceSamplesCount, utilizationSamples);
+        cuwire_trace_result("nvmlDeviceGetVgpuUtilization", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetVgpuUtilization(device, lastSeenTimeStamp, sampleValType, vgpuInstanceSamplesCount, utilizationSamples);
+}
+
+/* nvmlDeviceGetViolationStatus (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetViolationStatus(nvmlDevice_t device, nvmlPerfPolicyType_t perfPolicyType, nvmlViolationTime_t *violTime)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetViolationStatus", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device, nvmlPerfPolicyType_t perfPolicyType, nvmlViolationTime_t *violTime)
+{
+    __atomic_add_fetch(&cuwire_counts[1165], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetViolationStatus");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetViolationStatus(device, perfPolicyType, violTime);
+        cuwire_trace_result("nvmlDeviceGetViolationStatus", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetViolationStatus(device, perfPolicyType, violTime);
+}
+
+/* nvmlDeviceGetVirtualizationMode (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetVirtualizationMode(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t *pVirtualMode)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetVirtualizationMode((uint64_t)(uintptr_t)device, (void *)pVirtualMode));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t *pVirtualMode)
+{
+    __atomic_add_fetch(&cuwire_counts[1166], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceGetVirtualizationMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVirtualizationMode(device, pVirtualMode);
+        cuwire_trace_result("nvmlDeviceGetVirtualizationMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceGetVirtualizationMode(device, pVirtualMode);
+}
+
+/* nvmlDeviceIsMigDeviceHandle (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceIsMigDeviceHandle(uint64_t, void *);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceIsMigDeviceHandle((uint64_t)(uintptr_t)device, (void *)isMigDevice));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
+{
+    __atomic_add_fetch(&cuwire_counts[1167], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceIsMigDeviceHandle");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceIsMigDeviceHandle(device, isMigDevice);
+        cuwire_trace_result("nvmlDeviceIsMigDeviceHandle", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceIsMigDeviceHandle(device, isMigDevice);
+}
+
+/* nvmlDeviceModifyDrainState (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceModifyDrainState(nvmlPciInfo_t *pciInfo, nvmlEnableState_t newState)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceModifyDrainState", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceModifyDrainState(nvmlPciInfo_t *pciInfo, nvmlEnableState_t newState)
+{
+    __atomic_add_fetch(&cuwire_counts[1168], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceModifyDrainState");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceModifyDrainState(pciInfo, newState);
+        cuwire_trace_result("nvmlDeviceModifyDrainState", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceModifyDrainState(pciInfo, newState);
+}
+
+/* nvmlDeviceOnSameBoard (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceOnSameBoard(nvmlDevice_t device1, nvmlDevice_t device2, int *onSameBoard)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceOnSameBoard", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceOnSameBoard(nvmlDevice_t device1, nvmlDevice_t device2, int *onSameBoard)
+{
+    __atomic_add_fetch(&cuwire_counts[1169], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceOnSameBoard");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceOnSameBoard(device1, device2, onSameBoard);
+        cuwire_trace_result("nvmlDeviceOnSameBoard", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceOnSameBoard(device1, device2, onSameBoard);
+}
+
+/* nvmlDevicePowerSmoothingActivatePresetProfile (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDevicePowerSmoothingActivatePresetProfile(nvmlDevice_t device, nvmlPowerSmoothingProfile_t *profile)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDevicePowerSmoothingActivatePresetProfile", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDevicePowerSmoothingActivatePresetProfile(nvmlDevice_t device, nvmlPowerSmoothingProfile_t *profile)
+{
+    __atomic_add_fetch(&cuwire_counts[1170], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDevicePowerSmoothingActivatePresetProfile");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDevicePowerSmoothingActivatePresetProfile(device, profile);
+        cuwire_trace_result("nvmlDevicePowerSmoothingActivatePresetProfile", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDevicePowerSmoothingActivatePresetProfile(device, profile);
+}
+
+/* nvmlDevicePowerSmoothingSetState (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDevicePowerSmoothingSetState(nvmlDevice_t device, nvmlPowerSmoothingState_t *state)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDevicePowerSmoothingSetState", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDevicePowerSmoothingSetState(nvmlDevice_t device, nvmlPowerSmoothingState_t *state)
+{
+    __atomic_add_fetch(&cuwire_counts[1171], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDevicePowerSmoothingSetState");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDevicePowerSmoothingSetState(device, state);
+        cuwire_trace_result("nvmlDevicePowerSmoothingSetState", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDevicePowerSmoothingSetState(device, state);
+}
+
+/* nvmlDevicePowerSmoothingUpdatePresetProfileParam (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDevicePowerSmoothingUpdatePresetProfileParam(nvmlDevice_t device, nvmlPowerSmoothingProfile_t *profile)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDevicePowerSmoothingUpdatePresetProfileParam", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDevicePowerSmoothingUpdatePresetProfileParam(nvmlDevice_t device, nvmlPowerSmoothingProfile_t *profile)
+{
+    __atomic_add_fetch(&cuwire_counts[1172], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDevicePowerSmoothingUpdatePresetProfileParam");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDevicePowerSmoothingUpdatePresetProfileParam(device, profile);
+        cuwire_trace_result("nvmlDevicePowerSmoothingUpdatePresetProfileParam", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDevicePowerSmoothingUpdatePresetProfileParam(device, profile);
+}
+
+/* nvmlDeviceQueryDrainState (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceQueryDrainState(nvmlPciInfo_t *pciInfo, nvmlEnableState_t *currentState)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceQueryDrainState", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceQueryDrainState(nvmlPciInfo_t *pciInfo, nvmlEnableState_t *currentState)
+{
+    __atomic_add_fetch(&cuwire_counts[1173], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceQueryDrainState");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceQueryDrainState(pciInfo, currentState);
+        cuwire_trace_result("nvmlDeviceQueryDrainState", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceQueryDrainState(pciInfo, currentState);
+}
+
+/* nvmlDeviceReadPRMCounters_v1 (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceReadPRMCounters_v1(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceReadPRMCounters_v1", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceReadPRMCounters_v1(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1174], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceReadPRMCounters_v1");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceReadPRMCounters_v1();
+        cuwire_trace_result("nvmlDeviceReadPRMCounters_v1", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceReadPRMCounters_v1();
+}
+
+/* nvmlDeviceReadWritePRM_v1 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceReadWritePRM_v1(nvmlDevice_t device, nvmlPRMTLV_v1_t *buffer)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceReadWritePRM_v1", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceReadWritePRM_v1(nvmlDevice_t device, nvmlPRMTLV_v1_t *buffer)
+{
+    __atomic_add_fetch(&cuwire_counts[1175], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceReadWritePRM_v1");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceReadWritePRM_v1(device, buffer);
+        cuwire_trace_result("nvmlDeviceReadWritePRM_v1", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceReadWritePRM_v1(device, buffer);
+}
+
+/* nvmlDeviceRegisterEvents (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceRegisterEvents", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set)
+{
+    __atomic_add_fetch(&cuwire_counts[1176], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceRegisterEvents");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceRegisterEvents(device, eventTypes, set);
+        cuwire_trace_result("nvmlDeviceRegisterEvents", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceRegisterEvents(device, eventTypes, set);
+}
+
+/* nvmlDeviceRemoveGpu (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceRemoveGpu(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceRemoveGpu", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceRemoveGpu(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1177], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceRemoveGpu");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceRemoveGpu();
+        cuwire_trace_result("nvmlDeviceRemoveGpu", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceRemoveGpu();
+}
+
+/* nvmlDeviceRemoveGpu_v2 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceRemoveGpu_v2(nvmlPciInfo_t *pciInfo, nvmlDetachGpuState_t gpuState, nvmlPcieLinkState_t linkState)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceRemoveGpu_v2", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceRemoveGpu_v2(nvmlPciInfo_t *pciInfo, nvmlDetachGpuState_t gpuState, nvmlPcieLinkState_t linkState)
+{
+    __atomic_add_fetch(&cuwire_counts[1178], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceRemoveGpu_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceRemoveGpu_v2(pciInfo, gpuState, linkState);
+        cuwire_trace_result("nvmlDeviceRemoveGpu_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceRemoveGpu_v2(pciInfo, gpuState, linkState);
+}
+
+/* nvmlDeviceResetApplicationsClocks (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceResetApplicationsClocks(nvmlDevice_t device)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceResetApplicationsClocks", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceResetApplicationsClocks(nvmlDevice_t device)
+{
+    __atomic_add_fetch(&cuwire_counts[1179], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceResetApplicationsClocks");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceResetApplicationsClocks(device);
+        cuwire_trace_result("nvmlDeviceResetApplicationsClocks", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceResetApplicationsClocks(device);
+}
+
+/* nvmlDeviceResetGpuLockedClocks (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceResetGpuLockedClocks(nvmlDevice_t device)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceResetGpuLockedClocks", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceResetGpuLockedClocks(nvmlDevice_t device)
+{
+    __atomic_add_fetch(&cuwire_counts[1180], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceResetGpuLockedClocks");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceResetGpuLockedClocks(device);
+        cuwire_trace_result("nvmlDeviceResetGpuLockedClocks", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceResetGpuLockedClocks(device);
+}
+
+/* nvmlDeviceResetMemoryLockedClocks (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceResetMemoryLockedClocks(nvmlDevice_t device)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceResetMemoryLockedClocks", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceResetMemoryLockedClocks(nvmlDevice_t device)
+{
+    __atomic_add_fetch(&cuwire_counts[1181], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceResetMemoryLockedClocks");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceResetMemoryLockedClocks(device);
+        cuwire_trace_result("nvmlDeviceResetMemoryLockedClocks", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceResetMemoryLockedClocks(device);
+}
+
+/* nvmlDeviceResetNvLinkErrorCounters (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceResetNvLinkErrorCounters(nvmlDevice_t device, unsigned int link)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceResetNvLinkErrorCounters", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceResetNvLinkErrorCounters(nvmlDevice_t device, unsigned int link)
+{
+    __atomic_add_fetch(&cuwire_counts[1182], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceResetNvLinkErrorCounters");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceResetNvLinkErrorCounters(device, link);
+        cuwire_trace_result("nvmlDeviceResetNvLinkErrorCounters", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceResetNvLinkErrorCounters(device, link);
+}
+
+/* nvmlDeviceResetNvLinkUtilizationCounter (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceResetNvLinkUtilizationCounter(nvmlDevice_t device, unsigned int link, unsigned int counter)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceResetNvLinkUtilizationCounter", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceResetNvLinkUtilizationCounter(nvmlDevice_t device, unsigned int link, unsigned int counter)
+{
+    __atomic_add_fetch(&cuwire_counts[1183], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceResetNvLinkUtilizationCounter");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceResetNvLinkUtilizationCounter(device, link, counter);
+        cuwire_trace_result("nvmlDeviceResetNvLinkUtilizationCounter", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceResetNvLinkUtilizationCounter(device, link, counter);
+}
+
+/* nvmlDeviceSetAPIRestriction (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetAPIRestriction(nvmlDevice_t device, nvmlRestrictedAPI_t apiType, nvmlEnableState_t isRestricted)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetAPIRestriction", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetAPIRestriction(nvmlDevice_t device, nvmlRestrictedAPI_t apiType, nvmlEnableState_t isRestricted)
+{
+    __atomic_add_fetch(&cuwire_counts[1184], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetAPIRestriction");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetAPIRestriction(device, apiType, isRestricted);
+        cuwire_trace_result("nvmlDeviceSetAPIRestriction", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetAPIRestriction(device, apiType, isRestricted);
+}
+
+/* nvmlDeviceSetAccountingMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetAccountingMode(nvmlDevice_t device, nvmlEnableState_t mode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetAccountingMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetAccountingMode(nvmlDevice_t device, nvmlEnableState_t mode)
+{
+    __atomic_add_fetch(&cuwire_counts[1185], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetAccountingMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetAccountingMode(device, mode);
+        cuwire_trace_result("nvmlDeviceSetAccountingMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetAccountingMode(device, mode);
+}
+
+/* nvmlDeviceSetApplicationsClocks (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetApplicationsClocks(nvmlDevice_t device, unsigned int memClockMHz, unsigned int graphicsClockMHz)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetApplicationsClocks", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetApplicationsClocks(nvmlDevice_t device, unsigned int memClockMHz, unsigned int graphicsClockMHz)
+{
+    __atomic_add_fetch(&cuwire_counts[1186], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetApplicationsClocks");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetApplicationsClocks(device, memClockMHz, graphicsClockMHz);
+        cuwire_trace_result("nvmlDeviceSetApplicationsClocks", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetApplicationsClocks(device, memClockMHz, graphicsClockMHz);
+}
+
+/* nvmlDeviceSetAutoBoostedClocksEnabled (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetAutoBoostedClocksEnabled(nvmlDevice_t device, nvmlEnableState_t enabled)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetAutoBoostedClocksEnabled", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetAutoBoostedClocksEnabled(nvmlDevice_t device, nvmlEnableState_t enabled)
+{
+    __atomic_add_fetch(&cuwire_counts[1187], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetAutoBoostedClocksEnabled");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetAutoBoostedClocksEnabled(device, enabled);
+        cuwire_trace_result("nvmlDeviceSetAutoBoostedClocksEnabled", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetAutoBoostedClocksEnabled(device, enabled);
+}
+
+/* nvmlDeviceSetClockOffsets (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetClockOffsets(nvmlDevice_t device, nvmlClockOffset_t *info)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetClockOffsets", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetClockOffsets(nvmlDevice_t device, nvmlClockOffset_t *info)
+{
+    __atomic_add_fetch(&cuwire_counts[1188], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetClockOffsets");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetClockOffsets(device, info);
+        cuwire_trace_result("nvmlDeviceSetClockOffsets", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetClockOffsets(device, info);
+}
+
+/* nvmlDeviceSetComputeMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetComputeMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode)
+{
+    __atomic_add_fetch(&cuwire_counts[1189], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetComputeMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetComputeMode(device, mode);
+        cuwire_trace_result("nvmlDeviceSetComputeMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetComputeMode(device, mode);
+}
+
+/* nvmlDeviceSetConfComputeUnprotectedMemSize (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetConfComputeUnprotectedMemSize(nvmlDevice_t device, unsigned long long sizeKiB)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetConfComputeUnprotectedMemSize", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetConfComputeUnprotectedMemSize(nvmlDevice_t device, unsigned long long sizeKiB)
+{
+    __atomic_add_fetch(&cuwire_counts[1190], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetConfComputeUnprotectedMemSize");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetConfComputeUnprotectedMemSize(device, sizeKiB);
+        cuwire_trace_result("nvmlDeviceSetConfComputeUnprotectedMemSize", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetConfComputeUnprotectedMemSize(device, sizeKiB);
+}
+
+/* nvmlDeviceSetCpuAffinity (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetCpuAffinity(nvmlDevice_t device)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetCpuAffinity", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetCpuAffinity(nvmlDevice_t device)
+{
+    __atomic_add_fetch(&cuwire_counts[1191], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetCpuAffinity");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetCpuAffinity(device);
+        cuwire_trace_result("nvmlDeviceSetCpuAffinity", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetCpuAffinity(device);
+}
+
+/* nvmlDeviceSetDefaultAutoBoostedClocksEnabled (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetDefaultAutoBoostedClocksEnabled(nvmlDevice_t device, nvmlEnableState_t enabled, unsigned int flags)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetDefaultAutoBoostedClocksEnabled", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetDefaultAutoBoostedClocksEnabled(nvmlDevice_t device, nvmlEnableState_t enabled, unsigned int flags)
+{
+    __atomic_add_fetch(&cuwire_counts[1192], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetDefaultAutoBoostedClocksEnabled");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetDefaultAutoBoostedClocksEnabled(device, enabled, flags);
+        cuwire_trace_result("nvmlDeviceSetDefaultAutoBoostedClocksEnabled", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetDefaultAutoBoostedClocksEnabled(device, enabled, flags);
+}
+
+/* nvmlDeviceSetDefaultFanSpeed_v2 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetDefaultFanSpeed_v2(nvmlDevice_t device, unsigned int fan)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetDefaultFanSpeed_v2", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetDefaultFanSpeed_v2(nvmlDevice_t device, unsigned int fan)
+{
+    __atomic_add_fetch(&cuwire_counts[1193], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetDefaultFanSpeed_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetDefaultFanSpeed_v2(device, fan);
+        cuwire_trace_result("nvmlDeviceSetDefaultFanSpeed_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetDefaultFanSpeed_v2(device, fan);
+}
+
+/* nvmlDeviceSetDramEncryptionMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetDramEncryptionMode(nvmlDevice_t device, const nvmlDramEncryptionInfo_t *dramEncryption)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetDramEncryptionMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetDramEncryptionMode(nvmlDevice_t device, const nvmlDramEncryptionInfo_t *dramEncryption)
+{
+    __atomic_add_fetch(&cuwire_counts[1194], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetDramEncryptionMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetDramEncryptionMode(device, dramEncryption);
+        cuwire_trace_result("nvmlDeviceSetDramEncryptionMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetDramEncryptionMode(device, dramEncryption);
+}
+
+/* nvmlDeviceSetDriverModel (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetDriverModel(nvmlDevice_t device, nvmlDriverModel_t driverModel, unsigned int flags)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetDriverModel", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetDriverModel(nvmlDevice_t device, nvmlDriverModel_t driverModel, unsigned int flags)
+{
+    __atomic_add_fetch(&cuwire_counts[1195], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetDriverModel");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetDriverModel(device, driverModel, flags);
+        cuwire_trace_result("nvmlDeviceSetDriverModel", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetDriverModel(device, driverModel, flags);
+}
+
+/* nvmlDeviceSetEccMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetEccMode(nvmlDevice_t device, nvmlEnableState_t ecc)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetEccMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetEccMode(nvmlDevice_t device, nvmlEnableState_t ecc)
+{
+    __atomic_add_fetch(&cuwire_counts[1196], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetEccMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetEccMode(device, ecc);
+        cuwire_trace_result("nvmlDeviceSetEccMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetEccMode(device, ecc);
+}
+
+/* nvmlDeviceSetFanControlPolicy (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetFanControlPolicy(nvmlDevice_t device, unsigned int fan, nvmlFanControlPolicy_t policy)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetFanControlPolicy", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetFanControlPolicy(nvmlDevice_t device, unsigned int fan, nvmlFanControlPolicy_t policy)
+{
+    __atomic_add_fetch(&cuwire_counts[1197], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetFanControlPolicy");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetFanControlPolicy(device, fan, policy);
+        cuwire_trace_result("nvmlDeviceSetFanControlPolicy", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetFanControlPolicy(device, fan, policy);
+}
+
+/* nvmlDeviceSetFanSpeed_v2 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetFanSpeed_v2(nvmlDevice_t device, unsigned int fan, unsigned int speed)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetFanSpeed_v2", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetFanSpeed_v2(nvmlDevice_t device, unsigned int fan, unsigned int speed)
+{
+    __atomic_add_fetch(&cuwire_counts[1198], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetFanSpeed_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetFanSpeed_v2(device, fan, speed);
+        cuwire_trace_result("nvmlDeviceSetFanSpeed_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetFanSpeed_v2(device, fan, speed);
+}
+
+/* nvmlDeviceSetGpcClkVfOffset (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetGpcClkVfOffset(nvmlDevice_t device, int offset)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetGpcClkVfOffset", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetGpcClkVfOffset(nvmlDevice_t device, int offset)
+{
+    __atomic_add_fetch(&cuwire_counts[1199], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetGpcClkVfOffset");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetGpcClkVfOffset(device, offset);
+        cuwire_trace_result("nvmlDeviceSetGpcClkVfOffset", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetGpcClkVfOffset(device, offset);
+}
+
+/* nvmlDeviceSetGpuLockedClocks (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetGpuLockedClocks(nvmlDevice_t device, unsigned int minGpuClockMHz, unsigned int maxGpuClockMHz)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetGpuLockedClocks", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetGpuLockedClocks(nvmlDevice_t device, unsigned int minGpuClockMHz, unsigned int maxGpuClockMHz)
+{
+    __atomic_add_fetch(&cuwire_counts[1200], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetGpuLockedClocks");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetGpuLockedClocks(device, minGpuClockMHz, maxGpuClockMHz);
+        cuwire_trace_result("nvmlDeviceSetGpuLockedClocks", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetGpuLockedClocks(device, minGpuClockMHz, maxGpuClockMHz);
+}
+
+/* nvmlDeviceSetGpuOperationMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetGpuOperationMode(nvmlDevice_t device, nvmlGpuOperationMode_t mode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetGpuOperationMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetGpuOperationMode(nvmlDevice_t device, nvmlGpuOperationMode_t mode)
+{
+    __atomic_add_fetch(&cuwire_counts[1201], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetGpuOperationMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetGpuOperationMode(device, mode);
+        cuwire_trace_result("nvmlDeviceSetGpuOperationMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetGpuOperationMode(device, mode);
+}
+
+/* nvmlDeviceSetHostname_v1 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetHostname_v1(nvmlDevice_t device, nvmlHostname_v1_t *hostname)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetHostname_v1", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetHostname_v1(nvmlDevice_t device, nvmlHostname_v1_t *hostname)
+{
+    __atomic_add_fetch(&cuwire_counts[1202], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetHostname_v1");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetHostname_v1(device, hostname);
+        cuwire_trace_result("nvmlDeviceSetHostname_v1", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetHostname_v1(device, hostname);
+}
+
+/* nvmlDeviceSetMemClkVfOffset (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetMemClkVfOffset(nvmlDevice_t device, int offset)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetMemClkVfOffset", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetMemClkVfOffset(nvmlDevice_t device, int offset)
+{
+    __atomic_add_fetch(&cuwire_counts[1203], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetMemClkVfOffset");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetMemClkVfOffset(device, offset);
+        cuwire_trace_result("nvmlDeviceSetMemClkVfOffset", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetMemClkVfOffset(device, offset);
+}
+
+/* nvmlDeviceSetMemoryLockedClocks (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetMemoryLockedClocks(nvmlDevice_t device, unsigned int minMemClockMHz, unsigned int maxMemClockMHz)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetMemoryLockedClocks", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetMemoryLockedClocks(nvmlDevice_t device, unsigned int minMemClockMHz, unsigned int maxMemClockMHz)
+{
+    __atomic_add_fetch(&cuwire_counts[1204], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetMemoryLockedClocks");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetMemoryLockedClocks(device, minMemClockMHz, maxMemClockMHz);
+        cuwire_trace_result("nvmlDeviceSetMemoryLockedClocks", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetMemoryLockedClocks(device, minMemClockMHz, maxMemClockMHz);
+}
+
+/* nvmlDeviceSetMigMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode, nvmlReturn_t *activationStatus)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetMigMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode, nvmlReturn_t *activationStatus)
+{
+    __atomic_add_fetch(&cuwire_counts[1205], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetMigMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetMigMode(device, mode, activationStatus);
+        cuwire_trace_result("nvmlDeviceSetMigMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetMigMode(device, mode, activationStatus);
+}
+
+/* nvmlDeviceSetNvLinkDeviceLowPowerThreshold (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetNvLinkDeviceLowPowerThreshold(nvmlDevice_t device, nvmlNvLinkPowerThres_t *info)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetNvLinkDeviceLowPowerThreshold", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetNvLinkDeviceLowPowerThreshold(nvmlDevice_t device, nvmlNvLinkPowerThres_t *info)
+{
+    __atomic_add_fetch(&cuwire_counts[1206], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetNvLinkDeviceLowPowerThreshold");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetNvLinkDeviceLowPowerThreshold(device, info);
+        cuwire_trace_result("nvmlDeviceSetNvLinkDeviceLowPowerThreshold", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetNvLinkDeviceLowPowerThreshold(device, info);
+}
+
+/* nvmlDeviceSetNvLinkUtilizationControl (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetNvLinkUtilizationControl(nvmlDevice_t device, unsigned int link, unsigned int counter, nvmlNvLinkUtilizationControl_t *control, unsigned int reset)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetNvLinkUtilizationControl", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetNvLinkUtilizationControl(nvmlDevice_t device, unsigned int link, unsigned int counter, nvmlNvLinkUtilizationControl_t *control, unsigned int reset)
+{
+    __atomic_add_fetch(&cuwire_counts[1207], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetNvLinkUtilizationControl");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetNvLinkUtilizationControl(device, link, counter, control, reset);
+        cuwire_trace_result("nvmlDeviceSetNvLinkUtilizationControl", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetNvLinkUtilizationControl(device, link, counter, control, reset);
+}
+
+/* nvmlDeviceSetNvlinkBwMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetNvlinkBwMode(nvmlDevice_t device, nvmlNvlinkSetBwMode_t *setBwMode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetNvlinkBwMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetNvlinkBwMode(nvmlDevice_t device, nvmlNvlinkSetBwMode_t *setBwMode)
+{
+    __atomic_add_fetch(&cuwire_counts[1208], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetNvlinkBwMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetNvlinkBwMode(device, setBwMode);
+        cuwire_trace_result("nvmlDeviceSetNvlinkBwMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetNvlinkBwMode(device, setBwMode);
+}
+
+/* nvmlDeviceSetPersistenceMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t mode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetPersistenceMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t mode)
+{
+    __atomic_add_fetch(&cuwire_counts[1209], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetPersistenceMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetPersistenceMode(device, mode);
+        cuwire_trace_result("nvmlDeviceSetPersistenceMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetPersistenceMode(device, mode);
+}
+
+/* nvmlDeviceSetPowerManagementLimit (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetPowerManagementLimit(nvmlDevice_t device, unsigned int limit)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetPowerManagementLimit", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetPowerManagementLimit(nvmlDevice_t device, unsigned int limit)
+{
+    __atomic_add_fetch(&cuwire_counts[1210], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetPowerManagementLimit");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetPowerManagementLimit(device, limit);
+        cuwire_trace_result("nvmlDeviceSetPowerManagementLimit", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetPowerManagementLimit(device, limit);
+}
+
+/* nvmlDeviceSetPowerManagementLimit_v2 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetPowerManagementLimit_v2(nvmlDevice_t device, nvmlPowerValue_v2_t *powerValue)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetPowerManagementLimit_v2", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetPowerManagementLimit_v2(nvmlDevice_t device, nvmlPowerValue_v2_t *powerValue)
+{
+    __atomic_add_fetch(&cuwire_counts[1211], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetPowerManagementLimit_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetPowerManagementLimit_v2(device, powerValue);
+        cuwire_trace_result("nvmlDeviceSetPowerManagementLimit_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetPowerManagementLimit_v2(device, powerValue);
+}
+
+/* nvmlDeviceSetPowerMizerMode_v1 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetPowerMizerMode_v1(nvmlDevice_t device, nvmlDevicePowerMizerModes_v1_t *powerMizerMode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetPowerMizerMode_v1", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetPowerMizerMode_v1(nvmlDevice_t device, nvmlDevicePowerMizerModes_v1_t *powerMizerMode)
+{
+    __atomic_add_fetch(&cuwire_counts[1212], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetPowerMizerMode_v1");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetPowerMizerMode_v1(device, powerMizerMode);
+        cuwire_trace_result("nvmlDeviceSetPowerMizerMode_v1", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetPowerMizerMode_v1(device, powerMizerMode);
+}
+
+/* nvmlDeviceSetTemperatureThreshold (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetTemperatureThreshold(nvmlDevice_t device, nvmlTemperatureThresholds_t thresholdType, int *temp)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetTemperatureThreshold", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetTemperatureThreshold(nvmlDevice_t device, nvmlTemperatureThresholds_t thresholdType, int *temp)
+{
+    __atomic_add_fetch(&cuwire_counts[1213], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetTemperatureThreshold");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetTemperatureThreshold(device, thresholdType, temp);
+        cuwire_trace_result("nvmlDeviceSetTemperatureThreshold", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetTemperatureThreshold(device, thresholdType, temp);
+}
+
+/* nvmlDeviceSetVgpuCapabilities (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetVgpuCapabilities(nvmlDevice_t device, nvmlDeviceVgpuCapability_t capability, nvmlEnableState_t state)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetVgpuCapabilities", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetVgpuCapabilities(nvmlDevice_t device, nvmlDeviceVgpuCapability_t capability, nvmlEnableState_t state)
+{
+    __atomic_add_fetch(&cuwire_counts[1214], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetVgpuCapabilities");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetVgpuCapabilities(device, capability, state);
+        cuwire_trace_result("nvmlDeviceSetVgpuCapabilities", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetVgpuCapabilities(device, capability, state);
+}
+
+/* nvmlDeviceSetVgpuHeterogeneousMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetVgpuHeterogeneousMode(nvmlDevice_t device, const nvmlVgpuHeterogeneousMode_t *pHeterogeneousMode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetVgpuHeterogeneousMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetVgpuHeterogeneousMode(nvmlDevice_t device, const nvmlVgpuHeterogeneousMode_t *pHeterogeneousMode)
+{
+    __atomic_add_fetch(&cuwire_counts[1215], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetVgpuHeterogeneousMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetVgpuHeterogeneousMode(device, pHeterogeneousMode);
+        cuwire_trace_result("nvmlDeviceSetVgpuHeterogeneousMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetVgpuHeterogeneousMode(device, pHeterogeneousMode);
+}
+
+/* nvmlDeviceSetVgpuSchedulerState (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetVgpuSchedulerState(nvmlDevice_t device, nvmlVgpuSchedulerSetState_t *pSchedulerState)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetVgpuSchedulerState", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetVgpuSchedulerState(nvmlDevice_t device, nvmlVgpuSchedulerSetState_t *pSchedulerState)
+{
+    __atomic_add_fetch(&cuwire_counts[1216], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetVgpuSchedulerState");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetVgpuSchedulerState(device, pSchedulerState);
+        cuwire_trace_result("nvmlDeviceSetVgpuSchedulerState", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetVgpuSchedulerState(device, pSchedulerState);
+}
+
+/* nvmlDeviceSetVirtualizationMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t virtualMode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceSetVirtualizationMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t virtualMode)
+{
+    __atomic_add_fetch(&cuwire_counts[1217], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceSetVirtualizationMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetVirtualizationMode(device, virtualMode);
+        cuwire_trace_result("nvmlDeviceSetVirtualizationMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceSetVirtualizationMode(device, virtualMode);
+}
+
+/* nvmlDeviceValidateInforom (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceValidateInforom(nvmlDevice_t device)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceValidateInforom", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceValidateInforom(nvmlDevice_t device)
+{
+    __atomic_add_fetch(&cuwire_counts[1218], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceValidateInforom");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceValidateInforom(device);
+        cuwire_trace_result("nvmlDeviceValidateInforom", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceValidateInforom(device);
+}
+
+/* nvmlDeviceWorkloadPowerProfileClearRequestedProfiles (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(nvmlDevice_t device, nvmlWorkloadPowerProfileRequestedProfiles_t *requestedProfiles)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceWorkloadPowerProfileClearRequestedProfiles", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(nvmlDevice_t device, nvmlWorkloadPowerProfileRequestedProfiles_t *requestedProfiles)
+{
+    __atomic_add_fetch(&cuwire_counts[1219], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceWorkloadPowerProfileClearRequestedProfiles");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(device, requestedProfiles);
+        cuwire_trace_result("nvmlDeviceWorkloadPowerProfileClearRequestedProfiles", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(device, requestedProfiles);
+}
+
+/* nvmlDeviceWorkloadPowerProfileGetCurrentProfiles (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(nvmlDevice_t device, nvmlWorkloadPowerProfileCurrentProfiles_t *currentProfiles)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceWorkloadPowerProfileGetCurrentProfiles", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(nvmlDevice_t device, nvmlWorkloadPowerProfileCurrentProfiles_t *currentProfiles)
+{
+    __atomic_add_fetch(&cuwire_counts[1220], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceWorkloadPowerProfileGetCurrentProfiles");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(device, currentProfiles);
+        cuwire_trace_result("nvmlDeviceWorkloadPowerProfileGetCurrentProfiles", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(device, currentProfiles);
+}
+
+/* nvmlDeviceWorkloadPowerProfileGetProfilesInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceWorkloadPowerProfileGetProfilesInfo(nvmlDevice_t device, nvmlWorkloadPowerProfileProfilesInfo_t *profilesInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceWorkloadPowerProfileGetProfilesInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceWorkloadPowerProfileGetProfilesInfo(nvmlDevice_t device, nvmlWorkloadPowerProfileProfilesInfo_t *profilesInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1221], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceWorkloadPowerProfileGetProfilesInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceWorkloadPowerProfileGetProfilesInfo(device, profilesInfo);
+        cuwire_trace_result("nvmlDeviceWorkloadPowerProfileGetProfilesInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceWorkloadPowerProfileGetProfilesInfo(device, profilesInfo);
+}
+
+/* nvmlDeviceWorkloadPowerProfileSetRequestedProfiles (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(nvmlDevice_t device, nvmlWorkloadPowerProfileRequestedProfiles_t *requestedProfiles)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceWorkloadPowerProfileSetRequestedProfiles", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(nvmlDevice_t device, nvmlWorkloadPowerProfileRequestedProfiles_t *requestedProfiles)
+{
+    __atomic_add_fetch(&cuwire_counts[1222], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlDeviceWorkloadPowerProfileSetRequestedProfiles");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(device, requestedProfiles);
+        cuwire_trace_result("nvmlDeviceWorkloadPowerProfileSetRequestedProfiles", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(device, requestedProfiles);
+}
+
+/* nvmlErrorString (nvml.h): remoted, custom */
+uint64_t cuwire_py_nvmlErrorString(int64_t);
+static inline const char * cuwire_impl_nvmlErrorString(nvmlReturn_t result)
+{
+    if (!CUWIRE_READY())
+        return (const char *){0};
+    return (const char *)(uintptr_t)cuwire_py_nvmlErrorString((int64_t)result);
+}
+CUWIRE_EXPORT const char * nvmlErrorString(nvmlReturn_t result)
+{
+    __atomic_add_fetch(&cuwire_counts[1223], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace)
+        cuwire_trace_call("nvmlErrorString");
+    return cuwire_impl_nvmlErrorString(result);
+}
+
+/* nvmlEventSetCreate (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlEventSetCreate", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    __atomic_add_fetch(&cuwire_counts[1224], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlEventSetCreate");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlEventSetCreate(set);
+        cuwire_trace_result("nvmlEventSetCreate", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlEventSetCreate(set);
+}
+
+/* nvmlEventSetFree (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlEventSetFree(nvmlEventSet_t set)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlEventSetFree", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+    __atomic_add_fetch(&cuwire_counts[1225], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlEventSetFree");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlEventSetFree(set);
+        cuwire_trace_result("nvmlEventSetFree", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlEventSetFree(set);
+}
+
+/* nvmlEventSetWait (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlEventSetWait(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlEventSetWait", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlEventSetWait(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1226], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlEventSetWait");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlEventSetWait();
+        cuwire_trace_result("nvmlEventSetWait", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlEventSetWait();
+}
+
+/* nvmlEventSetWait_v2 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlEventSetWait_v2", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    __atomic_add_fetch(&cuwire_counts[1227], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlEventSetWait_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlEventSetWait_v2(set, data, timeoutms);
+        cuwire_trace_result("nvmlEventSetWait_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlEventSetWait_v2(set, data, timeoutms);
+}
+
+/* nvmlGetBlacklistDeviceCount (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGetBlacklistDeviceCount(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGetBlacklistDeviceCount", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGetBlacklistDeviceCount(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1228], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGetBlacklistDeviceCount");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGetBlacklistDeviceCount();
+        cuwire_trace_result("nvmlGetBlacklistDeviceCount", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGetBlacklistDeviceCount();
+}
+
+/* nvmlGetBlacklistDeviceInfoByIndex (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGetBlacklistDeviceInfoByIndex(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGetBlacklistDeviceInfoByIndex", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGetBlacklistDeviceInfoByIndex(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1229], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGetBlacklistDeviceInfoByIndex");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGetBlacklistDeviceInfoByIndex();
+        cuwire_trace_result("nvmlGetBlacklistDeviceInfoByIndex", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGetBlacklistDeviceInfoByIndex();
+}
+
+/* nvmlGetExcludedDeviceCount (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGetExcludedDeviceCount(unsigned int *deviceCount)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGetExcludedDeviceCount", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGetExcludedDeviceCount(unsigned int *deviceCount)
+{
+    __atomic_add_fetch(&cuwire_counts[1230], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGetExcludedDeviceCount");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGetExcludedDeviceCount(deviceCount);
+        cuwire_trace_result("nvmlGetExcludedDeviceCount", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGetExcludedDeviceCount(deviceCount);
+}
+
+/* nvmlGetExcludedDeviceInfoByIndex (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGetExcludedDeviceInfoByIndex(unsigned int index, nvmlExcludedDeviceInfo_t *info)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGetExcludedDeviceInfoByIndex", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGetExcludedDeviceInfoByIndex(unsigned int index, nvmlExcludedDeviceInfo_t *info)
+{
+    __atomic_add_fetch(&cuwire_counts[1231], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGetExcludedDeviceInfoByIndex");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGetExcludedDeviceInfoByIndex(index, info);
+        cuwire_trace_result("nvmlGetExcludedDeviceInfoByIndex", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGetExcludedDeviceInfoByIndex(index, info);
+}
+
+/* nvmlGetVgpuCompatibility (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGetVgpuCompatibility(nvmlVgpuMetadata_t *vgpuMetadata, nvmlVgpuPgpuMetadata_t *pgpuMetadata, nvmlVgpuPgpuCompatibility_t *compatibilityInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGetVgpuCompatibility", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGetVgpuCompatibility(nvmlVgpuMetadata_t *vgpuMetadata, nvmlVgpuPgpuMetadata_t *pgpuMetadata, nvmlVgpuPgpuCompatibility_t *compatibilityInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1232], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGetVgpuCompatibility");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGetVgpuCompatibility(vgpuMetadata, pgpuMetadata, compatibilityInfo);
+        cuwire_trace_result("nvmlGetVgpuCompatibility", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGetVgpuCompatibility(vgpuMetadata, pgpuMetadata, compatibilityInfo);
+}
+
+/* nvmlGetVgpuDriverCapabilities (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGetVgpuDriverCapabilities(nvmlVgpuDriverCapability_t capability, unsigned int *capResult)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGetVgpuDriverCapabilities", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGetVgpuDriverCapabilities(nvmlVgpuDriverCapability_t capability, unsigned int *capResult)
+{
+    __atomic_add_fetch(&cuwire_counts[1233], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGetVgpuDriverCapabilities");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGetVgpuDriverCapabilities(capability, capResult);
+        cuwire_trace_result("nvmlGetVgpuDriverCapabilities", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGetVgpuDriverCapabilities(capability, capResult);
+}
+
+/* nvmlGetVgpuVersion (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGetVgpuVersion(nvmlVgpuVersion_t *supported, nvmlVgpuVersion_t *current)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGetVgpuVersion", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGetVgpuVersion(nvmlVgpuVersion_t *supported, nvmlVgpuVersion_t *current)
+{
+    __atomic_add_fetch(&cuwire_counts[1234], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGetVgpuVersion");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGetVgpuVersion(supported, current);
+        cuwire_trace_result("nvmlGetVgpuVersion", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGetVgpuVersion(supported, current);
+}
+
+/* nvmlGpmMetricsGet (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpmMetricsGet", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet)
+{
+    __atomic_add_fetch(&cuwire_counts[1235], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpmMetricsGet");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpmMetricsGet(metricsGet);
+        cuwire_trace_result("nvmlGpmMetricsGet", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpmMetricsGet(metricsGet);
+}
+
+/* nvmlGpmMigSampleGet (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId, nvmlGpmSample_t gpmSample)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpmMigSampleGet", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId, nvmlGpmSample_t gpmSample)
+{
+    __atomic_add_fetch(&cuwire_counts[1236], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpmMigSampleGet");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpmMigSampleGet(device, gpuInstanceId, gpmSample);
+        cuwire_trace_result("nvmlGpmMigSampleGet", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpmMigSampleGet(device, gpuInstanceId, gpmSample);
+}
+
+/* nvmlGpmQueryDeviceSupport (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpmQueryDeviceSupport", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport)
+{
+    __atomic_add_fetch(&cuwire_counts[1237], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpmQueryDeviceSupport");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpmQueryDeviceSupport(device, gpmSupport);
+        cuwire_trace_result("nvmlGpmQueryDeviceSupport", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpmQueryDeviceSupport(device, gpmSupport);
+}
+
+/* nvmlGpmQueryIfStreamingEnabled (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpmQueryIfStreamingEnabled(nvmlDevice_t device, unsigned int *state)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpmQueryIfStreamingEnabled", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpmQueryIfStreamingEnabled(nvmlDevice_t device, unsigned int *state)
+{
+    __atomic_add_fetch(&cuwire_counts[1238], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpmQueryIfStreamingEnabled");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpmQueryIfStreamingEnabled(device, state);
+        cuwire_trace_result("nvmlGpmQueryIfStreamingEnabled", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpmQueryIfStreamingEnabled(device, state);
+}
+
+/* nvmlGpmSampleAlloc (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpmSampleAlloc(nvmlGpmSample_t *gpmSample)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpmSampleAlloc", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *gpmSample)
+{
+    __atomic_add_fetch(&cuwire_counts[1239], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpmSampleAlloc");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpmSampleAlloc(gpmSample);
+        cuwire_trace_result("nvmlGpmSampleAlloc", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpmSampleAlloc(gpmSample);
+}
+
+/* nvmlGpmSampleFree (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpmSampleFree(nvmlGpmSample_t gpmSample)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpmSampleFree", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t gpmSample)
+{
+    __atomic_add_fetch(&cuwire_counts[1240], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpmSampleFree");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpmSampleFree(gpmSample);
+        cuwire_trace_result("nvmlGpmSampleFree", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpmSampleFree(gpmSample);
+}
+
+/* nvmlGpmSampleGet (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpmSampleGet", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample)
+{
+    __atomic_add_fetch(&cuwire_counts[1241], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpmSampleGet");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpmSampleGet(device, gpmSample);
+        cuwire_trace_result("nvmlGpmSampleGet", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpmSampleGet(device, gpmSample);
+}
+
+/* nvmlGpmSetStreamingEnabled (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpmSetStreamingEnabled(nvmlDevice_t device, unsigned int state)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpmSetStreamingEnabled", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpmSetStreamingEnabled(nvmlDevice_t device, unsigned int state)
+{
+    __atomic_add_fetch(&cuwire_counts[1242], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpmSetStreamingEnabled");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpmSetStreamingEnabled(device, state);
+        cuwire_trace_result("nvmlGpmSetStreamingEnabled", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpmSetStreamingEnabled(device, state);
+}
+
+/* nvmlGpuInstanceCreateComputeInstance (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t *computeInstance)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceCreateComputeInstance", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t *computeInstance)
+{
+    __atomic_add_fetch(&cuwire_counts[1243], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceCreateComputeInstance");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceCreateComputeInstance(gpuInstance, profileId, computeInstance);
+        cuwire_trace_result("nvmlGpuInstanceCreateComputeInstance", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceCreateComputeInstance(gpuInstance, profileId, computeInstance);
+}
+
+/* nvmlGpuInstanceCreateComputeInstanceWithPlacement (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceCreateComputeInstanceWithPlacement(nvmlGpuInstance_t gpuInstance, unsigned int profileId, const nvmlComputeInstancePlacement_t *placement, nvmlComputeInstance_t *computeInstance)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceCreateComputeInstanceWithPlacement", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstanceWithPlacement(nvmlGpuInstance_t gpuInstance, unsigned int profileId, const nvmlComputeInstancePlacement_t *placement, nvmlComputeInstance_t *computeInstance)
+{
+    __atomic_add_fetch(&cuwire_counts[1244], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceCreateComputeInstanceWithPlacement");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceCreateComputeInstanceWithPlacement(gpuInstance, profileId, placement, computeInstance);
+        cuwire_trace_result("nvmlGpuInstanceCreateComputeInstanceWithPlacement", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceCreateComputeInstanceWithPlacement(gpuInstance, profileId, placement, computeInstance);
+}
+
+/* nvmlGpuInstanceDestroy (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceDestroy", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance)
+{
+    __atomic_add_fetch(&cuwire_counts[1245], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceDestroy");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceDestroy(gpuInstance);
+        cuwire_trace_result("nvmlGpuInstanceDestroy", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceDestroy(gpuInstance);
+}
+
+/* nvmlGpuInstanceGetActiveVgpus (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetActiveVgpus(nvmlGpuInstance_t gpuInstance, nvmlActiveVgpuInstanceInfo_t *pVgpuInstanceInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceGetActiveVgpus", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetActiveVgpus(nvmlGpuInstance_t gpuInstance, nvmlActiveVgpuInstanceInfo_t *pVgpuInstanceInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1246], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceGetActiveVgpus");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetActiveVgpus(gpuInstance, pVgpuInstanceInfo);
+        cuwire_trace_result("nvmlGpuInstanceGetActiveVgpus", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceGetActiveVgpus(gpuInstance, pVgpuInstanceInfo);
+}
+
+/* nvmlGpuInstanceGetComputeInstanceById (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance, unsigned int id, nvmlComputeInstance_t *computeInstance)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceGetComputeInstanceById", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance, unsigned int id, nvmlComputeInstance_t *computeInstance)
+{
+    __atomic_add_fetch(&cuwire_counts[1247], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceGetComputeInstanceById");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetComputeInstanceById(gpuInstance, id, computeInstance);
+        cuwire_trace_result("nvmlGpuInstanceGetComputeInstanceById", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceGetComputeInstanceById(gpuInstance, id, computeInstance);
+}
+
+/* nvmlGpuInstanceGetComputeInstancePossiblePlacements (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetComputeInstancePossiblePlacements(nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstancePlacement_t *placements, unsigned int *count)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceGetComputeInstancePossiblePlacements", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstancePossiblePlacements(nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstancePlacement_t *placements, unsigned int *count)
+{
+    __atomic_add_fetch(&cuwire_counts[1248], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceGetComputeInstancePossiblePlacements");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetComputeInstancePossiblePlacements(gpuInstance, profileId, placements, count);
+        cuwire_trace_result("nvmlGpuInstanceGetComputeInstancePossiblePlacements", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceGetComputeInstancePossiblePlacements(gpuInstance, profileId, placements, count);
+}
+
+/* nvmlGpuInstanceGetComputeInstanceProfileInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile, nvmlComputeInstanceProfileInfo_t *info)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceGetComputeInstanceProfileInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile, nvmlComputeInstanceProfileInfo_t *info)
+{
+    __atomic_add_fetch(&cuwire_counts[1249], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceGetComputeInstanceProfileInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetComputeInstanceProfileInfo(gpuInstance, profile, engProfile, info);
+        cuwire_trace_result("nvmlGpuInstanceGetComputeInstanceProfileInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceGetComputeInstanceProfileInfo(gpuInstance, profile, engProfile, info);
+}
+
+/* nvmlGpuInstanceGetComputeInstanceProfileInfoV (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile, nvmlComputeInstanceProfileInfo_v2_t *info)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceGetComputeInstanceProfileInfoV", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile, nvmlComputeInstanceProfileInfo_v2_t *info)
+{
+    __atomic_add_fetch(&cuwire_counts[1250], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceGetComputeInstanceProfileInfoV");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetComputeInstanceProfileInfoV(gpuInstance, profile, engProfile, info);
+        cuwire_trace_result("nvmlGpuInstanceGetComputeInstanceProfileInfoV", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceGetComputeInstanceProfileInfoV(gpuInstance, profile, engProfile, info);
+}
+
+/* nvmlGpuInstanceGetComputeInstanceRemainingCapacity (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetComputeInstanceRemainingCapacity(nvmlGpuInstance_t gpuInstance, unsigned int profileId, unsigned int *count)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceGetComputeInstanceRemainingCapacity", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(nvmlGpuInstance_t gpuInstance, unsigned int profileId, unsigned int *count)
+{
+    __atomic_add_fetch(&cuwire_counts[1251], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceGetComputeInstanceRemainingCapacity");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gpuInstance, profileId, count);
+        cuwire_trace_result("nvmlGpuInstanceGetComputeInstanceRemainingCapacity", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gpuInstance, profileId, count);
+}
+
+/* nvmlGpuInstanceGetComputeInstances (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t *computeInstances, unsigned int *count)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceGetComputeInstances", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t *computeInstances, unsigned int *count)
+{
+    __atomic_add_fetch(&cuwire_counts[1252], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceGetComputeInstances");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetComputeInstances(gpuInstance, profileId, computeInstances, count);
+        cuwire_trace_result("nvmlGpuInstanceGetComputeInstances", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceGetComputeInstances(gpuInstance, profileId, computeInstances, count);
+}
+
+/* nvmlGpuInstanceGetCreatableVgpus (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetCreatableVgpus(nvmlGpuInstance_t gpuInstance, nvmlVgpuTypeIdInfo_t *pVgpus)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceGetCreatableVgpus", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetCreatableVgpus(nvmlGpuInstance_t gpuInstance, nvmlVgpuTypeIdInfo_t *pVgpus)
+{
+    __atomic_add_fetch(&cuwire_counts[1253], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceGetCreatableVgpus");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetCreatableVgpus(gpuInstance, pVgpus);
+        cuwire_trace_result("nvmlGpuInstanceGetCreatableVgpus", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceGetCreatableVgpus(gpuInstance, pVgpus);
+}
+
+/* nvmlGpuInstanceGetInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceGetInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info)
+{
+    __atomic_add_fetch(&cuwire_counts[1254], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceGetInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetInfo(gpuInstance, info);
+        cuwire_trace_result("nvmlGpuInstanceGetInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceGetInfo(gpuInstance, info);
+}
+
+/* nvmlGpuInstanceGetVgpuHeterogeneousMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetVgpuHeterogeneousMode(nvmlGpuInstance_t gpuInstance, nvmlVgpuHeterogeneousMode_t *pHeterogeneousMode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceGetVgpuHeterogeneousMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetVgpuHeterogeneousMode(nvmlGpuInstance_t gpuInstance, nvmlVgpuHeterogeneousMode_t *pHeterogeneousMode)
+{
+    __atomic_add_fetch(&cuwire_counts[1255], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceGetVgpuHeterogeneousMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetVgpuHeterogeneousMode(gpuInstance, pHeterogeneousMode);
+        cuwire_trace_result("nvmlGpuInstanceGetVgpuHeterogeneousMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceGetVgpuHeterogeneousMode(gpuInstance, pHeterogeneousMode);
+}
+
+/* nvmlGpuInstanceGetVgpuSchedulerLog (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetVgpuSchedulerLog(nvmlGpuInstance_t gpuInstance, nvmlVgpuSchedulerLogInfo_t *pSchedulerLogInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceGetVgpuSchedulerLog", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetVgpuSchedulerLog(nvmlGpuInstance_t gpuInstance, nvmlVgpuSchedulerLogInfo_t *pSchedulerLogInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1256], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceGetVgpuSchedulerLog");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetVgpuSchedulerLog(gpuInstance, pSchedulerLogInfo);
+        cuwire_trace_result("nvmlGpuInstanceGetVgpuSchedulerLog", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceGetVgpuSchedulerLog(gpuInstance, pSchedulerLogInfo);
+}
+
+/* nvmlGpuInstanceGetVgpuSchedulerState (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetVgpuSchedulerState(nvmlGpuInstance_t gpuInstance, nvmlVgpuSchedulerStateInfo_t *pSchedulerStateInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceGetVgpuSchedulerState", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetVgpuSchedulerState(nvmlGpuInstance_t gpuInstance, nvmlVgpuSchedulerStateInfo_t *pSchedulerStateInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1257], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceGetVgpuSchedulerState");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetVgpuSchedulerState(gpuInstance, pSchedulerStateInfo);
+        cuwire_trace_result("nvmlGpuInstanceGetVgpuSchedulerState", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceGetVgpuSchedulerState(gpuInstance, pSchedulerStateInfo);
+}
+
+/* nvmlGpuInstanceGetVgpuTypeCreatablePlacements (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetVgpuTypeCreatablePlacements(nvmlGpuInstance_t gpuInstance, nvmlVgpuCreatablePlacementInfo_t *pCreatablePlacementInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceGetVgpuTypeCreatablePlacements", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetVgpuTypeCreatablePlacements(nvmlGpuInstance_t gpuInstance, nvmlVgpuCreatablePlacementInfo_t *pCreatablePlacementInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1258], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceGetVgpuTypeCreatablePlacements");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetVgpuTypeCreatablePlacements(gpuInstance, pCreatablePlacementInfo);
+        cuwire_trace_result("nvmlGpuInstanceGetVgpuTypeCreatablePlacements", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceGetVgpuTypeCreatablePlacements(gpuInstance, pCreatablePlacementInfo);
+}
+
+/* nvmlGpuInstanceSetVgpuHeterogeneousMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceSetVgpuHeterogeneousMode(nvmlGpuInstance_t gpuInstance, const nvmlVgpuHeterogeneousMode_t *pHeterogeneousMode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceSetVgpuHeterogeneousMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceSetVgpuHeterogeneousMode(nvmlGpuInstance_t gpuInstance, const nvmlVgpuHeterogeneousMode_t *pHeterogeneousMode)
+{
+    __atomic_add_fetch(&cuwire_counts[1259], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceSetVgpuHeterogeneousMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceSetVgpuHeterogeneousMode(gpuInstance, pHeterogeneousMode);
+        cuwire_trace_result("nvmlGpuInstanceSetVgpuHeterogeneousMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceSetVgpuHeterogeneousMode(gpuInstance, pHeterogeneousMode);
+}
+
+/* nvmlGpuInstanceSetVgpuSchedulerState (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceSetVgpuSchedulerState(nvmlGpuInstance_t gpuInstance, nvmlVgpuSchedulerState_t *pScheduler)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlGpuInstanceSetVgpuSchedulerState", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceSetVgpuSchedulerState(nvmlGpuInstance_t gpuInstance, nvmlVgpuSchedulerState_t *pScheduler)
+{
+    __atomic_add_fetch(&cuwire_counts[1260], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlGpuInstanceSetVgpuSchedulerState");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceSetVgpuSchedulerState(gpuInstance, pScheduler);
+        cuwire_trace_result("nvmlGpuInstanceSetVgpuSchedulerState", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlGpuInstanceSetVgpuSchedulerState(gpuInstance, pScheduler);
+}
+
+/* nvmlInitWithFlags (nvml.h): remoted, sync */
+int cuwire_py_nvmlInitWithFlags(uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlInitWithFlags(unsigned int flags)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlInitWithFlags((uint64_t)flags));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    __atomic_add_fetch(&cuwire_counts[1261], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlInitWithFlags");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlInitWithFlags(flags);
+        cuwire_trace_result("nvmlInitWithFlags", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlInitWithFlags(flags);
+}
+
+/* nvmlInit_v2 (nvml.h): remoted, sync; also nvmlInit */
+int cuwire_py_nvmlInit_v2(void);
+static inline nvmlReturn_t cuwire_impl_nvmlInit_v2(void)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlInit_v2());
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlInit_v2(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1262], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlInit_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlInit_v2();
+        cuwire_trace_result("nvmlInit_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlInit_v2();
+}
+CUWIRE_EXPORT __typeof__(nvmlInit_v2) nvmlInit __attribute__((alias("nvmlInit_v2")));
+
+/* nvmlInternalGetExportTable (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlInternalGetExportTable(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlInternalGetExportTable", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlInternalGetExportTable(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1263], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlInternalGetExportTable");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlInternalGetExportTable();
+        cuwire_trace_result("nvmlInternalGetExportTable", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlInternalGetExportTable();
+}
+
+/* nvmlSetVgpuVersion (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSetVgpuVersion(nvmlVgpuVersion_t *vgpuVersion)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSetVgpuVersion", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSetVgpuVersion(nvmlVgpuVersion_t *vgpuVersion)
+{
+    __atomic_add_fetch(&cuwire_counts[1264], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSetVgpuVersion");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSetVgpuVersion(vgpuVersion);
+        cuwire_trace_result("nvmlSetVgpuVersion", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSetVgpuVersion(vgpuVersion);
+}
+
+/* nvmlShutdown (nvml.h): remoted, sync */
+int cuwire_py_nvmlShutdown(void);
+static inline nvmlReturn_t cuwire_impl_nvmlShutdown(void)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlShutdown());
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlShutdown(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1265], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlShutdown");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlShutdown();
+        cuwire_trace_result("nvmlShutdown", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlShutdown();
+}
+
+/* nvmlSystemEventSetCreate (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSystemEventSetCreate(nvmlSystemEventSetCreateRequest_t *request)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemEventSetCreate", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemEventSetCreate(nvmlSystemEventSetCreateRequest_t *request)
+{
+    __atomic_add_fetch(&cuwire_counts[1266], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemEventSetCreate");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemEventSetCreate(request);
+        cuwire_trace_result("nvmlSystemEventSetCreate", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemEventSetCreate(request);
+}
+
+/* nvmlSystemEventSetFree (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSystemEventSetFree(nvmlSystemEventSetFreeRequest_t *request)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemEventSetFree", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemEventSetFree(nvmlSystemEventSetFreeRequest_t *request)
+{
+    __atomic_add_fetch(&cuwire_counts[1267], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemEventSetFree");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemEventSetFree(request);
+        cuwire_trace_result("nvmlSystemEventSetFree", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemEventSetFree(request);
+}
+
+/* nvmlSystemEventSetWait (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSystemEventSetWait(nvmlSystemEventSetWaitRequest_t *request)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemEventSetWait", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemEventSetWait(nvmlSystemEventSetWaitRequest_t *request)
+{
+    __atomic_add_fetch(&cuwire_counts[1268], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemEventSetWait");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemEventSetWait(request);
+        cuwire_trace_result("nvmlSystemEventSetWait", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemEventSetWait(request);
+}
+
+/* nvmlSystemGetConfComputeCapabilities (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSystemGetConfComputeCapabilities(nvmlConfComputeSystemCaps_t *capabilities)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemGetConfComputeCapabilities", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetConfComputeCapabilities(nvmlConfComputeSystemCaps_t *capabilities)
+{
+    __atomic_add_fetch(&cuwire_counts[1269], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemGetConfComputeCapabilities");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetConfComputeCapabilities(capabilities);
+        cuwire_trace_result("nvmlSystemGetConfComputeCapabilities", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemGetConfComputeCapabilities(capabilities);
+}
+
+/* nvmlSystemGetConfComputeGpusReadyState (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSystemGetConfComputeGpusReadyState(unsigned int *isAcceptingWork)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemGetConfComputeGpusReadyState", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetConfComputeGpusReadyState(unsigned int *isAcceptingWork)
+{
+    __atomic_add_fetch(&cuwire_counts[1270], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemGetConfComputeGpusReadyState");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetConfComputeGpusReadyState(isAcceptingWork);
+        cuwire_trace_result("nvmlSystemGetConfComputeGpusReadyState", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemGetConfComputeGpusReadyState(isAcceptingWork);
+}
+
+/* nvmlSystemGetConfComputeKeyRotationThresholdInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSystemGetConfComputeKeyRotationThresholdInfo(nvmlConfComputeGetKeyRotationThresholdInfo_t *pKeyRotationThrInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemGetConfComputeKeyRotationThresholdInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetConfComputeKeyRotationThresholdInfo(nvmlConfComputeGetKeyRotationThresholdInfo_t *pKeyRotationThrInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1271], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemGetConfComputeKeyRotationThresholdInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetConfComputeKeyRotationThresholdInfo(pKeyRotationThrInfo);
+        cuwire_trace_result("nvmlSystemGetConfComputeKeyRotationThresholdInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemGetConfComputeKeyRotationThresholdInfo(pKeyRotationThrInfo);
+}
+
+/* nvmlSystemGetConfComputeSettings (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSystemGetConfComputeSettings(nvmlSystemConfComputeSettings_t *settings)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemGetConfComputeSettings", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetConfComputeSettings(nvmlSystemConfComputeSettings_t *settings)
+{
+    __atomic_add_fetch(&cuwire_counts[1272], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemGetConfComputeSettings");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetConfComputeSettings(settings);
+        cuwire_trace_result("nvmlSystemGetConfComputeSettings", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemGetConfComputeSettings(settings);
+}
+
+/* nvmlSystemGetConfComputeState (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSystemGetConfComputeState(nvmlConfComputeSystemState_t *state)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemGetConfComputeState", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetConfComputeState(nvmlConfComputeSystemState_t *state)
+{
+    __atomic_add_fetch(&cuwire_counts[1273], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemGetConfComputeState");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetConfComputeState(state);
+        cuwire_trace_result("nvmlSystemGetConfComputeState", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemGetConfComputeState(state);
+}
+
+/* nvmlSystemGetCudaDriverVersion (nvml.h): remoted, sync */
+int cuwire_py_nvmlSystemGetCudaDriverVersion(void *);
+static inline nvmlReturn_t cuwire_impl_nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlSystemGetCudaDriverVersion((void *)cudaDriverVersion));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
+{
+    __atomic_add_fetch(&cuwire_counts[1274], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemGetCudaDriverVersion");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
+        cuwire_trace_result("nvmlSystemGetCudaDriverVersion", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
+}
+
+/* nvmlSystemGetCudaDriverVersion_v2 (nvml.h): remoted, sync */
+int cuwire_py_nvmlSystemGetCudaDriverVersion_v2(void *);
+static inline nvmlReturn_t cuwire_impl_nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlSystemGetCudaDriverVersion_v2((void *)cudaDriverVersion));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
+{
+    __atomic_add_fetch(&cuwire_counts[1275], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemGetCudaDriverVersion_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetCudaDriverVersion_v2(cudaDriverVersion);
+        cuwire_trace_result("nvmlSystemGetCudaDriverVersion_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemGetCudaDriverVersion_v2(cudaDriverVersion);
+}
+
+/* nvmlSystemGetDriverBranch (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSystemGetDriverBranch(nvmlSystemDriverBranchInfo_t *branchInfo, unsigned int length)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemGetDriverBranch", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetDriverBranch(nvmlSystemDriverBranchInfo_t *branchInfo, unsigned int length)
+{
+    __atomic_add_fetch(&cuwire_counts[1276], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemGetDriverBranch");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetDriverBranch(branchInfo, length);
+        cuwire_trace_result("nvmlSystemGetDriverBranch", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemGetDriverBranch(branchInfo, length);
+}
+
+/* nvmlSystemGetDriverVersion (nvml.h): remoted, sync */
+int cuwire_py_nvmlSystemGetDriverVersion(void *, uint64_t, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlSystemGetDriverVersion((void *)version, (uint64_t)(length), (uint64_t)length));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    __atomic_add_fetch(&cuwire_counts[1277], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemGetDriverVersion");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetDriverVersion(version, length);
+        cuwire_trace_result("nvmlSystemGetDriverVersion", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemGetDriverVersion(version, length);
+}
+
+/* nvmlSystemGetHicVersion (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSystemGetHicVersion(unsigned int *hwbcCount, nvmlHwbcEntry_t *hwbcEntries)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemGetHicVersion", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetHicVersion(unsigned int *hwbcCount, nvmlHwbcEntry_t *hwbcEntries)
+{
+    __atomic_add_fetch(&cuwire_counts[1278], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemGetHicVersion");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetHicVersion(hwbcCount, hwbcEntries);
+        cuwire_trace_result("nvmlSystemGetHicVersion", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemGetHicVersion(hwbcCount, hwbcEntries);
+}
+
+/* nvmlSystemGetNVMLVersion (nvml.h): remoted, sync */
+int cuwire_py_nvmlSystemGetNVMLVersion(void *, uint64_t, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+{
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlSystemGetNVMLVersion((void *)version, (uint64_t)(length), (uint64_t)length));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+{
+    __atomic_add_fetch(&cuwire_counts[1279], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemGetNVMLVersion");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetNVMLVersion(version, length);
+        cuwire_trace_result("nvmlSystemGetNVMLVersion", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemGetNVMLVersion(version, length);
+}
+
+/* nvmlSystemGetNvlinkBwMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSystemGetNvlinkBwMode(unsigned int *nvlinkBwMode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemGetNvlinkBwMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetNvlinkBwMode(unsigned int *nvlinkBwMode)
+{
+    __atomic_add_fetch(&cuwire_counts[1280], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemGetNvlinkBwMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetNvlinkBwMode(nvlinkBwMode);
+        cuwire_trace_result("nvmlSystemGetNvlinkBwMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemGetNvlinkBwMode(nvlinkBwMode);
+}
+
+/* nvmlSystemGetProcessName (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemGetProcessName", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length)
+{
+    __atomic_add_fetch(&cuwire_counts[1281], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemGetProcessName");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetProcessName(pid, name, length);
+        cuwire_trace_result("nvmlSystemGetProcessName", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemGetProcessName(pid, name, length);
+}
+
+/* nvmlSystemGetTopologyGpuSet (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsigned int *count, nvmlDevice_t *deviceArray)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemGetTopologyGpuSet", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsigned int *count, nvmlDevice_t *deviceArray)
+{
+    __atomic_add_fetch(&cuwire_counts[1282], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemGetTopologyGpuSet");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetTopologyGpuSet(cpuNumber, count, deviceArray);
+        cuwire_trace_result("nvmlSystemGetTopologyGpuSet", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemGetTopologyGpuSet(cpuNumber, count, deviceArray);
+}
+
+/* nvmlSystemRegisterEvents (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSystemRegisterEvents(nvmlSystemRegisterEventRequest_t *request)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemRegisterEvents", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemRegisterEvents(nvmlSystemRegisterEventRequest_t *request)
+{
+    __atomic_add_fetch(&cuwire_counts[1283], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemRegisterEvents");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemRegisterEvents(request);
+        cuwire_trace_result("nvmlSystemRegisterEvents", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemRegisterEvents(request);
+}
+
+/* nvmlSystemSetConfComputeGpusReadyState (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSystemSetConfComputeGpusReadyState(unsigned int isAcceptingWork)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemSetConfComputeGpusReadyState", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemSetConfComputeGpusReadyState(unsigned int isAcceptingWork)
+{
+    __atomic_add_fetch(&cuwire_counts[1284], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemSetConfComputeGpusReadyState");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemSetConfComputeGpusReadyState(isAcceptingWork);
+        cuwire_trace_result("nvmlSystemSetConfComputeGpusReadyState", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemSetConfComputeGpusReadyState(isAcceptingWork);
+}
+
+/* nvmlSystemSetConfComputeKeyRotationThresholdInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSystemSetConfComputeKeyRotationThresholdInfo(nvmlConfComputeSetKeyRotationThresholdInfo_t *pKeyRotationThrInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemSetConfComputeKeyRotationThresholdInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemSetConfComputeKeyRotationThresholdInfo(nvmlConfComputeSetKeyRotationThresholdInfo_t *pKeyRotationThrInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1285], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemSetConfComputeKeyRotationThresholdInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemSetConfComputeKeyRotationThresholdInfo(pKeyRotationThrInfo);
+        cuwire_trace_result("nvmlSystemSetConfComputeKeyRotationThresholdInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemSetConfComputeKeyRotationThresholdInfo(pKeyRotationThrInfo);
+}
+
+/* nvmlSystemSetNvlinkBwMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlSystemSetNvlinkBwMode(unsigned int nvlinkBwMode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemSetNvlinkBwMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlSystemSetNvlinkBwMode(unsigned int nvlinkBwMode)
+{
+    __atomic_add_fetch(&cuwire_counts[1286], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlSystemSetNvlinkBwMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemSetNvlinkBwMode(nvlinkBwMode);
+        cuwire_trace_result("nvmlSystemSetNvlinkBwMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlSystemSetNvlinkBwMode(nvlinkBwMode);
+}
+
+/* nvmlUnitGetCount (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlUnitGetCount(unsigned int *unitCount)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlUnitGetCount", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlUnitGetCount(unsigned int *unitCount)
+{
+    __atomic_add_fetch(&cuwire_counts[1287], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlUnitGetCount");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitGetCount(unitCount);
+        cuwire_trace_result("nvmlUnitGetCount", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlUnitGetCount(unitCount);
+}
+
+/* nvmlUnitGetDevices (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlUnitGetDevices(nvmlUnit_t unit, unsigned int *deviceCount, nvmlDevice_t *devices)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlUnitGetDevices", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlUnitGetDevices(nvmlUnit_t unit, unsigned int *deviceCount, nvmlDevice_t *devices)
+{
+    __atomic_add_fetch(&cuwire_counts[1288], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlUnitGetDevices");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitGetDevices(unit, deviceCount, devices);
+        cuwire_trace_result("nvmlUnitGetDevices", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlUnitGetDevices(unit, deviceCount, devices);
+}
+
+/* nvmlUnitGetFanSpeedInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlUnitGetFanSpeedInfo(nvmlUnit_t unit, nvmlUnitFanSpeeds_t *fanSpeeds)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlUnitGetFanSpeedInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlUnitGetFanSpeedInfo(nvmlUnit_t unit, nvmlUnitFanSpeeds_t *fanSpeeds)
+{
+    __atomic_add_fetch(&cuwire_counts[1289], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlUnitGetFanSpeedInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitGetFanSpeedInfo(unit, fanSpeeds);
+        cuwire_trace_result("nvmlUnitGetFanSpeedInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlUnitGetFanSpeedInfo(unit, fanSpeeds);
+}
+
+/* nvmlUnitGetHandleByIndex (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlUnitGetHandleByIndex(unsigned int index, nvmlUnit_t *unit)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlUnitGetHandleByIndex", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlUnitGetHandleByIndex(unsigned int index, nvmlUnit_t *unit)
+{
+    __atomic_add_fetch(&cuwire_counts[1290], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlUnitGetHandleByIndex");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitGetHandleByIndex(index, unit);
+        cuwire_trace_result("nvmlUnitGetHandleByIndex", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlUnitGetHandleByIndex(index, unit);
+}
+
+/* nvmlUnitGetLedState (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlUnitGetLedState(nvmlUnit_t unit, nvmlLedState_t *state)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlUnitGetLedState", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlUnitGetLedState(nvmlUnit_t unit, nvmlLedState_t *state)
+{
+    __atomic_add_fetch(&cuwire_counts[1291], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlUnitGetLedState");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitGetLedState(unit, state);
+        cuwire_trace_result("nvmlUnitGetLedState", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlUnitGetLedState(unit, state);
+}
+
+/* nvmlUnitGetPsuInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlUnitGetPsuInfo(nvmlUnit_t unit, nvmlPSUInfo_t *psu)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlUnitGetPsuInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlUnitGetPsuInfo(nvmlUnit_t unit, nvmlPSUInfo_t *psu)
+{
+    __atomic_add_fetch(&cuwire_counts[1292], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlUnitGetPsuInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitGetPsuInfo(unit, psu);
+        cuwire_trace_result("nvmlUnitGetPsuInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlUnitGetPsuInfo(unit, psu);
+}
+
+/* nvmlUnitGetTemperature (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlUnitGetTemperature(nvmlUnit_t unit, unsigned int type, unsigned int *temp)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlUnitGetTemperature", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlUnitGetTemperature(nvmlUnit_t unit, unsigned int type, unsigned int *temp)
+{
+    __atomic_add_fetch(&cuwire_counts[1293], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlUnitGetTemperature");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitGetTemperature(unit, type, temp);
+        cuwire_trace_result("nvmlUnitGetTemperature", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlUnitGetTemperature(unit, type, temp);
+}
+
+/* nvmlUnitGetUnitInfo (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlUnitGetUnitInfo(nvmlUnit_t unit, nvmlUnitInfo_t *info)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlUnitGetUnitInfo", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlUnitGetUnitInfo(nvmlUnit_t unit, nvmlUnitInfo_t *info)
+{
+    __atomic_add_fetch(&cuwire_counts[1294], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlUnitGetUnitInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitGetUnitInfo(unit, info);
+        cuwire_trace_result("nvmlUnitGetUnitInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlUnitGetUnitInfo(unit, info);
+}
+
+/* nvmlUnitSetLedState (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlUnitSetLedState(nvmlUnit_t unit, nvmlLedColor_t color)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlUnitSetLedState", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlUnitSetLedState(nvmlUnit_t unit, nvmlLedColor_t color)
+{
+    __atomic_add_fetch(&cuwire_counts[1295], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlUnitSetLedState");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitSetLedState(unit, color);
+        cuwire_trace_result("nvmlUnitSetLedState", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlUnitSetLedState(unit, color);
+}
+
+/* nvmlVgpuInstanceClearAccountingPids (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceClearAccountingPids(nvmlVgpuInstance_t vgpuInstance)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceClearAccountingPids", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceClearAccountingPids(nvmlVgpuInstance_t vgpuInstance)
+{
+    __atomic_add_fetch(&cuwire_counts[1296], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceClearAccountingPids");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceClearAccountingPids(vgpuInstance);
+        cuwire_trace_result("nvmlVgpuInstanceClearAccountingPids", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceClearAccountingPids(vgpuInstance);
+}
+
+/* nvmlVgpuInstanceGetAccountingMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetAccountingMode(nvmlVgpuInstance_t vgpuInstance, nvmlEnableState_t *mode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetAccountingMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetAccountingMode(nvmlVgpuInstance_t vgpuInstance, nvmlEnableState_t *mode)
+{
+    __atomic_add_fetch(&cuwire_counts[1297], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetAccountingMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetAccountingMode(vgpuInstance, mode);
+        cuwire_trace_result("nvmlVgpuInstanceGetAccountingMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetAccountingMode(vgpuInstance, mode);
+}
+
+/* nvmlVgpuInstanceGetAccountingPids (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetAccountingPids(nvmlVgpuInstance_t vgpuInstance, unsigned int *count, unsigned int *pids)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetAccountingPids", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetAccountingPids(nvmlVgpuInstance_t vgpuInstance, unsigned int *count, unsigned int *pids)
+{
+    __atomic_add_fetch(&cuwire_counts[1298], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetAccountingPids");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetAccountingPids(vgpuInstance, count, pids);
+        cuwire_trace_result("nvmlVgpuInstanceGetAccountingPids", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetAccountingPids(vgpuInstance, count, pids);
+}
+
+/* nvmlVgpuInstanceGetAccountingStats (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetAccountingStats(nvmlVgpuInstance_t vgpuInstance, unsigned int pid, nvmlAccountingStats_t *stats)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetAccountingStats", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetAccountingStats(nvmlVgpuInstance_t vgpuInstance, unsigned int pid, nvmlAccountingStats_t *stats)
+{
+    __atomic_add_fetch(&cuwire_counts[1299], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetAccountingStats");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetAccountingStats(vgpuInstance, pid, stats);
+        cuwire_trace_result("nvmlVgpuInstanceGetAccountingStats", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetAccountingStats(vgpuInstance, pid, stats);
+}
+
+/* nvmlVgpuInstanceGetEccMode (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetEccMode(nvmlVgpuInstance_t vgpuInstance, nvmlEnableState_t *eccMode)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetEccMode", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetEccMode(nvmlVgpuInstance_t vgpuInstance, nvmlEnableState_t *eccMode)
+{
+    __atomic_add_fetch(&cuwire_counts[1300], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetEccMode");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetEccMode(vgpuInstance, eccMode);
+        cuwire_trace_result("nvmlVgpuInstanceGetEccMode", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetEccMode(vgpuInstance, eccMode);
+}
+
+/* nvmlVgpuInstanceGetEncoderCapacity (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetEncoderCapacity(nvmlVgpuInstance_t vgpuInstance, unsigned int *encoderCapacity)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetEncoderCapacity", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetEncoderCapacity(nvmlVgpuInstance_t vgpuInstance, unsigned int *encoderCapacity)
+{
+    __atomic_add_fetch(&cuwire_counts[1301], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetEncoderCapacity");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetEncoderCapacity(vgpuInstance, encoderCapacity);
+        cuwire_trace_result("nvmlVgpuInstanceGetEncoderCapacity", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetEncoderCapacity(vgpuInstance, encoderCapacity);
+}
+
+/* nvmlVgpuInstanceGetEncoderSessions (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetEncoderSessions(nvmlVgpuInstance_t vgpuInstance, unsigned int *sessionCount, nvmlEncoderSessionInfo_t *sessionInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetEncoderSessions", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetEncoderSessions(nvmlVgpuInstance_t vgpuInstance, unsigned int *sessionCount, nvmlEncoderSessionInfo_t *sessionInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1302], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetEncoderSessions");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetEncoderSessions(vgpuInstance, sessionCount, sessionInfo);
+        cuwire_trace_result("nvmlVgpuInstanceGetEncoderSessions", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetEncoderSessions(vgpuInstance, sessionCount, sessionInfo);
+}
+
+/* nvmlVgpuInstanceGetEncoderStats (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetEncoderStats(nvmlVgpuInstance_t vgpuInstance, unsigned int *sessionCount, unsigned int *averageFps, unsigned int *averageLatency)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetEncoderStats", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetEncoderStats(nvmlVgpuInstance_t vgpuInstance, unsigned int *sessionCount, unsigned int *averageFps, unsigned int *averageLatency)
+{
+    __atomic_add_fetch(&cuwire_counts[1303], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetEncoderStats");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetEncoderStats(vgpuInstance, sessionCount, averageFps, averageLatency);
+        cuwire_trace_result("nvmlVgpuInstanceGetEncoderStats", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetEncoderStats(vgpuInstance, sessionCount, averageFps, averageLatency);
+}
+
+/* nvmlVgpuInstanceGetFBCSessions (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetFBCSessions(nvmlVgpuInstance_t vgpuInstance, unsigned int *sessionCount, nvmlFBCSessionInfo_t *sessionInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetFBCSessions", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetFBCSessions(nvmlVgpuInstance_t vgpuInstance, unsigned int *sessionCount, nvmlFBCSessionInfo_t *sessionInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1304], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetFBCSessions");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetFBCSessions(vgpuInstance, sessionCount, sessionInfo);
+        cuwire_trace_result("nvmlVgpuInstanceGetFBCSessions", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetFBCSessions(vgpuInstance, sessionCount, sessionInfo);
+}
+
+/* nvmlVgpuInstanceGetFBCStats (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetFBCStats(nvmlVgpuInstance_t vgpuInstance, nvmlFBCStats_t *fbcStats)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetFBCStats", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetFBCStats(nvmlVgpuInstance_t vgpuInstance, nvmlFBCStats_t *fbcStats)
+{
+    __atomic_add_fetch(&cuwire_counts[1305], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetFBCStats");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetFBCStats(vgpuInstance, fbcStats);
+        cuwire_trace_result("nvmlVgpuInstanceGetFBCStats", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetFBCStats(vgpuInstance, fbcStats);
+}
+
+/* nvmlVgpuInstanceGetFbUsage (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetFbUsage(nvmlVgpuInstance_t vgpuInstance, unsigned long long *fbUsage)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetFbUsage", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetFbUsage(nvmlVgpuInstance_t vgpuInstance, unsigned long long *fbUsage)
+{
+    __atomic_add_fetch(&cuwire_counts[1306], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetFbUsage");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetFbUsage(vgpuInstance, fbUsage);
+        cuwire_trace_result("nvmlVgpuInstanceGetFbUsage", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetFbUsage(vgpuInstance, fbUsage);
+}
+
+/* nvmlVgpuInstanceGetFrameRateLimit (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetFrameRateLimit(nvmlVgpuInstance_t vgpuInstance, unsigned int *frameRateLimit)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetFrameRateLimit", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetFrameRateLimit(nvmlVgpuInstance_t vgpuInstance, unsigned int *frameRateLimit)
+{
+    __atomic_add_fetch(&cuwire_counts[1307], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetFrameRateLimit");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetFrameRateLimit(vgpuInstance, frameRateLimit);
+        cuwire_trace_result("nvmlVgpuInstanceGetFrameRateLimit", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetFrameRateLimit(vgpuInstance, frameRateLimit);
+}
+
+/* nvmlVgpuInstanceGetGpuInstanceId (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetGpuInstanceId(nvmlVgpuInstance_t vgpuInstance, unsigned int *gpuInstanceId)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetGpuInstanceId", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetGpuInstanceId(nvmlVgpuInstance_t vgpuInstance, unsigned int *gpuInstanceId)
+{
+    __atomic_add_fetch(&cuwire_counts[1308], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetGpuInstanceId");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetGpuInstanceId(vgpuInstance, gpuInstanceId);
+        cuwire_trace_result("nvmlVgpuInstanceGetGpuInstanceId", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetGpuInstanceId(vgpuInstance, gpuInstanceId);
+}
+
+/* nvmlVgpuInstanceGetGpuPciId (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetGpuPciId(nvmlVgpuInstance_t vgpuInstance, char *vgpuPciId, unsigned int *length)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetGpuPciId", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetGpuPciId(nvmlVgpuInstance_t vgpuInstance, char *vgpuPciId, unsigned int *length)
+{
+    __atomic_add_fetch(&cuwire_counts[1309], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetGpuPciId");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetGpuPciId(vgpuInstance, vgpuPciId, length);
+        cuwire_trace_result("nvmlVgpuInstanceGetGpuPciId", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetGpuPciId(vgpuInstance, vgpuPciId, length);
+}
+
+/* nvmlVgpuInstanceGetLicenseInfo (libnvidia-ml.so.1 export): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetLicenseInfo(void)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetLicenseInfo", "libnvidia-ml.so.1 export", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetLicenseInfo(void)
+{
+    __atomic_add_fetch(&cuwire_counts[1310], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetLicenseInfo");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetLicenseInfo();
+        cuwire_trace_result("nvmlVgpuInstanceGetLicenseInfo", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetLicenseInfo();
+}
+
+/* nvmlVgpuInstanceGetLicenseInfo_v2 (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetLicenseInfo_v2(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuLicenseInfo_t *licenseInfo)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetLicenseInfo_v2", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetLicenseInfo_v2(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuLicenseInfo_t *licenseInfo)
+{
+    __atomic_add_fetch(&cuwire_counts[1311], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetLicenseInfo_v2");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetLicenseInfo_v2(vgpuInstance, licenseInfo);
+        cuwire_trace_result("nvmlVgpuInstanceGetLicenseInfo_v2", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetLicenseInfo_v2(vgpuInstance, licenseInfo);
+}
+
+/* nvmlVgpuInstanceGetLicenseStatus (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetLicenseStatus(nvmlVgpuInstance_t vgpuInstance, unsigned int *licensed)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetLicenseStatus", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetLicenseStatus(nvmlVgpuInstance_t vgpuInstance, unsigned int *licensed)
+{
+    __atomic_add_fetch(&cuwire_counts[1312], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetLicenseStatus");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetLicenseStatus(vgpuInstance, licensed);
+        cuwire_trace_result("nvmlVgpuInstanceGetLicenseStatus", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetLicenseStatus(vgpuInstance, licensed);
+}
+
+/* nvmlVgpuInstanceGetMdevUUID (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetMdevUUID(nvmlVgpuInstance_t vgpuInstance, char *mdevUuid, unsigned int size)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetMdevUUID", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetMdevUUID(nvmlVgpuInstance_t vgpuInstance, char *mdevUuid, unsigned int size)
+{
+    __atomic_add_fetch(&cuwire_counts[1313], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetMdevUUID");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetMdevUUID(vgpuInstance, mdevUuid, size);
+        cuwire_trace_result("nvmlVgpuInstanceGetMdevUUID", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetMdevUUID(vgpuInstance, mdevUuid, size);
+}
+
+/* nvmlVgpuInstanceGetMetadata (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetMetadata(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuMetadata_t *vgpuMetadata, unsigned int *bufferSize)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetMetadata", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetMetadata(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuMetadata_t *vgpuMetadata, unsigned int *bufferSize)
+{
+    __atomic_add_fetch(&cuwire_counts[1314], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetMetadata");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetMetadata(vgpuInstance, vgpuMetadata, bufferSize);
+        cuwire_trace_result("nvmlVgpuInstanceGetMetadata", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetMetadata(vgpuInstance, vgpuMetadata, bufferSize);
+}
+
+/* nvmlVgpuInstanceGetPlacementId (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetPlacementId(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuPlacementId_t *pPlacement)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetPlacementId", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetPlacementId(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuPlacementId_t *pPlacement)
+{
+    __atomic_add_fetch(&cuwire_counts[1315], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetPlacementId");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetPlacementId(vgpuInstance, pPlacement);
+        cuwire_trace_result("nvmlVgpuInstanceGetPlacementId", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetPlacementId(vgpuInstance, pPlacement);
+}
+
+/* nvmlVgpuInstanceGetRuntimeStateSize (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetRuntimeStateSize(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuRuntimeState_t *pState)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetRuntimeStateSize", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetRuntimeStateSize(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuRuntimeState_t *pState)
+{
+    __atomic_add_fetch(&cuwire_counts[1316], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetRuntimeStateSize");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetRuntimeStateSize(vgpuInstance, pState);
+        cuwire_trace_result("nvmlVgpuInstanceGetRuntimeStateSize", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetRuntimeStateSize(vgpuInstance, pState);
+}
+
+/* nvmlVgpuInstanceGetType (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetType(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuTypeId_t *vgpuTypeId)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetType", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetType(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuTypeId_t *vgpuTypeId)
+{
+    __atomic_add_fetch(&cuwire_counts[1317], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetType");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetType(vgpuInstance, vgpuTypeId);
+        cuwire_trace_result("nvmlVgpuInstanceGetType", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetType(vgpuInstance, vgpuTypeId);
+}
+
+/* nvmlVgpuInstanceGetUUID (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetUUID(nvmlVgpuInstance_t vgpuInstance, char *uuid, unsigned int size)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetUUID", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetUUID(nvmlVgpuInstance_t vgpuInstance, char *uuid, unsigned int size)
+{
+    __atomic_add_fetch(&cuwire_counts[1318], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetUUID");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetUUID(vgpuInstance, uuid, size);
+        cuwire_trace_result("nvmlVgpuInstanceGetUUID", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetUUID(vgpuInstance, uuid, size);
+}
+
+/* nvmlVgpuInstanceGetVmDriverVersion (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetVmDriverVersion(nvmlVgpuInstance_t vgpuInstance, char *version, unsigned int length)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetVmDriverVersion", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetVmDriverVersion(nvmlVgpuInstance_t vgpuInstance, char *version, unsigned int length)
+{
+    __atomic_add_fetch(&cuwire_counts[1319], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetVmDriverVersion");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetVmDriverVersion(vgpuInstance, version, length);
+        cuwire_trace_result("nvmlVgpuInstanceGetVmDriverVersion", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetVmDriverVersion(vgpuInstance, version, length);
+}
+
+/* nvmlVgpuInstanceGetVmID (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetVmID(nvmlVgpuInstance_t vgpuInstance, char *vmId, unsigned int size, nvmlVgpuVmIdType_t *vmIdType)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceGetVmID", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetVmID(nvmlVgpuInstance_t vgpuInstance, char *vmId, unsigned int size, nvmlVgpuVmIdType_t *vmIdType)
+{
+    __atomic_add_fetch(&cuwire_counts[1320], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceGetVmID");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetVmID(vgpuInstance, vmId, size, vmIdType);
+        cuwire_trace_result("nvmlVgpuInstanceGetVmID", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceGetVmID(vgpuInstance, vmId, size, vmIdType);
+}
+
+/* nvmlVgpuInstanceSetEncoderCapacity (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceSetEncoderCapacity(nvmlVgpuInstance_t vgpuInstance, unsigned int encoderCapacity)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuInstanceSetEncoderCapacity", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceSetEncoderCapacity(nvmlVgpuInstance_t vgpuInstance, unsigned int encoderCapacity)
+{
+    __atomic_add_fetch(&cuwire_counts[1321], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuInstanceSetEncoderCapacity");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceSetEncoderCapacity(vgpuInstance, encoderCapacity);
+        cuwire_trace_result("nvmlVgpuInstanceSetEncoderCapacity", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuInstanceSetEncoderCapacity(vgpuInstance, encoderCapacity);
+}
+
+/* nvmlVgpuTypeGetBAR1Info (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetBAR1Info(nvmlVgpuTypeId_t vgpuTypeId, nvmlVgpuTypeBar1Info_t *bar1Info)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuTypeGetBAR1Info", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetBAR1Info(nvmlVgpuTypeId_t vgpuTypeId, nvmlVgpuTypeBar1Info_t *bar1Info)
+{
+    __atomic_add_fetch(&cuwire_counts[1322], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuTypeGetBAR1Info");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetBAR1Info(vgpuTypeId, bar1Info);
+        cuwire_trace_result("nvmlVgpuTypeGetBAR1Info", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuTypeGetBAR1Info(vgpuTypeId, bar1Info);
+}
+
+/* nvmlVgpuTypeGetCapabilities (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetCapabilities(nvmlVgpuTypeId_t vgpuTypeId, nvmlVgpuCapability_t capability, unsigned int *capResult)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuTypeGetCapabilities", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetCapabilities(nvmlVgpuTypeId_t vgpuTypeId, nvmlVgpuCapability_t capability, unsigned int *capResult)
+{
+    __atomic_add_fetch(&cuwire_counts[1323], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuTypeGetCapabilities");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetCapabilities(vgpuTypeId, capability, capResult);
+        cuwire_trace_result("nvmlVgpuTypeGetCapabilities", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuTypeGetCapabilities(vgpuTypeId, capability, capResult);
+}
+
+/* nvmlVgpuTypeGetClass (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetClass(nvmlVgpuTypeId_t vgpuTypeId, char *vgpuTypeClass, unsigned int *size)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuTypeGetClass", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetClass(nvmlVgpuTypeId_t vgpuTypeId, char *vgpuTypeClass, unsigned int *size)
+{
+    __atomic_add_fetch(&cuwire_counts[1324], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuTypeGetClass");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetClass(vgpuTypeId, vgpuTypeClass, size);
+        cuwire_trace_result("nvmlVgpuTypeGetClass", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuTypeGetClass(vgpuTypeId, vgpuTypeClass, size);
+}
+
+/* nvmlVgpuTypeGetDeviceID (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetDeviceID(nvmlVgpuTypeId_t vgpuTypeId, unsigned long long *deviceID, unsigned long long *subsystemID)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuTypeGetDeviceID", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetDeviceID(nvmlVgpuTypeId_t vgpuTypeId, unsigned long long *deviceID, unsigned long long *subsystemID)
+{
+    __atomic_add_fetch(&cuwire_counts[1325], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuTypeGetDeviceID");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetDeviceID(vgpuTypeId, deviceID, subsystemID);
+        cuwire_trace_result("nvmlVgpuTypeGetDeviceID", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuTypeGetDeviceID(vgpuTypeId, deviceID, subsystemID);
+}
+
+/* nvmlVgpuTypeGetFbReservation (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetFbReservation(nvmlVgpuTypeId_t vgpuTypeId, unsigned long long *fbReservation)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuTypeGetFbReservation", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetFbReservation(nvmlVgpuTypeId_t vgpuTypeId, unsigned long long *fbReservation)
+{
+    __atomic_add_fetch(&cuwire_counts[1326], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuTypeGetFbReservation");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetFbReservation(vgpuTypeId, fbReservation);
+        cuwire_trace_result("nvmlVgpuTypeGetFbReservation", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuTypeGetFbReservation(vgpuTypeId, fbReservation);
+}
+
+/* nvmlVgpuTypeGetFrameRateLimit (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetFrameRateLimit(nvmlVgpuTypeId_t vgpuTypeId, unsigned int *frameRateLimit)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuTypeGetFrameRateLimit", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetFrameRateLimit(nvmlVgpuTypeId_t vgpuTypeId, unsigned int *frameRateLimit)
+{
+    __atomic_add_fetch(&cuwire_counts[1327], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuTypeGetFrameRateLimit");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetFrameRateLimit(vgpuTypeId, frameRateLimit);
+        cuwire_trace_result("nvmlVgpuTypeGetFrameRateLimit", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuTypeGetFrameRateLimit(vgpuTypeId, frameRateLimit);
+}
+
+/* nvmlVgpuTypeGetFramebufferSize (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetFramebufferSize(nvmlVgpuTypeId_t vgpuTypeId, unsigned long long *fbSize)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuTypeGetFramebufferSize", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetFramebufferSize(nvmlVgpuTypeId_t vgpuTypeId, unsigned long long *fbSize)
+{
+    __atomic_add_fetch(&cuwire_counts[1328], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuTypeGetFramebufferSize");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetFramebufferSize(vgpuTypeId, fbSize);
+        cuwire_trace_result("nvmlVgpuTypeGetFramebufferSize", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuTypeGetFramebufferSize(vgpuTypeId, fbSize);
+}
+
+/* nvmlVgpuTypeGetGpuInstanceProfileId (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetGpuInstanceProfileId(nvmlVgpuTypeId_t vgpuTypeId, unsigned int *gpuInstanceProfileId)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuTypeGetGpuInstanceProfileId", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetGpuInstanceProfileId(nvmlVgpuTypeId_t vgpuTypeId, unsigned int *gpuInstanceProfileId)
+{
+    __atomic_add_fetch(&cuwire_counts[1329], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuTypeGetGpuInstanceProfileId");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetGpuInstanceProfileId(vgpuTypeId, gpuInstanceProfileId);
+        cuwire_trace_result("nvmlVgpuTypeGetGpuInstanceProfileId", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuTypeGetGpuInstanceProfileId(vgpuTypeId, gpuInstanceProfileId);
+}
+
+/* nvmlVgpuTypeGetGspHeapSize (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetGspHeapSize(nvmlVgpuTypeId_t vgpuTypeId, unsigned long long *gspHeapSize)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuTypeGetGspHeapSize", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetGspHeapSize(nvmlVgpuTypeId_t vgpuTypeId, unsigned long long *gspHeapSize)
+{
+    __atomic_add_fetch(&cuwire_counts[1330], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuTypeGetGspHeapSize");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetGspHeapSize(vgpuTypeId, gspHeapSize);
+        cuwire_trace_result("nvmlVgpuTypeGetGspHeapSize", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuTypeGetGspHeapSize(vgpuTypeId, gspHeapSize);
+}
+
+/* nvmlVgpuTypeGetLicense (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetLicense(nvmlVgpuTypeId_t vgpuTypeId, char *vgpuTypeLicenseString, unsigned int size)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuTypeGetLicense", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetLicense(nvmlVgpuTypeId_t vgpuTypeId, char *vgpuTypeLicenseString, unsigned int size)
+{
+    __atomic_add_fetch(&cuwire_counts[1331], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuTypeGetLicense");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetLicense(vgpuTypeId, vgpuTypeLicenseString, size);
+        cuwire_trace_result("nvmlVgpuTypeGetLicense", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuTypeGetLicense(vgpuTypeId, vgpuTypeLicenseString, size);
+}
+
+/* nvmlVgpuTypeGetMaxInstances (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetMaxInstances(nvmlDevice_t device, nvmlVgpuTypeId_t vgpuTypeId, unsigned int *vgpuInstanceCount)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuTypeGetMaxInstances", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetMaxInstances(nvmlDevice_t device, nvmlVgpuTypeId_t vgpuTypeId, unsigned int *vgpuInstanceCount)
+{
+    __atomic_add_fetch(&cuwire_counts[1332], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuTypeGetMaxInstances");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetMaxInstances(device, vgpuTypeId, vgpuInstanceCount);
+        cuwire_trace_result("nvmlVgpuTypeGetMaxInstances", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuTypeGetMaxInstances(device, vgpuTypeId, vgpuInstanceCount);
+}
+
+/* nvmlVgpuTypeGetMaxInstancesPerGpuInstance (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetMaxInstancesPerGpuInstance(nvmlVgpuTypeMaxInstance_t *pMaxInstance)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuTypeGetMaxInstancesPerGpuInstance", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetMaxInstancesPerGpuInstance(nvmlVgpuTypeMaxInstance_t *pMaxInstance)
+{
+    __atomic_add_fetch(&cuwire_counts[1333], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuTypeGetMaxInstancesPerGpuInstance");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetMaxInstancesPerGpuInstance(pMaxInstance);
+        cuwire_trace_result("nvmlVgpuTypeGetMaxInstancesPerGpuInstance", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuTypeGetMaxInstancesPerGpuInstance(pMaxInstance);
+}
+
+/* nvmlVgpuTypeGetMaxInstancesPerVm (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetMaxInstancesPerVm(nvmlVgpuTypeId_t vgpuTypeId, unsigned int *vgpuInstanceCountPerVm)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuTypeGetMaxInstancesPerVm", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetMaxInstancesPerVm(nvmlVgpuTypeId_t vgpuTypeId, unsigned int *vgpuInstanceCountPerVm)
+{
+    __atomic_add_fetch(&cuwire_counts[1334], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuTypeGetMaxInstancesPerVm");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetMaxInstancesPerVm(vgpuTypeId, vgpuInstanceCountPerVm);
+        cuwire_trace_result("nvmlVgpuTypeGetMaxInstancesPerVm", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuTypeGetMaxInstancesPerVm(vgpuTypeId, vgpuInstanceCountPerVm);
+}
+
+/* nvmlVgpuTypeGetName (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetName(nvmlVgpuTypeId_t vgpuTypeId, char *vgpuTypeName, unsigned int *size)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuTypeGetName", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetName(nvmlVgpuTypeId_t vgpuTypeId, char *vgpuTypeName, unsigned int *size)
+{
+    __atomic_add_fetch(&cuwire_counts[1335], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuTypeGetName");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetName(vgpuTypeId, vgpuTypeName, size);
+        cuwire_trace_result("nvmlVgpuTypeGetName", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuTypeGetName(vgpuTypeId, vgpuTypeName, size);
+}
+
+/* nvmlVgpuTypeGetNumDisplayHeads (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetNumDisplayHeads(nvmlVgpuTypeId_t vgpuTypeId, unsigned int *numDisplayHeads)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuTypeGetNumDisplayHeads", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetNumDisplayHeads(nvmlVgpuTypeId_t vgpuTypeId, unsigned int *numDisplayHeads)
+{
+    __atomic_add_fetch(&cuwire_counts[1336], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuTypeGetNumDisplayHeads");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetNumDisplayHeads(vgpuTypeId, numDisplayHeads);
+        cuwire_trace_result("nvmlVgpuTypeGetNumDisplayHeads", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuTypeGetNumDisplayHeads(vgpuTypeId, numDisplayHeads);
+}
+
+/* nvmlVgpuTypeGetResolution (nvml.h): unimplemented */
+static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetResolution(nvmlVgpuTypeId_t vgpuTypeId, unsigned int displayIndex, unsigned int *xdim, unsigned int *ydim)
+{
+    static int warned;
+    return (nvmlReturn_t)((cuwire_unimplemented("nvmlVgpuTypeGetResolution", "nvml.h", &warned), 3));
+}
+CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetResolution(nvmlVgpuTypeId_t vgpuTypeId, unsigned int displayIndex, unsigned int *xdim, unsigned int *ydim)
+{
+    __atomic_add_fetch(&cuwire_counts[1337], 1, __ATOMIC_RELAXED);
+    if (cuwire_trace) {
+        cuwire_trace_call("nvmlVgpuTypeGetResolution");
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetResolution(vgpuTypeId, displayIndex, xdim, ydim);
+        cuwire_trace_result("nvmlVgpuTypeGetResolution", (int)cuwire_result);
+        return cuwire_result;
+    }
+    return cuwire_impl_nvmlVgpuTypeGetResolution(vgpuTypeId, displayIndex, xdim, ydim);
+}
 

@@ -4902,9 +4902,2249 @@ CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args);
 CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args);
 CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args);
 CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args);
+typedef struct nvmlDevice_st *nvmlDevice_t;
+typedef struct nvmlGpuInstance_st *nvmlGpuInstance_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pciDeviceId;
+  unsigned int pciSubSystemId;
+  unsigned int baseClass;
+  unsigned int subClass;
+  char busId[32];
+} nvmlPciInfoExt_v1_t;
+typedef nvmlPciInfoExt_v1_t nvmlPciInfoExt_t;
+typedef struct nvmlPciInfo_st
+{
+  char busIdLegacy[16];
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pciDeviceId;
+  unsigned int pciSubSystemId;
+  char busId[32];
+} nvmlPciInfo_t;
+typedef struct nvmlEccErrorCounts_st
+{
+  unsigned long long l1Cache;
+  unsigned long long l2Cache;
+  unsigned long long deviceMemory;
+  unsigned long long registerFile;
+} nvmlEccErrorCounts_t;
+typedef struct nvmlUtilization_st
+{
+  unsigned int gpu;
+  unsigned int memory;
+} nvmlUtilization_t;
+typedef struct nvmlMemory_st
+{
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+} nvmlMemory_t;
+typedef struct nvmlMemory_v2_st
+{
+  unsigned int version;
+  unsigned long long total;
+  unsigned long long reserved;
+  unsigned long long free;
+  unsigned long long used;
+} nvmlMemory_v2_t;
+typedef struct nvmlBAR1Memory_st
+{
+  unsigned long long bar1Total;
+  unsigned long long bar1Free;
+  unsigned long long bar1Used;
+} nvmlBAR1Memory_t;
+typedef struct nvmlProcessInfo_v1_st
+{
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+typedef struct nvmlProcessInfo_v2_st
+{
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+} nvmlProcessInfo_v2_t;
+typedef struct nvmlProcessInfo_v2_st nvmlProcessInfo_t;
+typedef struct 
+{
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+  unsigned long long usedGpuCcProtectedMemory;
+} nvmlProcessDetail_v1_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int mode;
+  unsigned int numProcArrayEntries;
+  nvmlProcessDetail_v1_t *procArray;
+} nvmlProcessDetailList_v1_t;
+typedef nvmlProcessDetailList_v1_t nvmlProcessDetailList_t;
+typedef struct nvmlDeviceAttributes_st
+{
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+  unsigned int gpuInstanceSliceCount;
+  unsigned int computeInstanceSliceCount;
+  unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
+typedef struct 
+{
+  unsigned int isC2cEnabled;
+} nvmlC2cModeInfo_v1_t;
+typedef enum 
+{
+  NVML_DEVICE_ADDRESSING_MODE_NONE = 0,
+  NVML_DEVICE_ADDRESSING_MODE_HMM = 1,
+  NVML_DEVICE_ADDRESSING_MODE_ATS = 2
+} nvmlDeviceAddressingModeType_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int value;
+} nvmlDeviceAddressingMode_v1_t;
+typedef nvmlDeviceAddressingMode_v1_t nvmlDeviceAddressingMode_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int bChannelRepairPending;
+  unsigned int bTpcRepairPending;
+} nvmlRepairStatus_v1_t;
+typedef nvmlRepairStatus_v1_t nvmlRepairStatus_t;
+typedef struct nvmlRowRemapperHistogramValues_st
+{
+  unsigned int max;
+  unsigned int high;
+  unsigned int partial;
+  unsigned int low;
+  unsigned int none;
+} nvmlRowRemapperHistogramValues_t;
+typedef enum nvmlBridgeChipType_enum
+{
+  NVML_BRIDGE_CHIP_PLX = 0,
+  NVML_BRIDGE_CHIP_BRO4 = 1
+} nvmlBridgeChipType_t;
+typedef enum nvmlNvLinkUtilizationCountUnits_enum
+{
+  NVML_NVLINK_COUNTER_UNIT_CYCLES = 0,
+  NVML_NVLINK_COUNTER_UNIT_PACKETS = 1,
+  NVML_NVLINK_COUNTER_UNIT_BYTES = 2,
+  NVML_NVLINK_COUNTER_UNIT_RESERVED = 3,
+  NVML_NVLINK_COUNTER_UNIT_COUNT
+} nvmlNvLinkUtilizationCountUnits_t;
+typedef enum nvmlNvLinkUtilizationCountPktTypes_enum
+{
+  NVML_NVLINK_COUNTER_PKTFILTER_NOP = 0x1,
+  NVML_NVLINK_COUNTER_PKTFILTER_READ = 0x2,
+  NVML_NVLINK_COUNTER_PKTFILTER_WRITE = 0x4,
+  NVML_NVLINK_COUNTER_PKTFILTER_RATOM = 0x8,
+  NVML_NVLINK_COUNTER_PKTFILTER_NRATOM = 0x10,
+  NVML_NVLINK_COUNTER_PKTFILTER_FLUSH = 0x20,
+  NVML_NVLINK_COUNTER_PKTFILTER_RESPDATA = 0x40,
+  NVML_NVLINK_COUNTER_PKTFILTER_RESPNODATA = 0x80,
+  NVML_NVLINK_COUNTER_PKTFILTER_ALL = 0xFF
+} nvmlNvLinkUtilizationCountPktTypes_t;
+typedef struct nvmlNvLinkUtilizationControl_st
+{
+  nvmlNvLinkUtilizationCountUnits_t units;
+  nvmlNvLinkUtilizationCountPktTypes_t pktfilter;
+} nvmlNvLinkUtilizationControl_t;
+typedef enum nvmlNvLinkCapability_enum
+{
+  NVML_NVLINK_CAP_P2P_SUPPORTED = 0,
+  NVML_NVLINK_CAP_SYSMEM_ACCESS = 1,
+  NVML_NVLINK_CAP_P2P_ATOMICS = 2,
+  NVML_NVLINK_CAP_SYSMEM_ATOMICS = 3,
+  NVML_NVLINK_CAP_SLI_BRIDGE = 4,
+  NVML_NVLINK_CAP_VALID = 5,
+  NVML_NVLINK_CAP_COUNT
+} nvmlNvLinkCapability_t;
+typedef enum nvmlNvLinkErrorCounter_enum
+{
+  NVML_NVLINK_ERROR_DL_REPLAY = 0,
+  NVML_NVLINK_ERROR_DL_RECOVERY = 1,
+  NVML_NVLINK_ERROR_DL_CRC_FLIT = 2,
+  NVML_NVLINK_ERROR_DL_CRC_DATA = 3,
+  NVML_NVLINK_ERROR_DL_ECC_DATA = 4,
+  NVML_NVLINK_ERROR_COUNT
+} nvmlNvLinkErrorCounter_t;
+typedef enum nvmlIntNvLinkDeviceType_enum
+{
+  NVML_NVLINK_DEVICE_TYPE_GPU = 0x00,
+  NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01,
+  NVML_NVLINK_DEVICE_TYPE_SWITCH = 0x02,
+  NVML_NVLINK_DEVICE_TYPE_UNKNOWN = 0xFF
+} nvmlIntNvLinkDeviceType_t;
+typedef enum nvmlGpuLevel_enum
+{
+  NVML_TOPOLOGY_INTERNAL = 0,
+  NVML_TOPOLOGY_SINGLE = 10,
+  NVML_TOPOLOGY_MULTIPLE = 20,
+  NVML_TOPOLOGY_HOSTBRIDGE = 30,
+  NVML_TOPOLOGY_NODE = 40,
+  NVML_TOPOLOGY_SYSTEM = 50
+} nvmlGpuTopologyLevel_t;
+typedef enum nvmlGpuP2PStatus_enum
+{
+  NVML_P2P_STATUS_OK = 0,
+  NVML_P2P_STATUS_CHIPSET_NOT_SUPPORED,
+  NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED = NVML_P2P_STATUS_CHIPSET_NOT_SUPPORED,
+  NVML_P2P_STATUS_GPU_NOT_SUPPORTED,
+  NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED,
+  NVML_P2P_STATUS_DISABLED_BY_REGKEY,
+  NVML_P2P_STATUS_NOT_SUPPORTED,
+  NVML_P2P_STATUS_UNKNOWN
+} nvmlGpuP2PStatus_t;
+typedef enum nvmlGpuP2PCapsIndex_enum
+{
+  NVML_P2P_CAPS_INDEX_READ = 0,
+  NVML_P2P_CAPS_INDEX_WRITE = 1,
+  NVML_P2P_CAPS_INDEX_NVLINK = 2,
+  NVML_P2P_CAPS_INDEX_ATOMICS = 3,
+  NVML_P2P_CAPS_INDEX_PCI = 4,
+  NVML_P2P_CAPS_INDEX_PROP = NVML_P2P_CAPS_INDEX_PCI,
+  NVML_P2P_CAPS_INDEX_UNKNOWN = 5
+} nvmlGpuP2PCapsIndex_t;
+typedef struct nvmlBridgeChipInfo_st
+{
+  nvmlBridgeChipType_t type;
+  unsigned int fwVersion;
+} nvmlBridgeChipInfo_t;
+typedef struct nvmlBridgeChipHierarchy_st
+{
+  unsigned char bridgeCount;
+  nvmlBridgeChipInfo_t bridgeChipInfo[128];
+} nvmlBridgeChipHierarchy_t;
+typedef enum nvmlSamplingType_enum
+{
+  NVML_TOTAL_POWER_SAMPLES = 0,
+  NVML_GPU_UTILIZATION_SAMPLES = 1,
+  NVML_MEMORY_UTILIZATION_SAMPLES = 2,
+  NVML_ENC_UTILIZATION_SAMPLES = 3,
+  NVML_DEC_UTILIZATION_SAMPLES = 4,
+  NVML_PROCESSOR_CLK_SAMPLES = 5,
+  NVML_MEMORY_CLK_SAMPLES = 6,
+  NVML_MODULE_POWER_SAMPLES = 7,
+  NVML_JPG_UTILIZATION_SAMPLES = 8,
+  NVML_OFA_UTILIZATION_SAMPLES = 9,
+  NVML_SAMPLINGTYPE_COUNT
+} nvmlSamplingType_t;
+typedef enum nvmlPcieUtilCounter_enum
+{
+  NVML_PCIE_UTIL_TX_BYTES = 0,
+  NVML_PCIE_UTIL_RX_BYTES = 1,
+  NVML_PCIE_UTIL_COUNT
+} nvmlPcieUtilCounter_t;
+typedef enum nvmlValueType_enum
+{
+  NVML_VALUE_TYPE_DOUBLE = 0,
+  NVML_VALUE_TYPE_UNSIGNED_INT = 1,
+  NVML_VALUE_TYPE_UNSIGNED_LONG = 2,
+  NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3,
+  NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4,
+  NVML_VALUE_TYPE_SIGNED_INT = 5,
+  NVML_VALUE_TYPE_UNSIGNED_SHORT = 6,
+  NVML_VALUE_TYPE_COUNT
+} nvmlValueType_t;
+typedef union nvmlValue_st
+{
+  double dVal;
+  int siVal;
+  unsigned int uiVal;
+  unsigned long ulVal;
+  unsigned long long ullVal;
+  signed long long sllVal;
+  unsigned short usVal;
+} nvmlValue_t;
+typedef struct nvmlSample_st
+{
+  unsigned long long timeStamp;
+  nvmlValue_t sampleValue;
+} nvmlSample_t;
+typedef enum nvmlPerfPolicyType_enum
+{
+  NVML_PERF_POLICY_POWER = 0,
+  NVML_PERF_POLICY_THERMAL = 1,
+  NVML_PERF_POLICY_SYNC_BOOST = 2,
+  NVML_PERF_POLICY_BOARD_LIMIT = 3,
+  NVML_PERF_POLICY_LOW_UTILIZATION = 4,
+  NVML_PERF_POLICY_RELIABILITY = 5,
+  NVML_PERF_POLICY_TOTAL_APP_CLOCKS = 10,
+  NVML_PERF_POLICY_TOTAL_BASE_CLOCKS = 11,
+  NVML_PERF_POLICY_COUNT
+} nvmlPerfPolicyType_t;
+typedef struct nvmlViolationTime_st
+{
+  unsigned long long referenceTime;
+  unsigned long long violationTime;
+} nvmlViolationTime_t;
+typedef enum 
+{
+  NVML_THERMAL_TARGET_NONE = 0,
+  NVML_THERMAL_TARGET_GPU = 1,
+  NVML_THERMAL_TARGET_MEMORY = 2,
+  NVML_THERMAL_TARGET_POWER_SUPPLY = 4,
+  NVML_THERMAL_TARGET_BOARD = 8,
+  NVML_THERMAL_TARGET_VCD_BOARD = 9,
+  NVML_THERMAL_TARGET_VCD_INLET = 10,
+  NVML_THERMAL_TARGET_VCD_OUTLET = 11,
+  NVML_THERMAL_TARGET_ALL = 15,
+  NVML_THERMAL_TARGET_UNKNOWN = -1
+} nvmlThermalTarget_t;
+typedef enum 
+{
+  NVML_THERMAL_CONTROLLER_NONE = 0,
+  NVML_THERMAL_CONTROLLER_GPU_INTERNAL,
+  NVML_THERMAL_CONTROLLER_ADM1032,
+  NVML_THERMAL_CONTROLLER_ADT7461,
+  NVML_THERMAL_CONTROLLER_MAX6649,
+  NVML_THERMAL_CONTROLLER_MAX1617,
+  NVML_THERMAL_CONTROLLER_LM99,
+  NVML_THERMAL_CONTROLLER_LM89,
+  NVML_THERMAL_CONTROLLER_LM64,
+  NVML_THERMAL_CONTROLLER_G781,
+  NVML_THERMAL_CONTROLLER_ADT7473,
+  NVML_THERMAL_CONTROLLER_SBMAX6649,
+  NVML_THERMAL_CONTROLLER_VBIOSEVT,
+  NVML_THERMAL_CONTROLLER_OS,
+  NVML_THERMAL_CONTROLLER_NVSYSCON_CANOAS,
+  NVML_THERMAL_CONTROLLER_NVSYSCON_E551,
+  NVML_THERMAL_CONTROLLER_MAX6649R,
+  NVML_THERMAL_CONTROLLER_ADT7473S,
+  NVML_THERMAL_CONTROLLER_UNKNOWN = -1
+} nvmlThermalController_t;
+typedef struct 
+{
+  unsigned int count;
+  struct 
+  {
+    nvmlThermalController_t controller;
+    int defaultMinTemp;
+    int defaultMaxTemp;
+    int currentTemp;
+    nvmlThermalTarget_t target;
+  } sensor[3];
+} nvmlGpuThermalSettings_t;
+typedef enum nvmlCoolerControl_enum
+{
+  NVML_THERMAL_COOLER_SIGNAL_NONE = 0,
+  NVML_THERMAL_COOLER_SIGNAL_TOGGLE = 1,
+  NVML_THERMAL_COOLER_SIGNAL_VARIABLE = 2,
+  NVML_THERMAL_COOLER_SIGNAL_COUNT
+} nvmlCoolerControl_t;
+typedef enum nvmlCoolerTarget_enum
+{
+  NVML_THERMAL_COOLER_TARGET_NONE = 1 << 0,
+  NVML_THERMAL_COOLER_TARGET_GPU = 1 << 1,
+  NVML_THERMAL_COOLER_TARGET_MEMORY = 1 << 2,
+  NVML_THERMAL_COOLER_TARGET_POWER_SUPPLY = 1 << 3,
+  NVML_THERMAL_COOLER_TARGET_GPU_RELATED = (NVML_THERMAL_COOLER_TARGET_GPU | NVML_THERMAL_COOLER_TARGET_MEMORY) | NVML_THERMAL_COOLER_TARGET_POWER_SUPPLY
+} nvmlCoolerTarget_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int index;
+  nvmlCoolerControl_t signalType;
+  nvmlCoolerTarget_t target;
+} nvmlCoolerInfo_v1_t;
+typedef nvmlCoolerInfo_v1_t nvmlCoolerInfo_t;
+typedef enum 
+{
+  NVML_UUID_TYPE_NONE = 0,
+  NVML_UUID_TYPE_ASCII = 1,
+  NVML_UUID_TYPE_BINARY = 2
+} nvmlUUIDType_t;
+typedef union 
+{
+  char str[41];
+  unsigned char bytes[16];
+} nvmlUUIDValue_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int type;
+  nvmlUUIDValue_t value;
+} nvmlUUID_v1_t;
+typedef nvmlUUID_v1_t nvmlUUID_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned long long value;
+} nvmlPdi_v1_t;
+typedef nvmlPdi_v1_t nvmlPdi_t;
+typedef enum nvmlEnableState_enum
+{
+  NVML_FEATURE_DISABLED = 0,
+  NVML_FEATURE_ENABLED = 1
+} nvmlEnableState_t;
+typedef struct 
+{
+  unsigned int version;
+  nvmlEnableState_t encryptionState;
+} nvmlDramEncryptionInfo_v1_t;
+typedef nvmlDramEncryptionInfo_v1_t nvmlDramEncryptionInfo_t;
+typedef enum nvmlBrandType_enum
+{
+  NVML_BRAND_UNKNOWN = 0,
+  NVML_BRAND_QUADRO = 1,
+  NVML_BRAND_TESLA = 2,
+  NVML_BRAND_NVS = 3,
+  NVML_BRAND_GRID = 4,
+  NVML_BRAND_GEFORCE = 5,
+  NVML_BRAND_TITAN = 6,
+  NVML_BRAND_NVIDIA_VAPPS = 7,
+  NVML_BRAND_NVIDIA_VPC = 8,
+  NVML_BRAND_NVIDIA_VCS = 9,
+  NVML_BRAND_NVIDIA_VWS = 10,
+  NVML_BRAND_NVIDIA_CLOUD_GAMING = 11,
+  NVML_BRAND_NVIDIA_VGAMING = NVML_BRAND_NVIDIA_CLOUD_GAMING,
+  NVML_BRAND_QUADRO_RTX = 12,
+  NVML_BRAND_NVIDIA_RTX = 13,
+  NVML_BRAND_NVIDIA = 14,
+  NVML_BRAND_GEFORCE_RTX = 15,
+  NVML_BRAND_TITAN_RTX = 16,
+  NVML_BRAND_COUNT = 18
+} nvmlBrandType_t;
+typedef enum nvmlTemperatureThresholds_enum
+{
+  NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0,
+  NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1,
+  NVML_TEMPERATURE_THRESHOLD_MEM_MAX = 2,
+  NVML_TEMPERATURE_THRESHOLD_GPU_MAX = 3,
+  NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_MIN = 4,
+  NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_CURR = 5,
+  NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_MAX = 6,
+  NVML_TEMPERATURE_THRESHOLD_GPS_CURR = 7,
+  NVML_TEMPERATURE_THRESHOLD_COUNT
+} nvmlTemperatureThresholds_t;
+typedef enum nvmlTemperatureSensors_enum
+{
+  NVML_TEMPERATURE_GPU = 0,
+  NVML_TEMPERATURE_COUNT
+} nvmlTemperatureSensors_t;
+typedef struct 
+{
+  unsigned int version;
+  int marginTemperature;
+} nvmlMarginTemperature_v1_t;
+typedef nvmlMarginTemperature_v1_t nvmlMarginTemperature_t;
+typedef enum nvmlComputeMode_enum
+{
+  NVML_COMPUTEMODE_DEFAULT = 0,
+  NVML_COMPUTEMODE_EXCLUSIVE_THREAD = 1,
+  NVML_COMPUTEMODE_PROHIBITED = 2,
+  NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 3,
+  NVML_COMPUTEMODE_COUNT
+} nvmlComputeMode_t;
+typedef struct nvmlClkMonFaultInfo_struct
+{
+  unsigned int clkApiDomain;
+  unsigned int clkDomainFaultMask;
+} nvmlClkMonFaultInfo_t;
+typedef struct nvmlClkMonStatus_status
+{
+  unsigned int bGlobalStatus;
+  unsigned int clkMonListSize;
+  nvmlClkMonFaultInfo_t clkMonList[32];
+} nvmlClkMonStatus_t;
+typedef enum nvmlMemoryErrorType_enum
+{
+  NVML_MEMORY_ERROR_TYPE_CORRECTED = 0,
+  NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1,
+  NVML_MEMORY_ERROR_TYPE_COUNT
+} nvmlMemoryErrorType_t;
+typedef enum nvmlNvlinkVersion_enum
+{
+  NVML_NVLINK_VERSION_INVALID = 0,
+  NVML_NVLINK_VERSION_1_0 = 1,
+  NVML_NVLINK_VERSION_2_0 = 2,
+  NVML_NVLINK_VERSION_2_2 = 3,
+  NVML_NVLINK_VERSION_3_0 = 4,
+  NVML_NVLINK_VERSION_3_1 = 5,
+  NVML_NVLINK_VERSION_4_0 = 6,
+  NVML_NVLINK_VERSION_5_0 = 7
+} nvmlNvlinkVersion_t;
+typedef enum nvmlEccCounterType_enum
+{
+  NVML_VOLATILE_ECC = 0,
+  NVML_AGGREGATE_ECC = 1,
+  NVML_ECC_COUNTER_TYPE_COUNT
+} nvmlEccCounterType_t;
+typedef enum nvmlClockType_enum
+{
+  NVML_CLOCK_GRAPHICS = 0,
+  NVML_CLOCK_SM = 1,
+  NVML_CLOCK_MEM = 2,
+  NVML_CLOCK_VIDEO = 3,
+  NVML_CLOCK_COUNT
+} nvmlClockType_t;
+typedef enum nvmlClockId_enum
+{
+  NVML_CLOCK_ID_CURRENT = 0,
+  NVML_CLOCK_ID_APP_CLOCK_TARGET = 1,
+  NVML_CLOCK_ID_APP_CLOCK_DEFAULT = 2,
+  NVML_CLOCK_ID_CUSTOMER_BOOST_MAX = 3,
+  NVML_CLOCK_ID_COUNT
+} nvmlClockId_t;
+typedef enum nvmlDriverModel_enum
+{
+  NVML_DRIVER_WDDM = 0,
+  NVML_DRIVER_WDM = 1,
+  NVML_DRIVER_MCDM = 2
+} nvmlDriverModel_t;
+typedef enum nvmlPStates_enum
+{
+  NVML_PSTATE_0 = 0,
+  NVML_PSTATE_1 = 1,
+  NVML_PSTATE_2 = 2,
+  NVML_PSTATE_3 = 3,
+  NVML_PSTATE_4 = 4,
+  NVML_PSTATE_5 = 5,
+  NVML_PSTATE_6 = 6,
+  NVML_PSTATE_7 = 7,
+  NVML_PSTATE_8 = 8,
+  NVML_PSTATE_9 = 9,
+  NVML_PSTATE_10 = 10,
+  NVML_PSTATE_11 = 11,
+  NVML_PSTATE_12 = 12,
+  NVML_PSTATE_13 = 13,
+  NVML_PSTATE_14 = 14,
+  NVML_PSTATE_15 = 15,
+  NVML_PSTATE_UNKNOWN = 32
+} nvmlPstates_t;
+typedef struct 
+{
+  unsigned int version;
+  nvmlClockType_t type;
+  nvmlPstates_t pstate;
+  int clockOffsetMHz;
+  int minClockOffsetMHz;
+  int maxClockOffsetMHz;
+} nvmlClockOffset_v1_t;
+typedef nvmlClockOffset_v1_t nvmlClockOffset_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int fan;
+  unsigned int speed;
+} nvmlFanSpeedInfo_v1_t;
+typedef nvmlFanSpeedInfo_v1_t nvmlFanSpeedInfo_t;
+typedef struct 
+{
+  unsigned int version;
+  char str[2048];
+} nvmlDevicePerfModes_v1_t;
+typedef nvmlDevicePerfModes_v1_t nvmlDevicePerfModes_t;
+typedef struct 
+{
+  unsigned int version;
+  char str[2048];
+} nvmlDeviceCurrentClockFreqs_v1_t;
+typedef nvmlDeviceCurrentClockFreqs_v1_t nvmlDeviceCurrentClockFreqs_t;
+typedef struct 
+{
+  unsigned int currentMode;
+  unsigned int mode;
+  unsigned int supportedPowerMizerModes;
+} nvmlDevicePowerMizerModes_v1_t;
+typedef enum nvmlGom_enum
+{
+  NVML_GOM_ALL_ON = 0,
+  NVML_GOM_COMPUTE = 1,
+  NVML_GOM_LOW_DP = 2
+} nvmlGpuOperationMode_t;
+typedef enum nvmlInforomObject_enum
+{
+  NVML_INFOROM_OEM = 0,
+  NVML_INFOROM_ECC = 1,
+  NVML_INFOROM_POWER = 2,
+  NVML_INFOROM_DEN = 3,
+  NVML_INFOROM_COUNT
+} nvmlInforomObject_t;
+typedef enum nvmlReturn_enum
+{
+  NVML_SUCCESS = 0,
+  NVML_ERROR_UNINITIALIZED = 1,
+  NVML_ERROR_INVALID_ARGUMENT = 2,
+  NVML_ERROR_NOT_SUPPORTED = 3,
+  NVML_ERROR_NO_PERMISSION = 4,
+  NVML_ERROR_ALREADY_INITIALIZED = 5,
+  NVML_ERROR_NOT_FOUND = 6,
+  NVML_ERROR_INSUFFICIENT_SIZE = 7,
+  NVML_ERROR_INSUFFICIENT_POWER = 8,
+  NVML_ERROR_DRIVER_NOT_LOADED = 9,
+  NVML_ERROR_TIMEOUT = 10,
+  NVML_ERROR_IRQ_ISSUE = 11,
+  NVML_ERROR_LIBRARY_NOT_FOUND = 12,
+  NVML_ERROR_FUNCTION_NOT_FOUND = 13,
+  NVML_ERROR_CORRUPTED_INFOROM = 14,
+  NVML_ERROR_GPU_IS_LOST = 15,
+  NVML_ERROR_RESET_REQUIRED = 16,
+  NVML_ERROR_OPERATING_SYSTEM = 17,
+  NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18,
+  NVML_ERROR_IN_USE = 19,
+  NVML_ERROR_MEMORY = 20,
+  NVML_ERROR_NO_DATA = 21,
+  NVML_ERROR_VGPU_ECC_NOT_SUPPORTED = 22,
+  NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
+  NVML_ERROR_FREQ_NOT_SUPPORTED = 24,
+  NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+  NVML_ERROR_DEPRECATED = 26,
+  NVML_ERROR_NOT_READY = 27,
+  NVML_ERROR_GPU_NOT_FOUND = 28,
+  NVML_ERROR_INVALID_STATE = 29,
+  NVML_ERROR_RESET_TYPE_NOT_SUPPORTED = 30,
+  NVML_ERROR_UNKNOWN = 999
+} nvmlReturn_t;
+typedef enum nvmlMemoryLocation_enum
+{
+  NVML_MEMORY_LOCATION_L1_CACHE = 0,
+  NVML_MEMORY_LOCATION_L2_CACHE = 1,
+  NVML_MEMORY_LOCATION_DRAM = 2,
+  NVML_MEMORY_LOCATION_DEVICE_MEMORY = 2,
+  NVML_MEMORY_LOCATION_REGISTER_FILE = 3,
+  NVML_MEMORY_LOCATION_TEXTURE_MEMORY = 4,
+  NVML_MEMORY_LOCATION_TEXTURE_SHM = 5,
+  NVML_MEMORY_LOCATION_CBU = 6,
+  NVML_MEMORY_LOCATION_SRAM = 7,
+  NVML_MEMORY_LOCATION_COUNT
+} nvmlMemoryLocation_t;
+typedef enum nvmlPageRetirementCause_enum
+{
+  NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0,
+  NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1,
+  NVML_PAGE_RETIREMENT_CAUSE_COUNT
+} nvmlPageRetirementCause_t;
+typedef enum nvmlRestrictedAPI_enum
+{
+  NVML_RESTRICTED_API_SET_APPLICATION_CLOCKS = 0,
+  NVML_RESTRICTED_API_SET_AUTO_BOOSTED_CLOCKS = 1,
+  NVML_RESTRICTED_API_COUNT
+} nvmlRestrictedAPI_t;
+typedef struct nvmlProcessUtilizationSample_st
+{
+  unsigned int pid;
+  unsigned long long timeStamp;
+  unsigned int smUtil;
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+typedef struct 
+{
+  unsigned long long timeStamp;
+  unsigned int pid;
+  unsigned int smUtil;
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+  unsigned int jpgUtil;
+  unsigned int ofaUtil;
+} nvmlProcessUtilizationInfo_v1_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int processSamplesCount;
+  unsigned long long lastSeenTimeStamp;
+  nvmlProcessUtilizationInfo_v1_t *procUtilArray;
+} nvmlProcessesUtilizationInfo_v1_t;
+typedef nvmlProcessesUtilizationInfo_v1_t nvmlProcessesUtilizationInfo_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned long long aggregateUncParity;
+  unsigned long long aggregateUncSecDed;
+  unsigned long long aggregateCor;
+  unsigned long long volatileUncParity;
+  unsigned long long volatileUncSecDed;
+  unsigned long long volatileCor;
+  unsigned long long aggregateUncBucketL2;
+  unsigned long long aggregateUncBucketSm;
+  unsigned long long aggregateUncBucketPcie;
+  unsigned long long aggregateUncBucketMcu;
+  unsigned long long aggregateUncBucketOther;
+  unsigned int bThresholdExceeded;
+} nvmlEccSramErrorStatus_v1_t;
+typedef nvmlEccSramErrorStatus_v1_t nvmlEccSramErrorStatus_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned char ibGuid[16];
+  unsigned char rackGuid[16];
+  unsigned char chassisPhysicalSlotNumber;
+  unsigned char computeSlotIndex;
+  unsigned char nodeIndex;
+  unsigned char peerType;
+  unsigned char moduleId;
+} nvmlPlatformInfo_v1_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned char ibGuid[16];
+  unsigned char chassisSerialNumber[16];
+  unsigned char slotNumber;
+  unsigned char trayIndex;
+  unsigned char hostId;
+  unsigned char peerType;
+  unsigned char moduleId;
+} nvmlPlatformInfo_v2_t;
+typedef nvmlPlatformInfo_v2_t nvmlPlatformInfo_t;
+typedef struct 
+{
+  char value[64];
+} nvmlHostname_v1_t;
+typedef struct 
+{
+  unsigned int unit;
+  unsigned int location;
+  unsigned int sublocation;
+  unsigned int extlocation;
+  unsigned int address;
+  unsigned int isParity;
+  unsigned int count;
+} nvmlEccSramUniqueUncorrectedErrorEntry_v1_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int entryCount;
+  nvmlEccSramUniqueUncorrectedErrorEntry_v1_t *entries;
+} nvmlEccSramUniqueUncorrectedErrorCounts_v1_t;
+typedef nvmlEccSramUniqueUncorrectedErrorCounts_v1_t nvmlEccSramUniqueUncorrectedErrorCounts_t;
+typedef unsigned int nvmlDeviceArchitecture_t;
+typedef unsigned int nvmlBusType_t;
+typedef unsigned int nvmlFanControlPolicy_t;
+typedef unsigned int nvmlPowerSource_t;
+typedef enum nvmlGpuUtilizationDomainId_t
+{
+  NVML_GPU_UTILIZATION_DOMAIN_GPU = 0,
+  NVML_GPU_UTILIZATION_DOMAIN_FB = 1,
+  NVML_GPU_UTILIZATION_DOMAIN_VID = 2,
+  NVML_GPU_UTILIZATION_DOMAIN_BUS = 3
+} nvmlGpuUtilizationDomainId_t;
+typedef struct nvmlGpuDynamicPstatesInfo_st
+{
+  unsigned int flags;
+  struct 
+  {
+    unsigned int bIsPresent;
+    unsigned int percentage;
+    unsigned int incThreshold;
+    unsigned int decThreshold;
+  } utilization[8];
+} nvmlGpuDynamicPstatesInfo_t;
+typedef unsigned char nvmlPowerScopeType_t;
+typedef struct 
+{
+  unsigned int version;
+  nvmlPowerScopeType_t powerScope;
+  unsigned int powerValueMw;
+} nvmlPowerValue_v2_t;
+typedef enum nvmlGpuVirtualizationMode
+{
+  NVML_GPU_VIRTUALIZATION_MODE_NONE = 0,
+  NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH = 1,
+  NVML_GPU_VIRTUALIZATION_MODE_VGPU = 2,
+  NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU = 3,
+  NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA = 4
+} nvmlGpuVirtualizationMode_t;
+typedef enum nvmlHostVgpuMode_enum
+{
+  NVML_HOST_VGPU_MODE_NON_SRIOV = 0,
+  NVML_HOST_VGPU_MODE_SRIOV = 1
+} nvmlHostVgpuMode_t;
+typedef enum nvmlVgpuVmIdType
+{
+  NVML_VGPU_VM_ID_DOMAIN_ID = 0,
+  NVML_VGPU_VM_ID_UUID = 1
+} nvmlVgpuVmIdType_t;
+typedef enum nvmlVgpuGuestInfoState_enum
+{
+  NVML_VGPU_INSTANCE_GUEST_INFO_STATE_UNINITIALIZED = 0,
+  NVML_VGPU_INSTANCE_GUEST_INFO_STATE_INITIALIZED = 1
+} nvmlVgpuGuestInfoState_t;
+typedef enum 
+{
+  NVML_GRID_LICENSE_FEATURE_CODE_UNKNOWN = 0,
+  NVML_GRID_LICENSE_FEATURE_CODE_VGPU = 1,
+  NVML_GRID_LICENSE_FEATURE_CODE_NVIDIA_RTX = 2,
+  NVML_GRID_LICENSE_FEATURE_CODE_VWORKSTATION = NVML_GRID_LICENSE_FEATURE_CODE_NVIDIA_RTX,
+  NVML_GRID_LICENSE_FEATURE_CODE_GAMING = 3,
+  NVML_GRID_LICENSE_FEATURE_CODE_COMPUTE = 4
+} nvmlGridLicenseFeatureCode_t;
+typedef enum nvmlVgpuCapability_enum
+{
+  NVML_VGPU_CAP_NVLINK_P2P = 0,
+  NVML_VGPU_CAP_GPUDIRECT = 1,
+  NVML_VGPU_CAP_MULTI_VGPU_EXCLUSIVE = 2,
+  NVML_VGPU_CAP_EXCLUSIVE_TYPE = 3,
+  NVML_VGPU_CAP_EXCLUSIVE_SIZE = 4,
+  NVML_VGPU_CAP_COUNT
+} nvmlVgpuCapability_t;
+typedef enum nvmlVgpuDriverCapability_enum
+{
+  NVML_VGPU_DRIVER_CAP_HETEROGENEOUS_MULTI_VGPU = 0,
+  NVML_VGPU_DRIVER_CAP_WARM_UPDATE = 1,
+  NVML_VGPU_DRIVER_CAP_COUNT
+} nvmlVgpuDriverCapability_t;
+typedef enum nvmlDeviceVgpuCapability_enum
+{
+  NVML_DEVICE_VGPU_CAP_FRACTIONAL_MULTI_VGPU = 0,
+  NVML_DEVICE_VGPU_CAP_HETEROGENEOUS_TIMESLICE_PROFILES = 1,
+  NVML_DEVICE_VGPU_CAP_HETEROGENEOUS_TIMESLICE_SIZES = 2,
+  NVML_DEVICE_VGPU_CAP_READ_DEVICE_BUFFER_BW = 3,
+  NVML_DEVICE_VGPU_CAP_WRITE_DEVICE_BUFFER_BW = 4,
+  NVML_DEVICE_VGPU_CAP_DEVICE_STREAMING = 5,
+  NVML_DEVICE_VGPU_CAP_MINI_QUARTER_GPU = 6,
+  NVML_DEVICE_VGPU_CAP_COMPUTE_MEDIA_ENGINE_GPU = 7,
+  NVML_DEVICE_VGPU_CAP_WARM_UPDATE = 8,
+  NVML_DEVICE_VGPU_CAP_HOMOGENEOUS_PLACEMENTS = 9,
+  NVML_DEVICE_VGPU_CAP_MIG_TIMESLICING_SUPPORTED = 10,
+  NVML_DEVICE_VGPU_CAP_MIG_TIMESLICING_ENABLED = 11,
+  NVML_DEVICE_VGPU_CAP_COUNT
+} nvmlDeviceVgpuCapability_t;
+typedef unsigned int nvmlVgpuTypeId_t;
+typedef unsigned int nvmlVgpuInstance_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int mode;
+} nvmlVgpuHeterogeneousMode_v1_t;
+typedef nvmlVgpuHeterogeneousMode_v1_t nvmlVgpuHeterogeneousMode_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int placementId;
+} nvmlVgpuPlacementId_v1_t;
+typedef nvmlVgpuPlacementId_v1_t nvmlVgpuPlacementId_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int placementSize;
+  unsigned int count;
+  unsigned int *placementIds;
+} nvmlVgpuPlacementList_v1_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int placementSize;
+  unsigned int count;
+  unsigned int *placementIds;
+  unsigned int mode;
+} nvmlVgpuPlacementList_v2_t;
+typedef nvmlVgpuPlacementList_v2_t nvmlVgpuPlacementList_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned long long bar1Size;
+} nvmlVgpuTypeBar1Info_v1_t;
+typedef nvmlVgpuTypeBar1Info_v1_t nvmlVgpuTypeBar1Info_t;
+typedef struct nvmlVgpuInstanceUtilizationSample_st
+{
+  nvmlVgpuInstance_t vgpuInstance;
+  unsigned long long timeStamp;
+  nvmlValue_t smUtil;
+  nvmlValue_t memUtil;
+  nvmlValue_t encUtil;
+  nvmlValue_t decUtil;
+} nvmlVgpuInstanceUtilizationSample_t;
+typedef struct 
+{
+  unsigned long long timeStamp;
+  nvmlVgpuInstance_t vgpuInstance;
+  nvmlValue_t smUtil;
+  nvmlValue_t memUtil;
+  nvmlValue_t encUtil;
+  nvmlValue_t decUtil;
+  nvmlValue_t jpgUtil;
+  nvmlValue_t ofaUtil;
+} nvmlVgpuInstanceUtilizationInfo_v1_t;
+typedef struct 
+{
+  unsigned int version;
+  nvmlValueType_t sampleValType;
+  unsigned int vgpuInstanceCount;
+  unsigned long long lastSeenTimeStamp;
+  nvmlVgpuInstanceUtilizationInfo_v1_t *vgpuUtilArray;
+} nvmlVgpuInstancesUtilizationInfo_v1_t;
+typedef nvmlVgpuInstancesUtilizationInfo_v1_t nvmlVgpuInstancesUtilizationInfo_t;
+typedef struct nvmlVgpuProcessUtilizationSample_st
+{
+  nvmlVgpuInstance_t vgpuInstance;
+  unsigned int pid;
+  char processName[64];
+  unsigned long long timeStamp;
+  unsigned int smUtil;
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+} nvmlVgpuProcessUtilizationSample_t;
+typedef struct 
+{
+  char processName[64];
+  unsigned long long timeStamp;
+  nvmlVgpuInstance_t vgpuInstance;
+  unsigned int pid;
+  unsigned int smUtil;
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+  unsigned int jpgUtil;
+  unsigned int ofaUtil;
+} nvmlVgpuProcessUtilizationInfo_v1_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int vgpuProcessCount;
+  unsigned long long lastSeenTimeStamp;
+  nvmlVgpuProcessUtilizationInfo_v1_t *vgpuProcUtilArray;
+} nvmlVgpuProcessesUtilizationInfo_v1_t;
+typedef nvmlVgpuProcessesUtilizationInfo_v1_t nvmlVgpuProcessesUtilizationInfo_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned long long size;
+} nvmlVgpuRuntimeState_v1_t;
+typedef nvmlVgpuRuntimeState_v1_t nvmlVgpuRuntimeState_t;
+typedef union 
+{
+  struct 
+  {
+    unsigned int avgFactor;
+    unsigned int timeslice;
+  } vgpuSchedDataWithARR;
+  struct 
+  {
+    unsigned int timeslice;
+  } vgpuSchedData;
+} nvmlVgpuSchedulerParams_t;
+typedef struct nvmlVgpuSchedulerLogEntries_st
+{
+  unsigned long long timestamp;
+  unsigned long long timeRunTotal;
+  unsigned long long timeRun;
+  unsigned int swRunlistId;
+  unsigned long long targetTimeSlice;
+  unsigned long long cumulativePreemptionTime;
+} nvmlVgpuSchedulerLogEntry_t;
+typedef struct nvmlVgpuSchedulerLog_st
+{
+  unsigned int engineId;
+  unsigned int schedulerPolicy;
+  unsigned int arrMode;
+  nvmlVgpuSchedulerParams_t schedulerParams;
+  unsigned int entriesCount;
+  nvmlVgpuSchedulerLogEntry_t logEntries[200];
+} nvmlVgpuSchedulerLog_t;
+typedef struct nvmlVgpuSchedulerGetState_st
+{
+  unsigned int schedulerPolicy;
+  unsigned int arrMode;
+  nvmlVgpuSchedulerParams_t schedulerParams;
+} nvmlVgpuSchedulerGetState_t;
+typedef union 
+{
+  struct 
+  {
+    unsigned int avgFactor;
+    unsigned int frequency;
+  } vgpuSchedDataWithARR;
+  struct 
+  {
+    unsigned int timeslice;
+  } vgpuSchedData;
+} nvmlVgpuSchedulerSetParams_t;
+typedef struct nvmlVgpuSchedulerSetState_st
+{
+  unsigned int schedulerPolicy;
+  unsigned int enableARRMode;
+  nvmlVgpuSchedulerSetParams_t schedulerParams;
+} nvmlVgpuSchedulerSetState_t;
+typedef struct nvmlVgpuSchedulerCapabilities_st
+{
+  unsigned int supportedSchedulers[3];
+  unsigned int maxTimeslice;
+  unsigned int minTimeslice;
+  unsigned int isArrModeSupported;
+  unsigned int maxFrequencyForARR;
+  unsigned int minFrequencyForARR;
+  unsigned int maxAvgFactorForARR;
+  unsigned int minAvgFactorForARR;
+} nvmlVgpuSchedulerCapabilities_t;
+typedef struct nvmlVgpuLicenseExpiry_st
+{
+  unsigned int year;
+  unsigned short month;
+  unsigned short day;
+  unsigned short hour;
+  unsigned short min;
+  unsigned short sec;
+  unsigned char status;
+} nvmlVgpuLicenseExpiry_t;
+typedef struct nvmlVgpuLicenseInfo_st
+{
+  unsigned char isLicensed;
+  nvmlVgpuLicenseExpiry_t licenseExpiry;
+  unsigned int currentState;
+} nvmlVgpuLicenseInfo_t;
+typedef struct nvmlGridLicenseExpiry_st
+{
+  unsigned int year;
+  unsigned short month;
+  unsigned short day;
+  unsigned short hour;
+  unsigned short min;
+  unsigned short sec;
+  unsigned char status;
+} nvmlGridLicenseExpiry_t;
+typedef struct nvmlGridLicensableFeature_st
+{
+  nvmlGridLicenseFeatureCode_t featureCode;
+  unsigned int featureState;
+  char licenseInfo[128];
+  char productName[128];
+  unsigned int featureEnabled;
+  nvmlGridLicenseExpiry_t licenseExpiry;
+} nvmlGridLicensableFeature_t;
+typedef struct nvmlGridLicensableFeatures_st
+{
+  int isGridLicenseSupported;
+  unsigned int licensableFeaturesCount;
+  nvmlGridLicensableFeature_t gridLicensableFeatures[3];
+} nvmlGridLicensableFeatures_t;
+typedef enum nvmlDeviceGpuRecoveryAction_s
+{
+  NVML_GPU_RECOVERY_ACTION_NONE = 0,
+  NVML_GPU_RECOVERY_ACTION_GPU_RESET = 1,
+  NVML_GPU_RECOVERY_ACTION_NODE_REBOOT = 2,
+  NVML_GPU_RECOVERY_ACTION_DRAIN_P2P = 3,
+  NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET = 4
+} nvmlDeviceGpuRecoveryAction_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int vgpuCount;
+  nvmlVgpuTypeId_t *vgpuTypeIds;
+} nvmlVgpuTypeIdInfo_v1_t;
+typedef nvmlVgpuTypeIdInfo_v1_t nvmlVgpuTypeIdInfo_t;
+typedef struct 
+{
+  unsigned int version;
+  nvmlVgpuTypeId_t vgpuTypeId;
+  unsigned int maxInstancePerGI;
+} nvmlVgpuTypeMaxInstance_v1_t;
+typedef nvmlVgpuTypeMaxInstance_v1_t nvmlVgpuTypeMaxInstance_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int vgpuCount;
+  nvmlVgpuInstance_t *vgpuInstances;
+} nvmlActiveVgpuInstanceInfo_v1_t;
+typedef nvmlActiveVgpuInstanceInfo_v1_t nvmlActiveVgpuInstanceInfo_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int engineId;
+  unsigned int schedulerPolicy;
+  unsigned int enableARRMode;
+  nvmlVgpuSchedulerSetParams_t schedulerParams;
+} nvmlVgpuSchedulerState_v1_t;
+typedef nvmlVgpuSchedulerState_v1_t nvmlVgpuSchedulerState_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int engineId;
+  unsigned int schedulerPolicy;
+  unsigned int arrMode;
+  nvmlVgpuSchedulerParams_t schedulerParams;
+} nvmlVgpuSchedulerStateInfo_v1_t;
+typedef nvmlVgpuSchedulerStateInfo_v1_t nvmlVgpuSchedulerStateInfo_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int engineId;
+  unsigned int schedulerPolicy;
+  unsigned int arrMode;
+  nvmlVgpuSchedulerParams_t schedulerParams;
+  unsigned int entriesCount;
+  nvmlVgpuSchedulerLogEntry_t logEntries[200];
+} nvmlVgpuSchedulerLogInfo_v1_t;
+typedef nvmlVgpuSchedulerLogInfo_v1_t nvmlVgpuSchedulerLogInfo_t;
+typedef struct 
+{
+  unsigned int version;
+  nvmlVgpuTypeId_t vgpuTypeId;
+  unsigned int count;
+  unsigned int *placementIds;
+  unsigned int placementSize;
+} nvmlVgpuCreatablePlacementInfo_v1_t;
+typedef nvmlVgpuCreatablePlacementInfo_v1_t nvmlVgpuCreatablePlacementInfo_t;
+typedef struct nvmlNvLinkPowerThres_st
+{
+  unsigned int lowPwrThreshold;
+} nvmlNvLinkPowerThres_t;
+typedef struct nvmlFieldValue_st
+{
+  unsigned int fieldId;
+  unsigned int scopeId;
+  long long timestamp;
+  long long latencyUsec;
+  nvmlValueType_t valueType;
+  nvmlReturn_t nvmlReturn;
+  nvmlValue_t value;
+} nvmlFieldValue_t;
+typedef struct nvmlUnit_st *nvmlUnit_t;
+typedef struct nvmlHwbcEntry_st
+{
+  unsigned int hwbcId;
+  char firmwareVersion[32];
+} nvmlHwbcEntry_t;
+typedef enum nvmlFanState_enum
+{
+  NVML_FAN_NORMAL = 0,
+  NVML_FAN_FAILED = 1
+} nvmlFanState_t;
+typedef enum nvmlLedColor_enum
+{
+  NVML_LED_COLOR_GREEN = 0,
+  NVML_LED_COLOR_AMBER = 1
+} nvmlLedColor_t;
+typedef struct nvmlLedState_st
+{
+  char cause[256];
+  nvmlLedColor_t color;
+} nvmlLedState_t;
+typedef struct nvmlUnitInfo_st
+{
+  char name[96];
+  char id[96];
+  char serial[96];
+  char firmwareVersion[96];
+} nvmlUnitInfo_t;
+typedef struct nvmlPSUInfo_st
+{
+  char state[256];
+  unsigned int current;
+  unsigned int voltage;
+  unsigned int power;
+} nvmlPSUInfo_t;
+typedef struct nvmlUnitFanInfo_st
+{
+  unsigned int speed;
+  nvmlFanState_t state;
+} nvmlUnitFanInfo_t;
+typedef struct nvmlUnitFanSpeeds_st
+{
+  nvmlUnitFanInfo_t fans[24];
+  unsigned int count;
+} nvmlUnitFanSpeeds_t;
+typedef struct nvmlEventSet_st *nvmlEventSet_t;
+typedef struct nvmlEventData_st
+{
+  nvmlDevice_t device;
+  unsigned long long eventType;
+  unsigned long long eventData;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+} nvmlEventData_t;
+typedef struct nvmlSystemEventSet_st *nvmlSystemEventSet_t;
+typedef struct 
+{
+  unsigned int version;
+  nvmlSystemEventSet_t set;
+} nvmlSystemEventSetCreateRequest_v1_t;
+typedef nvmlSystemEventSetCreateRequest_v1_t nvmlSystemEventSetCreateRequest_t;
+typedef struct 
+{
+  unsigned int version;
+  nvmlSystemEventSet_t set;
+} nvmlSystemEventSetFreeRequest_v1_t;
+typedef nvmlSystemEventSetFreeRequest_v1_t nvmlSystemEventSetFreeRequest_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned long long eventTypes;
+  nvmlSystemEventSet_t set;
+} nvmlSystemRegisterEventRequest_v1_t;
+typedef nvmlSystemRegisterEventRequest_v1_t nvmlSystemRegisterEventRequest_t;
+typedef struct 
+{
+  unsigned long long eventType;
+  unsigned int gpuId;
+} nvmlSystemEventData_v1_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int timeoutms;
+  nvmlSystemEventSet_t set;
+  nvmlSystemEventData_v1_t *data;
+  unsigned int dataSize;
+  unsigned int numEvent;
+} nvmlSystemEventSetWaitRequest_v1_t;
+typedef nvmlSystemEventSetWaitRequest_v1_t nvmlSystemEventSetWaitRequest_t;
+typedef struct nvmlAccountingStats_st
+{
+  unsigned int gpuUtilization;
+  unsigned int memoryUtilization;
+  unsigned long long maxMemoryUsage;
+  unsigned long long time;
+  unsigned long long startTime;
+  unsigned int isRunning;
+  unsigned int reserved[5];
+} nvmlAccountingStats_t;
+typedef enum nvmlEncoderQueryType_enum
+{
+  NVML_ENCODER_QUERY_H264 = 0x00,
+  NVML_ENCODER_QUERY_HEVC = 0x01,
+  NVML_ENCODER_QUERY_AV1 = 0x02,
+  NVML_ENCODER_QUERY_UNKNOWN = 0xFF
+} nvmlEncoderType_t;
+typedef struct nvmlEncoderSessionInfo_st
+{
+  unsigned int sessionId;
+  unsigned int pid;
+  nvmlVgpuInstance_t vgpuInstance;
+  nvmlEncoderType_t codecType;
+  unsigned int hResolution;
+  unsigned int vResolution;
+  unsigned int averageFps;
+  unsigned int averageLatency;
+} nvmlEncoderSessionInfo_t;
+typedef enum nvmlFBCSessionType_enum
+{
+  NVML_FBC_SESSION_TYPE_UNKNOWN = 0,
+  NVML_FBC_SESSION_TYPE_TOSYS,
+  NVML_FBC_SESSION_TYPE_CUDA,
+  NVML_FBC_SESSION_TYPE_VID,
+  NVML_FBC_SESSION_TYPE_HWENC
+} nvmlFBCSessionType_t;
+typedef struct nvmlFBCStats_st
+{
+  unsigned int sessionsCount;
+  unsigned int averageFPS;
+  unsigned int averageLatency;
+} nvmlFBCStats_t;
+typedef struct nvmlFBCSessionInfo_st
+{
+  unsigned int sessionId;
+  unsigned int pid;
+  nvmlVgpuInstance_t vgpuInstance;
+  unsigned int displayOrdinal;
+  nvmlFBCSessionType_t sessionType;
+  unsigned int sessionFlags;
+  unsigned int hMaxResolution;
+  unsigned int vMaxResolution;
+  unsigned int hResolution;
+  unsigned int vResolution;
+  unsigned int averageFPS;
+  unsigned int averageLatency;
+} nvmlFBCSessionInfo_t;
+typedef enum nvmlDetachGpuState_enum
+{
+  NVML_DETACH_GPU_KEEP = 0,
+  NVML_DETACH_GPU_REMOVE
+} nvmlDetachGpuState_t;
+typedef enum nvmlPcieLinkState_enum
+{
+  NVML_PCIE_LINK_KEEP = 0,
+  NVML_PCIE_LINK_SHUT_DOWN
+} nvmlPcieLinkState_t;
+typedef struct nvmlConfComputeSystemCaps_st
+{
+  unsigned int cpuCaps;
+  unsigned int gpusCaps;
+} nvmlConfComputeSystemCaps_t;
+typedef struct nvmlConfComputeSystemState_st
+{
+  unsigned int environment;
+  unsigned int ccFeature;
+  unsigned int devToolsMode;
+} nvmlConfComputeSystemState_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int environment;
+  unsigned int ccFeature;
+  unsigned int devToolsMode;
+  unsigned int multiGpuMode;
+} nvmlSystemConfComputeSettings_v1_t;
+typedef nvmlSystemConfComputeSettings_v1_t nvmlSystemConfComputeSettings_t;
+typedef struct nvmlConfComputeMemSizeInfo_st
+{
+  unsigned long long protectedMemSizeKib;
+  unsigned long long unprotectedMemSizeKib;
+} nvmlConfComputeMemSizeInfo_t;
+typedef struct nvmlConfComputeGpuCertificate_st
+{
+  unsigned int certChainSize;
+  unsigned int attestationCertChainSize;
+  unsigned char certChain[0x1000];
+  unsigned char attestationCertChain[0x1400];
+} nvmlConfComputeGpuCertificate_t;
+typedef struct nvmlConfComputeGpuAttestationReport_st
+{
+  unsigned int isCecAttestationReportPresent;
+  unsigned int attestationReportSize;
+  unsigned int cecAttestationReportSize;
+  unsigned char nonce[0x20];
+  unsigned char attestationReport[0x2000];
+  unsigned char cecAttestationReport[0x1000];
+} nvmlConfComputeGpuAttestationReport_t;
+typedef struct nvmlConfComputeSetKeyRotationThresholdInfo_st
+{
+  unsigned int version;
+  unsigned long long maxAttackerAdvantage;
+} nvmlConfComputeSetKeyRotationThresholdInfo_v1_t;
+typedef nvmlConfComputeSetKeyRotationThresholdInfo_v1_t nvmlConfComputeSetKeyRotationThresholdInfo_t;
+typedef struct nvmlConfComputeGetKeyRotationThresholdInfo_st
+{
+  unsigned int version;
+  unsigned long long attackerAdvantage;
+} nvmlConfComputeGetKeyRotationThresholdInfo_v1_t;
+typedef nvmlConfComputeGetKeyRotationThresholdInfo_v1_t nvmlConfComputeGetKeyRotationThresholdInfo_t;
+typedef unsigned char nvmlGpuFabricState_t;
+typedef struct 
+{
+  unsigned char clusterUuid[16];
+  nvmlReturn_t status;
+  unsigned int cliqueId;
+  nvmlGpuFabricState_t state;
+} nvmlGpuFabricInfo_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned char clusterUuid[16];
+  nvmlReturn_t status;
+  unsigned int cliqueId;
+  nvmlGpuFabricState_t state;
+  unsigned int healthMask;
+} nvmlGpuFabricInfo_v2_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned char clusterUuid[16];
+  nvmlReturn_t status;
+  unsigned int cliqueId;
+  nvmlGpuFabricState_t state;
+  unsigned int healthMask;
+  unsigned char healthSummary;
+} nvmlGpuFabricInfo_v3_t;
+typedef nvmlGpuFabricInfo_v3_t nvmlGpuFabricInfoV_t;
+nvmlReturn_t nvmlInit_v2(void);
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags);
+nvmlReturn_t nvmlShutdown(void);
+const char *nvmlErrorString(nvmlReturn_t result);
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length);
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length);
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion);
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion);
+nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length);
+nvmlReturn_t nvmlSystemGetHicVersion(unsigned int *hwbcCount, nvmlHwbcEntry_t *hwbcEntries);
+nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsigned int *count, nvmlDevice_t *deviceArray);
+typedef struct 
+{
+  unsigned int version;
+  char branch[80];
+} nvmlSystemDriverBranchInfo_v1_t;
+typedef nvmlSystemDriverBranchInfo_v1_t nvmlSystemDriverBranchInfo_t;
+nvmlReturn_t nvmlSystemGetDriverBranch(nvmlSystemDriverBranchInfo_t *branchInfo, unsigned int length);
+nvmlReturn_t nvmlUnitGetCount(unsigned int *unitCount);
+nvmlReturn_t nvmlUnitGetHandleByIndex(unsigned int index, nvmlUnit_t *unit);
+nvmlReturn_t nvmlUnitGetUnitInfo(nvmlUnit_t unit, nvmlUnitInfo_t *info);
+nvmlReturn_t nvmlUnitGetLedState(nvmlUnit_t unit, nvmlLedState_t *state);
+nvmlReturn_t nvmlUnitGetPsuInfo(nvmlUnit_t unit, nvmlPSUInfo_t *psu);
+nvmlReturn_t nvmlUnitGetTemperature(nvmlUnit_t unit, unsigned int type, unsigned int *temp);
+nvmlReturn_t nvmlUnitGetFanSpeedInfo(nvmlUnit_t unit, nvmlUnitFanSpeeds_t *fanSpeeds);
+nvmlReturn_t nvmlUnitGetDevices(nvmlUnit_t unit, unsigned int *deviceCount, nvmlDevice_t *devices);
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount);
+nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes);
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetHandleByUUIDV(const nvmlUUID_t *uuid, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length);
+nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t *type);
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index);
+nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length);
+nvmlReturn_t nvmlDeviceGetModuleId(nvmlDevice_t device, unsigned int *moduleId);
+nvmlReturn_t nvmlDeviceGetC2cModeInfoV(nvmlDevice_t device, nvmlC2cModeInfo_v1_t *c2cModeInfo);
+typedef unsigned int nvmlAffinityScope_t;
+nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int nodeSetSize, unsigned long *nodeSet, nvmlAffinityScope_t scope);
+nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device, unsigned int cpuSetSize, unsigned long *cpuSet, nvmlAffinityScope_t scope);
+nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize, unsigned long *cpuSet);
+nvmlReturn_t nvmlDeviceSetCpuAffinity(nvmlDevice_t device);
+nvmlReturn_t nvmlDeviceClearCpuAffinity(nvmlDevice_t device);
+nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node);
+nvmlReturn_t nvmlDeviceGetAddressingMode(nvmlDevice_t device, nvmlDeviceAddressingMode_t *mode);
+nvmlReturn_t nvmlDeviceGetRepairStatus(nvmlDevice_t device, nvmlRepairStatus_t *repairStatus);
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuTopologyLevel_t *pathInfo);
+nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device, nvmlGpuTopologyLevel_t level, unsigned int *count, nvmlDevice_t *deviceArray);
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuP2PCapsIndex_t p2pIndex, nvmlGpuP2PStatus_t *p2pStatus);
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length);
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber);
+nvmlReturn_t nvmlDeviceGetBoardPartNumber(nvmlDevice_t device, char *partNumber, unsigned int length);
+nvmlReturn_t nvmlDeviceGetInforomVersion(nvmlDevice_t device, nvmlInforomObject_t object, char *version, unsigned int length);
+nvmlReturn_t nvmlDeviceGetInforomImageVersion(nvmlDevice_t device, char *version, unsigned int length);
+nvmlReturn_t nvmlDeviceGetInforomConfigurationChecksum(nvmlDevice_t device, unsigned int *checksum);
+nvmlReturn_t nvmlDeviceValidateInforom(nvmlDevice_t device);
+nvmlReturn_t nvmlDeviceGetLastBBXFlushTime(nvmlDevice_t device, unsigned long long *timestamp, unsigned long *durationUs);
+nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvmlEnableState_t *display);
+nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, nvmlEnableState_t *isActive);
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode);
+nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_t *pci);
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci);
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *maxLinkGen);
+nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *maxLinkGenDevice);
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *maxLinkWidth);
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *currLinkGen);
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *currLinkWidth);
+nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvmlPcieUtilCounter_t counter, unsigned int *value);
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value);
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock);
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock);
+nvmlReturn_t nvmlDeviceGetGpcClkVfOffset(nvmlDevice_t device, int *offset);
+nvmlReturn_t nvmlDeviceGetApplicationsClock(nvmlDevice_t device, nvmlClockType_t clockType, unsigned int *clockMHz);
+nvmlReturn_t nvmlDeviceGetDefaultApplicationsClock(nvmlDevice_t device, nvmlClockType_t clockType, unsigned int *clockMHz);
+nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t clockType, nvmlClockId_t clockId, unsigned int *clockMHz);
+nvmlReturn_t nvmlDeviceGetMaxCustomerBoostClock(nvmlDevice_t device, nvmlClockType_t clockType, unsigned int *clockMHz);
+nvmlReturn_t nvmlDeviceGetSupportedMemoryClocks(nvmlDevice_t device, unsigned int *count, unsigned int *clocksMHz);
+nvmlReturn_t nvmlDeviceGetSupportedGraphicsClocks(nvmlDevice_t device, unsigned int memoryClockMHz, unsigned int *count, unsigned int *clocksMHz);
+nvmlReturn_t nvmlDeviceGetAutoBoostedClocksEnabled(nvmlDevice_t device, nvmlEnableState_t *isEnabled, nvmlEnableState_t *defaultIsEnabled);
+nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed);
+nvmlReturn_t nvmlDeviceGetFanSpeed_v2(nvmlDevice_t device, unsigned int fan, unsigned int *speed);
+nvmlReturn_t nvmlDeviceGetFanSpeedRPM(nvmlDevice_t device, nvmlFanSpeedInfo_t *fanSpeed);
+nvmlReturn_t nvmlDeviceGetTargetFanSpeed(nvmlDevice_t device, unsigned int fan, unsigned int *targetSpeed);
+nvmlReturn_t nvmlDeviceGetMinMaxFanSpeed(nvmlDevice_t device, unsigned int *minSpeed, unsigned int *maxSpeed);
+nvmlReturn_t nvmlDeviceGetFanControlPolicy_v2(nvmlDevice_t device, unsigned int fan, nvmlFanControlPolicy_t *policy);
+nvmlReturn_t nvmlDeviceGetNumFans(nvmlDevice_t device, unsigned int *numFans);
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType, unsigned int *temp);
+nvmlReturn_t nvmlDeviceGetCoolerInfo(nvmlDevice_t device, nvmlCoolerInfo_t *coolerInfo);
+typedef struct 
+{
+  unsigned int version;
+  nvmlTemperatureSensors_t sensorType;
+  int temperature;
+} nvmlTemperature_v1_t;
+typedef nvmlTemperature_v1_t nvmlTemperature_t;
+nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *temperature);
+nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperatureThresholds_t thresholdType, unsigned int *temp);
+nvmlReturn_t nvmlDeviceGetMarginTemperature(nvmlDevice_t device, nvmlMarginTemperature_t *marginTempInfo);
+nvmlReturn_t nvmlDeviceGetThermalSettings(nvmlDevice_t device, unsigned int sensorIndex, nvmlGpuThermalSettings_t *pThermalSettings);
+nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPstates_t *pState);
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *clocksEventReasons);
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *clocksThrottleReasons);
+nvmlReturn_t nvmlDeviceGetSupportedClocksEventReasons(nvmlDevice_t device, unsigned long long *supportedClocksEventReasons);
+nvmlReturn_t nvmlDeviceGetSupportedClocksThrottleReasons(nvmlDevice_t device, unsigned long long *supportedClocksThrottleReasons);
+nvmlReturn_t nvmlDeviceGetPowerState(nvmlDevice_t device, nvmlPstates_t *pState);
+nvmlReturn_t nvmlDeviceGetDynamicPstatesInfo(nvmlDevice_t device, nvmlGpuDynamicPstatesInfo_t *pDynamicPstatesInfo);
+nvmlReturn_t nvmlDeviceGetMemClkVfOffset(nvmlDevice_t device, int *offset);
+nvmlReturn_t nvmlDeviceGetMinMaxClockOfPState(nvmlDevice_t device, nvmlClockType_t type, nvmlPstates_t pstate, unsigned int *minClockMHz, unsigned int *maxClockMHz);
+nvmlReturn_t nvmlDeviceGetSupportedPerformanceStates(nvmlDevice_t device, nvmlPstates_t *pstates, unsigned int size);
+nvmlReturn_t nvmlDeviceGetGpcClkMinMaxVfOffset(nvmlDevice_t device, int *minOffset, int *maxOffset);
+nvmlReturn_t nvmlDeviceGetMemClkMinMaxVfOffset(nvmlDevice_t device, int *minOffset, int *maxOffset);
+nvmlReturn_t nvmlDeviceGetClockOffsets(nvmlDevice_t device, nvmlClockOffset_t *info);
+nvmlReturn_t nvmlDeviceSetClockOffsets(nvmlDevice_t device, nvmlClockOffset_t *info);
+nvmlReturn_t nvmlDeviceGetPerformanceModes(nvmlDevice_t device, nvmlDevicePerfModes_t *perfModes);
+nvmlReturn_t nvmlDeviceGetCurrentClockFreqs(nvmlDevice_t device, nvmlDeviceCurrentClockFreqs_t *currentClockFreqs);
+nvmlReturn_t nvmlDeviceGetPowerManagementMode(nvmlDevice_t device, nvmlEnableState_t *mode);
+nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit);
+nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, unsigned int *minLimit, unsigned int *maxLimit);
+nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device, unsigned int *defaultLimit);
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power);
+nvmlReturn_t nvmlDeviceGetPowerMizerMode_v1(nvmlDevice_t device, nvmlDevicePowerMizerModes_v1_t *powerMizerMode);
+nvmlReturn_t nvmlDeviceSetPowerMizerMode_v1(nvmlDevice_t device, nvmlDevicePowerMizerModes_v1_t *powerMizerMode);
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy);
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit);
+nvmlReturn_t nvmlDeviceGetGpuOperationMode(nvmlDevice_t device, nvmlGpuOperationMode_t *current, nvmlGpuOperationMode_t *pending);
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
+nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode);
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor);
+nvmlReturn_t nvmlDeviceGetDramEncryptionMode(nvmlDevice_t device, nvmlDramEncryptionInfo_t *current, nvmlDramEncryptionInfo_t *pending);
+nvmlReturn_t nvmlDeviceSetDramEncryptionMode(nvmlDevice_t device, const nvmlDramEncryptionInfo_t *dramEncryption);
+nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current, nvmlEnableState_t *pending);
+nvmlReturn_t nvmlDeviceGetDefaultEccMode(nvmlDevice_t device, nvmlEnableState_t *defaultMode);
+nvmlReturn_t nvmlDeviceGetBoardId(nvmlDevice_t device, unsigned int *boardId);
+nvmlReturn_t nvmlDeviceGetMultiGpuBoard(nvmlDevice_t device, unsigned int *multiGpuBool);
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType, nvmlEccCounterType_t counterType, unsigned long long *eccCounts);
+nvmlReturn_t nvmlDeviceGetDetailedEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType, nvmlEccCounterType_t counterType, nvmlEccErrorCounts_t *eccCounts);
+nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nvmlMemoryErrorType_t errorType, nvmlEccCounterType_t counterType, nvmlMemoryLocation_t locationType, unsigned long long *count);
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization);
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs);
+nvmlReturn_t nvmlDeviceGetEncoderCapacity(nvmlDevice_t device, nvmlEncoderType_t encoderQueryType, unsigned int *encoderCapacity);
+nvmlReturn_t nvmlDeviceGetEncoderStats(nvmlDevice_t device, unsigned int *sessionCount, unsigned int *averageFps, unsigned int *averageLatency);
+nvmlReturn_t nvmlDeviceGetEncoderSessions(nvmlDevice_t device, unsigned int *sessionCount, nvmlEncoderSessionInfo_t *sessionInfos);
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs);
+nvmlReturn_t nvmlDeviceGetJpgUtilization(nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs);
+nvmlReturn_t nvmlDeviceGetOfaUtilization(nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs);
+nvmlReturn_t nvmlDeviceGetFBCStats(nvmlDevice_t device, nvmlFBCStats_t *fbcStats);
+nvmlReturn_t nvmlDeviceGetFBCSessions(nvmlDevice_t device, unsigned int *sessionCount, nvmlFBCSessionInfo_t *sessionInfo);
+nvmlReturn_t nvmlDeviceGetDriverModel_v2(nvmlDevice_t device, nvmlDriverModel_t *current, nvmlDriverModel_t *pending);
+nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsigned int length);
+nvmlReturn_t nvmlDeviceGetBridgeChipInfo(nvmlDevice_t device, nvmlBridgeChipHierarchy_t *bridgeHierarchy);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos);
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos);
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos);
+nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device, nvmlProcessDetailList_t *plist);
+nvmlReturn_t nvmlDeviceOnSameBoard(nvmlDevice_t device1, nvmlDevice_t device2, int *onSameBoard);
+nvmlReturn_t nvmlDeviceGetAPIRestriction(nvmlDevice_t device, nvmlRestrictedAPI_t apiType, nvmlEnableState_t *isRestricted);
+nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t type, unsigned long long lastSeenTimeStamp, nvmlValueType_t *sampleValType, unsigned int *sampleCount, nvmlSample_t *samples);
+nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory);
+nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device, nvmlPerfPolicyType_t perfPolicyType, nvmlViolationTime_t *violTime);
+nvmlReturn_t nvmlDeviceGetIrqNum(nvmlDevice_t device, unsigned int *irqNum);
+nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int *numCores);
+nvmlReturn_t nvmlDeviceGetPowerSource(nvmlDevice_t device, nvmlPowerSource_t *powerSource);
+nvmlReturn_t nvmlDeviceGetMemoryBusWidth(nvmlDevice_t device, unsigned int *busWidth);
+nvmlReturn_t nvmlDeviceGetPcieLinkMaxSpeed(nvmlDevice_t device, unsigned int *maxSpeed);
+nvmlReturn_t nvmlDeviceGetPcieSpeed(nvmlDevice_t device, unsigned int *pcieSpeed);
+nvmlReturn_t nvmlDeviceGetAdaptiveClockInfoStatus(nvmlDevice_t device, unsigned int *adaptiveClockStatus);
+nvmlReturn_t nvmlDeviceGetBusType(nvmlDevice_t device, nvmlBusType_t *type);
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *gpuFabricInfo);
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *gpuFabricInfo);
+nvmlReturn_t nvmlSystemGetConfComputeCapabilities(nvmlConfComputeSystemCaps_t *capabilities);
+nvmlReturn_t nvmlSystemGetConfComputeState(nvmlConfComputeSystemState_t *state);
+nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t device, nvmlConfComputeMemSizeInfo_t *memInfo);
+nvmlReturn_t nvmlSystemGetConfComputeGpusReadyState(unsigned int *isAcceptingWork);
+nvmlReturn_t nvmlDeviceGetConfComputeProtectedMemoryUsage(nvmlDevice_t device, nvmlMemory_t *memory);
+nvmlReturn_t nvmlDeviceGetConfComputeGpuCertificate(nvmlDevice_t device, nvmlConfComputeGpuCertificate_t *gpuCert);
+nvmlReturn_t nvmlDeviceGetConfComputeGpuAttestationReport(nvmlDevice_t device, nvmlConfComputeGpuAttestationReport_t *gpuAtstReport);
+nvmlReturn_t nvmlSystemGetConfComputeKeyRotationThresholdInfo(nvmlConfComputeGetKeyRotationThresholdInfo_t *pKeyRotationThrInfo);
+nvmlReturn_t nvmlDeviceSetConfComputeUnprotectedMemSize(nvmlDevice_t device, unsigned long long sizeKiB);
+nvmlReturn_t nvmlSystemSetConfComputeGpusReadyState(unsigned int isAcceptingWork);
+nvmlReturn_t nvmlSystemSetConfComputeKeyRotationThresholdInfo(nvmlConfComputeSetKeyRotationThresholdInfo_t *pKeyRotationThrInfo);
+nvmlReturn_t nvmlSystemGetConfComputeSettings(nvmlSystemConfComputeSettings_t *settings);
+nvmlReturn_t nvmlDeviceGetGspFirmwareVersion(nvmlDevice_t device, char *version);
+nvmlReturn_t nvmlDeviceGetGspFirmwareMode(nvmlDevice_t device, unsigned int *isEnabled, unsigned int *defaultMode);
+nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t device, nvmlEccSramErrorStatus_t *status);
+nvmlReturn_t nvmlDeviceSetPowerManagementLimit_v2(nvmlDevice_t device, nvmlPowerValue_v2_t *powerValue);
+nvmlReturn_t nvmlDeviceGetAccountingMode(nvmlDevice_t device, nvmlEnableState_t *mode);
+nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigned int pid, nvmlAccountingStats_t *stats);
+nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned int *count, unsigned int *pids);
+nvmlReturn_t nvmlDeviceGetAccountingBufferSize(nvmlDevice_t device, unsigned int *bufferSize);
+nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCause_t cause, unsigned int *pageCount, unsigned long long *addresses);
+nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, nvmlPageRetirementCause_t cause, unsigned int *pageCount, unsigned long long *addresses, unsigned long long *timestamps);
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t *isPending);
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows, unsigned int *isPending, unsigned int *failureOccurred);
+nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(nvmlDevice_t device, nvmlRowRemapperHistogramValues_t *values);
+nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitecture_t *arch);
+nvmlReturn_t nvmlDeviceGetClkMonStatus(nvmlDevice_t device, nvmlClkMonStatus_t *status);
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp);
+nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device, nvmlProcessesUtilizationInfo_t *procesesUtilInfo);
+nvmlReturn_t nvmlDeviceGetPlatformInfo(nvmlDevice_t device, nvmlPlatformInfo_t *platformInfo);
+nvmlReturn_t nvmlDeviceGetPdi(nvmlDevice_t device, nvmlPdi_t *pdi);
+nvmlReturn_t nvmlDeviceSetHostname_v1(nvmlDevice_t device, nvmlHostname_v1_t *hostname);
+nvmlReturn_t nvmlDeviceGetHostname_v1(nvmlDevice_t device, nvmlHostname_v1_t *hostname);
+nvmlReturn_t nvmlUnitSetLedState(nvmlUnit_t unit, nvmlLedColor_t color);
+nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t mode);
+nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode);
+nvmlReturn_t nvmlDeviceSetEccMode(nvmlDevice_t device, nvmlEnableState_t ecc);
+nvmlReturn_t nvmlDeviceClearEccErrorCounts(nvmlDevice_t device, nvmlEccCounterType_t counterType);
+nvmlReturn_t nvmlDeviceSetDriverModel(nvmlDevice_t device, nvmlDriverModel_t driverModel, unsigned int flags);
+typedef enum nvmlClockLimitId_enum
+{
+  NVML_CLOCK_LIMIT_ID_RANGE_START = 0xffffff00,
+  NVML_CLOCK_LIMIT_ID_TDP,
+  NVML_CLOCK_LIMIT_ID_UNLIMITED
+} nvmlClockLimitId_t;
+nvmlReturn_t nvmlDeviceSetGpuLockedClocks(nvmlDevice_t device, unsigned int minGpuClockMHz, unsigned int maxGpuClockMHz);
+nvmlReturn_t nvmlDeviceResetGpuLockedClocks(nvmlDevice_t device);
+nvmlReturn_t nvmlDeviceSetMemoryLockedClocks(nvmlDevice_t device, unsigned int minMemClockMHz, unsigned int maxMemClockMHz);
+nvmlReturn_t nvmlDeviceResetMemoryLockedClocks(nvmlDevice_t device);
+nvmlReturn_t nvmlDeviceSetApplicationsClocks(nvmlDevice_t device, unsigned int memClockMHz, unsigned int graphicsClockMHz);
+nvmlReturn_t nvmlDeviceResetApplicationsClocks(nvmlDevice_t device);
+nvmlReturn_t nvmlDeviceSetAutoBoostedClocksEnabled(nvmlDevice_t device, nvmlEnableState_t enabled);
+nvmlReturn_t nvmlDeviceSetDefaultAutoBoostedClocksEnabled(nvmlDevice_t device, nvmlEnableState_t enabled, unsigned int flags);
+nvmlReturn_t nvmlDeviceSetDefaultFanSpeed_v2(nvmlDevice_t device, unsigned int fan);
+nvmlReturn_t nvmlDeviceSetFanControlPolicy(nvmlDevice_t device, unsigned int fan, nvmlFanControlPolicy_t policy);
+nvmlReturn_t nvmlDeviceSetTemperatureThreshold(nvmlDevice_t device, nvmlTemperatureThresholds_t thresholdType, int *temp);
+nvmlReturn_t nvmlDeviceSetPowerManagementLimit(nvmlDevice_t device, unsigned int limit);
+nvmlReturn_t nvmlDeviceSetGpuOperationMode(nvmlDevice_t device, nvmlGpuOperationMode_t mode);
+nvmlReturn_t nvmlDeviceSetAPIRestriction(nvmlDevice_t device, nvmlRestrictedAPI_t apiType, nvmlEnableState_t isRestricted);
+nvmlReturn_t nvmlDeviceSetFanSpeed_v2(nvmlDevice_t device, unsigned int fan, unsigned int speed);
+nvmlReturn_t nvmlDeviceSetGpcClkVfOffset(nvmlDevice_t device, int offset);
+nvmlReturn_t nvmlDeviceSetMemClkVfOffset(nvmlDevice_t device, int offset);
+nvmlReturn_t nvmlDeviceSetAccountingMode(nvmlDevice_t device, nvmlEnableState_t mode);
+nvmlReturn_t nvmlDeviceClearAccountingPids(nvmlDevice_t device);
+typedef struct 
+{
+  unsigned int version;
+  unsigned char bwModes[23];
+  unsigned char totalBwModes;
+} nvmlNvlinkSupportedBwModes_v1_t;
+typedef nvmlNvlinkSupportedBwModes_v1_t nvmlNvlinkSupportedBwModes_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int bIsBest;
+  unsigned char bwMode;
+} nvmlNvlinkGetBwMode_v1_t;
+typedef nvmlNvlinkGetBwMode_v1_t nvmlNvlinkGetBwMode_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int bSetBest;
+  unsigned char bwMode;
+} nvmlNvlinkSetBwMode_v1_t;
+typedef nvmlNvlinkSetBwMode_v1_t nvmlNvlinkSetBwMode_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int isNvleEnabled;
+} nvmlNvLinkInfo_v1_t;
+typedef struct 
+{
+  unsigned char ucodeType;
+  unsigned int major;
+  unsigned int minor;
+  unsigned int subMinor;
+} nvmlNvlinkFirmwareVersion_t;
+typedef struct 
+{
+  nvmlNvlinkFirmwareVersion_t firmwareVersion[100];
+  unsigned int numValidEntries;
+} nvmlNvlinkFirmwareInfo_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int isNvleEnabled;
+  nvmlNvlinkFirmwareInfo_t firmwareInfo;
+} nvmlNvLinkInfo_v2_t;
+typedef nvmlNvLinkInfo_v2_t nvmlNvLinkInfo_t;
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, nvmlEnableState_t *isActive);
+nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link, unsigned int *version);
+nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigned int link, nvmlNvLinkCapability_t capability, unsigned int *capResult);
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci);
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link, nvmlNvLinkErrorCounter_t counter, unsigned long long *counterValue);
+nvmlReturn_t nvmlDeviceResetNvLinkErrorCounters(nvmlDevice_t device, unsigned int link);
+nvmlReturn_t nvmlDeviceSetNvLinkUtilizationControl(nvmlDevice_t device, unsigned int link, unsigned int counter, nvmlNvLinkUtilizationControl_t *control, unsigned int reset);
+nvmlReturn_t nvmlDeviceGetNvLinkUtilizationControl(nvmlDevice_t device, unsigned int link, unsigned int counter, nvmlNvLinkUtilizationControl_t *control);
+nvmlReturn_t nvmlDeviceGetNvLinkUtilizationCounter(nvmlDevice_t device, unsigned int link, unsigned int counter, unsigned long long *rxcounter, unsigned long long *txcounter);
+nvmlReturn_t nvmlDeviceFreezeNvLinkUtilizationCounter(nvmlDevice_t device, unsigned int link, unsigned int counter, nvmlEnableState_t freeze);
+nvmlReturn_t nvmlDeviceResetNvLinkUtilizationCounter(nvmlDevice_t device, unsigned int link, unsigned int counter);
+nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link, nvmlIntNvLinkDeviceType_t *pNvLinkDeviceType);
+nvmlReturn_t nvmlDeviceSetNvLinkDeviceLowPowerThreshold(nvmlDevice_t device, nvmlNvLinkPowerThres_t *info);
+nvmlReturn_t nvmlSystemSetNvlinkBwMode(unsigned int nvlinkBwMode);
+nvmlReturn_t nvmlSystemGetNvlinkBwMode(unsigned int *nvlinkBwMode);
+nvmlReturn_t nvmlDeviceGetNvlinkSupportedBwModes(nvmlDevice_t device, nvmlNvlinkSupportedBwModes_t *supportedBwMode);
+nvmlReturn_t nvmlDeviceGetNvlinkBwMode(nvmlDevice_t device, nvmlNvlinkGetBwMode_t *getBwMode);
+nvmlReturn_t nvmlDeviceSetNvlinkBwMode(nvmlDevice_t device, nvmlNvlinkSetBwMode_t *setBwMode);
+nvmlReturn_t nvmlDeviceGetNvLinkInfo(nvmlDevice_t device, nvmlNvLinkInfo_t *info);
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set);
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set);
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes);
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms);
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set);
+nvmlReturn_t nvmlSystemEventSetCreate(nvmlSystemEventSetCreateRequest_t *request);
+nvmlReturn_t nvmlSystemEventSetFree(nvmlSystemEventSetFreeRequest_t *request);
+nvmlReturn_t nvmlSystemRegisterEvents(nvmlSystemRegisterEventRequest_t *request);
+nvmlReturn_t nvmlSystemEventSetWait(nvmlSystemEventSetWaitRequest_t *request);
+nvmlReturn_t nvmlDeviceModifyDrainState(nvmlPciInfo_t *pciInfo, nvmlEnableState_t newState);
+nvmlReturn_t nvmlDeviceQueryDrainState(nvmlPciInfo_t *pciInfo, nvmlEnableState_t *currentState);
+nvmlReturn_t nvmlDeviceRemoveGpu_v2(nvmlPciInfo_t *pciInfo, nvmlDetachGpuState_t gpuState, nvmlPcieLinkState_t linkState);
+nvmlReturn_t nvmlDeviceDiscoverGpus(nvmlPciInfo_t *pciInfo);
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values);
+nvmlReturn_t nvmlDeviceClearFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values);
+nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t *pVirtualMode);
+nvmlReturn_t nvmlDeviceGetHostVgpuMode(nvmlDevice_t device, nvmlHostVgpuMode_t *pHostVgpuMode);
+nvmlReturn_t nvmlDeviceSetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t virtualMode);
+nvmlReturn_t nvmlDeviceGetVgpuHeterogeneousMode(nvmlDevice_t device, nvmlVgpuHeterogeneousMode_t *pHeterogeneousMode);
+nvmlReturn_t nvmlDeviceSetVgpuHeterogeneousMode(nvmlDevice_t device, const nvmlVgpuHeterogeneousMode_t *pHeterogeneousMode);
+nvmlReturn_t nvmlVgpuInstanceGetPlacementId(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuPlacementId_t *pPlacement);
+nvmlReturn_t nvmlDeviceGetVgpuTypeSupportedPlacements(nvmlDevice_t device, nvmlVgpuTypeId_t vgpuTypeId, nvmlVgpuPlacementList_t *pPlacementList);
+nvmlReturn_t nvmlDeviceGetVgpuTypeCreatablePlacements(nvmlDevice_t device, nvmlVgpuTypeId_t vgpuTypeId, nvmlVgpuPlacementList_t *pPlacementList);
+nvmlReturn_t nvmlVgpuTypeGetGspHeapSize(nvmlVgpuTypeId_t vgpuTypeId, unsigned long long *gspHeapSize);
+nvmlReturn_t nvmlVgpuTypeGetFbReservation(nvmlVgpuTypeId_t vgpuTypeId, unsigned long long *fbReservation);
+nvmlReturn_t nvmlVgpuInstanceGetRuntimeStateSize(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuRuntimeState_t *pState);
+nvmlReturn_t nvmlDeviceSetVgpuCapabilities(nvmlDevice_t device, nvmlDeviceVgpuCapability_t capability, nvmlEnableState_t state);
+nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v4(nvmlDevice_t device, nvmlGridLicensableFeatures_t *pGridLicensableFeatures);
+nvmlReturn_t nvmlGetVgpuDriverCapabilities(nvmlVgpuDriverCapability_t capability, unsigned int *capResult);
+nvmlReturn_t nvmlDeviceGetVgpuCapabilities(nvmlDevice_t device, nvmlDeviceVgpuCapability_t capability, unsigned int *capResult);
+nvmlReturn_t nvmlDeviceGetSupportedVgpus(nvmlDevice_t device, unsigned int *vgpuCount, nvmlVgpuTypeId_t *vgpuTypeIds);
+nvmlReturn_t nvmlDeviceGetCreatableVgpus(nvmlDevice_t device, unsigned int *vgpuCount, nvmlVgpuTypeId_t *vgpuTypeIds);
+nvmlReturn_t nvmlVgpuTypeGetClass(nvmlVgpuTypeId_t vgpuTypeId, char *vgpuTypeClass, unsigned int *size);
+nvmlReturn_t nvmlVgpuTypeGetName(nvmlVgpuTypeId_t vgpuTypeId, char *vgpuTypeName, unsigned int *size);
+nvmlReturn_t nvmlVgpuTypeGetGpuInstanceProfileId(nvmlVgpuTypeId_t vgpuTypeId, unsigned int *gpuInstanceProfileId);
+nvmlReturn_t nvmlVgpuTypeGetDeviceID(nvmlVgpuTypeId_t vgpuTypeId, unsigned long long *deviceID, unsigned long long *subsystemID);
+nvmlReturn_t nvmlVgpuTypeGetFramebufferSize(nvmlVgpuTypeId_t vgpuTypeId, unsigned long long *fbSize);
+nvmlReturn_t nvmlVgpuTypeGetNumDisplayHeads(nvmlVgpuTypeId_t vgpuTypeId, unsigned int *numDisplayHeads);
+nvmlReturn_t nvmlVgpuTypeGetResolution(nvmlVgpuTypeId_t vgpuTypeId, unsigned int displayIndex, unsigned int *xdim, unsigned int *ydim);
+nvmlReturn_t nvmlVgpuTypeGetLicense(nvmlVgpuTypeId_t vgpuTypeId, char *vgpuTypeLicenseString, unsigned int size);
+nvmlReturn_t nvmlVgpuTypeGetFrameRateLimit(nvmlVgpuTypeId_t vgpuTypeId, unsigned int *frameRateLimit);
+nvmlReturn_t nvmlVgpuTypeGetMaxInstances(nvmlDevice_t device, nvmlVgpuTypeId_t vgpuTypeId, unsigned int *vgpuInstanceCount);
+nvmlReturn_t nvmlVgpuTypeGetMaxInstancesPerVm(nvmlVgpuTypeId_t vgpuTypeId, unsigned int *vgpuInstanceCountPerVm);
+nvmlReturn_t nvmlVgpuTypeGetBAR1Info(nvmlVgpuTypeId_t vgpuTypeId, nvmlVgpuTypeBar1Info_t *bar1Info);
+nvmlReturn_t nvmlDeviceGetActiveVgpus(nvmlDevice_t device, unsigned int *vgpuCount, nvmlVgpuInstance_t *vgpuInstances);
+nvmlReturn_t nvmlVgpuInstanceGetVmID(nvmlVgpuInstance_t vgpuInstance, char *vmId, unsigned int size, nvmlVgpuVmIdType_t *vmIdType);
+nvmlReturn_t nvmlVgpuInstanceGetUUID(nvmlVgpuInstance_t vgpuInstance, char *uuid, unsigned int size);
+nvmlReturn_t nvmlVgpuInstanceGetVmDriverVersion(nvmlVgpuInstance_t vgpuInstance, char *version, unsigned int length);
+nvmlReturn_t nvmlVgpuInstanceGetFbUsage(nvmlVgpuInstance_t vgpuInstance, unsigned long long *fbUsage);
+nvmlReturn_t nvmlVgpuInstanceGetLicenseStatus(nvmlVgpuInstance_t vgpuInstance, unsigned int *licensed);
+nvmlReturn_t nvmlVgpuInstanceGetType(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuTypeId_t *vgpuTypeId);
+nvmlReturn_t nvmlVgpuInstanceGetFrameRateLimit(nvmlVgpuInstance_t vgpuInstance, unsigned int *frameRateLimit);
+nvmlReturn_t nvmlVgpuInstanceGetEccMode(nvmlVgpuInstance_t vgpuInstance, nvmlEnableState_t *eccMode);
+nvmlReturn_t nvmlVgpuInstanceGetEncoderCapacity(nvmlVgpuInstance_t vgpuInstance, unsigned int *encoderCapacity);
+nvmlReturn_t nvmlVgpuInstanceSetEncoderCapacity(nvmlVgpuInstance_t vgpuInstance, unsigned int encoderCapacity);
+nvmlReturn_t nvmlVgpuInstanceGetEncoderStats(nvmlVgpuInstance_t vgpuInstance, unsigned int *sessionCount, unsigned int *averageFps, unsigned int *averageLatency);
+nvmlReturn_t nvmlVgpuInstanceGetEncoderSessions(nvmlVgpuInstance_t vgpuInstance, unsigned int *sessionCount, nvmlEncoderSessionInfo_t *sessionInfo);
+nvmlReturn_t nvmlVgpuInstanceGetFBCStats(nvmlVgpuInstance_t vgpuInstance, nvmlFBCStats_t *fbcStats);
+nvmlReturn_t nvmlVgpuInstanceGetFBCSessions(nvmlVgpuInstance_t vgpuInstance, unsigned int *sessionCount, nvmlFBCSessionInfo_t *sessionInfo);
+nvmlReturn_t nvmlVgpuInstanceGetGpuInstanceId(nvmlVgpuInstance_t vgpuInstance, unsigned int *gpuInstanceId);
+nvmlReturn_t nvmlVgpuInstanceGetGpuPciId(nvmlVgpuInstance_t vgpuInstance, char *vgpuPciId, unsigned int *length);
+nvmlReturn_t nvmlVgpuTypeGetCapabilities(nvmlVgpuTypeId_t vgpuTypeId, nvmlVgpuCapability_t capability, unsigned int *capResult);
+nvmlReturn_t nvmlVgpuInstanceGetMdevUUID(nvmlVgpuInstance_t vgpuInstance, char *mdevUuid, unsigned int size);
+nvmlReturn_t nvmlGpuInstanceGetCreatableVgpus(nvmlGpuInstance_t gpuInstance, nvmlVgpuTypeIdInfo_t *pVgpus);
+nvmlReturn_t nvmlVgpuTypeGetMaxInstancesPerGpuInstance(nvmlVgpuTypeMaxInstance_t *pMaxInstance);
+nvmlReturn_t nvmlGpuInstanceGetActiveVgpus(nvmlGpuInstance_t gpuInstance, nvmlActiveVgpuInstanceInfo_t *pVgpuInstanceInfo);
+nvmlReturn_t nvmlGpuInstanceSetVgpuSchedulerState(nvmlGpuInstance_t gpuInstance, nvmlVgpuSchedulerState_t *pScheduler);
+nvmlReturn_t nvmlGpuInstanceGetVgpuSchedulerState(nvmlGpuInstance_t gpuInstance, nvmlVgpuSchedulerStateInfo_t *pSchedulerStateInfo);
+nvmlReturn_t nvmlGpuInstanceGetVgpuSchedulerLog(nvmlGpuInstance_t gpuInstance, nvmlVgpuSchedulerLogInfo_t *pSchedulerLogInfo);
+nvmlReturn_t nvmlGpuInstanceGetVgpuTypeCreatablePlacements(nvmlGpuInstance_t gpuInstance, nvmlVgpuCreatablePlacementInfo_t *pCreatablePlacementInfo);
+nvmlReturn_t nvmlGpuInstanceGetVgpuHeterogeneousMode(nvmlGpuInstance_t gpuInstance, nvmlVgpuHeterogeneousMode_t *pHeterogeneousMode);
+nvmlReturn_t nvmlGpuInstanceSetVgpuHeterogeneousMode(nvmlGpuInstance_t gpuInstance, const nvmlVgpuHeterogeneousMode_t *pHeterogeneousMode);
+typedef struct nvmlVgpuVersion_st
+{
+  unsigned int minVersion;
+  unsigned int maxVersion;
+} nvmlVgpuVersion_t;
+typedef struct nvmlVgpuMetadata_st
+{
+  unsigned int version;
+  unsigned int revision;
+  nvmlVgpuGuestInfoState_t guestInfoState;
+  char guestDriverVersion[80];
+  char hostDriverVersion[80];
+  unsigned int reserved[6];
+  unsigned int vgpuVirtualizationCaps;
+  unsigned int guestVgpuVersion;
+  unsigned int opaqueDataSize;
+  char opaqueData[4];
+} nvmlVgpuMetadata_t;
+typedef struct nvmlVgpuPgpuMetadata_st
+{
+  unsigned int version;
+  unsigned int revision;
+  char hostDriverVersion[80];
+  unsigned int pgpuVirtualizationCaps;
+  unsigned int reserved[5];
+  nvmlVgpuVersion_t hostSupportedVgpuRange;
+  unsigned int opaqueDataSize;
+  char opaqueData[4];
+} nvmlVgpuPgpuMetadata_t;
+typedef enum nvmlVgpuVmCompatibility_enum
+{
+  NVML_VGPU_VM_COMPATIBILITY_NONE = 0x0,
+  NVML_VGPU_VM_COMPATIBILITY_COLD = 0x1,
+  NVML_VGPU_VM_COMPATIBILITY_HIBERNATE = 0x2,
+  NVML_VGPU_VM_COMPATIBILITY_SLEEP = 0x4,
+  NVML_VGPU_VM_COMPATIBILITY_LIVE = 0x8
+} nvmlVgpuVmCompatibility_t;
+typedef enum nvmlVgpuPgpuCompatibilityLimitCode_enum
+{
+  NVML_VGPU_COMPATIBILITY_LIMIT_NONE = 0x0,
+  NVML_VGPU_COMPATIBILITY_LIMIT_HOST_DRIVER = 0x1,
+  NVML_VGPU_COMPATIBILITY_LIMIT_GUEST_DRIVER = 0x2,
+  NVML_VGPU_COMPATIBILITY_LIMIT_GPU = 0x4,
+  NVML_VGPU_COMPATIBILITY_LIMIT_OTHER = 0x80000000
+} nvmlVgpuPgpuCompatibilityLimitCode_t;
+typedef struct nvmlVgpuPgpuCompatibility_st
+{
+  nvmlVgpuVmCompatibility_t vgpuVmCompatibility;
+  nvmlVgpuPgpuCompatibilityLimitCode_t compatibilityLimitCode;
+} nvmlVgpuPgpuCompatibility_t;
+nvmlReturn_t nvmlVgpuInstanceGetMetadata(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuMetadata_t *vgpuMetadata, unsigned int *bufferSize);
+nvmlReturn_t nvmlDeviceGetVgpuMetadata(nvmlDevice_t device, nvmlVgpuPgpuMetadata_t *pgpuMetadata, unsigned int *bufferSize);
+nvmlReturn_t nvmlGetVgpuCompatibility(nvmlVgpuMetadata_t *vgpuMetadata, nvmlVgpuPgpuMetadata_t *pgpuMetadata, nvmlVgpuPgpuCompatibility_t *compatibilityInfo);
+nvmlReturn_t nvmlDeviceGetPgpuMetadataString(nvmlDevice_t device, char *pgpuMetadata, unsigned int *bufferSize);
+nvmlReturn_t nvmlDeviceGetVgpuSchedulerLog(nvmlDevice_t device, nvmlVgpuSchedulerLog_t *pSchedulerLog);
+nvmlReturn_t nvmlDeviceGetVgpuSchedulerState(nvmlDevice_t device, nvmlVgpuSchedulerGetState_t *pSchedulerState);
+nvmlReturn_t nvmlDeviceGetVgpuSchedulerCapabilities(nvmlDevice_t device, nvmlVgpuSchedulerCapabilities_t *pCapabilities);
+nvmlReturn_t nvmlDeviceSetVgpuSchedulerState(nvmlDevice_t device, nvmlVgpuSchedulerSetState_t *pSchedulerState);
+nvmlReturn_t nvmlGetVgpuVersion(nvmlVgpuVersion_t *supported, nvmlVgpuVersion_t *current);
+nvmlReturn_t nvmlSetVgpuVersion(nvmlVgpuVersion_t *vgpuVersion);
+nvmlReturn_t nvmlDeviceGetVgpuUtilization(nvmlDevice_t device, unsigned long long lastSeenTimeStamp, nvmlValueType_t *sampleValType, unsigned int *vgpuInstanceSamplesCount, nvmlVgpuInstanceUtilizationSample_t *utilizationSamples);
+nvmlReturn_t nvmlDeviceGetVgpuInstancesUtilizationInfo(nvmlDevice_t device, nvmlVgpuInstancesUtilizationInfo_t *vgpuUtilInfo);
+nvmlReturn_t nvmlDeviceGetVgpuProcessUtilization(nvmlDevice_t device, unsigned long long lastSeenTimeStamp, unsigned int *vgpuProcessSamplesCount, nvmlVgpuProcessUtilizationSample_t *utilizationSamples);
+nvmlReturn_t nvmlDeviceGetVgpuProcessesUtilizationInfo(nvmlDevice_t device, nvmlVgpuProcessesUtilizationInfo_t *vgpuProcUtilInfo);
+nvmlReturn_t nvmlVgpuInstanceGetAccountingMode(nvmlVgpuInstance_t vgpuInstance, nvmlEnableState_t *mode);
+nvmlReturn_t nvmlVgpuInstanceGetAccountingPids(nvmlVgpuInstance_t vgpuInstance, unsigned int *count, unsigned int *pids);
+nvmlReturn_t nvmlVgpuInstanceGetAccountingStats(nvmlVgpuInstance_t vgpuInstance, unsigned int pid, nvmlAccountingStats_t *stats);
+nvmlReturn_t nvmlVgpuInstanceClearAccountingPids(nvmlVgpuInstance_t vgpuInstance);
+nvmlReturn_t nvmlVgpuInstanceGetLicenseInfo_v2(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuLicenseInfo_t *licenseInfo);
+typedef struct nvmlExcludedDeviceInfo_st
+{
+  nvmlPciInfo_t pciInfo;
+  char uuid[80];
+} nvmlExcludedDeviceInfo_t;
+nvmlReturn_t nvmlGetExcludedDeviceCount(unsigned int *deviceCount);
+nvmlReturn_t nvmlGetExcludedDeviceInfoByIndex(unsigned int index, nvmlExcludedDeviceInfo_t *info);
+typedef struct 
+{
+  unsigned dataSize;
+  unsigned status;
+  union 
+  {
+    unsigned char inData[496];
+    unsigned char outData[496];
+  };
+} nvmlPRMTLV_v1_t;
+nvmlReturn_t nvmlDeviceReadWritePRM_v1(nvmlDevice_t device, nvmlPRMTLV_v1_t *buffer);
+typedef struct nvmlGpuInstancePlacement_st
+{
+  unsigned int start;
+  unsigned int size;
+} nvmlGpuInstancePlacement_t;
+typedef struct nvmlGpuInstanceProfileInfo_st
+{
+  unsigned int id;
+  unsigned int isP2pSupported;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int copyEngineCount;
+  unsigned int decoderCount;
+  unsigned int encoderCount;
+  unsigned int jpegCount;
+  unsigned int ofaCount;
+  unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+typedef struct nvmlGpuInstanceProfileInfo_v2_st
+{
+  unsigned int version;
+  unsigned int id;
+  unsigned int isP2pSupported;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int copyEngineCount;
+  unsigned int decoderCount;
+  unsigned int encoderCount;
+  unsigned int jpegCount;
+  unsigned int ofaCount;
+  unsigned long long memorySizeMB;
+  char name[96];
+} nvmlGpuInstanceProfileInfo_v2_t;
+typedef struct nvmlGpuInstanceProfileInfo_v3_st
+{
+  unsigned int version;
+  unsigned int id;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int copyEngineCount;
+  unsigned int decoderCount;
+  unsigned int encoderCount;
+  unsigned int jpegCount;
+  unsigned int ofaCount;
+  unsigned long long memorySizeMB;
+  char name[96];
+  unsigned int capabilities;
+} nvmlGpuInstanceProfileInfo_v3_t;
+typedef struct nvmlGpuInstanceInfo_st
+{
+  nvmlDevice_t device;
+  unsigned int id;
+  unsigned int profileId;
+  nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+typedef struct nvmlComputeInstancePlacement_st
+{
+  unsigned int start;
+  unsigned int size;
+} nvmlComputeInstancePlacement_t;
+typedef struct nvmlComputeInstanceProfileInfo_st
+{
+  unsigned int id;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+typedef struct nvmlComputeInstanceProfileInfo_v2_st
+{
+  unsigned int version;
+  unsigned int id;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+  char name[96];
+} nvmlComputeInstanceProfileInfo_v2_t;
+typedef struct nvmlComputeInstanceProfileInfo_v3_st
+{
+  unsigned int version;
+  unsigned int id;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+  char name[96];
+  unsigned int capabilities;
+} nvmlComputeInstanceProfileInfo_v3_t;
+typedef struct nvmlComputeInstanceInfo_st
+{
+  nvmlDevice_t device;
+  nvmlGpuInstance_t gpuInstance;
+  unsigned int id;
+  unsigned int profileId;
+  nvmlComputeInstancePlacement_t placement;
+} nvmlComputeInstanceInfo_t;
+typedef struct nvmlComputeInstance_st *nvmlComputeInstance_t;
+nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode, nvmlReturn_t *activationStatus);
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode);
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_t *info);
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_v2_t *info);
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoByIdV(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstanceProfileInfo_v2_t *info);
+nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstancePlacement_t *placements, unsigned int *count);
+nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device, unsigned int profileId, unsigned int *count);
+nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t *gpuInstance);
+nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device, unsigned int profileId, const nvmlGpuInstancePlacement_t *placement, nvmlGpuInstance_t *gpuInstance);
+nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance);
+nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t *gpuInstances, unsigned int *count);
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, nvmlGpuInstance_t *gpuInstance);
+nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile, nvmlComputeInstanceProfileInfo_t *info);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile, nvmlComputeInstanceProfileInfo_v2_t *info);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(nvmlGpuInstance_t gpuInstance, unsigned int profileId, unsigned int *count);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstancePossiblePlacements(nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstancePlacement_t *placements, unsigned int *count);
+nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t *computeInstance);
+nvmlReturn_t nvmlGpuInstanceCreateComputeInstanceWithPlacement(nvmlGpuInstance_t gpuInstance, unsigned int profileId, const nvmlComputeInstancePlacement_t *placement, nvmlComputeInstance_t *computeInstance);
+nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t *computeInstances, unsigned int *count);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance, unsigned int id, nvmlComputeInstance_t *computeInstance);
+nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t *info);
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice);
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id);
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id);
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count);
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice);
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device);
+typedef enum 
+{
+  NVML_GPM_METRIC_GRAPHICS_UTIL = 1,
+  NVML_GPM_METRIC_SM_UTIL = 2,
+  NVML_GPM_METRIC_SM_OCCUPANCY = 3,
+  NVML_GPM_METRIC_INTEGER_UTIL = 4,
+  NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5,
+  NVML_GPM_METRIC_DFMA_TENSOR_UTIL = 6,
+  NVML_GPM_METRIC_HMMA_TENSOR_UTIL = 7,
+  NVML_GPM_METRIC_IMMA_TENSOR_UTIL = 9,
+  NVML_GPM_METRIC_DRAM_BW_UTIL = 10,
+  NVML_GPM_METRIC_FP64_UTIL = 11,
+  NVML_GPM_METRIC_FP32_UTIL = 12,
+  NVML_GPM_METRIC_FP16_UTIL = 13,
+  NVML_GPM_METRIC_PCIE_TX_PER_SEC = 20,
+  NVML_GPM_METRIC_PCIE_RX_PER_SEC = 21,
+  NVML_GPM_METRIC_NVDEC_0_UTIL = 30,
+  NVML_GPM_METRIC_NVDEC_1_UTIL = 31,
+  NVML_GPM_METRIC_NVDEC_2_UTIL = 32,
+  NVML_GPM_METRIC_NVDEC_3_UTIL = 33,
+  NVML_GPM_METRIC_NVDEC_4_UTIL = 34,
+  NVML_GPM_METRIC_NVDEC_5_UTIL = 35,
+  NVML_GPM_METRIC_NVDEC_6_UTIL = 36,
+  NVML_GPM_METRIC_NVDEC_7_UTIL = 37,
+  NVML_GPM_METRIC_NVJPG_0_UTIL = 40,
+  NVML_GPM_METRIC_NVJPG_1_UTIL = 41,
+  NVML_GPM_METRIC_NVJPG_2_UTIL = 42,
+  NVML_GPM_METRIC_NVJPG_3_UTIL = 43,
+  NVML_GPM_METRIC_NVJPG_4_UTIL = 44,
+  NVML_GPM_METRIC_NVJPG_5_UTIL = 45,
+  NVML_GPM_METRIC_NVJPG_6_UTIL = 46,
+  NVML_GPM_METRIC_NVJPG_7_UTIL = 47,
+  NVML_GPM_METRIC_NVOFA_0_UTIL = 50,
+  NVML_GPM_METRIC_NVOFA_1_UTIL = 51,
+  NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC = 60,
+  NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC = 61,
+  NVML_GPM_METRIC_NVLINK_L0_RX_PER_SEC = 62,
+  NVML_GPM_METRIC_NVLINK_L0_TX_PER_SEC = 63,
+  NVML_GPM_METRIC_NVLINK_L1_RX_PER_SEC = 64,
+  NVML_GPM_METRIC_NVLINK_L1_TX_PER_SEC = 65,
+  NVML_GPM_METRIC_NVLINK_L2_RX_PER_SEC = 66,
+  NVML_GPM_METRIC_NVLINK_L2_TX_PER_SEC = 67,
+  NVML_GPM_METRIC_NVLINK_L3_RX_PER_SEC = 68,
+  NVML_GPM_METRIC_NVLINK_L3_TX_PER_SEC = 69,
+  NVML_GPM_METRIC_NVLINK_L4_RX_PER_SEC = 70,
+  NVML_GPM_METRIC_NVLINK_L4_TX_PER_SEC = 71,
+  NVML_GPM_METRIC_NVLINK_L5_RX_PER_SEC = 72,
+  NVML_GPM_METRIC_NVLINK_L5_TX_PER_SEC = 73,
+  NVML_GPM_METRIC_NVLINK_L6_RX_PER_SEC = 74,
+  NVML_GPM_METRIC_NVLINK_L6_TX_PER_SEC = 75,
+  NVML_GPM_METRIC_NVLINK_L7_RX_PER_SEC = 76,
+  NVML_GPM_METRIC_NVLINK_L7_TX_PER_SEC = 77,
+  NVML_GPM_METRIC_NVLINK_L8_RX_PER_SEC = 78,
+  NVML_GPM_METRIC_NVLINK_L8_TX_PER_SEC = 79,
+  NVML_GPM_METRIC_NVLINK_L9_RX_PER_SEC = 80,
+  NVML_GPM_METRIC_NVLINK_L9_TX_PER_SEC = 81,
+  NVML_GPM_METRIC_NVLINK_L10_RX_PER_SEC = 82,
+  NVML_GPM_METRIC_NVLINK_L10_TX_PER_SEC = 83,
+  NVML_GPM_METRIC_NVLINK_L11_RX_PER_SEC = 84,
+  NVML_GPM_METRIC_NVLINK_L11_TX_PER_SEC = 85,
+  NVML_GPM_METRIC_NVLINK_L12_RX_PER_SEC = 86,
+  NVML_GPM_METRIC_NVLINK_L12_TX_PER_SEC = 87,
+  NVML_GPM_METRIC_NVLINK_L13_RX_PER_SEC = 88,
+  NVML_GPM_METRIC_NVLINK_L13_TX_PER_SEC = 89,
+  NVML_GPM_METRIC_NVLINK_L14_RX_PER_SEC = 90,
+  NVML_GPM_METRIC_NVLINK_L14_TX_PER_SEC = 91,
+  NVML_GPM_METRIC_NVLINK_L15_RX_PER_SEC = 92,
+  NVML_GPM_METRIC_NVLINK_L15_TX_PER_SEC = 93,
+  NVML_GPM_METRIC_NVLINK_L16_RX_PER_SEC = 94,
+  NVML_GPM_METRIC_NVLINK_L16_TX_PER_SEC = 95,
+  NVML_GPM_METRIC_NVLINK_L17_RX_PER_SEC = 96,
+  NVML_GPM_METRIC_NVLINK_L17_TX_PER_SEC = 97,
+  NVML_GPM_METRIC_C2C_TOTAL_TX_PER_SEC = 100,
+  NVML_GPM_METRIC_C2C_TOTAL_RX_PER_SEC = 101,
+  NVML_GPM_METRIC_C2C_DATA_TX_PER_SEC = 102,
+  NVML_GPM_METRIC_C2C_DATA_RX_PER_SEC = 103,
+  NVML_GPM_METRIC_C2C_LINK0_TOTAL_TX_PER_SEC = 104,
+  NVML_GPM_METRIC_C2C_LINK0_TOTAL_RX_PER_SEC = 105,
+  NVML_GPM_METRIC_C2C_LINK0_DATA_TX_PER_SEC = 106,
+  NVML_GPM_METRIC_C2C_LINK0_DATA_RX_PER_SEC = 107,
+  NVML_GPM_METRIC_C2C_LINK1_TOTAL_TX_PER_SEC = 108,
+  NVML_GPM_METRIC_C2C_LINK1_TOTAL_RX_PER_SEC = 109,
+  NVML_GPM_METRIC_C2C_LINK1_DATA_TX_PER_SEC = 110,
+  NVML_GPM_METRIC_C2C_LINK1_DATA_RX_PER_SEC = 111,
+  NVML_GPM_METRIC_C2C_LINK2_TOTAL_TX_PER_SEC = 112,
+  NVML_GPM_METRIC_C2C_LINK2_TOTAL_RX_PER_SEC = 113,
+  NVML_GPM_METRIC_C2C_LINK2_DATA_TX_PER_SEC = 114,
+  NVML_GPM_METRIC_C2C_LINK2_DATA_RX_PER_SEC = 115,
+  NVML_GPM_METRIC_C2C_LINK3_TOTAL_TX_PER_SEC = 116,
+  NVML_GPM_METRIC_C2C_LINK3_TOTAL_RX_PER_SEC = 117,
+  NVML_GPM_METRIC_C2C_LINK3_DATA_TX_PER_SEC = 118,
+  NVML_GPM_METRIC_C2C_LINK3_DATA_RX_PER_SEC = 119,
+  NVML_GPM_METRIC_C2C_LINK4_TOTAL_TX_PER_SEC = 120,
+  NVML_GPM_METRIC_C2C_LINK4_TOTAL_RX_PER_SEC = 121,
+  NVML_GPM_METRIC_C2C_LINK4_DATA_TX_PER_SEC = 122,
+  NVML_GPM_METRIC_C2C_LINK4_DATA_RX_PER_SEC = 123,
+  NVML_GPM_METRIC_C2C_LINK5_TOTAL_TX_PER_SEC = 124,
+  NVML_GPM_METRIC_C2C_LINK5_TOTAL_RX_PER_SEC = 125,
+  NVML_GPM_METRIC_C2C_LINK5_DATA_TX_PER_SEC = 126,
+  NVML_GPM_METRIC_C2C_LINK5_DATA_RX_PER_SEC = 127,
+  NVML_GPM_METRIC_C2C_LINK6_TOTAL_TX_PER_SEC = 128,
+  NVML_GPM_METRIC_C2C_LINK6_TOTAL_RX_PER_SEC = 129,
+  NVML_GPM_METRIC_C2C_LINK6_DATA_TX_PER_SEC = 130,
+  NVML_GPM_METRIC_C2C_LINK6_DATA_RX_PER_SEC = 131,
+  NVML_GPM_METRIC_C2C_LINK7_TOTAL_TX_PER_SEC = 132,
+  NVML_GPM_METRIC_C2C_LINK7_TOTAL_RX_PER_SEC = 133,
+  NVML_GPM_METRIC_C2C_LINK7_DATA_TX_PER_SEC = 134,
+  NVML_GPM_METRIC_C2C_LINK7_DATA_RX_PER_SEC = 135,
+  NVML_GPM_METRIC_C2C_LINK8_TOTAL_TX_PER_SEC = 136,
+  NVML_GPM_METRIC_C2C_LINK8_TOTAL_RX_PER_SEC = 137,
+  NVML_GPM_METRIC_C2C_LINK8_DATA_TX_PER_SEC = 138,
+  NVML_GPM_METRIC_C2C_LINK8_DATA_RX_PER_SEC = 139,
+  NVML_GPM_METRIC_C2C_LINK9_TOTAL_TX_PER_SEC = 140,
+  NVML_GPM_METRIC_C2C_LINK9_TOTAL_RX_PER_SEC = 141,
+  NVML_GPM_METRIC_C2C_LINK9_DATA_TX_PER_SEC = 142,
+  NVML_GPM_METRIC_C2C_LINK9_DATA_RX_PER_SEC = 143,
+  NVML_GPM_METRIC_C2C_LINK10_TOTAL_TX_PER_SEC = 144,
+  NVML_GPM_METRIC_C2C_LINK10_TOTAL_RX_PER_SEC = 145,
+  NVML_GPM_METRIC_C2C_LINK10_DATA_TX_PER_SEC = 146,
+  NVML_GPM_METRIC_C2C_LINK10_DATA_RX_PER_SEC = 147,
+  NVML_GPM_METRIC_C2C_LINK11_TOTAL_TX_PER_SEC = 148,
+  NVML_GPM_METRIC_C2C_LINK11_TOTAL_RX_PER_SEC = 149,
+  NVML_GPM_METRIC_C2C_LINK11_DATA_TX_PER_SEC = 150,
+  NVML_GPM_METRIC_C2C_LINK11_DATA_RX_PER_SEC = 151,
+  NVML_GPM_METRIC_C2C_LINK12_TOTAL_TX_PER_SEC = 152,
+  NVML_GPM_METRIC_C2C_LINK12_TOTAL_RX_PER_SEC = 153,
+  NVML_GPM_METRIC_C2C_LINK12_DATA_TX_PER_SEC = 154,
+  NVML_GPM_METRIC_C2C_LINK12_DATA_RX_PER_SEC = 155,
+  NVML_GPM_METRIC_C2C_LINK13_TOTAL_TX_PER_SEC = 156,
+  NVML_GPM_METRIC_C2C_LINK13_TOTAL_RX_PER_SEC = 157,
+  NVML_GPM_METRIC_C2C_LINK13_DATA_TX_PER_SEC = 158,
+  NVML_GPM_METRIC_C2C_LINK13_DATA_RX_PER_SEC = 159,
+  NVML_GPM_METRIC_HOSTMEM_CACHE_HIT = 160,
+  NVML_GPM_METRIC_HOSTMEM_CACHE_MISS = 161,
+  NVML_GPM_METRIC_PEERMEM_CACHE_HIT = 162,
+  NVML_GPM_METRIC_PEERMEM_CACHE_MISS = 163,
+  NVML_GPM_METRIC_DRAM_CACHE_HIT = 164,
+  NVML_GPM_METRIC_DRAM_CACHE_MISS = 165,
+  NVML_GPM_METRIC_NVENC_0_UTIL = 166,
+  NVML_GPM_METRIC_NVENC_1_UTIL = 167,
+  NVML_GPM_METRIC_NVENC_2_UTIL = 168,
+  NVML_GPM_METRIC_NVENC_3_UTIL = 169,
+  NVML_GPM_METRIC_GR0_CTXSW_CYCLES_ELAPSED = 170,
+  NVML_GPM_METRIC_GR0_CTXSW_CYCLES_ACTIVE = 171,
+  NVML_GPM_METRIC_GR0_CTXSW_REQUESTS = 172,
+  NVML_GPM_METRIC_GR0_CTXSW_CYCLES_PER_REQ = 173,
+  NVML_GPM_METRIC_GR0_CTXSW_ACTIVE_PCT = 174,
+  NVML_GPM_METRIC_GR1_CTXSW_CYCLES_ELAPSED = 175,
+  NVML_GPM_METRIC_GR1_CTXSW_CYCLES_ACTIVE = 176,
+  NVML_GPM_METRIC_GR1_CTXSW_REQUESTS = 177,
+  NVML_GPM_METRIC_GR1_CTXSW_CYCLES_PER_REQ = 178,
+  NVML_GPM_METRIC_GR1_CTXSW_ACTIVE_PCT = 179,
+  NVML_GPM_METRIC_GR2_CTXSW_CYCLES_ELAPSED = 180,
+  NVML_GPM_METRIC_GR2_CTXSW_CYCLES_ACTIVE = 181,
+  NVML_GPM_METRIC_GR2_CTXSW_REQUESTS = 182,
+  NVML_GPM_METRIC_GR2_CTXSW_CYCLES_PER_REQ = 183,
+  NVML_GPM_METRIC_GR2_CTXSW_ACTIVE_PCT = 184,
+  NVML_GPM_METRIC_GR3_CTXSW_CYCLES_ELAPSED = 185,
+  NVML_GPM_METRIC_GR3_CTXSW_CYCLES_ACTIVE = 186,
+  NVML_GPM_METRIC_GR3_CTXSW_REQUESTS = 187,
+  NVML_GPM_METRIC_GR3_CTXSW_CYCLES_PER_REQ = 188,
+  NVML_GPM_METRIC_GR3_CTXSW_ACTIVE_PCT = 189,
+  NVML_GPM_METRIC_GR4_CTXSW_CYCLES_ELAPSED = 190,
+  NVML_GPM_METRIC_GR4_CTXSW_CYCLES_ACTIVE = 191,
+  NVML_GPM_METRIC_GR4_CTXSW_REQUESTS = 192,
+  NVML_GPM_METRIC_GR4_CTXSW_CYCLES_PER_REQ = 193,
+  NVML_GPM_METRIC_GR4_CTXSW_ACTIVE_PCT = 194,
+  NVML_GPM_METRIC_GR5_CTXSW_CYCLES_ELAPSED = 195,
+  NVML_GPM_METRIC_GR5_CTXSW_CYCLES_ACTIVE = 196,
+  NVML_GPM_METRIC_GR5_CTXSW_REQUESTS = 197,
+  NVML_GPM_METRIC_GR5_CTXSW_CYCLES_PER_REQ = 198,
+  NVML_GPM_METRIC_GR5_CTXSW_ACTIVE_PCT = 199,
+  NVML_GPM_METRIC_GR6_CTXSW_CYCLES_ELAPSED = 200,
+  NVML_GPM_METRIC_GR6_CTXSW_CYCLES_ACTIVE = 201,
+  NVML_GPM_METRIC_GR6_CTXSW_REQUESTS = 202,
+  NVML_GPM_METRIC_GR6_CTXSW_CYCLES_PER_REQ = 203,
+  NVML_GPM_METRIC_GR6_CTXSW_ACTIVE_PCT = 204,
+  NVML_GPM_METRIC_GR7_CTXSW_CYCLES_ELAPSED = 205,
+  NVML_GPM_METRIC_GR7_CTXSW_CYCLES_ACTIVE = 206,
+  NVML_GPM_METRIC_GR7_CTXSW_REQUESTS = 207,
+  NVML_GPM_METRIC_GR7_CTXSW_CYCLES_PER_REQ = 208,
+  NVML_GPM_METRIC_GR7_CTXSW_ACTIVE_PCT = 209,
+  NVML_GPM_METRIC_MAX = 210
+} nvmlGpmMetricId_t;
+typedef struct nvmlGpmSample_st *nvmlGpmSample_t;
+typedef struct 
+{
+  unsigned int metricId;
+  nvmlReturn_t nvmlReturn;
+  double value;
+  struct 
+  {
+    char *shortName;
+    char *longName;
+    char *unit;
+  } metricInfo;
+} nvmlGpmMetric_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int numMetrics;
+  nvmlGpmSample_t sample1;
+  nvmlGpmSample_t sample2;
+  nvmlGpmMetric_t metrics[210];
+} nvmlGpmMetricsGet_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int isSupportedDevice;
+} nvmlGpmSupport_t;
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet);
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t gpmSample);
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *gpmSample);
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample);
+nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId, nvmlGpmSample_t gpmSample);
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport);
+nvmlReturn_t nvmlGpmQueryIfStreamingEnabled(nvmlDevice_t device, unsigned int *state);
+nvmlReturn_t nvmlGpmSetStreamingEnabled(nvmlDevice_t device, unsigned int state);
+typedef struct 
+{
+  unsigned int version;
+  unsigned int capMask;
+} nvmlDeviceCapabilities_v1_t;
+typedef nvmlDeviceCapabilities_v1_t nvmlDeviceCapabilities_t;
+nvmlReturn_t nvmlDeviceGetCapabilities(nvmlDevice_t device, nvmlDeviceCapabilities_t *caps);
+typedef struct 
+{
+  unsigned int mask[8];
+} nvmlMask255_t;
+typedef enum 
+{
+  NVML_POWER_PROFILE_MAX_P = 0,
+  NVML_POWER_PROFILE_MAX_Q = 1,
+  NVML_POWER_PROFILE_COMPUTE = 2,
+  NVML_POWER_PROFILE_MEMORY_BOUND = 3,
+  NVML_POWER_PROFILE_NETWORK = 4,
+  NVML_POWER_PROFILE_BALANCED = 5,
+  NVML_POWER_PROFILE_LLM_INFERENCE = 6,
+  NVML_POWER_PROFILE_LLM_TRAINING = 7,
+  NVML_POWER_PROFILE_RBM = 8,
+  NVML_POWER_PROFILE_DCPCIE = 9,
+  NVML_POWER_PROFILE_HMMA_SPARSE = 10,
+  NVML_POWER_PROFILE_HMMA_DENSE = 11,
+  NVML_POWER_PROFILE_SYNC_BALANCED = 12,
+  NVML_POWER_PROFILE_HPC = 13,
+  NVML_POWER_PROFILE_MIG = 14,
+  NVML_POWER_PROFILE_MAX = 15
+} nvmlPowerProfileType_t;
+typedef struct 
+{
+  unsigned int version;
+  unsigned int profileId;
+  unsigned int priority;
+  nvmlMask255_t conflictingMask;
+} nvmlWorkloadPowerProfileInfo_v1_t;
+typedef nvmlWorkloadPowerProfileInfo_v1_t nvmlWorkloadPowerProfileInfo_t;
+typedef struct 
+{
+  unsigned int version;
+  nvmlMask255_t perfProfilesMask;
+  nvmlWorkloadPowerProfileInfo_t perfProfile[255];
+} nvmlWorkloadPowerProfileProfilesInfo_v1_t;
+typedef nvmlWorkloadPowerProfileProfilesInfo_v1_t nvmlWorkloadPowerProfileProfilesInfo_t;
+typedef struct 
+{
+  unsigned int version;
+  nvmlMask255_t perfProfilesMask;
+  nvmlMask255_t requestedProfilesMask;
+  nvmlMask255_t enforcedProfilesMask;
+} nvmlWorkloadPowerProfileCurrentProfiles_v1_t;
+typedef nvmlWorkloadPowerProfileCurrentProfiles_v1_t nvmlWorkloadPowerProfileCurrentProfiles_t;
+typedef struct 
+{
+  unsigned int version;
+  nvmlMask255_t requestedProfilesMask;
+} nvmlWorkloadPowerProfileRequestedProfiles_v1_t;
+typedef nvmlWorkloadPowerProfileRequestedProfiles_v1_t nvmlWorkloadPowerProfileRequestedProfiles_t;
+nvmlReturn_t nvmlDeviceWorkloadPowerProfileGetProfilesInfo(nvmlDevice_t device, nvmlWorkloadPowerProfileProfilesInfo_t *profilesInfo);
+nvmlReturn_t nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(nvmlDevice_t device, nvmlWorkloadPowerProfileCurrentProfiles_t *currentProfiles);
+nvmlReturn_t nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(nvmlDevice_t device, nvmlWorkloadPowerProfileRequestedProfiles_t *requestedProfiles);
+nvmlReturn_t nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(nvmlDevice_t device, nvmlWorkloadPowerProfileRequestedProfiles_t *requestedProfiles);
+typedef struct 
+{
+  unsigned int version;
+  unsigned int profileId;
+  unsigned int paramId;
+  double value;
+} nvmlPowerSmoothingProfile_v1_t;
+typedef nvmlPowerSmoothingProfile_v1_t nvmlPowerSmoothingProfile_t;
+typedef struct 
+{
+  unsigned int version;
+  nvmlEnableState_t state;
+} nvmlPowerSmoothingState_v1_t;
+typedef nvmlPowerSmoothingState_v1_t nvmlPowerSmoothingState_t;
+nvmlReturn_t nvmlDevicePowerSmoothingActivatePresetProfile(nvmlDevice_t device, nvmlPowerSmoothingProfile_t *profile);
+nvmlReturn_t nvmlDevicePowerSmoothingUpdatePresetProfileParam(nvmlDevice_t device, nvmlPowerSmoothingProfile_t *profile);
+nvmlReturn_t nvmlDevicePowerSmoothingSetState(nvmlDevice_t device, nvmlPowerSmoothingState_t *state);
+nvmlReturn_t nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(nvmlDevice_t device, nvmlEccSramUniqueUncorrectedErrorCounts_t *errorCounts);
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 CUresult cuProfilerStart(void);
 CUresult cuProfilerStop(void);
 

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "cdc2120fc719d688"
+API_DIGEST = "6e45da7e7ce1ffb4"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -23,6 +23,38 @@ OP_IDS = {
     "ExportTableSize": 2138948862,
     "LaunchKernelEx": 2383965022,
 }
+
+
+def cuCtxCreate_v2(s, a: pb.cuCtxCreate_v2_Args) -> pb.cuCtxCreate_v2_Result:
+    """cuCtxCreate_v2 (cuda.h)"""
+    r = pb.cuCtxCreate_v2_Result()
+    pctx = s.ffi.new("CUcontext *")
+    r.status = s.lib.cuCtxCreate_v2(pctx, a.flags, a.dev)
+    if r.status == 0:
+        r.pctx = s.scalar(pctx[0])
+        s.owns_handle("CUctx_st", r.pctx)
+    return r
+
+
+def cuCtxCreate_v4(s, a: pb.cuCtxCreate_v4_Args) -> pb.cuCtxCreate_v4_Result:
+    """cuCtxCreate_v4 (cuda.h)"""
+    r = pb.cuCtxCreate_v4_Result()
+    pctx = s.ffi.new("CUcontext *")
+    ctxCreateParams = s.ffi.NULL
+    r.status = s.lib.cuCtxCreate_v4(pctx, ctxCreateParams, a.flags, a.dev)
+    if r.status == 0:
+        r.pctx = s.scalar(pctx[0])
+        s.owns_handle("CUctx_st", r.pctx)
+    return r
+
+
+def cuCtxDestroy_v2(s, a: pb.cuCtxDestroy_v2_Args) -> pb.cuCtxDestroy_v2_Result:
+    """cuCtxDestroy_v2 (cuda.h)"""
+    r = pb.cuCtxDestroy_v2_Result()
+    r.status = s.lib.cuCtxDestroy_v2(s.handle("CUctx_st", "CUcontext", a.ctx))
+    if r.status == 0:
+        s.disowns_handle("CUctx_st", a.ctx)
+    return r
 
 
 def cuCtxGetApiVersion(s, a: pb.cuCtxGetApiVersion_Args) -> pb.cuCtxGetApiVersion_Result:
@@ -1223,6 +1255,698 @@ def cudaStreamSynchronize(s, a: pb.cudaStreamSynchronize_Args) -> pb.cudaStreamS
     return r
 
 
+def nvmlDeviceGetApplicationsClock(s, a: pb.nvmlDeviceGetApplicationsClock_Args) -> pb.nvmlDeviceGetApplicationsClock_Result:
+    """nvmlDeviceGetApplicationsClock (nvml.h)"""
+    r = pb.nvmlDeviceGetApplicationsClock_Result()
+    clockMHz = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetApplicationsClock(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), a.clockType, clockMHz)
+    if r.status == 0:
+        r.clockMHz = s.scalar(clockMHz[0])
+    return r
+
+
+def nvmlDeviceGetArchitecture(s, a: pb.nvmlDeviceGetArchitecture_Args) -> pb.nvmlDeviceGetArchitecture_Result:
+    """nvmlDeviceGetArchitecture (nvml.h)"""
+    r = pb.nvmlDeviceGetArchitecture_Result()
+    arch = s.ffi.new("nvmlDeviceArchitecture_t *")
+    r.status = s.lib.nvmlDeviceGetArchitecture(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), arch)
+    if r.status == 0:
+        r.arch = s.scalar(arch[0])
+    return r
+
+
+def nvmlDeviceGetAttributes_v2(s, a: pb.nvmlDeviceGetAttributes_v2_Args) -> pb.nvmlDeviceGetAttributes_v2_Result:
+    """nvmlDeviceGetAttributes_v2 (nvml.h)"""
+    r = pb.nvmlDeviceGetAttributes_v2_Result()
+    attributes = s.ffi.new("nvmlDeviceAttributes_t *")
+    r.status = s.lib.nvmlDeviceGetAttributes_v2(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), attributes)
+    if r.status == 0:
+        r.attributes = s.take(attributes)
+    return r
+
+
+def nvmlDeviceGetBAR1MemoryInfo(s, a: pb.nvmlDeviceGetBAR1MemoryInfo_Args) -> pb.nvmlDeviceGetBAR1MemoryInfo_Result:
+    """nvmlDeviceGetBAR1MemoryInfo (nvml.h)"""
+    r = pb.nvmlDeviceGetBAR1MemoryInfo_Result()
+    bar1Memory = s.ffi.new("nvmlBAR1Memory_t *")
+    r.status = s.lib.nvmlDeviceGetBAR1MemoryInfo(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), bar1Memory)
+    if r.status == 0:
+        r.bar1Memory = s.take(bar1Memory)
+    return r
+
+
+def nvmlDeviceGetBoardPartNumber(s, a: pb.nvmlDeviceGetBoardPartNumber_Args) -> pb.nvmlDeviceGetBoardPartNumber_Result:
+    """nvmlDeviceGetBoardPartNumber (nvml.h)"""
+    r = pb.nvmlDeviceGetBoardPartNumber_Result()
+    partNumber = s.out_buffer(a.length)
+    r.status = s.lib.nvmlDeviceGetBoardPartNumber(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), partNumber, a.length)
+    if r.status == 0:
+        r.partNumber = s.take(partNumber, a.length)
+    return r
+
+
+def nvmlDeviceGetBrand(s, a: pb.nvmlDeviceGetBrand_Args) -> pb.nvmlDeviceGetBrand_Result:
+    """nvmlDeviceGetBrand (nvml.h)"""
+    r = pb.nvmlDeviceGetBrand_Result()
+    type = s.ffi.new("nvmlBrandType_t *")
+    r.status = s.lib.nvmlDeviceGetBrand(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), type)
+    if r.status == 0:
+        r.type = s.scalar(type[0])
+    return r
+
+
+def nvmlDeviceGetClockInfo(s, a: pb.nvmlDeviceGetClockInfo_Args) -> pb.nvmlDeviceGetClockInfo_Result:
+    """nvmlDeviceGetClockInfo (nvml.h)"""
+    r = pb.nvmlDeviceGetClockInfo_Result()
+    clock = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetClockInfo(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), a.type, clock)
+    if r.status == 0:
+        r.clock = s.scalar(clock[0])
+    return r
+
+
+def nvmlDeviceGetComputeMode(s, a: pb.nvmlDeviceGetComputeMode_Args) -> pb.nvmlDeviceGetComputeMode_Result:
+    """nvmlDeviceGetComputeMode (nvml.h)"""
+    r = pb.nvmlDeviceGetComputeMode_Result()
+    mode = s.ffi.new("nvmlComputeMode_t *")
+    r.status = s.lib.nvmlDeviceGetComputeMode(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), mode)
+    if r.status == 0:
+        r.mode = s.scalar(mode[0])
+    return r
+
+
+def nvmlDeviceGetCount_v2(s, a: pb.nvmlDeviceGetCount_v2_Args) -> pb.nvmlDeviceGetCount_v2_Result:
+    """nvmlDeviceGetCount_v2 (nvml.h)"""
+    r = pb.nvmlDeviceGetCount_v2_Result()
+    deviceCount = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetCount_v2(deviceCount)
+    if r.status == 0:
+        r.deviceCount = s.scalar(deviceCount[0])
+    return r
+
+
+def nvmlDeviceGetCudaComputeCapability(s, a: pb.nvmlDeviceGetCudaComputeCapability_Args) -> pb.nvmlDeviceGetCudaComputeCapability_Result:
+    """nvmlDeviceGetCudaComputeCapability (nvml.h)"""
+    r = pb.nvmlDeviceGetCudaComputeCapability_Result()
+    major = s.ffi.new("int *")
+    minor = s.ffi.new("int *")
+    r.status = s.lib.nvmlDeviceGetCudaComputeCapability(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), major, minor)
+    if r.status == 0:
+        r.major = s.scalar(major[0])
+        r.minor = s.scalar(minor[0])
+    return r
+
+
+def nvmlDeviceGetCurrPcieLinkGeneration(s, a: pb.nvmlDeviceGetCurrPcieLinkGeneration_Args) -> pb.nvmlDeviceGetCurrPcieLinkGeneration_Result:
+    """nvmlDeviceGetCurrPcieLinkGeneration (nvml.h)"""
+    r = pb.nvmlDeviceGetCurrPcieLinkGeneration_Result()
+    currLinkGen = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetCurrPcieLinkGeneration(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), currLinkGen)
+    if r.status == 0:
+        r.currLinkGen = s.scalar(currLinkGen[0])
+    return r
+
+
+def nvmlDeviceGetCurrPcieLinkWidth(s, a: pb.nvmlDeviceGetCurrPcieLinkWidth_Args) -> pb.nvmlDeviceGetCurrPcieLinkWidth_Result:
+    """nvmlDeviceGetCurrPcieLinkWidth (nvml.h)"""
+    r = pb.nvmlDeviceGetCurrPcieLinkWidth_Result()
+    currLinkWidth = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetCurrPcieLinkWidth(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), currLinkWidth)
+    if r.status == 0:
+        r.currLinkWidth = s.scalar(currLinkWidth[0])
+    return r
+
+
+def nvmlDeviceGetCurrentClocksEventReasons(s, a: pb.nvmlDeviceGetCurrentClocksEventReasons_Args) -> pb.nvmlDeviceGetCurrentClocksEventReasons_Result:
+    """nvmlDeviceGetCurrentClocksEventReasons (nvml.h)"""
+    r = pb.nvmlDeviceGetCurrentClocksEventReasons_Result()
+    clocksEventReasons = s.ffi.new("unsigned long long *")
+    r.status = s.lib.nvmlDeviceGetCurrentClocksEventReasons(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), clocksEventReasons)
+    if r.status == 0:
+        r.clocksEventReasons = s.scalar(clocksEventReasons[0])
+    return r
+
+
+def nvmlDeviceGetDefaultApplicationsClock(s, a: pb.nvmlDeviceGetDefaultApplicationsClock_Args) -> pb.nvmlDeviceGetDefaultApplicationsClock_Result:
+    """nvmlDeviceGetDefaultApplicationsClock (nvml.h)"""
+    r = pb.nvmlDeviceGetDefaultApplicationsClock_Result()
+    clockMHz = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetDefaultApplicationsClock(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), a.clockType, clockMHz)
+    if r.status == 0:
+        r.clockMHz = s.scalar(clockMHz[0])
+    return r
+
+
+def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(s, a: pb.nvmlDeviceGetDeviceHandleFromMigDeviceHandle_Args) -> pb.nvmlDeviceGetDeviceHandleFromMigDeviceHandle_Result:
+    """nvmlDeviceGetDeviceHandleFromMigDeviceHandle (nvml.h)"""
+    r = pb.nvmlDeviceGetDeviceHandleFromMigDeviceHandle_Result()
+    device = s.ffi.new("nvmlDevice_t *")
+    r.status = s.lib.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(s.handle("nvmlDevice_st", "nvmlDevice_t", a.migDevice), device)
+    if r.status == 0:
+        r.device = s.scalar(device[0])
+        s.owns_handle("nvmlDevice_st", r.device)
+    return r
+
+
+def nvmlDeviceGetDisplayActive(s, a: pb.nvmlDeviceGetDisplayActive_Args) -> pb.nvmlDeviceGetDisplayActive_Result:
+    """nvmlDeviceGetDisplayActive (nvml.h)"""
+    r = pb.nvmlDeviceGetDisplayActive_Result()
+    isActive = s.ffi.new("nvmlEnableState_t *")
+    r.status = s.lib.nvmlDeviceGetDisplayActive(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), isActive)
+    if r.status == 0:
+        r.isActive = s.scalar(isActive[0])
+    return r
+
+
+def nvmlDeviceGetDisplayMode(s, a: pb.nvmlDeviceGetDisplayMode_Args) -> pb.nvmlDeviceGetDisplayMode_Result:
+    """nvmlDeviceGetDisplayMode (nvml.h)"""
+    r = pb.nvmlDeviceGetDisplayMode_Result()
+    display = s.ffi.new("nvmlEnableState_t *")
+    r.status = s.lib.nvmlDeviceGetDisplayMode(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), display)
+    if r.status == 0:
+        r.display = s.scalar(display[0])
+    return r
+
+
+def nvmlDeviceGetEccMode(s, a: pb.nvmlDeviceGetEccMode_Args) -> pb.nvmlDeviceGetEccMode_Result:
+    """nvmlDeviceGetEccMode (nvml.h)"""
+    r = pb.nvmlDeviceGetEccMode_Result()
+    current = s.ffi.new("nvmlEnableState_t *")
+    pending = s.ffi.new("nvmlEnableState_t *")
+    r.status = s.lib.nvmlDeviceGetEccMode(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), current, pending)
+    if r.status == 0:
+        r.current = s.scalar(current[0])
+        r.pending = s.scalar(pending[0])
+    return r
+
+
+def nvmlDeviceGetEnforcedPowerLimit(s, a: pb.nvmlDeviceGetEnforcedPowerLimit_Args) -> pb.nvmlDeviceGetEnforcedPowerLimit_Result:
+    """nvmlDeviceGetEnforcedPowerLimit (nvml.h)"""
+    r = pb.nvmlDeviceGetEnforcedPowerLimit_Result()
+    limit = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetEnforcedPowerLimit(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), limit)
+    if r.status == 0:
+        r.limit = s.scalar(limit[0])
+    return r
+
+
+def nvmlDeviceGetFanSpeed(s, a: pb.nvmlDeviceGetFanSpeed_Args) -> pb.nvmlDeviceGetFanSpeed_Result:
+    """nvmlDeviceGetFanSpeed (nvml.h)"""
+    r = pb.nvmlDeviceGetFanSpeed_Result()
+    speed = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetFanSpeed(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), speed)
+    if r.status == 0:
+        r.speed = s.scalar(speed[0])
+    return r
+
+
+def nvmlDeviceGetGpuOperationMode(s, a: pb.nvmlDeviceGetGpuOperationMode_Args) -> pb.nvmlDeviceGetGpuOperationMode_Result:
+    """nvmlDeviceGetGpuOperationMode (nvml.h)"""
+    r = pb.nvmlDeviceGetGpuOperationMode_Result()
+    current = s.ffi.new("nvmlGpuOperationMode_t *")
+    pending = s.ffi.new("nvmlGpuOperationMode_t *")
+    r.status = s.lib.nvmlDeviceGetGpuOperationMode(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), current, pending)
+    if r.status == 0:
+        r.current = s.scalar(current[0])
+        r.pending = s.scalar(pending[0])
+    return r
+
+
+def nvmlDeviceGetGspFirmwareMode(s, a: pb.nvmlDeviceGetGspFirmwareMode_Args) -> pb.nvmlDeviceGetGspFirmwareMode_Result:
+    """nvmlDeviceGetGspFirmwareMode (nvml.h)"""
+    r = pb.nvmlDeviceGetGspFirmwareMode_Result()
+    isEnabled = s.ffi.new("unsigned int *")
+    defaultMode = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetGspFirmwareMode(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), isEnabled, defaultMode)
+    if r.status == 0:
+        r.isEnabled = s.scalar(isEnabled[0])
+        r.defaultMode = s.scalar(defaultMode[0])
+    return r
+
+
+def nvmlDeviceGetHandleByIndex_v2(s, a: pb.nvmlDeviceGetHandleByIndex_v2_Args) -> pb.nvmlDeviceGetHandleByIndex_v2_Result:
+    """nvmlDeviceGetHandleByIndex_v2 (nvml.h)"""
+    r = pb.nvmlDeviceGetHandleByIndex_v2_Result()
+    device = s.ffi.new("nvmlDevice_t *")
+    r.status = s.lib.nvmlDeviceGetHandleByIndex_v2(a.index, device)
+    if r.status == 0:
+        r.device = s.scalar(device[0])
+        s.owns_handle("nvmlDevice_st", r.device)
+    return r
+
+
+def nvmlDeviceGetHandleByPciBusId_v2(s, a: pb.nvmlDeviceGetHandleByPciBusId_v2_Args) -> pb.nvmlDeviceGetHandleByPciBusId_v2_Result:
+    """nvmlDeviceGetHandleByPciBusId_v2 (nvml.h)"""
+    r = pb.nvmlDeviceGetHandleByPciBusId_v2_Result()
+    pciBusId = s.string(a.pciBusId)
+    device = s.ffi.new("nvmlDevice_t *")
+    r.status = s.lib.nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device)
+    if r.status == 0:
+        r.device = s.scalar(device[0])
+        s.owns_handle("nvmlDevice_st", r.device)
+    return r
+
+
+def nvmlDeviceGetHandleBySerial(s, a: pb.nvmlDeviceGetHandleBySerial_Args) -> pb.nvmlDeviceGetHandleBySerial_Result:
+    """nvmlDeviceGetHandleBySerial (nvml.h)"""
+    r = pb.nvmlDeviceGetHandleBySerial_Result()
+    serial = s.string(a.serial)
+    device = s.ffi.new("nvmlDevice_t *")
+    r.status = s.lib.nvmlDeviceGetHandleBySerial(serial, device)
+    if r.status == 0:
+        r.device = s.scalar(device[0])
+        s.owns_handle("nvmlDevice_st", r.device)
+    return r
+
+
+def nvmlDeviceGetHandleByUUID(s, a: pb.nvmlDeviceGetHandleByUUID_Args) -> pb.nvmlDeviceGetHandleByUUID_Result:
+    """nvmlDeviceGetHandleByUUID (nvml.h)"""
+    r = pb.nvmlDeviceGetHandleByUUID_Result()
+    uuid = s.string(a.uuid)
+    device = s.ffi.new("nvmlDevice_t *")
+    r.status = s.lib.nvmlDeviceGetHandleByUUID(uuid, device)
+    if r.status == 0:
+        r.device = s.scalar(device[0])
+        s.owns_handle("nvmlDevice_st", r.device)
+    return r
+
+
+def nvmlDeviceGetHostVgpuMode(s, a: pb.nvmlDeviceGetHostVgpuMode_Args) -> pb.nvmlDeviceGetHostVgpuMode_Result:
+    """nvmlDeviceGetHostVgpuMode (nvml.h)"""
+    r = pb.nvmlDeviceGetHostVgpuMode_Result()
+    pHostVgpuMode = s.ffi.new("nvmlHostVgpuMode_t *")
+    r.status = s.lib.nvmlDeviceGetHostVgpuMode(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), pHostVgpuMode)
+    if r.status == 0:
+        r.pHostVgpuMode = s.scalar(pHostVgpuMode[0])
+    return r
+
+
+def nvmlDeviceGetIndex(s, a: pb.nvmlDeviceGetIndex_Args) -> pb.nvmlDeviceGetIndex_Result:
+    """nvmlDeviceGetIndex (nvml.h)"""
+    r = pb.nvmlDeviceGetIndex_Result()
+    index = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetIndex(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), index)
+    if r.status == 0:
+        r.index = s.scalar(index[0])
+    return r
+
+
+def nvmlDeviceGetInforomImageVersion(s, a: pb.nvmlDeviceGetInforomImageVersion_Args) -> pb.nvmlDeviceGetInforomImageVersion_Result:
+    """nvmlDeviceGetInforomImageVersion (nvml.h)"""
+    r = pb.nvmlDeviceGetInforomImageVersion_Result()
+    version = s.out_buffer(a.length)
+    r.status = s.lib.nvmlDeviceGetInforomImageVersion(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), version, a.length)
+    if r.status == 0:
+        r.version = s.take(version, a.length)
+    return r
+
+
+def nvmlDeviceGetMaxClockInfo(s, a: pb.nvmlDeviceGetMaxClockInfo_Args) -> pb.nvmlDeviceGetMaxClockInfo_Result:
+    """nvmlDeviceGetMaxClockInfo (nvml.h)"""
+    r = pb.nvmlDeviceGetMaxClockInfo_Result()
+    clock = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetMaxClockInfo(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), a.type, clock)
+    if r.status == 0:
+        r.clock = s.scalar(clock[0])
+    return r
+
+
+def nvmlDeviceGetMaxMigDeviceCount(s, a: pb.nvmlDeviceGetMaxMigDeviceCount_Args) -> pb.nvmlDeviceGetMaxMigDeviceCount_Result:
+    """nvmlDeviceGetMaxMigDeviceCount (nvml.h)"""
+    r = pb.nvmlDeviceGetMaxMigDeviceCount_Result()
+    count = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetMaxMigDeviceCount(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), count)
+    if r.status == 0:
+        r.count = s.scalar(count[0])
+    return r
+
+
+def nvmlDeviceGetMaxPcieLinkGeneration(s, a: pb.nvmlDeviceGetMaxPcieLinkGeneration_Args) -> pb.nvmlDeviceGetMaxPcieLinkGeneration_Result:
+    """nvmlDeviceGetMaxPcieLinkGeneration (nvml.h)"""
+    r = pb.nvmlDeviceGetMaxPcieLinkGeneration_Result()
+    maxLinkGen = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetMaxPcieLinkGeneration(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), maxLinkGen)
+    if r.status == 0:
+        r.maxLinkGen = s.scalar(maxLinkGen[0])
+    return r
+
+
+def nvmlDeviceGetMaxPcieLinkWidth(s, a: pb.nvmlDeviceGetMaxPcieLinkWidth_Args) -> pb.nvmlDeviceGetMaxPcieLinkWidth_Result:
+    """nvmlDeviceGetMaxPcieLinkWidth (nvml.h)"""
+    r = pb.nvmlDeviceGetMaxPcieLinkWidth_Result()
+    maxLinkWidth = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetMaxPcieLinkWidth(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), maxLinkWidth)
+    if r.status == 0:
+        r.maxLinkWidth = s.scalar(maxLinkWidth[0])
+    return r
+
+
+def nvmlDeviceGetMemoryInfo(s, a: pb.nvmlDeviceGetMemoryInfo_Args) -> pb.nvmlDeviceGetMemoryInfo_Result:
+    """nvmlDeviceGetMemoryInfo (nvml.h)"""
+    r = pb.nvmlDeviceGetMemoryInfo_Result()
+    memory = s.ffi.new("nvmlMemory_t *")
+    r.status = s.lib.nvmlDeviceGetMemoryInfo(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), memory)
+    if r.status == 0:
+        r.memory = s.take(memory)
+    return r
+
+
+def nvmlDeviceGetMigDeviceHandleByIndex(s, a: pb.nvmlDeviceGetMigDeviceHandleByIndex_Args) -> pb.nvmlDeviceGetMigDeviceHandleByIndex_Result:
+    """nvmlDeviceGetMigDeviceHandleByIndex (nvml.h)"""
+    r = pb.nvmlDeviceGetMigDeviceHandleByIndex_Result()
+    migDevice = s.ffi.new("nvmlDevice_t *")
+    r.status = s.lib.nvmlDeviceGetMigDeviceHandleByIndex(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), a.index, migDevice)
+    if r.status == 0:
+        r.migDevice = s.scalar(migDevice[0])
+        s.owns_handle("nvmlDevice_st", r.migDevice)
+    return r
+
+
+def nvmlDeviceGetMigMode(s, a: pb.nvmlDeviceGetMigMode_Args) -> pb.nvmlDeviceGetMigMode_Result:
+    """nvmlDeviceGetMigMode (nvml.h)"""
+    r = pb.nvmlDeviceGetMigMode_Result()
+    currentMode = s.ffi.new("unsigned int *")
+    pendingMode = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetMigMode(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), currentMode, pendingMode)
+    if r.status == 0:
+        r.currentMode = s.scalar(currentMode[0])
+        r.pendingMode = s.scalar(pendingMode[0])
+    return r
+
+
+def nvmlDeviceGetMinorNumber(s, a: pb.nvmlDeviceGetMinorNumber_Args) -> pb.nvmlDeviceGetMinorNumber_Result:
+    """nvmlDeviceGetMinorNumber (nvml.h)"""
+    r = pb.nvmlDeviceGetMinorNumber_Result()
+    minorNumber = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetMinorNumber(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), minorNumber)
+    if r.status == 0:
+        r.minorNumber = s.scalar(minorNumber[0])
+    return r
+
+
+def nvmlDeviceGetName(s, a: pb.nvmlDeviceGetName_Args) -> pb.nvmlDeviceGetName_Result:
+    """nvmlDeviceGetName (nvml.h)"""
+    r = pb.nvmlDeviceGetName_Result()
+    name = s.out_buffer(a.length)
+    r.status = s.lib.nvmlDeviceGetName(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), name, a.length)
+    if r.status == 0:
+        r.name = s.take(name, a.length)
+    return r
+
+
+def nvmlDeviceGetNumGpuCores(s, a: pb.nvmlDeviceGetNumGpuCores_Args) -> pb.nvmlDeviceGetNumGpuCores_Result:
+    """nvmlDeviceGetNumGpuCores (nvml.h)"""
+    r = pb.nvmlDeviceGetNumGpuCores_Result()
+    numCores = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetNumGpuCores(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), numCores)
+    if r.status == 0:
+        r.numCores = s.scalar(numCores[0])
+    return r
+
+
+def nvmlDeviceGetNumaNodeId(s, a: pb.nvmlDeviceGetNumaNodeId_Args) -> pb.nvmlDeviceGetNumaNodeId_Result:
+    """nvmlDeviceGetNumaNodeId (nvml.h)"""
+    r = pb.nvmlDeviceGetNumaNodeId_Result()
+    node = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetNumaNodeId(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), node)
+    if r.status == 0:
+        r.node = s.scalar(node[0])
+    return r
+
+
+def nvmlDeviceGetNvLinkRemoteDeviceType(s, a: pb.nvmlDeviceGetNvLinkRemoteDeviceType_Args) -> pb.nvmlDeviceGetNvLinkRemoteDeviceType_Result:
+    """nvmlDeviceGetNvLinkRemoteDeviceType (nvml.h)"""
+    r = pb.nvmlDeviceGetNvLinkRemoteDeviceType_Result()
+    pNvLinkDeviceType = s.ffi.new("nvmlIntNvLinkDeviceType_t *")
+    r.status = s.lib.nvmlDeviceGetNvLinkRemoteDeviceType(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), a.link, pNvLinkDeviceType)
+    if r.status == 0:
+        r.pNvLinkDeviceType = s.scalar(pNvLinkDeviceType[0])
+    return r
+
+
+def nvmlDeviceGetNvLinkState(s, a: pb.nvmlDeviceGetNvLinkState_Args) -> pb.nvmlDeviceGetNvLinkState_Result:
+    """nvmlDeviceGetNvLinkState (nvml.h)"""
+    r = pb.nvmlDeviceGetNvLinkState_Result()
+    isActive = s.ffi.new("nvmlEnableState_t *")
+    r.status = s.lib.nvmlDeviceGetNvLinkState(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), a.link, isActive)
+    if r.status == 0:
+        r.isActive = s.scalar(isActive[0])
+    return r
+
+
+def nvmlDeviceGetP2PStatus(s, a: pb.nvmlDeviceGetP2PStatus_Args) -> pb.nvmlDeviceGetP2PStatus_Result:
+    """nvmlDeviceGetP2PStatus (nvml.h)"""
+    r = pb.nvmlDeviceGetP2PStatus_Result()
+    p2pStatus = s.ffi.new("nvmlGpuP2PStatus_t *")
+    r.status = s.lib.nvmlDeviceGetP2PStatus(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device1), s.handle("nvmlDevice_st", "nvmlDevice_t", a.device2), a.p2pIndex, p2pStatus)
+    if r.status == 0:
+        r.p2pStatus = s.scalar(p2pStatus[0])
+    return r
+
+
+def nvmlDeviceGetPciInfo_v3(s, a: pb.nvmlDeviceGetPciInfo_v3_Args) -> pb.nvmlDeviceGetPciInfo_v3_Result:
+    """nvmlDeviceGetPciInfo_v3 (nvml.h)"""
+    r = pb.nvmlDeviceGetPciInfo_v3_Result()
+    pci = s.ffi.new("nvmlPciInfo_t *")
+    r.status = s.lib.nvmlDeviceGetPciInfo_v3(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), pci)
+    if r.status == 0:
+        r.pci = s.take(pci)
+    return r
+
+
+def nvmlDeviceGetPcieThroughput(s, a: pb.nvmlDeviceGetPcieThroughput_Args) -> pb.nvmlDeviceGetPcieThroughput_Result:
+    """nvmlDeviceGetPcieThroughput (nvml.h)"""
+    r = pb.nvmlDeviceGetPcieThroughput_Result()
+    value = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetPcieThroughput(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), a.counter, value)
+    if r.status == 0:
+        r.value = s.scalar(value[0])
+    return r
+
+
+def nvmlDeviceGetPerformanceState(s, a: pb.nvmlDeviceGetPerformanceState_Args) -> pb.nvmlDeviceGetPerformanceState_Result:
+    """nvmlDeviceGetPerformanceState (nvml.h)"""
+    r = pb.nvmlDeviceGetPerformanceState_Result()
+    pState = s.ffi.new("nvmlPstates_t *")
+    r.status = s.lib.nvmlDeviceGetPerformanceState(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), pState)
+    if r.status == 0:
+        r.pState = s.scalar(pState[0])
+    return r
+
+
+def nvmlDeviceGetPersistenceMode(s, a: pb.nvmlDeviceGetPersistenceMode_Args) -> pb.nvmlDeviceGetPersistenceMode_Result:
+    """nvmlDeviceGetPersistenceMode (nvml.h)"""
+    r = pb.nvmlDeviceGetPersistenceMode_Result()
+    mode = s.ffi.new("nvmlEnableState_t *")
+    r.status = s.lib.nvmlDeviceGetPersistenceMode(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), mode)
+    if r.status == 0:
+        r.mode = s.scalar(mode[0])
+    return r
+
+
+def nvmlDeviceGetPowerManagementDefaultLimit(s, a: pb.nvmlDeviceGetPowerManagementDefaultLimit_Args) -> pb.nvmlDeviceGetPowerManagementDefaultLimit_Result:
+    """nvmlDeviceGetPowerManagementDefaultLimit (nvml.h)"""
+    r = pb.nvmlDeviceGetPowerManagementDefaultLimit_Result()
+    defaultLimit = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetPowerManagementDefaultLimit(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), defaultLimit)
+    if r.status == 0:
+        r.defaultLimit = s.scalar(defaultLimit[0])
+    return r
+
+
+def nvmlDeviceGetPowerManagementLimit(s, a: pb.nvmlDeviceGetPowerManagementLimit_Args) -> pb.nvmlDeviceGetPowerManagementLimit_Result:
+    """nvmlDeviceGetPowerManagementLimit (nvml.h)"""
+    r = pb.nvmlDeviceGetPowerManagementLimit_Result()
+    limit = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetPowerManagementLimit(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), limit)
+    if r.status == 0:
+        r.limit = s.scalar(limit[0])
+    return r
+
+
+def nvmlDeviceGetPowerManagementLimitConstraints(s, a: pb.nvmlDeviceGetPowerManagementLimitConstraints_Args) -> pb.nvmlDeviceGetPowerManagementLimitConstraints_Result:
+    """nvmlDeviceGetPowerManagementLimitConstraints (nvml.h)"""
+    r = pb.nvmlDeviceGetPowerManagementLimitConstraints_Result()
+    minLimit = s.ffi.new("unsigned int *")
+    maxLimit = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetPowerManagementLimitConstraints(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), minLimit, maxLimit)
+    if r.status == 0:
+        r.minLimit = s.scalar(minLimit[0])
+        r.maxLimit = s.scalar(maxLimit[0])
+    return r
+
+
+def nvmlDeviceGetPowerState(s, a: pb.nvmlDeviceGetPowerState_Args) -> pb.nvmlDeviceGetPowerState_Result:
+    """nvmlDeviceGetPowerState (nvml.h)"""
+    r = pb.nvmlDeviceGetPowerState_Result()
+    pState = s.ffi.new("nvmlPstates_t *")
+    r.status = s.lib.nvmlDeviceGetPowerState(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), pState)
+    if r.status == 0:
+        r.pState = s.scalar(pState[0])
+    return r
+
+
+def nvmlDeviceGetPowerUsage(s, a: pb.nvmlDeviceGetPowerUsage_Args) -> pb.nvmlDeviceGetPowerUsage_Result:
+    """nvmlDeviceGetPowerUsage (nvml.h)"""
+    r = pb.nvmlDeviceGetPowerUsage_Result()
+    power = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetPowerUsage(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), power)
+    if r.status == 0:
+        r.power = s.scalar(power[0])
+    return r
+
+
+def nvmlDeviceGetSerial(s, a: pb.nvmlDeviceGetSerial_Args) -> pb.nvmlDeviceGetSerial_Result:
+    """nvmlDeviceGetSerial (nvml.h)"""
+    r = pb.nvmlDeviceGetSerial_Result()
+    serial = s.out_buffer(a.length)
+    r.status = s.lib.nvmlDeviceGetSerial(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), serial, a.length)
+    if r.status == 0:
+        r.serial = s.take(serial, a.length)
+    return r
+
+
+def nvmlDeviceGetTemperature(s, a: pb.nvmlDeviceGetTemperature_Args) -> pb.nvmlDeviceGetTemperature_Result:
+    """nvmlDeviceGetTemperature (nvml.h)"""
+    r = pb.nvmlDeviceGetTemperature_Result()
+    temp = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetTemperature(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), a.sensorType, temp)
+    if r.status == 0:
+        r.temp = s.scalar(temp[0])
+    return r
+
+
+def nvmlDeviceGetTotalEccErrors(s, a: pb.nvmlDeviceGetTotalEccErrors_Args) -> pb.nvmlDeviceGetTotalEccErrors_Result:
+    """nvmlDeviceGetTotalEccErrors (nvml.h)"""
+    r = pb.nvmlDeviceGetTotalEccErrors_Result()
+    eccCounts = s.ffi.new("unsigned long long *")
+    r.status = s.lib.nvmlDeviceGetTotalEccErrors(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), a.errorType, a.counterType, eccCounts)
+    if r.status == 0:
+        r.eccCounts = s.scalar(eccCounts[0])
+    return r
+
+
+def nvmlDeviceGetTotalEnergyConsumption(s, a: pb.nvmlDeviceGetTotalEnergyConsumption_Args) -> pb.nvmlDeviceGetTotalEnergyConsumption_Result:
+    """nvmlDeviceGetTotalEnergyConsumption (nvml.h)"""
+    r = pb.nvmlDeviceGetTotalEnergyConsumption_Result()
+    energy = s.ffi.new("unsigned long long *")
+    r.status = s.lib.nvmlDeviceGetTotalEnergyConsumption(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), energy)
+    if r.status == 0:
+        r.energy = s.scalar(energy[0])
+    return r
+
+
+def nvmlDeviceGetUUID(s, a: pb.nvmlDeviceGetUUID_Args) -> pb.nvmlDeviceGetUUID_Result:
+    """nvmlDeviceGetUUID (nvml.h)"""
+    r = pb.nvmlDeviceGetUUID_Result()
+    uuid = s.out_buffer(a.length)
+    r.status = s.lib.nvmlDeviceGetUUID(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), uuid, a.length)
+    if r.status == 0:
+        r.uuid = s.take(uuid, a.length)
+    return r
+
+
+def nvmlDeviceGetUtilizationRates(s, a: pb.nvmlDeviceGetUtilizationRates_Args) -> pb.nvmlDeviceGetUtilizationRates_Result:
+    """nvmlDeviceGetUtilizationRates (nvml.h)"""
+    r = pb.nvmlDeviceGetUtilizationRates_Result()
+    utilization = s.ffi.new("nvmlUtilization_t *")
+    r.status = s.lib.nvmlDeviceGetUtilizationRates(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), utilization)
+    if r.status == 0:
+        r.utilization = s.take(utilization)
+    return r
+
+
+def nvmlDeviceGetVbiosVersion(s, a: pb.nvmlDeviceGetVbiosVersion_Args) -> pb.nvmlDeviceGetVbiosVersion_Result:
+    """nvmlDeviceGetVbiosVersion (nvml.h)"""
+    r = pb.nvmlDeviceGetVbiosVersion_Result()
+    version = s.out_buffer(a.length)
+    r.status = s.lib.nvmlDeviceGetVbiosVersion(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), version, a.length)
+    if r.status == 0:
+        r.version = s.take(version, a.length)
+    return r
+
+
+def nvmlDeviceGetVirtualizationMode(s, a: pb.nvmlDeviceGetVirtualizationMode_Args) -> pb.nvmlDeviceGetVirtualizationMode_Result:
+    """nvmlDeviceGetVirtualizationMode (nvml.h)"""
+    r = pb.nvmlDeviceGetVirtualizationMode_Result()
+    pVirtualMode = s.ffi.new("nvmlGpuVirtualizationMode_t *")
+    r.status = s.lib.nvmlDeviceGetVirtualizationMode(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), pVirtualMode)
+    if r.status == 0:
+        r.pVirtualMode = s.scalar(pVirtualMode[0])
+    return r
+
+
+def nvmlDeviceIsMigDeviceHandle(s, a: pb.nvmlDeviceIsMigDeviceHandle_Args) -> pb.nvmlDeviceIsMigDeviceHandle_Result:
+    """nvmlDeviceIsMigDeviceHandle (nvml.h)"""
+    r = pb.nvmlDeviceIsMigDeviceHandle_Result()
+    isMigDevice = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceIsMigDeviceHandle(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), isMigDevice)
+    if r.status == 0:
+        r.isMigDevice = s.scalar(isMigDevice[0])
+    return r
+
+
+def nvmlInitWithFlags(s, a: pb.nvmlInitWithFlags_Args) -> pb.nvmlInitWithFlags_Result:
+    """nvmlInitWithFlags (nvml.h)"""
+    r = pb.nvmlInitWithFlags_Result()
+    r.status = s.lib.nvmlInitWithFlags(a.flags)
+    return r
+
+
+def nvmlInit_v2(s, a: pb.nvmlInit_v2_Args) -> pb.nvmlInit_v2_Result:
+    """nvmlInit_v2 (nvml.h)"""
+    r = pb.nvmlInit_v2_Result()
+    r.status = s.lib.nvmlInit_v2()
+    return r
+
+
+def nvmlShutdown(s, a: pb.nvmlShutdown_Args) -> pb.nvmlShutdown_Result:
+    """nvmlShutdown (nvml.h)"""
+    r = pb.nvmlShutdown_Result()
+    r.status = s.lib.nvmlShutdown()
+    return r
+
+
+def nvmlSystemGetCudaDriverVersion(s, a: pb.nvmlSystemGetCudaDriverVersion_Args) -> pb.nvmlSystemGetCudaDriverVersion_Result:
+    """nvmlSystemGetCudaDriverVersion (nvml.h)"""
+    r = pb.nvmlSystemGetCudaDriverVersion_Result()
+    cudaDriverVersion = s.ffi.new("int *")
+    r.status = s.lib.nvmlSystemGetCudaDriverVersion(cudaDriverVersion)
+    if r.status == 0:
+        r.cudaDriverVersion = s.scalar(cudaDriverVersion[0])
+    return r
+
+
+def nvmlSystemGetCudaDriverVersion_v2(s, a: pb.nvmlSystemGetCudaDriverVersion_v2_Args) -> pb.nvmlSystemGetCudaDriverVersion_v2_Result:
+    """nvmlSystemGetCudaDriverVersion_v2 (nvml.h)"""
+    r = pb.nvmlSystemGetCudaDriverVersion_v2_Result()
+    cudaDriverVersion = s.ffi.new("int *")
+    r.status = s.lib.nvmlSystemGetCudaDriverVersion_v2(cudaDriverVersion)
+    if r.status == 0:
+        r.cudaDriverVersion = s.scalar(cudaDriverVersion[0])
+    return r
+
+
+def nvmlSystemGetDriverVersion(s, a: pb.nvmlSystemGetDriverVersion_Args) -> pb.nvmlSystemGetDriverVersion_Result:
+    """nvmlSystemGetDriverVersion (nvml.h)"""
+    r = pb.nvmlSystemGetDriverVersion_Result()
+    version = s.out_buffer(a.length)
+    r.status = s.lib.nvmlSystemGetDriverVersion(version, a.length)
+    if r.status == 0:
+        r.version = s.take(version, a.length)
+    return r
+
+
+def nvmlSystemGetNVMLVersion(s, a: pb.nvmlSystemGetNVMLVersion_Args) -> pb.nvmlSystemGetNVMLVersion_Result:
+    """nvmlSystemGetNVMLVersion (nvml.h)"""
+    r = pb.nvmlSystemGetNVMLVersion_Result()
+    version = s.out_buffer(a.length)
+    r.status = s.lib.nvmlSystemGetNVMLVersion(version, a.length)
+    if r.status == 0:
+        r.version = s.take(version, a.length)
+    return r
+
+
 def cuCtxSetCurrent_record(s, ctx) -> int:
     """cuCtxSetCurrent (cuda.h), queued"""
     return s.lib.cuCtxSetCurrent(s.handle("CUctx_st", "CUcontext", ctx))
@@ -1310,6 +2034,9 @@ def cudaStreamWaitEvent_record(s, stream, event, flags) -> int:
 
 # id -> (name, Args message, handler): calls that wait for an answer
 HANDLERS = {
+    2951752814: ("cuCtxCreate_v2", pb.cuCtxCreate_v2_Args, cuCtxCreate_v2),
+    1184074075: ("cuCtxCreate_v4", pb.cuCtxCreate_v4_Args, cuCtxCreate_v4),
+    2936422730: ("cuCtxDestroy_v2", pb.cuCtxDestroy_v2_Args, cuCtxDestroy_v2),
     900342868: ("cuCtxGetApiVersion", pb.cuCtxGetApiVersion_Args, cuCtxGetApiVersion),
     1342146307: ("cuCtxGetCacheConfig", pb.cuCtxGetCacheConfig_Args, cuCtxGetCacheConfig),
     2639545333: ("cuCtxGetFlags", pb.cuCtxGetFlags_Args, cuCtxGetFlags),
@@ -1440,6 +2167,74 @@ HANDLERS = {
     1974766742: ("cudaStreamQuery", pb.cudaStreamQuery_Args, cudaStreamQuery),
     3100188221: ("cudaStreamSetAttribute", pb.cudaStreamSetAttribute_Args, cudaStreamSetAttribute),
     1443046183: ("cudaStreamSynchronize", pb.cudaStreamSynchronize_Args, cudaStreamSynchronize),
+    4265764078: ("nvmlDeviceGetApplicationsClock", pb.nvmlDeviceGetApplicationsClock_Args, nvmlDeviceGetApplicationsClock),
+    3327499075: ("nvmlDeviceGetArchitecture", pb.nvmlDeviceGetArchitecture_Args, nvmlDeviceGetArchitecture),
+    1207074235: ("nvmlDeviceGetAttributes_v2", pb.nvmlDeviceGetAttributes_v2_Args, nvmlDeviceGetAttributes_v2),
+    2294879676: ("nvmlDeviceGetBAR1MemoryInfo", pb.nvmlDeviceGetBAR1MemoryInfo_Args, nvmlDeviceGetBAR1MemoryInfo),
+    3595278150: ("nvmlDeviceGetBoardPartNumber", pb.nvmlDeviceGetBoardPartNumber_Args, nvmlDeviceGetBoardPartNumber),
+    2607443840: ("nvmlDeviceGetBrand", pb.nvmlDeviceGetBrand_Args, nvmlDeviceGetBrand),
+    756917670: ("nvmlDeviceGetClockInfo", pb.nvmlDeviceGetClockInfo_Args, nvmlDeviceGetClockInfo),
+    2606892829: ("nvmlDeviceGetComputeMode", pb.nvmlDeviceGetComputeMode_Args, nvmlDeviceGetComputeMode),
+    2245603800: ("nvmlDeviceGetCount_v2", pb.nvmlDeviceGetCount_v2_Args, nvmlDeviceGetCount_v2),
+    3412239242: ("nvmlDeviceGetCudaComputeCapability", pb.nvmlDeviceGetCudaComputeCapability_Args, nvmlDeviceGetCudaComputeCapability),
+    1809282924: ("nvmlDeviceGetCurrPcieLinkGeneration", pb.nvmlDeviceGetCurrPcieLinkGeneration_Args, nvmlDeviceGetCurrPcieLinkGeneration),
+    1948690486: ("nvmlDeviceGetCurrPcieLinkWidth", pb.nvmlDeviceGetCurrPcieLinkWidth_Args, nvmlDeviceGetCurrPcieLinkWidth),
+    3574240252: ("nvmlDeviceGetCurrentClocksEventReasons", pb.nvmlDeviceGetCurrentClocksEventReasons_Args, nvmlDeviceGetCurrentClocksEventReasons),
+    3648510411: ("nvmlDeviceGetDefaultApplicationsClock", pb.nvmlDeviceGetDefaultApplicationsClock_Args, nvmlDeviceGetDefaultApplicationsClock),
+    1369165812: ("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", pb.nvmlDeviceGetDeviceHandleFromMigDeviceHandle_Args, nvmlDeviceGetDeviceHandleFromMigDeviceHandle),
+    1976945070: ("nvmlDeviceGetDisplayActive", pb.nvmlDeviceGetDisplayActive_Args, nvmlDeviceGetDisplayActive),
+    3741895564: ("nvmlDeviceGetDisplayMode", pb.nvmlDeviceGetDisplayMode_Args, nvmlDeviceGetDisplayMode),
+    1377895810: ("nvmlDeviceGetEccMode", pb.nvmlDeviceGetEccMode_Args, nvmlDeviceGetEccMode),
+    1601332534: ("nvmlDeviceGetEnforcedPowerLimit", pb.nvmlDeviceGetEnforcedPowerLimit_Args, nvmlDeviceGetEnforcedPowerLimit),
+    3906963660: ("nvmlDeviceGetFanSpeed", pb.nvmlDeviceGetFanSpeed_Args, nvmlDeviceGetFanSpeed),
+    739626078: ("nvmlDeviceGetGpuOperationMode", pb.nvmlDeviceGetGpuOperationMode_Args, nvmlDeviceGetGpuOperationMode),
+    3980525284: ("nvmlDeviceGetGspFirmwareMode", pb.nvmlDeviceGetGspFirmwareMode_Args, nvmlDeviceGetGspFirmwareMode),
+    4240391759: ("nvmlDeviceGetHandleByIndex_v2", pb.nvmlDeviceGetHandleByIndex_v2_Args, nvmlDeviceGetHandleByIndex_v2),
+    3067700812: ("nvmlDeviceGetHandleByPciBusId_v2", pb.nvmlDeviceGetHandleByPciBusId_v2_Args, nvmlDeviceGetHandleByPciBusId_v2),
+    3896524185: ("nvmlDeviceGetHandleBySerial", pb.nvmlDeviceGetHandleBySerial_Args, nvmlDeviceGetHandleBySerial),
+    2525637074: ("nvmlDeviceGetHandleByUUID", pb.nvmlDeviceGetHandleByUUID_Args, nvmlDeviceGetHandleByUUID),
+    1705904705: ("nvmlDeviceGetHostVgpuMode", pb.nvmlDeviceGetHostVgpuMode_Args, nvmlDeviceGetHostVgpuMode),
+    122417625: ("nvmlDeviceGetIndex", pb.nvmlDeviceGetIndex_Args, nvmlDeviceGetIndex),
+    3844783122: ("nvmlDeviceGetInforomImageVersion", pb.nvmlDeviceGetInforomImageVersion_Args, nvmlDeviceGetInforomImageVersion),
+    1022897731: ("nvmlDeviceGetMaxClockInfo", pb.nvmlDeviceGetMaxClockInfo_Args, nvmlDeviceGetMaxClockInfo),
+    3132815924: ("nvmlDeviceGetMaxMigDeviceCount", pb.nvmlDeviceGetMaxMigDeviceCount_Args, nvmlDeviceGetMaxMigDeviceCount),
+    894528339: ("nvmlDeviceGetMaxPcieLinkGeneration", pb.nvmlDeviceGetMaxPcieLinkGeneration_Args, nvmlDeviceGetMaxPcieLinkGeneration),
+    3291306046: ("nvmlDeviceGetMaxPcieLinkWidth", pb.nvmlDeviceGetMaxPcieLinkWidth_Args, nvmlDeviceGetMaxPcieLinkWidth),
+    1622472062: ("nvmlDeviceGetMemoryInfo", pb.nvmlDeviceGetMemoryInfo_Args, nvmlDeviceGetMemoryInfo),
+    441963348: ("nvmlDeviceGetMigDeviceHandleByIndex", pb.nvmlDeviceGetMigDeviceHandleByIndex_Args, nvmlDeviceGetMigDeviceHandleByIndex),
+    903204419: ("nvmlDeviceGetMigMode", pb.nvmlDeviceGetMigMode_Args, nvmlDeviceGetMigMode),
+    1788364338: ("nvmlDeviceGetMinorNumber", pb.nvmlDeviceGetMinorNumber_Args, nvmlDeviceGetMinorNumber),
+    1846965399: ("nvmlDeviceGetName", pb.nvmlDeviceGetName_Args, nvmlDeviceGetName),
+    3416126591: ("nvmlDeviceGetNumGpuCores", pb.nvmlDeviceGetNumGpuCores_Args, nvmlDeviceGetNumGpuCores),
+    816294722: ("nvmlDeviceGetNumaNodeId", pb.nvmlDeviceGetNumaNodeId_Args, nvmlDeviceGetNumaNodeId),
+    2213010662: ("nvmlDeviceGetNvLinkRemoteDeviceType", pb.nvmlDeviceGetNvLinkRemoteDeviceType_Args, nvmlDeviceGetNvLinkRemoteDeviceType),
+    158654964: ("nvmlDeviceGetNvLinkState", pb.nvmlDeviceGetNvLinkState_Args, nvmlDeviceGetNvLinkState),
+    1103385609: ("nvmlDeviceGetP2PStatus", pb.nvmlDeviceGetP2PStatus_Args, nvmlDeviceGetP2PStatus),
+    4153554568: ("nvmlDeviceGetPciInfo_v3", pb.nvmlDeviceGetPciInfo_v3_Args, nvmlDeviceGetPciInfo_v3),
+    3656226457: ("nvmlDeviceGetPcieThroughput", pb.nvmlDeviceGetPcieThroughput_Args, nvmlDeviceGetPcieThroughput),
+    1118968960: ("nvmlDeviceGetPerformanceState", pb.nvmlDeviceGetPerformanceState_Args, nvmlDeviceGetPerformanceState),
+    2944001441: ("nvmlDeviceGetPersistenceMode", pb.nvmlDeviceGetPersistenceMode_Args, nvmlDeviceGetPersistenceMode),
+    18966196: ("nvmlDeviceGetPowerManagementDefaultLimit", pb.nvmlDeviceGetPowerManagementDefaultLimit_Args, nvmlDeviceGetPowerManagementDefaultLimit),
+    1827855002: ("nvmlDeviceGetPowerManagementLimit", pb.nvmlDeviceGetPowerManagementLimit_Args, nvmlDeviceGetPowerManagementLimit),
+    2195157466: ("nvmlDeviceGetPowerManagementLimitConstraints", pb.nvmlDeviceGetPowerManagementLimitConstraints_Args, nvmlDeviceGetPowerManagementLimitConstraints),
+    1955384892: ("nvmlDeviceGetPowerState", pb.nvmlDeviceGetPowerState_Args, nvmlDeviceGetPowerState),
+    133448375: ("nvmlDeviceGetPowerUsage", pb.nvmlDeviceGetPowerUsage_Args, nvmlDeviceGetPowerUsage),
+    1543220140: ("nvmlDeviceGetSerial", pb.nvmlDeviceGetSerial_Args, nvmlDeviceGetSerial),
+    3481320405: ("nvmlDeviceGetTemperature", pb.nvmlDeviceGetTemperature_Args, nvmlDeviceGetTemperature),
+    1379896477: ("nvmlDeviceGetTotalEccErrors", pb.nvmlDeviceGetTotalEccErrors_Args, nvmlDeviceGetTotalEccErrors),
+    765838733: ("nvmlDeviceGetTotalEnergyConsumption", pb.nvmlDeviceGetTotalEnergyConsumption_Args, nvmlDeviceGetTotalEnergyConsumption),
+    2012027069: ("nvmlDeviceGetUUID", pb.nvmlDeviceGetUUID_Args, nvmlDeviceGetUUID),
+    1071099370: ("nvmlDeviceGetUtilizationRates", pb.nvmlDeviceGetUtilizationRates_Args, nvmlDeviceGetUtilizationRates),
+    1810680486: ("nvmlDeviceGetVbiosVersion", pb.nvmlDeviceGetVbiosVersion_Args, nvmlDeviceGetVbiosVersion),
+    1861763383: ("nvmlDeviceGetVirtualizationMode", pb.nvmlDeviceGetVirtualizationMode_Args, nvmlDeviceGetVirtualizationMode),
+    1693389219: ("nvmlDeviceIsMigDeviceHandle", pb.nvmlDeviceIsMigDeviceHandle_Args, nvmlDeviceIsMigDeviceHandle),
+    1768977338: ("nvmlInitWithFlags", pb.nvmlInitWithFlags_Args, nvmlInitWithFlags),
+    4250578944: ("nvmlInit_v2", pb.nvmlInit_v2_Args, nvmlInit_v2),
+    999915332: ("nvmlShutdown", pb.nvmlShutdown_Args, nvmlShutdown),
+    789458020: ("nvmlSystemGetCudaDriverVersion", pb.nvmlSystemGetCudaDriverVersion_Args, nvmlSystemGetCudaDriverVersion),
+    3091470869: ("nvmlSystemGetCudaDriverVersion_v2", pb.nvmlSystemGetCudaDriverVersion_v2_Args, nvmlSystemGetCudaDriverVersion_v2),
+    697104280: ("nvmlSystemGetDriverVersion", pb.nvmlSystemGetDriverVersion_Args, nvmlSystemGetDriverVersion),
+    2680665479: ("nvmlSystemGetNVMLVersion", pb.nvmlSystemGetNVMLVersion_Args, nvmlSystemGetNVMLVersion),
 }
 
 # id -> (name, record layout, handler): queued calls

@@ -1,4 +1,4 @@
-"""The server's CUDA: the real libcudart and libcuda through cffi (ABI mode), or the emulated device.
+"""The server's CUDA: the real libcudart, libcuda and NVML through cffi (ABI mode), or the emulated device.
 
 Both are a pair (ffi, lib) where `lib.<cudaFunction>(...)` behaves like the C function; handlers never
 know which one they call.
@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 from pathlib import Path
 
 import cffi
 
+from cuwire.server.errors import CudaFail
+
 GENERATED = Path(__file__).resolve().parent.parent / "generated"
+log = logging.getLogger("cuwire.server")
+# Libraries a server may lack (a container without NVML still serves CUDA): opened at their first call;
+# if missing, that call fails with the library's own code (NVML_ERROR_LIBRARY_NOT_FOUND).
+OPTIONAL = {"nvml": 12}
 
 
 @functools.cache
@@ -43,13 +50,20 @@ class CudaLibraries:
     `s.lib.cuMemAlloc_v2` alike."""
 
     def __init__(self, ffi: cffi.FFI):
+        self.ffi = ffi
         self.libs = {api: _open(ffi, soname, runtime_candidates() if soname == "libcudart.so.13" else [])
-                     for api, soname in manifest()["libraries"].items()}
+                     for api, soname in manifest()["libraries"].items() if api not in OPTIONAL}
 
     def __getattr__(self, name: str):
         api = library_of().get(name)
         if api is None:
             raise AttributeError(f"{name} is not a function of any library cuwire knows")
+        if api not in self.libs:  # an optional library, opened at its first call
+            try:
+                self.libs[api] = _open(self.ffi, manifest()["libraries"][api], [])
+            except RuntimeError as e:
+                log.warning("%s", e)
+                raise CudaFail(OPTIONAL[api], f"{name}: {e}") from None
         fn = getattr(self.libs[api], name)
         setattr(self, name, fn)  # cache: later lookups skip __getattr__
         return fn

@@ -263,7 +263,10 @@ def export_table_size(s, a: pb.ExportTableSize_Args) -> pb.ExportTableSize_Resul
 
 def error_string(s, a: pb.ErrorString_Args) -> pb.ErrorString_Result:
     r = pb.ErrorString_Result()
-    if a.driver:
+    if a.nvml:
+        p = s.lib.nvmlErrorString(a.error)
+        r.text = s.ffi.string(p).decode() if p != s.ffi.NULL else ""
+    elif a.driver:
         text = s.ffi.new("const char **")
         r.status = (s.lib.cuGetErrorName if a.name else s.lib.cuGetErrorString)(a.error, text)
         r.text = s.ffi.string(text[0]).decode() if r.status == 0 and text[0] != s.ffi.NULL else ""

@@ -21,7 +21,9 @@ from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, CudaFail, WireEr
 log = logging.getLogger("cuwire.server")
 RECORD_HEADER = struct.Struct("<II")
 STREAM_KIND = "CUstream_st"
+CONTEXT_KIND = "CUctx_st"
 SPECIAL_STREAMS = (1, 2)  # cudaStreamLegacy / CU_STREAM_LEGACY, cudaStreamPerThread / CU_STREAM_PER_THREAD
+HANDLE_ERRORS = {"nvmlDevice_st": 2}  # NVML_ERROR_INVALID_ARGUMENT; CUDA handles: INVALID_HANDLE
 DESTROY = {"CUstream_st": "cudaStreamDestroy", "CUevent_st": "cudaEventDestroy"}
 
 
@@ -44,7 +46,7 @@ class Session:
         self.started = time.monotonic()
         self.lib.cudaFree(self.ffi.NULL)  # make the device's primary context current on this thread
         for d in server.devices:  # the client hands these out itself (cuDevicePrimaryCtxRetain)
-            self.owns_handle("CUctx_st", d.primary_context)
+            self.owns_handle(CONTEXT_KIND, d.primary_context)
 
     # ---------------------------------------------------------------- running batches
 
@@ -169,7 +171,8 @@ class Session:
     def handle(self, kind: str, ctype: str, value: int):
         """A handle from the wire, if this session made it (NULL and the special streams always pass)."""
         if value and value not in self.handles.get(kind, ()) and not (kind == STREAM_KIND and value in SPECIAL_STREAMS):
-            raise CudaFail(INVALID_HANDLE, f"{ctype} {value:#x} was not created by this session")
+            code = HANDLE_ERRORS.get(kind, INVALID_HANDLE)
+            raise CudaFail(code, f"{ctype} {value:#x} was not created by this session")
         return self.ffi.cast(ctype, value)
 
     def owns_handle(self, kind: str, value: int) -> None:
@@ -209,8 +212,12 @@ class Session:
             for h in self.handles.get(kind, ()):
                 getattr(self.lib, destroy)(self.ffi.cast("void *", h))
                 destroyed += 1
-        log.info("session %s (%s) ended after %d calls in %.1f s; freed %d allocations, destroyed %d streams "
-                 "and events", self.name, self.peer, self.calls, time.monotonic() - self.started,
+        primary = {d.primary_context for d in self.server.devices}
+        for ctx in self.handles.get(CONTEXT_KIND, set()) - primary:  # made with cuCtxCreate
+            self.lib.cuCtxDestroy_v2(self.ffi.cast("CUcontext", ctx))
+            destroyed += 1
+        log.info("session %s (%s) ended after %d calls in %.1f s; freed %d allocations, destroyed %d streams, "
+                 "events and contexts", self.name, self.peer, self.calls, time.monotonic() - self.started,
                  len(self.allocations), destroyed)
         self.allocations.clear()
         self.handles.clear()

@@ -1,0 +1,165 @@
+/* A driver-API program, as written against cuda.h alone: it makes its own context (cuCtxCreate), loads
+ * a module from PTX text (JIT-compiled by the driver), looks up kernels and a __device__ variable, and
+ * launches with cuLaunchKernel, both with a parameter array and with a packed parameter buffer.
+ * Links libcuda.so.1 and nothing else of CUDA. */
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(call)                                                                                  \
+    do {                                                                                             \
+        CUresult err_ = (call);                                                                      \
+        if (err_ != CUDA_SUCCESS) {                                                                  \
+            const char *name_ = NULL;                                                                \
+            cuGetErrorName(err_, &name_);                                                            \
+            fprintf(stderr, "%s:%d: %s failed: %s (%d)\n", __FILE__, __LINE__, #call,                \
+                    name_ ? name_ : "?", (int)err_);                                                 \
+            exit(1);                                                                                 \
+        }                                                                                            \
+    } while (0)
+
+/* nvcc -ptx -arch=compute_75 of:
+ *   extern "C" __global__ void axpb(float *out, const float *in, float a, float b, int n)
+ *   { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = in[i] * a + b; }
+ *   __device__ int launches;
+ *   extern "C" __global__ void count_launch(void) { if (threadIdx.x == 0 && blockIdx.x == 0) atomicAdd(&launches, 1); }
+ */
+static const char PTX[] =
+    ".version 9.0\n"
+    ".target sm_75\n"
+    ".address_size 64\n"
+    ".global .align 4 .u32 launches;\n"
+    ".visible .entry axpb(\n"
+    "    .param .u64 axpb_param_0, .param .u64 axpb_param_1, .param .f32 axpb_param_2,\n"
+    "    .param .f32 axpb_param_3, .param .u32 axpb_param_4)\n"
+    "{\n"
+    "    .reg .pred %p<2>; .reg .f32 %f<5>; .reg .b32 %r<6>; .reg .b64 %rd<8>;\n"
+    "    ld.param.u64 %rd1, [axpb_param_0];\n"
+    "    ld.param.u64 %rd2, [axpb_param_1];\n"
+    "    ld.param.f32 %f1, [axpb_param_2];\n"
+    "    ld.param.f32 %f2, [axpb_param_3];\n"
+    "    ld.param.u32 %r2, [axpb_param_4];\n"
+    "    mov.u32 %r3, %ctaid.x;\n"
+    "    mov.u32 %r4, %ntid.x;\n"
+    "    mov.u32 %r5, %tid.x;\n"
+    "    mad.lo.s32 %r1, %r3, %r4, %r5;\n"
+    "    setp.ge.s32 %p1, %r1, %r2;\n"
+    "    @%p1 bra $L__BB0_2;\n"
+    "    cvta.to.global.u64 %rd3, %rd2;\n"
+    "    mul.wide.s32 %rd4, %r1, 4;\n"
+    "    add.s64 %rd5, %rd3, %rd4;\n"
+    "    ld.global.f32 %f3, [%rd5];\n"
+    "    fma.rn.f32 %f4, %f3, %f1, %f2;\n"
+    "    cvta.to.global.u64 %rd6, %rd1;\n"
+    "    add.s64 %rd7, %rd6, %rd4;\n"
+    "    st.global.f32 [%rd7], %f4;\n"
+    "$L__BB0_2:\n"
+    "    ret;\n"
+    "}\n"
+    ".visible .entry count_launch()\n"
+    "{\n"
+    "    .reg .pred %p<2>; .reg .b32 %r<5>; .reg .b64 %rd<2>;\n"
+    "    mov.u32 %r1, %tid.x;\n"
+    "    mov.u32 %r2, %ctaid.x;\n"
+    "    or.b32 %r3, %r1, %r2;\n"
+    "    setp.ne.s32 %p1, %r3, 0;\n"
+    "    @%p1 bra $L__BB1_2;\n"
+    "    mov.u64 %rd1, launches;\n"
+    "    atom.global.add.u32 %r4, [%rd1], 1;\n"
+    "$L__BB1_2:\n"
+    "    ret;\n"
+    "}\n";
+
+#define N 1000
+
+int main(void)
+{
+    CHECK(cuInit(0));
+    int count = 0, version = 0;
+    CHECK(cuDeviceGetCount(&count));
+    CHECK(cuDriverGetVersion(&version));
+    printf("devices: %d, driver API %s\n", count, version >= 13000 ? ">= 13.0" : "older");
+    CUdevice dev;
+    CHECK(cuDeviceGet(&dev, 0));
+
+    CUcontext ctx, current;
+    CHECK(cuCtxCreate(&ctx, NULL, 0, dev));
+    CHECK(cuCtxGetCurrent(&current));
+    CUdevice ctx_dev = -1;
+    CHECK(cuCtxGetDevice(&ctx_dev));
+    unsigned int api = 0;
+    CHECK(cuCtxGetApiVersion(ctx, &api));
+    printf("cuCtxCreate: the new context is current: %s, its device: %d, API version >= 3020: %s\n",
+           current == ctx ? "yes" : "no", (int)ctx_dev, api >= 3020 ? "yes" : "no");
+
+    CUmodule mod;
+    char log[4096] = "";
+    CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *values[] = {log, (void *)(size_t)sizeof log};
+    CHECK(cuModuleLoadDataEx(&mod, PTX, 2, opts, values));
+    CUfunction axpb, count_launch;
+    CHECK(cuModuleGetFunction(&axpb, mod, "axpb"));
+    CHECK(cuModuleGetFunction(&count_launch, mod, "count_launch"));
+    CUresult missing = cuModuleGetFunction(&count_launch, mod, "no_such_kernel");
+    printf("a kernel the module lacks: %s\n", missing == CUDA_ERROR_NOT_FOUND ? "CUDA_ERROR_NOT_FOUND" : "other");
+    CHECK(cuModuleGetFunction(&count_launch, mod, "count_launch"));
+    CUdeviceptr launches;
+    size_t launches_size = 0;
+    CHECK(cuModuleGetGlobal(&launches, &launches_size, mod, "launches"));
+    printf("module loaded from PTX: 2 kernels, __device__ launches of %zu bytes\n", launches_size);
+
+    float host_in[N], host_out[N];
+    for (int i = 0; i < N; i++)
+        host_in[i] = (float)i * 0.25f - 100.0f;
+    CUdeviceptr d_in, d_out;
+    CHECK(cuMemAlloc(&d_in, N * sizeof(float)));
+    CHECK(cuMemAlloc(&d_out, N * sizeof(float)));
+    CHECK(cuMemcpyHtoD(d_in, host_in, sizeof host_in));
+    CHECK(cuMemsetD32(d_out, 0, N));
+    CHECK(cuMemsetD32(launches, 0, 1));
+
+    /* parameters as an array of pointers */
+    float a = 1.5f, b = -2.0f;
+    int n = N;
+    void *params[] = {&d_out, &d_in, &a, &b, &n};
+    CHECK(cuLaunchKernel(axpb, (N + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, params, NULL));
+    CHECK(cuLaunchKernel(count_launch, 4, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+    CHECK(cuCtxSynchronize());
+    CHECK(cuMemcpyDtoH(host_out, d_out, sizeof host_out));
+    double sum = 0;
+    for (int i = 0; i < N; i++)
+        sum += host_out[i];
+    printf("axpb (parameter array): out[0]=%.9g out[999]=%.9g sum=%.9g\n", host_out[0], host_out[N - 1], sum);
+
+    /* the same kernel with a packed parameter buffer (CU_LAUNCH_PARAM_BUFFER_POINTER), laid out as the
+     * PTX declares the parameters: 8 + 8 + 4 + 4 + 4 = 28 bytes */
+    char packed[28];
+    float a2 = 0.5f, b2 = 3.0f;
+    memcpy(packed, &d_out, 8);
+    memcpy(packed + 8, &d_out, 8);
+    memcpy(packed + 16, &a2, 4);
+    memcpy(packed + 20, &b2, 4);
+    memcpy(packed + 24, &n, 4);
+    size_t packed_size = sizeof packed;
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &packed_size,
+                     CU_LAUNCH_PARAM_END};
+    CHECK(cuLaunchKernel(axpb, (N + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, NULL, extra));
+    CHECK(cuLaunchKernel(count_launch, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+    CHECK(cuMemcpyDtoH(host_out, d_out, sizeof host_out));
+    sum = 0;
+    for (int i = 0; i < N; i++)
+        sum += host_out[i];
+    printf("axpb (packed buffer): out[0]=%.9g out[999]=%.9g sum=%.9g\n", host_out[0], host_out[N - 1], sum);
+    int launched = 0;
+    CHECK(cuMemcpyDtoH(&launched, launches, sizeof launched));
+    printf("count_launch ran %d times\n", launched);
+
+    CHECK(cuMemFree(d_in));
+    CHECK(cuMemFree(d_out));
+    CHECK(cuModuleUnload(mod));
+    CHECK(cuCtxDestroy(ctx));
+    CHECK(cuCtxGetCurrent(&current));
+    printf("cuCtxDestroy: no context current: %s\n", current == NULL ? "yes" : "no");
+    return 0;
+}

@@ -1,0 +1,37 @@
+"""NVML through cuwire: a program that opens libnvidia-ml.so.1 (as PyTorch, pynvml and monitoring tools
+do) gets cuwire's, whose calls reach the server's NVML; here the emulated device's."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_layer
+
+PROBE = ROOT / "tests" / "tools" / "nvml_probe.py"
+
+
+@pytest.mark.parametrize("layer", ["driver", "runtime"])
+def test_nvml_answers_from_the_server(layer, client_lib: Path, server):
+    r = run_layer(layer, Path(sys.executable), client_lib, server.address, str(PROBE))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "driver cuwire-emulated, CUDA 13000, 1 device(s)",
+        "GPU 0: cuwire emulated device (GPU-63757769-7265-2d65-6d75-6c6174656400), 8589934592 bytes, "
+        "compute capability 9.0, found again by UUID: True",
+        "GPU 0: name into 4 bytes: Insufficient Size",
+        "device 8: Invalid Argument",
+    ]
+    assert "unimplemented" not in r.stderr
+
+
+def test_nvml_function_not_served_is_loud(tmp_path, client_lib: Path, server):
+    script = tmp_path / "fan.py"
+    script.write_text("import ctypes\n"
+                      "nvml = ctypes.CDLL('libnvidia-ml.so.1')\n"
+                      "print(nvml.nvmlInit_v2(), nvml.nvmlDeviceGetNumFans(None, None))\n")
+    r = run_layer("driver", Path(sys.executable), client_lib, server.address, str(script))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "3"]  # NVML_ERROR_NOT_SUPPORTED
+    assert "cuwire: unimplemented CUDA function nvmlDeviceGetNumFans (nvml.h)" in r.stderr
