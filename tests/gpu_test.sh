@@ -118,6 +118,7 @@ awk '/API calls:/ { w[FILENAME] = $5; q[FILENAME] = $14; l[FILENAME] = $20 } /ro
      END { a = ARGV[1]; b = ARGV[2]; printf "one transformer training step (fp32) through cuwire: %.1f round trips, " \
            "%.1f calls waited for, %.1f queued, %.1f answered locally\n", (r[b] - r[a]) / 10, (w[b] - w[a]) / 10, \
            (q[b] - q[a]) / 10, (l[b] - l[a]) / 10 }' "$LOG/step-stats-1.err" "$LOG/step-stats-11.err"
+grep "top calls sent" "$LOG/step-stats-11.err" | sed "s/^ */  11 steps: /"
 
 [ "${GPU_TEST_ONLY:-}" = torch ] && { kill $SERVER; echo "gpu-test summary: $pass passed, $fail failed"; exit $fail; }
 

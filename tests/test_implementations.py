@@ -38,3 +38,13 @@ def test_python_halves_take_what_their_c_stub_passes():
     taken = {name: 0 if not args.strip() else args.count(",") + 1
              for name, args in re.findall(r'def_extern\(name="cuwire_py_(\w+)".*\)\ndef \w+\(([^)]*)\)', text)}
     assert taken and {n: (taken[n], passed[n]) for n in taken if n in passed and taken[n] != passed[n]} == {}
+
+
+def test_every_c_function_the_stubs_call_is_defined(client_lib):
+    """The C that the annotations name (`fast`, `after`, local functions) is linked in: a name left
+    undefined in the shared library would only fail when the program first calls it."""
+    import subprocess
+
+    out = subprocess.run(["nm", "-D", "--undefined-only", str(client_lib)], capture_output=True, text=True,
+                         check=True).stdout
+    assert [line.split()[-1] for line in out.splitlines() if "cuwire" in line] == []

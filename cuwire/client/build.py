@@ -34,7 +34,7 @@ MODULE = "_cuwire"
 # every library the generated stubs stand in for (codegen/libraries.py, through the manifest)
 NAMES = tuple(json.loads((GENERATED / "api_manifest.json").read_text())["libraries"].values())
 RUNTIME = "libcudart.so.13"  # NVIDIA's own runs above cuwire on the driver layer
-C_SOURCES = ("local.c", "driver_local.c", "export_tables.c")
+C_SOURCES = ("local.c", "driver_local.c", "export_tables.c", "answers_cache.c")
 
 # C functions of local.c that the Python side calls.
 HELPERS_CDEF = """
@@ -61,6 +61,7 @@ int cuwire_fast_cuLaunchKernelEx(void *config, void *f, void **params, void **ex
 int cuwire_fast_cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
 extern unsigned long long cuwire_fast_launches;
+extern unsigned long long cuwire_fast_hits[];
 extern "Python+C" int cuwire_py_flush(void);
 extern "Python+C" int cuwire_py_connect(void);
 extern "Python+C" uint64_t cuwire_py_export_table_size(const void *uuid);

@@ -18,7 +18,7 @@ from cuwire.client import runtime as rt
 from cuwire.generated import client_calls as calls
 from cuwire.generated import cuwire_pb2 as pb
 
-INVALID_VALUE, INVALID_IMAGE, INVALID_HANDLE, NOT_FOUND, NOT_SUPPORTED = 1, 200, 400, 500, 801
+INVALID_VALUE, INVALID_IMAGE, FILE_NOT_FOUND, INVALID_HANDLE, NOT_FOUND, NOT_SUPPORTED = 1, 200, 301, 400, 500, 801
 _U32 = struct.Struct("<I")
 
 
@@ -44,13 +44,38 @@ def image_at(address: int) -> bytes:
     return ffi.string(ffi.cast("char *", address)) + b"\0"  # PTX
 
 
-def _load(address: int) -> int:
+# CUjit_option values (cuda.h) of the logs the JIT writes: the server's JIT fills them, the client copies
+INFO_LOG, INFO_LOG_SIZE, ERROR_LOG, ERROR_LOG_SIZE = 3, 4, 5, 6
+
+
+def _hand_on_logs(logs: list[str], count: int, options, values) -> None:
+    """Write the JIT's logs into the buffers the program passed as JIT options, and each buffer's filled
+    size into its size option, as the driver does."""
+    if not count or options == ffi.NULL or values == ffi.NULL or not logs:
+        return
+    opts = [int(ffi.cast("int *", options)[i]) for i in range(count)]
+    vals = ffi.cast("void **", values)
+    for text, buffer, size in ((logs[0], ERROR_LOG, ERROR_LOG_SIZE), (logs[1], INFO_LOG, INFO_LOG_SIZE)):
+        if buffer not in opts or size not in opts:
+            continue
+        dest, room = vals[opts.index(buffer)], int(ffi.cast("uintptr_t", vals[opts.index(size)]))
+        if dest == ffi.NULL or room == 0:
+            continue
+        data = text.encode()[:room - 1] + b"\0"
+        ffi.memmove(dest, data, len(data))
+        vals[opts.index(size)] = ffi.cast("void *", len(data) - 1)
+
+
+def _load(address: int, jit: tuple = (0, ffi.NULL, ffi.NULL)) -> int:
+    """Load the image at `address`; jit: the program's (count, options, values), whose log buffers
+    receive the server JIT's logs."""
     try:
         image = image_at(address)
     except ValueError as e:
         raise rt.Fail(INVALID_IMAGE, f"cuwire: unreadable module image: {e}") from None
+    logs: list[str] = []
     try:
-        return rt.client.load_image(image)
+        return rt.client.load_image(image, logs)
     except rt.Fail as e:
         if rt.client.settings.trace:
             kind = ("fatbin" if image[:4] == fatbin.HEADER_MAGIC.to_bytes(4, "little")
@@ -59,6 +84,8 @@ def _load(address: int) -> int:
             print(f"cuwire trace: module image ({kind}, {len(image)} bytes{', ' if entries else ''}"
                   f"{', '.join(entries)}) not loaded: error {e.code}", file=sys.stderr)
         raise
+    finally:
+        _hand_on_logs(logs, *jit)
 
 
 # ---------------------------------------------------------------- modules and libraries
@@ -67,13 +94,13 @@ def _load(address: int) -> int:
 @ffi.def_extern(name="cuwire_py_cuLibraryLoadData", onerror=rt.on_error)
 def cuLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
                       libraryOptionValues, numLibraryOptions):
-    rt.write_scalar(library, "uint64_t", _load(code))
+    rt.write_scalar(library, "uint64_t", _load(code, (numJitOptions, jitOptions, jitOptionsValues)))
     return 0
 
 
-def _load_module(module, image) -> int:
+def _load_module(module, image, jit: tuple = (0, ffi.NULL, ffi.NULL)) -> int:
     """A module is its library's module on the server (one cache for both)."""
-    return calls.cuLibraryGetModule(module, _load(image))
+    return calls.cuLibraryGetModule(module, _load(image, jit))
 
 
 @ffi.def_extern(name="cuwire_py_cuModuleLoadData", onerror=rt.on_error)
@@ -83,12 +110,27 @@ def cuModuleLoadData(module, image):
 
 @ffi.def_extern(name="cuwire_py_cuModuleLoadDataEx", onerror=rt.on_error)
 def cuModuleLoadDataEx(module, image, numOptions, options, optionValues):
-    return _load_module(module, image)
+    return _load_module(module, image, (numOptions, options, optionValues))
 
 
 @ffi.def_extern(name="cuwire_py_cuModuleLoadFatBinary", onerror=rt.on_error)
 def cuModuleLoadFatBinary(module, fatCubin):
     return _load_module(module, fatCubin)
+
+
+@ffi.def_extern(name="cuwire_py_cuModuleLoad", onerror=rt.on_error)
+def cuModuleLoad(module, fname):
+    """The file is the program's, on the client: read it here; PTX text gets the NUL the driver expects."""
+    path = rt.read_string(fname)
+    try:
+        with open(path, "rb") as f:
+            image = f.read()
+    except OSError as e:
+        raise rt.Fail(FILE_NOT_FOUND, f"cuwire: cuModuleLoad: cannot read {path!r}: {e.strerror}") from None
+    if image[:4] not in (fatbin.ELF_MAGIC, fatbin.HEADER_MAGIC.to_bytes(4, "little")) and not image.endswith(b"\0"):
+        image += b"\0"
+    buf = ffi.from_buffer(image)
+    return calls.cuLibraryGetModule(module, _load(int(ffi.cast("uintptr_t", buf))))
 
 
 # ---------------------------------------------------------------- the driver's private module iterator

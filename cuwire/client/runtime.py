@@ -142,6 +142,7 @@ class Client:
         self.stats = Stats()
         self.names: dict[int, str] = {}
         self.error_strings: dict[tuple[int, bool, bool], object] = {}  # kept alive: C holds the pointers
+        self.lookups: dict[tuple, Kernel] = {}  # kernel and function lookups already answered (lookup_kernel)
         self.kernel_names: dict[int, object] = {}  # kernel or function handle -> its name (char[], kept alive)
         # client copy of a driver function object -> (server function, the copy kept alive)
         self.function_objects: dict[int, tuple[int, object]] = {}
@@ -265,10 +266,10 @@ class Client:
         session.modules[index] = self.load_image(bytes(ffi.buffer(data[0], size[0])))
         return session.modules[index]
 
-    def load_image(self, blob: bytes) -> int:
+    def load_image(self, blob: bytes, logs: list[str] | None = None) -> int:
         """Load a fatbin, cubin or PTX image on the server (once per content: the hash goes first, the
         bytes only if the server lacks them); return its CUlibrary. Of a fatbin, only the entry the
-        server's GPU would choose travels."""
+        server's GPU would choose travels. `logs` receives the JIT's error and info logs."""
         session = self.connect()
         image = blob
         if blob[:4] == fatbin.HEADER_MAGIC.to_bytes(4, "little"):
@@ -286,6 +287,8 @@ class Client:
             self.stats.modules_uploaded += 1
         else:
             self.stats.modules_cached += 1
+        if logs is not None:
+            logs[:] = [res.error_log, res.info_log]
         if res.status != 0:
             raise Fail(res.status)
         return res.module
@@ -293,11 +296,17 @@ class Client:
     def lookup_kernel(self, key: int, args: pb.GetKernel_Args) -> Kernel:
         """Look a kernel or function up on the server and give the C launch path its layout, so that
         launches through `key` (the handle the program holds) are checked and queued without Python."""
-        res = self.call(GET_KERNEL, args, pb.GetKernel_Result)
-        if res.status != 0:
-            raise Fail(res.status)
-        k = Kernel(res.kernel, tuple(res.param_offsets), tuple(res.param_sizes))
-        give_layout_to_c(key or res.kernel, k)
+        # The same lookup gives the same handle (modules stay loaded on the server for the session): ask once.
+        # A kernel's function is the current context's, so that lookup is kept per context.
+        cache_key = (args.module, args.name, args.from_module, args.kernel,
+                     lib.cuwire_current_context() if args.kernel else 0)
+        k = self.lookups.get(cache_key)
+        if k is None:
+            res = self.call(GET_KERNEL, args, pb.GetKernel_Result)
+            if res.status != 0:
+                raise Fail(res.status)
+            k = self.lookups[cache_key] = Kernel(res.kernel, tuple(res.param_offsets), tuple(res.param_sizes))
+        give_layout_to_c(key or k.handle, k)
         return k
 
     def kernel(self, host_fun: int) -> Kernel:
@@ -405,7 +414,11 @@ def api_calls() -> dict[str, Counter]:
     for i in range(lib.cuwire_n_functions):
         if lib.cuwire_counts[i]:
             mode = ffi.string(lib.cuwire_modes[i]).decode()
-            out.setdefault(mode, Counter())[ffi.string(lib.cuwire_names[i]).decode()] = lib.cuwire_counts[i]
+            name = ffi.string(lib.cuwire_names[i]).decode()
+            hits = lib.cuwire_fast_hits[i]  # sync calls the client's C answered (e.g. kept attributes)
+            out.setdefault(mode, Counter())[name] = lib.cuwire_counts[i] - hits
+            if hits:
+                out.setdefault("local", Counter())[name] += hits
     fast = lib.cuwire_fast_launches
     if fast:
         custom = out.setdefault("custom", Counter())
@@ -436,6 +449,8 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
         f"  modules uploaded: {s.modules_uploaded}; found in the server's cache: {s.modules_cached}",
         f"  time waiting on the server: {s.wait_seconds * 1e3:.1f} ms",
         "  top calls by count: " + ", ".join(f"{n} {c}" for n, c in every.most_common(8)),
+        "  top calls sent to the server, by count: " + ", ".join(
+            f"{names.get(i, i)} {n}" for i, n in s.calls.most_common(8)),
         "  top calls by time waiting on the server: " + ", ".join(
             f"{names.get(i, i)} {t * 1e3:.2f} ms" for i, t in s.seconds.most_common(8)),
     ]

@@ -55,6 +55,7 @@ DEFAULT_LIMITS = {  # cudaLimit name -> default value on the device
 }
 KERNEL_REGISTERS = 32  # what cudaFuncGetAttributes reports and occupancy assumes
 UUID = b"cuwire-emulated\x00"
+FATBIN_MAGIC = (0xBA55ED50).to_bytes(4, "little")  # a fatbin's header (client/fatbin.py)
 # Real text for the codes test apps meet most; other codes are described by their name.
 ERROR_TEXT = {
     "Success": "no error",
@@ -1344,14 +1345,36 @@ class EmulatedLib(EmulatedNvml):
     def cuLibraryLoadData(self, library: CData, code: CData, jitOptions: CData, jitOptionsValues: CData,
                           numJitOptions: int, libraryOptions: CData, libraryOptionValues: CData,
                           numLibraryOptions: int) -> int:
-        """Any image loads: kernels are found by name in the registry, not in the image."""
+        """Any fatbin or cubin loads: kernels are found by name in the registry, not in the image. PTX text
+        loads when the registry has each of its entries (the JIT's stand-in), else it is refused with a
+        log in the program's error log buffer, as the JIT does."""
         if self._is_null(code):
             return self.drv.CUDA_ERROR_INVALID_VALUE
+        head = self.ffi.buffer(self.ffi.cast("char *", code), 4)[:]
+        if head not in (b"\x7fELF", FATBIN_MAGIC):
+            text = self.ffi.string(self.ffi.cast("char *", code)).decode("utf-8", "replace")
+            unknown = [n for n in re.findall(r"\.entry\s+(\w+)", text) if n not in registry.KERNELS]
+            if unknown:
+                self._jit_error_log(f"emulated device: no kernel named {unknown[0]} (PTX is not compiled here)",
+                                    jitOptions, jitOptionsValues, numJitOptions)
+                return self.drv.CUDA_ERROR_INVALID_PTX
         handle = self._new_handle()
         status = self._drv_put((library, handle))
         if status == 0:
             self._libraries.add(handle)
         return status
+
+    def _jit_error_log(self, message: str, options: CData, values: CData, count: int) -> None:
+        """Write `message` into a CU_JIT_ERROR_LOG_BUFFER the caller passed, and its size into the size option."""
+        names = self.ffi.typeof("CUjit_option").relements
+        opts = [options[i] for i in range(count)] if count and not self._is_null(options) else []
+        log, size = names["CU_JIT_ERROR_LOG_BUFFER"], names["CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES"]
+        if log in opts and size in opts:
+            room = self._addr(values[opts.index(size)])
+            data = message.encode()[:max(room - 1, 0)]
+            if room:
+                self.ffi.memmove(values[opts.index(log)], data + b"\0", len(data) + 1)
+                values[opts.index(size)] = self.ffi.cast("void *", len(data))
 
     def cuLibraryUnload(self, library: CData) -> int:
         handle = self._addr(library)

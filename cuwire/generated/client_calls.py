@@ -274,7 +274,7 @@ def cuEventSynchronize(hEvent):
 
 @ffi.def_extern(name="cuwire_py_cuFuncGetAttribute", onerror=rt.on_error)
 def cuFuncGetAttribute(pi, attrib, hfunc):
-    """cuFuncGetAttribute (cuda.h)"""
+    """cuFuncGetAttribute (cuda.h): kept by the client once answered (client/answers_cache.c)"""
     args = pb.cuFuncGetAttribute_Args()
     args.attrib = attrib
     args.hfunc = rt.server_function(hfunc)
@@ -320,7 +320,7 @@ def cuFuncSetCacheConfig(hfunc, config):
 
 @ffi.def_extern(name="cuwire_py_cuKernelGetAttribute", onerror=rt.on_error)
 def cuKernelGetAttribute(pi, attrib, kernel, dev):
-    """cuKernelGetAttribute (cuda.h)"""
+    """cuKernelGetAttribute (cuda.h): kept by the client once answered (client/answers_cache.c)"""
     args = pb.cuKernelGetAttribute_Args()
     args.attrib = attrib
     args.kernel = kernel
@@ -637,7 +637,7 @@ def cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, bl
 
 @ffi.def_extern(name="cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessor", onerror=rt.on_error)
 def cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize):
-    """cuOccupancyMaxActiveBlocksPerMultiprocessor (cuda.h)"""
+    """cuOccupancyMaxActiveBlocksPerMultiprocessor (cuda.h): kept by the client once answered (client/answers_cache.c)"""
     args = pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Args()
     args.func = rt.server_function(func)
     args.blockSize = blockSize
@@ -650,7 +650,7 @@ def cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dyna
 
 @ffi.def_extern(name="cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", onerror=rt.on_error)
 def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags):
-    """cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags (cuda.h)"""
+    """cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags (cuda.h): kept by the client once answered (client/answers_cache.c)"""
     args = pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Args()
     args.func = rt.server_function(func)
     args.blockSize = blockSize

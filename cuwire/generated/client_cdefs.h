@@ -71,6 +71,7 @@ extern "Python+C" int cuwire_py_cuMemsetD32_v2(uint64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemsetD8_v2(uint64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuModuleGetFunction(void *, uint64_t, void *);
 extern "Python+C" int cuwire_py_cuModuleGetGlobal_v2(void *, void *, uint64_t, void *);
+extern "Python+C" int cuwire_py_cuModuleLoad(void *, void *);
 extern "Python+C" int cuwire_py_cuModuleLoadData(void *, uint64_t);
 extern "Python+C" int cuwire_py_cuModuleLoadDataEx(void *, uint64_t, uint64_t, void *, void *);
 extern "Python+C" int cuwire_py_cuModuleLoadFatBinary(void *, uint64_t);

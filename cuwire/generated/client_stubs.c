@@ -1821,7 +1821,7 @@ const char *const cuwire_modes[] = {
     "local",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "custom",
     "custom",
     "custom",
     "custom",
@@ -2693,6 +2693,8 @@ const char *const cuwire_modes[] = {
     "unimplemented",
 };
 unsigned long long cuwire_counts[1338];
+/* ... and how many of a sync function's calls its `fast` C answered without the server */
+unsigned long long cuwire_fast_hits[1338];
 const int cuwire_n_functions = 1338;
 
 /* The id of a queued kernel launch record (cuwire's own operation LaunchKernel). */
@@ -2897,8 +2899,9 @@ int cuwire_fast___cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 block
 static inline cudaError_t cuwire_impl___cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
     int fast = cuwire_fast___cudaLaunchKernel(kernel, gridDim, blockDim, args, sharedMem, stream);
-    if (fast >= 0)
+    if (fast >= 0) {
         return (cudaError_t)cuwire_rt_status(fast);
+    }
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py___cudaLaunchKernel((uint64_t)(uintptr_t)kernel, (void *)&gridDim, sizeof gridDim, (void *)&blockDim, sizeof blockDim, (void *)args, (uint64_t)sharedMem, (uint64_t)(uintptr_t)stream));
@@ -3541,8 +3544,10 @@ void cuwire_note_created_context(CUcontext *pctx, CUctxCreateParams *ctxCreatePa
 static inline CUresult cuwire_impl_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
 {
     int fast = cuwire_check_context_params(pctx, ctxCreateParams, flags, dev);
-    if (fast >= 0)
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[40], 1, __ATOMIC_RELAXED);
         return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     int status = cuwire_py_cuCtxCreate_v4((void *)pctx, (void *)ctxCreateParams, (uint64_t)flags, (int64_t)dev);
@@ -4014,8 +4019,14 @@ CUWIRE_EXPORT CUresult cuCtxResetPersistingL2Cache(void)
 
 /* cuCtxSetCacheConfig (cuda.h): remoted, sync */
 int cuwire_py_cuCtxSetCacheConfig(int64_t);
+int cuwire_forget_answers_context_cache(CUfunc_cache config);
 static inline CUresult cuwire_impl_cuCtxSetCacheConfig(CUfunc_cache config)
 {
+    int fast = cuwire_forget_answers_context_cache(config);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[65], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuCtxSetCacheConfig((int64_t)config));
@@ -4751,8 +4762,10 @@ int cuwire_note_primary_flags(CUdevice dev, unsigned int flags);
 static inline CUresult cuwire_impl_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
     int fast = cuwire_note_primary_flags(dev, flags);
-    if (fast >= 0)
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[104], 1, __ATOMIC_RELAXED);
         return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDevicePrimaryCtxSetFlags_v2((int64_t)dev, (uint64_t)flags));
@@ -5302,11 +5315,21 @@ CUWIRE_EXPORT CUresult cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarg
 
 /* cuFuncGetAttribute (cuda.h): remoted, sync */
 int cuwire_py_cuFuncGetAttribute(void *, int64_t, uint64_t);
+int cuwire_cached_function_attribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc);
+void cuwire_keep_function_attribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc);
 static inline CUresult cuwire_impl_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
+    int fast = cuwire_cached_function_attribute(pi, attrib, hfunc);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[133], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuFuncGetAttribute((void *)pi, (int64_t)attrib, (uint64_t)(uintptr_t)hfunc));
+    int status = cuwire_py_cuFuncGetAttribute((void *)pi, (int64_t)attrib, (uint64_t)(uintptr_t)hfunc);
+    if (status == 0)
+        cuwire_keep_function_attribute(pi, attrib, hfunc);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
@@ -5416,8 +5439,14 @@ CUWIRE_EXPORT CUresult cuFuncLoad(CUfunction function)
 
 /* cuFuncSetAttribute (cuda.h): remoted, sync */
 int cuwire_py_cuFuncSetAttribute(uint64_t, int64_t, int64_t);
+int cuwire_forget_answers_function_attribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
 static inline CUresult cuwire_impl_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
+    int fast = cuwire_forget_answers_function_attribute(hfunc, attrib, value);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[139], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuFuncSetAttribute((uint64_t)(uintptr_t)hfunc, (int64_t)attrib, (int64_t)value));
@@ -5454,8 +5483,14 @@ CUWIRE_EXPORT CUresult cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z
 
 /* cuFuncSetCacheConfig (cuda.h): remoted, sync */
 int cuwire_py_cuFuncSetCacheConfig(uint64_t, int64_t);
+int cuwire_forget_answers_function_cache(CUfunction hfunc, CUfunc_cache config);
 static inline CUresult cuwire_impl_cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
 {
+    int fast = cuwire_forget_answers_function_cache(hfunc, config);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[141], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuFuncSetCacheConfig((uint64_t)(uintptr_t)hfunc, (int64_t)config));
@@ -8058,11 +8093,21 @@ CUWIRE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle 
 
 /* cuKernelGetAttribute (cuda.h): remoted, sync */
 int cuwire_py_cuKernelGetAttribute(void *, int64_t, uint64_t, int64_t);
+int cuwire_cached_kernel_attribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
+void cuwire_keep_kernel_attribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
 static inline CUresult cuwire_impl_cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
 {
+    int fast = cuwire_cached_kernel_attribute(pi, attrib, kernel, dev);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[285], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuKernelGetAttribute((void *)pi, (int64_t)attrib, (uint64_t)(uintptr_t)kernel, (int64_t)dev));
+    int status = cuwire_py_cuKernelGetAttribute((void *)pi, (int64_t)attrib, (uint64_t)(uintptr_t)kernel, (int64_t)dev);
+    if (status == 0)
+        cuwire_keep_kernel_attribute(pi, attrib, kernel, dev);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
 {
@@ -8156,8 +8201,14 @@ CUWIRE_EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, 
 
 /* cuKernelSetAttribute (cuda.h): remoted, sync */
 int cuwire_py_cuKernelSetAttribute(int64_t, int64_t, uint64_t, int64_t);
+int cuwire_forget_answers_kernel_attribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
 static inline CUresult cuwire_impl_cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
 {
+    int fast = cuwire_forget_answers_kernel_attribute(attrib, val, kernel, dev);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[290], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuKernelSetAttribute((int64_t)attrib, (int64_t)val, (uint64_t)(uintptr_t)kernel, (int64_t)dev));
@@ -8176,8 +8227,14 @@ CUWIRE_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val
 
 /* cuKernelSetCacheConfig (cuda.h): remoted, sync */
 int cuwire_py_cuKernelSetCacheConfig(uint64_t, int64_t, int64_t);
+int cuwire_forget_answers_kernel_cache(CUkernel kernel, CUfunc_cache config, CUdevice dev);
 static inline CUresult cuwire_impl_cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev)
 {
+    int fast = cuwire_forget_answers_kernel_cache(kernel, config, dev);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[291], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuKernelSetCacheConfig((uint64_t)(uintptr_t)kernel, (int64_t)config, (int64_t)dev));
@@ -8310,8 +8367,9 @@ int cuwire_fast_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int
 static inline CUresult cuwire_impl_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
     int fast = cuwire_fast_cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
-    if (fast >= 0)
+    if (fast >= 0) {
         return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuLaunchKernel((uint64_t)(uintptr_t)f, (uint64_t)gridDimX, (uint64_t)gridDimY, (uint64_t)gridDimZ, (uint64_t)blockDimX, (uint64_t)blockDimY, (uint64_t)blockDimZ, (uint64_t)sharedMemBytes, (uint64_t)(uintptr_t)hStream, (void *)kernelParams, (void *)extra));
@@ -8335,8 +8393,9 @@ int cuwire_fast_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, voi
 static inline CUresult cuwire_impl_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
     int fast = cuwire_fast_cuLaunchKernelEx(config, f, kernelParams, extra);
-    if (fast >= 0)
+    if (fast >= 0) {
         return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuLaunchKernelEx((void *)config, sizeof *config, (uint64_t)(uintptr_t)f, (void *)kernelParams, (void *)extra));
@@ -11565,11 +11624,13 @@ CUWIRE_EXPORT CUresult cuModuleGetTexRef(CUtexref *pTexRef, CUmodule hmod, const
     return cuwire_impl_cuModuleGetTexRef(pTexRef, hmod, name);
 }
 
-/* cuModuleLoad (cuda.h): unimplemented */
+/* cuModuleLoad (cuda.h): remoted, custom */
+int cuwire_py_cuModuleLoad(void *, void *);
 static inline CUresult cuwire_impl_cuModuleLoad(CUmodule *module, const char *fname)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuModuleLoad", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuModuleLoad((void *)module, (void *)fname));
 }
 CUWIRE_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
 {
@@ -11791,11 +11852,21 @@ CUWIRE_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSm
 
 /* cuOccupancyMaxActiveBlocksPerMultiprocessor (cuda.h): remoted, sync */
 int cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessor(void *, uint64_t, int64_t, uint64_t);
+int cuwire_cached_occupancy(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);
+void cuwire_keep_occupancy(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);
 static inline CUresult cuwire_impl_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize)
 {
+    int fast = cuwire_cached_occupancy(numBlocks, func, blockSize, dynamicSMemSize);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[480], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessor((void *)numBlocks, (uint64_t)(uintptr_t)func, (int64_t)blockSize, (uint64_t)dynamicSMemSize));
+    int status = cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessor((void *)numBlocks, (uint64_t)(uintptr_t)func, (int64_t)blockSize, (uint64_t)dynamicSMemSize);
+    if (status == 0)
+        cuwire_keep_occupancy(numBlocks, func, blockSize, dynamicSMemSize);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize)
 {
@@ -11811,11 +11882,21 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlock
 
 /* cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags (cuda.h): remoted, sync */
 int cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(void *, uint64_t, int64_t, uint64_t, uint64_t);
+int cuwire_cached_occupancy_flags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
+void cuwire_keep_occupancy_flags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
 static inline CUresult cuwire_impl_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
 {
+    int fast = cuwire_cached_occupancy_flags(numBlocks, func, blockSize, dynamicSMemSize, flags);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[481], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags((void *)numBlocks, (uint64_t)(uintptr_t)func, (int64_t)blockSize, (uint64_t)dynamicSMemSize, (uint64_t)flags));
+    int status = cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags((void *)numBlocks, (uint64_t)(uintptr_t)func, (int64_t)blockSize, (uint64_t)dynamicSMemSize, (uint64_t)flags);
+    if (status == 0)
+        cuwire_keep_occupancy_flags(numBlocks, func, blockSize, dynamicSMemSize, flags);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
 {
@@ -17941,8 +18022,9 @@ int cuwire_fast_cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, 
 static inline cudaError_t cuwire_impl_cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem, cudaStream_t stream)
 {
     int fast = cuwire_fast_cudaLaunchKernel(func, gridDim, blockDim, args, sharedMem, stream);
-    if (fast >= 0)
+    if (fast >= 0) {
         return (cudaError_t)cuwire_rt_status(fast);
+    }
     if (!CUWIRE_READY())
         return (cudaError_t)cuwire_rt_status(CUWIRE_NOT_READY);
     return (cudaError_t)cuwire_rt_status(cuwire_py_cudaLaunchKernel((uint64_t)(uintptr_t)func, (void *)&gridDim, sizeof gridDim, (void *)&blockDim, sizeof blockDim, (void *)args, (uint64_t)sharedMem, (uint64_t)(uintptr_t)stream));

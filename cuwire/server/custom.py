@@ -58,7 +58,9 @@ def load_module(s, a: pb.LoadModule_Args) -> pb.LoadModule_Result:
                 return r
             out = s.ffi.new("CUlibrary *")
             buf = s.ffi.new("char[]", image)
-            r.status = s.lib.cuLibraryLoadData(out, buf, s.ffi.NULL, s.ffi.NULL, 0, s.ffi.NULL, s.ffi.NULL, 0)
+            options, values, logs = _jit_log_options(s.ffi)
+            r.status = s.lib.cuLibraryLoadData(out, buf, options, values, len(options), s.ffi.NULL, s.ffi.NULL, 0)
+            r.error_log, r.info_log = (s.ffi.string(log).decode("utf-8", "replace") for log in logs)
             if r.status != 0:
                 return r
             handle = int(s.ffi.cast("uintptr_t", out[0]))
@@ -71,6 +73,19 @@ def load_module(s, a: pb.LoadModule_Args) -> pb.LoadModule_Result:
     s.owns_handle(LIBRARY, handle)
     r.module = handle
     return r
+
+
+JIT_LOG_SIZE = 16384
+
+
+def _jit_log_options(ffi):
+    """JIT options asking for the error and info logs (PTX compiled here), for the client to hand on."""
+    names = ffi.typeof("CUjit_option").relements
+    logs = [ffi.new("char[]", JIT_LOG_SIZE), ffi.new("char[]", JIT_LOG_SIZE)]
+    options = ffi.new("CUjit_option[]", [names["CU_JIT_ERROR_LOG_BUFFER"], names["CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES"],
+                                          names["CU_JIT_INFO_LOG_BUFFER"], names["CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES"]])
+    values = ffi.new("void *[]", [logs[0], ffi.cast("void *", JIT_LOG_SIZE), logs[1], ffi.cast("void *", JIT_LOG_SIZE)])
+    return options, values, logs
 
 
 def get_kernel(s, a: pb.GetKernel_Args) -> pb.GetKernel_Result:

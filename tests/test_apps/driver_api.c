@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CHECK(call)                                                                                  \
     do {                                                                                             \
@@ -108,6 +109,46 @@ int main(void)
     size_t launches_size = 0;
     CHECK(cuModuleGetGlobal(&launches, &launches_size, mod, "launches"));
     printf("module loaded from PTX: 2 kernels, __device__ launches of %zu bytes\n", launches_size);
+
+    /* function attributes, asked twice (the client keeps the answer), then changed: the next answer
+     * must be the new value */
+    int dyn_before = -1, dyn_again = -1, dyn_after = -1, max_threads = 0;
+    CHECK(cuFuncGetAttribute(&dyn_before, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, axpb));
+    CHECK(cuFuncGetAttribute(&dyn_again, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, axpb));
+    CHECK(cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, axpb));
+    CHECK(cuFuncSetAttribute(axpb, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 65536));
+    CHECK(cuFuncGetAttribute(&dyn_after, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, axpb));
+    printf("axpb: max threads per block %d; dynamic shared memory limit %d, again %d, after setting 65536: %d\n",
+           max_threads, dyn_before, dyn_again, dyn_after);
+
+    /* a module from a file (cuModuleLoad reads it on the program's side), and a file that is not there */
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/cuwire-driver-api-%d.ptx", (int)getpid());
+    FILE *f = fopen(path, "w");
+    if (!f || fwrite(PTX, 1, sizeof PTX - 1, f) != sizeof PTX - 1 || fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        return 1;
+    }
+    CUmodule from_file;
+    CHECK(cuModuleLoad(&from_file, path));
+    unlink(path);
+    CUfunction axpb_from_file;
+    CHECK(cuModuleGetFunction(&axpb_from_file, from_file, "axpb"));
+    CUresult absent = cuModuleLoad(&from_file, "/nonexistent/cuwire.ptx");
+    printf("cuModuleLoad of a PTX file: loaded; of a missing file: %s\n",
+           absent == CUDA_ERROR_FILE_NOT_FOUND ? "CUDA_ERROR_FILE_NOT_FOUND" : "other");
+
+    /* PTX the JIT refuses: the error comes back, and so does the JIT's log, into the program's buffer */
+    static const char BAD_PTX[] = ".version 9.0\n.target sm_75\n.address_size 64\n"
+                                  ".visible .entry broken_kernel()\n{\n    not_an_instruction;\n}\n";
+    char bad_log[4096] = "";
+    void *bad_values[] = {bad_log, (void *)(size_t)sizeof bad_log};
+    CUmodule bad;
+    CUresult refused = cuModuleLoadDataEx(&bad, BAD_PTX, 2, opts, bad_values);
+    const char *refused_name = NULL;
+    cuGetErrorName(refused, &refused_name);
+    printf("PTX with an error: %s, the JIT's error log %s\n", refused_name ? refused_name : "?",
+           bad_log[0] && (size_t)bad_values[1] == strlen(bad_log) ? "filled in" : "empty");
 
     float host_in[N], host_out[N];
     for (int i = 0; i < N; i++)
