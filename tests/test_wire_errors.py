@@ -151,3 +151,21 @@ def test_handles_are_per_session(server, session):
         fn=fn_id("cudaStreamDestroy"), args=destroy)).result).status == 0
     again = session.exchange(pb.Batch(fn=fn_id("cudaStreamDestroy"), args=destroy))
     assert pb.cudaStreamDestroy_Result.FromString(again.result).status == 400  # destroyed: no longer valid
+
+
+def test_link_inputs_from_the_wire_are_checked(session):
+    """cuLinkComplete's inputs: a type that is no CUjitInputType is refused before the linker sees it;
+    PTX the JIT refuses comes back as its error, with the JIT's log."""
+    from cuwire.server.custom import op_id
+
+    def link(*inputs):
+        reply = session.exchange(pb.Batch(fn=op_id("Link"), args=pb.Link_Args(inputs=inputs).SerializeToString()))
+        assert not reply.error
+        return pb.Link_Result.FromString(reply.result)
+
+    assert link(pb.LinkInput(type=99, data=b"x", name="bad")).status == 1  # CUDA_ERROR_INVALID_VALUE
+    broken = link(pb.LinkInput(type=1, name="broken.ptx",
+                               data=b".version 9.0\n.target sm_75\n.address_size 64\n"
+                                    b".visible .entry broken_kernel()\n{\n    not_an_instruction;\n}\n\0"))
+    assert broken.status != 0 and not broken.cubin and broken.error_log  # the JIT says why
+    assert device_count(session) == 1

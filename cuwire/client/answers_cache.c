@@ -4,7 +4,8 @@
  * (cuOccupancyMaxActiveBlocksPerMultiprocessor*) are fixed once it is loaded, except through the calls
  * that set a function's attributes or cache preference; PyTorch asks them before many launches. Each
  * query's stub tries the cache first (annotation `fast`) and stores the server's answer (annotation
- * `after`); each setter clears the whole cache (annotation `fast`, returning -1 to go on as usual).
+ * `after`). A setter that sets the value the cache already holds is answered here; any other set
+ * clears the whole cache (annotation `fast`, returning -1 to go on as usual).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -119,13 +120,23 @@ void cuwire_keep_occupancy_flags(int *blocks, CUfunction f, int block_size, size
     store(key, *blocks);
 }
 
+/* Setting an attribute to the value it has changes nothing: answered here (libraries set the same
+ * attributes before every launch). Any other value: forget what depends on it, and ask the server. */
 int cuwire_forget_answers_kernel_attribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
 {
+    int now;
+    KEY(KERNEL_ATTRIBUTE, (uintptr_t)kernel, (uint64_t)attrib, (uint64_t)(uint32_t)dev);
+    if (lookup(key, &now) == 0 && now == val)
+        return CUDA_SUCCESS;
     return forget_all();
 }
 
 int cuwire_forget_answers_function_attribute(CUfunction f, CUfunction_attribute attrib, int value)
 {
+    int now;
+    KEY(FUNCTION_ATTRIBUTE, (uintptr_t)f, (uint64_t)attrib);
+    if (lookup(key, &now) == 0 && now == value)
+        return CUDA_SUCCESS;
     return forget_all();
 }
 

@@ -133,6 +133,85 @@ def cuModuleLoad(module, fname):
     return calls.cuLibraryGetModule(module, _load(int(ffi.cast("uintptr_t", buf))))
 
 
+# ---------------------------------------------------------------- linking (cuLink*)
+
+
+class _LinkState:
+    """A CUlinkState: the inputs gathered on the client; the server links them at cuLinkComplete."""
+
+    def __init__(self, jit: tuple) -> None:
+        self.handle = ffi.new("char[1]")  # its address is the CUlinkState the program holds
+        self.jit = jit  # the program's (count, options, values): its log buffers get the linker's logs
+        self.inputs: list[pb.LinkInput] = []
+        self.cubin = None  # the linked image, kept until cuLinkDestroy (the program reads it in place)
+
+
+_links: dict[int, _LinkState] = {}
+
+
+def _link_state(state: int) -> _LinkState:
+    link = _links.get(state)
+    if link is None:
+        raise rt.Fail(INVALID_HANDLE)
+    return link
+
+
+@ffi.def_extern(name="cuwire_py_cuLinkCreate_v2", onerror=rt.on_error)
+def cuLinkCreate_v2(numOptions, options, optionValues, stateOut):
+    if stateOut == ffi.NULL:
+        raise rt.Fail(INVALID_VALUE)
+    link = _LinkState((numOptions, options, optionValues))
+    handle = int(ffi.cast("uintptr_t", link.handle))
+    _links[handle] = link
+    rt.write_scalar(stateOut, "uint64_t", handle)
+    return 0
+
+
+@ffi.def_extern(name="cuwire_py_cuLinkAddData_v2", onerror=rt.on_error)
+def cuLinkAddData_v2(state, type, data, size, name, numOptions, options, optionValues):
+    link = _link_state(state)
+    if not data or not size:
+        raise rt.Fail(INVALID_VALUE)
+    label = rt.read_string(name) if name != ffi.NULL else ""
+    link.inputs.append(pb.LinkInput(type=type, data=_bytes(data, size), name=label))
+    return 0
+
+
+@ffi.def_extern(name="cuwire_py_cuLinkAddFile_v2", onerror=rt.on_error)
+def cuLinkAddFile_v2(state, type, path, numOptions, options, optionValues):
+    link = _link_state(state)
+    name = rt.read_string(path)
+    try:
+        with open(name, "rb") as f:
+            data = f.read()
+    except OSError:
+        raise rt.Fail(FILE_NOT_FOUND) from None
+    link.inputs.append(pb.LinkInput(type=type, data=data, name=name))
+    return 0
+
+
+@ffi.def_extern(name="cuwire_py_cuLinkComplete", onerror=rt.on_error)
+def cuLinkComplete(state, cubinOut, sizeOut):
+    link = _link_state(state)
+    if cubinOut == ffi.NULL or sizeOut == ffi.NULL:
+        raise rt.Fail(INVALID_VALUE)
+    res = rt.call(rt.LINK, pb.Link_Args(inputs=link.inputs), pb.Link_Result)
+    _hand_on_logs([res.error_log, res.info_log], *link.jit)
+    if res.status != 0:
+        return res.status
+    link.cubin = ffi.new("char[]", res.cubin)
+    rt.write_scalar(cubinOut, "uint64_t", int(ffi.cast("uintptr_t", link.cubin)))
+    rt.write_scalar(sizeOut, "uint64_t", len(res.cubin))
+    return 0
+
+
+@ffi.def_extern(name="cuwire_py_cuLinkDestroy", onerror=rt.on_error)
+def cuLinkDestroy(state):
+    if _links.pop(state, None) is None:
+        raise rt.Fail(INVALID_HANDLE)
+    return 0
+
+
 # ---------------------------------------------------------------- the driver's private module iterator
 
 

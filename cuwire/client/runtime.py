@@ -38,8 +38,9 @@ UNKNOWN = 999
 
 
 (LOAD_MODULE, GET_KERNEL, GET_GLOBAL, LAUNCH_KERNEL, ERROR_STRING, MODULE_FUNCTIONS, MAX_ACTIVE_CLUSTERS,
- EXPORT_TABLE_SIZE) = (wire.OP_IDS[n] for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString",
-                                               "ModuleFunctions", "MaxActiveClusters", "ExportTableSize"))
+ EXPORT_TABLE_SIZE, LINK) = (wire.OP_IDS[n] for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel",
+                                                     "ErrorString", "ModuleFunctions", "MaxActiveClusters",
+                                                     "ExportTableSize", "Link"))
 
 
 class Fail(Exception):

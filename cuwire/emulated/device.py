@@ -290,6 +290,9 @@ class EmulatedLib(EmulatedNvml):
         self._next_handle = HANDLE_BASE
         self._context = self._new_handle()  # the primary context
         self._created: set[int] = set()  # contexts made with cuCtxCreate: they share the one device's state
+        self._links: dict[int, list[bytes]] = {}  # cuLinkCreate's states: their PTX inputs
+        self._linked: dict[int, CData] = {}  # cuLinkComplete's images, kept until cuLinkDestroy
+        self._link_options: dict[int, tuple] = {}  # cuLinkCreate's JIT options (its log buffers)
         self._error_strings: dict[tuple[str, int], CData] = {}  # kept alive: C callers hold the pointers
         self._memory = EmulatedMemory(int(_prop("totalGlobalMem")))
         # Libraries are context-independent in CUDA: they and their kernels outlive cudaDeviceReset.
@@ -1352,17 +1355,62 @@ class EmulatedLib(EmulatedNvml):
             return self.drv.CUDA_ERROR_INVALID_VALUE
         head = self.ffi.buffer(self.ffi.cast("char *", code), 4)[:]
         if head not in (b"\x7fELF", FATBIN_MAGIC):
-            text = self.ffi.string(self.ffi.cast("char *", code)).decode("utf-8", "replace")
-            unknown = [n for n in re.findall(r"\.entry\s+(\w+)", text) if n not in registry.KERNELS]
-            if unknown:
-                self._jit_error_log(f"emulated device: no kernel named {unknown[0]} (PTX is not compiled here)",
-                                    jitOptions, jitOptionsValues, numJitOptions)
-                return self.drv.CUDA_ERROR_INVALID_PTX
+            status = self._check_ptx(self.ffi.string(self.ffi.cast("char *", code)),
+                                     (jitOptions, jitOptionsValues, numJitOptions))
+            if status:
+                return status
         handle = self._new_handle()
         status = self._drv_put((library, handle))
         if status == 0:
             self._libraries.add(handle)
         return status
+
+    # The emulated linker takes PTX only and "links" by concatenating it: loading the result finds the
+    # kernels by name in the registry, as for any PTX.
+
+    def cuLinkCreate_v2(self, numOptions: int, options: CData, optionValues: CData, stateOut: CData) -> int:
+        handle = self._new_handle()
+        status = self._drv_put((stateOut, handle))
+        if status == 0:
+            self._links[handle] = []
+            self._link_options[handle] = (options, optionValues, numOptions)
+        return status
+
+    def cuLinkAddData_v2(self, state: CData, type: int, data: CData, size: int, name: CData, numOptions: int,
+                         options: CData, optionValues: CData) -> int:
+        inputs = self._links.get(self._addr(state))
+        if inputs is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        if type != self.ffi.typeof("CUjitInputType").relements["CU_JIT_INPUT_PTX"]:
+            return self.drv.CUDA_ERROR_NOT_SUPPORTED
+        ptx = self.ffi.buffer(self.ffi.cast("char *", data), size)[:].rstrip(b"\0")
+        status = self._check_ptx(ptx, self._link_options[self._addr(state)])
+        if status == 0:
+            inputs.append(ptx)
+        return status
+
+    def cuLinkComplete(self, state: CData, cubinOut: CData, sizeOut: CData) -> int:
+        inputs = self._links.get(self._addr(state))
+        if inputs is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        image = self.ffi.new("char[]", b"\n".join(inputs) + b"\0")
+        self._linked[self._addr(state)] = image
+        return self._drv_put((cubinOut, image), (sizeOut, len(image)))
+
+    def cuLinkDestroy(self, state: CData) -> int:
+        self._linked.pop(self._addr(state), None)
+        self._link_options.pop(self._addr(state), None)
+        return 0 if self._links.pop(self._addr(state), None) is not None else self.drv.CUDA_ERROR_INVALID_HANDLE
+
+    def _check_ptx(self, ptx: bytes, jit: tuple) -> int:
+        """The JIT's stand-in: PTX compiles when the registry has each of its entries; else
+        CUDA_ERROR_INVALID_PTX, with a log in the caller's error log buffer (jit: options, values, count)."""
+        text = ptx.decode("utf-8", "replace")
+        unknown = [n for n in re.findall(r"\.entry\s+(\w+)", text) if n not in registry.KERNELS]
+        if not unknown:
+            return 0
+        self._jit_error_log(f"emulated device: no kernel named {unknown[0]} (PTX is not compiled here)", *jit)
+        return self.drv.CUDA_ERROR_INVALID_PTX
 
     def _jit_error_log(self, message: str, options: CData, values: CData, count: int) -> None:
         """Write `message` into a CU_JIT_ERROR_LOG_BUFFER the caller passed, and its size into the size option."""

@@ -46,6 +46,11 @@ extern "Python+C" int cuwire_py_cuLibraryGetGlobal(void *, void *, uint64_t, voi
 extern "Python+C" int cuwire_py_cuLibraryGetKernel(void *, uint64_t, void *);
 extern "Python+C" int cuwire_py_cuLibraryGetModule(void *, uint64_t);
 extern "Python+C" int cuwire_py_cuLibraryLoadData(void *, uint64_t, void *, void *, uint64_t, void *, void *, uint64_t);
+extern "Python+C" int cuwire_py_cuLinkAddData_v2(uint64_t, int64_t, uint64_t, uint64_t, void *, uint64_t, void *, void *);
+extern "Python+C" int cuwire_py_cuLinkAddFile_v2(uint64_t, int64_t, void *, uint64_t, void *, void *);
+extern "Python+C" int cuwire_py_cuLinkComplete(uint64_t, void *, void *);
+extern "Python+C" int cuwire_py_cuLinkCreate_v2(uint64_t, void *, void *, void *);
+extern "Python+C" int cuwire_py_cuLinkDestroy(uint64_t);
 extern "Python+C" int cuwire_py_cuMemAllocAsync(void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemAllocPitch_v2(void *, void *, uint64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemAlloc_v2(void *, uint64_t);

@@ -1664,13 +1664,13 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "local",
     "unimplemented",
+    "custom",
     "unimplemented",
+    "custom",
+    "custom",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "custom",
+    "custom",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -8619,11 +8619,13 @@ CUWIRE_EXPORT CUresult cuLinkAddData(void)
     return cuwire_impl_cuLinkAddData();
 }
 
-/* cuLinkAddData_v2 (cuda.h): unimplemented */
+/* cuLinkAddData_v2 (cuda.h): remoted, custom */
+int cuwire_py_cuLinkAddData_v2(uint64_t, int64_t, uint64_t, uint64_t, void *, uint64_t, void *, void *);
 static inline CUresult cuwire_impl_cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuLinkAddData_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuLinkAddData_v2((uint64_t)(uintptr_t)state, (int64_t)type, (uint64_t)(uintptr_t)data, (uint64_t)size, (void *)name, (uint64_t)numOptions, (void *)options, (void *)optionValues));
 }
 CUWIRE_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
@@ -8655,11 +8657,13 @@ CUWIRE_EXPORT CUresult cuLinkAddFile(void)
     return cuwire_impl_cuLinkAddFile();
 }
 
-/* cuLinkAddFile_v2 (cuda.h): unimplemented */
+/* cuLinkAddFile_v2 (cuda.h): remoted, custom */
+int cuwire_py_cuLinkAddFile_v2(uint64_t, int64_t, void *, uint64_t, void *, void *);
 static inline CUresult cuwire_impl_cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuLinkAddFile_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuLinkAddFile_v2((uint64_t)(uintptr_t)state, (int64_t)type, (void *)path, (uint64_t)numOptions, (void *)options, (void *)optionValues));
 }
 CUWIRE_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
@@ -8673,11 +8677,13 @@ CUWIRE_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, 
     return cuwire_impl_cuLinkAddFile_v2(state, type, path, numOptions, options, optionValues);
 }
 
-/* cuLinkComplete (cuda.h): unimplemented */
+/* cuLinkComplete (cuda.h): remoted, custom */
+int cuwire_py_cuLinkComplete(uint64_t, void *, void *);
 static inline CUresult cuwire_impl_cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuLinkComplete", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuLinkComplete((uint64_t)(uintptr_t)state, (void *)cubinOut, (void *)sizeOut));
 }
 CUWIRE_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
 {
@@ -8709,11 +8715,13 @@ CUWIRE_EXPORT CUresult cuLinkCreate(void)
     return cuwire_impl_cuLinkCreate();
 }
 
-/* cuLinkCreate_v2 (cuda.h): unimplemented */
+/* cuLinkCreate_v2 (cuda.h): remoted, custom */
+int cuwire_py_cuLinkCreate_v2(uint64_t, void *, void *, void *);
 static inline CUresult cuwire_impl_cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuLinkCreate_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuLinkCreate_v2((uint64_t)numOptions, (void *)options, (void *)optionValues, (void *)stateOut));
 }
 CUWIRE_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut)
 {
@@ -8727,11 +8735,13 @@ CUWIRE_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *op
     return cuwire_impl_cuLinkCreate_v2(numOptions, options, optionValues, stateOut);
 }
 
-/* cuLinkDestroy (cuda.h): unimplemented */
+/* cuLinkDestroy (cuda.h): remoted, custom */
+int cuwire_py_cuLinkDestroy(uint64_t);
 static inline CUresult cuwire_impl_cuLinkDestroy(CUlinkState state)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuLinkDestroy", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuLinkDestroy((uint64_t)(uintptr_t)state));
 }
 CUWIRE_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 {

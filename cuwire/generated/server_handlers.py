@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "8ba328c78580adc1"
+API_DIGEST = "10cd35b2ead4e75c"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -22,6 +22,7 @@ OP_IDS = {
     "MaxActiveClusters": 303605733,
     "ExportTableSize": 2138948862,
     "LaunchKernelEx": 2383965022,
+    "Link": 55721432,
 }
 
 

@@ -11,7 +11,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
-from cuwire.server.errors import INVALID_HANDLE, CudaFail, WireError
+from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, CudaFail, WireError
 
 log = logging.getLogger("cuwire.server")
 
@@ -258,6 +258,39 @@ def max_active_clusters(s, a: pb.MaxActiveClusters_Args) -> pb.MaxActiveClusters
     return pb.MaxActiveClusters_Result(status=status, clusters=out[0])
 
 
+JIT_INPUT_TYPES = range(0, 5)  # CUjitInputType: cubin, PTX, fatbinary, object, library
+
+
+def link(s, a: pb.Link_Args) -> pb.Link_Result:
+    """cuLinkCreate, cuLinkAddData for each input, cuLinkComplete and cuLinkDestroy, in one call: the
+    linked cubin and the logs go back; nothing stays on the server."""
+    ffi, r = s.ffi, pb.Link_Result()
+    for i in a.inputs:
+        s.check_size(len(i.data))
+        if i.type not in JIT_INPUT_TYPES:
+            raise CudaFail(INVALID_VALUE, f"cuLinkAddData: input type {i.type} is not a CUjitInputType")
+    options, values, logs = _jit_log_options(ffi)
+    state = ffi.new("CUlinkState *")
+    r.status = s.lib.cuLinkCreate_v2(len(options), options, values, state)
+    if r.status != 0:
+        return r
+    try:
+        for i in a.inputs:
+            data = ffi.new("char[]", i.data)
+            r.status = s.lib.cuLinkAddData_v2(state[0], i.type, data, len(i.data), s.string(i.name), 0, ffi.NULL,
+                                              ffi.NULL)
+            if r.status != 0:
+                return r
+        cubin, size = ffi.new("void **"), ffi.new("size_t *")
+        r.status = s.lib.cuLinkComplete(state[0], cubin, size)
+        if r.status == 0:
+            r.cubin = bytes(ffi.buffer(cubin[0], size[0]))
+        return r
+    finally:
+        r.error_log, r.info_log = (ffi.string(log).decode("utf-8", "replace") for log in logs)
+        s.lib.cuLinkDestroy(state[0])
+
+
 MAX_TABLE_BYTES = 4096  # a first word above this (or not a multiple of 8) is a pointer, not a size
 
 
@@ -301,6 +334,7 @@ OPS = {
     op_id("ModuleFunctions"): ("cuwire.ModuleFunctions", pb.ModuleFunctions_Args, module_functions),
     op_id("MaxActiveClusters"): ("cuwire.MaxActiveClusters", pb.MaxActiveClusters_Args, max_active_clusters),
     op_id("ExportTableSize"): ("cuwire.ExportTableSize", pb.ExportTableSize_Args, export_table_size),
+    op_id("Link"): ("cuwire.Link", pb.Link_Args, link),
 }
 
 # id -> (name, handler(session, payload) -> error): queued operations of variable size

@@ -120,6 +120,12 @@ int main(void)
     CHECK(cuFuncGetAttribute(&dyn_after, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, axpb));
     printf("axpb: max threads per block %d; dynamic shared memory limit %d, again %d, after setting 65536: %d\n",
            max_threads, dyn_before, dyn_again, dyn_after);
+    int dyn_same = -1, dyn_lower = -1;
+    CHECK(cuFuncSetAttribute(axpb, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 65536));
+    CHECK(cuFuncGetAttribute(&dyn_same, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, axpb));
+    CHECK(cuFuncSetAttribute(axpb, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024));
+    CHECK(cuFuncGetAttribute(&dyn_lower, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, axpb));
+    printf("axpb: set to 65536 again: %d; then to 1024: %d\n", dyn_same, dyn_lower);
 
     /* a module from a file (cuModuleLoad reads it on the program's side), and a file that is not there */
     char path[64];
@@ -150,6 +156,23 @@ int main(void)
     printf("PTX with an error: %s, the JIT's error log %s\n", refused_name ? refused_name : "?",
            bad_log[0] && (size_t)bad_values[1] == strlen(bad_log) ? "filled in" : "empty");
 
+    /* linking at run time: the PTX compiled and linked into a cubin, which then loads as a module */
+    char link_log[4096] = "";
+    CUjit_option link_opts[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+    void *link_values[] = {link_log, (void *)(size_t)sizeof link_log};
+    CUlinkState link;
+    CHECK(cuLinkCreate(2, link_opts, link_values, &link));
+    CHECK(cuLinkAddData(link, CU_JIT_INPUT_PTX, (void *)PTX, sizeof PTX, "axpb.ptx", 0, NULL, NULL));
+    void *linked = NULL;
+    size_t linked_size = 0;
+    CHECK(cuLinkComplete(link, &linked, &linked_size));
+    CUmodule linked_mod;
+    CHECK(cuModuleLoadData(&linked_mod, linked));
+    CHECK(cuLinkDestroy(link));
+    CUfunction axpb_linked;
+    CHECK(cuModuleGetFunction(&axpb_linked, linked_mod, "axpb"));
+    printf("cuLink*: PTX linked into an image (%s), loaded, axpb found in it\n", linked_size > 0 ? "not empty" : "empty");
+
     float host_in[N], host_out[N];
     for (int i = 0; i < N; i++)
         host_in[i] = (float)i * 0.25f - 100.0f;
@@ -173,7 +196,7 @@ int main(void)
         sum += host_out[i];
     printf("axpb (parameter array): out[0]=%.9g out[999]=%.9g sum=%.9g\n", host_out[0], host_out[N - 1], sum);
 
-    /* the same kernel with a packed parameter buffer (CU_LAUNCH_PARAM_BUFFER_POINTER), laid out as the
+    /* the same kernel (from the linked module) with a packed parameter buffer (CU_LAUNCH_PARAM_BUFFER_POINTER), laid out as the
      * PTX declares the parameters: 8 + 8 + 4 + 4 + 4 = 28 bytes */
     char packed[28];
     float a2 = 0.5f, b2 = 3.0f;
@@ -185,7 +208,7 @@ int main(void)
     size_t packed_size = sizeof packed;
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &packed_size,
                      CU_LAUNCH_PARAM_END};
-    CHECK(cuLaunchKernel(axpb, (N + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, NULL, extra));
+    CHECK(cuLaunchKernel(axpb_linked, (N + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, NULL, extra));
     CHECK(cuLaunchKernel(count_launch, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
     CHECK(cuMemcpyDtoH(host_out, d_out, sizeof host_out));
     sum = 0;
