@@ -13,7 +13,7 @@ from conftest import APPS, run_layer, run_remote
 EXPECTED = APPS / "expected"
 APPS_SAME_AS_NATIVE = ["vector_add", "memcpy_kinds", "memset", "events", "streams", "device_symbols", "templated",
                        "struct_arg", "two_units", "error_paths", "launch_api", "static_app", "dlopen_app",
-                       "driver_api"]
+                       "driver_api", "contexts_threads"]
 LAYERS = ["driver", "runtime"]
 
 

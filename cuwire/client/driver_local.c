@@ -13,11 +13,13 @@
 
 static __thread CUcontext current_context;
 
-/* cuCtxSetCurrent's fast path: note the thread's context, then let the stub queue the call. */
-int cuwire_note_current_context(CUcontext ctx)
+/* The thread's context changes here only; the server's session thread is switched to it when this
+ * thread next sends a call (cuwire_enqueue, cuwire_queue_take), so calls from threads with different
+ * contexts each run in their own. */
+CUresult cuwire_local_cuCtxSetCurrent(CUcontext ctx)
 {
     current_context = ctx;
-    return -1;
+    return CUDA_SUCCESS;
 }
 
 CUresult cuwire_local_cuCtxGetCurrent(CUcontext *pctx)
@@ -351,6 +353,7 @@ void cuwire_note_created_context(CUcontext *pctx, CUctxCreateParams *params, uns
     if (context_depth < CONTEXT_STACK)
         context_stack[context_depth++] = current_context;
     current_context = *pctx;
+    cuwire_server_context_is((uint64_t)(uintptr_t)*pctx); /* the server made it current too */
 }
 
 /* The same for cuCtxCreate_v2 (the ABI programs built with CUDA 12 call). */
@@ -359,8 +362,8 @@ void cuwire_note_created_context_v2(CUcontext *pctx, unsigned int flags, CUdevic
     cuwire_note_created_context(pctx, NULL, flags, dev);
 }
 
-/* After the server destroyed it: forget it; if it was the calling thread's, pop it, as the driver does,
- * and tell the server which context is current now. */
+/* After the server destroyed it: forget it; if it was the calling thread's, pop it, as the driver does
+ * (the next call tells the server which context is current). */
 void cuwire_note_destroyed_context(CUcontext ctx)
 {
     pthread_mutex_lock(&created_lock);
@@ -368,6 +371,7 @@ void cuwire_note_destroyed_context(CUcontext ctx)
         if (created[i].ctx == ctx)
             created[i].ctx = NULL;
     pthread_mutex_unlock(&created_lock);
+    cuwire_server_context_is((uint64_t)-1); /* the server popped it: which one it has now, it does not say */
     if (ctx == current_context)
         cuCtxSetCurrent(context_depth ? context_stack[--context_depth] : NULL);
 }

@@ -141,21 +141,17 @@ static uint64_t queue_count;
 #define QUEUE_FLUSH_AT (4u << 20)
 
 
-int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size)
+/* Appends one record; queue_lock held. 0, or cudaErrorMemoryAllocation. */
+static int append_locked(uint32_t id, const void *payload, uint32_t size)
 {
-    if (cuwire_forked)
-        return cuwire_start_python() ? 0 : CUWIRE_NOT_READY; /* says why, once; never queue in vain */
-    pthread_mutex_lock(&queue_lock);
     size_t need = queue_len + 8 + size;
     if (need > queue_cap) {
         size_t cap = queue_cap ? queue_cap : 4096;
         while (cap < need)
             cap *= 2;
         char *p = realloc(queue_data, cap);
-        if (!p) {
-            pthread_mutex_unlock(&queue_lock);
+        if (!p)
             return 2; /* cudaErrorMemoryAllocation */
-        }
         queue_data = p;
         queue_cap = cap;
     }
@@ -164,15 +160,58 @@ int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size)
     memcpy(queue_data + queue_len + 8, payload, size);
     queue_len = need;
     queue_count++;
-    int flush = queue_len >= QUEUE_FLUSH_AT;
+    return 0;
+}
+
+/* The context the session's thread on the server has current, as far as the calls sent so far tell
+ * (queue_lock held to read or change it). Each client thread keeps its own current context
+ * (driver_local.c); before a thread's calls go out, a switch record is put first when its context is
+ * another, so the server runs every call in its caller's context. A thread with no context changes
+ * nothing (the server keeps the context it has). */
+#define CONTEXT_UNKNOWN ((uint64_t)-1)
+static uint64_t server_context = CONTEXT_UNKNOWN;
+
+static int follow_context_locked(void)
+{
+    uint64_t ctx = cuwire_current_context();
+    if (!ctx || ctx == server_context)
+        return 0;
+    int err = append_locked(cuwire_set_context_record_id, &ctx, sizeof ctx);
+    if (!err)
+        server_context = ctx;
+    return err;
+}
+
+/* The server changed its current context itself (cuCtxCreate makes the new one current; cuCtxDestroy
+ * pops): CONTEXT_UNKNOWN when the client cannot say which it is. */
+void cuwire_server_context_is(uint64_t ctx)
+{
+    pthread_mutex_lock(&queue_lock);
+    server_context = ctx;
     pthread_mutex_unlock(&queue_lock);
+}
+
+int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size)
+{
+    if (cuwire_forked)
+        return cuwire_start_python() ? 0 : CUWIRE_NOT_READY; /* says why, once; never queue in vain */
+    pthread_mutex_lock(&queue_lock);
+    int err = follow_context_locked();
+    if (!err)
+        err = append_locked(id, payload, size);
+    int flush = !err && queue_len >= QUEUE_FLUSH_AT;
+    pthread_mutex_unlock(&queue_lock);
+    if (err)
+        return err;
     return flush && CUWIRE_READY() ? cuwire_py_flush() : 0;
 }
 
-/* Hands the queued records to the caller (who frees them with free()) and starts a new queue. */
+/* Hands the queued records to the caller (who frees them with free()) and starts a new queue; the
+ * caller's call follows them, so the switch to its thread's context goes last. */
 size_t cuwire_queue_take(char **data, uint64_t *count)
 {
     pthread_mutex_lock(&queue_lock);
+    follow_context_locked();
     size_t len = queue_len;
     *data = queue_data;
     *count = queue_count;

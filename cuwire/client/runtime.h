@@ -22,6 +22,10 @@ void cuwire_say_once_per_name(const char *what, const char *name);
 void *cuwire_proc_lookup(const char *name, int version, int per_thread, int *found);
 /* Appends one queued call ([u32 id][u32 size][payload]) to the batch the next synchronous call sends. */
 int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size);
+/* The record that switches the session thread's context (cuwire.SetContext), and what the client knows
+ * of that context when the server changed it itself (cuCtxCreate, cuCtxDestroy; (uint64_t)-1: unknown). */
+extern const uint32_t cuwire_set_context_record_id;
+void cuwire_server_context_is(uint64_t ctx);
 /* The name of a cudaError_t value (generated from the enum in client_stubs.c). */
 const char *cuwire_error_name(int code);
 

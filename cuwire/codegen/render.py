@@ -34,7 +34,8 @@ FORMAT_CTYPES = {"b": "int8_t", "B": "uint8_t", "h": "int16_t", "H": "uint16_t",
                  "q": "int64_t", "Q": "uint64_t", "f": "float", "d": "double"}
 # Ids of cuwire's own operations (not CUDA functions) in the same id space as functions.
 INTERNAL_OPS = ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString", "ModuleFunctions",
-                "MaxActiveClusters", "ExportTableSize", "LaunchKernelEx", "Link")
+                "MaxActiveClusters", "ExportTableSize", "LaunchKernelEx", "Link",
+                "SetContext")
 
 
 def py_name(name: str) -> str:

@@ -289,7 +289,8 @@ class EmulatedLib(EmulatedNvml):
         self.drv = _Enum(ffi, "CUresult")
         self._next_handle = HANDLE_BASE
         self._context = self._new_handle()  # the primary context
-        self._created: set[int] = set()  # contexts made with cuCtxCreate: they share the one device's state
+        self._created: dict[int, int] = {}  # contexts made with cuCtxCreate -> their flags (else they share
+        # the one device's state)
         self._links: dict[int, list[bytes]] = {}  # cuLinkCreate's states: their PTX inputs
         self._linked: dict[int, CData] = {}  # cuLinkComplete's images, kept until cuLinkDestroy
         self._link_options: dict[int, tuple] = {}  # cuLinkCreate's JIT options (its log buffers)
@@ -1074,7 +1075,7 @@ class EmulatedLib(EmulatedNvml):
         handle = self._new_handle()
         status = self._drv_put((pctx, handle))
         if status == 0:
-            self._created.add(handle)
+            self._created[handle] = flags
             self._current_context = handle
         return status
 
@@ -1085,7 +1086,7 @@ class EmulatedLib(EmulatedNvml):
         address = self._addr(ctx)
         if address not in self._created:
             return self.drv.CUDA_ERROR_INVALID_CONTEXT
-        self._created.discard(address)
+        del self._created[address]
         if self._current_context == address:
             self._current_context = 0
         return 0
@@ -1251,10 +1252,15 @@ class EmulatedLib(EmulatedNvml):
         return self._drv_put((version, 3020))  # what the driver reports for contexts since CUDA 3.2
 
     def cuCtxGetFlags(self, flags: CData) -> int:
+        if self._current_context in self._created:
+            return self._drv_put((flags, self._created[self._current_context]))
         return self._drv_put((flags, self._device_flags))
 
     def cuCtxSetFlags(self, flags: int) -> int:
-        self._device_flags = flags
+        if self._current_context in self._created:
+            self._created[self._current_context] = flags
+        else:
+            self._device_flags = flags
         return 0
 
     def cuCtxGetCacheConfig(self, pconfig: CData) -> int:

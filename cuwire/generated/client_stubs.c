@@ -1419,7 +1419,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "sync",
     "sync",
-    "async",
+    "local",
     "sync",
     "sync",
     "unimplemented",
@@ -2701,6 +2701,8 @@ const int cuwire_n_functions = 1338;
 const uint32_t cuwire_launch_record_id = 1561583759u;
 /* ... and of one with launch attributes (cuLaunchKernelEx): cuwire's own operation LaunchKernelEx. */
 const uint32_t cuwire_launch_ex_record_id = 2383965022u;
+/* ... and of the switch of the session thread's context (cuwire's own operation SetContext). */
+const uint32_t cuwire_set_context_record_id = 2441823671u;
 
 const char *cuwire_error_name(int code)
 {
@@ -4043,19 +4045,11 @@ CUWIRE_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config)
     return cuwire_impl_cuCtxSetCacheConfig(config);
 }
 
-/* cuCtxSetCurrent (cuda.h): remoted, async */
-int cuwire_note_current_context(CUcontext ctx);
+/* cuCtxSetCurrent (cuda.h): local, local */
+CUresult cuwire_local_cuCtxSetCurrent(CUcontext ctx);
 static inline CUresult cuwire_impl_cuCtxSetCurrent(CUcontext ctx)
 {
-    int fast = cuwire_note_current_context(ctx);
-    if (fast >= 0)
-        return (CUresult)fast;
-    struct __attribute__((packed)) {
-        uint64_t ctx;
-    } rec = {
-        (uint64_t)(uintptr_t)ctx,
-    };
-    return (CUresult)(cuwire_enqueue(1801040174u, &rec, sizeof rec));
+return cuwire_local_cuCtxSetCurrent(ctx);
 }
 CUWIRE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "10cd35b2ead4e75c"
+API_DIGEST = "0caeceaee7e31dcf"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -23,6 +23,7 @@ OP_IDS = {
     "ExportTableSize": 2138948862,
     "LaunchKernelEx": 2383965022,
     "Link": 55721432,
+    "SetContext": 2441823671,
 }
 
 
@@ -1948,11 +1949,6 @@ def nvmlSystemGetNVMLVersion(s, a: pb.nvmlSystemGetNVMLVersion_Args) -> pb.nvmlS
     return r
 
 
-def cuCtxSetCurrent_record(s, ctx) -> int:
-    """cuCtxSetCurrent (cuda.h), queued"""
-    return s.lib.cuCtxSetCurrent(s.handle("CUctx_st", "CUcontext", ctx))
-
-
 def cuEventRecord_record(s, hEvent, hStream) -> int:
     """cuEventRecord (cuda.h), queued"""
     return s.lib.cuEventRecord(s.handle("CUevent_st", "CUevent", hEvent), s.handle("CUstream_st", "CUstream", hStream))
@@ -2240,7 +2236,6 @@ HANDLERS = {
 
 # id -> (name, record layout, handler): queued calls
 RECORDS = {
-    1801040174: ("cuCtxSetCurrent", struct.Struct("<Q"), cuCtxSetCurrent_record),
     3120889818: ("cuEventRecord", struct.Struct("<QQ"), cuEventRecord_record),
     663009900: ("cuEventRecordWithFlags", struct.Struct("<QQI"), cuEventRecordWithFlags_record),
     2688723146: ("cuMemcpyDtoDAsync_v2", struct.Struct("<QQQQ"), cuMemcpyDtoDAsync_v2_record),

@@ -338,7 +338,16 @@ OPS = {
 }
 
 # id -> (name, handler(session, payload) -> error): queued operations of variable size
+def set_context_record(s, payload: bytes) -> int:
+    """The client's thread that sends the next calls has this context current (client/local.c)."""
+    if len(payload) != 8:
+        raise WireError(f"queued context switch of {len(payload)} bytes, expected 8")
+    ctx = struct.unpack("<Q", payload)[0]
+    return s.lib.cuCtxSetCurrent(s.handle("CUctx_st", "CUcontext", ctx))
+
+
 RECORD_OPS = {
+    op_id("SetContext"): ("cuwire.SetContext", set_context_record),
     op_id("LaunchKernel"): ("cuwire.LaunchKernel", launch_record),
     op_id("LaunchKernelEx"): ("cuwire.LaunchKernelEx", launch_ex_record),
 }
