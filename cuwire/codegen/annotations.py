@@ -29,15 +29,13 @@ import tomllib
 from pathlib import Path
 
 from .libraries import BY_API, LIBRARIES
-from .model import Api, Function, Param
+from .model import ROLES, Api, Function, Param
 
 ANNOTATIONS = Path(__file__).with_name("annotations")
 MODES = {"sync", "async", "custom", "local"}
 FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after"}
 PARAM_KEYS = {"role", "length", "alloc", "frees"}
-ROLES = {"value", "struct", "out", "inout", "struct_in", "struct_out", "buf_in", "buf_out", "mem_in", "mem_out",
-         "mem_inout", "string", "symbol", "kernel", "null"}
-NEEDS_LENGTH = {"buf_in", "buf_out", "mem_in", "mem_out", "mem_inout"}
+NEEDS_LENGTH = {name for name, role in ROLES.items() if role.sized}
 ASYNC_ROLES = {"value"}
 
 

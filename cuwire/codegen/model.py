@@ -77,26 +77,56 @@ class CType:
         return SCALARS[self.resolved][2] if self.is_scalar else "void *"
 
 
+@dataclass(frozen=True)
+class Role:
+    """What a parameter role means on the wire, said once: the templates, the boundary code and the
+    annotation checks ask these properties rather than listing role names."""
+
+    doc: str
+    args: str = ""  # how it travels in <fn>_Args: "" (not at all), "scalar" (its proto type: its C type's,
+    #                 uint64 for addresses and handles, string for text), "bytes", or "memory" (a device
+    #                 address, or the host bytes beside it)
+    result: str = ""  # how it comes back in <fn>_Result: "", "scalar" or "bytes"
+    sized: bool = False  # its size in bytes is the annotation's `length` expression
+
+    @property
+    def memory(self) -> bool:
+        return self.args == "memory"
+
+    @property
+    def written_back(self) -> bool:
+        """The call's result is written into the program's memory through the pointer (memory roles are
+        written back on their own path, host or device)."""
+        return bool(self.result) and not self.memory
+
+
+ROLES: dict[str, Role] = {
+    "value": Role("scalar, enum, handle or device address passed by value", args="scalar"),
+    "struct": Role("struct passed by value (travels as its bytes)", args="bytes"),
+    "out": Role("pointer to one scalar the call writes", result="scalar"),
+    "inout": Role("pointer to one scalar the call reads and writes", args="scalar", result="scalar"),
+    "struct_in": Role("pointer to one struct the call reads", args="bytes"),
+    "struct_out": Role("pointer to one struct the call writes", result="bytes"),
+    "buf_in": Role("host buffer of `length` bytes the call reads", args="bytes", sized=True),
+    "buf_out": Role("host buffer of `length` bytes the call writes", result="bytes", sized=True),
+    "mem_in": Role("memory of `length` bytes, device or host (decided per call by the client)", args="memory",
+                   sized=True),
+    "mem_out": Role("like mem_in, written by the call", args="memory", result="bytes", sized=True),
+    "mem_inout": Role("like mem_out, but host memory is sent too (2D copies leave the gaps between rows alone)",
+                      args="memory", result="bytes", sized=True),
+    "string": Role("NUL-terminated input string", args="scalar"),
+    "symbol": Role("address of a registered __device__ variable (resolved to the server's copy)", args="scalar"),
+    "kernel": Role("host stub address of a registered kernel (resolved to the server's kernel handle)",
+                   args="scalar"),
+    "null": Role("pointer that must be NULL (reserved parameters)"),
+}
+
+
 @dataclass
 class Param:
     """One parameter and, once annotated, the role it plays on the wire.
 
-    role is one of:
-      value      scalar, enum, handle or device address passed by value
-      struct     struct passed by value (travels as its bytes)
-      out        pointer to one scalar the call writes
-      inout      pointer to one scalar the call reads and writes
-      struct_in  pointer to one struct the call reads
-      struct_out pointer to one struct the call writes
-      buf_in     host buffer of `length` bytes the call reads
-      buf_out    host buffer of `length` bytes the call writes
-      mem_in     memory of `length` bytes, device or host (decided per call by the client)
-      mem_out    like mem_in, written by the call
-      mem_inout  like mem_out, but host memory is sent too (2D copies leave the gaps between rows alone)
-      string     NUL-terminated input string
-      symbol     address of a registered __device__ variable (resolved to the server's copy)
-      kernel     host stub address of a registered kernel (resolved to the server's kernel handle)
-      null       pointer that must be NULL (reserved parameters)
+    role is one of ROLES (below), which says what each one means on the wire.
     """
 
     name: str
@@ -106,6 +136,11 @@ class Param:
     length: str = ""  # C expression over the other parameters, in bytes
     alloc: str = ""  # for `out` device pointers: the size expression of the new allocation
     frees: bool = False  # the call releases the device allocation this parameter names
+
+    @property
+    def info(self) -> Role:
+        """What this parameter's role means on the wire (ROLES)."""
+        return ROLES[self.role]
 
     @property
     def proto_type(self) -> str:

@@ -61,7 +61,7 @@ def boundary_args(p: Param) -> list[tuple[str, str]]:
         return [("void *", f"(void *)&{p.name}"), ("uint64_t", f"sizeof {p.name}")]
     if p.role in ("struct_in", "struct_out"):
         return [("void *", f"(void *){p.name}"), ("uint64_t", f"sizeof *{p.name}")]
-    if p.role in ("buf_in", "buf_out", "mem_in", "mem_out", "mem_inout"):
+    if p.info.sized:
         return [("void *", f"(void *){p.name}"), ("uint64_t", f"(uint64_t)({p.length})")]
     return [("void *", f"(void *){p.name}")]  # out, inout, string, null
 
@@ -95,7 +95,7 @@ def server_arg(p: Param) -> str:
         if p.type.resolved == "pointer" or not p.type.is_scalar:
             return f's.ptr("{p.type.spelling}", a.{n})'
         return f"a.{n}"
-    if p.role in ("mem_in", "mem_out", "mem_inout") and p.type.resolved != "pointer":
+    if p.info.memory and p.type.resolved != "pointer":
         return f"s.address_of({n})"  # a CUdeviceptr parameter takes the buffer's address as an integer
     return n  # prepared by the handler under the parameter's own name
 
