@@ -44,11 +44,12 @@ remote() {  # remote LAYER APP ARGS...: as `cuwire run --layer LAYER` runs it, p
 export CUDA_LIB=$(dirname "$(readlink -f "$(command -v nvcc)")")/../lib64
 
 pass=0; fail=0; : >"$LOG/maps.txt"
-compare() {  # compare APP LAYER...: the app natively, then through cuwire on each layer; one line each
-  local app=$1 name; name=$(basename "$1"); shift
-  LD_LIBRARY_PATH="$CUDA_LIB:${LD_LIBRARY_PATH:-}" "$app" >"$LOG/$name.native.out" 2>"$LOG/$name.native.err"; nrc=$?
-  for layer in "$@"; do
-    timeout 300 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote $layer $app" \
+compare() {  # compare NAME LAYER... -- COMMAND...: natively, then through cuwire on each layer; a line each
+  local name=$1 layers=() layer; shift
+  while [ "$1" != -- ]; do layers+=("$1"); shift; done; shift
+  LD_LIBRARY_PATH="$CUDA_LIB:${LD_LIBRARY_PATH:-}" "$@" >"$LOG/$name.native.out" 2>"$LOG/$name.native.err"; nrc=$?
+  for layer in "${layers[@]}"; do
+    timeout 300 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote \"\$@\"" _ "$layer" "$@" \
       >"$LOG/$name.$layer.out" 2>"$LOG/$name.$layer.err"; rrc=$?
     if [ "$name" = unimplemented ]; then
       if diff -q tests/test_apps/expected/unimplemented.out "$LOG/$name.$layer.out" >/dev/null \
@@ -66,27 +67,19 @@ compare() {  # compare APP LAYER...: the app natively, then through cuwire on ea
 }
 if [ "${GPU_TEST_ONLY:-}" != torch ]; then
   for app in tests/test_apps/build/*; do
-    [ -f "$app" ] && [ -x "$app" ] && compare "$app" driver runtime
+    [ -f "$app" ] && [ -x "$app" ] && compare "$(basename "$app")" driver runtime -- "$app"
   done
   # programs of NVIDIA's libraries, built with nvcc's default static runtime: the driver layer serves them
   LIB_HOME=$(dirname "$(readlink -f "$(command -v nvcc)")")/..
   [ -f "$LIB_HOME/include/cublas_v2.h" ] || LIB_HOME=$($PY -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))')
   if make -s -C tests/lib_apps LIB_HOME="$LIB_HOME" >"$LOG/lib-apps-build.log" 2>&1; then
-    for app in tests/lib_apps/build/*; do compare "$app" driver; done
+    for app in tests/lib_apps/build/*; do compare "$(basename "$app")" driver -- "$app"; done
   else echo "lib apps: FAIL to build (LIB_HOME=$LIB_HOME)"; tail -5 "$LOG/lib-apps-build.log"; fail=$((fail+1)); fi
 fi
 
 # NVML: cuwire's libnvidia-ml.so.1 answers from the server's NVML (through ctypes, and through pynvml)
-for mode in ctypes pynvml; do
-  flag=$([ $mode = pynvml ] && echo --pynvml)
-  $PY tests/tools/nvml_probe.py $flag >"$LOG/nvml-$mode.native.out" 2>&1
-  bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote driver $PY tests/tools/nvml_probe.py $flag" \
-    >"$LOG/nvml-$mode.driver.out" 2>"$LOG/nvml-$mode.driver.err"
-  if diff -q "$LOG/nvml-$mode.native.out" "$LOG/nvml-$mode.driver.out" >/dev/null; then
-    echo "nvml ($mode) [driver]: OK (remote output == native output: $(head -1 "$LOG/nvml-$mode.driver.out"))"; pass=$((pass+1))
-  else echo "nvml ($mode) [driver]: DIFF"; diff "$LOG/nvml-$mode.native.out" "$LOG/nvml-$mode.driver.out" | head
-    tail -n 5 "$LOG/nvml-$mode.driver.err"; fail=$((fail+1)); fi
-done
+compare nvml-ctypes driver -- $PY tests/tools/nvml_probe.py
+compare nvml-pynvml driver -- $PY tests/tools/nvml_probe.py --pynvml
 # nvidia-smi -L through cuwire (told, not counted: nvidia-smi is the driver's tool, not a user program)
 CUWIRE_TRACE=1 timeout 60 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote driver nvidia-smi -L" \
   >"$LOG/nvidia-smi.out" 2>"$LOG/nvidia-smi.err"; echo "nvidia-smi -L through cuwire (rc=$?, $(grep -c '^cuwire trace' \

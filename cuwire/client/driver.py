@@ -66,20 +66,26 @@ def _hand_on_logs(logs: list[str], count: int, options, values) -> None:
         vals[opts.index(size)] = ffi.cast("void *", len(data) - 1)
 
 
-def _load(address: int, jit: tuple = (0, ffi.NULL, ffi.NULL)) -> int:
+NO_JIT_OPTIONS = (0, ffi.NULL, ffi.NULL)
+
+
+def _load(address: int, jit: tuple = NO_JIT_OPTIONS) -> int:
     """Load the image at `address`; jit: the program's (count, options, values), whose log buffers
     receive the server JIT's logs."""
     try:
         image = image_at(address)
     except ValueError as e:
         raise rt.Fail(INVALID_IMAGE, f"cuwire: unreadable module image: {e}") from None
+    return _load_image(image, jit)
+
+
+def _load_image(image: bytes, jit: tuple = NO_JIT_OPTIONS) -> int:
     logs: list[str] = []
     try:
         return rt.client.load_image(image, logs)
     except rt.Fail as e:
         if rt.client.settings.trace:
-            kind = ("fatbin" if image[:4] == fatbin.HEADER_MAGIC.to_bytes(4, "little")
-                    else "ELF" if image[:4] == fatbin.ELF_MAGIC else "PTX?")
+            kind = fatbin.image_kind(image)
             entries = [repr(x) for x in fatbin.parse(image)] if kind == "fatbin" else []
             print(f"cuwire trace: module image ({kind}, {len(image)} bytes{', ' if entries else ''}"
                   f"{', '.join(entries)}) not loaded: error {e.code}", file=sys.stderr)
@@ -98,7 +104,7 @@ def cuLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions
     return 0
 
 
-def _load_module(module, image, jit: tuple = (0, ffi.NULL, ffi.NULL)) -> int:
+def _load_module(module, image, jit: tuple = NO_JIT_OPTIONS) -> int:
     """A module is its library's module on the server (one cache for both)."""
     return calls.cuLibraryGetModule(module, _load(image, jit))
 
@@ -118,19 +124,23 @@ def cuModuleLoadFatBinary(module, fatCubin):
     return _load_module(module, fatCubin)
 
 
+def _read_file(path) -> bytes:
+    """A file the program names (cuModuleLoad, cuLinkAddFile): the program's, so read on the client."""
+    name = rt.read_string(path)
+    try:
+        with open(name, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise rt.Fail(FILE_NOT_FOUND, f"cuwire: cannot read {name!r}: {e.strerror}") from None
+
+
 @ffi.def_extern(name="cuwire_py_cuModuleLoad", onerror=rt.on_error)
 def cuModuleLoad(module, fname):
-    """The file is the program's, on the client: read it here; PTX text gets the NUL the driver expects."""
-    path = rt.read_string(fname)
-    try:
-        with open(path, "rb") as f:
-            image = f.read()
-    except OSError as e:
-        raise rt.Fail(FILE_NOT_FOUND, f"cuwire: cuModuleLoad: cannot read {path!r}: {e.strerror}") from None
-    if image[:4] not in (fatbin.ELF_MAGIC, fatbin.HEADER_MAGIC.to_bytes(4, "little")) and not image.endswith(b"\0"):
+    """The file's bytes are the image; PTX text gets the NUL the driver expects."""
+    image = _read_file(fname)
+    if fatbin.image_kind(image) == "ptx" and not image.endswith(b"\0"):
         image += b"\0"
-    buf = ffi.from_buffer(image)
-    return calls.cuLibraryGetModule(module, _load(int(ffi.cast("uintptr_t", buf))))
+    return calls.cuLibraryGetModule(module, _load_image(image))
 
 
 # ---------------------------------------------------------------- linking (cuLink*)
@@ -180,13 +190,7 @@ def cuLinkAddData_v2(state, type, data, size, name, numOptions, options, optionV
 @ffi.def_extern(name="cuwire_py_cuLinkAddFile_v2", onerror=rt.on_error)
 def cuLinkAddFile_v2(state, type, path, numOptions, options, optionValues):
     link = _link_state(state)
-    name = rt.read_string(path)
-    try:
-        with open(name, "rb") as f:
-            data = f.read()
-    except OSError:
-        raise rt.Fail(FILE_NOT_FOUND) from None
-    link.inputs.append(pb.LinkInput(type=type, data=data, name=name))
+    link.inputs.append(pb.LinkInput(type=type, data=_read_file(path), name=rt.read_string(path)))
     return 0
 
 

@@ -130,6 +130,14 @@ def fatbin_size(prefix: bytes) -> int:
 
 
 ELF_MAGIC = b"\x7fELF"
+
+
+def image_kind(image: bytes) -> str:
+    """What a module image is, by its first bytes: "fatbin", "elf" (a cubin) or "ptx" (text)."""
+    if image[:4] == HEADER_MAGIC.to_bytes(4, "little"):
+        return "fatbin"
+    return "elf" if image[:4] == ELF_MAGIC else "ptx"
+
 _ELF64_HEADER = struct.Struct("<16xHHIQQQIHHHHHH")  # e_type .. e_shstrndx, after e_ident
 _ELF64_SECTION = struct.Struct("<IIQQQQIIQQ")
 

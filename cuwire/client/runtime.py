@@ -273,7 +273,7 @@ class Client:
         server's GPU would choose travels. `logs` receives the JIT's error and info logs."""
         session = self.connect()
         image = blob
-        if blob[:4] == fatbin.HEADER_MAGIC.to_bytes(4, "little"):
+        if fatbin.image_kind(blob) == "fatbin":
             dev = session.welcome.devices[0] if session.welcome.devices else None
             entry = fatbin.select(fatbin.parse(blob), dev.major, dev.minor) if dev else None
             if entry is None:

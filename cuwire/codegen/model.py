@@ -126,7 +126,7 @@ ROLES: dict[str, Role] = {
 class Param:
     """One parameter and, once annotated, the role it plays on the wire.
 
-    role is one of ROLES (below), which says what each one means on the wire.
+    role is one of ROLES (above), which says what each one means on the wire.
     """
 
     name: str

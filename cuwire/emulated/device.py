@@ -27,6 +27,7 @@ from typing import Any, TypeVar, cast
 
 import cffi
 
+from cuwire.client import fatbin
 from cuwire.emulated import registry
 from cuwire.emulated.nvml import EmulatedNvml
 from cuwire.server.backend import cuda_ffi  # noqa: F401  (tests build their FFI through it)
@@ -55,7 +56,6 @@ DEFAULT_LIMITS = {  # cudaLimit name -> default value on the device
 }
 KERNEL_REGISTERS = 32  # what cudaFuncGetAttributes reports and occupancy assumes
 UUID = b"cuwire-emulated\x00"
-FATBIN_MAGIC = (0xBA55ED50).to_bytes(4, "little")  # a fatbin's header (client/fatbin.py)
 # Real text for the codes test apps meet most; other codes are described by their name.
 ERROR_TEXT = {
     "Success": "no error",
@@ -1359,8 +1359,7 @@ class EmulatedLib(EmulatedNvml):
         log in the program's error log buffer, as the JIT does."""
         if self._is_null(code):
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        head = self.ffi.buffer(self.ffi.cast("char *", code), 4)[:]
-        if head not in (b"\x7fELF", FATBIN_MAGIC):
+        if fatbin.image_kind(self.ffi.buffer(self.ffi.cast("char *", code), 4)[:]) == "ptx":
             status = self._check_ptx(self.ffi.string(self.ffi.cast("char *", code)),
                                      (jitOptions, jitOptionsValues, numJitOptions))
             if status:

@@ -83,14 +83,14 @@ class EmulatedNvml:
         return self._nvml_put(None, (deviceCount, 1))
 
     def nvmlDeviceGetHandleByIndex_v2(self, index: int, device: Any) -> int:
-        if self._nvml_ready():
-            return UNINITIALIZED
-        return self._nvml_put(None, (device, self._nvml_device)) if index == 0 else INVALID_ARGUMENT
+        if index != 0:
+            return self._nvml_ready() or INVALID_ARGUMENT
+        return self._nvml_put(None, (device, self._nvml_device))
 
     def nvmlDeviceGetHandleByUUID(self, uuid: Any, device: Any) -> int:
-        if self._nvml_ready():
-            return UNINITIALIZED
-        return self._nvml_put(None, (device, self._nvml_device)) if self._string(uuid) == UUID_TEXT else NOT_FOUND
+        if self._string(uuid) != UUID_TEXT:
+            return self._nvml_ready() or NOT_FOUND
+        return self._nvml_put(None, (device, self._nvml_device))
 
     def nvmlDeviceGetIndex(self, device: Any, index: Any) -> int:
         return self._nvml_put(device, (index, 0))

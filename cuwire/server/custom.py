@@ -60,7 +60,7 @@ def load_module(s, a: pb.LoadModule_Args) -> pb.LoadModule_Result:
             buf = s.ffi.new("char[]", image)
             options, values, logs = _jit_log_options(s.ffi)
             r.status = s.lib.cuLibraryLoadData(out, buf, options, values, len(options), s.ffi.NULL, s.ffi.NULL, 0)
-            r.error_log, r.info_log = (s.ffi.string(log).decode("utf-8", "replace") for log in logs)
+            r.error_log, r.info_log = _log_texts(s.ffi, logs)
             if r.status != 0:
                 return r
             handle = int(s.ffi.cast("uintptr_t", out[0]))
@@ -86,6 +86,12 @@ def _jit_log_options(ffi):
                                           names["CU_JIT_INFO_LOG_BUFFER"], names["CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES"]])
     values = ffi.new("void *[]", [logs[0], ffi.cast("void *", JIT_LOG_SIZE), logs[1], ffi.cast("void *", JIT_LOG_SIZE)])
     return options, values, logs
+
+
+def _log_texts(ffi, logs) -> tuple[str, str]:
+    """The error and info logs the JIT wrote into _jit_log_options' buffers."""
+    error, info = (ffi.string(log).decode("utf-8", "replace") for log in logs)
+    return error, info
 
 
 def get_kernel(s, a: pb.GetKernel_Args) -> pb.GetKernel_Result:
@@ -287,7 +293,7 @@ def link(s, a: pb.Link_Args) -> pb.Link_Result:
             r.cubin = bytes(ffi.buffer(cubin[0], size[0]))
         return r
     finally:
-        r.error_log, r.info_log = (ffi.string(log).decode("utf-8", "replace") for log in logs)
+        r.error_log, r.info_log = _log_texts(ffi, logs)
         s.lib.cuLinkDestroy(state[0])
 
 

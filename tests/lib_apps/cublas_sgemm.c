@@ -2,18 +2,11 @@
  * SAXPY and SNRM2 (a result returned to the host). Built with nvcc's defaults (static CUDA runtime);
  * cuBLAS calls libcuda.so.1 directly, private export tables included. */
 #include <cublas_v2.h>
+#include "../test_apps/check.h"
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK_CUDA(call)                                                                             \
-    do {                                                                                             \
-        cudaError_t e_ = (call);                                                                     \
-        if (e_ != cudaSuccess) {                                                                     \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));   \
-            exit(1);                                                                                 \
-        }                                                                                            \
-    } while (0)
 #define CHECK_BLAS(call)                                                                             \
     do {                                                                                             \
         cublasStatus_t s_ = (call);                                                                  \
@@ -49,12 +42,12 @@ int main(void)
     fill(a, BATCH * M * K, 1);
     fill(b, BATCH * K * N, 2);
     float *da, *db, *dc;
-    CHECK_CUDA(cudaMalloc((void **)&da, sizeof a));
-    CHECK_CUDA(cudaMalloc((void **)&db, sizeof b));
-    CHECK_CUDA(cudaMalloc((void **)&dc, sizeof c));
-    CHECK_CUDA(cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy(db, b, sizeof b, cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemset(dc, 0, sizeof c));
+    CHECK(cudaMalloc((void **)&da, sizeof a));
+    CHECK(cudaMalloc((void **)&db, sizeof b));
+    CHECK(cudaMalloc((void **)&dc, sizeof c));
+    CHECK(cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(db, b, sizeof b, cudaMemcpyHostToDevice));
+    CHECK(cudaMemset(dc, 0, sizeof c));
 
     cublasHandle_t h;
     CHECK_BLAS(cublasCreate(&h));
@@ -66,24 +59,24 @@ int main(void)
     const float one = 1.0f, zero = 0.0f, half = 0.5f;
     /* column-major C (M x N) = A (M x K) * B (K x N) */
     CHECK_BLAS(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, da, M, db, K, &zero, dc, M));
-    CHECK_CUDA(cudaMemcpy(c, dc, sizeof(float) * M * N, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(c, dc, sizeof(float) * M * N, cudaMemcpyDeviceToHost));
     report("sgemm", c, M * N);
 
     CHECK_BLAS(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, da, K, (long long)M * K, db, K,
                                          (long long)K * N, &zero, dc, M, (long long)M * N, BATCH));
-    CHECK_CUDA(cudaMemcpy(c, dc, sizeof c, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(c, dc, sizeof c, cudaMemcpyDeviceToHost));
     report("sgemm strided batched (A transposed)", c, BATCH * M * N);
 
     CHECK_BLAS(cublasSaxpy(h, M * N, &half, dc, 1, dc + M * N, 1));
     float norm = 0;
     CHECK_BLAS(cublasSnrm2(h, M * N, dc + M * N, 1, &norm));
-    CHECK_CUDA(cudaMemcpy(c, dc + M * N, sizeof(float) * M * N, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(c, dc + M * N, sizeof(float) * M * N, cudaMemcpyDeviceToHost));
     report("saxpy", c, M * N);
     printf("snrm2: %.9g\n", norm);
 
     CHECK_BLAS(cublasDestroy(h));
-    CHECK_CUDA(cudaFree(da));
-    CHECK_CUDA(cudaFree(db));
-    CHECK_CUDA(cudaFree(dc));
+    CHECK(cudaFree(da));
+    CHECK(cudaFree(db));
+    CHECK(cudaFree(dc));
     return 0;
 }

@@ -1,19 +1,12 @@
 /* A cuFFT program as users write one: a batched 1D complex-to-complex FFT forward and back, and a 2D
  * real-to-complex FFT. Built with nvcc's defaults (static CUDA runtime); cuFFT calls libcuda.so.1
  * directly, private export tables included. */
+#include "../test_apps/check.h"
 #include <cuda_runtime.h>
 #include <cufft.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK_CUDA(call)                                                                             \
-    do {                                                                                             \
-        cudaError_t e_ = (call);                                                                     \
-        if (e_ != cudaSuccess) {                                                                     \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));   \
-            exit(1);                                                                                 \
-        }                                                                                            \
-    } while (0)
 #define CHECK_FFT(call)                                                                              \
     do {                                                                                             \
         cufftResult r_ = (call);                                                                     \
@@ -44,8 +37,8 @@ int main(void)
             signal[b * LEN + i].y = (float)((i * 7 + b) % 5) * 0.5f;
         }
     cufftComplex *d;
-    CHECK_CUDA(cudaMalloc((void **)&d, sizeof signal));
-    CHECK_CUDA(cudaMemcpy(d, signal, sizeof signal, cudaMemcpyHostToDevice));
+    CHECK(cudaMalloc((void **)&d, sizeof signal));
+    CHECK(cudaMemcpy(d, signal, sizeof signal, cudaMemcpyHostToDevice));
     int version = 0;
     CHECK_FFT(cufftGetVersion(&version));
     printf("cuFFT %s\n", version >= 12000 ? ">= 12.0" : "older");
@@ -53,10 +46,10 @@ int main(void)
     cufftHandle plan;
     CHECK_FFT(cufftPlan1d(&plan, LEN, CUFFT_C2C, BATCH));
     CHECK_FFT(cufftExecC2C(plan, d, d, CUFFT_FORWARD));
-    CHECK_CUDA(cudaMemcpy(spectrum, d, sizeof spectrum, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(spectrum, d, sizeof spectrum, cudaMemcpyDeviceToHost));
     report("c2c forward", (const float *)spectrum, 2 * LEN * BATCH);
     CHECK_FFT(cufftExecC2C(plan, d, d, CUFFT_INVERSE));
-    CHECK_CUDA(cudaMemcpy(spectrum, d, sizeof spectrum, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(spectrum, d, sizeof spectrum, cudaMemcpyDeviceToHost));
     report("c2c inverse (times LEN)", (const float *)spectrum, 2 * LEN * BATCH);
     CHECK_FFT(cufftDestroy(plan));
 
@@ -66,17 +59,17 @@ int main(void)
         image[i] = (float)((i * 31) % 23) * 0.125f - 1.0f;
     float *dr;
     cufftComplex *dc;
-    CHECK_CUDA(cudaMalloc((void **)&dr, sizeof image));
-    CHECK_CUDA(cudaMalloc((void **)&dc, sizeof half_spectrum));
-    CHECK_CUDA(cudaMemcpy(dr, image, sizeof image, cudaMemcpyHostToDevice));
+    CHECK(cudaMalloc((void **)&dr, sizeof image));
+    CHECK(cudaMalloc((void **)&dc, sizeof half_spectrum));
+    CHECK(cudaMemcpy(dr, image, sizeof image, cudaMemcpyHostToDevice));
     CHECK_FFT(cufftPlan2d(&plan, NX, NY, CUFFT_R2C));
     CHECK_FFT(cufftExecR2C(plan, dr, dc));
-    CHECK_CUDA(cudaMemcpy(half_spectrum, dc, sizeof half_spectrum, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(half_spectrum, dc, sizeof half_spectrum, cudaMemcpyDeviceToHost));
     report("r2c 2d", (const float *)half_spectrum, 2 * NX * (NY / 2 + 1));
     CHECK_FFT(cufftDestroy(plan));
 
-    CHECK_CUDA(cudaFree(d));
-    CHECK_CUDA(cudaFree(dr));
-    CHECK_CUDA(cudaFree(dc));
+    CHECK(cudaFree(d));
+    CHECK(cudaFree(dr));
+    CHECK(cudaFree(dc));
     return 0;
 }

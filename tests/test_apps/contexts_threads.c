@@ -1,19 +1,11 @@
 /* Two threads, each with a context of its own (cuCtxCreate with different scheduling flags), take
  * turns asking the driver about "the current context" (cuCtxGetFlags) and allocating in it: each must
  * get its own context's answer, as with the real driver, however their calls interleave. */
+#include "check.h"
 #include <cuda.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-#define CHECK(call)                                                                                  \
-    do {                                                                                             \
-        CUresult err_ = (call);                                                                      \
-        if (err_ != CUDA_SUCCESS) {                                                                  \
-            fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, (int)err_);         \
-            exit(1);                                                                                 \
-        }                                                                                            \
-    } while (0)
 
 #define ROUNDS 4
 static pthread_barrier_t turn;
@@ -25,13 +17,13 @@ static void *worker(void *arg)
     int me = (int)(size_t)arg;
     CUdevice dev;
     CUcontext ctx;
-    CHECK(cuDeviceGet(&dev, 0));
+    CHECK_DRIVER(cuDeviceGet(&dev, 0));
     pthread_barrier_wait(&turn);
     /* both create before either asks: the context created last is the one a single server thread
      * would have current */
     if (me == 1)
         pthread_barrier_wait(&turn);
-    CHECK(cuCtxCreate(&ctx, NULL, wanted[me], dev));
+    CHECK_DRIVER(cuCtxCreate(&ctx, NULL, wanted[me], dev));
     if (me == 0)
         pthread_barrier_wait(&turn);
     for (int r = 0; r < ROUNDS; r++) {
@@ -39,28 +31,28 @@ static void *worker(void *arg)
         if ((r + me) % 2 == 0) { /* one thread asks while the other waits, then they swap */
             unsigned flags = 0;
             CUdeviceptr p;
-            CHECK(cuMemAlloc(&p, 256));
-            CHECK(cuMemsetD32(p, (unsigned)(me * 100 + r), 64));
-            CHECK(cuCtxGetFlags(&flags));
+            CHECK_DRIVER(cuMemAlloc(&p, 256));
+            CHECK_DRIVER(cuMemsetD32(p, (unsigned)(me * 100 + r), 64));
+            CHECK_DRIVER(cuCtxGetFlags(&flags));
             unsigned back = 0;
-            CHECK(cuMemcpyDtoH(&back, p, sizeof back));
-            CHECK(cuMemFree(p));
+            CHECK_DRIVER(cuMemcpyDtoH(&back, p, sizeof back));
+            CHECK_DRIVER(cuMemFree(p));
             seen[me][r] = (flags & CU_CTX_SCHED_MASK) | (back == (unsigned)(me * 100 + r) ? 0 : 0x8000);
         }
         pthread_barrier_wait(&turn);
         if ((r + me) % 2 == 1) {
             unsigned flags = 0;
-            CHECK(cuCtxGetFlags(&flags));
+            CHECK_DRIVER(cuCtxGetFlags(&flags));
             seen[me][r] = flags & CU_CTX_SCHED_MASK;
         }
     }
-    CHECK(cuCtxDestroy(ctx));
+    CHECK_DRIVER(cuCtxDestroy(ctx));
     return NULL;
 }
 
 int main(void)
 {
-    CHECK(cuInit(0));
+    CHECK_DRIVER(cuInit(0));
     pthread_barrier_init(&turn, NULL, 2);
     pthread_t t[2];
     for (int i = 0; i < 2; i++)

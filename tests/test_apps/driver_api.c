@@ -2,23 +2,12 @@
  * a module from PTX text (JIT-compiled by the driver), looks up kernels and a __device__ variable, and
  * launches with cuLaunchKernel, both with a parameter array and with a packed parameter buffer.
  * Links libcuda.so.1 and nothing else of CUDA. */
+#include "check.h"
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define CHECK(call)                                                                                  \
-    do {                                                                                             \
-        CUresult err_ = (call);                                                                      \
-        if (err_ != CUDA_SUCCESS) {                                                                  \
-            const char *name_ = NULL;                                                                \
-            cuGetErrorName(err_, &name_);                                                            \
-            fprintf(stderr, "%s:%d: %s failed: %s (%d)\n", __FILE__, __LINE__, #call,                \
-                    name_ ? name_ : "?", (int)err_);                                                 \
-            exit(1);                                                                                 \
-        }                                                                                            \
-    } while (0)
 
 /* nvcc -ptx -arch=compute_75 of:
  *   extern "C" __global__ void axpb(float *out, const float *in, float a, float b, int n)
@@ -76,21 +65,21 @@ static const char PTX[] =
 
 int main(void)
 {
-    CHECK(cuInit(0));
+    CHECK_DRIVER(cuInit(0));
     int count = 0, version = 0;
-    CHECK(cuDeviceGetCount(&count));
-    CHECK(cuDriverGetVersion(&version));
+    CHECK_DRIVER(cuDeviceGetCount(&count));
+    CHECK_DRIVER(cuDriverGetVersion(&version));
     printf("devices: %d, driver API %s\n", count, version >= 13000 ? ">= 13.0" : "older");
     CUdevice dev;
-    CHECK(cuDeviceGet(&dev, 0));
+    CHECK_DRIVER(cuDeviceGet(&dev, 0));
 
     CUcontext ctx, current;
-    CHECK(cuCtxCreate(&ctx, NULL, 0, dev));
-    CHECK(cuCtxGetCurrent(&current));
+    CHECK_DRIVER(cuCtxCreate(&ctx, NULL, 0, dev));
+    CHECK_DRIVER(cuCtxGetCurrent(&current));
     CUdevice ctx_dev = -1;
-    CHECK(cuCtxGetDevice(&ctx_dev));
+    CHECK_DRIVER(cuCtxGetDevice(&ctx_dev));
     unsigned int api = 0;
-    CHECK(cuCtxGetApiVersion(ctx, &api));
+    CHECK_DRIVER(cuCtxGetApiVersion(ctx, &api));
     printf("cuCtxCreate: the new context is current: %s, its device: %d, API version >= 3020: %s\n",
            current == ctx ? "yes" : "no", (int)ctx_dev, api >= 3020 ? "yes" : "no");
 
@@ -98,33 +87,33 @@ int main(void)
     char log[4096] = "";
     CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
     void *values[] = {log, (void *)(size_t)sizeof log};
-    CHECK(cuModuleLoadDataEx(&mod, PTX, 2, opts, values));
+    CHECK_DRIVER(cuModuleLoadDataEx(&mod, PTX, 2, opts, values));
     CUfunction axpb, count_launch;
-    CHECK(cuModuleGetFunction(&axpb, mod, "axpb"));
-    CHECK(cuModuleGetFunction(&count_launch, mod, "count_launch"));
+    CHECK_DRIVER(cuModuleGetFunction(&axpb, mod, "axpb"));
+    CHECK_DRIVER(cuModuleGetFunction(&count_launch, mod, "count_launch"));
     CUresult missing = cuModuleGetFunction(&count_launch, mod, "no_such_kernel");
     printf("a kernel the module lacks: %s\n", missing == CUDA_ERROR_NOT_FOUND ? "CUDA_ERROR_NOT_FOUND" : "other");
-    CHECK(cuModuleGetFunction(&count_launch, mod, "count_launch"));
+    CHECK_DRIVER(cuModuleGetFunction(&count_launch, mod, "count_launch"));
     CUdeviceptr launches;
     size_t launches_size = 0;
-    CHECK(cuModuleGetGlobal(&launches, &launches_size, mod, "launches"));
+    CHECK_DRIVER(cuModuleGetGlobal(&launches, &launches_size, mod, "launches"));
     printf("module loaded from PTX: 2 kernels, __device__ launches of %zu bytes\n", launches_size);
 
     /* function attributes, asked twice (the client keeps the answer), then changed: the next answer
      * must be the new value */
     int dyn_before = -1, dyn_again = -1, dyn_after = -1, max_threads = 0;
-    CHECK(cuFuncGetAttribute(&dyn_before, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, axpb));
-    CHECK(cuFuncGetAttribute(&dyn_again, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, axpb));
-    CHECK(cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, axpb));
-    CHECK(cuFuncSetAttribute(axpb, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 65536));
-    CHECK(cuFuncGetAttribute(&dyn_after, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, axpb));
+    CHECK_DRIVER(cuFuncGetAttribute(&dyn_before, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, axpb));
+    CHECK_DRIVER(cuFuncGetAttribute(&dyn_again, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, axpb));
+    CHECK_DRIVER(cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, axpb));
+    CHECK_DRIVER(cuFuncSetAttribute(axpb, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 65536));
+    CHECK_DRIVER(cuFuncGetAttribute(&dyn_after, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, axpb));
     printf("axpb: max threads per block %d; dynamic shared memory limit %d, again %d, after setting 65536: %d\n",
            max_threads, dyn_before, dyn_again, dyn_after);
     int dyn_same = -1, dyn_lower = -1;
-    CHECK(cuFuncSetAttribute(axpb, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 65536));
-    CHECK(cuFuncGetAttribute(&dyn_same, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, axpb));
-    CHECK(cuFuncSetAttribute(axpb, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024));
-    CHECK(cuFuncGetAttribute(&dyn_lower, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, axpb));
+    CHECK_DRIVER(cuFuncSetAttribute(axpb, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 65536));
+    CHECK_DRIVER(cuFuncGetAttribute(&dyn_same, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, axpb));
+    CHECK_DRIVER(cuFuncSetAttribute(axpb, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024));
+    CHECK_DRIVER(cuFuncGetAttribute(&dyn_lower, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, axpb));
     printf("axpb: set to 65536 again: %d; then to 1024: %d\n", dyn_same, dyn_lower);
 
     /* a module from a file (cuModuleLoad reads it on the program's side), and a file that is not there */
@@ -136,10 +125,10 @@ int main(void)
         return 1;
     }
     CUmodule from_file;
-    CHECK(cuModuleLoad(&from_file, path));
+    CHECK_DRIVER(cuModuleLoad(&from_file, path));
     unlink(path);
     CUfunction axpb_from_file;
-    CHECK(cuModuleGetFunction(&axpb_from_file, from_file, "axpb"));
+    CHECK_DRIVER(cuModuleGetFunction(&axpb_from_file, from_file, "axpb"));
     CUresult absent = cuModuleLoad(&from_file, "/nonexistent/cuwire.ptx");
     printf("cuModuleLoad of a PTX file: loaded; of a missing file: %s\n",
            absent == CUDA_ERROR_FILE_NOT_FOUND ? "CUDA_ERROR_FILE_NOT_FOUND" : "other");
@@ -161,36 +150,36 @@ int main(void)
     CUjit_option link_opts[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
     void *link_values[] = {link_log, (void *)(size_t)sizeof link_log};
     CUlinkState link;
-    CHECK(cuLinkCreate(2, link_opts, link_values, &link));
-    CHECK(cuLinkAddData(link, CU_JIT_INPUT_PTX, (void *)PTX, sizeof PTX, "axpb.ptx", 0, NULL, NULL));
+    CHECK_DRIVER(cuLinkCreate(2, link_opts, link_values, &link));
+    CHECK_DRIVER(cuLinkAddData(link, CU_JIT_INPUT_PTX, (void *)PTX, sizeof PTX, "axpb.ptx", 0, NULL, NULL));
     void *linked = NULL;
     size_t linked_size = 0;
-    CHECK(cuLinkComplete(link, &linked, &linked_size));
+    CHECK_DRIVER(cuLinkComplete(link, &linked, &linked_size));
     CUmodule linked_mod;
-    CHECK(cuModuleLoadData(&linked_mod, linked));
-    CHECK(cuLinkDestroy(link));
+    CHECK_DRIVER(cuModuleLoadData(&linked_mod, linked));
+    CHECK_DRIVER(cuLinkDestroy(link));
     CUfunction axpb_linked;
-    CHECK(cuModuleGetFunction(&axpb_linked, linked_mod, "axpb"));
+    CHECK_DRIVER(cuModuleGetFunction(&axpb_linked, linked_mod, "axpb"));
     printf("cuLink*: PTX linked into an image (%s), loaded, axpb found in it\n", linked_size > 0 ? "not empty" : "empty");
 
     float host_in[N], host_out[N];
     for (int i = 0; i < N; i++)
         host_in[i] = (float)i * 0.25f - 100.0f;
     CUdeviceptr d_in, d_out;
-    CHECK(cuMemAlloc(&d_in, N * sizeof(float)));
-    CHECK(cuMemAlloc(&d_out, N * sizeof(float)));
-    CHECK(cuMemcpyHtoD(d_in, host_in, sizeof host_in));
-    CHECK(cuMemsetD32(d_out, 0, N));
-    CHECK(cuMemsetD32(launches, 0, 1));
+    CHECK_DRIVER(cuMemAlloc(&d_in, N * sizeof(float)));
+    CHECK_DRIVER(cuMemAlloc(&d_out, N * sizeof(float)));
+    CHECK_DRIVER(cuMemcpyHtoD(d_in, host_in, sizeof host_in));
+    CHECK_DRIVER(cuMemsetD32(d_out, 0, N));
+    CHECK_DRIVER(cuMemsetD32(launches, 0, 1));
 
     /* parameters as an array of pointers */
     float a = 1.5f, b = -2.0f;
     int n = N;
     void *params[] = {&d_out, &d_in, &a, &b, &n};
-    CHECK(cuLaunchKernel(axpb, (N + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, params, NULL));
-    CHECK(cuLaunchKernel(count_launch, 4, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
-    CHECK(cuCtxSynchronize());
-    CHECK(cuMemcpyDtoH(host_out, d_out, sizeof host_out));
+    CHECK_DRIVER(cuLaunchKernel(axpb, (N + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, params, NULL));
+    CHECK_DRIVER(cuLaunchKernel(count_launch, 4, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+    CHECK_DRIVER(cuCtxSynchronize());
+    CHECK_DRIVER(cuMemcpyDtoH(host_out, d_out, sizeof host_out));
     double sum = 0;
     for (int i = 0; i < N; i++)
         sum += host_out[i];
@@ -208,22 +197,22 @@ int main(void)
     size_t packed_size = sizeof packed;
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &packed_size,
                      CU_LAUNCH_PARAM_END};
-    CHECK(cuLaunchKernel(axpb_linked, (N + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, NULL, extra));
-    CHECK(cuLaunchKernel(count_launch, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
-    CHECK(cuMemcpyDtoH(host_out, d_out, sizeof host_out));
+    CHECK_DRIVER(cuLaunchKernel(axpb_linked, (N + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, NULL, extra));
+    CHECK_DRIVER(cuLaunchKernel(count_launch, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+    CHECK_DRIVER(cuMemcpyDtoH(host_out, d_out, sizeof host_out));
     sum = 0;
     for (int i = 0; i < N; i++)
         sum += host_out[i];
     printf("axpb (packed buffer): out[0]=%.9g out[999]=%.9g sum=%.9g\n", host_out[0], host_out[N - 1], sum);
     int launched = 0;
-    CHECK(cuMemcpyDtoH(&launched, launches, sizeof launched));
+    CHECK_DRIVER(cuMemcpyDtoH(&launched, launches, sizeof launched));
     printf("count_launch ran %d times\n", launched);
 
-    CHECK(cuMemFree(d_in));
-    CHECK(cuMemFree(d_out));
-    CHECK(cuModuleUnload(mod));
-    CHECK(cuCtxDestroy(ctx));
-    CHECK(cuCtxGetCurrent(&current));
+    CHECK_DRIVER(cuMemFree(d_in));
+    CHECK_DRIVER(cuMemFree(d_out));
+    CHECK_DRIVER(cuModuleUnload(mod));
+    CHECK_DRIVER(cuCtxDestroy(ctx));
+    CHECK_DRIVER(cuCtxGetCurrent(&current));
     printf("cuCtxDestroy: no context current: %s\n", current == NULL ? "yes" : "no");
     return 0;
 }
