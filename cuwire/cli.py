@@ -165,25 +165,14 @@ def nvidia_runtime_dir() -> Path | None:
 
 
 def program_env(lib: Path, server: str, token: str | None, stats: bool,
-                base: dict[str, str] | None = None, layer: str = "driver") -> dict[str, str]:
-    """The program's environment, for the layer cuwire serves:
-
-    - driver: cuwire's libcuda.so.1 first on the library path (its folder holds nothing else), NVIDIA's
-      libcudart from the nvidia-cuda-runtime wheel last (a program or library that brings its own
-      runtime keeps it); nothing preloaded.
-    - runtime: cuwire's library preloaded and first on the library path, where it also answers to
-      libcudart.so.13.
-    Plus the settings the client reads."""
+                base: dict[str, str] | None = None) -> dict[str, str]:
+    """The program's environment: cuwire's libcuda.so.1 and libnvidia-ml.so.1 first on the library path,
+    NVIDIA's libcudart from the nvidia-cuda-runtime wheel last (a program or library that brings its own
+    runtime keeps it); nothing preloaded. Plus the settings the client reads."""
     env = dict(os.environ if base is None else base)
     path = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
-    if layer == "runtime":
-        env["LD_PRELOAD"] = ":".join(p for p in (str(lib), env.get("LD_PRELOAD", "")) if p)
-        path = [str(lib.parent), *path]
-    else:
-        runtime = nvidia_runtime_dir()
-        path = [str(lib.parent / "driver"), *path, *([str(runtime)] if runtime else [])]
-    env["LD_LIBRARY_PATH"] = ":".join(path)
-    env["CUWIRE_LAYER"] = layer
+    runtime = nvidia_runtime_dir()
+    env["LD_LIBRARY_PATH"] = ":".join([str(lib.parent), *path, *([str(runtime)] if runtime else [])])
     env["CUWIRE_SERVER"] = server
     if token is not None:
         env["CUWIRE_TOKEN"] = token
@@ -258,7 +247,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.emulated:
         err(EMULATED_BANNER)
     try:
-        env = program_env(lib, server, args.token, args.stats, layer=args.layer or Settings().layer)
+        env = program_env(lib, server, args.token, args.stats)
         try:
             rc = run_forwarding_signals(command, env)
         except OSError as e:
@@ -320,8 +309,8 @@ def describe_welcome(w, address: str) -> list[str]:
         lines.append(f"GPU {i}: {d.name} (compute capability {d.major}.{d.minor}, {d.total_memory >> 20} MiB)")
     if not w.devices:
         lines.append("no GPUs exposed")
-    lines.append(f"driver version: {cuda_version_text(w.driver_version)}, runtime version: "
-                 f"{cuda_version_text(w.runtime_version)}")
+    lines.append(f"driver version: {cuda_version_text(w.driver_version)} (the program's CUDA runtime runs "
+                 "on the client, on cuwire's libcuda)")
     backend = "EMULATED (tests only)" if w.backend == "emulated" else w.backend
     lines.append(f"server: {address}, cuwire {w.server_version}, backend {backend}, CUDA API {w.cuda_version} "
                  f"(digest {w.api_digest})")
@@ -363,26 +352,28 @@ class Check:
 
 
 def check_library(folder: Path | None = None) -> Check:
-    """The client library is built, loads, and exports the CUDA runtime (checked in a child process:
+    """The client library is built, loads, and exports the driver API (checked in a child process:
     loading it runs its constructors, which belong in a program, not here)."""
     folder = folder or client_dir()
     lib = folder / "libcuwire.so"
     if not lib.exists():
         return Check(False, f"client library not found at {lib}", "run `make client` (or any `cuwire run` builds it)")
-    probe = "import ctypes, sys; ctypes.CDLL(sys.argv[1]).cudaMalloc"
+    probe = "import ctypes, sys; ctypes.CDLL(sys.argv[1]).cuMemAlloc_v2"
     r = subprocess.run([sys.executable, "-c", probe, str(lib)], capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["?"])[-1]
-        return Check(False, f"client library {lib} does not load or lacks cudaMalloc ({last})",
+        return Check(False, f"client library {lib} does not load or lacks cuMemAlloc_v2 ({last})",
                      "rebuild it: `make client`")
-    missing = [n for n in ("libcudart.so.13", "libcuda.so.1") if not (folder / n).exists()]
+    from cuwire.client import build
+
+    missing = [n for n in build.NAMES if not (folder / n).exists()]
     if missing:
         return Check(False, f"client library {lib} found, but not under the names {', '.join(missing)}",
                      "rebuild it: `make client`")
     stale = [p.name for p in library_sources() if p.stat().st_mtime > lib.stat().st_mtime]
     if stale:
         return Check(False, f"client library {lib} is older than {', '.join(stale)}", "rebuild it: `make client`")
-    return Check(True, f"client library {lib} loads and exports cudaMalloc")
+    return Check(True, f"client library {lib} loads and exports cuMemAlloc_v2")
 
 
 def check_reachable(address: str, timeout: float = 5.0) -> Check:
@@ -486,16 +477,13 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_server)
 
     p = sub.add_parser("run", help="run a program with its CUDA calls sent to a cuwire server",
-                       description="Run PROGRAM with the cuwire client preloaded. With no --server and no "
-                       "CUWIRE_SERVER, a local server is started for the run and stopped after it. The program's "
-                       f"exit code is passed through; cuwire's own failures exit {EXIT_CUWIRE}.")
+                       description="Run PROGRAM with its CUDA driver calls answered by cuwire's libcuda. With no "
+                       "--server and no CUWIRE_SERVER, a local server is started for the run and stopped after it. "
+                       f"The program's exit code is passed through; cuwire's own failures exit {EXIT_CUWIRE}.")
     p.add_argument("--server", help="HOST:PORT of the cuwire server (CUWIRE_SERVER; default: a local server)")
     p.add_argument("--emulated", action="store_true",
                    help="start the local server on the EMULATED device (tests only: no GPU computes anything)")
     p.add_argument("--stats", action="store_true", help="print cuwire's statistics at exit (CUWIRE_STATS=1)")
-    p.add_argument("--layer", choices=("driver", "runtime"),
-                   help="driver (default): NVIDIA's runtime and libraries on cuwire's libcuda; runtime: cuwire's "
-                        "runtime stand-in preloaded (CUWIRE_LAYER)")
     p.add_argument("--token", help="token the server expects (CUWIRE_TOKEN)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- PROGRAM ARGS...")
     p.set_defaults(func=cmd_run)

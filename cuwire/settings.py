@@ -35,9 +35,6 @@ class Settings:
     isolation: str = field(default_factory=lambda: _env("isolation", "process"))
     session_name: str = field(default_factory=lambda: _env("session_name", ""))  # set by the listener
     # client side
-    # driver: NVIDIA's own runtime and libraries run in the program, on cuwire's libcuda.so.1 (every CUDA
-    # library, static runtimes included); runtime: cuwire's libcudart stand-in is preloaded instead
-    layer: str = field(default_factory=lambda: _env("layer", "driver"))
     compress: str = field(default_factory=lambda: _env("compress", "off"))  # off | zstd
     compress_min: int = field(default_factory=lambda: int(_env("compress_min", str(64 << 10))))
     stats: bool = field(default_factory=lambda: _env("stats", "0") == "1")

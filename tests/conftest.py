@@ -87,20 +87,11 @@ def fresh_server(tmp_path):
 
 def run_remote(app: Path, lib: Path, address: str, *args: str, env: dict[str, str] | None = None,
                timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run a program with the client preloaded against the server at address."""
-    e = {**os.environ, "LD_PRELOAD": str(lib), "CUWIRE_SERVER": address,
-         "LD_LIBRARY_PATH": f"{lib.parent}:{os.environ.get('LD_LIBRARY_PATH', '')}", **(env or {})}
-    return subprocess.run([str(app), *args], capture_output=True, text=True, env=e, timeout=timeout)
-
-
-def run_layer(layer: str, app: Path, lib: Path, address: str, *args: str, env: dict[str, str] | None = None,
-              timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run a program as `cuwire run --layer LAYER` does: on the driver layer NVIDIA's libcudart (from the
-    nvidia-cuda-runtime wheel) runs on cuwire's libcuda.so.1; on the runtime layer cuwire's library is
-    preloaded."""
+    """Run a program as `cuwire run` does, against the server at address: NVIDIA's libcudart (from the
+    nvidia-cuda-runtime wheel) on cuwire's libcuda.so.1, nothing preloaded."""
     from cuwire import cli
 
-    e = cli.program_env(lib, address, None, False, base={**os.environ, **(env or {})}, layer=layer)
+    e = cli.program_env(lib, address, None, False, base={**os.environ, **(env or {})})
     return subprocess.run([str(app), *args], capture_output=True, text=True, env=e, timeout=timeout)
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# make gpu-test: on a machine with an NVIDIA GPU, run every test app natively and through cuwire on both
-# layers (driver: NVIDIA's libcudart on cuwire's libcuda.so.1; runtime: cuwire's runtime preloaded), with
-# a real server on the same machine, diff the outputs, one line per app and layer; then PyTorch.
+# make gpu-test: on a machine with an NVIDIA GPU, run every test app natively and through cuwire (NVIDIA's
+# libcudart on cuwire's libcuda.so.1, as `cuwire run` runs it), with a real server on the same machine,
+# diff the outputs, one line per program; then CUDA library programs, NVML and PyTorch.
 # Logs go to build/gpu-test, and as one tarball to $OUT when set (the device tool brings it back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,83 +28,72 @@ export CUWIRE_SERVER=127.0.0.1:$PORT
 $PY -m cuwire.cli info --server "$CUWIRE_SERVER" | sed 's/^/cuwire info: /'
 
 RUNTIME_DIR=$($PY -c 'from cuwire import cli; print(cli.nvidia_runtime_dir() or "")')
-remote() {  # remote LAYER APP ARGS...: as `cuwire run --layer LAYER` runs it, plus the maps probe
-  local layer=$1; shift
-  if [ "$layer" = driver ]; then  # nothing of cuwire preloaded: NVIDIA's runtime finds cuwire's libcuda
-    CUWIRE_MAPS_OUT="$LOG/maps.txt" LD_PRELOAD=$PWD/build/maps_probe.so \
-      LD_LIBRARY_PATH="$PWD/build/client/driver${RUNTIME_DIR:+:$RUNTIME_DIR}" "$@"
-    return
-  fi
-  case $(basename "$1") in
-    dlopen_app) preload=$PWD/build/maps_probe.so;;  # no preload: the app opens libcudart.so.13 itself
-    *) preload=$PWD/build/client/libcuwire.so:$PWD/build/maps_probe.so;;
-  esac
-  CUWIRE_MAPS_OUT="$LOG/maps.txt" LD_PRELOAD="$preload" LD_LIBRARY_PATH="$PWD/build/client" "$@"
+remote() {  # remote PROGRAM ARGS...: as `cuwire run` runs it (NVIDIA's runtime finds cuwire's libcuda), plus
+  # the maps probe, which notes every CUDA library the process mapped
+  CUWIRE_MAPS_OUT="$LOG/maps.txt" LD_PRELOAD=$PWD/build/maps_probe.so \
+    LD_LIBRARY_PATH="$PWD/build/client${RUNTIME_DIR:+:$RUNTIME_DIR}" "$@"
 }
 export CUDA_LIB=$(dirname "$(readlink -f "$(command -v nvcc)")")/../lib64
 
 pass=0; fail=0; : >"$LOG/maps.txt"
-compare() {  # compare NAME LAYER... -- COMMAND...: natively, then through cuwire on each layer; a line each
-  local name=$1 layers=() layer; shift
-  while [ "$1" != -- ]; do layers+=("$1"); shift; done; shift
+compare() {  # compare NAME -- COMMAND...: natively, then through cuwire; one line
+  local name=$1; shift 2
   LD_LIBRARY_PATH="$CUDA_LIB:${LD_LIBRARY_PATH:-}" "$@" >"$LOG/$name.native.out" 2>"$LOG/$name.native.err"; nrc=$?
-  for layer in "${layers[@]}"; do
-    timeout 300 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote \"\$@\"" _ "$layer" "$@" \
-      >"$LOG/$name.$layer.out" 2>"$LOG/$name.$layer.err"; rrc=$?
-    if [ "$name" = unimplemented ]; then
-      if diff -q tests/test_apps/expected/unimplemented.out "$LOG/$name.$layer.out" >/dev/null \
-         && grep -q "cuwire: unimplemented CUDA function" "$LOG/$name.$layer.err"; then
-        echo "$name [$layer]: OK (native rc=$nrc, through cuwire: the loud not-supported message)"; pass=$((pass+1))
-      else echo "$name [$layer]: FAIL"; tail -3 "$LOG/$name.$layer.err"; fail=$((fail+1)); fi
-    elif [ $nrc -eq $rrc ] && diff -q "$LOG/$name.native.out" "$LOG/$name.$layer.out" >/dev/null; then
-      echo "$name [$layer]: OK (remote output == native output, $(wc -l <"$LOG/$name.native.out") lines, rc=$rrc)"
-      pass=$((pass+1))
-    else
-      echo "$name [$layer]: DIFF (native rc=$nrc, remote rc=$rrc)"; diff "$LOG/$name.native.out" "$LOG/$name.$layer.out" | head -10
-      tail -n 5 "$LOG/$name.native.err" "$LOG/$name.$layer.err"; fail=$((fail+1))
-    fi
-  done
+  timeout 300 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote \"\$@\"" _ "$@" \
+    >"$LOG/$name.out" 2>"$LOG/$name.err"; rrc=$?
+  if [ "$name" = unimplemented ]; then
+    if diff -q tests/test_apps/expected/unimplemented.out "$LOG/$name.out" >/dev/null \
+       && grep -q "cuwire: unimplemented CUDA function" "$LOG/$name.err"; then
+      echo "$name: OK (native rc=$nrc, through cuwire: the loud not-supported message)"; pass=$((pass+1))
+    else echo "$name: FAIL"; tail -3 "$LOG/$name.err"; fail=$((fail+1)); fi
+  elif [ $nrc -eq $rrc ] && diff -q "$LOG/$name.native.out" "$LOG/$name.out" >/dev/null; then
+    echo "$name: OK (remote output == native output, $(wc -l <"$LOG/$name.native.out") lines, rc=$rrc)"
+    pass=$((pass+1))
+  else
+    echo "$name: DIFF (native rc=$nrc, remote rc=$rrc)"; diff "$LOG/$name.native.out" "$LOG/$name.out" | head -10
+    tail -n 5 "$LOG/$name.native.err" "$LOG/$name.err"; fail=$((fail+1))
+  fi
 }
 if [ "${GPU_TEST_ONLY:-}" != torch ]; then
   for app in tests/test_apps/build/*; do
-    [ -f "$app" ] && [ -x "$app" ] && compare "$(basename "$app")" driver runtime -- "$app"
+    [ -f "$app" ] && [ -x "$app" ] && compare "$(basename "$app")" -- "$app"
   done
-  # programs of NVIDIA's libraries, built with nvcc's default static runtime: the driver layer serves them
+  # programs of NVIDIA's libraries, built with nvcc's default static runtime
   LIB_HOME=$(dirname "$(readlink -f "$(command -v nvcc)")")/..
   [ -f "$LIB_HOME/include/cublas_v2.h" ] || LIB_HOME=$($PY -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))')
   if make -s -C tests/lib_apps LIB_HOME="$LIB_HOME" >"$LOG/lib-apps-build.log" 2>&1; then
-    for app in tests/lib_apps/build/*; do compare "$(basename "$app")" driver -- "$app"; done
+    for app in tests/lib_apps/build/*; do compare "$(basename "$app")" -- "$app"; done
   else echo "lib apps: FAIL to build (LIB_HOME=$LIB_HOME)"; tail -5 "$LOG/lib-apps-build.log"; fail=$((fail+1)); fi
 fi
 
 # NVML: cuwire's libnvidia-ml.so.1 answers from the server's NVML (through ctypes, and through pynvml)
-compare nvml-ctypes driver -- $PY tests/tools/nvml_probe.py
-compare nvml-pynvml driver -- $PY tests/tools/nvml_probe.py --pynvml
+compare nvml-ctypes -- $PY tests/tools/nvml_probe.py
+compare nvml-pynvml -- $PY tests/tools/nvml_probe.py --pynvml
 # nvidia-smi -L through cuwire (told, not counted: nvidia-smi is the driver's tool, not a user program)
-CUWIRE_TRACE=1 timeout 60 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote driver nvidia-smi -L" \
+CUWIRE_TRACE=1 timeout 60 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote nvidia-smi -L" \
   >"$LOG/nvidia-smi.out" 2>"$LOG/nvidia-smi.err"; echo "nvidia-smi -L through cuwire (rc=$?, $(grep -c '^cuwire trace' \
   "$LOG/nvidia-smi.err") calls reached cuwire): $(head -3 "$LOG/nvidia-smi.out" | tr '\n' ' ')$(grep -m3 unimplemented "$LOG/nvidia-smi.err" | tr '\n' ' ')"
 
-# PyTorch (stock, as installed on this host) natively and through cuwire's driver layer
+# PyTorch (stock, as installed on this host) natively and through cuwire
 for script in tests/torch_apps/*.py; do
   name=torch-$(basename "$script" .py)
   t0=$(date +%s.%N); $PY "$script" >"$LOG/$name.native.out" 2>"$LOG/$name.native.err"; nrc=$?; t1=$(date +%s.%N)
-  CUWIRE_STATS=1 timeout 240 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote driver $PY $script" \
-    >"$LOG/$name.driver.out" 2>"$LOG/$name.driver.err"; rrc=$?; t2=$(date +%s.%N)
+  CUWIRE_STATS=1 timeout 240 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote $PY $script" \
+    >"$LOG/$name.out" 2>"$LOG/$name.err"; rrc=$?; t2=$(date +%s.%N)
   took=$(awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "wall %.1f s native, %.1f s through cuwire", b - a, c - b }')
-  if [ $nrc -eq 0 ] && [ $rrc -eq 0 ] && diff -q "$LOG/$name.native.out" "$LOG/$name.driver.out" >/dev/null; then
-    echo "$name [driver]: OK (remote output == native output, $(wc -l <"$LOG/$name.native.out") lines; $took)"
-    grep "API calls\|round trips" "$LOG/$name.driver.err" | sed "s/^ */  $name: /"
+  if [ $nrc -eq 0 ] && [ $rrc -eq 0 ] && diff -q "$LOG/$name.native.out" "$LOG/$name.out" >/dev/null; then
+    echo "$name: OK (remote output == native output, $(wc -l <"$LOG/$name.native.out") lines; $took)"
+    grep "API calls\|round trips" "$LOG/$name.err" | sed "s/^ */  $name: /"
     pass=$((pass+1))
   else
-    echo "$name [driver]: DIFF (native rc=$nrc, remote rc=$rrc)"; diff "$LOG/$name.native.out" "$LOG/$name.driver.out" | head -20
-    grep -v "^cuwire trace" "$LOG/$name.driver.err" | sort | uniq -c | sort -rn | head -15; fail=$((fail+1))
+    echo "$name: DIFF (native rc=$nrc, remote rc=$rrc)"; diff "$LOG/$name.native.out" "$LOG/$name.out" | head -20
+    grep -v "^cuwire trace" "$LOG/$name.err" | sort | uniq -c | sort -rn | head -15; fail=$((fail+1))
   fi
 done
 
 # the cost of one training step of the small transformer (README): 11 steps less 1 step, divided by 10
 for steps in 1 11; do
-  CUWIRE_STATS=1 timeout 240 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote driver $PY \
+  CUWIRE_STATS=1 timeout 240 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote $PY \
     tests/torch_apps/train.py transformer --dtype fp32 --steps $steps" >/dev/null 2>"$LOG/step-stats-$steps.err"
 done
 awk '/API calls:/ { w[FILENAME] = $5; q[FILENAME] = $14; l[FILENAME] = $20 } /round trips:/ { r[FILENAME] = $3 }
@@ -115,11 +104,8 @@ grep "top calls sent" "$LOG/step-stats-11.err" | sed "s/^ */  11 steps: /"
 
 [ "${GPU_TEST_ONLY:-}" = torch ] && { kill $SERVER; echo "gpu-test summary: $pass passed, $fail failed"; exit $fail; }
 
-# inside a running Python process (the interpreter that has torch), as PyTorch will load the client
-if $PY tests/tools/python_host.py "$PWD/build/client/libcuwire.so" >"$LOG/python_host.out" 2>"$LOG/python_host.err" \
-   && grep -q "round trip: OK" "$LOG/python_host.out" && [ "$(grep -c -- '-> 0' "$LOG/python_host.out")" -eq 5 ]; then
-  echo "python_host: OK (client library loaded into $($PY -c 'import sys; print(sys.executable)'), calls reached the GPU)"; pass=$((pass+1))
-else echo "python_host: FAIL"; cat "$LOG/python_host.out"; tail -5 "$LOG/python_host.err"; fail=$((fail+1)); fi
+# inside a running Python process (the interpreter that has torch): the driver API through ctypes
+compare python_host -- $PY tests/tools/python_host.py
 
 # bad input from the wire against the real CUDA backend: clear errors, never a crash
 if CUWIRE_TEST_BACKEND=cuda $PY -m pytest -q -p no:cacheprovider tests/test_wire_errors.py >"$LOG/wire_errors.txt" 2>&1; then
@@ -127,12 +113,12 @@ if CUWIRE_TEST_BACKEND=cuda $PY -m pytest -q -p no:cacheprovider tests/test_wire
 else echo "wire errors on the GPU: FAIL"; tail -30 "$LOG/wire_errors.txt"; fail=$((fail+1)); fi
 
 # a second run of the same app against the same server sends no module bytes
-CUWIRE_STATS=1 remote driver tests/test_apps/build/vector_add >/dev/null 2>"$LOG/stats-second-run.txt"
+CUWIRE_STATS=1 remote tests/test_apps/build/vector_add >/dev/null 2>"$LOG/stats-second-run.txt"
 grep "modules uploaded" "$LOG/stats-second-run.txt" | sed 's/^ */second run of vector_add: /'
-# no real libcuda in any client process; on the driver layer NVIDIA's libcudart is expected (and torch's own)
+# no real libcuda in any client process; NVIDIA's libcudart is expected (and torch's own)
 probes=$(grep -c "^probe ran in " "$LOG/maps.txt")
 real=$(grep "libcuda\.so" "$LOG/maps.txt" | grep -v "$PWD/build/client" | sort -u)
-if [ -n "$real" ] || [ "$probes" -lt 28 ]; then
+if [ -n "$real" ] || [ "$probes" -lt 25 ]; then
   echo "client maps: FAIL ($probes processes probed), real libcuda mapped: $real"; fail=$((fail+1))
 else
   echo "client maps: OK, $probes client processes probed, no real libcuda mapped; CUDA libraries seen: $(grep -v '^probe' "$LOG/maps.txt" | sort -u | tr '\n' ' ')"

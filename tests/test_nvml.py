@@ -6,15 +6,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
-from conftest import ROOT, run_layer
+from conftest import ROOT, run_remote
 
 PROBE = ROOT / "tests" / "tools" / "nvml_probe.py"
 
 
-@pytest.mark.parametrize("layer", ["driver", "runtime"])
-def test_nvml_answers_from_the_server(layer, client_lib: Path, server):
-    r = run_layer(layer, Path(sys.executable), client_lib, server.address, str(PROBE))
+def test_nvml_answers_from_the_server(client_lib: Path, server):
+    r = run_remote(Path(sys.executable), client_lib, server.address, str(PROBE))
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
         "driver cuwire-emulated, CUDA 13000, 1 device(s)",
@@ -31,7 +29,7 @@ def test_nvml_function_not_served_is_loud(tmp_path, client_lib: Path, server):
     script.write_text("import ctypes\n"
                       "nvml = ctypes.CDLL('libnvidia-ml.so.1')\n"
                       "print(nvml.nvmlInit_v2(), nvml.nvmlDeviceGetNumFans(None, None))\n")
-    r = run_layer("driver", Path(sys.executable), client_lib, server.address, str(script))
+    r = run_remote(Path(sys.executable), client_lib, server.address, str(script))
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["0", "3"]  # NVML_ERROR_NOT_SUPPORTED
     assert "cuwire: unimplemented CUDA function nvmlDeviceGetNumFans (nvml.h)" in r.stderr

@@ -8,12 +8,17 @@ import sys
 
 from conftest import ROOT
 
-EXPECTED = """cudaGetDeviceCount -> 0 devices >= 1: True
-cudaMalloc -> 0
-cudaMemcpy H2D -> 0
-cudaMemcpy D2H -> 0
+EXPECTED = """cuInit -> 0
+cuDeviceGetCount -> 0 devices >= 1: True
+cuDeviceGet -> 0
+cuDevicePrimaryCtxRetain -> 0
+cuCtxSetCurrent -> 0
+cuMemAlloc_v2 -> 0
+cuMemcpyHtoD_v2 -> 0
+cuMemcpyDtoH_v2 -> 0
 round trip: OK
-cudaFree -> 0
+cuMemFree_v2 -> 0
+cuDevicePrimaryCtxRelease_v2 -> 0
 """
 
 

@@ -17,11 +17,13 @@ LOOPER = r"""
 #include <string.h>
 #include "cuda_api.h"
 int main(void) {
-    void *d; char buf[4096];
+    CUdevice dev; CUcontext ctx; CUdeviceptr d; char buf[4096];
     memset(buf, 7, sizeof buf);
-    if (cudaMalloc(&d, 1 << 20) != 0) return 1;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx))
+        return 1;
+    if (cuMemAlloc_v2(&d, 1 << 20) != 0) return 1;
     printf("allocated\n"); fflush(stdout);
-    for (;;) cudaMemcpy(d, buf, sizeof buf, cudaMemcpyHostToDevice);
+    for (;;) cuMemcpyHtoD_v2(d, buf, sizeof buf);
 }
 """
 
@@ -56,7 +58,7 @@ def test_cache_survives_a_server_restart(apps, client_lib, tmp_path):
 
 
 def test_killed_client_leaves_server_serving(looper, apps, client_lib, fresh_server):
-    env = {**os.environ, "LD_PRELOAD": str(client_lib), "CUWIRE_SERVER": fresh_server.address}
+    env = {**os.environ, "CUWIRE_SERVER": fresh_server.address}
     p = subprocess.Popen([str(looper)], stdout=subprocess.PIPE, text=True, env=env)
     assert p.stdout.readline().strip() == "allocated"
     time.sleep(0.3)
@@ -80,7 +82,7 @@ def test_sigterm_ends_sessions_and_frees_their_memory(looper, client_lib, tmp_pa
     from conftest import ServerProcess
 
     s = ServerProcess(tmp_path)
-    env = {**os.environ, "LD_PRELOAD": str(client_lib), "CUWIRE_SERVER": s.address}
+    env = {**os.environ, "CUWIRE_SERVER": s.address}
     p = subprocess.Popen([str(looper)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert p.stdout.readline().strip() == "allocated"
@@ -110,7 +112,7 @@ def test_forked_child_fails_by_name_and_parent_goes_on(client_lib, server, tmp_p
     exe = compile_against_client(FORKER, tmp_path, client_lib, "forker")
     env = {**os.environ, "CUWIRE_SERVER": server.address}
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
-    # the child's calls fail at once with cudaErrorDevicesUnavailable (46), never hang; the parent goes on
+    # the child's calls fail at once with CUDA_ERROR_DEVICE_UNAVAILABLE (46), never hang; the parent goes on
     assert r.stdout.splitlines() == ["parent 0 0", "child 46 46", "parent after child 0"], r.stderr
     assert r.stderr.count("a forked child cannot open its own session yet") == 1
     assert r.returncode == 1  # the child's exit status, passed on by the parent
@@ -122,17 +124,20 @@ FORKER = r"""
 #include <sys/wait.h>
 #include "cuda_api.h"
 int main(void) {
-    void *d; int n = 0;
-    int a = cudaMalloc(&d, 256), b = cudaMemsetAsync(d, 1, 256, 0);  /* leaves a queued call behind */
+    CUdevice dev; CUcontext ctx; CUdeviceptr d;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx))
+        return 2;
+    int a = cuMemAlloc_v2(&d, 256), b = cuMemsetD8Async(d, 1, 256, 0);  /* leaves a queued call behind */
     printf("parent %d %d\n", a, b); fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
-        void *c; int x = cudaMalloc(&c, 256), y = cudaGetDeviceCount(&n);
+        CUdeviceptr c; size_t free_bytes, total;
+        int x = cuMemAlloc_v2(&c, 256), y = cuMemGetInfo_v2(&free_bytes, &total);
         printf("child %d %d\n", x, y); fflush(stdout);
-        _exit(x || y || n < 1);
+        _exit(x || y);
     }
     int status; waitpid(pid, &status, 0);
-    printf("parent after child %d\n", cudaFree(d));
+    printf("parent after child %d\n", cuMemFree_v2(d));
     return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 """
@@ -151,7 +156,7 @@ def test_sessions_in_threads_still_work(apps, client_lib, tmp_path):
 
 
 def test_a_dying_session_process_leaves_the_others_alone(looper, apps, client_lib, fresh_server):
-    env = {**os.environ, "LD_PRELOAD": str(client_lib), "CUWIRE_SERVER": fresh_server.address}
+    env = {**os.environ, "CUWIRE_SERVER": fresh_server.address}
     p = subprocess.Popen([str(looper)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert p.stdout.readline().strip() == "allocated"
@@ -166,10 +171,12 @@ def test_a_dying_session_process_leaves_the_others_alone(looper, apps, client_li
 
 
 def test_launches_of_known_kernels_are_queued(apps, client_lib, server):
-    """streams.cu launches 3 kernels 6 times: the first launch of each waits for the server (the kernel
-    is looked up), the other 3 are queued in C with the 2 event records and 2 stream waits."""
+    """streams.cu launches 3 kernels 6 times: every launch is queued in C (the first of each kernel after
+    one lookup, a cuwire request), with the 2 event records and 2 stream waits; the records carried add
+    the one switch to the program's context."""
     r = run_remote(apps / "streams", client_lib, server.address, env={"CUWIRE_STATS": "1"})
     assert r.returncode == 0 and r.stdout == (APPS / "expected" / "streams.out").read_text(), r.stderr
     calls = re.search(r"API calls: \d+ = (\d+) sent to the server and waited for \+ (\d+) queued", r.stderr)
-    assert int(calls.group(2)) == 3 + 2 + 2
-    assert "queued calls carried: 7" in r.stderr
+    assert int(calls.group(2)) == 6 + 2 + 2
+    assert "queued calls carried: 11" in r.stderr
+    assert "cuwire.GetKernel 3" in r.stderr

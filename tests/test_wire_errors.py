@@ -30,15 +30,23 @@ def session(server):
     t.close()
 
 
-def device_count(t) -> int:
-    reply = t.exchange(pb.Batch(fn=fn_id("cudaGetDeviceCount"), args=pb.cudaGetDeviceCount_Args().SerializeToString()))
-    assert not reply.error
-    return pb.cudaGetDeviceCount_Result.FromString(reply.result).count
+def serving(t) -> bool:
+    """Whether the session still answers a call (cuMemGetInfo_v2: the device's memory)."""
+    reply = t.exchange(pb.Batch(fn=fn_id("cuMemGetInfo_v2"), args=pb.cuMemGetInfo_v2_Args().SerializeToString()))
+    res = pb.cuMemGetInfo_v2_Result.FromString(reply.result)
+    return not reply.error and res.status == 0 and res.total > 0
+
+
+def allocate(t, size: int) -> int:
+    res = pb.cuMemAlloc_v2_Result.FromString(t.exchange(pb.Batch(
+        fn=fn_id("cuMemAlloc_v2"), args=pb.cuMemAlloc_v2_Args(bytesize=size).SerializeToString())).result)
+    assert res.status == 0 and res.dptr
+    return res.dptr
 
 
 def test_session_must_start_with_hello(server):
     t = GrpcTransport(server.address)
-    reply = t.exchange(pb.Batch(fn=fn_id("cudaGetDeviceCount")))
+    reply = t.exchange(pb.Batch(fn=fn_id("cuMemGetInfo_v2")))
     assert "starts with a hello" in reply.error
     t.close()
 
@@ -54,42 +62,43 @@ def test_version_mismatch_is_one_clear_message(server):
 def test_unknown_function_id(session):
     reply = session.exchange(pb.Batch(fn=0xDEADBEEF))
     assert "unknown function id 0xdeadbeef" in reply.error
-    assert device_count(session) == 1  # the session goes on
+    assert serving(session)  # the session goes on
 
 
 def test_malformed_arguments(session):
-    reply = session.exchange(pb.Batch(fn=fn_id("cudaMalloc"), args=b"\xff\xff\xff\xff"))
-    assert "malformed arguments for cudaMalloc" in reply.error
-    assert device_count(session) == 1
+    reply = session.exchange(pb.Batch(fn=fn_id("cuMemAlloc_v2"), args=b"\xff\xff\xff\xff"))
+    assert "malformed arguments for cuMemAlloc_v2" in reply.error
+    assert serving(session)
 
 
 def test_wrong_buffer_size(session):
-    malloc = pb.cudaMalloc_Result.FromString(session.exchange(pb.Batch(
-        fn=fn_id("cudaMalloc"), args=pb.cudaMalloc_Args(size=64).SerializeToString())).result)
-    assert malloc.status == 0
-    args = pb.cudaMemcpy_Args(dst=malloc.devPtr, src_host=b"x" * 10, count=64, kind=1)
-    reply = session.exchange(pb.Batch(fn=fn_id("cudaMemcpy"), args=args.SerializeToString()))
+    device = allocate(session, 64)
+    args = pb.cuMemcpy_Args(dst=device, src_host=b"x" * 10, ByteCount=64)
+    reply = session.exchange(pb.Batch(fn=fn_id("cuMemcpy"), args=args.SerializeToString()))
     assert "sent 10 bytes for a 64-byte buffer" in reply.error
-    huge = pb.cudaMemcpy_Args(dst_host=b"", src=malloc.devPtr, count=1 << 62, kind=2)
-    reply = session.exchange(pb.Batch(fn=fn_id("cudaMemcpy"), args=huge.SerializeToString()))
+    args = pb.cuMemcpyHtoD_v2_Args(dstDevice=device, srcHost=b"x" * 10, ByteCount=64)
+    reply = session.exchange(pb.Batch(fn=fn_id("cuMemcpyHtoD_v2"), args=args.SerializeToString()))
+    assert "sent 10 bytes for a 64-byte buffer" in reply.error
+    huge = pb.cuMemcpy_Args(dst_host=b"", src=device, ByteCount=1 << 62)
+    reply = session.exchange(pb.Batch(fn=fn_id("cuMemcpy"), args=huge.SerializeToString()))
     assert "outside 0.." in reply.error
-    assert device_count(session) == 1
+    assert serving(session)
 
 
 def test_truncated_and_unknown_records(session):
     assert "truncated" in session.exchange(pb.Batch(records=b"\x01\x02")).error
     assert "unknown queued function id" in session.exchange(pb.Batch(records=struct.pack("<II", 7, 0))).error
-    rec_id = next(i for i, (n, _, _) in generated.RECORDS.items() if n == "cudaEventRecord")
+    rec_id = next(i for i, (n, _, _) in generated.RECORDS.items() if n == "cuEventRecord")
     reply = session.exchange(pb.Batch(records=struct.pack("<II", rec_id, 3) + b"abc"))
     assert "expected 16" in reply.error
-    assert device_count(session) == 1
+    assert serving(session)
 
 
 def test_unknown_handles_get_cuda_errors(session):
-    args = pb.cudaStreamSynchronize_Args(stream=0x1234_5678)
-    reply = session.exchange(pb.Batch(fn=fn_id("cudaStreamSynchronize"), args=args.SerializeToString()))
+    args = pb.cuStreamSynchronize_Args(hStream=0x1234_5678)
+    reply = session.exchange(pb.Batch(fn=fn_id("cuStreamSynchronize"), args=args.SerializeToString()))
     assert not reply.error
-    assert pb.cudaStreamSynchronize_Result.FromString(reply.result).status == 400  # invalid resource handle
+    assert pb.cuStreamSynchronize_Result.FromString(reply.result).status == 400  # CUDA_ERROR_INVALID_HANDLE
 
 
 def test_bad_module_and_kernel_handles(session):
@@ -104,7 +113,7 @@ def test_bad_module_and_kernel_handles(session):
     reply = session.exchange(pb.Batch(fn=op_id("LoadModule"),
                                       args=pb.LoadModule_Args(digest=b"\0" * 32, image=b"abc").SerializeToString()))
     assert "does not match its digest" in reply.error
-    assert device_count(session) == 1
+    assert serving(session)
 
 
 def test_raw_grpc_garbage_does_not_kill_the_server(server):
@@ -121,36 +130,36 @@ def test_raw_grpc_garbage_does_not_kill_the_server(server):
 
 
 def test_device_ranges_the_session_does_not_own(session):
-    malloc = pb.cudaMalloc_Result.FromString(session.exchange(pb.Batch(
-        fn=fn_id("cudaMalloc"), args=pb.cudaMalloc_Args(size=64).SerializeToString())).result)
-    assert malloc.status == 0
-    for dst, count in ((malloc.devPtr + 32, 64), (0x7F00_0000_1000, 8), (malloc.devPtr - 8, 8)):
-        args = pb.cudaMemcpy_Args(dst=dst, src_host=b"y" * count, count=count, kind=4)
-        reply = session.exchange(pb.Batch(fn=fn_id("cudaMemcpy"), args=args.SerializeToString()))
+    """cuMemcpy's device sides (it takes device or host addresses alike) must lie in the session's own
+    allocations: the server's own memory is never a copy's source or target."""
+    device = allocate(session, 64)
+    for dst, count in ((device + 32, 64), (0x7F00_0000_1000, 8), (device - 8, 8)):
+        args = pb.cuMemcpy_Args(dst=dst, src_host=b"y" * count, ByteCount=count)
+        reply = session.exchange(pb.Batch(fn=fn_id("cuMemcpy"), args=args.SerializeToString()))
         assert not reply.error
-        assert pb.cudaMemcpy_Result.FromString(reply.result).status == 1  # cudaErrorInvalidValue, CUDA untouched
-    args = pb.cudaMemcpy_Args(dst=malloc.devPtr + 32, src_host=b"y" * 32, count=32, kind=1)
-    reply = session.exchange(pb.Batch(fn=fn_id("cudaMemcpy"), args=args.SerializeToString()))
-    assert pb.cudaMemcpy_Result.FromString(reply.result).status == 0  # inside the allocation: fine
+        assert pb.cuMemcpy_Result.FromString(reply.result).status == 1  # CUDA_ERROR_INVALID_VALUE, CUDA untouched
+    args = pb.cuMemcpy_Args(dst=device + 32, src_host=b"y" * 32, ByteCount=32)
+    reply = session.exchange(pb.Batch(fn=fn_id("cuMemcpy"), args=args.SerializeToString()))
+    assert pb.cuMemcpy_Result.FromString(reply.result).status == 0  # inside the allocation: fine
 
 
 def test_handles_are_per_session(server, session):
-    created = pb.cudaStreamCreate_Result.FromString(session.exchange(pb.Batch(
-        fn=fn_id("cudaStreamCreate"), args=pb.cudaStreamCreate_Args().SerializeToString())).result)
-    assert created.status == 0 and created.pStream
+    created = pb.cuStreamCreate_Result.FromString(session.exchange(pb.Batch(
+        fn=fn_id("cuStreamCreate"), args=pb.cuStreamCreate_Args().SerializeToString())).result)
+    assert created.status == 0 and created.phStream
     other, reply = open_session(server.address, HELLO)
     assert not reply.error
-    args = pb.cudaStreamSynchronize_Args(stream=created.pStream).SerializeToString()
-    theirs = other.exchange(pb.Batch(fn=fn_id("cudaStreamSynchronize"), args=args))
-    assert pb.cudaStreamSynchronize_Result.FromString(theirs.result).status == 400  # not the other's stream
+    args = pb.cuStreamSynchronize_Args(hStream=created.phStream).SerializeToString()
+    theirs = other.exchange(pb.Batch(fn=fn_id("cuStreamSynchronize"), args=args))
+    assert pb.cuStreamSynchronize_Result.FromString(theirs.result).status == 400  # not the other's stream
     other.close()
-    mine = session.exchange(pb.Batch(fn=fn_id("cudaStreamSynchronize"), args=args))
-    assert pb.cudaStreamSynchronize_Result.FromString(mine.result).status == 0
-    destroy = pb.cudaStreamDestroy_Args(stream=created.pStream).SerializeToString()
-    assert pb.cudaStreamDestroy_Result.FromString(session.exchange(pb.Batch(
-        fn=fn_id("cudaStreamDestroy"), args=destroy)).result).status == 0
-    again = session.exchange(pb.Batch(fn=fn_id("cudaStreamDestroy"), args=destroy))
-    assert pb.cudaStreamDestroy_Result.FromString(again.result).status == 400  # destroyed: no longer valid
+    mine = session.exchange(pb.Batch(fn=fn_id("cuStreamSynchronize"), args=args))
+    assert pb.cuStreamSynchronize_Result.FromString(mine.result).status == 0
+    destroy = pb.cuStreamDestroy_v2_Args(hStream=created.phStream).SerializeToString()
+    assert pb.cuStreamDestroy_v2_Result.FromString(session.exchange(pb.Batch(
+        fn=fn_id("cuStreamDestroy_v2"), args=destroy)).result).status == 0
+    again = session.exchange(pb.Batch(fn=fn_id("cuStreamDestroy_v2"), args=destroy))
+    assert pb.cuStreamDestroy_v2_Result.FromString(again.result).status == 400  # destroyed: no longer valid
 
 
 def test_link_inputs_from_the_wire_are_checked(session):
@@ -168,4 +177,4 @@ def test_link_inputs_from_the_wire_are_checked(session):
                                data=b".version 9.0\n.target sm_75\n.address_size 64\n"
                                     b".visible .entry broken_kernel()\n{\n    not_an_instruction;\n}\n\0"))
     assert broken.status != 0 and not broken.cubin and broken.error_log  # the JIT says why
-    assert device_count(session) == 1
+    assert serving(session)

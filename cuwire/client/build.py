@@ -2,15 +2,12 @@
 
 Output, in build/client/ (or --out):
   libcuwire.so       the library
-  libcudart.so.13    the same library under the names programs load (the runtime layer: preloaded)
-  libcuda.so.1
+  libcuda.so.1       the same library under the names programs and NVIDIA's runtime and libraries load
   libnvidia-ml.so.1
-  driver/            the same library as libcuda.so.1 and libnvidia-ml.so.1 but not libcudart, for the
-                     driver layer: NVIDIA's libcudart (and a program's own) loads them
 
-The C is generated/client_stubs.c (one exported function per CUDA function) plus client/local.c; the
-Python that the stubs call is generated/client_calls.py and client/custom.py, imported by the embedded
-interpreter on the first call that needs it.
+The C is generated/client_stubs.c (one exported function per CUDA function) plus the client's own C
+(C_SOURCES); the Python that the stubs call is generated/client_calls.py, client/driver.py and
+client/nvml.py, imported by the embedded interpreter on the first call that needs it.
 """
 
 from __future__ import annotations
@@ -33,17 +30,14 @@ CHECKOUT = PACKAGE.parent if (PACKAGE.parent / "pyproject.toml").exists() else N
 MODULE = "_cuwire"
 # every library the generated stubs stand in for (codegen/libraries.py, through the manifest)
 NAMES = tuple(json.loads((GENERATED / "api_manifest.json").read_text())["libraries"].values())
-RUNTIME = "libcudart.so.13"  # NVIDIA's own runs above cuwire on the driver layer
+# what earlier builds put beside the library: cuwire no longer stands in for the CUDA runtime
+STALE = ("libcudart.so.13", "driver")
 C_SOURCES = ("local.c", "driver_local.c", "export_tables.c", "answers_cache.c")
 
 # C functions of local.c that the Python side calls.
 HELPERS_CDEF = """
 size_t cuwire_queue_take(char **data, uint64_t *count);
 void cuwire_free(void *p);
-void cuwire_set_last_error(int err);
-int cuwire_lookup_function(const void *host, int *fatbin, const char **name);
-int cuwire_lookup_variable(const void *host, int *fatbin, const char **name, size_t *size);
-int cuwire_fatbin(int index, const void **data, size_t *size);
 void cuwire_hook_exit(void);
 void cuwire_session_finished(void);
 void cuwire_python_started(void);
@@ -52,7 +46,7 @@ extern const char *const cuwire_modes[];
 extern unsigned long long cuwire_counts[];
 extern const int cuwire_n_functions;
 void cuwire_set_launch_limits(uint32_t threads, const uint32_t *block, const uint32_t *grid);
-void cuwire_cache_kernel(const void *host, uint64_t handle, uint32_t n, const uint32_t *offsets,
+void cuwire_cache_kernel(const void *key, uint64_t handle, uint32_t n, const uint32_t *offsets,
                          const uint32_t *sizes);
 void cuwire_forget_kernels(void);
 int cuwire_launch_config_error(const uint32_t *grid, const uint32_t *block);
@@ -130,13 +124,17 @@ def build(out: Path) -> Path:
     lib = out / "libcuwire.so"
     if built != lib:
         shutil.move(built, lib)
-    for folder, name, target in [*((out, n, "libcuwire.so") for n in NAMES),
-                                 *((out / "driver", n, "../libcuwire.so") for n in NAMES if n != RUNTIME)]:
-        folder.mkdir(exist_ok=True)
-        link = folder / name
+    for name in STALE:
+        stale = out / name
+        if stale.is_symlink() or stale.is_file():
+            stale.unlink()
+        elif stale.is_dir():
+            shutil.rmtree(stale)
+    for name in NAMES:
+        link = out / name
         if link.is_symlink() or link.exists():
             link.unlink()
-        os.symlink(target, link)
+        os.symlink("libcuwire.so", link)
     return lib
 
 

@@ -368,9 +368,8 @@ def cuOccupancyMaxActiveClusters(numClusters, func, config, config_len):
 
 # ---------------------------------------------------------------- 2D copies
 
-# CUmemorytype, and the cudaMemcpyKind a pair of them makes
+# CUmemorytype
 HOST, DEVICE, ARRAY, UNIFIED = 1, 2, 3, 4
-_KIND = {(HOST, HOST): 0, (HOST, DEVICE): 1, (DEVICE, HOST): 2, (DEVICE, DEVICE): 3}
 # CUDA_MEMCPY2D, 64-bit: per side X, Y, memory type, host, device, array, pitch; then width and height
 _COPY2D = struct.Struct("<QQI4xQQQQ" "QQI4xQQQQ" "QQ")
 
@@ -388,14 +387,29 @@ def _copy_2d(pCopy, stream: int | None) -> int:
     dst = (dhost if dtype == HOST else ddev) + dy * dpitch + dx
     if width == 0 or height == 0:
         return 0
-    kind = _KIND.get((stype, dtype), 4)  # unified memory on either side: cudaMemcpyDefault
-    if kind == 0:  # host to host: the client's own memory
+    # unified addressing: where a side is, the client knows from its allocations
+    src_on_host = stype == HOST or (stype == UNIFIED and not rt.client.is_device(src))
+    dst_on_host = dtype == HOST or (dtype == UNIFIED and not rt.client.is_device(dst))
+    if src_on_host and dst_on_host:  # host to host: the client's own memory
         for row in range(height):
             ffi.memmove(ffi.cast("char *", dst + row * dpitch), ffi.cast("char *", src + row * spitch), width)
         return 0
     dst_len, src_len = dpitch * (height - 1) + width, spitch * (height - 1) + width
-    args = (ffi.cast("void *", dst), dst_len, dpitch, ffi.cast("void *", src), src_len, spitch, width, height, kind)
-    return calls.cudaMemcpy2D(*args) if stream is None else calls.cudaMemcpy2DAsync(*args, stream)
+    args = pb.Copy2D_Args(dpitch=dpitch, spitch=spitch, width=width, height=height)
+    if dst_on_host:
+        args.dst_host = rt.read(ffi.cast("void *", dst), dst_len)  # the gaps between rows come back as they are
+    else:
+        args.dst = dst
+    if src_on_host:
+        args.src_host = rt.read(ffi.cast("void *", src), src_len)
+    else:
+        args.src = src
+    if stream is not None:
+        args.stream = stream
+    res = rt.call(rt.COPY_2D, args, pb.Copy2D_Result)
+    if dst_on_host and res.status == 0:
+        rt.write(ffi.cast("void *", dst), res.dst, dst_len)
+    return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemcpy2D_v2", onerror=rt.on_error)
@@ -419,7 +433,7 @@ def cuMemcpy2DAsync_v2(pCopy, pCopy_len, hStream):
 def _error_text(error: int, out: int, name: bool) -> int:
     if not out:
         return INVALID_VALUE
-    text = rt.client.error_string(error, driver=True, name=name)
+    text = rt.client.error_string(error, name=name)
     ffi.cast("uint64_t *", out)[0] = int(ffi.cast("uintptr_t", text))
     return 0 if text != ffi.NULL else INVALID_VALUE
 

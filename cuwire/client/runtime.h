@@ -6,10 +6,8 @@
 #include <stdint.h>
 
 #define CUWIRE_EXPORT __attribute__((visibility("default")))
-#define CUWIRE_NOT_SUPPORTED 801 /* cudaErrorNotSupported == CUDA_ERROR_NOT_SUPPORTED */
+#define CUWIRE_NOT_SUPPORTED 801 /* CUDA_ERROR_NOT_SUPPORTED */
 
-/* Records a runtime call's result as the thread's last error (cudaGetLastError) and returns it. */
-int cuwire_rt_status(int err);
 /* Says once, on stderr, that a CUDA function is not remoted yet; aborts when CUWIRE_STRICT=1. */
 int cuwire_unimplemented(const char *name, const char *header, int *warned);
 /* CUWIRE_TRACE=1: every CUDA call the program makes is named on stderr as it starts. */
@@ -26,20 +24,20 @@ int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size);
  * of that context when the server changed it itself (cuCtxCreate, cuCtxDestroy; (uint64_t)-1: unknown). */
 extern const uint32_t cuwire_set_context_record_id;
 void cuwire_server_context_is(uint64_t ctx);
-/* The name of a cudaError_t value (generated from the enum in client_stubs.c). */
+/* The name of a CUresult value (generated from the enum in client_stubs.c). */
 const char *cuwire_error_name(int code);
 
 /* True once the embedded Python runtime started; the first sync call starts it. If it cannot start,
- * calls fail loudly with cudaErrorUnknown instead of cffi's silent zero. */
+ * calls fail loudly with CUDA_ERROR_UNKNOWN instead of cffi's silent zero. */
 extern int cuwire_python_ok, cuwire_forked, cuwire_finished;
 int cuwire_start_python(void);
 #define CUWIRE_READY() \
     ((__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE) && !cuwire_forked && !cuwire_finished) || \
      cuwire_start_python())
-/* The error a call returns when it cannot reach Python: CUDA_ERROR_DEINITIALIZED (cudaErrorCudartUnloading)
- * once the process is exiting and its session has ended (libraries' own clean-up runs after Python's
- * finalization, when Python must not be called), cudaErrorDevicesUnavailable in a forked child,
- * cudaErrorUnknown when Python failed to start (each the same number in CUresult). */
+/* The error a call returns when it cannot reach Python: CUDA_ERROR_DEINITIALIZED once the process is
+ * exiting and its session has ended (libraries' own clean-up runs after Python's finalization, when
+ * Python must not be called), CUDA_ERROR_DEVICE_UNAVAILABLE in a forked child, CUDA_ERROR_UNKNOWN when
+ * Python failed to start. */
 #define CUWIRE_NOT_READY (cuwire_finished ? 4 : cuwire_forked ? 46 : 999)
 
 /* For the Python side (declared again in client/build.py's cdef). */
@@ -54,13 +52,9 @@ void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char
                         const uint32_t *flags, int driver);
 size_t cuwire_queue_take(char **data, uint64_t *count);
 void cuwire_free(void *p);
-void cuwire_set_last_error(int err);
-int cuwire_lookup_function(const void *host, int *fatbin, const char **name);
-int cuwire_lookup_variable(const void *host, int *fatbin, const char **name, size_t *size);
-int cuwire_fatbin(int index, const void **data, size_t *size);
 int cuwire_py_flush(void);
 void cuwire_set_launch_limits(uint32_t threads, const uint32_t *block, const uint32_t *grid);
-void cuwire_cache_kernel(const void *host, uint64_t handle, uint32_t n, const uint32_t *offsets,
+void cuwire_cache_kernel(const void *key, uint64_t handle, uint32_t n, const uint32_t *offsets,
                          const uint32_t *sizes);
 void cuwire_forget_kernels(void);
 int cuwire_launch_config_error(const uint32_t *grid, const uint32_t *block);

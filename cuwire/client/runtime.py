@@ -1,7 +1,7 @@
 """The client's Python side, inside the program's process: the session with the server, the call path,
-the map of device memory, and kernels (modules uploaded on first use).
+the map of device memory, modules (uploaded once per content) and kernel lookups.
 
-Generated stubs (generated/client_calls.py) and hand-written ones (client/custom.py) call into this
+Generated stubs (generated/client_calls.py) and hand-written ones (client/driver.py, client/nvml.py) call into this
 module; it imports `_cuwire`, the client library's own cffi module, so it only runs embedded.
 """
 
@@ -28,19 +28,21 @@ from cuwire.generated import server_handlers as wire
 from cuwire.settings import Settings
 from cuwire.transport import Transport, TransportError, open_session
 
-# Error codes used here (the same numbers in cudaError_t and CUresult).
+# The CUresult codes used here.
 INVALID_VALUE = 1
-NO_KERNEL_IMAGE = 209
-INVALID_DEVICE_FUNCTION = 98
-DEVICES_UNAVAILABLE = 46
-DEINITIALIZED = 4  # CUDA_ERROR_DEINITIALIZED == cudaErrorCudartUnloading
+DEINITIALIZED = 4
+DEVICE_UNAVAILABLE = 46
+NO_BINARY_FOR_GPU = 209
 UNKNOWN = 999
+# Where the device snapshot's attribute list (Device.attributes) holds the launch limits: the
+# CUdevice_attribute numbers of MAX_THREADS_PER_BLOCK, MAX_BLOCK_DIM_X..Z, MAX_GRID_DIM_X..Z.
+MAX_THREADS_PER_BLOCK, MAX_BLOCK_DIM, MAX_GRID_DIM = 1, (2, 3, 4), (5, 6, 7)
 
 
 (LOAD_MODULE, GET_KERNEL, GET_GLOBAL, LAUNCH_KERNEL, ERROR_STRING, MODULE_FUNCTIONS, MAX_ACTIVE_CLUSTERS,
- EXPORT_TABLE_SIZE, LINK) = (wire.OP_IDS[n] for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel",
-                                                     "ErrorString", "ModuleFunctions", "MaxActiveClusters",
-                                                     "ExportTableSize", "Link"))
+ EXPORT_TABLE_SIZE, LINK, COPY_2D) = (wire.OP_IDS[n] for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel",
+                                                              "ErrorString", "ModuleFunctions", "MaxActiveClusters",
+                                                              "ExportTableSize", "Link", "Copy2D"))
 
 
 class Fail(Exception):
@@ -94,21 +96,14 @@ class Session:
             self.transport.close()
             raise TransportError(reply.error)
         self.welcome = reply.welcome
-        if self.welcome.devices:  # from now on launches of known kernels are checked and queued in C
-            d = self.welcome.devices[0]
-            lib.cuwire_set_launch_limits(d.max_threads_per_block, ffi.new("uint32_t[3]", list(d.max_block)),
-                                         ffi.new("uint32_t[3]", list(d.max_grid)))
         give_devices_to_c(self.welcome)
         if self.welcome.backend == "emulated":
             print("cuwire: the server runs the EMULATED device (tests only): results are not from a GPU",
                   file=sys.stderr)
-        self.modules: dict[int, int] = {}  # fatbin index -> server module
-        self.kernels: dict[int, Kernel] = {}  # host stub address -> kernel
-        self.globals: dict[int, tuple[int, int]] = {}  # host shadow address -> (device address, size)
 
 
 def give_layout_to_c(key, k: Kernel) -> None:
-    """Launches through `key` (a handle or host address the program holds) are checked and queued in C
+    """Launches through `key` (the CUfunction or CUkernel the program holds) are checked and queued in C
     from now on, as launches of the server's `k.handle` with k's parameter layout (client/local.c)."""
     lib.cuwire_cache_kernel(ffi.cast("void *", key), k.handle, len(k.offsets),
                             ffi.new("uint32_t[]", list(k.offsets) or [0]), ffi.new("uint32_t[]", list(k.sizes) or [0]))
@@ -126,6 +121,11 @@ def give_devices_to_c(welcome: pb.Welcome) -> None:
                            ffi.new("uint64_t[]", [d.total_memory for d in devices] or [0]),
                            ffi.new("uint64_t[]", [d.primary_context for d in devices] or [0]),
                            ffi.new("uint32_t[]", [d.primary_flags for d in devices] or [0]), welcome.driver_version)
+    attrs = list(devices[0].attributes) if devices else []
+    if len(attrs) > max(MAX_GRID_DIM):  # from now on launches of known functions are checked and queued in C
+        block, grid = ([attrs[i] for i in MAX_BLOCK_DIM], [attrs[i] for i in MAX_GRID_DIM])
+        lib.cuwire_set_launch_limits(attrs[MAX_THREADS_PER_BLOCK], ffi.new("uint32_t[3]", block),
+                                     ffi.new("uint32_t[3]", grid))
 
 
 class Client:
@@ -154,19 +154,19 @@ class Client:
 
     def connect(self) -> Session:
         if self.session is None:
-            if self.finished:  # the runtime's own clean-up after exit, as the driver answers it
+            if self.finished:  # the CUDA runtime's own clean-up after exit, as the driver answers it
                 raise Fail(DEINITIALIZED)
             if self.broken:
                 if not self.told:
                     self.told = True
                     print(f"cuwire: {self.broken}", file=sys.stderr)
-                raise Fail(DEVICES_UNAVAILABLE)
+                raise Fail(DEVICE_UNAVAILABLE)
             try:
                 self.session = Session(self.settings)
             except TransportError as e:
                 self.broken, self.told = str(e), True
                 print(f"cuwire: {e}", file=sys.stderr)
-                raise Fail(DEVICES_UNAVAILABLE) from None
+                raise Fail(DEVICE_UNAVAILABLE) from None
         return self.session
 
     def exchange(self, fn: int, args: bytes) -> pb.Reply:
@@ -191,7 +191,7 @@ class Client:
                 self.session = None
                 lib.cuwire_forget_kernels()
                 print(f"cuwire: {e}", file=sys.stderr)
-                raise Fail(DEVICES_UNAVAILABLE) from None
+                raise Fail(DEVICE_UNAVAILABLE) from None
             dt = time.perf_counter() - t0
             self.stats.batches += 1
             self.stats.wait_seconds += dt
@@ -206,8 +206,6 @@ class Client:
             if reply.error:
                 print(f"cuwire: the server refused a call: {reply.error}", file=sys.stderr)
                 raise Fail(UNKNOWN)
-            if reply.queued_error:
-                lib.cuwire_set_last_error(reply.queued_error)
             return reply
 
     def call(self, fn: int, args, result_cls):
@@ -257,16 +255,6 @@ class Client:
 
     # ---------------------------------------------------------------- kernels and modules
 
-    def module(self, index: int) -> int:
-        session = self.connect()
-        if index in session.modules:
-            return session.modules[index]
-        data, size = ffi.new("const void **"), ffi.new("size_t *")
-        if not lib.cuwire_fatbin(index, data, size):
-            raise Fail(NO_KERNEL_IMAGE, "the program registered no readable fatbinary")
-        session.modules[index] = self.load_image(bytes(ffi.buffer(data[0], size[0])))
-        return session.modules[index]
-
     def load_image(self, blob: bytes, logs: list[str] | None = None) -> int:
         """Load a fatbin, cubin or PTX image on the server (once per content: the hash goes first, the
         bytes only if the server lacks them); return its CUlibrary. Of a fatbin, only the entry the
@@ -277,7 +265,7 @@ class Client:
             dev = session.welcome.devices[0] if session.welcome.devices else None
             entry = fatbin.select(fatbin.parse(blob), dev.major, dev.minor) if dev else None
             if entry is None:
-                raise Fail(NO_KERNEL_IMAGE, "no code in the program for the server's GPU")
+                raise Fail(NO_BINARY_FOR_GPU, "no code in the program for the server's GPU")
             image = fatbin.single_entry_fatbin(entry)
         digest = hashlib.sha256(image).digest()
         res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest), pb.LoadModule_Result)
@@ -310,61 +298,12 @@ class Client:
         give_layout_to_c(key or k.handle, k)
         return k
 
-    def kernel(self, host_fun: int) -> Kernel:
-        session = self.connect()
-        k = session.kernels.get(host_fun)
-        if k is None:
-            index, name = ffi.new("int *"), ffi.new("const char **")
-            if not lib.cuwire_lookup_function(ffi.cast("void *", host_fun), index, name):
-                raise Fail(INVALID_DEVICE_FUNCTION)
-            module = self.module(index[0])
-            k = self.lookup_kernel(host_fun, pb.GetKernel_Args(module=module, name=ffi.string(name[0]).decode()))
-            session.kernels[host_fun] = k
-        return k
-
-    def symbol_address(self, host_var: int) -> int:
-        session = self.connect()
-        hit = session.globals.get(host_var)
-        if hit is None:
-            index, name, size = ffi.new("int *"), ffi.new("const char **"), ffi.new("size_t *")
-            if not lib.cuwire_lookup_variable(ffi.cast("void *", host_var), index, name, size):
-                raise Fail(13)  # cudaErrorInvalidSymbol
-            module = self.module(index[0])
-            res = self.call(GET_GLOBAL, pb.GetGlobal_Args(module=module, name=ffi.string(name[0]).decode(),
-                                                         size=size[0]), pb.GetGlobal_Result)
-            if res.status != 0:
-                raise Fail(res.status)
-            hit = (res.address, res.size)
-            session.globals[host_var] = hit
-            self.track_alloc(res.address, res.size)
-        return hit[0]
-
-    def symbol_size(self, host_var: int) -> int:
-        self.symbol_address(host_var)
-        return self.connect().globals[host_var][1]
-
-    def launch(self, host_fun: int, grid: tuple[int, int, int], block: tuple[int, int, int], args,
-               shared_mem: int, stream: int) -> int:
-        self.connect()  # the session sets the device's limits (Session.__init__)
-        bad = lib.cuwire_launch_config_error(ffi.new("uint32_t[3]", list(grid)), ffi.new("uint32_t[3]", list(block)))
-        if bad > 0:
-            return bad  # the same check as a queued launch's (client/local.c)
-        k = self.kernel(host_fun)
-        argv = ffi.cast("void **", args)
-        params = bytearray(k.buffer_size)
-        for i, (off, size) in enumerate(zip(k.offsets, k.sizes, strict=True)):
-            params[off:off + size] = ffi.buffer(argv[i], size)
-        res = self.call(LAUNCH_KERNEL, pb.LaunchKernel_Args(kernel=k.handle, grid=grid, block=block,
-                                                           shared_mem=shared_mem, stream=stream,
-                                                           params=bytes(params)), pb.LaunchKernel_Result)
-        return res.status
-
-    def error_string(self, code: int, driver: bool, name: bool = False, nvml: bool = False):
-        """The server's text (or name) for an error code, as a C string kept for the process's life;
-        NULL for a code the driver does not know."""
-        key = (code, driver, name, nvml)
+    def error_string(self, code: int, name: bool = False, nvml: bool = False):
+        """The server's text (or name) for a CUresult (or an nvmlReturn_t), as a C string kept for the
+        process's life; NULL for a code the server's library does not know."""
+        key = (code, name, nvml)
         if key not in self.error_strings:
-            res = self.call(ERROR_STRING, pb.ErrorString_Args(error=code, driver=driver, name=name, nvml=nvml),
+            res = self.call(ERROR_STRING, pb.ErrorString_Args(error=code, name=name, nvml=nvml),
                             pb.ErrorString_Result)
             if res.status != 0 or not res.text:
                 return ffi.NULL
@@ -395,7 +334,7 @@ class Client:
         self.lock = threading.RLock()
         self.session = None
         self.broken = ("this process was forked from a cuwire client; a forked child cannot open its own "
-                       "session yet, so its CUDA calls fail (cudaErrorDevicesUnavailable)")
+                       "session yet, so its CUDA calls fail (CUDA_ERROR_DEVICE_UNAVAILABLE)")
         self.alloc_bases, self.alloc_sizes = [], {}
         data, count = ffi.new("char **"), ffi.new("uint64_t *")
         if lib.cuwire_queue_take(data, count):
@@ -410,7 +349,7 @@ class Client:
 def api_calls() -> dict[str, Counter]:
     """The program's calls by how each was served (sync, async, custom, local, unimplemented), by name.
 
-    Launches of kernels already looked up are queued by C (client/local.c): they count as async."""
+    Launches of functions already looked up are queued by C (client/local.c): they count as async."""
     out: dict[str, Counter] = {}
     for i in range(lib.cuwire_n_functions):
         if lib.cuwire_counts[i]:
@@ -423,7 +362,7 @@ def api_calls() -> dict[str, Counter]:
     fast = lib.cuwire_fast_launches
     if fast:
         custom = out.setdefault("custom", Counter())
-        for name in ("__cudaLaunchKernel", "cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"):
+        for name in ("cuLaunchKernel", "cuLaunchKernelEx"):
             moved = min(fast, custom[name])
             custom[name] -= moved
             out.setdefault("async", Counter())[name] += moved
@@ -442,7 +381,7 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
         f"  API calls: {sum(total.values())} = {total.get('sync', 0) + total.get('custom', 0)} sent to the server "
         f"and waited for + {total.get('async', 0)} queued (sent in batches) + {total.get('local', 0)} answered "
         f"locally + {total.get('unimplemented', 0)} unimplemented",
-        f"  round trips: {s.batches} = {sent} for calls + {own} cuwire requests (modules, kernels, symbols) + "
+        f"  round trips: {s.batches} = {sent} for calls + {own} cuwire requests (modules, functions, globals) + "
         f"{s.flushes} flushes of queued calls; queued calls carried: {s.queued}",
         f"  bytes sent: {s.bytes_sent} in messages, carrying {s.bytes_sent_raw} bytes of call data before "
         f"compression; received: {s.bytes_received} in messages, {s.bytes_received_raw} bytes of results after "
@@ -464,11 +403,6 @@ client = Client()
 
 call = client.call
 track_alloc = client.track_alloc
-symbol_address = client.symbol_address
-
-
-def kernel_handle(host_fun: int) -> int:
-    return client.kernel(host_fun).handle
 
 
 def server_function(handle: int) -> int:
@@ -530,7 +464,7 @@ def on_error(exc_type, exc, tb) -> int:
         return exc.code
     import traceback
 
-    print("cuwire: internal error in the client (the call returns cudaErrorUnknown):", file=sys.stderr)
+    print("cuwire: internal error in the client (the call returns CUDA_ERROR_UNKNOWN):", file=sys.stderr)
     traceback.print_exception(exc_type, exc, tb, file=sys.stderr)
     return UNKNOWN
 
@@ -571,7 +505,7 @@ def cuwire_py_at_exit() -> None:
 
 def start() -> None:
     """Called once by the embedded init code: hook process exit and fork; the connection waits."""
-    from cuwire.client import custom, driver  # noqa: F401  (register the hand-written halves)
+    from cuwire.client import driver, nvml  # noqa: F401  (register the hand-written halves)
     from cuwire.generated import client_calls  # noqa: F401  (registers the generated halves)
 
     atexit.register(cuwire_py_at_exit)  # a Python program (PyTorch) ends through Python's atexit

@@ -7,7 +7,8 @@ unimplemented (its stub says so loudly). Inside a table:
   mode     sync    the client waits for the server's answer
            async   queued by the client and sent with the next batch; only an error code comes back,
                    at the next synchronising call
-           custom  hand-written client code (client/custom.py) and server handler (server/custom.py)
+           custom  hand-written client code (client/driver.py, client/nvml.py) and server handler
+                   (server/custom.py)
            local   answered by the client's own C (client/local.c); the server never sees it
   note     free text shown in the manifest
   aliases  extra exported names served by the same implementation
@@ -52,7 +53,7 @@ def infer_role(p: Param) -> str | None:
         return "value"
     if t.resolved != "pointer" or t.pointee is None:
         return None
-    if "*" not in t.spelling:  # a typedef'd pointer to an opaque struct: a handle such as cudaStream_t
+    if "*" not in t.spelling:  # a typedef'd pointer to an opaque struct: a handle such as CUstream
         return "value" if t.pointee.resolved == "struct" else None
     pt = t.pointee
     if pt.resolved == "struct":

@@ -13,9 +13,9 @@ import zipfile
 from pathlib import Path
 
 CUDA_VERSION = "13.0"
-# Together these hold cuda_runtime_api.h, cuda.h and the crt/ headers they include, and nvml.h.
-PINNED_WHEELS = ("nvidia-cuda-runtime==13.0.96", "nvidia-cuda-crt==13.0.88", "nvidia-nvml-dev==13.0.87")
-PARSED_HEADERS = ("cuda_runtime_api.h", "cuda.h", "nvml.h")
+# Together these hold cuda.h and cudaTypedefs.h (the driver API and its entry-point typedefs) and nvml.h.
+PINNED_WHEELS = ("nvidia-cuda-runtime==13.0.96", "nvidia-nvml-dev==13.0.87")
+PARSED_HEADERS = ("cuda.h", "nvml.h")
 
 
 def cache_dir() -> Path:

@@ -16,8 +16,7 @@ class Library:
     exports: str  # the list of every name the real library exports (codegen/exports/)
     annotations: str  # what its headers do not say (codegen/annotations/)
     error_type: str  # what its functions return
-    last_error: bool  # it keeps a per-thread last error (cudaGetLastError) that failing calls set
-    not_supported: int = 801  # what a function cuwire does not serve returns (cudaErrorNotSupported)
+    not_supported: int = 801  # what a function cuwire does not serve returns (CUDA_ERROR_NOT_SUPPORTED)
     # what a call returns when it cannot reach the server: a C expression (CUWIRE_NOT_READY says why in
     # CUDA's numbers), and the client's Python that maps its failures to this library's codes
     not_ready: str = "CUWIRE_NOT_READY"
@@ -25,12 +24,9 @@ class Library:
 
 
 LIBRARIES = (
-    Library("runtime", "libcudart.so.13", ("cuda_runtime_api.h", "crt/host_runtime.h", "crt/device_functions.h"),
-            "libcudart.so.13.exports", "libcudart.so.13.toml", "cudaError_t", last_error=True),
-    Library("driver", "libcuda.so.1", ("cuda.h",), "libcuda.so.1.exports", "libcuda.so.1.toml", "CUresult",
-            last_error=False),
+    Library("driver", "libcuda.so.1", ("cuda.h",), "libcuda.so.1.exports", "libcuda.so.1.toml", "CUresult"),
     Library("nvml", "libnvidia-ml.so.1", ("nvml.h",), "libnvidia-ml.so.1.exports", "libnvidia-ml.so.1.toml",
-            "nvmlReturn_t", last_error=False, not_supported=3, not_ready="999", on_error="on_nvml_error"),
+            "nvmlReturn_t", not_supported=3, not_ready="999", on_error="on_nvml_error"),
             # NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_UNKNOWN
 )
 BY_API = {lib.api: lib for lib in LIBRARIES}

@@ -44,7 +44,7 @@ class CType:
     resolved: str
     pointee: CType | None = None
     const: bool = False  # const on the pointee (for pointers) or on the value
-    name: str = ""  # the typedef or struct name as written (e.g. "cudaStream_t", "dim3")
+    name: str = ""  # the typedef or struct name as written (e.g. "CUstream", "CUDA_MEMCPY2D")
 
     @property
     def is_pointer(self) -> bool:
@@ -56,8 +56,8 @@ class CType:
 
     @property
     def handle_kind(self) -> str:
-        """For a handle type (a typedef'd pointer to an opaque struct, e.g. cudaStream_t), the struct's
-        tag (CUstream_st), shared by the runtime and driver names of the same handle; else ""."""
+        """For a handle type (a typedef'd pointer to an opaque struct, e.g. CUstream), the struct's
+        tag (CUstream_st); else ""."""
         if self.resolved == "pointer" and "*" not in self.spelling and self.pointee is not None \
                 and self.pointee.resolved == "struct":
             return self.pointee.name
@@ -115,9 +115,6 @@ ROLES: dict[str, Role] = {
     "mem_inout": Role("like mem_out, but host memory is sent too (2D copies leave the gaps between rows alone)",
                       args="memory", result="bytes", sized=True),
     "string": Role("NUL-terminated input string", args="scalar"),
-    "symbol": Role("address of a registered __device__ variable (resolved to the server's copy)", args="scalar"),
-    "kernel": Role("host stub address of a registered kernel (resolved to the server's kernel handle)",
-                   args="scalar"),
     "null": Role("pointer that must be NULL (reserved parameters)"),
 }
 
@@ -150,7 +147,7 @@ class Param:
             return t.proto_type
         if self.role == "string":
             return "string"
-        if self.role in ("mem_in", "mem_out", "mem_inout", "symbol", "kernel"):
+        if self.role in ("mem_in", "mem_out", "mem_inout"):
             return "uint64"
         return "bytes"
 
@@ -175,7 +172,7 @@ class Param:
 class Function:
     name: str
     header: str
-    api: str  # the library it belongs to (libraries.py): "runtime" or "driver"
+    api: str  # the library it belongs to (libraries.py): "driver" or "nvml"
     returns: CType
     params: list[Param]
     aliases: list[str] = field(default_factory=list)

@@ -39,7 +39,7 @@ def preprocess(include: Path, extra: list[str] | None = None, tail: str = "") ->
 
 def header_of(file: str, include: Path) -> str | None:
     """The header name (relative to the include folder) of a line marker's file, or None for libc."""
-    if file in ("crt/host_runtime.h", "crt/device_functions.h", "cuda.h"):  # internal_api.h's sections
+    if file == "cuda.h":  # internal_api.h's section
         return file
     try:
         return str(Path(file).resolve().relative_to(include.resolve()))
@@ -192,8 +192,6 @@ def parse_api(include: Path, cuda_version: str) -> Api:
         if isinstance(ext, c_ast.Decl) and isinstance(ext.type, c_ast.FuncDecl):
             if header in FUNCTION_HEADERS:
                 func_decls.append((ext, header))
-            if header.startswith("crt/"):
-                continue  # cuwire's own prototypes: the C stubs declare these themselves
         if isinstance(ext, c_ast.Pragma):
             continue
         decl_nodes.append(ext)

@@ -35,7 +35,7 @@ FORMAT_CTYPES = {"b": "int8_t", "B": "uint8_t", "h": "int16_t", "H": "uint16_t",
 # Ids of cuwire's own operations (not CUDA functions) in the same id space as functions.
 INTERNAL_OPS = ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString", "ModuleFunctions",
                 "MaxActiveClusters", "ExportTableSize", "LaunchKernelEx", "Link",
-                "SetContext")
+                "SetContext", "Copy2D")
 
 
 def py_name(name: str) -> str:
@@ -53,7 +53,7 @@ def py_expr(e: str, prefix: str = "", outs: frozenset[str] = frozenset(), out_pr
 
 def boundary_args(p: Param) -> list[tuple[str, str]]:
     """(C type at the Python boundary, C expression) for each value a stub passes to Python for p."""
-    if p.role == "value" or p.role in ("symbol", "kernel"):
+    if p.role == "value":
         if p.type.is_scalar and p.type.resolved != "pointer":
             return [(p.type.boundary_type, f"({p.type.boundary_type}){p.name}")]
         return [("uint64_t", f"(uint64_t)(uintptr_t){p.name}")]
@@ -91,7 +91,7 @@ def server_arg(p: Param) -> str:
     n = py_name(p.name)
     if p.handle_kind and p.role == "value":
         return f's.handle("{p.handle_kind}", "{p.type.spelling}", a.{n})'
-    if p.role in ("value", "symbol", "kernel"):
+    if p.role == "value":
         if p.type.resolved == "pointer" or not p.type.is_scalar:
             return f's.ptr("{p.type.spelling}", a.{n})'
         return f"a.{n}"
@@ -125,8 +125,8 @@ def _crc32(s: str) -> int:
 
 
 def error_names(api: Api) -> list[tuple[str, int]]:
-    """cudaError_t names by value (first name wins where values repeat), for cudaGetErrorName."""
-    enum = next(e for e in api.enums if e.name == "cudaError")
+    """CUresult names by value (first name wins where values repeat), for the client's trace lines."""
+    enum = next(e for e in api.enums if e.name == "CUresult")
     seen: dict[int, str] = {}
     for name, value in enum.members.items():
         seen.setdefault(value, name)

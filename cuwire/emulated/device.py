@@ -1,11 +1,11 @@
-"""The emulated device (CUWIRE_BACKEND=emulated): a host-memory stand-in for the CUDA libraries.
+"""The emulated device (CUWIRE_BACKEND=emulated): a host-memory stand-in for libcuda and NVML.
 
 CI has no GPU, yet the end-to-end tests must drive the real server code. `EmulatedLib` therefore has the
-same interface as the cffi library object the generated handlers call (`s.lib.cudaMalloc(...)`): one
-method per CUDA function, the C function's name and positional arguments, cffi values in (ints, cdata
-pointers, structs), the CUDA error code out, outputs written through the pointers. Kernels run through
-host implementations registered by name in `cuwire.emulated.registry`. Everything runs synchronously when it is
-called. Tests only: never the default backend.
+same interface as the cffi library object the generated handlers call (`s.lib.cuMemAlloc_v2(...)`): one
+method per driver or NVML function, the C function's name and positional arguments, cffi values in (ints,
+cdata pointers, structs), the CUresult (or nvmlReturn_t) out, outputs written through the pointers.
+Kernels run through host implementations registered by name in `cuwire.emulated.registry`. Everything runs
+synchronously when it is called. Tests only: never the default backend.
 
 Device memory lives at addresses at or above 2**48, above any x86-64 user-space address, so a device
 address can never be mistaken for a host pointer and anything below is a host buffer the server made.
@@ -17,12 +17,11 @@ import bisect
 import functools
 import mmap
 import re
-import struct
 import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import cffi
@@ -35,70 +34,83 @@ from cuwire.server.backend import cuda_ffi  # noqa: F401  (tests build their FFI
 CData = Any  # a cffi cdata value; cffi has no static types for these
 
 DEVICE_BASE = 1 << 48  # above the x86-64 user address space: never equal to a host pointer
-ALLOCATION_ALIGNMENT = 256  # what cudaMalloc guarantees
-PITCH_ALIGNMENT = 512  # what cudaMallocPitch rounds rows up to on current GPUs
+ALLOCATION_ALIGNMENT = 256  # what cuMemAlloc guarantees
+PITCH_ALIGNMENT = 512  # what cuMemAllocPitch rounds rows up to on current GPUs
 HANDLE_BASE = 0x5000_0000  # streams, events, libraries, ... : small fake addresses, never 0, 1 or 2
 MIN_HOST_ADDRESS = 0x10000  # Linux maps nothing below vm.mmap_min_addr: such a "host pointer" is a bug
-STREAM_LEGACY, STREAM_PER_THREAD = 0x1, 0x2  # cudaStreamLegacy / cudaStreamPerThread (macros in C)
+STREAM_LEGACY, STREAM_PER_THREAD = 0x1, 0x2  # CU_STREAM_LEGACY / CU_STREAM_PER_THREAD (macros in C)
 LARGE_ALLOCATION = 1 << 20  # from here on back allocations with lazily zeroed mmap, not a memset bytearray
 INT_MAX = 2**31 - 1
 # CU_LAUNCH_PARAM_* are macros ((void *)0x01, ...), so the declarations do not carry them.
 LAUNCH_PARAM_END, LAUNCH_PARAM_BUFFER_POINTER, LAUNCH_PARAM_BUFFER_SIZE = 0x0, 0x1, 0x2
 STREAM_PRIORITIES = (0, -5)  # (least, greatest), as on recent data-center GPUs
-DEFAULT_LIMITS = {  # cudaLimit name -> default value on the device
-    "cudaLimitStackSize": 1024,
-    "cudaLimitPrintfFifoSize": 1 << 20,
-    "cudaLimitMallocHeapSize": 8 << 20,
-    "cudaLimitDevRuntimeSyncDepth": 2,
-    "cudaLimitDevRuntimePendingLaunchCount": 2048,
-    "cudaLimitMaxL2FetchGranularity": 32,
-    "cudaLimitPersistingL2CacheSize": 0,
+DEFAULT_LIMITS = {  # CUlimit name -> default value; the other limits are unsupported
+    "CU_LIMIT_STACK_SIZE": 1024,
+    "CU_LIMIT_PRINTF_FIFO_SIZE": 1 << 20,
+    "CU_LIMIT_MALLOC_HEAP_SIZE": 8 << 20,
+    "CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH": 2,
+    "CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT": 2048,
+    "CU_LIMIT_MAX_L2_FETCH_GRANULARITY": 32,
+    "CU_LIMIT_PERSISTING_L2_CACHE_SIZE": 0,
 }
-KERNEL_REGISTERS = 32  # what cudaFuncGetAttributes reports and occupancy assumes
+KERNEL_REGISTERS = 32  # what cuFuncGetAttribute reports and occupancy assumes
+# The CUfunction_attribute names cuFuncSetAttribute takes; the rest are properties of the compiled code.
+SETTABLE_FUNCTION_ATTRIBUTES = frozenset({
+    "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES",
+    "CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT",
+    "CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET",
+    "CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH",
+    "CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT",
+    "CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH",
+    "CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED",
+    "CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE",
+})
 UUID = b"cuwire-emulated\x00"
-# Real text for the codes test apps meet most; other codes are described by their name.
+# Which ends of a copy must be device memory, (destination, source), by the direction the driver's copy
+# functions have in their names (cuMemcpyHtoD_v2, ...); cuMemcpy ("unified") takes it from the pointers.
+# CUmemorytype: where a side of a 2D copy is (unified: wherever its address says)
+MEMORY_TYPES = {"host": 1, "device": 2, "unified": 4}
+MEMORY_TYPES_ARRAY = 3
+COPY_DIRECTIONS = {"HtoD": (True, False), "DtoH": (False, True), "DtoD": (True, True), "unified": (False, False)}
+# The driver's text for the codes test apps meet most; other codes are described by their name.
 ERROR_TEXT = {
-    "Success": "no error",
-    "InvalidValue": "invalid argument",
-    "MemoryAllocation": "out of memory",
-    "InvalidDevice": "invalid device ordinal",
-    "InvalidConfiguration": "invalid configuration argument",
-    "InvalidPitchValue": "invalid pitch argument",
-    "InvalidMemcpyDirection": "invalid copy direction for memcpy",
-    "InvalidDeviceFunction": "invalid device function",
-    "InvalidResourceHandle": "invalid resource handle",
-    "NotFound": "named symbol not found",
-    "NotReady": "device not ready",
-    "IllegalAddress": "an illegal memory access was encountered",
-    "LaunchFailure": "unspecified launch failure",
-    "NotSupported": "operation not supported",
-    "UnsupportedLimit": "unsupported limit",
+    "CUDA_SUCCESS": "no error",
+    "CUDA_ERROR_INVALID_VALUE": "invalid argument",
+    "CUDA_ERROR_OUT_OF_MEMORY": "out of memory",
+    "CUDA_ERROR_INVALID_DEVICE": "invalid device ordinal",
+    "CUDA_ERROR_INVALID_HANDLE": "invalid resource handle",
+    "CUDA_ERROR_NOT_FOUND": "named symbol not found",
+    "CUDA_ERROR_NOT_READY": "device not ready",
+    "CUDA_ERROR_ILLEGAL_ADDRESS": "an illegal memory access was encountered",
+    "CUDA_ERROR_LAUNCH_FAILED": "unspecified launch failure",
+    "CUDA_ERROR_NOT_SUPPORTED": "operation not supported",
+    "CUDA_ERROR_UNSUPPORTED_LIMIT": "unsupported limit",
 }
-# Device attributes whose normalized name (no prefix, no underscores, lower case) is not a cudaDeviceProp
-# field's: name -> (field, index into an array field or None). The rest match a field by name.
+# Device attributes whose name, less its prefix and underscores and lower-cased, is not a PROPERTIES field's:
+# CUdevice_attribute name -> (field, index into a tuple field or None). The rest match a field that way.
 ATTRIBUTE_FIELDS: dict[str, tuple[str, int | None]] = {
-    "maxblockdimx": ("maxThreadsDim", 0),
-    "maxblockdimy": ("maxThreadsDim", 1),
-    "maxblockdimz": ("maxThreadsDim", 2),
-    "maxgriddimx": ("maxGridSize", 0),
-    "maxgriddimy": ("maxGridSize", 1),
-    "maxgriddimz": ("maxGridSize", 2),
-    "maxsharedmemoryperblock": ("sharedMemPerBlock", None),
-    "sharedmemoryperblock": ("sharedMemPerBlock", None),
-    "maxsharedmemoryperblockoptin": ("sharedMemPerBlockOptin", None),
-    "maxsharedmemorypermultiprocessor": ("sharedMemPerMultiprocessor", None),
-    "totalconstantmemory": ("totalConstMem", None),
-    "computecapabilitymajor": ("major", None),
-    "computecapabilityminor": ("minor", None),
-    "maxregistersperblock": ("regsPerBlock", None),
-    "registersperblock": ("regsPerBlock", None),
-    "maxregisterspermultiprocessor": ("regsPerMultiprocessor", None),
-    "maxpitch": ("memPitch", None),
-    "globalmemorybuswidth": ("memoryBusWidth", None),
-    "gpuoverlap": ("asyncEngineCount", None),
+    "CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X": ("maxThreadsDim", 0),
+    "CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y": ("maxThreadsDim", 1),
+    "CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z": ("maxThreadsDim", 2),
+    "CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X": ("maxGridSize", 0),
+    "CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y": ("maxGridSize", 1),
+    "CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z": ("maxGridSize", 2),
+    "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK": ("sharedMemPerBlock", None),
+    "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": ("sharedMemPerBlockOptin", None),
+    "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR": ("sharedMemPerMultiprocessor", None),
+    "CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY": ("totalConstMem", None),
+    "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR": ("major", None),
+    "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR": ("minor", None),
+    "CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK": ("regsPerBlock", None),
+    "CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR": ("regsPerMultiprocessor", None),
+    "CU_DEVICE_ATTRIBUTE_MAX_PITCH": ("memPitch", None),
+    "CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH": ("memoryBusWidth", None),
+    "CU_DEVICE_ATTRIBUTE_GPU_OVERLAP": ("asyncEngineCount", None),
 }
 
-_CUDA_FUNCTION = re.compile(r"(cu(da)?|nvml)[A-Z]")
+# Names of the functions of the libraries served: the driver's and NVML's. The runtime's (cuda*) run on
+# the client, above cuwire's libcuda; they are no function here, as in the real libraries.
+_LIBRARY_FUNCTION = re.compile(r"(cu|nvml)[A-Z]")
 
 
 class _Enum:
@@ -129,8 +141,22 @@ def _zeroed(size: int) -> bytearray | mmap.mmap:
 
 
 def _prop(name: str) -> Any:
-    """A cudaDeviceProp field of the emulated device (zero where the registry names none)."""
+    """A property of the emulated device by its registry.PROPERTIES name (zero where the registry has none)."""
     return registry.PROPERTIES.get(name, 0)
+
+
+def _function_attribute_defaults() -> dict[str, int]:
+    """What cuFuncGetAttribute reports for every kernel, by CUfunction_attribute name, until
+    cuFuncSetAttribute changes it; the rest are 0 (no static shared, constant or local memory, no clusters)."""
+    version = _prop("major") * 10 + _prop("minor")
+    return {
+        "CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK": _prop("maxThreadsPerBlock"),
+        "CU_FUNC_ATTRIBUTE_NUM_REGS": KERNEL_REGISTERS,
+        "CU_FUNC_ATTRIBUTE_PTX_VERSION": version,
+        "CU_FUNC_ATTRIBUTE_BINARY_VERSION": version,
+        "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES": _prop("sharedMemPerBlock"),
+        "CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT": -1,
+    }
 
 
 class EmulatedMemory:
@@ -167,7 +193,7 @@ class EmulatedMemory:
         return base
 
     def reset(self) -> None:
-        """cudaDeviceReset: free every allocation; `__device__` variables stay where they are, zeroed,
+        """cuDevicePrimaryCtxReset: free every allocation; `__device__` variables stay where they are, zeroed,
         because loaded libraries (and the addresses the server learned from them) outlive the reset."""
         kept = {address: self._blocks[address] for address in self._globals.values()}
         self._bases = sorted(kept)
@@ -245,8 +271,7 @@ class _Stream:
     flags: int = 0
     priority: int = 0
     ident: int = 0
-    builtin: bool = False  # the default stream, cudaStreamLegacy, cudaStreamPerThread: never destroyed
-    attributes: dict[int, bytes] = field(default_factory=dict)  # cudaLaunchAttributeValue bytes by id
+    builtin: bool = False  # the default stream, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: never destroyed
 
 
 @dataclass
@@ -277,18 +302,18 @@ def _after_fault(method: Method) -> Method:
 
 
 class EmulatedLib(EmulatedNvml):
-    """Host-memory stand-in for the cffi CUDA library object: same function names, arguments and codes.
+    """Host-memory stand-in for the cffi object of libcuda and NVML: same function names, arguments and codes.
 
-    A CUDA function it does not implement answers "not supported" and says so on stderr (`__getattr__`),
-    so nothing an app relies on silently succeeds.
+    A driver or NVML function it does not implement answers "not supported" and says so on stderr
+    (`__getattr__`), so nothing an app relies on silently succeeds.
     """
 
     def __init__(self, ffi: cffi.FFI) -> None:
         self.ffi = ffi
-        self.rt = _Enum(ffi, "cudaError_t")
         self.drv = _Enum(ffi, "CUresult")
         self._next_handle = HANDLE_BASE
         self._context = self._new_handle()  # the primary context
+        self._current_context = self._context
         self._created: dict[int, int] = {}  # contexts made with cuCtxCreate -> their flags (else they share
         # the one device's state)
         self._links: dict[int, list[bytes]] = {}  # cuLinkCreate's states: their PTX inputs
@@ -296,24 +321,21 @@ class EmulatedLib(EmulatedNvml):
         self._link_options: dict[int, tuple] = {}  # cuLinkCreate's JIT options (its log buffers)
         self._error_strings: dict[tuple[str, int], CData] = {}  # kept alive: C callers hold the pointers
         self._memory = EmulatedMemory(int(_prop("totalGlobalMem")))
-        # Libraries are context-independent in CUDA: they and their kernels outlive cudaDeviceReset.
+        # Libraries are context-independent in CUDA: they and their kernels outlive cuDevicePrimaryCtxReset.
         self._libraries: set[int] = set()
         self._kernel_handles: dict[int, _Function] = {}
         self._function_handles: dict[int, _Function] = {}
-        self._func_attributes: dict[str, dict[int, int]] = {}  # kernel name -> cudaFuncAttribute -> value
+        self._func_attributes: dict[str, dict[str, int]] = {}  # kernel name -> CUfunction_attribute name -> value
         self._reset()
 
     def _reset(self) -> None:
-        """The device's state as at start-up: on creation and at cudaDeviceReset."""
+        """The device's state as at start-up: on creation and at cuDevicePrimaryCtxReset_v2."""
         self._memory.reset()
-        self._fault = 0  # sticky error of a failed kernel (same number in cudaError_t and CUresult)
-        self._device = 0
+        self._fault = 0  # the sticky CUresult of a failed kernel
         self._device_flags = 0
         self._cache_config = 0
-        self._shared_mem_config = 0
-        self._limits = {self.ffi.typeof("enum cudaLimit").relements[n]: v for n, v in DEFAULT_LIMITS.items()}
-        self._current_context = self._context
-        self._primary_refs = 0
+        limits = self.ffi.typeof("CUlimit").relements
+        self._limits = {limits[name]: value for name, value in DEFAULT_LIMITS.items()}
         self._streams = {0: _Stream(builtin=True, ident=1)}
         self._streams[STREAM_LEGACY] = self._streams[0]
         self._streams[STREAM_PER_THREAD] = _Stream(builtin=True, ident=2)
@@ -321,11 +343,10 @@ class EmulatedLib(EmulatedNvml):
         self._events: dict[int, _Event] = {}
 
     def __getattr__(self, name: str) -> Callable[..., int]:
-        """Any other CUDA function: fail loudly by name, never succeed silently."""
-        if not _CUDA_FUNCTION.match(name):
+        """Any other driver or NVML function: fail loudly by name, never succeed silently."""
+        if not _LIBRARY_FUNCTION.match(name):
             raise AttributeError(name)
-        code = (self.rt.cudaErrorNotSupported if name.startswith("cuda") else 3 if name.startswith("nvml")
-                else self.drv.CUDA_ERROR_NOT_SUPPORTED)  # 3: NVML_ERROR_NOT_SUPPORTED
+        code = 3 if name.startswith("nvml") else self.drv.CUDA_ERROR_NOT_SUPPORTED  # 3: NVML_ERROR_NOT_SUPPORTED
 
         def not_implemented(*args: Any) -> int:
             print(f"emulated device: {name} not implemented", file=sys.stderr, flush=True)
@@ -354,9 +375,6 @@ class EmulatedLib(EmulatedNvml):
             item = self.ffi.typeof(out).item
             out[0] = self.ffi.cast(item, value) if item.kind == "pointer" else value
         return True
-
-    def _rt_put(self, *outputs: tuple[CData, Any]) -> int:
-        return 0 if self._put(*outputs) else self.rt.cudaErrorInvalidValue
 
     def _drv_put(self, *outputs: tuple[CData, Any]) -> int:
         return 0 if self._put(*outputs) else self.drv.CUDA_ERROR_INVALID_VALUE
@@ -408,42 +426,24 @@ class EmulatedLib(EmulatedNvml):
         else:
             self.ffi.buffer(self.ffi.cast("char *", address), len(data))[:] = data
 
-    def _kind_fits(self, dst: int, src: int, kind: int) -> bool | None:
-        """Whether a cudaMemcpyKind agrees with where dst and src are; None if it is no kind at all."""
-        kinds = self.ffi.typeof("enum cudaMemcpyKind").relements
-        device_side = {
-            kinds["cudaMemcpyHostToHost"]: (),
-            kinds["cudaMemcpyHostToDevice"]: (dst,),
-            kinds["cudaMemcpyDeviceToHost"]: (src,),
-            kinds["cudaMemcpyDeviceToDevice"]: (dst, src),
-            kinds["cudaMemcpyDefault"]: (),
-        }.get(kind)
-        if device_side is None:
-            return None
-        return all(self._memory.contains(address) for address in device_side)
-
-    def _copy(self, dst: CData, src: CData, count: int, kind: int) -> int:
-        """cudaMemcpy for every kind, the direction taken from the pointers; a cudaError_t."""
-        return self._copy_2d(dst, count, src, count, count, 1, kind)
-
-    def _copy_2d(self, dst: CData, dpitch: int, src: CData, spitch: int, width: int, height: int,
-                 kind: int) -> int:
-        """cudaMemcpy2D: `height` rows of `width` bytes; every row is checked before any is copied."""
-        dst_address, src_address = self._addr(dst), self._addr(src)
-        fits = self._kind_fits(dst_address, src_address, kind)
-        if fits is None:
-            return self.rt.cudaErrorInvalidMemcpyDirection
-        if width == 0 or height == 0:
+    def _copy(self, dst: int | CData, src: int | CData, count: int, direction: str) -> int:
+        """Copy `count` bytes, checked before any moves; `direction` (COPY_DIRECTIONS) says which ends must
+        be device memory."""
+        if count == 0:
             return 0
-        if width > dpitch or width > spitch:
-            return self.rt.cudaErrorInvalidPitchValue
-        rows = (height - 1)
-        if not (fits and self._valid(dst_address, dpitch * rows + width)
-                and self._valid(src_address, spitch * rows + width)):
-            return self.rt.cudaErrorInvalidValue
-        for row in range(height):
-            self._store(dst_address + row * dpitch, self._load(src_address + row * spitch, width))
+        dst_address, src_address = self._addr(dst), self._addr(src)
+        ends = zip((dst_address, src_address), COPY_DIRECTIONS[direction], strict=True)
+        on_device = [address for address, device in ends if device]
+        if not (all(self._memory.contains(a) for a in on_device) and self._valid(dst_address, count)
+                and self._valid(src_address, count)):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        self._store(dst_address, self._load(src_address, count))
         return 0
+
+    def _copy_async(self, dst: int | CData, src: int | CData, count: int, direction: str, stream: CData) -> int:
+        if self._stream(stream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self._copy(dst, src, count, direction)
 
     def _fill(self, address: int, pitch: int, pattern: bytes, width: int, height: int) -> bool:
         """Memset of `height` rows of `width` bytes of device memory with a repeated pattern."""
@@ -456,531 +456,24 @@ class EmulatedLib(EmulatedNvml):
             self._memory.store(address + i * pitch, row)
         return True
 
+    def _memset(self, dst: int, pitch: int, value: int, size: int, width: int, height: int) -> int:
+        """cuMemsetD*: `height` rows of `width` elements of `size` bytes, each `value` (its low bytes); the
+        address must be aligned to the element."""
+        address = self._addr(dst)
+        pattern = (value & ((1 << 8 * size) - 1)).to_bytes(size, "little")
+        ok = address % size == 0 and self._fill(address, pitch, pattern, width * size, height)
+        return 0 if ok else self.drv.CUDA_ERROR_INVALID_VALUE
+
     def _allocate(self, out: CData, size: int) -> int:
-        """cudaMalloc's work; a cudaError_t. Size 0 gives NULL, as CUDA does."""
+        """A new allocation's address into `out`; size 0 gives NULL (cuMemAlloc_v2 refuses it instead)."""
         if self._is_null(out):
-            return self.rt.cudaErrorInvalidValue
+            return self.drv.CUDA_ERROR_INVALID_VALUE
         address = self._memory.allocate(size) if size else 0
         if address is None:
-            return self.rt.cudaErrorMemoryAllocation
-        return self._rt_put((out, address))
-
-    def _free(self, pointer: CData) -> int:
-        address = self._addr(pointer)
-        return 0 if address == 0 or self._memory.free(address) else self.rt.cudaErrorInvalidValue
+            return self.drv.CUDA_ERROR_OUT_OF_MEMORY
+        return self._drv_put((out, address))
 
     # --- device -------------------------------------------------------------------------------------
-
-    def cudaGetDeviceCount(self, count: CData) -> int:
-        return self._rt_put((count, 1))
-
-    def cudaGetDevice(self, device: CData) -> int:
-        return self._rt_put((device, self._device))
-
-    def cudaSetDevice(self, device: int) -> int:
-        if device != 0:
-            return self.rt.cudaErrorInvalidDevice
-        self._device = device
-        return 0
-
-    def cudaInitDevice(self, device: int, deviceFlags: int, flags: int) -> int:
-        return 0 if device == 0 else self.rt.cudaErrorInvalidDevice
-
-    def cudaSetValidDevices(self, device_arr: CData, len: int) -> int:
-        if len < 0 or (len and self._is_null(device_arr)):
-            return self.rt.cudaErrorInvalidValue
-        devices = self.ffi.cast("int *", device_arr)
-        return 0 if all(devices[i] == 0 for i in range(len)) else self.rt.cudaErrorInvalidDevice
-
-    def cudaChooseDevice(self, device: CData, prop: CData) -> int:
-        if self._is_null(prop):
-            return self.rt.cudaErrorInvalidValue
-        return self._rt_put((device, 0))
-
-    def cudaGetDeviceFlags(self, flags: CData) -> int:
-        return self._rt_put((flags, self._device_flags))
-
-    def cudaSetDeviceFlags(self, flags: int) -> int:
-        self._device_flags = flags
-        return 0
-
-    def cudaDeviceReset(self) -> int:
-        self._reset()
-        return 0
-
-    @_after_fault
-    def cudaDeviceSynchronize(self) -> int:
-        return 0
-
-    def cudaGetDeviceProperties(self, prop: CData, device: int) -> int:
-        if device != 0:
-            return self.rt.cudaErrorInvalidDevice
-        if self._is_null(prop):
-            return self.rt.cudaErrorInvalidValue
-        self.ffi.memmove(prop, bytes(self.ffi.sizeof("struct cudaDeviceProp")), self.ffi.sizeof(
-            "struct cudaDeviceProp"))
-        for name, value in registry.PROPERTIES.items():
-            if isinstance(value, str):
-                value = value.encode()[:255]
-            elif isinstance(value, tuple):
-                value = list(value)
-            setattr(prop, name, value)
-        self.ffi.memmove(prop.uuid.bytes, UUID, len(UUID))
-        return 0
-
-    def _attribute(self, enum_ctype: str, prefix: str, attribute: int) -> int | None:
-        """A device attribute from PROPERTIES, by its enum name; 0 for ones the device does not know."""
-        name = self.ffi.typeof(enum_ctype).elements.get(attribute)
-        if name is None:
-            return None
-        key = name.removeprefix(prefix).replace("_", "").lower()
-        fields = {f.lower(): f for f in registry.PROPERTIES}
-        field_name, index = ATTRIBUTE_FIELDS.get(key, (fields.get(key, ""), None))
-        value = _prop(field_name) if field_name else 0
-        return min(int(value[index] if index is not None else value), INT_MAX)
-
-    def cudaDeviceGetAttribute(self, value: CData, attr: int, device: int) -> int:
-        if device != 0:
-            return self.rt.cudaErrorInvalidDevice
-        found = self._attribute("enum cudaDeviceAttr", "cudaDevAttr", attr)
-        return self.rt.cudaErrorInvalidValue if found is None else self._rt_put((value, found))
-
-    def cudaDeviceGetP2PAttribute(self, value: CData, attr: int, srcDevice: int, dstDevice: int) -> int:
-        return self.rt.cudaErrorInvalidDevice  # the only device has no peer, and is not its own
-
-    def _pci_bus_id(self) -> str:
-        return f"{_prop('pciDomainID'):04X}:{_prop('pciBusID'):02X}:{_prop('pciDeviceID'):02X}.0"
-
-    def cudaDeviceGetPCIBusId(self, pciBusId: CData, len: int, device: int) -> int:
-        if device != 0:
-            return self.rt.cudaErrorInvalidDevice
-        return 0 if self._write_string(pciBusId, len, self._pci_bus_id()) else self.rt.cudaErrorInvalidValue
-
-    def cudaDeviceGetByPCIBusId(self, device: CData, pciBusId: CData) -> int:
-        text = self._string(pciBusId)
-        match = re.fullmatch(r"(?:([0-9a-f]+):)?([0-9a-f]+):([0-9a-f]+)(?:\.([0-9a-f]+))?", (text or "").lower())
-        if match is None:
-            return self.rt.cudaErrorInvalidValue
-        ours = (_prop("pciDomainID"), _prop("pciBusID"), _prop("pciDeviceID"), 0)
-        theirs = tuple(int(part or "0", 16) for part in match.groups())
-        return self._rt_put((device, 0)) if theirs == ours else self.rt.cudaErrorInvalidDevice
-
-    def cudaDeviceGetCacheConfig(self, pCacheConfig: CData) -> int:
-        return self._rt_put((pCacheConfig, self._cache_config))
-
-    def cudaDeviceSetCacheConfig(self, cacheConfig: int) -> int:
-        if cacheConfig not in self.ffi.typeof("enum cudaFuncCache").elements:
-            return self.rt.cudaErrorInvalidValue
-        self._cache_config = cacheConfig
-        return 0
-
-    def cudaDeviceGetSharedMemConfig(self, pConfig: CData) -> int:
-        return self._rt_put((pConfig, self._shared_mem_config))
-
-    def cudaDeviceSetSharedMemConfig(self, config: int) -> int:
-        if config not in self.ffi.typeof("enum cudaSharedMemConfig").elements:
-            return self.rt.cudaErrorInvalidValue
-        self._shared_mem_config = config
-        return 0
-
-    def cudaDeviceGetLimit(self, pValue: CData, limit: int) -> int:
-        if limit not in self._limits:
-            return self.rt.cudaErrorUnsupportedLimit
-        return self._rt_put((pValue, self._limits[limit]))
-
-    def cudaDeviceSetLimit(self, limit: int, value: int) -> int:
-        if limit not in self._limits:
-            return self.rt.cudaErrorUnsupportedLimit
-        self._limits[limit] = value
-        return 0
-
-    def cudaDeviceGetStreamPriorityRange(self, leastPriority: CData, greatestPriority: CData) -> int:
-        least, greatest = STREAM_PRIORITIES
-        # Either pointer may be NULL: the caller asks only for what it wants.
-        outputs = [(p, v) for p, v in ((leastPriority, least), (greatestPriority, greatest)) if not self._is_null(p)]
-        return self._rt_put(*outputs)
-
-    def cudaDriverGetVersion(self, driverVersion: CData) -> int:
-        return self._rt_put((driverVersion, registry.DRIVER_VERSION))
-
-    def cudaRuntimeGetVersion(self, runtimeVersion: CData) -> int:
-        return self._rt_put((runtimeVersion, registry.RUNTIME_VERSION))
-
-    # --- errors -------------------------------------------------------------------------------------
-
-    def _kept(self, kind: str, code: int, text: str) -> CData:
-        """A C string that lives as long as this object, since callers keep the pointer."""
-        key = (kind, code)
-        if key not in self._error_strings:
-            self._error_strings[key] = self.ffi.new("char[]", text.encode())
-        return self.ffi.cast("char *", self._error_strings[key])
-
-    def _error_text(self, name: str) -> str:
-        short = name.removeprefix("cudaError").removeprefix("cuda")
-        return ERROR_TEXT.get(short, name)
-
-    def cudaGetErrorString(self, error: int) -> CData:
-        name = self.rt.names.get(error)
-        return self._kept("string", error, self._error_text(name) if name else "unrecognized error code")
-
-    def cudaGetErrorName(self, error: int) -> CData:
-        return self._kept("name", error, self.rt.names.get(error, "cudaErrorUnknown"))
-
-    def cuGetErrorString(self, error: int, pStr: CData) -> int:
-        name = self.drv.names.get(error)
-        if name is None:
-            self._put((pStr, self.ffi.NULL))
-            return self.drv.CUDA_ERROR_INVALID_VALUE
-        runtime_name = self.rt.names.get(error, name)  # same numbers name the same error in both enums
-        return self._drv_put((pStr, self._kept("cu-string", error, self._error_text(runtime_name))))
-
-    def cuGetErrorName(self, error: int, pStr: CData) -> int:
-        name = self.drv.names.get(error)
-        if name is None:
-            self._put((pStr, self.ffi.NULL))
-            return self.drv.CUDA_ERROR_INVALID_VALUE
-        return self._drv_put((pStr, self._kept("cu-name", error, name)))
-
-    # --- memory -------------------------------------------------------------------------------------
-
-    @_after_fault
-    def cudaMalloc(self, devPtr: CData, size: int) -> int:
-        return self._allocate(devPtr, size)
-
-    @_after_fault
-    def cudaMallocAsync(self, devPtr: CData, size: int, hStream: CData) -> int:
-        if self._stream(hStream) is None:
-            return self.rt.cudaErrorInvalidResourceHandle
-        return self._allocate(devPtr, size)
-
-    @_after_fault
-    def cudaMallocPitch(self, devPtr: CData, pitch: CData, width: int, height: int) -> int:
-        row = _round_up(max(width, 1), PITCH_ALIGNMENT)
-        if self._is_null(pitch):
-            return self.rt.cudaErrorInvalidValue
-        status = self._allocate(devPtr, row * height)
-        return status or self._rt_put((pitch, row))
-
-    @_after_fault
-    def cudaFree(self, devPtr: CData) -> int:
-        return self._free(devPtr)
-
-    @_after_fault
-    def cudaFreeAsync(self, devPtr: CData, hStream: CData) -> int:
-        if self._stream(hStream) is None:
-            return self.rt.cudaErrorInvalidResourceHandle
-        return self._free(devPtr)
-
-    def cudaMemGetInfo(self, free: CData, total: CData) -> int:
-        return self._rt_put((free, self._memory.total - self._memory.used), (total, self._memory.total))
-
-    def cudaPointerGetAttributes(self, attributes: CData, ptr: CData) -> int:
-        if self._is_null(attributes):
-            return self.rt.cudaErrorInvalidValue
-        types = self.ffi.typeof("enum cudaMemoryType").relements
-        address = self._addr(ptr)
-        on_device = self._memory.contains(address)
-        attributes.type = types["cudaMemoryTypeDevice" if on_device else "cudaMemoryTypeUnregistered"]
-        attributes.device = self._device if on_device else -2  # what CUDA reports for unregistered memory
-        attributes.devicePointer = self.ffi.cast("void *", address if on_device else 0)
-        attributes.hostPointer = self.ffi.NULL
-        return 0
-
-    @_after_fault
-    def cudaMemcpy(self, dst: CData, src: CData, count: int, kind: int) -> int:
-        return self._copy(dst, src, count, kind)
-
-    @_after_fault
-    def cudaMemcpyAsync(self, dst: CData, src: CData, count: int, kind: int, stream: CData) -> int:
-        if self._stream(stream) is None:
-            return self.rt.cudaErrorInvalidResourceHandle
-        return self._copy(dst, src, count, kind)
-
-    @_after_fault
-    def cudaMemcpy2D(self, dst: CData, dpitch: int, src: CData, spitch: int, width: int, height: int,
-                     kind: int) -> int:
-        return self._copy_2d(dst, dpitch, src, spitch, width, height, kind)
-
-    @_after_fault
-    def cudaMemcpy2DAsync(self, dst: CData, dpitch: int, src: CData, spitch: int, width: int, height: int,
-                          kind: int, stream: CData) -> int:
-        if self._stream(stream) is None:
-            return self.rt.cudaErrorInvalidResourceHandle
-        return self._copy_2d(dst, dpitch, src, spitch, width, height, kind)
-
-    @_after_fault
-    def cudaMemcpyPeer(self, dst: CData, dstDevice: int, src: CData, srcDevice: int, count: int) -> int:
-        if dstDevice != 0 or srcDevice != 0:
-            return self.rt.cudaErrorInvalidDevice
-        kind = self.ffi.typeof("enum cudaMemcpyKind").relements["cudaMemcpyDeviceToDevice"]
-        return self._copy(dst, src, count, kind)
-
-    @_after_fault
-    def cudaMemcpyPeerAsync(self, dst: CData, dstDevice: int, src: CData, srcDevice: int, count: int,
-                            stream: CData) -> int:
-        if self._stream(stream) is None:
-            return self.rt.cudaErrorInvalidResourceHandle
-        return self.cudaMemcpyPeer(dst, dstDevice, src, srcDevice, count)
-
-    @_after_fault
-    def cudaMemset(self, devPtr: CData, value: int, count: int) -> int:
-        return self.cudaMemset2D(devPtr, count, value, count, 1)
-
-    @_after_fault
-    def cudaMemsetAsync(self, devPtr: CData, value: int, count: int, stream: CData) -> int:
-        if self._stream(stream) is None:
-            return self.rt.cudaErrorInvalidResourceHandle
-        return self.cudaMemset2D(devPtr, count, value, count, 1)
-
-    @_after_fault
-    def cudaMemset2D(self, devPtr: CData, pitch: int, value: int, width: int, height: int) -> int:
-        ok = self._fill(self._addr(devPtr), pitch, bytes([value & 0xFF]), width, height)
-        return 0 if ok else self.rt.cudaErrorInvalidValue
-
-    @_after_fault
-    def cudaMemset2DAsync(self, devPtr: CData, pitch: int, value: int, width: int, height: int,
-                          stream: CData) -> int:
-        if self._stream(stream) is None:
-            return self.rt.cudaErrorInvalidResourceHandle
-        return self.cudaMemset2D(devPtr, pitch, value, width, height)
-
-    @_after_fault
-    def cuMemAlloc_v2(self, dptr: CData, bytesize: int) -> int:
-        if bytesize == 0 or self._is_null(dptr):
-            return self.drv.CUDA_ERROR_INVALID_VALUE
-        address = self._memory.allocate(bytesize)
-        return self.drv.CUDA_ERROR_OUT_OF_MEMORY if address is None else self._drv_put((dptr, address))
-
-    @_after_fault
-    def cuMemFree_v2(self, dptr: int) -> int:
-        if not self._addr(dptr):
-            return 0  # freeing 0 does nothing (what cudaFree(NULL) relies on)
-        return 0 if self._memory.free(self._addr(dptr)) else self.drv.CUDA_ERROR_INVALID_VALUE
-
-    def cuMemAllocPitch_v2(self, dptr: CData, pPitch: CData, WidthInBytes: int, Height: int,
-                           ElementSizeBytes: int) -> int:
-        if ElementSizeBytes not in (4, 8, 16):
-            return self.drv.CUDA_ERROR_INVALID_VALUE
-        return self.cudaMallocPitch(dptr, pPitch, WidthInBytes, Height)
-
-    def cuMemGetInfo_v2(self, free: CData, total: CData) -> int:
-        return self._drv_put((free, self._memory.total - self._memory.used), (total, self._memory.total))
-
-    def _driver_copy(self, dst: int | CData, src: int | CData, count: int, kind: str) -> int:
-        code = self._copy(dst, src, count, self.ffi.typeof("enum cudaMemcpyKind").relements[kind])
-        return 0 if code == 0 else self.drv.CUDA_ERROR_INVALID_VALUE
-
-    @_after_fault
-    def cuMemcpyHtoD_v2(self, dstDevice: int, srcHost: CData, ByteCount: int) -> int:
-        return self._driver_copy(dstDevice, srcHost, ByteCount, "cudaMemcpyHostToDevice")
-
-    @_after_fault
-    def cuMemcpyDtoH_v2(self, dstHost: CData, srcDevice: int, ByteCount: int) -> int:
-        return self._driver_copy(dstHost, srcDevice, ByteCount, "cudaMemcpyDeviceToHost")
-
-    @_after_fault
-    def cuMemcpyDtoD_v2(self, dstDevice: int, srcDevice: int, ByteCount: int) -> int:
-        return self._driver_copy(dstDevice, srcDevice, ByteCount, "cudaMemcpyDeviceToDevice")
-
-    @_after_fault
-    def cuMemsetD8_v2(self, dstDevice: int, uc: int, N: int) -> int:
-        ok = self._fill(self._addr(dstDevice), N, bytes([uc & 0xFF]), N, 1)
-        return 0 if ok else self.drv.CUDA_ERROR_INVALID_VALUE
-
-    @_after_fault
-    def cuMemsetD32_v2(self, dstDevice: int, ui: int, N: int) -> int:
-        address = self._addr(dstDevice)
-        ok = address % 4 == 0 and self._fill(address, 4 * N, struct.pack("<I", ui & 0xFFFFFFFF), 4 * N, 1)
-        return 0 if ok else self.drv.CUDA_ERROR_INVALID_VALUE
-
-    # --- streams ------------------------------------------------------------------------------------
-
-    def _create_stream(self, out: CData, flags: int, priority: int) -> bool:
-        if self._is_null(out) or flags & ~self.ffi.typeof("CUstream_flags").relements["CU_STREAM_NON_BLOCKING"]:
-            return False
-        least, greatest = STREAM_PRIORITIES
-        handle = self._new_handle()
-        self._streams[handle] = _Stream(flags, min(max(priority, greatest), least), self._next_stream_id)
-        self._next_stream_id += 1
-        return self._put((out, handle))
-
-    def cudaStreamCreate(self, pStream: CData) -> int:
-        return 0 if self._create_stream(pStream, 0, 0) else self.rt.cudaErrorInvalidValue
-
-    def cudaStreamCreateWithFlags(self, pStream: CData, flags: int) -> int:
-        return 0 if self._create_stream(pStream, flags, 0) else self.rt.cudaErrorInvalidValue
-
-    def cudaStreamCreateWithPriority(self, pStream: CData, flags: int, priority: int) -> int:
-        return 0 if self._create_stream(pStream, flags, priority) else self.rt.cudaErrorInvalidValue
-
-    def cuStreamCreate(self, phStream: CData, Flags: int) -> int:
-        return 0 if self._create_stream(phStream, Flags, 0) else self.drv.CUDA_ERROR_INVALID_VALUE
-
-    def _destroy_stream(self, handle: CData) -> bool:
-        stream = self._stream(handle)
-        if stream is None or stream.builtin:
-            return False
-        del self._streams[self._addr(handle)]
-        return True
-
-    def cudaStreamDestroy(self, stream: CData) -> int:
-        return 0 if self._destroy_stream(stream) else self.rt.cudaErrorInvalidResourceHandle
-
-    def cuStreamDestroy_v2(self, hStream: CData) -> int:
-        return 0 if self._destroy_stream(hStream) else self.drv.CUDA_ERROR_INVALID_HANDLE
-
-    @_after_fault
-    def cudaStreamSynchronize(self, stream: CData) -> int:
-        return 0 if self._stream(stream) else self.rt.cudaErrorInvalidResourceHandle
-
-    @_after_fault
-    def cuStreamSynchronize(self, hStream: CData) -> int:
-        return 0 if self._stream(hStream) else self.drv.CUDA_ERROR_INVALID_HANDLE
-
-    @_after_fault
-    def cudaStreamQuery(self, stream: CData) -> int:
-        return 0 if self._stream(stream) else self.rt.cudaErrorInvalidResourceHandle
-
-    def cudaStreamWaitEvent(self, stream: CData, event: CData, flags: int) -> int:
-        if self._stream(stream) is None or self._event(event) is None:
-            return self.rt.cudaErrorInvalidResourceHandle
-        return 0  # work runs at call time: the event has always happened already
-
-    def _stream_get(self, handle: CData, out: CData, read: Callable[[_Stream], int]) -> int:
-        stream = self._stream(handle)
-        return self.rt.cudaErrorInvalidResourceHandle if stream is None else self._rt_put((out, read(stream)))
-
-    def cudaStreamGetFlags(self, hStream: CData, flags: CData) -> int:
-        return self._stream_get(hStream, flags, lambda s: s.flags)
-
-    def cudaStreamGetPriority(self, hStream: CData, priority: CData) -> int:
-        return self._stream_get(hStream, priority, lambda s: s.priority)
-
-    def cudaStreamGetId(self, hStream: CData, streamId: CData) -> int:
-        return self._stream_get(hStream, streamId, lambda s: s.ident)
-
-    def cudaStreamGetDevice(self, hStream: CData, device: CData) -> int:
-        return self._stream_get(hStream, device, lambda s: self._device)
-
-    def cudaStreamIsCapturing(self, stream: CData, pCaptureStatus: CData) -> int:
-        none = self.ffi.typeof("enum cudaStreamCaptureStatus").relements["cudaStreamCaptureStatusNone"]
-        return self._stream_get(stream, pCaptureStatus, lambda s: none)
-
-    def _launch_attribute(self, attr: int) -> str | None:
-        return self.ffi.typeof("cudaLaunchAttributeID").elements.get(attr)
-
-    def cudaStreamGetAttribute(self, hStream: CData, attr: int, value_out: CData) -> int:
-        stream = self._stream(hStream)
-        if stream is None:
-            return self.rt.cudaErrorInvalidResourceHandle
-        if self._launch_attribute(attr) is None or self._is_null(value_out):
-            return self.rt.cudaErrorInvalidValue
-        size = self.ffi.sizeof("cudaLaunchAttributeValue")
-        self.ffi.memmove(value_out, stream.attributes.get(attr, bytes(size)), size)
-        if self._launch_attribute(attr) == "cudaLaunchAttributePriority":
-            value_out.priority = stream.priority
-        return 0
-
-    def cudaStreamSetAttribute(self, hStream: CData, attr: int, value: CData) -> int:
-        stream = self._stream(hStream)
-        if stream is None:
-            return self.rt.cudaErrorInvalidResourceHandle
-        if self._launch_attribute(attr) is None or self._is_null(value):
-            return self.rt.cudaErrorInvalidValue
-        value = self.ffi.cast("cudaLaunchAttributeValue *", value)
-        stream.attributes[attr] = self.ffi.buffer(value)[:]
-        if self._launch_attribute(attr) == "cudaLaunchAttributePriority":
-            least, greatest = STREAM_PRIORITIES
-            stream.priority = min(max(value.priority, greatest), least)
-        return 0
-
-    def cudaStreamCopyAttributes(self, dst: CData, src: CData) -> int:
-        target, source = self._stream(dst), self._stream(src)
-        if target is None or source is None:
-            return self.rt.cudaErrorInvalidResourceHandle
-        target.attributes = dict(source.attributes)
-        target.priority = source.priority
-        return 0
-
-    # --- events -------------------------------------------------------------------------------------
-
-    def _create_event(self, out: CData, flags: int) -> bool:
-        known = self.ffi.typeof("CUevent_flags").relements  # the same bits as cudaEvent* flags
-        if self._is_null(out) or flags & ~sum(known.values()):
-            return False
-        if flags & known["CU_EVENT_INTERPROCESS"] and not flags & known["CU_EVENT_DISABLE_TIMING"]:
-            return False
-        handle = self._new_handle()
-        self._events[handle] = _Event(flags)
-        return self._put((out, handle))
-
-    def cudaEventCreate(self, event: CData) -> int:
-        return 0 if self._create_event(event, 0) else self.rt.cudaErrorInvalidValue
-
-    def cudaEventCreateWithFlags(self, event: CData, flags: int) -> int:
-        return 0 if self._create_event(event, flags) else self.rt.cudaErrorInvalidValue
-
-    def cuEventCreate(self, phEvent: CData, Flags: int) -> int:
-        return 0 if self._create_event(phEvent, Flags) else self.drv.CUDA_ERROR_INVALID_VALUE
-
-    def _destroy_event(self, handle: CData) -> bool:
-        return self._events.pop(self._addr(handle), None) is not None
-
-    def cudaEventDestroy(self, event: CData) -> int:
-        return 0 if self._destroy_event(event) else self.rt.cudaErrorInvalidResourceHandle
-
-    def cuEventDestroy_v2(self, hEvent: CData) -> int:
-        return 0 if self._destroy_event(hEvent) else self.drv.CUDA_ERROR_INVALID_HANDLE
-
-    def _record(self, handle: CData, stream: CData) -> bool:
-        event = self._event(handle)
-        if event is None or self._stream(stream) is None:
-            return False
-        event.recorded_at = time.perf_counter()
-        return True
-
-    def cudaEventRecord(self, event: CData, stream: CData) -> int:
-        return 0 if self._record(event, stream) else self.rt.cudaErrorInvalidResourceHandle
-
-    def cudaEventRecordWithFlags(self, event: CData, stream: CData, flags: int) -> int:
-        if flags & ~sum(self.ffi.typeof("CUevent_record_flags").relements.values()):
-            return self.rt.cudaErrorInvalidValue
-        return self.cudaEventRecord(event, stream)
-
-    def cuEventRecord(self, hEvent: CData, hStream: CData) -> int:
-        return 0 if self._record(hEvent, hStream) else self.drv.CUDA_ERROR_INVALID_HANDLE
-
-    @_after_fault
-    def cudaEventQuery(self, event: CData) -> int:
-        return 0 if self._event(event) else self.rt.cudaErrorInvalidResourceHandle
-
-    @_after_fault
-    def cudaEventSynchronize(self, event: CData) -> int:
-        return 0 if self._event(event) else self.rt.cudaErrorInvalidResourceHandle
-
-    @_after_fault
-    def cuEventSynchronize(self, hEvent: CData) -> int:
-        return 0 if self._event(hEvent) else self.drv.CUDA_ERROR_INVALID_HANDLE
-
-    def _elapsed(self, start: CData, end: CData) -> float | None:
-        """Milliseconds between two recorded, timing events; None where CUDA says invalid handle."""
-        first, last = self._event(start), self._event(end)
-        timing_off = self.ffi.typeof("CUevent_flags").relements["CU_EVENT_DISABLE_TIMING"]
-        if first is None or last is None or (first.flags | last.flags) & timing_off:
-            return None
-        if first.recorded_at is None or last.recorded_at is None:
-            return None
-        return (last.recorded_at - first.recorded_at) * 1000.0
-
-    def cudaEventElapsedTime(self, ms: CData, start: CData, end: CData) -> int:
-        elapsed = self._elapsed(start, end)
-        return self.rt.cudaErrorInvalidResourceHandle if elapsed is None else self._rt_put((ms, elapsed))
-
-    def cuEventElapsedTime_v2(self, pMilliseconds: CData, hStart: CData, hEnd: CData) -> int:
-        elapsed = self._elapsed(hStart, hEnd)
-        return self.drv.CUDA_ERROR_INVALID_HANDLE if elapsed is None else self._drv_put((pMilliseconds, elapsed))
-
-    # --- driver: device and context -----------------------------------------------------------------
 
     # A private table only the emulated device has, so that tests can show how the client serves
     # tables it does not know (client/export_tables.c): three slots, all empty.
@@ -1028,31 +521,82 @@ class EmulatedLib(EmulatedNvml):
             return self.drv.CUDA_ERROR_INVALID_DEVICE
         return self._drv_put((major, _prop("major")), (minor, _prop("minor")))
 
+    def _attribute(self, attribute: int) -> int | None:
+        """A CUdevice_attribute's value from PROPERTIES, 0 for ones the device does not know; None if no
+        attribute has that number."""
+        name = self.ffi.typeof("CUdevice_attribute").elements.get(attribute)
+        if name is None:
+            return None
+        if name in ATTRIBUTE_FIELDS:
+            field_name, index = ATTRIBUTE_FIELDS[name]
+        else:
+            fields = {f.lower(): f for f in registry.PROPERTIES}
+            field_name, index = fields.get(name.removeprefix("CU_DEVICE_ATTRIBUTE_").replace("_", "").lower(), ""), None
+        value = _prop(field_name) if field_name else 0
+        return min(int(value[index] if index is not None else value), INT_MAX)
+
     def cuDeviceGetAttribute(self, pi: CData, attrib: int, dev: int) -> int:
         if dev != 0:
             return self.drv.CUDA_ERROR_INVALID_DEVICE
-        found = self._attribute("CUdevice_attribute", "CU_DEVICE_ATTRIBUTE_", attrib)
+        found = self._attribute(attrib)
         return self.drv.CUDA_ERROR_INVALID_VALUE if found is None else self._drv_put((pi, found))
+
+    def cuDeviceCanAccessPeer(self, canAccessPeer: CData, dev: int, peerDev: int) -> int:
+        if dev != 0 or peerDev != 0:
+            return self.drv.CUDA_ERROR_INVALID_DEVICE
+        return self._drv_put((canAccessPeer, 0))
+
+    def cuDeviceGetP2PAttribute(self, value: CData, attrib: int, srcDevice: int, dstDevice: int) -> int:
+        return self.drv.CUDA_ERROR_INVALID_DEVICE  # the only device has no peer, and is not its own
+
+    def _pci_bus_id(self) -> tuple[int, int, int, int]:
+        """(domain, bus, device, function)."""
+        return _prop("pciDomainID"), _prop("pciBusID"), _prop("pciDeviceID"), 0
+
+    def cuDeviceGetPCIBusId(self, pciBusId: CData, len: int, dev: int) -> int:
+        if dev != 0:
+            return self.drv.CUDA_ERROR_INVALID_DEVICE
+        text = "{:04X}:{:02X}:{:02X}.{:X}".format(*self._pci_bus_id())
+        return 0 if self._write_string(pciBusId, len, text) else self.drv.CUDA_ERROR_INVALID_VALUE
+
+    def cuDeviceGetByPCIBusId(self, dev: CData, pciBusId: CData) -> int:
+        text = self._string(pciBusId)
+        match = re.fullmatch(r"(?:([0-9a-f]+):)?([0-9a-f]+):([0-9a-f]+)(?:\.([0-9a-f]+))?", (text or "").lower())
+        if match is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        theirs = tuple(int(part or "0", 16) for part in match.groups())
+        return self._drv_put((dev, 0)) if theirs == self._pci_bus_id() else self.drv.CUDA_ERROR_INVALID_DEVICE
+
+    # --- contexts -----------------------------------------------------------------------------------
 
     def cuDevicePrimaryCtxRetain(self, pctx: CData, dev: int) -> int:
         if dev != 0:
             return self.drv.CUDA_ERROR_INVALID_DEVICE
-        status = self._drv_put((pctx, self._context))
-        if status == 0:
-            self._primary_refs += 1
-        return status
+        return self._drv_put((pctx, self._context))
 
     def cuDevicePrimaryCtxRelease_v2(self, dev: int) -> int:
-        if dev != 0:
-            return self.drv.CUDA_ERROR_INVALID_DEVICE
-        self._primary_refs = max(self._primary_refs - 1, 0)
-        return 0
+        """The primary context stays: the server keeps it retained (service.py)."""
+        return 0 if dev == 0 else self.drv.CUDA_ERROR_INVALID_DEVICE
 
     def cuDevicePrimaryCtxGetState(self, dev: int, flags: CData, active: CData) -> int:
         if dev != 0:
             return self.drv.CUDA_ERROR_INVALID_DEVICE
-        # The runtime API keeps the primary context in use, so it is always active here.
+        # The server retains the primary context at start, so it is always active here.
         return self._drv_put((flags, self._device_flags), (active, 1))
+
+    def cuDevicePrimaryCtxSetFlags_v2(self, dev: int, flags: int) -> int:
+        if dev != 0:
+            return self.drv.CUDA_ERROR_INVALID_DEVICE
+        self._device_flags = flags
+        return 0
+
+    def cuDevicePrimaryCtxReset_v2(self, dev: int) -> int:
+        """What cudaDeviceReset asks of the driver: every allocation, stream and event goes, and a sticky
+        kernel fault with them (contexts share the one device's state here)."""
+        if dev != 0:
+            return self.drv.CUDA_ERROR_INVALID_DEVICE
+        self._reset()
+        return 0
 
     def cuCtxGetCurrent(self, pctx: CData) -> int:
         return self._drv_put((pctx, self._current_context))
@@ -1110,17 +654,195 @@ class EmulatedLib(EmulatedNvml):
             return self.drv.CUDA_ERROR_INVALID_CONTEXT
         return self._drv_put((device, 0)) if self._addr(ctx) else self.cuCtxGetDevice(device)
 
-    # --- driver: what NVIDIA's runtime asks of libcuda beyond the above ------------------------------
-    # These share the runtime methods' logic; the error codes they return (1, 400, 600) are the same
-    # numbers in CUresult and cudaError_t.
+    def cuCtxGetApiVersion(self, ctx: CData, version: CData) -> int:
+        if self._addr(ctx) and not self._is_context(self._addr(ctx)):
+            return self.drv.CUDA_ERROR_INVALID_CONTEXT
+        return self._drv_put((version, 3020))  # what the driver reports for contexts since CUDA 3.2
 
-    def cuMemsetD8Async(self, dstDevice: int, uc: int, N: int, hStream: CData) -> int:
-        return self.cudaMemsetAsync(self.ffi.cast("void *", dstDevice), uc, N, hStream)
+    def cuCtxGetFlags(self, flags: CData) -> int:
+        if self._current_context in self._created:
+            return self._drv_put((flags, self._created[self._current_context]))
+        return self._drv_put((flags, self._device_flags))
+
+    def cuCtxSetFlags(self, flags: int) -> int:
+        if self._current_context in self._created:
+            self._created[self._current_context] = flags
+        else:
+            self._device_flags = flags
+        return 0
+
+    def cuCtxGetCacheConfig(self, pconfig: CData) -> int:
+        return self._drv_put((pconfig, self._cache_config))
+
+    def cuCtxSetCacheConfig(self, config: int) -> int:
+        """Kept to be read back; the emulated device has no L1 to split."""
+        if config not in self.ffi.typeof("CUfunc_cache").elements:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        self._cache_config = config
+        return 0
+
+    def cuCtxGetLimit(self, pvalue: CData, limit: int) -> int:
+        if limit not in self._limits:
+            return self.drv.CUDA_ERROR_UNSUPPORTED_LIMIT
+        return self._drv_put((pvalue, self._limits[limit]))
+
+    def cuCtxSetLimit(self, limit: int, value: int) -> int:
+        if limit not in self._limits:
+            return self.drv.CUDA_ERROR_UNSUPPORTED_LIMIT
+        self._limits[limit] = value
+        return 0
+
+    def cuCtxGetStreamPriorityRange(self, leastPriority: CData, greatestPriority: CData) -> int:
+        # Either pointer may be NULL: the caller asks only for what it wants.
+        outputs = [(leastPriority, STREAM_PRIORITIES[0]), (greatestPriority, STREAM_PRIORITIES[1])]
+        return self._drv_put(*[(p, v) for p, v in outputs if not self._is_null(p)])
+
+    def cuCtxResetPersistingL2Cache(self) -> int:
+        return 0
+
+    def cuProfilerStart(self) -> int:
+        return 0
+
+    def cuProfilerStop(self) -> int:
+        return 0
+
+    # --- errors -------------------------------------------------------------------------------------
+
+    def _kept(self, kind: str, code: int, text: str) -> CData:
+        """A C string that lives as long as this object, since callers keep the pointer."""
+        key = (kind, code)
+        if key not in self._error_strings:
+            self._error_strings[key] = self.ffi.new("char[]", text.encode())
+        return self.ffi.cast("char *", self._error_strings[key])
+
+    def cuGetErrorString(self, error: int, pStr: CData) -> int:
+        name = self.drv.names.get(error)
+        if name is None:
+            self._put((pStr, self.ffi.NULL))
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        return self._drv_put((pStr, self._kept("string", error, ERROR_TEXT.get(name, name))))
+
+    def cuGetErrorName(self, error: int, pStr: CData) -> int:
+        name = self.drv.names.get(error)
+        if name is None:
+            self._put((pStr, self.ffi.NULL))
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        return self._drv_put((pStr, self._kept("name", error, name)))
+
+    # --- memory -------------------------------------------------------------------------------------
+
+    @_after_fault
+    def cuMemAlloc_v2(self, dptr: CData, bytesize: int) -> int:
+        if bytesize == 0 or self._is_null(dptr):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        address = self._memory.allocate(bytesize)
+        return self.drv.CUDA_ERROR_OUT_OF_MEMORY if address is None else self._drv_put((dptr, address))
+
+    @_after_fault
+    def cuMemAllocAsync(self, dptr: CData, bytesize: int, hStream: CData) -> int:
+        if self._stream(hStream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self._allocate(dptr, bytesize)
+
+    @_after_fault
+    def cuMemAllocPitch_v2(self, dptr: CData, pPitch: CData, WidthInBytes: int, Height: int,
+                           ElementSizeBytes: int) -> int:
+        if ElementSizeBytes not in (4, 8, 16) or self._is_null(pPitch):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        row = _round_up(max(WidthInBytes, 1), PITCH_ALIGNMENT)
+        return self._allocate(dptr, row * Height) or self._drv_put((pPitch, row))
+
+    @_after_fault
+    def cuMemFree_v2(self, dptr: int) -> int:
+        if not self._addr(dptr):
+            return 0  # freeing 0 does nothing, as in CUDA
+        return 0 if self._memory.free(self._addr(dptr)) else self.drv.CUDA_ERROR_INVALID_VALUE
+
+    @_after_fault
+    def cuMemFreeAsync(self, dptr: int, hStream: CData) -> int:
+        if self._stream(hStream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self.cuMemFree_v2(dptr)
+
+    def cuMemGetInfo_v2(self, free: CData, total: CData) -> int:
+        return self._drv_put((free, self._memory.total - self._memory.used), (total, self._memory.total))
+
+    @_after_fault
+    def cuMemcpyHtoD_v2(self, dstDevice: int, srcHost: CData, ByteCount: int) -> int:
+        return self._copy(dstDevice, srcHost, ByteCount, "HtoD")
+
+    @_after_fault
+    def cuMemcpyDtoH_v2(self, dstHost: CData, srcDevice: int, ByteCount: int) -> int:
+        return self._copy(dstHost, srcDevice, ByteCount, "DtoH")
+
+    @_after_fault
+    def cuMemcpyDtoD_v2(self, dstDevice: int, srcDevice: int, ByteCount: int) -> int:
+        return self._copy(dstDevice, srcDevice, ByteCount, "DtoD")
+
+    def cuMemcpy(self, dst: CData, src: CData, ByteCount: int) -> int:
+        return self._copy(dst, src, ByteCount, "unified")
+
+    @_after_fault
+    def cuMemcpy2D_v2(self, pCopy: CData) -> int:
+        """`Height` rows of `WidthInBytes` bytes between pitched host or device memory; every row is checked
+        before any moves. Arrays are not modelled."""
+        if self._is_null(pCopy):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        c = pCopy[0]
+        width, height = c.WidthInBytes, c.Height
+        sides = []
+        for kind, host, device, pitch, x, y in ((c.srcMemoryType, c.srcHost, c.srcDevice, c.srcPitch, c.srcXInBytes,
+                                                  c.srcY), (c.dstMemoryType, c.dstHost, c.dstDevice, c.dstPitch,
+                                                             c.dstXInBytes, c.dstY)):
+            if kind not in MEMORY_TYPES.values():
+                return self.drv.CUDA_ERROR_NOT_SUPPORTED if kind == MEMORY_TYPES_ARRAY else \
+                    self.drv.CUDA_ERROR_INVALID_VALUE
+            base = self._addr(host) if kind == MEMORY_TYPES["host"] else int(device)
+            if kind == MEMORY_TYPES["device"] and not self._memory.contains(base):
+                return self.drv.CUDA_ERROR_INVALID_VALUE
+            sides.append((base + y * pitch + x, pitch))
+        (src, spitch), (dst, dpitch) = sides
+        if width == 0 or height == 0:
+            return 0
+        if width > spitch or width > dpitch:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        if not (self._valid(src, spitch * (height - 1) + width) and self._valid(dst, dpitch * (height - 1) + width)):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        for row in range(height):
+            self._store(dst + row * dpitch, self._load(src + row * spitch, width))
+        return 0
+
+    def cuMemcpy2DAsync_v2(self, pCopy: CData, hStream: CData) -> int:
+        if self._stream(hStream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self.cuMemcpy2D_v2(pCopy)
+
+    def cuMemcpyHtoDAsync_v2(self, dstDevice: int, srcHost: CData, ByteCount: int, hStream: CData) -> int:
+        return self._copy_async(dstDevice, srcHost, ByteCount, "HtoD", hStream)
+
+    def cuMemcpyDtoHAsync_v2(self, dstHost: CData, srcDevice: int, ByteCount: int, hStream: CData) -> int:
+        return self._copy_async(dstHost, srcDevice, ByteCount, "DtoH", hStream)
+
+    def cuMemcpyDtoDAsync_v2(self, dstDevice: int, srcDevice: int, ByteCount: int, hStream: CData) -> int:
+        return self._copy_async(dstDevice, srcDevice, ByteCount, "DtoD", hStream)
+
+    def cuMemcpyAsync(self, dst: CData, src: CData, ByteCount: int, hStream: CData) -> int:
+        return self._copy_async(dst, src, ByteCount, "unified", hStream)
+
+    @_after_fault
+    def cuMemsetD8_v2(self, dstDevice: int, uc: int, N: int) -> int:
+        return self._memset(dstDevice, N, uc, 1, N, 1)
 
     def cuMemsetD16_v2(self, dstDevice: int, us: int, N: int) -> int:
-        address = self._addr(dstDevice)
-        ok = address % 2 == 0 and self._fill(address, 2 * N, struct.pack("<H", us & 0xFFFF), 2 * N, 1)
-        return 0 if ok else self.drv.CUDA_ERROR_INVALID_VALUE
+        return self._memset(dstDevice, 2 * N, us, 2, N, 1)
+
+    @_after_fault
+    def cuMemsetD32_v2(self, dstDevice: int, ui: int, N: int) -> int:
+        return self._memset(dstDevice, 4 * N, ui, 4, N, 1)
+
+    @_after_fault
+    def cuMemsetD8Async(self, dstDevice: int, uc: int, N: int, hStream: CData) -> int:
+        return self.cuMemsetD8_v2(dstDevice, uc, N) if self._stream(hStream) else self.drv.CUDA_ERROR_INVALID_HANDLE
 
     def cuMemsetD16Async(self, dstDevice: int, us: int, N: int, hStream: CData) -> int:
         return self.cuMemsetD16_v2(dstDevice, us, N) if self._stream(hStream) else self.drv.CUDA_ERROR_INVALID_HANDLE
@@ -1128,101 +850,14 @@ class EmulatedLib(EmulatedNvml):
     def cuMemsetD32Async(self, dstDevice: int, ui: int, N: int, hStream: CData) -> int:
         return self.cuMemsetD32_v2(dstDevice, ui, N) if self._stream(hStream) else self.drv.CUDA_ERROR_INVALID_HANDLE
 
-    def _driver_copy_async(self, dst, src, count: int, kind: str, stream: CData) -> int:
-        if self._stream(stream) is None:
-            return self.drv.CUDA_ERROR_INVALID_HANDLE
-        return self._driver_copy(dst, src, count, kind)
-
-    def cuMemcpyHtoDAsync_v2(self, dstDevice: int, srcHost: CData, ByteCount: int, hStream: CData) -> int:
-        return self._driver_copy_async(dstDevice, srcHost, ByteCount, "cudaMemcpyHostToDevice", hStream)
-
-    def cuMemcpyDtoHAsync_v2(self, dstHost: CData, srcDevice: int, ByteCount: int, hStream: CData) -> int:
-        return self._driver_copy_async(dstHost, srcDevice, ByteCount, "cudaMemcpyDeviceToHost", hStream)
-
-    def cuMemcpyDtoDAsync_v2(self, dstDevice: int, srcDevice: int, ByteCount: int, hStream: CData) -> int:
-        return self._driver_copy_async(dstDevice, srcDevice, ByteCount, "cudaMemcpyDeviceToDevice", hStream)
-
-    def cuMemcpy(self, dst: CData, src: CData, ByteCount: int) -> int:
-        return self._driver_copy(dst, src, ByteCount, "cudaMemcpyDefault")
-
-    def cuMemcpyAsync(self, dst: CData, src: CData, ByteCount: int, hStream: CData) -> int:
-        return self._driver_copy_async(dst, src, ByteCount, "cudaMemcpyDefault", hStream)
-
-    def cuStreamCreateWithPriority(self, phStream: CData, flags: int, priority: int) -> int:
-        return 0 if self._create_stream(phStream, flags, priority) else self.drv.CUDA_ERROR_INVALID_VALUE
-
-    def cuStreamQuery(self, hStream: CData) -> int:
-        return self.cudaStreamQuery(hStream)
-
-    def cuStreamWaitEvent(self, hStream: CData, hEvent: CData, Flags: int) -> int:
-        return self.cudaStreamWaitEvent(hStream, hEvent, Flags)
-
-    def cuStreamGetFlags(self, hStream: CData, flags: CData) -> int:
-        return self.cudaStreamGetFlags(hStream, flags)
-
-    def cuStreamGetPriority(self, hStream: CData, priority: CData) -> int:
-        return self.cudaStreamGetPriority(hStream, priority)
-
-    def cuEventQuery(self, hEvent: CData) -> int:
-        return self.cudaEventQuery(hEvent)
-
-    def cuEventRecordWithFlags(self, hEvent: CData, hStream: CData, flags: int) -> int:
-        return self.cudaEventRecordWithFlags(hEvent, hStream, flags)
-
-    def cuFuncGetAttribute(self, pi: CData, attrib: int, hfunc: CData) -> int:
-        function = self._function(hfunc)
-        if function is None:
-            return self.drv.CUDA_ERROR_INVALID_HANDLE
-        attrs = self.ffi.new("struct cudaFuncAttributes *")
-        status = self.cudaFuncGetAttributes(attrs, hfunc)
-        names = {v: k for k, v in self.ffi.typeof("CUfunction_attribute").relements.items()}
-        field = {"CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK": "maxThreadsPerBlock",
-                 "CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES": "sharedSizeBytes",
-                 "CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES": "constSizeBytes",
-                 "CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES": "localSizeBytes",
-                 "CU_FUNC_ATTRIBUTE_NUM_REGS": "numRegs", "CU_FUNC_ATTRIBUTE_PTX_VERSION": "ptxVersion",
-                 "CU_FUNC_ATTRIBUTE_BINARY_VERSION": "binaryVersion",
-                 "CU_FUNC_ATTRIBUTE_CACHE_MODE_CA": "cacheModeCA",
-                 "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES": "maxDynamicSharedSizeBytes",
-                 "CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT": "preferredShmemCarveout"}.get(
-                     names.get(attrib, ""))
-        if status or attrib not in names or names[attrib] == "CU_FUNC_ATTRIBUTE_MAX":
-            return status or self.drv.CUDA_ERROR_INVALID_VALUE
-        return self._drv_put((pi, getattr(attrs, field) if field else 0))  # cluster attributes: none set
-
-    def cuFuncSetAttribute(self, hfunc: CData, attrib: int, value: int) -> int:
-        return self.cudaFuncSetAttribute(hfunc, attrib, value)  # the two enums agree on these values
-
-    def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, numBlocks: CData, func: CData, blockSize: int,
-                                                    dynamicSMemSize: int) -> int:
-        return self.cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize,
-                                                                         dynamicSMemSize, 0)
-
-    def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(self, numBlocks: CData, func: CData, blockSize: int,
-                                                             dynamicSMemSize: int, flags: int) -> int:
-        return self.cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize,
-                                                                         dynamicSMemSize, flags)
-
-    def cuKernelGetAttribute(self, pi: CData, attrib: int, kernel: CData, dev: int) -> int:
-        return self.cuFuncGetAttribute(pi, attrib, kernel) if dev == 0 else self.drv.CUDA_ERROR_INVALID_DEVICE
-
-    def cuKernelSetAttribute(self, attrib: int, val: int, kernel: CData, dev: int) -> int:
-        return self.cuFuncSetAttribute(kernel, attrib, val) if dev == 0 else self.drv.CUDA_ERROR_INVALID_DEVICE
-
-    def _fill_2d(self, dst: int, pitch: int, value: int, size: int, width: int, height: int) -> int:
-        address = self._addr(dst)
-        pattern = value.to_bytes(8, "little")[:size]
-        ok = address % size == 0 and self._fill(address, pitch, pattern, width * size, height)
-        return 0 if ok else self.drv.CUDA_ERROR_INVALID_VALUE
-
     def cuMemsetD2D8_v2(self, dstDevice: int, dstPitch: int, uc: int, Width: int, Height: int) -> int:
-        return self._fill_2d(dstDevice, dstPitch, uc & 0xFF, 1, Width, Height)
+        return self._memset(dstDevice, dstPitch, uc, 1, Width, Height)
 
     def cuMemsetD2D16_v2(self, dstDevice: int, dstPitch: int, us: int, Width: int, Height: int) -> int:
-        return self._fill_2d(dstDevice, dstPitch, us & 0xFFFF, 2, Width, Height)
+        return self._memset(dstDevice, dstPitch, us, 2, Width, Height)
 
     def cuMemsetD2D32_v2(self, dstDevice: int, dstPitch: int, ui: int, Width: int, Height: int) -> int:
-        return self._fill_2d(dstDevice, dstPitch, ui & 0xFFFFFFFF, 4, Width, Height)
+        return self._memset(dstDevice, dstPitch, ui, 4, Width, Height)
 
     def cuMemsetD2D8Async(self, dstDevice: int, dstPitch: int, uc: int, Width: int, Height: int,
                           hStream: CData) -> int:
@@ -1242,114 +877,112 @@ class EmulatedLib(EmulatedNvml):
             return self.drv.CUDA_ERROR_INVALID_HANDLE
         return self.cuMemsetD2D32_v2(dstDevice, dstPitch, ui, Width, Height)
 
-    def cuCtxGetStreamPriorityRange(self, leastPriority: CData, greatestPriority: CData) -> int:
-        outputs = [(leastPriority, STREAM_PRIORITIES[0]), (greatestPriority, STREAM_PRIORITIES[1])]
-        return self._drv_put(*[(p, v) for p, v in outputs if not self._is_null(p)])
+    # --- streams: work runs when it is queued, so a stream is always idle ------------------------------
 
-    def cuCtxGetApiVersion(self, ctx: CData, version: CData) -> int:
-        if self._addr(ctx) and not self._is_context(self._addr(ctx)):
-            return self.drv.CUDA_ERROR_INVALID_CONTEXT
-        return self._drv_put((version, 3020))  # what the driver reports for contexts since CUDA 3.2
+    def _create_stream(self, out: CData, flags: int, priority: int) -> bool:
+        if self._is_null(out) or flags & ~self.ffi.typeof("CUstream_flags").relements["CU_STREAM_NON_BLOCKING"]:
+            return False
+        least, greatest = STREAM_PRIORITIES
+        handle = self._new_handle()
+        self._streams[handle] = _Stream(flags, min(max(priority, greatest), least), self._next_stream_id)
+        self._next_stream_id += 1
+        return self._put((out, handle))
 
-    def cuCtxGetFlags(self, flags: CData) -> int:
-        if self._current_context in self._created:
-            return self._drv_put((flags, self._created[self._current_context]))
-        return self._drv_put((flags, self._device_flags))
+    def cuStreamCreate(self, phStream: CData, Flags: int) -> int:
+        return 0 if self._create_stream(phStream, Flags, 0) else self.drv.CUDA_ERROR_INVALID_VALUE
 
-    def cuCtxSetFlags(self, flags: int) -> int:
-        if self._current_context in self._created:
-            self._created[self._current_context] = flags
-        else:
-            self._device_flags = flags
+    def cuStreamCreateWithPriority(self, phStream: CData, flags: int, priority: int) -> int:
+        return 0 if self._create_stream(phStream, flags, priority) else self.drv.CUDA_ERROR_INVALID_VALUE
+
+    def cuStreamDestroy_v2(self, hStream: CData) -> int:
+        stream = self._stream(hStream)
+        if stream is None or stream.builtin:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        del self._streams[self._addr(hStream)]
         return 0
 
-    def cuCtxGetCacheConfig(self, pconfig: CData) -> int:
-        return self.cudaDeviceGetCacheConfig(pconfig)
+    @_after_fault
+    def cuStreamSynchronize(self, hStream: CData) -> int:
+        return 0 if self._stream(hStream) else self.drv.CUDA_ERROR_INVALID_HANDLE
 
-    def cuCtxSetCacheConfig(self, config: int) -> int:
-        return self.cudaDeviceSetCacheConfig(config)
+    @_after_fault
+    def cuStreamQuery(self, hStream: CData) -> int:
+        return 0 if self._stream(hStream) else self.drv.CUDA_ERROR_INVALID_HANDLE
 
-    def cuCtxResetPersistingL2Cache(self) -> int:
-        return 0
+    def cuStreamWaitEvent(self, hStream: CData, hEvent: CData, Flags: int) -> int:
+        if self._stream(hStream) is None or self._event(hEvent) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return 0  # the event has always happened already
 
-    def cuDevicePrimaryCtxSetFlags_v2(self, dev: int, flags: int) -> int:
-        if dev != 0:
-            return self.drv.CUDA_ERROR_INVALID_DEVICE
-        self._device_flags = flags
-        return 0
+    def _stream_get(self, handle: CData, out: CData, read: Callable[[_Stream], int]) -> int:
+        stream = self._stream(handle)
+        return self.drv.CUDA_ERROR_INVALID_HANDLE if stream is None else self._drv_put((out, read(stream)))
 
-    def cuDevicePrimaryCtxReset_v2(self, dev: int) -> int:
-        return 0 if dev == 0 else self.drv.CUDA_ERROR_INVALID_DEVICE
+    def cuStreamGetFlags(self, hStream: CData, flags: CData) -> int:
+        return self._stream_get(hStream, flags, lambda s: s.flags)
 
-    def cuDeviceCanAccessPeer(self, canAccessPeer: CData, dev: int, peerDev: int) -> int:
-        if dev != 0 or peerDev != 0:
-            return self.drv.CUDA_ERROR_INVALID_DEVICE
-        return self._drv_put((canAccessPeer, 0))
-
-    def cuDeviceGetP2PAttribute(self, value: CData, attrib: int, srcDevice: int, dstDevice: int) -> int:
-        return self.cudaDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice)
-
-    def cuDeviceGetPCIBusId(self, pciBusId: CData, len: int, dev: int) -> int:
-        return self.cudaDeviceGetPCIBusId(pciBusId, len, dev)
-
-    def cuDeviceGetByPCIBusId(self, dev: CData, pciBusId: CData) -> int:
-        return self.cudaDeviceGetByPCIBusId(dev, pciBusId)
-
-    def cuKernelGetParamInfo(self, kernel: CData, paramIndex: int, paramOffset: CData, paramSize: CData) -> int:
-        return self.cuFuncGetParamInfo(kernel, paramIndex, paramOffset, paramSize)
-
-    def cuFuncSetCacheConfig(self, hfunc: CData, config: int) -> int:
-        return self.cudaFuncSetCacheConfig(hfunc, config)
-
-    def cuKernelSetCacheConfig(self, kernel: CData, config: int, dev: int) -> int:
-        return self.cudaFuncSetCacheConfig(kernel, config) if dev == 0 else self.drv.CUDA_ERROR_INVALID_DEVICE
-
-    def cuOccupancyAvailableDynamicSMemPerBlock(self, dynamicSmemSize: CData, func: CData, numBlocks: int,
-                                                blockSize: int) -> int:
-        return self.cudaOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize)
+    def cuStreamGetPriority(self, hStream: CData, priority: CData) -> int:
+        return self._stream_get(hStream, priority, lambda s: s.priority)
 
     def cuStreamGetId(self, hStream: CData, streamId: CData) -> int:
-        return self.cudaStreamGetId(hStream, streamId)
+        return self._stream_get(hStream, streamId, lambda s: s.ident)
 
     def cuStreamGetDevice(self, hStream: CData, device: CData) -> int:
-        return self.cudaStreamGetDevice(hStream, device)
+        return self._stream_get(hStream, device, lambda s: 0)
 
     def cuStreamGetCtx(self, hStream: CData, pctx: CData) -> int:
-        if self._stream(hStream) is None:
+        return self._stream_get(hStream, pctx, lambda s: self._context)
+
+    # --- events -------------------------------------------------------------------------------------
+
+    def _create_event(self, out: CData, flags: int) -> bool:
+        known = self.ffi.typeof("CUevent_flags").relements
+        if self._is_null(out) or flags & ~sum(known.values()):
+            return False
+        if flags & known["CU_EVENT_INTERPROCESS"] and not flags & known["CU_EVENT_DISABLE_TIMING"]:
+            return False
+        handle = self._new_handle()
+        self._events[handle] = _Event(flags)
+        return self._put((out, handle))
+
+    def cuEventCreate(self, phEvent: CData, Flags: int) -> int:
+        return 0 if self._create_event(phEvent, Flags) else self.drv.CUDA_ERROR_INVALID_VALUE
+
+    def cuEventDestroy_v2(self, hEvent: CData) -> int:
+        found = self._events.pop(self._addr(hEvent), None) is not None
+        return 0 if found else self.drv.CUDA_ERROR_INVALID_HANDLE
+
+    def cuEventRecord(self, hEvent: CData, hStream: CData) -> int:
+        event = self._event(hEvent)
+        if event is None or self._stream(hStream) is None:
             return self.drv.CUDA_ERROR_INVALID_HANDLE
-        return self._drv_put((pctx, self._context))
-
-    def cuMemAllocAsync(self, dptr: CData, bytesize: int, hStream: CData) -> int:
-        return self.cudaMallocAsync(dptr, bytesize, hStream)
-
-    def cuMemFreeAsync(self, dptr: int, hStream: CData) -> int:
-        return self.cudaFreeAsync(self.ffi.cast("void *", dptr), hStream)
-
-    def cuProfilerStart(self) -> int:
+        event.recorded_at = time.perf_counter()
         return 0
 
-    def cuProfilerStop(self) -> int:
-        return 0
+    def cuEventRecordWithFlags(self, hEvent: CData, hStream: CData, flags: int) -> int:
+        if flags & ~sum(self.ffi.typeof("CUevent_record_flags").relements.values()):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        return self.cuEventRecord(hEvent, hStream)
 
-    def cuOccupancyMaxActiveClusters(self, numClusters: CData, func: CData, config: CData) -> int:
-        """One cluster per multiprocessor, of the size the launch attributes ask (1 block by default)."""
-        if self._function(func) is None:
+    @_after_fault
+    def cuEventQuery(self, hEvent: CData) -> int:
+        return 0 if self._event(hEvent) else self.drv.CUDA_ERROR_INVALID_HANDLE
+
+    @_after_fault
+    def cuEventSynchronize(self, hEvent: CData) -> int:
+        return 0 if self._event(hEvent) else self.drv.CUDA_ERROR_INVALID_HANDLE
+
+    def cuEventElapsedTime_v2(self, pMilliseconds: CData, hStart: CData, hEnd: CData) -> int:
+        """Milliseconds between two recorded events that both keep timing."""
+        first, last = self._event(hStart), self._event(hEnd)
+        timing_off = self.ffi.typeof("CUevent_flags").relements["CU_EVENT_DISABLE_TIMING"]
+        if first is None or last is None or (first.flags | last.flags) & timing_off:
             return self.drv.CUDA_ERROR_INVALID_HANDLE
-        ids = self.ffi.typeof("CUlaunchAttributeID").relements
-        size = 1
-        for i in range(config.numAttrs):
-            if config.attrs[i].id == ids["CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION"]:
-                d = config.attrs[i].value.clusterDim
-                size = d.x * d.y * d.z
-        return self._drv_put((numClusters, _prop("multiProcessorCount") // max(size, 1)))
+        if first.recorded_at is None or last.recorded_at is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self._drv_put((pMilliseconds, (last.recorded_at - first.recorded_at) * 1000.0))
 
-    def cuCtxGetLimit(self, pvalue: CData, limit: int) -> int:
-        return self.cudaDeviceGetLimit(pvalue, limit)
-
-    def cuCtxSetLimit(self, limit: int, value: int) -> int:
-        return self.cudaDeviceSetLimit(limit, value)
-
-    # --- modules, kernels and launches --------------------------------------------------------------
+    # --- modules and kernels ------------------------------------------------------------------------
 
     def cuLibraryLoadData(self, library: CData, code: CData, jitOptions: CData, jitOptionsValues: CData,
                           numJitOptions: int, libraryOptions: CData, libraryOptionValues: CData,
@@ -1494,71 +1127,69 @@ class EmulatedLib(EmulatedNvml):
         wanted = [(dptr, address), (bytes, registry.GLOBALS[global_name])]
         return self._drv_put(*[(p, v) for p, v in wanted if not self._is_null(p)])
 
-    def _param_info(self, function: _Function, index: int, offset: CData, size: CData) -> bool:
-        kernel = function.kernel
-        if not 0 <= index < len(kernel.param_sizes) or self._is_null(offset):
-            return False
-        outputs = [(offset, kernel.param_offsets[index]), (size, kernel.param_sizes[index])]
-        return self._put(*[(p, v) for p, v in outputs if not self._is_null(p)])
-
     def cuFuncGetParamInfo(self, func: CData, paramIndex: int, paramOffset: CData, paramSize: CData) -> int:
         function = self._function(func)
         if function is None:
             return self.drv.CUDA_ERROR_INVALID_HANDLE
-        ok = self._param_info(function, paramIndex, paramOffset, paramSize)
-        return 0 if ok else self.drv.CUDA_ERROR_INVALID_VALUE
+        kernel = function.kernel
+        if not 0 <= paramIndex < len(kernel.param_sizes) or self._is_null(paramOffset):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        outputs = [(paramOffset, kernel.param_offsets[paramIndex]), (paramSize, kernel.param_sizes[paramIndex])]
+        return self._drv_put(*[(p, v) for p, v in outputs if not self._is_null(p)])
 
-    def cudaFuncGetParamInfo(self, func: CData, paramIndex: int, paramOffset: CData, paramSize: CData) -> int:
-        function = self._function(func)
-        if function is None:
-            return self.rt.cudaErrorInvalidDeviceFunction
-        ok = self._param_info(function, paramIndex, paramOffset, paramSize)
-        return 0 if ok else self.rt.cudaErrorInvalidValue
+    def cuKernelGetParamInfo(self, kernel: CData, paramIndex: int, paramOffset: CData, paramSize: CData) -> int:
+        return self.cuFuncGetParamInfo(kernel, paramIndex, paramOffset, paramSize)
 
-    def _func_attribute(self, kernel: registry.Kernel, name: str, default: int) -> int:
-        attribute = self.ffi.typeof("enum cudaFuncAttribute").relements[name]
-        return self._func_attributes.get(kernel.name, {}).get(attribute, default)
+    # --- function attributes and occupancy ----------------------------------------------------------
+
+    def _function_attribute_name(self, attrib: int) -> str | None:
+        """A CUfunction_attribute's name; None for a number that names none (CU_FUNC_ATTRIBUTE_MAX included)."""
+        name = self.ffi.typeof("CUfunction_attribute").elements.get(attrib)
+        return None if name == "CU_FUNC_ATTRIBUTE_MAX" else name
+
+    def _func_attribute(self, kernel: registry.Kernel, name: str) -> int:
+        """What cuFuncSetAttribute set on the kernel, else what every kernel has."""
+        return self._func_attributes.get(kernel.name, {}).get(name, _function_attribute_defaults().get(name, 0))
 
     def _max_dynamic_shared(self, kernel: registry.Kernel) -> int:
-        default = int(_prop("sharedMemPerBlock"))
-        return self._func_attribute(kernel, "cudaFuncAttributeMaxDynamicSharedMemorySize", default)
+        return self._func_attribute(kernel, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES")
 
-    def cudaFuncGetAttributes(self, attr: CData, func: CData) -> int:
-        function = self._function(func)
+    def cuFuncGetAttribute(self, pi: CData, attrib: int, hfunc: CData) -> int:
+        function = self._function(hfunc)
         if function is None:
-            return self.rt.cudaErrorInvalidDeviceFunction
-        if self._is_null(attr):
-            return self.rt.cudaErrorInvalidValue
-        kernel = function.kernel
-        self.ffi.memmove(attr, bytes(self.ffi.sizeof("struct cudaFuncAttributes")),
-                         self.ffi.sizeof("struct cudaFuncAttributes"))
-        attr.maxThreadsPerBlock = _prop("maxThreadsPerBlock")
-        attr.numRegs = KERNEL_REGISTERS
-        attr.ptxVersion = attr.binaryVersion = _prop("major") * 10 + _prop("minor")
-        attr.maxDynamicSharedSizeBytes = self._max_dynamic_shared(kernel)
-        attr.preferredShmemCarveout = self._func_attribute(
-            kernel, "cudaFuncAttributePreferredSharedMemoryCarveout", -1)
-        return 0
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        name = self._function_attribute_name(attrib)
+        if name is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        return self._drv_put((pi, self._func_attribute(function.kernel, name)))
 
-    def cudaFuncSetAttribute(self, func: CData, attr: int, value: int) -> int:
-        function = self._function(func)
+    def cuFuncSetAttribute(self, hfunc: CData, attrib: int, value: int) -> int:
+        function = self._function(hfunc)
         if function is None:
-            return self.rt.cudaErrorInvalidDeviceFunction
-        names = self.ffi.typeof("enum cudaFuncAttribute").elements
-        name = names.get(attr)
-        if name is None or name == "cudaFuncAttributeMax":
-            return self.rt.cudaErrorInvalidValue
-        if name == "cudaFuncAttributeMaxDynamicSharedMemorySize" and not 0 <= value <= _prop(
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        name = self._function_attribute_name(attrib)
+        if name not in SETTABLE_FUNCTION_ATTRIBUTES:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        if name == "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES" and not 0 <= value <= _prop(
                 "sharedMemPerBlockOptin"):
-            return self.rt.cudaErrorInvalidValue
-        self._func_attributes.setdefault(function.kernel.name, {})[attr] = value
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        self._func_attributes.setdefault(function.kernel.name, {})[name] = value
         return 0
 
-    def cudaFuncSetCacheConfig(self, func: CData, cacheConfig: int) -> int:
-        if self._function(func) is None:
-            return self.rt.cudaErrorInvalidDeviceFunction
-        known = cacheConfig in self.ffi.typeof("enum cudaFuncCache").elements
-        return 0 if known else self.rt.cudaErrorInvalidValue
+    def cuKernelGetAttribute(self, pi: CData, attrib: int, kernel: CData, dev: int) -> int:
+        return self.cuFuncGetAttribute(pi, attrib, kernel) if dev == 0 else self.drv.CUDA_ERROR_INVALID_DEVICE
+
+    def cuKernelSetAttribute(self, attrib: int, val: int, kernel: CData, dev: int) -> int:
+        return self.cuFuncSetAttribute(kernel, attrib, val) if dev == 0 else self.drv.CUDA_ERROR_INVALID_DEVICE
+
+    def cuFuncSetCacheConfig(self, hfunc: CData, config: int) -> int:
+        """Accepted and forgotten: the emulated device has no L1 to split."""
+        if self._function(hfunc) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return 0 if config in self.ffi.typeof("CUfunc_cache").elements else self.drv.CUDA_ERROR_INVALID_VALUE
+
+    def cuKernelSetCacheConfig(self, kernel: CData, config: int, dev: int) -> int:
+        return self.cuFuncSetCacheConfig(kernel, config) if dev == 0 else self.drv.CUDA_ERROR_INVALID_DEVICE
 
     def _blocks_per_sm(self, block_size: int, dynamic_shared: int) -> int:
         """Resident blocks per multiprocessor, from threads, registers, shared memory and the block cap."""
@@ -1574,34 +1205,47 @@ class EmulatedLib(EmulatedNvml):
             limits.append(_prop("sharedMemPerMultiprocessor") // dynamic_shared)
         return max(min(limits), 0)
 
-    def cudaOccupancyMaxActiveBlocksPerMultiprocessor(self, numBlocks: CData, func: CData, blockSize: int,
-                                                      dynamicSMemSize: int) -> int:
-        return self.cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
-            numBlocks, func, blockSize, dynamicSMemSize, 0)
+    def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, numBlocks: CData, func: CData, blockSize: int,
+                                                    dynamicSMemSize: int) -> int:
+        return self.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize,
+                                                                         dynamicSMemSize, 0)
 
-    def cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(self, numBlocks: CData, func: CData,
-                                                               blockSize: int, dynamicSMemSize: int,
-                                                               flags: int) -> int:
+    def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(self, numBlocks: CData, func: CData, blockSize: int,
+                                                             dynamicSMemSize: int, flags: int) -> int:
         function = self._function(func)
         if function is None:
-            return self.rt.cudaErrorInvalidDeviceFunction
-        if blockSize <= 0 or flags not in (0, 1):  # cudaOccupancyDefault, cudaOccupancyDisableCachingOverride
-            return self.rt.cudaErrorInvalidValue
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        if blockSize <= 0 or flags not in self.ffi.typeof("CUoccupancy_flags").elements:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
         if dynamicSMemSize > self._max_dynamic_shared(function.kernel):
-            return self._rt_put((numBlocks, 0))
-        return self._rt_put((numBlocks, self._blocks_per_sm(blockSize, dynamicSMemSize)))
+            return self._drv_put((numBlocks, 0))
+        return self._drv_put((numBlocks, self._blocks_per_sm(blockSize, dynamicSMemSize)))
 
-    def cudaOccupancyAvailableDynamicSMemPerBlock(self, dynamicSmemSize: CData, func: CData, numBlocks: int,
-                                                  blockSize: int) -> int:
+    def cuOccupancyAvailableDynamicSMemPerBlock(self, dynamicSmemSize: CData, func: CData, numBlocks: int,
+                                                blockSize: int) -> int:
         function = self._function(func)
         if function is None:
-            return self.rt.cudaErrorInvalidDeviceFunction
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
         if numBlocks <= 0 or blockSize <= 0:
-            return self.rt.cudaErrorInvalidValue
+            return self.drv.CUDA_ERROR_INVALID_VALUE
         if numBlocks > self._blocks_per_sm(blockSize, 0):
-            return self._rt_put((dynamicSmemSize, 0))
+            return self._drv_put((dynamicSmemSize, 0))
         per_block = _prop("sharedMemPerMultiprocessor") // numBlocks
-        return self._rt_put((dynamicSmemSize, min(per_block, self._max_dynamic_shared(function.kernel))))
+        return self._drv_put((dynamicSmemSize, min(per_block, self._max_dynamic_shared(function.kernel))))
+
+    def cuOccupancyMaxActiveClusters(self, numClusters: CData, func: CData, config: CData) -> int:
+        """One cluster per multiprocessor, of the size the launch attributes ask (1 block by default)."""
+        if self._function(func) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        ids = self.ffi.typeof("CUlaunchAttributeID").relements
+        size = 1
+        for i in range(config.numAttrs):
+            if config.attrs[i].id == ids["CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION"]:
+                d = config.attrs[i].value.clusterDim
+                size = d.x * d.y * d.z
+        return self._drv_put((numClusters, _prop("multiProcessorCount") // max(size, 1)))
+
+    # --- launches -----------------------------------------------------------------------------------
 
     def _launch_shape_ok(self, grid: tuple[int, int, int], block: tuple[int, int, int]) -> bool:
         limits = zip(block + grid, tuple(_prop("maxThreadsDim")) + tuple(_prop("maxGridSize")), strict=True)

@@ -98,7 +98,8 @@ def device_global(name: str, size: int) -> None:
     GLOBALS[name] = size
 
 
-# What the emulated device reports (cudaDeviceProp fields; unnamed fields are zero).
+# What the emulated device reports, by the names of cudaDeviceProp's fields (device attributes map onto
+# them, emulated/device.py); what is not here is zero.
 PROPERTIES: dict[str, object] = {
     "name": "cuwire emulated device",
     "totalGlobalMem": 8 << 30,
@@ -133,4 +134,3 @@ PROPERTIES: dict[str, object] = {
     "maxBlocksPerMultiProcessor": 32,
 }
 DRIVER_VERSION = 13000
-RUNTIME_VERSION = 13000

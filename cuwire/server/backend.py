@@ -1,6 +1,6 @@
-"""The server's CUDA: the real libcudart, libcuda and NVML through cffi (ABI mode), or the emulated device.
+"""The server's CUDA: the real libcuda and NVML through cffi (ABI mode), or the emulated device.
 
-Both are a pair (ffi, lib) where `lib.<cudaFunction>(...)` behaves like the C function; handlers never
+Both are a pair (ffi, lib) where `lib.<function>(...)` behaves like the C function; handlers never
 know which one they call.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 from pathlib import Path
 
 import cffi
@@ -45,14 +44,14 @@ def library_of() -> dict[str, str]:
 
 
 class CudaLibraries:
-    """The real libraries (libcudart.so.13, libcuda.so.1) behind one attribute namespace, each function
-    taken from the library the model says it belongs to, so a handler writes `s.lib.cudaMalloc` or
-    `s.lib.cuMemAlloc_v2` alike."""
+    """The real libraries (libcuda.so.1, libnvidia-ml.so.1) behind one attribute namespace, each function
+    taken from the library the model says it belongs to, so a handler writes `s.lib.cuMemAlloc_v2` or
+    `s.lib.nvmlDeviceGetName` alike."""
 
     def __init__(self, ffi: cffi.FFI):
         self.ffi = ffi
-        self.libs = {api: _open(ffi, soname, runtime_candidates() if soname == "libcudart.so.13" else [])
-                     for api, soname in manifest()["libraries"].items() if api not in OPTIONAL}
+        self.libs = {api: _open(ffi, soname) for api, soname in manifest()["libraries"].items()
+                     if api not in OPTIONAL}
 
     def __getattr__(self, name: str):
         api = library_of().get(name)
@@ -60,7 +59,7 @@ class CudaLibraries:
             raise AttributeError(f"{name} is not a function of any library cuwire knows")
         if api not in self.libs:  # an optional library, opened at its first call
             try:
-                self.libs[api] = _open(self.ffi, manifest()["libraries"][api], [])
+                self.libs[api] = _open(self.ffi, manifest()["libraries"][api])
             except RuntimeError as e:
                 log.warning("%s", e)
                 raise CudaFail(OPTIONAL[api], f"{name}: {e}") from None
@@ -69,32 +68,13 @@ class CudaLibraries:
         return fn
 
 
-def runtime_candidates() -> list[str]:
-    """Where a CUDA 13 runtime may live besides the loader's path: the toolkit, the nvidia wheels."""
-    import site
-    import sys
-
-    homes = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
-    out = [f"{h}/lib64/libcudart.so.13" for h in homes if h]
-    for sp in [*site.getsitepackages(), *sys.path]:
-        out.append(f"{sp}/nvidia/cu13/lib/libcudart.so.13")
-        out.append(f"{sp}/nvidia/cuda_runtime/lib/libcudart.so.13")
-    return out
-
-
-def _open(ffi: cffi.FFI, name: str, candidates: list[str]):
-    errors = []
-    for path in [name, *candidates]:
-        if path != name and not os.path.exists(path):
-            continue
-        try:
-            return ffi.dlopen(path)
-        except OSError as e:
-            errors.append(str(e))
-    raise RuntimeError(
-        f"cannot open {name} ({'; '.join(errors) or 'not found'}). This machine needs an NVIDIA driver and the "
-        "CUDA 13 runtime to serve a GPU; for tests without a GPU, run the server with --emulated "
-        "(CUWIRE_BACKEND=emulated).")
+def _open(ffi: cffi.FFI, name: str):
+    try:
+        return ffi.dlopen(name)
+    except OSError as e:
+        raise RuntimeError(
+            f"cannot open {name} ({e}). This machine needs an NVIDIA driver (CUDA 13 or newer) to serve a GPU; "
+            "for tests without a GPU, run the server with --emulated (CUWIRE_BACKEND=emulated).") from None
 
 
 def open_backend(name: str):

@@ -320,13 +320,46 @@ def error_string(s, a: pb.ErrorString_Args) -> pb.ErrorString_Result:
     if a.nvml:
         p = s.lib.nvmlErrorString(a.error)
         r.text = s.ffi.string(p).decode() if p != s.ffi.NULL else ""
-    elif a.driver:
+    else:
         text = s.ffi.new("const char **")
         r.status = (s.lib.cuGetErrorName if a.name else s.lib.cuGetErrorString)(a.error, text)
         r.text = s.ffi.string(text[0]).decode() if r.status == 0 and text[0] != s.ffi.NULL else ""
+    return r
+
+
+MEMORY_HOST, MEMORY_DEVICE = 1, 2  # CUmemorytype
+
+
+def copy_2d(s, a: pb.Copy2D_Args) -> pb.Copy2D_Result:
+    """cuMemcpy2D(Async) with the client's host sides in server buffers; a copy that touches them is
+    complete before the reply goes (the buffers live only as long as this call)."""
+    ffi = s.ffi
+    dst_len = a.dpitch * (a.height - 1) + a.width if a.height else 0
+    src_len = a.spitch * (a.height - 1) + a.width if a.height else 0
+    dst_host, src_host = a.HasField("dst_host"), a.HasField("src_host")
+    dst = s.inout_buffer(a.dst_host, dst_len) if dst_host else s.device(a.dst, dst_len)
+    src = s.in_buffer(a.src_host, src_len) if src_host else s.device(a.src, src_len)
+    copy = ffi.new("CUDA_MEMCPY2D *")
+    copy.dstMemoryType, copy.srcMemoryType = (MEMORY_HOST if host else MEMORY_DEVICE for host in (dst_host, src_host))
+    if dst_host:
+        copy.dstHost = dst
     else:
-        p = s.lib.cudaGetErrorString(a.error)
-        r.text = s.ffi.string(p).decode() if p != s.ffi.NULL else ""
+        copy.dstDevice = s.address_of(dst)
+    if src_host:
+        copy.srcHost = src
+    else:
+        copy.srcDevice = s.address_of(src)
+    copy.dstPitch, copy.srcPitch, copy.WidthInBytes, copy.Height = a.dpitch, a.spitch, a.width, a.height
+    if a.HasField("stream"):
+        stream = s.handle("CUstream_st", "CUstream", a.stream)
+        status = s.lib.cuMemcpy2DAsync_v2(copy, stream)
+        if status == 0 and (dst_host or src_host):
+            status = s.lib.cuStreamSynchronize(stream)
+    else:
+        status = s.lib.cuMemcpy2D_v2(copy)
+    r = pb.Copy2D_Result(status=status)
+    if dst_host and status == 0:
+        r.dst = s.take(dst, dst_len)
     return r
 
 
@@ -341,6 +374,7 @@ OPS = {
     op_id("MaxActiveClusters"): ("cuwire.MaxActiveClusters", pb.MaxActiveClusters_Args, max_active_clusters),
     op_id("ExportTableSize"): ("cuwire.ExportTableSize", pb.ExportTableSize_Args, export_table_size),
     op_id("Link"): ("cuwire.Link", pb.Link_Args, link),
+    op_id("Copy2D"): ("cuwire.Copy2D", pb.Copy2D_Args, copy_2d),
 }
 
 # id -> (name, handler(session, payload) -> error): queued operations of variable size

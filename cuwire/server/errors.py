@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-INVALID_VALUE = 1  # cudaErrorInvalidValue == CUDA_ERROR_INVALID_VALUE
-INVALID_HANDLE = 400  # cudaErrorInvalidResourceHandle == CUDA_ERROR_INVALID_HANDLE
+INVALID_VALUE = 1  # CUDA_ERROR_INVALID_VALUE
+INVALID_HANDLE = 400  # CUDA_ERROR_INVALID_HANDLE
 
 
 class WireError(Exception):

@@ -29,6 +29,7 @@ log = logging.getLogger("cuwire.server")
 
 
 ATTRIBUTE_UNSUPPORTED = -(2**31)  # in Device.attributes: the driver refused this attribute number
+COMPUTE_CAPABILITY = (75, 76)  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, _MINOR
 
 
 class CuWireServer:
@@ -49,21 +50,23 @@ class CuWireServer:
     def query_devices(self) -> list[pb.Device]:
         ffi, lib = self.ffi, self.lib
         count = ffi.new("int *")
-        err = lib.cudaGetDeviceCount(count)
+        err = lib.cuInit(0) or lib.cuDeviceGetCount(count)
         if err != 0:
-            raise RuntimeError(f"no usable GPU: cudaGetDeviceCount returned error {err} "
-                               f"({ffi.string(lib.cudaGetErrorString(err)).decode()}). "
+            text = ffi.new("const char **")
+            why = ffi.string(text[0]).decode() if lib.cuGetErrorString(err, text) == 0 and text[0] else "unknown"
+            raise RuntimeError(f"no usable GPU: the driver returned error {err} ({why}). "
                                "For tests without a GPU, run the server with --emulated.")
         out = []
         for i in range(count[0]):
-            p = ffi.new("struct cudaDeviceProp *")
-            lib.cudaGetDeviceProperties(p, i)
-            out.append(pb.Device(name=ffi.string(p.name).decode(errors="replace"), major=p.major, minor=p.minor,
-                                 total_memory=p.totalGlobalMem, max_threads_per_block=p.maxThreadsPerBlock,
-                                 max_block=list(p.maxThreadsDim), max_grid=list(p.maxGridSize),
-                                 max_shared_memory=max(p.sharedMemPerBlockOptin, p.sharedMemPerBlock),
-                                 attributes=self.device_attributes(i), uuid=self.device_uuid(i),
-                                 **self.primary_context(i)))
+            dev, name, memory = ffi.new("CUdevice *"), ffi.new("char[256]"), ffi.new("size_t *")
+            lib.cuDeviceGet(dev, i)
+            lib.cuDeviceGetName(name, 256, dev[0])
+            lib.cuDeviceTotalMem_v2(memory, dev[0])
+            attributes = self.device_attributes(dev[0])
+            out.append(pb.Device(name=ffi.string(name).decode(errors="replace"),
+                                 major=attributes[COMPUTE_CAPABILITY[0]], minor=attributes[COMPUTE_CAPABILITY[1]],
+                                 total_memory=memory[0], attributes=attributes, uuid=self.device_uuid(dev[0]),
+                                 **self.primary_context(dev[0])))
         return out
 
     def primary_context(self, device: int) -> dict[str, int]:
@@ -87,11 +90,10 @@ class CuWireServer:
         uuid = self.ffi.new("CUuuid *")
         return bytes(self.ffi.buffer(uuid)) if self.lib.cuDeviceGetUuid_v2(uuid, device) == 0 else b""
 
-    def versions(self) -> tuple[int, int]:
-        d, r = self.ffi.new("int *"), self.ffi.new("int *")
-        self.lib.cudaDriverGetVersion(d)
-        self.lib.cudaRuntimeGetVersion(r)
-        return d[0], r[0]
+    def driver_version(self) -> int:
+        version = self.ffi.new("int *")
+        self.lib.cuDriverGetVersion(version)
+        return version[0]
 
     def decode(self, data: bytes, codec: int) -> bytes:
         return self.zstd.decompress(data) if codec == pb.ZSTD else data
@@ -104,7 +106,6 @@ class CuWireServer:
         self.session_started.set()
         name = self.settings.session_name or f"{next(self.session_ids)}"
         session = Session(self, peer, hello, name)
-        driver, runtime = self.versions()
         log.info("session %s opened for pid %d on %s (%s), backend %s", name, hello.pid, hello.host, peer,
                  self.backend)
         if self.backend == "emulated":
@@ -112,7 +113,7 @@ class CuWireServer:
         return pb.Reply(welcome=pb.Welcome(
             server_version=cuwire.__version__, cuda_version=generated.CUDA_VERSION,
             api_digest=generated.API_DIGEST, backend=self.backend, devices=self.devices, session=name,
-            driver_version=driver, runtime_version=runtime)), session
+            driver_version=self.driver_version())), session
 
 
 def check_hello(settings: Settings, hello: pb.Hello) -> pb.Reply | None:

@@ -22,9 +22,9 @@ log = logging.getLogger("cuwire.server")
 RECORD_HEADER = struct.Struct("<II")
 STREAM_KIND = "CUstream_st"
 CONTEXT_KIND = "CUctx_st"
-SPECIAL_STREAMS = (1, 2)  # cudaStreamLegacy / CU_STREAM_LEGACY, cudaStreamPerThread / CU_STREAM_PER_THREAD
+SPECIAL_STREAMS = (1, 2)  # CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
 HANDLE_ERRORS = {"nvmlDevice_st": 2}  # NVML_ERROR_INVALID_ARGUMENT; CUDA handles: INVALID_HANDLE
-DESTROY = {"CUstream_st": "cudaStreamDestroy", "CUevent_st": "cudaEventDestroy"}
+DESTROY = {"CUstream_st": "cuStreamDestroy_v2", "CUevent_st": "cuEventDestroy_v2"}
 
 
 class Session:
@@ -44,9 +44,14 @@ class Session:
         self.kernel_kind: dict[int, str] = {}  # the same handles -> "kernel" or "function"
         self.calls = 0
         self.started = time.monotonic()
-        self.lib.cudaFree(self.ffi.NULL)  # make the device's primary context current on this thread
+        self.use_primary_context()
         for d in server.devices:  # the client hands these out itself (cuDevicePrimaryCtxRetain)
             self.owns_handle(CONTEXT_KIND, d.primary_context)
+
+    def use_primary_context(self) -> None:
+        """Make the first device's primary context (which the server holds) current on this thread."""
+        if self.server.devices:
+            self.lib.cuCtxSetCurrent(self.ffi.cast("CUcontext", self.server.devices[0].primary_context))
 
     # ---------------------------------------------------------------- running batches
 
@@ -205,8 +210,9 @@ class Session:
 
     def close(self) -> None:
         """Free everything the client left behind (it may have died mid-run)."""
+        self.use_primary_context()  # this thread may be another than the one that ran the calls
         for address in sorted(self.allocations):
-            self.lib.cudaFree(self.ffi.cast("void *", address))
+            self.lib.cuMemFree_v2(address)
         destroyed = 0
         for kind, destroy in DESTROY.items():
             for h in self.handles.get(kind, ()):

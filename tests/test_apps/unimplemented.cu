@@ -1,6 +1,6 @@
-// unimplemented: a CUDA runtime call cuwire does not remote (cudaGraphCreate).
+// unimplemented: a CUDA runtime call that reaches a driver function cuwire does not remote (cuGraphCreate).
 // Natively it succeeds: "cudaGraphCreate -> 0 cudaSuccess". Through cuwire it returns
-// 801 cudaErrorNotSupported and cuwire names the function on stderr. Exits 0 either way.
+// 801 cudaErrorNotSupported and cuwire names cuGraphCreate on stderr. Exits 0 either way.
 #include <cstdio>
 #include <cuda_runtime.h>
 

@@ -1,18 +1,24 @@
-"""The client library inside a running Python process (as PyTorch will load it): ctypes opens it, the
-embedded cffi code runs in this interpreter, and calls reach the server. Usage: python_host.py LIB"""
+"""The client library inside a running Python process (as PyTorch loads it): ctypes opens it, the
+embedded cffi code runs in this interpreter, and driver calls reach the server.
+Usage: python_host.py [LIB] (default libcuda.so.1: cuwire's under `cuwire run`, the real one natively)"""
 
 import ctypes
 import sys
 
-lib = ctypes.CDLL(sys.argv[1])
-count = ctypes.c_int(0)
-print("cudaGetDeviceCount ->", lib.cudaGetDeviceCount(ctypes.byref(count)), "devices >= 1:", count.value >= 1)
-ptr = ctypes.c_void_p()
+cu = ctypes.CDLL(sys.argv[1] if len(sys.argv) > 1 else "libcuda.so.1")
+count, device, context = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_void_p()
+print("cuInit ->", cu.cuInit(0))
+print("cuDeviceGetCount ->", cu.cuDeviceGetCount(ctypes.byref(count)), "devices >= 1:", count.value >= 1)
+print("cuDeviceGet ->", cu.cuDeviceGet(ctypes.byref(device), 0))
+print("cuDevicePrimaryCtxRetain ->", cu.cuDevicePrimaryCtxRetain(ctypes.byref(context), device))
+print("cuCtxSetCurrent ->", cu.cuCtxSetCurrent(context))
+ptr = ctypes.c_uint64()
 n = 1 << 20
-print("cudaMalloc ->", lib.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(n)))
+print("cuMemAlloc_v2 ->", cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(n)))
 src = (ctypes.c_ubyte * n)(*[(i * 13) & 0xFF for i in range(n)])
 dst = (ctypes.c_ubyte * n)()
-print("cudaMemcpy H2D ->", lib.cudaMemcpy(ptr, src, ctypes.c_size_t(n), 1))
-print("cudaMemcpy D2H ->", lib.cudaMemcpy(dst, ptr, ctypes.c_size_t(n), 2))
+print("cuMemcpyHtoD_v2 ->", cu.cuMemcpyHtoD_v2(ptr, src, ctypes.c_size_t(n)))
+print("cuMemcpyDtoH_v2 ->", cu.cuMemcpyDtoH_v2(dst, ptr, ctypes.c_size_t(n)))
 print("round trip:", "OK" if bytes(src) == bytes(dst) else "FAIL")
-print("cudaFree ->", lib.cudaFree(ptr))
+print("cuMemFree_v2 ->", cu.cuMemFree_v2(ptr))
+print("cuDevicePrimaryCtxRelease_v2 ->", cu.cuDevicePrimaryCtxRelease_v2(device))
