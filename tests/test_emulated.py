@@ -323,8 +323,10 @@ def test_primary_context_reset_frees_everything(lib: EmulatedLib, ffi: Any) -> N
 
 # --- kernels ----------------------------------------------------------------------------------------
 
-def load_library(lib: EmulatedLib) -> Any:
-    return handle(lib, "CUlibrary", "cuLibraryLoadData", lib.ffi.from_buffer(b"\x7fELF any image"),
+def load_library(lib: EmulatedLib, *kernels: str) -> Any:
+    """A library of PTX text declaring `kernels` (any registry kernel is found in it by name, too)."""
+    ptx = b".version 9.0\n.target sm_90\n" + b"".join(b".visible .entry %s()\n{\n}\n" % k.encode() for k in kernels)
+    return handle(lib, "CUlibrary", "cuLibraryLoadData", lib.ffi.from_buffer(ptx + b"\0"),
                   lib.ffi.NULL, lib.ffi.NULL, 0, lib.ffi.NULL, lib.ffi.NULL, 0)
 
 
@@ -363,6 +365,28 @@ def test_kernel_launch_through_the_library_calls(lib: EmulatedLib, ffi: Any) -> 
     assert launch(lib, function, (1, 1, 1), (128, 1, 1), ffi.new("void *[]", values)) == 0
     assert lib.cuCtxSynchronize() == 0
     assert list(struct.unpack(f"<{n}f", read(lib, y, 4 * n))) == [2.0 * i + 1.0 for i in range(n)]
+
+
+def test_a_library_names_its_kernels(lib: EmulatedLib, ffi: Any) -> None:
+    """What the server describes in its reply to a module load: each kernel, its name and its layout."""
+    library = load_library(lib, SAXPY, COUNTER)
+    count = ffi.new("unsigned int *")
+    assert lib.cuLibraryGetKernelCount(count, library) == 0 and count[0] == 2
+    kernels = ffi.new("CUkernel[]", 2)
+    assert lib.cuLibraryEnumerateKernels(kernels, 1, library) == code(ffi, "CUDA_ERROR_INVALID_VALUE")
+    assert lib.cuLibraryEnumerateKernels(kernels, 2, library) == 0
+    name = ffi.new("const char **")
+    names = []
+    for k in kernels:
+        assert lib.cuKernelGetName(name, k) == 0
+        names.append(ffi.string(name[0]).decode())
+    assert sorted(names) == sorted([SAXPY, COUNTER])
+    saxpy = kernels[names.index(SAXPY)]
+    assert handle(lib, "CUkernel", "cuLibraryGetKernel", library, SAXPY.encode()) == saxpy  # the same handle
+    offset, size = ffi.new("size_t *"), ffi.new("size_t *")
+    assert lib.cuKernelGetParamInfo(saxpy, 2, offset, size) == 0 and (offset[0], size[0]) == (8, 8)
+    assert lib.cuLibraryGetKernelCount(count, load_library(lib)) == 0 and count[0] == 0
+    assert lib.cuLibraryGetKernelCount(count, ffi.cast("CUlibrary", 12345)) == code(ffi, "CUDA_ERROR_INVALID_HANDLE")
 
 
 def test_kernel_launch_with_a_parameter_buffer(lib: EmulatedLib, ffi: Any) -> None:

@@ -178,3 +178,40 @@ def test_link_inputs_from_the_wire_are_checked(session):
                                     b".visible .entry broken_kernel()\n{\n    not_an_instruction;\n}\n\0"))
     assert broken.status != 0 and not broken.cubin and broken.error_log  # the JIT says why
     assert serving(session)
+
+
+AXPY = "_Z4axpyIfEvT_PKS0_PS0_i"  # templated.cu's axpy<float>(float a, const float *x, float *y, int n)
+AXPY_PTX = (b".version 9.0\n.target sm_75\n.address_size 64\n"
+            b".visible .entry " + AXPY.encode() + b"(\n.param .f32 a, .param .u64 x, .param .u64 y, .param .u32 n)\n"
+            b"{\n    ret;\n}\n\0")
+
+
+def test_a_module_load_names_its_kernels(session):
+    """The reply to a module's load carries its kernels with their parameter layouts, and each is then the
+    session's to launch (no lookup first); a launch with the wrong parameter size is refused."""
+    import hashlib
+
+    from cuwire.server.custom import op_id
+
+    def call(op, args, result):
+        reply = session.exchange(pb.Batch(fn=op_id(op), args=args.SerializeToString()))
+        assert not reply.error, reply.error
+        return result.FromString(reply.result)
+
+    loaded = call("LoadModule", pb.LoadModule_Args(digest=hashlib.sha256(AXPY_PTX).digest(), image=AXPY_PTX),
+                  pb.LoadModule_Result)
+    assert loaded.status == 0 and loaded.module
+    assert [(k.name, list(k.param_offsets), list(k.param_sizes)) for k in loaded.kernels] == \
+        [(AXPY, [0, 8, 16, 24], [4, 8, 8, 4])]
+    kernel = loaded.kernels[0].kernel
+    looked_up = call("GetKernel", pb.GetKernel_Args(module=loaded.module, name=AXPY), pb.GetKernel_Result)
+    assert looked_up.status == 0 and looked_up.kernel == kernel
+    params = struct.pack("<f4xQQi", 2.0, 0, 0, 0)  # n = 0: nothing to touch
+    launched = call("LaunchKernel", pb.LaunchKernel_Args(kernel=kernel, grid=[1, 1, 1], block=[32, 1, 1],
+                                                         params=params), pb.LaunchKernel_Result)
+    assert launched.status == 0
+    reply = session.exchange(pb.Batch(fn=op_id("LaunchKernel"), args=pb.LaunchKernel_Args(
+        kernel=kernel, grid=[1, 1, 1], block=[32, 1, 1], params=params[:8]).SerializeToString()))
+    assert "kernel parameters" in reply.error
+    sync = session.exchange(pb.Batch(fn=fn_id("cuCtxSynchronize"), args=pb.cuCtxSynchronize_Args().SerializeToString()))
+    assert pb.cuCtxSynchronize_Result.FromString(sync.result).status == 0

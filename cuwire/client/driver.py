@@ -34,14 +34,8 @@ def image_at(address: int) -> bytes:
     magic = _U32.unpack(_bytes(address, 4))[0]
     if magic == fatbin.WRAPPER_MAGIC:  # __fatBinC_Wrapper_t: magic, version, data, filename
         return image_at(ffi.cast("uint64_t *", address)[1])
-    if magic == fatbin.HEADER_MAGIC:
-        return _bytes(address, fatbin.fatbin_size(_bytes(address, fatbin.HEADER_SIZE)))
-    if _bytes(address, 4) == fatbin.ELF_MAGIC:
-        header = _bytes(address, 64)
-        table_end = fatbin.elf_size(header)
-        shoff = struct.unpack_from("<Q", header, 0x28)[0]
-        return _bytes(address, fatbin.elf_size(header, _bytes(address + shoff, table_end - shoff)))
-    return ffi.string(ffi.cast("char *", address)) + b"\0"  # PTX
+    size = fatbin.image_length(lambda offset, n: _bytes(address + offset, n))
+    return _bytes(address, size) if size is not None else ffi.string(ffi.cast("char *", address)) + b"\0"  # PTX
 
 
 # CUjit_option values (cuda.h) of the logs the JIT writes: the server's JIT fills them, the client copies

@@ -32,7 +32,7 @@ exists so :func:`elf_kernel_params` can read compressed cubins.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 HEADER_MAGIC = 0xBA55ED50
@@ -160,6 +160,20 @@ def elf_size(header: bytes, sections: bytes | None = None) -> int:
     if end > _MAX_SIZE:
         raise ValueError(f"ELF image of {end} bytes is out of range")
     return end
+
+
+def image_length(read: Callable[[int, int], bytes]) -> int | None:
+    """Bytes of the fatbin or 64-bit ELF image that `read(offset, size)` reads; None for anything else
+    (PTX text, whose length is its NUL-terminated string's). Images are handed to the driver as bare
+    pointers, so their size must be read from them."""
+    head = read(0, 4)
+    if int.from_bytes(head, "little") == HEADER_MAGIC:
+        return fatbin_size(read(0, HEADER_SIZE))
+    if head != ELF_MAGIC:
+        return None
+    header = read(0, 64)
+    shoff = _ELF64_HEADER.unpack_from(header, 0)[5]
+    return elf_size(header, read(shoff, elf_size(header) - shoff))
 
 
 def _region(hdr: bytes, offset: int, size: int, what: str) -> bytes:

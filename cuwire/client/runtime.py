@@ -280,6 +280,9 @@ class Client:
             logs[:] = [res.error_log, res.info_log]
         if res.status != 0:
             raise Fail(res.status)
+        for k in res.kernels:  # what cuLibraryGetKernel would ask (lookup_kernel's key): answered already
+            self.lookups[(res.module, k.name, False, 0, 0)] = Kernel(k.kernel, tuple(k.param_offsets),
+                                                                     tuple(k.param_sizes))
         return res.module
 
     def lookup_kernel(self, key: int, args: pb.GetKernel_Args) -> Kernel:

@@ -323,6 +323,8 @@ class EmulatedLib(EmulatedNvml):
         self._memory = EmulatedMemory(int(_prop("totalGlobalMem")))
         # Libraries are context-independent in CUDA: they and their kernels outlive cuDevicePrimaryCtxReset.
         self._libraries: set[int] = set()
+        self._library_kernels: dict[int, tuple[str, ...]] = {}  # library -> names of the kernels it holds
+        self._names: dict[str, CData] = {}  # kernel name -> a C string kept for cuKernelGetName
         self._kernel_handles: dict[int, _Function] = {}
         self._function_handles: dict[int, _Function] = {}
         self._func_attributes: dict[str, dict[str, int]] = {}  # kernel name -> CUfunction_attribute name -> value
@@ -1001,7 +1003,49 @@ class EmulatedLib(EmulatedNvml):
         status = self._drv_put((library, handle))
         if status == 0:
             self._libraries.add(handle)
+            self._library_kernels[handle] = self._image_kernels(code)
         return status
+
+    def _image_kernels(self, code: CData) -> tuple[str, ...]:
+        """The registry's kernels whose names the image holds (in a fatbin's entries, decompressed: the
+        stand-in for the kernels the driver finds in a module)."""
+        read = lambda offset, n: self.ffi.buffer(self.ffi.cast("char *", code) + offset, n)[:]  # noqa: E731
+        try:
+            size = fatbin.image_length(read)
+            image = read(0, size) if size is not None else self.ffi.string(self.ffi.cast("char *", code))
+            if fatbin.image_kind(image) == "fatbin":
+                image = b"".join(fatbin.decompress(e) if e.compressed else e.payload for e in fatbin.parse(image))
+        except ValueError:  # not an image the stand-in can read: it names no kernels
+            return ()
+        return tuple(n for n in registry.KERNELS
+                     if re.search(rb"(?<![\w$])" + re.escape(n.encode()) + rb"(?![\w$])", image))
+
+    def cuLibraryGetKernelCount(self, count: CData, lib: CData) -> int:
+        kernels = self._library_kernels.get(self._addr(lib))
+        if kernels is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self._drv_put((count, len(kernels)))
+
+    def cuLibraryEnumerateKernels(self, kernels: CData, numKernels: int, lib: CData) -> int:
+        handle = self._addr(lib)
+        names = self._library_kernels.get(handle)
+        if names is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        if self._is_null(kernels) or numKernels != len(names):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        for i, name in enumerate(names):
+            kernels[i] = self.ffi.cast("CUkernel", self._kernel_handle(handle, registry.KERNELS[name]))
+        return 0
+
+    def cuKernelGetName(self, name: CData, hfunc: CData) -> int:
+        function = self._kernel_handles.get(self._addr(hfunc))
+        if function is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        if self._is_null(name):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        text = self._names.setdefault(function.kernel.name, self.ffi.new("char[]", function.kernel.name.encode()))
+        name[0] = text
+        return 0
 
     # The emulated linker takes PTX only and "links" by concatenating it: loading the result finds the
     # kernels by name in the registry, as for any PTX.
@@ -1067,6 +1111,7 @@ class EmulatedLib(EmulatedNvml):
         if handle not in self._libraries:
             return self.drv.CUDA_ERROR_INVALID_HANDLE
         self._libraries.discard(handle)
+        self._library_kernels.pop(handle, None)
         for table in (self._kernel_handles, self._function_handles):
             for key in [k for k, f in table.items() if f.library == handle]:
                 del table[key]
@@ -1082,11 +1127,15 @@ class EmulatedLib(EmulatedNvml):
         kernel = registry.KERNELS.get(kernel_name)
         if kernel is None:
             return self.drv.CUDA_ERROR_NOT_FOUND
-        function = _Function(handle, kernel)
+        return self._drv_put((pKernel, self._kernel_handle(handle, kernel)))
+
+    def _kernel_handle(self, library: int, kernel: registry.Kernel) -> int:
+        """The CUkernel of `kernel` in `library`: the same handle each time it is asked."""
+        function = _Function(library, kernel)
         existing = [k for k, f in self._kernel_handles.items() if f == function]
         kernel_handle = existing[0] if existing else self._new_handle()
         self._kernel_handles[kernel_handle] = function
-        return self._drv_put((pKernel, kernel_handle))
+        return kernel_handle
 
     def cuLibraryGetModule(self, pMod: CData, library: CData) -> int:
         """A library's module is the library itself here."""

@@ -72,7 +72,33 @@ def load_module(s, a: pb.LoadModule_Args) -> pb.LoadModule_Result:
     s.modules.add(handle)
     s.owns_handle(LIBRARY, handle)
     r.module = handle
+    _describe_library(s, handle, r.kernels)
     return r
+
+
+DESCRIBED_KERNELS = 256  # a library with more (PyTorch's have thousands) has its kernels looked up by name
+
+
+def _describe_library(s, library: int, out) -> None:
+    """Append the library's kernels, with their parameter layouts, to `out` (LoadModule_Result.kernels),
+    and take them as this session's: the client then queues the first launch of each too. A library of
+    many kernels is left to lookups one by one, so a large library costs no large reply."""
+    lib, ffi = s.lib, s.ffi
+    handle, count = ffi.cast("CUlibrary", library), ffi.new("unsigned int *")
+    if lib.cuLibraryGetKernelCount(count, handle) != 0 or not 0 < count[0] <= DESCRIBED_KERNELS:
+        return
+    kernels = ffi.new("CUkernel[]", count[0])
+    if lib.cuLibraryEnumerateKernels(kernels, count[0], handle) != 0:
+        return
+    name = ffi.new("const char **")
+    for kernel in kernels:
+        if lib.cuKernelGetName(name, kernel) != 0:
+            continue
+        entry = out.add(name=ffi.string(name[0]).decode(errors="replace"),
+                        kernel=int(ffi.cast("uintptr_t", kernel)))
+        # launches take the CUkernel itself: the driver loads it into whichever context is current
+        _describe(s, entry.kernel, ffi.cast("CUfunction", kernel), "kernel", entry.param_offsets,
+                  entry.param_sizes, lambda i, o, z, k=kernel: lib.cuKernelGetParamInfo(k, i, o, z))
 
 
 JIT_LOG_SIZE = 16384
@@ -121,12 +147,14 @@ def get_kernel(s, a: pb.GetKernel_Args) -> pb.GetKernel_Result:
     return r
 
 
-def _describe(s, handle: int, func, kind: str, offsets, sizes) -> None:
+def _describe(s, handle: int, func, kind: str, offsets, sizes, param_info=None) -> None:
     """Append the parameter layout of `func` to offsets and sizes, and remember `handle` (a kernel or a
-    function of this session) for its launches and for the calls that name it."""
+    function of this session) for its launches and for the calls that name it. `param_info(i, offset,
+    size)` asks the driver for parameter i (default: cuFuncGetParamInfo of func)."""
     offset, size = s.ffi.new("size_t *"), s.ffi.new("size_t *")
+    param_info = param_info or (lambda i, o, z: s.lib.cuFuncGetParamInfo(func, i, o, z))
     i = 0
-    while s.lib.cuFuncGetParamInfo(func, i, offset, size) == 0:
+    while param_info(i, offset, size) == 0:
         offsets.append(offset[0])
         sizes.append(size[0])
         i += 1
