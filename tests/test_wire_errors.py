@@ -4,16 +4,16 @@ make gpu-test runs this file against the real GPU too (CUWIRE_TEST_BACKEND=cuda)
 
 from __future__ import annotations
 
+import socket
 import struct
 
-import grpc
 import pytest
 from conftest import BACKEND
 
 from cuwire.generated import cuwire_pb2 as pb
-from cuwire.generated import cuwire_pb2_grpc as pb_grpc
 from cuwire.generated import server_handlers as generated
-from cuwire.transport import GrpcTransport, open_session
+from cuwire.settings import host_port
+from cuwire.transport import HEADER, MAGIC, SocketTransport, open_session
 
 HELLO = pb.Hello(client_version="test", cuda_version=generated.CUDA_VERSION, api_digest=generated.API_DIGEST)
 
@@ -45,14 +45,14 @@ def allocate(t, size: int) -> int:
 
 
 def test_session_must_start_with_hello(server):
-    t = GrpcTransport(server.address)
+    t = SocketTransport(server.address)
     reply = t.exchange(pb.Batch(fn=fn_id("cuMemGetInfo_v2")))
     assert "starts with a hello" in reply.error
     t.close()
 
 
 def test_version_mismatch_is_one_clear_message(server):
-    t = GrpcTransport(server.address)
+    t = SocketTransport(server.address)
     bad = pb.Hello(client_version="0.0.1", cuda_version="12.4", api_digest="0123456789abcdef")
     reply = t.exchange(pb.Batch(hello=bad))
     assert reply.error.startswith("version mismatch") and "CUDA 12.4" in reply.error
@@ -82,6 +82,30 @@ def test_wrong_buffer_size(session):
     huge = pb.cuMemcpy_Args(dst_host=b"", src=device, ByteCount=1 << 62)
     reply = session.exchange(pb.Batch(fn=fn_id("cuMemcpy"), args=huge.SerializeToString()))
     assert "outside 0.." in reply.error
+    assert serving(session)
+
+
+def test_large_buffers_travel_beside_the_message(session):
+    """A large buffer's field stays empty and its bytes come in the frame's payload, both ways; a payload
+    shorter than the buffers it stands for is refused, and the session goes on."""
+    size = 1 << 20
+    device = allocate(session, size)
+    data = bytes(range(256)) * (size // 256)
+    args = pb.cuMemcpyHtoD_v2_Args(dstDevice=device, ByteCount=size)
+    reply, back = session.exchange_with_payload(pb.Batch(fn=fn_id("cuMemcpyHtoD_v2"), args=args.SerializeToString()),
+                                                [memoryview(data)[:size // 2], memoryview(data)[size // 2:]])
+    assert not reply.error and pb.cuMemcpyHtoD_v2_Result.FromString(reply.result).status == 0 and not back
+    args = pb.cuMemcpyDtoH_v2_Args(srcDevice=device, ByteCount=size)
+    reply, back = session.exchange_with_payload(pb.Batch(fn=fn_id("cuMemcpyDtoH_v2"), args=args.SerializeToString()))
+    res = pb.cuMemcpyDtoH_v2_Result.FromString(reply.result)
+    assert res.status == 0 and res.dstHost == b"" and back == data
+    args = pb.cuMemcpyHtoD_v2_Args(dstDevice=device, ByteCount=size)
+    reply, _ = session.exchange_with_payload(pb.Batch(fn=fn_id("cuMemcpyHtoD_v2"), args=args.SerializeToString()),
+                                             [data[:100]])
+    assert "the payload has 100 bytes left for a 1048576-byte buffer" in reply.error
+    reply, _ = session.exchange_with_payload(pb.Batch(fn=fn_id("cuMemcpyHtoD_v2"), args=args.SerializeToString(),
+                                                      payload_codec=pb.ZSTD), [b"not zstd at all"])
+    assert "does not decompress" in reply.error
     assert serving(session)
 
 
@@ -116,17 +140,31 @@ def test_bad_module_and_kernel_handles(session):
     assert serving(session)
 
 
-def test_raw_grpc_garbage_does_not_kill_the_server(server):
-    channel = grpc.insecure_channel(server.address)
-    call = channel.stream_stream("/cuwire.CuWire/Session", request_serializer=lambda b: b,
-                                 response_deserializer=lambda b: b)
-    with pytest.raises(grpc.RpcError):
-        list(call(iter([b"\xff\xfe garbage"]), timeout=10))
-    channel.close()
-    t = GrpcTransport(server.address)
+@pytest.mark.parametrize("garbage", [
+    b"\xff\xfe garbage that is no frame",
+    HEADER.pack(MAGIC, 2**31, 0),  # a message over the limit
+    HEADER.pack(MAGIC, 5, 0) + b"\xff\xff\xff\xff\xff",  # a message that does not parse
+    HEADER.pack(MAGIC, 100, 0) + b"cut short",  # then the connection closes mid-frame
+], ids=["no-frame", "too-large", "no-protobuf", "cut-short"])
+def test_raw_garbage_does_not_kill_the_server(server, garbage):
+    """Bytes that are no cuwire frame end that connection (with a reply where one can be read); the
+    server goes on serving others."""
+    with socket.create_connection(host_port(server.address), timeout=10) as raw:
+        raw.sendall(garbage)
+        raw.shutdown(socket.SHUT_WR)
+        answer = b""
+        try:
+            while chunk := raw.recv(4096):
+                answer += chunk
+        except ConnectionResetError:  # closed with our unread bytes still queued: the kernel resets
+            pass
+    if garbage.startswith(HEADER.pack(MAGIC, 5, 0)):
+        assert b"does not parse" in answer
+    else:
+        assert answer == b""
+    t = SocketTransport(server.address)
     assert not t.exchange(pb.Batch(hello=HELLO)).error
     t.close()
-    assert pb_grpc  # the generated stub module imports
 
 
 def test_device_ranges_the_session_does_not_own(session):

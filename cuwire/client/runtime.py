@@ -26,7 +26,7 @@ from cuwire.client import fatbin
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as wire
 from cuwire.settings import Settings
-from cuwire.transport import Transport, TransportError, open_session
+from cuwire.transport import SocketTransport, TransportError, open_session
 
 # The CUresult codes used here.
 INVALID_VALUE = 1
@@ -90,7 +90,7 @@ class Session:
         hello = pb.Hello(client_version=cuwire.__version__, cuda_version=wire.CUDA_VERSION,
                          api_digest=wire.API_DIGEST, token=settings.token, pid=os.getpid(),
                          host=socket.gethostname())
-        self.transport: Transport
+        self.transport: SocketTransport
         self.transport, reply = open_session(settings.server, hello)
         if reply.error:
             self.transport.close()
@@ -183,9 +183,15 @@ class Client:
                 self.stats.queued += count[0]
             if fn:
                 batch.args, batch.args_codec = self.encode(args)
+            state = bulk()
+            outgoing, state.outgoing = state.outgoing, []
+            raw_payload = sum(len(part) for part in outgoing)
+            if outgoing and self.settings.compress == "zstd" and raw_payload >= self.settings.compress_min:
+                outgoing = [self.zstd_c.compress(b"".join(outgoing))]
+                batch.payload_codec = pb.ZSTD
             t0 = time.perf_counter()
             try:
-                reply = session.transport.exchange(batch)
+                reply, payload = session.transport.exchange_with_payload(batch, outgoing)
             except TransportError as e:
                 self.broken, self.told = str(e), True
                 self.session = None
@@ -195,8 +201,11 @@ class Client:
             dt = time.perf_counter() - t0
             self.stats.batches += 1
             self.stats.wait_seconds += dt
-            self.stats.bytes_sent += batch.ByteSize()
-            self.stats.bytes_received += reply.ByteSize()
+            state.incoming, state.taken = memoryview(payload), 0
+            self.stats.bytes_sent += batch.ByteSize() + sum(len(part) for part in outgoing)
+            self.stats.bytes_received += reply.ByteSize() + len(payload)
+            self.stats.bytes_sent_raw += raw_payload
+            self.stats.bytes_received_raw += len(payload)
             if fn:
                 self.stats.calls[fn] += 1
                 self.stats.seconds[fn] += dt
@@ -426,18 +435,58 @@ def is_device(ptr) -> bool:
     return client.is_device(address(ptr))
 
 
+# Buffers of at least BULK bytes travel beside the protobuf messages, in the frame's payload
+# (transport.py), in the order the call's code reads them (the server takes them in the same order):
+# protobuf would copy and parse them at a fraction of the network's speed. A field that stands for one
+# is left empty. The server sends large results the same way (session.py, take).
+BULK = 64 << 10
+_bulk = threading.local()  # per thread: the payload parts of the call being made, and the reply's payload
+
+
+class Bulk:
+    """The payload of one exchange: parts going out, and the reply's payload with how much was read."""
+
+    def __init__(self) -> None:
+        self.outgoing: list = []
+        self.incoming = memoryview(b"")
+        self.taken = 0
+
+
+def bulk() -> Bulk:
+    state = getattr(_bulk, "state", None)
+    if state is None:
+        state = _bulk.state = Bulk()
+    return state
+
+
 def read(ptr, size: int) -> bytes:
+    """The program's `size` bytes at ptr, for an Args field; a large buffer goes in the payload instead
+    (sent from the program's memory as it is) and the field stays empty."""
     if size == 0:
         return b""
     if ptr == ffi.NULL:
         raise Fail(INVALID_VALUE)
-    return bytes(ffi.buffer(ffi.cast("char *", ptr), size))
+    view = ffi.buffer(ffi.cast("char *", ptr), size)
+    if size >= BULK:
+        bulk().outgoing.append(view)
+        return b""
+    return bytes(view)
 
 
 def write(ptr, data: bytes, size: int) -> None:
+    """Write a result into the program's memory: the field's bytes, or for a large buffer the next
+    `size` bytes of the reply's payload (an empty field with no payload left: nothing came back)."""
     if len(data) > size:
         raise Fail(UNKNOWN, f"the server sent {len(data)} bytes for a {size}-byte buffer")
-    if data:
+    if not data and size:
+        b = bulk()
+        left = len(b.incoming) - b.taken
+        if left == 0:
+            return
+        if left < size:
+            raise Fail(UNKNOWN, f"the server's payload has {left} bytes left for a {size}-byte buffer")
+        data, b.taken = b.incoming[b.taken:b.taken + size], b.taken + size
+    if len(data):
         if ptr == ffi.NULL:
             raise Fail(INVALID_VALUE)
         ffi.memmove(ptr, data, len(data))

@@ -199,7 +199,7 @@ def render_all(api: Api, out: Path) -> list[Path]:
 
 
 def compile_proto(proto: Path, out: Path) -> list[Path]:
-    """Run grpcio-tools so the modules import as cuwire.generated.cuwire_pb2."""
+    """Run protoc (from grpcio-tools) so the module imports as cuwire.generated.cuwire_pb2."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "src" / "cuwire" / "generated"
         dst = Path(tmp) / "out"
@@ -207,7 +207,7 @@ def compile_proto(proto: Path, out: Path) -> list[Path]:
         dst.mkdir()
         shutil.copy(proto, src / proto.name)
         subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{Path(tmp) / 'src'}",
-                        f"--python_out={dst}", f"--grpc_python_out={dst}",
+                        f"--python_out={dst}",
                         f"cuwire/generated/{proto.name}"], check=True)
         written = []
         for f in sorted((dst / "cuwire" / "generated").glob("*.py")):

@@ -24,6 +24,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="serve the EMULATED device instead of a GPU (tests only; CUWIRE_BACKEND=emulated)")
     # how the listener starts its children (not for users)
     ap.add_argument("--one-session", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--handoff-fd", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -45,41 +46,71 @@ def wait_for_signal(extra: threading.Event | None = None) -> threading.Event:
     return stop
 
 
-def run(settings: Settings, ready=None, one_session: bool = False, probe: bool = False) -> int:
+def run(settings: Settings, ready=None, one_session: bool = False, probe: bool = False,
+        handoff_fd: int | None = None) -> int:
     logging.basicConfig(level=settings.log_level.upper(), format="cuwire server: %(message)s")
     log = logging.getLogger("cuwire.server")
     if probe:
         return run_probe(settings, log)
-    if settings.isolation == "process" and not one_session:
+    if one_session:
+        return run_one_session(settings, handoff_fd, log)
+    if settings.isolation == "process":
         return run_listener(settings, ready, log)
-    from cuwire.server.listener import PORT_LINE, START_TIMEOUT
     from cuwire.server.service import serve
 
     try:
-        server, state, port = serve(settings, max_sessions=1 if one_session else 64)
+        server, state, port = serve(settings)
     except RuntimeError as e:
         log.error("%s", e)
         return 1
     stop = wait_for_signal()
-    if one_session:  # a listener's child: say where, serve one session, then end
-        state.on_session_end = stop.set
-        nobody_came = threading.Timer(START_TIMEOUT, lambda: None if state.session_started.is_set() else stop.set())
-        nobody_came.daemon = True  # must not keep the process alive once its session is over
-        nobody_came.start()
-        print(f"{PORT_LINE}{port}", flush=True)
-    else:
-        host = settings.listen.rpartition(":")[0]
-        devices = ", ".join(f"{d.name} (sm_{d.major}{d.minor})" for d in state.devices)
-        log.info("listening on %s:%d, backend %s, devices: %s; sessions are threads of this process", host, port,
-                 state.backend, devices)
-        if state.backend == "emulated":
-            log.warning("EMULATED device: for tests only, results do not come from a GPU")
-        if ready is not None:
-            ready(port)
+    host = settings.listen.rpartition(":")[0]
+    devices = ", ".join(f"{d.name} (sm_{d.major}{d.minor})" for d in state.devices)
+    log.info("listening on %s:%d, backend %s, devices: %s; sessions are threads of this process", host, port,
+             state.backend, devices)
+    if state.backend == "emulated":
+        log.warning("EMULATED device: for tests only, results do not come from a GPU")
+    if ready is not None:
+        ready(port)
     stop.wait()
-    if not one_session:
-        log.info("shutting down: ending sessions")
-    server.stop(grace=2).wait()
+    log.info("shutting down: ending sessions")
+    server.stop(grace=2)
+    return 0
+
+
+def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Logger) -> int:
+    """A listener's child: take the connection the listener hands over, serve its session, end."""
+    import socket
+
+    from cuwire.generated import cuwire_pb2 as pb
+    from cuwire.server.listener import receive_handoff
+    from cuwire.server.service import CuWireServer, serve_connection
+    from cuwire.transport import Connection
+
+    if handoff_fd is None:
+        log.error("--one-session needs --handoff-fd (the listener starts these processes)")
+        return 1
+    with socket.socket(fileno=handoff_fd) as channel:
+        sock, peer, hello = receive_handoff(channel)
+    conn = Connection(sock, peer)
+    try:
+        state = CuWireServer(settings)
+    except RuntimeError as e:
+        log.error("%s", e)
+        conn.send(pb.Reply(error=f"the server could not open its GPU: {e}", refusal=pb.INTERNAL).SerializeToString())
+        conn.close()
+        return 1
+    stop = wait_for_signal()
+    session = threading.Thread(target=lambda: (serve_connection(state, conn, first=hello), stop.set()),
+                               name="cuwire-session", daemon=True)
+    session.start()
+    stop.wait()
+    if session.is_alive():  # SIGTERM: end the connection; the session frees what it holds, then ends
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        session.join(10)
     return 0
 
 
@@ -97,13 +128,8 @@ def run_probe(settings: Settings, log: logging.Logger) -> int:
 
 
 def run_listener(settings: Settings, ready, log: logging.Logger) -> int:
-    from concurrent import futures
-
-    import grpc
-
-    from cuwire.generated import cuwire_pb2_grpc as pb_grpc
-    from cuwire.server.listener import Listener, ListenerServicer
-    from cuwire.transport import CHANNEL_OPTIONS
+    from cuwire.server.listener import Listener
+    from cuwire.server.service import SocketServer
 
     listener = Listener(settings)
     try:
@@ -111,24 +137,22 @@ def run_listener(settings: Settings, ready, log: logging.Logger) -> int:
     except (RuntimeError, OSError) as e:
         log.error("%s", e)
         return 1
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=CHANNEL_OPTIONS)
-    pb_grpc.add_CuWireServicer_to_server(ListenerServicer(listener), server)
-    port = server.add_insecure_port(settings.listen)
-    if port == 0:
-        log.error("cannot listen on %s", settings.listen)
+    try:
+        server = SocketServer(settings.listen, listener.handle, max_sessions=64).start()
+    except (OSError, ValueError) as e:
+        log.error("cannot listen on %s (%s)", settings.listen, e)
         return 1
-    server.start()
     stop = wait_for_signal()
     host = settings.listen.rpartition(":")[0]
-    log.info("listening on %s:%d, backend %s, devices: %s; each session in a process of its own", host, port,
-             settings.backend, ", ".join(devices))
+    log.info("listening on %s:%d, backend %s, devices: %s; each session in a process of its own", host,
+             server.port, settings.backend, ", ".join(devices))
     if settings.backend == "emulated":
         log.warning("EMULATED device: for tests only, results do not come from a GPU")
     if ready is not None:
-        ready(port)
+        ready(server.port)
     stop.wait()
     log.info("shutting down: ending sessions")
-    server.stop(grace=1).wait()
+    server.stop(grace=1)
     listener.stop()
     return 0
 
@@ -137,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="cuwire server", description=__doc__)
     add_arguments(ap)
     args = ap.parse_args(argv)
-    return run(settings_from(args), one_session=args.one_session, probe=args.probe)
+    return run(settings_from(args), one_session=args.one_session, probe=args.probe, handoff_fd=args.handoff_fd)
 
 
 if __name__ == "__main__":

@@ -1,98 +1,106 @@
-"""The listener: with isolation=process, each session gets a process of its own.
+"""The listener: with isolation=process, each session gets a process of its own, on the listener's port.
 
-A gRPC server cannot hand an accepted connection to another process, so the listener checks the
-client's Hello (token, versions), starts a session process (`python -m cuwire.server --one-session`,
-listening on a free port of the same address with a one-time token), and answers with where to
-continue. The client connects there and says hello again. The listener never touches CUDA: one
-client's crash, leak or bad pointer stays in its own process and CUDA context.
+The listener accepts a connection, reads the client's Hello (within HELLO_TIMEOUT) and checks it
+(token, versions); then it starts a session process (`python -m cuwire.server --one-session`) and hands
+it the connection itself (the socket's descriptor, with the Hello, over a Unix socket). The session
+process answers the Hello and serves the session; the client never connects anywhere else, so a server
+published as one port (a firewall, `docker run -p`, a Kubernetes Service) serves remote clients. The
+listener never touches CUDA: one client's crash, leak or bad pointer stays in its own process and
+CUDA context.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import secrets
-import select
+import socket
 import subprocess
 import sys
 import threading
-import time
 
-import cuwire
 from cuwire.generated import cuwire_pb2 as pb
-from cuwire.generated import cuwire_pb2_grpc as pb_grpc
-from cuwire.generated import server_handlers as generated
-from cuwire.server.service import check_hello
+from cuwire.server.service import check_hello, read_batch
 from cuwire.settings import Settings
+from cuwire.transport import Connection, TransportError
 
 log = logging.getLogger("cuwire.server")
-PORT_LINE = "CUWIRE-SESSION-PORT "
 START_TIMEOUT = 60.0
+HELLO_TIMEOUT = 10.0  # a connection that says nothing is closed after this long
+HANDOFF_SIZE = 1 << 20  # the largest handoff message: the peer's address and the Hello
+
+
+def send_handoff(channel: socket.socket, sock: socket.socket, peer: str, hello: bytes) -> None:
+    """Give the session process the client's connection, its address and its Hello."""
+    socket.send_fds(channel, [peer.encode() + b"\0" + hello], [sock.fileno()])
+
+
+def receive_handoff(channel: socket.socket) -> tuple[socket.socket, str, bytes]:
+    """The session process's end of send_handoff: (connection, peer, hello)."""
+    message, fds, _flags, _addr = socket.recv_fds(channel, HANDOFF_SIZE, 1)
+    if not fds:
+        raise RuntimeError("the listener handed over no connection")
+    peer, _, hello = message.partition(b"\0")
+    return socket.socket(fileno=fds[0]), peer.decode(), hello
 
 
 class Listener:
     def __init__(self, settings: Settings):
         self.settings = settings
-        self.host = settings.listen.rpartition(":")[0]
         self.children: list[subprocess.Popen] = []
         self.lock = threading.Lock()
         self.count = 0
 
     def session_command(self, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "cuwire.server", "--listen", f"{self.host}:0", *extra]
+        return [sys.executable, "-m", "cuwire.server", *extra]
 
-    def session_env(self, token: str, name: str) -> dict[str, str]:
+    def session_env(self, name: str) -> dict[str, str]:
         env = {**os.environ, **self.settings.to_env()}
-        env.update(CUWIRE_TOKEN=token, CUWIRE_ISOLATION="thread", CUWIRE_SESSION_NAME=name)
+        env.update(CUWIRE_ISOLATION="thread", CUWIRE_SESSION_NAME=name)
         return env
 
     def probe(self) -> list[str]:
         """Open the backend once in a child (the listener itself never does): fail early and clearly when
         there is no GPU; else the devices, for the log."""
-        r = subprocess.run(self.session_command("--probe"), env=self.session_env("", "probe"), text=True,
+        r = subprocess.run(self.session_command("--probe"), env=self.session_env("probe"), text=True,
                            capture_output=True, timeout=START_TIMEOUT)
         if r.returncode != 0:
             raise RuntimeError(r.stderr.strip().removeprefix("cuwire server: ") or "the backend did not start")
         return r.stdout.splitlines()
 
-    def welcome(self, hello: pb.Hello, peer: str) -> pb.Reply:
-        refusal = check_hello(self.settings, hello)
-        if refusal is not None:
-            return refusal
+    def handle(self, sock: socket.socket, peer: str) -> None:
+        """One new connection: its Hello, checked here; then the connection goes to a session process."""
+        conn = Connection(sock, peer)
+        try:
+            sock.settimeout(HELLO_TIMEOUT)
+            message, _ = conn.receive(max_payload=0)
+            hello = read_batch(conn, message, hello=True)
+            if hello is None:
+                return
+            refusal = check_hello(self.settings, hello.hello)
+            if refusal is not None:
+                conn.send(refusal.SerializeToString())
+                return
+            sock.settimeout(None)
+            self.start_session(sock, peer, hello.hello, message)
+        except (TransportError, OSError, EOFError) as e:
+            log.info("connection from %s closed before a session began (%s)", peer, e or type(e).__name__)
+        finally:
+            conn.close()  # the session process has its own copy of the connection
+
+    def start_session(self, sock: socket.socket, peer: str, hello: pb.Hello, message: bytes) -> None:
         with self.lock:
-            self.children = [c for c in self.children if c.poll() is None]
+            self.children = [c for c in self.children if c.poll() is None]  # reaps the ended ones
             self.count += 1
             name = str(self.count)
-        token = secrets.token_hex(16)
-        proc = subprocess.Popen(self.session_command("--one-session"), env=self.session_env(token, name),
-                                stdout=subprocess.PIPE, text=True)
-        with self.lock:
-            self.children.append(proc)
-        port = self.wait_port(proc)
-        if port is None:
-            proc.kill()
-            return pb.Reply(error="the server could not start a session process (see the server's log)",
-                            refusal=pb.INTERNAL)
-        log.info("session %s for pid %d on %s (%s): process %d, port %d", name, hello.pid, hello.host, peer,
-                 proc.pid, port)
-        return pb.Reply(welcome=pb.Welcome(
-            server_version=cuwire.__version__, cuda_version=generated.CUDA_VERSION, api_digest=generated.API_DIGEST,
-            backend=self.settings.backend, session=name, redirect_port=port, session_token=token))
-
-    @staticmethod
-    def wait_port(proc: subprocess.Popen) -> int | None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-            if ready:
-                line = proc.stdout.readline()
-                if not line:
-                    return None  # it exited
-                if line.startswith(PORT_LINE):
-                    return int(line[len(PORT_LINE):])
-            elif proc.poll() is not None:
-                return None
-        return None
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with ours, theirs:
+            proc = subprocess.Popen(self.session_command("--one-session", "--handoff-fd", str(theirs.fileno())),
+                                    env=self.session_env(name), pass_fds=[theirs.fileno()])
+            with self.lock:
+                self.children.append(proc)
+            send_handoff(ours, sock, peer, message)
+        log.info("session %s for pid %d on %s (%s): process %d", name, hello.pid,
+                 hello.host.replace("\n", " ").replace("\r", " ")[:200], peer, proc.pid)
 
     def stop(self) -> None:
         """End every session process (each frees its session's memory on SIGTERM)."""
@@ -105,16 +113,3 @@ class Listener:
                 c.wait(15)
             except subprocess.TimeoutExpired:
                 c.kill()
-
-
-class ListenerServicer(pb_grpc.CuWireServicer):
-    def __init__(self, listener: Listener):
-        self.listener = listener
-
-    def Session(self, request_iterator, context):
-        for batch in request_iterator:
-            if not batch.HasField("hello"):
-                yield pb.Reply(error="a session starts with a hello", refusal=pb.PROTOCOL)
-            else:
-                yield self.listener.welcome(batch.hello, context.peer())
-            return

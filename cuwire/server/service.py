@@ -1,7 +1,8 @@
-"""The session server: accepts sessions over gRPC, checks the handshake, runs each session's batches.
+"""The session server: accepts sessions (framed sockets, cuwire/transport.py), checks the handshake,
+runs each session's batches.
 
 It runs the sessions as threads of its own process. With isolation=process (the default), the
-listener (server/listener.py) starts one of these per session, for that session alone.
+listener (server/listener.py) starts one of these per session and hands it the session's connection.
 """
 
 from __future__ import annotations
@@ -9,21 +10,21 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import socket
 import threading
-from concurrent import futures
 
-import grpc
 import zstandard
+from google.protobuf.message import DecodeError
 
 import cuwire
 from cuwire.generated import cuwire_pb2 as pb
-from cuwire.generated import cuwire_pb2_grpc as pb_grpc
 from cuwire.generated import server_handlers as generated
 from cuwire.server.backend import open_backend
+from cuwire.server.errors import WireError
 from cuwire.server.module_cache import ModuleCache
 from cuwire.server.session import Session
-from cuwire.settings import Settings
-from cuwire.transport import CHANNEL_OPTIONS
+from cuwire.settings import Settings, host_port
+from cuwire.transport import Connection, TransportError
 
 log = logging.getLogger("cuwire.server")
 
@@ -44,8 +45,6 @@ class CuWireServer:
         self.devices = self.query_devices()
         self.session_ids = itertools.count(1)
         self.zstd = zstandard.ZstdDecompressor()
-        self.on_session_end = lambda: None  # a one-session process stops here
-        self.session_started = threading.Event()
 
     def query_devices(self) -> list[pb.Device]:
         ffi, lib = self.ffi, self.lib
@@ -96,14 +95,24 @@ class CuWireServer:
         return version[0]
 
     def decode(self, data: bytes, codec: int) -> bytes:
-        return self.zstd.decompress(data) if codec == pb.ZSTD else data
+        """Decompress what the client compressed, never to more than CUWIRE_MAX_BUFFER bytes: a small
+        frame must not make the server allocate gigabytes."""
+        if codec != pb.ZSTD:
+            return data
+        limit = self.settings.max_buffer
+        try:
+            size = zstandard.frame_content_size(data)
+            if size > limit:
+                raise WireError(f"a compressed message of {size} bytes is over the limit ({limit}, CUWIRE_MAX_BUFFER)")
+            return self.zstd.decompress(data, max_output_size=limit if size < 0 else 0)
+        except zstandard.ZstdError as e:
+            raise WireError(f"a compressed message that does not decompress ({e})") from None
 
     def welcome(self, hello: pb.Hello, peer: str) -> tuple[pb.Reply, Session | None]:
         """Check the handshake; a mismatch gets one clear message and no session."""
         refusal = check_hello(self.settings, hello)
         if refusal is not None:
             return refusal, None
-        self.session_started.set()
         name = self.settings.session_name or f"{next(self.session_ids)}"
         session = Session(self, peer, hello, name)
         log.info("session %s opened for pid %d on %s (%s), backend %s", name, hello.pid, hello.host, peer,
@@ -130,40 +139,138 @@ def check_hello(settings: Settings, hello: pb.Hello) -> pb.Reply | None:
     return None
 
 
-class Servicer(pb_grpc.CuWireServicer):
-    def __init__(self, server: CuWireServer):
-        self.server = server
+def read_batch(conn: Connection, message: bytes, hello: bool) -> pb.Batch | None:
+    """The Batch in `message`; None, after telling the client why, when it does not parse or when a
+    session's first message is not its hello."""
+    try:
+        batch = pb.Batch.FromString(message)
+    except DecodeError:
+        why = "a request that does not parse"
+    else:
+        if not hello or batch.HasField("hello"):
+            return batch
+        why = "a session starts with a hello"
+    conn.send(pb.Reply(error=why, refusal=pb.PROTOCOL).SerializeToString())
+    return None
 
-    def Session(self, request_iterator, context):
-        session = None
-        try:
-            for batch in request_iterator:
+
+def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None = None) -> None:
+    """One session on one connection: its hello, then its batches until the client goes; then free what
+    it left. `first` is the hello when the listener read it already."""
+    session = None
+    try:
+        while True:
+            if first is not None:
+                message, payload, first = first, b"", None
+            else:
+                try:
+                    message, payload = conn.receive(max_payload=state.settings.max_buffer)
+                except EOFError:
+                    return
+            batch = read_batch(conn, message, hello=session is None)
+            if batch is None:
+                return
+            if session is None:
+                reply, session = state.welcome(batch.hello, conn.peer)
+                conn.send(reply.SerializeToString())
                 if session is None:
-                    if not batch.HasField("hello"):
-                        yield pb.Reply(error="a session starts with a hello", refusal=pb.PROTOCOL)
-                        return
-                    reply, session = self.server.welcome(batch.hello, context.peer())
-                    yield reply
-                    if session is None:
-                        return
-                    continue
-                yield session.run(batch)
+                    return
+                continue
+            reply = session.run(batch, payload)
+            conn.send(reply.SerializeToString(), session.payload_out)
+            session.payload_out = []
+    except (TransportError, OSError) as e:
+        log.info("session %s: the connection ended (%s)", session.name if session else "(no hello)", e)
+    finally:
+        conn.close()
+        if session is not None:
+            session.close()
+
+
+class SocketServer:
+    """Accepts connections on a listening socket and serves each in a thread of its own: `handle(sock,
+    peer)`. Beyond `max_sessions` at once, a client is refused at once, with a message."""
+
+    def __init__(self, address: str, handle, max_sessions: int):
+        host, port = host_port(address)
+        self.sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+                                         backlog=128)
+        self.port = self.sock.getsockname()[1]
+        self.handle = handle
+        self.max_sessions = max_sessions
+        self.active = threading.BoundedSemaphore(max_sessions)
+        self.stopped = threading.Event()
+        self.lock = threading.Lock()
+        self.running: dict[threading.Thread, socket.socket] = {}  # session threads and their connections
+        self.thread = threading.Thread(target=self.accept_loop, name="cuwire-accept", daemon=True)
+
+    def start(self) -> SocketServer:
+        self.thread.start()
+        return self
+
+    def accept_loop(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                sock, addr = self.sock.accept()
+            except OSError:
+                return  # the listening socket was closed: stop
+            peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+            if not self.active.acquire(blocking=False):
+                threading.Thread(target=self.refuse, args=(sock, peer), daemon=True).start()
+                continue
+            thread = threading.Thread(target=self.run_one, args=(sock, peer), name=f"cuwire-{peer}", daemon=True)
+            with self.lock:
+                self.running[thread] = sock
+            thread.start()
+
+    def run_one(self, sock: socket.socket, peer: str) -> None:
+        try:
+            self.handle(sock, peer)
+        except Exception:  # a bug in one session must not take the accept loop or the others down
+            log.exception("session from %s failed", peer)
         finally:
-            if session is not None:
-                session.close()
-                self.server.on_session_end()
+            with self.lock:
+                self.running.pop(threading.current_thread(), None)
+            self.active.release()
+
+    def refuse(self, sock: socket.socket, peer: str) -> None:
+        log.warning("refused %s: %d connections already", peer, self.max_sessions)
+        conn = Connection(sock, peer)
+        try:
+            sock.settimeout(5)
+            conn.receive(max_payload=0)
+            conn.send(pb.Reply(error=f"the server is busy: it serves {self.max_sessions} connections at once; "
+                                     "try again when one ends", refusal=pb.BUSY).SerializeToString())
+        except (TransportError, OSError, EOFError):
+            pass
+        conn.close()
+
+    def stop(self, grace: float = 2.0) -> None:
+        """Stop accepting; end every connection, giving each session `grace` seconds to finish its call
+        and free what it holds."""
+        self.stopped.set()
+        for sock in [self.sock, *self.running_sockets()]:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.sock.close()
+        with self.lock:
+            threads = list(self.running)
+        for t in threads:
+            t.join(grace)
+
+    def running_sockets(self) -> list[socket.socket]:
+        with self.lock:
+            return list(self.running.values())
 
 
-def serve(settings: Settings, max_sessions: int = 64) -> tuple[grpc.Server, CuWireServer, int]:
-    """Start listening; returns the gRPC server, the shared state and the bound port."""
+def serve(settings: Settings, max_sessions: int = 64) -> tuple[SocketServer, CuWireServer, int]:
+    """Start listening; returns the socket server, the shared state and the bound port."""
     state = CuWireServer(settings)
-    # one thread per session; a client beyond max_sessions is refused at once (RESOURCE_EXHAUSTED)
-    # instead of waiting for a thread that may never come
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_sessions), options=CHANNEL_OPTIONS,
-                         maximum_concurrent_rpcs=max_sessions)
-    pb_grpc.add_CuWireServicer_to_server(Servicer(state), server)
-    port = server.add_insecure_port(settings.listen)
-    if port == 0:
-        raise RuntimeError(f"cannot listen on {settings.listen}")
-    server.start()
-    return server, state, port
+    try:
+        server = SocketServer(settings.listen, lambda sock, peer: serve_connection(state, Connection(sock, peer)),
+                              max_sessions)
+    except (OSError, ValueError) as e:
+        raise RuntimeError(f"cannot listen on {settings.listen} ({e})") from None
+    return server.start(), state, server.port

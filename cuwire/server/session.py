@@ -20,6 +20,7 @@ from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, CudaFail, WireEr
 
 log = logging.getLogger("cuwire.server")
 RECORD_HEADER = struct.Struct("<II")
+BULK = 64 << 10  # result buffers this large go beside the reply, in its payload (client/runtime.py, BULK)
 STREAM_KIND = "CUstream_st"
 CONTEXT_KIND = "CUctx_st"
 SPECIAL_STREAMS = (1, 2)  # CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
@@ -44,6 +45,8 @@ class Session:
         self.kernel_kind: dict[int, str] = {}  # the same handles -> "kernel" or "function"
         self.calls = 0
         self.started = time.monotonic()
+        self.payload_in, self.payload_taken = memoryview(b""), 0  # the running batch's payload (run)
+        self.payload_out: list = []  # result buffers for the reply's payload (take)
         self.use_primary_context()
         for d in server.devices:  # the client hands these out itself (cuDevicePrimaryCtxRetain)
             self.owns_handle(CONTEXT_KIND, d.primary_context)
@@ -55,9 +58,14 @@ class Session:
 
     # ---------------------------------------------------------------- running batches
 
-    def run(self, batch: pb.Batch) -> pb.Reply:
+    def run(self, batch: pb.Batch, payload: bytes | bytearray = b"") -> pb.Reply:
+        """Run one batch: its queued calls, then its call. Large buffers come in `payload` (beside the
+        message, in the order the call's code takes them: in_buffer); large results go out the same way,
+        in self.payload_out, for the caller to send beside the reply."""
         reply = pb.Reply()
+        self.payload_in, self.payload_taken, self.payload_out = memoryview(b""), 0, []
         try:
+            self.payload_in = memoryview(self.server.decode(payload, batch.payload_codec))
             if batch.records:
                 err, fn = self.run_records(self.server.decode(batch.records, batch.records_codec))
                 if err:
@@ -81,6 +89,9 @@ class Session:
         except Exception as e:  # a handler bug must not end the server, nor the session
             log.exception("session %s: internal error", self.name)
             reply.error, reply.refusal = f"internal server error: {type(e).__name__}: {e}", pb.INTERNAL
+        if reply.error:
+            self.payload_out = []
+        self.payload_in = memoryview(b"")
         return reply
 
     def lookup(self, fn: int):
@@ -144,23 +155,39 @@ class Session:
             raise WireError(f"buffer of {size} bytes is outside 0..{self.max_buffer} (CUWIRE_MAX_BUFFER)")
         return size
 
-    def in_buffer(self, data: bytes, size: int):
+    def bulk(self, data: bytes, size: int):
+        """A buffer's bytes: the field's, or for an empty field of a large buffer the next `size` bytes of
+        the batch's payload (client/runtime.py, read)."""
         self.check_size(size)
+        if not data and size:
+            left = len(self.payload_in) - self.payload_taken
+            if left < size:
+                raise WireError(f"the payload has {left} bytes left for a {size}-byte buffer")
+            data = self.payload_in[self.payload_taken:self.payload_taken + size]
+            self.payload_taken += size
         if len(data) != size:
             raise WireError(f"sent {len(data)} bytes for a {size}-byte buffer")
-        return self.ffi.from_buffer(data) if data else self.ffi.new("char[]", 1)
+        return data
+
+    def in_buffer(self, data: bytes, size: int):
+        data = self.bulk(data, size)
+        return self.ffi.from_buffer(data) if len(data) else self.ffi.new("char[]", 1)
 
     def out_buffer(self, size: int):
         return self.ffi.new("char[]", max(self.check_size(size), 1))
 
     def inout_buffer(self, data: bytes, size: int):
+        data = self.bulk(data, size)
         buf = self.out_buffer(size)
-        if len(data) != size:
-            raise WireError(f"sent {len(data)} bytes for a {size}-byte buffer")
         self.ffi.memmove(buf, data, size)
         return buf
 
     def take(self, buf, size: int | None = None) -> bytes:
+        """A result buffer's bytes for the Result message; a large one goes out in the payload instead
+        (sent from the buffer as it is) and its field stays empty."""
+        if size is not None and size >= BULK:
+            self.payload_out.append(self.ffi.buffer(buf, size))
+            return b""
         return bytes(self.ffi.buffer(buf, size) if size is not None else self.ffi.buffer(buf))
 
     def struct_in(self, ctype: str, data: bytes):
