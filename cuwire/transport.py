@@ -38,8 +38,10 @@ class Transport(Protocol):
         """Send one batch and wait for its reply."""
         ...
 
-    def exchange_with_payload(self, batch: pb.Batch, payload: Sequence[Buffer] = ()) -> tuple[pb.Reply, bytearray]:
-        """The same, with payloads beside the messages both ways."""
+    def exchange_with_payload(self, batch: pb.Batch, payload: Sequence[Buffer] = (),
+                              into: Sequence[Buffer] = ()) -> tuple[pb.Reply, bytearray, int]:
+        """The same, with payloads beside the messages both ways: the reply's is received into `into`
+        first (Connection.receive_into)."""
         ...
 
     def close(self) -> None: ...
@@ -65,27 +67,61 @@ class Connection:
         tune(sock)
 
     def send(self, message: bytes, payload: Sequence[Buffer] = ()) -> None:
-        """One frame: the message, then the payload parts as one payload (each sent from where it is)."""
+        """One frame: the message, then the payload parts as one payload, each sent from where it is. A
+        part may also produce its bytes as it goes: len(part) of them, through part.write_to(sendall)."""
         self.sock.sendall(HEADER.pack(MAGIC, len(message), sum(len(p) for p in payload)) + message)
         for part in payload:
-            self.sock.sendall(part)
+            if hasattr(part, "write_to"):
+                part.write_to(self.sock.sendall)
+            else:
+                self.sock.sendall(part)
 
     def receive(self, max_payload: int = MAX_PAYLOAD) -> tuple[bytes, bytearray]:
-        """The next frame's message and payload. Raises TransportError at the end of the stream or on a
-        frame that is not cuwire's or is larger than the limits."""
+        """The next frame's message and payload. Raises EOFError at the end of the stream, TransportError
+        when it breaks mid-frame or on a frame that is not cuwire's or is larger than the limits."""
+        message, payload, _ = self.receive_into(max_payload)
+        return message, payload
+
+    def receive_into(self, max_payload: int = MAX_PAYLOAD, into: Sequence[Buffer] = ()) -> tuple[bytes, bytearray, int]:
+        """The same, with the payload's first bytes received straight into the buffers `into`, in order
+        (as many as the payload fills): (message, the rest of the payload, bytes received into `into`)."""
+        message, payload_size = self.receive_message(max_payload)
+        direct = 0
+        for buffer in into:
+            view = memoryview(buffer).cast("B")
+            n = min(len(view), payload_size - direct)
+            if n == 0:
+                break
+            self._fill(view[:n])
+            direct += n
+        return message, self._exactly(payload_size - direct), direct
+
+    def receive_message(self, max_payload: int = MAX_PAYLOAD) -> tuple[bytes, int]:
+        """The next frame's message, and the size of its payload, which the caller reads next (read_into,
+        read_payload) before anything else."""
         magic, size, payload_size = HEADER.unpack(self._exactly(HEADER.size, at_start=True))
         if magic != MAGIC:
             raise TransportError(f"{self.peer or 'the peer'} sent something that is not a cuwire frame")
         if size > MAX_MESSAGE or payload_size > max_payload:
             raise TransportError(f"frame of {size} + {payload_size} bytes is over the limit "
                                  f"({MAX_MESSAGE} + {max_payload})")
-        message = bytes(self._exactly(size))
-        payload = self._exactly(payload_size)
-        return message, payload
+        return bytes(self._exactly(size)), payload_size
+
+    def read_into(self, view: memoryview) -> None:
+        """The next len(view) bytes of the payload being received, into view."""
+        self._fill(view)
+
+    def read_payload(self, n: int) -> bytearray:
+        """The next n bytes of the payload being received."""
+        return self._exactly(n)
 
     def _exactly(self, n: int, at_start: bool = False) -> bytearray:
         buf = bytearray(n)
-        view, got = memoryview(buf), 0
+        self._fill(memoryview(buf), at_start)
+        return buf
+
+    def _fill(self, view: memoryview, at_start: bool = False) -> None:
+        got, n = 0, len(view)
         while got < n:
             k = self.sock.recv_into(view[got:], n - got)
             if k == 0:
@@ -93,7 +129,6 @@ class Connection:
                     raise EOFError
                 raise TransportError("the connection closed in the middle of a frame")
             got += k
-        return buf
 
     def close(self) -> None:
         try:
@@ -125,13 +160,14 @@ class SocketTransport:
         self.connection = Connection(sock, address)
 
     def exchange(self, batch: pb.Batch) -> pb.Reply:
-        reply, _ = self.exchange_with_payload(batch)
+        reply, _, _ = self.exchange_with_payload(batch)
         return reply
 
-    def exchange_with_payload(self, batch: pb.Batch, payload: Sequence[Buffer] = ()) -> tuple[pb.Reply, bytearray]:
+    def exchange_with_payload(self, batch: pb.Batch, payload: Sequence[Buffer] = (),
+                              into: Sequence[Buffer] = ()) -> tuple[pb.Reply, bytearray, int]:
         try:
             self.connection.send(batch.SerializeToString(), payload)
-            message, back = self.connection.receive()
+            message, back, direct = self.connection.receive_into(MAX_PAYLOAD, into)
         except EOFError:
             raise TransportError(f"lost the cuwire server at {self.address}: it ended the session") from None
         except OSError as e:
@@ -139,7 +175,7 @@ class SocketTransport:
         except TransportError as e:
             raise TransportError(f"lost the cuwire server at {self.address}: {e}") from None
         try:
-            return pb.Reply.FromString(message), back
+            return pb.Reply.FromString(message), back, direct
         except Exception as e:  # protobuf's DecodeError: a reply we cannot read
             raise TransportError(f"the cuwire server at {self.address} sent a reply that does not parse ({e})") \
                 from None

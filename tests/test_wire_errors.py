@@ -92,20 +92,52 @@ def test_large_buffers_travel_beside_the_message(session):
     device = allocate(session, size)
     data = bytes(range(256)) * (size // 256)
     args = pb.cuMemcpyHtoD_v2_Args(dstDevice=device, ByteCount=size)
-    reply, back = session.exchange_with_payload(pb.Batch(fn=fn_id("cuMemcpyHtoD_v2"), args=args.SerializeToString()),
+    reply, back, _ = session.exchange_with_payload(pb.Batch(fn=fn_id("cuMemcpyHtoD_v2"), args=args.SerializeToString()),
                                                 [memoryview(data)[:size // 2], memoryview(data)[size // 2:]])
     assert not reply.error and pb.cuMemcpyHtoD_v2_Result.FromString(reply.result).status == 0 and not back
     args = pb.cuMemcpyDtoH_v2_Args(srcDevice=device, ByteCount=size)
-    reply, back = session.exchange_with_payload(pb.Batch(fn=fn_id("cuMemcpyDtoH_v2"), args=args.SerializeToString()))
+    reply, back, _ = session.exchange_with_payload(pb.Batch(fn=fn_id("cuMemcpyDtoH_v2"), args=args.SerializeToString()))
     res = pb.cuMemcpyDtoH_v2_Result.FromString(reply.result)
     assert res.status == 0 and res.dstHost == b"" and back == data
+    halves = [bytearray(size // 2), bytearray(size // 2)]  # received straight into the caller's buffers
+    reply, back, direct = session.exchange_with_payload(
+        pb.Batch(fn=fn_id("cuMemcpyDtoH_v2"), args=args.SerializeToString()), into=halves)
+    assert direct == size and not back and b"".join(halves) == data
     args = pb.cuMemcpyHtoD_v2_Args(dstDevice=device, ByteCount=size)
-    reply, _ = session.exchange_with_payload(pb.Batch(fn=fn_id("cuMemcpyHtoD_v2"), args=args.SerializeToString()),
+    reply, _, _ = session.exchange_with_payload(pb.Batch(fn=fn_id("cuMemcpyHtoD_v2"), args=args.SerializeToString()),
                                              [data[:100]])
-    assert "the payload has 100 bytes left for a 1048576-byte buffer" in reply.error
-    reply, _ = session.exchange_with_payload(pb.Batch(fn=fn_id("cuMemcpyHtoD_v2"), args=args.SerializeToString(),
+    assert "a 1048576-byte copy came with a payload of 100 bytes" in reply.error
+    reply, _, _ = session.exchange_with_payload(pb.Batch(fn=fn_id("cuMemcpyHtoD_v2"), args=args.SerializeToString(),
                                                       payload_codec=pb.ZSTD), [b"not zstd at all"])
     assert "does not decompress" in reply.error
+    assert serving(session)
+
+
+def test_large_copies_stream_in_chunks(session):
+    """Copies larger than the server's streaming buffer (bulk.CHUNK) arrive and leave in pieces: the
+    bytes are the same both ways, through cuMemcpyHtoD/DtoH and through cuMemcpy; a range the session
+    does not own is refused without losing the stream's step."""
+    from cuwire.server.bulk import CHUNK
+
+    size = 2 * CHUNK + 12345
+    device = allocate(session, size)
+    data = (bytes(range(251)) * (size // 251 + 1))[:size]
+
+    def call(name, payload=(), **fields):
+        args = getattr(pb, f"{name}_Args")(**fields).SerializeToString()
+        reply, back, _ = session.exchange_with_payload(pb.Batch(fn=fn_id(name), args=args), payload)
+        assert not reply.error, reply.error
+        return getattr(pb, f"{name}_Result").FromString(reply.result), back
+
+    assert call("cuMemcpyHtoD_v2", [data], dstDevice=device, ByteCount=size)[0].status == 0
+    res, back = call("cuMemcpyDtoH_v2", srcDevice=device, ByteCount=size)
+    assert res.status == 0 and back == data
+    flipped = data[::-1]
+    assert call("cuMemcpy", [flipped], dst=device, src_host=b"", ByteCount=size)[0].status == 0
+    res, back = call("cuMemcpy", dst_host=b"", src=device, ByteCount=size)
+    assert res.status == 0 and back == flipped
+    res, back = call("cuMemcpy", [data], dst=device + 4096, src_host=b"", ByteCount=size)
+    assert res.status == 1 and not back  # CUDA_ERROR_INVALID_VALUE: past the end of the allocation
     assert serving(session)
 
 

@@ -400,6 +400,8 @@ def _copy_2d(pCopy, stream: int | None) -> int:
         args.src = src
     if stream is not None:
         args.stream = stream
+    if dst_on_host:
+        rt.expect(ffi.cast("void *", dst), dst_len)
     res = rt.call(rt.COPY_2D, args, pb.Copy2D_Result)
     if dst_on_host and res.status == 0:
         rt.write(ffi.cast("void *", dst), res.dst, dst_len)

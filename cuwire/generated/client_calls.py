@@ -195,6 +195,7 @@ def cuDeviceGetPCIBusId(pciBusId, pciBusId_len, len, dev):
     args = pb.cuDeviceGetPCIBusId_Args()
     args.len = len
     args.dev = dev
+    rt.expect(pciBusId, pciBusId_len)
     res = rt.call(2039655364, args, pb.cuDeviceGetPCIBusId_Result)
     if res.status == 0:
         rt.write(pciBusId, res.pciBusId, pciBusId_len)
@@ -465,8 +466,10 @@ def cuMemcpy(dst, dst_len, src, src_len, ByteCount):
     else:
         args.src_host = rt.read(src, src_len)
     args.ByteCount = ByteCount
-    res = rt.call(3795422459, args, pb.cuMemcpy_Result)
     if args.HasField("dst_host"):
+        rt.expect(dst, dst_len)
+    res = rt.call(3795422459, args, pb.cuMemcpy_Result)
+    if res.status == 0 and args.HasField("dst_host"):
         rt.write(dst, res.dst, dst_len)
     return res.status
 
@@ -485,8 +488,10 @@ def cuMemcpyAsync(dst, dst_len, src, src_len, ByteCount, hStream):
         args.src_host = rt.read(src, src_len)
     args.ByteCount = ByteCount
     args.hStream = hStream
-    res = rt.call(1900514108, args, pb.cuMemcpyAsync_Result)
     if args.HasField("dst_host"):
+        rt.expect(dst, dst_len)
+    res = rt.call(1900514108, args, pb.cuMemcpyAsync_Result)
+    if res.status == 0 and args.HasField("dst_host"):
         rt.write(dst, res.dst, dst_len)
     return res.status
 
@@ -509,6 +514,7 @@ def cuMemcpyDtoHAsync_v2(dstHost, dstHost_len, srcDevice, ByteCount, hStream):
     args.srcDevice = srcDevice
     args.ByteCount = ByteCount
     args.hStream = hStream
+    rt.expect(dstHost, dstHost_len)
     res = rt.call(1182161886, args, pb.cuMemcpyDtoHAsync_v2_Result)
     if res.status == 0:
         rt.write(dstHost, res.dstHost, dstHost_len)
@@ -521,6 +527,7 @@ def cuMemcpyDtoH_v2(dstHost, dstHost_len, srcDevice, ByteCount):
     args = pb.cuMemcpyDtoH_v2_Args()
     args.srcDevice = srcDevice
     args.ByteCount = ByteCount
+    rt.expect(dstHost, dstHost_len)
     res = rt.call(4047986228, args, pb.cuMemcpyDtoH_v2_Result)
     if res.status == 0:
         rt.write(dstHost, res.dstHost, dstHost_len)
@@ -813,6 +820,7 @@ def nvmlDeviceGetAttributes_v2(device, attributes, attributes_len):
     """nvmlDeviceGetAttributes_v2 (nvml.h)"""
     args = pb.nvmlDeviceGetAttributes_v2_Args()
     args.device = device
+    rt.expect(attributes, attributes_len)
     res = rt.call(1207074235, args, pb.nvmlDeviceGetAttributes_v2_Result)
     if res.status == 0:
         rt.write(attributes, res.attributes, attributes_len)
@@ -824,6 +832,7 @@ def nvmlDeviceGetBAR1MemoryInfo(device, bar1Memory, bar1Memory_len):
     """nvmlDeviceGetBAR1MemoryInfo (nvml.h)"""
     args = pb.nvmlDeviceGetBAR1MemoryInfo_Args()
     args.device = device
+    rt.expect(bar1Memory, bar1Memory_len)
     res = rt.call(2294879676, args, pb.nvmlDeviceGetBAR1MemoryInfo_Result)
     if res.status == 0:
         rt.write(bar1Memory, res.bar1Memory, bar1Memory_len)
@@ -836,6 +845,7 @@ def nvmlDeviceGetBoardPartNumber(device, partNumber, partNumber_len, length):
     args = pb.nvmlDeviceGetBoardPartNumber_Args()
     args.device = device
     args.length = length
+    rt.expect(partNumber, partNumber_len)
     res = rt.call(3595278150, args, pb.nvmlDeviceGetBoardPartNumber_Result)
     if res.status == 0:
         rt.write(partNumber, res.partNumber, partNumber_len)
@@ -1106,6 +1116,7 @@ def nvmlDeviceGetInforomImageVersion(device, version, version_len, length):
     args = pb.nvmlDeviceGetInforomImageVersion_Args()
     args.device = device
     args.length = length
+    rt.expect(version, version_len)
     res = rt.call(3844783122, args, pb.nvmlDeviceGetInforomImageVersion_Result)
     if res.status == 0:
         rt.write(version, res.version, version_len)
@@ -1162,6 +1173,7 @@ def nvmlDeviceGetMemoryInfo(device, memory, memory_len):
     """nvmlDeviceGetMemoryInfo (nvml.h)"""
     args = pb.nvmlDeviceGetMemoryInfo_Args()
     args.device = device
+    rt.expect(memory, memory_len)
     res = rt.call(1622472062, args, pb.nvmlDeviceGetMemoryInfo_Result)
     if res.status == 0:
         rt.write(memory, res.memory, memory_len)
@@ -1209,6 +1221,7 @@ def nvmlDeviceGetName(device, name, name_len, length):
     args = pb.nvmlDeviceGetName_Args()
     args.device = device
     args.length = length
+    rt.expect(name, name_len)
     res = rt.call(1846965399, args, pb.nvmlDeviceGetName_Result)
     if res.status == 0:
         rt.write(name, res.name, name_len)
@@ -1279,6 +1292,7 @@ def nvmlDeviceGetPciInfo_v3(device, pci, pci_len):
     """nvmlDeviceGetPciInfo_v3 (nvml.h)"""
     args = pb.nvmlDeviceGetPciInfo_v3_Args()
     args.device = device
+    rt.expect(pci, pci_len)
     res = rt.call(4153554568, args, pb.nvmlDeviceGetPciInfo_v3_Result)
     if res.status == 0:
         rt.write(pci, res.pci, pci_len)
@@ -1381,6 +1395,7 @@ def nvmlDeviceGetSerial(device, serial, serial_len, length):
     args = pb.nvmlDeviceGetSerial_Args()
     args.device = device
     args.length = length
+    rt.expect(serial, serial_len)
     res = rt.call(1543220140, args, pb.nvmlDeviceGetSerial_Result)
     if res.status == 0:
         rt.write(serial, res.serial, serial_len)
@@ -1429,6 +1444,7 @@ def nvmlDeviceGetUUID(device, uuid, uuid_len, length):
     args = pb.nvmlDeviceGetUUID_Args()
     args.device = device
     args.length = length
+    rt.expect(uuid, uuid_len)
     res = rt.call(2012027069, args, pb.nvmlDeviceGetUUID_Result)
     if res.status == 0:
         rt.write(uuid, res.uuid, uuid_len)
@@ -1440,6 +1456,7 @@ def nvmlDeviceGetUtilizationRates(device, utilization, utilization_len):
     """nvmlDeviceGetUtilizationRates (nvml.h)"""
     args = pb.nvmlDeviceGetUtilizationRates_Args()
     args.device = device
+    rt.expect(utilization, utilization_len)
     res = rt.call(1071099370, args, pb.nvmlDeviceGetUtilizationRates_Result)
     if res.status == 0:
         rt.write(utilization, res.utilization, utilization_len)
@@ -1452,6 +1469,7 @@ def nvmlDeviceGetVbiosVersion(device, version, version_len, length):
     args = pb.nvmlDeviceGetVbiosVersion_Args()
     args.device = device
     args.length = length
+    rt.expect(version, version_len)
     res = rt.call(1810680486, args, pb.nvmlDeviceGetVbiosVersion_Result)
     if res.status == 0:
         rt.write(version, res.version, version_len)
@@ -1530,6 +1548,7 @@ def nvmlSystemGetDriverVersion(version, version_len, length):
     """nvmlSystemGetDriverVersion (nvml.h)"""
     args = pb.nvmlSystemGetDriverVersion_Args()
     args.length = length
+    rt.expect(version, version_len)
     res = rt.call(697104280, args, pb.nvmlSystemGetDriverVersion_Result)
     if res.status == 0:
         rt.write(version, res.version, version_len)
@@ -1541,6 +1560,7 @@ def nvmlSystemGetNVMLVersion(version, version_len, length):
     """nvmlSystemGetNVMLVersion (nvml.h)"""
     args = pb.nvmlSystemGetNVMLVersion_Args()
     args.length = length
+    rt.expect(version, version_len)
     res = rt.call(2680665479, args, pb.nvmlSystemGetNVMLVersion_Result)
     if res.status == 0:
         rt.write(version, res.version, version_len)

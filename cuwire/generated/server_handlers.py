@@ -407,7 +407,7 @@ def cuMemcpy(s, a: pb.cuMemcpy_Args) -> pb.cuMemcpy_Result:
     dst = s.out_buffer(a.ByteCount) if a.HasField("dst_host") else s.device(a.dst, a.ByteCount)
     src = s.in_buffer(a.src_host, a.ByteCount) if a.HasField("src_host") else s.device(a.src, a.ByteCount)
     r.status = s.lib.cuMemcpy(s.address_of(dst), s.address_of(src), a.ByteCount)
-    if a.HasField("dst_host"):
+    if r.status == 0 and a.HasField("dst_host"):
         r.dst = s.take(dst, a.ByteCount)
     return r
 
@@ -418,7 +418,7 @@ def cuMemcpyAsync(s, a: pb.cuMemcpyAsync_Args) -> pb.cuMemcpyAsync_Result:
     dst = s.out_buffer(a.ByteCount) if a.HasField("dst_host") else s.device(a.dst, a.ByteCount)
     src = s.in_buffer(a.src_host, a.ByteCount) if a.HasField("src_host") else s.device(a.src, a.ByteCount)
     r.status = s.lib.cuMemcpyAsync(s.address_of(dst), s.address_of(src), a.ByteCount, s.handle("CUstream_st", "CUstream", a.hStream))
-    if a.HasField("dst_host"):
+    if r.status == 0 and a.HasField("dst_host"):
         r.dst = s.take(dst, a.ByteCount)
     return r
 

@@ -20,6 +20,7 @@ import cuwire
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.server.backend import open_backend
+from cuwire.server.bulk import IncomingPayload
 from cuwire.server.errors import WireError
 from cuwire.server.module_cache import ModuleCache
 from cuwire.server.session import Session
@@ -160,17 +161,20 @@ def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None 
     session = None
     try:
         while True:
+            payload = IncomingPayload()
             if first is not None:
-                message, payload, first = first, b"", None
+                message, first = first, None
             else:
                 try:
-                    message, payload = conn.receive(max_payload=state.settings.max_buffer)
+                    message, size = conn.receive_message(max_payload=state.settings.max_buffer)
                 except EOFError:
                     return
+                payload = IncomingPayload(conn, size)  # read by the session as it runs the batch
             batch = read_batch(conn, message, hello=session is None)
             if batch is None:
                 return
             if session is None:
+                payload.drain()
                 reply, session = state.welcome(batch.hello, conn.peer)
                 conn.send(reply.SerializeToString())
                 if session is None:

@@ -15,12 +15,14 @@ from google.protobuf.message import DecodeError
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
-from cuwire.server import custom
+from cuwire.server import bulk, custom
 from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, CudaFail, WireError
+from cuwire.transport import TransportError
 
 log = logging.getLogger("cuwire.server")
 RECORD_HEADER = struct.Struct("<II")
-BULK = 64 << 10  # result buffers this large go beside the reply, in its payload (client/runtime.py, BULK)
+BULK = bulk.BULK  # result buffers this large go beside the reply, in its payload (client/runtime.py, BULK)
+MEMHOSTALLOC_PORTABLE = 0x01
 STREAM_KIND = "CUstream_st"
 CONTEXT_KIND = "CUctx_st"
 SPECIAL_STREAMS = (1, 2)  # CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
@@ -47,6 +49,8 @@ class Session:
         self.started = time.monotonic()
         self.payload_in, self.payload_taken = memoryview(b""), 0  # the running batch's payload (run)
         self.payload_out: list = []  # result buffers for the reply's payload (take)
+        self.deferred_error: tuple[int, str] | None = None  # a streamed copy's late failure (bulk.py)
+        self.chunk: tuple[object, object] | None = None  # (char *, owner) of the streaming buffer (bulk.py)
         self.use_primary_context()
         for d in server.devices:  # the client hands these out itself (cuDevicePrimaryCtxRetain)
             self.owns_handle(CONTEXT_KIND, d.primary_context)
@@ -58,17 +62,20 @@ class Session:
 
     # ---------------------------------------------------------------- running batches
 
-    def run(self, batch: pb.Batch, payload: bytes | bytearray = b"") -> pb.Reply:
+    def run(self, batch: pb.Batch, payload: bulk.IncomingPayload | None = None) -> pb.Reply:
         """Run one batch: its queued calls, then its call. Large buffers come in `payload` (beside the
-        message, in the order the call's code takes them: in_buffer); large results go out the same way,
-        in self.payload_out, for the caller to send beside the reply."""
+        message, in the order the call's code takes them: in_buffer), streamed to the GPU by the copies
+        of bulk.py; large results go out the same way, in self.payload_out, for the caller to send
+        beside the reply."""
         reply = pb.Reply()
+        payload = payload or bulk.IncomingPayload()
         self.payload_in, self.payload_taken, self.payload_out = memoryview(b""), 0, []
+        if self.deferred_error:
+            (reply.queued_error, reply.queued_error_fn), self.deferred_error = self.deferred_error, None
         try:
-            self.payload_in = memoryview(self.server.decode(payload, batch.payload_codec))
             if batch.records:
                 err, fn = self.run_records(self.server.decode(batch.records, batch.records_codec))
-                if err:
+                if err and not reply.queued_error:
                     reply.queued_error, reply.queued_error_fn = err, fn
             if batch.fn:
                 name, args_cls, handler = self.lookup(batch.fn)
@@ -77,12 +84,19 @@ class Session:
                 except DecodeError as e:
                     raise WireError(f"malformed arguments for {name}: {e}") from e
                 self.calls += 1
+                streamed = bulk.STREAMED.get(name)
+                if streamed and payload.left and batch.payload_codec == pb.RAW and streamed.applies(args):
+                    handler = functools.partial(streamed.run, payload=payload)
+                else:
+                    self.payload_in = memoryview(self.server.decode(payload.read_all(), batch.payload_codec))
                 try:
                     result = handler(self, args)
                 except CudaFail as e:
                     log.info("session %s: %s: %s", self.name, name, e)
                     result = getattr(pb, f"{name.removeprefix('cuwire.')}_Result")(status=e.code)
                 reply.result = result.SerializeToString()
+        except (TransportError, OSError):
+            raise  # the connection broke mid-payload: the session ends
         except WireError as e:
             log.warning("session %s: refused a call: %s", self.name, e)
             reply.error, reply.refusal = str(e), pb.PROTOCOL
@@ -92,6 +106,7 @@ class Session:
         if reply.error:
             self.payload_out = []
         self.payload_in = memoryview(b"")
+        payload.drain()  # what a call did not use (it failed, or it had none) keeps the stream in step
         return reply
 
     def lookup(self, fn: int):
@@ -214,6 +229,27 @@ class Session:
     def disowns_handle(self, kind: str, value: int) -> None:
         self.handles.get(kind, set()).discard(value)
 
+    def chunk_buffer(self):
+        """The session's buffer for streamed copies (bulk.py), bulk.CHUNK bytes: page-locked memory of the
+        driver's when the backend is a GPU (made in the primary context, which lives as long as the
+        server), else ordinary memory. Made at the first streamed copy, kept until the session ends."""
+        if self.chunk is None:
+            ffi, lib = self.ffi, self.lib
+            if self.server.backend == "cuda" and self.server.devices:
+                out, current = ffi.new("void **"), ffi.new("CUcontext *")
+                lib.cuCtxGetCurrent(current)
+                lib.cuCtxSetCurrent(ffi.cast("CUcontext", self.server.devices[0].primary_context))
+                err = lib.cuMemHostAlloc(out, bulk.CHUNK, MEMHOSTALLOC_PORTABLE)
+                lib.cuCtxSetCurrent(current[0])
+                if err == 0:
+                    self.chunk = (ffi.cast("char *", out[0]), None)
+                else:
+                    log.warning("session %s: no page-locked memory for copies (error %d)", self.name, err)
+            if self.chunk is None:
+                owner = ffi.new("char[]", bulk.CHUNK)
+                self.chunk = (ffi.cast("char *", owner), owner)
+        return self.chunk[0]
+
     def device(self, address: int, size: int):
         """A device range from the wire, if it lies in this session's memory: else CUDA would take it for
         a host address in the server's own memory."""
@@ -254,3 +290,6 @@ class Session:
                  len(self.allocations), destroyed)
         self.allocations.clear()
         self.handles.clear()
+        if self.chunk is not None and self.chunk[1] is None:
+            self.lib.cuMemFreeHost(self.chunk[0])
+        self.chunk = None
