@@ -85,7 +85,7 @@ class Session:
                     raise WireError(f"malformed arguments for {name}: {e}") from e
                 self.calls += 1
                 streamed = bulk.STREAMED.get(name)
-                if streamed and payload.left and batch.payload_codec == pb.RAW and streamed.applies(args):
+                if streamed and batch.payload_codec == pb.RAW and streamed.applies(args):
                     handler = functools.partial(streamed.run, payload=payload)
                 else:
                     self.payload_in = memoryview(self.server.decode(payload.read_all(), batch.payload_codec))
