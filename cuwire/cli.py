@@ -233,6 +233,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         err(f"cuwire run: cannot build the client library: {e}\n  -> run `make client` and read its output")
         return EXIT_CUWIRE
 
+    if server:  # an address that cannot work fails here, at once, as cuwire's failure (not the program's)
+        reachable = check_reachable(server)
+        if not reachable.ok:
+            err(f"cuwire run: {reachable.what}\n  -> {reachable.fix}")
+            return EXIT_CUWIRE
     local: LocalServer | None = None
     if not server:
         local = LocalServer(args.emulated, args.token, Settings().cache_dir)

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -142,9 +143,27 @@ def test_run_stats_prints_what_cuwire_did(server, apps, client_lib, tmp_path):
     n_bytes = (1 << 16) * 4  # one float array
     assert 2 * n_bytes <= data_out < 2 * n_bytes + (64 << 10) and wire_out >= data_out  # + a module image
     assert n_bytes <= data_in < n_bytes + 4096 and wire_in >= data_in
+    transport = re.search(r"transport: TCP to [\d.]+:\d+; (\d+) round trips in [\d.]+ s \([\d.]+ per second, \d+ us "
+                          r"each on average\); of the bytes, (\d+) sent and (\d+) received beside", r.stderr)
+    assert int(transport.group(1)) == n_trips
+    assert (int(transport.group(2)), int(transport.group(3))) == (2 * n_bytes, n_bytes)  # the arrays, not in protobuf
 
 
 # ---------------------------------------------------------------- cuwire info
+
+
+@pytest.mark.parametrize("address,says", [("127.0.0.1:1", "connection refused"),
+                                           ("no-such-host.invalid:50551", "unknown"),
+                                           ("not-an-address", "HOST:PORT")])
+def test_run_against_a_server_that_cannot_be_reached_fails_at_once(address, says, client_lib, tmp_path):
+    """Refused, unknown host or malformed address: one clear line and cuwire's exit code, 125, at once;
+    the program never starts."""
+    marker = tmp_path / "ran"
+    start = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "cuwire.cli", "run", "--server", address, "--", "touch", str(marker)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 125 and says in r.stderr and not marker.exists(), r.stderr
+    assert time.monotonic() - start < 10
 
 
 def test_info_lists_the_emulated_device(server, tmp_path):

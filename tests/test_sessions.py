@@ -170,6 +170,32 @@ def test_a_dying_session_process_leaves_the_others_alone(looper, apps, client_li
     assert "lost the cuwire server" in p.stderr.read()  # its client is told
 
 
+def children_of(pid: int) -> dict[int, str]:
+    """The processes whose parent is pid, with their state letter (Z: a zombie)."""
+    out = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out[int(stat.parent.name)] = fields[0]
+    return out
+
+
+def test_ended_sessions_leave_no_process_behind(apps, client_lib, fresh_server):
+    """One port, a process per session: each session's process gets the client's connection from the
+    listener, ends with its client, and is reaped at once (no zombie until the next session)."""
+    for _ in range(2):
+        r = run_remote(apps / "vector_add", client_lib, fresh_server.address)
+        assert r.returncode == 0 and "vector_add: PASS" in r.stdout, r.stderr
+    assert len(re.findall(r"session \d+ for pid \d+ .*: process \d+", fresh_server.text())) == 2
+    deadline = time.monotonic() + 10
+    while children_of(fresh_server.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert children_of(fresh_server.proc.pid) == {}
+
+
 def test_launches_of_known_kernels_are_queued(apps, client_lib, server):
     """streams.cu launches 3 kernels 6 times: every launch is queued in C, with the 2 event records and 2
     stream waits (the records carried add the one switch to the program's context). The reply to the

@@ -80,6 +80,10 @@ class Stats:
     modules_uploaded: int = 0
     modules_cached: int = 0
     wait_seconds: float = 0.0
+    payload_sent: int = 0  # of bytes_sent: large buffers beside the messages (transport.py)
+    payload_received: int = 0
+    transport: str = ""  # how the session travels, e.g. "TCP to 127.0.0.1:50551"
+    connected: float = 0.0  # time.monotonic() when the session opened
 
 
 class Session:
@@ -163,6 +167,7 @@ class Client:
                 raise Fail(DEVICE_UNAVAILABLE)
             try:
                 self.session = Session(self.settings)
+                self.stats.transport, self.stats.connected = f"TCP to {self.settings.server}", time.monotonic()
             except TransportError as e:
                 self.broken, self.told = str(e), True
                 print(f"cuwire: {e}", file=sys.stderr)
@@ -212,8 +217,11 @@ class Client:
                     raise Fail(UNKNOWN, f"the server's payload ended inside a {size}-byte result buffer")
                 state.filled.add(int(ffi.cast("uintptr_t", ptr)))
                 direct -= size
-            self.stats.bytes_sent += batch.ByteSize() + sum(len(part) for part in outgoing)
+            sent_payload = sum(len(part) for part in outgoing)
+            self.stats.bytes_sent += batch.ByteSize() + sent_payload
             received = len(payload) + got_direct
+            self.stats.payload_sent += sent_payload
+            self.stats.payload_received += received
             self.stats.bytes_received += reply.ByteSize() + received
             self.stats.bytes_sent_raw += raw_payload
             self.stats.bytes_received_raw += received
@@ -399,6 +407,8 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
     own = sum(n for i, n in s.calls.items() if names.get(i, "").startswith("cuwire.") and i != LAUNCH_KERNEL)
     sent = s.batches - own - s.flushes
     every = sum(calls.values(), Counter())
+    elapsed = time.monotonic() - s.connected if s.connected else 0.0
+    per_trip = s.wait_seconds / s.batches * 1e6 if s.batches else 0.0
     lines = [
         "cuwire stats:",
         f"  API calls: {sum(total.values())} = {total.get('sync', 0) + total.get('custom', 0)} sent to the server "
@@ -409,6 +419,9 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
         f"  bytes sent: {s.bytes_sent} in messages, carrying {s.bytes_sent_raw} bytes of call data before "
         f"compression; received: {s.bytes_received} in messages, {s.bytes_received_raw} bytes of results after "
         f"decompression",
+        f"  transport: {s.transport or 'none (no session)'}; {s.batches} round trips in {elapsed:.1f} s "
+        f"({s.batches / elapsed if elapsed else 0:.1f} per second, {per_trip:.0f} us each on average); of the "
+        f"bytes, {s.payload_sent} sent and {s.payload_received} received beside the messages (large buffers)",
         f"  modules uploaded: {s.modules_uploaded}; found in the server's cache: {s.modules_cached}",
         f"  time waiting on the server: {s.wait_seconds * 1e3:.1f} ms",
         "  top calls by count: " + ", ".join(f"{n} {c}" for n, c in every.most_common(8)),

@@ -98,6 +98,8 @@ class Listener:
                                     env=self.session_env(name), pass_fds=[theirs.fileno()])
             with self.lock:
                 self.children.append(proc)
+            # reaped as soon as it ends, so no zombie waits for the next session
+            threading.Thread(target=proc.wait, name=f"cuwire-reap-{proc.pid}", daemon=True).start()
             send_handoff(ours, sock, peer, message)
         log.info("session %s for pid %d on %s (%s): process %d", name, hello.pid,
                  hello.host.replace("\n", " ").replace("\r", " ")[:200], peer, proc.pid)
