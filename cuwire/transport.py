@@ -26,6 +26,7 @@ HEADER = struct.Struct("<IIQ")
 MAX_MESSAGE = 64 << 20  # protobuf messages carry calls and small results; bulk bytes go in the payload
 # what the client accepts as a payload; the server checks every size against CUWIRE_MAX_BUFFER itself
 MAX_PAYLOAD = 1 << 40
+READ_AHEAD = 64 << 10  # what a receive asks the socket for at least (Connection._fill)
 KEEPALIVE = (10, 5, 4)  # TCP keepalive: idle seconds, seconds between probes, probes: a dead peer in ~30 s
 
 
@@ -65,11 +66,21 @@ class Connection:
         self.sock = sock
         self.peer = peer
         tune(sock)
+        # what one recv brought beyond what was asked: a frame's header and message come in one syscall
+        self.ahead = memoryview(bytearray(READ_AHEAD))
+        self.ahead_start = self.ahead_end = 0
+        self.sent = self.received = 0  # bytes of the last frame sent and received, headers included
+
+    def pending(self) -> int:
+        """Bytes received and not read yet."""
+        return self.ahead_end - self.ahead_start
 
     def send(self, message: bytes, payload: Sequence[Buffer] = ()) -> None:
         """One frame: the message, then the payload parts as one payload, each sent from where it is. A
         part may also produce its bytes as it goes: len(part) of them, through part.write_to(sendall)."""
-        self.sock.sendall(HEADER.pack(MAGIC, len(message), sum(len(p) for p in payload)) + message)
+        size = sum(len(p) for p in payload)
+        self.sock.sendall(HEADER.pack(MAGIC, len(message), size) + message)
+        self.sent = HEADER.size + len(message) + size
         for part in payload:
             if hasattr(part, "write_to"):
                 part.write_to(self.sock.sendall)
@@ -99,6 +110,7 @@ class Connection:
     def receive_message(self, max_payload: int = MAX_PAYLOAD) -> tuple[bytes, int]:
         """The next frame's message, and the size of its payload, which the caller reads next (read_into,
         read_payload) before anything else."""
+        self.received = 0
         magic, size, payload_size = HEADER.unpack(self._exactly(HEADER.size, at_start=True))
         if magic != MAGIC:
             raise TransportError(f"{self.peer or 'the peer'} sent something that is not a cuwire frame")
@@ -122,12 +134,23 @@ class Connection:
 
     def _fill(self, view: memoryview, at_start: bool = False) -> None:
         got, n = 0, len(view)
+        self.received += n
+        if self.ahead_end > self.ahead_start:
+            got = min(n, self.ahead_end - self.ahead_start)
+            view[:got] = self.ahead[self.ahead_start:self.ahead_start + got]
+            self.ahead_start += got
         while got < n:
-            k = self.sock.recv_into(view[got:], n - got)
+            small = n - got < READ_AHEAD
+            k = self.sock.recv_into(self.ahead if small else view[got:], READ_AHEAD if small else n - got)
             if k == 0:
                 if at_start and got == 0:
                     raise EOFError
                 raise TransportError("the connection closed in the middle of a frame")
+            if small:
+                used = min(k, n - got)
+                view[got:got + used] = self.ahead[:used]
+                self.ahead_start, self.ahead_end = used, k
+                k = used
             got += k
 
     def close(self) -> None:

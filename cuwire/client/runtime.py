@@ -151,6 +151,7 @@ class Client:
         self.kernel_names: dict[int, object] = {}  # kernel or function handle -> its name (char[], kept alive)
         # client copy of a driver function object -> (server function, the copy kept alive)
         self.function_objects: dict[int, tuple[int, object]] = {}
+        self.taken = (ffi.new("char **"), ffi.new("uint64_t *"))  # cuwire_queue_take's out-parameters
         self.zstd_c = zstandard.ZstdCompressor(level=3)
         self.zstd_d = zstandard.ZstdDecompressor()
 
@@ -179,7 +180,7 @@ class Client:
         with self.lock:
             session = self.connect()
             batch = pb.Batch(fn=fn)
-            data, count = ffi.new("char **"), ffi.new("uint64_t *")
+            data, count = self.taken  # out-parameters, kept: the lock is held
             size = lib.cuwire_queue_take(data, count)
             if size:
                 records = bytes(ffi.buffer(data[0], size))
@@ -217,12 +218,12 @@ class Client:
                     raise Fail(UNKNOWN, f"the server's payload ended inside a {size}-byte result buffer")
                 state.filled.add(int(ffi.cast("uintptr_t", ptr)))
                 direct -= size
-            sent_payload = sum(len(part) for part in outgoing)
-            self.stats.bytes_sent += batch.ByteSize() + sent_payload
+            connection = session.transport.connection
             received = len(payload) + got_direct
-            self.stats.payload_sent += sent_payload
+            self.stats.bytes_sent += connection.sent  # headers, messages and payloads, as they went
+            self.stats.bytes_received += connection.received
+            self.stats.payload_sent += sum(len(part) for part in outgoing)
             self.stats.payload_received += received
-            self.stats.bytes_received += reply.ByteSize() + received
             self.stats.bytes_sent_raw += raw_payload
             self.stats.bytes_received_raw += received
             if fn:

@@ -22,13 +22,12 @@ log = logging.getLogger("cuwire.server")
 OPTIONAL = {"nvml": 12}
 
 
-@functools.cache
 def cuda_ffi() -> cffi.FFI:
-    """An FFI that knows every type and prototype codegen parsed (generated/cuda_api.h)."""
-    text = (GENERATED / "cuda_api.h").read_text()
-    body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
-    ffi = cffi.FFI()
-    ffi.cdef(body)
+    """An FFI that knows every type and prototype codegen parsed (generated/cuda_api.h), precompiled by
+    codegen into generated/server_ffi.py: a type named for the first time costs microseconds, not a
+    parse of the whole header."""
+    from cuwire.generated.server_ffi import ffi
+
     return ffi
 
 

@@ -224,10 +224,17 @@ def launch(s, kernel: int, grid, block, shared_mem: int, stream: int, params: by
     func, offsets, size = hit
     if len(params) != size:
         raise WireError(f"kernel parameters: sent {len(params)} bytes, the kernel takes {size}")
-    buf = ffi.new("char[]", params or b"\0")
-    argv = ffi.new("void *[]", max(len(offsets), 1))
-    for i, off in enumerate(offsets):
-        argv[i] = buf + off
+    # one parameter buffer per kernel, reused: the driver has copied the parameters when the launch returns
+    prepared = s.launch_buffers.get(kernel)
+    if prepared is None:
+        buf = ffi.new("char[]", max(size, 1))
+        argv = ffi.new("void *[]", max(len(offsets), 1))
+        for i, off in enumerate(offsets):
+            argv[i] = buf + off
+        prepared = s.launch_buffers[kernel] = (buf, argv)
+    buf, argv = prepared
+    if size:
+        ffi.memmove(buf, params, size)
     cu_stream = s.handle("CUstream_st", "CUstream", stream)
     if not n_attrs:
         return s.lib.cuLaunchKernel(func, *grid, *block, shared_mem, cu_stream, argv if offsets else ffi.NULL,

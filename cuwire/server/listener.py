@@ -76,6 +76,10 @@ class Listener:
             hello = read_batch(conn, message, hello=True)
             if hello is None:
                 return
+            if conn.pending():  # the client must wait for its welcome: bytes beyond the hello would be lost
+                conn.send(pb.Reply(error="a session sends nothing after its hello until it is welcomed",
+                                   refusal=pb.PROTOCOL).SerializeToString())
+                return
             refusal = check_hello(self.settings, hello.hello)
             if refusal is not None:
                 conn.send(refusal.SerializeToString())

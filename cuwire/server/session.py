@@ -50,6 +50,8 @@ class Session:
         self.payload_in, self.payload_taken = memoryview(b""), 0  # the running batch's payload (run)
         self.payload_out: list = []  # result buffers for the reply's payload (take)
         self.deferred_error: tuple[int, str] | None = None  # a streamed copy's late failure (bulk.py)
+        self.casts: dict[tuple[str, int], object] = {}  # (C type, handle) -> the handle as that type (handle)
+        self.launch_buffers: dict[int, tuple[object, object]] = {}  # kernel -> (parameter buffer, argv) (custom.launch)
         self.chunk: tuple[object, object] | None = None  # (char *, owner) of the streaming buffer (bulk.py)
         self.use_primary_context()
         for d in server.devices:  # the client hands these out itself (cuDevicePrimaryCtxRetain)
@@ -117,17 +119,27 @@ class Session:
 
     def run_records(self, data: bytes) -> tuple[int, str]:
         """Run queued calls in order; return the first error and the function that made it."""
-        first, first_fn, pos = 0, "", 0
-        while pos < len(data):
-            if pos + RECORD_HEADER.size > len(data):
+        first, first_fn, pos, end = 0, "", 0, len(data)
+        header, generated_records, custom_records = RECORD_HEADER, generated.RECORDS, custom.RECORD_OPS
+        while pos < end:
+            if pos + header.size > end:
                 raise WireError("truncated queued-call record")
-            fn, size = RECORD_HEADER.unpack_from(data, pos)
-            pos += RECORD_HEADER.size
-            if pos + size > len(data):
+            fn, size = header.unpack_from(data, pos)
+            pos += header.size
+            if pos + size > end:
                 raise WireError(f"queued call {fn:#x}: record of {size} bytes runs past the batch")
-            name, run = self.record(fn, data, pos, size)
+            hit = generated_records.get(fn)
             try:
-                err = run()
+                if hit is not None:
+                    name, layout, handler = hit
+                    if size != layout.size:
+                        raise WireError(f"queued {name}: record of {size} bytes, expected {layout.size}")
+                    err = handler(self, *layout.unpack_from(data, pos))
+                elif fn in custom_records:
+                    name, op = custom_records[fn]
+                    err = op(self, data[pos:pos + size])
+                else:
+                    raise WireError(f"unknown queued function id {fn:#x}")
             except CudaFail as e:
                 log.info("session %s: queued %s: %s", self.name, name, e)
                 err = e.code
@@ -136,19 +148,6 @@ class Session:
             if err and not first:
                 first, first_fn = err, name
         return first, first_fn
-
-    def record(self, fn: int, data: bytes, pos: int, size: int):
-        """The queued call's name and a callable that runs it, once its id and size are known to fit."""
-        hit = generated.RECORDS.get(fn)
-        if hit is not None:
-            name, layout, handler = hit
-            if size != layout.size:
-                raise WireError(f"queued {name}: record of {size} bytes, expected {layout.size}")
-            return name, functools.partial(handler, self, *layout.unpack_from(data, pos))
-        if fn not in custom.RECORD_OPS:
-            raise WireError(f"unknown queued function id {fn:#x}")
-        name, op = custom.RECORD_OPS[fn]
-        return name, functools.partial(op, self, data[pos:pos + size])
 
     # ---------------------------------------------------------------- conversions the handlers use
 
@@ -220,7 +219,10 @@ class Session:
         if value and value not in self.handles.get(kind, ()) and not (kind == STREAM_KIND and value in SPECIAL_STREAMS):
             code = HANDLE_ERRORS.get(kind, INVALID_HANDLE)
             raise CudaFail(code, f"{ctype} {value:#x} was not created by this session")
-        return self.ffi.cast(ctype, value)
+        cast = self.casts.get((ctype, value))
+        if cast is None:  # handles are few and used over and over (each queued record names one or two)
+            cast = self.casts[(ctype, value)] = self.ffi.cast(ctype, value)
+        return cast
 
     def owns_handle(self, kind: str, value: int) -> None:
         if value:
