@@ -1,7 +1,7 @@
 """The server's side of queued calls alone: a batch of queued cuEventRecord records run by a session in
 this process, timed per record and profiled (no client, no network).
 
-    python3 bench/records_probe.py [--emulated]
+    python3 bench/records_probe.py [--emulated] [--profile]
 """
 
 from __future__ import annotations
@@ -39,5 +39,6 @@ for _ in range(n):
     s.lib.cuEventRecord(event[0], s.ffi.NULL)
 s.lib.cuCtxSynchronize()
 print(f"cuEventRecord called from Python directly: {(time.perf_counter() - start) / n * 1e6:.2f} us per call")
-cProfile.run("s.run(batch)", "/tmp/records.prof")
-pstats.Stats("/tmp/records.prof").sort_stats("tottime").print_stats(8)
+if "--profile" in sys.argv:
+    cProfile.run("s.run(batch)", "/tmp/records.prof")
+    pstats.Stats("/tmp/records.prof").sort_stats("tottime").print_stats(8)
