@@ -285,3 +285,16 @@ def test_a_module_load_names_its_kernels(session):
     assert "kernel parameters" in reply.error
     sync = session.exchange(pb.Batch(fn=fn_id("cuCtxSynchronize"), args=pb.cuCtxSynchronize_Args().SerializeToString()))
     assert pb.cuCtxSynchronize_Result.FromString(sync.result).status == 0
+
+
+def test_a_hello_cannot_forge_log_lines(server):
+    """The client's host name goes into the server's log as one line, whatever it holds."""
+    hello = pb.Hello()
+    hello.CopyFrom(HELLO)
+    hello.host = "laptop\ncuwire server: session 999 forged by the client\r"
+    t, reply = open_session(server.address, hello)
+    assert not reply.error
+    t.close()
+    lines = server.text().splitlines()
+    assert any("laptop cuwire server: session 999 forged" in line for line in lines)
+    assert not any(line.startswith("cuwire server: session 999 forged") for line in lines)

@@ -19,7 +19,7 @@ import sys
 import threading
 
 from cuwire.generated import cuwire_pb2 as pb
-from cuwire.server.service import check_hello, read_batch
+from cuwire.server.service import check_hello, printable, read_batch
 from cuwire.settings import Settings
 from cuwire.transport import Connection, TransportError
 
@@ -106,7 +106,7 @@ class Listener:
             threading.Thread(target=proc.wait, name=f"cuwire-reap-{proc.pid}", daemon=True).start()
             send_handoff(ours, sock, peer, message)
         log.info("session %s for pid %d on %s (%s): process %d", name, hello.pid,
-                 hello.host.replace("\n", " ").replace("\r", " ")[:200], peer, proc.pid)
+                 printable(hello.host), peer, proc.pid)
 
     def stop(self) -> None:
         """End every session process (each frees its session's memory on SIGTERM)."""

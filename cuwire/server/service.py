@@ -116,7 +116,7 @@ class CuWireServer:
             return refusal, None
         name = self.settings.session_name or f"{next(self.session_ids)}"
         session = Session(self, peer, hello, name)
-        log.info("session %s opened for pid %d on %s (%s), backend %s", name, hello.pid, hello.host, peer,
+        log.info("session %s opened for pid %d on %s (%s), backend %s", name, hello.pid, printable(hello.host), peer,
                  self.backend)
         if self.backend == "emulated":
             log.warning("session %s runs on the EMULATED device (tests only)", name)
@@ -124,6 +124,11 @@ class CuWireServer:
             server_version=cuwire.__version__, cuda_version=generated.CUDA_VERSION,
             api_digest=generated.API_DIGEST, backend=self.backend, devices=self.devices, session=name,
             driver_version=self.driver_version())), session
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """A client's text for the server's log: one line, bounded (a newline must not forge a log line)."""
+    return "".join(c if c.isprintable() else " " for c in text[:limit])
 
 
 def check_hello(settings: Settings, hello: pb.Hello) -> pb.Reply | None:
