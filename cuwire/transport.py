@@ -28,6 +28,7 @@ MAX_MESSAGE = 64 << 20  # protobuf messages carry calls and small results; bulk 
 MAX_PAYLOAD = 1 << 40
 READ_AHEAD = 64 << 10  # what a receive asks the socket for at least (Connection._fill)
 KEEPALIVE = (10, 5, 4)  # TCP keepalive: idle seconds, seconds between probes, probes: a dead peer in ~30 s
+WELCOME_TIMEOUT = 60.0  # for the server's answer to the hello: a session process starts and opens the GPU
 
 
 class TransportError(Exception):
@@ -174,6 +175,9 @@ class SocketTransport:
         except socket.gaierror as e:
             raise TransportError(f"cannot reach the cuwire server at {address}: host {host!r} unknown "
                                  f"({e.strerror})") from None
+        except TimeoutError:
+            raise TransportError(f"cannot reach the cuwire server at {address} (nothing answered within "
+                                 f"{connect_timeout:.0f} s)") from None
         except ConnectionRefusedError:
             raise TransportError(f"cannot reach the cuwire server at {address}: connection refused "
                                  "(no server on that port)") from None
@@ -212,4 +216,11 @@ def open_session(address: str, hello: pb.Hello, connect_timeout: float = 10.0) -
     Welcome, or a refusal). With process isolation the listener hands the connection itself to the
     session's process, which answers: one port serves everything."""
     transport = SocketTransport(address, connect_timeout)
-    return transport, transport.exchange(pb.Batch(hello=hello))
+    transport.connection.sock.settimeout(WELCOME_TIMEOUT)  # a server that accepts and never answers
+    try:
+        reply = transport.exchange(pb.Batch(hello=hello))
+    except TransportError:
+        transport.close()
+        raise
+    transport.connection.sock.settimeout(None)
+    return transport, reply

@@ -298,3 +298,14 @@ def test_a_hello_cannot_forge_log_lines(server):
     lines = server.text().splitlines()
     assert any("laptop cuwire server: session 999 forged" in line for line in lines)
     assert not any(line.startswith("cuwire server: session 999 forged") for line in lines)
+
+
+def test_a_server_that_never_answers_the_hello_is_given_up(monkeypatch):
+    """A port that accepts and stays silent: the client's wait for its welcome ends with a clear error."""
+    from cuwire import transport
+
+    monkeypatch.setattr(transport, "WELCOME_TIMEOUT", 0.5)
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(transport.TransportError, match="lost the cuwire server"):
+            open_session(address, HELLO)
