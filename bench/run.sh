@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make bench: on a GPU machine, run bench_app natively and through cuwire (a local server, loopback gRPC)
+# make bench: on a GPU machine, run bench_app (and, where torch is, bench/torch_steps.py) natively and through
+# cuwire (a local server, loopback TCP)
 # in the same run on the same GPU, and print each measurement side by side with the ratio.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,12 @@ nvcc -cudart shared -arch=sm_90 -O2 -o "$OUTDIR/bench_app" bench/bench_app.cu ||
 "$OUTDIR/bench_app" >"$OUTDIR/native.txt" || { cat "$OUTDIR/native.txt"; exit 1; }
 $PY -m cuwire.cli run -- "$OUTDIR/bench_app" >"$OUTDIR/cuwire.txt" 2>"$OUTDIR/cuwire.err" \
   || { cat "$OUTDIR/cuwire.txt" "$OUTDIR/cuwire.err"; exit 1; }
+# PyTorch's steady state (where torch is installed), appended to the same two columns
+if $PY -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  $PY bench/torch_steps.py >>"$OUTDIR/native.txt" || exit 1
+  $PY -m cuwire.cli run -- $PY bench/torch_steps.py >>"$OUTDIR/cuwire.txt" 2>>"$OUTDIR/cuwire.err" \
+    || { tail "$OUTDIR/cuwire.err"; exit 1; }
+fi
 nvidia-smi -L 2>/dev/null | head -1
 $PY - "$OUTDIR/native.txt" "$OUTDIR/cuwire.txt" <<'PYEOF'
 import re, sys
@@ -18,7 +25,7 @@ def read(p):
 native, remote = read(sys.argv[1]), read(sys.argv[2])
 def slowdown(v, r, unit):
     """How many times worse cuwire is (time per call: cuwire/native; bandwidth: native/cuwire)."""
-    if unit.startswith("us"):
+    if unit.startswith(("us", "ms")):
         return r / v if v else float("inf")
     return v / r if r else float("inf")
 print(f"{'measurement':50} {'native':>11} {'cuwire':>20}")
