@@ -207,6 +207,13 @@ class SocketTransport:
             raise TransportError(f"the cuwire server at {self.address} sent a reply that does not parse ({e})") \
                 from None
 
+    def send_only(self, batch: pb.Batch) -> None:
+        """Send a batch that gets no reply (Batch.no_reply)."""
+        try:
+            self.connection.send(batch.SerializeToString())
+        except OSError as e:
+            raise TransportError(f"lost the cuwire server at {self.address} ({e.strerror or e})") from None
+
     def close(self) -> None:
         self.connection.close()
 

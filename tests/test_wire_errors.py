@@ -150,6 +150,25 @@ def test_truncated_and_unknown_records(session):
     assert serving(session)
 
 
+def test_queued_calls_sent_without_waiting_report_at_the_next_reply(session):
+    """Batches sent early (no_reply) get no answer: their first error, or a refusal of the batch, comes
+    with the next reply, once; a batch without reply may not carry a call."""
+    rec_id = next(i for i, (n, _, _) in generated.RECORDS.items() if n == "cuEventRecord")
+    bad_event = struct.pack("<II", rec_id, 16) + struct.pack("<QQ", 0x1234_5678, 0)
+    session.send_only(pb.Batch(records=bad_event, no_reply=True))
+    sync = pb.Batch(fn=fn_id("cuCtxSynchronize"), args=pb.cuCtxSynchronize_Args().SerializeToString())
+    reply = session.exchange(sync)
+    assert (reply.queued_error, reply.queued_error_fn) == (400, "cuEventRecord")  # CUDA_ERROR_INVALID_HANDLE
+    assert session.exchange(sync).queued_error == 0
+    session.send_only(pb.Batch(records=b"\x01\x02", no_reply=True))
+    reply = session.exchange(sync)
+    assert reply.queued_error == 999 and "truncated" in reply.queued_error_fn
+    session.send_only(pb.Batch(fn=fn_id("cuCtxSynchronize"), no_reply=True))
+    reply = session.exchange(sync)
+    assert reply.queued_error == 999 and "queued calls only" in reply.queued_error_fn
+    assert serving(session)
+
+
 def test_unknown_handles_get_cuda_errors(session):
     args = pb.cuStreamSynchronize_Args(hStream=0x1234_5678)
     reply = session.exchange(pb.Batch(fn=fn_id("cuStreamSynchronize"), args=args.SerializeToString()))

@@ -57,6 +57,7 @@ int cuwire_fast_cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
 extern unsigned long long cuwire_fast_launches;
 extern unsigned long long cuwire_fast_hits[];
 extern "Python+C" int cuwire_py_flush(void);
+extern "Python+C" int cuwire_py_send_queued(void);
 extern "Python+C" int cuwire_py_connect(void);
 extern "Python+C" uint64_t cuwire_py_export_table_size(const void *uuid);
 int cuwire_session_open(void);

@@ -116,6 +116,9 @@ static char *queue_data;
 static size_t queue_len, queue_cap;
 static uint64_t queue_count;
 #define QUEUE_FLUSH_AT (4u << 20)
+/* Queued calls go out, without waiting for an answer, once this many have gathered: the server starts
+ * on them (the GPU with it) while the program goes on queueing. */
+#define QUEUE_SEND_AT 32u
 
 
 /* Appends one record; queue_lock held. 0, or CUDA_ERROR_OUT_OF_MEMORY. */
@@ -177,10 +180,13 @@ int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size)
     if (!err)
         err = append_locked(id, payload, size);
     int flush = !err && queue_len >= QUEUE_FLUSH_AT;
+    int send = !err && queue_count >= QUEUE_SEND_AT;
     pthread_mutex_unlock(&queue_lock);
     if (err)
         return err;
-    return flush && CUWIRE_READY() ? cuwire_py_flush() : 0;
+    if (flush && CUWIRE_READY())
+        return cuwire_py_flush();
+    return send && CUWIRE_READY() ? cuwire_py_send_queued() : 0;
 }
 
 /* Hands the queued records to the caller (who frees them with free()) and starts a new queue; the

@@ -53,6 +53,7 @@ void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char
 size_t cuwire_queue_take(char **data, uint64_t *count);
 void cuwire_free(void *p);
 int cuwire_py_flush(void);
+int cuwire_py_send_queued(void);
 void cuwire_set_launch_limits(uint32_t threads, const uint32_t *block, const uint32_t *grid);
 void cuwire_cache_kernel(const void *key, uint64_t handle, uint32_t n, const uint32_t *offsets,
                          const uint32_t *sizes);

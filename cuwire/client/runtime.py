@@ -73,6 +73,7 @@ class Stats:
     queued: int = 0
     batches: int = 0
     flushes: int = 0  # round trips that carried only queued calls (a full queue, the end of the process)
+    sends: int = 0  # batches of queued calls sent early, without waiting (no round trip)
     bytes_sent: int = 0
     bytes_received: int = 0
     bytes_sent_raw: int = 0
@@ -201,11 +202,7 @@ class Client:
             try:
                 reply, payload, direct = session.transport.exchange_with_payload(batch, outgoing, into)
             except TransportError as e:
-                self.broken, self.told = str(e), True
-                self.session = None
-                lib.cuwire_forget_kernels()
-                print(f"cuwire: {e}", file=sys.stderr)
-                raise Fail(DEVICE_UNAVAILABLE) from None
+                self.lose(e)
             dt = time.perf_counter() - t0
             self.stats.batches += 1
             self.stats.wait_seconds += dt
@@ -237,6 +234,14 @@ class Client:
                 raise Fail(UNKNOWN)
             return reply
 
+    def lose(self, e: TransportError) -> None:
+        """The session is gone: say so once; every call from now on fails with DEVICE_UNAVAILABLE."""
+        self.broken, self.told = str(e), True
+        self.session = None
+        lib.cuwire_forget_kernels()
+        print(f"cuwire: {e}", file=sys.stderr)
+        raise Fail(DEVICE_UNAVAILABLE) from None
+
     def call(self, fn: int, args, result_cls):
         raw = args.SerializeToString()
         self.stats.bytes_sent_raw += len(raw)
@@ -252,6 +257,29 @@ class Client:
         self.stats.flushes += 1
         reply = self.exchange(0, b"")
         return reply.queued_error
+
+    def send_queued(self) -> int:
+        """Send the queued calls without waiting for an answer (their first error, if any, comes with the
+        next reply, as CUDA's asynchronous errors do); 0, or the error that the session is lost."""
+        with self.lock:
+            if self.session is None:
+                return 0  # they go with the session's first call
+            data, count = self.taken
+            size = lib.cuwire_queue_take(data, count)
+            if not size:
+                return 0
+            records = bytes(ffi.buffer(data[0], size))
+            lib.cuwire_free(data[0])
+            batch = pb.Batch(no_reply=True)
+            batch.records, batch.records_codec = self.encode(records)
+            try:
+                self.session.transport.send_only(batch)
+            except TransportError as e:
+                self.lose(e)
+            self.stats.queued += count[0]
+            self.stats.sends += 1
+            self.stats.bytes_sent += self.session.transport.connection.sent
+            return 0
 
     def encode(self, data: bytes) -> tuple[bytes, int]:
         if self.settings.compress == "zstd" and len(data) >= self.settings.compress_min:
@@ -416,7 +444,8 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
         f"and waited for + {total.get('async', 0)} queued (sent in batches) + {total.get('local', 0)} answered "
         f"locally + {total.get('unimplemented', 0)} unimplemented",
         f"  round trips: {s.batches} = {sent} for calls + {own} cuwire requests (modules, functions, globals) + "
-        f"{s.flushes} flushes of queued calls; queued calls carried: {s.queued}",
+        f"{s.flushes} flushes of queued calls; queued calls carried: {s.queued} ({s.sends} batches of them sent "
+        "early, without waiting)",
         f"  bytes sent: {s.bytes_sent} in messages, carrying {s.bytes_sent_raw} bytes of call data before "
         f"compression; received: {s.bytes_received} in messages, {s.bytes_received_raw} bytes of results after "
         f"decompression",
@@ -571,6 +600,11 @@ def on_nvml_error(exc_type, exc, tb) -> int:
 @ffi.def_extern(onerror=on_error)
 def cuwire_py_flush() -> int:
     return client.flush()
+
+
+@ffi.def_extern(onerror=on_error)
+def cuwire_py_send_queued() -> int:
+    return client.send_queued()
 
 
 @ffi.def_extern(onerror=on_error)

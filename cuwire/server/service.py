@@ -186,7 +186,8 @@ def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None 
                     return
                 continue
             reply = session.run(batch, payload)
-            conn.send(reply.SerializeToString(), session.payload_out)
+            if not batch.no_reply:
+                conn.send(reply.SerializeToString(), session.payload_out)
             session.payload_out = []
     except (TransportError, OSError) as e:
         log.info("session %s: the connection ended (%s)", session.name if session else "(no hello)", e)

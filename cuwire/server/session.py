@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.server import bulk, custom
-from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, CudaFail, WireError
+from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, UNKNOWN, CudaFail, WireError
 from cuwire.transport import TransportError
 
 log = logging.getLogger("cuwire.server")
@@ -75,6 +75,8 @@ class Session:
         if self.deferred_error:
             (reply.queued_error, reply.queued_error_fn), self.deferred_error = self.deferred_error, None
         try:
+            if batch.no_reply and batch.fn:
+                raise WireError("a batch sent without waiting for a reply carries queued calls only")
             if batch.records:
                 err, fn = self.run_records(self.server.decode(batch.records, batch.records_codec))
                 if err and not reply.queued_error:
@@ -109,6 +111,12 @@ class Session:
             self.payload_out = []
         self.payload_in = memoryview(b"")
         payload.drain()  # what a call did not use (it failed, or it had none) keeps the stream in step
+        if batch.no_reply:  # nobody waits for this reply: its first error goes with the next one
+            if reply.error:
+                log.warning("session %s: refused queued calls sent early: %s", self.name, reply.error)
+                reply.queued_error, reply.queued_error_fn = UNKNOWN, f"queued calls refused: {reply.error}"
+            if reply.queued_error and not self.deferred_error:
+                self.deferred_error = (reply.queued_error, reply.queued_error_fn)
         return reply
 
     def lookup(self, fn: int):
