@@ -30,6 +30,8 @@ class Settings:
         default_factory=lambda: Path(_env("cache_dir", str(Path.home() / ".cache" / "cuwire" / "modules"))))
     log_level: str = field(default_factory=lambda: _env("log_level", "info"))
     max_buffer: int = field(default_factory=lambda: int(_env("max_buffer", str(8 << 30))))
+    # the most device memory one session may hold through cuMemAlloc and friends, in bytes; 0: the GPU's
+    session_memory: int = field(default_factory=lambda: int(_env("session_memory", "0")))
     # process: each session runs in a process of its own (its own CUDA context; a crash stays there);
     # thread: sessions are threads of the listening process
     isolation: str = field(default_factory=lambda: _env("isolation", "process"))

@@ -328,3 +328,31 @@ def test_a_server_that_never_answers_the_hello_is_given_up(monkeypatch):
         address = f"127.0.0.1:{silent.getsockname()[1]}"
         with pytest.raises(transport.TransportError, match="lost the cuwire server"):
             open_session(address, HELLO)
+
+
+def test_device_memory_per_session_is_bounded(tmp_path):
+    """CUWIRE_SESSION_MEMORY: an allocation past the session's budget fails with CUDA_ERROR_OUT_OF_MEMORY
+    before it reaches CUDA (or, for a pitched one whose size only the call knows, is freed again at once);
+    freeing makes room again."""
+    from conftest import ServerProcess
+
+    s = ServerProcess(tmp_path, env={"CUWIRE_SESSION_MEMORY": str(1 << 20)})
+    try:
+        t, reply = open_session(s.address, HELLO)
+        assert not reply.error
+
+        def call(name, **fields):
+            reply = t.exchange(pb.Batch(fn=fn_id(name), args=getattr(pb, f"{name}_Args")(**fields).SerializeToString()))
+            assert not reply.error, reply.error
+            return getattr(pb, f"{name}_Result").FromString(reply.result)
+
+        first = call("cuMemAlloc_v2", bytesize=600 << 10)
+        assert first.status == 0
+        assert call("cuMemAlloc_v2", bytesize=600 << 10).status == 2
+        assert call("cuMemAllocPitch_v2", WidthInBytes=1000, Height=500, ElementSizeBytes=4).status == 2
+        assert call("cuMemFree_v2", dptr=first.dptr).status == 0
+        assert call("cuMemAlloc_v2", bytesize=900 << 10).status == 0
+        t.close()
+        assert "past its budget" in s.text()
+    finally:
+        s.stop()

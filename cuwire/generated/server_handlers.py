@@ -340,6 +340,7 @@ def cuMemAllocAsync(s, a: pb.cuMemAllocAsync_Args) -> pb.cuMemAllocAsync_Result:
     """cuMemAllocAsync (cuda.h)"""
     r = pb.cuMemAllocAsync_Result()
     dptr = s.ffi.new("CUdeviceptr *")
+    s.reserve(a.bytesize)
     r.status = s.lib.cuMemAllocAsync(dptr, a.bytesize, s.handle("CUstream_st", "CUstream", a.hStream))
     if r.status == 0:
         r.dptr = s.scalar(dptr[0])
@@ -364,6 +365,7 @@ def cuMemAlloc_v2(s, a: pb.cuMemAlloc_v2_Args) -> pb.cuMemAlloc_v2_Result:
     """cuMemAlloc_v2 (cuda.h)"""
     r = pb.cuMemAlloc_v2_Result()
     dptr = s.ffi.new("CUdeviceptr *")
+    s.reserve(a.bytesize)
     r.status = s.lib.cuMemAlloc_v2(dptr, a.bytesize)
     if r.status == 0:
         r.dptr = s.scalar(dptr[0])

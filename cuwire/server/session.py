@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.server import bulk, custom
-from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, UNKNOWN, CudaFail, WireError
+from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, OUT_OF_MEMORY, UNKNOWN, CudaFail, WireError
 from cuwire.transport import TransportError
 
 log = logging.getLogger("cuwire.server")
@@ -40,6 +40,7 @@ class Session:
         self.name = name
         self.max_buffer = server.settings.max_buffer
         self.allocations: dict[int, int] = {}  # device address -> size, freed when the session ends
+        self.allocated = 0  # their sum, against CUWIRE_SESSION_MEMORY
         self.globals: dict[int, int] = {}  # __device__ variables of loaded modules: address -> size
         self.handles: dict[str, set[int]] = {}  # handle kind (struct tag) -> handles this session made
         self.modules: set[int] = set()
@@ -270,11 +271,27 @@ class Session:
                     return self.ffi.cast("void *", address)
         raise CudaFail(INVALID_VALUE, f"{size} bytes at {address:#x} are not in this session's device memory")
 
+    def reserve(self, size: int) -> None:
+        """Before a device allocation of `size` bytes: refused, without reaching CUDA, when it would take
+        the session past its budget (CUWIRE_SESSION_MEMORY)."""
+        budget = self.server.settings.session_memory
+        if budget and self.allocated + size > budget:
+            raise CudaFail(OUT_OF_MEMORY, f"{size} more bytes of device memory would take the session past its "
+                                          f"budget ({self.allocated} of {budget} bytes held, CUWIRE_SESSION_MEMORY)")
+
     def owns(self, address: int, size: int) -> None:
-        self.allocations[address] = max(int(size), 1)
+        """A device allocation the session made. One whose size only the call could tell (a pitch) and that
+        takes the session past its budget is freed again at once and refused."""
+        size = max(int(size), 1)
+        budget = self.server.settings.session_memory
+        if budget and self.allocated + size > budget:
+            self.lib.cuMemFree_v2(address)
+            self.reserve(size)  # raises: the call fails with CUDA_ERROR_OUT_OF_MEMORY
+        self.allocated += size - self.allocations.get(address, 0)
+        self.allocations[address] = size
 
     def disowns(self, address: int) -> None:
-        self.allocations.pop(address, None)
+        self.allocated -= self.allocations.pop(address, 0)
 
     def owns_global(self, address: int, size: int) -> None:
         self.globals[address] = size
@@ -299,6 +316,7 @@ class Session:
                  "events and contexts", self.name, self.peer, self.calls, time.monotonic() - self.started,
                  len(self.allocations), destroyed)
         self.allocations.clear()
+        self.allocated = 0
         self.handles.clear()
         if self.chunk is not None and self.chunk[1] is None:
             self.lib.cuMemFreeHost(self.chunk[0])
