@@ -196,6 +196,19 @@ def test_ended_sessions_leave_no_process_behind(apps, client_lib, fresh_server):
     assert children_of(fresh_server.proc.pid) == {}
 
 
+def test_concurrent_clients_on_one_port_each_get_a_session(apps, client_lib, fresh_server):
+    """32 programs at once against the listener's one port: each connection goes to a session process of
+    its own, and every program's results are right."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(32) as pool:
+        runs = list(pool.map(lambda _: run_remote(apps / "vector_add", client_lib, fresh_server.address),
+                             range(32)))
+    assert [r.returncode for r in runs] == [0] * 32
+    assert all("vector_add: PASS" in r.stdout for r in runs), [r.stderr for r in runs if r.returncode]
+    assert len(set(re.findall(r"session \d+ for pid \d+ .*: process (\d+)", fresh_server.text()))) == 32
+
+
 def test_launches_of_known_kernels_are_queued(apps, client_lib, server):
     """streams.cu launches 3 kernels 6 times: every launch is queued in C, with the 2 event records and 2
     stream waits (the records carried add the one switch to the program's context). The reply to the
