@@ -24,6 +24,7 @@ Buffer = Any  # bytes, a memoryview, a cffi buffer: anything with the buffer pro
 MAGIC = 0x31575543
 HEADER = struct.Struct("<IIQ")
 MAX_MESSAGE = 64 << 20  # protobuf messages carry calls and small results; bulk bytes go in the payload
+BULK = 64 << 10  # buffers this large travel in the payload, both ways (client/runtime.py read, session.py take)
 # what the client accepts as a payload; the server checks every size against CUWIRE_MAX_BUFFER itself
 MAX_PAYLOAD = 1 << 40
 READ_AHEAD = 64 << 10  # what a receive asks the socket for at least (Connection._fill)

@@ -26,7 +26,7 @@ from cuwire.client import fatbin
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as wire
 from cuwire.settings import Settings
-from cuwire.transport import SocketTransport, TransportError, open_session
+from cuwire.transport import BULK, SocketTransport, TransportError, open_session
 
 # The CUresult codes used here.
 INVALID_VALUE = 1
@@ -107,6 +107,14 @@ class Session:
                   file=sys.stderr)
 
 
+def lookup_key(args: pb.GetKernel_Args) -> tuple:
+    """Where Client.lookups keeps a lookup's answer. The same lookup gives the same handle (modules stay
+    loaded on the server for the session); a kernel's function is the current context's, so that one is
+    kept per context."""
+    return (args.module, args.name, args.from_module, args.kernel,
+            lib.cuwire_current_context() if args.kernel else 0)
+
+
 def give_layout_to_c(key, k: Kernel) -> None:
     """Launches through `key` (the CUfunction or CUkernel the program holds) are checked and queued in C
     from now on, as launches of the server's `k.handle` with k's parameter layout (client/local.c)."""
@@ -152,7 +160,7 @@ class Client:
         self.kernel_names: dict[int, object] = {}  # kernel or function handle -> its name (char[], kept alive)
         # client copy of a driver function object -> (server function, the copy kept alive)
         self.function_objects: dict[int, tuple[int, object]] = {}
-        self.taken = (ffi.new("char **"), ffi.new("uint64_t *"))  # cuwire_queue_take's out-parameters
+        self.taken = (ffi.new("char **"), ffi.new("uint64_t *"))  # cuwire_queue_take's out-parameters (take_queued)
         self.zstd_c = zstandard.ZstdCompressor(level=3)
         self.zstd_d = zstandard.ZstdDecompressor()
 
@@ -181,13 +189,7 @@ class Client:
         with self.lock:
             session = self.connect()
             batch = pb.Batch(fn=fn)
-            data, count = self.taken  # out-parameters, kept: the lock is held
-            size = lib.cuwire_queue_take(data, count)
-            if size:
-                records = bytes(ffi.buffer(data[0], size))
-                lib.cuwire_free(data[0])
-                batch.records, batch.records_codec = self.encode(records)
-                self.stats.queued += count[0]
+            self.take_queued(batch)
             if fn:
                 batch.args, batch.args_codec = self.encode(args)
             state = bulk()
@@ -234,6 +236,18 @@ class Client:
                 raise Fail(UNKNOWN)
             return reply
 
+    def take_queued(self, batch: pb.Batch) -> int:
+        """Move the calls queued in C into `batch` (encoded); how many there were. The lock is held."""
+        data, count = self.taken
+        size = lib.cuwire_queue_take(data, count)
+        if not size:
+            return 0
+        records = bytes(ffi.buffer(data[0], size))
+        lib.cuwire_free(data[0])
+        batch.records, batch.records_codec = self.encode(records)
+        self.stats.queued += count[0]
+        return count[0]
+
     def lose(self, e: TransportError) -> None:
         """The session is gone: say so once; every call from now on fails with DEVICE_UNAVAILABLE."""
         self.broken, self.told = str(e), True
@@ -264,19 +278,13 @@ class Client:
         with self.lock:
             if self.session is None:
                 return 0  # they go with the session's first call
-            data, count = self.taken
-            size = lib.cuwire_queue_take(data, count)
-            if not size:
-                return 0
-            records = bytes(ffi.buffer(data[0], size))
-            lib.cuwire_free(data[0])
             batch = pb.Batch(no_reply=True)
-            batch.records, batch.records_codec = self.encode(records)
+            if not self.take_queued(batch):
+                return 0
             try:
                 self.session.transport.send_only(batch)
             except TransportError as e:
                 self.lose(e)
-            self.stats.queued += count[0]
             self.stats.sends += 1
             self.stats.bytes_sent += self.session.transport.connection.sent
             return 0
@@ -337,18 +345,16 @@ class Client:
             logs[:] = [res.error_log, res.info_log]
         if res.status != 0:
             raise Fail(res.status)
-        for k in res.kernels:  # what cuLibraryGetKernel would ask (lookup_kernel's key): answered already
-            self.lookups[(res.module, k.name, False, 0, 0)] = Kernel(k.kernel, tuple(k.param_offsets),
-                                                                     tuple(k.param_sizes))
+        for k in res.kernels:  # what cuLibraryGetKernel would ask: answered already
+            self.lookups[lookup_key(pb.GetKernel_Args(module=res.module, name=k.name))] = \
+                Kernel(k.kernel, tuple(k.param_offsets), tuple(k.param_sizes))
         return res.module
 
     def lookup_kernel(self, key: int, args: pb.GetKernel_Args) -> Kernel:
         """Look a kernel or function up on the server and give the C launch path its layout, so that
         launches through `key` (the handle the program holds) are checked and queued without Python."""
-        # The same lookup gives the same handle (modules stay loaded on the server for the session): ask once.
-        # A kernel's function is the current context's, so that lookup is kept per context.
-        cache_key = (args.module, args.name, args.from_module, args.kernel,
-                     lib.cuwire_current_context() if args.kernel else 0)
+        # asked once (lookup_key)
+        cache_key = lookup_key(args)
         k = self.lookups.get(cache_key)
         if k is None:
             res = self.call(GET_KERNEL, args, pb.GetKernel_Result)
@@ -489,11 +495,10 @@ def is_device(ptr) -> bool:
     return client.is_device(address(ptr))
 
 
-# Buffers of at least BULK bytes travel beside the protobuf messages, in the frame's payload
+# Buffers of at least transport.BULK bytes travel beside the protobuf messages, in the frame's payload
 # (transport.py), in the order the call's code reads them (the server takes them in the same order):
 # protobuf would copy and parse them at a fraction of the network's speed. A field that stands for one
 # is left empty. The server sends large results the same way (session.py, take).
-BULK = 64 << 10
 _bulk = threading.local()  # per thread: the payload parts of the call being made, and the reply's payload
 
 

@@ -4,8 +4,8 @@ the GPU, CHUNK bytes at a time. The server never holds a whole copy in host memo
 buffer of that size (whose first touch costs as much as the network) is never needed.
 
 The copies served so: cuMemcpyHtoD_v2, cuMemcpyDtoH_v2, their Async forms, and cuMemcpy/cuMemcpyAsync
-between host and device memory, when the buffer travels in the frame's payload (client/runtime.py,
-BULK). Anything else runs the generated handler on the whole payload.
+between host and device memory, when the buffer travels in the frame's payload (transport.BULK).
+Anything else runs the generated handler on the whole payload.
 
 A streamed result's frame is announced before its later chunks are copied: if one of those copies
 fails (the GPU faulted meanwhile), the rest of the bytes are sent as they are and the error surfaces at
@@ -19,10 +19,9 @@ from dataclasses import dataclass
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server.errors import WireError
-from cuwire.transport import Connection
+from cuwire.transport import BULK, Connection
 
 CHUNK = 8 << 20
-BULK = 64 << 10  # client/runtime.py, BULK: smaller buffers travel inside the messages
 
 
 class IncomingPayload:

@@ -17,11 +17,10 @@ from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.server import bulk, custom
 from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, OUT_OF_MEMORY, UNKNOWN, CudaFail, WireError
-from cuwire.transport import TransportError
+from cuwire.transport import BULK, TransportError
 
 log = logging.getLogger("cuwire.server")
 RECORD_HEADER = struct.Struct("<II")
-BULK = bulk.BULK  # result buffers this large go beside the reply, in its payload (client/runtime.py, BULK)
 MEMHOSTALLOC_PORTABLE = 0x01
 STREAM_KIND = "CUstream_st"
 CONTEXT_KIND = "CUctx_st"
@@ -51,7 +50,7 @@ class Session:
         self.payload_in, self.payload_taken = memoryview(b""), 0  # the running batch's payload (run)
         self.payload_out: list = []  # result buffers for the reply's payload (take)
         self.deferred_error: tuple[int, str] | None = None  # a streamed copy's late failure (bulk.py)
-        self.casts: dict[tuple[str, int], object] = {}  # (C type, handle) -> the handle as that type (handle)
+        self.casts: dict[int, dict[str, object]] = {}  # handle -> C type -> the handle as that type (handle)
         self.launch_buffers: dict[int, tuple[object, object]] = {}  # kernel -> (parameter buffer, argv) (custom.launch)
         self.chunk: tuple[object, object] | None = None  # (char *, owner) of the streaming buffer (bulk.py)
         self.use_primary_context()
@@ -178,7 +177,7 @@ class Session:
             raise WireError(f"buffer of {size} bytes is outside 0..{self.max_buffer} (CUWIRE_MAX_BUFFER)")
         return size
 
-    def bulk(self, data: bytes, size: int):
+    def payload_bytes(self, data: bytes, size: int):
         """A buffer's bytes: the field's, or for an empty field of a large buffer the next `size` bytes of
         the batch's payload (client/runtime.py, read)."""
         self.check_size(size)
@@ -193,14 +192,14 @@ class Session:
         return data
 
     def in_buffer(self, data: bytes, size: int):
-        data = self.bulk(data, size)
+        data = self.payload_bytes(data, size)
         return self.ffi.from_buffer(data) if len(data) else self.ffi.new("char[]", 1)
 
     def out_buffer(self, size: int):
         return self.ffi.new("char[]", max(self.check_size(size), 1))
 
     def inout_buffer(self, data: bytes, size: int):
-        data = self.bulk(data, size)
+        data = self.payload_bytes(data, size)
         buf = self.out_buffer(size)
         self.ffi.memmove(buf, data, size)
         return buf
@@ -228,9 +227,10 @@ class Session:
         if value and value not in self.handles.get(kind, ()) and not (kind == STREAM_KIND and value in SPECIAL_STREAMS):
             code = HANDLE_ERRORS.get(kind, INVALID_HANDLE)
             raise CudaFail(code, f"{ctype} {value:#x} was not created by this session")
-        cast = self.casts.get((ctype, value))
-        if cast is None:  # handles are few and used over and over (each queued record names one or two)
-            cast = self.casts[(ctype, value)] = self.ffi.cast(ctype, value)
+        casts = self.casts.setdefault(value, {})  # handles are used over and over (queued records name them)
+        cast = casts.get(ctype)
+        if cast is None:
+            cast = casts[ctype] = self.ffi.cast(ctype, value)
         return cast
 
     def owns_handle(self, kind: str, value: int) -> None:
@@ -239,6 +239,7 @@ class Session:
 
     def disowns_handle(self, kind: str, value: int) -> None:
         self.handles.get(kind, set()).discard(value)
+        self.casts.pop(value, None)  # a program that makes and destroys handles in a loop must not grow it
 
     def chunk_buffer(self):
         """The session's buffer for streamed copies (bulk.py), bulk.CHUNK bytes: page-locked memory of the
