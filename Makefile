@@ -4,9 +4,9 @@ VENV      := .venv
 VPY       := $(VENV)/bin/python
 export CUWIRE_HEADER_CACHE ?= $(CURDIR)/.cache/headers
 
-.PHONY: venv codegen check-generated client apps demo test lint gpu-test bench docker clean
+.PHONY: venv codegen check-generated client server apps demo test lint gpu-test bench docker clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q -e '.[dev]'
@@ -28,12 +28,19 @@ check-generated: venv
 client: venv
 	$(VPY) -m cuwire.client.build
 
+## Build the server's record loop (cuwire/server/records.c) in place; pip install builds it too (setup.py)
+SERVER_C := cuwire/server/records.c cuwire/server/records_build.py $(wildcard cuwire/generated/server_records.*)
+build/.server: $(VENV)/.installed $(SERVER_C)
+	$(VPY) -m cuwire.server.records_build && mkdir -p build && touch $@
+
+server: build/.server
+
 ## Build the CUDA test apps with nvcc -cudart shared into tests/test_apps/build
 apps:
 	$(MAKE) -C tests/test_apps
 
 ## Run a bundled CUDA test app through cuwire: on this machine's GPU if it has one, else emulated
-demo: venv client apps
+demo: venv client server apps
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 	  $(VENV)/bin/cuwire run -- tests/test_apps/build/vector_add; \
 	else \
@@ -46,7 +53,7 @@ lint: venv
 	$(VENV)/bin/hadolint docker/Dockerfile
 
 ## Everything CI checks: lint, generated/ up to date, client and apps built, the test suite
-test: venv lint check-generated client apps
+test: venv lint check-generated client server apps
 	$(VPY) -m pytest -q -m 'not gpu'
 
 ## On a machine with an NVIDIA GPU: every test app natively and through cuwire, one line per app

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
+from cuwire.server.records import RECORD_HEADER
 from cuwire.server.service import CuWireServer
-from cuwire.server.session import RECORD_HEADER, Session
+from cuwire.server.session import Session
 from cuwire.settings import Settings
 
 backend = "emulated" if "--emulated" in sys.argv else "cuda"
@@ -25,7 +26,7 @@ event = s.ffi.new("CUevent *")
 assert s.lib.cuEventCreate(event, 0) == 0
 handle = int(s.ffi.cast("uintptr_t", event[0]))
 s.owns_handle("CUevent_st", handle)
-fn = next(i for i, (name, _, _) in generated.RECORDS.items() if name == "cuEventRecord")
+fn = next(i for i, (name, _) in generated.RECORDS.items() if name == "cuEventRecord")
 layout = generated.RECORDS[fn][1]
 n = 20000
 batch = pb.Batch(records=(RECORD_HEADER.pack(fn, layout.size) + layout.pack(handle, 0)) * n)

@@ -144,7 +144,7 @@ def test_large_copies_stream_in_chunks(session):
 def test_truncated_and_unknown_records(session):
     assert "truncated" in session.exchange(pb.Batch(records=b"\x01\x02")).error
     assert "unknown queued function id" in session.exchange(pb.Batch(records=struct.pack("<II", 7, 0))).error
-    rec_id = next(i for i, (n, _, _) in generated.RECORDS.items() if n == "cuEventRecord")
+    rec_id = next(i for i, (n, _) in generated.RECORDS.items() if n == "cuEventRecord")
     reply = session.exchange(pb.Batch(records=struct.pack("<II", rec_id, 3) + b"abc"))
     assert "expected 16" in reply.error
     assert serving(session)
@@ -153,7 +153,7 @@ def test_truncated_and_unknown_records(session):
 def test_queued_calls_sent_without_waiting_report_at_the_next_reply(session):
     """Batches sent early (no_reply) get no answer: their first error, or a refusal of the batch, comes
     with the next reply, once; a batch without reply may not carry a call."""
-    rec_id = next(i for i, (n, _, _) in generated.RECORDS.items() if n == "cuEventRecord")
+    rec_id = next(i for i, (n, _) in generated.RECORDS.items() if n == "cuEventRecord")
     bad_event = struct.pack("<II", rec_id, 16) + struct.pack("<QQ", 0x1234_5678, 0)
     session.send_only(pb.Batch(records=bad_event, no_reply=True))
     sync = pb.Batch(fn=fn_id("cuCtxSynchronize"), args=pb.cuCtxSynchronize_Args().SerializeToString())

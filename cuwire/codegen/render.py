@@ -27,6 +27,8 @@ OUTPUTS = {
     "client_cdefs.h.j2": "client_cdefs.h",
     "client_calls.py.j2": "client_calls.py",
     "server_handlers.py.j2": "server_handlers.py",
+    "server_records.h.j2": "server_records.h",
+    "server_records.c.j2": "server_records.c",
     "exports.map.j2": "exports.map",
 }
 # struct format letter -> C type of the same size, for writing outputs and packing records

@@ -4,21 +4,11 @@ where the driver takes an integer (a CUdeviceptr, a size) fails in CI as it woul
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Callable
-from pathlib import Path
 
 import cffi
 
-GENERATED = Path(__file__).resolve().parent.parent / "generated"
-_PROTOTYPE = re.compile(r"^\w[\w ]*?\b(\w+)\((.*)\);$", re.M)
-
-
-@functools.cache
-def prototypes() -> dict[str, str]:
-    """Function name -> its parameter list as C, from the declarations codegen parsed."""
-    return {name: params for name, params in _PROTOTYPE.findall((GENERATED / "cuda_api.h").read_text())}
+from cuwire.server.backend import prototypes
 
 
 class CheckedLib:

@@ -1342,56 +1342,6 @@ def nvmlSystemGetNVMLVersion(s, a: pb.nvmlSystemGetNVMLVersion_Args) -> pb.nvmlS
     return r
 
 
-def cuEventRecord_record(s, hEvent, hStream) -> int:
-    """cuEventRecord (cuda.h), queued"""
-    return s.lib.cuEventRecord(s.handle("CUevent_st", "CUevent", hEvent), s.handle("CUstream_st", "CUstream", hStream))
-
-
-def cuEventRecordWithFlags_record(s, hEvent, hStream, flags) -> int:
-    """cuEventRecordWithFlags (cuda.h), queued"""
-    return s.lib.cuEventRecordWithFlags(s.handle("CUevent_st", "CUevent", hEvent), s.handle("CUstream_st", "CUstream", hStream), flags)
-
-
-def cuMemcpyDtoDAsync_v2_record(s, dstDevice, srcDevice, ByteCount, hStream) -> int:
-    """cuMemcpyDtoDAsync_v2 (cuda.h), queued"""
-    return s.lib.cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, s.handle("CUstream_st", "CUstream", hStream))
-
-
-def cuMemsetD16Async_record(s, dstDevice, us, N, hStream) -> int:
-    """cuMemsetD16Async (cuda.h), queued"""
-    return s.lib.cuMemsetD16Async(dstDevice, us, N, s.handle("CUstream_st", "CUstream", hStream))
-
-
-def cuMemsetD2D16Async_record(s, dstDevice, dstPitch, us, Width, Height, hStream) -> int:
-    """cuMemsetD2D16Async (cuda.h), queued"""
-    return s.lib.cuMemsetD2D16Async(dstDevice, dstPitch, us, Width, Height, s.handle("CUstream_st", "CUstream", hStream))
-
-
-def cuMemsetD2D32Async_record(s, dstDevice, dstPitch, ui, Width, Height, hStream) -> int:
-    """cuMemsetD2D32Async (cuda.h), queued"""
-    return s.lib.cuMemsetD2D32Async(dstDevice, dstPitch, ui, Width, Height, s.handle("CUstream_st", "CUstream", hStream))
-
-
-def cuMemsetD2D8Async_record(s, dstDevice, dstPitch, uc, Width, Height, hStream) -> int:
-    """cuMemsetD2D8Async (cuda.h), queued"""
-    return s.lib.cuMemsetD2D8Async(dstDevice, dstPitch, uc, Width, Height, s.handle("CUstream_st", "CUstream", hStream))
-
-
-def cuMemsetD32Async_record(s, dstDevice, ui, N, hStream) -> int:
-    """cuMemsetD32Async (cuda.h), queued"""
-    return s.lib.cuMemsetD32Async(dstDevice, ui, N, s.handle("CUstream_st", "CUstream", hStream))
-
-
-def cuMemsetD8Async_record(s, dstDevice, uc, N, hStream) -> int:
-    """cuMemsetD8Async (cuda.h), queued"""
-    return s.lib.cuMemsetD8Async(dstDevice, uc, N, s.handle("CUstream_st", "CUstream", hStream))
-
-
-def cuStreamWaitEvent_record(s, hStream, hEvent, Flags) -> int:
-    """cuStreamWaitEvent (cuda.h), queued"""
-    return s.lib.cuStreamWaitEvent(s.handle("CUstream_st", "CUstream", hStream), s.handle("CUevent_st", "CUevent", hEvent), Flags)
-
-
 # id -> (name, Args message, handler): calls that wait for an answer
 HANDLERS = {
     2951752814: ("cuCtxCreate_v2", pb.cuCtxCreate_v2_Args, cuCtxCreate_v2),
@@ -1532,16 +1482,17 @@ HANDLERS = {
     2680665479: ("nvmlSystemGetNVMLVersion", pb.nvmlSystemGetNVMLVersion_Args, nvmlSystemGetNVMLVersion),
 }
 
-# id -> (name, record layout, handler): queued calls
+# id -> (name, record layout): queued calls, run by the server's C loop (server/records.c,
+# generated/server_records.c); the layouts are for tests and tools
 RECORDS = {
-    3120889818: ("cuEventRecord", struct.Struct("<QQ"), cuEventRecord_record),
-    663009900: ("cuEventRecordWithFlags", struct.Struct("<QQI"), cuEventRecordWithFlags_record),
-    2688723146: ("cuMemcpyDtoDAsync_v2", struct.Struct("<QQQQ"), cuMemcpyDtoDAsync_v2_record),
-    2127962567: ("cuMemsetD16Async", struct.Struct("<QHQQ"), cuMemsetD16Async_record),
-    3763925066: ("cuMemsetD2D16Async", struct.Struct("<QQHQQQ"), cuMemsetD2D16Async_record),
-    3965100917: ("cuMemsetD2D32Async", struct.Struct("<QQIQQQ"), cuMemsetD2D32Async_record),
-    3255370895: ("cuMemsetD2D8Async", struct.Struct("<QQBQQQ"), cuMemsetD2D8Async_record),
-    1926787832: ("cuMemsetD32Async", struct.Struct("<QIQQ"), cuMemsetD32Async_record),
-    676145800: ("cuMemsetD8Async", struct.Struct("<QBQQ"), cuMemsetD8Async_record),
-    1194339591: ("cuStreamWaitEvent", struct.Struct("<QQI"), cuStreamWaitEvent_record),
+    3120889818: ("cuEventRecord", struct.Struct("<QQ")),
+    663009900: ("cuEventRecordWithFlags", struct.Struct("<QQI")),
+    2688723146: ("cuMemcpyDtoDAsync_v2", struct.Struct("<QQQQ")),
+    2127962567: ("cuMemsetD16Async", struct.Struct("<QHQQ")),
+    3763925066: ("cuMemsetD2D16Async", struct.Struct("<QQHQQQ")),
+    3965100917: ("cuMemsetD2D32Async", struct.Struct("<QQIQQQ")),
+    3255370895: ("cuMemsetD2D8Async", struct.Struct("<QQBQQQ")),
+    1926787832: ("cuMemsetD32Async", struct.Struct("<QIQQ")),
+    676145800: ("cuMemsetD8Async", struct.Struct("<QBQQ")),
+    1194339591: ("cuStreamWaitEvent", struct.Struct("<QQI")),
 }

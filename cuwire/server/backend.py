@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 from pathlib import Path
 
 import cffi
@@ -20,6 +21,7 @@ log = logging.getLogger("cuwire.server")
 # Libraries a server may lack (a container without NVML still serves CUDA): opened at their first call;
 # if missing, that call fails with the library's own code (NVML_ERROR_LIBRARY_NOT_FOUND).
 OPTIONAL = {"nvml": 12}
+_PROTOTYPE = re.compile(r"^\w[\w ]*?\b(\w+)\((.*)\);$", re.M)
 
 
 def cuda_ffi() -> cffi.FFI:
@@ -34,6 +36,12 @@ def cuda_ffi() -> cffi.FFI:
 @functools.cache
 def manifest() -> dict:
     return json.loads((GENERATED / "api_manifest.json").read_text())
+
+
+@functools.cache
+def prototypes() -> dict[str, str]:
+    """Function name -> its parameter list as C, from the declarations codegen parsed (generated/cuda_api.h)."""
+    return {name: params for name, params in _PROTOTYPE.findall((GENERATED / "cuda_api.h").read_text())}
 
 
 @functools.cache

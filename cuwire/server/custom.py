@@ -7,7 +7,6 @@ content hash); kernels are CUkernel handles, launched through the CUfunction of 
 from __future__ import annotations
 
 import logging
-import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
@@ -158,8 +157,9 @@ def _describe(s, handle: int, func, kind: str, offsets, sizes, param_info=None) 
         offsets.append(offset[0])
         sizes.append(size[0])
         i += 1
-    s.kernels[handle] = (func, tuple(offsets), max((o + z for o, z in zip(offsets, sizes, strict=True)), default=0))
+    s.kernels[handle] = func
     s.kernel_kind[handle] = kind
+    s.records.kernel(handle, int(s.ffi.cast("uintptr_t", func)), offsets, sizes)
     # the driver takes a CUkernel wherever it takes a CUfunction (cuFuncGetAttribute, launches)
     s.owns_handle("CUfunc_st", handle)
     if kind == "kernel":
@@ -180,73 +180,11 @@ def get_global(s, a: pb.GetGlobal_Args) -> pb.GetGlobal_Result:
 
 
 def launch_kernel(s, a: pb.LaunchKernel_Args) -> pb.LaunchKernel_Result:
+    """A launch that waits for its answer; queued launches run in the session's C loop (records.c)."""
     if len(a.grid) != 3 or len(a.block) != 3:
         raise WireError("grid and block need three dimensions each")
-    return pb.LaunchKernel_Result(status=launch(s, a.kernel, a.grid, a.block, a.shared_mem, a.stream, a.params))
-
-
-# A queued launch (client/local.c, struct launch_head): kernel, grid[3], block[3], shared memory, stream,
-# then the parameters at their offsets.
-LAUNCH_HEAD = struct.Struct("<Q3I3IQQ")
-
-
-def launch_record(s, payload: bytes) -> int:
-    if len(payload) < LAUNCH_HEAD.size:
-        raise WireError(f"queued launch of {len(payload)} bytes, shorter than its {LAUNCH_HEAD.size}-byte head")
-    kernel, gx, gy, gz, bx, by, bz, shared_mem, stream = LAUNCH_HEAD.unpack_from(payload)
-    return launch(s, kernel, (gx, gy, gz), (bx, by, bz), shared_mem, stream, payload[LAUNCH_HEAD.size:])
-
-
-ATTRIBUTE_BYTES = 72  # sizeof(CUlaunchAttribute)
-
-
-def launch_ex_record(s, payload: bytes) -> int:
-    """A queued cuLaunchKernelEx: the launch head, u32 count, u32 pad, the attributes, the parameters."""
-    head = LAUNCH_HEAD.size
-    if len(payload) < head + 8:
-        raise WireError(f"queued launch with attributes of {len(payload)} bytes is too short")
-    kernel, gx, gy, gz, bx, by, bz, shared_mem, stream = LAUNCH_HEAD.unpack_from(payload)
-    count = struct.unpack_from("<I", payload, head)[0]
-    end = head + 8 + count * ATTRIBUTE_BYTES
-    if end > len(payload):
-        raise WireError(f"queued launch: {count} launch attributes run past the record")
-    return launch(s, kernel, (gx, gy, gz), (bx, by, bz), shared_mem, stream, payload[end:],
-                  payload[head + 8:end], count)
-
-
-def launch(s, kernel: int, grid, block, shared_mem: int, stream: int, params: bytes, attrs: bytes = b"",
-           n_attrs: int = 0) -> int:
-    """Launch a kernel this session looked up, with its parameters laid out at their offsets."""
-    ffi = s.ffi
-    hit = s.kernels.get(kernel)
-    if hit is None:
-        return INVALID_HANDLE
-    func, offsets, size = hit
-    if len(params) != size:
-        raise WireError(f"kernel parameters: sent {len(params)} bytes, the kernel takes {size}")
-    # one parameter buffer per kernel, reused: the driver has copied the parameters when the launch returns
-    prepared = s.launch_buffers.get(kernel)
-    if prepared is None:
-        buf = ffi.new("char[]", max(size, 1))
-        argv = ffi.new("void *[]", max(len(offsets), 1))
-        for i, off in enumerate(offsets):
-            argv[i] = buf + off
-        prepared = s.launch_buffers[kernel] = (buf, argv)
-    buf, argv = prepared
-    if size:
-        ffi.memmove(buf, params, size)
-    cu_stream = s.handle("CUstream_st", "CUstream", stream)
-    if not n_attrs:
-        return s.lib.cuLaunchKernel(func, *grid, *block, shared_mem, cu_stream, argv if offsets else ffi.NULL,
-                                    ffi.NULL)
-    config = ffi.new("CUlaunchConfig *")
-    config.gridDimX, config.gridDimY, config.gridDimZ = grid
-    config.blockDimX, config.blockDimY, config.blockDimZ = block
-    config.sharedMemBytes, config.hStream = shared_mem, cu_stream
-    attributes = ffi.new("CUlaunchAttribute[]", n_attrs)
-    ffi.memmove(attributes, attrs, len(attrs))
-    config.attrs, config.numAttrs = attributes, n_attrs
-    return s.lib.cuLaunchKernelEx(config, func, argv if offsets else ffi.NULL, ffi.NULL)
+    return pb.LaunchKernel_Result(status=s.records.launch(a.kernel, a.grid, a.block, a.shared_mem, a.stream,
+                                                          a.params))
 
 
 MODULE_ITERATOR = bytes.fromhex("6e163fbeb958444d835ce182aff1991e")  # the driver's private table, slot 7
@@ -412,17 +350,5 @@ OPS = {
     op_id("Copy2D"): ("cuwire.Copy2D", pb.Copy2D_Args, copy_2d),
 }
 
-# id -> (name, handler(session, payload) -> error): queued operations of variable size
-def set_context_record(s, payload: bytes) -> int:
-    """The client's thread that sends the next calls has this context current (client/local.c)."""
-    if len(payload) != 8:
-        raise WireError(f"queued context switch of {len(payload)} bytes, expected 8")
-    ctx = struct.unpack("<Q", payload)[0]
-    return s.lib.cuCtxSetCurrent(s.handle("CUctx_st", "CUcontext", ctx))
-
-
-RECORD_OPS = {
-    op_id("SetContext"): ("cuwire.SetContext", set_context_record),
-    op_id("LaunchKernel"): ("cuwire.LaunchKernel", launch_record),
-    op_id("LaunchKernelEx"): ("cuwire.LaunchKernelEx", launch_ex_record),
-}
+# cuwire's own queued records, run by the session's C loop (records.c) with the generated ones
+RECORD_OPS = {op_id(name): f"cuwire.{name}" for name in ("SetContext", "LaunchKernel", "LaunchKernelEx")}

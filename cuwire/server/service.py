@@ -23,6 +23,7 @@ from cuwire.server.backend import open_backend
 from cuwire.server.bulk import IncomingPayload
 from cuwire.server.errors import WireError
 from cuwire.server.module_cache import ModuleCache
+from cuwire.server.records import function_table
 from cuwire.server.session import Session
 from cuwire.settings import Settings, host_port
 from cuwire.transport import Connection, TransportError
@@ -44,6 +45,7 @@ class CuWireServer:
         self.ffi, self.lib, self.backend = open_backend(settings.backend)
         self.modules = ModuleCache(settings.cache_dir)
         self.devices = self.query_devices()
+        self.record_functions = function_table(self.ffi, self.lib)  # what sessions' record loops call
         self.session_ids = itertools.count(1)
         self.zstd = zstandard.ZstdDecompressor()
 

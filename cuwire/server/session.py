@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import struct
 import time
 
 from google.protobuf.message import DecodeError
@@ -17,10 +16,11 @@ from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.server import bulk, custom
 from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, OUT_OF_MEMORY, UNKNOWN, CudaFail, WireError
+from cuwire.server.records import RecordLoop
 from cuwire.transport import BULK, TransportError
 
 log = logging.getLogger("cuwire.server")
-RECORD_HEADER = struct.Struct("<II")
+RECORD_IDS = tuple(generated.OP_IDS[n] for n in ("LaunchKernel", "LaunchKernelEx", "SetContext"))  # RecordLoop
 MEMHOSTALLOC_PORTABLE = 0x01
 STREAM_KIND = "CUstream_st"
 CONTEXT_KIND = "CUctx_st"
@@ -43,7 +43,7 @@ class Session:
         self.globals: dict[int, int] = {}  # __device__ variables of loaded modules: address -> size
         self.handles: dict[str, set[int]] = {}  # handle kind (struct tag) -> handles this session made
         self.modules: set[int] = set()
-        self.kernels: dict[int, object] = {}  # CUkernel or CUfunction -> (CUfunction, offsets, size)
+        self.kernels: dict[int, object] = {}  # CUkernel or CUfunction -> its CUfunction
         self.kernel_kind: dict[int, str] = {}  # the same handles -> "kernel" or "function"
         self.calls = 0
         self.started = time.monotonic()
@@ -51,8 +51,9 @@ class Session:
         self.payload_out: list = []  # result buffers for the reply's payload (take)
         self.deferred_error: tuple[int, str] | None = None  # a streamed copy's late failure (bulk.py)
         self.casts: dict[int, dict[str, object]] = {}  # handle -> C type -> the handle as that type (handle)
-        self.launch_buffers: dict[int, tuple[object, object]] = {}  # kernel -> (parameter buffer, argv) (custom.launch)
         self.chunk: tuple[object, object] | None = None  # (char *, owner) of the streaming buffer (bulk.py)
+        # queued calls run in C; it checks handles and kernels against what owns_handle and _describe tell it
+        self.records = RecordLoop(server.record_functions, RECORD_IDS)
         self.use_primary_context()
         for d in server.devices:  # the client hands these out itself (cuDevicePrimaryCtxRetain)
             self.owns_handle(CONTEXT_KIND, d.primary_context)
@@ -126,36 +127,19 @@ class Session:
         return hit
 
     def run_records(self, data: bytes) -> tuple[int, str]:
-        """Run queued calls in order; return the first error and the function that made it."""
-        first, first_fn, pos, end = 0, "", 0, len(data)
-        header, generated_records, custom_records = RECORD_HEADER, generated.RECORDS, custom.RECORD_OPS
-        while pos < end:
-            if pos + header.size > end:
-                raise WireError("truncated queued-call record")
-            fn, size = header.unpack_from(data, pos)
-            pos += header.size
-            if pos + size > end:
-                raise WireError(f"queued call {fn:#x}: record of {size} bytes runs past the batch")
-            hit = generated_records.get(fn)
-            try:
-                if hit is not None:
-                    name, layout, handler = hit
-                    if size != layout.size:
-                        raise WireError(f"queued {name}: record of {size} bytes, expected {layout.size}")
-                    err = handler(self, *layout.unpack_from(data, pos))
-                elif fn in custom_records:
-                    name, op = custom_records[fn]
-                    err = op(self, data[pos:pos + size])
-                else:
-                    raise WireError(f"unknown queued function id {fn:#x}")
-            except CudaFail as e:
-                log.info("session %s: queued %s: %s", self.name, name, e)
-                err = e.code
-            pos += size
-            self.calls += 1
-            if err and not first:
-                first, first_fn = err, name
-        return first, first_fn
+        """Run queued calls in order (in C: records.py); return the first error and the function that made it."""
+        first, fn, count = self.records.run(data)
+        self.calls += count
+        if not first:
+            return 0, ""
+        name = self.record_name(fn)
+        log.info("session %s: queued %s failed with CUDA error %d", self.name, name, first)
+        return first, name
+
+    @staticmethod
+    def record_name(fn: int) -> str:
+        hit = generated.RECORDS.get(fn)
+        return hit[0] if hit else custom.RECORD_OPS.get(fn, f"{fn:#x}")
 
     # ---------------------------------------------------------------- conversions the handlers use
 
@@ -236,9 +220,11 @@ class Session:
     def owns_handle(self, kind: str, value: int) -> None:
         if value:
             self.handles.setdefault(kind, set()).add(value)
+            self.records.own(kind, value)
 
     def disowns_handle(self, kind: str, value: int) -> None:
         self.handles.get(kind, set()).discard(value)
+        self.records.disown(kind, value)
         self.casts.pop(value, None)  # a program that makes and destroys handles in a loop must not grow it
 
     def chunk_buffer(self):

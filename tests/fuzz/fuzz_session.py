@@ -20,8 +20,9 @@ with atheris.instrument_imports():
     from cuwire.generated import server_handlers as generated
     from cuwire.server import custom
     from cuwire.server.bulk import IncomingPayload
+    from cuwire.server.records import RECORD_HEADER
     from cuwire.server.service import CuWireServer, read_batch
-    from cuwire.server.session import RECORD_HEADER, Session
+    from cuwire.server.session import Session
     from cuwire.settings import Settings
 
 from google.protobuf.descriptor import FieldDescriptor  # noqa: E402

@@ -1,0 +1,403 @@
+/* The server's loop over queued calls, in C: Python costs several microseconds per record (unpacking,
+ * handle checks, a cffi call), the driver call itself about one.
+ *
+ * A batch's records come as (u32 function id, u32 size, size bytes) each, packed by the client's C
+ * (generated/client_stubs.c, client/local.c). Generated functions are unpacked by
+ * generated/server_records.c; cuwire's own records (a kernel launch, with or without attributes, and
+ * the switch of the session thread's context) are here. Nothing from the wire reaches CUDA unchecked:
+ * every handle must be one the session made, which the Python session tells this loop as it makes them
+ * (Session.owns_handle, custom._describe); a record that does not parse refuses the batch.
+ *
+ * The CUDA functions are called through a table the Python side fills (server/records.py): the real
+ * library's functions, or the emulated device's as cffi callbacks, so CI runs this same loop.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_api.h"
+
+#define CW_INVALID_HANDLE 400 /* CUDA_ERROR_INVALID_HANDLE */
+#define CW_INVALID_VALUE 1    /* CUDA_ERROR_INVALID_VALUE */
+#define CW_OUT_OF_MEMORY 2    /* CUDA_ERROR_OUT_OF_MEMORY */
+
+typedef struct cw_records cw_records;
+
+/* The handle kinds the loop checks (struct tags, as the model names them). */
+#define CW_KINDS(X) X(CUstream_st) X(CUevent_st) X(CUctx_st)
+enum {
+#define CW_KIND_ENUM(k) CW_KIND_##k,
+    CW_KINDS(CW_KIND_ENUM)
+    CW_N_KINDS
+};
+
+/* A set of handles: open addressing on the value, 0 marks a free slot, a removed one becomes TOMB. */
+#define TOMB UINT64_MAX
+typedef struct {
+    uint64_t *slots;
+    size_t cap, used; /* used counts live and removed slots */
+} cw_set;
+
+/* A kernel or function the session looked up: launches name it by the handle the client holds. */
+typedef struct {
+    uint64_t key;
+    CUfunction func;
+    uint32_t n, size; /* parameters; bytes of the parameter buffer (the last offset + size) */
+    char *buf;        /* the parameters are copied here... */
+    void **argv;      /* ...and argv[i] points at parameter i, as cuLaunchKernel takes them */
+} cw_kernel;
+
+#include "server_records.h"
+
+struct cw_records {
+    struct {
+#define CW_FN_MEMBER(name) __typeof__(name) *name;
+        CW_GENERATED_FUNCTIONS(CW_FN_MEMBER)
+        CW_FN_MEMBER(cuCtxSetCurrent)
+        CW_FN_MEMBER(cuLaunchKernel)
+        CW_FN_MEMBER(cuLaunchKernelEx)
+    } fn;
+    cw_set handles[CW_N_KINDS];
+    cw_kernel *kernels; /* open addressing on key */
+    size_t kernels_cap, kernels_used;
+    char why[256]; /* why the last batch was refused */
+};
+
+static int cw_refuse(cw_records *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int cw_refuse(cw_records *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->why, sizeof s->why, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static size_t cw_hash(uint64_t v, size_t cap)
+{
+    v ^= v >> 33;
+    v *= 0xff51afd7ed558ccdULL;
+    v ^= v >> 33;
+    return (size_t)v & (cap - 1);
+}
+
+static int cw_set_grow(cw_set *t)
+{
+    size_t cap = t->cap ? t->cap * 2 : 64;
+    uint64_t *slots = calloc(cap, sizeof *slots);
+    if (!slots)
+        return -1;
+    size_t used = 0;
+    for (size_t i = 0; i < t->cap; i++) {
+        uint64_t v = t->slots[i];
+        if (v && v != TOMB) {
+            size_t j = cw_hash(v, cap);
+            while (slots[j])
+                j = (j + 1) & (cap - 1);
+            slots[j] = v;
+            used++;
+        }
+    }
+    free(t->slots);
+    t->used = used;
+    t->slots = slots;
+    t->cap = cap;
+    return 0;
+}
+
+static int cw_set_has(const cw_set *t, uint64_t v)
+{
+    if (!t->cap || !v || v == TOMB)
+        return 0;
+    for (size_t j = cw_hash(v, t->cap);; j = (j + 1) & (t->cap - 1)) {
+        if (t->slots[j] == v)
+            return 1;
+        if (!t->slots[j])
+            return 0;
+    }
+}
+
+static int cw_set_add(cw_set *t, uint64_t v)
+{
+    if (!v || v == TOMB || cw_set_has(t, v))
+        return 0;
+    if ((t->used + 1) * 2 > t->cap && cw_set_grow(t))
+        return -1;
+    size_t j = cw_hash(v, t->cap);
+    while (t->slots[j] && t->slots[j] != TOMB)
+        j = (j + 1) & (t->cap - 1);
+    if (!t->slots[j])
+        t->used++;
+    t->slots[j] = v;
+    return 0;
+}
+
+static void cw_set_remove(cw_set *t, uint64_t v)
+{
+    if (!t->cap || !v || v == TOMB)
+        return;
+    for (size_t j = cw_hash(v, t->cap); t->slots[j]; j = (j + 1) & (t->cap - 1))
+        if (t->slots[j] == v) {
+            t->slots[j] = TOMB;
+            return;
+        }
+}
+
+/* Whether the session may pass `v` as a handle of this kind: NULL and the special streams
+ * (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) always. */
+static int cw_owns(const cw_records *s, int kind, uint64_t v)
+{
+    if (!v || (kind == CW_KIND_CUstream_st && (v == 1 || v == 2)))
+        return 1;
+    return cw_set_has(&s->handles[kind], v);
+}
+
+static cw_kernel *cw_kernel_find(const cw_records *s, uint64_t key)
+{
+    if (!s->kernels_cap || !key)
+        return NULL;
+    for (size_t j = cw_hash(key, s->kernels_cap);; j = (j + 1) & (s->kernels_cap - 1)) {
+        if (s->kernels[j].key == key)
+            return &s->kernels[j];
+        if (!s->kernels[j].key)
+            return NULL;
+    }
+}
+
+static int cw_kernels_grow(cw_records *s)
+{
+    size_t cap = s->kernels_cap ? s->kernels_cap * 2 : 64;
+    cw_kernel *k = calloc(cap, sizeof *k);
+    if (!k)
+        return -1;
+    for (size_t i = 0; i < s->kernels_cap; i++)
+        if (s->kernels[i].key) {
+            size_t j = cw_hash(s->kernels[i].key, cap);
+            while (k[j].key)
+                j = (j + 1) & (cap - 1);
+            k[j] = s->kernels[i];
+        }
+    free(s->kernels);
+    s->kernels = k;
+    s->kernels_cap = cap;
+    return 0;
+}
+
+#include "server_records.c"
+
+/* ------------------------------------------------------------------ what the Python session calls */
+
+cw_records *cw_records_new(void)
+{
+    return calloc(1, sizeof(cw_records));
+}
+
+void cw_records_free(cw_records *s)
+{
+    if (!s)
+        return;
+    for (int k = 0; k < CW_N_KINDS; k++)
+        free(s->handles[k].slots);
+    for (size_t i = 0; i < s->kernels_cap; i++) {
+        free(s->kernels[i].buf);
+        free(s->kernels[i].argv);
+    }
+    free(s->kernels);
+    free(s);
+}
+
+/* The names of the functions the loop calls, in table order; NULL after the last. */
+const char *cw_records_function(int i)
+{
+    static const char *const names[] = {
+#define CW_FN_NAME(name) #name,
+        CW_GENERATED_FUNCTIONS(CW_FN_NAME) CW_FN_NAME(cuCtxSetCurrent) CW_FN_NAME(cuLaunchKernel)
+            CW_FN_NAME(cuLaunchKernelEx) NULL};
+    return i >= 0 && i < (int)(sizeof names / sizeof *names) ? names[i] : NULL;
+}
+
+/* Function i of the table (in cw_records_function's order) is at `address`. */
+void cw_records_set_function(cw_records *s, int i, uintptr_t address)
+{
+    void **table = (void **)&s->fn;
+    if (i >= 0 && (size_t)i < sizeof s->fn / sizeof(void *))
+        table[i] = (void *)address;
+}
+
+/* The index of a handle kind the loop checks, or -1. */
+int cw_records_kind(const char *name)
+{
+#define CW_KIND_MATCH(k) if (!strcmp(name, #k)) return CW_KIND_##k;
+    CW_KINDS(CW_KIND_MATCH)
+    return -1;
+}
+
+int cw_records_own(cw_records *s, int kind, uint64_t v)
+{
+    return kind >= 0 && kind < CW_N_KINDS ? cw_set_add(&s->handles[kind], v) : -1;
+}
+
+void cw_records_disown(cw_records *s, int kind, uint64_t v)
+{
+    if (kind >= 0 && kind < CW_N_KINDS)
+        cw_set_remove(&s->handles[kind], v);
+}
+
+/* Launches naming `key` run `func` with this parameter layout. -1 if out of memory. */
+int cw_records_kernel(cw_records *s, uint64_t key, uintptr_t func, uint32_t n, const uint32_t *offsets,
+                      const uint32_t *sizes)
+{
+    if (!key)
+        return -1;
+    uint32_t size = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (offsets[i] + sizes[i] > size)
+            size = offsets[i] + sizes[i];
+    char *buf = calloc(1, size ? size : 1);
+    void **argv = calloc(n ? n : 1, sizeof *argv);
+    if (!buf || !argv) {
+        free(buf);
+        free(argv);
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        argv[i] = buf + offsets[i];
+    cw_kernel *k = cw_kernel_find(s, key);
+    if (!k) {
+        if ((s->kernels_used + 1) * 2 > s->kernels_cap && cw_kernels_grow(s)) {
+            free(buf);
+            free(argv);
+            return -1;
+        }
+        size_t j = cw_hash(key, s->kernels_cap);
+        while (s->kernels[j].key)
+            j = (j + 1) & (s->kernels_cap - 1);
+        k = &s->kernels[j];
+        s->kernels_used++;
+    } else {
+        free(k->buf);
+        free(k->argv);
+    }
+    *k = (cw_kernel){key, (CUfunction)func, n, size, buf, argv};
+    return 0;
+}
+
+/* A kernel launch: the parameters (`len` bytes, at their offsets) and, for cuLaunchKernelEx, `n_attrs`
+ * launch attributes. The CUDA result, or -1 when the parameters do not fit the kernel (s->why). */
+int cw_records_launch(cw_records *s, uint64_t kernel, const uint32_t *grid, const uint32_t *block,
+                      uint32_t shared_mem, uint64_t stream, const char *params, size_t len,
+                      const CUlaunchAttribute *attrs, uint32_t n_attrs)
+{
+    cw_kernel *k = cw_kernel_find(s, kernel);
+    if (!k)
+        return CW_INVALID_HANDLE;
+    if (len != k->size)
+        return cw_refuse(s, "kernel parameters: sent %zu bytes, the kernel takes %u", len, k->size);
+    if (!cw_owns(s, CW_KIND_CUstream_st, stream))
+        return CW_INVALID_HANDLE;
+    /* the driver has copied the parameters when the launch returns: one buffer per kernel, reused */
+    memcpy(k->buf, params, len);
+    void **argv = k->n ? k->argv : NULL;
+    CUstream st = (CUstream)(uintptr_t)stream;
+    if (!n_attrs)
+        return s->fn.cuLaunchKernel(k->func, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_mem,
+                                    st, argv, NULL);
+    CUlaunchAttribute copy[16];
+    if (n_attrs > sizeof copy / sizeof *copy)
+        return cw_refuse(s, "a launch with %u attributes (at most %zu)", n_attrs, sizeof copy / sizeof *copy);
+    memcpy(copy, attrs, n_attrs * sizeof *copy); /* attrs may lie unaligned in the record */
+    CUlaunchConfig config = {grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_mem, st, copy,
+                             n_attrs};
+    return s->fn.cuLaunchKernelEx(&config, k->func, argv, NULL);
+}
+
+/* A queued launch (client/local.c): kernel, grid[3], block[3], shared memory, stream, then for
+ * LaunchKernelEx u32 count, u32 pad and the attributes, then the parameters. */
+struct __attribute__((packed)) launch_head {
+    uint64_t kernel;
+    uint32_t grid[3], block[3];
+    uint64_t shared_mem, stream;
+};
+
+static int cw_launch_record(cw_records *s, const char *p, uint32_t size, int with_attrs, int *err)
+{
+    struct launch_head h;
+    if (size < sizeof h)
+        return cw_refuse(s, "queued launch of %u bytes, shorter than its %zu-byte head", size, sizeof h);
+    memcpy(&h, p, sizeof h);
+    size_t at = sizeof h;
+    uint32_t n_attrs = 0;
+    if (with_attrs) {
+        if (size < at + 8)
+            return cw_refuse(s, "queued launch with attributes of %u bytes is too short", size);
+        memcpy(&n_attrs, p + at, 4);
+        if ((uint64_t)n_attrs * sizeof(CUlaunchAttribute) > size - at - 8)
+            return cw_refuse(s, "queued launch: %u launch attributes run past the record", n_attrs);
+        at += 8 + (size_t)n_attrs * sizeof(CUlaunchAttribute);
+    }
+    if (h.shared_mem > UINT32_MAX)
+        return cw_refuse(s, "queued launch: %llu bytes of shared memory", (unsigned long long)h.shared_mem);
+    uint32_t grid[3], block[3];
+    memcpy(grid, h.grid, sizeof grid);
+    memcpy(block, h.block, sizeof block);
+    int r = cw_records_launch(s, h.kernel, grid, block, (uint32_t)h.shared_mem, h.stream, p + at, size - at,
+                              (const CUlaunchAttribute *)(p + sizeof h + 8), n_attrs);
+    if (r < 0)
+        return -1;
+    *err = r;
+    return 1;
+}
+
+/* Run a batch's records in order. Returns 0, or -1 when a record is malformed (s->why; the records
+ * before it ran). *first_error and *first_fn: the first record that failed, and its function id;
+ * *count: how many records ran. */
+int cw_records_run(cw_records *s, const char *data, size_t len, uint32_t launch_id, uint32_t launch_ex_id,
+                   uint32_t set_context_id, int *first_error, uint32_t *first_fn, uint64_t *count)
+{
+    size_t pos = 0;
+    *first_error = 0;
+    *first_fn = 0;
+    *count = 0;
+    while (pos < len) {
+        uint32_t head[2];
+        if (len - pos < sizeof head)
+            return cw_refuse(s, "truncated queued-call record");
+        memcpy(head, data + pos, sizeof head);
+        pos += sizeof head;
+        uint32_t fn = head[0], size = head[1];
+        if (size > len - pos)
+            return cw_refuse(s, "queued call %#x: record of %u bytes runs past the batch", fn, size);
+        const char *p = data + pos;
+        int err = 0, done;
+        if (fn == launch_id || fn == launch_ex_id) {
+            done = cw_launch_record(s, p, size, fn == launch_ex_id, &err);
+        } else if (fn == set_context_id) {
+            uint64_t ctx;
+            if (size != sizeof ctx)
+                return cw_refuse(s, "queued context switch of %u bytes, expected 8", size);
+            memcpy(&ctx, p, sizeof ctx);
+            err = cw_owns(s, CW_KIND_CUctx_st, ctx) ? s->fn.cuCtxSetCurrent((CUcontext)(uintptr_t)ctx)
+                                                     : CW_INVALID_HANDLE;
+            done = 1;
+        } else {
+            done = cw_run_generated(s, fn, p, size, &err);
+        }
+        if (done < 0)
+            return -1;
+        if (done == 0)
+            return cw_refuse(s, "unknown queued function id %#x", fn);
+        pos += size;
+        ++*count;
+        if (err && !*first_error) {
+            *first_error = err;
+            *first_fn = fn;
+        }
+    }
+    return 0;
+}
+
+const char *cw_records_why(const cw_records *s)
+{
+    return s->why;
+}

@@ -1,0 +1,93 @@
+"""A session's loop over queued calls, in C (records.c, built as cuwire.server._records), and what it must
+know to check them: the handles and kernels the session made.
+
+The Python session stays the owner of its handles (Session.owns_handle) and tells this loop about the
+kinds it checks; the loop calls the backend's functions through a table of their addresses: the real
+library's, or cffi callbacks into the emulated device.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+from cuwire.server._records import ffi, lib
+from cuwire.server.backend import prototypes
+from cuwire.server.errors import WireError
+
+RECORD_HEADER = struct.Struct("<II")  # each queued call: function id, record size; then the record
+UNKNOWN = 999  # what a callback into the emulated device returns when it raised (traceback on stderr)
+
+
+def function_table(backend_ffi, backend_lib) -> list[tuple[int, object]]:
+    """(address, what keeps it alive) of each function the loop calls, in its table's order."""
+    out = []
+    i = 0
+    while (name := lib.cw_records_function(i)) != ffi.NULL:
+        name = ffi.string(name).decode()
+        fn = getattr(backend_lib, name)
+        if isinstance(fn, backend_ffi.CData):  # the real library (cffi's ABI mode): a function pointer
+            out.append((int(backend_ffi.cast("uintptr_t", fn)), None))
+        else:  # the emulated device: Python, called back with the arguments as C gives them
+            params = prototypes()[name]
+            callback = backend_ffi.callback(f"int(*)({params})", fn, error=UNKNOWN)
+            out.append((int(backend_ffi.cast("uintptr_t", callback)), callback))
+        i += 1
+    return out
+
+
+class RecordLoop:
+    def __init__(self, table: Sequence[tuple[int, object]], launch_ids: tuple[int, int, int]):
+        self.state = ffi.gc(lib.cw_records_new(), lib.cw_records_free)
+        if self.state == ffi.NULL:
+            raise MemoryError("no memory for the session's record loop")
+        self.keep = [owner for _, owner in table]
+        for i, (address, _) in enumerate(table):
+            lib.cw_records_set_function(self.state, i, address)
+        self.launch_id, self.launch_ex_id, self.set_context_id = launch_ids
+        self.kinds: dict[str, int] = {}
+        self.out = ffi.new("int *"), ffi.new("uint32_t *"), ffi.new("uint64_t *")
+
+    def kind(self, name: str) -> int:
+        k = self.kinds.get(name)
+        if k is None:
+            k = self.kinds[name] = lib.cw_records_kind(name.encode())
+        return k
+
+    def own(self, kind: str, value: int) -> None:
+        k = self.kind(kind)
+        if k >= 0 and lib.cw_records_own(self.state, k, value) != 0:
+            raise MemoryError("no memory for the session's handles")
+
+    def disown(self, kind: str, value: int) -> None:
+        k = self.kind(kind)
+        if k >= 0:
+            lib.cw_records_disown(self.state, k, value)
+
+    def kernel(self, key: int, func: int, offsets: Sequence[int], sizes: Sequence[int]) -> None:
+        """Launches naming `key` run the function at address `func`, parameters at these offsets."""
+        n = len(offsets)
+        if lib.cw_records_kernel(self.state, key, func, n, ffi.new("uint32_t[]", list(offsets) or [0]),
+                                 ffi.new("uint32_t[]", list(sizes) or [0])) != 0:
+            raise MemoryError("no memory for the session's kernels")
+
+    def launch(self, kernel: int, grid: Sequence[int], block: Sequence[int], shared_mem: int, stream: int,
+               params: bytes) -> int:
+        """A launch that waits for its answer (op LaunchKernel); the CUDA result."""
+        if shared_mem >= 1 << 32:
+            raise WireError(f"a launch with {shared_mem} bytes of shared memory")
+        err = lib.cw_records_launch(self.state, kernel, list(grid), list(block), shared_mem, stream, params,
+                                    len(params), ffi.NULL, 0)
+        if err < 0:
+            raise WireError(ffi.string(lib.cw_records_why(self.state)).decode())
+        return err
+
+    def run(self, data: bytes) -> tuple[int, int, int]:
+        """Run a batch's records: (the first error, its function id, how many ran). A record that does not
+        parse raises WireError (the records before it ran)."""
+        first, fn, count = self.out
+        ok = lib.cw_records_run(self.state, data, len(data), self.launch_id, self.launch_ex_id,
+                                self.set_context_id, first, fn, count)
+        if ok != 0:
+            raise WireError(ffi.string(lib.cw_records_why(self.state)).decode())
+        return first[0], fn[0], count[0]

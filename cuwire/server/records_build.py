@@ -1,0 +1,56 @@
+"""Build the server's C loop over queued calls (server/records.c) as the extension cuwire.server._records.
+
+cffi's out-of-line API mode: setup.py names `ffibuilder` in its cffi_modules, so `pip install` compiles it
+(it needs a C compiler and the Python headers where the package is installed, as the client does).
+`python -m cuwire.server.records_build` builds it in place, for a checkout.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cffi
+
+SERVER = Path(__file__).resolve().parent
+GENERATED = SERVER.parent / "generated"
+
+CDEF = """
+typedef struct cw_records cw_records;
+typedef struct CUlaunchAttribute_st CUlaunchAttribute;
+cw_records *cw_records_new(void);
+void cw_records_free(cw_records *s);
+const char *cw_records_function(int i);
+void cw_records_set_function(cw_records *s, int i, uintptr_t address);
+int cw_records_kind(const char *name);
+int cw_records_own(cw_records *s, int kind, uint64_t v);
+void cw_records_disown(cw_records *s, int kind, uint64_t v);
+int cw_records_kernel(cw_records *s, uint64_t key, uintptr_t func, uint32_t n, const uint32_t *offsets,
+                      const uint32_t *sizes);
+int cw_records_launch(cw_records *s, uint64_t kernel, const uint32_t *grid, const uint32_t *block,
+                      uint32_t shared_mem, uint64_t stream, const char *params, size_t len,
+                      const CUlaunchAttribute *attrs, uint32_t n_attrs);
+int cw_records_run(cw_records *s, const char *data, size_t len, uint32_t launch_id, uint32_t launch_ex_id,
+                   uint32_t set_context_id, int *first_error, uint32_t *first_fn, uint64_t *count);
+const char *cw_records_why(const cw_records *s);
+"""
+
+ffibuilder = cffi.FFI()
+ffibuilder.cdef(CDEF)
+ffibuilder.set_source(
+    "cuwire.server._records", '#include "records.c"\n',
+    include_dirs=[str(SERVER), str(GENERATED)],
+    extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"],
+)
+
+if __name__ == "__main__":
+    # in place, for a checkout: the extension lands beside this file, where `import cuwire.server._records`
+    # finds it (the C and object files are left in a temporary folder)
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        built = Path(ffibuilder.compile(tmpdir=tmp, verbose=False))
+        for stale in SERVER.glob("_records.*.so"):  # an earlier build's, perhaps under another suffix
+            stale.unlink()
+        shutil.copy(built, SERVER / built.name)
+        print(f"built {SERVER / built.name}")

@@ -1,0 +1,125 @@
+"""The server's C loop over queued calls (server/records.c), driven directly with a table of Python
+functions in place of the driver: what reaches the driver, with which arguments, and what is refused."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from cuwire.generated import server_handlers as generated
+from cuwire.server.backend import cuda_ffi
+from cuwire.server.errors import WireError
+from cuwire.server.records import RECORD_HEADER, RecordLoop, function_table
+from cuwire.server.session import RECORD_IDS
+
+ffi = cuda_ffi()
+LAUNCH, LAUNCH_EX, SET_CONTEXT = RECORD_IDS
+LAUNCH_HEAD = struct.Struct("<Q3I3IQQ")  # client/local.c, struct launch_head
+INVALID_HANDLE = 400
+
+
+class FakeDriver:
+    """Each function the loop calls notes its arguments and returns 0."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, name):
+        def fn(*args):
+            self.calls.append((name, *(self.value(name, a) for a in args)))
+            return 0
+        return fn
+
+    @staticmethod
+    def value(name, a):
+        if isinstance(a, ffi.CData) and ffi.typeof(a).kind == "pointer":
+            return int(ffi.cast("uintptr_t", a))
+        return a
+
+
+@pytest.fixture
+def driver():
+    return FakeDriver()
+
+
+@pytest.fixture
+def loop(driver):
+    return RecordLoop(function_table(ffi, driver), RECORD_IDS)
+
+
+def record(name: str, *values) -> bytes:
+    fn, layout = next((i, layout) for i, (n, layout) in generated.RECORDS.items() if n == name)
+    return RECORD_HEADER.pack(fn, layout.size) + layout.pack(*values)
+
+
+def launch(kernel: int, params: bytes, stream: int = 0) -> bytes:
+    body = LAUNCH_HEAD.pack(kernel, 2, 1, 1, 32, 1, 1, 0, stream) + params
+    return RECORD_HEADER.pack(LAUNCH, len(body)) + body
+
+
+def test_owned_handles_reach_the_driver_others_do_not(loop, driver):
+    events = [0x1000 + 16 * i for i in range(5000)]  # enough to grow the set many times
+    for e in events:
+        loop.own("CUevent_st", e)
+    for e in events[::2]:
+        loop.disown("CUevent_st", e)
+    loop.own("CUstream_st", 0x77)
+    data = b"".join(record("cuEventRecord", e, 0x77) for e in events[:10])
+    first, fn, count = loop.run(data)
+    assert count == 10 and first == INVALID_HANDLE and generated.RECORDS[fn][0] == "cuEventRecord"
+    assert [c[1] for c in driver.calls] == events[1:10:2]  # only the ones still owned
+    driver.calls.clear()
+    # NULL and the special streams always pass; a stream the session did not make does not
+    assert loop.run(record("cuEventRecord", events[1], 1) + record("cuEventRecord", events[1], 2))[0] == 0
+    assert loop.run(record("cuEventRecord", events[1], 0x78))[0] == INVALID_HANDLE
+    assert [c[2] for c in driver.calls] == [1, 2]
+
+
+def test_values_arrive_as_packed(loop, driver):
+    loop.own("CUstream_st", 0x55)
+    assert loop.run(record("cuMemsetD8Async", 0xdead0000, 0xab, 4096, 0x55)) == (0, 0, 1)
+    assert driver.calls == [("cuMemsetD8Async", 0xdead0000, 0xab, 4096, 0x55)]
+
+
+def test_launch_lays_parameters_out_and_checks_its_kernel(loop, driver):
+    seen = []
+
+    def cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        seen.append((int(ffi.cast("uintptr_t", f)), gx, bx, ffi.cast("uint64_t *", params[0])[0],
+                     ffi.cast("uint32_t *", params[1])[0]))
+        return 0
+
+    driver.cuLaunchKernel = cuLaunchKernel
+    loop = RecordLoop(function_table(ffi, driver), RECORD_IDS)
+    loop.kernel(0xabc, 0xf00, [0, 8], [8, 4])
+    params = struct.pack("<QI", 0x1122334455667788, 7)
+    assert loop.run(launch(0xabc, params)) == (0, 0, 1)
+    assert seen == [(0xf00, 2, 32, 0x1122334455667788, 7)]
+    assert loop.run(launch(0xabd, params))[0] == INVALID_HANDLE  # never looked up
+    assert loop.run(launch(0xabc, params, stream=0x99))[0] == INVALID_HANDLE  # a stream it did not make
+    with pytest.raises(WireError, match="sent 4 bytes, the kernel takes 12"):
+        loop.run(launch(0xabc, params[:4]))
+    assert loop.launch(0xabc, (1, 1, 1), (1, 1, 1), 0, 0, params) == 0  # the synchronous path
+
+
+@pytest.mark.parametrize("data, why", [
+    (b"\x01\x02", "truncated"),
+    (RECORD_HEADER.pack(7, 0), "unknown queued function id"),
+    (RECORD_HEADER.pack(LAUNCH, 100) + b"x", "runs past the batch"),
+    (RECORD_HEADER.pack(LAUNCH, 8) + bytes(8), "shorter than its"),
+    (RECORD_HEADER.pack(LAUNCH_EX, LAUNCH_HEAD.size + 8) + LAUNCH_HEAD.pack(1, 1, 1, 1, 1, 1, 1, 0, 0)
+     + struct.pack("<II", 1000, 0), "launch attributes run past the record"),
+    (RECORD_HEADER.pack(SET_CONTEXT, 4) + bytes(4), "expected 8"),
+])
+def test_malformed_records_are_refused(loop, data, why):
+    with pytest.raises(WireError, match=why):
+        loop.run(data)
+
+
+def test_context_switch_needs_a_context_of_the_session(loop, driver):
+    ctx = struct.pack("<Q", 0x5000)
+    assert loop.run(RECORD_HEADER.pack(SET_CONTEXT, 8) + ctx)[0] == INVALID_HANDLE
+    loop.own("CUctx_st", 0x5000)
+    assert loop.run(RECORD_HEADER.pack(SET_CONTEXT, 8) + ctx) == (0, 0, 1)
+    assert driver.calls == [("cuCtxSetCurrent", 0x5000)]
