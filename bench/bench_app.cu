@@ -38,6 +38,12 @@ int main()
 
     t = now();
     for (int i = 0; i < calls; i++)
+        CHECK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
+    std::printf("small cudaMemcpy D2H (4 bytes), a call that waits: %.2f us/call\n", (now() - t) / calls * 1e6);
+    h = 0;
+
+    t = now();
+    for (int i = 0; i < calls; i++)
         CHECK(cudaGetDeviceCount(&h));
     std::printf("cudaGetDeviceCount: %.2f us/call\n", (now() - t) / calls * 1e6);
 

@@ -44,28 +44,33 @@ def cubic_fit(iterations: int) -> float:
     return (time.perf_counter() - start) / iterations
 
 
-def training(name: str, steps: int) -> float:
-    """Seconds per fp32 training step of one of train.py's models."""
+def training_loop(name: str):
+    """run(n): n fp32 training steps of one of train.py's models, each ending in `loss.item()`."""
     model_cls, batch = train.MODELS[name]
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
     model = model_cls().to("cuda")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
-    def step() -> None:
-        x, y = batch(g)
-        logits = model(x)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        loss.item()
+    def run(n: int) -> None:
+        for _ in range(n):
+            x, y = batch(g)
+            logits = model(x)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            loss.item()
 
-    for _ in range(3):
-        step()
+    return run
+
+
+def training(name: str, steps: int) -> float:
+    """Seconds per fp32 training step of one of train.py's models."""
+    run = training_loop(name)
+    run(3)
     start = time.perf_counter()
-    for _ in range(steps):
-        step()
+    run(steps)
     return (time.perf_counter() - start) / steps
 
 

@@ -12,6 +12,7 @@ through Python costs ~0.4 ms, a frame on a socket a few tens of microseconds.
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 from collections.abc import Sequence
@@ -28,6 +29,8 @@ BULK = 64 << 10  # buffers this large travel in the payload, both ways (client/r
 # what the client accepts as a payload; the server checks every size against CUWIRE_MAX_BUFFER itself
 MAX_PAYLOAD = 1 << 40
 READ_AHEAD = 64 << 10  # what a receive asks the socket for at least (Connection._fill)
+NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
+POLLRDHUP = getattr(select, "POLLRDHUP", 0)
 KEEPALIVE = (10, 5, 4)  # TCP keepalive: idle seconds, seconds between probes, probes: a dead peer in ~30 s
 WELCOME_TIMEOUT = 60.0  # for the server's answer to the hello: a session process starts and opens the GPU
 
@@ -81,13 +84,40 @@ class Connection:
         """One frame: the message, then the payload parts as one payload, each sent from where it is. A
         part may also produce its bytes as it goes: len(part) of them, through part.write_to(sendall)."""
         size = sum(len(p) for p in payload)
-        self.sock.sendall(HEADER.pack(MAGIC, len(message), size) + message)
+        self._sendall(HEADER.pack(MAGIC, len(message), size) + message)
         self.sent = HEADER.size + len(message) + size
         for part in payload:
             if hasattr(part, "write_to"):
-                part.write_to(self.sock.sendall)
+                part.write_to(self._sendall)
             else:
-                self.sock.sendall(part)
+                self._sendall(part)
+
+    def _sendall(self, data: Buffer) -> None:
+        """Send all of data. A peer that closes while we wait to send (its window full, as when a server
+        stops reading and exits) ends the send with TransportError: a blocking sendall would wait for
+        good. MSG_NOSIGNAL: a peer that is gone is an error here, not SIGPIPE, which would kill a C
+        program that embeds the client (its Python leaves signals as the program set them)."""
+        view = memoryview(data).cast("B")
+        while view:
+            try:
+                n = self.sock.send(view, NOSIGNAL | socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                self._wait_writable()
+                continue
+            view = view[n:]
+
+    def _wait_writable(self) -> None:
+        """Until the socket takes more bytes. The peer sends nothing while a frame comes in (replies follow
+        whole frames), so readable means it closed or broke the connection."""
+        poller = select.poll()
+        poller.register(self.sock, select.POLLOUT | select.POLLIN | POLLRDHUP)
+        timeout = self.sock.gettimeout()  # a socket with a deadline (the hello) keeps it here too
+        ready = poller.poll(None if timeout is None else timeout * 1000)
+        if not ready:
+            raise TimeoutError("timed out sending a frame")
+        events = ready[0][1]
+        if events & (select.POLLIN | POLLRDHUP | select.POLLHUP | select.POLLERR):
+            raise TransportError("the peer closed the connection while a frame was being sent")
 
     def receive(self, max_payload: int = MAX_PAYLOAD) -> tuple[bytes, bytearray]:
         """The next frame's message and payload. Raises EOFError at the end of the stream, TransportError
@@ -214,6 +244,8 @@ class SocketTransport:
             self.connection.send(batch.SerializeToString())
         except OSError as e:
             raise TransportError(f"lost the cuwire server at {self.address} ({e.strerror or e})") from None
+        except TransportError as e:
+            raise TransportError(f"lost the cuwire server at {self.address}: {e}") from None
 
     def close(self) -> None:
         self.connection.close()

@@ -14,9 +14,11 @@ from cuwire.server.records import RECORD_HEADER, RecordLoop, function_table
 from cuwire.server.session import RECORD_IDS
 
 ffi = cuda_ffi()
-LAUNCH, LAUNCH_EX, SET_CONTEXT = RECORD_IDS
+LAUNCH, LAUNCH_EX, SET_CONTEXT, COPY = RECORD_IDS
 LAUNCH_HEAD = struct.Struct("<Q3I3IQQ")  # client/local.c, struct launch_head
 INVALID_HANDLE = 400
+INVALID_VALUE = 1
+COPY_HEAD = struct.Struct("<QQII")  # client/local.c, struct copy_head
 
 
 class FakeDriver:
@@ -111,6 +113,7 @@ def test_launch_lays_parameters_out_and_checks_its_kernel(loop, driver):
     (RECORD_HEADER.pack(LAUNCH_EX, LAUNCH_HEAD.size + 8) + LAUNCH_HEAD.pack(1, 1, 1, 1, 1, 1, 1, 0, 0)
      + struct.pack("<II", 1000, 0), "launch attributes run past the record"),
     (RECORD_HEADER.pack(SET_CONTEXT, 4) + bytes(4), "expected 8"),
+    (RECORD_HEADER.pack(COPY, 8) + bytes(8), "queued copy of 8 bytes"),
 ])
 def test_malformed_records_are_refused(loop, data, why):
     with pytest.raises(WireError, match=why):
@@ -123,3 +126,36 @@ def test_context_switch_needs_a_context_of_the_session(loop, driver):
     loop.own("CUctx_st", 0x5000)
     assert loop.run(RECORD_HEADER.pack(SET_CONTEXT, 8) + ctx) == (0, 0, 1)
     assert driver.calls == [("cuCtxSetCurrent", 0x5000)]
+
+
+def copy(dst: int, data: bytes, stream: int = 0, sync: bool = False) -> bytes:
+    body = COPY_HEAD.pack(dst, stream, int(sync), 0) + data
+    return RECORD_HEADER.pack(COPY, len(body)) + body
+
+
+def test_copies_reach_only_the_sessions_memory(driver):
+    got = []
+
+    def cuMemcpyHtoDAsync_v2(dst, src, n, stream):
+        got.append(("async", dst, bytes(ffi.buffer(src, n)), int(ffi.cast("uintptr_t", stream))))
+        return 0
+
+    def cuMemcpyHtoD_v2(dst, src, n):
+        got.append(("sync", dst, bytes(ffi.buffer(src, n))))
+        return 0
+
+    driver.cuMemcpyHtoDAsync_v2, driver.cuMemcpyHtoD_v2 = cuMemcpyHtoDAsync_v2, cuMemcpyHtoD_v2
+    loop = RecordLoop(function_table(ffi, driver), RECORD_IDS)
+    for base in (0x30000, 0x10000, 0x20000):  # out of order: the map keeps them sorted
+        loop.add_memory(base, 0x1000)
+    loop.own("CUstream_st", 0x44)
+    assert loop.run(copy(0x20ffc, b"abcd", 0x44) + copy(0x10000, b"xy", sync=True)) == (0, 0, 2)
+    assert got == [("async", 0x20ffc, b"abcd", 0x44), ("sync", 0x10000, b"xy")]
+    got.clear()
+    assert loop.run(copy(0x20ffd, b"abcd"))[0] == INVALID_VALUE  # one byte past the end
+    assert loop.run(copy(0x40000, b"abcd"))[0] == INVALID_VALUE  # memory the session does not have
+    assert loop.run(copy(0x20000, b"abcd", 0x45))[0] == INVALID_HANDLE  # a stream it did not make
+    loop.remove_memory(0x20000)
+    assert loop.run(copy(0x20000, b"abcd"))[0] == INVALID_VALUE  # freed
+    assert got == []
+    assert loop.in_memory(0x10000, 0x1000) and loop.in_memory(0x30fff, 1) and not loop.in_memory(0x30fff, 2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import subprocess
 import time
@@ -91,11 +92,28 @@ def test_sigterm_ends_sessions_and_frees_their_memory(looper, client_lib, tmp_pa
         log = s.text()
         assert "shutting down: ending sessions" in log
         assert "freed 1 allocations" in log
+        # the client is told at its next send: its copies are queued, so the one after the server went
+        assert wait_for_line(p.stderr, "lost the cuwire server", 20)
     finally:
         p.kill()
         p.wait(10)
         s.stop()
-    assert "lost the cuwire server" in p.stderr.read()  # the client is told, once
+
+
+def wait_for_line(stream, text: str, seconds: float) -> bool:
+    """Whether `text` comes on the pipe `stream` within `seconds` (read unbuffered: select sees the fd)."""
+    deadline, seen = time.monotonic() + seconds, b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            return False
+        chunk = os.read(stream.fileno(), 4096)
+        if not chunk:
+            return False
+        seen += chunk
+        if text.encode() in seen:
+            return True
+    return False
 
 
 def test_compressed_calls(apps, client_lib, server):

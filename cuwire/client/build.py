@@ -32,7 +32,7 @@ MODULE = "_cuwire"
 NAMES = tuple(json.loads((GENERATED / "api_manifest.json").read_text())["libraries"].values())
 # what earlier builds put beside the library: cuwire no longer stands in for the CUDA runtime
 STALE = ("libcudart.so.13", "driver")
-C_SOURCES = ("local.c", "driver_local.c", "export_tables.c", "answers_cache.c")
+C_SOURCES = ("local.c", "driver_local.c", "export_tables.c", "answers_cache.c", "device_memory.c")
 
 # C functions of local.c that the Python side calls.
 HELPERS_CDEF = """
@@ -49,6 +49,11 @@ void cuwire_set_launch_limits(uint32_t threads, const uint32_t *block, const uin
 void cuwire_cache_kernel(const void *key, uint64_t handle, uint32_t n, const uint32_t *offsets,
                          const uint32_t *sizes);
 void cuwire_forget_kernels(void);
+void cuwire_queue_refuse(void);
+int cuwire_track_alloc(uint64_t base, uint64_t size);
+void cuwire_untrack_alloc(uint64_t base);
+uint64_t cuwire_allocation_of(uint64_t address, uint64_t *size);
+void cuwire_forget_allocations(void);
 int cuwire_launch_config_error(const uint32_t *grid, const uint32_t *block);
 uint64_t cuwire_current_context(void);
 int cuwire_fast_cuLaunchKernelEx(void *config, void *f, void **params, void **extra);

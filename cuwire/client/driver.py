@@ -477,24 +477,24 @@ def cuPointerGetAttribute(data, attribute, ptr):
 
 @ffi.def_extern(name="cuwire_py_cuMemGetAddressRange_v2", onerror=rt.on_error)
 def cuMemGetAddressRange_v2(pbase, psize, dptr):
-    base = rt.client.allocation_of(dptr)
-    if base is None:
+    hit = rt.client.allocation(dptr)
+    if hit is None:
         return NOT_FOUND
     if pbase != ffi.NULL:
-        rt.write_scalar(pbase, "uint64_t", base)
+        rt.write_scalar(pbase, "uint64_t", hit[0])
     if psize != ffi.NULL:
-        rt.write_scalar(psize, "uint64_t", rt.client.alloc_sizes[base])
+        rt.write_scalar(psize, "uint64_t", hit[1])
     return 0
 
 
 def _pointer_attribute(a: int, slot, ptr: int) -> int:
     """Write one CUpointer_attribute of `ptr` into `slot`; 0, or INVALID_VALUE for one not answered here."""
-    base = rt.client.allocation_of(ptr)
-    known = base is not None
+    hit = rt.client.allocation(ptr)
+    known = hit is not None
+    base, size = hit or (0, 0)
     if a in (CONTEXT, DEVICE_POINTER, HOST_POINTER, BUFFER_ID, RANGE_START_ADDR, RANGE_SIZE):
         value = {CONTEXT: lib.cuwire_current_context() if known else 0, DEVICE_POINTER: ptr if known else 0,
-                 HOST_POINTER: 0, BUFFER_ID: base or 0, RANGE_START_ADDR: base or 0,
-                 RANGE_SIZE: rt.client.alloc_sizes[base] if known else 0}[a]
+                 HOST_POINTER: 0, BUFFER_ID: base, RANGE_START_ADDR: base, RANGE_SIZE: size}[a]
         ffi.cast("uint64_t *", slot)[0] = value
     elif a == MEMORY_TYPE:
         ffi.cast("unsigned int *", slot)[0] = DEVICE if known else 0

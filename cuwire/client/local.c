@@ -121,9 +121,11 @@ static uint64_t queue_count;
 #define QUEUE_SEND_AT 32u
 
 
-/* Appends one record; queue_lock held. 0, or CUDA_ERROR_OUT_OF_MEMORY. */
-static int append_locked(uint32_t id, const void *payload, uint32_t size)
+/* Appends one record, its bytes given in two parts (b may be empty); queue_lock held. 0, or
+ * CUDA_ERROR_OUT_OF_MEMORY. */
+static int append2_locked(uint32_t id, const void *a, uint32_t na, const void *b, uint32_t nb)
 {
+    uint32_t size = na + nb;
     size_t need = queue_len + 8 + size;
     if (need > queue_cap) {
         size_t cap = queue_cap ? queue_cap : 4096;
@@ -137,10 +139,17 @@ static int append_locked(uint32_t id, const void *payload, uint32_t size)
     }
     memcpy(queue_data + queue_len, &id, 4);
     memcpy(queue_data + queue_len + 4, &size, 4);
-    memcpy(queue_data + queue_len + 8, payload, size);
+    memcpy(queue_data + queue_len + 8, a, na);
+    if (nb)
+        memcpy(queue_data + queue_len + 8 + na, b, nb);
     queue_len = need;
     queue_count++;
     return 0;
+}
+
+static int append_locked(uint32_t id, const void *payload, uint32_t size)
+{
+    return append2_locked(id, payload, size, NULL, 0);
 }
 
 /* The context the session's thread on the server has current, as far as the calls sent so far tell
@@ -171,14 +180,31 @@ void cuwire_server_context_is(uint64_t ctx)
     pthread_mutex_unlock(&queue_lock);
 }
 
-int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size)
+/* Set when the session is lost or cannot be had (runtime.py, give_up): queued calls fail at once. */
+static int queue_refused;
+
+void cuwire_queue_refuse(void)
+{
+    pthread_mutex_lock(&queue_lock);
+    queue_refused = 1;
+    free(queue_data);
+    queue_data = NULL;
+    queue_len = queue_cap = 0;
+    queue_count = 0;
+    pthread_mutex_unlock(&queue_lock);
+}
+
+/* Queues one record of two parts: a fixed head, and bytes that follow it (nb may be 0). */
+static int enqueue2(uint32_t id, const void *a, uint32_t na, const void *b, uint32_t nb)
 {
     if (cuwire_forked)
         return cuwire_start_python() ? 0 : CUWIRE_NOT_READY; /* says why, once; never queue in vain */
+    if (__atomic_load_n(&queue_refused, __ATOMIC_RELAXED))
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
     pthread_mutex_lock(&queue_lock);
     int err = follow_context_locked();
     if (!err)
-        err = append_locked(id, payload, size);
+        err = append2_locked(id, a, na, b, nb);
     int flush = !err && queue_len >= QUEUE_FLUSH_AT;
     int send = !err && queue_count >= QUEUE_SEND_AT;
     pthread_mutex_unlock(&queue_lock);
@@ -187,6 +213,39 @@ int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size)
     if (flush && CUWIRE_READY())
         return cuwire_py_flush();
     return send && CUWIRE_READY() ? cuwire_py_send_queued() : 0;
+}
+
+int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size) { return enqueue2(id, payload, size, NULL, 0); }
+
+/* ------------------------------------------------------------------ small copies to the device, queued */
+
+/* A copy from host memory to the device returns once the driver has taken the host bytes (for pageable
+ * memory: into its staging buffer), before the GPU has them. So a small one, whose destination lies in
+ * one of the session's allocations (anything else the driver refuses at once: such copies wait for the
+ * server's answer), is queued with its bytes: the program may reuse its buffer as soon as the call
+ * returns, and the server makes the same call in stream order (server/records.c, CopyToDevice). Larger
+ * copies stream beside the messages (client/runtime.py, server/bulk.py). */
+#define INLINE_COPY_MAX (1u << 20)
+extern const uint32_t cuwire_copy_record_id;
+
+struct __attribute__((packed)) copy_head {
+    uint64_t dst, stream;
+    uint32_t sync, pad; /* sync: cuMemcpyHtoD (the null stream's synchronous copy), else ...Async */
+};
+
+static int queue_copy(CUdeviceptr dst, const void *src, size_t n, CUstream stream, uint32_t sync)
+{
+    if (!src || n == 0 || n > INLINE_COPY_MAX || !cuwire_in_allocation(dst, n) || !cuwire_session_open())
+        return -1; /* the call goes to the server and waits, which says what is wrong */
+    struct copy_head head = {dst, (uint64_t)(uintptr_t)stream, sync, 0};
+    return enqueue2(cuwire_copy_record_id, &head, sizeof head, src, (uint32_t)n);
+}
+
+int cuwire_fast_cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { return queue_copy(dst, src, n, NULL, 1); }
+
+int cuwire_fast_cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream stream)
+{
+    return queue_copy(dst, src, n, stream, 0);
 }
 
 /* Hands the queued records to the caller (who frees them with free()) and starts a new queue; the

@@ -40,6 +40,15 @@ int cuwire_start_python(void);
  * Python failed to start. */
 #define CUWIRE_NOT_READY (cuwire_finished ? 4 : cuwire_forked ? 46 : 999)
 
+/* The session is lost: queued calls fail at once from now on (local.c). */
+void cuwire_queue_refuse(void);
+/* The session's device allocations (device_memory.c). */
+int cuwire_track_alloc(uint64_t base, uint64_t size);
+void cuwire_untrack_alloc(uint64_t base);
+uint64_t cuwire_allocation_of(uint64_t address, uint64_t *size);
+int cuwire_in_allocation(uint64_t address, uint64_t n);
+void cuwire_forget_allocations(void);
+
 /* For the Python side (declared again in client/build.py's cdef). */
 uint64_t cuwire_current_context(void);
 int cuwire_py_connect(void);

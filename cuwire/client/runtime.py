@@ -8,7 +8,6 @@ module; it imports `_cuwire`, the client library's own cffi module, so it only r
 from __future__ import annotations
 
 import atexit
-import bisect
 import hashlib
 import os
 import socket
@@ -34,6 +33,9 @@ DEINITIALIZED = 4
 DEVICE_UNAVAILABLE = 46
 NO_BINARY_FOR_GPU = 209
 UNKNOWN = 999
+# Sync functions whose C `fast` path queues the call (client/local.c) rather than answers it: --stats counts
+# those calls as queued.
+QUEUED_BY_C = ("cuMemcpyHtoD_v2", "cuMemcpyHtoDAsync_v2")
 # Where the device snapshot's attribute list (Device.attributes) holds the launch limits: the
 # CUdevice_attribute numbers of MAX_THREADS_PER_BLOCK, MAX_BLOCK_DIM_X..Z, MAX_GRID_DIM_X..Z.
 MAX_THREADS_PER_BLOCK, MAX_BLOCK_DIM, MAX_GRID_DIM = 1, (2, 3, 4), (5, 6, 7)
@@ -151,8 +153,6 @@ class Client:
         self.broken: str = ""  # why the server cannot be reached any more
         self.finished = False  # the process is exiting and its session is closed
         self.told = False  # whether the program was told why
-        self.alloc_bases: list[int] = []
-        self.alloc_sizes: dict[int, int] = {}
         self.stats = Stats()
         self.names: dict[int, str] = {}
         self.error_strings: dict[tuple[int, bool, bool], object] = {}  # kept alive: C holds the pointers
@@ -160,6 +160,7 @@ class Client:
         self.kernel_names: dict[int, object] = {}  # kernel or function handle -> its name (char[], kept alive)
         # client copy of a driver function object -> (server function, the copy kept alive)
         self.function_objects: dict[int, tuple[int, object]] = {}
+        self.alloc_size = ffi.new("uint64_t *")  # cuwire_allocation_of's out-parameter (allocation)
         self.taken = (ffi.new("char **"), ffi.new("uint64_t *"))  # cuwire_queue_take's out-parameters (take_queued)
         self.zstd_c = zstandard.ZstdCompressor(level=3)
         self.zstd_d = zstandard.ZstdDecompressor()
@@ -179,8 +180,7 @@ class Client:
                 self.session = Session(self.settings)
                 self.stats.transport, self.stats.connected = f"TCP to {self.settings.server}", time.monotonic()
             except TransportError as e:
-                self.broken, self.told = str(e), True
-                print(f"cuwire: {e}", file=sys.stderr)
+                self.give_up(str(e))
                 raise Fail(DEVICE_UNAVAILABLE) from None
         return self.session
 
@@ -246,15 +246,22 @@ class Client:
         lib.cuwire_free(data[0])
         batch.records, batch.records_codec = self.encode(records)
         self.stats.queued += count[0]
+        self.stats.bytes_sent_raw += size
         return count[0]
 
     def lose(self, e: TransportError) -> None:
         """The session is gone: say so once; every call from now on fails with DEVICE_UNAVAILABLE."""
-        self.broken, self.told = str(e), True
         self.session = None
         lib.cuwire_forget_kernels()
-        print(f"cuwire: {e}", file=sys.stderr)
+        self.give_up(str(e))
         raise Fail(DEVICE_UNAVAILABLE) from None
+
+    def give_up(self, why: str) -> None:
+        """No server from now on: say why, once; what was queued is dropped, and the C queue refuses
+        more (the calls fail at once), so a program that goes on calling does not fill memory."""
+        self.broken, self.told = why, True
+        print(f"cuwire: {why}", file=sys.stderr)
+        lib.cuwire_queue_refuse()
 
     def call(self, fn: int, args, result_cls):
         raw = args.SerializeToString()
@@ -299,21 +306,24 @@ class Client:
 
     # ---------------------------------------------------------------- device memory map
 
+    # the map lives in C (client/device_memory.c): the queued copies of client/local.c consult it too
+
     def track_alloc(self, address: int, size: int) -> None:
-        if address not in self.alloc_sizes:
-            bisect.insort(self.alloc_bases, address)
-        self.alloc_sizes[address] = max(size, 1)
+        lib.cuwire_track_alloc(address, size)
 
     def untrack_alloc(self, address: int) -> None:
-        if self.alloc_sizes.pop(address, None) is not None:
-            self.alloc_bases.remove(address)
+        lib.cuwire_untrack_alloc(address)
+
+    def allocation(self, address: int) -> tuple[int, int] | None:
+        """(base, size) of the session's device allocation holding `address`, or None."""
+        size = self.alloc_size
+        base = lib.cuwire_allocation_of(address, size)
+        return (base, size[0]) if base else None
 
     def allocation_of(self, address: int) -> int | None:
         """The base of the session's device allocation holding `address`, or None."""
-        i = bisect.bisect_right(self.alloc_bases, address) - 1
-        if i >= 0 and address < self.alloc_bases[i] + self.alloc_sizes[self.alloc_bases[i]]:
-            return self.alloc_bases[i]
-        return None
+        hit = self.allocation(address)
+        return hit[0] if hit else None
 
     def is_device(self, address: int) -> bool:
         return self.allocation_of(address) is not None
@@ -401,7 +411,7 @@ class Client:
         self.session = None
         self.broken = ("this process was forked from a cuwire client; a forked child cannot open its own "
                        "session yet, so its CUDA calls fail (CUDA_ERROR_DEVICE_UNAVAILABLE)")
-        self.alloc_bases, self.alloc_sizes = [], {}
+        lib.cuwire_forget_allocations()
         data, count = ffi.new("char **"), ffi.new("uint64_t *")
         if lib.cuwire_queue_take(data, count):
             lib.cuwire_free(data[0])
@@ -424,7 +434,7 @@ def api_calls() -> dict[str, Counter]:
             hits = lib.cuwire_fast_hits[i]  # sync calls the client's C answered (e.g. kept attributes)
             out.setdefault(mode, Counter())[name] = lib.cuwire_counts[i] - hits
             if hits:
-                out.setdefault("local", Counter())[name] += hits
+                out.setdefault("async" if name in QUEUED_BY_C else "local", Counter())[name] += hits
     fast = lib.cuwire_fast_launches
     if fast:
         custom = out.setdefault("custom", Counter())

@@ -37,7 +37,7 @@ FORMAT_CTYPES = {"b": "int8_t", "B": "uint8_t", "h": "int16_t", "H": "uint16_t",
 # Ids of cuwire's own operations (not CUDA functions) in the same id space as functions.
 INTERNAL_OPS = ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString", "ModuleFunctions",
                 "MaxActiveClusters", "ExportTableSize", "LaunchKernelEx", "Link",
-                "SetContext", "Copy2D")
+                "SetContext", "Copy2D", "CopyToDevice")
 
 
 def py_name(name: str) -> str:
@@ -107,6 +107,7 @@ def api_digest(api: Api) -> str:
     h = hashlib.sha256()
     for f in api.functions:
         h.update(f"{f.name}:{f.mode}:{[(p.name, p.role, p.length) for p in f.params]}\n".encode())
+    h.update(f"{INTERNAL_OPS}\n".encode())  # cuwire's own operations and records
     return h.hexdigest()[:16]
 
 

@@ -536,7 +536,7 @@ def cuMemcpyDtoH_v2(dstHost, dstHost_len, srcDevice, ByteCount):
 
 @ffi.def_extern(name="cuwire_py_cuMemcpyHtoDAsync_v2", onerror=rt.on_error)
 def cuMemcpyHtoDAsync_v2(dstDevice, srcHost, srcHost_len, ByteCount, hStream):
-    """cuMemcpyHtoDAsync_v2 (cuda.h): waits for the copy (the host buffer is the program's)"""
+    """cuMemcpyHtoDAsync_v2 (cuda.h): a small one into a known allocation is queued with its bytes (client/local.c); others wait"""
     args = pb.cuMemcpyHtoDAsync_v2_Args()
     args.dstDevice = dstDevice
     args.srcHost = rt.read(srcHost, srcHost_len)
@@ -548,7 +548,7 @@ def cuMemcpyHtoDAsync_v2(dstDevice, srcHost, srcHost_len, ByteCount, hStream):
 
 @ffi.def_extern(name="cuwire_py_cuMemcpyHtoD_v2", onerror=rt.on_error)
 def cuMemcpyHtoD_v2(dstDevice, srcHost, srcHost_len, ByteCount):
-    """cuMemcpyHtoD_v2 (cuda.h)"""
+    """cuMemcpyHtoD_v2 (cuda.h): a small one into a known allocation is queued with its bytes (client/local.c)"""
     args = pb.cuMemcpyHtoD_v2_Args()
     args.dstDevice = dstDevice
     args.srcHost = rt.read(srcHost, srcHost_len)

@@ -1995,6 +1995,8 @@ const int cuwire_n_functions = 985;
 const uint32_t cuwire_launch_record_id = 1561583759u;
 /* ... and of one with launch attributes (cuLaunchKernelEx): cuwire's own operation LaunchKernelEx. */
 const uint32_t cuwire_launch_ex_record_id = 2383965022u;
+/* ... and of a small copy to the device, queued with its bytes (cuwire's own operation CopyToDevice). */
+const uint32_t cuwire_copy_record_id = 1294727371u;
 /* ... and of the switch of the session thread's context (cuwire's own operation SetContext). */
 const uint32_t cuwire_set_context_record_id = 2441823671u;
 
@@ -9933,8 +9935,14 @@ CUWIRE_EXPORT CUresult cuMemcpyHtoDAsync(void)
 
 /* cuMemcpyHtoDAsync_v2 (cuda.h): remoted, sync; also cuMemcpyHtoDAsync_v2_ptsz */
 int cuwire_py_cuMemcpyHtoDAsync_v2(uint64_t, void *, uint64_t, uint64_t, uint64_t);
+int cuwire_fast_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
 static inline CUresult cuwire_impl_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
+    int fast = cuwire_fast_cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[419], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyHtoDAsync_v2((uint64_t)dstDevice, (void *)srcHost, (uint64_t)(ByteCount), (uint64_t)ByteCount, (uint64_t)(uintptr_t)hStream));
@@ -9954,8 +9962,14 @@ CUWIRE_EXPORT __typeof__(cuMemcpyHtoDAsync_v2) cuMemcpyHtoDAsync_v2_ptsz __attri
 
 /* cuMemcpyHtoD_v2 (cuda.h): remoted, sync; also cuMemcpyHtoD_v2_ptds */
 int cuwire_py_cuMemcpyHtoD_v2(uint64_t, void *, uint64_t, uint64_t);
+int cuwire_fast_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
 static inline CUresult cuwire_impl_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
+    int fast = cuwire_fast_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[420], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyHtoD_v2((uint64_t)dstDevice, (void *)srcHost, (uint64_t)(ByteCount), (uint64_t)ByteCount));

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "ab134d290007d291"
+API_DIGEST = "55dd54f84374a23c"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -25,6 +25,7 @@ OP_IDS = {
     "Link": 55721432,
     "SetContext": 2441823671,
     "Copy2D": 501470100,
+    "CopyToDevice": 1294727371,
 }
 
 

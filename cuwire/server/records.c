@@ -57,8 +57,13 @@ struct cw_records {
         CW_FN_MEMBER(cuCtxSetCurrent)
         CW_FN_MEMBER(cuLaunchKernel)
         CW_FN_MEMBER(cuLaunchKernelEx)
+        CW_FN_MEMBER(cuMemcpyHtoD_v2)
+        CW_FN_MEMBER(cuMemcpyHtoDAsync_v2)
     } fn;
+    uint32_t launch_id, launch_ex_id, set_context_id, copy_id; /* cuwire's own records (cw_records_ops) */
     cw_set handles[CW_N_KINDS];
+    uint64_t *bases, *sizes; /* the session's device memory, sorted by base (cw_records_memory) */
+    size_t memory_count, memory_cap;
     cw_kernel *kernels; /* open addressing on key */
     size_t kernels_cap, kernels_used;
     char why[256]; /* why the last batch was refused */
@@ -204,7 +209,83 @@ void cw_records_free(cw_records *s)
         free(s->kernels[i].argv);
     }
     free(s->kernels);
+    free(s->bases);
+    free(s->sizes);
     free(s);
+}
+
+/* The ids of cuwire's own records (generated OP_IDS). */
+void cw_records_ops(cw_records *s, uint32_t launch, uint32_t launch_ex, uint32_t set_context, uint32_t copy)
+{
+    s->launch_id = launch;
+    s->launch_ex_id = launch_ex;
+    s->set_context_id = set_context;
+    s->copy_id = copy;
+}
+
+/* ------------------------------------------------------------------ the session's device memory */
+
+/* The index of the last base <= address, or -1. */
+static long cw_memory_at(const cw_records *s, uint64_t address)
+{
+    size_t lo = 0, hi = s->memory_count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->bases[mid] <= address)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return (long)lo - 1;
+}
+
+/* Device memory of the session (an allocation, a module's global) of `size` bytes at `base`; one already
+ * at that base takes the new size. -1 when out of memory. */
+int cw_records_memory_add(cw_records *s, uint64_t base, uint64_t size)
+{
+    long i = cw_memory_at(s, base);
+    if (i >= 0 && s->bases[i] == base) {
+        s->sizes[i] = size;
+        return 0;
+    }
+    if (s->memory_count == s->memory_cap) {
+        size_t cap = s->memory_cap ? s->memory_cap * 2 : 64;
+        uint64_t *b = realloc(s->bases, cap * sizeof *b);
+        if (!b)
+            return -1;
+        s->bases = b;
+        uint64_t *z = realloc(s->sizes, cap * sizeof *z);
+        if (!z)
+            return -1;
+        s->sizes = z;
+        s->memory_cap = cap;
+    }
+    size_t at = (size_t)(i + 1), n = s->memory_count - at;
+    memmove(s->bases + at + 1, s->bases + at, n * sizeof *s->bases);
+    memmove(s->sizes + at + 1, s->sizes + at, n * sizeof *s->sizes);
+    s->bases[at] = base;
+    s->sizes[at] = size;
+    s->memory_count++;
+    return 0;
+}
+
+void cw_records_memory_remove(cw_records *s, uint64_t base)
+{
+    long i = cw_memory_at(s, base);
+    if (i >= 0 && s->bases[i] == base) {
+        size_t n = s->memory_count - (size_t)i - 1;
+        memmove(s->bases + i, s->bases + i + 1, n * sizeof *s->bases);
+        memmove(s->sizes + i, s->sizes + i + 1, n * sizeof *s->sizes);
+        s->memory_count--;
+    }
+}
+
+/* Whether [address, address + size) lies in one piece of the session's device memory: anything else
+ * the driver would take for memory of the server's own. */
+int cw_records_in_memory(const cw_records *s, uint64_t address, uint64_t size)
+{
+    long i = cw_memory_at(s, address);
+    return i >= 0 && address - s->bases[i] <= s->sizes[i] && size <= s->sizes[i] - (address - s->bases[i]);
 }
 
 /* The names of the functions the loop calls, in table order; NULL after the last. */
@@ -213,7 +294,7 @@ const char *cw_records_function(int i)
     static const char *const names[] = {
 #define CW_FN_NAME(name) #name,
         CW_GENERATED_FUNCTIONS(CW_FN_NAME) CW_FN_NAME(cuCtxSetCurrent) CW_FN_NAME(cuLaunchKernel)
-            CW_FN_NAME(cuLaunchKernelEx) NULL};
+            CW_FN_NAME(cuLaunchKernelEx) CW_FN_NAME(cuMemcpyHtoD_v2) CW_FN_NAME(cuMemcpyHtoDAsync_v2) NULL};
     return i >= 0 && i < (int)(sizeof names / sizeof *names) ? names[i] : NULL;
 }
 
@@ -349,11 +430,36 @@ static int cw_launch_record(cw_records *s, const char *p, uint32_t size, int wit
     return 1;
 }
 
+/* A small copy to the device, queued with its bytes (client/local.c): dst, stream, u32 sync, u32 pad,
+ * the bytes. The driver has taken pageable bytes when the call returns, so the batch may go. */
+struct __attribute__((packed)) copy_head {
+    uint64_t dst, stream;
+    uint32_t sync, pad;
+};
+
+static int cw_copy_record(cw_records *s, const char *p, uint32_t size, int *err)
+{
+    struct copy_head h;
+    if (size < sizeof h)
+        return cw_refuse(s, "queued copy of %u bytes, shorter than its %zu-byte head", size, sizeof h);
+    memcpy(&h, p, sizeof h);
+    size_t n = size - sizeof h;
+    if (!cw_records_in_memory(s, h.dst, n))
+        *err = CW_INVALID_VALUE;
+    else if (h.sync)
+        *err = s->fn.cuMemcpyHtoD_v2(h.dst, p + sizeof h, n);
+    else if (!cw_owns(s, CW_KIND_CUstream_st, h.stream))
+        *err = CW_INVALID_HANDLE;
+    else
+        *err = s->fn.cuMemcpyHtoDAsync_v2(h.dst, p + sizeof h, n, (CUstream)(uintptr_t)h.stream);
+    return 1;
+}
+
 /* Run a batch's records in order. Returns 0, or -1 when a record is malformed (s->why; the records
  * before it ran). *first_error and *first_fn: the first record that failed, and its function id;
  * *count: how many records ran. */
-int cw_records_run(cw_records *s, const char *data, size_t len, uint32_t launch_id, uint32_t launch_ex_id,
-                   uint32_t set_context_id, int *first_error, uint32_t *first_fn, uint64_t *count)
+int cw_records_run(cw_records *s, const char *data, size_t len, int *first_error, uint32_t *first_fn,
+                   uint64_t *count)
 {
     size_t pos = 0;
     *first_error = 0;
@@ -370,9 +476,11 @@ int cw_records_run(cw_records *s, const char *data, size_t len, uint32_t launch_
             return cw_refuse(s, "queued call %#x: record of %u bytes runs past the batch", fn, size);
         const char *p = data + pos;
         int err = 0, done;
-        if (fn == launch_id || fn == launch_ex_id) {
-            done = cw_launch_record(s, p, size, fn == launch_ex_id, &err);
-        } else if (fn == set_context_id) {
+        if (fn == s->launch_id || fn == s->launch_ex_id) {
+            done = cw_launch_record(s, p, size, fn == s->launch_ex_id, &err);
+        } else if (fn == s->copy_id) {
+            done = cw_copy_record(s, p, size, &err);
+        } else if (fn == s->set_context_id) {
             uint64_t ctx;
             if (size != sizeof ctx)
                 return cw_refuse(s, "queued context switch of %u bytes, expected 8", size);

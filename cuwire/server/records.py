@@ -37,14 +37,15 @@ def function_table(backend_ffi, backend_lib) -> list[tuple[int, object]]:
 
 
 class RecordLoop:
-    def __init__(self, table: Sequence[tuple[int, object]], launch_ids: tuple[int, int, int]):
+    def __init__(self, table: Sequence[tuple[int, object]], ops: tuple[int, int, int, int]):
+        """`ops`: the ids of cuwire's own records LaunchKernel, LaunchKernelEx, SetContext, CopyToDevice."""
         self.state = ffi.gc(lib.cw_records_new(), lib.cw_records_free)
         if self.state == ffi.NULL:
             raise MemoryError("no memory for the session's record loop")
         self.keep = [owner for _, owner in table]
         for i, (address, _) in enumerate(table):
             lib.cw_records_set_function(self.state, i, address)
-        self.launch_id, self.launch_ex_id, self.set_context_id = launch_ids
+        lib.cw_records_ops(self.state, *ops)
         self.kinds: dict[str, int] = {}
         self.out = ffi.new("int *"), ffi.new("uint32_t *"), ffi.new("uint64_t *")
 
@@ -63,6 +64,17 @@ class RecordLoop:
         k = self.kind(kind)
         if k >= 0:
             lib.cw_records_disown(self.state, k, value)
+
+    def add_memory(self, base: int, size: int) -> None:
+        if lib.cw_records_memory_add(self.state, base, size) != 0:
+            raise MemoryError("no memory for the session's map of device memory")
+
+    def remove_memory(self, base: int) -> None:
+        lib.cw_records_memory_remove(self.state, base)
+
+    def in_memory(self, address: int, size: int) -> bool:
+        """Whether the range lies in one allocation (or module global) of the session."""
+        return bool(lib.cw_records_in_memory(self.state, address, size))
 
     def kernel(self, key: int, func: int, offsets: Sequence[int], sizes: Sequence[int]) -> None:
         """Launches naming `key` run the function at address `func`, parameters at these offsets."""
@@ -86,8 +98,7 @@ class RecordLoop:
         """Run a batch's records: (the first error, its function id, how many ran). A record that does not
         parse raises WireError (the records before it ran)."""
         first, fn, count = self.out
-        ok = lib.cw_records_run(self.state, data, len(data), self.launch_id, self.launch_ex_id,
-                                self.set_context_id, first, fn, count)
+        ok = lib.cw_records_run(self.state, data, len(data), first, fn, count)
         if ok != 0:
             raise WireError(ffi.string(lib.cw_records_why(self.state)).decode())
         return first[0], fn[0], count[0]

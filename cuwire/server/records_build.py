@@ -29,8 +29,12 @@ int cw_records_kernel(cw_records *s, uint64_t key, uintptr_t func, uint32_t n, c
 int cw_records_launch(cw_records *s, uint64_t kernel, const uint32_t *grid, const uint32_t *block,
                       uint32_t shared_mem, uint64_t stream, const char *params, size_t len,
                       const CUlaunchAttribute *attrs, uint32_t n_attrs);
-int cw_records_run(cw_records *s, const char *data, size_t len, uint32_t launch_id, uint32_t launch_ex_id,
-                   uint32_t set_context_id, int *first_error, uint32_t *first_fn, uint64_t *count);
+int cw_records_run(cw_records *s, const char *data, size_t len, int *first_error, uint32_t *first_fn,
+                   uint64_t *count);
+void cw_records_ops(cw_records *s, uint32_t launch, uint32_t launch_ex, uint32_t set_context, uint32_t copy);
+int cw_records_memory_add(cw_records *s, uint64_t base, uint64_t size);
+void cw_records_memory_remove(cw_records *s, uint64_t base);
+int cw_records_in_memory(const cw_records *s, uint64_t address, uint64_t size);
 const char *cw_records_why(const cw_records *s);
 """
 

@@ -20,7 +20,7 @@ from cuwire.server.records import RecordLoop
 from cuwire.transport import BULK, TransportError
 
 log = logging.getLogger("cuwire.server")
-RECORD_IDS = tuple(generated.OP_IDS[n] for n in ("LaunchKernel", "LaunchKernelEx", "SetContext"))  # RecordLoop
+RECORD_IDS = tuple(generated.OP_IDS[n] for n in ("LaunchKernel", "LaunchKernelEx", "SetContext", "CopyToDevice"))
 MEMHOSTALLOC_PORTABLE = 0x01
 STREAM_KIND = "CUstream_st"
 CONTEXT_KIND = "CUctx_st"
@@ -252,10 +252,8 @@ class Session:
         """A device range from the wire, if it lies in this session's memory: else CUDA would take it for
         a host address in the server's own memory."""
         self.check_size(size)
-        for ranges in (self.allocations, self.globals):
-            for base, length in ranges.items():
-                if base <= address and address + size <= base + length:
-                    return self.ffi.cast("void *", address)
+        if self.records.in_memory(address, size):
+            return self.ffi.cast("void *", address)
         raise CudaFail(INVALID_VALUE, f"{size} bytes at {address:#x} are not in this session's device memory")
 
     def reserve(self, size: int) -> None:
@@ -276,12 +274,16 @@ class Session:
             self.reserve(size)  # raises: the call fails with CUDA_ERROR_OUT_OF_MEMORY
         self.allocated += size - self.allocations.get(address, 0)
         self.allocations[address] = size
+        self.records.add_memory(address, size)
 
     def disowns(self, address: int) -> None:
         self.allocated -= self.allocations.pop(address, 0)
+        if address not in self.globals:
+            self.records.remove_memory(address)
 
     def owns_global(self, address: int, size: int) -> None:
         self.globals[address] = size
+        self.records.add_memory(address, size)
 
     # ---------------------------------------------------------------- the end
 
