@@ -23,6 +23,9 @@ from cuwire.settings import host_port
 
 Buffer = Any  # bytes, a memoryview, a cffi buffer: anything with the buffer protocol (3.12 names it)
 MAGIC = 0x31575543
+# A records frame (client/wire.c): the message is queued-call records, the last one a call the client
+# waits for; the answer is a records frame too, the call's status and result (server/session.py run_call).
+MAGIC_RECORDS = 0x32575543  # "CUW2"
 HEADER = struct.Struct("<IIQ")
 MAX_MESSAGE = 64 << 20  # protobuf messages carry calls and small results; bulk bytes go in the payload
 BULK = 64 << 10  # buffers this large travel in the payload, both ways (client/runtime.py read, session.py take)
@@ -75,16 +78,17 @@ class Connection:
         self.ahead = memoryview(bytearray(READ_AHEAD))
         self.ahead_start = self.ahead_end = 0
         self.sent = self.received = 0  # bytes of the last frame sent and received, headers included
+        self.magic = MAGIC  # of the last frame received
 
     def pending(self) -> int:
         """Bytes received and not read yet."""
         return self.ahead_end - self.ahead_start
 
-    def send(self, message: bytes, payload: Sequence[Buffer] = ()) -> None:
+    def send(self, message: bytes, payload: Sequence[Buffer] = (), magic: int = MAGIC) -> None:
         """One frame: the message, then the payload parts as one payload, each sent from where it is. A
         part may also produce its bytes as it goes: len(part) of them, through part.write_to(sendall)."""
         size = sum(len(p) for p in payload)
-        self._sendall(HEADER.pack(MAGIC, len(message), size) + message)
+        self._sendall(HEADER.pack(magic, len(message), size) + message)
         self.sent = HEADER.size + len(message) + size
         for part in payload:
             if hasattr(part, "write_to"):
@@ -144,7 +148,8 @@ class Connection:
         read_payload) before anything else."""
         self.received = 0
         magic, size, payload_size = HEADER.unpack(self._exactly(HEADER.size, at_start=True))
-        if magic != MAGIC:
+        self.magic = magic
+        if magic not in (MAGIC, MAGIC_RECORDS):
             raise TransportError(f"{self.peer or 'the peer'} sent something that is not a cuwire frame")
         if size > MAX_MESSAGE or payload_size > max_payload:
             raise TransportError(f"frame of {size} + {payload_size} bytes is over the limit "

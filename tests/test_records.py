@@ -14,11 +14,12 @@ from cuwire.server.records import RECORD_HEADER, RecordLoop, function_table
 from cuwire.server.session import RECORD_IDS
 
 ffi = cuda_ffi()
-LAUNCH, LAUNCH_EX, SET_CONTEXT, COPY = RECORD_IDS
+LAUNCH, LAUNCH_EX, SET_CONTEXT, COPY, COPY_FROM = RECORD_IDS
 LAUNCH_HEAD = struct.Struct("<Q3I3IQQ")  # client/local.c, struct launch_head
 INVALID_HANDLE = 400
 INVALID_VALUE = 1
 COPY_HEAD = struct.Struct("<QQII")  # client/local.c, struct copy_head
+COPY_FROM_HEAD = struct.Struct("<QQII")  # client/wire.c, struct copy_from: src, stream, sync, n
 
 
 class FakeDriver:
@@ -159,3 +160,33 @@ def test_copies_reach_only_the_sessions_memory(driver):
     assert loop.run(copy(0x20000, b"abcd"))[0] == INVALID_VALUE  # freed
     assert got == []
     assert loop.in_memory(0x10000, 0x1000) and loop.in_memory(0x30fff, 1) and not loop.in_memory(0x30fff, 2)
+
+
+def copy_from(src: int, n: int, stream: int = 0, sync: bool = True) -> bytes:
+    return RECORD_HEADER.pack(COPY_FROM, COPY_FROM_HEAD.size) + COPY_FROM_HEAD.pack(src, stream, int(sync), n)
+
+
+def test_a_records_frame_runs_its_queued_calls_then_its_call(driver):
+    def cuMemcpyDtoH_v2(dst, src, n):
+        ffi.memmove(dst, bytes(range(n)), n)
+        return 0
+
+    driver.cuMemcpyDtoH_v2 = cuMemcpyDtoH_v2
+    loop = RecordLoop(function_table(ffi, driver), RECORD_IDS)
+    loop.add_memory(0x10000, 0x1000)
+    loop.own("CUstream_st", 0x44)
+    bad_event = record("cuEventRecord", 0x999, 0)
+    status, first, fn, count, result = loop.call(bad_event + copy_from(0x10000, 8))
+    assert (status, first, generated.RECORDS[fn][0], count, result) == (0, INVALID_HANDLE, "cuEventRecord", 2,
+                                                                        bytes(range(8)))
+    # a call that fails brings no bytes; its status is the call's own
+    assert loop.call(copy_from(0x10ffc, 8))[:1] + loop.call(copy_from(0x10ffc, 8))[4:] == (INVALID_VALUE, b"")
+    status, first, _, _, _ = loop.call(record("cuStreamSynchronize", 0x44))
+    assert (status, first) == (0, 0) and driver.calls[-1] == ("cuStreamSynchronize", 0x44)
+    assert loop.call(record("cuStreamSynchronize", 0x45))[0] == INVALID_HANDLE
+    with pytest.raises(WireError, match="larger than"):
+        loop.call(copy_from(0x10000, 1 << 20))
+    with pytest.raises(WireError, match="outside a call"):
+        loop.run(copy_from(0x10000, 8))  # queued: no result to put it in
+    with pytest.raises(WireError, match="without its call"):
+        loop.call(b"")

@@ -356,3 +356,41 @@ def test_device_memory_per_session_is_bounded(tmp_path):
         assert "past its budget" in s.text()
     finally:
         s.stop()
+
+
+def records_frame(t, records: bytes) -> tuple[int, int, str, bytes, str]:
+    """Send a records frame (client/wire.c) on the session; (status, queued error, its function, result,
+    refusal)."""
+    from cuwire.server.records import CALL_REPLY
+    from cuwire.transport import MAGIC_RECORDS
+
+    conn = t.connection
+    conn.send(records, magic=MAGIC_RECORDS)
+    message, payload = conn.receive()
+    assert conn.magic == MAGIC_RECORDS and not payload
+    status, first, fn, n_result, n_error = CALL_REPLY.unpack_from(message)
+    rest = message[CALL_REPLY.size:]
+    assert len(rest) == n_result + n_error
+    name = generated.RECORDS[fn][0] if fn in generated.RECORDS else ""
+    return status, first, name, rest[:n_result], rest[n_result:].decode()
+
+
+def test_records_frames_answer_the_call_and_the_queued_errors(session):
+    ids = {n: i for i, (n, _) in generated.RECORDS.items()}
+    event = struct.pack("<II", ids["cuEventRecord"], 16) + struct.pack("<QQ", 0x1234_5678, 0)
+    sync = struct.pack("<II", ids["cuCtxSynchronize"], 0)
+    assert records_frame(session, event + sync) == (0, 400, "cuEventRecord", b"", "")
+    assert records_frame(session, sync) == (0, 0, "", b"", "")
+    status, first, _, _, refusal = records_frame(session, struct.pack("<II", 7, 0))
+    assert "unknown queued function id" in refusal
+    assert serving(session)
+
+
+def test_a_records_frame_before_the_hello_is_refused(server):
+    from cuwire.transport import MAGIC_RECORDS
+
+    t = SocketTransport(server.address)
+    t.connection.send(b"\0" * 8, magic=MAGIC_RECORDS)
+    message, _ = t.connection.receive()
+    assert "starts with a hello" in pb.Reply.FromString(message).error
+    t.close()

@@ -32,7 +32,7 @@ MODULE = "_cuwire"
 NAMES = tuple(json.loads((GENERATED / "api_manifest.json").read_text())["libraries"].values())
 # what earlier builds put beside the library: cuwire no longer stands in for the CUDA runtime
 STALE = ("libcudart.so.13", "driver")
-C_SOURCES = ("local.c", "driver_local.c", "export_tables.c", "answers_cache.c", "device_memory.c")
+C_SOURCES = ("local.c", "driver_local.c", "export_tables.c", "answers_cache.c", "device_memory.c", "wire.c")
 
 # C functions of local.c that the Python side calls.
 HELPERS_CDEF = """
@@ -50,6 +50,13 @@ void cuwire_cache_kernel(const void *key, uint64_t handle, uint32_t n, const uin
                          const uint32_t *sizes);
 void cuwire_forget_kernels(void);
 void cuwire_queue_refuse(void);
+void cuwire_wire_set(int fd);
+void cuwire_wire_acquire(void);
+void cuwire_wire_release(void);
+void cuwire_wire_forget(void);
+int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *ns, int max, uint64_t *sent, uint64_t *received,
+                      uint64_t *queued);
+extern "Python+C" void cuwire_py_wire_broken(const char *why);
 int cuwire_track_alloc(uint64_t base, uint64_t size);
 void cuwire_untrack_alloc(uint64_t base);
 uint64_t cuwire_allocation_of(uint64_t address, uint64_t *size);

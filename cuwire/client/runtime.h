@@ -40,6 +40,17 @@ int cuwire_start_python(void);
  * Python failed to start. */
 #define CUWIRE_NOT_READY (cuwire_finished ? 4 : cuwire_forked ? 46 : 999)
 
+/* Calls that wait, made in C (wire.c): the largest result they bring back (larger ones take the Python
+ * path, their bytes beside the messages). */
+#define CUWIRE_CALL_RESULT_MAX (64u << 10)
+int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint32_t result_len);
+void cuwire_py_wire_broken(const char *why);
+void cuwire_wire_set(int fd);
+void cuwire_wire_acquire(void);
+void cuwire_wire_release(void);
+void cuwire_wire_forget(void);
+int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *ns, int max, uint64_t *sent, uint64_t *received,
+                      uint64_t *queued);
 /* The session is lost: queued calls fail at once from now on (local.c). */
 void cuwire_queue_refuse(void);
 /* The session's device allocations (device_memory.c). */

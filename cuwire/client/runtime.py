@@ -8,6 +8,7 @@ module; it imports `_cuwire`, the client library's own cffi module, so it only r
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import os
 import socket
@@ -33,9 +34,12 @@ DEINITIALIZED = 4
 DEVICE_UNAVAILABLE = 46
 NO_BINARY_FOR_GPU = 209
 UNKNOWN = 999
+COPY_FROM_DEVICE = wire.OP_IDS["CopyFromDevice"]  # a program's copy, made in C (client/wire.c)
 # Sync functions whose C `fast` path queues the call (client/local.c) rather than answers it: --stats counts
 # those calls as queued.
 QUEUED_BY_C = ("cuMemcpyHtoD_v2", "cuMemcpyHtoDAsync_v2")
+# ... and those whose `fast` path makes the call in C, waiting for the server (client/wire.c)
+WAITED_BY_C = ("cuMemcpyDtoH_v2", "cuMemcpyDtoHAsync_v2")
 # Where the device snapshot's attribute list (Device.attributes) holds the launch limits: the
 # CUdevice_attribute numbers of MAX_THREADS_PER_BLOCK, MAX_BLOCK_DIM_X..Z, MAX_GRID_DIM_X..Z.
 MAX_THREADS_PER_BLOCK, MAX_BLOCK_DIM, MAX_GRID_DIM = 1, (2, 3, 4), (5, 6, 7)
@@ -179,6 +183,8 @@ class Client:
             try:
                 self.session = Session(self.settings)
                 self.stats.transport, self.stats.connected = f"TCP to {self.settings.server}", time.monotonic()
+                if self.settings.compress != "zstd":  # client/wire.c sends its frames uncompressed
+                    lib.cuwire_wire_set(self.session.transport.connection.sock.fileno())
             except TransportError as e:
                 self.give_up(str(e))
                 raise Fail(DEVICE_UNAVAILABLE) from None
@@ -188,53 +194,58 @@ class Client:
         """Send the queued calls and (if fn) one call; return the server's reply."""
         with self.lock:
             session = self.connect()
-            batch = pb.Batch(fn=fn)
-            self.take_queued(batch)
-            if fn:
-                batch.args, batch.args_codec = self.encode(args)
-            state = bulk()
-            outgoing, state.outgoing = state.outgoing, []
-            expected, state.expected = state.expected, []
-            into = [ffi.buffer(ffi.cast("char *", ptr), size) for ptr, size in expected]
-            raw_payload = sum(len(part) for part in outgoing)
-            if outgoing and self.settings.compress == "zstd" and raw_payload >= self.settings.compress_min:
-                outgoing = [self.zstd_c.compress(b"".join(outgoing))]
-                batch.payload_codec = pb.ZSTD
-            t0 = time.perf_counter()
-            try:
-                reply, payload, direct = session.transport.exchange_with_payload(batch, outgoing, into)
-            except TransportError as e:
-                self.lose(e)
-            dt = time.perf_counter() - t0
-            self.stats.batches += 1
-            self.stats.wait_seconds += dt
-            state.incoming, state.taken = memoryview(payload), 0
-            state.filled, got_direct = set(), direct
-            for ptr, size in expected:
-                if direct <= 0:
-                    break
-                if direct < size:
-                    raise Fail(UNKNOWN, f"the server's payload ended inside a {size}-byte result buffer")
-                state.filled.add(int(ffi.cast("uintptr_t", ptr)))
-                direct -= size
-            connection = session.transport.connection
-            received = len(payload) + got_direct
-            self.stats.bytes_sent += connection.sent  # headers, messages and payloads, as they went
-            self.stats.bytes_received += connection.received
-            self.stats.payload_sent += sum(len(part) for part in outgoing)
-            self.stats.payload_received += received
-            self.stats.bytes_sent_raw += raw_payload
-            self.stats.bytes_received_raw += received
-            if fn:
-                self.stats.calls[fn] += 1
-                self.stats.seconds[fn] += dt
-            if reply.output:
-                sys.stdout.flush()
-                os.write(1, reply.output)
-            if reply.error:
-                print(f"cuwire: the server refused a call: {reply.error}", file=sys.stderr)
-                raise Fail(UNKNOWN)
-            return reply
+            with wire_lock():  # client/wire.c sends on the same socket: one frame at a time, in order
+                return self._exchange(session, fn, args)
+
+    def _exchange(self, session: Session, fn: int, args: bytes) -> pb.Reply:
+        """exchange, the lock and the wire lock held."""
+        batch = pb.Batch(fn=fn)
+        self.take_queued(batch)
+        if fn:
+            batch.args, batch.args_codec = self.encode(args)
+        state = bulk()
+        outgoing, state.outgoing = state.outgoing, []
+        expected, state.expected = state.expected, []
+        into = [ffi.buffer(ffi.cast("char *", ptr), size) for ptr, size in expected]
+        raw_payload = sum(len(part) for part in outgoing)
+        if outgoing and self.settings.compress == "zstd" and raw_payload >= self.settings.compress_min:
+            outgoing = [self.zstd_c.compress(b"".join(outgoing))]
+            batch.payload_codec = pb.ZSTD
+        t0 = time.perf_counter()
+        try:
+            reply, payload, direct = session.transport.exchange_with_payload(batch, outgoing, into)
+        except TransportError as e:
+            self.lose(e)
+        dt = time.perf_counter() - t0
+        self.stats.batches += 1
+        self.stats.wait_seconds += dt
+        state.incoming, state.taken = memoryview(payload), 0
+        state.filled, got_direct = set(), direct
+        for ptr, size in expected:
+            if direct <= 0:
+                break
+            if direct < size:
+                raise Fail(UNKNOWN, f"the server's payload ended inside a {size}-byte result buffer")
+            state.filled.add(int(ffi.cast("uintptr_t", ptr)))
+            direct -= size
+        connection = session.transport.connection
+        received = len(payload) + got_direct
+        self.stats.bytes_sent += connection.sent  # headers, messages and payloads, as they went
+        self.stats.bytes_received += connection.received
+        self.stats.payload_sent += sum(len(part) for part in outgoing)
+        self.stats.payload_received += received
+        self.stats.bytes_sent_raw += raw_payload
+        self.stats.bytes_received_raw += received
+        if fn:
+            self.stats.calls[fn] += 1
+            self.stats.seconds[fn] += dt
+        if reply.output:
+            sys.stdout.flush()
+            os.write(1, reply.output)
+        if reply.error:
+            print(f"cuwire: the server refused a call: {reply.error}", file=sys.stderr)
+            raise Fail(UNKNOWN)
+        return reply
 
     def take_queued(self, batch: pb.Batch) -> int:
         """Move the calls queued in C into `batch` (encoded); how many there were. The lock is held."""
@@ -251,10 +262,26 @@ class Client:
 
     def lose(self, e: TransportError) -> None:
         """The session is gone: say so once; every call from now on fails with DEVICE_UNAVAILABLE."""
-        self.session = None
-        lib.cuwire_forget_kernels()
+        self.drop_session()
         self.give_up(str(e))
         raise Fail(DEVICE_UNAVAILABLE) from None
+
+    def drop_session(self) -> None:
+        """Close the session's connection; the lock and the wire lock are held (client/wire.c must not
+        use a socket number that another file may take next)."""
+        if self.session is not None:
+            lib.cuwire_wire_set(-1)
+            self.session.transport.close()
+            self.session = None
+            lib.cuwire_forget_kernels()
+
+    def wire_broken(self, why: str) -> None:
+        """client/wire.c lost the connection in a call of its own."""
+        with self.lock:
+            if self.session is not None:
+                with wire_lock():
+                    self.drop_session()
+                self.give_up(why)
 
     def give_up(self, why: str) -> None:
         """No server from now on: say why, once; what was queued is dropped, and the C queue refuses
@@ -285,16 +312,17 @@ class Client:
         with self.lock:
             if self.session is None:
                 return 0  # they go with the session's first call
-            batch = pb.Batch(no_reply=True)
-            if not self.take_queued(batch):
+            with wire_lock():
+                batch = pb.Batch(no_reply=True)
+                if not self.take_queued(batch):
+                    return 0
+                try:
+                    self.session.transport.send_only(batch)
+                except TransportError as e:
+                    self.lose(e)
+                self.stats.sends += 1
+                self.stats.bytes_sent += self.session.transport.connection.sent
                 return 0
-            try:
-                self.session.transport.send_only(batch)
-            except TransportError as e:
-                self.lose(e)
-            self.stats.sends += 1
-            self.stats.bytes_sent += self.session.transport.connection.sent
-            return 0
 
     def encode(self, data: bytes) -> tuple[bytes, int]:
         if self.settings.compress == "zstd" and len(data) >= self.settings.compress_min:
@@ -395,12 +423,12 @@ class Client:
                     self.flush()
                 except Fail:
                     pass
-                self.session.transport.close()
-                self.session = None
-                lib.cuwire_forget_kernels()
+                with wire_lock():
+                    self.drop_session()
             self.finished = True
             lib.cuwire_session_finished()  # from now on C answers without calling Python
         if self.settings.stats:
+            fold_wire_stats(self.stats)
             print_stats(self.stats, self.names_by_id(), api_calls())
 
     def after_fork(self) -> None:
@@ -409,6 +437,7 @@ class Client:
         parent's stream is open: the child's calls fail at once, by name, instead of hanging."""
         self.lock = threading.RLock()
         self.session = None
+        lib.cuwire_wire_forget()
         self.broken = ("this process was forked from a cuwire client; a forked child cannot open its own "
                        "session yet, so its CUDA calls fail (CUDA_ERROR_DEVICE_UNAVAILABLE)")
         lib.cuwire_forget_allocations()
@@ -434,7 +463,8 @@ def api_calls() -> dict[str, Counter]:
             hits = lib.cuwire_fast_hits[i]  # sync calls the client's C answered (e.g. kept attributes)
             out.setdefault(mode, Counter())[name] = lib.cuwire_counts[i] - hits
             if hits:
-                out.setdefault("async" if name in QUEUED_BY_C else "local", Counter())[name] += hits
+                served = "async" if name in QUEUED_BY_C else mode if name in WAITED_BY_C else "local"
+                out.setdefault(served, Counter())[name] += hits
     fast = lib.cuwire_fast_launches
     if fast:
         custom = out.setdefault("custom", Counter())
@@ -446,10 +476,26 @@ def api_calls() -> dict[str, Counter]:
     return out
 
 
+def fold_wire_stats(s: Stats) -> None:
+    """Add the round trips that client/wire.c made in C to the Python side's counts."""
+    n_max = 64
+    ids, counts, ns = ffi.new("uint32_t[]", n_max), ffi.new("uint64_t[]", n_max), ffi.new("uint64_t[]", n_max)
+    sent, received, queued = ffi.new("uint64_t *"), ffi.new("uint64_t *"), ffi.new("uint64_t *")
+    for i in range(lib.cuwire_wire_stats(ids, counts, ns, n_max, sent, received, queued)):
+        s.calls[ids[i]] += counts[i]
+        s.seconds[ids[i]] += ns[i] / 1e9
+        s.batches += counts[i]
+        s.wait_seconds += ns[i] / 1e9
+    s.bytes_sent += sent[0]
+    s.bytes_received += received[0]
+    s.queued += queued[0]
+
+
 def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> None:
     """What cuwire did for the program, at exit (CUWIRE_STATS=1 or cuwire run --stats)."""
     total = {mode: sum(c.values()) for mode, c in calls.items()}
-    own = sum(n for i, n in s.calls.items() if names.get(i, "").startswith("cuwire.") and i != LAUNCH_KERNEL)
+    own = sum(n for i, n in s.calls.items()
+              if names.get(i, "").startswith("cuwire.") and i not in (LAUNCH_KERNEL, COPY_FROM_DEVICE))
     sent = s.batches - own - s.flushes
     every = sum(calls.values(), Counter())
     elapsed = time.monotonic() - s.connected if s.connected else 0.0
@@ -480,6 +526,21 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
 
 
 client = Client()
+
+
+@contextlib.contextmanager
+def wire_lock():
+    """The lock that client/wire.c holds while it sends a frame and waits for its answer."""
+    lib.cuwire_wire_acquire()
+    try:
+        yield
+    finally:
+        lib.cuwire_wire_release()
+
+
+@ffi.def_extern(name="cuwire_py_wire_broken")
+def wire_broken(why) -> None:
+    client.wire_broken(ffi.string(why).decode(errors="replace"))
 
 # ---------------------------------------------------------------- helpers the generated stubs use
 

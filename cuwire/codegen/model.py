@@ -193,6 +193,16 @@ class Function:
         return ", ".join(p.decl for p in self.params) or "void"
 
     @property
+    def c_call(self) -> bool:
+        """A sync call made by the client's C itself (client/wire.c) and run by the server's C loop
+        (server/records.c), like a queued call that waits: every parameter a scalar or a handle passed
+        by value, nothing made, kept or freed, no hand-written C around it."""
+        return (self.mode == "sync" and self.api == "driver" and not self.fast and not self.after
+                and self.returns.spelling == self.error_type
+                and all(p.role == "value" and (p.type.is_scalar or p.handle_kind) and not p.frees and not p.alloc
+                        for p in self.params))
+
+    @property
     def library(self) -> Library:
         return BY_API[self.api]
 

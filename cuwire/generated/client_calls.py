@@ -509,7 +509,7 @@ def cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount):
 
 @ffi.def_extern(name="cuwire_py_cuMemcpyDtoHAsync_v2", onerror=rt.on_error)
 def cuMemcpyDtoHAsync_v2(dstHost, dstHost_len, srcDevice, ByteCount, hStream):
-    """cuMemcpyDtoHAsync_v2 (cuda.h): waits for the copy (the host buffer is the program's)"""
+    """cuMemcpyDtoHAsync_v2 (cuda.h): waits for the copy (the host buffer is the program's); a small one is made in C (client/wire.c)"""
     args = pb.cuMemcpyDtoHAsync_v2_Args()
     args.srcDevice = srcDevice
     args.ByteCount = ByteCount
@@ -523,7 +523,7 @@ def cuMemcpyDtoHAsync_v2(dstHost, dstHost_len, srcDevice, ByteCount, hStream):
 
 @ffi.def_extern(name="cuwire_py_cuMemcpyDtoH_v2", onerror=rt.on_error)
 def cuMemcpyDtoH_v2(dstHost, dstHost_len, srcDevice, ByteCount):
-    """cuMemcpyDtoH_v2 (cuda.h)"""
+    """cuMemcpyDtoH_v2 (cuda.h): a small one from a known allocation is made in C, in one round trip (client/wire.c)"""
     args = pb.cuMemcpyDtoH_v2_Args()
     args.srcDevice = srcDevice
     args.ByteCount = ByteCount

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "55dd54f84374a23c"
+API_DIGEST = "76c6258af8491fc7"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -26,6 +26,7 @@ OP_IDS = {
     "SetContext": 2441823671,
     "Copy2D": 501470100,
     "CopyToDevice": 1294727371,
+    "CopyFromDevice": 2717996854,
 }
 
 
@@ -1483,17 +1484,36 @@ HANDLERS = {
     2680665479: ("nvmlSystemGetNVMLVersion", pb.nvmlSystemGetNVMLVersion_Args, nvmlSystemGetNVMLVersion),
 }
 
-# id -> (name, record layout): queued calls, run by the server's C loop (server/records.c,
-# generated/server_records.c); the layouts are for tests and tools
+# id -> (name, record layout): queued calls and calls the client's C makes, run by the server's C loop
+# (server/records.c, generated/server_records.c); the layouts are for tests and tools
 RECORDS = {
+    3274641050: ("cuCtxResetPersistingL2Cache", struct.Struct("<")),
+    1705344036: ("cuCtxSetFlags", struct.Struct("<I")),
+    288806398: ("cuCtxSetLimit", struct.Struct("<iQ")),
+    484046796: ("cuCtxSynchronize", struct.Struct("<")),
+    357846365: ("cuCtxSynchronize_v2", struct.Struct("<Q")),
+    2324783077: ("cuDevicePrimaryCtxReset_v2", struct.Struct("<i")),
+    2687060959: ("cuEventQuery", struct.Struct("<Q")),
     3120889818: ("cuEventRecord", struct.Struct("<QQ")),
     663009900: ("cuEventRecordWithFlags", struct.Struct("<QQI")),
+    3775496938: ("cuEventSynchronize", struct.Struct("<Q")),
     2688723146: ("cuMemcpyDtoDAsync_v2", struct.Struct("<QQQQ")),
+    3146899852: ("cuMemcpyDtoD_v2", struct.Struct("<QQQ")),
     2127962567: ("cuMemsetD16Async", struct.Struct("<QHQQ")),
+    1863459517: ("cuMemsetD16_v2", struct.Struct("<QHQ")),
     3763925066: ("cuMemsetD2D16Async", struct.Struct("<QQHQQQ")),
+    4269481017: ("cuMemsetD2D16_v2", struct.Struct("<QQHQQ")),
     3965100917: ("cuMemsetD2D32Async", struct.Struct("<QQIQQQ")),
+    198825998: ("cuMemsetD2D32_v2", struct.Struct("<QQIQQ")),
     3255370895: ("cuMemsetD2D8Async", struct.Struct("<QQBQQQ")),
+    2945751755: ("cuMemsetD2D8_v2", struct.Struct("<QQBQQ")),
     1926787832: ("cuMemsetD32Async", struct.Struct("<QIQQ")),
+    2595284618: ("cuMemsetD32_v2", struct.Struct("<QIQ")),
     676145800: ("cuMemsetD8Async", struct.Struct("<QBQQ")),
+    2730920325: ("cuMemsetD8_v2", struct.Struct("<QBQ")),
+    1141378963: ("cuProfilerStart", struct.Struct("<")),
+    1942346908: ("cuProfilerStop", struct.Struct("<")),
+    3807505306: ("cuStreamQuery", struct.Struct("<Q")),
+    1581600379: ("cuStreamSynchronize", struct.Struct("<Q")),
     1194339591: ("cuStreamWaitEvent", struct.Struct("<QQI")),
 }

@@ -59,8 +59,13 @@ struct cw_records {
         CW_FN_MEMBER(cuLaunchKernelEx)
         CW_FN_MEMBER(cuMemcpyHtoD_v2)
         CW_FN_MEMBER(cuMemcpyHtoDAsync_v2)
+        CW_FN_MEMBER(cuMemcpyDtoH_v2)
+        CW_FN_MEMBER(cuMemcpyDtoHAsync_v2)
     } fn;
-    uint32_t launch_id, launch_ex_id, set_context_id, copy_id; /* cuwire's own records (cw_records_ops) */
+    /* cuwire's own records (cw_records_ops) */
+    uint32_t launch_id, launch_ex_id, set_context_id, copy_id, copy_from_id;
+    char *out;          /* where the call of a records frame puts its result (cw_records_call)... */
+    uint32_t out_cap, out_len; /* ...of at most out_cap bytes */
     cw_set handles[CW_N_KINDS];
     uint64_t *bases, *sizes; /* the session's device memory, sorted by base (cw_records_memory) */
     size_t memory_count, memory_cap;
@@ -215,12 +220,14 @@ void cw_records_free(cw_records *s)
 }
 
 /* The ids of cuwire's own records (generated OP_IDS). */
-void cw_records_ops(cw_records *s, uint32_t launch, uint32_t launch_ex, uint32_t set_context, uint32_t copy)
+void cw_records_ops(cw_records *s, uint32_t launch, uint32_t launch_ex, uint32_t set_context, uint32_t copy,
+                    uint32_t copy_from)
 {
     s->launch_id = launch;
     s->launch_ex_id = launch_ex;
     s->set_context_id = set_context;
     s->copy_id = copy;
+    s->copy_from_id = copy_from;
 }
 
 /* ------------------------------------------------------------------ the session's device memory */
@@ -294,7 +301,8 @@ const char *cw_records_function(int i)
     static const char *const names[] = {
 #define CW_FN_NAME(name) #name,
         CW_GENERATED_FUNCTIONS(CW_FN_NAME) CW_FN_NAME(cuCtxSetCurrent) CW_FN_NAME(cuLaunchKernel)
-            CW_FN_NAME(cuLaunchKernelEx) CW_FN_NAME(cuMemcpyHtoD_v2) CW_FN_NAME(cuMemcpyHtoDAsync_v2) NULL};
+            CW_FN_NAME(cuLaunchKernelEx) CW_FN_NAME(cuMemcpyHtoD_v2) CW_FN_NAME(cuMemcpyHtoDAsync_v2)
+                CW_FN_NAME(cuMemcpyDtoH_v2) CW_FN_NAME(cuMemcpyDtoHAsync_v2) NULL};
     return i >= 0 && i < (int)(sizeof names / sizeof *names) ? names[i] : NULL;
 }
 
@@ -455,11 +463,67 @@ static int cw_copy_record(cw_records *s, const char *p, uint32_t size, int *err)
     return 1;
 }
 
-/* Run a batch's records in order. Returns 0, or -1 when a record is malformed (s->why; the records
- * before it ran). *first_error and *first_fn: the first record that failed, and its function id;
- * *count: how many records ran. */
-int cw_records_run(cw_records *s, const char *data, size_t len, int *first_error, uint32_t *first_fn,
-                   uint64_t *count)
+/* A small copy from the device, the call of a records frame (client/wire.c): src, stream, u32 sync,
+ * u32 n; the bytes go to the frame's result. Into pageable memory, the driver returns once they are
+ * there. */
+struct __attribute__((packed)) copy_from {
+    uint64_t src, stream;
+    uint32_t sync, n;
+};
+
+static int cw_copy_from_record(cw_records *s, const char *p, uint32_t size, int *err)
+{
+    struct copy_from h;
+    if (size != sizeof h)
+        return cw_refuse(s, "queued copy from the device of %u bytes, expected %zu", size, sizeof h);
+    memcpy(&h, p, sizeof h);
+    if (!s->out || h.n > s->out_cap)
+        return cw_refuse(s, "a copy from the device of %u bytes, outside a call or larger than %u", h.n,
+                         s->out_cap);
+    if (!cw_records_in_memory(s, h.src, h.n))
+        *err = CW_INVALID_VALUE;
+    else if (h.sync)
+        *err = s->fn.cuMemcpyDtoH_v2(s->out, h.src, h.n);
+    else if (!cw_owns(s, CW_KIND_CUstream_st, h.stream))
+        *err = CW_INVALID_HANDLE;
+    else
+        *err = s->fn.cuMemcpyDtoHAsync_v2(s->out, h.src, h.n, (CUstream)(uintptr_t)h.stream);
+    s->out_len = *err ? 0 : h.n;
+    return 1;
+}
+
+/* One record: 1 when it ran (its CUDA result in *err), -1 when it is malformed or unknown (s->why). */
+static int cw_run_one(cw_records *s, uint32_t fn, const char *p, uint32_t size, int *err)
+{
+    int done;
+    if (fn == s->launch_id || fn == s->launch_ex_id) {
+        done = cw_launch_record(s, p, size, fn == s->launch_ex_id, err);
+    } else if (fn == s->copy_id) {
+        done = cw_copy_record(s, p, size, err);
+    } else if (fn == s->copy_from_id) {
+        done = cw_copy_from_record(s, p, size, err);
+    } else if (fn == s->set_context_id) {
+        uint64_t ctx;
+        if (size != sizeof ctx)
+            return cw_refuse(s, "queued context switch of %u bytes, expected 8", size);
+        memcpy(&ctx, p, sizeof ctx);
+        *err = cw_owns(s, CW_KIND_CUctx_st, ctx) ? s->fn.cuCtxSetCurrent((CUcontext)(uintptr_t)ctx)
+                                                  : CW_INVALID_HANDLE;
+        done = 1;
+    } else {
+        done = cw_run_generated(s, fn, p, size, err);
+    }
+    if (done == 0)
+        return cw_refuse(s, "unknown queued function id %#x", fn);
+    return done;
+}
+
+/* Run records in order, the last one as the call of a records frame when `call` is set (its result in
+ * *status, its bytes in out, *out_len of them). Returns 0, or -1 when a record is malformed (s->why;
+ * the records before it ran). *first_error and *first_fn: the first queued record that failed, and its
+ * function id; *count: how many records ran. */
+static int cw_run(cw_records *s, const char *data, size_t len, int call, int *status, int *first_error,
+                  uint32_t *first_fn, uint64_t *count)
 {
     size_t pos = 0;
     *first_error = 0;
@@ -474,35 +538,44 @@ int cw_records_run(cw_records *s, const char *data, size_t len, int *first_error
         uint32_t fn = head[0], size = head[1];
         if (size > len - pos)
             return cw_refuse(s, "queued call %#x: record of %u bytes runs past the batch", fn, size);
-        const char *p = data + pos;
-        int err = 0, done;
-        if (fn == s->launch_id || fn == s->launch_ex_id) {
-            done = cw_launch_record(s, p, size, fn == s->launch_ex_id, &err);
-        } else if (fn == s->copy_id) {
-            done = cw_copy_record(s, p, size, &err);
-        } else if (fn == s->set_context_id) {
-            uint64_t ctx;
-            if (size != sizeof ctx)
-                return cw_refuse(s, "queued context switch of %u bytes, expected 8", size);
-            memcpy(&ctx, p, sizeof ctx);
-            err = cw_owns(s, CW_KIND_CUctx_st, ctx) ? s->fn.cuCtxSetCurrent((CUcontext)(uintptr_t)ctx)
-                                                     : CW_INVALID_HANDLE;
-            done = 1;
-        } else {
-            done = cw_run_generated(s, fn, p, size, &err);
-        }
-        if (done < 0)
+        int err = 0, last = pos + size == len;
+        if (cw_run_one(s, fn, data + pos, size, &err) < 0)
             return -1;
-        if (done == 0)
-            return cw_refuse(s, "unknown queued function id %#x", fn);
         pos += size;
         ++*count;
-        if (err && !*first_error) {
+        if (call && last)
+            *status = err;
+        else if (err && !*first_error) {
             *first_error = err;
             *first_fn = fn;
         }
     }
+    if (call && !*count)
+        return cw_refuse(s, "a records frame without its call");
     return 0;
+}
+
+int cw_records_run(cw_records *s, const char *data, size_t len, int *first_error, uint32_t *first_fn,
+                   uint64_t *count)
+{
+    int status;
+    s->out = NULL;
+    return cw_run(s, data, len, 0, &status, first_error, first_fn, count);
+}
+
+/* A records frame: the queued calls, then the call the client waits for, whose result bytes (at most
+ * out_cap) go to out. */
+int cw_records_call(cw_records *s, const char *data, size_t len, char *out, uint32_t out_cap, uint32_t *out_len,
+                    int *status, int *first_error, uint32_t *first_fn, uint64_t *count)
+{
+    s->out = out;
+    s->out_cap = out_cap;
+    s->out_len = 0;
+    *status = 0;
+    int r = cw_run(s, data, len, 1, status, first_error, first_fn, count);
+    *out_len = s->out_len;
+    s->out = NULL;
+    return r;
 }
 
 const char *cw_records_why(const cw_records *s)

@@ -16,6 +16,9 @@ from cuwire.server.backend import prototypes
 from cuwire.server.errors import WireError
 
 RECORD_HEADER = struct.Struct("<II")  # each queued call: function id, record size; then the record
+CALL_REPLY = struct.Struct("<iiIII")  # a records frame's answer: status, queued error and its function id,
+# result bytes, error text bytes (client/wire.c, struct call_reply); the result and the text follow
+CALL_RESULT_MAX = 64 << 10  # client/runtime.h, CUWIRE_CALL_RESULT_MAX
 UNKNOWN = 999  # what a callback into the emulated device returns when it raised (traceback on stderr)
 
 
@@ -37,8 +40,9 @@ def function_table(backend_ffi, backend_lib) -> list[tuple[int, object]]:
 
 
 class RecordLoop:
-    def __init__(self, table: Sequence[tuple[int, object]], ops: tuple[int, int, int, int]):
-        """`ops`: the ids of cuwire's own records LaunchKernel, LaunchKernelEx, SetContext, CopyToDevice."""
+    def __init__(self, table: Sequence[tuple[int, object]], ops: tuple[int, int, int, int, int]):
+        """`ops`: the ids of cuwire's own records LaunchKernel, LaunchKernelEx, SetContext, CopyToDevice,
+        CopyFromDevice."""
         self.state = ffi.gc(lib.cw_records_new(), lib.cw_records_free)
         if self.state == ffi.NULL:
             raise MemoryError("no memory for the session's record loop")
@@ -48,6 +52,8 @@ class RecordLoop:
         lib.cw_records_ops(self.state, *ops)
         self.kinds: dict[str, int] = {}
         self.out = ffi.new("int *"), ffi.new("uint32_t *"), ffi.new("uint64_t *")
+        self.call_out = ffi.new("int *"), ffi.new("uint32_t *")  # status, result length (call)
+        self.result = ffi.new("char[]", CALL_RESULT_MAX)
 
     def kind(self, name: str) -> int:
         k = self.kinds.get(name)
@@ -102,3 +108,15 @@ class RecordLoop:
         if ok != 0:
             raise WireError(ffi.string(lib.cw_records_why(self.state)).decode())
         return first[0], fn[0], count[0]
+
+    def call(self, data: bytes) -> tuple[int, int, int, int, bytes]:
+        """Run a records frame: queued calls, then the call the client waits for. (its status, the first
+        error of the queued calls, its function id, how many records ran, the call's result bytes). A
+        record that does not parse raises WireError (the records before it ran)."""
+        first, fn, count = self.out
+        status, length = self.call_out
+        ok = lib.cw_records_call(self.state, data, len(data), self.result, CALL_RESULT_MAX, length, status, first, fn,
+                                 count)
+        if ok != 0:
+            raise WireError(ffi.string(lib.cw_records_why(self.state)).decode())
+        return status[0], first[0], fn[0], count[0], bytes(ffi.buffer(self.result, length[0]))

@@ -26,7 +26,7 @@ from cuwire.server.module_cache import ModuleCache
 from cuwire.server.records import function_table
 from cuwire.server.session import Session
 from cuwire.settings import Settings, host_port
-from cuwire.transport import Connection, TransportError
+from cuwire.transport import MAGIC, MAGIC_RECORDS, Connection, TransportError
 
 log = logging.getLogger("cuwire.server")
 
@@ -151,11 +151,11 @@ def read_batch(conn: Connection, message: bytes, hello: bool) -> pb.Batch | None
     """The Batch in `message`; None, after telling the client why, when it does not parse or when a
     session's first message is not its hello."""
     try:
-        batch = pb.Batch.FromString(message)
+        batch = pb.Batch.FromString(message) if conn.magic == MAGIC else None
     except DecodeError:
         why = "a request that does not parse"
-    else:
-        if not hello or batch.HasField("hello"):
+    else:  # (a records frame, client/wire.c, is no Batch: one may not open a session)
+        if batch is not None and (not hello or batch.HasField("hello")):
             return batch
         why = "a session starts with a hello"
     conn.send(pb.Reply(error=why, refusal=pb.PROTOCOL).SerializeToString())
@@ -177,6 +177,13 @@ def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None 
                 except EOFError:
                     return
                 payload = IncomingPayload(conn, size)  # read by the session as it runs the batch
+                if conn.magic == MAGIC_RECORDS:  # a call the client's C makes (client/wire.c)
+                    if session is None or size:
+                        log.warning("a records frame %s: connection closed", "with a payload" if size else
+                                    "before the hello")
+                        return
+                    conn.send(session.run_call(message), magic=MAGIC_RECORDS)
+                    continue
             batch = read_batch(conn, message, hello=session is None)
             if batch is None:
                 return

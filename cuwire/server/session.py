@@ -16,11 +16,12 @@ from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.server import bulk, custom
 from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, OUT_OF_MEMORY, UNKNOWN, CudaFail, WireError
-from cuwire.server.records import RecordLoop
+from cuwire.server.records import CALL_REPLY, RecordLoop
 from cuwire.transport import BULK, TransportError
 
 log = logging.getLogger("cuwire.server")
-RECORD_IDS = tuple(generated.OP_IDS[n] for n in ("LaunchKernel", "LaunchKernelEx", "SetContext", "CopyToDevice"))
+RECORD_IDS = tuple(generated.OP_IDS[n]
+                   for n in ("LaunchKernel", "LaunchKernelEx", "SetContext", "CopyToDevice", "CopyFromDevice"))
 MEMHOSTALLOC_PORTABLE = 0x01
 STREAM_KIND = "CUstream_st"
 CONTEXT_KIND = "CUctx_st"
@@ -125,6 +126,25 @@ class Session:
         if hit is None:
             raise WireError(f"unknown function id {fn:#x} (client and server built from different APIs?)")
         return hit
+
+    def run_call(self, data: bytes) -> bytes:
+        """A records frame (client/wire.c): its queued calls, then the call the client waits for, run by the
+        C loop; the answer (records.CALL_REPLY, the result, a refusal's text)."""
+        status = first = fn = 0
+        result, refusal = b"", b""
+        try:
+            status, first, fn, count, result = self.records.call(data)
+            self.calls += count
+        except WireError as e:
+            log.warning("session %s: refused a call: %s", self.name, e)
+            refusal = str(e).encode()
+        if self.deferred_error:  # a failure of calls sent early, or of a streamed copy: it comes now
+            if not first:
+                first, fn = self.deferred_error[0], 0
+            self.deferred_error = None
+        if first:
+            log.info("session %s: queued %s failed with CUDA error %d", self.name, self.record_name(fn), first)
+        return CALL_REPLY.pack(status, first, fn, len(result), len(refusal)) + result + refusal
 
     def run_records(self, data: bytes) -> tuple[int, str]:
         """Run queued calls in order (in C: records.py); return the first error and the function that made it."""

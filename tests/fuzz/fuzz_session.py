@@ -20,16 +20,19 @@ with atheris.instrument_imports():
     from cuwire.generated import server_handlers as generated
     from cuwire.server import custom
     from cuwire.server.bulk import IncomingPayload
-    from cuwire.server.records import RECORD_HEADER
+    from cuwire.server.records import CALL_REPLY, RECORD_HEADER
     from cuwire.server.service import CuWireServer, read_batch
     from cuwire.server.session import Session
     from cuwire.settings import Settings
+    from cuwire.transport import MAGIC
 
 from google.protobuf.descriptor import FieldDescriptor  # noqa: E402
 
 
 class Bytes:
     """The payload side of a connection, from the fuzzer's bytes."""
+
+    magic = MAGIC  # of the frame received (a records frame goes to Session.run_call instead)
 
     def __init__(self, data: bytes):
         self.stream = io.BytesIO(data)
@@ -102,16 +105,21 @@ def arguments(fdp, cls) -> bytes:
     return args.SerializeToString()
 
 
-def frame(fdp) -> bytes:
-    """A Batch: a few queued records (known ids, mostly their right sizes) and one call or none."""
-    batch = pb.Batch(no_reply=fdp.ConsumeIntInRange(0, 7) == 0)
-    records = b""
-    for _ in range(fdp.ConsumeIntInRange(0, 3)):
+def records(fdp, most: int = 3) -> bytes:
+    """A few queued records: known ids, mostly their right sizes."""
+    out = b""
+    for _ in range(fdp.ConsumeIntInRange(0, most)):
         fn = RECORDS[fdp.ConsumeIntInRange(0, len(RECORDS) - 1)]
         size = generated.RECORDS[fn][1].size if fn in generated.RECORDS else fdp.ConsumeIntInRange(0, 128)
         body = fdp.ConsumeBytes(size).ljust(size, b"\0")
-        records += RECORD_HEADER.pack(fn, size) + body
-    batch.records = records
+        out += RECORD_HEADER.pack(fn, size) + body
+    return out
+
+
+def frame(fdp) -> bytes:
+    """A Batch: a few queued records and one call or none."""
+    batch = pb.Batch(no_reply=fdp.ConsumeIntInRange(0, 7) == 0)
+    batch.records = records(fdp)
     if fdp.ConsumeBool():
         batch.fn = CALLS[fdp.ConsumeIntInRange(0, len(CALLS) - 1)]
         cls = (generated.HANDLERS.get(batch.fn) or custom.OPS[batch.fn])[1]
@@ -121,6 +129,10 @@ def frame(fdp) -> bytes:
 
 def one_frame(data: bytes) -> None:
     fdp = atheris.FuzzedDataProvider(data)
+    if fdp.ConsumeIntInRange(0, 3) == 0:  # a records frame (client/wire.c): records, the last one the call
+        reply = SESSION.run_call(records(fdp, 4) if fdp.ConsumeIntInRange(0, 7) else fdp.ConsumeBytes(64))
+        assert CALL_REPLY.size <= len(reply)
+        return
     message = frame(fdp) if fdp.ConsumeIntInRange(0, 15) else fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 512))
     payload = fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 1 << 12))
     conn = Bytes(payload)

@@ -1,0 +1,251 @@
+/* cuwire client: calls that wait for the server, made in C without the client's Python.
+ *
+ * A call whose arguments are scalars and handles (cuStreamSynchronize, cuEventQuery...) or a small copy
+ * from the device goes out as a records frame (transport.py, magic CUW2): the queued calls, then the
+ * call's own record, on the session's socket, which the Python side opened and hands over
+ * (cuwire_wire_set). The server runs them in its C loop (server/records.c) and answers with the call's
+ * status, the first error of the queued calls and the call's result bytes. Python's own exchanges hold
+ * the same lock (cuwire_wire_acquire), so frames never interleave and calls go out in the order taken.
+ * Anything unusual (no session yet, compression asked for, a broken connection) leaves the call to the
+ * Python path, which knows how to say what is wrong.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "cuda_api.h"
+#include "runtime.h"
+
+#define MAGIC_RECORDS 0x32575543u /* "CUW2" */
+#define REPLY_MAX (CUWIRE_CALL_RESULT_MAX + 4096)
+
+static pthread_mutex_t wire_lock = PTHREAD_MUTEX_INITIALIZER;
+static int wire_fd = -1;
+
+/* What --stats shows of these round trips (runtime.py folds them into its own). */
+#define TRIP_SLOTS 64
+static struct {
+    uint32_t id;
+    uint64_t count, ns;
+} trips[TRIP_SLOTS];
+static uint64_t bytes_out, bytes_in, carried; /* ...and the queued calls these frames carried */
+
+/* The session's socket, or -1. Python sets -1 and closes the socket with the lock held (a number that
+ * another file may take next must not be used here). */
+void cuwire_wire_set(int fd) { __atomic_store_n(&wire_fd, fd, __ATOMIC_RELAXED); }
+
+/* In a forked child: the parent's socket is not its own, and a thread of the parent may have held the
+ * lock at the fork. */
+void cuwire_wire_forget(void)
+{
+    pthread_mutex_init(&wire_lock, NULL);
+    wire_fd = -1;
+}
+
+void cuwire_wire_acquire(void) { pthread_mutex_lock(&wire_lock); }
+
+void cuwire_wire_release(void) { pthread_mutex_unlock(&wire_lock); }
+
+/* Up to `max` (function id, round trips, nanoseconds waited) of calls made here; how many there are. */
+int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *ns, int max, uint64_t *sent, uint64_t *received,
+                      uint64_t *queued)
+{
+    int n = 0;
+    pthread_mutex_lock(&wire_lock);
+    for (int i = 0; i < TRIP_SLOTS && n < max; i++)
+        if (trips[i].count) {
+            ids[n] = trips[i].id;
+            counts[n] = trips[i].count;
+            ns[n++] = trips[i].ns;
+        }
+    *sent = bytes_out;
+    *received = bytes_in;
+    *queued = carried;
+    pthread_mutex_unlock(&wire_lock);
+    return n;
+}
+
+static void note_trip(uint32_t id, uint64_t ns) /* wire_lock held */
+{
+    for (int i = 0, j = (int)(id % TRIP_SLOTS); i < TRIP_SLOTS; i++, j = (j + 1) % TRIP_SLOTS)
+        if (trips[j].id == id || !trips[j].count) {
+            trips[j].id = id;
+            trips[j].count++;
+            trips[j].ns += ns;
+            return;
+        }
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Sends all of buf; 0, or -1 (errno) when the connection broke or the peer closed it meanwhile (a peer
+ * whose window stays full and that then closes would otherwise hold the send for good). */
+static int send_all(int fd, const char *buf, size_t len)
+{
+    while (len) {
+        ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            buf += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct pollfd p = {fd, POLLOUT | POLLIN | POLLRDHUP, 0};
+            if (poll(&p, 1, -1) < 0 && errno != EINTR)
+                return -1;
+            if (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) {
+                errno = ECONNRESET;
+                return -1;
+            }
+            continue;
+        }
+        return -1;
+    }
+    return 0;
+}
+
+static int recv_all(int fd, char *buf, size_t len)
+{
+    while (len) {
+        ssize_t n = recv(fd, buf, len, 0);
+        if (n > 0) {
+            buf += n;
+            len -= (size_t)n;
+        } else if (n == 0) {
+            errno = ECONNRESET;
+            return -1;
+        } else if (errno != EINTR) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+struct __attribute__((packed)) frame_header {
+    uint32_t magic, size;
+    uint64_t payload;
+};
+
+/* The server's answer to a records frame (server/session.py, run_call). */
+struct __attribute__((packed)) call_reply {
+    int32_t status, queued_error;
+    uint32_t queued_fn, result_len, error_len;
+};
+
+/* Make the call whose record is rec (function id fn) after the queued calls, in one round trip; its
+ * result bytes (exactly result_len of them) go to `result`. The call's CUDA result, or -1 when the call
+ * must take the Python path (nothing was sent then). */
+int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint32_t result_len)
+{
+    if (__atomic_load_n(&wire_fd, __ATOMIC_RELAXED) < 0 || result_len > CUWIRE_CALL_RESULT_MAX)
+        return -1;
+    pthread_mutex_lock(&wire_lock);
+    int fd = wire_fd;
+    if (fd < 0) {
+        pthread_mutex_unlock(&wire_lock);
+        return -1;
+    }
+    char *queued;
+    uint64_t count;
+    size_t queued_len = cuwire_queue_take(&queued, &count);
+    size_t len = sizeof(struct frame_header) + queued_len + 8 + size;
+    char *frame = malloc(len);
+    if (!frame) {
+        pthread_mutex_unlock(&wire_lock);
+        free(queued);
+        return CUDA_ERROR_OUT_OF_MEMORY; /* the queued calls are lost with the memory: say so */
+    }
+    struct frame_header h = {MAGIC_RECORDS, (uint32_t)(len - sizeof h), 0};
+    memcpy(frame, &h, sizeof h);
+    if (queued_len)
+        memcpy(frame + sizeof h, queued, queued_len);
+    free(queued);
+    memcpy(frame + sizeof h + queued_len, &fn, 4);
+    memcpy(frame + sizeof h + queued_len + 4, &size, 4);
+    memcpy(frame + sizeof h + queued_len + 8, rec, size);
+
+    uint64_t t0 = now_ns();
+    static char reply[REPLY_MAX];
+    struct frame_header rh;
+    struct call_reply r = {0};
+    const char *why = NULL;
+    if (send_all(fd, frame, len) != 0 || recv_all(fd, (char *)&rh, sizeof rh) != 0)
+        why = strerror(errno);
+    else if (rh.magic != MAGIC_RECORDS || rh.payload || rh.size < sizeof r || rh.size > REPLY_MAX)
+        why = "the server's answer to a records frame is not one";
+    else if (recv_all(fd, reply, rh.size) != 0)
+        why = strerror(errno);
+    else {
+        memcpy(&r, reply, sizeof r);
+        if ((uint64_t)sizeof r + r.result_len + r.error_len != rh.size)
+            why = "the server's answer to a records frame does not add up";
+    }
+    free(frame);
+    int status = CUDA_ERROR_UNKNOWN;
+    char refused[256] = "";
+    if (!why) {
+        note_trip(fn, now_ns() - t0);
+        bytes_out += len;
+        bytes_in += sizeof rh + rh.size;
+        carried += count;
+        status = r.status == 0 && r.queued_error ? r.queued_error : r.status;
+        if (r.error_len) /* the server refused the frame (a malformed record) */
+            snprintf(refused, sizeof refused, "%.*s", (int)r.error_len, reply + sizeof r + r.result_len);
+        else if (status == 0 && r.result_len != result_len)
+            why = "the server's answer to a records frame carries a result of another size";
+        else if (status == 0 && result_len)
+            memcpy(result, reply + sizeof r, result_len);
+    }
+    pthread_mutex_unlock(&wire_lock);
+
+    if (why) { /* the session is gone: the Python side says so once and refuses what follows */
+        char message[256];
+        snprintf(message, sizeof message, "lost the cuwire server: %s", why);
+        cuwire_py_wire_broken(message);
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    }
+    if (refused[0]) { /* as runtime.py says it */
+        fprintf(stderr, "cuwire: the server refused a call: %s\n", refused);
+        return CUDA_ERROR_UNKNOWN;
+    }
+    return status;
+}
+
+/* ------------------------------------------------------------------ small copies from the device */
+
+/* cuMemcpyDtoH and cuMemcpyDtoHAsync of up to CUWIRE_CALL_RESULT_MAX bytes from one of the session's
+ * allocations, in one round trip made here (op CopyFromDevice; server/records.c). */
+extern const uint32_t cuwire_copy_from_record_id;
+
+struct __attribute__((packed)) copy_from {
+    uint64_t src, stream;
+    uint32_t sync, n;
+};
+
+static int copy_from_device(void *dst, CUdeviceptr src, size_t n, CUstream stream, uint32_t sync)
+{
+    if (!dst || n == 0 || n > CUWIRE_CALL_RESULT_MAX || !cuwire_in_allocation(src, n) || !cuwire_session_open())
+        return -1;
+    struct copy_from rec = {src, (uint64_t)(uintptr_t)stream, sync, (uint32_t)n};
+    return cuwire_call(cuwire_copy_from_record_id, &rec, sizeof rec, dst, (uint32_t)n);
+}
+
+int cuwire_fast_cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { return copy_from_device(dst, src, n, NULL, 1); }
+
+int cuwire_fast_cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream stream)
+{
+    return copy_from_device(dst, src, n, stream, 0);
+}
