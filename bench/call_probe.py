@@ -22,12 +22,12 @@ word = ctypes.c_uint32(7)
 def calls(n: int) -> float:
     start = time.perf_counter()
     for _ in range(n):
-        cu.cuMemcpyHtoD_v2(ptr, ctypes.byref(word), ctypes.c_size_t(4))
+        cu.cuMemcpyDtoH_v2(ctypes.byref(word), ptr, ctypes.c_size_t(4))
     return (time.perf_counter() - start) / n * 1e6
 
 
 calls(200)
-print(f"cuMemcpyHtoD_v2 of 4 bytes, a call that waits: {calls(2000):.1f} us")
+print(f"cuMemcpyDtoH_v2 of 4 bytes, a call that waits: {calls(2000):.1f} us")
 if "--profile" in sys.argv:
     import cProfile
     import pstats
