@@ -84,6 +84,19 @@ class Connection:
         """Bytes received and not read yet."""
         return self.ahead_end - self.ahead_start
 
+    def take_pending(self) -> bytes:
+        """The bytes received and not read yet, which the caller reads from now on (server/records.c)."""
+        data = bytes(self.ahead[self.ahead_start:self.ahead_end])
+        self.ahead_start = self.ahead_end = 0
+        return data
+
+    def unread(self, data: bytes) -> None:
+        """Bytes to read before the socket's next (what take_pending's reader left)."""
+        if len(data) > len(self.ahead):
+            self.ahead = memoryview(bytearray(len(data)))
+        self.ahead[:len(data)] = data
+        self.ahead_start, self.ahead_end = 0, len(data)
+
     def send(self, message: bytes, payload: Sequence[Buffer] = (), magic: int = MAGIC) -> None:
         """One frame: the message, then the payload parts as one payload, each sent from where it is. A
         part may also produce its bytes as it goes: len(part) of them, through part.write_to(sendall)."""

@@ -140,6 +140,21 @@ int cuwire_forget_answers_function_attribute(CUfunction f, CUfunction_attribute 
     return forget_all();
 }
 
+/* ... and once the server has set it, the value is the answer (the next set of the same value is
+ * answered here: libraries set the same attribute before every launch, and another kernel's set in
+ * between clears the cache). */
+void cuwire_keep_set_kernel_attribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
+{
+    KEY(KERNEL_ATTRIBUTE, (uintptr_t)kernel, (uint64_t)attrib, (uint64_t)(uint32_t)dev);
+    store(key, val);
+}
+
+void cuwire_keep_set_function_attribute(CUfunction f, CUfunction_attribute attrib, int value)
+{
+    KEY(FUNCTION_ATTRIBUTE, (uintptr_t)f, (uint64_t)attrib);
+    store(key, value);
+}
+
 int cuwire_forget_answers_function_cache(CUfunction f, CUfunc_cache config) { return forget_all(); }
 
 int cuwire_forget_answers_kernel_cache(CUkernel kernel, CUfunc_cache config, CUdevice dev) { return forget_all(); }

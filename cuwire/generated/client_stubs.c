@@ -4559,6 +4559,7 @@ CUWIRE_EXPORT CUresult cuFuncLoad(CUfunction function)
 /* cuFuncSetAttribute (cuda.h): remoted, sync */
 int cuwire_py_cuFuncSetAttribute(uint64_t, int64_t, int64_t);
 int cuwire_forget_answers_function_attribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
+void cuwire_keep_set_function_attribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
 static inline CUresult cuwire_impl_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
     int fast = cuwire_forget_answers_function_attribute(hfunc, attrib, value);
@@ -4568,7 +4569,10 @@ static inline CUresult cuwire_impl_cuFuncSetAttribute(CUfunction hfunc, CUfuncti
     }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuFuncSetAttribute((uint64_t)(uintptr_t)hfunc, (int64_t)attrib, (int64_t)value));
+    int status = cuwire_py_cuFuncSetAttribute((uint64_t)(uintptr_t)hfunc, (int64_t)attrib, (int64_t)value);
+    if (status == 0)
+        cuwire_keep_set_function_attribute(hfunc, attrib, value);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
@@ -7321,6 +7325,7 @@ CUWIRE_EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, 
 /* cuKernelSetAttribute (cuda.h): remoted, sync */
 int cuwire_py_cuKernelSetAttribute(int64_t, int64_t, uint64_t, int64_t);
 int cuwire_forget_answers_kernel_attribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
+void cuwire_keep_set_kernel_attribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
 static inline CUresult cuwire_impl_cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
 {
     int fast = cuwire_forget_answers_kernel_attribute(attrib, val, kernel, dev);
@@ -7330,7 +7335,10 @@ static inline CUresult cuwire_impl_cuKernelSetAttribute(CUfunction_attribute att
     }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuKernelSetAttribute((int64_t)attrib, (int64_t)val, (uint64_t)(uintptr_t)kernel, (int64_t)dev));
+    int status = cuwire_py_cuKernelSetAttribute((int64_t)attrib, (int64_t)val, (uint64_t)(uintptr_t)kernel, (int64_t)dev);
+    if (status == 0)
+        cuwire_keep_set_kernel_attribute(attrib, val, kernel, dev);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
 {

@@ -11,10 +11,16 @@
  * The CUDA functions are called through a table the Python side fills (server/records.py): the real
  * library's functions, or the emulated device's as cffi callbacks, so CI runs this same loop.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "cuda_api.h"
 
@@ -575,6 +581,140 @@ int cw_records_call(cw_records *s, const char *data, size_t len, char *out, uint
     int r = cw_run(s, data, len, 1, status, first_error, first_fn, count);
     *out_len = s->out_len;
     s->out = NULL;
+    return r;
+}
+
+/* ------------------------------------------------------------------ records frames, served here */
+
+#define MAGIC_RECORDS 0x32575543u /* "CUW2" (transport.py) */
+#define FRAME_MAX (64u << 20)    /* transport.MAX_MESSAGE */
+#define RESULT_MAX (64u << 10)   /* records.CALL_RESULT_MAX */
+
+struct __attribute__((packed)) frame_header {
+    uint32_t magic, size;
+    uint64_t payload;
+};
+
+struct __attribute__((packed)) call_reply { /* records.CALL_REPLY */
+    int32_t status, queued_error;
+    uint32_t queued_fn, result_len, error_len;
+};
+
+/* n bytes into buf: first what Python had read ahead (*pending, *pending_len), then from fd. 0, or -1
+ * at the end of the stream or on an error (errno). */
+static int take(int fd, const char **pending, size_t *pending_len, char *buf, size_t n)
+{
+    size_t k = n < *pending_len ? n : *pending_len;
+    memcpy(buf, *pending, k);
+    *pending += k;
+    *pending_len -= k;
+    while (k < n) {
+        ssize_t r = recv(fd, buf + k, n - k, 0);
+        if (r > 0)
+            k += (size_t)r;
+        else if (r == 0) {
+            errno = 0;
+            return -1;
+        } else if (errno != EINTR)
+            return -1;
+    }
+    return 0;
+}
+
+static int send_all(int fd, const char *buf, size_t len)
+{
+    while (len) {
+        ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+        if (n > 0) {
+            buf += n;
+            len -= (size_t)n;
+        } else if (n < 0 && errno != EINTR)
+            return -1;
+    }
+    return 0;
+}
+
+/* Serve records frames (client/wire.c) on fd, one after the other, without Python: each one's records
+ * run here, then its answer goes back. `pending`: bytes Python had read ahead (*used: how many were
+ * taken). Returns 1 when a frame of another kind comes (its 16-byte header in header_out; Python reads
+ * the rest), 0 at the end of the stream, -1 when the connection broke or a frame is over the limit
+ * (s->why). *deferred_error, when set, goes with the first answer as its queued error, and is cleared;
+ * *count: the records run. */
+int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_len, size_t *used,
+                     char *header_out, int *deferred_error, uint64_t *count)
+{
+    size_t given = pending_len;
+    char *message = NULL, *reply = malloc(sizeof(struct frame_header) + sizeof(struct call_reply) + RESULT_MAX +
+                                          sizeof s->why);
+    size_t message_cap = 0;
+    int r = -1;
+    *count = 0;
+    if (!reply) {
+        cw_refuse(s, "no memory to serve records frames");
+        goto out;
+    }
+    for (;;) {
+        struct frame_header h;
+        if (take(fd, &pending, &pending_len, (char *)&h, sizeof h) != 0) {
+            r = errno ? -1 : 0;
+            if (errno)
+                cw_refuse(s, "the connection broke (%s)", strerror(errno));
+            goto out;
+        }
+        if (h.magic != MAGIC_RECORDS) {
+            memcpy(header_out, &h, sizeof h);
+            r = 1;
+            goto out;
+        }
+        if (h.size > FRAME_MAX || h.payload) {
+            cw_refuse(s, "a records frame of %u + %llu bytes is over the limit", h.size,
+                      (unsigned long long)h.payload);
+            goto out;
+        }
+        if (h.size > message_cap) {
+            char *m = realloc(message, h.size);
+            if (!m) {
+                cw_refuse(s, "no memory for a records frame of %u bytes", h.size);
+                goto out;
+            }
+            message = m;
+            message_cap = h.size;
+        }
+        if (take(fd, &pending, &pending_len, message, h.size) != 0) {
+            cw_refuse(s, "the connection closed in the middle of a frame");
+            goto out;
+        }
+        int status = 0, queued_error = 0;
+        uint32_t queued_fn = 0, result_len = 0, error_len = 0;
+        uint64_t n = 0;
+        char *result = reply + sizeof h + sizeof(struct call_reply);
+        if (cw_records_call(s, message, h.size, result, RESULT_MAX, &result_len, &status, &queued_error, &queued_fn,
+                            &n) != 0) {
+            error_len = (uint32_t)strlen(s->why);
+            memcpy(result, s->why, error_len);
+            result_len = 0;
+        }
+        *count += n;
+        if (*deferred_error) {
+            if (!queued_error) {
+                queued_error = *deferred_error;
+                queued_fn = 0;
+            }
+            *deferred_error = 0;
+        }
+        struct call_reply cr = {status, queued_error, queued_fn, result_len, error_len};
+        struct frame_header rh = {MAGIC_RECORDS, (uint32_t)(sizeof cr + result_len + cr.error_len), 0};
+        memcpy(reply, &rh, sizeof rh);
+        memcpy(reply + sizeof rh, &cr, sizeof cr);
+        if (send_all(fd, reply, sizeof rh + rh.size) != 0) {
+            cw_refuse(s, "the connection broke (%s)", strerror(errno));
+            goto out;
+        }
+    }
+out:
+    *used = given - pending_len;
+    free(message);
+    free(reply);
     return r;
 }
 

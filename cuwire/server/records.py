@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from cuwire.server._records import ffi, lib
 from cuwire.server.backend import prototypes
 from cuwire.server.errors import WireError
+from cuwire.transport import TransportError
 
 RECORD_HEADER = struct.Struct("<II")  # each queued call: function id, record size; then the record
 CALL_REPLY = struct.Struct("<iiIII")  # a records frame's answer: status, queued error and its function id,
@@ -120,3 +121,16 @@ class RecordLoop:
         if ok != 0:
             raise WireError(ffi.string(lib.cw_records_why(self.state)).decode())
         return status[0], first[0], fn[0], count[0], bytes(ffi.buffer(self.result, length[0]))
+
+    def serve(self, fd: int, pending: bytes, deferred_error: int) -> tuple[bytes | None, int, int]:
+        """Serve the records frames that come next on the socket `fd`, in C, until a frame of another
+        kind: (its 16-byte header, or None at the end of the stream; how many of the `pending` bytes
+        (read ahead) were taken; how many records ran). `deferred_error` goes with the first answer.
+        A broken connection raises TransportError."""
+        used, header, deferred, count = ffi.new("size_t *"), ffi.new("char[16]"), ffi.new("int *"), ffi.new(
+            "uint64_t *")
+        deferred[0] = deferred_error
+        r = lib.cw_records_serve(self.state, fd, pending, len(pending), used, header, deferred, count)
+        if r < 0:
+            raise TransportError(ffi.string(lib.cw_records_why(self.state)).decode())
+        return (bytes(ffi.buffer(header, 16)) if r == 1 else None), used[0], count[0]

@@ -183,6 +183,8 @@ def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None 
                                     "before the hello")
                         return
                     conn.send(session.run_call(message), magic=MAGIC_RECORDS)
+                    if not session.serve_records(conn):  # the ones that follow, in C, until another kind
+                        return
                     continue
             batch = read_batch(conn, message, hello=session is None)
             if batch is None:

@@ -146,6 +146,19 @@ class Session:
             log.info("session %s: queued %s failed with CUDA error %d", self.name, self.record_name(fn), first)
         return CALL_REPLY.pack(status, first, fn, len(result), len(refusal)) + result + refusal
 
+    def serve_records(self, conn) -> bool:
+        """Serve the records frames that follow on the connection in C (records.c), Python out of the way,
+        until a frame of another kind, which the connection then reads as usual; False at its end."""
+        pending = conn.take_pending()
+        deferred = self.deferred_error[0] if self.deferred_error else 0
+        self.deferred_error = None
+        header, used, count = self.records.serve(conn.sock.fileno(), pending, deferred)
+        self.calls += count
+        if header is None:
+            return False
+        conn.unread(header + pending[used:])
+        return True
+
     def run_records(self, data: bytes) -> tuple[int, str]:
         """Run queued calls in order (in C: records.py); return the first error and the function that made it."""
         first, fn, count = self.records.run(data)
