@@ -62,7 +62,7 @@ def library_sources() -> list[Path]:
     from cuwire.client import build
 
     generated = [build.GENERATED / n for n in ("client_stubs.c", "client_procs.c", "client_cdefs.h", "exports.map")]
-    own = [build.CLIENT / n for n in (*build.C_SOURCES, "runtime.h")]
+    own = [build.CLIENT / n for n in (*build.C_SOURCES, "runtime.h")] + [build.CLIENT.parent / "socket_wait.h"]
     return [p for p in (*generated, *own) if p.exists()]
 
 

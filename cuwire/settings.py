@@ -36,6 +36,9 @@ class Settings:
     # thread: sessions are threads of the listening process
     isolation: str = field(default_factory=lambda: _env("isolation", "process"))
     session_name: str = field(default_factory=lambda: _env("session_name", ""))  # set by the listener
+    # both sides: how long a wait for the peer polls the socket before it sleeps, in microseconds (a round
+    # trip that sleeps costs twice the wake-up; the poll costs this much CPU time at most); 0: sleep at once
+    spin_us: int = field(default_factory=lambda: int(_env("spin_us", "50")))
     # client side
     compress: str = field(default_factory=lambda: _env("compress", "off"))  # off | zstd
     compress_min: int = field(default_factory=lambda: int(_env("compress_min", str(64 << 10))))

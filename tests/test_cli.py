@@ -152,6 +152,20 @@ def test_run_stats_prints_what_cuwire_did(server, apps, client_lib, tmp_path):
     assert (int(transport.group(2)), int(transport.group(3))) == (0, n_bytes)
 
 
+def test_attribute_sets_to_the_same_value_stay_in_the_client(server, apps, client_lib, tmp_path):
+    """attribute_sets.cu sets an attribute of two kernels in turn, ten times, to the same values, and asks
+    one occupancy: the server sees each set and the occupancy once (one kernel's set must not make the
+    client forget the other's)."""
+    r = cuwire("run", "--stats", "--server", server.address, "--", str(apps / "attribute_sets"), tmp=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (ROOT / "tests" / "test_apps" / "expected" / "attribute_sets.out").read_text()
+    sent_line = next(line for line in r.stderr.splitlines() if "top calls sent to the server" in line)
+    sent = {name: int(n) for name, n in re.findall(r"(\w+) (\d+)", sent_line.split(":", 1)[1])}
+    sets = sent.get("cuKernelSetAttribute", 0) + sent.get("cuFuncSetAttribute", 0)
+    occupancy = sum(n for name, n in sent.items() if name.startswith("cuOccupancyMaxActiveBlocks"))
+    assert (sets, occupancy) == (2, 1), sent_line
+
+
 # ---------------------------------------------------------------- cuwire info
 
 

@@ -190,3 +190,42 @@ def test_a_records_frame_runs_its_queued_calls_then_its_call(driver):
         loop.run(copy_from(0x10000, 8))  # queued: no result to put it in
     with pytest.raises(WireError, match="without its call"):
         loop.call(b"")
+
+
+@pytest.mark.parametrize("spin_us", [0, 200])
+def test_serve_answers_records_frames_and_hands_back_other_frames(driver, spin_us):
+    """The session's wait for its next frame (records.c serve), with and without polling first: a records
+    frame is answered on the socket; a frame of another kind comes back whole, and a deferred error that
+    no answer took comes back with it."""
+    import socket
+    import threading
+
+    from cuwire.server.records import CALL_REPLY
+    from cuwire.transport import HEADER, MAGIC, MAGIC_RECORDS
+
+    loop = RecordLoop(function_table(ffi, driver), RECORD_IDS)
+    loop.spin(spin_us)
+    loop.own("CUstream_st", 0x44)
+    here, there = socket.socketpair()
+    sync = record("cuStreamSynchronize", 0x44)
+    out: list = []
+    server = threading.Thread(target=lambda: out.append(loop.serve(there.fileno(), b"", 0)))
+    server.start()
+    here.sendall(HEADER.pack(MAGIC_RECORDS, len(sync), 0) + sync)
+    answer = here.recv(4096)
+    magic, size, _ = HEADER.unpack(answer[:HEADER.size])
+    assert (magic, size) == (MAGIC_RECORDS, CALL_REPLY.size)
+    assert CALL_REPLY.unpack(answer[HEADER.size:]) == (0, 0, 0, 0, 0)
+    other = HEADER.pack(MAGIC, 3, 0)
+    here.sendall(other)
+    server.join(10)
+    assert out == [(other, 0, 1, 0)] and driver.calls[-1] == ("cuStreamSynchronize", 0x44)
+    # a deferred error that nothing answered is handed back; one that an answer carried is not
+    assert loop.serve(there.fileno(), other, 7) == (other, len(other), 0, 7)
+    here.sendall(HEADER.pack(MAGIC_RECORDS, len(sync), 0) + sync + other)
+    header, _, _, left = loop.serve(there.fileno(), b"", 7)
+    assert (header, left) == (other, 0)
+    assert CALL_REPLY.unpack(here.recv(4096)[HEADER.size:])[:2] == (0, 7)
+    here.close()
+    assert loop.serve(there.fileno(), b"", 0) == (None, 0, 0, 0)  # the end of the stream
+    there.close()

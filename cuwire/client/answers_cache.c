@@ -18,9 +18,10 @@
 enum { KERNEL_ATTRIBUTE = 1, FUNCTION_ATTRIBUTE, OCCUPANCY, OCCUPANCY_FLAGS };
 
 struct entry {
-    uint64_t key[5]; /* the query and its arguments; key[0] == 0: empty */
+    uint64_t key[5]; /* the query and its arguments; key[0] == 0: empty, GONE: forgotten */
     int value;
 };
+#define GONE UINT64_MAX /* a forgotten entry: lookups go on past it, stores may reuse it */
 static struct entry slots[SLOTS];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -32,40 +33,63 @@ static unsigned slot_of(const uint64_t key[5])
     return (unsigned)(h ^ (h >> 32)) & (SLOTS - 1);
 }
 
+/* The slot holding key, or -1. Lock held. */
+static int find(const uint64_t key[5])
+{
+    for (unsigned i = slot_of(key), n = 0; n < SLOTS && slots[i].key[0]; i = (i + 1) & (SLOTS - 1), n++)
+        if (memcmp(slots[i].key, key, sizeof slots[i].key) == 0)
+            return (int)i;
+    return -1;
+}
+
 /* 0 and the value when known; -1 when the server must be asked. */
 static int lookup(const uint64_t key[5], int *out)
 {
     if (!out)
         return -1; /* the server says what a NULL output is */
-    int found = -1;
     pthread_mutex_lock(&lock);
-    for (unsigned i = slot_of(key), n = 0; n < SLOTS && slots[i].key[0]; i = (i + 1) & (SLOTS - 1), n++)
-        if (memcmp(slots[i].key, key, sizeof slots[i].key) == 0) {
-            *out = slots[i].value;
-            found = 0;
-            break;
-        }
+    int i = find(key);
+    if (i >= 0)
+        *out = slots[i].value;
     pthread_mutex_unlock(&lock);
-    return found;
+    return i >= 0 ? 0 : -1;
 }
 
 static void store(const uint64_t key[5], int value)
 {
     pthread_mutex_lock(&lock);
-    for (unsigned i = slot_of(key), n = 0; n < SLOTS; i = (i + 1) & (SLOTS - 1), n++)
-        if (!slots[i].key[0] || memcmp(slots[i].key, key, sizeof slots[i].key) == 0) {
-            memcpy(slots[i].key, key, sizeof slots[i].key);
-            slots[i].value = value;
-            break;
-        }
+    int i = find(key);
+    for (unsigned j = slot_of(key), n = 0; i < 0 && n < SLOTS; j = (j + 1) & (SLOTS - 1), n++)
+        if (!slots[j].key[0] || slots[j].key[0] == GONE)
+            i = (int)j;
+    if (i >= 0) {
+        memcpy(slots[i].key, key, sizeof slots[i].key);
+        slots[i].value = value;
+    }
     pthread_mutex_unlock(&lock);
 }
 
-/* A setter changed what some answers are: forget them all (setters are rare). */
+/* A setter changed what some answers are: forget them all (the cache configuration's setters). */
 static int forget_all(void)
 {
     pthread_mutex_lock(&lock);
     memset(slots, 0, sizeof slots);
+    pthread_mutex_unlock(&lock);
+    return -1;
+}
+
+/* An attribute of one kernel or function changes: forget the attributes of that handle of that kind,
+ * every answer of the kinds in `all_of` (a kernel's functions have handles of their own, and any of them
+ * may be the one an occupancy query names), and keep the rest: libraries set attributes of several
+ * kernels before their launches, each to the same value every time. */
+static int forget_handle(uint64_t kind, uint64_t handle, unsigned all_of)
+{
+    pthread_mutex_lock(&lock);
+    for (unsigned i = 0; i < SLOTS; i++) {
+        uint64_t k = slots[i].key[0];
+        if (k && k != GONE && ((k == kind && slots[i].key[1] == handle) || (all_of & (1u << k))))
+            slots[i].key[0] = GONE;
+    }
     pthread_mutex_unlock(&lock);
     return -1;
 }
@@ -128,7 +152,8 @@ int cuwire_forget_answers_kernel_attribute(CUfunction_attribute attrib, int val,
     KEY(KERNEL_ATTRIBUTE, (uintptr_t)kernel, (uint64_t)attrib, (uint64_t)(uint32_t)dev);
     if (lookup(key, &now) == 0 && now == val)
         return CUDA_SUCCESS;
-    return forget_all();
+    return forget_handle(KERNEL_ATTRIBUTE, (uintptr_t)kernel,
+                         1u << FUNCTION_ATTRIBUTE | 1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS);
 }
 
 int cuwire_forget_answers_function_attribute(CUfunction f, CUfunction_attribute attrib, int value)
@@ -137,12 +162,12 @@ int cuwire_forget_answers_function_attribute(CUfunction f, CUfunction_attribute 
     KEY(FUNCTION_ATTRIBUTE, (uintptr_t)f, (uint64_t)attrib);
     if (lookup(key, &now) == 0 && now == value)
         return CUDA_SUCCESS;
-    return forget_all();
+    return forget_handle(FUNCTION_ATTRIBUTE, (uintptr_t)f,
+                         1u << KERNEL_ATTRIBUTE | 1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS);
 }
 
 /* ... and once the server has set it, the value is the answer (the next set of the same value is
- * answered here: libraries set the same attribute before every launch, and another kernel's set in
- * between clears the cache). */
+ * answered here: libraries set the same attribute before every launch). */
 void cuwire_keep_set_kernel_attribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
 {
     KEY(KERNEL_ATTRIBUTE, (uintptr_t)kernel, (uint64_t)attrib, (uint64_t)(uint32_t)dev);

@@ -51,6 +51,7 @@ void cuwire_cache_kernel(const void *key, uint64_t handle, uint32_t n, const uin
 void cuwire_forget_kernels(void);
 void cuwire_queue_refuse(void);
 void cuwire_wire_set(int fd);
+void cuwire_wire_spin(long microseconds);
 void cuwire_wire_acquire(void);
 void cuwire_wire_release(void);
 void cuwire_wire_forget(void);
@@ -123,7 +124,7 @@ def build(out: Path) -> Path:
     ffi.set_source(
         MODULE, source,
         sources=[str(CLIENT / name) for name in C_SOURCES],
-        include_dirs=[str(GENERATED), str(CLIENT)],
+        include_dirs=[str(GENERATED), str(CLIENT), str(CLIENT.parent)],  # socket_wait.h
         libraries=libs,
         library_dirs=[libdir] if libdir else [],
         define_macros=[("CUWIRE_LIBPYTHON", f'"{soname}"')] if ".so" in soname else [],

@@ -46,6 +46,7 @@ int cuwire_start_python(void);
 int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint32_t result_len);
 void cuwire_py_wire_broken(const char *why);
 void cuwire_wire_set(int fd);
+void cuwire_wire_spin(long microseconds);
 void cuwire_wire_acquire(void);
 void cuwire_wire_release(void);
 void cuwire_wire_forget(void);

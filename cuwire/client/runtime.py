@@ -184,6 +184,7 @@ class Client:
                 self.session = Session(self.settings)
                 self.stats.transport, self.stats.connected = f"TCP to {self.settings.server}", time.monotonic()
                 if self.settings.compress != "zstd":  # client/wire.c sends its frames uncompressed
+                    lib.cuwire_wire_spin(self.settings.spin_us)
                     lib.cuwire_wire_set(self.session.transport.connection.sock.fileno())
             except TransportError as e:
                 self.give_up(str(e))

@@ -21,12 +21,14 @@
 
 #include "cuda_api.h"
 #include "runtime.h"
+#include "socket_wait.h"
 
 #define MAGIC_RECORDS 0x32575543u /* "CUW2" */
 #define REPLY_MAX (CUWIRE_CALL_RESULT_MAX + 4096)
 
 static pthread_mutex_t wire_lock = PTHREAD_MUTEX_INITIALIZER;
 static int wire_fd = -1;
+static long spin_ns; /* how long a wait for the answer polls before it sleeps (socket_wait.h) */
 
 /* What --stats shows of these round trips (runtime.py folds them into its own). */
 #define TRIP_SLOTS 64
@@ -39,6 +41,9 @@ static uint64_t bytes_out, bytes_in, carried; /* ...and the queued calls these f
 /* The session's socket, or -1. Python sets -1 and closes the socket with the lock held (a number that
  * another file may take next must not be used here). */
 void cuwire_wire_set(int fd) { __atomic_store_n(&wire_fd, fd, __ATOMIC_RELAXED); }
+
+/* How long, in microseconds, a wait for the server's answer polls the socket before it sleeps. */
+void cuwire_wire_spin(long microseconds) { spin_ns = microseconds * 1000; }
 
 /* In a forked child: the parent's socket is not its own, and a thread of the parent may have held the
  * lock at the fork. */
@@ -120,7 +125,7 @@ static int send_all(int fd, const char *buf, size_t len)
 static int recv_all(int fd, char *buf, size_t len)
 {
     while (len) {
-        ssize_t n = recv(fd, buf, len, 0);
+        ssize_t n = cw_recv_spin(fd, buf, len, spin_ns);
         if (n > 0) {
             buf += n;
             len -= (size_t)n;

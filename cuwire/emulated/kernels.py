@@ -309,6 +309,24 @@ def scale_add(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None
 
 
 # ---------------------------------------------------------------------------------------------------------
+# attribute_sets.cu
+
+
+@kernel("_Z6addOnePf", params=[8])
+def add_one(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """p[threadIdx.x] += 1 (one block)."""
+    ptr = p.ptr(0)
+    _write(mem, ptr, array("f", (v + 1.0 for v in _read(mem, "f", ptr, block[0]))))
+
+
+@kernel("_Z5twicePf", params=[8])
+def twice(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """p[threadIdx.x] *= 2 (one block)."""
+    ptr = p.ptr(0)
+    _write(mem, ptr, array("f", (v * 2.0 for v in _read(mem, "f", ptr, block[0]))))
+
+
+# ---------------------------------------------------------------------------------------------------------
 # static_app.cu
 
 

@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 
 #include "cuda_api.h"
+#include "socket_wait.h"
 
 #define CW_INVALID_HANDLE 400 /* CUDA_ERROR_INVALID_HANDLE */
 #define CW_INVALID_VALUE 1    /* CUDA_ERROR_INVALID_VALUE */
@@ -77,6 +78,7 @@ struct cw_records {
     size_t memory_count, memory_cap;
     cw_kernel *kernels; /* open addressing on key */
     size_t kernels_cap, kernels_used;
+    long spin_ns;  /* how long a wait for the next frame polls before it sleeps (socket_wait.h) */
     char why[256]; /* why the last batch was refused */
 };
 
@@ -602,14 +604,14 @@ struct __attribute__((packed)) call_reply { /* records.CALL_REPLY */
 
 /* n bytes into buf: first what Python had read ahead (*pending, *pending_len), then from fd. 0, or -1
  * at the end of the stream or on an error (errno). */
-static int take(int fd, const char **pending, size_t *pending_len, char *buf, size_t n)
+static int take(int fd, const char **pending, size_t *pending_len, char *buf, size_t n, long spin_ns)
 {
     size_t k = n < *pending_len ? n : *pending_len;
     memcpy(buf, *pending, k);
     *pending += k;
     *pending_len -= k;
     while (k < n) {
-        ssize_t r = recv(fd, buf + k, n - k, 0);
+        ssize_t r = cw_recv_spin(fd, buf + k, n - k, spin_ns);
         if (r > 0)
             k += (size_t)r;
         else if (r == 0) {
@@ -655,7 +657,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
     }
     for (;;) {
         struct frame_header h;
-        if (take(fd, &pending, &pending_len, (char *)&h, sizeof h) != 0) {
+        if (take(fd, &pending, &pending_len, (char *)&h, sizeof h, s->spin_ns) != 0) {
             r = errno ? -1 : 0;
             if (errno)
                 cw_refuse(s, "the connection broke (%s)", strerror(errno));
@@ -680,7 +682,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
             message = m;
             message_cap = h.size;
         }
-        if (take(fd, &pending, &pending_len, message, h.size) != 0) {
+        if (take(fd, &pending, &pending_len, message, h.size, s->spin_ns) != 0) {
             cw_refuse(s, "the connection closed in the middle of a frame");
             goto out;
         }
@@ -716,6 +718,12 @@ out:
     free(message);
     free(reply);
     return r;
+}
+
+/* How long, in microseconds, cw_records_serve polls for the next frame before it sleeps. */
+void cw_records_spin(cw_records *s, long microseconds)
+{
+    s->spin_ns = microseconds * 1000;
 }
 
 const char *cw_records_why(const cw_records *s)

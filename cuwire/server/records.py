@@ -56,6 +56,10 @@ class RecordLoop:
         self.call_out = ffi.new("int *"), ffi.new("uint32_t *")  # status, result length (call)
         self.result = ffi.new("char[]", CALL_RESULT_MAX)
 
+    def spin(self, microseconds: int) -> None:
+        """How long serve polls the socket for the next frame before it sleeps (socket_wait.h)."""
+        lib.cw_records_spin(self.state, microseconds)
+
     def kind(self, name: str) -> int:
         k = self.kinds.get(name)
         if k is None:
@@ -122,15 +126,15 @@ class RecordLoop:
             raise WireError(ffi.string(lib.cw_records_why(self.state)).decode())
         return status[0], first[0], fn[0], count[0], bytes(ffi.buffer(self.result, length[0]))
 
-    def serve(self, fd: int, pending: bytes, deferred_error: int) -> tuple[bytes | None, int, int]:
+    def serve(self, fd: int, pending: bytes, deferred_error: int) -> tuple[bytes | None, int, int, int]:
         """Serve the records frames that come next on the socket `fd`, in C, until a frame of another
         kind: (its 16-byte header, or None at the end of the stream; how many of the `pending` bytes
-        (read ahead) were taken; how many records ran). `deferred_error` goes with the first answer.
-        A broken connection raises TransportError."""
+        (read ahead) were taken; how many records ran; `deferred_error` if no answer took it). It goes
+        with the first answer. A broken connection raises TransportError."""
         used, header, deferred, count = ffi.new("size_t *"), ffi.new("char[16]"), ffi.new("int *"), ffi.new(
             "uint64_t *")
         deferred[0] = deferred_error
         r = lib.cw_records_serve(self.state, fd, pending, len(pending), used, header, deferred, count)
         if r < 0:
             raise TransportError(ffi.string(lib.cw_records_why(self.state)).decode())
-        return (bytes(ffi.buffer(header, 16)) if r == 1 else None), used[0], count[0]
+        return (bytes(ffi.buffer(header, 16)) if r == 1 else None), used[0], count[0], deferred[0]

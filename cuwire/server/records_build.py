@@ -39,6 +39,7 @@ int cw_records_memory_add(cw_records *s, uint64_t base, uint64_t size);
 void cw_records_memory_remove(cw_records *s, uint64_t base);
 int cw_records_in_memory(const cw_records *s, uint64_t address, uint64_t size);
 const char *cw_records_why(const cw_records *s);
+void cw_records_spin(cw_records *s, long microseconds);
 int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_len, size_t *used,
                      char *header_out, int *deferred_error, uint64_t *count);
 """
@@ -47,7 +48,7 @@ ffibuilder = cffi.FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "cuwire.server._records", '#include "records.c"\n',
-    include_dirs=[str(SERVER), str(GENERATED)],
+    include_dirs=[str(SERVER), str(GENERATED), str(SERVER.parent)],  # socket_wait.h
     extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"],
 )
 

@@ -200,6 +200,8 @@ def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None 
             if not batch.no_reply:
                 conn.send(reply.SerializeToString(), session.payload_out)
             session.payload_out = []
+            if not session.serve_records(conn):  # the next frame is waited for in C (a call is cheaper)
+                return
     except (TransportError, OSError) as e:
         log.info("session %s: the connection ended (%s)", session.name if session else "(no hello)", e)
     finally:

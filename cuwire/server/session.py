@@ -55,6 +55,7 @@ class Session:
         self.chunk: tuple[object, object] | None = None  # (char *, owner) of the streaming buffer (bulk.py)
         # queued calls run in C; it checks handles and kernels against what owns_handle and _describe tell it
         self.records = RecordLoop(server.record_functions, RECORD_IDS)
+        self.records.spin(server.settings.spin_us)
         self.use_primary_context()
         for d in server.devices:  # the client hands these out itself (cuDevicePrimaryCtxRetain)
             self.owns_handle(CONTEXT_KIND, d.primary_context)
@@ -147,12 +148,13 @@ class Session:
         return CALL_REPLY.pack(status, first, fn, len(result), len(refusal)) + result + refusal
 
     def serve_records(self, conn) -> bool:
-        """Serve the records frames that follow on the connection in C (records.c), Python out of the way,
-        until a frame of another kind, which the connection then reads as usual; False at its end."""
+        """Wait for the next frame in C (records.c) and serve the records frames that come, Python out of
+        the way, until a frame of another kind, which the connection then reads as usual; False at the
+        connection's end."""
         pending = conn.take_pending()
-        deferred = self.deferred_error[0] if self.deferred_error else 0
-        self.deferred_error = None
-        header, used, count = self.records.serve(conn.sock.fileno(), pending, deferred)
+        deferred = self.deferred_error
+        header, used, count, left = self.records.serve(conn.sock.fileno(), pending, deferred[0] if deferred else 0)
+        self.deferred_error = deferred if left else None  # an answer took it, or it waits for the next reply
         self.calls += count
         if header is None:
             return False
