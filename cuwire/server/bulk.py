@@ -50,7 +50,8 @@ class IncomingPayload:
 
 class DeviceToHost:
     """A result sent straight off the GPU: len() bytes from device address `src`, of which the first
-    `first` are in the session's chunk buffer already (Connection.send calls write_to)."""
+    `first` are in the session's first chunk buffer already (Connection.send calls write_to). While one
+    buffer goes out on the network, the GPU copies the next chunk into the other."""
 
     def __init__(self, s, src: int, size: int, stream, first: int, name: str):
         self.s, self.src, self.size, self.stream, self.first, self.name = s, src, size, stream, first, name
@@ -60,49 +61,65 @@ class DeviceToHost:
 
     def write_to(self, sendall: Callable) -> None:
         s = self.s
-        buf = s.chunk_buffer()
-        sendall(s.ffi.buffer(buf, self.first))
-        for offset in range(self.first, self.size, CHUNK):
-            n = min(CHUNK, self.size - offset)
-            status = copy_out(s, buf, self.src + offset, n, self.stream)
-            if status and not s.deferred_error:
-                s.deferred_error = (status, f"{self.name} (bytes {offset} and on of a streamed copy)")
-            sendall(s.ffi.buffer(buf, n))
+        bufs = buffers(s)
+        stream = self.stream or default_stream(s)
+        spans = [(0, self.first)] + [(o, min(CHUNK, self.size - o)) for o in range(self.first, self.size, CHUNK)]
+        for i, (_, n) in enumerate(spans):
+            started = 0
+            if i + 1 < len(spans):  # the next chunk comes off the GPU while this one is sent
+                offset, m = spans[i + 1]
+                started = copy_out(s, bufs[(i + 1) % 2], self.src + offset, m, stream)
+            sendall(s.ffi.buffer(bufs[i % 2], n))
+            if i + 1 < len(spans):
+                status = started or s.lib.cuStreamSynchronize(stream)
+                if status and not s.deferred_error:
+                    s.deferred_error = (status, f"{self.name} (bytes {spans[i + 1][0]} and on of a streamed copy)")
 
 
 def copy_in(s, dst: int, buf, n: int, stream) -> int:
-    """Copy n bytes of the chunk buffer to device address dst, finished before the buffer is reused."""
-    if stream is None:
-        return s.lib.cuMemcpyHtoD_v2(dst, buf, n)
-    return s.lib.cuMemcpyHtoDAsync_v2(dst, buf, n, stream) or s.lib.cuStreamSynchronize(stream)
+    """Start copying n bytes of a chunk buffer to device address dst on `stream`."""
+    return s.lib.cuMemcpyHtoDAsync_v2(dst, buf, n, stream)
 
 
 def copy_out(s, buf, src: int, n: int, stream) -> int:
-    if stream is None:
-        return s.lib.cuMemcpyDtoH_v2(buf, src, n)
-    return s.lib.cuMemcpyDtoHAsync_v2(buf, src, n, stream) or s.lib.cuStreamSynchronize(stream)
+    """Start copying n bytes from device address src into a chunk buffer on `stream`."""
+    return s.lib.cuMemcpyDtoHAsync_v2(buf, src, n, stream)
+
+
+def buffers(s) -> tuple:
+    """The session's two chunk buffers."""
+    base = s.chunk_buffer()
+    return base, base + CHUNK
+
+
+def default_stream(s):
+    """The legacy default stream: a synchronous copy's chunks go there, in order with the program's work."""
+    return s.ffi.cast("CUstream", 0)
 
 
 def to_device(s, payload: IncomingPayload, dst: int, size: int, stream) -> int:
-    """The payload's `size` bytes to device address dst, chunk by chunk as they arrive."""
+    """The payload's `size` bytes to device address dst, chunk by chunk as they arrive: one chunk is
+    received while the GPU copies the one before (from the other buffer); all are copied on return."""
     if payload.left != size:
         raise WireError(f"a {size}-byte copy came with a payload of {payload.left} bytes")
-    buf = s.chunk_buffer()
-    view = memoryview(s.ffi.buffer(buf, CHUNK))
-    for offset in range(0, size, CHUNK):
+    bufs = buffers(s)
+    stream = stream or default_stream(s)
+    for i, offset in enumerate(range(0, size, CHUNK)):
         n = min(CHUNK, size - offset)
-        payload.read_into(view[:n])
-        status = copy_in(s, dst + offset, buf, n, stream)
+        buf = bufs[i % 2]  # its last copy (two chunks ago) finished before the previous one started
+        payload.read_into(memoryview(s.ffi.buffer(buf, n)))
+        status = s.lib.cuStreamSynchronize(stream) or copy_in(s, dst + offset, buf, n, stream)
         if status:
             return status  # the rest of the payload is drained
-    return 0
+    return s.lib.cuStreamSynchronize(stream)
 
 
 def from_device(s, src: int, size: int, stream, name: str) -> int:
     """Copy the first chunk from device address src (its status is the call's); the rest is copied as
     the reply's payload is sent (DeviceToHost)."""
     first = min(CHUNK, size)
-    status = copy_out(s, s.chunk_buffer(), src, first, stream)
+    stream = stream or default_stream(s)
+    status = copy_out(s, buffers(s)[0], src, first, stream) or s.lib.cuStreamSynchronize(stream)
     if status == 0:
         s.payload_out.append(DeviceToHost(s, src, size, stream, first, name))
     return status

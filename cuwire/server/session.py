@@ -263,7 +263,8 @@ class Session:
         self.casts.pop(value, None)  # a program that makes and destroys handles in a loop must not grow it
 
     def chunk_buffer(self):
-        """The session's buffer for streamed copies (bulk.py), bulk.CHUNK bytes: page-locked memory of the
+        """The session's buffers for streamed copies (bulk.py), two of bulk.CHUNK bytes one after the other
+        (the network fills or drains one while the GPU copies the other): page-locked memory of the
         driver's when the backend is a GPU (made in the primary context, which lives as long as the
         server), else ordinary memory. Made at the first streamed copy, kept until the session ends."""
         if self.chunk is None:
@@ -272,14 +273,14 @@ class Session:
                 out, current = ffi.new("void **"), ffi.new("CUcontext *")
                 lib.cuCtxGetCurrent(current)
                 lib.cuCtxSetCurrent(ffi.cast("CUcontext", self.server.devices[0].primary_context))
-                err = lib.cuMemHostAlloc(out, bulk.CHUNK, MEMHOSTALLOC_PORTABLE)
+                err = lib.cuMemHostAlloc(out, 2 * bulk.CHUNK, MEMHOSTALLOC_PORTABLE)
                 lib.cuCtxSetCurrent(current[0])
                 if err == 0:
                     self.chunk = (ffi.cast("char *", out[0]), None)
                 else:
                     log.warning("session %s: no page-locked memory for copies (error %d)", self.name, err)
             if self.chunk is None:
-                owner = ffi.new("char[]", bulk.CHUNK)
+                owner = ffi.new("char[]", 2 * bulk.CHUNK)
                 self.chunk = (ffi.cast("char *", owner), owner)
         return self.chunk[0]
 
