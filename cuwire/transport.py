@@ -24,8 +24,10 @@ from cuwire.settings import host_port
 Buffer = Any  # bytes, a memoryview, a cffi buffer: anything with the buffer protocol (3.12 names it)
 MAGIC = 0x31575543
 # A records frame (client/wire.c): the message is queued-call records, the last one a call the client
-# waits for; the answer is a records frame too, the call's status and result (server/session.py run_call).
+# waits for; the answer is a records frame too, the call's status and result (server/records.c).
 MAGIC_RECORDS = 0x32575543  # "CUW2"
+# Queued calls only, sent early by client/wire.c (no answer; their first error comes with the next answer).
+MAGIC_QUEUED = 0x33575543  # "CUW3"
 HEADER = struct.Struct("<IIQ")
 MAX_MESSAGE = 64 << 20  # protobuf messages carry calls and small results; bulk bytes go in the payload
 BULK = 64 << 10  # buffers this large travel in the payload, both ways (client/runtime.py read, session.py take)
@@ -162,7 +164,7 @@ class Connection:
         self.received = 0
         magic, size, payload_size = HEADER.unpack(self._exactly(HEADER.size, at_start=True))
         self.magic = magic
-        if magic not in (MAGIC, MAGIC_RECORDS):
+        if magic not in (MAGIC, MAGIC_RECORDS, MAGIC_QUEUED):
             raise TransportError(f"{self.peer or 'the peer'} sent something that is not a cuwire frame")
         if size > MAX_MESSAGE or payload_size > max_payload:
             raise TransportError(f"frame of {size} + {payload_size} bytes is over the limit "

@@ -200,8 +200,8 @@ def test_serve_answers_records_frames_and_hands_back_other_frames(driver, spin_u
     import socket
     import threading
 
-    from cuwire.server.records import CALL_REPLY
-    from cuwire.transport import HEADER, MAGIC, MAGIC_RECORDS
+    from cuwire.server.records import CALL_REPLY, Served
+    from cuwire.transport import HEADER, MAGIC, MAGIC_QUEUED, MAGIC_RECORDS
 
     loop = RecordLoop(function_table(ffi, driver), RECORD_IDS)
     loop.spin(spin_us)
@@ -219,13 +219,31 @@ def test_serve_answers_records_frames_and_hands_back_other_frames(driver, spin_u
     other = HEADER.pack(MAGIC, 3, 0)
     here.sendall(other)
     server.join(10)
-    assert out == [(other, 0, 1, 0)] and driver.calls[-1] == ("cuStreamSynchronize", 0x44)
+    assert out == [Served(other, 0, 1, 0, 0, "")] and driver.calls[-1] == ("cuStreamSynchronize", 0x44)
     # a deferred error that nothing answered is handed back; one that an answer carried is not
-    assert loop.serve(there.fileno(), other, 7) == (other, len(other), 0, 7)
+    assert loop.serve(there.fileno(), other, 7) == Served(other, len(other), 0, 7, 0, "")
     here.sendall(HEADER.pack(MAGIC_RECORDS, len(sync), 0) + sync + other)
-    header, _, _, left = loop.serve(there.fileno(), b"", 7)
-    assert (header, left) == (other, 0)
+    assert loop.serve(there.fileno(), b"", 7) == Served(other, 0, 1, 0, 0, "")
     assert CALL_REPLY.unpack(here.recv(4096)[HEADER.size:])[:2] == (0, 7)
+    # queued calls sent early get no answer; their first error goes with the next answer, with its function
+    bad_event = record("cuEventRecord", 0x999, 0x44)
+    here.sendall(HEADER.pack(MAGIC_QUEUED, len(bad_event), 0) + bad_event)
+    here.sendall(HEADER.pack(MAGIC_QUEUED, len(sync), 0) + sync)
+    here.sendall(HEADER.pack(MAGIC_RECORDS, len(sync), 0) + sync + other)
+    assert loop.serve(there.fileno(), b"", 0) == Served(other, 0, 3, 0, 0, "")
+    status, first, fn, _, _ = CALL_REPLY.unpack(here.recv(4096)[HEADER.size:])
+    assert (status, first, generated.RECORDS[fn][0]) == (0, INVALID_HANDLE, "cuEventRecord")
+    # ...or, when no answer came before a frame of another kind, with Python's next reply
+    here.sendall(HEADER.pack(MAGIC_QUEUED, len(bad_event), 0) + bad_event + other)
+    done = loop.serve(there.fileno(), b"", 0)
+    assert (done.deferred_error, generated.RECORDS[done.deferred_fn][0]) == (INVALID_HANDLE, "cuEventRecord")
+    # a malformed frame of queued calls: refused, and the next answer says why
+    here.sendall(HEADER.pack(MAGIC_QUEUED, 2, 0) + b"\x01\x02")
+    here.sendall(HEADER.pack(MAGIC_RECORDS, len(sync), 0) + sync + other)
+    assert loop.serve(there.fileno(), b"", 0).header == other
+    answer = here.recv(4096)[HEADER.size:]
+    status, first, fn, n_result, n_error = CALL_REPLY.unpack_from(answer)
+    assert (first, fn, n_result) == (999, 0, 0) and b"queued calls refused" in answer[CALL_REPLY.size:]
     here.close()
-    assert loop.serve(there.fileno(), b"", 0) == (None, 0, 0, 0)  # the end of the stream
+    assert loop.serve(there.fileno(), b"", 0) == Served(None, 0, 0, 0, 0, "")  # the end of the stream
     there.close()

@@ -55,8 +55,8 @@ void cuwire_wire_spin(long microseconds);
 void cuwire_wire_acquire(void);
 void cuwire_wire_release(void);
 void cuwire_wire_forget(void);
-int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *ns, int max, uint64_t *sent, uint64_t *received,
-                      uint64_t *queued);
+int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *ns, int max, uint64_t *totals);
+int cuwire_wire_send_queued(void);
 extern "Python+C" void cuwire_py_wire_broken(const char *why);
 int cuwire_track_alloc(uint64_t base, uint64_t size);
 void cuwire_untrack_alloc(uint64_t base);

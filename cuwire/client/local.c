@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_api.h"
 #include "runtime.h"
@@ -116,9 +117,19 @@ static char *queue_data;
 static size_t queue_len, queue_cap;
 static uint64_t queue_count;
 #define QUEUE_FLUSH_AT (4u << 20)
-/* Queued calls go out, without waiting for an answer, once this many have gathered: the server starts
- * on them (the GPU with it) while the program goes on queueing. */
-#define QUEUE_SEND_AT 32u
+/* Queued calls go out, without waiting for an answer, once this many have gathered or the first of them
+ * has waited this long: the server starts on them (the GPU with it) while the program goes on queueing.
+ * (A send costs the program a few microseconds; a GPU that waits for work costs the whole step.) */
+#define QUEUE_SEND_AT 16u
+#define QUEUE_SEND_AFTER_NS 20000u
+static uint64_t queue_since; /* when the first of the queued calls came */
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 
 /* Appends one record, its bytes given in two parts (b may be empty); queue_lock held. 0, or
@@ -206,13 +217,22 @@ static int enqueue2(uint32_t id, const void *a, uint32_t na, const void *b, uint
     if (!err)
         err = append2_locked(id, a, na, b, nb);
     int flush = !err && queue_len >= QUEUE_FLUSH_AT;
-    int send = !err && queue_count >= QUEUE_SEND_AT;
+    int send = 0;
+    if (!err) {
+        uint64_t now = monotonic_ns();
+        if (queue_count == 1)
+            queue_since = now;
+        send = queue_count >= QUEUE_SEND_AT || now - queue_since >= QUEUE_SEND_AFTER_NS;
+    }
     pthread_mutex_unlock(&queue_lock);
     if (err)
         return err;
     if (flush && CUWIRE_READY())
         return cuwire_py_flush();
-    return send && CUWIRE_READY() ? cuwire_py_send_queued() : 0;
+    if (!send || !CUWIRE_READY())
+        return 0;
+    int sent = cuwire_wire_send_queued();
+    return sent >= 0 ? sent : cuwire_py_send_queued();
 }
 
 int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size) { return enqueue2(id, payload, size, NULL, 0); }

@@ -50,8 +50,8 @@ void cuwire_wire_spin(long microseconds);
 void cuwire_wire_acquire(void);
 void cuwire_wire_release(void);
 void cuwire_wire_forget(void);
-int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *ns, int max, uint64_t *sent, uint64_t *received,
-                      uint64_t *queued);
+int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *ns, int max, uint64_t *totals);
+int cuwire_wire_send_queued(void);
 /* The session is lost: queued calls fail at once from now on (local.c). */
 void cuwire_queue_refuse(void);
 /* The session's device allocations (device_memory.c). */

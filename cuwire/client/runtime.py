@@ -481,15 +481,19 @@ def fold_wire_stats(s: Stats) -> None:
     """Add the round trips that client/wire.c made in C to the Python side's counts."""
     n_max = 64
     ids, counts, ns = ffi.new("uint32_t[]", n_max), ffi.new("uint64_t[]", n_max), ffi.new("uint64_t[]", n_max)
-    sent, received, queued = ffi.new("uint64_t *"), ffi.new("uint64_t *"), ffi.new("uint64_t *")
-    for i in range(lib.cuwire_wire_stats(ids, counts, ns, n_max, sent, received, queued)):
+    totals = ffi.new("uint64_t[6]")
+    for i in range(lib.cuwire_wire_stats(ids, counts, ns, n_max, totals)):
         s.calls[ids[i]] += counts[i]
         s.seconds[ids[i]] += ns[i] / 1e9
         s.batches += counts[i]
         s.wait_seconds += ns[i] / 1e9
-    s.bytes_sent += sent[0]
-    s.bytes_received += received[0]
-    s.queued += queued[0]
+    sent, received, queued, sends, raw_sent, raw_received = totals
+    s.bytes_sent += sent
+    s.bytes_received += received
+    s.queued += queued
+    s.sends += sends
+    s.bytes_sent_raw += raw_sent
+    s.bytes_received_raw += raw_received
 
 
 def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> None:

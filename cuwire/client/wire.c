@@ -24,6 +24,7 @@
 #include "socket_wait.h"
 
 #define MAGIC_RECORDS 0x32575543u /* "CUW2" */
+#define MAGIC_QUEUED 0x33575543u  /* "CUW3": queued calls only, no answer */
 #define REPLY_MAX (CUWIRE_CALL_RESULT_MAX + 4096)
 
 static pthread_mutex_t wire_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -36,7 +37,9 @@ static struct {
     uint32_t id;
     uint64_t count, ns;
 } trips[TRIP_SLOTS];
-static uint64_t bytes_out, bytes_in, carried; /* ...and the queued calls these frames carried */
+/* ...and totals: bytes of frames sent and received, queued calls carried, frames of queued calls sent
+ * without waiting, bytes of records and results (cuwire_wire_stats, in this order) */
+static uint64_t bytes_out, bytes_in, carried, early, raw_out, raw_in;
 
 /* The session's socket, or -1. Python sets -1 and closes the socket with the lock held (a number that
  * another file may take next must not be used here). */
@@ -57,9 +60,9 @@ void cuwire_wire_acquire(void) { pthread_mutex_lock(&wire_lock); }
 
 void cuwire_wire_release(void) { pthread_mutex_unlock(&wire_lock); }
 
-/* Up to `max` (function id, round trips, nanoseconds waited) of calls made here; how many there are. */
-int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *ns, int max, uint64_t *sent, uint64_t *received,
-                      uint64_t *queued)
+/* Up to `max` (function id, round trips, nanoseconds waited) of calls made here; how many there are.
+ * totals[6]: the totals above. */
+int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *ns, int max, uint64_t *totals)
 {
     int n = 0;
     pthread_mutex_lock(&wire_lock);
@@ -69,9 +72,8 @@ int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *ns, int max, ui
             counts[n] = trips[i].count;
             ns[n++] = trips[i].ns;
         }
-    *sent = bytes_out;
-    *received = bytes_in;
-    *queued = carried;
+    const uint64_t now[6] = {bytes_out, bytes_in, carried, early, raw_out, raw_in};
+    memcpy(totals, now, sizeof now);
     pthread_mutex_unlock(&wire_lock);
     return n;
 }
@@ -205,6 +207,8 @@ int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint3
         note_trip(fn, now_ns() - t0);
         bytes_out += len;
         bytes_in += sizeof rh + rh.size;
+        raw_out += len - sizeof h;
+        raw_in += r.result_len;
         carried += count;
         status = r.status == 0 && r.queued_error ? r.queued_error : r.status;
         if (r.error_len) /* the server refused the frame (a malformed record) */
@@ -227,6 +231,49 @@ int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint3
         return CUDA_ERROR_UNKNOWN;
     }
     return status;
+}
+
+/* Send the queued calls now, without waiting for an answer (MAGIC_QUEUED): the server, and the GPU with it,
+ * starts on them while the program goes on. Their first error comes with the next answer, as CUDA's
+ * asynchronous errors do. 0, or -1 when the Python path must send them (nothing was sent then), or
+ * CUDA_ERROR_DEVICE_UNAVAILABLE when the connection broke. */
+int cuwire_wire_send_queued(void)
+{
+    if (__atomic_load_n(&wire_fd, __ATOMIC_RELAXED) < 0)
+        return -1;
+    pthread_mutex_lock(&wire_lock);
+    int fd = wire_fd;
+    if (fd < 0) {
+        pthread_mutex_unlock(&wire_lock);
+        return -1;
+    }
+    char *queued;
+    uint64_t count;
+    size_t queued_len = cuwire_queue_take(&queued, &count);
+    if (!queued_len) {
+        pthread_mutex_unlock(&wire_lock);
+        free(queued);
+        return 0;
+    }
+    struct frame_header h = {MAGIC_QUEUED, (uint32_t)queued_len, 0};
+    const char *why = NULL;
+    if (send_all(fd, (const char *)&h, sizeof h) != 0 || send_all(fd, queued, queued_len) != 0)
+        why = strerror(errno);
+    else {
+        bytes_out += sizeof h + queued_len;
+        raw_out += queued_len;
+        carried += count;
+        early++;
+    }
+    free(queued);
+    pthread_mutex_unlock(&wire_lock);
+    if (why) {
+        char message[256];
+        snprintf(message, sizeof message, "lost the cuwire server: %s", why);
+        cuwire_py_wire_broken(message);
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------------ small copies from the device */

@@ -589,6 +589,7 @@ int cw_records_call(cw_records *s, const char *data, size_t len, char *out, uint
 /* ------------------------------------------------------------------ records frames, served here */
 
 #define MAGIC_RECORDS 0x32575543u /* "CUW2" (transport.py) */
+#define MAGIC_QUEUED 0x33575543u  /* "CUW3": queued calls only, sent early; no answer */
 #define FRAME_MAX (64u << 20)    /* transport.MAX_MESSAGE */
 #define RESULT_MAX (64u << 10)   /* records.CALL_RESULT_MAX */
 
@@ -637,20 +638,24 @@ static int send_all(int fd, const char *buf, size_t len)
 }
 
 /* Serve records frames (client/wire.c) on fd, one after the other, without Python: each one's records
- * run here, then its answer goes back. `pending`: bytes Python had read ahead (*used: how many were
- * taken). Returns 1 when a frame of another kind comes (its 16-byte header in header_out; Python reads
- * the rest), 0 at the end of the stream, -1 when the connection broke or a frame is over the limit
- * (s->why). *deferred_error, when set, goes with the first answer as its queued error, and is cleared;
- * *count: the records run. */
+ * run here, then its answer goes back; a frame of queued calls only (MAGIC_QUEUED) gets no answer, and
+ * its first error (or its refusal, a malformed record: CUDA_ERROR_UNKNOWN and why) goes with the next
+ * answer. `pending`: bytes Python had read ahead (*used: how many were taken). Returns 1 when a frame
+ * of another kind comes (its 16-byte header in header_out; Python reads the rest), 0 at the end of the
+ * stream, -1 when the connection broke or a frame is over the limit (s->why). *deferred_error (and
+ * *deferred_fn, its function id or 0), when set, goes with the first answer as its queued error, and is
+ * cleared; what no answer took is left there. *count: the records run. */
 int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_len, size_t *used,
-                     char *header_out, int *deferred_error, uint64_t *count)
+                     char *header_out, int *deferred_error, uint32_t *deferred_fn, uint64_t *count)
 {
     size_t given = pending_len;
     char *message = NULL, *reply = malloc(sizeof(struct frame_header) + sizeof(struct call_reply) + RESULT_MAX +
                                           sizeof s->why);
+    char refused[sizeof s->why] = ""; /* why a frame of queued calls was refused, for the next answer */
     size_t message_cap = 0;
     int r = -1;
     *count = 0;
+    s->why[0] = 0;
     if (!reply) {
         cw_refuse(s, "no memory to serve records frames");
         goto out;
@@ -663,7 +668,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
                 cw_refuse(s, "the connection broke (%s)", strerror(errno));
             goto out;
         }
-        if (h.magic != MAGIC_RECORDS) {
+        if (h.magic != MAGIC_RECORDS && h.magic != MAGIC_QUEUED) {
             memcpy(header_out, &h, sizeof h);
             r = 1;
             goto out;
@@ -689,6 +694,20 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
         int status = 0, queued_error = 0;
         uint32_t queued_fn = 0, result_len = 0, error_len = 0;
         uint64_t n = 0;
+        if (h.magic == MAGIC_QUEUED) {
+            if (cw_records_run(s, message, h.size, &queued_error, &queued_fn, &n) != 0) {
+                queued_error = CUDA_ERROR_UNKNOWN;
+                queued_fn = 0;
+                if (!*deferred_error)
+                    snprintf(refused, sizeof refused, "queued calls refused: %s", s->why);
+            }
+            *count += n;
+            if (queued_error && !*deferred_error) {
+                *deferred_error = queued_error;
+                *deferred_fn = queued_fn;
+            }
+            continue;
+        }
         char *result = reply + sizeof h + sizeof(struct call_reply);
         if (cw_records_call(s, message, h.size, result, RESULT_MAX, &result_len, &status, &queued_error, &queued_fn,
                             &n) != 0) {
@@ -700,9 +719,16 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
         if (*deferred_error) {
             if (!queued_error) {
                 queued_error = *deferred_error;
-                queued_fn = 0;
+                queued_fn = *deferred_fn;
+                if (refused[0] && !error_len) { /* the refusal goes as the answer's error */
+                    error_len = (uint32_t)strlen(refused);
+                    memcpy(result, refused, error_len);
+                    result_len = 0;
+                }
             }
             *deferred_error = 0;
+            *deferred_fn = 0;
+            refused[0] = 0;
         }
         struct call_reply cr = {status, queued_error, queued_fn, result_len, error_len};
         struct frame_header rh = {MAGIC_RECORDS, (uint32_t)(sizeof cr + result_len + cr.error_len), 0};
@@ -714,6 +740,8 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
         }
     }
 out:
+    if (r >= 0) /* a refusal no answer took (else nothing): Python says it with its reply */
+        snprintf(s->why, sizeof s->why, "%s", refused);
     *used = given - pending_len;
     free(message);
     free(reply);

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from cuwire.server._records import ffi, lib
 from cuwire.server.backend import prototypes
@@ -126,15 +127,26 @@ class RecordLoop:
             raise WireError(ffi.string(lib.cw_records_why(self.state)).decode())
         return status[0], first[0], fn[0], count[0], bytes(ffi.buffer(self.result, length[0]))
 
-    def serve(self, fd: int, pending: bytes, deferred_error: int) -> tuple[bytes | None, int, int, int]:
+    def serve(self, fd: int, pending: bytes, deferred_error: int) -> Served:
         """Serve the records frames that come next on the socket `fd`, in C, until a frame of another
-        kind: (its 16-byte header, or None at the end of the stream; how many of the `pending` bytes
-        (read ahead) were taken; how many records ran; `deferred_error` if no answer took it). It goes
-        with the first answer. A broken connection raises TransportError."""
-        used, header, deferred, count = ffi.new("size_t *"), ffi.new("char[16]"), ffi.new("int *"), ffi.new(
-            "uint64_t *")
-        deferred[0] = deferred_error
-        r = lib.cw_records_serve(self.state, fd, pending, len(pending), used, header, deferred, count)
+        kind. `deferred_error` goes with the first answer. A broken connection raises TransportError."""
+        used, header, count = ffi.new("size_t *"), ffi.new("char[16]"), ffi.new("uint64_t *")
+        deferred, deferred_fn = ffi.new("int *", deferred_error), ffi.new("uint32_t *")
+        r = lib.cw_records_serve(self.state, fd, pending, len(pending), used, header, deferred, deferred_fn, count)
+        why = ffi.string(lib.cw_records_why(self.state)).decode()
         if r < 0:
-            raise TransportError(ffi.string(lib.cw_records_why(self.state)).decode())
-        return (bytes(ffi.buffer(header, 16)) if r == 1 else None), used[0], count[0], deferred[0]
+            raise TransportError(why)
+        return Served(bytes(ffi.buffer(header, 16)) if r == 1 else None, used[0], count[0], deferred[0],
+                      deferred_fn[0], why)
+
+
+@dataclass(frozen=True)
+class Served:
+    """What RecordLoop.serve ended with."""
+
+    header: bytes | None  # the next frame's header (a frame of another kind), or None at the stream's end
+    used: int  # how many of the bytes read ahead it took
+    count: int  # records run
+    deferred_error: int  # an error for the next answer: the one given, if no answer took it, or a queued one's
+    deferred_fn: int  # the function id of a queued call's error (0: the one given, or a refusal)
+    refusal: str  # why a frame of queued calls was refused, when that is the error

@@ -26,7 +26,7 @@ from cuwire.server.module_cache import ModuleCache
 from cuwire.server.records import function_table
 from cuwire.server.session import Session
 from cuwire.settings import Settings, host_port
-from cuwire.transport import MAGIC, MAGIC_RECORDS, Connection, TransportError
+from cuwire.transport import MAGIC, Connection, TransportError
 
 log = logging.getLogger("cuwire.server")
 
@@ -177,15 +177,9 @@ def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None 
                 except EOFError:
                     return
                 payload = IncomingPayload(conn, size)  # read by the session as it runs the batch
-                if conn.magic == MAGIC_RECORDS:  # a call the client's C makes (client/wire.c)
-                    if session is None or size:
-                        log.warning("a records frame %s: connection closed", "with a payload" if size else
-                                    "before the hello")
-                        return
-                    conn.send(session.run_call(message), magic=MAGIC_RECORDS)
-                    if not session.serve_records(conn):  # the ones that follow, in C, until another kind
-                        return
-                    continue
+                if conn.magic != MAGIC:  # records frames are served in C (below), and only in a session
+                    log.warning("a records frame before the hello: connection closed")
+                    return
             batch = read_batch(conn, message, hello=session is None)
             if batch is None:
                 return
@@ -195,11 +189,11 @@ def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None 
                 conn.send(reply.SerializeToString())
                 if session is None:
                     return
-                continue
-            reply = session.run(batch, payload)
-            if not batch.no_reply:
-                conn.send(reply.SerializeToString(), session.payload_out)
-            session.payload_out = []
+            else:
+                reply = session.run(batch, payload)
+                if not batch.no_reply:
+                    conn.send(reply.SerializeToString(), session.payload_out)
+                session.payload_out = []
             if not session.serve_records(conn):  # the next frame is waited for in C (a call is cheaper)
                 return
     except (TransportError, OSError) as e:

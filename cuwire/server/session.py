@@ -152,13 +152,18 @@ class Session:
         the way, until a frame of another kind, which the connection then reads as usual; False at the
         connection's end."""
         pending = conn.take_pending()
-        deferred = self.deferred_error
-        header, used, count, left = self.records.serve(conn.sock.fileno(), pending, deferred[0] if deferred else 0)
-        self.deferred_error = deferred if left else None  # an answer took it, or it waits for the next reply
-        self.calls += count
-        if header is None:
+        given = self.deferred_error
+        done = self.records.serve(conn.sock.fileno(), pending, given[0] if given else 0)
+        self.calls += done.count
+        if not done.deferred_error:
+            self.deferred_error = None  # an answer took it
+        elif done.deferred_fn or done.refusal or not given:
+            self.deferred_error = (done.deferred_error, done.refusal or self.record_name(done.deferred_fn))
+            log.info("session %s: queued %s failed with CUDA error %d", self.name, self.deferred_error[1],
+                     done.deferred_error)
+        if done.header is None:
             return False
-        conn.unread(header + pending[used:])
+        conn.unread(done.header + pending[done.used:])
         return True
 
     def run_records(self, data: bytes) -> tuple[int, str]:
