@@ -20,7 +20,7 @@ steps = int(sys.argv[2]) if len(sys.argv) > 2 else 20
 run = torch_steps.training_loop(name)
 run(3)
 client = sys.modules.get("cuwire.client.runtime")  # loaded when this runs through cuwire
-stats = client.client.stats if client else None
+stats = client.with_wire_stats(client.client.stats) if client else None
 before = (Counter(stats.calls), stats.queued, stats.batches, stats.wait_seconds) if stats else None
 start = time.perf_counter()
 profile = cProfile.Profile()
@@ -28,6 +28,7 @@ profile.runcall(run, steps)
 per_step = (time.perf_counter() - start) / steps
 print(f"{name}: {per_step * 1e3:.2f} ms per step under cProfile")
 if stats:
+    stats = client.with_wire_stats(client.client.stats)
     calls, queued, batches, waited = before
     sent = Counter(stats.calls)
     sent.subtract(calls)

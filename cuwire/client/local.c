@@ -117,12 +117,14 @@ static char *queue_data;
 static size_t queue_len, queue_cap;
 static uint64_t queue_count;
 #define QUEUE_FLUSH_AT (4u << 20)
-/* Queued calls go out, without waiting for an answer, once this many have gathered or the first of them
- * has waited this long: the server starts on them (the GPU with it) while the program goes on queueing.
- * (A send costs the program a few microseconds; a GPU that waits for work costs the whole step.) */
+/* Queued calls go out, without waiting for an answer, once this many have gathered, or as they come when
+ * the queue last went out this long ago: the server starts on them (the GPU with it) while the program
+ * goes on. So a program that launches now and then has each launch sent at once (a kernel waiting in the
+ * client's queue until the next call that waits would leave the GPU idle meanwhile), and one that
+ * launches in a burst sends a frame every QUEUE_SEND_EVERY_NS (a send costs it a few microseconds). */
 #define QUEUE_SEND_AT 16u
-#define QUEUE_SEND_AFTER_NS 20000u
-static uint64_t queue_since; /* when the first of the queued calls came */
+#define QUEUE_SEND_EVERY_NS 20000u
+static uint64_t queue_taken; /* when the queue last went out (cuwire_queue_take) */
 
 static uint64_t monotonic_ns(void)
 {
@@ -218,12 +220,8 @@ static int enqueue2(uint32_t id, const void *a, uint32_t na, const void *b, uint
         err = append2_locked(id, a, na, b, nb);
     int flush = !err && queue_len >= QUEUE_FLUSH_AT;
     int send = 0;
-    if (!err) {
-        uint64_t now = monotonic_ns();
-        if (queue_count == 1)
-            queue_since = now;
-        send = queue_count >= QUEUE_SEND_AT || now - queue_since >= QUEUE_SEND_AFTER_NS;
-    }
+    if (!err)
+        send = queue_count >= QUEUE_SEND_AT || monotonic_ns() - queue_taken >= QUEUE_SEND_EVERY_NS;
     pthread_mutex_unlock(&queue_lock);
     if (err)
         return err;
@@ -280,6 +278,7 @@ size_t cuwire_queue_take(char **data, uint64_t *count)
     queue_data = NULL;
     queue_len = queue_cap = 0;
     queue_count = 0;
+    queue_taken = monotonic_ns();
     pthread_mutex_unlock(&queue_lock);
     return len;
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import hashlib
 import os
 import socket
@@ -429,8 +430,7 @@ class Client:
             self.finished = True
             lib.cuwire_session_finished()  # from now on C answers without calling Python
         if self.settings.stats:
-            fold_wire_stats(self.stats)
-            print_stats(self.stats, self.names_by_id(), api_calls())
+            print_stats(with_wire_stats(self.stats), self.names_by_id(), api_calls())
 
     def after_fork(self) -> None:
         """The parent's stream, memory and queued calls are not a forked child's to use (their handles mean
@@ -477,8 +477,10 @@ def api_calls() -> dict[str, Counter]:
     return out
 
 
-def fold_wire_stats(s: Stats) -> None:
-    """Add the round trips that client/wire.c made in C to the Python side's counts."""
+def with_wire_stats(python: Stats) -> Stats:
+    """The Python side's counts with the round trips and sends that client/wire.c made in C added (a
+    copy: C keeps its own running totals)."""
+    s = dataclasses.replace(python, calls=Counter(python.calls), seconds=Counter(python.seconds))
     n_max = 64
     ids, counts, ns = ffi.new("uint32_t[]", n_max), ffi.new("uint64_t[]", n_max), ffi.new("uint64_t[]", n_max)
     totals = ffi.new("uint64_t[6]")
@@ -494,6 +496,7 @@ def fold_wire_stats(s: Stats) -> None:
     s.sends += sends
     s.bytes_sent_raw += raw_sent
     s.bytes_received_raw += raw_received
+    return s
 
 
 def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> None:
