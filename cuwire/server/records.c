@@ -660,9 +660,14 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
         cw_refuse(s, "no memory to serve records frames");
         goto out;
     }
+    /* The wait for the next frame polls only after an answer, when a program that waits on the GPU (a
+     * loop of cuStreamQuery, say) may well ask again at once. After a frame of queued calls it sleeps:
+     * a program that queues work in a steady stream would otherwise keep a core of the server's busy
+     * polling, and a program whose threads use every core (PyTorch's CPU ops do) pays for it. */
+    long wait_ns = s->spin_ns;
     for (;;) {
         struct frame_header h;
-        if (take(fd, &pending, &pending_len, (char *)&h, sizeof h, s->spin_ns) != 0) {
+        if (take(fd, &pending, &pending_len, (char *)&h, sizeof h, wait_ns) != 0) {
             r = errno ? -1 : 0;
             if (errno)
                 cw_refuse(s, "the connection broke (%s)", strerror(errno));
@@ -706,6 +711,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
                 *deferred_error = queued_error;
                 *deferred_fn = queued_fn;
             }
+            wait_ns = 0;
             continue;
         }
         char *result = reply + sizeof h + sizeof(struct call_reply);
@@ -738,6 +744,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
             cw_refuse(s, "the connection broke (%s)", strerror(errno));
             goto out;
         }
+        wait_ns = s->spin_ns;
     }
 out:
     if (r >= 0) /* a refusal no answer took (else nothing): Python says it with its reply */
