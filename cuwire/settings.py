@@ -40,6 +40,9 @@ class Settings:
     # trip that sleeps costs twice the wake-up; the poll costs this much CPU time at most); 0: sleep at once
     spin_us: int = field(default_factory=lambda: int(_env("spin_us", "50")))
     # client side
+    # how the session travels: auto (a Unix socket and shared memory when the server is on this host and
+    # reachable so, else TCP), tcp, or unix (refused when the server cannot be reached so)
+    transport: str = field(default_factory=lambda: _env("transport", "auto"))
     compress: str = field(default_factory=lambda: _env("compress", "off"))  # off | zstd
     compress_min: int = field(default_factory=lambda: int(_env("compress_min", str(64 << 10))))
     stats: bool = field(default_factory=lambda: _env("stats", "0") == "1")

@@ -1,4 +1,5 @@
-"""How batches travel: frames on one persistent socket per session (TCP, or a Unix socket).
+"""How batches travel: frames on one persistent socket per session: TCP, or for a server on this host a
+Unix socket (with shared memory for payloads, cuwire/ring.py).
 
 A frame is a 16-byte header, a protobuf message (a Batch from the client, a Reply from the server), and
 a payload of raw bytes beside it, for bulk data that must not pass through protobuf:
@@ -8,14 +9,22 @@ a payload of raw bytes beside it, for bulk data that must not pass through proto
 
 The session code on both sides sees Batch in, Reply out (and the payload). No gRPC: a unary gRPC call
 through Python costs ~0.4 ms, a frame on a socket a few tens of microseconds.
+
+A server listens on its TCP port and, when that port serves loopback, on the abstract Unix socket
+`cuwire.PORT` (local_name) too. A client whose server address is a loopback one connects there instead
+(CUWIRE_TRANSPORT=auto, the default; `tcp` or `unix` force one): a round trip costs about half, and the
+session can take shared memory for its payloads (Connection.ring). Abstract Unix sockets belong to a
+network namespace, as loopback does: a client reaches the socket exactly when it shares the server's.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import select
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from cuwire.generated import cuwire_pb2 as pb
@@ -38,6 +47,29 @@ NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 POLLRDHUP = getattr(select, "POLLRDHUP", 0)
 KEEPALIVE = (10, 5, 4)  # TCP keepalive: idle seconds, seconds between probes, probes: a dead peer in ~30 s
 WELCOME_TIMEOUT = 60.0  # for the server's answer to the hello: a session process starts and opens the GPU
+
+
+TRANSPORTS = ("auto", "tcp", "unix")
+
+
+def local_name(port: int) -> str:
+    """The abstract Unix socket of the server whose TCP port is `port` (the leading NUL makes it abstract)."""
+    return f"\0cuwire.{port}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a host names this machine's loopback (where a Unix socket reaches the same server)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serves_loopback(host: str) -> bool:
+    """Whether a server listening on `host` is reachable on loopback (so it listens on its Unix socket too)."""
+    return host in ("", "0.0.0.0", "::") or is_loopback(host)
 
 
 class TransportError(Exception):
@@ -81,6 +113,13 @@ class Connection:
         self.ahead_start = self.ahead_end = 0
         self.sent = self.received = 0  # bytes of the last frame sent and received, headers included
         self.magic = MAGIC  # of the last frame received
+        self.ring = None  # shared memory that payloads go through instead of the socket (ring.Ring)
+
+    @property
+    def kind(self) -> str:
+        """How this connection travels, for messages and --stats."""
+        local = self.sock.family == socket.AF_UNIX
+        return "Unix socket and shared memory" if self.ring else "Unix socket" if local else "TCP"
 
     def pending(self) -> int:
         """Bytes received and not read yet."""
@@ -99,17 +138,41 @@ class Connection:
         self.ahead[:len(data)] = data
         self.ahead_start, self.ahead_end = 0, len(data)
 
-    def send(self, message: bytes, payload: Sequence[Buffer] = (), magic: int = MAGIC) -> None:
-        """One frame: the message, then the payload parts as one payload, each sent from where it is. A
-        part may also produce its bytes as it goes: len(part) of them, through part.write_to(sendall)."""
+    def send(self, message: bytes, payload: Sequence[Buffer] = (), magic: int = MAGIC,
+             fds: Sequence[int] = ()) -> None:
+        """One frame: the message, then the payload parts as one payload, each sent from where it is (the
+        socket, or the ring when there is one). A part may also produce its bytes as it goes: len(part)
+        of them, through part.write_to(sendall), or part.write_to_ring(ring) to fill slots in place.
+        fds: descriptors that go with the frame's first bytes (a Unix socket's SCM_RIGHTS)."""
         size = sum(len(p) for p in payload)
-        self._sendall(HEADER.pack(magic, len(message), size) + message)
+        head = HEADER.pack(magic, len(message), size) + message
+        if fds:
+            socket.send_fds(self.sock, [head], list(fds))  # a frame this small goes in one sendmsg
+        else:
+            self._sendall(head)
         self.sent = HEADER.size + len(message) + size
+        ring = self.ring
         for part in payload:
-            if hasattr(part, "write_to"):
-                part.write_to(self._sendall)
+            if ring is not None and hasattr(part, "write_to_ring"):
+                part.write_to_ring(ring)
+            elif hasattr(part, "write_to"):
+                part.write_to(ring.write if ring is not None else self._sendall)
+            elif ring is not None:
+                ring.write(part)
             else:
                 self._sendall(part)
+        if ring is not None and size:
+            ring.flush()
+
+    def receive_fds(self, max_fds: int) -> list[int]:
+        """The descriptors that came with the next frame (its first bytes are read here and kept for it)."""
+        data, fds, _flags, _addr = socket.recv_fds(self.sock, HEADER.size, max_fds)
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            raise EOFError
+        self.unread(bytes(self.ahead[self.ahead_start:self.ahead_end]) + data if self.pending() else data)
+        return fds
 
     def _sendall(self, data: Buffer) -> None:
         """Send all of data. A peer that closes while we wait to send (its window full, as when a server
@@ -154,9 +217,9 @@ class Connection:
             n = min(len(view), payload_size - direct)
             if n == 0:
                 break
-            self._fill(view[:n])
+            self.read_into(view[:n])
             direct += n
-        return message, self._exactly(payload_size - direct), direct
+        return message, self.read_payload(payload_size - direct), direct
 
     def receive_message(self, max_payload: int = MAX_PAYLOAD) -> tuple[bytes, int]:
         """The next frame's message, and the size of its payload, which the caller reads next (read_into,
@@ -169,15 +232,25 @@ class Connection:
         if size > MAX_MESSAGE or payload_size > max_payload:
             raise TransportError(f"frame of {size} + {payload_size} bytes is over the limit "
                                  f"({MAX_MESSAGE} + {max_payload})")
-        return bytes(self._exactly(size)), payload_size
+        message = bytes(self._exactly(size))
+        if payload_size and self.ring is not None:
+            self.ring.begin_read()
+        return message, payload_size
 
     def read_into(self, view: memoryview) -> None:
         """The next len(view) bytes of the payload being received, into view."""
-        self._fill(view)
+        if self.ring is not None:
+            self.ring.read_into(view)
+            self.received += len(view)
+        else:
+            self._fill(view)
 
     def read_payload(self, n: int) -> bytearray:
         """The next n bytes of the payload being received."""
-        return self._exactly(n)
+        buf = bytearray(n)
+        if n:
+            self.read_into(memoryview(buf))
+        return buf
 
     def _exactly(self, n: int, at_start: bool = False) -> bytearray:
         buf = bytearray(n)
@@ -206,21 +279,51 @@ class Connection:
             got += k
 
     def close(self) -> None:
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
         try:
             self.sock.close()
         except OSError:
             pass
 
 
-class SocketTransport:
-    """The client's end of a session: one TCP connection to the server."""
+def connect_local(port: int, timeout: float) -> socket.socket | None:
+    """The server's Unix socket on this host (local_name), or None when nothing listens there."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(local_name(port))
+    except OSError:
+        sock.close()
+        return None
+    return sock
 
-    def __init__(self, address: str, connect_timeout: float = 10.0):
+
+class SocketTransport:
+    """The client's end of a session: one connection to the server, over TCP or (for a server on this
+    host) its Unix socket; `mode` is CUWIRE_TRANSPORT (auto, tcp, unix)."""
+
+    def __init__(self, address: str, connect_timeout: float = 10.0, mode: str = "tcp"):
         self.address = address
         try:
             host, port = host_port(address)
         except ValueError as e:
             raise TransportError(f"server address: {e}") from None
+        if mode not in TRANSPORTS:
+            raise TransportError(f"unknown transport {mode!r} (CUWIRE_TRANSPORT: {', '.join(TRANSPORTS)})")
+        if mode == "unix" and not is_loopback(host):
+            raise TransportError(f"a Unix socket reaches only a server on this host, and {address} is not a loopback "
+                                 "address (CUWIRE_TRANSPORT=unix)")
+        if mode in ("auto", "unix") and is_loopback(host):
+            sock = connect_local(port, connect_timeout)
+            if sock is not None:
+                sock.settimeout(None)
+                self.connection = Connection(sock, address)
+                return
+            if mode == "unix":
+                raise TransportError(f"cannot reach the cuwire server at {address} over its Unix socket (nothing "
+                                     "listens there in this network namespace; CUWIRE_TRANSPORT=unix)")
         try:
             sock = socket.create_connection((host, port), timeout=connect_timeout)
         except socket.gaierror as e:
@@ -241,10 +344,12 @@ class SocketTransport:
         reply, _, _ = self.exchange_with_payload(batch)
         return reply
 
-    def exchange_with_payload(self, batch: pb.Batch, payload: Sequence[Buffer] = (),
+    def exchange_with_payload(self, batch: pb.Batch | None, payload: Sequence[Buffer] = (),
                               into: Sequence[Buffer] = ()) -> tuple[pb.Reply, bytearray, int]:
+        """(batch None: only the reply, to a frame sent already.)"""
         try:
-            self.connection.send(batch.SerializeToString(), payload)
+            if batch is not None:
+                self.connection.send(batch.SerializeToString(), payload)
             message, back, direct = self.connection.receive_into(MAX_PAYLOAD, into)
         except EOFError:
             raise TransportError(f"lost the cuwire server at {self.address}: it ended the session") from None
@@ -271,16 +376,36 @@ class SocketTransport:
         self.connection.close()
 
 
-def open_session(address: str, hello: pb.Hello, connect_timeout: float = 10.0) -> tuple[SocketTransport, pb.Reply]:
+def open_session(address: str, hello: pb.Hello, connect_timeout: float = 10.0, mode: str = "tcp",
+                 attach_ring: Callable[[int, int], Any] | None = None) -> tuple[SocketTransport, pb.Reply]:
     """Connect and say hello. Returns the transport of the session and the server's first reply (a
     Welcome, or a refusal). With process isolation the listener hands the connection itself to the
-    session's process, which answers: one port serves everything."""
-    transport = SocketTransport(address, connect_timeout)
-    transport.connection.sock.settimeout(WELCOME_TIMEOUT)  # a server that accepts and never answers
+    session's process, which answers: one port serves everything. Over a Unix socket, with attach_ring
+    (the client's ring.attach, given the memory's descriptor and the socket's), the client offers to
+    take shared memory for payloads; the server's welcome brings it."""
+    transport = SocketTransport(address, connect_timeout, mode)
+    conn = transport.connection
+    local = conn.sock.family == socket.AF_UNIX and attach_ring is not None
+    if local:
+        from cuwire import ring
+
+        hello.ring_size = ring.SIZE
+    conn.sock.settimeout(WELCOME_TIMEOUT)  # a server that accepts and never answers
     try:
-        reply = transport.exchange(pb.Batch(hello=hello))
+        fds = []
+        try:
+            conn.send(pb.Batch(hello=hello).SerializeToString())
+            if local:
+                fds = conn.receive_fds(1)
+        except (OSError, EOFError) as e:
+            raise TransportError(f"lost the cuwire server at {address} ({e or type(e).__name__})") from None
+        reply, _, _ = transport.exchange_with_payload(None)
+        if fds and reply.welcome.ring:
+            conn.ring = attach_ring(fds.pop(), conn.sock.fileno())
+        for fd in fds:
+            os.close(fd)
     except TransportError:
         transport.close()
         raise
-    transport.connection.sock.settimeout(None)
+    conn.sock.settimeout(None)
     return transport, reply

@@ -55,9 +55,13 @@ compare() {  # compare NAME -- COMMAND...: natively, then through cuwire; one li
   fi
 }
 if [ "${GPU_TEST_ONLY:-}" != torch ]; then
+  # (a local server: the Unix socket, payloads in shared memory)
   for app in tests/test_apps/build/*; do
     [ -f "$app" ] && [ -x "$app" ] && compare "$(basename "$app")" -- "$app"
   done
+  export CUWIRE_TRANSPORT=tcp  # and some over loopback TCP, as a remote client travels
+  for app in large_copies vector_add streams memcpy_kinds; do compare "$app-over-tcp" -- tests/test_apps/build/$app; done
+  unset CUWIRE_TRANSPORT
   # programs of NVIDIA's libraries, built with nvcc's default static runtime
   LIB_HOME=$(dirname "$(readlink -f "$(command -v nvcc)")")/..
   [ -f "$LIB_HOME/include/cublas_v2.h" ] || LIB_HOME=$($PY -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))')

@@ -12,7 +12,9 @@ from conftest import APPS, run_remote
 EXPECTED = APPS / "expected"
 APPS_SAME_AS_NATIVE = ["vector_add", "memcpy_kinds", "memset", "events", "streams", "device_symbols", "templated",
                        "struct_arg", "two_units", "error_paths", "launch_api", "static_app", "dlopen_app",
-                       "driver_api", "contexts_threads"]
+                       "driver_api", "contexts_threads", "large_copies"]
+# how each CUWIRE_TRANSPORT travels to a server on this host (--stats names it)
+TRANSPORTS = {"auto": "Unix socket and shared memory", "unix": "Unix socket and shared memory", "tcp": "TCP"}
 
 
 @pytest.mark.parametrize("name", APPS_SAME_AS_NATIVE)
@@ -22,6 +24,17 @@ def test_app_output_matches(name, apps: Path, client_lib, server):
     assert r.stdout == (EXPECTED / f"{name}.out").read_text(), r.stderr
     assert "EMULATED" in r.stderr  # the emulated device always says so
     assert "unimplemented" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+@pytest.mark.parametrize("name", ["large_copies", "vector_add"])
+def test_every_transport_gives_the_same_output(name, transport, apps: Path, client_lib, server):
+    """A local server is reached over its Unix socket, payloads through shared memory (auto, unix), or
+    over TCP (tcp): the same bytes either way."""
+    r = run_remote(apps / name, client_lib, server.address, env={"CUWIRE_TRANSPORT": transport, "CUWIRE_STATS": "1"})
+    assert r.returncode == 0, f"{name} failed:\n{r.stdout}\n{r.stderr}"
+    assert r.stdout == (EXPECTED / f"{name}.out").read_text(), r.stderr
+    assert f"transport: {TRANSPORTS[transport]} to {server.address}" in r.stderr
 
 
 def test_device_query_reports_the_emulated_device(apps, client_lib, server):

@@ -145,7 +145,8 @@ def test_run_stats_prints_what_cuwire_did(server, apps, client_lib, tmp_path):
     n_bytes = (1 << 16) * 4  # one float array
     assert 2 * n_bytes <= data_out < 2 * n_bytes + (64 << 10) and wire_out >= data_out  # + a module image
     assert n_bytes <= data_in < n_bytes + 4096 and wire_in >= data_in
-    transport = re.search(r"transport: TCP to [\d.]+:\d+; (\d+) round trips in [\d.]+ s \([\d.]+ per second, \d+ us "
+    transport = re.search(r"transport: Unix socket and shared memory to [\d.]+:\d+; (\d+) round trips in [\d.]+ s "
+                          r"\([\d.]+ per second, \d+ us "
                           r"each on average\); of the bytes, (\d+) sent and (\d+) received beside", r.stderr)
     assert int(transport.group(1)) == n_trips
     # the result array, beside the messages (not in protobuf); the arrays in went in the queued records

@@ -10,10 +10,11 @@ import struct
 import pytest
 from conftest import BACKEND
 
+from cuwire import ring
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.settings import host_port
-from cuwire.transport import HEADER, MAGIC, SocketTransport, open_session
+from cuwire.transport import HEADER, MAGIC, SocketTransport, TransportError, open_session
 
 HELLO = pb.Hello(client_version="test", cuda_version=generated.CUDA_VERSION, api_digest=generated.API_DIGEST)
 
@@ -22,12 +23,59 @@ def fn_id(name: str) -> int:
     return next(i for i, (n, _, _) in generated.HANDLERS.items() if n == name)
 
 
-@pytest.fixture
-def session(server):
-    t, reply = open_session(server.address, HELLO)
+def attach_ring(fd: int, sock_fd: int):
+    """The client's side of shared memory for payloads, through the server's build of the same C."""
+    from cuwire.server._records import ffi, lib
+
+    return ring.attach(ffi, lib, fd, sock_fd)
+
+
+@pytest.fixture(params=["tcp", "unix"])
+def session(server, request):
+    """A session over TCP, and one over the server's Unix socket with payloads in shared memory."""
+    shared = request.param == "unix"
+    t, reply = open_session(server.address, HELLO, mode=request.param, attach_ring=attach_ring if shared else None)
     assert not reply.error and reply.welcome.backend == BACKEND
+    assert reply.welcome.ring == shared and (t.connection.ring is not None) == shared
     yield t
     t.close()
+
+
+def test_transport_choices_fail_clearly(server):
+    port = host_port(server.address)[1]
+    with pytest.raises(TransportError, match="not a loopback address"):
+        SocketTransport(f"192.0.2.1:{port}", mode="unix")
+    with pytest.raises(TransportError, match="over its Unix socket"):
+        SocketTransport("127.0.0.1:1", mode="unix")  # nothing listens there
+    with pytest.raises(TransportError, match="unknown transport 'shm'"):
+        SocketTransport(server.address, mode="shm")
+    t = SocketTransport(server.address, mode="auto")  # a local server: its Unix socket
+    assert t.connection.kind == "Unix socket"
+    t.close()
+
+
+def test_a_client_that_breaks_the_shared_memory_loses_only_its_session(server):
+    """A client that publishes a slot longer than a slot ends its own session; the server goes on."""
+    t, reply = open_session(server.address, HELLO, mode="unix", attach_ring=attach_ring)
+    shared = t.connection.ring
+    assert shared is not None
+    device = allocate(t, 1 << 20)
+    args = pb.cuMemcpyHtoD_v2_Args(dstDevice=device, ByteCount=1 << 20)
+    head = pb.Batch(fn=fn_id("cuMemcpyHtoD_v2"), args=args.SerializeToString()).SerializeToString()
+    t.connection.sock.sendall(HEADER.pack(MAGIC, len(head), 1 << 20) + head)
+    from cuwire.server._records import ffi
+
+    lengths = ffi.cast("uint64_t *", ffi.cast("char *", shared.address) + 192)  # shm_ring.h's header
+    counters = ffi.cast("uint32_t *", ffi.cast("char *", shared.address) + 64)
+    lengths[counters[0] % shared.slots] = 10 * shared.slot_size
+    counters[0] += 1  # published, with a length no slot has
+    with pytest.raises(TransportError):
+        t.connection.sock.settimeout(10)
+        t.exchange_with_payload(None)
+    t.close()
+    t2, reply = open_session(server.address, HELLO, mode="unix", attach_ring=attach_ring)
+    assert serving(t2)
+    t2.close()
 
 
 def serving(t) -> bool:

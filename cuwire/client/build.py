@@ -22,6 +22,8 @@ from pathlib import Path
 
 import cffi
 
+from cuwire import ring
+
 PACKAGE = Path(__file__).resolve().parent.parent  # cuwire/, in a checkout or installed
 GENERATED = PACKAGE / "generated"
 CLIENT = PACKAGE / "client"
@@ -114,8 +116,9 @@ def build(out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     ffi = cffi.FFI()
     ffi.embedding_api("int cuwire_embedded(void);")
-    ffi.cdef(HELPERS_CDEF + (GENERATED / "client_cdefs.h").read_text())
-    source = '#include <stdlib.h>\n#include <string.h>\n#include "client_stubs.c"\n#include "client_procs.c"\n'
+    ffi.cdef(HELPERS_CDEF + ring.cdef() + (GENERATED / "client_cdefs.h").read_text())
+    source = ('#include <stdlib.h>\n#include <string.h>\n#include "client_stubs.c"\n#include "client_procs.c"\n'
+              '#include "shm_ring.h"\n')
     libdir = sysconfig.get_config_var("LIBDIR")
     ldlib = sysconfig.get_config_var("LDLIBRARY") or ""
     soname = sysconfig.get_config_var("INSTSONAME") or ldlib
@@ -124,7 +127,7 @@ def build(out: Path) -> Path:
     ffi.set_source(
         MODULE, source,
         sources=[str(CLIENT / name) for name in C_SOURCES],
-        include_dirs=[str(GENERATED), str(CLIENT), str(CLIENT.parent)],  # socket_wait.h
+        include_dirs=[str(GENERATED), str(CLIENT), str(CLIENT.parent)],  # socket_wait.h, shm_ring.h
         libraries=libs,
         library_dirs=[libdir] if libdir else [],
         define_macros=[("CUWIRE_LIBPYTHON", f'"{soname}"')] if ".so" in soname else [],

@@ -23,6 +23,7 @@ import zstandard
 from _cuwire import ffi, lib
 
 import cuwire
+from cuwire import ring
 from cuwire.client import fatbin
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as wire
@@ -103,7 +104,9 @@ class Session:
                          api_digest=wire.API_DIGEST, token=settings.token, pid=os.getpid(),
                          host=socket.gethostname())
         self.transport: SocketTransport
-        self.transport, reply = open_session(settings.server, hello)
+        self.transport, reply = open_session(
+            settings.server, hello, mode=settings.transport,
+            attach_ring=lambda fd, sock_fd: ring.attach(ffi, lib, fd, sock_fd, settings.spin_us))
         if reply.error:
             self.transport.close()
             raise TransportError(reply.error)
@@ -183,7 +186,9 @@ class Client:
                 raise Fail(DEVICE_UNAVAILABLE)
             try:
                 self.session = Session(self.settings)
-                self.stats.transport, self.stats.connected = f"TCP to {self.settings.server}", time.monotonic()
+                connection = self.session.transport.connection
+                self.stats.transport = f"{connection.kind} to {self.settings.server}"
+                self.stats.connected = time.monotonic()
                 if self.settings.compress != "zstd":  # client/wire.c sends its frames uncompressed
                     lib.cuwire_wire_spin(self.settings.spin_us)
                     lib.cuwire_wire_set(self.session.transport.connection.sock.fileno())

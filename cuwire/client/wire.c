@@ -22,6 +22,8 @@
 #include "cuda_api.h"
 #include "runtime.h"
 #include "socket_wait.h"
+#define CW_RING_IMPLEMENTATION
+#include "shm_ring.h" /* shared memory for payloads: its functions live in this file's object (ring.py calls them) */
 
 #define MAGIC_RECORDS 0x32575543u /* "CUW2" */
 #define MAGIC_QUEUED 0x33575543u  /* "CUW3": queued calls only, no answer */

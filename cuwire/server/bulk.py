@@ -7,6 +7,10 @@ The copies served so: cuMemcpyHtoD_v2, cuMemcpyDtoH_v2, their Async forms, and c
 between host and device memory, when the buffer travels in the frame's payload (transport.BULK).
 Anything else runs the generated handler on the whole payload.
 
+With a client on this host that took shared memory (cuwire/ring.py), the payload is in that memory,
+page-locked for the GPU: a copy goes between its slots and the GPU directly, a slot at a time, while
+the client fills (or empties) the next; no chunk buffer, no socket.
+
 A streamed result's frame is announced before its later chunks are copied: if one of those copies
 fails (the GPU faulted meanwhile), the rest of the bytes are sent as they are and the error surfaces at
 the session's next call, as CUDA's own asynchronous errors do (Session.deferred_error).
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server.errors import WireError
-from cuwire.transport import BULK, Connection
+from cuwire.transport import BULK, Connection, TransportError
 
 CHUNK = 8 << 20
 
@@ -30,6 +34,21 @@ class IncomingPayload:
 
     def __init__(self, conn: Connection | None = None, size: int = 0):
         self.conn, self.size, self.left = conn, size, size
+
+    @property
+    def ring(self):
+        """The shared memory the payload is in, or None (it comes on the socket)."""
+        return getattr(self.conn, "ring", None)
+
+    def acquire(self) -> tuple[int, int]:
+        """The payload's next slot of shared memory, used in place until the ring releases it: (address,
+        bytes)."""
+        address, n = self.ring.acquire()
+        if n > self.left:
+            raise TransportError(f"a slot of {n} bytes in shared memory for a payload with {self.left} left")
+        self.left -= n
+        self.conn.received += n
+        return address, n
 
     def read_into(self, view: memoryview) -> None:
         if len(view) > self.left:
@@ -76,6 +95,49 @@ class DeviceToHost:
                     s.deferred_error = (status, f"{self.name} (bytes {spans[i + 1][0]} and on of a streamed copy)")
 
 
+class DeviceToRing:
+    """A result copied off the GPU into the shared memory's slots, a slot at a time, while the client empties
+    the one before; the first slot holds `first` bytes already (from_device; Connection.send calls
+    write_to_ring once the reply's frame is out)."""
+
+    def __init__(self, s, src: int, size: int, stream, first: int, name: str):
+        self.s, self.src, self.size, self.stream, self.first, self.name = s, src, size, stream, first, name
+
+    def __len__(self) -> int:
+        return self.size
+
+    def write_to_ring(self, ring) -> None:
+        s = self.s
+        ring.publish(self.first)
+        for offset in range(self.first, self.size, ring.slot_size):
+            n = min(ring.slot_size, self.size - offset)
+            address = ring.claim()
+            status = copy_out(s, s.ffi.cast("void *", address), self.src + offset, n, self.stream) \
+                or s.lib.cuStreamSynchronize(self.stream)
+            if status and not s.deferred_error:
+                s.deferred_error = (status, f"{self.name} (bytes {offset} and on of a streamed copy)")
+            ring.publish(n)
+
+
+def to_device_from_ring(s, payload: IncomingPayload, dst: int, stream) -> int:
+    """to_device for a payload in shared memory: each slot is copied to the GPU where it is; a slot is
+    given back once its copy is done, while the client fills the next ones. After a failure the rest of
+    the payload is taken and given back unread."""
+    ring, status, offset = payload.ring, 0, 0
+    try:
+        while payload.left:
+            address, n = payload.acquire()
+            if status == 0:
+                status = s.lib.cuStreamSynchronize(stream)  # the slot before's copy is done...
+            ring.release(ring.held - 1)  # ...so it goes back to the client
+            if status == 0:
+                status = copy_in(s, dst + offset, s.ffi.cast("void *", address), n, stream)
+            offset += n
+        return status or s.lib.cuStreamSynchronize(stream)
+    finally:
+        ring.release_all()
+
+
 def copy_in(s, dst: int, buf, n: int, stream) -> int:
     """Start copying n bytes of a chunk buffer to device address dst on `stream`."""
     return s.lib.cuMemcpyHtoDAsync_v2(dst, buf, n, stream)
@@ -102,8 +164,10 @@ def to_device(s, payload: IncomingPayload, dst: int, size: int, stream) -> int:
     received while the GPU copies the one before (from the other buffer); all are copied on return."""
     if payload.left != size:
         raise WireError(f"a {size}-byte copy came with a payload of {payload.left} bytes")
-    bufs = buffers(s)
     stream = stream or default_stream(s)
+    if payload.ring is not None:
+        return to_device_from_ring(s, payload, dst, stream)
+    bufs = buffers(s)
     for i, offset in enumerate(range(0, size, CHUNK)):
         n = min(CHUNK, size - offset)
         buf = bufs[i % 2]  # its last copy (two chunks ago) finished before the previous one started
@@ -117,11 +181,16 @@ def to_device(s, payload: IncomingPayload, dst: int, size: int, stream) -> int:
 def from_device(s, src: int, size: int, stream, name: str) -> int:
     """Copy the first chunk from device address src (its status is the call's); the rest is copied as
     the reply's payload is sent (DeviceToHost)."""
-    first = min(CHUNK, size)
     stream = stream or default_stream(s)
-    status = copy_out(s, buffers(s)[0], src, first, stream) or s.lib.cuStreamSynchronize(stream)
+    if s.ring is not None:  # the first slot is filled now, published once the reply's frame is out
+        first = min(s.ring.slot_size, size)
+        buf, part = s.ffi.cast("void *", s.ring.claim()), DeviceToRing
+    else:
+        first = min(CHUNK, size)
+        buf, part = buffers(s)[0], DeviceToHost
+    status = copy_out(s, buf, src, first, stream) or s.lib.cuStreamSynchronize(stream)
     if status == 0:
-        s.payload_out.append(DeviceToHost(s, src, size, stream, first, name))
+        s.payload_out.append(part(s, src, size, stream, first, name))
     return status
 
 

@@ -13,6 +13,9 @@ import cffi
 
 SERVER = Path(__file__).resolve().parent
 GENERATED = SERVER.parent / "generated"
+# shared memory for payloads (cuwire/ring.py): the declarations between the header's cdef markers
+_RING = (SERVER.parent / "shm_ring.h").read_text()
+RING_CDEF = _RING[_RING.index("/* cffi cdef: from here"):_RING.index("/* cffi cdef: to here")].split("\n", 1)[1]
 
 CDEF = """
 typedef struct cw_records cw_records;
@@ -42,13 +45,13 @@ const char *cw_records_why(const cw_records *s);
 void cw_records_spin(cw_records *s, long microseconds);
 int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_len, size_t *used,
                      char *header_out, int *deferred_error, uint32_t *deferred_fn, uint64_t *count);
-"""
+""" + RING_CDEF
 
 ffibuilder = cffi.FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
-    "cuwire.server._records", '#include "records.c"\n',
-    include_dirs=[str(SERVER), str(GENERATED), str(SERVER.parent)],  # socket_wait.h
+    "cuwire.server._records", '#include "records.c"\n#define CW_RING_IMPLEMENTATION\n#include "shm_ring.h"\n',
+    include_dirs=[str(SERVER), str(GENERATED), str(SERVER.parent)],  # socket_wait.h, shm_ring.h
     extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"],
 )
 

@@ -17,8 +17,11 @@ import zstandard
 from google.protobuf.message import DecodeError
 
 import cuwire
+from cuwire import ring
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
+from cuwire.server._records import ffi as records_ffi
+from cuwire.server._records import lib as records_lib
 from cuwire.server.backend import open_backend
 from cuwire.server.bulk import IncomingPayload
 from cuwire.server.errors import WireError
@@ -26,7 +29,7 @@ from cuwire.server.module_cache import ModuleCache
 from cuwire.server.records import function_table
 from cuwire.server.session import Session
 from cuwire.settings import Settings, host_port
-from cuwire.transport import MAGIC, Connection, TransportError
+from cuwire.transport import MAGIC, Connection, TransportError, local_name, serves_loopback
 
 log = logging.getLogger("cuwire.server")
 
@@ -111,21 +114,39 @@ class CuWireServer:
         except zstandard.ZstdError as e:
             raise WireError(f"a compressed message that does not decompress ({e})") from None
 
-    def welcome(self, hello: pb.Hello, peer: str) -> tuple[pb.Reply, Session | None]:
-        """Check the handshake; a mismatch gets one clear message and no session."""
+    def welcome(self, hello: pb.Hello, conn: Connection) -> Session | None:
+        """Check the handshake and answer it; a mismatch gets one clear message and no session. A client on
+        this host (a Unix socket) that offers to take shared memory for payloads gets it with the welcome."""
         refusal = check_hello(self.settings, hello)
         if refusal is not None:
-            return refusal, None
+            conn.send(refusal.SerializeToString())
+            return None
         name = self.settings.session_name or f"{next(self.session_ids)}"
-        session = Session(self, peer, hello, name)
-        log.info("session %s opened for pid %d on %s (%s), backend %s", name, hello.pid, printable(hello.host), peer,
-                 self.backend)
-        if self.backend == "emulated":
-            log.warning("session %s runs on the EMULATED device (tests only)", name)
-        return pb.Reply(welcome=pb.Welcome(
+        session = Session(self, conn.peer, hello, name)
+        reply = pb.Reply(welcome=pb.Welcome(
             server_version=cuwire.__version__, cuda_version=generated.CUDA_VERSION,
             api_digest=generated.API_DIGEST, backend=self.backend, devices=self.devices, session=name,
-            driver_version=self.driver_version())), session
+            driver_version=self.driver_version()))
+        shared, fd = None, None
+        if hello.ring_size and conn.sock.family == socket.AF_UNIX:
+            try:
+                shared, fd = ring.create(records_ffi, records_lib, hello.ring_size, conn.sock.fileno(),
+                                         self.settings.spin_us)
+                session.use_ring(shared)
+                reply.welcome.ring = True
+            except (OSError, TransportError) as e:
+                log.warning("session %s: no shared memory for payloads (%s): they go on the socket", name, e)
+        try:
+            conn.send(reply.SerializeToString(), fds=[fd] if fd is not None else ())
+        finally:
+            if fd is not None:
+                os.close(fd)
+        conn.ring = shared
+        log.info("session %s opened for pid %d on %s (%s), backend %s, over %s", name, hello.pid,
+                 printable(hello.host), conn.peer, self.backend, conn.kind)
+        if self.backend == "emulated":
+            log.warning("session %s runs on the EMULATED device (tests only)", name)
+        return session
 
 
 def printable(text: str, limit: int = 200) -> str:
@@ -185,8 +206,7 @@ def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None 
                 return
             if session is None:
                 payload.drain()
-                reply, session = state.welcome(batch.hello, conn.peer)
-                conn.send(reply.SerializeToString())
+                session = state.welcome(batch.hello, conn)
                 if session is None:
                     return
             else:
@@ -199,6 +219,8 @@ def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None 
     except (TransportError, OSError) as e:
         log.info("session %s: the connection ended (%s)", session.name if session else "(no hello)", e)
     finally:
+        if session is not None:
+            session.drop_ring()  # the connection unmaps it
         conn.close()
         if session is not None:
             session.close()
@@ -213,25 +235,43 @@ class SocketServer:
         self.sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
                                          backlog=128)
         self.port = self.sock.getsockname()[1]
+        self.local = self.listen_local(host)
         self.handle = handle
         self.max_sessions = max_sessions
         self.active = threading.BoundedSemaphore(max_sessions)
         self.stopped = threading.Event()
         self.lock = threading.Lock()
         self.running: dict[threading.Thread, socket.socket] = {}  # session threads and their connections
-        self.thread = threading.Thread(target=self.accept_loop, name="cuwire-accept", daemon=True)
+        self.threads = [threading.Thread(target=self.accept_loop, args=(listening,), name="cuwire-accept", daemon=True)
+                        for listening in (self.sock, self.local) if listening is not None]
+
+    def listen_local(self, host: str) -> socket.socket | None:
+        """The Unix socket that clients on this host reach the same server by (transport.local_name), when
+        the TCP port serves loopback; None when the name is taken (another server of the same port)."""
+        if not serves_loopback(host):
+            return None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(local_name(self.port))
+            sock.listen(128)
+        except OSError as e:
+            log.warning("no Unix socket for local clients (%s): they connect over TCP", e)
+            sock.close()
+            return None
+        return sock
 
     def start(self) -> SocketServer:
-        self.thread.start()
+        for thread in self.threads:
+            thread.start()
         return self
 
-    def accept_loop(self) -> None:
+    def accept_loop(self, listening: socket.socket) -> None:
         while not self.stopped.is_set():
             try:
-                sock, addr = self.sock.accept()
+                sock, addr = listening.accept()
             except OSError:
                 return  # the listening socket was closed: stop
-            peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+            peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else "this host (Unix socket)"
             if not self.active.acquire(blocking=False):
                 threading.Thread(target=self.refuse, args=(sock, peer), daemon=True).start()
                 continue
@@ -266,12 +306,14 @@ class SocketServer:
         """Stop accepting; end every connection, giving each session `grace` seconds to finish its call
         and free what it holds."""
         self.stopped.set()
-        for sock in [self.sock, *self.running_sockets()]:
+        listening = [s for s in (self.sock, self.local) if s is not None]
+        for sock in [*listening, *self.running_sockets()]:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        self.sock.close()
+        for sock in listening:
+            sock.close()
         with self.lock:
             threads = list(self.running)
         for t in threads:

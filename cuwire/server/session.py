@@ -23,6 +23,7 @@ log = logging.getLogger("cuwire.server")
 RECORD_IDS = tuple(generated.OP_IDS[n]
                    for n in ("LaunchKernel", "LaunchKernelEx", "SetContext", "CopyToDevice", "CopyFromDevice"))
 MEMHOSTALLOC_PORTABLE = 0x01
+MEMHOSTREGISTER_PORTABLE = 0x01
 STREAM_KIND = "CUstream_st"
 CONTEXT_KIND = "CUctx_st"
 SPECIAL_STREAMS = (1, 2)  # CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
@@ -53,6 +54,8 @@ class Session:
         self.deferred_error: tuple[int, str] | None = None  # a streamed copy's late failure (bulk.py)
         self.casts: dict[int, dict[str, object]] = {}  # handle -> C type -> the handle as that type (handle)
         self.chunk: tuple[object, object] | None = None  # (char *, owner) of the streaming buffer (bulk.py)
+        self.ring = None  # shared memory with a client on this host, which payloads go through (ring.Ring)
+        self.ring_registered = False  # page-locked for the GPU (cuMemHostRegister)
         # queued calls run in C; it checks handles and kernels against what owns_handle and _describe tell it
         self.records = RecordLoop(server.record_functions, RECORD_IDS)
         self.records.spin(server.settings.spin_us)
@@ -275,11 +278,8 @@ class Session:
         if self.chunk is None:
             ffi, lib = self.ffi, self.lib
             if self.server.backend == "cuda" and self.server.devices:
-                out, current = ffi.new("void **"), ffi.new("CUcontext *")
-                lib.cuCtxGetCurrent(current)
-                lib.cuCtxSetCurrent(ffi.cast("CUcontext", self.server.devices[0].primary_context))
-                err = lib.cuMemHostAlloc(out, 2 * bulk.CHUNK, MEMHOSTALLOC_PORTABLE)
-                lib.cuCtxSetCurrent(current[0])
+                out = ffi.new("void **")
+                err = self.in_primary_context(lambda: lib.cuMemHostAlloc(out, 2 * bulk.CHUNK, MEMHOSTALLOC_PORTABLE))
                 if err == 0:
                     self.chunk = (ffi.cast("char *", out[0]), None)
                 else:
@@ -288,6 +288,29 @@ class Session:
                 owner = ffi.new("char[]", 2 * bulk.CHUNK)
                 self.chunk = (ffi.cast("char *", owner), owner)
         return self.chunk[0]
+
+    def use_ring(self, shared) -> None:
+        """Payloads go through this shared memory (a client on this host): page-locked for the driver, so
+        streamed copies go between it and the GPU directly (bulk.py). If the driver refuses, the copies
+        still work, staged by the driver."""
+        self.ring = shared
+        if self.server.backend == "cuda":
+            err = self.in_primary_context(lambda: self.lib.cuMemHostRegister_v2(
+                self.ffi.cast("void *", shared.address), len(shared.memory), MEMHOSTREGISTER_PORTABLE))
+            self.ring_registered = err == 0
+            if err:
+                log.warning("session %s: shared memory not page-locked (error %d): copies are staged", self.name, err)
+
+    def in_primary_context(self, call):
+        """call() with the first device's primary context current (memory made or registered there is the
+        server's for its life), then the caller's context again."""
+        current = self.ffi.new("CUcontext *")
+        self.lib.cuCtxGetCurrent(current)
+        self.lib.cuCtxSetCurrent(self.ffi.cast("CUcontext", self.server.devices[0].primary_context))
+        try:
+            return call()
+        finally:
+            self.lib.cuCtxSetCurrent(current[0])
 
     def device(self, address: int, size: int):
         """A device range from the wire, if it lies in this session's memory: else CUDA would take it for
@@ -351,3 +374,11 @@ class Session:
         if self.chunk is not None and self.chunk[1] is None:
             self.lib.cuMemFreeHost(self.chunk[0])
         self.chunk = None
+        self.drop_ring()
+
+    def drop_ring(self) -> None:
+        """The shared memory is no longer the GPU's to copy from (before the connection unmaps it)."""
+        if self.ring_registered:
+            self.in_primary_context(lambda: self.lib.cuMemHostUnregister(self.ffi.cast("void *", self.ring.address)))
+            self.ring_registered = False
+        self.ring = None

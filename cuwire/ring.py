@@ -1,0 +1,136 @@
+"""Shared memory for payloads between a client and a server on the same host (the C is cuwire/shm_ring.h).
+
+Over a Unix socket the client offers to take a ring (Hello.ring_size); the session's server makes it (a
+memfd, which it registers with the driver, so the GPU copies straight from and into it) and sends its
+descriptor with the welcome (Welcome.ring). From then on every frame's payload goes through the ring
+instead of the socket (transport.Connection): a large copy to the GPU costs the client one memcpy into
+the ring, as the driver's own staging of pageable memory does, and no socket copies on either side.
+
+Both sides call the same C, each from its own compiled module (the client library's, the server's
+records module): `Ring` takes that module's (ffi, lib).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+from typing import Any
+
+from cuwire.transport import TransportError
+
+SLOT = 4 << 20  # bytes per slot: a large copy moves a slot at a time, the GPU copying one while the next fills
+SIZE = 8 * SLOT + 4096  # what a client offers: eight slots and the header page
+MAX_SIZE = 64 * SLOT + 4096  # the most a server makes for one session
+
+HEADER = Path(__file__).resolve().parent / "shm_ring.h"
+
+
+def cdef() -> str:
+    """The C both sides call, as cffi declarations (the client library's build; the server's records
+    module reads the same lines itself, server/records_build.py, as pip's build cannot import cuwire)."""
+    text = HEADER.read_text()
+    return text[text.index("/* cffi cdef: from here"):text.index("/* cffi cdef: to here")].split("\n", 1)[1]
+
+
+class Ring:
+    """One side's view of a session's ring. Not thread-safe: the connection's lock covers it."""
+
+    def __init__(self, ffi: Any, lib: Any, memory: mmap.mmap, sock_fd: int, create: bool, spin_us: int = 50):
+        self.ffi, self.lib, self.memory = ffi, lib, memory
+        self.base = ffi.from_buffer(memory)
+        self.c = lib.cw_ring_open(self.base, len(memory), sock_fd, int(create), SLOT, spin_us * 1000)
+        if self.c == ffi.NULL:
+            raise TransportError("the shared memory offered for payloads is not a ring cuwire can use")
+        self.slots = lib.cw_ring_slots(self.c)
+        self.slot_size = lib.cw_ring_slot_size(self.c)
+        self.ptr = ffi.new("char **")
+        self.length = ffi.new("uint64_t *")
+        self.held = 0  # slots acquired and not released (acquire)
+
+    @property
+    def address(self) -> int:
+        return int(self.ffi.cast("uintptr_t", self.base))
+
+    def _check(self, rc: int) -> None:
+        if rc == -1:
+            raise TransportError("the peer closed the connection while a payload was in shared memory")
+        if rc != 0:
+            raise TransportError("the peer put something in shared memory that is not a payload")
+
+    # writing a payload
+    def write(self, data: Any) -> None:
+        view = memoryview(data).cast("B")
+        if len(view):
+            self._check(self.lib.cw_ring_write(self.c, self.ffi.from_buffer(view), len(view)))
+
+    def flush(self) -> None:
+        self._check(self.lib.cw_ring_flush(self.c))
+
+    def claim(self) -> int:
+        """A free slot to fill in place: its address (slot_size bytes)."""
+        self._check(self.lib.cw_ring_claim(self.c, self.ptr))
+        return int(self.ffi.cast("uintptr_t", self.ptr[0]))
+
+    def publish(self, n: int) -> None:
+        self._check(self.lib.cw_ring_publish(self.c, n))
+
+    # reading a payload
+    def begin_read(self) -> None:
+        self.lib.cw_ring_begin_read(self.c)
+
+    def read_into(self, view: memoryview) -> None:
+        if len(view):
+            self._check(self.lib.cw_ring_read(self.c, self.ffi.from_buffer(view, require_writable=True), len(view)))
+
+    def acquire(self) -> tuple[int, int]:
+        """The next slot of the payload, to use in place until release: (address, bytes)."""
+        self._check(self.lib.cw_ring_acquire(self.c, self.ptr, self.length))
+        self.held += 1
+        return int(self.ffi.cast("uintptr_t", self.ptr[0])), self.length[0]
+
+    def release(self, count: int = 1) -> None:
+        count = min(count, self.held)
+        if count:
+            self.lib.cw_ring_release(self.c, count)
+            self.held -= count
+
+    def release_all(self) -> None:
+        self.release(self.held)
+
+    def close(self) -> None:
+        if self.c != self.ffi.NULL:
+            self.lib.cw_ring_close(self.c)
+            self.c = self.ffi.NULL
+        self.base = None
+        try:
+            self.memory.close()
+        except BufferError:  # a view is still out (a failed call's); the mapping goes with the process
+            pass
+
+
+def create(ffi: Any, lib: Any, size: int, sock_fd: int, spin_us: int = 50) -> tuple[Ring, int]:
+    """The server's side: new shared memory of `size` bytes (bounded by MAX_SIZE) laid out as a ring, and
+    its descriptor, to send to the client (then close it)."""
+    size = max(min(size, MAX_SIZE), 2 * SLOT + 4096)
+    fd = os.memfd_create("cuwire-ring", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, size)
+        memory = mmap.mmap(fd, size)
+        return Ring(ffi, lib, memory, sock_fd, create=True, spin_us=spin_us), fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def attach(ffi: Any, lib: Any, fd: int, sock_fd: int, spin_us: int = 50) -> Ring:
+    """The client's side: map the ring the server made (its descriptor came with the welcome); the
+    descriptor is closed here."""
+    try:
+        size = os.fstat(fd).st_size
+        if size > MAX_SIZE:
+            raise TransportError(f"the server offered {size} bytes of shared memory, more than {MAX_SIZE}")
+        memory = mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+    return Ring(ffi, lib, memory, sock_fd, create=False, spin_us=spin_us)

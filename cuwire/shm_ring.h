@@ -1,0 +1,316 @@
+/* Shared memory between a client and a server on the same host: a ring of slots that carries frames'
+ * payloads (the bulk bytes of large copies) instead of the socket (cuwire/ring.py says when).
+ *
+ * The server makes the memory (a memfd, registered with the driver so the GPU copies straight from and
+ * into it) and hands its descriptor to the client with the welcome. The frames themselves still go on the
+ * session's Unix socket; only their payload bytes go through the ring, in slots. One side writes a
+ * payload at a time (request, then reply), so one pair of counters serves both directions:
+ *
+ *   filled   slots published by the side sending a payload (each with its byte count in lengths[])
+ *   freed    slots given back by the side receiving it, in order
+ *
+ * A writer waits while all slots are full (filled - freed == nslots), a reader while its next slot is not
+ * published. Waits spin briefly, then sleep on a futex of the counter (the memory is shared, so the peer's
+ * wake reaches us), and check every few milliseconds that the peer still holds the socket: a peer that
+ * died mid-payload ends the wait with an error, never a hang.
+ *
+ * Its implementation is compiled once per C module (client/wire.c; the server's records module,
+ * records_build.py), which defines CW_RING_IMPLEMENTATION before including it. The peer is
+ * not trusted: lengths it publishes are checked against the slot size, counters against the ring's size.
+ */
+#ifndef CUWIRE_SHM_RING_H
+#define CUWIRE_SHM_RING_H
+
+#include <stdint.h>
+
+/* cffi cdef: from here (the client's and the server's builds read these declarations) */
+typedef struct cw_ring cw_ring;
+cw_ring *cw_ring_open(void *base, uint64_t size, int fd, int create, uint64_t slot_size, long spin_ns);
+void cw_ring_close(cw_ring *r);
+uint32_t cw_ring_slots(const cw_ring *r);
+uint64_t cw_ring_slot_size(const cw_ring *r);
+int cw_ring_write(cw_ring *r, const char *src, uint64_t n);
+int cw_ring_flush(cw_ring *r);
+int cw_ring_claim(cw_ring *r, char **ptr);
+int cw_ring_publish(cw_ring *r, uint64_t n);
+void cw_ring_begin_read(cw_ring *r);
+int cw_ring_read(cw_ring *r, char *dst, uint64_t n);
+int cw_ring_acquire(cw_ring *r, char **ptr, uint64_t *len);
+void cw_ring_release(cw_ring *r, uint32_t count);
+/* cffi cdef: to here */
+#endif
+
+/* The implementation, in the one file of a module that defines CW_RING_IMPLEMENTATION before including this. */
+#if defined(CW_RING_IMPLEMENTATION) && !defined(CUWIRE_SHM_RING_C)
+#define CUWIRE_SHM_RING_C
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CW_RING_MAGIC 0x474e4952u /* "RING" */
+#define CW_RING_WAKE_CHECK_NS 5000000L /* how often a sleeping wait looks at the socket */
+
+struct cw_ring_header { /* at the start of the shared memory; both processes write it */
+    uint32_t magic, nslots;
+    uint64_t slot_size, data_offset;
+    char pad0[40];
+    uint32_t filled; /* own cache lines: the two sides write these */
+    char pad1[60];
+    uint32_t freed;
+    char pad2[60];
+    uint64_t lengths[]; /* bytes published in each slot */
+};
+
+struct cw_ring {
+    struct cw_ring_header *h;
+    char *data;
+    uint32_t nslots;
+    uint64_t slot_size;
+    int fd;       /* the session's socket: a peer that closed it is gone */
+    long spin_ns; /* how long a wait spins before it sleeps */
+    uint64_t w_off; /* writer: bytes in the slot being filled (slot `filled`), not published yet */
+    uint32_t r_next; /* reader: the next slot to read or acquire */
+    uint64_t r_off, r_len; /* bytes read of slot r_next, and its length, while one is being read */
+};
+
+static inline uint32_t cw_load(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+
+static inline void cw_store_wake(uint32_t *p, uint32_t v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+    syscall(SYS_futex, p, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static inline long cw_elapsed_ns(const struct timespec *start)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - start->tv_sec) * 1000000000L + (t.tv_nsec - start->tv_nsec);
+}
+
+/* 0 while the peer holds the socket, -1 (errno ECONNRESET) once it closed it or the connection broke. */
+static int cw_ring_peer_alive(const cw_ring *r)
+{
+    if (r->fd < 0)
+        return 0;
+    struct pollfd p = {r->fd, POLLRDHUP, 0};
+    if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) {
+        errno = ECONNRESET;
+        return -1;
+    }
+    return 0;
+}
+
+/* Until the ring lets a writer (want_free) or the reader at slot r_next go on: 0, or -1 when the peer is
+ * gone, or -2 when the counters cannot be (a peer that wrote nonsense). */
+static int cw_ring_wait(cw_ring *r, int want_free)
+{
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (int spins = 0;; spins++) {
+        uint32_t filled = cw_load(&r->h->filled), freed = cw_load(&r->h->freed);
+        uint32_t busy = filled - freed;
+        if (busy > r->nslots)
+            return -2;
+        if (want_free ? busy < r->nslots : (int32_t)(filled - r->r_next) > 0)
+            return 0;
+        if (spins & 63 || cw_elapsed_ns(&start) < r->spin_ns)
+            continue;
+        if (cw_ring_peer_alive(r) != 0)
+            return -1;
+        /* sleep until the counter we wait on moves (or a while passes: then look at the socket again) */
+        uint32_t *word = want_free ? &r->h->freed : &r->h->filled;
+        uint32_t seen = want_free ? freed : filled;
+        struct timespec timeout = {0, CW_RING_WAKE_CHECK_NS};
+        syscall(SYS_futex, word, FUTEX_WAIT, seen, &timeout, NULL, 0);
+    }
+}
+
+/* The ring in `size` bytes at base. create: lay it out (the server, which made the memory), slots of
+ * slot_size; else check the layout the peer made. NULL when it does not fit or is not a ring. */
+cw_ring *cw_ring_open(void *base, uint64_t size, int fd, int create, uint64_t slot_size, long spin_ns)
+{
+    struct cw_ring_header *h = base;
+    if (!base || size < 4096)
+        return NULL;
+    if (create) {
+        memset(h, 0, sizeof *h);
+        uint64_t offset = 4096, n = slot_size ? (size - offset) / slot_size : 0;
+        while (n && offset < sizeof *h + n * sizeof(uint64_t)) { /* the lengths must fit before the data */
+            offset += 4096;
+            n = (size - offset) / slot_size;
+        }
+        if (n == 0 || n > 4096)
+            return NULL;
+        h->nslots = (uint32_t)n;
+        h->slot_size = slot_size;
+        h->data_offset = offset;
+        __atomic_store_n(&h->magic, CW_RING_MAGIC, __ATOMIC_RELEASE);
+    }
+    uint32_t n = h->nslots;
+    uint64_t slot = h->slot_size, offset = h->data_offset;
+    if (h->magic != CW_RING_MAGIC || n == 0 || n > 4096 || slot == 0 || offset < sizeof *h + n * sizeof(uint64_t)
+        || offset > size || slot > (size - offset) / n)
+        return NULL;
+    cw_ring *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->h = h;
+    r->data = (char *)base + offset;
+    r->nslots = n;
+    r->slot_size = slot;
+    r->fd = fd;
+    r->spin_ns = spin_ns;
+    return r;
+}
+
+void cw_ring_close(cw_ring *r) { free(r); }
+
+uint32_t cw_ring_slots(const cw_ring *r) { return r->nslots; }
+
+uint64_t cw_ring_slot_size(const cw_ring *r) { return r->slot_size; }
+
+/* ---------------------------------------------------------------- writing a payload */
+
+static int cw_ring_publish_n(cw_ring *r, uint64_t n)
+{
+    uint32_t filled = cw_load(&r->h->filled);
+    r->h->lengths[filled % r->nslots] = n;
+    cw_store_wake(&r->h->filled, filled + 1);
+    r->w_off = 0;
+    return 0;
+}
+
+/* Copy n bytes into the ring, slot after slot, publishing each slot as it fills. 0 or as cw_ring_wait. */
+int cw_ring_write(cw_ring *r, const char *src, uint64_t n)
+{
+    while (n) {
+        if (r->w_off == 0) {
+            int rc = cw_ring_wait(r, 1);
+            if (rc)
+                return rc;
+        }
+        uint32_t slot = cw_load(&r->h->filled) % r->nslots;
+        uint64_t k = r->slot_size - r->w_off < n ? r->slot_size - r->w_off : n;
+        memcpy(r->data + slot * r->slot_size + r->w_off, src, k);
+        r->w_off += k;
+        src += k;
+        n -= k;
+        if (r->w_off == r->slot_size)
+            cw_ring_publish_n(r, r->slot_size);
+    }
+    return 0;
+}
+
+/* Publish the slot being filled, if any bytes are in it: the end of a payload. */
+int cw_ring_flush(cw_ring *r) { return r->w_off ? cw_ring_publish_n(r, r->w_off) : 0; }
+
+/* A whole free slot to fill in place (the GPU copies into it): its address, in *ptr. 0 or as cw_ring_wait.
+ * Only between payload parts written with cw_ring_write (nothing half-filled). */
+int cw_ring_claim(cw_ring *r, char **ptr)
+{
+    if (r->w_off) {
+        errno = EINVAL;
+        return -2;
+    }
+    int rc = cw_ring_wait(r, 1);
+    if (rc == 0)
+        *ptr = r->data + (cw_load(&r->h->filled) % r->nslots) * r->slot_size;
+    return rc;
+}
+
+/* The claimed slot holds n bytes now: the reader may have them. */
+int cw_ring_publish(cw_ring *r, uint64_t n)
+{
+    if (n > r->slot_size || r->w_off) {
+        errno = EINVAL;
+        return -2;
+    }
+    return cw_ring_publish_n(r, n);
+}
+
+/* ---------------------------------------------------------------- reading a payload */
+
+/* Before reading a payload: every slot before it was given back (the sides take turns). */
+void cw_ring_begin_read(cw_ring *r)
+{
+    r->r_next = cw_load(&r->h->freed);
+    r->r_off = r->r_len = 0;
+}
+
+static int cw_ring_next_length(cw_ring *r) /* the length of slot r_next, once published */
+{
+    int rc = cw_ring_wait(r, 0);
+    if (rc)
+        return rc;
+    uint64_t len = r->h->lengths[r->r_next % r->nslots];
+    if (len == 0 || len > r->slot_size)
+        return -2;
+    r->r_len = len;
+    return 0;
+}
+
+/* Copy the payload's next n bytes out of the ring, giving each slot back once it is read. 0, -1 (the peer
+ * is gone), -2 (the peer published a slot that cannot be). */
+int cw_ring_read(cw_ring *r, char *dst, uint64_t n)
+{
+    while (n) {
+        if (r->r_len == 0) {
+            int rc = cw_ring_next_length(r);
+            if (rc)
+                return rc;
+        }
+        uint64_t k = r->r_len - r->r_off < n ? r->r_len - r->r_off : n;
+        memcpy(dst, r->data + (r->r_next % r->nslots) * r->slot_size + r->r_off, k);
+        r->r_off += k;
+        dst += k;
+        n -= k;
+        if (r->r_off == r->r_len) {
+            r->r_next++;
+            r->r_off = r->r_len = 0;
+            cw_store_wake(&r->h->freed, cw_load(&r->h->freed) + 1);
+        }
+    }
+    return 0;
+}
+
+/* The next published slot, to use in place (the GPU copies from it) until cw_ring_release: its address and
+ * length. Only at a slot's start (not in the middle of one being read with cw_ring_read). */
+int cw_ring_acquire(cw_ring *r, char **ptr, uint64_t *len)
+{
+    if (r->r_len) {
+        errno = EINVAL;
+        return -2;
+    }
+    int rc = cw_ring_next_length(r);
+    if (rc)
+        return rc;
+    *ptr = r->data + (r->r_next % r->nslots) * r->slot_size;
+    *len = r->r_len;
+    r->r_next++;
+    r->r_len = 0;
+    return 0;
+}
+
+/* Give back the `count` oldest slots acquired and not given back yet. */
+void cw_ring_release(cw_ring *r, uint32_t count)
+{
+    uint32_t freed = cw_load(&r->h->freed);
+    if ((int32_t)(r->r_next - freed) < (int32_t)count) /* never past what was read */
+        count = r->r_next - freed;
+    if (count)
+        cw_store_wake(&r->h->freed, freed + count);
+}
+
+#endif
