@@ -6,6 +6,12 @@ descriptor with the welcome (Welcome.ring). From then on every frame's payload g
 instead of the socket (transport.Connection): a large copy to the GPU costs the client one memcpy into
 the ring, as the driver's own staging of pageable memory does, and no socket copies on either side.
 
+Beside the ring, the server makes a second memfd, of CUWIRE_HOST_MEMORY bytes, that the client's
+page-locked allocations (cuMemHostAlloc, cudaMallocHost) are carved from (client/runtime.py, SharedHost);
+the server registers each allocated range with the driver (RegisterHost), and copies between such memory
+and the GPU name an offset in it (CopyShared, server/records.c): the GPU reads and writes the program's
+buffer itself, and an asynchronous copy is queued, as natively.
+
 Both sides call the same C, each from its own compiled module (the client library's, the server's
 records module): `Ring` takes that module's (ffi, lib).
 """
@@ -121,6 +127,30 @@ def create(ffi: Any, lib: Any, size: int, sock_fd: int, spin_us: int = 50) -> tu
     except BaseException:
         os.close(fd)
         raise
+
+
+def host_memory(size: int) -> tuple[mmap.mmap, int]:
+    """The server's side of the host memory a client on this host gets for its page-locked allocations:
+    `size` bytes of a new memfd, mapped (no page is taken until one is written), and its descriptor, to send
+    to the client (then close it). The server registers the ranges the client allocates (RegisterHost)."""
+    fd = os.memfd_create("cuwire-host", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, size)
+        return mmap.mmap(fd, size), fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def map_host_memory(fd: int, size: int) -> mmap.mmap:
+    """The client's side: map what the server made (its descriptor came with the welcome); the descriptor
+    is closed here."""
+    try:
+        if os.fstat(fd).st_size != size:
+            raise TransportError("the server's host memory is not the size its welcome says")
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
 
 
 def attach(ffi: Any, lib: Any, fd: int, sock_fd: int, spin_us: int = 50) -> Ring:

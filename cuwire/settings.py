@@ -32,6 +32,10 @@ class Settings:
     max_buffer: int = field(default_factory=lambda: int(_env("max_buffer", str(8 << 30))))
     # the most device memory one session may hold through cuMemAlloc and friends, in bytes; 0: the GPU's
     session_memory: int = field(default_factory=lambda: int(_env("session_memory", "0")))
+    # the most page-locked host memory (cuMemHostAlloc, cudaMallocHost) one session of a client on this host
+    # may hold in the host memory it shares with the server, in bytes; past it, such allocations are the
+    # client's ordinary memory (copies from them travel like pageable ones); 0: none shared
+    host_memory: int = field(default_factory=lambda: int(_env("host_memory", str(16 << 30))))
     # process: each session runs in a process of its own (its own CUDA context; a crash stays there);
     # thread: sessions are threads of the listening process
     isolation: str = field(default_factory=lambda: _env("isolation", "process"))

@@ -377,12 +377,14 @@ class SocketTransport:
 
 
 def open_session(address: str, hello: pb.Hello, connect_timeout: float = 10.0, mode: str = "tcp",
-                 attach_ring: Callable[[int, int], Any] | None = None) -> tuple[SocketTransport, pb.Reply]:
+                 attach_ring: Callable[[list[int], pb.Welcome, int], Any] | None = None
+                 ) -> tuple[SocketTransport, pb.Reply]:
     """Connect and say hello. Returns the transport of the session and the server's first reply (a
     Welcome, or a refusal). With process isolation the listener hands the connection itself to the
-    session's process, which answers: one port serves everything. Over a Unix socket, with attach_ring
-    (the client's ring.attach, given the memory's descriptor and the socket's), the client offers to
-    take shared memory for payloads; the server's welcome brings it."""
+    session's process, which answers: one port serves everything. Over a Unix socket, with attach_ring,
+    the client offers to take shared memory for payloads; the server's welcome brings its descriptors,
+    which attach_ring(descriptors, welcome, the socket's descriptor) takes (and closes), returning the
+    ring (ring.attach)."""
     transport = SocketTransport(address, connect_timeout, mode)
     conn = transport.connection
     local = conn.sock.family == socket.AF_UNIX and attach_ring is not None
@@ -396,14 +398,20 @@ def open_session(address: str, hello: pb.Hello, connect_timeout: float = 10.0, m
         try:
             conn.send(pb.Batch(hello=hello).SerializeToString())
             if local:
-                fds = conn.receive_fds(1)
+                fds = conn.receive_fds(2)
         except (OSError, EOFError) as e:
             raise TransportError(f"lost the cuwire server at {address} ({e or type(e).__name__})") from None
-        reply, _, _ = transport.exchange_with_payload(None)
+        try:
+            reply, _, _ = transport.exchange_with_payload(None)
+        except TransportError:
+            for fd in fds:
+                os.close(fd)
+            raise
         if fds and reply.welcome.ring:
-            conn.ring = attach_ring(fds.pop(), conn.sock.fileno())
-        for fd in fds:
-            os.close(fd)
+            conn.ring = attach_ring(fds, reply.welcome, conn.sock.fileno())
+        else:
+            for fd in fds:
+                os.close(fd)
     except TransportError:
         transport.close()
         raise

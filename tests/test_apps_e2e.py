@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import APPS, run_remote
+from conftest import APPS, ServerProcess, run_remote
 
 EXPECTED = APPS / "expected"
 APPS_SAME_AS_NATIVE = ["vector_add", "memcpy_kinds", "memset", "events", "streams", "device_symbols", "templated",
@@ -35,6 +35,21 @@ def test_every_transport_gives_the_same_output(name, transport, apps: Path, clie
     assert r.returncode == 0, f"{name} failed:\n{r.stdout}\n{r.stderr}"
     assert r.stdout == (EXPECTED / f"{name}.out").read_text(), r.stderr
     assert f"transport: {TRANSPORTS[transport]} to {server.address}" in r.stderr
+    # page-locked buffers live in host memory shared with the server: their copies carry no bytes
+    assert ("cuwire.CopyShared" in r.stderr) == (name == "large_copies" and transport != "tcp"), r.stderr
+
+
+def test_page_locked_memory_past_the_shared_budget_is_the_clients_own(apps: Path, client_lib, tmp_path):
+    """A server that shares less host memory than the program pins: cudaMallocHost still succeeds (memory
+    of the client's own, its copies travelling as pageable ones do), with the same results."""
+    s = ServerProcess(tmp_path, env={"CUWIRE_HOST_MEMORY": str(8 << 20)})
+    try:
+        r = run_remote(apps / "large_copies", client_lib, s.address, env={"CUWIRE_STATS": "1"})
+    finally:
+        s.stop()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == (EXPECTED / "large_copies.out").read_text()
+    assert "transport: Unix socket and shared memory" in r.stderr and "cuwire.CopyShared" not in r.stderr
 
 
 def test_device_query_reports_the_emulated_device(apps, client_lib, server):

@@ -4,6 +4,7 @@ make gpu-test runs this file against the real GPU too (CUWIRE_TEST_BACKEND=cuda)
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 
@@ -23,11 +24,14 @@ def fn_id(name: str) -> int:
     return next(i for i, (n, _, _) in generated.HANDLERS.items() if n == name)
 
 
-def attach_ring(fd: int, sock_fd: int):
-    """The client's side of shared memory for payloads, through the server's build of the same C."""
+def attach_ring(fds: list[int], welcome, sock_fd: int):
+    """The client's side of shared memory for payloads, through the server's build of the same C (the host
+    memory for page-locked allocations is not used here)."""
     from cuwire.server._records import ffi, lib
 
-    return ring.attach(ffi, lib, fd, sock_fd)
+    for fd in fds[1:]:
+        os.close(fd)
+    return ring.attach(ffi, lib, fds[0], sock_fd)
 
 
 @pytest.fixture(params=["tcp", "unix"])

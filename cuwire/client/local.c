@@ -253,6 +253,9 @@ struct __attribute__((packed)) copy_head {
 
 static int queue_copy(CUdeviceptr dst, const void *src, size_t n, CUstream stream, uint32_t sync)
 {
+    int shared = cuwire_copy_shared(src, dst, n, stream, 1, (int)sync);
+    if (shared >= 0)
+        return shared;
     if (!src || n == 0 || n > INLINE_COPY_MAX || !cuwire_in_allocation(dst, n) || !cuwire_session_open())
         return -1; /* the call goes to the server and waits, which says what is wrong */
     struct copy_head head = {dst, (uint64_t)(uintptr_t)stream, sync, 0};
@@ -285,11 +288,73 @@ size_t cuwire_queue_take(char **data, uint64_t *count)
 
 void cuwire_free(void *p) { free(p); }
 
-/* ------------------------------------------------------------------ host memory of the client's own */
+/* ------------------------------------------------------------------ host memory shared with the server */
 
+/* With a server on this host, the session shares host memory with it (cuwire/ring.py): page-locked
+ * allocations are carved from it (runtime.py, SharedHost), and a copy between such an allocation and one
+ * of the session's device allocations names an offset in it (CopyShared; server/records.c): the GPU reads
+ * and writes the program's buffer itself. An asynchronous copy is queued (the program may not touch the
+ * buffer until the stream is past it, as natively); a synchronous one waits for the server's answer. */
+extern const uint32_t cuwire_copy_shared_record_id;
+static uint64_t shared_base, shared_size;
+static int shared_known; /* the session said whether it has shared host memory */
+
+void cuwire_shared_host_set(uint64_t base, uint64_t size)
+{
+    shared_base = base;
+    shared_size = size;
+    __atomic_store_n(&shared_known, 1, __ATOMIC_RELEASE);
+}
+
+static int shared_offset(const void *p, uint64_t n, uint64_t *offset)
+{
+    uint64_t a = (uint64_t)(uintptr_t)p;
+    if (!p || !shared_size || a < shared_base || n > shared_size || a - shared_base > shared_size - n)
+        return 0;
+    *offset = a - shared_base;
+    return 1;
+}
+
+struct __attribute__((packed)) copy_shared {
+    uint64_t device, offset, n, stream;
+    uint32_t to_device, sync;
+};
+
+/* The copy as a CopyShared record when `host` is in the shared memory and `device` in one of the session's
+ * allocations: its CUDA result, or -1 when the call takes its usual path. */
+int cuwire_copy_shared(const void *host, uint64_t device, uint64_t n, void *stream, int to_device, int sync)
+{
+    struct copy_shared rec = {device, 0, n, (uint64_t)(uintptr_t)stream, (uint32_t)to_device, (uint32_t)sync};
+    if (n == 0 || !shared_offset(host, n, &rec.offset) || !cuwire_in_allocation(device, n) || !cuwire_session_open())
+        return -1;
+    if (sync)
+        return cuwire_call(cuwire_copy_shared_record_id, &rec, sizeof rec, NULL, 0);
+    return cuwire_enqueue(cuwire_copy_shared_record_id, &rec, sizeof rec);
+}
+
+/* cuMemcpy and cuMemcpyAsync (unified addresses) between shared host memory and the device. */
+static int unified_shared(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream, int sync)
+{
+    if (!shared_size)
+        return -1;
+    int r = cuwire_copy_shared((const void *)(uintptr_t)src, dst, n, stream, 1, sync);
+    return r >= 0 ? r : cuwire_copy_shared((const void *)(uintptr_t)dst, src, n, stream, 0, sync);
+}
+
+int cuwire_fast_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return unified_shared(dst, src, n, NULL, 1); }
+
+int cuwire_fast_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream)
+{
+    return unified_shared(dst, src, n, stream, 0);
+}
+
+/* ------------------------------------------------------------------ page-locked host memory */
+
+/* Each allocation: in the shared host memory (`shared`, through Python) or the client's own memory. */
 struct host_alloc {
     void *ptr;
     unsigned int flags;
+    int shared;
     struct host_alloc *next;
 };
 static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -300,12 +365,18 @@ static int host_alloc(void **pHost, size_t size, unsigned int flags)
     if (!pHost)
         return CUDA_ERROR_INVALID_VALUE;
     struct host_alloc *a = malloc(sizeof *a);
-    if (!a || posix_memalign(pHost, 4096, size ? size : 1) != 0) {
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t address = 0;
+    if (size && (!__atomic_load_n(&shared_known, __ATOMIC_ACQUIRE) || shared_size) && CUWIRE_READY())
+        cuwire_py_host_alloc(size, &address); /* 0: none there (no shared memory, or it is full) */
+    *pHost = (void *)(uintptr_t)address;
+    if (!address && posix_memalign(pHost, 4096, size ? size : 1) != 0) {
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     pthread_mutex_lock(&host_lock);
-    *a = (struct host_alloc){*pHost, flags, host_allocs};
+    *a = (struct host_alloc){*pHost, flags, address != 0, host_allocs};
     host_allocs = a;
     pthread_mutex_unlock(&host_lock);
     return CUDA_SUCCESS;
@@ -321,9 +392,13 @@ static int host_free(void *ptr)
             struct host_alloc *a = *p;
             *p = a->next;
             pthread_mutex_unlock(&host_lock);
+            int err = 0;
+            if (!a->shared)
+                free(ptr);
+            else if (CUWIRE_READY())
+                err = cuwire_py_host_free((uint64_t)(uintptr_t)ptr);
             free(a);
-            free(ptr);
-            return CUDA_SUCCESS;
+            return err;
         }
     }
     pthread_mutex_unlock(&host_lock);

@@ -61,6 +61,13 @@ uint64_t cuwire_allocation_of(uint64_t address, uint64_t *size);
 int cuwire_in_allocation(uint64_t address, uint64_t n);
 void cuwire_forget_allocations(void);
 
+/* Host memory shared with a server on this host (client/local.c): page-locked allocations are carved from
+ * it, and copies between it and the GPU travel as CopyShared records, without their bytes. */
+void cuwire_shared_host_set(uint64_t base, uint64_t size);
+int cuwire_copy_shared(const void *host, uint64_t device, uint64_t n, void *stream, int to_device, int sync);
+int cuwire_py_host_alloc(uint64_t size, uint64_t *address);
+int cuwire_py_host_free(uint64_t address);
+
 /* For the Python side (declared again in client/build.py's cdef). */
 uint64_t cuwire_current_context(void);
 int cuwire_py_connect(void);

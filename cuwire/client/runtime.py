@@ -11,6 +11,7 @@ import atexit
 import contextlib
 import dataclasses
 import hashlib
+import mmap
 import os
 import socket
 import sys
@@ -48,9 +49,10 @@ MAX_THREADS_PER_BLOCK, MAX_BLOCK_DIM, MAX_GRID_DIM = 1, (2, 3, 4), (5, 6, 7)
 
 
 (LOAD_MODULE, GET_KERNEL, GET_GLOBAL, LAUNCH_KERNEL, ERROR_STRING, MODULE_FUNCTIONS, MAX_ACTIVE_CLUSTERS,
- EXPORT_TABLE_SIZE, LINK, COPY_2D) = (wire.OP_IDS[n] for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel",
-                                                              "ErrorString", "ModuleFunctions", "MaxActiveClusters",
-                                                              "ExportTableSize", "Link", "Copy2D"))
+ EXPORT_TABLE_SIZE, LINK, COPY_2D, REGISTER_HOST, UNREGISTER_HOST) = (
+    wire.OP_IDS[n] for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString",
+                             "ModuleFunctions", "MaxActiveClusters", "ExportTableSize", "Link", "Copy2D",
+                             "RegisterHost", "UnregisterHost"))
 
 
 class Fail(Exception):
@@ -104,9 +106,9 @@ class Session:
                          api_digest=wire.API_DIGEST, token=settings.token, pid=os.getpid(),
                          host=socket.gethostname())
         self.transport: SocketTransport
-        self.transport, reply = open_session(
-            settings.server, hello, mode=settings.transport,
-            attach_ring=lambda fd, sock_fd: ring.attach(ffi, lib, fd, sock_fd, settings.spin_us))
+        self.host: SharedHost | None = None  # host memory shared with the server (page-locked allocations)
+        self.transport, reply = open_session(settings.server, hello, mode=settings.transport,
+                                             attach_ring=self.take_shared_memory)
         if reply.error:
             self.transport.close()
             raise TransportError(reply.error)
@@ -115,6 +117,61 @@ class Session:
         if self.welcome.backend == "emulated":
             print("cuwire: the server runs the EMULATED device (tests only): results are not from a GPU",
                   file=sys.stderr)
+
+
+    def take_shared_memory(self, fds: list[int], welcome: pb.Welcome, sock_fd: int) -> ring.Ring:
+        """A server on this host shares memory: the ring for payloads, and host memory for page-locked
+        allocations (when it offers some). Takes the descriptors."""
+        ring_fd, *rest = fds
+        host_fd = rest.pop(0) if welcome.host_memory and rest else None
+        for fd in rest:
+            os.close(fd)
+        try:
+            shared = ring.attach(ffi, lib, ring_fd, sock_fd, self.settings.spin_us)
+        except BaseException:
+            if host_fd is not None:
+                os.close(host_fd)
+            raise
+        if host_fd is not None:
+            self.host = SharedHost(ring.map_host_memory(host_fd, welcome.host_memory))
+        return shared
+
+
+class SharedHost:
+    """Host memory shared with the server, which the program's page-locked allocations are carved from
+    (client/local.c, host_alloc): first fit over page-aligned ranges. The server registers each range with
+    the driver, so copies between it and the GPU need no bytes on the wire (CopyShared)."""
+
+    PAGE = 4096
+
+    def __init__(self, memory: mmap.mmap):
+        self.memory = memory
+        self.keep = ffi.from_buffer(memory)
+        self.base = int(ffi.cast("uintptr_t", self.keep))
+        self.free: list[tuple[int, int]] = [(0, len(memory))]  # (offset, size), sorted by offset
+        self.used: dict[int, int] = {}  # offset -> size
+
+    def alloc(self, size: int) -> int | None:
+        size = -(-size // self.PAGE) * self.PAGE
+        for i, (offset, n) in enumerate(self.free):
+            if n >= size:
+                self.free[i:i + 1] = [(offset + size, n - size)] if n > size else []
+                self.used[offset] = size
+                return offset
+        return None
+
+    def release(self, offset: int) -> int:
+        size = self.used.pop(offset)
+        self.free.append((offset, size))
+        self.free.sort()
+        merged: list[tuple[int, int]] = []
+        for o, n in self.free:
+            if merged and merged[-1][0] + merged[-1][1] == o:
+                merged[-1] = (merged[-1][0], merged[-1][1] + n)
+            else:
+                merged.append((o, n))
+        self.free = merged
+        return size
 
 
 def lookup_key(args: pb.GetKernel_Args) -> tuple:
@@ -187,6 +244,8 @@ class Client:
             try:
                 self.session = Session(self.settings)
                 connection = self.session.transport.connection
+                host = self.session.host
+                lib.cuwire_shared_host_set(host.base if host else 0, len(host.memory) if host else 0)
                 self.stats.transport = f"{connection.kind} to {self.settings.server}"
                 self.stats.connected = time.monotonic()
                 if self.settings.compress != "zstd":  # client/wire.c sends its frames uncompressed
@@ -409,6 +468,33 @@ class Client:
         give_layout_to_c(key or k.handle, k)
         return k
 
+    def host_alloc(self, size: int) -> int:
+        """A page-locked allocation in the host memory shared with the server: its address, or 0 when the
+        session has none or it is full (the program then gets memory of the client's own)."""
+        with self.lock:
+            host = self.connect().host
+            offset = host.alloc(size) if host else None
+            if offset is None:
+                return 0
+            res = self.call(REGISTER_HOST, pb.RegisterHost_Args(offset=offset, size=host.used[offset]),
+                            pb.RegisterHost_Result)
+            if res.status != 0:
+                host.release(offset)
+                return 0
+            return host.base + offset
+
+    def host_free(self, address: int) -> None:
+        with self.lock:
+            host = self.session.host if self.session else None
+            if host is None:
+                return  # the session is gone; so is the memory's use
+            offset = address - host.base
+            res = self.call(UNREGISTER_HOST, pb.UnregisterHost_Args(offset=offset), pb.UnregisterHost_Result)
+            host.memory.madvise(mmap.MADV_REMOVE, offset, host.used[offset])  # its pages go back
+            host.release(offset)
+            if res.status != 0:
+                raise Fail(res.status)
+
     def error_string(self, code: int, name: bool = False, nvml: bool = False):
         """The server's text (or name) for a CUresult (or an nvmlReturn_t), as a C string kept for the
         process's life; NULL for a code the server's library does not know."""
@@ -444,6 +530,7 @@ class Client:
         self.lock = threading.RLock()
         self.session = None
         lib.cuwire_wire_forget()
+        lib.cuwire_shared_host_set(0, 0)  # the parent's page-locked memory stays mapped, but not for copies
         self.broken = ("this process was forked from a cuwire client; a forked child cannot open its own "
                        "session yet, so its CUDA calls fail (CUDA_ERROR_DEVICE_UNAVAILABLE)")
         lib.cuwire_forget_allocations()
@@ -694,6 +781,19 @@ def cuwire_py_flush() -> int:
 @ffi.def_extern(onerror=on_error)
 def cuwire_py_send_queued() -> int:
     return client.send_queued()
+
+
+@ffi.def_extern(onerror=on_error)
+def cuwire_py_host_alloc(size: int, address) -> int:
+    """cuMemHostAlloc's memory, in the host memory shared with the server when there is some (client/local.c)."""
+    address[0] = client.host_alloc(size)
+    return 0
+
+
+@ffi.def_extern(onerror=on_error)
+def cuwire_py_host_free(address: int) -> int:
+    client.host_free(address)
+    return 0
 
 
 @ffi.def_extern(onerror=on_error)

@@ -291,6 +291,9 @@ struct __attribute__((packed)) copy_from {
 
 static int copy_from_device(void *dst, CUdeviceptr src, size_t n, CUstream stream, uint32_t sync)
 {
+    int shared = cuwire_copy_shared(dst, src, n, stream, 0, (int)sync); /* into shared host memory */
+    if (shared >= 0)
+        return shared;
     if (!dst || n == 0 || n > CUWIRE_CALL_RESULT_MAX || !cuwire_in_allocation(src, n) || !cuwire_session_open())
         return -1;
     struct copy_from rec = {src, (uint64_t)(uintptr_t)stream, sync, (uint32_t)n};

@@ -1999,6 +1999,8 @@ const uint32_t cuwire_launch_ex_record_id = 2383965022u;
 const uint32_t cuwire_copy_record_id = 1294727371u;
 /* ... and of a small copy from the device, a call made in C (cuwire's own operation CopyFromDevice). */
 const uint32_t cuwire_copy_from_record_id = 2717996854u;
+/* ... and of a copy between the GPU and host memory shared with the server (cuwire's own operation CopyShared). */
+const uint32_t cuwire_copy_shared_record_id = 3420448369u;
 /* ... and of the switch of the session thread's context (cuwire's own operation SetContext). */
 const uint32_t cuwire_set_context_record_id = 2441823671u;
 
@@ -9185,8 +9187,14 @@ CUWIRE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 
 /* cuMemcpy (cuda.h): remoted, sync; also cuMemcpy_ptds */
 int cuwire_py_cuMemcpy(void *, uint64_t, void *, uint64_t, uint64_t);
+int cuwire_fast_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
 static inline CUresult cuwire_impl_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
+    int fast = cuwire_fast_cuMemcpy(dst, src, ByteCount);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[375], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpy((void *)dst, (uint64_t)(ByteCount), (void *)src, (uint64_t)(ByteCount), (uint64_t)ByteCount));
@@ -9490,8 +9498,14 @@ CUWIRE_EXPORT __typeof__(cuMemcpy3D_v2) cuMemcpy3D_v2_ptds __attribute__((alias(
 
 /* cuMemcpyAsync (cuda.h): remoted, sync; also cuMemcpyAsync_ptsz */
 int cuwire_py_cuMemcpyAsync(void *, uint64_t, void *, uint64_t, uint64_t, uint64_t);
+int cuwire_fast_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 static inline CUresult cuwire_impl_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
+    int fast = cuwire_fast_cuMemcpyAsync(dst, src, ByteCount, hStream);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[391], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyAsync((void *)dst, (uint64_t)(ByteCount), (void *)src, (uint64_t)(ByteCount), (uint64_t)ByteCount, (uint64_t)(uintptr_t)hStream));

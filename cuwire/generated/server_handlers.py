@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "76c6258af8491fc7"
+API_DIGEST = "c88e19ad5d1453e0"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -27,6 +27,9 @@ OP_IDS = {
     "Copy2D": 501470100,
     "CopyToDevice": 1294727371,
     "CopyFromDevice": 2717996854,
+    "CopyShared": 3420448369,
+    "RegisterHost": 3990496965,
+    "UnregisterHost": 3562218563,
 }
 
 

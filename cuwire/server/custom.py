@@ -336,6 +336,14 @@ def copy_2d(s, a: pb.Copy2D_Args) -> pb.Copy2D_Result:
     return r
 
 
+def register_host(s, a: pb.RegisterHost_Args) -> pb.RegisterHost_Result:
+    return pb.RegisterHost_Result(status=s.register_host(a.offset, a.size))
+
+
+def unregister_host(s, a: pb.UnregisterHost_Args) -> pb.UnregisterHost_Result:
+    return pb.UnregisterHost_Result(status=s.unregister_host(a.offset))
+
+
 # id -> (name, Args message, handler), looked up like generated.HANDLERS
 OPS = {
     op_id("LoadModule"): ("cuwire.LoadModule", pb.LoadModule_Args, load_module),
@@ -348,8 +356,10 @@ OPS = {
     op_id("ExportTableSize"): ("cuwire.ExportTableSize", pb.ExportTableSize_Args, export_table_size),
     op_id("Link"): ("cuwire.Link", pb.Link_Args, link),
     op_id("Copy2D"): ("cuwire.Copy2D", pb.Copy2D_Args, copy_2d),
+    op_id("RegisterHost"): ("cuwire.RegisterHost", pb.RegisterHost_Args, register_host),
+    op_id("UnregisterHost"): ("cuwire.UnregisterHost", pb.UnregisterHost_Args, unregister_host),
 }
 
 # cuwire's own queued records, run by the session's C loop (records.c) with the generated ones
 RECORD_OPS = {op_id(name): f"cuwire.{name}"
-              for name in ("SetContext", "LaunchKernel", "LaunchKernelEx", "CopyToDevice")}
+              for name in ("SetContext", "LaunchKernel", "LaunchKernelEx", "CopyToDevice", "CopyShared")}

@@ -70,7 +70,9 @@ struct cw_records {
         CW_FN_MEMBER(cuMemcpyDtoHAsync_v2)
     } fn;
     /* cuwire's own records (cw_records_ops) */
-    uint32_t launch_id, launch_ex_id, set_context_id, copy_id, copy_from_id;
+    uint32_t launch_id, launch_ex_id, set_context_id, copy_id, copy_from_id, copy_shared_id;
+    char *shared;         /* host memory shared with a client on this host (cw_records_shared)... */
+    uint64_t shared_size; /* ...of this many bytes; copies to and from it name offsets in it */
     char *out;          /* where the call of a records frame puts its result (cw_records_call)... */
     uint32_t out_cap, out_len; /* ...of at most out_cap bytes */
     cw_set handles[CW_N_KINDS];
@@ -236,6 +238,15 @@ void cw_records_ops(cw_records *s, uint32_t launch, uint32_t launch_ex, uint32_t
     s->set_context_id = set_context;
     s->copy_id = copy;
     s->copy_from_id = copy_from;
+}
+
+/* Host memory shared with the client (its page-locked allocations, cuwire/ring.py): CopyShared records
+ * name offsets in it. */
+void cw_records_shared(cw_records *s, uint32_t copy_shared, uintptr_t base, uint64_t size)
+{
+    s->copy_shared_id = copy_shared;
+    s->shared = (char *)base;
+    s->shared_size = size;
 }
 
 /* ------------------------------------------------------------------ the session's device memory */
@@ -500,6 +511,38 @@ static int cw_copy_from_record(cw_records *s, const char *p, uint32_t size, int 
     return 1;
 }
 
+/* A copy between the GPU and host memory shared with the client (its page-locked allocations, client/local.c):
+ * device address, offset in the shared memory, bytes, stream, u32 to_device, u32 sync. Queued when
+ * asynchronous (the program may not touch the buffer until the stream is past the copy, as natively); the
+ * call of a records frame when synchronous (the driver returns when the copy is done). No bytes travel. */
+struct __attribute__((packed)) copy_shared {
+    uint64_t device, offset, n, stream;
+    uint32_t to_device, sync;
+};
+
+static int cw_copy_shared_record(cw_records *s, const char *p, uint32_t size, int *err)
+{
+    struct copy_shared h;
+    if (size != sizeof h)
+        return cw_refuse(s, "copy of shared memory of %u bytes, expected %zu", size, sizeof h);
+    memcpy(&h, p, sizeof h);
+    if (!s->shared)
+        return cw_refuse(s, "a copy of shared memory in a session that has none");
+    if (h.offset > s->shared_size || h.n > s->shared_size - h.offset || !cw_records_in_memory(s, h.device, h.n)) {
+        *err = CW_INVALID_VALUE;
+        return 1;
+    }
+    char *host = s->shared + h.offset;
+    CUstream stream = (CUstream)(uintptr_t)h.stream;
+    if (!h.sync && !cw_owns(s, CW_KIND_CUstream_st, h.stream))
+        *err = CW_INVALID_HANDLE;
+    else if (h.to_device)
+        *err = h.sync ? s->fn.cuMemcpyHtoD_v2(h.device, host, h.n) : s->fn.cuMemcpyHtoDAsync_v2(h.device, host, h.n, stream);
+    else
+        *err = h.sync ? s->fn.cuMemcpyDtoH_v2(host, h.device, h.n) : s->fn.cuMemcpyDtoHAsync_v2(host, h.device, h.n, stream);
+    return 1;
+}
+
 /* One record: 1 when it ran (its CUDA result in *err), -1 when it is malformed or unknown (s->why). */
 static int cw_run_one(cw_records *s, uint32_t fn, const char *p, uint32_t size, int *err)
 {
@@ -510,6 +553,8 @@ static int cw_run_one(cw_records *s, uint32_t fn, const char *p, uint32_t size, 
         done = cw_copy_record(s, p, size, err);
     } else if (fn == s->copy_from_id) {
         done = cw_copy_from_record(s, p, size, err);
+    } else if (fn == s->copy_shared_id && fn) {
+        done = cw_copy_shared_record(s, p, size, err);
     } else if (fn == s->set_context_id) {
         uint64_t ctx;
         if (size != sizeof ctx)

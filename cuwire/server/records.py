@@ -77,6 +77,11 @@ class RecordLoop:
         if k >= 0:
             lib.cw_records_disown(self.state, k, value)
 
+    def shared(self, copy_shared: int, base: int, size: int) -> None:
+        """Host memory shared with a client on this host: CopyShared records (id copy_shared) copy between
+        its offsets and the GPU."""
+        lib.cw_records_shared(self.state, copy_shared, base, size)
+
     def add_memory(self, base: int, size: int) -> None:
         if lib.cw_records_memory_add(self.state, base, size) != 0:
             raise MemoryError("no memory for the session's map of device memory")

@@ -38,6 +38,7 @@ void cw_records_ops(cw_records *s, uint32_t launch, uint32_t launch_ex, uint32_t
                     uint32_t copy_from);
 int cw_records_call(cw_records *s, const char *data, size_t len, char *out, uint32_t out_cap, uint32_t *out_len,
                     int *status, int *first_error, uint32_t *first_fn, uint64_t *count);
+void cw_records_shared(cw_records *s, uint32_t copy_shared, uintptr_t base, uint64_t size);
 int cw_records_memory_add(cw_records *s, uint64_t base, uint64_t size);
 void cw_records_memory_remove(cw_records *s, uint64_t base);
 int cw_records_in_memory(const cw_records *s, uint64_t address, uint64_t size);

@@ -127,19 +127,25 @@ class CuWireServer:
             server_version=cuwire.__version__, cuda_version=generated.CUDA_VERSION,
             api_digest=generated.API_DIGEST, backend=self.backend, devices=self.devices, session=name,
             driver_version=self.driver_version()))
-        shared, fd = None, None
+        shared, fds = None, []
         if hello.ring_size and conn.sock.family == socket.AF_UNIX:
             try:
                 shared, fd = ring.create(records_ffi, records_lib, hello.ring_size, conn.sock.fileno(),
                                          self.settings.spin_us)
+                fds.append(fd)
                 session.use_ring(shared)
                 reply.welcome.ring = True
+                if self.settings.host_memory > 0:
+                    memory, fd = ring.host_memory(self.settings.host_memory)
+                    fds.append(fd)
+                    session.use_host_memory(memory)
+                    reply.welcome.host_memory = len(memory)
             except (OSError, TransportError) as e:
-                log.warning("session %s: no shared memory for payloads (%s): they go on the socket", name, e)
+                log.warning("session %s: no shared memory (%s): payloads go on the socket", name, e)
         try:
-            conn.send(reply.SerializeToString(), fds=[fd] if fd is not None else ())
+            conn.send(reply.SerializeToString(), fds=fds)
         finally:
-            if fd is not None:
+            for fd in fds:
                 os.close(fd)
         conn.ring = shared
         log.info("session %s opened for pid %d on %s (%s), backend %s, over %s", name, hello.pid,

@@ -20,6 +20,7 @@ from cuwire.server.records import CALL_REPLY, RecordLoop
 from cuwire.transport import BULK, TransportError
 
 log = logging.getLogger("cuwire.server")
+COPY_SHARED = generated.OP_IDS["CopyShared"]
 RECORD_IDS = tuple(generated.OP_IDS[n]
                    for n in ("LaunchKernel", "LaunchKernelEx", "SetContext", "CopyToDevice", "CopyFromDevice"))
 MEMHOSTALLOC_PORTABLE = 0x01
@@ -56,6 +57,9 @@ class Session:
         self.chunk: tuple[object, object] | None = None  # (char *, owner) of the streaming buffer (bulk.py)
         self.ring = None  # shared memory with a client on this host, which payloads go through (ring.Ring)
         self.ring_registered = False  # page-locked for the GPU (cuMemHostRegister)
+        self.host_memory = None  # host memory the client's page-locked allocations live in (an mmap)
+        self.host_base = 0  # its address here
+        self.host_ranges: dict[int, int] = {}  # offset -> size of the ranges registered for the client (RegisterHost)
         # queued calls run in C; it checks handles and kernels against what owns_handle and _describe tell it
         self.records = RecordLoop(server.record_functions, RECORD_IDS)
         self.records.spin(server.settings.spin_us)
@@ -301,6 +305,40 @@ class Session:
             if err:
                 log.warning("session %s: shared memory not page-locked (error %d): copies are staged", self.name, err)
 
+    def use_host_memory(self, memory) -> None:
+        """The client carves its page-locked allocations from this memory (shared with it): copies between
+        them and the GPU name offsets in it (CopyShared records, run by the C loop)."""
+        self.host_memory = memory
+        self.host_keep = self.ffi.from_buffer(memory)
+        self.host_base = int(self.ffi.cast("uintptr_t", self.host_keep))
+        self.records.shared(COPY_SHARED, self.host_base, len(memory))
+
+    def register_host(self, offset: int, size: int) -> int:
+        """A page-locked allocation of the client's: its range of the shared host memory is page-locked
+        here too, for the GPU (the emulated device needs nothing)."""
+        if self.host_memory is None:
+            raise WireError("this session has no shared host memory")
+        if size <= 0 or offset % 4096 or offset > len(self.host_memory) - size or offset in self.host_ranges:
+            raise CudaFail(INVALID_VALUE, f"{size} bytes at offset {offset} of the shared host memory")
+        if any(o < offset + size and offset < o + n for o, n in self.host_ranges.items()):
+            raise CudaFail(INVALID_VALUE, f"{size} bytes at offset {offset} overlap a registered range")
+        if self.server.backend == "cuda":
+            err = self.in_primary_context(lambda: self.lib.cuMemHostRegister_v2(
+                self.ffi.cast("void *", self.host_base + offset), size, MEMHOSTREGISTER_PORTABLE))
+            if err:
+                return err
+        self.host_ranges[offset] = size
+        return 0
+
+    def unregister_host(self, offset: int) -> int:
+        if offset not in self.host_ranges:
+            raise CudaFail(INVALID_VALUE, f"no registered range at offset {offset} of the shared host memory")
+        del self.host_ranges[offset]
+        if self.server.backend != "cuda":
+            return 0
+        return self.in_primary_context(
+            lambda: self.lib.cuMemHostUnregister(self.ffi.cast("void *", self.host_base + offset)))
+
     def in_primary_context(self, call):
         """call() with the first device's primary context current (memory made or registered there is the
         server's for its life), then the caller's context again."""
@@ -378,6 +416,16 @@ class Session:
 
     def drop_ring(self) -> None:
         """The shared memory is no longer the GPU's to copy from (before the connection unmaps it)."""
+        for offset in list(self.host_ranges):
+            self.unregister_host(offset)
+        if self.host_memory is not None:
+            self.records.shared(0, 0, 0)
+            self.host_keep = None
+            try:
+                self.host_memory.close()
+            except BufferError:
+                pass
+            self.host_memory = None
         if self.ring_registered:
             self.in_primary_context(lambda: self.lib.cuMemHostUnregister(self.ffi.cast("void *", self.ring.address)))
             self.ring_registered = False

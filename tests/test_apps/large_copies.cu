@@ -52,6 +52,16 @@ int main() {
         CHECK(cudaMemcpy(dst, d1, n, cudaMemcpyDefault));
         printf("%9zu bytes, pinned default: %s\n", n, v = verdict(pinned, dst, n));
         failures += v[0] == 'F';
+
+        fill(pinned, n, k + 300);  // a pinned buffer out and back on a stream: the copies are queued
+        memcpy(src, pinned, n);
+        CHECK(cudaMemcpyAsync(d2, pinned, n, cudaMemcpyHostToDevice, stream));
+        CHECK(cudaStreamSynchronize(stream));
+        memset(pinned, 0, n);
+        CHECK(cudaMemcpyAsync(pinned, d2, n, cudaMemcpyDeviceToHost, stream));
+        CHECK(cudaStreamSynchronize(stream));
+        printf("%9zu bytes, async pinned:   %s\n", n, v = verdict(src, pinned, n));
+        failures += v[0] == 'F';
     }
     CHECK(cudaStreamDestroy(stream));
     CHECK(cudaFree(d1));
