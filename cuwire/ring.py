@@ -42,10 +42,11 @@ def cdef() -> str:
 class Ring:
     """One side's view of a session's ring. Not thread-safe: the connection's lock covers it."""
 
-    def __init__(self, ffi: Any, lib: Any, memory: mmap.mmap, sock_fd: int, create: bool, spin_us: int = 50):
+    def __init__(self, ffi: Any, lib: Any, memory: mmap.mmap, sock_fd: int, create: bool, spin_us: int = 50,
+                 slot: int = SLOT):
         self.ffi, self.lib, self.memory = ffi, lib, memory
         self.base = ffi.from_buffer(memory)
-        self.c = lib.cw_ring_open(self.base, len(memory), sock_fd, int(create), SLOT, spin_us * 1000)
+        self.c = lib.cw_ring_open(self.base, len(memory), sock_fd, int(create), slot, spin_us * 1000)
         if self.c == ffi.NULL:
             raise TransportError("the shared memory offered for payloads is not a ring cuwire can use")
         self.slots = lib.cw_ring_slots(self.c)
@@ -115,15 +116,16 @@ class Ring:
             pass
 
 
-def create(ffi: Any, lib: Any, size: int, sock_fd: int, spin_us: int = 50) -> tuple[Ring, int]:
-    """The server's side: new shared memory of `size` bytes (bounded by MAX_SIZE) laid out as a ring, and
-    its descriptor, to send to the client (then close it)."""
-    size = max(min(size, MAX_SIZE), 2 * SLOT + 4096)
+def create(ffi: Any, lib: Any, size: int, sock_fd: int, spin_us: int = 50, slot: int = SLOT) -> tuple[Ring, int]:
+    """The server's side: new shared memory of `size` bytes (bounded by MAX_SIZE) laid out as a ring of
+    `slot`-byte slots, and its descriptor, to send to the client (then close it)."""
+    slot = max(min(slot, MAX_SIZE // 4), 64 << 10)
+    size = max(min(size, MAX_SIZE), 2 * slot + 4096)
     fd = os.memfd_create("cuwire-ring", os.MFD_CLOEXEC)
     try:
         os.ftruncate(fd, size)
         memory = mmap.mmap(fd, size)
-        return Ring(ffi, lib, memory, sock_fd, create=True, spin_us=spin_us), fd
+        return Ring(ffi, lib, memory, sock_fd, create=True, spin_us=spin_us, slot=slot), fd
     except BaseException:
         os.close(fd)
         raise

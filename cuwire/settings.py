@@ -36,6 +36,9 @@ class Settings:
     # may hold in the host memory it shares with the server, in bytes; past it, such allocations are the
     # client's ordinary memory (copies from them travel like pageable ones); 0: none shared
     host_memory: int = field(default_factory=lambda: int(_env("host_memory", str(16 << 30))))
+    # a client on this host: the bytes of each slot of the shared memory that payloads go through (a large
+    # copy moves a slot at a time, the GPU copying one while the client fills or empties the next)
+    ring_slot: int = field(default_factory=lambda: int(_env("ring_slot", str(4 << 20))))
     # process: each session runs in a process of its own (its own CUDA context; a crash stays there);
     # thread: sessions are threads of the listening process
     isolation: str = field(default_factory=lambda: _env("isolation", "process"))

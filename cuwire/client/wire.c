@@ -38,6 +38,7 @@ static long spin_ns; /* how long a wait for the answer polls before it sleeps (s
 static struct {
     uint32_t id;
     uint64_t count, ns;
+    uint64_t last_ns; /* the last round trip's: a wait that took longer than the poll sleeps at once */
 } trips[TRIP_SLOTS];
 /* ...and totals: bytes of frames sent and received, queued calls carried, frames of queued calls sent
  * without waiting, bytes of records and results (cuwire_wire_stats, in this order) */
@@ -87,16 +88,22 @@ static void note_trip(uint32_t id, uint64_t ns) /* wire_lock held */
             trips[j].id = id;
             trips[j].count++;
             trips[j].ns += ns;
+            trips[j].last_ns = ns;
             return;
         }
 }
 
-static uint64_t now_ns(void)
+/* How long the wait for the answer to a call of `id` polls: not at all when its last round trip took
+ * longer than the poll would last (it waits for the GPU's work; polling would only take a core). */
+static long spin_for(uint32_t id) /* wire_lock held */
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+    for (int i = 0, j = (int)(id % TRIP_SLOTS); i < TRIP_SLOTS && trips[j].count; i++, j = (j + 1) % TRIP_SLOTS)
+        if (trips[j].id == id)
+            return trips[j].last_ns > (uint64_t)spin_ns ? 0 : spin_ns;
+    return spin_ns;
 }
+
+static uint64_t now_ns(void) { return cw_now_ns(); }
 
 /* Sends all of buf; 0, or -1 (errno) when the connection broke or the peer closed it meanwhile (a peer
  * whose window stays full and that then closes would otherwise hold the send for good). */
@@ -126,10 +133,10 @@ static int send_all(int fd, const char *buf, size_t len)
     return 0;
 }
 
-static int recv_all(int fd, char *buf, size_t len)
+static int recv_all(int fd, char *buf, size_t len, long spin)
 {
     while (len) {
-        ssize_t n = cw_recv_spin(fd, buf, len, spin_ns);
+        ssize_t n = cw_recv_spin(fd, buf, len, spin);
         if (n > 0) {
             buf += n;
             len -= (size_t)n;
@@ -191,11 +198,12 @@ int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint3
     struct frame_header rh;
     struct call_reply r = {0};
     const char *why = NULL;
-    if (send_all(fd, frame, len) != 0 || recv_all(fd, (char *)&rh, sizeof rh) != 0)
+    long spin = spin_for(fn);
+    if (send_all(fd, frame, len) != 0 || recv_all(fd, (char *)&rh, sizeof rh, spin) != 0)
         why = strerror(errno);
     else if (rh.magic != MAGIC_RECORDS || rh.payload || rh.size < sizeof r || rh.size > REPLY_MAX)
         why = "the server's answer to a records frame is not one";
-    else if (recv_all(fd, reply, rh.size) != 0)
+    else if (recv_all(fd, reply, rh.size, spin_ns) != 0)
         why = strerror(errno);
     else {
         memcpy(&r, reply, sizeof r);

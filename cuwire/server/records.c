@@ -81,6 +81,7 @@ struct cw_records {
     cw_kernel *kernels; /* open addressing on key */
     size_t kernels_cap, kernels_used;
     long spin_ns;  /* how long a wait for the next frame polls before it sleeps (socket_wait.h) */
+    uint64_t gap_ns; /* how long the last frame after an answer took to come */
     char why[256]; /* why the last batch was refused */
 };
 
@@ -708,16 +709,22 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
     /* The wait for the next frame polls only after an answer, when a program that waits on the GPU (a
      * loop of cuStreamQuery, say) may well ask again at once. After a frame of queued calls it sleeps:
      * a program that queues work in a steady stream would otherwise keep a core of the server's busy
-     * polling, and a program whose threads use every core (PyTorch's CPU ops do) pays for it. */
-    long wait_ns = s->spin_ns;
+     * polling, and a program whose threads use every core (PyTorch's CPU ops do) pays for it. Nor does it
+     * poll after an answer when the last frame after an answer came later than the poll would have lasted
+     * (a program that computes between its calls): the poll would only burn a core it needs. */
+    int after_answer = 1; /* Python answered the frame before this call */
     for (;;) {
         struct frame_header h;
+        long wait_ns = after_answer && s->gap_ns <= (uint64_t)s->spin_ns ? s->spin_ns : 0;
+        uint64_t asked = after_answer ? cw_now_ns() : 0;
         if (take(fd, &pending, &pending_len, (char *)&h, sizeof h, wait_ns) != 0) {
             r = errno ? -1 : 0;
             if (errno)
                 cw_refuse(s, "the connection broke (%s)", strerror(errno));
             goto out;
         }
+        if (asked)
+            s->gap_ns = cw_now_ns() - asked;
         if (h.magic != MAGIC_RECORDS && h.magic != MAGIC_QUEUED) {
             memcpy(header_out, &h, sizeof h);
             r = 1;
@@ -756,7 +763,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
                 *deferred_error = queued_error;
                 *deferred_fn = queued_fn;
             }
-            wait_ns = 0;
+            after_answer = 0;
             continue;
         }
         char *result = reply + sizeof h + sizeof(struct call_reply);
@@ -789,7 +796,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
             cw_refuse(s, "the connection broke (%s)", strerror(errno));
             goto out;
         }
-        wait_ns = s->spin_ns;
+        after_answer = 1;
     }
 out:
     if (r >= 0) /* a refusal no answer took (else nothing): Python says it with its reply */

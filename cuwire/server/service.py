@@ -131,7 +131,7 @@ class CuWireServer:
         if hello.ring_size and conn.sock.family == socket.AF_UNIX:
             try:
                 shared, fd = ring.create(records_ffi, records_lib, hello.ring_size, conn.sock.fileno(),
-                                         self.settings.spin_us)
+                                         self.settings.spin_us, self.settings.ring_slot)
                 fds.append(fd)
                 session.use_ring(shared)
                 reply.welcome.ring = True
