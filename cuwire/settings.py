@@ -50,7 +50,9 @@ class Settings:
     # how the session travels: auto (a Unix socket and shared memory when the server is on this host and
     # reachable so, else TCP), tcp, or unix (refused when the server cannot be reached so)
     transport: str = field(default_factory=lambda: _env("transport", "auto"))
-    compress: str = field(default_factory=lambda: _env("compress", "off"))  # off | zstd
+    # off, on (or zstd), auto: compress large messages and payloads, both ways (auto: over TCP, once the link
+    # measured slow, while the data compresses; cuwire/compression.py)
+    compress: str = field(default_factory=lambda: _env("compress", "auto"))
     compress_min: int = field(default_factory=lambda: int(_env("compress_min", str(64 << 10))))
     stats: bool = field(default_factory=lambda: _env("stats", "0") == "1")
     strict: bool = field(default_factory=lambda: _env("strict", "0") == "1")

@@ -24,6 +24,7 @@ import os
 import select
 import socket
 import struct
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -43,6 +44,8 @@ BULK = 64 << 10  # buffers this large travel in the payload, both ways (client/r
 # what the client accepts as a payload; the server checks every size against CUWIRE_MAX_BUFFER itself
 MAX_PAYLOAD = 1 << 40
 READ_AHEAD = 64 << 10  # what a receive asks the socket for at least (Connection._fill)
+RATE_SAMPLE = 1 << 20  # a payload this large times the link (Connection.rate)...
+RATE_SKIP = 256 << 10  # ...a received one from its first bytes on
 NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 POLLRDHUP = getattr(select, "POLLRDHUP", 0)
 KEEPALIVE = (10, 5, 4)  # TCP keepalive: idle seconds, seconds between probes, probes: a dead peer in ~30 s
@@ -114,6 +117,7 @@ class Connection:
         self.sent = self.received = 0  # bytes of the last frame sent and received, headers included
         self.magic = MAGIC  # of the last frame received
         self.ring = None  # shared memory that payloads go through instead of the socket (ring.Ring)
+        self.rate = 0.0  # bytes per second of the last large payload sent or received (compression.py)
 
     @property
     def kind(self) -> str:
@@ -151,7 +155,9 @@ class Connection:
         else:
             self._sendall(head)
         self.sent = HEADER.size + len(message) + size
+        self.rate = 0.0
         ring = self.ring
+        started = time.perf_counter()
         for part in payload:
             if ring is not None and hasattr(part, "write_to_ring"):
                 part.write_to_ring(ring)
@@ -163,6 +169,8 @@ class Connection:
                 self._sendall(part)
         if ring is not None and size:
             ring.flush()
+        if size >= RATE_SAMPLE:
+            self.rate = size / max(time.perf_counter() - started, 1e-9)
 
     def receive_fds(self, max_fds: int) -> list[int]:
         """The descriptors that came with the next frame (its first bytes are read here and kept for it)."""
@@ -211,15 +219,36 @@ class Connection:
         """The same, with the payload's first bytes received straight into the buffers `into`, in order
         (as many as the payload fills): (message, the rest of the payload, bytes received into `into`)."""
         message, payload_size = self.receive_message(max_payload)
-        direct = 0
+        payload, direct = self.read_payload_into(payload_size, into)
+        return message, payload, direct
+
+    def read_payload_into(self, size: int, into: Sequence[Buffer] = ()) -> tuple[bytearray, int]:
+        """The payload being received, its first bytes straight into the buffers `into`, in order: (the
+        rest of it, bytes received into `into`)."""
+        views, direct = [], 0
         for buffer in into:
             view = memoryview(buffer).cast("B")
-            n = min(len(view), payload_size - direct)
+            n = min(len(view), size - direct)
             if n == 0:
                 break
-            self.read_into(view[:n])
+            views.append(view[:n])
             direct += n
-        return message, self.read_payload(payload_size - direct), direct
+        rest = bytearray(size - direct)
+        views.append(memoryview(rest))
+        # the link's rate: timed from the payload's first bytes on (not the peer's work before it)
+        skip, started = min(RATE_SKIP, size), None
+        for view in views:
+            if skip and len(view):
+                k = min(skip, len(view))
+                self.read_into(view[:k])
+                view, skip = view[k:], skip - k
+                if not skip:
+                    started = time.perf_counter()
+            if len(view):
+                self.read_into(view)
+        if started is not None and size - RATE_SKIP >= RATE_SAMPLE:
+            self.rate = (size - RATE_SKIP) / max(time.perf_counter() - started, 1e-9)
+        return rest, direct
 
     def receive_message(self, max_payload: int = MAX_PAYLOAD) -> tuple[bytes, int]:
         """The next frame's message, and the size of its payload, which the caller reads next (read_into,
@@ -233,6 +262,7 @@ class Connection:
             raise TransportError(f"frame of {size} + {payload_size} bytes is over the limit "
                                  f"({MAX_MESSAGE} + {max_payload})")
         message = bytes(self._exactly(size))
+        self.rate = 0.0
         if payload_size and self.ring is not None:
             self.ring.begin_read()
         return message, payload_size
@@ -320,6 +350,7 @@ class SocketTransport:
             if sock is not None:
                 sock.settimeout(None)
                 self.connection = Connection(sock, address)
+                self.rate = 0.0
                 return
             if mode == "unix":
                 raise TransportError(f"cannot reach the cuwire server at {address} over its Unix socket (nothing "
@@ -339,6 +370,7 @@ class SocketTransport:
             raise TransportError(f"cannot reach the cuwire server at {address} ({e.strerror or e})") from None
         sock.settimeout(None)
         self.connection = Connection(sock, address)
+        self.rate = 0.0  # the link's bytes per second in the last exchange, when it moved a large payload
 
     def exchange(self, batch: pb.Batch) -> pb.Reply:
         reply, _, _ = self.exchange_with_payload(batch)
@@ -347,18 +379,27 @@ class SocketTransport:
     def exchange_with_payload(self, batch: pb.Batch | None, payload: Sequence[Buffer] = (),
                               into: Sequence[Buffer] = ()) -> tuple[pb.Reply, bytearray, int]:
         """(batch None: only the reply, to a frame sent already.)"""
+        self.rate = 0.0
         try:
             if batch is not None:
                 self.connection.send(batch.SerializeToString(), payload)
-            message, back, direct = self.connection.receive_into(MAX_PAYLOAD, into)
+                self.rate = self.connection.rate
+            message, size = self.connection.receive_message(MAX_PAYLOAD)
+            reply = self._parse(message)
+            # a compressed payload is decompressed by the caller: it cannot go straight into `into`
+            back, direct = self.connection.read_payload_into(size, () if reply.payload_codec else into)
+            self.rate = max(self.rate, self.connection.rate if not reply.payload_codec else 0.0)
         except EOFError:
             raise TransportError(f"lost the cuwire server at {self.address}: it ended the session") from None
         except OSError as e:
             raise TransportError(f"lost the cuwire server at {self.address} ({e.strerror or e})") from None
         except TransportError as e:
             raise TransportError(f"lost the cuwire server at {self.address}: {e}") from None
+        return reply, back, direct
+
+    def _parse(self, message: bytes) -> pb.Reply:
         try:
-            return pb.Reply.FromString(message), back, direct
+            return pb.Reply.FromString(message)
         except Exception as e:  # protobuf's DecodeError: a reply we cannot read
             raise TransportError(f"the cuwire server at {self.address} sent a reply that does not parse ({e})") \
                 from None

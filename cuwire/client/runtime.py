@@ -24,7 +24,7 @@ import zstandard
 from _cuwire import ffi, lib
 
 import cuwire
-from cuwire import ring
+from cuwire import compression, ring
 from cuwire.client import fatbin
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as wire
@@ -227,8 +227,8 @@ class Client:
         self.function_objects: dict[int, tuple[int, object]] = {}
         self.alloc_size = ffi.new("uint64_t *")  # cuwire_allocation_of's out-parameter (allocation)
         self.taken = (ffi.new("char **"), ffi.new("uint64_t *"))  # cuwire_queue_take's out-parameters (take_queued)
-        self.zstd_c = zstandard.ZstdCompressor(level=3)
         self.zstd_d = zstandard.ZstdDecompressor()
+        self.policy = compression.Policy("off")  # the session's (connect): whether it compresses now
 
     # ---------------------------------------------------------------- the call path
 
@@ -248,7 +248,9 @@ class Client:
                 lib.cuwire_shared_host_set(host.base if host else 0, len(host.memory) if host else 0)
                 self.stats.transport = f"{connection.kind} to {self.settings.server}"
                 self.stats.connected = time.monotonic()
-                if self.settings.compress != "zstd":  # client/wire.c sends its frames uncompressed
+                self.policy = compression.Policy(self.settings.compress, local=connection.sock.family == socket.AF_UNIX,
+                                                 minimum=self.settings.compress_min)
+                if not self.policy.always:  # client/wire.c sends its frames uncompressed
                     lib.cuwire_wire_spin(self.settings.spin_us)
                     lib.cuwire_wire_set(self.session.transport.connection.sock.fileno())
             except TransportError as e:
@@ -274,15 +276,25 @@ class Client:
         expected, state.expected = state.expected, []
         into = [ffi.buffer(ffi.cast("char *", ptr), size) for ptr, size in expected]
         raw_payload = sum(len(part) for part in outgoing)
-        if outgoing and self.settings.compress == "zstd" and raw_payload >= self.settings.compress_min:
-            outgoing = [self.zstd_c.compress(b"".join(outgoing))]
+        policy = self.policy
+        if outgoing and policy.wants(raw_payload):
+            outgoing = [policy.compress(b"".join(outgoing))]
             batch.payload_codec = pb.ZSTD
+        if policy.active():
+            batch.reply_codec = pb.ZSTD  # large results may come compressed
         t0 = time.perf_counter()
         try:
             reply, payload, direct = session.transport.exchange_with_payload(batch, outgoing, into)
         except TransportError as e:
             self.lose(e)
         dt = time.perf_counter() - t0
+        wire_in = len(payload) + direct
+        wire_payload = sum(len(part) for part in outgoing) + wire_in
+        if reply.payload_codec == pb.ZSTD:
+            payload = bytearray(self.zstd_d.decompress(payload))
+            direct = self.fill_directly(payload, into)
+        policy.observe(raw_payload + len(payload) + direct, wire_payload,
+                       bool(batch.payload_codec or reply.payload_codec), session.transport.rate)
         self.stats.batches += 1
         self.stats.wait_seconds += dt
         state.incoming, state.taken = memoryview(payload), 0
@@ -299,7 +311,7 @@ class Client:
         self.stats.bytes_sent += connection.sent  # headers, messages and payloads, as they went
         self.stats.bytes_received += connection.received
         self.stats.payload_sent += sum(len(part) for part in outgoing)
-        self.stats.payload_received += received
+        self.stats.payload_received += wire_in
         self.stats.bytes_sent_raw += raw_payload
         self.stats.bytes_received_raw += received
         if fn:
@@ -391,9 +403,23 @@ class Client:
                 return 0
 
     def encode(self, data: bytes) -> tuple[bytes, int]:
-        if self.settings.compress == "zstd" and len(data) >= self.settings.compress_min:
-            return self.zstd_c.compress(data), pb.ZSTD
+        if self.policy.wants(len(data)):
+            return self.policy.compress(data), pb.ZSTD
         return data, pb.RAW
+
+    @staticmethod
+    def fill_directly(payload: bytearray, into: list) -> int:
+        """What receiving straight into the program's buffers does, for a payload that came compressed:
+        its first bytes go into `into`, in order; how many did (the rest stays at the end of payload)."""
+        done = 0
+        for buffer in into:
+            n = min(len(buffer), len(payload) - done)
+            if n == 0:
+                break
+            buffer[:n] = memoryview(payload)[done:done + n]
+            done += n
+        del payload[:done]
+        return done
 
     def decode(self, data: bytes, codec: int) -> bytes:
         return self.zstd_d.decompress(data) if codec == pb.ZSTD else data

@@ -51,6 +51,8 @@ class CuWireServer:
         self.record_functions = function_table(self.ffi, self.lib)  # what sessions' record loops call
         self.session_ids = itertools.count(1)
         self.zstd = zstandard.ZstdDecompressor()
+        self.zstd_c = zstandard.ZstdCompressor(level=3, threads=-1)
+        self.zstd_lock = threading.Lock()  # sessions share the compressor (isolation=thread)
 
     def query_devices(self) -> list[pb.Device]:
         ffi, lib = self.ffi, self.lib
@@ -99,6 +101,11 @@ class CuWireServer:
         version = self.ffi.new("int *")
         self.lib.cuDriverGetVersion(version)
         return version[0]
+
+    def compress(self, data) -> bytes:
+        """A reply's payload for a client on a slow link (compression.py)."""
+        with self.zstd_lock:
+            return self.zstd_c.compress(data)
 
     def decode(self, data: bytes, codec: int) -> bytes:
         """Decompress what the client compressed, never to more than CUWIRE_MAX_BUFFER bytes: a small

@@ -119,6 +119,8 @@ class Session:
             reply.error, reply.refusal = f"internal server error: {type(e).__name__}: {e}", pb.INTERNAL
         if reply.error:
             self.payload_out = []
+        elif batch.reply_codec == pb.ZSTD and self.ring is None and sum(len(p) for p in self.payload_out) >= BULK:
+            self.compress_payload(reply)
         self.payload_in = memoryview(b"")
         payload.drain()  # what a call did not use (it failed, or it had none) keeps the stream in step
         if batch.no_reply:  # nobody waits for this reply: its first error goes with the next one
@@ -128,6 +130,23 @@ class Session:
             if reply.queued_error and not self.deferred_error:
                 self.deferred_error = (reply.queued_error, reply.queued_error_fn)
         return reply
+
+    def compress_payload(self, reply: pb.Reply) -> None:
+        """The reply's payload, compressed (the client asked: its link is slow, compression.py): gathered
+        whole first, streamed results included, since a frame says its payload's size up front. (Never
+        over shared memory, whose streamed results fill its slots in place.)"""
+        gathered = bytearray()
+
+        def gather(data) -> None:
+            gathered.extend(memoryview(data).cast("B"))
+
+        for part in self.payload_out:
+            if hasattr(part, "write_to"):
+                part.write_to(gather)
+            else:
+                gather(part)
+        self.payload_out = [self.server.compress(gathered)]
+        reply.payload_codec = pb.ZSTD
 
     def lookup(self, fn: int):
         hit = generated.HANDLERS.get(fn) or custom.OPS.get(fn)

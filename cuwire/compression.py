@@ -1,0 +1,83 @@
+"""When a session compresses what it sends (CUWIRE_COMPRESS): off, on, or auto (the default).
+
+zstd turns a slow link into a faster one for data that compresses (sparse tensors, integers, text) and
+costs more than it saves on a fast one: level 3 compresses a few hundred MB/s per core, loopback TCP
+carries several GB/s, and shared memory (a server on this host) more. So:
+
+- off: never;
+- on (or zstd): every message and payload of at least CUWIRE_COMPRESS_MIN bytes, both ways (the client
+  asks the server to compress large results too);
+- auto: never on a Unix socket; over TCP, the connection times each large payload that goes uncompressed
+  (transport.Connection.rate: a received one from its first bytes on, so the server's work before it does
+  not count), and the client compresses payloads (and large messages) while the best of the last
+  AUTO_SAMPLES rates is below AUTO_SLOW bytes per second. While compressing, a payload that shrank by less
+  than a tenth means the data does not compress: the next AUTO_BACKOFF large payloads go as they are,
+  and the next one uncompressed is timed again.
+
+The policy is plain Python, so tests drive it with made-up rates (tests/test_compression.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import zstandard
+
+MODES = ("off", "on", "zstd", "auto")
+AUTO_SLOW = 400e6  # bytes per second: below this, zstd (level 3, every core) wins on compressible data
+AUTO_SAMPLES = 4  # the link counts as slow when the best of its last this many rates is
+AUTO_BACKOFF = 16  # large payloads sent as they are after one that did not compress
+POOR = 0.9  # compressed/raw above this: the data does not compress
+
+
+@dataclass
+class Policy:
+    mode: str  # off, on, zstd, auto
+    local: bool = False  # a Unix socket: never worth it
+    minimum: int = 64 << 10  # CUWIRE_COMPRESS_MIN
+    slow: bool = False  # auto: the link was measured slow
+    backoff: int = 0  # auto: large payloads still to send as they are (the last did not compress)
+    rates: list[float] = field(default_factory=list)  # auto: the link's last measured rates
+    level: int = 3
+    compressor: zstandard.ZstdCompressor = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"CUWIRE_COMPRESS must be one of {', '.join(MODES)}, not {self.mode!r}")
+        self.compressor = zstandard.ZstdCompressor(level=self.level, threads=-1)
+
+    @property
+    def always(self) -> bool:
+        return self.mode in ("on", "zstd")
+
+    def active(self) -> bool:
+        """Whether large messages and payloads are compressed now (and large results asked for so)."""
+        if self.mode == "off" or (self.mode == "auto" and self.local):
+            return False
+        return self.always or (self.slow and self.backoff == 0)
+
+    def wants(self, size: int) -> bool:
+        """Whether `size` bytes (a message or a payload) go compressed."""
+        return size >= self.minimum and self.active()
+
+    def compress(self, data: bytes) -> bytes:
+        return self.compressor.compress(data)
+
+    def observe(self, raw: int, wire: int, compressed: bool, rate: float) -> None:
+        """After an exchange that moved `raw` bytes of payload (both ways, uncompressed), `wire` of them on
+        the wire; `compressed`: whether a part went compressed; `rate`: the link's bytes per second while a
+        large payload moved uncompressed (transport.Connection.rate), 0 when none did."""
+        if self.mode != "auto" or self.local or raw < self.minimum:
+            return
+        if compressed:
+            if wire > POOR * raw:
+                self.backoff = AUTO_BACKOFF
+            return
+        if self.backoff:
+            self.backoff -= 1
+            if self.backoff:
+                return
+        if rate > 0:
+            # the best of the last few: one payload that waited on the peer's GPU does not make a link slow
+            self.rates = (self.rates + [rate])[-AUTO_SAMPLES:]
+            self.slow = max(self.rates) < AUTO_SLOW
