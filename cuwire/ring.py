@@ -10,7 +10,10 @@ Beside the ring, the server makes a second memfd, of CUWIRE_HOST_MEMORY bytes, t
 page-locked allocations (cuMemHostAlloc, cudaMallocHost) are carved from (client/runtime.py, SharedHost);
 the server registers each allocated range with the driver (RegisterHost), and copies between such memory
 and the GPU name an offset in it (CopyShared, server/records.c): the GPU reads and writes the program's
-buffer itself, and an asynchronous copy is queued, as natively.
+buffer itself, and an asynchronous copy is queued, as natively. Both processes map that memory at the
+same address when they can (the client reserves address space and names it in its hello), so a pointer
+to it is also the GPU's pointer to it, as page-locked memory is natively with unified addressing:
+kernels may read and write it directly (mapped memory, cuMemHostGetDevicePointer).
 
 Both sides call the same C, each from its own compiled module (the client library's, the server's
 records module): `Ring` takes that module's (ffi, lib).
@@ -131,28 +134,49 @@ def create(ffi: Any, lib: Any, size: int, sock_fd: int, spin_us: int = 50, slot:
         raise
 
 
-def host_memory(size: int) -> tuple[mmap.mmap, int]:
+HOST_SPAN = 64 << 30  # address space a client reserves for shared page-locked memory (no memory is taken)
+
+
+def host_memory(lib: Any, size: int, address: int) -> tuple[int, int]:
     """The server's side of the host memory a client on this host gets for its page-locked allocations:
-    `size` bytes of a new memfd, mapped (no page is taken until one is written), and its descriptor, to send
-    to the client (then close it). The server registers the ranges the client allocates (RegisterHost)."""
+    `size` bytes of a new memfd (no page is taken until one is written), mapped at the client's reserved
+    `address` when that range is free here, else anywhere; (its address here, its descriptor, to send to
+    the client and then close). The server registers the ranges the client allocates (RegisterHost)."""
     fd = os.memfd_create("cuwire-host", os.MFD_CLOEXEC)
     try:
         os.ftruncate(fd, size)
-        return mmap.mmap(fd, size), fd
+        mapped = (address and lib.cw_map_shared(fd, size, address, 0)) or lib.cw_map_shared(fd, size, 0, 0)
+        if not mapped:
+            raise OSError("cannot map the shared host memory")
+        return mapped, fd
     except BaseException:
         os.close(fd)
         raise
 
 
-def map_host_memory(fd: int, size: int) -> mmap.mmap:
-    """The client's side: map what the server made (its descriptor came with the welcome); the descriptor
-    is closed here."""
+def reserve_host(lib: Any) -> int:
+    """The client's side, before its hello: address space where the host memory may go (0: none)."""
+    return lib.cw_reserve(HOST_SPAN)
+
+
+def map_host_memory(lib: Any, fd: int, size: int, server_address: int, reserved: int) -> int:
+    """The client's side: map what the server made (its descriptor came with the welcome) at the address
+    the server has it at, over the reservation, when the server could take that address; else anywhere.
+    Returns the address; the descriptor is closed and what is left of the reservation given back."""
+    same = bool(reserved) and server_address == reserved and size <= HOST_SPAN
     try:
         if os.fstat(fd).st_size != size:
             raise TransportError("the server's host memory is not the size its welcome says")
-        return mmap.mmap(fd, size)
+        address = lib.cw_map_shared(fd, size, reserved, 1) if same else lib.cw_map_shared(fd, size, 0, 0)
+        if not address:
+            raise TransportError("cannot map the host memory the server shares")
     finally:
         os.close(fd)
+        if same:
+            lib.cw_unmap(reserved + size, HOST_SPAN - size)
+        elif reserved:
+            lib.cw_unmap(reserved, HOST_SPAN)
+    return address
 
 
 def attach(ffi: Any, lib: Any, fd: int, sock_fd: int, spin_us: int = 50) -> Ring:

@@ -37,6 +37,10 @@ void cw_ring_begin_read(cw_ring *r);
 int cw_ring_read(cw_ring *r, char *dst, uint64_t n);
 int cw_ring_acquire(cw_ring *r, char **ptr, uint64_t *len);
 void cw_ring_release(cw_ring *r, uint32_t count);
+uint64_t cw_reserve(uint64_t size);
+uint64_t cw_map_shared(int fd, uint64_t size, uint64_t address, int replace);
+int cw_unmap(uint64_t address, uint64_t size);
+int cw_release_pages(uint64_t address, uint64_t size);
 /* cffi cdef: to here */
 #endif
 
@@ -55,6 +59,7 @@ void cw_ring_release(cw_ring *r, uint32_t count);
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -252,6 +257,46 @@ void cw_ring_close(cw_ring *r) { free(r); }
 uint32_t cw_ring_slots(const cw_ring *r) { return r->nslots; }
 
 uint64_t cw_ring_slot_size(const cw_ring *r) { return r->slot_size; }
+
+/* ---------------------------------------------------------------- host memory at one address on both sides */
+
+/* The page-locked host memory a client shares with the server (ring.py) lies at the same address in both
+ * processes when it can: the client reserves address space (cw_reserve) and names it in its hello, the
+ * server maps the memory there if that range is free in its process, and the client then maps it over its
+ * reservation. A pointer into it then means the same bytes to the program, to the server and (the server
+ * registers it with the driver) to the GPU, as page-locked memory does natively with unified addressing. */
+
+/* Address space for later (no access, no memory): its address, or 0. */
+uint64_t cw_reserve(uint64_t size)
+{
+    void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? 0 : (uint64_t)(uintptr_t)p;
+}
+
+/* `size` bytes of the memory fd, shared, at `address` (replace: over a reservation of the caller's own;
+ * else only if nothing is there) or, with address 0, wherever the kernel puts them: the address, or 0. */
+uint64_t cw_map_shared(int fd, uint64_t size, uint64_t address, int replace)
+{
+    int flags = MAP_SHARED;
+    if (address)
+        flags |= replace ? MAP_FIXED : MAP_FIXED_NOREPLACE;
+    void *p = mmap((void *)(uintptr_t)address, size, PROT_READ | PROT_WRITE, flags, fd, 0);
+    if (p == MAP_FAILED)
+        return 0;
+    if (address && (uint64_t)(uintptr_t)p != address) { /* an older kernel took the address as a hint */
+        munmap(p, size);
+        return 0;
+    }
+    return (uint64_t)(uintptr_t)p;
+}
+
+int cw_unmap(uint64_t address, uint64_t size) { return size ? munmap((void *)(uintptr_t)address, size) : 0; }
+
+/* The pages of a freed allocation go back to the system (the memory stays mapped, reading zeros). */
+int cw_release_pages(uint64_t address, uint64_t size)
+{
+    return madvise((void *)(uintptr_t)address, size, MADV_REMOVE);
+}
 
 /* ---------------------------------------------------------------- writing a payload */
 

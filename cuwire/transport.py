@@ -25,7 +25,7 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from cuwire.generated import cuwire_pb2 as pb
@@ -417,22 +417,30 @@ class SocketTransport:
         self.connection.close()
 
 
+class SharedMemory(Protocol):
+    """What a client on this host does about shared memory (client/runtime.py; ring.py)."""
+
+    def offer(self, hello: pb.Hello) -> None:
+        """Say in the hello what the client takes (Hello.ring_size, host_address, host_span)."""
+        ...
+
+    def attach(self, fds: list[int], welcome: pb.Welcome, sock_fd: int) -> Any:
+        """Take the server's descriptors (and close them); return the ring (ring.Ring)."""
+        ...
+
+
 def open_session(address: str, hello: pb.Hello, connect_timeout: float = 10.0, mode: str = "tcp",
-                 attach_ring: Callable[[list[int], pb.Welcome, int], Any] | None = None
-                 ) -> tuple[SocketTransport, pb.Reply]:
+                 shared: SharedMemory | None = None) -> tuple[SocketTransport, pb.Reply]:
     """Connect and say hello. Returns the transport of the session and the server's first reply (a
     Welcome, or a refusal). With process isolation the listener hands the connection itself to the
-    session's process, which answers: one port serves everything. Over a Unix socket, with attach_ring,
-    the client offers to take shared memory for payloads; the server's welcome brings its descriptors,
-    which attach_ring(descriptors, welcome, the socket's descriptor) takes (and closes), returning the
-    ring (ring.attach)."""
+    session's process, which answers: one port serves everything. Over a Unix socket, with `shared`,
+    the client offers to take shared memory (shared.offer); the server's welcome brings its descriptors,
+    which shared.attach takes."""
     transport = SocketTransport(address, connect_timeout, mode)
     conn = transport.connection
-    local = conn.sock.family == socket.AF_UNIX and attach_ring is not None
+    local = conn.sock.family == socket.AF_UNIX and shared is not None
     if local:
-        from cuwire import ring
-
-        hello.ring_size = ring.SIZE
+        shared.offer(hello)
     conn.sock.settimeout(WELCOME_TIMEOUT)  # a server that accepts and never answers
     try:
         fds = []
@@ -449,7 +457,7 @@ def open_session(address: str, hello: pb.Hello, connect_timeout: float = 10.0, m
                 os.close(fd)
             raise
         if fds and reply.welcome.ring:
-            conn.ring = attach_ring(fds, reply.welcome, conn.sock.fileno())
+            conn.ring = shared.attach(fds, reply.welcome, conn.sock.fileno())
         else:
             for fd in fds:
                 os.close(fd)

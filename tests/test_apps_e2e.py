@@ -12,7 +12,7 @@ from conftest import APPS, ServerProcess, run_remote
 EXPECTED = APPS / "expected"
 APPS_SAME_AS_NATIVE = ["vector_add", "memcpy_kinds", "memset", "events", "streams", "device_symbols", "templated",
                        "struct_arg", "two_units", "error_paths", "launch_api", "static_app", "dlopen_app",
-                       "driver_api", "contexts_threads", "large_copies"]
+                       "driver_api", "contexts_threads", "large_copies", "mapped_memory"]
 # how each CUWIRE_TRANSPORT travels to a server on this host (--stats names it)
 TRANSPORTS = {"auto": "Unix socket and shared memory", "unix": "Unix socket and shared memory", "tcp": "TCP"}
 
@@ -37,6 +37,13 @@ def test_every_transport_gives_the_same_output(name, transport, apps: Path, clie
     assert f"transport: {TRANSPORTS[transport]} to {server.address}" in r.stderr
     # page-locked buffers live in host memory shared with the server: their copies carry no bytes
     assert ("cuwire.CopyShared" in r.stderr) == (name == "large_copies" and transport != "tcp"), r.stderr
+
+
+def test_mapped_memory_over_tcp_is_refused_by_name(apps: Path, client_lib, server):
+    """Over TCP the GPU cannot reach the client's memory: cudaHostGetDevicePointer fails, and says why."""
+    r = run_remote(apps / "mapped_memory", client_lib, server.address, env={"CUWIRE_TRANSPORT": "tcp"})
+    assert r.returncode == 1 and "cudaErrorNotSupported" in r.stdout
+    assert "cuwire: mapped host memory needs a server on this host" in r.stderr
 
 
 def test_page_locked_memory_past_the_shared_budget_is_the_clients_own(apps: Path, client_lib, tmp_path):

@@ -24,21 +24,26 @@ def fn_id(name: str) -> int:
     return next(i for i, (n, _, _) in generated.HANDLERS.items() if n == name)
 
 
-def attach_ring(fds: list[int], welcome, sock_fd: int):
-    """The client's side of shared memory for payloads, through the server's build of the same C (the host
-    memory for page-locked allocations is not used here)."""
-    from cuwire.server._records import ffi, lib
+class RingOnly:
+    """The client's side of shared memory for payloads, through the server's build of the same C (no host
+    memory for page-locked allocations: none is reserved)."""
 
-    for fd in fds[1:]:
-        os.close(fd)
-    return ring.attach(ffi, lib, fds[0], sock_fd)
+    def offer(self, hello: pb.Hello) -> None:
+        hello.ring_size = ring.SIZE
+
+    def attach(self, fds: list[int], welcome, sock_fd: int):
+        from cuwire.server._records import ffi, lib
+
+        for fd in fds[1:]:
+            os.close(fd)
+        return ring.attach(ffi, lib, fds[0], sock_fd)
 
 
 @pytest.fixture(params=["tcp", "unix"])
 def session(server, request):
     """A session over TCP, and one over the server's Unix socket with payloads in shared memory."""
     shared = request.param == "unix"
-    t, reply = open_session(server.address, HELLO, mode=request.param, attach_ring=attach_ring if shared else None)
+    t, reply = open_session(server.address, HELLO, mode=request.param, shared=RingOnly() if shared else None)
     assert not reply.error and reply.welcome.backend == BACKEND
     assert reply.welcome.ring == shared and (t.connection.ring is not None) == shared
     yield t
@@ -60,7 +65,7 @@ def test_transport_choices_fail_clearly(server):
 
 def test_a_client_that_breaks_the_shared_memory_loses_only_its_session(server):
     """A client that publishes a slot longer than a slot ends its own session; the server goes on."""
-    t, reply = open_session(server.address, HELLO, mode="unix", attach_ring=attach_ring)
+    t, reply = open_session(server.address, HELLO, mode="unix", shared=RingOnly())
     shared = t.connection.ring
     assert shared is not None
     device = allocate(t, 1 << 20)
@@ -77,7 +82,7 @@ def test_a_client_that_breaks_the_shared_memory_loses_only_its_session(server):
         t.connection.sock.settimeout(10)
         t.exchange_with_payload(None)
     t.close()
-    t2, reply = open_session(server.address, HELLO, mode="unix", attach_ring=attach_ring)
+    t2, reply = open_session(server.address, HELLO, mode="unix", shared=RingOnly())
     assert serving(t2)
     t2.close()
 

@@ -82,7 +82,7 @@ void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char
                         const uint8_t *device_uuids, const uint64_t *memory, const uint64_t *contexts,
                         const uint32_t *flags, int driver);
 extern "Python+C" void cuwire_py_at_exit(void);
-void cuwire_shared_host_set(uint64_t base, uint64_t size);
+void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base);
 extern "Python+C" int cuwire_py_host_alloc(uint64_t size, uint64_t *address);
 extern "Python+C" int cuwire_py_host_free(uint64_t address);
 """

@@ -297,12 +297,14 @@ void cuwire_free(void *p) { free(p); }
  * buffer until the stream is past it, as natively); a synchronous one waits for the server's answer. */
 extern const uint32_t cuwire_copy_shared_record_id;
 static uint64_t shared_base, shared_size;
+static uint64_t shared_server_base; /* where the server has it: the same address, when it could */
 static int shared_known; /* the session said whether it has shared host memory */
 
-void cuwire_shared_host_set(uint64_t base, uint64_t size)
+void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base)
 {
     shared_base = base;
     shared_size = size;
+    shared_server_base = server_base;
     __atomic_store_n(&shared_known, 1, __ATOMIC_RELEASE);
 }
 
@@ -353,6 +355,7 @@ int cuwire_fast_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstre
 /* Each allocation: in the shared host memory (`shared`, through Python) or the client's own memory. */
 struct host_alloc {
     void *ptr;
+    size_t size;
     unsigned int flags;
     int shared;
     struct host_alloc *next;
@@ -376,7 +379,7 @@ static int host_alloc(void **pHost, size_t size, unsigned int flags)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     pthread_mutex_lock(&host_lock);
-    *a = (struct host_alloc){*pHost, flags, address != 0, host_allocs};
+    *a = (struct host_alloc){*pHost, size, flags, address != 0, host_allocs};
     host_allocs = a;
     pthread_mutex_unlock(&host_lock);
     return CUDA_SUCCESS;
@@ -429,6 +432,39 @@ CUresult cuwire_local_cuMemAllocHost_v2(void **pp, size_t bytesize) { return (CU
 CUresult cuwire_local_cuMemFreeHost(void *p) { return (CUresult)host_free(p); }
 
 CUresult cuwire_local_cuMemHostGetFlags(unsigned int *pFlags, void *p) { return (CUresult)host_flags(pFlags, p); }
+
+/* Whether p lies in one of the page-locked allocations (*shared: one in the memory shared with the server). */
+static int host_alloc_holds(const void *p, int *shared)
+{
+    int found = 0;
+    pthread_mutex_lock(&host_lock);
+    for (struct host_alloc *a = host_allocs; a && !found; a = a->next)
+        if ((const char *)p >= (const char *)a->ptr && (const char *)p < (const char *)a->ptr + (a->size ? a->size : 1)) {
+            found = 1;
+            *shared = a->shared;
+        }
+    pthread_mutex_unlock(&host_lock);
+    return found;
+}
+
+/* Page-locked memory in the memory shared with the server is the GPU's too (the server registered it mapped,
+ * at the client's own address when it could): its device pointer is that address, as natively with unified
+ * addressing. Memory of the client's own cannot be reached by the GPU: said by name. */
+CUresult cuwire_local_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    int shared = 0;
+    uint64_t offset;
+    if (!pdptr || !p || Flags || !host_alloc_holds(p, &shared))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!shared || !shared_offset(p, 1, &offset)) {
+        cuwire_say_once_per_name("cuwire: mapped host memory needs a server on this host (the Unix socket and "
+                                 "shared memory; CUWIRE_TRANSPORT=auto): the GPU cannot reach this client's memory, "
+                                 "refused:", "cuMemHostGetDevicePointer");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    *pdptr = shared_server_base + offset;
+    return CUDA_SUCCESS;
+}
 
 /* Registering host memory changes nothing here: every copy from client memory goes over the wire. */
 CUresult cuwire_local_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)

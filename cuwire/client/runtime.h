@@ -63,7 +63,7 @@ void cuwire_forget_allocations(void);
 
 /* Host memory shared with a server on this host (client/local.c): page-locked allocations are carved from
  * it, and copies between it and the GPU travel as CopyShared records, without their bytes. */
-void cuwire_shared_host_set(uint64_t base, uint64_t size);
+void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base);
 int cuwire_copy_shared(const void *host, uint64_t device, uint64_t n, void *stream, int to_device, int sync);
 int cuwire_py_host_alloc(uint64_t size, uint64_t *address);
 int cuwire_py_host_free(uint64_t address);

@@ -11,7 +11,6 @@ import atexit
 import contextlib
 import dataclasses
 import hashlib
-import mmap
 import os
 import socket
 import sys
@@ -107,8 +106,11 @@ class Session:
                          host=socket.gethostname())
         self.transport: SocketTransport
         self.host: SharedHost | None = None  # host memory shared with the server (page-locked allocations)
-        self.transport, reply = open_session(settings.server, hello, mode=settings.transport,
-                                             attach_ring=self.take_shared_memory)
+        self.reserved = 0  # address space reserved for shared page-locked memory (offer)
+        self.transport, reply = open_session(settings.server, hello, mode=settings.transport, shared=self)
+        if self.reserved:  # the server took no shared memory: the reservation is not needed
+            lib.cw_unmap(self.reserved, ring.HOST_SPAN)
+            self.reserved = 0
         if reply.error:
             self.transport.close()
             raise TransportError(reply.error)
@@ -119,21 +121,36 @@ class Session:
                   file=sys.stderr)
 
 
-    def take_shared_memory(self, fds: list[int], welcome: pb.Welcome, sock_fd: int) -> ring.Ring:
-        """A server on this host shares memory: the ring for payloads, and host memory for page-locked
-        allocations (when it offers some). Takes the descriptors."""
+    def offer(self, hello: pb.Hello) -> None:
+        """A server on this host: take shared memory for payloads, and for page-locked allocations at an
+        address reserved here (the server maps it at the same address if it can, ring.py)."""
+        hello.ring_size = ring.SIZE
+        self.reserved = ring.reserve_host(lib)
+        if self.reserved:
+            hello.host_address, hello.host_span = self.reserved, ring.HOST_SPAN
+
+    def attach(self, fds: list[int], welcome: pb.Welcome, sock_fd: int) -> ring.Ring:
+        """The server's shared memory: the ring for payloads, and host memory for page-locked allocations
+        (when it offers some). Takes the descriptors."""
         ring_fd, *rest = fds
         host_fd = rest.pop(0) if welcome.host_memory and rest else None
         for fd in rest:
             os.close(fd)
+        reserved, self.reserved = self.reserved, 0
         try:
             shared = ring.attach(ffi, lib, ring_fd, sock_fd, self.settings.spin_us)
         except BaseException:
             if host_fd is not None:
                 os.close(host_fd)
+            if reserved:
+                lib.cw_unmap(reserved, ring.HOST_SPAN)
             raise
-        if host_fd is not None:
-            self.host = SharedHost(ring.map_host_memory(host_fd, welcome.host_memory))
+        if host_fd is None:
+            if reserved:
+                lib.cw_unmap(reserved, ring.HOST_SPAN)
+        else:
+            base = ring.map_host_memory(lib, host_fd, welcome.host_memory, welcome.host_address, reserved)
+            self.host = SharedHost(base, welcome.host_memory, welcome.host_address)
         return shared
 
 
@@ -144,11 +161,10 @@ class SharedHost:
 
     PAGE = 4096
 
-    def __init__(self, memory: mmap.mmap):
-        self.memory = memory
-        self.keep = ffi.from_buffer(memory)
-        self.base = int(ffi.cast("uintptr_t", self.keep))
-        self.free: list[tuple[int, int]] = [(0, len(memory))]  # (offset, size), sorted by offset
+    def __init__(self, base: int, size: int, server_base: int):
+        self.base, self.size = base, size
+        self.server_base = server_base  # where the server has it: the same address, when it could
+        self.free: list[tuple[int, int]] = [(0, size)]  # (offset, size), sorted by offset
         self.used: dict[int, int] = {}  # offset -> size
 
     def alloc(self, size: int) -> int | None:
@@ -245,7 +261,8 @@ class Client:
                 self.session = Session(self.settings)
                 connection = self.session.transport.connection
                 host = self.session.host
-                lib.cuwire_shared_host_set(host.base if host else 0, len(host.memory) if host else 0)
+                lib.cuwire_shared_host_set(host.base if host else 0, host.size if host else 0,
+                                           host.server_base if host else 0)
                 self.stats.transport = f"{connection.kind} to {self.settings.server}"
                 self.stats.connected = time.monotonic()
                 self.policy = compression.Policy(self.settings.compress, local=connection.sock.family == socket.AF_UNIX,
@@ -516,7 +533,7 @@ class Client:
                 return  # the session is gone; so is the memory's use
             offset = address - host.base
             res = self.call(UNREGISTER_HOST, pb.UnregisterHost_Args(offset=offset), pb.UnregisterHost_Result)
-            host.memory.madvise(mmap.MADV_REMOVE, offset, host.used[offset])  # its pages go back
+            lib.cw_release_pages(host.base + offset, host.used[offset])  # its pages go back
             host.release(offset)
             if res.status != 0:
                 raise Fail(res.status)
@@ -556,7 +573,7 @@ class Client:
         self.lock = threading.RLock()
         self.session = None
         lib.cuwire_wire_forget()
-        lib.cuwire_shared_host_set(0, 0)  # the parent's page-locked memory stays mapped, but not for copies
+        lib.cuwire_shared_host_set(0, 0, 0)  # the parent's page-locked memory stays mapped, but not for copies
         self.broken = ("this process was forked from a cuwire client; a forked child cannot open its own "
                        "session yet, so its CUDA calls fail (CUDA_ERROR_DEVICE_UNAVAILABLE)")
         lib.cuwire_forget_allocations()

@@ -223,6 +223,30 @@ class EmulatedMemory:
     def contains(self, address: int) -> bool:
         return address in self._blocks or self.find(address, 1) is not None
 
+    def register_host(self, address: int, block) -> bool:
+        """Host memory the GPU may use at its own address (cuMemHostRegister with unified addressing): a
+        writable buffer over it, found like an allocation. False when it overlaps one."""
+        if self.find(address, 1) is not None or self.find(address + len(block) - 1, 1) is not None or any(
+                address <= b < address + len(block) for b in self._bases):
+            return False
+        bisect.insort(self._bases, address)
+        self._blocks[address] = block
+        return True
+
+    def unregister_host(self, address: int) -> bool:
+        if address >= DEVICE_BASE or address not in self._blocks:
+            return False
+        del self._bases[bisect.bisect_left(self._bases, address)]
+        del self._blocks[address]
+        return True
+
+    def host_range(self, address: int) -> tuple[int, int] | None:
+        """The registered host range holding `address`: (its start, its size)."""
+        if address >= DEVICE_BASE:
+            return None
+        found = self.find(address, 1)
+        return (address - found[1], len(found[0])) if found else None
+
     def load(self, address: int, size: int) -> bytes | None:
         found = self.find(address, size)
         if found is None:
@@ -765,6 +789,29 @@ class EmulatedLib(EmulatedNvml):
         if self._stream(hStream) is None:
             return self.drv.CUDA_ERROR_INVALID_HANDLE
         return self.cuMemFree_v2(dptr)
+
+    # host memory registered for the GPU: its address is the device's address for it (unified addressing)
+
+    def cuMemHostRegister_v2(self, p: CData, bytesize: int, Flags: int) -> int:
+        address = self._addr(p)
+        if bytesize <= 0 or not self._valid(address, bytesize):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        block = self.ffi.buffer(self.ffi.cast("char *", address), bytesize)
+        if not self._memory.register_host(address, block):
+            return self.drv.CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+        return 0
+
+    def cuMemHostUnregister(self, p: CData) -> int:
+        if not self._memory.unregister_host(self._addr(p)):
+            return self.drv.CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
+        return 0
+
+    def cuMemHostGetDevicePointer_v2(self, pdptr: CData, p: CData, Flags: int) -> int:
+        address = self._addr(p)
+        if Flags or self._memory.host_range(address) is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        pdptr[0] = address
+        return 0
 
     def cuMemGetInfo_v2(self, free: CData, total: CData) -> int:
         return self._drv_put((free, self._memory.total - self._memory.used), (total, self._memory.total))

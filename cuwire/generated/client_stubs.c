@@ -1345,7 +1345,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "local",
     "unimplemented",
-    "unimplemented",
+    "local",
     "local",
     "unimplemented",
     "local",
@@ -8642,11 +8642,11 @@ CUWIRE_EXPORT CUresult cuMemHostGetDevicePointer(void)
     return cuwire_impl_cuMemHostGetDevicePointer();
 }
 
-/* cuMemHostGetDevicePointer_v2 (cuda.h): unimplemented */
+/* cuMemHostGetDevicePointer_v2 (cuda.h): local, local */
+CUresult cuwire_local_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags);
 static inline CUresult cuwire_impl_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemHostGetDevicePointer_v2", "cuda.h", &warned), 801));
+return cuwire_local_cuMemHostGetDevicePointer_v2(pdptr, p, Flags);
 }
 CUWIRE_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
 {

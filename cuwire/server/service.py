@@ -142,11 +142,16 @@ class CuWireServer:
                 fds.append(fd)
                 session.use_ring(shared)
                 reply.welcome.ring = True
-                if self.settings.host_memory > 0:
-                    memory, fd = ring.host_memory(self.settings.host_memory)
+                size = min(self.settings.host_memory, hello.host_span or self.settings.host_memory)
+                if size > 0:
+                    address, fd = ring.host_memory(records_lib, size, hello.host_address)
                     fds.append(fd)
-                    session.use_host_memory(memory)
-                    reply.welcome.host_memory = len(memory)
+                    session.use_host_memory(address, size)
+                    reply.welcome.host_memory, reply.welcome.host_address = size, address
+                    if address != hello.host_address:
+                        log.info("session %s: shared host memory at %#x here, not at the client's %#x: kernels "
+                                 "reach it through cuMemHostGetDevicePointer only", name, address,
+                                 hello.host_address)
             except (OSError, TransportError) as e:
                 log.warning("session %s: no shared memory (%s): payloads go on the socket", name, e)
         try:

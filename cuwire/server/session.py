@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.server import bulk, custom
+from cuwire.server._records import lib as records_lib
 from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, OUT_OF_MEMORY, UNKNOWN, CudaFail, WireError
 from cuwire.server.records import CALL_REPLY, RecordLoop
 from cuwire.transport import BULK, TransportError
@@ -25,6 +26,7 @@ RECORD_IDS = tuple(generated.OP_IDS[n]
                    for n in ("LaunchKernel", "LaunchKernelEx", "SetContext", "CopyToDevice", "CopyFromDevice"))
 MEMHOSTALLOC_PORTABLE = 0x01
 MEMHOSTREGISTER_PORTABLE = 0x01
+MEMHOSTREGISTER_DEVICEMAP = 0x02
 STREAM_KIND = "CUstream_st"
 CONTEXT_KIND = "CUctx_st"
 SPECIAL_STREAMS = (1, 2)  # CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
@@ -57,8 +59,7 @@ class Session:
         self.chunk: tuple[object, object] | None = None  # (char *, owner) of the streaming buffer (bulk.py)
         self.ring = None  # shared memory with a client on this host, which payloads go through (ring.Ring)
         self.ring_registered = False  # page-locked for the GPU (cuMemHostRegister)
-        self.host_memory = None  # host memory the client's page-locked allocations live in (an mmap)
-        self.host_base = 0  # its address here
+        self.host_base = self.host_size = 0  # host memory the client's page-locked allocations live in
         self.host_ranges: dict[int, int] = {}  # offset -> size of the ranges registered for the client (RegisterHost)
         # queued calls run in C; it checks handles and kernels against what owns_handle and _describe tell it
         self.records = RecordLoop(server.record_functions, RECORD_IDS)
@@ -324,37 +325,34 @@ class Session:
             if err:
                 log.warning("session %s: shared memory not page-locked (error %d): copies are staged", self.name, err)
 
-    def use_host_memory(self, memory) -> None:
-        """The client carves its page-locked allocations from this memory (shared with it): copies between
-        them and the GPU name offsets in it (CopyShared records, run by the C loop)."""
-        self.host_memory = memory
-        self.host_keep = self.ffi.from_buffer(memory)
-        self.host_base = int(self.ffi.cast("uintptr_t", self.host_keep))
-        self.records.shared(COPY_SHARED, self.host_base, len(memory))
+    def use_host_memory(self, address: int, size: int) -> None:
+        """The client carves its page-locked allocations from this memory (shared with it, mapped here at
+        `address`, the client's own address for it when it could be): copies between them and the GPU name
+        offsets in it (CopyShared records, run by the C loop)."""
+        self.host_base, self.host_size = address, size
+        self.records.shared(COPY_SHARED, address, size)
 
     def register_host(self, offset: int, size: int) -> int:
         """A page-locked allocation of the client's: its range of the shared host memory is page-locked
-        here too, for the GPU (the emulated device needs nothing)."""
-        if self.host_memory is None:
+        here too, and mapped for the GPU, as page-locked memory is natively with unified addressing
+        (kernels may use its address)."""
+        if not self.host_size:
             raise WireError("this session has no shared host memory")
-        if size <= 0 or offset % 4096 or offset > len(self.host_memory) - size or offset in self.host_ranges:
+        if size <= 0 or offset % 4096 or offset > self.host_size - size or offset in self.host_ranges:
             raise CudaFail(INVALID_VALUE, f"{size} bytes at offset {offset} of the shared host memory")
         if any(o < offset + size and offset < o + n for o, n in self.host_ranges.items()):
             raise CudaFail(INVALID_VALUE, f"{size} bytes at offset {offset} overlap a registered range")
-        if self.server.backend == "cuda":
-            err = self.in_primary_context(lambda: self.lib.cuMemHostRegister_v2(
-                self.ffi.cast("void *", self.host_base + offset), size, MEMHOSTREGISTER_PORTABLE))
-            if err:
-                return err
-        self.host_ranges[offset] = size
-        return 0
+        err = self.in_primary_context(lambda: self.lib.cuMemHostRegister_v2(
+            self.ffi.cast("void *", self.host_base + offset), size,
+            MEMHOSTREGISTER_PORTABLE | MEMHOSTREGISTER_DEVICEMAP))
+        if err == 0:
+            self.host_ranges[offset] = size
+        return err
 
     def unregister_host(self, offset: int) -> int:
         if offset not in self.host_ranges:
             raise CudaFail(INVALID_VALUE, f"no registered range at offset {offset} of the shared host memory")
         del self.host_ranges[offset]
-        if self.server.backend != "cuda":
-            return 0
         return self.in_primary_context(
             lambda: self.lib.cuMemHostUnregister(self.ffi.cast("void *", self.host_base + offset)))
 
@@ -435,16 +433,14 @@ class Session:
 
     def drop_ring(self) -> None:
         """The shared memory is no longer the GPU's to copy from (before the connection unmaps it)."""
+        if self.host_ranges:
+            self.in_primary_context(self.lib.cuCtxSynchronize)  # no copy may still be using them
         for offset in list(self.host_ranges):
             self.unregister_host(offset)
-        if self.host_memory is not None:
+        if self.host_size:
             self.records.shared(0, 0, 0)
-            self.host_keep = None
-            try:
-                self.host_memory.close()
-            except BufferError:
-                pass
-            self.host_memory = None
+            records_lib.cw_unmap(self.host_base, self.host_size)
+            self.host_base = self.host_size = 0
         if self.ring_registered:
             self.in_primary_context(lambda: self.lib.cuMemHostUnregister(self.ffi.cast("void *", self.ring.address)))
             self.ring_registered = False

@@ -1,0 +1,53 @@
+// mapped_memory: page-locked host memory that kernels read and write in place, without copies: through
+// cudaHostGetDevicePointer (cudaHostAllocMapped), and through the host pointer itself (unified addressing
+// makes every page-locked allocation the GPU's at its own address). Through cuwire this needs a server on
+// the same host, which shares the memory (CUWIRE_TRANSPORT=auto).
+#include <stdio.h>
+
+#include "check.h"
+
+// the same kernel as streams.cu: dst[i] = src[i] * mul + add
+__global__ void streamScaleAdd(int *dst, const int *src, int mul, int add, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[i] * mul + add;
+}
+
+static int check(const char *what, const int *p, int n, int mul, int add) {
+    for (int i = 0; i < n; i++)
+        if (p[i] != (i - 100) * mul + add) {
+            printf("%-44s FAIL at %d: %d\n", what, i, p[i]);
+            return 1;
+        }
+    printf("%-44s OK\n", what);
+    return 0;
+}
+
+int main() {
+    const int n = 10000;
+    int failures = 0;
+    int *a, *b, *da, *db;
+    CHECK(cudaHostAlloc((void **)&a, n * sizeof(int), cudaHostAllocMapped));
+    CHECK(cudaMallocHost((void **)&b, n * sizeof(int)));
+    for (int i = 0; i < n; i++) a[i] = i - 100;
+    CHECK(cudaHostGetDevicePointer((void **)&da, a, 0));
+    CHECK(cudaHostGetDevicePointer((void **)&db, b, 0));
+    streamScaleAdd<<<(n + 255) / 256, 256>>>(db, da, 3, 7, n);  // the GPU reads a, writes b, no copy
+    CHECK(cudaDeviceSynchronize());
+    failures += check("kernel through cudaHostGetDevicePointer", b, n, 3, 7);
+
+    streamScaleAdd<<<(n + 255) / 256, 256>>>(a, a, 2, 0, n);  // in place, through the host pointer
+    CHECK(cudaDeviceSynchronize());
+    failures += check("kernel through the host pointer", a, n, 2, 0);
+
+    int *d;  // and a copy into device memory and back to mapped memory still works
+    CHECK(cudaMalloc((void **)&d, n * sizeof(int)));
+    CHECK(cudaMemcpy(d, a, n * sizeof(int), cudaMemcpyHostToDevice));
+    streamScaleAdd<<<(n + 255) / 256, 256>>>(d, d, 1, 5, n);
+    CHECK(cudaMemcpy(b, d, n * sizeof(int), cudaMemcpyDeviceToHost));
+    failures += check("copies to and from mapped memory", b, n, 2, 5);
+    CHECK(cudaFree(d));
+    CHECK(cudaFreeHost(a));
+    CHECK(cudaFreeHost(b));
+    printf("mapped_memory: %s\n", failures ? "FAIL" : "PASS");
+    return failures != 0;
+}
