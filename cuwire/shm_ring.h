@@ -37,6 +37,11 @@ void cw_ring_begin_read(cw_ring *r);
 int cw_ring_read(cw_ring *r, char *dst, uint64_t n);
 int cw_ring_acquire(cw_ring *r, char **ptr, uint64_t *len);
 void cw_ring_release(cw_ring *r, uint32_t count);
+uint64_t cw_ring_lengths_offset(void);
+int cw_ring_post_callback(cw_ring *r, uint64_t id);
+int cw_ring_next_callback(cw_ring *r, uint64_t *id);
+void cw_ring_callback_done(cw_ring *r);
+void cw_ring_stop_callbacks(cw_ring *r);
 uint64_t cw_reserve(uint64_t size);
 uint64_t cw_map_shared(int fd, uint64_t size, uint64_t address, int replace);
 int cw_unmap(uint64_t address, uint64_t size);
@@ -56,6 +61,7 @@ int cw_release_pages(uint64_t address, uint64_t size);
 #include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +72,7 @@ int cw_release_pages(uint64_t address, uint64_t size);
 
 #define CW_RING_MAGIC 0x474e4952u /* "RING" */
 #define CW_RING_WAKE_CHECK_NS 5000000L /* how often a sleeping wait looks at the socket */
+#define CW_CB_SLOTS 64                 /* host functions posted and not yet run, at most */
 
 struct cw_ring_header { /* at the start of the shared memory; both processes write it */
     uint32_t magic, nslots;
@@ -75,6 +82,13 @@ struct cw_ring_header { /* at the start of the shared memory; both processes wri
     char pad1[60];
     uint32_t freed;
     char pad2[60];
+    /* host functions the GPU's streams reached (cuLaunchHostFunc, cuStreamAddCallback): the server posts
+     * each one's id and waits; a thread of the client's runs it and says it is done */
+    uint32_t cb_posted;
+    char pad3[60];
+    uint32_t cb_done;
+    char pad4[60];
+    uint64_t cb_ids[CW_CB_SLOTS];
     uint64_t lengths[]; /* bytes published in each slot */
 };
 
@@ -88,6 +102,9 @@ struct cw_ring {
     uint64_t w_off; /* writer: bytes in the slot being filled (slot `filled`), not published yet */
     uint32_t r_next; /* reader: the next slot to read or acquire */
     uint64_t r_off, r_len; /* bytes read of slot r_next, and its length, while one is being read */
+    pthread_mutex_t cb_lock; /* the server's side: host functions of several streams post one at a time */
+    uint32_t cb_seen;        /* the client's side: host functions run so far */
+    int cb_stop;             /* the client's side: its callback thread is to end (cw_ring_stop_callbacks) */
 };
 
 /* Large copies in and out of the ring go half on a helper thread: one thread's memcpy moves 7-8 GB/s on
@@ -249,14 +266,74 @@ cw_ring *cw_ring_open(void *base, uint64_t size, int fd, int create, uint64_t sl
     r->slot_size = slot;
     r->fd = fd;
     r->spin_ns = spin_ns;
+    pthread_mutex_init(&r->cb_lock, NULL);
+    r->cb_seen = cw_load(&h->cb_done);
     return r;
 }
 
 void cw_ring_close(cw_ring *r) { free(r); }
 
+/* Where the slot lengths start in the shared header (tests write nonsense there). */
+uint64_t cw_ring_lengths_offset(void) { return offsetof(struct cw_ring_header, lengths); }
+
 uint32_t cw_ring_slots(const cw_ring *r) { return r->nslots; }
 
 uint64_t cw_ring_slot_size(const cw_ring *r) { return r->slot_size; }
+
+/* ---------------------------------------------------------------- host functions, run by the client */
+
+/* Until *word differs from `seen`, or the peer is gone (-1). */
+static int cw_wait_word(const cw_ring *r, uint32_t *word, uint32_t seen)
+{
+    while (cw_load(word) == seen) {
+        if (cw_ring_peer_alive(r) != 0 || __atomic_load_n(&r->cb_stop, __ATOMIC_ACQUIRE))
+            return -1;
+        struct timespec timeout = {0, CW_RING_WAKE_CHECK_NS};
+        syscall(SYS_futex, word, FUTEX_WAIT, seen, &timeout, NULL, 0);
+    }
+    return 0;
+}
+
+/* The server's side, on the thread the driver runs a stream's host function on: post the client's host
+ * function `id` and wait until the client ran it, so the stream's later work waits for it, as natively.
+ * 0, or -1 when the client is gone (the function is skipped). */
+int cw_ring_post_callback(cw_ring *r, uint64_t id)
+{
+    pthread_mutex_lock(&r->cb_lock);
+    uint32_t seq = r->h->cb_posted;
+    int rc = 0;
+    uint32_t done;
+    while (rc == 0 && seq - (done = cw_load(&r->h->cb_done)) >= CW_CB_SLOTS) /* the mailbox is full */
+        rc = cw_wait_word(r, &r->h->cb_done, done);
+    if (rc == 0) {
+        r->h->cb_ids[seq % CW_CB_SLOTS] = id;
+        cw_store_wake(&r->h->cb_posted, seq + 1);
+    }
+    pthread_mutex_unlock(&r->cb_lock);
+    while (rc == 0 && (int32_t)((done = cw_load(&r->h->cb_done)) - seq) <= 0)
+        rc = cw_wait_word(r, &r->h->cb_done, done);
+    return rc;
+}
+
+/* The client's side, on its callback thread: the next host function to run (its id), once posted. 0, or -1
+ * when the server is gone. */
+int cw_ring_next_callback(cw_ring *r, uint64_t *id)
+{
+    if (cw_wait_word(r, &r->h->cb_posted, r->cb_seen) != 0)
+        return -1;
+    *id = r->h->cb_ids[r->cb_seen % CW_CB_SLOTS];
+    return 0;
+}
+
+/* The host function cw_ring_next_callback gave has run: the server's stream may go on. */
+void cw_ring_callback_done(cw_ring *r) { cw_store_wake(&r->h->cb_done, ++r->cb_seen); }
+
+/* The client's side: the thread waiting in cw_ring_next_callback returns -1 within moments. */
+void cw_ring_stop_callbacks(cw_ring *r)
+{
+    __atomic_store_n(&r->cb_stop, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &r->h->cb_posted, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
 
 /* ---------------------------------------------------------------- host memory at one address on both sides */
 

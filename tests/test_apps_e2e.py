@@ -12,7 +12,7 @@ from conftest import APPS, ServerProcess, run_remote
 EXPECTED = APPS / "expected"
 APPS_SAME_AS_NATIVE = ["vector_add", "memcpy_kinds", "memset", "events", "streams", "device_symbols", "templated",
                        "struct_arg", "two_units", "error_paths", "launch_api", "static_app", "dlopen_app",
-                       "driver_api", "contexts_threads", "large_copies", "mapped_memory"]
+                       "driver_api", "contexts_threads", "large_copies", "mapped_memory", "callbacks"]
 # how each CUWIRE_TRANSPORT travels to a server on this host (--stats names it)
 TRANSPORTS = {"auto": "Unix socket and shared memory", "unix": "Unix socket and shared memory", "tcp": "TCP"}
 
@@ -44,6 +44,13 @@ def test_mapped_memory_over_tcp_is_refused_by_name(apps: Path, client_lib, serve
     r = run_remote(apps / "mapped_memory", client_lib, server.address, env={"CUWIRE_TRANSPORT": "tcp"})
     assert r.returncode == 1 and "cudaErrorNotSupported" in r.stdout
     assert "cuwire: mapped host memory needs a server on this host" in r.stderr
+
+
+def test_host_functions_over_tcp_are_refused_by_name(apps: Path, client_lib, server):
+    """Over TCP the server cannot ask the client to run a host function mid-stream: refused, and said why."""
+    r = run_remote(apps / "callbacks", client_lib, server.address, env={"CUWIRE_TRANSPORT": "tcp"})
+    assert r.returncode == 1 and "cudaErrorNotSupported" in r.stdout
+    assert "cuwire: host functions in streams need a server on this host" in r.stderr
 
 
 def test_page_locked_memory_past_the_shared_budget_is_the_clients_own(apps: Path, client_lib, tmp_path):

@@ -135,7 +135,7 @@ def test_a_slot_length_that_cannot_be_is_refused(pair):
     server, client, _, _ = pair
     client.write(b"x" * 10)
     client.flush()
-    header = ffi.cast("uint64_t *", ffi.cast("char *", server.address) + 192)  # lengths[], after the counters
+    header = ffi.cast("uint64_t *", ffi.cast("char *", server.address) + lib.cw_ring_lengths_offset())
     header[0] = SLOT + 1
     server.begin_read()
     with pytest.raises(TransportError, match="not a payload"):

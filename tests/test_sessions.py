@@ -239,3 +239,34 @@ def test_launches_of_known_kernels_are_queued(apps, client_lib, server):
     assert "queued calls carried: 11" in r.stderr
     requests = re.search(r"\+ (\d+) cuwire requests", r.stderr)
     assert int(requests.group(1)) <= 2 and "cuwire.GetKernel" not in r.stderr  # the hash, then the bytes
+
+
+DIES_IN_HOST_FUNCTION = r"""
+#include <stdio.h>
+#include <unistd.h>
+#include "cuda_api.h"
+static void die(void *arg) { (void)arg; _exit(3); }  /* the program ends while the server's stream waits */
+int main(void) {
+    CUdevice dev; CUcontext ctx; CUstream s;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)
+        || cuStreamCreate(&s, 0))
+        return 1;
+    if (cuLaunchHostFunc(s, die, NULL) != 0) return 2;
+    cuStreamSynchronize(s);
+    return 4;
+}
+"""
+
+
+def test_a_client_gone_in_a_host_function_leaves_the_server_serving(apps, client_lib, fresh_server, tmp_path):
+    """The server's stream waits for the client to run its host function; the client dies in it: the
+    server's wait ends (it watches the socket), the session is freed, and the next program runs."""
+    exe = compile_against_client(DIES_IN_HOST_FUNCTION, tmp_path, client_lib, "dies")
+    r = run_remote(exe, client_lib, fresh_server.address, timeout=60)
+    assert r.returncode == 3, r.stdout + r.stderr
+    deadline = time.monotonic() + 20
+    while "ended after" not in fresh_server.text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "ended after" in fresh_server.text()
+    r = run_remote(apps / "vector_add", client_lib, fresh_server.address)
+    assert r.returncode == 0 and "vector_add: PASS" in r.stdout, r.stderr

@@ -72,9 +72,9 @@ def test_a_client_that_breaks_the_shared_memory_loses_only_its_session(server):
     args = pb.cuMemcpyHtoD_v2_Args(dstDevice=device, ByteCount=1 << 20)
     head = pb.Batch(fn=fn_id("cuMemcpyHtoD_v2"), args=args.SerializeToString()).SerializeToString()
     t.connection.sock.sendall(HEADER.pack(MAGIC, len(head), 1 << 20) + head)
-    from cuwire.server._records import ffi
+    from cuwire.server._records import ffi, lib
 
-    lengths = ffi.cast("uint64_t *", ffi.cast("char *", shared.address) + 192)  # shm_ring.h's header
+    lengths = ffi.cast("uint64_t *", ffi.cast("char *", shared.address) + lib.cw_ring_lengths_offset())
     counters = ffi.cast("uint32_t *", ffi.cast("char *", shared.address) + 64)
     lengths[counters[0] % shared.slots] = 10 * shared.slot_size
     counters[0] += 1  # published, with a length no slot has

@@ -34,7 +34,8 @@ MODULE = "_cuwire"
 NAMES = tuple(json.loads((GENERATED / "api_manifest.json").read_text())["libraries"].values())
 # what earlier builds put beside the library: cuwire no longer stands in for the CUDA runtime
 STALE = ("libcudart.so.13", "driver")
-C_SOURCES = ("local.c", "driver_local.c", "export_tables.c", "answers_cache.c", "device_memory.c", "wire.c")
+C_SOURCES = ("local.c", "driver_local.c", "export_tables.c", "answers_cache.c", "device_memory.c", "wire.c",
+             "callbacks.c")
 
 # C functions of local.c that the Python side calls.
 HELPERS_CDEF = """
@@ -83,6 +84,9 @@ void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char
                         const uint32_t *flags, int driver);
 extern "Python+C" void cuwire_py_at_exit(void);
 void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base);
+void cuwire_callbacks_ring(void *r);
+void cuwire_callbacks_stop(void);
+void cuwire_callbacks_forget(void);
 extern "Python+C" int cuwire_py_host_alloc(uint64_t size, uint64_t *address);
 extern "Python+C" int cuwire_py_host_free(uint64_t address);
 """

@@ -66,6 +66,10 @@ void cuwire_forget_allocations(void);
 void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base);
 int cuwire_copy_shared(const void *host, uint64_t device, uint64_t n, void *stream, int to_device, int sync);
 int cuwire_py_host_alloc(uint64_t size, uint64_t *address);
+/* Host functions in streams, run by a thread of the client's (client/callbacks.c). */
+void cuwire_callbacks_ring(void *r);
+void cuwire_callbacks_stop(void);
+void cuwire_callbacks_forget(void);
 int cuwire_py_host_free(uint64_t address);
 
 /* For the Python side (declared again in client/build.py's cdef). */

@@ -263,6 +263,7 @@ class Client:
                 host = self.session.host
                 lib.cuwire_shared_host_set(host.base if host else 0, host.size if host else 0,
                                            host.server_base if host else 0)
+                lib.cuwire_callbacks_ring(connection.ring.c if connection.ring else ffi.NULL)
                 self.stats.transport = f"{connection.kind} to {self.settings.server}"
                 self.stats.connected = time.monotonic()
                 self.policy = compression.Policy(self.settings.compress, local=connection.sock.family == socket.AF_UNIX,
@@ -366,6 +367,7 @@ class Client:
         use a socket number that another file may take next)."""
         if self.session is not None:
             lib.cuwire_wire_set(-1)
+            lib.cuwire_callbacks_stop()  # its thread waits in the shared memory the transport unmaps
             self.session.transport.close()
             self.session = None
             lib.cuwire_forget_kernels()
@@ -574,6 +576,7 @@ class Client:
         self.session = None
         lib.cuwire_wire_forget()
         lib.cuwire_shared_host_set(0, 0, 0)  # the parent's page-locked memory stays mapped, but not for copies
+        lib.cuwire_callbacks_forget()
         self.broken = ("this process was forked from a cuwire client; a forked child cannot open its own "
                        "session yet, so its CUDA calls fail (CUDA_ERROR_DEVICE_UNAVAILABLE)")
         lib.cuwire_forget_allocations()

@@ -38,7 +38,7 @@ FORMAT_CTYPES = {"b": "int8_t", "B": "uint8_t", "h": "int16_t", "H": "uint16_t",
 INTERNAL_OPS = ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString", "ModuleFunctions",
                 "MaxActiveClusters", "ExportTableSize", "LaunchKernelEx", "Link",
                 "SetContext", "Copy2D", "CopyToDevice", "CopyFromDevice", "CopyShared", "RegisterHost",
-                "UnregisterHost")
+                "UnregisterHost", "HostFunc")
 
 
 def py_name(name: str) -> str:

@@ -950,6 +950,13 @@ class EmulatedLib(EmulatedNvml):
         del self._streams[self._addr(hStream)]
         return 0
 
+    def cuLaunchHostFunc(self, hStream: CData, fn: CData, userData: CData) -> int:
+        """Streams run their work at once, in order: so does a host function."""
+        if self._stream(hStream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        fn(userData)
+        return 0
+
     @_after_fault
     def cuStreamSynchronize(self, hStream: CData) -> int:
         return 0 if self._stream(hStream) else self.drv.CUDA_ERROR_INVALID_HANDLE

@@ -1283,7 +1283,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "local",
     "custom",
     "custom",
     "unimplemented",
@@ -1484,7 +1484,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "sync",
     "unimplemented",
-    "unimplemented",
+    "local",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -2001,6 +2001,8 @@ const uint32_t cuwire_copy_record_id = 1294727371u;
 const uint32_t cuwire_copy_from_record_id = 2717996854u;
 /* ... and of a copy between the GPU and host memory shared with the server (cuwire's own operation CopyShared). */
 const uint32_t cuwire_copy_shared_record_id = 3420448369u;
+/* ... and of a host function of the program's in a stream (cuwire's own operation HostFunc). */
+const uint32_t cuwire_host_func_record_id = 2255595394u;
 /* ... and of the switch of the session thread's context (cuwire's own operation SetContext). */
 const uint32_t cuwire_set_context_record_id = 2441823671u;
 
@@ -7471,11 +7473,11 @@ CUWIRE_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_
     return cuwire_impl_cuLaunchGridAsync(f, grid_width, grid_height, hStream);
 }
 
-/* cuLaunchHostFunc (cuda.h): unimplemented; also cuLaunchHostFunc_ptsz */
+/* cuLaunchHostFunc (cuda.h): local, local; also cuLaunchHostFunc_ptsz */
+CUresult cuwire_local_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
 static inline CUresult cuwire_impl_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuLaunchHostFunc", "cuda.h", &warned), 801));
+return cuwire_local_cuLaunchHostFunc(hStream, fn, userData);
 }
 CUWIRE_EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -11512,11 +11514,11 @@ CUWIRE_EXPORT CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore
 }
 CUWIRE_EXPORT __typeof__(cuSignalExternalSemaphoresAsync) cuSignalExternalSemaphoresAsync_ptsz __attribute__((alias("cuSignalExternalSemaphoresAsync")));
 
-/* cuStreamAddCallback (cuda.h): unimplemented; also cuStreamAddCallback_ptsz */
+/* cuStreamAddCallback (cuda.h): local, local; also cuStreamAddCallback_ptsz */
+CUresult cuwire_local_cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags);
 static inline CUresult cuwire_impl_cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuStreamAddCallback", "cuda.h", &warned), 801));
+return cuwire_local_cuStreamAddCallback(hStream, callback, userData, flags);
 }
 CUWIRE_EXPORT CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "e20e4c12e83bd860"
+API_DIGEST = "c40f8953c8d901c2"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -30,6 +30,7 @@ OP_IDS = {
     "CopyShared": 3420448369,
     "RegisterHost": 3990496965,
     "UnregisterHost": 3562218563,
+    "HostFunc": 2255595394,
 }
 
 

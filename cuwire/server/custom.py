@@ -362,4 +362,4 @@ OPS = {
 
 # cuwire's own queued records, run by the session's C loop (records.c) with the generated ones
 RECORD_OPS = {op_id(name): f"cuwire.{name}"
-              for name in ("SetContext", "LaunchKernel", "LaunchKernelEx", "CopyToDevice", "CopyShared")}
+              for name in ("SetContext", "LaunchKernel", "LaunchKernelEx", "CopyToDevice", "CopyShared", "HostFunc")}

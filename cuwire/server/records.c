@@ -24,6 +24,7 @@
 
 #include "cuda_api.h"
 #include "socket_wait.h"
+#include "shm_ring.h" /* cw_ring: host functions are posted through it (the implementation follows, records_build.py) */
 
 #define CW_INVALID_HANDLE 400 /* CUDA_ERROR_INVALID_HANDLE */
 #define CW_INVALID_VALUE 1    /* CUDA_ERROR_INVALID_VALUE */
@@ -68,9 +69,11 @@ struct cw_records {
         CW_FN_MEMBER(cuMemcpyHtoDAsync_v2)
         CW_FN_MEMBER(cuMemcpyDtoH_v2)
         CW_FN_MEMBER(cuMemcpyDtoHAsync_v2)
+        CW_FN_MEMBER(cuLaunchHostFunc)
     } fn;
     /* cuwire's own records (cw_records_ops) */
-    uint32_t launch_id, launch_ex_id, set_context_id, copy_id, copy_from_id, copy_shared_id;
+    uint32_t launch_id, launch_ex_id, set_context_id, copy_id, copy_from_id, copy_shared_id, host_func_id;
+    cw_ring *ring;        /* shared memory with a client on this host: host functions are posted there */
     char *shared;         /* host memory shared with a client on this host (cw_records_shared)... */
     uint64_t shared_size; /* ...of this many bytes; copies to and from it name offsets in it */
     char *out;          /* where the call of a records frame puts its result (cw_records_call)... */
@@ -241,6 +244,13 @@ void cw_records_ops(cw_records *s, uint32_t launch, uint32_t launch_ex, uint32_t
     s->copy_from_id = copy_from;
 }
 
+/* A client on this host: its host functions (HostFunc records) are posted through this shared memory. */
+void cw_records_ring(cw_records *s, uint32_t host_func, cw_ring *ring)
+{
+    s->host_func_id = host_func;
+    s->ring = ring;
+}
+
 /* Host memory shared with the client (its page-locked allocations, cuwire/ring.py): CopyShared records
  * name offsets in it. */
 void cw_records_shared(cw_records *s, uint32_t copy_shared, uintptr_t base, uint64_t size)
@@ -322,7 +332,7 @@ const char *cw_records_function(int i)
 #define CW_FN_NAME(name) #name,
         CW_GENERATED_FUNCTIONS(CW_FN_NAME) CW_FN_NAME(cuCtxSetCurrent) CW_FN_NAME(cuLaunchKernel)
             CW_FN_NAME(cuLaunchKernelEx) CW_FN_NAME(cuMemcpyHtoD_v2) CW_FN_NAME(cuMemcpyHtoDAsync_v2)
-                CW_FN_NAME(cuMemcpyDtoH_v2) CW_FN_NAME(cuMemcpyDtoHAsync_v2) NULL};
+                CW_FN_NAME(cuMemcpyDtoH_v2) CW_FN_NAME(cuMemcpyDtoHAsync_v2) CW_FN_NAME(cuLaunchHostFunc) NULL};
     return i >= 0 && i < (int)(sizeof names / sizeof *names) ? names[i] : NULL;
 }
 
@@ -544,6 +554,49 @@ static int cw_copy_shared_record(cw_records *s, const char *p, uint32_t size, in
     return 1;
 }
 
+/* A host function of the client's (cuLaunchHostFunc, cuStreamAddCallback: client/callbacks.c) in a stream:
+ * u64 stream, u64 id. The server puts a host function of its own in the stream, which posts the id to the
+ * client through shared memory and waits until a thread of the client's ran it: the stream's later work
+ * waits for it, as natively. */
+struct __attribute__((packed)) host_func {
+    uint64_t stream, id;
+};
+
+struct cw_host_call {
+    cw_ring *ring;
+    uint64_t id;
+};
+
+static void cw_host_trampoline(void *p)
+{
+    struct cw_host_call *c = p;
+    cw_ring_post_callback(c->ring, c->id); /* a client that is gone: skipped */
+    free(c);
+}
+
+static int cw_host_func_record(cw_records *s, const char *p, uint32_t size, int *err)
+{
+    struct host_func h;
+    if (size != sizeof h)
+        return cw_refuse(s, "host function record of %u bytes, expected %zu", size, sizeof h);
+    memcpy(&h, p, sizeof h);
+    if (!s->ring)
+        return cw_refuse(s, "a host function in a session without shared memory");
+    struct cw_host_call *c = malloc(sizeof *c);
+    if (!c) {
+        *err = CW_OUT_OF_MEMORY;
+        return 1;
+    }
+    *c = (struct cw_host_call){s->ring, h.id};
+    if (!cw_owns(s, CW_KIND_CUstream_st, h.stream))
+        *err = CW_INVALID_HANDLE;
+    else
+        *err = s->fn.cuLaunchHostFunc((CUstream)(uintptr_t)h.stream, cw_host_trampoline, c);
+    if (*err)
+        free(c);
+    return 1;
+}
+
 /* One record: 1 when it ran (its CUDA result in *err), -1 when it is malformed or unknown (s->why). */
 static int cw_run_one(cw_records *s, uint32_t fn, const char *p, uint32_t size, int *err)
 {
@@ -556,6 +609,8 @@ static int cw_run_one(cw_records *s, uint32_t fn, const char *p, uint32_t size, 
         done = cw_copy_from_record(s, p, size, err);
     } else if (fn == s->copy_shared_id && fn) {
         done = cw_copy_shared_record(s, p, size, err);
+    } else if (fn == s->host_func_id && fn) {
+        done = cw_host_func_record(s, p, size, err);
     } else if (fn == s->set_context_id) {
         uint64_t ctx;
         if (size != sizeof ctx)

@@ -77,6 +77,11 @@ class RecordLoop:
         if k >= 0:
             lib.cw_records_disown(self.state, k, value)
 
+    def ring(self, host_func: int, shared) -> None:
+        """Shared memory with a client on this host (ring.Ring, made with this module's ffi), or None: its
+        host functions (HostFunc records, id host_func) are posted there."""
+        lib.cw_records_ring(self.state, host_func, shared.c if shared is not None else ffi.NULL)
+
     def shared(self, copy_shared: int, base: int, size: int) -> None:
         """Host memory shared with a client on this host: CopyShared records (id copy_shared) copy between
         its offsets and the GPU."""

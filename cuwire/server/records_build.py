@@ -39,6 +39,7 @@ void cw_records_ops(cw_records *s, uint32_t launch, uint32_t launch_ex, uint32_t
 int cw_records_call(cw_records *s, const char *data, size_t len, char *out, uint32_t out_cap, uint32_t *out_len,
                     int *status, int *first_error, uint32_t *first_fn, uint64_t *count);
 void cw_records_shared(cw_records *s, uint32_t copy_shared, uintptr_t base, uint64_t size);
+void cw_records_ring(cw_records *s, uint32_t host_func, cw_ring *ring);
 int cw_records_memory_add(cw_records *s, uint64_t base, uint64_t size);
 void cw_records_memory_remove(cw_records *s, uint64_t base);
 int cw_records_in_memory(const cw_records *s, uint64_t address, uint64_t size);
@@ -46,10 +47,10 @@ const char *cw_records_why(const cw_records *s);
 void cw_records_spin(cw_records *s, long microseconds);
 int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_len, size_t *used,
                      char *header_out, int *deferred_error, uint32_t *deferred_fn, uint64_t *count);
-""" + RING_CDEF
+"""
 
 ffibuilder = cffi.FFI()
-ffibuilder.cdef(CDEF)
+ffibuilder.cdef(RING_CDEF + CDEF)
 ffibuilder.set_source(
     "cuwire.server._records", '#include "records.c"\n#define CW_RING_IMPLEMENTATION\n#include "shm_ring.h"\n',
     include_dirs=[str(SERVER), str(GENERATED), str(SERVER.parent)],  # socket_wait.h, shm_ring.h

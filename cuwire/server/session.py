@@ -22,6 +22,7 @@ from cuwire.transport import BULK, TransportError
 
 log = logging.getLogger("cuwire.server")
 COPY_SHARED = generated.OP_IDS["CopyShared"]
+HOST_FUNC = generated.OP_IDS["HostFunc"]
 RECORD_IDS = tuple(generated.OP_IDS[n]
                    for n in ("LaunchKernel", "LaunchKernelEx", "SetContext", "CopyToDevice", "CopyFromDevice"))
 MEMHOSTALLOC_PORTABLE = 0x01
@@ -318,6 +319,7 @@ class Session:
         streamed copies go between it and the GPU directly (bulk.py). If the driver refuses, the copies
         still work, staged by the driver."""
         self.ring = shared
+        self.records.ring(HOST_FUNC, shared)
         if self.server.backend == "cuda":
             err = self.in_primary_context(lambda: self.lib.cuMemHostRegister_v2(
                 self.ffi.cast("void *", shared.address), len(shared.memory), MEMHOSTREGISTER_PORTABLE))
@@ -433,6 +435,10 @@ class Session:
 
     def drop_ring(self) -> None:
         """The shared memory is no longer the GPU's to copy from (before the connection unmaps it)."""
+        if self.ring is not None:  # host functions still in streams wait on it: they end first
+            self.records.ring(0, None)
+            if self.server.backend == "cuda":
+                self.in_primary_context(self.lib.cuCtxSynchronize)
         if self.host_ranges:
             self.in_primary_context(self.lib.cuCtxSynchronize)  # no copy may still be using them
         for offset in list(self.host_ranges):
