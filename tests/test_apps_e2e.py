@@ -12,7 +12,7 @@ from conftest import APPS, ServerProcess, run_remote
 EXPECTED = APPS / "expected"
 APPS_SAME_AS_NATIVE = ["vector_add", "memcpy_kinds", "memset", "events", "streams", "device_symbols", "templated",
                        "struct_arg", "two_units", "error_paths", "launch_api", "static_app", "dlopen_app",
-                       "driver_api", "contexts_threads", "large_copies", "mapped_memory", "callbacks"]
+                       "driver_api", "contexts_threads", "large_copies", "mapped_memory", "callbacks", "managed_memory"]
 # how each CUWIRE_TRANSPORT travels to a server on this host (--stats names it)
 TRANSPORTS = {"auto": "Unix socket and shared memory", "unix": "Unix socket and shared memory", "tcp": "TCP"}
 
@@ -44,6 +44,12 @@ def test_mapped_memory_over_tcp_is_refused_by_name(apps: Path, client_lib, serve
     r = run_remote(apps / "mapped_memory", client_lib, server.address, env={"CUWIRE_TRANSPORT": "tcp"})
     assert r.returncode == 1 and "cudaErrorNotSupported" in r.stdout
     assert "cuwire: mapped host memory needs a server on this host" in r.stderr
+
+
+def test_managed_memory_over_tcp_is_refused_by_name(apps: Path, client_lib, server):
+    r = run_remote(apps / "managed_memory", client_lib, server.address, env={"CUWIRE_TRANSPORT": "tcp"})
+    assert r.returncode == 1 and "cudaErrorNotSupported" in r.stdout
+    assert "cuwire: managed memory needs a server on this host" in r.stderr
 
 
 def test_host_functions_over_tcp_are_refused_by_name(apps: Path, client_lib, server):

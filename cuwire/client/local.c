@@ -357,7 +357,8 @@ struct host_alloc {
     void *ptr;
     size_t size;
     unsigned int flags;
-    int shared;
+    int shared;  /* in the memory shared with the server */
+    int managed; /* cuMemAllocManaged's (the session's allocation map holds it too) */
     struct host_alloc *next;
 };
 static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -379,7 +380,7 @@ static int host_alloc(void **pHost, size_t size, unsigned int flags)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     pthread_mutex_lock(&host_lock);
-    *a = (struct host_alloc){*pHost, size, flags, address != 0, host_allocs};
+    *a = (struct host_alloc){*pHost, size, flags, address != 0, 0, host_allocs};
     host_allocs = a;
     pthread_mutex_unlock(&host_lock);
     return CUDA_SUCCESS;
@@ -464,6 +465,85 @@ CUresult cuwire_local_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, 
     }
     *pdptr = shared_server_base + offset;
     return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ managed memory */
+
+/* Managed memory, with a server on this host: page-locked memory shared with the server and mapped for the
+ * GPU at the same address, as cuMemHostAlloc's is. The program and the GPU use one copy of it, coherently
+ * (the GPU's accesses cross PCIe rather than migrating pages); prefetches and advice are hints, taken and
+ * left at that. The session's allocation map holds it, so copies and memsets treat it as device memory, as
+ * natively. Over TCP refused by name. */
+CUresult cuwire_local_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    if (!dptr || bytesize == 0 || (flags != 1 && flags != 2)) /* CU_MEM_ATTACH_GLOBAL, CU_MEM_ATTACH_HOST */
+        return CUDA_ERROR_INVALID_VALUE;
+    struct host_alloc *a = malloc(sizeof *a);
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t address = 0;
+    if (CUWIRE_READY())
+        cuwire_py_host_alloc(bytesize, &address);
+    if (!address) {
+        free(a);
+        if (shared_size)
+            return CUDA_ERROR_OUT_OF_MEMORY; /* the shared memory is full (CUWIRE_HOST_MEMORY) */
+        cuwire_say_once_per_name("cuwire: managed memory needs a server on this host (the Unix socket and shared "
+                                 "memory; CUWIRE_TRANSPORT=auto), refused:", "cuMemAllocManaged");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (cuwire_track_alloc(address, bytesize) != 0) {
+        free(a);
+        cuwire_py_host_free(address);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&host_lock);
+    *a = (struct host_alloc){(void *)(uintptr_t)address, bytesize, flags, 1, 1, host_allocs};
+    host_allocs = a;
+    pthread_mutex_unlock(&host_lock);
+    *dptr = address;
+    return CUDA_SUCCESS;
+}
+
+static int is_managed(CUdeviceptr p)
+{
+    int managed = 0;
+    pthread_mutex_lock(&host_lock);
+    for (struct host_alloc *a = host_allocs; a; a = a->next)
+        if (a->ptr == (void *)(uintptr_t)p) {
+            managed = a->managed;
+            break;
+        }
+    pthread_mutex_unlock(&host_lock);
+    return managed;
+}
+
+/* cuMemFree of managed memory: the client's to free (the server never made it a device allocation). */
+int cuwire_fast_cuMemFree_v2(CUdeviceptr dptr)
+{
+    if (!dptr || !is_managed(dptr))
+        return -1;
+    cuwire_untrack_alloc(dptr);
+    return host_free((void *)(uintptr_t)dptr);
+}
+
+static CUresult managed_hint(CUdeviceptr p, size_t count)
+{
+    uint64_t offset;
+    return count && shared_offset((const void *)(uintptr_t)p, count, &offset) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuwire_local_cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags,
+                                            CUstream hStream)
+{
+    (void)location, (void)flags, (void)hStream;
+    return managed_hint(devPtr, count);
+}
+
+CUresult cuwire_local_cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
+{
+    (void)advice, (void)location;
+    return managed_hint(devPtr, count);
 }
 
 /* Registering host memory changes nothing here: every copy from client memory goes over the wire. */

@@ -1312,13 +1312,13 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "local",
     "unimplemented",
     "sync",
     "unimplemented",
     "unimplemented",
     "local",
-    "unimplemented",
+    "local",
     "unimplemented",
     "sync",
     "sync",
@@ -1366,7 +1366,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "local",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -8030,11 +8030,11 @@ CUWIRE_EXPORT CUresult cuMemAdvise(void)
     return cuwire_impl_cuMemAdvise();
 }
 
-/* cuMemAdvise_v2 (cuda.h): unimplemented */
+/* cuMemAdvise_v2 (cuda.h): local, local */
+CUresult cuwire_local_cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location);
 static inline CUresult cuwire_impl_cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemAdvise_v2", "cuda.h", &warned), 801));
+return cuwire_local_cuMemAdvise_v2(devPtr, count, advice, location);
 }
 CUWIRE_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
 {
@@ -8142,11 +8142,11 @@ CUWIRE_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
     return cuwire_impl_cuMemAllocHost_v2(pp, bytesize);
 }
 
-/* cuMemAllocManaged (cuda.h): unimplemented */
+/* cuMemAllocManaged (cuda.h): local, local */
+CUresult cuwire_local_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
 static inline CUresult cuwire_impl_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemAllocManaged", "cuda.h", &warned), 801));
+return cuwire_local_cuMemAllocManaged(dptr, bytesize, flags);
 }
 CUWIRE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
@@ -8370,8 +8370,14 @@ CUWIRE_EXPORT CUresult cuMemFreeHost(void *p)
 
 /* cuMemFree_v2 (cuda.h): remoted, sync */
 int cuwire_py_cuMemFree_v2(uint64_t);
+int cuwire_fast_cuMemFree_v2(CUdeviceptr dptr);
 static inline CUresult cuwire_impl_cuMemFree_v2(CUdeviceptr dptr)
 {
+    int fast = cuwire_fast_cuMemFree_v2(dptr);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[330], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemFree_v2((uint64_t)dptr));
@@ -9023,11 +9029,11 @@ CUWIRE_EXPORT CUresult cuMemPrefetchAsync_ptsz(void)
     return cuwire_impl_cuMemPrefetchAsync_ptsz();
 }
 
-/* cuMemPrefetchAsync_v2 (cuda.h): unimplemented; also cuMemPrefetchAsync_v2_ptsz */
+/* cuMemPrefetchAsync_v2 (cuda.h): local, local; also cuMemPrefetchAsync_v2_ptsz */
+CUresult cuwire_local_cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream);
 static inline CUresult cuwire_impl_cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemPrefetchAsync_v2", "cuda.h", &warned), 801));
+return cuwire_local_cuMemPrefetchAsync_v2(devPtr, count, location, flags, hStream);
 }
 CUWIRE_EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)
 {

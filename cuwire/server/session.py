@@ -349,12 +349,14 @@ class Session:
             MEMHOSTREGISTER_PORTABLE | MEMHOSTREGISTER_DEVICEMAP))
         if err == 0:
             self.host_ranges[offset] = size
+            self.records.add_memory(self.host_base + offset, size)  # the GPU's memory too (copies, memsets)
         return err
 
     def unregister_host(self, offset: int) -> int:
         if offset not in self.host_ranges:
             raise CudaFail(INVALID_VALUE, f"no registered range at offset {offset} of the shared host memory")
         del self.host_ranges[offset]
+        self.records.remove_memory(self.host_base + offset)
         return self.in_primary_context(
             lambda: self.lib.cuMemHostUnregister(self.ffi.cast("void *", self.host_base + offset)))
 

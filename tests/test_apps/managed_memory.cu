@@ -1,0 +1,55 @@
+// managed_memory: cudaMallocManaged memory written by the host, then by a kernel, read back by the host with
+// no copy; prefetch and advice; copies and memsets on it; freed. Through cuwire this needs a server on the
+// same host (CUWIRE_TRANSPORT=auto): the memory is shared with the server and mapped for the GPU.
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+
+// the same kernel as streams.cu: dst[i] = src[i] * mul + add
+__global__ void streamScaleAdd(int *dst, const int *src, int mul, int add, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[i] * mul + add;
+}
+
+static int check(const char *what, const int *p, int n, int mul, int add) {
+    for (int i = 0; i < n; i++)
+        if (p[i] != i * mul + add) {
+            printf("%-40s FAIL at %d: %d\n", what, i, p[i]);
+            return 1;
+        }
+    printf("%-40s OK\n", what);
+    return 0;
+}
+
+int main() {
+    const int n = 100000;
+    int failures = 0, device = 0, *m, *d, host[16];
+    CHECK(cudaMallocManaged((void **)&m, n * sizeof(int)));
+    for (int i = 0; i < n; i++) m[i] = i;  // the host writes it
+    cudaMemLocation where = {cudaMemLocationTypeDevice, device};
+    CHECK(cudaMemAdvise(m, n * sizeof(int), cudaMemAdviseSetPreferredLocation, where));
+    CHECK(cudaMemPrefetchAsync(m, n * sizeof(int), where, 0, 0));
+    streamScaleAdd<<<(n + 255) / 256, 256>>>(m, m, 3, 1, n);  // the GPU changes it in place
+    CHECK(cudaDeviceSynchronize());
+    failures += check("kernel on managed memory, read by the host", m, n, 3, 1);
+
+    CHECK(cudaMalloc((void **)&d, n * sizeof(int)));
+    CHECK(cudaMemcpy(d, m, n * sizeof(int), cudaMemcpyDefault));  // managed -> device
+    streamScaleAdd<<<(n + 255) / 256, 256>>>(d, d, 1, 1, n);
+    CHECK(cudaMemcpy(m, d, n * sizeof(int), cudaMemcpyDefault));  // device -> managed
+    failures += check("copies between managed and device memory", m, n, 3, 2);
+
+    CHECK(cudaMemset(m, 0, 16 * sizeof(int)));
+    CHECK(cudaDeviceSynchronize());
+    memcpy(host, m, sizeof host);
+    int zeros = 1;
+    for (int i = 0; i < 16; i++) zeros &= host[i] == 0;
+    printf("%-40s %s\n", "cudaMemset on managed memory", zeros && m[16] == 16 * 3 + 2 ? "OK" : "FAIL");
+    failures += !(zeros && m[16] == 50);
+
+    CHECK(cudaFree(d));
+    CHECK(cudaFree(m));
+    printf("managed_memory: %s\n", failures ? "FAIL" : "PASS");
+    return failures != 0;
+}
