@@ -467,6 +467,23 @@ CUresult cuwire_local_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, 
     return CUDA_SUCCESS;
 }
 
+/* ------------------------------------------------------------------ cooperative launches */
+
+/* cuLaunchCooperativeKernel is cuLaunchKernelEx with the cooperative attribute: queued the same way. */
+CUresult cuwire_local_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                                unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                                unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                                void **kernelParams)
+{
+    CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    attr.value.cooperative = 1;
+    CUlaunchConfig config = {gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+                             hStream, &attr, 1};
+    return cuLaunchKernelEx(&config, f, kernelParams, NULL);
+}
+
 /* ------------------------------------------------------------------ managed memory */
 
 /* Managed memory, with a server on this host: page-locked memory shared with the server and mapped for the

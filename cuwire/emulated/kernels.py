@@ -358,3 +358,17 @@ def count_launch(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> N
         return
     addr = mem.global_address("launches")
     _write(mem, addr, _wrap32([_read(mem, "i", addr, 1)[0] + 1]))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# cooperative.cu
+
+
+@kernel("_Z10coopRotatePiS_i", params=[8, 8, 4])
+def coop_rotate(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """a[i] = 7 i; the grid synchronises; b[i] = a[(i + blockDim.x) % n] (whole grids run at once here)."""
+    a, b, n = p.ptr(0), p.ptr(1), p.i32(2)
+    count = _active(grid, block, n)
+    _write(mem, a, _wrap32(7 * i for i in range(count)))
+    values = _read(mem, "i", a, n)
+    _write(mem, b, array("i", (values[(i + block[0]) % n] for i in range(count))))

@@ -1279,7 +1279,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "sync",
     "unimplemented",
-    "unimplemented",
+    "local",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -7400,11 +7400,11 @@ CUWIRE_EXPORT CUresult cuLaunch(CUfunction f)
     return cuwire_impl_cuLaunch(f);
 }
 
-/* cuLaunchCooperativeKernel (cuda.h): unimplemented; also cuLaunchCooperativeKernel_ptsz */
+/* cuLaunchCooperativeKernel (cuda.h): local, local; also cuLaunchCooperativeKernel_ptsz */
+CUresult cuwire_local_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams);
 static inline CUresult cuwire_impl_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuLaunchCooperativeKernel", "cuda.h", &warned), 801));
+return cuwire_local_cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
 }
 CUWIRE_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {

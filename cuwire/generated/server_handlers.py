@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "177cae365a92041f"
+API_DIGEST = "7d9b657215850526"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
