@@ -51,6 +51,8 @@ def expr(e: str, bind) -> str:
 
 
 def py_expr(e: str, prefix: str = "", outs: frozenset[str] = frozenset(), out_prefix: str = "res.") -> str:
+    """As Python: names bound, and `/` the integer division it is in C (lengths are non-negative)."""
+    e = e.replace("/", "//")
     return expr(e, lambda n: (f"{out_prefix}{py_name(n)}" if n in outs else f"{prefix}{py_name(n)}"))
 
 

@@ -367,6 +367,8 @@ class EmulatedLib(EmulatedNvml):
         self._streams[STREAM_PER_THREAD] = _Stream(builtin=True, ident=2)
         self._next_stream_id = 3
         self._events: dict[int, _Event] = {}
+        self._pools: dict[int, dict[int, int]] = {}  # memory pool handle -> its attributes (CUmemPool_attribute)
+        self._default_pool = self._current_pool = 0  # made at the first cuDeviceGetDefaultMemPool
 
     def __getattr__(self, name: str) -> Callable[..., int]:
         """Any other driver or NVML function: fail loudly by name, never succeed silently."""
@@ -789,6 +791,73 @@ class EmulatedLib(EmulatedNvml):
         if self._stream(hStream) is None:
             return self.drv.CUDA_ERROR_INVALID_HANDLE
         return self.cuMemFree_v2(dptr)
+
+    # memory pools (stream-ordered allocation): attributes kept, allocations like cuMemAllocAsync's
+
+    def _new_pool(self) -> int:
+        handle = self._new_handle()
+        self._pools[handle] = {1: 1, 2: 1, 3: 1, 4: 0, 5: 0, 6: 0, 7: 0, 8: 0}  # the reuse policies on
+        return handle
+
+    def _pool(self, handle: CData) -> dict[int, int] | None:
+        return self._pools.get(self._addr(handle))
+
+    def cuDeviceGetDefaultMemPool(self, pool_out: CData, dev: int) -> int:
+        if dev != 0:
+            return self.drv.CUDA_ERROR_INVALID_DEVICE
+        if not self._default_pool:
+            self._default_pool = self._current_pool = self._new_pool()
+        return self._drv_put((pool_out, self._default_pool))
+
+    def cuDeviceGetMemPool(self, pool: CData, dev: int) -> int:
+        if dev != 0:
+            return self.drv.CUDA_ERROR_INVALID_DEVICE
+        if not self._current_pool:
+            self._default_pool = self._current_pool = self._new_pool()
+        return self._drv_put((pool, self._current_pool))
+
+    def cuDeviceSetMemPool(self, dev: int, pool: CData) -> int:
+        if dev != 0 or self._pool(pool) is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        self._current_pool = self._addr(pool)
+        return 0
+
+    def cuMemPoolCreate(self, pool: CData, poolProps: CData) -> int:
+        if self._is_null(poolProps):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        return self._drv_put((pool, self._new_pool()))
+
+    def cuMemPoolDestroy(self, pool: CData) -> int:
+        address = self._addr(pool)
+        if address not in self._pools or address == self._default_pool:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        del self._pools[address]
+        if self._current_pool == address:
+            self._current_pool = self._default_pool
+        return 0
+
+    def cuMemPoolTrimTo(self, pool: CData, minBytesToKeep: int) -> int:
+        return 0 if self._pool(pool) is not None else self.drv.CUDA_ERROR_INVALID_VALUE
+
+    def cuMemPoolSetAttribute(self, pool: CData, attr: int, value: CData) -> int:
+        attributes = self._pool(pool)
+        if attributes is None or attr not in attributes or self._is_null(value) or attr in (5, 7):
+            return self.drv.CUDA_ERROR_INVALID_VALUE  # (the current reserved and used sizes are read-only)
+        ctype = "int *" if attr <= 3 else "uint64_t *"
+        attributes[attr] = self.ffi.cast(ctype, value)[0]
+        return 0
+
+    def cuMemPoolGetAttribute(self, pool: CData, attr: int, value: CData) -> int:
+        attributes = self._pool(pool)
+        if attributes is None or attr not in attributes or self._is_null(value):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        self.ffi.cast("int *" if attr <= 3 else "uint64_t *", value)[0] = attributes[attr]
+        return 0
+
+    def cuMemAllocFromPoolAsync(self, dptr: CData, bytesize: int, pool: CData, hStream: CData) -> int:
+        if self._pool(pool) is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        return self.cuMemAllocAsync(dptr, bytesize, hStream)
 
     # host memory registered for the GPU: its address is the device's address for it (unified addressing)
 

@@ -176,6 +176,28 @@ def cuDeviceGetByPCIBusId(dev, pciBusId):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuDeviceGetDefaultMemPool", onerror=rt.on_error)
+def cuDeviceGetDefaultMemPool(pool_out, dev):
+    """cuDeviceGetDefaultMemPool (cuda.h)"""
+    args = pb.cuDeviceGetDefaultMemPool_Args()
+    args.dev = dev
+    res = rt.call(1234428036, args, pb.cuDeviceGetDefaultMemPool_Result)
+    if res.status == 0:
+        rt.write_scalar(pool_out, "uint64_t", res.pool_out)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuDeviceGetMemPool", onerror=rt.on_error)
+def cuDeviceGetMemPool(pool, dev):
+    """cuDeviceGetMemPool (cuda.h)"""
+    args = pb.cuDeviceGetMemPool_Args()
+    args.dev = dev
+    res = rt.call(3826692610, args, pb.cuDeviceGetMemPool_Result)
+    if res.status == 0:
+        rt.write_scalar(pool, "uint64_t", res.pool)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuDeviceGetP2PAttribute", onerror=rt.on_error)
 def cuDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice):
     """cuDeviceGetP2PAttribute (cuda.h)"""
@@ -218,6 +240,16 @@ def cuDevicePrimaryCtxSetFlags_v2(dev, flags):
     args.dev = dev
     args.flags = flags
     res = rt.call(4201524549, args, pb.cuDevicePrimaryCtxSetFlags_v2_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuDeviceSetMemPool", onerror=rt.on_error)
+def cuDeviceSetMemPool(dev, pool):
+    """cuDeviceSetMemPool (cuda.h)"""
+    args = pb.cuDeviceSetMemPool_Args()
+    args.dev = dev
+    args.pool = pool
+    res = rt.call(3394474896, args, pb.cuDeviceSetMemPool_Result)
     return res.status
 
 
@@ -392,6 +424,20 @@ def cuMemAllocAsync(dptr, bytesize, hStream):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuMemAllocFromPoolAsync", onerror=rt.on_error)
+def cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream):
+    """cuMemAllocFromPoolAsync (cuda.h)"""
+    args = pb.cuMemAllocFromPoolAsync_Args()
+    args.bytesize = bytesize
+    args.pool = pool
+    args.hStream = hStream
+    res = rt.call(1326874906, args, pb.cuMemAllocFromPoolAsync_Result)
+    if res.status == 0:
+        rt.write_scalar(dptr, "uint64_t", res.dptr)
+        rt.track_alloc(res.dptr, bytesize)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuMemAllocPitch_v2", onerror=rt.on_error)
 def cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes):
     """cuMemAllocPitch_v2 (cuda.h)"""
@@ -450,6 +496,62 @@ def cuMemGetInfo_v2(free, total):
     if res.status == 0:
         rt.write_scalar(free, "uint64_t", res.free)
         rt.write_scalar(total, "uint64_t", res.total)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemPoolCreate", onerror=rt.on_error)
+def cuMemPoolCreate(pool, poolProps, poolProps_len):
+    """cuMemPoolCreate (cuda.h): single-device pools (the properties' Windows security attributes are not forwarded: Linux ignores them)"""
+    args = pb.cuMemPoolCreate_Args()
+    args.poolProps = rt.read(poolProps, poolProps_len)
+    res = rt.call(2112346226, args, pb.cuMemPoolCreate_Result)
+    if res.status == 0:
+        rt.write_scalar(pool, "uint64_t", res.pool)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemPoolDestroy", onerror=rt.on_error)
+def cuMemPoolDestroy(pool):
+    """cuMemPoolDestroy (cuda.h)"""
+    args = pb.cuMemPoolDestroy_Args()
+    args.pool = pool
+    res = rt.call(3906768071, args, pb.cuMemPoolDestroy_Result)
+    if res.status == 0:
+        rt.untrack_alloc(pool)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemPoolGetAttribute", onerror=rt.on_error)
+def cuMemPoolGetAttribute(pool, attr, value, value_len):
+    """cuMemPoolGetAttribute (cuda.h)"""
+    args = pb.cuMemPoolGetAttribute_Args()
+    args.pool = pool
+    args.attr = attr
+    rt.expect(value, value_len)
+    res = rt.call(830843819, args, pb.cuMemPoolGetAttribute_Result)
+    if res.status == 0:
+        rt.write(value, res.value, value_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemPoolSetAttribute", onerror=rt.on_error)
+def cuMemPoolSetAttribute(pool, attr, value, value_len):
+    """cuMemPoolSetAttribute (cuda.h)"""
+    args = pb.cuMemPoolSetAttribute_Args()
+    args.pool = pool
+    args.attr = attr
+    args.value = rt.read(value, value_len)
+    res = rt.call(1050377512, args, pb.cuMemPoolSetAttribute_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemPoolTrimTo", onerror=rt.on_error)
+def cuMemPoolTrimTo(pool, minBytesToKeep):
+    """cuMemPoolTrimTo (cuda.h)"""
+    args = pb.cuMemPoolTrimTo_Args()
+    args.pool = pool
+    args.minBytesToKeep = minBytesToKeep
+    res = rt.call(1437163825, args, pb.cuMemPoolTrimTo_Result)
     return res.status
 
 

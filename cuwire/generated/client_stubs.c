@@ -1069,13 +1069,13 @@ const char *const cuwire_modes[] = {
     "local",
     "sync",
     "local",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "sync",
     "local",
     "unimplemented",
     "unimplemented",
@@ -1093,7 +1093,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "local",
     "unimplemented",
@@ -1315,7 +1315,7 @@ const char *const cuwire_modes[] = {
     "local",
     "unimplemented",
     "sync",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "local",
     "local",
@@ -1353,17 +1353,17 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
+    "sync",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "sync",
+    "sync",
     "unimplemented",
     "unimplemented",
     "local",
@@ -3462,11 +3462,13 @@ CUWIRE_EXPORT CUresult cuDeviceGetCount(int *count)
     return cuwire_impl_cuDeviceGetCount(count);
 }
 
-/* cuDeviceGetDefaultMemPool (cuda.h): unimplemented */
+/* cuDeviceGetDefaultMemPool (cuda.h): remoted, sync */
+int cuwire_py_cuDeviceGetDefaultMemPool(void *, int64_t);
 static inline CUresult cuwire_impl_cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuDeviceGetDefaultMemPool", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuDeviceGetDefaultMemPool((void *)pool_out, (int64_t)dev));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
@@ -3570,11 +3572,13 @@ CUWIRE_EXPORT CUresult cuDeviceGetLuid(char *luid, unsigned int *deviceNodeMask,
     return cuwire_impl_cuDeviceGetLuid(luid, deviceNodeMask, dev);
 }
 
-/* cuDeviceGetMemPool (cuda.h): unimplemented */
+/* cuDeviceGetMemPool (cuda.h): remoted, sync */
+int cuwire_py_cuDeviceGetMemPool(void *, int64_t);
 static inline CUresult cuwire_impl_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuDeviceGetMemPool", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuDeviceGetMemPool((void *)pool, (int64_t)dev));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
@@ -3921,11 +3925,25 @@ CUWIRE_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_
     return cuwire_impl_cuDeviceSetGraphMemAttribute(device, attr, value);
 }
 
-/* cuDeviceSetMemPool (cuda.h): unimplemented */
+/* cuDeviceSetMemPool (cuda.h): remoted, sync */
+int cuwire_py_cuDeviceSetMemPool(int64_t, uint64_t);
 static inline CUresult cuwire_impl_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuDeviceSetMemPool", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            int32_t dev;
+            uint64_t pool;
+        } rec = {
+            dev,
+            (uint64_t)(uintptr_t)pool,
+        };
+        int status = cuwire_call(3394474896u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuDeviceSetMemPool((int64_t)dev, (uint64_t)(uintptr_t)pool));
 }
 CUWIRE_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 {
@@ -8087,11 +8105,13 @@ CUWIRE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstr
 }
 CUWIRE_EXPORT __typeof__(cuMemAllocAsync) cuMemAllocAsync_ptsz __attribute__((alias("cuMemAllocAsync")));
 
-/* cuMemAllocFromPoolAsync (cuda.h): unimplemented; also cuMemAllocFromPoolAsync_ptsz */
+/* cuMemAllocFromPoolAsync (cuda.h): remoted, sync; also cuMemAllocFromPoolAsync_ptsz */
+int cuwire_py_cuMemAllocFromPoolAsync(void *, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemAllocFromPoolAsync", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemAllocFromPoolAsync((void *)dptr, (uint64_t)bytesize, (uint64_t)(uintptr_t)pool, (uint64_t)(uintptr_t)hStream));
 }
 CUWIRE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
@@ -8795,11 +8815,13 @@ CUWIRE_EXPORT CUresult cuMemMapArrayAsync(CUarrayMapInfo *mapInfoList, unsigned 
 }
 CUWIRE_EXPORT __typeof__(cuMemMapArrayAsync) cuMemMapArrayAsync_ptsz __attribute__((alias("cuMemMapArrayAsync")));
 
-/* cuMemPoolCreate (cuda.h): unimplemented */
+/* cuMemPoolCreate (cuda.h): remoted, sync */
+int cuwire_py_cuMemPoolCreate(void *, void *, uint64_t);
 static inline CUresult cuwire_impl_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemPoolCreate", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemPoolCreate((void *)pool, (void *)poolProps, sizeof *poolProps));
 }
 CUWIRE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
@@ -8813,11 +8835,13 @@ CUWIRE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps 
     return cuwire_impl_cuMemPoolCreate(pool, poolProps);
 }
 
-/* cuMemPoolDestroy (cuda.h): unimplemented */
+/* cuMemPoolDestroy (cuda.h): remoted, sync */
+int cuwire_py_cuMemPoolDestroy(uint64_t);
 static inline CUresult cuwire_impl_cuMemPoolDestroy(CUmemoryPool pool)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemPoolDestroy", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemPoolDestroy((uint64_t)(uintptr_t)pool));
 }
 CUWIRE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
@@ -8885,11 +8909,13 @@ CUWIRE_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool
     return cuwire_impl_cuMemPoolGetAccess(flags, memPool, location);
 }
 
-/* cuMemPoolGetAttribute (cuda.h): unimplemented */
+/* cuMemPoolGetAttribute (cuda.h): remoted, sync */
+int cuwire_py_cuMemPoolGetAttribute(uint64_t, int64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemPoolGetAttribute", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemPoolGetAttribute((uint64_t)(uintptr_t)pool, (int64_t)attr, (void *)value, (uint64_t)(4 + 4 * ((attr + 4) / 8))));
 }
 CUWIRE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
@@ -8957,11 +8983,13 @@ CUWIRE_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDe
     return cuwire_impl_cuMemPoolSetAccess(pool, map, count);
 }
 
-/* cuMemPoolSetAttribute (cuda.h): unimplemented */
+/* cuMemPoolSetAttribute (cuda.h): remoted, sync */
+int cuwire_py_cuMemPoolSetAttribute(uint64_t, int64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemPoolSetAttribute", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemPoolSetAttribute((uint64_t)(uintptr_t)pool, (int64_t)attr, (void *)value, (uint64_t)(4 + 4 * ((attr + 4) / 8))));
 }
 CUWIRE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
@@ -8975,11 +9003,25 @@ CUWIRE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attrib
     return cuwire_impl_cuMemPoolSetAttribute(pool, attr, value);
 }
 
-/* cuMemPoolTrimTo (cuda.h): unimplemented */
+/* cuMemPoolTrimTo (cuda.h): remoted, sync */
+int cuwire_py_cuMemPoolTrimTo(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemPoolTrimTo", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t pool;
+            uint64_t minBytesToKeep;
+        } rec = {
+            (uint64_t)(uintptr_t)pool,
+            minBytesToKeep,
+        };
+        int status = cuwire_call(1437163825u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemPoolTrimTo((uint64_t)(uintptr_t)pool, (uint64_t)minBytesToKeep));
 }
 CUWIRE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "7d9b657215850526"
+API_DIGEST = "fb10174474df7890"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -181,6 +181,28 @@ def cuDeviceGetByPCIBusId(s, a: pb.cuDeviceGetByPCIBusId_Args) -> pb.cuDeviceGet
     return r
 
 
+def cuDeviceGetDefaultMemPool(s, a: pb.cuDeviceGetDefaultMemPool_Args) -> pb.cuDeviceGetDefaultMemPool_Result:
+    """cuDeviceGetDefaultMemPool (cuda.h)"""
+    r = pb.cuDeviceGetDefaultMemPool_Result()
+    pool_out = s.ffi.new("CUmemoryPool *")
+    r.status = s.lib.cuDeviceGetDefaultMemPool(pool_out, a.dev)
+    if r.status == 0:
+        r.pool_out = s.scalar(pool_out[0])
+        s.owns_handle("CUmemPoolHandle_st", r.pool_out)
+    return r
+
+
+def cuDeviceGetMemPool(s, a: pb.cuDeviceGetMemPool_Args) -> pb.cuDeviceGetMemPool_Result:
+    """cuDeviceGetMemPool (cuda.h)"""
+    r = pb.cuDeviceGetMemPool_Result()
+    pool = s.ffi.new("CUmemoryPool *")
+    r.status = s.lib.cuDeviceGetMemPool(pool, a.dev)
+    if r.status == 0:
+        r.pool = s.scalar(pool[0])
+        s.owns_handle("CUmemPoolHandle_st", r.pool)
+    return r
+
+
 def cuDeviceGetP2PAttribute(s, a: pb.cuDeviceGetP2PAttribute_Args) -> pb.cuDeviceGetP2PAttribute_Result:
     """cuDeviceGetP2PAttribute (cuda.h)"""
     r = pb.cuDeviceGetP2PAttribute_Result()
@@ -212,6 +234,13 @@ def cuDevicePrimaryCtxSetFlags_v2(s, a: pb.cuDevicePrimaryCtxSetFlags_v2_Args) -
     """cuDevicePrimaryCtxSetFlags_v2 (cuda.h)"""
     r = pb.cuDevicePrimaryCtxSetFlags_v2_Result()
     r.status = s.lib.cuDevicePrimaryCtxSetFlags_v2(a.dev, a.flags)
+    return r
+
+
+def cuDeviceSetMemPool(s, a: pb.cuDeviceSetMemPool_Args) -> pb.cuDeviceSetMemPool_Result:
+    """cuDeviceSetMemPool (cuda.h)"""
+    r = pb.cuDeviceSetMemPool_Result()
+    r.status = s.lib.cuDeviceSetMemPool(a.dev, s.handle("CUmemPoolHandle_st", "CUmemoryPool", a.pool))
     return r
 
 
@@ -354,6 +383,18 @@ def cuMemAllocAsync(s, a: pb.cuMemAllocAsync_Args) -> pb.cuMemAllocAsync_Result:
     return r
 
 
+def cuMemAllocFromPoolAsync(s, a: pb.cuMemAllocFromPoolAsync_Args) -> pb.cuMemAllocFromPoolAsync_Result:
+    """cuMemAllocFromPoolAsync (cuda.h)"""
+    r = pb.cuMemAllocFromPoolAsync_Result()
+    dptr = s.ffi.new("CUdeviceptr *")
+    s.reserve(a.bytesize)
+    r.status = s.lib.cuMemAllocFromPoolAsync(dptr, a.bytesize, s.handle("CUmemPoolHandle_st", "CUmemoryPool", a.pool), s.handle("CUstream_st", "CUstream", a.hStream))
+    if r.status == 0:
+        r.dptr = s.scalar(dptr[0])
+        s.owns(r.dptr, a.bytesize)
+    return r
+
+
 def cuMemAllocPitch_v2(s, a: pb.cuMemAllocPitch_v2_Args) -> pb.cuMemAllocPitch_v2_Result:
     """cuMemAllocPitch_v2 (cuda.h)"""
     r = pb.cuMemAllocPitch_v2_Result()
@@ -406,6 +447,52 @@ def cuMemGetInfo_v2(s, a: pb.cuMemGetInfo_v2_Args) -> pb.cuMemGetInfo_v2_Result:
     if r.status == 0:
         r.free = s.scalar(free[0])
         r.total = s.scalar(total[0])
+    return r
+
+
+def cuMemPoolCreate(s, a: pb.cuMemPoolCreate_Args) -> pb.cuMemPoolCreate_Result:
+    """cuMemPoolCreate (cuda.h)"""
+    r = pb.cuMemPoolCreate_Result()
+    pool = s.ffi.new("CUmemoryPool *")
+    poolProps = s.struct_in("CUmemPoolProps", a.poolProps)
+    r.status = s.lib.cuMemPoolCreate(pool, poolProps)
+    if r.status == 0:
+        r.pool = s.scalar(pool[0])
+        s.owns_handle("CUmemPoolHandle_st", r.pool)
+    return r
+
+
+def cuMemPoolDestroy(s, a: pb.cuMemPoolDestroy_Args) -> pb.cuMemPoolDestroy_Result:
+    """cuMemPoolDestroy (cuda.h)"""
+    r = pb.cuMemPoolDestroy_Result()
+    r.status = s.lib.cuMemPoolDestroy(s.handle("CUmemPoolHandle_st", "CUmemoryPool", a.pool))
+    if r.status == 0:
+        s.disowns_handle("CUmemPoolHandle_st", a.pool)
+    return r
+
+
+def cuMemPoolGetAttribute(s, a: pb.cuMemPoolGetAttribute_Args) -> pb.cuMemPoolGetAttribute_Result:
+    """cuMemPoolGetAttribute (cuda.h)"""
+    r = pb.cuMemPoolGetAttribute_Result()
+    value = s.out_buffer(4 + 4 * ((a.attr + 4) // 8))
+    r.status = s.lib.cuMemPoolGetAttribute(s.handle("CUmemPoolHandle_st", "CUmemoryPool", a.pool), a.attr, value)
+    if r.status == 0:
+        r.value = s.take(value, 4 + 4 * ((a.attr + 4) // 8))
+    return r
+
+
+def cuMemPoolSetAttribute(s, a: pb.cuMemPoolSetAttribute_Args) -> pb.cuMemPoolSetAttribute_Result:
+    """cuMemPoolSetAttribute (cuda.h)"""
+    r = pb.cuMemPoolSetAttribute_Result()
+    value = s.in_buffer(a.value, 4 + 4 * ((a.attr + 4) // 8))
+    r.status = s.lib.cuMemPoolSetAttribute(s.handle("CUmemPoolHandle_st", "CUmemoryPool", a.pool), a.attr, value)
+    return r
+
+
+def cuMemPoolTrimTo(s, a: pb.cuMemPoolTrimTo_Args) -> pb.cuMemPoolTrimTo_Result:
+    """cuMemPoolTrimTo (cuda.h)"""
+    r = pb.cuMemPoolTrimTo_Result()
+    r.status = s.lib.cuMemPoolTrimTo(s.handle("CUmemPoolHandle_st", "CUmemoryPool", a.pool), a.minBytesToKeep)
     return r
 
 
@@ -1366,10 +1453,13 @@ HANDLERS = {
     357846365: ("cuCtxSynchronize_v2", pb.cuCtxSynchronize_v2_Args, cuCtxSynchronize_v2),
     1419231701: ("cuDeviceCanAccessPeer", pb.cuDeviceCanAccessPeer_Args, cuDeviceCanAccessPeer),
     3582315627: ("cuDeviceGetByPCIBusId", pb.cuDeviceGetByPCIBusId_Args, cuDeviceGetByPCIBusId),
+    1234428036: ("cuDeviceGetDefaultMemPool", pb.cuDeviceGetDefaultMemPool_Args, cuDeviceGetDefaultMemPool),
+    3826692610: ("cuDeviceGetMemPool", pb.cuDeviceGetMemPool_Args, cuDeviceGetMemPool),
     2429329345: ("cuDeviceGetP2PAttribute", pb.cuDeviceGetP2PAttribute_Args, cuDeviceGetP2PAttribute),
     2039655364: ("cuDeviceGetPCIBusId", pb.cuDeviceGetPCIBusId_Args, cuDeviceGetPCIBusId),
     2324783077: ("cuDevicePrimaryCtxReset_v2", pb.cuDevicePrimaryCtxReset_v2_Args, cuDevicePrimaryCtxReset_v2),
     4201524549: ("cuDevicePrimaryCtxSetFlags_v2", pb.cuDevicePrimaryCtxSetFlags_v2_Args, cuDevicePrimaryCtxSetFlags_v2),
+    3394474896: ("cuDeviceSetMemPool", pb.cuDeviceSetMemPool_Args, cuDeviceSetMemPool),
     2934341808: ("cuEventCreate", pb.cuEventCreate_Args, cuEventCreate),
     495590736: ("cuEventDestroy_v2", pb.cuEventDestroy_v2_Args, cuEventDestroy_v2),
     461475650: ("cuEventElapsedTime_v2", pb.cuEventElapsedTime_v2_Args, cuEventElapsedTime_v2),
@@ -1385,11 +1475,17 @@ HANDLERS = {
     1572033421: ("cuKernelSetCacheConfig", pb.cuKernelSetCacheConfig_Args, cuKernelSetCacheConfig),
     1865932518: ("cuLibraryGetModule", pb.cuLibraryGetModule_Args, cuLibraryGetModule),
     3963973914: ("cuMemAllocAsync", pb.cuMemAllocAsync_Args, cuMemAllocAsync),
+    1326874906: ("cuMemAllocFromPoolAsync", pb.cuMemAllocFromPoolAsync_Args, cuMemAllocFromPoolAsync),
     3900720854: ("cuMemAllocPitch_v2", pb.cuMemAllocPitch_v2_Args, cuMemAllocPitch_v2),
     3039727126: ("cuMemAlloc_v2", pb.cuMemAlloc_v2_Args, cuMemAlloc_v2),
     2268878162: ("cuMemFreeAsync", pb.cuMemFreeAsync_Args, cuMemFreeAsync),
     2004586063: ("cuMemFree_v2", pb.cuMemFree_v2_Args, cuMemFree_v2),
     969693882: ("cuMemGetInfo_v2", pb.cuMemGetInfo_v2_Args, cuMemGetInfo_v2),
+    2112346226: ("cuMemPoolCreate", pb.cuMemPoolCreate_Args, cuMemPoolCreate),
+    3906768071: ("cuMemPoolDestroy", pb.cuMemPoolDestroy_Args, cuMemPoolDestroy),
+    830843819: ("cuMemPoolGetAttribute", pb.cuMemPoolGetAttribute_Args, cuMemPoolGetAttribute),
+    1050377512: ("cuMemPoolSetAttribute", pb.cuMemPoolSetAttribute_Args, cuMemPoolSetAttribute),
+    1437163825: ("cuMemPoolTrimTo", pb.cuMemPoolTrimTo_Args, cuMemPoolTrimTo),
     3795422459: ("cuMemcpy", pb.cuMemcpy_Args, cuMemcpy),
     1900514108: ("cuMemcpyAsync", pb.cuMemcpyAsync_Args, cuMemcpyAsync),
     3146899852: ("cuMemcpyDtoD_v2", pb.cuMemcpyDtoD_v2_Args, cuMemcpyDtoD_v2),
@@ -1497,10 +1593,12 @@ RECORDS = {
     484046796: ("cuCtxSynchronize", struct.Struct("<")),
     357846365: ("cuCtxSynchronize_v2", struct.Struct("<Q")),
     2324783077: ("cuDevicePrimaryCtxReset_v2", struct.Struct("<i")),
+    3394474896: ("cuDeviceSetMemPool", struct.Struct("<iQ")),
     2687060959: ("cuEventQuery", struct.Struct("<Q")),
     3120889818: ("cuEventRecord", struct.Struct("<QQ")),
     663009900: ("cuEventRecordWithFlags", struct.Struct("<QQI")),
     3775496938: ("cuEventSynchronize", struct.Struct("<Q")),
+    1437163825: ("cuMemPoolTrimTo", struct.Struct("<QQ")),
     2688723146: ("cuMemcpyDtoDAsync_v2", struct.Struct("<QQQQ")),
     3146899852: ("cuMemcpyDtoD_v2", struct.Struct("<QQQ")),
     2127962567: ("cuMemsetD16Async", struct.Struct("<QHQQ")),

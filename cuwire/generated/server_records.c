@@ -75,6 +75,21 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         *err = s->fn.cuDevicePrimaryCtxReset_v2(r.dev);
         return 1;
     }
+    case 3394474896u: { /* cuDeviceSetMemPool (cuda.h) */
+        struct __attribute__((packed)) {
+            int32_t dev;
+            uint64_t pool;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuDeviceSetMemPool: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUmemPoolHandle_st, r.pool)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuDeviceSetMemPool(r.dev, (CUmemoryPool)(uintptr_t)r.pool);
+        return 1;
+    }
     case 2687060959u: { /* cuEventQuery (cuda.h) */
         struct __attribute__((packed)) {
             uint64_t hEvent;
@@ -140,6 +155,21 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             return 1;
         }
         *err = s->fn.cuEventSynchronize((CUevent)(uintptr_t)r.hEvent);
+        return 1;
+    }
+    case 1437163825u: { /* cuMemPoolTrimTo (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t pool;
+            uint64_t minBytesToKeep;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuMemPoolTrimTo: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUmemPoolHandle_st, r.pool)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuMemPoolTrimTo((CUmemoryPool)(uintptr_t)r.pool, r.minBytesToKeep);
         return 1;
     }
     case 2688723146u: { /* cuMemcpyDtoDAsync_v2 (cuda.h) */

@@ -11,10 +11,12 @@
     X(cuCtxSynchronize) \
     X(cuCtxSynchronize_v2) \
     X(cuDevicePrimaryCtxReset_v2) \
+    X(cuDeviceSetMemPool) \
     X(cuEventQuery) \
     X(cuEventRecord) \
     X(cuEventRecordWithFlags) \
     X(cuEventSynchronize) \
+    X(cuMemPoolTrimTo) \
     X(cuMemcpyDtoDAsync_v2) \
     X(cuMemcpyDtoD_v2) \
     X(cuMemsetD16Async) \
