@@ -215,7 +215,7 @@ def test_serve_answers_records_frames_and_hands_back_other_frames(driver, spin_u
     answer = here.recv(4096)
     magic, size, _ = HEADER.unpack(answer[:HEADER.size])
     assert (magic, size) == (MAGIC_RECORDS, CALL_REPLY.size)
-    assert CALL_REPLY.unpack(answer[HEADER.size:]) == (0, 0, 0, 0, 0)
+    assert CALL_REPLY.unpack(answer[HEADER.size:]) == (0, 0, 0, 0, 0, 0)
     other = HEADER.pack(MAGIC, 3, 0)
     here.sendall(other)
     server.join(10)
@@ -231,7 +231,7 @@ def test_serve_answers_records_frames_and_hands_back_other_frames(driver, spin_u
     here.sendall(HEADER.pack(MAGIC_QUEUED, len(sync), 0) + sync)
     here.sendall(HEADER.pack(MAGIC_RECORDS, len(sync), 0) + sync + other)
     assert loop.serve(there.fileno(), b"", 0) == Served(other, 0, 3, 0, 0, "")
-    status, first, fn, _, _ = CALL_REPLY.unpack(here.recv(4096)[HEADER.size:])
+    status, first, fn, _, _, _ = CALL_REPLY.unpack(here.recv(4096)[HEADER.size:])
     assert (status, first, generated.RECORDS[fn][0]) == (0, INVALID_HANDLE, "cuEventRecord")
     # ...or, when no answer came before a frame of another kind, with Python's next reply
     here.sendall(HEADER.pack(MAGIC_QUEUED, len(bad_event), 0) + bad_event + other)
@@ -242,7 +242,7 @@ def test_serve_answers_records_frames_and_hands_back_other_frames(driver, spin_u
     here.sendall(HEADER.pack(MAGIC_RECORDS, len(sync), 0) + sync + other)
     assert loop.serve(there.fileno(), b"", 0).header == other
     answer = here.recv(4096)[HEADER.size:]
-    status, first, fn, n_result, n_error = CALL_REPLY.unpack_from(answer)
+    status, first, fn, n_result, n_error, _ = CALL_REPLY.unpack_from(answer)
     assert (first, fn, n_result) == (999, 0, 0) and b"queued calls refused" in answer[CALL_REPLY.size:]
     here.close()
     assert loop.serve(there.fileno(), b"", 0) == Served(None, 0, 0, 0, 0, "")  # the end of the stream

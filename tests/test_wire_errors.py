@@ -425,9 +425,9 @@ def records_frame(t, records: bytes) -> tuple[int, int, str, bytes, str]:
     conn.send(records, magic=MAGIC_RECORDS)
     message, payload = conn.receive()
     assert conn.magic == MAGIC_RECORDS and not payload
-    status, first, fn, n_result, n_error = CALL_REPLY.unpack_from(message)
+    status, first, fn, n_result, n_error, n_output = CALL_REPLY.unpack_from(message)
     rest = message[CALL_REPLY.size:]
-    assert len(rest) == n_result + n_error
+    assert len(rest) == n_result + n_error + n_output
     name = generated.RECORDS[fn][0] if fn in generated.RECORDS else ""
     return status, first, name, rest[:n_result], rest[n_result:].decode()
 

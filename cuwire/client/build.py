@@ -84,6 +84,7 @@ void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char
                         const uint32_t *flags, int driver);
 extern "Python+C" void cuwire_py_at_exit(void);
 void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base);
+void cuwire_write_output(const char *buf, size_t len);
 void cuwire_callbacks_ring(void *r);
 void cuwire_callbacks_stop(void);
 void cuwire_callbacks_forget(void);

@@ -66,6 +66,8 @@ void cuwire_forget_allocations(void);
 void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base);
 int cuwire_copy_shared(const void *host, uint64_t device, uint64_t n, void *stream, int to_device, int sync);
 int cuwire_py_host_alloc(uint64_t size, uint64_t *address);
+/* Device printf output from the server, to the program's stdout (wire.c). */
+void cuwire_write_output(const char *buf, size_t len);
 /* Host functions in streams, run by a thread of the client's (client/callbacks.c). */
 void cuwire_callbacks_ring(void *r);
 void cuwire_callbacks_stop(void);

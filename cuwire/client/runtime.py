@@ -335,9 +335,9 @@ class Client:
         if fn:
             self.stats.calls[fn] += 1
             self.stats.seconds[fn] += dt
-        if reply.output:
+        if reply.output:  # device printf output: after what the program printed itself (its C stdio too)
             sys.stdout.flush()
-            os.write(1, reply.output)
+            lib.cuwire_write_output(reply.output, len(reply.output))
         if reply.error:
             print(f"cuwire: the server refused a call: {reply.error}", file=sys.stderr)
             raise Fail(UNKNOWN)

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cuda_api.h"
 #include "runtime.h"
@@ -27,7 +28,7 @@
 
 #define MAGIC_RECORDS 0x32575543u /* "CUW2" */
 #define MAGIC_QUEUED 0x33575543u  /* "CUW3": queued calls only, no answer */
-#define REPLY_MAX (CUWIRE_CALL_RESULT_MAX + 4096)
+#define REPLY_MAX (CUWIRE_CALL_RESULT_MAX + 4096 + (64u << 10)) /* result, refusal text, printf output */
 
 static pthread_mutex_t wire_lock = PTHREAD_MUTEX_INITIALIZER;
 static int wire_fd = -1;
@@ -133,6 +134,22 @@ static int send_all(int fd, const char *buf, size_t len)
     return 0;
 }
 
+/* Device printf output the server sent, to the program's stdout after what the program printed itself (its
+ * stdio buffer flushed first), as the driver's own printing would have put it. */
+void cuwire_write_output(const char *buf, size_t len)
+{
+    fflush(stdout);
+    while (len) {
+        ssize_t n = write(1, buf, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return;
+        buf += n;
+        len -= (size_t)n;
+    }
+}
+
 static int recv_all(int fd, char *buf, size_t len, long spin)
 {
     while (len) {
@@ -158,7 +175,7 @@ struct __attribute__((packed)) frame_header {
 /* The server's answer to a records frame (server/session.py, run_call). */
 struct __attribute__((packed)) call_reply {
     int32_t status, queued_error;
-    uint32_t queued_fn, result_len, error_len;
+    uint32_t queued_fn, result_len, error_len, output_len; /* output: device printf, for the program's stdout */
 };
 
 /* Make the call whose record is rec (function id fn) after the queued calls, in one round trip; its
@@ -207,7 +224,7 @@ int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint3
         why = strerror(errno);
     else {
         memcpy(&r, reply, sizeof r);
-        if ((uint64_t)sizeof r + r.result_len + r.error_len != rh.size)
+        if ((uint64_t)sizeof r + r.result_len + r.error_len + r.output_len != rh.size)
             why = "the server's answer to a records frame does not add up";
     }
     free(frame);
@@ -228,6 +245,8 @@ int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint3
         else if (status == 0 && result_len)
             memcpy(result, reply + sizeof r, result_len);
     }
+    if (!why && r.output_len) /* device printf output, in order with the program's own */
+        cuwire_write_output(reply + sizeof r + r.result_len + r.error_len, r.output_len);
     pthread_mutex_unlock(&wire_lock);
 
     if (why) { /* the session is gone: the Python side says so once and refuses what follows */

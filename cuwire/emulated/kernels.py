@@ -372,3 +372,16 @@ def coop_rotate(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> No
     _write(mem, a, _wrap32(7 * i for i in range(count)))
     values = _read(mem, "i", a, n)
     _write(mem, b, array("i", (values[(i + block[0]) % n] for i in range(count))))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# device_printf.cu
+
+
+@kernel("_Z5helloi", params=[4])
+def hello(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """printf from threads 0-3: written to this process's stdout, as the driver writes device printf."""
+    import os
+
+    lines = "".join(f"device: round {p.i32(0)}, thread {t}\n" for t in range(min(4, _threads(grid, block))))
+    os.write(1, lines.encode())

@@ -93,6 +93,9 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     with socket.socket(fileno=handoff_fd) as channel:
         sock, peer, hello = receive_handoff(channel)
     conn = Connection(sock, peer)
+    from cuwire.server.records import capture_output
+
+    capture_output()  # device printf output goes back to the program (records.c)
     try:
         state = CuWireServer(settings)
     except RuntimeError as e:

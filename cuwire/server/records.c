@@ -20,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "cuda_api.h"
 #include "socket_wait.h"
@@ -701,8 +703,103 @@ struct __attribute__((packed)) frame_header {
 
 struct __attribute__((packed)) call_reply { /* records.CALL_REPLY */
     int32_t status, queued_error;
-    uint32_t queued_fn, result_len, error_len;
+    uint32_t queued_fn, result_len, error_len, output_len;
 };
+
+/* ------------------------------------------------------------------ device printf output */
+
+/* A kernel's printf reaches the session process's stdout, written by the driver when the work synchronises.
+ * In a session process of its own, stdout is a pipe (records.capture_output) that a thread here drains into
+ * a buffer; each answer takes what gathered (cw_output_take: a read of the pipe, well under a microsecond
+ * when it is empty), and the client writes it to the program's stdout: the output appears in the
+ * program's, in order with its calls. */
+#define OUTPUT_MAX (64u << 10)     /* what one answer carries; the rest goes with the next */
+#define OUTPUT_KEEP (16u << 20)    /* what waits for an answer, at most (more is dropped, and said) */
+static struct {
+    pthread_mutex_t lock;
+    int fd, on;
+    char *buf;
+    size_t len, dropped;
+} cw_out = {PTHREAD_MUTEX_INITIALIZER, -1, 0, NULL, 0, 0};
+
+static void cw_output_read(void) /* what the pipe holds now, into the buffer; lock held */
+{
+    char chunk[16384];
+    for (;;) {
+        ssize_t n = read(cw_out.fd, chunk, sizeof chunk);
+        if (n <= 0)
+            return;
+        if (cw_out.len + (size_t)n > OUTPUT_KEEP) {
+            cw_out.dropped += (size_t)n;
+            continue;
+        }
+        char *b = realloc(cw_out.buf, cw_out.len + (size_t)n);
+        if (!b) {
+            cw_out.dropped += (size_t)n;
+            continue;
+        }
+        cw_out.buf = b;
+        memcpy(cw_out.buf + cw_out.len, chunk, (size_t)n);
+        cw_out.len += (size_t)n;
+    }
+}
+
+static void *cw_output_drain(void *unused) /* keeps the pipe from filling while nobody asks */
+{
+    (void)unused;
+    for (;;) {
+        struct pollfd p = {cw_out.fd, POLLIN, 0};
+        if (poll(&p, 1, -1) < 0 && errno != EINTR)
+            return NULL;
+        if (p.revents & (POLLHUP | POLLERR | POLLNVAL))
+            return NULL;
+        pthread_mutex_lock(&cw_out.lock);
+        cw_output_read();
+        pthread_mutex_unlock(&cw_out.lock);
+    }
+}
+
+/* The read end of the pipe that is this process's stdout (non-blocking): drained from now on. 0 or -1. */
+int cw_output_start(int fd)
+{
+    pthread_t t;
+    cw_out.fd = fd;
+    if (pthread_create(&t, NULL, cw_output_drain, NULL) != 0)
+        return -1;
+    pthread_detach(t);
+    __atomic_store_n(&cw_out.on, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* Up to cap bytes of the output gathered so far (what the driver wrote by now included), for an answer. */
+size_t cw_output_take(char *out, size_t cap)
+{
+    if (!__atomic_load_n(&cw_out.on, __ATOMIC_ACQUIRE))
+        return 0;
+    fflush(stdout); /* what the driver printed through stdio by now (no system call when there is none) */
+    pthread_mutex_lock(&cw_out.lock);
+    cw_output_read();
+    if (cw_out.dropped && cw_out.len + 96 <= OUTPUT_KEEP) {
+        char note[96];
+        int k = snprintf(note, sizeof note, "\n[cuwire: %zu bytes of device printf output were dropped]\n",
+                         cw_out.dropped);
+        char *b = realloc(cw_out.buf, cw_out.len + (size_t)k);
+        if (b) {
+            cw_out.buf = b;
+            memcpy(cw_out.buf + cw_out.len, note, (size_t)k);
+            cw_out.len += (size_t)k;
+            cw_out.dropped = 0;
+        }
+    }
+    size_t n = cw_out.len < cap ? cw_out.len : cap;
+    if (n) {
+        memcpy(out, cw_out.buf, n);
+        memmove(cw_out.buf, cw_out.buf + n, cw_out.len - n);
+        cw_out.len -= n;
+    }
+    pthread_mutex_unlock(&cw_out.lock);
+    return n;
+}
 
 /* n bytes into buf: first what Python had read ahead (*pending, *pending_len), then from fd. 0, or -1
  * at the end of the stream or on an error (errno). */
@@ -751,7 +848,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
 {
     size_t given = pending_len;
     char *message = NULL, *reply = malloc(sizeof(struct frame_header) + sizeof(struct call_reply) + RESULT_MAX +
-                                          sizeof s->why);
+                                          sizeof s->why + OUTPUT_MAX);
     char refused[sizeof s->why] = ""; /* why a frame of queued calls was refused, for the next answer */
     size_t message_cap = 0;
     int r = -1;
@@ -843,8 +940,9 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
             *deferred_fn = 0;
             refused[0] = 0;
         }
-        struct call_reply cr = {status, queued_error, queued_fn, result_len, error_len};
-        struct frame_header rh = {MAGIC_RECORDS, (uint32_t)(sizeof cr + result_len + cr.error_len), 0};
+        uint32_t output_len = (uint32_t)cw_output_take(result + result_len + error_len, OUTPUT_MAX);
+        struct call_reply cr = {status, queued_error, queued_fn, result_len, error_len, output_len};
+        struct frame_header rh = {MAGIC_RECORDS, (uint32_t)(sizeof cr + result_len + cr.error_len + output_len), 0};
         memcpy(reply, &rh, sizeof rh);
         memcpy(reply + sizeof rh, &cr, sizeof cr);
         if (send_all(fd, reply, sizeof rh + rh.size) != 0) {

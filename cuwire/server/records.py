@@ -18,8 +18,9 @@ from cuwire.server.errors import WireError
 from cuwire.transport import TransportError
 
 RECORD_HEADER = struct.Struct("<II")  # each queued call: function id, record size; then the record
-CALL_REPLY = struct.Struct("<iiIII")  # a records frame's answer: status, queued error and its function id,
-# result bytes, error text bytes (client/wire.c, struct call_reply); the result and the text follow
+CALL_REPLY = struct.Struct("<iiIIII")  # a records frame's answer: status, queued error and its function id,
+# result bytes, error text bytes, device printf output bytes (client/wire.c, struct call_reply); they follow
+OUTPUT_MAX = 64 << 10  # device printf output one answer carries (records.c)
 CALL_RESULT_MAX = 64 << 10  # client/runtime.h, CUWIRE_CALL_RESULT_MAX
 UNKNOWN = 999  # what a callback into the emulated device returns when it raised (traceback on stderr)
 
@@ -39,6 +40,24 @@ def function_table(backend_ffi, backend_lib) -> list[tuple[int, object]]:
             out.append((int(backend_ffi.cast("uintptr_t", callback)), callback))
         i += 1
     return out
+
+
+def capture_output() -> None:
+    """In a session process of its own: stdout becomes a pipe that records.c drains, so that device printf
+    output (which the driver writes to stdout) goes back to the program with the answers."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    os.dup2(write_end, 1)
+    os.close(write_end)
+    if lib.cw_output_start(read_end) != 0:
+        raise OSError("cannot start the thread that gathers device printf output")
+
+
+def output_take() -> bytes:
+    buf = ffi.new("char[]", OUTPUT_MAX)
+    return bytes(ffi.buffer(buf, lib.cw_output_take(buf, OUTPUT_MAX)))
 
 
 class RecordLoop:

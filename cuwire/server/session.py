@@ -14,7 +14,7 @@ from google.protobuf.message import DecodeError
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
-from cuwire.server import bulk, custom
+from cuwire.server import bulk, custom, records
 from cuwire.server._records import lib as records_lib
 from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, OUT_OF_MEMORY, UNKNOWN, CudaFail, WireError
 from cuwire.server.records import CALL_REPLY, RecordLoop
@@ -121,6 +121,7 @@ class Session:
         except Exception as e:  # a handler bug must not end the server, nor the session
             log.exception("session %s: internal error", self.name)
             reply.error, reply.refusal = f"internal server error: {type(e).__name__}: {e}", pb.INTERNAL
+        reply.output = records.output_take()  # device printf output gathered by now (records.c)
         if reply.error:
             self.payload_out = []
         elif batch.reply_codec == pb.ZSTD and self.ring is None and sum(len(p) for p in self.payload_out) >= BULK:
@@ -175,7 +176,8 @@ class Session:
             self.deferred_error = None
         if first:
             log.info("session %s: queued %s failed with CUDA error %d", self.name, self.record_name(fn), first)
-        return CALL_REPLY.pack(status, first, fn, len(result), len(refusal)) + result + refusal
+        output = records.output_take()
+        return CALL_REPLY.pack(status, first, fn, len(result), len(refusal), len(output)) + result + refusal + output
 
     def serve_records(self, conn) -> bool:
         """Wait for the next frame in C (records.c) and serve the records frames that come, Python out of
