@@ -225,14 +225,59 @@ CUresult cuwire_local_cuCtxPopCurrent_v2(CUcontext *pctx)
     return cuCtxSetCurrent(context_depth ? context_stack[--context_depth] : NULL);
 }
 
-/* Stream capture is not served yet (cuStreamBeginCapture fails loudly by name), so no stream is ever
- * capturing: PyTorch asks before most of its work, and the answer costs nothing here. */
+/* Stream capture runs on the server, where the streams are (cuStreamBeginCapture and cuStreamEndCapture are
+ * forwarded); the client keeps which streams it began capturing, so the capture status PyTorch asks before
+ * most of its work costs nothing here. */
+#define CAPTURES_MAX 64
+static pthread_mutex_t capture_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    CUstream stream;
+    cuuint64_t id;
+} captures[CAPTURES_MAX];
+static cuuint64_t capture_ids;
+
+void cuwire_after_cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode)
+{
+    (void)mode;
+    pthread_mutex_lock(&capture_lock);
+    for (int i = 0; i < CAPTURES_MAX; i++)
+        if (!captures[i].id) {
+            captures[i].stream = stream;
+            captures[i].id = ++capture_ids;
+            break;
+        }
+    pthread_mutex_unlock(&capture_lock);
+}
+
+/* Before cuStreamEndCapture goes to the server: the capture ends, whether or not the graph comes out. */
+int cuwire_fast_cuStreamEndCapture(CUstream stream, CUgraph *graph)
+{
+    (void)graph;
+    pthread_mutex_lock(&capture_lock);
+    for (int i = 0; i < CAPTURES_MAX; i++)
+        if (captures[i].id && captures[i].stream == stream)
+            captures[i].id = 0;
+    pthread_mutex_unlock(&capture_lock);
+    return -1;
+}
+
+static cuuint64_t capture_of(CUstream stream)
+{
+    cuuint64_t id = 0;
+    pthread_mutex_lock(&capture_lock);
+    for (int i = 0; i < CAPTURES_MAX && !id; i++)
+        if (captures[i].id && captures[i].stream == stream)
+            id = captures[i].id;
+    pthread_mutex_unlock(&capture_lock);
+    return id;
+}
+
 CUresult cuwire_local_cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status)
 {
-    (void)stream;
     if (!status)
         return CUDA_ERROR_INVALID_VALUE;
-    *status = CU_STREAM_CAPTURE_STATUS_NONE;
+    *status = __atomic_load_n(&capture_ids, __ATOMIC_RELAXED) && capture_of(stream) ? CU_STREAM_CAPTURE_STATUS_ACTIVE
+                                                                                    : CU_STREAM_CAPTURE_STATUS_NONE;
     return CUDA_SUCCESS;
 }
 
@@ -245,7 +290,7 @@ CUresult cuwire_local_cuStreamGetCaptureInfo_v2(CUstream stream, CUstreamCapture
                                                CUgraph *graph, const CUgraphNode **deps, size_t *n_deps)
 {
     if (id)
-        *id = 0;
+        *id = capture_of(stream);
     if (graph)
         *graph = NULL;
     if (deps)

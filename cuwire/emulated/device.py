@@ -296,6 +296,7 @@ class _Stream:
     priority: int = 0
     ident: int = 0
     builtin: bool = False  # the default stream, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: never destroyed
+    capture: list | None = None  # while capturing: the work it records instead of running (a graph's)
 
 
 @dataclass
@@ -367,6 +368,8 @@ class EmulatedLib(EmulatedNvml):
         self._streams[STREAM_PER_THREAD] = _Stream(builtin=True, ident=2)
         self._next_stream_id = 3
         self._events: dict[int, _Event] = {}
+        self._graphs: dict[int, list] = {}  # graph handle -> the work captured into it
+        self._graph_execs: dict[int, list] = {}  # executable graph handle -> the same, instantiated
         self._pools: dict[int, dict[int, int]] = {}  # memory pool handle -> its attributes (CUmemPool_attribute)
         self._default_pool = self._current_pool = 0  # made at the first cuDeviceGetDefaultMemPool
 
@@ -959,14 +962,70 @@ class EmulatedLib(EmulatedNvml):
         return self._memset(dstDevice, 4 * N, ui, 4, N, 1)
 
     @_after_fault
+    def _memset_async(self, run, hStream: CData) -> int:
+        if self._stream(hStream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return 0 if self._captured(hStream, run) else run()
+
     def cuMemsetD8Async(self, dstDevice: int, uc: int, N: int, hStream: CData) -> int:
-        return self.cuMemsetD8_v2(dstDevice, uc, N) if self._stream(hStream) else self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self._memset_async(lambda: self.cuMemsetD8_v2(dstDevice, uc, N), hStream)
 
     def cuMemsetD16Async(self, dstDevice: int, us: int, N: int, hStream: CData) -> int:
-        return self.cuMemsetD16_v2(dstDevice, us, N) if self._stream(hStream) else self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self._memset_async(lambda: self.cuMemsetD16_v2(dstDevice, us, N), hStream)
 
     def cuMemsetD32Async(self, dstDevice: int, ui: int, N: int, hStream: CData) -> int:
-        return self.cuMemsetD32_v2(dstDevice, ui, N) if self._stream(hStream) else self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self._memset_async(lambda: self.cuMemsetD32_v2(dstDevice, ui, N), hStream)
+
+    # stream capture and graphs: a capturing stream records its kernels and memsets; a graph runs them
+
+    def _captured(self, hStream: CData, run) -> bool:
+        """Whether the stream is capturing, the work then recorded instead of run."""
+        stream = self._stream(hStream)
+        if stream is None or stream.capture is None:
+            return False
+        stream.capture.append(run)
+        return True
+
+    def cuStreamBeginCapture_v2(self, hStream: CData, mode: int) -> int:
+        stream = self._stream(hStream)
+        if stream is None or stream.builtin:
+            return self.drv.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED if stream else self.drv.CUDA_ERROR_INVALID_HANDLE
+        if stream.capture is not None:
+            return self.drv.CUDA_ERROR_ILLEGAL_STATE
+        stream.capture = []
+        return 0
+
+    def cuStreamEndCapture(self, hStream: CData, phGraph: CData) -> int:
+        stream = self._stream(hStream)
+        if stream is None or stream.capture is None:
+            return self.drv.CUDA_ERROR_ILLEGAL_STATE
+        handle = self._new_handle()
+        self._graphs[handle], stream.capture = stream.capture, None
+        return self._drv_put((phGraph, handle))
+
+    def cuGraphInstantiateWithFlags(self, phGraphExec: CData, hGraph: CData, flags: int) -> int:
+        graph = self._graphs.get(self._addr(hGraph))
+        if graph is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        handle = self._new_handle()
+        self._graph_execs[handle] = list(graph)
+        return self._drv_put((phGraphExec, handle))
+
+    def cuGraphLaunch(self, hGraphExec: CData, hStream: CData) -> int:
+        work = self._graph_execs.get(self._addr(hGraphExec))
+        if work is None or self._stream(hStream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        for run in work:
+            run()
+        return 0
+
+    def cuGraphExecDestroy(self, hGraphExec: CData) -> int:
+        found = self._graph_execs.pop(self._addr(hGraphExec), None) is not None
+        return 0 if found else self.drv.CUDA_ERROR_INVALID_VALUE
+
+    def cuGraphDestroy(self, hGraph: CData) -> int:
+        found = self._graphs.pop(self._addr(hGraph), None) is not None
+        return 0 if found else self.drv.CUDA_ERROR_INVALID_VALUE
 
     def cuMemsetD2D8_v2(self, dstDevice: int, dstPitch: int, uc: int, Width: int, Height: int) -> int:
         return self._memset(dstDevice, dstPitch, uc, 1, Width, Height)
@@ -1475,6 +1534,8 @@ class EmulatedLib(EmulatedNvml):
         if buffer is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
         params = registry.Params(buffer, kernel.param_offsets, kernel.param_sizes)
+        if self._captured(hStream, lambda: self._run(kernel, grid, block, sharedMemBytes, params)):
+            return 0
         self._run(kernel, grid, block, sharedMemBytes, params)
         return 0
 

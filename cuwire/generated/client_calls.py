@@ -351,6 +351,40 @@ def cuFuncSetCacheConfig(hfunc, config):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuGraphDestroy", onerror=rt.on_error)
+def cuGraphDestroy(hGraph):
+    """cuGraphDestroy (cuda.h)"""
+    args = pb.cuGraphDestroy_Args()
+    args.hGraph = hGraph
+    res = rt.call(2272976611, args, pb.cuGraphDestroy_Result)
+    if res.status == 0:
+        rt.untrack_alloc(hGraph)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphExecDestroy", onerror=rt.on_error)
+def cuGraphExecDestroy(hGraphExec):
+    """cuGraphExecDestroy (cuda.h)"""
+    args = pb.cuGraphExecDestroy_Args()
+    args.hGraphExec = hGraphExec
+    res = rt.call(652470004, args, pb.cuGraphExecDestroy_Result)
+    if res.status == 0:
+        rt.untrack_alloc(hGraphExec)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphInstantiateWithFlags", onerror=rt.on_error)
+def cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags):
+    """cuGraphInstantiateWithFlags (cuda.h)"""
+    args = pb.cuGraphInstantiateWithFlags_Args()
+    args.hGraph = hGraph
+    args.flags = flags
+    res = rt.call(115605169, args, pb.cuGraphInstantiateWithFlags_Result)
+    if res.status == 0:
+        rt.write_scalar(phGraphExec, "uint64_t", res.phGraphExec)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuKernelGetAttribute", onerror=rt.on_error)
 def cuKernelGetAttribute(pi, attrib, kernel, dev):
     """cuKernelGetAttribute (cuda.h): kept by the client once answered (client/answers_cache.c)"""
@@ -787,6 +821,16 @@ def cuProfilerStop():
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuStreamBeginCapture_v2", onerror=rt.on_error)
+def cuStreamBeginCapture_v2(hStream, mode):
+    """cuStreamBeginCapture_v2 (cuda.h)"""
+    args = pb.cuStreamBeginCapture_v2_Args()
+    args.hStream = hStream
+    args.mode = mode
+    res = rt.call(194882140, args, pb.cuStreamBeginCapture_v2_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuStreamCreate", onerror=rt.on_error)
 def cuStreamCreate(phStream, Flags):
     """cuStreamCreate (cuda.h)"""
@@ -818,6 +862,17 @@ def cuStreamDestroy_v2(hStream):
     res = rt.call(2166856291, args, pb.cuStreamDestroy_v2_Result)
     if res.status == 0:
         rt.untrack_alloc(hStream)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuStreamEndCapture", onerror=rt.on_error)
+def cuStreamEndCapture(hStream, phGraph):
+    """cuStreamEndCapture (cuda.h)"""
+    args = pb.cuStreamEndCapture_Args()
+    args.hStream = hStream
+    res = rt.call(3324749488, args, pb.cuStreamEndCapture_Result)
+    if res.status == 0:
+        rt.write_scalar(phGraph, "uint64_t", res.phGraph)
     return res.status
 
 

@@ -1176,6 +1176,15 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1200,6 +1209,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1209,17 +1219,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "async",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1492,13 +1492,13 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
     "sync",
     "unimplemented",
     "sync",
+    "sync",
     "unimplemented",
+    "sync",
+    "sync",
     "unimplemented",
     "local",
     "unimplemented",
@@ -5521,11 +5521,13 @@ CUWIRE_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, un
     return cuwire_impl_cuGraphDebugDotPrint(hGraph, path, flags);
 }
 
-/* cuGraphDestroy (cuda.h): unimplemented */
+/* cuGraphDestroy (cuda.h): remoted, sync */
+int cuwire_py_cuGraphDestroy(uint64_t);
 static inline CUresult cuwire_impl_cuGraphDestroy(CUgraph hGraph)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphDestroy", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphDestroy((uint64_t)(uintptr_t)hGraph));
 }
 CUWIRE_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 {
@@ -5665,11 +5667,13 @@ CUWIRE_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec
     return cuwire_impl_cuGraphExecChildGraphNodeSetParams(hGraphExec, hNode, childGraph);
 }
 
-/* cuGraphExecDestroy (cuda.h): unimplemented */
+/* cuGraphExecDestroy (cuda.h): remoted, sync */
+int cuwire_py_cuGraphExecDestroy(uint64_t);
 static inline CUresult cuwire_impl_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphExecDestroy", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphExecDestroy((uint64_t)(uintptr_t)hGraphExec));
 }
 CUWIRE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -6115,11 +6119,13 @@ CUWIRE_EXPORT CUresult cuGraphInstantiate(void)
     return cuwire_impl_cuGraphInstantiate();
 }
 
-/* cuGraphInstantiateWithFlags (cuda.h): unimplemented */
+/* cuGraphInstantiateWithFlags (cuda.h): remoted, sync */
+int cuwire_py_cuGraphInstantiateWithFlags(void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphInstantiateWithFlags", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphInstantiateWithFlags((void *)phGraphExec, (uint64_t)(uintptr_t)hGraph, (uint64_t)flags));
 }
 CUWIRE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -6296,11 +6302,17 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CU
     return cuwire_impl_cuGraphKernelNodeSetParams_v2(hNode, nodeParams);
 }
 
-/* cuGraphLaunch (cuda.h): unimplemented; also cuGraphLaunch_ptsz */
+/* cuGraphLaunch (cuda.h): remoted, async; also cuGraphLaunch_ptsz */
 static inline CUresult cuwire_impl_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphLaunch", "cuda.h", &warned), 801));
+    struct __attribute__((packed)) {
+        uint64_t hGraphExec;
+        uint64_t hStream;
+    } rec = {
+        (uint64_t)(uintptr_t)hGraphExec,
+        (uint64_t)(uintptr_t)hStream,
+    };
+    return (CUresult)(cuwire_enqueue(2644748970u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -11710,11 +11722,17 @@ CUWIRE_EXPORT CUresult cuStreamBeginCapture_ptsz(void)
     return cuwire_impl_cuStreamBeginCapture_ptsz();
 }
 
-/* cuStreamBeginCapture_v2 (cuda.h): unimplemented; also cuStreamBeginCapture_v2_ptsz */
+/* cuStreamBeginCapture_v2 (cuda.h): remoted, sync; also cuStreamBeginCapture_v2_ptsz */
+int cuwire_py_cuStreamBeginCapture_v2(uint64_t, int64_t);
+void cuwire_after_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
 static inline CUresult cuwire_impl_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuStreamBeginCapture_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    int status = cuwire_py_cuStreamBeginCapture_v2((uint64_t)(uintptr_t)hStream, (int64_t)mode);
+    if (status == 0)
+        cuwire_after_cuStreamBeginCapture_v2(hStream, mode);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -11826,11 +11844,19 @@ CUWIRE_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
     return cuwire_impl_cuStreamDestroy_v2(hStream);
 }
 
-/* cuStreamEndCapture (cuda.h): unimplemented; also cuStreamEndCapture_ptsz */
+/* cuStreamEndCapture (cuda.h): remoted, sync; also cuStreamEndCapture_ptsz */
+int cuwire_py_cuStreamEndCapture(uint64_t, void *);
+int cuwire_fast_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
 static inline CUresult cuwire_impl_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuStreamEndCapture", "cuda.h", &warned), 801));
+    int fast = cuwire_fast_cuStreamEndCapture(hStream, phGraph);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[498], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuStreamEndCapture((uint64_t)(uintptr_t)hStream, (void *)phGraph));
 }
 CUWIRE_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {

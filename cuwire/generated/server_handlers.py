@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "fb10174474df7890"
+API_DIGEST = "8233c5bb43b7342d"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -321,6 +321,35 @@ def cuFuncSetCacheConfig(s, a: pb.cuFuncSetCacheConfig_Args) -> pb.cuFuncSetCach
     """cuFuncSetCacheConfig (cuda.h)"""
     r = pb.cuFuncSetCacheConfig_Result()
     r.status = s.lib.cuFuncSetCacheConfig(s.handle("CUfunc_st", "CUfunction", a.hfunc), a.config)
+    return r
+
+
+def cuGraphDestroy(s, a: pb.cuGraphDestroy_Args) -> pb.cuGraphDestroy_Result:
+    """cuGraphDestroy (cuda.h)"""
+    r = pb.cuGraphDestroy_Result()
+    r.status = s.lib.cuGraphDestroy(s.handle("CUgraph_st", "CUgraph", a.hGraph))
+    if r.status == 0:
+        s.disowns_handle("CUgraph_st", a.hGraph)
+    return r
+
+
+def cuGraphExecDestroy(s, a: pb.cuGraphExecDestroy_Args) -> pb.cuGraphExecDestroy_Result:
+    """cuGraphExecDestroy (cuda.h)"""
+    r = pb.cuGraphExecDestroy_Result()
+    r.status = s.lib.cuGraphExecDestroy(s.handle("CUgraphExec_st", "CUgraphExec", a.hGraphExec))
+    if r.status == 0:
+        s.disowns_handle("CUgraphExec_st", a.hGraphExec)
+    return r
+
+
+def cuGraphInstantiateWithFlags(s, a: pb.cuGraphInstantiateWithFlags_Args) -> pb.cuGraphInstantiateWithFlags_Result:
+    """cuGraphInstantiateWithFlags (cuda.h)"""
+    r = pb.cuGraphInstantiateWithFlags_Result()
+    phGraphExec = s.ffi.new("CUgraphExec *")
+    r.status = s.lib.cuGraphInstantiateWithFlags(phGraphExec, s.handle("CUgraph_st", "CUgraph", a.hGraph), a.flags)
+    if r.status == 0:
+        r.phGraphExec = s.scalar(phGraphExec[0])
+        s.owns_handle("CUgraphExec_st", r.phGraphExec)
     return r
 
 
@@ -647,6 +676,13 @@ def cuProfilerStop(s, a: pb.cuProfilerStop_Args) -> pb.cuProfilerStop_Result:
     return r
 
 
+def cuStreamBeginCapture_v2(s, a: pb.cuStreamBeginCapture_v2_Args) -> pb.cuStreamBeginCapture_v2_Result:
+    """cuStreamBeginCapture_v2 (cuda.h)"""
+    r = pb.cuStreamBeginCapture_v2_Result()
+    r.status = s.lib.cuStreamBeginCapture_v2(s.handle("CUstream_st", "CUstream", a.hStream), a.mode)
+    return r
+
+
 def cuStreamCreate(s, a: pb.cuStreamCreate_Args) -> pb.cuStreamCreate_Result:
     """cuStreamCreate (cuda.h)"""
     r = pb.cuStreamCreate_Result()
@@ -675,6 +711,17 @@ def cuStreamDestroy_v2(s, a: pb.cuStreamDestroy_v2_Args) -> pb.cuStreamDestroy_v
     r.status = s.lib.cuStreamDestroy_v2(s.handle("CUstream_st", "CUstream", a.hStream))
     if r.status == 0:
         s.disowns_handle("CUstream_st", a.hStream)
+    return r
+
+
+def cuStreamEndCapture(s, a: pb.cuStreamEndCapture_Args) -> pb.cuStreamEndCapture_Result:
+    """cuStreamEndCapture (cuda.h)"""
+    r = pb.cuStreamEndCapture_Result()
+    phGraph = s.ffi.new("CUgraph *")
+    r.status = s.lib.cuStreamEndCapture(s.handle("CUstream_st", "CUstream", a.hStream), phGraph)
+    if r.status == 0:
+        r.phGraph = s.scalar(phGraph[0])
+        s.owns_handle("CUgraph_st", r.phGraph)
     return r
 
 
@@ -1469,6 +1516,9 @@ HANDLERS = {
     567025728: ("cuFuncGetParamInfo", pb.cuFuncGetParamInfo_Args, cuFuncGetParamInfo),
     1296138514: ("cuFuncSetAttribute", pb.cuFuncSetAttribute_Args, cuFuncSetAttribute),
     1688761246: ("cuFuncSetCacheConfig", pb.cuFuncSetCacheConfig_Args, cuFuncSetCacheConfig),
+    2272976611: ("cuGraphDestroy", pb.cuGraphDestroy_Args, cuGraphDestroy),
+    652470004: ("cuGraphExecDestroy", pb.cuGraphExecDestroy_Args, cuGraphExecDestroy),
+    115605169: ("cuGraphInstantiateWithFlags", pb.cuGraphInstantiateWithFlags_Args, cuGraphInstantiateWithFlags),
     1724498758: ("cuKernelGetAttribute", pb.cuKernelGetAttribute_Args, cuKernelGetAttribute),
     89830551: ("cuKernelGetParamInfo", pb.cuKernelGetParamInfo_Args, cuKernelGetParamInfo),
     1775703493: ("cuKernelSetAttribute", pb.cuKernelSetAttribute_Args, cuKernelSetAttribute),
@@ -1504,9 +1554,11 @@ HANDLERS = {
     3893859051: ("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Args, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags),
     1141378963: ("cuProfilerStart", pb.cuProfilerStart_Args, cuProfilerStart),
     1942346908: ("cuProfilerStop", pb.cuProfilerStop_Args, cuProfilerStop),
+    194882140: ("cuStreamBeginCapture_v2", pb.cuStreamBeginCapture_v2_Args, cuStreamBeginCapture_v2),
     2819812623: ("cuStreamCreate", pb.cuStreamCreate_Args, cuStreamCreate),
     475445991: ("cuStreamCreateWithPriority", pb.cuStreamCreateWithPriority_Args, cuStreamCreateWithPriority),
     2166856291: ("cuStreamDestroy_v2", pb.cuStreamDestroy_v2_Args, cuStreamDestroy_v2),
+    3324749488: ("cuStreamEndCapture", pb.cuStreamEndCapture_Args, cuStreamEndCapture),
     1361652262: ("cuStreamGetCtx", pb.cuStreamGetCtx_Args, cuStreamGetCtx),
     2047611888: ("cuStreamGetDevice", pb.cuStreamGetDevice_Args, cuStreamGetDevice),
     4105616445: ("cuStreamGetFlags", pb.cuStreamGetFlags_Args, cuStreamGetFlags),
@@ -1598,6 +1650,7 @@ RECORDS = {
     3120889818: ("cuEventRecord", struct.Struct("<QQ")),
     663009900: ("cuEventRecordWithFlags", struct.Struct("<QQI")),
     3775496938: ("cuEventSynchronize", struct.Struct("<Q")),
+    2644748970: ("cuGraphLaunch", struct.Struct("<QQ")),
     1437163825: ("cuMemPoolTrimTo", struct.Struct("<QQ")),
     2688723146: ("cuMemcpyDtoDAsync_v2", struct.Struct("<QQQQ")),
     3146899852: ("cuMemcpyDtoD_v2", struct.Struct("<QQQ")),

@@ -16,6 +16,7 @@
     X(cuEventRecord) \
     X(cuEventRecordWithFlags) \
     X(cuEventSynchronize) \
+    X(cuGraphLaunch) \
     X(cuMemPoolTrimTo) \
     X(cuMemcpyDtoDAsync_v2) \
     X(cuMemcpyDtoD_v2) \

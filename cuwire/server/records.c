@@ -35,7 +35,7 @@
 typedef struct cw_records cw_records;
 
 /* The handle kinds the loop checks (struct tags, as the model names them). */
-#define CW_KINDS(X) X(CUstream_st) X(CUevent_st) X(CUctx_st) X(CUmemPoolHandle_st)
+#define CW_KINDS(X) X(CUstream_st) X(CUevent_st) X(CUctx_st) X(CUmemPoolHandle_st) X(CUgraphExec_st)
 enum {
 #define CW_KIND_ENUM(k) CW_KIND_##k,
     CW_KINDS(CW_KIND_ENUM)

@@ -33,8 +33,8 @@ CONTEXT_KIND = "CUctx_st"
 SPECIAL_STREAMS = (1, 2)  # CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
 HANDLE_ERRORS = {"nvmlDevice_st": 2}  # NVML_ERROR_INVALID_ARGUMENT; CUDA handles: INVALID_HANDLE
 # what a session's handles are destroyed with when it ends (a device's default pool refuses: harmless)
-DESTROY = {"CUstream_st": "cuStreamDestroy_v2", "CUevent_st": "cuEventDestroy_v2",
-           "CUmemPoolHandle_st": "cuMemPoolDestroy"}
+DESTROY = {"CUgraphExec_st": "cuGraphExecDestroy", "CUgraph_st": "cuGraphDestroy", "CUstream_st": "cuStreamDestroy_v2",
+           "CUevent_st": "cuEventDestroy_v2", "CUmemPoolHandle_st": "cuMemPoolDestroy"}
 
 
 class Session:
