@@ -6,14 +6,7 @@
 #include <algorithm>
 #include <vector>
 
-#define CHECK(x)                                                                      \
-    do {                                                                              \
-        cudaError_t e_ = (x);                                                         \
-        if (e_ != cudaSuccess) {                                                      \
-            std::printf("%s failed: %s\n", #x, cudaGetErrorName(e_));                 \
-            std::exit(1);                                                             \
-        }                                                                             \
-    } while (0)
+#include "../tests/test_apps/check.h"  // CHECK: a failed call says so and exits 1
 
 __global__ void tiny(int *p) { if (threadIdx.x == 0 && blockIdx.x == 0) p[0] += 1; }
 

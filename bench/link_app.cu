@@ -7,14 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(x)                                                                      \
-    do {                                                                              \
-        cudaError_t e_ = (x);                                                         \
-        if (e_ != cudaSuccess) {                                                      \
-            std::printf("%s failed: %s\n", #x, cudaGetErrorName(e_));                 \
-            std::exit(1);                                                             \
-        }                                                                             \
-    } while (0)
+#include "../tests/test_apps/check.h"  // CHECK: a failed call says so and exits 1
 
 static double now()
 {
