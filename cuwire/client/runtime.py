@@ -25,6 +25,7 @@ from _cuwire import ffi, lib
 import cuwire
 from cuwire import compression, ring
 from cuwire.client import fatbin
+from cuwire.client.shared_host import SharedHost
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as wire
 from cuwire.settings import Settings
@@ -152,42 +153,6 @@ class Session:
             base = ring.map_host_memory(lib, host_fd, welcome.host_memory, welcome.host_address, reserved)
             self.host = SharedHost(base, welcome.host_memory, welcome.host_address)
         return shared
-
-
-class SharedHost:
-    """Host memory shared with the server, which the program's page-locked allocations are carved from
-    (client/local.c, host_alloc): first fit over page-aligned ranges. The server registers each range with
-    the driver, so copies between it and the GPU need no bytes on the wire (CopyShared)."""
-
-    PAGE = 4096
-
-    def __init__(self, base: int, size: int, server_base: int):
-        self.base, self.size = base, size
-        self.server_base = server_base  # where the server has it: the same address, when it could
-        self.free: list[tuple[int, int]] = [(0, size)]  # (offset, size), sorted by offset
-        self.used: dict[int, int] = {}  # offset -> size
-
-    def alloc(self, size: int) -> int | None:
-        size = -(-size // self.PAGE) * self.PAGE
-        for i, (offset, n) in enumerate(self.free):
-            if n >= size:
-                self.free[i:i + 1] = [(offset + size, n - size)] if n > size else []
-                self.used[offset] = size
-                return offset
-        return None
-
-    def release(self, offset: int) -> int:
-        size = self.used.pop(offset)
-        self.free.append((offset, size))
-        self.free.sort()
-        merged: list[tuple[int, int]] = []
-        for o, n in self.free:
-            if merged and merged[-1][0] + merged[-1][1] == o:
-                merged[-1] = (merged[-1][0], merged[-1][1] + n)
-            else:
-                merged.append((o, n))
-        self.free = merged
-        return size
 
 
 def lookup_key(args: pb.GetKernel_Args) -> tuple:
