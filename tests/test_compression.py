@@ -75,9 +75,12 @@ def netns_possible() -> bool:
     name = f"cwprobe{os.getpid()}"
     if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
         return False
-    try:  # and a link can be slowed there (the kernel's tbf queueing discipline)
-        return subprocess.run(["ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate",
-                               "1gbit", "burst", "32kb", "latency", "10ms"], capture_output=True).returncode == 0
+    veth = f"cwp{os.getpid()}"
+    try:  # a veth pair can be made there, and a link slowed (the kernel's tbf queueing discipline)
+        steps = [["ip", "-n", name, "link", "add", veth + "a", "type", "veth", "peer", "name", veth + "b"],
+                 ["ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", veth + "a", "root", "tbf", "rate", "1gbit",
+                  "burst", "32kb", "latency", "10ms"]]
+        return all(subprocess.run(step, capture_output=True).returncode == 0 for step in steps)
     finally:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
