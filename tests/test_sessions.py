@@ -270,3 +270,62 @@ def test_a_client_gone_in_a_host_function_leaves_the_server_serving(apps, client
     assert "ended after" in fresh_server.text()
     r = run_remote(apps / "vector_add", client_lib, fresh_server.address)
     assert r.returncode == 0 and "vector_add: PASS" in r.stdout, r.stderr
+
+
+def metrics_text(address: str, path: str = "/metrics") -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def metric(text: str, name: str) -> float | None:
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def test_metrics_and_health_on_the_one_port(looper, apps, client_lib, tmp_path):
+    """GET /metrics on the server's port: sessions, refusals, calls, and each open session's device memory
+    (reported by its process); GET /healthz says the listener is up."""
+    from conftest import ServerProcess
+
+    s = ServerProcess(tmp_path, "--token", "right")
+    try:
+        assert metrics_text(s.address, "/healthz") == (200, "ok\n")
+        assert metrics_text(s.address, "/nothing")[0] == 404
+        r = run_remote(apps / "vector_add", client_lib, s.address, env={"CUWIRE_TOKEN": "wrong"})
+        assert "refused the token" in r.stderr
+        r = run_remote(apps / "vector_add", client_lib, s.address, env={"CUWIRE_TOKEN": "right"})
+        assert r.returncode == 0, r.stderr
+        p = subprocess.Popen([str(looper)], env={**os.environ, "CUWIRE_SERVER": s.address, "CUWIRE_TOKEN": "right",
+                                                 "LD_LIBRARY_PATH": str(client_lib.parent)},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert p.stdout.readline().strip() == "allocated"
+            deadline, text = time.monotonic() + 15, ""
+            while time.monotonic() < deadline:
+                text = metrics_text(s.address)[1]
+                if "cuwire_session_device_memory_bytes{" in text:
+                    break
+                time.sleep(0.2)
+            memory = re.search(r'^cuwire_session_device_memory_bytes\{session="\d+",client="[^"]*"\} (\d+)$', text,
+                               re.M)
+            assert memory and int(memory.group(1)) >= 1 << 20, text
+            assert metric(text, "cuwire_sessions") == 1
+        finally:
+            p.kill()
+            p.wait()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and metric(metrics_text(s.address)[1], "cuwire_sessions") != 0:
+            time.sleep(0.2)
+        text = metrics_text(s.address)[1]
+        assert metric(text, "cuwire_sessions") == 0 and "cuwire_session_device_memory_bytes{" not in text
+        assert metric(text, "cuwire_sessions_started_total") == 2
+        assert metric(text, 'cuwire_connections_refused_total{reason="token"}') == 1
+        assert metric(text, "cuwire_calls_total") > 10  # vector_add's and the looper's, ended sessions included
+    finally:
+        s.stop()

@@ -90,8 +90,8 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     if handoff_fd is None:
         log.error("--one-session needs --handoff-fd (the listener starts these processes)")
         return 1
-    with socket.socket(fileno=handoff_fd) as channel:
-        sock, peer, hello = receive_handoff(channel)
+    channel = socket.socket(fileno=handoff_fd)  # kept: the session's figures go back on it (metrics.py)
+    sock, peer, hello = receive_handoff(channel)
     conn = Connection(sock, peer)
     from cuwire.server.records import capture_output
 
@@ -107,6 +107,7 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     session = threading.Thread(target=lambda: (serve_connection(state, conn, first=hello), stop.set()),
                                name="cuwire-session", daemon=True)
     session.start()
+    threading.Thread(target=report_figures, args=(state, channel, stop), name="cuwire-report", daemon=True).start()
     stop.wait()
     if session.is_alive():  # SIGTERM: end the connection; the session frees what it holds, then ends
         try:
@@ -114,7 +115,28 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
         except OSError:
             pass
         session.join(10)
+    for figures in list(state.final.values()):  # the last word: what the session did in all
+        send_report(channel, figures)
+    channel.close()
     return 0
+
+
+def report_figures(state, channel, stop: threading.Event) -> None:
+    """Every metrics.REPORT_SECONDS, the open session's figures to the listener (its GET /metrics)."""
+    from cuwire.server import metrics
+
+    while not stop.wait(metrics.REPORT_SECONDS):
+        for session in list(state.sessions.values()):
+            send_report(channel, session.figures())
+
+
+def send_report(channel, figures: dict) -> None:
+    from cuwire.server import metrics
+
+    try:
+        channel.send(metrics.encode_report(figures))
+    except OSError:
+        pass  # the listener is gone: nobody to tell
 
 
 def run_probe(settings: Settings, log: logging.Logger) -> int:
@@ -145,6 +167,7 @@ def run_listener(settings: Settings, ready, log: logging.Logger) -> int:
     except (OSError, ValueError) as e:
         log.error("cannot listen on %s (%s)", settings.listen, e)
         return 1
+    listener.socket_server = server
     stop = wait_for_signal()
     host = settings.listen.rpartition(":")[0]
     log.info("listening on %s:%d, backend %s, devices: %s; each session in a process of its own", host,

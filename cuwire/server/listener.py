@@ -19,6 +19,7 @@ import sys
 import threading
 
 from cuwire.generated import cuwire_pb2 as pb
+from cuwire.server import metrics
 from cuwire.server.service import check_hello, printable, read_batch
 from cuwire.settings import Settings
 from cuwire.transport import Connection, TransportError
@@ -49,6 +50,8 @@ class Listener:
         self.children: list[subprocess.Popen] = []
         self.lock = threading.Lock()
         self.count = 0
+        self.figures = metrics.Figures()  # what GET /metrics shows (metrics.py)
+        self.socket_server = None  # the accepting SocketServer, for its refusals (run_listener sets it)
 
     def session_command(self, *extra: str) -> list[str]:
         return [sys.executable, "-m", "cuwire.server", *extra]
@@ -72,16 +75,22 @@ class Listener:
         conn = Connection(sock, peer)
         try:
             sock.settimeout(HELLO_TIMEOUT)
+            if metrics.is_http(sock):  # GET /metrics or /healthz, on the same port
+                metrics.answer_http(sock, self.figures, self.open_sessions(), self.busy())
+                return
             message, _ = conn.receive(max_payload=0)
             hello = read_batch(conn, message, hello=True)
             if hello is None:
+                self.figures.refuse("protocol")
                 return
             if conn.pending():  # the client must wait for its welcome: bytes beyond the hello would be lost
+                self.figures.refuse("protocol")
                 conn.send(pb.Reply(error="a session sends nothing after its hello until it is welcomed",
                                    refusal=pb.PROTOCOL).SerializeToString())
                 return
             refusal = check_hello(self.settings, hello.hello)
             if refusal is not None:
+                self.figures.refuse("token" if refusal.refusal == pb.TOKEN else "version")
                 conn.send(refusal.SerializeToString())
                 return
             sock.settimeout(None)
@@ -97,16 +106,46 @@ class Listener:
             self.count += 1
             name = str(self.count)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        with ours, theirs:
+        with theirs:
             proc = subprocess.Popen(self.session_command("--one-session", "--handoff-fd", str(theirs.fileno())),
                                     env=self.session_env(name), pass_fds=[theirs.fileno()])
-            with self.lock:
-                self.children.append(proc)
-            # reaped as soon as it ends, so no zombie waits for the next session
-            threading.Thread(target=proc.wait, name=f"cuwire-reap-{proc.pid}", daemon=True).start()
+        with self.lock:
+            self.children.append(proc)
+            self.figures.started += 1
+        # reaped as soon as it ends, so no zombie waits for the next session
+        threading.Thread(target=proc.wait, name=f"cuwire-reap-{proc.pid}", daemon=True).start()
+        try:
             send_handoff(ours, sock, peer, message)
+        except OSError:
+            ours.close()
+            raise
+        # the session process reports its figures on the same channel until it ends
+        threading.Thread(target=self.read_reports, args=(ours, name), name=f"cuwire-reports-{name}",
+                         daemon=True).start()
         log.info("session %s for pid %d on %s (%s): process %d", name, hello.pid,
                  printable(hello.host), peer, proc.pid)
+
+    def read_reports(self, channel: socket.socket, name: str) -> None:
+        """A session process's reports (metrics.py), until it ends."""
+        with channel:
+            while True:
+                try:
+                    data = channel.recv(HANDOFF_SIZE)
+                except OSError:
+                    break
+                if not data:
+                    break
+                report = metrics.decode_report(data)
+                if report is not None:
+                    self.figures.report(name, report)
+        self.figures.ended(name)
+
+    def open_sessions(self) -> int:
+        with self.lock:
+            return sum(1 for c in self.children if c.poll() is None)
+
+    def busy(self) -> int:
+        return self.socket_server.busy if self.socket_server is not None else 0
 
     def stop(self) -> None:
         """End every session process (each frees its session's memory on SIGTERM)."""

@@ -50,6 +50,8 @@ class CuWireServer:
         self.devices = self.query_devices()
         self.record_functions = function_table(self.ffi, self.lib)  # what sessions' record loops call
         self.session_ids = itertools.count(1)
+        self.sessions: dict[str, Session] = {}  # open ones, by name (metrics.py)
+        self.final: dict[str, dict] = {}  # the figures of those that ended
         self.zstd = zstandard.ZstdDecompressor()
         self.zstd_c = zstandard.ZstdCompressor(level=3, threads=-1)
         self.zstd_lock = threading.Lock()  # sessions share the compressor (isolation=thread)
@@ -130,6 +132,7 @@ class CuWireServer:
             return None
         name = self.settings.session_name or f"{next(self.session_ids)}"
         session = Session(self, conn.peer, hello, name)
+        self.sessions[name] = session
         reply = pb.Reply(welcome=pb.Welcome(
             server_version=cuwire.__version__, cuda_version=generated.CUDA_VERSION,
             api_digest=generated.API_DIGEST, backend=self.backend, devices=self.devices, session=name,
@@ -242,6 +245,8 @@ def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None 
         conn.close()
         if session is not None:
             session.close()
+            state.final[session.name] = session.figures()
+            state.sessions.pop(session.name, None)
 
 
 class SocketServer:
@@ -257,6 +262,7 @@ class SocketServer:
         self.handle = handle
         self.max_sessions = max_sessions
         self.active = threading.BoundedSemaphore(max_sessions)
+        self.busy = 0  # connections refused because max_sessions were open (metrics.py)
         self.stopped = threading.Event()
         self.lock = threading.Lock()
         self.running: dict[threading.Thread, socket.socket] = {}  # session threads and their connections
@@ -291,6 +297,7 @@ class SocketServer:
                 return  # the listening socket was closed: stop
             peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else "this host (Unix socket)"
             if not self.active.acquire(blocking=False):
+                self.busy += 1
                 threading.Thread(target=self.refuse, args=(sock, peer), daemon=True).start()
                 continue
             thread = threading.Thread(target=self.run_one, args=(sock, peer), name=f"cuwire-{peer}", daemon=True)

@@ -153,6 +153,11 @@ class Session:
         self.payload_out = [self.server.compress(gathered)]
         reply.payload_codec = pb.ZSTD
 
+    def figures(self) -> dict:
+        """What the server's metrics show of this session (metrics.py)."""
+        return {"calls": self.calls, "device_memory": self.allocated, "host_memory": sum(self.host_ranges.values()),
+                "client": self.hello.host, "pid": self.hello.pid}
+
     def lookup(self, fn: int):
         hit = generated.HANDLERS.get(fn) or custom.OPS.get(fn)
         if hit is None:

@@ -1,0 +1,123 @@
+"""What a server is doing, for Prometheus and health checks, on its one port (issue 18, point 7).
+
+The listener answers a connection that begins with an HTTP request instead of a cuwire frame: `GET /metrics`
+gives the counters below in Prometheus' text format, `GET /healthz` says the listener is up. Each session
+process reports its session's figures to the listener every REPORT_SECONDS over the channel its
+connection came by (listener.py), and once more as it ends; the listener keeps the latest.
+
+What is served: sessions open and started, refusals by reason, calls served (ended sessions included),
+and per open session its calls, device memory and page-locked host memory. No token is asked: the figures
+name no data, only counts and the clients' host names. Not yet: round-trip latency histograms and bytes
+moved (they are counted in the client, `cuwire run --stats`).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+REPORT_SECONDS = 2.0
+HTTP_METHODS = (b"GET ", b"HEAD")  # how an HTTP request begins; a cuwire frame begins with its magic
+REQUEST_MAX = 8192
+
+
+@dataclass
+class Figures:
+    """The listener's counts, and the latest report of each open session (by session name)."""
+
+    started: int = 0
+    refused: Counter = field(default_factory=Counter)  # reason -> connections refused
+    ended_calls: int = 0  # calls of the sessions that ended
+    sessions: dict[str, dict] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def refuse(self, reason: str) -> None:
+        with self.lock:
+            self.refused[reason] += 1
+
+    def report(self, name: str, figures: dict) -> None:
+        with self.lock:
+            self.sessions[name] = figures
+
+    def ended(self, name: str) -> None:
+        with self.lock:
+            self.ended_calls += int(self.sessions.pop(name, {}).get("calls", 0))
+
+    def text(self, open_sessions: int, busy: int = 0) -> str:
+        """The Prometheus text exposition (format 0.0.4); `busy`: connections refused for want of room."""
+        with self.lock:
+            live = {name: dict(f) for name, f in self.sessions.items()}
+            refused, started, ended_calls = Counter(self.refused), self.started, self.ended_calls
+        refused["busy"] += busy
+        lines = [
+            "# HELP cuwire_sessions Sessions open now.", "# TYPE cuwire_sessions gauge",
+            f"cuwire_sessions {open_sessions}",
+            "# HELP cuwire_sessions_started_total Sessions started since the server started.",
+            "# TYPE cuwire_sessions_started_total counter", f"cuwire_sessions_started_total {started}",
+            "# HELP cuwire_connections_refused_total Connections refused, by reason.",
+            "# TYPE cuwire_connections_refused_total counter",
+            *(f'cuwire_connections_refused_total{{reason="{r}"}} {refused[r]}'
+              for r in ("token", "version", "protocol", "busy")),
+            "# HELP cuwire_calls_total CUDA calls served, ended sessions included.",
+            "# TYPE cuwire_calls_total counter",
+            f"cuwire_calls_total {ended_calls + sum(int(f.get('calls', 0)) for f in live.values())}",
+        ]
+        for metric, key, kind, help_text in (
+                ("cuwire_session_calls_total", "calls", "counter", "CUDA calls served to the session."),
+                ("cuwire_session_device_memory_bytes", "device_memory", "gauge",
+                 "Device memory the session holds (its allocations)."),
+                ("cuwire_session_host_memory_bytes", "host_memory", "gauge",
+                 "Page-locked host memory the session has the server hold for it (a client on this host).")):
+            lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}"]
+            lines += [f'{metric}{{session="{_label(name)}",client="{_label(str(f.get("client", "")))}"}} '
+                      f'{int(f.get(key, 0))}' for name, f in sorted(live.items())]
+        return "\n".join(lines) + "\n"
+
+
+def _label(value: str) -> str:
+    """A Prometheus label value: backslashes, quotes and newlines escaped, and bounded."""
+    return value[:200].replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def is_http(sock: socket.socket) -> bool:
+    """Whether the connection begins with an HTTP request (its first bytes stay to be read)."""
+    try:
+        return sock.recv(4, socket.MSG_PEEK) in HTTP_METHODS
+    except OSError:
+        return False
+
+
+def answer_http(sock: socket.socket, figures: Figures, open_sessions: int, busy: int = 0) -> None:
+    """One request, one answer, then the connection closes."""
+    request = b""
+    while b"\r\n\r\n" not in request and b"\n\n" not in request and len(request) < REQUEST_MAX:
+        chunk = sock.recv(REQUEST_MAX - len(request))
+        if not chunk:
+            break
+        request += chunk
+    method, _, rest = request.partition(b" ")
+    path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
+    if path == b"/metrics":
+        status, body = "200 OK", figures.text(open_sessions, busy).encode()
+        kind = "text/plain; version=0.0.4; charset=utf-8"
+    elif path == b"/healthz":
+        status, body, kind = "200 OK", b"ok\n", "text/plain; charset=utf-8"
+    else:
+        status, body, kind = "404 Not Found", b"cuwire serves /metrics and /healthz here\n", "text/plain"
+    head = f"HTTP/1.0 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    sock.sendall(head.encode() + (b"" if method == b"HEAD" else body))
+
+
+def encode_report(figures: dict) -> bytes:
+    return json.dumps(figures).encode()
+
+
+def decode_report(data: bytes) -> dict | None:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
