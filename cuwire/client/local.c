@@ -538,7 +538,8 @@ static int is_managed(CUdeviceptr p)
 /* cuMemFree of managed memory: the client's to free (the server never made it a device allocation). */
 int cuwire_fast_cuMemFree_v2(CUdeviceptr dptr)
 {
-    if (!dptr || !is_managed(dptr))
+    uint64_t offset; /* managed memory lies in the shared memory: any other pointer goes on at once */
+    if (!dptr || !shared_offset((const void *)(uintptr_t)dptr, 1, &offset) || !is_managed(dptr))
         return -1;
     cuwire_untrack_alloc(dptr);
     return host_free((void *)(uintptr_t)dptr);

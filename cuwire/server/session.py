@@ -446,12 +446,10 @@ class Session:
 
     def drop_ring(self) -> None:
         """The shared memory is no longer the GPU's to copy from (before the connection unmaps it)."""
-        if self.ring is not None:  # host functions still in streams wait on it: they end first
+        if self.ring is not None:
             self.records.ring(0, None)
-            if self.server.backend == "cuda":
-                self.in_primary_context(self.lib.cuCtxSynchronize)
-        if self.host_ranges:
-            self.in_primary_context(self.lib.cuCtxSynchronize)  # no copy may still be using them
+        if self.ring is not None or self.host_ranges:  # host functions and copies using it end first
+            self.in_primary_context(self.lib.cuCtxSynchronize)
         for offset in list(self.host_ranges):
             self.unregister_host(offset)
         if self.host_size:
