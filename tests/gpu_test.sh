@@ -79,10 +79,10 @@ CUWIRE_TRACE=1 timeout 60 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$R
   "$LOG/nvidia-smi.err") calls reached cuwire): $(head -3 "$LOG/nvidia-smi.out" | tr '\n' ' ')$(grep -m3 unimplemented "$LOG/nvidia-smi.err" | tr '\n' ' ')"
 
 # PyTorch (stock, as installed on this host) natively and through cuwire
-for script in tests/torch_apps/*.py; do
-  name=torch-$(basename "$script" .py)
-  t0=$(date +%s.%N); $PY "$script" >"$LOG/$name.native.out" 2>"$LOG/$name.native.err"; nrc=$?; t1=$(date +%s.%N)
-  CUWIRE_STATS=1 timeout 240 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote $PY $script" \
+torch_compare() {  # torch_compare NAME SCRIPT ARGS...: natively, then through cuwire; one line, and the --stats
+  local name=$1; shift
+  t0=$(date +%s.%N); $PY "$@" >"$LOG/$name.native.out" 2>"$LOG/$name.native.err"; nrc=$?; t1=$(date +%s.%N)
+  CUWIRE_STATS=1 timeout 240 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote $PY $*" \
     >"$LOG/$name.out" 2>"$LOG/$name.err"; rrc=$?; t2=$(date +%s.%N)
   took=$(awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "wall %.1f s native, %.1f s through cuwire", b - a, c - b }')
   if [ $nrc -eq 0 ] && [ $rrc -eq 0 ] && diff -q "$LOG/$name.native.out" "$LOG/$name.out" >/dev/null; then
@@ -93,7 +93,12 @@ for script in tests/torch_apps/*.py; do
     echo "$name: DIFF (native rc=$nrc, remote rc=$rrc)"; diff "$LOG/$name.native.out" "$LOG/$name.out" | head -20
     grep -v "^cuwire trace" "$LOG/$name.err" | sort | uniq -c | sort -rn | head -15; fail=$((fail+1))
   fi
-done
+}
+for script in tests/torch_apps/*.py; do torch_compare "torch-$(basename "$script" .py)" "$script"; done
+# PyTorch's allocator on virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap...)
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True torch_compare torch-train-expandable-segments \
+  tests/torch_apps/train.py --steps 5
+grep -h "^expandable segments" "$LOG/torch-train-expandable-segments.out" | sed "s/^/  torch-train-expandable-segments: /"
 
 # the cost of one training step of the small transformer (README): 11 steps less 1 step, divided by 10
 for steps in 1 11; do

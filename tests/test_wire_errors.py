@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import time
 
 import pytest
 from conftest import BACKEND
@@ -451,3 +452,86 @@ def test_a_records_frame_before_the_hello_is_refused(server):
     message, _ = t.connection.receive()
     assert "starts with a hello" in pb.Reply.FromString(message).error
     t.close()
+
+
+# CUmemAllocationProp: pinned device memory on device 0 (type, handle types, location, Windows metadata, flags)
+VMM_PROP = struct.pack("<iiiiQ8x", 1, 0, 1, 0, 0)
+
+
+def vmm_call(t, name: str, **fields):
+    reply = t.exchange(pb.Batch(fn=fn_id(name), args=getattr(pb, f"{name}_Args")(**fields).SerializeToString()))
+    assert not reply.error, reply.error
+    return getattr(pb, f"{name}_Result").FromString(reply.result)
+
+
+def vmm_range(t) -> tuple[int, int, int]:
+    """A reservation of two granules with one allocation of one granule mapped at its start: (address,
+    handle, granularity)."""
+    g = vmm_call(t, "cuMemGetAllocationGranularity", prop=VMM_PROP, option=0).granularity
+    va = vmm_call(t, "cuMemAddressReserve", size=2 * g, alignment=0, addr=0, flags=0)
+    made = vmm_call(t, "cuMemCreate", size=g, prop=VMM_PROP, flags=0)
+    assert va.status == 0 and made.status == 0, (va, made)
+    assert vmm_call(t, "cuMemMap", ptr=va.ptr, size=g, offset=0, handle=made.handle, flags=0).status == 0
+    access = struct.pack("<iii", 1, 0, 3)  # device 0, read and write
+    assert vmm_call(t, "cuMemSetAccess", ptr=va.ptr, size=g, desc=access, count=1).status == 0
+    return va.ptr, made.handle, g
+
+
+def test_virtual_memory_is_checked(session):
+    """Copies reach a mapped range; a mapping must put an allocation of the session's into a range it
+    reserved, and a malformed access list is refused."""
+    va, handle, g = vmm_range(session)
+    data = bytes(range(256)) * 16
+    copied = vmm_call(session, "cuMemcpyHtoD_v2", dstDevice=va + g - len(data), srcHost=data, ByteCount=len(data))
+    assert copied.status == 0
+    back = vmm_call(session, "cuMemcpyDtoH_v2", srcDevice=va + g - len(data), ByteCount=len(data))
+    assert back.status == 0 and back.dstHost == data
+    assert vmm_call(session, "cuMemSetAccess", ptr=va, size=g, desc=b"\0" * 7, count=1).status == 1
+    made = vmm_call(session, "cuMemCreate", size=g, prop=VMM_PROP, flags=0)
+    assert vmm_call(session, "cuMemMap", ptr=va + 2 * g, size=g, offset=0, handle=made.handle, flags=0).status == 1
+    assert vmm_call(session, "cuMemMap", ptr=va + g, size=g, offset=0, handle=made.handle + 16, flags=0).status == 1
+    assert vmm_call(session, "cuMemMap", ptr=va + g, size=g, offset=g, handle=made.handle, flags=0).status == 1
+    assert vmm_call(session, "cuMemRelease", handle=made.handle + 16).status == 1
+    assert vmm_call(session, "cuMemAddressFree", ptr=va, size=g).status == 1  # not the whole reservation
+    props = vmm_call(session, "cuMemGetAllocationPropertiesFromHandle", handle=handle)
+    assert props.status == 0 and props.prop[:16] == VMM_PROP[:16]
+    assert vmm_call(session, "cuMemUnmap", ptr=va, size=g).status == 0
+    for h in (handle, made.handle):
+        assert vmm_call(session, "cuMemRelease", handle=h).status == 0
+    assert vmm_call(session, "cuMemAddressFree", ptr=va, size=2 * g).status == 0
+
+
+def test_virtual_memory_is_per_session_and_freed_when_it_ends(tmp_path):
+    """Sessions in threads share one device: another session can neither map into a session's
+    reservation nor map, query or release its allocations. A session that ends with memory still
+    reserved, created and mapped gives it all back; physical allocations count against its budget."""
+    from conftest import ServerProcess
+
+    s = ServerProcess(tmp_path, "--isolation", "thread", env={"CUWIRE_SESSION_MEMORY": str(5 << 20)})
+    try:
+        t, reply = open_session(s.address, HELLO)
+        assert not reply.error
+        before = vmm_call(t, "cuMemGetInfo_v2").free
+        va, handle, g = vmm_range(t)
+        assert vmm_call(t, "cuMemCreate", size=2 * g, prop=VMM_PROP, flags=0).status == 2  # past the budget
+        assert vmm_call(t, "cuMemGetInfo_v2").free <= before - g
+        other, reply = open_session(s.address, HELLO)
+        assert not reply.error
+        mine, own_handle, _ = vmm_range(other)
+        assert mine != va and own_handle != handle
+        assert vmm_call(other, "cuMemMap", ptr=va + g, size=g, offset=0, handle=own_handle, flags=0).status == 1
+        assert vmm_call(other, "cuMemMap", ptr=mine + g, size=g, offset=0, handle=handle, flags=0).status == 1
+        assert vmm_call(other, "cuMemRelease", handle=handle).status == 1
+        assert vmm_call(other, "cuMemGetAllocationPropertiesFromHandle", handle=handle).status == 1
+        assert vmm_call(other, "cuMemUnmap", ptr=va, size=g).status == 1
+        assert vmm_call(other, "cuMemAddressFree", ptr=va, size=2 * g).status == 1
+        other.close()
+        t.close()
+        deadline = time.monotonic() + 10
+        while s.text().count("virtual memory objects") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        t, reply = open_session(s.address, HELLO)
+        assert vmm_call(t, "cuMemGetInfo_v2").free == before
+        t.close()
+    finally:
+        s.stop()

@@ -81,6 +81,30 @@ void cuwire_untrack_alloc(uint64_t base)
     pthread_rwlock_unlock(&lock);
 }
 
+/* After cuMemMap: the mapped range is device memory like an allocation (virtual memory management). */
+void cuwire_note_mapped(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                        unsigned long long flags)
+{
+    (void)offset, (void)handle, (void)flags;
+    cuwire_track_alloc(ptr, size);
+}
+
+/* After cuMemUnmap: every mapping in the range is gone. */
+void cuwire_note_unmapped(CUdeviceptr ptr, size_t size)
+{
+    pthread_rwlock_wrlock(&lock);
+    long first = last_at_or_below(ptr);
+    if (first < 0 || bases[first] < ptr)
+        first++;
+    size_t end = (size_t)first;
+    while (end < count && bases[end] - ptr < size)
+        end++;
+    memmove(bases + first, bases + end, (count - end) * sizeof *bases);
+    memmove(sizes + first, sizes + end, (count - end) * sizeof *sizes);
+    count -= end - (size_t)first;
+    pthread_rwlock_unlock(&lock);
+}
+
 /* The base of the allocation holding `address` (its size in *size), or 0. */
 uint64_t cuwire_allocation_of(uint64_t address, uint64_t *size)
 {

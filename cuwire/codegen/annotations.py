@@ -17,6 +17,8 @@ unimplemented (its stub says so loudly). Inside a table:
            (for async calls: notes what the client keeps, e.g. the thread's current context)
   after    a C function of the client's C, with the same parameters, that the stub calls once a sync
            call succeeded, to note what the client keeps (e.g. a new context and its device)
+  server   the file of a hand-written server half for a sync call (its client half and messages are
+           generated): for calls whose bookkeeping the roles cannot say (virtual memory: server/vmm.py)
   <param>  an inline table for one parameter: role, length, alloc, frees (see model.Param)
 
 Parameters not named are inferred where that is safe (see `infer_role`);
@@ -33,8 +35,9 @@ from .libraries import BY_API, LIBRARIES
 from .model import ROLES, Api, Function, Param
 
 ANNOTATIONS = Path(__file__).with_name("annotations")
+PACKAGE = Path(__file__).parents[1]  # cuwire/: `server` names a file in it
 MODES = {"sync", "async", "custom", "local"}
-FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after"}
+FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after", "server"}
 PARAM_KEYS = {"role", "length", "alloc", "frees"}
 NEEDS_LENGTH = {name for name, role in ROLES.items() if role.sized}
 ASYNC_ROLES = {"value"}
@@ -128,6 +131,11 @@ def apply_function(fn: Function, spec: dict) -> None:
     fn.after = spec.get("after", "")
     if fn.after and mode != "sync":
         raise AnnotationError(f"{fn.name}: `after` goes with mode sync, not {mode}")
+    fn.server = spec.get("server", "")
+    if fn.server and mode != "sync":
+        raise AnnotationError(f"{fn.name}: `server` goes with mode sync, not {mode}")
+    if fn.server and not (fn.server.startswith("server/") and (PACKAGE / fn.server).is_file()):
+        raise AnnotationError(f"{fn.name}: `server` names {fn.server!r}, which is no file under cuwire/server")
     fn.aliases = sorted(set(fn.aliases) | set(spec.get("aliases", [])))
     for p in fn.params:
         ann = spec.get(p.name, {})

@@ -181,6 +181,7 @@ class Function:
     note: str = ""
     fast: str = ""  # C function tried before the usual path (see annotations.py)
     after: str = ""  # C function called after a successful sync call (see annotations.py)
+    server: str = ""  # file of a hand-written server half (see annotations.py)
 
     @property
     def fn_id(self) -> int:
@@ -197,7 +198,7 @@ class Function:
         """A sync call made by the client's C itself (client/wire.c) and run by the server's C loop
         (server/records.c), like a queued call that waits: every parameter a scalar or a handle passed
         by value, nothing made, kept or freed, no hand-written C around it."""
-        return (self.mode == "sync" and self.api == "driver" and not self.fast and not self.after
+        return (self.mode == "sync" and self.api == "driver" and not self.fast and not self.after and not self.server
                 and self.returns.spelling == self.error_type
                 and all(p.role == "value" and (p.type.is_scalar or p.handle_kind) and not p.frees and not p.alloc
                         for p in self.params))

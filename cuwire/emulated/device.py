@@ -29,6 +29,7 @@ import cffi
 from cuwire.client import fatbin
 from cuwire.emulated import registry
 from cuwire.emulated.nvml import EmulatedNvml
+from cuwire.emulated.vmm import EmulatedVmm, Reservation
 from cuwire.server.backend import cuda_ffi  # noqa: F401  (tests build their FFI through it)
 
 CData = Any  # a cffi cdata value; cffi has no static types for these
@@ -202,9 +203,31 @@ class EmulatedMemory:
         for block in kept.values():
             block[:] = bytes(len(block))
 
+    def reserve(self, block: Reservation, alignment: int) -> int:
+        """Address space for a reservation (cuMemAddressReserve): its bytes are its mappings'."""
+        base = _round_up(self._next, alignment)
+        self._next = base + len(block) + ALLOCATION_ALIGNMENT
+        self._bases.append(base)
+        self._blocks[base] = block
+        return base
+
+    def reservation(self, address: int, size: int) -> tuple[Reservation, int] | None:
+        """The reservation holding [address, address + size), mapped or not, and the offset in it."""
+        i = bisect.bisect_right(self._bases, address) - 1
+        if i < 0 or not isinstance(block := self._blocks[self._bases[i]], Reservation):
+            return None
+        offset = address - self._bases[i]
+        return (block, offset) if size >= 0 and offset + size <= len(block) else None
+
+    def release(self, address: int) -> None:
+        del self._bases[bisect.bisect_left(self._bases, address)]
+        del self._blocks[address]
+
     def free(self, address: int) -> bool:
-        """Free the allocation starting at `address`; False if none does (or it holds a global)."""
-        if address not in self._blocks or address in self._globals.values():
+        """Free the allocation starting at `address`; False if none does (or it holds a global, or it is a
+        reservation)."""
+        if (address not in self._blocks or address in self._globals.values()
+                or isinstance(self._blocks[address], Reservation)):
             return False
         del self._bases[bisect.bisect_left(self._bases, address)]
         self.used -= _round_up(max(len(self._blocks.pop(address)), 1), ALLOCATION_ALIGNMENT)
@@ -218,6 +241,8 @@ class EmulatedMemory:
         base = self._bases[i]
         block = self._blocks[base]
         offset = address - base
+        if isinstance(block, Reservation) and not block.covers(offset, size):
+            return None  # not mapped, or mapped without access
         return (block, offset) if offset + size <= len(block) else None
 
     def contains(self, address: int) -> bool:
@@ -326,7 +351,7 @@ def _after_fault(method: Method) -> Method:
     return cast(Method, checked)
 
 
-class EmulatedLib(EmulatedNvml):
+class EmulatedLib(EmulatedNvml, EmulatedVmm):
     """Host-memory stand-in for the cffi object of libcuda and NVML: same function names, arguments and codes.
 
     A driver or NVML function it does not implement answers "not supported" and says so on stderr
@@ -372,6 +397,7 @@ class EmulatedLib(EmulatedNvml):
         self._graph_execs: dict[int, list] = {}  # executable graph handle -> the same, instantiated
         self._pools: dict[int, dict[int, int]] = {}  # memory pool handle -> its attributes (CUmemPool_attribute)
         self._default_pool = self._current_pool = 0  # made at the first cuDeviceGetDefaultMemPool
+        self._physical: dict[int, bytearray] = {}  # cuMemCreate's allocations (emulated/vmm.py)
 
     def __getattr__(self, name: str) -> Callable[..., int]:
         """Any other driver or NVML function: fail loudly by name, never succeed silently."""

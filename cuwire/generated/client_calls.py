@@ -445,6 +445,30 @@ def cuLibraryGetModule(pMod, library):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuMemAddressFree", onerror=rt.on_error)
+def cuMemAddressFree(ptr, size):
+    """cuMemAddressFree (cuda.h)"""
+    args = pb.cuMemAddressFree_Args()
+    args.ptr = ptr
+    args.size = size
+    res = rt.call(2628355774, args, pb.cuMemAddressFree_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemAddressReserve", onerror=rt.on_error)
+def cuMemAddressReserve(ptr, size, alignment, addr, flags):
+    """cuMemAddressReserve (cuda.h)"""
+    args = pb.cuMemAddressReserve_Args()
+    args.size = size
+    args.alignment = alignment
+    args.addr = addr
+    args.flags = flags
+    res = rt.call(2205692240, args, pb.cuMemAddressReserve_Result)
+    if res.status == 0:
+        rt.write_scalar(ptr, "uint64_t", res.ptr)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuMemAllocAsync", onerror=rt.on_error)
 def cuMemAllocAsync(dptr, bytesize, hStream):
     """cuMemAllocAsync (cuda.h)"""
@@ -499,6 +523,19 @@ def cuMemAlloc_v2(dptr, bytesize):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuMemCreate", onerror=rt.on_error)
+def cuMemCreate(handle, size, prop, prop_len, flags):
+    """cuMemCreate (cuda.h): device memory only; the properties' Windows handle metadata is not forwarded (Linux ignores it)"""
+    args = pb.cuMemCreate_Args()
+    args.size = size
+    args.prop = rt.read(prop, prop_len)
+    args.flags = flags
+    res = rt.call(3604884685, args, pb.cuMemCreate_Result)
+    if res.status == 0:
+        rt.write_scalar(handle, "uint64_t", res.handle)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuMemFreeAsync", onerror=rt.on_error)
 def cuMemFreeAsync(dptr, hStream):
     """cuMemFreeAsync (cuda.h)"""
@@ -522,6 +559,42 @@ def cuMemFree_v2(dptr):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuMemGetAccess", onerror=rt.on_error)
+def cuMemGetAccess(flags, location, location_len, ptr):
+    """cuMemGetAccess (cuda.h)"""
+    args = pb.cuMemGetAccess_Args()
+    args.location = rt.read(location, location_len)
+    args.ptr = ptr
+    res = rt.call(2807211246, args, pb.cuMemGetAccess_Result)
+    if res.status == 0:
+        rt.write_scalar(flags, "uint64_t", res.flags)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemGetAllocationGranularity", onerror=rt.on_error)
+def cuMemGetAllocationGranularity(granularity, prop, prop_len, option):
+    """cuMemGetAllocationGranularity (cuda.h)"""
+    args = pb.cuMemGetAllocationGranularity_Args()
+    args.prop = rt.read(prop, prop_len)
+    args.option = option
+    res = rt.call(456804952, args, pb.cuMemGetAllocationGranularity_Result)
+    if res.status == 0:
+        rt.write_scalar(granularity, "uint64_t", res.granularity)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemGetAllocationPropertiesFromHandle", onerror=rt.on_error)
+def cuMemGetAllocationPropertiesFromHandle(prop, prop_len, handle):
+    """cuMemGetAllocationPropertiesFromHandle (cuda.h)"""
+    args = pb.cuMemGetAllocationPropertiesFromHandle_Args()
+    args.handle = handle
+    rt.expect(prop, prop_len)
+    res = rt.call(3979861043, args, pb.cuMemGetAllocationPropertiesFromHandle_Result)
+    if res.status == 0:
+        rt.write(prop, res.prop, prop_len)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuMemGetInfo_v2", onerror=rt.on_error)
 def cuMemGetInfo_v2(free, total):
     """cuMemGetInfo_v2 (cuda.h)"""
@@ -530,6 +603,19 @@ def cuMemGetInfo_v2(free, total):
     if res.status == 0:
         rt.write_scalar(free, "uint64_t", res.free)
         rt.write_scalar(total, "uint64_t", res.total)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemMap", onerror=rt.on_error)
+def cuMemMap(ptr, size, offset, handle, flags):
+    """cuMemMap (cuda.h)"""
+    args = pb.cuMemMap_Args()
+    args.ptr = ptr
+    args.size = size
+    args.offset = offset
+    args.handle = handle
+    args.flags = flags
+    res = rt.call(4209999013, args, pb.cuMemMap_Result)
     return res.status
 
 
@@ -586,6 +672,37 @@ def cuMemPoolTrimTo(pool, minBytesToKeep):
     args.pool = pool
     args.minBytesToKeep = minBytesToKeep
     res = rt.call(1437163825, args, pb.cuMemPoolTrimTo_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemRelease", onerror=rt.on_error)
+def cuMemRelease(handle):
+    """cuMemRelease (cuda.h)"""
+    args = pb.cuMemRelease_Args()
+    args.handle = handle
+    res = rt.call(1369742920, args, pb.cuMemRelease_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemSetAccess", onerror=rt.on_error)
+def cuMemSetAccess(ptr, size, desc, desc_len, count):
+    """cuMemSetAccess (cuda.h)"""
+    args = pb.cuMemSetAccess_Args()
+    args.ptr = ptr
+    args.size = size
+    args.desc = rt.read(desc, desc_len)
+    args.count = count
+    res = rt.call(1451145107, args, pb.cuMemSetAccess_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemUnmap", onerror=rt.on_error)
+def cuMemUnmap(ptr, size):
+    """cuMemUnmap (cuda.h)"""
+    args = pb.cuMemUnmap_Args()
+    args.ptr = ptr
+    args.size = size
+    res = rt.call(4227091015, args, pb.cuMemUnmap_Result)
     return res.status
 
 

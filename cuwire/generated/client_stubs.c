@@ -1309,21 +1309,21 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
+    "sync",
+    "sync",
     "unimplemented",
+    "local",
     "unimplemented",
+    "sync",
+    "sync",
     "unimplemented",
+    "local",
     "local",
     "unimplemented",
     "sync",
     "sync",
     "unimplemented",
-    "local",
-    "local",
-    "unimplemented",
     "sync",
-    "sync",
-    "unimplemented",
-    "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1331,11 +1331,11 @@ const char *const cuwire_modes[] = {
     "sync",
     "local",
     "sync",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "custom",
-    "unimplemented",
-    "unimplemented",
+    "sync",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1351,7 +1351,7 @@ const char *const cuwire_modes[] = {
     "local",
     "local",
     "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "sync",
     "sync",
@@ -1370,11 +1370,11 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
+    "sync",
     "unimplemented",
+    "sync",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "sync",
     "sync",
     "unimplemented",
     "unimplemented",
@@ -8006,11 +8006,13 @@ CUWIRE_EXPORT CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle callback)
     return cuwire_impl_cuLogsUnregisterCallback(callback);
 }
 
-/* cuMemAddressFree (cuda.h): unimplemented */
+/* cuMemAddressFree (cuda.h): remoted, sync */
+int cuwire_py_cuMemAddressFree(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemAddressFree", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemAddressFree((uint64_t)ptr, (uint64_t)size));
 }
 CUWIRE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
@@ -8024,11 +8026,13 @@ CUWIRE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
     return cuwire_impl_cuMemAddressFree(ptr, size);
 }
 
-/* cuMemAddressReserve (cuda.h): unimplemented */
+/* cuMemAddressReserve (cuda.h): remoted, sync */
+int cuwire_py_cuMemAddressReserve(void *, uint64_t, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemAddressReserve", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemAddressReserve((void *)ptr, (uint64_t)size, (uint64_t)alignment, (uint64_t)addr, (uint64_t)flags));
 }
 CUWIRE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
 {
@@ -8269,11 +8273,13 @@ CUWIRE_EXPORT CUresult cuMemBatchDecompressAsync(CUmemDecompressParams *paramsAr
 }
 CUWIRE_EXPORT __typeof__(cuMemBatchDecompressAsync) cuMemBatchDecompressAsync_ptsz __attribute__((alias("cuMemBatchDecompressAsync")));
 
-/* cuMemCreate (cuda.h): unimplemented */
+/* cuMemCreate (cuda.h): remoted, sync */
+int cuwire_py_cuMemCreate(void *, uint64_t, void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemCreate", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemCreate((void *)handle, (uint64_t)size, (void *)prop, sizeof *prop, (uint64_t)flags));
 }
 CUWIRE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
@@ -8426,11 +8432,13 @@ CUWIRE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
     return cuwire_impl_cuMemFree_v2(dptr);
 }
 
-/* cuMemGetAccess (cuda.h): unimplemented */
+/* cuMemGetAccess (cuda.h): remoted, sync */
+int cuwire_py_cuMemGetAccess(void *, void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemGetAccess", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemGetAccess((void *)flags, (void *)location, sizeof *location, (uint64_t)ptr));
 }
 CUWIRE_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
 {
@@ -8482,11 +8490,13 @@ CUWIRE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize
     return cuwire_impl_cuMemGetAddressRange_v2(pbase, psize, dptr);
 }
 
-/* cuMemGetAllocationGranularity (cuda.h): unimplemented */
+/* cuMemGetAllocationGranularity (cuda.h): remoted, sync */
+int cuwire_py_cuMemGetAllocationGranularity(void *, void *, uint64_t, int64_t);
 static inline CUresult cuwire_impl_cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemGetAllocationGranularity", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemGetAllocationGranularity((void *)granularity, (void *)prop, sizeof *prop, (int64_t)option));
 }
 CUWIRE_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
 {
@@ -8500,11 +8510,13 @@ CUWIRE_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const 
     return cuwire_impl_cuMemGetAllocationGranularity(granularity, prop, option);
 }
 
-/* cuMemGetAllocationPropertiesFromHandle (cuda.h): unimplemented */
+/* cuMemGetAllocationPropertiesFromHandle (cuda.h): remoted, sync */
+int cuwire_py_cuMemGetAllocationPropertiesFromHandle(void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemGetAllocationPropertiesFromHandle", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemGetAllocationPropertiesFromHandle((void *)prop, sizeof *prop, (uint64_t)handle));
 }
 CUWIRE_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
 {
@@ -8790,11 +8802,17 @@ CUWIRE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHand
     return cuwire_impl_cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
 }
 
-/* cuMemMap (cuda.h): unimplemented */
+/* cuMemMap (cuda.h): remoted, sync */
+int cuwire_py_cuMemMap(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
+void cuwire_note_mapped(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags);
 static inline CUresult cuwire_impl_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemMap", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    int status = cuwire_py_cuMemMap((uint64_t)ptr, (uint64_t)size, (uint64_t)offset, (uint64_t)handle, (uint64_t)flags);
+    if (status == 0)
+        cuwire_note_mapped(ptr, size, offset, handle, flags);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
@@ -9157,11 +9175,13 @@ CUWIRE_EXPORT CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, C
     return cuwire_impl_cuMemRangeGetAttributes(data, dataSizes, attributes, numAttributes, devPtr, count);
 }
 
-/* cuMemRelease (cuda.h): unimplemented */
+/* cuMemRelease (cuda.h): remoted, sync */
+int cuwire_py_cuMemRelease(uint64_t);
 static inline CUresult cuwire_impl_cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemRelease", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemRelease((uint64_t)handle));
 }
 CUWIRE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
@@ -9193,11 +9213,13 @@ CUWIRE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle 
     return cuwire_impl_cuMemRetainAllocationHandle(handle, addr);
 }
 
-/* cuMemSetAccess (cuda.h): unimplemented */
+/* cuMemSetAccess (cuda.h): remoted, sync */
+int cuwire_py_cuMemSetAccess(uint64_t, uint64_t, void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemSetAccess", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemSetAccess((uint64_t)ptr, (uint64_t)size, (void *)desc, (uint64_t)(count * 12), (uint64_t)count));
 }
 CUWIRE_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
@@ -9229,11 +9251,17 @@ CUWIRE_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationT
     return cuwire_impl_cuMemSetMemPool(location, type, pool);
 }
 
-/* cuMemUnmap (cuda.h): unimplemented */
+/* cuMemUnmap (cuda.h): remoted, sync */
+int cuwire_py_cuMemUnmap(uint64_t, uint64_t);
+void cuwire_note_unmapped(CUdeviceptr ptr, size_t size);
 static inline CUresult cuwire_impl_cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemUnmap", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    int status = cuwire_py_cuMemUnmap((uint64_t)ptr, (uint64_t)size);
+    if (status == 0)
+        cuwire_note_unmapped(ptr, size);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {

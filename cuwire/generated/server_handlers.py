@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "8233c5bb43b7342d"
+API_DIGEST = "29c628acf17a7e33"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -464,6 +464,28 @@ def cuMemFree_v2(s, a: pb.cuMemFree_v2_Args) -> pb.cuMemFree_v2_Result:
     r.status = s.lib.cuMemFree_v2(a.dptr)
     if r.status == 0:
         s.disowns(a.dptr)
+    return r
+
+
+def cuMemGetAccess(s, a: pb.cuMemGetAccess_Args) -> pb.cuMemGetAccess_Result:
+    """cuMemGetAccess (cuda.h)"""
+    r = pb.cuMemGetAccess_Result()
+    flags = s.ffi.new("unsigned long long *")
+    location = s.struct_in("CUmemLocation", a.location)
+    r.status = s.lib.cuMemGetAccess(flags, location, a.ptr)
+    if r.status == 0:
+        r.flags = s.scalar(flags[0])
+    return r
+
+
+def cuMemGetAllocationGranularity(s, a: pb.cuMemGetAllocationGranularity_Args) -> pb.cuMemGetAllocationGranularity_Result:
+    """cuMemGetAllocationGranularity (cuda.h)"""
+    r = pb.cuMemGetAllocationGranularity_Result()
+    granularity = s.ffi.new("size_t *")
+    prop = s.struct_in("CUmemAllocationProp", a.prop)
+    r.status = s.lib.cuMemGetAllocationGranularity(granularity, prop, a.option)
+    if r.status == 0:
+        r.granularity = s.scalar(granularity[0])
     return r
 
 
@@ -1482,7 +1504,8 @@ def nvmlSystemGetNVMLVersion(s, a: pb.nvmlSystemGetNVMLVersion_Args) -> pb.nvmlS
     return r
 
 
-# id -> (name, Args message, handler): calls that wait for an answer
+# id -> (name, Args message, handler): calls that wait for an answer. A handler of None is hand-written,
+# in the file named beside it (the session looks it up there by the function's name).
 HANDLERS = {
     2951752814: ("cuCtxCreate_v2", pb.cuCtxCreate_v2_Args, cuCtxCreate_v2),
     1184074075: ("cuCtxCreate_v4", pb.cuCtxCreate_v4_Args, cuCtxCreate_v4),
@@ -1524,18 +1547,28 @@ HANDLERS = {
     1775703493: ("cuKernelSetAttribute", pb.cuKernelSetAttribute_Args, cuKernelSetAttribute),
     1572033421: ("cuKernelSetCacheConfig", pb.cuKernelSetCacheConfig_Args, cuKernelSetCacheConfig),
     1865932518: ("cuLibraryGetModule", pb.cuLibraryGetModule_Args, cuLibraryGetModule),
+    2628355774: ("cuMemAddressFree", pb.cuMemAddressFree_Args, None),  # server/vmm.py
+    2205692240: ("cuMemAddressReserve", pb.cuMemAddressReserve_Args, None),  # server/vmm.py
     3963973914: ("cuMemAllocAsync", pb.cuMemAllocAsync_Args, cuMemAllocAsync),
     1326874906: ("cuMemAllocFromPoolAsync", pb.cuMemAllocFromPoolAsync_Args, cuMemAllocFromPoolAsync),
     3900720854: ("cuMemAllocPitch_v2", pb.cuMemAllocPitch_v2_Args, cuMemAllocPitch_v2),
     3039727126: ("cuMemAlloc_v2", pb.cuMemAlloc_v2_Args, cuMemAlloc_v2),
+    3604884685: ("cuMemCreate", pb.cuMemCreate_Args, None),  # server/vmm.py
     2268878162: ("cuMemFreeAsync", pb.cuMemFreeAsync_Args, cuMemFreeAsync),
     2004586063: ("cuMemFree_v2", pb.cuMemFree_v2_Args, cuMemFree_v2),
+    2807211246: ("cuMemGetAccess", pb.cuMemGetAccess_Args, cuMemGetAccess),
+    456804952: ("cuMemGetAllocationGranularity", pb.cuMemGetAllocationGranularity_Args, cuMemGetAllocationGranularity),
+    3979861043: ("cuMemGetAllocationPropertiesFromHandle", pb.cuMemGetAllocationPropertiesFromHandle_Args, None),  # server/vmm.py
     969693882: ("cuMemGetInfo_v2", pb.cuMemGetInfo_v2_Args, cuMemGetInfo_v2),
+    4209999013: ("cuMemMap", pb.cuMemMap_Args, None),  # server/vmm.py
     2112346226: ("cuMemPoolCreate", pb.cuMemPoolCreate_Args, cuMemPoolCreate),
     3906768071: ("cuMemPoolDestroy", pb.cuMemPoolDestroy_Args, cuMemPoolDestroy),
     830843819: ("cuMemPoolGetAttribute", pb.cuMemPoolGetAttribute_Args, cuMemPoolGetAttribute),
     1050377512: ("cuMemPoolSetAttribute", pb.cuMemPoolSetAttribute_Args, cuMemPoolSetAttribute),
     1437163825: ("cuMemPoolTrimTo", pb.cuMemPoolTrimTo_Args, cuMemPoolTrimTo),
+    1369742920: ("cuMemRelease", pb.cuMemRelease_Args, None),  # server/vmm.py
+    1451145107: ("cuMemSetAccess", pb.cuMemSetAccess_Args, None),  # server/vmm.py
+    4227091015: ("cuMemUnmap", pb.cuMemUnmap_Args, None),  # server/vmm.py
     3795422459: ("cuMemcpy", pb.cuMemcpy_Args, cuMemcpy),
     1900514108: ("cuMemcpyAsync", pb.cuMemcpyAsync_Args, cuMemcpyAsync),
     3146899852: ("cuMemcpyDtoD_v2", pb.cuMemcpyDtoD_v2_Args, cuMemcpyDtoD_v2),

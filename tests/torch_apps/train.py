@@ -4,7 +4,8 @@ precision, so tests/gpu_test.sh can diff a run through cuwire against a native r
 
 Run: python3 tests/torch_apps/train.py [cnn|transformer ...] [--steps N] [--dtype fp32|bf16]
 (default: both models, 20 steps, both dtypes). Fewer steps and one dtype serve to count the round trips
-of one step (cuwire run --stats, README).
+of one step (cuwire run --stats, README). With PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (virtual
+memory management: reserve, create, map) it says at the end how many of the allocator's segments were so.
 """
 
 import argparse
@@ -103,3 +104,7 @@ if __name__ == "__main__":
         model_cls, batch = MODELS[which]
         for dtype in args.dtype or list(DTYPES):
             train(which, model_cls, batch, DTYPES[dtype], args.steps)
+    if "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+        segments = torch.cuda.memory.memory_snapshot()
+        expandable = sum(1 for s in segments if s.get("is_expandable"))
+        print(f"expandable segments: {expandable} of {len(segments)}", flush=True)
