@@ -528,10 +528,60 @@ def test_virtual_memory_is_per_session_and_freed_when_it_ends(tmp_path):
         other.close()
         t.close()
         deadline = time.monotonic() + 10
-        while s.text().count("virtual memory objects") < 2 and time.monotonic() < deadline:
+        while s.text().count("destroyed") < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         t, reply = open_session(s.address, HELLO)
         assert vmm_call(t, "cuMemGetInfo_v2").free == before
         t.close()
+    finally:
+        s.stop()
+
+
+def test_texture_objects_and_arrays_are_per_session(tmp_path):
+    """Sessions in threads share one device: another session can neither make a texture or surface object
+    over a session's array or device memory, nor copy into its array, nor query or destroy its objects;
+    what a session leaves is destroyed when it ends."""
+    from conftest import ServerProcess
+
+    array_desc = struct.pack("<QQiI", 16, 8, 0x20, 1)  # 16 x 8 floats
+    texture_desc = struct.pack("<3iiI", 1, 1, 1, 0, 0) + bytes(104 - 20)  # clamped, point
+
+    def resource(array: int = 0, linear: tuple[int, int] | None = None) -> bytes:
+        if linear:  # device address, bytes: one float channel
+            body = struct.pack("<QiIQ", linear[0], 0x20, 1, linear[1])
+            return struct.pack("<i4x", 2) + body + bytes(128 - len(body)) + bytes(8)
+        return struct.pack("<i4xQ", 0, array) + bytes(120) + bytes(8)
+
+    s = ServerProcess(tmp_path, "--isolation", "thread")
+    try:
+        t, reply = open_session(s.address, HELLO)
+        assert not reply.error
+        made = vmm_call(t, "cuArrayCreate_v2", pAllocateArray=array_desc)
+        assert made.status == 0 and made.pHandle
+        tex = vmm_call(t, "cuTexObjectCreate", pResDesc=resource(made.pHandle), pTexDesc=texture_desc)
+        assert tex.status == 0 and tex.pTexObject
+        device = allocate(t, 4096)
+        other, reply = open_session(s.address, HELLO)
+        assert not reply.error
+        theirs = resource(made.pHandle)
+        assert vmm_call(other, "cuTexObjectCreate", pResDesc=theirs, pTexDesc=texture_desc).status == 400
+        assert vmm_call(other, "cuTexObjectCreate", pResDesc=resource(linear=(device, 4096)),
+                        pTexDesc=texture_desc).status == 1
+        assert vmm_call(other, "cuSurfObjectCreate", pResDesc=resource(made.pHandle)).status == 400
+        assert vmm_call(other, "cuTexObjectDestroy", texObject=tex.pTexObject).status == 1
+        assert vmm_call(other, "cuTexObjectGetResourceDesc", texObject=tex.pTexObject).status == 1
+        assert vmm_call(other, "cuArrayDestroy", hArray=made.pHandle).status == 400  # CUDA_ERROR_INVALID_HANDLE
+        assert vmm_call(other, "cuMemcpyHtoA_v2", dstArray=made.pHandle, dstOffset=0, srcHost=b"x" * 64,
+                        ByteCount=64).status == 400
+        other.close()
+        asked = vmm_call(t, "cuTexObjectGetResourceDesc", texObject=tex.pTexObject)
+        assert asked.status == 0 and struct.unpack_from("<Q", asked.pResDesc, 8)[0] == made.pHandle
+        assert vmm_call(t, "cuMemcpyHtoA_v2", dstArray=made.pHandle, dstOffset=0, srcHost=b"x" * 64,
+                        ByteCount=64).status == 0
+        t.close()  # the texture object and the array are left: the server destroys them
+        deadline = time.monotonic() + 10
+        while "destroyed 2 objects" not in s.text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "destroyed 2 objects" in s.text(), s.text()
     finally:
         s.stop()

@@ -360,52 +360,80 @@ def cuOccupancyMaxActiveClusters(numClusters, func, config, config_len):
     return res.status
 
 
-# ---------------------------------------------------------------- 2D copies
+# ---------------------------------------------------------------- 2D and 3D copies
 
 # CUmemorytype
 HOST, DEVICE, ARRAY, UNIFIED = 1, 2, 3, 4
 # CUDA_MEMCPY2D, 64-bit: per side X, Y, memory type, host, device, array, pitch; then width and height
 _COPY2D = struct.Struct("<QQI4xQQQQ" "QQI4xQQQQ" "QQ")
+# CUDA_MEMCPY3D: per side X, Y, Z, LOD, memory type, host, device, array, reserved, pitch, height; then
+# width, height, depth
+_COPY3D = struct.Struct("<QQQQI4xQQQQQQ" "QQQQI4xQQQQQQ" "QQQ")
 
 
-def _copy_2d(pCopy, stream: int | None) -> int:
-    if pCopy == ffi.NULL:
-        return INVALID_VALUE
-    (sx, sy, stype, shost, sdev, sarray, spitch, dx, dy, dtype, dhost, ddev, darray, dpitch, width,
-     height) = _COPY2D.unpack(bytes(ffi.buffer(ffi.cast("char *", pCopy), _COPY2D.size)))
-    if ARRAY in (stype, dtype):
-        print("cuwire: 2D copies to and from CUDA arrays are not supported yet (CUDA_ERROR_NOT_SUPPORTED)",
-              file=sys.stderr)
-        return NOT_SUPPORTED
-    src = (shost if stype == HOST else sdev) + sy * spitch + sx
-    dst = (dhost if dtype == HOST else ddev) + dy * dpitch + dx
-    if width == 0 or height == 0:
-        return 0
-    # unified addressing: where a side is, the client knows from its allocations
-    src_on_host = stype == HOST or (stype == UNIFIED and not rt.client.is_device(src))
-    dst_on_host = dtype == HOST or (dtype == UNIFIED and not rt.client.is_device(dst))
-    if src_on_host and dst_on_host:  # host to host: the client's own memory
-        for row in range(height):
-            ffi.memmove(ffi.cast("char *", dst + row * dpitch), ffi.cast("char *", src + row * spitch), width)
-        return 0
-    dst_len, src_len = dpitch * (height - 1) + width, spitch * (height - 1) + width
-    args = pb.Copy2D_Args(dpitch=dpitch, spitch=spitch, width=width, height=height)
-    if dst_on_host:
-        args.dst_host = rt.read(ffi.cast("void *", dst), dst_len)  # the gaps between rows come back as they are
+def _side(kind: int, host: int, device: int, array: int, x: int, y: int, z: int, pitch: int, rows: int,
+          width: int, height: int, depth: int) -> tuple[pb.CopySide, int, int]:
+    """A side of a copy for the wire, and where its bytes are in the program's memory when they are
+    host memory (address, length; else 0, 0). Unified addresses are decided here, from the session's
+    allocations."""
+    if kind == ARRAY:
+        return pb.CopySide(type=ARRAY, array=array, x=x, y=y, z=z), 0, 0
+    slice_rows = rows if depth > 1 else 0
+    start = (host if kind == HOST else device) + (z * slice_rows + y) * pitch + x
+    length = ((depth - 1) * slice_rows + height - 1) * pitch + width
+    if kind == DEVICE or kind == UNIFIED and rt.client.is_device(start):
+        return pb.CopySide(type=DEVICE, device=device, x=x, y=y, z=z, pitch=pitch, height=rows), 0, 0
+    if kind not in (HOST, UNIFIED):
+        raise rt.Fail(INVALID_VALUE)
+    return pb.CopySide(type=HOST, pitch=pitch, height=rows), start, length
+
+
+def _copy(dims: int, fields: tuple, stream: int | None, unaligned: bool = False) -> int:
+    """cuMemcpy2D/3D: host sides travel as bytes; device and array sides as the server's addresses and
+    handles (the server checks them). A copy between two host sides is the client's own."""
+    if dims == 2:
+        (sx, sy, stype, shost, sdev, sarray, spitch, dx, dy, dtype, dhost, ddev, darray, dpitch, width,
+         height) = fields
+        sz = dz = 0
+        srows = drows = depth = 1
     else:
-        args.dst = dst
-    if src_on_host:
-        args.src_host = rt.read(ffi.cast("void *", src), src_len)
-    else:
-        args.src = src
+        (sx, sy, sz, _, stype, shost, sdev, sarray, _, spitch, srows, dx, dy, dz, _, dtype, dhost, ddev, darray, _,
+         dpitch, drows, width, height, depth) = fields
+    if width == 0 or height == 0 or depth == 0:
+        return 0
+    src, src_at, src_len = _side(stype, shost, sdev, sarray, sx, sy, sz, spitch, srows, width, height, depth)
+    dst, dst_at, dst_len = _side(dtype, dhost, ddev, darray, dx, dy, dz, dpitch, drows, width, height, depth)
+    if src_at and dst_at:  # host to host: the client's own memory
+        for k in range(depth):
+            for row in range(height):
+                ffi.memmove(ffi.cast("char *", dst_at + (k * drows * (depth > 1) + row) * dpitch),
+                            ffi.cast("char *", src_at + (k * srows * (depth > 1) + row) * spitch), width)
+        return 0
+    if src_at:
+        src.host = rt.read(ffi.cast("void *", src_at), src_len)
+    if dst_at:  # the gaps between rows come back as they are
+        dst.host = rt.read(ffi.cast("void *", dst_at), dst_len)
+    args = pb.Copy3D_Args(dims=dims, unaligned=unaligned, src=src, dst=dst, width=width, height=height, depth=depth)
     if stream is not None:
         args.stream = stream
-    if dst_on_host:
-        rt.expect(ffi.cast("void *", dst), dst_len)
-    res = rt.call(rt.COPY_2D, args, pb.Copy2D_Result)
-    if dst_on_host and res.status == 0:
-        rt.write(ffi.cast("void *", dst), res.dst, dst_len)
+    if dst_at:
+        rt.expect(ffi.cast("void *", dst_at), dst_len)
+    res = rt.call(rt.COPY_3D, args, pb.Copy3D_Result)
+    if dst_at and res.status == 0:
+        rt.write(ffi.cast("void *", dst_at), res.dst, dst_len)
     return res.status
+
+
+def _copy_2d(pCopy, stream: int | None, unaligned: bool = False) -> int:
+    if pCopy == ffi.NULL:
+        return INVALID_VALUE
+    return _copy(2, _COPY2D.unpack(bytes(ffi.buffer(ffi.cast("char *", pCopy), _COPY2D.size))), stream, unaligned)
+
+
+def _copy_3d(pCopy, stream: int | None) -> int:
+    if pCopy == ffi.NULL:
+        return INVALID_VALUE
+    return _copy(3, _COPY3D.unpack(bytes(ffi.buffer(ffi.cast("char *", pCopy), _COPY3D.size))), stream)
 
 
 @ffi.def_extern(name="cuwire_py_cuMemcpy2D_v2", onerror=rt.on_error)
@@ -415,12 +443,22 @@ def cuMemcpy2D_v2(pCopy, pCopy_len):
 
 @ffi.def_extern(name="cuwire_py_cuMemcpy2DUnaligned_v2", onerror=rt.on_error)
 def cuMemcpy2DUnaligned_v2(pCopy, pCopy_len):
-    return _copy_2d(pCopy, None)
+    return _copy_2d(pCopy, None, unaligned=True)
 
 
 @ffi.def_extern(name="cuwire_py_cuMemcpy2DAsync_v2", onerror=rt.on_error)
 def cuMemcpy2DAsync_v2(pCopy, pCopy_len, hStream):
     return _copy_2d(pCopy, hStream)
+
+
+@ffi.def_extern(name="cuwire_py_cuMemcpy3D_v2", onerror=rt.on_error)
+def cuMemcpy3D_v2(pCopy, pCopy_len):
+    return _copy_3d(pCopy, None)
+
+
+@ffi.def_extern(name="cuwire_py_cuMemcpy3DAsync_v2", onerror=rt.on_error)
+def cuMemcpy3DAsync_v2(pCopy, pCopy_len, hStream):
+    return _copy_3d(pCopy, hStream)
 
 
 # ---------------------------------------------------------------- errors

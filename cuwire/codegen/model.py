@@ -106,6 +106,7 @@ ROLES: dict[str, Role] = {
     "out": Role("pointer to one scalar the call writes", result="scalar"),
     "inout": Role("pointer to one scalar the call reads and writes", args="scalar", result="scalar"),
     "struct_in": Role("pointer to one struct the call reads", args="bytes"),
+    "struct_in_or_null": Role("pointer to one struct the call reads, or NULL (travels as no bytes)", args="bytes"),
     "struct_out": Role("pointer to one struct the call writes", result="bytes"),
     "buf_in": Role("host buffer of `length` bytes the call reads", args="bytes", sized=True),
     "buf_out": Role("host buffer of `length` bytes the call writes", result="bytes", sized=True),

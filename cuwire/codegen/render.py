@@ -37,7 +37,7 @@ FORMAT_CTYPES = {"b": "int8_t", "B": "uint8_t", "h": "int16_t", "H": "uint16_t",
 # Ids of cuwire's own operations (not CUDA functions) in the same id space as functions.
 INTERNAL_OPS = ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString", "ModuleFunctions",
                 "MaxActiveClusters", "ExportTableSize", "LaunchKernelEx", "Link",
-                "SetContext", "Copy2D", "CopyToDevice", "CopyFromDevice", "CopyShared", "RegisterHost",
+                "SetContext", "Copy3D", "CopyToDevice", "CopyFromDevice", "CopyShared", "RegisterHost",
                 "UnregisterHost", "HostFunc")
 
 
@@ -64,7 +64,7 @@ def boundary_args(p: Param) -> list[tuple[str, str]]:
         return [("uint64_t", f"(uint64_t)(uintptr_t){p.name}")]
     if p.role == "struct":
         return [("void *", f"(void *)&{p.name}"), ("uint64_t", f"sizeof {p.name}")]
-    if p.role in ("struct_in", "struct_out"):
+    if p.role in ("struct_in", "struct_in_or_null", "struct_out"):
         return [("void *", f"(void *){p.name}"), ("uint64_t", f"sizeof *{p.name}")]
     if p.info.sized:
         return [("void *", f"(void *){p.name}"), ("uint64_t", f"(uint64_t)({p.length})")]

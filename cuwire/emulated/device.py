@@ -28,6 +28,7 @@ import cffi
 
 from cuwire.client import fatbin
 from cuwire.emulated import registry
+from cuwire.emulated.arrays import EmulatedArrays, Fault, Surface, Texture
 from cuwire.emulated.nvml import EmulatedNvml
 from cuwire.emulated.vmm import EmulatedVmm, Reservation
 from cuwire.server.backend import cuda_ffi  # noqa: F401  (tests build their FFI through it)
@@ -70,8 +71,6 @@ UUID = b"cuwire-emulated\x00"
 # Which ends of a copy must be device memory, (destination, source), by the direction the driver's copy
 # functions have in their names (cuMemcpyHtoD_v2, ...); cuMemcpy ("unified") takes it from the pointers.
 # CUmemorytype: where a side of a 2D copy is (unified: wherever its address says)
-MEMORY_TYPES = {"host": 1, "device": 2, "unified": 4}
-MEMORY_TYPES_ARRAY = 3
 COPY_DIRECTIONS = {"HtoD": (True, False), "DtoH": (False, True), "DtoD": (True, True), "unified": (False, False)}
 # The driver's text for the codes test apps meet most; other codes are described by their name.
 ERROR_TEXT = {
@@ -128,8 +127,7 @@ class _Enum:
             raise AttributeError(name) from None
 
 
-class _Fault(Exception):
-    """A kernel touched memory outside every allocation: CUDA's illegal address."""
+_Fault = Fault  # (arrays.py: surfaces fault too)
 
 
 def _round_up(n: int, alignment: int) -> int:
@@ -174,6 +172,8 @@ class EmulatedMemory:
         self._bases: list[int] = []  # sorted allocation start addresses
         self._blocks: dict[int, bytearray | mmap.mmap] = {}
         self._globals: dict[str, int] = {}
+        self.textures: dict = {}  # texture objects (emulated/arrays.py), as kernels see them
+        self.surfaces: dict = {}
 
     def allocate(self, size: int) -> int | None:
         """A new zeroed allocation's address, or None when the device is full."""
@@ -308,6 +308,16 @@ class EmulatedMemory:
         if not self.store(address, bytes(memoryview(data).cast("B"))):
             raise _Fault(f"write of {len(data)} bytes at {address:#x}")
 
+    def texture(self, handle: int) -> Texture:
+        if handle not in self.textures:
+            raise _Fault(f"texture object {handle:#x} does not exist")
+        return self.textures[handle]
+
+    def surface(self, handle: int) -> Surface:
+        if handle not in self.surfaces:
+            raise _Fault(f"surface object {handle:#x} does not exist")
+        return self.surfaces[handle]
+
     def global_address(self, name: str) -> int:
         address = self.global_variable(name)
         if address is None:
@@ -351,7 +361,7 @@ def _after_fault(method: Method) -> Method:
     return cast(Method, checked)
 
 
-class EmulatedLib(EmulatedNvml, EmulatedVmm):
+class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays):
     """Host-memory stand-in for the cffi object of libcuda and NVML: same function names, arguments and codes.
 
     A driver or NVML function it does not implement answers "not supported" and says so on stderr
@@ -398,6 +408,8 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm):
         self._pools: dict[int, dict[int, int]] = {}  # memory pool handle -> its attributes (CUmemPool_attribute)
         self._default_pool = self._current_pool = 0  # made at the first cuDeviceGetDefaultMemPool
         self._physical: dict[int, bytearray] = {}  # cuMemCreate's allocations (emulated/vmm.py)
+        self._arrays: dict = {}  # CUDA arrays (emulated/arrays.py)
+        self._mipmaps: dict[int, list[int]] = {}  # mipmapped arrays -> their levels' handles
 
     def __getattr__(self, name: str) -> Callable[..., int]:
         """Any other driver or NVML function: fail loudly by name, never succeed silently."""
@@ -930,40 +942,6 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm):
         return self._copy(dst, src, ByteCount, "unified")
 
     @_after_fault
-    def cuMemcpy2D_v2(self, pCopy: CData) -> int:
-        """`Height` rows of `WidthInBytes` bytes between pitched host or device memory; every row is checked
-        before any moves. Arrays are not modelled."""
-        if self._is_null(pCopy):
-            return self.drv.CUDA_ERROR_INVALID_VALUE
-        c = pCopy[0]
-        width, height = c.WidthInBytes, c.Height
-        sides = []
-        for kind, host, device, pitch, x, y in ((c.srcMemoryType, c.srcHost, c.srcDevice, c.srcPitch, c.srcXInBytes,
-                                                  c.srcY), (c.dstMemoryType, c.dstHost, c.dstDevice, c.dstPitch,
-                                                             c.dstXInBytes, c.dstY)):
-            if kind not in MEMORY_TYPES.values():
-                return self.drv.CUDA_ERROR_NOT_SUPPORTED if kind == MEMORY_TYPES_ARRAY else \
-                    self.drv.CUDA_ERROR_INVALID_VALUE
-            base = self._addr(host) if kind == MEMORY_TYPES["host"] else int(device)
-            if kind == MEMORY_TYPES["device"] and not self._memory.contains(base):
-                return self.drv.CUDA_ERROR_INVALID_VALUE
-            sides.append((base + y * pitch + x, pitch))
-        (src, spitch), (dst, dpitch) = sides
-        if width == 0 or height == 0:
-            return 0
-        if width > spitch or width > dpitch:
-            return self.drv.CUDA_ERROR_INVALID_VALUE
-        if not (self._valid(src, spitch * (height - 1) + width) and self._valid(dst, dpitch * (height - 1) + width)):
-            return self.drv.CUDA_ERROR_INVALID_VALUE
-        for row in range(height):
-            self._store(dst + row * dpitch, self._load(src + row * spitch, width))
-        return 0
-
-    def cuMemcpy2DAsync_v2(self, pCopy: CData, hStream: CData) -> int:
-        if self._stream(hStream) is None:
-            return self.drv.CUDA_ERROR_INVALID_HANDLE
-        return self.cuMemcpy2D_v2(pCopy)
-
     def cuMemcpyHtoDAsync_v2(self, dstDevice: int, srcHost: CData, ByteCount: int, hStream: CData) -> int:
         return self._copy_async(dstDevice, srcHost, ByteCount, "HtoD", hStream)
 

@@ -385,3 +385,95 @@ def hello(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
 
     lines = "".join(f"device: round {p.i32(0)}, thread {t}\n" for t in range(min(4, _threads(grid, block))))
     os.write(1, lines.encode())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# textures.cu: textures and surfaces sample the emulated device's objects (emulated/arrays.py)
+
+
+def _grid_2d(grid: Dim3, block: Dim3, w: int, h: int):
+    """(x, y) of `x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y`, inside w x h."""
+    return ((x, y) for y in range(min(grid[1], h)) for x in range(min(grid[0] * block[0], w)))
+
+
+def _write_rows(mem: Mem, out: int, w: int, cells, typecode: str = "f") -> None:
+    """Each ((x, y), value) into out[y * w + x]."""
+    for (x, y), v in cells:
+        _write(mem, out + (y * w + x) * 4, array(typecode, (v,)))
+
+
+@kernel("_Z10texShift2DPfyiif", params=[8, 8, 4, 4, 4])
+def tex_shift_2d(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """out[y * w + x] = tex2D(t, x + 0.5 + dx, y + 0.5)."""
+    out, t, w, h, dx = p.ptr(0), mem.texture(p.u64(1)), p.i32(2), p.i32(3), p.f32(4)
+    _write_rows(mem, out, w, (((x, y), t.sample((_f32(_f32(x + 0.5) + dx), y + 0.5))[0])
+                              for x, y in _grid_2d(grid, block, w, h)))
+
+
+@kernel("_Z15texNormalized2DPfyii", params=[8, 8, 4, 4])
+def tex_normalized_2d(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """out[y * w + x] = tex2D(t, (x + 0.25) / w + 1, (y + 0.75) / h)."""
+    out, t, w, h = p.ptr(0), mem.texture(p.u64(1)), p.i32(2), p.i32(3)
+    _write_rows(mem, out, w, (((x, y), t.sample((_f32(_f32((x + 0.25) / w) + 1.0), _f32((y + 0.75) / h)))[0])
+                              for x, y in _grid_2d(grid, block, w, h)))
+
+
+@kernel("_Z9texRead3DPfyiii", params=[8, 8, 4, 4, 4])
+def tex_read_3d(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """x, y, z = threadIdx.x, blockIdx.x, blockIdx.y: out[(z h + y) w + x] = tex3D(t, x + .5, y + .5, d - z - .5)."""
+    out, t, w, h, d = p.ptr(0), mem.texture(p.u64(1)), p.i32(2), p.i32(3), p.i32(4)
+    values = array("f", [0.0] * (w * h * d))
+    for z in range(min(grid[1], d)):
+        for y in range(min(grid[0], h)):
+            for x in range(min(block[0], w)):
+                values[(z * h + y) * w + x] = t.sample((x + 0.5, y + 0.5, d - z - 0.5))[0]
+    _write(mem, out, values)
+
+
+@kernel("_Z14texReadLayeredPfyiii", params=[8, 8, 4, 4, 4])
+def tex_read_layered(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """out[(l * h + y) * w + x] = tex2DLayered(t, x + .5, y + .5, layers - 1 - l)."""
+    out, t, w, h, layers = p.ptr(0), mem.texture(p.u64(1)), p.i32(2), p.i32(3), p.i32(4)
+    values = array("f", [0.0] * (w * h * layers))
+    for layer in range(min(grid[1], layers)):
+        for y in range(min(grid[0], h)):
+            for x in range(min(block[0], w)):
+                values[(layer * h + y) * w + x] = t.sample((x + 0.5, y + 0.5), layer=layers - 1 - layer)[0]
+    _write(mem, out, values)
+
+
+@kernel("_Z11texReadCubePfyPK6float4i", params=[8, 8, 8, 4])
+def tex_read_cube(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """out[i] = texCubemap(t, dirs[i].x, dirs[i].y, dirs[i].z)."""
+    out, t, dirs, n = p.ptr(0), mem.texture(p.u64(1)), p.ptr(2), p.i32(3)
+    count = _active(grid, block, n)
+    d = _read(mem, "f", dirs, 4 * count)
+    _write(mem, out, array("f", (t.cube(d[4 * i], d[4 * i + 1], d[4 * i + 2])[0] for i in range(count))))
+
+
+@kernel("_Z14texFetchLinearPiyi", params=[8, 8, 4])
+def tex_fetch_linear(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """out[i] = tex1Dfetch<int>(t, n - 1 - i)."""
+    out, t, n = p.ptr(0), mem.texture(p.u64(1)), p.i32(2)
+    _write(mem, out, _wrap32(int(t.fetch_index(n - 1 - i)[0]) for i in range(_active(grid, block, n))))
+
+
+@kernel("_Z6texLodPfyif", params=[8, 8, 4, 4])
+def tex_lod(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """x = threadIdx.x, y = blockIdx.x: out[y * w + x] = tex2DLod(t, (x + .5) / w, (y + .5) / w, lod)."""
+    out, t, w, lod = p.ptr(0), mem.texture(p.u64(1)), p.i32(2), p.f32(3)
+    values = array("f", [0.0] * (w * w))
+    for y in range(min(grid[0], w)):
+        for x in range(min(block[0], w)):
+            values[y * w + x] = t.sample((_f32((x + 0.5) / w), _f32((y + 0.5) / w)), lod=lod)[0]
+    _write(mem, out, values)
+
+
+@kernel("_Z9surfScaleyii", params=[8, 4, 4])
+def surf_scale(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """x = threadIdx.x, y = blockIdx.x: v = surf2Dread<int>(s, 4x, y); surf2Dwrite(2v + y, s, 4x, y)."""
+    s, w, h = mem.surface(p.u64(0)), p.i32(1), p.i32(2)
+    for y in range(min(grid[0], h)):
+        for x in range(min(block[0], w)):
+            v = struct.unpack("<i", s.read(4 * x, y, 4))[0]
+            s.write(_wrap32([2 * v + y]).tobytes(), 4 * x, y)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class DeviceMemory(Protocol):
@@ -22,6 +22,14 @@ class DeviceMemory(Protocol):
 
     def global_address(self, name: str) -> int:
         """Address of a registered __device__ variable (see GLOBALS)."""
+        ...
+
+    def texture(self, handle: int) -> Any:
+        """A texture object (emulated/arrays.py Texture): .sample, .cube, .fetch_index."""
+        ...
+
+    def surface(self, handle: int) -> Any:
+        """A surface object (emulated/arrays.py Surface): .read, .write."""
         ...
 
 

@@ -12,6 +12,63 @@ from cuwire.generated import cuwire_pb2 as pb
 
 
 
+@ffi.def_extern(name="cuwire_py_cuArray3DCreate_v2", onerror=rt.on_error)
+def cuArray3DCreate_v2(pHandle, pAllocateArray, pAllocateArray_len):
+    """cuArray3DCreate_v2 (cuda.h)"""
+    args = pb.cuArray3DCreate_v2_Args()
+    args.pAllocateArray = rt.read(pAllocateArray, pAllocateArray_len)
+    res = rt.call(1449787542, args, pb.cuArray3DCreate_v2_Result)
+    if res.status == 0:
+        rt.write_scalar(pHandle, "uint64_t", res.pHandle)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuArray3DGetDescriptor_v2", onerror=rt.on_error)
+def cuArray3DGetDescriptor_v2(pArrayDescriptor, pArrayDescriptor_len, hArray):
+    """cuArray3DGetDescriptor_v2 (cuda.h)"""
+    args = pb.cuArray3DGetDescriptor_v2_Args()
+    args.hArray = hArray
+    rt.expect(pArrayDescriptor, pArrayDescriptor_len)
+    res = rt.call(4100118783, args, pb.cuArray3DGetDescriptor_v2_Result)
+    if res.status == 0:
+        rt.write(pArrayDescriptor, res.pArrayDescriptor, pArrayDescriptor_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuArrayCreate_v2", onerror=rt.on_error)
+def cuArrayCreate_v2(pHandle, pAllocateArray, pAllocateArray_len):
+    """cuArrayCreate_v2 (cuda.h)"""
+    args = pb.cuArrayCreate_v2_Args()
+    args.pAllocateArray = rt.read(pAllocateArray, pAllocateArray_len)
+    res = rt.call(1496612959, args, pb.cuArrayCreate_v2_Result)
+    if res.status == 0:
+        rt.write_scalar(pHandle, "uint64_t", res.pHandle)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuArrayDestroy", onerror=rt.on_error)
+def cuArrayDestroy(hArray):
+    """cuArrayDestroy (cuda.h)"""
+    args = pb.cuArrayDestroy_Args()
+    args.hArray = hArray
+    res = rt.call(2943624815, args, pb.cuArrayDestroy_Result)
+    if res.status == 0:
+        rt.untrack_alloc(hArray)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuArrayGetDescriptor_v2", onerror=rt.on_error)
+def cuArrayGetDescriptor_v2(pArrayDescriptor, pArrayDescriptor_len, hArray):
+    """cuArrayGetDescriptor_v2 (cuda.h)"""
+    args = pb.cuArrayGetDescriptor_v2_Args()
+    args.hArray = hArray
+    rt.expect(pArrayDescriptor, pArrayDescriptor_len)
+    res = rt.call(1813477251, args, pb.cuArrayGetDescriptor_v2_Result)
+    if res.status == 0:
+        rt.write(pArrayDescriptor, res.pArrayDescriptor, pArrayDescriptor_len)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuCtxCreate_v2", onerror=rt.on_error)
 def cuCtxCreate_v2(pctx, flags, dev):
     """cuCtxCreate_v2 (cuda.h): the CUDA 12 ABI of cuCtxCreate"""
@@ -749,6 +806,20 @@ def cuMemcpyAsync(dst, dst_len, src, src_len, ByteCount, hStream):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuMemcpyAtoH_v2", onerror=rt.on_error)
+def cuMemcpyAtoH_v2(dstHost, dstHost_len, srcArray, srcOffset, ByteCount):
+    """cuMemcpyAtoH_v2 (cuda.h)"""
+    args = pb.cuMemcpyAtoH_v2_Args()
+    args.srcArray = srcArray
+    args.srcOffset = srcOffset
+    args.ByteCount = ByteCount
+    rt.expect(dstHost, dstHost_len)
+    res = rt.call(2743038355, args, pb.cuMemcpyAtoH_v2_Result)
+    if res.status == 0:
+        rt.write(dstHost, res.dstHost, dstHost_len)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuMemcpyDtoD_v2", onerror=rt.on_error)
 def cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount):
     """cuMemcpyDtoD_v2 (cuda.h)"""
@@ -784,6 +855,18 @@ def cuMemcpyDtoH_v2(dstHost, dstHost_len, srcDevice, ByteCount):
     res = rt.call(4047986228, args, pb.cuMemcpyDtoH_v2_Result)
     if res.status == 0:
         rt.write(dstHost, res.dstHost, dstHost_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemcpyHtoA_v2", onerror=rt.on_error)
+def cuMemcpyHtoA_v2(dstArray, dstOffset, srcHost, srcHost_len, ByteCount):
+    """cuMemcpyHtoA_v2 (cuda.h)"""
+    args = pb.cuMemcpyHtoA_v2_Args()
+    args.dstArray = dstArray
+    args.dstOffset = dstOffset
+    args.srcHost = rt.read(srcHost, srcHost_len)
+    args.ByteCount = ByteCount
+    res = rt.call(1273985994, args, pb.cuMemcpyHtoA_v2_Result)
     return res.status
 
 
@@ -879,6 +962,39 @@ def cuMemsetD8_v2(dstDevice, uc, N):
     args.uc = uc
     args.N = N
     res = rt.call(2730920325, args, pb.cuMemsetD8_v2_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMipmappedArrayCreate", onerror=rt.on_error)
+def cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, pMipmappedArrayDesc_len, numMipmapLevels):
+    """cuMipmappedArrayCreate (cuda.h)"""
+    args = pb.cuMipmappedArrayCreate_Args()
+    args.pMipmappedArrayDesc = rt.read(pMipmappedArrayDesc, pMipmappedArrayDesc_len)
+    args.numMipmapLevels = numMipmapLevels
+    res = rt.call(3431977957, args, pb.cuMipmappedArrayCreate_Result)
+    if res.status == 0:
+        rt.write_scalar(pHandle, "uint64_t", res.pHandle)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMipmappedArrayDestroy", onerror=rt.on_error)
+def cuMipmappedArrayDestroy(hMipmappedArray):
+    """cuMipmappedArrayDestroy (cuda.h)"""
+    args = pb.cuMipmappedArrayDestroy_Args()
+    args.hMipmappedArray = hMipmappedArray
+    res = rt.call(2248598059, args, pb.cuMipmappedArrayDestroy_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMipmappedArrayGetLevel", onerror=rt.on_error)
+def cuMipmappedArrayGetLevel(pLevelArray, hMipmappedArray, level):
+    """cuMipmappedArrayGetLevel (cuda.h)"""
+    args = pb.cuMipmappedArrayGetLevel_Args()
+    args.hMipmappedArray = hMipmappedArray
+    args.level = level
+    res = rt.call(11097028, args, pb.cuMipmappedArrayGetLevel_Result)
+    if res.status == 0:
+        rt.write_scalar(pLevelArray, "uint64_t", res.pLevelArray)
     return res.status
 
 
@@ -1063,6 +1179,96 @@ def cuStreamSynchronize(hStream):
     args = pb.cuStreamSynchronize_Args()
     args.hStream = hStream
     res = rt.call(1581600379, args, pb.cuStreamSynchronize_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuSurfObjectCreate", onerror=rt.on_error)
+def cuSurfObjectCreate(pSurfObject, pResDesc, pResDesc_len):
+    """cuSurfObjectCreate (cuda.h)"""
+    args = pb.cuSurfObjectCreate_Args()
+    args.pResDesc = rt.read(pResDesc, pResDesc_len)
+    res = rt.call(1855246974, args, pb.cuSurfObjectCreate_Result)
+    if res.status == 0:
+        rt.write_scalar(pSurfObject, "uint64_t", res.pSurfObject)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuSurfObjectDestroy", onerror=rt.on_error)
+def cuSurfObjectDestroy(surfObject):
+    """cuSurfObjectDestroy (cuda.h)"""
+    args = pb.cuSurfObjectDestroy_Args()
+    args.surfObject = surfObject
+    res = rt.call(3782849510, args, pb.cuSurfObjectDestroy_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuSurfObjectGetResourceDesc", onerror=rt.on_error)
+def cuSurfObjectGetResourceDesc(pResDesc, pResDesc_len, surfObject):
+    """cuSurfObjectGetResourceDesc (cuda.h)"""
+    args = pb.cuSurfObjectGetResourceDesc_Args()
+    args.surfObject = surfObject
+    rt.expect(pResDesc, pResDesc_len)
+    res = rt.call(1009289841, args, pb.cuSurfObjectGetResourceDesc_Result)
+    if res.status == 0:
+        rt.write(pResDesc, res.pResDesc, pResDesc_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuTexObjectCreate", onerror=rt.on_error)
+def cuTexObjectCreate(pTexObject, pResDesc, pResDesc_len, pTexDesc, pTexDesc_len, pResViewDesc, pResViewDesc_len):
+    """cuTexObjectCreate (cuda.h)"""
+    args = pb.cuTexObjectCreate_Args()
+    args.pResDesc = rt.read(pResDesc, pResDesc_len)
+    args.pTexDesc = rt.read(pTexDesc, pTexDesc_len)
+    args.pResViewDesc = rt.read(pResViewDesc, pResViewDesc_len) if pResViewDesc != ffi.NULL else b""
+    res = rt.call(1162222816, args, pb.cuTexObjectCreate_Result)
+    if res.status == 0:
+        rt.write_scalar(pTexObject, "uint64_t", res.pTexObject)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuTexObjectDestroy", onerror=rt.on_error)
+def cuTexObjectDestroy(texObject):
+    """cuTexObjectDestroy (cuda.h)"""
+    args = pb.cuTexObjectDestroy_Args()
+    args.texObject = texObject
+    res = rt.call(4142260075, args, pb.cuTexObjectDestroy_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuTexObjectGetResourceDesc", onerror=rt.on_error)
+def cuTexObjectGetResourceDesc(pResDesc, pResDesc_len, texObject):
+    """cuTexObjectGetResourceDesc (cuda.h)"""
+    args = pb.cuTexObjectGetResourceDesc_Args()
+    args.texObject = texObject
+    rt.expect(pResDesc, pResDesc_len)
+    res = rt.call(6594881, args, pb.cuTexObjectGetResourceDesc_Result)
+    if res.status == 0:
+        rt.write(pResDesc, res.pResDesc, pResDesc_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuTexObjectGetResourceViewDesc", onerror=rt.on_error)
+def cuTexObjectGetResourceViewDesc(pResViewDesc, pResViewDesc_len, texObject):
+    """cuTexObjectGetResourceViewDesc (cuda.h)"""
+    args = pb.cuTexObjectGetResourceViewDesc_Args()
+    args.texObject = texObject
+    rt.expect(pResViewDesc, pResViewDesc_len)
+    res = rt.call(3906283808, args, pb.cuTexObjectGetResourceViewDesc_Result)
+    if res.status == 0:
+        rt.write(pResViewDesc, res.pResViewDesc, pResViewDesc_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuTexObjectGetTextureDesc", onerror=rt.on_error)
+def cuTexObjectGetTextureDesc(pTexDesc, pTexDesc_len, texObject):
+    """cuTexObjectGetTextureDesc (cuda.h)"""
+    args = pb.cuTexObjectGetTextureDesc_Args()
+    args.texObject = texObject
+    rt.expect(pTexDesc, pTexDesc_len)
+    res = rt.call(2408905785, args, pb.cuTexObjectGetTextureDesc_Result)
+    if res.status == 0:
+        rt.write(pTexDesc, res.pTexDesc, pTexDesc_len)
     return res.status
 
 

@@ -1001,14 +1001,14 @@ const char *const cuwire_names[] = {
 };
 const char *const cuwire_modes[] = {
     "unimplemented",
+    "sync",
     "unimplemented",
+    "sync",
     "unimplemented",
+    "sync",
+    "sync",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1384,13 +1384,13 @@ const char *const cuwire_modes[] = {
     "custom",
     "unimplemented",
     "unimplemented",
+    "custom",
     "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "custom",
     "sync",
     "unimplemented",
     "unimplemented",
@@ -1399,7 +1399,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1416,7 +1416,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "sync",
@@ -1441,9 +1441,9 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "async",
     "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1532,20 +1532,20 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
+    "sync",
+    "sync",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -2132,11 +2132,13 @@ CUWIRE_EXPORT CUresult cuArray3DCreate(void)
     return cuwire_impl_cuArray3DCreate();
 }
 
-/* cuArray3DCreate_v2 (cuda.h): unimplemented */
+/* cuArray3DCreate_v2 (cuda.h): remoted, sync */
+int cuwire_py_cuArray3DCreate_v2(void *, void *, uint64_t);
 static inline CUresult cuwire_impl_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuArray3DCreate_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuArray3DCreate_v2((void *)pHandle, (void *)pAllocateArray, sizeof *pAllocateArray));
 }
 CUWIRE_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
@@ -2168,11 +2170,13 @@ CUWIRE_EXPORT CUresult cuArray3DGetDescriptor(void)
     return cuwire_impl_cuArray3DGetDescriptor();
 }
 
-/* cuArray3DGetDescriptor_v2 (cuda.h): unimplemented */
+/* cuArray3DGetDescriptor_v2 (cuda.h): remoted, sync */
+int cuwire_py_cuArray3DGetDescriptor_v2(void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuArray3DGetDescriptor_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuArray3DGetDescriptor_v2((void *)pArrayDescriptor, sizeof *pArrayDescriptor, (uint64_t)(uintptr_t)hArray));
 }
 CUWIRE_EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
@@ -2204,11 +2208,13 @@ CUWIRE_EXPORT CUresult cuArrayCreate(void)
     return cuwire_impl_cuArrayCreate();
 }
 
-/* cuArrayCreate_v2 (cuda.h): unimplemented */
+/* cuArrayCreate_v2 (cuda.h): remoted, sync */
+int cuwire_py_cuArrayCreate_v2(void *, void *, uint64_t);
 static inline CUresult cuwire_impl_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuArrayCreate_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuArrayCreate_v2((void *)pHandle, (void *)pAllocateArray, sizeof *pAllocateArray));
 }
 CUWIRE_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
@@ -2222,11 +2228,13 @@ CUWIRE_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCR
     return cuwire_impl_cuArrayCreate_v2(pHandle, pAllocateArray);
 }
 
-/* cuArrayDestroy (cuda.h): unimplemented */
+/* cuArrayDestroy (cuda.h): remoted, sync */
+int cuwire_py_cuArrayDestroy(uint64_t);
 static inline CUresult cuwire_impl_cuArrayDestroy(CUarray hArray)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuArrayDestroy", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuArrayDestroy((uint64_t)(uintptr_t)hArray));
 }
 CUWIRE_EXPORT CUresult cuArrayDestroy(CUarray hArray)
 {
@@ -2258,11 +2266,13 @@ CUWIRE_EXPORT CUresult cuArrayGetDescriptor(void)
     return cuwire_impl_cuArrayGetDescriptor();
 }
 
-/* cuArrayGetDescriptor_v2 (cuda.h): unimplemented */
+/* cuArrayGetDescriptor_v2 (cuda.h): remoted, sync */
+int cuwire_py_cuArrayGetDescriptor_v2(void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuArrayGetDescriptor_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuArrayGetDescriptor_v2((void *)pArrayDescriptor, sizeof *pArrayDescriptor, (uint64_t)(uintptr_t)hArray));
 }
 CUWIRE_EXPORT CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
@@ -9455,11 +9465,13 @@ CUWIRE_EXPORT CUresult cuMemcpy3DAsync(void)
     return cuwire_impl_cuMemcpy3DAsync();
 }
 
-/* cuMemcpy3DAsync_v2 (cuda.h): unimplemented; also cuMemcpy3DAsync_v2_ptsz */
+/* cuMemcpy3DAsync_v2 (cuda.h): remoted, custom; also cuMemcpy3DAsync_v2_ptsz */
+int cuwire_py_cuMemcpy3DAsync_v2(void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemcpy3DAsync_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemcpy3DAsync_v2((void *)pCopy, sizeof *pCopy, (uint64_t)(uintptr_t)hStream));
 }
 CUWIRE_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
@@ -9567,11 +9579,13 @@ CUWIRE_EXPORT CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUst
 }
 CUWIRE_EXPORT __typeof__(cuMemcpy3DPeerAsync) cuMemcpy3DPeerAsync_ptsz __attribute__((alias("cuMemcpy3DPeerAsync")));
 
-/* cuMemcpy3D_v2 (cuda.h): unimplemented; also cuMemcpy3D_v2_ptds */
+/* cuMemcpy3D_v2 (cuda.h): remoted, custom; also cuMemcpy3D_v2_ptds */
+int cuwire_py_cuMemcpy3D_v2(void *, uint64_t);
 static inline CUresult cuwire_impl_cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemcpy3D_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemcpy3D_v2((void *)pCopy, sizeof *pCopy));
 }
 CUWIRE_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
 {
@@ -9742,11 +9756,13 @@ CUWIRE_EXPORT CUresult cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, siz
 }
 CUWIRE_EXPORT __typeof__(cuMemcpyAtoHAsync_v2) cuMemcpyAtoHAsync_v2_ptsz __attribute__((alias("cuMemcpyAtoHAsync_v2")));
 
-/* cuMemcpyAtoH_v2 (cuda.h): unimplemented; also cuMemcpyAtoH_v2_ptds */
+/* cuMemcpyAtoH_v2 (cuda.h): remoted, sync; also cuMemcpyAtoH_v2_ptds */
+int cuwire_py_cuMemcpyAtoH_v2(void *, uint64_t, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemcpyAtoH_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemcpyAtoH_v2((void *)dstHost, (uint64_t)(ByteCount), (uint64_t)(uintptr_t)srcArray, (uint64_t)srcOffset, (uint64_t)ByteCount));
 }
 CUWIRE_EXPORT CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
@@ -10098,11 +10114,13 @@ CUWIRE_EXPORT CUresult cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, 
 }
 CUWIRE_EXPORT __typeof__(cuMemcpyHtoAAsync_v2) cuMemcpyHtoAAsync_v2_ptsz __attribute__((alias("cuMemcpyHtoAAsync_v2")));
 
-/* cuMemcpyHtoA_v2 (cuda.h): unimplemented; also cuMemcpyHtoA_v2_ptds */
+/* cuMemcpyHtoA_v2 (cuda.h): remoted, sync; also cuMemcpyHtoA_v2_ptds */
+int cuwire_py_cuMemcpyHtoA_v2(uint64_t, uint64_t, void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemcpyHtoA_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemcpyHtoA_v2((uint64_t)(uintptr_t)dstArray, (uint64_t)dstOffset, (void *)srcHost, (uint64_t)(ByteCount), (uint64_t)ByteCount));
 }
 CUWIRE_EXPORT CUresult cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
 {
@@ -10761,11 +10779,13 @@ CUWIRE_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, si
 }
 CUWIRE_EXPORT __typeof__(cuMemsetD8_v2) cuMemsetD8_v2_ptds __attribute__((alias("cuMemsetD8_v2")));
 
-/* cuMipmappedArrayCreate (cuda.h): unimplemented */
+/* cuMipmappedArrayCreate (cuda.h): remoted, sync */
+int cuwire_py_cuMipmappedArrayCreate(void *, void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMipmappedArrayCreate", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMipmappedArrayCreate((void *)pHandle, (void *)pMipmappedArrayDesc, sizeof *pMipmappedArrayDesc, (uint64_t)numMipmapLevels));
 }
 CUWIRE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels)
 {
@@ -10779,11 +10799,13 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const C
     return cuwire_impl_cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels);
 }
 
-/* cuMipmappedArrayDestroy (cuda.h): unimplemented */
+/* cuMipmappedArrayDestroy (cuda.h): remoted, sync */
+int cuwire_py_cuMipmappedArrayDestroy(uint64_t);
 static inline CUresult cuwire_impl_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMipmappedArrayDestroy", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMipmappedArrayDestroy((uint64_t)(uintptr_t)hMipmappedArray));
 }
 CUWIRE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
@@ -10797,11 +10819,13 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
     return cuwire_impl_cuMipmappedArrayDestroy(hMipmappedArray);
 }
 
-/* cuMipmappedArrayGetLevel (cuda.h): unimplemented */
+/* cuMipmappedArrayGetLevel (cuda.h): remoted, sync */
+int cuwire_py_cuMipmappedArrayGetLevel(void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMipmappedArrayGetLevel", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMipmappedArrayGetLevel((void *)pLevelArray, (uint64_t)(uintptr_t)hMipmappedArray, (uint64_t)level));
 }
 CUWIRE_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level)
 {
@@ -12553,11 +12577,13 @@ CUWIRE_EXPORT CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr
 }
 CUWIRE_EXPORT __typeof__(cuStreamWriteValue64_v2) cuStreamWriteValue64_v2_ptsz __attribute__((alias("cuStreamWriteValue64_v2")));
 
-/* cuSurfObjectCreate (cuda.h): unimplemented */
+/* cuSurfObjectCreate (cuda.h): remoted, sync */
+int cuwire_py_cuSurfObjectCreate(void *, void *, uint64_t);
 static inline CUresult cuwire_impl_cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuSurfObjectCreate", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuSurfObjectCreate((void *)pSurfObject, (void *)pResDesc, sizeof *pResDesc));
 }
 CUWIRE_EXPORT CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc)
 {
@@ -12571,11 +12597,13 @@ CUWIRE_EXPORT CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_
     return cuwire_impl_cuSurfObjectCreate(pSurfObject, pResDesc);
 }
 
-/* cuSurfObjectDestroy (cuda.h): unimplemented */
+/* cuSurfObjectDestroy (cuda.h): remoted, sync */
+int cuwire_py_cuSurfObjectDestroy(uint64_t);
 static inline CUresult cuwire_impl_cuSurfObjectDestroy(CUsurfObject surfObject)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuSurfObjectDestroy", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuSurfObjectDestroy((uint64_t)surfObject));
 }
 CUWIRE_EXPORT CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
 {
@@ -12589,11 +12617,13 @@ CUWIRE_EXPORT CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
     return cuwire_impl_cuSurfObjectDestroy(surfObject);
 }
 
-/* cuSurfObjectGetResourceDesc (cuda.h): unimplemented */
+/* cuSurfObjectGetResourceDesc (cuda.h): remoted, sync */
+int cuwire_py_cuSurfObjectGetResourceDesc(void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuSurfObjectGetResourceDesc", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuSurfObjectGetResourceDesc((void *)pResDesc, sizeof *pResDesc, (uint64_t)surfObject));
 }
 CUWIRE_EXPORT CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject)
 {
@@ -12715,11 +12745,13 @@ CUWIRE_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *g
     return cuwire_impl_cuTensorMapReplaceAddress(tensorMap, globalAddress);
 }
 
-/* cuTexObjectCreate (cuda.h): unimplemented */
+/* cuTexObjectCreate (cuda.h): remoted, sync */
+int cuwire_py_cuTexObjectCreate(void *, void *, uint64_t, void *, uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuTexObjectCreate", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuTexObjectCreate((void *)pTexObject, (void *)pResDesc, sizeof *pResDesc, (void *)pTexDesc, sizeof *pTexDesc, (void *)pResViewDesc, sizeof *pResViewDesc));
 }
 CUWIRE_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
 {
@@ -12733,11 +12765,13 @@ CUWIRE_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RES
     return cuwire_impl_cuTexObjectCreate(pTexObject, pResDesc, pTexDesc, pResViewDesc);
 }
 
-/* cuTexObjectDestroy (cuda.h): unimplemented */
+/* cuTexObjectDestroy (cuda.h): remoted, sync */
+int cuwire_py_cuTexObjectDestroy(uint64_t);
 static inline CUresult cuwire_impl_cuTexObjectDestroy(CUtexObject texObject)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuTexObjectDestroy", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuTexObjectDestroy((uint64_t)texObject));
 }
 CUWIRE_EXPORT CUresult cuTexObjectDestroy(CUtexObject texObject)
 {
@@ -12751,11 +12785,13 @@ CUWIRE_EXPORT CUresult cuTexObjectDestroy(CUtexObject texObject)
     return cuwire_impl_cuTexObjectDestroy(texObject);
 }
 
-/* cuTexObjectGetResourceDesc (cuda.h): unimplemented */
+/* cuTexObjectGetResourceDesc (cuda.h): remoted, sync */
+int cuwire_py_cuTexObjectGetResourceDesc(void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuTexObjectGetResourceDesc", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuTexObjectGetResourceDesc((void *)pResDesc, sizeof *pResDesc, (uint64_t)texObject));
 }
 CUWIRE_EXPORT CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject)
 {
@@ -12769,11 +12805,13 @@ CUWIRE_EXPORT CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, 
     return cuwire_impl_cuTexObjectGetResourceDesc(pResDesc, texObject);
 }
 
-/* cuTexObjectGetResourceViewDesc (cuda.h): unimplemented */
+/* cuTexObjectGetResourceViewDesc (cuda.h): remoted, sync */
+int cuwire_py_cuTexObjectGetResourceViewDesc(void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, CUtexObject texObject)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuTexObjectGetResourceViewDesc", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuTexObjectGetResourceViewDesc((void *)pResViewDesc, sizeof *pResViewDesc, (uint64_t)texObject));
 }
 CUWIRE_EXPORT CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, CUtexObject texObject)
 {
@@ -12787,11 +12825,13 @@ CUWIRE_EXPORT CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *p
     return cuwire_impl_cuTexObjectGetResourceViewDesc(pResViewDesc, texObject);
 }
 
-/* cuTexObjectGetTextureDesc (cuda.h): unimplemented */
+/* cuTexObjectGetTextureDesc (cuda.h): remoted, sync */
+int cuwire_py_cuTexObjectGetTextureDesc(void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texObject)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuTexObjectGetTextureDesc", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuTexObjectGetTextureDesc((void *)pTexDesc, sizeof *pTexDesc, (uint64_t)texObject));
 }
 CUWIRE_EXPORT CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texObject)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "29c628acf17a7e33"
+API_DIGEST = "bb15f5b9b9af637c"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -24,7 +24,7 @@ OP_IDS = {
     "LaunchKernelEx": 2383965022,
     "Link": 55721432,
     "SetContext": 2441823671,
-    "Copy2D": 501470100,
+    "Copy3D": 83419861,
     "CopyToDevice": 1294727371,
     "CopyFromDevice": 2717996854,
     "CopyShared": 3420448369,
@@ -32,6 +32,59 @@ OP_IDS = {
     "UnregisterHost": 3562218563,
     "HostFunc": 2255595394,
 }
+
+
+def cuArray3DCreate_v2(s, a: pb.cuArray3DCreate_v2_Args) -> pb.cuArray3DCreate_v2_Result:
+    """cuArray3DCreate_v2 (cuda.h)"""
+    r = pb.cuArray3DCreate_v2_Result()
+    pHandle = s.ffi.new("CUarray *")
+    pAllocateArray = s.struct_in("CUDA_ARRAY3D_DESCRIPTOR", a.pAllocateArray)
+    r.status = s.lib.cuArray3DCreate_v2(pHandle, pAllocateArray)
+    if r.status == 0:
+        r.pHandle = s.scalar(pHandle[0])
+        s.owns_handle("CUarray_st", r.pHandle)
+    return r
+
+
+def cuArray3DGetDescriptor_v2(s, a: pb.cuArray3DGetDescriptor_v2_Args) -> pb.cuArray3DGetDescriptor_v2_Result:
+    """cuArray3DGetDescriptor_v2 (cuda.h)"""
+    r = pb.cuArray3DGetDescriptor_v2_Result()
+    pArrayDescriptor = s.ffi.new("CUDA_ARRAY3D_DESCRIPTOR *")
+    r.status = s.lib.cuArray3DGetDescriptor_v2(pArrayDescriptor, s.handle("CUarray_st", "CUarray", a.hArray))
+    if r.status == 0:
+        r.pArrayDescriptor = s.take(pArrayDescriptor)
+    return r
+
+
+def cuArrayCreate_v2(s, a: pb.cuArrayCreate_v2_Args) -> pb.cuArrayCreate_v2_Result:
+    """cuArrayCreate_v2 (cuda.h)"""
+    r = pb.cuArrayCreate_v2_Result()
+    pHandle = s.ffi.new("CUarray *")
+    pAllocateArray = s.struct_in("CUDA_ARRAY_DESCRIPTOR", a.pAllocateArray)
+    r.status = s.lib.cuArrayCreate_v2(pHandle, pAllocateArray)
+    if r.status == 0:
+        r.pHandle = s.scalar(pHandle[0])
+        s.owns_handle("CUarray_st", r.pHandle)
+    return r
+
+
+def cuArrayDestroy(s, a: pb.cuArrayDestroy_Args) -> pb.cuArrayDestroy_Result:
+    """cuArrayDestroy (cuda.h)"""
+    r = pb.cuArrayDestroy_Result()
+    r.status = s.lib.cuArrayDestroy(s.handle("CUarray_st", "CUarray", a.hArray))
+    if r.status == 0:
+        s.disowns_handle("CUarray_st", a.hArray)
+    return r
+
+
+def cuArrayGetDescriptor_v2(s, a: pb.cuArrayGetDescriptor_v2_Args) -> pb.cuArrayGetDescriptor_v2_Result:
+    """cuArrayGetDescriptor_v2 (cuda.h)"""
+    r = pb.cuArrayGetDescriptor_v2_Result()
+    pArrayDescriptor = s.ffi.new("CUDA_ARRAY_DESCRIPTOR *")
+    r.status = s.lib.cuArrayGetDescriptor_v2(pArrayDescriptor, s.handle("CUarray_st", "CUarray", a.hArray))
+    if r.status == 0:
+        r.pArrayDescriptor = s.take(pArrayDescriptor)
+    return r
 
 
 def cuCtxCreate_v2(s, a: pb.cuCtxCreate_v2_Args) -> pb.cuCtxCreate_v2_Result:
@@ -569,6 +622,16 @@ def cuMemcpyAsync(s, a: pb.cuMemcpyAsync_Args) -> pb.cuMemcpyAsync_Result:
     return r
 
 
+def cuMemcpyAtoH_v2(s, a: pb.cuMemcpyAtoH_v2_Args) -> pb.cuMemcpyAtoH_v2_Result:
+    """cuMemcpyAtoH_v2 (cuda.h)"""
+    r = pb.cuMemcpyAtoH_v2_Result()
+    dstHost = s.out_buffer(a.ByteCount)
+    r.status = s.lib.cuMemcpyAtoH_v2(dstHost, s.handle("CUarray_st", "CUarray", a.srcArray), a.srcOffset, a.ByteCount)
+    if r.status == 0:
+        r.dstHost = s.take(dstHost, a.ByteCount)
+    return r
+
+
 def cuMemcpyDtoD_v2(s, a: pb.cuMemcpyDtoD_v2_Args) -> pb.cuMemcpyDtoD_v2_Result:
     """cuMemcpyDtoD_v2 (cuda.h)"""
     r = pb.cuMemcpyDtoD_v2_Result()
@@ -593,6 +656,14 @@ def cuMemcpyDtoH_v2(s, a: pb.cuMemcpyDtoH_v2_Args) -> pb.cuMemcpyDtoH_v2_Result:
     r.status = s.lib.cuMemcpyDtoH_v2(dstHost, a.srcDevice, a.ByteCount)
     if r.status == 0:
         r.dstHost = s.take(dstHost, a.ByteCount)
+    return r
+
+
+def cuMemcpyHtoA_v2(s, a: pb.cuMemcpyHtoA_v2_Args) -> pb.cuMemcpyHtoA_v2_Result:
+    """cuMemcpyHtoA_v2 (cuda.h)"""
+    r = pb.cuMemcpyHtoA_v2_Result()
+    srcHost = s.in_buffer(a.srcHost, a.ByteCount)
+    r.status = s.lib.cuMemcpyHtoA_v2(s.handle("CUarray_st", "CUarray", a.dstArray), a.dstOffset, srcHost, a.ByteCount)
     return r
 
 
@@ -651,6 +722,18 @@ def cuMemsetD8_v2(s, a: pb.cuMemsetD8_v2_Args) -> pb.cuMemsetD8_v2_Result:
     """cuMemsetD8_v2 (cuda.h)"""
     r = pb.cuMemsetD8_v2_Result()
     r.status = s.lib.cuMemsetD8_v2(a.dstDevice, a.uc, a.N)
+    return r
+
+
+def cuMipmappedArrayCreate(s, a: pb.cuMipmappedArrayCreate_Args) -> pb.cuMipmappedArrayCreate_Result:
+    """cuMipmappedArrayCreate (cuda.h)"""
+    r = pb.cuMipmappedArrayCreate_Result()
+    pHandle = s.ffi.new("CUmipmappedArray *")
+    pMipmappedArrayDesc = s.struct_in("CUDA_ARRAY3D_DESCRIPTOR", a.pMipmappedArrayDesc)
+    r.status = s.lib.cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, a.numMipmapLevels)
+    if r.status == 0:
+        r.pHandle = s.scalar(pHandle[0])
+        s.owns_handle("CUmipmappedArray_st", r.pHandle)
     return r
 
 
@@ -1507,6 +1590,11 @@ def nvmlSystemGetNVMLVersion(s, a: pb.nvmlSystemGetNVMLVersion_Args) -> pb.nvmlS
 # id -> (name, Args message, handler): calls that wait for an answer. A handler of None is hand-written,
 # in the file named beside it (the session looks it up there by the function's name).
 HANDLERS = {
+    1449787542: ("cuArray3DCreate_v2", pb.cuArray3DCreate_v2_Args, cuArray3DCreate_v2),
+    4100118783: ("cuArray3DGetDescriptor_v2", pb.cuArray3DGetDescriptor_v2_Args, cuArray3DGetDescriptor_v2),
+    1496612959: ("cuArrayCreate_v2", pb.cuArrayCreate_v2_Args, cuArrayCreate_v2),
+    2943624815: ("cuArrayDestroy", pb.cuArrayDestroy_Args, cuArrayDestroy),
+    1813477251: ("cuArrayGetDescriptor_v2", pb.cuArrayGetDescriptor_v2_Args, cuArrayGetDescriptor_v2),
     2951752814: ("cuCtxCreate_v2", pb.cuCtxCreate_v2_Args, cuCtxCreate_v2),
     1184074075: ("cuCtxCreate_v4", pb.cuCtxCreate_v4_Args, cuCtxCreate_v4),
     2936422730: ("cuCtxDestroy_v2", pb.cuCtxDestroy_v2_Args, cuCtxDestroy_v2),
@@ -1571,9 +1659,11 @@ HANDLERS = {
     4227091015: ("cuMemUnmap", pb.cuMemUnmap_Args, None),  # server/vmm.py
     3795422459: ("cuMemcpy", pb.cuMemcpy_Args, cuMemcpy),
     1900514108: ("cuMemcpyAsync", pb.cuMemcpyAsync_Args, cuMemcpyAsync),
+    2743038355: ("cuMemcpyAtoH_v2", pb.cuMemcpyAtoH_v2_Args, cuMemcpyAtoH_v2),
     3146899852: ("cuMemcpyDtoD_v2", pb.cuMemcpyDtoD_v2_Args, cuMemcpyDtoD_v2),
     1182161886: ("cuMemcpyDtoHAsync_v2", pb.cuMemcpyDtoHAsync_v2_Args, cuMemcpyDtoHAsync_v2),
     4047986228: ("cuMemcpyDtoH_v2", pb.cuMemcpyDtoH_v2_Args, cuMemcpyDtoH_v2),
+    1273985994: ("cuMemcpyHtoA_v2", pb.cuMemcpyHtoA_v2_Args, cuMemcpyHtoA_v2),
     2773017931: ("cuMemcpyHtoDAsync_v2", pb.cuMemcpyHtoDAsync_v2_Args, cuMemcpyHtoDAsync_v2),
     2083621880: ("cuMemcpyHtoD_v2", pb.cuMemcpyHtoD_v2_Args, cuMemcpyHtoD_v2),
     1863459517: ("cuMemsetD16_v2", pb.cuMemsetD16_v2_Args, cuMemsetD16_v2),
@@ -1582,6 +1672,9 @@ HANDLERS = {
     2945751755: ("cuMemsetD2D8_v2", pb.cuMemsetD2D8_v2_Args, cuMemsetD2D8_v2),
     2595284618: ("cuMemsetD32_v2", pb.cuMemsetD32_v2_Args, cuMemsetD32_v2),
     2730920325: ("cuMemsetD8_v2", pb.cuMemsetD8_v2_Args, cuMemsetD8_v2),
+    3431977957: ("cuMipmappedArrayCreate", pb.cuMipmappedArrayCreate_Args, cuMipmappedArrayCreate),
+    2248598059: ("cuMipmappedArrayDestroy", pb.cuMipmappedArrayDestroy_Args, None),  # server/textures.py
+    11097028: ("cuMipmappedArrayGetLevel", pb.cuMipmappedArrayGetLevel_Args, None),  # server/textures.py
     3899431437: ("cuOccupancyAvailableDynamicSMemPerBlock", pb.cuOccupancyAvailableDynamicSMemPerBlock_Args, cuOccupancyAvailableDynamicSMemPerBlock),
     3096712021: ("cuOccupancyMaxActiveBlocksPerMultiprocessor", pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Args, cuOccupancyMaxActiveBlocksPerMultiprocessor),
     3893859051: ("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Args, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags),
@@ -1599,6 +1692,14 @@ HANDLERS = {
     1973857307: ("cuStreamGetPriority", pb.cuStreamGetPriority_Args, cuStreamGetPriority),
     3807505306: ("cuStreamQuery", pb.cuStreamQuery_Args, cuStreamQuery),
     1581600379: ("cuStreamSynchronize", pb.cuStreamSynchronize_Args, cuStreamSynchronize),
+    1855246974: ("cuSurfObjectCreate", pb.cuSurfObjectCreate_Args, None),  # server/textures.py
+    3782849510: ("cuSurfObjectDestroy", pb.cuSurfObjectDestroy_Args, None),  # server/textures.py
+    1009289841: ("cuSurfObjectGetResourceDesc", pb.cuSurfObjectGetResourceDesc_Args, None),  # server/textures.py
+    1162222816: ("cuTexObjectCreate", pb.cuTexObjectCreate_Args, None),  # server/textures.py
+    4142260075: ("cuTexObjectDestroy", pb.cuTexObjectDestroy_Args, None),  # server/textures.py
+    6594881: ("cuTexObjectGetResourceDesc", pb.cuTexObjectGetResourceDesc_Args, None),  # server/textures.py
+    3906283808: ("cuTexObjectGetResourceViewDesc", pb.cuTexObjectGetResourceViewDesc_Args, None),  # server/textures.py
+    2408905785: ("cuTexObjectGetTextureDesc", pb.cuTexObjectGetTextureDesc_Args, None),  # server/textures.py
     4265764078: ("nvmlDeviceGetApplicationsClock", pb.nvmlDeviceGetApplicationsClock_Args, nvmlDeviceGetApplicationsClock),
     3327499075: ("nvmlDeviceGetArchitecture", pb.nvmlDeviceGetArchitecture_Args, nvmlDeviceGetArchitecture),
     1207074235: ("nvmlDeviceGetAttributes_v2", pb.nvmlDeviceGetAttributes_v2_Args, nvmlDeviceGetAttributes_v2),

@@ -300,39 +300,65 @@ def error_string(s, a: pb.ErrorString_Args) -> pb.ErrorString_Result:
     return r
 
 
-MEMORY_HOST, MEMORY_DEVICE = 1, 2  # CUmemorytype
+MEMORY_HOST, MEMORY_DEVICE, MEMORY_ARRAY = 1, 2, 3  # CUmemorytype
+ARRAY_KIND = "CUarray_st"
 
 
-def copy_2d(s, a: pb.Copy2D_Args) -> pb.Copy2D_Result:
-    """cuMemcpy2D(Async) with the client's host sides in server buffers; a copy that touches them is
-    complete before the reply goes (the buffers live only as long as this call)."""
+def _copy_side(s, side: pb.CopySide, a: pb.Copy3D_Args, is_dst: bool):
+    """(memory type, host buffer or NULL, device address, CUarray, its length in bytes): a side of a copy,
+    checked. A host side is a server buffer holding the client's bytes (offsets folded in); a device side
+    must lie in the session's memory; an array must be the session's (the driver checks the extent)."""
     ffi = s.ffi
-    dst_len = a.dpitch * (a.height - 1) + a.width if a.height else 0
-    src_len = a.spitch * (a.height - 1) + a.width if a.height else 0
-    dst_host, src_host = a.HasField("dst_host"), a.HasField("src_host")
-    dst = s.inout_buffer(a.dst_host, dst_len) if dst_host else s.device(a.dst, dst_len)
-    src = s.in_buffer(a.src_host, src_len) if src_host else s.device(a.src, src_len)
-    copy = ffi.new("CUDA_MEMCPY2D *")
-    copy.dstMemoryType, copy.srcMemoryType = (MEMORY_HOST if host else MEMORY_DEVICE for host in (dst_host, src_host))
-    if dst_host:
-        copy.dstHost = dst
-    else:
-        copy.dstDevice = s.address_of(dst)
-    if src_host:
-        copy.srcHost = src
-    else:
-        copy.srcDevice = s.address_of(src)
-    copy.dstPitch, copy.srcPitch, copy.WidthInBytes, copy.Height = a.dpitch, a.spitch, a.width, a.height
+    if side.type == MEMORY_ARRAY:
+        return MEMORY_ARRAY, ffi.NULL, 0, s.handle(ARRAY_KIND, "CUarray", side.array), 0
+    if side.type not in (MEMORY_HOST, MEMORY_DEVICE):
+        raise WireError(f"a copy side of memory type {side.type}")
+    if (a.height > 1 or a.depth > 1) and side.pitch < a.width or a.depth > 1 and side.height < a.height:
+        raise CudaFail(INVALID_VALUE, f"a pitch of {side.pitch} bytes and {side.height} rows for rows of "
+                                      f"{a.width} bytes, {a.height} rows")
+    rows = side.height if a.depth > 1 else 0
+    length = ((a.depth - 1) * rows + a.height - 1) * side.pitch + a.width
+    if side.type == MEMORY_HOST:
+        buffer = s.inout_buffer(side.host, length) if is_dst else s.in_buffer(side.host, length)
+        return MEMORY_HOST, buffer, 0, ffi.NULL, length
+    start = side.device + (side.z * rows + side.y) * side.pitch + side.x
+    s.device(start, length)
+    return MEMORY_DEVICE, ffi.NULL, side.device, ffi.NULL, length
+
+
+def copy_3d(s, a: pb.Copy3D_Args) -> pb.Copy3D_Result:
+    """cuMemcpy2D and cuMemcpy3D (and the Async forms), with the client's host sides in server buffers; a
+    copy that touches them is complete before the reply goes (the buffers live only as long as this call)."""
+    if a.dims not in (2, 3) or a.dims == 2 and a.depth != 1:
+        raise WireError(f"a {a.dims}D copy of depth {a.depth}")
+    if not (a.width and a.height and a.depth):
+        return pb.Copy3D_Result(status=0)
+    ffi, lib = s.ffi, s.lib
+    src, dst = _copy_side(s, a.src, a, False), _copy_side(s, a.dst, a, True)
+    copy = ffi.new("CUDA_MEMCPY2D *" if a.dims == 2 else "CUDA_MEMCPY3D *")
+    copy.srcMemoryType, copy.srcHost, copy.srcDevice, copy.srcArray = src[:4]
+    copy.dstMemoryType, copy.dstHost, copy.dstDevice, copy.dstArray = dst[:4]
+    src_at = (0, 0, 0) if src[0] == MEMORY_HOST else (a.src.x, a.src.y, a.src.z)  # a host side's are folded in
+    dst_at = (0, 0, 0) if dst[0] == MEMORY_HOST else (a.dst.x, a.dst.y, a.dst.z)
+    copy.srcXInBytes, copy.srcY, copy.srcPitch = src_at[0], src_at[1], a.src.pitch
+    copy.dstXInBytes, copy.dstY, copy.dstPitch = dst_at[0], dst_at[1], a.dst.pitch
+    copy.WidthInBytes, copy.Height = a.width, a.height
+    if a.dims == 3:
+        copy.srcZ, copy.srcHeight, copy.dstZ, copy.dstHeight = src_at[2], a.src.height, dst_at[2], a.dst.height
+        copy.Depth = a.depth
+    on_host = MEMORY_HOST in (src[0], dst[0])
     if a.HasField("stream"):
         stream = s.handle("CUstream_st", "CUstream", a.stream)
-        status = s.lib.cuMemcpy2DAsync_v2(copy, stream)
-        if status == 0 and (dst_host or src_host):
-            status = s.lib.cuStreamSynchronize(stream)
+        status = (lib.cuMemcpy2DAsync_v2 if a.dims == 2 else lib.cuMemcpy3DAsync_v2)(copy, stream)
+        if status == 0 and on_host:
+            status = lib.cuStreamSynchronize(stream)
+    elif a.dims == 2:
+        status = (lib.cuMemcpy2DUnaligned_v2 if a.unaligned else lib.cuMemcpy2D_v2)(copy)
     else:
-        status = s.lib.cuMemcpy2D_v2(copy)
-    r = pb.Copy2D_Result(status=status)
-    if dst_host and status == 0:
-        r.dst = s.take(dst, dst_len)
+        status = lib.cuMemcpy3D_v2(copy)
+    r = pb.Copy3D_Result(status=status)
+    if dst[0] == MEMORY_HOST and status == 0:
+        r.dst = s.take(dst[1], dst[4])
     return r
 
 
@@ -355,7 +381,7 @@ OPS = {
     op_id("MaxActiveClusters"): ("cuwire.MaxActiveClusters", pb.MaxActiveClusters_Args, max_active_clusters),
     op_id("ExportTableSize"): ("cuwire.ExportTableSize", pb.ExportTableSize_Args, export_table_size),
     op_id("Link"): ("cuwire.Link", pb.Link_Args, link),
-    op_id("Copy2D"): ("cuwire.Copy2D", pb.Copy2D_Args, copy_2d),
+    op_id("Copy3D"): ("cuwire.Copy3D", pb.Copy3D_Args, copy_3d),
     op_id("RegisterHost"): ("cuwire.RegisterHost", pb.RegisterHost_Args, register_host),
     op_id("UnregisterHost"): ("cuwire.UnregisterHost", pb.UnregisterHost_Args, unregister_host),
 }

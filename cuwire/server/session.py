@@ -14,7 +14,7 @@ from google.protobuf.message import DecodeError
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
-from cuwire.server import bulk, custom, records, vmm
+from cuwire.server import bulk, custom, records, textures, vmm
 from cuwire.server._records import lib as records_lib
 from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, OUT_OF_MEMORY, UNKNOWN, CudaFail, WireError
 from cuwire.server.records import CALL_REPLY, RecordLoop
@@ -34,7 +34,8 @@ SPECIAL_STREAMS = (1, 2)  # CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
 HANDLE_ERRORS = {"nvmlDevice_st": 2}  # NVML_ERROR_INVALID_ARGUMENT; CUDA handles: INVALID_HANDLE
 # what a session's handles are destroyed with when it ends (a device's default pool refuses: harmless)
 DESTROY = {"CUgraphExec_st": "cuGraphExecDestroy", "CUgraph_st": "cuGraphDestroy", "CUstream_st": "cuStreamDestroy_v2",
-           "CUevent_st": "cuEventDestroy_v2", "CUmemPoolHandle_st": "cuMemPoolDestroy"}
+           "CUevent_st": "cuEventDestroy_v2", "CUmemPoolHandle_st": "cuMemPoolDestroy", "CUarray_st": "cuArrayDestroy",
+           "CUmipmappedArray_st": "cuMipmappedArrayDestroy"}
 
 
 
@@ -42,7 +43,7 @@ def _handlers() -> dict:
     """The generated handlers, with the hand-written ones (`server = ...` in the annotations) filled in."""
     table = {}
     for fn, (name, args, handler) in generated.HANDLERS.items():
-        handler = handler or vmm.HANDLERS.get(name)
+        handler = handler or vmm.HANDLERS.get(name) or textures.HANDLERS.get(name)
         if handler is None:
             raise ImportError(f"{name} is annotated with a hand-written server half that no module defines")
         table[fn] = (name, args, handler)
@@ -80,6 +81,7 @@ class Session:
         self.host_base = self.host_size = 0  # host memory the client's page-locked allocations live in
         self.host_ranges: dict[int, int] = {}  # offset -> size of the ranges registered for the client (RegisterHost)
         self.vmm: vmm.Vmm | None = None  # reservations, physical allocations and mappings (virtual memory)
+        self.objects: textures.Objects | None = None  # texture and surface objects, mipmap levels
         # queued calls run in C; it checks handles and kernels against what owns_handle and _describe tell it
         self.records = RecordLoop(server.record_functions, RECORD_IDS)
         self.records.spin(server.settings.spin_us)
@@ -440,7 +442,7 @@ class Session:
         self.use_primary_context()  # this thread may be another than the one that ran the calls
         for address in sorted(self.allocations):
             self.lib.cuMemFree_v2(address)
-        destroyed = vmm.close(self)
+        destroyed = vmm.close(self) + textures.close(self)  # (objects before the arrays they use)
         for kind, destroy in DESTROY.items():
             for h in self.handles.get(kind, ()):
                 getattr(self.lib, destroy)(self.ffi.cast("void *", h))
@@ -449,8 +451,8 @@ class Session:
         for ctx in self.handles.get(CONTEXT_KIND, set()) - primary:  # made with cuCtxCreate
             self.lib.cuCtxDestroy_v2(self.ffi.cast("CUcontext", ctx))
             destroyed += 1
-        log.info("session %s (%s) ended after %d calls in %.1f s; freed %d allocations, destroyed %d streams, "
-                 "events, contexts and virtual memory objects", self.name, self.peer, self.calls,
+        log.info("session %s (%s) ended after %d calls in %.1f s; freed %d allocations, destroyed %d objects "
+                 "(streams, events, contexts, arrays, textures, virtual memory...)", self.name, self.peer, self.calls,
                  time.monotonic() - self.started, len(self.allocations), destroyed)
         self.allocations.clear()
         self.allocated = 0

@@ -1,0 +1,182 @@
+"""Server halves of texture and surface objects, and of mipmapped arrays' levels: hand-written because
+what the session must check and keep is more than the annotations' roles say.
+
+- A texture or surface object (CUtexObject, CUsurfObject: plain numbers) is made over a resource that
+  must be the session's own: an array or mipmapped array it made, or a range of its device memory. The
+  session keeps the objects it made: only those can be queried or destroyed, and what is left is
+  destroyed when the session ends (close), before its arrays.
+- A mipmapped array's levels are arrays the session may copy to and make objects over, but never destroy:
+  they go with their mipmapped array.
+
+The client and the messages are generated (annotations: `server = "server/textures.py"`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cuwire.generated import cuwire_pb2 as pb
+from cuwire.server.errors import INVALID_VALUE, CudaFail
+
+ARRAY, MIPMAPPED = "CUarray_st", "CUmipmappedArray_st"
+RESOURCE_ARRAY, RESOURCE_MIPMAPPED_ARRAY, RESOURCE_LINEAR, RESOURCE_PITCH2D = 0, 1, 2, 3  # CUresourcetype
+
+
+@dataclass
+class Objects:
+    """One session's texture and surface objects, and the levels of its mipmapped arrays."""
+
+    textures: set[int] = field(default_factory=set)
+    surfaces: set[int] = field(default_factory=set)
+    levels: dict[int, set[int]] = field(default_factory=dict)  # mipmapped array -> its level arrays
+
+
+def _objects(s) -> Objects:
+    if s.objects is None:
+        s.objects = Objects()
+    return s.objects
+
+
+def _address(s, pointer) -> int:
+    return int(s.ffi.cast("uintptr_t", pointer))
+
+
+def _resource(s, data: bytes):
+    """A CUDA_RESOURCE_DESC from the wire, if what it names is the session's."""
+    desc = s.struct_in("CUDA_RESOURCE_DESC", data)
+    kind = desc.resType
+    if kind == RESOURCE_ARRAY:
+        s.handle(ARRAY, "CUarray", _address(s, desc.res.array.hArray))
+    elif kind == RESOURCE_MIPMAPPED_ARRAY:
+        s.handle(MIPMAPPED, "CUmipmappedArray", _address(s, desc.res.mipmap.hMipmappedArray))
+    elif kind == RESOURCE_LINEAR:
+        s.device(desc.res.linear.devPtr, desc.res.linear.sizeInBytes)
+    elif kind == RESOURCE_PITCH2D:
+        pitched = desc.res.pitch2D
+        s.device(pitched.devPtr, pitched.pitchInBytes * pitched.height)
+    else:
+        raise CudaFail(INVALID_VALUE, f"resource type {kind}")
+    return desc
+
+
+def _mine(objects: set[int], value: int, what: str) -> None:
+    if value not in objects:
+        raise CudaFail(INVALID_VALUE, f"{what} {value:#x} was not created by this session")
+
+
+def cuTexObjectCreate(s, a: pb.cuTexObjectCreate_Args) -> pb.cuTexObjectCreate_Result:
+    r = pb.cuTexObjectCreate_Result()
+    res = _resource(s, a.pResDesc)
+    tex = s.struct_in("CUDA_TEXTURE_DESC", a.pTexDesc)
+    view = s.struct_in("CUDA_RESOURCE_VIEW_DESC", a.pResViewDesc) if a.pResViewDesc else s.ffi.NULL
+    out = s.ffi.new("CUtexObject *")
+    r.status = s.lib.cuTexObjectCreate(out, res, tex, view)
+    if r.status == 0:
+        r.pTexObject = out[0]
+        _objects(s).textures.add(r.pTexObject)
+    return r
+
+
+def cuTexObjectDestroy(s, a: pb.cuTexObjectDestroy_Args) -> pb.cuTexObjectDestroy_Result:
+    _mine(_objects(s).textures, a.texObject, "texture object")
+    r = pb.cuTexObjectDestroy_Result(status=s.lib.cuTexObjectDestroy(a.texObject))
+    if r.status == 0:
+        s.objects.textures.discard(a.texObject)
+    return r
+
+
+def _describe(s, objects: set[int], value: int, what: str, ctype: str, call) -> tuple[int, bytes]:
+    _mine(objects, value, what)
+    out = s.ffi.new(ctype + " *")
+    status = call(out, value)
+    return status, s.take(out) if status == 0 else b""
+
+
+def cuTexObjectGetResourceDesc(s, a: pb.cuTexObjectGetResourceDesc_Args) -> pb.cuTexObjectGetResourceDesc_Result:
+    status, desc = _describe(s, _objects(s).textures, a.texObject, "texture object", "CUDA_RESOURCE_DESC",
+                             s.lib.cuTexObjectGetResourceDesc)
+    return pb.cuTexObjectGetResourceDesc_Result(status=status, pResDesc=desc)
+
+
+def cuTexObjectGetTextureDesc(s, a: pb.cuTexObjectGetTextureDesc_Args) -> pb.cuTexObjectGetTextureDesc_Result:
+    status, desc = _describe(s, _objects(s).textures, a.texObject, "texture object", "CUDA_TEXTURE_DESC",
+                             s.lib.cuTexObjectGetTextureDesc)
+    return pb.cuTexObjectGetTextureDesc_Result(status=status, pTexDesc=desc)
+
+
+def cuTexObjectGetResourceViewDesc(s, a: pb.cuTexObjectGetResourceViewDesc_Args
+                                   ) -> pb.cuTexObjectGetResourceViewDesc_Result:
+    status, desc = _describe(s, _objects(s).textures, a.texObject, "texture object", "CUDA_RESOURCE_VIEW_DESC",
+                             s.lib.cuTexObjectGetResourceViewDesc)
+    return pb.cuTexObjectGetResourceViewDesc_Result(status=status, pResViewDesc=desc)
+
+
+def cuSurfObjectCreate(s, a: pb.cuSurfObjectCreate_Args) -> pb.cuSurfObjectCreate_Result:
+    r = pb.cuSurfObjectCreate_Result()
+    res = _resource(s, a.pResDesc)
+    out = s.ffi.new("CUsurfObject *")
+    r.status = s.lib.cuSurfObjectCreate(out, res)
+    if r.status == 0:
+        r.pSurfObject = out[0]
+        _objects(s).surfaces.add(r.pSurfObject)
+    return r
+
+
+def cuSurfObjectDestroy(s, a: pb.cuSurfObjectDestroy_Args) -> pb.cuSurfObjectDestroy_Result:
+    _mine(_objects(s).surfaces, a.surfObject, "surface object")
+    r = pb.cuSurfObjectDestroy_Result(status=s.lib.cuSurfObjectDestroy(a.surfObject))
+    if r.status == 0:
+        s.objects.surfaces.discard(a.surfObject)
+    return r
+
+
+def cuSurfObjectGetResourceDesc(s, a: pb.cuSurfObjectGetResourceDesc_Args
+                                ) -> pb.cuSurfObjectGetResourceDesc_Result:
+    status, desc = _describe(s, _objects(s).surfaces, a.surfObject, "surface object", "CUDA_RESOURCE_DESC",
+                             s.lib.cuSurfObjectGetResourceDesc)
+    return pb.cuSurfObjectGetResourceDesc_Result(status=status, pResDesc=desc)
+
+
+def cuMipmappedArrayGetLevel(s, a: pb.cuMipmappedArrayGetLevel_Args) -> pb.cuMipmappedArrayGetLevel_Result:
+    r = pb.cuMipmappedArrayGetLevel_Result()
+    mipmap = s.handle(MIPMAPPED, "CUmipmappedArray", a.hMipmappedArray)
+    out = s.ffi.new("CUarray *")
+    r.status = s.lib.cuMipmappedArrayGetLevel(out, mipmap, a.level)
+    if r.status == 0:
+        r.pLevelArray = _address(s, out[0])
+        _objects(s).levels.setdefault(a.hMipmappedArray, set()).add(r.pLevelArray)
+        s.owns_handle(ARRAY, r.pLevelArray)
+    return r
+
+
+def cuMipmappedArrayDestroy(s, a: pb.cuMipmappedArrayDestroy_Args) -> pb.cuMipmappedArrayDestroy_Result:
+    mipmap = s.handle(MIPMAPPED, "CUmipmappedArray", a.hMipmappedArray)
+    r = pb.cuMipmappedArrayDestroy_Result(status=s.lib.cuMipmappedArrayDestroy(mipmap))
+    if r.status == 0:
+        s.disowns_handle(MIPMAPPED, a.hMipmappedArray)
+        for level in _objects(s).levels.pop(a.hMipmappedArray, ()):
+            s.disowns_handle(ARRAY, level)
+    return r
+
+
+HANDLERS = {f.__name__: f for f in (
+    cuTexObjectCreate, cuTexObjectDestroy, cuTexObjectGetResourceDesc, cuTexObjectGetTextureDesc,
+    cuTexObjectGetResourceViewDesc, cuSurfObjectCreate, cuSurfObjectDestroy, cuSurfObjectGetResourceDesc,
+    cuMipmappedArrayGetLevel, cuMipmappedArrayDestroy)}
+
+
+def close(s) -> int:
+    """The session's objects destroyed, and its levels forgotten (their mipmapped arrays take them), before
+    its arrays go. How many objects."""
+    objects = s.objects
+    if objects is None:
+        return 0
+    for tex in objects.textures:
+        s.lib.cuTexObjectDestroy(tex)
+    for surf in objects.surfaces:
+        s.lib.cuSurfObjectDestroy(surf)
+    for levels in objects.levels.values():
+        for level in levels:
+            s.disowns_handle(ARRAY, level)
+    s.objects = None
+    return len(objects.textures) + len(objects.surfaces)
