@@ -293,9 +293,12 @@ def make_hello(token: str = "", **overrides: object):
 
 def handshake(address: str, hello, timeout: float = 5.0):
     """Open a session, send the Hello, close; the server's Reply (welcome or error). Raises TransportError."""
+    from cuwire.settings import Settings
+    from cuwire.tls import ClientTls
     from cuwire.transport import open_session
 
-    transport, reply = open_session(address, hello, connect_timeout=timeout)
+    # over TLS when CUWIRE_TLS_CA or CUWIRE_TLS_FINGERPRINT says so, as the client library does
+    transport, reply = open_session(address, hello, connect_timeout=timeout, tls=ClientTls.from_settings(Settings()))
     transport.close()
     return reply
 

@@ -23,6 +23,14 @@ class Settings:
     server: str = field(default_factory=lambda: _env("server", f"127.0.0.1:{DEFAULT_PORT}"))
     listen: str = field(default_factory=lambda: _env("listen", f"127.0.0.1:{DEFAULT_PORT}"))
     token: str = field(default_factory=lambda: _env("token", ""))
+    # TLS. Server: a certificate and key (PEM files), or tls="auto" for a self-signed pair kept in the
+    # module cache folder (its fingerprint is logged). Client: the CA file to check the server's certificate
+    # against, or the certificate's pinned SHA-256 fingerprint; either one turns TLS on (cuwire/tls.py)
+    tls: str = field(default_factory=lambda: _env("tls", ""))
+    tls_cert: str = field(default_factory=lambda: _env("tls_cert", ""))
+    tls_key: str = field(default_factory=lambda: _env("tls_key", ""))
+    tls_ca: str = field(default_factory=lambda: _env("tls_ca", ""))
+    tls_fingerprint: str = field(default_factory=lambda: _env("tls_fingerprint", ""))
     # server side
     backend: str = field(default_factory=lambda: _env("backend", "cuda"))  # cuda | emulated (tests only)
     devices: str = field(default_factory=lambda: _env("devices", ""))  # e.g. "0,1"; empty: all

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.settings import host_port
+from cuwire.tls import ClientTls, TlsError, TlsSocket
 
 Buffer = Any  # bytes, a memoryview, a cffi buffer: anything with the buffer protocol (3.12 names it)
 MAGIC = 0x31575543
@@ -123,7 +124,9 @@ class Connection:
     def kind(self) -> str:
         """How this connection travels, for messages and --stats."""
         local = self.sock.family == socket.AF_UNIX
-        return "Unix socket and shared memory" if self.ring else "Unix socket" if local else "TCP"
+        if local:
+            return "Unix socket and shared memory" if self.ring else "Unix socket"
+        return "TCP with TLS" if isinstance(self.sock, TlsSocket) else "TCP"
 
     def pending(self) -> int:
         """Bytes received and not read yet."""
@@ -332,9 +335,10 @@ def connect_local(port: int, timeout: float) -> socket.socket | None:
 
 class SocketTransport:
     """The client's end of a session: one connection to the server, over TCP or (for a server on this
-    host) its Unix socket; `mode` is CUWIRE_TRANSPORT (auto, tcp, unix)."""
+    host) its Unix socket; `mode` is CUWIRE_TRANSPORT (auto, tcp, unix). With `tls`, a TCP connection is
+    encrypted and the server's certificate checked (tls.py); a Unix socket, on this host, needs none."""
 
-    def __init__(self, address: str, connect_timeout: float = 10.0, mode: str = "tcp"):
+    def __init__(self, address: str, connect_timeout: float = 10.0, mode: str = "tcp", tls: ClientTls | None = None):
         self.address = address
         try:
             host, port = host_port(address)
@@ -368,6 +372,16 @@ class SocketTransport:
                                  "(no server on that port)") from None
         except OSError as e:
             raise TransportError(f"cannot reach the cuwire server at {address} ({e.strerror or e})") from None
+        if tls is not None:
+            try:
+                sock = tls.wrap(sock, host)
+            except TlsError as e:
+                sock.close()
+                raise TransportError(f"cannot reach the cuwire server at {address} over TLS: {e}") from None
+            except OSError as e:
+                sock.close()
+                raise TransportError(f"cannot reach the cuwire server at {address} over TLS "
+                                     f"({e.strerror or e})") from None
         sock.settimeout(None)
         self.connection = Connection(sock, address)
         self.rate = 0.0  # the link's bytes per second in the last exchange, when it moved a large payload
@@ -430,13 +444,13 @@ class SharedMemory(Protocol):
 
 
 def open_session(address: str, hello: pb.Hello, connect_timeout: float = 10.0, mode: str = "tcp",
-                 shared: SharedMemory | None = None) -> tuple[SocketTransport, pb.Reply]:
+                 shared: SharedMemory | None = None, tls: ClientTls | None = None) -> tuple[SocketTransport, pb.Reply]:
     """Connect and say hello. Returns the transport of the session and the server's first reply (a
     Welcome, or a refusal). With process isolation the listener hands the connection itself to the
     session's process, which answers: one port serves everything. Over a Unix socket, with `shared`,
     the client offers to take shared memory (shared.offer); the server's welcome brings its descriptors,
     which shared.attach takes."""
-    transport = SocketTransport(address, connect_timeout, mode)
+    transport = SocketTransport(address, connect_timeout, mode, tls)
     conn = transport.connection
     local = conn.sock.family == socket.AF_UNIX and shared is not None
     if local:

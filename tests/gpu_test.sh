@@ -16,15 +16,18 @@ gcc -shared -fPIC -o build/maps_probe.so tests/tools/maps_probe.c || exit 1
 nvidia-smi -L | tee "$LOG/gpu.txt"
 
 CACHE=$(mktemp -d)
-$PY -m cuwire.server --listen 127.0.0.1:0 --cache-dir "$CACHE" >"$LOG/server.log" 2>&1 &
-SERVER=$!
-for _ in $(seq 1 300); do
-  PORT=$(grep -oP 'listening on [^:]+:\K[0-9]+' "$LOG/server.log" | head -1)
-  [ -n "$PORT" ] && break
-  kill -0 $SERVER 2>/dev/null || break
-  sleep 0.1
-done
-if [ -z "${PORT:-}" ]; then echo "gpu-test: server did not start"; cat "$LOG/server.log"; exit 1; fi
+start_server() {  # start_server LOG ARGS...: a server on a free port; sets SERVER (its pid) and PORT
+  $PY -m cuwire.server --listen 127.0.0.1:0 --cache-dir "$CACHE" "${@:2}" >"$1" 2>&1 &
+  SERVER=$!; PORT=
+  for _ in $(seq 1 300); do
+    PORT=$(grep -oP 'listening on [^:]+:\K[0-9]+' "$1" | head -1)
+    [ -n "$PORT" ] && break
+    kill -0 $SERVER 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -z "${PORT:-}" ]; then echo "gpu-test: server did not start"; cat "$1"; exit 1; fi
+}
+start_server "$LOG/server.log"
 export CUWIRE_SERVER=127.0.0.1:$PORT
 $PY -m cuwire.cli info --server "$CUWIRE_SERVER" | sed 's/^/cuwire info: /'
 
@@ -62,7 +65,16 @@ if [ "${GPU_TEST_ONLY:-}" != torch ]; then
   done
   export CUWIRE_TRANSPORT=tcp  # and some over loopback TCP, as a remote client travels
   for app in large_copies vector_add streams memcpy_kinds; do compare "$app-over-tcp" -- tests/test_apps/build/$app; done
-  unset CUWIRE_TRANSPORT
+  # and over TLS, to a second server with a self-signed certificate, as a client on another host travels
+  MAIN_SERVER=$SERVER MAIN_ADDRESS=$CUWIRE_SERVER
+  start_server "$LOG/server-tls.log" --tls auto
+  TLS_SERVER=$SERVER SERVER=$MAIN_SERVER
+  export CUWIRE_SERVER=127.0.0.1:$PORT
+  export CUWIRE_TLS_FINGERPRINT=$(grep -oP 'CUWIRE_TLS_FINGERPRINT=\K\S+' "$LOG/server-tls.log")
+  for app in large_copies vector_add textures; do compare "$app-over-tls" -- tests/test_apps/build/$app; done
+  unset CUWIRE_TRANSPORT CUWIRE_TLS_FINGERPRINT
+  export CUWIRE_SERVER=$MAIN_ADDRESS
+  kill $TLS_SERVER; wait $TLS_SERVER 2>/dev/null
   # programs of NVIDIA's libraries, built with nvcc's default static runtime
   [ "${GPU_TEST_ONLY:-}" = apps ] || {
   LIB_HOME=$(dirname "$(readlink -f "$(command -v nvcc)")")/..

@@ -29,6 +29,7 @@ from cuwire.client.shared_host import SharedHost
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as wire
 from cuwire.settings import Settings
+from cuwire.tls import ClientTls, TlsSocket
 from cuwire.transport import BULK, SocketTransport, TransportError, open_session
 
 # The CUresult codes used here.
@@ -108,7 +109,8 @@ class Session:
         self.transport: SocketTransport
         self.host: SharedHost | None = None  # host memory shared with the server (page-locked allocations)
         self.reserved = 0  # address space reserved for shared page-locked memory (offer)
-        self.transport, reply = open_session(settings.server, hello, mode=settings.transport, shared=self)
+        self.transport, reply = open_session(settings.server, hello, mode=settings.transport, shared=self,
+                                             tls=ClientTls.from_settings(settings))
         if self.reserved:  # the server took no shared memory: the reservation is not needed
             lib.cw_unmap(self.reserved, ring.HOST_SPAN)
             self.reserved = 0
@@ -233,7 +235,8 @@ class Client:
                 self.stats.connected = time.monotonic()
                 self.policy = compression.Policy(self.settings.compress, local=connection.sock.family == socket.AF_UNIX,
                                                  minimum=self.settings.compress_min)
-                if not self.policy.always:  # client/wire.c sends its frames uncompressed
+                # client/wire.c sends its frames uncompressed and in the clear, on the socket itself
+                if not self.policy.always and not isinstance(connection.sock, TlsSocket):
                     lib.cuwire_wire_spin(self.settings.spin_us)
                     lib.cuwire_wire_set(self.session.transport.connection.sock.fileno())
             except TransportError as e:

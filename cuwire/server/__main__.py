@@ -17,6 +17,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--devices", help="GPUs to expose, e.g. 0,1 (CUWIRE_DEVICES, default all)")
     ap.add_argument("--cache-dir", type=Path, help="module cache folder (CUWIRE_CACHE_DIR)")
     ap.add_argument("--token", help="token clients must present (CUWIRE_TOKEN)")
+    ap.add_argument("--tls-cert", help="PEM certificate for TLS (CUWIRE_TLS_CERT); clients then connect with "
+                                       "CUWIRE_TLS_CA or CUWIRE_TLS_FINGERPRINT")
+    ap.add_argument("--tls-key", help="PEM key of --tls-cert (CUWIRE_TLS_KEY)")
+    ap.add_argument("--tls", choices=["auto"], help="TLS with a self-signed certificate made once and kept in "
+                                                    "the module cache folder; its fingerprint is logged (CUWIRE_TLS)")
     ap.add_argument("--log-level", help="debug, info, warning, error (CUWIRE_LOG_LEVEL)")
     ap.add_argument("--isolation", choices=["process", "thread"],
                     help="each session in a process of its own (default) or a thread (CUWIRE_ISOLATION)")
@@ -30,7 +35,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def settings_from(args: argparse.Namespace) -> Settings:
     s = Settings()
-    for name in ("listen", "devices", "cache_dir", "token", "log_level", "isolation"):
+    for name in ("listen", "devices", "cache_dir", "token", "log_level", "isolation", "tls", "tls_cert", "tls_key"):
         if getattr(args, name, None) is not None:
             setattr(s, name, getattr(args, name))
     if args.emulated:
@@ -155,6 +160,7 @@ def run_probe(settings: Settings, log: logging.Logger) -> int:
 def run_listener(settings: Settings, ready, log: logging.Logger) -> int:
     from cuwire.server.listener import Listener
     from cuwire.server.service import SocketServer
+    from cuwire.tls import server_tls
 
     listener = Listener(settings)
     try:
@@ -163,10 +169,16 @@ def run_listener(settings: Settings, ready, log: logging.Logger) -> int:
         log.error("%s", e)
         return 1
     try:
-        server = SocketServer(settings.listen, listener.handle, max_sessions=64).start()
+        tls, said = server_tls(settings)
+    except RuntimeError as e:
+        log.error("%s", e)
+        return 1
+    try:
+        server = SocketServer(settings.listen, listener.handle, max_sessions=64, tls=tls).start()
     except (OSError, ValueError) as e:
         log.error("cannot listen on %s (%s)", settings.listen, e)
         return 1
+    log.info("%s", said)
     listener.socket_server = server
     stop = wait_for_signal()
     host = settings.listen.rpartition(":")[0]

@@ -29,6 +29,7 @@ from cuwire.server.module_cache import ModuleCache
 from cuwire.server.records import function_table
 from cuwire.server.session import Session
 from cuwire.settings import Settings, host_port
+from cuwire.tls import ServerTls, relayed, server_tls
 from cuwire.transport import MAGIC, Connection, TransportError, local_name, serves_loopback
 
 log = logging.getLogger("cuwire.server")
@@ -138,7 +139,8 @@ class CuWireServer:
             api_digest=generated.API_DIGEST, backend=self.backend, devices=self.devices, session=name,
             driver_version=self.driver_version()))
         shared, fds = None, []
-        if hello.ring_size and conn.sock.family == socket.AF_UNIX:
+        from_relay = conn.sock.family == socket.AF_UNIX and relayed(conn.sock)  # TLS from another host
+        if hello.ring_size and conn.sock.family == socket.AF_UNIX and not from_relay:
             try:
                 shared, fd = ring.create(records_ffi, records_lib, hello.ring_size, conn.sock.fileno(),
                                          self.settings.spin_us, self.settings.ring_slot)
@@ -164,7 +166,7 @@ class CuWireServer:
                 os.close(fd)
         conn.ring = shared
         log.info("session %s opened for pid %d on %s (%s), backend %s, over %s", name, hello.pid,
-                 printable(hello.host), conn.peer, self.backend, conn.kind)
+                 printable(hello.host), conn.peer, self.backend, "TCP with TLS" if from_relay else conn.kind)
         if self.backend == "emulated":
             log.warning("session %s runs on the EMULATED device (tests only)", name)
         return session
@@ -253,7 +255,7 @@ class SocketServer:
     """Accepts connections on a listening socket and serves each in a thread of its own: `handle(sock,
     peer)`. Beyond `max_sessions` at once, a client is refused at once, with a message."""
 
-    def __init__(self, address: str, handle, max_sessions: int):
+    def __init__(self, address: str, handle, max_sessions: int, tls: ServerTls | None = None):
         host, port = host_port(address)
         self.sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
                                          backlog=128)
@@ -261,6 +263,7 @@ class SocketServer:
         self.local = self.listen_local(host)
         self.handle = handle
         self.max_sessions = max_sessions
+        self.tls = tls or ServerTls()  # TLS ended here, and plain connections from other hosts checked (tls.py)
         self.active = threading.BoundedSemaphore(max_sessions)
         self.busy = 0  # connections refused because max_sessions were open (metrics.py)
         self.stopped = threading.Event()
@@ -307,6 +310,13 @@ class SocketServer:
 
     def run_one(self, sock: socket.socket, peer: str) -> None:
         try:
+            accepted = self.tls.accept(sock, peer, self.refuse_with)
+            if accepted is None:
+                return
+            if accepted[0] is not sock:  # the plain end of a TLS relay: the one to shut at stop
+                sock, peer = accepted
+                with self.lock:
+                    self.running[threading.current_thread()] = sock
             self.handle(sock, peer)
         except Exception:  # a bug in one session must not take the accept loop or the others down
             log.exception("session from %s failed", peer)
@@ -317,12 +327,19 @@ class SocketServer:
 
     def refuse(self, sock: socket.socket, peer: str) -> None:
         log.warning("refused %s: %d connections already", peer, self.max_sessions)
+        self.refuse_with(sock, peer, f"the server is busy: it serves {self.max_sessions} connections at once; "
+                                     "try again when one ends", pb.BUSY)
+
+    @staticmethod
+    def refuse_with(sock: socket.socket, peer: str, why: str, refusal: int = pb.TOKEN) -> None:
+        """Read the client's hello and answer it with a refusal (the client says why, by name)."""
+        if refusal == pb.TOKEN:
+            log.warning("refused %s: %s", peer, why)
         conn = Connection(sock, peer)
         try:
             sock.settimeout(5)
             conn.receive(max_payload=0)
-            conn.send(pb.Reply(error=f"the server is busy: it serves {self.max_sessions} connections at once; "
-                                     "try again when one ends", refusal=pb.BUSY).SerializeToString())
+            conn.send(pb.Reply(error=why, refusal=refusal).SerializeToString())
         except (TransportError, OSError, EOFError):
             pass
         conn.close()
@@ -353,8 +370,10 @@ def serve(settings: Settings, max_sessions: int = 64) -> tuple[SocketServer, CuW
     """Start listening; returns the socket server, the shared state and the bound port."""
     state = CuWireServer(settings)
     try:
+        tls, said = server_tls(settings)
         server = SocketServer(settings.listen, lambda sock, peer: serve_connection(state, Connection(sock, peer)),
-                              max_sessions)
+                              max_sessions, tls)
+        log.info("%s", said)
     except (OSError, ValueError) as e:
         raise RuntimeError(f"cannot listen on {settings.listen} ({e})") from None
     return server.start(), state, server.port

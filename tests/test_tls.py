@@ -1,0 +1,127 @@
+"""TLS (cuwire/tls.py): a session over TCP encrypted end to end, the server's certificate checked by a pinned
+fingerprint or a CA file, every mistake named; a token taken only over TLS from another host."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import APPS, ROOT, ServerProcess, run_remote
+
+from cuwire import ring
+from cuwire.generated import cuwire_pb2 as pb
+from cuwire.generated import server_handlers as generated
+from cuwire.tls import ClientTls
+from cuwire.transport import open_session
+
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="--tls auto needs the openssl command")
+HELLO = pb.Hello(client_version="test", cuda_version=generated.CUDA_VERSION, api_digest=generated.API_DIGEST)
+
+
+def pin_of(server: ServerProcess) -> str:
+    return re.search(r"CUWIRE_TLS_FINGERPRINT=(\S+)", server.text()).group(1)
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory):
+    s = ServerProcess(tmp_path_factory.mktemp("tls"), "--tls", "auto")
+    yield s
+    s.stop()
+
+
+def info(address: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cuwire.cli", "info", "--server", address], capture_output=True,
+                          text=True, cwd=ROOT, timeout=60, env={"PATH": "/usr/bin:/bin", **env})
+
+
+@pytest.mark.parametrize("name", ["vector_add", "large_copies"])
+def test_a_session_over_tls(name, tls_server, apps: Path, client_lib):
+    """The whole session travels encrypted (large copies both ways included) and gives the same output."""
+    r = run_remote(apps / name, client_lib, tls_server.address, env={
+        "CUWIRE_TRANSPORT": "tcp", "CUWIRE_TLS_FINGERPRINT": pin_of(tls_server), "CUWIRE_STATS": "1"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (APPS / "expected" / f"{name}.out").read_text()
+    assert f"transport: TCP with TLS to {tls_server.address}" in r.stderr
+
+
+def test_the_certificate_is_checked(tls_server, tmp_path):
+    """A CA file that signed the certificate (here: the self-signed one itself) is accepted; another CA,
+    or another pin, is refused by name."""
+    cert = Path(re.search(r"TLS on \(certificate (\S+)\)", tls_server.text()).group(1))
+    assert info(tls_server.address, {"CUWIRE_TLS_CA": str(cert)}).returncode == 0
+    other = tmp_path / "other.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-subj", "/CN=other", "-keyout", str(tmp_path / "other.key"), "-out", str(other)],
+                   check=True, capture_output=True)
+    r = info(tls_server.address, {"CUWIRE_TLS_CA": str(other)})
+    assert r.returncode != 0 and "certificate was not accepted" in r.stderr, r.stderr
+    r = info(tls_server.address, {"CUWIRE_TLS_FINGERPRINT": "sha256:" + "ab" * 32})
+    assert r.returncode != 0 and "not the pinned" in r.stderr and pin_of(tls_server) in r.stderr, r.stderr
+    r = info(tls_server.address, {"CUWIRE_TLS_CA": str(tmp_path / "missing.crt")})
+    assert r.returncode != 0 and "cannot read the CA file" in r.stderr, r.stderr
+
+
+def test_a_client_over_tls_gets_no_shared_memory(tls_server):
+    """The session's end of a TLS relay is a Unix socket; a hello that asks for shared memory over it (no
+    client on this host would) gets none: the client is on another host."""
+    hello = pb.Hello()
+    hello.CopyFrom(HELLO)
+    hello.ring_size = ring.SIZE
+    t, reply = open_session(tls_server.address, hello, mode="tcp", tls=ClientTls(fingerprint=pin_of(tls_server)))
+    t.close()
+    assert not reply.error and not reply.welcome.ring, reply
+    assert "over TCP with TLS" in tls_server.text()
+
+
+def test_a_tls_client_of_a_plain_server_is_told(server):
+    r = info(server.address, {"CUWIRE_TLS_FINGERPRINT": "sha256:" + "ab" * 32})
+    assert r.returncode != 0 and "is TLS on there?" in r.stderr, r.stderr
+
+
+def outward_address() -> str | None:
+    """This host's address on its way out (not loopback), if it has one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))
+            address = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
+
+
+def test_a_token_is_taken_only_over_tls_from_another_host(tmp_path):
+    address = outward_address()
+    if address is None:
+        pytest.skip("this host has no address but loopback")
+    s = ServerProcess(tmp_path, "--listen", "0.0.0.0:0", "--token", "secret", "--tls", "auto")
+    try:
+        hello = pb.Hello()
+        hello.CopyFrom(HELLO)
+        hello.token = "secret"
+        remote = f"{address}:{s.port}"
+        t, reply = open_session(remote, hello, mode="tcp")
+        t.close()
+        assert reply.refusal == pb.TOKEN and "only over TLS" in reply.error, reply
+        t, reply = open_session(remote, hello, mode="tcp", tls=ClientTls(fingerprint=pin_of(s)))
+        assert not reply.error and reply.welcome.backend, reply
+        t.close()
+        t, reply = open_session(s.address, hello, mode="tcp")  # loopback: the same host, no TLS needed
+        assert not reply.error, reply
+        t.close()
+    finally:
+        s.stop()
+
+
+def test_tls_with_sessions_in_threads(apps: Path, client_lib, tmp_path):
+    s = ServerProcess(tmp_path, "--tls", "auto", "--isolation", "thread")
+    try:
+        r = run_remote(apps / "vector_add", client_lib, s.address,
+                       env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_TLS_FINGERPRINT": pin_of(s)})
+        assert r.returncode == 0 and r.stdout == (APPS / "expected" / "vector_add.out").read_text(), r.stderr
+    finally:
+        s.stop()
