@@ -51,6 +51,9 @@ class Settings:
     # thread: sessions are threads of the listening process
     isolation: str = field(default_factory=lambda: _env("isolation", "process"))
     session_name: str = field(default_factory=lambda: _env("session_name", ""))  # set by the listener
+    # a session process that has not reported to the listener for this many seconds is frozen (stopped,
+    # or stuck holding Python's lock) and is killed, so that its client gets an error, not a hang; 0: never
+    frozen_after: float = field(default_factory=lambda: float(_env("frozen_after", "30")))
     # both sides: how long a wait for the peer polls the socket before it sleeps, in microseconds (a round
     # trip that sleeps costs twice the wake-up; the poll costs this much CPU time at most); 0: sleep at once
     spin_us: int = field(default_factory=lambda: int(_env("spin_us", "50")))

@@ -50,6 +50,7 @@ RATE_SKIP = 256 << 10  # ...a received one from its first bytes on
 NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 POLLRDHUP = getattr(select, "POLLRDHUP", 0)
 KEEPALIVE = (10, 5, 4)  # TCP keepalive: idle seconds, seconds between probes, probes: a dead peer in ~30 s
+USER_TIMEOUT_MS = 30_000  # and data sent but not acknowledged for this long ends the connection (TCP_USER_TIMEOUT)
 WELCOME_TIMEOUT = 60.0  # for the server's answer to the hello: a session process starts and opens the GPU
 
 
@@ -95,12 +96,14 @@ class Transport(Protocol):
 
 
 def tune(sock: socket.socket) -> None:
-    """Small frames go out at once (no Nagle); a peer that vanished is noticed by keepalive."""
+    """Small frames go out at once (no Nagle); a peer that vanished is noticed by keepalive while we wait,
+    and by the user timeout while what we sent goes unacknowledged (a host gone mid-copy)."""
     if sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         idle, interval, count = KEEPALIVE
-        for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval), ("TCP_KEEPCNT", count)):
+        for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval), ("TCP_KEEPCNT", count),
+                            ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS)):
             if hasattr(socket, name):
                 sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 

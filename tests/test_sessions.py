@@ -329,3 +329,32 @@ def test_metrics_and_health_on_the_one_port(looper, apps, client_lib, tmp_path):
         assert metric(text, "cuwire_calls_total") > 10  # vector_add's and the looper's, ended sessions included
     finally:
         s.stop()
+
+
+def test_a_frozen_session_process_ends_its_client_instead_of_hanging(looper, apps, client_lib, tmp_path):
+    """A session process that stops (SIGSTOP, or stuck) stops reporting to the listener, which kills it
+    after CUWIRE_FROZEN_AFTER seconds: its program gets CUDA errors and a message, never a hang; the
+    server serves the next client."""
+    from conftest import ServerProcess
+
+    s = ServerProcess(tmp_path, env={"CUWIRE_FROZEN_AFTER": "2"})
+    p = subprocess.Popen([str(looper)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "CUWIRE_SERVER": s.address})
+    try:
+        assert p.stdout.readline().strip() == "allocated"
+        time.sleep(1)  # (the session has reported at least once)
+        pid = int(re.findall(r"session \d+ for pid \d+ .*: process (\d+)", s.text())[-1])
+        os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        deadline = started + 30
+        while "frozen; killed" not in s.text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "frozen; killed" in s.text(), s.text()
+        assert time.monotonic() - started < 10
+        r = run_remote(apps / "vector_add", client_lib, s.address)
+        assert r.returncode == 0 and "vector_add: PASS" in r.stdout, r.stderr
+    finally:
+        p.kill()
+        p.wait(10)
+        s.stop()
+    assert "lost the cuwire server" in p.stderr.read()

@@ -112,7 +112,8 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     session = threading.Thread(target=lambda: (serve_connection(state, conn, first=hello), stop.set()),
                                name="cuwire-session", daemon=True)
     session.start()
-    threading.Thread(target=report_figures, args=(state, channel, stop), name="cuwire-report", daemon=True).start()
+    threading.Thread(target=report_figures, args=(state, channel, stop, metrics_interval(settings)),
+                     name="cuwire-report", daemon=True).start()
     stop.wait()
     if session.is_alive():  # SIGTERM: end the connection; the session frees what it holds, then ends
         try:
@@ -126,11 +127,20 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     return 0
 
 
-def report_figures(state, channel, stop: threading.Event) -> None:
-    """Every metrics.REPORT_SECONDS, the open session's figures to the listener (its GET /metrics)."""
+def metrics_interval(settings: Settings) -> float:
+    """How often a session process reports: every metrics.REPORT_SECONDS, and often enough that the
+    listener never takes a live one for frozen (settings.frozen_after)."""
     from cuwire.server import metrics
 
-    while not stop.wait(metrics.REPORT_SECONDS):
+    if settings.frozen_after <= 0:
+        return metrics.REPORT_SECONDS
+    return min(metrics.REPORT_SECONDS, settings.frozen_after / 4)
+
+
+def report_figures(state, channel, stop: threading.Event, interval: float) -> None:
+    """The open session's figures to the listener (its GET /metrics, and its watch for frozen sessions),
+    from a thread of their own: a session busy in a long CUDA call still reports."""
+    while not stop.wait(interval):
         for session in list(state.sessions.values()):
             send_report(channel, session.figures())
 
@@ -181,6 +191,7 @@ def run_listener(settings: Settings, ready, log: logging.Logger) -> int:
     log.info("%s", said)
     listener.socket_server = server
     stop = wait_for_signal()
+    threading.Thread(target=listener.watch, args=(stop,), name="cuwire-watch", daemon=True).start()
     host = settings.listen.rpartition(":")[0]
     log.info("listening on %s:%d, backend %s, devices: %s; each session in a process of its own", host,
              server.port, settings.backend, ", ".join(devices))

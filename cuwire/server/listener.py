@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server import metrics
@@ -52,6 +53,7 @@ class Listener:
         self.count = 0
         self.figures = metrics.Figures()  # what GET /metrics shows (metrics.py)
         self.socket_server = None  # the accepting SocketServer, for its refusals (run_listener sets it)
+        self.heard: dict[str, tuple[float, subprocess.Popen]] = {}  # session -> (its last report, its process)
 
     def session_command(self, *extra: str) -> list[str]:
         return [sys.executable, "-m", "cuwire.server", *extra]
@@ -120,12 +122,12 @@ class Listener:
             ours.close()
             raise
         # the session process reports its figures on the same channel until it ends
-        threading.Thread(target=self.read_reports, args=(ours, name), name=f"cuwire-reports-{name}",
+        threading.Thread(target=self.read_reports, args=(ours, name, proc), name=f"cuwire-reports-{name}",
                          daemon=True).start()
         log.info("session %s for pid %d on %s (%s): process %d", name, hello.pid,
                  printable(hello.host), peer, proc.pid)
 
-    def read_reports(self, channel: socket.socket, name: str) -> None:
+    def read_reports(self, channel: socket.socket, name: str, proc: subprocess.Popen) -> None:
         """A session process's reports (metrics.py), until it ends."""
         with channel:
             while True:
@@ -138,7 +140,29 @@ class Listener:
                 report = metrics.decode_report(data)
                 if report is not None:
                     self.figures.report(name, report)
+                    with self.lock:
+                        self.heard[name] = (time.monotonic(), proc)
+        with self.lock:
+            self.heard.pop(name, None)
         self.figures.ended(name)
+
+    def watch(self, stop: threading.Event) -> None:
+        """Kill a session process that stopped reporting (settings.frozen_after): frozen, its client would
+        wait for good; killed, the client's connection ends and its program gets an error at once."""
+        limit = self.settings.frozen_after
+        if limit <= 0:
+            return
+        while not stop.wait(min(1.0, limit / 4)):
+            now = time.monotonic()
+            with self.lock:
+                frozen = [(name, proc) for name, (at, proc) in self.heard.items()
+                          if now - at > limit and proc.poll() is None]
+                for name, _ in frozen:
+                    del self.heard[name]
+            for name, proc in frozen:
+                log.warning("session %s (process %d) has not reported for %.0f s: frozen; killed, so that its "
+                            "client gets an error instead of waiting (CUWIRE_FROZEN_AFTER)", name, proc.pid, limit)
+                proc.kill()
 
     def open_sessions(self) -> int:
         with self.lock:
