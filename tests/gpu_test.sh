@@ -138,6 +138,29 @@ if CUWIRE_TEST_BACKEND=cuda $PY -m pytest -q -p no:cacheprovider tests/test_wire
   echo "wire errors on the GPU: OK ($(tail -1 "$LOG/wire_errors.txt"))"; pass=$((pass+1))
 else echo "wire errors on the GPU: FAIL"; tail -30 "$LOG/wire_errors.txt"; fail=$((fail+1)); fi
 
+# 32 clients at once on one server, each checking its own results
+pids=()
+for i in $(seq 1 32); do
+  app=$([ $((i % 2)) -eq 0 ] && echo vector_add || echo memcpy_kinds)
+  remote tests/test_apps/build/$app >"$LOG/concurrent-$i.out" 2>&1 & pids+=($!)
+done
+good=0; for i in $(seq 1 32); do wait "${pids[$((i - 1))]}" && grep -q ": PASS" "$LOG/concurrent-$i.out" && good=$((good+1)); done
+if [ $good -eq 32 ]; then echo "32 concurrent clients: OK, 32 of 32 correct"; pass=$((pass+1))
+else echo "32 concurrent clients: FAIL, $good of 32 correct"; fail=$((fail+1)); fi
+
+# a client killed with SIGKILL while it holds 8 GiB: the GPU's own memory figure comes back within seconds
+gcc -O2 -o build/hold_memory tests/tools/hold_memory.c -Icuwire/generated -Lbuild/client -lcuwire \
+  -Wl,-rpath,"$PWD/build/client" || exit 1
+used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0; }
+build/hold_memory 8192 >"$LOG/hold.out" 2>"$LOG/hold.err" & holder=$!
+for _ in $(seq 1 300); do grep -q allocated "$LOG/hold.out" && break; sleep 0.1; done
+held=$(used); kill -9 $holder; wait $holder 2>/dev/null; t0=$(date +%s.%N); back=
+for _ in $(seq 1 200); do now=$(used); [ $((held - now)) -ge 8000 ] && { back=$(date +%s.%N); break; }; sleep 0.1; done
+if [ -n "$back" ]; then
+  echo "killed client: OK, the GPU's used memory went from $held to $now MiB $(awk -v a="$t0" -v b="$back" \
+    'BEGIN { printf "%.1f", b - a }') s after SIGKILL of a client holding 8 GiB"; pass=$((pass+1))
+else echo "killed client: FAIL (used $held MiB while held, $(used) MiB 20 s after SIGKILL)"; cat "$LOG/hold.err"; fail=$((fail+1)); fi
+
 # a second run of the same app against the same server sends no module bytes
 CUWIRE_STATS=1 remote tests/test_apps/build/vector_add >/dev/null 2>"$LOG/stats-second-run.txt"
 grep "modules uploaded" "$LOG/stats-second-run.txt" | sed 's/^ */second run of vector_add: /'

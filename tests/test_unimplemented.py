@@ -14,9 +14,8 @@ PROGRAM = r"""
 #include <stdio.h>
 #include "cuda_api.h"
 int main(void) {
-    CUgraph g;
-    int a = cuGraphCreate(&g, 0);
-    int b = cuGraphCreate(&g, 0);
+    int a = cuDeviceGraphMemTrim(0);
+    int b = cuDeviceGraphMemTrim(0);
     unsigned fans;
     int c = nvmlDeviceGetNumFans(0, &fans);
     printf("%d %d %d\n", a, b, c);
@@ -35,7 +34,7 @@ def test_unimplemented_says_so_once_and_returns_not_supported(program):
                        env={**os.environ, "CUWIRE_STRICT": "0"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["801", "801", "3"]  # CUDA_ERROR_NOT_SUPPORTED, NVML_ERROR_NOT_SUPPORTED
-    assert r.stderr.count("cuwire: unimplemented CUDA function cuGraphCreate (cuda.h)") == 1
+    assert r.stderr.count("cuwire: unimplemented CUDA function cuDeviceGraphMemTrim (cuda.h)") == 1
     assert "cuwire: unimplemented CUDA function nvmlDeviceGetNumFans (nvml.h)" in r.stderr
 
 
@@ -43,5 +42,5 @@ def test_strict_mode_aborts(program):
     r = subprocess.run([str(program)], capture_output=True, text=True, timeout=30,
                        env={**os.environ, "CUWIRE_STRICT": "1"})
     assert r.returncode != 0
-    assert "cuwire: unimplemented CUDA function cuGraphCreate" in r.stderr
+    assert "cuwire: unimplemented CUDA function cuDeviceGraphMemTrim" in r.stderr
     assert "aborting" in r.stderr

@@ -585,3 +585,36 @@ def test_texture_objects_and_arrays_are_per_session(tmp_path):
         assert "destroyed 2 objects" in s.text(), s.text()
     finally:
         s.stop()
+
+
+def test_graph_nodes_name_only_the_sessions_own(session):
+    """A node's graph, dependencies and memory must be the session's; a memcpy node may not name host
+    memory (it would copy the server's); a kernel node's kernel must have been looked up."""
+    graph = vmm_call(session, "cuGraphCreate", flags=0)
+    assert graph.status == 0
+    empty = vmm_call(session, "cuGraphAddEmptyNode", hGraph=graph.phGraph, dependencies=b"", numDependencies=0)
+    assert empty.status == 0 and empty.phGraphNode
+    foreign = struct.pack("<Q", empty.phGraphNode + 0x1000)
+    assert vmm_call(session, "cuGraphAddEmptyNode", hGraph=graph.phGraph, dependencies=foreign,
+                    numDependencies=1).status == 400
+    assert vmm_call(session, "cuGraphAddEmptyNode", hGraph=graph.phGraph + 0x1000, dependencies=b"",
+                    numDependencies=0).status == 400
+    device = allocate(session, 4096)
+    # CUDA_MEMSET_NODE_PARAMS: dst, pitch, value, elementSize, width, height
+    inside = struct.pack("<QQIIQQ", device, 0, 1, 1, 4096, 1)
+    outside = struct.pack("<QQIIQQ", device, 0, 1, 1, 8192, 1)
+    assert vmm_call(session, "cuGraphAddMemsetNode", hGraph=graph.phGraph, dependencies=b"", numDependencies=0,
+                    memsetParams=inside, ctx=0).status == 0
+    assert vmm_call(session, "cuGraphAddMemsetNode", hGraph=graph.phGraph, dependencies=b"", numDependencies=0,
+                    memsetParams=outside, ctx=0).status == 1
+    # CUDA_MEMCPY3D from host memory (type 1) to the device: refused by name
+    side = struct.Struct("<QQQQI4xQQQQQQ")
+    src = side.pack(0, 0, 0, 0, 1, 0x7F00_0000_0000, 0, 0, 0, 4096, 1)
+    dst = side.pack(0, 0, 0, 0, 2, 0, device, 0, 0, 4096, 1)
+    copy = src + dst + struct.pack("<QQQ", 4096, 1, 1)
+    assert vmm_call(session, "cuGraphAddMemcpyNode", hGraph=graph.phGraph, dependencies=b"", numDependencies=0,
+                    copyParams=copy, ctx=0).status == 801
+    args = pb.KernelNode_Args(action=0, graph=graph.phGraph, kernel=0x1234, grid=[1, 1, 1], block=[1, 1, 1])
+    reply = session.exchange(pb.Batch(fn=generated.OP_IDS["KernelNode"], args=args.SerializeToString()))
+    assert pb.KernelNode_Result.FromString(reply.result).status == 400
+    assert vmm_call(session, "cuGraphDestroy", hGraph=graph.phGraph).status == 0

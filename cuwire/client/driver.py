@@ -461,6 +461,58 @@ def cuMemcpy3DAsync_v2(pCopy, pCopy_len, hStream):
     return _copy_3d(pCopy, hStream)
 
 
+# ---------------------------------------------------------------- graphs' kernel nodes
+
+# CUDA_KERNEL_NODE_PARAMS (v2): func, grid[3], block[3], shared memory, kernelParams, extra, kern, ctx
+_KERNEL_NODE = struct.Struct("<Q7I4xQQQQ")
+_PARAMS_MAX = 32 << 10  # the most parameter bytes a kernel takes (CUDA 12.1+)
+ADD, SET, EXEC_SET = 0, 1, 2  # KernelNode_Args.action
+
+
+def _kernel_node(nodeParams, action: int, **fields) -> pb.KernelNode_Result | int:
+    """A kernel node's parameters for the server: its kernel as looked up, its parameters laid out as a
+    launch's (client/local.c keeps every looked-up kernel's layout)."""
+    if nodeParams == ffi.NULL:
+        return INVALID_VALUE
+    rt.client.connect()
+    (func, gx, gy, gz, bx, by, bz, shared, params, extra, kern, _ctx) = _KERNEL_NODE.unpack(
+        bytes(ffi.buffer(ffi.cast("char *", nodeParams), _KERNEL_NODE.size)))
+    handle, out = ffi.new("uint64_t *"), ffi.new("char[]", _PARAMS_MAX)
+    n = lib.cuwire_pack_params(ffi.cast("void *", func or kern), ffi.cast("void **", params),
+                               ffi.cast("void **", extra), handle, out, _PARAMS_MAX)
+    if n == -1:
+        return INVALID_HANDLE  # a function this session never looked up
+    if n < 0:
+        return INVALID_VALUE
+    args = pb.KernelNode_Args(action=action, kernel=handle[0], grid=[gx, gy, gz], block=[bx, by, bz],
+                              shared_mem=shared, params=bytes(ffi.buffer(out, n)), **fields)
+    return rt.call(rt.KERNEL_NODE, args, pb.KernelNode_Result)
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphAddKernelNode_v2", onerror=rt.on_error)
+def cuGraphAddKernelNode_v2(phGraphNode, hGraph, dependencies, numDependencies, nodeParams, nodeParams_len):
+    if phGraphNode == ffi.NULL:
+        return INVALID_VALUE
+    res = _kernel_node(nodeParams, ADD, graph=hGraph, dependencies=rt.read(dependencies, numDependencies * 8))
+    if isinstance(res, int):
+        return res
+    if res.status == 0:
+        rt.write_scalar(phGraphNode, "uint64_t", res.node)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphKernelNodeSetParams_v2", onerror=rt.on_error)
+def cuGraphKernelNodeSetParams_v2(hNode, nodeParams, nodeParams_len):
+    res = _kernel_node(nodeParams, SET, node=hNode)
+    return res if isinstance(res, int) else res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphExecKernelNodeSetParams_v2", onerror=rt.on_error)
+def cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, nodeParams, nodeParams_len):
+    res = _kernel_node(nodeParams, EXEC_SET, exec=hGraphExec, node=hNode)
+    return res if isinstance(res, int) else res.status
+
+
 # ---------------------------------------------------------------- errors
 
 

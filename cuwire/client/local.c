@@ -811,6 +811,51 @@ static int launch_queued(CUfunction f, const uint32_t g[3], const uint32_t b[3],
     return err;
 }
 
+/* The parameters of f (kernelParams, or extra's one buffer) laid out at their offsets into out, as a
+ * launch record carries them (for a graph's kernel node, client/driver.py): their length, the server's
+ * handle of f in *handle; -1 when f's layout is not known here, -2 when out (cap bytes) is too small,
+ * -3 when the parameters are missing or malformed. */
+long cuwire_pack_params(CUfunction f, void **params, void **extra, uint64_t *handle, char *out, size_t cap)
+{
+    const void *buf = NULL;
+    size_t buf_size = 0;
+    for (void **e = extra; e && *e != LAUNCH_PARAM_END; e += 2) {
+        if (e[0] == LAUNCH_PARAM_BUFFER_POINTER)
+            buf = e[1];
+        else if (e[0] == LAUNCH_PARAM_BUFFER_SIZE && e[1])
+            buf_size = *(size_t *)e[1];
+        else
+            return -3;
+    }
+    if (params && buf)
+        return -3;
+    long len = -1;
+    pthread_mutex_lock(&kernels_lock);
+    struct kernel_info k = {0};
+    if (kernels_cap) {
+        size_t j = slot_of(f, kernels_cap);
+        while (kernels[j].key && kernels[j].key != (const void *)f)
+            j = (j + 1) & (kernels_cap - 1);
+        k = kernels[j];
+    }
+    if (k.key && k.size > cap)
+        len = -2;
+    else if (k.key && !params && !buf && k.n)
+        len = -3;
+    else if (k.key) {
+        memset(out, 0, k.size);
+        if (params)
+            for (uint32_t i = 0; i < k.n; i++)
+                memcpy(out + k.offsets[i], params[i], k.sizes[i]);
+        else if (buf)
+            memcpy(out, buf, buf_size < k.size ? buf_size : k.size);
+        *handle = k.handle;
+        len = (long)k.size;
+    }
+    pthread_mutex_unlock(&kernels_lock);
+    return len;
+}
+
 /* cuLaunchKernel of a function or kernel whose layout the client holds (from its lookup). */
 int cuwire_fast_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                unsigned bz, unsigned shmem, CUstream stream, void **params, void **extra)

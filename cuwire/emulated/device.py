@@ -29,6 +29,7 @@ import cffi
 from cuwire.client import fatbin
 from cuwire.emulated import registry
 from cuwire.emulated.arrays import EmulatedArrays, Fault, Surface, Texture
+from cuwire.emulated.graphs import EmulatedGraphs
 from cuwire.emulated.nvml import EmulatedNvml
 from cuwire.emulated.vmm import EmulatedVmm, Reservation
 from cuwire.server.backend import cuda_ffi  # noqa: F401  (tests build their FFI through it)
@@ -361,7 +362,7 @@ def _after_fault(method: Method) -> Method:
     return cast(Method, checked)
 
 
-class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays):
+class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
     """Host-memory stand-in for the cffi object of libcuda and NVML: same function names, arguments and codes.
 
     A driver or NVML function it does not implement answers "not supported" and says so on stderr
@@ -403,8 +404,9 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays):
         self._streams[STREAM_PER_THREAD] = _Stream(builtin=True, ident=2)
         self._next_stream_id = 3
         self._events: dict[int, _Event] = {}
-        self._graphs: dict[int, list] = {}  # graph handle -> the work captured into it
-        self._graph_execs: dict[int, list] = {}  # executable graph handle -> the same, instantiated
+        self._graphs: dict = {}  # graph handle -> its nodes and edges (emulated/graphs.py)
+        self._graph_execs: dict = {}  # executable graph handle -> its nodes' work, in order
+        self._nodes: dict[int, int] = {}  # graph node -> its graph
         self._pools: dict[int, dict[int, int]] = {}  # memory pool handle -> its attributes (CUmemPool_attribute)
         self._default_pool = self._current_pool = 0  # made at the first cuDeviceGetDefaultMemPool
         self._physical: dict[int, bytearray] = {}  # cuMemCreate's allocations (emulated/vmm.py)
@@ -989,47 +991,6 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays):
             return False
         stream.capture.append(run)
         return True
-
-    def cuStreamBeginCapture_v2(self, hStream: CData, mode: int) -> int:
-        stream = self._stream(hStream)
-        if stream is None or stream.builtin:
-            return self.drv.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED if stream else self.drv.CUDA_ERROR_INVALID_HANDLE
-        if stream.capture is not None:
-            return self.drv.CUDA_ERROR_ILLEGAL_STATE
-        stream.capture = []
-        return 0
-
-    def cuStreamEndCapture(self, hStream: CData, phGraph: CData) -> int:
-        stream = self._stream(hStream)
-        if stream is None or stream.capture is None:
-            return self.drv.CUDA_ERROR_ILLEGAL_STATE
-        handle = self._new_handle()
-        self._graphs[handle], stream.capture = stream.capture, None
-        return self._drv_put((phGraph, handle))
-
-    def cuGraphInstantiateWithFlags(self, phGraphExec: CData, hGraph: CData, flags: int) -> int:
-        graph = self._graphs.get(self._addr(hGraph))
-        if graph is None:
-            return self.drv.CUDA_ERROR_INVALID_VALUE
-        handle = self._new_handle()
-        self._graph_execs[handle] = list(graph)
-        return self._drv_put((phGraphExec, handle))
-
-    def cuGraphLaunch(self, hGraphExec: CData, hStream: CData) -> int:
-        work = self._graph_execs.get(self._addr(hGraphExec))
-        if work is None or self._stream(hStream) is None:
-            return self.drv.CUDA_ERROR_INVALID_HANDLE
-        for run in work:
-            run()
-        return 0
-
-    def cuGraphExecDestroy(self, hGraphExec: CData) -> int:
-        found = self._graph_execs.pop(self._addr(hGraphExec), None) is not None
-        return 0 if found else self.drv.CUDA_ERROR_INVALID_VALUE
-
-    def cuGraphDestroy(self, hGraph: CData) -> int:
-        found = self._graphs.pop(self._addr(hGraph), None) is not None
-        return 0 if found else self.drv.CUDA_ERROR_INVALID_VALUE
 
     def cuMemsetD2D8_v2(self, dstDevice: int, dstPitch: int, uc: int, Width: int, Height: int) -> int:
         return self._memset(dstDevice, dstPitch, uc, 1, Width, Height)

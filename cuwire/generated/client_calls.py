@@ -408,6 +408,111 @@ def cuFuncSetCacheConfig(hfunc, config):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuGraphAddChildGraphNode", onerror=rt.on_error)
+def cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, childGraph):
+    """cuGraphAddChildGraphNode (cuda.h)"""
+    args = pb.cuGraphAddChildGraphNode_Args()
+    args.hGraph = hGraph
+    args.dependencies = rt.read(dependencies, dependencies_len)
+    args.numDependencies = numDependencies
+    args.childGraph = childGraph
+    res = rt.call(1642307952, args, pb.cuGraphAddChildGraphNode_Result)
+    if res.status == 0:
+        rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphAddDependencies_v2", onerror=rt.on_error)
+def cuGraphAddDependencies_v2(hGraph, from_, from__len, to, to_len, edgeData, numDependencies):
+    """cuGraphAddDependencies_v2 (cuda.h)"""
+    args = pb.cuGraphAddDependencies_v2_Args()
+    args.hGraph = hGraph
+    args.from_ = rt.read(from_, from__len)
+    args.to = rt.read(to, to_len)
+    args.numDependencies = numDependencies
+    res = rt.call(3880841238, args, pb.cuGraphAddDependencies_v2_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphAddEmptyNode", onerror=rt.on_error)
+def cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies):
+    """cuGraphAddEmptyNode (cuda.h)"""
+    args = pb.cuGraphAddEmptyNode_Args()
+    args.hGraph = hGraph
+    args.dependencies = rt.read(dependencies, dependencies_len)
+    args.numDependencies = numDependencies
+    res = rt.call(2671003589, args, pb.cuGraphAddEmptyNode_Result)
+    if res.status == 0:
+        rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphAddEventRecordNode", onerror=rt.on_error)
+def cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, event):
+    """cuGraphAddEventRecordNode (cuda.h)"""
+    args = pb.cuGraphAddEventRecordNode_Args()
+    args.hGraph = hGraph
+    args.dependencies = rt.read(dependencies, dependencies_len)
+    args.numDependencies = numDependencies
+    args.event = event
+    res = rt.call(376649883, args, pb.cuGraphAddEventRecordNode_Result)
+    if res.status == 0:
+        rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphAddMemcpyNode", onerror=rt.on_error)
+def cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, copyParams, copyParams_len, ctx):
+    """cuGraphAddMemcpyNode (cuda.h): device and array memory (a node cannot reach the program's host memory: refused by name)"""
+    args = pb.cuGraphAddMemcpyNode_Args()
+    args.hGraph = hGraph
+    args.dependencies = rt.read(dependencies, dependencies_len)
+    args.numDependencies = numDependencies
+    args.copyParams = rt.read(copyParams, copyParams_len)
+    args.ctx = ctx
+    res = rt.call(3494723537, args, pb.cuGraphAddMemcpyNode_Result)
+    if res.status == 0:
+        rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphAddMemsetNode", onerror=rt.on_error)
+def cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, memsetParams, memsetParams_len, ctx):
+    """cuGraphAddMemsetNode (cuda.h)"""
+    args = pb.cuGraphAddMemsetNode_Args()
+    args.hGraph = hGraph
+    args.dependencies = rt.read(dependencies, dependencies_len)
+    args.numDependencies = numDependencies
+    args.memsetParams = rt.read(memsetParams, memsetParams_len)
+    args.ctx = ctx
+    res = rt.call(471397510, args, pb.cuGraphAddMemsetNode_Result)
+    if res.status == 0:
+        rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphClone", onerror=rt.on_error)
+def cuGraphClone(phGraphClone, originalGraph):
+    """cuGraphClone (cuda.h)"""
+    args = pb.cuGraphClone_Args()
+    args.originalGraph = originalGraph
+    res = rt.call(4133468500, args, pb.cuGraphClone_Result)
+    if res.status == 0:
+        rt.write_scalar(phGraphClone, "uint64_t", res.phGraphClone)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphCreate", onerror=rt.on_error)
+def cuGraphCreate(phGraph, flags):
+    """cuGraphCreate (cuda.h)"""
+    args = pb.cuGraphCreate_Args()
+    args.flags = flags
+    res = rt.call(1807883684, args, pb.cuGraphCreate_Result)
+    if res.status == 0:
+        rt.write_scalar(phGraph, "uint64_t", res.phGraph)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuGraphDestroy", onerror=rt.on_error)
 def cuGraphDestroy(hGraph):
     """cuGraphDestroy (cuda.h)"""
@@ -430,6 +535,19 @@ def cuGraphExecDestroy(hGraphExec):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuGraphExecUpdate_v2", onerror=rt.on_error)
+def cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo, resultInfo_len):
+    """cuGraphExecUpdate_v2 (cuda.h)"""
+    args = pb.cuGraphExecUpdate_v2_Args()
+    args.hGraphExec = hGraphExec
+    args.hGraph = hGraph
+    rt.expect(resultInfo, resultInfo_len)
+    res = rt.call(1802350491, args, pb.cuGraphExecUpdate_v2_Result)
+    if res.status == 0:
+        rt.write(resultInfo, res.resultInfo, resultInfo_len)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuGraphInstantiateWithFlags", onerror=rt.on_error)
 def cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags):
     """cuGraphInstantiateWithFlags (cuda.h)"""
@@ -439,6 +557,17 @@ def cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags):
     res = rt.call(115605169, args, pb.cuGraphInstantiateWithFlags_Result)
     if res.status == 0:
         rt.write_scalar(phGraphExec, "uint64_t", res.phGraphExec)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphNodeGetType", onerror=rt.on_error)
+def cuGraphNodeGetType(hNode, type):
+    """cuGraphNodeGetType (cuda.h)"""
+    args = pb.cuGraphNodeGetType_Args()
+    args.hNode = hNode
+    res = rt.call(3880792678, args, pb.cuGraphNodeGetType_Result)
+    if res.status == 0:
+        rt.write_scalar(type, "int32_t", res.type)
     return res.status
 
 

@@ -1152,6 +1152,31 @@ const char *const cuwire_modes[] = {
     "local",
     "local",
     "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "custom",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1159,12 +1184,20 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
     "unimplemented",
+    "unimplemented",
+    "custom",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1184,41 +1217,8 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "sync",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "custom",
     "async",
     "unimplemented",
     "unimplemented",
@@ -1232,7 +1232,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -5099,11 +5099,13 @@ CUWIRE_EXPORT CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgrap
     return cuwire_impl_cuGraphAddBatchMemOpNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
 }
 
-/* cuGraphAddChildGraphNode (cuda.h): unimplemented */
+/* cuGraphAddChildGraphNode (cuda.h): remoted, sync */
+int cuwire_py_cuGraphAddChildGraphNode(void *, uint64_t, void *, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphAddChildGraphNode", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphAddChildGraphNode((void *)phGraphNode, (uint64_t)(uintptr_t)hGraph, (void *)dependencies, (uint64_t)(numDependencies * 8), (uint64_t)numDependencies, (uint64_t)(uintptr_t)childGraph));
 }
 CUWIRE_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
 {
@@ -5135,11 +5137,13 @@ CUWIRE_EXPORT CUresult cuGraphAddDependencies(void)
     return cuwire_impl_cuGraphAddDependencies();
 }
 
-/* cuGraphAddDependencies_v2 (cuda.h): unimplemented */
+/* cuGraphAddDependencies_v2 (cuda.h): remoted, sync */
+int cuwire_py_cuGraphAddDependencies_v2(uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphAddDependencies_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphAddDependencies_v2((uint64_t)(uintptr_t)hGraph, (void *)from, (uint64_t)(numDependencies * 8), (void *)to, (uint64_t)(numDependencies * 8), (void *)edgeData, (uint64_t)numDependencies));
 }
 CUWIRE_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
@@ -5153,11 +5157,13 @@ CUWIRE_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNo
     return cuwire_impl_cuGraphAddDependencies_v2(hGraph, from, to, edgeData, numDependencies);
 }
 
-/* cuGraphAddEmptyNode (cuda.h): unimplemented */
+/* cuGraphAddEmptyNode (cuda.h): remoted, sync */
+int cuwire_py_cuGraphAddEmptyNode(void *, uint64_t, void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphAddEmptyNode", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphAddEmptyNode((void *)phGraphNode, (uint64_t)(uintptr_t)hGraph, (void *)dependencies, (uint64_t)(numDependencies * 8), (uint64_t)numDependencies));
 }
 CUWIRE_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
 {
@@ -5171,11 +5177,13 @@ CUWIRE_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGr
     return cuwire_impl_cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
 }
 
-/* cuGraphAddEventRecordNode (cuda.h): unimplemented */
+/* cuGraphAddEventRecordNode (cuda.h): remoted, sync */
+int cuwire_py_cuGraphAddEventRecordNode(void *, uint64_t, void *, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphAddEventRecordNode", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphAddEventRecordNode((void *)phGraphNode, (uint64_t)(uintptr_t)hGraph, (void *)dependencies, (uint64_t)(numDependencies * 8), (uint64_t)numDependencies, (uint64_t)(uintptr_t)event));
 }
 CUWIRE_EXPORT CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
@@ -5279,11 +5287,13 @@ CUWIRE_EXPORT CUresult cuGraphAddKernelNode(void)
     return cuwire_impl_cuGraphAddKernelNode();
 }
 
-/* cuGraphAddKernelNode_v2 (cuda.h): unimplemented */
+/* cuGraphAddKernelNode_v2 (cuda.h): remoted, custom */
+int cuwire_py_cuGraphAddKernelNode_v2(void *, uint64_t, uint64_t, uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphAddKernelNode_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphAddKernelNode_v2((void *)phGraphNode, (uint64_t)(uintptr_t)hGraph, (uint64_t)(uintptr_t)dependencies, (uint64_t)numDependencies, (void *)nodeParams, sizeof *nodeParams));
 }
 CUWIRE_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
@@ -5333,11 +5343,13 @@ CUWIRE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph h
     return cuwire_impl_cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies, dptr);
 }
 
-/* cuGraphAddMemcpyNode (cuda.h): unimplemented */
+/* cuGraphAddMemcpyNode (cuda.h): remoted, sync */
+int cuwire_py_cuGraphAddMemcpyNode(void *, uint64_t, void *, uint64_t, uint64_t, void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphAddMemcpyNode", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphAddMemcpyNode((void *)phGraphNode, (uint64_t)(uintptr_t)hGraph, (void *)dependencies, (uint64_t)(numDependencies * 8), (uint64_t)numDependencies, (void *)copyParams, sizeof *copyParams, (uint64_t)(uintptr_t)ctx));
 }
 CUWIRE_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
@@ -5351,11 +5363,13 @@ CUWIRE_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hG
     return cuwire_impl_cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
 }
 
-/* cuGraphAddMemsetNode (cuda.h): unimplemented */
+/* cuGraphAddMemsetNode (cuda.h): remoted, sync */
+int cuwire_py_cuGraphAddMemsetNode(void *, uint64_t, void *, uint64_t, uint64_t, void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphAddMemsetNode", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphAddMemsetNode((void *)phGraphNode, (uint64_t)(uintptr_t)hGraph, (void *)dependencies, (uint64_t)(numDependencies * 8), (uint64_t)numDependencies, (void *)memsetParams, sizeof *memsetParams, (uint64_t)(uintptr_t)ctx));
 }
 CUWIRE_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
@@ -5459,11 +5473,13 @@ CUWIRE_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph 
     return cuwire_impl_cuGraphChildGraphNodeGetGraph(hNode, phGraph);
 }
 
-/* cuGraphClone (cuda.h): unimplemented */
+/* cuGraphClone (cuda.h): remoted, sync */
+int cuwire_py_cuGraphClone(void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphClone", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphClone((void *)phGraphClone, (uint64_t)(uintptr_t)originalGraph));
 }
 CUWIRE_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
@@ -5495,11 +5511,13 @@ CUWIRE_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *
     return cuwire_impl_cuGraphConditionalHandleCreate(pHandle_out, hGraph, ctx, defaultLaunchValue, flags);
 }
 
-/* cuGraphCreate (cuda.h): unimplemented */
+/* cuGraphCreate (cuda.h): remoted, sync */
+int cuwire_py_cuGraphCreate(void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphCreate", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphCreate((void *)phGraph, (uint64_t)flags));
 }
 CUWIRE_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
@@ -5823,11 +5841,13 @@ CUWIRE_EXPORT CUresult cuGraphExecKernelNodeSetParams(void)
     return cuwire_impl_cuGraphExecKernelNodeSetParams();
 }
 
-/* cuGraphExecKernelNodeSetParams_v2 (cuda.h): unimplemented */
+/* cuGraphExecKernelNodeSetParams_v2 (cuda.h): remoted, custom */
+int cuwire_py_cuGraphExecKernelNodeSetParams_v2(uint64_t, uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphExecKernelNodeSetParams_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphExecKernelNodeSetParams_v2((uint64_t)(uintptr_t)hGraphExec, (uint64_t)(uintptr_t)hNode, (void *)nodeParams, sizeof *nodeParams));
 }
 CUWIRE_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
@@ -5913,11 +5933,13 @@ CUWIRE_EXPORT CUresult cuGraphExecUpdate(void)
     return cuwire_impl_cuGraphExecUpdate();
 }
 
-/* cuGraphExecUpdate_v2 (cuda.h): unimplemented */
+/* cuGraphExecUpdate_v2 (cuda.h): remoted, sync */
+int cuwire_py_cuGraphExecUpdate_v2(uint64_t, uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphExecUpdate_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphExecUpdate_v2((uint64_t)(uintptr_t)hGraphExec, (uint64_t)(uintptr_t)hGraph, (void *)resultInfo, sizeof *resultInfo));
 }
 CUWIRE_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
 {
@@ -6294,11 +6316,13 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeSetParams(void)
     return cuwire_impl_cuGraphKernelNodeSetParams();
 }
 
-/* cuGraphKernelNodeSetParams_v2 (cuda.h): unimplemented */
+/* cuGraphKernelNodeSetParams_v2 (cuda.h): remoted, custom */
+int cuwire_py_cuGraphKernelNodeSetParams_v2(uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphKernelNodeSetParams_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphKernelNodeSetParams_v2((uint64_t)(uintptr_t)hNode, (void *)nodeParams, sizeof *nodeParams));
 }
 CUWIRE_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
@@ -6553,11 +6577,13 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode
     return cuwire_impl_cuGraphNodeGetEnabled(hGraphExec, hNode, isEnabled);
 }
 
-/* cuGraphNodeGetType (cuda.h): unimplemented */
+/* cuGraphNodeGetType (cuda.h): remoted, sync */
+int cuwire_py_cuGraphNodeGetType(uint64_t, void *);
 static inline CUresult cuwire_impl_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphNodeGetType", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphNodeGetType((uint64_t)(uintptr_t)hNode, (void *)type));
 }
 CUWIRE_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {

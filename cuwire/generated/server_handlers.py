@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "bb15f5b9b9af637c"
+API_DIGEST = "a40bf16d3dacdd69"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -25,6 +25,7 @@ OP_IDS = {
     "Link": 55721432,
     "SetContext": 2441823671,
     "Copy3D": 83419861,
+    "KernelNode": 141182410,
     "CopyToDevice": 1294727371,
     "CopyFromDevice": 2717996854,
     "CopyShared": 3420448369,
@@ -377,6 +378,28 @@ def cuFuncSetCacheConfig(s, a: pb.cuFuncSetCacheConfig_Args) -> pb.cuFuncSetCach
     return r
 
 
+def cuGraphClone(s, a: pb.cuGraphClone_Args) -> pb.cuGraphClone_Result:
+    """cuGraphClone (cuda.h)"""
+    r = pb.cuGraphClone_Result()
+    phGraphClone = s.ffi.new("CUgraph *")
+    r.status = s.lib.cuGraphClone(phGraphClone, s.handle("CUgraph_st", "CUgraph", a.originalGraph))
+    if r.status == 0:
+        r.phGraphClone = s.scalar(phGraphClone[0])
+        s.owns_handle("CUgraph_st", r.phGraphClone)
+    return r
+
+
+def cuGraphCreate(s, a: pb.cuGraphCreate_Args) -> pb.cuGraphCreate_Result:
+    """cuGraphCreate (cuda.h)"""
+    r = pb.cuGraphCreate_Result()
+    phGraph = s.ffi.new("CUgraph *")
+    r.status = s.lib.cuGraphCreate(phGraph, a.flags)
+    if r.status == 0:
+        r.phGraph = s.scalar(phGraph[0])
+        s.owns_handle("CUgraph_st", r.phGraph)
+    return r
+
+
 def cuGraphDestroy(s, a: pb.cuGraphDestroy_Args) -> pb.cuGraphDestroy_Result:
     """cuGraphDestroy (cuda.h)"""
     r = pb.cuGraphDestroy_Result()
@@ -395,6 +418,16 @@ def cuGraphExecDestroy(s, a: pb.cuGraphExecDestroy_Args) -> pb.cuGraphExecDestro
     return r
 
 
+def cuGraphExecUpdate_v2(s, a: pb.cuGraphExecUpdate_v2_Args) -> pb.cuGraphExecUpdate_v2_Result:
+    """cuGraphExecUpdate_v2 (cuda.h)"""
+    r = pb.cuGraphExecUpdate_v2_Result()
+    resultInfo = s.ffi.new("CUgraphExecUpdateResultInfo *")
+    r.status = s.lib.cuGraphExecUpdate_v2(s.handle("CUgraphExec_st", "CUgraphExec", a.hGraphExec), s.handle("CUgraph_st", "CUgraph", a.hGraph), resultInfo)
+    if r.status == 0:
+        r.resultInfo = s.take(resultInfo)
+    return r
+
+
 def cuGraphInstantiateWithFlags(s, a: pb.cuGraphInstantiateWithFlags_Args) -> pb.cuGraphInstantiateWithFlags_Result:
     """cuGraphInstantiateWithFlags (cuda.h)"""
     r = pb.cuGraphInstantiateWithFlags_Result()
@@ -403,6 +436,16 @@ def cuGraphInstantiateWithFlags(s, a: pb.cuGraphInstantiateWithFlags_Args) -> pb
     if r.status == 0:
         r.phGraphExec = s.scalar(phGraphExec[0])
         s.owns_handle("CUgraphExec_st", r.phGraphExec)
+    return r
+
+
+def cuGraphNodeGetType(s, a: pb.cuGraphNodeGetType_Args) -> pb.cuGraphNodeGetType_Result:
+    """cuGraphNodeGetType (cuda.h)"""
+    r = pb.cuGraphNodeGetType_Result()
+    type = s.ffi.new("CUgraphNodeType *")
+    r.status = s.lib.cuGraphNodeGetType(s.handle("CUgraphNode_st", "CUgraphNode", a.hNode), type)
+    if r.status == 0:
+        r.type = s.scalar(type[0])
     return r
 
 
@@ -1627,9 +1670,19 @@ HANDLERS = {
     567025728: ("cuFuncGetParamInfo", pb.cuFuncGetParamInfo_Args, cuFuncGetParamInfo),
     1296138514: ("cuFuncSetAttribute", pb.cuFuncSetAttribute_Args, cuFuncSetAttribute),
     1688761246: ("cuFuncSetCacheConfig", pb.cuFuncSetCacheConfig_Args, cuFuncSetCacheConfig),
+    1642307952: ("cuGraphAddChildGraphNode", pb.cuGraphAddChildGraphNode_Args, None),  # server/graphs.py
+    3880841238: ("cuGraphAddDependencies_v2", pb.cuGraphAddDependencies_v2_Args, None),  # server/graphs.py
+    2671003589: ("cuGraphAddEmptyNode", pb.cuGraphAddEmptyNode_Args, None),  # server/graphs.py
+    376649883: ("cuGraphAddEventRecordNode", pb.cuGraphAddEventRecordNode_Args, None),  # server/graphs.py
+    3494723537: ("cuGraphAddMemcpyNode", pb.cuGraphAddMemcpyNode_Args, None),  # server/graphs.py
+    471397510: ("cuGraphAddMemsetNode", pb.cuGraphAddMemsetNode_Args, None),  # server/graphs.py
+    4133468500: ("cuGraphClone", pb.cuGraphClone_Args, cuGraphClone),
+    1807883684: ("cuGraphCreate", pb.cuGraphCreate_Args, cuGraphCreate),
     2272976611: ("cuGraphDestroy", pb.cuGraphDestroy_Args, cuGraphDestroy),
     652470004: ("cuGraphExecDestroy", pb.cuGraphExecDestroy_Args, cuGraphExecDestroy),
+    1802350491: ("cuGraphExecUpdate_v2", pb.cuGraphExecUpdate_v2_Args, cuGraphExecUpdate_v2),
     115605169: ("cuGraphInstantiateWithFlags", pb.cuGraphInstantiateWithFlags_Args, cuGraphInstantiateWithFlags),
+    3880792678: ("cuGraphNodeGetType", pb.cuGraphNodeGetType_Args, cuGraphNodeGetType),
     1724498758: ("cuKernelGetAttribute", pb.cuKernelGetAttribute_Args, cuKernelGetAttribute),
     89830551: ("cuKernelGetParamInfo", pb.cuKernelGetParamInfo_Args, cuKernelGetParamInfo),
     1775703493: ("cuKernelSetAttribute", pb.cuKernelSetAttribute_Args, cuKernelSetAttribute),

@@ -10,6 +10,7 @@ import logging
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
+from cuwire.server import graphs
 from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, CudaFail, WireError
 
 log = logging.getLogger("cuwire.server")
@@ -159,6 +160,7 @@ def _describe(s, handle: int, func, kind: str, offsets, sizes, param_info=None) 
         i += 1
     s.kernels[handle] = func
     s.kernel_kind[handle] = kind
+    s.layouts[handle] = (list(offsets), list(sizes))
     s.records.kernel(handle, int(s.ffi.cast("uintptr_t", func)), offsets, sizes)
     # the driver takes a CUkernel wherever it takes a CUfunction (cuFuncGetAttribute, launches)
     s.owns_handle("CUfunc_st", handle)
@@ -382,6 +384,7 @@ OPS = {
     op_id("ExportTableSize"): ("cuwire.ExportTableSize", pb.ExportTableSize_Args, export_table_size),
     op_id("Link"): ("cuwire.Link", pb.Link_Args, link),
     op_id("Copy3D"): ("cuwire.Copy3D", pb.Copy3D_Args, copy_3d),
+    op_id("KernelNode"): ("cuwire.KernelNode", pb.KernelNode_Args, graphs.kernel_node),
     op_id("RegisterHost"): ("cuwire.RegisterHost", pb.RegisterHost_Args, register_host),
     op_id("UnregisterHost"): ("cuwire.UnregisterHost", pb.UnregisterHost_Args, unregister_host),
 }

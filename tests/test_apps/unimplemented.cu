@@ -1,14 +1,12 @@
-// unimplemented: a CUDA runtime call that reaches a driver function cuwire does not remote (cuGraphCreate).
-// Natively it succeeds: "cudaGraphCreate -> 0 cudaSuccess". Through cuwire it returns
-// 801 cudaErrorNotSupported and cuwire names cuGraphCreate on stderr. Exits 0 either way.
+// unimplemented: a CUDA runtime call that reaches a driver function cuwire does not remote
+// (cuDeviceGraphMemTrim). Natively it succeeds: "cudaDeviceGraphMemTrim -> 0 cudaSuccess". Through cuwire it
+// returns 801 cudaErrorNotSupported and cuwire names cuDeviceGraphMemTrim on stderr. Exits 0 either way.
 #include <cstdio>
 #include <cuda_runtime.h>
 
 int main() {
-    cudaGraph_t g = nullptr;
-    cudaError_t e = cudaGraphCreate(&g, 0);
-    printf("cudaGraphCreate -> %d %s\n", (int)e, cudaGetErrorName(e));
-    if (e == cudaSuccess) cudaGraphDestroy(g);
+    cudaError_t e = cudaDeviceGraphMemTrim(0);
+    printf("cudaDeviceGraphMemTrim -> %d %s\n", (int)e, cudaGetErrorName(e));
     cudaGetLastError();  // clear the error, if any
     return 0;
 }

@@ -1,0 +1,253 @@
+"""The emulated device's graphs: captured from a stream or built node by node, instantiated, launched.
+
+A graph is its nodes, each a function that does the node's work when called, and the edges between
+them; an executable graph runs its nodes in an order the edges allow (Kahn's, nodes added earlier
+first). Work runs at once when launched, as everything does on the emulated device.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cuwire.emulated import registry
+
+CData = Any
+# CUgraphNodeType
+KERNEL, MEMCPY, MEMSET, HOST, GRAPH, EMPTY, WAIT_EVENT, EVENT_RECORD = 0, 1, 2, 3, 4, 5, 6, 7
+
+
+@dataclass
+class Graph:
+    nodes: list[int] = field(default_factory=list)  # in the order they were added
+    work: dict[int, Callable[[], Any]] = field(default_factory=dict)
+    kinds: dict[int, int] = field(default_factory=dict)
+    edges: set[tuple[int, int]] = field(default_factory=set)
+
+    def order(self) -> list[int]:
+        """The nodes in an order the edges allow."""
+        waiting = {n: sum(1 for a, b in self.edges if b == n) for n in self.nodes}
+        done: list[int] = []
+        while len(done) < len(self.nodes):
+            ready = next(n for n in self.nodes if waiting[n] == 0 and n not in done)
+            done.append(ready)
+            for a, b in self.edges:
+                if a == ready:
+                    waiting[b] -= 1
+        return done
+
+
+@dataclass
+class Exec:
+    order: list[int]
+    work: dict[int, Callable[[], Any]]
+
+    def run(self) -> None:
+        for node in self.order:
+            self.work[node]()
+
+
+class EmulatedGraphs:
+    """The driver's graph functions, mixed into EmulatedLib."""
+
+    ffi: Any
+    drv: Any
+    _graphs: dict[int, Graph]
+    _graph_execs: dict[int, Exec]
+    _nodes: dict[int, int]  # node -> its graph
+
+    def _graph(self, handle: CData | int) -> Graph | None:
+        return self._graphs.get(self._addr(handle))
+
+    def _new_graph(self, out: CData, graph: Graph) -> int:
+        handle = self._new_handle()
+        self._graphs[handle] = graph
+        return self._drv_put((out, handle))
+
+    def _add(self, out: CData, hGraph: CData, dependencies: CData, count: int, kind: int, work) -> int:
+        graph = self._graph(hGraph)
+        if graph is None or self._is_null(out):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        deps = [self._addr(dependencies[i]) for i in range(count)] if count else []
+        if any(d not in graph.work for d in deps):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        node = self._new_handle()
+        graph.nodes.append(node)
+        graph.work[node], graph.kinds[node] = work, kind
+        graph.edges.update((d, node) for d in deps)
+        self._nodes[node] = self._addr(hGraph)
+        return self._drv_put((out, node))
+
+    # --- capture
+
+    def cuStreamBeginCapture_v2(self, hStream: CData, mode: int) -> int:
+        stream = self._stream(hStream)
+        if stream is None or stream.builtin:
+            return self.drv.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED if stream else self.drv.CUDA_ERROR_INVALID_HANDLE
+        if stream.capture is not None:
+            return self.drv.CUDA_ERROR_ILLEGAL_STATE
+        stream.capture = []
+        return 0
+
+    def cuStreamEndCapture(self, hStream: CData, phGraph: CData) -> int:
+        stream = self._stream(hStream)
+        if stream is None or stream.capture is None:
+            return self.drv.CUDA_ERROR_ILLEGAL_STATE
+        graph = Graph()
+        for run in stream.capture:  # one after the other, as the stream ran them
+            node = self._new_handle()
+            if graph.nodes:
+                graph.edges.add((graph.nodes[-1], node))
+            graph.nodes.append(node)
+            graph.work[node], graph.kinds[node] = run, KERNEL
+        stream.capture = None
+        return self._new_graph(phGraph, graph)
+
+    # --- building
+
+    def cuGraphCreate(self, phGraph: CData, flags: int) -> int:
+        return self.drv.CUDA_ERROR_INVALID_VALUE if flags else self._new_graph(phGraph, Graph())
+
+    def cuGraphClone(self, phGraphClone: CData, originalGraph: CData) -> int:
+        graph = self._graph(originalGraph)
+        if graph is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        return self._new_graph(phGraphClone, Graph(list(graph.nodes), dict(graph.work), dict(graph.kinds),
+                                                   set(graph.edges)))
+
+    def cuGraphAddEmptyNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int) -> int:
+        return self._add(phGraphNode, hGraph, dependencies, numDependencies, EMPTY, lambda: None)
+
+    def _kernel_work(self, p: CData):
+        function = self._function(p.func)
+        if function is None:
+            return None
+        kernel = function.kernel
+        grid, block = (p.gridDimX, p.gridDimY, p.gridDimZ), (p.blockDimX, p.blockDimY, p.blockDimZ)
+        buffer = self._param_buffer(kernel, p.kernelParams, p.extra)
+        if buffer is None or not self._launch_shape_ok(grid, block):
+            return None
+        params = registry.Params(buffer, kernel.param_offsets, kernel.param_sizes)
+        shared = p.sharedMemBytes
+        return lambda: self._fault or self._run(kernel, grid, block, shared, params)
+
+    def cuGraphAddKernelNode_v2(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
+                                nodeParams: CData) -> int:
+        work = None if self._is_null(nodeParams) else self._kernel_work(nodeParams)
+        if work is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        return self._add(phGraphNode, hGraph, dependencies, numDependencies, KERNEL, work)
+
+    def cuGraphKernelNodeSetParams_v2(self, hNode: CData, nodeParams: CData) -> int:
+        graph = self._graphs.get(self._nodes.get(self._addr(hNode), 0))
+        work = None if self._is_null(nodeParams) else self._kernel_work(nodeParams)
+        if graph is None or work is None or graph.kinds[self._addr(hNode)] != KERNEL:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        graph.work[self._addr(hNode)] = work
+        return 0
+
+    def cuGraphAddMemsetNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
+                             memsetParams: CData, ctx: CData) -> int:
+        if self._is_null(memsetParams):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        m = memsetParams
+        dst, pitch, value, size, width, height = m.dst, m.pitch, m.value, m.elementSize, m.width, m.height
+        if size not in (1, 2, 4) or self._memory.find(dst, pitch * (height - 1) + width * size if height else 0) \
+                is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        return self._add(phGraphNode, hGraph, dependencies, numDependencies, MEMSET,
+                         lambda: self._memset(dst, pitch or width * size, value, size, width, height))
+
+    def cuGraphAddMemcpyNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
+                             copyParams: CData, ctx: CData) -> int:
+        if self._is_null(copyParams):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        c = self.ffi.new("CUDA_MEMCPY3D *", copyParams[0])  # kept: the node copies it, as CUDA does
+        return self._add(phGraphNode, hGraph, dependencies, numDependencies, MEMCPY, lambda: self.cuMemcpy3D_v2(c))
+
+    def cuGraphAddChildGraphNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
+                                 childGraph: CData) -> int:
+        child = self._graph(childGraph)
+        if child is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        inner = Exec(child.order(), dict(child.work))  # the child as it is now, as CUDA clones it
+        return self._add(phGraphNode, hGraph, dependencies, numDependencies, GRAPH, inner.run)
+
+    def cuGraphAddEventRecordNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
+                                  event: CData) -> int:
+        e = self._event(event)
+        if e is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+
+        def record() -> None:
+            e.recorded_at = time.perf_counter()
+
+        return self._add(phGraphNode, hGraph, dependencies, numDependencies, EVENT_RECORD, record)
+
+    def cuGraphAddDependencies_v2(self, hGraph: CData, from_: CData, to: CData, edgeData: CData,
+                                  numDependencies: int) -> int:
+        graph = self._graph(hGraph)
+        if graph is None or not self._is_null(edgeData):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        pairs = [(self._addr(from_[i]), self._addr(to[i])) for i in range(numDependencies)]
+        if any(a not in graph.work or b not in graph.work or a == b for a, b in pairs):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        graph.edges.update(pairs)
+        return 0
+
+    def cuGraphNodeGetType(self, hNode: CData, type: CData) -> int:
+        graph = self._graphs.get(self._nodes.get(self._addr(hNode), 0))
+        if graph is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        return self._drv_put((type, graph.kinds[self._addr(hNode)]))
+
+    # --- executable graphs
+
+    def cuGraphInstantiateWithFlags(self, phGraphExec: CData, hGraph: CData, flags: int) -> int:
+        graph = self._graph(hGraph)
+        if graph is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        handle = self._new_handle()
+        self._graph_execs[handle] = Exec(graph.order(), dict(graph.work))
+        return self._drv_put((phGraphExec, handle))
+
+    def cuGraphExecKernelNodeSetParams_v2(self, hGraphExec: CData, hNode: CData, nodeParams: CData) -> int:
+        exe = self._graph_execs.get(self._addr(hGraphExec))
+        node = self._addr(hNode)
+        work = None if self._is_null(nodeParams) else self._kernel_work(nodeParams)
+        if exe is None or node not in exe.work or work is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        exe.work[node] = work
+        return 0
+
+    def cuGraphExecUpdate_v2(self, hGraphExec: CData, hGraph: CData, resultInfo: CData) -> int:
+        exe, graph = self._graph_execs.get(self._addr(hGraphExec)), self._graph(hGraph)
+        if exe is None or graph is None or self._is_null(resultInfo):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        if sorted(exe.order) != sorted(graph.nodes):  # the same nodes, parameters changed: updated in place
+            resultInfo.result = 2  # CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED
+            return self.drv.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE
+        exe.work = dict(graph.work)
+        resultInfo.result = 0
+        return 0
+
+    def cuGraphLaunch(self, hGraphExec: CData, hStream: CData) -> int:
+        exe = self._graph_execs.get(self._addr(hGraphExec))
+        if exe is None or self._stream(hStream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        exe.run()
+        return 0
+
+    def cuGraphExecDestroy(self, hGraphExec: CData) -> int:
+        found = self._graph_execs.pop(self._addr(hGraphExec), None) is not None
+        return 0 if found else self.drv.CUDA_ERROR_INVALID_VALUE
+
+    def cuGraphDestroy(self, hGraph: CData) -> int:
+        graph = self._graphs.pop(self._addr(hGraph), None)
+        if graph is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        for node in graph.nodes:
+            self._nodes.pop(node, None)
+        return 0

@@ -1,0 +1,156 @@
+"""Server halves of graphs built node by node: hand-written because every graph, node, event, kernel and
+memory range a node names must be the session's own, which the annotations' roles cannot say of an
+array of nodes or of a struct's pointers.
+
+Nodes are handles the session owns (CUgraphNode); they go with their graph, so the session never destroys
+one itself. A kernel node comes as cuwire.KernelNode: the kernel as the client's lookup named it and its
+parameters laid out at the offsets that lookup described (custom._describe), as a queued launch's. A
+memcpy node may not name host memory: the node would copy the server's memory, not the program's.
+"""
+
+from __future__ import annotations
+
+from cuwire.generated import cuwire_pb2 as pb
+from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, CudaFail, WireError
+
+GRAPH, NODE, EXEC, EVENT, CONTEXT, ARRAY = ("CUgraph_st", "CUgraphNode_st", "CUgraphExec_st", "CUevent_st", "CUctx_st",
+                                            "CUarray_st")
+NOT_SUPPORTED = 801
+HOST, DEVICE, ARRAY_MEMORY, UNIFIED = 1, 2, 3, 4  # CUmemorytype
+ADD, SET, EXEC_SET = 0, 1, 2  # KernelNode_Args.action
+
+
+def _nodes(s, data: bytes, count: int):
+    """An array of this session's nodes from the wire (count of them, 8 bytes each)."""
+    if len(data) != 8 * count:
+        raise WireError(f"{count} nodes in {len(data)} bytes")
+    values = [int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8)]
+    for v in values:
+        s.handle(NODE, "CUgraphNode", v)
+    return s.ffi.new("CUgraphNode[]", [s.ffi.cast("CUgraphNode", v) for v in values]) if values else s.ffi.NULL
+
+
+def _added(s, status: int, out, result):
+    """A new node of the session's."""
+    result.status = status
+    if status == 0:
+        result.phGraphNode = int(s.ffi.cast("uintptr_t", out[0]))
+        s.owns_handle(NODE, result.phGraphNode)
+    return result
+
+
+def cuGraphAddEmptyNode(s, a: pb.cuGraphAddEmptyNode_Args) -> pb.cuGraphAddEmptyNode_Result:
+    out = s.ffi.new("CUgraphNode *")
+    status = s.lib.cuGraphAddEmptyNode(out, s.handle(GRAPH, "CUgraph", a.hGraph),
+                                       _nodes(s, a.dependencies, a.numDependencies), a.numDependencies)
+    return _added(s, status, out, pb.cuGraphAddEmptyNode_Result())
+
+
+def cuGraphAddMemsetNode(s, a: pb.cuGraphAddMemsetNode_Args) -> pb.cuGraphAddMemsetNode_Result:
+    p = s.struct_in("CUDA_MEMSET_NODE_PARAMS", a.memsetParams)
+    if p.elementSize not in (1, 2, 4) or p.height and p.width * p.elementSize > p.pitch and p.height > 1:
+        raise CudaFail(INVALID_VALUE, f"a memset node of {p.height} rows of {p.width} elements of {p.elementSize} "
+                                      f"bytes, {p.pitch} bytes apart")
+    if p.width and p.height:
+        s.device(p.dst, p.pitch * (p.height - 1) + p.width * p.elementSize)
+    out = s.ffi.new("CUgraphNode *")
+    status = s.lib.cuGraphAddMemsetNode(out, s.handle(GRAPH, "CUgraph", a.hGraph),
+                                        _nodes(s, a.dependencies, a.numDependencies), a.numDependencies, p,
+                                        s.handle(CONTEXT, "CUcontext", a.ctx))
+    return _added(s, status, out, pb.cuGraphAddMemsetNode_Result())
+
+
+def _copy_side(s, kind: int, device: int, array, x: int, y: int, z: int, pitch: int, rows: int, c) -> None:
+    if kind == ARRAY_MEMORY:
+        s.handle(ARRAY, "CUarray", int(s.ffi.cast("uintptr_t", array)))
+    elif kind in (DEVICE, UNIFIED):
+        slice_rows = rows if c.Depth > 1 else 0
+        if c.Height > 1 and pitch < c.WidthInBytes:
+            raise CudaFail(INVALID_VALUE, f"a pitch of {pitch} bytes for rows of {c.WidthInBytes}")
+        start = device + (z * slice_rows + y) * pitch + x
+        s.device(start, ((c.Depth - 1) * slice_rows + c.Height - 1) * pitch + c.WidthInBytes)
+    elif kind == HOST:
+        raise CudaFail(NOT_SUPPORTED, "a memcpy node with host memory: in a graph on the server it would copy the "
+                                      "server's memory, not the program's (cuwire)")
+    else:
+        raise CudaFail(INVALID_VALUE, f"memory type {kind}")
+
+
+def cuGraphAddMemcpyNode(s, a: pb.cuGraphAddMemcpyNode_Args) -> pb.cuGraphAddMemcpyNode_Result:
+    c = s.struct_in("CUDA_MEMCPY3D", a.copyParams)
+    if c.WidthInBytes and c.Height and c.Depth:
+        _copy_side(s, c.srcMemoryType, c.srcDevice, c.srcArray, c.srcXInBytes, c.srcY, c.srcZ, c.srcPitch,
+                   c.srcHeight, c)
+        _copy_side(s, c.dstMemoryType, c.dstDevice, c.dstArray, c.dstXInBytes, c.dstY, c.dstZ, c.dstPitch,
+                   c.dstHeight, c)
+    c.srcHost = c.dstHost = s.ffi.NULL  # (addresses in the client's memory, meaningless here)
+    out = s.ffi.new("CUgraphNode *")
+    status = s.lib.cuGraphAddMemcpyNode(out, s.handle(GRAPH, "CUgraph", a.hGraph),
+                                        _nodes(s, a.dependencies, a.numDependencies), a.numDependencies, c,
+                                        s.handle(CONTEXT, "CUcontext", a.ctx))
+    return _added(s, status, out, pb.cuGraphAddMemcpyNode_Result())
+
+
+def cuGraphAddChildGraphNode(s, a: pb.cuGraphAddChildGraphNode_Args) -> pb.cuGraphAddChildGraphNode_Result:
+    out = s.ffi.new("CUgraphNode *")
+    status = s.lib.cuGraphAddChildGraphNode(out, s.handle(GRAPH, "CUgraph", a.hGraph),
+                                            _nodes(s, a.dependencies, a.numDependencies), a.numDependencies,
+                                            s.handle(GRAPH, "CUgraph", a.childGraph))
+    return _added(s, status, out, pb.cuGraphAddChildGraphNode_Result())
+
+
+def cuGraphAddEventRecordNode(s, a: pb.cuGraphAddEventRecordNode_Args) -> pb.cuGraphAddEventRecordNode_Result:
+    out = s.ffi.new("CUgraphNode *")
+    status = s.lib.cuGraphAddEventRecordNode(out, s.handle(GRAPH, "CUgraph", a.hGraph),
+                                             _nodes(s, a.dependencies, a.numDependencies), a.numDependencies,
+                                             s.handle(EVENT, "CUevent", a.event))
+    return _added(s, status, out, pb.cuGraphAddEventRecordNode_Result())
+
+
+def cuGraphAddDependencies_v2(s, a: pb.cuGraphAddDependencies_v2_Args) -> pb.cuGraphAddDependencies_v2_Result:
+    status = s.lib.cuGraphAddDependencies_v2(s.handle(GRAPH, "CUgraph", a.hGraph),
+                                             _nodes(s, a.from_, a.numDependencies),
+                                             _nodes(s, a.to, a.numDependencies), s.ffi.NULL, a.numDependencies)
+    return pb.cuGraphAddDependencies_v2_Result(status=status)
+
+
+def kernel_node(s, a: pb.KernelNode_Args) -> pb.KernelNode_Result:
+    """cuwire.KernelNode: add a kernel node, or set one's parameters in its graph or an executable graph."""
+    layout = s.layouts.get(a.kernel)
+    if layout is None:
+        raise CudaFail(INVALID_HANDLE, f"kernel {a.kernel:#x} was not looked up by this session")
+    if len(a.grid) != 3 or len(a.block) != 3:
+        raise WireError("grid and block need three dimensions each")
+    offsets, sizes = layout
+    if len(a.params) < max((o + n for o, n in zip(offsets, sizes, strict=True)), default=0):
+        raise WireError(f"{len(a.params)} bytes of parameters for a kernel that takes more")
+    ffi = s.ffi
+    buffer = ffi.new("char[]", a.params or b"\0")
+    pointers = ffi.new("void *[]", [buffer + o for o in offsets] or [ffi.NULL])
+    p = ffi.new("CUDA_KERNEL_NODE_PARAMS *")
+    p.func = s.kernels[a.kernel]
+    p.gridDimX, p.gridDimY, p.gridDimZ = a.grid
+    p.blockDimX, p.blockDimY, p.blockDimZ = a.block
+    p.sharedMemBytes = a.shared_mem
+    p.kernelParams = pointers
+    r = pb.KernelNode_Result()
+    if a.action == ADD:
+        out = ffi.new("CUgraphNode *")
+        r.status = s.lib.cuGraphAddKernelNode_v2(out, s.handle(GRAPH, "CUgraph", a.graph),
+                                                 _nodes(s, a.dependencies, len(a.dependencies) // 8),
+                                                 len(a.dependencies) // 8, p)
+        if r.status == 0:
+            r.node = int(ffi.cast("uintptr_t", out[0]))
+            s.owns_handle(NODE, r.node)
+    elif a.action == SET:
+        r.status = s.lib.cuGraphKernelNodeSetParams_v2(s.handle(NODE, "CUgraphNode", a.node), p)
+    elif a.action == EXEC_SET:
+        r.status = s.lib.cuGraphExecKernelNodeSetParams_v2(s.handle(EXEC, "CUgraphExec", a.exec),
+                                                           s.handle(NODE, "CUgraphNode", a.node), p)
+    else:
+        raise WireError(f"kernel node action {a.action}")
+    return r
+
+
+HANDLERS = {f.__name__: f for f in (cuGraphAddEmptyNode, cuGraphAddMemsetNode, cuGraphAddMemcpyNode,
+                                     cuGraphAddChildGraphNode, cuGraphAddEventRecordNode, cuGraphAddDependencies_v2)}

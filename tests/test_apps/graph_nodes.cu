@@ -1,0 +1,164 @@
+// graph_nodes: a graph built node by node (kernel, memset, device-to-device memcpy, empty, child graph and
+// event nodes, with dependencies), instantiated and launched several times; a kernel node's parameters
+// changed in the executable graph; the executable graph updated from a changed graph; node types read
+// back, a graph cloned.
+#include <stdio.h>
+
+#include "check.h"
+
+// the same kernels as streams.cu
+__global__ void streamFill(int *p, int v, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = v + (i & 15);
+}
+
+__global__ void streamScaleAdd(int *dst, const int *src, int mul, int add, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[i] * mul + add;
+}
+
+__global__ void streamAddInto(int *dst, const int *src, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] += src[i];
+}
+
+static int check(const char *what, const int *h, int n, int (*want)(int, int), int arg) {
+    for (int i = 0; i < n; i++)
+        if (h[i] != want(i, arg)) {
+            printf("%-52s FAIL at %d: %d, expected %d\n", what, i, h[i], want(i, arg));
+            return 1;
+        }
+    printf("%-52s OK\n", what);
+    return 0;
+}
+
+// a = fill(v); b = a * 3 + 1; c = 0x01010101 (memset); c += b; d = c (memcpy)
+static int want_d(int i, int v) { return (v + (i & 15)) * 3 + 1 + 0x01010101; }
+
+static cudaGraphNode_t kernel_node(cudaGraph_t g, const cudaGraphNode_t *deps, size_t n_deps, void *f, int blocks,
+                                   void **args) {
+    cudaKernelNodeParams p = {};
+    p.func = f;
+    p.gridDim = dim3(blocks);
+    p.blockDim = dim3(256);
+    p.kernelParams = args;
+    cudaGraphNode_t node;
+    CHECK(cudaGraphAddKernelNode(&node, g, deps, n_deps, &p));
+    return node;
+}
+
+int main() {
+    const int n = 1 << 14, blocks = n / 256;
+    int *a, *b, *c, *d;
+    static int h[1 << 14];
+    int failures = 0;
+    CHECK(cudaMalloc(&a, n * sizeof(int)));
+    CHECK(cudaMalloc(&b, n * sizeof(int)));
+    CHECK(cudaMalloc(&c, n * sizeof(int)));
+    CHECK(cudaMalloc(&d, n * sizeof(int)));
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    cudaEvent_t done;
+    CHECK(cudaEventCreate(&done));
+
+    cudaGraph_t g;
+    CHECK(cudaGraphCreate(&g, 0));
+    int v = 10, mul = 3, add = 1, nn = n;
+    void *fill_args[] = {&a, &v, &nn};
+    cudaGraphNode_t fill = kernel_node(g, NULL, 0, (void *)streamFill, blocks, fill_args);
+    void *scale_args[] = {&b, &a, &mul, &add, &nn};
+    cudaGraphNode_t scale = kernel_node(g, &fill, 1, (void *)streamScaleAdd, blocks, scale_args);
+    cudaMemsetParams ms = {};
+    ms.dst = c;
+    ms.value = 1;
+    ms.elementSize = 1;
+    ms.width = n * sizeof(int);
+    ms.height = 1;
+    cudaGraphNode_t memset_node;
+    CHECK(cudaGraphAddMemsetNode(&memset_node, g, NULL, 0, &ms));
+    cudaGraphNode_t join;
+    cudaGraphNode_t both[2] = {scale, memset_node};
+    CHECK(cudaGraphAddEmptyNode(&join, g, both, 2));
+    void *add_args[] = {&c, &b, &nn};
+    cudaGraphNode_t add_node = kernel_node(g, &join, 1, (void *)streamAddInto, blocks, add_args);
+    cudaGraphNode_t copy;
+    CHECK(cudaGraphAddMemcpyNode1D(&copy, g, NULL, 0, d, c, n * sizeof(int), cudaMemcpyDeviceToDevice));
+    CHECK(cudaGraphAddDependencies(g, &add_node, &copy, NULL, 1));
+    cudaGraphNode_t record;
+    CHECK(cudaGraphAddEventRecordNode(&record, g, &copy, 1, done));
+
+    cudaGraphExec_t exec;
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    for (int round = 0; round < 3; round++) {
+        CHECK(cudaMemset(d, 0, n * sizeof(int)));
+        CHECK(cudaGraphLaunch(exec, s));
+        CHECK(cudaStreamSynchronize(s));
+    }
+    CHECK(cudaEventSynchronize(done));
+    CHECK(cudaMemcpy(h, d, n * sizeof(int), cudaMemcpyDeviceToHost));
+    failures += check("a graph built node by node, launched 3 times", h, n, want_d, 10);
+
+    // the fill kernel's value changed in the executable graph only
+    int v2 = 500;
+    void *fill_args2[] = {&a, &v2, &nn};
+    cudaKernelNodeParams p = {};
+    p.func = (void *)streamFill;
+    p.gridDim = dim3(blocks);
+    p.blockDim = dim3(256);
+    p.kernelParams = fill_args2;
+    CHECK(cudaGraphExecKernelNodeSetParams(exec, fill, &p));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaMemcpy(h, d, n * sizeof(int), cudaMemcpyDeviceToHost));
+    failures += check("a kernel node's parameters set in the executable", h, n, want_d, 500);
+
+    // the graph changed (its fill value), the executable updated from it
+    int v3 = 7000;
+    void *fill_args3[] = {&a, &v3, &nn};
+    p.kernelParams = fill_args3;
+    CHECK(cudaGraphKernelNodeSetParams(fill, &p));
+    cudaGraphExecUpdateResultInfo info;
+    CHECK(cudaGraphExecUpdate(exec, g, &info));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaMemcpy(h, d, n * sizeof(int), cudaMemcpyDeviceToHost));
+    failures += check("the executable updated from the changed graph", h, n, want_d, 7000);
+
+    // node types, a clone, a graph inside a graph
+    cudaGraphNodeType types[4];
+    CHECK(cudaGraphNodeGetType(fill, &types[0]));
+    CHECK(cudaGraphNodeGetType(memset_node, &types[1]));
+    CHECK(cudaGraphNodeGetType(copy, &types[2]));
+    CHECK(cudaGraphNodeGetType(join, &types[3]));
+    printf("node types: kernel %d, memset %d, memcpy %d, empty %d\n", types[0], types[1], types[2], types[3]);
+    cudaGraph_t clone, outer;
+    CHECK(cudaGraphClone(&clone, g));
+    CHECK(cudaGraphCreate(&outer, 0));
+    cudaGraphNode_t child;
+    CHECK(cudaGraphAddChildGraphNode(&child, outer, NULL, 0, clone));
+    int *e;
+    CHECK(cudaMalloc(&e, n * sizeof(int)));
+    cudaGraphNode_t after;
+    CHECK(cudaGraphAddMemcpyNode1D(&after, outer, &child, 1, e, d, n * sizeof(int), cudaMemcpyDeviceToDevice));
+    cudaGraphExec_t outer_exec;
+    CHECK(cudaGraphInstantiate(&outer_exec, outer, 0));
+    CHECK(cudaGraphLaunch(outer_exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaMemcpy(h, e, n * sizeof(int), cudaMemcpyDeviceToHost));
+    failures += check("a clone as a child graph, then a copy after it", h, n, want_d, 7000);
+
+    CHECK(cudaGraphExecDestroy(outer_exec));
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(outer));
+    CHECK(cudaGraphDestroy(clone));
+    CHECK(cudaGraphDestroy(g));
+    CHECK(cudaEventDestroy(done));
+    CHECK(cudaStreamDestroy(s));
+    CHECK(cudaFree(e));
+    CHECK(cudaFree(d));
+    CHECK(cudaFree(c));
+    CHECK(cudaFree(b));
+    CHECK(cudaFree(a));
+    printf("graph_nodes: %s\n", failures ? "FAIL" : "PASS");
+    return failures != 0;
+}
