@@ -81,8 +81,12 @@ def test_owned_handles_reach_the_driver_others_do_not(loop, driver):
 
 def test_values_arrive_as_packed(loop, driver):
     loop.own("CUstream_st", 0x55)
+    loop.add_memory(0xdead0000, 4096)
     assert loop.run(record("cuMemsetD8Async", 0xdead0000, 0xab, 4096, 0x55)) == (0, 0, 1)
     assert driver.calls == [("cuMemsetD8Async", 0xdead0000, 0xab, 4096, 0x55)]
+    # a range past the session's memory (annotations: `range`) never reaches the driver
+    assert loop.run(record("cuMemsetD8Async", 0xdead0000, 0xab, 4097, 0x55))[0] == 1
+    assert len(driver.calls) == 1
 
 
 def test_launch_lays_parameters_out_and_checks_its_kernel(loop, driver):

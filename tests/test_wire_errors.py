@@ -618,3 +618,29 @@ def test_graph_nodes_name_only_the_sessions_own(session):
     reply = session.exchange(pb.Batch(fn=generated.OP_IDS["KernelNode"], args=args.SerializeToString()))
     assert pb.KernelNode_Result.FromString(reply.result).status == 400
     assert vmm_call(session, "cuGraphDestroy", hGraph=graph.phGraph).status == 0
+
+
+def test_device_ranges_of_memsets_and_copies_are_the_sessions(session):
+    """Every device address a memset or copy takes by value (annotations: `range`) must lie, with the
+    bytes it touches, in the session's memory: checked in the Python handlers and in the C loop's
+    queued records alike, before CUDA sees it; nothing is touched when it does not."""
+    device = allocate(session, 4096)
+    assert vmm_call(session, "cuMemsetD8_v2", dstDevice=device, uc=7, N=4096).status == 0
+    assert vmm_call(session, "cuMemsetD8_v2", dstDevice=device, uc=7, N=4097).status == 1
+    assert vmm_call(session, "cuMemsetD32_v2", dstDevice=device + 4, ui=7, N=1023).status == 0
+    assert vmm_call(session, "cuMemsetD32_v2", dstDevice=device + 4, ui=7, N=1024).status == 1
+    assert vmm_call(session, "cuMemsetD32_v2", dstDevice=device, ui=7, N=1 << 62).status == 1  # (N * 4 wraps)
+    assert vmm_call(session, "cuMemcpyDtoD_v2", dstDevice=device, srcDevice=0x7F00_0000_1000, ByteCount=8).status == 1
+    assert vmm_call(session, "cuMemcpyDtoD_v2", dstDevice=device, srcDevice=device + 2048, ByteCount=2048).status == 0
+    ids = {n: i for i, (n, _) in generated.RECORDS.items()}
+    sync = struct.pack("<II", ids["cuCtxSynchronize"], 0)
+    outside = struct.pack("<QBQQ", device + 4000, 1, 200, 0)  # cuMemsetD8Async: dst, value, N, stream
+    queued = struct.pack("<II", ids["cuMemsetD8Async"], len(outside)) + outside
+    assert records_frame(session, queued + sync) == (0, 1, "cuMemsetD8Async", b"", "")
+    wrapped = struct.pack("<QIQQ", device, 7, 1 << 62, 0)  # cuMemsetD32Async: N * 4 past 2^64
+    queued = struct.pack("<II", ids["cuMemsetD32Async"], len(wrapped)) + wrapped
+    assert records_frame(session, queued + sync) == (0, 1, "cuMemsetD32Async", b"", "")
+    inside = struct.pack("<QBQQ", device, 1, 4096, 0)
+    queued = struct.pack("<II", ids["cuMemsetD8Async"], len(inside)) + inside
+    assert records_frame(session, queued + sync) == (0, 0, "", b"", "")
+    assert serving(session)

@@ -19,7 +19,9 @@ unimplemented (its stub says so loudly). Inside a table:
            call succeeded, to note what the client keeps (e.g. a new context and its device)
   server   the file of a hand-written server half for a sync call (its client half and messages are
            generated): for calls whose bookkeeping the roles cannot say (virtual memory: server/vmm.py)
-  <param>  an inline table for one parameter: role, length, alloc, frees (see model.Param)
+  <param>  an inline table for one parameter: role, length, alloc, frees, range (see model.Param);
+           range, for a device address passed by value: an expression of the bytes from it the call
+           touches, which the server checks lie in the session's memory before the call (queued or not)
 
 Parameters not named are inferred where that is safe (see `infer_role`);
 anything else is an error, never a guess.
@@ -38,7 +40,7 @@ ANNOTATIONS = Path(__file__).with_name("annotations")
 PACKAGE = Path(__file__).parents[1]  # cuwire/: `server` names a file in it
 MODES = {"sync", "async", "custom", "local"}
 FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after", "server"}
-PARAM_KEYS = {"role", "length", "alloc", "frees"}
+PARAM_KEYS = {"role", "length", "alloc", "frees", "range"}
 NEEDS_LENGTH = {name for name, role in ROLES.items() if role.sized}
 ASYNC_ROLES = {"value"}
 
@@ -164,6 +166,11 @@ def apply_function(fn: Function, spec: dict) -> None:
         if p.alloc:
             check_expression(fn, p.name, p.alloc)
         p.frees = bool(ann.get("frees", False))
+        p.range = str(ann.get("range", ""))
+        if p.range:
+            if role != "value" or p.type.spelling != "CUdeviceptr":
+                raise AnnotationError(f"{fn.name}.{p.name}: `range` goes with a CUdeviceptr passed by value")
+            check_expression(fn, p.name, p.range)
         if mode == "async" and role not in ASYNC_ROLES:
             raise AnnotationError(f"{fn.name}.{p.name}: an async call can carry only values, not role {role}")
     if mode == "async" and fn.returns.spelling != fn.error_type:

@@ -134,6 +134,7 @@ class Param:
     length: str = ""  # C expression over the other parameters, in bytes
     alloc: str = ""  # for `out` device pointers: the size expression of the new allocation
     frees: bool = False  # the call releases the device allocation this parameter names
+    range: str = ""  # for device addresses passed by value: the bytes from it that must be the session's
 
     @property
     def info(self) -> Role:

@@ -56,6 +56,11 @@ def py_expr(e: str, prefix: str = "", outs: frozenset[str] = frozenset(), out_pr
     return expr(e, lambda n: (f"{out_prefix}{py_name(n)}" if n in outs else f"{prefix}{py_name(n)}"))
 
 
+def c_expr(e: str, prefix: str = "") -> str:
+    """As C, names bound with `prefix` (a record's fields: "r.")."""
+    return expr(e, lambda n: n if n == "sizeof" else f"{prefix}{n}")
+
+
 def boundary_args(p: Param) -> list[tuple[str, str]]:
     """(C type at the Python boundary, C expression) for each value a stub passes to Python for p."""
     if p.role == "value":
@@ -118,7 +123,8 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     env.filters.update(py_name=py_name, boundary_args=boundary_args, python_params=python_params,
-                       record_fields=record_fields, out_ctype=out_ctype, server_arg=server_arg, py_expr=py_expr)
+                       record_fields=record_fields, out_ctype=out_ctype, server_arg=server_arg, py_expr=py_expr,
+                       c_expr=c_expr)
     env.globals.update(internal_ops={op: f"cuwire.{op}" for op in INTERNAL_OPS}, crc32=_crc32,
                        frozenset=frozenset)
     return env

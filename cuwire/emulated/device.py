@@ -950,6 +950,19 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
     def cuMemcpyDtoHAsync_v2(self, dstHost: CData, srcDevice: int, ByteCount: int, hStream: CData) -> int:
         return self._copy_async(dstHost, srcDevice, ByteCount, "DtoH", hStream)
 
+    def cuMemcpyPeer(self, dstDevice: int, dstContext: CData, srcDevice: int, srcContext: CData,
+                     ByteCount: int) -> int:
+        """One device: a peer copy is a device-to-device copy (its contexts are the device's)."""
+        if not (self._is_context(self._addr(dstContext)) and self._is_context(self._addr(srcContext))):
+            return self.drv.CUDA_ERROR_INVALID_CONTEXT
+        return self.cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount)
+
+    def cuMemcpyPeerAsync(self, dstDevice: int, dstContext: CData, srcDevice: int, srcContext: CData,
+                          ByteCount: int, hStream: CData) -> int:
+        if self._stream(hStream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self.cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount)
+
     def cuMemcpyDtoDAsync_v2(self, dstDevice: int, srcDevice: int, ByteCount: int, hStream: CData) -> int:
         return self._copy_async(dstDevice, srcDevice, ByteCount, "DtoD", hStream)
 

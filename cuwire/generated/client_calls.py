@@ -1022,6 +1022,19 @@ def cuMemcpyHtoD_v2(dstDevice, srcHost, srcHost_len, ByteCount):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuMemcpyPeer", onerror=rt.on_error)
+def cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount):
+    """cuMemcpyPeer (cuda.h)"""
+    args = pb.cuMemcpyPeer_Args()
+    args.dstDevice = dstDevice
+    args.dstContext = dstContext
+    args.srcDevice = srcDevice
+    args.srcContext = srcContext
+    args.ByteCount = ByteCount
+    res = rt.call(4212927275, args, pb.cuMemcpyPeer_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuMemsetD16_v2", onerror=rt.on_error)
 def cuMemsetD16_v2(dstDevice, us, N):
     """cuMemsetD16_v2 (cuda.h)"""

@@ -111,6 +111,7 @@ extern "Python+C" int cuwire_py_cuMemcpyDtoH_v2(void *, uint64_t, uint64_t, uint
 extern "Python+C" int cuwire_py_cuMemcpyHtoA_v2(uint64_t, uint64_t, void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemcpyHtoDAsync_v2(uint64_t, void *, uint64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemcpyHtoD_v2(uint64_t, void *, uint64_t, uint64_t);
+extern "Python+C" int cuwire_py_cuMemcpyPeer(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemsetD16_v2(uint64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemsetD2D16_v2(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemsetD2D32_v2(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);

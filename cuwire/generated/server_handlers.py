@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "a40bf16d3dacdd69"
+API_DIGEST = "fabf0642d4e4af41"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -678,6 +678,8 @@ def cuMemcpyAtoH_v2(s, a: pb.cuMemcpyAtoH_v2_Args) -> pb.cuMemcpyAtoH_v2_Result:
 def cuMemcpyDtoD_v2(s, a: pb.cuMemcpyDtoD_v2_Args) -> pb.cuMemcpyDtoD_v2_Result:
     """cuMemcpyDtoD_v2 (cuda.h)"""
     r = pb.cuMemcpyDtoD_v2_Result()
+    s.device_range(a.dstDevice, a.ByteCount)
+    s.device_range(a.srcDevice, a.ByteCount)
     r.status = s.lib.cuMemcpyDtoD_v2(a.dstDevice, a.srcDevice, a.ByteCount)
     return r
 
@@ -686,6 +688,7 @@ def cuMemcpyDtoHAsync_v2(s, a: pb.cuMemcpyDtoHAsync_v2_Args) -> pb.cuMemcpyDtoHA
     """cuMemcpyDtoHAsync_v2 (cuda.h)"""
     r = pb.cuMemcpyDtoHAsync_v2_Result()
     dstHost = s.out_buffer(a.ByteCount)
+    s.device_range(a.srcDevice, a.ByteCount)
     r.status = s.lib.cuMemcpyDtoHAsync_v2(dstHost, a.srcDevice, a.ByteCount, s.handle("CUstream_st", "CUstream", a.hStream))
     if r.status == 0:
         r.dstHost = s.take(dstHost, a.ByteCount)
@@ -696,6 +699,7 @@ def cuMemcpyDtoH_v2(s, a: pb.cuMemcpyDtoH_v2_Args) -> pb.cuMemcpyDtoH_v2_Result:
     """cuMemcpyDtoH_v2 (cuda.h)"""
     r = pb.cuMemcpyDtoH_v2_Result()
     dstHost = s.out_buffer(a.ByteCount)
+    s.device_range(a.srcDevice, a.ByteCount)
     r.status = s.lib.cuMemcpyDtoH_v2(dstHost, a.srcDevice, a.ByteCount)
     if r.status == 0:
         r.dstHost = s.take(dstHost, a.ByteCount)
@@ -714,6 +718,7 @@ def cuMemcpyHtoDAsync_v2(s, a: pb.cuMemcpyHtoDAsync_v2_Args) -> pb.cuMemcpyHtoDA
     """cuMemcpyHtoDAsync_v2 (cuda.h)"""
     r = pb.cuMemcpyHtoDAsync_v2_Result()
     srcHost = s.in_buffer(a.srcHost, a.ByteCount)
+    s.device_range(a.dstDevice, a.ByteCount)
     r.status = s.lib.cuMemcpyHtoDAsync_v2(a.dstDevice, srcHost, a.ByteCount, s.handle("CUstream_st", "CUstream", a.hStream))
     return r
 
@@ -722,13 +727,24 @@ def cuMemcpyHtoD_v2(s, a: pb.cuMemcpyHtoD_v2_Args) -> pb.cuMemcpyHtoD_v2_Result:
     """cuMemcpyHtoD_v2 (cuda.h)"""
     r = pb.cuMemcpyHtoD_v2_Result()
     srcHost = s.in_buffer(a.srcHost, a.ByteCount)
+    s.device_range(a.dstDevice, a.ByteCount)
     r.status = s.lib.cuMemcpyHtoD_v2(a.dstDevice, srcHost, a.ByteCount)
+    return r
+
+
+def cuMemcpyPeer(s, a: pb.cuMemcpyPeer_Args) -> pb.cuMemcpyPeer_Result:
+    """cuMemcpyPeer (cuda.h)"""
+    r = pb.cuMemcpyPeer_Result()
+    s.device_range(a.dstDevice, a.ByteCount)
+    s.device_range(a.srcDevice, a.ByteCount)
+    r.status = s.lib.cuMemcpyPeer(a.dstDevice, s.handle("CUctx_st", "CUcontext", a.dstContext), a.srcDevice, s.handle("CUctx_st", "CUcontext", a.srcContext), a.ByteCount)
     return r
 
 
 def cuMemsetD16_v2(s, a: pb.cuMemsetD16_v2_Args) -> pb.cuMemsetD16_v2_Result:
     """cuMemsetD16_v2 (cuda.h)"""
     r = pb.cuMemsetD16_v2_Result()
+    s.device_range(a.dstDevice, a.N * 2)
     r.status = s.lib.cuMemsetD16_v2(a.dstDevice, a.us, a.N)
     return r
 
@@ -757,6 +773,7 @@ def cuMemsetD2D8_v2(s, a: pb.cuMemsetD2D8_v2_Args) -> pb.cuMemsetD2D8_v2_Result:
 def cuMemsetD32_v2(s, a: pb.cuMemsetD32_v2_Args) -> pb.cuMemsetD32_v2_Result:
     """cuMemsetD32_v2 (cuda.h)"""
     r = pb.cuMemsetD32_v2_Result()
+    s.device_range(a.dstDevice, a.N * 4)
     r.status = s.lib.cuMemsetD32_v2(a.dstDevice, a.ui, a.N)
     return r
 
@@ -764,6 +781,7 @@ def cuMemsetD32_v2(s, a: pb.cuMemsetD32_v2_Args) -> pb.cuMemsetD32_v2_Result:
 def cuMemsetD8_v2(s, a: pb.cuMemsetD8_v2_Args) -> pb.cuMemsetD8_v2_Result:
     """cuMemsetD8_v2 (cuda.h)"""
     r = pb.cuMemsetD8_v2_Result()
+    s.device_range(a.dstDevice, a.N)
     r.status = s.lib.cuMemsetD8_v2(a.dstDevice, a.uc, a.N)
     return r
 
@@ -1719,6 +1737,7 @@ HANDLERS = {
     1273985994: ("cuMemcpyHtoA_v2", pb.cuMemcpyHtoA_v2_Args, cuMemcpyHtoA_v2),
     2773017931: ("cuMemcpyHtoDAsync_v2", pb.cuMemcpyHtoDAsync_v2_Args, cuMemcpyHtoDAsync_v2),
     2083621880: ("cuMemcpyHtoD_v2", pb.cuMemcpyHtoD_v2_Args, cuMemcpyHtoD_v2),
+    4212927275: ("cuMemcpyPeer", pb.cuMemcpyPeer_Args, cuMemcpyPeer),
     1863459517: ("cuMemsetD16_v2", pb.cuMemsetD16_v2_Args, cuMemsetD16_v2),
     4269481017: ("cuMemsetD2D16_v2", pb.cuMemsetD2D16_v2_Args, cuMemsetD2D16_v2),
     198825998: ("cuMemsetD2D32_v2", pb.cuMemsetD2D32_v2_Args, cuMemsetD2D32_v2),
@@ -1841,6 +1860,8 @@ RECORDS = {
     1437163825: ("cuMemPoolTrimTo", struct.Struct("<QQ")),
     2688723146: ("cuMemcpyDtoDAsync_v2", struct.Struct("<QQQQ")),
     3146899852: ("cuMemcpyDtoD_v2", struct.Struct("<QQQ")),
+    4212927275: ("cuMemcpyPeer", struct.Struct("<QQQQQ")),
+    2374564042: ("cuMemcpyPeerAsync", struct.Struct("<QQQQQQ")),
     2127962567: ("cuMemsetD16Async", struct.Struct("<QHQQ")),
     1863459517: ("cuMemsetD16_v2", struct.Struct("<QHQ")),
     3763925066: ("cuMemsetD2D16Async", struct.Struct("<QQHQQQ")),

@@ -205,6 +205,14 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             *err = CW_INVALID_HANDLE;
             return 1;
         }
+        if (!cw_device_range(s, r.dstDevice, (unsigned __int128)r.ByteCount)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
+        if (!cw_device_range(s, r.srcDevice, (unsigned __int128)r.ByteCount)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
         *err = s->fn.cuMemcpyDtoDAsync_v2(r.dstDevice, r.srcDevice, r.ByteCount, (CUstream)(uintptr_t)r.hStream);
         return 1;
     }
@@ -217,7 +225,80 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         if (size != sizeof r)
             return cw_refuse(s, "queued cuMemcpyDtoD_v2: record of %u bytes, expected %zu", size, sizeof r);
         memcpy(&r, p, sizeof r);
+        if (!cw_device_range(s, r.dstDevice, (unsigned __int128)r.ByteCount)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
+        if (!cw_device_range(s, r.srcDevice, (unsigned __int128)r.ByteCount)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
         *err = s->fn.cuMemcpyDtoD_v2(r.dstDevice, r.srcDevice, r.ByteCount);
+        return 1;
+    }
+    case 4212927275u: { /* cuMemcpyPeer (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t dstDevice;
+            uint64_t dstContext;
+            uint64_t srcDevice;
+            uint64_t srcContext;
+            uint64_t ByteCount;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuMemcpyPeer: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUctx_st, r.dstContext)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_owns(s, CW_KIND_CUctx_st, r.srcContext)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_device_range(s, r.dstDevice, (unsigned __int128)r.ByteCount)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
+        if (!cw_device_range(s, r.srcDevice, (unsigned __int128)r.ByteCount)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
+        *err = s->fn.cuMemcpyPeer(r.dstDevice, (CUcontext)(uintptr_t)r.dstContext, r.srcDevice, (CUcontext)(uintptr_t)r.srcContext, r.ByteCount);
+        return 1;
+    }
+    case 2374564042u: { /* cuMemcpyPeerAsync (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t dstDevice;
+            uint64_t dstContext;
+            uint64_t srcDevice;
+            uint64_t srcContext;
+            uint64_t ByteCount;
+            uint64_t hStream;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuMemcpyPeerAsync: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUctx_st, r.dstContext)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_owns(s, CW_KIND_CUctx_st, r.srcContext)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_owns(s, CW_KIND_CUstream_st, r.hStream)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_device_range(s, r.dstDevice, (unsigned __int128)r.ByteCount)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
+        if (!cw_device_range(s, r.srcDevice, (unsigned __int128)r.ByteCount)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
+        *err = s->fn.cuMemcpyPeerAsync(r.dstDevice, (CUcontext)(uintptr_t)r.dstContext, r.srcDevice, (CUcontext)(uintptr_t)r.srcContext, r.ByteCount, (CUstream)(uintptr_t)r.hStream);
         return 1;
     }
     case 2127962567u: { /* cuMemsetD16Async (cuda.h) */
@@ -234,6 +315,10 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             *err = CW_INVALID_HANDLE;
             return 1;
         }
+        if (!cw_device_range(s, r.dstDevice, (unsigned __int128)r.N * 2)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
         *err = s->fn.cuMemsetD16Async(r.dstDevice, r.us, r.N, (CUstream)(uintptr_t)r.hStream);
         return 1;
     }
@@ -246,6 +331,10 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         if (size != sizeof r)
             return cw_refuse(s, "queued cuMemsetD16_v2: record of %u bytes, expected %zu", size, sizeof r);
         memcpy(&r, p, sizeof r);
+        if (!cw_device_range(s, r.dstDevice, (unsigned __int128)r.N * 2)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
         *err = s->fn.cuMemsetD16_v2(r.dstDevice, r.us, r.N);
         return 1;
     }
@@ -362,6 +451,10 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             *err = CW_INVALID_HANDLE;
             return 1;
         }
+        if (!cw_device_range(s, r.dstDevice, (unsigned __int128)r.N * 4)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
         *err = s->fn.cuMemsetD32Async(r.dstDevice, r.ui, r.N, (CUstream)(uintptr_t)r.hStream);
         return 1;
     }
@@ -374,6 +467,10 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         if (size != sizeof r)
             return cw_refuse(s, "queued cuMemsetD32_v2: record of %u bytes, expected %zu", size, sizeof r);
         memcpy(&r, p, sizeof r);
+        if (!cw_device_range(s, r.dstDevice, (unsigned __int128)r.N * 4)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
         *err = s->fn.cuMemsetD32_v2(r.dstDevice, r.ui, r.N);
         return 1;
     }
@@ -391,6 +488,10 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             *err = CW_INVALID_HANDLE;
             return 1;
         }
+        if (!cw_device_range(s, r.dstDevice, (unsigned __int128)r.N)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
         *err = s->fn.cuMemsetD8Async(r.dstDevice, r.uc, r.N, (CUstream)(uintptr_t)r.hStream);
         return 1;
     }
@@ -403,6 +504,10 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         if (size != sizeof r)
             return cw_refuse(s, "queued cuMemsetD8_v2: record of %u bytes, expected %zu", size, sizeof r);
         memcpy(&r, p, sizeof r);
+        if (!cw_device_range(s, r.dstDevice, (unsigned __int128)r.N)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
         *err = s->fn.cuMemsetD8_v2(r.dstDevice, r.uc, r.N);
         return 1;
     }

@@ -20,6 +20,8 @@
     X(cuMemPoolTrimTo) \
     X(cuMemcpyDtoDAsync_v2) \
     X(cuMemcpyDtoD_v2) \
+    X(cuMemcpyPeer) \
+    X(cuMemcpyPeerAsync) \
     X(cuMemsetD16Async) \
     X(cuMemsetD16_v2) \
     X(cuMemsetD2D16Async) \

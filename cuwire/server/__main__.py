@@ -62,6 +62,14 @@ def run(settings: Settings, ready=None, one_session: bool = False, probe: bool =
     if settings.isolation == "process":
         return run_listener(settings, ready, log)
     from cuwire.server.service import serve
+    from cuwire.transport import is_loopback
+
+    if not is_loopback(settings.listen.rpartition(":")[0].strip("[]")):
+        log.error("--isolation thread serves only a loopback address (not %s): its sessions share one process and "
+                  "one CUDA context, and the device pointers inside kernel arguments cannot be checked, so one "
+                  "client could reach another's memory; use --isolation process (the default) on a network",
+                  settings.listen)
+        return 1
 
     try:
         server, state, port = serve(settings)

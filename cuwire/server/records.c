@@ -210,6 +210,15 @@ static int cw_kernels_grow(cw_records *s)
     return 0;
 }
 
+int cw_records_in_memory(const cw_records *s, uint64_t address, uint64_t size);
+
+/* A device range a generated record names (annotations: `range`, computed without overflow): none, or
+ * all of it the session's. */
+static int cw_device_range(const cw_records *s, uint64_t address, unsigned __int128 size)
+{
+    return size == 0 || (size <= UINT64_MAX && cw_records_in_memory(s, address, (uint64_t)size));
+}
+
 #include "server_records.c"
 
 /* ------------------------------------------------------------------ what the Python session calls */

@@ -407,6 +407,12 @@ class Session:
             return self.ffi.cast("void *", address)
         raise CudaFail(INVALID_VALUE, f"{size} bytes at {address:#x} are not in this session's device memory")
 
+    def device_range(self, address: int, size: int) -> None:
+        """A device range a generated handler's call touches (annotations: `range`): none, or all of it in
+        this session's memory (checked like `device`)."""
+        if size and not (size < 1 << 64 and self.records.in_memory(address, size)):
+            raise CudaFail(INVALID_VALUE, f"{size} bytes at {address:#x} are not in this session's device memory")
+
     def reserve(self, size: int) -> None:
         """Before a device allocation of `size` bytes: refused, without reaching CUDA, when it would take
         the session past its budget (CUWIRE_SESSION_MEMORY)."""
