@@ -37,6 +37,9 @@ class Settings:
     cache_dir: Path = field(
         default_factory=lambda: Path(_env("cache_dir", str(Path.home() / ".cache" / "cuwire" / "modules"))))
     log_level: str = field(default_factory=lambda: _env("log_level", "info"))
+    # text: "cuwire server: message" lines; json: one JSON object a line (time, level, process, session,
+    # message) for a log collector
+    log_format: str = field(default_factory=lambda: _env("log_format", "text"))
     max_buffer: int = field(default_factory=lambda: int(_env("max_buffer", str(8 << 30))))
     # the most device memory one session may hold through cuMemAlloc and friends, in bytes; 0: the GPU's
     session_memory: int = field(default_factory=lambda: int(_env("session_memory", "0")))

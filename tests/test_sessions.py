@@ -358,3 +358,26 @@ def test_a_frozen_session_process_ends_its_client_instead_of_hanging(looper, app
         p.wait(10)
         s.stop()
     assert "lost the cuwire server" in p.stderr.read()
+
+
+def test_json_logs_name_the_session_and_traces_time_each_call(apps, client_lib, tmp_path):
+    """CUWIRE_LOG_FORMAT=json: every line an object, a session process's carrying its session; CUWIRE_TRACE=1:
+    every call's result and time."""
+    import json
+
+    from conftest import ServerProcess
+
+    s = ServerProcess(tmp_path, env={"CUWIRE_LOG_FORMAT": "json"})
+    try:
+        r = run_remote(apps / "vector_add", client_lib, s.address, env={"CUWIRE_TRACE": "1"})
+        assert r.returncode == 0, r.stderr
+        assert re.search(r"cuwire trace: cuMemAlloc_v2 -> 0 in \d+\.\d us", r.stderr), r.stderr[-2000:]
+        deadline = time.monotonic() + 10
+        while '"session": "1"' not in s.text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        s.stop()
+    lines = [json.loads(line) for line in s.log_path.read_text().splitlines() if line.strip()]
+    assert {"time", "level", "pid", "session", "message"} <= set(lines[0])
+    assert any(line["session"] == "1" and "opened" in line["message"] for line in lines)
+    assert any(line["session"] == "" and line["message"].startswith("listening on") for line in lines)

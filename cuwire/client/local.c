@@ -88,12 +88,36 @@ __attribute__((constructor)) static void cuwire_trace_setting(void)
     cuwire_trace = t && strcmp(t, "1") == 0;
 }
 
-void cuwire_trace_call(const char *name) { fprintf(stderr, "cuwire trace: %s\n", name); }
+/* CUWIRE_TRACE=1: each call as it starts, and as it ends with its result and how long it took (calls
+ * may nest: a runtime function's driver calls; each thread keeps its own stack of start times). */
+#define TRACE_DEPTH 16
+static __thread uint64_t trace_started[TRACE_DEPTH];
+static __thread int trace_depth;
+
+static uint64_t trace_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* A call whose result is no CUresult: named only. */
+void cuwire_trace_note(const char *name) { fprintf(stderr, "cuwire trace: %s\n", name); }
+
+void cuwire_trace_call(const char *name)
+{
+    fprintf(stderr, "cuwire trace: %s\n", name);
+    if (trace_depth < TRACE_DEPTH)
+        trace_started[trace_depth] = trace_now_ns();
+    trace_depth++;
+}
 
 void cuwire_trace_result(const char *name, int result)
 {
-    if (result)
-        fprintf(stderr, "cuwire trace: %s -> %d\n", name, result);
+    double us = 0;
+    if (trace_depth > 0 && --trace_depth < TRACE_DEPTH)
+        us = (double)(trace_now_ns() - trace_started[trace_depth]) / 1e3;
+    fprintf(stderr, "cuwire trace: %s -> %d in %.1f us\n", name, result, us);
 }
 
 /* ------------------------------------------------------------------ unimplemented functions */

@@ -13,6 +13,7 @@ int cuwire_unimplemented(const char *name, const char *header, int *warned);
 /* CUWIRE_TRACE=1: every CUDA call the program makes is named on stderr as it starts. */
 extern int cuwire_trace;
 void cuwire_trace_call(const char *name);
+void cuwire_trace_note(const char *name);
 void cuwire_trace_result(const char *name, int result); /* errors only */
 /* Says `what name` on stderr, once per name. */
 void cuwire_say_once_per_name(const char *what, const char *name);

@@ -18875,7 +18875,7 @@ CUWIRE_EXPORT const char * nvmlErrorString(nvmlReturn_t result)
 {
     __atomic_add_fetch(&cuwire_counts[870], 1, __ATOMIC_RELAXED);
     if (cuwire_trace)
-        cuwire_trace_call("nvmlErrorString");
+        cuwire_trace_note("nvmlErrorString");
     return cuwire_impl_nvmlErrorString(result);
 }
 

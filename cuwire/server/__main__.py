@@ -43,6 +43,30 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return s
 
 
+class JsonLines(logging.Formatter):
+    """CUWIRE_LOG_FORMAT=json: one object a line, with the session it comes from (a session process's
+    name, given by the listener; empty in the listener)."""
+
+    def __init__(self, session: str) -> None:
+        super().__init__()
+        self.session = session
+
+    def format(self, record: logging.LogRecord) -> str:
+        import json
+
+        return json.dumps({"time": round(record.created, 6), "level": record.levelname.lower(), "pid": record.process,
+                           "session": self.session, "message": record.getMessage()})
+
+
+def configure_logging(settings: Settings) -> None:
+    if settings.log_format not in ("text", "json"):
+        raise SystemExit(f"cuwire server: unknown log format {settings.log_format!r} (CUWIRE_LOG_FORMAT: text, json)")
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonLines(settings.session_name) if settings.log_format == "json"
+                         else logging.Formatter("cuwire server: %(message)s"))
+    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler])
+
+
 def wait_for_signal(extra: threading.Event | None = None) -> threading.Event:
     """An event set by SIGTERM or SIGINT (or by whoever else holds it)."""
     stop = extra or threading.Event()
@@ -53,7 +77,7 @@ def wait_for_signal(extra: threading.Event | None = None) -> threading.Event:
 
 def run(settings: Settings, ready=None, one_session: bool = False, probe: bool = False,
         handoff_fd: int | None = None) -> int:
-    logging.basicConfig(level=settings.log_level.upper(), format="cuwire server: %(message)s")
+    configure_logging(settings)
     log = logging.getLogger("cuwire.server")
     if probe:
         return run_probe(settings, log)
