@@ -36,6 +36,7 @@ from cuwire.server.backend import cuda_ffi  # noqa: F401  (tests build their FFI
 
 CData = Any  # a cffi cdata value; cffi has no static types for these
 
+LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 DEVICE_BASE = 1 << 48  # above the x86-64 user address space: never equal to a host pointer
 ALLOCATION_ALIGNMENT = 256  # what cuMemAlloc guarantees
 PITCH_ALIGNMENT = 512  # what cuMemAllocPitch rounds rows up to on current GPUs
@@ -173,6 +174,7 @@ class EmulatedMemory:
         self._bases: list[int] = []  # sorted allocation start addresses
         self._blocks: dict[int, bytearray | mmap.mmap] = {}
         self._globals: dict[str, int] = {}
+        self.cluster: registry.Dim3 = (1, 1, 1)  # the running launch's cluster dimension
         self.textures: dict = {}  # texture objects (emulated/arrays.py), as kernels see them
         self.surfaces: dict = {}
 
@@ -410,6 +412,7 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
         self._pools: dict[int, dict[int, int]] = {}  # memory pool handle -> its attributes (CUmemPool_attribute)
         self._default_pool = self._current_pool = 0  # made at the first cuDeviceGetDefaultMemPool
         self._physical: dict[int, bytearray] = {}  # cuMemCreate's allocations (emulated/vmm.py)
+        self._launch_cluster: registry.Dim3 = (1, 1, 1)  # cuLaunchKernelEx's cluster dimension, for its launch
         self._arrays: dict = {}  # CUDA arrays (emulated/arrays.py)
         self._mipmaps: dict[int, list[int]] = {}  # mipmapped arrays -> their levels' handles
 
@@ -1512,9 +1515,10 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
         if buffer is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
         params = registry.Params(buffer, kernel.param_offsets, kernel.param_sizes)
-        if self._captured(hStream, lambda: self._run(kernel, grid, block, sharedMemBytes, params)):
+        cluster = self._launch_cluster
+        if self._captured(hStream, lambda: self._run(kernel, grid, block, sharedMemBytes, params, cluster)):
             return 0
-        self._run(kernel, grid, block, sharedMemBytes, params)
+        self._run(kernel, grid, block, sharedMemBytes, params, cluster)
         return 0
 
     def cuLaunchKernelEx(self, config: CData, f: CData, kernelParams: CData, extra: CData) -> int:
@@ -1522,11 +1526,19 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
         if self._is_null(config):
             return self.drv.CUDA_ERROR_INVALID_VALUE
         c = config
-        return self.cuLaunchKernel(f, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY, c.blockDimZ,
-                                   c.sharedMemBytes, c.hStream, kernelParams, extra)
+        for i in range(c.numAttrs):  # a cluster dimension is what a kernel can see (emulated/kernels.py)
+            if c.attrs[i].id == LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+                d = c.attrs[i].value.clusterDim
+                self._launch_cluster = (d.x, d.y, d.z)
+        try:
+            return self.cuLaunchKernel(f, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY, c.blockDimZ,
+                                       c.sharedMemBytes, c.hStream, kernelParams, extra)
+        finally:
+            self._launch_cluster = (1, 1, 1)
 
     def _run(self, kernel: registry.Kernel, grid: registry.Dim3, block: registry.Dim3, shared: int,
-             params: registry.Params) -> None:
+             params: registry.Params, cluster: registry.Dim3 = (1, 1, 1)) -> None:
+        self._memory.cluster = cluster
         try:
             kernel.run(self._memory, grid, block, shared, params)
         except _Fault as fault:

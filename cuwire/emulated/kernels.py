@@ -477,3 +477,28 @@ def surf_scale(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> Non
         for x in range(min(block[0], w)):
             v = struct.unpack("<i", s.read(4 * x, y, 4))[0]
             s.write(_wrap32([2 * v + y]).tobytes(), 4 * x, y)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# clusters.cu
+
+
+def _cluster_neighbour(mem: Mem, grid: Dim3, size: int, out: int) -> None:
+    """Block b (cluster rank r) writes r * 1000 + the next rank's shared value, (its block index) * 10."""
+    values = []
+    for b in range(grid[0]):
+        rank = b % size
+        values.append(rank * 1000 + (b - rank + (rank + 1) % size) * 10)
+    _write(mem, out, _wrap32(values))
+
+
+@kernel("_Z16clusterNeighbourPi", params=[8])
+def cluster_neighbour(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """Clusters as the launch's attribute says."""
+    _cluster_neighbour(mem, grid, mem.cluster[0], p.ptr(0))
+
+
+@kernel("_Z21clusterNeighbourFixedPi", params=[8])
+def cluster_neighbour_fixed(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """Clusters of 4 (__cluster_dims__(4, 1, 1), compiled into the kernel)."""
+    _cluster_neighbour(mem, grid, 4, p.ptr(0))

@@ -16,6 +16,8 @@ from typing import Any, Protocol
 class DeviceMemory(Protocol):
     """The emulated device's memory, as a kernel sees it."""
 
+    cluster: tuple[int, int, int]  # the running launch's thread block cluster dimension
+
     def read(self, address: int, size: int) -> bytes: ...
 
     def write(self, address: int, data: bytes) -> None: ...
