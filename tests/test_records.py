@@ -251,3 +251,12 @@ def test_serve_answers_records_frames_and_hands_back_other_frames(driver, spin_u
     here.close()
     assert loop.serve(there.fileno(), b"", 0) == Served(None, 0, 0, 0, 0, "")  # the end of the stream
     there.close()
+
+
+def test_service_times_fall_in_their_buckets(loop):
+    """The metrics' histogram (records.c counts, metrics.LATENCY_BOUNDS_US names the bounds: the same)."""
+    for us in (5, 10, 11, 20_000, 20_000_000):
+        loop.observe(us * 1000, 1, 2)
+    f = loop.figures()
+    assert f["latency"] == [2, 1, 0, 0, 0, 0, 0, 1, 0, 0, 1]
+    assert (f["bytes_in"], f["bytes_out"], f["latency_ns"]) == (5, 10, (5 + 10 + 11 + 20_000 + 20_000_000) * 1000)

@@ -316,6 +316,8 @@ def test_metrics_and_health_on_the_one_port(looper, apps, client_lib, tmp_path):
                                re.M)
             assert memory and int(memory.group(1)) >= 1 << 20, text
             assert metric(text, "cuwire_sessions") == 1
+            received = re.search(r'^cuwire_session_received_bytes_total\{[^}]*\} (\d+)$', text, re.M)
+            assert received and int(received.group(1)) > 4096, text  # (the looper copies 4 KiB a call)
         finally:
             p.kill()
             p.wait()
@@ -327,6 +329,11 @@ def test_metrics_and_health_on_the_one_port(looper, apps, client_lib, tmp_path):
         assert metric(text, "cuwire_sessions_started_total") == 2
         assert metric(text, 'cuwire_connections_refused_total{reason="token"}') == 1
         assert metric(text, "cuwire_calls_total") > 10  # vector_add's and the looper's, ended sessions included
+        # every call's service time, ended sessions included: a histogram whose buckets add up
+        count = metric(text, "cuwire_call_duration_seconds_count")
+        assert count > 10 and metric(text, 'cuwire_call_duration_seconds_bucket{le="+Inf"}') == count
+        assert metric(text, 'cuwire_call_duration_seconds_bucket{le="1e-05"}') <= count
+        assert 0 < metric(text, "cuwire_call_duration_seconds_sum") < 60
     finally:
         s.stop()
 

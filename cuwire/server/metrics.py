@@ -5,10 +5,12 @@ gives the counters below in Prometheus' text format, `GET /healthz` says the lis
 process reports its session's figures to the listener every REPORT_SECONDS over the channel its
 connection came by (listener.py), and once more as it ends; the listener keeps the latest.
 
-What is served: sessions open and started, refusals by reason, calls served (ended sessions included),
-and per open session its calls, device memory and page-locked host memory. No token is asked: the figures
-name no data, only counts and the clients' host names. Not yet: round-trip latency histograms and bytes
-moved (they are counted in the client, `cuwire run --stats`).
+What is served: sessions open and started, refusals by reason, calls served (ended sessions included), a
+histogram of the calls' service times on the server (from a frame's arrival to its answer's departure,
+counted by each session's C loop and Python path alike; ended sessions included), and per open session
+its calls, bytes received and sent, device memory and page-locked host memory. No token is asked: the
+figures name no data, only counts and the clients' host names. The round trip a program sees adds the
+network (`cuwire run --stats` counts that, in the client).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 REPORT_SECONDS = 2.0
+# the service-time histogram's bucket bounds, in microseconds (server/records.c CW_LATENCY_BOUNDS, the same)
+LATENCY_BOUNDS_US = (10, 30, 100, 300, 1000, 3000, 10000, 100000, 1000000, 10000000)
 HTTP_METHODS = (b"GET ", b"HEAD")  # how an HTTP request begins; a cuwire frame begins with its magic
 REQUEST_MAX = 8192
 
@@ -31,6 +35,8 @@ class Figures:
     started: int = 0
     refused: Counter = field(default_factory=Counter)  # reason -> connections refused
     ended_calls: int = 0  # calls of the sessions that ended
+    ended_latency: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BOUNDS_US) + 1))
+    ended_latency_ns: int = 0
     sessions: dict[str, dict] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -44,13 +50,19 @@ class Figures:
 
     def ended(self, name: str) -> None:
         with self.lock:
-            self.ended_calls += int(self.sessions.pop(name, {}).get("calls", 0))
+            last = self.sessions.pop(name, {})
+            self.ended_calls += int(last.get("calls", 0))
+            self.ended_latency = _add(self.ended_latency, last.get("latency"))
+            self.ended_latency_ns += int(last.get("latency_ns", 0))
 
     def text(self, open_sessions: int, busy: int = 0) -> str:
         """The Prometheus text exposition (format 0.0.4); `busy`: connections refused for want of room."""
         with self.lock:
             live = {name: dict(f) for name, f in self.sessions.items()}
             refused, started, ended_calls = Counter(self.refused), self.started, self.ended_calls
+            latency, latency_ns = list(self.ended_latency), self.ended_latency_ns
+        for f in live.values():
+            latency, latency_ns = _add(latency, f.get("latency")), latency_ns + int(f.get("latency_ns", 0))
         refused["busy"] += busy
         lines = [
             "# HELP cuwire_sessions Sessions open now.", "# TYPE cuwire_sessions gauge",
@@ -65,8 +77,21 @@ class Figures:
             "# TYPE cuwire_calls_total counter",
             f"cuwire_calls_total {ended_calls + sum(int(f.get('calls', 0)) for f in live.values())}",
         ]
+        lines += ["# HELP cuwire_call_duration_seconds How long the server took to answer a call (or a frame of "
+                  "queued calls), from its arrival to the answer's departure, ended sessions included.",
+                  "# TYPE cuwire_call_duration_seconds histogram"]
+        cumulative = 0
+        for bound, count in zip((*(f"{b / 1e6:g}" for b in LATENCY_BOUNDS_US), "+Inf"), latency, strict=True):
+            cumulative += count
+            lines.append(f'cuwire_call_duration_seconds_bucket{{le="{bound}"}} {cumulative}')
+        lines += [f"cuwire_call_duration_seconds_sum {latency_ns / 1e9:.9f}",
+                  f"cuwire_call_duration_seconds_count {cumulative}"]
         for metric, key, kind, help_text in (
                 ("cuwire_session_calls_total", "calls", "counter", "CUDA calls served to the session."),
+                ("cuwire_session_received_bytes_total", "bytes_in", "counter",
+                 "Bytes of frames the session received on its connection (beside shared memory)."),
+                ("cuwire_session_sent_bytes_total", "bytes_out", "counter",
+                 "Bytes of frames the session sent on its connection (beside shared memory)."),
                 ("cuwire_session_device_memory_bytes", "device_memory", "gauge",
                  "Device memory the session holds (its allocations)."),
                 ("cuwire_session_host_memory_bytes", "host_memory", "gauge",
@@ -75,6 +100,13 @@ class Figures:
             lines += [f'{metric}{{session="{_label(name)}",client="{_label(str(f.get("client", "")))}"}} '
                       f'{int(f.get(key, 0))}' for name, f in sorted(live.items())]
         return "\n".join(lines) + "\n"
+
+
+def _add(totals: list[int], more) -> list[int]:
+    """Bucket counts added (a report's may be missing or malformed: then nothing is added)."""
+    if not isinstance(more, list) or len(more) != len(totals):
+        return totals
+    return [a + int(b) for a, b in zip(totals, more, strict=True)]
 
 
 def _label(value: str) -> str:

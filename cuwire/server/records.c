@@ -34,6 +34,11 @@
 
 typedef struct cw_records cw_records;
 
+/* The service-time histogram's upper bounds, in microseconds (the last bucket: beyond them all). */
+#define CW_LATENCY_BUCKETS 11
+static const uint64_t CW_LATENCY_BOUNDS[CW_LATENCY_BUCKETS - 1] = {10, 30, 100, 300, 1000, 3000, 10000,
+                                                                    100000, 1000000, 10000000};
+
 /* The handle kinds the loop checks (struct tags, as the model names them). */
 #define CW_KINDS(X) X(CUstream_st) X(CUevent_st) X(CUctx_st) X(CUmemPoolHandle_st) X(CUgraphExec_st)
 enum {
@@ -87,6 +92,9 @@ struct cw_records {
     size_t kernels_cap, kernels_used;
     long spin_ns;  /* how long a wait for the next frame polls before it sleeps (socket_wait.h) */
     uint64_t gap_ns; /* how long the last frame after an answer took to come */
+    /* what the session's metrics show (cw_records_figures): bytes of frames in and out, and how long
+     * each call took from its frame's arrival to its answer's departure, by CW_LATENCY_BOUNDS */
+    uint64_t bytes_in, bytes_out, latency_ns, latency[CW_LATENCY_BUCKETS];
     char why[256]; /* why the last batch was refused */
 };
 
@@ -211,6 +219,7 @@ static int cw_kernels_grow(cw_records *s)
 }
 
 int cw_records_in_memory(const cw_records *s, uint64_t address, uint64_t size);
+void cw_records_observe(cw_records *s, uint64_t ns, uint64_t in, uint64_t out);
 
 /* A device range a generated record names (annotations: `range`, computed without overflow): none, or
  * all of it the session's. */
@@ -884,8 +893,9 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
                 cw_refuse(s, "the connection broke (%s)", strerror(errno));
             goto out;
         }
+        uint64_t arrived = cw_now_ns();
         if (asked)
-            s->gap_ns = cw_now_ns() - asked;
+            s->gap_ns = arrived - asked;
         if (h.magic != MAGIC_RECORDS && h.magic != MAGIC_QUEUED) {
             memcpy(header_out, &h, sizeof h);
             r = 1;
@@ -924,6 +934,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
                 *deferred_error = queued_error;
                 *deferred_fn = queued_fn;
             }
+            s->bytes_in += sizeof h + h.size;
             after_answer = 0;
             continue;
         }
@@ -958,6 +969,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
             cw_refuse(s, "the connection broke (%s)", strerror(errno));
             goto out;
         }
+        cw_records_observe(s, cw_now_ns() - arrived, sizeof h + h.size, sizeof rh + rh.size);
         after_answer = 1;
     }
 out:
@@ -967,6 +979,28 @@ out:
     free(message);
     free(reply);
     return r;
+}
+
+/* A call served, for the metrics: its frames' bytes and its time from arrival to answer. */
+void cw_records_observe(cw_records *s, uint64_t ns, uint64_t in, uint64_t out)
+{
+    int i = 0;
+    while (i < CW_LATENCY_BUCKETS - 1 && ns > CW_LATENCY_BOUNDS[i] * 1000)
+        i++;
+    s->latency[i]++;
+    s->latency_ns += ns;
+    s->bytes_in += in;
+    s->bytes_out += out;
+}
+
+/* out: bytes in, bytes out, the calls' total time in ns, then the CW_LATENCY_BUCKETS counts (not
+ * cumulative). */
+void cw_records_figures(const cw_records *s, uint64_t *out)
+{
+    out[0] = s->bytes_in;
+    out[1] = s->bytes_out;
+    out[2] = s->latency_ns;
+    memcpy(out + 3, s->latency, sizeof s->latency);
 }
 
 /* How long, in microseconds, cw_records_serve polls for the next frame before it sleeps. */

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from cuwire.server._records import ffi, lib
 from cuwire.server.backend import prototypes
 from cuwire.server.errors import WireError
+from cuwire.server.metrics import LATENCY_BOUNDS_US  # (records.c CW_LATENCY_BOUNDS: the same)
 from cuwire.transport import TransportError
 
 RECORD_HEADER = struct.Struct("<II")  # each queued call: function id, record size; then the record
@@ -155,6 +156,18 @@ class RecordLoop:
         if ok != 0:
             raise WireError(ffi.string(lib.cw_records_why(self.state)).decode())
         return status[0], first[0], fn[0], count[0], bytes(ffi.buffer(self.result, length[0]))
+
+    def observe(self, ns: int, bytes_in: int, bytes_out: int) -> None:
+        """A call the Python path served, for the metrics (as the C loop counts its own)."""
+        lib.cw_records_observe(self.state, ns, bytes_in, bytes_out)
+
+    def figures(self) -> dict:
+        """Bytes of frames in and out, the calls' total service time (ns), and the calls per service-time
+        bucket (LATENCY_BOUNDS_US, then beyond)."""
+        out = ffi.new("uint64_t[]", 3 + len(LATENCY_BOUNDS_US) + 1)
+        lib.cw_records_figures(self.state, out)
+        return {"bytes_in": out[0], "bytes_out": out[1], "latency_ns": out[2],
+                "latency": list(out[3:3 + len(LATENCY_BOUNDS_US) + 1])}
 
     def serve(self, fd: int, pending: bytes, deferred_error: int) -> Served:
         """Serve the records frames that come next on the socket `fd`, in C, until a frame of another

@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import threading
+import time
 
 import zstandard
 from google.protobuf.message import DecodeError
@@ -210,6 +211,7 @@ def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None 
     """One session on one connection: its hello, then its batches until the client goes; then free what
     it left. `first` is the hello when the listener read it already."""
     session = None
+    arrived = 0  # when the frame being served came (for the metrics' service times)
     try:
         while True:
             payload = IncomingPayload()
@@ -220,6 +222,7 @@ def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None 
                     message, size = conn.receive_message(max_payload=state.settings.max_buffer)
                 except EOFError:
                     return
+                arrived = time.perf_counter_ns()
                 payload = IncomingPayload(conn, size)  # read by the session as it runs the batch
                 if conn.magic != MAGIC:  # records frames are served in C (below), and only in a session
                     log.warning("a records frame before the hello: connection closed")
@@ -234,9 +237,12 @@ def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None 
                     return
             else:
                 reply = session.run(batch, payload)
+                received = conn.received
                 if not batch.no_reply:
                     conn.send(reply.SerializeToString(), session.payload_out)
                 session.payload_out = []
+                session.records.observe(time.perf_counter_ns() - arrived, received,
+                                        0 if batch.no_reply else conn.sent)
             if not session.serve_records(conn):  # the next frame is waited for in C (a call is cheaper)
                 return
     except (TransportError, OSError) as e:

@@ -175,7 +175,7 @@ class Session:
     def figures(self) -> dict:
         """What the server's metrics show of this session (metrics.py)."""
         return {"calls": self.calls, "device_memory": self.allocated, "host_memory": sum(self.host_ranges.values()),
-                "client": self.hello.host, "pid": self.hello.pid}
+                "client": self.hello.host, "pid": self.hello.pid, **self.records.figures()}
 
     def lookup(self, fn: int):
         hit = HANDLERS.get(fn) or custom.OPS.get(fn)
