@@ -617,6 +617,13 @@ def test_graph_nodes_name_only_the_sessions_own(session):
     args = pb.KernelNode_Args(action=0, graph=graph.phGraph, kernel=0x1234, grid=[1, 1, 1], block=[1, 1, 1])
     reply = session.exchange(pb.Batch(fn=generated.OP_IDS["KernelNode"], args=args.SerializeToString()))
     assert pb.KernelNode_Result.FromString(reply.result).status == 400
+    args = pb.HostNode_Args(graph=graph.phGraph, id=1)  # over TCP there is no shared memory to post it through
+    reply = session.exchange(pb.Batch(fn=generated.OP_IDS["HostNode"], args=args.SerializeToString()))
+    assert pb.HostNode_Result.FromString(reply.result).status == (801 if session.connection.ring is None else 0)
+    listed = pb.GraphNodes_Result.FromString(session.exchange(pb.Batch(
+        fn=generated.OP_IDS["GraphNodes"], args=pb.GraphNodes_Args(graph=graph.phGraph, capacity=8)
+        .SerializeToString())).result)
+    assert listed.status == 0 and listed.total == len(listed.nodes) // 8 >= 2
     assert vmm_call(session, "cuGraphDestroy", hGraph=graph.phGraph).status == 0
 
 

@@ -24,6 +24,7 @@ struct pending { /* a host function queued and not run yet */
     CUstreamCallback callback;   /* cuStreamAddCallback's */
     CUstream stream;
     void *user;
+    int kept;                    /* a graph's host node: runs at every launch, never taken */
     struct pending *next;
 };
 
@@ -41,7 +42,8 @@ static struct pending *take(uint64_t id)
     for (struct pending **p = &pending; *p; p = &(*p)->next)
         if ((*p)->id == id) {
             found = *p;
-            *p = found->next;
+            if (!found->kept)
+                *p = found->next;
             break;
         }
     pthread_mutex_unlock(&lock);
@@ -58,7 +60,8 @@ static void *run(void *arg)
             p->fn(p->user);
         else if (p)
             p->callback(p->stream, CUDA_SUCCESS, p->user);
-        free(p);
+        if (p && !p->kept)
+            free(p);
         cw_ring_callback_done(r); /* an id we never gave is acknowledged too: the server's stream goes on */
     }
     return NULL;
@@ -121,7 +124,7 @@ static CUresult post(CUstream stream, CUhostFn fn, CUstreamCallback callback, vo
         }
         thread_running = 1;
     }
-    *p = (struct pending){next_id++, fn, callback, stream, user, pending};
+    *p = (struct pending){next_id++, fn, callback, stream, user, 0, pending};
     pending = p;
     struct __attribute__((packed)) {
         uint64_t stream, id;
@@ -133,6 +136,44 @@ static CUresult post(CUstream stream, CUhostFn fn, CUstreamCallback callback, vo
     /* out now: the program may wait for what its function does without another CUDA call */
     int sent = cuwire_wire_send_queued();
     return (CUresult)(sent >= 0 ? sent : cuwire_py_send_queued());
+}
+
+/* A graph's host node (client/driver.py): fn and its userData kept for every launch of the graph; the id
+ * the server's host node posts, or 0 (*err says why: no shared memory with the server, or no memory). */
+uint64_t cuwire_keep_host_fn(CUhostFn fn, void *user, int *err)
+{
+    *err = 0;
+    if (!fn) {
+        *err = CUDA_ERROR_INVALID_VALUE;
+        return 0;
+    }
+    struct pending *p = malloc(sizeof *p);
+    if (!p) {
+        *err = CUDA_ERROR_OUT_OF_MEMORY;
+        return 0;
+    }
+    pthread_mutex_lock(&lock);
+    if (!ring) {
+        pthread_mutex_unlock(&lock);
+        free(p);
+        cuwire_say_once_per_name("cuwire: host functions in streams need a server on this host (the Unix socket "
+                                 "and shared memory; CUWIRE_TRANSPORT=auto), refused:", "cuGraphAddHostNode");
+        *err = CUDA_ERROR_NOT_SUPPORTED;
+        return 0;
+    }
+    if (!thread_running) {
+        if (pthread_create(&thread, NULL, run, ring) != 0) {
+            pthread_mutex_unlock(&lock);
+            free(p);
+            *err = CUDA_ERROR_OUT_OF_MEMORY;
+            return 0;
+        }
+        thread_running = 1;
+    }
+    *p = (struct pending){next_id++, fn, NULL, NULL, user, 1, pending};
+    pending = p;
+    pthread_mutex_unlock(&lock);
+    return p->id;
 }
 
 CUresult cuwire_local_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)

@@ -513,6 +513,39 @@ def cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, nodeParams, nodeParams_
     return res if isinstance(res, int) else res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuGraphAddHostNode", onerror=rt.on_error)
+def cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams, nodeParams_len):
+    """The program's function stays in the client (client/callbacks.c), under an id the server's node posts."""
+    if phGraphNode == ffi.NULL or nodeParams == ffi.NULL:
+        return INVALID_VALUE
+    rt.client.connect()  # (the session brings the shared memory host functions need)
+    fn, user = struct.unpack("<QQ", bytes(ffi.buffer(ffi.cast("char *", nodeParams), 16)))
+    err = ffi.new("int *")
+    host_id = lib.cuwire_keep_host_fn(ffi.cast("void *", fn), ffi.cast("void *", user), err)
+    if not host_id:
+        return err[0]
+    res = rt.call(rt.HOST_NODE, pb.HostNode_Args(graph=hGraph, dependencies=rt.read(dependencies, numDependencies * 8),
+                                                 id=host_id), pb.HostNode_Result)
+    if res.status == 0:
+        rt.write_scalar(phGraphNode, "uint64_t", res.node)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphGetNodes", onerror=rt.on_error)
+def cuGraphGetNodes(hGraph, nodes, numNodes):
+    if numNodes == ffi.NULL:
+        return INVALID_VALUE
+    capacity = rt.read_scalar(numNodes, "uint64_t") if nodes != ffi.NULL else 0
+    res = rt.call(rt.GRAPH_NODES, pb.GraphNodes_Args(graph=hGraph, capacity=capacity), pb.GraphNodes_Result)
+    if res.status == 0:
+        if nodes != ffi.NULL:
+            ffi.memmove(ffi.cast("char *", nodes), res.nodes, len(res.nodes))
+            rt.write_scalar(numNodes, "uint64_t", len(res.nodes) // 8)
+        else:
+            rt.write_scalar(numNodes, "uint64_t", res.total)
+    return res.status
+
+
 # ---------------------------------------------------------------- errors
 
 

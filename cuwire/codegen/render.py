@@ -37,7 +37,8 @@ FORMAT_CTYPES = {"b": "int8_t", "B": "uint8_t", "h": "int16_t", "H": "uint16_t",
 # Ids of cuwire's own operations (not CUDA functions) in the same id space as functions.
 INTERNAL_OPS = ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString", "ModuleFunctions",
                 "MaxActiveClusters", "ExportTableSize", "LaunchKernelEx", "Link",
-                "SetContext", "Copy3D", "KernelNode", "CopyToDevice", "CopyFromDevice", "CopyShared", "RegisterHost",
+                "SetContext", "Copy3D", "KernelNode", "HostNode", "GraphNodes", "CopyToDevice", "CopyFromDevice",
+                "CopyShared", "RegisterHost",
                 "UnregisterHost", "HostFunc")
 
 

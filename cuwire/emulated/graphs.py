@@ -186,6 +186,33 @@ class EmulatedGraphs:
 
         return self._add(phGraphNode, hGraph, dependencies, numDependencies, EVENT_RECORD, record)
 
+    def cuGraphAddHostNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
+                           nodeParams: CData) -> int:
+        if self._is_null(nodeParams) or self._is_null(nodeParams.fn):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        fn, user = nodeParams.fn, nodeParams.userData
+        return self._add(phGraphNode, hGraph, dependencies, numDependencies, HOST, lambda: fn(user))
+
+    def cuGraphAddEventWaitNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
+                                event: CData) -> int:
+        if self._event(event) is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        # (work runs at once here: whatever recorded the event is done already)
+        return self._add(phGraphNode, hGraph, dependencies, numDependencies, WAIT_EVENT, lambda: None)
+
+    def cuGraphGetNodes(self, hGraph: CData, nodes: CData, numNodes: CData) -> int:
+        graph = self._graph(hGraph)
+        if graph is None or self._is_null(numNodes):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        if self._is_null(nodes):
+            numNodes[0] = len(graph.nodes)
+            return 0
+        count = min(numNodes[0], len(graph.nodes))
+        for i in range(count):
+            nodes[i] = self.ffi.cast("CUgraphNode", graph.nodes[i])
+        numNodes[0] = count
+        return 0
+
     def cuGraphAddDependencies_v2(self, hGraph: CData, from_: CData, to: CData, edgeData: CData,
                                   numDependencies: int) -> int:
         graph = self._graph(hGraph)

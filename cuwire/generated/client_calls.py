@@ -461,6 +461,20 @@ def cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, dependencies_le
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuGraphAddEventWaitNode", onerror=rt.on_error)
+def cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, event):
+    """cuGraphAddEventWaitNode (cuda.h)"""
+    args = pb.cuGraphAddEventWaitNode_Args()
+    args.hGraph = hGraph
+    args.dependencies = rt.read(dependencies, dependencies_len)
+    args.numDependencies = numDependencies
+    args.event = event
+    res = rt.call(2074907796, args, pb.cuGraphAddEventWaitNode_Result)
+    if res.status == 0:
+        rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuGraphAddMemcpyNode", onerror=rt.on_error)
 def cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, copyParams, copyParams_len, ctx):
     """cuGraphAddMemcpyNode (cuda.h): device and array memory (a node cannot reach the program's host memory: refused by name)"""

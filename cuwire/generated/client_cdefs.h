@@ -45,6 +45,8 @@ extern "Python+C" int cuwire_py_cuGraphAddChildGraphNode(void *, uint64_t, void 
 extern "Python+C" int cuwire_py_cuGraphAddDependencies_v2(uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphAddEmptyNode(void *, uint64_t, void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphAddEventRecordNode(void *, uint64_t, void *, uint64_t, uint64_t, uint64_t);
+extern "Python+C" int cuwire_py_cuGraphAddEventWaitNode(void *, uint64_t, void *, uint64_t, uint64_t, uint64_t);
+extern "Python+C" int cuwire_py_cuGraphAddHostNode(void *, uint64_t, uint64_t, uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphAddKernelNode_v2(void *, uint64_t, uint64_t, uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphAddMemcpyNode(void *, uint64_t, void *, uint64_t, uint64_t, void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphAddMemsetNode(void *, uint64_t, void *, uint64_t, uint64_t, void *, uint64_t, uint64_t);
@@ -54,6 +56,7 @@ extern "Python+C" int cuwire_py_cuGraphDestroy(uint64_t);
 extern "Python+C" int cuwire_py_cuGraphExecDestroy(uint64_t);
 extern "Python+C" int cuwire_py_cuGraphExecKernelNodeSetParams_v2(uint64_t, uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphExecUpdate_v2(uint64_t, uint64_t, void *, uint64_t);
+extern "Python+C" int cuwire_py_cuGraphGetNodes(uint64_t, void *, void *);
 extern "Python+C" int cuwire_py_cuGraphInstantiateWithFlags(void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphKernelNodeSetParams_v2(uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphNodeGetType(uint64_t, void *);

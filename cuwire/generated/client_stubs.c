@@ -1157,10 +1157,10 @@ const char *const cuwire_modes[] = {
     "sync",
     "sync",
     "sync",
+    "sync",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "custom",
     "unimplemented",
     "custom",
     "unimplemented",
@@ -1204,7 +1204,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "custom",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -5197,11 +5197,13 @@ CUWIRE_EXPORT CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgra
     return cuwire_impl_cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, numDependencies, event);
 }
 
-/* cuGraphAddEventWaitNode (cuda.h): unimplemented */
+/* cuGraphAddEventWaitNode (cuda.h): remoted, sync */
+int cuwire_py_cuGraphAddEventWaitNode(void *, uint64_t, void *, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphAddEventWaitNode", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphAddEventWaitNode((void *)phGraphNode, (uint64_t)(uintptr_t)hGraph, (void *)dependencies, (uint64_t)(numDependencies * 8), (uint64_t)numDependencies, (uint64_t)(uintptr_t)event));
 }
 CUWIRE_EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
 {
@@ -5251,11 +5253,13 @@ CUWIRE_EXPORT CUresult cuGraphAddExternalSemaphoresWaitNode(CUgraphNode *phGraph
     return cuwire_impl_cuGraphAddExternalSemaphoresWaitNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
 }
 
-/* cuGraphAddHostNode (cuda.h): unimplemented */
+/* cuGraphAddHostNode (cuda.h): remoted, custom */
+int cuwire_py_cuGraphAddHostNode(void *, uint64_t, uint64_t, uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphAddHostNode", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphAddHostNode((void *)phGraphNode, (uint64_t)(uintptr_t)hGraph, (uint64_t)(uintptr_t)dependencies, (uint64_t)numDependencies, (void *)nodeParams, sizeof *nodeParams));
 }
 CUWIRE_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
@@ -6061,11 +6065,13 @@ CUWIRE_EXPORT CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUg
     return cuwire_impl_cuGraphGetEdges_v2(hGraph, from, to, edgeData, numEdges);
 }
 
-/* cuGraphGetNodes (cuda.h): unimplemented */
+/* cuGraphGetNodes (cuda.h): remoted, custom */
+int cuwire_py_cuGraphGetNodes(uint64_t, void *, void *);
 static inline CUresult cuwire_impl_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphGetNodes", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphGetNodes((uint64_t)(uintptr_t)hGraph, (void *)nodes, (void *)numNodes));
 }
 CUWIRE_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {

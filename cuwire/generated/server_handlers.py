@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "fabf0642d4e4af41"
+API_DIGEST = "b29aebce49bead22"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -26,6 +26,8 @@ OP_IDS = {
     "SetContext": 2441823671,
     "Copy3D": 83419861,
     "KernelNode": 141182410,
+    "HostNode": 1106830452,
+    "GraphNodes": 3785988023,
     "CopyToDevice": 1294727371,
     "CopyFromDevice": 2717996854,
     "CopyShared": 3420448369,
@@ -1692,6 +1694,7 @@ HANDLERS = {
     3880841238: ("cuGraphAddDependencies_v2", pb.cuGraphAddDependencies_v2_Args, None),  # server/graphs.py
     2671003589: ("cuGraphAddEmptyNode", pb.cuGraphAddEmptyNode_Args, None),  # server/graphs.py
     376649883: ("cuGraphAddEventRecordNode", pb.cuGraphAddEventRecordNode_Args, None),  # server/graphs.py
+    2074907796: ("cuGraphAddEventWaitNode", pb.cuGraphAddEventWaitNode_Args, None),  # server/graphs.py
     3494723537: ("cuGraphAddMemcpyNode", pb.cuGraphAddMemcpyNode_Args, None),  # server/graphs.py
     471397510: ("cuGraphAddMemsetNode", pb.cuGraphAddMemsetNode_Args, None),  # server/graphs.py
     4133468500: ("cuGraphClone", pb.cuGraphClone_Args, cuGraphClone),

@@ -385,6 +385,8 @@ OPS = {
     op_id("Link"): ("cuwire.Link", pb.Link_Args, link),
     op_id("Copy3D"): ("cuwire.Copy3D", pb.Copy3D_Args, copy_3d),
     op_id("KernelNode"): ("cuwire.KernelNode", pb.KernelNode_Args, graphs.kernel_node),
+    op_id("HostNode"): ("cuwire.HostNode", pb.HostNode_Args, graphs.host_node),
+    op_id("GraphNodes"): ("cuwire.GraphNodes", pb.GraphNodes_Args, graphs.graph_nodes),
     op_id("RegisterHost"): ("cuwire.RegisterHost", pb.RegisterHost_Args, register_host),
     op_id("UnregisterHost"): ("cuwire.UnregisterHost", pb.UnregisterHost_Args, unregister_host),
 }

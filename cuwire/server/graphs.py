@@ -107,6 +107,55 @@ def cuGraphAddEventRecordNode(s, a: pb.cuGraphAddEventRecordNode_Args) -> pb.cuG
     return _added(s, status, out, pb.cuGraphAddEventRecordNode_Result())
 
 
+def cuGraphAddEventWaitNode(s, a: pb.cuGraphAddEventWaitNode_Args) -> pb.cuGraphAddEventWaitNode_Result:
+    out = s.ffi.new("CUgraphNode *")
+    status = s.lib.cuGraphAddEventWaitNode(out, s.handle(GRAPH, "CUgraph", a.hGraph),
+                                           _nodes(s, a.dependencies, a.numDependencies), a.numDependencies,
+                                           s.handle(EVENT, "CUevent", a.event))
+    return _added(s, status, out, pb.cuGraphAddEventWaitNode_Result())
+
+
+def host_node(s, a: pb.HostNode_Args) -> pb.HostNode_Result:
+    """cuwire.HostNode: a node that posts the client's host function `id` through the shared memory at every
+    launch, and waits until a thread of the client's ran it (server/records.c)."""
+    fn, arg = s.records.host_node(a.id)
+    if not arg:
+        raise CudaFail(NOT_SUPPORTED, "a graph host node needs a client on the server's host (shared memory)")
+    ffi = s.ffi
+    params = ffi.new("CUDA_HOST_NODE_PARAMS *")
+    params.fn = ffi.cast("CUhostFn", fn)
+    params.userData = ffi.cast("void *", arg)
+    out = ffi.new("CUgraphNode *")
+    n = len(a.dependencies) // 8
+    r = pb.HostNode_Result(status=s.lib.cuGraphAddHostNode(out, s.handle(GRAPH, "CUgraph", a.graph),
+                                                           _nodes(s, a.dependencies, n), n, params))
+    if r.status == 0:
+        r.node = int(ffi.cast("uintptr_t", out[0]))
+        s.owns_handle(NODE, r.node)
+    return r
+
+
+def graph_nodes(s, a: pb.GraphNodes_Args) -> pb.GraphNodes_Result:
+    """cuwire.GraphNodes (cuGraphGetNodes): the nodes of a graph of the session's become the session's (a
+    captured graph's were never named to it)."""
+    ffi, graph = s.ffi, s.handle(GRAPH, "CUgraph", a.graph)
+    total = ffi.new("size_t *")
+    r = pb.GraphNodes_Result(status=s.lib.cuGraphGetNodes(graph, ffi.NULL, total))
+    if r.status != 0:
+        return r
+    r.total = total[0]
+    if a.capacity and total[0]:
+        count = ffi.new("size_t *", min(a.capacity, total[0]))
+        nodes = ffi.new("CUgraphNode[]", count[0])
+        r.status = s.lib.cuGraphGetNodes(graph, nodes, count)
+        if r.status == 0:
+            values = [int(ffi.cast("uintptr_t", nodes[i])) for i in range(count[0])]
+            for v in values:
+                s.owns_handle(NODE, v)
+            r.nodes = b"".join(v.to_bytes(8, "little") for v in values)
+    return r
+
+
 def cuGraphAddDependencies_v2(s, a: pb.cuGraphAddDependencies_v2_Args) -> pb.cuGraphAddDependencies_v2_Result:
     status = s.lib.cuGraphAddDependencies_v2(s.handle(GRAPH, "CUgraph", a.hGraph),
                                              _nodes(s, a.from_, a.numDependencies),
@@ -153,4 +202,5 @@ def kernel_node(s, a: pb.KernelNode_Args) -> pb.KernelNode_Result:
 
 
 HANDLERS = {f.__name__: f for f in (cuGraphAddEmptyNode, cuGraphAddMemsetNode, cuGraphAddMemcpyNode,
-                                     cuGraphAddChildGraphNode, cuGraphAddEventRecordNode, cuGraphAddDependencies_v2)}
+                                     cuGraphAddChildGraphNode, cuGraphAddEventRecordNode, cuGraphAddEventWaitNode,
+                                     cuGraphAddDependencies_v2)}

@@ -95,6 +95,8 @@ struct cw_records {
     /* what the session's metrics show (cw_records_figures): bytes of frames in and out, and how long
      * each call took from its frame's arrival to its answer's departure, by CW_LATENCY_BOUNDS */
     uint64_t bytes_in, bytes_out, latency_ns, latency[CW_LATENCY_BUCKETS];
+    void **host_nodes; /* the arguments of the session's graph host nodes (cw_records_host_node) */
+    size_t host_nodes_len;
     char why[256]; /* why the last batch was refused */
 };
 
@@ -250,6 +252,9 @@ void cw_records_free(cw_records *s)
     free(s->kernels);
     free(s->bases);
     free(s->sizes);
+    for (size_t i = 0; i < s->host_nodes_len; i++)
+        free(s->host_nodes[i]);
+    free(s->host_nodes);
     free(s);
 }
 
@@ -592,6 +597,35 @@ static void cw_host_trampoline(void *p)
     struct cw_host_call *c = p;
     cw_ring_post_callback(c->ring, c->id); /* a client that is gone: skipped */
     free(c);
+}
+
+/* A graph's host node (server/graphs.py): it posts the client's id at every launch of the graph, so its
+ * argument lives as long as the session (cw_records_host_node). */
+static void cw_host_node_trampoline(void *p)
+{
+    struct cw_host_call *c = p;
+    cw_ring_post_callback(c->ring, c->id);
+}
+
+/* The function and argument a host node of this session's runs for the client's host function `id`;
+ * NULL argument without shared memory (or memory). The arguments are freed with the session. */
+void *cw_records_host_node(cw_records *s, uint64_t id, void **fn)
+{
+    *fn = (void *)cw_host_node_trampoline;
+    if (!s->ring)
+        return NULL;
+    struct cw_host_call *c = malloc(sizeof *c);
+    void **grown = realloc(s->host_nodes, (s->host_nodes_len + 1) * sizeof *grown);
+    if (!c || !grown) {
+        free(c);
+        if (grown)
+            s->host_nodes = grown;
+        return NULL;
+    }
+    *c = (struct cw_host_call){s->ring, id};
+    s->host_nodes = grown;
+    s->host_nodes[s->host_nodes_len++] = c;
+    return c;
 }
 
 static int cw_host_func_record(cw_records *s, const char *p, uint32_t size, int *err)

@@ -157,6 +157,13 @@ class RecordLoop:
             raise WireError(ffi.string(lib.cw_records_why(self.state)).decode())
         return status[0], first[0], fn[0], count[0], bytes(ffi.buffer(self.result, length[0]))
 
+    def host_node(self, host_id: int) -> tuple[int, int]:
+        """(function, argument) addresses for a graph host node that posts the client's host function
+        `host_id` at every launch; (…, 0) when the session has no shared memory with its client."""
+        fn = ffi.new("void **")
+        arg = lib.cw_records_host_node(self.state, host_id, fn)
+        return int(ffi.cast("uintptr_t", fn[0])), int(ffi.cast("uintptr_t", arg))
+
     def observe(self, ns: int, bytes_in: int, bytes_out: int) -> None:
         """A call the Python path served, for the metrics (as the C loop counts its own)."""
         lib.cw_records_observe(self.state, ns, bytes_in, bytes_out)

@@ -1,5 +1,5 @@
-// graph_nodes: a graph built node by node (kernel, memset, device-to-device memcpy, empty, child graph and
-// event nodes, with dependencies), instantiated and launched several times; a kernel node's parameters
+// graph_nodes: a graph built node by node (kernel, memset, device-to-device memcpy, empty, child graph,
+// event record and wait, and host nodes, with dependencies), its nodes listed, instantiated and launched several times; a kernel node's parameters
 // changed in the executable graph; the executable graph updated from a changed graph; node types read
 // back, a graph cloned.
 #include <stdio.h>
@@ -21,6 +21,9 @@ __global__ void streamAddInto(int *dst, const int *src, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] += src[i];
 }
+
+static int host_calls = 0;
+static void CUDART_CB count_call(void *p) { (*(int *)p)++; }
 
 static int check(const char *what, const int *h, int n, int (*want)(int, int), int arg) {
     for (int i = 0; i < n; i++)
@@ -86,11 +89,28 @@ int main() {
     CHECK(cudaGraphAddDependencies(g, &add_node, &copy, NULL, 1));
     cudaGraphNode_t record;
     CHECK(cudaGraphAddEventRecordNode(&record, g, &copy, 1, done));
+    cudaHostNodeParams hp = {count_call, &host_calls};
+    cudaGraphNode_t host;
+    CHECK(cudaGraphAddHostNode(&host, g, &copy, 1, &hp));
+    cudaEvent_t ready;
+    CHECK(cudaEventCreate(&ready));
+    cudaGraphNode_t wait;
+    CHECK(cudaGraphAddEventWaitNode(&wait, g, NULL, 0, ready));
+    CHECK(cudaGraphAddDependencies(g, &wait, &fill, NULL, 1));
+    size_t count = 0;
+    CHECK(cudaGraphGetNodes(g, NULL, &count));
+    cudaGraphNode_t listed[16];
+    size_t room = 16;
+    CHECK(cudaGraphGetNodes(g, listed, &room));
+    int found = 0;
+    for (size_t i = 0; i < room; i++) found += listed[i] == host;
+    printf("nodes in the graph: %zu, listed %zu, the host node among them: %d\n", count, room, found);
 
     cudaGraphExec_t exec;
     CHECK(cudaGraphInstantiate(&exec, g, 0));
     for (int round = 0; round < 3; round++) {
         CHECK(cudaMemset(d, 0, n * sizeof(int)));
+        CHECK(cudaEventRecord(ready, s));
         CHECK(cudaGraphLaunch(exec, s));
         CHECK(cudaStreamSynchronize(s));
     }
@@ -146,6 +166,8 @@ int main() {
     CHECK(cudaStreamSynchronize(s));
     CHECK(cudaMemcpy(h, e, n * sizeof(int), cudaMemcpyDeviceToHost));
     failures += check("a clone as a child graph, then a copy after it", h, n, want_d, 7000);
+    printf("the host node ran %d times (6 launches)\n", host_calls);
+    failures += host_calls != 6;
 
     CHECK(cudaGraphExecDestroy(outer_exec));
     CHECK(cudaGraphExecDestroy(exec));
@@ -153,6 +175,7 @@ int main() {
     CHECK(cudaGraphDestroy(clone));
     CHECK(cudaGraphDestroy(g));
     CHECK(cudaEventDestroy(done));
+    CHECK(cudaEventDestroy(ready));
     CHECK(cudaStreamDestroy(s));
     CHECK(cudaFree(e));
     CHECK(cudaFree(d));
