@@ -30,20 +30,20 @@ def _nodes(s, data: bytes, count: int):
     return s.ffi.new("CUgraphNode[]", [s.ffi.cast("CUgraphNode", v) for v in values]) if values else s.ffi.NULL
 
 
-def _added(s, status: int, out, result):
-    """A new node of the session's."""
-    result.status = status
-    if status == 0:
+def _add_node(s, add, a, result, *params):
+    """add(out, graph, dependencies, count, *params) for a graph and dependencies of the session's; the new
+    node becomes the session's too."""
+    out = s.ffi.new("CUgraphNode *")
+    result.status = add(out, s.handle(GRAPH, "CUgraph", a.hGraph), _nodes(s, a.dependencies, a.numDependencies),
+                        a.numDependencies, *params)
+    if result.status == 0:
         result.phGraphNode = int(s.ffi.cast("uintptr_t", out[0]))
         s.owns_handle(NODE, result.phGraphNode)
     return result
 
 
 def cuGraphAddEmptyNode(s, a: pb.cuGraphAddEmptyNode_Args) -> pb.cuGraphAddEmptyNode_Result:
-    out = s.ffi.new("CUgraphNode *")
-    status = s.lib.cuGraphAddEmptyNode(out, s.handle(GRAPH, "CUgraph", a.hGraph),
-                                       _nodes(s, a.dependencies, a.numDependencies), a.numDependencies)
-    return _added(s, status, out, pb.cuGraphAddEmptyNode_Result())
+    return _add_node(s, s.lib.cuGraphAddEmptyNode, a, pb.cuGraphAddEmptyNode_Result())
 
 
 def cuGraphAddMemsetNode(s, a: pb.cuGraphAddMemsetNode_Args) -> pb.cuGraphAddMemsetNode_Result:
@@ -53,11 +53,8 @@ def cuGraphAddMemsetNode(s, a: pb.cuGraphAddMemsetNode_Args) -> pb.cuGraphAddMem
                                       f"bytes, {p.pitch} bytes apart")
     if p.width and p.height:
         s.device(p.dst, p.pitch * (p.height - 1) + p.width * p.elementSize)
-    out = s.ffi.new("CUgraphNode *")
-    status = s.lib.cuGraphAddMemsetNode(out, s.handle(GRAPH, "CUgraph", a.hGraph),
-                                        _nodes(s, a.dependencies, a.numDependencies), a.numDependencies, p,
-                                        s.handle(CONTEXT, "CUcontext", a.ctx))
-    return _added(s, status, out, pb.cuGraphAddMemsetNode_Result())
+    return _add_node(s, s.lib.cuGraphAddMemsetNode, a, pb.cuGraphAddMemsetNode_Result(), p,
+                     s.handle(CONTEXT, "CUcontext", a.ctx))
 
 
 def _copy_side(s, kind: int, device: int, array, x: int, y: int, z: int, pitch: int, rows: int, c) -> None:
@@ -84,35 +81,23 @@ def cuGraphAddMemcpyNode(s, a: pb.cuGraphAddMemcpyNode_Args) -> pb.cuGraphAddMem
         _copy_side(s, c.dstMemoryType, c.dstDevice, c.dstArray, c.dstXInBytes, c.dstY, c.dstZ, c.dstPitch,
                    c.dstHeight, c)
     c.srcHost = c.dstHost = s.ffi.NULL  # (addresses in the client's memory, meaningless here)
-    out = s.ffi.new("CUgraphNode *")
-    status = s.lib.cuGraphAddMemcpyNode(out, s.handle(GRAPH, "CUgraph", a.hGraph),
-                                        _nodes(s, a.dependencies, a.numDependencies), a.numDependencies, c,
-                                        s.handle(CONTEXT, "CUcontext", a.ctx))
-    return _added(s, status, out, pb.cuGraphAddMemcpyNode_Result())
+    return _add_node(s, s.lib.cuGraphAddMemcpyNode, a, pb.cuGraphAddMemcpyNode_Result(), c,
+                     s.handle(CONTEXT, "CUcontext", a.ctx))
 
 
 def cuGraphAddChildGraphNode(s, a: pb.cuGraphAddChildGraphNode_Args) -> pb.cuGraphAddChildGraphNode_Result:
-    out = s.ffi.new("CUgraphNode *")
-    status = s.lib.cuGraphAddChildGraphNode(out, s.handle(GRAPH, "CUgraph", a.hGraph),
-                                            _nodes(s, a.dependencies, a.numDependencies), a.numDependencies,
-                                            s.handle(GRAPH, "CUgraph", a.childGraph))
-    return _added(s, status, out, pb.cuGraphAddChildGraphNode_Result())
+    return _add_node(s, s.lib.cuGraphAddChildGraphNode, a, pb.cuGraphAddChildGraphNode_Result(),
+                     s.handle(GRAPH, "CUgraph", a.childGraph))
 
 
 def cuGraphAddEventRecordNode(s, a: pb.cuGraphAddEventRecordNode_Args) -> pb.cuGraphAddEventRecordNode_Result:
-    out = s.ffi.new("CUgraphNode *")
-    status = s.lib.cuGraphAddEventRecordNode(out, s.handle(GRAPH, "CUgraph", a.hGraph),
-                                             _nodes(s, a.dependencies, a.numDependencies), a.numDependencies,
-                                             s.handle(EVENT, "CUevent", a.event))
-    return _added(s, status, out, pb.cuGraphAddEventRecordNode_Result())
+    return _add_node(s, s.lib.cuGraphAddEventRecordNode, a, pb.cuGraphAddEventRecordNode_Result(),
+                     s.handle(EVENT, "CUevent", a.event))
 
 
 def cuGraphAddEventWaitNode(s, a: pb.cuGraphAddEventWaitNode_Args) -> pb.cuGraphAddEventWaitNode_Result:
-    out = s.ffi.new("CUgraphNode *")
-    status = s.lib.cuGraphAddEventWaitNode(out, s.handle(GRAPH, "CUgraph", a.hGraph),
-                                           _nodes(s, a.dependencies, a.numDependencies), a.numDependencies,
-                                           s.handle(EVENT, "CUevent", a.event))
-    return _added(s, status, out, pb.cuGraphAddEventWaitNode_Result())
+    return _add_node(s, s.lib.cuGraphAddEventWaitNode, a, pb.cuGraphAddEventWaitNode_Result(),
+                     s.handle(EVENT, "CUevent", a.event))
 
 
 def host_node(s, a: pb.HostNode_Args) -> pb.HostNode_Result:

@@ -77,12 +77,17 @@ def cuTexObjectCreate(s, a: pb.cuTexObjectCreate_Args) -> pb.cuTexObjectCreate_R
     return r
 
 
+def _destroy(s, objects: set[int], value: int, what: str, destroy) -> int:
+    _mine(objects, value, what)
+    status = destroy(value)
+    if status == 0:
+        objects.discard(value)
+    return status
+
+
 def cuTexObjectDestroy(s, a: pb.cuTexObjectDestroy_Args) -> pb.cuTexObjectDestroy_Result:
-    _mine(_objects(s).textures, a.texObject, "texture object")
-    r = pb.cuTexObjectDestroy_Result(status=s.lib.cuTexObjectDestroy(a.texObject))
-    if r.status == 0:
-        s.objects.textures.discard(a.texObject)
-    return r
+    return pb.cuTexObjectDestroy_Result(status=_destroy(s, _objects(s).textures, a.texObject, "texture object",
+                                                        s.lib.cuTexObjectDestroy))
 
 
 def _describe(s, objects: set[int], value: int, what: str, ctype: str, call) -> tuple[int, bytes]:
@@ -123,11 +128,8 @@ def cuSurfObjectCreate(s, a: pb.cuSurfObjectCreate_Args) -> pb.cuSurfObjectCreat
 
 
 def cuSurfObjectDestroy(s, a: pb.cuSurfObjectDestroy_Args) -> pb.cuSurfObjectDestroy_Result:
-    _mine(_objects(s).surfaces, a.surfObject, "surface object")
-    r = pb.cuSurfObjectDestroy_Result(status=s.lib.cuSurfObjectDestroy(a.surfObject))
-    if r.status == 0:
-        s.objects.surfaces.discard(a.surfObject)
-    return r
+    return pb.cuSurfObjectDestroy_Result(status=_destroy(s, _objects(s).surfaces, a.surfObject, "surface object",
+                                                         s.lib.cuSurfObjectDestroy))
 
 
 def cuSurfObjectGetResourceDesc(s, a: pb.cuSurfObjectGetResourceDesc_Args
