@@ -315,16 +315,12 @@ def _copy_side(s, side: pb.CopySide, a: pb.Copy3D_Args, is_dst: bool):
         return MEMORY_ARRAY, ffi.NULL, 0, s.handle(ARRAY_KIND, "CUarray", side.array), 0
     if side.type not in (MEMORY_HOST, MEMORY_DEVICE):
         raise WireError(f"a copy side of memory type {side.type}")
-    if (a.height > 1 or a.depth > 1) and side.pitch < a.width or a.depth > 1 and side.height < a.height:
-        raise CudaFail(INVALID_VALUE, f"a pitch of {side.pitch} bytes and {side.height} rows for rows of "
-                                      f"{a.width} bytes, {a.height} rows")
-    rows = side.height if a.depth > 1 else 0
-    length = ((a.depth - 1) * rows + a.height - 1) * side.pitch + a.width
     if side.type == MEMORY_HOST:
+        length = s.pitched_length(side.pitch, side.height, a.width, a.height, a.depth)
         buffer = s.inout_buffer(side.host, length) if is_dst else s.in_buffer(side.host, length)
         return MEMORY_HOST, buffer, 0, ffi.NULL, length
-    start = side.device + (side.z * rows + side.y) * side.pitch + side.x
-    s.device(start, length)
+    length = s.pitched_device(side.device, side.x, side.y, side.z, side.pitch, side.height, a.width, a.height,
+                              a.depth)
     return MEMORY_DEVICE, ffi.NULL, side.device, ffi.NULL, length
 
 

@@ -48,7 +48,7 @@ def cuGraphAddEmptyNode(s, a: pb.cuGraphAddEmptyNode_Args) -> pb.cuGraphAddEmpty
 
 def cuGraphAddMemsetNode(s, a: pb.cuGraphAddMemsetNode_Args) -> pb.cuGraphAddMemsetNode_Result:
     p = s.struct_in("CUDA_MEMSET_NODE_PARAMS", a.memsetParams)
-    if p.elementSize not in (1, 2, 4) or p.height and p.width * p.elementSize > p.pitch and p.height > 1:
+    if p.elementSize not in (1, 2, 4) or p.height > 1 and p.width * p.elementSize > p.pitch:
         raise CudaFail(INVALID_VALUE, f"a memset node of {p.height} rows of {p.width} elements of {p.elementSize} "
                                       f"bytes, {p.pitch} bytes apart")
     if p.width and p.height:
@@ -61,11 +61,7 @@ def _copy_side(s, kind: int, device: int, array, x: int, y: int, z: int, pitch: 
     if kind == ARRAY_MEMORY:
         s.handle(ARRAY, "CUarray", int(s.ffi.cast("uintptr_t", array)))
     elif kind in (DEVICE, UNIFIED):
-        slice_rows = rows if c.Depth > 1 else 0
-        if c.Height > 1 and pitch < c.WidthInBytes:
-            raise CudaFail(INVALID_VALUE, f"a pitch of {pitch} bytes for rows of {c.WidthInBytes}")
-        start = device + (z * slice_rows + y) * pitch + x
-        s.device(start, ((c.Depth - 1) * slice_rows + c.Height - 1) * pitch + c.WidthInBytes)
+        s.pitched_device(device, x, y, z, pitch, rows, c.WidthInBytes, c.Height, c.Depth)
     elif kind == HOST:
         raise CudaFail(NOT_SUPPORTED, "a memcpy node with host memory: in a graph on the server it would copy the "
                                       "server's memory, not the program's (cuwire)")

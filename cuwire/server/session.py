@@ -407,6 +407,23 @@ class Session:
             return self.ffi.cast("void *", address)
         raise CudaFail(INVALID_VALUE, f"{size} bytes at {address:#x} are not in this session's device memory")
 
+    @staticmethod
+    def pitched_length(pitch: int, rows: int, width: int, height: int, depth: int) -> int:
+        """The bytes one side of a pitched copy (2D, or 3D with `rows` rows a slice) spans from its first
+        byte to its last; refused when its rows or slices would overlap."""
+        if (height > 1 or depth > 1) and pitch < width or depth > 1 and rows < height:
+            raise CudaFail(INVALID_VALUE, f"a pitch of {pitch} bytes and {rows} rows a slice for rows of {width} "
+                                          f"bytes, {height} rows")
+        return ((depth - 1) * (rows if depth > 1 else 0) + height - 1) * pitch + width
+
+    def pitched_device(self, device: int, x: int, y: int, z: int, pitch: int, rows: int, width: int, height: int,
+                       depth: int) -> int:
+        """A device side of a pitched copy, from its offsets on, all in this session's memory (as `device`
+        checks); its length."""
+        length = self.pitched_length(pitch, rows, width, height, depth)
+        self.device(device + (z * (rows if depth > 1 else 0) + y) * pitch + x, length)
+        return length
+
     def device_range(self, address: int, size: int) -> None:
         """A device range a generated handler's call touches (annotations: `range`): none, or all of it in
         this session's memory (checked like `device`)."""
