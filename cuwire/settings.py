@@ -57,6 +57,9 @@ class Settings:
     # a session process that has not reported to the listener for this many seconds is frozen (stopped,
     # or stuck holding Python's lock) and is killed, so that its client gets an error, not a hang; 0: never
     frozen_after: float = field(default_factory=lambda: float(_env("frozen_after", "30")))
+    # on SIGTERM (or SIGINT) the server takes no new session and gives the open ones this many seconds to
+    # end by themselves before it ends them (a second signal ends them at once); 0: end them at once
+    drain_seconds: float = field(default_factory=lambda: float(_env("drain_seconds", "10")))
     # both sides: how long a wait for the peer polls the socket before it sleeps, in microseconds (a round
     # trip that sleeps costs twice the wake-up; the poll costs this much CPU time at most); 0: sleep at once
     spin_us: int = field(default_factory=lambda: int(_env("spin_us", "50")))

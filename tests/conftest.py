@@ -42,8 +42,10 @@ class ServerProcess:
         cmd = [sys.executable, "-m", "cuwire.server", "--listen", "127.0.0.1:0", "--cache-dir", str(self.cache),
                *(["--emulated"] if BACKEND == "emulated" else []), *extra]
         self.log = self.log_path.open("w")
+        # a short drain (SIGTERM at stop), so that a session left open does not hold a test up; a test of
+        # the drain gives --drain-seconds, which wins
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, "CUWIRE_DRAIN_SECONDS": "2", **(env or {})})
         self.port = self._wait_port()
         self.address = f"127.0.0.1:{self.port}"
 

@@ -29,6 +29,28 @@ int main(void) {
 """
 
 
+# A client that holds its session until told to go on (a line on stdin), then makes calls and ends.
+WAITER = r"""
+#include <stdio.h>
+#include <string.h>
+#include "cuda_api.h"
+int main(void) {
+    CUdevice dev; CUcontext ctx; CUdeviceptr d; char in[4096], out[4096], line[16];
+    memset(in, 7, sizeof in);
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx))
+        return 1;
+    if (cuMemAlloc_v2(&d, sizeof in) != 0) return 1;
+    printf("allocated\n"); fflush(stdout);
+    if (!fgets(line, sizeof line, stdin)) return 1;
+    if (cuMemcpyHtoD_v2(d, in, sizeof in) || cuMemcpyDtoH_v2(out, d, sizeof out) || memcmp(in, out, sizeof in))
+        return 2;
+    if (cuMemFree_v2(d)) return 3;
+    printf("calls after SIGTERM: ok\n");
+    return 0;
+}
+"""
+
+
 @pytest.fixture(scope="module")
 def looper(client_lib, tmp_path_factory) -> Path:
     return compile_against_client(LOOPER, tmp_path_factory.mktemp("looper"), client_lib, "looper")
@@ -82,7 +104,7 @@ def test_no_server_is_a_clear_error(apps, client_lib):
 def test_sigterm_ends_sessions_and_frees_their_memory(looper, client_lib, tmp_path):
     from conftest import ServerProcess
 
-    s = ServerProcess(tmp_path)
+    s = ServerProcess(tmp_path, "--drain-seconds", "1")
     env = {**os.environ, "CUWIRE_SERVER": s.address}
     p = subprocess.Popen([str(looper)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -90,10 +112,46 @@ def test_sigterm_ends_sessions_and_frees_their_memory(looper, client_lib, tmp_pa
         s.proc.send_signal(signal.SIGTERM)
         assert s.proc.wait(20) == 0
         log = s.text()
+        assert "draining: 1 open session(s) may run 1 s more" in log
+        assert "drain over: ending 1 session(s) still open" in log  # the looper never ends by itself
         assert "shutting down: ending sessions" in log
         assert "freed 1 allocations" in log
         # the client is told at its next send: its copies are queued, so the one after the server went
         assert wait_for_line(p.stderr, "lost the cuwire server", 20)
+    finally:
+        p.kill()
+        p.wait(10)
+        s.stop()
+
+
+@pytest.mark.parametrize("isolation", ["process", "thread"])
+def test_sigterm_drains_open_sessions_and_refuses_new_ones(isolation, apps, client_lib, tmp_path):
+    """SIGTERM: the open session goes on making calls and ends by itself; a new one is refused by name,
+    /healthz answers 503; the server exits as soon as the last session ended, long before the drain's end."""
+    from conftest import ServerProcess
+
+    waiter = compile_against_client(WAITER, tmp_path, client_lib, "waiter")
+    s = ServerProcess(tmp_path, "--drain-seconds", "120", "--isolation", isolation)
+    env = {**os.environ, "CUWIRE_SERVER": s.address}
+    p = subprocess.Popen([str(waiter)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    try:
+        assert p.stdout.readline().strip() == "allocated"
+        s.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while "draining: 1 open session(s)" not in s.text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "draining: 1 open session(s) may run 120 s more" in s.text()
+        r = run_remote(apps / "vector_add", client_lib, s.address, timeout=60)
+        assert r.returncode != 0 and "the server is shutting down" in r.stderr, r.stderr
+        if isolation == "process":  # the listener answers HTTP on its port
+            assert metrics_text(s.address, "/healthz")[0] == 503
+        started = time.monotonic()
+        out, err = p.communicate("go\n", timeout=60)
+        assert p.returncode == 0 and "calls after SIGTERM: ok" in out, err
+        assert s.proc.wait(30) == 0
+        assert time.monotonic() - started < 30  # ended with its last session, not at the drain's end
+        assert "drain over: every session ended by itself" in s.text()
     finally:
         p.kill()
         p.wait(10)

@@ -416,6 +416,37 @@ def test_device_memory_per_session_is_bounded(tmp_path):
         s.stop()
 
 
+def test_arrays_count_against_the_session_memory(tmp_path):
+    """CUDA arrays and mipmapped arrays are device memory: their size (elements times element bytes, every
+    mipmap level) counts against CUWIRE_SESSION_MEMORY before CUDA makes them; destroying one makes room."""
+    from conftest import ServerProcess
+
+    def desc3d(width: int, height: int, depth: int = 0) -> bytes:
+        return struct.pack("<QQQiII4x", width, height, depth, 0x20, 1, 0)  # float, one channel
+
+    s = ServerProcess(tmp_path, env={"CUWIRE_SESSION_MEMORY": str(1 << 20)})
+    try:
+        t, reply = open_session(s.address, HELLO)
+        assert not reply.error
+        first = vmm_call(t, "cuArrayCreate_v2", pAllocateArray=struct.pack("<QQiI", 512, 256, 0x20, 1))
+        assert first.status == 0  # 512 KiB
+        assert vmm_call(t, "cuArray3DCreate_v2", pAllocateArray=desc3d(64, 64, 64)).status == 2  # 1 MiB more
+        assert vmm_call(t, "cuMipmappedArrayCreate", pMipmappedArrayDesc=desc3d(512, 256),
+                        numMipmapLevels=10).status == 2  # 512 KiB + 128 KiB + ...: past 1 MiB with the first
+        small = vmm_call(t, "cuArray3DCreate_v2", pAllocateArray=desc3d(64, 64, 16))  # 256 KiB
+        assert small.status == 0
+        assert vmm_call(t, "cuArrayDestroy", hArray=first.pHandle).status == 0
+        mipmap = vmm_call(t, "cuMipmappedArrayCreate", pMipmappedArrayDesc=desc3d(512, 256), numMipmapLevels=10)
+        assert mipmap.status == 0
+        assert vmm_call(t, "cuMemAlloc_v2", bytesize=200 << 10).status == 2  # 256 + 682 KiB held
+        assert vmm_call(t, "cuMipmappedArrayDestroy", hMipmappedArray=mipmap.pHandle).status == 0
+        assert vmm_call(t, "cuMemAlloc_v2", bytesize=600 << 10).status == 0
+        t.close()
+        assert "past its budget" in s.text()
+    finally:
+        s.stop()
+
+
 def records_frame(t, records: bytes) -> tuple[int, int, str, bytes, str]:
     """Send a records frame (client/wire.c) on the session; (status, queued error, its function, result,
     refusal)."""

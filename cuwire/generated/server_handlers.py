@@ -37,18 +37,6 @@ OP_IDS = {
 }
 
 
-def cuArray3DCreate_v2(s, a: pb.cuArray3DCreate_v2_Args) -> pb.cuArray3DCreate_v2_Result:
-    """cuArray3DCreate_v2 (cuda.h)"""
-    r = pb.cuArray3DCreate_v2_Result()
-    pHandle = s.ffi.new("CUarray *")
-    pAllocateArray = s.struct_in("CUDA_ARRAY3D_DESCRIPTOR", a.pAllocateArray)
-    r.status = s.lib.cuArray3DCreate_v2(pHandle, pAllocateArray)
-    if r.status == 0:
-        r.pHandle = s.scalar(pHandle[0])
-        s.owns_handle("CUarray_st", r.pHandle)
-    return r
-
-
 def cuArray3DGetDescriptor_v2(s, a: pb.cuArray3DGetDescriptor_v2_Args) -> pb.cuArray3DGetDescriptor_v2_Result:
     """cuArray3DGetDescriptor_v2 (cuda.h)"""
     r = pb.cuArray3DGetDescriptor_v2_Result()
@@ -56,27 +44,6 @@ def cuArray3DGetDescriptor_v2(s, a: pb.cuArray3DGetDescriptor_v2_Args) -> pb.cuA
     r.status = s.lib.cuArray3DGetDescriptor_v2(pArrayDescriptor, s.handle("CUarray_st", "CUarray", a.hArray))
     if r.status == 0:
         r.pArrayDescriptor = s.take(pArrayDescriptor)
-    return r
-
-
-def cuArrayCreate_v2(s, a: pb.cuArrayCreate_v2_Args) -> pb.cuArrayCreate_v2_Result:
-    """cuArrayCreate_v2 (cuda.h)"""
-    r = pb.cuArrayCreate_v2_Result()
-    pHandle = s.ffi.new("CUarray *")
-    pAllocateArray = s.struct_in("CUDA_ARRAY_DESCRIPTOR", a.pAllocateArray)
-    r.status = s.lib.cuArrayCreate_v2(pHandle, pAllocateArray)
-    if r.status == 0:
-        r.pHandle = s.scalar(pHandle[0])
-        s.owns_handle("CUarray_st", r.pHandle)
-    return r
-
-
-def cuArrayDestroy(s, a: pb.cuArrayDestroy_Args) -> pb.cuArrayDestroy_Result:
-    """cuArrayDestroy (cuda.h)"""
-    r = pb.cuArrayDestroy_Result()
-    r.status = s.lib.cuArrayDestroy(s.handle("CUarray_st", "CUarray", a.hArray))
-    if r.status == 0:
-        s.disowns_handle("CUarray_st", a.hArray)
     return r
 
 
@@ -785,18 +752,6 @@ def cuMemsetD8_v2(s, a: pb.cuMemsetD8_v2_Args) -> pb.cuMemsetD8_v2_Result:
     r = pb.cuMemsetD8_v2_Result()
     s.device_range(a.dstDevice, a.N)
     r.status = s.lib.cuMemsetD8_v2(a.dstDevice, a.uc, a.N)
-    return r
-
-
-def cuMipmappedArrayCreate(s, a: pb.cuMipmappedArrayCreate_Args) -> pb.cuMipmappedArrayCreate_Result:
-    """cuMipmappedArrayCreate (cuda.h)"""
-    r = pb.cuMipmappedArrayCreate_Result()
-    pHandle = s.ffi.new("CUmipmappedArray *")
-    pMipmappedArrayDesc = s.struct_in("CUDA_ARRAY3D_DESCRIPTOR", a.pMipmappedArrayDesc)
-    r.status = s.lib.cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, a.numMipmapLevels)
-    if r.status == 0:
-        r.pHandle = s.scalar(pHandle[0])
-        s.owns_handle("CUmipmappedArray_st", r.pHandle)
     return r
 
 
@@ -1653,10 +1608,10 @@ def nvmlSystemGetNVMLVersion(s, a: pb.nvmlSystemGetNVMLVersion_Args) -> pb.nvmlS
 # id -> (name, Args message, handler): calls that wait for an answer. A handler of None is hand-written,
 # in the file named beside it (the session looks it up there by the function's name).
 HANDLERS = {
-    1449787542: ("cuArray3DCreate_v2", pb.cuArray3DCreate_v2_Args, cuArray3DCreate_v2),
+    1449787542: ("cuArray3DCreate_v2", pb.cuArray3DCreate_v2_Args, None),  # server/textures.py
     4100118783: ("cuArray3DGetDescriptor_v2", pb.cuArray3DGetDescriptor_v2_Args, cuArray3DGetDescriptor_v2),
-    1496612959: ("cuArrayCreate_v2", pb.cuArrayCreate_v2_Args, cuArrayCreate_v2),
-    2943624815: ("cuArrayDestroy", pb.cuArrayDestroy_Args, cuArrayDestroy),
+    1496612959: ("cuArrayCreate_v2", pb.cuArrayCreate_v2_Args, None),  # server/textures.py
+    2943624815: ("cuArrayDestroy", pb.cuArrayDestroy_Args, None),  # server/textures.py
     1813477251: ("cuArrayGetDescriptor_v2", pb.cuArrayGetDescriptor_v2_Args, cuArrayGetDescriptor_v2),
     2951752814: ("cuCtxCreate_v2", pb.cuCtxCreate_v2_Args, cuCtxCreate_v2),
     1184074075: ("cuCtxCreate_v4", pb.cuCtxCreate_v4_Args, cuCtxCreate_v4),
@@ -1747,7 +1702,7 @@ HANDLERS = {
     2945751755: ("cuMemsetD2D8_v2", pb.cuMemsetD2D8_v2_Args, cuMemsetD2D8_v2),
     2595284618: ("cuMemsetD32_v2", pb.cuMemsetD32_v2_Args, cuMemsetD32_v2),
     2730920325: ("cuMemsetD8_v2", pb.cuMemsetD8_v2_Args, cuMemsetD8_v2),
-    3431977957: ("cuMipmappedArrayCreate", pb.cuMipmappedArrayCreate_Args, cuMipmappedArrayCreate),
+    3431977957: ("cuMipmappedArrayCreate", pb.cuMipmappedArrayCreate_Args, None),  # server/textures.py
     2248598059: ("cuMipmappedArrayDestroy", pb.cuMipmappedArrayDestroy_Args, None),  # server/textures.py
     11097028: ("cuMipmappedArrayGetLevel", pb.cuMipmappedArrayGetLevel_Args, None),  # server/textures.py
     3899431437: ("cuOccupancyAvailableDynamicSMemPerBlock", pb.cuOccupancyAvailableDynamicSMemPerBlock_Args, cuOccupancyAvailableDynamicSMemPerBlock),

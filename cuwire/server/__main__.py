@@ -7,6 +7,8 @@ import logging
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from cuwire.settings import Settings
@@ -25,6 +27,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--log-level", help="debug, info, warning, error (CUWIRE_LOG_LEVEL)")
     ap.add_argument("--isolation", choices=["process", "thread"],
                     help="each session in a process of its own (default) or a thread (CUWIRE_ISOLATION)")
+    ap.add_argument("--drain-seconds", type=float,
+                    help="on SIGTERM, how long open sessions may run on before they are ended; new ones are "
+                         "refused meanwhile (CUWIRE_DRAIN_SECONDS, default 10)")
     ap.add_argument("--emulated", action="store_true",
                     help="serve the EMULATED device instead of a GPU (tests only; CUWIRE_BACKEND=emulated)")
     # how the listener starts its children (not for users)
@@ -35,7 +40,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def settings_from(args: argparse.Namespace) -> Settings:
     s = Settings()
-    for name in ("listen", "devices", "cache_dir", "token", "log_level", "isolation", "tls", "tls_cert", "tls_key"):
+    for name in ("listen", "devices", "cache_dir", "token", "log_level", "isolation", "tls", "tls_cert", "tls_key",
+                 "drain_seconds"):
         if getattr(args, name, None) is not None:
             setattr(s, name, getattr(args, name))
     if args.emulated:
@@ -75,6 +81,29 @@ def wait_for_signal(extra: threading.Event | None = None) -> threading.Event:
     return stop
 
 
+def drain(stop: threading.Event, server, open_sessions: Callable[[], int], seconds: float,
+          log: logging.Logger) -> None:
+    """After SIGTERM: refuse new sessions (and answer /healthz 503, so a load balancer sends clients
+    elsewhere); give the open ones `seconds` to end by themselves. A second signal cuts it short."""
+    server.draining.set()
+    count = open_sessions()
+    if count == 0 or seconds <= 0:
+        return
+    log.info("draining: %d open session(s) may run %g s more; new sessions are refused (CUWIRE_DRAIN_SECONDS; "
+             "a second SIGTERM or SIGINT ends them now)", count, seconds)
+    stop.clear()
+    deadline = time.monotonic() + seconds
+    while open_sessions() and time.monotonic() < deadline:
+        if stop.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
+            log.info("a second signal: ending the open sessions now")
+            break
+    left = open_sessions()
+    if left:
+        log.warning("drain over: ending %d session(s) still open", left)
+    else:
+        log.info("drain over: every session ended by itself")
+
+
 def run(settings: Settings, ready=None, one_session: bool = False, probe: bool = False,
         handoff_fd: int | None = None) -> int:
     configure_logging(settings)
@@ -110,6 +139,7 @@ def run(settings: Settings, ready=None, one_session: bool = False, probe: bool =
     if ready is not None:
         ready(port)
     stop.wait()
+    drain(stop, server, lambda: len(state.sessions), settings.drain_seconds, log)
     log.info("shutting down: ending sessions")
     server.stop(grace=2)
     return 0
@@ -222,8 +252,8 @@ def run_listener(settings: Settings, ready, log: logging.Logger) -> int:
         return 1
     log.info("%s", said)
     listener.socket_server = server
-    stop = wait_for_signal()
-    threading.Thread(target=listener.watch, args=(stop,), name="cuwire-watch", daemon=True).start()
+    stop, closing = wait_for_signal(), threading.Event()
+    threading.Thread(target=listener.watch, args=(closing,), name="cuwire-watch", daemon=True).start()
     host = settings.listen.rpartition(":")[0]
     log.info("listening on %s:%d, backend %s, devices: %s; each session in a process of its own", host,
              server.port, settings.backend, ", ".join(devices))
@@ -232,7 +262,9 @@ def run_listener(settings: Settings, ready, log: logging.Logger) -> int:
     if ready is not None:
         ready(server.port)
     stop.wait()
+    drain(stop, server, listener.open_sessions, settings.drain_seconds, log)
     log.info("shutting down: ending sessions")
+    closing.set()
     server.stop(grace=1)
     listener.stop()
     return 0

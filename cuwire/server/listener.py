@@ -78,7 +78,7 @@ class Listener:
         try:
             sock.settimeout(HELLO_TIMEOUT)
             if metrics.is_http(sock):  # GET /metrics or /healthz, on the same port
-                metrics.answer_http(sock, self.figures, self.open_sessions(), self.busy())
+                metrics.answer_http(sock, self.figures, self.open_sessions(), self.busy(), self.draining())
                 return
             message, _ = conn.receive(max_payload=0)
             hello = read_batch(conn, message, hello=True)
@@ -167,6 +167,9 @@ class Listener:
     def open_sessions(self) -> int:
         with self.lock:
             return sum(1 for c in self.children if c.poll() is None)
+
+    def draining(self) -> bool:
+        return self.socket_server is not None and self.socket_server.draining.is_set()
 
     def busy(self) -> int:
         return self.socket_server.busy if self.socket_server is not None else 0

@@ -122,8 +122,10 @@ def is_http(sock: socket.socket) -> bool:
         return False
 
 
-def answer_http(sock: socket.socket, figures: Figures, open_sessions: int, busy: int = 0) -> None:
-    """One request, one answer, then the connection closes."""
+def answer_http(sock: socket.socket, figures: Figures, open_sessions: int, busy: int = 0,
+                draining: bool = False) -> None:
+    """One request, one answer, then the connection closes. /healthz answers 503 while the server drains
+    (SIGTERM), so that a load balancer or the image's HEALTHCHECK stops sending clients to it."""
     request = b""
     while b"\r\n\r\n" not in request and b"\n\n" not in request and len(request) < REQUEST_MAX:
         chunk = sock.recv(REQUEST_MAX - len(request))
@@ -136,7 +138,8 @@ def answer_http(sock: socket.socket, figures: Figures, open_sessions: int, busy:
         status, body = "200 OK", figures.text(open_sessions, busy).encode()
         kind = "text/plain; version=0.0.4; charset=utf-8"
     elif path == b"/healthz":
-        status, body, kind = "200 OK", b"ok\n", "text/plain; charset=utf-8"
+        status, body = ("503 Service Unavailable", b"draining\n") if draining else ("200 OK", b"ok\n")
+        kind = "text/plain; charset=utf-8"
     else:
         status, body, kind = "404 Not Found", b"cuwire serves /metrics and /healthz here\n", "text/plain"
     head = f"HTTP/1.0 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"

@@ -21,6 +21,7 @@ import cuwire
 from cuwire import ring
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
+from cuwire.server import metrics
 from cuwire.server._records import ffi as records_ffi
 from cuwire.server._records import lib as records_lib
 from cuwire.server.backend import open_backend
@@ -273,6 +274,7 @@ class SocketServer:
         self.active = threading.BoundedSemaphore(max_sessions)
         self.busy = 0  # connections refused because max_sessions were open (metrics.py)
         self.stopped = threading.Event()
+        self.draining = threading.Event()  # SIGTERM: new sessions are refused (server/__main__.py, drain)
         self.lock = threading.Lock()
         self.running: dict[threading.Thread, socket.socket] = {}  # session threads and their connections
         self.threads = [threading.Thread(target=self.accept_loop, args=(listening,), name="cuwire-accept", daemon=True)
@@ -323,6 +325,11 @@ class SocketServer:
                 sock, peer = accepted
                 with self.lock:
                     self.running[threading.current_thread()] = sock
+            if self.draining.is_set() and not metrics.is_http(sock):
+                log.info("refused %s: the server is shutting down", peer)
+                self.refuse_with(sock, peer, "the server is shutting down (it was sent SIGTERM): it takes no new "
+                                             "session; try again, or another server", pb.BUSY)
+                return
             self.handle(sock, peer)
         except Exception:  # a bug in one session must not take the accept loop or the others down
             log.exception("session from %s failed", peer)

@@ -7,6 +7,8 @@ what the session must check and keep is more than the annotations' roles say.
   destroyed when the session ends (close), before its arrays.
 - A mipmapped array's levels are arrays the session may copy to and make objects over, but never destroy:
   they go with their mipmapped array.
+- Arrays and mipmapped arrays are device memory: their size, from their descriptor, counts against the
+  session's budget (CUWIRE_SESSION_MEMORY) like cuMemAlloc's, checked before CUDA makes them.
 
 The client and the messages are generated (annotations: `server = "server/textures.py"`).
 """
@@ -20,6 +22,10 @@ from cuwire.server.errors import INVALID_VALUE, CudaFail
 
 ARRAY, MIPMAPPED = "CUarray_st", "CUmipmappedArray_st"
 RESOURCE_ARRAY, RESOURCE_MIPMAPPED_ARRAY, RESOURCE_LINEAR, RESOURCE_PITCH2D = 0, 1, 2, 3  # CUresourcetype
+# bytes of one channel of an element, by CUarray_format; the other formats (normalized, block-compressed,
+# YUV) take at most OTHER_FORMAT_BYTES a channel, counted so
+CHANNEL_BYTES = {0x01: 1, 0x02: 2, 0x03: 4, 0x08: 1, 0x09: 2, 0x0a: 4, 0x10: 2, 0x20: 4}
+OTHER_FORMAT_BYTES = 8
 
 
 @dataclass
@@ -29,6 +35,7 @@ class Objects:
     textures: set[int] = field(default_factory=set)
     surfaces: set[int] = field(default_factory=set)
     levels: dict[int, set[int]] = field(default_factory=dict)  # mipmapped array -> its level arrays
+    sizes: dict[int, int] = field(default_factory=dict)  # array or mipmapped array -> bytes counted for it
 
 
 def _objects(s) -> Objects:
@@ -139,6 +146,69 @@ def cuSurfObjectGetResourceDesc(s, a: pb.cuSurfObjectGetResourceDesc_Args
     return pb.cuSurfObjectGetResourceDesc_Result(status=status, pResDesc=desc)
 
 
+def array_bytes(desc, levels: int = 1) -> int:
+    """The device memory an array of `desc` (a CUDA_ARRAY_DESCRIPTOR or CUDA_ARRAY3D_DESCRIPTOR) takes, at
+    least: its elements; with mipmap levels, each level half the last in every dimension it has."""
+    dims = [max(int(desc.Width), 1), max(int(desc.Height), 1), max(int(getattr(desc, "Depth", 0)), 1)]
+    element = CHANNEL_BYTES.get(int(desc.Format), OTHER_FORMAT_BYTES) * max(int(desc.NumChannels), 1)
+    total = 0
+    for _ in range(max(levels, 1)):
+        total += dims[0] * dims[1] * dims[2] * element
+        if dims == [1, 1, 1]:
+            break
+        dims = [max(d // 2, 1) for d in dims]
+    return total
+
+
+def _create(s, kind: str, ctype: str, size: int, make) -> tuple[int, int]:
+    """Make an array of `size` bytes with `make(out)`, the session's budget checked first; (status, handle)."""
+    s.reserve(size)
+    out = s.ffi.new(f"{ctype} *")
+    status = make(out)
+    if status != 0:
+        return status, 0
+    handle = _address(s, out[0])
+    s.owns_handle(kind, handle)
+    _objects(s).sizes[handle] = size
+    s.allocated += size
+    return 0, handle
+
+
+def _forget(s, handle: int) -> None:
+    s.allocated -= _objects(s).sizes.pop(handle, 0)
+
+
+def cuArrayCreate_v2(s, a: pb.cuArrayCreate_v2_Args) -> pb.cuArrayCreate_v2_Result:
+    desc = s.struct_in("CUDA_ARRAY_DESCRIPTOR", a.pAllocateArray)
+    status, handle = _create(s, ARRAY, "CUarray", array_bytes(desc), lambda out: s.lib.cuArrayCreate_v2(out, desc))
+    return pb.cuArrayCreate_v2_Result(status=status, pHandle=handle)
+
+
+def cuArray3DCreate_v2(s, a: pb.cuArray3DCreate_v2_Args) -> pb.cuArray3DCreate_v2_Result:
+    desc = s.struct_in("CUDA_ARRAY3D_DESCRIPTOR", a.pAllocateArray)
+    status, handle = _create(s, ARRAY, "CUarray", array_bytes(desc), lambda out: s.lib.cuArray3DCreate_v2(out, desc))
+    return pb.cuArray3DCreate_v2_Result(status=status, pHandle=handle)
+
+
+def cuMipmappedArrayCreate(s, a: pb.cuMipmappedArrayCreate_Args) -> pb.cuMipmappedArrayCreate_Result:
+    desc = s.struct_in("CUDA_ARRAY3D_DESCRIPTOR", a.pMipmappedArrayDesc)
+    status, handle = _create(s, MIPMAPPED, "CUmipmappedArray", array_bytes(desc, a.numMipmapLevels),
+                             lambda out: s.lib.cuMipmappedArrayCreate(out, desc, a.numMipmapLevels))
+    return pb.cuMipmappedArrayCreate_Result(status=status, pHandle=handle)
+
+
+def cuArrayDestroy(s, a: pb.cuArrayDestroy_Args) -> pb.cuArrayDestroy_Result:
+    array = s.handle(ARRAY, "CUarray", a.hArray)
+    if any(a.hArray in levels for levels in _objects(s).levels.values()):
+        raise CudaFail(INVALID_VALUE, f"array {a.hArray:#x} is a mipmapped array's level: it goes with its "
+                                      "mipmapped array")
+    r = pb.cuArrayDestroy_Result(status=s.lib.cuArrayDestroy(array))
+    if r.status == 0:
+        s.disowns_handle(ARRAY, a.hArray)
+        _forget(s, a.hArray)
+    return r
+
+
 def cuMipmappedArrayGetLevel(s, a: pb.cuMipmappedArrayGetLevel_Args) -> pb.cuMipmappedArrayGetLevel_Result:
     r = pb.cuMipmappedArrayGetLevel_Result()
     mipmap = s.handle(MIPMAPPED, "CUmipmappedArray", a.hMipmappedArray)
@@ -156,6 +226,7 @@ def cuMipmappedArrayDestroy(s, a: pb.cuMipmappedArrayDestroy_Args) -> pb.cuMipma
     r = pb.cuMipmappedArrayDestroy_Result(status=s.lib.cuMipmappedArrayDestroy(mipmap))
     if r.status == 0:
         s.disowns_handle(MIPMAPPED, a.hMipmappedArray)
+        _forget(s, a.hMipmappedArray)
         for level in _objects(s).levels.pop(a.hMipmappedArray, ()):
             s.disowns_handle(ARRAY, level)
     return r
@@ -164,7 +235,8 @@ def cuMipmappedArrayDestroy(s, a: pb.cuMipmappedArrayDestroy_Args) -> pb.cuMipma
 HANDLERS = {f.__name__: f for f in (
     cuTexObjectCreate, cuTexObjectDestroy, cuTexObjectGetResourceDesc, cuTexObjectGetTextureDesc,
     cuTexObjectGetResourceViewDesc, cuSurfObjectCreate, cuSurfObjectDestroy, cuSurfObjectGetResourceDesc,
-    cuMipmappedArrayGetLevel, cuMipmappedArrayDestroy)}
+    cuArrayCreate_v2, cuArray3DCreate_v2, cuMipmappedArrayCreate, cuArrayDestroy, cuMipmappedArrayGetLevel,
+    cuMipmappedArrayDestroy)}
 
 
 def close(s) -> int:
