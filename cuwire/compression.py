@@ -81,3 +81,23 @@ class Policy:
             # the best of the last few: one payload that waited on the peer's GPU does not make a link slow
             self.rates = (self.rates + [rate])[-AUTO_SAMPLES:]
             self.slow = max(self.rates) < AUTO_SLOW
+
+
+def decompress(decompressor: zstandard.ZstdDecompressor, data: bytes, limit: int) -> bytes:
+    """A zstd frame from the peer, decompressed to at most `limit` bytes: a small frame must not make this
+    side allocate gigabytes. Raises ValueError (with zstd's reason) for one over the limit or malformed."""
+    try:
+        size = zstandard.frame_content_size(data)
+        if size > limit:
+            raise ValueError(f"it would decompress to {size} bytes, over the limit of {limit}")
+        out = decompressor.decompress(data, max_output_size=limit if size < 0 else 0)
+    except zstandard.ZstdError as e:
+        raise ValueError(str(e)) from None
+    if len(out) > limit:
+        raise ValueError(f"it decompressed to {len(out)} bytes, over the limit of {limit}")
+    return out
+
+
+def bound(size: int) -> int:
+    """The most bytes zstd makes of `size` bytes (ZSTD_COMPRESSBOUND): what a compressed payload may take."""
+    return size + (size >> 8) + ((128 << 10) - size >> 11 if size < 128 << 10 else 0)

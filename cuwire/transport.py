@@ -394,14 +394,16 @@ class SocketTransport:
         return reply
 
     def exchange_with_payload(self, batch: pb.Batch | None, payload: Sequence[Buffer] = (),
-                              into: Sequence[Buffer] = ()) -> tuple[pb.Reply, bytearray, int]:
-        """(batch None: only the reply, to a frame sent already.)"""
+                              into: Sequence[Buffer] = (), max_payload: int = MAX_PAYLOAD
+                              ) -> tuple[pb.Reply, bytearray, int]:
+        """(batch None: only the reply, to a frame sent already.) A reply whose payload is larger than
+        `max_payload` (what the call can have asked for) ends the session before any of it is read."""
         self.rate = 0.0
         try:
             if batch is not None:
                 self.connection.send(batch.SerializeToString(), payload)
                 self.rate = self.connection.rate
-            message, size = self.connection.receive_message(MAX_PAYLOAD)
+            message, size = self.connection.receive_message(max_payload)
             reply = self._parse(message)
             # a compressed payload is decompressed by the caller: it cannot go straight into `into`
             back, direct = self.connection.read_payload_into(size, () if reply.payload_codec else into)
@@ -468,7 +470,7 @@ def open_session(address: str, hello: pb.Hello, connect_timeout: float = 10.0, m
         except (OSError, EOFError) as e:
             raise TransportError(f"lost the cuwire server at {address} ({e or type(e).__name__})") from None
         try:
-            reply, _, _ = transport.exchange_with_payload(None)
+            reply, _, _ = transport.exchange_with_payload(None, max_payload=0)  # a welcome has no payload
         except TransportError:
             for fd in fds:
                 os.close(fd)

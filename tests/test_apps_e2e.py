@@ -48,10 +48,14 @@ def test_mapped_memory_over_tcp_is_refused_by_name(apps: Path, client_lib, serve
     assert "cuwire: mapped host memory needs a server on this host" in r.stderr
 
 
-def test_managed_memory_over_tcp_is_refused_by_name(apps: Path, client_lib, server):
-    r = run_remote(apps / "managed_memory", client_lib, server.address, env={"CUWIRE_TRANSPORT": "tcp"})
-    assert r.returncode == 1 and "cudaErrorNotSupported" in r.stdout
-    assert "cuwire: managed memory needs a server on this host" in r.stderr
+def test_managed_memory_over_tcp_keeps_a_host_copy_in_step(apps: Path, client_lib, server):
+    """Over TCP, managed memory is the server's with a host copy here at the same address: the host's
+    changes go to the device before the next call, the device's come back after each synchronization."""
+    r = run_remote(apps / "managed_memory", client_lib, server.address,
+                   env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == (EXPECTED / "managed_memory.out").read_text(), r.stderr
+    assert f"transport: TCP to {server.address}" in r.stderr and "cuwire.ManagedAlloc" in r.stderr
 
 
 def test_host_functions_over_tcp_are_refused_by_name(apps: Path, client_lib, server):

@@ -35,7 +35,7 @@ NAMES = tuple(json.loads((GENERATED / "api_manifest.json").read_text())["librari
 # what earlier builds put beside the library: cuwire no longer stands in for the CUDA runtime
 STALE = ("libcudart.so.13", "driver")
 C_SOURCES = ("local.c", "driver_local.c", "export_tables.c", "answers_cache.c", "device_memory.c", "wire.c",
-             "callbacks.c")
+             "callbacks.c", "managed.c")
 
 # C functions of local.c that the Python side calls.
 HELPERS_CDEF = """
@@ -92,6 +92,8 @@ void cuwire_callbacks_stop(void);
 void cuwire_callbacks_forget(void);
 extern "Python+C" int cuwire_py_host_alloc(uint64_t size, uint64_t *address);
 extern "Python+C" int cuwire_py_host_free(uint64_t address);
+extern "Python+C" int cuwire_py_managed_alloc(uint64_t size, unsigned int flags, uint64_t *address);
+int cuwire_managed_before_call(void);
 """
 
 

@@ -238,6 +238,9 @@ static int enqueue2(uint32_t id, const void *a, uint32_t na, const void *b, uint
         return cuwire_start_python() ? 0 : CUWIRE_NOT_READY; /* says why, once; never queue in vain */
     if (__atomic_load_n(&queue_refused, __ATOMIC_RELAXED))
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    int changed = cuwire_managed_before_call(); /* the program's changes to managed memory go first */
+    if (changed)
+        return changed;
     pthread_mutex_lock(&queue_lock);
     int err = follow_context_locked();
     if (!err)
@@ -514,7 +517,7 @@ CUresult cuwire_local_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridD
  * GPU at the same address, as cuMemHostAlloc's is. The program and the GPU use one copy of it, coherently
  * (the GPU's accesses cross PCIe rather than migrating pages); prefetches and advice are hints, taken and
  * left at that. The session's allocation map holds it, so copies and memsets treat it as device memory, as
- * natively. Over TCP refused by name. */
+ * natively. Over TCP: managed memory on the server and a host copy here, kept in step at calls (managed.c). */
 CUresult cuwire_local_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
     if (!dptr || bytesize == 0 || (flags != 1 && flags != 2)) /* CU_MEM_ATTACH_GLOBAL, CU_MEM_ATTACH_HOST */
@@ -529,9 +532,9 @@ CUresult cuwire_local_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsi
         free(a);
         if (shared_size)
             return CUDA_ERROR_OUT_OF_MEMORY; /* the shared memory is full (CUWIRE_HOST_MEMORY) */
-        cuwire_say_once_per_name("cuwire: managed memory needs a server on this host (the Unix socket and shared "
-                                 "memory; CUWIRE_TRANSPORT=auto), refused:", "cuMemAllocManaged");
-        return CUDA_ERROR_NOT_SUPPORTED;
+        if (!CUWIRE_READY())
+            return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)cuwire_managed_alloc((uint64_t *)dptr, bytesize, flags); /* over TCP: two copies kept in step (managed.c) */
     }
     if (cuwire_track_alloc(address, bytesize) != 0) {
         free(a);
@@ -562,6 +565,8 @@ static int is_managed(CUdeviceptr p)
 /* cuMemFree of managed memory: the client's to free (the server never made it a device allocation). */
 int cuwire_fast_cuMemFree_v2(CUdeviceptr dptr)
 {
+    if (dptr && cuwire_managed_free(dptr) == 0)
+        return -1; /* managed memory made over TCP: its host copy is gone; the server frees its own */
     uint64_t offset; /* managed memory lies in the shared memory: any other pointer goes on at once */
     if (!dptr || !shared_offset((const void *)(uintptr_t)dptr, 1, &offset) || !is_managed(dptr))
         return -1;
@@ -572,7 +577,8 @@ int cuwire_fast_cuMemFree_v2(CUdeviceptr dptr)
 static CUresult managed_hint(CUdeviceptr p, size_t count)
 {
     uint64_t offset;
-    return count && shared_offset((const void *)(uintptr_t)p, count, &offset) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    int known = shared_offset((const void *)(uintptr_t)p, count, &offset) || cuwire_managed_holds(p, count);
+    return count && known ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult cuwire_local_cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags,

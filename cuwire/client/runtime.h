@@ -62,6 +62,13 @@ uint64_t cuwire_allocation_of(uint64_t address, uint64_t *size);
 int cuwire_in_allocation(uint64_t address, uint64_t n);
 void cuwire_forget_allocations(void);
 
+/* Managed memory over TCP: a host copy kept in step with the server's at calls (managed.c). */
+int cuwire_managed_alloc(uint64_t *dptr, size_t size, unsigned int flags);
+int cuwire_managed_free(uint64_t address);
+int cuwire_managed_holds(uint64_t p, size_t n);
+int cuwire_managed_before_call(void);
+void cuwire_managed_synced(void);
+
 /* Host memory shared with a server on this host (client/local.c): page-locked allocations are carved from
  * it, and copies between it and the GPU travel as CopyShared records, without their bytes. */
 void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base);

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import zstandard
 from _cuwire import ffi, lib
+from google.protobuf.message import DecodeError
 
 import cuwire
 from cuwire import compression, ring
@@ -30,7 +31,7 @@ from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as wire
 from cuwire.settings import Settings
 from cuwire.tls import ClientTls, TlsSocket
-from cuwire.transport import BULK, SocketTransport, TransportError, open_session
+from cuwire.transport import BULK, MAX_MESSAGE, SocketTransport, TransportError, open_session
 
 # The CUresult codes used here.
 INVALID_VALUE = 1
@@ -50,10 +51,12 @@ MAX_THREADS_PER_BLOCK, MAX_BLOCK_DIM, MAX_GRID_DIM = 1, (2, 3, 4), (5, 6, 7)
 
 
 (LOAD_MODULE, GET_KERNEL, GET_GLOBAL, LAUNCH_KERNEL, ERROR_STRING, MODULE_FUNCTIONS, MAX_ACTIVE_CLUSTERS,
- EXPORT_TABLE_SIZE, LINK, COPY_3D, KERNEL_NODE, HOST_NODE, GRAPH_NODES, REGISTER_HOST, UNREGISTER_HOST) = (
+ EXPORT_TABLE_SIZE, LINK, COPY_3D, KERNEL_NODE, HOST_NODE, GRAPH_NODES, REGISTER_HOST, UNREGISTER_HOST,
+ MANAGED_ALLOC) = (
     wire.OP_IDS[n] for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString",
                              "ModuleFunctions", "MaxActiveClusters", "ExportTableSize", "Link", "Copy3D",
-                             "KernelNode", "HostNode", "GraphNodes", "RegisterHost", "UnregisterHost"))
+                             "KernelNode", "HostNode", "GraphNodes", "RegisterHost", "UnregisterHost",
+                             "ManagedAlloc"))
 
 
 class Fail(Exception):
@@ -268,17 +271,21 @@ class Client:
             batch.payload_codec = pb.ZSTD
         if policy.active():
             batch.reply_codec = pb.ZSTD  # large results may come compressed
+        asked = sum(size for _, size in expected)  # the most result bytes the reply's payload may bring
         t0 = time.perf_counter()
         try:
-            reply, payload, direct = session.transport.exchange_with_payload(batch, outgoing, into)
+            reply, payload, direct = session.transport.exchange_with_payload(batch, outgoing, into,
+                                                                             max_payload=compression.bound(asked))
         except TransportError as e:
             self.lose(e)
         dt = time.perf_counter() - t0
         wire_in = len(payload) + direct
         wire_payload = sum(len(part) for part in outgoing) + wire_in
         if reply.payload_codec == pb.ZSTD:
-            payload = bytearray(self.zstd_d.decompress(payload))
+            payload = bytearray(self.decompress(payload, asked, "payload"))
             direct = self.fill_directly(payload, into)
+        elif reply.payload_codec != pb.RAW:
+            raise bad_reply(f"a payload in an unknown encoding ({reply.payload_codec})")
         policy.observe(raw_payload + len(payload) + direct, wire_payload,
                        bool(batch.payload_codec or reply.payload_codec), session.transport.rate)
         self.stats.batches += 1
@@ -289,7 +296,7 @@ class Client:
             if direct <= 0:
                 break
             if direct < size:
-                raise Fail(UNKNOWN, f"the server's payload ended inside a {size}-byte result buffer")
+                raise bad_reply(f"its payload ended inside a {size}-byte result buffer")
             state.filled.add(int(ffi.cast("uintptr_t", ptr)))
             direct -= size
         connection = session.transport.connection
@@ -356,12 +363,18 @@ class Client:
         lib.cuwire_queue_refuse()
 
     def call(self, fn: int, args, result_cls):
+        changed = lib.cuwire_managed_before_call()  # the program's changes to managed memory go first
+        if changed:
+            raise Fail(changed)
         raw = args.SerializeToString()
         self.stats.bytes_sent_raw += len(raw)
         reply = self.exchange(fn, raw)
         data = self.decode(reply.result, reply.result_codec)
         self.stats.bytes_received_raw += len(data)
-        res = result_cls.FromString(data)
+        try:
+            res = result_cls.FromString(data)
+        except DecodeError as e:
+            raise bad_reply(f"its result does not parse as {result_cls.__name__} ({e})") from None
         if reply.queued_error and res.status == 0:
             res.status = reply.queued_error  # an earlier queued call failed: surface it here, as CUDA does
         return res
@@ -409,7 +422,18 @@ class Client:
         return done
 
     def decode(self, data: bytes, codec: int) -> bytes:
-        return self.zstd_d.decompress(data) if codec == pb.ZSTD else data
+        """A reply's result message, as the server encoded it."""
+        if codec == pb.ZSTD:
+            return self.decompress(data, MAX_MESSAGE, "result")
+        if codec != pb.RAW:
+            raise bad_reply(f"a result in an unknown encoding ({codec})")
+        return data
+
+    def decompress(self, data: bytes, limit: int, what: str) -> bytes:
+        try:
+            return compression.decompress(self.zstd_d, data, limit)
+        except ValueError as e:
+            raise bad_reply(f"its compressed {what} does not decompress: {e}") from None
 
     # ---------------------------------------------------------------- device memory map
 
@@ -730,7 +754,7 @@ def write(ptr, data: bytes, size: int) -> None:
     """Write a result into the program's memory: the field's bytes, or for a large buffer the next
     `size` bytes of the reply's payload (an empty field with no payload left: nothing came back)."""
     if len(data) > size:
-        raise Fail(UNKNOWN, f"the server sent {len(data)} bytes for a {size}-byte buffer")
+        raise bad_reply(f"{len(data)} bytes for a {size}-byte buffer")
     if not data and size:
         b = bulk()
         if int(ffi.cast("uintptr_t", ptr)) in b.filled:
@@ -739,7 +763,7 @@ def write(ptr, data: bytes, size: int) -> None:
         if left == 0:
             return
         if left < size:
-            raise Fail(UNKNOWN, f"the server's payload has {left} bytes left for a {size}-byte buffer")
+            raise bad_reply(f"its payload has {left} bytes left for a {size}-byte buffer")
         data, b.taken = b.incoming[b.taken:b.taken + size], b.taken + size
     if len(data):
         if ptr == ffi.NULL:
@@ -756,13 +780,26 @@ def read_scalar(ptr, ctype: str):
 def write_scalar(ptr, ctype: str, value) -> None:
     if ptr == ffi.NULL:
         raise Fail(INVALID_VALUE)
-    ffi.cast(ctype + " *", ptr)[0] = value
+    try:
+        ffi.cast(ctype + " *", ptr)[0] = value
+    except OverflowError:  # the wire carries integers as 64 bits
+        raise bad_reply(f"{value} for a {ctype}") from None
 
 
 def read_string(ptr) -> str:
     if ptr == ffi.NULL:
         raise Fail(INVALID_VALUE)
-    return ffi.string(ffi.cast("char *", ptr)).decode()
+    try:
+        return ffi.string(ffi.cast("char *", ptr)).decode()
+    except UnicodeDecodeError:  # the wire carries such strings (names, bus ids) as UTF-8
+        raise Fail(INVALID_VALUE) from None
+
+
+def bad_reply(why: str) -> Fail:
+    """A reply the client cannot use (a server of another make, or a broken one): said, and the call
+    fails with CUDA_ERROR_UNKNOWN; the session goes on (the frame was read whole, the stream is in step)."""
+    print(f"cuwire: the server's reply cannot be used: {why}", file=sys.stderr)
+    return Fail(UNKNOWN, why)
 
 
 def on_error(exc_type, exc, tb) -> int:
@@ -802,6 +839,15 @@ def cuwire_py_host_alloc(size: int, address) -> int:
     """cuMemHostAlloc's memory, in the host memory shared with the server when there is some (client/local.c)."""
     address[0] = client.host_alloc(size)
     return 0
+
+
+@ffi.def_extern(onerror=on_error)
+def cuwire_py_managed_alloc(size: int, flags: int, address) -> int:
+    """Managed memory made on the server, for a client over TCP (client/managed.c maps its address)."""
+    res = client.call(MANAGED_ALLOC, pb.ManagedAlloc_Args(size=size, flags=flags), pb.ManagedAlloc_Result)
+    if res.status == 0:
+        address[0] = res.address
+    return res.status
 
 
 @ffi.def_extern(onerror=on_error)

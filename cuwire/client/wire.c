@@ -185,6 +185,9 @@ int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint3
 {
     if (__atomic_load_n(&wire_fd, __ATOMIC_RELAXED) < 0 || result_len > CUWIRE_CALL_RESULT_MAX)
         return -1;
+    int changed = cuwire_managed_before_call(); /* the program's changes to managed memory go first */
+    if (changed)
+        return changed;
     pthread_mutex_lock(&wire_lock);
     int fd = wire_fd;
     if (fd < 0) {

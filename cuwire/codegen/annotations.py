@@ -17,6 +17,9 @@ unimplemented (its stub says so loudly). Inside a table:
            (for async calls: notes what the client keeps, e.g. the thread's current context)
   after    a C function of the client's C, with the same parameters, that the stub calls once a sync
            call succeeded, to note what the client keeps (e.g. a new context and its device)
+  synchronizes  true for a call that, once it succeeds, has the host caught up with the GPU
+           (cuCtxSynchronize, synchronous copies...): the client then fetches managed memory made over
+           TCP (client/managed.c)
   server   the file of a hand-written server half for a sync call (its client half and messages are
            generated): for calls whose bookkeeping the roles cannot say (virtual memory: server/vmm.py)
   <param>  an inline table for one parameter: role, length, alloc, frees, range (see model.Param);
@@ -39,7 +42,7 @@ from .model import ROLES, Api, Function, Param
 ANNOTATIONS = Path(__file__).with_name("annotations")
 PACKAGE = Path(__file__).parents[1]  # cuwire/: `server` names a file in it
 MODES = {"sync", "async", "custom", "local"}
-FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after", "server"}
+FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after", "server", "synchronizes"}
 PARAM_KEYS = {"role", "length", "alloc", "frees", "range"}
 NEEDS_LENGTH = {name for name, role in ROLES.items() if role.sized}
 ASYNC_ROLES = {"value"}
@@ -133,6 +136,9 @@ def apply_function(fn: Function, spec: dict) -> None:
     fn.after = spec.get("after", "")
     if fn.after and mode != "sync":
         raise AnnotationError(f"{fn.name}: `after` goes with mode sync, not {mode}")
+    fn.synchronizes = spec.get("synchronizes", False)
+    if not isinstance(fn.synchronizes, bool):
+        raise AnnotationError(f"{fn.name}: `synchronizes` is true or false, not {fn.synchronizes!r}")
     fn.server = spec.get("server", "")
     if fn.server and mode != "sync":
         raise AnnotationError(f"{fn.name}: `server` goes with mode sync, not {mode}")

@@ -184,6 +184,7 @@ class Function:
     fast: str = ""  # C function tried before the usual path (see annotations.py)
     after: str = ""  # C function called after a successful sync call (see annotations.py)
     server: str = ""  # file of a hand-written server half (see annotations.py)
+    synchronizes: bool = False  # the host has caught up with the GPU once it succeeds (see annotations.py)
 
     @property
     def fn_id(self) -> int:

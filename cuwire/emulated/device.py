@@ -813,6 +813,21 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
         return self.drv.CUDA_ERROR_OUT_OF_MEMORY if address is None else self._drv_put((dptr, address))
 
     @_after_fault
+    def cuMemAllocManaged(self, dptr: CData, bytesize: int, flags: int) -> int:
+        """Managed memory: memory of this (the server's) process, at an address it and the device share;
+        the emulated device reaches it like registered host memory."""
+        if bytesize == 0 or flags not in (1, 2) or self._is_null(dptr):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        if self._memory.used + bytesize > self._memory.total:
+            return self.drv.CUDA_ERROR_OUT_OF_MEMORY
+        block = mmap.mmap(-1, bytesize)
+        address = int(self.ffi.cast("uintptr_t", self.ffi.from_buffer(block)))
+        if not self._memory.register_host(address, block):
+            return self.drv.CUDA_ERROR_OUT_OF_MEMORY
+        self._memory.used += _round_up(bytesize, ALLOCATION_ALIGNMENT)
+        return self._drv_put((dptr, address))
+
+    @_after_fault
     def cuMemAllocAsync(self, dptr: CData, bytesize: int, hStream: CData) -> int:
         if self._stream(hStream) is None:
             return self.drv.CUDA_ERROR_INVALID_HANDLE

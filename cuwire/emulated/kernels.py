@@ -147,6 +147,17 @@ def stream_scale_add(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) 
     _write(mem, dst, _wrap32(v * mul + add for v in x))
 
 
+@kernel("_Z8addToOddPii", params=[8, 4])
+def add_to_odd(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """p[2t + 1] += 1 for each thread t (managed_memory.cu)."""
+    ptr, n = p.ptr(0), p.i32(1)
+    count = max(0, min(n, 2 * _threads(grid, block)))
+    x = _read(mem, "i", ptr, count)
+    for i in range(1, count, 2):
+        x[i] += 1
+    _write(mem, ptr, _wrap32(x))
+
+
 @kernel("_Z13streamAddIntoPiPKii", params=[8, 8, 4])
 def stream_add_into(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
     """dst[i] += src[i]."""

@@ -3228,16 +3228,25 @@ static inline CUresult cuwire_impl_cuCtxSynchronize(void)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuCtxSynchronize());
 }
+void cuwire_managed_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+static inline CUresult cuwire_synced_cuCtxSynchronize(void)
+{
+    CUresult result = cuwire_impl_cuCtxSynchronize();
+    if (result == 0)
+        cuwire_managed_synced();
+    return result;
+}
 CUWIRE_EXPORT CUresult cuCtxSynchronize(void)
 {
     __atomic_add_fetch(&cuwire_counts[56], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxSynchronize");
-        CUresult cuwire_result = cuwire_impl_cuCtxSynchronize();
+        CUresult cuwire_result = cuwire_synced_cuCtxSynchronize();
         cuwire_trace_result("cuCtxSynchronize", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuCtxSynchronize();
+    return cuwire_synced_cuCtxSynchronize();
 }
 
 /* cuCtxSynchronize_v2 (cuda.h): remoted, sync */
@@ -3258,16 +3267,25 @@ static inline CUresult cuwire_impl_cuCtxSynchronize_v2(CUcontext ctx)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuCtxSynchronize_v2((uint64_t)(uintptr_t)ctx));
 }
+void cuwire_managed_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+static inline CUresult cuwire_synced_cuCtxSynchronize_v2(CUcontext ctx)
+{
+    CUresult result = cuwire_impl_cuCtxSynchronize_v2(ctx);
+    if (result == 0)
+        cuwire_managed_synced();
+    return result;
+}
 CUWIRE_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
     __atomic_add_fetch(&cuwire_counts[57], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxSynchronize_v2");
-        CUresult cuwire_result = cuwire_impl_cuCtxSynchronize_v2(ctx);
+        CUresult cuwire_result = cuwire_synced_cuCtxSynchronize_v2(ctx);
         cuwire_trace_result("cuCtxSynchronize_v2", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuCtxSynchronize_v2(ctx);
+    return cuwire_synced_cuCtxSynchronize_v2(ctx);
 }
 
 /* cuCtxWaitEvent (cuda.h): unimplemented */
@@ -4316,16 +4334,25 @@ static inline CUresult cuwire_impl_cuEventQuery(CUevent hEvent)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuEventQuery((uint64_t)(uintptr_t)hEvent));
 }
+void cuwire_managed_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+static inline CUresult cuwire_synced_cuEventQuery(CUevent hEvent)
+{
+    CUresult result = cuwire_impl_cuEventQuery(hEvent);
+    if (result == 0)
+        cuwire_managed_synced();
+    return result;
+}
 CUWIRE_EXPORT CUresult cuEventQuery(CUevent hEvent)
 {
     __atomic_add_fetch(&cuwire_counts[112], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuEventQuery");
-        CUresult cuwire_result = cuwire_impl_cuEventQuery(hEvent);
+        CUresult cuwire_result = cuwire_synced_cuEventQuery(hEvent);
         cuwire_trace_result("cuEventQuery", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuEventQuery(hEvent);
+    return cuwire_synced_cuEventQuery(hEvent);
 }
 
 /* cuEventRecord (cuda.h): remoted, async; also cuEventRecord_ptsz */
@@ -4398,16 +4425,25 @@ static inline CUresult cuwire_impl_cuEventSynchronize(CUevent hEvent)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuEventSynchronize((uint64_t)(uintptr_t)hEvent));
 }
+void cuwire_managed_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+static inline CUresult cuwire_synced_cuEventSynchronize(CUevent hEvent)
+{
+    CUresult result = cuwire_impl_cuEventSynchronize(hEvent);
+    if (result == 0)
+        cuwire_managed_synced();
+    return result;
+}
 CUWIRE_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 {
     __atomic_add_fetch(&cuwire_counts[115], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuEventSynchronize");
-        CUresult cuwire_result = cuwire_impl_cuEventSynchronize(hEvent);
+        CUresult cuwire_result = cuwire_synced_cuEventSynchronize(hEvent);
         cuwire_trace_result("cuEventSynchronize", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuEventSynchronize(hEvent);
+    return cuwire_synced_cuEventSynchronize(hEvent);
 }
 
 /* cuExternalMemoryGetMappedBuffer (cuda.h): unimplemented */
@@ -8462,16 +8498,25 @@ static inline CUresult cuwire_impl_cuMemFree_v2(CUdeviceptr dptr)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemFree_v2((uint64_t)dptr));
 }
+void cuwire_managed_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+static inline CUresult cuwire_synced_cuMemFree_v2(CUdeviceptr dptr)
+{
+    CUresult result = cuwire_impl_cuMemFree_v2(dptr);
+    if (result == 0)
+        cuwire_managed_synced();
+    return result;
+}
 CUWIRE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     __atomic_add_fetch(&cuwire_counts[330], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuMemFree_v2");
-        CUresult cuwire_result = cuwire_impl_cuMemFree_v2(dptr);
+        CUresult cuwire_result = cuwire_synced_cuMemFree_v2(dptr);
         cuwire_trace_result("cuMemFree_v2", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuMemFree_v2(dptr);
+    return cuwire_synced_cuMemFree_v2(dptr);
 }
 
 /* cuMemGetAccess (cuda.h): remoted, sync */
@@ -9331,16 +9376,25 @@ static inline CUresult cuwire_impl_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, si
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpy((void *)dst, (uint64_t)(ByteCount), (void *)src, (uint64_t)(ByteCount), (uint64_t)ByteCount));
 }
+void cuwire_managed_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+static inline CUresult cuwire_synced_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+{
+    CUresult result = cuwire_impl_cuMemcpy(dst, src, ByteCount);
+    if (result == 0)
+        cuwire_managed_synced();
+    return result;
+}
 CUWIRE_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
     __atomic_add_fetch(&cuwire_counts[375], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpy");
-        CUresult cuwire_result = cuwire_impl_cuMemcpy(dst, src, ByteCount);
+        CUresult cuwire_result = cuwire_synced_cuMemcpy(dst, src, ByteCount);
         cuwire_trace_result("cuMemcpy", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuMemcpy(dst, src, ByteCount);
+    return cuwire_synced_cuMemcpy(dst, src, ByteCount);
 }
 CUWIRE_EXPORT __typeof__(cuMemcpy) cuMemcpy_ptds __attribute__((alias("cuMemcpy")));
 
@@ -9427,16 +9481,25 @@ static inline CUresult cuwire_impl_cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *p
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpy2DUnaligned_v2((void *)pCopy, sizeof *pCopy));
 }
+void cuwire_managed_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+static inline CUresult cuwire_synced_cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
+{
+    CUresult result = cuwire_impl_cuMemcpy2DUnaligned_v2(pCopy);
+    if (result == 0)
+        cuwire_managed_synced();
+    return result;
+}
 CUWIRE_EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
 {
     __atomic_add_fetch(&cuwire_counts[380], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpy2DUnaligned_v2");
-        CUresult cuwire_result = cuwire_impl_cuMemcpy2DUnaligned_v2(pCopy);
+        CUresult cuwire_result = cuwire_synced_cuMemcpy2DUnaligned_v2(pCopy);
         cuwire_trace_result("cuMemcpy2DUnaligned_v2", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuMemcpy2DUnaligned_v2(pCopy);
+    return cuwire_synced_cuMemcpy2DUnaligned_v2(pCopy);
 }
 CUWIRE_EXPORT __typeof__(cuMemcpy2DUnaligned_v2) cuMemcpy2DUnaligned_v2_ptds __attribute__((alias("cuMemcpy2DUnaligned_v2")));
 
@@ -9448,16 +9511,25 @@ static inline CUresult cuwire_impl_cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpy2D_v2((void *)pCopy, sizeof *pCopy));
 }
+void cuwire_managed_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+static inline CUresult cuwire_synced_cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
+{
+    CUresult result = cuwire_impl_cuMemcpy2D_v2(pCopy);
+    if (result == 0)
+        cuwire_managed_synced();
+    return result;
+}
 CUWIRE_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
 {
     __atomic_add_fetch(&cuwire_counts[381], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpy2D_v2");
-        CUresult cuwire_result = cuwire_impl_cuMemcpy2D_v2(pCopy);
+        CUresult cuwire_result = cuwire_synced_cuMemcpy2D_v2(pCopy);
         cuwire_trace_result("cuMemcpy2D_v2", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuMemcpy2D_v2(pCopy);
+    return cuwire_synced_cuMemcpy2D_v2(pCopy);
 }
 CUWIRE_EXPORT __typeof__(cuMemcpy2D_v2) cuMemcpy2D_v2_ptds __attribute__((alias("cuMemcpy2D_v2")));
 
@@ -9619,16 +9691,25 @@ static inline CUresult cuwire_impl_cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpy3D_v2((void *)pCopy, sizeof *pCopy));
 }
+void cuwire_managed_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+static inline CUresult cuwire_synced_cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
+{
+    CUresult result = cuwire_impl_cuMemcpy3D_v2(pCopy);
+    if (result == 0)
+        cuwire_managed_synced();
+    return result;
+}
 CUWIRE_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
 {
     __atomic_add_fetch(&cuwire_counts[390], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpy3D_v2");
-        CUresult cuwire_result = cuwire_impl_cuMemcpy3D_v2(pCopy);
+        CUresult cuwire_result = cuwire_synced_cuMemcpy3D_v2(pCopy);
         cuwire_trace_result("cuMemcpy3D_v2", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuMemcpy3D_v2(pCopy);
+    return cuwire_synced_cuMemcpy3D_v2(pCopy);
 }
 CUWIRE_EXPORT __typeof__(cuMemcpy3D_v2) cuMemcpy3D_v2_ptds __attribute__((alias("cuMemcpy3D_v2")));
 
@@ -9796,16 +9877,25 @@ static inline CUresult cuwire_impl_cuMemcpyAtoH_v2(void *dstHost, CUarray srcArr
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyAtoH_v2((void *)dstHost, (uint64_t)(ByteCount), (uint64_t)(uintptr_t)srcArray, (uint64_t)srcOffset, (uint64_t)ByteCount));
 }
+void cuwire_managed_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+static inline CUresult cuwire_synced_cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
+{
+    CUresult result = cuwire_impl_cuMemcpyAtoH_v2(dstHost, srcArray, srcOffset, ByteCount);
+    if (result == 0)
+        cuwire_managed_synced();
+    return result;
+}
 CUWIRE_EXPORT CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
     __atomic_add_fetch(&cuwire_counts[399], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyAtoH_v2");
-        CUresult cuwire_result = cuwire_impl_cuMemcpyAtoH_v2(dstHost, srcArray, srcOffset, ByteCount);
+        CUresult cuwire_result = cuwire_synced_cuMemcpyAtoH_v2(dstHost, srcArray, srcOffset, ByteCount);
         cuwire_trace_result("cuMemcpyAtoH_v2", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuMemcpyAtoH_v2(dstHost, srcArray, srcOffset, ByteCount);
+    return cuwire_synced_cuMemcpyAtoH_v2(dstHost, srcArray, srcOffset, ByteCount);
 }
 CUWIRE_EXPORT __typeof__(cuMemcpyAtoH_v2) cuMemcpyAtoH_v2_ptds __attribute__((alias("cuMemcpyAtoH_v2")));
 
@@ -9988,16 +10078,25 @@ static inline CUresult cuwire_impl_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdevi
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyDtoD_v2((uint64_t)dstDevice, (uint64_t)srcDevice, (uint64_t)ByteCount));
 }
+void cuwire_managed_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+static inline CUresult cuwire_synced_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    CUresult result = cuwire_impl_cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
+    if (result == 0)
+        cuwire_managed_synced();
+    return result;
+}
 CUWIRE_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
     __atomic_add_fetch(&cuwire_counts[408], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyDtoD_v2");
-        CUresult cuwire_result = cuwire_impl_cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
+        CUresult cuwire_result = cuwire_synced_cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
         cuwire_trace_result("cuMemcpyDtoD_v2", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
+    return cuwire_synced_cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
 }
 CUWIRE_EXPORT __typeof__(cuMemcpyDtoD_v2) cuMemcpyDtoD_v2_ptds __attribute__((alias("cuMemcpyDtoD_v2")));
 
@@ -10078,16 +10177,25 @@ static inline CUresult cuwire_impl_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr sr
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyDtoH_v2((void *)dstHost, (uint64_t)(ByteCount), (uint64_t)srcDevice, (uint64_t)ByteCount));
 }
+void cuwire_managed_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+static inline CUresult cuwire_synced_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    CUresult result = cuwire_impl_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
+    if (result == 0)
+        cuwire_managed_synced();
+    return result;
+}
 CUWIRE_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
     __atomic_add_fetch(&cuwire_counts[412], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyDtoH_v2");
-        CUresult cuwire_result = cuwire_impl_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
+        CUresult cuwire_result = cuwire_synced_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
         cuwire_trace_result("cuMemcpyDtoH_v2", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
+    return cuwire_synced_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
 }
 CUWIRE_EXPORT __typeof__(cuMemcpyDtoH_v2) cuMemcpyDtoH_v2_ptds __attribute__((alias("cuMemcpyDtoH_v2")));
 
@@ -10244,16 +10352,25 @@ static inline CUresult cuwire_impl_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const 
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyHtoD_v2((uint64_t)dstDevice, (void *)srcHost, (uint64_t)(ByteCount), (uint64_t)ByteCount));
 }
+void cuwire_managed_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+static inline CUresult cuwire_synced_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    CUresult result = cuwire_impl_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
+    if (result == 0)
+        cuwire_managed_synced();
+    return result;
+}
 CUWIRE_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
     __atomic_add_fetch(&cuwire_counts[420], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyHtoD_v2");
-        CUresult cuwire_result = cuwire_impl_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
+        CUresult cuwire_result = cuwire_synced_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
         cuwire_trace_result("cuMemcpyHtoD_v2", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
+    return cuwire_synced_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
 }
 CUWIRE_EXPORT __typeof__(cuMemcpyHtoD_v2) cuMemcpyHtoD_v2_ptds __attribute__((alias("cuMemcpyHtoD_v2")));
 
@@ -10283,16 +10400,25 @@ static inline CUresult cuwire_impl_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyPeer((uint64_t)dstDevice, (uint64_t)(uintptr_t)dstContext, (uint64_t)srcDevice, (uint64_t)(uintptr_t)srcContext, (uint64_t)ByteCount));
 }
+void cuwire_managed_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+static inline CUresult cuwire_synced_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+{
+    CUresult result = cuwire_impl_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
+    if (result == 0)
+        cuwire_managed_synced();
+    return result;
+}
 CUWIRE_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
     __atomic_add_fetch(&cuwire_counts[421], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyPeer");
-        CUresult cuwire_result = cuwire_impl_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
+        CUresult cuwire_result = cuwire_synced_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
         cuwire_trace_result("cuMemcpyPeer", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
+    return cuwire_synced_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
 }
 CUWIRE_EXPORT __typeof__(cuMemcpyPeer) cuMemcpyPeer_ptds __attribute__((alias("cuMemcpyPeer")));
 
@@ -12278,16 +12404,25 @@ static inline CUresult cuwire_impl_cuStreamQuery(CUstream hStream)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuStreamQuery((uint64_t)(uintptr_t)hStream));
 }
+void cuwire_managed_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+static inline CUresult cuwire_synced_cuStreamQuery(CUstream hStream)
+{
+    CUresult result = cuwire_impl_cuStreamQuery(hStream);
+    if (result == 0)
+        cuwire_managed_synced();
+    return result;
+}
 CUWIRE_EXPORT CUresult cuStreamQuery(CUstream hStream)
 {
     __atomic_add_fetch(&cuwire_counts[513], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamQuery");
-        CUresult cuwire_result = cuwire_impl_cuStreamQuery(hStream);
+        CUresult cuwire_result = cuwire_synced_cuStreamQuery(hStream);
         cuwire_trace_result("cuStreamQuery", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuStreamQuery(hStream);
+    return cuwire_synced_cuStreamQuery(hStream);
 }
 CUWIRE_EXPORT __typeof__(cuStreamQuery) cuStreamQuery_ptsz __attribute__((alias("cuStreamQuery")));
 
@@ -12328,16 +12463,25 @@ static inline CUresult cuwire_impl_cuStreamSynchronize(CUstream hStream)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuStreamSynchronize((uint64_t)(uintptr_t)hStream));
 }
+void cuwire_managed_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+static inline CUresult cuwire_synced_cuStreamSynchronize(CUstream hStream)
+{
+    CUresult result = cuwire_impl_cuStreamSynchronize(hStream);
+    if (result == 0)
+        cuwire_managed_synced();
+    return result;
+}
 CUWIRE_EXPORT CUresult cuStreamSynchronize(CUstream hStream)
 {
     __atomic_add_fetch(&cuwire_counts[515], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamSynchronize");
-        CUresult cuwire_result = cuwire_impl_cuStreamSynchronize(hStream);
+        CUresult cuwire_result = cuwire_synced_cuStreamSynchronize(hStream);
         cuwire_trace_result("cuStreamSynchronize", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuStreamSynchronize(hStream);
+    return cuwire_synced_cuStreamSynchronize(hStream);
 }
 CUWIRE_EXPORT __typeof__(cuStreamSynchronize) cuStreamSynchronize_ptsz __attribute__((alias("cuStreamSynchronize")));
 

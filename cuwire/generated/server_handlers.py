@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "b29aebce49bead22"
+API_DIGEST = "664f93623ceb527b"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -34,6 +34,7 @@ OP_IDS = {
     "RegisterHost": 3990496965,
     "UnregisterHost": 3562218563,
     "HostFunc": 2255595394,
+    "ManagedAlloc": 947210730,
 }
 
 

@@ -368,6 +368,20 @@ def unregister_host(s, a: pb.UnregisterHost_Args) -> pb.UnregisterHost_Result:
     return pb.UnregisterHost_Result(status=s.unregister_host(a.offset))
 
 
+def managed_alloc(s, a: pb.ManagedAlloc_Args) -> pb.ManagedAlloc_Result:
+    """Managed memory for a client over TCP: the session's like cuMemAlloc's (its budget, its ranges,
+    freed with cuMemFree or when it ends); the client maps the same address for its host copy."""
+    if a.size == 0 or a.flags not in (1, 2):  # CU_MEM_ATTACH_GLOBAL, CU_MEM_ATTACH_HOST
+        return pb.ManagedAlloc_Result(status=INVALID_VALUE)
+    s.reserve(a.size)
+    out = s.ffi.new("CUdeviceptr *")
+    r = pb.ManagedAlloc_Result(status=s.lib.cuMemAllocManaged(out, a.size, 1))  # both sides use it: global
+    if r.status == 0:
+        r.address = out[0]
+        s.owns(r.address, a.size)
+    return r
+
+
 # id -> (name, Args message, handler), looked up like generated.HANDLERS
 OPS = {
     op_id("LoadModule"): ("cuwire.LoadModule", pb.LoadModule_Args, load_module),
@@ -385,6 +399,7 @@ OPS = {
     op_id("GraphNodes"): ("cuwire.GraphNodes", pb.GraphNodes_Args, graphs.graph_nodes),
     op_id("RegisterHost"): ("cuwire.RegisterHost", pb.RegisterHost_Args, register_host),
     op_id("UnregisterHost"): ("cuwire.UnregisterHost", pb.UnregisterHost_Args, unregister_host),
+    op_id("ManagedAlloc"): ("cuwire.ManagedAlloc", pb.ManagedAlloc_Args, managed_alloc),
 }
 
 # cuwire's own queued records, run by the session's C loop (records.c) with the generated ones

@@ -18,7 +18,7 @@ import zstandard
 from google.protobuf.message import DecodeError
 
 import cuwire
-from cuwire import ring
+from cuwire import compression, ring
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.server import metrics
@@ -117,14 +117,10 @@ class CuWireServer:
         frame must not make the server allocate gigabytes."""
         if codec != pb.ZSTD:
             return data
-        limit = self.settings.max_buffer
         try:
-            size = zstandard.frame_content_size(data)
-            if size > limit:
-                raise WireError(f"a compressed message of {size} bytes is over the limit ({limit}, CUWIRE_MAX_BUFFER)")
-            return self.zstd.decompress(data, max_output_size=limit if size < 0 else 0)
-        except zstandard.ZstdError as e:
-            raise WireError(f"a compressed message that does not decompress ({e})") from None
+            return compression.decompress(self.zstd, data, self.settings.max_buffer)
+        except ValueError as e:
+            raise WireError(f"a compressed message that does not decompress (CUWIRE_MAX_BUFFER): {e}") from None
 
     def welcome(self, hello: pb.Hello, conn: Connection) -> Session | None:
         """Check the handshake and answer it; a mismatch gets one clear message and no session. A client on
