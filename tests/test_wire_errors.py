@@ -655,6 +655,22 @@ def test_graph_nodes_name_only_the_sessions_own(session):
         fn=generated.OP_IDS["GraphNodes"], args=pb.GraphNodes_Args(graph=graph.phGraph, capacity=8)
         .SerializeToString())).result)
     assert listed.status == 0 and listed.total == len(listed.nodes) // 8 >= 2
+
+    def query(**fields) -> pb.GraphNodes_Result:
+        reply = session.exchange(pb.Batch(fn=generated.OP_IDS["GraphNodes"],
+                                          args=pb.GraphNodes_Args(**fields).SerializeToString()))
+        return pb.GraphNodes_Result.FromString(reply.result)
+
+    later = vmm_call(session, "cuGraphAddEmptyNode", hGraph=graph.phGraph,
+                     dependencies=struct.pack("<Q", empty.phGraphNode), numDependencies=1)
+    edges = query(graph=graph.phGraph, what=pb.EDGES, capacity=8, edge_data=True)
+    assert edges.status == 0 and edges.total == 1 and edges.edge_data == bytes(8)
+    assert (edges.nodes, edges.to) == (struct.pack("<Q", empty.phGraphNode), struct.pack("<Q", later.phGraphNode))
+    assert query(node=later.phGraphNode, what=pb.DEPENDENCIES, capacity=8).nodes == edges.nodes
+    assert query(node=empty.phGraphNode + 0x1000, what=pb.DEPENDENTS, capacity=8).status == 400  # not its own
+    assert query(graph=graph.phGraph + 0x1000, what=pb.ROOTS).status == 400
+    assert vmm_call(session, "cuGraphDestroyNode", hNode=later.phGraphNode).status == 0
+    assert vmm_call(session, "cuGraphDestroyNode", hNode=later.phGraphNode).status == 400  # gone
     assert vmm_call(session, "cuGraphDestroy", hGraph=graph.phGraph).status == 0
 
 

@@ -533,16 +533,53 @@ def cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, nodeP
 
 @ffi.def_extern(name="cuwire_py_cuGraphGetNodes", onerror=rt.on_error)
 def cuGraphGetNodes(hGraph, nodes, numNodes):
-    if numNodes == ffi.NULL:
+    return _graph_query(pb.NODES, hGraph, 0, nodes, ffi.NULL, ffi.NULL, numNodes)
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphGetRootNodes", onerror=rt.on_error)
+def cuGraphGetRootNodes(hGraph, rootNodes, numRootNodes):
+    return _graph_query(pb.ROOTS, hGraph, 0, rootNodes, ffi.NULL, ffi.NULL, numRootNodes)
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphGetEdges_v2", onerror=rt.on_error)
+def cuGraphGetEdges_v2(hGraph, from_, to, edgeData, edgeData_len, numEdges):
+    if (from_ == ffi.NULL) != (to == ffi.NULL):
         return INVALID_VALUE
-    capacity = rt.read_scalar(numNodes, "uint64_t") if nodes != ffi.NULL else 0
-    res = rt.call(rt.GRAPH_NODES, pb.GraphNodes_Args(graph=hGraph, capacity=capacity), pb.GraphNodes_Result)
+    return _graph_query(pb.EDGES, hGraph, 0, from_, to, edgeData, numEdges)
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphNodeGetDependencies_v2", onerror=rt.on_error)
+def cuGraphNodeGetDependencies_v2(hNode, dependencies, edgeData, edgeData_len, numDependencies):
+    return _graph_query(pb.DEPENDENCIES, 0, hNode, dependencies, ffi.NULL, edgeData, numDependencies)
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphNodeGetDependentNodes_v2", onerror=rt.on_error)
+def cuGraphNodeGetDependentNodes_v2(hNode, dependentNodes, edgeData, edgeData_len, numDependentNodes):
+    return _graph_query(pb.DEPENDENTS, 0, hNode, dependentNodes, ffi.NULL, edgeData, numDependentNodes)
+
+
+def _graph_query(what: int, graph: int, node: int, nodes, to, edge_data, count) -> int:
+    """The driver's way for all five: with nodes NULL, the total into *count; else up to *count of them
+    into nodes (and to, edge_data), and how many into *count."""
+    if count == ffi.NULL:
+        return INVALID_VALUE
+    capacity = rt.read_scalar(count, "uint64_t") if nodes != ffi.NULL else 0
+    args = pb.GraphNodes_Args(graph=graph, node=node, what=what, capacity=capacity,
+                              edge_data=edge_data != ffi.NULL and nodes != ffi.NULL)
+    res = rt.call(rt.GRAPH_NODES, args, pb.GraphNodes_Result)
     if res.status == 0:
-        if nodes != ffi.NULL:
-            ffi.memmove(ffi.cast("char *", nodes), res.nodes, len(res.nodes))
-            rt.write_scalar(numNodes, "uint64_t", len(res.nodes) // 8)
-        else:
-            rt.write_scalar(numNodes, "uint64_t", res.total)
+        if nodes == ffi.NULL:
+            rt.write_scalar(count, "uint64_t", res.total)
+            return 0
+        n = len(res.nodes) // 8
+        if n > capacity or len(res.to) not in (0, len(res.nodes)) or len(res.edge_data) not in (0, 8 * n):
+            raise rt.bad_reply(f"{n} nodes for room for {capacity}")
+        ffi.memmove(ffi.cast("char *", nodes), res.nodes, len(res.nodes))
+        if to != ffi.NULL:
+            ffi.memmove(ffi.cast("char *", to), res.to, len(res.to))
+        if edge_data != ffi.NULL:
+            ffi.memmove(ffi.cast("char *", edge_data), res.edge_data, len(res.edge_data))
+        rt.write_scalar(count, "uint64_t", n)
     return res.status
 
 

@@ -43,10 +43,13 @@ class Graph:
 class Exec:
     order: list[int]
     work: dict[int, Callable[[], Any]]
+    flags: int = 0
+    disabled: set[int] = field(default_factory=set)  # cuGraphNodeSetEnabled
 
     def run(self) -> None:
         for node in self.order:
-            self.work[node]()
+            if node not in self.disabled:
+                self.work[node]()
 
 
 class EmulatedGraphs:
@@ -224,6 +227,74 @@ class EmulatedGraphs:
         graph.edges.update(pairs)
         return 0
 
+    def cuGraphRemoveDependencies_v2(self, hGraph: CData, from_: CData, to: CData, edgeData: CData,
+                                     numDependencies: int) -> int:
+        graph = self._graph(hGraph)
+        if graph is None or not self._is_null(edgeData):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        pairs = [(self._addr(from_[i]), self._addr(to[i])) for i in range(numDependencies)]
+        if any(pair not in graph.edges for pair in pairs):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        graph.edges.difference_update(pairs)
+        return 0
+
+    def _listed(self, found: list, out: tuple, edge_data: CData, count: CData) -> int:
+        """The driver's way of listing: with the first array NULL, the total into *count; else up to *count
+        entries into each array of `out` (columns of `found`), and how many into *count."""
+        if self._is_null(count):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        if self._is_null(out[0]):
+            count[0] = len(found)
+            return 0
+        n = min(count[0], len(found))
+        for column, array in enumerate(out):
+            for i in range(n):
+                array[i] = self.ffi.cast("CUgraphNode", found[i][column])
+        if not self._is_null(edge_data):
+            for i in range(n):
+                self.ffi.buffer(edge_data + i, 8)[:] = bytes(8)  # every edge here is a default one
+        count[0] = n
+        return 0
+
+    def cuGraphGetRootNodes(self, hGraph: CData, rootNodes: CData, numRootNodes: CData) -> int:
+        graph = self._graph(hGraph)
+        if graph is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        roots = [(n,) for n in graph.nodes if not any(b == n for _, b in graph.edges)]
+        return self._listed(roots, (rootNodes,), self.ffi.NULL, numRootNodes)
+
+    def cuGraphGetEdges_v2(self, hGraph: CData, from_: CData, to: CData, edgeData: CData, numEdges: CData) -> int:
+        graph = self._graph(hGraph)
+        if graph is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        return self._listed(sorted(graph.edges), (from_, to), edgeData, numEdges)
+
+    def _node_edges(self, hNode: CData, out: CData, edgeData: CData, count: CData, dependents: bool) -> int:
+        node = self._addr(hNode)
+        graph = self._graphs.get(self._nodes.get(node, 0))
+        if graph is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        found = sorted((b,) if dependents else (a,) for a, b in graph.edges if (a if dependents else b) == node)
+        return self._listed(found, (out,), edgeData, count)
+
+    def cuGraphNodeGetDependencies_v2(self, hNode: CData, dependencies: CData, edgeData: CData,
+                                      numDependencies: CData) -> int:
+        return self._node_edges(hNode, dependencies, edgeData, numDependencies, dependents=False)
+
+    def cuGraphNodeGetDependentNodes_v2(self, hNode: CData, dependentNodes: CData, edgeData: CData,
+                                        numDependentNodes: CData) -> int:
+        return self._node_edges(hNode, dependentNodes, edgeData, numDependentNodes, dependents=True)
+
+    def cuGraphDestroyNode(self, hNode: CData) -> int:
+        node = self._addr(hNode)
+        graph = self._graphs.get(self._nodes.pop(node, 0))
+        if graph is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        graph.nodes.remove(node)
+        del graph.work[node], graph.kinds[node]
+        graph.edges = {(a, b) for a, b in graph.edges if node not in (a, b)}
+        return 0
+
     def cuGraphNodeGetType(self, hNode: CData, type: CData) -> int:
         graph = self._graphs.get(self._nodes.get(self._addr(hNode), 0))
         if graph is None:
@@ -237,8 +308,34 @@ class EmulatedGraphs:
         if graph is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
         handle = self._new_handle()
-        self._graph_execs[handle] = Exec(graph.order(), dict(graph.work))
+        self._graph_execs[handle] = Exec(graph.order(), dict(graph.work), flags)
         return self._drv_put((phGraphExec, handle))
+
+    def cuGraphExecGetFlags(self, hGraphExec: CData, flags: CData) -> int:
+        exe = self._graph_execs.get(self._addr(hGraphExec))
+        if exe is None or self._is_null(flags):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        flags[0] = exe.flags
+        return 0
+
+    def cuGraphNodeSetEnabled(self, hGraphExec: CData, hNode: CData, isEnabled: int) -> int:
+        exe, node = self._graph_execs.get(self._addr(hGraphExec)), self._addr(hNode)
+        if exe is None or node not in exe.work:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        (exe.disabled.discard if isEnabled else exe.disabled.add)(node)
+        return 0
+
+    def cuGraphNodeGetEnabled(self, hGraphExec: CData, hNode: CData, isEnabled: CData) -> int:
+        exe, node = self._graph_execs.get(self._addr(hGraphExec)), self._addr(hNode)
+        if exe is None or node not in exe.work or self._is_null(isEnabled):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        isEnabled[0] = int(node not in exe.disabled)
+        return 0
+
+    def cuGraphUpload(self, hGraphExec: CData, hStream: CData) -> int:
+        if self._graph_execs.get(self._addr(hGraphExec)) is None or self._stream(hStream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return 0  # nothing to upload ahead of a launch here
 
     def cuGraphExecKernelNodeSetParams_v2(self, hGraphExec: CData, hNode: CData, nodeParams: CData) -> int:
         exe = self._graph_execs.get(self._addr(hGraphExec))

@@ -538,6 +538,17 @@ def cuGraphDestroy(hGraph):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuGraphDestroyNode", onerror=rt.on_error)
+def cuGraphDestroyNode(hNode):
+    """cuGraphDestroyNode (cuda.h)"""
+    args = pb.cuGraphDestroyNode_Args()
+    args.hNode = hNode
+    res = rt.call(3231463016, args, pb.cuGraphDestroyNode_Result)
+    if res.status == 0:
+        rt.untrack_alloc(hNode)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuGraphExecDestroy", onerror=rt.on_error)
 def cuGraphExecDestroy(hGraphExec):
     """cuGraphExecDestroy (cuda.h)"""
@@ -546,6 +557,17 @@ def cuGraphExecDestroy(hGraphExec):
     res = rt.call(652470004, args, pb.cuGraphExecDestroy_Result)
     if res.status == 0:
         rt.untrack_alloc(hGraphExec)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphExecGetFlags", onerror=rt.on_error)
+def cuGraphExecGetFlags(hGraphExec, flags):
+    """cuGraphExecGetFlags (cuda.h)"""
+    args = pb.cuGraphExecGetFlags_Args()
+    args.hGraphExec = hGraphExec
+    res = rt.call(2274030636, args, pb.cuGraphExecGetFlags_Result)
+    if res.status == 0:
+        rt.write_scalar(flags, "uint64_t", res.flags)
     return res.status
 
 
@@ -574,6 +596,18 @@ def cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuGraphNodeGetEnabled", onerror=rt.on_error)
+def cuGraphNodeGetEnabled(hGraphExec, hNode, isEnabled):
+    """cuGraphNodeGetEnabled (cuda.h)"""
+    args = pb.cuGraphNodeGetEnabled_Args()
+    args.hGraphExec = hGraphExec
+    args.hNode = hNode
+    res = rt.call(968179927, args, pb.cuGraphNodeGetEnabled_Result)
+    if res.status == 0:
+        rt.write_scalar(isEnabled, "uint32_t", res.isEnabled)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuGraphNodeGetType", onerror=rt.on_error)
 def cuGraphNodeGetType(hNode, type):
     """cuGraphNodeGetType (cuda.h)"""
@@ -582,6 +616,39 @@ def cuGraphNodeGetType(hNode, type):
     res = rt.call(3880792678, args, pb.cuGraphNodeGetType_Result)
     if res.status == 0:
         rt.write_scalar(type, "int32_t", res.type)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphNodeSetEnabled", onerror=rt.on_error)
+def cuGraphNodeSetEnabled(hGraphExec, hNode, isEnabled):
+    """cuGraphNodeSetEnabled (cuda.h)"""
+    args = pb.cuGraphNodeSetEnabled_Args()
+    args.hGraphExec = hGraphExec
+    args.hNode = hNode
+    args.isEnabled = isEnabled
+    res = rt.call(401629509, args, pb.cuGraphNodeSetEnabled_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphRemoveDependencies_v2", onerror=rt.on_error)
+def cuGraphRemoveDependencies_v2(hGraph, from_, from__len, to, to_len, edgeData, numDependencies):
+    """cuGraphRemoveDependencies_v2 (cuda.h)"""
+    args = pb.cuGraphRemoveDependencies_v2_Args()
+    args.hGraph = hGraph
+    args.from_ = rt.read(from_, from__len)
+    args.to = rt.read(to, to_len)
+    args.numDependencies = numDependencies
+    res = rt.call(1606074400, args, pb.cuGraphRemoveDependencies_v2_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphUpload", onerror=rt.on_error)
+def cuGraphUpload(hGraphExec, hStream):
+    """cuGraphUpload (cuda.h)"""
+    args = pb.cuGraphUpload_Args()
+    args.hGraphExec = hGraphExec
+    args.hStream = hStream
+    res = rt.call(4087946048, args, pb.cuGraphUpload_Result)
     return res.status
 
 

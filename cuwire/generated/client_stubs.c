@@ -1177,7 +1177,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "unimplemented",
     "sync",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1189,7 +1189,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "custom",
@@ -1203,9 +1203,9 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
     "custom",
-    "unimplemented",
+    "custom",
+    "custom",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1228,18 +1228,18 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
+    "custom",
     "unimplemented",
+    "custom",
+    "sync",
+    "sync",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
     "sync",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -5609,11 +5609,13 @@ CUWIRE_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
     return cuwire_impl_cuGraphDestroy(hGraph);
 }
 
-/* cuGraphDestroyNode (cuda.h): unimplemented */
+/* cuGraphDestroyNode (cuda.h): remoted, sync */
+int cuwire_py_cuGraphDestroyNode(uint64_t);
 static inline CUresult cuwire_impl_cuGraphDestroyNode(CUgraphNode hNode)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphDestroyNode", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphDestroyNode((uint64_t)(uintptr_t)hNode));
 }
 CUWIRE_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
 {
@@ -5827,11 +5829,13 @@ CUWIRE_EXPORT CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(CUgraphExe
     return cuwire_impl_cuGraphExecExternalSemaphoresWaitNodeSetParams(hGraphExec, hNode, nodeParams);
 }
 
-/* cuGraphExecGetFlags (cuda.h): unimplemented */
+/* cuGraphExecGetFlags (cuda.h): remoted, sync */
+int cuwire_py_cuGraphExecGetFlags(uint64_t, void *);
 static inline CUresult cuwire_impl_cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphExecGetFlags", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphExecGetFlags((uint64_t)(uintptr_t)hGraphExec, (void *)flags));
 }
 CUWIRE_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)
 {
@@ -6083,11 +6087,13 @@ CUWIRE_EXPORT CUresult cuGraphGetEdges(void)
     return cuwire_impl_cuGraphGetEdges();
 }
 
-/* cuGraphGetEdges_v2 (cuda.h): unimplemented */
+/* cuGraphGetEdges_v2 (cuda.h): remoted, custom */
+int cuwire_py_cuGraphGetEdges_v2(uint64_t, void *, void *, void *, uint64_t, void *);
 static inline CUresult cuwire_impl_cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData, size_t *numEdges)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphGetEdges_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphGetEdges_v2((uint64_t)(uintptr_t)hGraph, (void *)from, (void *)to, (void *)edgeData, sizeof *edgeData, (void *)numEdges));
 }
 CUWIRE_EXPORT CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData, size_t *numEdges)
 {
@@ -6121,11 +6127,13 @@ CUWIRE_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_
     return cuwire_impl_cuGraphGetNodes(hGraph, nodes, numNodes);
 }
 
-/* cuGraphGetRootNodes (cuda.h): unimplemented */
+/* cuGraphGetRootNodes (cuda.h): remoted, custom */
+int cuwire_py_cuGraphGetRootNodes(uint64_t, void *, void *);
 static inline CUresult cuwire_impl_cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphGetRootNodes", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphGetRootNodes((uint64_t)(uintptr_t)hGraph, (void *)rootNodes, (void *)numRootNodes));
 }
 CUWIRE_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
 {
@@ -6547,11 +6555,13 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetDependencies(void)
     return cuwire_impl_cuGraphNodeGetDependencies();
 }
 
-/* cuGraphNodeGetDependencies_v2 (cuda.h): unimplemented */
+/* cuGraphNodeGetDependencies_v2 (cuda.h): remoted, custom */
+int cuwire_py_cuGraphNodeGetDependencies_v2(uint64_t, void *, void *, uint64_t, void *);
 static inline CUresult cuwire_impl_cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependencies, CUgraphEdgeData *edgeData, size_t *numDependencies)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphNodeGetDependencies_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphNodeGetDependencies_v2((uint64_t)(uintptr_t)hNode, (void *)dependencies, (void *)edgeData, sizeof *edgeData, (void *)numDependencies));
 }
 CUWIRE_EXPORT CUresult cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependencies, CUgraphEdgeData *edgeData, size_t *numDependencies)
 {
@@ -6583,11 +6593,13 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetDependentNodes(void)
     return cuwire_impl_cuGraphNodeGetDependentNodes();
 }
 
-/* cuGraphNodeGetDependentNodes_v2 (cuda.h): unimplemented */
+/* cuGraphNodeGetDependentNodes_v2 (cuda.h): remoted, custom */
+int cuwire_py_cuGraphNodeGetDependentNodes_v2(uint64_t, void *, void *, uint64_t, void *);
 static inline CUresult cuwire_impl_cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *dependentNodes, CUgraphEdgeData *edgeData, size_t *numDependentNodes)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphNodeGetDependentNodes_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphNodeGetDependentNodes_v2((uint64_t)(uintptr_t)hNode, (void *)dependentNodes, (void *)edgeData, sizeof *edgeData, (void *)numDependentNodes));
 }
 CUWIRE_EXPORT CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *dependentNodes, CUgraphEdgeData *edgeData, size_t *numDependentNodes)
 {
@@ -6601,11 +6613,13 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgrap
     return cuwire_impl_cuGraphNodeGetDependentNodes_v2(hNode, dependentNodes, edgeData, numDependentNodes);
 }
 
-/* cuGraphNodeGetEnabled (cuda.h): unimplemented */
+/* cuGraphNodeGetEnabled (cuda.h): remoted, sync */
+int cuwire_py_cuGraphNodeGetEnabled(uint64_t, uint64_t, void *);
 static inline CUresult cuwire_impl_cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphNodeGetEnabled", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphNodeGetEnabled((uint64_t)(uintptr_t)hGraphExec, (uint64_t)(uintptr_t)hNode, (void *)isEnabled));
 }
 CUWIRE_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled)
 {
@@ -6639,11 +6653,27 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *ty
     return cuwire_impl_cuGraphNodeGetType(hNode, type);
 }
 
-/* cuGraphNodeSetEnabled (cuda.h): unimplemented */
+/* cuGraphNodeSetEnabled (cuda.h): remoted, sync */
+int cuwire_py_cuGraphNodeSetEnabled(uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphNodeSetEnabled", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t hGraphExec;
+            uint64_t hNode;
+            uint32_t isEnabled;
+        } rec = {
+            (uint64_t)(uintptr_t)hGraphExec,
+            (uint64_t)(uintptr_t)hNode,
+            isEnabled,
+        };
+        int status = cuwire_call(401629509u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphNodeSetEnabled((uint64_t)(uintptr_t)hGraphExec, (uint64_t)(uintptr_t)hNode, (uint64_t)isEnabled));
 }
 CUWIRE_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled)
 {
@@ -6711,11 +6741,13 @@ CUWIRE_EXPORT CUresult cuGraphRemoveDependencies(void)
     return cuwire_impl_cuGraphRemoveDependencies();
 }
 
-/* cuGraphRemoveDependencies_v2 (cuda.h): unimplemented */
+/* cuGraphRemoveDependencies_v2 (cuda.h): remoted, sync */
+int cuwire_py_cuGraphRemoveDependencies_v2(uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphRemoveDependencies_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphRemoveDependencies_v2((uint64_t)(uintptr_t)hGraph, (void *)from, (uint64_t)(numDependencies * 8), (void *)to, (uint64_t)(numDependencies * 8), (void *)edgeData, (uint64_t)numDependencies));
 }
 CUWIRE_EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
@@ -6747,11 +6779,25 @@ CUWIRE_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject objec
     return cuwire_impl_cuGraphRetainUserObject(graph, object, count, flags);
 }
 
-/* cuGraphUpload (cuda.h): unimplemented; also cuGraphUpload_ptsz */
+/* cuGraphUpload (cuda.h): remoted, sync; also cuGraphUpload_ptsz */
+int cuwire_py_cuGraphUpload(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphUpload", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t hGraphExec;
+            uint64_t hStream;
+        } rec = {
+            (uint64_t)(uintptr_t)hGraphExec,
+            (uint64_t)(uintptr_t)hStream,
+        };
+        int status = cuwire_call(4087946048u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphUpload((uint64_t)(uintptr_t)hGraphExec, (uint64_t)(uintptr_t)hStream));
 }
 CUWIRE_EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {

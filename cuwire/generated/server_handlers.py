@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "664f93623ceb527b"
+API_DIGEST = "83e133f7d8a8623d"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -379,12 +379,31 @@ def cuGraphDestroy(s, a: pb.cuGraphDestroy_Args) -> pb.cuGraphDestroy_Result:
     return r
 
 
+def cuGraphDestroyNode(s, a: pb.cuGraphDestroyNode_Args) -> pb.cuGraphDestroyNode_Result:
+    """cuGraphDestroyNode (cuda.h)"""
+    r = pb.cuGraphDestroyNode_Result()
+    r.status = s.lib.cuGraphDestroyNode(s.handle("CUgraphNode_st", "CUgraphNode", a.hNode))
+    if r.status == 0:
+        s.disowns_handle("CUgraphNode_st", a.hNode)
+    return r
+
+
 def cuGraphExecDestroy(s, a: pb.cuGraphExecDestroy_Args) -> pb.cuGraphExecDestroy_Result:
     """cuGraphExecDestroy (cuda.h)"""
     r = pb.cuGraphExecDestroy_Result()
     r.status = s.lib.cuGraphExecDestroy(s.handle("CUgraphExec_st", "CUgraphExec", a.hGraphExec))
     if r.status == 0:
         s.disowns_handle("CUgraphExec_st", a.hGraphExec)
+    return r
+
+
+def cuGraphExecGetFlags(s, a: pb.cuGraphExecGetFlags_Args) -> pb.cuGraphExecGetFlags_Result:
+    """cuGraphExecGetFlags (cuda.h)"""
+    r = pb.cuGraphExecGetFlags_Result()
+    flags = s.ffi.new("cuuint64_t *")
+    r.status = s.lib.cuGraphExecGetFlags(s.handle("CUgraphExec_st", "CUgraphExec", a.hGraphExec), flags)
+    if r.status == 0:
+        r.flags = s.scalar(flags[0])
     return r
 
 
@@ -409,6 +428,16 @@ def cuGraphInstantiateWithFlags(s, a: pb.cuGraphInstantiateWithFlags_Args) -> pb
     return r
 
 
+def cuGraphNodeGetEnabled(s, a: pb.cuGraphNodeGetEnabled_Args) -> pb.cuGraphNodeGetEnabled_Result:
+    """cuGraphNodeGetEnabled (cuda.h)"""
+    r = pb.cuGraphNodeGetEnabled_Result()
+    isEnabled = s.ffi.new("unsigned int *")
+    r.status = s.lib.cuGraphNodeGetEnabled(s.handle("CUgraphExec_st", "CUgraphExec", a.hGraphExec), s.handle("CUgraphNode_st", "CUgraphNode", a.hNode), isEnabled)
+    if r.status == 0:
+        r.isEnabled = s.scalar(isEnabled[0])
+    return r
+
+
 def cuGraphNodeGetType(s, a: pb.cuGraphNodeGetType_Args) -> pb.cuGraphNodeGetType_Result:
     """cuGraphNodeGetType (cuda.h)"""
     r = pb.cuGraphNodeGetType_Result()
@@ -416,6 +445,20 @@ def cuGraphNodeGetType(s, a: pb.cuGraphNodeGetType_Args) -> pb.cuGraphNodeGetTyp
     r.status = s.lib.cuGraphNodeGetType(s.handle("CUgraphNode_st", "CUgraphNode", a.hNode), type)
     if r.status == 0:
         r.type = s.scalar(type[0])
+    return r
+
+
+def cuGraphNodeSetEnabled(s, a: pb.cuGraphNodeSetEnabled_Args) -> pb.cuGraphNodeSetEnabled_Result:
+    """cuGraphNodeSetEnabled (cuda.h)"""
+    r = pb.cuGraphNodeSetEnabled_Result()
+    r.status = s.lib.cuGraphNodeSetEnabled(s.handle("CUgraphExec_st", "CUgraphExec", a.hGraphExec), s.handle("CUgraphNode_st", "CUgraphNode", a.hNode), a.isEnabled)
+    return r
+
+
+def cuGraphUpload(s, a: pb.cuGraphUpload_Args) -> pb.cuGraphUpload_Result:
+    """cuGraphUpload (cuda.h)"""
+    r = pb.cuGraphUpload_Result()
+    r.status = s.lib.cuGraphUpload(s.handle("CUgraphExec_st", "CUgraphExec", a.hGraphExec), s.handle("CUstream_st", "CUstream", a.hStream))
     return r
 
 
@@ -1656,10 +1699,16 @@ HANDLERS = {
     4133468500: ("cuGraphClone", pb.cuGraphClone_Args, cuGraphClone),
     1807883684: ("cuGraphCreate", pb.cuGraphCreate_Args, cuGraphCreate),
     2272976611: ("cuGraphDestroy", pb.cuGraphDestroy_Args, cuGraphDestroy),
+    3231463016: ("cuGraphDestroyNode", pb.cuGraphDestroyNode_Args, cuGraphDestroyNode),
     652470004: ("cuGraphExecDestroy", pb.cuGraphExecDestroy_Args, cuGraphExecDestroy),
+    2274030636: ("cuGraphExecGetFlags", pb.cuGraphExecGetFlags_Args, cuGraphExecGetFlags),
     1802350491: ("cuGraphExecUpdate_v2", pb.cuGraphExecUpdate_v2_Args, cuGraphExecUpdate_v2),
     115605169: ("cuGraphInstantiateWithFlags", pb.cuGraphInstantiateWithFlags_Args, cuGraphInstantiateWithFlags),
+    968179927: ("cuGraphNodeGetEnabled", pb.cuGraphNodeGetEnabled_Args, cuGraphNodeGetEnabled),
     3880792678: ("cuGraphNodeGetType", pb.cuGraphNodeGetType_Args, cuGraphNodeGetType),
+    401629509: ("cuGraphNodeSetEnabled", pb.cuGraphNodeSetEnabled_Args, cuGraphNodeSetEnabled),
+    1606074400: ("cuGraphRemoveDependencies_v2", pb.cuGraphRemoveDependencies_v2_Args, None),  # server/graphs.py
+    4087946048: ("cuGraphUpload", pb.cuGraphUpload_Args, cuGraphUpload),
     1724498758: ("cuKernelGetAttribute", pb.cuKernelGetAttribute_Args, cuKernelGetAttribute),
     89830551: ("cuKernelGetParamInfo", pb.cuKernelGetParamInfo_Args, cuKernelGetParamInfo),
     1775703493: ("cuKernelSetAttribute", pb.cuKernelSetAttribute_Args, cuKernelSetAttribute),
@@ -1816,6 +1865,8 @@ RECORDS = {
     663009900: ("cuEventRecordWithFlags", struct.Struct("<QQI")),
     3775496938: ("cuEventSynchronize", struct.Struct("<Q")),
     2644748970: ("cuGraphLaunch", struct.Struct("<QQ")),
+    401629509: ("cuGraphNodeSetEnabled", struct.Struct("<QQI")),
+    4087946048: ("cuGraphUpload", struct.Struct("<QQ")),
     1437163825: ("cuMemPoolTrimTo", struct.Struct("<QQ")),
     2688723146: ("cuMemcpyDtoDAsync_v2", struct.Struct("<QQQQ")),
     3146899852: ("cuMemcpyDtoD_v2", struct.Struct("<QQQ")),

@@ -176,6 +176,45 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         *err = s->fn.cuGraphLaunch((CUgraphExec)(uintptr_t)r.hGraphExec, (CUstream)(uintptr_t)r.hStream);
         return 1;
     }
+    case 401629509u: { /* cuGraphNodeSetEnabled (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t hGraphExec;
+            uint64_t hNode;
+            uint32_t isEnabled;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuGraphNodeSetEnabled: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUgraphExec_st, r.hGraphExec)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_owns(s, CW_KIND_CUgraphNode_st, r.hNode)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuGraphNodeSetEnabled((CUgraphExec)(uintptr_t)r.hGraphExec, (CUgraphNode)(uintptr_t)r.hNode, r.isEnabled);
+        return 1;
+    }
+    case 4087946048u: { /* cuGraphUpload (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t hGraphExec;
+            uint64_t hStream;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuGraphUpload: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUgraphExec_st, r.hGraphExec)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_owns(s, CW_KIND_CUstream_st, r.hStream)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuGraphUpload((CUgraphExec)(uintptr_t)r.hGraphExec, (CUstream)(uintptr_t)r.hStream);
+        return 1;
+    }
     case 1437163825u: { /* cuMemPoolTrimTo (cuda.h) */
         struct __attribute__((packed)) {
             uint64_t pool;

@@ -17,6 +17,8 @@
     X(cuEventRecordWithFlags) \
     X(cuEventSynchronize) \
     X(cuGraphLaunch) \
+    X(cuGraphNodeSetEnabled) \
+    X(cuGraphUpload) \
     X(cuMemPoolTrimTo) \
     X(cuMemcpyDtoDAsync_v2) \
     X(cuMemcpyDtoD_v2) \

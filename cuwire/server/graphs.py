@@ -116,25 +116,58 @@ def host_node(s, a: pb.HostNode_Args) -> pb.HostNode_Result:
     return r
 
 
+def _query(s, a: pb.GraphNodes_Args):
+    """The driver call that answers a's query: call(nodes, to, edge_data, count) with NULL arrays for the
+    total alone."""
+    lib, what = s.lib, a.what
+    if what in (pb.NODES, pb.ROOTS, pb.EDGES):
+        graph = s.handle(GRAPH, "CUgraph", a.graph)
+        if what == pb.NODES:
+            return lambda nodes, to, data, count: lib.cuGraphGetNodes(graph, nodes, count)
+        if what == pb.ROOTS:
+            return lambda nodes, to, data, count: lib.cuGraphGetRootNodes(graph, nodes, count)
+        return lambda nodes, to, data, count: lib.cuGraphGetEdges_v2(graph, nodes, to, data, count)
+    node = s.handle(NODE, "CUgraphNode", a.node)
+    if what == pb.DEPENDENCIES:
+        return lambda nodes, to, data, count: lib.cuGraphNodeGetDependencies_v2(node, nodes, data, count)
+    if what == pb.DEPENDENTS:
+        return lambda nodes, to, data, count: lib.cuGraphNodeGetDependentNodes_v2(node, nodes, data, count)
+    raise WireError(f"graph query {what}")
+
+
 def graph_nodes(s, a: pb.GraphNodes_Args) -> pb.GraphNodes_Result:
-    """cuwire.GraphNodes (cuGraphGetNodes): the nodes of a graph of the session's become the session's (a
-    captured graph's were never named to it)."""
-    ffi, graph = s.ffi, s.handle(GRAPH, "CUgraph", a.graph)
+    """cuwire.GraphNodes: a graph's nodes, roots or edges, or a node's dependencies or dependents; the nodes
+    named become the session's (a captured graph's were never named to it)."""
+    ffi, call = s.ffi, _query(s, a)
     total = ffi.new("size_t *")
-    r = pb.GraphNodes_Result(status=s.lib.cuGraphGetNodes(graph, ffi.NULL, total))
+    r = pb.GraphNodes_Result(status=call(ffi.NULL, ffi.NULL, ffi.NULL, total))
     if r.status != 0:
         return r
     r.total = total[0]
-    if a.capacity and total[0]:
-        count = ffi.new("size_t *", min(a.capacity, total[0]))
-        nodes = ffi.new("CUgraphNode[]", count[0])
-        r.status = s.lib.cuGraphGetNodes(graph, nodes, count)
-        if r.status == 0:
-            values = [int(ffi.cast("uintptr_t", nodes[i])) for i in range(count[0])]
-            for v in values:
-                s.owns_handle(NODE, v)
-            r.nodes = b"".join(v.to_bytes(8, "little") for v in values)
+    if not (a.capacity and total[0]):
+        return r
+    count = ffi.new("size_t *", min(a.capacity, total[0]))
+    nodes, to = ffi.new("CUgraphNode[]", count[0]), ffi.new("CUgraphNode[]", count[0])
+    data = ffi.new("CUgraphEdgeData[]", count[0]) if a.edge_data else ffi.NULL
+    r.status = call(nodes, to if a.what == pb.EDGES else ffi.NULL, data, count)
+    if r.status != 0:
+        return r
+    for array, field in ((nodes, "nodes"), *(((to, "to"),) if a.what == pb.EDGES else ())):
+        values = [int(ffi.cast("uintptr_t", array[i])) for i in range(count[0])]
+        for v in values:
+            s.owns_handle(NODE, v)
+        setattr(r, field, b"".join(v.to_bytes(8, "little") for v in values))
+    if a.edge_data:
+        r.edge_data = bytes(ffi.buffer(data, 8 * count[0]))
     return r
+
+
+def cuGraphRemoveDependencies_v2(s, a: pb.cuGraphRemoveDependencies_v2_Args
+                                 ) -> pb.cuGraphRemoveDependencies_v2_Result:
+    status = s.lib.cuGraphRemoveDependencies_v2(s.handle(GRAPH, "CUgraph", a.hGraph),
+                                                _nodes(s, a.from_, a.numDependencies),
+                                                _nodes(s, a.to, a.numDependencies), s.ffi.NULL, a.numDependencies)
+    return pb.cuGraphRemoveDependencies_v2_Result(status=status)
 
 
 def cuGraphAddDependencies_v2(s, a: pb.cuGraphAddDependencies_v2_Args) -> pb.cuGraphAddDependencies_v2_Result:
@@ -184,4 +217,4 @@ def kernel_node(s, a: pb.KernelNode_Args) -> pb.KernelNode_Result:
 
 HANDLERS = {f.__name__: f for f in (cuGraphAddEmptyNode, cuGraphAddMemsetNode, cuGraphAddMemcpyNode,
                                      cuGraphAddChildGraphNode, cuGraphAddEventRecordNode, cuGraphAddEventWaitNode,
-                                     cuGraphAddDependencies_v2)}
+                                     cuGraphAddDependencies_v2, cuGraphRemoveDependencies_v2)}

@@ -1,5 +1,7 @@
 // graph_nodes: a graph built node by node (kernel, memset, device-to-device memcpy, empty, child graph,
-// event record and wait, and host nodes, with dependencies), its nodes listed, instantiated and launched several times; a kernel node's parameters
+// event record and wait, and host nodes, with dependencies), its nodes listed, its shape read back (roots,
+// edges, dependencies, dependents), a dependency removed and a node destroyed; instantiated, uploaded and
+// launched several times, a node disabled and enabled in the executable; a kernel node's parameters
 // changed in the executable graph; the executable graph updated from a changed graph; node types read
 // back, a graph cloned.
 #include <stdio.h>
@@ -106,8 +108,48 @@ int main() {
     for (size_t i = 0; i < room; i++) found += listed[i] == host;
     printf("nodes in the graph: %zu, listed %zu, the host node among them: %d\n", count, room, found);
 
+    // the graph's shape read back
+    cudaGraphNode_t roots[16], from[16], to[16], deps[4];
+    cudaGraphEdgeData edge_data[16];
+    size_t n_roots = 16, n_edges = 0, n_listed = 16, n_deps = 0, n_dependents = 4;
+    CHECK(cudaGraphGetRootNodes(g, roots, &n_roots));
+    int roots_found = 0;
+    for (size_t i = 0; i < n_roots; i++) roots_found += roots[i] == wait || roots[i] == memset_node;
+    CHECK(cudaGraphGetEdges(g, NULL, NULL, NULL, &n_edges));
+    CHECK(cudaGraphGetEdges(g, from, to, edge_data, &n_listed));
+    int into_join = 0, default_data = 1;
+    for (size_t i = 0; i < n_listed; i++) {
+        into_join += to[i] == join && (from[i] == scale || from[i] == memset_node);
+        default_data &= edge_data[i].type == 0 && edge_data[i].from_port == 0 && edge_data[i].to_port == 0;
+    }
+    CHECK(cudaGraphNodeGetDependencies(join, NULL, NULL, &n_deps));
+    CHECK(cudaGraphNodeGetDependentNodes(copy, deps, NULL, &n_dependents));
+    int dependents_found = 0;
+    for (size_t i = 0; i < n_dependents; i++) dependents_found += deps[i] == record || deps[i] == host;
+    printf("roots: %zu (the wait and memset nodes: %d); edges: %zu, listed %zu (%d into the join, default data: %d)\n",
+           n_roots, roots_found, n_edges, n_listed, into_join, default_data);
+    printf("the join's dependencies: %zu; the copy's dependents: %zu (the record and host nodes: %d)\n", n_deps,
+           n_dependents, dependents_found);
+    // a dependency removed and put back; a node added and destroyed
+    CHECK(cudaGraphRemoveDependencies(g, &wait, &fill, NULL, 1));
+    size_t fewer = 0, roots_then = 0;
+    CHECK(cudaGraphGetEdges(g, NULL, NULL, NULL, &fewer));
+    CHECK(cudaGraphGetRootNodes(g, NULL, &roots_then));
+    CHECK(cudaGraphAddDependencies(g, &wait, &fill, NULL, 1));
+    cudaGraphNode_t extra;
+    CHECK(cudaGraphAddEmptyNode(&extra, g, &host, 1));
+    size_t with_extra = 0, without = 0;
+    CHECK(cudaGraphGetNodes(g, NULL, &with_extra));
+    CHECK(cudaGraphDestroyNode(extra));
+    CHECK(cudaGraphGetNodes(g, NULL, &without));
+    printf("a dependency removed: %zu edges, %zu roots; a node added and destroyed: %zu, then %zu nodes\n", fewer,
+           roots_then, with_extra, without);
+
     cudaGraphExec_t exec;
     CHECK(cudaGraphInstantiate(&exec, g, 0));
+    unsigned long long exec_flags = 1;
+    CHECK(cudaGraphExecGetFlags(exec, &exec_flags));
+    CHECK(cudaGraphUpload(exec, s));
     for (int round = 0; round < 3; round++) {
         CHECK(cudaMemset(d, 0, n * sizeof(int)));
         CHECK(cudaEventRecord(ready, s));
@@ -117,6 +159,24 @@ int main() {
     CHECK(cudaEventSynchronize(done));
     CHECK(cudaMemcpy(h, d, n * sizeof(int), cudaMemcpyDeviceToHost));
     failures += check("a graph built node by node, launched 3 times", h, n, want_d, 10);
+    printf("the executable's flags: %llu\n", exec_flags);
+
+    // the copy node disabled in the executable: d stays as set; enabled again
+    CHECK(cudaGraphNodeSetEnabled(exec, copy, 0));
+    unsigned int enabled = 1;
+    CHECK(cudaGraphNodeGetEnabled(exec, copy, &enabled));
+    CHECK(cudaMemset(d, 0, n * sizeof(int)));
+    CHECK(cudaEventRecord(ready, s));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaMemcpy(h, d, n * sizeof(int), cudaMemcpyDeviceToHost));
+    int zeros = 1;
+    for (int i = 0; i < n; i++) zeros &= h[i] == 0;
+    CHECK(cudaGraphNodeSetEnabled(exec, copy, 1));
+    unsigned int enabled_again = 0;
+    CHECK(cudaGraphNodeGetEnabled(exec, copy, &enabled_again));
+    printf("%-52s %s\n", "the copy node disabled, then enabled", zeros && !enabled && enabled_again ? "OK" : "FAIL");
+    failures += !(zeros && !enabled && enabled_again);
 
     // the fill kernel's value changed in the executable graph only
     int v2 = 500;
@@ -166,8 +226,8 @@ int main() {
     CHECK(cudaStreamSynchronize(s));
     CHECK(cudaMemcpy(h, e, n * sizeof(int), cudaMemcpyDeviceToHost));
     failures += check("a clone as a child graph, then a copy after it", h, n, want_d, 7000);
-    printf("the host node ran %d times (6 launches)\n", host_calls);
-    failures += host_calls != 6;
+    printf("the host node ran %d times (7 launches)\n", host_calls);
+    failures += host_calls != 7;
 
     CHECK(cudaGraphExecDestroy(outer_exec));
     CHECK(cudaGraphExecDestroy(exec));
