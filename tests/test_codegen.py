@@ -169,3 +169,32 @@ def test_every_library_has_its_annotations():
 
     table = annotations.load()
     assert {api for api, _ in table.values()} == {lib.api for lib in LIBRARIES}
+
+
+def test_graph_node_offsets_match_the_headers():
+    """client/driver.py writes a memory allocation node's address and a conditional node's body graphs into
+    the program's CUgraphNodeParams at fixed offsets: they must be cuda.h's."""
+    import ast
+
+    from cuwire.server.backend import cuda_ffi
+
+    ffi = cuda_ffi()
+    source = ast.parse((ROOT / "cuwire" / "client" / "driver.py").read_text())
+    consts = {}
+    for node in source.body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple):
+            names = [t.id for t in node.targets[0].elts]
+            if {"NODE_PARAMS_SIZE", "ALLOC_ACCESS_AT", "COND_SIZE_AT", "MEM_ALLOC"} & set(names):
+                consts.update(zip(names, eval(ast.unparse(node.value), {"__builtins__": {}}), strict=True))
+        elif isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "ACCESS_DESC_SIZE":
+            consts["ACCESS_DESC_SIZE"] = ast.literal_eval(node.value)
+    union = ffi.offsetof("CUgraphNodeParams", "alloc")
+    assert consts["NODE_PARAMS_SIZE"] == ffi.sizeof("CUgraphNodeParams")
+    assert consts["NODE_PARAMS_AT"] == union == ffi.offsetof("CUgraphNodeParams", "conditional")
+    assert consts["ALLOC_ACCESS_AT"] == union + ffi.offsetof("CUDA_MEM_ALLOC_NODE_PARAMS_v2", "accessDescs")
+    assert consts["ALLOC_DPTR_AT"] == union + ffi.offsetof("CUDA_MEM_ALLOC_NODE_PARAMS_v2", "dptr")
+    assert consts["COND_SIZE_AT"] == union + ffi.offsetof("CUDA_CONDITIONAL_NODE_PARAMS", "size")
+    assert consts["COND_GRAPHS_AT"] == union + ffi.offsetof("CUDA_CONDITIONAL_NODE_PARAMS", "phGraph_out")
+    assert consts["ACCESS_DESC_SIZE"] == ffi.sizeof("CUmemAccessDesc")
+    assert (consts["MEM_ALLOC"], consts["CONDITIONAL"]) == (ffi.integer_const("CU_GRAPH_NODE_TYPE_MEM_ALLOC"),
+                                                            ffi.integer_const("CU_GRAPH_NODE_TYPE_CONDITIONAL"))

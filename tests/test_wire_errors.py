@@ -674,6 +674,35 @@ def test_graph_nodes_name_only_the_sessions_own(session):
     assert vmm_call(session, "cuGraphDestroy", hGraph=graph.phGraph).status == 0
 
 
+def test_graph_add_node_checks_what_its_parameters_name(session):
+    """cuGraphAddNode (cuwire.GraphNode): a conditional node needs the session's own handle; a free node the
+    session's memory; the kinds with functions of their own are refused by name; sizes are checked."""
+    graph = vmm_call(session, "cuGraphCreate", flags=0)
+
+    def add(params: bytes, **fields) -> pb.GraphNode_Result:
+        args = pb.GraphNode_Args(graph=graph.phGraph, params=params.ljust(256, b"\0"), **fields)
+        reply = session.exchange(pb.Batch(fn=generated.OP_IDS["GraphNode"], args=args.SerializeToString()))
+        assert not reply.error, reply.error
+        return pb.GraphNode_Result.FromString(reply.result)
+
+    handle = vmm_call(session, "cuGraphConditionalHandleCreate", hGraph=graph.phGraph, ctx=0, defaultLaunchValue=1,
+                      flags=1)
+    assert handle.status == 0 and handle.pHandle_out
+    conditional = struct.pack("<i12xQiI8xQ", 13, handle.pHandle_out, 1, 1, 0)  # a while node, one body
+    made = add(conditional)
+    assert made.status == 0 and made.node and len(made.bodies) == 8
+    body = struct.unpack("<Q", made.bodies)[0]
+    assert vmm_call(session, "cuGraphAddEmptyNode", hGraph=body, dependencies=b"", numDependencies=0).status == 0
+    assert add(struct.pack("<i12xQiI8xQ", 13, handle.pHandle_out + 1, 1, 1, 0)).status == 1  # not its handle
+    assert add(struct.pack("<i12xQ", 11, 0x7000_0000)).status == 1  # a free node for memory not the session's
+    assert add(struct.pack("<i", 0)).status == 801  # a kernel node: through cuGraphAddKernelNode
+    reply = session.exchange(pb.Batch(fn=generated.OP_IDS["GraphNode"], args=pb.GraphNode_Args(
+        graph=graph.phGraph, params=b"short").SerializeToString()))
+    assert "node parameters of 5 bytes" in reply.error
+    assert add(struct.pack("<i", 5), dependencies=struct.pack("<Q", made.node)).status == 0  # an empty node
+    assert vmm_call(session, "cuGraphDestroy", hGraph=graph.phGraph).status == 0
+
+
 def test_device_ranges_of_memsets_and_copies_are_the_sessions(session):
     """Every device address a memset or copy takes by value (annotations: `range`) must lie, with the
     bytes it touches, in the session's memory: checked in the Python handlers and in the C loop's

@@ -531,6 +531,51 @@ def cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, nodeP
     return res.status
 
 
+# CUgraphNodeParams: the type, then the kind's parameters from byte 16 (cuda.h; tests/test_codegen.py checks
+# these offsets against the headers)
+NODE_PARAMS_SIZE, NODE_PARAMS_AT = 256, 16
+MEM_ALLOC, CONDITIONAL = 10, 13  # CUgraphNodeType
+ALLOC_ACCESS_AT, ALLOC_DPTR_AT = 16 + 88, 16 + 112  # CUDA_MEM_ALLOC_NODE_PARAMS_v2: accessDescs (+count), dptr
+ACCESS_DESC_SIZE = 12  # CUmemAccessDesc
+COND_SIZE_AT, COND_GRAPHS_AT = 16 + 12, 16 + 16  # CUDA_CONDITIONAL_NODE_PARAMS: size, phGraph_out
+_bodies: dict[int, object] = {}  # conditional node -> its body graphs' array, which the program's params point to
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphAddNode_v2", onerror=rt.on_error)
+def cuGraphAddNode_v2(phGraphNode, hGraph, dependencies, dependencyData, dependencyData_len, numDependencies,
+                      nodeParams, nodeParams_len):
+    """The node's parameters travel as they are; its pointers are the client's: a memory allocation's access
+    descriptors travel beside them, its address comes back into them; a conditional node's body graphs come
+    back in an array the client keeps for the node's life, as CUDA keeps its own."""
+    if phGraphNode == ffi.NULL or nodeParams == ffi.NULL:
+        return INVALID_VALUE
+    params = bytes(ffi.buffer(ffi.cast("char *", nodeParams), NODE_PARAMS_SIZE))
+    kind = struct.unpack_from("<i", params)[0]
+    args = pb.GraphNode_Args(graph=hGraph, dependencies=rt.read(dependencies, numDependencies * 8), params=params)
+    if dependencyData != ffi.NULL:
+        args.edge_data, args.dependency_data = True, rt.read(dependencyData, numDependencies * 8)
+    if kind == MEM_ALLOC:
+        descs, count = struct.unpack_from("<QQ", params, ALLOC_ACCESS_AT)
+        if count and not descs:
+            return INVALID_VALUE
+        args.access = rt.read(ffi.cast("void *", descs), count * ACCESS_DESC_SIZE) if count else b""
+    res = rt.call(rt.GRAPH_NODE, args, pb.GraphNode_Result)
+    if res.status != 0:
+        return res.status
+    rt.write_scalar(phGraphNode, "uint64_t", res.node)
+    if kind == MEM_ALLOC:
+        rt.write_scalar(ffi.cast("char *", nodeParams) + ALLOC_DPTR_AT, "uint64_t", res.dptr)
+    elif kind == CONDITIONAL:
+        size = struct.unpack_from("<I", params, COND_SIZE_AT)[0]
+        if len(res.bodies) != 8 * size:
+            raise rt.bad_reply(f"{len(res.bodies) // 8} body graphs for a conditional node of {size}")
+        bodies = ffi.new("uint64_t[]", list(struct.unpack(f"<{size}Q", res.bodies)))
+        _bodies[res.node] = bodies
+        rt.write_scalar(ffi.cast("char *", nodeParams) + COND_GRAPHS_AT, "uint64_t",
+                        int(ffi.cast("uintptr_t", bodies)))
+    return 0
+
+
 @ffi.def_extern(name="cuwire_py_cuGraphGetNodes", onerror=rt.on_error)
 def cuGraphGetNodes(hGraph, nodes, numNodes):
     return _graph_query(pb.NODES, hGraph, 0, nodes, ffi.NULL, ffi.NULL, numNodes)

@@ -177,6 +177,7 @@ class EmulatedMemory:
         self.cluster: registry.Dim3 = (1, 1, 1)  # the running launch's cluster dimension
         self.textures: dict = {}  # texture objects (emulated/arrays.py), as kernels see them
         self.surfaces: dict = {}
+        self.conditionals: dict[int, int] = {}  # conditional handle -> its value (emulated/graphs.py)
 
     def allocate(self, size: int) -> int | None:
         """A new zeroed allocation's address, or None when the device is full."""
@@ -407,6 +408,7 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
         self._next_stream_id = 3
         self._events: dict[int, _Event] = {}
         self._graphs: dict = {}  # graph handle -> its nodes and edges (emulated/graphs.py)
+        self._bodies: dict = {}  # conditional node -> its body graphs (emulated/graphs.py)
         self._graph_execs: dict = {}  # executable graph handle -> its nodes' work, in order
         self._nodes: dict[int, int] = {}  # graph node -> its graph
         self._pools: dict[int, dict[int, int]] = {}  # memory pool handle -> its attributes (CUmemPool_attribute)

@@ -13,10 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cuwire.emulated import registry
+from cuwire.emulated.arrays import Fault
 
 CData = Any
 # CUgraphNodeType
 KERNEL, MEMCPY, MEMSET, HOST, GRAPH, EMPTY, WAIT_EVENT, EVENT_RECORD = 0, 1, 2, 3, 4, 5, 6, 7
+MEM_ALLOC, MEM_FREE, CONDITIONAL = 10, 11, 13
+IF, WHILE, SWITCH = 0, 1, 2  # CUgraphConditionalNodeType
+ASSIGN_DEFAULT = 1  # CU_GRAPH_COND_ASSIGN_DEFAULT
+WHILE_LIMIT = 1 << 20  # iterations of a while node before the emulated device calls it a hang
 
 
 @dataclass
@@ -25,6 +30,7 @@ class Graph:
     work: dict[int, Callable[[], Any]] = field(default_factory=dict)
     kinds: dict[int, int] = field(default_factory=dict)
     edges: set[tuple[int, int]] = field(default_factory=set)
+    defaults: dict[int, int] = field(default_factory=dict)  # conditional handles assigned at each launch
 
     def order(self) -> list[int]:
         """The nodes in an order the edges allow."""
@@ -45,11 +51,20 @@ class Exec:
     work: dict[int, Callable[[], Any]]
     flags: int = 0
     disabled: set[int] = field(default_factory=set)  # cuGraphNodeSetEnabled
+    defaults: dict[int, int] = field(default_factory=dict)  # conditional handle -> value set at each launch
 
-    def run(self) -> None:
+    def run(self, conditionals: dict[int, int] | None = None) -> None:
+        if conditionals is not None:
+            conditionals.update(self.defaults)
         for node in self.order:
             if node not in self.disabled:
                 self.work[node]()
+
+
+def run_graph(graph: Graph) -> None:
+    """A conditional node's body, as it is when the node runs."""
+    for node in graph.order():
+        graph.work[node]()
 
 
 class EmulatedGraphs:
@@ -60,6 +75,7 @@ class EmulatedGraphs:
     _graphs: dict[int, Graph]
     _graph_execs: dict[int, Exec]
     _nodes: dict[int, int]  # node -> its graph
+    _bodies: dict[int, CData]  # conditional node -> its body graphs' array (CUDA-owned)
 
     def _graph(self, handle: CData | int) -> Graph | None:
         return self._graphs.get(self._addr(handle))
@@ -295,6 +311,74 @@ class EmulatedGraphs:
         graph.edges = {(a, b) for a, b in graph.edges if node not in (a, b)}
         return 0
 
+    def cuGraphConditionalHandleCreate(self, pHandle_out: CData, hGraph: CData, ctx: CData, defaultLaunchValue: int,
+                                       flags: int) -> int:
+        graph = self._graph(hGraph)
+        if graph is None or self._is_null(pHandle_out) or flags & ~ASSIGN_DEFAULT:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        handle = self._new_handle()
+        self._memory.conditionals[handle] = defaultLaunchValue
+        if flags & ASSIGN_DEFAULT:
+            graph.defaults[handle] = defaultLaunchValue
+        pHandle_out[0] = handle
+        return 0
+
+    def cuGraphAddNode_v2(self, phGraphNode: CData, hGraph: CData, dependencies: CData, dependencyData: CData,
+                          numDependencies: int, nodeParams: CData) -> int:
+        if self._is_null(nodeParams):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        p = nodeParams
+        if p.type == EMPTY:
+            return self.cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies)
+        if p.type == MEM_ALLOC:
+            address = self._memory.allocate(p.alloc.bytesize) if p.alloc.bytesize else None
+            if address is None:
+                return self.drv.CUDA_ERROR_OUT_OF_MEMORY if p.alloc.bytesize else self.drv.CUDA_ERROR_INVALID_VALUE
+            p.alloc.dptr = address  # (allocated from the node's creation on: its graph frees it)
+            return self._add(phGraphNode, hGraph, dependencies, numDependencies, MEM_ALLOC, lambda: None)
+        if p.type == MEM_FREE:
+            if not self._memory.contains(p.free.dptr):
+                return self.drv.CUDA_ERROR_INVALID_VALUE
+            return self._add(phGraphNode, hGraph, dependencies, numDependencies, MEM_FREE, lambda: None)
+        if p.type == CONDITIONAL:
+            return self._add_conditional(phGraphNode, hGraph, dependencies, numDependencies, p.conditional)
+        return self.drv.CUDA_ERROR_NOT_SUPPORTED
+
+    def _add_conditional(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
+                         c: CData) -> int:
+        handle, kind, size = int(c.handle), c.type, c.size
+        conditionals = self._memory.conditionals
+        if handle not in conditionals or kind not in (IF, WHILE, SWITCH) or not (
+                size == 1 or kind == IF and size == 2 or kind == SWITCH and size > 0):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        bodies = [Graph() for _ in range(size)]
+        handles = self.ffi.new("CUgraph[]", size)
+        for i, body in enumerate(bodies):
+            handles[i] = self.ffi.cast("CUgraph", self._new_handle())
+            self._graphs[self._addr(handles[i])] = body
+
+        def work() -> None:
+            if kind == IF:
+                if conditionals[handle]:
+                    run_graph(bodies[0])
+                elif size == 2:
+                    run_graph(bodies[1])
+            elif kind == SWITCH:
+                if 0 <= conditionals[handle] < size:
+                    run_graph(bodies[conditionals[handle]])
+            else:
+                for _ in range(WHILE_LIMIT):
+                    if not conditionals[handle]:
+                        return
+                    run_graph(bodies[0])
+                raise Fault(f"a while node ran {WHILE_LIMIT} times")
+
+        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, CONDITIONAL, work)
+        if err == 0:
+            self._bodies[self._addr(phGraphNode[0])] = handles  # CUDA-owned: kept as long as the node
+            c.phGraph_out = handles
+        return err
+
     def cuGraphNodeGetType(self, hNode: CData, type: CData) -> int:
         graph = self._graphs.get(self._nodes.get(self._addr(hNode), 0))
         if graph is None:
@@ -308,7 +392,7 @@ class EmulatedGraphs:
         if graph is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
         handle = self._new_handle()
-        self._graph_execs[handle] = Exec(graph.order(), dict(graph.work), flags)
+        self._graph_execs[handle] = Exec(graph.order(), dict(graph.work), flags, defaults=dict(graph.defaults))
         return self._drv_put((phGraphExec, handle))
 
     def cuGraphExecGetFlags(self, hGraphExec: CData, flags: CData) -> int:
@@ -361,7 +445,7 @@ class EmulatedGraphs:
         exe = self._graph_execs.get(self._addr(hGraphExec))
         if exe is None or self._stream(hStream) is None:
             return self.drv.CUDA_ERROR_INVALID_HANDLE
-        exe.run()
+        exe.run(self._memory.conditionals)
         return 0
 
     def cuGraphExecDestroy(self, hGraphExec: CData) -> int:

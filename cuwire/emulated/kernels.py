@@ -158,6 +158,29 @@ def add_to_odd(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> Non
     _write(mem, ptr, _wrap32(x))
 
 
+# ---------------------------------------------------------------------------------------------------------
+# graph_conditional.cu
+
+
+@kernel("_Z8loopBodyPiyi", params=[8, 8, 4])
+def loop_body(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """c = ++*count; the condition: c < limit."""
+    count, handle, limit = p.ptr(0), p.ptr(1), p.i32(2)
+    c = _read(mem, "i", count, 1)[0] + 1
+    _write(mem, count, _wrap32([c]))
+    mem.conditionals[handle] = int(c < limit)
+
+
+@kernel("_Z7setFlagyi", params=[8, 4])
+def set_flag(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    mem.conditionals[p.ptr(0)] = p.i32(1)
+
+
+@kernel("_Z10writeValuePii", params=[8, 4])
+def write_value(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    _write(mem, p.ptr(0), _wrap32([p.i32(1)]))
+
+
 @kernel("_Z13streamAddIntoPiPKii", params=[8, 8, 4])
 def stream_add_into(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
     """dst[i] += src[i]."""

@@ -516,6 +516,20 @@ def cuGraphClone(phGraphClone, originalGraph):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuGraphConditionalHandleCreate", onerror=rt.on_error)
+def cuGraphConditionalHandleCreate(pHandle_out, hGraph, ctx, defaultLaunchValue, flags):
+    """cuGraphConditionalHandleCreate (cuda.h)"""
+    args = pb.cuGraphConditionalHandleCreate_Args()
+    args.hGraph = hGraph
+    args.ctx = ctx
+    args.defaultLaunchValue = defaultLaunchValue
+    args.flags = flags
+    res = rt.call(1689373620, args, pb.cuGraphConditionalHandleCreate_Result)
+    if res.status == 0:
+        rt.write_scalar(pHandle_out, "uint64_t", res.pHandle_out)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuGraphCreate", onerror=rt.on_error)
 def cuGraphCreate(phGraph, flags):
     """cuGraphCreate (cuda.h)"""

@@ -50,7 +50,9 @@ extern "Python+C" int cuwire_py_cuGraphAddHostNode(void *, uint64_t, uint64_t, u
 extern "Python+C" int cuwire_py_cuGraphAddKernelNode_v2(void *, uint64_t, uint64_t, uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphAddMemcpyNode(void *, uint64_t, void *, uint64_t, uint64_t, void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphAddMemsetNode(void *, uint64_t, void *, uint64_t, uint64_t, void *, uint64_t, uint64_t);
+extern "Python+C" int cuwire_py_cuGraphAddNode_v2(void *, uint64_t, uint64_t, void *, uint64_t, uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphClone(void *, uint64_t);
+extern "Python+C" int cuwire_py_cuGraphConditionalHandleCreate(void *, uint64_t, uint64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphCreate(void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphDestroy(uint64_t);
 extern "Python+C" int cuwire_py_cuGraphDestroyNode(uint64_t);

@@ -1168,12 +1168,12 @@ const char *const cuwire_modes[] = {
     "sync",
     "sync",
     "unimplemented",
-    "unimplemented",
+    "custom",
     "unimplemented",
     "unimplemented",
     "unimplemented",
     "sync",
-    "unimplemented",
+    "sync",
     "sync",
     "unimplemented",
     "sync",
@@ -5441,11 +5441,13 @@ CUWIRE_EXPORT CUresult cuGraphAddNode(void)
     return cuwire_impl_cuGraphAddNode();
 }
 
-/* cuGraphAddNode_v2 (cuda.h): unimplemented */
+/* cuGraphAddNode_v2 (cuda.h): remoted, custom */
+int cuwire_py_cuGraphAddNode_v2(void *, uint64_t, uint64_t, void *, uint64_t, uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphAddNode_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphAddNode_v2((void *)phGraphNode, (uint64_t)(uintptr_t)hGraph, (uint64_t)(uintptr_t)dependencies, (void *)dependencyData, sizeof *dependencyData, (uint64_t)numDependencies, (void *)nodeParams, sizeof *nodeParams));
 }
 CUWIRE_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams)
 {
@@ -5533,11 +5535,13 @@ CUWIRE_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph
     return cuwire_impl_cuGraphClone(phGraphClone, originalGraph);
 }
 
-/* cuGraphConditionalHandleCreate (cuda.h): unimplemented */
+/* cuGraphConditionalHandleCreate (cuda.h): remoted, sync */
+int cuwire_py_cuGraphConditionalHandleCreate(void *, uint64_t, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphConditionalHandleCreate", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphConditionalHandleCreate((void *)pHandle_out, (uint64_t)(uintptr_t)hGraph, (uint64_t)(uintptr_t)ctx, (uint64_t)defaultLaunchValue, (uint64_t)flags));
 }
 CUWIRE_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags)
 {

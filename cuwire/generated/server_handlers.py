@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "83e133f7d8a8623d"
+API_DIGEST = "26cc012f29f4b9d0"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -35,6 +35,7 @@ OP_IDS = {
     "UnregisterHost": 3562218563,
     "HostFunc": 2255595394,
     "ManagedAlloc": 947210730,
+    "GraphNode": 2825248542,
 }
 
 
@@ -1697,6 +1698,7 @@ HANDLERS = {
     3494723537: ("cuGraphAddMemcpyNode", pb.cuGraphAddMemcpyNode_Args, None),  # server/graphs.py
     471397510: ("cuGraphAddMemsetNode", pb.cuGraphAddMemsetNode_Args, None),  # server/graphs.py
     4133468500: ("cuGraphClone", pb.cuGraphClone_Args, cuGraphClone),
+    1689373620: ("cuGraphConditionalHandleCreate", pb.cuGraphConditionalHandleCreate_Args, None),  # server/graphs.py
     1807883684: ("cuGraphCreate", pb.cuGraphCreate_Args, cuGraphCreate),
     2272976611: ("cuGraphDestroy", pb.cuGraphDestroy_Args, cuGraphDestroy),
     3231463016: ("cuGraphDestroyNode", pb.cuGraphDestroyNode_Args, cuGraphDestroyNode),

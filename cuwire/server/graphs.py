@@ -3,12 +3,17 @@ memory range a node names must be the session's own, which the annotations' role
 array of nodes or of a struct's pointers.
 
 Nodes are handles the session owns (CUgraphNode); they go with their graph, so the session never destroys
-one itself. A kernel node comes as cuwire.KernelNode: the kernel as the client's lookup named it and its
-parameters laid out at the offsets that lookup described (custom._describe), as a queued launch's. A
+one itself; neither does it destroy a conditional node's body graphs, which go with the node. A memory
+allocation node's address range is the session's from the node's creation (other nodes may use it).
+
+A kernel node comes as cuwire.KernelNode: the kernel as the client's lookup named it and its parameters laid
+out at the offsets that lookup described (custom._describe), as a queued launch's. A
 memcpy node may not name host memory: the node would copy the server's memory, not the program's.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, CudaFail, WireError
@@ -18,6 +23,33 @@ GRAPH, NODE, EXEC, EVENT, CONTEXT, ARRAY = ("CUgraph_st", "CUgraphNode_st", "CUg
 NOT_SUPPORTED = 801
 HOST, DEVICE, ARRAY_MEMORY, UNIFIED = 1, 2, 3, 4  # CUmemorytype
 ADD, SET, EXEC_SET = 0, 1, 2  # KernelNode_Args.action
+EMPTY, WAIT_EVENT, EVENT_RECORD, MEM_ALLOC, MEM_FREE, CONDITIONAL = 5, 6, 7, 10, 11, 13  # CUgraphNodeType
+NODE_KINDS = {EMPTY: "empty", WAIT_EVENT: "event wait", EVENT_RECORD: "event record", MEM_ALLOC: "memory allocation",
+              MEM_FREE: "memory free", CONDITIONAL: "conditional"}
+MAX_BODIES = 1 << 16  # a switch node's body graphs, at most
+
+
+@dataclass
+class Parts:
+    """What a session's graphs hold beside nodes: conditional handles, conditional bodies (graphs the
+    session may build but not destroy), and the address ranges of memory allocation nodes."""
+
+    conditionals: set[int] = field(default_factory=set)
+    bodies: set[int] = field(default_factory=set)
+
+
+def _parts(s) -> Parts:
+    if s.graph_parts is None:
+        s.graph_parts = Parts()
+    return s.graph_parts
+
+
+def close(s) -> None:
+    """Bodies go with their conditional nodes' graphs: the session's end must not destroy them itself."""
+    if s.graph_parts is not None:
+        for body in s.graph_parts.bodies:
+            s.disowns_handle(GRAPH, body)
+        s.graph_parts = None
 
 
 def _nodes(s, data: bytes, count: int):
@@ -116,6 +148,82 @@ def host_node(s, a: pb.HostNode_Args) -> pb.HostNode_Result:
     return r
 
 
+def cuGraphConditionalHandleCreate(s, a: pb.cuGraphConditionalHandleCreate_Args
+                                   ) -> pb.cuGraphConditionalHandleCreate_Result:
+    out = s.ffi.new("CUgraphConditionalHandle *")
+    r = pb.cuGraphConditionalHandleCreate_Result(status=s.lib.cuGraphConditionalHandleCreate(
+        out, s.handle(GRAPH, "CUgraph", a.hGraph), s.handle(CONTEXT, "CUcontext", a.ctx), a.defaultLaunchValue,
+        a.flags))
+    if r.status == 0:
+        r.pHandle_out = out[0]
+        _parts(s).conditionals.add(r.pHandle_out)
+    return r
+
+
+def graph_node(s, a: pb.GraphNode_Args) -> pb.GraphNode_Result:
+    """cuwire.GraphNode (cuGraphAddNode): a node whose parameters name only the session's own events, memory,
+    contexts and conditional handles; the pointers in them are replaced with the server's."""
+    ffi, parts = s.ffi, _parts(s)
+    if len(a.params) != ffi.sizeof("CUgraphNodeParams"):
+        raise WireError(f"node parameters of {len(a.params)} bytes")
+    p = ffi.new("CUgraphNodeParams *")
+    ffi.memmove(p, a.params, len(a.params))
+    keep = []  # what the parameters point to, alive for the call
+    if p.type in (WAIT_EVENT, EVENT_RECORD):
+        event = p.eventWait.event if p.type == WAIT_EVENT else p.eventRecord.event
+        s.handle(EVENT, "CUevent", int(ffi.cast("uintptr_t", event)))
+    elif p.type == MEM_ALLOC:
+        alloc = p.alloc
+        count = alloc.accessDescCount
+        if len(a.access) != count * ffi.sizeof("CUmemAccessDesc"):
+            raise WireError(f"{count} access descriptors in {len(a.access)} bytes")
+        descs = ffi.new("CUmemAccessDesc[]", count) if count else ffi.NULL
+        if count:
+            ffi.memmove(descs, a.access, len(a.access))
+        keep.append(descs)
+        alloc.accessDescs = descs
+        alloc.poolProps.win32SecurityAttributes = ffi.NULL
+        s.reserve(alloc.bytesize)
+    elif p.type == MEM_FREE:
+        s.device(p.free.dptr, 1)
+    elif p.type == CONDITIONAL:
+        c = p.conditional
+        if c.handle not in parts.conditionals:
+            raise CudaFail(INVALID_VALUE, f"conditional handle {c.handle:#x} was not created by this session")
+        if not 0 < c.size <= MAX_BODIES:
+            raise CudaFail(INVALID_VALUE, f"a conditional node of {c.size} bodies")
+        s.handle(CONTEXT, "CUcontext", int(ffi.cast("uintptr_t", c.ctx)))
+        c.phGraph_out = ffi.NULL  # CUDA fills it with its own array
+    elif p.type != EMPTY:
+        raise CudaFail(NOT_SUPPORTED, f"cuGraphAddNode of a node of type {p.type}: served for "
+                                      f"{', '.join(NODE_KINDS.values())} nodes; add the others with their own "
+                                      "cuGraphAdd*Node (cuwire)")
+    n = len(a.dependencies) // 8
+    data = ffi.NULL
+    if a.edge_data:
+        if len(a.dependency_data) != 8 * n:
+            raise WireError(f"edge data of {len(a.dependency_data)} bytes for {n} dependencies")
+        data = ffi.new("CUgraphEdgeData[]", n or 1)
+        ffi.memmove(data, a.dependency_data, len(a.dependency_data))
+    out = ffi.new("CUgraphNode *")
+    r = pb.GraphNode_Result(status=s.lib.cuGraphAddNode_v2(out, s.handle(GRAPH, "CUgraph", a.graph),
+                                                           _nodes(s, a.dependencies, n), data, n, p))
+    if r.status != 0:
+        return r
+    r.node = int(ffi.cast("uintptr_t", out[0]))
+    s.owns_handle(NODE, r.node)
+    if p.type == MEM_ALLOC:
+        r.dptr = p.alloc.dptr
+        s.owns(r.dptr, p.alloc.bytesize)  # (counted against the budget; its graph frees it, not the session)
+    elif p.type == CONDITIONAL:
+        bodies = [int(ffi.cast("uintptr_t", p.conditional.phGraph_out[i])) for i in range(p.conditional.size)]
+        for body in bodies:
+            s.owns_handle(GRAPH, body)
+            parts.bodies.add(body)
+        r.bodies = b"".join(b.to_bytes(8, "little") for b in bodies)
+    return r
+
+
 def _query(s, a: pb.GraphNodes_Args):
     """The driver call that answers a's query: call(nodes, to, edge_data, count) with NULL arrays for the
     total alone."""
@@ -152,11 +260,11 @@ def graph_nodes(s, a: pb.GraphNodes_Args) -> pb.GraphNodes_Result:
     r.status = call(nodes, to if a.what == pb.EDGES else ffi.NULL, data, count)
     if r.status != 0:
         return r
-    for array, field in ((nodes, "nodes"), *(((to, "to"),) if a.what == pb.EDGES else ())):
+    for array, name in ((nodes, "nodes"), *(((to, "to"),) if a.what == pb.EDGES else ())):
         values = [int(ffi.cast("uintptr_t", array[i])) for i in range(count[0])]
         for v in values:
             s.owns_handle(NODE, v)
-        setattr(r, field, b"".join(v.to_bytes(8, "little") for v in values))
+        setattr(r, name, b"".join(v.to_bytes(8, "little") for v in values))
     if a.edge_data:
         r.edge_data = bytes(ffi.buffer(data, 8 * count[0]))
     return r
@@ -217,4 +325,5 @@ def kernel_node(s, a: pb.KernelNode_Args) -> pb.KernelNode_Result:
 
 HANDLERS = {f.__name__: f for f in (cuGraphAddEmptyNode, cuGraphAddMemsetNode, cuGraphAddMemcpyNode,
                                      cuGraphAddChildGraphNode, cuGraphAddEventRecordNode, cuGraphAddEventWaitNode,
-                                     cuGraphAddDependencies_v2, cuGraphRemoveDependencies_v2)}
+                                     cuGraphAddDependencies_v2, cuGraphRemoveDependencies_v2,
+                                     cuGraphConditionalHandleCreate)}

@@ -83,6 +83,7 @@ class Session:
         self.host_ranges: dict[int, int] = {}  # offset -> size of the ranges registered for the client (RegisterHost)
         self.vmm: vmm.Vmm | None = None  # reservations, physical allocations and mappings (virtual memory)
         self.objects: textures.Objects | None = None  # texture and surface objects, mipmap levels
+        self.graph_parts: graphs.Parts | None = None  # conditional handles and bodies, graph memory
         # queued calls run in C; it checks handles and kernels against what owns_handle and _describe tell it
         self.records = RecordLoop(server.record_functions, RECORD_IDS)
         self.records.spin(server.settings.spin_us)
@@ -466,6 +467,7 @@ class Session:
         self.use_primary_context()  # this thread may be another than the one that ran the calls
         for address in sorted(self.allocations):
             self.lib.cuMemFree_v2(address)
+        graphs.close(self)  # (a conditional node's bodies go with their graph, never by themselves)
         destroyed = vmm.close(self) + textures.close(self)  # (objects before the arrays they use)
         for kind, destroy in DESTROY.items():
             for h in self.handles.get(kind, ()):

@@ -1,0 +1,152 @@
+// graph_conditional: conditional nodes and memory nodes, added with cudaGraphAddNode. A while node runs its
+// body until the body's kernel clears the condition; an if/else node runs the branch a kernel before it
+// chose, relaunched with the other choice; a memory allocation node gives a kernel and a copy their
+// memory, which a free node gives back.
+#include <stdio.h>
+
+#include "check.h"
+
+__global__ void loopBody(int *count, cudaGraphConditionalHandle h, int limit) {
+    if (threadIdx.x == 0) {
+        int c = ++*count;
+        cudaGraphSetConditional(h, c < limit);
+    }
+}
+
+__global__ void setFlag(cudaGraphConditionalHandle h, int value) {
+    if (threadIdx.x == 0) cudaGraphSetConditional(h, value);
+}
+
+__global__ void writeValue(int *p, int v) {
+    if (threadIdx.x == 0) *p = v;
+}
+
+static cudaGraphNode_t kernel(cudaGraph_t g, const cudaGraphNode_t *deps, size_t n, void *f, void **args) {
+    cudaKernelNodeParams p = {};
+    p.func = f;
+    p.gridDim = dim3(1);
+    p.blockDim = dim3(32);
+    p.kernelParams = args;
+    cudaGraphNode_t node;
+    CHECK(cudaGraphAddKernelNode(&node, g, deps, n, &p));
+    return node;
+}
+
+static int read_int(const int *d) {
+    int v = 0;
+    CHECK(cudaMemcpy(&v, d, sizeof v, cudaMemcpyDeviceToHost));
+    return v;
+}
+
+static int report(const char *what, int got, int want) {
+    printf("%-46s %s (%d)\n", what, got == want ? "OK" : "FAIL", got);
+    return got != want;
+}
+
+int main() {
+    int failures = 0, *count, *out;
+    CHECK(cudaMalloc(&count, sizeof(int)));
+    CHECK(cudaMalloc(&out, sizeof(int)));
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+
+    // while: the body counts until its kernel clears the condition
+    cudaGraph_t g;
+    CHECK(cudaGraphCreate(&g, 0));
+    cudaGraphConditionalHandle loop_handle;
+    CHECK(cudaGraphConditionalHandleCreate(&loop_handle, g, 1, cudaGraphCondAssignDefault));
+    cudaGraphNodeParams p = {};
+    p.type = cudaGraphNodeTypeConditional;
+    p.conditional.handle = loop_handle;
+    p.conditional.type = cudaGraphCondTypeWhile;
+    p.conditional.size = 1;
+    cudaGraphNode_t loop;
+    CHECK(cudaGraphAddNode(&loop, g, NULL, NULL, 0, &p));
+    int limit = 5;
+    void *loop_args[] = {&count, &loop_handle, &limit};
+    kernel(p.conditional.phGraph_out[0], NULL, 0, (void *)loopBody, loop_args);
+    cudaGraphExec_t exec;
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    for (int round = 0; round < 2; round++) {  // the default value comes back at each launch
+        CHECK(cudaMemset(count, 0, sizeof(int)));
+        CHECK(cudaGraphLaunch(exec, s));
+        CHECK(cudaStreamSynchronize(s));
+        failures += report(round ? "a while node, launched again" : "a while node ran its body 5 times",
+                           read_int(count), 5);
+    }
+
+    // if/else: a kernel before the node picks the branch
+    cudaGraph_t g2;
+    CHECK(cudaGraphCreate(&g2, 0));
+    cudaGraphConditionalHandle if_handle;
+    CHECK(cudaGraphConditionalHandleCreate(&if_handle, g2, 0, cudaGraphCondAssignDefault));
+    int choice = 1;
+    void *flag_args[] = {&if_handle, &choice};
+    cudaGraphNode_t chooser = kernel(g2, NULL, 0, (void *)setFlag, flag_args);
+    cudaGraphNodeParams ip = {};
+    ip.type = cudaGraphNodeTypeConditional;
+    ip.conditional.handle = if_handle;
+    ip.conditional.type = cudaGraphCondTypeIf;
+    ip.conditional.size = 2;
+    cudaGraphNode_t branch;
+    CHECK(cudaGraphAddNode(&branch, g2, &chooser, NULL, 1, &ip));
+    int then_value = 111, else_value = 222;
+    void *then_args[] = {&out, &then_value}, *else_args[] = {&out, &else_value};
+    kernel(ip.conditional.phGraph_out[0], NULL, 0, (void *)writeValue, then_args);
+    kernel(ip.conditional.phGraph_out[1], NULL, 0, (void *)writeValue, else_args);
+    cudaGraphExec_t exec2;
+    CHECK(cudaGraphInstantiate(&exec2, g2, 0));
+    CHECK(cudaGraphLaunch(exec2, s));
+    CHECK(cudaStreamSynchronize(s));
+    failures += report("an if node took its then branch", read_int(out), 111);
+    choice = 0;
+    cudaKernelNodeParams kp = {};
+    kp.func = (void *)setFlag;
+    kp.gridDim = dim3(1);
+    kp.blockDim = dim3(32);
+    kp.kernelParams = flag_args;
+    CHECK(cudaGraphExecKernelNodeSetParams(exec2, chooser, &kp));
+    CHECK(cudaGraphLaunch(exec2, s));
+    CHECK(cudaStreamSynchronize(s));
+    failures += report("then its else branch", read_int(out), 222);
+
+    // memory nodes: allocated in the graph, used by a kernel and a copy, freed in the graph
+    cudaGraph_t g3;
+    CHECK(cudaGraphCreate(&g3, 0));
+    cudaGraphNodeParams ap = {};
+    ap.type = cudaGraphNodeTypeMemAlloc;
+    ap.alloc.poolProps.allocType = cudaMemAllocationTypePinned;
+    ap.alloc.poolProps.location.type = cudaMemLocationTypeDevice;
+    ap.alloc.poolProps.location.id = 0;
+    ap.alloc.bytesize = 1 << 20;
+    cudaGraphNode_t alloc_node;
+    CHECK(cudaGraphAddNode(&alloc_node, g3, NULL, NULL, 0, &ap));
+    int *scratch = (int *)ap.alloc.dptr, value = 333;
+    void *write_args[] = {&scratch, &value};
+    cudaGraphNode_t writer = kernel(g3, &alloc_node, 1, (void *)writeValue, write_args);
+    cudaGraphNode_t copy;
+    CHECK(cudaGraphAddMemcpyNode1D(&copy, g3, &writer, 1, out, scratch, sizeof(int), cudaMemcpyDeviceToDevice));
+    cudaGraphNodeParams fp = {};
+    fp.type = cudaGraphNodeTypeMemFree;
+    fp.free.dptr = scratch;
+    cudaGraphNode_t free_node;
+    CHECK(cudaGraphAddNode(&free_node, g3, &copy, NULL, 1, &fp));
+    cudaGraphExec_t exec3;
+    CHECK(cudaGraphInstantiate(&exec3, g3, 0));
+    CHECK(cudaGraphLaunch(exec3, s));
+    CHECK(cudaStreamSynchronize(s));
+    failures += report("memory allocated and freed by graph nodes", read_int(out), 333);
+    printf("the allocation node gave an address: %s\n", scratch ? "yes" : "no");
+
+    CHECK(cudaGraphExecDestroy(exec3));
+    CHECK(cudaGraphExecDestroy(exec2));
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(g3));
+    CHECK(cudaGraphDestroy(g2));
+    CHECK(cudaGraphDestroy(g));
+    CHECK(cudaStreamDestroy(s));
+    CHECK(cudaFree(out));
+    CHECK(cudaFree(count));
+    printf("graph_conditional: %s\n", failures ? "FAIL" : "PASS");
+    return failures != 0;
+}
