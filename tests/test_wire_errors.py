@@ -47,6 +47,7 @@ def session(server, request):
     t, reply = open_session(server.address, HELLO, mode=request.param, shared=RingOnly() if shared else None)
     assert not reply.error and reply.welcome.backend == BACKEND
     assert reply.welcome.ring == shared and (t.connection.ring is not None) == shared
+    t.welcome = reply.welcome  # (its devices' primary contexts, for calls that need one named)
     yield t
     t.close()
 
@@ -685,15 +686,16 @@ def test_graph_add_node_checks_what_its_parameters_name(session):
         assert not reply.error, reply.error
         return pb.GraphNode_Result.FromString(reply.result)
 
-    handle = vmm_call(session, "cuGraphConditionalHandleCreate", hGraph=graph.phGraph, ctx=0, defaultLaunchValue=1,
+    ctx = session.welcome.devices[0].primary_context  # (the driver wants the context named)
+    handle = vmm_call(session, "cuGraphConditionalHandleCreate", hGraph=graph.phGraph, ctx=ctx, defaultLaunchValue=1,
                       flags=1)
     assert handle.status == 0 and handle.pHandle_out
-    conditional = struct.pack("<i12xQiI8xQ", 13, handle.pHandle_out, 1, 1, 0)  # a while node, one body
+    conditional = struct.pack("<i12xQiI8xQ", 13, handle.pHandle_out, 1, 1, ctx)  # a while node, one body
     made = add(conditional)
     assert made.status == 0 and made.node and len(made.bodies) == 8
     body = struct.unpack("<Q", made.bodies)[0]
     assert vmm_call(session, "cuGraphAddEmptyNode", hGraph=body, dependencies=b"", numDependencies=0).status == 0
-    assert add(struct.pack("<i12xQiI8xQ", 13, handle.pHandle_out + 1, 1, 1, 0)).status == 1  # not its handle
+    assert add(struct.pack("<i12xQiI8xQ", 13, handle.pHandle_out + 1, 1, 1, ctx)).status == 1  # not its handle
     assert add(struct.pack("<i12xQ", 11, 0x7000_0000)).status == 1  # a free node for memory not the session's
     assert add(struct.pack("<i", 0)).status == 801  # a kernel node: through cuGraphAddKernelNode
     reply = session.exchange(pb.Batch(fn=generated.OP_IDS["GraphNode"], args=pb.GraphNode_Args(

@@ -316,6 +316,8 @@ class EmulatedGraphs:
         graph = self._graph(hGraph)
         if graph is None or self._is_null(pHandle_out) or flags & ~ASSIGN_DEFAULT:
             return self.drv.CUDA_ERROR_INVALID_VALUE
+        if self._is_null(ctx):  # the driver wants the context named
+            return self.drv.CUDA_ERROR_INVALID_CONTEXT
         handle = self._new_handle()
         self._memory.conditionals[handle] = defaultLaunchValue
         if flags & ASSIGN_DEFAULT:
