@@ -31,6 +31,7 @@ class Graph:
     kinds: dict[int, int] = field(default_factory=dict)
     edges: set[tuple[int, int]] = field(default_factory=set)
     defaults: dict[int, int] = field(default_factory=dict)  # conditional handles assigned at each launch
+    params: dict[int, Any] = field(default_factory=dict)  # node -> what it was made with, for reading back
 
     def order(self) -> list[int]:
         """The nodes in an order the edges allow."""
@@ -134,7 +135,7 @@ class EmulatedGraphs:
         if graph is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
         return self._new_graph(phGraphClone, Graph(list(graph.nodes), dict(graph.work), dict(graph.kinds),
-                                                   set(graph.edges)))
+                                                   set(graph.edges), dict(graph.defaults), dict(graph.params)))
 
     def cuGraphAddEmptyNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int) -> int:
         return self._add(phGraphNode, hGraph, dependencies, numDependencies, EMPTY, lambda: None)
@@ -176,8 +177,12 @@ class EmulatedGraphs:
         if size not in (1, 2, 4) or self._memory.find(dst, pitch * (height - 1) + width * size if height else 0) \
                 is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        return self._add(phGraphNode, hGraph, dependencies, numDependencies, MEMSET,
-                         lambda: self._memset(dst, pitch or width * size, value, size, width, height))
+        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, MEMSET,
+                        lambda: self._memset(dst, pitch or width * size, value, size, width, height))
+        if err == 0:
+            self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = self.ffi.new(
+                "CUDA_MEMSET_NODE_PARAMS *", m[0])
+        return err
 
     def cuGraphAddMemcpyNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
                              copyParams: CData, ctx: CData) -> int:
@@ -191,19 +196,97 @@ class EmulatedGraphs:
         child = self._graph(childGraph)
         if child is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        inner = Exec(child.order(), dict(child.work))  # the child as it is now, as CUDA clones it
-        return self._add(phGraphNode, hGraph, dependencies, numDependencies, GRAPH, inner.run)
+        copy = Graph(list(child.nodes), dict(child.work), dict(child.kinds), set(child.edges), dict(child.defaults),
+                     dict(child.params))  # the child as it is now, as CUDA clones it
+        handle = self._new_handle()
+        self._graphs[handle] = copy
+        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, GRAPH, lambda: run_graph(copy))
+        if err == 0:
+            self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = handle
+        return err
 
     def cuGraphAddEventRecordNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
                                   event: CData) -> int:
+        work = self._record_work(event)
+        if work is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, EVENT_RECORD, work)
+        if err == 0:
+            self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = self._addr(event)
+        return err
+
+    def _record_work(self, event: CData):
         e = self._event(event)
         if e is None:
-            return self.drv.CUDA_ERROR_INVALID_VALUE
+            return None
 
         def record() -> None:
             e.recorded_at = time.perf_counter()
 
-        return self._add(phGraphNode, hGraph, dependencies, numDependencies, EVENT_RECORD, record)
+        return record
+
+    def _node_graph(self, node: CData | int) -> Graph | None:
+        return self._graphs.get(self._nodes.get(self._addr(node), 0))
+
+    def _node_param(self, hNode: CData, kind: int):
+        """What a node of `kind` was made with; None for another node."""
+        graph, node = self._node_graph(hNode), self._addr(hNode)
+        return graph.params.get(node) if graph is not None and graph.kinds.get(node) == kind else None
+
+    def _put_param(self, hNode: CData, kind: int, out: CData, value) -> int:
+        if value is None or self._is_null(out):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        out[0] = self.ffi.cast(self.ffi.typeof(out).item, value) if kind != MEMSET else value[0]
+        return 0
+
+    def cuGraphMemsetNodeGetParams(self, hNode: CData, nodeParams: CData) -> int:
+        return self._put_param(hNode, MEMSET, nodeParams, self._node_param(hNode, MEMSET))
+
+    def cuGraphMemFreeNodeGetParams(self, hNode: CData, dptr_out: CData) -> int:
+        return self._put_param(hNode, MEM_FREE, dptr_out, self._node_param(hNode, MEM_FREE))
+
+    def cuGraphEventRecordNodeGetEvent(self, hNode: CData, event_out: CData) -> int:
+        return self._put_param(hNode, EVENT_RECORD, event_out, self._node_param(hNode, EVENT_RECORD))
+
+    def cuGraphEventWaitNodeGetEvent(self, hNode: CData, event_out: CData) -> int:
+        return self._put_param(hNode, WAIT_EVENT, event_out, self._node_param(hNode, WAIT_EVENT))
+
+    def cuGraphChildGraphNodeGetGraph(self, hNode: CData, phGraph: CData) -> int:
+        return self._put_param(hNode, GRAPH, phGraph, self._node_param(hNode, GRAPH))
+
+    def _set_event(self, hNode: CData, kind: int, event: CData, exe: Exec | None = None) -> int:
+        graph, node = self._node_graph(hNode), self._addr(hNode)
+        if graph is None or graph.kinds.get(node) != kind or self._event(event) is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        work = self._record_work(event) if kind == EVENT_RECORD else (lambda: None)
+        if exe is None:
+            graph.work[node], graph.params[node] = work, self._addr(event)
+        elif node in exe.work:
+            exe.work[node] = work
+        else:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        return 0
+
+    def cuGraphEventRecordNodeSetEvent(self, hNode: CData, event: CData) -> int:
+        return self._set_event(hNode, EVENT_RECORD, event)
+
+    def cuGraphEventWaitNodeSetEvent(self, hNode: CData, event: CData) -> int:
+        return self._set_event(hNode, WAIT_EVENT, event)
+
+    def cuGraphExecEventRecordNodeSetEvent(self, hGraphExec: CData, hNode: CData, event: CData) -> int:
+        exe = self._graph_execs.get(self._addr(hGraphExec))
+        return self._set_event(hNode, EVENT_RECORD, event, exe) if exe else self.drv.CUDA_ERROR_INVALID_VALUE
+
+    def cuGraphExecEventWaitNodeSetEvent(self, hGraphExec: CData, hNode: CData, event: CData) -> int:
+        exe = self._graph_execs.get(self._addr(hGraphExec))
+        return self._set_event(hNode, WAIT_EVENT, event, exe) if exe else self.drv.CUDA_ERROR_INVALID_VALUE
+
+    def cuGraphNodeFindInClone(self, phNode: CData, hOriginalNode: CData, hClonedGraph: CData) -> int:
+        clone, node = self._graph(hClonedGraph), self._addr(hOriginalNode)
+        if clone is None or node not in clone.work or self._is_null(phNode):  # a clone keeps its nodes' handles
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        phNode[0] = self.ffi.cast("CUgraphNode", node)
+        return 0
 
     def cuGraphAddHostNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
                            nodeParams: CData) -> int:
@@ -217,7 +300,10 @@ class EmulatedGraphs:
         if self._event(event) is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
         # (work runs at once here: whatever recorded the event is done already)
-        return self._add(phGraphNode, hGraph, dependencies, numDependencies, WAIT_EVENT, lambda: None)
+        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, WAIT_EVENT, lambda: None)
+        if err == 0:
+            self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = self._addr(event)
+        return err
 
     def cuGraphGetNodes(self, hGraph: CData, nodes: CData, numNodes: CData) -> int:
         graph = self._graph(hGraph)
@@ -341,7 +427,10 @@ class EmulatedGraphs:
         if p.type == MEM_FREE:
             if not self._memory.contains(p.free.dptr):
                 return self.drv.CUDA_ERROR_INVALID_VALUE
-            return self._add(phGraphNode, hGraph, dependencies, numDependencies, MEM_FREE, lambda: None)
+            err = self._add(phGraphNode, hGraph, dependencies, numDependencies, MEM_FREE, lambda: None)
+            if err == 0:
+                self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = int(p.free.dptr)
+            return err
         if p.type == CONDITIONAL:
             return self._add_conditional(phGraphNode, hGraph, dependencies, numDependencies, p.conditional)
         return self.drv.CUDA_ERROR_NOT_SUPPORTED

@@ -505,6 +505,17 @@ def cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, dependencies_len, nu
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuGraphChildGraphNodeGetGraph", onerror=rt.on_error)
+def cuGraphChildGraphNodeGetGraph(hNode, phGraph):
+    """cuGraphChildGraphNodeGetGraph (cuda.h)"""
+    args = pb.cuGraphChildGraphNodeGetGraph_Args()
+    args.hNode = hNode
+    res = rt.call(378561055, args, pb.cuGraphChildGraphNodeGetGraph_Result)
+    if res.status == 0:
+        rt.write_scalar(phGraph, "uint64_t", res.phGraph)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuGraphClone", onerror=rt.on_error)
 def cuGraphClone(phGraphClone, originalGraph):
     """cuGraphClone (cuda.h)"""
@@ -563,6 +574,48 @@ def cuGraphDestroyNode(hNode):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuGraphEventRecordNodeGetEvent", onerror=rt.on_error)
+def cuGraphEventRecordNodeGetEvent(hNode, event_out):
+    """cuGraphEventRecordNodeGetEvent (cuda.h)"""
+    args = pb.cuGraphEventRecordNodeGetEvent_Args()
+    args.hNode = hNode
+    res = rt.call(3071554212, args, pb.cuGraphEventRecordNodeGetEvent_Result)
+    if res.status == 0:
+        rt.write_scalar(event_out, "uint64_t", res.event_out)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphEventRecordNodeSetEvent", onerror=rt.on_error)
+def cuGraphEventRecordNodeSetEvent(hNode, event):
+    """cuGraphEventRecordNodeSetEvent (cuda.h)"""
+    args = pb.cuGraphEventRecordNodeSetEvent_Args()
+    args.hNode = hNode
+    args.event = event
+    res = rt.call(1340411253, args, pb.cuGraphEventRecordNodeSetEvent_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphEventWaitNodeGetEvent", onerror=rt.on_error)
+def cuGraphEventWaitNodeGetEvent(hNode, event_out):
+    """cuGraphEventWaitNodeGetEvent (cuda.h)"""
+    args = pb.cuGraphEventWaitNodeGetEvent_Args()
+    args.hNode = hNode
+    res = rt.call(2003086414, args, pb.cuGraphEventWaitNodeGetEvent_Result)
+    if res.status == 0:
+        rt.write_scalar(event_out, "uint64_t", res.event_out)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphEventWaitNodeSetEvent", onerror=rt.on_error)
+def cuGraphEventWaitNodeSetEvent(hNode, event):
+    """cuGraphEventWaitNodeSetEvent (cuda.h)"""
+    args = pb.cuGraphEventWaitNodeSetEvent_Args()
+    args.hNode = hNode
+    args.event = event
+    res = rt.call(2408944543, args, pb.cuGraphEventWaitNodeSetEvent_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuGraphExecDestroy", onerror=rt.on_error)
 def cuGraphExecDestroy(hGraphExec):
     """cuGraphExecDestroy (cuda.h)"""
@@ -571,6 +624,28 @@ def cuGraphExecDestroy(hGraphExec):
     res = rt.call(652470004, args, pb.cuGraphExecDestroy_Result)
     if res.status == 0:
         rt.untrack_alloc(hGraphExec)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphExecEventRecordNodeSetEvent", onerror=rt.on_error)
+def cuGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event):
+    """cuGraphExecEventRecordNodeSetEvent (cuda.h)"""
+    args = pb.cuGraphExecEventRecordNodeSetEvent_Args()
+    args.hGraphExec = hGraphExec
+    args.hNode = hNode
+    args.event = event
+    res = rt.call(3523231073, args, pb.cuGraphExecEventRecordNodeSetEvent_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphExecEventWaitNodeSetEvent", onerror=rt.on_error)
+def cuGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event):
+    """cuGraphExecEventWaitNodeSetEvent (cuda.h)"""
+    args = pb.cuGraphExecEventWaitNodeSetEvent_Args()
+    args.hGraphExec = hGraphExec
+    args.hNode = hNode
+    args.event = event
+    res = rt.call(269870708, args, pb.cuGraphExecEventWaitNodeSetEvent_Result)
     return res.status
 
 
@@ -607,6 +682,41 @@ def cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags):
     res = rt.call(115605169, args, pb.cuGraphInstantiateWithFlags_Result)
     if res.status == 0:
         rt.write_scalar(phGraphExec, "uint64_t", res.phGraphExec)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphMemFreeNodeGetParams", onerror=rt.on_error)
+def cuGraphMemFreeNodeGetParams(hNode, dptr_out):
+    """cuGraphMemFreeNodeGetParams (cuda.h)"""
+    args = pb.cuGraphMemFreeNodeGetParams_Args()
+    args.hNode = hNode
+    res = rt.call(1901836585, args, pb.cuGraphMemFreeNodeGetParams_Result)
+    if res.status == 0:
+        rt.write_scalar(dptr_out, "uint64_t", res.dptr_out)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphMemsetNodeGetParams", onerror=rt.on_error)
+def cuGraphMemsetNodeGetParams(hNode, nodeParams, nodeParams_len):
+    """cuGraphMemsetNodeGetParams (cuda.h)"""
+    args = pb.cuGraphMemsetNodeGetParams_Args()
+    args.hNode = hNode
+    rt.expect(nodeParams, nodeParams_len)
+    res = rt.call(2382271301, args, pb.cuGraphMemsetNodeGetParams_Result)
+    if res.status == 0:
+        rt.write(nodeParams, res.nodeParams, nodeParams_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphNodeFindInClone", onerror=rt.on_error)
+def cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph):
+    """cuGraphNodeFindInClone (cuda.h)"""
+    args = pb.cuGraphNodeFindInClone_Args()
+    args.hOriginalNode = hOriginalNode
+    args.hClonedGraph = hClonedGraph
+    res = rt.call(3493970731, args, pb.cuGraphNodeFindInClone_Result)
+    if res.status == 0:
+        rt.write_scalar(phNode, "uint64_t", res.phNode)
     return res.status
 
 

@@ -1171,22 +1171,22 @@ const char *const cuwire_modes[] = {
     "custom",
     "unimplemented",
     "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
     "unimplemented",
     "sync",
     "sync",
     "sync",
-    "unimplemented",
     "sync",
     "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
     "sync",
     "unimplemented",
     "unimplemented",
+    "sync",
+    "sync",
+    "sync",
     "unimplemented",
     "unimplemented",
     "sync",
@@ -1221,12 +1221,12 @@ const char *const cuwire_modes[] = {
     "custom",
     "async",
     "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
+    "sync",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "custom",
     "unimplemented",
@@ -5497,11 +5497,13 @@ CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const C
     return cuwire_impl_cuGraphBatchMemOpNodeSetParams(hNode, nodeParams);
 }
 
-/* cuGraphChildGraphNodeGetGraph (cuda.h): unimplemented */
+/* cuGraphChildGraphNodeGetGraph (cuda.h): remoted, sync */
+int cuwire_py_cuGraphChildGraphNodeGetGraph(uint64_t, void *);
 static inline CUresult cuwire_impl_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphChildGraphNodeGetGraph", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphChildGraphNodeGetGraph((uint64_t)(uintptr_t)hNode, (void *)phGraph));
 }
 CUWIRE_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
@@ -5633,11 +5635,13 @@ CUWIRE_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
     return cuwire_impl_cuGraphDestroyNode(hNode);
 }
 
-/* cuGraphEventRecordNodeGetEvent (cuda.h): unimplemented */
+/* cuGraphEventRecordNodeGetEvent (cuda.h): remoted, sync */
+int cuwire_py_cuGraphEventRecordNodeGetEvent(uint64_t, void *);
 static inline CUresult cuwire_impl_cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphEventRecordNodeGetEvent", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphEventRecordNodeGetEvent((uint64_t)(uintptr_t)hNode, (void *)event_out));
 }
 CUWIRE_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
 {
@@ -5651,11 +5655,25 @@ CUWIRE_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent
     return cuwire_impl_cuGraphEventRecordNodeGetEvent(hNode, event_out);
 }
 
-/* cuGraphEventRecordNodeSetEvent (cuda.h): unimplemented */
+/* cuGraphEventRecordNodeSetEvent (cuda.h): remoted, sync */
+int cuwire_py_cuGraphEventRecordNodeSetEvent(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphEventRecordNodeSetEvent", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t hNode;
+            uint64_t event;
+        } rec = {
+            (uint64_t)(uintptr_t)hNode,
+            (uint64_t)(uintptr_t)event,
+        };
+        int status = cuwire_call(1340411253u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphEventRecordNodeSetEvent((uint64_t)(uintptr_t)hNode, (uint64_t)(uintptr_t)event));
 }
 CUWIRE_EXPORT CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event)
 {
@@ -5669,11 +5687,13 @@ CUWIRE_EXPORT CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent
     return cuwire_impl_cuGraphEventRecordNodeSetEvent(hNode, event);
 }
 
-/* cuGraphEventWaitNodeGetEvent (cuda.h): unimplemented */
+/* cuGraphEventWaitNodeGetEvent (cuda.h): remoted, sync */
+int cuwire_py_cuGraphEventWaitNodeGetEvent(uint64_t, void *);
 static inline CUresult cuwire_impl_cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphEventWaitNodeGetEvent", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphEventWaitNodeGetEvent((uint64_t)(uintptr_t)hNode, (void *)event_out));
 }
 CUWIRE_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
 {
@@ -5687,11 +5707,25 @@ CUWIRE_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *
     return cuwire_impl_cuGraphEventWaitNodeGetEvent(hNode, event_out);
 }
 
-/* cuGraphEventWaitNodeSetEvent (cuda.h): unimplemented */
+/* cuGraphEventWaitNodeSetEvent (cuda.h): remoted, sync */
+int cuwire_py_cuGraphEventWaitNodeSetEvent(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphEventWaitNodeSetEvent", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t hNode;
+            uint64_t event;
+        } rec = {
+            (uint64_t)(uintptr_t)hNode,
+            (uint64_t)(uintptr_t)event,
+        };
+        int status = cuwire_call(2408944543u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphEventWaitNodeSetEvent((uint64_t)(uintptr_t)hNode, (uint64_t)(uintptr_t)event));
 }
 CUWIRE_EXPORT CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
 {
@@ -5761,11 +5795,27 @@ CUWIRE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
     return cuwire_impl_cuGraphExecDestroy(hGraphExec);
 }
 
-/* cuGraphExecEventRecordNodeSetEvent (cuda.h): unimplemented */
+/* cuGraphExecEventRecordNodeSetEvent (cuda.h): remoted, sync */
+int cuwire_py_cuGraphExecEventRecordNodeSetEvent(uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphExecEventRecordNodeSetEvent", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t hGraphExec;
+            uint64_t hNode;
+            uint64_t event;
+        } rec = {
+            (uint64_t)(uintptr_t)hGraphExec,
+            (uint64_t)(uintptr_t)hNode,
+            (uint64_t)(uintptr_t)event,
+        };
+        int status = cuwire_call(3523231073u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphExecEventRecordNodeSetEvent((uint64_t)(uintptr_t)hGraphExec, (uint64_t)(uintptr_t)hNode, (uint64_t)(uintptr_t)event));
 }
 CUWIRE_EXPORT CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
 {
@@ -5779,11 +5829,27 @@ CUWIRE_EXPORT CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec
     return cuwire_impl_cuGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event);
 }
 
-/* cuGraphExecEventWaitNodeSetEvent (cuda.h): unimplemented */
+/* cuGraphExecEventWaitNodeSetEvent (cuda.h): remoted, sync */
+int cuwire_py_cuGraphExecEventWaitNodeSetEvent(uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphExecEventWaitNodeSetEvent", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t hGraphExec;
+            uint64_t hNode;
+            uint64_t event;
+        } rec = {
+            (uint64_t)(uintptr_t)hGraphExec,
+            (uint64_t)(uintptr_t)hNode,
+            (uint64_t)(uintptr_t)event,
+        };
+        int status = cuwire_call(269870708u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphExecEventWaitNodeSetEvent((uint64_t)(uintptr_t)hGraphExec, (uint64_t)(uintptr_t)hNode, (uint64_t)(uintptr_t)event));
 }
 CUWIRE_EXPORT CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
 {
@@ -6433,11 +6499,13 @@ CUWIRE_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_
     return cuwire_impl_cuGraphMemAllocNodeGetParams(hNode, params_out);
 }
 
-/* cuGraphMemFreeNodeGetParams (cuda.h): unimplemented */
+/* cuGraphMemFreeNodeGetParams (cuda.h): remoted, sync */
+int cuwire_py_cuGraphMemFreeNodeGetParams(uint64_t, void *);
 static inline CUresult cuwire_impl_cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphMemFreeNodeGetParams", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphMemFreeNodeGetParams((uint64_t)(uintptr_t)hNode, (void *)dptr_out));
 }
 CUWIRE_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
 {
@@ -6487,11 +6555,13 @@ CUWIRE_EXPORT CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_
     return cuwire_impl_cuGraphMemcpyNodeSetParams(hNode, nodeParams);
 }
 
-/* cuGraphMemsetNodeGetParams (cuda.h): unimplemented */
+/* cuGraphMemsetNodeGetParams (cuda.h): remoted, sync */
+int cuwire_py_cuGraphMemsetNodeGetParams(uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphMemsetNodeGetParams", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphMemsetNodeGetParams((uint64_t)(uintptr_t)hNode, (void *)nodeParams, sizeof *nodeParams));
 }
 CUWIRE_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
@@ -6523,11 +6593,13 @@ CUWIRE_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_
     return cuwire_impl_cuGraphMemsetNodeSetParams(hNode, nodeParams);
 }
 
-/* cuGraphNodeFindInClone (cuda.h): unimplemented */
+/* cuGraphNodeFindInClone (cuda.h): remoted, sync */
+int cuwire_py_cuGraphNodeFindInClone(void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphNodeFindInClone", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphNodeFindInClone((void *)phNode, (uint64_t)(uintptr_t)hOriginalNode, (uint64_t)(uintptr_t)hClonedGraph));
 }
 CUWIRE_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph)
 {

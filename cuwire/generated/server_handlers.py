@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "26cc012f29f4b9d0"
+API_DIGEST = "4fd9c54038333d2c"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -389,12 +389,62 @@ def cuGraphDestroyNode(s, a: pb.cuGraphDestroyNode_Args) -> pb.cuGraphDestroyNod
     return r
 
 
+def cuGraphEventRecordNodeGetEvent(s, a: pb.cuGraphEventRecordNodeGetEvent_Args) -> pb.cuGraphEventRecordNodeGetEvent_Result:
+    """cuGraphEventRecordNodeGetEvent (cuda.h)"""
+    r = pb.cuGraphEventRecordNodeGetEvent_Result()
+    event_out = s.ffi.new("CUevent *")
+    r.status = s.lib.cuGraphEventRecordNodeGetEvent(s.handle("CUgraphNode_st", "CUgraphNode", a.hNode), event_out)
+    if r.status == 0:
+        r.event_out = s.scalar(event_out[0])
+        s.owns_handle("CUevent_st", r.event_out)
+    return r
+
+
+def cuGraphEventRecordNodeSetEvent(s, a: pb.cuGraphEventRecordNodeSetEvent_Args) -> pb.cuGraphEventRecordNodeSetEvent_Result:
+    """cuGraphEventRecordNodeSetEvent (cuda.h)"""
+    r = pb.cuGraphEventRecordNodeSetEvent_Result()
+    r.status = s.lib.cuGraphEventRecordNodeSetEvent(s.handle("CUgraphNode_st", "CUgraphNode", a.hNode), s.handle("CUevent_st", "CUevent", a.event))
+    return r
+
+
+def cuGraphEventWaitNodeGetEvent(s, a: pb.cuGraphEventWaitNodeGetEvent_Args) -> pb.cuGraphEventWaitNodeGetEvent_Result:
+    """cuGraphEventWaitNodeGetEvent (cuda.h)"""
+    r = pb.cuGraphEventWaitNodeGetEvent_Result()
+    event_out = s.ffi.new("CUevent *")
+    r.status = s.lib.cuGraphEventWaitNodeGetEvent(s.handle("CUgraphNode_st", "CUgraphNode", a.hNode), event_out)
+    if r.status == 0:
+        r.event_out = s.scalar(event_out[0])
+        s.owns_handle("CUevent_st", r.event_out)
+    return r
+
+
+def cuGraphEventWaitNodeSetEvent(s, a: pb.cuGraphEventWaitNodeSetEvent_Args) -> pb.cuGraphEventWaitNodeSetEvent_Result:
+    """cuGraphEventWaitNodeSetEvent (cuda.h)"""
+    r = pb.cuGraphEventWaitNodeSetEvent_Result()
+    r.status = s.lib.cuGraphEventWaitNodeSetEvent(s.handle("CUgraphNode_st", "CUgraphNode", a.hNode), s.handle("CUevent_st", "CUevent", a.event))
+    return r
+
+
 def cuGraphExecDestroy(s, a: pb.cuGraphExecDestroy_Args) -> pb.cuGraphExecDestroy_Result:
     """cuGraphExecDestroy (cuda.h)"""
     r = pb.cuGraphExecDestroy_Result()
     r.status = s.lib.cuGraphExecDestroy(s.handle("CUgraphExec_st", "CUgraphExec", a.hGraphExec))
     if r.status == 0:
         s.disowns_handle("CUgraphExec_st", a.hGraphExec)
+    return r
+
+
+def cuGraphExecEventRecordNodeSetEvent(s, a: pb.cuGraphExecEventRecordNodeSetEvent_Args) -> pb.cuGraphExecEventRecordNodeSetEvent_Result:
+    """cuGraphExecEventRecordNodeSetEvent (cuda.h)"""
+    r = pb.cuGraphExecEventRecordNodeSetEvent_Result()
+    r.status = s.lib.cuGraphExecEventRecordNodeSetEvent(s.handle("CUgraphExec_st", "CUgraphExec", a.hGraphExec), s.handle("CUgraphNode_st", "CUgraphNode", a.hNode), s.handle("CUevent_st", "CUevent", a.event))
+    return r
+
+
+def cuGraphExecEventWaitNodeSetEvent(s, a: pb.cuGraphExecEventWaitNodeSetEvent_Args) -> pb.cuGraphExecEventWaitNodeSetEvent_Result:
+    """cuGraphExecEventWaitNodeSetEvent (cuda.h)"""
+    r = pb.cuGraphExecEventWaitNodeSetEvent_Result()
+    r.status = s.lib.cuGraphExecEventWaitNodeSetEvent(s.handle("CUgraphExec_st", "CUgraphExec", a.hGraphExec), s.handle("CUgraphNode_st", "CUgraphNode", a.hNode), s.handle("CUevent_st", "CUevent", a.event))
     return r
 
 
@@ -426,6 +476,37 @@ def cuGraphInstantiateWithFlags(s, a: pb.cuGraphInstantiateWithFlags_Args) -> pb
     if r.status == 0:
         r.phGraphExec = s.scalar(phGraphExec[0])
         s.owns_handle("CUgraphExec_st", r.phGraphExec)
+    return r
+
+
+def cuGraphMemFreeNodeGetParams(s, a: pb.cuGraphMemFreeNodeGetParams_Args) -> pb.cuGraphMemFreeNodeGetParams_Result:
+    """cuGraphMemFreeNodeGetParams (cuda.h)"""
+    r = pb.cuGraphMemFreeNodeGetParams_Result()
+    dptr_out = s.ffi.new("CUdeviceptr *")
+    r.status = s.lib.cuGraphMemFreeNodeGetParams(s.handle("CUgraphNode_st", "CUgraphNode", a.hNode), dptr_out)
+    if r.status == 0:
+        r.dptr_out = s.scalar(dptr_out[0])
+    return r
+
+
+def cuGraphMemsetNodeGetParams(s, a: pb.cuGraphMemsetNodeGetParams_Args) -> pb.cuGraphMemsetNodeGetParams_Result:
+    """cuGraphMemsetNodeGetParams (cuda.h)"""
+    r = pb.cuGraphMemsetNodeGetParams_Result()
+    nodeParams = s.ffi.new("CUDA_MEMSET_NODE_PARAMS *")
+    r.status = s.lib.cuGraphMemsetNodeGetParams(s.handle("CUgraphNode_st", "CUgraphNode", a.hNode), nodeParams)
+    if r.status == 0:
+        r.nodeParams = s.take(nodeParams)
+    return r
+
+
+def cuGraphNodeFindInClone(s, a: pb.cuGraphNodeFindInClone_Args) -> pb.cuGraphNodeFindInClone_Result:
+    """cuGraphNodeFindInClone (cuda.h)"""
+    r = pb.cuGraphNodeFindInClone_Result()
+    phNode = s.ffi.new("CUgraphNode *")
+    r.status = s.lib.cuGraphNodeFindInClone(phNode, s.handle("CUgraphNode_st", "CUgraphNode", a.hOriginalNode), s.handle("CUgraph_st", "CUgraph", a.hClonedGraph))
+    if r.status == 0:
+        r.phNode = s.scalar(phNode[0])
+        s.owns_handle("CUgraphNode_st", r.phNode)
     return r
 
 
@@ -1697,15 +1778,25 @@ HANDLERS = {
     2074907796: ("cuGraphAddEventWaitNode", pb.cuGraphAddEventWaitNode_Args, None),  # server/graphs.py
     3494723537: ("cuGraphAddMemcpyNode", pb.cuGraphAddMemcpyNode_Args, None),  # server/graphs.py
     471397510: ("cuGraphAddMemsetNode", pb.cuGraphAddMemsetNode_Args, None),  # server/graphs.py
+    378561055: ("cuGraphChildGraphNodeGetGraph", pb.cuGraphChildGraphNodeGetGraph_Args, None),  # server/graphs.py
     4133468500: ("cuGraphClone", pb.cuGraphClone_Args, cuGraphClone),
     1689373620: ("cuGraphConditionalHandleCreate", pb.cuGraphConditionalHandleCreate_Args, None),  # server/graphs.py
     1807883684: ("cuGraphCreate", pb.cuGraphCreate_Args, cuGraphCreate),
     2272976611: ("cuGraphDestroy", pb.cuGraphDestroy_Args, cuGraphDestroy),
     3231463016: ("cuGraphDestroyNode", pb.cuGraphDestroyNode_Args, cuGraphDestroyNode),
+    3071554212: ("cuGraphEventRecordNodeGetEvent", pb.cuGraphEventRecordNodeGetEvent_Args, cuGraphEventRecordNodeGetEvent),
+    1340411253: ("cuGraphEventRecordNodeSetEvent", pb.cuGraphEventRecordNodeSetEvent_Args, cuGraphEventRecordNodeSetEvent),
+    2003086414: ("cuGraphEventWaitNodeGetEvent", pb.cuGraphEventWaitNodeGetEvent_Args, cuGraphEventWaitNodeGetEvent),
+    2408944543: ("cuGraphEventWaitNodeSetEvent", pb.cuGraphEventWaitNodeSetEvent_Args, cuGraphEventWaitNodeSetEvent),
     652470004: ("cuGraphExecDestroy", pb.cuGraphExecDestroy_Args, cuGraphExecDestroy),
+    3523231073: ("cuGraphExecEventRecordNodeSetEvent", pb.cuGraphExecEventRecordNodeSetEvent_Args, cuGraphExecEventRecordNodeSetEvent),
+    269870708: ("cuGraphExecEventWaitNodeSetEvent", pb.cuGraphExecEventWaitNodeSetEvent_Args, cuGraphExecEventWaitNodeSetEvent),
     2274030636: ("cuGraphExecGetFlags", pb.cuGraphExecGetFlags_Args, cuGraphExecGetFlags),
     1802350491: ("cuGraphExecUpdate_v2", pb.cuGraphExecUpdate_v2_Args, cuGraphExecUpdate_v2),
     115605169: ("cuGraphInstantiateWithFlags", pb.cuGraphInstantiateWithFlags_Args, cuGraphInstantiateWithFlags),
+    1901836585: ("cuGraphMemFreeNodeGetParams", pb.cuGraphMemFreeNodeGetParams_Args, cuGraphMemFreeNodeGetParams),
+    2382271301: ("cuGraphMemsetNodeGetParams", pb.cuGraphMemsetNodeGetParams_Args, cuGraphMemsetNodeGetParams),
+    3493970731: ("cuGraphNodeFindInClone", pb.cuGraphNodeFindInClone_Args, cuGraphNodeFindInClone),
     968179927: ("cuGraphNodeGetEnabled", pb.cuGraphNodeGetEnabled_Args, cuGraphNodeGetEnabled),
     3880792678: ("cuGraphNodeGetType", pb.cuGraphNodeGetType_Args, cuGraphNodeGetType),
     401629509: ("cuGraphNodeSetEnabled", pb.cuGraphNodeSetEnabled_Args, cuGraphNodeSetEnabled),
@@ -1866,6 +1957,10 @@ RECORDS = {
     3120889818: ("cuEventRecord", struct.Struct("<QQ")),
     663009900: ("cuEventRecordWithFlags", struct.Struct("<QQI")),
     3775496938: ("cuEventSynchronize", struct.Struct("<Q")),
+    1340411253: ("cuGraphEventRecordNodeSetEvent", struct.Struct("<QQ")),
+    2408944543: ("cuGraphEventWaitNodeSetEvent", struct.Struct("<QQ")),
+    3523231073: ("cuGraphExecEventRecordNodeSetEvent", struct.Struct("<QQQ")),
+    269870708: ("cuGraphExecEventWaitNodeSetEvent", struct.Struct("<QQQ")),
     2644748970: ("cuGraphLaunch", struct.Struct("<QQ")),
     401629509: ("cuGraphNodeSetEnabled", struct.Struct("<QQI")),
     4087946048: ("cuGraphUpload", struct.Struct("<QQ")),

@@ -157,6 +157,92 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         *err = s->fn.cuEventSynchronize((CUevent)(uintptr_t)r.hEvent);
         return 1;
     }
+    case 1340411253u: { /* cuGraphEventRecordNodeSetEvent (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t hNode;
+            uint64_t event;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuGraphEventRecordNodeSetEvent: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUgraphNode_st, r.hNode)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_owns(s, CW_KIND_CUevent_st, r.event)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuGraphEventRecordNodeSetEvent((CUgraphNode)(uintptr_t)r.hNode, (CUevent)(uintptr_t)r.event);
+        return 1;
+    }
+    case 2408944543u: { /* cuGraphEventWaitNodeSetEvent (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t hNode;
+            uint64_t event;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuGraphEventWaitNodeSetEvent: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUgraphNode_st, r.hNode)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_owns(s, CW_KIND_CUevent_st, r.event)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuGraphEventWaitNodeSetEvent((CUgraphNode)(uintptr_t)r.hNode, (CUevent)(uintptr_t)r.event);
+        return 1;
+    }
+    case 3523231073u: { /* cuGraphExecEventRecordNodeSetEvent (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t hGraphExec;
+            uint64_t hNode;
+            uint64_t event;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuGraphExecEventRecordNodeSetEvent: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUgraphExec_st, r.hGraphExec)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_owns(s, CW_KIND_CUgraphNode_st, r.hNode)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_owns(s, CW_KIND_CUevent_st, r.event)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuGraphExecEventRecordNodeSetEvent((CUgraphExec)(uintptr_t)r.hGraphExec, (CUgraphNode)(uintptr_t)r.hNode, (CUevent)(uintptr_t)r.event);
+        return 1;
+    }
+    case 269870708u: { /* cuGraphExecEventWaitNodeSetEvent (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t hGraphExec;
+            uint64_t hNode;
+            uint64_t event;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuGraphExecEventWaitNodeSetEvent: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUgraphExec_st, r.hGraphExec)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_owns(s, CW_KIND_CUgraphNode_st, r.hNode)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_owns(s, CW_KIND_CUevent_st, r.event)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuGraphExecEventWaitNodeSetEvent((CUgraphExec)(uintptr_t)r.hGraphExec, (CUgraphNode)(uintptr_t)r.hNode, (CUevent)(uintptr_t)r.event);
+        return 1;
+    }
     case 2644748970u: { /* cuGraphLaunch (cuda.h) */
         struct __attribute__((packed)) {
             uint64_t hGraphExec;

@@ -16,6 +16,10 @@
     X(cuEventRecord) \
     X(cuEventRecordWithFlags) \
     X(cuEventSynchronize) \
+    X(cuGraphEventRecordNodeSetEvent) \
+    X(cuGraphEventWaitNodeSetEvent) \
+    X(cuGraphExecEventRecordNodeSetEvent) \
+    X(cuGraphExecEventWaitNodeSetEvent) \
     X(cuGraphLaunch) \
     X(cuGraphNodeSetEnabled) \
     X(cuGraphUpload) \

@@ -160,6 +160,20 @@ def cuGraphConditionalHandleCreate(s, a: pb.cuGraphConditionalHandleCreate_Args
     return r
 
 
+def cuGraphChildGraphNodeGetGraph(s, a: pb.cuGraphChildGraphNodeGetGraph_Args
+                                  ) -> pb.cuGraphChildGraphNodeGetGraph_Result:
+    """The graph a child node holds (its copy of the graph it was made from): the session's to change, but it
+    goes with the node, like a conditional node's bodies."""
+    out = s.ffi.new("CUgraph *")
+    r = pb.cuGraphChildGraphNodeGetGraph_Result(
+        status=s.lib.cuGraphChildGraphNodeGetGraph(s.handle(NODE, "CUgraphNode", a.hNode), out))
+    if r.status == 0:
+        r.phGraph = int(s.ffi.cast("uintptr_t", out[0]))
+        s.owns_handle(GRAPH, r.phGraph)
+        _parts(s).bodies.add(r.phGraph)
+    return r
+
+
 def graph_node(s, a: pb.GraphNode_Args) -> pb.GraphNode_Result:
     """cuwire.GraphNode (cuGraphAddNode): a node whose parameters name only the session's own events, memory,
     contexts and conditional handles; the pointers in them are replaced with the server's."""
@@ -326,4 +340,4 @@ def kernel_node(s, a: pb.KernelNode_Args) -> pb.KernelNode_Result:
 HANDLERS = {f.__name__: f for f in (cuGraphAddEmptyNode, cuGraphAddMemsetNode, cuGraphAddMemcpyNode,
                                      cuGraphAddChildGraphNode, cuGraphAddEventRecordNode, cuGraphAddEventWaitNode,
                                      cuGraphAddDependencies_v2, cuGraphRemoveDependencies_v2,
-                                     cuGraphConditionalHandleCreate)}
+                                     cuGraphConditionalHandleCreate, cuGraphChildGraphNodeGetGraph)}

@@ -136,7 +136,10 @@ int main() {
     CHECK(cudaGraphLaunch(exec3, s));
     CHECK(cudaStreamSynchronize(s));
     failures += report("memory allocated and freed by graph nodes", read_int(out), 333);
-    printf("the allocation node gave an address: %s\n", scratch ? "yes" : "no");
+    void *freed = NULL;
+    CHECK(cudaGraphMemFreeNodeGetParams(free_node, &freed));
+    printf("the allocation node gave an address: %s; the free node frees it: %s\n", scratch ? "yes" : "no",
+           freed == scratch ? "yes" : "no");
 
     CHECK(cudaGraphExecDestroy(exec3));
     CHECK(cudaGraphExecDestroy(exec2));

@@ -226,6 +226,34 @@ int main() {
     CHECK(cudaStreamSynchronize(s));
     CHECK(cudaMemcpy(h, e, n * sizeof(int), cudaMemcpyDeviceToHost));
     failures += check("a clone as a child graph, then a copy after it", h, n, want_d, 7000);
+
+    // parameters read back, events swapped, a node found in the clone, the child node's own graph
+    cudaMemsetParams got = {};
+    CHECK(cudaGraphMemsetNodeGetParams(memset_node, &got));
+    cudaEvent_t ev = NULL, waited = NULL;
+    CHECK(cudaGraphEventRecordNodeGetEvent(record, &ev));
+    int events_ok = ev == done;
+    CHECK(cudaGraphEventRecordNodeSetEvent(record, ready));
+    CHECK(cudaGraphEventRecordNodeGetEvent(record, &ev));
+    events_ok &= ev == ready;
+    CHECK(cudaGraphEventRecordNodeSetEvent(record, done));
+    CHECK(cudaGraphEventWaitNodeGetEvent(wait, &waited));
+    events_ok &= waited == ready;
+    CHECK(cudaGraphExecEventRecordNodeSetEvent(exec, record, done));
+    CHECK(cudaGraphExecEventWaitNodeSetEvent(exec, wait, ready));
+    cudaGraphNode_t in_clone = NULL;
+    CHECK(cudaGraphNodeFindInClone(&in_clone, fill, clone));
+    cudaGraphNodeType clone_type;
+    CHECK(cudaGraphNodeGetType(in_clone, &clone_type));
+    cudaGraph_t inner;
+    CHECK(cudaGraphChildGraphNodeGetGraph(child, &inner));
+    size_t inner_nodes = 0;
+    CHECK(cudaGraphGetNodes(inner, NULL, &inner_nodes));
+    printf("memset node read back: dst %s, value %u, element size %u, width %zu\n", got.dst == c ? "ok" : "wrong",
+           got.value, got.elementSize, got.width);
+    printf("events read back and set: %s; found in the clone: a node of type %d; the child's graph: %zu nodes\n",
+           events_ok ? "OK" : "FAIL", clone_type, inner_nodes);
+    failures += !events_ok;
     printf("the host node ran %d times (7 launches)\n", host_calls);
     failures += host_calls != 7;
 
