@@ -249,6 +249,15 @@ void cuwire_after_cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode m
     pthread_mutex_unlock(&capture_lock);
 }
 
+/* Capturing into a graph the program made is capturing all the same. */
+void cuwire_after_cuStreamBeginCaptureToGraph(CUstream stream, CUgraph graph, const CUgraphNode *dependencies,
+                                              const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                              CUstreamCaptureMode mode)
+{
+    (void)graph, (void)dependencies, (void)dependencyData, (void)numDependencies;
+    cuwire_after_cuStreamBeginCapture_v2(stream, mode);
+}
+
 /* Before cuStreamEndCapture goes to the server: the capture ends, whether or not the graph comes out. */
 int cuwire_fast_cuStreamEndCapture(CUstream stream, CUgraph *graph)
 {

@@ -336,6 +336,7 @@ class _Stream:
     ident: int = 0
     builtin: bool = False  # the default stream, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: never destroyed
     capture: list | None = None  # while capturing: the work it records instead of running (a graph's)
+    capture_into: tuple | None = None  # cuStreamBeginCaptureToGraph: (the graph, the nodes the first follows)
 
 
 @dataclass

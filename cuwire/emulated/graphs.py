@@ -111,18 +111,34 @@ class EmulatedGraphs:
         stream.capture = []
         return 0
 
+    def cuStreamBeginCaptureToGraph(self, hStream: CData, hGraph: CData, dependencies: CData,
+                                    dependencyData: CData, numDependencies: int, mode: int) -> int:
+        graph = self._graph(hGraph)
+        deps = [self._addr(dependencies[i]) for i in range(numDependencies)] if numDependencies else []
+        if graph is None or any(d not in graph.work for d in deps):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        err = self.cuStreamBeginCapture_v2(hStream, mode)
+        if err == 0:
+            self._stream(hStream).capture_into = (self._addr(hGraph), deps)
+        return err
+
     def cuStreamEndCapture(self, hStream: CData, phGraph: CData) -> int:
         stream = self._stream(hStream)
         if stream is None or stream.capture is None:
             return self.drv.CUDA_ERROR_ILLEGAL_STATE
-        graph = Graph()
+        handle, last = stream.capture_into or (None, [])
+        graph = self._graphs[handle] if handle is not None else Graph()
         for run in stream.capture:  # one after the other, as the stream ran them
             node = self._new_handle()
-            if graph.nodes:
-                graph.edges.add((graph.nodes[-1], node))
+            graph.edges.update((d, node) for d in last)
             graph.nodes.append(node)
             graph.work[node], graph.kinds[node] = run, KERNEL
-        stream.capture = None
+            if handle is not None:
+                self._nodes[node] = handle
+            last = [node]
+        stream.capture, stream.capture_into = None, None
+        if handle is not None:
+            return self._drv_put((phGraph, handle))
         return self._new_graph(phGraph, graph)
 
     # --- building

@@ -1401,6 +1401,19 @@ def cuProfilerStop():
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuStreamBeginCaptureToGraph", onerror=rt.on_error)
+def cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencies_len, dependencyData, numDependencies, mode):
+    """cuStreamBeginCaptureToGraph (cuda.h)"""
+    args = pb.cuStreamBeginCaptureToGraph_Args()
+    args.hStream = hStream
+    args.hGraph = hGraph
+    args.dependencies = rt.read(dependencies, dependencies_len)
+    args.numDependencies = numDependencies
+    args.mode = mode
+    res = rt.call(3570707429, args, pb.cuStreamBeginCaptureToGraph_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuStreamBeginCapture_v2", onerror=rt.on_error)
 def cuStreamBeginCapture_v2(hStream, mode):
     """cuStreamBeginCapture_v2 (cuda.h)"""

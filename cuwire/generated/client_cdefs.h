@@ -160,6 +160,7 @@ extern "Python+C" int cuwire_py_cuPointerGetAttribute(uint64_t, int64_t, uint64_
 extern "Python+C" int cuwire_py_cuPointerGetAttributes(uint64_t, void *, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuProfilerStart(void);
 extern "Python+C" int cuwire_py_cuProfilerStop(void);
+extern "Python+C" int cuwire_py_cuStreamBeginCaptureToGraph(uint64_t, uint64_t, void *, uint64_t, void *, uint64_t, int64_t);
 extern "Python+C" int cuwire_py_cuStreamBeginCapture_v2(uint64_t, int64_t);
 extern "Python+C" int cuwire_py_cuStreamCreate(void *, uint64_t);
 extern "Python+C" int cuwire_py_cuStreamCreateWithPriority(void *, uint64_t, int64_t);

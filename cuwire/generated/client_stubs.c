@@ -1490,7 +1490,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "sync",
     "unimplemented",
@@ -12051,11 +12051,17 @@ CUWIRE_EXPORT CUresult cuStreamBeginCapture(void)
     return cuwire_impl_cuStreamBeginCapture();
 }
 
-/* cuStreamBeginCaptureToGraph (cuda.h): unimplemented; also cuStreamBeginCaptureToGraph_ptsz */
+/* cuStreamBeginCaptureToGraph (cuda.h): remoted, sync; also cuStreamBeginCaptureToGraph_ptsz */
+int cuwire_py_cuStreamBeginCaptureToGraph(uint64_t, uint64_t, void *, uint64_t, void *, uint64_t, int64_t);
+void cuwire_after_cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
 static inline CUresult cuwire_impl_cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuStreamBeginCaptureToGraph", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    int status = cuwire_py_cuStreamBeginCaptureToGraph((uint64_t)(uintptr_t)hStream, (uint64_t)(uintptr_t)hGraph, (void *)dependencies, (uint64_t)(numDependencies * 8), (void *)dependencyData, (uint64_t)numDependencies, (int64_t)mode);
+    if (status == 0)
+        cuwire_after_cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "4fd9c54038333d2c"
+API_DIGEST = "df25459085c661a8"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -1853,6 +1853,7 @@ HANDLERS = {
     3893859051: ("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Args, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags),
     1141378963: ("cuProfilerStart", pb.cuProfilerStart_Args, cuProfilerStart),
     1942346908: ("cuProfilerStop", pb.cuProfilerStop_Args, cuProfilerStop),
+    3570707429: ("cuStreamBeginCaptureToGraph", pb.cuStreamBeginCaptureToGraph_Args, None),  # server/graphs.py
     194882140: ("cuStreamBeginCapture_v2", pb.cuStreamBeginCapture_v2_Args, cuStreamBeginCapture_v2),
     2819812623: ("cuStreamCreate", pb.cuStreamCreate_Args, cuStreamCreate),
     475445991: ("cuStreamCreateWithPriority", pb.cuStreamCreateWithPriority_Args, cuStreamCreateWithPriority),

@@ -160,6 +160,15 @@ def cuGraphConditionalHandleCreate(s, a: pb.cuGraphConditionalHandleCreate_Args
     return r
 
 
+def cuStreamBeginCaptureToGraph(s, a: pb.cuStreamBeginCaptureToGraph_Args) -> pb.cuStreamBeginCaptureToGraph_Result:
+    """Capture into a graph of the session's (a conditional node's body, say), after nodes of its own."""
+    n = a.numDependencies
+    status = s.lib.cuStreamBeginCaptureToGraph(s.handle("CUstream_st", "CUstream", a.hStream),
+                                               s.handle(GRAPH, "CUgraph", a.hGraph), _nodes(s, a.dependencies, n),
+                                               s.ffi.NULL, n, a.mode)
+    return pb.cuStreamBeginCaptureToGraph_Result(status=status)
+
+
 def cuGraphChildGraphNodeGetGraph(s, a: pb.cuGraphChildGraphNodeGetGraph_Args
                                   ) -> pb.cuGraphChildGraphNodeGetGraph_Result:
     """The graph a child node holds (its copy of the graph it was made from): the session's to change, but it
@@ -340,4 +349,5 @@ def kernel_node(s, a: pb.KernelNode_Args) -> pb.KernelNode_Result:
 HANDLERS = {f.__name__: f for f in (cuGraphAddEmptyNode, cuGraphAddMemsetNode, cuGraphAddMemcpyNode,
                                      cuGraphAddChildGraphNode, cuGraphAddEventRecordNode, cuGraphAddEventWaitNode,
                                      cuGraphAddDependencies_v2, cuGraphRemoveDependencies_v2,
-                                     cuGraphConditionalHandleCreate, cuGraphChildGraphNodeGetGraph)}
+                                     cuGraphConditionalHandleCreate, cuGraphChildGraphNodeGetGraph,
+                                     cuStreamBeginCaptureToGraph)}

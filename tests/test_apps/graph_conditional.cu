@@ -1,7 +1,7 @@
 // graph_conditional: conditional nodes and memory nodes, added with cudaGraphAddNode. A while node runs its
 // body until the body's kernel clears the condition; an if/else node runs the branch a kernel before it
-// chose, relaunched with the other choice; a memory allocation node gives a kernel and a copy their
-// memory, which a free node gives back.
+// chose, relaunched with the other choice; a while node's body is filled by stream capture; a memory
+// allocation node gives a kernel and a copy their memory, which a free node gives back.
 #include <stdio.h>
 
 #include "check.h"
@@ -110,6 +110,30 @@ int main() {
     CHECK(cudaStreamSynchronize(s));
     failures += report("then its else branch", read_int(out), 222);
 
+    // a while node whose body is captured from a stream
+    cudaGraph_t g4;
+    CHECK(cudaGraphCreate(&g4, 0));
+    cudaGraphConditionalHandle captured_handle;
+    CHECK(cudaGraphConditionalHandleCreate(&captured_handle, g4, 1, cudaGraphCondAssignDefault));
+    cudaGraphNodeParams cp = {};
+    cp.type = cudaGraphNodeTypeConditional;
+    cp.conditional.handle = captured_handle;
+    cp.conditional.type = cudaGraphCondTypeWhile;
+    cp.conditional.size = 1;
+    cudaGraphNode_t captured_loop;
+    CHECK(cudaGraphAddNode(&captured_loop, g4, NULL, NULL, 0, &cp));
+    cudaGraph_t body = cp.conditional.phGraph_out[0], captured;
+    CHECK(cudaStreamBeginCaptureToGraph(s, body, NULL, NULL, 0, cudaStreamCaptureModeGlobal));
+    loopBody<<<1, 32, 0, s>>>(count, captured_handle, 3);
+    CHECK(cudaStreamEndCapture(s, &captured));
+    cudaGraphExec_t exec4;
+    CHECK(cudaGraphInstantiate(&exec4, g4, 0));
+    CHECK(cudaMemset(count, 0, sizeof(int)));
+    CHECK(cudaGraphLaunch(exec4, s));
+    CHECK(cudaStreamSynchronize(s));
+    failures += report("a while node whose body was captured", read_int(count), 3);
+    printf("the capture went into the body graph: %s\n", captured == body ? "yes" : "no");
+
     // memory nodes: allocated in the graph, used by a kernel and a copy, freed in the graph
     cudaGraph_t g3;
     CHECK(cudaGraphCreate(&g3, 0));
@@ -141,9 +165,11 @@ int main() {
     printf("the allocation node gave an address: %s; the free node frees it: %s\n", scratch ? "yes" : "no",
            freed == scratch ? "yes" : "no");
 
+    CHECK(cudaGraphExecDestroy(exec4));
     CHECK(cudaGraphExecDestroy(exec3));
     CHECK(cudaGraphExecDestroy(exec2));
     CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(g4));
     CHECK(cudaGraphDestroy(g3));
     CHECK(cudaGraphDestroy(g2));
     CHECK(cudaGraphDestroy(g));
