@@ -728,4 +728,9 @@ def test_device_ranges_of_memsets_and_copies_are_the_sessions(session):
     inside = struct.pack("<QBQQ", device, 1, 4096, 0)
     queued = struct.pack("<II", ids["cuMemsetD8Async"], len(inside)) + inside
     assert records_frame(session, queued + sync) == (0, 0, "", b"", "")
+    for name, at, ok in (("cuStreamWriteValue32_v2", device + 4092, 0), ("cuStreamWriteValue32_v2", device + 4094, 1),
+                         ("cuStreamWriteValue64_v2", device + 4092, 1)):  # a value's bytes must all be the session's
+        value = struct.pack("<QQQI" if "64" in name else "<QQII", 0, at, 5, 0)  # stream, addr, value, flags
+        queued = struct.pack("<II", ids[name], len(value)) + value
+        assert records_frame(session, queued + sync)[1] == ok, name
     assert serving(session)

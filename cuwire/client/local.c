@@ -594,6 +594,12 @@ CUresult cuwire_local_cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_adv
     return managed_hint(devPtr, count);
 }
 
+CUresult cuwire_local_cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
+{
+    (void)hStream, (void)flags;
+    return managed_hint(dptr, length ? length : 1);
+}
+
 /* Registering host memory changes nothing here: every copy from client memory goes over the wire. */
 CUresult cuwire_local_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {

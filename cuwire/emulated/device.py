@@ -1016,6 +1016,60 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
     def cuMemsetD32Async(self, dstDevice: int, ui: int, N: int, hStream: CData) -> int:
         return self._memset_async(lambda: self.cuMemsetD32_v2(dstDevice, ui, N), hStream)
 
+    # stream memory operations: work runs at once here, so a wait must find its value already there
+
+    def _write_value(self, hStream: CData, addr: int, value: int, size: int) -> int:
+        if self._memory.find(addr, size) is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        data = (value & ((1 << 8 * size) - 1)).to_bytes(size, "little")
+        return self._memset_async(lambda: 0 if self._memory.store(addr, data) else 1, hStream)
+
+    def _wait_value(self, hStream: CData, addr: int, value: int, flags: int, size: int) -> int:
+        found = self._memory.load(addr, size)
+        if found is None or flags & 0xF not in (0, 1, 2, 3):  # GEQ, EQ, AND, NOR
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        if self._stream(hStream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        have, mask = int.from_bytes(found, "little"), (1 << 8 * size) - 1
+        met = [(have - value) & mask < 1 << (8 * size - 1), have == value, have & value != 0,
+               ~(have | ~value) & mask != 0][flags & 0xF]
+        if not met:  # nothing else could write it meanwhile: natively the stream would wait for good
+            raise Fault("cuStreamWaitValue: the value can never come (emulated device)")
+        return 0
+
+    @_after_fault
+    def cuStreamWriteValue32_v2(self, stream: CData, addr: int, value: int, flags: int) -> int:
+        return self._write_value(stream, addr, value, 4)
+
+    @_after_fault
+    def cuStreamWriteValue64_v2(self, stream: CData, addr: int, value: int, flags: int) -> int:
+        return self._write_value(stream, addr, value, 8)
+
+    @_after_fault
+    def cuStreamWaitValue32_v2(self, stream: CData, addr: int, value: int, flags: int) -> int:
+        return self._wait_value(stream, addr, value, flags, 4)
+
+    @_after_fault
+    def cuStreamWaitValue64_v2(self, stream: CData, addr: int, value: int, flags: int) -> int:
+        return self._wait_value(stream, addr, value, flags, 8)
+
+    def cuCtxEnablePeerAccess(self, peerContext: CData, Flags: int) -> int:
+        return self.drv.CUDA_ERROR_INVALID_DEVICE  # the only device is no peer of its own
+
+    def cuCtxDisablePeerAccess(self, peerContext: CData) -> int:
+        return self.drv.CUDA_ERROR_PEER_ACCESS_NOT_ENABLED
+
+    def cuDeviceGetGraphMemAttribute(self, device: int, attr: int, value: CData) -> int:
+        if device != 0 or attr not in (0, 1, 2, 3) or self._is_null(value):  # used/reserved, current/high
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        self.ffi.cast("uint64_t *", value)[0] = 0  # graph memory comes from the device's own here
+        return 0
+
+    def cuDeviceSetGraphMemAttribute(self, device: int, attr: int, value: CData) -> int:
+        if device != 0 or attr not in (1, 3) or self._is_null(value) or self.ffi.cast("uint64_t *", value)[0]:
+            return self.drv.CUDA_ERROR_INVALID_VALUE  # only a high watermark may be set, and only to 0
+        return 0
+
     # stream capture and graphs: a capturing stream records its kernels and memsets; a graph runs them
 
     def _captured(self, hStream: CData, run) -> bool:

@@ -181,6 +181,13 @@ def write_value(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> No
     _write(mem, p.ptr(0), _wrap32([p.i32(1)]))
 
 
+@kernel("_Z6addOnePj", params=[8])
+def add_one_unsigned(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """*p += 1 (stream_memops.cu)."""
+    x = _read(mem, "I", p.ptr(0), 1)
+    _write(mem, p.ptr(0), _wrap32([x[0] + 1]))
+
+
 @kernel("_Z13streamAddIntoPiPKii", params=[8, 8, 4])
 def stream_add_into(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
     """dst[i] += src[i]."""

@@ -104,6 +104,25 @@ def cuCtxDestroy_v2(ctx):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuCtxDisablePeerAccess", onerror=rt.on_error)
+def cuCtxDisablePeerAccess(peerContext):
+    """cuCtxDisablePeerAccess (cuda.h)"""
+    args = pb.cuCtxDisablePeerAccess_Args()
+    args.peerContext = peerContext
+    res = rt.call(4048085689, args, pb.cuCtxDisablePeerAccess_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuCtxEnablePeerAccess", onerror=rt.on_error)
+def cuCtxEnablePeerAccess(peerContext, Flags):
+    """cuCtxEnablePeerAccess (cuda.h)"""
+    args = pb.cuCtxEnablePeerAccess_Args()
+    args.peerContext = peerContext
+    args.Flags = Flags
+    res = rt.call(1737933368, args, pb.cuCtxEnablePeerAccess_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuCtxGetApiVersion", onerror=rt.on_error)
 def cuCtxGetApiVersion(ctx, version):
     """cuCtxGetApiVersion (cuda.h)"""
@@ -244,6 +263,19 @@ def cuDeviceGetDefaultMemPool(pool_out, dev):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuDeviceGetGraphMemAttribute", onerror=rt.on_error)
+def cuDeviceGetGraphMemAttribute(device, attr, value, value_len):
+    """cuDeviceGetGraphMemAttribute (cuda.h)"""
+    args = pb.cuDeviceGetGraphMemAttribute_Args()
+    args.device = device
+    args.attr = attr
+    rt.expect(value, value_len)
+    res = rt.call(622504442, args, pb.cuDeviceGetGraphMemAttribute_Result)
+    if res.status == 0:
+        rt.write(value, res.value, value_len)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuDeviceGetMemPool", onerror=rt.on_error)
 def cuDeviceGetMemPool(pool, dev):
     """cuDeviceGetMemPool (cuda.h)"""
@@ -297,6 +329,17 @@ def cuDevicePrimaryCtxSetFlags_v2(dev, flags):
     args.dev = dev
     args.flags = flags
     res = rt.call(4201524549, args, pb.cuDevicePrimaryCtxSetFlags_v2_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuDeviceSetGraphMemAttribute", onerror=rt.on_error)
+def cuDeviceSetGraphMemAttribute(device, attr, value, value_len):
+    """cuDeviceSetGraphMemAttribute (cuda.h)"""
+    args = pb.cuDeviceSetGraphMemAttribute_Args()
+    args.device = device
+    args.attr = attr
+    args.value = rt.read(value, value_len)
+    res = rt.call(2335304070, args, pb.cuDeviceSetGraphMemAttribute_Result)
     return res.status
 
 

@@ -1030,8 +1030,8 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "sync",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "sync",
+    "sync",
     "unimplemented",
     "sync",
     "sync",
@@ -1072,7 +1072,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "sync",
@@ -1092,7 +1092,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "sync",
     "unimplemented",
-    "unimplemented",
+    "sync",
     "sync",
     "unimplemented",
     "local",
@@ -1485,7 +1485,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "unimplemented",
     "local",
-    "unimplemented",
+    "local",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1522,16 +1522,16 @@ const char *const cuwire_modes[] = {
     "async",
     "unimplemented",
     "unimplemented",
+    "async",
     "unimplemented",
     "unimplemented",
+    "async",
     "unimplemented",
     "unimplemented",
+    "async",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "async",
     "sync",
     "sync",
     "sync",
@@ -2688,11 +2688,23 @@ CUWIRE_EXPORT CUresult cuCtxDetach(CUcontext ctx)
     return cuwire_impl_cuCtxDetach(ctx);
 }
 
-/* cuCtxDisablePeerAccess (cuda.h): unimplemented */
+/* cuCtxDisablePeerAccess (cuda.h): remoted, sync */
+int cuwire_py_cuCtxDisablePeerAccess(uint64_t);
 static inline CUresult cuwire_impl_cuCtxDisablePeerAccess(CUcontext peerContext)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuCtxDisablePeerAccess", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t peerContext;
+        } rec = {
+            (uint64_t)(uintptr_t)peerContext,
+        };
+        int status = cuwire_call(4048085689u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxDisablePeerAccess((uint64_t)(uintptr_t)peerContext));
 }
 CUWIRE_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
 {
@@ -2706,11 +2718,25 @@ CUWIRE_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
     return cuwire_impl_cuCtxDisablePeerAccess(peerContext);
 }
 
-/* cuCtxEnablePeerAccess (cuda.h): unimplemented */
+/* cuCtxEnablePeerAccess (cuda.h): remoted, sync */
+int cuwire_py_cuCtxEnablePeerAccess(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuCtxEnablePeerAccess", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t peerContext;
+            uint32_t Flags;
+        } rec = {
+            (uint64_t)(uintptr_t)peerContext,
+            Flags,
+        };
+        int status = cuwire_call(1737933368u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxEnablePeerAccess((uint64_t)(uintptr_t)peerContext, (uint64_t)Flags));
 }
 CUWIRE_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
 {
@@ -3546,11 +3572,13 @@ CUWIRE_EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityTyp
     return cuwire_impl_cuDeviceGetExecAffinitySupport(pi, type, dev);
 }
 
-/* cuDeviceGetGraphMemAttribute (cuda.h): unimplemented */
+/* cuDeviceGetGraphMemAttribute (cuda.h): remoted, sync */
+int cuwire_py_cuDeviceGetGraphMemAttribute(int64_t, int64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuDeviceGetGraphMemAttribute", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuDeviceGetGraphMemAttribute((int64_t)device, (int64_t)attr, (void *)value, (uint64_t)(8)));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3935,11 +3963,13 @@ CUWIRE_EXPORT CUresult cuDeviceRegisterAsyncNotification(CUdevice device, CUasyn
     return cuwire_impl_cuDeviceRegisterAsyncNotification(device, callbackFunc, userData, callback);
 }
 
-/* cuDeviceSetGraphMemAttribute (cuda.h): unimplemented */
+/* cuDeviceSetGraphMemAttribute (cuda.h): remoted, sync */
+int cuwire_py_cuDeviceSetGraphMemAttribute(int64_t, int64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuDeviceSetGraphMemAttribute", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuDeviceSetGraphMemAttribute((int64_t)device, (int64_t)attr, (void *)value, (uint64_t)(8)));
 }
 CUWIRE_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -11959,11 +11989,11 @@ CUWIRE_EXPORT CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback ca
 }
 CUWIRE_EXPORT __typeof__(cuStreamAddCallback) cuStreamAddCallback_ptsz __attribute__((alias("cuStreamAddCallback")));
 
-/* cuStreamAttachMemAsync (cuda.h): unimplemented; also cuStreamAttachMemAsync_ptsz */
+/* cuStreamAttachMemAsync (cuda.h): local, local; also cuStreamAttachMemAsync_ptsz */
+CUresult cuwire_local_cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 static inline CUresult cuwire_impl_cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuStreamAttachMemAsync", "cuda.h", &warned), 801));
+return cuwire_local_cuStreamAttachMemAsync(hStream, dptr, length, flags);
 }
 CUWIRE_EXPORT CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
 {
@@ -12731,11 +12761,21 @@ CUWIRE_EXPORT CUresult cuStreamWaitValue32_ptsz(void)
     return cuwire_impl_cuStreamWaitValue32_ptsz();
 }
 
-/* cuStreamWaitValue32_v2 (cuda.h): unimplemented; also cuStreamWaitValue32_v2_ptsz */
+/* cuStreamWaitValue32_v2 (cuda.h): remoted, async; also cuStreamWaitValue32_v2_ptsz */
 static inline CUresult cuwire_impl_cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuStreamWaitValue32_v2", "cuda.h", &warned), 801));
+    struct __attribute__((packed)) {
+        uint64_t stream;
+        uint64_t addr;
+        uint32_t value;
+        uint32_t flags;
+    } rec = {
+        (uint64_t)(uintptr_t)stream,
+        addr,
+        value,
+        flags,
+    };
+    return (CUresult)(cuwire_enqueue(1641833423u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
@@ -12786,11 +12826,21 @@ CUWIRE_EXPORT CUresult cuStreamWaitValue64_ptsz(void)
     return cuwire_impl_cuStreamWaitValue64_ptsz();
 }
 
-/* cuStreamWaitValue64_v2 (cuda.h): unimplemented; also cuStreamWaitValue64_v2_ptsz */
+/* cuStreamWaitValue64_v2 (cuda.h): remoted, async; also cuStreamWaitValue64_v2_ptsz */
 static inline CUresult cuwire_impl_cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuStreamWaitValue64_v2", "cuda.h", &warned), 801));
+    struct __attribute__((packed)) {
+        uint64_t stream;
+        uint64_t addr;
+        uint64_t value;
+        uint32_t flags;
+    } rec = {
+        (uint64_t)(uintptr_t)stream,
+        addr,
+        value,
+        flags,
+    };
+    return (CUresult)(cuwire_enqueue(2354557795u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
@@ -12841,11 +12891,21 @@ CUWIRE_EXPORT CUresult cuStreamWriteValue32_ptsz(void)
     return cuwire_impl_cuStreamWriteValue32_ptsz();
 }
 
-/* cuStreamWriteValue32_v2 (cuda.h): unimplemented; also cuStreamWriteValue32_v2_ptsz */
+/* cuStreamWriteValue32_v2 (cuda.h): remoted, async; also cuStreamWriteValue32_v2_ptsz */
 static inline CUresult cuwire_impl_cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuStreamWriteValue32_v2", "cuda.h", &warned), 801));
+    struct __attribute__((packed)) {
+        uint64_t stream;
+        uint64_t addr;
+        uint32_t value;
+        uint32_t flags;
+    } rec = {
+        (uint64_t)(uintptr_t)stream,
+        addr,
+        value,
+        flags,
+    };
+    return (CUresult)(cuwire_enqueue(1208769495u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
@@ -12896,11 +12956,21 @@ CUWIRE_EXPORT CUresult cuStreamWriteValue64_ptsz(void)
     return cuwire_impl_cuStreamWriteValue64_ptsz();
 }
 
-/* cuStreamWriteValue64_v2 (cuda.h): unimplemented; also cuStreamWriteValue64_v2_ptsz */
+/* cuStreamWriteValue64_v2 (cuda.h): remoted, async; also cuStreamWriteValue64_v2_ptsz */
 static inline CUresult cuwire_impl_cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuStreamWriteValue64_v2", "cuda.h", &warned), 801));
+    struct __attribute__((packed)) {
+        uint64_t stream;
+        uint64_t addr;
+        uint64_t value;
+        uint32_t flags;
+    } rec = {
+        (uint64_t)(uintptr_t)stream,
+        addr,
+        value,
+        flags,
+    };
+    return (CUresult)(cuwire_enqueue(2777123707u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {

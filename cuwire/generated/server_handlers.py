@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "df25459085c661a8"
+API_DIGEST = "e3b082368ad35429"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -88,6 +88,20 @@ def cuCtxDestroy_v2(s, a: pb.cuCtxDestroy_v2_Args) -> pb.cuCtxDestroy_v2_Result:
     r.status = s.lib.cuCtxDestroy_v2(s.handle("CUctx_st", "CUcontext", a.ctx))
     if r.status == 0:
         s.disowns_handle("CUctx_st", a.ctx)
+    return r
+
+
+def cuCtxDisablePeerAccess(s, a: pb.cuCtxDisablePeerAccess_Args) -> pb.cuCtxDisablePeerAccess_Result:
+    """cuCtxDisablePeerAccess (cuda.h)"""
+    r = pb.cuCtxDisablePeerAccess_Result()
+    r.status = s.lib.cuCtxDisablePeerAccess(s.handle("CUctx_st", "CUcontext", a.peerContext))
+    return r
+
+
+def cuCtxEnablePeerAccess(s, a: pb.cuCtxEnablePeerAccess_Args) -> pb.cuCtxEnablePeerAccess_Result:
+    """cuCtxEnablePeerAccess (cuda.h)"""
+    r = pb.cuCtxEnablePeerAccess_Result()
+    r.status = s.lib.cuCtxEnablePeerAccess(s.handle("CUctx_st", "CUcontext", a.peerContext), a.Flags)
     return r
 
 
@@ -217,6 +231,16 @@ def cuDeviceGetDefaultMemPool(s, a: pb.cuDeviceGetDefaultMemPool_Args) -> pb.cuD
     return r
 
 
+def cuDeviceGetGraphMemAttribute(s, a: pb.cuDeviceGetGraphMemAttribute_Args) -> pb.cuDeviceGetGraphMemAttribute_Result:
+    """cuDeviceGetGraphMemAttribute (cuda.h)"""
+    r = pb.cuDeviceGetGraphMemAttribute_Result()
+    value = s.out_buffer(8)
+    r.status = s.lib.cuDeviceGetGraphMemAttribute(a.device, a.attr, value)
+    if r.status == 0:
+        r.value = s.take(value, 8)
+    return r
+
+
 def cuDeviceGetMemPool(s, a: pb.cuDeviceGetMemPool_Args) -> pb.cuDeviceGetMemPool_Result:
     """cuDeviceGetMemPool (cuda.h)"""
     r = pb.cuDeviceGetMemPool_Result()
@@ -259,6 +283,14 @@ def cuDevicePrimaryCtxSetFlags_v2(s, a: pb.cuDevicePrimaryCtxSetFlags_v2_Args) -
     """cuDevicePrimaryCtxSetFlags_v2 (cuda.h)"""
     r = pb.cuDevicePrimaryCtxSetFlags_v2_Result()
     r.status = s.lib.cuDevicePrimaryCtxSetFlags_v2(a.dev, a.flags)
+    return r
+
+
+def cuDeviceSetGraphMemAttribute(s, a: pb.cuDeviceSetGraphMemAttribute_Args) -> pb.cuDeviceSetGraphMemAttribute_Result:
+    """cuDeviceSetGraphMemAttribute (cuda.h)"""
+    r = pb.cuDeviceSetGraphMemAttribute_Result()
+    value = s.in_buffer(a.value, 8)
+    r.status = s.lib.cuDeviceSetGraphMemAttribute(a.device, a.attr, value)
     return r
 
 
@@ -1742,6 +1774,8 @@ HANDLERS = {
     2951752814: ("cuCtxCreate_v2", pb.cuCtxCreate_v2_Args, cuCtxCreate_v2),
     1184074075: ("cuCtxCreate_v4", pb.cuCtxCreate_v4_Args, cuCtxCreate_v4),
     2936422730: ("cuCtxDestroy_v2", pb.cuCtxDestroy_v2_Args, cuCtxDestroy_v2),
+    4048085689: ("cuCtxDisablePeerAccess", pb.cuCtxDisablePeerAccess_Args, cuCtxDisablePeerAccess),
+    1737933368: ("cuCtxEnablePeerAccess", pb.cuCtxEnablePeerAccess_Args, cuCtxEnablePeerAccess),
     900342868: ("cuCtxGetApiVersion", pb.cuCtxGetApiVersion_Args, cuCtxGetApiVersion),
     1342146307: ("cuCtxGetCacheConfig", pb.cuCtxGetCacheConfig_Args, cuCtxGetCacheConfig),
     2639545333: ("cuCtxGetFlags", pb.cuCtxGetFlags_Args, cuCtxGetFlags),
@@ -1756,11 +1790,13 @@ HANDLERS = {
     1419231701: ("cuDeviceCanAccessPeer", pb.cuDeviceCanAccessPeer_Args, cuDeviceCanAccessPeer),
     3582315627: ("cuDeviceGetByPCIBusId", pb.cuDeviceGetByPCIBusId_Args, cuDeviceGetByPCIBusId),
     1234428036: ("cuDeviceGetDefaultMemPool", pb.cuDeviceGetDefaultMemPool_Args, cuDeviceGetDefaultMemPool),
+    622504442: ("cuDeviceGetGraphMemAttribute", pb.cuDeviceGetGraphMemAttribute_Args, cuDeviceGetGraphMemAttribute),
     3826692610: ("cuDeviceGetMemPool", pb.cuDeviceGetMemPool_Args, cuDeviceGetMemPool),
     2429329345: ("cuDeviceGetP2PAttribute", pb.cuDeviceGetP2PAttribute_Args, cuDeviceGetP2PAttribute),
     2039655364: ("cuDeviceGetPCIBusId", pb.cuDeviceGetPCIBusId_Args, cuDeviceGetPCIBusId),
     2324783077: ("cuDevicePrimaryCtxReset_v2", pb.cuDevicePrimaryCtxReset_v2_Args, cuDevicePrimaryCtxReset_v2),
     4201524549: ("cuDevicePrimaryCtxSetFlags_v2", pb.cuDevicePrimaryCtxSetFlags_v2_Args, cuDevicePrimaryCtxSetFlags_v2),
+    2335304070: ("cuDeviceSetGraphMemAttribute", pb.cuDeviceSetGraphMemAttribute_Args, cuDeviceSetGraphMemAttribute),
     3394474896: ("cuDeviceSetMemPool", pb.cuDeviceSetMemPool_Args, cuDeviceSetMemPool),
     2934341808: ("cuEventCreate", pb.cuEventCreate_Args, cuEventCreate),
     495590736: ("cuEventDestroy_v2", pb.cuEventDestroy_v2_Args, cuEventDestroy_v2),
@@ -1947,6 +1983,8 @@ HANDLERS = {
 # id -> (name, record layout): queued calls and calls the client's C makes, run by the server's C loop
 # (server/records.c, generated/server_records.c); the layouts are for tests and tools
 RECORDS = {
+    4048085689: ("cuCtxDisablePeerAccess", struct.Struct("<Q")),
+    1737933368: ("cuCtxEnablePeerAccess", struct.Struct("<QI")),
     3274641050: ("cuCtxResetPersistingL2Cache", struct.Struct("<")),
     1705344036: ("cuCtxSetFlags", struct.Struct("<I")),
     288806398: ("cuCtxSetLimit", struct.Struct("<iQ")),
@@ -1987,4 +2025,8 @@ RECORDS = {
     3807505306: ("cuStreamQuery", struct.Struct("<Q")),
     1581600379: ("cuStreamSynchronize", struct.Struct("<Q")),
     1194339591: ("cuStreamWaitEvent", struct.Struct("<QQI")),
+    1641833423: ("cuStreamWaitValue32_v2", struct.Struct("<QQII")),
+    2354557795: ("cuStreamWaitValue64_v2", struct.Struct("<QQQI")),
+    1208769495: ("cuStreamWriteValue32_v2", struct.Struct("<QQII")),
+    2777123707: ("cuStreamWriteValue64_v2", struct.Struct("<QQQI")),
 }

@@ -12,6 +12,35 @@
 static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t size, int *err)
 {
     switch (fn) {
+    case 4048085689u: { /* cuCtxDisablePeerAccess (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t peerContext;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuCtxDisablePeerAccess: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUctx_st, r.peerContext)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuCtxDisablePeerAccess((CUcontext)(uintptr_t)r.peerContext);
+        return 1;
+    }
+    case 1737933368u: { /* cuCtxEnablePeerAccess (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t peerContext;
+            uint32_t Flags;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuCtxEnablePeerAccess: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUctx_st, r.peerContext)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuCtxEnablePeerAccess((CUcontext)(uintptr_t)r.peerContext, r.Flags);
+        return 1;
+    }
     case 3274641050u: { /* cuCtxResetPersistingL2Cache (cuda.h) */
         struct __attribute__((packed)) {
         } r;
@@ -700,6 +729,90 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             return 1;
         }
         *err = s->fn.cuStreamWaitEvent((CUstream)(uintptr_t)r.hStream, (CUevent)(uintptr_t)r.hEvent, r.Flags);
+        return 1;
+    }
+    case 1641833423u: { /* cuStreamWaitValue32_v2 (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t stream;
+            uint64_t addr;
+            uint32_t value;
+            uint32_t flags;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuStreamWaitValue32_v2: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUstream_st, r.stream)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_device_range(s, r.addr, 4)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
+        *err = s->fn.cuStreamWaitValue32_v2((CUstream)(uintptr_t)r.stream, r.addr, r.value, r.flags);
+        return 1;
+    }
+    case 2354557795u: { /* cuStreamWaitValue64_v2 (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t stream;
+            uint64_t addr;
+            uint64_t value;
+            uint32_t flags;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuStreamWaitValue64_v2: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUstream_st, r.stream)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_device_range(s, r.addr, 8)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
+        *err = s->fn.cuStreamWaitValue64_v2((CUstream)(uintptr_t)r.stream, r.addr, r.value, r.flags);
+        return 1;
+    }
+    case 1208769495u: { /* cuStreamWriteValue32_v2 (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t stream;
+            uint64_t addr;
+            uint32_t value;
+            uint32_t flags;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuStreamWriteValue32_v2: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUstream_st, r.stream)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_device_range(s, r.addr, 4)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
+        *err = s->fn.cuStreamWriteValue32_v2((CUstream)(uintptr_t)r.stream, r.addr, r.value, r.flags);
+        return 1;
+    }
+    case 2777123707u: { /* cuStreamWriteValue64_v2 (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t stream;
+            uint64_t addr;
+            uint64_t value;
+            uint32_t flags;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuStreamWriteValue64_v2: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUstream_st, r.stream)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_device_range(s, r.addr, 8)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
+        *err = s->fn.cuStreamWriteValue64_v2((CUstream)(uintptr_t)r.stream, r.addr, r.value, r.flags);
         return 1;
     }
     default:

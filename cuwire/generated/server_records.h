@@ -5,6 +5,8 @@
  * keeps a pointer to each in its table, and generated/server_records.c calls them.
  */
 #define CW_GENERATED_FUNCTIONS(X) \
+    X(cuCtxDisablePeerAccess) \
+    X(cuCtxEnablePeerAccess) \
     X(cuCtxResetPersistingL2Cache) \
     X(cuCtxSetFlags) \
     X(cuCtxSetLimit) \
@@ -45,4 +47,8 @@
     X(cuStreamQuery) \
     X(cuStreamSynchronize) \
     X(cuStreamWaitEvent) \
+    X(cuStreamWaitValue32_v2) \
+    X(cuStreamWaitValue64_v2) \
+    X(cuStreamWriteValue32_v2) \
+    X(cuStreamWriteValue64_v2) \
 

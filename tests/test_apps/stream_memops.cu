@@ -1,0 +1,61 @@
+// stream_memops: 32- and 64-bit values written to device memory and waited for in stream order
+// (cuStreamWriteValue32/64, cuStreamWaitValue32/64, around a kernel); managed memory attached to a stream;
+// the device's graph memory figures read and reset; peer access to the only GPU refused as natively.
+#include <stdio.h>
+
+#include "check.h"
+
+__global__ void addOne(unsigned int *p) {
+    if (threadIdx.x == 0) *p += 1;
+}
+
+int main() {
+    int failures = 0;
+    CHECK(cudaFree(0));
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    unsigned int *flag;
+    unsigned long long *wide;
+    CHECK(cudaMalloc((void **)&flag, sizeof *flag));
+    CHECK(cudaMalloc((void **)&wide, sizeof *wide));
+    const unsigned long long pattern = 0x0123456789abcdefULL;
+    CHECK_DRIVER(cuStreamWriteValue32(s, (CUdeviceptr)flag, 41, 0));
+    CHECK_DRIVER(cuStreamWaitValue32(s, (CUdeviceptr)flag, 41, CU_STREAM_WAIT_VALUE_EQ));
+    addOne<<<1, 32, 0, s>>>(flag);
+    CHECK_DRIVER(cuStreamWaitValue32(s, (CUdeviceptr)flag, 40, CU_STREAM_WAIT_VALUE_GEQ));
+    CHECK_DRIVER(cuStreamWriteValue64(s, (CUdeviceptr)wide, pattern, 0));
+    CHECK_DRIVER(cuStreamWaitValue64(s, (CUdeviceptr)wide, 0x100, CU_STREAM_WAIT_VALUE_AND));
+    CHECK(cudaStreamSynchronize(s));
+    unsigned int h32 = 0;
+    unsigned long long h64 = 0;
+    CHECK(cudaMemcpy(&h32, flag, sizeof h32, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(&h64, wide, sizeof h64, cudaMemcpyDeviceToHost));
+    printf("%-46s %s (%u)\n", "a 32-bit value written, waited for, added to", h32 == 42 ? "OK" : "FAIL", h32);
+    printf("%-46s %s (%#llx)\n", "a 64-bit value written and waited for", h64 == pattern ? "OK" : "FAIL", h64);
+    failures += h32 != 42 || h64 != pattern;
+
+    int *m;
+    CHECK(cudaMallocManaged((void **)&m, 4096));
+    CHECK(cudaStreamAttachMemAsync(s, m, 0, cudaMemAttachSingle));
+    CHECK(cudaStreamSynchronize(s));
+    m[0] = 7;
+    printf("%-46s %s\n", "managed memory attached to a stream", m[0] == 7 ? "OK" : "FAIL");
+    CHECK(cudaFree(m));
+
+    unsigned long long used = 1, zero = 0;
+    CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &used));
+    CHECK(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &zero));
+    printf("graph memory in use before any graph: %llu bytes\n", used);
+
+    cudaError_t enable = cudaDeviceEnablePeerAccess(0, 0);
+    cudaGetLastError();
+    cudaError_t disable = cudaDeviceDisablePeerAccess(0);
+    cudaGetLastError();
+    printf("peer access to the only GPU: %s; disabled: %s\n", cudaGetErrorName(enable), cudaGetErrorName(disable));
+
+    CHECK(cudaFree(wide));
+    CHECK(cudaFree(flag));
+    CHECK(cudaStreamDestroy(s));
+    printf("stream_memops: %s\n", failures ? "FAIL" : "PASS");
+    return failures != 0;
+}
