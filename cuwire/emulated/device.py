@@ -1054,7 +1054,7 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
         return self._wait_value(stream, addr, value, flags, 8)
 
     def cuCtxEnablePeerAccess(self, peerContext: CData, Flags: int) -> int:
-        return self.drv.CUDA_ERROR_INVALID_DEVICE  # the only device is no peer of its own
+        return self.drv.CUDA_ERROR_PEER_ACCESS_UNSUPPORTED  # the only device is no peer of its own (as the H100 says)
 
     def cuCtxDisablePeerAccess(self, peerContext: CData) -> int:
         return self.drv.CUDA_ERROR_PEER_ACCESS_NOT_ENABLED
