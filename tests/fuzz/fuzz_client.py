@@ -27,6 +27,7 @@ from pathlib import Path
 
 import atheris
 import cffi
+import fields  # tests/fuzz/fields.py, beside this file
 from google.protobuf.descriptor import FieldDescriptor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,23 +138,11 @@ def arguments(fdp, name: str, fn) -> tuple[list, list]:
 
 
 def field_value(fdp, field):
-    if field.type in (FieldDescriptor.TYPE_BYTES, FieldDescriptor.TYPE_STRING):
-        raw = fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 300))
-        return raw if field.type == FieldDescriptor.TYPE_BYTES else raw.decode("latin-1")
-    if field.type == FieldDescriptor.TYPE_BOOL:
-        return fdp.ConsumeBool()
-    if field.type in (FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE):
-        return fdp.ConsumeFloat()
-    if field.type == FieldDescriptor.TYPE_MESSAGE:
-        return None
-    wide = field.type in (FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
-                          FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64)
-    signed = field.type in (FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_SINT32,
-                            FieldDescriptor.TYPE_SINT64, FieldDescriptor.TYPE_SFIXED32,
-                            FieldDescriptor.TYPE_SFIXED64, FieldDescriptor.TYPE_ENUM)
-    bits = 64 if wide else 32
-    value = fdp.ConsumeIntInRange(0, (1 << bits) - 1)
-    return value - (1 << bits) if signed and value >= 1 << (bits - 1) else value
+    v = fields.plain(fdp, field, 300)
+    if v is not fields.NOT_PLAIN:
+        return v
+    lo, hi = fields.int_range(field)
+    return fdp.ConsumeIntInRange(lo, hi)
 
 
 def message(fdp, cls) -> bytes:

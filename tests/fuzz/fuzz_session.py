@@ -26,7 +26,7 @@ with atheris.instrument_imports():
     from cuwire.settings import Settings
     from cuwire.transport import MAGIC
 
-from google.protobuf.descriptor import FieldDescriptor  # noqa: E402
+import fields  # noqa: E402  (tests/fuzz/fields.py, beside this file)
 
 
 class Bytes:
@@ -59,23 +59,11 @@ RECORDS = sorted(generated.RECORDS) + sorted(custom.RECORD_OPS)
 
 def value(fdp, field) -> object:
     """A value for one field: mostly ones the session knows (its allocations and handles), else anything."""
-    if field.type in (FieldDescriptor.TYPE_BYTES, FieldDescriptor.TYPE_STRING):
-        raw = fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 64))
-        return raw if field.type == FieldDescriptor.TYPE_BYTES else raw.decode("latin-1")
-    if field.type == FieldDescriptor.TYPE_BOOL:
-        return fdp.ConsumeBool()
-    if field.type in (FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE):
-        return fdp.ConsumeFloat()
-    if field.type == FieldDescriptor.TYPE_MESSAGE:
-        return None
+    v = fields.plain(fdp, field, 64)
+    if v is not fields.NOT_PLAIN:
+        return v
     known = [0, 1, 2, *SESSION.allocations, *(h for hs in SESSION.handles.values() for h in hs)]
-    signed = field.type in (FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_SINT32,
-                            FieldDescriptor.TYPE_SINT64, FieldDescriptor.TYPE_SFIXED32, FieldDescriptor.TYPE_SFIXED64,
-                            FieldDescriptor.TYPE_ENUM)
-    wide = field.type in (FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
-                          FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64)
-    bits = 64 if wide else 32
-    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    lo, hi = fields.int_range(field)
     choice = fdp.ConsumeIntInRange(0, 3)
     if choice == 0 and known:
         v = known[fdp.ConsumeIntInRange(0, len(known) - 1)] + fdp.ConsumeIntInRange(-8, 4096)
