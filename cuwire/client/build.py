@@ -65,6 +65,7 @@ int cuwire_track_alloc(uint64_t base, uint64_t size);
 void cuwire_untrack_alloc(uint64_t base);
 uint64_t cuwire_allocation_of(uint64_t address, uint64_t *size);
 void cuwire_forget_allocations(void);
+void cuwire_guard_device_range(uint64_t base, uint64_t size);
 int cuwire_launch_config_error(const uint32_t *grid, const uint32_t *block);
 uint64_t cuwire_current_context(void);
 int cuwire_fast_cuLaunchKernelEx(void *config, void *f, void **params, void **extra);

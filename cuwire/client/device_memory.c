@@ -4,10 +4,15 @@
  * a small copy to the device is queued without waiting only when its whole range lies in one allocation
  * (local.c, the driver would refuse anything else at once). Sorted by base, searched by bisection.
  */
+#define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cuda_api.h"
 #include "runtime.h"
@@ -135,4 +140,115 @@ void cuwire_forget_allocations(void)
     pthread_rwlock_wrlock(&lock);
     count = 0;
     pthread_rwlock_unlock(&lock);
+}
+
+/* ------------------------------------------------------------------ guards
+ *
+ * The server's device addresses and this process's host addresses come from two address spaces that
+ * overlap (both in the 0x7f... range): a host buffer of the program's at an address where its session has
+ * device memory would be taken for device memory, and a copy from it would copy the wrong bytes. So each
+ * device range the server gives is reserved here too (PROT_NONE, no memory behind it), and no host
+ * allocation of the program can come to lie there later. Guards are never released (the server may give
+ * the range again; a guard costs address space only). A range where the program already has memory of its
+ * own cannot be guarded: that is said, once, loudly. */
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+#define USER_SPACE_END (1ull << 47)
+static pthread_mutex_t guard_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t *guard_lo, *guard_hi; /* sorted, disjoint */
+static size_t n_guards, guard_cap;
+
+/* The index of the first guard that ends after `at`; guard_lock held. */
+static size_t guard_after(uint64_t at)
+{
+    size_t lo = 0, hi = n_guards;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (guard_hi[mid] <= at)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* [lo, hi) is a guard now; guard_lock held. */
+static void add_guard(uint64_t lo, uint64_t hi)
+{
+    if (n_guards == guard_cap) {
+        size_t n = guard_cap ? guard_cap * 2 : 64;
+        uint64_t *a = realloc(guard_lo, n * sizeof *a);
+        if (!a)
+            return;
+        guard_lo = a;
+        uint64_t *b = realloc(guard_hi, n * sizeof *b);
+        if (!b)
+            return;
+        guard_hi = b;
+        guard_cap = n;
+    }
+    size_t at = guard_after(lo);
+    memmove(guard_lo + at + 1, guard_lo + at, (n_guards - at) * sizeof *guard_lo);
+    memmove(guard_hi + at + 1, guard_hi + at, (n_guards - at) * sizeof *guard_hi);
+    guard_lo[at] = lo;
+    guard_hi[at] = hi;
+    n_guards++;
+}
+
+static void guard(uint64_t lo, uint64_t hi)
+{
+    void *p = mmap((void *)(uintptr_t)lo, hi - lo, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
+                   MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == (void *)(uintptr_t)lo) {
+        add_guard(lo, hi);
+        return;
+    }
+    if (p != MAP_FAILED) { /* a kernel without MAP_FIXED_NOREPLACE put it elsewhere: no guard */
+        munmap(p, hi - lo);
+        return;
+    }
+    static int said;
+    if (errno == EEXIST && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        fprintf(stderr, "cuwire: the server's device memory at %#llx lies where this program has memory of its "
+                        "own: copies between that memory and the GPU cannot be told apart from copies of device "
+                        "memory, and may go wrong (please report it)\n", (unsigned long long)lo);
+}
+
+/* Device memory at [base, base + size): its pages not guarded yet are reserved in this process. */
+void cuwire_guard_device_range(uint64_t base, uint64_t size)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t lo = base / page * page, hi = (base + size + page - 1) / page * page;
+    if (!size || hi <= lo || hi > USER_SPACE_END) /* (the emulated device's addresses lie above it) */
+        return;
+    pthread_mutex_lock(&guard_lock);
+    uint64_t at = lo;
+    while (at < hi) {
+        size_t i = guard_after(at);
+        if (i < n_guards && guard_lo[i] <= at) { /* inside a guard: on past it */
+            at = guard_hi[i];
+            continue;
+        }
+        uint64_t next = i < n_guards && guard_lo[i] < hi ? guard_lo[i] : hi; /* the gap up to the next guard */
+        guard(at, next);
+        at = next;
+    }
+    pthread_mutex_unlock(&guard_lock);
+}
+
+/* Whether [lo, hi) lies in guards (managed memory made over TCP may take such a range for its host copy). */
+int cuwire_guarded(uint64_t lo, uint64_t hi)
+{
+    pthread_mutex_lock(&guard_lock);
+    uint64_t at = lo;
+    while (at < hi) {
+        size_t i = guard_after(at);
+        if (i == n_guards || guard_lo[i] > at)
+            break;
+        at = guard_hi[i];
+    }
+    pthread_mutex_unlock(&guard_lock);
+    return at >= hi;
 }

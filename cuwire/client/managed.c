@@ -55,8 +55,10 @@ static uint64_t page_rounded(uint64_t n)
 /* The host copy at the server's address: 0, or -1 when that address is taken in this process. */
 static int map_at(uint64_t address, uint64_t size)
 {
+    /* a range this process guards for the server's device memory (device_memory.c) is its to take */
+    int flags = cuwire_guarded(address, address + page_rounded(size)) ? MAP_FIXED : MAP_FIXED_NOREPLACE;
     void *p = mmap((void *)(uintptr_t)address, page_rounded(size), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+                   MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
     if (p == (void *)(uintptr_t)address)
         return 0;
     if (p != MAP_FAILED) /* a kernel that does not know MAP_FIXED_NOREPLACE put it elsewhere */

@@ -61,6 +61,9 @@ void cuwire_untrack_alloc(uint64_t base);
 uint64_t cuwire_allocation_of(uint64_t address, uint64_t *size);
 int cuwire_in_allocation(uint64_t address, uint64_t n);
 void cuwire_forget_allocations(void);
+/* The server's device ranges, reserved in this process too, so that no host memory comes to lie there. */
+void cuwire_guard_device_range(uint64_t base, uint64_t size);
+int cuwire_guarded(uint64_t lo, uint64_t hi);
 
 /* Managed memory over TCP: a host copy kept in step with the server's at calls (managed.c). */
 int cuwire_managed_alloc(uint64_t *dptr, size_t size, unsigned int flags);

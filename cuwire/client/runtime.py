@@ -441,6 +441,7 @@ class Client:
 
     def track_alloc(self, address: int, size: int) -> None:
         lib.cuwire_track_alloc(address, size)
+        lib.cuwire_guard_device_range(address, size)  # no host memory of the program may come to lie there
 
     def untrack_alloc(self, address: int) -> None:
         lib.cuwire_untrack_alloc(address)
