@@ -33,6 +33,11 @@ class Graph:
     defaults: dict[int, int] = field(default_factory=dict)  # conditional handles assigned at each launch
     params: dict[int, Any] = field(default_factory=dict)  # node -> what it was made with, for reading back
 
+    def copy(self) -> Graph:
+        """A graph of the same nodes, work and edges (cuGraphClone; a child node's own graph)."""
+        return Graph(list(self.nodes), dict(self.work), dict(self.kinds), set(self.edges), dict(self.defaults),
+                     dict(self.params))
+
     def order(self) -> list[int]:
         """The nodes in an order the edges allow."""
         waiting = {n: sum(1 for a, b in self.edges if b == n) for n in self.nodes}
@@ -150,8 +155,7 @@ class EmulatedGraphs:
         graph = self._graph(originalGraph)
         if graph is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        return self._new_graph(phGraphClone, Graph(list(graph.nodes), dict(graph.work), dict(graph.kinds),
-                                                   set(graph.edges), dict(graph.defaults), dict(graph.params)))
+        return self._new_graph(phGraphClone, graph.copy())
 
     def cuGraphAddEmptyNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int) -> int:
         return self._add(phGraphNode, hGraph, dependencies, numDependencies, EMPTY, lambda: None)
@@ -212,8 +216,7 @@ class EmulatedGraphs:
         child = self._graph(childGraph)
         if child is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        copy = Graph(list(child.nodes), dict(child.work), dict(child.kinds), set(child.edges), dict(child.defaults),
-                     dict(child.params))  # the child as it is now, as CUDA clones it
+        copy = child.copy()  # the child as it is now, as CUDA clones it
         handle = self._new_handle()
         self._graphs[handle] = copy
         err = self._add(phGraphNode, hGraph, dependencies, numDependencies, GRAPH, lambda: run_graph(copy))
@@ -249,26 +252,32 @@ class EmulatedGraphs:
         graph, node = self._node_graph(hNode), self._addr(hNode)
         return graph.params.get(node) if graph is not None and graph.kinds.get(node) == kind else None
 
-    def _put_param(self, hNode: CData, kind: int, out: CData, value) -> int:
+    def _put_param(self, hNode: CData, kind: int, out: CData) -> int:
+        """What a node of `kind` was made with (a handle or an address) into *out."""
+        value = self._node_param(hNode, kind)
         if value is None or self._is_null(out):
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        out[0] = self.ffi.cast(self.ffi.typeof(out).item, value) if kind != MEMSET else value[0]
+        out[0] = self.ffi.cast(self.ffi.typeof(out).item, value)
         return 0
 
     def cuGraphMemsetNodeGetParams(self, hNode: CData, nodeParams: CData) -> int:
-        return self._put_param(hNode, MEMSET, nodeParams, self._node_param(hNode, MEMSET))
+        params = self._node_param(hNode, MEMSET)
+        if params is None or self._is_null(nodeParams):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        nodeParams[0] = params[0]
+        return 0
 
     def cuGraphMemFreeNodeGetParams(self, hNode: CData, dptr_out: CData) -> int:
-        return self._put_param(hNode, MEM_FREE, dptr_out, self._node_param(hNode, MEM_FREE))
+        return self._put_param(hNode, MEM_FREE, dptr_out)
 
     def cuGraphEventRecordNodeGetEvent(self, hNode: CData, event_out: CData) -> int:
-        return self._put_param(hNode, EVENT_RECORD, event_out, self._node_param(hNode, EVENT_RECORD))
+        return self._put_param(hNode, EVENT_RECORD, event_out)
 
     def cuGraphEventWaitNodeGetEvent(self, hNode: CData, event_out: CData) -> int:
-        return self._put_param(hNode, WAIT_EVENT, event_out, self._node_param(hNode, WAIT_EVENT))
+        return self._put_param(hNode, WAIT_EVENT, event_out)
 
     def cuGraphChildGraphNodeGetGraph(self, hNode: CData, phGraph: CData) -> int:
-        return self._put_param(hNode, GRAPH, phGraph, self._node_param(hNode, GRAPH))
+        return self._put_param(hNode, GRAPH, phGraph)
 
     def _set_event(self, hNode: CData, kind: int, event: CData, exe: Exec | None = None) -> int:
         graph, node = self._node_graph(hNode), self._addr(hNode)

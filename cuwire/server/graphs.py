@@ -31,8 +31,8 @@ MAX_BODIES = 1 << 16  # a switch node's body graphs, at most
 
 @dataclass
 class Parts:
-    """What a session's graphs hold beside nodes: conditional handles, conditional bodies (graphs the
-    session may build but not destroy), and the address ranges of memory allocation nodes."""
+    """What a session's graphs hold beside nodes: conditional handles, and the graphs the session may build
+    but not destroy (conditional bodies, child nodes' graphs)."""
 
     conditionals: set[int] = field(default_factory=set)
     bodies: set[int] = field(default_factory=set)
@@ -62,6 +62,13 @@ def _nodes(s, data: bytes, count: int):
     return s.ffi.new("CUgraphNode[]", [s.ffi.cast("CUgraphNode", v) for v in values]) if values else s.ffi.NULL
 
 
+def _new_node(s, out) -> int:
+    """The node CUDA put in `out` (a CUgraphNode *), now the session's."""
+    node = int(s.ffi.cast("uintptr_t", out[0]))
+    s.owns_handle(NODE, node)
+    return node
+
+
 def _add_node(s, add, a, result, *params):
     """add(out, graph, dependencies, count, *params) for a graph and dependencies of the session's; the new
     node becomes the session's too."""
@@ -69,8 +76,7 @@ def _add_node(s, add, a, result, *params):
     result.status = add(out, s.handle(GRAPH, "CUgraph", a.hGraph), _nodes(s, a.dependencies, a.numDependencies),
                         a.numDependencies, *params)
     if result.status == 0:
-        result.phGraphNode = int(s.ffi.cast("uintptr_t", out[0]))
-        s.owns_handle(NODE, result.phGraphNode)
+        result.phGraphNode = _new_node(s, out)
     return result
 
 
@@ -143,8 +149,7 @@ def host_node(s, a: pb.HostNode_Args) -> pb.HostNode_Result:
     r = pb.HostNode_Result(status=s.lib.cuGraphAddHostNode(out, s.handle(GRAPH, "CUgraph", a.graph),
                                                            _nodes(s, a.dependencies, n), n, params))
     if r.status == 0:
-        r.node = int(ffi.cast("uintptr_t", out[0]))
-        s.owns_handle(NODE, r.node)
+        r.node = _new_node(s, out)
     return r
 
 
@@ -233,8 +238,7 @@ def graph_node(s, a: pb.GraphNode_Args) -> pb.GraphNode_Result:
                                                            _nodes(s, a.dependencies, n), data, n, p))
     if r.status != 0:
         return r
-    r.node = int(ffi.cast("uintptr_t", out[0]))
-    s.owns_handle(NODE, r.node)
+    r.node = _new_node(s, out)
     if p.type == MEM_ALLOC:
         r.dptr = p.alloc.dptr
         s.owns(r.dptr, p.alloc.bytesize)  # (counted against the budget; its graph frees it, not the session)
@@ -334,8 +338,7 @@ def kernel_node(s, a: pb.KernelNode_Args) -> pb.KernelNode_Result:
                                                  _nodes(s, a.dependencies, len(a.dependencies) // 8),
                                                  len(a.dependencies) // 8, p)
         if r.status == 0:
-            r.node = int(ffi.cast("uintptr_t", out[0]))
-            s.owns_handle(NODE, r.node)
+            r.node = _new_node(s, out)
     elif a.action == SET:
         r.status = s.lib.cuGraphKernelNodeSetParams_v2(s.handle(NODE, "CUgraphNode", a.node), p)
     elif a.action == EXEC_SET:

@@ -32,6 +32,20 @@ static cudaGraphNode_t kernel(cudaGraph_t g, const cudaGraphNode_t *deps, size_t
     return node;
 }
 
+// a conditional node of `type` with `size` bodies, on handle h; its body graphs into bodies
+static cudaGraphNode_t conditional(cudaGraph_t g, const cudaGraphNode_t *deps, size_t n, cudaGraphConditionalHandle h,
+                                   cudaGraphConditionalNodeType type, unsigned size, cudaGraph_t *bodies) {
+    cudaGraphNodeParams p = {};
+    p.type = cudaGraphNodeTypeConditional;
+    p.conditional.handle = h;
+    p.conditional.type = type;
+    p.conditional.size = size;
+    cudaGraphNode_t node;
+    CHECK(cudaGraphAddNode(&node, g, deps, NULL, n, &p));
+    for (unsigned i = 0; i < size; i++) bodies[i] = p.conditional.phGraph_out[i];
+    return node;
+}
+
 static int read_int(const int *d) {
     int v = 0;
     CHECK(cudaMemcpy(&v, d, sizeof v, cudaMemcpyDeviceToHost));
@@ -55,16 +69,11 @@ int main() {
     CHECK(cudaGraphCreate(&g, 0));
     cudaGraphConditionalHandle loop_handle;
     CHECK(cudaGraphConditionalHandleCreate(&loop_handle, g, 1, cudaGraphCondAssignDefault));
-    cudaGraphNodeParams p = {};
-    p.type = cudaGraphNodeTypeConditional;
-    p.conditional.handle = loop_handle;
-    p.conditional.type = cudaGraphCondTypeWhile;
-    p.conditional.size = 1;
-    cudaGraphNode_t loop;
-    CHECK(cudaGraphAddNode(&loop, g, NULL, NULL, 0, &p));
+    cudaGraph_t loop_body;
+    conditional(g, NULL, 0, loop_handle, cudaGraphCondTypeWhile, 1, &loop_body);
     int limit = 5;
     void *loop_args[] = {&count, &loop_handle, &limit};
-    kernel(p.conditional.phGraph_out[0], NULL, 0, (void *)loopBody, loop_args);
+    kernel(loop_body, NULL, 0, (void *)loopBody, loop_args);
     cudaGraphExec_t exec;
     CHECK(cudaGraphInstantiate(&exec, g, 0));
     for (int round = 0; round < 2; round++) {  // the default value comes back at each launch
@@ -83,17 +92,12 @@ int main() {
     int choice = 1;
     void *flag_args[] = {&if_handle, &choice};
     cudaGraphNode_t chooser = kernel(g2, NULL, 0, (void *)setFlag, flag_args);
-    cudaGraphNodeParams ip = {};
-    ip.type = cudaGraphNodeTypeConditional;
-    ip.conditional.handle = if_handle;
-    ip.conditional.type = cudaGraphCondTypeIf;
-    ip.conditional.size = 2;
-    cudaGraphNode_t branch;
-    CHECK(cudaGraphAddNode(&branch, g2, &chooser, NULL, 1, &ip));
+    cudaGraph_t branches[2];
+    conditional(g2, &chooser, 1, if_handle, cudaGraphCondTypeIf, 2, branches);
     int then_value = 111, else_value = 222;
     void *then_args[] = {&out, &then_value}, *else_args[] = {&out, &else_value};
-    kernel(ip.conditional.phGraph_out[0], NULL, 0, (void *)writeValue, then_args);
-    kernel(ip.conditional.phGraph_out[1], NULL, 0, (void *)writeValue, else_args);
+    kernel(branches[0], NULL, 0, (void *)writeValue, then_args);
+    kernel(branches[1], NULL, 0, (void *)writeValue, else_args);
     cudaGraphExec_t exec2;
     CHECK(cudaGraphInstantiate(&exec2, g2, 0));
     CHECK(cudaGraphLaunch(exec2, s));
@@ -115,14 +119,8 @@ int main() {
     CHECK(cudaGraphCreate(&g4, 0));
     cudaGraphConditionalHandle captured_handle;
     CHECK(cudaGraphConditionalHandleCreate(&captured_handle, g4, 1, cudaGraphCondAssignDefault));
-    cudaGraphNodeParams cp = {};
-    cp.type = cudaGraphNodeTypeConditional;
-    cp.conditional.handle = captured_handle;
-    cp.conditional.type = cudaGraphCondTypeWhile;
-    cp.conditional.size = 1;
-    cudaGraphNode_t captured_loop;
-    CHECK(cudaGraphAddNode(&captured_loop, g4, NULL, NULL, 0, &cp));
-    cudaGraph_t body = cp.conditional.phGraph_out[0], captured;
+    cudaGraph_t body, captured;
+    conditional(g4, NULL, 0, captured_handle, cudaGraphCondTypeWhile, 1, &body);
     CHECK(cudaStreamBeginCaptureToGraph(s, body, NULL, NULL, 0, cudaStreamCaptureModeGlobal));
     loopBody<<<1, 32, 0, s>>>(count, captured_handle, 3);
     CHECK(cudaStreamEndCapture(s, &captured));
