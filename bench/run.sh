@@ -8,21 +8,27 @@ PY=${PYTHON:-python3}
 OUTDIR=$PWD/build/bench; mkdir -p "$OUTDIR"; LOG=$OUTDIR
 source tests/gpu_env.sh
 nvcc -cudart shared -arch=sm_90 -O2 -o "$OUTDIR/bench_app" bench/bench_app.cu || exit 1
-TRANSPORTS="tcp unix"
+# tcp: loopback TCP, large copies over the session's stripes (cuwire/stripes.py); tcp1: the same on one
+# connection (CUWIRE_STRIPES=0); unix: the Unix socket with payloads in shared memory
+TRANSPORTS=${BENCH_TRANSPORTS:-tcp tcp1 unix}
 rm -f "$OUTDIR"/native.txt "$OUTDIR"/cuwire-*.txt "$OUTDIR"/cuwire-*.err
 "$OUTDIR/bench_app" >"$OUTDIR/native.txt" || { cat "$OUTDIR/native.txt"; exit 1; }
+transport_env() {  # the variables that make transport $1
+  case $1 in tcp1) echo CUWIRE_TRANSPORT=tcp CUWIRE_STRIPES=0 ;; *) echo CUWIRE_TRANSPORT="$1" ;; esac
+}
 for t in $TRANSPORTS; do
-  CUWIRE_TRANSPORT=$t CUWIRE_STATS=1 $PY -m cuwire.cli run -- "$OUTDIR/bench_app" >"$OUTDIR/cuwire-$t.txt" \
+  env $(transport_env "$t") CUWIRE_STATS=1 $PY -m cuwire.cli run -- "$OUTDIR/bench_app" >"$OUTDIR/cuwire-$t.txt" \
     2>"$OUTDIR/cuwire-$t.err" || { cat "$OUTDIR/cuwire-$t.txt" "$OUTDIR/cuwire-$t.err"; exit 1; }
   grep -h "transport:" "$OUTDIR/cuwire-$t.err" | head -1
 done
 # PyTorch's steady state (where torch is installed), appended to the same columns: three rounds, native and
 # each transport in turn, the best of each kept (one process's figure varies by half on a shared host)
 if $PY -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  TORCH_TRANSPORTS=$(echo " $TRANSPORTS " | sed "s/ tcp1 / /")  # (no large copies there: tcp1 would repeat tcp)
   for _ in 1 2 3; do
     $PY bench/torch_steps.py >>"$OUTDIR/native.txt" || exit 1
-    for t in $TRANSPORTS; do
-      CUWIRE_TRANSPORT=$t $PY -m cuwire.cli run -- $PY bench/torch_steps.py >>"$OUTDIR/cuwire-$t.txt" \
+    for t in $TORCH_TRANSPORTS; do
+      env $(transport_env "$t") $PY -m cuwire.cli run -- $PY bench/torch_steps.py >>"$OUTDIR/cuwire-$t.txt" \
         2>>"$OUTDIR/cuwire-$t.err" || { tail "$OUTDIR/cuwire-$t.err"; exit 1; }
     done
   done
@@ -53,6 +59,6 @@ for name, (v, unit) in native.items():
         r = remote.get(name, (float("nan"),))[0]
         cells.append(f"{r:>9.2f} (x{slowdown(v, r, unit):.2f})")
     print(f"{name:52} {v:>7.2f} {unit:<4}" + "".join(f" {c:>20}" for c in cells))
-print("(x: times slower than native, per call or in bandwidth; tcp: loopback TCP; unix: the Unix socket, "
-      "payloads in shared memory)")
+print("(x: times slower than native, per call or in bandwidth; tcp: loopback TCP, large copies striped over "
+      "more connections; tcp1: loopback TCP on one connection; unix: the Unix socket, payloads in shared memory)")
 PYEOF

@@ -63,6 +63,10 @@ class Settings:
     # both sides: how long a wait for the peer polls the socket before it sleeps, in microseconds (a round
     # trip that sleeps costs twice the wake-up; the poll costs this much CPU time at most); 0: sleep at once
     spin_us: int = field(default_factory=lambda: int(_env("spin_us", "50")))
+    # both sides, over TCP: how many more connections a session may open for large payloads, which then
+    # travel over all of them at once (one TCP stream carries a few GB/s; cuwire/stripes.py). The server
+    # offers this many, the client opens as many as both allow; 0: payloads go on the one connection
+    stripes: int = field(default_factory=lambda: int(_env("stripes", "4")))
     # client side
     # how the session travels: auto (a Unix socket and shared memory when the server is on this host and
     # reachable so, else TCP), tcp, or unix (refused when the server cannot be reached so)

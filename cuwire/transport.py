@@ -24,12 +24,15 @@ import os
 import select
 import socket
 import struct
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from cuwire import stripes as striping
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.settings import host_port
+from cuwire.stripes import MAGIC_STRIPED, StripeError
 from cuwire.tls import ClientTls, TlsError, TlsSocket
 
 Buffer = Any  # bytes, a memoryview, a cffi buffer: anything with the buffer protocol (3.12 names it)
@@ -44,7 +47,7 @@ MAX_MESSAGE = 64 << 20  # protobuf messages carry calls and small results; bulk 
 BULK = 64 << 10  # buffers this large travel in the payload, both ways (client/runtime.py read, session.py take)
 # what the client accepts as a payload; the server checks every size against CUWIRE_MAX_BUFFER itself
 MAX_PAYLOAD = 1 << 40
-READ_AHEAD = 64 << 10  # what a receive asks the socket for at least (Connection._fill)
+READ_AHEAD = 64 << 10  # what a receive asks the socket for at least (Connection.fill)
 RATE_SAMPLE = 1 << 20  # a payload this large times the link (Connection.rate)...
 RATE_SKIP = 256 << 10  # ...a received one from its first bytes on
 NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
@@ -122,6 +125,11 @@ class Connection:
         self.magic = MAGIC  # of the last frame received
         self.ring = None  # shared memory that payloads go through instead of the socket (ring.Ring)
         self.rate = 0.0  # bytes per second of the last large payload sent or received (compression.py)
+        # more connections of the same session, that large payloads go over at once (stripes.py)
+        self.stripes: list[Connection] = []
+        self.striped_sent = self.striped_received = 0  # striped frames so far, each way (their numbers)
+        self.striped_bytes = 0  # payload bytes that went over the stripes, both ways
+        self.striped_in: striping.Reader | None = None  # the striped payload being received
 
     @property
     def kind(self) -> str:
@@ -155,24 +163,33 @@ class Connection:
         of them, through part.write_to(sendall), or part.write_to_ring(ring) to fill slots in place.
         fds: descriptors that go with the frame's first bytes (a Unix socket's SCM_RIGHTS)."""
         size = sum(len(p) for p in payload)
-        head = HEADER.pack(magic, len(message), size) + message
+        striped = magic == MAGIC and self.stripes and self.ring is None and size >= striping.MIN
+        head = HEADER.pack(MAGIC_STRIPED if striped else magic, len(message), size) + message
         if fds:
             socket.send_fds(self.sock, [head], list(fds))  # a frame this small goes in one sendmsg
         else:
-            self._sendall(head)
+            self.send_raw(head)
         self.sent = HEADER.size + len(message) + size
         self.rate = 0.0
         ring = self.ring
         started = time.perf_counter()
+        if striped:
+            self.striped_sent += 1
+            self.striped_bytes += size
+            try:
+                striping.send(self.stripes, self.striped_sent, size, payload)
+            except StripeError as e:
+                raise TransportError(str(e)) from None
+            payload = ()
         for part in payload:
             if ring is not None and hasattr(part, "write_to_ring"):
                 part.write_to_ring(ring)
             elif hasattr(part, "write_to"):
-                part.write_to(ring.write if ring is not None else self._sendall)
+                part.write_to(ring.write if ring is not None else self.send_raw)
             elif ring is not None:
                 ring.write(part)
             else:
-                self._sendall(part)
+                self.send_raw(part)
         if ring is not None and size:
             ring.flush()
         if size >= RATE_SAMPLE:
@@ -188,7 +205,7 @@ class Connection:
         self.unread(bytes(self.ahead[self.ahead_start:self.ahead_end]) + data if self.pending() else data)
         return fds
 
-    def _sendall(self, data: Buffer) -> None:
+    def send_raw(self, data: Buffer) -> None:
         """Send all of data. A peer that closes while we wait to send (its window full, as when a server
         stops reading and exits) ends the send with TransportError: a blocking sendall would wait for
         good. MSG_NOSIGNAL: a peer that is gone is an error here, not SIGPIPE, which would kill a C
@@ -241,6 +258,17 @@ class Connection:
             direct += n
         rest = bytearray(size - direct)
         views.append(memoryview(rest))
+        if self.striped_in is not None:
+            started = time.perf_counter()
+            reader, self.striped_in = self.striped_in, None
+            try:
+                striping.receive(reader.stripes, reader.number, size, views)
+            except StripeError as e:
+                raise TransportError(str(e)) from None
+            self.received += size
+            if size >= RATE_SAMPLE:
+                self.rate = size / max(time.perf_counter() - started, 1e-9)
+            return rest, direct
         # the link's rate: timed from the payload's first bytes on (not the peer's work before it)
         skip, started = min(RATE_SKIP, size), None
         for view in views:
@@ -262,12 +290,21 @@ class Connection:
         self.received = 0
         magic, size, payload_size = HEADER.unpack(self._exactly(HEADER.size, at_start=True))
         self.magic = magic
-        if magic not in (MAGIC, MAGIC_RECORDS, MAGIC_QUEUED):
+        if magic not in (MAGIC, MAGIC_RECORDS, MAGIC_QUEUED, MAGIC_STRIPED):
             raise TransportError(f"{self.peer or 'the peer'} sent something that is not a cuwire frame")
         if size > MAX_MESSAGE or payload_size > max_payload:
             raise TransportError(f"frame of {size} + {payload_size} bytes is over the limit "
                                  f"({MAX_MESSAGE} + {max_payload})")
         message = bytes(self._exactly(size))
+        self.striped_in = None
+        if magic == MAGIC_STRIPED:  # a Batch or Reply whose payload comes on the stripes
+            if not self.stripes or payload_size < striping.MIN:
+                raise TransportError(f"{self.peer or 'the peer'} sent a striped frame of {payload_size} bytes "
+                                     f"on a connection with {len(self.stripes)} stripes")
+            self.magic = MAGIC
+            self.striped_received += 1
+            self.striped_bytes += payload_size
+            self.striped_in = striping.Reader(self.stripes, self.striped_received, payload_size)
         self.rate = 0.0
         if payload_size and self.ring is not None:
             self.ring.begin_read()
@@ -278,8 +315,14 @@ class Connection:
         if self.ring is not None:
             self.ring.read_into(view)
             self.received += len(view)
+        elif self.striped_in is not None:
+            try:
+                self.striped_in.read_into(view)
+            except (StripeError, EOFError) as e:
+                raise TransportError(f"a stripe of the session broke ({e or 'closed'})") from None
+            self.received += len(view)
         else:
-            self._fill(view)
+            self.fill(view)
 
     def read_payload(self, n: int) -> bytearray:
         """The next n bytes of the payload being received."""
@@ -290,10 +333,10 @@ class Connection:
 
     def _exactly(self, n: int, at_start: bool = False) -> bytearray:
         buf = bytearray(n)
-        self._fill(memoryview(buf), at_start)
+        self.fill(memoryview(buf), at_start)
         return buf
 
-    def _fill(self, view: memoryview, at_start: bool = False) -> None:
+    def fill(self, view: memoryview, at_start: bool = False) -> None:
         got, n = 0, len(view)
         self.received += n
         if self.ahead_end > self.ahead_start:
@@ -318,6 +361,9 @@ class Connection:
         if self.ring is not None:
             self.ring.close()
             self.ring = None
+        for stripe in self.stripes:
+            stripe.close()
+        self.stripes = []
         try:
             self.sock.close()
         except OSError:
@@ -352,16 +398,23 @@ class SocketTransport:
         if mode == "unix" and not is_loopback(host):
             raise TransportError(f"a Unix socket reaches only a server on this host, and {address} is not a loopback "
                                  "address (CUWIRE_TRANSPORT=unix)")
+        self.rate = 0.0  # the link's bytes per second in the last exchange, when it moved a large payload
+        self.joining: tuple[pb.Hello, int] | None = None  # stripes to open at the first large payload (may_stripe)
         if mode in ("auto", "unix") and is_loopback(host):
             sock = connect_local(port, connect_timeout)
             if sock is not None:
                 sock.settimeout(None)
                 self.connection = Connection(sock, address)
-                self.rate = 0.0
                 return
             if mode == "unix":
                 raise TransportError(f"cannot reach the cuwire server at {address} over its Unix socket (nothing "
                                      "listens there in this network namespace; CUWIRE_TRANSPORT=unix)")
+        self.host, self.port, self.tls, self.connect_timeout = host, port, tls, connect_timeout
+        self.connection = Connection(self.connect_tcp(), address)
+
+    def connect_tcp(self) -> socket.socket:
+        """A new TCP connection to the server (with TLS when the session has it)."""
+        address, host, port, tls, connect_timeout = self.address, self.host, self.port, self.tls, self.connect_timeout
         try:
             sock = socket.create_connection((host, port), timeout=connect_timeout)
         except socket.gaierror as e:
@@ -386,8 +439,43 @@ class SocketTransport:
                 raise TransportError(f"cannot reach the cuwire server at {address} over TLS "
                                      f"({e.strerror or e})") from None
         sock.settimeout(None)
-        self.connection = Connection(sock, address)
-        self.rate = 0.0  # the link's bytes per second in the last exchange, when it moved a large payload
+        return sock
+
+    def may_stripe(self, hello: pb.Hello, welcome: pb.Welcome, wanted: int) -> None:
+        """The session may open stripes (stripes.py): as many as the server offers and `wanted`, at its
+        first large payload. `hello` is the session's own (its token goes with each stripe)."""
+        count = min(wanted, welcome.stripes)
+        if count > 0 and welcome.join_key and self.connection.sock.family != socket.AF_UNIX:
+            join = pb.Hello()
+            join.CopyFrom(hello)
+            join.join, join.stripes = welcome.join_key, count
+            self.joining = (join, count)
+
+    def open_stripes(self) -> None:
+        """Open the session's stripes, once. If one cannot be opened, large payloads keep to the one
+        connection (said once on stderr): slower, never wrong."""
+        join, count = self.joining
+        self.joining = None
+        opened: list[Connection] = []
+        try:
+            for i in range(count):
+                join.stripe = i
+                conn = Connection(self.connect_tcp(), self.address)
+                opened.append(conn)
+                conn.sock.settimeout(WELCOME_TIMEOUT)
+                conn.send(pb.Batch(hello=join).SerializeToString())
+                message, _ = conn.receive(max_payload=0)
+                reply = self._parse(message)
+                if not reply.HasField("welcome"):
+                    raise TransportError(reply.error or "the server did not take it")
+                conn.sock.settimeout(None)
+        except (TransportError, OSError, EOFError) as e:
+            for conn in opened:
+                conn.close()
+            print(f"cuwire: large copies go over one connection: stripe {len(opened) - 1} of {count} could not "
+                  f"join the session ({e or type(e).__name__})", file=sys.stderr)
+            return
+        self.connection.stripes = opened
 
     def exchange(self, batch: pb.Batch) -> pb.Reply:
         reply, _, _ = self.exchange_with_payload(batch)
@@ -399,6 +487,9 @@ class SocketTransport:
         """(batch None: only the reply, to a frame sent already.) A reply whose payload is larger than
         `max_payload` (what the call can have asked for) ends the session before any of it is read."""
         self.rate = 0.0
+        told = max_payload if max_payload != MAX_PAYLOAD else 0  # what the reply may bring, when the caller says
+        if self.joining and max(told, sum(len(p) for p in payload)) >= striping.MIN:
+            self.open_stripes()
         try:
             if batch is not None:
                 self.connection.send(batch.SerializeToString(), payload)

@@ -137,6 +137,9 @@ compare python_host -- $PY tests/tools/python_host.py
 if CUWIRE_TEST_BACKEND=cuda $PY -m pytest -q -p no:cacheprovider tests/test_wire_errors.py >"$LOG/wire_errors.txt" 2>&1; then
   echo "wire errors on the GPU: OK ($(tail -1 "$LOG/wire_errors.txt"))"; pass=$((pass+1))
 else echo "wire errors on the GPU: FAIL"; tail -30 "$LOG/wire_errors.txt"; fail=$((fail+1)); fi
+if CUWIRE_TEST_BACKEND=cuda $PY -m pytest -q -p no:cacheprovider tests/test_stripes.py >"$LOG/stripes.txt" 2>&1; then
+  echo "stripes on the GPU: OK ($(tail -1 "$LOG/stripes.txt"))"; pass=$((pass+1))
+else echo "stripes on the GPU: FAIL"; tail -30 "$LOG/stripes.txt"; fail=$((fail+1)); fi
 
 # 32 clients at once on one server, each checking its own results
 pids=()

@@ -97,6 +97,8 @@ class Stats:
     wait_seconds: float = 0.0
     payload_sent: int = 0  # of bytes_sent: large buffers beside the messages (transport.py)
     payload_received: int = 0
+    stripes: int = 0  # more connections the session opened for large payloads (cuwire/stripes.py)
+    striped: int = 0  # payload bytes that went over them
     transport: str = ""  # how the session travels, e.g. "TCP to 127.0.0.1:50551"
     connected: float = 0.0  # time.monotonic() when the session opened
 
@@ -121,6 +123,7 @@ class Session:
             self.transport.close()
             raise TransportError(reply.error)
         self.welcome = reply.welcome
+        self.transport.may_stripe(hello, self.welcome, settings.stripes)
         give_devices_to_c(self.welcome)
         if self.welcome.backend == "emulated":
             print("cuwire: the server runs the EMULATED device (tests only): results are not from a GPU",
@@ -305,6 +308,7 @@ class Client:
         self.stats.bytes_received += connection.received
         self.stats.payload_sent += sum(len(part) for part in outgoing)
         self.stats.payload_received += wire_in
+        self.stats.stripes, self.stats.striped = len(connection.stripes), connection.striped_bytes
         self.stats.bytes_sent_raw += raw_payload
         self.stats.bytes_received_raw += received
         if fn:
@@ -652,7 +656,8 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
         f"decompression",
         f"  transport: {s.transport or 'none (no session)'}; {s.batches} round trips in {elapsed:.1f} s "
         f"({s.batches / elapsed if elapsed else 0:.1f} per second, {per_trip:.0f} us each on average); of the "
-        f"bytes, {s.payload_sent} sent and {s.payload_received} received beside the messages (large buffers)",
+        f"bytes, {s.payload_sent} sent and {s.payload_received} received beside the messages (large buffers)"
+        + (f", {s.striped} of them over {s.stripes} more connections at once (stripes)" if s.stripes else ""),
         f"  modules uploaded: {s.modules_uploaded}; found in the server's cache: {s.modules_cached}",
         f"  time waiting on the server: {s.wait_seconds * 1e3:.1f} ms",
         "  top calls by count: " + ", ".join(f"{n} {c}" for n, c in every.most_common(8)),

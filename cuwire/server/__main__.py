@@ -158,7 +158,7 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
         log.error("--one-session needs --handoff-fd (the listener starts these processes)")
         return 1
     channel = socket.socket(fileno=handoff_fd)  # kept: the session's figures go back on it (metrics.py)
-    sock, peer, hello = receive_handoff(channel)
+    sock, peer, hello, join_key = receive_handoff(channel)
     conn = Connection(sock, peer)
     from cuwire.server.records import capture_output
 
@@ -171,9 +171,11 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
         conn.close()
         return 1
     stop = wait_for_signal()
-    session = threading.Thread(target=lambda: (serve_connection(state, conn, first=hello), stop.set()),
+    session = threading.Thread(target=lambda: (serve_connection(state, conn, first=hello, join_key=join_key),
+                                               stop.set()),
                                name="cuwire-session", daemon=True)
     session.start()
+    threading.Thread(target=take_stripes, args=(state, channel), name="cuwire-stripes", daemon=True).start()
     threading.Thread(target=report_figures, args=(state, channel, stop, metrics_interval(settings)),
                      name="cuwire-report", daemon=True).start()
     stop.wait()
@@ -187,6 +189,20 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
         send_report(channel, figures)
     channel.close()
     return 0
+
+
+def take_stripes(state, channel) -> None:
+    """The session's stripes, which the listener hands over on the channel as they come (stripes.py)."""
+    from cuwire.server.listener import receive_handoff
+    from cuwire.server.service import serve_stripe
+    from cuwire.transport import Connection
+
+    while True:
+        try:
+            sock, peer, hello, _ = receive_handoff(channel)
+        except (OSError, RuntimeError, ValueError):
+            return  # the channel closed: the session ended
+        serve_stripe(state, Connection(sock, peer), hello)
 
 
 def metrics_interval(settings: Settings) -> float:

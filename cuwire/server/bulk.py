@@ -11,6 +11,11 @@ With a client on this host that took shared memory (cuwire/ring.py), the payload
 page-locked for the GPU: a copy goes between its slots and the GPU directly, a slot at a time, while
 the client fills (or empties) the next; no chunk buffer, no socket.
 
+A client over TCP whose session has stripes (cuwire/stripes.py) sends and takes a large copy's bytes
+over all of them at once: each stripe's part is streamed by a thread of its own (a Lane: the session's
+context, a stream of its own, a pair of chunk buffers), its copies ordered after the work already on the
+copy's stream (an event), all finished before the reply.
+
 A streamed result's frame is announced before its later chunks are copied: if one of those copies
 fails (the GPU faulted meanwhile), the rest of the bytes are sent as they are and the error surfaces at
 the session's next call, as CUDA's own asynchronous errors do (Session.deferred_error).
@@ -21,11 +26,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cuwire import stripes
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server.errors import WireError
+from cuwire.stripes import StripeError
 from cuwire.transport import BULK, Connection, TransportError
 
 CHUNK = 8 << 20
+STREAM_NON_BLOCKING = 0x1  # a lane's stream waits for nothing but its event (CU_STREAM_NON_BLOCKING)
+EVENT_DISABLE_TIMING = 0x2
 
 
 class IncomingPayload:
@@ -39,6 +48,19 @@ class IncomingPayload:
     def ring(self):
         """The shared memory the payload is in, or None (it comes on the socket)."""
         return getattr(self.conn, "ring", None)
+
+    @property
+    def striped(self) -> stripes.Reader | None:
+        """The payload's stripes when it comes on them (stripes.py), else None."""
+        return getattr(self.conn, "striped_in", None)
+
+    def take_striped(self) -> tuple[int, list]:
+        """All of a striped payload, to be read a part per thread: (the frame's number, its parts)."""
+        reader = self.striped
+        parts = reader.parts()
+        self.conn.received += self.left
+        self.left = 0
+        return reader.number, parts
 
     def acquire(self) -> tuple[int, int]:
         """The payload's next slot of shared memory, used in place until the ring releases it: (address,
@@ -69,30 +91,93 @@ class IncomingPayload:
 
 class DeviceToHost:
     """A result sent straight off the GPU: len() bytes from device address `src`, of which the first
-    `first` are in the session's first chunk buffer already (Connection.send calls write_to). While one
-    buffer goes out on the network, the GPU copies the next chunk into the other."""
+    `first` are in the session's first chunk buffer already (Connection.send calls write_to, or for a
+    striped frame write_span for each stripe's part). While one buffer goes out on the network, the GPU
+    copies the next chunk into the other."""
 
     def __init__(self, s, src: int, size: int, stream, first: int, name: str):
         self.s, self.src, self.size, self.stream, self.first, self.name = s, src, size, stream, first, name
+        self.context = current_context(s)
 
     def __len__(self) -> int:
         return self.size
 
     def write_to(self, sendall: Callable) -> None:
-        s = self.s
-        bufs = buffers(s)
-        stream = self.stream or default_stream(s)
         spans = [(0, self.first)] + [(o, min(CHUNK, self.size - o)) for o in range(self.first, self.size, CHUNK)]
-        for i, (_, n) in enumerate(spans):
-            started = 0
-            if i + 1 < len(spans):  # the next chunk comes off the GPU while this one is sent
-                offset, m = spans[i + 1]
-                started = copy_out(s, bufs[(i + 1) % 2], self.src + offset, m, stream)
-            sendall(s.ffi.buffer(bufs[i % 2], n))
-            if i + 1 < len(spans):
-                status = started or s.lib.cuStreamSynchronize(stream)
-                if status and not s.deferred_error:
-                    s.deferred_error = (status, f"{self.name} (bytes {spans[i + 1][0]} and on of a streamed copy)")
+        send_from_device(self.s, sendall, self.src, spans, buffers(self.s), self.stream or default_stream(self.s),
+                         self.name, ready=True)
+
+    def write_span(self, sendall: Callable, start: int, stop: int, worker: int) -> None:
+        """Bytes [start, stop) of the result, by stripe `worker`'s thread. The copy's stream has done its
+        work already (from_device waited for the first chunk), so a lane needs no event."""
+        ready = worker == 0 and start == 0  # the first chunk is in the session's first buffer
+        head = min(self.first, stop) if ready else start
+        spans = ([(0, head)] if ready else []) + [(o, min(CHUNK, stop - o)) for o in range(head, stop, CHUNK)]
+        with Lane(self.s, self.context, worker) as lane:
+            if lane.status:
+                fail_late(self.s, lane.status, self.name, start)
+            send_from_device(self.s, sendall, self.src, spans, lane.bufs, lane.stream, self.name, ready)
+
+
+def send_from_device(s, sendall: Callable, src: int, spans: list[tuple[int, int]], bufs: tuple, stream, name: str,
+                     ready: bool) -> None:
+    """Send the device bytes of `spans` ((offset, length) from src) through the buffer pair `bufs`: while
+    one buffer goes out, the GPU copies the next span into the other. `ready`: the first span is in bufs[0]
+    already. A copy that fails sends its buffer as it is; the error comes at the session's next call."""
+    if spans and not ready:
+        offset, n = spans[0]
+        status = copy_out(s, bufs[0], src + offset, n, stream) or s.lib.cuStreamSynchronize(stream)
+        if status:
+            fail_late(s, status, name, offset)
+    for i, (_, n) in enumerate(spans):
+        started = 0
+        if i + 1 < len(spans):  # the next chunk comes off the GPU while this one is sent
+            offset, m = spans[i + 1]
+            started = copy_out(s, bufs[(i + 1) % 2], src + offset, m, stream)
+        sendall(s.ffi.buffer(bufs[i % 2], n))
+        if i + 1 < len(spans):
+            status = started or s.lib.cuStreamSynchronize(stream)
+            if status:
+                fail_late(s, status, name, spans[i + 1][0])
+
+
+def fail_late(s, status: int, name: str, offset: int) -> None:
+    """A streamed copy failed after its reply was announced: the session's next call says so."""
+    if not s.deferred_error:
+        s.deferred_error = (status, f"{name} (bytes {offset} and on of a streamed copy)")
+
+
+class Lane:
+    """One stripe's share of a striped copy, in a thread of its own: the copy's context made current
+    there, a stream of the lane's own (waiting for `after`, an event of the copy's stream, when given),
+    and the stripe's pair of chunk buffers. `status`: the first error in setting it up."""
+
+    def __init__(self, s, context, worker: int, after=None):
+        self.s, self.context, self.worker, self.after = s, context, worker, after
+        self.stream, self.status = None, 0
+
+    def __enter__(self) -> Lane:
+        s = self.s
+        self.bufs = buffers(s, self.worker)
+        out = s.ffi.new("CUstream *")
+        self.status = s.lib.cuCtxSetCurrent(self.context) or s.lib.cuStreamCreate(out, STREAM_NON_BLOCKING)
+        if self.status == 0:
+            self.stream = out[0]
+            if self.after is not None:
+                self.status = s.lib.cuStreamWaitEvent(self.stream, self.after, 0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.stream is not None:
+            self.s.lib.cuStreamSynchronize(self.stream)
+            self.s.lib.cuStreamDestroy_v2(self.stream)
+
+
+def current_context(s):
+    """The context current on this thread (the session's), for a lane's thread to make current there."""
+    out = s.ffi.new("CUcontext *")
+    s.lib.cuCtxGetCurrent(out)
+    return out[0]
 
 
 class DeviceToRing:
@@ -148,10 +233,11 @@ def copy_out(s, buf, src: int, n: int, stream) -> int:
     return s.lib.cuMemcpyDtoHAsync_v2(buf, src, n, stream)
 
 
-def buffers(s) -> tuple:
-    """The session's two chunk buffers."""
-    base = s.chunk_buffer()
-    return base, base + CHUNK
+def buffers(s, worker: int = 0) -> tuple:
+    """A pair of the session's chunk buffers: the first pair, or stripe `worker`'s (there is a pair for
+    each of the session's stripes, made at once so that none moves while another is in use)."""
+    base = s.chunk_buffer(max(1, len(s.stripes)))
+    return base + 2 * CHUNK * worker, base + 2 * CHUNK * worker + CHUNK
 
 
 def default_stream(s):
@@ -167,6 +253,8 @@ def to_device(s, payload: IncomingPayload, dst: int, size: int, stream) -> int:
     stream = stream or default_stream(s)
     if payload.ring is not None:
         return to_device_from_ring(s, payload, dst, stream)
+    if payload.striped is not None:
+        return to_device_striped(s, payload, dst, stream)
     bufs = buffers(s)
     for i, offset in enumerate(range(0, size, CHUNK)):
         n = min(CHUNK, size - offset)
@@ -176,6 +264,42 @@ def to_device(s, payload: IncomingPayload, dst: int, size: int, stream) -> int:
         if status:
             return status  # the rest of the payload is drained
     return s.lib.cuStreamSynchronize(stream)
+
+
+def to_device_striped(s, payload: IncomingPayload, dst: int, stream) -> int:
+    """to_device for a payload on the session's stripes: each stripe's part by a thread of its own, a
+    chunk received while the GPU copies the one before, on the lane's stream, after the work already on
+    `stream` (an event recorded there); all copied on return. A lane that fails still reads its part to
+    the end, so that the stripes stay in step."""
+    number, parts = payload.take_striped()
+    context = current_context(s)
+    event = s.ffi.new("CUevent *")
+    status = s.lib.cuEventCreate(event, EVENT_DISABLE_TIMING)
+    after = event[0] if status == 0 else None
+    status = status or s.lib.cuEventRecord(after, stream)
+    statuses = [status] * len(parts)
+
+    def lane(i: int) -> None:
+        conn, offset, length = parts[i]
+        stripes.read_header(conn, number, offset, length)
+        with Lane(s, context, i, after) as lane:
+            failed = statuses[i] or lane.status
+            for j, o in enumerate(range(offset, offset + length, CHUNK)):
+                n = min(CHUNK, offset + length - o)
+                buf = lane.bufs[j % 2]  # its last copy (two chunks ago) finished before the previous one started
+                conn.fill(memoryview(s.ffi.buffer(buf, n)))
+                if not failed:
+                    failed = s.lib.cuStreamSynchronize(lane.stream) or copy_in(s, dst + o, buf, n, lane.stream)
+            statuses[i] = failed or (s.lib.cuStreamSynchronize(lane.stream) if lane.stream is not None else 0)
+
+    try:
+        stripes.in_parallel(lane, len(parts), [conn for conn, _, _ in parts])
+    except StripeError as e:
+        raise TransportError(str(e)) from None
+    finally:
+        if after is not None:
+            s.lib.cuEventDestroy_v2(after)
+    return next((x for x in statuses if x), 0)
 
 
 def from_device(s, src: int, size: int, stream, name: str) -> int:

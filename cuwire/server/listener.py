@@ -4,9 +4,11 @@ The listener accepts a connection, reads the client's Hello (within HELLO_TIMEOU
 (token, versions); then it starts a session process (`python -m cuwire.server --one-session`) and hands
 it the connection itself (the socket's descriptor, with the Hello, over a Unix socket). The session
 process answers the Hello and serves the session; the client never connects anywhere else, so a server
-published as one port (a firewall, `docker run -p`, a Kubernetes Service) serves remote clients. The
-listener never touches CUDA: one client's crash, leak or bad pointer stays in its own process and
-CUDA context.
+published as one port (a firewall, `docker run -p`, a Kubernetes Service) serves remote clients. A
+session's stripes (more connections for large payloads, cuwire/stripes.py) come the same way: their
+hello names the session's join key, which the listener made, and it hands them to that session's
+process on the same channel. The listener never touches CUDA: one client's crash, leak or bad pointer
+stays in its own process and CUDA context.
 """
 
 from __future__ import annotations
@@ -31,18 +33,20 @@ HELLO_TIMEOUT = 10.0  # a connection that says nothing is closed after this long
 HANDOFF_SIZE = 1 << 20  # the largest handoff message: the peer's address and the Hello
 
 
-def send_handoff(channel: socket.socket, sock: socket.socket, peer: str, hello: bytes) -> None:
-    """Give the session process the client's connection, its address and its Hello."""
-    socket.send_fds(channel, [peer.encode() + b"\0" + hello], [sock.fileno()])
+def send_handoff(channel: socket.socket, sock: socket.socket, peer: str, hello: bytes, join_key: bytes = b"") -> None:
+    """Give the session process a client's connection, its address and its Hello: the session's own, with
+    the session's join key, or one of its stripes (no key)."""
+    socket.send_fds(channel, [peer.encode() + b"\0" + join_key.hex().encode() + b"\0" + hello], [sock.fileno()])
 
 
-def receive_handoff(channel: socket.socket) -> tuple[socket.socket, str, bytes]:
-    """The session process's end of send_handoff: (connection, peer, hello)."""
+def receive_handoff(channel: socket.socket) -> tuple[socket.socket, str, bytes, bytes]:
+    """The session process's end of send_handoff: (connection, peer, hello, join key)."""
     message, fds, _flags, _addr = socket.recv_fds(channel, HANDOFF_SIZE, 1)
     if not fds:
         raise RuntimeError("the listener handed over no connection")
-    peer, _, hello = message.partition(b"\0")
-    return socket.socket(fileno=fds[0]), peer.decode(), hello
+    peer, _, rest = message.partition(b"\0")
+    key, _, hello = rest.partition(b"\0")
+    return socket.socket(fileno=fds[0]), peer.decode(), hello, bytes.fromhex(key.decode())
 
 
 class Listener:
@@ -54,6 +58,7 @@ class Listener:
         self.figures = metrics.Figures()  # what GET /metrics shows (metrics.py)
         self.socket_server = None  # the accepting SocketServer, for its refusals (run_listener sets it)
         self.heard: dict[str, tuple[float, subprocess.Popen]] = {}  # session -> (its last report, its process)
+        self.joins: dict[bytes, socket.socket] = {}  # a session's join key -> the channel to its process
 
     def session_command(self, *extra: str) -> list[str]:
         return [sys.executable, "-m", "cuwire.server", *extra]
@@ -96,17 +101,34 @@ class Listener:
                 conn.send(refusal.SerializeToString())
                 return
             sock.settimeout(None)
-            self.start_session(sock, peer, hello.hello, message)
+            if hello.hello.join:
+                self.join(sock, peer, hello.hello, message, conn)
+            else:
+                self.start_session(sock, peer, hello.hello, message)
         except (TransportError, OSError, EOFError) as e:
             log.info("connection from %s closed before a session began (%s)", peer, e or type(e).__name__)
         finally:
             conn.close()  # the session process has its own copy of the connection
+
+    def join(self, sock: socket.socket, peer: str, hello: pb.Hello, message: bytes, conn: Connection) -> None:
+        """A stripe: to the process of the session it names, which checks and answers it."""
+        with self.lock:
+            channel = self.joins.get(hello.join)
+        try:
+            if channel is None:
+                raise OSError("no open session has that join key")
+            send_handoff(channel, sock, peer, message)
+        except OSError as e:
+            log.warning("refused a stripe from %s: %s", peer, e.strerror or e)
+            conn.send(pb.Reply(error="the stripe was refused: no open session has that join key",
+                               refusal=pb.PROTOCOL).SerializeToString())
 
     def start_session(self, sock: socket.socket, peer: str, hello: pb.Hello, message: bytes) -> None:
         with self.lock:
             self.children = [c for c in self.children if c.poll() is None]  # reaps the ended ones
             self.count += 1
             name = str(self.count)
+        key = os.urandom(16) if self.settings.stripes > 0 else b""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             proc = subprocess.Popen(self.session_command("--one-session", "--handoff-fd", str(theirs.fileno())),
@@ -116,18 +138,23 @@ class Listener:
             self.figures.started += 1
         # reaped as soon as it ends, so no zombie waits for the next session
         threading.Thread(target=proc.wait, name=f"cuwire-reap-{proc.pid}", daemon=True).start()
+        if key:  # before the handoff: the session's welcome, which brings the key, may come back at once
+            with self.lock:
+                self.joins[key] = ours
         try:
-            send_handoff(ours, sock, peer, message)
+            send_handoff(ours, sock, peer, message, key)
         except OSError:
+            with self.lock:
+                self.joins.pop(key, None)
             ours.close()
             raise
         # the session process reports its figures on the same channel until it ends
-        threading.Thread(target=self.read_reports, args=(ours, name, proc), name=f"cuwire-reports-{name}",
+        threading.Thread(target=self.read_reports, args=(ours, name, proc, key), name=f"cuwire-reports-{name}",
                          daemon=True).start()
         log.info("session %s for pid %d on %s (%s): process %d", name, hello.pid,
                  printable(hello.host), peer, proc.pid)
 
-    def read_reports(self, channel: socket.socket, name: str, proc: subprocess.Popen) -> None:
+    def read_reports(self, channel: socket.socket, name: str, proc: subprocess.Popen, key: bytes) -> None:
         """A session process's reports (metrics.py), until it ends."""
         with channel:
             while True:
@@ -144,6 +171,7 @@ class Listener:
                         self.heard[name] = (time.monotonic(), proc)
         with self.lock:
             self.heard.pop(name, None)
+            self.joins.pop(key, None)
         self.figures.ended(name)
 
     def watch(self, stop: threading.Event) -> None:

@@ -58,6 +58,9 @@ class CuWireServer:
         self.zstd = zstandard.ZstdDecompressor()
         self.zstd_c = zstandard.ZstdCompressor(level=3, threads=-1)
         self.zstd_lock = threading.Lock()  # sessions share the compressor (isolation=thread)
+        # join key -> the session's name, its connection and the stripes that joined it so far (join)
+        self.joins: dict[bytes, tuple[str, Connection, list[Connection]]] = {}
+        self.joins_lock = threading.Lock()
 
     def query_devices(self) -> list[pb.Device]:
         ffi, lib = self.ffi, self.lib
@@ -122,9 +125,10 @@ class CuWireServer:
         except ValueError as e:
             raise WireError(f"a compressed message that does not decompress (CUWIRE_MAX_BUFFER): {e}") from None
 
-    def welcome(self, hello: pb.Hello, conn: Connection) -> Session | None:
+    def welcome(self, hello: pb.Hello, conn: Connection, join_key: bytes = b"") -> Session | None:
         """Check the handshake and answer it; a mismatch gets one clear message and no session. A client on
-        this host (a Unix socket) that offers to take shared memory for payloads gets it with the welcome."""
+        this host (a Unix socket) that offers to take shared memory for payloads gets it with the welcome;
+        one over TCP may open stripes (join), with `join_key` (the listener's) or a key made here."""
         refusal = check_hello(self.settings, hello)
         if refusal is not None:
             conn.send(refusal.SerializeToString())
@@ -138,6 +142,12 @@ class CuWireServer:
             driver_version=self.driver_version()))
         shared, fds = None, []
         from_relay = conn.sock.family == socket.AF_UNIX and relayed(conn.sock)  # TLS from another host
+        if self.settings.stripes > 0 and (conn.sock.family != socket.AF_UNIX or from_relay):
+            session.join_key = join_key or os.urandom(16)
+            with self.joins_lock:
+                self.joins[session.join_key] = (name, conn, [])
+            reply.welcome.join_key, reply.welcome.stripes = session.join_key, self.settings.stripes
+            session.stripes = conn.stripes
         if hello.ring_size and conn.sock.family == socket.AF_UNIX and not from_relay:
             try:
                 shared, fd = ring.create(records_ffi, records_lib, hello.ring_size, conn.sock.fileno(),
@@ -168,6 +178,40 @@ class CuWireServer:
         if self.backend == "emulated":
             log.warning("session %s runs on the EMULATED device (tests only)", name)
         return session
+
+
+    def join(self, hello: pb.Hello, conn: Connection) -> bool:
+        """A stripe for the session whose join key its hello names (stripes.py): kept aside until the
+        client's last one joins, then the session's large payloads go over all of them. Anything out of
+        order is refused, and the session goes on over its one connection."""
+        with self.joins_lock:
+            found = self.joins.get(hello.join)
+            if found is None:
+                why = "no open session has that join key"
+            elif not 0 < hello.stripes <= self.settings.stripes:
+                why = f"{hello.stripes} stripes asked for, {self.settings.stripes} offered"
+            elif hello.stripe != len(found[2]) or found[1].stripes:
+                why = f"stripe {hello.stripe} joins out of order"
+            else:
+                why = ""
+                name, main, joined = found
+                joined.append(conn)
+                if len(joined) == hello.stripes:
+                    main.stripes.extend(joined)
+                    log.info("session %s: %d more connections joined, for large payloads", name, len(joined))
+        if why:
+            log.warning("refused a stripe from %s: %s", conn.peer, why)
+            conn.send(pb.Reply(error=f"the stripe was refused: {why}", refusal=pb.PROTOCOL).SerializeToString())
+            return False
+        conn.send(pb.Reply(welcome=pb.Welcome(session=self.settings.session_name)).SerializeToString())
+        return True
+
+    def forget(self, session: Session) -> None:
+        """A session ended: its stripes close with its connection, and nothing joins it any more."""
+        with self.joins_lock:
+            _, _, joined = self.joins.pop(session.join_key, ("", None, []))
+        for conn in joined:
+            conn.close()
 
 
 def printable(text: str, limit: int = 200) -> str:
@@ -204,11 +248,14 @@ def read_batch(conn: Connection, message: bytes, hello: bool) -> pb.Batch | None
     return None
 
 
-def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None = None) -> None:
+def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None = None,
+                     join_key: bytes = b"") -> None:
     """One session on one connection: its hello, then its batches until the client goes; then free what
-    it left. `first` is the hello when the listener read it already."""
+    it left. `first` is the hello when the listener read it already, with the session's `join_key`. A
+    hello that joins a session as its stripe hands the connection to that session instead."""
     session = None
     arrived = 0  # when the frame being served came (for the metrics' service times)
+    kept = False  # the connection went to another session, as its stripe
     try:
         while True:
             payload = IncomingPayload()
@@ -229,7 +276,10 @@ def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None 
                 return
             if session is None:
                 payload.drain()
-                session = state.welcome(batch.hello, conn)
+                if batch.hello.join:  # a stripe of a session (stripes.py)
+                    kept = join_with(state, conn, batch.hello)
+                    return
+                session = state.welcome(batch.hello, conn, join_key)
                 if session is None:
                     return
             else:
@@ -247,11 +297,35 @@ def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None 
     finally:
         if session is not None:
             session.drop_ring()  # the connection unmaps it
-        conn.close()
+            state.forget(session)
+        if not kept:
+            conn.close()
         if session is not None:
             session.close()
             state.final[session.name] = session.figures()
             state.sessions.pop(session.name, None)
+
+
+def join_with(state: CuWireServer, conn: Connection, hello: pb.Hello) -> bool:
+    """A stripe's hello, checked like a session's, then joined to its session; whether it was."""
+    refusal = check_hello(state.settings, hello)
+    if refusal is not None:
+        conn.send(refusal.SerializeToString())
+        return False
+    return state.join(hello, conn)
+
+
+def serve_stripe(state: CuWireServer, conn: Connection, message: bytes) -> None:
+    """A connection the listener handed over as a stripe of this process's session (message: its hello)."""
+    try:
+        batch = read_batch(conn, message, hello=True)
+        if batch is not None and not batch.hello.join:
+            conn.send(pb.Reply(error="a session process takes stripes only", refusal=pb.PROTOCOL).SerializeToString())
+        elif batch is not None and join_with(state, conn, batch.hello):
+            return
+    except (TransportError, OSError) as e:
+        log.info("a stripe from %s: the connection ended (%s)", conn.peer, e)
+    conn.close()
 
 
 class SocketServer:

@@ -76,7 +76,7 @@ class Session:
         self.payload_out: list = []  # result buffers for the reply's payload (take)
         self.deferred_error: tuple[int, str] | None = None  # a streamed copy's late failure (bulk.py)
         self.casts: dict[int, dict[str, object]] = {}  # handle -> C type -> the handle as that type (handle)
-        self.chunk: tuple[object, object] | None = None  # (char *, owner) of the streaming buffer (bulk.py)
+        self.chunk: tuple[object, object, int] | None = None  # (char *, owner, pairs): streaming buffers (bulk.py)
         self.ring = None  # shared memory with a client on this host, which payloads go through (ring.Ring)
         self.ring_registered = False  # page-locked for the GPU (cuMemHostRegister)
         self.host_base = self.host_size = 0  # host memory the client's page-locked allocations live in
@@ -84,6 +84,8 @@ class Session:
         self.vmm: vmm.Vmm | None = None  # reservations, physical allocations and mappings (virtual memory)
         self.objects: textures.Objects | None = None  # texture and surface objects, mipmap levels
         self.graph_parts: graphs.Parts | None = None  # conditional handles and bodies, graph memory
+        self.join_key = b""  # what the session's stripes say in their hello (service.py join)
+        self.stripes: list = []  # its connection's stripes, which large copies go over at once (bulk.py)
         # queued calls run in C; it checks handles and kernels against what owns_handle and _describe tell it
         self.records = RecordLoop(server.record_functions, RECORD_IDS)
         self.records.spin(server.settings.spin_us)
@@ -324,24 +326,33 @@ class Session:
         self.records.disown(kind, value)
         self.casts.pop(value, None)  # a program that makes and destroys handles in a loop must not grow it
 
-    def chunk_buffer(self):
-        """The session's buffers for streamed copies (bulk.py), two of bulk.CHUNK bytes one after the other
-        (the network fills or drains one while the GPU copies the other): page-locked memory of the
-        driver's when the backend is a GPU (made in the primary context, which lives as long as the
-        server), else ordinary memory. Made at the first streamed copy, kept until the session ends."""
+    def chunk_buffer(self, pairs: int = 1):
+        """The session's buffers for streamed copies (bulk.py): `pairs` pairs of bulk.CHUNK bytes one after
+        the other (the network fills or drains one of a pair while the GPU copies the other; a striped copy
+        takes a pair per stripe): page-locked memory of the driver's when the backend is a GPU (made in the
+        primary context, which lives as long as the server), else ordinary memory. Made at the first
+        streamed copy (again, larger, once the session's stripes join), kept until the session ends."""
+        if self.chunk is not None and self.chunk[2] < pairs:
+            self.free_chunks()
         if self.chunk is None:
             ffi, lib = self.ffi, self.lib
+            size = 2 * bulk.CHUNK * pairs
             if self.server.backend == "cuda" and self.server.devices:
                 out = ffi.new("void **")
-                err = self.in_primary_context(lambda: lib.cuMemHostAlloc(out, 2 * bulk.CHUNK, MEMHOSTALLOC_PORTABLE))
+                err = self.in_primary_context(lambda: lib.cuMemHostAlloc(out, size, MEMHOSTALLOC_PORTABLE))
                 if err == 0:
-                    self.chunk = (ffi.cast("char *", out[0]), None)
+                    self.chunk = (ffi.cast("char *", out[0]), None, pairs)
                 else:
                     log.warning("session %s: no page-locked memory for copies (error %d)", self.name, err)
             if self.chunk is None:
-                owner = ffi.new("char[]", 2 * bulk.CHUNK)
-                self.chunk = (ffi.cast("char *", owner), owner)
+                owner = ffi.new("char[]", size)
+                self.chunk = (ffi.cast("char *", owner), owner, pairs)
         return self.chunk[0]
+
+    def free_chunks(self) -> None:
+        if self.chunk is not None and self.chunk[1] is None:
+            self.in_primary_context(lambda: self.lib.cuMemFreeHost(self.chunk[0]))
+        self.chunk = None
 
     def use_ring(self, shared) -> None:
         """Payloads go through this shared memory (a client on this host): page-locked for the driver, so
@@ -483,9 +494,7 @@ class Session:
         self.allocations.clear()
         self.allocated = 0
         self.handles.clear()
-        if self.chunk is not None and self.chunk[1] is None:
-            self.lib.cuMemFreeHost(self.chunk[0])
-        self.chunk = None
+        self.free_chunks()
         self.drop_ring()
 
     def drop_ring(self) -> None:
