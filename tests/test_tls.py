@@ -47,6 +47,8 @@ def test_a_session_over_tls(name, tls_server, apps: Path, client_lib):
     assert r.returncode == 0, r.stderr
     assert r.stdout == (APPS / "expected" / f"{name}.out").read_text()
     assert f"transport: TCP with TLS to {tls_server.address}" in r.stderr
+    # large copies go over the session's stripes, each its own TLS connection through the listener
+    assert ("over 4 more connections at once (stripes)" in r.stderr) == (name == "large_copies"), r.stderr
 
 
 def test_the_certificate_is_checked(tls_server, tmp_path):
