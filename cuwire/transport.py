@@ -25,6 +25,7 @@ import select
 import socket
 import struct
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -33,7 +34,7 @@ from cuwire import stripes as striping
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.settings import host_port
 from cuwire.stripes import MAGIC_STRIPED, StripeError
-from cuwire.tls import ClientTls, TlsError, TlsSocket
+from cuwire.tls import ClientTls, TlsError, TlsSocket, relay
 
 Buffer = Any  # bytes, a memoryview, a cffi buffer: anything with the buffer protocol (3.12 names it)
 MAGIC = 0x31575543
@@ -399,7 +400,9 @@ class SocketTransport:
             raise TransportError(f"a Unix socket reaches only a server on this host, and {address} is not a loopback "
                                  "address (CUWIRE_TRANSPORT=unix)")
         self.rate = 0.0  # the link's bytes per second in the last exchange, when it moved a large payload
-        self.joining: tuple[pb.Hello, int] | None = None  # stripes to open at the first large payload (may_stripe)
+        self.join: pb.Hello | None = None  # the hello of the session's more connections (may_join)
+        self.stripes_wanted = 0  # stripes to open at the first large payload (open_stripes)
+        self.extra: list = []  # the host-function connection's sockets (open_callbacks), closed with the session
         if mode in ("auto", "unix") and is_loopback(host):
             sock = connect_local(port, connect_timeout)
             if sock is not None:
@@ -441,38 +444,49 @@ class SocketTransport:
         sock.settimeout(None)
         return sock
 
-    def may_stripe(self, hello: pb.Hello, welcome: pb.Welcome, wanted: int) -> None:
-        """The session may open stripes (stripes.py): as many as the server offers and `wanted`, at its
-        first large payload. `hello` is the session's own (its token goes with each stripe)."""
-        count = min(wanted, welcome.stripes)
-        if count > 0 and welcome.join_key and self.connection.sock.family != socket.AF_UNIX:
-            join = pb.Hello()
-            join.CopyFrom(hello)
-            join.join, join.stripes = welcome.join_key, count
-            self.joining = (join, count)
+    def may_join(self, hello: pb.Hello, welcome: pb.Welcome, stripes: int) -> None:
+        """Over TCP, the session may open more connections to the server, which its welcome's join key
+        lets in: stripes (stripes.py; as many as the server offers and `stripes`, at its first large
+        payload) and a host-function connection (open_callbacks). `hello` is the session's own (its token
+        goes with each)."""
+        if welcome.join_key and self.connection.sock.family != socket.AF_UNIX:
+            self.join = pb.Hello()
+            self.join.CopyFrom(hello)
+            self.join.join = welcome.join_key
+            self.stripes_wanted = max(min(stripes, welcome.stripes), 0)
+
+    def joined(self, **fields) -> Connection:
+        """One more connection of the session's, welcomed (TransportError with the server's reason if not)."""
+        hello = pb.Hello()
+        hello.CopyFrom(self.join)
+        for name, value in fields.items():
+            setattr(hello, name, value)
+        conn = Connection(self.connect_tcp(), self.address)
+        try:
+            conn.sock.settimeout(WELCOME_TIMEOUT)
+            conn.send(pb.Batch(hello=hello).SerializeToString())
+            message, _ = conn.receive(max_payload=0)
+            reply = self._parse(message)
+            if not reply.HasField("welcome"):
+                raise TransportError(reply.error or "the server did not take it")
+            conn.sock.settimeout(None)
+        except (TransportError, OSError, EOFError):
+            conn.close()
+            raise
+        return conn
 
     def open_stripes(self) -> None:
         """Open the session's stripes, once. If one cannot be opened, large payloads keep to the one
         connection (said once on stderr): slower, never wrong."""
-        join, count = self.joining
-        self.joining = None
+        count, self.stripes_wanted = self.stripes_wanted, 0
         opened: list[Connection] = []
         try:
             for i in range(count):
-                join.stripe = i
-                conn = Connection(self.connect_tcp(), self.address)
-                opened.append(conn)
-                conn.sock.settimeout(WELCOME_TIMEOUT)
-                conn.send(pb.Batch(hello=join).SerializeToString())
-                message, _ = conn.receive(max_payload=0)
-                reply = self._parse(message)
-                if not reply.HasField("welcome"):
-                    raise TransportError(reply.error or "the server did not take it")
-                conn.sock.settimeout(None)
+                opened.append(self.joined(stripe=i, stripes=count))
         except (TransportError, OSError, EOFError) as e:
             for conn in opened:
                 conn.close()
-            print(f"cuwire: large copies go over one connection: stripe {len(opened) - 1} of {count} could not "
+            print(f"cuwire: large copies go over one connection: stripe {len(opened)} of {count} could not "
                   f"join the session ({e or type(e).__name__})", file=sys.stderr)
             return
         self.connection.stripes = opened
@@ -488,7 +502,7 @@ class SocketTransport:
         `max_payload` (what the call can have asked for) ends the session before any of it is read."""
         self.rate = 0.0
         told = max_payload if max_payload != MAX_PAYLOAD else 0  # what the reply may bring, when the caller says
-        if self.joining and max(told, sum(len(p) for p in payload)) >= striping.MIN:
+        if self.stripes_wanted and max(told, sum(len(p) for p in payload)) >= striping.MIN:
             self.open_stripes()
         try:
             if batch is not None:
@@ -523,7 +537,26 @@ class SocketTransport:
         except TransportError as e:
             raise TransportError(f"lost the cuwire server at {self.address}: {e}") from None
 
+    def open_callbacks(self) -> int:
+        """The session's host-function connection (Hello.callbacks): the server posts the program's host
+        functions on it as its streams reach them (client/callbacks.c runs them). Its descriptor, which
+        client/callbacks.c reads and writes itself: over TLS, the plain end of a relay to it."""
+        if self.join is None:
+            raise TransportError("the server gave this session no join key (it is older than this client, or "
+                                 "the session is not over TCP)")
+        conn = self.joined(callbacks=True)
+        if not isinstance(conn.sock, TlsSocket):
+            self.extra.append(conn)
+            return conn.sock.fileno()
+        ours, theirs = socket.socketpair()
+        threading.Thread(target=relay, args=(conn.sock, ours), name="cuwire-callbacks-tls", daemon=True).start()
+        self.extra.append(theirs)
+        return theirs.fileno()
+
     def close(self) -> None:
+        for extra in self.extra:
+            extra.close()
+        self.extra = []
         self.connection.close()
 
 

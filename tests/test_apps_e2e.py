@@ -58,11 +58,14 @@ def test_managed_memory_over_tcp_keeps_a_host_copy_in_step(apps: Path, client_li
     assert f"transport: TCP to {server.address}" in r.stderr and "cuwire.ManagedAlloc" in r.stderr
 
 
-def test_host_functions_over_tcp_are_refused_by_name(apps: Path, client_lib, server):
-    """Over TCP the server cannot ask the client to run a host function mid-stream: refused, and said why."""
-    r = run_remote(apps / "callbacks", client_lib, server.address, env={"CUWIRE_TRANSPORT": "tcp"})
-    assert r.returncode == 1 and "cudaErrorNotSupported" in r.stdout
-    assert "cuwire: host functions in streams need a server on this host" in r.stderr
+@pytest.mark.parametrize("name", ["callbacks", "graph_nodes"])
+def test_host_functions_over_tcp_run_on_a_connection_of_their_own(name, apps: Path, client_lib, server):
+    """Over TCP the server posts the program's host functions (stream callbacks, graph host nodes) on a
+    connection of the session's own, which the client opens at its first one: the same output."""
+    r = run_remote(apps / name, client_lib, server.address, env={"CUWIRE_TRANSPORT": "tcp"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == (EXPECTED / f"{name}.out").read_text(), r.stderr
+    assert "host functions go to the client on a connection of their own" in server.text()
 
 
 def test_page_locked_memory_past_the_shared_budget_is_the_clients_own(apps: Path, client_lib, tmp_path):

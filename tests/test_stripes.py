@@ -41,7 +41,7 @@ def any_server(request, tmp_path):
 def striped_session(address: str, count: int = 4) -> SocketTransport:
     t, reply = open_session(address, HELLO, mode="tcp")
     assert not reply.error and reply.welcome.stripes == 4 and len(reply.welcome.join_key) == 16, reply
-    t.may_stripe(HELLO, reply.welcome, count)
+    t.may_join(HELLO, reply.welcome, count)
     return t
 
 
@@ -122,7 +122,7 @@ def test_a_stripe_needs_the_token(tmp_path):
         t, reply = open_session(s.address, hello, mode="tcp")
         refused = try_join(s.address, join_hello(reply.welcome.join_key, token="wrong"))
         assert refused.refusal == pb.TOKEN, refused
-        t.may_stripe(hello, reply.welcome, 4)
+        t.may_join(hello, reply.welcome, 4)
         device = allocate(t, SIZE)
         assert copy_in(t, device, DATA) == 0 and len(t.connection.stripes) == 4  # with the token: joined
         t.close()
@@ -131,12 +131,14 @@ def test_a_stripe_needs_the_token(tmp_path):
 
 
 def test_stripes_the_server_refuses_leave_large_copies_on_one_connection(tmp_path, capfd):
-    """A server that offers none (CUWIRE_STRIPES=0) gives no join key; one that refuses a join (here: it
+    """A server that offers none (CUWIRE_STRIPES=0) refuses them; one that refuses a join (here: it
     is shutting down) leaves the session on its one connection, said once; the bytes are the same."""
     s = ServerProcess(tmp_path, env={"CUWIRE_STRIPES": "0"})
     try:
         t, reply = open_session(s.address, HELLO, mode="tcp")
-        assert reply.welcome.stripes == 0 and not reply.welcome.join_key
+        assert reply.welcome.stripes == 0
+        refused = try_join(s.address, join_hello(reply.welcome.join_key))
+        assert refused.refusal == pb.PROTOCOL and "1 stripes asked for, 0 offered" in refused.error, refused
         t.close()
     finally:
         s.stop()
@@ -191,3 +193,41 @@ def test_a_stripe_out_of_step_ends_the_session(any_server, monkeypatch):
     while "out of step" not in any_server.text() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert "a stripe is out of step" in any_server.text()
+
+
+def test_host_functions_over_tcp_wait_for_the_client_and_end_with_it(any_server):
+    """The session's host-function connection (Hello.callbacks): the server posts a host function's id
+    and the stream waits until the client writes it back; a second connection for it is refused; a
+    client that goes while a host function waits for it ends its session, and the server goes on."""
+    import socket
+    import struct
+
+    from cuwire.generated import server_handlers as generated
+
+    t = striped_session(any_server.address)
+    fd = t.open_callbacks()
+    channel = socket.socket(fileno=os.dup(fd))
+    channel.settimeout(20)
+    with pytest.raises(TransportError, match="host-function connection already"):
+        t.open_callbacks()
+    res = pb.cuStreamCreate_Result.FromString(t.exchange(pb.Batch(
+        fn=fn_id("cuStreamCreate"), args=pb.cuStreamCreate_Args(Flags=0).SerializeToString())).result)
+    assert res.status == 0
+    host_func = struct.pack("<II", generated.OP_IDS["HostFunc"], 16) + struct.pack("<QQ", res.phStream, 77)
+    t.send_only(pb.Batch(records=host_func, no_reply=True))
+    assert struct.unpack("<Q", channel.recv(8, socket.MSG_WAITALL)) == (77,)  # the stream reached it
+    channel.sendall(struct.pack("<Q", 77))  # ran: the stream goes on
+    sync = pb.Batch(fn=fn_id("cuStreamSynchronize"),
+                    args=pb.cuStreamSynchronize_Args(hStream=res.phStream).SerializeToString())
+    assert pb.cuStreamSynchronize_Result.FromString(t.exchange(sync).result).status == 0
+    t.send_only(pb.Batch(records=host_func.replace(struct.pack("<Q", 77), struct.pack("<Q", 78)), no_reply=True))
+    assert struct.unpack("<Q", channel.recv(8, socket.MSG_WAITALL)) == (78,)
+    channel.close()
+    t.close()  # the client goes while the host function waits for it
+    deadline = time.monotonic() + 15
+    while "ended after" not in any_server.text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "ended after" in any_server.text(), any_server.text()
+    other = striped_session(any_server.address)
+    assert serving(other)
+    other.close()

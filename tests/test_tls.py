@@ -39,9 +39,10 @@ def info(address: str, env: dict[str, str]) -> subprocess.CompletedProcess:
                           text=True, cwd=ROOT, timeout=60, env={"PATH": "/usr/bin:/bin", **env})
 
 
-@pytest.mark.parametrize("name", ["vector_add", "large_copies"])
+@pytest.mark.parametrize("name", ["vector_add", "large_copies", "callbacks"])
 def test_a_session_over_tls(name, tls_server, apps: Path, client_lib):
-    """The whole session travels encrypted (large copies both ways included) and gives the same output."""
+    """The whole session travels encrypted (large copies both ways, over the session's stripes, and host
+    functions, on the session's host-function connection, included) and gives the same output."""
     r = run_remote(apps / name, client_lib, tls_server.address, env={
         "CUWIRE_TRANSPORT": "tcp", "CUWIRE_TLS_FINGERPRINT": pin_of(tls_server), "CUWIRE_STATS": "1"})
     assert r.returncode == 0, r.stderr

@@ -89,6 +89,8 @@ extern "Python+C" void cuwire_py_at_exit(void);
 void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base);
 void cuwire_write_output(const char *buf, size_t len);
 void cuwire_callbacks_ring(void *r);
+void cuwire_callbacks_socket(int fd);
+extern "Python+C" int cuwire_py_callbacks(void);
 void cuwire_callbacks_stop(void);
 void cuwire_callbacks_forget(void);
 extern "Python+C" int cuwire_py_host_alloc(uint64_t size, uint64_t *address);

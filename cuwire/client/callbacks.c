@@ -1,15 +1,18 @@
-/* cuwire client: host functions in streams (cuLaunchHostFunc, cuStreamAddCallback), run by a thread of the
- * client's, in stream order.
+/* cuwire client: host functions in streams (cuLaunchHostFunc, cuStreamAddCallback, graph host nodes), run
+ * by a thread of the client's, in stream order.
  *
  * The function lives in the program, the stream on the server. The call queues a HostFunc record (the
  * stream and an id); the server puts a host function of its own in the stream, which, when the stream
- * reaches it, posts the id through the memory the session shares with the client (cuwire/shm_ring.h) and
- * waits until this file's thread has run the program's function: the stream's later work waits for it, as
- * natively. So host functions need a server on this host (the Unix socket and its shared memory); over
- * TCP they are refused by name. */
+ * reaches it, posts the id to the client and waits until this file's thread has run the program's
+ * function: the stream's later work waits for it, as natively. A client on the server's host gets the ids
+ * through the memory the session shares with it (cuwire/shm_ring.h); one over TCP on a connection of the
+ * session's own, opened at its first host function (Hello.callbacks): the server writes the id (u64), this
+ * thread runs the function and writes the id back. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "cuda_api.h"
@@ -32,6 +35,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pending *pending;
 static uint64_t next_id = 1;
 static cw_ring *ring;       /* the session's shared memory, or NULL (cuwire_callbacks_ring) */
+static int channel = -1;    /* over TCP: the session's host-function connection, or -1 (cuwire_callbacks_socket) */
 static pthread_t thread;
 static int thread_running;
 
@@ -50,11 +54,26 @@ static struct pending *take(uint64_t id)
     return found;
 }
 
+/* All of a u64 to or from the host-function connection: 0, or -1 when it ended. */
+static int move_id(int fd, uint64_t *id, int out)
+{
+    for (size_t done = 0; done < sizeof *id;) {
+        ssize_t n = out ? send(fd, (const char *)id + done, sizeof *id - done, MSG_NOSIGNAL)
+                        : recv(fd, (char *)id + done, sizeof *id - done, 0);
+        if (n > 0)
+            done += (size_t)n;
+        else if (!(n < 0 && errno == EINTR))
+            return -1;
+    }
+    return 0;
+}
+
 static void *run(void *arg)
 {
-    cw_ring *r = arg;
+    cw_ring *r = arg; /* NULL: the ids come on the connection */
+    int fd = channel;
     uint64_t id;
-    while (cw_ring_next_callback(r, &id) == 0) {
+    while (r ? cw_ring_next_callback(r, &id) == 0 : move_id(fd, &id, 0) == 0) {
         struct pending *p = take(id);
         if (p && p->fn)
             p->fn(p->user);
@@ -62,9 +81,35 @@ static void *run(void *arg)
             p->callback(p->stream, CUDA_SUCCESS, p->user);
         if (p && !p->kept)
             free(p);
-        cw_ring_callback_done(r); /* an id we never gave is acknowledged too: the server's stream goes on */
+        /* an id we never gave is acknowledged too: the server's stream goes on */
+        if (r)
+            cw_ring_callback_done(r);
+        else if (move_id(fd, &id, 1) != 0)
+            break;
     }
     return NULL;
+}
+
+/* Start the thread that runs host functions, once; the lock is held. 0, or CUDA_ERROR_OUT_OF_MEMORY. */
+static int start_thread(void)
+{
+    if (thread_running)
+        return 0;
+    if (pthread_create(&thread, NULL, run, ring) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    thread_running = 1;
+    return 0;
+}
+
+/* Over TCP, before the first host function: ask Python for the session's host-function connection (it
+ * says why not, once, on stderr). Called without the lock. */
+static void want_channel(void)
+{
+    pthread_mutex_lock(&lock);
+    int have = ring != NULL || channel >= 0;
+    pthread_mutex_unlock(&lock);
+    if (!have && CUWIRE_READY())
+        cuwire_py_callbacks();
 }
 
 /* The session's shared memory (Python, after the welcome), or NULL. */
@@ -75,19 +120,31 @@ void cuwire_callbacks_ring(void *r)
     pthread_mutex_unlock(&lock);
 }
 
-/* Before the session's shared memory goes away: the thread ends (a host function it is running finishes). */
+/* Over TCP: the session's host-function connection (Python, cuwire_py_callbacks; it keeps it open). */
+void cuwire_callbacks_socket(int fd)
+{
+    pthread_mutex_lock(&lock);
+    channel = fd;
+    pthread_mutex_unlock(&lock);
+}
+
+/* Before the session's shared memory or connection goes away: the thread ends (a host function it is running
+ * finishes). */
 void cuwire_callbacks_stop(void)
 {
     pthread_mutex_lock(&lock);
     cw_ring *r = ring;
-    int running = thread_running;
+    int fd = channel, running = thread_running;
     ring = NULL;
+    channel = -1;
     thread_running = 0;
     pthread_mutex_unlock(&lock);
-    if (r && running) {
+    if (r && running)
         cw_ring_stop_callbacks(r);
+    else if (fd >= 0 && running)
+        shutdown(fd, SHUT_RDWR);
+    if (running)
         pthread_join(thread, NULL);
-    }
 }
 
 /* In a forked child: the parent's session and thread are not its own. */
@@ -95,6 +152,7 @@ void cuwire_callbacks_forget(void)
 {
     pthread_mutex_init(&lock, NULL);
     ring = NULL;
+    channel = -1;
     thread_running = 0;
     pending = NULL;
 }
@@ -105,24 +163,23 @@ static CUresult post(CUstream stream, CUhostFn fn, CUstreamCallback callback, vo
         return CUDA_ERROR_INVALID_VALUE;
     if (!cuwire_session_open() && CUWIRE_READY())
         cuwire_py_connect(); /* the session brings the shared memory */
+    want_channel();
     struct pending *p = malloc(sizeof *p);
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&lock);
-    if (!ring) {
+    if (!ring && channel < 0) {
         pthread_mutex_unlock(&lock);
         free(p);
-        cuwire_say_once_per_name("cuwire: host functions in streams need a server on this host (the Unix socket "
-                                 "and shared memory; CUWIRE_TRANSPORT=auto), refused:", name);
+        cuwire_say_once_per_name("cuwire: host functions in streams need shared memory with the server or a "
+                                 "connection of the session's for them, and it has neither; refused:", name);
         return CUDA_ERROR_NOT_SUPPORTED;
     }
-    if (!thread_running) {
-        if (pthread_create(&thread, NULL, run, ring) != 0) {
-            pthread_mutex_unlock(&lock);
-            free(p);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        thread_running = 1;
+    int err = start_thread();
+    if (err) {
+        pthread_mutex_unlock(&lock);
+        free(p);
+        return (CUresult)err;
     }
     *p = (struct pending){next_id++, fn, callback, stream, user, 0, pending};
     pending = p;
@@ -130,7 +187,7 @@ static CUresult post(CUstream stream, CUhostFn fn, CUstreamCallback callback, vo
         uint64_t stream, id;
     } rec = {(uint64_t)(uintptr_t)stream, p->id};
     pthread_mutex_unlock(&lock);
-    int err = cuwire_enqueue(cuwire_host_func_record_id, &rec, sizeof rec);
+    err = cuwire_enqueue(cuwire_host_func_record_id, &rec, sizeof rec);
     if (err)
         return (CUresult)err;
     /* out now: the program may wait for what its function does without another CUDA call */
@@ -139,7 +196,7 @@ static CUresult post(CUstream stream, CUhostFn fn, CUstreamCallback callback, vo
 }
 
 /* A graph's host node (client/driver.py): fn and its userData kept for every launch of the graph; the id
- * the server's host node posts, or 0 (*err says why: no shared memory with the server, or no memory). */
+ * the server's host node posts, or 0 (*err says why: no way to reach the client's thread, or no memory). */
 uint64_t cuwire_keep_host_fn(CUhostFn fn, void *user, int *err)
 {
     *err = 0;
@@ -147,28 +204,27 @@ uint64_t cuwire_keep_host_fn(CUhostFn fn, void *user, int *err)
         *err = CUDA_ERROR_INVALID_VALUE;
         return 0;
     }
+    want_channel();
     struct pending *p = malloc(sizeof *p);
     if (!p) {
         *err = CUDA_ERROR_OUT_OF_MEMORY;
         return 0;
     }
     pthread_mutex_lock(&lock);
-    if (!ring) {
+    if (!ring && channel < 0) {
         pthread_mutex_unlock(&lock);
         free(p);
-        cuwire_say_once_per_name("cuwire: host functions in streams need a server on this host (the Unix socket "
-                                 "and shared memory; CUWIRE_TRANSPORT=auto), refused:", "cuGraphAddHostNode");
+        cuwire_say_once_per_name("cuwire: host functions in streams need shared memory with the server or a "
+                                 "connection of the session's for them, and it has neither; refused:",
+                                 "cuGraphAddHostNode");
         *err = CUDA_ERROR_NOT_SUPPORTED;
         return 0;
     }
-    if (!thread_running) {
-        if (pthread_create(&thread, NULL, run, ring) != 0) {
-            pthread_mutex_unlock(&lock);
-            free(p);
-            *err = CUDA_ERROR_OUT_OF_MEMORY;
-            return 0;
-        }
-        thread_running = 1;
+    *err = start_thread();
+    if (*err) {
+        pthread_mutex_unlock(&lock);
+        free(p);
+        return 0;
     }
     *p = (struct pending){next_id++, fn, NULL, NULL, user, 1, pending};
     pending = p;

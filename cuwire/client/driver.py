@@ -518,7 +518,7 @@ def cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, nodeP
     """The program's function stays in the client (client/callbacks.c), under an id the server's node posts."""
     if phGraphNode == ffi.NULL or nodeParams == ffi.NULL:
         return INVALID_VALUE
-    rt.client.connect()  # (the session brings the shared memory host functions need)
+    rt.client.connect()  # (the session brings the shared memory host functions need, or their connection)
     fn, user = struct.unpack("<QQ", bytes(ffi.buffer(ffi.cast("char *", nodeParams), 16)))
     err = ffi.new("int *")
     host_id = lib.cuwire_keep_host_fn(ffi.cast("void *", fn), ffi.cast("void *", user), err)

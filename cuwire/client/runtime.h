@@ -81,6 +81,7 @@ int cuwire_py_host_alloc(uint64_t size, uint64_t *address);
 void cuwire_write_output(const char *buf, size_t len);
 /* Host functions in streams, run by a thread of the client's (client/callbacks.c). */
 void cuwire_callbacks_ring(void *r);
+void cuwire_callbacks_socket(int fd);
 void cuwire_callbacks_stop(void);
 void cuwire_callbacks_forget(void);
 int cuwire_py_host_free(uint64_t address);
@@ -99,6 +100,7 @@ size_t cuwire_queue_take(char **data, uint64_t *count);
 void cuwire_free(void *p);
 int cuwire_py_flush(void);
 int cuwire_py_send_queued(void);
+int cuwire_py_callbacks(void);
 void cuwire_set_launch_limits(uint32_t threads, const uint32_t *block, const uint32_t *grid);
 void cuwire_cache_kernel(const void *key, uint64_t handle, uint32_t n, const uint32_t *offsets,
                          const uint32_t *sizes);

@@ -37,6 +37,7 @@ from cuwire.transport import BULK, MAX_MESSAGE, SocketTransport, TransportError,
 INVALID_VALUE = 1
 DEINITIALIZED = 4
 DEVICE_UNAVAILABLE = 46
+NOT_SUPPORTED = 801
 NO_BINARY_FOR_GPU = 209
 UNKNOWN = 999
 COPY_FROM_DEVICE = wire.OP_IDS["CopyFromDevice"]  # a program's copy, made in C (client/wire.c)
@@ -123,7 +124,7 @@ class Session:
             self.transport.close()
             raise TransportError(reply.error)
         self.welcome = reply.welcome
-        self.transport.may_stripe(hello, self.welcome, settings.stripes)
+        self.transport.may_join(hello, self.welcome, settings.stripes)
         give_devices_to_c(self.welcome)
         if self.welcome.backend == "emulated":
             print("cuwire: the server runs the EMULATED device (tests only): results are not from a GPU",
@@ -218,6 +219,7 @@ class Client:
         self.taken = (ffi.new("char **"), ffi.new("uint64_t *"))  # cuwire_queue_take's out-parameters (take_queued)
         self.zstd_d = zstandard.ZstdDecompressor()
         self.policy = compression.Policy("off")  # the session's (connect): whether it compresses now
+        self.callbacks_refused = False  # the server refused a host-function connection (said once)
 
     # ---------------------------------------------------------------- the call path
 
@@ -322,6 +324,23 @@ class Client:
             raise Fail(UNKNOWN)
         return reply
 
+    def open_callbacks(self) -> int:
+        """The session's host-function connection, for client/callbacks.c (over TCP; a client on the
+        server's host has the shared memory): 0, or NOT_SUPPORTED after saying why, once."""
+        with self.lock:
+            session = self.connect()
+            if session.transport.connection.ring is not None:
+                return 0
+            try:
+                fd = session.transport.open_callbacks()
+            except TransportError as e:
+                if not self.callbacks_refused:
+                    self.callbacks_refused = True
+                    print(f"cuwire: no connection for host functions: {e}", file=sys.stderr)
+                return NOT_SUPPORTED
+            lib.cuwire_callbacks_socket(fd)
+            return 0
+
     def take_queued(self, batch: pb.Batch) -> int:
         """Move the calls queued in C into `batch` (encoded); how many there were. The lock is held."""
         data, count = self.taken
@@ -346,7 +365,7 @@ class Client:
         use a socket number that another file may take next)."""
         if self.session is not None:
             lib.cuwire_wire_set(-1)
-            lib.cuwire_callbacks_stop()  # its thread waits in the shared memory the transport unmaps
+            lib.cuwire_callbacks_stop()  # its thread waits in the shared memory or on the connection closed next
             self.session.transport.close()
             self.session = None
             lib.cuwire_forget_kernels()
@@ -860,6 +879,12 @@ def cuwire_py_managed_alloc(size: int, flags: int, address) -> int:
 def cuwire_py_host_free(address: int) -> int:
     client.host_free(address)
     return 0
+
+
+@ffi.def_extern(onerror=on_error)
+def cuwire_py_callbacks() -> int:
+    """Over TCP: open the session's host-function connection for client/callbacks.c; 0 or the CUDA error."""
+    return client.open_callbacks()
 
 
 @ffi.def_extern(onerror=on_error)

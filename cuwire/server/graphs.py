@@ -135,11 +135,13 @@ def cuGraphAddEventWaitNode(s, a: pb.cuGraphAddEventWaitNode_Args) -> pb.cuGraph
 
 
 def host_node(s, a: pb.HostNode_Args) -> pb.HostNode_Result:
-    """cuwire.HostNode: a node that posts the client's host function `id` through the shared memory at every
-    launch, and waits until a thread of the client's ran it (server/records.c)."""
+    """cuwire.HostNode: a node that posts the client's host function `id` (through the shared memory, or
+    over TCP on the session's host-function connection) at every launch, and waits until a thread of the
+    client's ran it (server/records.c)."""
     fn, arg = s.records.host_node(a.id)
     if not arg:
-        raise CudaFail(NOT_SUPPORTED, "a graph host node needs a client on the server's host (shared memory)")
+        raise CudaFail(NOT_SUPPORTED, "a graph host node needs shared memory with the client or its host-function "
+                                      "connection")
     ffi = s.ffi
     params = ffi.new("CUDA_HOST_NODE_PARAMS *")
     params.fn = ffi.cast("CUhostFn", fn)

@@ -119,8 +119,8 @@ class Listener:
                 raise OSError("no open session has that join key")
             send_handoff(channel, sock, peer, message)
         except OSError as e:
-            log.warning("refused a stripe from %s: %s", peer, e.strerror or e)
-            conn.send(pb.Reply(error="the stripe was refused: no open session has that join key",
+            log.warning("refused a connection joining a session from %s: %s", peer, e.strerror or e)
+            conn.send(pb.Reply(error="the connection was refused: no open session has that join key",
                                refusal=pb.PROTOCOL).SerializeToString())
 
     def start_session(self, sock: socket.socket, peer: str, hello: pb.Hello, message: bytes) -> None:
@@ -128,7 +128,7 @@ class Listener:
             self.children = [c for c in self.children if c.poll() is None]  # reaps the ended ones
             self.count += 1
             name = str(self.count)
-        key = os.urandom(16) if self.settings.stripes > 0 else b""
+        key = os.urandom(16)  # what the session's more connections name (stripes, host functions)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             proc = subprocess.Popen(self.session_command("--one-session", "--handoff-fd", str(theirs.fileno())),
@@ -138,9 +138,8 @@ class Listener:
             self.figures.started += 1
         # reaped as soon as it ends, so no zombie waits for the next session
         threading.Thread(target=proc.wait, name=f"cuwire-reap-{proc.pid}", daemon=True).start()
-        if key:  # before the handoff: the session's welcome, which brings the key, may come back at once
-            with self.lock:
-                self.joins[key] = ours
+        with self.lock:  # before the handoff: the session's welcome, which brings the key, may come back at once
+            self.joins[key] = ours
         try:
             send_handoff(ours, sock, peer, message, key)
         except OSError:

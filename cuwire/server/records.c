@@ -65,6 +65,13 @@ typedef struct {
 
 #include "server_records.h"
 
+/* Over TCP: the session's host-function connection (Hello.callbacks): the server writes a host function's
+ * id (u64), the client runs it and writes the id back. One host function at a time. */
+typedef struct cw_callback_socket {
+    int fd; /* -1: none */
+    pthread_mutex_t lock;
+} cw_callback_socket;
+
 struct cw_records {
     struct {
 #define CW_FN_MEMBER(name) __typeof__(name) *name;
@@ -81,6 +88,7 @@ struct cw_records {
     /* cuwire's own records (cw_records_ops) */
     uint32_t launch_id, launch_ex_id, set_context_id, copy_id, copy_from_id, copy_shared_id, host_func_id;
     cw_ring *ring;        /* shared memory with a client on this host: host functions are posted there */
+    cw_callback_socket callbacks; /* ...or, over TCP, on this connection */
     char *shared;         /* host memory shared with a client on this host (cw_records_shared)... */
     uint64_t shared_size; /* ...of this many bytes; copies to and from it name offsets in it */
     char *out;          /* where the call of a records frame puts its result (cw_records_call)... */
@@ -236,7 +244,12 @@ static int cw_device_range(const cw_records *s, uint64_t address, unsigned __int
 
 cw_records *cw_records_new(void)
 {
-    return calloc(1, sizeof(cw_records));
+    cw_records *s = calloc(1, sizeof(cw_records));
+    if (s) {
+        s->callbacks.fd = -1;
+        pthread_mutex_init(&s->callbacks.lock, NULL);
+    }
+    return s;
 }
 
 void cw_records_free(cw_records *s)
@@ -274,6 +287,22 @@ void cw_records_ring(cw_records *s, uint32_t host_func, cw_ring *ring)
 {
     s->host_func_id = host_func;
     s->ring = ring;
+}
+
+/* A client over TCP: its host functions (HostFunc records) are posted on this connection (the caller keeps
+ * it open until the session's streams are done, after cw_records_callbacks_stop). */
+void cw_records_callbacks(cw_records *s, uint32_t host_func, int fd)
+{
+    s->host_func_id = host_func;
+    s->callbacks.fd = fd;
+}
+
+/* The session ends: a host function waiting for the client returns at once (it is skipped), and so does
+ * every later one. */
+void cw_records_callbacks_stop(cw_records *s)
+{
+    if (s->callbacks.fd >= 0)
+        shutdown(s->callbacks.fd, SHUT_RDWR);
 }
 
 /* Host memory shared with the client (its page-locked allocations, cuwire/ring.py): CopyShared records
@@ -588,31 +617,62 @@ struct __attribute__((packed)) host_func {
 };
 
 struct cw_host_call {
-    cw_ring *ring;
+    cw_ring *ring;                 /* the client's shared memory, or NULL and */
+    cw_callback_socket *socket;    /* its host-function connection */
     uint64_t id;
 };
 
+/* Write the id on the connection, wait for the client to write it back (it ran the function). A client
+ * that is gone, or answers out of step, ends the connection: this and later host functions are skipped. */
+static void cw_socket_post_callback(cw_callback_socket *c, uint64_t id)
+{
+    pthread_mutex_lock(&c->lock);
+    uint64_t ack = ~id;
+    int ok = c->fd >= 0;
+    for (size_t done = 0; ok && done < sizeof id;) {
+        ssize_t n = send(c->fd, (const char *)&id + done, sizeof id - done, MSG_NOSIGNAL);
+        if (n > 0)
+            done += (size_t)n;
+        else if (!(n < 0 && errno == EINTR))
+            ok = 0;
+    }
+    for (size_t done = 0; ok && done < sizeof ack;) {
+        ssize_t n = recv(c->fd, (char *)&ack + done, sizeof ack - done, 0);
+        if (n > 0)
+            done += (size_t)n;
+        else if (!(n < 0 && errno == EINTR))
+            ok = 0;
+    }
+    if (c->fd >= 0 && (!ok || ack != id))
+        shutdown(c->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void cw_post(struct cw_host_call *c)
+{
+    if (c->ring)
+        cw_ring_post_callback(c->ring, c->id); /* a client that is gone: skipped */
+    else
+        cw_socket_post_callback(c->socket, c->id);
+}
+
 static void cw_host_trampoline(void *p)
 {
-    struct cw_host_call *c = p;
-    cw_ring_post_callback(c->ring, c->id); /* a client that is gone: skipped */
-    free(c);
+    cw_post(p);
+    free(p);
 }
 
 /* A graph's host node (server/graphs.py): it posts the client's id at every launch of the graph, so its
  * argument lives as long as the session (cw_records_host_node). */
-static void cw_host_node_trampoline(void *p)
-{
-    struct cw_host_call *c = p;
-    cw_ring_post_callback(c->ring, c->id);
-}
+static void cw_host_node_trampoline(void *p) { cw_post(p); }
 
 /* The function and argument a host node of this session's runs for the client's host function `id`;
- * NULL argument without shared memory (or memory). The arguments are freed with the session. */
+ * NULL argument without a way to post it (shared memory, or a host-function connection) or memory. The
+ * arguments are freed with the session. */
 void *cw_records_host_node(cw_records *s, uint64_t id, void **fn)
 {
     *fn = (void *)cw_host_node_trampoline;
-    if (!s->ring)
+    if (!s->ring && s->callbacks.fd < 0)
         return NULL;
     struct cw_host_call *c = malloc(sizeof *c);
     void **grown = realloc(s->host_nodes, (s->host_nodes_len + 1) * sizeof *grown);
@@ -622,7 +682,7 @@ void *cw_records_host_node(cw_records *s, uint64_t id, void **fn)
             s->host_nodes = grown;
         return NULL;
     }
-    *c = (struct cw_host_call){s->ring, id};
+    *c = (struct cw_host_call){s->ring, s->ring ? NULL : &s->callbacks, id};
     s->host_nodes = grown;
     s->host_nodes[s->host_nodes_len++] = c;
     return c;
@@ -634,14 +694,14 @@ static int cw_host_func_record(cw_records *s, const char *p, uint32_t size, int 
     if (size != sizeof h)
         return cw_refuse(s, "host function record of %u bytes, expected %zu", size, sizeof h);
     memcpy(&h, p, sizeof h);
-    if (!s->ring)
-        return cw_refuse(s, "a host function in a session without shared memory");
+    if (!s->ring && s->callbacks.fd < 0)
+        return cw_refuse(s, "a host function in a session without shared memory or a host-function connection");
     struct cw_host_call *c = malloc(sizeof *c);
     if (!c) {
         *err = CW_OUT_OF_MEMORY;
         return 1;
     }
-    *c = (struct cw_host_call){s->ring, h.id};
+    *c = (struct cw_host_call){s->ring, s->ring ? NULL : &s->callbacks, h.id};
     if (!cw_owns(s, CW_KIND_CUstream_st, h.stream))
         *err = CW_INVALID_HANDLE;
     else

@@ -102,6 +102,15 @@ class RecordLoop:
         host functions (HostFunc records, id host_func) are posted there."""
         lib.cw_records_ring(self.state, host_func, shared.c if shared is not None else ffi.NULL)
 
+    def callbacks(self, host_func: int, fd: int) -> None:
+        """A client over TCP: its host functions (HostFunc records, id host_func) are posted on the
+        connection `fd`, its host-function connection (Hello.callbacks)."""
+        lib.cw_records_callbacks(self.state, host_func, fd)
+
+    def callbacks_stop(self) -> None:
+        """The session ends: host functions still waiting for the client are skipped."""
+        lib.cw_records_callbacks_stop(self.state)
+
     def shared(self, copy_shared: int, base: int, size: int) -> None:
         """Host memory shared with a client on this host: CopyShared records (id copy_shared) copy between
         its offsets and the GPU."""
@@ -159,7 +168,8 @@ class RecordLoop:
 
     def host_node(self, host_id: int) -> tuple[int, int]:
         """(function, argument) addresses for a graph host node that posts the client's host function
-        `host_id` at every launch; (…, 0) when the session has no shared memory with its client."""
+        `host_id` at every launch; (…, 0) when the session has no way to post it (shared memory with its
+        client, or a host-function connection)."""
         fn = ffi.new("void **")
         arg = lib.cw_records_host_node(self.state, host_id, fn)
         return int(ffi.cast("uintptr_t", fn[0])), int(ffi.cast("uintptr_t", arg))

@@ -58,8 +58,8 @@ class CuWireServer:
         self.zstd = zstandard.ZstdDecompressor()
         self.zstd_c = zstandard.ZstdCompressor(level=3, threads=-1)
         self.zstd_lock = threading.Lock()  # sessions share the compressor (isolation=thread)
-        # join key -> the session's name, its connection and the stripes that joined it so far (join)
-        self.joins: dict[bytes, tuple[str, Connection, list[Connection]]] = {}
+        # join key -> the session, its connection and the stripes that joined it so far (join)
+        self.joins: dict[bytes, tuple[Session, Connection, list[Connection]]] = {}
         self.joins_lock = threading.Lock()
 
     def query_devices(self) -> list[pb.Device]:
@@ -128,7 +128,8 @@ class CuWireServer:
     def welcome(self, hello: pb.Hello, conn: Connection, join_key: bytes = b"") -> Session | None:
         """Check the handshake and answer it; a mismatch gets one clear message and no session. A client on
         this host (a Unix socket) that offers to take shared memory for payloads gets it with the welcome;
-        one over TCP may open stripes (join), with `join_key` (the listener's) or a key made here."""
+        one over TCP may open more connections (join: stripes, and its host-function connection), with
+        `join_key` (the listener's) or a key made here."""
         refusal = check_hello(self.settings, hello)
         if refusal is not None:
             conn.send(refusal.SerializeToString())
@@ -142,11 +143,11 @@ class CuWireServer:
             driver_version=self.driver_version()))
         shared, fds = None, []
         from_relay = conn.sock.family == socket.AF_UNIX and relayed(conn.sock)  # TLS from another host
-        if self.settings.stripes > 0 and (conn.sock.family != socket.AF_UNIX or from_relay):
+        if conn.sock.family != socket.AF_UNIX or from_relay:
             session.join_key = join_key or os.urandom(16)
             with self.joins_lock:
-                self.joins[session.join_key] = (name, conn, [])
-            reply.welcome.join_key, reply.welcome.stripes = session.join_key, self.settings.stripes
+                self.joins[session.join_key] = (session, conn, [])
+            reply.welcome.join_key, reply.welcome.stripes = session.join_key, max(self.settings.stripes, 0)
             session.stripes = conn.stripes
         if hello.ring_size and conn.sock.family == socket.AF_UNIX and not from_relay:
             try:
@@ -182,26 +183,30 @@ class CuWireServer:
 
     def join(self, hello: pb.Hello, conn: Connection) -> bool:
         """A stripe for the session whose join key its hello names (stripes.py): kept aside until the
-        client's last one joins, then the session's large payloads go over all of them. Anything out of
-        order is refused, and the session goes on over its one connection."""
+        client's last one joins, then the session's large payloads go over all of them. Or the session's
+        host-function connection (Hello.callbacks). Anything out of order is refused, and the session goes
+        on without it."""
         with self.joins_lock:
             found = self.joins.get(hello.join)
             if found is None:
                 why = "no open session has that join key"
+            elif hello.callbacks:
+                why = found[0].use_callbacks(conn)
             elif not 0 < hello.stripes <= self.settings.stripes:
                 why = f"{hello.stripes} stripes asked for, {self.settings.stripes} offered"
             elif hello.stripe != len(found[2]) or found[1].stripes:
                 why = f"stripe {hello.stripe} joins out of order"
             else:
                 why = ""
-                name, main, joined = found
+                session, main, joined = found
                 joined.append(conn)
                 if len(joined) == hello.stripes:
                     main.stripes.extend(joined)
-                    log.info("session %s: %d more connections joined, for large payloads", name, len(joined))
+                    log.info("session %s: %d more connections joined, for large payloads", session.name,
+                             len(joined))
         if why:
-            log.warning("refused a stripe from %s: %s", conn.peer, why)
-            conn.send(pb.Reply(error=f"the stripe was refused: {why}", refusal=pb.PROTOCOL).SerializeToString())
+            log.warning("refused a connection joining a session from %s: %s", conn.peer, why)
+            conn.send(pb.Reply(error=f"the connection was refused: {why}", refusal=pb.PROTOCOL).SerializeToString())
             return False
         conn.send(pb.Reply(welcome=pb.Welcome(session=self.settings.session_name)).SerializeToString())
         return True
@@ -209,7 +214,7 @@ class CuWireServer:
     def forget(self, session: Session) -> None:
         """A session ended: its stripes close with its connection, and nothing joins it any more."""
         with self.joins_lock:
-            _, _, joined = self.joins.pop(session.join_key, ("", None, []))
+            _, _, joined = self.joins.pop(session.join_key, (None, None, []))
         for conn in joined:
             conn.close()
 

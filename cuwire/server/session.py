@@ -86,6 +86,7 @@ class Session:
         self.graph_parts: graphs.Parts | None = None  # conditional handles and bodies, graph memory
         self.join_key = b""  # what the session's stripes say in their hello (service.py join)
         self.stripes: list = []  # its connection's stripes, which large copies go over at once (bulk.py)
+        self.callbacks = None  # over TCP: the connection its client runs host functions on (use_callbacks)
         # queued calls run in C; it checks handles and kernels against what owns_handle and _describe tell it
         self.records = RecordLoop(server.record_functions, RECORD_IDS)
         self.records.spin(server.settings.spin_us)
@@ -367,6 +368,18 @@ class Session:
             if err:
                 log.warning("session %s: shared memory not page-locked (error %d): copies are staged", self.name, err)
 
+    def use_callbacks(self, conn) -> str:
+        """Over TCP: the client's host functions (HostFunc records, graph host nodes) are posted on this
+        connection of the session's (Hello.callbacks; server/records.c). Why not, or ""."""
+        if self.ring is not None:
+            return "the session posts host functions through shared memory"
+        if self.callbacks is not None:
+            return "the session has its host-function connection already"
+        self.callbacks = conn
+        self.records.callbacks(HOST_FUNC, conn.sock.fileno())
+        log.info("session %s: host functions go to the client on a connection of their own", self.name)
+        return ""
+
     def use_host_memory(self, address: int, size: int) -> None:
         """The client carves its page-locked allocations from this memory (shared with it, mapped here at
         `address`, the client's own address for it when it could be): copies between them and the GPU name
@@ -475,6 +488,8 @@ class Session:
 
     def close(self) -> None:
         """Free everything the client left behind (it may have died mid-run)."""
+        if self.callbacks is not None:  # host functions still waiting for the client are skipped
+            self.records.callbacks_stop()
         self.use_primary_context()  # this thread may be another than the one that ran the calls
         for address in sorted(self.allocations):
             self.lib.cuMemFree_v2(address)
@@ -496,6 +511,11 @@ class Session:
         self.handles.clear()
         self.free_chunks()
         self.drop_ring()
+        if self.callbacks is not None:
+            self.in_primary_context(self.lib.cuCtxSynchronize)  # no host function uses the connection now
+            self.records.callbacks(HOST_FUNC, -1)
+            self.callbacks.close()
+            self.callbacks = None
 
     def drop_ring(self) -> None:
         """The shared memory is no longer the GPU's to copy from (before the connection unmaps it)."""

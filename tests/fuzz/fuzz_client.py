@@ -86,7 +86,7 @@ class FakeSession:
         self.transport = object.__new__(transport.SocketTransport)
         self.transport.address = "fuzz"
         self.transport.rate = 0.0
-        self.transport.joining = None  # (no stripes: one connection)
+        self.transport.stripes_wanted = 0  # (no stripes: one connection)
         self.transport.connection = transport.Connection(sock, "fuzz")
         self.host = None
 
