@@ -64,7 +64,7 @@ if [ "${GPU_TEST_ONLY:-}" != torch ]; then
     [ -f "$app" ] && [ -x "$app" ] && compare "$(basename "$app")" -- "$app"
   done
   export CUWIRE_TRANSPORT=tcp  # and some over loopback TCP, as a remote client travels
-  for app in large_copies vector_add streams memcpy_kinds managed_memory; do compare "$app-over-tcp" -- tests/test_apps/build/$app; done
+  for app in large_copies vector_add streams memcpy_kinds managed_memory callbacks graph_nodes; do compare "$app-over-tcp" -- tests/test_apps/build/$app; done
   # and over TLS, to a second server with a self-signed certificate, as a client on another host travels
   MAIN_SERVER=$SERVER MAIN_ADDRESS=$CUWIRE_SERVER
   start_server "$LOG/server-tls.log" --tls auto
@@ -137,9 +137,9 @@ compare python_host -- $PY tests/tools/python_host.py
 if CUWIRE_TEST_BACKEND=cuda $PY -m pytest -q -p no:cacheprovider tests/test_wire_errors.py >"$LOG/wire_errors.txt" 2>&1; then
   echo "wire errors on the GPU: OK ($(tail -1 "$LOG/wire_errors.txt"))"; pass=$((pass+1))
 else echo "wire errors on the GPU: FAIL"; tail -30 "$LOG/wire_errors.txt"; fail=$((fail+1)); fi
-if CUWIRE_TEST_BACKEND=cuda $PY -m pytest -q -p no:cacheprovider tests/test_stripes.py >"$LOG/stripes.txt" 2>&1; then
-  echo "stripes on the GPU: OK ($(tail -1 "$LOG/stripes.txt"))"; pass=$((pass+1))
-else echo "stripes on the GPU: FAIL"; tail -30 "$LOG/stripes.txt"; fail=$((fail+1)); fi
+if CUWIRE_TEST_BACKEND=cuda $PY -m pytest -q -p no:cacheprovider tests/test_joined_connections.py >"$LOG/joined.txt" 2>&1; then
+  echo "joined connections (stripes, host functions) on the GPU: OK ($(tail -1 "$LOG/joined.txt"))"; pass=$((pass+1))
+else echo "joined connections on the GPU: FAIL"; tail -30 "$LOG/joined.txt"; fail=$((fail+1)); fi
 
 # 32 clients at once on one server, each checking its own results
 pids=()

@@ -1,6 +1,7 @@
-"""Stripes (cuwire/stripes.py): over TCP, a session's large payloads travel over more connections at once,
-joined to the session through the server's one port; the bytes are the same, and every way a stripe can
-go wrong ends in a clear error or a refusal, never a hang or wrong bytes."""
+"""Connections that join a session over TCP, through the server's one port, with the join key its welcome
+brought: stripes (cuwire/stripes.py), over which large payloads travel at once, and the host-function
+connection (client/callbacks.c). The bytes are the same as over one connection, and every way a joined
+connection can go wrong ends in a clear error or a refusal, never a hang or wrong bytes."""
 
 from __future__ import annotations
 
