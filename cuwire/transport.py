@@ -389,7 +389,6 @@ class SocketTransport:
     encrypted and the server's certificate checked (tls.py); a Unix socket, on this host, needs none."""
 
     def __init__(self, address: str, connect_timeout: float = 10.0, mode: str = "tcp", tls: ClientTls | None = None):
-        self.address = address
         try:
             host, port = host_port(address)
         except ValueError as e:
@@ -399,10 +398,7 @@ class SocketTransport:
         if mode == "unix" and not is_loopback(host):
             raise TransportError(f"a Unix socket reaches only a server on this host, and {address} is not a loopback "
                                  "address (CUWIRE_TRANSPORT=unix)")
-        self.rate = 0.0  # the link's bytes per second in the last exchange, when it moved a large payload
-        self.join: pb.Hello | None = None  # the hello of the session's more connections (may_join)
-        self.stripes_wanted = 0  # stripes to open at the first large payload (open_stripes)
-        self.extra: list = []  # the host-function connection's sockets (open_callbacks), closed with the session
+        self.start(address)
         if mode in ("auto", "unix") and is_loopback(host):
             sock = connect_local(port, connect_timeout)
             if sock is not None:
@@ -414,6 +410,22 @@ class SocketTransport:
                                      "listens there in this network namespace; CUWIRE_TRANSPORT=unix)")
         self.host, self.port, self.tls, self.connect_timeout = host, port, tls, connect_timeout
         self.connection = Connection(self.connect_tcp(), address)
+
+    def start(self, address: str) -> None:
+        """What a transport holds besides its connection."""
+        self.address = address
+        self.rate = 0.0  # the link's bytes per second in the last exchange, when it moved a large payload
+        self.join: pb.Hello | None = None  # the hello of the session's more connections (may_join)
+        self.stripes_wanted = 0  # stripes to open at the first large payload (open_stripes)
+        self.extra: list = []  # the host-function connection's sockets (open_callbacks), closed with the session
+
+    @classmethod
+    def over(cls, connection: Connection, address: str) -> SocketTransport:
+        """A transport over a connection made elsewhere (a test's socket pair, say)."""
+        transport = object.__new__(cls)
+        transport.start(address)
+        transport.connection = connection
+        return transport
 
     def connect_tcp(self) -> socket.socket:
         """A new TCP connection to the server (with TLS when the session has it)."""

@@ -83,11 +83,7 @@ class FakeSession:
     """The client's session, its transport one end of a socket pair; the fuzzer's reply waits on the other."""
 
     def __init__(self, sock: socket.socket):
-        self.transport = object.__new__(transport.SocketTransport)
-        self.transport.address = "fuzz"
-        self.transport.rate = 0.0
-        self.transport.stripes_wanted = 0  # (no stripes: one connection)
-        self.transport.connection = transport.Connection(sock, "fuzz")
+        self.transport = transport.SocketTransport.over(transport.Connection(sock, "fuzz"), "fuzz")
         self.host = None
 
 
