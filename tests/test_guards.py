@@ -17,6 +17,8 @@ DRIVER = r"""
 #include <unistd.h>
 void cuwire_guard_device_range(uint64_t base, uint64_t size);
 int cuwire_guarded(uint64_t lo, uint64_t hi);
+void cuwire_note_mapped(unsigned long long ptr, size_t size, size_t offset, unsigned long long handle,
+                        unsigned long long flags);
 int main(void) {
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     char *free_range = mmap(NULL, 64 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -33,6 +35,8 @@ int main(void) {
     mine[0] = 1;  /* still the program's */
     printf("the program's memory guarded: %d\n", cuwire_guarded((uint64_t)(uintptr_t)mine,
                                                                    (uint64_t)(uintptr_t)mine + page));
+    cuwire_note_mapped(r + 8 * page, 3 * page, 0, 1, 0);  /* a virtual memory mapping (cuMemMap): guarded too */
+    printf("a mapping: %d\n", cuwire_guarded(r + 8 * page, r + 11 * page));
     cuwire_guard_device_range(1ull << 48, page);  /* above user space (the emulated device): nothing */
     printf("above user space: %d\n", cuwire_guarded(1ull << 48, (1ull << 48) + page));
     return 0;
@@ -49,5 +53,5 @@ def test_device_ranges_are_guarded_in_the_client(tmp_path):
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["a host mapping over a guard: refused", "guarded: 1, beyond: 0",
-                                     "the program's memory guarded: 0", "above user space: 0"]
+                                     "the program's memory guarded: 0", "a mapping: 1", "above user space: 0"]
     assert r.stderr.count("lies where this program has memory of its own") == 1, r.stderr

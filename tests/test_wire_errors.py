@@ -734,3 +734,23 @@ def test_device_ranges_of_memsets_and_copies_are_the_sessions(session):
         queued = struct.pack("<II", ids[name], len(value)) + value
         assert records_frame(session, queued + sync)[1] == ok, name
     assert serving(session)
+
+
+def test_attributes_whose_values_hold_handles_are_refused(session):
+    """Stream and kernel-node attributes travel as the 64-byte value they are; a kind whose value holds an
+    event handle or an address to write to would reach the driver unchecked: refused by name, as is a
+    value of another size."""
+    stream = vmm_call(session, "cuStreamCreate", Flags=0).phStream
+    value = struct.pack("<i", 3).ljust(64, b"\0")  # CU_SYNC_POLICY_YIELD
+    assert vmm_call(session, "cuStreamSetAttribute", hStream=stream, attr=3, value=value).status == 0
+    got = vmm_call(session, "cuStreamGetAttribute", hStream=stream, attr=3)
+    assert got.status == 0 and got.value_out == value
+    event = struct.pack("<QI", 0x1234_5678, 0).ljust(64, b"\0")  # CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT
+    assert vmm_call(session, "cuStreamSetAttribute", hStream=stream, attr=12, value=event).status == 801
+    assert vmm_call(session, "cuStreamGetAttribute", hStream=stream, attr=7).status == 801
+    reply = session.exchange(pb.Batch(fn=fn_id("cuStreamSetAttribute"), args=pb.cuStreamSetAttribute_Args(
+        hStream=stream, attr=3, value=b"\0" * 8).SerializeToString()))
+    assert "sent 8 bytes, expected 64" in reply.error
+    assert vmm_call(session, "cuStreamCopyAttributes", dst=0x1234_5678, src=stream).status == 400
+    assert vmm_call(session, "cuGraphKernelNodeGetAttribute", hNode=0x1234_5678, attr=1).status == 400
+    assert serving(session)

@@ -86,12 +86,16 @@ void cuwire_untrack_alloc(uint64_t base)
     pthread_rwlock_unlock(&lock);
 }
 
-/* After cuMemMap: the mapped range is device memory like an allocation (virtual memory management). */
+void cuwire_guard_device_range(uint64_t base, uint64_t size);
+
+/* After cuMemMap: the mapped range is device memory like an allocation (virtual memory management), and
+ * guarded like one (below). */
 void cuwire_note_mapped(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                         unsigned long long flags)
 {
     (void)offset, (void)handle, (void)flags;
     cuwire_track_alloc(ptr, size);
+    cuwire_guard_device_range(ptr, size);
 }
 
 /* After cuMemUnmap: every mapping in the range is gone. */

@@ -21,7 +21,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import cffi
@@ -337,6 +337,7 @@ class _Stream:
     builtin: bool = False  # the default stream, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: never destroyed
     capture: list | None = None  # while capturing: the work it records instead of running (a graph's)
     capture_into: tuple | None = None  # cuStreamBeginCaptureToGraph: (the graph, the nodes the first follows)
+    attributes: dict[int, bytes] = field(default_factory=dict)  # cuStreamSetAttribute: attribute -> value
 
 
 @dataclass
@@ -1154,6 +1155,36 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
     def _stream_get(self, handle: CData, out: CData, read: Callable[[_Stream], int]) -> int:
         stream = self._stream(handle)
         return self.drv.CUDA_ERROR_INVALID_HANDLE if stream is None else self._drv_put((out, read(stream)))
+
+    # what the driver takes for streams: access policy window, synchronization policy, priority, memory sync
+    # domain map and domain, NVLink utilisation-centric scheduling
+    STREAM_ATTRIBUTES = {1, 3, 8, 9, 10, 16}
+
+    def cuStreamSetAttribute(self, hStream: CData, attr: int, value: CData) -> int:
+        stream = self._stream(hStream)
+        if stream is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        if attr not in self.STREAM_ATTRIBUTES or self._is_null(value):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        stream.attributes[attr] = bytes(self.ffi.buffer(value, self.ffi.sizeof("CUlaunchAttributeValue")))
+        return 0
+
+    def cuStreamGetAttribute(self, hStream: CData, attr: int, value_out: CData) -> int:
+        stream = self._stream(hStream)
+        if stream is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        if attr not in self.STREAM_ATTRIBUTES or self._is_null(value_out):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        size = self.ffi.sizeof("CUlaunchAttributeValue")
+        self.ffi.memmove(value_out, stream.attributes.get(attr, bytes(size)), size)
+        return 0
+
+    def cuStreamCopyAttributes(self, dst: CData, src: CData) -> int:
+        to, source = self._stream(dst), self._stream(src)
+        if to is None or source is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        to.attributes = dict(source.attributes)
+        return 0
 
     def cuStreamGetFlags(self, hStream: CData, flags: CData) -> int:
         return self._stream_get(hStream, flags, lambda s: s.flags)

@@ -32,11 +32,12 @@ class Graph:
     edges: set[tuple[int, int]] = field(default_factory=set)
     defaults: dict[int, int] = field(default_factory=dict)  # conditional handles assigned at each launch
     params: dict[int, Any] = field(default_factory=dict)  # node -> what it was made with, for reading back
+    attributes: dict[int, dict[int, bytes]] = field(default_factory=dict)  # kernel node -> attribute -> value
 
     def copy(self) -> Graph:
         """A graph of the same nodes, work and edges (cuGraphClone; a child node's own graph)."""
         return Graph(list(self.nodes), dict(self.work), dict(self.kinds), set(self.edges), dict(self.defaults),
-                     dict(self.params))
+                     dict(self.params), {node: dict(values) for node, values in self.attributes.items()})
 
     def order(self) -> list[int]:
         """The nodes in an order the edges allow."""
@@ -494,6 +495,40 @@ class EmulatedGraphs:
             self._bodies[self._addr(phGraphNode[0])] = handles  # CUDA-owned: kept as long as the node
             c.phGraph_out = handles
         return err
+
+    # --- kernel node attributes (a CUlaunchAttributeValue each; what the driver takes for graph nodes)
+
+    NODE_ATTRIBUTES = {1, 2, 4, 5, 8, 9, 10, 11, 16}
+
+    def _kernel_node_attributes(self, node: CData, attr: int) -> dict[int, bytes] | None:
+        graph = self._node_graph(node)
+        address = self._addr(node)
+        if graph is None or graph.kinds[address] != KERNEL or attr not in self.NODE_ATTRIBUTES:
+            return None
+        return graph.attributes.setdefault(address, {})
+
+    def cuGraphKernelNodeSetAttribute(self, hNode: CData, attr: int, value: CData) -> int:
+        values = self._kernel_node_attributes(hNode, attr)
+        if values is None or self._is_null(value):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        values[attr] = bytes(self.ffi.buffer(value, self.ffi.sizeof("CUlaunchAttributeValue")))
+        return 0
+
+    def cuGraphKernelNodeGetAttribute(self, hNode: CData, attr: int, value_out: CData) -> int:
+        values = self._kernel_node_attributes(hNode, attr)
+        if values is None or self._is_null(value_out):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        size = self.ffi.sizeof("CUlaunchAttributeValue")
+        self.ffi.memmove(value_out, values.get(attr, bytes(size)), size)
+        return 0
+
+    def cuGraphKernelNodeCopyAttributes(self, dst: CData, src: CData) -> int:
+        to, source = self._kernel_node_attributes(dst, 1), self._kernel_node_attributes(src, 1)
+        if to is None or source is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        to.clear()
+        to.update(source)
+        return 0
 
     def cuGraphNodeGetType(self, hNode: CData, type: CData) -> int:
         graph = self._graphs.get(self._nodes.get(self._addr(hNode), 0))

@@ -728,6 +728,40 @@ def cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuGraphKernelNodeCopyAttributes", onerror=rt.on_error)
+def cuGraphKernelNodeCopyAttributes(dst, src):
+    """cuGraphKernelNodeCopyAttributes (cuda.h)"""
+    args = pb.cuGraphKernelNodeCopyAttributes_Args()
+    args.dst = dst
+    args.src = src
+    res = rt.call(800820327, args, pb.cuGraphKernelNodeCopyAttributes_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphKernelNodeGetAttribute", onerror=rt.on_error)
+def cuGraphKernelNodeGetAttribute(hNode, attr, value_out, value_out_len):
+    """cuGraphKernelNodeGetAttribute (cuda.h)"""
+    args = pb.cuGraphKernelNodeGetAttribute_Args()
+    args.hNode = hNode
+    args.attr = attr
+    rt.expect(value_out, value_out_len)
+    res = rt.call(3793704434, args, pb.cuGraphKernelNodeGetAttribute_Result)
+    if res.status == 0:
+        rt.write(value_out, res.value_out, value_out_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphKernelNodeSetAttribute", onerror=rt.on_error)
+def cuGraphKernelNodeSetAttribute(hNode, attr, value, value_len):
+    """cuGraphKernelNodeSetAttribute (cuda.h)"""
+    args = pb.cuGraphKernelNodeSetAttribute_Args()
+    args.hNode = hNode
+    args.attr = attr
+    args.value = rt.read(value, value_len)
+    res = rt.call(3976299377, args, pb.cuGraphKernelNodeSetAttribute_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuGraphMemFreeNodeGetParams", onerror=rt.on_error)
 def cuGraphMemFreeNodeGetParams(hNode, dptr_out):
     """cuGraphMemFreeNodeGetParams (cuda.h)"""
@@ -1467,6 +1501,16 @@ def cuStreamBeginCapture_v2(hStream, mode):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuStreamCopyAttributes", onerror=rt.on_error)
+def cuStreamCopyAttributes(dst, src):
+    """cuStreamCopyAttributes (cuda.h)"""
+    args = pb.cuStreamCopyAttributes_Args()
+    args.dst = dst
+    args.src = src
+    res = rt.call(3615690956, args, pb.cuStreamCopyAttributes_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuStreamCreate", onerror=rt.on_error)
 def cuStreamCreate(phStream, Flags):
     """cuStreamCreate (cuda.h)"""
@@ -1509,6 +1553,19 @@ def cuStreamEndCapture(hStream, phGraph):
     res = rt.call(3324749488, args, pb.cuStreamEndCapture_Result)
     if res.status == 0:
         rt.write_scalar(phGraph, "uint64_t", res.phGraph)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuStreamGetAttribute", onerror=rt.on_error)
+def cuStreamGetAttribute(hStream, attr, value_out, value_out_len):
+    """cuStreamGetAttribute (cuda.h)"""
+    args = pb.cuStreamGetAttribute_Args()
+    args.hStream = hStream
+    args.attr = attr
+    rt.expect(value_out, value_out_len)
+    res = rt.call(3573715724, args, pb.cuStreamGetAttribute_Result)
+    if res.status == 0:
+        rt.write(value_out, res.value_out, value_out_len)
     return res.status
 
 
@@ -1573,6 +1630,17 @@ def cuStreamQuery(hStream):
     args = pb.cuStreamQuery_Args()
     args.hStream = hStream
     res = rt.call(3807505306, args, pb.cuStreamQuery_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuStreamSetAttribute", onerror=rt.on_error)
+def cuStreamSetAttribute(hStream, attr, value, value_len):
+    """cuStreamSetAttribute (cuda.h)"""
+    args = pb.cuStreamSetAttribute_Args()
+    args.hStream = hStream
+    args.attr = attr
+    args.value = rt.read(value, value_len)
+    res = rt.call(3659285903, args, pb.cuStreamSetAttribute_Result)
     return res.status
 
 

@@ -1212,11 +1212,11 @@ const char *const cuwire_modes[] = {
     "sync",
     "unimplemented",
     "unimplemented",
+    "sync",
+    "sync",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "custom",
     "async",
@@ -1493,13 +1493,13 @@ const char *const cuwire_modes[] = {
     "sync",
     "unimplemented",
     "sync",
-    "unimplemented",
     "sync",
-    "sync",
-    "unimplemented",
     "sync",
     "sync",
     "unimplemented",
+    "sync",
+    "sync",
+    "sync",
     "local",
     "unimplemented",
     "local",
@@ -1514,7 +1514,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "local",
     "sync",
-    "unimplemented",
+    "sync",
     "sync",
     "unimplemented",
     "unimplemented",
@@ -6358,11 +6358,13 @@ CUWIRE_EXPORT CUresult cuGraphInstantiate_v2(void)
     return cuwire_impl_cuGraphInstantiate_v2();
 }
 
-/* cuGraphKernelNodeCopyAttributes (cuda.h): unimplemented */
+/* cuGraphKernelNodeCopyAttributes (cuda.h): remoted, sync */
+int cuwire_py_cuGraphKernelNodeCopyAttributes(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphKernelNodeCopyAttributes", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphKernelNodeCopyAttributes((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src));
 }
 CUWIRE_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
 {
@@ -6376,11 +6378,13 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphN
     return cuwire_impl_cuGraphKernelNodeCopyAttributes(dst, src);
 }
 
-/* cuGraphKernelNodeGetAttribute (cuda.h): unimplemented */
+/* cuGraphKernelNodeGetAttribute (cuda.h): remoted, sync */
+int cuwire_py_cuGraphKernelNodeGetAttribute(uint64_t, int64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, CUkernelNodeAttrValue *value_out)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphKernelNodeGetAttribute", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphKernelNodeGetAttribute((uint64_t)(uintptr_t)hNode, (int64_t)attr, (void *)value_out, sizeof *value_out));
 }
 CUWIRE_EXPORT CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, CUkernelNodeAttrValue *value_out)
 {
@@ -6430,11 +6434,13 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KER
     return cuwire_impl_cuGraphKernelNodeGetParams_v2(hNode, nodeParams);
 }
 
-/* cuGraphKernelNodeSetAttribute (cuda.h): unimplemented */
+/* cuGraphKernelNodeSetAttribute (cuda.h): remoted, sync */
+int cuwire_py_cuGraphKernelNodeSetAttribute(uint64_t, int64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue *value)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphKernelNodeSetAttribute", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphKernelNodeSetAttribute((uint64_t)(uintptr_t)hNode, (int64_t)attr, (void *)value, sizeof *value));
 }
 CUWIRE_EXPORT CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue *value)
 {
@@ -12149,11 +12155,13 @@ CUWIRE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCapture
 }
 CUWIRE_EXPORT __typeof__(cuStreamBeginCapture_v2) cuStreamBeginCapture_v2_ptsz __attribute__((alias("cuStreamBeginCapture_v2")));
 
-/* cuStreamCopyAttributes (cuda.h): unimplemented; also cuStreamCopyAttributes_ptsz */
+/* cuStreamCopyAttributes (cuda.h): remoted, sync; also cuStreamCopyAttributes_ptsz */
+int cuwire_py_cuStreamCopyAttributes(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuStreamCopyAttributes(CUstream dst, CUstream src)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuStreamCopyAttributes", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuStreamCopyAttributes((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src));
 }
 CUWIRE_EXPORT CUresult cuStreamCopyAttributes(CUstream dst, CUstream src)
 {
@@ -12273,11 +12281,13 @@ CUWIRE_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 }
 CUWIRE_EXPORT __typeof__(cuStreamEndCapture) cuStreamEndCapture_ptsz __attribute__((alias("cuStreamEndCapture")));
 
-/* cuStreamGetAttribute (cuda.h): unimplemented; also cuStreamGetAttribute_ptsz */
+/* cuStreamGetAttribute (cuda.h): remoted, sync; also cuStreamGetAttribute_ptsz */
+int cuwire_py_cuStreamGetAttribute(uint64_t, int64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuStreamGetAttribute", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuStreamGetAttribute((uint64_t)(uintptr_t)hStream, (int64_t)attr, (void *)value_out, sizeof *value_out));
 }
 CUWIRE_EXPORT CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
 {
@@ -12584,11 +12594,13 @@ CUWIRE_EXPORT CUresult cuStreamQuery(CUstream hStream)
 }
 CUWIRE_EXPORT __typeof__(cuStreamQuery) cuStreamQuery_ptsz __attribute__((alias("cuStreamQuery")));
 
-/* cuStreamSetAttribute (cuda.h): unimplemented; also cuStreamSetAttribute_ptsz */
+/* cuStreamSetAttribute (cuda.h): remoted, sync; also cuStreamSetAttribute_ptsz */
+int cuwire_py_cuStreamSetAttribute(uint64_t, int64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuStreamSetAttribute", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuStreamSetAttribute((uint64_t)(uintptr_t)hStream, (int64_t)attr, (void *)value, sizeof *value));
 }
 CUWIRE_EXPORT CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value)
 {

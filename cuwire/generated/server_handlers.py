@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "e3b082368ad35429"
+API_DIGEST = "cae510f1db5c12ba"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -1830,6 +1830,9 @@ HANDLERS = {
     2274030636: ("cuGraphExecGetFlags", pb.cuGraphExecGetFlags_Args, cuGraphExecGetFlags),
     1802350491: ("cuGraphExecUpdate_v2", pb.cuGraphExecUpdate_v2_Args, cuGraphExecUpdate_v2),
     115605169: ("cuGraphInstantiateWithFlags", pb.cuGraphInstantiateWithFlags_Args, cuGraphInstantiateWithFlags),
+    800820327: ("cuGraphKernelNodeCopyAttributes", pb.cuGraphKernelNodeCopyAttributes_Args, None),  # server/attributes.py
+    3793704434: ("cuGraphKernelNodeGetAttribute", pb.cuGraphKernelNodeGetAttribute_Args, None),  # server/attributes.py
+    3976299377: ("cuGraphKernelNodeSetAttribute", pb.cuGraphKernelNodeSetAttribute_Args, None),  # server/attributes.py
     1901836585: ("cuGraphMemFreeNodeGetParams", pb.cuGraphMemFreeNodeGetParams_Args, cuGraphMemFreeNodeGetParams),
     2382271301: ("cuGraphMemsetNodeGetParams", pb.cuGraphMemsetNodeGetParams_Args, cuGraphMemsetNodeGetParams),
     3493970731: ("cuGraphNodeFindInClone", pb.cuGraphNodeFindInClone_Args, cuGraphNodeFindInClone),
@@ -1891,16 +1894,19 @@ HANDLERS = {
     1942346908: ("cuProfilerStop", pb.cuProfilerStop_Args, cuProfilerStop),
     3570707429: ("cuStreamBeginCaptureToGraph", pb.cuStreamBeginCaptureToGraph_Args, None),  # server/graphs.py
     194882140: ("cuStreamBeginCapture_v2", pb.cuStreamBeginCapture_v2_Args, cuStreamBeginCapture_v2),
+    3615690956: ("cuStreamCopyAttributes", pb.cuStreamCopyAttributes_Args, None),  # server/attributes.py
     2819812623: ("cuStreamCreate", pb.cuStreamCreate_Args, cuStreamCreate),
     475445991: ("cuStreamCreateWithPriority", pb.cuStreamCreateWithPriority_Args, cuStreamCreateWithPriority),
     2166856291: ("cuStreamDestroy_v2", pb.cuStreamDestroy_v2_Args, cuStreamDestroy_v2),
     3324749488: ("cuStreamEndCapture", pb.cuStreamEndCapture_Args, cuStreamEndCapture),
+    3573715724: ("cuStreamGetAttribute", pb.cuStreamGetAttribute_Args, None),  # server/attributes.py
     1361652262: ("cuStreamGetCtx", pb.cuStreamGetCtx_Args, cuStreamGetCtx),
     2047611888: ("cuStreamGetDevice", pb.cuStreamGetDevice_Args, cuStreamGetDevice),
     4105616445: ("cuStreamGetFlags", pb.cuStreamGetFlags_Args, cuStreamGetFlags),
     521704577: ("cuStreamGetId", pb.cuStreamGetId_Args, cuStreamGetId),
     1973857307: ("cuStreamGetPriority", pb.cuStreamGetPriority_Args, cuStreamGetPriority),
     3807505306: ("cuStreamQuery", pb.cuStreamQuery_Args, cuStreamQuery),
+    3659285903: ("cuStreamSetAttribute", pb.cuStreamSetAttribute_Args, None),  # server/attributes.py
     1581600379: ("cuStreamSynchronize", pb.cuStreamSynchronize_Args, cuStreamSynchronize),
     1855246974: ("cuSurfObjectCreate", pb.cuSurfObjectCreate_Args, None),  # server/textures.py
     3782849510: ("cuSurfObjectDestroy", pb.cuSurfObjectDestroy_Args, None),  # server/textures.py

@@ -16,11 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cuwire.generated import cuwire_pb2 as pb
-from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, CudaFail, WireError
+from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED, CudaFail, WireError
 
 GRAPH, NODE, EXEC, EVENT, CONTEXT, ARRAY = ("CUgraph_st", "CUgraphNode_st", "CUgraphExec_st", "CUevent_st", "CUctx_st",
                                             "CUarray_st")
-NOT_SUPPORTED = 801
 HOST, DEVICE, ARRAY_MEMORY, UNIFIED = 1, 2, 3, 4  # CUmemorytype
 ADD, SET, EXEC_SET = 0, 1, 2  # KernelNode_Args.action
 EMPTY, WAIT_EVENT, EVENT_RECORD, MEM_ALLOC, MEM_FREE, CONDITIONAL = 5, 6, 7, 10, 11, 13  # CUgraphNodeType
