@@ -754,3 +754,17 @@ def test_attributes_whose_values_hold_handles_are_refused(session):
     assert vmm_call(session, "cuStreamCopyAttributes", dst=0x1234_5678, src=stream).status == 400
     assert vmm_call(session, "cuGraphKernelNodeGetAttribute", hNode=0x1234_5678, attr=1).status == 400
     assert serving(session)
+
+
+def test_tensor_maps_sized_by_a_hostile_rank_are_refused(session):
+    """cuTensorMapEncodeTiled's arrays are as long as its rank says: a rank that does not match the bytes
+    sent, or makes a negative length, is refused; the session goes on."""
+    device = allocate(session, 4096)
+    for rank, dims in ((0, b""), (3, b"\0" * 16), (1 << 31, b"")):
+        reply = session.exchange(pb.Batch(fn=fn_id("cuTensorMapEncodeTiled"), args=pb.cuTensorMapEncodeTiled_Args(
+            tensorDataType=7, tensorRank=rank, globalAddress=device, globalDim=dims).SerializeToString()))
+        assert reply.error or pb.cuTensorMapEncodeTiled_Result.FromString(reply.result).status != 0, rank
+    # a tensor map is host memory the driver writes: one named by a device address is refused, not written
+    replaced = vmm_call(session, "cuTensorMapReplaceAddress", tensorMap=device, globalAddress=device)
+    assert replaced.status == 1 and not replaced.tensorMap
+    assert serving(session)

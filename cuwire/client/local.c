@@ -528,13 +528,19 @@ CUresult cuwire_local_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsi
     uint64_t address = 0;
     if (CUWIRE_READY())
         cuwire_py_host_alloc(bytesize, &address);
+    int same = shared_server_base == shared_base; /* else the server has the shared memory elsewhere (ring.py) */
+    if (address && !same) { /* kernels would get an address that is not theirs: two copies kept in step instead */
+        cuwire_py_host_free(address);
+        address = 0;
+    }
     if (!address) {
         free(a);
-        if (shared_size)
+        if (shared_size && same)
             return CUDA_ERROR_OUT_OF_MEMORY; /* the shared memory is full (CUWIRE_HOST_MEMORY) */
         if (!CUWIRE_READY())
             return (CUresult)CUWIRE_NOT_READY;
-        return (CUresult)cuwire_managed_alloc((uint64_t *)dptr, bytesize, flags); /* over TCP: two copies kept in step (managed.c) */
+        /* over TCP (or shared memory at another address in the server): two copies kept in step (managed.c) */
+        return (CUresult)cuwire_managed_alloc((uint64_t *)dptr, bytesize, flags);
     }
     if (cuwire_track_alloc(address, bytesize) != 0) {
         free(a);

@@ -108,7 +108,13 @@ def server_arg(p: Param) -> str:
         return f"a.{n}"
     if p.info.memory and p.type.resolved != "pointer":
         return f"s.address_of({n})"  # a CUdeviceptr parameter takes the buffer's address as an integer
+    pointee = p.type.pointee.spelling.replace("const ", "").strip() if p.type.pointee else ""
+    if p.role in BUFFER_ROLES and pointee not in ("void", "char", "unsigned char"):
+        return f's.ffi.cast("{p.type.spelling}", {n})'  # a byte buffer where the function takes typed elements
     return n  # prepared by the handler under the parameter's own name
+
+
+BUFFER_ROLES = {"buf_in", "buf_out", "mem_in", "mem_out", "mem_inout"}  # prepared as char buffers
 
 
 def api_digest(api: Api) -> str:

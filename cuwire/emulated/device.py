@@ -1156,6 +1156,48 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
         stream = self._stream(handle)
         return self.drv.CUDA_ERROR_INVALID_HANDLE if stream is None else self._drv_put((out, read(stream)))
 
+    # --- tensor maps (TMA). The real encoding is the driver's secret: this one is the emulated device's own
+    # (registry.TENSOR_MAP), which its TMA kernels read (emulated/kernels.py tma_tile); the checks are the driver's.
+
+    def cuTensorMapEncodeTiled(self, tensorMap: CData, tensorDataType: int, tensorRank: int, globalAddress: CData,
+                               globalDim: CData, globalStrides: CData, boxDim: CData, elementStrides: CData,
+                               interleave: int, swizzle: int, l2Promotion: int, oobFill: int) -> int:
+        size = registry.TENSOR_ELEMENT_SIZES.get(tensorDataType, 0)
+        address = self._addr(globalAddress)
+        if self._is_null(tensorMap) or not size or not 1 <= tensorRank <= 5 or address % 16:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        u64, u32 = (lambda p: self.ffi.cast("uint64_t *", p)), (lambda p: self.ffi.cast("uint32_t *", p))
+        dims = [u64(globalDim)[i] for i in range(tensorRank)]
+        strides = [u64(globalStrides)[i] for i in range(tensorRank - 1)]
+        box = [u32(boxDim)[i] for i in range(tensorRank)]
+        steps = [u32(elementStrides)[i] for i in range(tensorRank)]
+        if (not all(1 <= d <= 1 << 32 for d in dims) or any(st % 16 or st >= 1 << 40 for st in strides)
+                or not all(1 <= b <= 256 for b in box) or (box[0] * size) % 16 or not all(1 <= e <= 8 for e in steps)):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        pad = [0] * 5
+        packed = registry.TENSOR_MAP.pack(tensorDataType, tensorRank, oobFill, address, *(dims + pad)[:5],
+                                 *(strides + pad)[:4], *(box + pad)[:5], *(steps + pad)[:5])
+        self.ffi.memmove(tensorMap, packed, len(packed))
+        return 0
+
+    def cuTensorMapEncodeIm2col(self, tensorMap: CData, *args: Any) -> int:
+        """The emulated device runs no im2col TMA kernels: it says so (the GPU's driver encodes them)."""
+        return self.drv.CUDA_ERROR_NOT_SUPPORTED
+
+    def cuTensorMapEncodeIm2colWide(self, tensorMap: CData, *args: Any) -> int:
+        """As cuTensorMapEncodeIm2col."""
+        return self.drv.CUDA_ERROR_NOT_SUPPORTED
+
+    def cuTensorMapReplaceAddress(self, tensorMap: CData, globalAddress: CData) -> int:
+        address = self._addr(globalAddress)
+        if self._is_null(tensorMap) or address % 16:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        layout = registry.TENSOR_MAP
+        fields = list(layout.unpack(bytes(self.ffi.buffer(tensorMap, layout.size))))
+        fields[3] = address
+        self.ffi.memmove(tensorMap, layout.pack(*fields), layout.size)
+        return 0
+
     # what the driver takes for streams: access policy window, synchronization policy, priority, memory sync
     # domain map and domain, NVLink utilisation-centric scheduling
     STREAM_ATTRIBUTES = {1, 3, 8, 9, 10, 16}

@@ -19,8 +19,8 @@ import struct
 from array import array
 from fractions import Fraction
 
+from cuwire.emulated.registry import TENSOR_ELEMENT_SIZES, TENSOR_MAP, Dim3, Params, device_global, kernel
 from cuwire.emulated.registry import DeviceMemory as Mem
-from cuwire.emulated.registry import Dim3, Params, device_global, kernel
 
 # ---------------------------------------------------------------------------------------------------------
 # helpers
@@ -543,3 +543,25 @@ def cluster_neighbour(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params)
 def cluster_neighbour_fixed(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
     """Clusters of 4 (__cluster_dims__(4, 1, 1), compiled into the kernel)."""
     _cluster_neighbour(mem, grid, 4, p.ptr(0))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# tensor_map.cu
+
+
+@kernel("_Z7tmaTile14CUtensorMap_stPfii", params=[128, 8, 4, 4], aligns=[64, 8, 4, 4])
+def tma_tile(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+    """One box of a 2D tensor map (the emulated device's encoding, registry.TENSOR_MAP) from (x0, y0) to
+    out, row by row; elements outside the tensor read as zeros (CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)."""
+    fields = TENSOR_MAP.unpack(p.raw(0))
+    dtype, address, (w, h), pitch, (bx, by) = fields[0], fields[3], fields[4:6], fields[9], fields[13:15]
+    size, out, x0, y0 = TENSOR_ELEMENT_SIZES[dtype], p.ptr(1), p.i32(2), p.i32(3)
+    rows = []
+    for y in range(y0, y0 + by):
+        row = bytearray(bx * size)
+        if 0 <= y < h:
+            lo, hi = max(x0, 0), min(x0 + bx, w)
+            if lo < hi:
+                row[(lo - x0) * size:(hi - x0) * size] = mem.read(address + y * pitch + lo * size, (hi - lo) * size)
+        rows.append(bytes(row))
+    mem.write(out, b"".join(rows))

@@ -86,6 +86,12 @@ class Kernel:
 
 
 KERNELS: dict[str, Kernel] = {}
+# The emulated device's tensor maps (cuTensorMapEncodeTiled): the driver's encoding is its own, so the
+# emulated device keeps its own in the 128 bytes: data type, rank, out-of-bounds fill, global address,
+# dimensions (5), strides in bytes (4), box (5), element strides (5); its TMA kernels read it back.
+TENSOR_MAP = struct.Struct("<BBB5xQ5Q4Q5I5I")
+# CUtensorMapDataType -> bytes an element (UINT8 ... TFLOAT32_FTZ)
+TENSOR_ELEMENT_SIZES = {0: 1, 1: 2, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 4, 11: 4, 12: 4}
 # __device__ variables by name -> size in bytes
 GLOBALS: dict[str, int] = {}
 

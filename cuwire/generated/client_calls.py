@@ -1685,6 +1685,96 @@ def cuSurfObjectGetResourceDesc(pResDesc, pResDesc_len, surfObject):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuTensorMapEncodeIm2col", onerror=rt.on_error)
+def cuTensorMapEncodeIm2col(tensorMap, tensorMap_len, tensorDataType, tensorRank, globalAddress, globalDim, globalDim_len, globalStrides, globalStrides_len, pixelBoxLowerCorner, pixelBoxLowerCorner_len, pixelBoxUpperCorner, pixelBoxUpperCorner_len, channelsPerPixel, pixelsPerColumn, elementStrides, elementStrides_len, interleave, swizzle, l2Promotion, oobFill):
+    """cuTensorMapEncodeIm2col (cuda.h)"""
+    args = pb.cuTensorMapEncodeIm2col_Args()
+    args.tensorDataType = tensorDataType
+    args.tensorRank = tensorRank
+    args.globalAddress = globalAddress
+    args.globalDim = rt.read(globalDim, globalDim_len)
+    args.globalStrides = rt.read(globalStrides, globalStrides_len)
+    args.pixelBoxLowerCorner = rt.read(pixelBoxLowerCorner, pixelBoxLowerCorner_len)
+    args.pixelBoxUpperCorner = rt.read(pixelBoxUpperCorner, pixelBoxUpperCorner_len)
+    args.channelsPerPixel = channelsPerPixel
+    args.pixelsPerColumn = pixelsPerColumn
+    args.elementStrides = rt.read(elementStrides, elementStrides_len)
+    args.interleave = interleave
+    args.swizzle = swizzle
+    args.l2Promotion = l2Promotion
+    args.oobFill = oobFill
+    rt.expect(tensorMap, tensorMap_len)
+    res = rt.call(3350914480, args, pb.cuTensorMapEncodeIm2col_Result)
+    if res.status == 0:
+        rt.write(tensorMap, res.tensorMap, tensorMap_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuTensorMapEncodeIm2colWide", onerror=rt.on_error)
+def cuTensorMapEncodeIm2colWide(tensorMap, tensorMap_len, tensorDataType, tensorRank, globalAddress, globalDim, globalDim_len, globalStrides, globalStrides_len, pixelBoxLowerCornerWidth, pixelBoxUpperCornerWidth, channelsPerPixel, pixelsPerColumn, elementStrides, elementStrides_len, interleave, mode, swizzle, l2Promotion, oobFill):
+    """cuTensorMapEncodeIm2colWide (cuda.h)"""
+    args = pb.cuTensorMapEncodeIm2colWide_Args()
+    args.tensorDataType = tensorDataType
+    args.tensorRank = tensorRank
+    args.globalAddress = globalAddress
+    args.globalDim = rt.read(globalDim, globalDim_len)
+    args.globalStrides = rt.read(globalStrides, globalStrides_len)
+    args.pixelBoxLowerCornerWidth = pixelBoxLowerCornerWidth
+    args.pixelBoxUpperCornerWidth = pixelBoxUpperCornerWidth
+    args.channelsPerPixel = channelsPerPixel
+    args.pixelsPerColumn = pixelsPerColumn
+    args.elementStrides = rt.read(elementStrides, elementStrides_len)
+    args.interleave = interleave
+    args.mode = mode
+    args.swizzle = swizzle
+    args.l2Promotion = l2Promotion
+    args.oobFill = oobFill
+    rt.expect(tensorMap, tensorMap_len)
+    res = rt.call(2778754604, args, pb.cuTensorMapEncodeIm2colWide_Result)
+    if res.status == 0:
+        rt.write(tensorMap, res.tensorMap, tensorMap_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuTensorMapEncodeTiled", onerror=rt.on_error)
+def cuTensorMapEncodeTiled(tensorMap, tensorMap_len, tensorDataType, tensorRank, globalAddress, globalDim, globalDim_len, globalStrides, globalStrides_len, boxDim, boxDim_len, elementStrides, elementStrides_len, interleave, swizzle, l2Promotion, oobFill):
+    """cuTensorMapEncodeTiled (cuda.h)"""
+    args = pb.cuTensorMapEncodeTiled_Args()
+    args.tensorDataType = tensorDataType
+    args.tensorRank = tensorRank
+    args.globalAddress = globalAddress
+    args.globalDim = rt.read(globalDim, globalDim_len)
+    args.globalStrides = rt.read(globalStrides, globalStrides_len)
+    args.boxDim = rt.read(boxDim, boxDim_len)
+    args.elementStrides = rt.read(elementStrides, elementStrides_len)
+    args.interleave = interleave
+    args.swizzle = swizzle
+    args.l2Promotion = l2Promotion
+    args.oobFill = oobFill
+    rt.expect(tensorMap, tensorMap_len)
+    res = rt.call(3533688289, args, pb.cuTensorMapEncodeTiled_Result)
+    if res.status == 0:
+        rt.write(tensorMap, res.tensorMap, tensorMap_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuTensorMapReplaceAddress", onerror=rt.on_error)
+def cuTensorMapReplaceAddress(tensorMap, tensorMap_len, globalAddress):
+    """cuTensorMapReplaceAddress (cuda.h)"""
+    args = pb.cuTensorMapReplaceAddress_Args()
+    if rt.is_device(tensorMap):
+        args.tensorMap = rt.address(tensorMap)
+    else:
+        args.tensorMap_host = rt.read(tensorMap, tensorMap_len)
+    args.globalAddress = globalAddress
+    if args.HasField("tensorMap_host"):
+        rt.expect(tensorMap, tensorMap_len)
+    res = rt.call(1209139891, args, pb.cuTensorMapReplaceAddress_Result)
+    if res.status == 0 and args.HasField("tensorMap_host"):
+        rt.write(tensorMap, res.tensorMap, tensorMap_len)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuTexObjectCreate", onerror=rt.on_error)
 def cuTexObjectCreate(pTexObject, pResDesc, pResDesc_len, pTexDesc, pTexDesc_len, pResViewDesc, pResViewDesc_len):
     """cuTexObjectCreate (cuda.h)"""

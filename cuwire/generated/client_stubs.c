@@ -1537,10 +1537,10 @@ const char *const cuwire_modes[] = {
     "sync",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
     "sync",
     "sync",
     "sync",
@@ -13093,11 +13093,19 @@ CUWIRE_EXPORT CUresult cuSurfRefSetArray(CUsurfref hSurfRef, CUarray hArray, uns
     return cuwire_impl_cuSurfRefSetArray(hSurfRef, hArray, Flags);
 }
 
-/* cuTensorMapEncodeIm2col (cuda.h): unimplemented */
+/* cuTensorMapEncodeIm2col (cuda.h): remoted, sync */
+int cuwire_py_cuTensorMapEncodeIm2col(void *, uint64_t, int64_t, uint64_t, uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t, uint64_t, uint64_t, void *, uint64_t, int64_t, int64_t, int64_t, int64_t);
+int cuwire_check_tensor_map_im2col(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 static inline CUresult cuwire_impl_cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuTensorMapEncodeIm2col", "cuda.h", &warned), 801));
+    int fast = cuwire_check_tensor_map_im2col(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCorner, pixelBoxUpperCorner, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, swizzle, l2Promotion, oobFill);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[537], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuTensorMapEncodeIm2col((void *)tensorMap, (uint64_t)(128), (int64_t)tensorDataType, (uint64_t)tensorRank, (uint64_t)(uintptr_t)globalAddress, (void *)globalDim, (uint64_t)(tensorRank * 8), (void *)globalStrides, (uint64_t)((tensorRank - 1) * 8), (void *)pixelBoxLowerCorner, (uint64_t)((tensorRank - 2) * 4), (void *)pixelBoxUpperCorner, (uint64_t)((tensorRank - 2) * 4), (uint64_t)channelsPerPixel, (uint64_t)pixelsPerColumn, (void *)elementStrides, (uint64_t)(tensorRank * 4), (int64_t)interleave, (int64_t)swizzle, (int64_t)l2Promotion, (int64_t)oobFill));
 }
 CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
@@ -13111,11 +13119,19 @@ CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorM
     return cuwire_impl_cuTensorMapEncodeIm2col(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCorner, pixelBoxUpperCorner, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, swizzle, l2Promotion, oobFill);
 }
 
-/* cuTensorMapEncodeIm2colWide (cuda.h): unimplemented */
+/* cuTensorMapEncodeIm2colWide (cuda.h): remoted, sync */
+int cuwire_py_cuTensorMapEncodeIm2colWide(void *, uint64_t, int64_t, uint64_t, uint64_t, void *, uint64_t, void *, uint64_t, int64_t, int64_t, uint64_t, uint64_t, void *, uint64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+int cuwire_check_tensor_map_im2col_wide(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, int pixelBoxLowerCornerWidth, int pixelBoxUpperCornerWidth, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapIm2ColWideMode mode, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 static inline CUresult cuwire_impl_cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, int pixelBoxLowerCornerWidth, int pixelBoxUpperCornerWidth, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapIm2ColWideMode mode, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuTensorMapEncodeIm2colWide", "cuda.h", &warned), 801));
+    int fast = cuwire_check_tensor_map_im2col_wide(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCornerWidth, pixelBoxUpperCornerWidth, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, mode, swizzle, l2Promotion, oobFill);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[538], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuTensorMapEncodeIm2colWide((void *)tensorMap, (uint64_t)(128), (int64_t)tensorDataType, (uint64_t)tensorRank, (uint64_t)(uintptr_t)globalAddress, (void *)globalDim, (uint64_t)(tensorRank * 8), (void *)globalStrides, (uint64_t)((tensorRank - 1) * 8), (int64_t)pixelBoxLowerCornerWidth, (int64_t)pixelBoxUpperCornerWidth, (uint64_t)channelsPerPixel, (uint64_t)pixelsPerColumn, (void *)elementStrides, (uint64_t)(tensorRank * 4), (int64_t)interleave, (int64_t)mode, (int64_t)swizzle, (int64_t)l2Promotion, (int64_t)oobFill));
 }
 CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, int pixelBoxLowerCornerWidth, int pixelBoxUpperCornerWidth, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapIm2ColWideMode mode, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
@@ -13129,11 +13145,19 @@ CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUten
     return cuwire_impl_cuTensorMapEncodeIm2colWide(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCornerWidth, pixelBoxUpperCornerWidth, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, mode, swizzle, l2Promotion, oobFill);
 }
 
-/* cuTensorMapEncodeTiled (cuda.h): unimplemented */
+/* cuTensorMapEncodeTiled (cuda.h): remoted, sync */
+int cuwire_py_cuTensorMapEncodeTiled(void *, uint64_t, int64_t, uint64_t, uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t, int64_t, int64_t, int64_t, int64_t);
+int cuwire_check_tensor_map_tiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 static inline CUresult cuwire_impl_cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuTensorMapEncodeTiled", "cuda.h", &warned), 801));
+    int fast = cuwire_check_tensor_map_tiled(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, boxDim, elementStrides, interleave, swizzle, l2Promotion, oobFill);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[539], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuTensorMapEncodeTiled((void *)tensorMap, (uint64_t)(128), (int64_t)tensorDataType, (uint64_t)tensorRank, (uint64_t)(uintptr_t)globalAddress, (void *)globalDim, (uint64_t)(tensorRank * 8), (void *)globalStrides, (uint64_t)((tensorRank - 1) * 8), (void *)boxDim, (uint64_t)(tensorRank * 4), (void *)elementStrides, (uint64_t)(tensorRank * 4), (int64_t)interleave, (int64_t)swizzle, (int64_t)l2Promotion, (int64_t)oobFill));
 }
 CUWIRE_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
@@ -13147,11 +13171,19 @@ CUWIRE_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMa
     return cuwire_impl_cuTensorMapEncodeTiled(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, boxDim, elementStrides, interleave, swizzle, l2Promotion, oobFill);
 }
 
-/* cuTensorMapReplaceAddress (cuda.h): unimplemented */
+/* cuTensorMapReplaceAddress (cuda.h): remoted, sync */
+int cuwire_py_cuTensorMapReplaceAddress(void *, uint64_t, uint64_t);
+int cuwire_check_tensor_map_address(CUtensorMap *tensorMap, void *globalAddress);
 static inline CUresult cuwire_impl_cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuTensorMapReplaceAddress", "cuda.h", &warned), 801));
+    int fast = cuwire_check_tensor_map_address(tensorMap, globalAddress);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[540], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuTensorMapReplaceAddress((void *)tensorMap, (uint64_t)(128), (uint64_t)(uintptr_t)globalAddress));
 }
 CUWIRE_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "cae510f1db5c12ba"
+API_DIGEST = "5a60345c21c7f75f"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -1071,6 +1071,48 @@ def cuStreamSynchronize(s, a: pb.cuStreamSynchronize_Args) -> pb.cuStreamSynchro
     return r
 
 
+def cuTensorMapEncodeIm2col(s, a: pb.cuTensorMapEncodeIm2col_Args) -> pb.cuTensorMapEncodeIm2col_Result:
+    """cuTensorMapEncodeIm2col (cuda.h)"""
+    r = pb.cuTensorMapEncodeIm2col_Result()
+    tensorMap = s.out_buffer(128)
+    globalDim = s.in_buffer(a.globalDim, a.tensorRank * 8)
+    globalStrides = s.in_buffer(a.globalStrides, (a.tensorRank - 1) * 8)
+    pixelBoxLowerCorner = s.in_buffer(a.pixelBoxLowerCorner, (a.tensorRank - 2) * 4)
+    pixelBoxUpperCorner = s.in_buffer(a.pixelBoxUpperCorner, (a.tensorRank - 2) * 4)
+    elementStrides = s.in_buffer(a.elementStrides, a.tensorRank * 4)
+    r.status = s.lib.cuTensorMapEncodeIm2col(s.ffi.cast("CUtensorMap *", tensorMap), a.tensorDataType, a.tensorRank, s.ptr("void *", a.globalAddress), s.ffi.cast("const cuuint64_t *", globalDim), s.ffi.cast("const cuuint64_t *", globalStrides), s.ffi.cast("const int *", pixelBoxLowerCorner), s.ffi.cast("const int *", pixelBoxUpperCorner), a.channelsPerPixel, a.pixelsPerColumn, s.ffi.cast("const cuuint32_t *", elementStrides), a.interleave, a.swizzle, a.l2Promotion, a.oobFill)
+    if r.status == 0:
+        r.tensorMap = s.take(tensorMap, 128)
+    return r
+
+
+def cuTensorMapEncodeIm2colWide(s, a: pb.cuTensorMapEncodeIm2colWide_Args) -> pb.cuTensorMapEncodeIm2colWide_Result:
+    """cuTensorMapEncodeIm2colWide (cuda.h)"""
+    r = pb.cuTensorMapEncodeIm2colWide_Result()
+    tensorMap = s.out_buffer(128)
+    globalDim = s.in_buffer(a.globalDim, a.tensorRank * 8)
+    globalStrides = s.in_buffer(a.globalStrides, (a.tensorRank - 1) * 8)
+    elementStrides = s.in_buffer(a.elementStrides, a.tensorRank * 4)
+    r.status = s.lib.cuTensorMapEncodeIm2colWide(s.ffi.cast("CUtensorMap *", tensorMap), a.tensorDataType, a.tensorRank, s.ptr("void *", a.globalAddress), s.ffi.cast("const cuuint64_t *", globalDim), s.ffi.cast("const cuuint64_t *", globalStrides), a.pixelBoxLowerCornerWidth, a.pixelBoxUpperCornerWidth, a.channelsPerPixel, a.pixelsPerColumn, s.ffi.cast("const cuuint32_t *", elementStrides), a.interleave, a.mode, a.swizzle, a.l2Promotion, a.oobFill)
+    if r.status == 0:
+        r.tensorMap = s.take(tensorMap, 128)
+    return r
+
+
+def cuTensorMapEncodeTiled(s, a: pb.cuTensorMapEncodeTiled_Args) -> pb.cuTensorMapEncodeTiled_Result:
+    """cuTensorMapEncodeTiled (cuda.h)"""
+    r = pb.cuTensorMapEncodeTiled_Result()
+    tensorMap = s.out_buffer(128)
+    globalDim = s.in_buffer(a.globalDim, a.tensorRank * 8)
+    globalStrides = s.in_buffer(a.globalStrides, (a.tensorRank - 1) * 8)
+    boxDim = s.in_buffer(a.boxDim, a.tensorRank * 4)
+    elementStrides = s.in_buffer(a.elementStrides, a.tensorRank * 4)
+    r.status = s.lib.cuTensorMapEncodeTiled(s.ffi.cast("CUtensorMap *", tensorMap), a.tensorDataType, a.tensorRank, s.ptr("void *", a.globalAddress), s.ffi.cast("const cuuint64_t *", globalDim), s.ffi.cast("const cuuint64_t *", globalStrides), s.ffi.cast("const cuuint32_t *", boxDim), s.ffi.cast("const cuuint32_t *", elementStrides), a.interleave, a.swizzle, a.l2Promotion, a.oobFill)
+    if r.status == 0:
+        r.tensorMap = s.take(tensorMap, 128)
+    return r
+
+
 def nvmlDeviceGetApplicationsClock(s, a: pb.nvmlDeviceGetApplicationsClock_Args) -> pb.nvmlDeviceGetApplicationsClock_Result:
     """nvmlDeviceGetApplicationsClock (nvml.h)"""
     r = pb.nvmlDeviceGetApplicationsClock_Result()
@@ -1911,6 +1953,10 @@ HANDLERS = {
     1855246974: ("cuSurfObjectCreate", pb.cuSurfObjectCreate_Args, None),  # server/textures.py
     3782849510: ("cuSurfObjectDestroy", pb.cuSurfObjectDestroy_Args, None),  # server/textures.py
     1009289841: ("cuSurfObjectGetResourceDesc", pb.cuSurfObjectGetResourceDesc_Args, None),  # server/textures.py
+    3350914480: ("cuTensorMapEncodeIm2col", pb.cuTensorMapEncodeIm2col_Args, cuTensorMapEncodeIm2col),
+    2778754604: ("cuTensorMapEncodeIm2colWide", pb.cuTensorMapEncodeIm2colWide_Args, cuTensorMapEncodeIm2colWide),
+    3533688289: ("cuTensorMapEncodeTiled", pb.cuTensorMapEncodeTiled_Args, cuTensorMapEncodeTiled),
+    1209139891: ("cuTensorMapReplaceAddress", pb.cuTensorMapReplaceAddress_Args, None),  # server/tensor_maps.py
     1162222816: ("cuTexObjectCreate", pb.cuTexObjectCreate_Args, None),  # server/textures.py
     4142260075: ("cuTexObjectDestroy", pb.cuTexObjectDestroy_Args, None),  # server/textures.py
     6594881: ("cuTexObjectGetResourceDesc", pb.cuTexObjectGetResourceDesc_Args, None),  # server/textures.py

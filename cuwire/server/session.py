@@ -14,7 +14,7 @@ from google.protobuf.message import DecodeError
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
-from cuwire.server import attributes, bulk, custom, graphs, records, textures, vmm
+from cuwire.server import attributes, bulk, custom, graphs, records, tensor_maps, textures, vmm
 from cuwire.server._records import lib as records_lib
 from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, OUT_OF_MEMORY, UNKNOWN, CudaFail, WireError
 from cuwire.server.records import CALL_REPLY, RecordLoop
@@ -43,8 +43,8 @@ def _handlers() -> dict:
     """The generated handlers, with the hand-written ones (`server = ...` in the annotations) filled in."""
     table = {}
     for fn, (name, args, handler) in generated.HANDLERS.items():
-        handler = handler or next((m.HANDLERS[name] for m in (vmm, textures, graphs, attributes) if name in m.HANDLERS),
-                                  None)
+        halves = (vmm, textures, graphs, attributes, tensor_maps)
+        handler = handler or next((m.HANDLERS[name] for m in halves if name in m.HANDLERS), None)
         if handler is None:
             raise ImportError(f"{name} is annotated with a hand-written server half that no module defines")
         table[fn] = (name, args, handler)
