@@ -518,3 +518,30 @@ int cuwire_check_tensor_map_address(CUtensorMap *tensorMap, void *globalAddress)
     (void)globalAddress;
     return tensorMap ? -1 : CUDA_ERROR_INVALID_VALUE;
 }
+
+/* cuMemcpyBatchAsync_v2: a batch of copies in stream order, each made as cuMemcpyAsync makes it (host or
+ * device memory on either side, as unified addressing tells): the same bytes in the same stream order, and
+ * a host source is read before the call returns, which every access order allows. The driver's checks
+ * come first: copies and attributes counted, the attribute indices from 0 and rising, each a valid source
+ * access order, not the legacy NULL stream. */
+CUresult cuwire_local_cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                                            CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs,
+                                            CUstream hStream)
+{
+    if (!dsts || !srcs || !sizes || !attrs || !attrsIdxs || count == 0 || numAttrs == 0 || numAttrs > count ||
+        hStream == NULL || hStream == (CUstream)0x1 /* CU_STREAM_LEGACY */)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t k = 0; k < numAttrs; k++) {
+        CUmemcpySrcAccessOrder order = attrs[k].srcAccessOrder;
+        if (attrsIdxs[k] >= count || (k == 0 ? attrsIdxs[k] != 0 : attrsIdxs[k] <= attrsIdxs[k - 1]) ||
+            (order != CU_MEMCPY_SRC_ACCESS_ORDER_STREAM && order != CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL &&
+             order != CU_MEMCPY_SRC_ACCESS_ORDER_ANY))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (size_t i = 0; i < count; i++) {
+        CUresult r = cuMemcpyAsync(dsts[i], srcs[i], sizes[i], hStream);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}

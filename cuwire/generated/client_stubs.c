@@ -1402,7 +1402,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "local",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -10093,11 +10093,11 @@ CUWIRE_EXPORT CUresult cuMemcpyBatchAsync_ptsz(void)
     return cuwire_impl_cuMemcpyBatchAsync_ptsz();
 }
 
-/* cuMemcpyBatchAsync_v2 (cuda.h): unimplemented; also cuMemcpyBatchAsync_v2_ptsz */
+/* cuMemcpyBatchAsync_v2 (cuda.h): local, local; also cuMemcpyBatchAsync_v2_ptsz */
+CUresult cuwire_local_cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream);
 static inline CUresult cuwire_impl_cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemcpyBatchAsync_v2", "cuda.h", &warned), 801));
+return cuwire_local_cuMemcpyBatchAsync_v2(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
 }
 CUWIRE_EXPORT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
 {
