@@ -15,7 +15,8 @@ APPS_SAME_AS_NATIVE = ["vector_add", "memcpy_kinds", "memset", "events", "stream
                        "driver_api", "contexts_threads", "large_copies", "mapped_memory", "callbacks", "managed_memory",
                        "cooperative", "mempool", "device_printf", "graphs", "vmm", "textures", "graph_nodes",
                        "peer_copy", "multi_stream_pinned", "clusters", "graph_conditional", "stream_memops",
-                       "stream_attributes", "tensor_map", "memcpy_batch"]
+                       "stream_attributes", "tensor_map", "memcpy_batch",
+                       "occupancy"]
 # how each CUWIRE_TRANSPORT travels to a server on this host (--stats names it)
 TRANSPORTS = {"auto": "Unix socket and shared memory", "unix": "Unix socket and shared memory", "tcp": "TCP"}
 

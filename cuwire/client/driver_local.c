@@ -545,3 +545,65 @@ CUresult cuwire_local_cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs
     }
     return CUDA_SUCCESS;
 }
+
+/* cuOccupancyMaxPotentialBlockSize(WithFlags): the block size that keeps the most threads resident, and the
+ * smallest grid that fills the device with it. The program's callback (dynamic shared memory for a block
+ * size) is a function of its own, so the search runs here, as cuda_runtime.h's
+ * cudaOccupancyMaxPotentialBlockSizeVariableSMemWithFlags does it: every block size from the limit down,
+ * a warp at a time, asked of the occupancy query (remoted, each answer kept: answers_cache.c). */
+CUresult cuwire_local_cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func,
+                                                                CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                                size_t dynamicSMemSize, int blockSizeLimit,
+                                                                unsigned int flags)
+{
+    if (!minGridSize || !blockSize || !func)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUdevice dev;
+    int per_sm, warp, device_limit, sms, function_limit;
+    CUresult r = cuCtxGetDevice(&dev);
+    if (!r)
+        r = cuDeviceGetAttribute(&per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev);
+    if (!r)
+        r = cuDeviceGetAttribute(&warp, CU_DEVICE_ATTRIBUTE_WARP_SIZE, dev);
+    if (!r)
+        r = cuDeviceGetAttribute(&device_limit, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, dev);
+    if (!r)
+        r = cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    if (!r)
+        r = cuFuncGetAttribute(&function_limit, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, func);
+    if (r)
+        return r;
+    if (warp <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (blockSizeLimit == 0 || device_limit < blockSizeLimit)
+        blockSizeLimit = device_limit;
+    if (function_limit < blockSizeLimit)
+        blockSizeLimit = function_limit;
+    int best_block = 0, best_blocks = 0, best_threads = 0;
+    for (int aligned = (blockSizeLimit + warp - 1) / warp * warp; aligned > 0; aligned -= warp) {
+        int size = blockSizeLimit < aligned ? blockSizeLimit : aligned, blocks = 0;
+        size_t shared = blockSizeToDynamicSMemSize ? blockSizeToDynamicSMemSize(size) : dynamicSMemSize;
+        r = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, func, size, shared, flags);
+        if (r)
+            return r;
+        if (size * blocks > best_threads) {
+            best_block = size;
+            best_blocks = blocks;
+            best_threads = size * blocks;
+        }
+        if (best_threads == per_sm)
+            break;
+    }
+    *minGridSize = best_blocks * sms;
+    *blockSize = best_block;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuwire_local_cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func,
+                                                       CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                       size_t dynamicSMemSize, int blockSizeLimit)
+{
+    return cuwire_local_cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func,
+                                                                  blockSizeToDynamicSMemSize, dynamicSMemSize,
+                                                                  blockSizeLimit, CU_OCCUPANCY_DEFAULT);
+}

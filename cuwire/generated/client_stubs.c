@@ -1469,8 +1469,8 @@ const char *const cuwire_modes[] = {
     "sync",
     "sync",
     "custom",
-    "unimplemented",
-    "unimplemented",
+    "local",
+    "local",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -11679,11 +11679,11 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction
     return cuwire_impl_cuOccupancyMaxActiveClusters(numClusters, func, config);
 }
 
-/* cuOccupancyMaxPotentialBlockSize (cuda.h): unimplemented */
+/* cuOccupancyMaxPotentialBlockSize (cuda.h): local, local */
+CUresult cuwire_local_cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit);
 static inline CUresult cuwire_impl_cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuOccupancyMaxPotentialBlockSize", "cuda.h", &warned), 801));
+return cuwire_local_cuOccupancyMaxPotentialBlockSize(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit);
 }
 CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit)
 {
@@ -11697,11 +11697,11 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *b
     return cuwire_impl_cuOccupancyMaxPotentialBlockSize(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit);
 }
 
-/* cuOccupancyMaxPotentialBlockSizeWithFlags (cuda.h): unimplemented */
+/* cuOccupancyMaxPotentialBlockSizeWithFlags (cuda.h): local, local */
+CUresult cuwire_local_cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags);
 static inline CUresult cuwire_impl_cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuOccupancyMaxPotentialBlockSizeWithFlags", "cuda.h", &warned), 801));
+return cuwire_local_cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit, flags);
 }
 CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags)
 {
