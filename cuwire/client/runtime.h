@@ -82,6 +82,8 @@ void cuwire_write_output(const char *buf, size_t len);
 /* Host functions in streams, run by a thread of the client's (client/callbacks.c). */
 void cuwire_callbacks_ring(void *r);
 void cuwire_callbacks_socket(int fd);
+/* A graph host node's function, kept for every launch of its graph: its id (callbacks.c). */
+uint64_t cuwire_keep_host_fn(CUhostFn fn, void *user, int *err);
 void cuwire_callbacks_stop(void);
 void cuwire_callbacks_forget(void);
 int cuwire_py_host_free(uint64_t address);
@@ -101,6 +103,8 @@ void cuwire_free(void *p);
 int cuwire_py_flush(void);
 int cuwire_py_send_queued(void);
 int cuwire_py_callbacks(void);
+/* A launch's parameters packed by the kernel's layout (local.c; client/driver.py's graph kernel nodes). */
+long cuwire_pack_params(CUfunction f, void **params, void **extra, uint64_t *handle, char *out, size_t cap);
 void cuwire_set_launch_limits(uint32_t threads, const uint32_t *block, const uint32_t *grid);
 void cuwire_cache_kernel(const void *key, uint64_t handle, uint32_t n, const uint32_t *offsets,
                          const uint32_t *sizes);
