@@ -1,17 +1,13 @@
 // callbacks: host functions in streams (cudaLaunchHostFunc, cudaStreamAddCallback) run in stream order,
 // after the work queued before them and before the work queued after them, on two streams. Through cuwire
-// this needs a server on the same host (CUWIRE_TRANSPORT=auto).
+// they run on a thread of the client's, posted through shared memory or, over TCP, on a connection of the
+// session's own.
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "check.h"
-
-// the same kernel as streams.cu: p[i] = v + (i & 15)
-__global__ void streamFill(int *p, int v, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) p[i] = v + (i & 15);
-}
+#include "stream_kernels.h"  // streamFill, streamScaleAdd, streamAddInto
 
 struct seen {
     const char *name;

@@ -7,22 +7,7 @@
 #include <stdio.h>
 
 #include "check.h"
-
-// the same kernels as streams.cu
-__global__ void streamFill(int *p, int v, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) p[i] = v + (i & 15);
-}
-
-__global__ void streamScaleAdd(int *dst, const int *src, int mul, int add, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = src[i] * mul + add;
-}
-
-__global__ void streamAddInto(int *dst, const int *src, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] += src[i];
-}
+#include "stream_kernels.h"  // streamFill, streamScaleAdd, streamAddInto
 
 static int host_calls = 0;
 static void CUDART_CB count_call(void *p) { (*(int *)p)++; }

@@ -3,17 +3,7 @@
 #include <stdio.h>
 
 #include "check.h"
-
-// the same kernels as streams.cu
-__global__ void streamFill(int *p, int v, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) p[i] = v + (i & 15);
-}
-
-__global__ void streamScaleAdd(int *dst, const int *src, int mul, int add, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = src[i] * mul + add;
-}
+#include "stream_kernels.h"  // streamFill, streamScaleAdd, streamAddInto
 
 int main() {
     const int n = 1 << 14;

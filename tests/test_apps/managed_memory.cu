@@ -6,12 +6,7 @@
 #include <string.h>
 
 #include "check.h"
-
-// the same kernel as streams.cu: dst[i] = src[i] * mul + add
-__global__ void streamScaleAdd(int *dst, const int *src, int mul, int add, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = src[i] * mul + add;
-}
+#include "stream_kernels.h"  // streamFill, streamScaleAdd, streamAddInto
 
 // the odd elements, one more each
 __global__ void addToOdd(int *p, int n) {

@@ -5,12 +5,7 @@
 #include <stdio.h>
 
 #include "check.h"
-
-// the same kernel as streams.cu: dst[i] = src[i] * mul + add
-__global__ void streamScaleAdd(int *dst, const int *src, int mul, int add, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = src[i] * mul + add;
-}
+#include "stream_kernels.h"  // streamFill, streamScaleAdd, streamAddInto
 
 static int check(const char *what, const int *p, int n, int mul, int add) {
     for (int i = 0; i < n; i++)

@@ -5,12 +5,7 @@
 #include <stdio.h>
 
 #include "check.h"
-
-// the same kernel as streams.cu: p[i] = v + (i & 15)
-__global__ void streamFill(int *p, int v, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) p[i] = v + (i & 15);
-}
+#include "stream_kernels.h"  // streamFill, streamScaleAdd, streamAddInto
 
 static int check(const char *what, const int *h, int v, int n) {
     for (int i = 0; i < n; i++)

@@ -4,12 +4,7 @@
 #include <stdio.h>
 
 #include "check.h"
-
-// the same kernel as streams.cu
-__global__ void streamScaleAdd(int *dst, const int *src, int mul, int add, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = src[i] * mul + add;
-}
+#include "stream_kernels.h"  // streamFill, streamScaleAdd, streamAddInto
 
 int main() {
     const int streams = 4, rounds = 12, n = 1 << 18;

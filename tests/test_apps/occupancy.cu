@@ -8,12 +8,7 @@
 #include <stdio.h>
 
 #include "check.h"
-
-// the same kernel as streams.cu
-__global__ void streamFill(int *p, int v, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) p[i] = v + (i & 15);
-}
+#include "stream_kernels.h"  // streamFill, streamScaleAdd, streamAddInto
 
 static size_t CUDA_CB shared_for(int block) { return (size_t)block * 16; }
 

@@ -5,21 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "check.h"
-
-__global__ void streamFill(int *p, int v, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) p[i] = v + (i & 15);
-}
-
-__global__ void streamScaleAdd(int *dst, const int *src, int mul, int add, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = src[i] * mul + add;
-}
-
-__global__ void streamAddInto(int *dst, const int *src, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] += src[i];
-}
+#include "stream_kernels.h"  // streamFill, streamScaleAdd, streamAddInto
 
 static long long sum(const int *p, int n) {
     long long s = 0;

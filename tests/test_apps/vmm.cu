@@ -6,12 +6,7 @@
 #include <string.h>
 
 #include "check.h"
-
-// the same kernel as streams.cu: p[i] = v + (i & 15)
-__global__ void streamFill(int *p, int v, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) p[i] = v + (i & 15);
-}
+#include "stream_kernels.h"  // streamFill, streamScaleAdd, streamAddInto
 
 static int report(const char *what, int ok) {
     printf("%-52s %s\n", what, ok ? "OK" : "FAIL");
