@@ -9,7 +9,6 @@
  * session's own, opened at its first host function (Hello.callbacks): the server writes the id (u64), this
  * thread runs the function and writes the id back. */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -54,26 +53,12 @@ static struct pending *take(uint64_t id)
     return found;
 }
 
-/* All of a u64 to or from the host-function connection: 0, or -1 when it ended. */
-static int move_id(int fd, uint64_t *id, int out)
-{
-    for (size_t done = 0; done < sizeof *id;) {
-        ssize_t n = out ? send(fd, (const char *)id + done, sizeof *id - done, MSG_NOSIGNAL)
-                        : recv(fd, (char *)id + done, sizeof *id - done, 0);
-        if (n > 0)
-            done += (size_t)n;
-        else if (!(n < 0 && errno == EINTR))
-            return -1;
-    }
-    return 0;
-}
-
 static void *run(void *arg)
 {
     cw_ring *r = arg; /* NULL: the ids come on the connection */
     int fd = channel;
     uint64_t id;
-    while (r ? cw_ring_next_callback(r, &id) == 0 : move_id(fd, &id, 0) == 0) {
+    while (r ? cw_ring_next_callback(r, &id) == 0 : cuwire_recv_all(fd, (char *)&id, sizeof id, 0) == 0) {
         struct pending *p = take(id);
         if (p && p->fn)
             p->fn(p->user);
@@ -84,7 +69,7 @@ static void *run(void *arg)
         /* an id we never gave is acknowledged too: the server's stream goes on */
         if (r)
             cw_ring_callback_done(r);
-        else if (move_id(fd, &id, 1) != 0)
+        else if (cuwire_send_all(fd, (const char *)&id, sizeof id) != 0)
             break;
     }
     return NULL;
@@ -157,36 +142,49 @@ void cuwire_callbacks_forget(void)
     pending = NULL;
 }
 
+/* A host function of the program's, listed under a new id for the thread to run when the server posts it
+ * (kept: a graph host node's, run at every launch); 0 and *err when the client's thread cannot be reached
+ * (no shared memory with the server and no connection for host functions: said once, by name) or there is
+ * no memory. */
+static uint64_t add_pending(CUhostFn fn, CUstreamCallback callback, CUstream stream, void *user, int kept,
+                            const char *name, int *err)
+{
+    want_channel();
+    struct pending *p = malloc(sizeof *p);
+    if (!p) {
+        *err = CUDA_ERROR_OUT_OF_MEMORY;
+        return 0;
+    }
+    pthread_mutex_lock(&lock);
+    *err = !ring && channel < 0 ? CUDA_ERROR_NOT_SUPPORTED : start_thread();
+    if (*err) {
+        pthread_mutex_unlock(&lock);
+        free(p);
+        if (*err == CUDA_ERROR_NOT_SUPPORTED)
+            cuwire_say_once_per_name("cuwire: host functions in streams need shared memory with the server or a "
+                                     "connection of the session's for them, and it has neither; refused:", name);
+        return 0;
+    }
+    *p = (struct pending){next_id++, fn, callback, stream, user, kept, pending};
+    pending = p;
+    uint64_t id = p->id;
+    pthread_mutex_unlock(&lock);
+    return id;
+}
+
 static CUresult post(CUstream stream, CUhostFn fn, CUstreamCallback callback, void *user, const char *name)
 {
     if (!fn && !callback)
         return CUDA_ERROR_INVALID_VALUE;
     if (!cuwire_session_open() && CUWIRE_READY())
         cuwire_py_connect(); /* the session brings the shared memory */
-    want_channel();
-    struct pending *p = malloc(sizeof *p);
-    if (!p)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    pthread_mutex_lock(&lock);
-    if (!ring && channel < 0) {
-        pthread_mutex_unlock(&lock);
-        free(p);
-        cuwire_say_once_per_name("cuwire: host functions in streams need shared memory with the server or a "
-                                 "connection of the session's for them, and it has neither; refused:", name);
-        return CUDA_ERROR_NOT_SUPPORTED;
-    }
-    int err = start_thread();
-    if (err) {
-        pthread_mutex_unlock(&lock);
-        free(p);
+    int err;
+    uint64_t id = add_pending(fn, callback, stream, user, 0, name, &err);
+    if (!id)
         return (CUresult)err;
-    }
-    *p = (struct pending){next_id++, fn, callback, stream, user, 0, pending};
-    pending = p;
     struct __attribute__((packed)) {
         uint64_t stream, id;
-    } rec = {(uint64_t)(uintptr_t)stream, p->id};
-    pthread_mutex_unlock(&lock);
+    } rec = {(uint64_t)(uintptr_t)stream, id};
     err = cuwire_enqueue(cuwire_host_func_record_id, &rec, sizeof rec);
     if (err)
         return (CUresult)err;
@@ -204,32 +202,7 @@ uint64_t cuwire_keep_host_fn(CUhostFn fn, void *user, int *err)
         *err = CUDA_ERROR_INVALID_VALUE;
         return 0;
     }
-    want_channel();
-    struct pending *p = malloc(sizeof *p);
-    if (!p) {
-        *err = CUDA_ERROR_OUT_OF_MEMORY;
-        return 0;
-    }
-    pthread_mutex_lock(&lock);
-    if (!ring && channel < 0) {
-        pthread_mutex_unlock(&lock);
-        free(p);
-        cuwire_say_once_per_name("cuwire: host functions in streams need shared memory with the server or a "
-                                 "connection of the session's for them, and it has neither; refused:",
-                                 "cuGraphAddHostNode");
-        *err = CUDA_ERROR_NOT_SUPPORTED;
-        return 0;
-    }
-    *err = start_thread();
-    if (*err) {
-        pthread_mutex_unlock(&lock);
-        free(p);
-        return 0;
-    }
-    *p = (struct pending){next_id++, fn, NULL, NULL, user, 1, pending};
-    pending = p;
-    pthread_mutex_unlock(&lock);
-    return p->id;
+    return add_pending(fn, NULL, NULL, user, 1, "cuGraphAddHostNode", err);
 }
 
 CUresult cuwire_local_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)

@@ -21,19 +21,22 @@ static pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
 static uint64_t *bases, *sizes;
 static size_t count, cap;
 
-/* The index of the last base <= address, or -1; lock held. */
-static long last_at_or_below(uint64_t address)
+/* The index of the first of the n sorted values in a that is above x (n when none is). */
+static size_t first_above(const uint64_t *a, size_t n, uint64_t x)
 {
-    size_t lo = 0, hi = count;
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (bases[mid] <= address)
+        if (a[mid] <= x)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return (long)lo - 1;
+    return lo;
 }
+
+/* The index of the last base <= address, or -1; lock held. */
+static long last_at_or_below(uint64_t address) { return (long)first_above(bases, count, address) - 1; }
 
 /* Room for one more; lock held. 0, or -1 when out of memory. */
 static int grow(void)
@@ -165,18 +168,7 @@ static uint64_t *guard_lo, *guard_hi; /* sorted, disjoint */
 static size_t n_guards, guard_cap;
 
 /* The index of the first guard that ends after `at`; guard_lock held. */
-static size_t guard_after(uint64_t at)
-{
-    size_t lo = 0, hi = n_guards;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (guard_hi[mid] <= at)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
+static size_t guard_after(uint64_t at) { return first_above(guard_hi, n_guards, at); }
 
 /* [lo, hi) is a guard now; guard_lock held. */
 static void add_guard(uint64_t lo, uint64_t hi)

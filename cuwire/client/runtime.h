@@ -77,6 +77,9 @@ void cuwire_managed_synced(void);
 void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base);
 int cuwire_copy_shared(const void *host, uint64_t device, uint64_t n, void *stream, int to_device, int sync);
 int cuwire_py_host_alloc(uint64_t size, uint64_t *address);
+/* All of a buffer to or from a socket (wire.c): 0, or -1 when the connection broke or ended. */
+int cuwire_send_all(int fd, const char *buf, size_t len);
+int cuwire_recv_all(int fd, char *buf, size_t len, long spin);
 /* Device printf output from the server, to the program's stdout (wire.c). */
 void cuwire_write_output(const char *buf, size_t len);
 /* Host functions in streams, run by a thread of the client's (client/callbacks.c). */

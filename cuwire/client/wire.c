@@ -108,7 +108,7 @@ static uint64_t now_ns(void) { return cw_now_ns(); }
 
 /* Sends all of buf; 0, or -1 (errno) when the connection broke or the peer closed it meanwhile (a peer
  * whose window stays full and that then closes would otherwise hold the send for good). */
-static int send_all(int fd, const char *buf, size_t len)
+int cuwire_send_all(int fd, const char *buf, size_t len)
 {
     while (len) {
         ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -150,7 +150,9 @@ void cuwire_write_output(const char *buf, size_t len)
     }
 }
 
-static int recv_all(int fd, char *buf, size_t len, long spin)
+/* Receives len bytes into buf, polling up to spin ns before it sleeps (socket_wait.h); 0, or -1 when the
+ * connection broke or ended (ECONNRESET). */
+int cuwire_recv_all(int fd, char *buf, size_t len, long spin)
 {
     while (len) {
         ssize_t n = cw_recv_spin(fd, buf, len, spin);
@@ -219,11 +221,11 @@ int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint3
     struct call_reply r = {0};
     const char *why = NULL;
     long spin = spin_for(fn);
-    if (send_all(fd, frame, len) != 0 || recv_all(fd, (char *)&rh, sizeof rh, spin) != 0)
+    if (cuwire_send_all(fd, frame, len) != 0 || cuwire_recv_all(fd, (char *)&rh, sizeof rh, spin) != 0)
         why = strerror(errno);
     else if (rh.magic != MAGIC_RECORDS || rh.payload || rh.size < sizeof r || rh.size > REPLY_MAX)
         why = "the server's answer to a records frame is not one";
-    else if (recv_all(fd, reply, rh.size, spin_ns) != 0)
+    else if (cuwire_recv_all(fd, reply, rh.size, spin_ns) != 0)
         why = strerror(errno);
     else {
         memcpy(&r, reply, sizeof r);
@@ -289,7 +291,7 @@ int cuwire_wire_send_queued(void)
     }
     struct frame_header h = {MAGIC_QUEUED, (uint32_t)queued_len, 0};
     const char *why = NULL;
-    if (send_all(fd, (const char *)&h, sizeof h) != 0 || send_all(fd, queued, queued_len) != 0)
+    if (cuwire_send_all(fd, (const char *)&h, sizeof h) != 0 || cuwire_send_all(fd, queued, queued_len) != 0)
         why = strerror(errno);
     else {
         bytes_out += sizeof h + queued_len;

@@ -255,15 +255,22 @@ def to_device(s, payload: IncomingPayload, dst: int, size: int, stream) -> int:
         return to_device_from_ring(s, payload, dst, stream)
     if payload.striped is not None:
         return to_device_striped(s, payload, dst, stream)
-    bufs = buffers(s)
-    for i, offset in enumerate(range(0, size, CHUNK)):
-        n = min(CHUNK, size - offset)
+    return receive_to_device(s, payload.read_into, dst, 0, size, buffers(s), stream)
+
+
+def receive_to_device(s, read_into: Callable, dst: int, start: int, length: int, bufs: tuple, stream,
+                      failed: int = 0) -> int:
+    """Bytes [start, start + length) of a copy's payload to device address dst + start, a chunk at a time
+    through the buffer pair `bufs`: one chunk is received (read_into) while the GPU copies the one before,
+    on `stream`. After a failure (or with `failed` given) the rest is still received, so that the
+    connection stays in step, and not copied. The first error, or the stream's once all is copied."""
+    for i, offset in enumerate(range(start, start + length, CHUNK)):
+        n = min(CHUNK, start + length - offset)
         buf = bufs[i % 2]  # its last copy (two chunks ago) finished before the previous one started
-        payload.read_into(memoryview(s.ffi.buffer(buf, n)))
-        status = s.lib.cuStreamSynchronize(stream) or copy_in(s, dst + offset, buf, n, stream)
-        if status:
-            return status  # the rest of the payload is drained
-    return s.lib.cuStreamSynchronize(stream)
+        read_into(memoryview(s.ffi.buffer(buf, n)))
+        if not failed:
+            failed = s.lib.cuStreamSynchronize(stream) or copy_in(s, dst + offset, buf, n, stream)
+    return failed or s.lib.cuStreamSynchronize(stream)
 
 
 def to_device_striped(s, payload: IncomingPayload, dst: int, stream) -> int:
@@ -283,14 +290,8 @@ def to_device_striped(s, payload: IncomingPayload, dst: int, stream) -> int:
         conn, offset, length = parts[i]
         stripes.read_header(conn, number, offset, length)
         with Lane(s, context, i, after) as lane:
-            failed = statuses[i] or lane.status
-            for j, o in enumerate(range(offset, offset + length, CHUNK)):
-                n = min(CHUNK, offset + length - o)
-                buf = lane.bufs[j % 2]  # its last copy (two chunks ago) finished before the previous one started
-                conn.fill(memoryview(s.ffi.buffer(buf, n)))
-                if not failed:
-                    failed = s.lib.cuStreamSynchronize(lane.stream) or copy_in(s, dst + o, buf, n, lane.stream)
-            statuses[i] = failed or (s.lib.cuStreamSynchronize(lane.stream) if lane.stream is not None else 0)
+            statuses[i] = receive_to_device(s, conn.fill, dst, offset, length, lane.bufs, lane.stream,
+                                            statuses[i] or lane.status)
 
     try:
         stripes.in_parallel(lane, len(parts), [conn for conn, _, _ in parts])

@@ -622,27 +622,19 @@ struct cw_host_call {
     uint64_t id;
 };
 
+static int send_all(int fd, const char *buf, size_t len);
+static int take(int fd, const char **pending, size_t *pending_len, char *buf, size_t n, long spin_ns);
+
 /* Write the id on the connection, wait for the client to write it back (it ran the function). A client
  * that is gone, or answers out of step, ends the connection: this and later host functions are skipped. */
 static void cw_socket_post_callback(cw_callback_socket *c, uint64_t id)
 {
     pthread_mutex_lock(&c->lock);
     uint64_t ack = ~id;
-    int ok = c->fd >= 0;
-    for (size_t done = 0; ok && done < sizeof id;) {
-        ssize_t n = send(c->fd, (const char *)&id + done, sizeof id - done, MSG_NOSIGNAL);
-        if (n > 0)
-            done += (size_t)n;
-        else if (!(n < 0 && errno == EINTR))
-            ok = 0;
-    }
-    for (size_t done = 0; ok && done < sizeof ack;) {
-        ssize_t n = recv(c->fd, (char *)&ack + done, sizeof ack - done, 0);
-        if (n > 0)
-            done += (size_t)n;
-        else if (!(n < 0 && errno == EINTR))
-            ok = 0;
-    }
+    const char *none = "";
+    size_t nothing = 0;
+    int ok = c->fd >= 0 && send_all(c->fd, (const char *)&id, sizeof id) == 0 &&
+             take(c->fd, &none, &nothing, (char *)&ack, sizeof ack, 0) == 0;
     if (c->fd >= 0 && (!ok || ack != id))
         shutdown(c->fd, SHUT_RDWR);
     pthread_mutex_unlock(&c->lock);
