@@ -16,7 +16,7 @@ APPS_SAME_AS_NATIVE = ["vector_add", "memcpy_kinds", "memset", "events", "stream
                        "cooperative", "mempool", "device_printf", "graphs", "vmm", "textures", "graph_nodes",
                        "peer_copy", "multi_stream_pinned", "clusters", "graph_conditional", "stream_memops",
                        "stream_attributes", "tensor_map", "memcpy_batch",
-                       "occupancy"]
+                       "occupancy", "graph_host_copies"]
 # how each CUWIRE_TRANSPORT travels to a server on this host (--stats names it)
 TRANSPORTS = {"auto": "Unix socket and shared memory", "unix": "Unix socket and shared memory", "tcp": "TCP"}
 
@@ -48,6 +48,15 @@ def test_mapped_memory_over_tcp_is_refused_by_name(apps: Path, client_lib, serve
     r = run_remote(apps / "mapped_memory", client_lib, server.address, env={"CUWIRE_TRANSPORT": "tcp"})
     assert r.returncode == 1 and "cudaErrorNotSupported" in r.stdout
     assert "cuwire: mapped host memory needs a server on this host" in r.stderr
+
+
+def test_graph_copies_of_host_memory_over_tcp_are_refused_by_name(apps: Path, client_lib, server):
+    """A graph runs on the server: over TCP its memcpy nodes cannot reach the program's host memory, and the
+    program is told so (the server's reason comes with the reply), not only given the error code."""
+    r = run_remote(apps / "graph_host_copies", client_lib, server.address, env={"CUWIRE_TRANSPORT": "tcp"})
+    assert r.returncode == 1 and "cudaErrorNotSupported" in r.stdout
+    assert "cuwire: not supported: cuGraphAddMemcpyNode: a memcpy node with host memory the server cannot reach" \
+        in r.stderr, r.stderr
 
 
 def test_managed_memory_over_tcp_keeps_a_host_copy_in_step(apps: Path, client_lib, server):
@@ -93,5 +102,5 @@ def test_unimplemented_function_is_loud(apps, client_lib, server):
     r = run_remote(apps / "unimplemented", client_lib, server.address)
     assert r.returncode == 0, r.stderr
     assert r.stdout == (EXPECTED / "unimplemented.out").read_text()
-    # NVIDIA's runtime asks cuwire's libcuda for cuDeviceGraphMemTrim, which names itself
-    assert "cuwire: unimplemented CUDA function cuDeviceGraphMemTrim (cuda.h)" in r.stderr
+    # NVIDIA's runtime asks cuwire's libcuda for cuDeviceGetTexture1DLinearMaxWidth, which names itself
+    assert "cuwire: unimplemented CUDA function cuDeviceGetTexture1DLinearMaxWidth (cuda.h)" in r.stderr

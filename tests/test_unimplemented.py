@@ -14,8 +14,9 @@ PROGRAM = r"""
 #include <stdio.h>
 #include "cuda_api.h"
 int main(void) {
-    int a = cuDeviceGraphMemTrim(0);
-    int b = cuDeviceGraphMemTrim(0);
+    int supported;
+    int a = cuDeviceGetExecAffinitySupport(&supported, CU_EXEC_AFFINITY_TYPE_SM_COUNT, 0);
+    int b = cuDeviceGetExecAffinitySupport(&supported, CU_EXEC_AFFINITY_TYPE_SM_COUNT, 0);
     unsigned fans;
     int c = nvmlDeviceGetNumFans(0, &fans);
     printf("%d %d %d\n", a, b, c);
@@ -34,7 +35,7 @@ def test_unimplemented_says_so_once_and_returns_not_supported(program):
                        env={**os.environ, "CUWIRE_STRICT": "0"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["801", "801", "3"]  # CUDA_ERROR_NOT_SUPPORTED, NVML_ERROR_NOT_SUPPORTED
-    assert r.stderr.count("cuwire: unimplemented CUDA function cuDeviceGraphMemTrim (cuda.h)") == 1
+    assert r.stderr.count("cuwire: unimplemented CUDA function cuDeviceGetExecAffinitySupport (cuda.h)") == 1
     assert "cuwire: unimplemented CUDA function nvmlDeviceGetNumFans (nvml.h)" in r.stderr
 
 
@@ -42,5 +43,5 @@ def test_strict_mode_aborts(program):
     r = subprocess.run([str(program)], capture_output=True, text=True, timeout=30,
                        env={**os.environ, "CUWIRE_STRICT": "1"})
     assert r.returncode != 0
-    assert "cuwire: unimplemented CUDA function cuDeviceGraphMemTrim" in r.stderr
+    assert "cuwire: unimplemented CUDA function cuDeviceGetExecAffinitySupport" in r.stderr
     assert "aborting" in r.stderr

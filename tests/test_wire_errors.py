@@ -569,6 +569,44 @@ def test_virtual_memory_is_per_session_and_freed_when_it_ends(tmp_path):
         s.stop()
 
 
+TEXTURE_DESC = struct.pack("<3iiI", 1, 1, 1, 0, 0) + bytes(104 - 20)  # CUDA_TEXTURE_DESC: clamped, point
+
+
+def resource(array: int = 0, linear: tuple[int, int] | None = None) -> bytes:
+    """A CUDA_RESOURCE_DESC: an array's, or linear device memory's (address, bytes: one float channel)."""
+    if linear:
+        body = struct.pack("<QiIQ", linear[0], 0x20, 1, linear[1])
+        return struct.pack("<i4x", 2) + body + bytes(128 - len(body)) + bytes(8)
+    return struct.pack("<i4xQ", 0, array) + bytes(120) + bytes(8)
+
+
+def test_a_texture_may_read_past_its_allocation_only_in_a_process_of_its_own(session, tmp_path):
+    """CUDA lets a linear texture run past the allocation it starts in (convolutionFFT2D, a CUDA sample, makes
+    one so): a session in a process of its own may too, since a texture only reads and that process holds
+    no other session's memory; a texture must still start in the session's memory. Sessions that share a
+    process (isolation=thread) keep every byte of the range checked."""
+    from conftest import ServerProcess
+
+    device = allocate(session, 4096)
+    past = vmm_call(session, "cuTexObjectCreate", pResDesc=resource(linear=(device, 8192)), pTexDesc=TEXTURE_DESC)
+    assert past.status == 0 and past.pTexObject
+    assert vmm_call(session, "cuTexObjectDestroy", texObject=past.pTexObject).status == 0
+    assert vmm_call(session, "cuTexObjectCreate", pResDesc=resource(linear=(device + (1 << 30), 256)),
+                    pTexDesc=TEXTURE_DESC).status == 1
+    s = ServerProcess(tmp_path, "--isolation", "thread")
+    try:
+        t, reply = open_session(s.address, HELLO)
+        assert not reply.error
+        mine = allocate(t, 4096)
+        assert vmm_call(t, "cuTexObjectCreate", pResDesc=resource(linear=(mine, 4096)),
+                        pTexDesc=TEXTURE_DESC).status == 0
+        assert vmm_call(t, "cuTexObjectCreate", pResDesc=resource(linear=(mine, 8192)),
+                        pTexDesc=TEXTURE_DESC).status == 1
+        t.close()
+    finally:
+        s.stop()
+
+
 def test_texture_objects_and_arrays_are_per_session(tmp_path):
     """Sessions in threads share one device: another session can neither make a texture or surface object
     over a session's array or device memory, nor copy into its array, nor query or destroy its objects;
@@ -576,13 +614,7 @@ def test_texture_objects_and_arrays_are_per_session(tmp_path):
     from conftest import ServerProcess
 
     array_desc = struct.pack("<QQiI", 16, 8, 0x20, 1)  # 16 x 8 floats
-    texture_desc = struct.pack("<3iiI", 1, 1, 1, 0, 0) + bytes(104 - 20)  # clamped, point
-
-    def resource(array: int = 0, linear: tuple[int, int] | None = None) -> bytes:
-        if linear:  # device address, bytes: one float channel
-            body = struct.pack("<QiIQ", linear[0], 0x20, 1, linear[1])
-            return struct.pack("<i4x", 2) + body + bytes(128 - len(body)) + bytes(8)
-        return struct.pack("<i4xQ", 0, array) + bytes(120) + bytes(8)
+    texture_desc = TEXTURE_DESC
 
     s = ServerProcess(tmp_path, "--isolation", "thread")
     try:

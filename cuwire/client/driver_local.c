@@ -233,20 +233,27 @@ static pthread_mutex_t capture_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     CUstream stream;
     cuuint64_t id;
+    int to_graph; /* into a graph the program made (cuStreamBeginCaptureToGraph) */
 } captures[CAPTURES_MAX];
 static cuuint64_t capture_ids;
 
-void cuwire_after_cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode)
+static void note_capture(CUstream stream, int to_graph)
 {
-    (void)mode;
     pthread_mutex_lock(&capture_lock);
     for (int i = 0; i < CAPTURES_MAX; i++)
         if (!captures[i].id) {
             captures[i].stream = stream;
             captures[i].id = ++capture_ids;
+            captures[i].to_graph = to_graph;
             break;
         }
     pthread_mutex_unlock(&capture_lock);
+}
+
+void cuwire_after_cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode)
+{
+    (void)mode;
+    note_capture(stream, 0);
 }
 
 /* Capturing into a graph the program made is capturing all the same. */
@@ -254,19 +261,28 @@ void cuwire_after_cuStreamBeginCaptureToGraph(CUstream stream, CUgraph graph, co
                                               const CUgraphEdgeData *dependencyData, size_t numDependencies,
                                               CUstreamCaptureMode mode)
 {
-    (void)graph, (void)dependencies, (void)dependencyData, (void)numDependencies;
-    cuwire_after_cuStreamBeginCapture_v2(stream, mode);
+    (void)graph, (void)dependencies, (void)dependencyData, (void)numDependencies, (void)mode;
+    note_capture(stream, 1);
 }
 
-/* Before cuStreamEndCapture goes to the server: the capture ends, whether or not the graph comes out. */
+/* Before cuStreamEndCapture goes to the server: the capture ends, whether or not the graph comes out. A
+ * capture into the program's own graph may be ended without asking for the graph back (NULL, as CUDA's
+ * graphConditionalNodes sample does): the server is asked with a place for it, which the program does
+ * not need. */
 int cuwire_fast_cuStreamEndCapture(CUstream stream, CUgraph *graph)
 {
-    (void)graph;
+    int to_graph = 0;
     pthread_mutex_lock(&capture_lock);
     for (int i = 0; i < CAPTURES_MAX; i++)
-        if (captures[i].id && captures[i].stream == stream)
+        if (captures[i].id && captures[i].stream == stream) {
+            to_graph |= captures[i].to_graph;
             captures[i].id = 0;
+        }
     pthread_mutex_unlock(&capture_lock);
+    if (!graph && to_graph) {
+        CUgraph unused;
+        return cuStreamEndCapture(stream, &unused);
+    }
     return -1;
 }
 
@@ -380,11 +396,13 @@ int cuwire_note_primary_flags(CUdevice dev, unsigned int flags)
 static struct { CUcontext ctx; CUdevice dev; } created[MAX_CREATED];
 static pthread_mutex_t created_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* cuCtxCreate_v4's fast path: the creation parameters (execution affinity, CIG) are not served. */
+/* cuCtxCreate_v4's fast path: the creation parameters (execution affinity, CIG) are not served. Empty
+ * parameters (`CUctxCreateParams p = {}`, what CUDA 13's samples and helpers pass) ask for nothing and go
+ * on as NULL (the annotations send NULL either way). */
 int cuwire_check_context_params(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
 {
     (void)pctx, (void)flags, (void)dev;
-    if (!params)
+    if (!params || (!params->execAffinityParams && params->numExecAffinityParams == 0 && !params->cigParams))
         return -1;
     static int warned;
     return cuwire_unimplemented("cuCtxCreate_v4 with CUctxCreateParams (execution affinity, CIG)", "cuda.h",

@@ -208,6 +208,7 @@ class Client:
         self.broken: str = ""  # why the server cannot be reached any more
         self.finished = False  # the process is exiting and its session is closed
         self.told = False  # whether the program was told why
+        self.told_refusals: set[str] = set()  # the server's reasons for NOT_SUPPORTED, said once each
         self.stats = Stats()
         self.names: dict[int, str] = {}
         self.error_strings: dict[tuple[int, bool, bool], object] = {}  # kept alive: C holds the pointers
@@ -319,6 +320,9 @@ class Client:
         if reply.output:  # device printf output: after what the program printed itself (its C stdio too)
             sys.stdout.flush()
             lib.cuwire_write_output(reply.output, len(reply.output))
+        if reply.refused and reply.refused not in self.told_refusals:  # said once each
+            self.told_refusals.add(reply.refused)
+            print(f"cuwire: not supported: {reply.refused}", file=sys.stderr)
         if reply.error:
             print(f"cuwire: the server refused a call: {reply.error}", file=sys.stderr)
             raise Fail(UNKNOWN)

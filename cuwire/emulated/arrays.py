@@ -437,9 +437,15 @@ class EmulatedArrays:
             if lin.format not in FORMATS or lin.numChannels not in (1, 2, 4):
                 return None
             texel = struct.calcsize(FORMATS[lin.format]) * lin.numChannels
-            if not self._memory.find(lin.devPtr, lin.sizeInBytes):
-                return None
-            return None, (lin.devPtr, lin.format, lin.numChannels, lin.sizeInBytes // texel, 1, lin.sizeInBytes)
+            size = lin.sizeInBytes
+            if not self._memory.find(lin.devPtr, size):
+                # CUDA lets a linear texture run past its allocation; here it ends where the allocation does
+                # (reads beyond see the address mode's answer; on a GPU, whatever lies there)
+                held = self._memory.find(lin.devPtr, 1)
+                if held is None:
+                    return None
+                size = min(size, len(held[0]) - held[1])
+            return None, (lin.devPtr, lin.format, lin.numChannels, size // texel, 1, size)
         if kind == RESOURCE_PITCH2D:
             p = r.res.pitch2D
             if p.format not in FORMATS or p.numChannels not in (1, 2, 4):

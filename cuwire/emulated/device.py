@@ -1071,6 +1071,9 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
             return self.drv.CUDA_ERROR_INVALID_VALUE  # only a high watermark may be set, and only to 0
         return 0
 
+    def cuDeviceGraphMemTrim(self, device: int) -> int:
+        return 0 if device == 0 else self.drv.CUDA_ERROR_INVALID_DEVICE  # (nothing is kept back to trim)
+
     # stream capture and graphs: a capturing stream records its kernels and memsets; a graph runs them
 
     def _captured(self, hStream: CData, run) -> bool:

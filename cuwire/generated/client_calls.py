@@ -313,6 +313,15 @@ def cuDeviceGetPCIBusId(pciBusId, pciBusId_len, len, dev):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuDeviceGraphMemTrim", onerror=rt.on_error)
+def cuDeviceGraphMemTrim(device):
+    """cuDeviceGraphMemTrim (cuda.h): the session's own graph memory (each session has its context)"""
+    args = pb.cuDeviceGraphMemTrim_Args()
+    args.device = device
+    res = rt.call(64302920, args, pb.cuDeviceGraphMemTrim_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuDevicePrimaryCtxReset_v2", onerror=rt.on_error)
 def cuDevicePrimaryCtxReset_v2(dev):
     """cuDevicePrimaryCtxReset_v2 (cuda.h)"""
@@ -520,7 +529,7 @@ def cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, dependencies_len,
 
 @ffi.def_extern(name="cuwire_py_cuGraphAddMemcpyNode", onerror=rt.on_error)
 def cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, copyParams, copyParams_len, ctx):
-    """cuGraphAddMemcpyNode (cuda.h): device and array memory (a node cannot reach the program's host memory: refused by name)"""
+    """cuGraphAddMemcpyNode (cuda.h): device and array memory, and page-locked host memory shared with a server on this host (other host memory: refused by name, server/graphs.py)"""
     args = pb.cuGraphAddMemcpyNode_Args()
     args.hGraph = hGraph
     args.dependencies = rt.read(dependencies, dependencies_len)

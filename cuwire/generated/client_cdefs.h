@@ -29,6 +29,7 @@ extern "Python+C" int cuwire_py_cuDeviceGetGraphMemAttribute(int64_t, int64_t, v
 extern "Python+C" int cuwire_py_cuDeviceGetMemPool(void *, int64_t);
 extern "Python+C" int cuwire_py_cuDeviceGetP2PAttribute(void *, int64_t, int64_t, int64_t);
 extern "Python+C" int cuwire_py_cuDeviceGetPCIBusId(void *, uint64_t, int64_t, int64_t);
+extern "Python+C" int cuwire_py_cuDeviceGraphMemTrim(int64_t);
 extern "Python+C" int cuwire_py_cuDevicePrimaryCtxReset_v2(int64_t);
 extern "Python+C" int cuwire_py_cuDevicePrimaryCtxSetFlags_v2(int64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuDeviceSetGraphMemAttribute(int64_t, int64_t, void *, uint64_t);

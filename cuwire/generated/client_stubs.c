@@ -1084,7 +1084,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "local",
-    "unimplemented",
+    "sync",
     "local",
     "local",
     "sync",
@@ -1163,8 +1163,8 @@ const char *const cuwire_modes[] = {
     "custom",
     "unimplemented",
     "custom",
-    "unimplemented",
-    "unimplemented",
+    "local",
+    "local",
     "sync",
     "sync",
     "unimplemented",
@@ -3797,11 +3797,23 @@ CUWIRE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 }
 CUWIRE_EXPORT __typeof__(cuDeviceGetUuid_v2) cuDeviceGetUuid __attribute__((alias("cuDeviceGetUuid_v2")));
 
-/* cuDeviceGraphMemTrim (cuda.h): unimplemented */
+/* cuDeviceGraphMemTrim (cuda.h): remoted, sync */
+int cuwire_py_cuDeviceGraphMemTrim(int64_t);
 static inline CUresult cuwire_impl_cuDeviceGraphMemTrim(CUdevice device)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuDeviceGraphMemTrim", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            int32_t device;
+        } rec = {
+            device,
+        };
+        int status = cuwire_call(64302920u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuDeviceGraphMemTrim((int64_t)device));
 }
 CUWIRE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -5377,11 +5389,11 @@ CUWIRE_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph
     return cuwire_impl_cuGraphAddKernelNode_v2(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
 }
 
-/* cuGraphAddMemAllocNode (cuda.h): unimplemented */
+/* cuGraphAddMemAllocNode (cuda.h): local, local */
+CUresult cuwire_local_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams);
 static inline CUresult cuwire_impl_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphAddMemAllocNode", "cuda.h", &warned), 801));
+return cuwire_local_cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
 }
 CUWIRE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
@@ -5395,11 +5407,11 @@ CUWIRE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph 
     return cuwire_impl_cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
 }
 
-/* cuGraphAddMemFreeNode (cuda.h): unimplemented */
+/* cuGraphAddMemFreeNode (cuda.h): local, local */
+CUresult cuwire_local_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr);
 static inline CUresult cuwire_impl_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphAddMemFreeNode", "cuda.h", &warned), 801));
+return cuwire_local_cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies, dptr);
 }
 CUWIRE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
@@ -5473,8 +5485,13 @@ CUWIRE_EXPORT CUresult cuGraphAddNode(void)
 
 /* cuGraphAddNode_v2 (cuda.h): remoted, custom */
 int cuwire_py_cuGraphAddNode_v2(void *, uint64_t, uint64_t, void *, uint64_t, uint64_t, void *, uint64_t);
+int cuwire_graph_node_by_kind(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams);
 static inline CUresult cuwire_impl_cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams)
 {
+    int fast = cuwire_graph_node_by_kind(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams);
+    if (fast >= 0) {
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuGraphAddNode_v2((void *)phGraphNode, (uint64_t)(uintptr_t)hGraph, (uint64_t)(uintptr_t)dependencies, (void *)dependencyData, sizeof *dependencyData, (uint64_t)numDependencies, (void *)nodeParams, sizeof *nodeParams));

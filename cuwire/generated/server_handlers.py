@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "b87f16f6431074a1"
+API_DIGEST = "e4b06a4ec9e73822"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -269,6 +269,13 @@ def cuDeviceGetPCIBusId(s, a: pb.cuDeviceGetPCIBusId_Args) -> pb.cuDeviceGetPCIB
     r.status = s.lib.cuDeviceGetPCIBusId(pciBusId, a.len, a.dev)
     if r.status == 0:
         r.pciBusId = s.take(pciBusId, a.len)
+    return r
+
+
+def cuDeviceGraphMemTrim(s, a: pb.cuDeviceGraphMemTrim_Args) -> pb.cuDeviceGraphMemTrim_Result:
+    """cuDeviceGraphMemTrim (cuda.h)"""
+    r = pb.cuDeviceGraphMemTrim_Result()
+    r.status = s.lib.cuDeviceGraphMemTrim(a.device)
     return r
 
 
@@ -1836,6 +1843,7 @@ HANDLERS = {
     3826692610: ("cuDeviceGetMemPool", pb.cuDeviceGetMemPool_Args, cuDeviceGetMemPool),
     2429329345: ("cuDeviceGetP2PAttribute", pb.cuDeviceGetP2PAttribute_Args, cuDeviceGetP2PAttribute),
     2039655364: ("cuDeviceGetPCIBusId", pb.cuDeviceGetPCIBusId_Args, cuDeviceGetPCIBusId),
+    64302920: ("cuDeviceGraphMemTrim", pb.cuDeviceGraphMemTrim_Args, cuDeviceGraphMemTrim),
     2324783077: ("cuDevicePrimaryCtxReset_v2", pb.cuDevicePrimaryCtxReset_v2_Args, cuDevicePrimaryCtxReset_v2),
     4201524549: ("cuDevicePrimaryCtxSetFlags_v2", pb.cuDevicePrimaryCtxSetFlags_v2_Args, cuDevicePrimaryCtxSetFlags_v2),
     2335304070: ("cuDeviceSetGraphMemAttribute", pb.cuDeviceSetGraphMemAttribute_Args, cuDeviceSetGraphMemAttribute),
@@ -2042,6 +2050,7 @@ RECORDS = {
     288806398: ("cuCtxSetLimit", struct.Struct("<iQ")),
     484046796: ("cuCtxSynchronize", struct.Struct("<")),
     357846365: ("cuCtxSynchronize_v2", struct.Struct("<Q")),
+    64302920: ("cuDeviceGraphMemTrim", struct.Struct("<i")),
     2324783077: ("cuDevicePrimaryCtxReset_v2", struct.Struct("<i")),
     3394474896: ("cuDeviceSetMemPool", struct.Struct("<iQ")),
     2687060959: ("cuEventQuery", struct.Struct("<Q")),

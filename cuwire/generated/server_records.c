@@ -94,6 +94,16 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         *err = s->fn.cuCtxSynchronize_v2((CUcontext)(uintptr_t)r.ctx);
         return 1;
     }
+    case 64302920u: { /* cuDeviceGraphMemTrim (cuda.h) */
+        struct __attribute__((packed)) {
+            int32_t device;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuDeviceGraphMemTrim: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        *err = s->fn.cuDeviceGraphMemTrim(r.device);
+        return 1;
+    }
     case 2324783077u: { /* cuDevicePrimaryCtxReset_v2 (cuda.h) */
         struct __attribute__((packed)) {
             int32_t dev;

@@ -12,6 +12,7 @@
     X(cuCtxSetLimit) \
     X(cuCtxSynchronize) \
     X(cuCtxSynchronize_v2) \
+    X(cuDeviceGraphMemTrim) \
     X(cuDevicePrimaryCtxReset_v2) \
     X(cuDeviceSetMemPool) \
     X(cuEventQuery) \

@@ -7,8 +7,9 @@ one itself; neither does it destroy a conditional node's body graphs, which go w
 allocation node's address range is the session's from the node's creation (other nodes may use it).
 
 A kernel node comes as cuwire.KernelNode: the kernel as the client's lookup named it and its parameters laid
-out at the offsets that lookup described (custom._describe), as a queued launch's. A
-memcpy node may not name host memory: the node would copy the server's memory, not the program's.
+out at the offsets that lookup described (custom._describe), as a queued launch's. A memcpy node may name
+host memory only where the client's page-locked allocations are shared with this server (on the same host):
+other host memory is the program's, which a graph running here cannot reach; it is refused by name.
 """
 
 from __future__ import annotations
@@ -94,26 +95,38 @@ def cuGraphAddMemsetNode(s, a: pb.cuGraphAddMemsetNode_Args) -> pb.cuGraphAddMem
                      s.handle(CONTEXT, "CUcontext", a.ctx))
 
 
-def _copy_side(s, kind: int, device: int, array, x: int, y: int, z: int, pitch: int, rows: int, c) -> None:
+def _copy_side(s, kind: int, device: int, host, array, x: int, y: int, z: int, pitch: int, rows: int, c):
+    """One side of a memcpy node, checked: for host memory, where this server has it (or NULL)."""
     if kind == ARRAY_MEMORY:
         s.handle(ARRAY, "CUarray", int(s.ffi.cast("uintptr_t", array)))
     elif kind in (DEVICE, UNIFIED):
         s.pitched_device(device, x, y, z, pitch, rows, c.WidthInBytes, c.Height, c.Depth)
     elif kind == HOST:
-        raise CudaFail(NOT_SUPPORTED, "a memcpy node with host memory: in a graph on the server it would copy the "
-                                      "server's memory, not the program's (cuwire)")
+        address = int(s.ffi.cast("uintptr_t", host))
+        first = address + (z * (rows if c.Depth > 1 else 0) + y) * pitch + x
+        here = s.shared_host(first, s.pitched_length(pitch, rows, c.WidthInBytes, c.Height, c.Depth))
+        if here is None:
+            raise CudaFail(NOT_SUPPORTED, "a memcpy node with host memory the server cannot reach: a graph runs on "
+                                          "the server, so its copies may name only page-locked memory "
+                                          "(cudaMallocHost, cuMemHostAlloc) shared with a server on this host "
+                                          "(cuwire)")
+        return s.ffi.cast("void *", address + here - first)
     else:
         raise CudaFail(INVALID_VALUE, f"memory type {kind}")
+    return s.ffi.NULL
 
 
 def cuGraphAddMemcpyNode(s, a: pb.cuGraphAddMemcpyNode_Args) -> pb.cuGraphAddMemcpyNode_Result:
+    """A memcpy node between the session's device memory, its arrays, and the client's page-locked memory
+    that this server shares (its address here put in the node: the GPU reaches it as natively)."""
     c = s.struct_in("CUDA_MEMCPY3D", a.copyParams)
+    src = dst = s.ffi.NULL  # (host addresses are the client's: meaningless here unless shared)
     if c.WidthInBytes and c.Height and c.Depth:
-        _copy_side(s, c.srcMemoryType, c.srcDevice, c.srcArray, c.srcXInBytes, c.srcY, c.srcZ, c.srcPitch,
-                   c.srcHeight, c)
-        _copy_side(s, c.dstMemoryType, c.dstDevice, c.dstArray, c.dstXInBytes, c.dstY, c.dstZ, c.dstPitch,
-                   c.dstHeight, c)
-    c.srcHost = c.dstHost = s.ffi.NULL  # (addresses in the client's memory, meaningless here)
+        src = _copy_side(s, c.srcMemoryType, c.srcDevice, c.srcHost, c.srcArray, c.srcXInBytes, c.srcY, c.srcZ,
+                         c.srcPitch, c.srcHeight, c)
+        dst = _copy_side(s, c.dstMemoryType, c.dstDevice, c.dstHost, c.dstArray, c.dstXInBytes, c.dstY, c.dstZ,
+                         c.dstPitch, c.dstHeight, c)
+    c.srcHost, c.dstHost = src, dst
     return _add_node(s, s.lib.cuGraphAddMemcpyNode, a, pb.cuGraphAddMemcpyNode_Result(), c,
                      s.handle(CONTEXT, "CUcontext", a.ctx))
 

@@ -160,7 +160,7 @@ class CuWireServer:
                 if size > 0:
                     address, fd = ring.host_memory(records_lib, size, hello.host_address)
                     fds.append(fd)
-                    session.use_host_memory(address, size)
+                    session.use_host_memory(address, size, hello.host_address)
                     reply.welcome.host_memory, reply.welcome.host_address = size, address
                     if address != hello.host_address:
                         log.info("session %s: shared host memory at %#x here, not at the client's %#x: kernels "

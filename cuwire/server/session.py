@@ -16,7 +16,15 @@ from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.server import attributes, bulk, custom, graphs, records, tensor_maps, textures, vmm
 from cuwire.server._records import lib as records_lib
-from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, OUT_OF_MEMORY, UNKNOWN, CudaFail, WireError
+from cuwire.server.errors import (
+    INVALID_HANDLE,
+    INVALID_VALUE,
+    NOT_SUPPORTED,
+    OUT_OF_MEMORY,
+    UNKNOWN,
+    CudaFail,
+    WireError,
+)
 from cuwire.server.records import CALL_REPLY, RecordLoop
 from cuwire.transport import BULK, TransportError
 
@@ -81,6 +89,7 @@ class Session:
         self.ring = None  # shared memory with a client on this host, which payloads go through (ring.Ring)
         self.ring_registered = False  # page-locked for the GPU (cuMemHostRegister)
         self.host_base = self.host_size = 0  # host memory the client's page-locked allocations live in
+        self.host_client_base = 0  # where the client has that memory
         self.host_ranges: dict[int, int] = {}  # offset -> size of the ranges registered for the client (RegisterHost)
         self.vmm: vmm.Vmm | None = None  # reservations, physical allocations and mappings (virtual memory)
         self.objects: textures.Objects | None = None  # texture and surface objects, mipmap levels
@@ -136,6 +145,8 @@ class Session:
                 except CudaFail as e:
                     log.info("session %s: %s: %s", self.name, name, e)
                     result = getattr(pb, f"{name.removeprefix('cuwire.')}_Result")(status=e.code)
+                    if e.code == NOT_SUPPORTED:  # (the program's own errors are CUDA's to tell)
+                        reply.refused = f"{name}: {e}"
                 reply.result = result.SerializeToString()
         except (TransportError, OSError):
             raise  # the connection broke mid-payload: the session ends
@@ -381,12 +392,23 @@ class Session:
         log.info("session %s: host functions go to the client on a connection of their own", self.name)
         return ""
 
-    def use_host_memory(self, address: int, size: int) -> None:
+    def use_host_memory(self, address: int, size: int, client_address: int) -> None:
         """The client carves its page-locked allocations from this memory (shared with it, mapped here at
-        `address`, the client's own address for it when it could be): copies between them and the GPU name
-        offsets in it (CopyShared records, run by the C loop)."""
-        self.host_base, self.host_size = address, size
+        `address`, the client's own `client_address` for it when it could be): copies between them and the
+        GPU name offsets in it (CopyShared records, run by the C loop)."""
+        self.host_base, self.host_size, self.host_client_base = address, size, client_address
         self.records.shared(COPY_SHARED, address, size)
+
+    def shared_host(self, address: int, size: int) -> int | None:
+        """Where this server has `size` bytes at the client's host `address`, when they lie in one of the
+        client's page-locked allocations (registered here, so the GPU reaches them as natively); else None."""
+        offset = address - self.host_client_base
+        if not self.host_client_base or offset < 0 or size <= 0:
+            return None
+        for o, n in self.host_ranges.items():
+            if o <= offset and offset + size <= o + n:
+                return self.host_base + offset
+        return None
 
     def register_host(self, offset: int, size: int) -> int:
         """A page-locked allocation of the client's: its range of the shared host memory is page-locked
@@ -432,6 +454,18 @@ class Session:
         if self.records.in_memory(address, size):
             return self.ffi.cast("void *", address)
         raise CudaFail(INVALID_VALUE, f"{size} bytes at {address:#x} are not in this session's device memory")
+
+    def device_read_only(self, address: int, size: int):
+        """A device range a texture reads: its first byte in this session's memory. With a process of the
+        session's own (isolation=process), the rest may run past the allocation, as the driver lets it (a
+        texture may only read, and that process holds no other session's memory; CUDA's own samples make
+        textures larger than their allocation); with sessions sharing a process, all of it as `device`."""
+        if not self.server.settings.session_name:  # (the listener names the session of a process of its own)
+            return self.device(address, size)
+        self.check_size(size)
+        if self.records.in_memory(address, 1):
+            return self.ffi.cast("void *", address)
+        raise CudaFail(INVALID_VALUE, f"{address:#x} is not in this session's device memory")
 
     @staticmethod
     def pitched_length(pitch: int, rows: int, width: int, height: int, depth: int) -> int:

@@ -48,19 +48,21 @@ def _address(s, pointer) -> int:
     return int(s.ffi.cast("uintptr_t", pointer))
 
 
-def _resource(s, data: bytes):
-    """A CUDA_RESOURCE_DESC from the wire, if what it names is the session's."""
+def _resource(s, data: bytes, read_only: bool = False):
+    """A CUDA_RESOURCE_DESC from the wire, if what it names is the session's (for a texture, which only
+    reads, as Session.device_read_only checks device memory)."""
     desc = s.struct_in("CUDA_RESOURCE_DESC", data)
+    reach = s.device_read_only if read_only else s.device
     kind = desc.resType
     if kind == RESOURCE_ARRAY:
         s.handle(ARRAY, "CUarray", _address(s, desc.res.array.hArray))
     elif kind == RESOURCE_MIPMAPPED_ARRAY:
         s.handle(MIPMAPPED, "CUmipmappedArray", _address(s, desc.res.mipmap.hMipmappedArray))
     elif kind == RESOURCE_LINEAR:
-        s.device(desc.res.linear.devPtr, desc.res.linear.sizeInBytes)
+        reach(desc.res.linear.devPtr, desc.res.linear.sizeInBytes)
     elif kind == RESOURCE_PITCH2D:
         pitched = desc.res.pitch2D
-        s.device(pitched.devPtr, pitched.pitchInBytes * pitched.height)
+        reach(pitched.devPtr, pitched.pitchInBytes * pitched.height)
     else:
         raise CudaFail(INVALID_VALUE, f"resource type {kind}")
     return desc
@@ -73,7 +75,7 @@ def _mine(objects: set[int], value: int, what: str) -> None:
 
 def cuTexObjectCreate(s, a: pb.cuTexObjectCreate_Args) -> pb.cuTexObjectCreate_Result:
     r = pb.cuTexObjectCreate_Result()
-    res = _resource(s, a.pResDesc)
+    res = _resource(s, a.pResDesc, read_only=True)
     tex = s.struct_in("CUDA_TEXTURE_DESC", a.pTexDesc)
     view = s.struct_in("CUDA_RESOURCE_VIEW_DESC", a.pResViewDesc) if a.pResViewDesc else s.ffi.NULL
     out = s.ffi.new("CUtexObject *")

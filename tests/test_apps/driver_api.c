@@ -74,7 +74,8 @@ int main(void)
     CHECK_DRIVER(cuDeviceGet(&dev, 0));
 
     CUcontext ctx, current;
-    CHECK_DRIVER(cuCtxCreate(&ctx, NULL, 0, dev));
+    CUctxCreateParams none = {0}; /* empty parameters, as CUDA 13's samples pass them */
+    CHECK_DRIVER(cuCtxCreate(&ctx, &none, 0, dev));
     CHECK_DRIVER(cuCtxGetCurrent(&current));
     CUdevice ctx_dev = -1;
     CHECK_DRIVER(cuCtxGetDevice(&ctx_dev));

@@ -1,0 +1,81 @@
+/* cuwire client: graph node calls that are other graph node calls in another form.
+ *
+ * cuGraphAddNode takes every kind of node in one struct (CUgraphNodeParams). The kinds that have a call of
+ * their own (kernel, memcpy, memset, host, child graph) go through that call, which knows how to carry the
+ * kind over the wire (a kernel's parameters, a host function kept in the client); the others travel as
+ * cuwire.GraphNode (client/driver.py). The reverse holds for memory nodes: cuGraphAddMemAllocNode and
+ * cuGraphAddMemFreeNode are cuGraphAddNode of those kinds.
+ */
+#include <string.h>
+
+#include "cuda_api.h"
+#include "runtime.h"
+
+/* Edge data of the default kind on every edge is the same as none. */
+static int default_edges(const CUgraphEdgeData *data, size_t n)
+{
+    static const CUgraphEdgeData none;
+    for (size_t i = 0; data && i < n; i++)
+        if (memcmp(&data[i], &none, sizeof none) != 0)
+            return 0;
+    return 1;
+}
+
+/* cuGraphAddNode's fast path: the node through its kind's own call, or -1 (cuwire.GraphNode). */
+int cuwire_graph_node_by_kind(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps,
+                              const CUgraphEdgeData *edges, size_t n, CUgraphNodeParams *p)
+{
+    if (!p || !default_edges(edges, n))
+        return -1;
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+        CUDA_KERNEL_NODE_PARAMS k;
+        memcpy(&k, &p->kernel, sizeof k); /* (v3 and v2 have one layout) */
+        return cuGraphAddKernelNode_v2(node, graph, deps, n, &k);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+        if (p->memcpy.flags || p->memcpy.reserved)
+            return CUDA_ERROR_INVALID_VALUE;
+        return cuGraphAddMemcpyNode(node, graph, deps, n, &p->memcpy.copyParams, p->memcpy.copyCtx);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+        const CUDA_MEMSET_NODE_PARAMS_v2 *m = &p->memset;
+        CUDA_MEMSET_NODE_PARAMS v1 = {m->dst, m->pitch, m->value, m->elementSize, m->width, m->height};
+        return cuGraphAddMemsetNode(node, graph, deps, n, &v1, m->ctx);
+    }
+    case CU_GRAPH_NODE_TYPE_HOST: {
+        CUDA_HOST_NODE_PARAMS h = {p->host.fn, p->host.userData};
+        return cuGraphAddHostNode(node, graph, deps, n, &h);
+    }
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+        if (p->graph.ownership != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE)
+            return -1; /* (moving a graph into its node: cuwire.GraphNode says it is not served) */
+        return cuGraphAddChildGraphNode(node, graph, deps, n, p->graph.graph);
+    default:
+        return -1;
+    }
+}
+
+CUresult cuwire_local_cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t n,
+                                             CUDA_MEM_ALLOC_NODE_PARAMS *params)
+{
+    if (!params)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+    memcpy(&p.alloc, params, sizeof *params); /* (v1 and v2 have one layout) */
+    CUresult status = cuGraphAddNode_v2(node, graph, deps, NULL, n, &p);
+    if (status == CUDA_SUCCESS)
+        params->dptr = p.alloc.dptr;
+    return status;
+}
+
+CUresult cuwire_local_cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t n,
+                                            CUdeviceptr dptr)
+{
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+    p.free.dptr = dptr;
+    return cuGraphAddNode_v2(node, graph, deps, NULL, n, &p);
+}
