@@ -29,7 +29,7 @@ client: venv
 	$(VPY) -m cuwire.client.build
 
 ## Build the server's record loop (cuwire/server/records.c) in place; pip install builds it too (setup.py)
-SERVER_C := cuwire/server/records.c cuwire/socket_wait.h cuwire/server/records_build.py $(wildcard cuwire/generated/server_records.*)
+SERVER_C := cuwire/server/records.c cuwire/socket_wait.h cuwire/shm_ring.h cuwire/server/records_build.py $(wildcard cuwire/generated/server_records.*)
 build/.server: $(VENV)/.installed $(SERVER_C)
 	$(VPY) -m cuwire.server.records_build && mkdir -p build && touch $@
 

@@ -137,15 +137,26 @@ def create(ffi: Any, lib: Any, size: int, sock_fd: int, spin_us: int = 50, slot:
 HOST_SPAN = 64 << 30  # address space a client reserves for shared page-locked memory (no memory is taken)
 
 
-def host_memory(lib: Any, size: int, address: int) -> tuple[int, int]:
+def hold_host_range(lib: Any, address: int, size: int) -> int:
+    """The server's side, before anything else takes address space in its process (a session process
+    does this before CUDA starts, which reserves much of it): keep the client's reserved range free here
+    (no access, no memory) so that host_memory can map at the client's own address. The address, or 0."""
+    if not address or size <= 0:
+        return 0
+    return lib.cw_reserve_at(address, size)
+
+
+def host_memory(lib: Any, size: int, address: int, held: int = 0) -> tuple[int, int]:
     """The server's side of the host memory a client on this host gets for its page-locked allocations:
     `size` bytes of a new memfd (no page is taken until one is written), mapped at the client's reserved
-    `address` when that range is free here, else anywhere; (its address here, its descriptor, to send to
-    the client and then close). The server registers the ranges the client allocates (RegisterHost)."""
+    `address` when that range is free here (or `held` there by hold_host_range), else anywhere; (its
+    address here, its descriptor, to send to the client and then close). The server registers the ranges
+    the client allocates (RegisterHost)."""
     fd = os.memfd_create("cuwire-host", os.MFD_CLOEXEC)
     try:
         os.ftruncate(fd, size)
-        mapped = (address and lib.cw_map_shared(fd, size, address, 0)) or lib.cw_map_shared(fd, size, 0, 0)
+        ours = bool(address) and held == address
+        mapped = (address and lib.cw_map_shared(fd, size, address, int(ours))) or lib.cw_map_shared(fd, size, 0, 0)
         if not mapped:
             raise OSError("cannot map the shared host memory")
         return mapped, fd

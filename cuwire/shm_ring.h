@@ -43,6 +43,7 @@ int cw_ring_next_callback(cw_ring *r, uint64_t *id);
 void cw_ring_callback_done(cw_ring *r);
 void cw_ring_stop_callbacks(cw_ring *r);
 uint64_t cw_reserve(uint64_t size);
+uint64_t cw_reserve_at(uint64_t address, uint64_t size);
 uint64_t cw_map_shared(int fd, uint64_t size, uint64_t address, int replace);
 int cw_unmap(uint64_t address, uint64_t size);
 int cw_release_pages(uint64_t address, uint64_t size);
@@ -348,6 +349,20 @@ uint64_t cw_reserve(uint64_t size)
 {
     void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     return p == MAP_FAILED ? 0 : (uint64_t)(uintptr_t)p;
+}
+
+/* Address space at exactly `address` (no access, no memory), if nothing is there: `address`, or 0. */
+uint64_t cw_reserve_at(uint64_t address, uint64_t size)
+{
+    void *p = mmap((void *)(uintptr_t)address, size, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == MAP_FAILED)
+        return 0;
+    if ((uint64_t)(uintptr_t)p != address) { /* an older kernel took the address as a hint */
+        munmap(p, size);
+        return 0;
+    }
+    return address;
 }
 
 /* `size` bytes of the memory fd, shared, at `address` (replace: over a reservation of the caller's own;

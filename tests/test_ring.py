@@ -148,3 +148,27 @@ def test_memory_that_is_not_a_ring_is_refused():
     os.ftruncate(fd, ring.SIZE)
     with a, b, pytest.raises(TransportError, match="not a ring"):
         ring.attach(ffi, lib, fd, b.fileno())
+
+
+def test_host_memory_lands_at_the_clients_address_when_the_server_held_it():
+    """A session process holds the client's range before CUDA starts (hold_host_range): the shared host
+    memory then maps at the client's own address even where something else would have taken it, so a
+    kernel given a page-locked pointer of the program's finds the same bytes (p2pBandwidthLatencyTest's
+    flag). Without the hold, a range taken here means another address (said in the server's log)."""
+    size = 1 << 20
+    address = lib.cw_reserve(size)  # an address that is free here once given back
+    assert address and lib.cw_unmap(address, size) == 0
+    held = ring.hold_host_range(lib, address, size)
+    assert held == address
+    assert ring.hold_host_range(lib, address, size) == 0  # (taken now: no second hold)
+    mapped, fd = ring.host_memory(lib, size, address, held)
+    os.close(fd)
+    assert mapped == address
+    lib.cw_unmap(mapped, size)
+    taken = lib.cw_reserve_at(address, size)  # something else of this process's at the client's address
+    assert taken == address
+    elsewhere, fd = ring.host_memory(lib, size, address)
+    os.close(fd)
+    assert elsewhere and elsewhere != address
+    lib.cw_unmap(elsewhere, size)
+    lib.cw_unmap(taken, size)

@@ -163,8 +163,22 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     from cuwire.server.records import capture_output
 
     capture_output()  # device printf output goes back to the program (records.c)
+    # before CUDA starts and takes much of this process's address space: keep the range the client reserved
+    # for its page-locked memory free here too, so both processes (and the GPU) see it at one address
+    from cuwire import ring
+    from cuwire.server._records import lib as records_lib
+
+    held = 0
+    try:
+        asked = pb.Batch.FromString(hello).hello
+    except Exception:  # (a malformed hello is refused by the session, with its reason)
+        asked = pb.Hello()
+    if asked.ring_size and asked.host_address:
+        held = ring.hold_host_range(records_lib, asked.host_address,
+                                    min(settings.host_memory, asked.host_span or settings.host_memory))
     try:
         state = CuWireServer(settings)
+        state.held_host = held
     except RuntimeError as e:
         log.error("%s", e)
         conn.send(pb.Reply(error=f"the server could not open its GPU: {e}", refusal=pb.INTERNAL).SerializeToString())

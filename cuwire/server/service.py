@@ -46,6 +46,7 @@ class CuWireServer:
 
     def __init__(self, settings: Settings):
         self.settings = settings
+        self.held_host = 0  # the client's host-memory range, kept free here before CUDA started (run_one_session)
         if settings.devices:
             os.environ["CUDA_VISIBLE_DEVICES"] = settings.devices
         self.ffi, self.lib, self.backend = open_backend(settings.backend)
@@ -158,7 +159,7 @@ class CuWireServer:
                 reply.welcome.ring = True
                 size = min(self.settings.host_memory, hello.host_span or self.settings.host_memory)
                 if size > 0:
-                    address, fd = ring.host_memory(records_lib, size, hello.host_address)
+                    address, fd = ring.host_memory(records_lib, size, hello.host_address, self.held_host)
                     fds.append(fd)
                     session.use_host_memory(address, size, hello.host_address)
                     reply.welcome.host_memory, reply.welcome.host_address = size, address
