@@ -60,6 +60,7 @@ static void *run(void *arg)
     uint64_t id;
     while (r ? cw_ring_next_callback(r, &id) == 0 : cuwire_recv_all(fd, (char *)&id, sizeof id, 0) == 0) {
         struct pending *p = take(id);
+        cuwire_graph_copies_back(0); /* what a graph's memcpy nodes wrote to pageable memory, before it runs */
         if (p && p->fn)
             p->fn(p->user);
         else if (p)

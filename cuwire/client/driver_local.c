@@ -269,6 +269,8 @@ void cuwire_after_cuStreamBeginCaptureToGraph(CUstream stream, CUgraph graph, co
  * capture into the program's own graph may be ended without asking for the graph back (NULL, as CUDA's
  * graphConditionalNodes sample does): the server is asked with a place for it, which the program does
  * not need. */
+static __thread cuuint64_t ending_capture; /* the capture cuStreamEndCapture is ending, for its after */
+
 int cuwire_fast_cuStreamEndCapture(CUstream stream, CUgraph *graph)
 {
     int to_graph = 0;
@@ -276,6 +278,7 @@ int cuwire_fast_cuStreamEndCapture(CUstream stream, CUgraph *graph)
     for (int i = 0; i < CAPTURES_MAX; i++)
         if (captures[i].id && captures[i].stream == stream) {
             to_graph |= captures[i].to_graph;
+            ending_capture = captures[i].id;
             captures[i].id = 0;
         }
     pthread_mutex_unlock(&capture_lock);
@@ -295,6 +298,23 @@ static cuuint64_t capture_of(CUstream stream)
             id = captures[i].id;
     pthread_mutex_unlock(&capture_lock);
     return id;
+}
+
+/* The capture `stream` is in (0: none), for graph_copies.c. */
+uint64_t cuwire_capture_of(void *stream)
+{
+    return __atomic_load_n(&capture_ids, __ATOMIC_RELAXED) ? capture_of((CUstream)stream) : 0;
+}
+
+/* After cuStreamEndCapture gave its graph: what the capture's copies of pageable memory stood in with is
+ * the graph's now (graph_copies.c). */
+void cuwire_after_end_capture(CUstream stream, CUgraph *graph)
+{
+    (void)stream;
+    cuuint64_t id = ending_capture;
+    ending_capture = 0;
+    if (id && graph)
+        cuwire_capture_became(id, (uint64_t)(uintptr_t)*graph);
 }
 
 CUresult cuwire_local_cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status)

@@ -354,6 +354,11 @@ struct __attribute__((packed)) copy_shared {
 int cuwire_copy_shared(const void *host, uint64_t device, uint64_t n, void *stream, int to_device, int sync)
 {
     struct copy_shared rec = {device, 0, n, (uint64_t)(uintptr_t)stream, (uint32_t)to_device, (uint32_t)sync};
+    if (!sync) { /* captured into a graph, pageable memory gets a stand-in here (graph_copies.c) */
+        int captured = cuwire_capture_copy(host, device, n, stream, to_device);
+        if (captured >= 0)
+            return captured;
+    }
     if (n == 0 || !shared_offset(host, n, &rec.offset) || !cuwire_in_allocation(device, n) || !cuwire_session_open())
         return -1;
     if (sync)
@@ -474,6 +479,12 @@ static int host_alloc_holds(const void *p, int *shared)
     pthread_mutex_unlock(&host_lock);
     return found;
 }
+
+/* For graph_copies.c: whether p lies in a page-locked allocation (*shared: in the memory shared with the
+ * server), and whether this session has such memory at all. */
+int cuwire_host_locked(const void *p, int *shared) { return host_alloc_holds(p, shared); }
+
+int cuwire_shares_host_memory(void) { return __atomic_load_n(&shared_known, __ATOMIC_ACQUIRE) && shared_size; }
 
 /* Page-locked memory in the memory shared with the server is the GPU's too (the server registered it mapped,
  * at the client's own address when it could): its device pointer is that address, as natively with unified

@@ -77,6 +77,17 @@ void cuwire_managed_synced(void);
 void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base);
 int cuwire_copy_shared(const void *host, uint64_t device, uint64_t n, void *stream, int to_device, int sync);
 int cuwire_py_host_alloc(uint64_t size, uint64_t *address);
+int cuwire_host_locked(const void *p, int *shared);
+int cuwire_shares_host_memory(void);
+/* Graph copies of pageable memory through stand-ins in the shared memory (graph_copies.c): what nodes
+ * wrote goes to the program (caught_up: the host caught up with the GPU; else before a host function). */
+void cuwire_graph_copies_back(int caught_up);
+/* An asynchronous copy of pageable memory into or out of a stream capture: through a stand-in; -1 if not. */
+int cuwire_capture_copy(const void *host, uint64_t device, uint64_t n, void *stream, int to_device);
+void cuwire_capture_became(uint64_t capture, uint64_t graph);
+uint64_t cuwire_capture_of(void *stream);
+/* The host caught up with the GPU: stand-ins' and managed memory's bytes come back (graph_copies.c). */
+void cuwire_synced(void);
 /* All of a buffer to or from a socket (wire.c): 0, or -1 when the connection broke or ended. */
 int cuwire_send_all(int fd, const char *buf, size_t len);
 int cuwire_recv_all(int fd, char *buf, size_t len, long spin);

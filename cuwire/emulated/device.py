@@ -521,6 +521,16 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
     def _copy_async(self, dst: int | CData, src: int | CData, count: int, direction: str, stream: CData) -> int:
         if self._stream(stream) is None:
             return self.drv.CUDA_ERROR_INVALID_HANDLE
+        s = self._stream(stream)
+        if s.capture is not None:
+            # captured: a copy whose ends the GPU reaches (device or registered host memory) becomes part of
+            # the graph; one of other host memory (the server's staging buffers) is refused, as on a GPU the
+            # server's staging meets a capture (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+            dst_address, src_address = self._addr(dst), self._addr(src)
+            if count and not (self._memory.find(dst_address, count) and self._memory.find(src_address, count)):
+                return self.drv.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+            s.capture.append(lambda: self._copy(dst_address, src_address, count, direction))
+            return 0
         return self._copy(dst, src, count, direction)
 
     def _fill(self, address: int, pitch: int, pattern: bytes, width: int, height: int) -> bool:

@@ -529,7 +529,7 @@ def cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, dependencies_len,
 
 @ffi.def_extern(name="cuwire_py_cuGraphAddMemcpyNode", onerror=rt.on_error)
 def cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, copyParams, copyParams_len, ctx):
-    """cuGraphAddMemcpyNode (cuda.h): device and array memory, and page-locked host memory shared with a server on this host (other host memory: refused by name, server/graphs.py)"""
+    """cuGraphAddMemcpyNode (cuda.h): device and array memory, and, with a server on this host, host memory: page-locked memory as it is, pageable memory through a stand-in kept in step at launches and synchronizations (client/graph_copies.c); over TCP host memory is refused by name (server/graphs.py)"""
     args = pb.cuGraphAddMemcpyNode_Args()
     args.hGraph = hGraph
     args.dependencies = rt.read(dependencies, dependencies_len)

@@ -3254,13 +3254,14 @@ static inline CUresult cuwire_impl_cuCtxSynchronize(void)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuCtxSynchronize());
 }
-void cuwire_managed_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+void cuwire_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
+ * (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuCtxSynchronize(void)
 {
     CUresult result = cuwire_impl_cuCtxSynchronize();
     if (result == 0)
-        cuwire_managed_synced();
+        cuwire_synced();
     return result;
 }
 CUWIRE_EXPORT CUresult cuCtxSynchronize(void)
@@ -3293,13 +3294,14 @@ static inline CUresult cuwire_impl_cuCtxSynchronize_v2(CUcontext ctx)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuCtxSynchronize_v2((uint64_t)(uintptr_t)ctx));
 }
-void cuwire_managed_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+void cuwire_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
+ * (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuCtxSynchronize_v2(CUcontext ctx)
 {
     CUresult result = cuwire_impl_cuCtxSynchronize_v2(ctx);
     if (result == 0)
-        cuwire_managed_synced();
+        cuwire_synced();
     return result;
 }
 CUWIRE_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
@@ -4376,13 +4378,14 @@ static inline CUresult cuwire_impl_cuEventQuery(CUevent hEvent)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuEventQuery((uint64_t)(uintptr_t)hEvent));
 }
-void cuwire_managed_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+void cuwire_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
+ * (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuEventQuery(CUevent hEvent)
 {
     CUresult result = cuwire_impl_cuEventQuery(hEvent);
     if (result == 0)
-        cuwire_managed_synced();
+        cuwire_synced();
     return result;
 }
 CUWIRE_EXPORT CUresult cuEventQuery(CUevent hEvent)
@@ -4467,13 +4470,14 @@ static inline CUresult cuwire_impl_cuEventSynchronize(CUevent hEvent)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuEventSynchronize((uint64_t)(uintptr_t)hEvent));
 }
-void cuwire_managed_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+void cuwire_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
+ * (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuEventSynchronize(CUevent hEvent)
 {
     CUresult result = cuwire_impl_cuEventSynchronize(hEvent);
     if (result == 0)
-        cuwire_managed_synced();
+        cuwire_synced();
     return result;
 }
 CUWIRE_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
@@ -5179,11 +5183,15 @@ CUWIRE_EXPORT CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgrap
 
 /* cuGraphAddChildGraphNode (cuda.h): remoted, sync */
 int cuwire_py_cuGraphAddChildGraphNode(void *, uint64_t, void *, uint64_t, uint64_t, uint64_t);
+void cuwire_after_child_graph_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
 static inline CUresult cuwire_impl_cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
 {
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuGraphAddChildGraphNode((void *)phGraphNode, (uint64_t)(uintptr_t)hGraph, (void *)dependencies, (uint64_t)(numDependencies * 8), (uint64_t)numDependencies, (uint64_t)(uintptr_t)childGraph));
+    int status = cuwire_py_cuGraphAddChildGraphNode((void *)phGraphNode, (uint64_t)(uintptr_t)hGraph, (void *)dependencies, (uint64_t)(numDependencies * 8), (uint64_t)numDependencies, (uint64_t)(uintptr_t)childGraph);
+    if (status == 0)
+        cuwire_after_child_graph_node(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
 {
@@ -5427,8 +5435,14 @@ CUWIRE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph h
 
 /* cuGraphAddMemcpyNode (cuda.h): remoted, sync */
 int cuwire_py_cuGraphAddMemcpyNode(void *, uint64_t, void *, uint64_t, uint64_t, void *, uint64_t, uint64_t);
+int cuwire_graph_copy_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
 static inline CUresult cuwire_impl_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
+    int fast = cuwire_graph_copy_node(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[165], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuGraphAddMemcpyNode((void *)phGraphNode, (uint64_t)(uintptr_t)hGraph, (void *)dependencies, (uint64_t)(numDependencies * 8), (uint64_t)numDependencies, (void *)copyParams, sizeof *copyParams, (uint64_t)(uintptr_t)ctx));
@@ -5566,11 +5580,15 @@ CUWIRE_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph 
 
 /* cuGraphClone (cuda.h): remoted, sync */
 int cuwire_py_cuGraphClone(void *, uint64_t);
+void cuwire_after_graph_clone(CUgraph *phGraphClone, CUgraph originalGraph);
 static inline CUresult cuwire_impl_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuGraphClone((void *)phGraphClone, (uint64_t)(uintptr_t)originalGraph));
+    int status = cuwire_py_cuGraphClone((void *)phGraphClone, (uint64_t)(uintptr_t)originalGraph);
+    if (status == 0)
+        cuwire_after_graph_clone(phGraphClone, originalGraph);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
@@ -5644,11 +5662,15 @@ CUWIRE_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, un
 
 /* cuGraphDestroy (cuda.h): remoted, sync */
 int cuwire_py_cuGraphDestroy(uint64_t);
+void cuwire_after_graph_destroy(CUgraph hGraph);
 static inline CUresult cuwire_impl_cuGraphDestroy(CUgraph hGraph)
 {
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuGraphDestroy((uint64_t)(uintptr_t)hGraph));
+    int status = cuwire_py_cuGraphDestroy((uint64_t)(uintptr_t)hGraph);
+    if (status == 0)
+        cuwire_after_graph_destroy(hGraph);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 {
@@ -5824,11 +5846,15 @@ CUWIRE_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec
 
 /* cuGraphExecDestroy (cuda.h): remoted, sync */
 int cuwire_py_cuGraphExecDestroy(uint64_t);
+void cuwire_after_graph_exec_destroy(CUgraphExec hGraphExec);
 static inline CUresult cuwire_impl_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuGraphExecDestroy((uint64_t)(uintptr_t)hGraphExec));
+    int status = cuwire_py_cuGraphExecDestroy((uint64_t)(uintptr_t)hGraphExec);
+    if (status == 0)
+        cuwire_after_graph_exec_destroy(hGraphExec);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -6096,11 +6122,15 @@ CUWIRE_EXPORT CUresult cuGraphExecUpdate(void)
 
 /* cuGraphExecUpdate_v2 (cuda.h): remoted, sync */
 int cuwire_py_cuGraphExecUpdate_v2(uint64_t, uint64_t, void *, uint64_t);
+void cuwire_after_graph_exec_update(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
 static inline CUresult cuwire_impl_cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
 {
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuGraphExecUpdate_v2((uint64_t)(uintptr_t)hGraphExec, (uint64_t)(uintptr_t)hGraph, (void *)resultInfo, sizeof *resultInfo));
+    int status = cuwire_py_cuGraphExecUpdate_v2((uint64_t)(uintptr_t)hGraphExec, (uint64_t)(uintptr_t)hGraph, (void *)resultInfo, sizeof *resultInfo);
+    if (status == 0)
+        cuwire_after_graph_exec_update(hGraphExec, hGraph, resultInfo);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
 {
@@ -6320,11 +6350,15 @@ CUWIRE_EXPORT CUresult cuGraphInstantiate(void)
 
 /* cuGraphInstantiateWithFlags (cuda.h): remoted, sync */
 int cuwire_py_cuGraphInstantiateWithFlags(void *, uint64_t, uint64_t);
+void cuwire_after_graph_instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags);
 static inline CUresult cuwire_impl_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuGraphInstantiateWithFlags((void *)phGraphExec, (uint64_t)(uintptr_t)hGraph, (uint64_t)flags));
+    int status = cuwire_py_cuGraphInstantiateWithFlags((void *)phGraphExec, (uint64_t)(uintptr_t)hGraph, (uint64_t)flags);
+    if (status == 0)
+        cuwire_after_graph_instantiate(phGraphExec, hGraph, flags);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -6510,8 +6544,12 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CU
 }
 
 /* cuGraphLaunch (cuda.h): remoted, async; also cuGraphLaunch_ptsz */
+int cuwire_graph_launch_copies(CUgraphExec hGraphExec, CUstream hStream);
 static inline CUresult cuwire_impl_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
+    int fast = cuwire_graph_launch_copies(hGraphExec, hStream);
+    if (fast >= 0)
+        return (CUresult)fast;
     struct __attribute__((packed)) {
         uint64_t hGraphExec;
         uint64_t hStream;
@@ -8673,13 +8711,14 @@ static inline CUresult cuwire_impl_cuMemFree_v2(CUdeviceptr dptr)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemFree_v2((uint64_t)dptr));
 }
-void cuwire_managed_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+void cuwire_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
+ * (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemFree_v2(CUdeviceptr dptr)
 {
     CUresult result = cuwire_impl_cuMemFree_v2(dptr);
     if (result == 0)
-        cuwire_managed_synced();
+        cuwire_synced();
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
@@ -9551,13 +9590,14 @@ static inline CUresult cuwire_impl_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, si
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpy((void *)dst, (uint64_t)(ByteCount), (void *)src, (uint64_t)(ByteCount), (uint64_t)ByteCount));
 }
-void cuwire_managed_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+void cuwire_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
+ * (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
     CUresult result = cuwire_impl_cuMemcpy(dst, src, ByteCount);
     if (result == 0)
-        cuwire_managed_synced();
+        cuwire_synced();
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
@@ -9656,13 +9696,14 @@ static inline CUresult cuwire_impl_cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *p
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpy2DUnaligned_v2((void *)pCopy, sizeof *pCopy));
 }
-void cuwire_managed_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+void cuwire_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
+ * (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
 {
     CUresult result = cuwire_impl_cuMemcpy2DUnaligned_v2(pCopy);
     if (result == 0)
-        cuwire_managed_synced();
+        cuwire_synced();
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
@@ -9686,13 +9727,14 @@ static inline CUresult cuwire_impl_cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpy2D_v2((void *)pCopy, sizeof *pCopy));
 }
-void cuwire_managed_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+void cuwire_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
+ * (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
 {
     CUresult result = cuwire_impl_cuMemcpy2D_v2(pCopy);
     if (result == 0)
-        cuwire_managed_synced();
+        cuwire_synced();
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
@@ -9866,13 +9908,14 @@ static inline CUresult cuwire_impl_cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpy3D_v2((void *)pCopy, sizeof *pCopy));
 }
-void cuwire_managed_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+void cuwire_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
+ * (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
 {
     CUresult result = cuwire_impl_cuMemcpy3D_v2(pCopy);
     if (result == 0)
-        cuwire_managed_synced();
+        cuwire_synced();
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
@@ -10052,13 +10095,14 @@ static inline CUresult cuwire_impl_cuMemcpyAtoH_v2(void *dstHost, CUarray srcArr
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyAtoH_v2((void *)dstHost, (uint64_t)(ByteCount), (uint64_t)(uintptr_t)srcArray, (uint64_t)srcOffset, (uint64_t)ByteCount));
 }
-void cuwire_managed_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+void cuwire_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
+ * (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
     CUresult result = cuwire_impl_cuMemcpyAtoH_v2(dstHost, srcArray, srcOffset, ByteCount);
     if (result == 0)
-        cuwire_managed_synced();
+        cuwire_synced();
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
@@ -10253,13 +10297,14 @@ static inline CUresult cuwire_impl_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdevi
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyDtoD_v2((uint64_t)dstDevice, (uint64_t)srcDevice, (uint64_t)ByteCount));
 }
-void cuwire_managed_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+void cuwire_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
+ * (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
     CUresult result = cuwire_impl_cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
     if (result == 0)
-        cuwire_managed_synced();
+        cuwire_synced();
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
@@ -10352,13 +10397,14 @@ static inline CUresult cuwire_impl_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr sr
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyDtoH_v2((void *)dstHost, (uint64_t)(ByteCount), (uint64_t)srcDevice, (uint64_t)ByteCount));
 }
-void cuwire_managed_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+void cuwire_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
+ * (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
     CUresult result = cuwire_impl_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
     if (result == 0)
-        cuwire_managed_synced();
+        cuwire_synced();
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
@@ -10527,13 +10573,14 @@ static inline CUresult cuwire_impl_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const 
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyHtoD_v2((uint64_t)dstDevice, (void *)srcHost, (uint64_t)(ByteCount), (uint64_t)ByteCount));
 }
-void cuwire_managed_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+void cuwire_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
+ * (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
     CUresult result = cuwire_impl_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
     if (result == 0)
-        cuwire_managed_synced();
+        cuwire_synced();
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
@@ -10575,13 +10622,14 @@ static inline CUresult cuwire_impl_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyPeer((uint64_t)dstDevice, (uint64_t)(uintptr_t)dstContext, (uint64_t)srcDevice, (uint64_t)(uintptr_t)srcContext, (uint64_t)ByteCount));
 }
-void cuwire_managed_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+void cuwire_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
+ * (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
     CUresult result = cuwire_impl_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
     if (result == 0)
-        cuwire_managed_synced();
+        cuwire_synced();
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
@@ -12274,6 +12322,7 @@ CUWIRE_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 /* cuStreamEndCapture (cuda.h): remoted, sync; also cuStreamEndCapture_ptsz */
 int cuwire_py_cuStreamEndCapture(uint64_t, void *);
 int cuwire_fast_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
+void cuwire_after_end_capture(CUstream hStream, CUgraph *phGraph);
 static inline CUresult cuwire_impl_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
     int fast = cuwire_fast_cuStreamEndCapture(hStream, phGraph);
@@ -12283,7 +12332,10 @@ static inline CUresult cuwire_impl_cuStreamEndCapture(CUstream hStream, CUgraph 
     }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuStreamEndCapture((uint64_t)(uintptr_t)hStream, (void *)phGraph));
+    int status = cuwire_py_cuStreamEndCapture((uint64_t)(uintptr_t)hStream, (void *)phGraph);
+    if (status == 0)
+        cuwire_after_end_capture(hStream, phGraph);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
@@ -12589,13 +12641,14 @@ static inline CUresult cuwire_impl_cuStreamQuery(CUstream hStream)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuStreamQuery((uint64_t)(uintptr_t)hStream));
 }
-void cuwire_managed_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+void cuwire_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
+ * (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuStreamQuery(CUstream hStream)
 {
     CUresult result = cuwire_impl_cuStreamQuery(hStream);
     if (result == 0)
-        cuwire_managed_synced();
+        cuwire_synced();
     return result;
 }
 CUWIRE_EXPORT CUresult cuStreamQuery(CUstream hStream)
@@ -12650,13 +12703,14 @@ static inline CUresult cuwire_impl_cuStreamSynchronize(CUstream hStream)
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuStreamSynchronize((uint64_t)(uintptr_t)hStream));
 }
-void cuwire_managed_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP comes back (client/managed.c). */
+void cuwire_synced(void);
+/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
+ * (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuStreamSynchronize(CUstream hStream)
 {
     CUresult result = cuwire_impl_cuStreamSynchronize(hStream);
     if (result == 0)
-        cuwire_managed_synced();
+        cuwire_synced();
     return result;
 }
 CUWIRE_EXPORT CUresult cuStreamSynchronize(CUstream hStream)

@@ -8,8 +8,9 @@ allocation node's address range is the session's from the node's creation (other
 
 A kernel node comes as cuwire.KernelNode: the kernel as the client's lookup named it and its parameters laid
 out at the offsets that lookup described (custom._describe), as a queued launch's. A memcpy node may name
-host memory only where the client's page-locked allocations are shared with this server (on the same host):
-other host memory is the program's, which a graph running here cannot reach; it is refused by name.
+host memory only where the client's page-locked allocations are shared with this server (on the same host;
+the client puts stand-ins there for pageable memory, client/graph_copies.c): other host memory is the
+program's, which a graph running here cannot reach; it is refused by name.
 """
 
 from __future__ import annotations
@@ -107,8 +108,8 @@ def _copy_side(s, kind: int, device: int, host, array, x: int, y: int, z: int, p
         here = s.shared_host(first, s.pitched_length(pitch, rows, c.WidthInBytes, c.Height, c.Depth))
         if here is None:
             raise CudaFail(NOT_SUPPORTED, "a memcpy node with host memory the server cannot reach: a graph runs on "
-                                          "the server, so its copies may name only page-locked memory "
-                                          "(cudaMallocHost, cuMemHostAlloc) shared with a server on this host "
+                                          "the server, so its copies of host memory need a server on the "
+                                          "program's host, sharing memory with it (CUWIRE_TRANSPORT=auto) "
                                           "(cuwire)")
         return s.ffi.cast("void *", address + here - first)
     else:

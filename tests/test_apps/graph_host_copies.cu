@@ -2,7 +2,8 @@
 // simpleCudaGraphs sample builds them), nodes added through cudaGraphAddNode's one struct (kernel, memset,
 // memcpy), memory nodes through cudaGraphAddMemAllocNode / cudaGraphAddMemFreeNode and cudaDeviceGraphMemTrim
 // (graphMemoryFootprint), and a capture into the program's own graph ended with no graph asked for
-// (graphConditionalNodes). The first graph is launched twice, the host input changed between launches.
+// (graphConditionalNodes), and copies of pageable memory (a malloc'd buffer in, a variable on the stack out,
+// read by a host node: simpleCudaGraphs). Graphs with host inputs are launched twice, the input changed.
 #include <stdio.h>
 #include <string.h>
 
@@ -160,6 +161,60 @@ int main() {
     failures += report("a capture into the program's graph, ended with no graph asked", out_h, n, want_filled, v);
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(g));
+
+    // 5. pageable host memory in a graph (simpleCudaGraphs, jacobiCudaGraphs): host -> device from malloc'd
+    //    memory, a kernel, device -> host into a variable on the stack that a host node then reads
+    int *page_in = (int *)malloc(n * sizeof(int));
+    int last = 0, seen_by_host_node = 0;
+    struct Seen { int *from; int *to; } seen = {&last, &seen_by_host_node};
+    CHECK(cudaGraphCreate(&g, 0));
+    cudaGraphNode_t up2, scale2, down2, host2;
+    CHECK(cudaGraphAddMemcpyNode1D(&up2, g, NULL, 0, in_d, page_in, n * sizeof(int), cudaMemcpyHostToDevice));
+    k.func = (void *)streamScaleAdd;
+    k.kernelParams = scale_args;  // out_d = in_d * 3 + 1
+    CHECK(cudaGraphAddKernelNode(&scale2, g, &up2, 1, &k));
+    CHECK(cudaGraphAddMemcpyNode1D(&down2, g, &scale2, 1, &last, out_d + n - 1, sizeof(int),
+                                   cudaMemcpyDeviceToHost));
+    cudaHostNodeParams hp = {};
+    hp.fn = [](void *p) { Seen *s = (Seen *)p; *s->to = *s->from; };
+    hp.userData = &seen;
+    CHECK(cudaGraphAddHostNode(&host2, g, &down2, 1, &hp));
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    CHECK(cudaGraphDestroy(g));  // (the executable graph keeps what it needs)
+    for (int round = 0; round < 2; round++) {
+        int base = round ? 1000 : 3;
+        for (int i = 0; i < n; i++) page_in[i] = base + i;
+        CHECK(cudaGraphLaunch(exec, s));
+        CHECK(cudaStreamSynchronize(s));
+        int want = want_scaled(n - 1, base);
+        printf("pageable memory in a graph, launch %d: last %s, the host node saw it %s\n", round + 1,
+               last == want ? "OK" : "FAIL", seen_by_host_node == want ? "OK" : "FAIL");
+        failures += (last != want) + (seen_by_host_node != want);
+    }
+    CHECK(cudaGraphExecDestroy(exec));
+
+    // 6. a capture of asynchronous copies of pageable memory (graphMemoryNodes)
+    int *page_out = (int *)malloc(n * sizeof(int));
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CHECK(cudaMemcpyAsync(in_d, page_in, n * sizeof(int), cudaMemcpyHostToDevice, s));
+    streamScaleAdd<<<blocks, 256, 0, s>>>(out_d, in_d, mul, add, n);
+    CHECK(cudaMemcpyAsync(page_out, out_d, n * sizeof(int), cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamEndCapture(s, &g));
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    for (int round = 0; round < 2; round++) {
+        int base = round ? 77 : 5;
+        for (int i = 0; i < n; i++) page_in[i] = base + i;
+        memset(page_out, 0, n * sizeof(int));
+        CHECK(cudaGraphLaunch(exec, s));
+        CHECK(cudaStreamSynchronize(s));
+        char what[80];
+        snprintf(what, sizeof what, "captured copies of pageable memory, launch %d", round + 1);
+        failures += report(what, page_out, n, want_scaled, base);
+    }
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(g));
+    free(page_out);
+    free(page_in);
 
     CHECK(cudaFree(tmp_d));
     CHECK(cudaFree(in_d));

@@ -1,0 +1,290 @@
+/* cuwire client: graph copies of the program's pageable host memory, through stand-ins.
+ *
+ * A graph runs on the server, which cannot reach the program's own memory. With a server on this host, a
+ * memcpy node whose host side is pageable (malloc'd, on the stack) gets a stand-in: page-locked memory
+ * carved from the memory shared with the server (cuMemHostAlloc), which the node copies to or from instead.
+ * The program's bytes and the stand-in's are kept in step at the points where CUDA makes them visible:
+ *  - a stand-in the node reads (host to device) takes the program's bytes at every launch of a graph
+ *    holding the node (cuGraphLaunch), before the launch is queued;
+ *  - a stand-in the node writes (device to host) gives its bytes to the program after the host catches up
+ *    with the GPU (a synchronizing call, client_stubs.c's `synchronizes`) and, where they changed since the
+ *    launch, before a host function runs (a graph's host node that reads what a memcpy node wrote).
+ * Stand-ins belong to the graphs and executable graphs that hold their nodes (node added, graph cloned or
+ * used as a child, executable graph instantiated or updated from it) and are freed with the last of them.
+ * Over TCP there is no shared memory: such nodes are refused by name (server/graphs.py).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_api.h"
+#include "runtime.h"
+
+#define MAX_OWNERS 16
+
+struct standin {
+    char *program;        /* the program's bytes: the first the node touches */
+    char *shared;         /* the stand-in, in the memory shared with the server */
+    size_t span;          /* from the first byte the node touches to the last */
+    int to_device;        /* the node reads the host side (else writes it) */
+    int pending;          /* (device to host) launched since the program last got the bytes */
+    unsigned char *seen;  /* (device to host) the stand-in's bytes as the program last got them */
+    uint64_t owners[MAX_OWNERS]; /* graphs and executable graphs holding the node */
+    int n_owners;
+    struct standin *next;
+};
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct standin *standins;
+
+static int owned_by(const struct standin *s, uint64_t owner)
+{
+    for (int i = 0; i < s->n_owners; i++)
+        if (s->owners[i] == owner)
+            return 1;
+    return 0;
+}
+
+static void add_owner(struct standin *s, uint64_t owner)
+{
+    if (!owned_by(s, owner) && s->n_owners < MAX_OWNERS)
+        s->owners[s->n_owners++] = owner;
+}
+
+/* What `from` holds, `to` holds too (a clone, a child graph's parent, an executable graph); lock held. */
+static void share(uint64_t from, uint64_t to)
+{
+    for (struct standin *s = standins; s; s = s->next)
+        if (owned_by(s, from))
+            add_owner(s, to);
+}
+
+/* `owner` went: stand-ins no one holds any more are freed. */
+static void release(uint64_t owner)
+{
+    pthread_mutex_lock(&lock);
+    for (struct standin **p = &standins; *p;) {
+        struct standin *s = *p;
+        for (int i = 0; i < s->n_owners; i++)
+            if (s->owners[i] == owner)
+                s->owners[i--] = s->owners[--s->n_owners];
+        if (s->n_owners == 0) {
+            *p = s->next;
+            cuMemFreeHost(s->shared);
+            free(s->seen);
+            free(s);
+        } else
+            p = &s->next;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* The bytes one host side of a 3D copy spans from its first byte (as the server checks a side). */
+static size_t side_span(size_t pitch, size_t rows, const CUDA_MEMCPY3D *c)
+{
+    size_t slices = c->Depth > 1 ? (c->Depth - 1) * rows * pitch : 0;
+    return slices + (c->Height > 1 ? (c->Height - 1) * pitch : 0) + c->WidthInBytes;
+}
+
+/* A stand-in for one host side (host, x, y, z, pitch, rows) of `c`, not yet listed; *base is what the node
+ * takes as that side's host pointer. NULL when the side needs none or one cannot be made. */
+static struct standin *make_standin(const void *host, size_t x, size_t y, size_t z, size_t pitch, size_t rows,
+                                    const CUDA_MEMCPY3D *c, int to_device, const void **base)
+{
+    int shared = 0;
+    if (!host || (cuwire_host_locked(host, &shared) && shared))
+        return NULL; /* page-locked and shared: the node can use it as it is */
+    size_t first = (z * (c->Depth > 1 ? rows : 0) + y) * pitch + x, span = side_span(pitch, rows, c);
+    struct standin *s = calloc(1, sizeof *s);
+    void *p = NULL;
+    if (!s || cuMemHostAlloc(&p, span, 0) != CUDA_SUCCESS || !cuwire_host_locked(p, &shared) || !shared) {
+        if (p)
+            cuMemFreeHost(p);
+        free(s);
+        return NULL;
+    }
+    s->program = (char *)host + first;
+    s->shared = p;
+    s->span = span;
+    s->to_device = to_device;
+    if (to_device)
+        memcpy(s->shared, s->program, span);
+    else if (!(s->seen = calloc(1, span))) {
+        cuMemFreeHost(p);
+        free(s);
+        return NULL;
+    }
+    *base = s->shared - first;
+    return s;
+}
+
+static void drop(struct standin *s)
+{
+    if (s) {
+        cuMemFreeHost(s->shared);
+        free(s->seen);
+        free(s);
+    }
+}
+
+/* cuGraphAddMemcpyNode's fast path: a node with a pageable host side is added with stand-ins in its place;
+ * its CUDA result, or -1 (the node goes as it is: no host side the server cannot reach, or no shared memory,
+ * which the server then refuses by name). */
+int cuwire_graph_copy_node(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t n,
+                           const CUDA_MEMCPY3D *c, CUcontext ctx)
+{
+    if (!c || !node || !c->WidthInBytes || !c->Height || !c->Depth || !cuwire_shares_host_memory())
+        return -1;
+    CUDA_MEMCPY3D copy = *c;
+    struct standin *src = NULL, *dst = NULL;
+    if (c->srcMemoryType == CU_MEMORYTYPE_HOST)
+        src = make_standin(c->srcHost, c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch ? c->srcPitch : c->WidthInBytes,
+                           c->srcHeight ? c->srcHeight : c->Height, c, 1, &copy.srcHost);
+    if (c->dstMemoryType == CU_MEMORYTYPE_HOST)
+        dst = make_standin(c->dstHost, c->dstXInBytes, c->dstY, c->dstZ, c->dstPitch ? c->dstPitch : c->WidthInBytes,
+                           c->dstHeight ? c->dstHeight : c->Height, c, 0, (const void **)&copy.dstHost);
+    if (!src && !dst)
+        return -1;
+    CUresult status = cuGraphAddMemcpyNode(node, graph, deps, n, &copy, ctx);
+    if (status != CUDA_SUCCESS) {
+        drop(src);
+        drop(dst);
+        return status;
+    }
+    struct standin *made[2] = {src, dst};
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < 2; i++)
+        if (made[i]) {
+            add_owner(made[i], (uint64_t)(uintptr_t)graph);
+            made[i]->next = standins;
+            __atomic_store_n(&standins, made[i], __ATOMIC_RELEASE);
+        }
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+
+#define CAPTURE_OWNER (1ull << 63) /* a stream capture's id, as an owner (graphs and executables are addresses) */
+
+/* An asynchronous copy between pageable memory and the device, made while its stream captures: the
+ * capture takes a copy of a stand-in instead (which the launches of its graph keep in step). Its CUDA
+ * result, or -1 for the usual path (no capture, no shared memory, or memory that needs none). */
+int cuwire_capture_copy(const void *host, uint64_t device, uint64_t n, void *stream, int to_device)
+{
+    if (!n || !host || !cuwire_shares_host_memory())
+        return -1;
+    uint64_t capture = cuwire_capture_of(stream), address = (uint64_t)(uintptr_t)host;
+    int shared = 0;
+    if (!capture || cuwire_host_locked(host, &shared) || cuwire_in_allocation(address, 1) ||
+        cuwire_managed_holds(address, n) || !cuwire_in_allocation(device, n))
+        return -1;
+    CUDA_MEMCPY3D line = {0};
+    line.WidthInBytes = n;
+    line.Height = line.Depth = 1;
+    const void *base = NULL;
+    struct standin *s = make_standin(host, 0, 0, 0, n, 1, &line, to_device, &base);
+    if (!s)
+        return -1;
+    add_owner(s, CAPTURE_OWNER | capture);
+    pthread_mutex_lock(&lock);
+    s->next = standins;
+    __atomic_store_n(&standins, s, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&lock);
+    return cuwire_copy_shared(s->shared, device, n, stream, to_device, 0);
+}
+
+/* The capture ended in `graph`: its stand-ins are the graph's. */
+void cuwire_capture_became(uint64_t capture, uint64_t graph)
+{
+    if (!__atomic_load_n(&standins, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&lock);
+    share(CAPTURE_OWNER | capture, graph);
+    pthread_mutex_unlock(&lock);
+    release(CAPTURE_OWNER | capture);
+}
+
+/* cuGraphLaunch's fast path: the launched graph's stand-ins take the program's bytes now; those it writes
+ * are pending until the host catches up. Always -1: the launch is then queued as usual. */
+int cuwire_graph_launch_copies(CUgraphExec exec, CUstream stream)
+{
+    (void)stream;
+    if (!__atomic_load_n(&standins, __ATOMIC_ACQUIRE))
+        return -1;
+    uint64_t owner = (uint64_t)(uintptr_t)exec;
+    pthread_mutex_lock(&lock);
+    for (struct standin *s = standins; s; s = s->next)
+        if (owned_by(s, owner)) {
+            if (s->to_device)
+                memcpy(s->shared, s->program, s->span);
+            else if (!s->pending) {
+                memcpy(s->seen, s->shared, s->span);
+                s->pending = 1;
+            }
+        }
+    pthread_mutex_unlock(&lock);
+    return -1;
+}
+
+/* What stand-ins wrote goes to the program's memory: all pending ones once the host caught up with the GPU
+ * (caught_up), else (a host function is about to run) those whose bytes changed since their launch. */
+void cuwire_graph_copies_back(int caught_up)
+{
+    if (!__atomic_load_n(&standins, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&lock);
+    for (struct standin *s = standins; s; s = s->next) {
+        if (s->to_device || !s->pending)
+            continue;
+        if (caught_up || memcmp(s->seen, s->shared, s->span) != 0) {
+            memcpy(s->program, s->shared, s->span);
+            memcpy(s->seen, s->shared, s->span);
+        }
+        if (caught_up)
+            s->pending = 0;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* The host has caught up with the GPU (client_stubs.c, after a call annotated `synchronizes`). */
+void cuwire_synced(void)
+{
+    cuwire_graph_copies_back(1);
+    cuwire_managed_synced();
+}
+
+/* Who holds a graph's stand-ins: after calls that make a graph or executable graph from another. */
+static void shared_with(uint64_t from, uint64_t to)
+{
+    if (!__atomic_load_n(&standins, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&lock);
+    share(from, to);
+    pthread_mutex_unlock(&lock);
+}
+
+void cuwire_after_graph_instantiate(CUgraphExec *exec, CUgraph graph, unsigned long long flags)
+{
+    (void)flags;
+    shared_with((uint64_t)(uintptr_t)graph, (uint64_t)(uintptr_t)*exec);
+}
+
+void cuwire_after_graph_clone(CUgraph *clone, CUgraph original)
+{
+    shared_with((uint64_t)(uintptr_t)original, (uint64_t)(uintptr_t)*clone);
+}
+
+void cuwire_after_child_graph_node(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t n,
+                                   CUgraph child)
+{
+    (void)node, (void)deps, (void)n;
+    shared_with((uint64_t)(uintptr_t)child, (uint64_t)(uintptr_t)graph);
+}
+
+void cuwire_after_graph_exec_update(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo *info)
+{
+    (void)info;
+    shared_with((uint64_t)(uintptr_t)graph, (uint64_t)(uintptr_t)exec);
+}
+
+void cuwire_after_graph_destroy(CUgraph graph) { release((uint64_t)(uintptr_t)graph); }
+
+void cuwire_after_graph_exec_destroy(CUgraphExec exec) { release((uint64_t)(uintptr_t)exec); }
