@@ -7,6 +7,7 @@ first). Work runs at once when launched, as everything does on the emulated devi
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -107,6 +108,17 @@ class EmulatedGraphs:
         return self._drv_put((out, node))
 
     # --- capture
+
+    def cuThreadExchangeStreamCaptureMode(self, mode: CData) -> int:
+        """The calling thread's capture mode, swapped (the emulated device prohibits nothing during capture,
+        whatever the mode)."""
+        if self._is_null(mode) or mode[0] not in (0, 1, 2):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        held = getattr(self, "_capture_modes", None)
+        if held is None:
+            held = self._capture_modes = threading.local()
+        mode[0], held.mode = getattr(held, "mode", 0), mode[0]
+        return 0
 
     def cuStreamBeginCapture_v2(self, hStream: CData, mode: int) -> int:
         stream = self._stream(hStream)

@@ -35,6 +35,7 @@ RECORD_IDS = tuple(generated.OP_IDS[n]
                    for n in ("LaunchKernel", "LaunchKernelEx", "SetContext", "CopyToDevice", "CopyFromDevice"))
 MEMHOSTALLOC_PORTABLE = 0x01
 MEMHOSTREGISTER_PORTABLE = 0x01
+CAPTURE_MODE_RELAXED = 2  # CU_STREAM_CAPTURE_MODE_RELAXED
 MEMHOSTREGISTER_DEVICEMAP = 0x02
 STREAM_KIND = "CUstream_st"
 CONTEXT_KIND = "CUctx_st"
@@ -420,9 +421,9 @@ class Session:
             raise CudaFail(INVALID_VALUE, f"{size} bytes at offset {offset} of the shared host memory")
         if any(o < offset + size and offset < o + n for o, n in self.host_ranges.items()):
             raise CudaFail(INVALID_VALUE, f"{size} bytes at offset {offset} overlap a registered range")
-        err = self.in_primary_context(lambda: self.lib.cuMemHostRegister_v2(
+        err = self.in_primary_context(lambda: self.relaxed_capture(lambda: self.lib.cuMemHostRegister_v2(
             self.ffi.cast("void *", self.host_base + offset), size,
-            MEMHOSTREGISTER_PORTABLE | MEMHOSTREGISTER_DEVICEMAP))
+            MEMHOSTREGISTER_PORTABLE | MEMHOSTREGISTER_DEVICEMAP)))
         if err == 0:
             self.host_ranges[offset] = size
             self.records.add_memory(self.host_base + offset, size)  # the GPU's memory too (copies, memsets)
@@ -433,8 +434,20 @@ class Session:
             raise CudaFail(INVALID_VALUE, f"no registered range at offset {offset} of the shared host memory")
         del self.host_ranges[offset]
         self.records.remove_memory(self.host_base + offset)
-        return self.in_primary_context(
-            lambda: self.lib.cuMemHostUnregister(self.ffi.cast("void *", self.host_base + offset)))
+        return self.in_primary_context(lambda: self.relaxed_capture(
+            lambda: self.lib.cuMemHostUnregister(self.ffi.cast("void *", self.host_base + offset))))
+
+    def relaxed_capture(self, call):
+        """call() with this thread's stream capture mode relaxed: registering host memory while one of the
+        session's streams captures in the global mode (a stand-in for a captured copy of pageable memory,
+        client/graph_copies.c) would otherwise invalidate the capture, as cudaMalloc would (PyTorch relaxes
+        the mode around its allocations during capture the same way)."""
+        mode = self.ffi.new("CUstreamCaptureMode *", CAPTURE_MODE_RELAXED)
+        self.lib.cuThreadExchangeStreamCaptureMode(mode)
+        try:
+            return call()
+        finally:
+            self.lib.cuThreadExchangeStreamCaptureMode(mode)
 
     def in_primary_context(self, call):
         """call() with the first device's primary context current (memory made or registered there is the
