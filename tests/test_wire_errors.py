@@ -737,6 +737,38 @@ def test_graph_add_node_checks_what_its_parameters_name(session):
     assert vmm_call(session, "cuGraphDestroy", hGraph=graph.phGraph).status == 0
 
 
+def test_a_captures_graph_and_dependencies_are_the_sessions(session):
+    """cuwire.CaptureInfo: a stream that does not capture has no graph; one that does names its graph and
+    last nodes, which the session may then build on (a node added to the capture's graph, the capture's
+    dependencies set to it); nodes not the session's are refused; the capture ends in that graph."""
+    def info(stream: int) -> pb.CaptureInfo_Result:
+        reply = session.exchange(pb.Batch(fn=generated.OP_IDS["CaptureInfo"],
+                                          args=pb.CaptureInfo_Args(stream=stream).SerializeToString()))
+        assert not reply.error, reply.error
+        return pb.CaptureInfo_Result.FromString(reply.result)
+
+    stream = vmm_call(session, "cuStreamCreate", Flags=1).phStream
+    idle = info(stream)
+    assert idle.status == 0 and idle.capture_status == 0 and not idle.graph
+    assert info(stream + 0x1000).status == 400  # not the session's stream
+    assert vmm_call(session, "cuStreamBeginCapture_v2", hStream=stream, mode=0).status == 0
+    active = info(stream)
+    assert active.status == 0 and active.capture_status == 1 and active.graph and active.dependencies == b""
+    added = vmm_call(session, "cuGraphAddEmptyNode", hGraph=active.graph, dependencies=b"", numDependencies=0)
+    assert added.status == 0
+    mine = struct.pack("<Q", added.phGraphNode)
+    assert vmm_call(session, "cuStreamUpdateCaptureDependencies_v2", hStream=stream, dependencies=mine,
+                    numDependencies=1, flags=1).status == 0
+    assert info(stream).dependencies == mine
+    foreign = struct.pack("<Q", added.phGraphNode + 0x1000)
+    assert vmm_call(session, "cuStreamUpdateCaptureDependencies_v2", hStream=stream, dependencies=foreign,
+                    numDependencies=1, flags=1).status == 400
+    ended = vmm_call(session, "cuStreamEndCapture", hStream=stream)
+    assert ended.status == 0 and ended.phGraph == active.graph
+    assert vmm_call(session, "cuGraphDestroy", hGraph=ended.phGraph).status == 0
+    assert vmm_call(session, "cuStreamDestroy_v2", hStream=stream).status == 0
+
+
 def test_device_ranges_of_memsets_and_copies_are_the_sessions(session):
     """Every device address a memset or copy takes by value (annotations: `range`) must lie, with the
     bytes it touches, in the session's memory: checked in the Python handlers and in the C loop's

@@ -97,6 +97,7 @@ void cuwire_callbacks_forget(void);
 extern "Python+C" int cuwire_py_host_alloc(uint64_t size, uint64_t *address);
 extern "Python+C" int cuwire_py_host_free(uint64_t address);
 extern "Python+C" int cuwire_py_managed_alloc(uint64_t size, unsigned int flags, uint64_t *address);
+extern "Python+C" int cuwire_py_capture_info(uint64_t stream, void *graph, void *deps, void *edges, void *count);
 int cuwire_managed_before_call(void);
 """
 

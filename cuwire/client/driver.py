@@ -576,6 +576,33 @@ def cuGraphAddNode_v2(phGraphNode, hGraph, dependencies, dependencyData, depende
     return 0
 
 
+_capture_arrays: dict[int, tuple] = {}  # stream -> the arrays its last cuStreamGetCaptureInfo handed out
+
+
+@ffi.def_extern(name="cuwire_py_capture_info", onerror=rt.on_error)
+def cuwire_py_capture_info(stream, graph, deps, edges, count):
+    """A capture's graph and last nodes (client/driver_local.c): the arrays stay the stream's until its next
+    cuStreamGetCaptureInfo, as CUDA keeps its own until the capture changes."""
+    res = rt.call(rt.CAPTURE_INFO, pb.CaptureInfo_Args(stream=int(ffi.cast("uintptr_t", stream)),
+                                                       edge_data=edges != ffi.NULL), pb.CaptureInfo_Result)
+    if res.status != 0:
+        return res.status
+    n = len(res.dependencies) // 8
+    if len(res.dependencies) % 8 or res.edge_data and len(res.edge_data) != 8 * n:
+        raise rt.bad_reply(f"{len(res.dependencies)} bytes of nodes and {len(res.edge_data)} of edge data")
+    nodes = ffi.new("uint64_t[]", list(struct.unpack(f"<{n}Q", res.dependencies)) or [0])
+    data = ffi.new("char[]", res.edge_data) if res.edge_data else ffi.NULL
+    _capture_arrays[int(ffi.cast("uintptr_t", stream))] = (nodes, data)
+    if graph != ffi.NULL:
+        rt.write_scalar(graph, "uint64_t", res.graph)
+    if deps != ffi.NULL:
+        rt.write_scalar(deps, "uint64_t", int(ffi.cast("uintptr_t", nodes)) if n else 0)
+    if edges != ffi.NULL:
+        rt.write_scalar(edges, "uint64_t", int(ffi.cast("uintptr_t", data)) if n and res.edge_data else 0)
+    rt.write_scalar(count, "size_t", n)
+    return 0
+
+
 @ffi.def_extern(name="cuwire_py_cuGraphGetNodes", onerror=rt.on_error)
 def cuGraphGetNodes(hGraph, nodes, numNodes):
     return _graph_query(pb.NODES, hGraph, 0, nodes, ffi.NULL, ffi.NULL, numNodes)

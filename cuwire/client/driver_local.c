@@ -331,27 +331,42 @@ CUresult cuwire_local_cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureSta
     return cuwire_local_cuStreamIsCapturing(stream, status);
 }
 
-CUresult cuwire_local_cuStreamGetCaptureInfo_v2(CUstream stream, CUstreamCaptureStatus *status, cuuint64_t *id,
-                                               CUgraph *graph, const CUgraphNode **deps, size_t *n_deps)
-{
-    if (id)
-        *id = capture_of(stream);
-    if (graph)
-        *graph = NULL;
-    if (deps)
-        *deps = NULL;
-    if (n_deps)
-        *n_deps = 0;
-    return cuwire_local_cuStreamIsCapturing(stream, status);
-}
-
+/* The status and id are the client's; the capture's graph and last nodes, asked for while it captures, are
+ * the server's (graphs built into a capture by hand: cuGraphAddNode on that graph, then
+ * cuStreamUpdateCaptureDependencies, as CUDA's graphConditionalNodes sample does). */
 CUresult cuwire_local_cuStreamGetCaptureInfo_v3(CUstream stream, CUstreamCaptureStatus *status, cuuint64_t *id,
                                                CUgraph *graph, const CUgraphNode **deps,
                                                const CUgraphEdgeData **edges, size_t *n_deps)
 {
-    if (edges)
-        *edges = NULL;
-    return cuwire_local_cuStreamGetCaptureInfo_v2(stream, status, id, graph, deps, n_deps);
+    if (!status)
+        return CUDA_ERROR_INVALID_VALUE;
+    cuuint64_t capture = __atomic_load_n(&capture_ids, __ATOMIC_RELAXED) ? capture_of(stream) : 0;
+    if (capture && (graph || deps || edges)) {
+        size_t count = 0;
+        int err = cuwire_py_capture_info((uint64_t)(uintptr_t)stream, graph, deps, edges, &count);
+        if (err)
+            return (CUresult)err;
+        if (n_deps)
+            *n_deps = count;
+    } else {
+        if (graph)
+            *graph = NULL;
+        if (deps)
+            *deps = NULL;
+        if (edges)
+            *edges = NULL;
+        if (n_deps)
+            *n_deps = 0;
+    }
+    if (id)
+        *id = capture;
+    return cuwire_local_cuStreamIsCapturing(stream, status);
+}
+
+CUresult cuwire_local_cuStreamGetCaptureInfo_v2(CUstream stream, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                               CUgraph *graph, const CUgraphNode **deps, size_t *n_deps)
+{
+    return cuwire_local_cuStreamGetCaptureInfo_v3(stream, status, id, graph, deps, NULL, n_deps);
 }
 
 static __thread CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;

@@ -20,17 +20,16 @@
 #include "cuda_api.h"
 #include "runtime.h"
 
-#define MAX_OWNERS 16
-
 struct standin {
     char *program;        /* the program's bytes: the first the node touches */
     char *shared;         /* the stand-in, in the memory shared with the server */
     size_t span;          /* from the first byte the node touches to the last */
     int to_device;        /* the node reads the host side (else writes it) */
     int pending;          /* (device to host) launched since the program last got the bytes */
+    int pinned;           /* an owner could not be noted: kept for the session's life */
     unsigned char *seen;  /* (device to host) the stand-in's bytes as the program last got them */
-    uint64_t owners[MAX_OWNERS]; /* graphs and executable graphs holding the node */
-    int n_owners;
+    uint64_t *owners;     /* graphs and executable graphs holding the node */
+    int n_owners, cap_owners;
     struct standin *next;
 };
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -44,18 +43,30 @@ static int owned_by(const struct standin *s, uint64_t owner)
     return 0;
 }
 
-static void add_owner(struct standin *s, uint64_t owner)
+/* 0, or -1 when there was no memory for it (the caller then keeps the stand-in alive for good: better a
+ * leak than a node copying freed memory). */
+static int add_owner(struct standin *s, uint64_t owner)
 {
-    if (!owned_by(s, owner) && s->n_owners < MAX_OWNERS)
-        s->owners[s->n_owners++] = owner;
+    if (owned_by(s, owner))
+        return 0;
+    if (s->n_owners == s->cap_owners) {
+        int cap = s->cap_owners ? 2 * s->cap_owners : 4;
+        uint64_t *grown = realloc(s->owners, cap * sizeof *grown);
+        if (!grown)
+            return -1;
+        s->owners = grown;
+        s->cap_owners = cap;
+    }
+    s->owners[s->n_owners++] = owner;
+    return 0;
 }
 
 /* What `from` holds, `to` holds too (a clone, a child graph's parent, an executable graph); lock held. */
 static void share(uint64_t from, uint64_t to)
 {
     for (struct standin *s = standins; s; s = s->next)
-        if (owned_by(s, from))
-            add_owner(s, to);
+        if (owned_by(s, from) && add_owner(s, to) != 0)
+            s->pinned = 1;
 }
 
 /* `owner` went: stand-ins no one holds any more are freed. */
@@ -67,10 +78,11 @@ static void release(uint64_t owner)
         for (int i = 0; i < s->n_owners; i++)
             if (s->owners[i] == owner)
                 s->owners[i--] = s->owners[--s->n_owners];
-        if (s->n_owners == 0) {
+        if (s->n_owners == 0 && !s->pinned) {
             *p = s->next;
             cuMemFreeHost(s->shared);
             free(s->seen);
+            free(s->owners);
             free(s);
         } else
             p = &s->next;
@@ -122,6 +134,7 @@ static void drop(struct standin *s)
     if (s) {
         cuMemFreeHost(s->shared);
         free(s->seen);
+        free(s->owners);
         free(s);
     }
 }
@@ -154,7 +167,8 @@ int cuwire_graph_copy_node(CUgraphNode *node, CUgraph graph, const CUgraphNode *
     pthread_mutex_lock(&lock);
     for (int i = 0; i < 2; i++)
         if (made[i]) {
-            add_owner(made[i], (uint64_t)(uintptr_t)graph);
+            if (add_owner(made[i], (uint64_t)(uintptr_t)graph) != 0)
+                made[i]->pinned = 1;
             made[i]->next = standins;
             __atomic_store_n(&standins, made[i], __ATOMIC_RELEASE);
         }
@@ -183,7 +197,8 @@ int cuwire_capture_copy(const void *host, uint64_t device, uint64_t n, void *str
     struct standin *s = make_standin(host, 0, 0, 0, n, 1, &line, to_device, &base);
     if (!s)
         return -1;
-    add_owner(s, CAPTURE_OWNER | capture);
+    if (add_owner(s, CAPTURE_OWNER | capture) != 0)
+        s->pinned = 1;
     pthread_mutex_lock(&lock);
     s->next = standins;
     __atomic_store_n(&standins, s, __ATOMIC_RELEASE);

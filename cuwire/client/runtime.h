@@ -86,6 +86,8 @@ void cuwire_graph_copies_back(int caught_up);
 int cuwire_capture_copy(const void *host, uint64_t device, uint64_t n, void *stream, int to_device);
 void cuwire_capture_became(uint64_t capture, uint64_t graph);
 uint64_t cuwire_capture_of(void *stream);
+/* The graph and last nodes of a stream's capture, from the server (client/driver.py): a CUDA result. */
+int cuwire_py_capture_info(uint64_t stream, void *graph, void *deps, void *edges, void *count);
 /* The host caught up with the GPU: stand-ins' and managed memory's bytes come back (graph_copies.c). */
 void cuwire_synced(void);
 /* All of a buffer to or from a socket (wire.c): 0, or -1 when the connection broke or ended. */

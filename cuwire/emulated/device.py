@@ -335,8 +335,7 @@ class _Stream:
     priority: int = 0
     ident: int = 0
     builtin: bool = False  # the default stream, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: never destroyed
-    capture: list | None = None  # while capturing: the work it records instead of running (a graph's)
-    capture_into: tuple | None = None  # cuStreamBeginCaptureToGraph: (the graph, the nodes the first follows)
+    capture: Any = None  # while capturing: graphs.Capture, the graph its work goes into instead of running
     attributes: dict[int, bytes] = field(default_factory=dict)  # cuStreamSetAttribute: attribute -> value
 
 
@@ -529,7 +528,7 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
             dst_address, src_address = self._addr(dst), self._addr(src)
             if count and not (self._memory.find(dst_address, count) and self._memory.find(src_address, count)):
                 return self.drv.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
-            s.capture.append(lambda: self._copy(dst_address, src_address, count, direction))
+            self._capture_node(s, lambda: self._copy(dst_address, src_address, count, direction))
             return 0
         return self._copy(dst, src, count, direction)
 
@@ -1091,7 +1090,7 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
         stream = self._stream(hStream)
         if stream is None or stream.capture is None:
             return False
-        stream.capture.append(run)
+        self._capture_node(stream, run)
         return True
 
     def cuMemsetD2D8_v2(self, dstDevice: int, dstPitch: int, uc: int, Width: int, Height: int) -> int:

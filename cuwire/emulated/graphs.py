@@ -75,6 +75,16 @@ def run_graph(graph: Graph) -> None:
         graph.work[node]()
 
 
+@dataclass
+class Capture:
+    """A stream's capture: the graph its work goes into, as nodes after `leaves`."""
+
+    graph: int
+    leaves: list[int]
+    into: bool = False  # a graph of the program's (cuStreamBeginCaptureToGraph)
+    kept: Any = None  # the last dependencies array handed out (cuStreamGetCaptureInfo)
+
+
 class EmulatedGraphs:
     """The driver's graph functions, mixed into EmulatedLib."""
 
@@ -120,14 +130,22 @@ class EmulatedGraphs:
         mode[0], held.mode = getattr(held, "mode", 0), mode[0]
         return 0
 
-    def cuStreamBeginCapture_v2(self, hStream: CData, mode: int) -> int:
+    def _begin_capture(self, hStream: CData, graph: int, deps: list[int]) -> int:
         stream = self._stream(hStream)
         if stream is None or stream.builtin:
             return self.drv.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED if stream else self.drv.CUDA_ERROR_INVALID_HANDLE
         if stream.capture is not None:
             return self.drv.CUDA_ERROR_ILLEGAL_STATE
-        stream.capture = []
+        stream.capture = Capture(graph, deps)
         return 0
+
+    def cuStreamBeginCapture_v2(self, hStream: CData, mode: int) -> int:
+        handle = self._new_handle()
+        self._graphs[handle] = Graph()
+        err = self._begin_capture(hStream, handle, [])
+        if err:
+            del self._graphs[handle]
+        return err
 
     def cuStreamBeginCaptureToGraph(self, hStream: CData, hGraph: CData, dependencies: CData,
                                     dependencyData: CData, numDependencies: int, mode: int) -> int:
@@ -135,29 +153,68 @@ class EmulatedGraphs:
         deps = [self._addr(dependencies[i]) for i in range(numDependencies)] if numDependencies else []
         if graph is None or any(d not in graph.work for d in deps):
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        err = self.cuStreamBeginCapture_v2(hStream, mode)
+        err = self._begin_capture(hStream, self._addr(hGraph), deps)
         if err == 0:
-            self._stream(hStream).capture_into = (self._addr(hGraph), deps)
+            self._stream(hStream).capture.into = True
         return err
+
+    def _capture_node(self, stream, run) -> None:
+        """Work on a capturing stream: a node of the capture's graph, after the capture's last nodes."""
+        c = stream.capture
+        graph = self._graphs[c.graph]
+        node = self._new_handle()
+        graph.edges.update((d, node) for d in c.leaves)
+        graph.nodes.append(node)
+        graph.work[node], graph.kinds[node] = run, KERNEL
+        self._nodes[node] = c.graph
+        c.leaves = [node]
 
     def cuStreamEndCapture(self, hStream: CData, phGraph: CData) -> int:
         stream = self._stream(hStream)
         if stream is None or stream.capture is None:
             return self.drv.CUDA_ERROR_ILLEGAL_STATE
-        handle, last = stream.capture_into or (None, [])
-        graph = self._graphs[handle] if handle is not None else Graph()
-        for run in stream.capture:  # one after the other, as the stream ran them
-            node = self._new_handle()
-            graph.edges.update((d, node) for d in last)
-            graph.nodes.append(node)
-            graph.work[node], graph.kinds[node] = run, KERNEL
-            if handle is not None:
-                self._nodes[node] = handle
-            last = [node]
-        stream.capture, stream.capture_into = None, None
-        if handle is not None:
-            return self._drv_put((phGraph, handle))
-        return self._new_graph(phGraph, graph)
+        handle = stream.capture.graph
+        stream.capture = None
+        if self._is_null(phGraph):
+            return 0
+        return self._drv_put((phGraph, handle))
+
+    def cuStreamGetCaptureInfo_v3(self, hStream: CData, captureStatus_out: CData, id_out: CData, graph_out: CData,
+                                  dependencies_out: CData, edgeData_out: CData, numDependencies_out: CData) -> int:
+        """The capture's graph and last nodes, mid-capture (the array stays the stream's until it changes)."""
+        stream = self._stream(hStream)
+        if stream is None or self._is_null(captureStatus_out):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        c = stream.capture
+        captureStatus_out[0] = 1 if c is not None else 0  # CU_STREAM_CAPTURE_STATUS_ACTIVE, _NONE
+        if c is None:
+            return 0
+        if not self._is_null(id_out):
+            id_out[0] = c.graph
+        if not self._is_null(graph_out):
+            graph_out[0] = self.ffi.cast("CUgraph", c.graph)
+        c.kept = self.ffi.new("CUgraphNode[]", [self.ffi.cast("CUgraphNode", n) for n in c.leaves] or 1)
+        if not self._is_null(dependencies_out):
+            dependencies_out[0] = c.kept
+        if not self._is_null(edgeData_out):
+            edgeData_out[0] = self.ffi.NULL
+        if not self._is_null(numDependencies_out):
+            numDependencies_out[0] = len(c.leaves)
+        return 0
+
+    def cuStreamUpdateCaptureDependencies_v2(self, hStream: CData, dependencies: CData, dependencyData: CData,
+                                             numDependencies: int, flags: int) -> int:
+        """The nodes the capture's next work follows: these (CU_STREAM_SET_CAPTURE_DEPENDENCIES, 1) or these
+        too (CU_STREAM_ADD_CAPTURE_DEPENDENCIES, 0)."""
+        stream = self._stream(hStream)
+        if stream is None or stream.capture is None:
+            return self.drv.CUDA_ERROR_ILLEGAL_STATE
+        c = stream.capture
+        nodes = [self._addr(dependencies[i]) for i in range(numDependencies)] if numDependencies else []
+        if flags not in (0, 1) or any(n not in self._graphs[c.graph].work for n in nodes):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        c.leaves = nodes if flags == 1 else c.leaves + [n for n in nodes if n not in c.leaves]
+        return 0
 
     # --- building
 

@@ -1662,6 +1662,18 @@ def cuStreamSynchronize(hStream):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuStreamUpdateCaptureDependencies_v2", onerror=rt.on_error)
+def cuStreamUpdateCaptureDependencies_v2(hStream, dependencies, dependencies_len, dependencyData, numDependencies, flags):
+    """cuStreamUpdateCaptureDependencies_v2 (cuda.h)"""
+    args = pb.cuStreamUpdateCaptureDependencies_v2_Args()
+    args.hStream = hStream
+    args.dependencies = rt.read(dependencies, dependencies_len)
+    args.numDependencies = numDependencies
+    args.flags = flags
+    res = rt.call(2582213764, args, pb.cuStreamUpdateCaptureDependencies_v2_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuSurfObjectCreate", onerror=rt.on_error)
 def cuSurfObjectCreate(pSurfObject, pResDesc, pResDesc_len):
     """cuSurfObjectCreate (cuda.h)"""

@@ -184,6 +184,7 @@ extern "Python+C" int cuwire_py_cuStreamGetPriority(uint64_t, void *);
 extern "Python+C" int cuwire_py_cuStreamQuery(uint64_t);
 extern "Python+C" int cuwire_py_cuStreamSetAttribute(uint64_t, int64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuStreamSynchronize(uint64_t);
+extern "Python+C" int cuwire_py_cuStreamUpdateCaptureDependencies_v2(uint64_t, void *, uint64_t, void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuSurfObjectCreate(void *, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuSurfObjectDestroy(uint64_t);
 extern "Python+C" int cuwire_py_cuSurfObjectGetResourceDesc(void *, uint64_t, uint64_t);

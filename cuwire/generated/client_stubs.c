@@ -1518,7 +1518,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "sync",
     "async",
     "unimplemented",
     "unimplemented",
@@ -12762,11 +12762,13 @@ CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies_ptsz(void)
     return cuwire_impl_cuStreamUpdateCaptureDependencies_ptsz();
 }
 
-/* cuStreamUpdateCaptureDependencies_v2 (cuda.h): unimplemented; also cuStreamUpdateCaptureDependencies_v2_ptsz */
+/* cuStreamUpdateCaptureDependencies_v2 (cuda.h): remoted, sync; also cuStreamUpdateCaptureDependencies_v2_ptsz */
+int cuwire_py_cuStreamUpdateCaptureDependencies_v2(uint64_t, void *, uint64_t, void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuStreamUpdateCaptureDependencies_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuStreamUpdateCaptureDependencies_v2((uint64_t)(uintptr_t)hStream, (void *)dependencies, (uint64_t)(numDependencies * 8), (void *)dependencyData, (uint64_t)numDependencies, (uint64_t)flags));
 }
 CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "e4b06a4ec9e73822"
+API_DIGEST = "57ec61af62dcc2c3"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -36,6 +36,7 @@ OP_IDS = {
     "HostFunc": 2255595394,
     "ManagedAlloc": 947210730,
     "GraphNode": 2825248542,
+    "CaptureInfo": 1340297522,
 }
 
 
@@ -1958,6 +1959,7 @@ HANDLERS = {
     3807505306: ("cuStreamQuery", pb.cuStreamQuery_Args, cuStreamQuery),
     3659285903: ("cuStreamSetAttribute", pb.cuStreamSetAttribute_Args, None),  # server/attributes.py
     1581600379: ("cuStreamSynchronize", pb.cuStreamSynchronize_Args, cuStreamSynchronize),
+    2582213764: ("cuStreamUpdateCaptureDependencies_v2", pb.cuStreamUpdateCaptureDependencies_v2_Args, None),  # server/graphs.py
     1855246974: ("cuSurfObjectCreate", pb.cuSurfObjectCreate_Args, None),  # server/textures.py
     3782849510: ("cuSurfObjectDestroy", pb.cuSurfObjectDestroy_Args, None),  # server/textures.py
     1009289841: ("cuSurfObjectGetResourceDesc", pb.cuSurfObjectGetResourceDesc_Args, None),  # server/textures.py

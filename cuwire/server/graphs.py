@@ -189,6 +189,46 @@ def cuStreamBeginCaptureToGraph(s, a: pb.cuStreamBeginCaptureToGraph_Args) -> pb
     return pb.cuStreamBeginCaptureToGraph_Result(status=status)
 
 
+CAPTURE_ACTIVE = 1  # CU_STREAM_CAPTURE_STATUS_ACTIVE
+
+
+def capture_info(s, a: pb.CaptureInfo_Args) -> pb.CaptureInfo_Result:
+    """cuwire.CaptureInfo (cuStreamGetCaptureInfo with the graph or dependencies asked for): the capture's
+    graph is the session's to build (nodes added to it by hand, cuStreamUpdateCaptureDependencies), never
+    to destroy itself, as a conditional node's bodies (it goes with the capture, or with the program's
+    cuGraphDestroy once the capture gave it); its last nodes become the session's."""
+    ffi = s.ffi
+    status, graph = ffi.new("CUstreamCaptureStatus *"), ffi.new("CUgraph *")
+    deps, count = ffi.new("const CUgraphNode **"), ffi.new("size_t *")
+    edges = ffi.new("const CUgraphEdgeData **") if a.edge_data else ffi.NULL
+    r = pb.CaptureInfo_Result(status=s.lib.cuStreamGetCaptureInfo_v3(
+        s.handle("CUstream_st", "CUstream", a.stream), status, ffi.NULL, graph, deps, edges, count))
+    if r.status != 0:
+        return r
+    r.capture_status = status[0]
+    if status[0] != CAPTURE_ACTIVE:
+        return r
+    r.graph = int(ffi.cast("uintptr_t", graph[0]))
+    s.owns_handle(GRAPH, r.graph)
+    _parts(s).bodies.add(r.graph)
+    nodes = [int(ffi.cast("uintptr_t", deps[0][i])) for i in range(count[0])]
+    for node in nodes:
+        s.owns_handle(NODE, node)
+    r.dependencies = b"".join(v.to_bytes(8, "little") for v in nodes)
+    if a.edge_data and edges[0] != ffi.NULL:
+        r.edge_data = bytes(ffi.buffer(edges[0], 8 * count[0]))
+    return r
+
+
+def cuStreamUpdateCaptureDependencies_v2(s, a: pb.cuStreamUpdateCaptureDependencies_v2_Args
+                                         ) -> pb.cuStreamUpdateCaptureDependencies_v2_Result:
+    """The nodes a capture's next work follows, named by the session (its own nodes, or the capture's)."""
+    n = a.numDependencies
+    status = s.lib.cuStreamUpdateCaptureDependencies_v2(s.handle("CUstream_st", "CUstream", a.hStream),
+                                                        _nodes(s, a.dependencies, n), s.ffi.NULL, n, a.flags)
+    return pb.cuStreamUpdateCaptureDependencies_v2_Result(status=status)
+
+
 def cuGraphChildGraphNodeGetGraph(s, a: pb.cuGraphChildGraphNodeGetGraph_Args
                                   ) -> pb.cuGraphChildGraphNodeGetGraph_Result:
     """The graph a child node holds (its copy of the graph it was made from): the session's to change, but it
@@ -368,4 +408,4 @@ HANDLERS = {f.__name__: f for f in (cuGraphAddEmptyNode, cuGraphAddMemsetNode, c
                                      cuGraphAddChildGraphNode, cuGraphAddEventRecordNode, cuGraphAddEventWaitNode,
                                      cuGraphAddDependencies_v2, cuGraphRemoveDependencies_v2,
                                      cuGraphConditionalHandleCreate, cuGraphChildGraphNodeGetGraph,
-                                     cuStreamBeginCaptureToGraph)}
+                                     cuStreamBeginCaptureToGraph, cuStreamUpdateCaptureDependencies_v2)}

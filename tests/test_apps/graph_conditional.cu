@@ -1,7 +1,8 @@
 // graph_conditional: conditional nodes and memory nodes, added with cudaGraphAddNode. A while node runs its
 // body until the body's kernel clears the condition; an if/else node runs the branch a kernel before it
 // chose, relaunched with the other choice; a while node's body is filled by stream capture; a memory
-// allocation node gives a kernel and a copy their memory, which a free node gives back.
+// allocation node gives a kernel and a copy their memory, which a free node gives back; a while node is added
+// by hand into a stream's capture (cudaStreamGetCaptureInfo, cudaStreamUpdateCaptureDependencies).
 #include <stdio.h>
 
 #include "check.h"
@@ -162,6 +163,43 @@ int main() {
     CHECK(cudaGraphMemFreeNodeGetParams(free_node, &freed));
     printf("the allocation node gave an address: %s; the free node frees it: %s\n", scratch ? "yes" : "no",
            freed == scratch ? "yes" : "no");
+
+    // a while node added by hand into a stream's capture (CUDA's graphConditionalNodes): the capture's graph
+    // and last node from cudaStreamGetCaptureInfo, the node added there, the capture's dependencies set to it
+    cudaStream_t cs;
+    CHECK(cudaStreamCreate(&cs));
+    CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+    cudaStreamCaptureStatus status;
+    cudaGraph_t capture_graph;
+    CHECK(cudaStreamGetCaptureInfo(cs, &status, NULL, &capture_graph, NULL, NULL, NULL));
+    cudaGraphConditionalHandle hand_handle;
+    CHECK(cudaGraphConditionalHandleCreate(&hand_handle, capture_graph, 1, cudaGraphCondAssignDefault));
+    writeValue<<<1, 32, 0, cs>>>(out, 7);
+    const cudaGraphNode_t *last = NULL;
+    size_t n_last = 0;
+    CHECK(cudaStreamGetCaptureInfo(cs, &status, NULL, &capture_graph, &last, NULL, &n_last));
+    printf("capturing: %s; the capture's last nodes: %zu\n", status == cudaStreamCaptureStatusActive ? "yes" : "no",
+           n_last);
+    cudaGraph_t hand_body;
+    cudaGraphNode_t hand = conditional(capture_graph, last, n_last, hand_handle, cudaGraphCondTypeWhile, 1, &hand_body);
+    CHECK(cudaStreamUpdateCaptureDependencies(cs, &hand, NULL, 1, cudaStreamSetCaptureDependencies));
+    writeValue<<<1, 32, 0, cs>>>(out, 444);
+    cudaGraph_t g5;
+    CHECK(cudaStreamEndCapture(cs, &g5));
+    printf("the capture ended in the graph it was building: %s\n", g5 == capture_graph ? "yes" : "no");
+    int hand_limit = 4;
+    void *hand_args[] = {&count, &hand_handle, &hand_limit};
+    kernel(hand_body, NULL, 0, (void *)loopBody, hand_args);
+    cudaGraphExec_t exec5;
+    CHECK(cudaGraphInstantiate(&exec5, g5, 0));
+    CHECK(cudaMemset(count, 0, sizeof(int)));
+    CHECK(cudaGraphLaunch(exec5, cs));
+    CHECK(cudaStreamSynchronize(cs));
+    failures += report("a while node added into a capture", read_int(count), 4);
+    failures += report("the capture's work after it", read_int(out), 444);
+    CHECK(cudaGraphExecDestroy(exec5));
+    CHECK(cudaGraphDestroy(g5));
+    CHECK(cudaStreamDestroy(cs));
 
     CHECK(cudaGraphExecDestroy(exec4));
     CHECK(cudaGraphExecDestroy(exec3));

@@ -2,8 +2,9 @@
 // simpleCudaGraphs sample builds them), nodes added through cudaGraphAddNode's one struct (kernel, memset,
 // memcpy), memory nodes through cudaGraphAddMemAllocNode / cudaGraphAddMemFreeNode and cudaDeviceGraphMemTrim
 // (graphMemoryFootprint), and a capture into the program's own graph ended with no graph asked for
-// (graphConditionalNodes), and copies of pageable memory (a malloc'd buffer in, a variable on the stack out,
-// read by a host node: simpleCudaGraphs). Graphs with host inputs are launched twice, the input changed.
+// (graphConditionalNodes), and copies of pageable memory: a malloc'd buffer in, a variable on the stack out,
+// read by a host node (simpleCudaGraphs); captured asynchronous copies (graphMemoryNodes); a child graph's,
+// through a clone. Graphs with host inputs are launched twice, the input changed.
 #include <stdio.h>
 #include <string.h>
 
@@ -215,6 +216,30 @@ int main() {
     CHECK(cudaGraphDestroy(g));
     free(page_out);
     free(page_in);
+
+    // 7. a copy to pageable memory in a child graph, the child destroyed, the parent cloned and destroyed
+    //    before the clone is instantiated: the node's stand-in goes with the graphs that hold it
+    int tail[4] = {0, 0, 0, 0};
+    cudaGraph_t child, parent, clone;
+    CHECK(cudaGraphCreate(&child, 0));
+    cudaGraphNode_t copy_tail, child_node;
+    CHECK(cudaGraphAddMemcpyNode1D(&copy_tail, child, NULL, 0, tail, out_d + n - 4, sizeof tail,
+                                   cudaMemcpyDeviceToHost));
+    CHECK(cudaGraphCreate(&parent, 0));
+    CHECK(cudaGraphAddChildGraphNode(&child_node, parent, NULL, 0, child));
+    CHECK(cudaGraphDestroy(child));
+    CHECK(cudaGraphClone(&clone, parent));
+    CHECK(cudaGraphDestroy(parent));
+    CHECK(cudaGraphInstantiate(&exec, clone, 0));
+    CHECK(cudaGraphDestroy(clone));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    int tail_ok = 1;
+    for (int i = 0; i < 4; i++)
+        tail_ok &= tail[i] == want_scaled(n - 4 + i, 77);
+    printf("a child graph's copy to pageable memory, through a clone: %s\n", tail_ok ? "OK" : "FAIL");
+    failures += !tail_ok;
+    CHECK(cudaGraphExecDestroy(exec));
 
     CHECK(cudaFree(tmp_d));
     CHECK(cudaFree(in_d));
