@@ -183,13 +183,17 @@ int cuwire_graph_copy_node(CUgraphNode *node, CUgraph graph, const CUgraphNode *
  * result, or -1 for the usual path (no capture, no shared memory, or memory that needs none). */
 int cuwire_capture_copy(const void *host, uint64_t device, uint64_t n, void *stream, int to_device)
 {
-    if (!n || !host || !cuwire_shares_host_memory())
-        return -1;
-    uint64_t capture = cuwire_capture_of(stream), address = (uint64_t)(uintptr_t)host;
+    uint64_t capture = n && host ? cuwire_capture_of(stream) : 0, address = (uint64_t)(uintptr_t)host;
     int shared = 0;
     if (!capture || cuwire_host_locked(host, &shared) || cuwire_in_allocation(address, 1) ||
         cuwire_managed_holds(address, n) || !cuwire_in_allocation(device, n))
         return -1;
+    if (!cuwire_shares_host_memory()) {
+        cuwire_say_once_per_name("cuwire: a copy of pageable host memory into a stream capture needs a server on "
+                                 "this host, sharing memory with it (CUWIRE_TRANSPORT=auto); the capture refuses",
+                                 to_device ? "a copy to the device" : "a copy from the device");
+        return -1;
+    }
     CUDA_MEMCPY3D line = {0};
     line.WidthInBytes = n;
     line.Height = line.Depth = 1;
