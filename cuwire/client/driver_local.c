@@ -289,9 +289,13 @@ int cuwire_fast_cuStreamEndCapture(CUstream stream, CUgraph *graph)
     return -1;
 }
 
+/* The capture `stream` is in, or 0 (no lock taken while nothing ever captured: PyTorch asks before most of
+ * its work). */
 static cuuint64_t capture_of(CUstream stream)
 {
     cuuint64_t id = 0;
+    if (!__atomic_load_n(&capture_ids, __ATOMIC_RELAXED))
+        return 0;
     pthread_mutex_lock(&capture_lock);
     for (int i = 0; i < CAPTURES_MAX && !id; i++)
         if (captures[i].id && captures[i].stream == stream)
@@ -301,10 +305,7 @@ static cuuint64_t capture_of(CUstream stream)
 }
 
 /* The capture `stream` is in (0: none), for graph_copies.c. */
-uint64_t cuwire_capture_of(void *stream)
-{
-    return __atomic_load_n(&capture_ids, __ATOMIC_RELAXED) ? capture_of((CUstream)stream) : 0;
-}
+uint64_t cuwire_capture_of(void *stream) { return capture_of((CUstream)stream); }
 
 /* After cuStreamEndCapture gave its graph: what the capture's copies of pageable memory stood in with is
  * the graph's now (graph_copies.c). */
@@ -321,8 +322,7 @@ CUresult cuwire_local_cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus
 {
     if (!status)
         return CUDA_ERROR_INVALID_VALUE;
-    *status = __atomic_load_n(&capture_ids, __ATOMIC_RELAXED) && capture_of(stream) ? CU_STREAM_CAPTURE_STATUS_ACTIVE
-                                                                                    : CU_STREAM_CAPTURE_STATUS_NONE;
+    *status = capture_of(stream) ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
     return CUDA_SUCCESS;
 }
 
@@ -340,7 +340,7 @@ CUresult cuwire_local_cuStreamGetCaptureInfo_v3(CUstream stream, CUstreamCapture
 {
     if (!status)
         return CUDA_ERROR_INVALID_VALUE;
-    cuuint64_t capture = __atomic_load_n(&capture_ids, __ATOMIC_RELAXED) ? capture_of(stream) : 0;
+    cuuint64_t capture = capture_of(stream);
     if (capture && (graph || deps || edges)) {
         size_t count = 0;
         int err = cuwire_py_capture_info((uint64_t)(uintptr_t)stream, graph, deps, edges, &count);
@@ -360,7 +360,8 @@ CUresult cuwire_local_cuStreamGetCaptureInfo_v3(CUstream stream, CUstreamCapture
     }
     if (id)
         *id = capture;
-    return cuwire_local_cuStreamIsCapturing(stream, status);
+    *status = capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
 }
 
 CUresult cuwire_local_cuStreamGetCaptureInfo_v2(CUstream stream, CUstreamCaptureStatus *status, cuuint64_t *id,

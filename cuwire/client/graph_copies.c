@@ -61,12 +61,40 @@ static int add_owner(struct standin *s, uint64_t owner)
     return 0;
 }
 
+/* `owner` holds s too; if that cannot be noted, s is kept for good. */
+static void hold(struct standin *s, uint64_t owner)
+{
+    if (add_owner(s, owner) != 0)
+        s->pinned = 1;
+}
+
 /* What `from` holds, `to` holds too (a clone, a child graph's parent, an executable graph); lock held. */
 static void share(uint64_t from, uint64_t to)
 {
     for (struct standin *s = standins; s; s = s->next)
-        if (owned_by(s, from) && add_owner(s, to) != 0)
-            s->pinned = 1;
+        if (owned_by(s, from))
+            hold(s, to);
+}
+
+static void drop(struct standin *s)
+{
+    if (s) {
+        if (s->shared)
+            cuMemFreeHost(s->shared);
+        free(s->seen);
+        free(s->owners);
+        free(s);
+    }
+}
+
+/* A new stand-in, held by `owner`, joins the list. */
+static void list(struct standin *s, uint64_t owner)
+{
+    pthread_mutex_lock(&lock);
+    hold(s, owner);
+    s->next = standins;
+    __atomic_store_n(&standins, s, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&lock);
 }
 
 /* `owner` went: stand-ins no one holds any more are freed. */
@@ -80,10 +108,7 @@ static void release(uint64_t owner)
                 s->owners[i--] = s->owners[--s->n_owners];
         if (s->n_owners == 0 && !s->pinned) {
             *p = s->next;
-            cuMemFreeHost(s->shared);
-            free(s->seen);
-            free(s->owners);
-            free(s);
+            drop(s);
         } else
             p = &s->next;
     }
@@ -97,46 +122,41 @@ static size_t side_span(size_t pitch, size_t rows, const CUDA_MEMCPY3D *c)
     return slices + (c->Height > 1 ? (c->Height - 1) * pitch : 0) + c->WidthInBytes;
 }
 
-/* A stand-in for one host side (host, x, y, z, pitch, rows) of `c`, not yet listed; *base is what the node
- * takes as that side's host pointer. NULL when the side needs none or one cannot be made. */
-static struct standin *make_standin(const void *host, size_t x, size_t y, size_t z, size_t pitch, size_t rows,
+/* A stand-in for the program's `span` bytes at `program` (not yet listed), or NULL when none can be made. */
+static struct standin *make_standin(char *program, size_t span, int to_device)
+{
+    int shared = 0;
+    struct standin *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    void *p = NULL;
+    if (cuMemHostAlloc(&p, span, 0) == CUDA_SUCCESS)
+        s->shared = p;
+    if (!s->shared || !cuwire_host_locked(p, &shared) || !shared || (!to_device && !(s->seen = calloc(1, span)))) {
+        drop(s);
+        return NULL;
+    }
+    s->program = program;
+    s->span = span;
+    s->to_device = to_device;
+    if (to_device)
+        memcpy(s->shared, program, span);
+    return s;
+}
+
+/* A stand-in for one host side (host, x, y, z, pitch, rows) of a node's copy `c`, when that side is not
+ * page-locked memory the server shares already; *base is then what the node takes as its host pointer. */
+static struct standin *side_standin(const void *host, size_t x, size_t y, size_t z, size_t pitch, size_t rows,
                                     const CUDA_MEMCPY3D *c, int to_device, const void **base)
 {
     int shared = 0;
     if (!host || (cuwire_host_locked(host, &shared) && shared))
-        return NULL; /* page-locked and shared: the node can use it as it is */
-    size_t first = (z * (c->Depth > 1 ? rows : 0) + y) * pitch + x, span = side_span(pitch, rows, c);
-    struct standin *s = calloc(1, sizeof *s);
-    void *p = NULL;
-    if (!s || cuMemHostAlloc(&p, span, 0) != CUDA_SUCCESS || !cuwire_host_locked(p, &shared) || !shared) {
-        if (p)
-            cuMemFreeHost(p);
-        free(s);
         return NULL;
-    }
-    s->program = (char *)host + first;
-    s->shared = p;
-    s->span = span;
-    s->to_device = to_device;
-    if (to_device)
-        memcpy(s->shared, s->program, span);
-    else if (!(s->seen = calloc(1, span))) {
-        cuMemFreeHost(p);
-        free(s);
-        return NULL;
-    }
-    *base = s->shared - first;
+    size_t first = (z * (c->Depth > 1 ? rows : 0) + y) * pitch + x;
+    struct standin *s = make_standin((char *)host + first, side_span(pitch, rows, c), to_device);
+    if (s)
+        *base = s->shared - first;
     return s;
-}
-
-static void drop(struct standin *s)
-{
-    if (s) {
-        cuMemFreeHost(s->shared);
-        free(s->seen);
-        free(s->owners);
-        free(s);
-    }
 }
 
 /* cuGraphAddMemcpyNode's fast path: a node with a pageable host side is added with stand-ins in its place;
@@ -150,10 +170,10 @@ int cuwire_graph_copy_node(CUgraphNode *node, CUgraph graph, const CUgraphNode *
     CUDA_MEMCPY3D copy = *c;
     struct standin *src = NULL, *dst = NULL;
     if (c->srcMemoryType == CU_MEMORYTYPE_HOST)
-        src = make_standin(c->srcHost, c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch ? c->srcPitch : c->WidthInBytes,
+        src = side_standin(c->srcHost, c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch ? c->srcPitch : c->WidthInBytes,
                            c->srcHeight ? c->srcHeight : c->Height, c, 1, &copy.srcHost);
     if (c->dstMemoryType == CU_MEMORYTYPE_HOST)
-        dst = make_standin(c->dstHost, c->dstXInBytes, c->dstY, c->dstZ, c->dstPitch ? c->dstPitch : c->WidthInBytes,
+        dst = side_standin(c->dstHost, c->dstXInBytes, c->dstY, c->dstZ, c->dstPitch ? c->dstPitch : c->WidthInBytes,
                            c->dstHeight ? c->dstHeight : c->Height, c, 0, (const void **)&copy.dstHost);
     if (!src && !dst)
         return -1;
@@ -163,16 +183,10 @@ int cuwire_graph_copy_node(CUgraphNode *node, CUgraph graph, const CUgraphNode *
         drop(dst);
         return status;
     }
-    struct standin *made[2] = {src, dst};
-    pthread_mutex_lock(&lock);
-    for (int i = 0; i < 2; i++)
-        if (made[i]) {
-            if (add_owner(made[i], (uint64_t)(uintptr_t)graph) != 0)
-                made[i]->pinned = 1;
-            made[i]->next = standins;
-            __atomic_store_n(&standins, made[i], __ATOMIC_RELEASE);
-        }
-    pthread_mutex_unlock(&lock);
+    if (src)
+        list(src, (uint64_t)(uintptr_t)graph);
+    if (dst)
+        list(dst, (uint64_t)(uintptr_t)graph);
     return CUDA_SUCCESS;
 }
 
@@ -194,19 +208,10 @@ int cuwire_capture_copy(const void *host, uint64_t device, uint64_t n, void *str
                                  to_device ? "a copy to the device" : "a copy from the device");
         return -1;
     }
-    CUDA_MEMCPY3D line = {0};
-    line.WidthInBytes = n;
-    line.Height = line.Depth = 1;
-    const void *base = NULL;
-    struct standin *s = make_standin(host, 0, 0, 0, n, 1, &line, to_device, &base);
+    struct standin *s = make_standin((char *)host, n, to_device);
     if (!s)
         return -1;
-    if (add_owner(s, CAPTURE_OWNER | capture) != 0)
-        s->pinned = 1;
-    pthread_mutex_lock(&lock);
-    s->next = standins;
-    __atomic_store_n(&standins, s, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&lock);
+    list(s, CAPTURE_OWNER | capture);
     return cuwire_copy_shared(s->shared, device, n, stream, to_device, 0);
 }
 

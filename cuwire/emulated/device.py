@@ -518,9 +518,9 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
         return 0
 
     def _copy_async(self, dst: int | CData, src: int | CData, count: int, direction: str, stream: CData) -> int:
-        if self._stream(stream) is None:
-            return self.drv.CUDA_ERROR_INVALID_HANDLE
         s = self._stream(stream)
+        if s is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
         if s.capture is not None:
             # captured: a copy whose ends the GPU reaches (device or registered host memory) becomes part of
             # the graph; one of other host memory (the server's staging buffers) is refused, as on a GPU the

@@ -151,7 +151,7 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
 
     from cuwire.generated import cuwire_pb2 as pb
     from cuwire.server.listener import receive_handoff
-    from cuwire.server.service import CuWireServer, serve_connection
+    from cuwire.server.service import CuWireServer, host_memory_size, serve_connection
     from cuwire.transport import Connection
 
     if handoff_fd is None:
@@ -174,8 +174,7 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     except Exception:  # (a malformed hello is refused by the session, with its reason)
         asked = pb.Hello()
     if asked.ring_size and asked.host_address:
-        held = ring.hold_host_range(records_lib, asked.host_address,
-                                    min(settings.host_memory, asked.host_span or settings.host_memory))
+        held = ring.hold_host_range(records_lib, asked.host_address, host_memory_size(settings, asked))
     try:
         state = CuWireServer(settings)
         state.held_host = held

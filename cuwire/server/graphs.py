@@ -104,7 +104,7 @@ def _copy_side(s, kind: int, device: int, host, array, x: int, y: int, z: int, p
         s.pitched_device(device, x, y, z, pitch, rows, c.WidthInBytes, c.Height, c.Depth)
     elif kind == HOST:
         address = int(s.ffi.cast("uintptr_t", host))
-        first = address + (z * (rows if c.Depth > 1 else 0) + y) * pitch + x
+        first = address + s.pitched_offset(x, y, z, pitch, rows, c.Depth)
         here = s.shared_host(first, s.pitched_length(pitch, rows, c.WidthInBytes, c.Height, c.Depth))
         if here is None:
             raise CudaFail(NOT_SUPPORTED, "a memcpy node with host memory the server cannot reach: a graph runs on "

@@ -41,6 +41,11 @@ ATTRIBUTE_UNSUPPORTED = -(2**31)  # in Device.attributes: the driver refused thi
 COMPUTE_CAPABILITY = (75, 76)  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, _MINOR
 
 
+def host_memory_size(settings: Settings, hello: pb.Hello) -> int:
+    """The host memory a client on this host shares with its session: what it asked for, within the limit."""
+    return min(settings.host_memory, hello.host_span or settings.host_memory)
+
+
 class CuWireServer:
     """What all sessions share: the backend, the module cache, the devices."""
 
@@ -157,7 +162,7 @@ class CuWireServer:
                 fds.append(fd)
                 session.use_ring(shared)
                 reply.welcome.ring = True
-                size = min(self.settings.host_memory, hello.host_span or self.settings.host_memory)
+                size = host_memory_size(self.settings, hello)
                 if size > 0:
                     address, fd = ring.host_memory(records_lib, size, hello.host_address, self.held_host)
                     fds.append(fd)

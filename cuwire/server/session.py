@@ -489,12 +489,17 @@ class Session:
                                           f"bytes, {height} rows")
         return ((depth - 1) * (rows if depth > 1 else 0) + height - 1) * pitch + width
 
+    @staticmethod
+    def pitched_offset(x: int, y: int, z: int, pitch: int, rows: int, depth: int) -> int:
+        """Where one side of a pitched copy starts, from its base: x bytes, y rows and z slices in."""
+        return (z * (rows if depth > 1 else 0) + y) * pitch + x
+
     def pitched_device(self, device: int, x: int, y: int, z: int, pitch: int, rows: int, width: int, height: int,
                        depth: int) -> int:
         """A device side of a pitched copy, from its offsets on, all in this session's memory (as `device`
         checks); its length."""
         length = self.pitched_length(pitch, rows, width, height, depth)
-        self.device(device + (z * (rows if depth > 1 else 0) + y) * pitch + x, length)
+        self.device(device + self.pitched_offset(x, y, z, pitch, rows, depth), length)
         return length
 
     def device_range(self, address: int, size: int) -> None:
