@@ -4,7 +4,7 @@ VENV      := .venv
 VPY       := $(VENV)/bin/python
 export CUWIRE_HEADER_CACHE ?= $(CURDIR)/.cache/headers
 
-.PHONY: venv codegen check-generated client server apps demo test lint gpu-test bench docker clean
+.PHONY: venv codegen check-generated client server apps demo test lint gpu-test gpu-stress bench docker clean
 
 $(VENV)/.installed: pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
@@ -59,6 +59,9 @@ test: venv lint check-generated client server apps
 ## On a machine with an NVIDIA GPU: every test app natively and through cuwire, one line per app
 gpu-test:
 	bash tests/gpu_test.sh
+
+gpu-stress:
+	bash tests/gpu_stress.sh
 
 bench:
 	bash bench/run.sh

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -165,8 +166,23 @@ def host_memory(lib: Any, size: int, address: int, held: int = 0) -> tuple[int, 
         raise
 
 
+# Where a client reserves that space: address space no process's own mappings take (programs load near
+# 0x55..., libraries and mmap come down from 0x7f...), so that its session's process, whose own layout is
+# as random as the client's, finds the same range free. Reserved next to the client's own mappings, it
+# overlapped the session's in about one session in sixty on the H100: the memory then lay at two
+# addresses, and device memory the server gave could fall on the client's copy.
+HOST_REGION = (1 << 44, 1 << 46)  # 16 to 64 TiB
+HOST_ALIGN = 1 << 30
+
+
 def reserve_host(lib: Any) -> int:
-    """The client's side, before its hello: address space where the host memory may go (0: none)."""
+    """The client's side, before its hello: address space where the host memory may go (0: none), at a
+    random place of HOST_REGION (anywhere, where the kernel's address space is smaller)."""
+    slots = (HOST_REGION[1] - HOST_REGION[0] - HOST_SPAN) // HOST_ALIGN
+    for _ in range(8):
+        address = HOST_REGION[0] + secrets.randbelow(slots) * HOST_ALIGN
+        if lib.cw_reserve_at(address, HOST_SPAN):
+            return address
     return lib.cw_reserve(HOST_SPAN)
 
 

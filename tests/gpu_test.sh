@@ -175,6 +175,12 @@ if [ -n "$real" ] || { [ "$probes" -lt 25 ] && [ -z "${GPU_TEST_ONLY:-}" ]; }; t
 else
   echo "client maps: OK, $probes client processes probed, no real libcuda mapped; CUDA libraries seen: $(grep -v '^probe' "$LOG/maps.txt" | sort -u | tr '\n' ' ')"
 fi
+# no client got device memory where it had host memory of its own (address_space.py, device_memory.c)
+runs=$(ls "$LOG"/*.err "$LOG"/concurrent-*.out 2>/dev/null | grep -vc '\.native\.err$')
+clashes=$(grep -l "lies where this program has memory of its own" "$LOG"/*.err "$LOG"/concurrent-*.out 2>/dev/null)
+if [ -z "$clashes" ]; then echo "address space: OK, no device range fell on a client's memory in $runs runs"
+  pass=$((pass+1))
+else echo "address space: FAIL, device memory fell on a client's own in: $clashes"; fail=$((fail+1)); fi
 kill $SERVER; wait $SERVER 2>/dev/null
 grep -c "uploaded (" "$LOG/server.log" | sed 's/^/server: modules uploaded over the whole run: /'
 echo "gpu-test summary: $pass passed, $fail failed"

@@ -172,3 +172,18 @@ def test_host_memory_lands_at_the_clients_address_when_the_server_held_it():
     assert elsewhere and elsewhere != address
     lib.cw_unmap(elsewhere, size)
     lib.cw_unmap(taken, size)
+
+
+def test_client_reserves_host_span_where_no_process_maps():
+    """The client's range for shared host memory lies in HOST_REGION, away from where its session's
+    process has its own mappings (a program near 0x55..., libraries from 0x7f... down), so that the
+    session process can hold the same range; aligned, and a new place each time."""
+    picked = [ring.reserve_host(lib) for _ in range(2)]
+    try:
+        for address in picked:
+            assert ring.HOST_REGION[0] <= address and address + ring.HOST_SPAN <= ring.HOST_REGION[1]
+            assert address % ring.HOST_ALIGN == 0
+        assert picked[0] != picked[1]
+    finally:
+        for address in picked:
+            lib.cw_unmap(address, ring.HOST_SPAN)

@@ -446,3 +446,32 @@ def test_json_logs_name_the_session_and_traces_time_each_call(apps, client_lib, 
     assert {"time", "level", "pid", "session", "message"} <= set(lines[0])
     assert any(line["session"] == "1" and "opened" in line["message"] for line in lines)
     assert any(line["session"] == "" and line["message"].startswith("listening on") for line in lines)
+
+
+def test_session_process_keeps_the_clients_address_space_free(looper, fresh_server):
+    """The session's process holds the address space the client's memory takes before CUDA starts
+    (address_space.py), so no device address the driver gives lies where the program has host memory:
+    every mapping of the client's is covered, in the session's process, by a mapping of its own or a hold."""
+    from cuwire.address_space import mapped_ranges
+
+    env = {**os.environ, "CUWIRE_SERVER": fresh_server.address}
+    p = subprocess.Popen([str(looper)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert p.stdout.readline().strip() == "allocated"
+        client = mapped_ranges(Path(f"/proc/{p.pid}/maps").read_text())
+        (session,) = children_of(fresh_server.proc.pid)
+        server = sorted(mapped_ranges(Path(f"/proc/{session}/maps").read_text()))
+    finally:
+        p.kill()
+        p.wait(10)
+
+    def covered(lo: int, hi: int) -> bool:
+        for s_lo, s_hi in server:
+            if s_lo <= lo < s_hi:
+                lo = s_hi
+            if lo >= hi:
+                return True
+        return False
+
+    uncovered = [(hex(lo), hex(hi)) for lo, hi in client if not covered(lo, hi)]
+    assert client and not uncovered

@@ -24,7 +24,7 @@ from _cuwire import ffi, lib
 from google.protobuf.message import DecodeError
 
 import cuwire
-from cuwire import compression, ring
+from cuwire import address_space, compression, ring
 from cuwire.client import fatbin
 from cuwire.client.shared_host import SharedHost
 from cuwire.generated import cuwire_pb2 as pb
@@ -111,7 +111,8 @@ class Session:
         self.settings = settings
         hello = pb.Hello(client_version=cuwire.__version__, cuda_version=wire.CUDA_VERSION,
                          api_digest=wire.API_DIGEST, token=settings.token, pid=os.getpid(),
-                         host=socket.gethostname())
+                         host=socket.gethostname(),
+                         keep_free=[pb.Span(start=lo, end=hi) for lo, hi in address_space.own_spans_to_keep()])
         self.transport: SocketTransport
         self.host: SharedHost | None = None  # host memory shared with the server (page-locked allocations)
         self.reserved = 0  # address space reserved for shared page-locked memory (offer)

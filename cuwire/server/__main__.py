@@ -165,7 +165,7 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     capture_output()  # device printf output goes back to the program (records.c)
     # before CUDA starts and takes much of this process's address space: keep the range the client reserved
     # for its page-locked memory free here too, so both processes (and the GPU) see it at one address
-    from cuwire import ring
+    from cuwire import address_space, ring
     from cuwire.server._records import lib as records_lib
 
     held = 0
@@ -175,6 +175,10 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
         asked = pb.Hello()
     if asked.ring_size and asked.host_address:
         held = ring.hold_host_range(records_lib, asked.host_address, host_memory_size(settings, asked))
+    # ...and the address space the client's own memory takes (or will): device memory placed there would
+    # be taken for the program's host memory by its value (address_space.py)
+    kept = address_space.hold(records_lib, [(s.start, s.end) for s in asked.keep_free])
+    log.debug("session: %d GiB of the client's address space kept free of device memory", kept >> 30)
     try:
         state = CuWireServer(settings)
         state.held_host = held

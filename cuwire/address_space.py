@@ -1,0 +1,84 @@
+"""One number space for two processes: where the server's driver may put device memory.
+
+With unified addressing a pointer is device memory or host memory by its value alone (cudaMemcpyDefault,
+cuPointerGetAttribute, kernels given host pointers). The program's host addresses come from the client's
+process and its device addresses from the session's process on the server, and the two are laid out
+alike (both grow down from near 0x7fff...), so a device allocation may come back at an address where the
+program already has host memory. The client guards each device range it is given (client/device_memory.c),
+which keeps its later allocations off them, but cannot move memory it already has.
+
+So the client names, in its hello, the spans of address space it uses, each reaching GROWTH further down
+(where its next mappings go: the kernel hands out address space from the top down); the session process
+holds what is free of them here (no access, no memory) before CUDA starts, and the driver places device
+memory elsewhere. Nothing else of the server's needs those addresses: its own mappings that lie there stay.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+USER_SPACE_END = 1 << 47  # x86-64 and aarch64 with 48-bit addresses; [vsyscall] lies above
+LOWEST = 1 << 16  # below vm.mmap_min_addr nothing may be mapped
+GROWTH = 1 << 40  # address space below each of the client's spans kept free for its later mappings
+MAX_SPANS = 64  # more than a hello carries (spans closer than GROWTH merge, so real programs have few)
+
+
+def mapped_ranges(maps: str) -> list[tuple[int, int]]:
+    """The [start, end) of each mapping in /proc/<pid>/maps text, in user space."""
+    ranges = []
+    for line in maps.splitlines():
+        start, _, end = line.partition(" ")[0].partition("-")
+        try:
+            lo, hi = int(start, 16), int(end, 16)
+        except ValueError:
+            continue
+        if lo < hi <= USER_SPACE_END:
+            ranges.append((lo, hi))
+    return ranges
+
+
+def spans_to_keep(ranges: list[tuple[int, int]], growth: int = GROWTH) -> list[tuple[int, int]]:
+    """The client's side: its mappings, each reaching `growth` further down, merged; sorted, at most
+    MAX_SPANS (the lowest dropped: the kernel maps from the top down, so the top ones matter most)."""
+    spans: list[tuple[int, int]] = []
+    for lo, hi in sorted((max(lo - growth, LOWEST), hi) for lo, hi in ranges if hi > LOWEST):
+        if spans and lo <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], hi))
+        else:
+            spans.append((lo, hi))
+    return spans[-MAX_SPANS:]
+
+
+def own_spans_to_keep() -> list[tuple[int, int]]:
+    """The spans this process names in its hello ([] where /proc cannot be read)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return spans_to_keep(mapped_ranges(f.read()))
+    except OSError:
+        return []
+
+
+def hold(lib: Any, spans: list[tuple[int, int]], maps: str | None = None) -> int:
+    """The server's side, in a session process before CUDA starts: reserve what is free of `spans` here
+    (no access, no memory; `lib.cw_reserve_at`), around this process's own mappings (`maps`: this
+    process's /proc/self/maps text, read when not given). Returns the bytes held."""
+    if maps is None:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+    taken = sorted(mapped_ranges(maps))
+    page = os.sysconf("SC_PAGE_SIZE")
+    held = 0
+    for lo, hi in spans[:MAX_SPANS]:
+        lo, hi = max(-(-lo // page) * page, LOWEST), min(hi // page * page, USER_SPACE_END)
+        at = lo
+        for t_lo, t_hi in taken + [(hi, hi)]:
+            if t_hi <= at:
+                continue
+            gap_end = min(t_lo, hi)
+            if gap_end > at and lib.cw_reserve_at(at, gap_end - at):
+                held += gap_end - at
+            at = max(at, t_hi)
+            if at >= hi:
+                break
+    return held
