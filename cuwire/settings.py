@@ -54,6 +54,9 @@ class Settings:
     # thread: sessions are threads of the listening process
     isolation: str = field(default_factory=lambda: _env("isolation", "process"))
     session_name: str = field(default_factory=lambda: _env("session_name", ""))  # set by the listener
+    # where sessions note the memory and events they export to other processes (server/ipc.py): a folder
+    # only the server reads, made when it starts (and removed when it ends) unless given
+    ipc_dir: str = field(default_factory=lambda: _env("ipc_dir", ""))
     # a session process that has not reported to the listener for this many seconds is frozen (stopped,
     # or stuck holding Python's lock) and is killed, so that its client gets an error, not a hang; 0: never
     frozen_after: float = field(default_factory=lambda: float(_env("frozen_after", "30")))

@@ -104,3 +104,26 @@ def test_unimplemented_function_is_loud(apps, client_lib, server):
     assert r.stdout == (EXPECTED / "unimplemented.out").read_text()
     # NVIDIA's runtime asks cuwire's libcuda for cuDeviceGetTexture1DLinearMaxWidth, which names itself
     assert "cuwire: unimplemented CUDA function cuDeviceGetTexture1DLinearMaxWidth (cuda.h)" in r.stderr
+
+
+def test_ipc_between_two_processes_of_a_program(apps: Path, client_lib, tmp_path):
+    """ipc: a program's two processes, a session each, share device memory and an event (cudaIpc*). The
+    emulated device's memory is its process's, so its sessions are threads here (a GPU's driver opens
+    another process's memory: make gpu-test runs it against a server whose sessions are processes)."""
+    s = ServerProcess(tmp_path, "--isolation", "thread")
+    try:
+        r = run_remote(apps / "ipc", client_lib, s.address)
+        assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+        assert r.stdout == (EXPECTED / "ipc.out").read_text(), r.stderr
+    finally:
+        s.stop()
+
+
+def test_ipc_to_sessions_in_processes_says_what_the_emulated_device_cannot(apps: Path, client_lib, server):
+    """With sessions in processes of their own, the emulated device cannot open another process's memory:
+    the child's open fails with cudaErrorNotSupported (after the server found the handle a session
+    exported), and the program says so, as it would of any failed call."""
+    r = run_remote(apps / "ipc", client_lib, server.address)
+    assert r.returncode == 1
+    assert "cudaIpcOpenMemHandle((void **)&d, h.memory, cudaIpcMemLazyEnablePeerAccess) failed: 801" in r.stdout, \
+        r.stdout + r.stderr

@@ -832,3 +832,53 @@ def test_tensor_maps_sized_by_a_hostile_rank_are_refused(session):
     replaced = vmm_call(session, "cuTensorMapReplaceAddress", tensorMap=device, globalAddress=device)
     assert replaced.status == 1 and not replaced.tensorMap
     assert serving(session)
+
+
+def test_ipc_handles_open_only_what_a_session_exported(server):
+    """CUDA IPC between two sessions (server/ipc.py): the program gets random bytes that stand for the
+    driver's handle, the same each time; another session opens them (on the GPU; the emulated device,
+    whose memory is its own process's, refuses another process's memory with NOT_SUPPORTED, after the
+    server found the handle), a forged handle or one whose exporter ended is CUDA_ERROR_INVALID_VALUE,
+    and only memory a session opened may be closed by it."""
+
+    def caller(t):
+        def call(name, **fields):
+            reply = t.exchange(pb.Batch(fn=fn_id(name), args=getattr(pb, f"{name}_Args")(**fields).SerializeToString()))
+            assert not reply.error, reply.error
+            return getattr(pb, f"{name}_Result").FromString(reply.result)
+        return call
+
+    a, reply = open_session(server.address, HELLO)
+    b, reply = open_session(server.address, HELLO)
+    try:
+        export, other = caller(a), caller(b)
+        device = allocate(a, 1 << 20)
+        handle = export("cuIpcGetMemHandle", dptr=device + 4096)  # inside the allocation: the allocation's
+        assert handle.status == 0 and len(handle.pHandle) == 64
+        assert int.from_bytes(handle.pHandle[:8], "little") >= 1 << 20  # its size leads (the client keeps it)
+        assert export("cuIpcGetMemHandle", dptr=device).pHandle == handle.pHandle
+        assert export("cuIpcGetMemHandle", dptr=0x1234).status == 1  # not the session's memory
+        assert other("cuIpcOpenMemHandle_v2", handle=bytes(64), Flags=1).status == 1  # forged
+        forged = bytearray(handle.pHandle)
+        forged[-1] ^= 1
+        assert other("cuIpcOpenMemHandle_v2", handle=bytes(forged), Flags=1).status == 1
+        opened = other("cuIpcOpenMemHandle_v2", handle=handle.pHandle, Flags=1)
+        assert opened.status == (0 if BACKEND == "cuda" else 801), opened
+        assert other("cuIpcCloseMemHandle", dptr=device).status == 1  # not memory this session opened
+        if opened.status == 0:
+            assert other("cuIpcCloseMemHandle", dptr=opened.pdptr).status == 0
+        event = export("cuEventCreate", Flags=0x6)  # CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS
+        event_handle = export("cuIpcGetEventHandle", event=event.phEvent)
+        assert event_handle.status == 0
+        assert other("cuIpcOpenEventHandle", handle=handle.pHandle).status == 1  # a memory handle, not an event's
+        a.close()
+        a = None
+        deadline = time.monotonic() + 10  # the exporter's notes go when its session has ended
+        while other("cuIpcOpenMemHandle_v2", handle=handle.pHandle, Flags=1).status != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert other("cuIpcOpenEventHandle", handle=event_handle.pHandle).status == 1
+    finally:
+        for t in (a, b):
+            if t is not None:
+                t.close()

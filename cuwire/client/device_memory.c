@@ -234,6 +234,20 @@ void cuwire_guard_device_range(uint64_t base, uint64_t size)
     pthread_mutex_unlock(&guard_lock);
 }
 
+/* After cuIpcOpenMemHandle: the memory another process of the program's exported is this session's device
+ * memory now, for copies to tell apart and guarded like the session's own. Its size leads the handle's
+ * bytes (server/ipc.py), as the call itself does not say it. */
+void cuwire_after_ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
+{
+    (void)flags;
+    uint64_t size;
+    memcpy(&size, handle.reserved, sizeof size);
+    if (!size)
+        size = 1;
+    cuwire_track_alloc(*pdptr, size);
+    cuwire_guard_device_range(*pdptr, size);
+}
+
 /* Whether [lo, hi) lies in guards (managed memory made over TCP may take such a range for its host copy). */
 int cuwire_guarded(uint64_t lo, uint64_t hi)
 {

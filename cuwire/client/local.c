@@ -359,8 +359,10 @@ int cuwire_copy_shared(const void *host, uint64_t device, uint64_t n, void *stre
         if (captured >= 0)
             return captured;
     }
-    if (n == 0 || !shared_offset(host, n, &rec.offset) || !cuwire_in_allocation(device, n) || !cuwire_session_open())
+    uint64_t offset;
+    if (n == 0 || !shared_offset(host, n, &offset) || !cuwire_in_allocation(device, n) || !cuwire_session_open())
         return -1;
+    rec.offset = offset; /* (through a local: the record is packed) */
     if (sync)
         return cuwire_call(cuwire_copy_shared_record_id, &rec, sizeof rec, NULL, 0);
     return cuwire_enqueue(cuwire_copy_shared_record_id, &rec, sizeof rec);

@@ -30,6 +30,7 @@ from cuwire.client import fatbin
 from cuwire.emulated import registry
 from cuwire.emulated.arrays import EmulatedArrays, Fault, Surface, Texture
 from cuwire.emulated.graphs import EmulatedGraphs
+from cuwire.emulated.ipc import EmulatedIpc
 from cuwire.emulated.nvml import EmulatedNvml
 from cuwire.emulated.vmm import EmulatedVmm, Reservation
 from cuwire.server.backend import cuda_ffi  # noqa: F401  (tests build their FFI through it)
@@ -227,6 +228,34 @@ class EmulatedMemory:
         del self._bases[bisect.bisect_left(self._bases, address)]
         del self._blocks[address]
 
+    def allocation_base(self, address: int) -> int | None:
+        """The start of the allocation (not a reservation, a global or host memory) holding `address`."""
+        i = bisect.bisect_right(self._bases, address) - 1
+        if i < 0 or (base := self._bases[i]) < DEVICE_BASE or base in self._globals.values():
+            return None
+        block = self._blocks[base]
+        return base if not isinstance(block, Reservation) and address - base < max(len(block), 1) else None
+
+    def range_of(self, address: int) -> tuple[int, int] | None:
+        """(start, size) of the allocation, reservation or global holding the device address."""
+        i = bisect.bisect_right(self._bases, address) - 1
+        if i < 0 or (base := self._bases[i]) < DEVICE_BASE:
+            return None
+        size = len(self._blocks[base])
+        return (base, size) if address - base < max(size, 1) else None
+
+    def alias(self, base: int) -> int | None:
+        """A second address for the allocation at `base` (cuIpcOpenMemHandle): the same bytes, until
+        released; None if there is none."""
+        if self.allocation_base(base) != base:
+            return None
+        block = self._blocks[base]
+        address = self._next
+        self._next += _round_up(max(len(block), 1), ALLOCATION_ALIGNMENT) + ALLOCATION_ALIGNMENT
+        self._bases.append(address)
+        self._blocks[address] = block
+        return address
+
     def free(self, address: int) -> bool:
         """Free the allocation starting at `address`; False if none does (or it holds a global, or it is a
         reservation)."""
@@ -366,7 +395,7 @@ def _after_fault(method: Method) -> Method:
     return cast(Method, checked)
 
 
-class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
+class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, EmulatedIpc):
     """Host-memory stand-in for the cffi object of libcuda and NVML: same function names, arguments and codes.
 
     A driver or NVML function it does not implement answers "not supported" and says so on stderr
@@ -408,6 +437,7 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
         self._streams[STREAM_PER_THREAD] = _Stream(builtin=True, ident=2)
         self._next_stream_id = 3
         self._events: dict[int, _Event] = {}
+        self._opened: dict[int, int] = {}  # memory opened with cuIpcOpenMemHandle -> its allocation (ipc.py)
         self._graphs: dict = {}  # graph handle -> its nodes and edges (emulated/graphs.py)
         self._bodies: dict = {}  # conditional node -> its body graphs (emulated/graphs.py)
         self._graph_execs: dict = {}  # executable graph handle -> its nodes' work, in order
@@ -853,6 +883,14 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs):
             return self.drv.CUDA_ERROR_INVALID_VALUE
         row = _round_up(max(WidthInBytes, 1), PITCH_ALIGNMENT)
         return self._allocate(dptr, row * Height) or self._drv_put((pPitch, row))
+
+    def cuMemGetAddressRange_v2(self, pbase: CData, psize: CData, dptr: int) -> int:
+        found = self._memory.range_of(self._addr(dptr))
+        if found is None:
+            return self.drv.CUDA_ERROR_NOT_FOUND
+        outputs = [(p, v) for p, v in zip((pbase, psize), found, strict=True) if not self._is_null(p)]
+        self._put(*outputs)
+        return 0
 
     @_after_fault
     def cuMemFree_v2(self, dptr: int) -> int:

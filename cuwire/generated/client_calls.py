@@ -862,6 +862,64 @@ def cuGraphUpload(hGraphExec, hStream):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuIpcCloseMemHandle", onerror=rt.on_error)
+def cuIpcCloseMemHandle(dptr):
+    """cuIpcCloseMemHandle (cuda.h)"""
+    args = pb.cuIpcCloseMemHandle_Args()
+    args.dptr = dptr
+    res = rt.call(1452607273, args, pb.cuIpcCloseMemHandle_Result)
+    if res.status == 0:
+        rt.untrack_alloc(dptr)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuIpcGetEventHandle", onerror=rt.on_error)
+def cuIpcGetEventHandle(pHandle, pHandle_len, event):
+    """cuIpcGetEventHandle (cuda.h)"""
+    args = pb.cuIpcGetEventHandle_Args()
+    args.event = event
+    rt.expect(pHandle, pHandle_len)
+    res = rt.call(795186540, args, pb.cuIpcGetEventHandle_Result)
+    if res.status == 0:
+        rt.write(pHandle, res.pHandle, pHandle_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuIpcGetMemHandle", onerror=rt.on_error)
+def cuIpcGetMemHandle(pHandle, pHandle_len, dptr):
+    """cuIpcGetMemHandle (cuda.h): the program gets 64 random bytes that stand for the driver's handle on the server (server/ipc.py): any session of that server may open them, none can forge them"""
+    args = pb.cuIpcGetMemHandle_Args()
+    args.dptr = dptr
+    rt.expect(pHandle, pHandle_len)
+    res = rt.call(1240684798, args, pb.cuIpcGetMemHandle_Result)
+    if res.status == 0:
+        rt.write(pHandle, res.pHandle, pHandle_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuIpcOpenEventHandle", onerror=rt.on_error)
+def cuIpcOpenEventHandle(phEvent, handle, handle_len):
+    """cuIpcOpenEventHandle (cuda.h)"""
+    args = pb.cuIpcOpenEventHandle_Args()
+    args.handle = rt.read(handle, handle_len)
+    res = rt.call(3912765127, args, pb.cuIpcOpenEventHandle_Result)
+    if res.status == 0:
+        rt.write_scalar(phEvent, "uint64_t", res.phEvent)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuIpcOpenMemHandle_v2", onerror=rt.on_error)
+def cuIpcOpenMemHandle_v2(pdptr, handle, handle_len, Flags):
+    """cuIpcOpenMemHandle_v2 (cuda.h): memory another session of the server exported; the session's device memory until closed"""
+    args = pb.cuIpcOpenMemHandle_v2_Args()
+    args.handle = rt.read(handle, handle_len)
+    args.Flags = Flags
+    res = rt.call(2170368765, args, pb.cuIpcOpenMemHandle_v2_Result)
+    if res.status == 0:
+        rt.write_scalar(pdptr, "uint64_t", res.pdptr)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuKernelGetAttribute", onerror=rt.on_error)
 def cuKernelGetAttribute(pi, attrib, kernel, dev):
     """cuKernelGetAttribute (cuda.h): kept by the client once answered (client/answers_cache.c)"""

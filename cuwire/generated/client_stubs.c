@@ -1265,12 +1265,12 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "local",
+    "sync",
+    "sync",
+    "sync",
+    "sync",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "sync",
     "sync",
     "custom",
     "unimplemented",
@@ -7431,11 +7431,13 @@ CUWIRE_EXPORT CUresult cuInit(unsigned int Flags)
     return cuwire_impl_cuInit(Flags);
 }
 
-/* cuIpcCloseMemHandle (cuda.h): unimplemented */
+/* cuIpcCloseMemHandle (cuda.h): remoted, sync */
+int cuwire_py_cuIpcCloseMemHandle(uint64_t);
 static inline CUresult cuwire_impl_cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuIpcCloseMemHandle", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuIpcCloseMemHandle((uint64_t)dptr));
 }
 CUWIRE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
@@ -7449,11 +7451,13 @@ CUWIRE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
     return cuwire_impl_cuIpcCloseMemHandle(dptr);
 }
 
-/* cuIpcGetEventHandle (cuda.h): unimplemented */
+/* cuIpcGetEventHandle (cuda.h): remoted, sync */
+int cuwire_py_cuIpcGetEventHandle(void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuIpcGetEventHandle", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuIpcGetEventHandle((void *)pHandle, sizeof *pHandle, (uint64_t)(uintptr_t)event));
 }
 CUWIRE_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
 {
@@ -7467,11 +7471,13 @@ CUWIRE_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent ev
     return cuwire_impl_cuIpcGetEventHandle(pHandle, event);
 }
 
-/* cuIpcGetMemHandle (cuda.h): unimplemented */
+/* cuIpcGetMemHandle (cuda.h): remoted, sync */
+int cuwire_py_cuIpcGetMemHandle(void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuIpcGetMemHandle", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuIpcGetMemHandle((void *)pHandle, sizeof *pHandle, (uint64_t)dptr));
 }
 CUWIRE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
@@ -7485,11 +7491,13 @@ CUWIRE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dp
     return cuwire_impl_cuIpcGetMemHandle(pHandle, dptr);
 }
 
-/* cuIpcOpenEventHandle (cuda.h): unimplemented */
+/* cuIpcOpenEventHandle (cuda.h): remoted, sync */
+int cuwire_py_cuIpcOpenEventHandle(void *, void *, uint64_t);
 static inline CUresult cuwire_impl_cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuIpcOpenEventHandle", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuIpcOpenEventHandle((void *)phEvent, (void *)&handle, sizeof handle));
 }
 CUWIRE_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
 {
@@ -7521,11 +7529,17 @@ CUWIRE_EXPORT CUresult cuIpcOpenMemHandle(void)
     return cuwire_impl_cuIpcOpenMemHandle();
 }
 
-/* cuIpcOpenMemHandle_v2 (cuda.h): unimplemented */
+/* cuIpcOpenMemHandle_v2 (cuda.h): remoted, sync */
+int cuwire_py_cuIpcOpenMemHandle_v2(void *, void *, uint64_t, uint64_t);
+void cuwire_after_ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 static inline CUresult cuwire_impl_cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuIpcOpenMemHandle_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    int status = cuwire_py_cuIpcOpenMemHandle_v2((void *)pdptr, (void *)&handle, sizeof handle, (uint64_t)Flags);
+    if (status == 0)
+        cuwire_after_ipc_open(pdptr, handle, Flags);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "57ec61af62dcc2c3"
+API_DIGEST = "8c192328b1be6028"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -1892,6 +1892,11 @@ HANDLERS = {
     401629509: ("cuGraphNodeSetEnabled", pb.cuGraphNodeSetEnabled_Args, cuGraphNodeSetEnabled),
     1606074400: ("cuGraphRemoveDependencies_v2", pb.cuGraphRemoveDependencies_v2_Args, None),  # server/graphs.py
     4087946048: ("cuGraphUpload", pb.cuGraphUpload_Args, cuGraphUpload),
+    1452607273: ("cuIpcCloseMemHandle", pb.cuIpcCloseMemHandle_Args, None),  # server/ipc.py
+    795186540: ("cuIpcGetEventHandle", pb.cuIpcGetEventHandle_Args, None),  # server/ipc.py
+    1240684798: ("cuIpcGetMemHandle", pb.cuIpcGetMemHandle_Args, None),  # server/ipc.py
+    3912765127: ("cuIpcOpenEventHandle", pb.cuIpcOpenEventHandle_Args, None),  # server/ipc.py
+    2170368765: ("cuIpcOpenMemHandle_v2", pb.cuIpcOpenMemHandle_v2_Args, None),  # server/ipc.py
     1724498758: ("cuKernelGetAttribute", pb.cuKernelGetAttribute_Args, cuKernelGetAttribute),
     89830551: ("cuKernelGetParamInfo", pb.cuKernelGetParamInfo_Args, cuKernelGetParamInfo),
     1775703493: ("cuKernelSetAttribute", pb.cuKernelSetAttribute_Args, cuKernelSetAttribute),

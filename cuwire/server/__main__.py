@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -112,8 +114,20 @@ def run(settings: Settings, ready=None, one_session: bool = False, probe: bool =
         return run_probe(settings, log)
     if one_session:
         return run_one_session(settings, handoff_fd, log)
-    if settings.isolation == "process":
-        return run_listener(settings, ready, log)
+    made = None
+    if not settings.ipc_dir:  # (its session processes find it in their settings)
+        made = settings.ipc_dir = tempfile.mkdtemp(prefix="cuwire-ipc-")
+    try:
+        if settings.isolation == "process":
+            return run_listener(settings, ready, log)
+        return run_threads(settings, ready, log)
+    finally:
+        if made:
+            shutil.rmtree(made, ignore_errors=True)
+
+
+def run_threads(settings: Settings, ready, log: logging.Logger) -> int:
+    """--isolation thread: sessions are threads of this process (loopback only)."""
     from cuwire.server.service import serve
     from cuwire.transport import is_loopback
 

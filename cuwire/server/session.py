@@ -14,7 +14,7 @@ from google.protobuf.message import DecodeError
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
-from cuwire.server import attributes, bulk, custom, graphs, records, tensor_maps, textures, vmm
+from cuwire.server import attributes, bulk, custom, graphs, ipc, records, tensor_maps, textures, vmm
 from cuwire.server._records import lib as records_lib
 from cuwire.server.errors import (
     INVALID_HANDLE,
@@ -52,7 +52,7 @@ def _handlers() -> dict:
     """The generated handlers, with the hand-written ones (`server = ...` in the annotations) filled in."""
     table = {}
     for fn, (name, args, handler) in generated.HANDLERS.items():
-        halves = (vmm, textures, graphs, attributes, tensor_maps)
+        halves = (vmm, textures, graphs, attributes, tensor_maps, ipc)
         handler = handler or next((m.HANDLERS[name] for m in halves if name in m.HANDLERS), None)
         if handler is None:
             raise ImportError(f"{name} is annotated with a hand-written server half that no module defines")
@@ -95,6 +95,7 @@ class Session:
         self.vmm: vmm.Vmm | None = None  # reservations, physical allocations and mappings (virtual memory)
         self.objects: textures.Objects | None = None  # texture and surface objects, mipmap levels
         self.graph_parts: graphs.Parts | None = None  # conditional handles and bodies, graph memory
+        self.ipc: ipc.Ipc | None = None  # memory and events shared with other sessions (cuIpc*)
         self.join_key = b""  # what the session's stripes say in their hello (service.py join)
         self.stripes: list = []  # its connection's stripes, which large copies go over at once (bulk.py)
         self.callbacks = None  # over TCP: the connection its client runs host functions on (use_callbacks)
@@ -547,6 +548,7 @@ class Session:
         for address in sorted(self.allocations):
             self.lib.cuMemFree_v2(address)
         graphs.close(self)  # (a conditional node's bodies go with their graph, never by themselves)
+        ipc.close(self)  # (memory other sessions exported, closed before its events go)
         destroyed = vmm.close(self) + textures.close(self)  # (objects before the arrays they use)
         for kind, destroy in DESTROY.items():
             for h in self.handles.get(kind, ()):
