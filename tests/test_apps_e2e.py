@@ -106,24 +106,30 @@ def test_unimplemented_function_is_loud(apps, client_lib, server):
     assert "cuwire: unimplemented CUDA function cuDeviceGetTexture1DLinearMaxWidth (cuda.h)" in r.stderr
 
 
-def test_ipc_between_two_processes_of_a_program(apps: Path, client_lib, tmp_path):
-    """ipc: a program's two processes, a session each, share device memory and an event (cudaIpc*). The
+@pytest.mark.parametrize("name", ["ipc", "ipc_shareable"])
+def test_ipc_between_two_processes_of_a_program(name, apps: Path, client_lib, tmp_path):
+    """ipc, ipc_shareable: a program's two processes, a session each, share device memory and an event
+    (cudaIpc*), a physical allocation and a pool's allocation (file descriptors over a Unix socket). The
     emulated device's memory is its process's, so its sessions are threads here (a GPU's driver opens
-    another process's memory: make gpu-test runs it against a server whose sessions are processes)."""
+    another process's memory: make gpu-test runs them against a server whose sessions are processes)."""
     s = ServerProcess(tmp_path, "--isolation", "thread")
     try:
-        r = run_remote(apps / "ipc", client_lib, s.address)
+        r = run_remote(apps / name, client_lib, s.address)
         assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
-        assert r.stdout == (EXPECTED / "ipc.out").read_text(), r.stderr
+        assert r.stdout == (EXPECTED / f"{name}.out").read_text(), r.stderr
     finally:
         s.stop()
 
 
-def test_ipc_to_sessions_in_processes_says_what_the_emulated_device_cannot(apps: Path, client_lib, server):
-    """With sessions in processes of their own, the emulated device cannot open another process's memory:
-    the child's open fails with cudaErrorNotSupported (after the server found the handle a session
-    exported), and the program says so, as it would of any failed call."""
-    r = run_remote(apps / "ipc", client_lib, server.address)
+@pytest.mark.parametrize("name, refused", [
+    ("ipc", "cudaIpcOpenMemHandle((void **)&d, h.memory, cudaIpcMemLazyEnablePeerAccess) failed: 801"),
+    ("ipc_shareable", "cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)allocation_fd, "
+                      "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) failed: 801")])
+def test_ipc_to_sessions_in_processes_reaches_the_exporter(name, refused, apps: Path, client_lib, server):
+    """With sessions in processes of their own, the importing session's server finds what the exporting
+    one noted (and, for a file descriptor, gets it from the exporter's process over the IPC folder's
+    socket); only then does the emulated device refuse another process's memory, with
+    cudaErrorNotSupported (a handle nobody exported is cudaErrorInvalidValue, 1), which the program says."""
+    r = run_remote(apps / name, client_lib, server.address)
     assert r.returncode == 1
-    assert "cudaIpcOpenMemHandle((void **)&d, h.memory, cudaIpcMemLazyEnablePeerAccess) failed: 801" in r.stdout, \
-        r.stdout + r.stderr
+    assert refused in r.stdout, r.stdout + r.stderr

@@ -882,3 +882,23 @@ def test_ipc_handles_open_only_what_a_session_exported(server):
         for t in (a, b):
             if t is not None:
                 t.close()
+
+
+def test_shareable_handles_refuse_what_no_session_exported(session):
+    """Shareable handles (server/ipc.py): only POSIX file descriptors; a physical allocation or pool the
+    session does not hold is not exported; bytes no session exported import nothing."""
+
+    def call(name, **fields):
+        args = getattr(pb, f"{name}_Args")(**fields).SerializeToString()
+        reply = session.exchange(pb.Batch(fn=fn_id(name), args=args))
+        assert not reply.error, reply.error
+        return getattr(pb, f"{name}_Result").FromString(reply.result)
+
+    assert call("cuMemImportFromShareableHandle", osHandle=bytes(64), shHandleType=1).status == 1
+    assert call("cuMemImportFromShareableHandle", osHandle=bytes(64), shHandleType=8).status == 801  # fabric
+    assert call("cuMemExportToShareableHandle", handle=0x1234, handleType=1).status == 1  # not the session's
+    assert call("cuMemPoolExportToShareableHandle", pool=0x1234, handleType=1).status == 400  # not its pool
+    assert call("cuMemPoolImportFromShareableHandle", handle=bytes(64), handleType=1).status == 1
+    assert call("cuMemPoolImportPointer", pool=0, shareData=bytes(64)).status == 1
+    assert call("cuMemPoolExportPointer", ptr=0x1234).status == 1  # not the session's memory
+    assert serving(session)

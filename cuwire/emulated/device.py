@@ -179,6 +179,7 @@ class EmulatedMemory:
         self.textures: dict = {}  # texture objects (emulated/arrays.py), as kernels see them
         self.surfaces: dict = {}
         self.conditionals: dict[int, int] = {}  # conditional handle -> its value (emulated/graphs.py)
+        self._aliases: set[int] = set()  # second addresses of allocations (alias: IPC, pools' pointers)
 
     def allocate(self, size: int) -> int | None:
         """A new zeroed allocation's address, or None when the device is full."""
@@ -227,6 +228,7 @@ class EmulatedMemory:
     def release(self, address: int) -> None:
         del self._bases[bisect.bisect_left(self._bases, address)]
         del self._blocks[address]
+        self._aliases.discard(address)
 
     def allocation_base(self, address: int) -> int | None:
         """The start of the allocation (not a reservation, a global or host memory) holding `address`."""
@@ -254,6 +256,7 @@ class EmulatedMemory:
         self._next += _round_up(max(len(block), 1), ALLOCATION_ALIGNMENT) + ALLOCATION_ALIGNMENT
         self._bases.append(address)
         self._blocks[address] = block
+        self._aliases.add(address)
         return address
 
     def free(self, address: int) -> bool:
@@ -263,7 +266,11 @@ class EmulatedMemory:
                 or isinstance(self._blocks[address], Reservation)):
             return False
         del self._bases[bisect.bisect_left(self._bases, address)]
-        self.used -= _round_up(max(len(self._blocks.pop(address)), 1), ALLOCATION_ALIGNMENT)
+        block = self._blocks.pop(address)
+        if address in self._aliases:
+            self._aliases.discard(address)  # a second address of another allocation: no memory of its own
+        else:
+            self.used -= _round_up(max(len(block), 1), ALLOCATION_ALIGNMENT)
         return True
 
     def find(self, address: int, size: int) -> tuple[bytearray | mmap.mmap, int] | None:
@@ -445,6 +452,7 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         self._pools: dict[int, dict[int, int]] = {}  # memory pool handle -> its attributes (CUmemPool_attribute)
         self._default_pool = self._current_pool = 0  # made at the first cuDeviceGetDefaultMemPool
         self._physical: dict[int, bytearray] = {}  # cuMemCreate's allocations (emulated/vmm.py)
+        self._imported: set[int] = set()  # ...of them, those imported from a shareable handle (ipc.py)
         self._launch_cluster: registry.Dim3 = (1, 1, 1)  # cuLaunchKernelEx's cluster dimension, for its launch
         self._arrays: dict = {}  # CUDA arrays (emulated/arrays.py)
         self._mipmaps: dict[int, list[int]] = {}  # mipmapped arrays -> their levels' handles

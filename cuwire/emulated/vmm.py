@@ -142,6 +142,9 @@ class EmulatedVmm:
         memory = self._physical.pop(handle, None)
         if memory is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
+        if handle in self._imported:  # (a second handle of another process's allocation: ipc.py)
+            self._imported.discard(handle)
+            return 0
         self._memory.used -= len(memory)  # (its mappings keep the bytes until they go)
         return 0
 

@@ -1071,6 +1071,20 @@ def cuMemCreate(handle, size, prop, prop_len, flags):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuMemExportToShareableHandle", onerror=rt.on_error)
+def cuMemExportToShareableHandle(shareableHandle, shareableHandle_len, handle, handleType, flags):
+    """cuMemExportToShareableHandle (cuda.h): POSIX file descriptors: the program gets a descriptor of its own process that stands for the driver's, which stays on the server (client/shareable.c, server/ipc.py)"""
+    args = pb.cuMemExportToShareableHandle_Args()
+    args.handle = handle
+    args.handleType = handleType
+    args.flags = flags
+    rt.expect(shareableHandle, shareableHandle_len)
+    res = rt.call(2773289342, args, pb.cuMemExportToShareableHandle_Result)
+    if res.status == 0:
+        rt.write(shareableHandle, res.shareableHandle, shareableHandle_len)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuMemFreeAsync", onerror=rt.on_error)
 def cuMemFreeAsync(dptr, hStream):
     """cuMemFreeAsync (cuda.h)"""
@@ -1141,6 +1155,18 @@ def cuMemGetInfo_v2(free, total):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuMemImportFromShareableHandle", onerror=rt.on_error)
+def cuMemImportFromShareableHandle(handle, osHandle, osHandle_len, shHandleType):
+    """cuMemImportFromShareableHandle (cuda.h): a descriptor a process of the program's exported through cuwire (POSIX file descriptors)"""
+    args = pb.cuMemImportFromShareableHandle_Args()
+    args.osHandle = rt.read(osHandle, osHandle_len)
+    args.shHandleType = shHandleType
+    res = rt.call(3104363612, args, pb.cuMemImportFromShareableHandle_Result)
+    if res.status == 0:
+        rt.write_scalar(handle, "uint64_t", res.handle)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuMemMap", onerror=rt.on_error)
 def cuMemMap(ptr, size, offset, handle, flags):
     """cuMemMap (cuda.h)"""
@@ -1176,6 +1202,32 @@ def cuMemPoolDestroy(pool):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuMemPoolExportPointer", onerror=rt.on_error)
+def cuMemPoolExportPointer(shareData_out, shareData_out_len, ptr):
+    """cuMemPoolExportPointer (cuda.h)"""
+    args = pb.cuMemPoolExportPointer_Args()
+    args.ptr = ptr
+    rt.expect(shareData_out, shareData_out_len)
+    res = rt.call(858999363, args, pb.cuMemPoolExportPointer_Result)
+    if res.status == 0:
+        rt.write(shareData_out, res.shareData_out, shareData_out_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemPoolExportToShareableHandle", onerror=rt.on_error)
+def cuMemPoolExportToShareableHandle(handle_out, handle_out_len, pool, handleType, flags):
+    """cuMemPoolExportToShareableHandle (cuda.h): POSIX file descriptors, as cuMemExportToShareableHandle"""
+    args = pb.cuMemPoolExportToShareableHandle_Args()
+    args.pool = pool
+    args.handleType = handleType
+    args.flags = flags
+    rt.expect(handle_out, handle_out_len)
+    res = rt.call(216093383, args, pb.cuMemPoolExportToShareableHandle_Result)
+    if res.status == 0:
+        rt.write(handle_out, res.handle_out, handle_out_len)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuMemPoolGetAttribute", onerror=rt.on_error)
 def cuMemPoolGetAttribute(pool, attr, value, value_len):
     """cuMemPoolGetAttribute (cuda.h)"""
@@ -1186,6 +1238,31 @@ def cuMemPoolGetAttribute(pool, attr, value, value_len):
     res = rt.call(830843819, args, pb.cuMemPoolGetAttribute_Result)
     if res.status == 0:
         rt.write(value, res.value, value_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemPoolImportFromShareableHandle", onerror=rt.on_error)
+def cuMemPoolImportFromShareableHandle(pool_out, handle, handle_len, handleType, flags):
+    """cuMemPoolImportFromShareableHandle (cuda.h)"""
+    args = pb.cuMemPoolImportFromShareableHandle_Args()
+    args.handle = rt.read(handle, handle_len)
+    args.handleType = handleType
+    args.flags = flags
+    res = rt.call(1891033213, args, pb.cuMemPoolImportFromShareableHandle_Result)
+    if res.status == 0:
+        rt.write_scalar(pool_out, "uint64_t", res.pool_out)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemPoolImportPointer", onerror=rt.on_error)
+def cuMemPoolImportPointer(ptr_out, pool, shareData, shareData_len):
+    """cuMemPoolImportPointer (cuda.h)"""
+    args = pb.cuMemPoolImportPointer_Args()
+    args.pool = pool
+    args.shareData = rt.read(shareData, shareData_len)
+    res = rt.call(1026713940, args, pb.cuMemPoolImportPointer_Result)
+    if res.status == 0:
+        rt.write_scalar(ptr_out, "uint64_t", res.ptr_out)
     return res.status
 
 

@@ -119,6 +119,7 @@ extern "Python+C" int cuwire_py_cuMemAllocFromPoolAsync(void *, uint64_t, uint64
 extern "Python+C" int cuwire_py_cuMemAllocPitch_v2(void *, void *, uint64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemAlloc_v2(void *, uint64_t);
 extern "Python+C" int cuwire_py_cuMemCreate(void *, uint64_t, void *, uint64_t, uint64_t);
+extern "Python+C" int cuwire_py_cuMemExportToShareableHandle(void *, uint64_t, uint64_t, int64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemFreeAsync(uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemFree_v2(uint64_t);
 extern "Python+C" int cuwire_py_cuMemGetAccess(void *, void *, uint64_t, uint64_t);
@@ -126,10 +127,15 @@ extern "Python+C" int cuwire_py_cuMemGetAddressRange_v2(void *, void *, uint64_t
 extern "Python+C" int cuwire_py_cuMemGetAllocationGranularity(void *, void *, uint64_t, int64_t);
 extern "Python+C" int cuwire_py_cuMemGetAllocationPropertiesFromHandle(void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemGetInfo_v2(void *, void *);
+extern "Python+C" int cuwire_py_cuMemImportFromShareableHandle(void *, void *, uint64_t, int64_t);
 extern "Python+C" int cuwire_py_cuMemMap(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemPoolCreate(void *, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuMemPoolDestroy(uint64_t);
+extern "Python+C" int cuwire_py_cuMemPoolExportPointer(void *, uint64_t, uint64_t);
+extern "Python+C" int cuwire_py_cuMemPoolExportToShareableHandle(void *, uint64_t, uint64_t, int64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemPoolGetAttribute(uint64_t, int64_t, void *, uint64_t);
+extern "Python+C" int cuwire_py_cuMemPoolImportFromShareableHandle(void *, void *, uint64_t, int64_t, uint64_t);
+extern "Python+C" int cuwire_py_cuMemPoolImportPointer(void *, uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuMemPoolSetAttribute(uint64_t, int64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuMemPoolTrimTo(uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemRelease(uint64_t);

@@ -1326,7 +1326,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "sync",
     "local",
@@ -1350,17 +1350,17 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "local",
     "local",
+    "sync",
+    "sync",
     "unimplemented",
+    "sync",
+    "sync",
+    "sync",
     "sync",
     "unimplemented",
     "sync",
     "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
     "sync",
-    "unimplemented",
-    "unimplemented",
     "unimplemented",
     "sync",
     "sync",
@@ -8636,11 +8636,19 @@ CUWIRE_EXPORT CUresult cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes,
 }
 CUWIRE_EXPORT __typeof__(cuMemDiscardBatchAsync) cuMemDiscardBatchAsync_ptsz __attribute__((alias("cuMemDiscardBatchAsync")));
 
-/* cuMemExportToShareableHandle (cuda.h): unimplemented */
+/* cuMemExportToShareableHandle (cuda.h): remoted, sync */
+int cuwire_py_cuMemExportToShareableHandle(void *, uint64_t, uint64_t, int64_t, uint64_t);
+int cuwire_fast_export_shareable(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags);
 static inline CUresult cuwire_impl_cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemExportToShareableHandle", "cuda.h", &warned), 801));
+    int fast = cuwire_fast_export_shareable(shareableHandle, handle, handleType, flags);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[326], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemExportToShareableHandle((void *)shareableHandle, (uint64_t)(64), (uint64_t)handle, (int64_t)handleType, (uint64_t)flags));
 }
 CUWIRE_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
@@ -9099,11 +9107,19 @@ CUWIRE_EXPORT CUresult cuMemHostUnregister(void *p)
     return cuwire_impl_cuMemHostUnregister(p);
 }
 
-/* cuMemImportFromShareableHandle (cuda.h): unimplemented */
+/* cuMemImportFromShareableHandle (cuda.h): remoted, sync */
+int cuwire_py_cuMemImportFromShareableHandle(void *, void *, uint64_t, int64_t);
+int cuwire_fast_import_shareable(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType);
 static inline CUresult cuwire_impl_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemImportFromShareableHandle", "cuda.h", &warned), 801));
+    int fast = cuwire_fast_import_shareable(handle, osHandle, shHandleType);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[350], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemImportFromShareableHandle((void *)handle, (void *)osHandle, (uint64_t)(64), (int64_t)shHandleType));
 }
 CUWIRE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType)
 {
@@ -9200,11 +9216,13 @@ CUWIRE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
     return cuwire_impl_cuMemPoolDestroy(pool);
 }
 
-/* cuMemPoolExportPointer (cuda.h): unimplemented */
+/* cuMemPoolExportPointer (cuda.h): remoted, sync */
+int cuwire_py_cuMemPoolExportPointer(void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemPoolExportPointer", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemPoolExportPointer((void *)shareData_out, sizeof *shareData_out, (uint64_t)ptr));
 }
 CUWIRE_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
 {
@@ -9218,11 +9236,19 @@ CUWIRE_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_
     return cuwire_impl_cuMemPoolExportPointer(shareData_out, ptr);
 }
 
-/* cuMemPoolExportToShareableHandle (cuda.h): unimplemented */
+/* cuMemPoolExportToShareableHandle (cuda.h): remoted, sync */
+int cuwire_py_cuMemPoolExportToShareableHandle(void *, uint64_t, uint64_t, int64_t, uint64_t);
+int cuwire_fast_export_pool(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags);
 static inline CUresult cuwire_impl_cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemPoolExportToShareableHandle", "cuda.h", &warned), 801));
+    int fast = cuwire_fast_export_pool(handle_out, pool, handleType, flags);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[356], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemPoolExportToShareableHandle((void *)handle_out, (uint64_t)(64), (uint64_t)(uintptr_t)pool, (int64_t)handleType, (uint64_t)flags));
 }
 CUWIRE_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
@@ -9274,11 +9300,19 @@ CUWIRE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attrib
     return cuwire_impl_cuMemPoolGetAttribute(pool, attr, value);
 }
 
-/* cuMemPoolImportFromShareableHandle (cuda.h): unimplemented */
+/* cuMemPoolImportFromShareableHandle (cuda.h): remoted, sync */
+int cuwire_py_cuMemPoolImportFromShareableHandle(void *, void *, uint64_t, int64_t, uint64_t);
+int cuwire_fast_import_pool(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags);
 static inline CUresult cuwire_impl_cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemPoolImportFromShareableHandle", "cuda.h", &warned), 801));
+    int fast = cuwire_fast_import_pool(pool_out, handle, handleType, flags);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[359], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemPoolImportFromShareableHandle((void *)pool_out, (void *)handle, (uint64_t)(64), (int64_t)handleType, (uint64_t)flags));
 }
 CUWIRE_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
@@ -9292,11 +9326,17 @@ CUWIRE_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out
     return cuwire_impl_cuMemPoolImportFromShareableHandle(pool_out, handle, handleType, flags);
 }
 
-/* cuMemPoolImportPointer (cuda.h): unimplemented */
+/* cuMemPoolImportPointer (cuda.h): remoted, sync */
+int cuwire_py_cuMemPoolImportPointer(void *, uint64_t, void *, uint64_t);
+void cuwire_after_pool_import_pointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData);
 static inline CUresult cuwire_impl_cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemPoolImportPointer", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    int status = cuwire_py_cuMemPoolImportPointer((void *)ptr_out, (uint64_t)(uintptr_t)pool, (void *)shareData, sizeof *shareData);
+    if (status == 0)
+        cuwire_after_pool_import_pointer(ptr_out, pool, shareData);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "8c192328b1be6028"
+API_DIGEST = "885cfb052b84c0b2"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -1909,16 +1909,22 @@ HANDLERS = {
     3900720854: ("cuMemAllocPitch_v2", pb.cuMemAllocPitch_v2_Args, cuMemAllocPitch_v2),
     3039727126: ("cuMemAlloc_v2", pb.cuMemAlloc_v2_Args, cuMemAlloc_v2),
     3604884685: ("cuMemCreate", pb.cuMemCreate_Args, None),  # server/vmm.py
+    2773289342: ("cuMemExportToShareableHandle", pb.cuMemExportToShareableHandle_Args, None),  # server/ipc.py
     2268878162: ("cuMemFreeAsync", pb.cuMemFreeAsync_Args, cuMemFreeAsync),
     2004586063: ("cuMemFree_v2", pb.cuMemFree_v2_Args, cuMemFree_v2),
     2807211246: ("cuMemGetAccess", pb.cuMemGetAccess_Args, cuMemGetAccess),
     456804952: ("cuMemGetAllocationGranularity", pb.cuMemGetAllocationGranularity_Args, cuMemGetAllocationGranularity),
     3979861043: ("cuMemGetAllocationPropertiesFromHandle", pb.cuMemGetAllocationPropertiesFromHandle_Args, None),  # server/vmm.py
     969693882: ("cuMemGetInfo_v2", pb.cuMemGetInfo_v2_Args, cuMemGetInfo_v2),
+    3104363612: ("cuMemImportFromShareableHandle", pb.cuMemImportFromShareableHandle_Args, None),  # server/ipc.py
     4209999013: ("cuMemMap", pb.cuMemMap_Args, None),  # server/vmm.py
     2112346226: ("cuMemPoolCreate", pb.cuMemPoolCreate_Args, cuMemPoolCreate),
     3906768071: ("cuMemPoolDestroy", pb.cuMemPoolDestroy_Args, cuMemPoolDestroy),
+    858999363: ("cuMemPoolExportPointer", pb.cuMemPoolExportPointer_Args, None),  # server/ipc.py
+    216093383: ("cuMemPoolExportToShareableHandle", pb.cuMemPoolExportToShareableHandle_Args, None),  # server/ipc.py
     830843819: ("cuMemPoolGetAttribute", pb.cuMemPoolGetAttribute_Args, cuMemPoolGetAttribute),
+    1891033213: ("cuMemPoolImportFromShareableHandle", pb.cuMemPoolImportFromShareableHandle_Args, None),  # server/ipc.py
+    1026713940: ("cuMemPoolImportPointer", pb.cuMemPoolImportPointer_Args, None),  # server/ipc.py
     1050377512: ("cuMemPoolSetAttribute", pb.cuMemPoolSetAttribute_Args, cuMemPoolSetAttribute),
     1437163825: ("cuMemPoolTrimTo", pb.cuMemPoolTrimTo_Args, cuMemPoolTrimTo),
     1369742920: ("cuMemRelease", pb.cuMemRelease_Args, None),  # server/vmm.py

@@ -52,6 +52,17 @@ def _created(s, handle: int) -> int:
     return size
 
 
+def created_size(s, handle: int) -> int:
+    """The size of a physical allocation this session holds (refused if it holds none by that handle)."""
+    return _created(s, handle)
+
+
+def note_created(s, handle: int, size: int) -> None:
+    """A physical allocation the session holds from now on (imported: server/ipc.py), as its own."""
+    _vmm(s).created[handle] = size
+    s.allocated += size
+
+
 def cuMemAddressReserve(s, a: pb.cuMemAddressReserve_Args) -> pb.cuMemAddressReserve_Result:
     r = pb.cuMemAddressReserve_Result()
     ptr = s.ffi.new("CUdeviceptr *")
