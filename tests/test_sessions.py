@@ -475,3 +475,40 @@ def test_session_process_keeps_the_clients_address_space_free(looper, fresh_serv
 
     uncovered = [(hex(lo), hex(hi)) for lo, hi in client if not covered(lo, hi)]
     assert client and not uncovered
+
+
+REGISTERED = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "cuda_api.h"
+int main(void) {
+    CUdevice dev; CUcontext ctx; CUdeviceptr d = 0; void *pinned;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx))
+        return 1;
+    char *mine = malloc(1 << 16);
+    printf("register %d\n", cuMemHostRegister_v2(mine, 1 << 16, 2 /* DEVICEMAP */));
+    printf("device pointer of registered memory %d\n", cuMemHostGetDevicePointer_v2(&d, mine + 100, 0));
+    printf("device pointer of unknown memory %d\n", cuMemHostGetDevicePointer_v2(&d, &d, 0));
+    printf("unregister %d\n", cuMemHostUnregister(mine));
+    printf("device pointer after unregistering %d\n", cuMemHostGetDevicePointer_v2(&d, mine + 100, 0));
+    if (cuMemHostAlloc(&pinned, 4096, 2 /* DEVICEMAP */)) return 2;
+    int got = cuMemHostGetDevicePointer_v2(&d, pinned, 0);
+    printf("device pointer of page-locked memory %d, at its address %d\n", got, d == (CUdeviceptr)pinned);
+    return 0;
+}
+"""
+
+
+def test_memory_the_program_registered_is_refused_to_kernels_by_name(client_lib, server, tmp_path):
+    """The GPU cannot reach memory the program registered itself (cuMemHostRegister): its device pointer is
+    refused with CUDA_ERROR_NOT_SUPPORTED (801) and said by name, where an unknown pointer is an invalid value;
+    page-locked memory cuwire allocated is the GPU's at its own address."""
+    exe = compile_against_client(REGISTERED, tmp_path, client_lib, "registered")
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "CUWIRE_SERVER": server.address})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines() == ["register 0", "device pointer of registered memory 801",
+                                     "device pointer of unknown memory 1", "unregister 0",
+                                     "device pointer after unregistering 1",
+                                     "device pointer of page-locked memory 0, at its address 1"]
+    assert r.stderr.count("the GPU cannot reach memory the program registered itself") == 1, r.stderr

@@ -488,6 +488,24 @@ int cuwire_host_locked(const void *p, int *shared) { return host_alloc_holds(p, 
 
 int cuwire_shares_host_memory(void) { return __atomic_load_n(&shared_known, __ATOMIC_ACQUIRE) && shared_size; }
 
+/* Memory the program registers itself stays its own (copies from it travel like pageable memory's); its
+ * ranges are kept only so that asking for its device pointer is refused by name, not as an unknown pointer. */
+struct registered {
+    const char *lo, *hi;
+    struct registered *next;
+};
+static struct registered *registered;
+
+static int is_registered(const void *p)
+{
+    int found = 0;
+    pthread_mutex_lock(&host_lock);
+    for (struct registered *r = registered; r && !found; r = r->next)
+        found = (const char *)p >= r->lo && (const char *)p < r->hi;
+    pthread_mutex_unlock(&host_lock);
+    return found;
+}
+
 /* Page-locked memory in the memory shared with the server is the GPU's too (the server registered it mapped,
  * at the client's own address when it could): its device pointer is that address, as natively with unified
  * addressing. Memory of the client's own cannot be reached by the GPU: said by name. */
@@ -495,6 +513,13 @@ CUresult cuwire_local_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, 
 {
     int shared = 0;
     uint64_t offset;
+    if (pdptr && p && !Flags && !host_alloc_holds(p, &shared) && is_registered(p)) {
+        cuwire_say_once_per_name("cuwire: not supported: the GPU cannot reach memory the program registered itself "
+                                 "(cuMemHostRegister, cudaHostRegister): only page-locked memory it allocated "
+                                 "(cuMemHostAlloc, cudaMallocHost) is mapped for kernels; refused:",
+                                 "cuMemHostGetDevicePointer");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
     if (!pdptr || !p || Flags || !host_alloc_holds(p, &shared))
         return CUDA_ERROR_INVALID_VALUE;
     if (!shared || !shared_offset(p, 1, &offset)) {
@@ -622,11 +647,34 @@ CUresult cuwire_local_cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr,
 /* Registering host memory changes nothing here: every copy from client memory goes over the wire. */
 CUresult cuwire_local_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
-    (void)bytesize, (void)Flags;
-    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    (void)Flags;
+    if (!p || !bytesize)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct registered *r = malloc(sizeof *r);
+    if (!r)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&host_lock);
+    *r = (struct registered){p, (const char *)p + bytesize, registered};
+    registered = r;
+    pthread_mutex_unlock(&host_lock);
+    return CUDA_SUCCESS;
 }
 
-CUresult cuwire_local_cuMemHostUnregister(void *p) { return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+CUresult cuwire_local_cuMemHostUnregister(void *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&host_lock);
+    for (struct registered **r = &registered; *r; r = &(*r)->next)
+        if ((*r)->lo == p) {
+            struct registered *gone = *r;
+            *r = gone->next;
+            free(gone);
+            break;
+        }
+    pthread_mutex_unlock(&host_lock);
+    return CUDA_SUCCESS;
+}
 
 /* ------------------------------------------------------------------ driver entry points */
 
