@@ -18,9 +18,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-USER_SPACE_END = 1 << 47  # x86-64 and aarch64 with 48-bit addresses; [vsyscall] lies above
+USER_SPACE_END = (1 << 47) - 4096  # x86-64 (TASK_SIZE) and aarch64 with 48-bit addresses; [vsyscall] lies above
 LOWEST = 1 << 16  # below vm.mmap_min_addr nothing may be mapped
 GROWTH = 1 << 40  # address space below each of the client's spans kept free for its later mappings
+HEAP_GROWTH = 64 << 30  # ...and above each, for its heap (brk) to grow into
 MAX_SPANS = 64  # more than a hello carries (spans closer than GROWTH merge, so real programs have few)
 
 
@@ -39,10 +40,13 @@ def mapped_ranges(maps: str) -> list[tuple[int, int]]:
 
 
 def spans_to_keep(ranges: list[tuple[int, int]], growth: int = GROWTH) -> list[tuple[int, int]]:
-    """The client's side: its mappings, each reaching `growth` further down, merged; sorted, at most
-    MAX_SPANS (the lowest dropped: the kernel maps from the top down, so the top ones matter most)."""
+    """The client's side: its mappings, each reaching `growth` further down (mappings come from the top
+    down) and HEAP_GROWTH further up (the heap grows up), merged; sorted, at most MAX_SPANS (the lowest
+    dropped: the top ones matter most)."""
     spans: list[tuple[int, int]] = []
-    for lo, hi in sorted((max(lo - growth, LOWEST), hi) for lo, hi in ranges if hi > LOWEST):
+    up = HEAP_GROWTH if growth else 0
+    for lo, hi in sorted((max(lo - growth, LOWEST), min(hi + up, USER_SPACE_END)) for lo, hi in ranges
+                         if hi > LOWEST):
         if spans and lo <= spans[-1][1]:
             spans[-1] = (spans[-1][0], max(spans[-1][1], hi))
         else:
@@ -59,16 +63,17 @@ def own_spans_to_keep() -> list[tuple[int, int]]:
         return []
 
 
-def hold(lib: Any, spans: list[tuple[int, int]], maps: str | None = None) -> int:
+def hold(lib: Any, spans: list[tuple[int, int]], maps: str | None = None) -> list[tuple[int, int]]:
     """The server's side, in a session process before CUDA starts: reserve what is free of `spans` here
     (no access, no memory; `lib.cw_reserve_at`), around this process's own mappings (`maps`: this
-    process's /proc/self/maps text, read when not given). Returns the bytes held."""
+    process's /proc/self/maps text, read when not given). Returns the ranges held: this process's to map
+    the client's memory into later (memory the program registers, server/session.py register_host)."""
     if maps is None:
         with open("/proc/self/maps") as f:
             maps = f.read()
     taken = sorted(mapped_ranges(maps))
     page = os.sysconf("SC_PAGE_SIZE")
-    held = 0
+    held: list[tuple[int, int]] = []
     for lo, hi in spans[:MAX_SPANS]:
         lo, hi = max(-(-lo // page) * page, LOWEST), min(hi // page * page, USER_SPACE_END)
         at = lo
@@ -77,8 +82,13 @@ def hold(lib: Any, spans: list[tuple[int, int]], maps: str | None = None) -> int
                 continue
             gap_end = min(t_lo, hi)
             if gap_end > at and lib.cw_reserve_at(at, gap_end - at):
-                held += gap_end - at
+                held.append((at, gap_end))
             at = max(at, t_hi)
             if at >= hi:
                 break
     return held
+
+
+def within(ranges: list[tuple[int, int]], address: int, size: int) -> bool:
+    """Whether [address, address + size) lies in one of `ranges`."""
+    return size > 0 and any(lo <= address and address + size <= hi for lo, hi in ranges)

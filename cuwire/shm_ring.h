@@ -45,6 +45,8 @@ void cw_ring_stop_callbacks(cw_ring *r);
 uint64_t cw_reserve(uint64_t size);
 uint64_t cw_reserve_at(uint64_t address, uint64_t size);
 uint64_t cw_map_shared(int fd, uint64_t size, uint64_t address, int replace);
+uint64_t cw_map_shared_over(int fd, uint64_t offset, uint64_t size, uint64_t address);
+int cw_hold_over(uint64_t address, uint64_t size);
 int cw_unmap(uint64_t address, uint64_t size);
 int cw_release_pages(uint64_t address, uint64_t size);
 /* cffi cdef: to here */
@@ -380,6 +382,22 @@ uint64_t cw_map_shared(int fd, uint64_t size, uint64_t address, int replace)
         return 0;
     }
     return (uint64_t)(uintptr_t)p;
+}
+
+/* `size` bytes of the memory fd from `offset`, shared, at `address`, over what the caller has there (its own
+ * hold, or its own memory whose bytes it moved there first): the address, or 0. */
+uint64_t cw_map_shared_over(int fd, uint64_t offset, uint64_t size, uint64_t address)
+{
+    void *p = mmap((void *)(uintptr_t)address, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, (off_t)offset);
+    return p == MAP_FAILED ? 0 : (uint64_t)(uintptr_t)p;
+}
+
+/* Address space held again (no access, no memory) over what the caller has at `address`: 0, or -1. */
+int cw_hold_over(uint64_t address, uint64_t size)
+{
+    void *p = mmap((void *)(uintptr_t)address, size, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    return p == MAP_FAILED ? -1 : 0;
 }
 
 int cw_unmap(uint64_t address, uint64_t size) { return size ? munmap((void *)(uintptr_t)address, size) : 0; }

@@ -480,35 +480,53 @@ def test_session_process_keeps_the_clients_address_space_free(looper, fresh_serv
 REGISTERED = r"""
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "cuda_api.h"
 int main(void) {
     CUdevice dev; CUcontext ctx; CUdeviceptr d = 0; void *pinned;
     if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx))
         return 1;
-    char *mine = malloc(1 << 16);
-    printf("register %d\n", cuMemHostRegister_v2(mine, 1 << 16, 2 /* DEVICEMAP */));
-    printf("device pointer of registered memory %d\n", cuMemHostGetDevicePointer_v2(&d, mine + 100, 0));
-    printf("device pointer of unknown memory %d\n", cuMemHostGetDevicePointer_v2(&d, &d, 0));
-    printf("unregister %d\n", cuMemHostUnregister(mine));
-    printf("device pointer after unregistering %d\n", cuMemHostGetDevicePointer_v2(&d, mine + 100, 0));
+    char *mine = malloc(3 << 20), *other = malloc(1 << 16);
+    memset(mine, 7, 3 << 20);
+    printf("register %d\n", cuMemHostRegister_v2(mine + 100, 2 << 20, 2 /* DEVICEMAP */));
+    printf("again %d\n", cuMemHostRegister_v2(mine + 4096, 4096, 0));
+    int got = cuMemHostGetDevicePointer_v2(&d, mine + 200, 0);
+    printf("device pointer of registered memory %d, at its address %d\n", got, d == (CUdeviceptr)(mine + 200));
+    printf("bytes kept %d\n", mine[0] == 7 && mine[100] == 7 && mine[(2 << 20) + 99] == 7);
+    if (got == 0) {  /* the GPU writes the program's memory at its own address */
+        if (cuMemsetD8_v2(d, 9, 1000) || cuCtxSynchronize()) return 3;
+        printf("the GPU's write seen %d %d\n", mine[200] == 9 && mine[1199] == 9, mine[1200] == 7);
+    }
+    printf("unregister %d\n", cuMemHostUnregister(mine + 100));
+    printf("bytes kept after %d\n", mine[200] == (got == 0 ? 9 : 7) && mine[5000] == 7);
+    mine[300] = 1;  /* still the program's memory */
+    printf("unregister again %d\n", cuMemHostUnregister(mine + 100));
+    printf("device pointer after unregistering %d\n", cuMemHostGetDevicePointer_v2(&d, mine + 200, 0));
+    printf("device pointer of unknown memory %d\n", cuMemHostGetDevicePointer_v2(&d, other, 0));
     if (cuMemHostAlloc(&pinned, 4096, 2 /* DEVICEMAP */)) return 2;
-    int got = cuMemHostGetDevicePointer_v2(&d, pinned, 0);
+    got = cuMemHostGetDevicePointer_v2(&d, pinned, 0);
     printf("device pointer of page-locked memory %d, at its address %d\n", got, d == (CUdeviceptr)pinned);
     return 0;
 }
 """
 
 
-def test_memory_the_program_registered_is_refused_to_kernels_by_name(client_lib, server, tmp_path):
-    """The GPU cannot reach memory the program registered itself (cuMemHostRegister): its device pointer is
-    refused with CUDA_ERROR_NOT_SUPPORTED (801) and said by name, where an unknown pointer is an invalid value;
-    page-locked memory cuwire allocated is the GPU's at its own address."""
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+def test_memory_the_program_registered_is_the_gpus_at_its_address(transport, client_lib, server, tmp_path):
+    """Memory the program registers itself (cuMemHostRegister): with a server on this host its pages move
+    into the host memory shared with the server, which maps them at the same address, so its device pointer
+    is its address and the GPU's writes land in the program's memory; unregistering gives the pages back with
+    their bytes. Over TCP it stays the program's own, and its device pointer is refused by name (801)."""
     exe = compile_against_client(REGISTERED, tmp_path, client_lib, "registered")
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "CUWIRE_SERVER": server.address})
+                       env={**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": transport})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.splitlines() == ["register 0", "device pointer of registered memory 801",
-                                     "device pointer of unknown memory 1", "unregister 0",
-                                     "device pointer after unregistering 1",
-                                     "device pointer of page-locked memory 0, at its address 1"]
-    assert r.stderr.count("the GPU cannot reach memory the program registered itself") == 1, r.stderr
+    moved = transport == "unix"
+    assert r.stdout.splitlines() == [
+        "register 0", "again 712", f"device pointer of registered memory {0 if moved else 801}, at its address "
+        f"{int(moved)}", "bytes kept 1", *(["the GPU's write seen 1 1"] if moved else []), "unregister 0",
+        "bytes kept after 1", "unregister again 713", "device pointer after unregistering 1",
+        "device pointer of unknown memory 1", f"device pointer of page-locked memory {0 if moved else 801}, "
+        f"at its address {int(moved)}"], r.stderr
+    assert r.stderr.count("the GPU cannot reach memory the program registered itself") == (0 if moved else 1), \
+        r.stderr

@@ -87,7 +87,7 @@ void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char
                         const uint8_t *device_uuids, const uint64_t *memory, const uint64_t *contexts,
                         const uint32_t *flags, int driver);
 extern "Python+C" void cuwire_py_at_exit(void);
-void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base);
+void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base, int fd);
 void cuwire_write_output(const char *buf, size_t len);
 void cuwire_callbacks_ring(void *r);
 void cuwire_callbacks_socket(int fd);
@@ -96,6 +96,8 @@ void cuwire_callbacks_stop(void);
 void cuwire_callbacks_forget(void);
 extern "Python+C" int cuwire_py_host_alloc(uint64_t size, uint64_t *address);
 extern "Python+C" int cuwire_py_host_free(uint64_t address);
+extern "Python+C" int cuwire_py_host_register_at(uint64_t address, uint64_t size, uint64_t *offset);
+extern "Python+C" int cuwire_py_host_unregister_at(uint64_t offset);
 extern "Python+C" int cuwire_py_managed_alloc(uint64_t size, unsigned int flags, uint64_t *address);
 extern "Python+C" int cuwire_py_capture_info(uint64_t stream, void *graph, void *deps, void *edges, void *count);
 int cuwire_managed_before_call(void);

@@ -9,13 +9,18 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cuda_api.h"
 #include "runtime.h"
+#include "shm_ring.h"
 
 /* ------------------------------------------------------------------ start-up */
 
@@ -326,12 +331,14 @@ extern const uint32_t cuwire_copy_shared_record_id;
 static uint64_t shared_base, shared_size;
 static uint64_t shared_server_base; /* where the server has it: the same address, when it could */
 static int shared_known; /* the session said whether it has shared host memory */
+static int shared_fd = -1; /* its descriptor: memory the program registers moves into it */
 
-void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base)
+void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base, int fd)
 {
     shared_base = base;
     shared_size = size;
     shared_server_base = server_base;
+    shared_fd = fd;
     __atomic_store_n(&shared_known, 1, __ATOMIC_RELEASE);
 }
 
@@ -469,15 +476,20 @@ CUresult cuwire_local_cuMemFreeHost(void *p) { return (CUresult)host_free(p); }
 CUresult cuwire_local_cuMemHostGetFlags(unsigned int *pFlags, void *p) { return (CUresult)host_flags(pFlags, p); }
 
 /* Whether p lies in one of the page-locked allocations (*shared: one in the memory shared with the server). */
+static int host_alloc_holds_locked(const void *p, int *shared)
+{
+    for (struct host_alloc *a = host_allocs; a; a = a->next)
+        if ((const char *)p >= (const char *)a->ptr && (const char *)p < (const char *)a->ptr + (a->size ? a->size : 1)) {
+            *shared = a->shared;
+            return 1;
+        }
+    return 0;
+}
+
 static int host_alloc_holds(const void *p, int *shared)
 {
-    int found = 0;
     pthread_mutex_lock(&host_lock);
-    for (struct host_alloc *a = host_allocs; a && !found; a = a->next)
-        if ((const char *)p >= (const char *)a->ptr && (const char *)p < (const char *)a->ptr + (a->size ? a->size : 1)) {
-            found = 1;
-            *shared = a->shared;
-        }
+    int found = host_alloc_holds_locked(p, shared);
     pthread_mutex_unlock(&host_lock);
     return found;
 }
@@ -488,22 +500,208 @@ int cuwire_host_locked(const void *p, int *shared) { return host_alloc_holds(p, 
 
 int cuwire_shares_host_memory(void) { return __atomic_load_n(&shared_known, __ATOMIC_ACQUIRE) && shared_size; }
 
-/* Memory the program registers itself stays its own (copies from it travel like pageable memory's); its
- * ranges are kept only so that asking for its device pointer is refused by name, not as an unknown pointer. */
+/* Memory the program registers itself (cuMemHostRegister) is the GPU's too, at its own address, with a
+ * server on this host: its pages move into the host memory shared with the server (a copy of their bytes,
+ * then that memory mapped over them), and the server maps the same memory at the same address, in the
+ * client's address space it holds (address_space.py), and registers it. Only whole pages of ordinary
+ * memory move (heap, stack, anonymous mappings; not files): a page shared with other data moves with it.
+ * Writes of another thread to those pages while they move (microseconds) would be lost: programs register
+ * memory they are about to hand to the GPU, not memory other threads are writing. Unregistering moves the
+ * pages back into memory of the process's own. Where they cannot move (over TCP, a file's pages, the
+ * server cannot map them), the memory stays the program's own: copies from it work, kernels cannot reach
+ * it, and its device pointer is refused by name. */
 struct registered {
-    const char *lo, *hi;
+    const char *lo, *hi;   /* as the program registered it */
+    uint64_t at, size;     /* the pages that moved (size 0: none) */
+    uint64_t offset;       /* ...to this offset of the shared memory */
     struct registered *next;
 };
 static struct registered *registered;
 
-static int is_registered(const void *p)
+static struct registered *registered_holding(const void *p)
 {
-    int found = 0;
+    for (struct registered *r = registered; r; r = r->next)
+        if ((const char *)p >= r->lo && (const char *)p < r->hi)
+            return r;
+    return NULL;
+}
+
+/* Whether every page of [lo, hi) is ordinary read-write private memory of this process (no file's). */
+static int ordinary_memory(uint64_t lo, uint64_t hi)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return 0;
+    char line[512];
+    uint64_t at = lo;
+    while (at < hi && fgets(line, sizeof line, f)) {
+        unsigned long long a, b;
+        char perms[8] = "", path[256] = "";
+        if (sscanf(line, "%llx-%llx %7s %*s %*s %*s %255s", &a, &b, perms, path) < 3 || b <= at)
+            continue;
+        if (a > at || strcmp(perms, "rw-p") != 0 || (path[0] && strcmp(path, "[heap]") && strcmp(path, "[stack]")))
+            break;
+        at = b;
+    }
+    fclose(f);
+    return at >= hi;
+}
+
+/* Whether [lo, hi) overlaps this thread's own stack, which this very code runs on. */
+static int on_own_stack(uint64_t lo, uint64_t hi)
+{
+    pthread_attr_t attr;
+    void *base;
+    size_t size;
+    if (pthread_getattr_np(pthread_self(), &attr) != 0)
+        return 1;
+    int got = pthread_attr_getstack(&attr, &base, &size) == 0;
+    pthread_attr_destroy(&attr);
+    return !got || (lo < (uint64_t)(uintptr_t)base + size && hi > (uint64_t)(uintptr_t)base);
+}
+
+#if defined(__x86_64__)
+/* The pages' bytes copied into the shared memory, then that memory mapped over them, with nothing written
+ * to this thread's stack in between (one instruction sequence, no call): pages of the stack this code runs
+ * on move too (a stack variable the program registers), the frames on them unchanged. The mmap's result. */
+static long copy_then_map(uint64_t shared, uint64_t at, uint64_t size, int fd, uint64_t offset)
+{
+    long ret;
+    void *dst = (void *)(uintptr_t)shared, *src = (void *)(uintptr_t)at;
+    uint64_t n = size;
+    register long flags __asm__("r10") = MAP_SHARED | MAP_FIXED;
+    register long file __asm__("r8") = fd;
+    register long from __asm__("r9") = (long)offset;
+    __asm__ volatile("rep movsb\n\t"
+                     "mov %[at], %%rdi\n\t"
+                     "mov %[size], %%rsi\n\t"
+                     "mov %[prot], %%edx\n\t"
+                     "mov %[nr], %%eax\n\t"
+                     "syscall"
+                     : "=&a"(ret), "+&D"(dst), "+&S"(src), "+&c"(n) /* (no input may share their registers) */
+                     : [at] "r"(at), [size] "r"(size), [prot] "i"(PROT_READ | PROT_WRITE), [nr] "i"(SYS_mmap),
+                       "r"(flags), "r"(file), "r"(from)
+                     : "rdx", "r11", "memory");
+    return ret;
+}
+#endif
+
+/* Move [at, at + size) into the shared memory: 0, or -1 (nothing moved, no room kept). */
+static int move_pages(struct registered *r, uint64_t at, uint64_t size)
+{
+    int stack = on_own_stack(at, at + size);
+#if !defined(__x86_64__)
+    if (stack)
+        return -1; /* (pages of the stack this code runs on move only where copy_then_map is written) */
+#endif
+    uint64_t offset;
+    if (cuwire_py_host_register_at(at, size, &offset) != 0)
+        return -1;
+    int mapped;
+#if defined(__x86_64__)
+    if (stack) {
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old); /* (no handler's frame between the copy and the map) */
+        mapped = copy_then_map(shared_base + offset, at, size, shared_fd, offset) == (long)at;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    } else
+#endif
+    {
+        memcpy((void *)(uintptr_t)(shared_base + offset), (void *)(uintptr_t)at, size);
+        mapped = cw_map_shared_over(shared_fd, offset, size, at) == at;
+    }
+    if (!mapped) {
+        cuwire_py_host_free(shared_base + offset);
+        return -1;
+    }
+    r->at = at, r->size = size, r->offset = offset;
+    return 0;
+}
+
+/* Back into memory of the process's own, and the shared room given back. Pages of this thread's own
+ * stack stay in the shared memory (moving them back would pull the frames this code runs on from under
+ * it): still the program's bytes, their room kept until the session ends; the server no longer has them
+ * registered. */
+static void move_back(struct registered *r)
+{
+    if (on_own_stack(r->at, r->at + r->size)) {
+        cuwire_py_host_unregister_at(r->offset);
+        return;
+    }
+    /* (the bytes' copy is a mapping of its own: a malloc'd one may lie in the very pages moving back) */
+    void *copy = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (copy == MAP_FAILED)
+        return; /* the pages stay in the shared memory: still the program's bytes, the room kept */
+    memcpy(copy, (void *)(uintptr_t)r->at, r->size);
+    if (mmap((void *)(uintptr_t)r->at, r->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+             0) != MAP_FAILED) {
+        memcpy((void *)(uintptr_t)r->at, copy, r->size);
+        cuwire_py_host_free(shared_base + r->offset);
+    }
+    munmap(copy, r->size);
+}
+
+/* Registrations are made one at a time (their pages move outside host_lock, which copies consult). */
+static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
+
+CUresult cuwire_local_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+    (void)Flags;
+    if (!p || !bytesize)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), offset;
+    uint64_t lo = (uint64_t)(uintptr_t)p / page * page;
+    uint64_t hi = ((uint64_t)(uintptr_t)p + bytesize + page - 1) / page * page;
+    struct registered *r = calloc(1, sizeof *r);
+    if (!r)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    r->lo = p, r->hi = (const char *)p + bytesize;
+    pthread_mutex_lock(&register_lock);
+    int overlaps = 0, pages_free = 1; /* (pages_free: no page of it moved already for another registration) */
     pthread_mutex_lock(&host_lock);
-    for (struct registered *r = registered; r && !found; r = r->next)
-        found = (const char *)p >= r->lo && (const char *)p < r->hi;
+    for (struct registered *o = registered; o; o = o->next) {
+        overlaps = overlaps || (r->lo < o->hi && r->hi > o->lo);
+        pages_free = pages_free && (!o->size || o->at >= hi || o->at + o->size <= lo);
+    }
     pthread_mutex_unlock(&host_lock);
-    return found;
+    if (overlaps) {
+        pthread_mutex_unlock(&register_lock);
+        free(r);
+        return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    }
+    if (!__atomic_load_n(&shared_known, __ATOMIC_ACQUIRE) && CUWIRE_READY())
+        cuwire_py_connect(); /* (whether the session shares host memory is known once it is open) */
+    if (shared_size && shared_fd >= 0 && shared_server_base == shared_base && pages_free &&
+        !shared_offset(p, bytesize, &offset) && ordinary_memory(lo, hi) && CUWIRE_READY())
+        move_pages(r, lo, hi - lo);
+    pthread_mutex_lock(&host_lock);
+    r->next = registered;
+    registered = r;
+    pthread_mutex_unlock(&host_lock);
+    pthread_mutex_unlock(&register_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuwire_local_cuMemHostUnregister(void *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&register_lock);
+    struct registered *gone = NULL;
+    pthread_mutex_lock(&host_lock);
+    for (struct registered **r = &registered; *r; r = &(*r)->next)
+        if ((*r)->lo == p) {
+            gone = *r;
+            *r = gone->next;
+            break;
+        }
+    pthread_mutex_unlock(&host_lock);
+    if (gone && gone->size && CUWIRE_READY())
+        move_back(gone);
+    pthread_mutex_unlock(&register_lock);
+    free(gone);
+    return gone ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 }
 
 /* Page-locked memory in the memory shared with the server is the GPU's too (the server registered it mapped,
@@ -513,7 +711,15 @@ CUresult cuwire_local_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, 
 {
     int shared = 0;
     uint64_t offset;
-    if (pdptr && p && !Flags && !host_alloc_holds(p, &shared) && is_registered(p)) {
+    pthread_mutex_lock(&host_lock);
+    struct registered *r = pdptr && p && !Flags && !host_alloc_holds_locked(p, &shared) ? registered_holding(p) : NULL;
+    int moved = r && r->size, known = r != NULL;
+    pthread_mutex_unlock(&host_lock);
+    if (moved) { /* the GPU's at its own address (the server mapped and registered the same pages there) */
+        *pdptr = (CUdeviceptr)(uintptr_t)p;
+        return CUDA_SUCCESS;
+    }
+    if (known) {
         cuwire_say_once_per_name("cuwire: not supported: the GPU cannot reach memory the program registered itself "
                                  "(cuMemHostRegister, cudaHostRegister): only page-locked memory it allocated "
                                  "(cuMemHostAlloc, cudaMallocHost) is mapped for kernels; refused:",
@@ -645,37 +851,6 @@ CUresult cuwire_local_cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr,
 }
 
 /* Registering host memory changes nothing here: every copy from client memory goes over the wire. */
-CUresult cuwire_local_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
-{
-    (void)Flags;
-    if (!p || !bytesize)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct registered *r = malloc(sizeof *r);
-    if (!r)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    pthread_mutex_lock(&host_lock);
-    *r = (struct registered){p, (const char *)p + bytesize, registered};
-    registered = r;
-    pthread_mutex_unlock(&host_lock);
-    return CUDA_SUCCESS;
-}
-
-CUresult cuwire_local_cuMemHostUnregister(void *p)
-{
-    if (!p)
-        return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&host_lock);
-    for (struct registered **r = &registered; *r; r = &(*r)->next)
-        if ((*r)->lo == p) {
-            struct registered *gone = *r;
-            *r = gone->next;
-            free(gone);
-            break;
-        }
-    pthread_mutex_unlock(&host_lock);
-    return CUDA_SUCCESS;
-}
-
 /* ------------------------------------------------------------------ driver entry points */
 
 /* Names said once each (a library may ask for the same missing entry point many times). */

@@ -74,7 +74,7 @@ void cuwire_managed_synced(void);
 
 /* Host memory shared with a server on this host (client/local.c): page-locked allocations are carved from
  * it, and copies between it and the GPU travel as CopyShared records, without their bytes. */
-void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base);
+void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base, int fd);
 int cuwire_copy_shared(const void *host, uint64_t device, uint64_t n, void *stream, int to_device, int sync);
 int cuwire_py_host_alloc(uint64_t size, uint64_t *address);
 int cuwire_host_locked(const void *p, int *shared);
@@ -103,6 +103,8 @@ uint64_t cuwire_keep_host_fn(CUhostFn fn, void *user, int *err);
 void cuwire_callbacks_stop(void);
 void cuwire_callbacks_forget(void);
 int cuwire_py_host_free(uint64_t address);
+int cuwire_py_host_register_at(uint64_t address, uint64_t size, uint64_t *offset);
+int cuwire_py_host_unregister_at(uint64_t offset);
 
 /* For the Python side (declared again in client/build.py's cdef). */
 uint64_t cuwire_current_context(void);

@@ -37,6 +37,7 @@ from cuwire.transport import BULK, MAX_MESSAGE, SocketTransport, TransportError,
 INVALID_VALUE = 1
 DEINITIALIZED = 4
 DEVICE_UNAVAILABLE = 46
+OUT_OF_MEMORY = 2
 NOT_SUPPORTED = 801
 NO_BINARY_FOR_GPU = 209
 UNKNOWN = 999
@@ -160,8 +161,9 @@ class Session:
             if reserved:
                 lib.cw_unmap(reserved, ring.HOST_SPAN)
         else:
+            kept = os.dup(host_fd)  # (memory the program registers itself moves into it: client/local.c)
             base = ring.map_host_memory(lib, host_fd, welcome.host_memory, welcome.host_address, reserved)
-            self.host = SharedHost(base, welcome.host_memory, welcome.host_address)
+            self.host = SharedHost(base, welcome.host_memory, welcome.host_address, kept)
         return shared
 
 
@@ -239,7 +241,7 @@ class Client:
                 connection = self.session.transport.connection
                 host = self.session.host
                 lib.cuwire_shared_host_set(host.base if host else 0, host.size if host else 0,
-                                           host.server_base if host else 0)
+                                           host.server_base if host else 0, host.fd if host else -1)
                 lib.cuwire_callbacks_ring(connection.ring.c if connection.ring else ffi.NULL)
                 self.stats.transport = f"{connection.kind} to {self.settings.server}"
                 self.stats.connected = time.monotonic()
@@ -549,6 +551,30 @@ class Client:
                 return 0
             return host.base + offset
 
+    def host_register_at(self, address: int, size: int) -> tuple[int, int]:
+        """Memory the program registers itself, made the GPU's at its own address (client/local.c): room
+        in the shared host memory that the server maps at `address` and registers; (0, its offset), or (a
+        CUDA error, 0) when it cannot (the memory then stays the program's own)."""
+        with self.lock:
+            host = self.connect().host
+            offset = host.alloc(size) if host else None
+            if offset is None:
+                return OUT_OF_MEMORY, 0
+            res = self.call(REGISTER_HOST, pb.RegisterHost_Args(offset=offset, size=host.used[offset], at=address),
+                            pb.RegisterHost_Result)
+            if res.status != 0:
+                host.release(offset)
+                return res.status, 0
+            return 0, offset
+
+    def host_unregister_at(self, offset: int) -> None:
+        """The server no longer has that room registered at the program's address (client/local.c keeps its
+        pages there, in the shared memory, until the session ends)."""
+        with self.lock:
+            res = self.call(UNREGISTER_HOST, pb.UnregisterHost_Args(offset=offset), pb.UnregisterHost_Result)
+            if res.status != 0:
+                raise Fail(res.status)
+
     def host_free(self, address: int) -> None:
         with self.lock:
             host = self.session.host if self.session else None
@@ -596,7 +622,7 @@ class Client:
         self.lock = threading.RLock()
         self.session = None
         lib.cuwire_wire_forget()
-        lib.cuwire_shared_host_set(0, 0, 0)  # the parent's page-locked memory stays mapped, but not for copies
+        lib.cuwire_shared_host_set(0, 0, 0, -1)  # the parent's page-locked memory stays mapped, but not for copies
         lib.cuwire_callbacks_forget()
         self.broken = ("this process was forked from a cuwire client; a forked child cannot open its own "
                        "session yet, so its CUDA calls fail (CUDA_ERROR_DEVICE_UNAVAILABLE)")
@@ -878,6 +904,20 @@ def cuwire_py_managed_alloc(size: int, flags: int, address) -> int:
     if res.status == 0:
         address[0] = res.address
     return res.status
+
+
+@ffi.def_extern(onerror=on_error)
+def cuwire_py_host_register_at(address: int, size: int, offset) -> int:
+    """cuMemHostRegister: room for the program's pages in the shared host memory, mapped and registered by
+    the server at their address (client/local.c moves them there)."""
+    status, offset[0] = client.host_register_at(address, size)
+    return status
+
+
+@ffi.def_extern(onerror=on_error)
+def cuwire_py_host_unregister_at(offset: int) -> int:
+    client.host_unregister_at(offset)
+    return 0
 
 
 @ffi.def_extern(onerror=on_error)

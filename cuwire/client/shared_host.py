@@ -11,8 +11,9 @@ class SharedHost:
 
     PAGE = 4096
 
-    def __init__(self, base: int, size: int, server_base: int):
+    def __init__(self, base: int, size: int, server_base: int, fd: int = -1):
         self.base, self.size = base, size
+        self.fd = fd  # its descriptor (client/local.c maps parts of it over memory the program registers)
         self.server_base = server_base  # where the server has it: the same address, when it could
         self.free: list[tuple[int, int]] = [(0, size)]  # (offset, size), sorted by offset
         self.used: dict[int, int] = {}  # offset -> size

@@ -192,10 +192,11 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     # ...and the address space the client's own memory takes (or will): device memory placed there would
     # be taken for the program's host memory by its value (address_space.py)
     kept = address_space.hold(records_lib, [(s.start, s.end) for s in asked.keep_free])
-    log.debug("session: %d GiB of the client's address space kept free of device memory", kept >> 30)
+    log.debug("session: %d GiB of the client's address space kept free of device memory",
+              sum(hi - lo for lo, hi in kept) >> 30)
     try:
         state = CuWireServer(settings)
-        state.held_host = held
+        state.held_host, state.held_spans = held, kept
     except RuntimeError as e:
         log.error("%s", e)
         conn.send(pb.Reply(error=f"the server could not open its GPU: {e}", refusal=pb.INTERNAL).SerializeToString())

@@ -361,7 +361,7 @@ def copy_3d(s, a: pb.Copy3D_Args) -> pb.Copy3D_Result:
 
 
 def register_host(s, a: pb.RegisterHost_Args) -> pb.RegisterHost_Result:
-    return pb.RegisterHost_Result(status=s.register_host(a.offset, a.size))
+    return pb.RegisterHost_Result(status=s.register_host(a.offset, a.size, a.at))
 
 
 def unregister_host(s, a: pb.UnregisterHost_Args) -> pb.UnregisterHost_Result:

@@ -52,6 +52,7 @@ class CuWireServer:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.held_host = 0  # the client's host-memory range, kept free here before CUDA started (run_one_session)
+        self.held_spans: list[tuple[int, int]] = []  # ...and the client's address space (address_space.py)
         if settings.devices:
             os.environ["CUDA_VISIBLE_DEVICES"] = settings.devices
         self.ffi, self.lib, self.backend = open_backend(settings.backend)
@@ -166,7 +167,7 @@ class CuWireServer:
                 if size > 0:
                     address, fd = ring.host_memory(records_lib, size, hello.host_address, self.held_host)
                     fds.append(fd)
-                    session.use_host_memory(address, size, hello.host_address)
+                    session.use_host_memory(address, size, hello.host_address, os.dup(fd))
                     reply.welcome.host_memory, reply.welcome.host_address = size, address
                     if address != hello.host_address:
                         log.info("session %s: shared host memory at %#x here, not at the client's %#x: kernels "

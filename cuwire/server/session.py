@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 
 from google.protobuf.message import DecodeError
 
+from cuwire import address_space
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.server import attributes, bulk, custom, graphs, ipc, records, tensor_maps, textures, vmm
@@ -92,6 +94,8 @@ class Session:
         self.host_base = self.host_size = 0  # host memory the client's page-locked allocations live in
         self.host_client_base = 0  # where the client has that memory
         self.host_ranges: dict[int, int] = {}  # offset -> size of the ranges registered for the client (RegisterHost)
+        self.host_fd = -1  # the shared host memory's descriptor, to map parts of it at the client's addresses
+        self.registered_at: dict[int, tuple[int, int]] = {}  # client address -> (offset, size): register_host
         self.vmm: vmm.Vmm | None = None  # reservations, physical allocations and mappings (virtual memory)
         self.objects: textures.Objects | None = None  # texture and surface objects, mipmap levels
         self.graph_parts: graphs.Parts | None = None  # conditional handles and bodies, graph memory
@@ -394,11 +398,13 @@ class Session:
         log.info("session %s: host functions go to the client on a connection of their own", self.name)
         return ""
 
-    def use_host_memory(self, address: int, size: int, client_address: int) -> None:
+    def use_host_memory(self, address: int, size: int, client_address: int, fd: int = -1) -> None:
         """The client carves its page-locked allocations from this memory (shared with it, mapped here at
         `address`, the client's own `client_address` for it when it could be): copies between them and the
-        GPU name offsets in it (CopyShared records, run by the C loop)."""
+        GPU name offsets in it (CopyShared records, run by the C loop). `fd` (the session's to close) maps
+        parts of it elsewhere: memory the program registers itself (register_host)."""
         self.host_base, self.host_size, self.host_client_base = address, size, client_address
+        self.host_fd = fd
         self.records.shared(COPY_SHARED, address, size)
 
     def shared_host(self, address: int, size: int) -> int | None:
@@ -412,31 +418,58 @@ class Session:
                 return self.host_base + offset
         return None
 
-    def register_host(self, offset: int, size: int) -> int:
+    def register_host(self, offset: int, size: int, at: int = 0) -> int:
         """A page-locked allocation of the client's: its range of the shared host memory is page-locked
         here too, and mapped for the GPU, as page-locked memory is natively with unified addressing
-        (kernels may use its address)."""
+        (kernels may use its address). With `at`: memory the program registered itself (cuMemHostRegister),
+        whose pages the client moved into this range of the shared memory and maps at `at`, its own
+        address: mapped here at `at` too, over the client's address space this process holds
+        (address_space.py), so that the GPU reaches it at its address."""
         if not self.host_size:
             raise WireError("this session has no shared host memory")
         if size <= 0 or offset % 4096 or offset > self.host_size - size or offset in self.host_ranges:
             raise CudaFail(INVALID_VALUE, f"{size} bytes at offset {offset} of the shared host memory")
         if any(o < offset + size and offset < o + n for o, n in self.host_ranges.items()):
             raise CudaFail(INVALID_VALUE, f"{size} bytes at offset {offset} overlap a registered range")
+        address = self.host_base + offset
+        if at:
+            address = self.map_at(offset, size, at)
         err = self.in_primary_context(lambda: self.relaxed_capture(lambda: self.lib.cuMemHostRegister_v2(
-            self.ffi.cast("void *", self.host_base + offset), size,
-            MEMHOSTREGISTER_PORTABLE | MEMHOSTREGISTER_DEVICEMAP)))
-        if err == 0:
-            self.host_ranges[offset] = size
-            self.records.add_memory(self.host_base + offset, size)  # the GPU's memory too (copies, memsets)
+            self.ffi.cast("void *", address), size, MEMHOSTREGISTER_PORTABLE | MEMHOSTREGISTER_DEVICEMAP)))
+        if err != 0:
+            if at:
+                records_lib.cw_hold_over(at, size)
+            return err
+        self.host_ranges[offset] = size
+        if at:
+            self.registered_at[at] = (offset, size)
+        self.records.add_memory(address, size)  # the GPU's memory too (copies, memsets)
         return err
+
+    def map_at(self, offset: int, size: int, at: int) -> int:
+        """Map `size` bytes of the shared host memory from `offset` at the client's address `at`, which
+        must lie in the client's address space this process holds (and not be mapped already)."""
+        if at % 4096 or size % 4096 or not address_space.within(self.server.held_spans, at, size) or any(
+                a < at + size and at < a + n for a, (_, n) in self.registered_at.items()):
+            raise CudaFail(NOT_SUPPORTED, f"the server cannot map {size} bytes at {at:#x} (not address space it "
+                                          "holds for the client): the GPU cannot reach this memory at its address")
+        if self.host_fd < 0 or not records_lib.cw_map_shared_over(self.host_fd, offset, size, at):
+            raise CudaFail(NOT_SUPPORTED, f"the server cannot map {size} bytes at {at:#x}")
+        return at
 
     def unregister_host(self, offset: int) -> int:
         if offset not in self.host_ranges:
             raise CudaFail(INVALID_VALUE, f"no registered range at offset {offset} of the shared host memory")
-        del self.host_ranges[offset]
-        self.records.remove_memory(self.host_base + offset)
-        return self.in_primary_context(lambda: self.relaxed_capture(
-            lambda: self.lib.cuMemHostUnregister(self.ffi.cast("void *", self.host_base + offset))))
+        size = self.host_ranges.pop(offset)
+        at = next((a for a, (o, _) in self.registered_at.items() if o == offset), 0)
+        address = at or self.host_base + offset
+        self.records.remove_memory(address)
+        err = self.in_primary_context(lambda: self.relaxed_capture(
+            lambda: self.lib.cuMemHostUnregister(self.ffi.cast("void *", address))))
+        if at:
+            del self.registered_at[at]
+            records_lib.cw_hold_over(at, size)  # the client's address space again, held
+        return err
 
     def relaxed_capture(self, call):
         """call() with this thread's stream capture mode relaxed: registering host memory while one of the
@@ -584,6 +617,9 @@ class Session:
             self.records.shared(0, 0, 0)
             records_lib.cw_unmap(self.host_base, self.host_size)
             self.host_base = self.host_size = 0
+        if self.host_fd >= 0:
+            os.close(self.host_fd)
+            self.host_fd = -1
         if self.ring_registered:
             self.in_primary_context(lambda: self.lib.cuMemHostUnregister(self.ffi.cast("void *", self.ring.address)))
             self.ring_registered = False

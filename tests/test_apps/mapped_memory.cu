@@ -1,8 +1,10 @@
 // mapped_memory: page-locked host memory that kernels read and write in place, without copies: through
 // cudaHostGetDevicePointer (cudaHostAllocMapped), and through the host pointer itself (unified addressing
-// makes every page-locked allocation the GPU's at its own address). Through cuwire this needs a server on
-// the same host, which shares the memory (CUWIRE_TRANSPORT=auto).
+// makes every page-locked allocation the GPU's at its own address); and memory the program allocated itself
+// and registered (cudaHostRegister: a heap buffer not page-aligned, and a stack array). Through cuwire this
+// needs a server on the same host, which shares the memory (CUWIRE_TRANSPORT=auto).
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "check.h"
 #include "stream_kernels.h"  // streamFill, streamScaleAdd, streamAddInto
@@ -41,6 +43,30 @@ int main() {
     CHECK(cudaMemcpy(b, d, n * sizeof(int), cudaMemcpyDeviceToHost));
     failures += check("copies to and from mapped memory", b, n, 2, 5);
     CHECK(cudaFree(d));
+
+    // memory of the program's own, registered: the GPU writes it in place, through its device pointer and
+    // through its own address; unregistered, it keeps what the GPU wrote
+    int *heap = (int *)malloc(n * sizeof(int) + 12) + 3;
+    for (int i = 0; i < n; i++) heap[i] = i - 100;
+    CHECK(cudaHostRegister(heap, n * sizeof(int), cudaHostRegisterMapped));
+    int *dheap;
+    CHECK(cudaHostGetDevicePointer((void **)&dheap, heap, 0));
+    streamScaleAdd<<<(n + 255) / 256, 256>>>(dheap, dheap, 4, 1, n);
+    CHECK(cudaDeviceSynchronize());
+    failures += check("kernel on registered heap memory", heap, n, 4, 1);
+    streamScaleAdd<<<(n + 255) / 256, 256>>>(heap, heap, 1, 2, n);
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaHostUnregister(heap));
+    failures += check("its host pointer, then unregistered", heap, n, 4, 3);
+    free(heap - 3);
+    int stack[512];
+    for (int i = 0; i < 512; i++) stack[i] = i - 100;
+    CHECK(cudaHostRegister(stack, sizeof stack, cudaHostRegisterDefault));
+    streamScaleAdd<<<2, 256>>>(stack, stack, 5, 0, 512);
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaHostUnregister(stack));
+    failures += check("kernel on a registered stack array", stack, 512, 5, 0);
+
     CHECK(cudaFreeHost(a));
     CHECK(cudaFreeHost(b));
     printf("mapped_memory: %s\n", failures ? "FAIL" : "PASS");
