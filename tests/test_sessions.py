@@ -503,6 +503,16 @@ int main(void) {
     printf("unregister again %d\n", cuMemHostUnregister(mine + 100));
     printf("device pointer after unregistering %d\n", cuMemHostGetDevicePointer_v2(&d, mine + 200, 0));
     printf("device pointer of unknown memory %d\n", cuMemHostGetDevicePointer_v2(&d, other, 0));
+    int on_stack[16] = {0};  /* registered again and again, as a library does with a result variable */
+    int seen = 1;
+    for (int round = 1; round <= 3; round++) {
+        if (cuMemHostRegister_v2(on_stack, sizeof on_stack, 0)) return 4;
+        int ok = cuMemHostGetDevicePointer_v2(&d, on_stack, 0) == 0;
+        if (ok && (cuMemsetD32_v2(d, round, 16) || cuCtxSynchronize())) return 5;
+        seen = seen && (ok ? on_stack[15] == round : on_stack[15] == 0);
+        if (cuMemHostUnregister(on_stack)) return 6;
+    }
+    printf("a stack variable registered three times %d\n", seen);
     if (cuMemHostAlloc(&pinned, 4096, 2 /* DEVICEMAP */)) return 2;
     got = cuMemHostGetDevicePointer_v2(&d, pinned, 0);
     printf("device pointer of page-locked memory %d, at its address %d\n", got, d == (CUdeviceptr)pinned);
@@ -526,7 +536,8 @@ def test_memory_the_program_registered_is_the_gpus_at_its_address(transport, cli
         "register 0", "again 712", f"device pointer of registered memory {0 if moved else 801}, at its address "
         f"{int(moved)}", "bytes kept 1", *(["the GPU's write seen 1 1"] if moved else []), "unregister 0",
         "bytes kept after 1", "unregister again 713", "device pointer after unregistering 1",
-        "device pointer of unknown memory 1", f"device pointer of page-locked memory {0 if moved else 801}, "
+        "device pointer of unknown memory 1", "a stack variable registered three times 1",
+        f"device pointer of page-locked memory {0 if moved else 801}, "
         f"at its address {int(moved)}"], r.stderr
     assert r.stderr.count("the GPU cannot reach memory the program registered itself") == (0 if moved else 1), \
         r.stderr

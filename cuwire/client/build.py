@@ -98,6 +98,7 @@ extern "Python+C" int cuwire_py_host_alloc(uint64_t size, uint64_t *address);
 extern "Python+C" int cuwire_py_host_free(uint64_t address);
 extern "Python+C" int cuwire_py_host_register_at(uint64_t address, uint64_t size, uint64_t *offset);
 extern "Python+C" int cuwire_py_host_unregister_at(uint64_t offset);
+extern "Python+C" int cuwire_py_host_register_again(uint64_t address, uint64_t size, uint64_t offset);
 extern "Python+C" int cuwire_py_managed_alloc(uint64_t size, unsigned int flags, uint64_t *address);
 extern "Python+C" int cuwire_py_capture_info(uint64_t stream, void *graph, void *deps, void *edges, void *count);
 int cuwire_managed_before_call(void);

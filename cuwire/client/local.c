@@ -619,20 +619,41 @@ static int move_pages(struct registered *r, uint64_t at, uint64_t size)
     return 0;
 }
 
+/* Pages of a thread's own stack that stay in the shared memory after unregistering (parked, in a list of
+ * their own; host_lock): registered again, they need no move (a program may register the same stack
+ * variable call after call). */
+static struct registered *parked;
+
+static struct registered *take_parked(uint64_t lo, uint64_t hi)
+{
+    for (struct registered **p = &parked; *p; p = &(*p)->next)
+        if ((*p)->at <= lo && hi <= (*p)->at + (*p)->size) {
+            struct registered *found = *p;
+            *p = found->next;
+            return found;
+        }
+    return NULL;
+}
+
 /* Back into memory of the process's own, and the shared room given back. Pages of this thread's own
  * stack stay in the shared memory (moving them back would pull the frames this code runs on from under
- * it): still the program's bytes, their room kept until the session ends; the server no longer has them
- * registered. */
-static void move_back(struct registered *r)
+ * it): still the program's bytes, their room kept (parked) until the session ends; the server no longer
+ * has them registered. Returns whether `r` was parked (kept). */
+static int move_back(struct registered *r)
 {
     if (on_own_stack(r->at, r->at + r->size)) {
         cuwire_py_host_unregister_at(r->offset);
-        return;
+        pthread_mutex_lock(&host_lock);
+        r->lo = r->hi = NULL;
+        r->next = parked;
+        parked = r;
+        pthread_mutex_unlock(&host_lock);
+        return 1;
     }
     /* (the bytes' copy is a mapping of its own: a malloc'd one may lie in the very pages moving back) */
     void *copy = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (copy == MAP_FAILED)
-        return; /* the pages stay in the shared memory: still the program's bytes, the room kept */
+        return 0; /* the pages stay in the shared memory: still the program's bytes, the room kept */
     memcpy(copy, (void *)(uintptr_t)r->at, r->size);
     if (mmap((void *)(uintptr_t)r->at, r->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
              0) != MAP_FAILED) {
@@ -640,6 +661,7 @@ static void move_back(struct registered *r)
         cuwire_py_host_free(shared_base + r->offset);
     }
     munmap(copy, r->size);
+    return 0;
 }
 
 /* Registrations are made one at a time (their pages move outside host_lock, which copies consult). */
@@ -664,7 +686,23 @@ CUresult cuwire_local_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned in
         overlaps = overlaps || (r->lo < o->hi && r->hi > o->lo);
         pages_free = pages_free && (!o->size || o->at >= hi || o->at + o->size <= lo);
     }
+    struct registered *again = overlaps || !pages_free ? NULL : take_parked(lo, hi);
     pthread_mutex_unlock(&host_lock);
+    if (again) { /* pages that moved before: the server registers them again where they are */
+        if (cuwire_py_host_register_again(again->at, again->size, again->offset) == 0)
+            r->at = again->at, r->size = again->size, r->offset = again->offset;
+        else { /* still shared memory, not the GPU's: parked again */
+            pthread_mutex_lock(&host_lock);
+            again->next = parked;
+            parked = again;
+            again = NULL;
+            pthread_mutex_unlock(&host_lock);
+        }
+        free(again);
+        pages_free = 0;
+    }
+    for (struct registered *o = parked; o && pages_free; o = o->next) /* (partly parked: shared pages) */
+        pages_free = o->at >= hi || o->at + o->size <= lo;
     if (overlaps) {
         pthread_mutex_unlock(&register_lock);
         free(r);
@@ -697,11 +735,13 @@ CUresult cuwire_local_cuMemHostUnregister(void *p)
             break;
         }
     pthread_mutex_unlock(&host_lock);
-    if (gone && gone->size && CUWIRE_READY())
-        move_back(gone);
+    int kept = gone && gone->size && CUWIRE_READY() && move_back(gone);
     pthread_mutex_unlock(&register_lock);
-    free(gone);
-    return gone ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    if (!gone)
+        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    if (!kept)
+        free(gone);
+    return CUDA_SUCCESS;
 }
 
 /* Page-locked memory in the memory shared with the server is the GPU's too (the server registered it mapped,

@@ -105,6 +105,7 @@ void cuwire_callbacks_forget(void);
 int cuwire_py_host_free(uint64_t address);
 int cuwire_py_host_register_at(uint64_t address, uint64_t size, uint64_t *offset);
 int cuwire_py_host_unregister_at(uint64_t offset);
+int cuwire_py_host_register_again(uint64_t address, uint64_t size, uint64_t offset);
 
 /* For the Python side (declared again in client/build.py's cdef). */
 uint64_t cuwire_current_context(void);

@@ -567,6 +567,13 @@ class Client:
                 return res.status, 0
             return 0, offset
 
+    def host_register_again(self, address: int, size: int, offset: int) -> int:
+        """Pages that moved into the shared memory before and stayed there (client/local.c, parked):
+        registered by the server at `address` again; 0 or the CUDA error."""
+        with self.lock:
+            return self.call(REGISTER_HOST, pb.RegisterHost_Args(offset=offset, size=size, at=address),
+                             pb.RegisterHost_Result).status
+
     def host_unregister_at(self, offset: int) -> None:
         """The server no longer has that room registered at the program's address (client/local.c keeps its
         pages there, in the shared memory, until the session ends)."""
@@ -912,6 +919,11 @@ def cuwire_py_host_register_at(address: int, size: int, offset) -> int:
     the server at their address (client/local.c moves them there)."""
     status, offset[0] = client.host_register_at(address, size)
     return status
+
+
+@ffi.def_extern(onerror=on_error)
+def cuwire_py_host_register_again(address: int, size: int, offset: int) -> int:
+    return client.host_register_again(address, size, offset)
 
 
 @ffi.def_extern(onerror=on_error)
