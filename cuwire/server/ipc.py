@@ -23,6 +23,7 @@ The client and the messages are generated (annotations: `server = "server/ipc.py
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import logging
 import os
@@ -75,6 +76,7 @@ class FdBroker:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(self.path)
         self.sock.listen(16)
+        atexit.register(Path(self.path).unlink, missing_ok=True)  # (a session process's ends with it)
         threading.Thread(target=self.serve, name="cuwire-ipc-fds", daemon=True).start()
 
     def offer(self, handle: bytes, fd: int) -> None:
@@ -170,6 +172,15 @@ def _driver_handle(s, kind: bytes, handle: bytes, ctype: str):
     return c
 
 
+def _size_of(s, address: int, base_only: bool = False) -> int:
+    """The size of the allocation holding `address` (0 where the driver cannot say; with base_only, also
+    where `address` is not its start)."""
+    base, size = s.ffi.new("CUdeviceptr *"), s.ffi.new("size_t *")
+    if s.lib.cuMemGetAddressRange_v2(base, size, address) != 0 or (base_only and base[0] != address):
+        return 0
+    return size[0]
+
+
 def cuIpcGetMemHandle(s, a: pb.cuIpcGetMemHandle_Args) -> pb.cuIpcGetMemHandle_Result:
     """A handle of this session's device memory, for another process of the program's."""
     r = pb.cuIpcGetMemHandle_Result()
@@ -177,9 +188,7 @@ def cuIpcGetMemHandle(s, a: pb.cuIpcGetMemHandle_Args) -> pb.cuIpcGetMemHandle_R
     s.device(a.dptr, 1)  # (this session's memory)
     r.status = s.lib.cuIpcGetMemHandle(handle, a.dptr)
     if r.status == 0:
-        base, size = s.ffi.new("CUdeviceptr *"), s.ffi.new("size_t *")
-        known = s.lib.cuMemGetAddressRange_v2(base, size, a.dptr) == 0
-        r.pHandle = _export(s, MEMORY, bytes(s.ffi.buffer(handle)), size[0] if known else 0)
+        r.pHandle = _export(s, MEMORY, bytes(s.ffi.buffer(handle)), _size_of(s, a.dptr))
     return r
 
 
@@ -192,11 +201,9 @@ def cuIpcOpenMemHandle_v2(s, a: pb.cuIpcOpenMemHandle_v2_Args) -> pb.cuIpcOpenMe
     r.status = s.lib.cuIpcOpenMemHandle_v2(dptr, driver_handle[0], a.Flags)
     if r.status != 0:
         return r
-    base, size = s.ffi.new("CUdeviceptr *"), s.ffi.new("size_t *")
-    if s.lib.cuMemGetAddressRange_v2(base, size, dptr[0]) != 0 or base[0] != dptr[0]:
-        size[0] = 1  # (the driver always knows an opened range; at worst its first byte is the session's)
-    _ipc(s).opened[dptr[0]] = size[0]
-    s.records.add_memory(dptr[0], size[0])
+    size = _size_of(s, dptr[0], base_only=True) or 1  # (the driver knows an opened range; at worst: a byte)
+    _ipc(s).opened[dptr[0]] = size
+    s.records.add_memory(dptr[0], size)
     r.pdptr = dptr[0]
     return r
 
@@ -344,9 +351,7 @@ def cuMemPoolExportPointer(s, a: pb.cuMemPoolExportPointer_Args) -> pb.cuMemPool
     data = s.ffi.new("CUmemPoolPtrExportData *")
     r = pb.cuMemPoolExportPointer_Result(status=s.lib.cuMemPoolExportPointer(data, a.ptr))
     if r.status == 0:
-        base, size = s.ffi.new("CUdeviceptr *"), s.ffi.new("size_t *")
-        known = s.lib.cuMemGetAddressRange_v2(base, size, a.ptr) == 0
-        r.shareData_out = _export(s, POINTER, bytes(s.ffi.buffer(data)), size[0] if known else 0)
+        r.shareData_out = _export(s, POINTER, bytes(s.ffi.buffer(data)), _size_of(s, a.ptr))
     return r
 
 
@@ -358,9 +363,7 @@ def cuMemPoolImportPointer(s, a: pb.cuMemPoolImportPointer_Args) -> pb.cuMemPool
     r = pb.cuMemPoolImportPointer_Result()
     r.status = s.lib.cuMemPoolImportPointer(ptr, s.handle(POOL_KIND, "CUmemoryPool", a.pool), data)
     if r.status == 0:
-        base, size = s.ffi.new("CUdeviceptr *"), s.ffi.new("size_t *")
-        known = s.lib.cuMemGetAddressRange_v2(base, size, ptr[0]) == 0 and base[0] == ptr[0]
-        s.owns(ptr[0], size[0] if known else 1)
+        s.owns(ptr[0], _size_of(s, ptr[0], base_only=True) or 1)
         r.ptr_out = ptr[0]
     return r
 
