@@ -902,3 +902,37 @@ def test_shareable_handles_refuse_what_no_session_exported(session):
     assert call("cuMemPoolImportPointer", pool=0, shareData=bytes(64)).status == 1
     assert call("cuMemPoolExportPointer", ptr=0x1234).status == 1  # not the session's memory
     assert serving(session)
+
+
+def test_context_ids_events_pool_access_and_atomic_capabilities(session):
+    """cuCtxGetId (stable, and the same for NULL, the current context), cuCtxRecordEvent and cuCtxWaitEvent,
+    cuMemPoolGetAccess (a device's own pool: read and write) and cuMemPoolSetAccess, and the atomic
+    capabilities of a device (one answer per operation asked)."""
+
+    def call(name, **fields):
+        args = getattr(pb, f"{name}_Args")(**fields).SerializeToString()
+        reply = session.exchange(pb.Batch(fn=fn_id(name), args=args))
+        assert not reply.error, reply.error
+        return getattr(pb, f"{name}_Result").FromString(reply.result)
+
+    ctx = session.welcome.devices[0].primary_context
+    first = call("cuCtxGetId", ctx=ctx)
+    assert first.status == 0 and first.ctxId and call("cuCtxGetId", ctx=ctx).ctxId == first.ctxId
+    assert call("cuCtxGetId", ctx=0).ctxId == first.ctxId
+    assert call("cuCtxGetId", ctx=0x1234).status == 400  # no context of the session's: refused before CUDA
+    event = call("cuEventCreate", Flags=0)
+    assert call("cuCtxRecordEvent", hCtx=ctx, hEvent=event.phEvent).status == 0
+    assert call("cuCtxWaitEvent", hCtx=ctx, hEvent=event.phEvent).status == 0
+    assert call("cuEventSynchronize", hEvent=event.phEvent).status == 0
+    pool = call("cuDeviceGetDefaultMemPool", dev=0).pool_out
+    device0 = struct.pack("<ii", 1, 0)  # CUmemLocation: CU_MEM_LOCATION_TYPE_DEVICE, device 0
+    access = call("cuMemPoolGetAccess", memPool=pool, location=device0)
+    assert access.status == 0 and access.flags == 3  # CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+    assert call("cuMemPoolSetAccess", pool=pool, map=device0 + struct.pack("<i", 3), count=1).status == 0
+    short = session.exchange(pb.Batch(fn=fn_id("cuMemPoolSetAccess"), args=pb.cuMemPoolSetAccess_Args(
+        pool=pool, map=b"", count=1).SerializeToString()))  # fewer bytes than the count says: refused by name
+    assert "the payload has 0 bytes left for a 12-byte buffer" in short.error
+    caps = call("cuDeviceGetHostAtomicCapabilities", operations=struct.pack("<3i", 0, 1, 2), count=3, dev=0)
+    assert caps.status == 0 and len(caps.capabilities) == 12
+    assert call("cuDeviceGetP2PAtomicCapabilities", operations=struct.pack("<i", 0), count=1, srcDevice=0,
+                dstDevice=0).status in (0, 101)  # one device: the driver may say CUDA_ERROR_INVALID_DEVICE

@@ -32,7 +32,7 @@ from cuwire.emulated.arrays import EmulatedArrays, Fault, Surface, Texture
 from cuwire.emulated.graphs import EmulatedGraphs
 from cuwire.emulated.ipc import EmulatedIpc
 from cuwire.emulated.nvml import EmulatedNvml
-from cuwire.emulated.vmm import EmulatedVmm, Reservation
+from cuwire.emulated.vmm import ACCESS_READWRITE, LOCATION_DEVICE, EmulatedVmm, Reservation
 from cuwire.server.backend import cuda_ffi  # noqa: F401  (tests build their FFI through it)
 
 CData = Any  # a cffi cdata value; cffi has no static types for these
@@ -784,6 +784,45 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
             return self.drv.CUDA_ERROR_INVALID_CONTEXT
         return self._drv_put((version, 3020))  # what the driver reports for contexts since CUDA 3.2
 
+    def _context_or_current(self, ctx: CData) -> int | None:
+        address = self._addr(ctx) or self._current_context
+        return address if self._is_context(address) else None
+
+    def cuCtxGetId(self, ctx: CData, ctxId: CData) -> int:
+        address = self._context_or_current(ctx)
+        if address is None:
+            return self.drv.CUDA_ERROR_INVALID_CONTEXT
+        return self._drv_put((ctxId, address >> 4))  # (unique and stable, as the driver's ids are)
+
+    def cuCtxRecordEvent(self, hCtx: CData, hEvent: CData) -> int:
+        """Records the event after all the context's work: the emulated device runs work as it comes."""
+        event = self._event(hEvent)
+        if self._context_or_current(hCtx) is None or event is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        event.recorded_at = time.perf_counter()
+        return 0
+
+    def cuCtxWaitEvent(self, hCtx: CData, hEvent: CData) -> int:
+        if self._context_or_current(hCtx) is None or self._event(hEvent) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return 0
+
+    def cuDeviceGetHostAtomicCapabilities(self, capabilities: CData, operations: CData, count: int, dev: int) -> int:
+        """No atomic operation of the emulated device's is also atomic for the host: every capability 0."""
+        if dev != 0:
+            return self.drv.CUDA_ERROR_INVALID_DEVICE
+        if count and (self._is_null(capabilities) or self._is_null(operations)):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        for i in range(count):
+            capabilities[i] = 0
+        return 0
+
+    def cuDeviceGetP2PAtomicCapabilities(self, capabilities: CData, operations: CData, count: int, srcDevice: int,
+                                         dstDevice: int) -> int:
+        if srcDevice != 0 or dstDevice != 0:
+            return self.drv.CUDA_ERROR_INVALID_DEVICE
+        return self.cuDeviceGetHostAtomicCapabilities(capabilities, operations, count, 0)
+
     def cuCtxGetFlags(self, flags: CData) -> int:
         if self._current_context in self._created:
             return self._drv_put((flags, self._created[self._current_context]))
@@ -966,6 +1005,24 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         ctype = "int *" if attr <= 3 else "uint64_t *"
         attributes[attr] = self.ffi.cast(ctype, value)[0]
         return 0
+
+    def cuMemPoolSetAccess(self, pool: CData, map: CData, count: int) -> int:
+        """The one device always reads and writes its pools' memory: access for it may be asked, not taken."""
+        if self._pool(pool) is None or (count and self._is_null(map)):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        for i in range(count):
+            if map[i].location.type != LOCATION_DEVICE or map[i].location.id != 0:
+                return self.drv.CUDA_ERROR_INVALID_DEVICE
+            if map[i].flags != ACCESS_READWRITE:
+                return self.drv.CUDA_ERROR_INVALID_VALUE
+        return 0
+
+    def cuMemPoolGetAccess(self, flags: CData, memPool: CData, location: CData) -> int:
+        if self._pool(memPool) is None or self._is_null(location) or self._is_null(flags):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        if location.type != LOCATION_DEVICE or location.id != 0:
+            return self.drv.CUDA_ERROR_INVALID_DEVICE
+        return self._drv_put((flags, ACCESS_READWRITE))
 
     def cuMemPoolGetAttribute(self, pool: CData, attr: int, value: CData) -> int:
         attributes = self._pool(pool)

@@ -154,6 +154,17 @@ def cuCtxGetFlags(flags):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuCtxGetId", onerror=rt.on_error)
+def cuCtxGetId(ctx, ctxId):
+    """cuCtxGetId (cuda.h)"""
+    args = pb.cuCtxGetId_Args()
+    args.ctx = ctx
+    res = rt.call(3852336620, args, pb.cuCtxGetId_Result)
+    if res.status == 0:
+        rt.write_scalar(ctxId, "uint64_t", res.ctxId)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuCtxGetLimit", onerror=rt.on_error)
 def cuCtxGetLimit(pvalue, limit):
     """cuCtxGetLimit (cuda.h)"""
@@ -173,6 +184,16 @@ def cuCtxGetStreamPriorityRange(leastPriority, greatestPriority):
     if res.status == 0:
         rt.write_scalar(leastPriority, "int32_t", res.leastPriority)
         rt.write_scalar(greatestPriority, "int32_t", res.greatestPriority)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuCtxRecordEvent", onerror=rt.on_error)
+def cuCtxRecordEvent(hCtx, hEvent):
+    """cuCtxRecordEvent (cuda.h)"""
+    args = pb.cuCtxRecordEvent_Args()
+    args.hCtx = hCtx
+    args.hEvent = hEvent
+    res = rt.call(64806754, args, pb.cuCtxRecordEvent_Result)
     return res.status
 
 
@@ -229,6 +250,16 @@ def cuCtxSynchronize_v2(ctx):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuCtxWaitEvent", onerror=rt.on_error)
+def cuCtxWaitEvent(hCtx, hEvent):
+    """cuCtxWaitEvent (cuda.h)"""
+    args = pb.cuCtxWaitEvent_Args()
+    args.hCtx = hCtx
+    args.hEvent = hEvent
+    res = rt.call(3538322810, args, pb.cuCtxWaitEvent_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuDeviceCanAccessPeer", onerror=rt.on_error)
 def cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev):
     """cuDeviceCanAccessPeer (cuda.h)"""
@@ -276,6 +307,20 @@ def cuDeviceGetGraphMemAttribute(device, attr, value, value_len):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuDeviceGetHostAtomicCapabilities", onerror=rt.on_error)
+def cuDeviceGetHostAtomicCapabilities(capabilities, capabilities_len, operations, operations_len, count, dev):
+    """cuDeviceGetHostAtomicCapabilities (cuda.h)"""
+    args = pb.cuDeviceGetHostAtomicCapabilities_Args()
+    args.operations = rt.read(operations, operations_len)
+    args.count = count
+    args.dev = dev
+    rt.expect(capabilities, capabilities_len)
+    res = rt.call(3416762930, args, pb.cuDeviceGetHostAtomicCapabilities_Result)
+    if res.status == 0:
+        rt.write(capabilities, res.capabilities, capabilities_len)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuDeviceGetMemPool", onerror=rt.on_error)
 def cuDeviceGetMemPool(pool, dev):
     """cuDeviceGetMemPool (cuda.h)"""
@@ -284,6 +329,21 @@ def cuDeviceGetMemPool(pool, dev):
     res = rt.call(3826692610, args, pb.cuDeviceGetMemPool_Result)
     if res.status == 0:
         rt.write_scalar(pool, "uint64_t", res.pool)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuDeviceGetP2PAtomicCapabilities", onerror=rt.on_error)
+def cuDeviceGetP2PAtomicCapabilities(capabilities, capabilities_len, operations, operations_len, count, srcDevice, dstDevice):
+    """cuDeviceGetP2PAtomicCapabilities (cuda.h)"""
+    args = pb.cuDeviceGetP2PAtomicCapabilities_Args()
+    args.operations = rt.read(operations, operations_len)
+    args.count = count
+    args.srcDevice = srcDevice
+    args.dstDevice = dstDevice
+    rt.expect(capabilities, capabilities_len)
+    res = rt.call(1666055931, args, pb.cuDeviceGetP2PAtomicCapabilities_Result)
+    if res.status == 0:
+        rt.write(capabilities, res.capabilities, capabilities_len)
     return res.status
 
 
@@ -1228,6 +1288,18 @@ def cuMemPoolExportToShareableHandle(handle_out, handle_out_len, pool, handleTyp
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuMemPoolGetAccess", onerror=rt.on_error)
+def cuMemPoolGetAccess(flags, memPool, location, location_len):
+    """cuMemPoolGetAccess (cuda.h)"""
+    args = pb.cuMemPoolGetAccess_Args()
+    args.memPool = memPool
+    args.location = rt.read(location, location_len)
+    res = rt.call(1183166937, args, pb.cuMemPoolGetAccess_Result)
+    if res.status == 0:
+        rt.write_scalar(flags, "int32_t", res.flags)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuMemPoolGetAttribute", onerror=rt.on_error)
 def cuMemPoolGetAttribute(pool, attr, value, value_len):
     """cuMemPoolGetAttribute (cuda.h)"""
@@ -1263,6 +1335,17 @@ def cuMemPoolImportPointer(ptr_out, pool, shareData, shareData_len):
     res = rt.call(1026713940, args, pb.cuMemPoolImportPointer_Result)
     if res.status == 0:
         rt.write_scalar(ptr_out, "uint64_t", res.ptr_out)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemPoolSetAccess", onerror=rt.on_error)
+def cuMemPoolSetAccess(pool, map, map_len, count):
+    """cuMemPoolSetAccess (cuda.h)"""
+    args = pb.cuMemPoolSetAccess_Args()
+    args.pool = pool
+    args.map = rt.read(map, map_len)
+    args.count = count
+    res = rt.call(3081347748, args, pb.cuMemPoolSetAccess_Result)
     return res.status
 
 

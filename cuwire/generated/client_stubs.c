@@ -1041,7 +1041,7 @@ const char *const cuwire_modes[] = {
     "local",
     "unimplemented",
     "sync",
-    "unimplemented",
+    "sync",
     "sync",
     "unimplemented",
     "sync",
@@ -1049,36 +1049,36 @@ const char *const cuwire_modes[] = {
     "local",
     "unimplemented",
     "local",
-    "unimplemented",
     "sync",
     "sync",
-    "local",
-    "sync",
-    "sync",
-    "unimplemented",
-    "sync",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "local",
-    "local",
-    "local",
     "sync",
     "local",
     "sync",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
     "unimplemented",
     "unimplemented",
     "sync",
     "local",
+    "local",
+    "local",
+    "sync",
+    "local",
+    "sync",
     "unimplemented",
     "unimplemented",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "local",
+    "unimplemented",
+    "sync",
     "sync",
     "sync",
     "unimplemented",
@@ -1357,11 +1357,11 @@ const char *const cuwire_modes[] = {
     "sync",
     "sync",
     "sync",
-    "unimplemented",
     "sync",
     "sync",
     "sync",
-    "unimplemented",
+    "sync",
+    "sync",
     "sync",
     "sync",
     "unimplemented",
@@ -2918,11 +2918,13 @@ CUWIRE_EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
     return cuwire_impl_cuCtxGetFlags(flags);
 }
 
-/* cuCtxGetId (cuda.h): unimplemented */
+/* cuCtxGetId (cuda.h): remoted, sync */
+int cuwire_py_cuCtxGetId(uint64_t, void *);
 static inline CUresult cuwire_impl_cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuCtxGetId", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxGetId((uint64_t)(uintptr_t)ctx, (void *)ctxId));
 }
 CUWIRE_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
 {
@@ -3066,11 +3068,25 @@ CUWIRE_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
     return cuwire_impl_cuCtxPushCurrent_v2(ctx);
 }
 
-/* cuCtxRecordEvent (cuda.h): unimplemented */
+/* cuCtxRecordEvent (cuda.h): remoted, sync */
+int cuwire_py_cuCtxRecordEvent(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuCtxRecordEvent", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t hCtx;
+            uint64_t hEvent;
+        } rec = {
+            (uint64_t)(uintptr_t)hCtx,
+            (uint64_t)(uintptr_t)hEvent,
+        };
+        int status = cuwire_call(64806754u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxRecordEvent((uint64_t)(uintptr_t)hCtx, (uint64_t)(uintptr_t)hEvent));
 }
 CUWIRE_EXPORT CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
 {
@@ -3316,11 +3332,25 @@ CUWIRE_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
     return cuwire_synced_cuCtxSynchronize_v2(ctx);
 }
 
-/* cuCtxWaitEvent (cuda.h): unimplemented */
+/* cuCtxWaitEvent (cuda.h): remoted, sync */
+int cuwire_py_cuCtxWaitEvent(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuCtxWaitEvent", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t hCtx;
+            uint64_t hEvent;
+        } rec = {
+            (uint64_t)(uintptr_t)hCtx,
+            (uint64_t)(uintptr_t)hEvent,
+        };
+        int status = cuwire_call(3538322810u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxWaitEvent((uint64_t)(uintptr_t)hCtx, (uint64_t)(uintptr_t)hEvent));
 }
 CUWIRE_EXPORT CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
 {
@@ -3594,11 +3624,13 @@ CUWIRE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_
     return cuwire_impl_cuDeviceGetGraphMemAttribute(device, attr, value);
 }
 
-/* cuDeviceGetHostAtomicCapabilities (cuda.h): unimplemented */
+/* cuDeviceGetHostAtomicCapabilities (cuda.h): remoted, sync */
+int cuwire_py_cuDeviceGetHostAtomicCapabilities(void *, uint64_t, void *, uint64_t, uint64_t, int64_t);
 static inline CUresult cuwire_impl_cuDeviceGetHostAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice dev)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuDeviceGetHostAtomicCapabilities", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuDeviceGetHostAtomicCapabilities((void *)capabilities, (uint64_t)(count * 4), (void *)operations, (uint64_t)(count * 4), (uint64_t)count, (int64_t)dev));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice dev)
 {
@@ -3686,11 +3718,13 @@ CUWIRE_EXPORT CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, C
     return cuwire_impl_cuDeviceGetNvSciSyncAttributes(nvSciSyncAttrList, dev, flags);
 }
 
-/* cuDeviceGetP2PAtomicCapabilities (cuda.h): unimplemented */
+/* cuDeviceGetP2PAtomicCapabilities (cuda.h): remoted, sync */
+int cuwire_py_cuDeviceGetP2PAtomicCapabilities(void *, uint64_t, void *, uint64_t, uint64_t, int64_t, int64_t);
 static inline CUresult cuwire_impl_cuDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice srcDevice, CUdevice dstDevice)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuDeviceGetP2PAtomicCapabilities", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuDeviceGetP2PAtomicCapabilities((void *)capabilities, (uint64_t)(count * 4), (void *)operations, (uint64_t)(count * 4), (uint64_t)count, (int64_t)srcDevice, (int64_t)dstDevice));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice srcDevice, CUdevice dstDevice)
 {
@@ -9262,11 +9296,13 @@ CUWIRE_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemo
     return cuwire_impl_cuMemPoolExportToShareableHandle(handle_out, pool, handleType, flags);
 }
 
-/* cuMemPoolGetAccess (cuda.h): unimplemented */
+/* cuMemPoolGetAccess (cuda.h): remoted, sync */
+int cuwire_py_cuMemPoolGetAccess(void *, uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemPoolGetAccess", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemPoolGetAccess((void *)flags, (uint64_t)(uintptr_t)memPool, (void *)location, sizeof *location));
 }
 CUWIRE_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location)
 {
@@ -9350,11 +9386,13 @@ CUWIRE_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool
     return cuwire_impl_cuMemPoolImportPointer(ptr_out, pool, shareData);
 }
 
-/* cuMemPoolSetAccess (cuda.h): unimplemented */
+/* cuMemPoolSetAccess (cuda.h): remoted, sync */
+int cuwire_py_cuMemPoolSetAccess(uint64_t, void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemPoolSetAccess", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemPoolSetAccess((uint64_t)(uintptr_t)pool, (void *)map, (uint64_t)(count * 12), (uint64_t)count));
 }
 CUWIRE_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
 {

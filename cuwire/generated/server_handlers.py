@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "885cfb052b84c0b2"
+API_DIGEST = "d33d4c0d409834eb"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -136,6 +136,16 @@ def cuCtxGetFlags(s, a: pb.cuCtxGetFlags_Args) -> pb.cuCtxGetFlags_Result:
     return r
 
 
+def cuCtxGetId(s, a: pb.cuCtxGetId_Args) -> pb.cuCtxGetId_Result:
+    """cuCtxGetId (cuda.h)"""
+    r = pb.cuCtxGetId_Result()
+    ctxId = s.ffi.new("unsigned long long *")
+    r.status = s.lib.cuCtxGetId(s.handle("CUctx_st", "CUcontext", a.ctx), ctxId)
+    if r.status == 0:
+        r.ctxId = s.scalar(ctxId[0])
+    return r
+
+
 def cuCtxGetLimit(s, a: pb.cuCtxGetLimit_Args) -> pb.cuCtxGetLimit_Result:
     """cuCtxGetLimit (cuda.h)"""
     r = pb.cuCtxGetLimit_Result()
@@ -155,6 +165,13 @@ def cuCtxGetStreamPriorityRange(s, a: pb.cuCtxGetStreamPriorityRange_Args) -> pb
     if r.status == 0:
         r.leastPriority = s.scalar(leastPriority[0])
         r.greatestPriority = s.scalar(greatestPriority[0])
+    return r
+
+
+def cuCtxRecordEvent(s, a: pb.cuCtxRecordEvent_Args) -> pb.cuCtxRecordEvent_Result:
+    """cuCtxRecordEvent (cuda.h)"""
+    r = pb.cuCtxRecordEvent_Result()
+    r.status = s.lib.cuCtxRecordEvent(s.handle("CUctx_st", "CUcontext", a.hCtx), s.handle("CUevent_st", "CUevent", a.hEvent))
     return r
 
 
@@ -200,6 +217,13 @@ def cuCtxSynchronize_v2(s, a: pb.cuCtxSynchronize_v2_Args) -> pb.cuCtxSynchroniz
     return r
 
 
+def cuCtxWaitEvent(s, a: pb.cuCtxWaitEvent_Args) -> pb.cuCtxWaitEvent_Result:
+    """cuCtxWaitEvent (cuda.h)"""
+    r = pb.cuCtxWaitEvent_Result()
+    r.status = s.lib.cuCtxWaitEvent(s.handle("CUctx_st", "CUcontext", a.hCtx), s.handle("CUevent_st", "CUevent", a.hEvent))
+    return r
+
+
 def cuDeviceCanAccessPeer(s, a: pb.cuDeviceCanAccessPeer_Args) -> pb.cuDeviceCanAccessPeer_Result:
     """cuDeviceCanAccessPeer (cuda.h)"""
     r = pb.cuDeviceCanAccessPeer_Result()
@@ -242,6 +266,17 @@ def cuDeviceGetGraphMemAttribute(s, a: pb.cuDeviceGetGraphMemAttribute_Args) -> 
     return r
 
 
+def cuDeviceGetHostAtomicCapabilities(s, a: pb.cuDeviceGetHostAtomicCapabilities_Args) -> pb.cuDeviceGetHostAtomicCapabilities_Result:
+    """cuDeviceGetHostAtomicCapabilities (cuda.h)"""
+    r = pb.cuDeviceGetHostAtomicCapabilities_Result()
+    capabilities = s.out_buffer(a.count * 4)
+    operations = s.in_buffer(a.operations, a.count * 4)
+    r.status = s.lib.cuDeviceGetHostAtomicCapabilities(s.ffi.cast("unsigned int *", capabilities), s.ffi.cast("const CUatomicOperation *", operations), a.count, a.dev)
+    if r.status == 0:
+        r.capabilities = s.take(capabilities, a.count * 4)
+    return r
+
+
 def cuDeviceGetMemPool(s, a: pb.cuDeviceGetMemPool_Args) -> pb.cuDeviceGetMemPool_Result:
     """cuDeviceGetMemPool (cuda.h)"""
     r = pb.cuDeviceGetMemPool_Result()
@@ -250,6 +285,17 @@ def cuDeviceGetMemPool(s, a: pb.cuDeviceGetMemPool_Args) -> pb.cuDeviceGetMemPoo
     if r.status == 0:
         r.pool = s.scalar(pool[0])
         s.owns_handle("CUmemPoolHandle_st", r.pool)
+    return r
+
+
+def cuDeviceGetP2PAtomicCapabilities(s, a: pb.cuDeviceGetP2PAtomicCapabilities_Args) -> pb.cuDeviceGetP2PAtomicCapabilities_Result:
+    """cuDeviceGetP2PAtomicCapabilities (cuda.h)"""
+    r = pb.cuDeviceGetP2PAtomicCapabilities_Result()
+    capabilities = s.out_buffer(a.count * 4)
+    operations = s.in_buffer(a.operations, a.count * 4)
+    r.status = s.lib.cuDeviceGetP2PAtomicCapabilities(s.ffi.cast("unsigned int *", capabilities), s.ffi.cast("const CUatomicOperation *", operations), a.count, a.srcDevice, a.dstDevice)
+    if r.status == 0:
+        r.capabilities = s.take(capabilities, a.count * 4)
     return r
 
 
@@ -753,6 +799,17 @@ def cuMemPoolDestroy(s, a: pb.cuMemPoolDestroy_Args) -> pb.cuMemPoolDestroy_Resu
     return r
 
 
+def cuMemPoolGetAccess(s, a: pb.cuMemPoolGetAccess_Args) -> pb.cuMemPoolGetAccess_Result:
+    """cuMemPoolGetAccess (cuda.h)"""
+    r = pb.cuMemPoolGetAccess_Result()
+    flags = s.ffi.new("CUmemAccess_flags *")
+    location = s.struct_in("CUmemLocation", a.location)
+    r.status = s.lib.cuMemPoolGetAccess(flags, s.handle("CUmemPoolHandle_st", "CUmemoryPool", a.memPool), location)
+    if r.status == 0:
+        r.flags = s.scalar(flags[0])
+    return r
+
+
 def cuMemPoolGetAttribute(s, a: pb.cuMemPoolGetAttribute_Args) -> pb.cuMemPoolGetAttribute_Result:
     """cuMemPoolGetAttribute (cuda.h)"""
     r = pb.cuMemPoolGetAttribute_Result()
@@ -760,6 +817,14 @@ def cuMemPoolGetAttribute(s, a: pb.cuMemPoolGetAttribute_Args) -> pb.cuMemPoolGe
     r.status = s.lib.cuMemPoolGetAttribute(s.handle("CUmemPoolHandle_st", "CUmemoryPool", a.pool), a.attr, value)
     if r.status == 0:
         r.value = s.take(value, 4 + 4 * ((a.attr + 4) // 8))
+    return r
+
+
+def cuMemPoolSetAccess(s, a: pb.cuMemPoolSetAccess_Args) -> pb.cuMemPoolSetAccess_Result:
+    """cuMemPoolSetAccess (cuda.h)"""
+    r = pb.cuMemPoolSetAccess_Result()
+    map = s.in_buffer(a.map, a.count * 12)
+    r.status = s.lib.cuMemPoolSetAccess(s.handle("CUmemPoolHandle_st", "CUmemoryPool", a.pool), s.ffi.cast("const CUmemAccessDesc *", map), a.count)
     return r
 
 
@@ -1829,19 +1894,24 @@ HANDLERS = {
     900342868: ("cuCtxGetApiVersion", pb.cuCtxGetApiVersion_Args, cuCtxGetApiVersion),
     1342146307: ("cuCtxGetCacheConfig", pb.cuCtxGetCacheConfig_Args, cuCtxGetCacheConfig),
     2639545333: ("cuCtxGetFlags", pb.cuCtxGetFlags_Args, cuCtxGetFlags),
+    3852336620: ("cuCtxGetId", pb.cuCtxGetId_Args, cuCtxGetId),
     3922192943: ("cuCtxGetLimit", pb.cuCtxGetLimit_Args, cuCtxGetLimit),
     1782496290: ("cuCtxGetStreamPriorityRange", pb.cuCtxGetStreamPriorityRange_Args, cuCtxGetStreamPriorityRange),
+    64806754: ("cuCtxRecordEvent", pb.cuCtxRecordEvent_Args, cuCtxRecordEvent),
     3274641050: ("cuCtxResetPersistingL2Cache", pb.cuCtxResetPersistingL2Cache_Args, cuCtxResetPersistingL2Cache),
     820065396: ("cuCtxSetCacheConfig", pb.cuCtxSetCacheConfig_Args, cuCtxSetCacheConfig),
     1705344036: ("cuCtxSetFlags", pb.cuCtxSetFlags_Args, cuCtxSetFlags),
     288806398: ("cuCtxSetLimit", pb.cuCtxSetLimit_Args, cuCtxSetLimit),
     484046796: ("cuCtxSynchronize", pb.cuCtxSynchronize_Args, cuCtxSynchronize),
     357846365: ("cuCtxSynchronize_v2", pb.cuCtxSynchronize_v2_Args, cuCtxSynchronize_v2),
+    3538322810: ("cuCtxWaitEvent", pb.cuCtxWaitEvent_Args, cuCtxWaitEvent),
     1419231701: ("cuDeviceCanAccessPeer", pb.cuDeviceCanAccessPeer_Args, cuDeviceCanAccessPeer),
     3582315627: ("cuDeviceGetByPCIBusId", pb.cuDeviceGetByPCIBusId_Args, cuDeviceGetByPCIBusId),
     1234428036: ("cuDeviceGetDefaultMemPool", pb.cuDeviceGetDefaultMemPool_Args, cuDeviceGetDefaultMemPool),
     622504442: ("cuDeviceGetGraphMemAttribute", pb.cuDeviceGetGraphMemAttribute_Args, cuDeviceGetGraphMemAttribute),
+    3416762930: ("cuDeviceGetHostAtomicCapabilities", pb.cuDeviceGetHostAtomicCapabilities_Args, cuDeviceGetHostAtomicCapabilities),
     3826692610: ("cuDeviceGetMemPool", pb.cuDeviceGetMemPool_Args, cuDeviceGetMemPool),
+    1666055931: ("cuDeviceGetP2PAtomicCapabilities", pb.cuDeviceGetP2PAtomicCapabilities_Args, cuDeviceGetP2PAtomicCapabilities),
     2429329345: ("cuDeviceGetP2PAttribute", pb.cuDeviceGetP2PAttribute_Args, cuDeviceGetP2PAttribute),
     2039655364: ("cuDeviceGetPCIBusId", pb.cuDeviceGetPCIBusId_Args, cuDeviceGetPCIBusId),
     64302920: ("cuDeviceGraphMemTrim", pb.cuDeviceGraphMemTrim_Args, cuDeviceGraphMemTrim),
@@ -1922,9 +1992,11 @@ HANDLERS = {
     3906768071: ("cuMemPoolDestroy", pb.cuMemPoolDestroy_Args, cuMemPoolDestroy),
     858999363: ("cuMemPoolExportPointer", pb.cuMemPoolExportPointer_Args, None),  # server/ipc.py
     216093383: ("cuMemPoolExportToShareableHandle", pb.cuMemPoolExportToShareableHandle_Args, None),  # server/ipc.py
+    1183166937: ("cuMemPoolGetAccess", pb.cuMemPoolGetAccess_Args, cuMemPoolGetAccess),
     830843819: ("cuMemPoolGetAttribute", pb.cuMemPoolGetAttribute_Args, cuMemPoolGetAttribute),
     1891033213: ("cuMemPoolImportFromShareableHandle", pb.cuMemPoolImportFromShareableHandle_Args, None),  # server/ipc.py
     1026713940: ("cuMemPoolImportPointer", pb.cuMemPoolImportPointer_Args, None),  # server/ipc.py
+    3081347748: ("cuMemPoolSetAccess", pb.cuMemPoolSetAccess_Args, cuMemPoolSetAccess),
     1050377512: ("cuMemPoolSetAttribute", pb.cuMemPoolSetAttribute_Args, cuMemPoolSetAttribute),
     1437163825: ("cuMemPoolTrimTo", pb.cuMemPoolTrimTo_Args, cuMemPoolTrimTo),
     1369742920: ("cuMemRelease", pb.cuMemRelease_Args, None),  # server/vmm.py
@@ -2058,11 +2130,13 @@ HANDLERS = {
 RECORDS = {
     4048085689: ("cuCtxDisablePeerAccess", struct.Struct("<Q")),
     1737933368: ("cuCtxEnablePeerAccess", struct.Struct("<QI")),
+    64806754: ("cuCtxRecordEvent", struct.Struct("<QQ")),
     3274641050: ("cuCtxResetPersistingL2Cache", struct.Struct("<")),
     1705344036: ("cuCtxSetFlags", struct.Struct("<I")),
     288806398: ("cuCtxSetLimit", struct.Struct("<iQ")),
     484046796: ("cuCtxSynchronize", struct.Struct("<")),
     357846365: ("cuCtxSynchronize_v2", struct.Struct("<Q")),
+    3538322810: ("cuCtxWaitEvent", struct.Struct("<QQ")),
     64302920: ("cuDeviceGraphMemTrim", struct.Struct("<i")),
     2324783077: ("cuDevicePrimaryCtxReset_v2", struct.Struct("<i")),
     3394474896: ("cuDeviceSetMemPool", struct.Struct("<iQ")),

@@ -41,6 +41,25 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         *err = s->fn.cuCtxEnablePeerAccess((CUcontext)(uintptr_t)r.peerContext, r.Flags);
         return 1;
     }
+    case 64806754u: { /* cuCtxRecordEvent (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t hCtx;
+            uint64_t hEvent;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuCtxRecordEvent: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUctx_st, r.hCtx)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_owns(s, CW_KIND_CUevent_st, r.hEvent)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuCtxRecordEvent((CUcontext)(uintptr_t)r.hCtx, (CUevent)(uintptr_t)r.hEvent);
+        return 1;
+    }
     case 3274641050u: { /* cuCtxResetPersistingL2Cache (cuda.h) */
         struct __attribute__((packed)) {
         } r;
@@ -92,6 +111,25 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             return 1;
         }
         *err = s->fn.cuCtxSynchronize_v2((CUcontext)(uintptr_t)r.ctx);
+        return 1;
+    }
+    case 3538322810u: { /* cuCtxWaitEvent (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t hCtx;
+            uint64_t hEvent;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuCtxWaitEvent: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUctx_st, r.hCtx)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_owns(s, CW_KIND_CUevent_st, r.hEvent)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuCtxWaitEvent((CUcontext)(uintptr_t)r.hCtx, (CUevent)(uintptr_t)r.hEvent);
         return 1;
     }
     case 64302920u: { /* cuDeviceGraphMemTrim (cuda.h) */

@@ -7,11 +7,13 @@
 #define CW_GENERATED_FUNCTIONS(X) \
     X(cuCtxDisablePeerAccess) \
     X(cuCtxEnablePeerAccess) \
+    X(cuCtxRecordEvent) \
     X(cuCtxResetPersistingL2Cache) \
     X(cuCtxSetFlags) \
     X(cuCtxSetLimit) \
     X(cuCtxSynchronize) \
     X(cuCtxSynchronize_v2) \
+    X(cuCtxWaitEvent) \
     X(cuDeviceGraphMemTrim) \
     X(cuDevicePrimaryCtxReset_v2) \
     X(cuDeviceSetMemPool) \
