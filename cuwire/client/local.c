@@ -547,17 +547,31 @@ static int ordinary_memory(uint64_t lo, uint64_t hi)
     return at >= hi;
 }
 
-/* Whether [lo, hi) overlaps this thread's own stack, which this very code runs on. */
+/* Whether [lo, hi) may overlap this thread's own stack, which this very code runs on. The thread's stack
+ * as pthread_getattr_np first said it (asked again, it would read /proc/self/maps, where a moved page of
+ * the stack splits the main thread's [stack] and makes it look smaller), widened around the frame this
+ * runs in: saying yes for a page that is not the stack costs only a page left in the shared memory. */
+static __thread uint64_t own_stack_lo, own_stack_hi;
+
 static int on_own_stack(uint64_t lo, uint64_t hi)
 {
-    pthread_attr_t attr;
-    void *base;
-    size_t size;
-    if (pthread_getattr_np(pthread_self(), &attr) != 0)
-        return 1;
-    int got = pthread_attr_getstack(&attr, &base, &size) == 0;
-    pthread_attr_destroy(&attr);
-    return !got || (lo < (uint64_t)(uintptr_t)base + size && hi > (uint64_t)(uintptr_t)base);
+    uint64_t sp = (uint64_t)(uintptr_t)__builtin_frame_address(0);
+    if (!own_stack_hi) {
+        pthread_attr_t attr;
+        void *base;
+        size_t size;
+        own_stack_lo = sp - (8 << 20), own_stack_hi = sp + (8 << 20);
+        if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+            if (pthread_attr_getstack(&attr, &base, &size) == 0) {
+                own_stack_lo = (uint64_t)(uintptr_t)base;
+                own_stack_hi = (uint64_t)(uintptr_t)base + size;
+            }
+            pthread_attr_destroy(&attr);
+        }
+    }
+    uint64_t below = sp - (256 << 10), above = sp + (8 << 20);
+    uint64_t a = own_stack_lo < below ? own_stack_lo : below, b = own_stack_hi > above ? own_stack_hi : above;
+    return lo < b && hi > a;
 }
 
 #if defined(__x86_64__)

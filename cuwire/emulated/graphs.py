@@ -258,21 +258,43 @@ class EmulatedGraphs:
         graph.work[self._addr(hNode)] = work
         return 0
 
-    def cuGraphAddMemsetNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
-                             memsetParams: CData, ctx: CData) -> int:
-        if self._is_null(memsetParams):
-            return self.drv.CUDA_ERROR_INVALID_VALUE
-        m = memsetParams
+    def _memset_work(self, m: CData) -> Callable[[], None] | None:
+        """A memset node's work, or None for parameters CUDA refuses."""
         dst, pitch, value, size, width, height = m.dst, m.pitch, m.value, m.elementSize, m.width, m.height
         if size not in (1, 2, 4) or self._memory.find(dst, pitch * (height - 1) + width * size if height else 0) \
                 is None:
+            return None
+        return lambda: self._memset(dst, pitch or width * size, value, size, width, height)
+
+    def cuGraphAddMemsetNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
+                             memsetParams: CData, ctx: CData) -> int:
+        work = None if self._is_null(memsetParams) else self._memset_work(memsetParams)
+        if work is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, MEMSET,
-                        lambda: self._memset(dst, pitch or width * size, value, size, width, height))
+        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, MEMSET, work)
         if err == 0:
             self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = self.ffi.new(
-                "CUDA_MEMSET_NODE_PARAMS *", m[0])
+                "CUDA_MEMSET_NODE_PARAMS *", memsetParams[0])
         return err
+
+    def cuGraphMemsetNodeSetParams(self, hNode: CData, nodeParams: CData) -> int:
+        graph = self._graphs.get(self._nodes.get(self._addr(hNode), 0))
+        work = None if self._is_null(nodeParams) else self._memset_work(nodeParams)
+        if graph is None or work is None or graph.kinds[self._addr(hNode)] != MEMSET:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        graph.work[self._addr(hNode)] = work
+        graph.params[self._addr(hNode)] = self.ffi.new("CUDA_MEMSET_NODE_PARAMS *", nodeParams[0])
+        return 0
+
+    def cuGraphExecMemsetNodeSetParams(self, hGraphExec: CData, hNode: CData, memsetParams: CData,
+                                       ctx: CData) -> int:
+        exe = self._graph_execs.get(self._addr(hGraphExec))
+        node = self._addr(hNode)
+        work = None if self._is_null(memsetParams) else self._memset_work(memsetParams)
+        if exe is None or node not in exe.work or work is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        exe.work[node] = work
+        return 0
 
     def cuGraphAddMemcpyNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
                              copyParams: CData, ctx: CData) -> int:

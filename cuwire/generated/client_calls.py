@@ -772,6 +772,18 @@ def cuGraphExecGetFlags(hGraphExec, flags):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuGraphExecMemsetNodeSetParams", onerror=rt.on_error)
+def cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams, memsetParams_len, ctx):
+    """cuGraphExecMemsetNodeSetParams (cuda.h)"""
+    args = pb.cuGraphExecMemsetNodeSetParams_Args()
+    args.hGraphExec = hGraphExec
+    args.hNode = hNode
+    args.memsetParams = rt.read(memsetParams, memsetParams_len)
+    args.ctx = ctx
+    res = rt.call(1486494622, args, pb.cuGraphExecMemsetNodeSetParams_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuGraphExecUpdate_v2", onerror=rt.on_error)
 def cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo, resultInfo_len):
     """cuGraphExecUpdate_v2 (cuda.h)"""
@@ -851,6 +863,16 @@ def cuGraphMemsetNodeGetParams(hNode, nodeParams, nodeParams_len):
     res = rt.call(2382271301, args, pb.cuGraphMemsetNodeGetParams_Result)
     if res.status == 0:
         rt.write(nodeParams, res.nodeParams, nodeParams_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphMemsetNodeSetParams", onerror=rt.on_error)
+def cuGraphMemsetNodeSetParams(hNode, nodeParams, nodeParams_len):
+    """cuGraphMemsetNodeSetParams (cuda.h)"""
+    args = pb.cuGraphMemsetNodeSetParams_Args()
+    args.hNode = hNode
+    args.nodeParams = rt.read(nodeParams, nodeParams_len)
+    res = rt.call(2094170168, args, pb.cuGraphMemsetNodeSetParams_Result)
     return res.status
 
 

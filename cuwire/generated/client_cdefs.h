@@ -76,6 +76,7 @@ extern "Python+C" int cuwire_py_cuGraphExecEventRecordNodeSetEvent(uint64_t, uin
 extern "Python+C" int cuwire_py_cuGraphExecEventWaitNodeSetEvent(uint64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphExecGetFlags(uint64_t, void *);
 extern "Python+C" int cuwire_py_cuGraphExecKernelNodeSetParams_v2(uint64_t, uint64_t, void *, uint64_t);
+extern "Python+C" int cuwire_py_cuGraphExecMemsetNodeSetParams(uint64_t, uint64_t, void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphExecUpdate_v2(uint64_t, uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphGetEdges_v2(uint64_t, void *, void *, void *, uint64_t, void *);
 extern "Python+C" int cuwire_py_cuGraphGetNodes(uint64_t, void *, void *);
@@ -87,6 +88,7 @@ extern "Python+C" int cuwire_py_cuGraphKernelNodeSetAttribute(uint64_t, int64_t,
 extern "Python+C" int cuwire_py_cuGraphKernelNodeSetParams_v2(uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphMemFreeNodeGetParams(uint64_t, void *);
 extern "Python+C" int cuwire_py_cuGraphMemsetNodeGetParams(uint64_t, void *, uint64_t);
+extern "Python+C" int cuwire_py_cuGraphMemsetNodeSetParams(uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphNodeFindInClone(void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphNodeGetDependencies_v2(uint64_t, void *, void *, uint64_t, void *);
 extern "Python+C" int cuwire_py_cuGraphNodeGetDependentNodes_v2(uint64_t, void *, void *, uint64_t, void *);

@@ -1194,7 +1194,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "custom",
     "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "sync",
@@ -1225,7 +1225,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "sync",
-    "unimplemented",
+    "sync",
     "sync",
     "unimplemented",
     "custom",
@@ -6100,11 +6100,13 @@ CUWIRE_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CU
     return cuwire_impl_cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, ctx);
 }
 
-/* cuGraphExecMemsetNodeSetParams (cuda.h): unimplemented */
+/* cuGraphExecMemsetNodeSetParams (cuda.h): remoted, sync */
+int cuwire_py_cuGraphExecMemsetNodeSetParams(uint64_t, uint64_t, void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphExecMemsetNodeSetParams", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphExecMemsetNodeSetParams((uint64_t)(uintptr_t)hGraphExec, (uint64_t)(uintptr_t)hNode, (void *)memsetParams, sizeof *memsetParams, (uint64_t)(uintptr_t)ctx));
 }
 CUWIRE_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
@@ -6700,11 +6702,13 @@ CUWIRE_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET
     return cuwire_impl_cuGraphMemsetNodeGetParams(hNode, nodeParams);
 }
 
-/* cuGraphMemsetNodeSetParams (cuda.h): unimplemented */
+/* cuGraphMemsetNodeSetParams (cuda.h): remoted, sync */
+int cuwire_py_cuGraphMemsetNodeSetParams(uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphMemsetNodeSetParams", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphMemsetNodeSetParams((uint64_t)(uintptr_t)hNode, (void *)nodeParams, sizeof *nodeParams));
 }
 CUWIRE_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "d33d4c0d409834eb"
+API_DIGEST = "228be9ac8f57ffa3"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -1949,6 +1949,7 @@ HANDLERS = {
     3523231073: ("cuGraphExecEventRecordNodeSetEvent", pb.cuGraphExecEventRecordNodeSetEvent_Args, cuGraphExecEventRecordNodeSetEvent),
     269870708: ("cuGraphExecEventWaitNodeSetEvent", pb.cuGraphExecEventWaitNodeSetEvent_Args, cuGraphExecEventWaitNodeSetEvent),
     2274030636: ("cuGraphExecGetFlags", pb.cuGraphExecGetFlags_Args, cuGraphExecGetFlags),
+    1486494622: ("cuGraphExecMemsetNodeSetParams", pb.cuGraphExecMemsetNodeSetParams_Args, None),  # server/graphs.py
     1802350491: ("cuGraphExecUpdate_v2", pb.cuGraphExecUpdate_v2_Args, cuGraphExecUpdate_v2),
     115605169: ("cuGraphInstantiateWithFlags", pb.cuGraphInstantiateWithFlags_Args, cuGraphInstantiateWithFlags),
     800820327: ("cuGraphKernelNodeCopyAttributes", pb.cuGraphKernelNodeCopyAttributes_Args, None),  # server/attributes.py
@@ -1956,6 +1957,7 @@ HANDLERS = {
     3976299377: ("cuGraphKernelNodeSetAttribute", pb.cuGraphKernelNodeSetAttribute_Args, None),  # server/attributes.py
     1901836585: ("cuGraphMemFreeNodeGetParams", pb.cuGraphMemFreeNodeGetParams_Args, cuGraphMemFreeNodeGetParams),
     2382271301: ("cuGraphMemsetNodeGetParams", pb.cuGraphMemsetNodeGetParams_Args, cuGraphMemsetNodeGetParams),
+    2094170168: ("cuGraphMemsetNodeSetParams", pb.cuGraphMemsetNodeSetParams_Args, None),  # server/graphs.py
     3493970731: ("cuGraphNodeFindInClone", pb.cuGraphNodeFindInClone_Args, cuGraphNodeFindInClone),
     968179927: ("cuGraphNodeGetEnabled", pb.cuGraphNodeGetEnabled_Args, cuGraphNodeGetEnabled),
     3880792678: ("cuGraphNodeGetType", pb.cuGraphNodeGetType_Args, cuGraphNodeGetType),

@@ -85,15 +85,34 @@ def cuGraphAddEmptyNode(s, a: pb.cuGraphAddEmptyNode_Args) -> pb.cuGraphAddEmpty
     return _add_node(s, s.lib.cuGraphAddEmptyNode, a, pb.cuGraphAddEmptyNode_Result())
 
 
-def cuGraphAddMemsetNode(s, a: pb.cuGraphAddMemsetNode_Args) -> pb.cuGraphAddMemsetNode_Result:
-    p = s.struct_in("CUDA_MEMSET_NODE_PARAMS", a.memsetParams)
+def _memset_params(s, data: bytes):
+    """A memset node's parameters from the wire, checked: what it sets lies in the session's memory."""
+    p = s.struct_in("CUDA_MEMSET_NODE_PARAMS", data)
     if p.elementSize not in (1, 2, 4) or p.height > 1 and p.width * p.elementSize > p.pitch:
         raise CudaFail(INVALID_VALUE, f"a memset node of {p.height} rows of {p.width} elements of {p.elementSize} "
                                       f"bytes, {p.pitch} bytes apart")
     if p.width and p.height:
         s.device(p.dst, p.pitch * (p.height - 1) + p.width * p.elementSize)
-    return _add_node(s, s.lib.cuGraphAddMemsetNode, a, pb.cuGraphAddMemsetNode_Result(), p,
-                     s.handle(CONTEXT, "CUcontext", a.ctx))
+    return p
+
+
+def cuGraphAddMemsetNode(s, a: pb.cuGraphAddMemsetNode_Args) -> pb.cuGraphAddMemsetNode_Result:
+    return _add_node(s, s.lib.cuGraphAddMemsetNode, a, pb.cuGraphAddMemsetNode_Result(),
+                     _memset_params(s, a.memsetParams), s.handle(CONTEXT, "CUcontext", a.ctx))
+
+
+def cuGraphMemsetNodeSetParams(s, a: pb.cuGraphMemsetNodeSetParams_Args) -> pb.cuGraphMemsetNodeSetParams_Result:
+    p = _memset_params(s, a.nodeParams)
+    return pb.cuGraphMemsetNodeSetParams_Result(status=s.lib.cuGraphMemsetNodeSetParams(
+        s.handle(NODE, "CUgraphNode", a.hNode), p))
+
+
+def cuGraphExecMemsetNodeSetParams(s, a: pb.cuGraphExecMemsetNodeSetParams_Args
+                                   ) -> pb.cuGraphExecMemsetNodeSetParams_Result:
+    p = _memset_params(s, a.memsetParams)
+    return pb.cuGraphExecMemsetNodeSetParams_Result(status=s.lib.cuGraphExecMemsetNodeSetParams(
+        s.handle(EXEC, "CUgraphExec", a.hGraphExec), s.handle(NODE, "CUgraphNode", a.hNode), p,
+        s.handle(CONTEXT, "CUcontext", a.ctx)))
 
 
 def _copy_side(s, kind: int, device: int, host, array, x: int, y: int, z: int, pitch: int, rows: int, c):
@@ -408,4 +427,5 @@ HANDLERS = {f.__name__: f for f in (cuGraphAddEmptyNode, cuGraphAddMemsetNode, c
                                      cuGraphAddChildGraphNode, cuGraphAddEventRecordNode, cuGraphAddEventWaitNode,
                                      cuGraphAddDependencies_v2, cuGraphRemoveDependencies_v2,
                                      cuGraphConditionalHandleCreate, cuGraphChildGraphNodeGetGraph,
-                                     cuStreamBeginCaptureToGraph, cuStreamUpdateCaptureDependencies_v2)}
+                                     cuStreamBeginCaptureToGraph, cuStreamUpdateCaptureDependencies_v2,
+                                     cuGraphMemsetNodeSetParams, cuGraphExecMemsetNodeSetParams)}

@@ -236,6 +236,12 @@ int main() {
     CHECK(cudaGraphGetNodes(inner, NULL, &inner_nodes));
     printf("memset node read back: dst %s, value %u, element size %u, width %zu\n", got.dst == c ? "ok" : "wrong",
            got.value, got.elementSize, got.width);
+    cudaMemsetParams changed = ms;  // a memset node's parameters set, in the graph and in its executable graph
+    changed.value = 2;
+    CHECK(cudaGraphMemsetNodeSetParams(memset_node, &changed));
+    CHECK(cudaGraphMemsetNodeGetParams(memset_node, &got));
+    CHECK(cudaGraphExecMemsetNodeSetParams(exec, memset_node, &ms));
+    printf("memset node set: value %u\n", got.value);
     printf("events read back and set: %s; found in the clone: a node of type %d; the child's graph: %zu nodes\n",
            events_ok ? "OK" : "FAIL", clone_type, inner_nodes);
     failures += !events_ok;
