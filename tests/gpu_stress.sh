@@ -13,12 +13,7 @@ PY=${PYTHON:-python3}
 source tests/gpu_env.sh
 make -s -C tests/test_apps >"$LOG/apps-build.log" 2>&1 || { tail -30 "$LOG/apps-build.log"; exit 1; }
 RUNTIME_DIR=$($PY -c 'from cuwire import cli; print(cli.nvidia_runtime_dir() or "")')
-$PY -m cuwire.server --listen 127.0.0.1:0 --cache-dir "$(mktemp -d)" >"$LOG/server.log" 2>&1 &
-SERVER=$!; PORT=
-for _ in $(seq 1 300); do
-  PORT=$(grep -oP 'listening on [^:]+:\K[0-9]+' "$LOG/server.log" | head -1); [ -n "$PORT" ] && break; sleep 0.1
-done
-[ -n "$PORT" ] || { echo "gpu-stress: server did not start"; cat "$LOG/server.log"; exit 1; }
+start_server "$LOG/server.log"
 for wave in $(seq 1 "${WAVES:-6}"); do
   pids=()
   for i in $(seq 1 32); do

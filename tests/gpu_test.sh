@@ -15,18 +15,7 @@ make -s -C tests/test_apps >"$LOG/apps-build.log" 2>&1 || { tail -30 "$LOG/apps-
 gcc -shared -fPIC -o build/maps_probe.so tests/tools/maps_probe.c || exit 1
 nvidia-smi -L | tee "$LOG/gpu.txt"
 
-CACHE=$(mktemp -d)
-start_server() {  # start_server LOG ARGS...: a server on a free port; sets SERVER (its pid) and PORT
-  $PY -m cuwire.server --listen 127.0.0.1:0 --cache-dir "$CACHE" "${@:2}" >"$1" 2>&1 &
-  SERVER=$!; PORT=
-  for _ in $(seq 1 300); do
-    PORT=$(grep -oP 'listening on [^:]+:\K[0-9]+' "$1" | head -1)
-    [ -n "$PORT" ] && break
-    kill -0 $SERVER 2>/dev/null || break
-    sleep 0.1
-  done
-  if [ -z "${PORT:-}" ]; then echo "gpu-test: server did not start"; cat "$1"; exit 1; fi
-}
+CACHE=$(mktemp -d)  # (the module cache of the servers start_server starts, gpu_env.sh)
 start_server "$LOG/server.log"
 export CUWIRE_SERVER=127.0.0.1:$PORT
 $PY -m cuwire.cli info --server "$CUWIRE_SERVER" | sed 's/^/cuwire info: /'

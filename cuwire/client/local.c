@@ -507,7 +507,7 @@ int cuwire_shares_host_memory(void) { return __atomic_load_n(&shared_known, __AT
  * memory move (heap, stack, anonymous mappings; not files): a page shared with other data moves with it.
  * Writes of another thread to those pages while they move (microseconds) would be lost: programs register
  * memory they are about to hand to the GPU, not memory other threads are writing. Unregistering moves the
- * pages back into memory of the process's own. Where they cannot move (over TCP, a file's pages, the
+ * pages back into memory of the process's own (but pages of the calling thread's stack: move_back). Where they cannot move (over TCP, a file's pages, the
  * server cannot map them), the memory stays the program's own: copies from it work, kernels cannot reach
  * it, and its device pointer is refused by name. */
 struct registered {
@@ -638,6 +638,15 @@ static int move_pages(struct registered *r, uint64_t at, uint64_t size)
  * variable call after call). */
 static struct registered *parked;
 
+static void park(struct registered *r)
+{
+    pthread_mutex_lock(&host_lock);
+    r->lo = r->hi = NULL;
+    r->next = parked;
+    parked = r;
+    pthread_mutex_unlock(&host_lock);
+}
+
 static struct registered *take_parked(uint64_t lo, uint64_t hi)
 {
     for (struct registered **p = &parked; *p; p = &(*p)->next)
@@ -657,11 +666,7 @@ static int move_back(struct registered *r)
 {
     if (on_own_stack(r->at, r->at + r->size)) {
         cuwire_py_host_unregister_at(r->offset);
-        pthread_mutex_lock(&host_lock);
-        r->lo = r->hi = NULL;
-        r->next = parked;
-        parked = r;
-        pthread_mutex_unlock(&host_lock);
+        park(r);
         return 1;
     }
     /* (the bytes' copy is a mapping of its own: a malloc'd one may lie in the very pages moving back) */
@@ -702,26 +707,21 @@ CUresult cuwire_local_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned in
     }
     struct registered *again = overlaps || !pages_free ? NULL : take_parked(lo, hi);
     pthread_mutex_unlock(&host_lock);
-    if (again) { /* pages that moved before: the server registers them again where they are */
-        if (cuwire_py_host_register_again(again->at, again->size, again->offset) == 0)
-            r->at = again->at, r->size = again->size, r->offset = again->offset;
-        else { /* still shared memory, not the GPU's: parked again */
-            pthread_mutex_lock(&host_lock);
-            again->next = parked;
-            parked = again;
-            again = NULL;
-            pthread_mutex_unlock(&host_lock);
-        }
-        free(again);
-        pages_free = 0;
-    }
-    for (struct registered *o = parked; o && pages_free; o = o->next) /* (partly parked: shared pages) */
-        pages_free = o->at >= hi || o->at + o->size <= lo;
     if (overlaps) {
         pthread_mutex_unlock(&register_lock);
         free(r);
         return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
     }
+    if (again) { /* pages that moved before: the server registers them again where they are */
+        if (cuwire_py_host_register_again(again->at, again->size, again->offset) == 0) {
+            r->at = again->at, r->size = again->size, r->offset = again->offset;
+            free(again);
+        } else
+            park(again); /* still shared memory, not the GPU's */
+        pages_free = 0;
+    }
+    for (struct registered *o = parked; o && pages_free; o = o->next) /* (partly parked: shared pages) */
+        pages_free = o->at >= hi || o->at + o->size <= lo;
     if (!__atomic_load_n(&shared_known, __ATOMIC_ACQUIRE) && CUWIRE_READY())
         cuwire_py_connect(); /* (whether the session shares host memory is known once it is open) */
     if (shared_size && shared_fd >= 0 && shared_server_base == shared_base && pages_free &&
@@ -765,8 +765,11 @@ CUresult cuwire_local_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, 
 {
     int shared = 0;
     uint64_t offset;
+    if (!pdptr || !p || Flags)
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&host_lock);
-    struct registered *r = pdptr && p && !Flags && !host_alloc_holds_locked(p, &shared) ? registered_holding(p) : NULL;
+    int held = host_alloc_holds_locked(p, &shared);
+    struct registered *r = held ? NULL : registered_holding(p);
     int moved = r && r->size, known = r != NULL;
     pthread_mutex_unlock(&host_lock);
     if (moved) { /* the GPU's at its own address (the server mapped and registered the same pages there) */
@@ -780,7 +783,7 @@ CUresult cuwire_local_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, 
                                  "cuMemHostGetDevicePointer");
         return CUDA_ERROR_NOT_SUPPORTED;
     }
-    if (!pdptr || !p || Flags || !host_alloc_holds(p, &shared))
+    if (!held)
         return CUDA_ERROR_INVALID_VALUE;
     if (!shared || !shared_offset(p, 1, &offset)) {
         cuwire_say_once_per_name("cuwire: mapped host memory needs a server on this host (the Unix socket and "
@@ -904,7 +907,6 @@ CUresult cuwire_local_cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr,
     return managed_hint(dptr, length ? length : 1);
 }
 
-/* Registering host memory changes nothing here: every copy from client memory goes over the wire. */
 /* ------------------------------------------------------------------ driver entry points */
 
 /* Names said once each (a library may ask for the same missing entry point many times). */

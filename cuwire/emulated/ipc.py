@@ -5,8 +5,8 @@ The emulated device's memory is this process's: a handle opens only in the proce
 of a server run with --isolation thread), where the opened memory is a second address for the same bytes
 and an opened event the same event under a second handle (a shareable handle is a memory file holding the
 same bytes; an imported allocation or pool the same one under a second handle). A handle from another
-process is refused with
-CUDA_ERROR_NOT_SUPPORTED (a GPU's driver opens it; the tests of that run on the H100).
+process is refused with CUDA_ERROR_NOT_SUPPORTED (a GPU's driver opens it; the tests of that run on the
+H100).
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ class EmulatedIpc:
     _memory: Any
     _events: dict
     _opened: dict[int, int]  # opened address -> the allocation it is a second address of
+    _physical: dict
+    _pools: dict
+    _imported: set  # physical allocations imported: a second handle, not more memory
 
     def _ipc_handle(self, out: CData, kind: bytes, value: int) -> int:
         if self._is_null(out):
@@ -43,10 +46,6 @@ class EmulatedIpc:
     def _ipc_value(self, handle: CData, kind: bytes) -> int | None:
         """What a handle of this process names (None: not one of this process's); raises for another's."""
         return self._ipc_bytes(bytes(self.ffi.buffer(self.ffi.addressof(handle))), kind)
-
-    _physical: dict
-    _pools: dict
-    _imported: set  # physical allocations imported: a second handle, not more memory
 
     def _ipc_bytes(self, data: bytes, kind: bytes) -> int | None:
         magic, pid, got, value = _LAYOUT.unpack(data[:_LAYOUT.size])
@@ -116,9 +115,9 @@ class EmulatedIpc:
 
     def cuMemPoolExportPointer(self, shareData_out: CData, ptr: int) -> int:
         base = self._memory.allocation_base(self._addr(ptr))
-        if base is None or self._is_null(shareData_out):
+        if base is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        return self._ipc_handle(shareData_out, b"P", base)
+        return self._ipc_handle(shareData_out, b"P", base)  # (a NULL output: invalid too)
 
     def cuMemPoolImportPointer(self, ptr_out: CData, pool: CData, shareData: CData) -> int:
         if self._addr(pool) not in self._pools or self._is_null(ptr_out) or self._is_null(shareData):

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import logging
 import os
 import secrets
 import socket
@@ -37,10 +36,10 @@ from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server import vmm
 from cuwire.server.errors import INVALID_VALUE, NOT_SUPPORTED, CudaFail
 
-log = logging.getLogger("cuwire.server")
 HANDLE_SIZE = 64  # CU_IPC_HANDLE_SIZE
 EVENT_KIND = "CUevent_st"
 MEMORY, EVENT, POINTER = b"m", b"e", b"p"  # what a noted handle stands for: the driver's bytes follow
+WHAT = {MEMORY: "memory", EVENT: "event", POINTER: "pool pointer"}
 DESCRIPTOR = b"f"  # ...or a file descriptor: its size (8 bytes) and the socket of the process holding it
 POSIX_FD = 1  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 POOL_KIND = "CUmemPoolHandle_st"
@@ -135,22 +134,38 @@ def _note(s, handle: bytes) -> Path:
     return Path(folder) / hashlib.sha256(handle).hexdigest()
 
 
+def _new_handle(size: int) -> bytes:
+    """The program's 64 bytes for something exported: the memory's size first (the opening client keeps it
+    in its map of device memory, client/device_memory.c), then random bytes."""
+    return size.to_bytes(8, "little") + secrets.token_bytes(HANDLE_SIZE - 8)
+
+
+def _write_note(s, handle: bytes, content: bytes) -> None:
+    """What `handle` stands for, noted for the server's other sessions (whole or absent while they read),
+    and forgotten when this session ends."""
+    note = _note(s, handle)
+    partial = note.with_suffix(".new")
+    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+        f.write(content)
+    partial.rename(note)
+    _ipc(s).notes.append(note)
+
+
+def _read_note(s, handle: bytes) -> bytes:
+    """What a program's bytes stand for, as a session noted it (b"": nothing, or not 64 bytes)."""
+    try:
+        return _note(s, handle).read_bytes() if len(handle) == HANDLE_SIZE else b""
+    except OSError:
+        return b""
+
+
 def _export(s, kind: bytes, driver_handle: bytes, size: int = 0) -> bytes:
-    """The program's bytes for a driver handle of this session's (the same ones each time it asks): the
-    size of the memory first (the opening client keeps it in its map of device memory,
-    client/device_memory.c), then random bytes."""
+    """The program's bytes for a driver handle of this session's (the same ones each time it asks)."""
     ipc = _ipc(s)
     key = kind + driver_handle
     if key not in ipc.exported:
-        handle = size.to_bytes(8, "little") + secrets.token_bytes(HANDLE_SIZE - 8)
-        note = _note(s, handle)
-        partial = note.with_suffix(".new")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(key)
-        partial.rename(note)  # (whole or absent, for another session reading it)
-        ipc.exported[key] = handle
-        ipc.notes.append(note)
+        ipc.exported[key] = _new_handle(size)
+        _write_note(s, ipc.exported[key], key)
     return ipc.exported[key]
 
 
@@ -159,13 +174,9 @@ def _driver_handle(s, kind: bytes, handle: bytes, ctype: str):
     struct itself: `[0]`, while the pointer keeps its memory); refused when none does."""
     if len(handle) != HANDLE_SIZE:
         raise CudaFail(INVALID_VALUE, f"an IPC handle of {len(handle)} bytes, not {HANDLE_SIZE}")
-    try:
-        noted = _note(s, handle).read_bytes()
-    except OSError:
-        noted = b""
+    noted = _read_note(s, handle)
     if noted[:1] != kind or len(noted) != 1 + HANDLE_SIZE:
-        what = "memory" if kind == MEMORY else "event"
-        raise CudaFail(INVALID_VALUE, f"an IPC {what} handle that no session of this server exported "
+        raise CudaFail(INVALID_VALUE, f"an IPC {WHAT[kind]} handle that no session of this server exported "
                                       "(or whose exporter has ended)")
     c = s.ffi.new(ctype + " *")
     s.ffi.memmove(c, noted[1:], HANDLE_SIZE)
@@ -242,26 +253,17 @@ def cuIpcOpenEventHandle(s, a: pb.cuIpcOpenEventHandle_Args) -> pb.cuIpcOpenEven
 def _export_descriptor(s, fd: int, size: int) -> bytes:
     """The program's bytes for a descriptor of the driver's (kept, with FdBroker, until the session ends)."""
     broker = _fd_broker(s)
-    handle = size.to_bytes(8, "little") + secrets.token_bytes(HANDLE_SIZE - 8)
+    handle = _new_handle(size)
     broker.offer(handle, fd)
-    ipc = _ipc(s)
-    ipc.offered.append(handle)
-    note = _note(s, handle)
-    partial = note.with_suffix(".new")
-    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-        f.write(DESCRIPTOR + size.to_bytes(8, "little") + broker.path.encode())
-    partial.rename(note)
-    ipc.notes.append(note)
+    _ipc(s).offered.append(handle)
+    _write_note(s, handle, DESCRIPTOR + size.to_bytes(8, "little") + broker.path.encode())
     return handle
 
 
 def _import_descriptor(s, handle: bytes) -> tuple[int, int]:
     """(a descriptor of this process's, the memory's size) for a program's bytes of an exported
     descriptor; refused when no session of this server exported them, or its process has ended."""
-    try:
-        noted = _note(s, handle).read_bytes() if len(handle) == HANDLE_SIZE else b""
-    except OSError:
-        noted = b""
+    noted = _read_note(s, handle)
     if noted[:1] == DESCRIPTOR:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(5)

@@ -95,7 +95,7 @@ class Session:
         self.host_client_base = 0  # where the client has that memory
         self.host_ranges: dict[int, int] = {}  # offset -> size of the ranges registered for the client (RegisterHost)
         self.host_fd = -1  # the shared host memory's descriptor, to map parts of it at the client's addresses
-        self.registered_at: dict[int, tuple[int, int]] = {}  # client address -> (offset, size): register_host
+        self.registered_at: dict[int, int] = {}  # offset -> the client's address it is mapped at (register_host)
         self.vmm: vmm.Vmm | None = None  # reservations, physical allocations and mappings (virtual memory)
         self.objects: textures.Objects | None = None  # texture and surface objects, mipmap levels
         self.graph_parts: graphs.Parts | None = None  # conditional handles and bodies, graph memory
@@ -442,7 +442,7 @@ class Session:
             return err
         self.host_ranges[offset] = size
         if at:
-            self.registered_at[at] = (offset, size)
+            self.registered_at[offset] = at
         self.records.add_memory(address, size)  # the GPU's memory too (copies, memsets)
         return err
 
@@ -450,7 +450,7 @@ class Session:
         """Map `size` bytes of the shared host memory from `offset` at the client's address `at`, which
         must lie in the client's address space this process holds (and not be mapped already)."""
         if at % 4096 or size % 4096 or not address_space.within(self.server.held_spans, at, size) or any(
-                a < at + size and at < a + n for a, (_, n) in self.registered_at.items()):
+                a < at + size and at < a + self.host_ranges[o] for o, a in self.registered_at.items()):
             raise CudaFail(NOT_SUPPORTED, f"the server cannot map {size} bytes at {at:#x} (not address space it "
                                           "holds for the client): the GPU cannot reach this memory at its address")
         if self.host_fd < 0 or not records_lib.cw_map_shared_over(self.host_fd, offset, size, at):
@@ -461,13 +461,12 @@ class Session:
         if offset not in self.host_ranges:
             raise CudaFail(INVALID_VALUE, f"no registered range at offset {offset} of the shared host memory")
         size = self.host_ranges.pop(offset)
-        at = next((a for a, (o, _) in self.registered_at.items() if o == offset), 0)
+        at = self.registered_at.pop(offset, 0)
         address = at or self.host_base + offset
         self.records.remove_memory(address)
         err = self.in_primary_context(lambda: self.relaxed_capture(
             lambda: self.lib.cuMemHostUnregister(self.ffi.cast("void *", address))))
         if at:
-            del self.registered_at[at]
             records_lib.cw_hold_over(at, size)  # the client's address space again, held
         return err
 
