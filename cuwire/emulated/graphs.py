@@ -250,13 +250,27 @@ class EmulatedGraphs:
             return self.drv.CUDA_ERROR_INVALID_VALUE
         return self._add(phGraphNode, hGraph, dependencies, numDependencies, KERNEL, work)
 
-    def cuGraphKernelNodeSetParams_v2(self, hNode: CData, nodeParams: CData) -> int:
+    def _set_node_work(self, hNode: CData, kind: int, work: Callable[[], Any] | None) -> Graph | None:
+        """A node of `kind` does `work` from now on; its graph, or None (nothing set) for a node of another
+        kind, an unknown node or no work (parameters CUDA refuses)."""
         graph = self._graphs.get(self._nodes.get(self._addr(hNode), 0))
-        work = None if self._is_null(nodeParams) else self._kernel_work(nodeParams)
-        if graph is None or work is None or graph.kinds[self._addr(hNode)] != KERNEL:
-            return self.drv.CUDA_ERROR_INVALID_VALUE
+        if graph is None or work is None or graph.kinds[self._addr(hNode)] != kind:
+            return None
         graph.work[self._addr(hNode)] = work
+        return graph
+
+    def _set_exec_work(self, hGraphExec: CData, hNode: CData, work: Callable[[], Any] | None) -> int:
+        """A node of an executable graph does `work` from now on (no work: parameters CUDA refuses)."""
+        exe = self._graph_execs.get(self._addr(hGraphExec))
+        node = self._addr(hNode)
+        if exe is None or node not in exe.work or work is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        exe.work[node] = work
         return 0
+
+    def cuGraphKernelNodeSetParams_v2(self, hNode: CData, nodeParams: CData) -> int:
+        work = None if self._is_null(nodeParams) else self._kernel_work(nodeParams)
+        return 0 if self._set_node_work(hNode, KERNEL, work) else self.drv.CUDA_ERROR_INVALID_VALUE
 
     def _memset_work(self, m: CData) -> Callable[[], None] | None:
         """A memset node's work, or None for parameters CUDA refuses."""
@@ -278,23 +292,16 @@ class EmulatedGraphs:
         return err
 
     def cuGraphMemsetNodeSetParams(self, hNode: CData, nodeParams: CData) -> int:
-        graph = self._graphs.get(self._nodes.get(self._addr(hNode), 0))
-        work = None if self._is_null(nodeParams) else self._memset_work(nodeParams)
-        if graph is None or work is None or graph.kinds[self._addr(hNode)] != MEMSET:
+        graph = self._set_node_work(hNode, MEMSET, None if self._is_null(nodeParams) else self._memset_work(nodeParams))
+        if graph is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        graph.work[self._addr(hNode)] = work
         graph.params[self._addr(hNode)] = self.ffi.new("CUDA_MEMSET_NODE_PARAMS *", nodeParams[0])
         return 0
 
     def cuGraphExecMemsetNodeSetParams(self, hGraphExec: CData, hNode: CData, memsetParams: CData,
                                        ctx: CData) -> int:
-        exe = self._graph_execs.get(self._addr(hGraphExec))
-        node = self._addr(hNode)
-        work = None if self._is_null(memsetParams) else self._memset_work(memsetParams)
-        if exe is None or node not in exe.work or work is None:
-            return self.drv.CUDA_ERROR_INVALID_VALUE
-        exe.work[node] = work
-        return 0
+        return self._set_exec_work(hGraphExec, hNode,
+                                   None if self._is_null(memsetParams) else self._memset_work(memsetParams))
 
     def cuGraphAddMemcpyNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
                              copyParams: CData, ctx: CData) -> int:
@@ -664,13 +671,8 @@ class EmulatedGraphs:
         return 0  # nothing to upload ahead of a launch here
 
     def cuGraphExecKernelNodeSetParams_v2(self, hGraphExec: CData, hNode: CData, nodeParams: CData) -> int:
-        exe = self._graph_execs.get(self._addr(hGraphExec))
-        node = self._addr(hNode)
-        work = None if self._is_null(nodeParams) else self._kernel_work(nodeParams)
-        if exe is None or node not in exe.work or work is None:
-            return self.drv.CUDA_ERROR_INVALID_VALUE
-        exe.work[node] = work
-        return 0
+        return self._set_exec_work(hGraphExec, hNode,
+                                   None if self._is_null(nodeParams) else self._kernel_work(nodeParams))
 
     def cuGraphExecUpdate_v2(self, hGraphExec: CData, hGraph: CData, resultInfo: CData) -> int:
         exe, graph = self._graph_execs.get(self._addr(hGraphExec)), self._graph(hGraph)
