@@ -226,34 +226,60 @@ CUresult cuwire_local_cuCtxPopCurrent_v2(CUcontext *pctx)
 }
 
 /* Stream capture runs on the server, where the streams are (cuStreamBeginCapture and cuStreamEndCapture are
- * forwarded); the client keeps which streams it began capturing, so the capture status PyTorch asks before
- * most of its work costs nothing here. */
+ * forwarded); the client keeps which streams capture, so the capture status PyTorch asks before most of its
+ * work costs nothing here. A capture spreads as natively: an event recorded in a capturing stream carries
+ * the capture to a stream that waits for it (the other streams of a multi-stream capture), and they all
+ * leave it when the stream that began it ends it. */
 #define CAPTURES_MAX 64
+#define CAPTURE_EVENTS 256
 static pthread_mutex_t capture_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     CUstream stream;
     cuuint64_t id;
+    int origin;   /* the stream that began the capture (else one that joined it) */
     int to_graph; /* into a graph the program made (cuStreamBeginCaptureToGraph) */
 } captures[CAPTURES_MAX];
+static struct {
+    CUevent event;
+    cuuint64_t id; /* the capture it was last recorded in */
+} capture_events[CAPTURE_EVENTS];
 static cuuint64_t capture_ids;
+static int capturing; /* streams in a capture now: no lock taken while none is */
 
-static void note_capture(CUstream stream, int to_graph)
+/* The row of `stream`'s capture, or -1; the lock is held. */
+static int capture_row(CUstream stream)
 {
-    pthread_mutex_lock(&capture_lock);
+    for (int i = 0; i < CAPTURES_MAX; i++)
+        if (captures[i].id && captures[i].stream == stream)
+            return i;
+    return -1;
+}
+
+/* `stream` is in capture `id`; the lock is held. */
+static void note_capture(CUstream stream, cuuint64_t id, int origin, int to_graph)
+{
     for (int i = 0; i < CAPTURES_MAX; i++)
         if (!captures[i].id) {
             captures[i].stream = stream;
-            captures[i].id = ++capture_ids;
+            captures[i].id = id;
+            captures[i].origin = origin;
             captures[i].to_graph = to_graph;
-            break;
+            __atomic_add_fetch(&capturing, 1, __ATOMIC_RELAXED);
+            return;
         }
+}
+
+static void begin_capture(CUstream stream, int to_graph)
+{
+    pthread_mutex_lock(&capture_lock);
+    note_capture(stream, ++capture_ids, 1, to_graph);
     pthread_mutex_unlock(&capture_lock);
 }
 
 void cuwire_after_cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode)
 {
     (void)mode;
-    note_capture(stream, 0);
+    begin_capture(stream, 0);
 }
 
 /* Capturing into a graph the program made is capturing all the same. */
@@ -262,25 +288,87 @@ void cuwire_after_cuStreamBeginCaptureToGraph(CUstream stream, CUgraph graph, co
                                               CUstreamCaptureMode mode)
 {
     (void)graph, (void)dependencies, (void)dependencyData, (void)numDependencies, (void)mode;
-    note_capture(stream, 1);
+    begin_capture(stream, 1);
 }
 
-/* Before cuStreamEndCapture goes to the server: the capture ends, whether or not the graph comes out. A
- * capture into the program's own graph may be ended without asking for the graph back (NULL, as CUDA's
- * graphConditionalNodes sample does): the server is asked with a place for it, which the program does
- * not need. */
+/* cuEventRecord's fast path (and cuEventRecordWithFlags'): which capture, if any, the event now carries.
+ * Always -1: the call is then queued as usual. */
+int cuwire_capture_event_record(CUevent event, CUstream stream)
+{
+    if (!__atomic_load_n(&capturing, __ATOMIC_RELAXED))
+        return -1; /* (events carry captures only while one runs: they are forgotten when it ends) */
+    pthread_mutex_lock(&capture_lock);
+    int row = capture_row(stream), free_slot = -1, slot = -1;
+    for (int i = 0; i < CAPTURE_EVENTS && slot < 0; i++)
+        if (capture_events[i].id && capture_events[i].event == event)
+            slot = i;
+        else if (!capture_events[i].id && free_slot < 0)
+            free_slot = i;
+    if (slot < 0)
+        slot = row >= 0 ? free_slot : -1;
+    if (slot >= 0) {
+        capture_events[slot].event = event;
+        capture_events[slot].id = row >= 0 ? captures[row].id : 0;
+    }
+    pthread_mutex_unlock(&capture_lock);
+    return -1;
+}
+
+int cuwire_capture_event_record_with_flags(CUevent event, CUstream stream, unsigned int flags)
+{
+    (void)flags;
+    return cuwire_capture_event_record(event, stream);
+}
+
+/* cuStreamWaitEvent's fast path: a stream waiting for an event recorded in a capture joins the capture.
+ * Always -1: the wait is then queued as usual (the server's driver joins its stream likewise). */
+int cuwire_capture_stream_wait(CUstream stream, CUevent event, unsigned int flags)
+{
+    (void)flags;
+    if (!__atomic_load_n(&capturing, __ATOMIC_RELAXED))
+        return -1;
+    pthread_mutex_lock(&capture_lock);
+    for (int i = 0; i < CAPTURE_EVENTS; i++)
+        if (capture_events[i].id && capture_events[i].event == event) {
+            int row = capture_row(stream);
+            if (row < 0) {
+                for (int j = 0; j < CAPTURES_MAX; j++)
+                    if (captures[j].id == capture_events[i].id && captures[j].origin) {
+                        note_capture(stream, captures[j].id, 0, captures[j].to_graph);
+                        break;
+                    }
+            }
+            break;
+        }
+    pthread_mutex_unlock(&capture_lock);
+    return -1;
+}
+
+/* Before cuStreamEndCapture goes to the server: the capture ends, whether or not the graph comes out, for
+ * the stream that began it and every stream that joined it. A capture into the program's own graph may be
+ * ended without asking for the graph back (NULL, as CUDA's graphConditionalNodes sample does): the server
+ * is asked with a place for it, which the program does not need. Ended from a stream that only joined the
+ * capture, it goes to the server as it is (which refuses it, as CUDA does). */
 static __thread cuuint64_t ending_capture; /* the capture cuStreamEndCapture is ending, for its after */
 
 int cuwire_fast_cuStreamEndCapture(CUstream stream, CUgraph *graph)
 {
     int to_graph = 0;
     pthread_mutex_lock(&capture_lock);
-    for (int i = 0; i < CAPTURES_MAX; i++)
-        if (captures[i].id && captures[i].stream == stream) {
-            to_graph |= captures[i].to_graph;
-            ending_capture = captures[i].id;
-            captures[i].id = 0;
-        }
+    int row = capture_row(stream);
+    if (row >= 0 && captures[row].origin) {
+        cuuint64_t id = captures[row].id;
+        to_graph = captures[row].to_graph;
+        ending_capture = id;
+        for (int i = 0; i < CAPTURES_MAX; i++)
+            if (captures[i].id == id) {
+                captures[i].id = 0;
+                __atomic_sub_fetch(&capturing, 1, __ATOMIC_RELAXED);
+            }
+        for (int i = 0; i < CAPTURE_EVENTS; i++)
+            if (capture_events[i].id == id)
+                capture_events[i].id = 0;
+    }
     pthread_mutex_unlock(&capture_lock);
     if (!graph && to_graph) {
         CUgraph unused;
@@ -293,13 +381,11 @@ int cuwire_fast_cuStreamEndCapture(CUstream stream, CUgraph *graph)
  * its work). */
 static cuuint64_t capture_of(CUstream stream)
 {
-    cuuint64_t id = 0;
-    if (!__atomic_load_n(&capture_ids, __ATOMIC_RELAXED))
+    if (!__atomic_load_n(&capturing, __ATOMIC_RELAXED))
         return 0;
     pthread_mutex_lock(&capture_lock);
-    for (int i = 0; i < CAPTURES_MAX && !id; i++)
-        if (captures[i].id && captures[i].stream == stream)
-            id = captures[i].id;
+    int row = capture_row(stream);
+    cuuint64_t id = row >= 0 ? captures[row].id : 0;
     pthread_mutex_unlock(&capture_lock);
     return id;
 }

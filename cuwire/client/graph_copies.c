@@ -7,8 +7,12 @@
  *  - a stand-in the node reads (host to device) takes the program's bytes at every launch of a graph
  *    holding the node (cuGraphLaunch), before the launch is queued;
  *  - a stand-in the node writes (device to host) gives its bytes to the program after the host catches up
- *    with the GPU (a synchronizing call, client_stubs.c's `synchronizes`) and, where they changed since the
- *    launch, before a host function runs (a graph's host node that reads what a memcpy node wrote).
+ *    with the GPU (a synchronizing call, client_stubs.c's `synchronizes`) and before a host function runs
+ *    (a graph's host node that reads what a memcpy node wrote), where the node wrote since: until it does,
+ *    the stand-in holds a mark, each byte the opposite of the one there before, which any bytes the node
+ *    writes (the same as last time included) differ from. Launches queued one after another each get
+ *    their bytes to the program: after one launch's bytes went, the mark is set again for the next.
+ * Only the bytes a node touches are copied: a pitched copy's bytes between rows stay the program's.
  * Stand-ins belong to the graphs and executable graphs that hold their nodes (node added, graph cloned or
  * used as a child, executable graph instantiated or updated from it) and are freed with the last of them.
  * Over TCP there is no shared memory: such nodes are refused by name (server/graphs.py).
@@ -24,10 +28,13 @@ struct standin {
     char *program;        /* the program's bytes: the first the node touches */
     char *shared;         /* the stand-in, in the memory shared with the server */
     size_t span;          /* from the first byte the node touches to the last */
+    size_t width, pitch;  /* the bytes it touches: rows of `width` bytes, `pitch` bytes apart, */
+    size_t rows, slice;   /* `rows` of them in each slice, slices `slice` bytes apart, */
+    size_t depth;         /* `depth` slices (a 1D copy: one row) */
     int to_device;        /* the node reads the host side (else writes it) */
-    int pending;          /* (device to host) launched since the program last got the bytes */
+    unsigned launches;    /* (device to host) launches whose bytes the program has not got yet */
     int pinned;           /* an owner could not be noted: kept for the session's life */
-    unsigned char *seen;  /* (device to host) the stand-in's bytes as the program last got them */
+    unsigned char *mark;  /* (device to host) what the stand-in holds until the node writes it */
     uint64_t *owners;     /* graphs and executable graphs holding the node */
     int n_owners, cap_owners;
     struct standin *next;
@@ -81,7 +88,7 @@ static void drop(struct standin *s)
     if (s) {
         if (s->shared)
             cuMemFreeHost(s->shared);
-        free(s->seen);
+        free(s->mark);
         free(s->owners);
         free(s);
     }
@@ -115,32 +122,53 @@ static void release(uint64_t owner)
     pthread_mutex_unlock(&lock);
 }
 
-/* The bytes one host side of a 3D copy spans from its first byte (as the server checks a side). */
-static size_t side_span(size_t pitch, size_t rows, const CUDA_MEMCPY3D *c)
+/* Where the i-th row the node touches starts, from its first byte. */
+static size_t row_at(const struct standin *s, size_t i) { return i / s->rows * s->slice + i % s->rows * s->pitch; }
+
+/* The bytes the node touches, from `from` to `to` (the program's or the stand-in's). */
+static void copy_rows(const struct standin *s, char *to, const char *from)
 {
-    size_t slices = c->Depth > 1 ? (c->Depth - 1) * rows * pitch : 0;
-    return slices + (c->Height > 1 ? (c->Height - 1) * pitch : 0) + c->WidthInBytes;
+    for (size_t i = 0; i < s->rows * s->depth; i++)
+        memcpy(to + row_at(s, i), from + row_at(s, i), s->width);
 }
 
-/* A stand-in for the program's `span` bytes at `program` (not yet listed), or NULL when none can be made. */
-static struct standin *make_standin(char *program, size_t span, int to_device)
+/* (device to host) The stand-in holds a mark until the node writes it: each byte the opposite of before. */
+static void set_mark(struct standin *s)
+{
+    for (size_t i = 0; i < s->rows * s->depth; i++)
+        for (size_t at = row_at(s, i), end = at + s->width; at < end; at++)
+            s->shared[at] = (char)(s->mark[at] = (unsigned char)~s->shared[at]);
+}
+
+/* (device to host) Whether the node wrote the stand-in since its mark was set. */
+static int written(const struct standin *s)
+{
+    for (size_t i = 0; i < s->rows * s->depth; i++)
+        if (memcmp(s->shared + row_at(s, i), s->mark + row_at(s, i), s->width) != 0)
+            return 1;
+    return 0;
+}
+
+/* A stand-in (not yet listed) for the bytes a node touches at `program`: rows of `width` bytes, `pitch`
+ * apart, `rows` of them in each of `depth` slices `slice` bytes apart; or NULL when none can be made. */
+static struct standin *make_standin(char *program, size_t width, size_t pitch, size_t rows, size_t slice,
+                                    size_t depth, int to_device)
 {
     int shared = 0;
+    size_t span = (depth - 1) * slice + (rows - 1) * pitch + width;
     struct standin *s = calloc(1, sizeof *s);
     if (!s)
         return NULL;
     void *p = NULL;
     if (cuMemHostAlloc(&p, span, 0) == CUDA_SUCCESS)
         s->shared = p;
-    if (!s->shared || !cuwire_host_locked(p, &shared) || !shared || (!to_device && !(s->seen = calloc(1, span)))) {
+    if (!s->shared || !cuwire_host_locked(p, &shared) || !shared || (!to_device && !(s->mark = calloc(1, span)))) {
         drop(s);
         return NULL;
     }
-    s->program = program;
-    s->span = span;
-    s->to_device = to_device;
+    *s = (struct standin){program, s->shared, span, width, pitch, rows, slice, depth, to_device, 0, 0, s->mark};
     if (to_device)
-        memcpy(s->shared, program, span);
+        copy_rows(s, s->shared, program);
     return s;
 }
 
@@ -153,7 +181,8 @@ static struct standin *side_standin(const void *host, size_t x, size_t y, size_t
     if (!host || (cuwire_host_locked(host, &shared) && shared))
         return NULL;
     size_t first = (z * (c->Depth > 1 ? rows : 0) + y) * pitch + x;
-    struct standin *s = make_standin((char *)host + first, side_span(pitch, rows, c), to_device);
+    struct standin *s = make_standin((char *)host + first, c->WidthInBytes, pitch, c->Height, rows * pitch, c->Depth,
+                                     to_device);
     if (s)
         *base = s->shared - first;
     return s;
@@ -208,7 +237,7 @@ int cuwire_capture_copy(const void *host, uint64_t device, uint64_t n, void *str
                                  to_device ? "a copy to the device" : "a copy from the device");
         return -1;
     }
-    struct standin *s = make_standin((char *)host, n, to_device);
+    struct standin *s = make_standin((char *)host, n, n, 1, n, 1, to_device);
     if (!s)
         return -1;
     list(s, CAPTURE_OWNER | capture);
@@ -227,7 +256,8 @@ void cuwire_capture_became(uint64_t capture, uint64_t graph)
 }
 
 /* cuGraphLaunch's fast path: the launched graph's stand-ins take the program's bytes now; those it writes
- * are pending until the host catches up. Always -1: the launch is then queued as usual. */
+ * get a mark, unless an earlier launch's bytes are still to come. Always -1: the launch is then queued as
+ * usual. */
 int cuwire_graph_launch_copies(CUgraphExec exec, CUstream stream)
 {
     (void)stream;
@@ -238,32 +268,33 @@ int cuwire_graph_launch_copies(CUgraphExec exec, CUstream stream)
     for (struct standin *s = standins; s; s = s->next)
         if (owned_by(s, owner)) {
             if (s->to_device)
-                memcpy(s->shared, s->program, s->span);
-            else if (!s->pending) {
-                memcpy(s->seen, s->shared, s->span);
-                s->pending = 1;
-            }
+                copy_rows(s, s->shared, s->program);
+            else if (s->launches++ == 0)
+                set_mark(s);
         }
     pthread_mutex_unlock(&lock);
     return -1;
 }
 
-/* What stand-ins wrote goes to the program's memory: all pending ones once the host caught up with the GPU
- * (caught_up), else (a host function is about to run) those whose bytes changed since their launch. */
+/* What nodes wrote into stand-ins since their launch goes to the program's memory: once the host caught up
+ * with the GPU (caught_up: every launch's bytes are there), or before a host function runs (one launch's:
+ * the mark is set again for the next launch queued, whose node cannot run before the host function
+ * returns when it is in the same stream). */
 void cuwire_graph_copies_back(int caught_up)
 {
     if (!__atomic_load_n(&standins, __ATOMIC_ACQUIRE))
         return;
     pthread_mutex_lock(&lock);
     for (struct standin *s = standins; s; s = s->next) {
-        if (s->to_device || !s->pending)
+        if (s->to_device || !s->launches)
             continue;
-        if (caught_up || memcmp(s->seen, s->shared, s->span) != 0) {
-            memcpy(s->program, s->shared, s->span);
-            memcpy(s->seen, s->shared, s->span);
-        }
-        if (caught_up)
-            s->pending = 0;
+        if (written(s)) {
+            copy_rows(s, s->program, s->shared);
+            s->launches = caught_up ? 0 : s->launches - 1;
+            if (s->launches)
+                set_mark(s);
+        } else if (caught_up)
+            s->launches = 0; /* (a launch that failed: the program's bytes stay as they were) */
     }
     pthread_mutex_unlock(&lock);
 }

@@ -379,6 +379,7 @@ class _Stream:
 class _Event:
     flags: int = 0
     recorded_at: float | None = None  # time.perf_counter() when last recorded
+    captured: Any = None  # recorded in a capture: (its graphs.Capture, the nodes then last)
 
 
 @dataclass(frozen=True)
@@ -1263,9 +1264,10 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         return 0 if self._stream(hStream) else self.drv.CUDA_ERROR_INVALID_HANDLE
 
     def cuStreamWaitEvent(self, hStream: CData, hEvent: CData, Flags: int) -> int:
-        if self._stream(hStream) is None or self._event(hEvent) is None:
+        stream, event = self._stream(hStream), self._event(hEvent)
+        if stream is None or event is None:
             return self.drv.CUDA_ERROR_INVALID_HANDLE
-        return 0  # the event has always happened already
+        return self._capture_wait(stream, event)  # (outside captures, the event has always happened already)
 
     def _stream_get(self, handle: CData, out: CData, read: Callable[[_Stream], int]) -> int:
         stream = self._stream(handle)
@@ -1378,10 +1380,12 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         return 0 if found else self.drv.CUDA_ERROR_INVALID_HANDLE
 
     def cuEventRecord(self, hEvent: CData, hStream: CData) -> int:
-        event = self._event(hEvent)
-        if event is None or self._stream(hStream) is None:
+        event, stream = self._event(hEvent), self._stream(hStream)
+        if event is None or stream is None:
             return self.drv.CUDA_ERROR_INVALID_HANDLE
-        event.recorded_at = time.perf_counter()
+        self._capture_record(event, stream)
+        if stream.capture is None:
+            event.recorded_at = time.perf_counter()
         return 0
 
     def cuEventRecordWithFlags(self, hEvent: CData, hStream: CData, flags: int) -> int:

@@ -83,6 +83,8 @@ class Capture:
     leaves: list[int]
     into: bool = False  # a graph of the program's (cuStreamBeginCaptureToGraph)
     kept: Any = None  # the last dependencies array handed out (cuStreamGetCaptureInfo)
+    origin: Capture | None = None  # a stream that joined: the capture of the stream that began it
+    joined: list[Any] = field(default_factory=list)  # (the origin's) streams that joined it
 
 
 class EmulatedGraphs:
@@ -169,11 +171,39 @@ class EmulatedGraphs:
         self._nodes[node] = c.graph
         c.leaves = [node]
 
+    def _capture_record(self, event: Any, stream: Any) -> None:
+        """An event recorded in a capturing stream carries the capture and its last nodes (else nothing)."""
+        c = stream.capture
+        event.captured = (c.origin or c, list(c.leaves)) if c is not None else None
+
+    def _capture_wait(self, stream: Any, event: Any) -> int:
+        """A stream waiting for an event recorded in a capture joins it, after the event's nodes (CUDA's
+        multi-stream capture); one in another capture may not."""
+        if event.captured is None:
+            return 0
+        origin, leaves = event.captured
+        c = stream.capture
+        if c is None:
+            if stream.builtin:
+                return self.drv.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+            stream.capture = Capture(origin.graph, list(leaves), into=origin.into, origin=origin)
+            origin.joined.append(stream)
+        elif (c.origin or c) is not origin:
+            return self.drv.CUDA_ERROR_STREAM_CAPTURE_ISOLATION
+        else:
+            c.leaves += [n for n in leaves if n not in c.leaves]
+        return 0
+
     def cuStreamEndCapture(self, hStream: CData, phGraph: CData) -> int:
         stream = self._stream(hStream)
         if stream is None or stream.capture is None:
             return self.drv.CUDA_ERROR_ILLEGAL_STATE
+        if stream.capture.origin is not None:
+            return self.drv.CUDA_ERROR_STREAM_CAPTURE_UNMATCHED  # ended from a stream that only joined it
         handle = stream.capture.graph
+        for joined in stream.capture.joined:
+            if joined.capture is not None and joined.capture.origin is stream.capture:
+                joined.capture = None
         stream.capture = None
         if self._is_null(phGraph):
             return 0

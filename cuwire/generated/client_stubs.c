@@ -4435,8 +4435,12 @@ CUWIRE_EXPORT CUresult cuEventQuery(CUevent hEvent)
 }
 
 /* cuEventRecord (cuda.h): remoted, async; also cuEventRecord_ptsz */
+int cuwire_capture_event_record(CUevent hEvent, CUstream hStream);
 static inline CUresult cuwire_impl_cuEventRecord(CUevent hEvent, CUstream hStream)
 {
+    int fast = cuwire_capture_event_record(hEvent, hStream);
+    if (fast >= 0)
+        return (CUresult)fast;
     struct __attribute__((packed)) {
         uint64_t hEvent;
         uint64_t hStream;
@@ -4460,8 +4464,12 @@ CUWIRE_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 CUWIRE_EXPORT __typeof__(cuEventRecord) cuEventRecord_ptsz __attribute__((alias("cuEventRecord")));
 
 /* cuEventRecordWithFlags (cuda.h): remoted, async; also cuEventRecordWithFlags_ptsz */
+int cuwire_capture_event_record_with_flags(CUevent hEvent, CUstream hStream, unsigned int flags);
 static inline CUresult cuwire_impl_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
+    int fast = cuwire_capture_event_record_with_flags(hEvent, hStream, flags);
+    if (fast >= 0)
+        return (CUresult)fast;
     struct __attribute__((packed)) {
         uint64_t hEvent;
         uint64_t hStream;
@@ -12880,8 +12888,12 @@ CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CU
 CUWIRE_EXPORT __typeof__(cuStreamUpdateCaptureDependencies_v2) cuStreamUpdateCaptureDependencies_v2_ptsz __attribute__((alias("cuStreamUpdateCaptureDependencies_v2")));
 
 /* cuStreamWaitEvent (cuda.h): remoted, async; also cuStreamWaitEvent_ptsz */
+int cuwire_capture_stream_wait(CUstream hStream, CUevent hEvent, unsigned int Flags);
 static inline CUresult cuwire_impl_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
+    int fast = cuwire_capture_stream_wait(hStream, hEvent, Flags);
+    if (fast >= 0)
+        return (CUresult)fast;
     struct __attribute__((packed)) {
         uint64_t hStream;
         uint64_t hEvent;

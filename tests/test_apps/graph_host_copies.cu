@@ -4,7 +4,9 @@
 // (graphMemoryFootprint), and a capture into the program's own graph ended with no graph asked for
 // (graphConditionalNodes), and copies of pageable memory: a malloc'd buffer in, a variable on the stack out,
 // read by a host node (simpleCudaGraphs); captured asynchronous copies (graphMemoryNodes); a child graph's,
-// through a clone. Graphs with host inputs are launched twice, the input changed.
+// through a clone; launches queued one after another, each with a host node (simpleCudaGraphs); a pitched
+// copy; a capture over two streams joined by events (graphMemoryNodes). Graphs with host inputs are launched
+// twice, the input changed.
 #include <stdio.h>
 #include <string.h>
 
@@ -240,6 +242,95 @@ int main() {
     printf("a child graph's copy to pageable memory, through a clone: %s\n", tail_ok ? "OK" : "FAIL");
     failures += !tail_ok;
     CHECK(cudaGraphExecDestroy(exec));
+
+    // 8. launches queued one after another, a host node reading and clearing what a copy to the stack wrote
+    //    (simpleCudaGraphs: the same value every launch, the host node resets it to 0 in between)
+    struct Log { int *value; int seen[3]; int count; } log = {&last, {0, 0, 0}, 0};
+    last = 0;
+    CHECK(cudaGraphCreate(&g, 0));
+    cudaGraphNode_t down3, host3;
+    CHECK(cudaGraphAddMemcpyNode1D(&down3, g, NULL, 0, &last, out_d + n - 1, sizeof(int), cudaMemcpyDeviceToHost));
+    hp.fn = [](void *p) { Log *l = (Log *)p; if (l->count < 3) l->seen[l->count++] = *l->value; *l->value = 0; };
+    hp.userData = &log;
+    CHECK(cudaGraphAddHostNode(&host3, g, &down3, 1, &hp));
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    for (int i = 0; i < 3; i++) CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    int want_last = want_scaled(n - 1, 77), queued_ok = log.count == 3 && last == 0;
+    for (int i = 0; i < 3; i++) queued_ok &= log.seen[i] == want_last;
+    printf("three launches queued, each host node saw its copy: %s\n", queued_ok ? "OK" : "FAIL");
+    failures += !queued_ok;
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(g));
+
+    // 9. a pitched copy to pageable memory: 4 rows of 16 ints, 24 ints apart; the bytes between rows stay
+    int pitched[4 * 24];
+    memset(pitched, 0x5a, sizeof pitched);
+    cudaMemcpy3DParms down = {};
+    down.srcPtr = make_cudaPitchedPtr(out_d, 16 * sizeof(int), 16, 4);
+    down.dstPtr = make_cudaPitchedPtr(pitched, 24 * sizeof(int), 16, 4);
+    down.extent = make_cudaExtent(16 * sizeof(int), 4, 1);
+    down.kind = cudaMemcpyDeviceToHost;
+    CHECK(cudaGraphCreate(&g, 0));
+    cudaGraphNode_t down4;
+    CHECK(cudaGraphAddMemcpyNode(&down4, g, NULL, 0, &down));
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    int pitched_ok = 1;
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 24; c++)
+            pitched_ok &= pitched[r * 24 + c] == (c < 16 ? want_scaled(r * 16 + c, 77) : 0x5a5a5a5a);
+    printf("a pitched copy to pageable memory, the bytes between rows left alone: %s\n", pitched_ok ? "OK" : "FAIL");
+    failures += !pitched_ok;
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(g));
+
+    // 10. a capture over two streams (graphMemoryNodes): the second joins through an event, copies to pageable
+    //     memory, and is joined back
+    cudaStream_t side;
+    cudaEvent_t fork, filled, side_done;
+    CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    CHECK(cudaEventCreate(&fork));
+    CHECK(cudaEventCreate(&filled));
+    CHECK(cudaEventCreate(&side_done));
+    int *page_side = (int *)malloc(n * sizeof(int));
+    int fill_value = 40;
+    void *side_fill_args[] = {&out_d, &fill_value, &nn};
+    cudaStreamCaptureStatus side_before, side_during, side_after;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CHECK(cudaEventRecord(fork, s));
+    CHECK(cudaStreamIsCapturing(side, &side_before));
+    CHECK(cudaStreamWaitEvent(side, fork, 0));
+    CHECK(cudaStreamIsCapturing(side, &side_during));
+    CHECK(cudaLaunchKernel((void *)streamFill, dim3(blocks), dim3(256), side_fill_args, 0, s));
+    CHECK(cudaEventRecord(filled, s));
+    CHECK(cudaStreamWaitEvent(side, filled, 0));
+    CHECK(cudaMemcpyAsync(page_side, out_d, n * sizeof(int), cudaMemcpyDeviceToHost, side));
+    CHECK(cudaEventRecord(side_done, side));
+    CHECK(cudaStreamWaitEvent(s, side_done, 0));
+    CHECK(cudaStreamEndCapture(s, &g));
+    CHECK(cudaStreamIsCapturing(side, &side_after));
+    printf("the second stream's capture status: before %d, joined %d, after %d\n", (int)side_before,
+           (int)side_during, (int)side_after);
+    failures += side_before != cudaStreamCaptureStatusNone || side_during != cudaStreamCaptureStatusActive ||
+                side_after != cudaStreamCaptureStatusNone;
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    for (int round = 0; round < 2; round++) {
+        memset(page_side, 0, n * sizeof(int));
+        CHECK(cudaGraphLaunch(exec, s));
+        CHECK(cudaStreamSynchronize(s));
+        char what[80];
+        snprintf(what, sizeof what, "a capture over two streams, launch %d", round + 1);
+        failures += report(what, page_side, n, want_filled, 40);
+    }
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(g));
+    CHECK(cudaEventDestroy(fork));
+    CHECK(cudaEventDestroy(filled));
+    CHECK(cudaEventDestroy(side_done));
+    CHECK(cudaStreamDestroy(side));
+    free(page_side);
 
     CHECK(cudaFree(tmp_d));
     CHECK(cudaFree(in_d));
