@@ -179,8 +179,8 @@ static CUresult post(CUstream stream, CUhostFn fn, CUstreamCallback callback, vo
         return CUDA_ERROR_INVALID_VALUE;
     if (!cuwire_session_open() && CUWIRE_READY())
         cuwire_py_connect(); /* the session brings the shared memory */
-    int err;
-    uint64_t id = add_pending(fn, callback, stream, user, 0, name, &err);
+    int err; /* captured into a graph, it runs at every launch of it: kept, as a graph's host node */
+    uint64_t id = add_pending(fn, callback, stream, user, cuwire_capture_of(stream) != 0, name, &err);
     if (!id)
         return (CUresult)err;
     struct __attribute__((packed)) {

@@ -1249,10 +1249,14 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         return 0
 
     def cuLaunchHostFunc(self, hStream: CData, fn: CData, userData: CData) -> int:
-        """Streams run their work at once, in order: so does a host function."""
-        if self._stream(hStream) is None:
+        """Streams run their work at once, in order: so does a host function (in a capture: a node)."""
+        stream = self._stream(hStream)
+        if stream is None:
             return self.drv.CUDA_ERROR_INVALID_HANDLE
-        fn(userData)
+        if stream.capture is not None:
+            self._capture_node(stream, lambda: fn(userData))
+        else:
+            fn(userData)
         return 0
 
     @_after_fault

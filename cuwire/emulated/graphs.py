@@ -209,6 +209,13 @@ class EmulatedGraphs:
             return 0
         return self._drv_put((phGraph, handle))
 
+    def cuStreamIsCapturing(self, hStream: CData, captureStatus: CData) -> int:
+        stream = self._stream(hStream)
+        if stream is None or self._is_null(captureStatus):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        captureStatus[0] = 1 if stream.capture is not None else 0  # CU_STREAM_CAPTURE_STATUS_ACTIVE, _NONE
+        return 0
+
     def cuStreamGetCaptureInfo_v3(self, hStream: CData, captureStatus_out: CData, id_out: CData, graph_out: CData,
                                   dependencies_out: CData, edgeData_out: CData, numDependencies_out: CData) -> int:
         """The capture's graph and last nodes, mid-capture (the array stays the stream's until it changes)."""

@@ -84,6 +84,7 @@ struct cw_records {
         CW_FN_MEMBER(cuMemcpyDtoH_v2)
         CW_FN_MEMBER(cuMemcpyDtoHAsync_v2)
         CW_FN_MEMBER(cuLaunchHostFunc)
+        CW_FN_MEMBER(cuStreamIsCapturing)
     } fn;
     /* cuwire's own records (cw_records_ops) */
     uint32_t launch_id, launch_ex_id, set_context_id, copy_id, copy_from_id, copy_shared_id, host_func_id;
@@ -386,7 +387,8 @@ const char *cw_records_function(int i)
 #define CW_FN_NAME(name) #name,
         CW_GENERATED_FUNCTIONS(CW_FN_NAME) CW_FN_NAME(cuCtxSetCurrent) CW_FN_NAME(cuLaunchKernel)
             CW_FN_NAME(cuLaunchKernelEx) CW_FN_NAME(cuMemcpyHtoD_v2) CW_FN_NAME(cuMemcpyHtoDAsync_v2)
-                CW_FN_NAME(cuMemcpyDtoH_v2) CW_FN_NAME(cuMemcpyDtoHAsync_v2) CW_FN_NAME(cuLaunchHostFunc) NULL};
+                CW_FN_NAME(cuMemcpyDtoH_v2) CW_FN_NAME(cuMemcpyDtoHAsync_v2) CW_FN_NAME(cuLaunchHostFunc)
+                    CW_FN_NAME(cuStreamIsCapturing) NULL};
     return i >= 0 && i < (int)(sizeof names / sizeof *names) ? names[i] : NULL;
 }
 
@@ -654,9 +656,20 @@ static void cw_host_trampoline(void *p)
     free(p);
 }
 
-/* A graph's host node (server/graphs.py): it posts the client's id at every launch of the graph, so its
- * argument lives as long as the session (cw_records_host_node). */
+/* A graph's host node (server/graphs.py, or a host function captured into a graph): it posts the client's
+ * id at every launch of the graph, so its argument lives as long as the session (cw_keep_host_call). */
 static void cw_host_node_trampoline(void *p) { cw_post(p); }
+
+/* c lives as long as the session (a graph's host node's argument): 0, or -1 without memory. */
+static int cw_keep_host_call(cw_records *s, struct cw_host_call *c)
+{
+    void **grown = realloc(s->host_nodes, (s->host_nodes_len + 1) * sizeof *grown);
+    if (!grown)
+        return -1;
+    s->host_nodes = grown;
+    s->host_nodes[s->host_nodes_len++] = c;
+    return 0;
+}
 
 /* The function and argument a host node of this session's runs for the client's host function `id`;
  * NULL argument without a way to post it (shared memory, or a host-function connection) or memory. The
@@ -667,16 +680,11 @@ void *cw_records_host_node(cw_records *s, uint64_t id, void **fn)
     if (!s->ring && s->callbacks.fd < 0)
         return NULL;
     struct cw_host_call *c = malloc(sizeof *c);
-    void **grown = realloc(s->host_nodes, (s->host_nodes_len + 1) * sizeof *grown);
-    if (!c || !grown) {
+    if (!c || cw_keep_host_call(s, c) != 0) {
         free(c);
-        if (grown)
-            s->host_nodes = grown;
         return NULL;
     }
     *c = (struct cw_host_call){s->ring, s->ring ? NULL : &s->callbacks, id};
-    s->host_nodes = grown;
-    s->host_nodes[s->host_nodes_len++] = c;
     return c;
 }
 
@@ -694,10 +702,18 @@ static int cw_host_func_record(cw_records *s, const char *p, uint32_t size, int 
         return 1;
     }
     *c = (struct cw_host_call){s->ring, s->ring ? NULL : &s->callbacks, h.id};
-    if (!cw_owns(s, CW_KIND_CUstream_st, h.stream))
+    CUstream stream = (CUstream)(uintptr_t)h.stream;
+    CUstreamCaptureStatus captured = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (!cw_owns(s, CW_KIND_CUstream_st, h.stream)) {
         *err = CW_INVALID_HANDLE;
-    else
-        *err = s->fn.cuLaunchHostFunc((CUstream)(uintptr_t)h.stream, cw_host_trampoline, c);
+    } else if (s->fn.cuStreamIsCapturing(stream, &captured) == 0 && captured != CU_STREAM_CAPTURE_STATUS_NONE) {
+        /* captured: a host node of the graph, run at every launch, so its argument stays (the client keeps
+         * the function under the id likewise) */
+        *err = cw_keep_host_call(s, c) != 0 ? CW_OUT_OF_MEMORY : s->fn.cuLaunchHostFunc(stream, cw_host_node_trampoline, c);
+        return 1; /* (kept: freed with the session) */
+    } else {
+        *err = s->fn.cuLaunchHostFunc(stream, cw_host_trampoline, c);
+    }
     if (*err)
         free(c);
     return 1;

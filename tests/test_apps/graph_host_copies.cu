@@ -307,6 +307,8 @@ int main() {
     CHECK(cudaEventRecord(filled, s));
     CHECK(cudaStreamWaitEvent(side, filled, 0));
     CHECK(cudaMemcpyAsync(page_side, out_d, n * sizeof(int), cudaMemcpyDeviceToHost, side));
+    struct Runs { int *copied; int count, saw; } runs = {page_side, 0, 0};
+    CHECK(cudaLaunchHostFunc(side, [](void *p) { Runs *r = (Runs *)p; r->count++; r->saw = r->copied[5]; }, &runs));
     CHECK(cudaEventRecord(side_done, side));
     CHECK(cudaStreamWaitEvent(s, side_done, 0));
     CHECK(cudaStreamEndCapture(s, &g));
@@ -323,6 +325,10 @@ int main() {
         char what[80];
         snprintf(what, sizeof what, "a capture over two streams, launch %d", round + 1);
         failures += report(what, page_side, n, want_filled, 40);
+        printf("its captured host function: ran %d times, saw the copy %s\n", runs.count,
+               runs.saw == want_filled(5, 40) ? "OK" : "FAIL");
+        failures += runs.count != round + 1 || runs.saw != want_filled(5, 40);
+        runs.saw = 0;
     }
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(g));
