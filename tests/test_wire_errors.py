@@ -936,3 +936,34 @@ def test_context_ids_events_pool_access_and_atomic_capabilities(session):
     assert caps.status == 0 and len(caps.capabilities) == 12
     assert call("cuDeviceGetP2PAtomicCapabilities", operations=struct.pack("<i", 0), count=1, srcDevice=0,
                 dstDevice=0).status in (0, 101)  # one device: the driver may say CUDA_ERROR_INVALID_DEVICE
+
+
+def test_array_copies_between_arrays_device_memory_and_the_host(session):
+    """cuMemcpyAtoA, cuMemcpyAtoD, cuMemcpyDtoA and the asynchronous host copies (cuMemcpyHtoAAsync,
+    cuMemcpyAtoHAsync): bytes go through two arrays and device memory and come back as they went; a
+    device range beyond the session's allocation is refused before CUDA sees it."""
+    array_desc = struct.pack("<QQiI", 16, 8, 0x20, 1)  # 16 x 8 floats: 512 bytes
+    first = vmm_call(session, "cuArrayCreate_v2", pAllocateArray=array_desc).pHandle
+    second = vmm_call(session, "cuArrayCreate_v2", pAllocateArray=array_desc).pHandle
+    assert first and second
+    device = allocate(session, 4096)
+    data = bytes(range(256)) * 2
+    assert vmm_call(session, "cuMemcpyHtoAAsync_v2", dstArray=first, dstOffset=0, srcHost=data, ByteCount=512,
+                    hStream=0).status == 0
+    assert vmm_call(session, "cuMemcpyAtoA_v2", dstArray=second, dstOffset=0, srcArray=first, srcOffset=0,
+                    ByteCount=512).status == 0
+    assert vmm_call(session, "cuMemcpyAtoD_v2", dstDevice=device + 1024, srcArray=second, srcOffset=0,
+                    ByteCount=512).status == 0
+    back = vmm_call(session, "cuMemcpyDtoH_v2", srcDevice=device + 1024, ByteCount=512)
+    assert back.status == 0 and back.dstHost == data
+    assert vmm_call(session, "cuMemsetD8_v2", dstDevice=device, uc=0xAB, N=64).status == 0
+    assert vmm_call(session, "cuMemcpyDtoA_v2", dstArray=first, dstOffset=64, srcDevice=device, ByteCount=64).status == 0
+    out = vmm_call(session, "cuMemcpyAtoHAsync_v2", srcArray=first, srcOffset=0, ByteCount=512, hStream=0)
+    assert out.status == 0 and out.dstHost == data[:64] + b"\xab" * 64 + data[128:]
+    assert vmm_call(session, "cuMemcpyAtoD_v2", dstDevice=device + 3840, srcArray=second, srcOffset=0,
+                    ByteCount=512).status == 1  # 256 bytes past the allocation: CUDA_ERROR_INVALID_VALUE
+    assert vmm_call(session, "cuMemcpyDtoA_v2", dstArray=first, dstOffset=0, srcDevice=0x7F00_0000_1000,
+                    ByteCount=8).status == 1
+    for array in (first, second):
+        assert vmm_call(session, "cuArrayDestroy", hArray=array).status == 0
+    assert serving(session)

@@ -419,6 +419,45 @@ class EmulatedArrays:
         self.ffi.memmove(dstHost, bytes(a.data[srcOffset:srcOffset + ByteCount]), ByteCount)
         return 0
 
+    def _array_span(self, handle: CData, offset: int, count: int) -> Array | None:
+        """The array, when [offset, offset + count) lies in it."""
+        a = self._array(handle)
+        return a if a is not None and 0 <= offset and offset + count <= len(a.data) else None
+
+    def cuMemcpyHtoAAsync_v2(self, dstArray: CData, dstOffset: int, srcHost: CData, ByteCount: int,
+                             hStream: CData) -> int:
+        if self._stream(hStream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self.cuMemcpyHtoA_v2(dstArray, dstOffset, srcHost, ByteCount)
+
+    def cuMemcpyAtoHAsync_v2(self, dstHost: CData, srcArray: CData, srcOffset: int, ByteCount: int,
+                             hStream: CData) -> int:
+        if self._stream(hStream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self.cuMemcpyAtoH_v2(dstHost, srcArray, srcOffset, ByteCount)
+
+    def cuMemcpyAtoA_v2(self, dstArray: CData, dstOffset: int, srcArray: CData, srcOffset: int,
+                        ByteCount: int) -> int:
+        dst, src = self._array_span(dstArray, dstOffset, ByteCount), self._array_span(srcArray, srcOffset, ByteCount)
+        if dst is None or src is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        dst.data[dstOffset:dstOffset + ByteCount] = src.data[srcOffset:srcOffset + ByteCount]
+        return 0
+
+    def cuMemcpyAtoD_v2(self, dstDevice: int, srcArray: CData, srcOffset: int, ByteCount: int) -> int:
+        src = self._array_span(srcArray, srcOffset, ByteCount)
+        if src is None or (ByteCount and self._memory.find(dstDevice, ByteCount) is None):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        self._store(dstDevice, bytes(src.data[srcOffset:srcOffset + ByteCount]))
+        return 0
+
+    def cuMemcpyDtoA_v2(self, dstArray: CData, dstOffset: int, srcDevice: int, ByteCount: int) -> int:
+        dst = self._array_span(dstArray, dstOffset, ByteCount)
+        if dst is None or (ByteCount and self._memory.find(srcDevice, ByteCount) is None):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        dst.data[dstOffset:dstOffset + ByteCount] = self._load(srcDevice, ByteCount)
+        return 0
+
     # --- texture and surface objects
 
     def _description(self, pointer: CData, ctype: str) -> bytes:

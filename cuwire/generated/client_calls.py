@@ -1466,6 +1466,46 @@ def cuMemcpyAsync(dst, dst_len, src, src_len, ByteCount, hStream):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuMemcpyAtoA_v2", onerror=rt.on_error)
+def cuMemcpyAtoA_v2(dstArray, dstOffset, srcArray, srcOffset, ByteCount):
+    """cuMemcpyAtoA_v2 (cuda.h)"""
+    args = pb.cuMemcpyAtoA_v2_Args()
+    args.dstArray = dstArray
+    args.dstOffset = dstOffset
+    args.srcArray = srcArray
+    args.srcOffset = srcOffset
+    args.ByteCount = ByteCount
+    res = rt.call(3732356633, args, pb.cuMemcpyAtoA_v2_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemcpyAtoD_v2", onerror=rt.on_error)
+def cuMemcpyAtoD_v2(dstDevice, srcArray, srcOffset, ByteCount):
+    """cuMemcpyAtoD_v2 (cuda.h)"""
+    args = pb.cuMemcpyAtoD_v2_Args()
+    args.dstDevice = dstDevice
+    args.srcArray = srcArray
+    args.srcOffset = srcOffset
+    args.ByteCount = ByteCount
+    res = rt.call(3920219691, args, pb.cuMemcpyAtoD_v2_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemcpyAtoHAsync_v2", onerror=rt.on_error)
+def cuMemcpyAtoHAsync_v2(dstHost, dstHost_len, srcArray, srcOffset, ByteCount, hStream):
+    """cuMemcpyAtoHAsync_v2 (cuda.h): waits for the copy (the host buffer is the program's), as cuMemcpyDtoHAsync_v2"""
+    args = pb.cuMemcpyAtoHAsync_v2_Args()
+    args.srcArray = srcArray
+    args.srcOffset = srcOffset
+    args.ByteCount = ByteCount
+    args.hStream = hStream
+    rt.expect(dstHost, dstHost_len)
+    res = rt.call(3738512590, args, pb.cuMemcpyAtoHAsync_v2_Result)
+    if res.status == 0:
+        rt.write(dstHost, res.dstHost, dstHost_len)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuMemcpyAtoH_v2", onerror=rt.on_error)
 def cuMemcpyAtoH_v2(dstHost, dstHost_len, srcArray, srcOffset, ByteCount):
     """cuMemcpyAtoH_v2 (cuda.h)"""
@@ -1477,6 +1517,18 @@ def cuMemcpyAtoH_v2(dstHost, dstHost_len, srcArray, srcOffset, ByteCount):
     res = rt.call(2743038355, args, pb.cuMemcpyAtoH_v2_Result)
     if res.status == 0:
         rt.write(dstHost, res.dstHost, dstHost_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemcpyDtoA_v2", onerror=rt.on_error)
+def cuMemcpyDtoA_v2(dstArray, dstOffset, srcDevice, ByteCount):
+    """cuMemcpyDtoA_v2 (cuda.h)"""
+    args = pb.cuMemcpyDtoA_v2_Args()
+    args.dstArray = dstArray
+    args.dstOffset = dstOffset
+    args.srcDevice = srcDevice
+    args.ByteCount = ByteCount
+    res = rt.call(2353992126, args, pb.cuMemcpyDtoA_v2_Result)
     return res.status
 
 
@@ -1515,6 +1567,19 @@ def cuMemcpyDtoH_v2(dstHost, dstHost_len, srcDevice, ByteCount):
     res = rt.call(4047986228, args, pb.cuMemcpyDtoH_v2_Result)
     if res.status == 0:
         rt.write(dstHost, res.dstHost, dstHost_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuMemcpyHtoAAsync_v2", onerror=rt.on_error)
+def cuMemcpyHtoAAsync_v2(dstArray, dstOffset, srcHost, srcHost_len, ByteCount, hStream):
+    """cuMemcpyHtoAAsync_v2 (cuda.h): the bytes travel with the call, as cuMemcpyHtoDAsync_v2's"""
+    args = pb.cuMemcpyHtoAAsync_v2_Args()
+    args.dstArray = dstArray
+    args.dstOffset = dstOffset
+    args.srcHost = rt.read(srcHost, srcHost_len)
+    args.ByteCount = ByteCount
+    args.hStream = hStream
+    res = rt.call(4024410116, args, pb.cuMemcpyHtoAAsync_v2_Result)
     return res.status
 
 

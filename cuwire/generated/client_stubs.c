@@ -1393,18 +1393,18 @@ const char *const cuwire_modes[] = {
     "custom",
     "sync",
     "unimplemented",
+    "sync",
+    "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "sync",
     "sync",
     "unimplemented",
     "unimplemented",
     "local",
     "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "async",
@@ -1415,7 +1415,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "sync",
     "sync",
     "unimplemented",
     "unimplemented",
@@ -10080,11 +10080,31 @@ CUWIRE_EXPORT CUresult cuMemcpyAtoA(void)
     return cuwire_impl_cuMemcpyAtoA();
 }
 
-/* cuMemcpyAtoA_v2 (cuda.h): unimplemented; also cuMemcpyAtoA_v2_ptds */
+/* cuMemcpyAtoA_v2 (cuda.h): remoted, sync; also cuMemcpyAtoA_v2_ptds */
+int cuwire_py_cuMemcpyAtoA_v2(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemcpyAtoA_v2", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t dstArray;
+            uint64_t dstOffset;
+            uint64_t srcArray;
+            uint64_t srcOffset;
+            uint64_t ByteCount;
+        } rec = {
+            (uint64_t)(uintptr_t)dstArray,
+            dstOffset,
+            (uint64_t)(uintptr_t)srcArray,
+            srcOffset,
+            ByteCount,
+        };
+        int status = cuwire_call(3732356633u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemcpyAtoA_v2((uint64_t)(uintptr_t)dstArray, (uint64_t)dstOffset, (uint64_t)(uintptr_t)srcArray, (uint64_t)srcOffset, (uint64_t)ByteCount));
 }
 CUWIRE_EXPORT CUresult cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
@@ -10117,11 +10137,29 @@ CUWIRE_EXPORT CUresult cuMemcpyAtoD(void)
     return cuwire_impl_cuMemcpyAtoD();
 }
 
-/* cuMemcpyAtoD_v2 (cuda.h): unimplemented; also cuMemcpyAtoD_v2_ptds */
+/* cuMemcpyAtoD_v2 (cuda.h): remoted, sync; also cuMemcpyAtoD_v2_ptds */
+int cuwire_py_cuMemcpyAtoD_v2(uint64_t, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemcpyAtoD_v2", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t dstDevice;
+            uint64_t srcArray;
+            uint64_t srcOffset;
+            uint64_t ByteCount;
+        } rec = {
+            dstDevice,
+            (uint64_t)(uintptr_t)srcArray,
+            srcOffset,
+            ByteCount,
+        };
+        int status = cuwire_call(3920219691u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemcpyAtoD_v2((uint64_t)dstDevice, (uint64_t)(uintptr_t)srcArray, (uint64_t)srcOffset, (uint64_t)ByteCount));
 }
 CUWIRE_EXPORT CUresult cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
@@ -10172,11 +10210,13 @@ CUWIRE_EXPORT CUresult cuMemcpyAtoHAsync(void)
     return cuwire_impl_cuMemcpyAtoHAsync();
 }
 
-/* cuMemcpyAtoHAsync_v2 (cuda.h): unimplemented; also cuMemcpyAtoHAsync_v2_ptsz */
+/* cuMemcpyAtoHAsync_v2 (cuda.h): remoted, sync; also cuMemcpyAtoHAsync_v2_ptsz */
+int cuwire_py_cuMemcpyAtoHAsync_v2(void *, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemcpyAtoHAsync_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemcpyAtoHAsync_v2((void *)dstHost, (uint64_t)(ByteCount), (uint64_t)(uintptr_t)srcArray, (uint64_t)srcOffset, (uint64_t)ByteCount, (uint64_t)(uintptr_t)hStream));
 }
 CUWIRE_EXPORT CUresult cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
 {
@@ -10295,11 +10335,29 @@ CUWIRE_EXPORT CUresult cuMemcpyDtoA(void)
     return cuwire_impl_cuMemcpyDtoA();
 }
 
-/* cuMemcpyDtoA_v2 (cuda.h): unimplemented; also cuMemcpyDtoA_v2_ptds */
+/* cuMemcpyDtoA_v2 (cuda.h): remoted, sync; also cuMemcpyDtoA_v2_ptds */
+int cuwire_py_cuMemcpyDtoA_v2(uint64_t, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemcpyDtoA_v2", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t dstArray;
+            uint64_t dstOffset;
+            uint64_t srcDevice;
+            uint64_t ByteCount;
+        } rec = {
+            (uint64_t)(uintptr_t)dstArray,
+            dstOffset,
+            srcDevice,
+            ByteCount,
+        };
+        int status = cuwire_call(2353992126u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemcpyDtoA_v2((uint64_t)(uintptr_t)dstArray, (uint64_t)dstOffset, (uint64_t)srcDevice, (uint64_t)ByteCount));
 }
 CUWIRE_EXPORT CUresult cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -10560,11 +10618,13 @@ CUWIRE_EXPORT CUresult cuMemcpyHtoAAsync(void)
     return cuwire_impl_cuMemcpyHtoAAsync();
 }
 
-/* cuMemcpyHtoAAsync_v2 (cuda.h): unimplemented; also cuMemcpyHtoAAsync_v2_ptsz */
+/* cuMemcpyHtoAAsync_v2 (cuda.h): remoted, sync; also cuMemcpyHtoAAsync_v2_ptsz */
+int cuwire_py_cuMemcpyHtoAAsync_v2(uint64_t, uint64_t, void *, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemcpyHtoAAsync_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemcpyHtoAAsync_v2((uint64_t)(uintptr_t)dstArray, (uint64_t)dstOffset, (void *)srcHost, (uint64_t)(ByteCount), (uint64_t)ByteCount, (uint64_t)(uintptr_t)hStream));
 }
 CUWIRE_EXPORT CUresult cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
 {

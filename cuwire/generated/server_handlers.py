@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "228be9ac8f57ffa3"
+API_DIGEST = "fdecb8280ef5d50d"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -865,6 +865,31 @@ def cuMemcpyAsync(s, a: pb.cuMemcpyAsync_Args) -> pb.cuMemcpyAsync_Result:
     return r
 
 
+def cuMemcpyAtoA_v2(s, a: pb.cuMemcpyAtoA_v2_Args) -> pb.cuMemcpyAtoA_v2_Result:
+    """cuMemcpyAtoA_v2 (cuda.h)"""
+    r = pb.cuMemcpyAtoA_v2_Result()
+    r.status = s.lib.cuMemcpyAtoA_v2(s.handle("CUarray_st", "CUarray", a.dstArray), a.dstOffset, s.handle("CUarray_st", "CUarray", a.srcArray), a.srcOffset, a.ByteCount)
+    return r
+
+
+def cuMemcpyAtoD_v2(s, a: pb.cuMemcpyAtoD_v2_Args) -> pb.cuMemcpyAtoD_v2_Result:
+    """cuMemcpyAtoD_v2 (cuda.h)"""
+    r = pb.cuMemcpyAtoD_v2_Result()
+    s.device_range(a.dstDevice, a.ByteCount)
+    r.status = s.lib.cuMemcpyAtoD_v2(a.dstDevice, s.handle("CUarray_st", "CUarray", a.srcArray), a.srcOffset, a.ByteCount)
+    return r
+
+
+def cuMemcpyAtoHAsync_v2(s, a: pb.cuMemcpyAtoHAsync_v2_Args) -> pb.cuMemcpyAtoHAsync_v2_Result:
+    """cuMemcpyAtoHAsync_v2 (cuda.h)"""
+    r = pb.cuMemcpyAtoHAsync_v2_Result()
+    dstHost = s.out_buffer(a.ByteCount)
+    r.status = s.lib.cuMemcpyAtoHAsync_v2(dstHost, s.handle("CUarray_st", "CUarray", a.srcArray), a.srcOffset, a.ByteCount, s.handle("CUstream_st", "CUstream", a.hStream))
+    if r.status == 0:
+        r.dstHost = s.take(dstHost, a.ByteCount)
+    return r
+
+
 def cuMemcpyAtoH_v2(s, a: pb.cuMemcpyAtoH_v2_Args) -> pb.cuMemcpyAtoH_v2_Result:
     """cuMemcpyAtoH_v2 (cuda.h)"""
     r = pb.cuMemcpyAtoH_v2_Result()
@@ -872,6 +897,14 @@ def cuMemcpyAtoH_v2(s, a: pb.cuMemcpyAtoH_v2_Args) -> pb.cuMemcpyAtoH_v2_Result:
     r.status = s.lib.cuMemcpyAtoH_v2(dstHost, s.handle("CUarray_st", "CUarray", a.srcArray), a.srcOffset, a.ByteCount)
     if r.status == 0:
         r.dstHost = s.take(dstHost, a.ByteCount)
+    return r
+
+
+def cuMemcpyDtoA_v2(s, a: pb.cuMemcpyDtoA_v2_Args) -> pb.cuMemcpyDtoA_v2_Result:
+    """cuMemcpyDtoA_v2 (cuda.h)"""
+    r = pb.cuMemcpyDtoA_v2_Result()
+    s.device_range(a.srcDevice, a.ByteCount)
+    r.status = s.lib.cuMemcpyDtoA_v2(s.handle("CUarray_st", "CUarray", a.dstArray), a.dstOffset, a.srcDevice, a.ByteCount)
     return r
 
 
@@ -903,6 +936,14 @@ def cuMemcpyDtoH_v2(s, a: pb.cuMemcpyDtoH_v2_Args) -> pb.cuMemcpyDtoH_v2_Result:
     r.status = s.lib.cuMemcpyDtoH_v2(dstHost, a.srcDevice, a.ByteCount)
     if r.status == 0:
         r.dstHost = s.take(dstHost, a.ByteCount)
+    return r
+
+
+def cuMemcpyHtoAAsync_v2(s, a: pb.cuMemcpyHtoAAsync_v2_Args) -> pb.cuMemcpyHtoAAsync_v2_Result:
+    """cuMemcpyHtoAAsync_v2 (cuda.h)"""
+    r = pb.cuMemcpyHtoAAsync_v2_Result()
+    srcHost = s.in_buffer(a.srcHost, a.ByteCount)
+    r.status = s.lib.cuMemcpyHtoAAsync_v2(s.handle("CUarray_st", "CUarray", a.dstArray), a.dstOffset, srcHost, a.ByteCount, s.handle("CUstream_st", "CUstream", a.hStream))
     return r
 
 
@@ -2006,10 +2047,15 @@ HANDLERS = {
     4227091015: ("cuMemUnmap", pb.cuMemUnmap_Args, None),  # server/vmm.py
     3795422459: ("cuMemcpy", pb.cuMemcpy_Args, cuMemcpy),
     1900514108: ("cuMemcpyAsync", pb.cuMemcpyAsync_Args, cuMemcpyAsync),
+    3732356633: ("cuMemcpyAtoA_v2", pb.cuMemcpyAtoA_v2_Args, cuMemcpyAtoA_v2),
+    3920219691: ("cuMemcpyAtoD_v2", pb.cuMemcpyAtoD_v2_Args, cuMemcpyAtoD_v2),
+    3738512590: ("cuMemcpyAtoHAsync_v2", pb.cuMemcpyAtoHAsync_v2_Args, cuMemcpyAtoHAsync_v2),
     2743038355: ("cuMemcpyAtoH_v2", pb.cuMemcpyAtoH_v2_Args, cuMemcpyAtoH_v2),
+    2353992126: ("cuMemcpyDtoA_v2", pb.cuMemcpyDtoA_v2_Args, cuMemcpyDtoA_v2),
     3146899852: ("cuMemcpyDtoD_v2", pb.cuMemcpyDtoD_v2_Args, cuMemcpyDtoD_v2),
     1182161886: ("cuMemcpyDtoHAsync_v2", pb.cuMemcpyDtoHAsync_v2_Args, cuMemcpyDtoHAsync_v2),
     4047986228: ("cuMemcpyDtoH_v2", pb.cuMemcpyDtoH_v2_Args, cuMemcpyDtoH_v2),
+    4024410116: ("cuMemcpyHtoAAsync_v2", pb.cuMemcpyHtoAAsync_v2_Args, cuMemcpyHtoAAsync_v2),
     1273985994: ("cuMemcpyHtoA_v2", pb.cuMemcpyHtoA_v2_Args, cuMemcpyHtoA_v2),
     2773017931: ("cuMemcpyHtoDAsync_v2", pb.cuMemcpyHtoDAsync_v2_Args, cuMemcpyHtoDAsync_v2),
     2083621880: ("cuMemcpyHtoD_v2", pb.cuMemcpyHtoD_v2_Args, cuMemcpyHtoD_v2),
@@ -2154,6 +2200,9 @@ RECORDS = {
     401629509: ("cuGraphNodeSetEnabled", struct.Struct("<QQI")),
     4087946048: ("cuGraphUpload", struct.Struct("<QQ")),
     1437163825: ("cuMemPoolTrimTo", struct.Struct("<QQ")),
+    3732356633: ("cuMemcpyAtoA_v2", struct.Struct("<QQQQQ")),
+    3920219691: ("cuMemcpyAtoD_v2", struct.Struct("<QQQQ")),
+    2353992126: ("cuMemcpyDtoA_v2", struct.Struct("<QQQQ")),
     2688723146: ("cuMemcpyDtoDAsync_v2", struct.Struct("<QQQQ")),
     3146899852: ("cuMemcpyDtoD_v2", struct.Struct("<QQQ")),
     4212927275: ("cuMemcpyPeer", struct.Struct("<QQQQQ")),

@@ -393,6 +393,70 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         *err = s->fn.cuMemPoolTrimTo((CUmemoryPool)(uintptr_t)r.pool, r.minBytesToKeep);
         return 1;
     }
+    case 3732356633u: { /* cuMemcpyAtoA_v2 (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t dstArray;
+            uint64_t dstOffset;
+            uint64_t srcArray;
+            uint64_t srcOffset;
+            uint64_t ByteCount;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuMemcpyAtoA_v2: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUarray_st, r.dstArray)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_owns(s, CW_KIND_CUarray_st, r.srcArray)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuMemcpyAtoA_v2((CUarray)(uintptr_t)r.dstArray, r.dstOffset, (CUarray)(uintptr_t)r.srcArray, r.srcOffset, r.ByteCount);
+        return 1;
+    }
+    case 3920219691u: { /* cuMemcpyAtoD_v2 (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t dstDevice;
+            uint64_t srcArray;
+            uint64_t srcOffset;
+            uint64_t ByteCount;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuMemcpyAtoD_v2: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUarray_st, r.srcArray)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_device_range(s, r.dstDevice, (unsigned __int128)r.ByteCount)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
+        *err = s->fn.cuMemcpyAtoD_v2(r.dstDevice, (CUarray)(uintptr_t)r.srcArray, r.srcOffset, r.ByteCount);
+        return 1;
+    }
+    case 2353992126u: { /* cuMemcpyDtoA_v2 (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t dstArray;
+            uint64_t dstOffset;
+            uint64_t srcDevice;
+            uint64_t ByteCount;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuMemcpyDtoA_v2: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUarray_st, r.dstArray)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_device_range(s, r.srcDevice, (unsigned __int128)r.ByteCount)) {
+            *err = CW_INVALID_VALUE;
+            return 1;
+        }
+        *err = s->fn.cuMemcpyDtoA_v2((CUarray)(uintptr_t)r.dstArray, r.dstOffset, r.srcDevice, r.ByteCount);
+        return 1;
+    }
     case 2688723146u: { /* cuMemcpyDtoDAsync_v2 (cuda.h) */
         struct __attribute__((packed)) {
             uint64_t dstDevice;

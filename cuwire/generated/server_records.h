@@ -29,6 +29,9 @@
     X(cuGraphNodeSetEnabled) \
     X(cuGraphUpload) \
     X(cuMemPoolTrimTo) \
+    X(cuMemcpyAtoA_v2) \
+    X(cuMemcpyAtoD_v2) \
+    X(cuMemcpyDtoA_v2) \
     X(cuMemcpyDtoDAsync_v2) \
     X(cuMemcpyDtoD_v2) \
     X(cuMemcpyPeer) \
