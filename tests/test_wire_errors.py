@@ -957,7 +957,8 @@ def test_array_copies_between_arrays_device_memory_and_the_host(session):
     back = vmm_call(session, "cuMemcpyDtoH_v2", srcDevice=device + 1024, ByteCount=512)
     assert back.status == 0 and back.dstHost == data
     assert vmm_call(session, "cuMemsetD8_v2", dstDevice=device, uc=0xAB, N=64).status == 0
-    assert vmm_call(session, "cuMemcpyDtoA_v2", dstArray=first, dstOffset=64, srcDevice=device, ByteCount=64).status == 0
+    assert vmm_call(session, "cuMemcpyDtoA_v2", dstArray=first, dstOffset=64, srcDevice=device,
+                    ByteCount=64).status == 0
     out = vmm_call(session, "cuMemcpyAtoHAsync_v2", srcArray=first, srcOffset=0, ByteCount=512, hStream=0)
     assert out.status == 0 and out.dstHost == data[:64] + b"\xab" * 64 + data[128:]
     assert vmm_call(session, "cuMemcpyAtoD_v2", dstDevice=device + 3840, srcArray=second, srcOffset=0,
