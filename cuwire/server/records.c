@@ -40,7 +40,8 @@ static const uint64_t CW_LATENCY_BOUNDS[CW_LATENCY_BUCKETS - 1] = {10, 30, 100, 
                                                                     100000, 1000000, 10000000};
 
 /* The handle kinds the loop checks (struct tags, as the model names them). */
-#define CW_KINDS(X) X(CUstream_st) X(CUevent_st) X(CUctx_st) X(CUmemPoolHandle_st) X(CUgraphExec_st) X(CUgraphNode_st)
+#define CW_KINDS(X)                                                                                         \
+    X(CUstream_st) X(CUevent_st) X(CUctx_st) X(CUmemPoolHandle_st) X(CUgraphExec_st) X(CUgraphNode_st) X(CUarray_st)
 enum {
 #define CW_KIND_ENUM(k) CW_KIND_##k,
     CW_KINDS(CW_KIND_ENUM)
