@@ -345,19 +345,29 @@ def cuLaunchKernelEx(config, config_len, f, params, extra):
 _LAUNCH_ATTRIBUTE = 72
 
 
-@ffi.def_extern(name="cuwire_py_cuOccupancyMaxActiveClusters", onerror=rt.on_error)
-def cuOccupancyMaxActiveClusters(numClusters, func, config, config_len):
-    if not config or not numClusters:
+def _clusters(out, func, config, config_len: int, potential_size: bool) -> int:
+    """cuwire.MaxActiveClusters: the launch configuration as bytes, its attributes beside it."""
+    if not config or not out:
         return INVALID_VALUE
     raw = bytes(ffi.buffer(ffi.cast("char *", config), config_len))
     attrs, count = struct.unpack_from("<QI", raw, 40)
     body = bytes(ffi.buffer(ffi.cast("char *", attrs), count * _LAUNCH_ATTRIBUTE)) if count and attrs else b""
     res = rt.call(rt.MAX_ACTIVE_CLUSTERS, pb.MaxActiveClusters_Args(function=rt.server_function(func), config=raw,
-                                                                     attributes=body),
+                                                                     attributes=body, potential_size=potential_size),
                   pb.MaxActiveClusters_Result)
     if res.status == 0:
-        ffi.cast("int *", numClusters)[0] = res.clusters
+        ffi.cast("int *", out)[0] = res.clusters
     return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuOccupancyMaxActiveClusters", onerror=rt.on_error)
+def cuOccupancyMaxActiveClusters(numClusters, func, config, config_len):
+    return _clusters(numClusters, func, config, config_len, False)
+
+
+@ffi.def_extern(name="cuwire_py_cuOccupancyMaxPotentialClusterSize", onerror=rt.on_error)
+def cuOccupancyMaxPotentialClusterSize(clusterSize, func, config, config_len):
+    return _clusters(clusterSize, func, config, config_len, True)
 
 
 # ---------------------------------------------------------------- 2D and 3D copies

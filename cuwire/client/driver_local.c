@@ -456,6 +456,33 @@ CUresult cuwire_local_cuStreamGetCaptureInfo_v2(CUstream stream, CUstreamCapture
     return cuwire_local_cuStreamGetCaptureInfo_v3(stream, status, id, graph, deps, NULL, n_deps);
 }
 
+/* cuGraphInstantiateWithParams: cuGraphInstantiateWithFlags (the server's), then cuGraphUpload to the stream
+ * the parameters name when they ask for it. The result says success or a plain error: the driver's finer
+ * reason and the node it names stay on the server. */
+CUresult cuwire_local_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                   CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+    if (!params)
+        return CUDA_ERROR_INVALID_VALUE;
+    cuuint64_t upload = params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+    CUresult r = cuGraphInstantiateWithFlags(phGraphExec, hGraph, params->flags & ~upload);
+    if (r == CUDA_SUCCESS && upload)
+        r = cuGraphUpload(*phGraphExec, params->hUploadStream);
+    params->hErrNode_out = NULL;
+    params->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+    return r;
+}
+
+/* cuStreamGetCtx_v2: the stream's context (the server's answer); green contexts are not served, so no
+ * stream has one. */
+CUresult cuwire_local_cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
+{
+    if (!pCtx || !pGreenCtx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pGreenCtx = NULL;
+    return cuStreamGetCtx(hStream, pCtx);
+}
+
 static __thread CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 CUresult cuwire_local_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)

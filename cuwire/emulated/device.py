@@ -180,6 +180,7 @@ class EmulatedMemory:
         self.surfaces: dict = {}
         self.conditionals: dict[int, int] = {}  # conditional handle -> its value (emulated/graphs.py)
         self._aliases: set[int] = set()  # second addresses of allocations (alias: IPC, pools' pointers)
+        self.graph_memory: dict[int, int] = {}  # graphs' memory allocation nodes: address -> size
 
     def allocate(self, size: int) -> int | None:
         """A new zeroed allocation's address, or None when the device is full."""
@@ -198,6 +199,20 @@ class EmulatedMemory:
         self._blocks[base] = block
         self.used += rounded
         return base
+
+    def allocate_at(self, base: int, size: int) -> bool:
+        """A zeroed allocation at `base` again (a graph's memory allocation node makes its memory at the same
+        address at every launch); False when something lies there now or the device is full."""
+        rounded = _round_up(max(size, 1), ALLOCATION_ALIGNMENT)
+        i = bisect.bisect_right(self._bases, base + rounded - 1) - 1
+        if rounded > self.total - self.used:
+            return False
+        if i >= 0 and self._bases[i] + max(len(self._blocks[self._bases[i]]), 1) > base:
+            return False  # (an allocation, reservation or host memory overlaps it)
+        bisect.insort(self._bases, base)
+        self._blocks[base] = _zeroed(size)
+        self.used += rounded
+        return True
 
     def reset(self) -> None:
         """cuDevicePrimaryCtxReset: free every allocation; `__device__` variables stay where they are, zeroed,
@@ -373,6 +388,7 @@ class _Stream:
     builtin: bool = False  # the default stream, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: never destroyed
     capture: Any = None  # while capturing: graphs.Capture, the graph its work goes into instead of running
     attributes: dict[int, bytes] = field(default_factory=dict)  # cuStreamSetAttribute: attribute -> value
+    context: int = 0  # the context current when it was made (0: the primary context)
 
 
 @dataclass
@@ -1231,7 +1247,8 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
             return False
         least, greatest = STREAM_PRIORITIES
         handle = self._new_handle()
-        self._streams[handle] = _Stream(flags, min(max(priority, greatest), least), self._next_stream_id)
+        self._streams[handle] = _Stream(flags, min(max(priority, greatest), least), self._next_stream_id,
+                                        context=self._current_context or self._context)
         self._next_stream_id += 1
         return self._put((out, handle))
 
@@ -1362,7 +1379,7 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         return self._stream_get(hStream, device, lambda s: 0)
 
     def cuStreamGetCtx(self, hStream: CData, pctx: CData) -> int:
-        return self._stream_get(hStream, pctx, lambda s: self._context)
+        return self._stream_get(hStream, pctx, lambda s: s.context or self._context)
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -1724,6 +1741,13 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
                 d = config.attrs[i].value.clusterDim
                 size = d.x * d.y * d.z
         return self._drv_put((numClusters, _prop("multiProcessorCount") // max(size, 1)))
+
+    def cuOccupancyMaxPotentialClusterSize(self, clusterSize: CData, func: CData, config: CData) -> int:
+        """The portable largest cluster (8 blocks), as Hopper's driver answers for a kernel that does not
+        allow more."""
+        if self._function(func) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self._drv_put((clusterSize, 8))
 
     # --- launches -----------------------------------------------------------------------------------
 

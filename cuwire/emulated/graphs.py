@@ -583,12 +583,17 @@ class EmulatedGraphs:
             address = self._memory.allocate(p.alloc.bytesize) if p.alloc.bytesize else None
             if address is None:
                 return self.drv.CUDA_ERROR_OUT_OF_MEMORY if p.alloc.bytesize else self.drv.CUDA_ERROR_INVALID_VALUE
-            p.alloc.dptr = address  # (allocated from the node's creation on: its graph frees it)
-            return self._add(phGraphNode, hGraph, dependencies, numDependencies, MEM_ALLOC, lambda: None)
+            p.alloc.dptr = address  # (allocated from the node's creation on; made again at a launch once freed)
+            size, memory = p.alloc.bytesize, self._memory
+            memory.graph_memory[address] = size
+            return self._add(phGraphNode, hGraph, dependencies, numDependencies, MEM_ALLOC,
+                             lambda: memory.contains(address) or memory.allocate_at(address, size))
         if p.type == MEM_FREE:
-            if not self._memory.contains(p.free.dptr):
-                return self.drv.CUDA_ERROR_INVALID_VALUE
-            err = self._add(phGraphNode, hGraph, dependencies, numDependencies, MEM_FREE, lambda: None)
+            dptr = int(p.free.dptr)
+            if not self._memory.contains(dptr) and dptr not in self._memory.graph_memory:
+                return self.drv.CUDA_ERROR_INVALID_VALUE  # (a graph's memory may be freed now: it is made again)
+            err = self._add(phGraphNode, hGraph, dependencies, numDependencies, MEM_FREE,
+                            lambda: self._memory.free(dptr))
             if err == 0:
                 self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = int(p.free.dptr)
             return err

@@ -1493,7 +1493,7 @@ def cuMemcpyAtoD_v2(dstDevice, srcArray, srcOffset, ByteCount):
 
 @ffi.def_extern(name="cuwire_py_cuMemcpyAtoHAsync_v2", onerror=rt.on_error)
 def cuMemcpyAtoHAsync_v2(dstHost, dstHost_len, srcArray, srcOffset, ByteCount, hStream):
-    """cuMemcpyAtoHAsync_v2 (cuda.h): waits for the copy (the host buffer is the program's), as cuMemcpyDtoHAsync_v2"""
+    """cuMemcpyAtoHAsync_v2 (cuda.h): waits for the copy (the host buffer is the program's), made in stream order (server/textures.py)"""
     args = pb.cuMemcpyAtoHAsync_v2_Args()
     args.srcArray = srcArray
     args.srcOffset = srcOffset
@@ -1572,7 +1572,7 @@ def cuMemcpyDtoH_v2(dstHost, dstHost_len, srcDevice, ByteCount):
 
 @ffi.def_extern(name="cuwire_py_cuMemcpyHtoAAsync_v2", onerror=rt.on_error)
 def cuMemcpyHtoAAsync_v2(dstArray, dstOffset, srcHost, srcHost_len, ByteCount, hStream):
-    """cuMemcpyHtoAAsync_v2 (cuda.h): the bytes travel with the call, as cuMemcpyHtoDAsync_v2's"""
+    """cuMemcpyHtoAAsync_v2 (cuda.h): the bytes travel with the call; the server copies them in stream order (server/textures.py)"""
     args = pb.cuMemcpyHtoAAsync_v2_Args()
     args.dstArray = dstArray
     args.dstOffset = dstOffset

@@ -189,6 +189,7 @@ extern "Python+C" int cuwire_py_cuOccupancyAvailableDynamicSMemPerBlock(void *, 
 extern "Python+C" int cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessor(void *, uint64_t, int64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(void *, uint64_t, int64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuOccupancyMaxActiveClusters(void *, uint64_t, void *, uint64_t);
+extern "Python+C" int cuwire_py_cuOccupancyMaxPotentialClusterSize(void *, uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuPointerGetAttribute(uint64_t, int64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuPointerGetAttributes(uint64_t, void *, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuProfilerStart(void);

@@ -1210,7 +1210,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "sync",
-    "unimplemented",
+    "local",
     "unimplemented",
     "sync",
     "sync",
@@ -1471,7 +1471,7 @@ const char *const cuwire_modes[] = {
     "custom",
     "local",
     "local",
-    "unimplemented",
+    "custom",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1506,7 +1506,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "local",
     "sync",
-    "unimplemented",
+    "local",
     "sync",
     "sync",
     "unimplemented",
@@ -6416,11 +6416,11 @@ CUWIRE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUg
     return cuwire_impl_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
 }
 
-/* cuGraphInstantiateWithParams (cuda.h): unimplemented; also cuGraphInstantiateWithParams_ptsz */
+/* cuGraphInstantiateWithParams (cuda.h): local, local; also cuGraphInstantiateWithParams_ptsz */
+CUresult cuwire_local_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams);
 static inline CUresult cuwire_impl_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphInstantiateWithParams", "cuda.h", &warned), 801));
+return cuwire_local_cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams);
 }
 CUWIRE_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -11944,11 +11944,13 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSiz
     return cuwire_impl_cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit, flags);
 }
 
-/* cuOccupancyMaxPotentialClusterSize (cuda.h): unimplemented */
+/* cuOccupancyMaxPotentialClusterSize (cuda.h): remoted, custom */
+int cuwire_py_cuOccupancyMaxPotentialClusterSize(void *, uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuOccupancyMaxPotentialClusterSize", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuOccupancyMaxPotentialClusterSize((void *)clusterSize, (uint64_t)(uintptr_t)func, (void *)config, sizeof *config));
 }
 CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config)
 {
@@ -12647,11 +12649,11 @@ CUWIRE_EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
 }
 CUWIRE_EXPORT __typeof__(cuStreamGetCtx) cuStreamGetCtx_ptsz __attribute__((alias("cuStreamGetCtx")));
 
-/* cuStreamGetCtx_v2 (cuda.h): unimplemented; also cuStreamGetCtx_v2_ptsz */
+/* cuStreamGetCtx_v2 (cuda.h): local, local; also cuStreamGetCtx_v2_ptsz */
+CUresult cuwire_local_cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx);
 static inline CUresult cuwire_impl_cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuStreamGetCtx_v2", "cuda.h", &warned), 801));
+return cuwire_local_cuStreamGetCtx_v2(hStream, pCtx, pGreenCtx);
 }
 CUWIRE_EXPORT CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "fdecb8280ef5d50d"
+API_DIGEST = "fb2a23d9406e78b5"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -880,16 +880,6 @@ def cuMemcpyAtoD_v2(s, a: pb.cuMemcpyAtoD_v2_Args) -> pb.cuMemcpyAtoD_v2_Result:
     return r
 
 
-def cuMemcpyAtoHAsync_v2(s, a: pb.cuMemcpyAtoHAsync_v2_Args) -> pb.cuMemcpyAtoHAsync_v2_Result:
-    """cuMemcpyAtoHAsync_v2 (cuda.h)"""
-    r = pb.cuMemcpyAtoHAsync_v2_Result()
-    dstHost = s.out_buffer(a.ByteCount)
-    r.status = s.lib.cuMemcpyAtoHAsync_v2(dstHost, s.handle("CUarray_st", "CUarray", a.srcArray), a.srcOffset, a.ByteCount, s.handle("CUstream_st", "CUstream", a.hStream))
-    if r.status == 0:
-        r.dstHost = s.take(dstHost, a.ByteCount)
-    return r
-
-
 def cuMemcpyAtoH_v2(s, a: pb.cuMemcpyAtoH_v2_Args) -> pb.cuMemcpyAtoH_v2_Result:
     """cuMemcpyAtoH_v2 (cuda.h)"""
     r = pb.cuMemcpyAtoH_v2_Result()
@@ -936,14 +926,6 @@ def cuMemcpyDtoH_v2(s, a: pb.cuMemcpyDtoH_v2_Args) -> pb.cuMemcpyDtoH_v2_Result:
     r.status = s.lib.cuMemcpyDtoH_v2(dstHost, a.srcDevice, a.ByteCount)
     if r.status == 0:
         r.dstHost = s.take(dstHost, a.ByteCount)
-    return r
-
-
-def cuMemcpyHtoAAsync_v2(s, a: pb.cuMemcpyHtoAAsync_v2_Args) -> pb.cuMemcpyHtoAAsync_v2_Result:
-    """cuMemcpyHtoAAsync_v2 (cuda.h)"""
-    r = pb.cuMemcpyHtoAAsync_v2_Result()
-    srcHost = s.in_buffer(a.srcHost, a.ByteCount)
-    r.status = s.lib.cuMemcpyHtoAAsync_v2(s.handle("CUarray_st", "CUarray", a.dstArray), a.dstOffset, srcHost, a.ByteCount, s.handle("CUstream_st", "CUstream", a.hStream))
     return r
 
 
@@ -2049,13 +2031,13 @@ HANDLERS = {
     1900514108: ("cuMemcpyAsync", pb.cuMemcpyAsync_Args, cuMemcpyAsync),
     3732356633: ("cuMemcpyAtoA_v2", pb.cuMemcpyAtoA_v2_Args, cuMemcpyAtoA_v2),
     3920219691: ("cuMemcpyAtoD_v2", pb.cuMemcpyAtoD_v2_Args, cuMemcpyAtoD_v2),
-    3738512590: ("cuMemcpyAtoHAsync_v2", pb.cuMemcpyAtoHAsync_v2_Args, cuMemcpyAtoHAsync_v2),
+    3738512590: ("cuMemcpyAtoHAsync_v2", pb.cuMemcpyAtoHAsync_v2_Args, None),  # server/textures.py
     2743038355: ("cuMemcpyAtoH_v2", pb.cuMemcpyAtoH_v2_Args, cuMemcpyAtoH_v2),
     2353992126: ("cuMemcpyDtoA_v2", pb.cuMemcpyDtoA_v2_Args, cuMemcpyDtoA_v2),
     3146899852: ("cuMemcpyDtoD_v2", pb.cuMemcpyDtoD_v2_Args, cuMemcpyDtoD_v2),
     1182161886: ("cuMemcpyDtoHAsync_v2", pb.cuMemcpyDtoHAsync_v2_Args, cuMemcpyDtoHAsync_v2),
     4047986228: ("cuMemcpyDtoH_v2", pb.cuMemcpyDtoH_v2_Args, cuMemcpyDtoH_v2),
-    4024410116: ("cuMemcpyHtoAAsync_v2", pb.cuMemcpyHtoAAsync_v2_Args, cuMemcpyHtoAAsync_v2),
+    4024410116: ("cuMemcpyHtoAAsync_v2", pb.cuMemcpyHtoAAsync_v2_Args, None),  # server/textures.py
     1273985994: ("cuMemcpyHtoA_v2", pb.cuMemcpyHtoA_v2_Args, cuMemcpyHtoA_v2),
     2773017931: ("cuMemcpyHtoDAsync_v2", pb.cuMemcpyHtoDAsync_v2_Args, cuMemcpyHtoDAsync_v2),
     2083621880: ("cuMemcpyHtoD_v2", pb.cuMemcpyHtoD_v2_Args, cuMemcpyHtoD_v2),

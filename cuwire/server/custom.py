@@ -235,7 +235,8 @@ def max_active_clusters(s, a: pb.MaxActiveClusters_Args) -> pb.MaxActiveClusters
     config.attrs = attrs if n else ffi.NULL
     config.hStream = s.handle("CUstream_st", "CUstream", int(ffi.cast("uintptr_t", config.hStream)))
     out = ffi.new("int *")
-    status = s.lib.cuOccupancyMaxActiveClusters(out, s.handle("CUfunc_st", "CUfunction", a.function), config)
+    ask = s.lib.cuOccupancyMaxPotentialClusterSize if a.potential_size else s.lib.cuOccupancyMaxActiveClusters
+    status = ask(out, s.handle("CUfunc_st", "CUfunction", a.function), config)
     return pb.MaxActiveClusters_Result(status=status, clusters=out[0])
 
 

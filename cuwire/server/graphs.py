@@ -316,6 +316,7 @@ def graph_node(s, a: pb.GraphNode_Args) -> pb.GraphNode_Result:
     if p.type == MEM_ALLOC:
         r.dptr = p.alloc.dptr
         s.owns(r.dptr, p.alloc.bytesize)  # (counted against the budget; its graph frees it, not the session)
+        s.graph_memory[r.dptr] = p.alloc.bytesize
     elif p.type == CONDITIONAL:
         bodies = [int(ffi.cast("uintptr_t", p.conditional.phGraph_out[i])) for i in range(p.conditional.size)]
         for body in bodies:

@@ -77,6 +77,9 @@ class Session:
         self.allocations: dict[int, int] = {}  # device address -> size, freed when the session ends
         self.allocated = 0  # their sum, against CUWIRE_SESSION_MEMORY
         self.globals: dict[int, int] = {}  # __device__ variables of loaded modules: address -> size
+        # what graphs' memory allocation nodes gave (address -> size): a graph makes it again at the same
+        # address at every launch, so it stays the session's range when one launch's memory is freed
+        self.graph_memory: dict[int, int] = {}
         self.handles: dict[str, set[int]] = {}  # handle kind (struct tag) -> handles this session made
         self.modules: set[int] = set()
         self.kernels: dict[int, object] = {}  # CUkernel or CUfunction -> its CUfunction
@@ -563,7 +566,7 @@ class Session:
 
     def disowns(self, address: int) -> None:
         self.allocated -= self.allocations.pop(address, 0)
-        if address not in self.globals:
+        if address not in self.globals and address not in self.graph_memory:
             self.records.remove_memory(address)
 
     def owns_global(self, address: int, size: int) -> None:

@@ -234,11 +234,35 @@ def cuMipmappedArrayDestroy(s, a: pb.cuMipmappedArrayDestroy_Args) -> pb.cuMipma
     return r
 
 
+def _in_stream_order(s, stream: int, copy) -> int:
+    """An asynchronous array copy whose host side is the server's pageable buffer (the bytes came with the
+    call, or go back with the answer), which the driver's asynchronous array copies refuse: the stream's
+    work so far is waited for, then the copy is made synchronously: the same order, and the bytes are
+    there when the call returns."""
+    status = s.lib.cuStreamSynchronize(s.handle("CUstream_st", "CUstream", stream))
+    return status or copy()
+
+
+def cuMemcpyHtoAAsync_v2(s, a: pb.cuMemcpyHtoAAsync_v2_Args) -> pb.cuMemcpyHtoAAsync_v2_Result:
+    array, src = s.handle(ARRAY, "CUarray", a.dstArray), s.in_buffer(a.srcHost, a.ByteCount)
+    return pb.cuMemcpyHtoAAsync_v2_Result(status=_in_stream_order(
+        s, a.hStream, lambda: s.lib.cuMemcpyHtoA_v2(array, a.dstOffset, src, a.ByteCount)))
+
+
+def cuMemcpyAtoHAsync_v2(s, a: pb.cuMemcpyAtoHAsync_v2_Args) -> pb.cuMemcpyAtoHAsync_v2_Result:
+    array, dst = s.handle(ARRAY, "CUarray", a.srcArray), s.out_buffer(a.ByteCount)
+    r = pb.cuMemcpyAtoHAsync_v2_Result(status=_in_stream_order(
+        s, a.hStream, lambda: s.lib.cuMemcpyAtoH_v2(dst, array, a.srcOffset, a.ByteCount)))
+    if r.status == 0:
+        r.dstHost = s.take(dst, a.ByteCount)
+    return r
+
+
 HANDLERS = {f.__name__: f for f in (
     cuTexObjectCreate, cuTexObjectDestroy, cuTexObjectGetResourceDesc, cuTexObjectGetTextureDesc,
     cuTexObjectGetResourceViewDesc, cuSurfObjectCreate, cuSurfObjectDestroy, cuSurfObjectGetResourceDesc,
     cuArrayCreate_v2, cuArray3DCreate_v2, cuMipmappedArrayCreate, cuArrayDestroy, cuMipmappedArrayGetLevel,
-    cuMipmappedArrayDestroy)}
+    cuMipmappedArrayDestroy, cuMemcpyHtoAAsync_v2, cuMemcpyAtoHAsync_v2)}
 
 
 def close(s) -> int:

@@ -1,6 +1,7 @@
 // clusters: thread block clusters (sm_90): a kernel launched with a cluster dimension attribute
 // (cudaLaunchKernelEx) and one with a compile-time __cluster_dims__, each block reading its neighbour's
-// shared memory in the cluster (distributed shared memory) after a cluster-wide sync.
+// shared memory in the cluster (distributed shared memory) after a cluster-wide sync; how many clusters can
+// be active at once and the largest cluster size (the occupancy calculator's cluster calls).
 #include <cooperative_groups.h>
 #include <stdio.h>
 
@@ -52,6 +53,12 @@ int main() {
     int clusters = 0;
     CHECK(cudaOccupancyMaxActiveClusters(&clusters, (void *)clusterNeighbour, &config));
     printf("clusters of 2 that can be active at once: %s\n", clusters > 0 ? "some" : "none");
+    int largest = 0;
+    config.numAttrs = 0;  // (the largest cluster size the kernel can have, whatever the launch asks)
+    CHECK(cudaOccupancyMaxPotentialClusterSize(&largest, (void *)clusterNeighbour, &config));
+    config.numAttrs = 1;
+    printf("the largest cluster size: a power of two from 2 to 16: %s\n",
+           largest >= 2 && largest <= 16 && (largest & (largest - 1)) == 0 ? "yes" : "no");
     CHECK(cudaLaunchKernelEx(&config, clusterNeighbour, out));
     CHECK(cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost));
     failures += check("clusters of 2 from a launch attribute", h, blocks, 2);

@@ -83,6 +83,14 @@ int main(void)
     CHECK_DRIVER(cuCtxGetApiVersion(ctx, &api));
     printf("cuCtxCreate: the new context is current: %s, its device: %d, API version >= 3020: %s\n",
            current == ctx ? "yes" : "no", (int)ctx_dev, api >= 3020 ? "yes" : "no");
+    CUstream stream;
+    CUcontext stream_ctx = NULL;
+    CUgreenCtx green = (CUgreenCtx)&green;
+    CHECK_DRIVER(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CHECK_DRIVER(cuStreamGetCtx_v2(stream, &stream_ctx, &green));
+    printf("cuStreamGetCtx_v2: the stream's context is the new one: %s, a green context: %s\n",
+           stream_ctx == ctx ? "yes" : "no", green ? "yes" : "no");
+    CHECK_DRIVER(cuStreamDestroy(stream));
 
     CUmodule mod;
     char log[4096] = "";

@@ -6,7 +6,7 @@
 // read by a host node (simpleCudaGraphs); captured asynchronous copies (graphMemoryNodes); a child graph's,
 // through a clone; launches queued one after another, each with a host node (simpleCudaGraphs); a pitched
 // copy; a capture over two streams joined by events (graphMemoryNodes). Graphs with host inputs are launched
-// twice, the input changed.
+// twice, the input changed. A graph's memory freed outside it and in another graph (graphMemoryNodes).
 #include <stdio.h>
 #include <string.h>
 
@@ -337,6 +337,41 @@ int main() {
     CHECK(cudaEventDestroy(side_done));
     CHECK(cudaStreamDestroy(side));
     free(page_side);
+
+    // 11. a graph's memory freed outside it, then in another graph (graphMemoryNodes): the allocation node
+    //     makes it again at every launch, at the same address
+    CHECK(cudaGraphCreate(&g, 0));
+    cudaGraphNode_t made2, filled2;
+    alloc.dptr = NULL;
+    CHECK(cudaGraphAddMemAllocNode(&made2, g, NULL, 0, &alloc));
+    int *kept_d = (int *)alloc.dptr;
+    CHECK(cudaGraphAddMemsetNode(&filled2, g, &made2, 1, &(const cudaMemsetParams &)cudaMemsetParams{
+        kept_d, 0, 0x01010101, sizeof(int), (size_t)n, 1}));
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    CHECK(cudaGraphDestroy(g));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaFree(kept_d));  // outside the stream
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaFreeAsync(kept_d, s));  // outside the graph
+    CHECK(cudaStreamSynchronize(s));
+    cudaGraph_t frees;
+    cudaGraphNode_t free_node;
+    cudaGraphExec_t free_exec;
+    CHECK(cudaGraphCreate(&frees, 0));
+    CHECK(cudaGraphAddMemFreeNode(&free_node, frees, NULL, 0, kept_d));  // in a different graph
+    CHECK(cudaGraphInstantiate(&free_exec, frees, 0));
+    CHECK(cudaGraphDestroy(frees));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaMemcpyAsync(out_h, kept_d, n * sizeof(int), cudaMemcpyDeviceToHost, s));
+    CHECK(cudaGraphLaunch(free_exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    int kept_ok = 1;
+    for (int i = 0; i < n; i++) kept_ok &= out_h[i] == 0x01010101;
+    printf("a graph's memory freed outside it, then by another graph: %s\n", kept_ok ? "OK" : "FAIL");
+    failures += !kept_ok;
+    CHECK(cudaGraphExecDestroy(free_exec));
+    CHECK(cudaGraphExecDestroy(exec));
 
     CHECK(cudaFree(tmp_d));
     CHECK(cudaFree(in_d));

@@ -1,5 +1,6 @@
 // graphs: work captured from a stream (a memset and two kernels) into a graph, which runs nothing until it is
-// launched, three times; the stream's capture status while capturing and after.
+// launched, three times; the stream's capture status while capturing and after; an executable graph made
+// with parameters (cudaGraphInstantiateWithParams, uploaded first) launched once more.
 #include <stdio.h>
 
 #include "check.h"
@@ -44,6 +45,18 @@ int main() {
         printf("launch %d: %s, launches counted %d\n", round, bad ? "FAIL" : "OK", h[0]);
         failures += bad != 0 || h[0] != round;
     }
+    CHECK(cudaGraphExecDestroy(exec));
+    cudaGraphInstantiateParams params = {};
+    params.flags = cudaGraphInstantiateFlagUpload;
+    params.uploadStream = s;
+    params.result_out = cudaGraphInstantiateError;
+    CHECK(cudaGraphInstantiateWithParams(&exec, graph, &params));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaMemcpy(h, count, sizeof h, cudaMemcpyDeviceToHost));
+    printf("instantiated with parameters (uploaded to the stream first): %s, launches counted %d\n",
+           params.result_out == cudaGraphInstantiateSuccess ? "success" : "error", h[0]);
+    failures += params.result_out != cudaGraphInstantiateSuccess || h[0] != 4;
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(graph));
     CHECK(cudaStreamDestroy(s));
