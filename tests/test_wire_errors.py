@@ -940,9 +940,10 @@ def test_context_ids_events_pool_access_and_atomic_capabilities(session):
 
 def test_array_copies_between_arrays_device_memory_and_the_host(session):
     """cuMemcpyAtoA, cuMemcpyAtoD, cuMemcpyDtoA and the asynchronous host copies (cuMemcpyHtoAAsync,
-    cuMemcpyAtoHAsync): bytes go through two arrays and device memory and come back as they went; a
-    device range beyond the session's allocation is refused before CUDA sees it."""
-    array_desc = struct.pack("<QQiI", 16, 8, 0x20, 1)  # 16 x 8 floats: 512 bytes
+    cuMemcpyAtoHAsync): bytes go through two 1D arrays and device memory and come back as they went; a
+    2D array takes them in its first row only; a device range beyond the session's allocation is refused
+    before CUDA sees it."""
+    array_desc = struct.pack("<QQiI", 128, 0, 0x20, 1)  # 128 floats (1D): 512 bytes
     first = vmm_call(session, "cuArrayCreate_v2", pAllocateArray=array_desc).pHandle
     second = vmm_call(session, "cuArrayCreate_v2", pAllocateArray=array_desc).pHandle
     assert first and second
@@ -965,6 +966,10 @@ def test_array_copies_between_arrays_device_memory_and_the_host(session):
                     ByteCount=512).status == 1  # 256 bytes past the allocation: CUDA_ERROR_INVALID_VALUE
     assert vmm_call(session, "cuMemcpyDtoA_v2", dstArray=first, dstOffset=0, srcDevice=0x7F00_0000_1000,
                     ByteCount=8).status == 1
-    for array in (first, second):
+    rows = vmm_call(session, "cuArrayCreate_v2", pAllocateArray=struct.pack("<QQiI", 16, 8, 0x20, 1)).pHandle
+    assert vmm_call(session, "cuMemcpyHtoA_v2", dstArray=rows, dstOffset=0, srcHost=data[:64], ByteCount=64).status == 0
+    assert vmm_call(session, "cuMemcpyHtoA_v2", dstArray=rows, dstOffset=0, srcHost=data[:128],
+                    ByteCount=128).status == 1  # past its first row (16 floats)
+    for array in (first, second, rows):
         assert vmm_call(session, "cuArrayDestroy", hArray=array).status == 0
     assert serving(session)

@@ -406,23 +406,25 @@ class EmulatedArrays:
         return self.cuMemcpy3D_v2(pCopy)
 
     def cuMemcpyHtoA_v2(self, dstArray: CData, dstOffset: int, srcHost: CData, ByteCount: int) -> int:
-        a = self._array(dstArray)
-        if a is None or dstOffset < 0 or dstOffset + ByteCount > len(a.data):
+        a = self._array_span(dstArray, dstOffset, ByteCount)
+        if a is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
         a.data[dstOffset:dstOffset + ByteCount] = self.ffi.buffer(self.ffi.cast("char *", srcHost), ByteCount)[:]
         return 0
 
     def cuMemcpyAtoH_v2(self, dstHost: CData, srcArray: CData, srcOffset: int, ByteCount: int) -> int:
-        a = self._array(srcArray)
-        if a is None or srcOffset < 0 or srcOffset + ByteCount > len(a.data):
+        a = self._array_span(srcArray, srcOffset, ByteCount)
+        if a is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
         self.ffi.memmove(dstHost, bytes(a.data[srcOffset:srcOffset + ByteCount]), ByteCount)
         return 0
 
     def _array_span(self, handle: CData, offset: int, count: int) -> Array | None:
-        """The array, when [offset, offset + count) lies in it."""
+        """The array, when [offset, offset + count) lies in its first row: the 1D copies (cuMemcpyHtoA and
+        the like) take an array as its first row, as the driver does (on the H100, 64 bytes into a 16 x 8
+        float array went and 512 were refused)."""
         a = self._array(handle)
-        return a if a is not None and 0 <= offset and offset + count <= len(a.data) else None
+        return a if a is not None and 0 <= offset and offset + count <= a.row_bytes else None
 
     def cuMemcpyHtoAAsync_v2(self, dstArray: CData, dstOffset: int, srcHost: CData, ByteCount: int,
                              hStream: CData) -> int:
