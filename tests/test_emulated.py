@@ -113,10 +113,10 @@ def test_nvml_queries_not_modelled_are_not_supported(lib: EmulatedLib, ffi: Any,
 
 def test_unimplemented_function_fails_loudly(lib: EmulatedLib, ffi: Any, capsys: Any) -> None:
     assert lib.cuModuleLoad(ffi.NULL, b"x") == code(ffi, "CUDA_ERROR_NOT_SUPPORTED")
-    assert lib.cuDeviceGetExecAffinitySupport(ffi.new("int *"), 0, 0) == code(ffi, "CUDA_ERROR_NOT_SUPPORTED")
+    assert lib.cuFlushGPUDirectRDMAWrites(0, 100) == code(ffi, "CUDA_ERROR_NOT_SUPPORTED")
     err = capsys.readouterr().err
     assert "emulated device: cuModuleLoad not implemented" in err
-    assert "emulated device: cuDeviceGetExecAffinitySupport not implemented" in err
+    assert "emulated device: cuFlushGPUDirectRDMAWrites not implemented" in err
     with pytest.raises(AttributeError):
         lib.not_a_cuda_function  # noqa: B018
 

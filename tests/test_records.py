@@ -260,3 +260,16 @@ def test_service_times_fall_in_their_buckets(loop):
     f = loop.figures()
     assert f["latency"] == [2, 1, 0, 0, 0, 0, 0, 1, 0, 0, 1]
     assert (f["bytes_in"], f["bytes_out"], f["latency_ns"]) == (5, 10, (5 + 10 + 11 + 20_000 + 20_000_000) * 1000)
+
+
+def test_every_handle_kind_the_generated_records_check_is_known_to_the_loop():
+    """A call made in C whose parameters name a handle kind the loop does not list (records.c's CW_KINDS)
+    would not build: listed here by name, before a compiler meets it."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "cuwire"
+    used = set(re.findall(r"CW_KIND_(\w+)", (root / "generated" / "server_records.c").read_text()))
+    listed = re.search(r"#define CW_KINDS\(X\)(.*?)\nenum", (root / "server" / "records.c").read_text(), re.S)
+    assert listed, "records.c no longer defines CW_KINDS"
+    assert used <= set(re.findall(r"X\((\w+)\)", listed.group(1))), "add these to CW_KINDS in records.c"

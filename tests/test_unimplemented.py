@@ -14,9 +14,10 @@ PROGRAM = r"""
 #include <stdio.h>
 #include "cuda_api.h"
 int main(void) {
-    int supported;
-    int a = cuDeviceGetExecAffinitySupport(&supported, CU_EXEC_AFFINITY_TYPE_SM_COUNT, 0);
-    int b = cuDeviceGetExecAffinitySupport(&supported, CU_EXEC_AFFINITY_TYPE_SM_COUNT, 0);
+    int a = cuFlushGPUDirectRDMAWrites(CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+                                       CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER);
+    int b = cuFlushGPUDirectRDMAWrites(CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+                                       CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER);
     unsigned fans;
     int c = nvmlDeviceGetNumFans(0, &fans);
     printf("%d %d %d\n", a, b, c);
@@ -35,7 +36,7 @@ def test_unimplemented_says_so_once_and_returns_not_supported(program):
                        env={**os.environ, "CUWIRE_STRICT": "0"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["801", "801", "3"]  # CUDA_ERROR_NOT_SUPPORTED, NVML_ERROR_NOT_SUPPORTED
-    assert r.stderr.count("cuwire: unimplemented CUDA function cuDeviceGetExecAffinitySupport (cuda.h)") == 1
+    assert r.stderr.count("cuwire: unimplemented CUDA function cuFlushGPUDirectRDMAWrites (cuda.h)") == 1
     assert "cuwire: unimplemented CUDA function nvmlDeviceGetNumFans (nvml.h)" in r.stderr
 
 
@@ -43,5 +44,5 @@ def test_strict_mode_aborts(program):
     r = subprocess.run([str(program)], capture_output=True, text=True, timeout=30,
                        env={**os.environ, "CUWIRE_STRICT": "1"})
     assert r.returncode != 0
-    assert "cuwire: unimplemented CUDA function cuDeviceGetExecAffinitySupport" in r.stderr
+    assert "cuwire: unimplemented CUDA function cuFlushGPUDirectRDMAWrites" in r.stderr
     assert "aborting" in r.stderr

@@ -973,3 +973,30 @@ def test_array_copies_between_arrays_device_memory_and_the_host(session):
     for array in (first, second, rows):
         assert vmm_call(session, "cuArrayDestroy", hArray=array).status == 0
     assert serving(session)
+
+
+def test_small_device_and_context_queries(session):
+    """Queries and settings answered by the server's driver as they are: the deprecated device properties
+    (a Hopper's 1024 threads a block, warps of 32), the 1D linear texture limit, execution affinity (the
+    context's SMs), shared memory bank configuration, a device's LUID (Windows only), and the one
+    pointer attribute a program sets (synchronous memory operations), for the session's memory only."""
+    props = vmm_call(session, "cuDeviceGetProperties", dev=0)
+    assert props.status == 0 and struct.unpack_from("<i", props.prop, 0)[0] == 1024  # maxThreadsPerBlock
+    assert struct.unpack_from("<i", props.prop, 36)[0] == 32  # SIMDWidth (the tenth int)
+    width = vmm_call(session, "cuDeviceGetTexture1DLinearMaxWidth", format=0x20, numChannels=1, dev=0)
+    assert width.status == 0 and width.maxWidthInElements >= 1 << 20
+    support = vmm_call(session, "cuDeviceGetExecAffinitySupport", type=0, dev=0)
+    assert support.status == 0 and support.pi in (0, 1)
+    affinity = vmm_call(session, "cuCtxGetExecAffinity", type=0)
+    assert affinity.status == 0 and struct.unpack_from("<I", affinity.pExecAffinity, 4)[0] > 0  # SMs
+    config = vmm_call(session, "cuCtxGetSharedMemConfig")
+    assert config.status == 0 and config.pConfig in (0, 1, 2)
+    assert vmm_call(session, "cuCtxSetSharedMemConfig", config=config.pConfig).status == 0
+    assert vmm_call(session, "cuDeviceGetLuid", dev=0).status in (0, 801)  # CUDA_ERROR_NOT_SUPPORTED off Windows
+    device = allocate(session, 4096)
+    sync_memops = 6  # CU_POINTER_ATTRIBUTE_SYNC_MEMOPS
+    on = struct.pack("<I", 1)
+    assert vmm_call(session, "cuPointerSetAttribute", value=on, attribute=sync_memops, ptr=device + 64).status == 0
+    assert vmm_call(session, "cuPointerSetAttribute", value=on, attribute=sync_memops,
+                    ptr=0x7F00_0000_1000).status == 1  # not the session's: refused before CUDA
+    assert serving(session)

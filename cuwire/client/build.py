@@ -74,6 +74,7 @@ int cuwire_fast_cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
                                unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
 long cuwire_pack_params(void *f, void **params, void **extra, uint64_t *handle, char *out, size_t cap);
 uint64_t cuwire_keep_host_fn(void *fn, void *user, int *err);
+int cuwire_host_fn_of(uint64_t id, void **fn, void **user);
 extern unsigned long long cuwire_fast_launches;
 extern unsigned long long cuwire_fast_hits[];
 extern "Python+C" int cuwire_py_flush(void);

@@ -206,6 +206,22 @@ uint64_t cuwire_keep_host_fn(CUhostFn fn, void *user, int *err)
     return add_pending(fn, NULL, NULL, user, 1, "cuGraphAddHostNode", err);
 }
 
+/* The function and argument kept under `id` (a graph host node's): 0, or -1 when no such id is kept. */
+int cuwire_host_fn_of(uint64_t id, void **fn, void **user)
+{
+    int found = -1;
+    pthread_mutex_lock(&lock);
+    for (struct pending *p = pending; p; p = p->next)
+        if (p->id == id && p->kept && p->fn) {
+            *fn = (void *)p->fn;
+            *user = p->user;
+            found = 0;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
 CUresult cuwire_local_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
     return post(hStream, fn, NULL, userData, "cuLaunchHostFunc");

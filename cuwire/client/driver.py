@@ -541,6 +541,45 @@ def cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, nodeP
     return res.status
 
 
+def _host_node_set(action: int, exec_: int, node: int, nodeParams) -> int:
+    """A host node's new function and argument: kept under a new id, which the server's node posts from now on."""
+    if nodeParams == ffi.NULL:
+        return INVALID_VALUE
+    fn, user = struct.unpack("<QQ", bytes(ffi.buffer(ffi.cast("char *", nodeParams), 16)))
+    err = ffi.new("int *")
+    host_id = lib.cuwire_keep_host_fn(ffi.cast("void *", fn), ffi.cast("void *", user), err)
+    if not host_id:
+        return err[0]
+    return rt.call(rt.HOST_NODE, pb.HostNode_Args(action=action, exec=exec_, node=node, id=host_id),
+                   pb.HostNode_Result).status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphHostNodeSetParams", onerror=rt.on_error)
+def cuGraphHostNodeSetParams(hNode, nodeParams, nodeParams_len):
+    return _host_node_set(pb.SET_IN_GRAPH, 0, hNode, nodeParams)
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphExecHostNodeSetParams", onerror=rt.on_error)
+def cuGraphExecHostNodeSetParams(hGraphExec, hNode, nodeParams, nodeParams_len):
+    return _host_node_set(pb.SET_IN_EXEC, hGraphExec, hNode, nodeParams)
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphHostNodeGetParams", onerror=rt.on_error)
+def cuGraphHostNodeGetParams(hNode, nodeParams, nodeParams_len):
+    """The server says which id the node posts; the function and argument kept under it are the program's."""
+    if nodeParams == ffi.NULL:
+        return INVALID_VALUE
+    res = rt.call(rt.HOST_NODE, pb.HostNode_Args(action=pb.GET, node=hNode), pb.HostNode_Result)
+    if res.status != 0:
+        return res.status
+    fn, user = ffi.new("void **"), ffi.new("void **")
+    if lib.cuwire_host_fn_of(res.id, fn, user) != 0:
+        return INVALID_VALUE
+    ffi.memmove(nodeParams, struct.pack("<QQ", int(ffi.cast("uintptr_t", fn[0])), int(ffi.cast("uintptr_t", user[0]))),
+                16)
+    return 0
+
+
 # CUgraphNodeParams: the type, then the kind's parameters from byte 16 (cuda.h; tests/test_codegen.py checks
 # these offsets against the headers)
 NODE_PARAMS_SIZE, NODE_PARAMS_AT = 256, 16

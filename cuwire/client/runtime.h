@@ -100,6 +100,7 @@ void cuwire_callbacks_ring(void *r);
 void cuwire_callbacks_socket(int fd);
 /* A graph host node's function, kept for every launch of its graph: its id (callbacks.c). */
 uint64_t cuwire_keep_host_fn(CUhostFn fn, void *user, int *err);
+int cuwire_host_fn_of(uint64_t id, void **fn, void **user); /* what is kept under a host node's id */
 void cuwire_callbacks_stop(void);
 void cuwire_callbacks_forget(void);
 int cuwire_py_host_free(uint64_t address);

@@ -801,6 +801,71 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
             return self.drv.CUDA_ERROR_INVALID_CONTEXT
         return self._drv_put((version, 3020))  # what the driver reports for contexts since CUDA 3.2
 
+    # --- small queries and settings: what a Hopper answers
+
+    def cuDeviceGetTexture1DLinearMaxWidth(self, maxWidthInElements: CData, format: int, numChannels: int,
+                                           dev: int) -> int:
+        if dev != 0 or numChannels not in (1, 2, 4):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        return self._drv_put((maxWidthInElements, 1 << 28))
+
+    def cuDeviceGetExecAffinitySupport(self, pi: CData, type: int, dev: int) -> int:
+        if dev != 0:
+            return self.drv.CUDA_ERROR_INVALID_DEVICE
+        return self._drv_put((pi, 1))  # (CU_EXEC_AFFINITY_TYPE_SM_COUNT: supported)
+
+    def cuDeviceGetProperties(self, prop: CData, dev: int) -> int:
+        if dev != 0:
+            return self.drv.CUDA_ERROR_INVALID_DEVICE
+        if self._is_null(prop):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        prop.maxThreadsPerBlock = _prop("maxThreadsPerBlock")
+        prop.maxThreadsDim = list(_prop("maxThreadsDim"))
+        prop.maxGridSize = list(_prop("maxGridSize"))
+        prop.sharedMemPerBlock = _prop("sharedMemPerBlock")
+        prop.totalConstantMemory = _prop("totalConstMem")
+        prop.SIMDWidth = _prop("warpSize")
+        prop.memPitch = _prop("memPitch")
+        prop.regsPerBlock = _prop("regsPerBlock")
+        prop.clockRate = _prop("clockRate")
+        prop.textureAlign = _prop("textureAlignment")
+        return 0
+
+    def cuDeviceGetLuid(self, luid: CData, deviceNodeMask: CData, dev: int) -> int:
+        return self.drv.CUDA_ERROR_NOT_SUPPORTED  # a Windows device's: none on Linux
+
+    def cuCtxGetExecAffinity(self, pExecAffinity: CData, type: int) -> int:
+        if self._is_null(pExecAffinity) or type != 0:  # CU_EXEC_AFFINITY_TYPE_SM_COUNT
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        pExecAffinity.type = type
+        pExecAffinity.param.smCount.val = _prop("multiProcessorCount")  # (no affinity: all of them)
+        return 0
+
+    def cuCtxGetSharedMemConfig(self, pConfig: CData) -> int:
+        return self._drv_put((pConfig, 1))  # CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE, all a Hopper has
+
+    def cuCtxSetSharedMemConfig(self, config: int) -> int:
+        return 0 if config in (0, 1, 2) else self.drv.CUDA_ERROR_INVALID_VALUE  # (no effect since Maxwell)
+
+    def cuFuncSetSharedMemConfig(self, hfunc: CData, config: int) -> int:
+        if self._function(hfunc) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return 0 if config in (0, 1, 2) else self.drv.CUDA_ERROR_INVALID_VALUE
+
+    def cuFuncIsLoaded(self, state: CData, function: CData) -> int:
+        if self._function(function) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self._drv_put((state, 1))  # CU_FUNCTION_LOADING_STATE_LOADED: modules load whole here
+
+    def cuFuncLoad(self, function: CData) -> int:
+        return 0 if self._function(function) is not None else self.drv.CUDA_ERROR_INVALID_HANDLE
+
+    def cuPointerSetAttribute(self, value: CData, attribute: int, ptr: int) -> int:
+        sync_memops = self.ffi.typeof("CUpointer_attribute").relements["CU_POINTER_ATTRIBUTE_SYNC_MEMOPS"]
+        if attribute != sync_memops:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        return 0 if self._memory.contains(ptr) else self.drv.CUDA_ERROR_INVALID_VALUE
+
     def _context_or_current(self, ctx: CData) -> int | None:
         address = self._addr(ctx) or self._current_context
         return address if self._is_context(address) else None

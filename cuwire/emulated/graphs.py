@@ -454,7 +454,33 @@ class EmulatedGraphs:
         if self._is_null(nodeParams) or self._is_null(nodeParams.fn):
             return self.drv.CUDA_ERROR_INVALID_VALUE
         fn, user = nodeParams.fn, nodeParams.userData
-        return self._add(phGraphNode, hGraph, dependencies, numDependencies, HOST, lambda: fn(user))
+        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, HOST, lambda: fn(user))
+        if err == 0:
+            self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = (fn, user)
+        return err
+
+    def cuGraphHostNodeGetParams(self, hNode: CData, nodeParams: CData) -> int:
+        made = self._node_param(hNode, HOST)
+        if made is None or self._is_null(nodeParams):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        nodeParams.fn, nodeParams.userData = made
+        return 0
+
+    def cuGraphHostNodeSetParams(self, hNode: CData, nodeParams: CData) -> int:
+        if self._is_null(nodeParams) or self._is_null(nodeParams.fn):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        fn, user = nodeParams.fn, nodeParams.userData
+        graph = self._set_node_work(hNode, HOST, lambda: fn(user))
+        if graph is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        graph.params[self._addr(hNode)] = (fn, user)
+        return 0
+
+    def cuGraphExecHostNodeSetParams(self, hGraphExec: CData, hNode: CData, nodeParams: CData) -> int:
+        if self._is_null(nodeParams) or self._is_null(nodeParams.fn) or self._node_param(hNode, HOST) is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        fn, user = nodeParams.fn, nodeParams.userData
+        return self._set_exec_work(hGraphExec, hNode, lambda: fn(user))
 
     def cuGraphAddEventWaitNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
                                 event: CData) -> int:

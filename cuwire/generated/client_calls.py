@@ -144,6 +144,18 @@ def cuCtxGetCacheConfig(pconfig):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuCtxGetExecAffinity", onerror=rt.on_error)
+def cuCtxGetExecAffinity(pExecAffinity, pExecAffinity_len, type):
+    """cuCtxGetExecAffinity (cuda.h)"""
+    args = pb.cuCtxGetExecAffinity_Args()
+    args.type = type
+    rt.expect(pExecAffinity, pExecAffinity_len)
+    res = rt.call(110995246, args, pb.cuCtxGetExecAffinity_Result)
+    if res.status == 0:
+        rt.write(pExecAffinity, res.pExecAffinity, pExecAffinity_len)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuCtxGetFlags", onerror=rt.on_error)
 def cuCtxGetFlags(flags):
     """cuCtxGetFlags (cuda.h)"""
@@ -173,6 +185,16 @@ def cuCtxGetLimit(pvalue, limit):
     res = rt.call(3922192943, args, pb.cuCtxGetLimit_Result)
     if res.status == 0:
         rt.write_scalar(pvalue, "uint64_t", res.pvalue)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuCtxGetSharedMemConfig", onerror=rt.on_error)
+def cuCtxGetSharedMemConfig(pConfig):
+    """cuCtxGetSharedMemConfig (cuda.h)"""
+    args = pb.cuCtxGetSharedMemConfig_Args()
+    res = rt.call(4134373467, args, pb.cuCtxGetSharedMemConfig_Result)
+    if res.status == 0:
+        rt.write_scalar(pConfig, "int32_t", res.pConfig)
     return res.status
 
 
@@ -230,6 +252,15 @@ def cuCtxSetLimit(limit, value):
     args.limit = limit
     args.value = value
     res = rt.call(288806398, args, pb.cuCtxSetLimit_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuCtxSetSharedMemConfig", onerror=rt.on_error)
+def cuCtxSetSharedMemConfig(config):
+    """cuCtxSetSharedMemConfig (cuda.h)"""
+    args = pb.cuCtxSetSharedMemConfig_Args()
+    args.config = config
+    res = rt.call(3546678085, args, pb.cuCtxSetSharedMemConfig_Result)
     return res.status
 
 
@@ -294,6 +325,18 @@ def cuDeviceGetDefaultMemPool(pool_out, dev):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuDeviceGetExecAffinitySupport", onerror=rt.on_error)
+def cuDeviceGetExecAffinitySupport(pi, type, dev):
+    """cuDeviceGetExecAffinitySupport (cuda.h)"""
+    args = pb.cuDeviceGetExecAffinitySupport_Args()
+    args.type = type
+    args.dev = dev
+    res = rt.call(2426134710, args, pb.cuDeviceGetExecAffinitySupport_Result)
+    if res.status == 0:
+        rt.write_scalar(pi, "int32_t", res.pi)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuDeviceGetGraphMemAttribute", onerror=rt.on_error)
 def cuDeviceGetGraphMemAttribute(device, attr, value, value_len):
     """cuDeviceGetGraphMemAttribute (cuda.h)"""
@@ -318,6 +361,19 @@ def cuDeviceGetHostAtomicCapabilities(capabilities, capabilities_len, operations
     res = rt.call(3416762930, args, pb.cuDeviceGetHostAtomicCapabilities_Result)
     if res.status == 0:
         rt.write(capabilities, res.capabilities, capabilities_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuDeviceGetLuid", onerror=rt.on_error)
+def cuDeviceGetLuid(luid, luid_len, deviceNodeMask, dev):
+    """cuDeviceGetLuid (cuda.h)"""
+    args = pb.cuDeviceGetLuid_Args()
+    args.dev = dev
+    rt.expect(luid, luid_len)
+    res = rt.call(1237720644, args, pb.cuDeviceGetLuid_Result)
+    if res.status == 0:
+        rt.write(luid, res.luid, luid_len)
+        rt.write_scalar(deviceNodeMask, "uint32_t", res.deviceNodeMask)
     return res.status
 
 
@@ -370,6 +426,31 @@ def cuDeviceGetPCIBusId(pciBusId, pciBusId_len, len, dev):
     res = rt.call(2039655364, args, pb.cuDeviceGetPCIBusId_Result)
     if res.status == 0:
         rt.write(pciBusId, res.pciBusId, pciBusId_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuDeviceGetProperties", onerror=rt.on_error)
+def cuDeviceGetProperties(prop, prop_len, dev):
+    """cuDeviceGetProperties (cuda.h)"""
+    args = pb.cuDeviceGetProperties_Args()
+    args.dev = dev
+    rt.expect(prop, prop_len)
+    res = rt.call(1934438172, args, pb.cuDeviceGetProperties_Result)
+    if res.status == 0:
+        rt.write(prop, res.prop, prop_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuDeviceGetTexture1DLinearMaxWidth", onerror=rt.on_error)
+def cuDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, format, numChannels, dev):
+    """cuDeviceGetTexture1DLinearMaxWidth (cuda.h)"""
+    args = pb.cuDeviceGetTexture1DLinearMaxWidth_Args()
+    args.format = format
+    args.numChannels = numChannels
+    args.dev = dev
+    res = rt.call(1710662973, args, pb.cuDeviceGetTexture1DLinearMaxWidth_Result)
+    if res.status == 0:
+        rt.write_scalar(maxWidthInElements, "uint64_t", res.maxWidthInElements)
     return res.status
 
 
@@ -499,6 +580,26 @@ def cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuFuncIsLoaded", onerror=rt.on_error)
+def cuFuncIsLoaded(state, function):
+    """cuFuncIsLoaded (cuda.h)"""
+    args = pb.cuFuncIsLoaded_Args()
+    args.function = rt.server_function(function)
+    res = rt.call(1787595107, args, pb.cuFuncIsLoaded_Result)
+    if res.status == 0:
+        rt.write_scalar(state, "int32_t", res.state)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuFuncLoad", onerror=rt.on_error)
+def cuFuncLoad(function):
+    """cuFuncLoad (cuda.h)"""
+    args = pb.cuFuncLoad_Args()
+    args.function = rt.server_function(function)
+    res = rt.call(2060489457, args, pb.cuFuncLoad_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuFuncSetAttribute", onerror=rt.on_error)
 def cuFuncSetAttribute(hfunc, attrib, value):
     """cuFuncSetAttribute (cuda.h)"""
@@ -517,6 +618,16 @@ def cuFuncSetCacheConfig(hfunc, config):
     args.hfunc = rt.server_function(hfunc)
     args.config = config
     res = rt.call(1688761246, args, pb.cuFuncSetCacheConfig_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuFuncSetSharedMemConfig", onerror=rt.on_error)
+def cuFuncSetSharedMemConfig(hfunc, config):
+    """cuFuncSetSharedMemConfig (cuda.h)"""
+    args = pb.cuFuncSetSharedMemConfig_Args()
+    args.hfunc = rt.server_function(hfunc)
+    args.config = config
+    res = rt.call(1389123837, args, pb.cuFuncSetSharedMemConfig_Result)
     return res.status
 
 
@@ -1773,6 +1884,17 @@ def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockS
     res = rt.call(3893859051, args, pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Result)
     if res.status == 0:
         rt.write_scalar(numBlocks, "int32_t", res.numBlocks)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuPointerSetAttribute", onerror=rt.on_error)
+def cuPointerSetAttribute(value, value_len, attribute, ptr):
+    """cuPointerSetAttribute (cuda.h)"""
+    args = pb.cuPointerSetAttribute_Args()
+    args.value = rt.read(value, value_len)
+    args.attribute = attribute
+    args.ptr = ptr
+    res = rt.call(2896547413, args, pb.cuPointerSetAttribute_Result)
     return res.status
 
 

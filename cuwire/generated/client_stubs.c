@@ -1039,11 +1039,11 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "local",
     "local",
-    "unimplemented",
     "sync",
     "sync",
     "sync",
-    "unimplemented",
+    "sync",
+    "sync",
     "sync",
     "unimplemented",
     "local",
@@ -1055,7 +1055,7 @@ const char *const cuwire_modes[] = {
     "local",
     "sync",
     "sync",
-    "unimplemented",
+    "sync",
     "sync",
     "sync",
     "sync",
@@ -1071,18 +1071,18 @@ const char *const cuwire_modes[] = {
     "local",
     "sync",
     "unimplemented",
-    "unimplemented",
     "sync",
     "sync",
-    "unimplemented",
+    "sync",
+    "sync",
     "sync",
     "local",
     "unimplemented",
     "sync",
     "sync",
     "sync",
-    "unimplemented",
-    "unimplemented",
+    "sync",
+    "sync",
     "local",
     "sync",
     "local",
@@ -1123,12 +1123,12 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "custom",
     "sync",
-    "unimplemented",
-    "unimplemented",
+    "sync",
+    "sync",
     "sync",
     "unimplemented",
     "sync",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1190,7 +1190,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "sync",
-    "unimplemented",
+    "custom",
     "unimplemented",
     "custom",
     "unimplemented",
@@ -1206,8 +1206,8 @@ const char *const cuwire_modes[] = {
     "custom",
     "custom",
     "custom",
-    "unimplemented",
-    "unimplemented",
+    "custom",
+    "custom",
     "unimplemented",
     "sync",
     "local",
@@ -1479,7 +1479,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "custom",
     "custom",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "sync",
     "sync",
@@ -2880,11 +2880,13 @@ CUWIRE_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
     return cuwire_impl_cuCtxGetDevice_v2(device, ctx);
 }
 
-/* cuCtxGetExecAffinity (cuda.h): unimplemented */
+/* cuCtxGetExecAffinity (cuda.h): remoted, sync */
+int cuwire_py_cuCtxGetExecAffinity(void *, uint64_t, int64_t);
 static inline CUresult cuwire_impl_cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuCtxGetExecAffinity", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxGetExecAffinity((void *)pExecAffinity, sizeof *pExecAffinity, (int64_t)type));
 }
 CUWIRE_EXPORT CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type)
 {
@@ -2958,11 +2960,13 @@ CUWIRE_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
     return cuwire_impl_cuCtxGetLimit(pvalue, limit);
 }
 
-/* cuCtxGetSharedMemConfig (cuda.h): unimplemented */
+/* cuCtxGetSharedMemConfig (cuda.h): remoted, sync */
+int cuwire_py_cuCtxGetSharedMemConfig(void *);
 static inline CUresult cuwire_impl_cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuCtxGetSharedMemConfig", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxGetSharedMemConfig((void *)pConfig));
 }
 CUWIRE_EXPORT CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
 {
@@ -3235,11 +3239,23 @@ CUWIRE_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
     return cuwire_impl_cuCtxSetLimit(limit, value);
 }
 
-/* cuCtxSetSharedMemConfig (cuda.h): unimplemented */
+/* cuCtxSetSharedMemConfig (cuda.h): remoted, sync */
+int cuwire_py_cuCtxSetSharedMemConfig(int64_t);
 static inline CUresult cuwire_impl_cuCtxSetSharedMemConfig(CUsharedconfig config)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuCtxSetSharedMemConfig", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            int32_t config;
+        } rec = {
+            config,
+        };
+        int status = cuwire_call(3546678085u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuCtxSetSharedMemConfig((int64_t)config));
 }
 CUWIRE_EXPORT CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
 {
@@ -3586,11 +3602,13 @@ CUWIRE_EXPORT CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *re
     return cuwire_impl_cuDeviceGetDevResource(device, resource, type);
 }
 
-/* cuDeviceGetExecAffinitySupport (cuda.h): unimplemented */
+/* cuDeviceGetExecAffinitySupport (cuda.h): remoted, sync */
+int cuwire_py_cuDeviceGetExecAffinitySupport(void *, int64_t, int64_t);
 static inline CUresult cuwire_impl_cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuDeviceGetExecAffinitySupport", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuDeviceGetExecAffinitySupport((void *)pi, (int64_t)type, (int64_t)dev));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev)
 {
@@ -3644,11 +3662,13 @@ CUWIRE_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *capabilit
     return cuwire_impl_cuDeviceGetHostAtomicCapabilities(capabilities, operations, count, dev);
 }
 
-/* cuDeviceGetLuid (cuda.h): unimplemented */
+/* cuDeviceGetLuid (cuda.h): remoted, sync */
+int cuwire_py_cuDeviceGetLuid(void *, uint64_t, void *, int64_t);
 static inline CUresult cuwire_impl_cuDeviceGetLuid(char *luid, unsigned int *deviceNodeMask, CUdevice dev)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuDeviceGetLuid", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuDeviceGetLuid((void *)luid, (uint64_t)(8), (void *)deviceNodeMask, (int64_t)dev));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetLuid(char *luid, unsigned int *deviceNodeMask, CUdevice dev)
 {
@@ -3778,11 +3798,13 @@ CUWIRE_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev
     return cuwire_impl_cuDeviceGetPCIBusId(pciBusId, len, dev);
 }
 
-/* cuDeviceGetProperties (cuda.h): unimplemented */
+/* cuDeviceGetProperties (cuda.h): remoted, sync */
+int cuwire_py_cuDeviceGetProperties(void *, uint64_t, int64_t);
 static inline CUresult cuwire_impl_cuDeviceGetProperties(CUdevprop *prop, CUdevice dev)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuDeviceGetProperties", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuDeviceGetProperties((void *)prop, sizeof *prop, (int64_t)dev));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev)
 {
@@ -3796,11 +3818,13 @@ CUWIRE_EXPORT CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev)
     return cuwire_impl_cuDeviceGetProperties(prop, dev);
 }
 
-/* cuDeviceGetTexture1DLinearMaxWidth (cuda.h): unimplemented */
+/* cuDeviceGetTexture1DLinearMaxWidth (cuda.h): remoted, sync */
+int cuwire_py_cuDeviceGetTexture1DLinearMaxWidth(void *, int64_t, uint64_t, int64_t);
 static inline CUresult cuwire_impl_cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuDeviceGetTexture1DLinearMaxWidth", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuDeviceGetTexture1DLinearMaxWidth((void *)maxWidthInElements, (int64_t)format, (uint64_t)numChannels, (int64_t)dev));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev)
 {
@@ -4676,11 +4700,13 @@ CUWIRE_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, si
     return cuwire_impl_cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize);
 }
 
-/* cuFuncIsLoaded (cuda.h): unimplemented */
+/* cuFuncIsLoaded (cuda.h): remoted, sync */
+int cuwire_py_cuFuncIsLoaded(void *, uint64_t);
 static inline CUresult cuwire_impl_cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuFuncIsLoaded", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuFuncIsLoaded((void *)state, (uint64_t)(uintptr_t)function));
 }
 CUWIRE_EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
 {
@@ -4694,11 +4720,23 @@ CUWIRE_EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction 
     return cuwire_impl_cuFuncIsLoaded(state, function);
 }
 
-/* cuFuncLoad (cuda.h): unimplemented */
+/* cuFuncLoad (cuda.h): remoted, sync */
+int cuwire_py_cuFuncLoad(uint64_t);
 static inline CUresult cuwire_impl_cuFuncLoad(CUfunction function)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuFuncLoad", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t function;
+        } rec = {
+            (uint64_t)(uintptr_t)function,
+        };
+        int status = cuwire_call(2060489457u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuFuncLoad((uint64_t)(uintptr_t)function));
 }
 CUWIRE_EXPORT CUresult cuFuncLoad(CUfunction function)
 {
@@ -4786,11 +4824,25 @@ CUWIRE_EXPORT CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache confi
     return cuwire_impl_cuFuncSetCacheConfig(hfunc, config);
 }
 
-/* cuFuncSetSharedMemConfig (cuda.h): unimplemented */
+/* cuFuncSetSharedMemConfig (cuda.h): remoted, sync */
+int cuwire_py_cuFuncSetSharedMemConfig(uint64_t, int64_t);
 static inline CUresult cuwire_impl_cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuFuncSetSharedMemConfig", "cuda.h", &warned), 801));
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t hfunc;
+            int32_t config;
+        } rec = {
+            (uint64_t)(uintptr_t)hfunc,
+            config,
+        };
+        int status = cuwire_call(1389123837u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuFuncSetSharedMemConfig((uint64_t)(uintptr_t)hfunc, (int64_t)config));
 }
 CUWIRE_EXPORT CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
 {
@@ -6034,11 +6086,13 @@ CUWIRE_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *f
     return cuwire_impl_cuGraphExecGetFlags(hGraphExec, flags);
 }
 
-/* cuGraphExecHostNodeSetParams (cuda.h): unimplemented */
+/* cuGraphExecHostNodeSetParams (cuda.h): remoted, custom */
+int cuwire_py_cuGraphExecHostNodeSetParams(uint64_t, uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphExecHostNodeSetParams", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphExecHostNodeSetParams((uint64_t)(uintptr_t)hGraphExec, (uint64_t)(uintptr_t)hNode, (void *)nodeParams, sizeof *nodeParams));
 }
 CUWIRE_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
@@ -6338,11 +6392,13 @@ CUWIRE_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNode
     return cuwire_impl_cuGraphGetRootNodes(hGraph, rootNodes, numRootNodes);
 }
 
-/* cuGraphHostNodeGetParams (cuda.h): unimplemented */
+/* cuGraphHostNodeGetParams (cuda.h): remoted, custom */
+int cuwire_py_cuGraphHostNodeGetParams(uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphHostNodeGetParams", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphHostNodeGetParams((uint64_t)(uintptr_t)hNode, (void *)nodeParams, sizeof *nodeParams));
 }
 CUWIRE_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
 {
@@ -6356,11 +6412,13 @@ CUWIRE_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NOD
     return cuwire_impl_cuGraphHostNodeGetParams(hNode, nodeParams);
 }
 
-/* cuGraphHostNodeSetParams (cuda.h): unimplemented */
+/* cuGraphHostNodeSetParams (cuda.h): remoted, custom */
+int cuwire_py_cuGraphHostNodeSetParams(uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphHostNodeSetParams", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphHostNodeSetParams((uint64_t)(uintptr_t)hNode, (void *)nodeParams, sizeof *nodeParams));
 }
 CUWIRE_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
@@ -12094,11 +12152,13 @@ CUWIRE_EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpoin
     return cuwire_impl_cuPointerGetAttributes(numAttributes, attributes, data, ptr);
 }
 
-/* cuPointerSetAttribute (cuda.h): unimplemented */
+/* cuPointerSetAttribute (cuda.h): remoted, sync */
+int cuwire_py_cuPointerSetAttribute(void *, uint64_t, int64_t, uint64_t);
 static inline CUresult cuwire_impl_cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuPointerSetAttribute", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuPointerSetAttribute((void *)value, (uint64_t)(4), (int64_t)attribute, (uint64_t)ptr));
 }
 CUWIRE_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
 {

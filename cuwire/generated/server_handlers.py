@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "fb2a23d9406e78b5"
+API_DIGEST = "1c810960d49a3ac9"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -126,6 +126,16 @@ def cuCtxGetCacheConfig(s, a: pb.cuCtxGetCacheConfig_Args) -> pb.cuCtxGetCacheCo
     return r
 
 
+def cuCtxGetExecAffinity(s, a: pb.cuCtxGetExecAffinity_Args) -> pb.cuCtxGetExecAffinity_Result:
+    """cuCtxGetExecAffinity (cuda.h)"""
+    r = pb.cuCtxGetExecAffinity_Result()
+    pExecAffinity = s.ffi.new("CUexecAffinityParam *")
+    r.status = s.lib.cuCtxGetExecAffinity(pExecAffinity, a.type)
+    if r.status == 0:
+        r.pExecAffinity = s.take(pExecAffinity)
+    return r
+
+
 def cuCtxGetFlags(s, a: pb.cuCtxGetFlags_Args) -> pb.cuCtxGetFlags_Result:
     """cuCtxGetFlags (cuda.h)"""
     r = pb.cuCtxGetFlags_Result()
@@ -153,6 +163,16 @@ def cuCtxGetLimit(s, a: pb.cuCtxGetLimit_Args) -> pb.cuCtxGetLimit_Result:
     r.status = s.lib.cuCtxGetLimit(pvalue, a.limit)
     if r.status == 0:
         r.pvalue = s.scalar(pvalue[0])
+    return r
+
+
+def cuCtxGetSharedMemConfig(s, a: pb.cuCtxGetSharedMemConfig_Args) -> pb.cuCtxGetSharedMemConfig_Result:
+    """cuCtxGetSharedMemConfig (cuda.h)"""
+    r = pb.cuCtxGetSharedMemConfig_Result()
+    pConfig = s.ffi.new("CUsharedconfig *")
+    r.status = s.lib.cuCtxGetSharedMemConfig(pConfig)
+    if r.status == 0:
+        r.pConfig = s.scalar(pConfig[0])
     return r
 
 
@@ -200,6 +220,13 @@ def cuCtxSetLimit(s, a: pb.cuCtxSetLimit_Args) -> pb.cuCtxSetLimit_Result:
     """cuCtxSetLimit (cuda.h)"""
     r = pb.cuCtxSetLimit_Result()
     r.status = s.lib.cuCtxSetLimit(a.limit, a.value)
+    return r
+
+
+def cuCtxSetSharedMemConfig(s, a: pb.cuCtxSetSharedMemConfig_Args) -> pb.cuCtxSetSharedMemConfig_Result:
+    """cuCtxSetSharedMemConfig (cuda.h)"""
+    r = pb.cuCtxSetSharedMemConfig_Result()
+    r.status = s.lib.cuCtxSetSharedMemConfig(a.config)
     return r
 
 
@@ -256,6 +283,16 @@ def cuDeviceGetDefaultMemPool(s, a: pb.cuDeviceGetDefaultMemPool_Args) -> pb.cuD
     return r
 
 
+def cuDeviceGetExecAffinitySupport(s, a: pb.cuDeviceGetExecAffinitySupport_Args) -> pb.cuDeviceGetExecAffinitySupport_Result:
+    """cuDeviceGetExecAffinitySupport (cuda.h)"""
+    r = pb.cuDeviceGetExecAffinitySupport_Result()
+    pi = s.ffi.new("int *")
+    r.status = s.lib.cuDeviceGetExecAffinitySupport(pi, a.type, a.dev)
+    if r.status == 0:
+        r.pi = s.scalar(pi[0])
+    return r
+
+
 def cuDeviceGetGraphMemAttribute(s, a: pb.cuDeviceGetGraphMemAttribute_Args) -> pb.cuDeviceGetGraphMemAttribute_Result:
     """cuDeviceGetGraphMemAttribute (cuda.h)"""
     r = pb.cuDeviceGetGraphMemAttribute_Result()
@@ -274,6 +311,18 @@ def cuDeviceGetHostAtomicCapabilities(s, a: pb.cuDeviceGetHostAtomicCapabilities
     r.status = s.lib.cuDeviceGetHostAtomicCapabilities(s.ffi.cast("unsigned int *", capabilities), s.ffi.cast("const CUatomicOperation *", operations), a.count, a.dev)
     if r.status == 0:
         r.capabilities = s.take(capabilities, a.count * 4)
+    return r
+
+
+def cuDeviceGetLuid(s, a: pb.cuDeviceGetLuid_Args) -> pb.cuDeviceGetLuid_Result:
+    """cuDeviceGetLuid (cuda.h)"""
+    r = pb.cuDeviceGetLuid_Result()
+    luid = s.out_buffer(8)
+    deviceNodeMask = s.ffi.new("unsigned int *")
+    r.status = s.lib.cuDeviceGetLuid(luid, deviceNodeMask, a.dev)
+    if r.status == 0:
+        r.luid = s.take(luid, 8)
+        r.deviceNodeMask = s.scalar(deviceNodeMask[0])
     return r
 
 
@@ -316,6 +365,26 @@ def cuDeviceGetPCIBusId(s, a: pb.cuDeviceGetPCIBusId_Args) -> pb.cuDeviceGetPCIB
     r.status = s.lib.cuDeviceGetPCIBusId(pciBusId, a.len, a.dev)
     if r.status == 0:
         r.pciBusId = s.take(pciBusId, a.len)
+    return r
+
+
+def cuDeviceGetProperties(s, a: pb.cuDeviceGetProperties_Args) -> pb.cuDeviceGetProperties_Result:
+    """cuDeviceGetProperties (cuda.h)"""
+    r = pb.cuDeviceGetProperties_Result()
+    prop = s.ffi.new("CUdevprop *")
+    r.status = s.lib.cuDeviceGetProperties(prop, a.dev)
+    if r.status == 0:
+        r.prop = s.take(prop)
+    return r
+
+
+def cuDeviceGetTexture1DLinearMaxWidth(s, a: pb.cuDeviceGetTexture1DLinearMaxWidth_Args) -> pb.cuDeviceGetTexture1DLinearMaxWidth_Result:
+    """cuDeviceGetTexture1DLinearMaxWidth (cuda.h)"""
+    r = pb.cuDeviceGetTexture1DLinearMaxWidth_Result()
+    maxWidthInElements = s.ffi.new("size_t *")
+    r.status = s.lib.cuDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, a.format, a.numChannels, a.dev)
+    if r.status == 0:
+        r.maxWidthInElements = s.scalar(maxWidthInElements[0])
     return r
 
 
@@ -421,6 +490,23 @@ def cuFuncGetParamInfo(s, a: pb.cuFuncGetParamInfo_Args) -> pb.cuFuncGetParamInf
     return r
 
 
+def cuFuncIsLoaded(s, a: pb.cuFuncIsLoaded_Args) -> pb.cuFuncIsLoaded_Result:
+    """cuFuncIsLoaded (cuda.h)"""
+    r = pb.cuFuncIsLoaded_Result()
+    state = s.ffi.new("CUfunctionLoadingState *")
+    r.status = s.lib.cuFuncIsLoaded(state, s.handle("CUfunc_st", "CUfunction", a.function))
+    if r.status == 0:
+        r.state = s.scalar(state[0])
+    return r
+
+
+def cuFuncLoad(s, a: pb.cuFuncLoad_Args) -> pb.cuFuncLoad_Result:
+    """cuFuncLoad (cuda.h)"""
+    r = pb.cuFuncLoad_Result()
+    r.status = s.lib.cuFuncLoad(s.handle("CUfunc_st", "CUfunction", a.function))
+    return r
+
+
 def cuFuncSetAttribute(s, a: pb.cuFuncSetAttribute_Args) -> pb.cuFuncSetAttribute_Result:
     """cuFuncSetAttribute (cuda.h)"""
     r = pb.cuFuncSetAttribute_Result()
@@ -432,6 +518,13 @@ def cuFuncSetCacheConfig(s, a: pb.cuFuncSetCacheConfig_Args) -> pb.cuFuncSetCach
     """cuFuncSetCacheConfig (cuda.h)"""
     r = pb.cuFuncSetCacheConfig_Result()
     r.status = s.lib.cuFuncSetCacheConfig(s.handle("CUfunc_st", "CUfunction", a.hfunc), a.config)
+    return r
+
+
+def cuFuncSetSharedMemConfig(s, a: pb.cuFuncSetSharedMemConfig_Args) -> pb.cuFuncSetSharedMemConfig_Result:
+    """cuFuncSetSharedMemConfig (cuda.h)"""
+    r = pb.cuFuncSetSharedMemConfig_Result()
+    r.status = s.lib.cuFuncSetSharedMemConfig(s.handle("CUfunc_st", "CUfunction", a.hfunc), a.config)
     return r
 
 
@@ -1036,6 +1129,15 @@ def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(s, a: pb.cuOccupancyMax
     r.status = s.lib.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, s.handle("CUfunc_st", "CUfunction", a.func), a.blockSize, a.dynamicSMemSize, a.flags)
     if r.status == 0:
         r.numBlocks = s.scalar(numBlocks[0])
+    return r
+
+
+def cuPointerSetAttribute(s, a: pb.cuPointerSetAttribute_Args) -> pb.cuPointerSetAttribute_Result:
+    """cuPointerSetAttribute (cuda.h)"""
+    r = pb.cuPointerSetAttribute_Result()
+    value = s.in_buffer(a.value, 4)
+    s.device_range(a.ptr, 1)
+    r.status = s.lib.cuPointerSetAttribute(value, a.attribute, a.ptr)
     return r
 
 
@@ -1916,27 +2018,34 @@ HANDLERS = {
     1737933368: ("cuCtxEnablePeerAccess", pb.cuCtxEnablePeerAccess_Args, cuCtxEnablePeerAccess),
     900342868: ("cuCtxGetApiVersion", pb.cuCtxGetApiVersion_Args, cuCtxGetApiVersion),
     1342146307: ("cuCtxGetCacheConfig", pb.cuCtxGetCacheConfig_Args, cuCtxGetCacheConfig),
+    110995246: ("cuCtxGetExecAffinity", pb.cuCtxGetExecAffinity_Args, cuCtxGetExecAffinity),
     2639545333: ("cuCtxGetFlags", pb.cuCtxGetFlags_Args, cuCtxGetFlags),
     3852336620: ("cuCtxGetId", pb.cuCtxGetId_Args, cuCtxGetId),
     3922192943: ("cuCtxGetLimit", pb.cuCtxGetLimit_Args, cuCtxGetLimit),
+    4134373467: ("cuCtxGetSharedMemConfig", pb.cuCtxGetSharedMemConfig_Args, cuCtxGetSharedMemConfig),
     1782496290: ("cuCtxGetStreamPriorityRange", pb.cuCtxGetStreamPriorityRange_Args, cuCtxGetStreamPriorityRange),
     64806754: ("cuCtxRecordEvent", pb.cuCtxRecordEvent_Args, cuCtxRecordEvent),
     3274641050: ("cuCtxResetPersistingL2Cache", pb.cuCtxResetPersistingL2Cache_Args, cuCtxResetPersistingL2Cache),
     820065396: ("cuCtxSetCacheConfig", pb.cuCtxSetCacheConfig_Args, cuCtxSetCacheConfig),
     1705344036: ("cuCtxSetFlags", pb.cuCtxSetFlags_Args, cuCtxSetFlags),
     288806398: ("cuCtxSetLimit", pb.cuCtxSetLimit_Args, cuCtxSetLimit),
+    3546678085: ("cuCtxSetSharedMemConfig", pb.cuCtxSetSharedMemConfig_Args, cuCtxSetSharedMemConfig),
     484046796: ("cuCtxSynchronize", pb.cuCtxSynchronize_Args, cuCtxSynchronize),
     357846365: ("cuCtxSynchronize_v2", pb.cuCtxSynchronize_v2_Args, cuCtxSynchronize_v2),
     3538322810: ("cuCtxWaitEvent", pb.cuCtxWaitEvent_Args, cuCtxWaitEvent),
     1419231701: ("cuDeviceCanAccessPeer", pb.cuDeviceCanAccessPeer_Args, cuDeviceCanAccessPeer),
     3582315627: ("cuDeviceGetByPCIBusId", pb.cuDeviceGetByPCIBusId_Args, cuDeviceGetByPCIBusId),
     1234428036: ("cuDeviceGetDefaultMemPool", pb.cuDeviceGetDefaultMemPool_Args, cuDeviceGetDefaultMemPool),
+    2426134710: ("cuDeviceGetExecAffinitySupport", pb.cuDeviceGetExecAffinitySupport_Args, cuDeviceGetExecAffinitySupport),
     622504442: ("cuDeviceGetGraphMemAttribute", pb.cuDeviceGetGraphMemAttribute_Args, cuDeviceGetGraphMemAttribute),
     3416762930: ("cuDeviceGetHostAtomicCapabilities", pb.cuDeviceGetHostAtomicCapabilities_Args, cuDeviceGetHostAtomicCapabilities),
+    1237720644: ("cuDeviceGetLuid", pb.cuDeviceGetLuid_Args, cuDeviceGetLuid),
     3826692610: ("cuDeviceGetMemPool", pb.cuDeviceGetMemPool_Args, cuDeviceGetMemPool),
     1666055931: ("cuDeviceGetP2PAtomicCapabilities", pb.cuDeviceGetP2PAtomicCapabilities_Args, cuDeviceGetP2PAtomicCapabilities),
     2429329345: ("cuDeviceGetP2PAttribute", pb.cuDeviceGetP2PAttribute_Args, cuDeviceGetP2PAttribute),
     2039655364: ("cuDeviceGetPCIBusId", pb.cuDeviceGetPCIBusId_Args, cuDeviceGetPCIBusId),
+    1934438172: ("cuDeviceGetProperties", pb.cuDeviceGetProperties_Args, cuDeviceGetProperties),
+    1710662973: ("cuDeviceGetTexture1DLinearMaxWidth", pb.cuDeviceGetTexture1DLinearMaxWidth_Args, cuDeviceGetTexture1DLinearMaxWidth),
     64302920: ("cuDeviceGraphMemTrim", pb.cuDeviceGraphMemTrim_Args, cuDeviceGraphMemTrim),
     2324783077: ("cuDevicePrimaryCtxReset_v2", pb.cuDevicePrimaryCtxReset_v2_Args, cuDevicePrimaryCtxReset_v2),
     4201524549: ("cuDevicePrimaryCtxSetFlags_v2", pb.cuDevicePrimaryCtxSetFlags_v2_Args, cuDevicePrimaryCtxSetFlags_v2),
@@ -1949,8 +2058,11 @@ HANDLERS = {
     3775496938: ("cuEventSynchronize", pb.cuEventSynchronize_Args, cuEventSynchronize),
     1113544593: ("cuFuncGetAttribute", pb.cuFuncGetAttribute_Args, cuFuncGetAttribute),
     567025728: ("cuFuncGetParamInfo", pb.cuFuncGetParamInfo_Args, cuFuncGetParamInfo),
+    1787595107: ("cuFuncIsLoaded", pb.cuFuncIsLoaded_Args, cuFuncIsLoaded),
+    2060489457: ("cuFuncLoad", pb.cuFuncLoad_Args, cuFuncLoad),
     1296138514: ("cuFuncSetAttribute", pb.cuFuncSetAttribute_Args, cuFuncSetAttribute),
     1688761246: ("cuFuncSetCacheConfig", pb.cuFuncSetCacheConfig_Args, cuFuncSetCacheConfig),
+    1389123837: ("cuFuncSetSharedMemConfig", pb.cuFuncSetSharedMemConfig_Args, cuFuncSetSharedMemConfig),
     1642307952: ("cuGraphAddChildGraphNode", pb.cuGraphAddChildGraphNode_Args, None),  # server/graphs.py
     3880841238: ("cuGraphAddDependencies_v2", pb.cuGraphAddDependencies_v2_Args, None),  # server/graphs.py
     2671003589: ("cuGraphAddEmptyNode", pb.cuGraphAddEmptyNode_Args, None),  # server/graphs.py
@@ -2054,6 +2166,7 @@ HANDLERS = {
     3899431437: ("cuOccupancyAvailableDynamicSMemPerBlock", pb.cuOccupancyAvailableDynamicSMemPerBlock_Args, cuOccupancyAvailableDynamicSMemPerBlock),
     3096712021: ("cuOccupancyMaxActiveBlocksPerMultiprocessor", pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Args, cuOccupancyMaxActiveBlocksPerMultiprocessor),
     3893859051: ("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Args, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags),
+    2896547413: ("cuPointerSetAttribute", pb.cuPointerSetAttribute_Args, cuPointerSetAttribute),
     1141378963: ("cuProfilerStart", pb.cuProfilerStart_Args, cuProfilerStart),
     1942346908: ("cuProfilerStop", pb.cuProfilerStop_Args, cuProfilerStop),
     3570707429: ("cuStreamBeginCaptureToGraph", pb.cuStreamBeginCaptureToGraph_Args, None),  # server/graphs.py
@@ -2164,6 +2277,7 @@ RECORDS = {
     3274641050: ("cuCtxResetPersistingL2Cache", struct.Struct("<")),
     1705344036: ("cuCtxSetFlags", struct.Struct("<I")),
     288806398: ("cuCtxSetLimit", struct.Struct("<iQ")),
+    3546678085: ("cuCtxSetSharedMemConfig", struct.Struct("<i")),
     484046796: ("cuCtxSynchronize", struct.Struct("<")),
     357846365: ("cuCtxSynchronize_v2", struct.Struct("<Q")),
     3538322810: ("cuCtxWaitEvent", struct.Struct("<QQ")),
@@ -2174,6 +2288,8 @@ RECORDS = {
     3120889818: ("cuEventRecord", struct.Struct("<QQ")),
     663009900: ("cuEventRecordWithFlags", struct.Struct("<QQI")),
     3775496938: ("cuEventSynchronize", struct.Struct("<Q")),
+    2060489457: ("cuFuncLoad", struct.Struct("<Q")),
+    1389123837: ("cuFuncSetSharedMemConfig", struct.Struct("<Qi")),
     1340411253: ("cuGraphEventRecordNodeSetEvent", struct.Struct("<QQ")),
     2408944543: ("cuGraphEventWaitNodeSetEvent", struct.Struct("<QQ")),
     3523231073: ("cuGraphExecEventRecordNodeSetEvent", struct.Struct("<QQQ")),

@@ -90,6 +90,16 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         *err = s->fn.cuCtxSetLimit(r.limit, r.value);
         return 1;
     }
+    case 3546678085u: { /* cuCtxSetSharedMemConfig (cuda.h) */
+        struct __attribute__((packed)) {
+            int32_t config;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuCtxSetSharedMemConfig: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        *err = s->fn.cuCtxSetSharedMemConfig(r.config);
+        return 1;
+    }
     case 484046796u: { /* cuCtxSynchronize (cuda.h) */
         struct __attribute__((packed)) {
         } r;
@@ -232,6 +242,35 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             return 1;
         }
         *err = s->fn.cuEventSynchronize((CUevent)(uintptr_t)r.hEvent);
+        return 1;
+    }
+    case 2060489457u: { /* cuFuncLoad (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t function;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuFuncLoad: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUfunc_st, r.function)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuFuncLoad((CUfunction)(uintptr_t)r.function);
+        return 1;
+    }
+    case 1389123837u: { /* cuFuncSetSharedMemConfig (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t hfunc;
+            int32_t config;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuFuncSetSharedMemConfig: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUfunc_st, r.hfunc)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuFuncSetSharedMemConfig((CUfunction)(uintptr_t)r.hfunc, r.config);
         return 1;
     }
     case 1340411253u: { /* cuGraphEventRecordNodeSetEvent (cuda.h) */

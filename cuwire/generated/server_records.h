@@ -11,6 +11,7 @@
     X(cuCtxResetPersistingL2Cache) \
     X(cuCtxSetFlags) \
     X(cuCtxSetLimit) \
+    X(cuCtxSetSharedMemConfig) \
     X(cuCtxSynchronize) \
     X(cuCtxSynchronize_v2) \
     X(cuCtxWaitEvent) \
@@ -21,6 +22,8 @@
     X(cuEventRecord) \
     X(cuEventRecordWithFlags) \
     X(cuEventSynchronize) \
+    X(cuFuncLoad) \
+    X(cuFuncSetSharedMemConfig) \
     X(cuGraphEventRecordNodeSetEvent) \
     X(cuGraphEventWaitNodeSetEvent) \
     X(cuGraphExecEventRecordNodeSetEvent) \

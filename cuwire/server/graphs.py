@@ -170,14 +170,28 @@ def host_node(s, a: pb.HostNode_Args) -> pb.HostNode_Result:
     """cuwire.HostNode: a node that posts the client's host function `id` (through the shared memory, or
     over TCP on the session's host-function connection) at every launch, and waits until a thread of the
     client's ran it (server/records.c)."""
+    ffi = s.ffi
+    if a.action == pb.GET:  # the id the node posts: the client knows the function and argument under it
+        params = ffi.new("CUDA_HOST_NODE_PARAMS *")
+        status = s.lib.cuGraphHostNodeGetParams(s.handle(NODE, "CUgraphNode", a.node), params)
+        if status != 0:
+            return pb.HostNode_Result(status=status)
+        host_id = s.records.host_node_id(int(ffi.cast("uintptr_t", params.userData)))
+        if not host_id:
+            raise CudaFail(INVALID_VALUE, f"node {a.node:#x} is not a host node of this session's")
+        return pb.HostNode_Result(status=0, id=host_id)
     fn, arg = s.records.host_node(a.id)
     if not arg:
         raise CudaFail(NOT_SUPPORTED, "a graph host node needs shared memory with the client or its host-function "
                                       "connection")
-    ffi = s.ffi
     params = ffi.new("CUDA_HOST_NODE_PARAMS *")
     params.fn = ffi.cast("CUhostFn", fn)
     params.userData = ffi.cast("void *", arg)
+    if a.action == pb.SET_IN_GRAPH:
+        return pb.HostNode_Result(status=s.lib.cuGraphHostNodeSetParams(s.handle(NODE, "CUgraphNode", a.node), params))
+    if a.action == pb.SET_IN_EXEC:
+        return pb.HostNode_Result(status=s.lib.cuGraphExecHostNodeSetParams(
+            s.handle(EXEC, "CUgraphExec", a.exec), s.handle(NODE, "CUgraphNode", a.node), params))
     out = ffi.new("CUgraphNode *")
     n = len(a.dependencies) // 8
     r = pb.HostNode_Result(status=s.lib.cuGraphAddHostNode(out, s.handle(GRAPH, "CUgraph", a.graph),

@@ -41,7 +41,8 @@ static const uint64_t CW_LATENCY_BOUNDS[CW_LATENCY_BUCKETS - 1] = {10, 30, 100, 
 
 /* The handle kinds the loop checks (struct tags, as the model names them). */
 #define CW_KINDS(X)                                                                                         \
-    X(CUstream_st) X(CUevent_st) X(CUctx_st) X(CUmemPoolHandle_st) X(CUgraphExec_st) X(CUgraphNode_st) X(CUarray_st)
+    X(CUstream_st) X(CUevent_st) X(CUctx_st) X(CUmemPoolHandle_st) X(CUgraphExec_st) X(CUgraphNode_st)    \
+        X(CUarray_st) X(CUfunc_st)
 enum {
 #define CW_KIND_ENUM(k) CW_KIND_##k,
     CW_KINDS(CW_KIND_ENUM)
@@ -669,6 +670,16 @@ static int cw_keep_host_call(cw_records *s, struct cw_host_call *c)
         return -1;
     s->host_nodes = grown;
     s->host_nodes[s->host_nodes_len++] = c;
+    return 0;
+}
+
+/* The client's id a host node's argument posts, or 0 when it is not one of this session's host nodes'
+ * arguments (a node some other code made). */
+uint64_t cw_records_host_node_id(const cw_records *s, const void *arg)
+{
+    for (size_t i = 0; i < s->host_nodes_len; i++)
+        if (s->host_nodes[i] == arg)
+            return ((const struct cw_host_call *)arg)->id;
     return 0;
 }
 

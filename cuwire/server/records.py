@@ -166,6 +166,10 @@ class RecordLoop:
             raise WireError(ffi.string(lib.cw_records_why(self.state)).decode())
         return status[0], first[0], fn[0], count[0], bytes(ffi.buffer(self.result, length[0]))
 
+    def host_node_id(self, arg: int) -> int:
+        """The client's id the host node whose argument is `arg` posts; 0 if it is none of the session's."""
+        return lib.cw_records_host_node_id(self.state, ffi.cast("void *", arg))
+
     def host_node(self, host_id: int) -> tuple[int, int]:
         """(function, argument) addresses for a graph host node that posts the client's host function
         `host_id` at every launch; (…, 0) when the session has no way to post it (shared memory with its

@@ -51,6 +51,7 @@ const char *cw_records_why(const cw_records *s);
 void cw_records_spin(cw_records *s, long microseconds);
 void cw_records_observe(cw_records *s, uint64_t ns, uint64_t in, uint64_t out);
 void *cw_records_host_node(cw_records *s, uint64_t id, void **fn);
+uint64_t cw_records_host_node_id(const cw_records *s, const void *arg);
 void cw_records_figures(const cw_records *s, uint64_t *out);
 int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_len, size_t *used,
                      char *header_out, int *deferred_error, uint32_t *deferred_fn, uint64_t *count);

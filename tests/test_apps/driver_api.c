@@ -107,6 +107,10 @@ int main(void)
     size_t launches_size = 0;
     CHECK_DRIVER(cuModuleGetGlobal(&launches, &launches_size, mod, "launches"));
     printf("module loaded from PTX: 2 kernels, __device__ launches of %zu bytes\n", launches_size);
+    CUfunctionLoadingState loading = CU_FUNCTION_LOADING_STATE_MAX;
+    CHECK_DRIVER(cuFuncIsLoaded(&loading, axpb));
+    CHECK_DRIVER(cuFuncLoad(axpb));
+    printf("axpb loaded: %s\n", loading == CU_FUNCTION_LOADING_STATE_LOADED ? "yes" : "no");
 
     /* function attributes, asked twice (the client keeps the answer), then changed: the next answer
      * must be the new value */

@@ -4,9 +4,10 @@
 // (graphMemoryFootprint), and a capture into the program's own graph ended with no graph asked for
 // (graphConditionalNodes), and copies of pageable memory: a malloc'd buffer in, a variable on the stack out,
 // read by a host node (simpleCudaGraphs); captured asynchronous copies (graphMemoryNodes); a child graph's,
-// through a clone; launches queued one after another, each with a host node (simpleCudaGraphs); a pitched
-// copy; a capture over two streams joined by events (graphMemoryNodes). Graphs with host inputs are launched
-// twice, the input changed. A graph's memory freed outside it and in another graph (graphMemoryNodes).
+// through a clone; launches queued one after another, each with a host node (simpleCudaGraphs), whose
+// parameters are then read back and set; a pitched copy; a capture over two streams joined by events
+// (graphMemoryNodes). Graphs with host inputs are launched twice, the input changed. A graph's memory freed
+// outside it and in another graph (graphMemoryNodes).
 #include <stdio.h>
 #include <string.h>
 
@@ -260,6 +261,31 @@ int main() {
     for (int i = 0; i < 3; i++) queued_ok &= log.seen[i] == want_last;
     printf("three launches queued, each host node saw its copy: %s\n", queued_ok ? "OK" : "FAIL");
     failures += !queued_ok;
+    //    the host node's parameters: read back, set in the executable graph only, then in the graph
+    cudaHostNodeParams got = {};
+    CHECK(cudaGraphHostNodeGetParams(host3, &got));
+    Log in_exec = {&last, {0, 0, 0}, 0}, in_graph = {&last, {0, 0, 0}, 0};
+    cudaHostNodeParams changed = hp;
+    changed.userData = &in_exec;
+    CHECK(cudaGraphExecHostNodeSetParams(exec, host3, &changed));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    changed.userData = &in_graph;
+    CHECK(cudaGraphHostNodeSetParams(host3, &changed));
+    CHECK(cudaGraphLaunch(exec, s));  // (the executable graph keeps what it was set to)
+    cudaGraphExec_t exec2;
+    CHECK(cudaGraphInstantiate(&exec2, g, 0));
+    CHECK(cudaGraphLaunch(exec2, s));
+    CHECK(cudaStreamSynchronize(s));
+    cudaHostNodeParams now = {};
+    CHECK(cudaGraphHostNodeGetParams(host3, &now));
+    int params_ok = got.fn == hp.fn && got.userData == &log && log.count == 3 && in_exec.count == 2 &&
+                    in_graph.count == 1 && in_exec.seen[1] == want_last && in_graph.seen[0] == want_last &&
+                    now.userData == &in_graph;
+    printf("a host node's parameters read back and set, in the executable graph and the graph: %s\n",
+           params_ok ? "OK" : "FAIL");
+    failures += !params_ok;
+    CHECK(cudaGraphExecDestroy(exec2));
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(g));
 
