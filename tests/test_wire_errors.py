@@ -1000,3 +1000,28 @@ def test_small_device_and_context_queries(session):
     assert vmm_call(session, "cuPointerSetAttribute", value=on, attribute=sync_memops,
                     ptr=0x7F00_0000_1000).status == 1  # not the session's: refused before CUDA
     assert serving(session)
+
+
+def test_a_batch_of_memory_operations_names_only_the_sessions_memory(session):
+    """cuStreamBatchMemOp: the batch runs when every wait and write in it names the session's memory, all
+    the bytes of it; one address that is not, or an operation of no known type, refuses the whole batch
+    before CUDA sees it (nothing written)."""
+    device = allocate(session, 4096)
+
+    def op(kind: int, address: int = 0, value: int = 0, flags: int = 0) -> bytes:
+        return struct.pack("<iIQQIIQ", kind, 0, address, value, flags, 0, 0).ljust(48, b"\0")
+
+    def batch(*ops: bytes) -> int:
+        return vmm_call(session, "cuStreamBatchMemOp_v2", stream=0, count=len(ops), paramArray=b"".join(ops),
+                        flags=0).status
+
+    write32, wait32, write64, barrier = 2, 1, 5, 6
+    assert batch(op(write32, device, 7), op(wait32, device, 7, 1), op(write64, device + 8, 9), op(barrier)) == 0
+    back = vmm_call(session, "cuMemcpyDtoH_v2", srcDevice=device, ByteCount=16)
+    assert back.status == 0 and struct.unpack("<IIQ", back.dstHost) == (7, 0, 9)
+    assert batch(op(write32, device, 8), op(write64, device + 4092, 1)) == 1  # 8 bytes from 4 before the end
+    assert batch(op(write32, device, 8), op(write32, 0x7F00_0000_1000, 1)) == 1
+    assert batch(op(write32, device, 8), op(99)) == 1
+    back = vmm_call(session, "cuMemcpyDtoH_v2", srcDevice=device, ByteCount=4)
+    assert back.dstHost == struct.pack("<I", 7)  # the refused batches wrote nothing
+    assert serving(session)

@@ -1248,6 +1248,31 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
     def cuStreamWaitValue64_v2(self, stream: CData, addr: int, value: int, flags: int) -> int:
         return self._wait_value(stream, addr, value, flags, 8)
 
+    @_after_fault
+    def cuStreamBatchMemOp_v2(self, stream: CData, count: int, paramArray: CData, flags: int) -> int:
+        """Each operation in turn, as its own call makes it; barriers and flushes: the emulated device's
+        memory is always coherent."""
+        if self._stream(stream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        if count <= 0 or self._is_null(paramArray) or flags:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        ops = [paramArray[i] for i in range(count)]
+        if any(op.operation not in (1, 2, 3, 4, 5, 6) for op in ops):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        for op in ops:
+            err = 0
+            if op.operation in (1, 4):  # CU_STREAM_MEM_OP_WAIT_VALUE_32, _64
+                w = op.waitValue
+                size = 4 if op.operation == 1 else 8
+                err = self._wait_value(stream, w.address, w.value if size == 4 else w.value64, w.flags, size)
+            elif op.operation in (2, 5):  # CU_STREAM_MEM_OP_WRITE_VALUE_32, _64
+                w = op.writeValue
+                size = 4 if op.operation == 2 else 8
+                err = self._write_value(stream, w.address, w.value if size == 4 else w.value64, size)
+            if err:
+                return err
+        return 0
+
     def cuCtxEnablePeerAccess(self, peerContext: CData, Flags: int) -> int:
         return self.drv.CUDA_ERROR_PEER_ACCESS_UNSUPPORTED  # the only device is no peer of its own (as the H100 says)
 

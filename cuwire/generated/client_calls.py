@@ -1914,6 +1914,18 @@ def cuProfilerStop():
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuStreamBatchMemOp_v2", onerror=rt.on_error)
+def cuStreamBatchMemOp_v2(stream, count, paramArray, paramArray_len, flags):
+    """cuStreamBatchMemOp_v2 (cuda.h): every address in the batch checked as the session's memory (server/memops.py)"""
+    args = pb.cuStreamBatchMemOp_v2_Args()
+    args.stream = stream
+    args.count = count
+    args.paramArray = rt.read(paramArray, paramArray_len)
+    args.flags = flags
+    res = rt.call(4107354437, args, pb.cuStreamBatchMemOp_v2_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuStreamBeginCaptureToGraph", onerror=rt.on_error)
 def cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencies_len, dependencyData, numDependencies, mode):
     """cuStreamBeginCaptureToGraph (cuda.h)"""

@@ -208,6 +208,7 @@ extern "Python+C" int cuwire_py_cuPointerGetAttributes(uint64_t, void *, void *,
 extern "Python+C" int cuwire_py_cuPointerSetAttribute(void *, uint64_t, int64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuProfilerStart(void);
 extern "Python+C" int cuwire_py_cuProfilerStop(void);
+extern "Python+C" int cuwire_py_cuStreamBatchMemOp_v2(uint64_t, uint64_t, void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuStreamBeginCaptureToGraph(uint64_t, uint64_t, void *, uint64_t, void *, uint64_t, int64_t);
 extern "Python+C" int cuwire_py_cuStreamBeginCapture_v2(uint64_t, int64_t);
 extern "Python+C" int cuwire_py_cuStreamCopyAttributes(uint64_t, uint64_t);

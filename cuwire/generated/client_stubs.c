@@ -1488,7 +1488,7 @@ const char *const cuwire_modes[] = {
     "local",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "sync",
     "unimplemented",
@@ -12341,11 +12341,13 @@ CUWIRE_EXPORT CUresult cuStreamBatchMemOp_ptsz(void)
     return cuwire_impl_cuStreamBatchMemOp_ptsz();
 }
 
-/* cuStreamBatchMemOp_v2 (cuda.h): unimplemented; also cuStreamBatchMemOp_v2_ptsz */
+/* cuStreamBatchMemOp_v2 (cuda.h): remoted, sync; also cuStreamBatchMemOp_v2_ptsz */
+int cuwire_py_cuStreamBatchMemOp_v2(uint64_t, uint64_t, void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuStreamBatchMemOp_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuStreamBatchMemOp_v2((uint64_t)(uintptr_t)stream, (uint64_t)count, (void *)paramArray, (uint64_t)(count * 48), (uint64_t)flags));
 }
 CUWIRE_EXPORT CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "1c810960d49a3ac9"
+API_DIGEST = "d09d9906eba12e90"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -2169,6 +2169,7 @@ HANDLERS = {
     2896547413: ("cuPointerSetAttribute", pb.cuPointerSetAttribute_Args, cuPointerSetAttribute),
     1141378963: ("cuProfilerStart", pb.cuProfilerStart_Args, cuProfilerStart),
     1942346908: ("cuProfilerStop", pb.cuProfilerStop_Args, cuProfilerStop),
+    4107354437: ("cuStreamBatchMemOp_v2", pb.cuStreamBatchMemOp_v2_Args, None),  # server/memops.py
     3570707429: ("cuStreamBeginCaptureToGraph", pb.cuStreamBeginCaptureToGraph_Args, None),  # server/graphs.py
     194882140: ("cuStreamBeginCapture_v2", pb.cuStreamBeginCapture_v2_Args, cuStreamBeginCapture_v2),
     3615690956: ("cuStreamCopyAttributes", pb.cuStreamCopyAttributes_Args, None),  # server/attributes.py

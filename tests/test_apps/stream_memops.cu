@@ -1,5 +1,6 @@
 // stream_memops: 32- and 64-bit values written to device memory and waited for in stream order
-// (cuStreamWriteValue32/64, cuStreamWaitValue32/64, around a kernel); managed memory attached to a stream;
+// (cuStreamWriteValue32/64, cuStreamWaitValue32/64, around a kernel), and as one batch (cuStreamBatchMemOp,
+// with a memory barrier); managed memory attached to a stream;
 // the device's graph memory figures read and reset; peer access to the only GPU refused as natively.
 #include <stdio.h>
 
@@ -33,6 +34,29 @@ int main() {
     printf("%-46s %s (%u)\n", "a 32-bit value written, waited for, added to", h32 == 42 ? "OK" : "FAIL", h32);
     printf("%-46s %s (%#llx)\n", "a 64-bit value written and waited for", h64 == pattern ? "OK" : "FAIL", h64);
     failures += h32 != 42 || h64 != pattern;
+
+    // the same in one batch: write, wait, write 64 bits, a memory barrier; then the kernel adds one
+    CUstreamBatchMemOpParams ops[4] = {};
+    ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    ops[0].writeValue.address = (CUdeviceptr)flag;
+    ops[0].writeValue.value = 100;
+    ops[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    ops[1].waitValue.address = (CUdeviceptr)flag;
+    ops[1].waitValue.value = 100;
+    ops[1].waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+    ops[2].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    ops[2].writeValue.address = (CUdeviceptr)wide;
+    ops[2].writeValue.value64 = ~pattern;
+    ops[3].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
+    ops[3].memoryBarrier.flags = CU_STREAM_MEMORY_BARRIER_TYPE_GPU;
+    CHECK_DRIVER(cuStreamBatchMemOp(s, 4, ops, 0));
+    addOne<<<1, 32, 0, s>>>(flag);
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaMemcpy(&h32, flag, sizeof h32, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(&h64, wide, sizeof h64, cudaMemcpyDeviceToHost));
+    printf("%-46s %s (%u, %#llx)\n", "the same as one batch of memory operations",
+           h32 == 101 && h64 == ~pattern ? "OK" : "FAIL", h32, h64);
+    failures += h32 != 101 || h64 != ~pattern;
 
     int *m;
     CHECK(cudaMallocManaged((void **)&m, 4096));
