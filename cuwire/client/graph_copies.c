@@ -334,6 +334,12 @@ void cuwire_after_child_graph_node(CUgraphNode *node, CUgraph graph, const CUgra
     shared_with((uint64_t)(uintptr_t)child, (uint64_t)(uintptr_t)graph);
 }
 
+void cuwire_after_exec_child_graph_set(CUgraphExec exec, CUgraphNode node, CUgraph child)
+{
+    (void)node;
+    shared_with((uint64_t)(uintptr_t)child, (uint64_t)(uintptr_t)exec);
+}
+
 void cuwire_after_graph_exec_update(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo *info)
 {
     (void)info;

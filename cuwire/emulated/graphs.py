@@ -360,6 +360,14 @@ class EmulatedGraphs:
             self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = handle
         return err
 
+    def cuGraphExecChildGraphNodeSetParams(self, hGraphExec: CData, hNode: CData, childGraph: CData) -> int:
+        """The executable graph's child node runs the graph as it is now (one of the same shape, CUDA asks)."""
+        child = self._graph(childGraph)
+        if child is None or self._node_param(hNode, GRAPH) is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        copy = child.copy()
+        return self._set_exec_work(hGraphExec, hNode, lambda: run_graph(copy))
+
     def cuGraphAddEventRecordNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
                                   event: CData) -> int:
         work = self._record_work(event)

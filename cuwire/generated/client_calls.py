@@ -839,6 +839,17 @@ def cuGraphEventWaitNodeSetEvent(hNode, event):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuGraphExecChildGraphNodeSetParams", onerror=rt.on_error)
+def cuGraphExecChildGraphNodeSetParams(hGraphExec, hNode, childGraph):
+    """cuGraphExecChildGraphNodeSetParams (cuda.h): the child graph's stand-ins for pageable memory are the executable graph's too (client/graph_copies.c)"""
+    args = pb.cuGraphExecChildGraphNodeSetParams_Args()
+    args.hGraphExec = hGraphExec
+    args.hNode = hNode
+    args.childGraph = childGraph
+    res = rt.call(3782568951, args, pb.cuGraphExecChildGraphNodeSetParams_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuGraphExecDestroy", onerror=rt.on_error)
 def cuGraphExecDestroy(hGraphExec):
     """cuGraphExecDestroy (cuda.h)"""

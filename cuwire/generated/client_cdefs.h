@@ -81,6 +81,7 @@ extern "Python+C" int cuwire_py_cuGraphEventRecordNodeGetEvent(uint64_t, void *)
 extern "Python+C" int cuwire_py_cuGraphEventRecordNodeSetEvent(uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphEventWaitNodeGetEvent(uint64_t, void *);
 extern "Python+C" int cuwire_py_cuGraphEventWaitNodeSetEvent(uint64_t, uint64_t);
+extern "Python+C" int cuwire_py_cuGraphExecChildGraphNodeSetParams(uint64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphExecDestroy(uint64_t);
 extern "Python+C" int cuwire_py_cuGraphExecEventRecordNodeSetEvent(uint64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphExecEventWaitNodeSetEvent(uint64_t, uint64_t, uint64_t);

@@ -1183,7 +1183,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "sync",
     "unimplemented",
-    "unimplemented",
+    "sync",
     "sync",
     "sync",
     "sync",
@@ -5920,11 +5920,17 @@ CUWIRE_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec
     return cuwire_impl_cuGraphExecBatchMemOpNodeSetParams(hGraphExec, hNode, nodeParams);
 }
 
-/* cuGraphExecChildGraphNodeSetParams (cuda.h): unimplemented */
+/* cuGraphExecChildGraphNodeSetParams (cuda.h): remoted, sync */
+int cuwire_py_cuGraphExecChildGraphNodeSetParams(uint64_t, uint64_t, uint64_t);
+void cuwire_after_exec_child_graph_set(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph);
 static inline CUresult cuwire_impl_cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphExecChildGraphNodeSetParams", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    int status = cuwire_py_cuGraphExecChildGraphNodeSetParams((uint64_t)(uintptr_t)hGraphExec, (uint64_t)(uintptr_t)hNode, (uint64_t)(uintptr_t)childGraph);
+    if (status == 0)
+        cuwire_after_exec_child_graph_set(hGraphExec, hNode, childGraph);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "d09d9906eba12e90"
+API_DIGEST = "8dbaea0d17a52ce9"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -601,6 +601,13 @@ def cuGraphEventWaitNodeSetEvent(s, a: pb.cuGraphEventWaitNodeSetEvent_Args) -> 
     """cuGraphEventWaitNodeSetEvent (cuda.h)"""
     r = pb.cuGraphEventWaitNodeSetEvent_Result()
     r.status = s.lib.cuGraphEventWaitNodeSetEvent(s.handle("CUgraphNode_st", "CUgraphNode", a.hNode), s.handle("CUevent_st", "CUevent", a.event))
+    return r
+
+
+def cuGraphExecChildGraphNodeSetParams(s, a: pb.cuGraphExecChildGraphNodeSetParams_Args) -> pb.cuGraphExecChildGraphNodeSetParams_Result:
+    """cuGraphExecChildGraphNodeSetParams (cuda.h)"""
+    r = pb.cuGraphExecChildGraphNodeSetParams_Result()
+    r.status = s.lib.cuGraphExecChildGraphNodeSetParams(s.handle("CUgraphExec_st", "CUgraphExec", a.hGraphExec), s.handle("CUgraphNode_st", "CUgraphNode", a.hNode), s.handle("CUgraph_st", "CUgraph", a.childGraph))
     return r
 
 
@@ -2080,6 +2087,7 @@ HANDLERS = {
     1340411253: ("cuGraphEventRecordNodeSetEvent", pb.cuGraphEventRecordNodeSetEvent_Args, cuGraphEventRecordNodeSetEvent),
     2003086414: ("cuGraphEventWaitNodeGetEvent", pb.cuGraphEventWaitNodeGetEvent_Args, cuGraphEventWaitNodeGetEvent),
     2408944543: ("cuGraphEventWaitNodeSetEvent", pb.cuGraphEventWaitNodeSetEvent_Args, cuGraphEventWaitNodeSetEvent),
+    3782568951: ("cuGraphExecChildGraphNodeSetParams", pb.cuGraphExecChildGraphNodeSetParams_Args, cuGraphExecChildGraphNodeSetParams),
     652470004: ("cuGraphExecDestroy", pb.cuGraphExecDestroy_Args, cuGraphExecDestroy),
     3523231073: ("cuGraphExecEventRecordNodeSetEvent", pb.cuGraphExecEventRecordNodeSetEvent_Args, cuGraphExecEventRecordNodeSetEvent),
     269870708: ("cuGraphExecEventWaitNodeSetEvent", pb.cuGraphExecEventWaitNodeSetEvent_Args, cuGraphExecEventWaitNodeSetEvent),

@@ -248,6 +248,41 @@ int main() {
     printf("the host node ran %d times (7 launches)\n", host_calls);
     failures += host_calls != 7;
 
+    // a child graph node's work swapped in the executable graph for another graph of the same shape
+    cudaGraph_t ones, twos, holder;
+    cudaGraphNode_t one_node, two_node, holder_node;
+    cudaMemsetParams fill_e = {};
+    fill_e.dst = e;
+    fill_e.elementSize = sizeof(int);
+    fill_e.width = n;
+    fill_e.height = 1;
+    fill_e.value = 1;
+    CHECK(cudaGraphCreate(&ones, 0));
+    CHECK(cudaGraphAddMemsetNode(&one_node, ones, NULL, 0, &fill_e));
+    fill_e.value = 2;
+    CHECK(cudaGraphCreate(&twos, 0));
+    CHECK(cudaGraphAddMemsetNode(&two_node, twos, NULL, 0, &fill_e));
+    CHECK(cudaGraphCreate(&holder, 0));
+    CHECK(cudaGraphAddChildGraphNode(&holder_node, holder, NULL, 0, ones));
+    cudaGraphExec_t holder_exec;
+    CHECK(cudaGraphInstantiate(&holder_exec, holder, 0));
+    int child_set[2] = {0, 0};
+    for (int round = 0; round < 2; round++) {
+        if (round)
+            CHECK(cudaGraphExecChildGraphNodeSetParams(holder_exec, holder_node, twos));
+        CHECK(cudaGraphLaunch(holder_exec, s));
+        CHECK(cudaStreamSynchronize(s));
+        CHECK(cudaMemcpy(h, e, n * sizeof(int), cudaMemcpyDeviceToHost));
+        child_set[round] = h[0] == round + 1 && h[n - 1] == round + 1;
+    }
+    printf("a child graph node set in the executable graph: before %s, after %s\n", child_set[0] ? "OK" : "FAIL",
+           child_set[1] ? "OK" : "FAIL");
+    failures += !child_set[0] || !child_set[1];
+    CHECK(cudaGraphExecDestroy(holder_exec));
+    CHECK(cudaGraphDestroy(holder));
+    CHECK(cudaGraphDestroy(twos));
+    CHECK(cudaGraphDestroy(ones));
+
     CHECK(cudaGraphExecDestroy(outer_exec));
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(outer));
