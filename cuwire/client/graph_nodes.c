@@ -4,7 +4,8 @@
  * their own (kernel, memcpy, memset, host, child graph) go through that call, which knows how to carry the
  * kind over the wire (a kernel's parameters, a host function kept in the client); the others travel as
  * cuwire.GraphNode (client/driver.py). The reverse holds for memory nodes: cuGraphAddMemAllocNode and
- * cuGraphAddMemFreeNode are cuGraphAddNode of those kinds.
+ * cuGraphAddMemFreeNode are cuGraphAddNode of those kinds. cuGraphNodeSetParams and cuGraphExecNodeSetParams
+ * go through their kind's own SetParams call likewise.
  */
 #include <string.h>
 
@@ -78,4 +79,59 @@ CUresult cuwire_local_cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph graph, co
     p.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
     p.free.dptr = dptr;
     return cuGraphAddNode_v2(node, graph, deps, NULL, n, &p);
+}
+
+/* cuGraphNodeSetParams and cuGraphExecNodeSetParams (exec NULL: the graph's node): through the kind's own
+ * call; a kind with none served says so by name and is refused. */
+static CUresult set_by_kind(CUgraphExec exec, CUgraphNode node, CUgraphNodeParams *p, const char *name)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+        CUDA_KERNEL_NODE_PARAMS k;
+        memcpy(&k, &p->kernel, sizeof k); /* (v3 and v2 have one layout) */
+        return exec ? cuGraphExecKernelNodeSetParams_v2(exec, node, &k) : cuGraphKernelNodeSetParams_v2(node, &k);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+        if (p->memcpy.flags || p->memcpy.reserved)
+            return CUDA_ERROR_INVALID_VALUE;
+        return exec ? cuGraphExecMemcpyNodeSetParams(exec, node, &p->memcpy.copyParams, p->memcpy.copyCtx)
+                    : cuGraphMemcpyNodeSetParams(node, &p->memcpy.copyParams);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+        const CUDA_MEMSET_NODE_PARAMS_v2 *m = &p->memset;
+        CUDA_MEMSET_NODE_PARAMS v1 = {m->dst, m->pitch, m->value, m->elementSize, m->width, m->height};
+        return exec ? cuGraphExecMemsetNodeSetParams(exec, node, &v1, m->ctx) : cuGraphMemsetNodeSetParams(node, &v1);
+    }
+    case CU_GRAPH_NODE_TYPE_HOST: {
+        CUDA_HOST_NODE_PARAMS h = {p->host.fn, p->host.userData};
+        return exec ? cuGraphExecHostNodeSetParams(exec, node, &h) : cuGraphHostNodeSetParams(node, &h);
+    }
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+        return exec ? cuGraphExecEventRecordNodeSetEvent(exec, node, p->eventRecord.event)
+                    : cuGraphEventRecordNodeSetEvent(node, p->eventRecord.event);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+        return exec ? cuGraphExecEventWaitNodeSetEvent(exec, node, p->eventWait.event)
+                    : cuGraphEventWaitNodeSetEvent(node, p->eventWait.event);
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+        if (exec)
+            return cuGraphExecChildGraphNodeSetParams(exec, node, p->graph.graph);
+        break;
+    default:
+        break;
+    }
+    cuwire_say_once_per_name("cuwire: not supported: setting the parameters of this kind of node (served: kernel, "
+                             "memset, host, event record and wait nodes, and child graph nodes in an executable "
+                             "graph); refused:", name);
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult cuwire_local_cuGraphNodeSetParams(CUgraphNode node, CUgraphNodeParams *params)
+{
+    return set_by_kind(NULL, node, params, "cuGraphNodeSetParams");
+}
+
+CUresult cuwire_local_cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraphNodeParams *params)
+{
+    return set_by_kind(exec, node, params, "cuGraphExecNodeSetParams");
 }

@@ -1195,7 +1195,7 @@ const char *const cuwire_modes[] = {
     "custom",
     "unimplemented",
     "sync",
-    "unimplemented",
+    "local",
     "unimplemented",
     "sync",
     "unimplemented",
@@ -1234,7 +1234,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "sync",
     "sync",
-    "unimplemented",
+    "local",
     "unimplemented",
     "unimplemented",
     "sync",
@@ -6188,11 +6188,11 @@ CUWIRE_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CU
     return cuwire_impl_cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams, ctx);
 }
 
-/* cuGraphExecNodeSetParams (cuda.h): unimplemented */
+/* cuGraphExecNodeSetParams (cuda.h): local, local */
+CUresult cuwire_local_cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams);
 static inline CUresult cuwire_impl_cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphExecNodeSetParams", "cuda.h", &warned), 801));
+return cuwire_local_cuGraphExecNodeSetParams(hGraphExec, hNode, nodeParams);
 }
 CUWIRE_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
@@ -6964,11 +6964,11 @@ CUWIRE_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode
     return cuwire_impl_cuGraphNodeSetEnabled(hGraphExec, hNode, isEnabled);
 }
 
-/* cuGraphNodeSetParams (cuda.h): unimplemented */
+/* cuGraphNodeSetParams (cuda.h): local, local */
+CUresult cuwire_local_cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
 static inline CUresult cuwire_impl_cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphNodeSetParams", "cuda.h", &warned), 801));
+return cuwire_local_cuGraphNodeSetParams(hNode, nodeParams);
 }
 CUWIRE_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {

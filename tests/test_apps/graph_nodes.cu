@@ -278,6 +278,25 @@ int main() {
     printf("a child graph node set in the executable graph: before %s, after %s\n", child_set[0] ? "OK" : "FAIL",
            child_set[1] ? "OK" : "FAIL");
     failures += !child_set[0] || !child_set[1];
+    //    and through the one-struct calls: the memset node in `ones` set to 5, `ones` set back into the executable
+    cudaGraphNodeParams as_memset = {};
+    as_memset.type = cudaGraphNodeTypeMemset;
+    as_memset.memset.dst = e;
+    as_memset.memset.elementSize = sizeof(int);
+    as_memset.memset.width = n;
+    as_memset.memset.height = 1;
+    as_memset.memset.value = 5;
+    CHECK(cudaGraphNodeSetParams(one_node, &as_memset));
+    cudaGraphNodeParams as_child = {};
+    as_child.type = cudaGraphNodeTypeGraph;
+    as_child.graph.graph = ones;
+    CHECK(cudaGraphExecNodeSetParams(holder_exec, holder_node, &as_child));
+    CHECK(cudaGraphLaunch(holder_exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaMemcpy(h, e, n * sizeof(int), cudaMemcpyDeviceToHost));
+    printf("set through cudaGraphNodeSetParams and cudaGraphExecNodeSetParams: %s\n",
+           h[0] == 5 && h[n - 1] == 5 ? "OK" : "FAIL");
+    failures += h[0] != 5 || h[n - 1] != 5;
     CHECK(cudaGraphExecDestroy(holder_exec));
     CHECK(cudaGraphDestroy(holder));
     CHECK(cudaGraphDestroy(twos));
