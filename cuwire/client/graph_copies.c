@@ -303,10 +303,12 @@ void cuwire_graph_copies_back(int caught_up)
 void cuwire_synced(void)
 {
     cuwire_graph_copies_back(1);
+    cuwire_user_objects_synced();
     cuwire_managed_synced();
 }
 
-/* Who holds a graph's stand-ins: after calls that make a graph or executable graph from another. */
+/* Who holds a graph's stand-ins (and its user objects, user_objects.c): after calls that make a graph or
+ * executable graph from another. */
 static void shared_with(uint64_t from, uint64_t to)
 {
     if (!__atomic_load_n(&standins, __ATOMIC_ACQUIRE))
@@ -320,11 +322,13 @@ void cuwire_after_graph_instantiate(CUgraphExec *exec, CUgraph graph, unsigned l
 {
     (void)flags;
     shared_with((uint64_t)(uintptr_t)graph, (uint64_t)(uintptr_t)*exec);
+    cuwire_user_objects_share((uint64_t)(uintptr_t)graph, (uint64_t)(uintptr_t)*exec);
 }
 
 void cuwire_after_graph_clone(CUgraph *clone, CUgraph original)
 {
     shared_with((uint64_t)(uintptr_t)original, (uint64_t)(uintptr_t)*clone);
+    cuwire_user_objects_share((uint64_t)(uintptr_t)original, (uint64_t)(uintptr_t)*clone);
 }
 
 void cuwire_after_child_graph_node(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t n,
@@ -332,6 +336,7 @@ void cuwire_after_child_graph_node(CUgraphNode *node, CUgraph graph, const CUgra
 {
     (void)node, (void)deps, (void)n;
     shared_with((uint64_t)(uintptr_t)child, (uint64_t)(uintptr_t)graph);
+    cuwire_user_objects_share((uint64_t)(uintptr_t)child, (uint64_t)(uintptr_t)graph);
 }
 
 void cuwire_after_exec_child_graph_set(CUgraphExec exec, CUgraphNode node, CUgraph child)
@@ -346,6 +351,14 @@ void cuwire_after_graph_exec_update(CUgraphExec exec, CUgraph graph, CUgraphExec
     shared_with((uint64_t)(uintptr_t)graph, (uint64_t)(uintptr_t)exec);
 }
 
-void cuwire_after_graph_destroy(CUgraph graph) { release((uint64_t)(uintptr_t)graph); }
+void cuwire_after_graph_destroy(CUgraph graph)
+{
+    release((uint64_t)(uintptr_t)graph);
+    cuwire_user_objects_release((uint64_t)(uintptr_t)graph, 0);
+}
 
-void cuwire_after_graph_exec_destroy(CUgraphExec exec) { release((uint64_t)(uintptr_t)exec); }
+void cuwire_after_graph_exec_destroy(CUgraphExec exec)
+{
+    release((uint64_t)(uintptr_t)exec);
+    cuwire_user_objects_release((uint64_t)(uintptr_t)exec, 1);
+}

@@ -86,6 +86,10 @@ void cuwire_graph_copies_back(int caught_up);
 int cuwire_capture_copy(const void *host, uint64_t device, uint64_t n, void *stream, int to_device);
 void cuwire_capture_became(uint64_t capture, uint64_t graph);
 uint64_t cuwire_capture_of(void *stream);
+/* User objects held by graphs and executable graphs (user_objects.c). */
+void cuwire_user_objects_share(uint64_t from, uint64_t to);
+void cuwire_user_objects_release(uint64_t owner, int after_work);
+void cuwire_user_objects_synced(void);
 /* The graph and last nodes of a stream's capture, from the server (client/driver.py): a CUDA result. */
 int cuwire_py_capture_info(uint64_t stream, void *graph, void *deps, void *edges, void *count);
 /* The host caught up with the GPU: stand-ins' and managed memory's bytes come back (graph_copies.c). */

@@ -1235,10 +1235,10 @@ const char *const cuwire_modes[] = {
     "sync",
     "sync",
     "local",
-    "unimplemented",
+    "local",
     "unimplemented",
     "sync",
-    "unimplemented",
+    "local",
     "sync",
     "unimplemented",
     "unimplemented",
@@ -1578,9 +1578,9 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "local",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "local",
+    "local",
+    "local",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -6982,11 +6982,11 @@ CUWIRE_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams
     return cuwire_impl_cuGraphNodeSetParams(hNode, nodeParams);
 }
 
-/* cuGraphReleaseUserObject (cuda.h): unimplemented */
+/* cuGraphReleaseUserObject (cuda.h): local, local */
+CUresult cuwire_local_cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count);
 static inline CUresult cuwire_impl_cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphReleaseUserObject", "cuda.h", &warned), 801));
+return cuwire_local_cuGraphReleaseUserObject(graph, object, count);
 }
 CUWIRE_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count)
 {
@@ -7038,11 +7038,11 @@ CUWIRE_EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgrap
     return cuwire_impl_cuGraphRemoveDependencies_v2(hGraph, from, to, edgeData, numDependencies);
 }
 
-/* cuGraphRetainUserObject (cuda.h): unimplemented */
+/* cuGraphRetainUserObject (cuda.h): local, local */
+CUresult cuwire_local_cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags);
 static inline CUresult cuwire_impl_cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphRetainUserObject", "cuda.h", &warned), 801));
+return cuwire_local_cuGraphRetainUserObject(graph, object, count, flags);
 }
 CUWIRE_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags)
 {
@@ -14184,11 +14184,11 @@ CUWIRE_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mo
     return cuwire_impl_cuThreadExchangeStreamCaptureMode(mode);
 }
 
-/* cuUserObjectCreate (cuda.h): unimplemented */
+/* cuUserObjectCreate (cuda.h): local, local */
+CUresult cuwire_local_cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy, unsigned int initialRefcount, unsigned int flags);
 static inline CUresult cuwire_impl_cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy, unsigned int initialRefcount, unsigned int flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuUserObjectCreate", "cuda.h", &warned), 801));
+return cuwire_local_cuUserObjectCreate(object_out, ptr, destroy, initialRefcount, flags);
 }
 CUWIRE_EXPORT CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy, unsigned int initialRefcount, unsigned int flags)
 {
@@ -14202,11 +14202,11 @@ CUWIRE_EXPORT CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, C
     return cuwire_impl_cuUserObjectCreate(object_out, ptr, destroy, initialRefcount, flags);
 }
 
-/* cuUserObjectRelease (cuda.h): unimplemented */
+/* cuUserObjectRelease (cuda.h): local, local */
+CUresult cuwire_local_cuUserObjectRelease(CUuserObject object, unsigned int count);
 static inline CUresult cuwire_impl_cuUserObjectRelease(CUuserObject object, unsigned int count)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuUserObjectRelease", "cuda.h", &warned), 801));
+return cuwire_local_cuUserObjectRelease(object, count);
 }
 CUWIRE_EXPORT CUresult cuUserObjectRelease(CUuserObject object, unsigned int count)
 {
@@ -14220,11 +14220,11 @@ CUWIRE_EXPORT CUresult cuUserObjectRelease(CUuserObject object, unsigned int cou
     return cuwire_impl_cuUserObjectRelease(object, count);
 }
 
-/* cuUserObjectRetain (cuda.h): unimplemented */
+/* cuUserObjectRetain (cuda.h): local, local */
+CUresult cuwire_local_cuUserObjectRetain(CUuserObject object, unsigned int count);
 static inline CUresult cuwire_impl_cuUserObjectRetain(CUuserObject object, unsigned int count)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuUserObjectRetain", "cuda.h", &warned), 801));
+return cuwire_local_cuUserObjectRetain(object, count);
 }
 CUWIRE_EXPORT CUresult cuUserObjectRetain(CUuserObject object, unsigned int count)
 {
