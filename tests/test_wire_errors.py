@@ -1025,3 +1025,23 @@ def test_a_batch_of_memory_operations_names_only_the_sessions_memory(session):
     back = vmm_call(session, "cuMemcpyDtoH_v2", srcDevice=device, ByteCount=4)
     assert back.dstHost == struct.pack("<I", 7)  # the refused batches wrote nothing
     assert serving(session)
+
+
+def test_retained_allocation_handles_are_the_sessions_own(session):
+    """cuMemRetainAllocationHandle: an address of the session's mappings gives the handle mapped there, one
+    more reference to release; an address the session did not map (in its reservation, or nowhere) is
+    refused before the driver sees it."""
+    va, handle, g = vmm_range(session)
+    got = vmm_call(session, "cuMemRetainAllocationHandle", addr=va + 4096)
+    assert got.status == 0 and got.handle == handle
+    assert vmm_call(session, "cuMemRelease", handle=handle).status == 0  # the retained reference
+    assert vmm_call(session, "cuMemGetAllocationPropertiesFromHandle", handle=handle).status == 0  # still held
+    assert vmm_call(session, "cuMemRetainAllocationHandle", addr=va + g).status == 1  # reserved, not mapped
+    assert vmm_call(session, "cuMemRetainAllocationHandle", addr=0x7F00_0000_1000).status == 1
+    assert vmm_call(session, "cuMemRelease", handle=handle).status == 0  # the session's own
+    again = vmm_call(session, "cuMemRetainAllocationHandle", addr=va)  # released, still mapped: held again
+    assert again.status == 0 and again.handle == handle
+    assert vmm_call(session, "cuMemUnmap", ptr=va, size=g).status == 0
+    assert vmm_call(session, "cuMemRelease", handle=handle).status == 0
+    assert vmm_call(session, "cuMemRelease", handle=handle).status == 1  # no reference left: not the session's
+    assert vmm_call(session, "cuMemAddressFree", ptr=va, size=2 * g).status == 0

@@ -470,6 +470,9 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         self._default_pool = self._current_pool = 0  # made at the first cuDeviceGetDefaultMemPool
         self._physical: dict[int, bytearray] = {}  # cuMemCreate's allocations (emulated/vmm.py)
         self._imported: set[int] = set()  # ...of them, those imported from a shareable handle (ipc.py)
+        self._retained: dict[int, int] = {}  # ...and the references cuMemRetainAllocationHandle added (vmm.py)
+        self._released: dict[int, bytearray] = {}
+        self._map_counts: dict[int, int] = {}
         self._launch_cluster: registry.Dim3 = (1, 1, 1)  # cuLaunchKernelEx's cluster dimension, for its launch
         self._arrays: dict = {}  # CUDA arrays (emulated/arrays.py)
         self._mipmaps: dict[int, list[int]] = {}  # mipmapped arrays -> their levels' handles

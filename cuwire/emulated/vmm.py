@@ -25,6 +25,7 @@ class Reservation:
         self.size = size
         self.offsets: list[int] = []  # sorted starts of the mappings
         self.maps: dict[int, list] = {}
+        self.handles: dict[int, int] = {}  # mapping start -> the allocation handle mapped there
 
     def __len__(self) -> int:
         return self.size
@@ -60,22 +61,30 @@ class Reservation:
             lo, hi = max(start, offset), min(start + len(data), offset + len(view))
             view[lo - offset:hi - offset] = data[lo - start:hi - start]
 
-    def map(self, offset: int, view: memoryview) -> bool:
+    def map(self, offset: int, view: memoryview, handle: int) -> bool:
         if offset + len(view) > self.size or any(True for _ in self._pieces(offset, offset + len(view))):
             return False
         bisect.insort(self.offsets, offset)
         self.maps[offset] = [view, False]
+        self.handles[offset] = handle
         return True
 
-    def unmap(self, offset: int, size: int) -> bool:
-        """Unmap the mappings [offset, offset + size) consists of; False (nothing done) if it cuts one."""
+    def unmap(self, offset: int, size: int) -> list[int] | None:
+        """Unmap the mappings [offset, offset + size) consists of: the handles they mapped; None (nothing
+        done) if it cuts one."""
         pieces = list(self._pieces(offset, offset + size))
         if not pieces or any(o < offset or o + len(v) > offset + size for o, v, _ in pieces):
-            return False
+            return None
         for o, _, _ in pieces:
             self.offsets.remove(o)
             del self.maps[o]
-        return True
+        return [self.handles.pop(o) for o, _, _ in pieces]
+
+    def handle_at(self, offset: int) -> int | None:
+        """The allocation handle mapped at `offset`, or None where nothing is mapped."""
+        for o, _, _ in self._pieces(offset, offset + 1):
+            return self.handles[o]
+        return None
 
     def set_access(self, offset: int, size: int, accessible: bool) -> bool:
         if not self.covers_mapped(offset, size):
@@ -100,6 +109,9 @@ class EmulatedVmm:
     drv: Any
     _memory: Any
     _physical: dict[int, bytearray]
+    _retained: dict[int, int]  # handle -> references beyond the first (cuMemRetainAllocationHandle)
+    _released: dict[int, bytearray]  # handles released while still mapped: retaining one brings it back
+    _map_counts: dict[int, int]  # handle -> how many mappings of it there are
 
     def _location_ok(self, location: CData) -> bool:
         return location.type == LOCATION_DEVICE and location.id == 0
@@ -139,6 +151,9 @@ class EmulatedVmm:
         return self._drv_put((handle, h))
 
     def cuMemRelease(self, handle: int) -> int:
+        if self._retained.get(handle):  # one of the references cuMemRetainAllocationHandle gave
+            self._retained[handle] -= 1
+            return 0
         memory = self._physical.pop(handle, None)
         if memory is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
@@ -146,7 +161,24 @@ class EmulatedVmm:
             self._imported.discard(handle)
             return 0
         self._memory.used -= len(memory)  # (its mappings keep the bytes until they go)
+        if self._map_counts.get(handle):
+            self._released[handle] = memory
         return 0
+
+    def cuMemRetainAllocationHandle(self, handle: CData, addr: CData) -> int:
+        """The handle mapped at `addr`, one more reference to it (one released while mapped comes back)."""
+        address = self._addr(addr)
+        found = self._reservation(address, 1)
+        h = found[0].handle_at(found[1]) if found is not None else None
+        if h is None or self._is_null(handle):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        if h in self._physical:
+            self._retained[h] = self._retained.get(h, 0) + 1
+        else:
+            memory = self._released.pop(h)
+            self._physical[h] = memory
+            self._memory.used += len(memory)
+        return self._drv_put((handle, h))
 
     def cuMemGetAllocationPropertiesFromHandle(self, prop: CData, handle: int) -> int:
         if handle not in self._physical or self._is_null(prop):
@@ -161,13 +193,22 @@ class EmulatedVmm:
                 or offset + size > len(memory)):
             return self.drv.CUDA_ERROR_INVALID_VALUE
         reservation, at = found
-        ok = reservation.map(at, memoryview(memory)[offset:offset + size])
-        return 0 if ok else self.drv.CUDA_ERROR_INVALID_VALUE
+        if not reservation.map(at, memoryview(memory)[offset:offset + size], handle):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        self._map_counts[handle] = self._map_counts.get(handle, 0) + 1
+        return 0
 
     def cuMemUnmap(self, ptr: int, size: int) -> int:
         found = self._reservation(ptr, size)
-        ok = found is not None and found[0].unmap(found[1], size)
-        return 0 if ok else self.drv.CUDA_ERROR_INVALID_VALUE
+        handles = found[0].unmap(found[1], size) if found is not None else None
+        if handles is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        for h in handles:
+            self._map_counts[h] -= 1
+            if not self._map_counts[h]:
+                del self._map_counts[h]
+                self._released.pop(h, None)  # (released and no longer mapped: gone for good)
+        return 0
 
     def cuMemSetAccess(self, ptr: int, size: int, desc: CData, count: int) -> int:
         found = self._reservation(ptr, size)

@@ -1523,6 +1523,17 @@ def cuMemRelease(handle):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuMemRetainAllocationHandle", onerror=rt.on_error)
+def cuMemRetainAllocationHandle(handle, addr):
+    """cuMemRetainAllocationHandle (cuda.h): an address of the session's mappings only; one more reference the session holds (server/vmm.py)"""
+    args = pb.cuMemRetainAllocationHandle_Args()
+    args.addr = addr
+    res = rt.call(1903553150, args, pb.cuMemRetainAllocationHandle_Result)
+    if res.status == 0:
+        rt.write_scalar(handle, "uint64_t", res.handle)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuMemSetAccess", onerror=rt.on_error)
 def cuMemSetAccess(ptr, size, desc, desc_len, count):
     """cuMemSetAccess (cuda.h)"""

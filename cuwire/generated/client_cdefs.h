@@ -162,6 +162,7 @@ extern "Python+C" int cuwire_py_cuMemPoolSetAccess(uint64_t, void *, uint64_t, u
 extern "Python+C" int cuwire_py_cuMemPoolSetAttribute(uint64_t, int64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuMemPoolTrimTo(uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemRelease(uint64_t);
+extern "Python+C" int cuwire_py_cuMemRetainAllocationHandle(void *, uint64_t);
 extern "Python+C" int cuwire_py_cuMemSetAccess(uint64_t, uint64_t, void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemUnmap(uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMemcpy(void *, uint64_t, void *, uint64_t, uint64_t);

@@ -1371,7 +1371,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "sync",
-    "unimplemented",
+    "sync",
     "sync",
     "unimplemented",
     "sync",
@@ -9664,11 +9664,13 @@ CUWIRE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     return cuwire_impl_cuMemRelease(handle);
 }
 
-/* cuMemRetainAllocationHandle (cuda.h): unimplemented */
+/* cuMemRetainAllocationHandle (cuda.h): remoted, sync */
+int cuwire_py_cuMemRetainAllocationHandle(void *, uint64_t);
 static inline CUresult cuwire_impl_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemRetainAllocationHandle", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuMemRetainAllocationHandle((void *)handle, (uint64_t)(uintptr_t)addr));
 }
 CUWIRE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {

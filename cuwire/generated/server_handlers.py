@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "a8a4c4391bd28c56"
+API_DIGEST = "83329ac0b1b50554"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -2145,6 +2145,7 @@ HANDLERS = {
     1050377512: ("cuMemPoolSetAttribute", pb.cuMemPoolSetAttribute_Args, cuMemPoolSetAttribute),
     1437163825: ("cuMemPoolTrimTo", pb.cuMemPoolTrimTo_Args, cuMemPoolTrimTo),
     1369742920: ("cuMemRelease", pb.cuMemRelease_Args, None),  # server/vmm.py
+    1903553150: ("cuMemRetainAllocationHandle", pb.cuMemRetainAllocationHandle_Args, None),  # server/vmm.py
     1451145107: ("cuMemSetAccess", pb.cuMemSetAccess_Args, None),  # server/vmm.py
     4227091015: ("cuMemUnmap", pb.cuMemUnmap_Args, None),  # server/vmm.py
     3795422459: ("cuMemcpy", pb.cuMemcpy_Args, cuMemcpy),

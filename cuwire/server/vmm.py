@@ -7,7 +7,9 @@ because what the session must keep is more than the annotations' roles say:
 - a physical allocation (a CUmemGenericAllocationHandle, a plain number) is this session's only if this
   session made it, and counts against the session's memory budget until released;
 - a mapping may only put this session's allocations into this session's reservations; what is still
-  mapped when the session ends is unmapped, then released, then the reservations freed (close).
+  mapped when the session ends is unmapped, then released, then the reservations freed (close);
+- cuMemRetainAllocationHandle gives the handle mapped at an address of the session's mappings, one more
+  reference the session holds (released with the others at its end).
 
 The client and the messages are generated (annotations: `server = "server/vmm.py"`).
 """
@@ -28,6 +30,8 @@ class Vmm:
 
     reserved: dict[int, int] = field(default_factory=dict)  # address -> size
     created: dict[int, int] = field(default_factory=dict)  # allocation handle -> size
+    retained: dict[int, int] = field(default_factory=dict)  # allocation handle -> references beyond the first
+    sizes: dict[int, int] = field(default_factory=dict)  # every allocation handle the session had -> size
     mapped: dict[int, int] = field(default_factory=dict)  # address -> size
 
     def reservation_of(self, address: int, size: int) -> bool:
@@ -59,7 +63,7 @@ def created_size(s, handle: int) -> int:
 
 def note_created(s, handle: int, size: int) -> None:
     """A physical allocation the session holds from now on (imported: server/ipc.py), as its own."""
-    _vmm(s).created[handle] = size
+    _vmm(s).created[handle] = _vmm(s).sizes[handle] = size
     s.allocated += size
 
 
@@ -94,7 +98,7 @@ def cuMemCreate(s, a: pb.cuMemCreate_Args) -> pb.cuMemCreate_Result:
     r.status = s.lib.cuMemCreate(handle, a.size, prop, a.flags)
     if r.status == 0:
         r.handle = handle[0]
-        _vmm(s).created[r.handle] = a.size
+        _vmm(s).created[r.handle] = _vmm(s).sizes[r.handle] = a.size
         s.allocated += a.size
     return r
 
@@ -102,9 +106,30 @@ def cuMemCreate(s, a: pb.cuMemCreate_Args) -> pb.cuMemCreate_Result:
 def cuMemRelease(s, a: pb.cuMemRelease_Args) -> pb.cuMemRelease_Result:
     size = _created(s, a.handle)
     r = pb.cuMemRelease_Result(status=s.lib.cuMemRelease(a.handle))
-    if r.status == 0:  # the memory lives on while mapped; the session no longer holds the handle
-        del _vmm(s).created[a.handle]
+    vmm = _vmm(s)
+    if r.status == 0 and vmm.retained.get(a.handle):  # one of the references a retain gave
+        vmm.retained[a.handle] -= 1
+    elif r.status == 0:  # the memory lives on while mapped; the session no longer holds the handle
+        del vmm.created[a.handle]
         s.allocated -= size
+    return r
+
+
+def cuMemRetainAllocationHandle(s, a: pb.cuMemRetainAllocationHandle_Args) -> pb.cuMemRetainAllocationHandle_Result:
+    """The handle mapped at an address of the session's mappings: one more reference the session holds."""
+    vmm = _vmm(s)
+    if not any(base <= a.addr < base + n for base, n in vmm.mapped.items()):
+        raise CudaFail(INVALID_VALUE, f"{a.addr:#x} is not in memory this session mapped")
+    handle = s.ffi.new("CUmemGenericAllocationHandle *")
+    r = pb.cuMemRetainAllocationHandle_Result(status=s.lib.cuMemRetainAllocationHandle(handle, s.ptr("void *",
+                                                                                                     a.addr)))
+    if r.status == 0:
+        r.handle = handle[0]
+        if r.handle in vmm.created:
+            vmm.retained[r.handle] = vmm.retained.get(r.handle, 0) + 1
+        else:  # released while mapped: the session holds it again
+            vmm.created[r.handle] = size = vmm.sizes.get(r.handle, 0)
+            s.allocated += size
     return r
 
 
@@ -150,7 +175,8 @@ def cuMemGetAllocationPropertiesFromHandle(s, a: pb.cuMemGetAllocationProperties
 
 
 HANDLERS = {f.__name__: f for f in (cuMemAddressReserve, cuMemAddressFree, cuMemCreate, cuMemRelease, cuMemMap,
-                                     cuMemUnmap, cuMemSetAccess, cuMemGetAllocationPropertiesFromHandle)}
+                                     cuMemUnmap, cuMemSetAccess, cuMemGetAllocationPropertiesFromHandle,
+                                     cuMemRetainAllocationHandle)}
 
 
 def close(s) -> int:
@@ -161,7 +187,8 @@ def close(s) -> int:
     for address, size in vmm.mapped.items():
         lib.cuMemUnmap(address, size)
     for handle in vmm.created:
-        lib.cuMemRelease(handle)
+        for _ in range(1 + vmm.retained.get(handle, 0)):
+            lib.cuMemRelease(handle)
     for address, size in vmm.reserved.items():
         lib.cuMemAddressFree(address, size)
         s.records.remove_memory(address)

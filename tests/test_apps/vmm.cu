@@ -1,6 +1,7 @@
 // vmm: virtual memory management, as PyTorch's expandable segments use it: an address range reserved, two
 // physical allocations mapped into it side by side and made accessible, a kernel and copies running across
-// the seam between them; the mappings swapped (the physical memory keeps its bytes); what is refused.
+// the seam between them; the mappings swapped (the physical memory keeps its bytes); what is refused; the
+// handle behind an address (cuMemRetainAllocationHandle), before and after its release.
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -78,6 +79,14 @@ int main() {
     failures += report("properties from the handle", back.type == prop.type && back.location.id == 0);
     failures += report("mapping over a mapping is refused", cuMemMap(va, 2 * g, 0, a, 0) != CUDA_SUCCESS);
     failures += report("a range that is not mapped is refused", cuMemUnmap(va + 4 * g, g) != CUDA_SUCCESS);
+    // the handle behind an address (a is mapped at va + 2g since the swap): the same, one more reference
+    CUmemGenericAllocationHandle again = 0;
+    CHECK_DRIVER(cuMemRetainAllocationHandle(&again, (void *)(va + 2 * g + 64)));
+    int same = again == a;
+    CHECK_DRIVER(cuMemRelease(again));
+    CUmemAllocationProp after_one = {};
+    failures += report("the handle behind an address, retained and released",
+                       same && cuMemGetAllocationPropertiesFromHandle(&after_one, a) == CUDA_SUCCESS);
 
     size_t free_held;
     CHECK(cudaMemGetInfo(&free_held, &total));
@@ -86,6 +95,12 @@ int main() {
     CHECK_DRIVER(cuMemRelease(b));
     CHECK(cudaMemcpy(h, p + n / 2, sizeof(int), cudaMemcpyDeviceToHost));
     failures += report("released but still mapped", h[0] == 5);
+    CUmemGenericAllocationHandle back_again = 0;  // (b is mapped at va): retained after its release
+    CHECK_DRIVER(cuMemRetainAllocationHandle(&back_again, (void *)(va + 64)));
+    CUmemAllocationProp revived = {};
+    failures += report("retained after its release, the same handle again",
+                       back_again == b && cuMemGetAllocationPropertiesFromHandle(&revived, b) == CUDA_SUCCESS);
+    CHECK_DRIVER(cuMemRelease(back_again));
     CHECK_DRIVER(cuMemUnmap(va, 4 * g));
     CHECK_DRIVER(cuMemAddressFree(va, 4 * g));
     size_t free_end;
