@@ -721,8 +721,13 @@ static int cw_host_func_record(cw_records *s, const char *p, uint32_t size, int 
     } else if (s->fn.cuStreamIsCapturing(stream, &captured) == 0 && captured != CU_STREAM_CAPTURE_STATUS_NONE) {
         /* captured: a host node of the graph, run at every launch, so its argument stays (the client keeps
          * the function under the id likewise) */
-        *err = cw_keep_host_call(s, c) != 0 ? CW_OUT_OF_MEMORY : s->fn.cuLaunchHostFunc(stream, cw_host_node_trampoline, c);
-        return 1; /* (kept: freed with the session) */
+        if (cw_keep_host_call(s, c) != 0) {
+            free(c);
+            *err = CW_OUT_OF_MEMORY;
+        } else {
+            *err = s->fn.cuLaunchHostFunc(stream, cw_host_node_trampoline, c); /* (c: freed with the session) */
+        }
+        return 1;
     } else {
         *err = s->fn.cuLaunchHostFunc(stream, cw_host_trampoline, c);
     }
