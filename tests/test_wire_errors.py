@@ -688,6 +688,10 @@ def test_graph_nodes_name_only_the_sessions_own(session):
         fn=generated.OP_IDS["GraphNodes"], args=pb.GraphNodes_Args(graph=graph.phGraph, capacity=8)
         .SerializeToString())).result)
     assert listed.status == 0 and listed.total == len(listed.nodes) // 8 >= 2
+    for node in (0x1234, empty.phGraphNode):  # no node of the session's; one that allocates nothing
+        reply = session.exchange(pb.Batch(fn=generated.OP_IDS["AllocNodeParams"],
+                                          args=pb.AllocNodeParams_Args(node=node).SerializeToString()))
+        assert pb.AllocNodeParams_Result.FromString(reply.result).status in ((400,) if node == 0x1234 else (1, 400))
 
     def query(**fields) -> pb.GraphNodes_Result:
         reply = session.exchange(pb.Batch(fn=generated.OP_IDS["GraphNodes"],

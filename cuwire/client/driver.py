@@ -580,6 +580,27 @@ def cuGraphHostNodeGetParams(hNode, nodeParams, nodeParams_len):
     return 0
 
 
+_alloc_access: dict[int, object] = {}  # memory allocation node -> the access descriptors its params point to
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphMemAllocNodeGetParams", onerror=rt.on_error)
+def cuGraphMemAllocNodeGetParams(hNode, params_out, params_out_len):
+    """The server's parameters, their access descriptors in an array the client keeps for the node (CUDA keeps
+    its own likewise)."""
+    if params_out == ffi.NULL:
+        return INVALID_VALUE
+    res = rt.call(rt.ALLOC_NODE_PARAMS, pb.AllocNodeParams_Args(node=hNode), pb.AllocNodeParams_Result)
+    if res.status != 0:
+        return res.status
+    if len(res.params) != params_out_len:
+        raise rt.Fail(INVALID_VALUE)
+    ffi.memmove(params_out, res.params, len(res.params))
+    access = _alloc_access[hNode] = ffi.new("char[]", res.access or b"\0")
+    struct.pack_into("<Q", ffi.buffer(ffi.cast("char *", params_out), params_out_len), ALLOC_ACCESS_AT - NODE_PARAMS_AT,
+                     int(ffi.cast("uintptr_t", access)) if res.access else 0)
+    return 0
+
+
 # CUgraphNodeParams: the type, then the kind's parameters from byte 16 (cuda.h; tests/test_codegen.py checks
 # these offsets against the headers)
 NODE_PARAMS_SIZE, NODE_PARAMS_AT = 256, 16

@@ -39,7 +39,7 @@ INTERNAL_OPS = ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorSt
                 "MaxActiveClusters", "ExportTableSize", "LaunchKernelEx", "Link",
                 "SetContext", "Copy3D", "KernelNode", "HostNode", "GraphNodes", "CopyToDevice", "CopyFromDevice",
                 "CopyShared", "RegisterHost",
-                "UnregisterHost", "HostFunc", "ManagedAlloc", "GraphNode", "CaptureInfo")
+                "UnregisterHost", "HostFunc", "ManagedAlloc", "GraphNode", "CaptureInfo", "AllocNodeParams")
 
 
 def py_name(name: str) -> str:

@@ -404,6 +404,13 @@ class EmulatedGraphs:
         out[0] = self.ffi.cast(self.ffi.typeof(out).item, value)
         return 0
 
+    def cuGraphMemAllocNodeGetParams(self, hNode: CData, params_out: CData) -> int:
+        made = self._node_param(hNode, MEM_ALLOC)
+        if made is None or self._is_null(params_out):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        params_out[0] = made[0][0]  # (the access descriptors: the node's array, as CUDA's are)
+        return 0
+
     def cuGraphMemsetNodeGetParams(self, hNode: CData, nodeParams: CData) -> int:
         params = self._node_param(hNode, MEMSET)
         if params is None or self._is_null(nodeParams):
@@ -620,8 +627,16 @@ class EmulatedGraphs:
             p.alloc.dptr = address  # (allocated from the node's creation on; made again at a launch once freed)
             size, memory = p.alloc.bytesize, self._memory
             memory.graph_memory[address] = size
-            return self._add(phGraphNode, hGraph, dependencies, numDependencies, MEM_ALLOC,
-                             lambda: memory.contains(address) or memory.allocate_at(address, size))
+            err = self._add(phGraphNode, hGraph, dependencies, numDependencies, MEM_ALLOC,
+                            lambda: memory.contains(address) or memory.allocate_at(address, size))
+            if err == 0:  # what it was made with, its access descriptors kept for reading back
+                count = p.alloc.accessDescCount
+                descs = self.ffi.new("CUmemAccessDesc[]", [p.alloc.accessDescs[i] for i in range(count)] or 1)
+                made = self.ffi.new("CUDA_MEM_ALLOC_NODE_PARAMS *")  # (v1: v2's layout)
+                self.ffi.memmove(made, self.ffi.addressof(p.alloc), self.ffi.sizeof("CUDA_MEM_ALLOC_NODE_PARAMS"))
+                made.accessDescs = descs if count else self.ffi.NULL
+                self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = (made, descs)
+            return err
         if p.type == MEM_FREE:
             dptr = int(p.free.dptr)
             if not self._memory.contains(dptr) and dptr not in self._memory.graph_memory:

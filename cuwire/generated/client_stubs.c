@@ -1220,7 +1220,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "custom",
     "async",
-    "unimplemented",
+    "custom",
     "sync",
     "unimplemented",
     "unimplemented",
@@ -6680,11 +6680,13 @@ CUWIRE_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 }
 CUWIRE_EXPORT __typeof__(cuGraphLaunch) cuGraphLaunch_ptsz __attribute__((alias("cuGraphLaunch")));
 
-/* cuGraphMemAllocNodeGetParams (cuda.h): unimplemented */
+/* cuGraphMemAllocNodeGetParams (cuda.h): remoted, custom */
+int cuwire_py_cuGraphMemAllocNodeGetParams(uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphMemAllocNodeGetParams", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphMemAllocNodeGetParams((uint64_t)(uintptr_t)hNode, (void *)params_out, sizeof *params_out));
 }
 CUWIRE_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {

@@ -400,6 +400,7 @@ OPS = {
     op_id("GraphNodes"): ("cuwire.GraphNodes", pb.GraphNodes_Args, graphs.graph_nodes),
     op_id("GraphNode"): ("cuwire.GraphNode", pb.GraphNode_Args, graphs.graph_node),
     op_id("CaptureInfo"): ("cuwire.CaptureInfo", pb.CaptureInfo_Args, graphs.capture_info),
+    op_id("AllocNodeParams"): ("cuwire.AllocNodeParams", pb.AllocNodeParams_Args, graphs.alloc_node_params),
     op_id("RegisterHost"): ("cuwire.RegisterHost", pb.RegisterHost_Args, register_host),
     op_id("UnregisterHost"): ("cuwire.UnregisterHost", pb.UnregisterHost_Args, unregister_host),
     op_id("ManagedAlloc"): ("cuwire.ManagedAlloc", pb.ManagedAlloc_Args, managed_alloc),

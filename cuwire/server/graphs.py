@@ -25,6 +25,7 @@ GRAPH, NODE, EXEC, EVENT, CONTEXT, ARRAY = ("CUgraph_st", "CUgraphNode_st", "CUg
 HOST, DEVICE, ARRAY_MEMORY, UNIFIED = 1, 2, 3, 4  # CUmemorytype
 ADD, SET, EXEC_SET = 0, 1, 2  # KernelNode_Args.action
 EMPTY, WAIT_EVENT, EVENT_RECORD, MEM_ALLOC, MEM_FREE, CONDITIONAL = 5, 6, 7, 10, 11, 13  # CUgraphNodeType
+MAX_ACCESS_DESCS = 64  # a memory allocation node's access descriptors: one a device, and then some
 NODE_KINDS = {EMPTY: "empty", WAIT_EVENT: "event wait", EVENT_RECORD: "event record", MEM_ALLOC: "memory allocation",
               MEM_FREE: "memory free", CONDITIONAL: "conditional"}
 MAX_BODIES = 1 << 16  # a switch node's body graphs, at most
@@ -337,6 +338,24 @@ def graph_node(s, a: pb.GraphNode_Args) -> pb.GraphNode_Result:
             s.owns_handle(GRAPH, body)
             parts.bodies.add(body)
         r.bodies = b"".join(b.to_bytes(8, "little") for b in bodies)
+    return r
+
+
+def alloc_node_params(s, a: pb.AllocNodeParams_Args) -> pb.AllocNodeParams_Result:
+    """cuwire.AllocNodeParams (cuGraphMemAllocNodeGetParams): the parameters, their access descriptors beside
+    them; the pointers in them, the server's, go as NULL."""
+    ffi = s.ffi
+    p = ffi.new("CUDA_MEM_ALLOC_NODE_PARAMS *")
+    r = pb.AllocNodeParams_Result(status=s.lib.cuGraphMemAllocNodeGetParams(s.handle(NODE, "CUgraphNode", a.node), p))
+    if r.status != 0:
+        return r
+    count = p.accessDescCount
+    if count > MAX_ACCESS_DESCS:
+        raise CudaFail(INVALID_VALUE, f"a memory allocation node with {count} access descriptors")
+    r.access = bytes(ffi.buffer(p.accessDescs, count * ffi.sizeof("CUmemAccessDesc"))) if count else b""
+    p.accessDescs = ffi.NULL
+    p.poolProps.win32SecurityAttributes = ffi.NULL
+    r.params = bytes(ffi.buffer(p))
     return r
 
 

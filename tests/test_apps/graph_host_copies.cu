@@ -133,6 +133,13 @@ int main() {
     cudaGraphNode_t made, used, copied, freed;
     CHECK(cudaGraphAddMemAllocNode(&made, g, NULL, 0, &alloc));
     printf("cudaGraphAddMemAllocNode gave an address: %s\n", alloc.dptr ? "yes" : "no");
+    cudaMemAllocNodeParams read_back = {};
+    CHECK(cudaGraphMemAllocNodeGetParams(made, &read_back));
+    int descs_ok = read_back.accessDescCount == 0 || (read_back.accessDescs && read_back.accessDescs[0].location.id == 0);
+    printf("its parameters read back: the address %s, the size %s, access descriptors readable: %s\n",
+           read_back.dptr == alloc.dptr ? "the same" : "another",
+           read_back.bytesize == alloc.bytesize ? "the same" : "another", descs_ok ? "yes" : "no");
+    failures += read_back.dptr != alloc.dptr || read_back.bytesize != alloc.bytesize || !descs_ok;
     int *graph_d = (int *)alloc.dptr;
     v = 5;
     void *fill2_args[] = {&graph_d, &v, &nn};
