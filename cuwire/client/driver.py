@@ -523,17 +523,24 @@ def cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, nodeParams, nodeParams_
     return res if isinstance(res, int) else res.status
 
 
-@ffi.def_extern(name="cuwire_py_cuGraphAddHostNode", onerror=rt.on_error)
-def cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams, nodeParams_len):
-    """The program's function stays in the client (client/callbacks.c), under an id the server's node posts."""
-    if phGraphNode == ffi.NULL or nodeParams == ffi.NULL:
-        return INVALID_VALUE
-    rt.client.connect()  # (the session brings the shared memory host functions need, or their connection)
+def _keep_host_fn(nodeParams) -> tuple[int, int]:
+    """The function and argument of a CUDA_HOST_NODE_PARAMS kept in the client (client/callbacks.c) under a new
+    id, which the server's node posts: (the id, 0), or (0, the CUDA error)."""
     fn, user = struct.unpack("<QQ", bytes(ffi.buffer(ffi.cast("char *", nodeParams), 16)))
     err = ffi.new("int *")
     host_id = lib.cuwire_keep_host_fn(ffi.cast("void *", fn), ffi.cast("void *", user), err)
+    return host_id, err[0]
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphAddHostNode", onerror=rt.on_error)
+def cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams, nodeParams_len):
+    """The program's function stays in the client, under an id the server's node posts."""
+    if phGraphNode == ffi.NULL or nodeParams == ffi.NULL:
+        return INVALID_VALUE
+    rt.client.connect()  # (the session brings the shared memory host functions need, or their connection)
+    host_id, err = _keep_host_fn(nodeParams)
     if not host_id:
-        return err[0]
+        return err
     res = rt.call(rt.HOST_NODE, pb.HostNode_Args(graph=hGraph, dependencies=rt.read(dependencies, numDependencies * 8),
                                                  id=host_id), pb.HostNode_Result)
     if res.status == 0:
@@ -545,11 +552,9 @@ def _host_node_set(action: int, exec_: int, node: int, nodeParams) -> int:
     """A host node's new function and argument: kept under a new id, which the server's node posts from now on."""
     if nodeParams == ffi.NULL:
         return INVALID_VALUE
-    fn, user = struct.unpack("<QQ", bytes(ffi.buffer(ffi.cast("char *", nodeParams), 16)))
-    err = ffi.new("int *")
-    host_id = lib.cuwire_keep_host_fn(ffi.cast("void *", fn), ffi.cast("void *", user), err)
+    host_id, err = _keep_host_fn(nodeParams)
     if not host_id:
-        return err[0]
+        return err
     return rt.call(rt.HOST_NODE, pb.HostNode_Args(action=action, exec=exec_, node=node, id=host_id),
                    pb.HostNode_Result).status
 

@@ -182,15 +182,23 @@ class EmulatedMemory:
         self._aliases: set[int] = set()  # second addresses of allocations (alias: IPC, pools' pointers)
         self.graph_memory: dict[int, int] = {}  # graphs' memory allocation nodes: address -> size
 
-    def allocate(self, size: int) -> int | None:
-        """A new zeroed allocation's address, or None when the device is full."""
+    def _new_block(self, size: int) -> tuple[int, bytearray | mmap.mmap] | None:
+        """(the bytes it takes of the device, a zeroed block) for an allocation of `size`; None when the
+        device is full."""
         rounded = _round_up(max(size, 1), ALLOCATION_ALIGNMENT)
         if size < 0 or rounded > self.total - self.used:
             return None
         try:
-            block = _zeroed(size)
+            return rounded, _zeroed(size)
         except (MemoryError, OSError, OverflowError):
             return None
+
+    def allocate(self, size: int) -> int | None:
+        """A new zeroed allocation's address, or None when the device is full."""
+        made = self._new_block(size)
+        if made is None:
+            return None
+        rounded, block = made
         base = self._next
         # Addresses are never reused and a gap follows each allocation, so use-after-free and running off
         # the end of an allocation fault instead of silently landing in another one.
@@ -203,14 +211,15 @@ class EmulatedMemory:
     def allocate_at(self, base: int, size: int) -> bool:
         """A zeroed allocation at `base` again (a graph's memory allocation node makes its memory at the same
         address at every launch); False when something lies there now or the device is full."""
-        rounded = _round_up(max(size, 1), ALLOCATION_ALIGNMENT)
-        i = bisect.bisect_right(self._bases, base + rounded - 1) - 1
-        if rounded > self.total - self.used:
+        made = self._new_block(size)
+        if made is None:
             return False
+        rounded, block = made
+        i = bisect.bisect_right(self._bases, base + rounded - 1) - 1
         if i >= 0 and self._bases[i] + max(len(self._blocks[self._bases[i]]), 1) > base:
             return False  # (an allocation, reservation or host memory overlaps it)
         bisect.insort(self._bases, base)
-        self._blocks[base] = _zeroed(size)
+        self._blocks[base] = block
         self.used += rounded
         return True
 
