@@ -128,13 +128,27 @@ def _read_file(path) -> bytes:
         raise rt.Fail(FILE_NOT_FOUND, f"cuwire: cannot read {name!r}: {e.strerror}") from None
 
 
-@ffi.def_extern(name="cuwire_py_cuModuleLoad", onerror=rt.on_error)
-def cuModuleLoad(module, fname):
-    """The file's bytes are the image; PTX text gets the NUL the driver expects."""
-    image = _read_file(fname)
+def _read_image(path) -> bytes:
+    """A module file's bytes (cubin, fatbin or PTX); PTX text gets the NUL the driver expects."""
+    image = _read_file(path)
     if fatbin.image_kind(image) == "ptx" and not image.endswith(b"\0"):
         image += b"\0"
-    return calls.cuLibraryGetModule(module, _load_image(image))
+    return image
+
+
+@ffi.def_extern(name="cuwire_py_cuModuleLoad", onerror=rt.on_error)
+def cuModuleLoad(module, fname):
+    return calls.cuLibraryGetModule(module, _load_image(_read_image(fname)))
+
+
+@ffi.def_extern(name="cuwire_py_cuLibraryLoadFromFile", onerror=rt.on_error)
+def cuLibraryLoadFromFile(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+                          libraryOptionValues, numLibraryOptions):
+    if library == ffi.NULL:
+        return INVALID_VALUE
+    image = _read_image(fileName)
+    rt.write_scalar(library, "uint64_t", _load_image(image, (numJitOptions, jitOptions, jitOptionsValues)))
+    return 0
 
 
 # ---------------------------------------------------------------- linking (cuLink*)
@@ -521,6 +535,31 @@ def cuGraphKernelNodeSetParams_v2(hNode, nodeParams, nodeParams_len):
 def cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, nodeParams, nodeParams_len):
     res = _kernel_node(nodeParams, EXEC_SET, exec=hGraphExec, node=hNode)
     return res if isinstance(res, int) else res.status
+
+
+_kernel_params: dict[int, tuple] = {}  # kernel node -> the parameters and pointer array its params point to
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphKernelNodeGetParams_v2", onerror=rt.on_error)
+def cuGraphKernelNodeGetParams_v2(hNode, nodeParams, nodeParams_len):
+    """The server's node: its function known to the client from now on (launches through it are queued), its
+    parameters in an array the client keeps for the node (CUDA keeps its own likewise)."""
+    if nodeParams == ffi.NULL:
+        return INVALID_VALUE
+    res = rt.call(rt.KERNEL_NODE_PARAMS, pb.KernelNodeParams_Args(node=hNode), pb.KernelNodeParams_Result)
+    if res.status != 0:
+        return res.status
+    layout = rt.Kernel(res.func, tuple(res.param_offsets), tuple(res.param_sizes))
+    if len(res.grid) != 3 or len(res.block) != 3 or len(layout.offsets) != len(layout.sizes) or \
+            any(o + n > len(res.params) for o, n in zip(layout.offsets, layout.sizes, strict=False)):
+        raise rt.Fail(INVALID_VALUE, "cuwire: the server's kernel node parameters do not fit their layout")
+    rt.give_layout_to_c(res.func, layout)
+    values = ffi.new("char[]", res.params or b"\0")
+    pointers = ffi.new("void *[]", [values + o for o in layout.offsets] or [ffi.NULL])
+    _kernel_params[hNode] = (values, pointers)
+    _KERNEL_NODE.pack_into(ffi.buffer(ffi.cast("char *", nodeParams), _KERNEL_NODE.size), 0, res.func, *res.grid,
+                           *res.block, res.shared_mem, int(ffi.cast("uintptr_t", pointers)), 0, res.kern, res.ctx)
+    return 0
 
 
 def _keep_host_fn(nodeParams) -> tuple[int, int]:

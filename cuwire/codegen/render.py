@@ -39,7 +39,8 @@ INTERNAL_OPS = ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorSt
                 "MaxActiveClusters", "ExportTableSize", "LaunchKernelEx", "Link",
                 "SetContext", "Copy3D", "KernelNode", "HostNode", "GraphNodes", "CopyToDevice", "CopyFromDevice",
                 "CopyShared", "RegisterHost",
-                "UnregisterHost", "HostFunc", "ManagedAlloc", "GraphNode", "CaptureInfo", "AllocNodeParams")
+                "UnregisterHost", "HostFunc", "ManagedAlloc", "GraphNode", "CaptureInfo", "AllocNodeParams",
+                "KernelNodeParams")
 
 
 def py_name(name: str) -> str:

@@ -29,7 +29,7 @@ import cffi
 from cuwire.client import fatbin
 from cuwire.emulated import registry
 from cuwire.emulated.arrays import EmulatedArrays, Fault, Surface, Texture
-from cuwire.emulated.graphs import EmulatedGraphs
+from cuwire.emulated.graphs import EmulatedGraphs, KernelMade
 from cuwire.emulated.ipc import EmulatedIpc
 from cuwire.emulated.nvml import EmulatedNvml
 from cuwire.emulated.vmm import ACCESS_READWRITE, LOCATION_DEVICE, EmulatedVmm, Reservation
@@ -475,6 +475,7 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         self._bodies: dict = {}  # conditional node -> its body graphs (emulated/graphs.py)
         self._graph_execs: dict = {}  # executable graph handle -> its nodes' work, in order
         self._nodes: dict[int, int] = {}  # graph node -> its graph
+        self._kept_params: dict[int, tuple] = {}  # kernel node -> the parameter array GetParams gave out
         self._pools: dict[int, dict[int, int]] = {}  # memory pool handle -> its attributes (CUmemPool_attribute)
         self._default_pool = self._current_pool = 0  # made at the first cuDeviceGetDefaultMemPool
         self._physical: dict[int, bytearray] = {}  # cuMemCreate's allocations (emulated/vmm.py)
@@ -1307,12 +1308,13 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
 
     # stream capture and graphs: a capturing stream records its kernels and memsets; a graph runs them
 
-    def _captured(self, hStream: CData, run) -> bool:
-        """Whether the stream is capturing, the work then recorded instead of run."""
+    def _captured(self, hStream: CData, run, made: Any = None) -> bool:
+        """Whether the stream is capturing, the work then recorded instead of run (a kernel's node keeps what
+        it was `made` with, for reading back)."""
         stream = self._stream(hStream)
         if stream is None or stream.capture is None:
             return False
-        self._capture_node(stream, run)
+        self._capture_node(stream, run, made)
         return True
 
     def cuMemsetD2D8_v2(self, dstDevice: int, dstPitch: int, uc: int, Width: int, Height: int) -> int:
@@ -1706,10 +1708,14 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         function = self._kernel_handles.get(self._addr(kernel))
         if function is None:
             return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self._drv_put((pFunc, self._function_handle(function)))
+
+    def _function_handle(self, function: _Function) -> int:
+        """The CUfunction of a kernel's function (one per function, made at first asking)."""
         existing = [k for k, f in self._function_handles.items() if f == function]
-        function_handle = existing[0] if existing else self._new_handle()
-        self._function_handles[function_handle] = function
-        return self._drv_put((pFunc, function_handle))
+        handle = existing[0] if existing else self._new_handle()
+        self._function_handles[handle] = function
+        return handle
 
     def cuLibraryGetGlobal(self, dptr: CData, bytes: CData, library: CData, name: CData) -> int:
         if self._addr(library) not in self._libraries:
@@ -1910,7 +1916,8 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
             return self.drv.CUDA_ERROR_INVALID_VALUE
         params = registry.Params(buffer, kernel.param_offsets, kernel.param_sizes)
         cluster = self._launch_cluster
-        if self._captured(hStream, lambda: self._run(kernel, grid, block, sharedMemBytes, params, cluster)):
+        made = KernelMade(self._addr(f), grid, block, sharedMemBytes, params)
+        if self._captured(hStream, lambda: self._run(kernel, grid, block, sharedMemBytes, params, cluster), made):
             return 0
         self._run(kernel, grid, block, sharedMemBytes, params, cluster)
         return 0

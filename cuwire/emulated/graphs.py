@@ -54,6 +54,18 @@ class Graph:
 
 
 @dataclass
+class KernelMade:
+    """What a kernel node was made with, for cuGraphKernelNodeGetParams: the CUfunction or CUkernel it
+    names, its launch shape and its parameters."""
+
+    func: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared: int
+    params: registry.Params
+
+
+@dataclass
 class Exec:
     order: list[int]
     work: dict[int, Callable[[], Any]]
@@ -96,6 +108,7 @@ class EmulatedGraphs:
     _graph_execs: dict[int, Exec]
     _nodes: dict[int, int]  # node -> its graph
     _bodies: dict[int, CData]  # conditional node -> its body graphs' array (CUDA-owned)
+    _kept_params: dict[int, tuple]  # kernel node -> the parameter array cuGraphKernelNodeGetParams gave out
 
     def _graph(self, handle: CData | int) -> Graph | None:
         return self._graphs.get(self._addr(handle))
@@ -160,14 +173,17 @@ class EmulatedGraphs:
             self._stream(hStream).capture.into = True
         return err
 
-    def _capture_node(self, stream, run) -> None:
-        """Work on a capturing stream: a node of the capture's graph, after the capture's last nodes."""
+    def _capture_node(self, stream, run, made: KernelMade | None = None) -> None:
+        """Work on a capturing stream: a node of the capture's graph, after the capture's last nodes (a
+        kernel's node keeps what it was `made` with)."""
         c = stream.capture
         graph = self._graphs[c.graph]
         node = self._new_handle()
         graph.edges.update((d, node) for d in c.leaves)
         graph.nodes.append(node)
         graph.work[node], graph.kinds[node] = run, KERNEL
+        if made is not None:
+            graph.params[node] = made
         self._nodes[node] = c.graph
         c.leaves = [node]
 
@@ -267,8 +283,12 @@ class EmulatedGraphs:
     def cuGraphAddEmptyNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int) -> int:
         return self._add(phGraphNode, hGraph, dependencies, numDependencies, EMPTY, lambda: None)
 
-    def _kernel_work(self, p: CData):
-        function = self._function(p.func)
+    def _kernel_work(self, p: CData) -> tuple[Callable[[], Any], KernelMade] | None:
+        """A kernel node's work and what it is made with; None for parameters CUDA refuses."""
+        if self._is_null(p):
+            return None
+        handle = p.func if not self._is_null(p.func) else p.kern
+        function = self._function(handle)
         if function is None:
             return None
         kernel = function.kernel
@@ -278,14 +298,38 @@ class EmulatedGraphs:
             return None
         params = registry.Params(buffer, kernel.param_offsets, kernel.param_sizes)
         shared = p.sharedMemBytes
-        return lambda: self._fault or self._run(kernel, grid, block, shared, params)
+        made = KernelMade(self._addr(handle), grid, block, shared, params)
+        return (lambda: self._fault or self._run(kernel, grid, block, shared, params)), made
 
     def cuGraphAddKernelNode_v2(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
                                 nodeParams: CData) -> int:
-        work = None if self._is_null(nodeParams) else self._kernel_work(nodeParams)
+        work = self._kernel_work(nodeParams)
         if work is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        return self._add(phGraphNode, hGraph, dependencies, numDependencies, KERNEL, work)
+        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, KERNEL, work[0])
+        if err == 0:
+            self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = work[1]
+        return err
+
+    def cuGraphKernelNodeGetParams_v2(self, hNode: CData, nodeParams: CData) -> int:
+        """What the node was made with, as CUDA gives it: a kernel's node names the kernel's function and the
+        kernel, a module function's only the function; its parameters in an array the node keeps."""
+        made = self._node_param(hNode, KERNEL)
+        if not isinstance(made, KernelMade) or self._is_null(nodeParams):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        ffi, p, function = self.ffi, nodeParams, self._function(made.func)
+        kern = made.func if made.func in self._kernel_handles else \
+            next((k for k, f in self._kernel_handles.items() if f == function), 0)
+        func = made.func if made.func in self._function_handles else self._function_handle(function)
+        buffer = ffi.new("char[]", made.params.buffer or b"\0")
+        pointers = ffi.new("void *[]", [buffer + o for o in made.params.offsets] or [ffi.NULL])
+        self._kept_params[self._addr(hNode)] = (buffer, pointers)
+        p.func, p.kern, p.ctx = (ffi.cast(t, v) for t, v in (("CUfunction", func), ("CUkernel", kern),
+                                                               ("CUcontext", self._current_context)))
+        p.gridDimX, p.gridDimY, p.gridDimZ = made.grid
+        p.blockDimX, p.blockDimY, p.blockDimZ = made.block
+        p.sharedMemBytes, p.kernelParams, p.extra = made.shared, pointers, ffi.NULL
+        return 0
 
     def _set_node_work(self, hNode: CData, kind: int, work: Callable[[], Any] | None) -> Graph | None:
         """A node of `kind` does `work` from now on; its graph, or None (nothing set) for a node of another
@@ -306,8 +350,12 @@ class EmulatedGraphs:
         return 0
 
     def cuGraphKernelNodeSetParams_v2(self, hNode: CData, nodeParams: CData) -> int:
-        work = None if self._is_null(nodeParams) else self._kernel_work(nodeParams)
-        return 0 if self._set_node_work(hNode, KERNEL, work) else self.drv.CUDA_ERROR_INVALID_VALUE
+        work = self._kernel_work(nodeParams)
+        graph = self._set_node_work(hNode, KERNEL, work and work[0])
+        if graph is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        graph.params[self._addr(hNode)] = work[1]
+        return 0
 
     def _memset_work(self, m: CData) -> Callable[[], None] | None:
         """A memset node's work, or None for parameters CUDA refuses."""
@@ -762,8 +810,8 @@ class EmulatedGraphs:
         return 0  # nothing to upload ahead of a launch here
 
     def cuGraphExecKernelNodeSetParams_v2(self, hGraphExec: CData, hNode: CData, nodeParams: CData) -> int:
-        return self._set_exec_work(hGraphExec, hNode,
-                                   None if self._is_null(nodeParams) else self._kernel_work(nodeParams))
+        work = self._kernel_work(nodeParams)
+        return self._set_exec_work(hGraphExec, hNode, work and work[0])
 
     def cuGraphExecUpdate_v2(self, hGraphExec: CData, hGraph: CData, resultInfo: CData) -> int:
         exe, graph = self._graph_execs.get(self._addr(hGraphExec)), self._graph(hGraph)

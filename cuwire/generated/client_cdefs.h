@@ -98,6 +98,7 @@ extern "Python+C" int cuwire_py_cuGraphHostNodeSetParams(uint64_t, void *, uint6
 extern "Python+C" int cuwire_py_cuGraphInstantiateWithFlags(void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphKernelNodeCopyAttributes(uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphKernelNodeGetAttribute(uint64_t, int64_t, void *, uint64_t);
+extern "Python+C" int cuwire_py_cuGraphKernelNodeGetParams_v2(uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphKernelNodeSetAttribute(uint64_t, int64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphKernelNodeSetParams_v2(uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphMemAllocNodeGetParams(uint64_t, void *, uint64_t);
@@ -129,6 +130,7 @@ extern "Python+C" int cuwire_py_cuLibraryGetGlobal(void *, void *, uint64_t, voi
 extern "Python+C" int cuwire_py_cuLibraryGetKernel(void *, uint64_t, void *);
 extern "Python+C" int cuwire_py_cuLibraryGetModule(void *, uint64_t);
 extern "Python+C" int cuwire_py_cuLibraryLoadData(void *, uint64_t, void *, void *, uint64_t, void *, void *, uint64_t);
+extern "Python+C" int cuwire_py_cuLibraryLoadFromFile(void *, void *, void *, void *, uint64_t, void *, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuLinkAddData_v2(uint64_t, int64_t, uint64_t, uint64_t, void *, uint64_t, void *, void *);
 extern "Python+C" int cuwire_py_cuLinkAddFile_v2(uint64_t, int64_t, void *, uint64_t, void *, void *);
 extern "Python+C" int cuwire_py_cuLinkComplete(uint64_t, void *, void *);

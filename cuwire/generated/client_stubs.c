@@ -1215,7 +1215,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "sync",
     "unimplemented",
-    "unimplemented",
+    "custom",
     "sync",
     "unimplemented",
     "custom",
@@ -1294,7 +1294,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "unimplemented",
     "custom",
-    "unimplemented",
+    "custom",
     "local",
     "unimplemented",
     "custom",
@@ -6575,11 +6575,13 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeGetParams(void)
     return cuwire_impl_cuGraphKernelNodeGetParams();
 }
 
-/* cuGraphKernelNodeGetParams_v2 (cuda.h): unimplemented */
+/* cuGraphKernelNodeGetParams_v2 (cuda.h): remoted, custom */
+int cuwire_py_cuGraphKernelNodeGetParams_v2(uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphKernelNodeGetParams_v2", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphKernelNodeGetParams_v2((uint64_t)(uintptr_t)hNode, (void *)nodeParams, sizeof *nodeParams));
 }
 CUWIRE_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
@@ -8143,11 +8145,13 @@ CUWIRE_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, C
     return cuwire_impl_cuLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
 }
 
-/* cuLibraryLoadFromFile (cuda.h): unimplemented */
+/* cuLibraryLoadFromFile (cuda.h): remoted, custom */
+int cuwire_py_cuLibraryLoadFromFile(void *, void *, void *, void *, uint64_t, void *, void *, uint64_t);
 static inline CUresult cuwire_impl_cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuLibraryLoadFromFile", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuLibraryLoadFromFile((void *)library, (void *)fileName, (void *)jitOptions, (void *)jitOptionsValues, (uint64_t)numJitOptions, (void *)libraryOptions, (void *)libraryOptionValues, (uint64_t)numLibraryOptions));
 }
 CUWIRE_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "4088ce127c068698"
+API_DIGEST = "865737bc6a6c718b"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -38,6 +38,7 @@ OP_IDS = {
     "GraphNode": 2825248542,
     "CaptureInfo": 1340297522,
     "AllocNodeParams": 4107969510,
+    "KernelNodeParams": 4069173233,
 }
 
 

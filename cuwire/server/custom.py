@@ -11,7 +11,7 @@ import logging
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.server import graphs
-from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, CudaFail, WireError
+from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED, CudaFail, WireError
 
 log = logging.getLogger("cuwire.server")
 
@@ -166,6 +166,33 @@ def _describe(s, handle: int, func, kind: str, offsets, sizes, param_info=None) 
     s.owns_handle("CUfunc_st", handle)
     if kind == "kernel":
         s.owns_handle("CUkern_st", handle)
+
+
+def kernel_node_params(s, a: pb.KernelNodeParams_Args) -> pb.KernelNodeParams_Result:
+    """cuwire.KernelNodeParams (cuGraphKernelNodeGetParams_v2). The driver may name a kernel's function this
+    session never asked for itself (a node made from a CUkernel): it is described as a lookup's would be."""
+    ffi = s.ffi
+    p = ffi.new("CUDA_KERNEL_NODE_PARAMS *")
+    r = pb.KernelNodeParams_Result(
+        status=s.lib.cuGraphKernelNodeGetParams_v2(s.handle(graphs.NODE, "CUgraphNode", a.node), p))
+    if r.status != 0:
+        return r
+    r.func, r.kern, r.ctx = (int(ffi.cast("uintptr_t", h)) for h in (p.func, p.kern, p.ctx))
+    if r.func not in s.layouts:
+        _describe(s, r.func, p.func, "function", [], [])
+    offsets, sizes = s.layouts[r.func]
+    if offsets and (p.extra != ffi.NULL or p.kernelParams == ffi.NULL):
+        raise CudaFail(NOT_SUPPORTED, "a kernel node whose parameters the driver gives only as `extra`")
+    params = bytearray(max((o + n for o, n in zip(offsets, sizes, strict=True)), default=0))
+    for i, (o, n) in enumerate(zip(offsets, sizes, strict=True)):
+        if p.kernelParams[i] == ffi.NULL:
+            raise CudaFail(NOT_SUPPORTED, f"the driver gave no value for a kernel node's parameter {i}")
+        params[o:o + n] = ffi.buffer(p.kernelParams[i], n)
+    r.grid[:] = (p.gridDimX, p.gridDimY, p.gridDimZ)
+    r.block[:] = (p.blockDimX, p.blockDimY, p.blockDimZ)
+    r.shared_mem, r.params = p.sharedMemBytes, bytes(params)
+    r.param_offsets[:], r.param_sizes[:] = offsets, sizes
+    return r
 
 
 def get_global(s, a: pb.GetGlobal_Args) -> pb.GetGlobal_Result:
@@ -401,6 +428,7 @@ OPS = {
     op_id("GraphNode"): ("cuwire.GraphNode", pb.GraphNode_Args, graphs.graph_node),
     op_id("CaptureInfo"): ("cuwire.CaptureInfo", pb.CaptureInfo_Args, graphs.capture_info),
     op_id("AllocNodeParams"): ("cuwire.AllocNodeParams", pb.AllocNodeParams_Args, graphs.alloc_node_params),
+    op_id("KernelNodeParams"): ("cuwire.KernelNodeParams", pb.KernelNodeParams_Args, kernel_node_params),
     op_id("RegisterHost"): ("cuwire.RegisterHost", pb.RegisterHost_Args, register_host),
     op_id("UnregisterHost"): ("cuwire.UnregisterHost", pb.UnregisterHost_Args, unregister_host),
     op_id("ManagedAlloc"): ("cuwire.ManagedAlloc", pb.ManagedAlloc_Args, managed_alloc),

@@ -139,12 +139,20 @@ int main(void)
     }
     CUmodule from_file;
     CHECK_DRIVER(cuModuleLoad(&from_file, path));
+    CUlibrary library_from_file;
+    CHECK_DRIVER(cuLibraryLoadFromFile(&library_from_file, path, NULL, NULL, 0, NULL, NULL, 0));
     unlink(path);
     CUfunction axpb_from_file;
     CHECK_DRIVER(cuModuleGetFunction(&axpb_from_file, from_file, "axpb"));
+    CUkernel axpb_kernel;
+    CHECK_DRIVER(cuLibraryGetKernel(&axpb_kernel, library_from_file, "axpb"));
     CUresult absent = cuModuleLoad(&from_file, "/nonexistent/cuwire.ptx");
+    CUresult absent_library = cuLibraryLoadFromFile(&library_from_file, "/nonexistent/cuwire.ptx", NULL, NULL, 0,
+                                                    NULL, NULL, 0);
     printf("cuModuleLoad of a PTX file: loaded; of a missing file: %s\n",
            absent == CUDA_ERROR_FILE_NOT_FOUND ? "CUDA_ERROR_FILE_NOT_FOUND" : "other");
+    printf("cuLibraryLoadFromFile of a PTX file: loaded, axpb found; of a missing file: %s\n",
+           absent_library == CUDA_ERROR_FILE_NOT_FOUND ? "CUDA_ERROR_FILE_NOT_FOUND" : "other");
 
     /* PTX the JIT refuses: the error comes back, and so does the JIT's log, into the program's buffer */
     static const char BAD_PTX[] = ".version 9.0\n.target sm_75\n.address_size 64\n"
