@@ -285,7 +285,7 @@ class EmulatedGraphs:
 
     def _kernel_work(self, p: CData) -> tuple[Callable[[], Any], KernelMade] | None:
         """A kernel node's work and what it is made with; None for parameters CUDA refuses."""
-        if self._is_null(p):
+        if self._is_null(p) or self._addr(p.func) in self._kernel_handles:  # (a CUkernel goes as `kern` only)
             return None
         handle = p.func if not self._is_null(p.func) else p.kern
         function = self._function(handle)

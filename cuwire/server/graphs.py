@@ -434,7 +434,10 @@ def kernel_node(s, a: pb.KernelNode_Args) -> pb.KernelNode_Result:
     buffer = ffi.new("char[]", a.params or b"\0")
     pointers = ffi.new("void *[]", [buffer + o for o in offsets] or [ffi.NULL])
     p = ffi.new("CUDA_KERNEL_NODE_PARAMS *")
-    p.func = s.kernels[a.kernel]
+    if s.kernel_kind.get(a.kernel) == "kernel":  # a node takes a CUkernel as `kern` only (launches take it as func)
+        p.kern = ffi.cast("CUkernel", a.kernel)
+    else:
+        p.func = s.kernels[a.kernel]
     p.gridDimX, p.gridDimY, p.gridDimZ = a.grid
     p.blockDimX, p.blockDimY, p.blockDimZ = a.block
     p.sharedMemBytes = a.shared_mem
