@@ -695,6 +695,8 @@ def test_graph_nodes_name_only_the_sessions_own(session):
         reply = session.exchange(pb.Batch(fn=generated.OP_IDS["KernelNodeParams"],
                                           args=pb.KernelNodeParams_Args(node=node).SerializeToString()))
         assert pb.KernelNodeParams_Result.FromString(reply.result).status in ((400,) if node == 0x1234 else (1, 400))
+        assert vmm_call(session, "cuGraphMemcpyNodeGetParams", hNode=node).status in \
+            ((400,) if node == 0x1234 else (1, 400))
 
     def query(**fields) -> pb.GraphNodes_Result:
         reply = session.exchange(pb.Batch(fn=generated.OP_IDS["GraphNodes"],

@@ -219,6 +219,42 @@ int cuwire_graph_copy_node(CUgraphNode *node, CUgraph graph, const CUgraphNode *
     return CUDA_SUCCESS;
 }
 
+/* The program's pointer for a host side (host, x, y, z, pitch, rows) of a node's copy `c` that names a
+ * stand-in; `host` itself for any other. */
+static const void *program_side(const void *host, size_t x, size_t y, size_t z, size_t pitch, size_t rows,
+                                const CUDA_MEMCPY3D *c)
+{
+    if (!host || !__atomic_load_n(&standins, __ATOMIC_ACQUIRE))
+        return host;
+    size_t first = (z * (c->Depth > 1 ? rows : 0) + y) * pitch + x;
+    const void *program = host;
+    pthread_mutex_lock(&lock);
+    for (struct standin *s = standins; s; s = s->next)
+        if (s->shared == (const char *)host + first) {
+            program = s->program - first;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return program;
+}
+
+/* cuGraphMemcpyNodeGetParams: a host side that is a stand-in reads back as the program's memory it stands in
+ * for, as the program made the node (the server gave its shared memory as the client's addresses). */
+void cuwire_after_memcpy_node_params(CUgraphNode node, CUDA_MEMCPY3D *c)
+{
+    (void)node;
+    if (!c || !c->WidthInBytes || !c->Height || !c->Depth)
+        return;
+    if (c->srcMemoryType == CU_MEMORYTYPE_HOST)
+        c->srcHost = program_side(c->srcHost, c->srcXInBytes, c->srcY, c->srcZ,
+                                  c->srcPitch ? c->srcPitch : c->WidthInBytes, c->srcHeight ? c->srcHeight : c->Height,
+                                  c);
+    if (c->dstMemoryType == CU_MEMORYTYPE_HOST)
+        c->dstHost = (void *)program_side(c->dstHost, c->dstXInBytes, c->dstY, c->dstZ,
+                                          c->dstPitch ? c->dstPitch : c->WidthInBytes,
+                                          c->dstHeight ? c->dstHeight : c->Height, c);
+}
+
 #define CAPTURE_OWNER (1ull << 63) /* a stream capture's id, as an owner (graphs and executables are addresses) */
 
 /* An asynchronous copy between pageable memory and the device, made while its stream captures: the

@@ -393,7 +393,17 @@ class EmulatedGraphs:
         if self._is_null(copyParams):
             return self.drv.CUDA_ERROR_INVALID_VALUE
         c = self.ffi.new("CUDA_MEMCPY3D *", copyParams[0])  # kept: the node copies it, as CUDA does
-        return self._add(phGraphNode, hGraph, dependencies, numDependencies, MEMCPY, lambda: self.cuMemcpy3D_v2(c))
+        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, MEMCPY, lambda: self.cuMemcpy3D_v2(c))
+        if err == 0:
+            self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = c
+        return err
+
+    def cuGraphMemcpyNodeGetParams(self, hNode: CData, nodeParams: CData) -> int:
+        c = self._node_param(hNode, MEMCPY)
+        if c is None or self._is_null(nodeParams):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        nodeParams[0] = c[0]
+        return 0
 
     def cuGraphAddChildGraphNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData, numDependencies: int,
                                  childGraph: CData) -> int:

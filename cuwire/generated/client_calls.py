@@ -976,6 +976,18 @@ def cuGraphMemFreeNodeGetParams(hNode, dptr_out):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuGraphMemcpyNodeGetParams", onerror=rt.on_error)
+def cuGraphMemcpyNodeGetParams(hNode, nodeParams, nodeParams_len):
+    """cuGraphMemcpyNodeGetParams (cuda.h): host sides come back as the program's pointers: the server's shared memory as the client's, a stand-in as the program's memory it stands in for (client/graph_copies.c)"""
+    args = pb.cuGraphMemcpyNodeGetParams_Args()
+    args.hNode = hNode
+    rt.expect(nodeParams, nodeParams_len)
+    res = rt.call(2881944644, args, pb.cuGraphMemcpyNodeGetParams_Result)
+    if res.status == 0:
+        rt.write(nodeParams, res.nodeParams, nodeParams_len)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuGraphMemsetNodeGetParams", onerror=rt.on_error)
 def cuGraphMemsetNodeGetParams(hNode, nodeParams, nodeParams_len):
     """cuGraphMemsetNodeGetParams (cuda.h)"""

@@ -103,6 +103,7 @@ extern "Python+C" int cuwire_py_cuGraphKernelNodeSetAttribute(uint64_t, int64_t,
 extern "Python+C" int cuwire_py_cuGraphKernelNodeSetParams_v2(uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphMemAllocNodeGetParams(uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphMemFreeNodeGetParams(uint64_t, void *);
+extern "Python+C" int cuwire_py_cuGraphMemcpyNodeGetParams(uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphMemsetNodeGetParams(uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphMemsetNodeSetParams(uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphNodeFindInClone(void *, uint64_t, uint64_t);

@@ -1222,7 +1222,7 @@ const char *const cuwire_modes[] = {
     "async",
     "custom",
     "sync",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "sync",
     "sync",
@@ -6722,11 +6722,17 @@ CUWIRE_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdevicept
     return cuwire_impl_cuGraphMemFreeNodeGetParams(hNode, dptr_out);
 }
 
-/* cuGraphMemcpyNodeGetParams (cuda.h): unimplemented */
+/* cuGraphMemcpyNodeGetParams (cuda.h): remoted, sync */
+int cuwire_py_cuGraphMemcpyNodeGetParams(uint64_t, void *, uint64_t);
+void cuwire_after_memcpy_node_params(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams);
 static inline CUresult cuwire_impl_cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphMemcpyNodeGetParams", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    int status = cuwire_py_cuGraphMemcpyNodeGetParams((uint64_t)(uintptr_t)hNode, (void *)nodeParams, sizeof *nodeParams);
+    if (status == 0)
+        cuwire_after_memcpy_node_params(hNode, nodeParams);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "865737bc6a6c718b"
+API_DIGEST = "1d25ef8ec5601b11"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -2101,6 +2101,7 @@ HANDLERS = {
     3793704434: ("cuGraphKernelNodeGetAttribute", pb.cuGraphKernelNodeGetAttribute_Args, None),  # server/attributes.py
     3976299377: ("cuGraphKernelNodeSetAttribute", pb.cuGraphKernelNodeSetAttribute_Args, None),  # server/attributes.py
     1901836585: ("cuGraphMemFreeNodeGetParams", pb.cuGraphMemFreeNodeGetParams_Args, cuGraphMemFreeNodeGetParams),
+    2881944644: ("cuGraphMemcpyNodeGetParams", pb.cuGraphMemcpyNodeGetParams_Args, None),  # server/graphs.py
     2382271301: ("cuGraphMemsetNodeGetParams", pb.cuGraphMemsetNodeGetParams_Args, cuGraphMemsetNodeGetParams),
     2094170168: ("cuGraphMemsetNodeSetParams", pb.cuGraphMemsetNodeSetParams_Args, None),  # server/graphs.py
     3493970731: ("cuGraphNodeFindInClone", pb.cuGraphNodeFindInClone_Args, cuGraphNodeFindInClone),

@@ -152,6 +152,21 @@ def cuGraphAddMemcpyNode(s, a: pb.cuGraphAddMemcpyNode_Args) -> pb.cuGraphAddMem
                      s.handle(CONTEXT, "CUcontext", a.ctx))
 
 
+def cuGraphMemcpyNodeGetParams(s, a: pb.cuGraphMemcpyNodeGetParams_Args) -> pb.cuGraphMemcpyNodeGetParams_Result:
+    """A memcpy node's parameters, its host sides as the client has them (the server's address of the shared
+    memory back to the client's)."""
+    c = s.ffi.new("CUDA_MEMCPY3D *")
+    r = pb.cuGraphMemcpyNodeGetParams_Result(status=s.lib.cuGraphMemcpyNodeGetParams(s.handle(NODE, "CUgraphNode",
+                                                                                              a.hNode), c))
+    if r.status == 0:
+        if c.srcMemoryType == HOST and c.srcHost != s.ffi.NULL:
+            c.srcHost = s.ffi.cast("void *", s.client_host(int(s.ffi.cast("uintptr_t", c.srcHost))))
+        if c.dstMemoryType == HOST and c.dstHost != s.ffi.NULL:
+            c.dstHost = s.ffi.cast("void *", s.client_host(int(s.ffi.cast("uintptr_t", c.dstHost))))
+        r.nodeParams = s.take(c)
+    return r
+
+
 def cuGraphAddChildGraphNode(s, a: pb.cuGraphAddChildGraphNode_Args) -> pb.cuGraphAddChildGraphNode_Result:
     return _add_node(s, s.lib.cuGraphAddChildGraphNode, a, pb.cuGraphAddChildGraphNode_Result(),
                      s.handle(GRAPH, "CUgraph", a.childGraph))
@@ -461,6 +476,7 @@ def kernel_node(s, a: pb.KernelNode_Args) -> pb.KernelNode_Result:
 
 
 HANDLERS = {f.__name__: f for f in (cuGraphAddEmptyNode, cuGraphAddMemsetNode, cuGraphAddMemcpyNode,
+                                     cuGraphMemcpyNodeGetParams,
                                      cuGraphAddChildGraphNode, cuGraphAddEventRecordNode, cuGraphAddEventWaitNode,
                                      cuGraphAddDependencies_v2, cuGraphRemoveDependencies_v2,
                                      cuGraphConditionalHandleCreate, cuGraphChildGraphNodeGetGraph,

@@ -421,6 +421,13 @@ class Session:
                 return self.host_base + offset
         return None
 
+    def client_host(self, address: int) -> int:
+        """The client's address of this server's `address` in the shared host memory (shared_host's
+        inverse); any other address as it is."""
+        if self.host_client_base and self.host_base <= address < self.host_base + self.host_size:
+            return self.host_client_base + address - self.host_base
+        return address
+
     def register_host(self, offset: int, size: int, at: int = 0) -> int:
         """A page-locked allocation of the client's: its range of the shared host memory is page-locked
         here too, and mapped for the GPU, as page-locked memory is natively with unified addressing

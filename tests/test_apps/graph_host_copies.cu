@@ -28,6 +28,15 @@ static int want_scaled(int i, int v) { return (v + i) * 3 + 1; }             // 
 static int want_summed(int i, int v) { return (v + (i & 15)) + 0x01010101; }  // fill(v), then += 0x01010101
 static int want_filled(int i, int v) { return v + (i & 15); }                 // fill(v)
 
+// a memcpy node's parameters read back: the program's own pointers and the copy's extent
+static int reads_back(cudaGraphNode_t node, const void *src, const void *dst, size_t width, size_t height,
+                      size_t dst_pitch) {
+    cudaMemcpy3DParms p = {};
+    CHECK(cudaGraphMemcpyNodeGetParams(node, &p));
+    return p.srcPtr.ptr == src && p.dstPtr.ptr == dst && p.extent.width == width && p.extent.height == height &&
+           p.extent.depth == 1 && (!dst_pitch || p.dstPtr.pitch == dst_pitch);
+}
+
 int main() {
     const int n = 1 << 14, blocks = n / 256;
     int failures = 0;
@@ -59,6 +68,9 @@ int main() {
     k.kernelParams = scale_args;
     CHECK(cudaGraphAddKernelNode(&scale, g, &upload, 1, &k));
     CHECK(cudaGraphAddMemcpyNode1D(&download, g, &scale, 1, out_h, out_d, n * sizeof(int), cudaMemcpyDeviceToHost));
+    printf("memcpy nodes' parameters read back, page-locked memory: up %s, down %s\n",
+           reads_back(upload, in_h, in_d, n * sizeof(int), 1, 0) ? "OK" : "FAIL",
+           reads_back(download, out_d, out_h, n * sizeof(int), 1, 0) ? "OK" : "FAIL");
     cudaGraphExec_t exec;
     CHECK(cudaGraphInstantiate(&exec, g, 0));
     for (int round = 0; round < 2; round++) {
@@ -190,6 +202,9 @@ int main() {
     hp.fn = [](void *p) { Seen *s = (Seen *)p; *s->to = *s->from; };
     hp.userData = &seen;
     CHECK(cudaGraphAddHostNode(&host2, g, &down2, 1, &hp));
+    printf("memcpy nodes' parameters read back, pageable memory: up %s, down %s\n",
+           reads_back(up2, page_in, in_d, n * sizeof(int), 1, 0) ? "OK" : "FAIL",
+           reads_back(down2, out_d + n - 1, &last, sizeof(int), 1, 0) ? "OK" : "FAIL");
     CHECK(cudaGraphInstantiate(&exec, g, 0));
     CHECK(cudaGraphDestroy(g));  // (the executable graph keeps what it needs)
     for (int round = 0; round < 2; round++) {
@@ -307,6 +322,8 @@ int main() {
     CHECK(cudaGraphCreate(&g, 0));
     cudaGraphNode_t down4;
     CHECK(cudaGraphAddMemcpyNode(&down4, g, NULL, 0, &down));
+    printf("a pitched copy's parameters read back: %s\n",
+           reads_back(down4, out_d, pitched, 16 * sizeof(int), 4, 24 * sizeof(int)) ? "OK" : "FAIL");
     CHECK(cudaGraphInstantiate(&exec, g, 0));
     CHECK(cudaGraphLaunch(exec, s));
     CHECK(cudaStreamSynchronize(s));
