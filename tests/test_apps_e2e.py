@@ -16,7 +16,8 @@ APPS_SAME_AS_NATIVE = ["vector_add", "memcpy_kinds", "memset", "events", "stream
                        "cooperative", "mempool", "device_printf", "graphs", "vmm", "textures", "graph_nodes",
                        "peer_copy", "multi_stream_pinned", "clusters", "graph_conditional", "stream_memops",
                        "stream_attributes", "tensor_map", "memcpy_batch",
-                       "occupancy", "graph_host_copies", "user_objects", "kernel_node_params"]
+                       "occupancy", "graph_host_copies", "user_objects", "kernel_node_params",
+                       "managed_hints"]
 # how each CUWIRE_TRANSPORT travels to a server on this host (--stats names it)
 TRANSPORTS = {"auto": "Unix socket and shared memory", "unix": "Unix socket and shared memory", "tcp": "TCP"}
 
@@ -102,8 +103,8 @@ def test_unimplemented_function_is_loud(apps, client_lib, server):
     r = run_remote(apps / "unimplemented", client_lib, server.address)
     assert r.returncode == 0, r.stderr
     assert r.stdout == (EXPECTED / "unimplemented.out").read_text()
-    # NVIDIA's runtime asks cuwire's libcuda for cuMemRangeGetAttribute, which names itself
-    assert "cuwire: unimplemented CUDA function cuMemRangeGetAttribute (cuda.h)" in r.stderr
+    # NVIDIA's runtime asks cuwire's libcuda for cuLogsCurrent, which names itself
+    assert "cuwire: unimplemented CUDA function cuLogsCurrent (cuda.h)" in r.stderr
 
 
 @pytest.mark.parametrize("name", ["ipc", "ipc_shareable"])

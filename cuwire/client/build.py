@@ -35,7 +35,7 @@ NAMES = tuple(json.loads((GENERATED / "api_manifest.json").read_text())["librari
 # what earlier builds put beside the library: cuwire no longer stands in for the CUDA runtime
 STALE = ("libcudart.so.13", "driver")
 C_SOURCES = ("local.c", "driver_local.c", "export_tables.c", "answers_cache.c", "device_memory.c", "wire.c",
-             "callbacks.c", "managed.c", "graph_nodes.c",
+             "callbacks.c", "managed.c", "managed_hints.c", "graph_nodes.c",
              "graph_copies.c", "shareable.c", "user_objects.c")
 
 # C functions of local.c that the Python side calls.

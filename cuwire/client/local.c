@@ -856,17 +856,18 @@ CUresult cuwire_local_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsi
     return CUDA_SUCCESS;
 }
 
-static int is_managed(CUdeviceptr p)
+/* The size of the managed allocation at p; 0 for any other pointer. */
+static size_t managed_size(CUdeviceptr p)
 {
-    int managed = 0;
+    size_t size = 0;
     pthread_mutex_lock(&host_lock);
     for (struct host_alloc *a = host_allocs; a; a = a->next)
         if (a->ptr == (void *)(uintptr_t)p) {
-            managed = a->managed;
+            size = a->managed ? a->size : 0;
             break;
         }
     pthread_mutex_unlock(&host_lock);
-    return managed;
+    return size;
 }
 
 /* cuMemFree of managed memory: the client's to free (the server never made it a device allocation). */
@@ -875,36 +876,46 @@ int cuwire_fast_cuMemFree_v2(CUdeviceptr dptr)
     if (dptr && cuwire_managed_free(dptr) == 0)
         return -1; /* managed memory made over TCP: its host copy is gone; the server frees its own */
     uint64_t offset; /* managed memory lies in the shared memory: any other pointer goes on at once */
-    if (!dptr || !shared_offset((const void *)(uintptr_t)dptr, 1, &offset) || !is_managed(dptr))
+    size_t size = dptr && shared_offset((const void *)(uintptr_t)dptr, 1, &offset) ? managed_size(dptr) : 0;
+    if (!size)
         return -1;
+    cuwire_hints_forget(dptr, size);
     cuwire_untrack_alloc(dptr);
     return host_free((void *)(uintptr_t)dptr);
 }
 
-static CUresult managed_hint(CUdeviceptr p, size_t count)
+/* Whether [p, p + count) is memory that managed-memory hints may name: CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE. */
+CUresult cuwire_managed_range(CUdeviceptr p, size_t count)
 {
     uint64_t offset;
     int known = shared_offset((const void *)(uintptr_t)p, count, &offset) || cuwire_managed_holds(p, count);
     return count && known ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* Prefetches and advice change nothing the GPU does here (managed memory is page-locked host memory): they
+ * are noted, for cuMemRangeGetAttribute (client/managed_hints.c). */
 CUresult cuwire_local_cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags,
                                             CUstream hStream)
 {
-    (void)location, (void)flags, (void)hStream;
-    return managed_hint(devPtr, count);
+    (void)flags, (void)hStream;
+    CUresult status = cuwire_managed_range(devPtr, count);
+    if (status == CUDA_SUCCESS)
+        cuwire_hints_prefetched(devPtr, count, location);
+    return status;
 }
 
 CUresult cuwire_local_cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
 {
-    (void)advice, (void)location;
-    return managed_hint(devPtr, count);
+    CUresult status = cuwire_managed_range(devPtr, count);
+    if (status == CUDA_SUCCESS)
+        cuwire_hints_advise(devPtr, count, advice, location);
+    return status;
 }
 
 CUresult cuwire_local_cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
 {
     (void)hStream, (void)flags;
-    return managed_hint(dptr, length ? length : 1);
+    return cuwire_managed_range(dptr, length ? length : 1);
 }
 
 /* ------------------------------------------------------------------ driver entry points */

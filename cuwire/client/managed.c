@@ -127,6 +127,7 @@ int cuwire_managed_free(uint64_t address)
             __atomic_sub_fetch(&managed_count, 1, __ATOMIC_RELEASE);
             pthread_mutex_unlock(&managed_lock);
             munmap((void *)(uintptr_t)m->address, m->mapped);
+            cuwire_hints_forget(m->address, m->size);
             free(m->snapshot);
             free(m);
             return 0;

@@ -69,6 +69,11 @@ int cuwire_guarded(uint64_t lo, uint64_t hi);
 int cuwire_managed_alloc(uint64_t *dptr, size_t size, unsigned int flags);
 int cuwire_managed_free(uint64_t address);
 int cuwire_managed_holds(uint64_t p, size_t n);
+CUresult cuwire_managed_range(CUdeviceptr p, size_t count);
+/* managed_hints.c: what cuMemAdvise and cuMemPrefetchAsync said, for cuMemRangeGetAttribute */
+void cuwire_hints_advise(uint64_t p, size_t n, int advice, CUmemLocation location);
+void cuwire_hints_prefetched(uint64_t p, size_t n, CUmemLocation location);
+void cuwire_hints_forget(uint64_t p, size_t n);
 int cuwire_managed_before_call(void);
 void cuwire_managed_synced(void);
 

@@ -1368,8 +1368,8 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "local",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "local",
+    "local",
     "sync",
     "sync",
     "sync",
@@ -9620,11 +9620,11 @@ CUWIRE_EXPORT CUresult cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes
 }
 CUWIRE_EXPORT __typeof__(cuMemPrefetchBatchAsync) cuMemPrefetchBatchAsync_ptsz __attribute__((alias("cuMemPrefetchBatchAsync")));
 
-/* cuMemRangeGetAttribute (cuda.h): unimplemented */
+/* cuMemRangeGetAttribute (cuda.h): local, local */
+CUresult cuwire_local_cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr devPtr, size_t count);
 static inline CUresult cuwire_impl_cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr devPtr, size_t count)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemRangeGetAttribute", "cuda.h", &warned), 801));
+return cuwire_local_cuMemRangeGetAttribute(data, dataSize, attribute, devPtr, count);
 }
 CUWIRE_EXPORT CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr devPtr, size_t count)
 {
@@ -9638,11 +9638,11 @@ CUWIRE_EXPORT CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem
     return cuwire_impl_cuMemRangeGetAttribute(data, dataSize, attribute, devPtr, count);
 }
 
-/* cuMemRangeGetAttributes (cuda.h): unimplemented */
+/* cuMemRangeGetAttributes (cuda.h): local, local */
+CUresult cuwire_local_cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_attribute *attributes, size_t numAttributes, CUdeviceptr devPtr, size_t count);
 static inline CUresult cuwire_impl_cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_attribute *attributes, size_t numAttributes, CUdeviceptr devPtr, size_t count)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemRangeGetAttributes", "cuda.h", &warned), 801));
+return cuwire_local_cuMemRangeGetAttributes(data, dataSizes, attributes, numAttributes, devPtr, count);
 }
 CUWIRE_EXPORT CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_attribute *attributes, size_t numAttributes, CUdeviceptr devPtr, size_t count)
 {

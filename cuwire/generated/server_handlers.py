@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "1d25ef8ec5601b11"
+API_DIGEST = "ce8fd4688db0bb47"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
