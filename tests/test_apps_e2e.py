@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import APPS, ServerProcess, run_remote
+from conftest import APPS, ServerProcess, compile_against_client, run_remote
 
 EXPECTED = APPS / "expected"
 APPS_SAME_AS_NATIVE = ["vector_add", "memcpy_kinds", "memset", "events", "streams", "device_symbols", "templated",
@@ -134,3 +134,48 @@ def test_ipc_to_sessions_in_processes_reaches_the_exporter(name, refused, apps: 
     r = run_remote(apps / name, client_lib, server.address)
     assert r.returncode == 1
     assert refused in r.stdout, r.stdout + r.stderr
+
+
+MEMCPY_NODE_SET = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda_api.h"
+static CUDA_MEMCPY3D down(CUdeviceptr from, void *to, size_t n) {
+    CUDA_MEMCPY3D c; memset(&c, 0, sizeof c);
+    c.srcMemoryType = CU_MEMORYTYPE_DEVICE; c.srcDevice = from;
+    c.dstMemoryType = CU_MEMORYTYPE_HOST; c.dstHost = to;
+    c.WidthInBytes = n; c.Height = 1; c.Depth = 1;
+    return c;
+}
+int main(void) {
+    CUdevice dev; CUcontext ctx; CUdeviceptr d; CUgraph g; CUgraphNode node; void *pinned, *other;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx) ||
+        cuMemAlloc_v2(&d, 4096) || cuMemHostAlloc(&pinned, 4096, 0) || cuMemHostAlloc(&other, 4096, 0) ||
+        cuGraphCreate(&g, 0))
+        return 1;
+    CUDA_MEMCPY3D c = down(d, pinned, 4096);
+    if (cuGraphAddMemcpyNode(&node, g, NULL, 0, &c, ctx)) return 2;
+    char *pageable = malloc(4096);
+    c = down(d, pageable, 4096);
+    printf("set to pageable memory: %d\n", (int)cuGraphMemcpyNodeSetParams(node, &c));
+    c = down(d, other, 4096);
+    printf("set to page-locked memory: %d\n", (int)cuGraphMemcpyNodeSetParams(node, &c));
+    CUDA_MEMCPY3D back; memset(&back, 0, sizeof back);
+    CUresult got = cuGraphMemcpyNodeGetParams(node, &back);
+    printf("read back: %d, the new memory: %d\n", (int)got, back.dstHost == other);
+    return 0;
+}
+"""
+
+
+def test_memcpy_node_set_to_pageable_memory_is_refused_by_name(client_lib, server, tmp_path):
+    """A memcpy node's parameters may be set to page-locked memory (the server shares it), not to pageable
+    memory, for which no stand-in is made: refused as not supported, and named."""
+    exe = compile_against_client(MEMCPY_NODE_SET, tmp_path, client_lib, "memcpy_node_set")
+    r = run_remote(exe, client_lib, server.address)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == ("set to pageable memory: 801\nset to page-locked memory: 0\n"
+                        "read back: 0, the new memory: 1\n"), r.stderr
+    assert "a memcpy node's parameters set to pageable host memory" in r.stderr
+    assert "cuGraphMemcpyNodeSetParams" in r.stderr

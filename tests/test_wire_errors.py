@@ -678,6 +678,8 @@ def test_graph_nodes_name_only_the_sessions_own(session):
     copy = src + dst + struct.pack("<QQQ", 4096, 1, 1)
     assert vmm_call(session, "cuGraphAddMemcpyNode", hGraph=graph.phGraph, dependencies=b"", numDependencies=0,
                     copyParams=copy, ctx=0).status == 801
+    assert vmm_call(session, "cuGraphMemcpyNodeSetParams", hNode=0x1234, nodeParams=copy).status == 400
+    assert vmm_call(session, "cuGraphMemcpyNodeSetParams", hNode=empty.phGraphNode, nodeParams=copy).status == 801
     args = pb.KernelNode_Args(action=0, graph=graph.phGraph, kernel=0x1234, grid=[1, 1, 1], block=[1, 1, 1])
     reply = session.exchange(pb.Batch(fn=generated.OP_IDS["KernelNode"], args=args.SerializeToString()))
     assert pb.KernelNode_Result.FromString(reply.result).status == 400

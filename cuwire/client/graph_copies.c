@@ -219,6 +219,40 @@ int cuwire_graph_copy_node(CUgraphNode *node, CUgraph graph, const CUgraphNode *
     return CUDA_SUCCESS;
 }
 
+/* Whether one host side of a copy is memory a stand-in would have to take the place of. */
+static int pageable(const void *host)
+{
+    int shared = 0;
+    return host && !(cuwire_host_locked(host, &shared) && shared);
+}
+
+/* A memcpy node's parameters set (cuGraphMemcpyNodeSetParams, cuGraphExecMemcpyNodeSetParams): to device or
+ * array memory, or page-locked memory the server shares, they go on as they are (-1); to pageable memory
+ * they are refused by name, as no stand-in is made for a node's new parameters. */
+static int copy_set(const CUDA_MEMCPY3D *c, const char *name)
+{
+    if (!c || !c->WidthInBytes || !c->Height || !c->Depth || !cuwire_shares_host_memory())
+        return -1;
+    if (!(c->srcMemoryType == CU_MEMORYTYPE_HOST && pageable(c->srcHost)) &&
+        !(c->dstMemoryType == CU_MEMORYTYPE_HOST && pageable(c->dstHost)))
+        return -1;
+    cuwire_say_once_per_name("cuwire: not supported: a memcpy node's parameters set to pageable host memory "
+                             "(page-locked memory, cudaMallocHost, is; so is a new node):", name);
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+int cuwire_graph_copy_set(CUgraphNode node, const CUDA_MEMCPY3D *c)
+{
+    (void)node;
+    return copy_set(c, "cuGraphMemcpyNodeSetParams");
+}
+
+int cuwire_graph_exec_copy_set(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D *c, CUcontext ctx)
+{
+    (void)exec, (void)node, (void)ctx;
+    return copy_set(c, "cuGraphExecMemcpyNodeSetParams");
+}
+
 /* The program's pointer for a host side (host, x, y, z, pitch, rows) of a node's copy `c` that names a
  * stand-in; `host` itself for any other. */
 static const void *program_side(const void *host, size_t x, size_t y, size_t z, size_t pitch, size_t rows,

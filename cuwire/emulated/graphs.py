@@ -398,6 +398,23 @@ class EmulatedGraphs:
             self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = c
         return err
 
+    def cuGraphMemcpyNodeSetParams(self, hNode: CData, nodeParams: CData) -> int:
+        if self._is_null(nodeParams):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        c = self.ffi.new("CUDA_MEMCPY3D *", nodeParams[0])
+        graph = self._set_node_work(hNode, MEMCPY, lambda: self.cuMemcpy3D_v2(c))
+        if graph is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        graph.params[self._addr(hNode)] = c
+        return 0
+
+    def cuGraphExecMemcpyNodeSetParams(self, hGraphExec: CData, hNode: CData, copyParams: CData,
+                                       ctx: CData) -> int:
+        if self._is_null(copyParams) or self._node_param(hNode, MEMCPY) is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        c = self.ffi.new("CUDA_MEMCPY3D *", copyParams[0])
+        return self._set_exec_work(hGraphExec, hNode, lambda: self.cuMemcpy3D_v2(c))
+
     def cuGraphMemcpyNodeGetParams(self, hNode: CData, nodeParams: CData) -> int:
         c = self._node_param(hNode, MEMCPY)
         if c is None or self._is_null(nodeParams):

@@ -894,6 +894,18 @@ def cuGraphExecGetFlags(hGraphExec, flags):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuGraphExecMemcpyNodeSetParams", onerror=rt.on_error)
+def cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, copyParams_len, ctx):
+    """cuGraphExecMemcpyNodeSetParams (cuda.h): as cuGraphMemcpyNodeSetParams"""
+    args = pb.cuGraphExecMemcpyNodeSetParams_Args()
+    args.hGraphExec = hGraphExec
+    args.hNode = hNode
+    args.copyParams = rt.read(copyParams, copyParams_len)
+    args.ctx = ctx
+    res = rt.call(2124575903, args, pb.cuGraphExecMemcpyNodeSetParams_Result)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuGraphExecMemsetNodeSetParams", onerror=rt.on_error)
 def cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams, memsetParams_len, ctx):
     """cuGraphExecMemsetNodeSetParams (cuda.h)"""
@@ -985,6 +997,16 @@ def cuGraphMemcpyNodeGetParams(hNode, nodeParams, nodeParams_len):
     res = rt.call(2881944644, args, pb.cuGraphMemcpyNodeGetParams_Result)
     if res.status == 0:
         rt.write(nodeParams, res.nodeParams, nodeParams_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphMemcpyNodeSetParams", onerror=rt.on_error)
+def cuGraphMemcpyNodeSetParams(hNode, nodeParams, nodeParams_len):
+    """cuGraphMemcpyNodeSetParams (cuda.h): device and array memory, and page-locked host memory with a server on this host; pageable host memory is refused by name (client/graph_copies.c)"""
+    args = pb.cuGraphMemcpyNodeSetParams_Args()
+    args.hNode = hNode
+    args.nodeParams = rt.read(nodeParams, nodeParams_len)
+    res = rt.call(1525346105, args, pb.cuGraphMemcpyNodeSetParams_Result)
     return res.status
 
 

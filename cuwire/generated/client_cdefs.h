@@ -88,6 +88,7 @@ extern "Python+C" int cuwire_py_cuGraphExecEventWaitNodeSetEvent(uint64_t, uint6
 extern "Python+C" int cuwire_py_cuGraphExecGetFlags(uint64_t, void *);
 extern "Python+C" int cuwire_py_cuGraphExecHostNodeSetParams(uint64_t, uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphExecKernelNodeSetParams_v2(uint64_t, uint64_t, void *, uint64_t);
+extern "Python+C" int cuwire_py_cuGraphExecMemcpyNodeSetParams(uint64_t, uint64_t, void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphExecMemsetNodeSetParams(uint64_t, uint64_t, void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphExecUpdate_v2(uint64_t, uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphGetEdges_v2(uint64_t, void *, void *, void *, uint64_t, void *);
@@ -104,6 +105,7 @@ extern "Python+C" int cuwire_py_cuGraphKernelNodeSetParams_v2(uint64_t, void *, 
 extern "Python+C" int cuwire_py_cuGraphMemAllocNodeGetParams(uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphMemFreeNodeGetParams(uint64_t, void *);
 extern "Python+C" int cuwire_py_cuGraphMemcpyNodeGetParams(uint64_t, void *, uint64_t);
+extern "Python+C" int cuwire_py_cuGraphMemcpyNodeSetParams(uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphMemsetNodeGetParams(uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphMemsetNodeSetParams(uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphNodeFindInClone(void *, uint64_t, uint64_t);

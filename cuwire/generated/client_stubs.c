@@ -1193,7 +1193,7 @@ const char *const cuwire_modes[] = {
     "custom",
     "unimplemented",
     "custom",
-    "unimplemented",
+    "sync",
     "sync",
     "local",
     "unimplemented",
@@ -1223,7 +1223,7 @@ const char *const cuwire_modes[] = {
     "custom",
     "sync",
     "sync",
-    "unimplemented",
+    "sync",
     "sync",
     "sync",
     "sync",
@@ -6150,11 +6150,19 @@ CUWIRE_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec,
     return cuwire_impl_cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, nodeParams);
 }
 
-/* cuGraphExecMemcpyNodeSetParams (cuda.h): unimplemented */
+/* cuGraphExecMemcpyNodeSetParams (cuda.h): remoted, sync */
+int cuwire_py_cuGraphExecMemcpyNodeSetParams(uint64_t, uint64_t, void *, uint64_t, uint64_t);
+int cuwire_graph_exec_copy_set(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
 static inline CUresult cuwire_impl_cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphExecMemcpyNodeSetParams", "cuda.h", &warned), 801));
+    int fast = cuwire_graph_exec_copy_set(hGraphExec, hNode, copyParams, ctx);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[193], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphExecMemcpyNodeSetParams((uint64_t)(uintptr_t)hGraphExec, (uint64_t)(uintptr_t)hNode, (void *)copyParams, sizeof *copyParams, (uint64_t)(uintptr_t)ctx));
 }
 CUWIRE_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
@@ -6746,11 +6754,19 @@ CUWIRE_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY
     return cuwire_impl_cuGraphMemcpyNodeGetParams(hNode, nodeParams);
 }
 
-/* cuGraphMemcpyNodeSetParams (cuda.h): unimplemented */
+/* cuGraphMemcpyNodeSetParams (cuda.h): remoted, sync */
+int cuwire_py_cuGraphMemcpyNodeSetParams(uint64_t, void *, uint64_t);
+int cuwire_graph_copy_set(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams);
 static inline CUresult cuwire_impl_cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphMemcpyNodeSetParams", "cuda.h", &warned), 801));
+    int fast = cuwire_graph_copy_set(hNode, nodeParams);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[223], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphMemcpyNodeSetParams((uint64_t)(uintptr_t)hNode, (void *)nodeParams, sizeof *nodeParams));
 }
 CUWIRE_EXPORT CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "ce8fd4688db0bb47"
+API_DIGEST = "86ff25f7a579a04c"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -2094,6 +2094,7 @@ HANDLERS = {
     3523231073: ("cuGraphExecEventRecordNodeSetEvent", pb.cuGraphExecEventRecordNodeSetEvent_Args, cuGraphExecEventRecordNodeSetEvent),
     269870708: ("cuGraphExecEventWaitNodeSetEvent", pb.cuGraphExecEventWaitNodeSetEvent_Args, cuGraphExecEventWaitNodeSetEvent),
     2274030636: ("cuGraphExecGetFlags", pb.cuGraphExecGetFlags_Args, cuGraphExecGetFlags),
+    2124575903: ("cuGraphExecMemcpyNodeSetParams", pb.cuGraphExecMemcpyNodeSetParams_Args, None),  # server/graphs.py
     1486494622: ("cuGraphExecMemsetNodeSetParams", pb.cuGraphExecMemsetNodeSetParams_Args, None),  # server/graphs.py
     1802350491: ("cuGraphExecUpdate_v2", pb.cuGraphExecUpdate_v2_Args, cuGraphExecUpdate_v2),
     115605169: ("cuGraphInstantiateWithFlags", pb.cuGraphInstantiateWithFlags_Args, cuGraphInstantiateWithFlags),
@@ -2102,6 +2103,7 @@ HANDLERS = {
     3976299377: ("cuGraphKernelNodeSetAttribute", pb.cuGraphKernelNodeSetAttribute_Args, None),  # server/attributes.py
     1901836585: ("cuGraphMemFreeNodeGetParams", pb.cuGraphMemFreeNodeGetParams_Args, cuGraphMemFreeNodeGetParams),
     2881944644: ("cuGraphMemcpyNodeGetParams", pb.cuGraphMemcpyNodeGetParams_Args, None),  # server/graphs.py
+    1525346105: ("cuGraphMemcpyNodeSetParams", pb.cuGraphMemcpyNodeSetParams_Args, None),  # server/graphs.py
     2382271301: ("cuGraphMemsetNodeGetParams", pb.cuGraphMemsetNodeGetParams_Args, cuGraphMemsetNodeGetParams),
     2094170168: ("cuGraphMemsetNodeSetParams", pb.cuGraphMemsetNodeSetParams_Args, None),  # server/graphs.py
     3493970731: ("cuGraphNodeFindInClone", pb.cuGraphNodeFindInClone_Args, cuGraphNodeFindInClone),

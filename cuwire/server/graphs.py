@@ -137,10 +137,11 @@ def _copy_side(s, kind: int, device: int, host, array, x: int, y: int, z: int, p
     return s.ffi.NULL
 
 
-def cuGraphAddMemcpyNode(s, a: pb.cuGraphAddMemcpyNode_Args) -> pb.cuGraphAddMemcpyNode_Result:
-    """A memcpy node between the session's device memory, its arrays, and the client's page-locked memory
-    that this server shares (its address here put in the node: the GPU reaches it as natively)."""
-    c = s.struct_in("CUDA_MEMCPY3D", a.copyParams)
+def _memcpy_params(s, data: bytes):
+    """A memcpy node's CUDA_MEMCPY3D between the session's device memory, its arrays, and the client's
+    page-locked memory that this server shares (its address here put in the node: the GPU reaches it as
+    natively)."""
+    c = s.struct_in("CUDA_MEMCPY3D", data)
     src = dst = s.ffi.NULL  # (host addresses are the client's: meaningless here unless shared)
     if c.WidthInBytes and c.Height and c.Depth:
         src = _copy_side(s, c.srcMemoryType, c.srcDevice, c.srcHost, c.srcArray, c.srcXInBytes, c.srcY, c.srcZ,
@@ -148,8 +149,24 @@ def cuGraphAddMemcpyNode(s, a: pb.cuGraphAddMemcpyNode_Args) -> pb.cuGraphAddMem
         dst = _copy_side(s, c.dstMemoryType, c.dstDevice, c.dstHost, c.dstArray, c.dstXInBytes, c.dstY, c.dstZ,
                          c.dstPitch, c.dstHeight, c)
     c.srcHost, c.dstHost = src, dst
-    return _add_node(s, s.lib.cuGraphAddMemcpyNode, a, pb.cuGraphAddMemcpyNode_Result(), c,
-                     s.handle(CONTEXT, "CUcontext", a.ctx))
+    return c
+
+
+def cuGraphAddMemcpyNode(s, a: pb.cuGraphAddMemcpyNode_Args) -> pb.cuGraphAddMemcpyNode_Result:
+    return _add_node(s, s.lib.cuGraphAddMemcpyNode, a, pb.cuGraphAddMemcpyNode_Result(),
+                     _memcpy_params(s, a.copyParams), s.handle(CONTEXT, "CUcontext", a.ctx))
+
+
+def cuGraphMemcpyNodeSetParams(s, a: pb.cuGraphMemcpyNodeSetParams_Args) -> pb.cuGraphMemcpyNodeSetParams_Result:
+    return pb.cuGraphMemcpyNodeSetParams_Result(status=s.lib.cuGraphMemcpyNodeSetParams(
+        s.handle(NODE, "CUgraphNode", a.hNode), _memcpy_params(s, a.nodeParams)))
+
+
+def cuGraphExecMemcpyNodeSetParams(s, a: pb.cuGraphExecMemcpyNodeSetParams_Args
+                                   ) -> pb.cuGraphExecMemcpyNodeSetParams_Result:
+    return pb.cuGraphExecMemcpyNodeSetParams_Result(status=s.lib.cuGraphExecMemcpyNodeSetParams(
+        s.handle(EXEC, "CUgraphExec", a.hGraphExec), s.handle(NODE, "CUgraphNode", a.hNode),
+        _memcpy_params(s, a.copyParams), s.handle(CONTEXT, "CUcontext", a.ctx)))
 
 
 def cuGraphMemcpyNodeGetParams(s, a: pb.cuGraphMemcpyNodeGetParams_Args) -> pb.cuGraphMemcpyNodeGetParams_Result:
@@ -476,7 +493,8 @@ def kernel_node(s, a: pb.KernelNode_Args) -> pb.KernelNode_Result:
 
 
 HANDLERS = {f.__name__: f for f in (cuGraphAddEmptyNode, cuGraphAddMemsetNode, cuGraphAddMemcpyNode,
-                                     cuGraphMemcpyNodeGetParams,
+                                     cuGraphMemcpyNodeGetParams, cuGraphMemcpyNodeSetParams,
+                                     cuGraphExecMemcpyNodeSetParams,
                                      cuGraphAddChildGraphNode, cuGraphAddEventRecordNode, cuGraphAddEventWaitNode,
                                      cuGraphAddDependencies_v2, cuGraphRemoveDependencies_v2,
                                      cuGraphConditionalHandleCreate, cuGraphChildGraphNodeGetGraph,

@@ -423,6 +423,46 @@ int main() {
     CHECK(cudaGraphExecDestroy(free_exec));
     CHECK(cudaGraphExecDestroy(exec));
 
+    // 12. a memcpy node's parameters set: in the graph (its executable graphs keep the old ones), in an
+    //     executable graph, and in a graph instantiated again
+    {
+        int *alt_h;
+        CHECK(cudaMallocHost(&alt_h, n * sizeof(int)));
+        CHECK(cudaMemset(out_d, 0x11, n * sizeof(int)));
+        cudaGraph_t sg;
+        cudaGraphNode_t down5;
+        cudaGraphExec_t e1, e2;
+        CHECK(cudaGraphCreate(&sg, 0));
+        CHECK(cudaGraphAddMemcpyNode1D(&down5, sg, NULL, 0, out_h, out_d, n * sizeof(int), cudaMemcpyDeviceToHost));
+        CHECK(cudaGraphInstantiate(&e1, sg, 0));
+        CHECK(cudaGraphMemcpyNodeSetParams1D(down5, alt_h, out_d, n * sizeof(int), cudaMemcpyDeviceToHost));
+        memset(out_h, 0, n * sizeof(int));
+        memset(alt_h, 0, n * sizeof(int));
+        CHECK(cudaGraphLaunch(e1, s));
+        CHECK(cudaStreamSynchronize(s));
+        int old_kept = out_h[0] == 0x11111111 && out_h[n - 1] == 0x11111111 && alt_h[0] == 0;
+        int set_reads_back = reads_back(down5, out_d, alt_h, n * sizeof(int), 1, 0);
+        CHECK(cudaGraphExecMemcpyNodeSetParams1D(e1, down5, alt_h, out_d + n / 2, n / 2 * sizeof(int),
+                                                 cudaMemcpyDeviceToHost));
+        CHECK(cudaMemset(out_d, 0x22, n * sizeof(int)));
+        CHECK(cudaGraphLaunch(e1, s));
+        CHECK(cudaStreamSynchronize(s));
+        int exec_set = alt_h[0] == 0x22222222 && alt_h[n / 2 - 1] == 0x22222222 && alt_h[n / 2] == 0;
+        CHECK(cudaGraphInstantiate(&e2, sg, 0));
+        CHECK(cudaMemset(out_d, 0x33, n * sizeof(int)));
+        CHECK(cudaGraphLaunch(e2, s));
+        CHECK(cudaStreamSynchronize(s));
+        int again = alt_h[n - 1] == 0x33333333 && out_h[0] == 0x11111111;
+        printf("a memcpy node's parameters set: the executable graph kept the old %s, read back %s, set in the "
+               "executable graph %s, instantiated again %s\n", old_kept ? "OK" : "FAIL",
+               set_reads_back ? "OK" : "FAIL", exec_set ? "OK" : "FAIL", again ? "OK" : "FAIL");
+        failures += !old_kept + !set_reads_back + !exec_set + !again;
+        CHECK(cudaGraphExecDestroy(e2));
+        CHECK(cudaGraphExecDestroy(e1));
+        CHECK(cudaGraphDestroy(sg));
+        CHECK(cudaFreeHost(alt_h));
+    }
+
     CHECK(cudaFree(tmp_d));
     CHECK(cudaFree(in_d));
     CHECK(cudaFree(out_d));
