@@ -679,6 +679,25 @@ def test_graph_nodes_name_only_the_sessions_own(session):
     assert vmm_call(session, "cuGraphAddMemcpyNode", hGraph=graph.phGraph, dependencies=b"", numDependencies=0,
                     copyParams=copy, ctx=0).status == 801
     assert vmm_call(session, "cuGraphMemcpyNodeSetParams", hNode=0x1234, nodeParams=copy).status == 400
+    # a batch memory operation node writing 4 bytes inside the session's memory, then outside it
+    write = struct.pack("<IIQIIQ", 2, 0, device, 7, 0, 0) + bytes(16)  # CU_STREAM_MEM_OP_WRITE_VALUE_32
+    far = struct.pack("<IIQIIQ", 2, 0, device + (1 << 30), 7, 0, 0) + bytes(16)
+
+    def batch_reply(**fields):
+        return session.exchange(pb.Batch(fn=generated.OP_IDS["BatchMemOpNode"],
+                                         args=pb.BatchMemOpNode_Args(**fields).SerializeToString()))
+
+    def batch(**fields) -> pb.BatchMemOpNode_Result:
+        return pb.BatchMemOpNode_Result.FromString(batch_reply(**fields).result)
+
+    added = batch(action=0, graph=graph.phGraph, count=1, ops=write)
+    assert added.status == 0 and added.node
+    assert batch(action=0, graph=graph.phGraph, count=1, ops=far).status == 1
+    assert batch(action=1, node=added.node, count=1, ops=far).status == 1
+    read = batch(action=3, node=added.node)
+    assert read.status == 0 and read.count == 1 and read.ops == write
+    assert batch(action=3, node=0x1234).status == 400
+    assert "48 bytes for 2 memory operations" in batch_reply(action=0, graph=graph.phGraph, count=2, ops=write).error
     assert vmm_call(session, "cuGraphMemcpyNodeSetParams", hNode=empty.phGraphNode, nodeParams=copy).status == 801
     args = pb.KernelNode_Args(action=0, graph=graph.phGraph, kernel=0x1234, grid=[1, 1, 1], block=[1, 1, 1])
     reply = session.exchange(pb.Batch(fn=generated.OP_IDS["KernelNode"], args=args.SerializeToString()))

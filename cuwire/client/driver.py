@@ -537,6 +537,62 @@ def cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, nodeParams, nodeParams_
     return res if isinstance(res, int) else res.status
 
 
+# ---------------------------------------------------------------- graphs' batch memory operation nodes
+
+# CUDA_BATCH_MEM_OP_NODE_PARAMS: ctx, count, paramArray, flags; each operation a CUstreamBatchMemOpParams
+_BATCH_NODE, _BATCH_OP = struct.Struct("<QI4xQI4x"), 48
+BATCH_GET = 3  # BatchMemOpNode_Args.action, beside ADD, SET, EXEC_SET
+_batch_ops: dict[int, object] = {}  # batch memory operation node -> the operations its params point to
+
+
+def _batch_node(nodeParams, action: int, **fields) -> pb.BatchMemOpNode_Result:
+    """A batch memory operation node's parameters for the server: the program's operations as they are."""
+    if nodeParams == ffi.NULL:
+        raise rt.Fail(INVALID_VALUE)
+    ctx, count, array, flags = _BATCH_NODE.unpack(bytes(ffi.buffer(ffi.cast("char *", nodeParams), _BATCH_NODE.size)))
+    ops = rt.read(array, count * _BATCH_OP) if count and array else b""
+    args = pb.BatchMemOpNode_Args(action=action, ctx=ctx, count=count, ops=ops, flags=flags, **fields)
+    return rt.call(rt.BATCH_NODE, args, pb.BatchMemOpNode_Result)
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphAddBatchMemOpNode", onerror=rt.on_error)
+def cuGraphAddBatchMemOpNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams, nodeParams_len):
+    if phGraphNode == ffi.NULL:
+        return INVALID_VALUE
+    res = _batch_node(nodeParams, ADD, graph=hGraph, dependencies=rt.read(dependencies, numDependencies * 8))
+    if res.status == 0:
+        rt.write_scalar(phGraphNode, "uint64_t", res.node)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphBatchMemOpNodeSetParams", onerror=rt.on_error)
+def cuGraphBatchMemOpNodeSetParams(hNode, nodeParams, nodeParams_len):
+    return _batch_node(nodeParams, SET, node=hNode).status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphExecBatchMemOpNodeSetParams", onerror=rt.on_error)
+def cuGraphExecBatchMemOpNodeSetParams(hGraphExec, hNode, nodeParams, nodeParams_len):
+    return _batch_node(nodeParams, EXEC_SET, exec=hGraphExec, node=hNode).status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphBatchMemOpNodeGetParams", onerror=rt.on_error)
+def cuGraphBatchMemOpNodeGetParams(hNode, nodeParams_out, nodeParams_out_len):
+    """The server's node; its operations in an array the client keeps for the node (CUDA keeps its own so)."""
+    if nodeParams_out == ffi.NULL:
+        return INVALID_VALUE
+    res = rt.call(rt.BATCH_NODE, pb.BatchMemOpNode_Args(action=BATCH_GET, node=hNode), pb.BatchMemOpNode_Result)
+    if res.status != 0:
+        return res.status
+    if len(res.ops) != res.count * _BATCH_OP:
+        raise rt.Fail(INVALID_VALUE, "cuwire: the server's batch memory operation node does not add up")
+    ops = _batch_ops[hNode] = ffi.new("char[]", res.ops or b"\0")
+    _BATCH_NODE.pack_into(ffi.buffer(ffi.cast("char *", nodeParams_out), _BATCH_NODE.size), 0, res.ctx, res.count,
+                          int(ffi.cast("uintptr_t", ops)) if res.count else 0, res.flags)
+    return 0
+
+
+# ---------------------------------------------------------------- graphs' kernel nodes, read back
+
 _kernel_params: dict[int, tuple] = {}  # kernel node -> the parameters and pointer array its params point to
 
 

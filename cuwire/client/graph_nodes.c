@@ -1,8 +1,9 @@
 /* cuwire client: graph node calls that are other graph node calls in another form.
  *
  * cuGraphAddNode takes every kind of node in one struct (CUgraphNodeParams). The kinds that have a call of
- * their own (kernel, memcpy, memset, host, child graph) go through that call, which knows how to carry the
- * kind over the wire (a kernel's parameters, a host function kept in the client); the others travel as
+ * their own (kernel, memcpy, memset, host, child graph, batch memory operations) go through that call, which
+ * knows how to carry the kind over the wire (a kernel's parameters, a host function kept in the client,
+ * an array of operations); the others travel as
  * cuwire.GraphNode (client/driver.py). The reverse holds for memory nodes: cuGraphAddMemAllocNode and
  * cuGraphAddMemFreeNode are cuGraphAddNode of those kinds. cuGraphNodeSetParams and cuGraphExecNodeSetParams
  * go through their kind's own SetParams call likewise.
@@ -46,6 +47,11 @@ int cuwire_graph_node_by_kind(CUgraphNode *node, CUgraph graph, const CUgraphNod
     case CU_GRAPH_NODE_TYPE_HOST: {
         CUDA_HOST_NODE_PARAMS h = {p->host.fn, p->host.userData};
         return cuGraphAddHostNode(node, graph, deps, n, &h);
+    }
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
+        CUDA_BATCH_MEM_OP_NODE_PARAMS b;
+        memcpy(&b, &p->memOp, sizeof b); /* (v2 and v1 have one layout) */
+        return cuGraphAddBatchMemOpNode(node, graph, deps, n, &b);
     }
     case CU_GRAPH_NODE_TYPE_GRAPH:
         if (p->graph.ownership != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE)
@@ -113,6 +119,11 @@ static CUresult set_by_kind(CUgraphExec exec, CUgraphNode node, CUgraphNodeParam
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
         return exec ? cuGraphExecEventWaitNodeSetEvent(exec, node, p->eventWait.event)
                     : cuGraphEventWaitNodeSetEvent(node, p->eventWait.event);
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
+        CUDA_BATCH_MEM_OP_NODE_PARAMS b;
+        memcpy(&b, &p->memOp, sizeof b); /* (v2 and v1 have one layout) */
+        return exec ? cuGraphExecBatchMemOpNodeSetParams(exec, node, &b) : cuGraphBatchMemOpNodeSetParams(node, &b);
+    }
     case CU_GRAPH_NODE_TYPE_GRAPH:
         if (exec)
             return cuGraphExecChildGraphNodeSetParams(exec, node, p->graph.graph);
@@ -121,8 +132,8 @@ static CUresult set_by_kind(CUgraphExec exec, CUgraphNode node, CUgraphNodeParam
         break;
     }
     cuwire_say_once_per_name("cuwire: not supported: setting the parameters of this kind of node (served: kernel, "
-                             "memset, host, event record and wait nodes, and child graph nodes in an executable "
-                             "graph); refused:", name);
+                             "memcpy, memset, host, event record and wait, batch memory operation nodes, and child "
+                             "graph nodes in an executable graph); refused:", name);
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 

@@ -29,6 +29,8 @@ import cffi
 from cuwire.client import fatbin
 from cuwire.emulated import registry
 from cuwire.emulated.arrays import EmulatedArrays, Fault, Surface, Texture
+from cuwire.emulated.graphs import BATCH_MEM_OP as BATCH_MEM_OP_NODE
+from cuwire.emulated.graphs import KERNEL as KERNEL_NODE
 from cuwire.emulated.graphs import EmulatedGraphs, KernelMade
 from cuwire.emulated.ipc import EmulatedIpc
 from cuwire.emulated.nvml import EmulatedNvml
@@ -1230,7 +1232,13 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         if self._memory.find(addr, size) is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
         data = (value & ((1 << 8 * size) - 1)).to_bytes(size, "little")
-        return self._memset_async(lambda: 0 if self._memory.store(addr, data) else 1, hStream)
+        if self._stream(hStream) is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+
+        def run() -> int:
+            return 0 if self._memory.store(addr, data) else 1
+
+        return 0 if self._captured(hStream, run, kind=BATCH_MEM_OP_NODE) else run()
 
     def _wait_value(self, hStream: CData, addr: int, value: int, flags: int, size: int) -> int:
         found = self._memory.load(addr, size)
@@ -1308,13 +1316,13 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
 
     # stream capture and graphs: a capturing stream records its kernels and memsets; a graph runs them
 
-    def _captured(self, hStream: CData, run, made: Any = None) -> bool:
-        """Whether the stream is capturing, the work then recorded instead of run (a kernel's node keeps what
-        it was `made` with, for reading back)."""
+    def _captured(self, hStream: CData, run, made: Any = None, kind: int = KERNEL_NODE) -> bool:
+        """Whether the stream is capturing, the work then recorded instead of run, as a node of `kind` (a
+        kernel's node keeps what it was `made` with, for reading back)."""
         stream = self._stream(hStream)
         if stream is None or stream.capture is None:
             return False
-        self._capture_node(stream, run, made)
+        self._capture_node(stream, run, made, kind)
         return True
 
     def cuMemsetD2D8_v2(self, dstDevice: int, dstPitch: int, uc: int, Width: int, Height: int) -> int:

@@ -19,7 +19,7 @@ from cuwire.emulated.arrays import Fault
 CData = Any
 # CUgraphNodeType
 KERNEL, MEMCPY, MEMSET, HOST, GRAPH, EMPTY, WAIT_EVENT, EVENT_RECORD = 0, 1, 2, 3, 4, 5, 6, 7
-MEM_ALLOC, MEM_FREE, CONDITIONAL = 10, 11, 13
+MEM_ALLOC, MEM_FREE, BATCH_MEM_OP, CONDITIONAL = 10, 11, 12, 13
 IF, WHILE, SWITCH = 0, 1, 2  # CUgraphConditionalNodeType
 ASSIGN_DEFAULT = 1  # CU_GRAPH_COND_ASSIGN_DEFAULT
 WHILE_LIMIT = 1 << 20  # iterations of a while node before the emulated device calls it a hang
@@ -173,15 +173,15 @@ class EmulatedGraphs:
             self._stream(hStream).capture.into = True
         return err
 
-    def _capture_node(self, stream, run, made: KernelMade | None = None) -> None:
-        """Work on a capturing stream: a node of the capture's graph, after the capture's last nodes (a
-        kernel's node keeps what it was `made` with)."""
+    def _capture_node(self, stream, run, made: KernelMade | None = None, kind: int = KERNEL) -> None:
+        """Work on a capturing stream: a node of `kind` in the capture's graph, after the capture's last nodes
+        (a kernel's node keeps what it was `made` with)."""
         c = stream.capture
         graph = self._graphs[c.graph]
         node = self._new_handle()
         graph.edges.update((d, node) for d in c.leaves)
         graph.nodes.append(node)
-        graph.work[node], graph.kinds[node] = run, KERNEL
+        graph.work[node], graph.kinds[node] = run, kind
         if made is not None:
             graph.params[node] = made
         self._nodes[node] = c.graph
@@ -397,6 +397,50 @@ class EmulatedGraphs:
         if err == 0:
             self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = c
         return err
+
+    def _batch_work(self, p: CData) -> tuple[Callable[[], Any], tuple[CData, CData]] | None:
+        """A batch memory operation node's work (its operations, as cuStreamBatchMemOp makes them, on the
+        null stream) and the parameters it keeps (its own array of them); None for ones CUDA refuses."""
+        if self._is_null(p) or p.count <= 0 or self._is_null(p.paramArray) or p.flags:
+            return None
+        if any(p.paramArray[i].operation not in (1, 2, 3, 4, 5, 6) for i in range(p.count)):
+            return None
+        ffi, count = self.ffi, p.count
+        ops = ffi.new("CUstreamBatchMemOpParams[]", count)
+        ffi.memmove(ops, p.paramArray, count * ffi.sizeof("CUstreamBatchMemOpParams"))
+        kept = ffi.new("CUDA_BATCH_MEM_OP_NODE_PARAMS *", {"ctx": p.ctx, "count": count, "paramArray": ops})
+        return (lambda: self.cuStreamBatchMemOp_v2(ffi.NULL, count, ops, 0)), (kept, ops)
+
+    def cuGraphAddBatchMemOpNode(self, phGraphNode: CData, hGraph: CData, dependencies: CData,
+                                 numDependencies: int, nodeParams: CData) -> int:
+        work = self._batch_work(nodeParams)
+        if work is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, BATCH_MEM_OP, work[0])
+        if err == 0:
+            self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = work[1]
+        return err
+
+    def cuGraphBatchMemOpNodeSetParams(self, hNode: CData, nodeParams: CData) -> int:
+        work = self._batch_work(nodeParams)
+        graph = self._set_node_work(hNode, BATCH_MEM_OP, work and work[0])
+        if graph is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        graph.params[self._addr(hNode)] = work[1]
+        return 0
+
+    def cuGraphExecBatchMemOpNodeSetParams(self, hGraphExec: CData, hNode: CData, nodeParams: CData) -> int:
+        work = self._batch_work(nodeParams)
+        if self._node_param(hNode, BATCH_MEM_OP) is None:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        return self._set_exec_work(hGraphExec, hNode, work and work[0])
+
+    def cuGraphBatchMemOpNodeGetParams(self, hNode: CData, nodeParams_out: CData) -> int:
+        made = self._node_param(hNode, BATCH_MEM_OP)
+        if made is None or self._is_null(nodeParams_out):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        nodeParams_out[0] = made[0][0]  # (its operations: the node's array, as CUDA's are)
+        return 0
 
     def cuGraphMemcpyNodeSetParams(self, hNode: CData, nodeParams: CData) -> int:
         if self._is_null(nodeParams):

@@ -61,6 +61,7 @@ extern "Python+C" int cuwire_py_cuFuncSetCacheConfig(uint64_t, int64_t);
 extern "Python+C" int cuwire_py_cuFuncSetSharedMemConfig(uint64_t, int64_t);
 extern "Python+C" int cuwire_py_cuGetErrorName(int64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGetErrorString(int64_t, uint64_t);
+extern "Python+C" int cuwire_py_cuGraphAddBatchMemOpNode(void *, uint64_t, uint64_t, uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphAddChildGraphNode(void *, uint64_t, void *, uint64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphAddDependencies_v2(uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphAddEmptyNode(void *, uint64_t, void *, uint64_t, uint64_t);
@@ -71,6 +72,8 @@ extern "Python+C" int cuwire_py_cuGraphAddKernelNode_v2(void *, uint64_t, uint64
 extern "Python+C" int cuwire_py_cuGraphAddMemcpyNode(void *, uint64_t, void *, uint64_t, uint64_t, void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphAddMemsetNode(void *, uint64_t, void *, uint64_t, uint64_t, void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphAddNode_v2(void *, uint64_t, uint64_t, void *, uint64_t, uint64_t, void *, uint64_t);
+extern "Python+C" int cuwire_py_cuGraphBatchMemOpNodeGetParams(uint64_t, void *, uint64_t);
+extern "Python+C" int cuwire_py_cuGraphBatchMemOpNodeSetParams(uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphChildGraphNodeGetGraph(uint64_t, void *);
 extern "Python+C" int cuwire_py_cuGraphClone(void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphConditionalHandleCreate(void *, uint64_t, uint64_t, uint64_t, uint64_t);
@@ -81,6 +84,7 @@ extern "Python+C" int cuwire_py_cuGraphEventRecordNodeGetEvent(uint64_t, void *)
 extern "Python+C" int cuwire_py_cuGraphEventRecordNodeSetEvent(uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphEventWaitNodeGetEvent(uint64_t, void *);
 extern "Python+C" int cuwire_py_cuGraphEventWaitNodeSetEvent(uint64_t, uint64_t);
+extern "Python+C" int cuwire_py_cuGraphExecBatchMemOpNodeSetParams(uint64_t, uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphExecChildGraphNodeSetParams(uint64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphExecDestroy(uint64_t);
 extern "Python+C" int cuwire_py_cuGraphExecEventRecordNodeSetEvent(uint64_t, uint64_t, uint64_t);

@@ -1151,7 +1151,7 @@ const char *const cuwire_modes[] = {
     "local",
     "local",
     "local",
-    "unimplemented",
+    "custom",
     "sync",
     "unimplemented",
     "sync",
@@ -1169,8 +1169,8 @@ const char *const cuwire_modes[] = {
     "sync",
     "unimplemented",
     "custom",
-    "unimplemented",
-    "unimplemented",
+    "custom",
+    "custom",
     "sync",
     "sync",
     "sync",
@@ -1182,7 +1182,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "sync",
     "sync",
-    "unimplemented",
+    "custom",
     "sync",
     "sync",
     "sync",
@@ -5257,11 +5257,13 @@ CUWIRE_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int c
 }
 CUWIRE_EXPORT __typeof__(cuGetProcAddress_v2) cuGetProcAddress_v2_ptsz __attribute__((alias("cuGetProcAddress_v2")));
 
-/* cuGraphAddBatchMemOpNode (cuda.h): unimplemented */
+/* cuGraphAddBatchMemOpNode (cuda.h): remoted, custom */
+int cuwire_py_cuGraphAddBatchMemOpNode(void *, uint64_t, uint64_t, uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphAddBatchMemOpNode", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphAddBatchMemOpNode((void *)phGraphNode, (uint64_t)(uintptr_t)hGraph, (uint64_t)(uintptr_t)dependencies, (uint64_t)numDependencies, (void *)nodeParams, sizeof *nodeParams));
 }
 CUWIRE_EXPORT CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
@@ -5616,11 +5618,13 @@ CUWIRE_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGrap
     return cuwire_impl_cuGraphAddNode_v2(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams);
 }
 
-/* cuGraphBatchMemOpNodeGetParams (cuda.h): unimplemented */
+/* cuGraphBatchMemOpNodeGetParams (cuda.h): remoted, custom */
+int cuwire_py_cuGraphBatchMemOpNodeGetParams(uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams_out)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphBatchMemOpNodeGetParams", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphBatchMemOpNodeGetParams((uint64_t)(uintptr_t)hNode, (void *)nodeParams_out, sizeof *nodeParams_out));
 }
 CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams_out)
 {
@@ -5634,11 +5638,13 @@ CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BA
     return cuwire_impl_cuGraphBatchMemOpNodeGetParams(hNode, nodeParams_out);
 }
 
-/* cuGraphBatchMemOpNodeSetParams (cuda.h): unimplemented */
+/* cuGraphBatchMemOpNodeSetParams (cuda.h): remoted, custom */
+int cuwire_py_cuGraphBatchMemOpNodeSetParams(uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphBatchMemOpNodeSetParams", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphBatchMemOpNodeSetParams((uint64_t)(uintptr_t)hNode, (void *)nodeParams, sizeof *nodeParams));
 }
 CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
@@ -5902,11 +5908,13 @@ CUWIRE_EXPORT CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent e
     return cuwire_impl_cuGraphEventWaitNodeSetEvent(hNode, event);
 }
 
-/* cuGraphExecBatchMemOpNodeSetParams (cuda.h): unimplemented */
+/* cuGraphExecBatchMemOpNodeSetParams (cuda.h): remoted, custom */
+int cuwire_py_cuGraphExecBatchMemOpNodeSetParams(uint64_t, uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphExecBatchMemOpNodeSetParams", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphExecBatchMemOpNodeSetParams((uint64_t)(uintptr_t)hGraphExec, (uint64_t)(uintptr_t)hNode, (void *)nodeParams, sizeof *nodeParams));
 }
 CUWIRE_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {

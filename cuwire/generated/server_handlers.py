@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "86ff25f7a579a04c"
+API_DIGEST = "5d83cb28a204e176"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -39,6 +39,7 @@ OP_IDS = {
     "CaptureInfo": 1340297522,
     "AllocNodeParams": 4107969510,
     "KernelNodeParams": 4069173233,
+    "BatchMemOpNode": 134213474,
 }
 
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cuwire.generated import cuwire_pb2 as pb
+from cuwire.server import memops
 from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED, CudaFail, WireError
 
 GRAPH, NODE, EXEC, EVENT, CONTEXT, ARRAY = ("CUgraph_st", "CUgraphNode_st", "CUgraphExec_st", "CUevent_st", "CUctx_st",
                                             "CUarray_st")
 HOST, DEVICE, ARRAY_MEMORY, UNIFIED = 1, 2, 3, 4  # CUmemorytype
-ADD, SET, EXEC_SET = 0, 1, 2  # KernelNode_Args.action
+ADD, SET, EXEC_SET, GET = 0, 1, 2, 3  # KernelNode_Args.action, BatchMemOpNode_Args.action
 EMPTY, WAIT_EVENT, EVENT_RECORD, MEM_ALLOC, MEM_FREE, CONDITIONAL = 5, 6, 7, 10, 11, 13  # CUgraphNodeType
 MAX_ACCESS_DESCS = 64  # a memory allocation node's access descriptors: one a device, and then some
 NODE_KINDS = {EMPTY: "empty", WAIT_EVENT: "event wait", EVENT_RECORD: "event record", MEM_ALLOC: "memory allocation",
@@ -450,6 +451,37 @@ def cuGraphAddDependencies_v2(s, a: pb.cuGraphAddDependencies_v2_Args) -> pb.cuG
                                              _nodes(s, a.from_, a.numDependencies),
                                              _nodes(s, a.to, a.numDependencies), s.ffi.NULL, a.numDependencies)
     return pb.cuGraphAddDependencies_v2_Result(status=status)
+
+
+def batch_node(s, a: pb.BatchMemOpNode_Args) -> pb.BatchMemOpNode_Result:
+    """cuwire.BatchMemOpNode: add a batch memory operation node, set one's parameters in its graph or an
+    executable graph, or read them back."""
+    ffi, lib = s.ffi, s.lib
+    p = ffi.new("CUDA_BATCH_MEM_OP_NODE_PARAMS *")
+    r = pb.BatchMemOpNode_Result()
+    if a.action == GET:
+        r.status = lib.cuGraphBatchMemOpNodeGetParams(s.handle(NODE, "CUgraphNode", a.node), p)
+        if r.status == 0:
+            r.ctx, r.count, r.flags = int(ffi.cast("uintptr_t", p.ctx)), p.count, p.flags
+            r.ops = bytes(ffi.buffer(p.paramArray, p.count * memops.PARAMS)) if p.count else b""
+        return r
+    ops = memops.checked_ops(s, a.ops, a.count)
+    p.ctx, p.count, p.paramArray, p.flags = s.handle(CONTEXT, "CUcontext", a.ctx), a.count, ops, a.flags
+    if a.action == ADD:
+        out = ffi.new("CUgraphNode *")
+        n = len(a.dependencies) // 8
+        r.status = lib.cuGraphAddBatchMemOpNode(out, s.handle(GRAPH, "CUgraph", a.graph),
+                                                _nodes(s, a.dependencies, n), n, p)
+        if r.status == 0:
+            r.node = _new_node(s, out)
+    elif a.action == SET:
+        r.status = lib.cuGraphBatchMemOpNodeSetParams(s.handle(NODE, "CUgraphNode", a.node), p)
+    elif a.action == EXEC_SET:
+        r.status = lib.cuGraphExecBatchMemOpNodeSetParams(s.handle(EXEC, "CUgraphExec", a.exec),
+                                                          s.handle(NODE, "CUgraphNode", a.node), p)
+    else:
+        raise WireError(f"batch memory operation node action {a.action}")
+    return r
 
 
 def kernel_node(s, a: pb.KernelNode_Args) -> pb.KernelNode_Result:

@@ -1,11 +1,12 @@
-"""cuStreamBatchMemOp's server half: the batch travels as the program's CUstreamBatchMemOpParams array, and
-every address a wait or write in it names must be the session's memory, with all the bytes it touches,
-before the driver sees the batch (the generated half could not look inside the array)."""
+"""cuStreamBatchMemOp's server half, and the check a graph's batch memory operation node shares: the batch
+travels as the program's CUstreamBatchMemOpParams array, and every address a wait or write in it names must be
+the session's memory, with all the bytes it touches, before the driver sees the batch (the generated half
+could not look inside the array)."""
 
 from __future__ import annotations
 
 from cuwire.generated import cuwire_pb2 as pb
-from cuwire.server.errors import INVALID_VALUE, CudaFail
+from cuwire.server.errors import INVALID_VALUE, CudaFail, WireError
 
 PARAMS = 48  # sizeof(CUstreamBatchMemOpParams)
 # CUstreamBatchMemOpType -> bytes its address must have (0: it names no memory)
@@ -13,19 +14,26 @@ OPERATIONS = {1: 4, 2: 4, 3: 0, 4: 8, 5: 8, 6: 0}  # WAIT_VALUE_32, WRITE_VALUE_
 #                                                   WAIT_VALUE_64, WRITE_VALUE_64, BARRIER
 
 
-def cuStreamBatchMemOp_v2(s, a: pb.cuStreamBatchMemOp_v2_Args) -> pb.cuStreamBatchMemOp_v2_Result:
+def checked_ops(s, data: bytes, count: int):
+    """A CUstreamBatchMemOpParams array of `count` operations from `data`, every address in it the session's."""
+    if len(data) != count * PARAMS:
+        raise WireError(f"{len(data)} bytes for {count} memory operations")
     ffi = s.ffi
-    data = s.payload_bytes(a.paramArray, a.count * PARAMS)  # (its size checked like any buffer's)
-    ops = ffi.new("CUstreamBatchMemOpParams[]", max(a.count, 1))
-    ffi.memmove(ops, data, a.count * PARAMS)
-    for i in range(a.count):
+    ops = ffi.new("CUstreamBatchMemOpParams[]", max(count, 1))
+    ffi.memmove(ops, data, count * PARAMS)
+    for i in range(count):
         size = OPERATIONS.get(ops[i].operation)
         if size is None:
             raise CudaFail(INVALID_VALUE, f"memory operation {i} of the batch has type {ops[i].operation}")
         if size:  # (waitValue and writeValue share their layout)
             s.device(ops[i].waitValue.address, size)
+    return ops
+
+
+def cuStreamBatchMemOp_v2(s, a: pb.cuStreamBatchMemOp_v2_Args) -> pb.cuStreamBatchMemOp_v2_Result:
+    data = s.payload_bytes(a.paramArray, a.count * PARAMS)  # (its size checked like any buffer's)
     return pb.cuStreamBatchMemOp_v2_Result(status=s.lib.cuStreamBatchMemOp_v2(
-        s.handle("CUstream_st", "CUstream", a.stream), a.count, ops, a.flags))
+        s.handle("CUstream_st", "CUstream", a.stream), a.count, checked_ops(s, data, a.count), a.flags))
 
 
 HANDLERS = {f.__name__: f for f in (cuStreamBatchMemOp_v2,)}

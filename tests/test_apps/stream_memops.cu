@@ -58,6 +58,83 @@ int main() {
            h32 == 101 && h64 == ~pattern ? "OK" : "FAIL", h32, h64);
     failures += h32 != 101 || h64 != ~pattern;
 
+    // a graph's batch memory operation node, built by hand: read back, set in the graph (its executable keeps
+    // the old operations), set in the executable; one added through cuGraphAddNode; one a capture made
+    {
+        CUcontext ctx;
+        CHECK_DRIVER(cuCtxGetCurrent(&ctx));
+        CUstreamBatchMemOpParams w[2] = {};
+        w[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+        w[0].writeValue.address = (CUdeviceptr)flag;
+        w[0].writeValue.value = 7;
+        w[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+        w[1].writeValue.address = (CUdeviceptr)wide;
+        w[1].writeValue.value64 = 0x77;
+        CUDA_BATCH_MEM_OP_NODE_PARAMS bp = {ctx, 2, w, 0};
+        CUgraph g;
+        CUgraphNode node;
+        CUgraphExec e;
+        CHECK_DRIVER(cuGraphCreate(&g, 0));
+        CHECK_DRIVER(cuGraphAddBatchMemOpNode(&node, g, NULL, 0, &bp));
+        CUDA_BATCH_MEM_OP_NODE_PARAMS got = {};
+        CHECK_DRIVER(cuGraphBatchMemOpNodeGetParams(node, &got));
+        int read_back = got.ctx == ctx && got.count == 2 && got.flags == 0 && got.paramArray != w &&
+                        got.paramArray[0].writeValue.value == 7 && got.paramArray[1].writeValue.value64 == 0x77;
+        CHECK_DRIVER(cuGraphInstantiate(&e, g, 0));
+        w[0].writeValue.value = 8;
+        CHECK_DRIVER(cuGraphBatchMemOpNodeSetParams(node, &bp));
+        CHECK_DRIVER(cuGraphLaunch(e, (CUstream)s));
+        CHECK(cudaStreamSynchronize(s));
+        CHECK(cudaMemcpy(&h32, flag, sizeof h32, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(&h64, wide, sizeof h64, cudaMemcpyDeviceToHost));
+        int first = h32 == 7 && h64 == 0x77;
+        w[0].writeValue.value = 9;
+        CHECK_DRIVER(cuGraphExecBatchMemOpNodeSetParams(e, node, &bp));
+        CHECK_DRIVER(cuGraphLaunch(e, (CUstream)s));
+        CHECK(cudaStreamSynchronize(s));
+        CHECK(cudaMemcpy(&h32, flag, sizeof h32, cudaMemcpyDeviceToHost));
+        int in_exec = h32 == 9;
+        CHECK_DRIVER(cuGraphBatchMemOpNodeGetParams(node, &got));
+        int graph_set = got.paramArray[0].writeValue.value == 8;
+        CHECK_DRIVER(cuGraphExecDestroy(e));
+
+        CUgraphNodeParams np = {};
+        np.type = CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
+        np.memOp.ctx = ctx;
+        np.memOp.count = 1;
+        np.memOp.paramArray = w;
+        w[0].writeValue.value = 10;
+        CUgraphNode added;
+        CHECK_DRIVER(cuGraphAddNode_v2(&added, g, &node, NULL, 1, &np));
+        CHECK_DRIVER(cuGraphInstantiate(&e, g, 0));
+        CHECK_DRIVER(cuGraphLaunch(e, (CUstream)s));
+        CHECK(cudaStreamSynchronize(s));
+        CHECK(cudaMemcpy(&h32, flag, sizeof h32, cudaMemcpyDeviceToHost));
+        int through_add_node = h32 == 10;
+        CHECK_DRIVER(cuGraphExecDestroy(e));
+        CHECK_DRIVER(cuGraphDestroy(g));
+
+        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+        CHECK_DRIVER(cuStreamWriteValue32((CUstream)s, (CUdeviceptr)flag, 11, 0));
+        CHECK(cudaStreamEndCapture(s, (cudaGraph_t *)&g));
+        size_t count = 1;
+        CHECK_DRIVER(cuGraphGetNodes(g, &node, &count));
+        CUgraphNodeType type;
+        CHECK_DRIVER(cuGraphNodeGetType(node, &type));
+        CHECK_DRIVER(cuGraphInstantiate(&e, g, 0));
+        CHECK_DRIVER(cuGraphLaunch(e, (CUstream)s));
+        CHECK(cudaStreamSynchronize(s));
+        CHECK(cudaMemcpy(&h32, flag, sizeof h32, cudaMemcpyDeviceToHost));
+        int captured = count == 1 && type == CU_GRAPH_NODE_TYPE_BATCH_MEM_OP && h32 == 11;
+        CHECK_DRIVER(cuGraphExecDestroy(e));
+        CHECK_DRIVER(cuGraphDestroy(g));
+        printf("a batch memory operation node: read back %s, launched %s, set in the executable %s, set in the "
+               "graph %s, through cuGraphAddNode %s, captured %s\n", read_back ? "OK" : "FAIL", first ? "OK" : "FAIL",
+               in_exec ? "OK" : "FAIL", graph_set ? "OK" : "FAIL", through_add_node ? "OK" : "FAIL",
+               captured ? "OK" : "FAIL");
+        failures += !read_back + !first + !in_exec + !graph_set + !through_add_node + !captured;
+    }
+
     int *m;
     CHECK(cudaMallocManaged((void **)&m, 4096));
     CHECK(cudaStreamAttachMemAsync(s, m, 0, cudaMemAttachSingle));
