@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import os
 import re
 import shutil
@@ -181,6 +182,30 @@ def program_env(lib: Path, server: str, token: str | None, stats: bool,
     return env
 
 
+MIN_CORES_TO_SHARE = 4  # below this a program keeps every core: one fewer would cost it more than it gains
+
+
+def on_this_host(server: str) -> bool:
+    """Whether HOST:PORT names this machine by a loopback address (a server started here listens there)."""
+    try:
+        host = host_port(server)[0]
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def leave_a_core(env: dict[str, str], server: str, started_here: bool) -> None:
+    """A server on this host launches the GPU's work while the program computes, and needs a core to do it:
+    a program whose OpenMP threads take every core (PyTorch's CPU operations do, each thread spinning at its
+    barriers) holds the server up, and the GPU waits. So, unless the program's environment says how many
+    threads OpenMP takes, it takes one fewer than the cores this process may use."""
+    if "OMP_NUM_THREADS" in env or not (started_here or on_this_host(server)):
+        return
+    cores = len(os.sched_getaffinity(0))
+    if cores >= MIN_CORES_TO_SHARE:
+        env["OMP_NUM_THREADS"] = str(cores - 1)
+
+
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
 SI_KERNEL = 0x80  # siginfo si_code of a signal the kernel sent, e.g. a terminal's Ctrl-C to its process group
 
@@ -253,6 +278,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         err(EMULATED_BANNER)
     try:
         env = program_env(lib, server, args.token, args.stats)
+        leave_a_core(env, server, local is not None)
         try:
             rc = run_forwarding_signals(command, env)
         except OSError as e:

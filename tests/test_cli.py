@@ -86,6 +86,25 @@ def test_run_sets_up_the_program_environment(server, client_lib, tmp_path):
     assert (addr, token, stats) == (server.address, "tok", "1")
 
 
+def test_a_server_on_this_host_is_left_a_core(monkeypatch):
+    """OpenMP takes one core fewer than the process may use when the server is on this host (started by
+    `cuwire run`, or at a loopback address); a thread count the program's environment sets stays, and so does
+    every core for a server on another host, or on a machine of few cores."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    for server, started, want in [("127.0.0.1:1", False, "15"), ("localhost:1", False, "15"), ("[::1]:1", False, "15"),
+                                  ("gpu-box:1", True, "15"), ("gpu-box:1", False, None), ("10.0.0.7:1", False, None)]:
+        env: dict[str, str] = {}
+        cli.leave_a_core(env, server, started)
+        assert env.get("OMP_NUM_THREADS") == want, server
+    env = {"OMP_NUM_THREADS": "16"}
+    cli.leave_a_core(env, "127.0.0.1:1", True)
+    assert env["OMP_NUM_THREADS"] == "16"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    env = {}
+    cli.leave_a_core(env, "127.0.0.1:1", True)
+    assert "OMP_NUM_THREADS" not in env
+
+
 def test_program_env_keeps_the_program_s_own_settings(tmp_path):
     lib = tmp_path / "libcuwire.so"
     env = cli.program_env(lib, "h:1", None, False, base={"LD_PRELOAD": "/a.so", "CUWIRE_TOKEN": "t"})
