@@ -110,75 +110,99 @@ struct cw_ring {
     int cb_stop;             /* the client's side: its callback thread is to end (cw_ring_stop_callbacks) */
 };
 
-/* Large copies in and out of the ring go half on a helper thread: one thread's memcpy moves 7-8 GB/s on
- * the H100 host, below what the driver's own staging of pageable memory reaches. One helper per process,
- * started at the first large copy (again in a forked child); a copy that finds it busy (another session's,
- * with thread isolation) goes alone. */
+/* Large copies in and out of the ring are split over helper threads: one thread's memcpy moves 7-8 GB/s on
+ * the H100 host, below what the driver's own staging of pageable memory reaches (10-18 GB/s there), and two
+ * reached 12-16. CW_HELPERS helpers per process, started at the first large copy (again in a forked
+ * child); each part is at least CW_PART_MIN bytes; a copy that finds them busy (another session's, with
+ * thread isolation) goes alone. */
 #define CW_SPLIT_MIN (1u << 20)
-static struct {
-    pthread_mutex_t lock, busy;
+#define CW_PART_MIN (512u << 10)
+#define CW_HELPERS 3
+struct cw_helper {
+    pthread_mutex_t lock;
     pthread_cond_t cond;
-    pid_t pid; /* the process whose helper runs: a forked child starts its own */
-    int posted;
+    int posted; /* 1: a part to copy; 2: copied */
     char *dst;
     const char *src;
     size_t n;
-} cw_helper = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL, 0};
+};
+static struct {
+    pthread_mutex_t busy;
+    pid_t pid; /* the process whose helpers run: a forked child starts its own */
+    int started;
+    struct cw_helper h[CW_HELPERS];
+} cw_helpers = {PTHREAD_MUTEX_INITIALIZER, 0, 0, {{PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, NULL, NULL, 0}}};
 
-static void *cw_helper_main(void *unused)
+static void *cw_helper_main(void *arg)
 {
-    (void)unused;
-    pthread_mutex_lock(&cw_helper.lock);
+    struct cw_helper *h = arg;
+    pthread_mutex_lock(&h->lock);
     for (;;) {
-        while (cw_helper.posted != 1)
-            pthread_cond_wait(&cw_helper.cond, &cw_helper.lock);
-        pthread_mutex_unlock(&cw_helper.lock);
-        memcpy(cw_helper.dst, cw_helper.src, cw_helper.n);
-        pthread_mutex_lock(&cw_helper.lock);
-        cw_helper.posted = 2;
-        pthread_cond_broadcast(&cw_helper.cond);
+        while (h->posted != 1)
+            pthread_cond_wait(&h->cond, &h->lock);
+        pthread_mutex_unlock(&h->lock);
+        memcpy(h->dst, h->src, h->n);
+        pthread_mutex_lock(&h->lock);
+        h->posted = 2;
+        pthread_cond_broadcast(&h->cond);
     }
     return NULL;
 }
 
-static void cw_copy(char *dst, const char *src, size_t n)
+/* Helpers for this process, started at its first large copy: how many run. */
+static int cw_start_helpers(void)
 {
-    if (n < CW_SPLIT_MIN || pthread_mutex_trylock(&cw_helper.busy) != 0) {
-        memcpy(dst, src, n);
-        return;
-    }
-    if (cw_helper.pid != getpid()) { /* the first large copy of this process */
+    if (cw_helpers.pid == getpid())
+        return cw_helpers.started;
+    cw_helpers.started = 0;
+    for (int i = 0; i < CW_HELPERS; i++) {
+        struct cw_helper *h = &cw_helpers.h[i];
+        pthread_mutex_init(&h->lock, NULL); /* a fork may have copied it held */
+        pthread_cond_init(&h->cond, NULL);
+        h->posted = 0;
         pthread_t t;
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_mutex_init(&cw_helper.lock, NULL); /* a fork may have copied it held */
-        pthread_cond_init(&cw_helper.cond, NULL);
-        cw_helper.posted = 0;
-        int started = pthread_create(&t, &attr, cw_helper_main, NULL) == 0;
+        int ok = pthread_create(&t, &attr, cw_helper_main, h) == 0;
         pthread_attr_destroy(&attr);
-        if (!started) {
-            pthread_mutex_unlock(&cw_helper.busy);
-            memcpy(dst, src, n);
-            return;
-        }
-        cw_helper.pid = getpid();
+        if (!ok)
+            break;
+        cw_helpers.started++;
     }
-    size_t half = (n / 2) & ~(size_t)63;
-    pthread_mutex_lock(&cw_helper.lock);
-    cw_helper.dst = dst + half;
-    cw_helper.src = src + half;
-    cw_helper.n = n - half;
-    cw_helper.posted = 1;
-    pthread_cond_signal(&cw_helper.cond);
-    pthread_mutex_unlock(&cw_helper.lock);
-    memcpy(dst, src, half);
-    pthread_mutex_lock(&cw_helper.lock);
-    while (cw_helper.posted != 2)
-        pthread_cond_wait(&cw_helper.cond, &cw_helper.lock);
-    cw_helper.posted = 0;
-    pthread_mutex_unlock(&cw_helper.lock);
-    pthread_mutex_unlock(&cw_helper.busy);
+    cw_helpers.pid = getpid();
+    return cw_helpers.started;
+}
+
+static void cw_copy(char *dst, const char *src, size_t n)
+{
+    if (n < CW_SPLIT_MIN || pthread_mutex_trylock(&cw_helpers.busy) != 0) {
+        memcpy(dst, src, n);
+        return;
+    }
+    int helpers = cw_start_helpers();
+    size_t parts = n / CW_PART_MIN < (size_t)helpers + 1 ? n / CW_PART_MIN : (size_t)helpers + 1;
+    size_t part = parts > 1 ? (n / parts) & ~(size_t)63 : n;
+    for (size_t i = 1; i < parts; i++) { /* the helpers take the parts after the first */
+        struct cw_helper *h = &cw_helpers.h[i - 1];
+        pthread_mutex_lock(&h->lock);
+        h->dst = dst + i * part;
+        h->src = src + i * part;
+        h->n = i + 1 < parts ? part : n - i * part;
+        h->posted = 1;
+        pthread_cond_signal(&h->cond);
+        pthread_mutex_unlock(&h->lock);
+    }
+    memcpy(dst, src, parts > 1 ? part : n);
+    for (size_t i = 1; i < parts; i++) {
+        struct cw_helper *h = &cw_helpers.h[i - 1];
+        pthread_mutex_lock(&h->lock);
+        while (h->posted != 2)
+            pthread_cond_wait(&h->cond, &h->lock);
+        h->posted = 0;
+        pthread_mutex_unlock(&h->lock);
+    }
+    pthread_mutex_unlock(&cw_helpers.busy);
 }
 
 static inline uint32_t cw_load(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
