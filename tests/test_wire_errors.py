@@ -690,10 +690,11 @@ def test_graph_nodes_name_only_the_sessions_own(session):
     def batch(**fields) -> pb.BatchMemOpNode_Result:
         return pb.BatchMemOpNode_Result.FromString(batch_reply(**fields).result)
 
-    added = batch(action=0, graph=graph.phGraph, count=1, ops=write)
+    ctx = session.welcome.devices[0].primary_context  # (a batch node needs its context named)
+    added = batch(action=0, graph=graph.phGraph, count=1, ops=write, ctx=ctx)
     assert added.status == 0 and added.node
-    assert batch(action=0, graph=graph.phGraph, count=1, ops=far).status == 1
-    assert batch(action=1, node=added.node, count=1, ops=far).status == 1
+    assert batch(action=0, graph=graph.phGraph, count=1, ops=far, ctx=ctx).status == 1
+    assert batch(action=1, node=added.node, count=1, ops=far, ctx=ctx).status == 1
     read = batch(action=3, node=added.node)
     assert read.status == 0 and read.count == 1 and read.ops == write
     assert batch(action=3, node=0x1234).status == 400

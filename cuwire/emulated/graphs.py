@@ -401,8 +401,8 @@ class EmulatedGraphs:
     def _batch_work(self, p: CData) -> tuple[Callable[[], Any], tuple[CData, CData]] | None:
         """A batch memory operation node's work (its operations, as cuStreamBatchMemOp makes them, on the
         null stream) and the parameters it keeps (its own array of them); None for ones CUDA refuses."""
-        if self._is_null(p) or p.count <= 0 or self._is_null(p.paramArray) or p.flags:
-            return None
+        if self._is_null(p) or self._is_null(p.ctx) or p.count <= 0 or self._is_null(p.paramArray) or p.flags:
+            return None  # (CUDA wants the node's context named)
         if any(p.paramArray[i].operation not in (1, 2, 3, 4, 5, 6) for i in range(p.count)):
             return None
         ffi, count = self.ffi, p.count
