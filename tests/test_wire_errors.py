@@ -698,6 +698,10 @@ def test_graph_nodes_name_only_the_sessions_own(session):
     read = batch(action=3, node=added.node)
     assert read.status == 0 and read.count == 1 and read.ops == write
     assert batch(action=3, node=0x1234).status == 400
+    for graph_value, status in ((graph.phGraph, 0), (0x1234, 400)):  # the session's graph drawn, no other
+        drawn = pb.GraphDot_Result.FromString(session.exchange(pb.Batch(
+            fn=generated.OP_IDS["GraphDot"], args=pb.GraphDot_Args(graph=graph_value).SerializeToString())).result)
+        assert drawn.status == status and drawn.dot.startswith(b"digraph") == (status == 0)
     assert "48 bytes for 2 memory operations" in batch_reply(action=0, graph=graph.phGraph, count=2, ops=write).error
     assert vmm_call(session, "cuGraphMemcpyNodeSetParams", hNode=empty.phGraphNode, nodeParams=copy).status == 801
     args = pb.KernelNode_Args(action=0, graph=graph.phGraph, kernel=0x1234, grid=[1, 1, 1], block=[1, 1, 1])

@@ -18,7 +18,8 @@ from cuwire.client import runtime as rt
 from cuwire.generated import client_calls as calls
 from cuwire.generated import cuwire_pb2 as pb
 
-INVALID_VALUE, INVALID_IMAGE, FILE_NOT_FOUND, INVALID_HANDLE, NOT_FOUND, NOT_SUPPORTED = 1, 200, 301, 400, 500, 801
+INVALID_VALUE, INVALID_IMAGE, FILE_NOT_FOUND, OPERATING_SYSTEM, INVALID_HANDLE, NOT_FOUND, NOT_SUPPORTED = (
+    1, 200, 301, 304, 400, 500, 801)
 _U32 = struct.Struct("<I")
 
 
@@ -535,6 +536,23 @@ def cuGraphKernelNodeSetParams_v2(hNode, nodeParams, nodeParams_len):
 def cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, nodeParams, nodeParams_len):
     res = _kernel_node(nodeParams, EXEC_SET, exec=hGraphExec, node=hNode)
     return res if isinstance(res, int) else res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuGraphDebugDotPrint", onerror=rt.on_error)
+def cuGraphDebugDotPrint(hGraph, path, flags):
+    """The server's driver draws the graph; the drawing is written here, at the program's path."""
+    if path == ffi.NULL:
+        return INVALID_VALUE
+    res = rt.call(rt.GRAPH_DOT, pb.GraphDot_Args(graph=hGraph, flags=flags), pb.GraphDot_Result)
+    if res.status != 0:
+        return res.status
+    name = rt.read_string(path)
+    try:
+        with open(name, "wb") as f:
+            f.write(res.dot)
+    except OSError as e:
+        raise rt.Fail(OPERATING_SYSTEM, f"cuwire: cannot write the graph's drawing to {name!r}: {e.strerror}") from None
+    return 0
 
 
 # ---------------------------------------------------------------- graphs' batch memory operation nodes

@@ -234,3 +234,64 @@ CUresult cuwire_local_cuMemRangeGetAttributes(void **data, size_t *dataSizes, CU
         status = range_attribute(data[i], dataSizes[i], attributes[i], devPtr, count);
     return status;
 }
+
+/* ------------------------------------------------------------------ batches of prefetches and discards */
+
+/* Every range of a batch managed memory (else CUDA_ERROR_INVALID_VALUE). */
+static CUresult batch_ranges(const CUdeviceptr *dptrs, const size_t *sizes, size_t count, unsigned long long flags)
+{
+    if (!dptrs || !sizes || !count || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        CUresult status = cuwire_managed_range(dptrs[i], sizes[i]);
+        if (status)
+            return status;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* A batch's prefetches: location j applies from range prefetchLocIdxs[j] on, until the next one's; the
+ * indices start at 0 and rise. Noted for cuMemRangeGetAttribute, as a single prefetch is. */
+static CUresult batch_prefetch(const CUdeviceptr *dptrs, const size_t *sizes, size_t count, const CUmemLocation *locs,
+                               const size_t *idxs, size_t nlocs, unsigned long long flags)
+{
+    CUresult status = batch_ranges(dptrs, sizes, count, flags);
+    if (status)
+        return status;
+    if (!locs || !idxs || !nlocs || nlocs > count || idxs[0] != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t j = 1; j < nlocs; j++)
+        if (idxs[j] <= idxs[j - 1] || idxs[j] >= count)
+            return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0, j = 0; i < count; i++) {
+        while (j + 1 < nlocs && idxs[j + 1] <= i)
+            j++;
+        cuwire_hints_prefetched(dptrs[i], sizes[i], locs[j]);
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuwire_local_cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                              CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs,
+                                              size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
+{
+    (void)hStream;
+    return batch_prefetch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags);
+}
+
+/* Discarded managed memory's contents are undefined until written again: keeping them is one way to be so. */
+CUresult cuwire_local_cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags,
+                                             CUstream hStream)
+{
+    (void)hStream;
+    return batch_ranges(dptrs, sizes, count, flags);
+}
+
+CUresult cuwire_local_cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count,
+                                                        CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs,
+                                                        size_t numPrefetchLocs, unsigned long long flags,
+                                                        CUstream hStream)
+{
+    (void)hStream;
+    return batch_prefetch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags);
+}

@@ -626,6 +626,22 @@ class EmulatedGraphs:
             self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = self._addr(event)
         return err
 
+    def cuGraphDebugDotPrint(self, hGraph: CData, path: CData, flags: int) -> int:
+        """The graph in DOT: its nodes (numbered, with their kind) and edges, into the file at `path`."""
+        graph, name = self._graph(hGraph), self._string(path)
+        if graph is None or not name:
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        number = {node: i for i, node in enumerate(graph.nodes)}
+        lines = ["digraph emulated {"] + [f'  n{number[n]} [label="node {number[n]}: type {graph.kinds[n]}"];'
+                                          for n in graph.nodes]
+        lines += [f"  n{number[a]} -> n{number[b]};" for a, b in sorted(graph.edges)] + ["}"]
+        try:
+            with open(name, "w") as f:
+                f.write("\n".join(lines) + "\n")
+        except OSError:
+            return self.drv.CUDA_ERROR_OPERATING_SYSTEM
+        return 0
+
     def cuGraphGetNodes(self, hGraph: CData, nodes: CData, numNodes: CData) -> int:
         graph = self._graph(hGraph)
         if graph is None or self._is_null(numNodes):

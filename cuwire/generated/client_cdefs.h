@@ -78,6 +78,7 @@ extern "Python+C" int cuwire_py_cuGraphChildGraphNodeGetGraph(uint64_t, void *);
 extern "Python+C" int cuwire_py_cuGraphClone(void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphConditionalHandleCreate(void *, uint64_t, uint64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphCreate(void *, uint64_t);
+extern "Python+C" int cuwire_py_cuGraphDebugDotPrint(uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuGraphDestroy(uint64_t);
 extern "Python+C" int cuwire_py_cuGraphDestroyNode(uint64_t);
 extern "Python+C" int cuwire_py_cuGraphEventRecordNodeGetEvent(uint64_t, void *);

@@ -1175,7 +1175,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "sync",
     "sync",
-    "unimplemented",
+    "custom",
     "sync",
     "sync",
     "sync",
@@ -1324,8 +1324,8 @@ const char *const cuwire_modes[] = {
     "sync",
     "unimplemented",
     "sync",
-    "unimplemented",
-    "unimplemented",
+    "local",
+    "local",
     "sync",
     "unimplemented",
     "sync",
@@ -1367,7 +1367,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "local",
-    "unimplemented",
+    "local",
     "local",
     "local",
     "sync",
@@ -5742,11 +5742,13 @@ CUWIRE_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     return cuwire_impl_cuGraphCreate(phGraph, flags);
 }
 
-/* cuGraphDebugDotPrint (cuda.h): unimplemented */
+/* cuGraphDebugDotPrint (cuda.h): remoted, custom */
+int cuwire_py_cuGraphDebugDotPrint(uint64_t, void *, uint64_t);
 static inline CUresult cuwire_impl_cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphDebugDotPrint", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuGraphDebugDotPrint((uint64_t)(uintptr_t)hGraph, (void *)path, (uint64_t)flags));
 }
 CUWIRE_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
 {
@@ -8744,11 +8746,11 @@ CUWIRE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t 
     return cuwire_impl_cuMemCreate(handle, size, prop, flags);
 }
 
-/* cuMemDiscardAndPrefetchBatchAsync (cuda.h): unimplemented; also cuMemDiscardAndPrefetchBatchAsync_ptsz */
+/* cuMemDiscardAndPrefetchBatchAsync (cuda.h): local, local; also cuMemDiscardAndPrefetchBatchAsync_ptsz */
+CUresult cuwire_local_cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream);
 static inline CUresult cuwire_impl_cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemDiscardAndPrefetchBatchAsync", "cuda.h", &warned), 801));
+return cuwire_local_cuMemDiscardAndPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
 }
 CUWIRE_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
@@ -8763,11 +8765,11 @@ CUWIRE_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, siz
 }
 CUWIRE_EXPORT __typeof__(cuMemDiscardAndPrefetchBatchAsync) cuMemDiscardAndPrefetchBatchAsync_ptsz __attribute__((alias("cuMemDiscardAndPrefetchBatchAsync")));
 
-/* cuMemDiscardBatchAsync (cuda.h): unimplemented; also cuMemDiscardBatchAsync_ptsz */
+/* cuMemDiscardBatchAsync (cuda.h): local, local; also cuMemDiscardBatchAsync_ptsz */
+CUresult cuwire_local_cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream);
 static inline CUresult cuwire_impl_cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemDiscardBatchAsync", "cuda.h", &warned), 801));
+return cuwire_local_cuMemDiscardBatchAsync(dptrs, sizes, count, flags, hStream);
 }
 CUWIRE_EXPORT CUresult cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream)
 {
@@ -9625,11 +9627,11 @@ CUWIRE_EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, C
 }
 CUWIRE_EXPORT __typeof__(cuMemPrefetchAsync_v2) cuMemPrefetchAsync_v2_ptsz __attribute__((alias("cuMemPrefetchAsync_v2")));
 
-/* cuMemPrefetchBatchAsync (cuda.h): unimplemented; also cuMemPrefetchBatchAsync_ptsz */
+/* cuMemPrefetchBatchAsync (cuda.h): local, local; also cuMemPrefetchBatchAsync_ptsz */
+CUresult cuwire_local_cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream);
 static inline CUresult cuwire_impl_cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuMemPrefetchBatchAsync", "cuda.h", &warned), 801));
+return cuwire_local_cuMemPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
 }
 CUWIRE_EXPORT CUresult cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "5d83cb28a204e176"
+API_DIGEST = "60cbc9865b30706d"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -40,6 +40,7 @@ OP_IDS = {
     "AllocNodeParams": 4107969510,
     "KernelNodeParams": 4069173233,
     "BatchMemOpNode": 134213474,
+    "GraphDot": 491433564,
 }
 
 

@@ -430,6 +430,7 @@ OPS = {
     op_id("AllocNodeParams"): ("cuwire.AllocNodeParams", pb.AllocNodeParams_Args, graphs.alloc_node_params),
     op_id("KernelNodeParams"): ("cuwire.KernelNodeParams", pb.KernelNodeParams_Args, kernel_node_params),
     op_id("BatchMemOpNode"): ("cuwire.BatchMemOpNode", pb.BatchMemOpNode_Args, graphs.batch_node),
+    op_id("GraphDot"): ("cuwire.GraphDot", pb.GraphDot_Args, graphs.graph_dot),
     op_id("RegisterHost"): ("cuwire.RegisterHost", pb.RegisterHost_Args, register_host),
     op_id("UnregisterHost"): ("cuwire.UnregisterHost", pb.UnregisterHost_Args, unregister_host),
     op_id("ManagedAlloc"): ("cuwire.ManagedAlloc", pb.ManagedAlloc_Args, managed_alloc),

@@ -15,7 +15,9 @@ program's, which a graph running here cannot reach; it is refused by name.
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server import memops
@@ -451,6 +453,24 @@ def cuGraphAddDependencies_v2(s, a: pb.cuGraphAddDependencies_v2_Args) -> pb.cuG
                                              _nodes(s, a.from_, a.numDependencies),
                                              _nodes(s, a.to, a.numDependencies), s.ffi.NULL, a.numDependencies)
     return pb.cuGraphAddDependencies_v2_Result(status=status)
+
+
+MAX_DOT = 256 << 20  # the largest drawing of a graph the server sends back
+
+
+def graph_dot(s, a: pb.GraphDot_Args) -> pb.GraphDot_Result:
+    """cuwire.GraphDot (cuGraphDebugDotPrint): the driver draws into a file of a folder of the server's own,
+    whose bytes go back (the program's path names a file on the client's side)."""
+    graph = s.handle(GRAPH, "CUgraph", a.graph)
+    with tempfile.TemporaryDirectory(prefix="cuwire-dot-") as folder:
+        path = Path(folder) / "graph.dot"
+        r = pb.GraphDot_Result(status=s.lib.cuGraphDebugDotPrint(graph, str(path).encode(), a.flags))
+        if r.status == 0:
+            if path.stat().st_size > MAX_DOT:
+                raise CudaFail(NOT_SUPPORTED, f"a graph's drawing of {path.stat().st_size} bytes (cuwire sends "
+                                              f"{MAX_DOT} at most)")
+            r.dot = path.read_bytes()
+    return r
 
 
 def batch_node(s, a: pb.BatchMemOpNode_Args) -> pb.BatchMemOpNode_Result:

@@ -5,6 +5,8 @@
 // changed in the executable graph; the executable graph updated from a changed graph; node types read
 // back, a graph cloned.
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "stream_kernels.h"  // streamFill, streamScaleAdd, streamAddInto
@@ -129,6 +131,21 @@ int main() {
     CHECK(cudaGraphGetNodes(g, NULL, &without));
     printf("a dependency removed: %zu edges, %zu roots; a node added and destroyed: %zu, then %zu nodes\n", fewer,
            roots_then, with_extra, without);
+
+    // the graph drawn in DOT, into a file of the program's; a path that cannot be written is refused
+    char dot_path[64];
+    snprintf(dot_path, sizeof dot_path, "/tmp/cuwire-graph-nodes-%d.dot", (int)getpid());
+    CHECK(cudaGraphDebugDotPrint(g, dot_path, cudaGraphDebugDotFlagsVerbose));
+    char head[8] = "";
+    FILE *dot = fopen(dot_path, "r");
+    size_t dot_len = dot ? fread(head, 1, 7, dot) : 0;
+    if (dot)
+        fclose(dot);
+    unlink(dot_path);
+    cudaError_t unwritable = cudaGraphDebugDotPrint(g, "/nonexistent-cuwire/graph.dot", 0);
+    cudaGetLastError();
+    printf("the graph drawn in DOT: %s; to a path that cannot be written: %s\n",
+           dot_len == 7 && strncmp(head, "digraph", 7) == 0 ? "a digraph" : "FAIL", unwritable ? "refused" : "FAIL");
 
     cudaGraphExec_t exec;
     CHECK(cudaGraphInstantiate(&exec, g, 0));

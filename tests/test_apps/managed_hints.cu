@@ -1,6 +1,7 @@
 // managed_hints: what cudaMemAdvise and cudaMemPrefetchAsync said of managed memory, read back with
 // cudaMemRangeGetAttribute(s): read-mostly, the preferred location (over the half it was set on, and over the
-// whole, where the halves disagree), the devices that access it, where it was last prefetched to.
+// whole, where the halves disagree), the devices that access it, where it was last prefetched to (one range
+// at a time and in a batch); a batch discard.
 #include "check.h"
 
 static int attribute(cudaMemRangeAttribute what, const void *p, size_t n)
@@ -46,6 +47,21 @@ int main()
     printf("first half prefetched to the host: first half %d, the whole %d\n",
            attribute(cudaMemRangeAttributeLastPrefetchLocation, m, half),
            attribute(cudaMemRangeAttributeLastPrefetchLocation, m, n));
+
+    void *ranges[] = {m, m + half};
+    size_t sizes2[] = {half, half};
+    cudaMemLocation where[] = {device, host};
+    size_t from[] = {0, 1};
+    CHECK(cudaMemPrefetchBatchAsync(ranges, sizes2, 2, where, from, 2, 0, s));
+    CHECK(cudaStreamSynchronize(s));
+    printf("a batch prefetch, first half to the device, second to the host: %d, %d\n",
+           attribute(cudaMemRangeAttributeLastPrefetchLocation, m, half),
+           attribute(cudaMemRangeAttributeLastPrefetchLocation, m + half, half));
+    cudaError_t discarded = cudaMemDiscardBatchAsync(ranges, sizes2, 2, 0, s);
+    CHECK(cudaStreamSynchronize(s));
+    cudaError_t bad_batch = cudaMemPrefetchBatchAsync(ranges, sizes2, 2, where, from, 2, 1, s);
+    cudaGetLastError();
+    printf("a batch discard: %s; a batch with flags 1: %s\n", cudaGetErrorName(discarded), cudaGetErrorName(bad_batch));
 
     CHECK(cudaMemAdvise(m, n, cudaMemAdviseUnsetReadMostly, device));
     CHECK(cudaMemAdvise(m, half, cudaMemAdviseUnsetAccessedBy, device));
