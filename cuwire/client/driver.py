@@ -514,16 +514,19 @@ def _kernel_node(nodeParams, action: int, **fields) -> pb.KernelNode_Result | in
     return rt.call(rt.KERNEL_NODE, args, pb.KernelNode_Result)
 
 
+def _node_added(phGraphNode, res) -> int:
+    """A cuGraphAdd*Node's answer: the new node into the program's variable, and the status."""
+    if res.status == 0:
+        rt.write_scalar(phGraphNode, "uint64_t", res.node)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuGraphAddKernelNode_v2", onerror=rt.on_error)
 def cuGraphAddKernelNode_v2(phGraphNode, hGraph, dependencies, numDependencies, nodeParams, nodeParams_len):
     if phGraphNode == ffi.NULL:
         return INVALID_VALUE
     res = _kernel_node(nodeParams, ADD, graph=hGraph, dependencies=rt.read(dependencies, numDependencies * 8))
-    if isinstance(res, int):
-        return res
-    if res.status == 0:
-        rt.write_scalar(phGraphNode, "uint64_t", res.node)
-    return res.status
+    return res if isinstance(res, int) else _node_added(phGraphNode, res)
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphKernelNodeSetParams_v2", onerror=rt.on_error)
@@ -577,10 +580,8 @@ def _batch_node(nodeParams, action: int, **fields) -> pb.BatchMemOpNode_Result:
 def cuGraphAddBatchMemOpNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams, nodeParams_len):
     if phGraphNode == ffi.NULL:
         return INVALID_VALUE
-    res = _batch_node(nodeParams, ADD, graph=hGraph, dependencies=rt.read(dependencies, numDependencies * 8))
-    if res.status == 0:
-        rt.write_scalar(phGraphNode, "uint64_t", res.node)
-    return res.status
+    return _node_added(phGraphNode, _batch_node(nodeParams, ADD, graph=hGraph,
+                                                dependencies=rt.read(dependencies, numDependencies * 8)))
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphBatchMemOpNodeSetParams", onerror=rt.on_error)
@@ -656,9 +657,7 @@ def cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, nodeP
         return err
     res = rt.call(rt.HOST_NODE, pb.HostNode_Args(graph=hGraph, dependencies=rt.read(dependencies, numDependencies * 8),
                                                  id=host_id), pb.HostNode_Result)
-    if res.status == 0:
-        rt.write_scalar(phGraphNode, "uint64_t", res.node)
-    return res.status
+    return _node_added(phGraphNode, res)
 
 
 def _host_node_set(action: int, exec_: int, node: int, nodeParams) -> int:
