@@ -1586,6 +1586,21 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
             return self.drv.CUDA_ERROR_INVALID_HANDLE
         return self._drv_put((count, len(kernels)))
 
+    def cuModuleGetFunctionCount(self, count: CData, mod: CData) -> int:
+        return self.cuLibraryGetKernelCount(count, mod)  # (a library's module is the library itself here)
+
+    def cuKernelGetLibrary(self, pLib: CData, kernel: CData) -> int:
+        function = self._kernel_handles.get(self._addr(kernel))
+        if function is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self._drv_put((pLib, function.library))
+
+    def cuFuncGetModule(self, hmod: CData, hfunc: CData) -> int:
+        function = self._function(hfunc)
+        if function is None:
+            return self.drv.CUDA_ERROR_INVALID_HANDLE
+        return self._drv_put((hmod, function.library))
+
     def cuLibraryEnumerateKernels(self, kernels: CData, numKernels: int, lib: CData) -> int:
         handle = self._addr(lib)
         names = self._library_kernels.get(handle)

@@ -567,6 +567,17 @@ def cuFuncGetAttribute(pi, attrib, hfunc):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuFuncGetModule", onerror=rt.on_error)
+def cuFuncGetModule(hmod, hfunc):
+    """cuFuncGetModule (cuda.h)"""
+    args = pb.cuFuncGetModule_Args()
+    args.hfunc = rt.server_function(hfunc)
+    res = rt.call(4080729374, args, pb.cuFuncGetModule_Result)
+    if res.status == 0:
+        rt.write_scalar(hmod, "uint64_t", res.hmod)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuFuncGetParamInfo", onerror=rt.on_error)
 def cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize):
     """cuFuncGetParamInfo (cuda.h)"""
@@ -1171,6 +1182,17 @@ def cuKernelGetAttribute(pi, attrib, kernel, dev):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_cuKernelGetLibrary", onerror=rt.on_error)
+def cuKernelGetLibrary(pLib, kernel):
+    """cuKernelGetLibrary (cuda.h)"""
+    args = pb.cuKernelGetLibrary_Args()
+    args.kernel = kernel
+    res = rt.call(1537366344, args, pb.cuKernelGetLibrary_Result)
+    if res.status == 0:
+        rt.write_scalar(pLib, "uint64_t", res.pLib)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_cuKernelGetParamInfo", onerror=rt.on_error)
 def cuKernelGetParamInfo(kernel, paramIndex, paramOffset, paramSize):
     """cuKernelGetParamInfo (cuda.h)"""
@@ -1204,6 +1226,17 @@ def cuKernelSetCacheConfig(kernel, config, dev):
     args.config = config
     args.dev = dev
     res = rt.call(1572033421, args, pb.cuKernelSetCacheConfig_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuLibraryGetKernelCount", onerror=rt.on_error)
+def cuLibraryGetKernelCount(count, lib):
+    """cuLibraryGetKernelCount (cuda.h)"""
+    args = pb.cuLibraryGetKernelCount_Args()
+    args.lib = lib
+    res = rt.call(1431129049, args, pb.cuLibraryGetKernelCount_Result)
+    if res.status == 0:
+        rt.write_scalar(count, "uint32_t", res.count)
     return res.status
 
 
@@ -1900,6 +1933,17 @@ def cuMipmappedArrayGetLevel(pLevelArray, hMipmappedArray, level):
     res = rt.call(11097028, args, pb.cuMipmappedArrayGetLevel_Result)
     if res.status == 0:
         rt.write_scalar(pLevelArray, "uint64_t", res.pLevelArray)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_cuModuleGetFunctionCount", onerror=rt.on_error)
+def cuModuleGetFunctionCount(count, mod):
+    """cuModuleGetFunctionCount (cuda.h)"""
+    args = pb.cuModuleGetFunctionCount_Args()
+    args.mod = mod
+    res = rt.call(2501116678, args, pb.cuModuleGetFunctionCount_Result)
+    if res.status == 0:
+        rt.write_scalar(count, "uint32_t", res.count)
     return res.status
 
 

@@ -52,6 +52,7 @@ extern "Python+C" int cuwire_py_cuEventElapsedTime_v2(void *, uint64_t, uint64_t
 extern "Python+C" int cuwire_py_cuEventQuery(uint64_t);
 extern "Python+C" int cuwire_py_cuEventSynchronize(uint64_t);
 extern "Python+C" int cuwire_py_cuFuncGetAttribute(void *, int64_t, uint64_t);
+extern "Python+C" int cuwire_py_cuFuncGetModule(void *, uint64_t);
 extern "Python+C" int cuwire_py_cuFuncGetName(uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuFuncGetParamInfo(uint64_t, uint64_t, void *, void *);
 extern "Python+C" int cuwire_py_cuFuncIsLoaded(void *, uint64_t);
@@ -128,6 +129,7 @@ extern "Python+C" int cuwire_py_cuIpcOpenEventHandle(void *, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuIpcOpenMemHandle_v2(void *, void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuKernelGetAttribute(void *, int64_t, uint64_t, int64_t);
 extern "Python+C" int cuwire_py_cuKernelGetFunction(void *, uint64_t);
+extern "Python+C" int cuwire_py_cuKernelGetLibrary(void *, uint64_t);
 extern "Python+C" int cuwire_py_cuKernelGetName(uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuKernelGetParamInfo(uint64_t, uint64_t, void *, void *);
 extern "Python+C" int cuwire_py_cuKernelSetAttribute(int64_t, int64_t, uint64_t, int64_t);
@@ -136,6 +138,7 @@ extern "Python+C" int cuwire_py_cuLaunchKernel(uint64_t, uint64_t, uint64_t, uin
 extern "Python+C" int cuwire_py_cuLaunchKernelEx(void *, uint64_t, uint64_t, void *, void *);
 extern "Python+C" int cuwire_py_cuLibraryGetGlobal(void *, void *, uint64_t, void *);
 extern "Python+C" int cuwire_py_cuLibraryGetKernel(void *, uint64_t, void *);
+extern "Python+C" int cuwire_py_cuLibraryGetKernelCount(void *, uint64_t);
 extern "Python+C" int cuwire_py_cuLibraryGetModule(void *, uint64_t);
 extern "Python+C" int cuwire_py_cuLibraryLoadData(void *, uint64_t, void *, void *, uint64_t, void *, void *, uint64_t);
 extern "Python+C" int cuwire_py_cuLibraryLoadFromFile(void *, void *, void *, void *, uint64_t, void *, void *, uint64_t);
@@ -206,6 +209,7 @@ extern "Python+C" int cuwire_py_cuMipmappedArrayCreate(void *, void *, uint64_t,
 extern "Python+C" int cuwire_py_cuMipmappedArrayDestroy(uint64_t);
 extern "Python+C" int cuwire_py_cuMipmappedArrayGetLevel(void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuModuleGetFunction(void *, uint64_t, void *);
+extern "Python+C" int cuwire_py_cuModuleGetFunctionCount(void *, uint64_t);
 extern "Python+C" int cuwire_py_cuModuleGetGlobal_v2(void *, void *, uint64_t, void *);
 extern "Python+C" int cuwire_py_cuModuleLoad(void *, void *);
 extern "Python+C" int cuwire_py_cuModuleLoadData(void *, uint64_t);

@@ -1120,7 +1120,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "sync",
-    "unimplemented",
+    "sync",
     "custom",
     "sync",
     "sync",
@@ -1273,7 +1273,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "sync",
     "custom",
-    "unimplemented",
+    "sync",
     "custom",
     "sync",
     "sync",
@@ -1289,7 +1289,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "custom",
     "custom",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "sync",
     "unimplemented",
@@ -1448,7 +1448,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "custom",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "custom",
     "local",
@@ -4642,11 +4642,13 @@ CUWIRE_EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, 
     return cuwire_impl_cuFuncGetAttribute(pi, attrib, hfunc);
 }
 
-/* cuFuncGetModule (cuda.h): unimplemented */
+/* cuFuncGetModule (cuda.h): remoted, sync */
+int cuwire_py_cuFuncGetModule(void *, uint64_t);
 static inline CUresult cuwire_impl_cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuFuncGetModule", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuFuncGetModule((void *)hmod, (uint64_t)(uintptr_t)hfunc));
 }
 CUWIRE_EXPORT CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
 {
@@ -7749,11 +7751,13 @@ CUWIRE_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     return cuwire_impl_cuKernelGetFunction(pFunc, kernel);
 }
 
-/* cuKernelGetLibrary (cuda.h): unimplemented */
+/* cuKernelGetLibrary (cuda.h): remoted, sync */
+int cuwire_py_cuKernelGetLibrary(void *, uint64_t);
 static inline CUresult cuwire_impl_cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuKernelGetLibrary", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuKernelGetLibrary((void *)pLib, (uint64_t)(uintptr_t)kernel));
 }
 CUWIRE_EXPORT CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
 {
@@ -8083,11 +8087,13 @@ CUWIRE_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, 
     return cuwire_impl_cuLibraryGetKernel(pKernel, library, name);
 }
 
-/* cuLibraryGetKernelCount (cuda.h): unimplemented */
+/* cuLibraryGetKernelCount (cuda.h): remoted, sync */
+int cuwire_py_cuLibraryGetKernelCount(void *, uint64_t);
 static inline CUresult cuwire_impl_cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuLibraryGetKernelCount", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuLibraryGetKernelCount((void *)count, (uint64_t)(uintptr_t)lib));
 }
 CUWIRE_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
 {
@@ -11596,11 +11602,13 @@ CUWIRE_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, con
     return cuwire_impl_cuModuleGetFunction(hfunc, hmod, name);
 }
 
-/* cuModuleGetFunctionCount (cuda.h): unimplemented */
+/* cuModuleGetFunctionCount (cuda.h): remoted, sync */
+int cuwire_py_cuModuleGetFunctionCount(void *, uint64_t);
 static inline CUresult cuwire_impl_cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuModuleGetFunctionCount", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuModuleGetFunctionCount((void *)count, (uint64_t)(uintptr_t)mod));
 }
 CUWIRE_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "60cbc9865b30706d"
+API_DIGEST = "27339d559267bd05"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -482,6 +482,17 @@ def cuFuncGetAttribute(s, a: pb.cuFuncGetAttribute_Args) -> pb.cuFuncGetAttribut
     return r
 
 
+def cuFuncGetModule(s, a: pb.cuFuncGetModule_Args) -> pb.cuFuncGetModule_Result:
+    """cuFuncGetModule (cuda.h)"""
+    r = pb.cuFuncGetModule_Result()
+    hmod = s.ffi.new("CUmodule *")
+    r.status = s.lib.cuFuncGetModule(hmod, s.handle("CUfunc_st", "CUfunction", a.hfunc))
+    if r.status == 0:
+        r.hmod = s.scalar(hmod[0])
+        s.owns_handle("CUmod_st", r.hmod)
+    return r
+
+
 def cuFuncGetParamInfo(s, a: pb.cuFuncGetParamInfo_Args) -> pb.cuFuncGetParamInfo_Result:
     """cuFuncGetParamInfo (cuda.h)"""
     r = pb.cuFuncGetParamInfo_Result()
@@ -744,6 +755,17 @@ def cuKernelGetAttribute(s, a: pb.cuKernelGetAttribute_Args) -> pb.cuKernelGetAt
     return r
 
 
+def cuKernelGetLibrary(s, a: pb.cuKernelGetLibrary_Args) -> pb.cuKernelGetLibrary_Result:
+    """cuKernelGetLibrary (cuda.h)"""
+    r = pb.cuKernelGetLibrary_Result()
+    pLib = s.ffi.new("CUlibrary *")
+    r.status = s.lib.cuKernelGetLibrary(pLib, s.handle("CUkern_st", "CUkernel", a.kernel))
+    if r.status == 0:
+        r.pLib = s.scalar(pLib[0])
+        s.owns_handle("CUlib_st", r.pLib)
+    return r
+
+
 def cuKernelGetParamInfo(s, a: pb.cuKernelGetParamInfo_Args) -> pb.cuKernelGetParamInfo_Result:
     """cuKernelGetParamInfo (cuda.h)"""
     r = pb.cuKernelGetParamInfo_Result()
@@ -767,6 +789,16 @@ def cuKernelSetCacheConfig(s, a: pb.cuKernelSetCacheConfig_Args) -> pb.cuKernelS
     """cuKernelSetCacheConfig (cuda.h)"""
     r = pb.cuKernelSetCacheConfig_Result()
     r.status = s.lib.cuKernelSetCacheConfig(s.handle("CUkern_st", "CUkernel", a.kernel), a.config, a.dev)
+    return r
+
+
+def cuLibraryGetKernelCount(s, a: pb.cuLibraryGetKernelCount_Args) -> pb.cuLibraryGetKernelCount_Result:
+    """cuLibraryGetKernelCount (cuda.h)"""
+    r = pb.cuLibraryGetKernelCount_Result()
+    count = s.ffi.new("unsigned int *")
+    r.status = s.lib.cuLibraryGetKernelCount(count, s.handle("CUlib_st", "CUlibrary", a.lib))
+    if r.status == 0:
+        r.count = s.scalar(count[0])
     return r
 
 
@@ -1110,6 +1142,16 @@ def cuMemsetD8_v2(s, a: pb.cuMemsetD8_v2_Args) -> pb.cuMemsetD8_v2_Result:
     r = pb.cuMemsetD8_v2_Result()
     s.device_range(a.dstDevice, a.N)
     r.status = s.lib.cuMemsetD8_v2(a.dstDevice, a.uc, a.N)
+    return r
+
+
+def cuModuleGetFunctionCount(s, a: pb.cuModuleGetFunctionCount_Args) -> pb.cuModuleGetFunctionCount_Result:
+    """cuModuleGetFunctionCount (cuda.h)"""
+    r = pb.cuModuleGetFunctionCount_Result()
+    count = s.ffi.new("unsigned int *")
+    r.status = s.lib.cuModuleGetFunctionCount(count, s.handle("CUmod_st", "CUmodule", a.mod))
+    if r.status == 0:
+        r.count = s.scalar(count[0])
     return r
 
 
@@ -2068,6 +2110,7 @@ HANDLERS = {
     2687060959: ("cuEventQuery", pb.cuEventQuery_Args, cuEventQuery),
     3775496938: ("cuEventSynchronize", pb.cuEventSynchronize_Args, cuEventSynchronize),
     1113544593: ("cuFuncGetAttribute", pb.cuFuncGetAttribute_Args, cuFuncGetAttribute),
+    4080729374: ("cuFuncGetModule", pb.cuFuncGetModule_Args, cuFuncGetModule),
     567025728: ("cuFuncGetParamInfo", pb.cuFuncGetParamInfo_Args, cuFuncGetParamInfo),
     1787595107: ("cuFuncIsLoaded", pb.cuFuncIsLoaded_Args, cuFuncIsLoaded),
     2060489457: ("cuFuncLoad", pb.cuFuncLoad_Args, cuFuncLoad),
@@ -2120,9 +2163,11 @@ HANDLERS = {
     3912765127: ("cuIpcOpenEventHandle", pb.cuIpcOpenEventHandle_Args, None),  # server/ipc.py
     2170368765: ("cuIpcOpenMemHandle_v2", pb.cuIpcOpenMemHandle_v2_Args, None),  # server/ipc.py
     1724498758: ("cuKernelGetAttribute", pb.cuKernelGetAttribute_Args, cuKernelGetAttribute),
+    1537366344: ("cuKernelGetLibrary", pb.cuKernelGetLibrary_Args, cuKernelGetLibrary),
     89830551: ("cuKernelGetParamInfo", pb.cuKernelGetParamInfo_Args, cuKernelGetParamInfo),
     1775703493: ("cuKernelSetAttribute", pb.cuKernelSetAttribute_Args, cuKernelSetAttribute),
     1572033421: ("cuKernelSetCacheConfig", pb.cuKernelSetCacheConfig_Args, cuKernelSetCacheConfig),
+    1431129049: ("cuLibraryGetKernelCount", pb.cuLibraryGetKernelCount_Args, cuLibraryGetKernelCount),
     1865932518: ("cuLibraryGetModule", pb.cuLibraryGetModule_Args, cuLibraryGetModule),
     2628355774: ("cuMemAddressFree", pb.cuMemAddressFree_Args, None),  # server/vmm.py
     2205692240: ("cuMemAddressReserve", pb.cuMemAddressReserve_Args, None),  # server/vmm.py
@@ -2179,6 +2224,7 @@ HANDLERS = {
     3431977957: ("cuMipmappedArrayCreate", pb.cuMipmappedArrayCreate_Args, None),  # server/textures.py
     2248598059: ("cuMipmappedArrayDestroy", pb.cuMipmappedArrayDestroy_Args, None),  # server/textures.py
     11097028: ("cuMipmappedArrayGetLevel", pb.cuMipmappedArrayGetLevel_Args, None),  # server/textures.py
+    2501116678: ("cuModuleGetFunctionCount", pb.cuModuleGetFunctionCount_Args, cuModuleGetFunctionCount),
     3899431437: ("cuOccupancyAvailableDynamicSMemPerBlock", pb.cuOccupancyAvailableDynamicSMemPerBlock_Args, cuOccupancyAvailableDynamicSMemPerBlock),
     3096712021: ("cuOccupancyMaxActiveBlocksPerMultiprocessor", pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Args, cuOccupancyMaxActiveBlocksPerMultiprocessor),
     3893859051: ("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Args, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags),

@@ -146,6 +146,13 @@ int main(void)
     CHECK_DRIVER(cuModuleGetFunction(&axpb_from_file, from_file, "axpb"));
     CUkernel axpb_kernel;
     CHECK_DRIVER(cuLibraryGetKernel(&axpb_kernel, library_from_file, "axpb"));
+    CUlibrary kernels_library;
+    CUmodule functions_module;
+    unsigned int kernel_count = 0, function_count = 0;
+    CHECK_DRIVER(cuKernelGetLibrary(&kernels_library, axpb_kernel));
+    CHECK_DRIVER(cuFuncGetModule(&functions_module, axpb_from_file));
+    CHECK_DRIVER(cuLibraryGetKernelCount(&kernel_count, library_from_file));
+    CHECK_DRIVER(cuModuleGetFunctionCount(&function_count, from_file));
     CUresult absent = cuModuleLoad(&from_file, "/nonexistent/cuwire.ptx");
     CUresult absent_library = cuLibraryLoadFromFile(&library_from_file, "/nonexistent/cuwire.ptx", NULL, NULL, 0,
                                                     NULL, NULL, 0);
@@ -153,6 +160,9 @@ int main(void)
            absent == CUDA_ERROR_FILE_NOT_FOUND ? "CUDA_ERROR_FILE_NOT_FOUND" : "other");
     printf("cuLibraryLoadFromFile of a PTX file: loaded, axpb found; of a missing file: %s\n",
            absent_library == CUDA_ERROR_FILE_NOT_FOUND ? "CUDA_ERROR_FILE_NOT_FOUND" : "other");
+    printf("the kernel's library: %s; the function's module: %s; kernels in the library %u, functions in the "
+           "module %u\n", kernels_library == library_from_file ? "that library" : "another",
+           functions_module == from_file ? "that module" : "another", kernel_count, function_count);
 
     /* PTX the JIT refuses: the error comes back, and so does the JIT's log, into the program's buffer */
     static const char BAD_PTX[] = ".version 9.0\n.target sm_75\n.address_size 64\n"
