@@ -363,6 +363,13 @@ def test_a_module_load_names_its_kernels(session):
     assert "kernel parameters" in reply.error
     sync = session.exchange(pb.Batch(fn=fn_id("cuCtxSynchronize"), args=pb.cuCtxSynchronize_Args().SerializeToString()))
     assert pb.cuCtxSynchronize_Result.FromString(sync.result).status == 0
+    listed = call("Enumerate", pb.Enumerate_Args(module=loaded.module, count=1), pb.Enumerate_Result)
+    assert listed.status == 0 and [(k.name, k.kernel) for k in listed.kernels] == [(AXPY, kernel)]
+    too_many = call("Enumerate", pb.Enumerate_Args(module=loaded.module, count=1 << 20), pb.Enumerate_Result)
+    assert too_many.status == 1 and not too_many.kernels
+    reply = session.exchange(pb.Batch(fn=op_id("Enumerate"), args=pb.Enumerate_Args(module=42, count=1)
+                                      .SerializeToString()))
+    assert "was not loaded by this session" in reply.error
 
 
 def test_a_hello_cannot_forge_log_lines(server):

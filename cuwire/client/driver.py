@@ -283,6 +283,37 @@ def cuModuleGetFunction(hfunc, hmod, name):
     return 0
 
 
+def _enumerate(out, count: int, module: int, from_module: bool) -> int:
+    """A library's kernels or a module's functions into the program's array, each known to the client from
+    now on as a lookup's would be (its layout for queued launches, its name)."""
+    if out == ffi.NULL:
+        return INVALID_VALUE
+    res = rt.call(rt.ENUMERATE, pb.Enumerate_Args(module=module, from_module=from_module, count=count),
+                  pb.Enumerate_Result)
+    if res.status != 0:
+        return res.status
+    if len(res.kernels) != count:
+        raise rt.Fail(INVALID_VALUE, f"cuwire: the server enumerated {len(res.kernels)} kernels of {count}")
+    for e in res.kernels:
+        k = rt.Kernel(e.kernel, tuple(e.param_offsets), tuple(e.param_sizes))
+        if e.name:
+            rt.client.lookups[rt.lookup_key(pb.GetKernel_Args(module=module, name=e.name, from_module=from_module))] = k
+            _named(k, e.name.encode())
+        rt.give_layout_to_c(e.kernel, k)
+    ffi.memmove(ffi.cast("char *", out), struct.pack(f"<{count}Q", *(e.kernel for e in res.kernels)), 8 * count)
+    return 0
+
+
+@ffi.def_extern(name="cuwire_py_cuLibraryEnumerateKernels", onerror=rt.on_error)
+def cuLibraryEnumerateKernels(kernels, numKernels, lib):
+    return _enumerate(kernels, numKernels, lib, False)
+
+
+@ffi.def_extern(name="cuwire_py_cuModuleEnumerateFunctions", onerror=rt.on_error)
+def cuModuleEnumerateFunctions(functions, numFunctions, mod):
+    return _enumerate(functions, numFunctions, mod, True)
+
+
 @ffi.def_extern(name="cuwire_py_cuKernelGetFunction", onerror=rt.on_error)
 def cuKernelGetFunction(pFunc, kernel):
     k = rt.client.lookup_kernel(0, pb.GetKernel_Args(kernel=kernel))

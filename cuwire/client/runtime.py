@@ -55,12 +55,13 @@ MAX_THREADS_PER_BLOCK, MAX_BLOCK_DIM, MAX_GRID_DIM = 1, (2, 3, 4), (5, 6, 7)
 (LOAD_MODULE, GET_KERNEL, GET_GLOBAL, LAUNCH_KERNEL, ERROR_STRING, MODULE_FUNCTIONS, MAX_ACTIVE_CLUSTERS,
  EXPORT_TABLE_SIZE, LINK, COPY_3D, KERNEL_NODE, HOST_NODE, GRAPH_NODES, REGISTER_HOST, UNREGISTER_HOST,
  MANAGED_ALLOC, GRAPH_NODE, CAPTURE_INFO, ALLOC_NODE_PARAMS, KERNEL_NODE_PARAMS, BATCH_NODE,
- GRAPH_DOT) = (
+ GRAPH_DOT, ENUMERATE) = (
     wire.OP_IDS[n] for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString",
                              "ModuleFunctions", "MaxActiveClusters", "ExportTableSize", "Link", "Copy3D",
                              "KernelNode", "HostNode", "GraphNodes", "RegisterHost", "UnregisterHost",
                              "ManagedAlloc", "GraphNode", "CaptureInfo", "AllocNodeParams",
-                             "KernelNodeParams", "BatchMemOpNode", "GraphDot"))
+                             "KernelNodeParams", "BatchMemOpNode", "GraphDot",
+                             "Enumerate"))
 
 
 class Fail(Exception):

@@ -40,7 +40,8 @@ INTERNAL_OPS = ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorSt
                 "SetContext", "Copy3D", "KernelNode", "HostNode", "GraphNodes", "CopyToDevice", "CopyFromDevice",
                 "CopyShared", "RegisterHost",
                 "UnregisterHost", "HostFunc", "ManagedAlloc", "GraphNode", "CaptureInfo", "AllocNodeParams",
-                "KernelNodeParams", "BatchMemOpNode", "GraphDot")
+                "KernelNodeParams", "BatchMemOpNode", "GraphDot",
+                "Enumerate")
 
 
 def py_name(name: str) -> str:

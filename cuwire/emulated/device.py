@@ -1612,8 +1612,22 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
             kernels[i] = self.ffi.cast("CUkernel", self._kernel_handle(handle, registry.KERNELS[name]))
         return 0
 
+    def cuModuleEnumerateFunctions(self, functions: CData, numFunctions: int, mod: CData) -> int:
+        kernels = self.ffi.new("CUkernel[]", max(numFunctions, 1))
+        status = self.cuLibraryEnumerateKernels(kernels, numFunctions, mod)  # (a module is its library here)
+        for i in range(numFunctions if status == 0 else 0):
+            functions[i] = self.ffi.cast("CUfunction", self._function_handle(self._kernel_handles[
+                self._addr(kernels[i])]))
+        return status
+
+    def cuFuncGetName(self, name: CData, hfunc: CData) -> int:
+        return self._put_name(name, self._function_handles.get(self._addr(hfunc)))
+
     def cuKernelGetName(self, name: CData, hfunc: CData) -> int:
-        function = self._kernel_handles.get(self._addr(hfunc))
+        return self._put_name(name, self._kernel_handles.get(self._addr(hfunc)))
+
+    def _put_name(self, name: CData, function: _Function | None) -> int:
+        """A kernel's or function's name into *name (a string the device keeps)."""
         if function is None:
             return self.drv.CUDA_ERROR_INVALID_HANDLE
         if self._is_null(name):

@@ -136,6 +136,7 @@ extern "Python+C" int cuwire_py_cuKernelSetAttribute(int64_t, int64_t, uint64_t,
 extern "Python+C" int cuwire_py_cuKernelSetCacheConfig(uint64_t, int64_t, int64_t);
 extern "Python+C" int cuwire_py_cuLaunchKernel(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, void *, void *);
 extern "Python+C" int cuwire_py_cuLaunchKernelEx(void *, uint64_t, uint64_t, void *, void *);
+extern "Python+C" int cuwire_py_cuLibraryEnumerateKernels(void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuLibraryGetGlobal(void *, void *, uint64_t, void *);
 extern "Python+C" int cuwire_py_cuLibraryGetKernel(void *, uint64_t, void *);
 extern "Python+C" int cuwire_py_cuLibraryGetKernelCount(void *, uint64_t);
@@ -208,6 +209,7 @@ extern "Python+C" int cuwire_py_cuMemsetD8_v2(uint64_t, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMipmappedArrayCreate(void *, void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuMipmappedArrayDestroy(uint64_t);
 extern "Python+C" int cuwire_py_cuMipmappedArrayGetLevel(void *, uint64_t, uint64_t);
+extern "Python+C" int cuwire_py_cuModuleEnumerateFunctions(void *, uint64_t, uint64_t);
 extern "Python+C" int cuwire_py_cuModuleGetFunction(void *, uint64_t, void *);
 extern "Python+C" int cuwire_py_cuModuleGetFunctionCount(void *, uint64_t);
 extern "Python+C" int cuwire_py_cuModuleGetGlobal_v2(void *, void *, uint64_t, void *);

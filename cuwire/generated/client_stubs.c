@@ -1286,7 +1286,7 @@ const char *const cuwire_modes[] = {
     "local",
     "custom",
     "custom",
-    "unimplemented",
+    "custom",
     "custom",
     "custom",
     "sync",
@@ -1446,7 +1446,7 @@ const char *const cuwire_modes[] = {
     "sync",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "custom",
     "custom",
     "sync",
     "unimplemented",
@@ -8029,11 +8029,13 @@ CUWIRE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction
 }
 CUWIRE_EXPORT __typeof__(cuLaunchKernelEx) cuLaunchKernelEx_ptsz __attribute__((alias("cuLaunchKernelEx")));
 
-/* cuLibraryEnumerateKernels (cuda.h): unimplemented */
+/* cuLibraryEnumerateKernels (cuda.h): remoted, custom */
+int cuwire_py_cuLibraryEnumerateKernels(void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuLibraryEnumerateKernels", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuLibraryEnumerateKernels((void *)kernels, (uint64_t)numKernels, (uint64_t)(uintptr_t)lib));
 }
 CUWIRE_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib)
 {
@@ -11564,11 +11566,13 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PRO
     return cuwire_impl_cuMipmappedArrayGetSparseProperties(sparseProperties, mipmap);
 }
 
-/* cuModuleEnumerateFunctions (cuda.h): unimplemented */
+/* cuModuleEnumerateFunctions (cuda.h): remoted, custom */
+int cuwire_py_cuModuleEnumerateFunctions(void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuModuleEnumerateFunctions", "cuda.h", &warned), 801));
+    if (!CUWIRE_READY())
+        return (CUresult)CUWIRE_NOT_READY;
+    return (CUresult)(cuwire_py_cuModuleEnumerateFunctions((void *)functions, (uint64_t)numFunctions, (uint64_t)(uintptr_t)mod));
 }
 CUWIRE_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod)
 {

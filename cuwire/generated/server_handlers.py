@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "27339d559267bd05"
+API_DIGEST = "c11a30622fb56606"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -41,6 +41,7 @@ OP_IDS = {
     "KernelNodeParams": 4069173233,
     "BatchMemOpNode": 134213474,
     "GraphDot": 491433564,
+    "Enumerate": 2205140631,
 }
 
 

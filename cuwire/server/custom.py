@@ -90,15 +90,43 @@ def _describe_library(s, library: int, out) -> None:
     kernels = ffi.new("CUkernel[]", count[0])
     if lib.cuLibraryEnumerateKernels(kernels, count[0], handle) != 0:
         return
+    _describe_all(s, list(kernels), "kernel", out)
+
+
+def _describe_all(s, handles: list, kind: str, out) -> None:
+    """Describe each of a library's kernels or a module's functions (kind "kernel" or "function") into `out`
+    (LoadedKernel entries), with its name (empty where the driver gives none)."""
+    lib, ffi = s.lib, s.ffi
     name = ffi.new("const char **")
-    for kernel in kernels:
-        if lib.cuKernelGetName(name, kernel) != 0:
-            continue
-        entry = out.add(name=ffi.string(name[0]).decode(errors="replace"),
-                        kernel=int(ffi.cast("uintptr_t", kernel)))
-        # launches take the CUkernel itself: the driver loads it into whichever context is current
-        _describe(s, entry.kernel, ffi.cast("CUfunction", kernel), "kernel", entry.param_offsets,
-                  entry.param_sizes, lambda i, o, z, k=kernel: lib.cuKernelGetParamInfo(k, i, o, z))
+    get_name = lib.cuKernelGetName if kind == "kernel" else lib.cuFuncGetName
+    for h in handles:
+        entry = out.add(name=ffi.string(name[0]).decode(errors="replace") if get_name(name, h) == 0 else "",
+                        kernel=int(ffi.cast("uintptr_t", h)))
+        if kind == "kernel":  # launches take the CUkernel itself: the driver loads it into the current context
+            _describe(s, entry.kernel, ffi.cast("CUfunction", h), "kernel", entry.param_offsets,
+                      entry.param_sizes, lambda i, o, z, k=h: lib.cuKernelGetParamInfo(k, i, o, z))
+        else:
+            _describe(s, entry.kernel, h, "function", entry.param_offsets, entry.param_sizes)
+
+
+MAX_ENUMERATED = 1 << 16
+
+
+def enumerate_kernels(s, a: pb.Enumerate_Args) -> pb.Enumerate_Result:
+    """cuwire.Enumerate (cuLibraryEnumerateKernels, cuModuleEnumerateFunctions)."""
+    if a.count > MAX_ENUMERATED:
+        raise CudaFail(INVALID_VALUE, f"{a.count} kernels asked for (cuwire enumerates {MAX_ENUMERATED} at most)")
+    lib, ffi = s.lib, s.ffi
+    r = pb.Enumerate_Result()
+    if a.from_module:
+        handles = ffi.new("CUfunction[]", max(a.count, 1))
+        r.status = lib.cuModuleEnumerateFunctions(handles, a.count, _cu_module(s, a.module))
+    else:
+        handles = ffi.new("CUkernel[]", max(a.count, 1))
+        r.status = lib.cuLibraryEnumerateKernels(handles, a.count, _module(s, a.module))
+    if r.status == 0:
+        _describe_all(s, list(handles)[:a.count], "function" if a.from_module else "kernel", r.kernels)
+    return r
 
 
 JIT_LOG_SIZE = 16384
@@ -431,6 +459,7 @@ OPS = {
     op_id("KernelNodeParams"): ("cuwire.KernelNodeParams", pb.KernelNodeParams_Args, kernel_node_params),
     op_id("BatchMemOpNode"): ("cuwire.BatchMemOpNode", pb.BatchMemOpNode_Args, graphs.batch_node),
     op_id("GraphDot"): ("cuwire.GraphDot", pb.GraphDot_Args, graphs.graph_dot),
+    op_id("Enumerate"): ("cuwire.Enumerate", pb.Enumerate_Args, enumerate_kernels),
     op_id("RegisterHost"): ("cuwire.RegisterHost", pb.RegisterHost_Args, register_host),
     op_id("UnregisterHost"): ("cuwire.UnregisterHost", pb.UnregisterHost_Args, unregister_host),
     op_id("ManagedAlloc"): ("cuwire.ManagedAlloc", pb.ManagedAlloc_Args, managed_alloc),

@@ -153,6 +153,25 @@ int main(void)
     CHECK_DRIVER(cuFuncGetModule(&functions_module, axpb_from_file));
     CHECK_DRIVER(cuLibraryGetKernelCount(&kernel_count, library_from_file));
     CHECK_DRIVER(cuModuleGetFunctionCount(&function_count, from_file));
+    /* each of them enumerated: named, and the function asked about */
+    CUkernel listed_kernels[2];
+    CUfunction listed_functions[2];
+    int axpb_kernels = 0, axpb_functions = 0, listed_threads = 0;
+    if (kernel_count == 2 && function_count == 2) {
+        CHECK_DRIVER(cuLibraryEnumerateKernels(listed_kernels, 2, library_from_file));
+        CHECK_DRIVER(cuModuleEnumerateFunctions(listed_functions, 2, from_file));
+        for (int i = 0; i < 2; i++) {
+            const char *kernel_name = NULL, *function_name = NULL;
+            CHECK_DRIVER(cuKernelGetName(&kernel_name, listed_kernels[i]));
+            CHECK_DRIVER(cuFuncGetName(&function_name, listed_functions[i]));
+            axpb_kernels += strcmp(kernel_name, "axpb") == 0 && listed_kernels[i] == axpb_kernel;
+            if (strcmp(function_name, "axpb") == 0) {
+                axpb_functions++;
+                CHECK_DRIVER(cuFuncGetAttribute(&listed_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                                                listed_functions[i]));
+            }
+        }
+    }
     CUresult absent = cuModuleLoad(&from_file, "/nonexistent/cuwire.ptx");
     CUresult absent_library = cuLibraryLoadFromFile(&library_from_file, "/nonexistent/cuwire.ptx", NULL, NULL, 0,
                                                     NULL, NULL, 0);
@@ -163,6 +182,8 @@ int main(void)
     printf("the kernel's library: %s; the function's module: %s; kernels in the library %u, functions in the "
            "module %u\n", kernels_library == library_from_file ? "that library" : "another",
            functions_module == from_file ? "that module" : "another", kernel_count, function_count);
+    printf("enumerated: axpb among the kernels %d time(s), the same kernel; among the functions %d time(s), "
+           "max threads per block %d\n", axpb_kernels, axpb_functions, listed_threads);
 
     /* PTX the JIT refuses: the error comes back, and so does the JIT's log, into the program's buffer */
     static const char BAD_PTX[] = ".version 9.0\n.target sm_75\n.address_size 64\n"
