@@ -522,7 +522,10 @@ def cuMemcpy3DAsync_v2(pCopy, pCopy_len, hStream):
 # CUDA_KERNEL_NODE_PARAMS (v2): func, grid[3], block[3], shared memory, kernelParams, extra, kern, ctx
 _KERNEL_NODE = struct.Struct("<Q7I4xQQQQ")
 _PARAMS_MAX = 32 << 10  # the most parameter bytes a kernel takes (CUDA 12.1+)
-ADD, SET, EXEC_SET = 0, 1, 2  # KernelNode_Args.action
+ADD, SET, EXEC_SET, GET = 0, 1, 2, 3  # KernelNode_Args.action, BatchMemOpNode_Args.action
+# node -> what the parameters last read back from it point to (its parameter values, its operations, its access
+# descriptors): the client keeps them for the program, as CUDA keeps its own
+_read_back: dict[int, object] = {}
 
 
 def _kernel_node(nodeParams, action: int, **fields) -> pb.KernelNode_Result | int:
@@ -593,8 +596,6 @@ def cuGraphDebugDotPrint(hGraph, path, flags):
 
 # CUDA_BATCH_MEM_OP_NODE_PARAMS: ctx, count, paramArray, flags; each operation a CUstreamBatchMemOpParams
 _BATCH_NODE, _BATCH_OP = struct.Struct("<QI4xQI4x"), 48
-BATCH_GET = 3  # BatchMemOpNode_Args.action, beside ADD, SET, EXEC_SET
-_batch_ops: dict[int, object] = {}  # batch memory operation node -> the operations its params point to
 
 
 def _batch_node(nodeParams, action: int, **fields) -> pb.BatchMemOpNode_Result:
@@ -630,20 +631,18 @@ def cuGraphBatchMemOpNodeGetParams(hNode, nodeParams_out, nodeParams_out_len):
     """The server's node; its operations in an array the client keeps for the node (CUDA keeps its own so)."""
     if nodeParams_out == ffi.NULL:
         return INVALID_VALUE
-    res = rt.call(rt.BATCH_NODE, pb.BatchMemOpNode_Args(action=BATCH_GET, node=hNode), pb.BatchMemOpNode_Result)
+    res = rt.call(rt.BATCH_NODE, pb.BatchMemOpNode_Args(action=GET, node=hNode), pb.BatchMemOpNode_Result)
     if res.status != 0:
         return res.status
     if len(res.ops) != res.count * _BATCH_OP:
         raise rt.Fail(INVALID_VALUE, "cuwire: the server's batch memory operation node does not add up")
-    ops = _batch_ops[hNode] = ffi.new("char[]", res.ops or b"\0")
+    ops = _read_back[hNode] = ffi.new("char[]", res.ops or b"\0")
     _BATCH_NODE.pack_into(ffi.buffer(ffi.cast("char *", nodeParams_out), _BATCH_NODE.size), 0, res.ctx, res.count,
                           int(ffi.cast("uintptr_t", ops)) if res.count else 0, res.flags)
     return 0
 
 
 # ---------------------------------------------------------------- graphs' kernel nodes, read back
-
-_kernel_params: dict[int, tuple] = {}  # kernel node -> the parameters and pointer array its params point to
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphKernelNodeGetParams_v2", onerror=rt.on_error)
@@ -662,7 +661,7 @@ def cuGraphKernelNodeGetParams_v2(hNode, nodeParams, nodeParams_len):
     rt.give_layout_to_c(res.func, layout)
     values = ffi.new("char[]", res.params or b"\0")
     pointers = ffi.new("void *[]", [values + o for o in layout.offsets] or [ffi.NULL])
-    _kernel_params[hNode] = (values, pointers)
+    _read_back[hNode] = (values, pointers)
     _KERNEL_NODE.pack_into(ffi.buffer(ffi.cast("char *", nodeParams), _KERNEL_NODE.size), 0, res.func, *res.grid,
                            *res.block, res.shared_mem, int(ffi.cast("uintptr_t", pointers)), 0, res.kern, res.ctx)
     return 0
@@ -728,9 +727,6 @@ def cuGraphHostNodeGetParams(hNode, nodeParams, nodeParams_len):
     return 0
 
 
-_alloc_access: dict[int, object] = {}  # memory allocation node -> the access descriptors its params point to
-
-
 @ffi.def_extern(name="cuwire_py_cuGraphMemAllocNodeGetParams", onerror=rt.on_error)
 def cuGraphMemAllocNodeGetParams(hNode, params_out, params_out_len):
     """The server's parameters, their access descriptors in an array the client keeps for the node (CUDA keeps
@@ -743,7 +739,7 @@ def cuGraphMemAllocNodeGetParams(hNode, params_out, params_out_len):
     if len(res.params) != params_out_len:
         raise rt.Fail(INVALID_VALUE)
     ffi.memmove(params_out, res.params, len(res.params))
-    access = _alloc_access[hNode] = ffi.new("char[]", res.access or b"\0")
+    access = _read_back[hNode] = ffi.new("char[]", res.access or b"\0")
     struct.pack_into("<Q", ffi.buffer(ffi.cast("char *", params_out), params_out_len), ALLOC_ACCESS_AT - NODE_PARAMS_AT,
                      int(ffi.cast("uintptr_t", access)) if res.access else 0)
     return 0

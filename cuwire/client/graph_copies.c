@@ -172,19 +172,40 @@ static struct standin *make_standin(char *program, size_t width, size_t pitch, s
     return s;
 }
 
-/* A stand-in for one host side (host, x, y, z, pitch, rows) of a node's copy `c`, when that side is not
- * page-locked memory the server shares already; *base is then what the node takes as its host pointer. */
-static struct standin *side_standin(const void *host, size_t x, size_t y, size_t z, size_t pitch, size_t rows,
-                                    const CUDA_MEMCPY3D *c, int to_device, const void **base)
+/* One host side of a node's copy `c`: its pointer, the offset of the first byte the copy touches, and its
+ * pitch and rows per slice, CUDA's defaults filled in (0: the copy's width, its height). */
+struct host_side {
+    const void *host;
+    size_t first, pitch, rows;
+};
+
+static struct host_side host_side(const void *host, size_t x, size_t y, size_t z, size_t pitch, size_t height,
+                                  const CUDA_MEMCPY3D *c)
+{
+    size_t p = pitch ? pitch : c->WidthInBytes, rows = height ? height : c->Height;
+    return (struct host_side){host, (z * (c->Depth > 1 ? rows : 0) + y) * p + x, p, rows};
+}
+
+#define SRC_SIDE(c) host_side((c)->srcHost, (c)->srcXInBytes, (c)->srcY, (c)->srcZ, (c)->srcPitch, (c)->srcHeight, c)
+#define DST_SIDE(c) host_side((c)->dstHost, (c)->dstXInBytes, (c)->dstY, (c)->dstZ, (c)->dstPitch, (c)->dstHeight, c)
+
+/* Whether one host side of a copy is memory a stand-in would have to take the place of. */
+static int pageable(const void *host)
 {
     int shared = 0;
-    if (!host || (cuwire_host_locked(host, &shared) && shared))
+    return host && !(cuwire_host_locked(host, &shared) && shared);
+}
+
+/* A stand-in for host side `h` of a node's copy `c`, when that side is not page-locked memory the server
+ * shares already; *base is then what the node takes as its host pointer. */
+static struct standin *side_standin(struct host_side h, const CUDA_MEMCPY3D *c, int to_device, const void **base)
+{
+    if (!pageable(h.host))
         return NULL;
-    size_t first = (z * (c->Depth > 1 ? rows : 0) + y) * pitch + x;
-    struct standin *s = make_standin((char *)host + first, c->WidthInBytes, pitch, c->Height, rows * pitch, c->Depth,
-                                     to_device);
+    struct standin *s = make_standin((char *)h.host + h.first, c->WidthInBytes, h.pitch, c->Height, h.rows * h.pitch,
+                                     c->Depth, to_device);
     if (s)
-        *base = s->shared - first;
+        *base = s->shared - h.first;
     return s;
 }
 
@@ -199,11 +220,9 @@ int cuwire_graph_copy_node(CUgraphNode *node, CUgraph graph, const CUgraphNode *
     CUDA_MEMCPY3D copy = *c;
     struct standin *src = NULL, *dst = NULL;
     if (c->srcMemoryType == CU_MEMORYTYPE_HOST)
-        src = side_standin(c->srcHost, c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch ? c->srcPitch : c->WidthInBytes,
-                           c->srcHeight ? c->srcHeight : c->Height, c, 1, &copy.srcHost);
+        src = side_standin(SRC_SIDE(c), c, 1, &copy.srcHost);
     if (c->dstMemoryType == CU_MEMORYTYPE_HOST)
-        dst = side_standin(c->dstHost, c->dstXInBytes, c->dstY, c->dstZ, c->dstPitch ? c->dstPitch : c->WidthInBytes,
-                           c->dstHeight ? c->dstHeight : c->Height, c, 0, (const void **)&copy.dstHost);
+        dst = side_standin(DST_SIDE(c), c, 0, (const void **)&copy.dstHost);
     if (!src && !dst)
         return -1;
     CUresult status = cuGraphAddMemcpyNode(node, graph, deps, n, &copy, ctx);
@@ -217,13 +236,6 @@ int cuwire_graph_copy_node(CUgraphNode *node, CUgraph graph, const CUgraphNode *
     if (dst)
         list(dst, (uint64_t)(uintptr_t)graph);
     return CUDA_SUCCESS;
-}
-
-/* Whether one host side of a copy is memory a stand-in would have to take the place of. */
-static int pageable(const void *host)
-{
-    int shared = 0;
-    return host && !(cuwire_host_locked(host, &shared) && shared);
 }
 
 /* A memcpy node's parameters set (cuGraphMemcpyNodeSetParams, cuGraphExecMemcpyNodeSetParams): to device or
@@ -253,19 +265,16 @@ int cuwire_graph_exec_copy_set(CUgraphExec exec, CUgraphNode node, const CUDA_ME
     return copy_set(c, "cuGraphExecMemcpyNodeSetParams");
 }
 
-/* The program's pointer for a host side (host, x, y, z, pitch, rows) of a node's copy `c` that names a
- * stand-in; `host` itself for any other. */
-static const void *program_side(const void *host, size_t x, size_t y, size_t z, size_t pitch, size_t rows,
-                                const CUDA_MEMCPY3D *c)
+/* The program's pointer for host side `h` of a node's copy, where it names a stand-in; its own pointer else. */
+static const void *program_side(struct host_side h)
 {
-    if (!host || !__atomic_load_n(&standins, __ATOMIC_ACQUIRE))
-        return host;
-    size_t first = (z * (c->Depth > 1 ? rows : 0) + y) * pitch + x;
-    const void *program = host;
+    if (!h.host || !__atomic_load_n(&standins, __ATOMIC_ACQUIRE))
+        return h.host;
+    const void *program = h.host;
     pthread_mutex_lock(&lock);
     for (struct standin *s = standins; s; s = s->next)
-        if (s->shared == (const char *)host + first) {
-            program = s->program - first;
+        if (s->shared == (const char *)h.host + h.first) {
+            program = s->program - h.first;
             break;
         }
     pthread_mutex_unlock(&lock);
@@ -280,13 +289,9 @@ void cuwire_after_memcpy_node_params(CUgraphNode node, CUDA_MEMCPY3D *c)
     if (!c || !c->WidthInBytes || !c->Height || !c->Depth)
         return;
     if (c->srcMemoryType == CU_MEMORYTYPE_HOST)
-        c->srcHost = program_side(c->srcHost, c->srcXInBytes, c->srcY, c->srcZ,
-                                  c->srcPitch ? c->srcPitch : c->WidthInBytes, c->srcHeight ? c->srcHeight : c->Height,
-                                  c);
+        c->srcHost = program_side(SRC_SIDE(c));
     if (c->dstMemoryType == CU_MEMORYTYPE_HOST)
-        c->dstHost = (void *)program_side(c->dstHost, c->dstXInBytes, c->dstY, c->dstZ,
-                                          c->dstPitch ? c->dstPitch : c->WidthInBytes,
-                                          c->dstHeight ? c->dstHeight : c->Height, c);
+        c->dstHost = (void *)program_side(DST_SIDE(c));
 }
 
 #define CAPTURE_OWNER (1ull << 63) /* a stream capture's id, as an owner (graphs and executables are addresses) */

@@ -118,7 +118,10 @@ class EmulatedGraphs:
         self._graphs[handle] = graph
         return self._drv_put((out, handle))
 
-    def _add(self, out: CData, hGraph: CData, dependencies: CData, count: int, kind: int, work) -> int:
+    def _add(self, out: CData, hGraph: CData, dependencies: CData, count: int, kind: int, work,
+             made: Any = None) -> int:
+        """A node of `kind` doing `work`, after `dependencies`; it keeps what it was `made` with (if anything),
+        for reading back."""
         graph = self._graph(hGraph)
         if graph is None or self._is_null(out):
             return self.drv.CUDA_ERROR_INVALID_VALUE
@@ -128,6 +131,8 @@ class EmulatedGraphs:
         node = self._new_handle()
         graph.nodes.append(node)
         graph.work[node], graph.kinds[node] = work, kind
+        if made is not None:
+            graph.params[node] = made
         graph.edges.update((d, node) for d in deps)
         self._nodes[node] = self._addr(hGraph)
         return self._drv_put((out, node))
@@ -306,10 +311,7 @@ class EmulatedGraphs:
         work = self._kernel_work(nodeParams)
         if work is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, KERNEL, work[0])
-        if err == 0:
-            self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = work[1]
-        return err
+        return self._add(phGraphNode, hGraph, dependencies, numDependencies, KERNEL, work[0], work[1])
 
     def cuGraphKernelNodeGetParams_v2(self, hNode: CData, nodeParams: CData) -> int:
         """What the node was made with, as CUDA gives it: a kernel's node names the kernel's function and the
@@ -331,14 +333,15 @@ class EmulatedGraphs:
         p.sharedMemBytes, p.kernelParams, p.extra = made.shared, pointers, ffi.NULL
         return 0
 
-    def _set_node_work(self, hNode: CData, kind: int, work: Callable[[], Any] | None) -> Graph | None:
-        """A node of `kind` does `work` from now on; its graph, or None (nothing set) for a node of another
-        kind, an unknown node or no work (parameters CUDA refuses)."""
+    def _set_node_work(self, hNode: CData, kind: int, work: Callable[[], Any] | None, made: Any) -> int:
+        """A node of `kind` does `work` from now on, and keeps what it was `made` with; nothing is set for a
+        node of another kind, an unknown node or no work (parameters CUDA refuses: CUDA_ERROR_INVALID_VALUE)."""
         graph = self._graphs.get(self._nodes.get(self._addr(hNode), 0))
         if graph is None or work is None or graph.kinds[self._addr(hNode)] != kind:
-            return None
+            return self.drv.CUDA_ERROR_INVALID_VALUE
         graph.work[self._addr(hNode)] = work
-        return graph
+        graph.params[self._addr(hNode)] = made
+        return 0
 
     def _set_exec_work(self, hGraphExec: CData, hNode: CData, work: Callable[[], Any] | None) -> int:
         """A node of an executable graph does `work` from now on (no work: parameters CUDA refuses)."""
@@ -351,11 +354,7 @@ class EmulatedGraphs:
 
     def cuGraphKernelNodeSetParams_v2(self, hNode: CData, nodeParams: CData) -> int:
         work = self._kernel_work(nodeParams)
-        graph = self._set_node_work(hNode, KERNEL, work and work[0])
-        if graph is None:
-            return self.drv.CUDA_ERROR_INVALID_VALUE
-        graph.params[self._addr(hNode)] = work[1]
-        return 0
+        return self._set_node_work(hNode, KERNEL, work and work[0], work and work[1])
 
     def _memset_work(self, m: CData) -> Callable[[], None] | None:
         """A memset node's work, or None for parameters CUDA refuses."""
@@ -370,18 +369,14 @@ class EmulatedGraphs:
         work = None if self._is_null(memsetParams) else self._memset_work(memsetParams)
         if work is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, MEMSET, work)
-        if err == 0:
-            self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = self.ffi.new(
-                "CUDA_MEMSET_NODE_PARAMS *", memsetParams[0])
-        return err
+        return self._add(phGraphNode, hGraph, dependencies, numDependencies, MEMSET, work,
+                         self.ffi.new("CUDA_MEMSET_NODE_PARAMS *", memsetParams[0]))
 
     def cuGraphMemsetNodeSetParams(self, hNode: CData, nodeParams: CData) -> int:
-        graph = self._set_node_work(hNode, MEMSET, None if self._is_null(nodeParams) else self._memset_work(nodeParams))
-        if graph is None:
+        if self._is_null(nodeParams):
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        graph.params[self._addr(hNode)] = self.ffi.new("CUDA_MEMSET_NODE_PARAMS *", nodeParams[0])
-        return 0
+        return self._set_node_work(hNode, MEMSET, self._memset_work(nodeParams),
+                                   self.ffi.new("CUDA_MEMSET_NODE_PARAMS *", nodeParams[0]))
 
     def cuGraphExecMemsetNodeSetParams(self, hGraphExec: CData, hNode: CData, memsetParams: CData,
                                        ctx: CData) -> int:
@@ -393,10 +388,8 @@ class EmulatedGraphs:
         if self._is_null(copyParams):
             return self.drv.CUDA_ERROR_INVALID_VALUE
         c = self.ffi.new("CUDA_MEMCPY3D *", copyParams[0])  # kept: the node copies it, as CUDA does
-        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, MEMCPY, lambda: self.cuMemcpy3D_v2(c))
-        if err == 0:
-            self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = c
-        return err
+        return self._add(phGraphNode, hGraph, dependencies, numDependencies, MEMCPY, lambda: self.cuMemcpy3D_v2(c),
+                         c)
 
     def _batch_work(self, p: CData) -> tuple[Callable[[], Any], tuple[CData, CData]] | None:
         """A batch memory operation node's work (its operations, as cuStreamBatchMemOp makes them, on the
@@ -416,18 +409,11 @@ class EmulatedGraphs:
         work = self._batch_work(nodeParams)
         if work is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, BATCH_MEM_OP, work[0])
-        if err == 0:
-            self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = work[1]
-        return err
+        return self._add(phGraphNode, hGraph, dependencies, numDependencies, BATCH_MEM_OP, work[0], work[1])
 
     def cuGraphBatchMemOpNodeSetParams(self, hNode: CData, nodeParams: CData) -> int:
         work = self._batch_work(nodeParams)
-        graph = self._set_node_work(hNode, BATCH_MEM_OP, work and work[0])
-        if graph is None:
-            return self.drv.CUDA_ERROR_INVALID_VALUE
-        graph.params[self._addr(hNode)] = work[1]
-        return 0
+        return self._set_node_work(hNode, BATCH_MEM_OP, work and work[0], work and work[1])
 
     def cuGraphExecBatchMemOpNodeSetParams(self, hGraphExec: CData, hNode: CData, nodeParams: CData) -> int:
         work = self._batch_work(nodeParams)
@@ -446,11 +432,7 @@ class EmulatedGraphs:
         if self._is_null(nodeParams):
             return self.drv.CUDA_ERROR_INVALID_VALUE
         c = self.ffi.new("CUDA_MEMCPY3D *", nodeParams[0])
-        graph = self._set_node_work(hNode, MEMCPY, lambda: self.cuMemcpy3D_v2(c))
-        if graph is None:
-            return self.drv.CUDA_ERROR_INVALID_VALUE
-        graph.params[self._addr(hNode)] = c
-        return 0
+        return self._set_node_work(hNode, MEMCPY, lambda: self.cuMemcpy3D_v2(c), c)
 
     def cuGraphExecMemcpyNodeSetParams(self, hGraphExec: CData, hNode: CData, copyParams: CData,
                                        ctx: CData) -> int:
@@ -474,10 +456,7 @@ class EmulatedGraphs:
         copy = child.copy()  # the child as it is now, as CUDA clones it
         handle = self._new_handle()
         self._graphs[handle] = copy
-        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, GRAPH, lambda: run_graph(copy))
-        if err == 0:
-            self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = handle
-        return err
+        return self._add(phGraphNode, hGraph, dependencies, numDependencies, GRAPH, lambda: run_graph(copy), handle)
 
     def cuGraphExecChildGraphNodeSetParams(self, hGraphExec: CData, hNode: CData, childGraph: CData) -> int:
         """The executable graph's child node runs the graph as it is now (one of the same shape, CUDA asks)."""
@@ -492,10 +471,7 @@ class EmulatedGraphs:
         work = self._record_work(event)
         if work is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, EVENT_RECORD, work)
-        if err == 0:
-            self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = self._addr(event)
-        return err
+        return self._add(phGraphNode, hGraph, dependencies, numDependencies, EVENT_RECORD, work, self._addr(event))
 
     def _record_work(self, event: CData):
         e = self._event(event)
@@ -588,10 +564,7 @@ class EmulatedGraphs:
         if self._is_null(nodeParams) or self._is_null(nodeParams.fn):
             return self.drv.CUDA_ERROR_INVALID_VALUE
         fn, user = nodeParams.fn, nodeParams.userData
-        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, HOST, lambda: fn(user))
-        if err == 0:
-            self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = (fn, user)
-        return err
+        return self._add(phGraphNode, hGraph, dependencies, numDependencies, HOST, lambda: fn(user), (fn, user))
 
     def cuGraphHostNodeGetParams(self, hNode: CData, nodeParams: CData) -> int:
         made = self._node_param(hNode, HOST)
@@ -604,11 +577,7 @@ class EmulatedGraphs:
         if self._is_null(nodeParams) or self._is_null(nodeParams.fn):
             return self.drv.CUDA_ERROR_INVALID_VALUE
         fn, user = nodeParams.fn, nodeParams.userData
-        graph = self._set_node_work(hNode, HOST, lambda: fn(user))
-        if graph is None:
-            return self.drv.CUDA_ERROR_INVALID_VALUE
-        graph.params[self._addr(hNode)] = (fn, user)
-        return 0
+        return self._set_node_work(hNode, HOST, lambda: fn(user), (fn, user))
 
     def cuGraphExecHostNodeSetParams(self, hGraphExec: CData, hNode: CData, nodeParams: CData) -> int:
         if self._is_null(nodeParams) or self._is_null(nodeParams.fn) or self._node_param(hNode, HOST) is None:
@@ -621,10 +590,8 @@ class EmulatedGraphs:
         if self._event(event) is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
         # (work runs at once here: whatever recorded the event is done already)
-        err = self._add(phGraphNode, hGraph, dependencies, numDependencies, WAIT_EVENT, lambda: None)
-        if err == 0:
-            self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = self._addr(event)
-        return err
+        return self._add(phGraphNode, hGraph, dependencies, numDependencies, WAIT_EVENT, lambda: None,
+                         self._addr(event))
 
     def cuGraphDebugDotPrint(self, hGraph: CData, path: CData, flags: int) -> int:
         """The graph in DOT: its nodes (numbered, with their kind) and edges, into the file at `path`."""
@@ -762,25 +729,19 @@ class EmulatedGraphs:
             p.alloc.dptr = address  # (allocated from the node's creation on; made again at a launch once freed)
             size, memory = p.alloc.bytesize, self._memory
             memory.graph_memory[address] = size
-            err = self._add(phGraphNode, hGraph, dependencies, numDependencies, MEM_ALLOC,
-                            lambda: memory.contains(address) or memory.allocate_at(address, size))
-            if err == 0:  # what it was made with, its access descriptors kept for reading back
-                count = p.alloc.accessDescCount
-                descs = self.ffi.new("CUmemAccessDesc[]", [p.alloc.accessDescs[i] for i in range(count)] or 1)
-                made = self.ffi.new("CUDA_MEM_ALLOC_NODE_PARAMS *")  # (v1: v2's layout)
-                self.ffi.memmove(made, self.ffi.addressof(p.alloc), self.ffi.sizeof("CUDA_MEM_ALLOC_NODE_PARAMS"))
-                made.accessDescs = descs if count else self.ffi.NULL
-                self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = (made, descs)
-            return err
+            count = p.alloc.accessDescCount  # what it was made with, its access descriptors kept for reading back
+            descs = self.ffi.new("CUmemAccessDesc[]", [p.alloc.accessDescs[i] for i in range(count)] or 1)
+            made = self.ffi.new("CUDA_MEM_ALLOC_NODE_PARAMS *")  # (v1: v2's layout)
+            self.ffi.memmove(made, self.ffi.addressof(p.alloc), self.ffi.sizeof("CUDA_MEM_ALLOC_NODE_PARAMS"))
+            made.accessDescs = descs if count else self.ffi.NULL
+            return self._add(phGraphNode, hGraph, dependencies, numDependencies, MEM_ALLOC,
+                             lambda: memory.contains(address) or memory.allocate_at(address, size), (made, descs))
         if p.type == MEM_FREE:
             dptr = int(p.free.dptr)
             if not self._memory.contains(dptr) and dptr not in self._memory.graph_memory:
                 return self.drv.CUDA_ERROR_INVALID_VALUE  # (a graph's memory may be freed now: it is made again)
-            err = self._add(phGraphNode, hGraph, dependencies, numDependencies, MEM_FREE,
-                            lambda: self._memory.free(dptr))
-            if err == 0:
-                self._node_graph(phGraphNode[0]).params[self._addr(phGraphNode[0])] = int(p.free.dptr)
-            return err
+            return self._add(phGraphNode, hGraph, dependencies, numDependencies, MEM_FREE,
+                             lambda: self._memory.free(dptr), dptr)
         if p.type == CONDITIONAL:
             return self._add_conditional(phGraphNode, hGraph, dependencies, numDependencies, p.conditional)
         return self.drv.CUDA_ERROR_NOT_SUPPORTED

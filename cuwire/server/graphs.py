@@ -74,14 +74,19 @@ def _new_node(s, out) -> int:
     return node
 
 
-def _add_node(s, add, a, result, *params):
-    """add(out, graph, dependencies, count, *params) for a graph and dependencies of the session's; the new
-    node becomes the session's too."""
+def _added(s, add, graph: int, dependencies: bytes, count: int, *params) -> tuple[int, int]:
+    """add(out, graph, dependencies, count, *params) for a graph and dependencies of the session's: (its
+    status, the new node, now the session's too, or 0)."""
     out = s.ffi.new("CUgraphNode *")
-    result.status = add(out, s.handle(GRAPH, "CUgraph", a.hGraph), _nodes(s, a.dependencies, a.numDependencies),
-                        a.numDependencies, *params)
-    if result.status == 0:
-        result.phGraphNode = _new_node(s, out)
+    status = add(out, s.handle(GRAPH, "CUgraph", graph), _nodes(s, dependencies, count), count, *params)
+    return status, _new_node(s, out) if status == 0 else 0
+
+
+def _add_node(s, add, a, result, *params):
+    """_added for a generated call's arguments (hGraph, dependencies, numDependencies) and result."""
+    result.status, node = _added(s, add, a.hGraph, a.dependencies, a.numDependencies, *params)
+    if node:
+        result.phGraphNode = node
     return result
 
 
@@ -228,13 +233,8 @@ def host_node(s, a: pb.HostNode_Args) -> pb.HostNode_Result:
     if a.action == pb.SET_IN_EXEC:
         return pb.HostNode_Result(status=s.lib.cuGraphExecHostNodeSetParams(
             s.handle(EXEC, "CUgraphExec", a.exec), s.handle(NODE, "CUgraphNode", a.node), params))
-    out = ffi.new("CUgraphNode *")
-    n = len(a.dependencies) // 8
-    r = pb.HostNode_Result(status=s.lib.cuGraphAddHostNode(out, s.handle(GRAPH, "CUgraph", a.graph),
-                                                           _nodes(s, a.dependencies, n), n, params))
-    if r.status == 0:
-        r.node = _new_node(s, out)
-    return r
+    status, node = _added(s, s.lib.cuGraphAddHostNode, a.graph, a.dependencies, len(a.dependencies) // 8, params)
+    return pb.HostNode_Result(status=status, node=node)
 
 
 def cuGraphConditionalHandleCreate(s, a: pb.cuGraphConditionalHandleCreate_Args
@@ -488,12 +488,8 @@ def batch_node(s, a: pb.BatchMemOpNode_Args) -> pb.BatchMemOpNode_Result:
     ops = memops.checked_ops(s, a.ops, a.count)
     p.ctx, p.count, p.paramArray, p.flags = s.handle(CONTEXT, "CUcontext", a.ctx), a.count, ops, a.flags
     if a.action == ADD:
-        out = ffi.new("CUgraphNode *")
-        n = len(a.dependencies) // 8
-        r.status = lib.cuGraphAddBatchMemOpNode(out, s.handle(GRAPH, "CUgraph", a.graph),
-                                                _nodes(s, a.dependencies, n), n, p)
-        if r.status == 0:
-            r.node = _new_node(s, out)
+        r.status, r.node = _added(s, lib.cuGraphAddBatchMemOpNode, a.graph, a.dependencies,
+                                  len(a.dependencies) // 8, p)
     elif a.action == SET:
         r.status = lib.cuGraphBatchMemOpNodeSetParams(s.handle(NODE, "CUgraphNode", a.node), p)
     elif a.action == EXEC_SET:
@@ -528,12 +524,8 @@ def kernel_node(s, a: pb.KernelNode_Args) -> pb.KernelNode_Result:
     p.kernelParams = pointers
     r = pb.KernelNode_Result()
     if a.action == ADD:
-        out = ffi.new("CUgraphNode *")
-        r.status = s.lib.cuGraphAddKernelNode_v2(out, s.handle(GRAPH, "CUgraph", a.graph),
-                                                 _nodes(s, a.dependencies, len(a.dependencies) // 8),
-                                                 len(a.dependencies) // 8, p)
-        if r.status == 0:
-            r.node = _new_node(s, out)
+        r.status, r.node = _added(s, s.lib.cuGraphAddKernelNode_v2, a.graph, a.dependencies,
+                                  len(a.dependencies) // 8, p)
     elif a.action == SET:
         r.status = s.lib.cuGraphKernelNodeSetParams_v2(s.handle(NODE, "CUgraphNode", a.node), p)
     elif a.action == EXEC_SET:
