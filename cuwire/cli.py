@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import cuwire
+from cuwire import SAFE_PATH
 from cuwire.settings import Settings, host_port
 
 # Exit codes of `cuwire run` itself (the program's own code passes through otherwise), as `docker run`
@@ -111,7 +112,8 @@ class LocalServer:
     def __init__(self, emulated: bool, token: str | None, cache_dir: Path):
         self.logdir = tempfile.TemporaryDirectory(prefix="cuwire-server-")
         self.log_path = Path(self.logdir.name) / "server.log"
-        cmd = [sys.executable, "-m", "cuwire.server", "--listen", "127.0.0.1:0", "--cache-dir", str(cache_dir)]
+        cmd = [sys.executable, *SAFE_PATH, "-m", "cuwire.server", "--listen", "127.0.0.1:0",
+               "--cache-dir", str(cache_dir)]
         if emulated:
             cmd.append("--emulated")
         env = dict(os.environ)
@@ -206,12 +208,13 @@ def leave_a_core(env: dict[str, str], server: str, started_here: bool) -> None:
         env["OMP_NUM_THREADS"] = str(cores - 1)
 
 
-FORWARDED = (signal.SIGINT, signal.SIGTERM)
+# what a terminal (Ctrl-C, Ctrl-backslash, a hang-up) or a supervisor (kill, docker stop) sends to stop a program
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP)
 SI_KERNEL = 0x80  # siginfo si_code of a signal the kernel sent, e.g. a terminal's Ctrl-C to its process group
 
 
 def run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
-    """Run the program and wait for it, passing on SIGINT and SIGTERM sent to cuwire.
+    """Run the program and wait for it, passing on SIGINT, SIGTERM, SIGQUIT and SIGHUP sent to cuwire.
 
     The signals are blocked before the program starts (it may be ready, and be signalled, at once) and
     unblocked in the program itself. A Ctrl-C typed at the terminal already reaches the program (same
@@ -233,7 +236,10 @@ def run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
             pass
         signal.pthread_sigmask(signal.SIG_UNBLOCK, watched)
     rc = proc.returncode
-    return 128 - rc if rc < 0 else rc
+    if rc < 0:  # as a shell reports it, and said, since 128+N alone reads like the program's own code
+        err(f"cuwire run: {command[0]} was killed by {signal.Signals(-rc).name} (exit code {128 - rc})")
+        return 128 - rc
+    return rc
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -393,7 +399,7 @@ def check_library(folder: Path | None = None) -> Check:
     if not lib.exists():
         return Check(False, f"client library not found at {lib}", "run `make client` (or any `cuwire run` builds it)")
     probe = "import ctypes, sys; ctypes.CDLL(sys.argv[1]).cuMemAlloc_v2"
-    r = subprocess.run([sys.executable, "-c", probe, str(lib)], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, *SAFE_PATH, "-c", probe, str(lib)], capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["?"])[-1]
         return Check(False, f"client library {lib} does not load or lacks cuMemAlloc_v2 ({last})",

@@ -30,17 +30,34 @@ def test_the_installed_package_is_whole(installed):
         assert (package / f).exists(), f
 
 
+# What a checkout holds where a user stands: a cuwire/ folder without the compiled parts an install has. Any
+# import of it (a child started with `python -m` from there picks it up first) fails by name.
+SHADOW = 'raise ImportError("the cuwire/ folder of the current directory was imported, not the installed one")\n'
+# What pip's console script `cuwire` runs: its own folder, not the current one, heads sys.path.
+CONSOLE_SCRIPT = "import sys\nfrom cuwire.cli import main\nsys.exit(main())\n"
+
+
 @pytest.mark.parametrize("where", ["checkout", "elsewhere"])
 def test_run_from_an_install(installed, apps, where, tmp_path):
+    """`cuwire run` with no server (it starts one, whose sessions are children of their own) from the root
+    of a checkout and from anywhere else."""
     env = {**os.environ, "PYTHONPATH": str(installed), "HOME": str(tmp_path)}  # the library builds in HOME's cache
     for name in ("CUWIRE_SERVER", "LD_PRELOAD"):
         env.pop(name, None)
-    cwd = ROOT if where == "checkout" else tmp_path
+    cwd = tmp_path / "here"
+    if where == "checkout":
+        (cwd / "cuwire").mkdir(parents=True)
+        (cwd / "cuwire" / "__init__.py").write_text(SHADOW)
+    cwd.mkdir(exist_ok=True)
+    script = tmp_path / "bin" / "cuwire"
+    script.parent.mkdir()
+    script.write_text(CONSOLE_SCRIPT)
     app = str(APPS / "build" / "vector_add")
-    r = subprocess.run([sys.executable, "-m", "cuwire.cli", "run", "--emulated", "--", app],
+    r = subprocess.run([sys.executable, str(script), "run", "--emulated", "--", app],
                        capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
     assert r.returncode == 0, r.stderr
     assert "vector_add: PASS" in r.stdout
+    assert "Traceback" not in r.stderr
 
 
 def test_the_server_image_leaves_the_emulated_device_out(tmp_path):

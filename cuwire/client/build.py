@@ -114,6 +114,7 @@ def init_code() -> str:
     """
     paths = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
     return f"""
+import signal  # noqa: F401  (imported now: its import catches SIGINT, which the C start-up then gives back)
 import site
 import sys
 for p in {paths!r}:

@@ -44,6 +44,26 @@ void cuwire_python_started(void) { __atomic_store_n(&cuwire_python_ok, 1, __ATOM
 
 void cuwire_session_finished(void) { __atomic_store_n(&cuwire_finished, 1, __ATOMIC_RELEASE); }
 
+/* Python's signal module, once imported, catches SIGINT to raise KeyboardInterrupt in Python code: in a C
+ * program that embeds the client, that made Ctrl-C do nothing. The program's own dispositions (its
+ * handlers, the default actions, what it ignores) are kept across the start, so every signal reaches the
+ * program as natively. The init code imports signal (client/build.py), so no later import installs one.
+ * A Python program (PyTorch) has its own interpreter's handlers already: they are kept the same way. */
+static const int kept_signals[] = {SIGINT, SIGTERM, SIGQUIT, SIGHUP, SIGPIPE, SIGXFSZ, SIGUSR1, SIGUSR2, SIGCHLD};
+#define KEPT_SIGNALS (sizeof kept_signals / sizeof kept_signals[0])
+
+static void keep_signals(struct sigaction *kept)
+{
+    for (size_t i = 0; i < KEPT_SIGNALS; i++)
+        sigaction(kept_signals[i], NULL, &kept[i]);
+}
+
+static void restore_signals(const struct sigaction *kept)
+{
+    for (size_t i = 0; i < KEPT_SIGNALS; i++)
+        sigaction(kept_signals[i], &kept[i], NULL);
+}
+
 int cuwire_start_python(void)
 {
     static int said, tried;
@@ -55,8 +75,12 @@ int cuwire_start_python(void)
                             "own session yet, so its CUDA calls fail (CUDA_ERROR_DEVICE_UNAVAILABLE)\n");
         return 0;
     }
-    if (!__atomic_exchange_n(&tried, 1, __ATOMIC_ACQ_REL))
+    if (!__atomic_exchange_n(&tried, 1, __ATOMIC_ACQ_REL)) {
+        struct sigaction kept[KEPT_SIGNALS];
+        keep_signals(kept);
         cuwire_embedded(); /* one try: cffi does not retry a failed start */
+        restore_signals(kept);
+    }
     if (__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE))
         return 1;
     if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))

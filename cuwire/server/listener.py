@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 
+from cuwire import SAFE_PATH
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server import metrics
 from cuwire.server.service import check_hello, printable, read_batch
@@ -61,7 +62,7 @@ class Listener:
         self.joins: dict[bytes, socket.socket] = {}  # a session's join key -> the channel to its process
 
     def session_command(self, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "cuwire.server", *extra]
+        return [sys.executable, *SAFE_PATH, "-m", "cuwire.server", *extra]
 
     def session_env(self, name: str) -> dict[str, str]:
         env = {**os.environ, **self.settings.to_env()}
