@@ -100,6 +100,10 @@ torch_compare() {  # torch_compare NAME SCRIPT ARGS...: natively, then through c
   fi
 }
 for script in tests/torch_apps/*.py; do torch_compare "torch-$(basename "$script" .py)" "$script"; done
+# JAX (XLA's default flags: CUDA graphs) and CuPy's linear algebra at real sizes, natively and through cuwire
+for script in tests/jax_apps/*.py tests/cupy_apps/*.py; do
+  torch_compare "$(basename "$(dirname "$script")" _apps)-$(basename "$script" .py)" "$script"
+done
 # PyTorch's allocator on virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap...)
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True torch_compare torch-train-expandable-segments \
   tests/torch_apps/train.py --steps 5
@@ -121,6 +125,7 @@ fi
 
 # inside a running Python process (the interpreter that has torch): the driver API through ctypes
 compare python_host -- $PY tests/tools/python_host.py
+compare python_host_atexit -- $PY tests/tools/python_host.py --at-exit
 
 # bad input from the wire against the real CUDA backend: clear errors, never a crash
 if CUWIRE_TEST_BACKEND=cuda $PY -m pytest -q -p no:cacheprovider tests/test_wire_errors.py >"$LOG/wire_errors.txt" 2>&1; then

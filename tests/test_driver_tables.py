@@ -124,6 +124,7 @@ def tables_alone(tmp_path_factory):
     (folder / "harness.c").write_text("int cuwire_trace, cuwire_python_ok, cuwire_forked, cuwire_finished;\n"
                                       "void cuwire_say_once_per_name(void) {}\n"
                                       "int cuwire_start_python(void) { return 0; }\n"
+                                      "int cuwire_python_gone(void) { return 0; }\n"
                                       "unsigned long cuwire_py_module_functions(void) { return 0; }\n"
                                       "unsigned long cuwire_py_export_table_size(void) { return 0; }\n"
                                       "int cuwire_session_open(void) { return 0; }\n"

@@ -19,6 +19,12 @@ def test_nvml_answers_from_the_server(client_lib: Path, server):
         "GPU 0: cuwire emulated device (GPU-63757769-7265-2d65-6d75-6c6174656400), 8589934592 bytes, "
         "compute capability 9.0, found again by UUID: True",
         "GPU 0: name into 4 bytes: Insufficient Size",
+        "memory v2: Success, total as v1's: True, reserved + used + free = total: True",
+        "field values: Success; NVLink link count: Not Supported; field 65535: Not Supported",
+        "fabric info: Not Supported",
+        "NVLink 0 P2P capability: Not Supported",
+        "confidential computing: Success, environment 0, feature 0",
+        "memory v2 of a wrong version: Argument version mismatch",
         "device 8: Invalid Argument",
     ]
     assert "unimplemented" not in r.stderr

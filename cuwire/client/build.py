@@ -43,7 +43,6 @@ HELPERS_CDEF = """
 size_t cuwire_queue_take(char **data, uint64_t *count);
 void cuwire_free(void *p);
 void cuwire_hook_exit(void);
-void cuwire_session_finished(void);
 void cuwire_python_started(void);
 extern const char *const cuwire_names[];
 extern const char *const cuwire_modes[];

@@ -880,11 +880,6 @@ def _error_text(error: int, out: int, name: bool) -> int:
     return 0 if text != ffi.NULL else INVALID_VALUE
 
 
-@ffi.def_extern(name="cuwire_py_cuGetErrorName", onerror=rt.on_error)
-def cuGetErrorName(error, pStr):
-    return _error_text(error, pStr, True)
-
-
 @ffi.def_extern(name="cuwire_py_cuGetErrorString", onerror=rt.on_error)
 def cuGetErrorString(error, pStr):
     return _error_text(error, pStr, False)

@@ -50,6 +50,22 @@ CUresult cuwire_local_cuModuleUnload(CUmodule module)
     return module ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* Errors' names are the headers' (generated); a code they do not name is refused, as the driver does. */
+CUresult cuwire_local_cuGetErrorName(CUresult error, const char **pStr)
+{
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pStr = cuwire_error_name_or_null((int)error);
+    return *pStr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* cuGetErrorString's fast path: -1 (the server driver's text, which Python keeps); once Python can no
+ * longer be called (a Python program's teardown, where libraries still print their errors), the name. */
+int cuwire_error_string_fast(CUresult error, const char **pStr)
+{
+    return cuwire_python_gone() ? (int)cuwire_local_cuGetErrorName(error, pStr) : -1;
+}
+
 /* For the Python side (cuPointerGetAttributes): the calling thread's current context. */
 uint64_t cuwire_current_context(void) { return (uint64_t)(uintptr_t)current_context; }
 
@@ -238,6 +254,8 @@ static struct {
     cuuint64_t id;
     int origin;   /* the stream that began the capture (else one that joined it) */
     int to_graph; /* into a graph the program made (cuStreamBeginCaptureToGraph) */
+    const void *thread;       /* (origin) the program thread that began it: its this_thread */
+    CUstreamCaptureMode mode; /* (origin) the mode it began in */
 } captures[CAPTURES_MAX];
 static struct {
     CUevent event;
@@ -255,8 +273,10 @@ static int capture_row(CUstream stream)
     return -1;
 }
 
-/* `stream` is in capture `id`; the lock is held. */
-static void note_capture(CUstream stream, cuuint64_t id, int origin, int to_graph)
+static __thread char this_thread; /* its address names the calling thread */
+
+/* `stream` is in capture `id`; the lock is held. The row, or -1 when the table is full. */
+static int note_capture(CUstream stream, cuuint64_t id, int origin, int to_graph)
 {
     for (int i = 0; i < CAPTURES_MAX; i++)
         if (!captures[i].id) {
@@ -265,21 +285,25 @@ static void note_capture(CUstream stream, cuuint64_t id, int origin, int to_grap
             captures[i].origin = origin;
             captures[i].to_graph = to_graph;
             __atomic_add_fetch(&capturing, 1, __ATOMIC_RELAXED);
-            return;
+            return i;
         }
+    return -1;
 }
 
-static void begin_capture(CUstream stream, int to_graph)
+static void begin_capture(CUstream stream, int to_graph, CUstreamCaptureMode mode)
 {
     pthread_mutex_lock(&capture_lock);
-    note_capture(stream, ++capture_ids, 1, to_graph);
+    int row = note_capture(stream, ++capture_ids, 1, to_graph);
+    if (row >= 0) {
+        captures[row].thread = &this_thread;
+        captures[row].mode = mode;
+    }
     pthread_mutex_unlock(&capture_lock);
 }
 
 void cuwire_after_cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode)
 {
-    (void)mode;
-    begin_capture(stream, 0);
+    begin_capture(stream, 0, mode);
 }
 
 /* Capturing into a graph the program made is capturing all the same. */
@@ -287,8 +311,8 @@ void cuwire_after_cuStreamBeginCaptureToGraph(CUstream stream, CUgraph graph, co
                                               const CUgraphEdgeData *dependencyData, size_t numDependencies,
                                               CUstreamCaptureMode mode)
 {
-    (void)graph, (void)dependencies, (void)dependencyData, (void)numDependencies, (void)mode;
-    begin_capture(stream, 1);
+    (void)graph, (void)dependencies, (void)dependencyData, (void)numDependencies;
+    begin_capture(stream, 1, mode);
 }
 
 /* cuEventRecord's fast path (and cuEventRecordWithFlags'): which capture, if any, the event now carries.
@@ -483,16 +507,45 @@ CUresult cuwire_local_cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgre
     return cuStreamGetCtx(hStream, pCtx);
 }
 
+/* Each program thread's capture mode is its own, as natively; the server runs every thread's calls on the
+ * session's one thread, which began every capture. So what the driver would decide for the calling thread
+ * is decided here, from the captures the client knows (who began each, in which mode), and the session
+ * thread is put in the mode that makes the driver decide the same (local.c puts it before the thread's
+ * calls): global where the caller may not make potentially unsafe calls (cuMemAlloc, say: they then fail
+ * and invalidate the capture, as natively), relaxed where it may.
+ *   relaxed: may.  thread-local: not while a capture it began (not in relaxed mode) runs.
+ *   global: not while a capture it began (not relaxed) runs, nor one another thread began in global mode. */
 static __thread CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 CUresult cuwire_local_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
-    if (!mode)
+    if (!mode || (unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED)
         return CUDA_ERROR_INVALID_VALUE;
     CUstreamCaptureMode old = capture_mode;
     capture_mode = *mode;
     *mode = old;
     return CUDA_SUCCESS;
+}
+
+int cuwire_server_capture_mode(void)
+{
+    if (!__atomic_load_n(&capturing, __ATOMIC_RELAXED))
+        return -1; /* no capture: no call is prohibited, whatever the session thread's mode */
+    if (capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CU_STREAM_CAPTURE_MODE_RELAXED;
+    int prohibited = 0;
+    pthread_mutex_lock(&capture_lock);
+    for (int i = 0; i < CAPTURES_MAX && !prohibited; i++) {
+        if (!captures[i].id || !captures[i].origin)
+            continue;
+        if (captures[i].thread == &this_thread)
+            prohibited = captures[i].mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+        else
+            prohibited = capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
+                         captures[i].mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+    }
+    pthread_mutex_unlock(&capture_lock);
+    return prohibited ? CU_STREAM_CAPTURE_MODE_GLOBAL : CU_STREAM_CAPTURE_MODE_RELAXED;
 }
 
 /* ------------------------------------------------------------------ primary contexts */

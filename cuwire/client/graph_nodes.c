@@ -8,6 +8,7 @@
  * cuGraphAddMemFreeNode are cuGraphAddNode of those kinds. cuGraphNodeSetParams and cuGraphExecNodeSetParams
  * go through their kind's own SetParams call likewise.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_api.h"
@@ -23,12 +24,39 @@ static int default_edges(const CUgraphEdgeData *data, size_t n)
     return 1;
 }
 
-/* cuGraphAddNode's fast path: the node through its kind's own call, or -1 (cuwire.GraphNode). */
+static CUresult add_by_kind(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t n,
+                            CUgraphNodeParams *p);
+
+/* cuGraphAddNode's fast path: the node through its kind's own call, or -1 (cuwire.GraphNode). Edges that
+ * carry data (XLA's programmatic launches between kernel nodes, say) are added after the node, with their
+ * data (cuGraphAddDependencies_v2): the same graph, and the kind's call needs no edge data. */
 int cuwire_graph_node_by_kind(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps,
                               const CUgraphEdgeData *edges, size_t n, CUgraphNodeParams *p)
 {
-    if (!p || !default_edges(edges, n))
+    if (!p)
         return -1;
+    if (default_edges(edges, n))
+        return add_by_kind(node, graph, deps, n, p);
+    if (!node || (n && !deps))
+        return CUDA_ERROR_INVALID_VALUE;
+    int status = add_by_kind(node, graph, NULL, 0, p);
+    if (status != CUDA_SUCCESS)
+        return status; /* (-1 too: the kind travels as cuwire.GraphNode, edge data and all) */
+    CUgraphNode *to = malloc(n * sizeof *to);
+    status = to ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; to && i < n; i++)
+        to[i] = *node;
+    if (to)
+        status = cuGraphAddDependencies_v2(graph, deps, to, edges, n);
+    free(to);
+    if (status != CUDA_SUCCESS)
+        cuGraphDestroyNode(*node); /* as if never made: the driver makes no node when its edges are refused */
+    return status;
+}
+
+static CUresult add_by_kind(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t n,
+                            CUgraphNodeParams *p)
+{
     switch (p->type) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
         CUDA_KERNEL_NODE_PARAMS k;
@@ -60,6 +88,13 @@ int cuwire_graph_node_by_kind(CUgraphNode *node, CUgraph graph, const CUgraphNod
     default:
         return -1;
     }
+}
+
+/* cuGraphAddNode of CUDA 12.2 and 12.3's headers: no edge data. */
+CUresult cuwire_local_cuGraphAddNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t n,
+                                     CUgraphNodeParams *params)
+{
+    return cuGraphAddNode_v2(node, graph, deps, NULL, n, params);
 }
 
 CUresult cuwire_local_cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph graph, const CUgraphNode *deps, size_t n,

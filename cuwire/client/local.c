@@ -36,13 +36,45 @@ __attribute__((constructor)) static void cuwire_promote_libpython(void)
 }
 
 int cuwire_python_ok;
-int cuwire_finished; /* set when the process's session ended at exit: see CUWIRE_NOT_READY */
+int cuwire_finished; /* set once Python may no longer be called: see cuwire_python_gone */
 int cuwire_forked; /* set in a child forked from this process: see forked_child() */
 int cuwire_embedded(void); /* cffi's embedding entry point: running it starts Python (client/build.py) */
 
 void cuwire_python_started(void) { __atomic_store_n(&cuwire_python_ok, 1, __ATOMIC_RELEASE); }
 
-void cuwire_session_finished(void) { __atomic_store_n(&cuwire_finished, 1, __ATOMIC_RELEASE); }
+/* Whether the interpreter the client runs in can no longer be called by this thread. A Python program's
+ * finalizes after its atexit handlers; its libraries' teardown (XLA's, PyTorch's) goes on in objects freed
+ * then: the thread that finalizes holds the GIL and may still call (another thread would be stopped by
+ * Python for good). Once finalized, Python is gone for every thread. The embedded interpreter of a C program
+ * is never finalized. The session itself lasts as long as the process (the server ends it when the
+ * connection closes), so calls made in C go on. */
+static int (*py_is_initialized)(void), (*py_is_finalizing)(void), (*py_gil_held)(void);
+static int py_state_found;
+
+static void find_python_state(void) /* (once Python runs: its symbols are then in reach) */
+{
+    py_is_initialized = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsInitialized");
+    py_is_finalizing = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsFinalizing"); /* 3.13 */
+    if (!py_is_finalizing)
+        py_is_finalizing = (int (*)(void))dlsym(RTLD_DEFAULT, "_Py_IsFinalizing"); /* 3.11, 3.12 */
+    py_gil_held = (int (*)(void))dlsym(RTLD_DEFAULT, "PyGILState_Check");
+    __atomic_store_n(&py_state_found, 1, __ATOMIC_RELEASE);
+}
+
+int cuwire_python_gone(void)
+{
+    if (__atomic_load_n(&cuwire_finished, __ATOMIC_ACQUIRE))
+        return 1;
+    if (!__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE))
+        return 0; /* not started: cuwire_start_python decides */
+    if (!__atomic_load_n(&py_state_found, __ATOMIC_ACQUIRE))
+        find_python_state();
+    if (py_is_initialized && !py_is_initialized()) {
+        __atomic_store_n(&cuwire_finished, 1, __ATOMIC_RELEASE);
+        return 1;
+    }
+    return py_is_finalizing && py_is_finalizing() && !(py_gil_held && py_gil_held());
+}
 
 /* Python's signal module, once imported, catches SIGINT to raise KeyboardInterrupt in Python code: in a C
  * program that embeds the client, that made Ctrl-C do nothing. The program's own dispositions (its
@@ -67,8 +99,8 @@ static void restore_signals(const struct sigaction *kept)
 int cuwire_start_python(void)
 {
     static int said, tried;
-    if (__atomic_load_n(&cuwire_finished, __ATOMIC_ACQUIRE))
-        return 0; /* the process is exiting: calls after the session ended fail quietly */
+    if (cuwire_python_gone())
+        return 0; /* a Python program's teardown: calls that need Python fail quietly (DEINITIALIZED) */
     if (cuwire_forked) {
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
             fprintf(stderr, "cuwire: this process was forked from a cuwire client; a forked child cannot open its "
@@ -89,11 +121,17 @@ int cuwire_start_python(void)
     return 0;
 }
 
+/* C's exit: what is queued goes out and the statistics are printed (a C program's embedded Python never
+ * finalizes: Python's atexit never runs there), then CUDA is deinitialized, as the driver's own exit handler
+ * does it (registered at cuInit, as this one is at the first call): handlers and destructors that run after
+ * it get CUDA_ERROR_DEINITIALIZED, as natively. The session ends when the process's connection closes. */
 static void exit_hook(void)
 {
     int (*is_initialized)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsInitialized");
     if (is_initialized && is_initialized() && cuwire_python_ok && !cuwire_forked)
         cuwire_py_at_exit();
+    __atomic_store_n(&cuwire_finished, 1, __ATOMIC_RELEASE);
+    cuwire_wire_set(-1); /* (the socket stays Python's to close: calls made in C stop using it) */
 }
 
 /* A child forked from a client (fork() from C, os.fork() from Python) must not touch the parent's
@@ -222,18 +260,31 @@ static int append_locked(uint32_t id, const void *payload, uint32_t size)
  * (queue_lock held to read or change it). Each client thread keeps its own current context
  * (driver_local.c); before a thread's calls go out, a switch record is put first when its context is
  * another, so the server runs every call in its caller's context. A thread with no context changes
- * nothing (the server keeps the context it has). */
+ * nothing (the server keeps the context it has). The same record carries the session thread's stream
+ * capture mode, while a capture runs, when the calling thread needs another (cuwire_server_capture_mode). */
 #define CONTEXT_UNKNOWN ((uint64_t)-1)
 static uint64_t server_context = CONTEXT_UNKNOWN;
+static int server_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL; /* a thread's mode at its start */
 
 static int follow_context_locked(void)
 {
     uint64_t ctx = cuwire_current_context();
-    if (!ctx || ctx == server_context)
+    int mode = cuwire_server_capture_mode();
+    struct __attribute__((packed)) {
+        uint64_t context; /* 0: keep the current one */
+        uint32_t capture_mode;
+    } rec = {ctx && ctx != server_context ? ctx : 0, (uint32_t)mode};
+    int mode_changes = mode >= 0 && mode != server_capture_mode;
+    if (!rec.context && !mode_changes)
         return 0;
-    int err = append_locked(cuwire_set_context_record_id, &ctx, sizeof ctx);
-    if (!err)
-        server_context = ctx;
+    /* the context alone is 8 bytes, as it was before capture modes travelled */
+    int err = append_locked(cuwire_set_context_record_id, &rec, mode_changes ? sizeof rec : sizeof rec.context);
+    if (!err) {
+        if (rec.context)
+            server_context = ctx;
+        if (mode_changes)
+            server_capture_mode = mode;
+    }
     return err;
 }
 
@@ -267,6 +318,8 @@ static int enqueue2(uint32_t id, const void *a, uint32_t na, const void *b, uint
         return cuwire_start_python() ? 0 : CUWIRE_NOT_READY; /* says why, once; never queue in vain */
     if (__atomic_load_n(&queue_refused, __ATOMIC_RELAXED))
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    if (__atomic_load_n(&cuwire_finished, __ATOMIC_ACQUIRE))
+        return CUDA_ERROR_DEINITIALIZED; /* after the process's exit handler (exit_hook) */
     int changed = cuwire_managed_before_call(); /* the program's changes to managed memory go first */
     if (changed)
         return changed;

@@ -27,19 +27,21 @@ extern const uint32_t cuwire_set_context_record_id;
 void cuwire_server_context_is(uint64_t ctx);
 /* The name of a CUresult value (generated from the enum in client_stubs.c). */
 const char *cuwire_error_name(int code);
+const char *cuwire_error_name_or_null(int code); /* NULL: a code the headers do not name */
 
 /* True once the embedded Python runtime started; the first sync call starts it. If it cannot start,
  * calls fail loudly with CUDA_ERROR_UNKNOWN instead of cffi's silent zero. */
 extern int cuwire_python_ok, cuwire_forked, cuwire_finished;
 int cuwire_start_python(void);
+int cuwire_python_gone(void);
 #define CUWIRE_READY() \
-    ((__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE) && !cuwire_forked && !cuwire_finished) || \
+    ((__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE) && !cuwire_forked && !cuwire_python_gone()) || \
      cuwire_start_python())
-/* The error a call returns when it cannot reach Python: CUDA_ERROR_DEINITIALIZED once the process is
- * exiting and its session has ended (libraries' own clean-up runs after Python's finalization, when
- * Python must not be called), CUDA_ERROR_DEVICE_UNAVAILABLE in a forked child, CUDA_ERROR_UNKNOWN when
- * Python failed to start. */
-#define CUWIRE_NOT_READY (cuwire_finished ? 4 : cuwire_forked ? 46 : 999)
+/* The error a call returns when it cannot reach Python: CUDA_ERROR_DEINITIALIZED once a Python program's
+ * interpreter finalizes (libraries' teardown goes on after it; calls made in C still reach the session,
+ * which lasts as long as the process), CUDA_ERROR_DEVICE_UNAVAILABLE in a forked child,
+ * CUDA_ERROR_UNKNOWN when Python failed to start. */
+#define CUWIRE_NOT_READY (cuwire_python_gone() ? 4 : cuwire_forked ? 46 : 999)
 
 /* Calls that wait, made in C (wire.c): the largest result they bring back (larger ones take the Python
  * path, their bytes beside the messages). */
@@ -119,6 +121,8 @@ int cuwire_py_host_register_again(uint64_t address, uint64_t size, uint64_t offs
 
 /* For the Python side (declared again in client/build.py's cdef). */
 uint64_t cuwire_current_context(void);
+/* The capture mode the session thread needs for the calling thread's calls; -1: none needed (driver_local.c) */
+int cuwire_server_capture_mode(void);
 int cuwire_py_connect(void);
 uint64_t cuwire_py_export_table_size(const void *uuid);
 /* Whether the process has its session (the device snapshot came): never opens one. */
@@ -142,7 +146,6 @@ int cuwire_launch_config_error(const uint32_t *grid, const uint32_t *block);
 extern unsigned long long cuwire_fast_launches;
 void cuwire_python_started(void);
 void cuwire_py_at_exit(void);
-void cuwire_session_finished(void);
 void cuwire_hook_exit(void);
 
 #endif

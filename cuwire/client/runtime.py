@@ -35,7 +35,6 @@ from cuwire.transport import BULK, MAX_MESSAGE, SocketTransport, TransportError,
 
 # The CUresult codes used here.
 INVALID_VALUE = 1
-DEINITIALIZED = 4
 DEVICE_UNAVAILABLE = 46
 OUT_OF_MEMORY = 2
 NOT_SUPPORTED = 801
@@ -212,7 +211,6 @@ class Client:
         self.lock = threading.RLock()
         self.session: Session | None = None
         self.broken: str = ""  # why the server cannot be reached any more
-        self.finished = False  # the process is exiting and its session is closed
         self.told = False  # whether the program was told why
         self.told_refusals: set[str] = set()  # the server's reasons for NOT_SUPPORTED, said once each
         self.stats = Stats()
@@ -232,8 +230,6 @@ class Client:
 
     def connect(self) -> Session:
         if self.session is None:
-            if self.finished:  # the CUDA runtime's own clean-up after exit, as the driver answers it
-                raise Fail(DEINITIALIZED)
             if self.broken:
                 if not self.told:
                     self.told = True
@@ -612,16 +608,17 @@ class Client:
     # ---------------------------------------------------------------- end of the process
 
     def at_exit(self) -> None:
+        """The program is ending: what is queued goes to the server, and the statistics are printed. The
+        session stays open for the rest of a Python program's atexit handlers and its finalization, where
+        libraries' clean-up (XLA's, PyTorch's) calls CUDA as natively; C's exit handler then deinitializes
+        CUDA, as the driver's does (client/local.c, exit_hook); the server ends the session when the
+        process's connection closes."""
         with self.lock:
             if self.session is not None:
                 try:
                     self.flush()
                 except Fail:
                     pass
-                with wire_lock():
-                    self.drop_session()
-            self.finished = True
-            lib.cuwire_session_finished()  # from now on C answers without calling Python
         if self.settings.stats:
             print_stats(with_wire_stats(self.stats), self.names_by_id(), api_calls())
 
@@ -959,7 +956,8 @@ _exited = False
 
 @ffi.def_extern()
 def cuwire_py_at_exit() -> None:
-    """Flush what is queued and end the session; runs once, from Python's atexit or C's, whichever is first."""
+    """Flush what is queued and print the statistics (the session stays open for the program's teardown); runs
+    once, from Python's atexit or C's, whichever is first."""
     global _exited
     if not _exited:
         _exited = True

@@ -10,6 +10,10 @@ CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *capture
 CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out,
                                    CUgraph *graph_out, const CUgraphNode **dependencies_out,
                                    size_t *numDependencies_out);
+/* cuGraphAddNode as programs built with CUDA 12.2 and 12.3 headers call it (no edge data; 12.4's is _v2) */
+#undef cuGraphAddNode
+CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                        size_t numDependencies, CUgraphNodeParams *nodeParams);
 /* cuCtxCreate as programs built with CUDA 12 headers call it (CUDA 13's cuCtxCreate is _v4) */
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 /* cudaProfiler.h's driver calls (that header is not parsed) */

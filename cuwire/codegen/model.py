@@ -104,12 +104,18 @@ ROLES: dict[str, Role] = {
     "value": Role("scalar, enum, handle or device address passed by value", args="scalar"),
     "struct": Role("struct passed by value (travels as its bytes)", args="bytes"),
     "out": Role("pointer to one scalar the call writes", result="scalar"),
+    "out_or_null": Role("like out, but the program may pass NULL for a value it does not want", result="scalar"),
     "inout": Role("pointer to one scalar the call reads and writes", args="scalar", result="scalar"),
     "struct_in": Role("pointer to one struct the call reads", args="bytes"),
     "struct_in_or_null": Role("pointer to one struct the call reads, or NULL (travels as no bytes)", args="bytes"),
     "struct_out": Role("pointer to one struct the call writes", result="bytes"),
+    "struct_inout": Role("pointer to one struct the call reads and writes (a versioned struct: its version goes in)",
+                         args="bytes", result="bytes"),
     "buf_in": Role("host buffer of `length` bytes the call reads", args="bytes", sized=True),
+    "buf_in_or_null": Role("like buf_in, or NULL (travels as no bytes)", args="bytes", sized=True),
     "buf_out": Role("host buffer of `length` bytes the call writes", result="bytes", sized=True),
+    "buf_inout": Role("host buffer of `length` bytes the call reads and writes", args="bytes", result="bytes",
+                      sized=True),
     "mem_in": Role("memory of `length` bytes, device or host (decided per call by the client)", args="memory",
                    sized=True),
     "mem_out": Role("like mem_in, written by the call", args="memory", result="bytes", sized=True),
@@ -143,7 +149,7 @@ class Param:
 
     @property
     def proto_type(self) -> str:
-        if self.role in ("value", "out", "inout"):
+        if self.role in ("value", "out", "out_or_null", "inout"):
             t = self.type if self.role == "value" else self.type.pointee
             assert t is not None
             return t.proto_type
@@ -158,14 +164,14 @@ class Param:
         """The handle kind this parameter passes (role value) or receives (role out), else ""."""
         if self.role == "value":
             return self.type.handle_kind
-        if self.role == "out" and self.type.pointee is not None:
+        if self.role in ("out", "out_or_null") and self.type.pointee is not None:
             return self.type.pointee.handle_kind
         return ""
 
     @property
     def scalar(self) -> CType:
         """The scalar type this parameter carries (the pointee for out/inout)."""
-        t = self.type.pointee if self.role in ("out", "inout") else self.type
+        t = self.type.pointee if self.role in ("out", "out_or_null", "inout") else self.type
         assert t is not None
         return t
 

@@ -72,7 +72,7 @@ def boundary_args(p: Param) -> list[tuple[str, str]]:
         return [("uint64_t", f"(uint64_t)(uintptr_t){p.name}")]
     if p.role == "struct":
         return [("void *", f"(void *)&{p.name}"), ("uint64_t", f"sizeof {p.name}")]
-    if p.role in ("struct_in", "struct_in_or_null", "struct_out"):
+    if p.role in ("struct_in", "struct_in_or_null", "struct_out", "struct_inout"):
         return [("void *", f"(void *){p.name}"), ("uint64_t", f"sizeof *{p.name}")]
     if p.info.sized:
         return [("void *", f"(void *){p.name}"), ("uint64_t", f"(uint64_t)({p.length})")]
@@ -116,7 +116,8 @@ def server_arg(p: Param) -> str:
     return n  # prepared by the handler under the parameter's own name
 
 
-BUFFER_ROLES = {"buf_in", "buf_out", "mem_in", "mem_out", "mem_inout"}  # prepared as char buffers
+# prepared as char buffers
+BUFFER_ROLES = {"buf_in", "buf_in_or_null", "buf_out", "buf_inout", "mem_in", "mem_out", "mem_inout"}
 
 
 def api_digest(api: Api) -> str:

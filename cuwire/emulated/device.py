@@ -996,6 +996,8 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
     def cuMemAlloc_v2(self, dptr: CData, bytesize: int) -> int:
         if bytesize == 0 or self._is_null(dptr):
             return self.drv.CUDA_ERROR_INVALID_VALUE
+        if prohibited := self._unsafe_call():  # during a stream capture (graphs.py)
+            return prohibited
         address = self._memory.allocate(bytesize)
         return self.drv.CUDA_ERROR_OUT_OF_MEMORY if address is None else self._drv_put((dptr, address))
 
@@ -1025,6 +1027,8 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
                            ElementSizeBytes: int) -> int:
         if ElementSizeBytes not in (4, 8, 16) or self._is_null(pPitch):
             return self.drv.CUDA_ERROR_INVALID_VALUE
+        if prohibited := self._unsafe_call():
+            return prohibited
         row = _round_up(max(WidthInBytes, 1), PITCH_ALIGNMENT)
         return self._allocate(dptr, row * Height) or self._drv_put((pPitch, row))
 
@@ -1038,15 +1042,20 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
 
     @_after_fault
     def cuMemFree_v2(self, dptr: int) -> int:
+        if self._addr(dptr) and (prohibited := self._unsafe_call()):  # (freeing 0 does nothing, as in CUDA)
+            return prohibited
+        return self._free(dptr)
+
+    def _free(self, dptr: int) -> int:
         if not self._addr(dptr):
-            return 0  # freeing 0 does nothing, as in CUDA
+            return 0
         return 0 if self._memory.free(self._addr(dptr)) else self.drv.CUDA_ERROR_INVALID_VALUE
 
     @_after_fault
     def cuMemFreeAsync(self, dptr: int, hStream: CData) -> int:
         if self._stream(hStream) is None:
             return self.drv.CUDA_ERROR_INVALID_HANDLE
-        return self.cuMemFree_v2(dptr)
+        return self._free(dptr)
 
     # memory pools (stream-ordered allocation): attributes kept, allocations like cuMemAllocAsync's
 

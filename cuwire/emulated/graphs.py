@@ -22,6 +22,8 @@ KERNEL, MEMCPY, MEMSET, HOST, GRAPH, EMPTY, WAIT_EVENT, EVENT_RECORD = 0, 1, 2, 
 MEM_ALLOC, MEM_FREE, BATCH_MEM_OP, CONDITIONAL = 10, 11, 12, 13
 IF, WHILE, SWITCH = 0, 1, 2  # CUgraphConditionalNodeType
 ASSIGN_DEFAULT = 1  # CU_GRAPH_COND_ASSIGN_DEFAULT
+DEFAULT_EDGE = bytes(8)  # CUgraphEdgeData of a plain dependency (from_port, to_port, type: all 0)
+CAPTURE_GLOBAL, CAPTURE_RELAXED = 0, 2  # CUstreamCaptureMode (thread-local: 1)
 WHILE_LIMIT = 1 << 20  # iterations of a while node before the emulated device calls it a hang
 
 
@@ -34,11 +36,13 @@ class Graph:
     defaults: dict[int, int] = field(default_factory=dict)  # conditional handles assigned at each launch
     params: dict[int, Any] = field(default_factory=dict)  # node -> what it was made with, for reading back
     attributes: dict[int, dict[int, bytes]] = field(default_factory=dict)  # kernel node -> attribute -> value
+    edge_data: dict[tuple[int, int], bytes] = field(default_factory=dict)  # an edge's CUgraphEdgeData, if not default
 
     def copy(self) -> Graph:
         """A graph of the same nodes, work and edges (cuGraphClone; a child node's own graph)."""
         return Graph(list(self.nodes), dict(self.work), dict(self.kinds), set(self.edges), dict(self.defaults),
-                     dict(self.params), {node: dict(values) for node, values in self.attributes.items()})
+                     dict(self.params), {node: dict(values) for node, values in self.attributes.items()},
+                     dict(self.edge_data))
 
     def order(self) -> list[int]:
         """The nodes in an order the edges allow."""
@@ -97,6 +101,9 @@ class Capture:
     kept: Any = None  # the last dependencies array handed out (cuStreamGetCaptureInfo)
     origin: Capture | None = None  # a stream that joined: the capture of the stream that began it
     joined: list[Any] = field(default_factory=list)  # (the origin's) streams that joined it
+    mode: int = CAPTURE_GLOBAL  # (the origin's) the mode it began in
+    thread: int = 0  # (the origin's) the thread that began it
+    invalidated: bool = False  # a prohibited call was made during it: ending it gives no graph
 
 
 class EmulatedGraphs:
@@ -109,6 +116,7 @@ class EmulatedGraphs:
     _nodes: dict[int, int]  # node -> its graph
     _bodies: dict[int, CData]  # conditional node -> its body graphs' array (CUDA-owned)
     _kept_params: dict[int, tuple]  # kernel node -> the parameter array cuGraphKernelNodeGetParams gave out
+    _streams: dict[int, Any]  # stream handle -> its _Stream (device.py)
 
     def _graph(self, handle: CData | int) -> Graph | None:
         return self._graphs.get(self._addr(handle))
@@ -139,30 +147,51 @@ class EmulatedGraphs:
 
     # --- capture
 
-    def cuThreadExchangeStreamCaptureMode(self, mode: CData) -> int:
-        """The calling thread's capture mode, swapped (the emulated device prohibits nothing during capture,
-        whatever the mode)."""
-        if self._is_null(mode) or mode[0] not in (0, 1, 2):
-            return self.drv.CUDA_ERROR_INVALID_VALUE
+    def _held_modes(self) -> threading.local:
         held = getattr(self, "_capture_modes", None)
         if held is None:
             held = self._capture_modes = threading.local()
-        mode[0], held.mode = getattr(held, "mode", 0), mode[0]
+        return held
+
+    def cuThreadExchangeStreamCaptureMode(self, mode: CData) -> int:
+        """The calling thread's capture mode, swapped."""
+        if self._is_null(mode) or mode[0] not in (0, 1, 2):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        held = self._held_modes()
+        mode[0], held.mode = getattr(held, "mode", CAPTURE_GLOBAL), mode[0]
         return 0
 
-    def _begin_capture(self, hStream: CData, graph: int, deps: list[int]) -> int:
+    def _unsafe_call(self) -> int:
+        """Before a potentially unsafe call (an allocation, a free): the driver's rule. A thread in relaxed mode
+        may; in thread-local mode not while a capture it began (not relaxed) runs; in global mode, nor while one
+        another thread began in global mode runs. A prohibited call fails and invalidates those captures."""
+        mode = getattr(self._held_modes(), "mode", CAPTURE_GLOBAL)
+        if mode == CAPTURE_RELAXED:
+            return 0
+        me = threading.get_ident()
+        streams = {id(s): s for s in self._streams.values()}.values()
+        prohibiting = [s.capture for s in streams
+                       if s.capture is not None and s.capture.origin is None and s.capture.mode != CAPTURE_RELAXED
+                       and (s.capture.thread == me or (mode == CAPTURE_GLOBAL and s.capture.mode == CAPTURE_GLOBAL))]
+        for c in prohibiting:
+            c.invalidated = True
+        return self.drv.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED if prohibiting else 0
+
+    def _begin_capture(self, hStream: CData, graph: int, deps: list[int], mode: int) -> int:
         stream = self._stream(hStream)
         if stream is None or stream.builtin:
             return self.drv.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED if stream else self.drv.CUDA_ERROR_INVALID_HANDLE
         if stream.capture is not None:
             return self.drv.CUDA_ERROR_ILLEGAL_STATE
-        stream.capture = Capture(graph, deps)
+        if mode not in (0, 1, 2):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        stream.capture = Capture(graph, deps, mode=mode, thread=threading.get_ident())
         return 0
 
     def cuStreamBeginCapture_v2(self, hStream: CData, mode: int) -> int:
         handle = self._new_handle()
         self._graphs[handle] = Graph()
-        err = self._begin_capture(hStream, handle, [])
+        err = self._begin_capture(hStream, handle, [], mode)
         if err:
             del self._graphs[handle]
         return err
@@ -173,7 +202,7 @@ class EmulatedGraphs:
         deps = [self._addr(dependencies[i]) for i in range(numDependencies)] if numDependencies else []
         if graph is None or any(d not in graph.work for d in deps):
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        err = self._begin_capture(hStream, self._addr(hGraph), deps)
+        err = self._begin_capture(hStream, self._addr(hGraph), deps, mode)
         if err == 0:
             self._stream(hStream).capture.into = True
         return err
@@ -221,11 +250,15 @@ class EmulatedGraphs:
             return self.drv.CUDA_ERROR_ILLEGAL_STATE
         if stream.capture.origin is not None:
             return self.drv.CUDA_ERROR_STREAM_CAPTURE_UNMATCHED  # ended from a stream that only joined it
-        handle = stream.capture.graph
+        handle, invalidated = stream.capture.graph, stream.capture.invalidated
         for joined in stream.capture.joined:
             if joined.capture is not None and joined.capture.origin is stream.capture:
                 joined.capture = None
         stream.capture = None
+        if invalidated:  # the capture ends all the same, with no graph
+            if not self._is_null(phGraph):
+                self._drv_put((phGraph, 0))
+            return self.drv.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
         if self._is_null(phGraph):
             return 0
         return self._drv_put((phGraph, handle))
@@ -234,7 +267,8 @@ class EmulatedGraphs:
         stream = self._stream(hStream)
         if stream is None or self._is_null(captureStatus):
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        captureStatus[0] = 1 if stream.capture is not None else 0  # CU_STREAM_CAPTURE_STATUS_ACTIVE, _NONE
+        c = stream.capture  # CU_STREAM_CAPTURE_STATUS_NONE, _ACTIVE, _INVALIDATED
+        captureStatus[0] = 0 if c is None else 2 if (c.origin or c).invalidated else 1
         return 0
 
     def cuStreamGetCaptureInfo_v3(self, hStream: CData, captureStatus_out: CData, id_out: CData, graph_out: CData,
@@ -622,31 +656,46 @@ class EmulatedGraphs:
         numNodes[0] = count
         return 0
 
+    def _edges_given(self, edgeData: CData, count: int) -> list[bytes]:
+        """Each edge's CUgraphEdgeData as bytes (all default where edgeData is NULL)."""
+        if self._is_null(edgeData):
+            return [DEFAULT_EDGE] * count
+        return [bytes(self.ffi.buffer(edgeData + i, 8)) for i in range(count)]
+
     def cuGraphAddDependencies_v2(self, hGraph: CData, from_: CData, to: CData, edgeData: CData,
                                   numDependencies: int) -> int:
         graph = self._graph(hGraph)
-        if graph is None or not self._is_null(edgeData):
+        if graph is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
         pairs = [(self._addr(from_[i]), self._addr(to[i])) for i in range(numDependencies)]
+        data = self._edges_given(edgeData, numDependencies)
         if any(a not in graph.work or b not in graph.work or a == b for a, b in pairs):
             return self.drv.CUDA_ERROR_INVALID_VALUE
+        if any(d[2] > 1 for d in data):  # type: CU_GRAPH_DEPENDENCY_TYPE_DEFAULT or _PROGRAMMATIC
+            return self.drv.CUDA_ERROR_INVALID_VALUE
         graph.edges.update(pairs)
+        graph.edge_data.update((pair, d) for pair, d in zip(pairs, data, strict=True) if d != DEFAULT_EDGE)
         return 0
 
     def cuGraphRemoveDependencies_v2(self, hGraph: CData, from_: CData, to: CData, edgeData: CData,
                                      numDependencies: int) -> int:
         graph = self._graph(hGraph)
-        if graph is None or not self._is_null(edgeData):
+        if graph is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
         pairs = [(self._addr(from_[i]), self._addr(to[i])) for i in range(numDependencies)]
-        if any(pair not in graph.edges for pair in pairs):
-            return self.drv.CUDA_ERROR_INVALID_VALUE
+        data = self._edges_given(edgeData, numDependencies)
+        if any(pair not in graph.edges or graph.edge_data.get(pair, DEFAULT_EDGE) != d
+               for pair, d in zip(pairs, data, strict=True)):
+            return self.drv.CUDA_ERROR_INVALID_VALUE  # (an edge is named with the data it was added with)
         graph.edges.difference_update(pairs)
+        for pair in pairs:
+            graph.edge_data.pop(pair, None)
         return 0
 
-    def _listed(self, found: list, out: tuple, edge_data: CData, count: CData) -> int:
+    def _listed(self, found: list, out: tuple, edge_data: CData, count: CData, data: list[bytes] | None = None) -> int:
         """The driver's way of listing: with the first array NULL, the total into *count; else up to *count
-        entries into each array of `out` (columns of `found`), and how many into *count."""
+        entries into each array of `out` (columns of `found`), and how many into *count; each entry's edge data
+        (`data`, default where not given) into edge_data."""
         if self._is_null(count):
             return self.drv.CUDA_ERROR_INVALID_VALUE
         if self._is_null(out[0]):
@@ -658,7 +707,7 @@ class EmulatedGraphs:
                 array[i] = self.ffi.cast("CUgraphNode", found[i][column])
         if not self._is_null(edge_data):
             for i in range(n):
-                self.ffi.buffer(edge_data + i, 8)[:] = bytes(8)  # every edge here is a default one
+                self.ffi.buffer(edge_data + i, 8)[:] = data[i] if data else DEFAULT_EDGE
         count[0] = n
         return 0
 
@@ -673,15 +722,19 @@ class EmulatedGraphs:
         graph = self._graph(hGraph)
         if graph is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        return self._listed(sorted(graph.edges), (from_, to), edgeData, numEdges)
+        edges = sorted(graph.edges)
+        return self._listed(edges, (from_, to), edgeData, numEdges,
+                            [graph.edge_data.get(e, DEFAULT_EDGE) for e in edges])
 
     def _node_edges(self, hNode: CData, out: CData, edgeData: CData, count: CData, dependents: bool) -> int:
         node = self._addr(hNode)
         graph = self._graphs.get(self._nodes.get(node, 0))
         if graph is None:
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        found = sorted((b,) if dependents else (a,) for a, b in graph.edges if (a if dependents else b) == node)
-        return self._listed(found, (out,), edgeData, count)
+        edges = sorted((b, (a, b)) if dependents else (a, (a, b))
+                       for a, b in graph.edges if (a if dependents else b) == node)
+        return self._listed([(other,) for other, _ in edges], (out,), edgeData, count,
+                            [graph.edge_data.get(e, DEFAULT_EDGE) for _, e in edges])
 
     def cuGraphNodeGetDependencies_v2(self, hNode: CData, dependencies: CData, edgeData: CData,
                                       numDependencies: CData) -> int:
@@ -699,6 +752,7 @@ class EmulatedGraphs:
         graph.nodes.remove(node)
         del graph.work[node], graph.kinds[node]
         graph.edges = {(a, b) for a, b in graph.edges if node not in (a, b)}
+        graph.edge_data = {e: d for e, d in graph.edge_data.items() if e in graph.edges}
         return 0
 
     def cuGraphConditionalHandleCreate(self, pHandle_out: CData, hGraph: CData, ctx: CData, defaultLaunchValue: int,

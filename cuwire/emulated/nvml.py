@@ -8,12 +8,14 @@ from typing import Any
 from cuwire.emulated import registry
 
 SUCCESS, UNINITIALIZED, INVALID_ARGUMENT, NOT_SUPPORTED, NOT_FOUND, INSUFFICIENT_SIZE = 0, 1, 2, 3, 6, 7
+ARGUMENT_VERSION_MISMATCH = 25
 DRIVER_VERSION = "cuwire-emulated"
 NVML_VERSION = "13.580.00"
 UUID_TEXT = "GPU-63757769-7265-2d65-6d75-6c6174656400"  # the CUDA UUID bytes ("cuwire-emulated\0")
 PCI_BUS_ID = "00000000:00:00.0"
 MESSAGES = {SUCCESS: "Success", UNINITIALIZED: "Uninitialized", INVALID_ARGUMENT: "Invalid Argument",
-            NOT_SUPPORTED: "Not Supported", NOT_FOUND: "Not Found", INSUFFICIENT_SIZE: "Insufficient Size"}
+            NOT_SUPPORTED: "Not Supported", NOT_FOUND: "Not Found", INSUFFICIENT_SIZE: "Insufficient Size",
+            ARGUMENT_VERSION_MISMATCH: "Argument version mismatch"}
 
 
 class EmulatedNvml:
@@ -107,6 +109,42 @@ class EmulatedNvml:
             return status or INVALID_ARGUMENT
         total, used = self._memory.total, self._memory.used
         memory.total, memory.used, memory.free = total, used, total - used
+        return SUCCESS
+
+    def _versioned(self, struct: Any, ctype: str, version: int) -> int:
+        """A versioned struct's check, as NVML makes it: its version field names its size and version."""
+        if self._is_null(struct):
+            return INVALID_ARGUMENT
+        return SUCCESS if struct.version == (self.ffi.sizeof(ctype) | version << 24) else ARGUMENT_VERSION_MISMATCH
+
+    def nvmlDeviceGetMemoryInfo_v2(self, device: Any, memory: Any) -> int:
+        status = self._nvml_ready(device) or self._versioned(memory, "nvmlMemory_v2_t", 2)
+        if status:
+            return status
+        total, used = self._memory.total, self._memory.used
+        memory.total, memory.reserved, memory.used, memory.free = total, 0, used, total - used
+        return SUCCESS
+
+    def nvmlDeviceGetFieldValues(self, device: Any, valuesCount: int, values: Any) -> int:
+        """Each field says it is not supported (the emulated device has no counters), as NVML says per field."""
+        status = self._nvml_ready(device)
+        if status or valuesCount < 0 or (valuesCount and self._is_null(values)):
+            return status or INVALID_ARGUMENT
+        for i in range(valuesCount):
+            values[i].nvmlReturn = NOT_SUPPORTED
+        return SUCCESS
+
+    def nvmlDeviceGetGpuFabricInfoV(self, device: Any, gpuFabricInfo: Any) -> int:
+        return self._nvml_ready(device) or NOT_SUPPORTED  # no NVLink fabric (as a GPU without NVSwitch says)
+
+    def nvmlDeviceGetNvLinkCapability(self, device: Any, link: int, capability: int, capResult: Any) -> int:
+        return self._nvml_ready(device) or NOT_SUPPORTED  # no NVLink
+
+    def nvmlSystemGetConfComputeSettings(self, settings: Any) -> int:
+        status = self._nvml_ready() or self._versioned(settings, "nvmlSystemConfComputeSettings_v1_t", 1)
+        if status:
+            return status
+        settings.environment = settings.ccFeature = settings.devToolsMode = settings.multiGpuMode = 0  # all off
         return SUCCESS
 
     def nvmlDeviceGetCudaComputeCapability(self, device: Any, major: Any, minor: Any) -> int:

@@ -200,12 +200,14 @@ def cuCtxGetSharedMemConfig(pConfig):
 
 @ffi.def_extern(name="cuwire_py_cuCtxGetStreamPriorityRange", onerror=rt.on_error)
 def cuCtxGetStreamPriorityRange(leastPriority, greatestPriority):
-    """cuCtxGetStreamPriorityRange (cuda.h)"""
+    """cuCtxGetStreamPriorityRange (cuda.h): either pointer may be NULL, as the driver allows (cuSOLVER passes one)"""
     args = pb.cuCtxGetStreamPriorityRange_Args()
     res = rt.call(1782496290, args, pb.cuCtxGetStreamPriorityRange_Result)
     if res.status == 0:
-        rt.write_scalar(leastPriority, "int32_t", res.leastPriority)
-        rt.write_scalar(greatestPriority, "int32_t", res.greatestPriority)
+        if leastPriority != ffi.NULL:
+            rt.write_scalar(leastPriority, "int32_t", res.leastPriority)
+        if greatestPriority != ffi.NULL:
+            rt.write_scalar(greatestPriority, "int32_t", res.greatestPriority)
     return res.status
 
 
@@ -657,12 +659,13 @@ def cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, dependencies_len
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphAddDependencies_v2", onerror=rt.on_error)
-def cuGraphAddDependencies_v2(hGraph, from_, from__len, to, to_len, edgeData, numDependencies):
-    """cuGraphAddDependencies_v2 (cuda.h)"""
+def cuGraphAddDependencies_v2(hGraph, from_, from__len, to, to_len, edgeData, edgeData_len, numDependencies):
+    """cuGraphAddDependencies_v2 (cuda.h): edge data (NULL: default edges) travels as the program's array"""
     args = pb.cuGraphAddDependencies_v2_Args()
     args.hGraph = hGraph
     args.from_ = rt.read(from_, from__len)
     args.to = rt.read(to, to_len)
+    args.edgeData = rt.read(edgeData, edgeData_len) if edgeData != ffi.NULL else b""
     args.numDependencies = numDependencies
     res = rt.call(3880841238, args, pb.cuGraphAddDependencies_v2_Result)
     return res.status
@@ -1090,12 +1093,13 @@ def cuGraphNodeSetEnabled(hGraphExec, hNode, isEnabled):
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphRemoveDependencies_v2", onerror=rt.on_error)
-def cuGraphRemoveDependencies_v2(hGraph, from_, from__len, to, to_len, edgeData, numDependencies):
+def cuGraphRemoveDependencies_v2(hGraph, from_, from__len, to, to_len, edgeData, edgeData_len, numDependencies):
     """cuGraphRemoveDependencies_v2 (cuda.h)"""
     args = pb.cuGraphRemoveDependencies_v2_Args()
     args.hGraph = hGraph
     args.from_ = rt.read(from_, from__len)
     args.to = rt.read(to, to_len)
+    args.edgeData = rt.read(edgeData, edgeData_len) if edgeData != ffi.NULL else b""
     args.numDependencies = numDependencies
     res = rt.call(1606074400, args, pb.cuGraphRemoveDependencies_v2_Result)
     return res.status
@@ -2621,6 +2625,33 @@ def nvmlDeviceGetFanSpeed(device, speed):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetFieldValues", onerror=rt.on_nvml_error)
+def nvmlDeviceGetFieldValues(device, valuesCount, values, values_len):
+    """nvmlDeviceGetFieldValues (nvml.h)"""
+    args = pb.nvmlDeviceGetFieldValues_Args()
+    args.device = device
+    args.valuesCount = valuesCount
+    args.values = rt.read(values, values_len)
+    rt.expect(values, values_len)
+    res = rt.call(3982139918, args, pb.nvmlDeviceGetFieldValues_Result)
+    if res.status == 0:
+        rt.write(values, res.values, values_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetGpuFabricInfoV", onerror=rt.on_nvml_error)
+def nvmlDeviceGetGpuFabricInfoV(device, gpuFabricInfo, gpuFabricInfo_len):
+    """nvmlDeviceGetGpuFabricInfoV (nvml.h)"""
+    args = pb.nvmlDeviceGetGpuFabricInfoV_Args()
+    args.device = device
+    args.gpuFabricInfo = rt.read(gpuFabricInfo, gpuFabricInfo_len)
+    rt.expect(gpuFabricInfo, gpuFabricInfo_len)
+    res = rt.call(1323581072, args, pb.nvmlDeviceGetGpuFabricInfoV_Result)
+    if res.status == 0:
+        rt.write(gpuFabricInfo, res.gpuFabricInfo, gpuFabricInfo_len)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetGpuOperationMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetGpuOperationMode(device, current, pending):
     """nvmlDeviceGetGpuOperationMode (nvml.h)"""
@@ -2781,6 +2812,19 @@ def nvmlDeviceGetMemoryInfo(device, memory, memory_len):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetMemoryInfo_v2", onerror=rt.on_nvml_error)
+def nvmlDeviceGetMemoryInfo_v2(device, memory, memory_len):
+    """nvmlDeviceGetMemoryInfo_v2 (nvml.h)"""
+    args = pb.nvmlDeviceGetMemoryInfo_v2_Args()
+    args.device = device
+    args.memory = rt.read(memory, memory_len)
+    rt.expect(memory, memory_len)
+    res = rt.call(3535476792, args, pb.nvmlDeviceGetMemoryInfo_v2_Result)
+    if res.status == 0:
+        rt.write(memory, res.memory, memory_len)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMigDeviceHandleByIndex", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMigDeviceHandleByIndex(device, index, migDevice):
     """nvmlDeviceGetMigDeviceHandleByIndex (nvml.h)"""
@@ -2848,6 +2892,19 @@ def nvmlDeviceGetNumaNodeId(device, node):
     res = rt.call(816294722, args, pb.nvmlDeviceGetNumaNodeId_Result)
     if res.status == 0:
         rt.write_scalar(node, "uint32_t", res.node)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetNvLinkCapability", onerror=rt.on_nvml_error)
+def nvmlDeviceGetNvLinkCapability(device, link, capability, capResult):
+    """nvmlDeviceGetNvLinkCapability (nvml.h)"""
+    args = pb.nvmlDeviceGetNvLinkCapability_Args()
+    args.device = device
+    args.link = link
+    args.capability = capability
+    res = rt.call(238727400, args, pb.nvmlDeviceGetNvLinkCapability_Result)
+    if res.status == 0:
+        rt.write_scalar(capResult, "uint32_t", res.capResult)
     return res.status
 
 
@@ -3121,6 +3178,18 @@ def nvmlShutdown():
     """nvmlShutdown (nvml.h)"""
     args = pb.nvmlShutdown_Args()
     res = rt.call(999915332, args, pb.nvmlShutdown_Result)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlSystemGetConfComputeSettings", onerror=rt.on_nvml_error)
+def nvmlSystemGetConfComputeSettings(settings, settings_len):
+    """nvmlSystemGetConfComputeSettings (nvml.h)"""
+    args = pb.nvmlSystemGetConfComputeSettings_Args()
+    args.settings = rt.read(settings, settings_len)
+    rt.expect(settings, settings_len)
+    res = rt.call(4069498049, args, pb.nvmlSystemGetConfComputeSettings_Result)
+    if res.status == 0:
+        rt.write(settings, res.settings, settings_len)
     return res.status
 
 

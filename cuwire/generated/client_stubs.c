@@ -1146,7 +1146,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "custom",
+    "local",
     "custom",
     "local",
     "local",
@@ -1167,7 +1167,7 @@ const char *const cuwire_modes[] = {
     "local",
     "sync",
     "sync",
-    "unimplemented",
+    "local",
     "custom",
     "custom",
     "custom",
@@ -1664,11 +1664,11 @@ const char *const cuwire_modes[] = {
     "sync",
     "unimplemented",
     "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1718,19 +1718,19 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "sync",
-    "unimplemented",
     "sync",
     "sync",
-    "unimplemented",
-    "unimplemented",
     "sync",
     "unimplemented",
     "unimplemented",
     "sync",
     "unimplemented",
-    "sync",
+    "unimplemented",
     "sync",
     "unimplemented",
+    "sync",
+    "sync",
+    "sync",
     "unimplemented",
     "unimplemented",
     "sync",
@@ -1919,7 +1919,7 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
+    "sync",
     "unimplemented",
     "sync",
     "sync",
@@ -2006,7 +2006,8 @@ const uint32_t cuwire_host_func_record_id = 2255595394u;
 /* ... and of the switch of the session thread's context (cuwire's own operation SetContext). */
 const uint32_t cuwire_set_context_record_id = 2441823671u;
 
-const char *cuwire_error_name(int code)
+/* The name of a CUresult value, or NULL for a code the headers do not name. */
+const char *cuwire_error_name_or_null(int code)
 {
     switch (code) {
     case 0: return "CUDA_SUCCESS";
@@ -2110,8 +2111,14 @@ const char *cuwire_error_name(int code)
     case 915: return "CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION";
     case 916: return "CUDA_ERROR_KEY_ROTATION";
     case 999: return "CUDA_ERROR_UNKNOWN";
-    default: return "unrecognized error code";
+    default: return NULL;
     }
+}
+
+const char *cuwire_error_name(int code)
+{
+    const char *name = cuwire_error_name_or_null(code);
+    return name ? name : "unrecognized error code";
 }
 
 /* cuArray3DCreate (libcuda.so.1 export): unimplemented */
@@ -5164,13 +5171,11 @@ CUWIRE_EXPORT CUresult cuGLUnregisterBufferObject(void)
     return cuwire_impl_cuGLUnregisterBufferObject();
 }
 
-/* cuGetErrorName (cuda.h): remoted, custom */
-int cuwire_py_cuGetErrorName(int64_t, uint64_t);
+/* cuGetErrorName (cuda.h): local, local */
+CUresult cuwire_local_cuGetErrorName(CUresult error, const char **pStr);
 static inline CUresult cuwire_impl_cuGetErrorName(CUresult error, const char **pStr)
 {
-    if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuGetErrorName((int64_t)error, (uint64_t)(uintptr_t)pStr));
+return cuwire_local_cuGetErrorName(error, pStr);
 }
 CUWIRE_EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr)
 {
@@ -5186,8 +5191,13 @@ CUWIRE_EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr)
 
 /* cuGetErrorString (cuda.h): remoted, custom */
 int cuwire_py_cuGetErrorString(int64_t, uint64_t);
+int cuwire_error_string_fast(CUresult error, const char **pStr);
 static inline CUresult cuwire_impl_cuGetErrorString(CUresult error, const char **pStr)
 {
+    int fast = cuwire_error_string_fast(error, pStr);
+    if (fast >= 0) {
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuGetErrorString((int64_t)error, (uint64_t)(uintptr_t)pStr));
@@ -5322,12 +5332,12 @@ CUWIRE_EXPORT CUresult cuGraphAddDependencies(void)
 }
 
 /* cuGraphAddDependencies_v2 (cuda.h): remoted, sync */
-int cuwire_py_cuGraphAddDependencies_v2(uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t);
+int cuwire_py_cuGraphAddDependencies_v2(uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuGraphAddDependencies_v2((uint64_t)(uintptr_t)hGraph, (void *)from, (uint64_t)(numDependencies * 8), (void *)to, (uint64_t)(numDependencies * 8), (void *)edgeData, (uint64_t)numDependencies));
+    return (CUresult)(cuwire_py_cuGraphAddDependencies_v2((uint64_t)(uintptr_t)hGraph, (void *)from, (uint64_t)(numDependencies * 8), (void *)to, (uint64_t)(numDependencies * 8), (void *)edgeData, (uint64_t)(numDependencies * 8), (uint64_t)numDependencies));
 }
 CUWIRE_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
@@ -5577,22 +5587,22 @@ CUWIRE_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hG
     return cuwire_impl_cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx);
 }
 
-/* cuGraphAddNode (libcuda.so.1 export): unimplemented */
-static inline CUresult cuwire_impl_cuGraphAddNode(void)
+/* cuGraphAddNode (cuda.h): local, local */
+CUresult cuwire_local_cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams);
+static inline CUresult cuwire_impl_cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams)
 {
-    static int warned;
-    return (CUresult)((cuwire_unimplemented("cuGraphAddNode", "libcuda.so.1 export", &warned), 801));
+return cuwire_local_cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
 }
-CUWIRE_EXPORT CUresult cuGraphAddNode(void)
+CUWIRE_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams)
 {
     __atomic_add_fetch(&cuwire_counts[167], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphAddNode");
-        CUresult cuwire_result = cuwire_impl_cuGraphAddNode();
+        CUresult cuwire_result = cuwire_impl_cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
         cuwire_trace_result("cuGraphAddNode", (int)cuwire_result);
         return cuwire_result;
     }
-    return cuwire_impl_cuGraphAddNode();
+    return cuwire_impl_cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
 }
 
 /* cuGraphAddNode_v2 (cuda.h): remoted, custom */
@@ -7057,12 +7067,12 @@ CUWIRE_EXPORT CUresult cuGraphRemoveDependencies(void)
 }
 
 /* cuGraphRemoveDependencies_v2 (cuda.h): remoted, sync */
-int cuwire_py_cuGraphRemoveDependencies_v2(uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t);
+int cuwire_py_cuGraphRemoveDependencies_v2(uint64_t, void *, uint64_t, void *, uint64_t, void *, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuGraphRemoveDependencies_v2((uint64_t)(uintptr_t)hGraph, (void *)from, (uint64_t)(numDependencies * 8), (void *)to, (uint64_t)(numDependencies * 8), (void *)edgeData, (uint64_t)numDependencies));
+    return (CUresult)(cuwire_py_cuGraphRemoveDependencies_v2((uint64_t)(uintptr_t)hGraph, (void *)from, (uint64_t)(numDependencies * 8), (void *)to, (uint64_t)(numDependencies * 8), (void *)edgeData, (uint64_t)(numDependencies * 8), (uint64_t)numDependencies));
 }
 CUWIRE_EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
@@ -15826,11 +15836,13 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetFanSpeed_v2(nvmlDevice_t device, unsigne
     return cuwire_impl_nvmlDeviceGetFanSpeed_v2(device, fan, speed);
 }
 
-/* nvmlDeviceGetFieldValues (nvml.h): unimplemented */
+/* nvmlDeviceGetFieldValues (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetFieldValues(uint64_t, int64_t, void *, uint64_t);
 static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
 {
-    static int warned;
-    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetFieldValues", "nvml.h", &warned), 3));
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetFieldValues((uint64_t)(uintptr_t)device, (int64_t)valuesCount, (void *)values, (uint64_t)(valuesCount * 40)));
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
 {
@@ -15898,11 +15910,13 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlG
     return cuwire_impl_nvmlDeviceGetGpuFabricInfo(device, gpuFabricInfo);
 }
 
-/* nvmlDeviceGetGpuFabricInfoV (nvml.h): unimplemented */
+/* nvmlDeviceGetGpuFabricInfoV (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetGpuFabricInfoV(uint64_t, void *, uint64_t);
 static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *gpuFabricInfo)
 {
-    static int warned;
-    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGpuFabricInfoV", "nvml.h", &warned), 3));
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetGpuFabricInfoV((uint64_t)(uintptr_t)device, (void *)gpuFabricInfo, sizeof *gpuFabricInfo));
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *gpuFabricInfo)
 {
@@ -16828,11 +16842,13 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemo
     return cuwire_impl_nvmlDeviceGetMemoryInfo(device, memory);
 }
 
-/* nvmlDeviceGetMemoryInfo_v2 (nvml.h): unimplemented */
+/* nvmlDeviceGetMemoryInfo_v2 (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetMemoryInfo_v2(uint64_t, void *, uint64_t);
 static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
-    static int warned;
-    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMemoryInfo_v2", "nvml.h", &warned), 3));
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetMemoryInfo_v2((uint64_t)(uintptr_t)device, (void *)memory, sizeof *memory));
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -17056,11 +17072,13 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned
     return cuwire_impl_nvmlDeviceGetNumaNodeId(device, node);
 }
 
-/* nvmlDeviceGetNvLinkCapability (nvml.h): unimplemented */
+/* nvmlDeviceGetNvLinkCapability (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetNvLinkCapability(uint64_t, uint64_t, int64_t, void *);
 static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigned int link, nvmlNvLinkCapability_t capability, unsigned int *capResult)
 {
-    static int warned;
-    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetNvLinkCapability", "nvml.h", &warned), 3));
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetNvLinkCapability((uint64_t)(uintptr_t)device, (uint64_t)link, (int64_t)capability, (void *)capResult));
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigned int link, nvmlNvLinkCapability_t capability, unsigned int *capResult)
 {
@@ -20505,11 +20523,13 @@ CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetConfComputeKeyRotationThresholdInfo(nvml
     return cuwire_impl_nvmlSystemGetConfComputeKeyRotationThresholdInfo(pKeyRotationThrInfo);
 }
 
-/* nvmlSystemGetConfComputeSettings (nvml.h): unimplemented */
+/* nvmlSystemGetConfComputeSettings (nvml.h): remoted, sync */
+int cuwire_py_nvmlSystemGetConfComputeSettings(void *, uint64_t);
 static inline nvmlReturn_t cuwire_impl_nvmlSystemGetConfComputeSettings(nvmlSystemConfComputeSettings_t *settings)
 {
-    static int warned;
-    return (nvmlReturn_t)((cuwire_unimplemented("nvmlSystemGetConfComputeSettings", "nvml.h", &warned), 3));
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlSystemGetConfComputeSettings((void *)settings, sizeof *settings));
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetConfComputeSettings(nvmlSystemConfComputeSettings_t *settings)
 {

@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "c11a30622fb56606"
+API_DIGEST = "e0903465505011ec"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -1570,6 +1570,26 @@ def nvmlDeviceGetFanSpeed(s, a: pb.nvmlDeviceGetFanSpeed_Args) -> pb.nvmlDeviceG
     return r
 
 
+def nvmlDeviceGetFieldValues(s, a: pb.nvmlDeviceGetFieldValues_Args) -> pb.nvmlDeviceGetFieldValues_Result:
+    """nvmlDeviceGetFieldValues (nvml.h)"""
+    r = pb.nvmlDeviceGetFieldValues_Result()
+    values = s.inout_buffer(a.values, a.valuesCount * 40)
+    r.status = s.lib.nvmlDeviceGetFieldValues(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), a.valuesCount, s.ffi.cast("nvmlFieldValue_t *", values))
+    if r.status == 0:
+        r.values = s.take(values, a.valuesCount * 40)
+    return r
+
+
+def nvmlDeviceGetGpuFabricInfoV(s, a: pb.nvmlDeviceGetGpuFabricInfoV_Args) -> pb.nvmlDeviceGetGpuFabricInfoV_Result:
+    """nvmlDeviceGetGpuFabricInfoV (nvml.h)"""
+    r = pb.nvmlDeviceGetGpuFabricInfoV_Result()
+    gpuFabricInfo = s.struct_in("nvmlGpuFabricInfoV_t", a.gpuFabricInfo)
+    r.status = s.lib.nvmlDeviceGetGpuFabricInfoV(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), gpuFabricInfo)
+    if r.status == 0:
+        r.gpuFabricInfo = s.take(gpuFabricInfo)
+    return r
+
+
 def nvmlDeviceGetGpuOperationMode(s, a: pb.nvmlDeviceGetGpuOperationMode_Args) -> pb.nvmlDeviceGetGpuOperationMode_Result:
     """nvmlDeviceGetGpuOperationMode (nvml.h)"""
     r = pb.nvmlDeviceGetGpuOperationMode_Result()
@@ -1721,6 +1741,16 @@ def nvmlDeviceGetMemoryInfo(s, a: pb.nvmlDeviceGetMemoryInfo_Args) -> pb.nvmlDev
     return r
 
 
+def nvmlDeviceGetMemoryInfo_v2(s, a: pb.nvmlDeviceGetMemoryInfo_v2_Args) -> pb.nvmlDeviceGetMemoryInfo_v2_Result:
+    """nvmlDeviceGetMemoryInfo_v2 (nvml.h)"""
+    r = pb.nvmlDeviceGetMemoryInfo_v2_Result()
+    memory = s.struct_in("nvmlMemory_v2_t", a.memory)
+    r.status = s.lib.nvmlDeviceGetMemoryInfo_v2(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), memory)
+    if r.status == 0:
+        r.memory = s.take(memory)
+    return r
+
+
 def nvmlDeviceGetMigDeviceHandleByIndex(s, a: pb.nvmlDeviceGetMigDeviceHandleByIndex_Args) -> pb.nvmlDeviceGetMigDeviceHandleByIndex_Result:
     """nvmlDeviceGetMigDeviceHandleByIndex (nvml.h)"""
     r = pb.nvmlDeviceGetMigDeviceHandleByIndex_Result()
@@ -1781,6 +1811,16 @@ def nvmlDeviceGetNumaNodeId(s, a: pb.nvmlDeviceGetNumaNodeId_Args) -> pb.nvmlDev
     r.status = s.lib.nvmlDeviceGetNumaNodeId(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), node)
     if r.status == 0:
         r.node = s.scalar(node[0])
+    return r
+
+
+def nvmlDeviceGetNvLinkCapability(s, a: pb.nvmlDeviceGetNvLinkCapability_Args) -> pb.nvmlDeviceGetNvLinkCapability_Result:
+    """nvmlDeviceGetNvLinkCapability (nvml.h)"""
+    r = pb.nvmlDeviceGetNvLinkCapability_Result()
+    capResult = s.ffi.new("unsigned int *")
+    r.status = s.lib.nvmlDeviceGetNvLinkCapability(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), a.link, a.capability, capResult)
+    if r.status == 0:
+        r.capResult = s.scalar(capResult[0])
     return r
 
 
@@ -2014,6 +2054,16 @@ def nvmlShutdown(s, a: pb.nvmlShutdown_Args) -> pb.nvmlShutdown_Result:
     """nvmlShutdown (nvml.h)"""
     r = pb.nvmlShutdown_Result()
     r.status = s.lib.nvmlShutdown()
+    return r
+
+
+def nvmlSystemGetConfComputeSettings(s, a: pb.nvmlSystemGetConfComputeSettings_Args) -> pb.nvmlSystemGetConfComputeSettings_Result:
+    """nvmlSystemGetConfComputeSettings (nvml.h)"""
+    r = pb.nvmlSystemGetConfComputeSettings_Result()
+    settings = s.struct_in("nvmlSystemConfComputeSettings_t", a.settings)
+    r.status = s.lib.nvmlSystemGetConfComputeSettings(settings)
+    if r.status == 0:
+        r.settings = s.take(settings)
     return r
 
 
@@ -2282,6 +2332,8 @@ HANDLERS = {
     1377895810: ("nvmlDeviceGetEccMode", pb.nvmlDeviceGetEccMode_Args, nvmlDeviceGetEccMode),
     1601332534: ("nvmlDeviceGetEnforcedPowerLimit", pb.nvmlDeviceGetEnforcedPowerLimit_Args, nvmlDeviceGetEnforcedPowerLimit),
     3906963660: ("nvmlDeviceGetFanSpeed", pb.nvmlDeviceGetFanSpeed_Args, nvmlDeviceGetFanSpeed),
+    3982139918: ("nvmlDeviceGetFieldValues", pb.nvmlDeviceGetFieldValues_Args, nvmlDeviceGetFieldValues),
+    1323581072: ("nvmlDeviceGetGpuFabricInfoV", pb.nvmlDeviceGetGpuFabricInfoV_Args, nvmlDeviceGetGpuFabricInfoV),
     739626078: ("nvmlDeviceGetGpuOperationMode", pb.nvmlDeviceGetGpuOperationMode_Args, nvmlDeviceGetGpuOperationMode),
     3980525284: ("nvmlDeviceGetGspFirmwareMode", pb.nvmlDeviceGetGspFirmwareMode_Args, nvmlDeviceGetGspFirmwareMode),
     4240391759: ("nvmlDeviceGetHandleByIndex_v2", pb.nvmlDeviceGetHandleByIndex_v2_Args, nvmlDeviceGetHandleByIndex_v2),
@@ -2296,12 +2348,14 @@ HANDLERS = {
     894528339: ("nvmlDeviceGetMaxPcieLinkGeneration", pb.nvmlDeviceGetMaxPcieLinkGeneration_Args, nvmlDeviceGetMaxPcieLinkGeneration),
     3291306046: ("nvmlDeviceGetMaxPcieLinkWidth", pb.nvmlDeviceGetMaxPcieLinkWidth_Args, nvmlDeviceGetMaxPcieLinkWidth),
     1622472062: ("nvmlDeviceGetMemoryInfo", pb.nvmlDeviceGetMemoryInfo_Args, nvmlDeviceGetMemoryInfo),
+    3535476792: ("nvmlDeviceGetMemoryInfo_v2", pb.nvmlDeviceGetMemoryInfo_v2_Args, nvmlDeviceGetMemoryInfo_v2),
     441963348: ("nvmlDeviceGetMigDeviceHandleByIndex", pb.nvmlDeviceGetMigDeviceHandleByIndex_Args, nvmlDeviceGetMigDeviceHandleByIndex),
     903204419: ("nvmlDeviceGetMigMode", pb.nvmlDeviceGetMigMode_Args, nvmlDeviceGetMigMode),
     1788364338: ("nvmlDeviceGetMinorNumber", pb.nvmlDeviceGetMinorNumber_Args, nvmlDeviceGetMinorNumber),
     1846965399: ("nvmlDeviceGetName", pb.nvmlDeviceGetName_Args, nvmlDeviceGetName),
     3416126591: ("nvmlDeviceGetNumGpuCores", pb.nvmlDeviceGetNumGpuCores_Args, nvmlDeviceGetNumGpuCores),
     816294722: ("nvmlDeviceGetNumaNodeId", pb.nvmlDeviceGetNumaNodeId_Args, nvmlDeviceGetNumaNodeId),
+    238727400: ("nvmlDeviceGetNvLinkCapability", pb.nvmlDeviceGetNvLinkCapability_Args, nvmlDeviceGetNvLinkCapability),
     2213010662: ("nvmlDeviceGetNvLinkRemoteDeviceType", pb.nvmlDeviceGetNvLinkRemoteDeviceType_Args, nvmlDeviceGetNvLinkRemoteDeviceType),
     158654964: ("nvmlDeviceGetNvLinkState", pb.nvmlDeviceGetNvLinkState_Args, nvmlDeviceGetNvLinkState),
     1103385609: ("nvmlDeviceGetP2PStatus", pb.nvmlDeviceGetP2PStatus_Args, nvmlDeviceGetP2PStatus),
@@ -2326,6 +2380,7 @@ HANDLERS = {
     1768977338: ("nvmlInitWithFlags", pb.nvmlInitWithFlags_Args, nvmlInitWithFlags),
     4250578944: ("nvmlInit_v2", pb.nvmlInit_v2_Args, nvmlInit_v2),
     999915332: ("nvmlShutdown", pb.nvmlShutdown_Args, nvmlShutdown),
+    4069498049: ("nvmlSystemGetConfComputeSettings", pb.nvmlSystemGetConfComputeSettings_Args, nvmlSystemGetConfComputeSettings),
     789458020: ("nvmlSystemGetCudaDriverVersion", pb.nvmlSystemGetCudaDriverVersion_Args, nvmlSystemGetCudaDriverVersion),
     3091470869: ("nvmlSystemGetCudaDriverVersion_v2", pb.nvmlSystemGetCudaDriverVersion_v2_Args, nvmlSystemGetCudaDriverVersion_v2),
     697104280: ("nvmlSystemGetDriverVersion", pb.nvmlSystemGetDriverVersion_Args, nvmlSystemGetDriverVersion),

@@ -510,11 +510,11 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             *err = CW_INVALID_HANDLE;
             return 1;
         }
-        if (!cw_device_range(s, r.dstDevice, (unsigned __int128)r.ByteCount)) {
+        if (!cw_stream_range(s, r.dstDevice, (unsigned __int128)r.ByteCount, r.hStream)) {
             *err = CW_INVALID_VALUE;
             return 1;
         }
-        if (!cw_device_range(s, r.srcDevice, (unsigned __int128)r.ByteCount)) {
+        if (!cw_stream_range(s, r.srcDevice, (unsigned __int128)r.ByteCount, r.hStream)) {
             *err = CW_INVALID_VALUE;
             return 1;
         }
@@ -595,11 +595,11 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             *err = CW_INVALID_HANDLE;
             return 1;
         }
-        if (!cw_device_range(s, r.dstDevice, (unsigned __int128)r.ByteCount)) {
+        if (!cw_stream_range(s, r.dstDevice, (unsigned __int128)r.ByteCount, r.hStream)) {
             *err = CW_INVALID_VALUE;
             return 1;
         }
-        if (!cw_device_range(s, r.srcDevice, (unsigned __int128)r.ByteCount)) {
+        if (!cw_stream_range(s, r.srcDevice, (unsigned __int128)r.ByteCount, r.hStream)) {
             *err = CW_INVALID_VALUE;
             return 1;
         }
@@ -620,7 +620,7 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             *err = CW_INVALID_HANDLE;
             return 1;
         }
-        if (!cw_device_range(s, r.dstDevice, (unsigned __int128)r.N * 2)) {
+        if (!cw_stream_range(s, r.dstDevice, (unsigned __int128)r.N * 2, r.hStream)) {
             *err = CW_INVALID_VALUE;
             return 1;
         }
@@ -756,7 +756,7 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             *err = CW_INVALID_HANDLE;
             return 1;
         }
-        if (!cw_device_range(s, r.dstDevice, (unsigned __int128)r.N * 4)) {
+        if (!cw_stream_range(s, r.dstDevice, (unsigned __int128)r.N * 4, r.hStream)) {
             *err = CW_INVALID_VALUE;
             return 1;
         }
@@ -793,7 +793,7 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             *err = CW_INVALID_HANDLE;
             return 1;
         }
-        if (!cw_device_range(s, r.dstDevice, (unsigned __int128)r.N)) {
+        if (!cw_stream_range(s, r.dstDevice, (unsigned __int128)r.N, r.hStream)) {
             *err = CW_INVALID_VALUE;
             return 1;
         }
@@ -896,7 +896,7 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             *err = CW_INVALID_HANDLE;
             return 1;
         }
-        if (!cw_device_range(s, r.addr, 4)) {
+        if (!cw_stream_range(s, r.addr, 4, r.stream)) {
             *err = CW_INVALID_VALUE;
             return 1;
         }
@@ -917,7 +917,7 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             *err = CW_INVALID_HANDLE;
             return 1;
         }
-        if (!cw_device_range(s, r.addr, 8)) {
+        if (!cw_stream_range(s, r.addr, 8, r.stream)) {
             *err = CW_INVALID_VALUE;
             return 1;
         }
@@ -938,7 +938,7 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             *err = CW_INVALID_HANDLE;
             return 1;
         }
-        if (!cw_device_range(s, r.addr, 4)) {
+        if (!cw_stream_range(s, r.addr, 4, r.stream)) {
             *err = CW_INVALID_VALUE;
             return 1;
         }
@@ -959,7 +959,7 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             *err = CW_INVALID_HANDLE;
             return 1;
         }
-        if (!cw_device_range(s, r.addr, 8)) {
+        if (!cw_stream_range(s, r.addr, 8, r.stream)) {
             *err = CW_INVALID_VALUE;
             return 1;
         }

@@ -438,10 +438,19 @@ def managed_alloc(s, a: pb.ManagedAlloc_Args) -> pb.ManagedAlloc_Result:
     return r
 
 
+def _in_relaxed_capture(handler):
+    """The handler, run with the session thread's stream capture mode relaxed. A program may load a module
+    and look up its kernels while it captures (XLA does, inside its own captures); the steps the server adds
+    to them (describing each kernel, which loads it into the context) are calls a capture would prohibit."""
+    def run(s, a):
+        return s.relaxed_capture(lambda: handler(s, a))
+    return run
+
+
 # id -> (name, Args message, handler), looked up like generated.HANDLERS
 OPS = {
-    op_id("LoadModule"): ("cuwire.LoadModule", pb.LoadModule_Args, load_module),
-    op_id("GetKernel"): ("cuwire.GetKernel", pb.GetKernel_Args, get_kernel),
+    op_id("LoadModule"): ("cuwire.LoadModule", pb.LoadModule_Args, _in_relaxed_capture(load_module)),
+    op_id("GetKernel"): ("cuwire.GetKernel", pb.GetKernel_Args, _in_relaxed_capture(get_kernel)),
     op_id("GetGlobal"): ("cuwire.GetGlobal", pb.GetGlobal_Args, get_global),
     op_id("LaunchKernel"): ("cuwire.LaunchKernel", pb.LaunchKernel_Args, launch_kernel),
     op_id("ErrorString"): ("cuwire.ErrorString", pb.ErrorString_Args, error_string),

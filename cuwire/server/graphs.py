@@ -440,18 +440,29 @@ def graph_nodes(s, a: pb.GraphNodes_Args) -> pb.GraphNodes_Result:
     return r
 
 
+def _edge_data(s, data: bytes, count: int):
+    """Edge data from the wire: none (NULL, default edges) or one CUgraphEdgeData (8 bytes) per edge."""
+    if not data:
+        return s.ffi.NULL
+    if len(data) != 8 * count:
+        raise WireError(f"edge data of {len(data)} bytes for {count} edges")
+    return s.ffi.from_buffer("CUgraphEdgeData[]", bytearray(data))
+
+
 def cuGraphRemoveDependencies_v2(s, a: pb.cuGraphRemoveDependencies_v2_Args
                                  ) -> pb.cuGraphRemoveDependencies_v2_Result:
     status = s.lib.cuGraphRemoveDependencies_v2(s.handle(GRAPH, "CUgraph", a.hGraph),
                                                 _nodes(s, a.from_, a.numDependencies),
-                                                _nodes(s, a.to, a.numDependencies), s.ffi.NULL, a.numDependencies)
+                                                _nodes(s, a.to, a.numDependencies),
+                                                _edge_data(s, a.edgeData, a.numDependencies), a.numDependencies)
     return pb.cuGraphRemoveDependencies_v2_Result(status=status)
 
 
 def cuGraphAddDependencies_v2(s, a: pb.cuGraphAddDependencies_v2_Args) -> pb.cuGraphAddDependencies_v2_Result:
     status = s.lib.cuGraphAddDependencies_v2(s.handle(GRAPH, "CUgraph", a.hGraph),
                                              _nodes(s, a.from_, a.numDependencies),
-                                             _nodes(s, a.to, a.numDependencies), s.ffi.NULL, a.numDependencies)
+                                             _nodes(s, a.to, a.numDependencies),
+                                             _edge_data(s, a.edgeData, a.numDependencies), a.numDependencies)
     return pb.cuGraphAddDependencies_v2_Result(status=status)
 
 

@@ -87,9 +87,13 @@ struct cw_records {
         CW_FN_MEMBER(cuMemcpyDtoHAsync_v2)
         CW_FN_MEMBER(cuLaunchHostFunc)
         CW_FN_MEMBER(cuStreamIsCapturing)
+        CW_FN_MEMBER(cuThreadExchangeStreamCaptureMode)
     } fn;
     /* cuwire's own records (cw_records_ops) */
     uint32_t launch_id, launch_ex_id, set_context_id, copy_id, copy_from_id, copy_shared_id, host_func_id;
+    uint64_t refused_address, refused_size; /* the last device range a record named outside the session's */
+    int refused_range;                      /* ... set until the session asks (cw_records_refused_range) */
+    int own_context; /* the session has a process and a context of its own (cw_records_own_context) */
     cw_ring *ring;        /* shared memory with a client on this host: host functions are posted there */
     cw_callback_socket callbacks; /* ...or, over TCP, on this connection */
     char *shared;         /* host memory shared with a client on this host (cw_records_shared)... */
@@ -235,10 +239,46 @@ int cw_records_in_memory(const cw_records *s, uint64_t address, uint64_t size);
 void cw_records_observe(cw_records *s, uint64_t ns, uint64_t in, uint64_t out);
 
 /* A device range a generated record names (annotations: `range`, computed without overflow): none, or
- * all of it the session's. */
-static int cw_device_range(const cw_records *s, uint64_t address, unsigned __int128 size)
+ * all of it the session's. A refused one is kept, for the session's log. */
+static int cw_device_range(cw_records *s, uint64_t address, unsigned __int128 size)
 {
-    return size == 0 || (size <= UINT64_MAX && cw_records_in_memory(s, address, (uint64_t)size));
+    if (size == 0 || (size <= UINT64_MAX && cw_records_in_memory(s, address, (uint64_t)size)))
+        return 1;
+    s->refused_address = address;
+    s->refused_size = size <= UINT64_MAX ? (uint64_t)size : UINT64_MAX;
+    s->refused_range = 1;
+    return 0;
+}
+
+/* A device range a record names for work on `stream`. A stream that captures puts the range in its graph's
+ * node, unread until the graph runs; the driver takes any address there (XLA captures with placeholder
+ * addresses while it compiles, and sets the nodes' real ones later). So does the server, where the session has
+ * a process and a context of its own: an address outside its memory can then only fault that context. With
+ * sessions sharing a context, only the session's own memory, captured or not. */
+static int cw_stream_range(cw_records *s, uint64_t address, unsigned __int128 size, uint64_t stream)
+{
+    if (cw_device_range(s, address, size))
+        return 1;
+    CUstreamCaptureStatus captured = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (s->own_context && s->fn.cuStreamIsCapturing((CUstream)(uintptr_t)stream, &captured) == CUDA_SUCCESS &&
+        captured == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+        s->refused_range = 0;
+        return 1;
+    }
+    return 0;
+}
+
+void cw_records_own_context(cw_records *s, int own) { s->own_context = own; }
+
+/* The last device range a queued record named outside the session's memory, once: 1 and the range, or 0. */
+int cw_records_refused_range(cw_records *s, uint64_t *address, uint64_t *size)
+{
+    if (!s->refused_range)
+        return 0;
+    s->refused_range = 0;
+    *address = s->refused_address;
+    *size = s->refused_size;
+    return 1;
 }
 
 #include "server_records.c"
@@ -390,7 +430,7 @@ const char *cw_records_function(int i)
         CW_GENERATED_FUNCTIONS(CW_FN_NAME) CW_FN_NAME(cuCtxSetCurrent) CW_FN_NAME(cuLaunchKernel)
             CW_FN_NAME(cuLaunchKernelEx) CW_FN_NAME(cuMemcpyHtoD_v2) CW_FN_NAME(cuMemcpyHtoDAsync_v2)
                 CW_FN_NAME(cuMemcpyDtoH_v2) CW_FN_NAME(cuMemcpyDtoHAsync_v2) CW_FN_NAME(cuLaunchHostFunc)
-                    CW_FN_NAME(cuStreamIsCapturing) NULL};
+                    CW_FN_NAME(cuStreamIsCapturing) CW_FN_NAME(cuThreadExchangeStreamCaptureMode) NULL};
     return i >= 0 && i < (int)(sizeof names / sizeof *names) ? names[i] : NULL;
 }
 
@@ -737,6 +777,27 @@ static int cw_host_func_record(cw_records *s, const char *p, uint32_t size, int 
 }
 
 /* One record: 1 when it ran (its CUDA result in *err), -1 when it is malformed or unknown (s->why). */
+/* SetContext: the session thread takes the calling program thread's context (u64; 0: keeps its own) and,
+ * when the record has 4 bytes more, the stream capture mode the client chose for that thread's calls
+ * (client/driver_local.c, cuwire_server_capture_mode). */
+static int cw_set_context_record(cw_records *s, const char *p, uint32_t size, int *err)
+{
+    uint64_t ctx;
+    uint32_t mode;
+    if (size != sizeof ctx && size != sizeof ctx + sizeof mode)
+        return cw_refuse(s, "queued context switch of %u bytes, expected 8 or 12", size);
+    memcpy(&ctx, p, sizeof ctx);
+    if (ctx)
+        *err = cw_owns(s, CW_KIND_CUctx_st, ctx) ? s->fn.cuCtxSetCurrent((CUcontext)(uintptr_t)ctx)
+                                                  : CW_INVALID_HANDLE;
+    if (size == sizeof ctx + sizeof mode && !*err) {
+        memcpy(&mode, p + sizeof ctx, sizeof mode);
+        CUstreamCaptureMode m = (CUstreamCaptureMode)mode; /* the driver refuses a mode it does not know */
+        *err = s->fn.cuThreadExchangeStreamCaptureMode(&m);
+    }
+    return 1;
+}
+
 static int cw_run_one(cw_records *s, uint32_t fn, const char *p, uint32_t size, int *err)
 {
     int done;
@@ -751,13 +812,7 @@ static int cw_run_one(cw_records *s, uint32_t fn, const char *p, uint32_t size, 
     } else if (fn == s->host_func_id && fn) {
         done = cw_host_func_record(s, p, size, err);
     } else if (fn == s->set_context_id) {
-        uint64_t ctx;
-        if (size != sizeof ctx)
-            return cw_refuse(s, "queued context switch of %u bytes, expected 8", size);
-        memcpy(&ctx, p, sizeof ctx);
-        *err = cw_owns(s, CW_KIND_CUctx_st, ctx) ? s->fn.cuCtxSetCurrent((CUcontext)(uintptr_t)ctx)
-                                                  : CW_INVALID_HANDLE;
-        done = 1;
+        done = cw_set_context_record(s, p, size, err);
     } else {
         done = cw_run_generated(s, fn, p, size, err);
     }

@@ -77,6 +77,11 @@ class RecordLoop:
         self.call_out = ffi.new("int *"), ffi.new("uint32_t *")  # status, result length (call)
         self.result = ffi.new("char[]", CALL_RESULT_MAX)
 
+    def own_context(self, own: bool) -> None:
+        """Whether the session has a process and a context of its own: work captured into a graph may then
+        name any address, as the driver lets it (records.c, cw_stream_range)."""
+        lib.cw_records_own_context(self.state, int(own))
+
     def spin(self, microseconds: int) -> None:
         """How long serve polls the socket for the next frame before it sleeps (socket_wait.h)."""
         lib.cw_records_spin(self.state, microseconds)
@@ -122,6 +127,13 @@ class RecordLoop:
 
     def remove_memory(self, base: int) -> None:
         lib.cw_records_memory_remove(self.state, base)
+
+    def refused_range(self) -> str:
+        """The last device range a queued record named outside the session's memory, said once ("" if none)."""
+        address, size = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+        if not lib.cw_records_refused_range(self.state, address, size):
+            return ""
+        return f"{size[0]} bytes at {address[0]:#x} are not in this session's memory"
 
     def in_memory(self, address: int, size: int) -> bool:
         """Whether the range lies in one allocation (or module global) of the session."""

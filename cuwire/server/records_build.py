@@ -48,6 +48,8 @@ int cw_records_memory_add(cw_records *s, uint64_t base, uint64_t size);
 void cw_records_memory_remove(cw_records *s, uint64_t base);
 int cw_records_in_memory(const cw_records *s, uint64_t address, uint64_t size);
 const char *cw_records_why(const cw_records *s);
+int cw_records_refused_range(cw_records *s, uint64_t *address, uint64_t *size);
+void cw_records_own_context(cw_records *s, int own);
 void cw_records_spin(cw_records *s, long microseconds);
 void cw_records_observe(cw_records *s, uint64_t ns, uint64_t in, uint64_t out);
 void *cw_records_host_node(cw_records *s, uint64_t id, void **fn);

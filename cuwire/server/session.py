@@ -109,6 +109,7 @@ class Session:
         # queued calls run in C; it checks handles and kernels against what owns_handle and _describe tell it
         self.records = RecordLoop(server.record_functions, RECORD_IDS)
         self.records.spin(server.settings.spin_us)
+        self.records.own_context(bool(server.settings.session_name))  # (the listener names a process's session)
         self.use_primary_context()
         for d in server.devices:  # the client hands these out itself (cuDevicePrimaryCtxRetain)
             self.owns_handle(CONTEXT_KIND, d.primary_context)
@@ -224,7 +225,7 @@ class Session:
                 first, fn = self.deferred_error[0], 0
             self.deferred_error = None
         if first:
-            log.info("session %s: queued %s failed with CUDA error %d", self.name, self.record_name(fn), first)
+            self.log_queued_failure(self.record_name(fn), first)
         output = records.output_take()
         return CALL_REPLY.pack(status, first, fn, len(result), len(refusal), len(output)) + result + refusal + output
 
@@ -240,8 +241,7 @@ class Session:
             self.deferred_error = None  # an answer took it
         elif done.deferred_fn or done.refusal or not given:
             self.deferred_error = (done.deferred_error, done.refusal or self.record_name(done.deferred_fn))
-            log.info("session %s: queued %s failed with CUDA error %d", self.name, self.deferred_error[1],
-                     done.deferred_error)
+            self.log_queued_failure(self.deferred_error[1], done.deferred_error)
         if done.header is None:
             return False
         conn.unread(done.header + pending[done.used:])
@@ -254,8 +254,15 @@ class Session:
         if not first:
             return 0, ""
         name = self.record_name(fn)
-        log.info("session %s: queued %s failed with CUDA error %d", self.name, name, first)
+        self.log_queued_failure(name, first)
         return first, name
+
+    def log_queued_failure(self, name: str, error: int) -> None:
+        """A queued call failed (its error reaches the client with the next answer): said in the log, with the
+        range it named outside the session's memory when that was why."""
+        why = self.records.refused_range()
+        log.info("session %s: queued %s failed with CUDA error %d%s", self.name, name, error,
+                 f" ({why})" if why else "")
 
     @staticmethod
     def record_name(fn: int) -> str:

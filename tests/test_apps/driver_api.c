@@ -90,7 +90,24 @@ int main(void)
     CHECK_DRIVER(cuStreamGetCtx_v2(stream, &stream_ctx, &green));
     printf("cuStreamGetCtx_v2: the stream's context is the new one: %s, a green context: %s\n",
            stream_ctx == ctx ? "yes" : "no", green ? "yes" : "no");
+    /* captured work takes any address (the node keeps it, unread until the graph runs): XLA captures with
+     * placeholder addresses while it compiles */
+    CUgraph placeholder_graph = NULL;
+    CHECK_DRIVER(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CUresult placeholder = cuMemsetD8Async((CUdeviceptr)0x80, 0, 131072, stream);
+    CHECK_DRIVER(cuStreamEndCapture(stream, &placeholder_graph));
+    size_t placeholder_nodes = 0;
+    CHECK_DRIVER(cuGraphGetNodes(placeholder_graph, NULL, &placeholder_nodes));
+    printf("a memset at a placeholder address captured: %d, the graph's nodes: %zu\n", (int)placeholder,
+           placeholder_nodes);
+    CHECK_DRIVER(cuGraphDestroy(placeholder_graph));
     CHECK_DRIVER(cuStreamDestroy(stream));
+    int least = 99, greatest = 99, least_alone = 99, greatest_alone = 99;
+    CHECK_DRIVER(cuCtxGetStreamPriorityRange(&least, &greatest));
+    CHECK_DRIVER(cuCtxGetStreamPriorityRange(&least_alone, NULL)); /* either may be NULL (cuSOLVER's way) */
+    CHECK_DRIVER(cuCtxGetStreamPriorityRange(NULL, &greatest_alone));
+    printf("cuCtxGetStreamPriorityRange: least %d, greatest %d; asked alone: the same: %s\n", least, greatest,
+           least_alone == least && greatest_alone == greatest ? "yes" : "no");
 
     CUmodule mod;
     char log[4096] = "";

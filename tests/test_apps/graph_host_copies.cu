@@ -124,6 +124,27 @@ int main() {
     p.memcpy.copyParams.extent = make_cudaExtent(n * sizeof(int), 1, 1);
     p.memcpy.copyParams.kind = cudaMemcpyDeviceToHost;
     CHECK(cudaGraphAddNode(&back, g, &sum, NULL, 1, &p));
+    // an edge with data: a programmatic dependency (XLA's command buffers put them between kernels), from the
+    // sum kernel to a kernel that fills a buffer of its own
+    int *mark_d, seven = 7;
+    CHECK(cudaMalloc(&mark_d, n * sizeof(int)));
+    void *mark_args[] = {&mark_d, &seven, &nn};
+    memset(&p, 0, sizeof p);
+    p.type = cudaGraphNodeTypeKernel;
+    p.kernel.func = (void *)streamFill;
+    p.kernel.gridDim = dim3(blocks);
+    p.kernel.blockDim = dim3(256);
+    p.kernel.kernelParams = mark_args;
+    cudaGraphEdgeData programmatic = {};
+    programmatic.from_port = cudaGraphKernelNodePortProgrammatic;
+    programmatic.type = cudaGraphDependencyTypeProgrammatic;
+    cudaGraphNode_t mark, mark_dep = NULL;
+    CHECK(cudaGraphAddNode(&mark, g, &sum, &programmatic, 1, &p));
+    cudaGraphEdgeData mark_edge = {};
+    size_t n_mark_deps = 1;
+    CHECK(cudaGraphNodeGetDependencies(mark, &mark_dep, &mark_edge, &n_mark_deps));
+    printf("a programmatic edge added: %zu dependency, the sum node: %d, type %d, from port %d\n", n_mark_deps,
+           mark_dep == sum, (int)mark_edge.type, (int)mark_edge.from_port);
     size_t count = 0;
     CHECK(cudaGraphGetNodes(g, NULL, &count));
     printf("nodes added through cudaGraphAddNode: %zu\n", count);
@@ -132,6 +153,11 @@ int main() {
     CHECK(cudaGraphLaunch(exec, s));
     CHECK(cudaStreamSynchronize(s));
     failures += report("kernel, memset and memcpy nodes through cudaGraphAddNode", out_h, n, want_summed, v);
+    int *mark_h = (int *)malloc(n * sizeof(int));
+    CHECK(cudaMemcpy(mark_h, mark_d, n * sizeof(int), cudaMemcpyDeviceToHost));
+    failures += report("the kernel after a programmatic edge", mark_h, n, want_filled, 7);
+    free(mark_h);
+    CHECK(cudaFree(mark_d));
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(g));
 

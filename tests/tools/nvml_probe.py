@@ -16,6 +16,61 @@ class Memory(ctypes.Structure):
     _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
 
 
+class MemoryV2(ctypes.Structure):  # nvmlMemory_v2_t
+    _fields_ = [("version", ctypes.c_uint), ("total", ctypes.c_ulonglong), ("reserved", ctypes.c_ulonglong),
+                ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class FieldValue(ctypes.Structure):  # nvmlFieldValue_t
+    _fields_ = [("fieldId", ctypes.c_uint), ("scopeId", ctypes.c_uint), ("timestamp", ctypes.c_longlong),
+                ("latencyUsec", ctypes.c_longlong), ("valueType", ctypes.c_int), ("nvmlReturn", ctypes.c_int),
+                ("value", ctypes.c_ulonglong)]
+
+
+class FabricInfo(ctypes.Structure):  # nvmlGpuFabricInfo_v3_t
+    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_ubyte * 16), ("status", ctypes.c_int),
+                ("cliqueId", ctypes.c_uint), ("state", ctypes.c_ubyte), ("healthMask", ctypes.c_uint),
+                ("healthSummary", ctypes.c_ubyte)]
+
+
+class ConfCompute(ctypes.Structure):  # nvmlSystemConfComputeSettings_v1_t
+    _fields_ = [("version", ctypes.c_uint), ("environment", ctypes.c_uint), ("ccFeature", ctypes.c_uint),
+                ("devToolsMode", ctypes.c_uint), ("multiGpuMode", ctypes.c_uint)]
+
+
+def version(struct: type, v: int) -> int:
+    """NVML_STRUCT_VERSION: a versioned struct's size and version."""
+    return ctypes.sizeof(struct) | v << 24
+
+
+NVLINK_LINK_COUNT = 91  # NVML_FI_DEV_NVLINK_LINK_COUNT
+
+
+def start_up_calls(nvml, handle, total: int, name) -> None:
+    """What NCCL, JAX and gpustat ask at start (each line: the return code's text, then what it gave)."""
+    mem = MemoryV2(version=version(MemoryV2, 2))
+    status = nvml.nvmlDeviceGetMemoryInfo_v2(handle, ctypes.byref(mem))
+    print(f"memory v2: {name(status)}, total as v1's: {mem.total == total}, "
+          f"reserved + used + free = total: {mem.reserved + mem.used + mem.free == mem.total}")
+    fields = (FieldValue * 2)(FieldValue(fieldId=NVLINK_LINK_COUNT), FieldValue(fieldId=0xFFFF))
+    status = nvml.nvmlDeviceGetFieldValues(handle, 2, fields)
+    print(f"field values: {name(status)}; NVLink link count: {name(fields[0].nvmlReturn)}"
+          f"{f' {fields[0].value & 0xFFFFFFFF}' if fields[0].nvmlReturn == 0 else ''}; "
+          f"field 65535: {name(fields[1].nvmlReturn)}")
+    fabric = FabricInfo(version=version(FabricInfo, 3))
+    status = nvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(fabric))
+    print(f"fabric info: {name(status)}{f', state {fabric.state}' if status == 0 else ''}")
+    p2p = ctypes.c_uint()
+    status = nvml.nvmlDeviceGetNvLinkCapability(handle, 0, 0, ctypes.byref(p2p))
+    print(f"NVLink 0 P2P capability: {name(status)}{f', {p2p.value}' if status == 0 else ''}")
+    cc = ConfCompute(version=version(ConfCompute, 1))
+    status = nvml.nvmlSystemGetConfComputeSettings(ctypes.byref(cc))
+    print(f"confidential computing: {name(status)}"
+          f"{f', environment {cc.environment}, feature {cc.ccFeature}' if status == 0 else ''}")
+    wrong = MemoryV2(version=version(MemoryV2, 1))
+    print(f"memory v2 of a wrong version: {name(nvml.nvmlDeviceGetMemoryInfo_v2(handle, ctypes.byref(wrong)))}")
+
+
 def with_ctypes() -> None:
     nvml = ctypes.CDLL("libnvidia-ml.so.1")
     nvml.nvmlErrorString.restype = ctypes.c_char_p
@@ -48,6 +103,7 @@ def with_ctypes() -> None:
               f"found again by UUID: {again.value == handle.value}")
         small = ctypes.create_string_buffer(4)
         print(f"GPU {i}: name into 4 bytes: {nvml.nvmlErrorString(nvml.nvmlDeviceGetName(handle, small, 4)).decode()}")
+        start_up_calls(nvml, handle, mem.total, lambda status: nvml.nvmlErrorString(status).decode())
     bad = ctypes.c_void_p()
     status = nvml.nvmlDeviceGetHandleByIndex_v2(count.value + 7, ctypes.byref(bad))
     print(f"device {count.value + 7}: {nvml.nvmlErrorString(status).decode()}")
