@@ -659,6 +659,9 @@ def cuGraphKernelNodeGetParams_v2(hNode, nodeParams, nodeParams_len):
             any(o + n > len(res.params) for o, n in zip(layout.offsets, layout.sizes, strict=False)):
         raise rt.Fail(INVALID_VALUE, "cuwire: the server's kernel node parameters do not fit their layout")
     rt.give_layout_to_c(res.func, layout)
+    for handle, name in ((res.func, res.func_name), (res.kern, res.kern_name)):
+        if handle and name:  # (cuFuncGetName and cuKernelGetName answer from these)
+            rt.client.kernel_names.setdefault(handle, ffi.new("char[]", name.encode()))
     values = ffi.new("char[]", res.params or b"\0")
     pointers = ffi.new("void *[]", [values + o for o in layout.offsets] or [ffi.NULL])
     _read_back[hNode] = (values, pointers)

@@ -220,6 +220,11 @@ def kernel_node_params(s, a: pb.KernelNodeParams_Args) -> pb.KernelNodeParams_Re
     r.block[:] = (p.blockDimX, p.blockDimY, p.blockDimZ)
     r.shared_mem, r.params = p.sharedMemBytes, bytes(params)
     r.param_offsets[:], r.param_sizes[:] = offsets, sizes
+    name = ffi.new("const char **")
+    if s.lib.cuFuncGetName(name, p.func) == 0 and name[0] != ffi.NULL:
+        r.func_name = ffi.string(name[0]).decode(errors="replace")
+    if p.kern != ffi.NULL and s.lib.cuKernelGetName(name, p.kern) == 0 and name[0] != ffi.NULL:
+        r.kern_name = ffi.string(name[0]).decode(errors="replace")
     return r
 
 

@@ -62,6 +62,12 @@ int main()
            p.kern != NULL, p.ctx == ctx, p.extra == NULL, p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX,
            *(int *)p.kernelParams[1]);
 
+    // their names, as the driver gives them (XLA asks them of the functions in its captures)
+    const char *func_name = NULL, *kern_name = NULL;
+    CUresult named = cuFuncGetName(&func_name, p.func), kern_named = cuKernelGetName(&kern_name, p.kern);
+    printf("names: function %d %s, kernel %d %s\n", (int)named, func_name ? func_name : "-", (int)kern_named,
+           kern_name ? kern_name : "-");
+
     // the driver's function by itself: its attributes, a launch of it
     int threads = 0;
     CHECK_DRIVER(cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, p.func));
