@@ -21,7 +21,6 @@ records module): `Ring` takes that module's (ffi, lib).
 
 from __future__ import annotations
 
-import mmap
 import os
 import secrets
 from pathlib import Path
@@ -44,14 +43,19 @@ def cdef() -> str:
 
 
 class Ring:
-    """One side's view of a session's ring. Not thread-safe: the connection's lock covers it."""
+    """One side's view of a session's ring. Not thread-safe: the connection's lock covers it.
 
-    def __init__(self, ffi: Any, lib: Any, memory: mmap.mmap, sock_fd: int, create: bool, spin_us: int = 50,
-                 slot: int = SLOT):
-        self.ffi, self.lib, self.memory = ffi, lib, memory
-        self.base = ffi.from_buffer(memory)
-        self.c = lib.cw_ring_open(self.base, len(memory), sock_fd, int(create), slot, spin_us * 1000)
+    Its memory is mapped by C (cw_map_shared) and unmapped only by close: no garbage collection takes it
+    from threads of C still using it (the client's host-function thread, in a Python program's
+    interpreter finalizing while its libraries' teardown still calls CUDA)."""
+
+    def __init__(self, ffi: Any, lib: Any, address: int, size: int, sock_fd: int, create: bool,
+                 spin_us: int = 50, slot: int = SLOT):
+        self.ffi, self.lib, self.size = ffi, lib, size
+        self.base = ffi.cast("char *", address)
+        self.c = lib.cw_ring_open(self.base, size, sock_fd, int(create), slot, spin_us * 1000)
         if self.c == ffi.NULL:
+            lib.cw_unmap(address, size)
             raise TransportError("the shared memory offered for payloads is not a ring cuwire can use")
         self.slots = lib.cw_ring_slots(self.c)
         self.slot_size = lib.cw_ring_slot_size(self.c)
@@ -113,11 +117,9 @@ class Ring:
         if self.c != self.ffi.NULL:
             self.lib.cw_ring_close(self.c)
             self.c = self.ffi.NULL
-        self.base = None
-        try:
-            self.memory.close()
-        except BufferError:  # a view is still out (a failed call's); the mapping goes with the process
-            pass
+        if self.size:
+            self.lib.cw_unmap(self.address, self.size)
+            self.size = 0
 
 
 def create(ffi: Any, lib: Any, size: int, sock_fd: int, spin_us: int = 50, slot: int = SLOT) -> tuple[Ring, int]:
@@ -128,11 +130,17 @@ def create(ffi: Any, lib: Any, size: int, sock_fd: int, spin_us: int = 50, slot:
     fd = os.memfd_create("cuwire-ring", os.MFD_CLOEXEC)
     try:
         os.ftruncate(fd, size)
-        memory = mmap.mmap(fd, size)
-        return Ring(ffi, lib, memory, sock_fd, create=True, spin_us=spin_us, slot=slot), fd
+        return Ring(ffi, lib, _map(lib, fd, size), size, sock_fd, create=True, spin_us=spin_us, slot=slot), fd
     except BaseException:
         os.close(fd)
         raise
+
+
+def _map(lib: Any, fd: int, size: int) -> int:
+    address = lib.cw_map_shared(fd, size, 0, 0)
+    if not address:
+        raise OSError("cannot map the shared memory of a ring")
+    return address
 
 
 HOST_SPAN = 64 << 30  # address space a client reserves for shared page-locked memory (no memory is taken)
@@ -213,7 +221,7 @@ def attach(ffi: Any, lib: Any, fd: int, sock_fd: int, spin_us: int = 50) -> Ring
         size = os.fstat(fd).st_size
         if size > MAX_SIZE:
             raise TransportError(f"the server offered {size} bytes of shared memory, more than {MAX_SIZE}")
-        memory = mmap.mmap(fd, size)
+        address = _map(lib, fd, size)
     finally:
         os.close(fd)
-    return Ring(ffi, lib, memory, sock_fd, create=False, spin_us=spin_us)
+    return Ring(ffi, lib, address, size, sock_fd, create=False, spin_us=spin_us)

@@ -38,3 +38,40 @@ def test_inside_python(at_exit, client_lib, server):
     assert r.returncode == 0, r.stderr
     assert r.stdout == (AT_EXIT if at_exit else EXPECTED), r.stderr
     assert "cuwire stats" in r.stderr or "API calls" in r.stderr  # printed at exit, before the handler
+
+
+# A library of the program's own that, once CUDA runs, registers a C exit handler freeing what it made (as
+# XLA's C++ static objects do): it runs after the interpreter finalized, before C's exit handler of cuwire's.
+TEARDOWN_LIB = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "cuda_api.h"
+static CUevent event;
+static CUstream stream;
+static void cleanup(void) {
+    int e = cuEventDestroy_v2(event), s = cuStreamDestroy_v2(stream);
+    printf("after the interpreter: event destroyed %d, stream destroyed %d\n", e, s);
+    fflush(stdout);
+}
+int setup(void) {
+    CUdevice dev; CUcontext ctx;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) return 1;
+    if (cuEventCreate(&event, 0) || cuStreamCreate(&stream, 1)) return 2;
+    atexit(cleanup);
+    return 0;
+}
+"""
+
+
+def test_releases_after_the_interpreter_finalized(client_lib, server, tmp_path):
+    """Natively the driver outlives the interpreter: a library's C teardown may still free what it made."""
+    (tmp_path / "teardown.c").write_text(TEARDOWN_LIB)
+    lib = tmp_path / "libteardown.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "teardown.c"),
+                    f"-I{ROOT / 'cuwire' / 'generated'}", f"-L{client_lib.parent}", "-lcuwire",
+                    f"-Wl,-rpath,{client_lib.parent}"], check=True)
+    code = f"import ctypes; print('setup', ctypes.CDLL({str(lib)!r}).setup(), flush=True)"
+    env = {**os.environ, "CUWIRE_SERVER": server.address}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "setup 0\nafter the interpreter: event destroyed 0, stream destroyed 0\n", r.stderr

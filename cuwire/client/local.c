@@ -44,10 +44,10 @@ void cuwire_python_started(void) { __atomic_store_n(&cuwire_python_ok, 1, __ATOM
 
 /* Whether the interpreter the client runs in can no longer be called by this thread. A Python program's
  * finalizes after its atexit handlers; its libraries' teardown (XLA's, PyTorch's) goes on in objects freed
- * then: the thread that finalizes holds the GIL and may still call (another thread would be stopped by
- * Python for good). Once finalized, Python is gone for every thread. The embedded interpreter of a C program
- * is never finalized. The session itself lasts as long as the process (the server ends it when the
- * connection closes), so calls made in C go on. */
+ * then, on the thread that finalizes (the main thread), which may still take the GIL: another thread that
+ * tried would be stopped by Python for good, so only one holding the GIL already may. Once finalized, Python
+ * is gone for every thread. The embedded interpreter of a C program is never finalized. The session itself
+ * lasts as long as the process (the server ends it when the connection closes), so calls made in C go on. */
 static int (*py_is_initialized)(void), (*py_is_finalizing)(void), (*py_gil_held)(void);
 static int py_state_found;
 
@@ -73,7 +73,10 @@ int cuwire_python_gone(void)
         __atomic_store_n(&cuwire_finished, 1, __ATOMIC_RELEASE);
         return 1;
     }
-    return py_is_finalizing && py_is_finalizing() && !(py_gil_held && py_gil_held());
+    if (!py_is_finalizing || !py_is_finalizing())
+        return 0;
+    int main_thread = syscall(SYS_gettid) == getpid();
+    return !main_thread && !(py_gil_held && py_gil_held());
 }
 
 /* Python's signal module, once imported, catches SIGINT to raise KeyboardInterrupt in Python code: in a C
@@ -125,11 +128,22 @@ int cuwire_start_python(void)
  * finalizes: Python's atexit never runs there), then CUDA is deinitialized, as the driver's own exit handler
  * does it (registered at cuInit, as this one is at the first call): handlers and destructors that run after
  * it get CUDA_ERROR_DEINITIALIZED, as natively. The session ends when the process's connection closes. */
+static int exit_hooked; /* exit_hook ran: CUDA is deinitialized, as the driver's is at its exit handler */
+
+/* A call that releases something (cuEventDestroy, cuMemUnmap...) made once Python is gone at a Python
+ * program's end, before C's exit handler (XLA's C++ static destructors, after the interpreter finalized):
+ * it succeeds, as natively, and what it releases goes with the session, which ends with the process. */
+int cuwire_released_at_end(void)
+{
+    return !__atomic_load_n(&exit_hooked, __ATOMIC_ACQUIRE) && !cuwire_forked && cuwire_python_gone();
+}
+
 static void exit_hook(void)
 {
     int (*is_initialized)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsInitialized");
     if (is_initialized && is_initialized() && cuwire_python_ok && !cuwire_forked)
         cuwire_py_at_exit();
+    __atomic_store_n(&exit_hooked, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&cuwire_finished, 1, __ATOMIC_RELEASE);
     cuwire_wire_set(-1); /* (the socket stays Python's to close: calls made in C stop using it) */
 }

@@ -34,6 +34,7 @@ const char *cuwire_error_name_or_null(int code); /* NULL: a code the headers do 
 extern int cuwire_python_ok, cuwire_forked, cuwire_finished;
 int cuwire_start_python(void);
 int cuwire_python_gone(void);
+int cuwire_released_at_end(void); /* a releasing call's success once Python is gone at a program's end */
 #define CUWIRE_READY() \
     ((__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE) && !cuwire_forked && !cuwire_python_gone()) || \
      cuwire_start_python())

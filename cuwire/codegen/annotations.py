@@ -20,6 +20,9 @@ unimplemented (its stub says so loudly). Inside a table:
   synchronizes  true for a call that, once it succeeds, has the host caught up with the GPU
            (cuCtxSynchronize, synchronous copies...): the client then fetches managed memory made over
            TCP (client/managed.c)
+  releases true for a call that releases something the session's end releases too (a parameter that
+           `frees` says so already): called in a Python program's teardown after its interpreter is
+           gone (C++ static destructors: XLA's), it succeeds at once (client/local.c)
   server   the file of a hand-written server half for a sync call (its client half and messages are
            generated): for calls whose bookkeeping the roles cannot say (virtual memory: server/vmm.py)
   <param>  an inline table for one parameter: role, length, alloc, frees, range (see model.Param);
@@ -42,7 +45,7 @@ from .model import ROLES, Api, Function, Param
 ANNOTATIONS = Path(__file__).with_name("annotations")
 PACKAGE = Path(__file__).parents[1]  # cuwire/: `server` names a file in it
 MODES = {"sync", "async", "custom", "local"}
-FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after", "server", "synchronizes"}
+FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after", "server", "synchronizes", "releases"}
 PARAM_KEYS = {"role", "length", "alloc", "frees", "range"}
 NEEDS_LENGTH = {name for name, role in ROLES.items() if role.sized}
 ASYNC_ROLES = {"value"}
@@ -139,6 +142,9 @@ def apply_function(fn: Function, spec: dict) -> None:
     fn.synchronizes = spec.get("synchronizes", False)
     if not isinstance(fn.synchronizes, bool):
         raise AnnotationError(f"{fn.name}: `synchronizes` is true or false, not {fn.synchronizes!r}")
+    fn.releases = spec.get("releases", False)
+    if not isinstance(fn.releases, bool):
+        raise AnnotationError(f"{fn.name}: `releases` is true or false, not {fn.releases!r}")
     fn.server = spec.get("server", "")
     if fn.server and mode != "sync":
         raise AnnotationError(f"{fn.name}: `server` goes with mode sync, not {mode}")

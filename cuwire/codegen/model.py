@@ -191,6 +191,13 @@ class Function:
     after: str = ""  # C function called after a successful sync call (see annotations.py)
     server: str = ""  # file of a hand-written server half (see annotations.py)
     synchronizes: bool = False  # the host has caught up with the GPU once it succeeds (see annotations.py)
+    releases: bool = False  # it releases what the session's end releases too (see annotations.py)
+
+    @property
+    def released_at_end(self) -> bool:
+        """What the call releases, the session's end releases too (a parameter it frees, or `releases`): once
+        Python is gone at a Python program's end, it succeeds at once (client/local.c, cuwire_released_at_end)."""
+        return self.releases or any(p.frees for p in self.params)
 
     @property
     def fn_id(self) -> int:

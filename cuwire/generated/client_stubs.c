@@ -2240,7 +2240,7 @@ int cuwire_py_cuArrayDestroy(uint64_t);
 static inline CUresult cuwire_impl_cuArrayDestroy(CUarray hArray)
 {
     if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     return (CUresult)(cuwire_py_cuArrayDestroy((uint64_t)(uintptr_t)hArray));
 }
 CUWIRE_EXPORT CUresult cuArrayDestroy(CUarray hArray)
@@ -2659,7 +2659,7 @@ void cuwire_note_destroyed_context(CUcontext ctx);
 static inline CUresult cuwire_impl_cuCtxDestroy_v2(CUcontext ctx)
 {
     if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     int status = cuwire_py_cuCtxDestroy_v2((uint64_t)(uintptr_t)ctx);
     if (status == 0)
         cuwire_note_destroyed_context(ctx);
@@ -4389,7 +4389,7 @@ int cuwire_py_cuEventDestroy_v2(uint64_t);
 static inline CUresult cuwire_impl_cuEventDestroy_v2(CUevent hEvent)
 {
     if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     return (CUresult)(cuwire_py_cuEventDestroy_v2((uint64_t)(uintptr_t)hEvent));
 }
 CUWIRE_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
@@ -5780,7 +5780,7 @@ void cuwire_after_graph_destroy(CUgraph hGraph);
 static inline CUresult cuwire_impl_cuGraphDestroy(CUgraph hGraph)
 {
     if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     int status = cuwire_py_cuGraphDestroy((uint64_t)(uintptr_t)hGraph);
     if (status == 0)
         cuwire_after_graph_destroy(hGraph);
@@ -5803,7 +5803,7 @@ int cuwire_py_cuGraphDestroyNode(uint64_t);
 static inline CUresult cuwire_impl_cuGraphDestroyNode(CUgraphNode hNode)
 {
     if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     return (CUresult)(cuwire_py_cuGraphDestroyNode((uint64_t)(uintptr_t)hNode));
 }
 CUWIRE_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
@@ -5972,7 +5972,7 @@ void cuwire_after_graph_exec_destroy(CUgraphExec hGraphExec);
 static inline CUresult cuwire_impl_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
     if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     int status = cuwire_py_cuGraphExecDestroy((uint64_t)(uintptr_t)hGraphExec);
     if (status == 0)
         cuwire_after_graph_exec_destroy(hGraphExec);
@@ -7594,7 +7594,7 @@ int cuwire_py_cuIpcCloseMemHandle(uint64_t);
 static inline CUresult cuwire_impl_cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
     if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     return (CUresult)(cuwire_py_cuIpcCloseMemHandle((uint64_t)dptr));
 }
 CUWIRE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
@@ -8482,7 +8482,7 @@ int cuwire_py_cuMemAddressFree(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
     if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     return (CUresult)(cuwire_py_cuMemAddressFree((uint64_t)ptr, (uint64_t)size));
 }
 CUWIRE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
@@ -8851,7 +8851,7 @@ int cuwire_py_cuMemFreeAsync(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
     if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     return (CUresult)(cuwire_py_cuMemFreeAsync((uint64_t)dptr, (uint64_t)(uintptr_t)hStream));
 }
 CUWIRE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
@@ -8896,7 +8896,7 @@ static inline CUresult cuwire_impl_cuMemFree_v2(CUdeviceptr dptr)
         return (CUresult)fast;
     }
     if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     return (CUresult)(cuwire_py_cuMemFree_v2((uint64_t)dptr));
 }
 void cuwire_synced(void);
@@ -9367,7 +9367,7 @@ int cuwire_py_cuMemPoolDestroy(uint64_t);
 static inline CUresult cuwire_impl_cuMemPoolDestroy(CUmemoryPool pool)
 {
     if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     return (CUresult)(cuwire_py_cuMemPoolDestroy((uint64_t)(uintptr_t)pool));
 }
 CUWIRE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
@@ -9705,7 +9705,7 @@ int cuwire_py_cuMemRelease(uint64_t);
 static inline CUresult cuwire_impl_cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     return (CUresult)(cuwire_py_cuMemRelease((uint64_t)handle));
 }
 CUWIRE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
@@ -9784,7 +9784,7 @@ void cuwire_note_unmapped(CUdeviceptr ptr, size_t size);
 static inline CUresult cuwire_impl_cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     int status = cuwire_py_cuMemUnmap((uint64_t)ptr, (uint64_t)size);
     if (status == 0)
         cuwire_note_unmapped(ptr, size);
@@ -11505,7 +11505,7 @@ int cuwire_py_cuMipmappedArrayDestroy(uint64_t);
 static inline CUresult cuwire_impl_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
     if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     return (CUresult)(cuwire_py_cuMipmappedArrayDestroy((uint64_t)(uintptr_t)hMipmappedArray));
 }
 CUWIRE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
@@ -12600,7 +12600,7 @@ int cuwire_py_cuStreamDestroy_v2(uint64_t);
 static inline CUresult cuwire_impl_cuStreamDestroy_v2(CUstream hStream)
 {
     if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     return (CUresult)(cuwire_py_cuStreamDestroy_v2((uint64_t)(uintptr_t)hStream));
 }
 CUWIRE_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
@@ -13395,7 +13395,7 @@ int cuwire_py_cuSurfObjectDestroy(uint64_t);
 static inline CUresult cuwire_impl_cuSurfObjectDestroy(CUsurfObject surfObject)
 {
     if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     return (CUresult)(cuwire_py_cuSurfObjectDestroy((uint64_t)surfObject));
 }
 CUWIRE_EXPORT CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
@@ -13595,7 +13595,7 @@ int cuwire_py_cuTexObjectDestroy(uint64_t);
 static inline CUresult cuwire_impl_cuTexObjectDestroy(CUtexObject texObject)
 {
     if (!CUWIRE_READY())
-        return (CUresult)CUWIRE_NOT_READY;
+        return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     return (CUresult)(cuwire_py_cuTexObjectDestroy((uint64_t)texObject));
 }
 CUWIRE_EXPORT CUresult cuTexObjectDestroy(CUtexObject texObject)

@@ -391,7 +391,7 @@ class Session:
         self.records.ring(HOST_FUNC, shared)
         if self.server.backend == "cuda":
             err = self.in_primary_context(lambda: self.lib.cuMemHostRegister_v2(
-                self.ffi.cast("void *", shared.address), len(shared.memory), MEMHOSTREGISTER_PORTABLE))
+                self.ffi.cast("void *", shared.address), shared.size, MEMHOSTREGISTER_PORTABLE))
             self.ring_registered = err == 0
             if err:
                 log.warning("session %s: shared memory not page-locked (error %d): copies are staged", self.name, err)

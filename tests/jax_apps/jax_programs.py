@@ -1,7 +1,7 @@
 """JAX with XLA's default flags (command buffers, that is CUDA graphs, on), one line per result, so that a run
 through cuwire can be compared with a native run on the same GPU (tests/gpu_test.sh diffs the two outputs):
 jit, grad, a 60-step MLP training, a convolution (cuDNN), FFT, linear algebra (cuSOLVER), lax.scan,
-lax.while_loop and vmap. Values are printed rounded to 4 digits: XLA's autotuning times kernels and may pick
+lax.while_loop and vmap. Values are printed rounded to 3 digits: XLA's autotuning times kernels and may pick
 others between runs.
 
 Run: python3 tests/jax_apps/jax_programs.py
@@ -18,7 +18,7 @@ from jax import lax  # noqa: E402
 
 def show(name: str, x) -> None:
     x = jnp.asarray(x, dtype=jnp.float32)
-    print(f"{name}: sum={float(jnp.sum(x)):.4g} absmax={float(jnp.max(jnp.abs(x))):.4g}", flush=True)
+    print(f"{name}: sum={float(jnp.sum(x)):.3g} absmax={float(jnp.max(jnp.abs(x))):.3g}", flush=True)
 
 
 def part(name, fn) -> None:
@@ -60,7 +60,7 @@ def mlp_training():
     for i in range(60):
         params, value = step(params, x, y)
         if i % 20 == 0 or i == 59:
-            print(f"mlp step {i}: loss={float(value):.4g}", flush=True)
+            print(f"mlp step {i}: loss={float(value):.3g}", flush=True)
 
 
 def convolution():
@@ -105,7 +105,7 @@ def scan_and_while():
         return s[0] * 1.5 + 1.0, s[1] + 1
 
     value, steps = jax.jit(lambda v: lax.while_loop(cond, grow, (v, 0)))(1.0)
-    print(f"while_loop: value={float(value):.4g} steps={int(steps)}", flush=True)
+    print(f"while_loop: value={float(value):.3g} steps={int(steps)}", flush=True)
 
 
 def vmap():
