@@ -24,9 +24,14 @@ check-generated: venv
 	diff -rq --exclude=__pycache__ --exclude=__init__.py cuwire/generated build/generated-check \
 	  || (echo "generated/ is stale: run make codegen and commit" >&2; exit 1)
 
-## Build the client library (libcuwire.so and the names programs load) into build/client
-client: venv
+## Build the client library (libcuwire.so and the names programs load) into build/client, when its sources changed
+CLIENT_SRC := $(wildcard cuwire/client/*.c cuwire/client/*.h cuwire/generated/client_*.c cuwire/generated/client_cdefs.h) \
+              cuwire/client/build.py cuwire/generated/exports.map cuwire/generated/api_manifest.json \
+              cuwire/shm_ring.h cuwire/socket_wait.h cuwire/ring.py
+build/client/libcuwire.so: $(VENV)/.installed $(CLIENT_SRC)
 	$(VPY) -m cuwire.client.build
+
+client: build/client/libcuwire.so
 
 ## Build the server's record loop (cuwire/server/records.c) in place; pip install builds it too (setup.py)
 SERVER_C := cuwire/server/records.c cuwire/socket_wait.h cuwire/shm_ring.h cuwire/server/records_build.py $(wildcard cuwire/generated/server_records.*)
@@ -40,7 +45,8 @@ apps:
 	$(MAKE) -C tests/test_apps
 
 ## Run a bundled CUDA test app through cuwire: on this machine's GPU if it has one, else emulated
-demo: venv client server apps
+demo: venv client server
+	$(MAKE) -s -C tests/test_apps build/vector_add
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 	  $(VENV)/bin/cuwire run -- tests/test_apps/build/vector_add; \
 	else \

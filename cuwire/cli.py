@@ -5,8 +5,9 @@
                                                         run PROGRAM with its CUDA calls sent to a server
   cuwire info [--server HOST:PORT]                      list the server's GPUs, like `nvidia-smi -L`
   cuwire doctor [--server HOST:PORT]                    check this client setup and say what to fix
+  cuwire health [--server HOST:PORT]                    ask the server's /healthz (a container's health check)
 
-Every flag also has a CUWIRE_* variable (see README, settings); a flag wins over the variable.
+Every flag also has a CUWIRE_* variable (docs/settings.md); a flag wins over the variable.
 """
 
 from __future__ import annotations
@@ -51,12 +52,26 @@ def err(msg: str) -> None:
 
 def client_dir() -> Path:
     """Where `cuwire run` keeps the client library: build/client in a checkout (what `make client` builds);
-    for an installed package, whose folder may be read-only, a per-user cache."""
+    for an installed package, whose folder may be read-only, a per-user cache, one folder per environment
+    and content: the library runs the Python of the environment that built it, from its paths."""
     from cuwire.client import build
 
     if build.CHECKOUT is not None:
         return build.CHECKOUT / "build" / "client"
-    return Path.home() / ".cache" / "cuwire" / f"client-{cuwire.__version__}"
+    return Path.home() / ".cache" / "cuwire" / f"client-{cuwire.__version__}-{client_key()}"
+
+
+def client_key() -> str:
+    """This environment (its interpreter and site-packages) and the library's sources, as 16 hex digits."""
+    import hashlib
+    import sysconfig
+
+    from cuwire.client import build
+
+    h = hashlib.sha256(f"{sys.executable}\0{sys.prefix}\0{sysconfig.get_paths()['purelib']}\0".encode())
+    for src in sorted(library_sources() + [Path(build.__file__)]):
+        h.update(src.name.encode() + b"\0" + src.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def library_sources() -> list[Path]:
@@ -254,6 +269,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         err("cuwire run: --emulated starts a local emulated server; it cannot be combined with a server "
             f"({server}) given by --server or CUWIRE_SERVER")
         return 2
+    if not server and not args.emulated and default_server_listens():
+        server = Settings().server  # the rule `cuwire info` and `cuwire doctor` follow too
     if shutil.which(command[0]) is None:  # before a server is started for nothing
         found = shutil.which(command[0], mode=os.F_OK)
         err(f"cuwire run: {command[0]}: " + ("not executable" if found else "command not found"))
@@ -264,11 +281,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         err(f"cuwire run: cannot build the client library: {e}\n  -> run `make client` and read its output")
         return EXIT_CUWIRE
 
-    if server:  # an address that cannot work fails here, at once, as cuwire's failure (not the program's)
-        reachable = check_reachable(server)
-        if not reachable.ok:
-            err(f"cuwire run: {reachable.what}\n  -> {reachable.fix}")
-            return EXIT_CUWIRE
+    if server:  # an address, token or TLS setting that cannot work fails here, before the program runs
+        token = token_value(args.token)
+        for check in (check_reachable(server), check_session(server, token)):
+            if not check.ok:
+                err(f"cuwire run: {check.what}\n  -> {check.fix}")
+                return EXIT_CUWIRE
     local: LocalServer | None = None
     if not server:
         local = LocalServer(args.emulated, args.token, Settings().cache_dir)
@@ -303,8 +321,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def server_address(flag: str | None) -> str:
-    """--server, else CUWIRE_SERVER, else the default address."""
+    """The one rule every command follows: --server, else CUWIRE_SERVER, else the default address (where
+    `cuwire run`, finding nothing listening, starts a server of its own for the run)."""
     return flag or Settings().server
+
+
+def default_server_listens() -> bool:
+    """Whether something listens at the default address (a server on this host, as `cuwire server` starts
+    one with no --listen): `cuwire run` uses it, as `cuwire info` and `cuwire doctor` do."""
+    return bool(check_reachable(Settings().server, timeout=1.0).ok)
 
 
 def token_value(flag: str | None) -> str:
@@ -438,6 +463,23 @@ def check_reachable(address: str, timeout: float = 5.0) -> Check:
     return Check(True, f"server {address} is reachable")
 
 
+def check_session(address: str, token: str, timeout: float = 5.0) -> Check:
+    """The server would welcome this client's session: the hello the client library sends (its token,
+    versions, and TLS as CUWIRE_TLS_CA or CUWIRE_TLS_FINGERPRINT say), checked by the server with no session
+    started (Hello.check)."""
+    from cuwire.transport import TransportError
+
+    try:
+        reply = handshake(address, make_hello(token, check=True), timeout=timeout)
+    except TransportError as e:
+        return Check(False, f"{address} did not take a session ({e})",
+                     "check the address, and TLS: CUWIRE_TLS_FINGERPRINT or CUWIRE_TLS_CA as the server's log says")
+    if not reply.error:
+        return Check(True, f"{address} takes a session")
+    token_ok = check_token(reply)
+    return token_ok if not token_ok.ok else check_versions(reply)
+
+
 def check_token(reply) -> Check:
     """The server accepted our token (it checks the token before anything else)."""
     from cuwire.generated import cuwire_pb2 as pb
@@ -488,6 +530,38 @@ def doctor_checks(address: str, token: str, folder: Path | None = None, timeout:
     return checks
 
 
+def cmd_health(args: argparse.Namespace) -> int:
+    """GET /healthz of the server, over TLS when this host's server settings turn it on (a container's
+    health check: no session, no CUDA context). 0 when it answers 200."""
+    import http.client
+    import ssl
+
+    address = server_address(args.server)
+    try:
+        host, port = host_port(address)
+    except ValueError as e:
+        err(f"cuwire health: {e}")
+        return 2
+    s = Settings()
+    if s.tls or s.tls_cert:  # (its own certificate, on this host: asked for liveness, not trusted with data)
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        conn = http.client.HTTPSConnection(host, port, timeout=args.timeout, context=context)
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=args.timeout)
+    try:
+        conn.request("GET", "/healthz")
+        reply = conn.getresponse()
+        body = reply.read().decode(errors="replace").strip()
+    except (OSError, http.client.HTTPException) as e:
+        err(f"cuwire health: {address}: {e}")
+        return 1
+    finally:
+        conn.close()
+    print(f"{address}: {reply.status} {body}")
+    return 0 if reply.status == 200 else 1
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     checks = doctor_checks(server_address(args.server), token_value(args.token), timeout=args.timeout)
     for c in checks:
@@ -510,7 +584,7 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="cuwire", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="version", version=f"cuwire {cuwire.__version__}")
-    sub = ap.add_subparsers(dest="subcommand", required=True, metavar="{server,run,info,doctor}")
+    sub = ap.add_subparsers(dest="subcommand", required=True, metavar="{server,run,info,doctor,health}")
 
     p = sub.add_parser("server", help="serve this machine's GPUs", description=server_main.__doc__)
     server_main.add_arguments(p)
@@ -529,7 +603,8 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     for name, func, text in (("info", cmd_info, "list the server's GPUs and versions"),
-                             ("doctor", cmd_doctor, "check this client setup and say what to fix")):
+                             ("doctor", cmd_doctor, "check this client setup and say what to fix"),
+                             ("health", cmd_health, "ask the server's /healthz, as a container's health check")):
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("--server", help="HOST:PORT of the cuwire server (CUWIRE_SERVER, default 127.0.0.1:50551)")
         p.add_argument("--token", help="token the server expects (CUWIRE_TOKEN)")
@@ -540,6 +615,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    problems = Settings().errors if args.func is not cmd_server else []  # (the server says its own)
+    if problems:  # one line each, naming the variable and what it takes
+        err("\n".join(f"cuwire {args.subcommand}: {p}" for p in problems))
+        return EXIT_CUWIRE if args.func is cmd_run else 2
     return args.func(args)
 
 

@@ -1,12 +1,16 @@
 """Settings shared by the client, the server and the `cuwire` command: one place, flags and CUWIRE_* variables.
 
-Every setting has a default, a CUWIRE_* environment variable and (for the commands) a flag; a flag wins
-over the variable, the variable over the default.
+Every setting has a default, a CUWIRE_* environment variable and (for some, on the commands) a flag; a flag
+wins over the variable, the variable over the default. Values parse as a tool's do: sizes with units
+(`8G`, `512MiB`), booleans as 1/true/yes/on or 0/false/no/off, names from a list; a value that does not
+parse is one line naming the variable and what it takes (Settings.errors), never a traceback.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -15,6 +19,50 @@ DEFAULT_PORT = 50551
 
 def _env(name: str, default: str) -> str:
     return os.environ.get(f"CUWIRE_{name.upper()}", default)
+
+
+UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def parse_size(text: str) -> int:
+    """Bytes: a number, or one with a unit of powers of 1024 (K, M, G, T, alone or as KiB or KB...)."""
+    m = _SIZE.fullmatch(text.strip())
+    if not m:
+        raise ValueError("expected a size in bytes, such as 8589934592, 8G or 512MiB")
+    return int(float(m.group(1)) * UNITS[m.group(2).lower()])
+
+
+def parse_bool(text: str) -> bool:
+    t = text.strip().lower()
+    if t in TRUE or t in FALSE:
+        return t in TRUE
+    raise ValueError("expected 1, true, yes or on (or 0, false, no, off)")
+
+
+def _number(kind: type, what: str) -> Callable[[str], float]:
+    def parse(text: str):
+        try:
+            value = kind(text.strip())
+        except ValueError:
+            raise ValueError(f"expected {what}") from None
+        if value < 0:
+            raise ValueError(f"expected {what}")
+        return value
+    return parse
+
+
+def _one_of(*names: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in names:
+            shown = [repr(n) if not n else n for n in names]
+            raise ValueError(f"expected {', '.join(shown[:-1])} or {shown[-1]}")
+        return text
+    return parse
+
+
+_COUNT, _SECONDS = _number(int, "a whole number, 0 or more"), _number(float, "a number of seconds, 0 or more")
 
 
 @dataclass
@@ -31,25 +79,29 @@ class Settings:
     tls_key: str = field(default_factory=lambda: _env("tls_key", ""))
     tls_ca: str = field(default_factory=lambda: _env("tls_ca", ""))
     tls_fingerprint: str = field(default_factory=lambda: _env("tls_fingerprint", ""))
+    # server: where tls="auto" keeps the certificate and key it made (readable only by the server's user),
+    # apart from the module cache: a secret is no cache
+    tls_dir: str = field(
+        default_factory=lambda: _env("tls_dir", str(Path.home() / ".local" / "share" / "cuwire" / "tls")))
     # server side
     backend: str = field(default_factory=lambda: _env("backend", "cuda"))  # cuda | emulated (tests only)
     devices: str = field(default_factory=lambda: _env("devices", ""))  # e.g. "0,1"; empty: all
     cache_dir: Path = field(
         default_factory=lambda: Path(_env("cache_dir", str(Path.home() / ".cache" / "cuwire" / "modules"))))
     log_level: str = field(default_factory=lambda: _env("log_level", "info"))
-    # text: "cuwire server: message" lines; json: one JSON object a line (time, level, process, session,
+    # text: "cuwire server: message" lines; json: one JSON object a line (time, level, pid, session,
     # message) for a log collector
     log_format: str = field(default_factory=lambda: _env("log_format", "text"))
-    max_buffer: int = field(default_factory=lambda: int(_env("max_buffer", str(8 << 30))))
+    max_buffer: int = field(default_factory=lambda: _env("max_buffer", str(8 << 30)))
     # the most device memory one session may hold through cuMemAlloc and friends, in bytes; 0: the GPU's
-    session_memory: int = field(default_factory=lambda: int(_env("session_memory", "0")))
+    session_memory: int = field(default_factory=lambda: _env("session_memory", "0"))
     # the most page-locked host memory (cuMemHostAlloc, cudaMallocHost) one session of a client on this host
     # may hold in the host memory it shares with the server, in bytes; past it, such allocations are the
     # client's ordinary memory (copies from them travel like pageable ones); 0: none shared
-    host_memory: int = field(default_factory=lambda: int(_env("host_memory", str(16 << 30))))
+    host_memory: int = field(default_factory=lambda: _env("host_memory", str(16 << 30)))
     # a client on this host: the bytes of each slot of the shared memory that payloads go through (a large
     # copy moves a slot at a time, the GPU copying one while the client fills or empties the next)
-    ring_slot: int = field(default_factory=lambda: int(_env("ring_slot", str(4 << 20))))
+    ring_slot: int = field(default_factory=lambda: _env("ring_slot", str(4 << 20)))
     # process: each session runs in a process of its own (its own CUDA context; a crash stays there);
     # thread: sessions are threads of the listening process
     isolation: str = field(default_factory=lambda: _env("isolation", "process"))
@@ -59,17 +111,17 @@ class Settings:
     ipc_dir: str = field(default_factory=lambda: _env("ipc_dir", ""))
     # a session process that has not reported to the listener for this many seconds is frozen (stopped,
     # or stuck holding Python's lock) and is killed, so that its client gets an error, not a hang; 0: never
-    frozen_after: float = field(default_factory=lambda: float(_env("frozen_after", "30")))
+    frozen_after: float = field(default_factory=lambda: _env("frozen_after", "30"))
     # on SIGTERM (or SIGINT) the server takes no new session and gives the open ones this many seconds to
     # end by themselves before it ends them (a second signal ends them at once); 0: end them at once
-    drain_seconds: float = field(default_factory=lambda: float(_env("drain_seconds", "10")))
+    drain_seconds: float = field(default_factory=lambda: _env("drain_seconds", "10"))
     # both sides: how long a wait for the peer polls the socket before it sleeps, in microseconds (a round
     # trip that sleeps costs twice the wake-up; the poll costs this much CPU time at most); 0: sleep at once
-    spin_us: int = field(default_factory=lambda: int(_env("spin_us", "50")))
+    spin_us: int = field(default_factory=lambda: _env("spin_us", "50"))
     # both sides, over TCP: how many more connections a session may open for large payloads, which then
     # travel over all of them at once (one TCP stream carries a few GB/s; cuwire/stripes.py). The server
     # offers this many, the client opens as many as both allow; 0: payloads go on the one connection
-    stripes: int = field(default_factory=lambda: int(_env("stripes", "4")))
+    stripes: int = field(default_factory=lambda: _env("stripes", "4"))
     # client side
     # how the session travels: auto (a Unix socket and shared memory when the server is on this host and
     # reachable so, else TCP), tcp, or unix (refused when the server cannot be reached so)
@@ -77,15 +129,35 @@ class Settings:
     # off, on (or zstd), auto: compress large messages and payloads, both ways (auto: over TCP, once the link
     # measured slow, while the data compresses; cuwire/compression.py)
     compress: str = field(default_factory=lambda: _env("compress", "auto"))
-    compress_min: int = field(default_factory=lambda: int(_env("compress_min", str(64 << 10))))
-    stats: bool = field(default_factory=lambda: _env("stats", "0") == "1")
-    strict: bool = field(default_factory=lambda: _env("strict", "0") == "1")
-    trace: bool = field(default_factory=lambda: _env("trace", "0") == "1")  # read by the client's C
+    compress_min: int = field(default_factory=lambda: _env("compress_min", str(64 << 10)))
+    stats: bool = field(default_factory=lambda: _env("stats", "0"))
+    strict: bool = field(default_factory=lambda: _env("strict", "0"))
+    # 1: every CUDA call named on stderr; remote: only the calls the server serves (read by the client's C)
+    trace: bool | str = field(default_factory=lambda: _env("trace", "0"))
+
+    # what did not parse, one line each (the commands print them and stop; the client library says them and
+    # fails its calls): never a traceback
+    errors: list[str] = field(default_factory=list, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Each value given as text (a variable's, a flag's) parsed by its kind (KINDS); one that does not
+        parse keeps its default and says why in `errors`."""
+        for name, (parse, default) in KINDS.items():
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                continue
+            try:
+                setattr(self, name, parse(value))
+            except ValueError as e:
+                self.errors.append(f"CUWIRE_{name.upper()}={value!r}: {e}")
+                setattr(self, name, parse(default))
 
     def to_env(self) -> dict[str, str]:
         """The variables that pass these settings on to a child process."""
         out = {}
         for f in fields(self):
+            if f.name == "errors":
+                continue
             v = getattr(self, f.name)
             out[f"CUWIRE_{f.name.upper()}"] = ("1" if v else "0") if isinstance(v, bool) else str(v)
         return out
@@ -96,3 +168,27 @@ def host_port(addr: str) -> tuple[str, int]:
     if not host or not port.isdigit():
         raise ValueError(f"expected HOST:PORT, got {addr!r}")
     return host.strip("[]"), int(port)
+
+
+# How each setting that is not free text parses, and its default (what a value that does not parse falls back to).
+KINDS: dict[str, tuple[Callable[[str], object], str]] = {
+    "tls": (_one_of("", "auto"), ""),
+    "backend": (_one_of("cuda", "emulated"), "cuda"),
+    "log_level": (_one_of("debug", "info", "warning", "error"), "info"),
+    "log_format": (_one_of("text", "json"), "text"),
+    "max_buffer": (parse_size, str(8 << 30)),
+    "session_memory": (parse_size, "0"),
+    "host_memory": (parse_size, str(16 << 30)),
+    "ring_slot": (parse_size, str(4 << 20)),
+    "isolation": (_one_of("process", "thread"), "process"),
+    "frozen_after": (_SECONDS, "30"),
+    "drain_seconds": (_SECONDS, "10"),
+    "spin_us": (_COUNT, "50"),
+    "stripes": (_COUNT, "4"),
+    "transport": (_one_of("auto", "tcp", "unix"), "auto"),
+    "compress": (_one_of("auto", "on", "zstd", "off"), "auto"),
+    "compress_min": (parse_size, str(64 << 10)),
+    "stats": (parse_bool, "0"),
+    "strict": (parse_bool, "0"),
+    "trace": (lambda t: "remote" if t.strip().lower() == "remote" else parse_bool(t), "0"),
+}

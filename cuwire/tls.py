@@ -330,7 +330,7 @@ def server_tls(settings) -> tuple[ServerTls, str]:
     """The listening socket's TLS from the settings, and a line for the log that says what it is."""
     cert, key = settings.tls_cert, settings.tls_key
     if settings.tls == "auto" and not cert:
-        made = self_signed(Path(settings.cache_dir) / "tls")  # (kept with the modules: one volume in Docker)
+        made = self_signed(Path(settings.tls_dir))  # (apart from the module cache: a secret is no cache)
         cert, key = str(made[0]), str(made[1])
     elif settings.tls not in ("", "auto"):
         raise RuntimeError(f"unknown TLS setting {settings.tls!r} (CUWIRE_TLS: auto, or give a certificate)")

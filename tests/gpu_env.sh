@@ -1,5 +1,5 @@
 # Sourced by tests/gpu_test.sh, tests/gpu_stress.sh and bench/run.sh on a GPU machine: Python packages the
-# GPU host lacks (carried as wheels in .whl, see README "GPU test"), cuwire itself, the client library, and
+# GPU host lacks (carried as wheels in .whl, see docs/testing.md), cuwire itself, the client library, and
 # start_server. Needs $PY and $LOG set.
 if [ -d .whl ]; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1

@@ -109,7 +109,7 @@ PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True torch_compare torch-train-expan
   tests/torch_apps/train.py --steps 5
 grep -h "^expandable segments" "$LOG/torch-train-expandable-segments.out" | sed "s/^/  torch-train-expandable-segments: /"
 
-# the cost of one training step of the small transformer (README): 11 steps less 1 step, divided by 10
+# the cost of one training step of the small transformer (docs/speed.md): 11 steps less 1 step, divided by 10
 for steps in 1 11; do
   CUWIRE_STATS=1 timeout 240 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote $PY \
     tests/torch_apps/train.py transformer --dtype fp32 --steps $steps" >/dev/null 2>"$LOG/step-stats-$steps.err"

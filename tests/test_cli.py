@@ -203,6 +203,81 @@ def test_run_against_a_server_that_cannot_be_reached_fails_at_once(address, says
     assert time.monotonic() - start < 10
 
 
+def test_run_checks_the_hello_before_the_program_starts(token_server, client_lib, tmp_path):
+    """A wrong token is cuwire's failure, said before the program runs (exit 125); the right one runs it. The
+    check starts no session on the server (Hello.check)."""
+    marker = tmp_path / "ran"
+    r = cuwire("run", "--server", token_server.address, "--token", "wrong", "--", "touch", str(marker), tmp=tmp_path)
+    assert r.returncode == cli.EXIT_CUWIRE and "token not accepted" in r.stderr and not marker.exists(), r.stderr
+    before = token_server.text().count("opened for pid")
+    r = cuwire("run", "--server", token_server.address, "--token", "secret", "--", "touch", str(marker), tmp=tmp_path)
+    assert r.returncode == 0 and marker.exists(), r.stderr
+    assert token_server.text().count("opened for pid") == before  # (touch makes no CUDA call: no session)
+
+
+def test_run_uses_a_server_at_the_default_address(client_lib, tmp_path):
+    """One rule for every command: with no --server and no CUWIRE_SERVER, the server listening at the default
+    address (CUWIRE_SERVER's default) serves `cuwire run` too; it starts one of its own only when none listens."""
+    from conftest import ServerProcess
+
+    port = free_port()
+    s = ServerProcess(tmp_path, "--listen", f"127.0.0.1:{port}")
+    try:
+        e = {k: v for k, v in os.environ.items() if k not in ("CUWIRE_SERVER", "CUWIRE_TOKEN")}
+        import cuwire.settings
+
+        with pytest.MonkeyPatch.context() as m:  # (the default port moved to where this server listens)
+            m.setattr(cuwire.settings, "DEFAULT_PORT", port)
+            assert cli.default_server_listens()
+        assert not cli.default_server_listens() or cli.Settings().server != f"127.0.0.1:{port}"
+        script = (f"import sys, cuwire.settings; cuwire.settings.DEFAULT_PORT = {port}; from cuwire import cli; "
+                  "sys.exit(cli.main(sys.argv[1:]))")
+        r = subprocess.run([sys.executable, "-c", script, "run", "--", "sh", "-c", 'echo "$CUWIRE_SERVER"'],
+                           capture_output=True, text=True, env=e, cwd=ROOT, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == f"127.0.0.1:{port}"  # that server, not one started for the run
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("variable,value,says", [
+    ("CUWIRE_MAX_BUFFER", "8X", "CUWIRE_MAX_BUFFER='8X': expected a size in bytes, such as 8589934592, 8G or 512MiB"),
+    ("CUWIRE_STRIPES", "four", "CUWIRE_STRIPES='four': expected a whole number, 0 or more"),
+    ("CUWIRE_STATS", "maybe", "CUWIRE_STATS='maybe': expected 1, true, yes or on (or 0, false, no, off)"),
+    ("CUWIRE_TRANSPORT", "udp", "CUWIRE_TRANSPORT='udp': expected auto, tcp or unix"),
+])
+def test_settings_that_do_not_parse_are_one_line(variable, value, says, tmp_path):
+    """Every command says which variable and what it takes, in one line, never a traceback."""
+    for args, code in ((["run", "--", "true"], cli.EXIT_CUWIRE), (["info"], 2), (["server", "--emulated"], 2)):
+        r = cuwire(*args, tmp=tmp_path, env={variable: value}, timeout=60)
+        assert r.returncode == code, r.stderr
+        assert says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_server_flags_are_checked_too(tmp_path):
+    r = cuwire("server", "--emulated", "--log-level", "verbose", tmp=tmp_path, timeout=60)
+    assert r.returncode == 2 and "invalid choice: 'verbose'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_client_library_cache_is_keyed_by_environment_and_content(monkeypatch, tmp_path):
+    """An installed package builds its client library into a per-user cache: one folder per environment and
+    content, so two environments never run each other's library."""
+    from cuwire.client import build
+
+    monkeypatch.setattr(build, "CHECKOUT", None)
+    monkeypatch.setattr(Path, "home", lambda: tmp_path)
+    first = cli.client_dir()
+    assert first.parent == tmp_path / ".cache" / "cuwire" and first.name.startswith(f"client-{cuwire_version()}-")
+    monkeypatch.setattr(sys, "prefix", "/another/venv")
+    assert cli.client_dir() != first
+
+
+def cuwire_version() -> str:
+    import cuwire as package
+
+    return package.__version__
+
+
 def test_info_lists_the_emulated_device(server, tmp_path):
     r = cuwire("info", "--server", server.address, tmp=tmp_path)
     assert r.returncode == 0, r.stderr

@@ -72,14 +72,15 @@ def test_image_settings_are_consistent():
     words = dict(instructions())
     assert env["CUWIRE_LISTEN"] == "0.0.0.0:50551"
     assert words["EXPOSE"] == "50551"
-    assert json.loads(words["VOLUME"]) == [env["CUWIRE_CACHE_DIR"]]
+    assert json.loads(words["VOLUME"]) == [env["CUWIRE_CACHE_DIR"], env["CUWIRE_TLS_DIR"]]
+    assert not env["CUWIRE_TLS_DIR"].startswith(env["CUWIRE_CACHE_DIR"])  # the secret apart from the cache
     assert words["USER"].split(":")[0] not in ("0", "root")
     assert exec_form("ENTRYPOINT") == ["cuwire", "server"]
-    assert exec_form("HEALTHCHECK") == ["cuwire", "info", "--server", "127.0.0.1:50551"]
+    assert exec_form("HEALTHCHECK") == ["cuwire", "health", "--server", "127.0.0.1:50551"]  # no session
     assert re.match(r"nvidia/cuda:13\.0\.\d+-base-", words["FROM"])  # the server needs only the driver
     compose = COMPOSE.read_text()
     for needed in ("driver: nvidia", "capabilities: [gpu]", '"50551:50551"', f":{env['CUWIRE_CACHE_DIR']}",
-                   "CUWIRE_TOKEN: ${CUWIRE_TOKEN"):
+                   "CUWIRE_TOKEN: ${CUWIRE_TOKEN", "stop_grace_period: 30s", ":/var/lib/cuwire/tls"):
         assert needed in compose, needed
 
 
@@ -92,7 +93,8 @@ def as_here(command: list[str]) -> list[str]:
 def test_entrypoint_serves_passes_its_health_check_and_stops_on_sigterm(tmp_path):
     image_env = {k: v for k, v in dockerfile_env().items() if k.startswith("CUWIRE_")}
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUWIRE_")}
-    env.update(image_env, CUWIRE_LISTEN="127.0.0.1:0", CUWIRE_CACHE_DIR=str(tmp_path / "modules"))
+    env.update(image_env, CUWIRE_LISTEN="127.0.0.1:0", CUWIRE_CACHE_DIR=str(tmp_path / "modules"),
+               CUWIRE_TLS_DIR=str(tmp_path / "tls"))
     log_path = tmp_path / "server.log"
     with log_path.open("w") as log:
         proc = subprocess.Popen(as_here(exec_form("ENTRYPOINT")) + ["--emulated"], stdout=log,
@@ -107,6 +109,8 @@ def test_entrypoint_serves_passes_its_health_check_and_stops_on_sigterm(tmp_path
         check = [address if a == "127.0.0.1:50551" else a for a in exec_form("HEALTHCHECK")]
         r = subprocess.run(as_here(check), capture_output=True, text=True, env=env, timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
+        assert "200" in r.stdout and "opened for pid" not in log_path.read_text()  # no session was opened
+        assert (tmp_path / "tls").is_dir() and not (tmp_path / "modules" / "tls").exists()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0, log_path.read_text()
     finally:

@@ -83,7 +83,7 @@ def code_variables() -> set[str]:
         names |= set(NAME.findall(text))
         if path.suffix in (".c", ".h"):
             macros |= {a or b for a, b in MACRO.findall(text)}
-    names |= {f"CUWIRE_{f.name.upper()}" for f in dataclasses.fields(Settings)}
+    names |= {f"CUWIRE_{f.name.upper()}" for f in dataclasses.fields(Settings) if f.name != "errors"}  # (no setting)
     return names - macros
 
 

@@ -436,7 +436,8 @@ def test_json_logs_name_the_session_and_traces_time_each_call(apps, client_lib, 
     try:
         r = run_remote(apps / "vector_add", client_lib, s.address, env={"CUWIRE_TRACE": "1"})
         assert r.returncode == 0, r.stderr
-        assert re.search(r"cuwire trace: cuMemAlloc_v2 -> 0 in \d+\.\d us", r.stderr), r.stderr[-2000:]
+        traced = r"cuwire trace: \d+\.\d{6} cuMemAlloc_v2 -> CUDA_SUCCESS in \d+\.\d us"
+        assert re.search(traced, r.stderr), r.stderr[-2000:]
         deadline = time.monotonic() + 10
         while '"session": "1"' not in s.text() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -541,3 +542,16 @@ def test_memory_the_program_registered_is_the_gpus_at_its_address(transport, cli
         f"at its address {int(moved)}"], r.stderr
     assert r.stderr.count("the GPU cannot reach memory the program registered itself") == (0 if moved else 1), \
         r.stderr
+
+
+def test_the_trace_names_results_and_can_show_only_remote_calls(apps, client_lib, server):
+    """CUWIRE_TRACE=1: every call with the time since the first one and the gap since the last, its result
+    by name; CUWIRE_TRACE=remote: only the calls the server serves (no entry points, no local answers)."""
+    full = run_remote(apps / "vector_add", client_lib, server.address, env={"CUWIRE_TRACE": "1"})
+    remote = run_remote(apps / "vector_add", client_lib, server.address, env={"CUWIRE_TRACE": "remote"})
+    assert full.returncode == 0 and remote.returncode == 0, full.stderr[-2000:] + remote.stderr[-2000:]
+    assert re.search(r"cuwire trace: \d+\.\d{6} cuMemAlloc_v2 \(\+\d+\.\d us after the last call\)", full.stderr)
+    assert "cuGetProcAddress" in full.stderr and "cuGetProcAddress" not in remote.stderr
+    assert "cuCtxGetCurrent" in full.stderr and "cuCtxGetCurrent" not in remote.stderr  # answered locally
+    assert re.search(r"cuwire trace: \d+\.\d{6} cuMemAlloc_v2 -> CUDA_SUCCESS in \d+\.\d us", remote.stderr)
+    assert len(remote.stderr.splitlines()) * 5 < len(full.stderr.splitlines())

@@ -692,7 +692,7 @@ CUresult cuwire_local_cuGetExportTable(const void **ppExportTable, const CUuuid 
         const struct export_table *t = &export_tables[i];
         if (memcmp(t->uuid, pExportTableId->bytes, 16) != 0)
             continue;
-        if (cuwire_trace)
+        if (cuwire_trace == 1)
             fprintf(stderr, "cuwire trace: cuGetExportTable(%s)%s\n", t->name, t->table ? "" : ": refused");
         if (!t->table)
             return CUDA_ERROR_NOT_FOUND;

@@ -211,6 +211,8 @@ class Client:
         self.lock = threading.RLock()
         self.session: Session | None = None
         self.broken: str = ""  # why the server cannot be reached any more
+        if self.settings.errors:  # said once, at the first call that needs the server, which fails
+            self.broken = "settings that do not parse, so no session: " + "; ".join(self.settings.errors)
         self.told = False  # whether the program was told why
         self.told_refusals: set[str] = set()  # the server's reasons for NOT_SUPPORTED, said once each
         self.stats = Stats()

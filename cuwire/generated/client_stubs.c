@@ -2130,10 +2130,10 @@ static inline CUresult cuwire_impl_cuArray3DCreate(void)
 CUWIRE_EXPORT CUresult cuArray3DCreate(void)
 {
     __atomic_add_fetch(&cuwire_counts[0], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuArray3DCreate");
         CUresult cuwire_result = cuwire_impl_cuArray3DCreate();
-        cuwire_trace_result("cuArray3DCreate", (int)cuwire_result);
+        cuwire_trace_result("cuArray3DCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuArray3DCreate();
@@ -2153,7 +2153,7 @@ CUWIRE_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_D
     if (cuwire_trace) {
         cuwire_trace_call("cuArray3DCreate_v2");
         CUresult cuwire_result = cuwire_impl_cuArray3DCreate_v2(pHandle, pAllocateArray);
-        cuwire_trace_result("cuArray3DCreate_v2", (int)cuwire_result);
+        cuwire_trace_result("cuArray3DCreate_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuArray3DCreate_v2(pHandle, pAllocateArray);
@@ -2168,10 +2168,10 @@ static inline CUresult cuwire_impl_cuArray3DGetDescriptor(void)
 CUWIRE_EXPORT CUresult cuArray3DGetDescriptor(void)
 {
     __atomic_add_fetch(&cuwire_counts[2], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuArray3DGetDescriptor");
         CUresult cuwire_result = cuwire_impl_cuArray3DGetDescriptor();
-        cuwire_trace_result("cuArray3DGetDescriptor", (int)cuwire_result);
+        cuwire_trace_result("cuArray3DGetDescriptor", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuArray3DGetDescriptor();
@@ -2191,7 +2191,7 @@ CUWIRE_EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArray
     if (cuwire_trace) {
         cuwire_trace_call("cuArray3DGetDescriptor_v2");
         CUresult cuwire_result = cuwire_impl_cuArray3DGetDescriptor_v2(pArrayDescriptor, hArray);
-        cuwire_trace_result("cuArray3DGetDescriptor_v2", (int)cuwire_result);
+        cuwire_trace_result("cuArray3DGetDescriptor_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuArray3DGetDescriptor_v2(pArrayDescriptor, hArray);
@@ -2206,10 +2206,10 @@ static inline CUresult cuwire_impl_cuArrayCreate(void)
 CUWIRE_EXPORT CUresult cuArrayCreate(void)
 {
     __atomic_add_fetch(&cuwire_counts[4], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuArrayCreate");
         CUresult cuwire_result = cuwire_impl_cuArrayCreate();
-        cuwire_trace_result("cuArrayCreate", (int)cuwire_result);
+        cuwire_trace_result("cuArrayCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuArrayCreate();
@@ -2229,7 +2229,7 @@ CUWIRE_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCR
     if (cuwire_trace) {
         cuwire_trace_call("cuArrayCreate_v2");
         CUresult cuwire_result = cuwire_impl_cuArrayCreate_v2(pHandle, pAllocateArray);
-        cuwire_trace_result("cuArrayCreate_v2", (int)cuwire_result);
+        cuwire_trace_result("cuArrayCreate_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuArrayCreate_v2(pHandle, pAllocateArray);
@@ -2249,7 +2249,7 @@ CUWIRE_EXPORT CUresult cuArrayDestroy(CUarray hArray)
     if (cuwire_trace) {
         cuwire_trace_call("cuArrayDestroy");
         CUresult cuwire_result = cuwire_impl_cuArrayDestroy(hArray);
-        cuwire_trace_result("cuArrayDestroy", (int)cuwire_result);
+        cuwire_trace_result("cuArrayDestroy", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuArrayDestroy(hArray);
@@ -2264,10 +2264,10 @@ static inline CUresult cuwire_impl_cuArrayGetDescriptor(void)
 CUWIRE_EXPORT CUresult cuArrayGetDescriptor(void)
 {
     __atomic_add_fetch(&cuwire_counts[7], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuArrayGetDescriptor");
         CUresult cuwire_result = cuwire_impl_cuArrayGetDescriptor();
-        cuwire_trace_result("cuArrayGetDescriptor", (int)cuwire_result);
+        cuwire_trace_result("cuArrayGetDescriptor", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuArrayGetDescriptor();
@@ -2287,7 +2287,7 @@ CUWIRE_EXPORT CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDesc
     if (cuwire_trace) {
         cuwire_trace_call("cuArrayGetDescriptor_v2");
         CUresult cuwire_result = cuwire_impl_cuArrayGetDescriptor_v2(pArrayDescriptor, hArray);
-        cuwire_trace_result("cuArrayGetDescriptor_v2", (int)cuwire_result);
+        cuwire_trace_result("cuArrayGetDescriptor_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuArrayGetDescriptor_v2(pArrayDescriptor, hArray);
@@ -2302,10 +2302,10 @@ static inline CUresult cuwire_impl_cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMOR
 CUWIRE_EXPORT CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUarray array, CUdevice device)
 {
     __atomic_add_fetch(&cuwire_counts[9], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuArrayGetMemoryRequirements");
         CUresult cuwire_result = cuwire_impl_cuArrayGetMemoryRequirements(memoryRequirements, array, device);
-        cuwire_trace_result("cuArrayGetMemoryRequirements", (int)cuwire_result);
+        cuwire_trace_result("cuArrayGetMemoryRequirements", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuArrayGetMemoryRequirements(memoryRequirements, array, device);
@@ -2320,10 +2320,10 @@ static inline CUresult cuwire_impl_cuArrayGetPlane(CUarray *pPlaneArray, CUarray
 CUWIRE_EXPORT CUresult cuArrayGetPlane(CUarray *pPlaneArray, CUarray hArray, unsigned int planeIdx)
 {
     __atomic_add_fetch(&cuwire_counts[10], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuArrayGetPlane");
         CUresult cuwire_result = cuwire_impl_cuArrayGetPlane(pPlaneArray, hArray, planeIdx);
-        cuwire_trace_result("cuArrayGetPlane", (int)cuwire_result);
+        cuwire_trace_result("cuArrayGetPlane", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuArrayGetPlane(pPlaneArray, hArray, planeIdx);
@@ -2338,10 +2338,10 @@ static inline CUresult cuwire_impl_cuArrayGetSparseProperties(CUDA_ARRAY_SPARSE_
 CUWIRE_EXPORT CUresult cuArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *sparseProperties, CUarray array)
 {
     __atomic_add_fetch(&cuwire_counts[11], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuArrayGetSparseProperties");
         CUresult cuwire_result = cuwire_impl_cuArrayGetSparseProperties(sparseProperties, array);
-        cuwire_trace_result("cuArrayGetSparseProperties", (int)cuwire_result);
+        cuwire_trace_result("cuArrayGetSparseProperties", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuArrayGetSparseProperties(sparseProperties, array);
@@ -2356,10 +2356,10 @@ static inline CUresult cuwire_impl_cuCheckpointProcessCheckpoint(int pid, CUchec
 CUWIRE_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
     __atomic_add_fetch(&cuwire_counts[12], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCheckpointProcessCheckpoint");
         CUresult cuwire_result = cuwire_impl_cuCheckpointProcessCheckpoint(pid, args);
-        cuwire_trace_result("cuCheckpointProcessCheckpoint", (int)cuwire_result);
+        cuwire_trace_result("cuCheckpointProcessCheckpoint", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCheckpointProcessCheckpoint(pid, args);
@@ -2374,10 +2374,10 @@ static inline CUresult cuwire_impl_cuCheckpointProcessGetRestoreThreadId(int pid
 CUWIRE_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 {
     __atomic_add_fetch(&cuwire_counts[13], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCheckpointProcessGetRestoreThreadId");
         CUresult cuwire_result = cuwire_impl_cuCheckpointProcessGetRestoreThreadId(pid, tid);
-        cuwire_trace_result("cuCheckpointProcessGetRestoreThreadId", (int)cuwire_result);
+        cuwire_trace_result("cuCheckpointProcessGetRestoreThreadId", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCheckpointProcessGetRestoreThreadId(pid, tid);
@@ -2392,10 +2392,10 @@ static inline CUresult cuwire_impl_cuCheckpointProcessGetState(int pid, CUproces
 CUWIRE_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
     __atomic_add_fetch(&cuwire_counts[14], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCheckpointProcessGetState");
         CUresult cuwire_result = cuwire_impl_cuCheckpointProcessGetState(pid, state);
-        cuwire_trace_result("cuCheckpointProcessGetState", (int)cuwire_result);
+        cuwire_trace_result("cuCheckpointProcessGetState", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCheckpointProcessGetState(pid, state);
@@ -2410,10 +2410,10 @@ static inline CUresult cuwire_impl_cuCheckpointProcessLock(int pid, CUcheckpoint
 CUWIRE_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
     __atomic_add_fetch(&cuwire_counts[15], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCheckpointProcessLock");
         CUresult cuwire_result = cuwire_impl_cuCheckpointProcessLock(pid, args);
-        cuwire_trace_result("cuCheckpointProcessLock", (int)cuwire_result);
+        cuwire_trace_result("cuCheckpointProcessLock", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCheckpointProcessLock(pid, args);
@@ -2428,10 +2428,10 @@ static inline CUresult cuwire_impl_cuCheckpointProcessRestore(int pid, CUcheckpo
 CUWIRE_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
     __atomic_add_fetch(&cuwire_counts[16], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCheckpointProcessRestore");
         CUresult cuwire_result = cuwire_impl_cuCheckpointProcessRestore(pid, args);
-        cuwire_trace_result("cuCheckpointProcessRestore", (int)cuwire_result);
+        cuwire_trace_result("cuCheckpointProcessRestore", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCheckpointProcessRestore(pid, args);
@@ -2446,10 +2446,10 @@ static inline CUresult cuwire_impl_cuCheckpointProcessUnlock(int pid, CUcheckpoi
 CUWIRE_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
     __atomic_add_fetch(&cuwire_counts[17], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCheckpointProcessUnlock");
         CUresult cuwire_result = cuwire_impl_cuCheckpointProcessUnlock(pid, args);
-        cuwire_trace_result("cuCheckpointProcessUnlock", (int)cuwire_result);
+        cuwire_trace_result("cuCheckpointProcessUnlock", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCheckpointProcessUnlock(pid, args);
@@ -2464,10 +2464,10 @@ static inline CUresult cuwire_impl_cuCoredumpGetAttribute(CUcoredumpSettings att
 CUWIRE_EXPORT CUresult cuCoredumpGetAttribute(CUcoredumpSettings attrib, void *value, size_t *size)
 {
     __atomic_add_fetch(&cuwire_counts[18], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCoredumpGetAttribute");
         CUresult cuwire_result = cuwire_impl_cuCoredumpGetAttribute(attrib, value, size);
-        cuwire_trace_result("cuCoredumpGetAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuCoredumpGetAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCoredumpGetAttribute(attrib, value, size);
@@ -2482,10 +2482,10 @@ static inline CUresult cuwire_impl_cuCoredumpGetAttributeGlobal(CUcoredumpSettin
 CUWIRE_EXPORT CUresult cuCoredumpGetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
 {
     __atomic_add_fetch(&cuwire_counts[19], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCoredumpGetAttributeGlobal");
         CUresult cuwire_result = cuwire_impl_cuCoredumpGetAttributeGlobal(attrib, value, size);
-        cuwire_trace_result("cuCoredumpGetAttributeGlobal", (int)cuwire_result);
+        cuwire_trace_result("cuCoredumpGetAttributeGlobal", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCoredumpGetAttributeGlobal(attrib, value, size);
@@ -2500,10 +2500,10 @@ static inline CUresult cuwire_impl_cuCoredumpSetAttribute(CUcoredumpSettings att
 CUWIRE_EXPORT CUresult cuCoredumpSetAttribute(CUcoredumpSettings attrib, void *value, size_t *size)
 {
     __atomic_add_fetch(&cuwire_counts[20], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCoredumpSetAttribute");
         CUresult cuwire_result = cuwire_impl_cuCoredumpSetAttribute(attrib, value, size);
-        cuwire_trace_result("cuCoredumpSetAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuCoredumpSetAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCoredumpSetAttribute(attrib, value, size);
@@ -2518,10 +2518,10 @@ static inline CUresult cuwire_impl_cuCoredumpSetAttributeGlobal(CUcoredumpSettin
 CUWIRE_EXPORT CUresult cuCoredumpSetAttributeGlobal(CUcoredumpSettings attrib, void *value, size_t *size)
 {
     __atomic_add_fetch(&cuwire_counts[21], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCoredumpSetAttributeGlobal");
         CUresult cuwire_result = cuwire_impl_cuCoredumpSetAttributeGlobal(attrib, value, size);
-        cuwire_trace_result("cuCoredumpSetAttributeGlobal", (int)cuwire_result);
+        cuwire_trace_result("cuCoredumpSetAttributeGlobal", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCoredumpSetAttributeGlobal(attrib, value, size);
@@ -2536,10 +2536,10 @@ static inline CUresult cuwire_impl_cuCtxAttach(CUcontext *pctx, unsigned int fla
 CUWIRE_EXPORT CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
 {
     __atomic_add_fetch(&cuwire_counts[22], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCtxAttach");
         CUresult cuwire_result = cuwire_impl_cuCtxAttach(pctx, flags);
-        cuwire_trace_result("cuCtxAttach", (int)cuwire_result);
+        cuwire_trace_result("cuCtxAttach", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxAttach(pctx, flags);
@@ -2554,10 +2554,10 @@ static inline CUresult cuwire_impl_cuCtxCreate(void)
 CUWIRE_EXPORT CUresult cuCtxCreate(void)
 {
     __atomic_add_fetch(&cuwire_counts[23], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCtxCreate");
         CUresult cuwire_result = cuwire_impl_cuCtxCreate();
-        cuwire_trace_result("cuCtxCreate", (int)cuwire_result);
+        cuwire_trace_result("cuCtxCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxCreate();
@@ -2581,7 +2581,7 @@ CUWIRE_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdev
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxCreate_v2");
         CUresult cuwire_result = cuwire_impl_cuCtxCreate_v2(pctx, flags, dev);
-        cuwire_trace_result("cuCtxCreate_v2", (int)cuwire_result);
+        cuwire_trace_result("cuCtxCreate_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxCreate_v2(pctx, flags, dev);
@@ -2596,10 +2596,10 @@ static inline CUresult cuwire_impl_cuCtxCreate_v3(void)
 CUWIRE_EXPORT CUresult cuCtxCreate_v3(void)
 {
     __atomic_add_fetch(&cuwire_counts[25], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCtxCreate_v3");
         CUresult cuwire_result = cuwire_impl_cuCtxCreate_v3();
-        cuwire_trace_result("cuCtxCreate_v3", (int)cuwire_result);
+        cuwire_trace_result("cuCtxCreate_v3", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxCreate_v3();
@@ -2629,7 +2629,7 @@ CUWIRE_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCre
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxCreate_v4");
         CUresult cuwire_result = cuwire_impl_cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev);
-        cuwire_trace_result("cuCtxCreate_v4", (int)cuwire_result);
+        cuwire_trace_result("cuCtxCreate_v4", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev);
@@ -2644,10 +2644,10 @@ static inline CUresult cuwire_impl_cuCtxDestroy(void)
 CUWIRE_EXPORT CUresult cuCtxDestroy(void)
 {
     __atomic_add_fetch(&cuwire_counts[27], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCtxDestroy");
         CUresult cuwire_result = cuwire_impl_cuCtxDestroy();
-        cuwire_trace_result("cuCtxDestroy", (int)cuwire_result);
+        cuwire_trace_result("cuCtxDestroy", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxDestroy();
@@ -2671,7 +2671,7 @@ CUWIRE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxDestroy_v2");
         CUresult cuwire_result = cuwire_impl_cuCtxDestroy_v2(ctx);
-        cuwire_trace_result("cuCtxDestroy_v2", (int)cuwire_result);
+        cuwire_trace_result("cuCtxDestroy_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxDestroy_v2(ctx);
@@ -2686,10 +2686,10 @@ static inline CUresult cuwire_impl_cuCtxDetach(CUcontext ctx)
 CUWIRE_EXPORT CUresult cuCtxDetach(CUcontext ctx)
 {
     __atomic_add_fetch(&cuwire_counts[29], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCtxDetach");
         CUresult cuwire_result = cuwire_impl_cuCtxDetach(ctx);
-        cuwire_trace_result("cuCtxDetach", (int)cuwire_result);
+        cuwire_trace_result("cuCtxDetach", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxDetach(ctx);
@@ -2719,7 +2719,7 @@ CUWIRE_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxDisablePeerAccess");
         CUresult cuwire_result = cuwire_impl_cuCtxDisablePeerAccess(peerContext);
-        cuwire_trace_result("cuCtxDisablePeerAccess", (int)cuwire_result);
+        cuwire_trace_result("cuCtxDisablePeerAccess", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxDisablePeerAccess(peerContext);
@@ -2751,7 +2751,7 @@ CUWIRE_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxEnablePeerAccess");
         CUresult cuwire_result = cuwire_impl_cuCtxEnablePeerAccess(peerContext, Flags);
-        cuwire_trace_result("cuCtxEnablePeerAccess", (int)cuwire_result);
+        cuwire_trace_result("cuCtxEnablePeerAccess", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxEnablePeerAccess(peerContext, Flags);
@@ -2766,10 +2766,10 @@ static inline CUresult cuwire_impl_cuCtxFromGreenCtx(CUcontext *pContext, CUgree
 CUWIRE_EXPORT CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
 {
     __atomic_add_fetch(&cuwire_counts[32], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCtxFromGreenCtx");
         CUresult cuwire_result = cuwire_impl_cuCtxFromGreenCtx(pContext, hCtx);
-        cuwire_trace_result("cuCtxFromGreenCtx", (int)cuwire_result);
+        cuwire_trace_result("cuCtxFromGreenCtx", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxFromGreenCtx(pContext, hCtx);
@@ -2789,7 +2789,7 @@ CUWIRE_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxGetApiVersion");
         CUresult cuwire_result = cuwire_impl_cuCtxGetApiVersion(ctx, version);
-        cuwire_trace_result("cuCtxGetApiVersion", (int)cuwire_result);
+        cuwire_trace_result("cuCtxGetApiVersion", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxGetApiVersion(ctx, version);
@@ -2809,7 +2809,7 @@ CUWIRE_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxGetCacheConfig");
         CUresult cuwire_result = cuwire_impl_cuCtxGetCacheConfig(pconfig);
-        cuwire_trace_result("cuCtxGetCacheConfig", (int)cuwire_result);
+        cuwire_trace_result("cuCtxGetCacheConfig", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxGetCacheConfig(pconfig);
@@ -2824,10 +2824,10 @@ return cuwire_local_cuCtxGetCurrent(pctx);
 CUWIRE_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
     __atomic_add_fetch(&cuwire_counts[35], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCtxGetCurrent");
         CUresult cuwire_result = cuwire_impl_cuCtxGetCurrent(pctx);
-        cuwire_trace_result("cuCtxGetCurrent", (int)cuwire_result);
+        cuwire_trace_result("cuCtxGetCurrent", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxGetCurrent(pctx);
@@ -2842,10 +2842,10 @@ static inline CUresult cuwire_impl_cuCtxGetDevResource(CUcontext hCtx, CUdevReso
 CUWIRE_EXPORT CUresult cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResourceType type)
 {
     __atomic_add_fetch(&cuwire_counts[36], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCtxGetDevResource");
         CUresult cuwire_result = cuwire_impl_cuCtxGetDevResource(hCtx, resource, type);
-        cuwire_trace_result("cuCtxGetDevResource", (int)cuwire_result);
+        cuwire_trace_result("cuCtxGetDevResource", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxGetDevResource(hCtx, resource, type);
@@ -2860,10 +2860,10 @@ return cuwire_local_cuCtxGetDevice(device);
 CUWIRE_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 {
     __atomic_add_fetch(&cuwire_counts[37], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCtxGetDevice");
         CUresult cuwire_result = cuwire_impl_cuCtxGetDevice(device);
-        cuwire_trace_result("cuCtxGetDevice", (int)cuwire_result);
+        cuwire_trace_result("cuCtxGetDevice", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxGetDevice(device);
@@ -2878,10 +2878,10 @@ return cuwire_local_cuCtxGetDevice_v2(device, ctx);
 CUWIRE_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 {
     __atomic_add_fetch(&cuwire_counts[38], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCtxGetDevice_v2");
         CUresult cuwire_result = cuwire_impl_cuCtxGetDevice_v2(device, ctx);
-        cuwire_trace_result("cuCtxGetDevice_v2", (int)cuwire_result);
+        cuwire_trace_result("cuCtxGetDevice_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxGetDevice_v2(device, ctx);
@@ -2901,7 +2901,7 @@ CUWIRE_EXPORT CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, 
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxGetExecAffinity");
         CUresult cuwire_result = cuwire_impl_cuCtxGetExecAffinity(pExecAffinity, type);
-        cuwire_trace_result("cuCtxGetExecAffinity", (int)cuwire_result);
+        cuwire_trace_result("cuCtxGetExecAffinity", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxGetExecAffinity(pExecAffinity, type);
@@ -2921,7 +2921,7 @@ CUWIRE_EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxGetFlags");
         CUresult cuwire_result = cuwire_impl_cuCtxGetFlags(flags);
-        cuwire_trace_result("cuCtxGetFlags", (int)cuwire_result);
+        cuwire_trace_result("cuCtxGetFlags", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxGetFlags(flags);
@@ -2941,7 +2941,7 @@ CUWIRE_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxGetId");
         CUresult cuwire_result = cuwire_impl_cuCtxGetId(ctx, ctxId);
-        cuwire_trace_result("cuCtxGetId", (int)cuwire_result);
+        cuwire_trace_result("cuCtxGetId", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxGetId(ctx, ctxId);
@@ -2961,7 +2961,7 @@ CUWIRE_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxGetLimit");
         CUresult cuwire_result = cuwire_impl_cuCtxGetLimit(pvalue, limit);
-        cuwire_trace_result("cuCtxGetLimit", (int)cuwire_result);
+        cuwire_trace_result("cuCtxGetLimit", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxGetLimit(pvalue, limit);
@@ -2981,7 +2981,7 @@ CUWIRE_EXPORT CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxGetSharedMemConfig");
         CUresult cuwire_result = cuwire_impl_cuCtxGetSharedMemConfig(pConfig);
-        cuwire_trace_result("cuCtxGetSharedMemConfig", (int)cuwire_result);
+        cuwire_trace_result("cuCtxGetSharedMemConfig", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxGetSharedMemConfig(pConfig);
@@ -3001,7 +3001,7 @@ CUWIRE_EXPORT CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *grea
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxGetStreamPriorityRange");
         CUresult cuwire_result = cuwire_impl_cuCtxGetStreamPriorityRange(leastPriority, greatestPriority);
-        cuwire_trace_result("cuCtxGetStreamPriorityRange", (int)cuwire_result);
+        cuwire_trace_result("cuCtxGetStreamPriorityRange", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxGetStreamPriorityRange(leastPriority, greatestPriority);
@@ -3016,10 +3016,10 @@ static inline CUresult cuwire_impl_cuCtxPopCurrent(void)
 CUWIRE_EXPORT CUresult cuCtxPopCurrent(void)
 {
     __atomic_add_fetch(&cuwire_counts[45], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCtxPopCurrent");
         CUresult cuwire_result = cuwire_impl_cuCtxPopCurrent();
-        cuwire_trace_result("cuCtxPopCurrent", (int)cuwire_result);
+        cuwire_trace_result("cuCtxPopCurrent", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxPopCurrent();
@@ -3034,10 +3034,10 @@ return cuwire_local_cuCtxPopCurrent_v2(pctx);
 CUWIRE_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 {
     __atomic_add_fetch(&cuwire_counts[46], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCtxPopCurrent_v2");
         CUresult cuwire_result = cuwire_impl_cuCtxPopCurrent_v2(pctx);
-        cuwire_trace_result("cuCtxPopCurrent_v2", (int)cuwire_result);
+        cuwire_trace_result("cuCtxPopCurrent_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxPopCurrent_v2(pctx);
@@ -3052,10 +3052,10 @@ static inline CUresult cuwire_impl_cuCtxPushCurrent(void)
 CUWIRE_EXPORT CUresult cuCtxPushCurrent(void)
 {
     __atomic_add_fetch(&cuwire_counts[47], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCtxPushCurrent");
         CUresult cuwire_result = cuwire_impl_cuCtxPushCurrent();
-        cuwire_trace_result("cuCtxPushCurrent", (int)cuwire_result);
+        cuwire_trace_result("cuCtxPushCurrent", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxPushCurrent();
@@ -3070,10 +3070,10 @@ return cuwire_local_cuCtxPushCurrent_v2(ctx);
 CUWIRE_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 {
     __atomic_add_fetch(&cuwire_counts[48], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCtxPushCurrent_v2");
         CUresult cuwire_result = cuwire_impl_cuCtxPushCurrent_v2(ctx);
-        cuwire_trace_result("cuCtxPushCurrent_v2", (int)cuwire_result);
+        cuwire_trace_result("cuCtxPushCurrent_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxPushCurrent_v2(ctx);
@@ -3105,7 +3105,7 @@ CUWIRE_EXPORT CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxRecordEvent");
         CUresult cuwire_result = cuwire_impl_cuCtxRecordEvent(hCtx, hEvent);
-        cuwire_trace_result("cuCtxRecordEvent", (int)cuwire_result);
+        cuwire_trace_result("cuCtxRecordEvent", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxRecordEvent(hCtx, hEvent);
@@ -3134,7 +3134,7 @@ CUWIRE_EXPORT CUresult cuCtxResetPersistingL2Cache(void)
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxResetPersistingL2Cache");
         CUresult cuwire_result = cuwire_impl_cuCtxResetPersistingL2Cache();
-        cuwire_trace_result("cuCtxResetPersistingL2Cache", (int)cuwire_result);
+        cuwire_trace_result("cuCtxResetPersistingL2Cache", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxResetPersistingL2Cache();
@@ -3160,7 +3160,7 @@ CUWIRE_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config)
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxSetCacheConfig");
         CUresult cuwire_result = cuwire_impl_cuCtxSetCacheConfig(config);
-        cuwire_trace_result("cuCtxSetCacheConfig", (int)cuwire_result);
+        cuwire_trace_result("cuCtxSetCacheConfig", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxSetCacheConfig(config);
@@ -3175,10 +3175,10 @@ return cuwire_local_cuCtxSetCurrent(ctx);
 CUWIRE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 {
     __atomic_add_fetch(&cuwire_counts[52], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuCtxSetCurrent");
         CUresult cuwire_result = cuwire_impl_cuCtxSetCurrent(ctx);
-        cuwire_trace_result("cuCtxSetCurrent", (int)cuwire_result);
+        cuwire_trace_result("cuCtxSetCurrent", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxSetCurrent(ctx);
@@ -3208,7 +3208,7 @@ CUWIRE_EXPORT CUresult cuCtxSetFlags(unsigned int flags)
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxSetFlags");
         CUresult cuwire_result = cuwire_impl_cuCtxSetFlags(flags);
-        cuwire_trace_result("cuCtxSetFlags", (int)cuwire_result);
+        cuwire_trace_result("cuCtxSetFlags", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxSetFlags(flags);
@@ -3240,7 +3240,7 @@ CUWIRE_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxSetLimit");
         CUresult cuwire_result = cuwire_impl_cuCtxSetLimit(limit, value);
-        cuwire_trace_result("cuCtxSetLimit", (int)cuwire_result);
+        cuwire_trace_result("cuCtxSetLimit", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxSetLimit(limit, value);
@@ -3270,7 +3270,7 @@ CUWIRE_EXPORT CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxSetSharedMemConfig");
         CUresult cuwire_result = cuwire_impl_cuCtxSetSharedMemConfig(config);
-        cuwire_trace_result("cuCtxSetSharedMemConfig", (int)cuwire_result);
+        cuwire_trace_result("cuCtxSetSharedMemConfig", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxSetSharedMemConfig(config);
@@ -3309,7 +3309,7 @@ CUWIRE_EXPORT CUresult cuCtxSynchronize(void)
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxSynchronize");
         CUresult cuwire_result = cuwire_synced_cuCtxSynchronize();
-        cuwire_trace_result("cuCtxSynchronize", (int)cuwire_result);
+        cuwire_trace_result("cuCtxSynchronize", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_synced_cuCtxSynchronize();
@@ -3349,7 +3349,7 @@ CUWIRE_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxSynchronize_v2");
         CUresult cuwire_result = cuwire_synced_cuCtxSynchronize_v2(ctx);
-        cuwire_trace_result("cuCtxSynchronize_v2", (int)cuwire_result);
+        cuwire_trace_result("cuCtxSynchronize_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_synced_cuCtxSynchronize_v2(ctx);
@@ -3381,7 +3381,7 @@ CUWIRE_EXPORT CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
     if (cuwire_trace) {
         cuwire_trace_call("cuCtxWaitEvent");
         CUresult cuwire_result = cuwire_impl_cuCtxWaitEvent(hCtx, hEvent);
-        cuwire_trace_result("cuCtxWaitEvent", (int)cuwire_result);
+        cuwire_trace_result("cuCtxWaitEvent", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuCtxWaitEvent(hCtx, hEvent);
@@ -3396,10 +3396,10 @@ static inline CUresult cuwire_impl_cuDestroyExternalMemory(CUexternalMemory extM
 CUWIRE_EXPORT CUresult cuDestroyExternalMemory(CUexternalMemory extMem)
 {
     __atomic_add_fetch(&cuwire_counts[59], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDestroyExternalMemory");
         CUresult cuwire_result = cuwire_impl_cuDestroyExternalMemory(extMem);
-        cuwire_trace_result("cuDestroyExternalMemory", (int)cuwire_result);
+        cuwire_trace_result("cuDestroyExternalMemory", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDestroyExternalMemory(extMem);
@@ -3414,10 +3414,10 @@ static inline CUresult cuwire_impl_cuDestroyExternalSemaphore(CUexternalSemaphor
 CUWIRE_EXPORT CUresult cuDestroyExternalSemaphore(CUexternalSemaphore extSem)
 {
     __atomic_add_fetch(&cuwire_counts[60], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDestroyExternalSemaphore");
         CUresult cuwire_result = cuwire_impl_cuDestroyExternalSemaphore(extSem);
-        cuwire_trace_result("cuDestroyExternalSemaphore", (int)cuwire_result);
+        cuwire_trace_result("cuDestroyExternalSemaphore", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDestroyExternalSemaphore(extSem);
@@ -3432,10 +3432,10 @@ static inline CUresult cuwire_impl_cuDevResourceGenerateDesc(CUdevResourceDesc *
 CUWIRE_EXPORT CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *resources, unsigned int nbResources)
 {
     __atomic_add_fetch(&cuwire_counts[61], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDevResourceGenerateDesc");
         CUresult cuwire_result = cuwire_impl_cuDevResourceGenerateDesc(phDesc, resources, nbResources);
-        cuwire_trace_result("cuDevResourceGenerateDesc", (int)cuwire_result);
+        cuwire_trace_result("cuDevResourceGenerateDesc", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDevResourceGenerateDesc(phDesc, resources, nbResources);
@@ -3450,10 +3450,10 @@ static inline CUresult cuwire_impl_cuDevSmResourceSplitByCount(CUdevResource *re
 CUWIRE_EXPORT CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGroups, const CUdevResource *input, CUdevResource *remaining, unsigned int useFlags, unsigned int minCount)
 {
     __atomic_add_fetch(&cuwire_counts[62], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDevSmResourceSplitByCount");
         CUresult cuwire_result = cuwire_impl_cuDevSmResourceSplitByCount(result, nbGroups, input, remaining, useFlags, minCount);
-        cuwire_trace_result("cuDevSmResourceSplitByCount", (int)cuwire_result);
+        cuwire_trace_result("cuDevSmResourceSplitByCount", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDevSmResourceSplitByCount(result, nbGroups, input, remaining, useFlags, minCount);
@@ -3473,7 +3473,7 @@ CUWIRE_EXPORT CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, C
     if (cuwire_trace) {
         cuwire_trace_call("cuDeviceCanAccessPeer");
         CUresult cuwire_result = cuwire_impl_cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev);
-        cuwire_trace_result("cuDeviceCanAccessPeer", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceCanAccessPeer", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev);
@@ -3488,10 +3488,10 @@ return cuwire_local_cuDeviceComputeCapability(major, minor, dev);
 CUWIRE_EXPORT CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
 {
     __atomic_add_fetch(&cuwire_counts[64], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDeviceComputeCapability");
         CUresult cuwire_result = cuwire_impl_cuDeviceComputeCapability(major, minor, dev);
-        cuwire_trace_result("cuDeviceComputeCapability", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceComputeCapability", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceComputeCapability(major, minor, dev);
@@ -3506,10 +3506,10 @@ return cuwire_local_cuDeviceGet(device, ordinal);
 CUWIRE_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
 {
     __atomic_add_fetch(&cuwire_counts[65], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDeviceGet");
         CUresult cuwire_result = cuwire_impl_cuDeviceGet(device, ordinal);
-        cuwire_trace_result("cuDeviceGet", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGet", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGet(device, ordinal);
@@ -3524,10 +3524,10 @@ return cuwire_local_cuDeviceGetAttribute(pi, attrib, dev);
 CUWIRE_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
     __atomic_add_fetch(&cuwire_counts[66], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDeviceGetAttribute");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetAttribute(pi, attrib, dev);
-        cuwire_trace_result("cuDeviceGetAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetAttribute(pi, attrib, dev);
@@ -3547,7 +3547,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId
     if (cuwire_trace) {
         cuwire_trace_call("cuDeviceGetByPCIBusId");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetByPCIBusId(dev, pciBusId);
-        cuwire_trace_result("cuDeviceGetByPCIBusId", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetByPCIBusId", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetByPCIBusId(dev, pciBusId);
@@ -3562,10 +3562,10 @@ return cuwire_local_cuDeviceGetCount(count);
 CUWIRE_EXPORT CUresult cuDeviceGetCount(int *count)
 {
     __atomic_add_fetch(&cuwire_counts[68], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDeviceGetCount");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetCount(count);
-        cuwire_trace_result("cuDeviceGetCount", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetCount", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetCount(count);
@@ -3585,7 +3585,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevic
     if (cuwire_trace) {
         cuwire_trace_call("cuDeviceGetDefaultMemPool");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetDefaultMemPool(pool_out, dev);
-        cuwire_trace_result("cuDeviceGetDefaultMemPool", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetDefaultMemPool", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetDefaultMemPool(pool_out, dev);
@@ -3600,10 +3600,10 @@ static inline CUresult cuwire_impl_cuDeviceGetDevResource(CUdevice device, CUdev
 CUWIRE_EXPORT CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevResourceType type)
 {
     __atomic_add_fetch(&cuwire_counts[70], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDeviceGetDevResource");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetDevResource(device, resource, type);
-        cuwire_trace_result("cuDeviceGetDevResource", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetDevResource", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetDevResource(device, resource, type);
@@ -3623,7 +3623,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityTyp
     if (cuwire_trace) {
         cuwire_trace_call("cuDeviceGetExecAffinitySupport");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetExecAffinitySupport(pi, type, dev);
-        cuwire_trace_result("cuDeviceGetExecAffinitySupport", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetExecAffinitySupport", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetExecAffinitySupport(pi, type, dev);
@@ -3643,7 +3643,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_
     if (cuwire_trace) {
         cuwire_trace_call("cuDeviceGetGraphMemAttribute");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetGraphMemAttribute(device, attr, value);
-        cuwire_trace_result("cuDeviceGetGraphMemAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetGraphMemAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetGraphMemAttribute(device, attr, value);
@@ -3663,7 +3663,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *capabilit
     if (cuwire_trace) {
         cuwire_trace_call("cuDeviceGetHostAtomicCapabilities");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetHostAtomicCapabilities(capabilities, operations, count, dev);
-        cuwire_trace_result("cuDeviceGetHostAtomicCapabilities", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetHostAtomicCapabilities", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetHostAtomicCapabilities(capabilities, operations, count, dev);
@@ -3683,7 +3683,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetLuid(char *luid, unsigned int *deviceNodeMask,
     if (cuwire_trace) {
         cuwire_trace_call("cuDeviceGetLuid");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetLuid(luid, deviceNodeMask, dev);
-        cuwire_trace_result("cuDeviceGetLuid", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetLuid", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetLuid(luid, deviceNodeMask, dev);
@@ -3703,7 +3703,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
     if (cuwire_trace) {
         cuwire_trace_call("cuDeviceGetMemPool");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetMemPool(pool, dev);
-        cuwire_trace_result("cuDeviceGetMemPool", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetMemPool", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetMemPool(pool, dev);
@@ -3718,10 +3718,10 @@ return cuwire_local_cuDeviceGetName(name, len, dev);
 CUWIRE_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 {
     __atomic_add_fetch(&cuwire_counts[76], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDeviceGetName");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetName(name, len, dev);
-        cuwire_trace_result("cuDeviceGetName", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetName", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetName(name, len, dev);
@@ -3736,10 +3736,10 @@ static inline CUresult cuwire_impl_cuDeviceGetNvSciSyncAttributes(void *nvSciSyn
 CUWIRE_EXPORT CUresult cuDeviceGetNvSciSyncAttributes(void *nvSciSyncAttrList, CUdevice dev, int flags)
 {
     __atomic_add_fetch(&cuwire_counts[77], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDeviceGetNvSciSyncAttributes");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetNvSciSyncAttributes(nvSciSyncAttrList, dev, flags);
-        cuwire_trace_result("cuDeviceGetNvSciSyncAttributes", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetNvSciSyncAttributes", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetNvSciSyncAttributes(nvSciSyncAttrList, dev, flags);
@@ -3759,7 +3759,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetP2PAtomicCapabilities(unsigned int *capabiliti
     if (cuwire_trace) {
         cuwire_trace_call("cuDeviceGetP2PAtomicCapabilities");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetP2PAtomicCapabilities(capabilities, operations, count, srcDevice, dstDevice);
-        cuwire_trace_result("cuDeviceGetP2PAtomicCapabilities", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetP2PAtomicCapabilities", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetP2PAtomicCapabilities(capabilities, operations, count, srcDevice, dstDevice);
@@ -3779,7 +3779,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute
     if (cuwire_trace) {
         cuwire_trace_call("cuDeviceGetP2PAttribute");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice);
-        cuwire_trace_result("cuDeviceGetP2PAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetP2PAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice);
@@ -3799,7 +3799,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev
     if (cuwire_trace) {
         cuwire_trace_call("cuDeviceGetPCIBusId");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetPCIBusId(pciBusId, len, dev);
-        cuwire_trace_result("cuDeviceGetPCIBusId", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetPCIBusId", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetPCIBusId(pciBusId, len, dev);
@@ -3819,7 +3819,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev)
     if (cuwire_trace) {
         cuwire_trace_call("cuDeviceGetProperties");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetProperties(prop, dev);
-        cuwire_trace_result("cuDeviceGetProperties", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetProperties", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetProperties(prop, dev);
@@ -3839,7 +3839,7 @@ CUWIRE_EXPORT CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElem
     if (cuwire_trace) {
         cuwire_trace_call("cuDeviceGetTexture1DLinearMaxWidth");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, format, numChannels, dev);
-        cuwire_trace_result("cuDeviceGetTexture1DLinearMaxWidth", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetTexture1DLinearMaxWidth", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, format, numChannels, dev);
@@ -3854,10 +3854,10 @@ return cuwire_local_cuDeviceGetUuid_v2(uuid, dev);
 CUWIRE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 {
     __atomic_add_fetch(&cuwire_counts[83], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDeviceGetUuid_v2");
         CUresult cuwire_result = cuwire_impl_cuDeviceGetUuid_v2(uuid, dev);
-        cuwire_trace_result("cuDeviceGetUuid_v2", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGetUuid_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGetUuid_v2(uuid, dev);
@@ -3888,7 +3888,7 @@ CUWIRE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
     if (cuwire_trace) {
         cuwire_trace_call("cuDeviceGraphMemTrim");
         CUresult cuwire_result = cuwire_impl_cuDeviceGraphMemTrim(device);
-        cuwire_trace_result("cuDeviceGraphMemTrim", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceGraphMemTrim", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceGraphMemTrim(device);
@@ -3903,10 +3903,10 @@ return cuwire_local_cuDevicePrimaryCtxGetState(dev, flags, active);
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
     __atomic_add_fetch(&cuwire_counts[85], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDevicePrimaryCtxGetState");
         CUresult cuwire_result = cuwire_impl_cuDevicePrimaryCtxGetState(dev, flags, active);
-        cuwire_trace_result("cuDevicePrimaryCtxGetState", (int)cuwire_result);
+        cuwire_trace_result("cuDevicePrimaryCtxGetState", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDevicePrimaryCtxGetState(dev, flags, active);
@@ -3921,10 +3921,10 @@ return cuwire_local_cuDevicePrimaryCtxRelease_v2(dev);
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
     __atomic_add_fetch(&cuwire_counts[86], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDevicePrimaryCtxRelease_v2");
         CUresult cuwire_result = cuwire_impl_cuDevicePrimaryCtxRelease_v2(dev);
-        cuwire_trace_result("cuDevicePrimaryCtxRelease_v2", (int)cuwire_result);
+        cuwire_trace_result("cuDevicePrimaryCtxRelease_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDevicePrimaryCtxRelease_v2(dev);
@@ -3955,7 +3955,7 @@ CUWIRE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
     if (cuwire_trace) {
         cuwire_trace_call("cuDevicePrimaryCtxReset_v2");
         CUresult cuwire_result = cuwire_impl_cuDevicePrimaryCtxReset_v2(dev);
-        cuwire_trace_result("cuDevicePrimaryCtxReset_v2", (int)cuwire_result);
+        cuwire_trace_result("cuDevicePrimaryCtxReset_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDevicePrimaryCtxReset_v2(dev);
@@ -3971,10 +3971,10 @@ return cuwire_local_cuDevicePrimaryCtxRetain(pctx, dev);
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     __atomic_add_fetch(&cuwire_counts[88], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDevicePrimaryCtxRetain");
         CUresult cuwire_result = cuwire_impl_cuDevicePrimaryCtxRetain(pctx, dev);
-        cuwire_trace_result("cuDevicePrimaryCtxRetain", (int)cuwire_result);
+        cuwire_trace_result("cuDevicePrimaryCtxRetain", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDevicePrimaryCtxRetain(pctx, dev);
@@ -3989,10 +3989,10 @@ static inline CUresult cuwire_impl_cuDevicePrimaryCtxSetFlags(void)
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxSetFlags(void)
 {
     __atomic_add_fetch(&cuwire_counts[89], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDevicePrimaryCtxSetFlags");
         CUresult cuwire_result = cuwire_impl_cuDevicePrimaryCtxSetFlags();
-        cuwire_trace_result("cuDevicePrimaryCtxSetFlags", (int)cuwire_result);
+        cuwire_trace_result("cuDevicePrimaryCtxSetFlags", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDevicePrimaryCtxSetFlags();
@@ -4018,7 +4018,7 @@ CUWIRE_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int 
     if (cuwire_trace) {
         cuwire_trace_call("cuDevicePrimaryCtxSetFlags_v2");
         CUresult cuwire_result = cuwire_impl_cuDevicePrimaryCtxSetFlags_v2(dev, flags);
-        cuwire_trace_result("cuDevicePrimaryCtxSetFlags_v2", (int)cuwire_result);
+        cuwire_trace_result("cuDevicePrimaryCtxSetFlags_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDevicePrimaryCtxSetFlags_v2(dev, flags);
@@ -4033,10 +4033,10 @@ static inline CUresult cuwire_impl_cuDeviceRegisterAsyncNotification(CUdevice de
 CUWIRE_EXPORT CUresult cuDeviceRegisterAsyncNotification(CUdevice device, CUasyncCallback callbackFunc, void *userData, CUasyncCallbackHandle *callback)
 {
     __atomic_add_fetch(&cuwire_counts[91], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDeviceRegisterAsyncNotification");
         CUresult cuwire_result = cuwire_impl_cuDeviceRegisterAsyncNotification(device, callbackFunc, userData, callback);
-        cuwire_trace_result("cuDeviceRegisterAsyncNotification", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceRegisterAsyncNotification", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceRegisterAsyncNotification(device, callbackFunc, userData, callback);
@@ -4056,7 +4056,7 @@ CUWIRE_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_
     if (cuwire_trace) {
         cuwire_trace_call("cuDeviceSetGraphMemAttribute");
         CUresult cuwire_result = cuwire_impl_cuDeviceSetGraphMemAttribute(device, attr, value);
-        cuwire_trace_result("cuDeviceSetGraphMemAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceSetGraphMemAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceSetGraphMemAttribute(device, attr, value);
@@ -4088,7 +4088,7 @@ CUWIRE_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
     if (cuwire_trace) {
         cuwire_trace_call("cuDeviceSetMemPool");
         CUresult cuwire_result = cuwire_impl_cuDeviceSetMemPool(dev, pool);
-        cuwire_trace_result("cuDeviceSetMemPool", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceSetMemPool", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceSetMemPool(dev, pool);
@@ -4103,10 +4103,10 @@ static inline CUresult cuwire_impl_cuDeviceTotalMem(void)
 CUWIRE_EXPORT CUresult cuDeviceTotalMem(void)
 {
     __atomic_add_fetch(&cuwire_counts[94], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDeviceTotalMem");
         CUresult cuwire_result = cuwire_impl_cuDeviceTotalMem();
-        cuwire_trace_result("cuDeviceTotalMem", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceTotalMem", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceTotalMem();
@@ -4121,10 +4121,10 @@ return cuwire_local_cuDeviceTotalMem_v2(bytes, dev);
 CUWIRE_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
     __atomic_add_fetch(&cuwire_counts[95], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDeviceTotalMem_v2");
         CUresult cuwire_result = cuwire_impl_cuDeviceTotalMem_v2(bytes, dev);
-        cuwire_trace_result("cuDeviceTotalMem_v2", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceTotalMem_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceTotalMem_v2(bytes, dev);
@@ -4139,10 +4139,10 @@ static inline CUresult cuwire_impl_cuDeviceUnregisterAsyncNotification(CUdevice 
 CUWIRE_EXPORT CUresult cuDeviceUnregisterAsyncNotification(CUdevice device, CUasyncCallbackHandle callback)
 {
     __atomic_add_fetch(&cuwire_counts[96], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDeviceUnregisterAsyncNotification");
         CUresult cuwire_result = cuwire_impl_cuDeviceUnregisterAsyncNotification(device, callback);
-        cuwire_trace_result("cuDeviceUnregisterAsyncNotification", (int)cuwire_result);
+        cuwire_trace_result("cuDeviceUnregisterAsyncNotification", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDeviceUnregisterAsyncNotification(device, callback);
@@ -4157,10 +4157,10 @@ return cuwire_local_cuDriverGetVersion(driverVersion);
 CUWIRE_EXPORT CUresult cuDriverGetVersion(int *driverVersion)
 {
     __atomic_add_fetch(&cuwire_counts[97], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuDriverGetVersion");
         CUresult cuwire_result = cuwire_impl_cuDriverGetVersion(driverVersion);
-        cuwire_trace_result("cuDriverGetVersion", (int)cuwire_result);
+        cuwire_trace_result("cuDriverGetVersion", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuDriverGetVersion(driverVersion);
@@ -4175,10 +4175,10 @@ static inline CUresult cuwire_impl_cuEGLApiInit(void)
 CUWIRE_EXPORT CUresult cuEGLApiInit(void)
 {
     __atomic_add_fetch(&cuwire_counts[98], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuEGLApiInit");
         CUresult cuwire_result = cuwire_impl_cuEGLApiInit();
-        cuwire_trace_result("cuEGLApiInit", (int)cuwire_result);
+        cuwire_trace_result("cuEGLApiInit", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuEGLApiInit();
@@ -4193,10 +4193,10 @@ static inline CUresult cuwire_impl_cuEGLStreamConsumerAcquireFrame(void)
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerAcquireFrame(void)
 {
     __atomic_add_fetch(&cuwire_counts[99], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuEGLStreamConsumerAcquireFrame");
         CUresult cuwire_result = cuwire_impl_cuEGLStreamConsumerAcquireFrame();
-        cuwire_trace_result("cuEGLStreamConsumerAcquireFrame", (int)cuwire_result);
+        cuwire_trace_result("cuEGLStreamConsumerAcquireFrame", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuEGLStreamConsumerAcquireFrame();
@@ -4211,10 +4211,10 @@ static inline CUresult cuwire_impl_cuEGLStreamConsumerConnect(void)
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerConnect(void)
 {
     __atomic_add_fetch(&cuwire_counts[100], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuEGLStreamConsumerConnect");
         CUresult cuwire_result = cuwire_impl_cuEGLStreamConsumerConnect();
-        cuwire_trace_result("cuEGLStreamConsumerConnect", (int)cuwire_result);
+        cuwire_trace_result("cuEGLStreamConsumerConnect", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuEGLStreamConsumerConnect();
@@ -4229,10 +4229,10 @@ static inline CUresult cuwire_impl_cuEGLStreamConsumerConnectWithFlags(void)
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerConnectWithFlags(void)
 {
     __atomic_add_fetch(&cuwire_counts[101], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuEGLStreamConsumerConnectWithFlags");
         CUresult cuwire_result = cuwire_impl_cuEGLStreamConsumerConnectWithFlags();
-        cuwire_trace_result("cuEGLStreamConsumerConnectWithFlags", (int)cuwire_result);
+        cuwire_trace_result("cuEGLStreamConsumerConnectWithFlags", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuEGLStreamConsumerConnectWithFlags();
@@ -4247,10 +4247,10 @@ static inline CUresult cuwire_impl_cuEGLStreamConsumerDisconnect(void)
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerDisconnect(void)
 {
     __atomic_add_fetch(&cuwire_counts[102], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuEGLStreamConsumerDisconnect");
         CUresult cuwire_result = cuwire_impl_cuEGLStreamConsumerDisconnect();
-        cuwire_trace_result("cuEGLStreamConsumerDisconnect", (int)cuwire_result);
+        cuwire_trace_result("cuEGLStreamConsumerDisconnect", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuEGLStreamConsumerDisconnect();
@@ -4265,10 +4265,10 @@ static inline CUresult cuwire_impl_cuEGLStreamConsumerReleaseFrame(void)
 CUWIRE_EXPORT CUresult cuEGLStreamConsumerReleaseFrame(void)
 {
     __atomic_add_fetch(&cuwire_counts[103], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuEGLStreamConsumerReleaseFrame");
         CUresult cuwire_result = cuwire_impl_cuEGLStreamConsumerReleaseFrame();
-        cuwire_trace_result("cuEGLStreamConsumerReleaseFrame", (int)cuwire_result);
+        cuwire_trace_result("cuEGLStreamConsumerReleaseFrame", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuEGLStreamConsumerReleaseFrame();
@@ -4283,10 +4283,10 @@ static inline CUresult cuwire_impl_cuEGLStreamProducerConnect(void)
 CUWIRE_EXPORT CUresult cuEGLStreamProducerConnect(void)
 {
     __atomic_add_fetch(&cuwire_counts[104], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuEGLStreamProducerConnect");
         CUresult cuwire_result = cuwire_impl_cuEGLStreamProducerConnect();
-        cuwire_trace_result("cuEGLStreamProducerConnect", (int)cuwire_result);
+        cuwire_trace_result("cuEGLStreamProducerConnect", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuEGLStreamProducerConnect();
@@ -4301,10 +4301,10 @@ static inline CUresult cuwire_impl_cuEGLStreamProducerDisconnect(void)
 CUWIRE_EXPORT CUresult cuEGLStreamProducerDisconnect(void)
 {
     __atomic_add_fetch(&cuwire_counts[105], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuEGLStreamProducerDisconnect");
         CUresult cuwire_result = cuwire_impl_cuEGLStreamProducerDisconnect();
-        cuwire_trace_result("cuEGLStreamProducerDisconnect", (int)cuwire_result);
+        cuwire_trace_result("cuEGLStreamProducerDisconnect", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuEGLStreamProducerDisconnect();
@@ -4319,10 +4319,10 @@ static inline CUresult cuwire_impl_cuEGLStreamProducerPresentFrame(void)
 CUWIRE_EXPORT CUresult cuEGLStreamProducerPresentFrame(void)
 {
     __atomic_add_fetch(&cuwire_counts[106], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuEGLStreamProducerPresentFrame");
         CUresult cuwire_result = cuwire_impl_cuEGLStreamProducerPresentFrame();
-        cuwire_trace_result("cuEGLStreamProducerPresentFrame", (int)cuwire_result);
+        cuwire_trace_result("cuEGLStreamProducerPresentFrame", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuEGLStreamProducerPresentFrame();
@@ -4337,10 +4337,10 @@ static inline CUresult cuwire_impl_cuEGLStreamProducerReturnFrame(void)
 CUWIRE_EXPORT CUresult cuEGLStreamProducerReturnFrame(void)
 {
     __atomic_add_fetch(&cuwire_counts[107], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuEGLStreamProducerReturnFrame");
         CUresult cuwire_result = cuwire_impl_cuEGLStreamProducerReturnFrame();
-        cuwire_trace_result("cuEGLStreamProducerReturnFrame", (int)cuwire_result);
+        cuwire_trace_result("cuEGLStreamProducerReturnFrame", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuEGLStreamProducerReturnFrame();
@@ -4360,7 +4360,7 @@ CUWIRE_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     if (cuwire_trace) {
         cuwire_trace_call("cuEventCreate");
         CUresult cuwire_result = cuwire_impl_cuEventCreate(phEvent, Flags);
-        cuwire_trace_result("cuEventCreate", (int)cuwire_result);
+        cuwire_trace_result("cuEventCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuEventCreate(phEvent, Flags);
@@ -4375,10 +4375,10 @@ static inline CUresult cuwire_impl_cuEventDestroy(void)
 CUWIRE_EXPORT CUresult cuEventDestroy(void)
 {
     __atomic_add_fetch(&cuwire_counts[109], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuEventDestroy");
         CUresult cuwire_result = cuwire_impl_cuEventDestroy();
-        cuwire_trace_result("cuEventDestroy", (int)cuwire_result);
+        cuwire_trace_result("cuEventDestroy", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuEventDestroy();
@@ -4398,7 +4398,7 @@ CUWIRE_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
     if (cuwire_trace) {
         cuwire_trace_call("cuEventDestroy_v2");
         CUresult cuwire_result = cuwire_impl_cuEventDestroy_v2(hEvent);
-        cuwire_trace_result("cuEventDestroy_v2", (int)cuwire_result);
+        cuwire_trace_result("cuEventDestroy_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuEventDestroy_v2(hEvent);
@@ -4418,7 +4418,7 @@ CUWIRE_EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStar
     if (cuwire_trace) {
         cuwire_trace_call("cuEventElapsedTime_v2");
         CUresult cuwire_result = cuwire_impl_cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd);
-        cuwire_trace_result("cuEventElapsedTime_v2", (int)cuwire_result);
+        cuwire_trace_result("cuEventElapsedTime_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd);
@@ -4459,7 +4459,7 @@ CUWIRE_EXPORT CUresult cuEventQuery(CUevent hEvent)
     if (cuwire_trace) {
         cuwire_trace_call("cuEventQuery");
         CUresult cuwire_result = cuwire_synced_cuEventQuery(hEvent);
-        cuwire_trace_result("cuEventQuery", (int)cuwire_result);
+        cuwire_trace_result("cuEventQuery", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_synced_cuEventQuery(hEvent);
@@ -4487,7 +4487,7 @@ CUWIRE_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
     if (cuwire_trace) {
         cuwire_trace_call("cuEventRecord");
         CUresult cuwire_result = cuwire_impl_cuEventRecord(hEvent, hStream);
-        cuwire_trace_result("cuEventRecord", (int)cuwire_result);
+        cuwire_trace_result("cuEventRecord", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuEventRecord(hEvent, hStream);
@@ -4518,7 +4518,7 @@ CUWIRE_EXPORT CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, 
     if (cuwire_trace) {
         cuwire_trace_call("cuEventRecordWithFlags");
         CUresult cuwire_result = cuwire_impl_cuEventRecordWithFlags(hEvent, hStream, flags);
-        cuwire_trace_result("cuEventRecordWithFlags", (int)cuwire_result);
+        cuwire_trace_result("cuEventRecordWithFlags", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuEventRecordWithFlags(hEvent, hStream, flags);
@@ -4559,7 +4559,7 @@ CUWIRE_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
     if (cuwire_trace) {
         cuwire_trace_call("cuEventSynchronize");
         CUresult cuwire_result = cuwire_synced_cuEventSynchronize(hEvent);
-        cuwire_trace_result("cuEventSynchronize", (int)cuwire_result);
+        cuwire_trace_result("cuEventSynchronize", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_synced_cuEventSynchronize(hEvent);
@@ -4574,10 +4574,10 @@ static inline CUresult cuwire_impl_cuExternalMemoryGetMappedBuffer(CUdeviceptr *
 CUWIRE_EXPORT CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr *devPtr, CUexternalMemory extMem, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *bufferDesc)
 {
     __atomic_add_fetch(&cuwire_counts[116], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuExternalMemoryGetMappedBuffer");
         CUresult cuwire_result = cuwire_impl_cuExternalMemoryGetMappedBuffer(devPtr, extMem, bufferDesc);
-        cuwire_trace_result("cuExternalMemoryGetMappedBuffer", (int)cuwire_result);
+        cuwire_trace_result("cuExternalMemoryGetMappedBuffer", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuExternalMemoryGetMappedBuffer(devPtr, extMem, bufferDesc);
@@ -4592,10 +4592,10 @@ static inline CUresult cuwire_impl_cuExternalMemoryGetMappedMipmappedArray(CUmip
 CUWIRE_EXPORT CUresult cuExternalMemoryGetMappedMipmappedArray(CUmipmappedArray *mipmap, CUexternalMemory extMem, const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC *mipmapDesc)
 {
     __atomic_add_fetch(&cuwire_counts[117], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuExternalMemoryGetMappedMipmappedArray");
         CUresult cuwire_result = cuwire_impl_cuExternalMemoryGetMappedMipmappedArray(mipmap, extMem, mipmapDesc);
-        cuwire_trace_result("cuExternalMemoryGetMappedMipmappedArray", (int)cuwire_result);
+        cuwire_trace_result("cuExternalMemoryGetMappedMipmappedArray", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuExternalMemoryGetMappedMipmappedArray(mipmap, extMem, mipmapDesc);
@@ -4610,10 +4610,10 @@ static inline CUresult cuwire_impl_cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRD
 CUWIRE_EXPORT CUresult cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarget target, CUflushGPUDirectRDMAWritesScope scope)
 {
     __atomic_add_fetch(&cuwire_counts[118], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuFlushGPUDirectRDMAWrites");
         CUresult cuwire_result = cuwire_impl_cuFlushGPUDirectRDMAWrites(target, scope);
-        cuwire_trace_result("cuFlushGPUDirectRDMAWrites", (int)cuwire_result);
+        cuwire_trace_result("cuFlushGPUDirectRDMAWrites", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuFlushGPUDirectRDMAWrites(target, scope);
@@ -4643,7 +4643,7 @@ CUWIRE_EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, 
     if (cuwire_trace) {
         cuwire_trace_call("cuFuncGetAttribute");
         CUresult cuwire_result = cuwire_impl_cuFuncGetAttribute(pi, attrib, hfunc);
-        cuwire_trace_result("cuFuncGetAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuFuncGetAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuFuncGetAttribute(pi, attrib, hfunc);
@@ -4663,7 +4663,7 @@ CUWIRE_EXPORT CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
     if (cuwire_trace) {
         cuwire_trace_call("cuFuncGetModule");
         CUresult cuwire_result = cuwire_impl_cuFuncGetModule(hmod, hfunc);
-        cuwire_trace_result("cuFuncGetModule", (int)cuwire_result);
+        cuwire_trace_result("cuFuncGetModule", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuFuncGetModule(hmod, hfunc);
@@ -4683,7 +4683,7 @@ CUWIRE_EXPORT CUresult cuFuncGetName(const char **name, CUfunction hfunc)
     if (cuwire_trace) {
         cuwire_trace_call("cuFuncGetName");
         CUresult cuwire_result = cuwire_impl_cuFuncGetName(name, hfunc);
-        cuwire_trace_result("cuFuncGetName", (int)cuwire_result);
+        cuwire_trace_result("cuFuncGetName", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuFuncGetName(name, hfunc);
@@ -4703,7 +4703,7 @@ CUWIRE_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, si
     if (cuwire_trace) {
         cuwire_trace_call("cuFuncGetParamInfo");
         CUresult cuwire_result = cuwire_impl_cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize);
-        cuwire_trace_result("cuFuncGetParamInfo", (int)cuwire_result);
+        cuwire_trace_result("cuFuncGetParamInfo", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize);
@@ -4723,7 +4723,7 @@ CUWIRE_EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction 
     if (cuwire_trace) {
         cuwire_trace_call("cuFuncIsLoaded");
         CUresult cuwire_result = cuwire_impl_cuFuncIsLoaded(state, function);
-        cuwire_trace_result("cuFuncIsLoaded", (int)cuwire_result);
+        cuwire_trace_result("cuFuncIsLoaded", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuFuncIsLoaded(state, function);
@@ -4753,7 +4753,7 @@ CUWIRE_EXPORT CUresult cuFuncLoad(CUfunction function)
     if (cuwire_trace) {
         cuwire_trace_call("cuFuncLoad");
         CUresult cuwire_result = cuwire_impl_cuFuncLoad(function);
-        cuwire_trace_result("cuFuncLoad", (int)cuwire_result);
+        cuwire_trace_result("cuFuncLoad", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuFuncLoad(function);
@@ -4783,7 +4783,7 @@ CUWIRE_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute
     if (cuwire_trace) {
         cuwire_trace_call("cuFuncSetAttribute");
         CUresult cuwire_result = cuwire_impl_cuFuncSetAttribute(hfunc, attrib, value);
-        cuwire_trace_result("cuFuncSetAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuFuncSetAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuFuncSetAttribute(hfunc, attrib, value);
@@ -4798,10 +4798,10 @@ static inline CUresult cuwire_impl_cuFuncSetBlockShape(CUfunction hfunc, int x, 
 CUWIRE_EXPORT CUresult cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z)
 {
     __atomic_add_fetch(&cuwire_counts[126], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuFuncSetBlockShape");
         CUresult cuwire_result = cuwire_impl_cuFuncSetBlockShape(hfunc, x, y, z);
-        cuwire_trace_result("cuFuncSetBlockShape", (int)cuwire_result);
+        cuwire_trace_result("cuFuncSetBlockShape", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuFuncSetBlockShape(hfunc, x, y, z);
@@ -4827,7 +4827,7 @@ CUWIRE_EXPORT CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache confi
     if (cuwire_trace) {
         cuwire_trace_call("cuFuncSetCacheConfig");
         CUresult cuwire_result = cuwire_impl_cuFuncSetCacheConfig(hfunc, config);
-        cuwire_trace_result("cuFuncSetCacheConfig", (int)cuwire_result);
+        cuwire_trace_result("cuFuncSetCacheConfig", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuFuncSetCacheConfig(hfunc, config);
@@ -4859,7 +4859,7 @@ CUWIRE_EXPORT CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig
     if (cuwire_trace) {
         cuwire_trace_call("cuFuncSetSharedMemConfig");
         CUresult cuwire_result = cuwire_impl_cuFuncSetSharedMemConfig(hfunc, config);
-        cuwire_trace_result("cuFuncSetSharedMemConfig", (int)cuwire_result);
+        cuwire_trace_result("cuFuncSetSharedMemConfig", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuFuncSetSharedMemConfig(hfunc, config);
@@ -4874,10 +4874,10 @@ static inline CUresult cuwire_impl_cuFuncSetSharedSize(CUfunction hfunc, unsigne
 CUWIRE_EXPORT CUresult cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes)
 {
     __atomic_add_fetch(&cuwire_counts[129], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuFuncSetSharedSize");
         CUresult cuwire_result = cuwire_impl_cuFuncSetSharedSize(hfunc, bytes);
-        cuwire_trace_result("cuFuncSetSharedSize", (int)cuwire_result);
+        cuwire_trace_result("cuFuncSetSharedSize", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuFuncSetSharedSize(hfunc, bytes);
@@ -4892,10 +4892,10 @@ static inline CUresult cuwire_impl_cuGLCtxCreate(void)
 CUWIRE_EXPORT CUresult cuGLCtxCreate(void)
 {
     __atomic_add_fetch(&cuwire_counts[130], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGLCtxCreate");
         CUresult cuwire_result = cuwire_impl_cuGLCtxCreate();
-        cuwire_trace_result("cuGLCtxCreate", (int)cuwire_result);
+        cuwire_trace_result("cuGLCtxCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGLCtxCreate();
@@ -4910,10 +4910,10 @@ static inline CUresult cuwire_impl_cuGLCtxCreate_v2(void)
 CUWIRE_EXPORT CUresult cuGLCtxCreate_v2(void)
 {
     __atomic_add_fetch(&cuwire_counts[131], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGLCtxCreate_v2");
         CUresult cuwire_result = cuwire_impl_cuGLCtxCreate_v2();
-        cuwire_trace_result("cuGLCtxCreate_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGLCtxCreate_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGLCtxCreate_v2();
@@ -4928,10 +4928,10 @@ static inline CUresult cuwire_impl_cuGLGetDevices(void)
 CUWIRE_EXPORT CUresult cuGLGetDevices(void)
 {
     __atomic_add_fetch(&cuwire_counts[132], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGLGetDevices");
         CUresult cuwire_result = cuwire_impl_cuGLGetDevices();
-        cuwire_trace_result("cuGLGetDevices", (int)cuwire_result);
+        cuwire_trace_result("cuGLGetDevices", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGLGetDevices();
@@ -4946,10 +4946,10 @@ static inline CUresult cuwire_impl_cuGLGetDevices_v2(void)
 CUWIRE_EXPORT CUresult cuGLGetDevices_v2(void)
 {
     __atomic_add_fetch(&cuwire_counts[133], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGLGetDevices_v2");
         CUresult cuwire_result = cuwire_impl_cuGLGetDevices_v2();
-        cuwire_trace_result("cuGLGetDevices_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGLGetDevices_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGLGetDevices_v2();
@@ -4964,10 +4964,10 @@ static inline CUresult cuwire_impl_cuGLInit(void)
 CUWIRE_EXPORT CUresult cuGLInit(void)
 {
     __atomic_add_fetch(&cuwire_counts[134], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGLInit");
         CUresult cuwire_result = cuwire_impl_cuGLInit();
-        cuwire_trace_result("cuGLInit", (int)cuwire_result);
+        cuwire_trace_result("cuGLInit", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGLInit();
@@ -4982,10 +4982,10 @@ static inline CUresult cuwire_impl_cuGLMapBufferObject(void)
 CUWIRE_EXPORT CUresult cuGLMapBufferObject(void)
 {
     __atomic_add_fetch(&cuwire_counts[135], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGLMapBufferObject");
         CUresult cuwire_result = cuwire_impl_cuGLMapBufferObject();
-        cuwire_trace_result("cuGLMapBufferObject", (int)cuwire_result);
+        cuwire_trace_result("cuGLMapBufferObject", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGLMapBufferObject();
@@ -5000,10 +5000,10 @@ static inline CUresult cuwire_impl_cuGLMapBufferObjectAsync(void)
 CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync(void)
 {
     __atomic_add_fetch(&cuwire_counts[136], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGLMapBufferObjectAsync");
         CUresult cuwire_result = cuwire_impl_cuGLMapBufferObjectAsync();
-        cuwire_trace_result("cuGLMapBufferObjectAsync", (int)cuwire_result);
+        cuwire_trace_result("cuGLMapBufferObjectAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGLMapBufferObjectAsync();
@@ -5018,10 +5018,10 @@ static inline CUresult cuwire_impl_cuGLMapBufferObjectAsync_v2(void)
 CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync_v2(void)
 {
     __atomic_add_fetch(&cuwire_counts[137], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGLMapBufferObjectAsync_v2");
         CUresult cuwire_result = cuwire_impl_cuGLMapBufferObjectAsync_v2();
-        cuwire_trace_result("cuGLMapBufferObjectAsync_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGLMapBufferObjectAsync_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGLMapBufferObjectAsync_v2();
@@ -5036,10 +5036,10 @@ static inline CUresult cuwire_impl_cuGLMapBufferObjectAsync_v2_ptsz(void)
 CUWIRE_EXPORT CUresult cuGLMapBufferObjectAsync_v2_ptsz(void)
 {
     __atomic_add_fetch(&cuwire_counts[138], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGLMapBufferObjectAsync_v2_ptsz");
         CUresult cuwire_result = cuwire_impl_cuGLMapBufferObjectAsync_v2_ptsz();
-        cuwire_trace_result("cuGLMapBufferObjectAsync_v2_ptsz", (int)cuwire_result);
+        cuwire_trace_result("cuGLMapBufferObjectAsync_v2_ptsz", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGLMapBufferObjectAsync_v2_ptsz();
@@ -5054,10 +5054,10 @@ static inline CUresult cuwire_impl_cuGLMapBufferObject_v2(void)
 CUWIRE_EXPORT CUresult cuGLMapBufferObject_v2(void)
 {
     __atomic_add_fetch(&cuwire_counts[139], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGLMapBufferObject_v2");
         CUresult cuwire_result = cuwire_impl_cuGLMapBufferObject_v2();
-        cuwire_trace_result("cuGLMapBufferObject_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGLMapBufferObject_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGLMapBufferObject_v2();
@@ -5072,10 +5072,10 @@ static inline CUresult cuwire_impl_cuGLMapBufferObject_v2_ptds(void)
 CUWIRE_EXPORT CUresult cuGLMapBufferObject_v2_ptds(void)
 {
     __atomic_add_fetch(&cuwire_counts[140], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGLMapBufferObject_v2_ptds");
         CUresult cuwire_result = cuwire_impl_cuGLMapBufferObject_v2_ptds();
-        cuwire_trace_result("cuGLMapBufferObject_v2_ptds", (int)cuwire_result);
+        cuwire_trace_result("cuGLMapBufferObject_v2_ptds", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGLMapBufferObject_v2_ptds();
@@ -5090,10 +5090,10 @@ static inline CUresult cuwire_impl_cuGLRegisterBufferObject(void)
 CUWIRE_EXPORT CUresult cuGLRegisterBufferObject(void)
 {
     __atomic_add_fetch(&cuwire_counts[141], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGLRegisterBufferObject");
         CUresult cuwire_result = cuwire_impl_cuGLRegisterBufferObject();
-        cuwire_trace_result("cuGLRegisterBufferObject", (int)cuwire_result);
+        cuwire_trace_result("cuGLRegisterBufferObject", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGLRegisterBufferObject();
@@ -5108,10 +5108,10 @@ static inline CUresult cuwire_impl_cuGLSetBufferObjectMapFlags(void)
 CUWIRE_EXPORT CUresult cuGLSetBufferObjectMapFlags(void)
 {
     __atomic_add_fetch(&cuwire_counts[142], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGLSetBufferObjectMapFlags");
         CUresult cuwire_result = cuwire_impl_cuGLSetBufferObjectMapFlags();
-        cuwire_trace_result("cuGLSetBufferObjectMapFlags", (int)cuwire_result);
+        cuwire_trace_result("cuGLSetBufferObjectMapFlags", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGLSetBufferObjectMapFlags();
@@ -5126,10 +5126,10 @@ static inline CUresult cuwire_impl_cuGLUnmapBufferObject(void)
 CUWIRE_EXPORT CUresult cuGLUnmapBufferObject(void)
 {
     __atomic_add_fetch(&cuwire_counts[143], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGLUnmapBufferObject");
         CUresult cuwire_result = cuwire_impl_cuGLUnmapBufferObject();
-        cuwire_trace_result("cuGLUnmapBufferObject", (int)cuwire_result);
+        cuwire_trace_result("cuGLUnmapBufferObject", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGLUnmapBufferObject();
@@ -5144,10 +5144,10 @@ static inline CUresult cuwire_impl_cuGLUnmapBufferObjectAsync(void)
 CUWIRE_EXPORT CUresult cuGLUnmapBufferObjectAsync(void)
 {
     __atomic_add_fetch(&cuwire_counts[144], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGLUnmapBufferObjectAsync");
         CUresult cuwire_result = cuwire_impl_cuGLUnmapBufferObjectAsync();
-        cuwire_trace_result("cuGLUnmapBufferObjectAsync", (int)cuwire_result);
+        cuwire_trace_result("cuGLUnmapBufferObjectAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGLUnmapBufferObjectAsync();
@@ -5162,10 +5162,10 @@ static inline CUresult cuwire_impl_cuGLUnregisterBufferObject(void)
 CUWIRE_EXPORT CUresult cuGLUnregisterBufferObject(void)
 {
     __atomic_add_fetch(&cuwire_counts[145], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGLUnregisterBufferObject");
         CUresult cuwire_result = cuwire_impl_cuGLUnregisterBufferObject();
-        cuwire_trace_result("cuGLUnregisterBufferObject", (int)cuwire_result);
+        cuwire_trace_result("cuGLUnregisterBufferObject", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGLUnregisterBufferObject();
@@ -5180,10 +5180,10 @@ return cuwire_local_cuGetErrorName(error, pStr);
 CUWIRE_EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr)
 {
     __atomic_add_fetch(&cuwire_counts[146], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGetErrorName");
         CUresult cuwire_result = cuwire_impl_cuGetErrorName(error, pStr);
-        cuwire_trace_result("cuGetErrorName", (int)cuwire_result);
+        cuwire_trace_result("cuGetErrorName", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGetErrorName(error, pStr);
@@ -5208,7 +5208,7 @@ CUWIRE_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
     if (cuwire_trace) {
         cuwire_trace_call("cuGetErrorString");
         CUresult cuwire_result = cuwire_impl_cuGetErrorString(error, pStr);
-        cuwire_trace_result("cuGetErrorString", (int)cuwire_result);
+        cuwire_trace_result("cuGetErrorString", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGetErrorString(error, pStr);
@@ -5223,10 +5223,10 @@ return cuwire_local_cuGetExportTable(ppExportTable, pExportTableId);
 CUWIRE_EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
 {
     __atomic_add_fetch(&cuwire_counts[148], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGetExportTable");
         CUresult cuwire_result = cuwire_impl_cuGetExportTable(ppExportTable, pExportTableId);
-        cuwire_trace_result("cuGetExportTable", (int)cuwire_result);
+        cuwire_trace_result("cuGetExportTable", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGetExportTable(ppExportTable, pExportTableId);
@@ -5241,10 +5241,10 @@ return cuwire_local_cuGetProcAddress(symbol, pfn, cudaVersion, flags);
 CUWIRE_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
 {
     __atomic_add_fetch(&cuwire_counts[149], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGetProcAddress");
         CUresult cuwire_result = cuwire_impl_cuGetProcAddress(symbol, pfn, cudaVersion, flags);
-        cuwire_trace_result("cuGetProcAddress", (int)cuwire_result);
+        cuwire_trace_result("cuGetProcAddress", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGetProcAddress(symbol, pfn, cudaVersion, flags);
@@ -5259,10 +5259,10 @@ return cuwire_local_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolS
 CUWIRE_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus)
 {
     __atomic_add_fetch(&cuwire_counts[150], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGetProcAddress_v2");
         CUresult cuwire_result = cuwire_impl_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
-        cuwire_trace_result("cuGetProcAddress_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGetProcAddress_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
@@ -5283,7 +5283,7 @@ CUWIRE_EXPORT CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgrap
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphAddBatchMemOpNode");
         CUresult cuwire_result = cuwire_impl_cuGraphAddBatchMemOpNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-        cuwire_trace_result("cuGraphAddBatchMemOpNode", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddBatchMemOpNode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddBatchMemOpNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
@@ -5307,7 +5307,7 @@ CUWIRE_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgrap
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphAddChildGraphNode");
         CUresult cuwire_result = cuwire_impl_cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
-        cuwire_trace_result("cuGraphAddChildGraphNode", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddChildGraphNode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
@@ -5322,10 +5322,10 @@ static inline CUresult cuwire_impl_cuGraphAddDependencies(void)
 CUWIRE_EXPORT CUresult cuGraphAddDependencies(void)
 {
     __atomic_add_fetch(&cuwire_counts[153], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphAddDependencies");
         CUresult cuwire_result = cuwire_impl_cuGraphAddDependencies();
-        cuwire_trace_result("cuGraphAddDependencies", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddDependencies", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddDependencies();
@@ -5345,7 +5345,7 @@ CUWIRE_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNo
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphAddDependencies_v2");
         CUresult cuwire_result = cuwire_impl_cuGraphAddDependencies_v2(hGraph, from, to, edgeData, numDependencies);
-        cuwire_trace_result("cuGraphAddDependencies_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddDependencies_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddDependencies_v2(hGraph, from, to, edgeData, numDependencies);
@@ -5365,7 +5365,7 @@ CUWIRE_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGr
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphAddEmptyNode");
         CUresult cuwire_result = cuwire_impl_cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
-        cuwire_trace_result("cuGraphAddEmptyNode", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddEmptyNode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
@@ -5385,7 +5385,7 @@ CUWIRE_EXPORT CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgra
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphAddEventRecordNode");
         CUresult cuwire_result = cuwire_impl_cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, numDependencies, event);
-        cuwire_trace_result("cuGraphAddEventRecordNode", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddEventRecordNode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, numDependencies, event);
@@ -5405,7 +5405,7 @@ CUWIRE_EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphAddEventWaitNode");
         CUresult cuwire_result = cuwire_impl_cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, numDependencies, event);
-        cuwire_trace_result("cuGraphAddEventWaitNode", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddEventWaitNode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, numDependencies, event);
@@ -5420,10 +5420,10 @@ static inline CUresult cuwire_impl_cuGraphAddExternalSemaphoresSignalNode(CUgrap
 CUWIRE_EXPORT CUresult cuGraphAddExternalSemaphoresSignalNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
     __atomic_add_fetch(&cuwire_counts[158], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphAddExternalSemaphoresSignalNode");
         CUresult cuwire_result = cuwire_impl_cuGraphAddExternalSemaphoresSignalNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-        cuwire_trace_result("cuGraphAddExternalSemaphoresSignalNode", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddExternalSemaphoresSignalNode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddExternalSemaphoresSignalNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
@@ -5438,10 +5438,10 @@ static inline CUresult cuwire_impl_cuGraphAddExternalSemaphoresWaitNode(CUgraphN
 CUWIRE_EXPORT CUresult cuGraphAddExternalSemaphoresWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
     __atomic_add_fetch(&cuwire_counts[159], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphAddExternalSemaphoresWaitNode");
         CUresult cuwire_result = cuwire_impl_cuGraphAddExternalSemaphoresWaitNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-        cuwire_trace_result("cuGraphAddExternalSemaphoresWaitNode", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddExternalSemaphoresWaitNode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddExternalSemaphoresWaitNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
@@ -5461,7 +5461,7 @@ CUWIRE_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGra
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphAddHostNode");
         CUresult cuwire_result = cuwire_impl_cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-        cuwire_trace_result("cuGraphAddHostNode", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddHostNode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
@@ -5476,10 +5476,10 @@ static inline CUresult cuwire_impl_cuGraphAddKernelNode(void)
 CUWIRE_EXPORT CUresult cuGraphAddKernelNode(void)
 {
     __atomic_add_fetch(&cuwire_counts[161], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphAddKernelNode");
         CUresult cuwire_result = cuwire_impl_cuGraphAddKernelNode();
-        cuwire_trace_result("cuGraphAddKernelNode", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddKernelNode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddKernelNode();
@@ -5499,7 +5499,7 @@ CUWIRE_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphAddKernelNode_v2");
         CUresult cuwire_result = cuwire_impl_cuGraphAddKernelNode_v2(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-        cuwire_trace_result("cuGraphAddKernelNode_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddKernelNode_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddKernelNode_v2(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
@@ -5514,10 +5514,10 @@ return cuwire_local_cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, nu
 CUWIRE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
     __atomic_add_fetch(&cuwire_counts[163], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphAddMemAllocNode");
         CUresult cuwire_result = cuwire_impl_cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-        cuwire_trace_result("cuGraphAddMemAllocNode", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddMemAllocNode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
@@ -5532,10 +5532,10 @@ return cuwire_local_cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, num
 CUWIRE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
     __atomic_add_fetch(&cuwire_counts[164], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphAddMemFreeNode");
         CUresult cuwire_result = cuwire_impl_cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies, dptr);
-        cuwire_trace_result("cuGraphAddMemFreeNode", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddMemFreeNode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies, dptr);
@@ -5561,7 +5561,7 @@ CUWIRE_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hG
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphAddMemcpyNode");
         CUresult cuwire_result = cuwire_impl_cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
-        cuwire_trace_result("cuGraphAddMemcpyNode", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddMemcpyNode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
@@ -5581,7 +5581,7 @@ CUWIRE_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hG
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphAddMemsetNode");
         CUresult cuwire_result = cuwire_impl_cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx);
-        cuwire_trace_result("cuGraphAddMemsetNode", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddMemsetNode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx);
@@ -5596,10 +5596,10 @@ return cuwire_local_cuGraphAddNode(phGraphNode, hGraph, dependencies, numDepende
 CUWIRE_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams)
 {
     __atomic_add_fetch(&cuwire_counts[167], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphAddNode");
         CUresult cuwire_result = cuwire_impl_cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-        cuwire_trace_result("cuGraphAddNode", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddNode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
@@ -5624,7 +5624,7 @@ CUWIRE_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGrap
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphAddNode_v2");
         CUresult cuwire_result = cuwire_impl_cuGraphAddNode_v2(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams);
-        cuwire_trace_result("cuGraphAddNode_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGraphAddNode_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphAddNode_v2(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams);
@@ -5644,7 +5644,7 @@ CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BA
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphBatchMemOpNodeGetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphBatchMemOpNodeGetParams(hNode, nodeParams_out);
-        cuwire_trace_result("cuGraphBatchMemOpNodeGetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphBatchMemOpNodeGetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphBatchMemOpNodeGetParams(hNode, nodeParams_out);
@@ -5664,7 +5664,7 @@ CUWIRE_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const C
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphBatchMemOpNodeSetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphBatchMemOpNodeSetParams(hNode, nodeParams);
-        cuwire_trace_result("cuGraphBatchMemOpNodeSetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphBatchMemOpNodeSetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphBatchMemOpNodeSetParams(hNode, nodeParams);
@@ -5684,7 +5684,7 @@ CUWIRE_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph 
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphChildGraphNodeGetGraph");
         CUresult cuwire_result = cuwire_impl_cuGraphChildGraphNodeGetGraph(hNode, phGraph);
-        cuwire_trace_result("cuGraphChildGraphNodeGetGraph", (int)cuwire_result);
+        cuwire_trace_result("cuGraphChildGraphNodeGetGraph", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphChildGraphNodeGetGraph(hNode, phGraph);
@@ -5708,7 +5708,7 @@ CUWIRE_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphClone");
         CUresult cuwire_result = cuwire_impl_cuGraphClone(phGraphClone, originalGraph);
-        cuwire_trace_result("cuGraphClone", (int)cuwire_result);
+        cuwire_trace_result("cuGraphClone", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphClone(phGraphClone, originalGraph);
@@ -5728,7 +5728,7 @@ CUWIRE_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphConditionalHandleCreate");
         CUresult cuwire_result = cuwire_impl_cuGraphConditionalHandleCreate(pHandle_out, hGraph, ctx, defaultLaunchValue, flags);
-        cuwire_trace_result("cuGraphConditionalHandleCreate", (int)cuwire_result);
+        cuwire_trace_result("cuGraphConditionalHandleCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphConditionalHandleCreate(pHandle_out, hGraph, ctx, defaultLaunchValue, flags);
@@ -5748,7 +5748,7 @@ CUWIRE_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphCreate");
         CUresult cuwire_result = cuwire_impl_cuGraphCreate(phGraph, flags);
-        cuwire_trace_result("cuGraphCreate", (int)cuwire_result);
+        cuwire_trace_result("cuGraphCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphCreate(phGraph, flags);
@@ -5768,7 +5768,7 @@ CUWIRE_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, un
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphDebugDotPrint");
         CUresult cuwire_result = cuwire_impl_cuGraphDebugDotPrint(hGraph, path, flags);
-        cuwire_trace_result("cuGraphDebugDotPrint", (int)cuwire_result);
+        cuwire_trace_result("cuGraphDebugDotPrint", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphDebugDotPrint(hGraph, path, flags);
@@ -5792,7 +5792,7 @@ CUWIRE_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphDestroy");
         CUresult cuwire_result = cuwire_impl_cuGraphDestroy(hGraph);
-        cuwire_trace_result("cuGraphDestroy", (int)cuwire_result);
+        cuwire_trace_result("cuGraphDestroy", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphDestroy(hGraph);
@@ -5812,7 +5812,7 @@ CUWIRE_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphDestroyNode");
         CUresult cuwire_result = cuwire_impl_cuGraphDestroyNode(hNode);
-        cuwire_trace_result("cuGraphDestroyNode", (int)cuwire_result);
+        cuwire_trace_result("cuGraphDestroyNode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphDestroyNode(hNode);
@@ -5832,7 +5832,7 @@ CUWIRE_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphEventRecordNodeGetEvent");
         CUresult cuwire_result = cuwire_impl_cuGraphEventRecordNodeGetEvent(hNode, event_out);
-        cuwire_trace_result("cuGraphEventRecordNodeGetEvent", (int)cuwire_result);
+        cuwire_trace_result("cuGraphEventRecordNodeGetEvent", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphEventRecordNodeGetEvent(hNode, event_out);
@@ -5864,7 +5864,7 @@ CUWIRE_EXPORT CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphEventRecordNodeSetEvent");
         CUresult cuwire_result = cuwire_impl_cuGraphEventRecordNodeSetEvent(hNode, event);
-        cuwire_trace_result("cuGraphEventRecordNodeSetEvent", (int)cuwire_result);
+        cuwire_trace_result("cuGraphEventRecordNodeSetEvent", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphEventRecordNodeSetEvent(hNode, event);
@@ -5884,7 +5884,7 @@ CUWIRE_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphEventWaitNodeGetEvent");
         CUresult cuwire_result = cuwire_impl_cuGraphEventWaitNodeGetEvent(hNode, event_out);
-        cuwire_trace_result("cuGraphEventWaitNodeGetEvent", (int)cuwire_result);
+        cuwire_trace_result("cuGraphEventWaitNodeGetEvent", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphEventWaitNodeGetEvent(hNode, event_out);
@@ -5916,7 +5916,7 @@ CUWIRE_EXPORT CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent e
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphEventWaitNodeSetEvent");
         CUresult cuwire_result = cuwire_impl_cuGraphEventWaitNodeSetEvent(hNode, event);
-        cuwire_trace_result("cuGraphEventWaitNodeSetEvent", (int)cuwire_result);
+        cuwire_trace_result("cuGraphEventWaitNodeSetEvent", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphEventWaitNodeSetEvent(hNode, event);
@@ -5936,7 +5936,7 @@ CUWIRE_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphExecBatchMemOpNodeSetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphExecBatchMemOpNodeSetParams(hGraphExec, hNode, nodeParams);
-        cuwire_trace_result("cuGraphExecBatchMemOpNodeSetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExecBatchMemOpNodeSetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExecBatchMemOpNodeSetParams(hGraphExec, hNode, nodeParams);
@@ -5960,7 +5960,7 @@ CUWIRE_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphExecChildGraphNodeSetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphExecChildGraphNodeSetParams(hGraphExec, hNode, childGraph);
-        cuwire_trace_result("cuGraphExecChildGraphNodeSetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExecChildGraphNodeSetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExecChildGraphNodeSetParams(hGraphExec, hNode, childGraph);
@@ -5984,7 +5984,7 @@ CUWIRE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphExecDestroy");
         CUresult cuwire_result = cuwire_impl_cuGraphExecDestroy(hGraphExec);
-        cuwire_trace_result("cuGraphExecDestroy", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExecDestroy", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExecDestroy(hGraphExec);
@@ -6018,7 +6018,7 @@ CUWIRE_EXPORT CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphExecEventRecordNodeSetEvent");
         CUresult cuwire_result = cuwire_impl_cuGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event);
-        cuwire_trace_result("cuGraphExecEventRecordNodeSetEvent", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExecEventRecordNodeSetEvent", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event);
@@ -6052,7 +6052,7 @@ CUWIRE_EXPORT CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, 
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphExecEventWaitNodeSetEvent");
         CUresult cuwire_result = cuwire_impl_cuGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event);
-        cuwire_trace_result("cuGraphExecEventWaitNodeSetEvent", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExecEventWaitNodeSetEvent", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event);
@@ -6067,10 +6067,10 @@ static inline CUresult cuwire_impl_cuGraphExecExternalSemaphoresSignalNodeSetPar
 CUWIRE_EXPORT CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
     __atomic_add_fetch(&cuwire_counts[187], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphExecExternalSemaphoresSignalNodeSetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphExecExternalSemaphoresSignalNodeSetParams(hGraphExec, hNode, nodeParams);
-        cuwire_trace_result("cuGraphExecExternalSemaphoresSignalNodeSetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExecExternalSemaphoresSignalNodeSetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExecExternalSemaphoresSignalNodeSetParams(hGraphExec, hNode, nodeParams);
@@ -6085,10 +6085,10 @@ static inline CUresult cuwire_impl_cuGraphExecExternalSemaphoresWaitNodeSetParam
 CUWIRE_EXPORT CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
     __atomic_add_fetch(&cuwire_counts[188], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphExecExternalSemaphoresWaitNodeSetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphExecExternalSemaphoresWaitNodeSetParams(hGraphExec, hNode, nodeParams);
-        cuwire_trace_result("cuGraphExecExternalSemaphoresWaitNodeSetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExecExternalSemaphoresWaitNodeSetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExecExternalSemaphoresWaitNodeSetParams(hGraphExec, hNode, nodeParams);
@@ -6108,7 +6108,7 @@ CUWIRE_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *f
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphExecGetFlags");
         CUresult cuwire_result = cuwire_impl_cuGraphExecGetFlags(hGraphExec, flags);
-        cuwire_trace_result("cuGraphExecGetFlags", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExecGetFlags", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExecGetFlags(hGraphExec, flags);
@@ -6128,7 +6128,7 @@ CUWIRE_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgr
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphExecHostNodeSetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphExecHostNodeSetParams(hGraphExec, hNode, nodeParams);
-        cuwire_trace_result("cuGraphExecHostNodeSetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExecHostNodeSetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExecHostNodeSetParams(hGraphExec, hNode, nodeParams);
@@ -6143,10 +6143,10 @@ static inline CUresult cuwire_impl_cuGraphExecKernelNodeSetParams(void)
 CUWIRE_EXPORT CUresult cuGraphExecKernelNodeSetParams(void)
 {
     __atomic_add_fetch(&cuwire_counts[191], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphExecKernelNodeSetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphExecKernelNodeSetParams();
-        cuwire_trace_result("cuGraphExecKernelNodeSetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExecKernelNodeSetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExecKernelNodeSetParams();
@@ -6166,7 +6166,7 @@ CUWIRE_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec,
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphExecKernelNodeSetParams_v2");
         CUresult cuwire_result = cuwire_impl_cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, nodeParams);
-        cuwire_trace_result("cuGraphExecKernelNodeSetParams_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExecKernelNodeSetParams_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, nodeParams);
@@ -6192,7 +6192,7 @@ CUWIRE_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CU
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphExecMemcpyNodeSetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, ctx);
-        cuwire_trace_result("cuGraphExecMemcpyNodeSetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExecMemcpyNodeSetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, ctx);
@@ -6212,7 +6212,7 @@ CUWIRE_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CU
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphExecMemsetNodeSetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams, ctx);
-        cuwire_trace_result("cuGraphExecMemsetNodeSetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExecMemsetNodeSetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams, ctx);
@@ -6227,10 +6227,10 @@ return cuwire_local_cuGraphExecNodeSetParams(hGraphExec, hNode, nodeParams);
 CUWIRE_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
     __atomic_add_fetch(&cuwire_counts[195], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphExecNodeSetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphExecNodeSetParams(hGraphExec, hNode, nodeParams);
-        cuwire_trace_result("cuGraphExecNodeSetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExecNodeSetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExecNodeSetParams(hGraphExec, hNode, nodeParams);
@@ -6245,10 +6245,10 @@ static inline CUresult cuwire_impl_cuGraphExecUpdate(void)
 CUWIRE_EXPORT CUresult cuGraphExecUpdate(void)
 {
     __atomic_add_fetch(&cuwire_counts[196], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphExecUpdate");
         CUresult cuwire_result = cuwire_impl_cuGraphExecUpdate();
-        cuwire_trace_result("cuGraphExecUpdate", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExecUpdate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExecUpdate();
@@ -6272,7 +6272,7 @@ CUWIRE_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGra
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphExecUpdate_v2");
         CUresult cuwire_result = cuwire_impl_cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo);
-        cuwire_trace_result("cuGraphExecUpdate_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExecUpdate_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo);
@@ -6287,10 +6287,10 @@ static inline CUresult cuwire_impl_cuGraphExternalSemaphoresSignalNodeGetParams(
 CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeGetParams(CUgraphNode hNode, CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *params_out)
 {
     __atomic_add_fetch(&cuwire_counts[198], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphExternalSemaphoresSignalNodeGetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphExternalSemaphoresSignalNodeGetParams(hNode, params_out);
-        cuwire_trace_result("cuGraphExternalSemaphoresSignalNodeGetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExternalSemaphoresSignalNodeGetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExternalSemaphoresSignalNodeGetParams(hNode, params_out);
@@ -6305,10 +6305,10 @@ static inline CUresult cuwire_impl_cuGraphExternalSemaphoresSignalNodeSetParams(
 CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeSetParams(CUgraphNode hNode, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS *nodeParams)
 {
     __atomic_add_fetch(&cuwire_counts[199], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphExternalSemaphoresSignalNodeSetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphExternalSemaphoresSignalNodeSetParams(hNode, nodeParams);
-        cuwire_trace_result("cuGraphExternalSemaphoresSignalNodeSetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExternalSemaphoresSignalNodeSetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExternalSemaphoresSignalNodeSetParams(hNode, nodeParams);
@@ -6323,10 +6323,10 @@ static inline CUresult cuwire_impl_cuGraphExternalSemaphoresWaitNodeGetParams(CU
 CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeGetParams(CUgraphNode hNode, CUDA_EXT_SEM_WAIT_NODE_PARAMS *params_out)
 {
     __atomic_add_fetch(&cuwire_counts[200], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphExternalSemaphoresWaitNodeGetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphExternalSemaphoresWaitNodeGetParams(hNode, params_out);
-        cuwire_trace_result("cuGraphExternalSemaphoresWaitNodeGetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExternalSemaphoresWaitNodeGetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExternalSemaphoresWaitNodeGetParams(hNode, params_out);
@@ -6341,10 +6341,10 @@ static inline CUresult cuwire_impl_cuGraphExternalSemaphoresWaitNodeSetParams(CU
 CUWIRE_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeSetParams(CUgraphNode hNode, const CUDA_EXT_SEM_WAIT_NODE_PARAMS *nodeParams)
 {
     __atomic_add_fetch(&cuwire_counts[201], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphExternalSemaphoresWaitNodeSetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphExternalSemaphoresWaitNodeSetParams(hNode, nodeParams);
-        cuwire_trace_result("cuGraphExternalSemaphoresWaitNodeSetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphExternalSemaphoresWaitNodeSetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphExternalSemaphoresWaitNodeSetParams(hNode, nodeParams);
@@ -6359,10 +6359,10 @@ static inline CUresult cuwire_impl_cuGraphGetEdges(void)
 CUWIRE_EXPORT CUresult cuGraphGetEdges(void)
 {
     __atomic_add_fetch(&cuwire_counts[202], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphGetEdges");
         CUresult cuwire_result = cuwire_impl_cuGraphGetEdges();
-        cuwire_trace_result("cuGraphGetEdges", (int)cuwire_result);
+        cuwire_trace_result("cuGraphGetEdges", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphGetEdges();
@@ -6382,7 +6382,7 @@ CUWIRE_EXPORT CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUg
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphGetEdges_v2");
         CUresult cuwire_result = cuwire_impl_cuGraphGetEdges_v2(hGraph, from, to, edgeData, numEdges);
-        cuwire_trace_result("cuGraphGetEdges_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGraphGetEdges_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphGetEdges_v2(hGraph, from, to, edgeData, numEdges);
@@ -6402,7 +6402,7 @@ CUWIRE_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphGetNodes");
         CUresult cuwire_result = cuwire_impl_cuGraphGetNodes(hGraph, nodes, numNodes);
-        cuwire_trace_result("cuGraphGetNodes", (int)cuwire_result);
+        cuwire_trace_result("cuGraphGetNodes", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphGetNodes(hGraph, nodes, numNodes);
@@ -6422,7 +6422,7 @@ CUWIRE_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNode
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphGetRootNodes");
         CUresult cuwire_result = cuwire_impl_cuGraphGetRootNodes(hGraph, rootNodes, numRootNodes);
-        cuwire_trace_result("cuGraphGetRootNodes", (int)cuwire_result);
+        cuwire_trace_result("cuGraphGetRootNodes", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphGetRootNodes(hGraph, rootNodes, numRootNodes);
@@ -6442,7 +6442,7 @@ CUWIRE_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NOD
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphHostNodeGetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphHostNodeGetParams(hNode, nodeParams);
-        cuwire_trace_result("cuGraphHostNodeGetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphHostNodeGetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphHostNodeGetParams(hNode, nodeParams);
@@ -6462,7 +6462,7 @@ CUWIRE_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HO
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphHostNodeSetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphHostNodeSetParams(hNode, nodeParams);
-        cuwire_trace_result("cuGraphHostNodeSetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphHostNodeSetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphHostNodeSetParams(hNode, nodeParams);
@@ -6477,10 +6477,10 @@ static inline CUresult cuwire_impl_cuGraphInstantiate(void)
 CUWIRE_EXPORT CUresult cuGraphInstantiate(void)
 {
     __atomic_add_fetch(&cuwire_counts[208], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphInstantiate");
         CUresult cuwire_result = cuwire_impl_cuGraphInstantiate();
-        cuwire_trace_result("cuGraphInstantiate", (int)cuwire_result);
+        cuwire_trace_result("cuGraphInstantiate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphInstantiate();
@@ -6504,7 +6504,7 @@ CUWIRE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUg
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphInstantiateWithFlags");
         CUresult cuwire_result = cuwire_impl_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
-        cuwire_trace_result("cuGraphInstantiateWithFlags", (int)cuwire_result);
+        cuwire_trace_result("cuGraphInstantiateWithFlags", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags);
@@ -6519,10 +6519,10 @@ return cuwire_local_cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiat
 CUWIRE_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
     __atomic_add_fetch(&cuwire_counts[210], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphInstantiateWithParams");
         CUresult cuwire_result = cuwire_impl_cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams);
-        cuwire_trace_result("cuGraphInstantiateWithParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphInstantiateWithParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphInstantiateWithParams(phGraphExec, hGraph, instantiateParams);
@@ -6538,10 +6538,10 @@ static inline CUresult cuwire_impl_cuGraphInstantiate_v2(void)
 CUWIRE_EXPORT CUresult cuGraphInstantiate_v2(void)
 {
     __atomic_add_fetch(&cuwire_counts[211], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphInstantiate_v2");
         CUresult cuwire_result = cuwire_impl_cuGraphInstantiate_v2();
-        cuwire_trace_result("cuGraphInstantiate_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGraphInstantiate_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphInstantiate_v2();
@@ -6561,7 +6561,7 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphN
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphKernelNodeCopyAttributes");
         CUresult cuwire_result = cuwire_impl_cuGraphKernelNodeCopyAttributes(dst, src);
-        cuwire_trace_result("cuGraphKernelNodeCopyAttributes", (int)cuwire_result);
+        cuwire_trace_result("cuGraphKernelNodeCopyAttributes", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphKernelNodeCopyAttributes(dst, src);
@@ -6581,7 +6581,7 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernel
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphKernelNodeGetAttribute");
         CUresult cuwire_result = cuwire_impl_cuGraphKernelNodeGetAttribute(hNode, attr, value_out);
-        cuwire_trace_result("cuGraphKernelNodeGetAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuGraphKernelNodeGetAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphKernelNodeGetAttribute(hNode, attr, value_out);
@@ -6596,10 +6596,10 @@ static inline CUresult cuwire_impl_cuGraphKernelNodeGetParams(void)
 CUWIRE_EXPORT CUresult cuGraphKernelNodeGetParams(void)
 {
     __atomic_add_fetch(&cuwire_counts[214], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphKernelNodeGetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphKernelNodeGetParams();
-        cuwire_trace_result("cuGraphKernelNodeGetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphKernelNodeGetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphKernelNodeGetParams();
@@ -6619,7 +6619,7 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KER
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphKernelNodeGetParams_v2");
         CUresult cuwire_result = cuwire_impl_cuGraphKernelNodeGetParams_v2(hNode, nodeParams);
-        cuwire_trace_result("cuGraphKernelNodeGetParams_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGraphKernelNodeGetParams_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphKernelNodeGetParams_v2(hNode, nodeParams);
@@ -6639,7 +6639,7 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernel
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphKernelNodeSetAttribute");
         CUresult cuwire_result = cuwire_impl_cuGraphKernelNodeSetAttribute(hNode, attr, value);
-        cuwire_trace_result("cuGraphKernelNodeSetAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuGraphKernelNodeSetAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphKernelNodeSetAttribute(hNode, attr, value);
@@ -6654,10 +6654,10 @@ static inline CUresult cuwire_impl_cuGraphKernelNodeSetParams(void)
 CUWIRE_EXPORT CUresult cuGraphKernelNodeSetParams(void)
 {
     __atomic_add_fetch(&cuwire_counts[217], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphKernelNodeSetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphKernelNodeSetParams();
-        cuwire_trace_result("cuGraphKernelNodeSetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphKernelNodeSetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphKernelNodeSetParams();
@@ -6677,7 +6677,7 @@ CUWIRE_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CU
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphKernelNodeSetParams_v2");
         CUresult cuwire_result = cuwire_impl_cuGraphKernelNodeSetParams_v2(hNode, nodeParams);
-        cuwire_trace_result("cuGraphKernelNodeSetParams_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGraphKernelNodeSetParams_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphKernelNodeSetParams_v2(hNode, nodeParams);
@@ -6705,7 +6705,7 @@ CUWIRE_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphLaunch");
         CUresult cuwire_result = cuwire_impl_cuGraphLaunch(hGraphExec, hStream);
-        cuwire_trace_result("cuGraphLaunch", (int)cuwire_result);
+        cuwire_trace_result("cuGraphLaunch", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphLaunch(hGraphExec, hStream);
@@ -6726,7 +6726,7 @@ CUWIRE_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphMemAllocNodeGetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphMemAllocNodeGetParams(hNode, params_out);
-        cuwire_trace_result("cuGraphMemAllocNodeGetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphMemAllocNodeGetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphMemAllocNodeGetParams(hNode, params_out);
@@ -6746,7 +6746,7 @@ CUWIRE_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdevicept
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphMemFreeNodeGetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphMemFreeNodeGetParams(hNode, dptr_out);
-        cuwire_trace_result("cuGraphMemFreeNodeGetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphMemFreeNodeGetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphMemFreeNodeGetParams(hNode, dptr_out);
@@ -6770,7 +6770,7 @@ CUWIRE_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphMemcpyNodeGetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphMemcpyNodeGetParams(hNode, nodeParams);
-        cuwire_trace_result("cuGraphMemcpyNodeGetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphMemcpyNodeGetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphMemcpyNodeGetParams(hNode, nodeParams);
@@ -6796,7 +6796,7 @@ CUWIRE_EXPORT CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphMemcpyNodeSetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphMemcpyNodeSetParams(hNode, nodeParams);
-        cuwire_trace_result("cuGraphMemcpyNodeSetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphMemcpyNodeSetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphMemcpyNodeSetParams(hNode, nodeParams);
@@ -6816,7 +6816,7 @@ CUWIRE_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphMemsetNodeGetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphMemsetNodeGetParams(hNode, nodeParams);
-        cuwire_trace_result("cuGraphMemsetNodeGetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphMemsetNodeGetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphMemsetNodeGetParams(hNode, nodeParams);
@@ -6836,7 +6836,7 @@ CUWIRE_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphMemsetNodeSetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphMemsetNodeSetParams(hNode, nodeParams);
-        cuwire_trace_result("cuGraphMemsetNodeSetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphMemsetNodeSetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphMemsetNodeSetParams(hNode, nodeParams);
@@ -6856,7 +6856,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode h
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphNodeFindInClone");
         CUresult cuwire_result = cuwire_impl_cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph);
-        cuwire_trace_result("cuGraphNodeFindInClone", (int)cuwire_result);
+        cuwire_trace_result("cuGraphNodeFindInClone", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph);
@@ -6871,10 +6871,10 @@ static inline CUresult cuwire_impl_cuGraphNodeGetDependencies(void)
 CUWIRE_EXPORT CUresult cuGraphNodeGetDependencies(void)
 {
     __atomic_add_fetch(&cuwire_counts[227], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphNodeGetDependencies");
         CUresult cuwire_result = cuwire_impl_cuGraphNodeGetDependencies();
-        cuwire_trace_result("cuGraphNodeGetDependencies", (int)cuwire_result);
+        cuwire_trace_result("cuGraphNodeGetDependencies", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphNodeGetDependencies();
@@ -6894,7 +6894,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphN
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphNodeGetDependencies_v2");
         CUresult cuwire_result = cuwire_impl_cuGraphNodeGetDependencies_v2(hNode, dependencies, edgeData, numDependencies);
-        cuwire_trace_result("cuGraphNodeGetDependencies_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGraphNodeGetDependencies_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphNodeGetDependencies_v2(hNode, dependencies, edgeData, numDependencies);
@@ -6909,10 +6909,10 @@ static inline CUresult cuwire_impl_cuGraphNodeGetDependentNodes(void)
 CUWIRE_EXPORT CUresult cuGraphNodeGetDependentNodes(void)
 {
     __atomic_add_fetch(&cuwire_counts[229], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphNodeGetDependentNodes");
         CUresult cuwire_result = cuwire_impl_cuGraphNodeGetDependentNodes();
-        cuwire_trace_result("cuGraphNodeGetDependentNodes", (int)cuwire_result);
+        cuwire_trace_result("cuGraphNodeGetDependentNodes", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphNodeGetDependentNodes();
@@ -6932,7 +6932,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgrap
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphNodeGetDependentNodes_v2");
         CUresult cuwire_result = cuwire_impl_cuGraphNodeGetDependentNodes_v2(hNode, dependentNodes, edgeData, numDependentNodes);
-        cuwire_trace_result("cuGraphNodeGetDependentNodes_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGraphNodeGetDependentNodes_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphNodeGetDependentNodes_v2(hNode, dependentNodes, edgeData, numDependentNodes);
@@ -6952,7 +6952,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphNodeGetEnabled");
         CUresult cuwire_result = cuwire_impl_cuGraphNodeGetEnabled(hGraphExec, hNode, isEnabled);
-        cuwire_trace_result("cuGraphNodeGetEnabled", (int)cuwire_result);
+        cuwire_trace_result("cuGraphNodeGetEnabled", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphNodeGetEnabled(hGraphExec, hNode, isEnabled);
@@ -6972,7 +6972,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *ty
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphNodeGetType");
         CUresult cuwire_result = cuwire_impl_cuGraphNodeGetType(hNode, type);
-        cuwire_trace_result("cuGraphNodeGetType", (int)cuwire_result);
+        cuwire_trace_result("cuGraphNodeGetType", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphNodeGetType(hNode, type);
@@ -7006,7 +7006,7 @@ CUWIRE_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphNodeSetEnabled");
         CUresult cuwire_result = cuwire_impl_cuGraphNodeSetEnabled(hGraphExec, hNode, isEnabled);
-        cuwire_trace_result("cuGraphNodeSetEnabled", (int)cuwire_result);
+        cuwire_trace_result("cuGraphNodeSetEnabled", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphNodeSetEnabled(hGraphExec, hNode, isEnabled);
@@ -7021,10 +7021,10 @@ return cuwire_local_cuGraphNodeSetParams(hNode, nodeParams);
 CUWIRE_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
     __atomic_add_fetch(&cuwire_counts[234], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphNodeSetParams");
         CUresult cuwire_result = cuwire_impl_cuGraphNodeSetParams(hNode, nodeParams);
-        cuwire_trace_result("cuGraphNodeSetParams", (int)cuwire_result);
+        cuwire_trace_result("cuGraphNodeSetParams", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphNodeSetParams(hNode, nodeParams);
@@ -7039,10 +7039,10 @@ return cuwire_local_cuGraphReleaseUserObject(graph, object, count);
 CUWIRE_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count)
 {
     __atomic_add_fetch(&cuwire_counts[235], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphReleaseUserObject");
         CUresult cuwire_result = cuwire_impl_cuGraphReleaseUserObject(graph, object, count);
-        cuwire_trace_result("cuGraphReleaseUserObject", (int)cuwire_result);
+        cuwire_trace_result("cuGraphReleaseUserObject", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphReleaseUserObject(graph, object, count);
@@ -7057,10 +7057,10 @@ static inline CUresult cuwire_impl_cuGraphRemoveDependencies(void)
 CUWIRE_EXPORT CUresult cuGraphRemoveDependencies(void)
 {
     __atomic_add_fetch(&cuwire_counts[236], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphRemoveDependencies");
         CUresult cuwire_result = cuwire_impl_cuGraphRemoveDependencies();
-        cuwire_trace_result("cuGraphRemoveDependencies", (int)cuwire_result);
+        cuwire_trace_result("cuGraphRemoveDependencies", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphRemoveDependencies();
@@ -7080,7 +7080,7 @@ CUWIRE_EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgrap
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphRemoveDependencies_v2");
         CUresult cuwire_result = cuwire_impl_cuGraphRemoveDependencies_v2(hGraph, from, to, edgeData, numDependencies);
-        cuwire_trace_result("cuGraphRemoveDependencies_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGraphRemoveDependencies_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphRemoveDependencies_v2(hGraph, from, to, edgeData, numDependencies);
@@ -7095,10 +7095,10 @@ return cuwire_local_cuGraphRetainUserObject(graph, object, count, flags);
 CUWIRE_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags)
 {
     __atomic_add_fetch(&cuwire_counts[238], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphRetainUserObject");
         CUresult cuwire_result = cuwire_impl_cuGraphRetainUserObject(graph, object, count, flags);
-        cuwire_trace_result("cuGraphRetainUserObject", (int)cuwire_result);
+        cuwire_trace_result("cuGraphRetainUserObject", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphRetainUserObject(graph, object, count, flags);
@@ -7130,7 +7130,7 @@ CUWIRE_EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     if (cuwire_trace) {
         cuwire_trace_call("cuGraphUpload");
         CUresult cuwire_result = cuwire_impl_cuGraphUpload(hGraphExec, hStream);
-        cuwire_trace_result("cuGraphUpload", (int)cuwire_result);
+        cuwire_trace_result("cuGraphUpload", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphUpload(hGraphExec, hStream);
@@ -7146,10 +7146,10 @@ static inline CUresult cuwire_impl_cuGraphicsEGLRegisterImage(void)
 CUWIRE_EXPORT CUresult cuGraphicsEGLRegisterImage(void)
 {
     __atomic_add_fetch(&cuwire_counts[240], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphicsEGLRegisterImage");
         CUresult cuwire_result = cuwire_impl_cuGraphicsEGLRegisterImage();
-        cuwire_trace_result("cuGraphicsEGLRegisterImage", (int)cuwire_result);
+        cuwire_trace_result("cuGraphicsEGLRegisterImage", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphicsEGLRegisterImage();
@@ -7164,10 +7164,10 @@ static inline CUresult cuwire_impl_cuGraphicsGLRegisterBuffer(void)
 CUWIRE_EXPORT CUresult cuGraphicsGLRegisterBuffer(void)
 {
     __atomic_add_fetch(&cuwire_counts[241], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphicsGLRegisterBuffer");
         CUresult cuwire_result = cuwire_impl_cuGraphicsGLRegisterBuffer();
-        cuwire_trace_result("cuGraphicsGLRegisterBuffer", (int)cuwire_result);
+        cuwire_trace_result("cuGraphicsGLRegisterBuffer", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphicsGLRegisterBuffer();
@@ -7182,10 +7182,10 @@ static inline CUresult cuwire_impl_cuGraphicsGLRegisterImage(void)
 CUWIRE_EXPORT CUresult cuGraphicsGLRegisterImage(void)
 {
     __atomic_add_fetch(&cuwire_counts[242], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphicsGLRegisterImage");
         CUresult cuwire_result = cuwire_impl_cuGraphicsGLRegisterImage();
-        cuwire_trace_result("cuGraphicsGLRegisterImage", (int)cuwire_result);
+        cuwire_trace_result("cuGraphicsGLRegisterImage", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphicsGLRegisterImage();
@@ -7200,10 +7200,10 @@ static inline CUresult cuwire_impl_cuGraphicsMapResources(unsigned int count, CU
 CUWIRE_EXPORT CUresult cuGraphicsMapResources(unsigned int count, CUgraphicsResource *resources, CUstream hStream)
 {
     __atomic_add_fetch(&cuwire_counts[243], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphicsMapResources");
         CUresult cuwire_result = cuwire_impl_cuGraphicsMapResources(count, resources, hStream);
-        cuwire_trace_result("cuGraphicsMapResources", (int)cuwire_result);
+        cuwire_trace_result("cuGraphicsMapResources", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphicsMapResources(count, resources, hStream);
@@ -7219,10 +7219,10 @@ static inline CUresult cuwire_impl_cuGraphicsResourceGetMappedEglFrame(void)
 CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedEglFrame(void)
 {
     __atomic_add_fetch(&cuwire_counts[244], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphicsResourceGetMappedEglFrame");
         CUresult cuwire_result = cuwire_impl_cuGraphicsResourceGetMappedEglFrame();
-        cuwire_trace_result("cuGraphicsResourceGetMappedEglFrame", (int)cuwire_result);
+        cuwire_trace_result("cuGraphicsResourceGetMappedEglFrame", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphicsResourceGetMappedEglFrame();
@@ -7237,10 +7237,10 @@ static inline CUresult cuwire_impl_cuGraphicsResourceGetMappedMipmappedArray(CUm
 CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedMipmappedArray(CUmipmappedArray *pMipmappedArray, CUgraphicsResource resource)
 {
     __atomic_add_fetch(&cuwire_counts[245], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphicsResourceGetMappedMipmappedArray");
         CUresult cuwire_result = cuwire_impl_cuGraphicsResourceGetMappedMipmappedArray(pMipmappedArray, resource);
-        cuwire_trace_result("cuGraphicsResourceGetMappedMipmappedArray", (int)cuwire_result);
+        cuwire_trace_result("cuGraphicsResourceGetMappedMipmappedArray", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphicsResourceGetMappedMipmappedArray(pMipmappedArray, resource);
@@ -7255,10 +7255,10 @@ static inline CUresult cuwire_impl_cuGraphicsResourceGetMappedPointer(void)
 CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedPointer(void)
 {
     __atomic_add_fetch(&cuwire_counts[246], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphicsResourceGetMappedPointer");
         CUresult cuwire_result = cuwire_impl_cuGraphicsResourceGetMappedPointer();
-        cuwire_trace_result("cuGraphicsResourceGetMappedPointer", (int)cuwire_result);
+        cuwire_trace_result("cuGraphicsResourceGetMappedPointer", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphicsResourceGetMappedPointer();
@@ -7273,10 +7273,10 @@ static inline CUresult cuwire_impl_cuGraphicsResourceGetMappedPointer_v2(CUdevic
 CUWIRE_EXPORT CUresult cuGraphicsResourceGetMappedPointer_v2(CUdeviceptr *pDevPtr, size_t *pSize, CUgraphicsResource resource)
 {
     __atomic_add_fetch(&cuwire_counts[247], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphicsResourceGetMappedPointer_v2");
         CUresult cuwire_result = cuwire_impl_cuGraphicsResourceGetMappedPointer_v2(pDevPtr, pSize, resource);
-        cuwire_trace_result("cuGraphicsResourceGetMappedPointer_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGraphicsResourceGetMappedPointer_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphicsResourceGetMappedPointer_v2(pDevPtr, pSize, resource);
@@ -7291,10 +7291,10 @@ static inline CUresult cuwire_impl_cuGraphicsResourceSetMapFlags(void)
 CUWIRE_EXPORT CUresult cuGraphicsResourceSetMapFlags(void)
 {
     __atomic_add_fetch(&cuwire_counts[248], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphicsResourceSetMapFlags");
         CUresult cuwire_result = cuwire_impl_cuGraphicsResourceSetMapFlags();
-        cuwire_trace_result("cuGraphicsResourceSetMapFlags", (int)cuwire_result);
+        cuwire_trace_result("cuGraphicsResourceSetMapFlags", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphicsResourceSetMapFlags();
@@ -7309,10 +7309,10 @@ static inline CUresult cuwire_impl_cuGraphicsResourceSetMapFlags_v2(CUgraphicsRe
 CUWIRE_EXPORT CUresult cuGraphicsResourceSetMapFlags_v2(CUgraphicsResource resource, unsigned int flags)
 {
     __atomic_add_fetch(&cuwire_counts[249], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphicsResourceSetMapFlags_v2");
         CUresult cuwire_result = cuwire_impl_cuGraphicsResourceSetMapFlags_v2(resource, flags);
-        cuwire_trace_result("cuGraphicsResourceSetMapFlags_v2", (int)cuwire_result);
+        cuwire_trace_result("cuGraphicsResourceSetMapFlags_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphicsResourceSetMapFlags_v2(resource, flags);
@@ -7327,10 +7327,10 @@ static inline CUresult cuwire_impl_cuGraphicsSubResourceGetMappedArray(CUarray *
 CUWIRE_EXPORT CUresult cuGraphicsSubResourceGetMappedArray(CUarray *pArray, CUgraphicsResource resource, unsigned int arrayIndex, unsigned int mipLevel)
 {
     __atomic_add_fetch(&cuwire_counts[250], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphicsSubResourceGetMappedArray");
         CUresult cuwire_result = cuwire_impl_cuGraphicsSubResourceGetMappedArray(pArray, resource, arrayIndex, mipLevel);
-        cuwire_trace_result("cuGraphicsSubResourceGetMappedArray", (int)cuwire_result);
+        cuwire_trace_result("cuGraphicsSubResourceGetMappedArray", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphicsSubResourceGetMappedArray(pArray, resource, arrayIndex, mipLevel);
@@ -7345,10 +7345,10 @@ static inline CUresult cuwire_impl_cuGraphicsUnmapResources(unsigned int count, 
 CUWIRE_EXPORT CUresult cuGraphicsUnmapResources(unsigned int count, CUgraphicsResource *resources, CUstream hStream)
 {
     __atomic_add_fetch(&cuwire_counts[251], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphicsUnmapResources");
         CUresult cuwire_result = cuwire_impl_cuGraphicsUnmapResources(count, resources, hStream);
-        cuwire_trace_result("cuGraphicsUnmapResources", (int)cuwire_result);
+        cuwire_trace_result("cuGraphicsUnmapResources", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphicsUnmapResources(count, resources, hStream);
@@ -7364,10 +7364,10 @@ static inline CUresult cuwire_impl_cuGraphicsUnregisterResource(CUgraphicsResour
 CUWIRE_EXPORT CUresult cuGraphicsUnregisterResource(CUgraphicsResource resource)
 {
     __atomic_add_fetch(&cuwire_counts[252], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphicsUnregisterResource");
         CUresult cuwire_result = cuwire_impl_cuGraphicsUnregisterResource(resource);
-        cuwire_trace_result("cuGraphicsUnregisterResource", (int)cuwire_result);
+        cuwire_trace_result("cuGraphicsUnregisterResource", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphicsUnregisterResource(resource);
@@ -7382,10 +7382,10 @@ static inline CUresult cuwire_impl_cuGraphicsVDPAURegisterOutputSurface(void)
 CUWIRE_EXPORT CUresult cuGraphicsVDPAURegisterOutputSurface(void)
 {
     __atomic_add_fetch(&cuwire_counts[253], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphicsVDPAURegisterOutputSurface");
         CUresult cuwire_result = cuwire_impl_cuGraphicsVDPAURegisterOutputSurface();
-        cuwire_trace_result("cuGraphicsVDPAURegisterOutputSurface", (int)cuwire_result);
+        cuwire_trace_result("cuGraphicsVDPAURegisterOutputSurface", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphicsVDPAURegisterOutputSurface();
@@ -7400,10 +7400,10 @@ static inline CUresult cuwire_impl_cuGraphicsVDPAURegisterVideoSurface(void)
 CUWIRE_EXPORT CUresult cuGraphicsVDPAURegisterVideoSurface(void)
 {
     __atomic_add_fetch(&cuwire_counts[254], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGraphicsVDPAURegisterVideoSurface");
         CUresult cuwire_result = cuwire_impl_cuGraphicsVDPAURegisterVideoSurface();
-        cuwire_trace_result("cuGraphicsVDPAURegisterVideoSurface", (int)cuwire_result);
+        cuwire_trace_result("cuGraphicsVDPAURegisterVideoSurface", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGraphicsVDPAURegisterVideoSurface();
@@ -7418,10 +7418,10 @@ static inline CUresult cuwire_impl_cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevReso
 CUWIRE_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)
 {
     __atomic_add_fetch(&cuwire_counts[255], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGreenCtxCreate");
         CUresult cuwire_result = cuwire_impl_cuGreenCtxCreate(phCtx, desc, dev, flags);
-        cuwire_trace_result("cuGreenCtxCreate", (int)cuwire_result);
+        cuwire_trace_result("cuGreenCtxCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGreenCtxCreate(phCtx, desc, dev, flags);
@@ -7436,10 +7436,10 @@ static inline CUresult cuwire_impl_cuGreenCtxDestroy(CUgreenCtx hCtx)
 CUWIRE_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
 {
     __atomic_add_fetch(&cuwire_counts[256], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGreenCtxDestroy");
         CUresult cuwire_result = cuwire_impl_cuGreenCtxDestroy(hCtx);
-        cuwire_trace_result("cuGreenCtxDestroy", (int)cuwire_result);
+        cuwire_trace_result("cuGreenCtxDestroy", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGreenCtxDestroy(hCtx);
@@ -7454,10 +7454,10 @@ static inline CUresult cuwire_impl_cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUd
 CUWIRE_EXPORT CUresult cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource *resource, CUdevResourceType type)
 {
     __atomic_add_fetch(&cuwire_counts[257], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGreenCtxGetDevResource");
         CUresult cuwire_result = cuwire_impl_cuGreenCtxGetDevResource(hCtx, resource, type);
-        cuwire_trace_result("cuGreenCtxGetDevResource", (int)cuwire_result);
+        cuwire_trace_result("cuGreenCtxGetDevResource", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGreenCtxGetDevResource(hCtx, resource, type);
@@ -7472,10 +7472,10 @@ static inline CUresult cuwire_impl_cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned
 CUWIRE_EXPORT CUresult cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *greenCtxId)
 {
     __atomic_add_fetch(&cuwire_counts[258], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGreenCtxGetId");
         CUresult cuwire_result = cuwire_impl_cuGreenCtxGetId(greenCtx, greenCtxId);
-        cuwire_trace_result("cuGreenCtxGetId", (int)cuwire_result);
+        cuwire_trace_result("cuGreenCtxGetId", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGreenCtxGetId(greenCtx, greenCtxId);
@@ -7490,10 +7490,10 @@ static inline CUresult cuwire_impl_cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUeven
 CUWIRE_EXPORT CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent)
 {
     __atomic_add_fetch(&cuwire_counts[259], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGreenCtxRecordEvent");
         CUresult cuwire_result = cuwire_impl_cuGreenCtxRecordEvent(hCtx, hEvent);
-        cuwire_trace_result("cuGreenCtxRecordEvent", (int)cuwire_result);
+        cuwire_trace_result("cuGreenCtxRecordEvent", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGreenCtxRecordEvent(hCtx, hEvent);
@@ -7508,10 +7508,10 @@ static inline CUresult cuwire_impl_cuGreenCtxStreamCreate(CUstream *phStream, CU
 CUWIRE_EXPORT CUresult cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx, unsigned int flags, int priority)
 {
     __atomic_add_fetch(&cuwire_counts[260], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGreenCtxStreamCreate");
         CUresult cuwire_result = cuwire_impl_cuGreenCtxStreamCreate(phStream, greenCtx, flags, priority);
-        cuwire_trace_result("cuGreenCtxStreamCreate", (int)cuwire_result);
+        cuwire_trace_result("cuGreenCtxStreamCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGreenCtxStreamCreate(phStream, greenCtx, flags, priority);
@@ -7526,10 +7526,10 @@ static inline CUresult cuwire_impl_cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent 
 CUWIRE_EXPORT CUresult cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent)
 {
     __atomic_add_fetch(&cuwire_counts[261], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuGreenCtxWaitEvent");
         CUresult cuwire_result = cuwire_impl_cuGreenCtxWaitEvent(hCtx, hEvent);
-        cuwire_trace_result("cuGreenCtxWaitEvent", (int)cuwire_result);
+        cuwire_trace_result("cuGreenCtxWaitEvent", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuGreenCtxWaitEvent(hCtx, hEvent);
@@ -7544,10 +7544,10 @@ static inline CUresult cuwire_impl_cuImportExternalMemory(CUexternalMemory *extM
 CUWIRE_EXPORT CUresult cuImportExternalMemory(CUexternalMemory *extMem_out, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *memHandleDesc)
 {
     __atomic_add_fetch(&cuwire_counts[262], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuImportExternalMemory");
         CUresult cuwire_result = cuwire_impl_cuImportExternalMemory(extMem_out, memHandleDesc);
-        cuwire_trace_result("cuImportExternalMemory", (int)cuwire_result);
+        cuwire_trace_result("cuImportExternalMemory", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuImportExternalMemory(extMem_out, memHandleDesc);
@@ -7562,10 +7562,10 @@ static inline CUresult cuwire_impl_cuImportExternalSemaphore(CUexternalSemaphore
 CUWIRE_EXPORT CUresult cuImportExternalSemaphore(CUexternalSemaphore *extSem_out, const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC *semHandleDesc)
 {
     __atomic_add_fetch(&cuwire_counts[263], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuImportExternalSemaphore");
         CUresult cuwire_result = cuwire_impl_cuImportExternalSemaphore(extSem_out, semHandleDesc);
-        cuwire_trace_result("cuImportExternalSemaphore", (int)cuwire_result);
+        cuwire_trace_result("cuImportExternalSemaphore", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuImportExternalSemaphore(extSem_out, semHandleDesc);
@@ -7580,10 +7580,10 @@ return cuwire_local_cuInit(Flags);
 CUWIRE_EXPORT CUresult cuInit(unsigned int Flags)
 {
     __atomic_add_fetch(&cuwire_counts[264], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuInit");
         CUresult cuwire_result = cuwire_impl_cuInit(Flags);
-        cuwire_trace_result("cuInit", (int)cuwire_result);
+        cuwire_trace_result("cuInit", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuInit(Flags);
@@ -7603,7 +7603,7 @@ CUWIRE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
     if (cuwire_trace) {
         cuwire_trace_call("cuIpcCloseMemHandle");
         CUresult cuwire_result = cuwire_impl_cuIpcCloseMemHandle(dptr);
-        cuwire_trace_result("cuIpcCloseMemHandle", (int)cuwire_result);
+        cuwire_trace_result("cuIpcCloseMemHandle", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuIpcCloseMemHandle(dptr);
@@ -7623,7 +7623,7 @@ CUWIRE_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent ev
     if (cuwire_trace) {
         cuwire_trace_call("cuIpcGetEventHandle");
         CUresult cuwire_result = cuwire_impl_cuIpcGetEventHandle(pHandle, event);
-        cuwire_trace_result("cuIpcGetEventHandle", (int)cuwire_result);
+        cuwire_trace_result("cuIpcGetEventHandle", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuIpcGetEventHandle(pHandle, event);
@@ -7643,7 +7643,7 @@ CUWIRE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dp
     if (cuwire_trace) {
         cuwire_trace_call("cuIpcGetMemHandle");
         CUresult cuwire_result = cuwire_impl_cuIpcGetMemHandle(pHandle, dptr);
-        cuwire_trace_result("cuIpcGetMemHandle", (int)cuwire_result);
+        cuwire_trace_result("cuIpcGetMemHandle", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuIpcGetMemHandle(pHandle, dptr);
@@ -7663,7 +7663,7 @@ CUWIRE_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle h
     if (cuwire_trace) {
         cuwire_trace_call("cuIpcOpenEventHandle");
         CUresult cuwire_result = cuwire_impl_cuIpcOpenEventHandle(phEvent, handle);
-        cuwire_trace_result("cuIpcOpenEventHandle", (int)cuwire_result);
+        cuwire_trace_result("cuIpcOpenEventHandle", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuIpcOpenEventHandle(phEvent, handle);
@@ -7678,10 +7678,10 @@ static inline CUresult cuwire_impl_cuIpcOpenMemHandle(void)
 CUWIRE_EXPORT CUresult cuIpcOpenMemHandle(void)
 {
     __atomic_add_fetch(&cuwire_counts[269], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuIpcOpenMemHandle");
         CUresult cuwire_result = cuwire_impl_cuIpcOpenMemHandle();
-        cuwire_trace_result("cuIpcOpenMemHandle", (int)cuwire_result);
+        cuwire_trace_result("cuIpcOpenMemHandle", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuIpcOpenMemHandle();
@@ -7705,7 +7705,7 @@ CUWIRE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle 
     if (cuwire_trace) {
         cuwire_trace_call("cuIpcOpenMemHandle_v2");
         CUresult cuwire_result = cuwire_impl_cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
-        cuwire_trace_result("cuIpcOpenMemHandle_v2", (int)cuwire_result);
+        cuwire_trace_result("cuIpcOpenMemHandle_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
@@ -7735,7 +7735,7 @@ CUWIRE_EXPORT CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib
     if (cuwire_trace) {
         cuwire_trace_call("cuKernelGetAttribute");
         CUresult cuwire_result = cuwire_impl_cuKernelGetAttribute(pi, attrib, kernel, dev);
-        cuwire_trace_result("cuKernelGetAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuKernelGetAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuKernelGetAttribute(pi, attrib, kernel, dev);
@@ -7755,7 +7755,7 @@ CUWIRE_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     if (cuwire_trace) {
         cuwire_trace_call("cuKernelGetFunction");
         CUresult cuwire_result = cuwire_impl_cuKernelGetFunction(pFunc, kernel);
-        cuwire_trace_result("cuKernelGetFunction", (int)cuwire_result);
+        cuwire_trace_result("cuKernelGetFunction", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuKernelGetFunction(pFunc, kernel);
@@ -7775,7 +7775,7 @@ CUWIRE_EXPORT CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
     if (cuwire_trace) {
         cuwire_trace_call("cuKernelGetLibrary");
         CUresult cuwire_result = cuwire_impl_cuKernelGetLibrary(pLib, kernel);
-        cuwire_trace_result("cuKernelGetLibrary", (int)cuwire_result);
+        cuwire_trace_result("cuKernelGetLibrary", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuKernelGetLibrary(pLib, kernel);
@@ -7795,7 +7795,7 @@ CUWIRE_EXPORT CUresult cuKernelGetName(const char **name, CUkernel hfunc)
     if (cuwire_trace) {
         cuwire_trace_call("cuKernelGetName");
         CUresult cuwire_result = cuwire_impl_cuKernelGetName(name, hfunc);
-        cuwire_trace_result("cuKernelGetName", (int)cuwire_result);
+        cuwire_trace_result("cuKernelGetName", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuKernelGetName(name, hfunc);
@@ -7815,7 +7815,7 @@ CUWIRE_EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, 
     if (cuwire_trace) {
         cuwire_trace_call("cuKernelGetParamInfo");
         CUresult cuwire_result = cuwire_impl_cuKernelGetParamInfo(kernel, paramIndex, paramOffset, paramSize);
-        cuwire_trace_result("cuKernelGetParamInfo", (int)cuwire_result);
+        cuwire_trace_result("cuKernelGetParamInfo", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuKernelGetParamInfo(kernel, paramIndex, paramOffset, paramSize);
@@ -7845,7 +7845,7 @@ CUWIRE_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val
     if (cuwire_trace) {
         cuwire_trace_call("cuKernelSetAttribute");
         CUresult cuwire_result = cuwire_impl_cuKernelSetAttribute(attrib, val, kernel, dev);
-        cuwire_trace_result("cuKernelSetAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuKernelSetAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuKernelSetAttribute(attrib, val, kernel, dev);
@@ -7871,7 +7871,7 @@ CUWIRE_EXPORT CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache conf
     if (cuwire_trace) {
         cuwire_trace_call("cuKernelSetCacheConfig");
         CUresult cuwire_result = cuwire_impl_cuKernelSetCacheConfig(kernel, config, dev);
-        cuwire_trace_result("cuKernelSetCacheConfig", (int)cuwire_result);
+        cuwire_trace_result("cuKernelSetCacheConfig", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuKernelSetCacheConfig(kernel, config, dev);
@@ -7886,10 +7886,10 @@ static inline CUresult cuwire_impl_cuLaunch(CUfunction f)
 CUWIRE_EXPORT CUresult cuLaunch(CUfunction f)
 {
     __atomic_add_fetch(&cuwire_counts[278], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuLaunch");
         CUresult cuwire_result = cuwire_impl_cuLaunch(f);
-        cuwire_trace_result("cuLaunch", (int)cuwire_result);
+        cuwire_trace_result("cuLaunch", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLaunch(f);
@@ -7904,10 +7904,10 @@ return cuwire_local_cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, b
 CUWIRE_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
     __atomic_add_fetch(&cuwire_counts[279], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuLaunchCooperativeKernel");
         CUresult cuwire_result = cuwire_impl_cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
-        cuwire_trace_result("cuLaunchCooperativeKernel", (int)cuwire_result);
+        cuwire_trace_result("cuLaunchCooperativeKernel", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
@@ -7923,10 +7923,10 @@ static inline CUresult cuwire_impl_cuLaunchCooperativeKernelMultiDevice(CUDA_LAU
 CUWIRE_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices, unsigned int flags)
 {
     __atomic_add_fetch(&cuwire_counts[280], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuLaunchCooperativeKernelMultiDevice");
         CUresult cuwire_result = cuwire_impl_cuLaunchCooperativeKernelMultiDevice(launchParamsList, numDevices, flags);
-        cuwire_trace_result("cuLaunchCooperativeKernelMultiDevice", (int)cuwire_result);
+        cuwire_trace_result("cuLaunchCooperativeKernelMultiDevice", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLaunchCooperativeKernelMultiDevice(launchParamsList, numDevices, flags);
@@ -7941,10 +7941,10 @@ static inline CUresult cuwire_impl_cuLaunchGrid(CUfunction f, int grid_width, in
 CUWIRE_EXPORT CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
 {
     __atomic_add_fetch(&cuwire_counts[281], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuLaunchGrid");
         CUresult cuwire_result = cuwire_impl_cuLaunchGrid(f, grid_width, grid_height);
-        cuwire_trace_result("cuLaunchGrid", (int)cuwire_result);
+        cuwire_trace_result("cuLaunchGrid", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLaunchGrid(f, grid_width, grid_height);
@@ -7959,10 +7959,10 @@ static inline CUresult cuwire_impl_cuLaunchGridAsync(CUfunction f, int grid_widt
 CUWIRE_EXPORT CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream hStream)
 {
     __atomic_add_fetch(&cuwire_counts[282], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuLaunchGridAsync");
         CUresult cuwire_result = cuwire_impl_cuLaunchGridAsync(f, grid_width, grid_height, hStream);
-        cuwire_trace_result("cuLaunchGridAsync", (int)cuwire_result);
+        cuwire_trace_result("cuLaunchGridAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLaunchGridAsync(f, grid_width, grid_height, hStream);
@@ -7977,10 +7977,10 @@ return cuwire_local_cuLaunchHostFunc(hStream, fn, userData);
 CUWIRE_EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
     __atomic_add_fetch(&cuwire_counts[283], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuLaunchHostFunc");
         CUresult cuwire_result = cuwire_impl_cuLaunchHostFunc(hStream, fn, userData);
-        cuwire_trace_result("cuLaunchHostFunc", (int)cuwire_result);
+        cuwire_trace_result("cuLaunchHostFunc", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLaunchHostFunc(hStream, fn, userData);
@@ -8006,7 +8006,7 @@ CUWIRE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsig
     if (cuwire_trace) {
         cuwire_trace_call("cuLaunchKernel");
         CUresult cuwire_result = cuwire_impl_cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
-        cuwire_trace_result("cuLaunchKernel", (int)cuwire_result);
+        cuwire_trace_result("cuLaunchKernel", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
@@ -8032,7 +8032,7 @@ CUWIRE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction
     if (cuwire_trace) {
         cuwire_trace_call("cuLaunchKernelEx");
         CUresult cuwire_result = cuwire_impl_cuLaunchKernelEx(config, f, kernelParams, extra);
-        cuwire_trace_result("cuLaunchKernelEx", (int)cuwire_result);
+        cuwire_trace_result("cuLaunchKernelEx", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLaunchKernelEx(config, f, kernelParams, extra);
@@ -8053,7 +8053,7 @@ CUWIRE_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int
     if (cuwire_trace) {
         cuwire_trace_call("cuLibraryEnumerateKernels");
         CUresult cuwire_result = cuwire_impl_cuLibraryEnumerateKernels(kernels, numKernels, lib);
-        cuwire_trace_result("cuLibraryEnumerateKernels", (int)cuwire_result);
+        cuwire_trace_result("cuLibraryEnumerateKernels", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLibraryEnumerateKernels(kernels, numKernels, lib);
@@ -8073,7 +8073,7 @@ CUWIRE_EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUli
     if (cuwire_trace) {
         cuwire_trace_call("cuLibraryGetGlobal");
         CUresult cuwire_result = cuwire_impl_cuLibraryGetGlobal(dptr, bytes, library, name);
-        cuwire_trace_result("cuLibraryGetGlobal", (int)cuwire_result);
+        cuwire_trace_result("cuLibraryGetGlobal", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLibraryGetGlobal(dptr, bytes, library, name);
@@ -8093,7 +8093,7 @@ CUWIRE_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, 
     if (cuwire_trace) {
         cuwire_trace_call("cuLibraryGetKernel");
         CUresult cuwire_result = cuwire_impl_cuLibraryGetKernel(pKernel, library, name);
-        cuwire_trace_result("cuLibraryGetKernel", (int)cuwire_result);
+        cuwire_trace_result("cuLibraryGetKernel", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLibraryGetKernel(pKernel, library, name);
@@ -8113,7 +8113,7 @@ CUWIRE_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary li
     if (cuwire_trace) {
         cuwire_trace_call("cuLibraryGetKernelCount");
         CUresult cuwire_result = cuwire_impl_cuLibraryGetKernelCount(count, lib);
-        cuwire_trace_result("cuLibraryGetKernelCount", (int)cuwire_result);
+        cuwire_trace_result("cuLibraryGetKernelCount", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLibraryGetKernelCount(count, lib);
@@ -8128,10 +8128,10 @@ static inline CUresult cuwire_impl_cuLibraryGetManaged(CUdeviceptr *dptr, size_t
 CUWIRE_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
     __atomic_add_fetch(&cuwire_counts[290], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuLibraryGetManaged");
         CUresult cuwire_result = cuwire_impl_cuLibraryGetManaged(dptr, bytes, library, name);
-        cuwire_trace_result("cuLibraryGetManaged", (int)cuwire_result);
+        cuwire_trace_result("cuLibraryGetManaged", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLibraryGetManaged(dptr, bytes, library, name);
@@ -8151,7 +8151,7 @@ CUWIRE_EXPORT CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
     if (cuwire_trace) {
         cuwire_trace_call("cuLibraryGetModule");
         CUresult cuwire_result = cuwire_impl_cuLibraryGetModule(pMod, library);
-        cuwire_trace_result("cuLibraryGetModule", (int)cuwire_result);
+        cuwire_trace_result("cuLibraryGetModule", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLibraryGetModule(pMod, library);
@@ -8166,10 +8166,10 @@ static inline CUresult cuwire_impl_cuLibraryGetUnifiedFunction(void **fptr, CUli
 CUWIRE_EXPORT CUresult cuLibraryGetUnifiedFunction(void **fptr, CUlibrary library, const char *symbol)
 {
     __atomic_add_fetch(&cuwire_counts[292], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuLibraryGetUnifiedFunction");
         CUresult cuwire_result = cuwire_impl_cuLibraryGetUnifiedFunction(fptr, library, symbol);
-        cuwire_trace_result("cuLibraryGetUnifiedFunction", (int)cuwire_result);
+        cuwire_trace_result("cuLibraryGetUnifiedFunction", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLibraryGetUnifiedFunction(fptr, library, symbol);
@@ -8189,7 +8189,7 @@ CUWIRE_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, C
     if (cuwire_trace) {
         cuwire_trace_call("cuLibraryLoadData");
         CUresult cuwire_result = cuwire_impl_cuLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
-        cuwire_trace_result("cuLibraryLoadData", (int)cuwire_result);
+        cuwire_trace_result("cuLibraryLoadData", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
@@ -8209,7 +8209,7 @@ CUWIRE_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fil
     if (cuwire_trace) {
         cuwire_trace_call("cuLibraryLoadFromFile");
         CUresult cuwire_result = cuwire_impl_cuLibraryLoadFromFile(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
-        cuwire_trace_result("cuLibraryLoadFromFile", (int)cuwire_result);
+        cuwire_trace_result("cuLibraryLoadFromFile", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLibraryLoadFromFile(library, fileName, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
@@ -8224,10 +8224,10 @@ return cuwire_local_cuLibraryUnload(library);
 CUWIRE_EXPORT CUresult cuLibraryUnload(CUlibrary library)
 {
     __atomic_add_fetch(&cuwire_counts[295], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuLibraryUnload");
         CUresult cuwire_result = cuwire_impl_cuLibraryUnload(library);
-        cuwire_trace_result("cuLibraryUnload", (int)cuwire_result);
+        cuwire_trace_result("cuLibraryUnload", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLibraryUnload(library);
@@ -8242,10 +8242,10 @@ static inline CUresult cuwire_impl_cuLinkAddData(void)
 CUWIRE_EXPORT CUresult cuLinkAddData(void)
 {
     __atomic_add_fetch(&cuwire_counts[296], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuLinkAddData");
         CUresult cuwire_result = cuwire_impl_cuLinkAddData();
-        cuwire_trace_result("cuLinkAddData", (int)cuwire_result);
+        cuwire_trace_result("cuLinkAddData", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLinkAddData();
@@ -8265,7 +8265,7 @@ CUWIRE_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, 
     if (cuwire_trace) {
         cuwire_trace_call("cuLinkAddData_v2");
         CUresult cuwire_result = cuwire_impl_cuLinkAddData_v2(state, type, data, size, name, numOptions, options, optionValues);
-        cuwire_trace_result("cuLinkAddData_v2", (int)cuwire_result);
+        cuwire_trace_result("cuLinkAddData_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLinkAddData_v2(state, type, data, size, name, numOptions, options, optionValues);
@@ -8280,10 +8280,10 @@ static inline CUresult cuwire_impl_cuLinkAddFile(void)
 CUWIRE_EXPORT CUresult cuLinkAddFile(void)
 {
     __atomic_add_fetch(&cuwire_counts[298], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuLinkAddFile");
         CUresult cuwire_result = cuwire_impl_cuLinkAddFile();
-        cuwire_trace_result("cuLinkAddFile", (int)cuwire_result);
+        cuwire_trace_result("cuLinkAddFile", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLinkAddFile();
@@ -8303,7 +8303,7 @@ CUWIRE_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, 
     if (cuwire_trace) {
         cuwire_trace_call("cuLinkAddFile_v2");
         CUresult cuwire_result = cuwire_impl_cuLinkAddFile_v2(state, type, path, numOptions, options, optionValues);
-        cuwire_trace_result("cuLinkAddFile_v2", (int)cuwire_result);
+        cuwire_trace_result("cuLinkAddFile_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLinkAddFile_v2(state, type, path, numOptions, options, optionValues);
@@ -8323,7 +8323,7 @@ CUWIRE_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t
     if (cuwire_trace) {
         cuwire_trace_call("cuLinkComplete");
         CUresult cuwire_result = cuwire_impl_cuLinkComplete(state, cubinOut, sizeOut);
-        cuwire_trace_result("cuLinkComplete", (int)cuwire_result);
+        cuwire_trace_result("cuLinkComplete", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLinkComplete(state, cubinOut, sizeOut);
@@ -8338,10 +8338,10 @@ static inline CUresult cuwire_impl_cuLinkCreate(void)
 CUWIRE_EXPORT CUresult cuLinkCreate(void)
 {
     __atomic_add_fetch(&cuwire_counts[301], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuLinkCreate");
         CUresult cuwire_result = cuwire_impl_cuLinkCreate();
-        cuwire_trace_result("cuLinkCreate", (int)cuwire_result);
+        cuwire_trace_result("cuLinkCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLinkCreate();
@@ -8361,7 +8361,7 @@ CUWIRE_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *op
     if (cuwire_trace) {
         cuwire_trace_call("cuLinkCreate_v2");
         CUresult cuwire_result = cuwire_impl_cuLinkCreate_v2(numOptions, options, optionValues, stateOut);
-        cuwire_trace_result("cuLinkCreate_v2", (int)cuwire_result);
+        cuwire_trace_result("cuLinkCreate_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLinkCreate_v2(numOptions, options, optionValues, stateOut);
@@ -8381,7 +8381,7 @@ CUWIRE_EXPORT CUresult cuLinkDestroy(CUlinkState state)
     if (cuwire_trace) {
         cuwire_trace_call("cuLinkDestroy");
         CUresult cuwire_result = cuwire_impl_cuLinkDestroy(state);
-        cuwire_trace_result("cuLinkDestroy", (int)cuwire_result);
+        cuwire_trace_result("cuLinkDestroy", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLinkDestroy(state);
@@ -8396,10 +8396,10 @@ static inline CUresult cuwire_impl_cuLogsCurrent(CUlogIterator *iterator_out, un
 CUWIRE_EXPORT CUresult cuLogsCurrent(CUlogIterator *iterator_out, unsigned int flags)
 {
     __atomic_add_fetch(&cuwire_counts[304], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuLogsCurrent");
         CUresult cuwire_result = cuwire_impl_cuLogsCurrent(iterator_out, flags);
-        cuwire_trace_result("cuLogsCurrent", (int)cuwire_result);
+        cuwire_trace_result("cuLogsCurrent", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLogsCurrent(iterator_out, flags);
@@ -8414,10 +8414,10 @@ static inline CUresult cuwire_impl_cuLogsDumpToFile(CUlogIterator *iterator, con
 CUWIRE_EXPORT CUresult cuLogsDumpToFile(CUlogIterator *iterator, const char *pathToFile, unsigned int flags)
 {
     __atomic_add_fetch(&cuwire_counts[305], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuLogsDumpToFile");
         CUresult cuwire_result = cuwire_impl_cuLogsDumpToFile(iterator, pathToFile, flags);
-        cuwire_trace_result("cuLogsDumpToFile", (int)cuwire_result);
+        cuwire_trace_result("cuLogsDumpToFile", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLogsDumpToFile(iterator, pathToFile, flags);
@@ -8432,10 +8432,10 @@ static inline CUresult cuwire_impl_cuLogsDumpToMemory(CUlogIterator *iterator, c
 CUWIRE_EXPORT CUresult cuLogsDumpToMemory(CUlogIterator *iterator, char *buffer, size_t *size, unsigned int flags)
 {
     __atomic_add_fetch(&cuwire_counts[306], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuLogsDumpToMemory");
         CUresult cuwire_result = cuwire_impl_cuLogsDumpToMemory(iterator, buffer, size, flags);
-        cuwire_trace_result("cuLogsDumpToMemory", (int)cuwire_result);
+        cuwire_trace_result("cuLogsDumpToMemory", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLogsDumpToMemory(iterator, buffer, size, flags);
@@ -8450,10 +8450,10 @@ static inline CUresult cuwire_impl_cuLogsRegisterCallback(CUlogsCallback callbac
 CUWIRE_EXPORT CUresult cuLogsRegisterCallback(CUlogsCallback callbackFunc, void *userData, CUlogsCallbackHandle *callback_out)
 {
     __atomic_add_fetch(&cuwire_counts[307], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuLogsRegisterCallback");
         CUresult cuwire_result = cuwire_impl_cuLogsRegisterCallback(callbackFunc, userData, callback_out);
-        cuwire_trace_result("cuLogsRegisterCallback", (int)cuwire_result);
+        cuwire_trace_result("cuLogsRegisterCallback", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLogsRegisterCallback(callbackFunc, userData, callback_out);
@@ -8468,10 +8468,10 @@ static inline CUresult cuwire_impl_cuLogsUnregisterCallback(CUlogsCallbackHandle
 CUWIRE_EXPORT CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle callback)
 {
     __atomic_add_fetch(&cuwire_counts[308], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuLogsUnregisterCallback");
         CUresult cuwire_result = cuwire_impl_cuLogsUnregisterCallback(callback);
-        cuwire_trace_result("cuLogsUnregisterCallback", (int)cuwire_result);
+        cuwire_trace_result("cuLogsUnregisterCallback", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuLogsUnregisterCallback(callback);
@@ -8491,7 +8491,7 @@ CUWIRE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
     if (cuwire_trace) {
         cuwire_trace_call("cuMemAddressFree");
         CUresult cuwire_result = cuwire_impl_cuMemAddressFree(ptr, size);
-        cuwire_trace_result("cuMemAddressFree", (int)cuwire_result);
+        cuwire_trace_result("cuMemAddressFree", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemAddressFree(ptr, size);
@@ -8511,7 +8511,7 @@ CUWIRE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t
     if (cuwire_trace) {
         cuwire_trace_call("cuMemAddressReserve");
         CUresult cuwire_result = cuwire_impl_cuMemAddressReserve(ptr, size, alignment, addr, flags);
-        cuwire_trace_result("cuMemAddressReserve", (int)cuwire_result);
+        cuwire_trace_result("cuMemAddressReserve", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemAddressReserve(ptr, size, alignment, addr, flags);
@@ -8526,10 +8526,10 @@ static inline CUresult cuwire_impl_cuMemAdvise(void)
 CUWIRE_EXPORT CUresult cuMemAdvise(void)
 {
     __atomic_add_fetch(&cuwire_counts[311], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemAdvise");
         CUresult cuwire_result = cuwire_impl_cuMemAdvise();
-        cuwire_trace_result("cuMemAdvise", (int)cuwire_result);
+        cuwire_trace_result("cuMemAdvise", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemAdvise();
@@ -8544,10 +8544,10 @@ return cuwire_local_cuMemAdvise_v2(devPtr, count, advice, location);
 CUWIRE_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
 {
     __atomic_add_fetch(&cuwire_counts[312], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemAdvise_v2");
         CUresult cuwire_result = cuwire_impl_cuMemAdvise_v2(devPtr, count, advice, location);
-        cuwire_trace_result("cuMemAdvise_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemAdvise_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemAdvise_v2(devPtr, count, advice, location);
@@ -8562,10 +8562,10 @@ static inline CUresult cuwire_impl_cuMemAlloc(void)
 CUWIRE_EXPORT CUresult cuMemAlloc(void)
 {
     __atomic_add_fetch(&cuwire_counts[313], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemAlloc");
         CUresult cuwire_result = cuwire_impl_cuMemAlloc();
-        cuwire_trace_result("cuMemAlloc", (int)cuwire_result);
+        cuwire_trace_result("cuMemAlloc", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemAlloc();
@@ -8585,7 +8585,7 @@ CUWIRE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstr
     if (cuwire_trace) {
         cuwire_trace_call("cuMemAllocAsync");
         CUresult cuwire_result = cuwire_impl_cuMemAllocAsync(dptr, bytesize, hStream);
-        cuwire_trace_result("cuMemAllocAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemAllocAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemAllocAsync(dptr, bytesize, hStream);
@@ -8606,7 +8606,7 @@ CUWIRE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesiz
     if (cuwire_trace) {
         cuwire_trace_call("cuMemAllocFromPoolAsync");
         CUresult cuwire_result = cuwire_impl_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
-        cuwire_trace_result("cuMemAllocFromPoolAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemAllocFromPoolAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
@@ -8622,10 +8622,10 @@ static inline CUresult cuwire_impl_cuMemAllocHost(void)
 CUWIRE_EXPORT CUresult cuMemAllocHost(void)
 {
     __atomic_add_fetch(&cuwire_counts[316], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemAllocHost");
         CUresult cuwire_result = cuwire_impl_cuMemAllocHost();
-        cuwire_trace_result("cuMemAllocHost", (int)cuwire_result);
+        cuwire_trace_result("cuMemAllocHost", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemAllocHost();
@@ -8640,10 +8640,10 @@ return cuwire_local_cuMemAllocHost_v2(pp, bytesize);
 CUWIRE_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
     __atomic_add_fetch(&cuwire_counts[317], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemAllocHost_v2");
         CUresult cuwire_result = cuwire_impl_cuMemAllocHost_v2(pp, bytesize);
-        cuwire_trace_result("cuMemAllocHost_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemAllocHost_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemAllocHost_v2(pp, bytesize);
@@ -8658,10 +8658,10 @@ return cuwire_local_cuMemAllocManaged(dptr, bytesize, flags);
 CUWIRE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
     __atomic_add_fetch(&cuwire_counts[318], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemAllocManaged");
         CUresult cuwire_result = cuwire_impl_cuMemAllocManaged(dptr, bytesize, flags);
-        cuwire_trace_result("cuMemAllocManaged", (int)cuwire_result);
+        cuwire_trace_result("cuMemAllocManaged", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemAllocManaged(dptr, bytesize, flags);
@@ -8676,10 +8676,10 @@ static inline CUresult cuwire_impl_cuMemAllocPitch(void)
 CUWIRE_EXPORT CUresult cuMemAllocPitch(void)
 {
     __atomic_add_fetch(&cuwire_counts[319], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemAllocPitch");
         CUresult cuwire_result = cuwire_impl_cuMemAllocPitch();
-        cuwire_trace_result("cuMemAllocPitch", (int)cuwire_result);
+        cuwire_trace_result("cuMemAllocPitch", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemAllocPitch();
@@ -8699,7 +8699,7 @@ CUWIRE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, siz
     if (cuwire_trace) {
         cuwire_trace_call("cuMemAllocPitch_v2");
         CUresult cuwire_result = cuwire_impl_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-        cuwire_trace_result("cuMemAllocPitch_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemAllocPitch_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
@@ -8719,7 +8719,7 @@ CUWIRE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     if (cuwire_trace) {
         cuwire_trace_call("cuMemAlloc_v2");
         CUresult cuwire_result = cuwire_impl_cuMemAlloc_v2(dptr, bytesize);
-        cuwire_trace_result("cuMemAlloc_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemAlloc_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemAlloc_v2(dptr, bytesize);
@@ -8734,10 +8734,10 @@ static inline CUresult cuwire_impl_cuMemBatchDecompressAsync(CUmemDecompressPara
 CUWIRE_EXPORT CUresult cuMemBatchDecompressAsync(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex, CUstream stream)
 {
     __atomic_add_fetch(&cuwire_counts[322], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemBatchDecompressAsync");
         CUresult cuwire_result = cuwire_impl_cuMemBatchDecompressAsync(paramsArray, count, flags, errorIndex, stream);
-        cuwire_trace_result("cuMemBatchDecompressAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemBatchDecompressAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemBatchDecompressAsync(paramsArray, count, flags, errorIndex, stream);
@@ -8758,7 +8758,7 @@ CUWIRE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t 
     if (cuwire_trace) {
         cuwire_trace_call("cuMemCreate");
         CUresult cuwire_result = cuwire_impl_cuMemCreate(handle, size, prop, flags);
-        cuwire_trace_result("cuMemCreate", (int)cuwire_result);
+        cuwire_trace_result("cuMemCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemCreate(handle, size, prop, flags);
@@ -8773,10 +8773,10 @@ return cuwire_local_cuMemDiscardAndPrefetchBatchAsync(dptrs, sizes, count, prefe
 CUWIRE_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
     __atomic_add_fetch(&cuwire_counts[324], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemDiscardAndPrefetchBatchAsync");
         CUresult cuwire_result = cuwire_impl_cuMemDiscardAndPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
-        cuwire_trace_result("cuMemDiscardAndPrefetchBatchAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemDiscardAndPrefetchBatchAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemDiscardAndPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
@@ -8792,10 +8792,10 @@ return cuwire_local_cuMemDiscardBatchAsync(dptrs, sizes, count, flags, hStream);
 CUWIRE_EXPORT CUresult cuMemDiscardBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream hStream)
 {
     __atomic_add_fetch(&cuwire_counts[325], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemDiscardBatchAsync");
         CUresult cuwire_result = cuwire_impl_cuMemDiscardBatchAsync(dptrs, sizes, count, flags, hStream);
-        cuwire_trace_result("cuMemDiscardBatchAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemDiscardBatchAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemDiscardBatchAsync(dptrs, sizes, count, flags, hStream);
@@ -8822,7 +8822,7 @@ CUWIRE_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmem
     if (cuwire_trace) {
         cuwire_trace_call("cuMemExportToShareableHandle");
         CUresult cuwire_result = cuwire_impl_cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
-        cuwire_trace_result("cuMemExportToShareableHandle", (int)cuwire_result);
+        cuwire_trace_result("cuMemExportToShareableHandle", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemExportToShareableHandle(shareableHandle, handle, handleType, flags);
@@ -8837,10 +8837,10 @@ static inline CUresult cuwire_impl_cuMemFree(void)
 CUWIRE_EXPORT CUresult cuMemFree(void)
 {
     __atomic_add_fetch(&cuwire_counts[327], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemFree");
         CUresult cuwire_result = cuwire_impl_cuMemFree();
-        cuwire_trace_result("cuMemFree", (int)cuwire_result);
+        cuwire_trace_result("cuMemFree", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemFree();
@@ -8860,7 +8860,7 @@ CUWIRE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
     if (cuwire_trace) {
         cuwire_trace_call("cuMemFreeAsync");
         CUresult cuwire_result = cuwire_impl_cuMemFreeAsync(dptr, hStream);
-        cuwire_trace_result("cuMemFreeAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemFreeAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemFreeAsync(dptr, hStream);
@@ -8876,10 +8876,10 @@ return cuwire_local_cuMemFreeHost(p);
 CUWIRE_EXPORT CUresult cuMemFreeHost(void *p)
 {
     __atomic_add_fetch(&cuwire_counts[329], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemFreeHost");
         CUresult cuwire_result = cuwire_impl_cuMemFreeHost(p);
-        cuwire_trace_result("cuMemFreeHost", (int)cuwire_result);
+        cuwire_trace_result("cuMemFreeHost", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemFreeHost(p);
@@ -8915,7 +8915,7 @@ CUWIRE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
     if (cuwire_trace) {
         cuwire_trace_call("cuMemFree_v2");
         CUresult cuwire_result = cuwire_synced_cuMemFree_v2(dptr);
-        cuwire_trace_result("cuMemFree_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemFree_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_synced_cuMemFree_v2(dptr);
@@ -8935,7 +8935,7 @@ CUWIRE_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLoca
     if (cuwire_trace) {
         cuwire_trace_call("cuMemGetAccess");
         CUresult cuwire_result = cuwire_impl_cuMemGetAccess(flags, location, ptr);
-        cuwire_trace_result("cuMemGetAccess", (int)cuwire_result);
+        cuwire_trace_result("cuMemGetAccess", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemGetAccess(flags, location, ptr);
@@ -8950,10 +8950,10 @@ static inline CUresult cuwire_impl_cuMemGetAddressRange(void)
 CUWIRE_EXPORT CUresult cuMemGetAddressRange(void)
 {
     __atomic_add_fetch(&cuwire_counts[332], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemGetAddressRange");
         CUresult cuwire_result = cuwire_impl_cuMemGetAddressRange();
-        cuwire_trace_result("cuMemGetAddressRange", (int)cuwire_result);
+        cuwire_trace_result("cuMemGetAddressRange", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemGetAddressRange();
@@ -8973,7 +8973,7 @@ CUWIRE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize
     if (cuwire_trace) {
         cuwire_trace_call("cuMemGetAddressRange_v2");
         CUresult cuwire_result = cuwire_impl_cuMemGetAddressRange_v2(pbase, psize, dptr);
-        cuwire_trace_result("cuMemGetAddressRange_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemGetAddressRange_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemGetAddressRange_v2(pbase, psize, dptr);
@@ -8993,7 +8993,7 @@ CUWIRE_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const 
     if (cuwire_trace) {
         cuwire_trace_call("cuMemGetAllocationGranularity");
         CUresult cuwire_result = cuwire_impl_cuMemGetAllocationGranularity(granularity, prop, option);
-        cuwire_trace_result("cuMemGetAllocationGranularity", (int)cuwire_result);
+        cuwire_trace_result("cuMemGetAllocationGranularity", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemGetAllocationGranularity(granularity, prop, option);
@@ -9013,7 +9013,7 @@ CUWIRE_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationPro
     if (cuwire_trace) {
         cuwire_trace_call("cuMemGetAllocationPropertiesFromHandle");
         CUresult cuwire_result = cuwire_impl_cuMemGetAllocationPropertiesFromHandle(prop, handle);
-        cuwire_trace_result("cuMemGetAllocationPropertiesFromHandle", (int)cuwire_result);
+        cuwire_trace_result("cuMemGetAllocationPropertiesFromHandle", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemGetAllocationPropertiesFromHandle(prop, handle);
@@ -9028,10 +9028,10 @@ static inline CUresult cuwire_impl_cuMemGetAttribute(void)
 CUWIRE_EXPORT CUresult cuMemGetAttribute(void)
 {
     __atomic_add_fetch(&cuwire_counts[336], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemGetAttribute");
         CUresult cuwire_result = cuwire_impl_cuMemGetAttribute();
-        cuwire_trace_result("cuMemGetAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuMemGetAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemGetAttribute();
@@ -9046,10 +9046,10 @@ static inline CUresult cuwire_impl_cuMemGetAttribute_v2(void)
 CUWIRE_EXPORT CUresult cuMemGetAttribute_v2(void)
 {
     __atomic_add_fetch(&cuwire_counts[337], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemGetAttribute_v2");
         CUresult cuwire_result = cuwire_impl_cuMemGetAttribute_v2();
-        cuwire_trace_result("cuMemGetAttribute_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemGetAttribute_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemGetAttribute_v2();
@@ -9064,10 +9064,10 @@ static inline CUresult cuwire_impl_cuMemGetDefaultMemPool(CUmemoryPool *pool_out
 CUWIRE_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
 {
     __atomic_add_fetch(&cuwire_counts[338], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemGetDefaultMemPool");
         CUresult cuwire_result = cuwire_impl_cuMemGetDefaultMemPool(pool_out, location, type);
-        cuwire_trace_result("cuMemGetDefaultMemPool", (int)cuwire_result);
+        cuwire_trace_result("cuMemGetDefaultMemPool", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemGetDefaultMemPool(pool_out, location, type);
@@ -9082,10 +9082,10 @@ static inline CUresult cuwire_impl_cuMemGetHandleForAddressRange(void *handle, C
 CUWIRE_EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType handleType, unsigned long long flags)
 {
     __atomic_add_fetch(&cuwire_counts[339], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemGetHandleForAddressRange");
         CUresult cuwire_result = cuwire_impl_cuMemGetHandleForAddressRange(handle, dptr, size, handleType, flags);
-        cuwire_trace_result("cuMemGetHandleForAddressRange", (int)cuwire_result);
+        cuwire_trace_result("cuMemGetHandleForAddressRange", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemGetHandleForAddressRange(handle, dptr, size, handleType, flags);
@@ -9100,10 +9100,10 @@ static inline CUresult cuwire_impl_cuMemGetInfo(void)
 CUWIRE_EXPORT CUresult cuMemGetInfo(void)
 {
     __atomic_add_fetch(&cuwire_counts[340], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemGetInfo");
         CUresult cuwire_result = cuwire_impl_cuMemGetInfo();
-        cuwire_trace_result("cuMemGetInfo", (int)cuwire_result);
+        cuwire_trace_result("cuMemGetInfo", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemGetInfo();
@@ -9123,7 +9123,7 @@ CUWIRE_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     if (cuwire_trace) {
         cuwire_trace_call("cuMemGetInfo_v2");
         CUresult cuwire_result = cuwire_impl_cuMemGetInfo_v2(free, total);
-        cuwire_trace_result("cuMemGetInfo_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemGetInfo_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemGetInfo_v2(free, total);
@@ -9138,10 +9138,10 @@ static inline CUresult cuwire_impl_cuMemGetMemPool(CUmemoryPool *pool, CUmemLoca
 CUWIRE_EXPORT CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
 {
     __atomic_add_fetch(&cuwire_counts[342], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemGetMemPool");
         CUresult cuwire_result = cuwire_impl_cuMemGetMemPool(pool, location, type);
-        cuwire_trace_result("cuMemGetMemPool", (int)cuwire_result);
+        cuwire_trace_result("cuMemGetMemPool", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemGetMemPool(pool, location, type);
@@ -9156,10 +9156,10 @@ return cuwire_local_cuMemHostAlloc(pp, bytesize, Flags);
 CUWIRE_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
     __atomic_add_fetch(&cuwire_counts[343], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemHostAlloc");
         CUresult cuwire_result = cuwire_impl_cuMemHostAlloc(pp, bytesize, Flags);
-        cuwire_trace_result("cuMemHostAlloc", (int)cuwire_result);
+        cuwire_trace_result("cuMemHostAlloc", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemHostAlloc(pp, bytesize, Flags);
@@ -9174,10 +9174,10 @@ static inline CUresult cuwire_impl_cuMemHostGetDevicePointer(void)
 CUWIRE_EXPORT CUresult cuMemHostGetDevicePointer(void)
 {
     __atomic_add_fetch(&cuwire_counts[344], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemHostGetDevicePointer");
         CUresult cuwire_result = cuwire_impl_cuMemHostGetDevicePointer();
-        cuwire_trace_result("cuMemHostGetDevicePointer", (int)cuwire_result);
+        cuwire_trace_result("cuMemHostGetDevicePointer", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemHostGetDevicePointer();
@@ -9192,10 +9192,10 @@ return cuwire_local_cuMemHostGetDevicePointer_v2(pdptr, p, Flags);
 CUWIRE_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
 {
     __atomic_add_fetch(&cuwire_counts[345], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemHostGetDevicePointer_v2");
         CUresult cuwire_result = cuwire_impl_cuMemHostGetDevicePointer_v2(pdptr, p, Flags);
-        cuwire_trace_result("cuMemHostGetDevicePointer_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemHostGetDevicePointer_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemHostGetDevicePointer_v2(pdptr, p, Flags);
@@ -9210,10 +9210,10 @@ return cuwire_local_cuMemHostGetFlags(pFlags, p);
 CUWIRE_EXPORT CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
 {
     __atomic_add_fetch(&cuwire_counts[346], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemHostGetFlags");
         CUresult cuwire_result = cuwire_impl_cuMemHostGetFlags(pFlags, p);
-        cuwire_trace_result("cuMemHostGetFlags", (int)cuwire_result);
+        cuwire_trace_result("cuMemHostGetFlags", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemHostGetFlags(pFlags, p);
@@ -9228,10 +9228,10 @@ static inline CUresult cuwire_impl_cuMemHostRegister(void)
 CUWIRE_EXPORT CUresult cuMemHostRegister(void)
 {
     __atomic_add_fetch(&cuwire_counts[347], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemHostRegister");
         CUresult cuwire_result = cuwire_impl_cuMemHostRegister();
-        cuwire_trace_result("cuMemHostRegister", (int)cuwire_result);
+        cuwire_trace_result("cuMemHostRegister", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemHostRegister();
@@ -9246,10 +9246,10 @@ return cuwire_local_cuMemHostRegister_v2(p, bytesize, Flags);
 CUWIRE_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
     __atomic_add_fetch(&cuwire_counts[348], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemHostRegister_v2");
         CUresult cuwire_result = cuwire_impl_cuMemHostRegister_v2(p, bytesize, Flags);
-        cuwire_trace_result("cuMemHostRegister_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemHostRegister_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemHostRegister_v2(p, bytesize, Flags);
@@ -9264,10 +9264,10 @@ return cuwire_local_cuMemHostUnregister(p);
 CUWIRE_EXPORT CUresult cuMemHostUnregister(void *p)
 {
     __atomic_add_fetch(&cuwire_counts[349], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemHostUnregister");
         CUresult cuwire_result = cuwire_impl_cuMemHostUnregister(p);
-        cuwire_trace_result("cuMemHostUnregister", (int)cuwire_result);
+        cuwire_trace_result("cuMemHostUnregister", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemHostUnregister(p);
@@ -9293,7 +9293,7 @@ CUWIRE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHand
     if (cuwire_trace) {
         cuwire_trace_call("cuMemImportFromShareableHandle");
         CUresult cuwire_result = cuwire_impl_cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
-        cuwire_trace_result("cuMemImportFromShareableHandle", (int)cuwire_result);
+        cuwire_trace_result("cuMemImportFromShareableHandle", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemImportFromShareableHandle(handle, osHandle, shHandleType);
@@ -9317,7 +9317,7 @@ CUWIRE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUm
     if (cuwire_trace) {
         cuwire_trace_call("cuMemMap");
         CUresult cuwire_result = cuwire_impl_cuMemMap(ptr, size, offset, handle, flags);
-        cuwire_trace_result("cuMemMap", (int)cuwire_result);
+        cuwire_trace_result("cuMemMap", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemMap(ptr, size, offset, handle, flags);
@@ -9332,10 +9332,10 @@ static inline CUresult cuwire_impl_cuMemMapArrayAsync(CUarrayMapInfo *mapInfoLis
 CUWIRE_EXPORT CUresult cuMemMapArrayAsync(CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream)
 {
     __atomic_add_fetch(&cuwire_counts[352], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemMapArrayAsync");
         CUresult cuwire_result = cuwire_impl_cuMemMapArrayAsync(mapInfoList, count, hStream);
-        cuwire_trace_result("cuMemMapArrayAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemMapArrayAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemMapArrayAsync(mapInfoList, count, hStream);
@@ -9356,7 +9356,7 @@ CUWIRE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps 
     if (cuwire_trace) {
         cuwire_trace_call("cuMemPoolCreate");
         CUresult cuwire_result = cuwire_impl_cuMemPoolCreate(pool, poolProps);
-        cuwire_trace_result("cuMemPoolCreate", (int)cuwire_result);
+        cuwire_trace_result("cuMemPoolCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemPoolCreate(pool, poolProps);
@@ -9376,7 +9376,7 @@ CUWIRE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
     if (cuwire_trace) {
         cuwire_trace_call("cuMemPoolDestroy");
         CUresult cuwire_result = cuwire_impl_cuMemPoolDestroy(pool);
-        cuwire_trace_result("cuMemPoolDestroy", (int)cuwire_result);
+        cuwire_trace_result("cuMemPoolDestroy", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemPoolDestroy(pool);
@@ -9396,7 +9396,7 @@ CUWIRE_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_
     if (cuwire_trace) {
         cuwire_trace_call("cuMemPoolExportPointer");
         CUresult cuwire_result = cuwire_impl_cuMemPoolExportPointer(shareData_out, ptr);
-        cuwire_trace_result("cuMemPoolExportPointer", (int)cuwire_result);
+        cuwire_trace_result("cuMemPoolExportPointer", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemPoolExportPointer(shareData_out, ptr);
@@ -9422,7 +9422,7 @@ CUWIRE_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemo
     if (cuwire_trace) {
         cuwire_trace_call("cuMemPoolExportToShareableHandle");
         CUresult cuwire_result = cuwire_impl_cuMemPoolExportToShareableHandle(handle_out, pool, handleType, flags);
-        cuwire_trace_result("cuMemPoolExportToShareableHandle", (int)cuwire_result);
+        cuwire_trace_result("cuMemPoolExportToShareableHandle", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemPoolExportToShareableHandle(handle_out, pool, handleType, flags);
@@ -9442,7 +9442,7 @@ CUWIRE_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool
     if (cuwire_trace) {
         cuwire_trace_call("cuMemPoolGetAccess");
         CUresult cuwire_result = cuwire_impl_cuMemPoolGetAccess(flags, memPool, location);
-        cuwire_trace_result("cuMemPoolGetAccess", (int)cuwire_result);
+        cuwire_trace_result("cuMemPoolGetAccess", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemPoolGetAccess(flags, memPool, location);
@@ -9462,7 +9462,7 @@ CUWIRE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attrib
     if (cuwire_trace) {
         cuwire_trace_call("cuMemPoolGetAttribute");
         CUresult cuwire_result = cuwire_impl_cuMemPoolGetAttribute(pool, attr, value);
-        cuwire_trace_result("cuMemPoolGetAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuMemPoolGetAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemPoolGetAttribute(pool, attr, value);
@@ -9488,7 +9488,7 @@ CUWIRE_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out
     if (cuwire_trace) {
         cuwire_trace_call("cuMemPoolImportFromShareableHandle");
         CUresult cuwire_result = cuwire_impl_cuMemPoolImportFromShareableHandle(pool_out, handle, handleType, flags);
-        cuwire_trace_result("cuMemPoolImportFromShareableHandle", (int)cuwire_result);
+        cuwire_trace_result("cuMemPoolImportFromShareableHandle", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemPoolImportFromShareableHandle(pool_out, handle, handleType, flags);
@@ -9512,7 +9512,7 @@ CUWIRE_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool
     if (cuwire_trace) {
         cuwire_trace_call("cuMemPoolImportPointer");
         CUresult cuwire_result = cuwire_impl_cuMemPoolImportPointer(ptr_out, pool, shareData);
-        cuwire_trace_result("cuMemPoolImportPointer", (int)cuwire_result);
+        cuwire_trace_result("cuMemPoolImportPointer", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemPoolImportPointer(ptr_out, pool, shareData);
@@ -9532,7 +9532,7 @@ CUWIRE_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDe
     if (cuwire_trace) {
         cuwire_trace_call("cuMemPoolSetAccess");
         CUresult cuwire_result = cuwire_impl_cuMemPoolSetAccess(pool, map, count);
-        cuwire_trace_result("cuMemPoolSetAccess", (int)cuwire_result);
+        cuwire_trace_result("cuMemPoolSetAccess", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemPoolSetAccess(pool, map, count);
@@ -9552,7 +9552,7 @@ CUWIRE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attrib
     if (cuwire_trace) {
         cuwire_trace_call("cuMemPoolSetAttribute");
         CUresult cuwire_result = cuwire_impl_cuMemPoolSetAttribute(pool, attr, value);
-        cuwire_trace_result("cuMemPoolSetAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuMemPoolSetAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemPoolSetAttribute(pool, attr, value);
@@ -9584,7 +9584,7 @@ CUWIRE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
     if (cuwire_trace) {
         cuwire_trace_call("cuMemPoolTrimTo");
         CUresult cuwire_result = cuwire_impl_cuMemPoolTrimTo(pool, minBytesToKeep);
-        cuwire_trace_result("cuMemPoolTrimTo", (int)cuwire_result);
+        cuwire_trace_result("cuMemPoolTrimTo", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemPoolTrimTo(pool, minBytesToKeep);
@@ -9599,10 +9599,10 @@ static inline CUresult cuwire_impl_cuMemPrefetchAsync(void)
 CUWIRE_EXPORT CUresult cuMemPrefetchAsync(void)
 {
     __atomic_add_fetch(&cuwire_counts[364], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemPrefetchAsync");
         CUresult cuwire_result = cuwire_impl_cuMemPrefetchAsync();
-        cuwire_trace_result("cuMemPrefetchAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemPrefetchAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemPrefetchAsync();
@@ -9617,10 +9617,10 @@ static inline CUresult cuwire_impl_cuMemPrefetchAsync_ptsz(void)
 CUWIRE_EXPORT CUresult cuMemPrefetchAsync_ptsz(void)
 {
     __atomic_add_fetch(&cuwire_counts[365], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemPrefetchAsync_ptsz");
         CUresult cuwire_result = cuwire_impl_cuMemPrefetchAsync_ptsz();
-        cuwire_trace_result("cuMemPrefetchAsync_ptsz", (int)cuwire_result);
+        cuwire_trace_result("cuMemPrefetchAsync_ptsz", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemPrefetchAsync_ptsz();
@@ -9635,10 +9635,10 @@ return cuwire_local_cuMemPrefetchAsync_v2(devPtr, count, location, flags, hStrea
 CUWIRE_EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)
 {
     __atomic_add_fetch(&cuwire_counts[366], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemPrefetchAsync_v2");
         CUresult cuwire_result = cuwire_impl_cuMemPrefetchAsync_v2(devPtr, count, location, flags, hStream);
-        cuwire_trace_result("cuMemPrefetchAsync_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemPrefetchAsync_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemPrefetchAsync_v2(devPtr, count, location, flags, hStream);
@@ -9654,10 +9654,10 @@ return cuwire_local_cuMemPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, p
 CUWIRE_EXPORT CUresult cuMemPrefetchBatchAsync(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream)
 {
     __atomic_add_fetch(&cuwire_counts[367], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemPrefetchBatchAsync");
         CUresult cuwire_result = cuwire_impl_cuMemPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
-        cuwire_trace_result("cuMemPrefetchBatchAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemPrefetchBatchAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemPrefetchBatchAsync(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream);
@@ -9673,10 +9673,10 @@ return cuwire_local_cuMemRangeGetAttribute(data, dataSize, attribute, devPtr, co
 CUWIRE_EXPORT CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr devPtr, size_t count)
 {
     __atomic_add_fetch(&cuwire_counts[368], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemRangeGetAttribute");
         CUresult cuwire_result = cuwire_impl_cuMemRangeGetAttribute(data, dataSize, attribute, devPtr, count);
-        cuwire_trace_result("cuMemRangeGetAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuMemRangeGetAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemRangeGetAttribute(data, dataSize, attribute, devPtr, count);
@@ -9691,10 +9691,10 @@ return cuwire_local_cuMemRangeGetAttributes(data, dataSizes, attributes, numAttr
 CUWIRE_EXPORT CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_attribute *attributes, size_t numAttributes, CUdeviceptr devPtr, size_t count)
 {
     __atomic_add_fetch(&cuwire_counts[369], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemRangeGetAttributes");
         CUresult cuwire_result = cuwire_impl_cuMemRangeGetAttributes(data, dataSizes, attributes, numAttributes, devPtr, count);
-        cuwire_trace_result("cuMemRangeGetAttributes", (int)cuwire_result);
+        cuwire_trace_result("cuMemRangeGetAttributes", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemRangeGetAttributes(data, dataSizes, attributes, numAttributes, devPtr, count);
@@ -9714,7 +9714,7 @@ CUWIRE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     if (cuwire_trace) {
         cuwire_trace_call("cuMemRelease");
         CUresult cuwire_result = cuwire_impl_cuMemRelease(handle);
-        cuwire_trace_result("cuMemRelease", (int)cuwire_result);
+        cuwire_trace_result("cuMemRelease", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemRelease(handle);
@@ -9734,7 +9734,7 @@ CUWIRE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle 
     if (cuwire_trace) {
         cuwire_trace_call("cuMemRetainAllocationHandle");
         CUresult cuwire_result = cuwire_impl_cuMemRetainAllocationHandle(handle, addr);
-        cuwire_trace_result("cuMemRetainAllocationHandle", (int)cuwire_result);
+        cuwire_trace_result("cuMemRetainAllocationHandle", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemRetainAllocationHandle(handle, addr);
@@ -9754,7 +9754,7 @@ CUWIRE_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemA
     if (cuwire_trace) {
         cuwire_trace_call("cuMemSetAccess");
         CUresult cuwire_result = cuwire_impl_cuMemSetAccess(ptr, size, desc, count);
-        cuwire_trace_result("cuMemSetAccess", (int)cuwire_result);
+        cuwire_trace_result("cuMemSetAccess", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemSetAccess(ptr, size, desc, count);
@@ -9769,10 +9769,10 @@ static inline CUresult cuwire_impl_cuMemSetMemPool(CUmemLocation *location, CUme
 CUWIRE_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
 {
     __atomic_add_fetch(&cuwire_counts[373], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemSetMemPool");
         CUresult cuwire_result = cuwire_impl_cuMemSetMemPool(location, type, pool);
-        cuwire_trace_result("cuMemSetMemPool", (int)cuwire_result);
+        cuwire_trace_result("cuMemSetMemPool", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemSetMemPool(location, type, pool);
@@ -9796,7 +9796,7 @@ CUWIRE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
     if (cuwire_trace) {
         cuwire_trace_call("cuMemUnmap");
         CUresult cuwire_result = cuwire_impl_cuMemUnmap(ptr, size);
-        cuwire_trace_result("cuMemUnmap", (int)cuwire_result);
+        cuwire_trace_result("cuMemUnmap", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemUnmap(ptr, size);
@@ -9832,7 +9832,7 @@ CUWIRE_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCou
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpy");
         CUresult cuwire_result = cuwire_synced_cuMemcpy(dst, src, ByteCount);
-        cuwire_trace_result("cuMemcpy", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpy", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_synced_cuMemcpy(dst, src, ByteCount);
@@ -9848,10 +9848,10 @@ static inline CUresult cuwire_impl_cuMemcpy2D(void)
 CUWIRE_EXPORT CUresult cuMemcpy2D(void)
 {
     __atomic_add_fetch(&cuwire_counts[376], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpy2D");
         CUresult cuwire_result = cuwire_impl_cuMemcpy2D();
-        cuwire_trace_result("cuMemcpy2D", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpy2D", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpy2D();
@@ -9866,10 +9866,10 @@ static inline CUresult cuwire_impl_cuMemcpy2DAsync(void)
 CUWIRE_EXPORT CUresult cuMemcpy2DAsync(void)
 {
     __atomic_add_fetch(&cuwire_counts[377], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpy2DAsync");
         CUresult cuwire_result = cuwire_impl_cuMemcpy2DAsync();
-        cuwire_trace_result("cuMemcpy2DAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpy2DAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpy2DAsync();
@@ -9889,7 +9889,7 @@ CUWIRE_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream h
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpy2DAsync_v2");
         CUresult cuwire_result = cuwire_impl_cuMemcpy2DAsync_v2(pCopy, hStream);
-        cuwire_trace_result("cuMemcpy2DAsync_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpy2DAsync_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpy2DAsync_v2(pCopy, hStream);
@@ -9905,10 +9905,10 @@ static inline CUresult cuwire_impl_cuMemcpy2DUnaligned(void)
 CUWIRE_EXPORT CUresult cuMemcpy2DUnaligned(void)
 {
     __atomic_add_fetch(&cuwire_counts[379], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpy2DUnaligned");
         CUresult cuwire_result = cuwire_impl_cuMemcpy2DUnaligned();
-        cuwire_trace_result("cuMemcpy2DUnaligned", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpy2DUnaligned", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpy2DUnaligned();
@@ -9938,7 +9938,7 @@ CUWIRE_EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpy2DUnaligned_v2");
         CUresult cuwire_result = cuwire_synced_cuMemcpy2DUnaligned_v2(pCopy);
-        cuwire_trace_result("cuMemcpy2DUnaligned_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpy2DUnaligned_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_synced_cuMemcpy2DUnaligned_v2(pCopy);
@@ -9969,7 +9969,7 @@ CUWIRE_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpy2D_v2");
         CUresult cuwire_result = cuwire_synced_cuMemcpy2D_v2(pCopy);
-        cuwire_trace_result("cuMemcpy2D_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpy2D_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_synced_cuMemcpy2D_v2(pCopy);
@@ -9985,10 +9985,10 @@ static inline CUresult cuwire_impl_cuMemcpy3D(void)
 CUWIRE_EXPORT CUresult cuMemcpy3D(void)
 {
     __atomic_add_fetch(&cuwire_counts[382], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpy3D");
         CUresult cuwire_result = cuwire_impl_cuMemcpy3D();
-        cuwire_trace_result("cuMemcpy3D", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpy3D", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpy3D();
@@ -10003,10 +10003,10 @@ static inline CUresult cuwire_impl_cuMemcpy3DAsync(void)
 CUWIRE_EXPORT CUresult cuMemcpy3DAsync(void)
 {
     __atomic_add_fetch(&cuwire_counts[383], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpy3DAsync");
         CUresult cuwire_result = cuwire_impl_cuMemcpy3DAsync();
-        cuwire_trace_result("cuMemcpy3DAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpy3DAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpy3DAsync();
@@ -10026,7 +10026,7 @@ CUWIRE_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream h
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpy3DAsync_v2");
         CUresult cuwire_result = cuwire_impl_cuMemcpy3DAsync_v2(pCopy, hStream);
-        cuwire_trace_result("cuMemcpy3DAsync_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpy3DAsync_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpy3DAsync_v2(pCopy, hStream);
@@ -10042,10 +10042,10 @@ static inline CUresult cuwire_impl_cuMemcpy3DBatchAsync(void)
 CUWIRE_EXPORT CUresult cuMemcpy3DBatchAsync(void)
 {
     __atomic_add_fetch(&cuwire_counts[385], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpy3DBatchAsync");
         CUresult cuwire_result = cuwire_impl_cuMemcpy3DBatchAsync();
-        cuwire_trace_result("cuMemcpy3DBatchAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpy3DBatchAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpy3DBatchAsync();
@@ -10060,10 +10060,10 @@ static inline CUresult cuwire_impl_cuMemcpy3DBatchAsync_ptsz(void)
 CUWIRE_EXPORT CUresult cuMemcpy3DBatchAsync_ptsz(void)
 {
     __atomic_add_fetch(&cuwire_counts[386], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpy3DBatchAsync_ptsz");
         CUresult cuwire_result = cuwire_impl_cuMemcpy3DBatchAsync_ptsz();
-        cuwire_trace_result("cuMemcpy3DBatchAsync_ptsz", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpy3DBatchAsync_ptsz", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpy3DBatchAsync_ptsz();
@@ -10078,10 +10078,10 @@ static inline CUresult cuwire_impl_cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_M
 CUWIRE_EXPORT CUresult cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream)
 {
     __atomic_add_fetch(&cuwire_counts[387], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpy3DBatchAsync_v2");
         CUresult cuwire_result = cuwire_impl_cuMemcpy3DBatchAsync_v2(numOps, opList, flags, hStream);
-        cuwire_trace_result("cuMemcpy3DBatchAsync_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpy3DBatchAsync_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpy3DBatchAsync_v2(numOps, opList, flags, hStream);
@@ -10097,10 +10097,10 @@ static inline CUresult cuwire_impl_cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCop
 CUWIRE_EXPORT CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
 {
     __atomic_add_fetch(&cuwire_counts[388], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpy3DPeer");
         CUresult cuwire_result = cuwire_impl_cuMemcpy3DPeer(pCopy);
-        cuwire_trace_result("cuMemcpy3DPeer", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpy3DPeer", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpy3DPeer(pCopy);
@@ -10116,10 +10116,10 @@ static inline CUresult cuwire_impl_cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER 
 CUWIRE_EXPORT CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
 {
     __atomic_add_fetch(&cuwire_counts[389], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpy3DPeerAsync");
         CUresult cuwire_result = cuwire_impl_cuMemcpy3DPeerAsync(pCopy, hStream);
-        cuwire_trace_result("cuMemcpy3DPeerAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpy3DPeerAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpy3DPeerAsync(pCopy, hStream);
@@ -10150,7 +10150,7 @@ CUWIRE_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpy3D_v2");
         CUresult cuwire_result = cuwire_synced_cuMemcpy3D_v2(pCopy);
-        cuwire_trace_result("cuMemcpy3D_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpy3D_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_synced_cuMemcpy3D_v2(pCopy);
@@ -10177,7 +10177,7 @@ CUWIRE_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t By
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyAsync");
         CUresult cuwire_result = cuwire_impl_cuMemcpyAsync(dst, src, ByteCount, hStream);
-        cuwire_trace_result("cuMemcpyAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyAsync(dst, src, ByteCount, hStream);
@@ -10193,10 +10193,10 @@ static inline CUresult cuwire_impl_cuMemcpyAtoA(void)
 CUWIRE_EXPORT CUresult cuMemcpyAtoA(void)
 {
     __atomic_add_fetch(&cuwire_counts[392], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpyAtoA");
         CUresult cuwire_result = cuwire_impl_cuMemcpyAtoA();
-        cuwire_trace_result("cuMemcpyAtoA", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyAtoA", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyAtoA();
@@ -10234,7 +10234,7 @@ CUWIRE_EXPORT CUresult cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarr
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyAtoA_v2");
         CUresult cuwire_result = cuwire_impl_cuMemcpyAtoA_v2(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
-        cuwire_trace_result("cuMemcpyAtoA_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyAtoA_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyAtoA_v2(dstArray, dstOffset, srcArray, srcOffset, ByteCount);
@@ -10250,10 +10250,10 @@ static inline CUresult cuwire_impl_cuMemcpyAtoD(void)
 CUWIRE_EXPORT CUresult cuMemcpyAtoD(void)
 {
     __atomic_add_fetch(&cuwire_counts[394], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpyAtoD");
         CUresult cuwire_result = cuwire_impl_cuMemcpyAtoD();
-        cuwire_trace_result("cuMemcpyAtoD", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyAtoD", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyAtoD();
@@ -10289,7 +10289,7 @@ CUWIRE_EXPORT CUresult cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, 
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyAtoD_v2");
         CUresult cuwire_result = cuwire_impl_cuMemcpyAtoD_v2(dstDevice, srcArray, srcOffset, ByteCount);
-        cuwire_trace_result("cuMemcpyAtoD_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyAtoD_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyAtoD_v2(dstDevice, srcArray, srcOffset, ByteCount);
@@ -10305,10 +10305,10 @@ static inline CUresult cuwire_impl_cuMemcpyAtoH(void)
 CUWIRE_EXPORT CUresult cuMemcpyAtoH(void)
 {
     __atomic_add_fetch(&cuwire_counts[396], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpyAtoH");
         CUresult cuwire_result = cuwire_impl_cuMemcpyAtoH();
-        cuwire_trace_result("cuMemcpyAtoH", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyAtoH", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyAtoH();
@@ -10323,10 +10323,10 @@ static inline CUresult cuwire_impl_cuMemcpyAtoHAsync(void)
 CUWIRE_EXPORT CUresult cuMemcpyAtoHAsync(void)
 {
     __atomic_add_fetch(&cuwire_counts[397], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpyAtoHAsync");
         CUresult cuwire_result = cuwire_impl_cuMemcpyAtoHAsync();
-        cuwire_trace_result("cuMemcpyAtoHAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyAtoHAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyAtoHAsync();
@@ -10346,7 +10346,7 @@ CUWIRE_EXPORT CUresult cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, siz
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyAtoHAsync_v2");
         CUresult cuwire_result = cuwire_impl_cuMemcpyAtoHAsync_v2(dstHost, srcArray, srcOffset, ByteCount, hStream);
-        cuwire_trace_result("cuMemcpyAtoHAsync_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyAtoHAsync_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyAtoHAsync_v2(dstHost, srcArray, srcOffset, ByteCount, hStream);
@@ -10377,7 +10377,7 @@ CUWIRE_EXPORT CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t s
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyAtoH_v2");
         CUresult cuwire_result = cuwire_synced_cuMemcpyAtoH_v2(dstHost, srcArray, srcOffset, ByteCount);
-        cuwire_trace_result("cuMemcpyAtoH_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyAtoH_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_synced_cuMemcpyAtoH_v2(dstHost, srcArray, srcOffset, ByteCount);
@@ -10393,10 +10393,10 @@ static inline CUresult cuwire_impl_cuMemcpyBatchAsync(void)
 CUWIRE_EXPORT CUresult cuMemcpyBatchAsync(void)
 {
     __atomic_add_fetch(&cuwire_counts[400], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpyBatchAsync");
         CUresult cuwire_result = cuwire_impl_cuMemcpyBatchAsync();
-        cuwire_trace_result("cuMemcpyBatchAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyBatchAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyBatchAsync();
@@ -10411,10 +10411,10 @@ static inline CUresult cuwire_impl_cuMemcpyBatchAsync_ptsz(void)
 CUWIRE_EXPORT CUresult cuMemcpyBatchAsync_ptsz(void)
 {
     __atomic_add_fetch(&cuwire_counts[401], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpyBatchAsync_ptsz");
         CUresult cuwire_result = cuwire_impl_cuMemcpyBatchAsync_ptsz();
-        cuwire_trace_result("cuMemcpyBatchAsync_ptsz", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyBatchAsync_ptsz", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyBatchAsync_ptsz();
@@ -10429,10 +10429,10 @@ return cuwire_local_cuMemcpyBatchAsync_v2(dsts, srcs, sizes, count, attrs, attrs
 CUWIRE_EXPORT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
 {
     __atomic_add_fetch(&cuwire_counts[402], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpyBatchAsync_v2");
         CUresult cuwire_result = cuwire_impl_cuMemcpyBatchAsync_v2(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
-        cuwire_trace_result("cuMemcpyBatchAsync_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyBatchAsync_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyBatchAsync_v2(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream);
@@ -10448,10 +10448,10 @@ static inline CUresult cuwire_impl_cuMemcpyDtoA(void)
 CUWIRE_EXPORT CUresult cuMemcpyDtoA(void)
 {
     __atomic_add_fetch(&cuwire_counts[403], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpyDtoA");
         CUresult cuwire_result = cuwire_impl_cuMemcpyDtoA();
-        cuwire_trace_result("cuMemcpyDtoA", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyDtoA", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyDtoA();
@@ -10487,7 +10487,7 @@ CUWIRE_EXPORT CUresult cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdev
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyDtoA_v2");
         CUresult cuwire_result = cuwire_impl_cuMemcpyDtoA_v2(dstArray, dstOffset, srcDevice, ByteCount);
-        cuwire_trace_result("cuMemcpyDtoA_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyDtoA_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyDtoA_v2(dstArray, dstOffset, srcDevice, ByteCount);
@@ -10503,10 +10503,10 @@ static inline CUresult cuwire_impl_cuMemcpyDtoD(void)
 CUWIRE_EXPORT CUresult cuMemcpyDtoD(void)
 {
     __atomic_add_fetch(&cuwire_counts[405], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpyDtoD");
         CUresult cuwire_result = cuwire_impl_cuMemcpyDtoD();
-        cuwire_trace_result("cuMemcpyDtoD", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyDtoD", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyDtoD();
@@ -10521,10 +10521,10 @@ static inline CUresult cuwire_impl_cuMemcpyDtoDAsync(void)
 CUWIRE_EXPORT CUresult cuMemcpyDtoDAsync(void)
 {
     __atomic_add_fetch(&cuwire_counts[406], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpyDtoDAsync");
         CUresult cuwire_result = cuwire_impl_cuMemcpyDtoDAsync();
-        cuwire_trace_result("cuMemcpyDtoDAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyDtoDAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyDtoDAsync();
@@ -10552,7 +10552,7 @@ CUWIRE_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr s
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyDtoDAsync_v2");
         CUresult cuwire_result = cuwire_impl_cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, hStream);
-        cuwire_trace_result("cuMemcpyDtoDAsync_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyDtoDAsync_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, hStream);
@@ -10597,7 +10597,7 @@ CUWIRE_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDev
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyDtoD_v2");
         CUresult cuwire_result = cuwire_synced_cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
-        cuwire_trace_result("cuMemcpyDtoD_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyDtoD_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_synced_cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
@@ -10613,10 +10613,10 @@ static inline CUresult cuwire_impl_cuMemcpyDtoH(void)
 CUWIRE_EXPORT CUresult cuMemcpyDtoH(void)
 {
     __atomic_add_fetch(&cuwire_counts[409], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpyDtoH");
         CUresult cuwire_result = cuwire_impl_cuMemcpyDtoH();
-        cuwire_trace_result("cuMemcpyDtoH", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyDtoH", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyDtoH();
@@ -10631,10 +10631,10 @@ static inline CUresult cuwire_impl_cuMemcpyDtoHAsync(void)
 CUWIRE_EXPORT CUresult cuMemcpyDtoHAsync(void)
 {
     __atomic_add_fetch(&cuwire_counts[410], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpyDtoHAsync");
         CUresult cuwire_result = cuwire_impl_cuMemcpyDtoHAsync();
-        cuwire_trace_result("cuMemcpyDtoHAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyDtoHAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyDtoHAsync();
@@ -10660,7 +10660,7 @@ CUWIRE_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyDtoHAsync_v2");
         CUresult cuwire_result = cuwire_impl_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
-        cuwire_trace_result("cuMemcpyDtoHAsync_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyDtoHAsync_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
@@ -10697,7 +10697,7 @@ CUWIRE_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, siz
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyDtoH_v2");
         CUresult cuwire_result = cuwire_synced_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
-        cuwire_trace_result("cuMemcpyDtoH_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyDtoH_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_synced_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
@@ -10713,10 +10713,10 @@ static inline CUresult cuwire_impl_cuMemcpyHtoA(void)
 CUWIRE_EXPORT CUresult cuMemcpyHtoA(void)
 {
     __atomic_add_fetch(&cuwire_counts[413], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpyHtoA");
         CUresult cuwire_result = cuwire_impl_cuMemcpyHtoA();
-        cuwire_trace_result("cuMemcpyHtoA", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyHtoA", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyHtoA();
@@ -10731,10 +10731,10 @@ static inline CUresult cuwire_impl_cuMemcpyHtoAAsync(void)
 CUWIRE_EXPORT CUresult cuMemcpyHtoAAsync(void)
 {
     __atomic_add_fetch(&cuwire_counts[414], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpyHtoAAsync");
         CUresult cuwire_result = cuwire_impl_cuMemcpyHtoAAsync();
-        cuwire_trace_result("cuMemcpyHtoAAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyHtoAAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyHtoAAsync();
@@ -10754,7 +10754,7 @@ CUWIRE_EXPORT CUresult cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, 
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyHtoAAsync_v2");
         CUresult cuwire_result = cuwire_impl_cuMemcpyHtoAAsync_v2(dstArray, dstOffset, srcHost, ByteCount, hStream);
-        cuwire_trace_result("cuMemcpyHtoAAsync_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyHtoAAsync_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyHtoAAsync_v2(dstArray, dstOffset, srcHost, ByteCount, hStream);
@@ -10775,7 +10775,7 @@ CUWIRE_EXPORT CUresult cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyHtoA_v2");
         CUresult cuwire_result = cuwire_impl_cuMemcpyHtoA_v2(dstArray, dstOffset, srcHost, ByteCount);
-        cuwire_trace_result("cuMemcpyHtoA_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyHtoA_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyHtoA_v2(dstArray, dstOffset, srcHost, ByteCount);
@@ -10791,10 +10791,10 @@ static inline CUresult cuwire_impl_cuMemcpyHtoD(void)
 CUWIRE_EXPORT CUresult cuMemcpyHtoD(void)
 {
     __atomic_add_fetch(&cuwire_counts[417], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpyHtoD");
         CUresult cuwire_result = cuwire_impl_cuMemcpyHtoD();
-        cuwire_trace_result("cuMemcpyHtoD", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyHtoD", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyHtoD();
@@ -10809,10 +10809,10 @@ static inline CUresult cuwire_impl_cuMemcpyHtoDAsync(void)
 CUWIRE_EXPORT CUresult cuMemcpyHtoDAsync(void)
 {
     __atomic_add_fetch(&cuwire_counts[418], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemcpyHtoDAsync");
         CUresult cuwire_result = cuwire_impl_cuMemcpyHtoDAsync();
-        cuwire_trace_result("cuMemcpyHtoDAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyHtoDAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyHtoDAsync();
@@ -10838,7 +10838,7 @@ CUWIRE_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *s
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyHtoDAsync_v2");
         CUresult cuwire_result = cuwire_impl_cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream);
-        cuwire_trace_result("cuMemcpyHtoDAsync_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyHtoDAsync_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream);
@@ -10875,7 +10875,7 @@ CUWIRE_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHos
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyHtoD_v2");
         CUresult cuwire_result = cuwire_synced_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
-        cuwire_trace_result("cuMemcpyHtoD_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyHtoD_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_synced_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
@@ -10924,7 +10924,7 @@ CUWIRE_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext,
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyPeer");
         CUresult cuwire_result = cuwire_synced_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
-        cuwire_trace_result("cuMemcpyPeer", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyPeer", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_synced_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
@@ -10957,7 +10957,7 @@ CUWIRE_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstCon
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyPeerAsync");
         CUresult cuwire_result = cuwire_impl_cuMemcpyPeerAsync(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
-        cuwire_trace_result("cuMemcpyPeerAsync", (int)cuwire_result);
+        cuwire_trace_result("cuMemcpyPeerAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemcpyPeerAsync(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
@@ -10973,10 +10973,10 @@ static inline CUresult cuwire_impl_cuMemsetD16(void)
 CUWIRE_EXPORT CUresult cuMemsetD16(void)
 {
     __atomic_add_fetch(&cuwire_counts[423], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemsetD16");
         CUresult cuwire_result = cuwire_impl_cuMemsetD16();
-        cuwire_trace_result("cuMemsetD16", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD16", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD16();
@@ -11004,7 +11004,7 @@ CUWIRE_EXPORT CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us
     if (cuwire_trace) {
         cuwire_trace_call("cuMemsetD16Async");
         CUresult cuwire_result = cuwire_impl_cuMemsetD16Async(dstDevice, us, N, hStream);
-        cuwire_trace_result("cuMemsetD16Async", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD16Async", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD16Async(dstDevice, us, N, hStream);
@@ -11039,7 +11039,7 @@ CUWIRE_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, 
     if (cuwire_trace) {
         cuwire_trace_call("cuMemsetD16_v2");
         CUresult cuwire_result = cuwire_impl_cuMemsetD16_v2(dstDevice, us, N);
-        cuwire_trace_result("cuMemsetD16_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD16_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD16_v2(dstDevice, us, N);
@@ -11055,10 +11055,10 @@ static inline CUresult cuwire_impl_cuMemsetD2D16(void)
 CUWIRE_EXPORT CUresult cuMemsetD2D16(void)
 {
     __atomic_add_fetch(&cuwire_counts[426], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemsetD2D16");
         CUresult cuwire_result = cuwire_impl_cuMemsetD2D16();
-        cuwire_trace_result("cuMemsetD2D16", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD2D16", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD2D16();
@@ -11090,7 +11090,7 @@ CUWIRE_EXPORT CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch
     if (cuwire_trace) {
         cuwire_trace_call("cuMemsetD2D16Async");
         CUresult cuwire_result = cuwire_impl_cuMemsetD2D16Async(dstDevice, dstPitch, us, Width, Height, hStream);
-        cuwire_trace_result("cuMemsetD2D16Async", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD2D16Async", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD2D16Async(dstDevice, dstPitch, us, Width, Height, hStream);
@@ -11129,7 +11129,7 @@ CUWIRE_EXPORT CUresult cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, 
     if (cuwire_trace) {
         cuwire_trace_call("cuMemsetD2D16_v2");
         CUresult cuwire_result = cuwire_impl_cuMemsetD2D16_v2(dstDevice, dstPitch, us, Width, Height);
-        cuwire_trace_result("cuMemsetD2D16_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD2D16_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD2D16_v2(dstDevice, dstPitch, us, Width, Height);
@@ -11145,10 +11145,10 @@ static inline CUresult cuwire_impl_cuMemsetD2D32(void)
 CUWIRE_EXPORT CUresult cuMemsetD2D32(void)
 {
     __atomic_add_fetch(&cuwire_counts[429], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemsetD2D32");
         CUresult cuwire_result = cuwire_impl_cuMemsetD2D32();
-        cuwire_trace_result("cuMemsetD2D32", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD2D32", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD2D32();
@@ -11180,7 +11180,7 @@ CUWIRE_EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch
     if (cuwire_trace) {
         cuwire_trace_call("cuMemsetD2D32Async");
         CUresult cuwire_result = cuwire_impl_cuMemsetD2D32Async(dstDevice, dstPitch, ui, Width, Height, hStream);
-        cuwire_trace_result("cuMemsetD2D32Async", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD2D32Async", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD2D32Async(dstDevice, dstPitch, ui, Width, Height, hStream);
@@ -11219,7 +11219,7 @@ CUWIRE_EXPORT CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, 
     if (cuwire_trace) {
         cuwire_trace_call("cuMemsetD2D32_v2");
         CUresult cuwire_result = cuwire_impl_cuMemsetD2D32_v2(dstDevice, dstPitch, ui, Width, Height);
-        cuwire_trace_result("cuMemsetD2D32_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD2D32_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD2D32_v2(dstDevice, dstPitch, ui, Width, Height);
@@ -11235,10 +11235,10 @@ static inline CUresult cuwire_impl_cuMemsetD2D8(void)
 CUWIRE_EXPORT CUresult cuMemsetD2D8(void)
 {
     __atomic_add_fetch(&cuwire_counts[432], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemsetD2D8");
         CUresult cuwire_result = cuwire_impl_cuMemsetD2D8();
-        cuwire_trace_result("cuMemsetD2D8", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD2D8", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD2D8();
@@ -11270,7 +11270,7 @@ CUWIRE_EXPORT CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch,
     if (cuwire_trace) {
         cuwire_trace_call("cuMemsetD2D8Async");
         CUresult cuwire_result = cuwire_impl_cuMemsetD2D8Async(dstDevice, dstPitch, uc, Width, Height, hStream);
-        cuwire_trace_result("cuMemsetD2D8Async", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD2D8Async", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD2D8Async(dstDevice, dstPitch, uc, Width, Height, hStream);
@@ -11309,7 +11309,7 @@ CUWIRE_EXPORT CUresult cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, u
     if (cuwire_trace) {
         cuwire_trace_call("cuMemsetD2D8_v2");
         CUresult cuwire_result = cuwire_impl_cuMemsetD2D8_v2(dstDevice, dstPitch, uc, Width, Height);
-        cuwire_trace_result("cuMemsetD2D8_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD2D8_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD2D8_v2(dstDevice, dstPitch, uc, Width, Height);
@@ -11325,10 +11325,10 @@ static inline CUresult cuwire_impl_cuMemsetD32(void)
 CUWIRE_EXPORT CUresult cuMemsetD32(void)
 {
     __atomic_add_fetch(&cuwire_counts[435], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemsetD32");
         CUresult cuwire_result = cuwire_impl_cuMemsetD32();
-        cuwire_trace_result("cuMemsetD32", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD32", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD32();
@@ -11356,7 +11356,7 @@ CUWIRE_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, 
     if (cuwire_trace) {
         cuwire_trace_call("cuMemsetD32Async");
         CUresult cuwire_result = cuwire_impl_cuMemsetD32Async(dstDevice, ui, N, hStream);
-        cuwire_trace_result("cuMemsetD32Async", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD32Async", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD32Async(dstDevice, ui, N, hStream);
@@ -11391,7 +11391,7 @@ CUWIRE_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, si
     if (cuwire_trace) {
         cuwire_trace_call("cuMemsetD32_v2");
         CUresult cuwire_result = cuwire_impl_cuMemsetD32_v2(dstDevice, ui, N);
-        cuwire_trace_result("cuMemsetD32_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD32_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD32_v2(dstDevice, ui, N);
@@ -11407,10 +11407,10 @@ static inline CUresult cuwire_impl_cuMemsetD8(void)
 CUWIRE_EXPORT CUresult cuMemsetD8(void)
 {
     __atomic_add_fetch(&cuwire_counts[438], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMemsetD8");
         CUresult cuwire_result = cuwire_impl_cuMemsetD8();
-        cuwire_trace_result("cuMemsetD8", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD8", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD8();
@@ -11438,7 +11438,7 @@ CUWIRE_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, 
     if (cuwire_trace) {
         cuwire_trace_call("cuMemsetD8Async");
         CUresult cuwire_result = cuwire_impl_cuMemsetD8Async(dstDevice, uc, N, hStream);
-        cuwire_trace_result("cuMemsetD8Async", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD8Async", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD8Async(dstDevice, uc, N, hStream);
@@ -11473,7 +11473,7 @@ CUWIRE_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, si
     if (cuwire_trace) {
         cuwire_trace_call("cuMemsetD8_v2");
         CUresult cuwire_result = cuwire_impl_cuMemsetD8_v2(dstDevice, uc, N);
-        cuwire_trace_result("cuMemsetD8_v2", (int)cuwire_result);
+        cuwire_trace_result("cuMemsetD8_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMemsetD8_v2(dstDevice, uc, N);
@@ -11494,7 +11494,7 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const C
     if (cuwire_trace) {
         cuwire_trace_call("cuMipmappedArrayCreate");
         CUresult cuwire_result = cuwire_impl_cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels);
-        cuwire_trace_result("cuMipmappedArrayCreate", (int)cuwire_result);
+        cuwire_trace_result("cuMipmappedArrayCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels);
@@ -11514,7 +11514,7 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
     if (cuwire_trace) {
         cuwire_trace_call("cuMipmappedArrayDestroy");
         CUresult cuwire_result = cuwire_impl_cuMipmappedArrayDestroy(hMipmappedArray);
-        cuwire_trace_result("cuMipmappedArrayDestroy", (int)cuwire_result);
+        cuwire_trace_result("cuMipmappedArrayDestroy", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMipmappedArrayDestroy(hMipmappedArray);
@@ -11534,7 +11534,7 @@ CUWIRE_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappe
     if (cuwire_trace) {
         cuwire_trace_call("cuMipmappedArrayGetLevel");
         CUresult cuwire_result = cuwire_impl_cuMipmappedArrayGetLevel(pLevelArray, hMipmappedArray, level);
-        cuwire_trace_result("cuMipmappedArrayGetLevel", (int)cuwire_result);
+        cuwire_trace_result("cuMipmappedArrayGetLevel", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMipmappedArrayGetLevel(pLevelArray, hMipmappedArray, level);
@@ -11549,10 +11549,10 @@ static inline CUresult cuwire_impl_cuMipmappedArrayGetMemoryRequirements(CUDA_AR
 CUWIRE_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUmipmappedArray mipmap, CUdevice device)
 {
     __atomic_add_fetch(&cuwire_counts[444], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMipmappedArrayGetMemoryRequirements");
         CUresult cuwire_result = cuwire_impl_cuMipmappedArrayGetMemoryRequirements(memoryRequirements, mipmap, device);
-        cuwire_trace_result("cuMipmappedArrayGetMemoryRequirements", (int)cuwire_result);
+        cuwire_trace_result("cuMipmappedArrayGetMemoryRequirements", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMipmappedArrayGetMemoryRequirements(memoryRequirements, mipmap, device);
@@ -11567,10 +11567,10 @@ static inline CUresult cuwire_impl_cuMipmappedArrayGetSparseProperties(CUDA_ARRA
 CUWIRE_EXPORT CUresult cuMipmappedArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *sparseProperties, CUmipmappedArray mipmap)
 {
     __atomic_add_fetch(&cuwire_counts[445], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMipmappedArrayGetSparseProperties");
         CUresult cuwire_result = cuwire_impl_cuMipmappedArrayGetSparseProperties(sparseProperties, mipmap);
-        cuwire_trace_result("cuMipmappedArrayGetSparseProperties", (int)cuwire_result);
+        cuwire_trace_result("cuMipmappedArrayGetSparseProperties", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMipmappedArrayGetSparseProperties(sparseProperties, mipmap);
@@ -11590,7 +11590,7 @@ CUWIRE_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigne
     if (cuwire_trace) {
         cuwire_trace_call("cuModuleEnumerateFunctions");
         CUresult cuwire_result = cuwire_impl_cuModuleEnumerateFunctions(functions, numFunctions, mod);
-        cuwire_trace_result("cuModuleEnumerateFunctions", (int)cuwire_result);
+        cuwire_trace_result("cuModuleEnumerateFunctions", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuModuleEnumerateFunctions(functions, numFunctions, mod);
@@ -11610,7 +11610,7 @@ CUWIRE_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, con
     if (cuwire_trace) {
         cuwire_trace_call("cuModuleGetFunction");
         CUresult cuwire_result = cuwire_impl_cuModuleGetFunction(hfunc, hmod, name);
-        cuwire_trace_result("cuModuleGetFunction", (int)cuwire_result);
+        cuwire_trace_result("cuModuleGetFunction", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuModuleGetFunction(hfunc, hmod, name);
@@ -11630,7 +11630,7 @@ CUWIRE_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mo
     if (cuwire_trace) {
         cuwire_trace_call("cuModuleGetFunctionCount");
         CUresult cuwire_result = cuwire_impl_cuModuleGetFunctionCount(count, mod);
-        cuwire_trace_result("cuModuleGetFunctionCount", (int)cuwire_result);
+        cuwire_trace_result("cuModuleGetFunctionCount", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuModuleGetFunctionCount(count, mod);
@@ -11645,10 +11645,10 @@ static inline CUresult cuwire_impl_cuModuleGetGlobal(void)
 CUWIRE_EXPORT CUresult cuModuleGetGlobal(void)
 {
     __atomic_add_fetch(&cuwire_counts[449], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuModuleGetGlobal");
         CUresult cuwire_result = cuwire_impl_cuModuleGetGlobal();
-        cuwire_trace_result("cuModuleGetGlobal", (int)cuwire_result);
+        cuwire_trace_result("cuModuleGetGlobal", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuModuleGetGlobal();
@@ -11668,7 +11668,7 @@ CUWIRE_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CU
     if (cuwire_trace) {
         cuwire_trace_call("cuModuleGetGlobal_v2");
         CUresult cuwire_result = cuwire_impl_cuModuleGetGlobal_v2(dptr, bytes, hmod, name);
-        cuwire_trace_result("cuModuleGetGlobal_v2", (int)cuwire_result);
+        cuwire_trace_result("cuModuleGetGlobal_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuModuleGetGlobal_v2(dptr, bytes, hmod, name);
@@ -11683,10 +11683,10 @@ return cuwire_local_cuModuleGetLoadingMode(mode);
 CUWIRE_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
 {
     __atomic_add_fetch(&cuwire_counts[451], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuModuleGetLoadingMode");
         CUresult cuwire_result = cuwire_impl_cuModuleGetLoadingMode(mode);
-        cuwire_trace_result("cuModuleGetLoadingMode", (int)cuwire_result);
+        cuwire_trace_result("cuModuleGetLoadingMode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuModuleGetLoadingMode(mode);
@@ -11701,10 +11701,10 @@ static inline CUresult cuwire_impl_cuModuleGetSurfRef(CUsurfref *pSurfRef, CUmod
 CUWIRE_EXPORT CUresult cuModuleGetSurfRef(CUsurfref *pSurfRef, CUmodule hmod, const char *name)
 {
     __atomic_add_fetch(&cuwire_counts[452], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuModuleGetSurfRef");
         CUresult cuwire_result = cuwire_impl_cuModuleGetSurfRef(pSurfRef, hmod, name);
-        cuwire_trace_result("cuModuleGetSurfRef", (int)cuwire_result);
+        cuwire_trace_result("cuModuleGetSurfRef", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuModuleGetSurfRef(pSurfRef, hmod, name);
@@ -11719,10 +11719,10 @@ static inline CUresult cuwire_impl_cuModuleGetTexRef(CUtexref *pTexRef, CUmodule
 CUWIRE_EXPORT CUresult cuModuleGetTexRef(CUtexref *pTexRef, CUmodule hmod, const char *name)
 {
     __atomic_add_fetch(&cuwire_counts[453], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuModuleGetTexRef");
         CUresult cuwire_result = cuwire_impl_cuModuleGetTexRef(pTexRef, hmod, name);
-        cuwire_trace_result("cuModuleGetTexRef", (int)cuwire_result);
+        cuwire_trace_result("cuModuleGetTexRef", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuModuleGetTexRef(pTexRef, hmod, name);
@@ -11742,7 +11742,7 @@ CUWIRE_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
     if (cuwire_trace) {
         cuwire_trace_call("cuModuleLoad");
         CUresult cuwire_result = cuwire_impl_cuModuleLoad(module, fname);
-        cuwire_trace_result("cuModuleLoad", (int)cuwire_result);
+        cuwire_trace_result("cuModuleLoad", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuModuleLoad(module, fname);
@@ -11762,7 +11762,7 @@ CUWIRE_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
     if (cuwire_trace) {
         cuwire_trace_call("cuModuleLoadData");
         CUresult cuwire_result = cuwire_impl_cuModuleLoadData(module, image);
-        cuwire_trace_result("cuModuleLoadData", (int)cuwire_result);
+        cuwire_trace_result("cuModuleLoadData", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuModuleLoadData(module, image);
@@ -11782,7 +11782,7 @@ CUWIRE_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, u
     if (cuwire_trace) {
         cuwire_trace_call("cuModuleLoadDataEx");
         CUresult cuwire_result = cuwire_impl_cuModuleLoadDataEx(module, image, numOptions, options, optionValues);
-        cuwire_trace_result("cuModuleLoadDataEx", (int)cuwire_result);
+        cuwire_trace_result("cuModuleLoadDataEx", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuModuleLoadDataEx(module, image, numOptions, options, optionValues);
@@ -11802,7 +11802,7 @@ CUWIRE_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCu
     if (cuwire_trace) {
         cuwire_trace_call("cuModuleLoadFatBinary");
         CUresult cuwire_result = cuwire_impl_cuModuleLoadFatBinary(module, fatCubin);
-        cuwire_trace_result("cuModuleLoadFatBinary", (int)cuwire_result);
+        cuwire_trace_result("cuModuleLoadFatBinary", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuModuleLoadFatBinary(module, fatCubin);
@@ -11817,10 +11817,10 @@ return cuwire_local_cuModuleUnload(hmod);
 CUWIRE_EXPORT CUresult cuModuleUnload(CUmodule hmod)
 {
     __atomic_add_fetch(&cuwire_counts[458], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuModuleUnload");
         CUresult cuwire_result = cuwire_impl_cuModuleUnload(hmod);
-        cuwire_trace_result("cuModuleUnload", (int)cuwire_result);
+        cuwire_trace_result("cuModuleUnload", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuModuleUnload(hmod);
@@ -11835,10 +11835,10 @@ static inline CUresult cuwire_impl_cuMulticastAddDevice(CUmemGenericAllocationHa
 CUWIRE_EXPORT CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice dev)
 {
     __atomic_add_fetch(&cuwire_counts[459], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMulticastAddDevice");
         CUresult cuwire_result = cuwire_impl_cuMulticastAddDevice(mcHandle, dev);
-        cuwire_trace_result("cuMulticastAddDevice", (int)cuwire_result);
+        cuwire_trace_result("cuMulticastAddDevice", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMulticastAddDevice(mcHandle, dev);
@@ -11853,10 +11853,10 @@ static inline CUresult cuwire_impl_cuMulticastBindAddr(CUmemGenericAllocationHan
 CUWIRE_EXPORT CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUdeviceptr memptr, size_t size, unsigned long long flags)
 {
     __atomic_add_fetch(&cuwire_counts[460], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMulticastBindAddr");
         CUresult cuwire_result = cuwire_impl_cuMulticastBindAddr(mcHandle, mcOffset, memptr, size, flags);
-        cuwire_trace_result("cuMulticastBindAddr", (int)cuwire_result);
+        cuwire_trace_result("cuMulticastBindAddr", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMulticastBindAddr(mcHandle, mcOffset, memptr, size, flags);
@@ -11871,10 +11871,10 @@ static inline CUresult cuwire_impl_cuMulticastBindMem(CUmemGenericAllocationHand
 CUWIRE_EXPORT CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size, unsigned long long flags)
 {
     __atomic_add_fetch(&cuwire_counts[461], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMulticastBindMem");
         CUresult cuwire_result = cuwire_impl_cuMulticastBindMem(mcHandle, mcOffset, memHandle, memOffset, size, flags);
-        cuwire_trace_result("cuMulticastBindMem", (int)cuwire_result);
+        cuwire_trace_result("cuMulticastBindMem", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMulticastBindMem(mcHandle, mcOffset, memHandle, memOffset, size, flags);
@@ -11889,10 +11889,10 @@ static inline CUresult cuwire_impl_cuMulticastCreate(CUmemGenericAllocationHandl
 CUWIRE_EXPORT CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop)
 {
     __atomic_add_fetch(&cuwire_counts[462], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMulticastCreate");
         CUresult cuwire_result = cuwire_impl_cuMulticastCreate(mcHandle, prop);
-        cuwire_trace_result("cuMulticastCreate", (int)cuwire_result);
+        cuwire_trace_result("cuMulticastCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMulticastCreate(mcHandle, prop);
@@ -11907,10 +11907,10 @@ static inline CUresult cuwire_impl_cuMulticastGetGranularity(size_t *granularity
 CUWIRE_EXPORT CUresult cuMulticastGetGranularity(size_t *granularity, const CUmulticastObjectProp *prop, CUmulticastGranularity_flags option)
 {
     __atomic_add_fetch(&cuwire_counts[463], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMulticastGetGranularity");
         CUresult cuwire_result = cuwire_impl_cuMulticastGetGranularity(granularity, prop, option);
-        cuwire_trace_result("cuMulticastGetGranularity", (int)cuwire_result);
+        cuwire_trace_result("cuMulticastGetGranularity", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMulticastGetGranularity(granularity, prop, option);
@@ -11925,10 +11925,10 @@ static inline CUresult cuwire_impl_cuMulticastUnbind(CUmemGenericAllocationHandl
 CUWIRE_EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset, size_t size)
 {
     __atomic_add_fetch(&cuwire_counts[464], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuMulticastUnbind");
         CUresult cuwire_result = cuwire_impl_cuMulticastUnbind(mcHandle, dev, mcOffset, size);
-        cuwire_trace_result("cuMulticastUnbind", (int)cuwire_result);
+        cuwire_trace_result("cuMulticastUnbind", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuMulticastUnbind(mcHandle, dev, mcOffset, size);
@@ -11948,7 +11948,7 @@ CUWIRE_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSm
     if (cuwire_trace) {
         cuwire_trace_call("cuOccupancyAvailableDynamicSMemPerBlock");
         CUresult cuwire_result = cuwire_impl_cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize);
-        cuwire_trace_result("cuOccupancyAvailableDynamicSMemPerBlock", (int)cuwire_result);
+        cuwire_trace_result("cuOccupancyAvailableDynamicSMemPerBlock", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize);
@@ -11978,7 +11978,7 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlock
     if (cuwire_trace) {
         cuwire_trace_call("cuOccupancyMaxActiveBlocksPerMultiprocessor");
         CUresult cuwire_result = cuwire_impl_cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize);
-        cuwire_trace_result("cuOccupancyMaxActiveBlocksPerMultiprocessor", (int)cuwire_result);
+        cuwire_trace_result("cuOccupancyMaxActiveBlocksPerMultiprocessor", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize);
@@ -12008,7 +12008,7 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int 
     if (cuwire_trace) {
         cuwire_trace_call("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags");
         CUresult cuwire_result = cuwire_impl_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags);
-        cuwire_trace_result("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", (int)cuwire_result);
+        cuwire_trace_result("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags);
@@ -12028,7 +12028,7 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction
     if (cuwire_trace) {
         cuwire_trace_call("cuOccupancyMaxActiveClusters");
         CUresult cuwire_result = cuwire_impl_cuOccupancyMaxActiveClusters(numClusters, func, config);
-        cuwire_trace_result("cuOccupancyMaxActiveClusters", (int)cuwire_result);
+        cuwire_trace_result("cuOccupancyMaxActiveClusters", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuOccupancyMaxActiveClusters(numClusters, func, config);
@@ -12043,10 +12043,10 @@ return cuwire_local_cuOccupancyMaxPotentialBlockSize(minGridSize, blockSize, fun
 CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit)
 {
     __atomic_add_fetch(&cuwire_counts[469], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuOccupancyMaxPotentialBlockSize");
         CUresult cuwire_result = cuwire_impl_cuOccupancyMaxPotentialBlockSize(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit);
-        cuwire_trace_result("cuOccupancyMaxPotentialBlockSize", (int)cuwire_result);
+        cuwire_trace_result("cuOccupancyMaxPotentialBlockSize", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuOccupancyMaxPotentialBlockSize(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit);
@@ -12061,10 +12061,10 @@ return cuwire_local_cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, block
 CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags)
 {
     __atomic_add_fetch(&cuwire_counts[470], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuOccupancyMaxPotentialBlockSizeWithFlags");
         CUresult cuwire_result = cuwire_impl_cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit, flags);
-        cuwire_trace_result("cuOccupancyMaxPotentialBlockSizeWithFlags", (int)cuwire_result);
+        cuwire_trace_result("cuOccupancyMaxPotentialBlockSizeWithFlags", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit, flags);
@@ -12084,7 +12084,7 @@ CUWIRE_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfu
     if (cuwire_trace) {
         cuwire_trace_call("cuOccupancyMaxPotentialClusterSize");
         CUresult cuwire_result = cuwire_impl_cuOccupancyMaxPotentialClusterSize(clusterSize, func, config);
-        cuwire_trace_result("cuOccupancyMaxPotentialClusterSize", (int)cuwire_result);
+        cuwire_trace_result("cuOccupancyMaxPotentialClusterSize", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuOccupancyMaxPotentialClusterSize(clusterSize, func, config);
@@ -12099,10 +12099,10 @@ static inline CUresult cuwire_impl_cuParamSetSize(CUfunction hfunc, unsigned int
 CUWIRE_EXPORT CUresult cuParamSetSize(CUfunction hfunc, unsigned int numbytes)
 {
     __atomic_add_fetch(&cuwire_counts[472], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuParamSetSize");
         CUresult cuwire_result = cuwire_impl_cuParamSetSize(hfunc, numbytes);
-        cuwire_trace_result("cuParamSetSize", (int)cuwire_result);
+        cuwire_trace_result("cuParamSetSize", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuParamSetSize(hfunc, numbytes);
@@ -12117,10 +12117,10 @@ static inline CUresult cuwire_impl_cuParamSetTexRef(CUfunction hfunc, int texuni
 CUWIRE_EXPORT CUresult cuParamSetTexRef(CUfunction hfunc, int texunit, CUtexref hTexRef)
 {
     __atomic_add_fetch(&cuwire_counts[473], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuParamSetTexRef");
         CUresult cuwire_result = cuwire_impl_cuParamSetTexRef(hfunc, texunit, hTexRef);
-        cuwire_trace_result("cuParamSetTexRef", (int)cuwire_result);
+        cuwire_trace_result("cuParamSetTexRef", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuParamSetTexRef(hfunc, texunit, hTexRef);
@@ -12135,10 +12135,10 @@ static inline CUresult cuwire_impl_cuParamSetf(CUfunction hfunc, int offset, flo
 CUWIRE_EXPORT CUresult cuParamSetf(CUfunction hfunc, int offset, float value)
 {
     __atomic_add_fetch(&cuwire_counts[474], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuParamSetf");
         CUresult cuwire_result = cuwire_impl_cuParamSetf(hfunc, offset, value);
-        cuwire_trace_result("cuParamSetf", (int)cuwire_result);
+        cuwire_trace_result("cuParamSetf", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuParamSetf(hfunc, offset, value);
@@ -12153,10 +12153,10 @@ static inline CUresult cuwire_impl_cuParamSeti(CUfunction hfunc, int offset, uns
 CUWIRE_EXPORT CUresult cuParamSeti(CUfunction hfunc, int offset, unsigned int value)
 {
     __atomic_add_fetch(&cuwire_counts[475], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuParamSeti");
         CUresult cuwire_result = cuwire_impl_cuParamSeti(hfunc, offset, value);
-        cuwire_trace_result("cuParamSeti", (int)cuwire_result);
+        cuwire_trace_result("cuParamSeti", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuParamSeti(hfunc, offset, value);
@@ -12171,10 +12171,10 @@ static inline CUresult cuwire_impl_cuParamSetv(CUfunction hfunc, int offset, voi
 CUWIRE_EXPORT CUresult cuParamSetv(CUfunction hfunc, int offset, void *ptr, unsigned int numbytes)
 {
     __atomic_add_fetch(&cuwire_counts[476], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuParamSetv");
         CUresult cuwire_result = cuwire_impl_cuParamSetv(hfunc, offset, ptr, numbytes);
-        cuwire_trace_result("cuParamSetv", (int)cuwire_result);
+        cuwire_trace_result("cuParamSetv", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuParamSetv(hfunc, offset, ptr, numbytes);
@@ -12194,7 +12194,7 @@ CUWIRE_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute att
     if (cuwire_trace) {
         cuwire_trace_call("cuPointerGetAttribute");
         CUresult cuwire_result = cuwire_impl_cuPointerGetAttribute(data, attribute, ptr);
-        cuwire_trace_result("cuPointerGetAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuPointerGetAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuPointerGetAttribute(data, attribute, ptr);
@@ -12214,7 +12214,7 @@ CUWIRE_EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpoin
     if (cuwire_trace) {
         cuwire_trace_call("cuPointerGetAttributes");
         CUresult cuwire_result = cuwire_impl_cuPointerGetAttributes(numAttributes, attributes, data, ptr);
-        cuwire_trace_result("cuPointerGetAttributes", (int)cuwire_result);
+        cuwire_trace_result("cuPointerGetAttributes", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuPointerGetAttributes(numAttributes, attributes, data, ptr);
@@ -12234,7 +12234,7 @@ CUWIRE_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attrib
     if (cuwire_trace) {
         cuwire_trace_call("cuPointerSetAttribute");
         CUresult cuwire_result = cuwire_impl_cuPointerSetAttribute(value, attribute, ptr);
-        cuwire_trace_result("cuPointerSetAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuPointerSetAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuPointerSetAttribute(value, attribute, ptr);
@@ -12249,10 +12249,10 @@ static inline CUresult cuwire_impl_cuProfilerInitialize(void)
 CUWIRE_EXPORT CUresult cuProfilerInitialize(void)
 {
     __atomic_add_fetch(&cuwire_counts[480], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuProfilerInitialize");
         CUresult cuwire_result = cuwire_impl_cuProfilerInitialize();
-        cuwire_trace_result("cuProfilerInitialize", (int)cuwire_result);
+        cuwire_trace_result("cuProfilerInitialize", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuProfilerInitialize();
@@ -12281,7 +12281,7 @@ CUWIRE_EXPORT CUresult cuProfilerStart(void)
     if (cuwire_trace) {
         cuwire_trace_call("cuProfilerStart");
         CUresult cuwire_result = cuwire_impl_cuProfilerStart();
-        cuwire_trace_result("cuProfilerStart", (int)cuwire_result);
+        cuwire_trace_result("cuProfilerStart", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuProfilerStart();
@@ -12310,7 +12310,7 @@ CUWIRE_EXPORT CUresult cuProfilerStop(void)
     if (cuwire_trace) {
         cuwire_trace_call("cuProfilerStop");
         CUresult cuwire_result = cuwire_impl_cuProfilerStop();
-        cuwire_trace_result("cuProfilerStop", (int)cuwire_result);
+        cuwire_trace_result("cuProfilerStop", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuProfilerStop();
@@ -12325,10 +12325,10 @@ static inline CUresult cuwire_impl_cuSignalExternalSemaphoresAsync(const CUexter
 CUWIRE_EXPORT CUresult cuSignalExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
     __atomic_add_fetch(&cuwire_counts[483], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuSignalExternalSemaphoresAsync");
         CUresult cuwire_result = cuwire_impl_cuSignalExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
-        cuwire_trace_result("cuSignalExternalSemaphoresAsync", (int)cuwire_result);
+        cuwire_trace_result("cuSignalExternalSemaphoresAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuSignalExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
@@ -12344,10 +12344,10 @@ return cuwire_local_cuStreamAddCallback(hStream, callback, userData, flags);
 CUWIRE_EXPORT CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
     __atomic_add_fetch(&cuwire_counts[484], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamAddCallback");
         CUresult cuwire_result = cuwire_impl_cuStreamAddCallback(hStream, callback, userData, flags);
-        cuwire_trace_result("cuStreamAddCallback", (int)cuwire_result);
+        cuwire_trace_result("cuStreamAddCallback", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamAddCallback(hStream, callback, userData, flags);
@@ -12363,10 +12363,10 @@ return cuwire_local_cuStreamAttachMemAsync(hStream, dptr, length, flags);
 CUWIRE_EXPORT CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
 {
     __atomic_add_fetch(&cuwire_counts[485], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamAttachMemAsync");
         CUresult cuwire_result = cuwire_impl_cuStreamAttachMemAsync(hStream, dptr, length, flags);
-        cuwire_trace_result("cuStreamAttachMemAsync", (int)cuwire_result);
+        cuwire_trace_result("cuStreamAttachMemAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamAttachMemAsync(hStream, dptr, length, flags);
@@ -12382,10 +12382,10 @@ static inline CUresult cuwire_impl_cuStreamBatchMemOp(void)
 CUWIRE_EXPORT CUresult cuStreamBatchMemOp(void)
 {
     __atomic_add_fetch(&cuwire_counts[486], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamBatchMemOp");
         CUresult cuwire_result = cuwire_impl_cuStreamBatchMemOp();
-        cuwire_trace_result("cuStreamBatchMemOp", (int)cuwire_result);
+        cuwire_trace_result("cuStreamBatchMemOp", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamBatchMemOp();
@@ -12400,10 +12400,10 @@ static inline CUresult cuwire_impl_cuStreamBatchMemOp_ptsz(void)
 CUWIRE_EXPORT CUresult cuStreamBatchMemOp_ptsz(void)
 {
     __atomic_add_fetch(&cuwire_counts[487], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamBatchMemOp_ptsz");
         CUresult cuwire_result = cuwire_impl_cuStreamBatchMemOp_ptsz();
-        cuwire_trace_result("cuStreamBatchMemOp_ptsz", (int)cuwire_result);
+        cuwire_trace_result("cuStreamBatchMemOp_ptsz", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamBatchMemOp_ptsz();
@@ -12423,7 +12423,7 @@ CUWIRE_EXPORT CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int count
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamBatchMemOp_v2");
         CUresult cuwire_result = cuwire_impl_cuStreamBatchMemOp_v2(stream, count, paramArray, flags);
-        cuwire_trace_result("cuStreamBatchMemOp_v2", (int)cuwire_result);
+        cuwire_trace_result("cuStreamBatchMemOp_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamBatchMemOp_v2(stream, count, paramArray, flags);
@@ -12439,10 +12439,10 @@ static inline CUresult cuwire_impl_cuStreamBeginCapture(void)
 CUWIRE_EXPORT CUresult cuStreamBeginCapture(void)
 {
     __atomic_add_fetch(&cuwire_counts[489], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamBeginCapture");
         CUresult cuwire_result = cuwire_impl_cuStreamBeginCapture();
-        cuwire_trace_result("cuStreamBeginCapture", (int)cuwire_result);
+        cuwire_trace_result("cuStreamBeginCapture", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamBeginCapture();
@@ -12466,7 +12466,7 @@ CUWIRE_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGr
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamBeginCaptureToGraph");
         CUresult cuwire_result = cuwire_impl_cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
-        cuwire_trace_result("cuStreamBeginCaptureToGraph", (int)cuwire_result);
+        cuwire_trace_result("cuStreamBeginCaptureToGraph", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
@@ -12482,10 +12482,10 @@ static inline CUresult cuwire_impl_cuStreamBeginCapture_ptsz(void)
 CUWIRE_EXPORT CUresult cuStreamBeginCapture_ptsz(void)
 {
     __atomic_add_fetch(&cuwire_counts[491], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamBeginCapture_ptsz");
         CUresult cuwire_result = cuwire_impl_cuStreamBeginCapture_ptsz();
-        cuwire_trace_result("cuStreamBeginCapture_ptsz", (int)cuwire_result);
+        cuwire_trace_result("cuStreamBeginCapture_ptsz", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamBeginCapture_ptsz();
@@ -12509,7 +12509,7 @@ CUWIRE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCapture
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamBeginCapture_v2");
         CUresult cuwire_result = cuwire_impl_cuStreamBeginCapture_v2(hStream, mode);
-        cuwire_trace_result("cuStreamBeginCapture_v2", (int)cuwire_result);
+        cuwire_trace_result("cuStreamBeginCapture_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamBeginCapture_v2(hStream, mode);
@@ -12530,7 +12530,7 @@ CUWIRE_EXPORT CUresult cuStreamCopyAttributes(CUstream dst, CUstream src)
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamCopyAttributes");
         CUresult cuwire_result = cuwire_impl_cuStreamCopyAttributes(dst, src);
-        cuwire_trace_result("cuStreamCopyAttributes", (int)cuwire_result);
+        cuwire_trace_result("cuStreamCopyAttributes", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamCopyAttributes(dst, src);
@@ -12551,7 +12551,7 @@ CUWIRE_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamCreate");
         CUresult cuwire_result = cuwire_impl_cuStreamCreate(phStream, Flags);
-        cuwire_trace_result("cuStreamCreate", (int)cuwire_result);
+        cuwire_trace_result("cuStreamCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamCreate(phStream, Flags);
@@ -12571,7 +12571,7 @@ CUWIRE_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned i
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamCreateWithPriority");
         CUresult cuwire_result = cuwire_impl_cuStreamCreateWithPriority(phStream, flags, priority);
-        cuwire_trace_result("cuStreamCreateWithPriority", (int)cuwire_result);
+        cuwire_trace_result("cuStreamCreateWithPriority", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamCreateWithPriority(phStream, flags, priority);
@@ -12586,10 +12586,10 @@ static inline CUresult cuwire_impl_cuStreamDestroy(void)
 CUWIRE_EXPORT CUresult cuStreamDestroy(void)
 {
     __atomic_add_fetch(&cuwire_counts[496], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamDestroy");
         CUresult cuwire_result = cuwire_impl_cuStreamDestroy();
-        cuwire_trace_result("cuStreamDestroy", (int)cuwire_result);
+        cuwire_trace_result("cuStreamDestroy", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamDestroy();
@@ -12609,7 +12609,7 @@ CUWIRE_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamDestroy_v2");
         CUresult cuwire_result = cuwire_impl_cuStreamDestroy_v2(hStream);
-        cuwire_trace_result("cuStreamDestroy_v2", (int)cuwire_result);
+        cuwire_trace_result("cuStreamDestroy_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamDestroy_v2(hStream);
@@ -12639,7 +12639,7 @@ CUWIRE_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamEndCapture");
         CUresult cuwire_result = cuwire_impl_cuStreamEndCapture(hStream, phGraph);
-        cuwire_trace_result("cuStreamEndCapture", (int)cuwire_result);
+        cuwire_trace_result("cuStreamEndCapture", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamEndCapture(hStream, phGraph);
@@ -12660,7 +12660,7 @@ CUWIRE_EXPORT CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID att
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamGetAttribute");
         CUresult cuwire_result = cuwire_impl_cuStreamGetAttribute(hStream, attr, value_out);
-        cuwire_trace_result("cuStreamGetAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuStreamGetAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamGetAttribute(hStream, attr, value_out);
@@ -12676,10 +12676,10 @@ return cuwire_local_cuStreamGetCaptureInfo(hStream, captureStatus);
 CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
     __atomic_add_fetch(&cuwire_counts[500], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamGetCaptureInfo");
         CUresult cuwire_result = cuwire_impl_cuStreamGetCaptureInfo(hStream, captureStatus);
-        cuwire_trace_result("cuStreamGetCaptureInfo", (int)cuwire_result);
+        cuwire_trace_result("cuStreamGetCaptureInfo", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamGetCaptureInfo(hStream, captureStatus);
@@ -12694,10 +12694,10 @@ static inline CUresult cuwire_impl_cuStreamGetCaptureInfo_ptsz(void)
 CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_ptsz(void)
 {
     __atomic_add_fetch(&cuwire_counts[501], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamGetCaptureInfo_ptsz");
         CUresult cuwire_result = cuwire_impl_cuStreamGetCaptureInfo_ptsz();
-        cuwire_trace_result("cuStreamGetCaptureInfo_ptsz", (int)cuwire_result);
+        cuwire_trace_result("cuStreamGetCaptureInfo_ptsz", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamGetCaptureInfo_ptsz();
@@ -12712,10 +12712,10 @@ return cuwire_local_cuStreamGetCaptureInfo_v2(hStream, captureStatus_out, id_out
 CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out)
 {
     __atomic_add_fetch(&cuwire_counts[502], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamGetCaptureInfo_v2");
         CUresult cuwire_result = cuwire_impl_cuStreamGetCaptureInfo_v2(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
-        cuwire_trace_result("cuStreamGetCaptureInfo_v2", (int)cuwire_result);
+        cuwire_trace_result("cuStreamGetCaptureInfo_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamGetCaptureInfo_v2(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
@@ -12730,10 +12730,10 @@ static inline CUresult cuwire_impl_cuStreamGetCaptureInfo_v2_ptsz(void)
 CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(void)
 {
     __atomic_add_fetch(&cuwire_counts[503], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamGetCaptureInfo_v2_ptsz");
         CUresult cuwire_result = cuwire_impl_cuStreamGetCaptureInfo_v2_ptsz();
-        cuwire_trace_result("cuStreamGetCaptureInfo_v2_ptsz", (int)cuwire_result);
+        cuwire_trace_result("cuStreamGetCaptureInfo_v2_ptsz", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamGetCaptureInfo_v2_ptsz();
@@ -12748,10 +12748,10 @@ return cuwire_local_cuStreamGetCaptureInfo_v3(hStream, captureStatus_out, id_out
 CUWIRE_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
 {
     __atomic_add_fetch(&cuwire_counts[504], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamGetCaptureInfo_v3");
         CUresult cuwire_result = cuwire_impl_cuStreamGetCaptureInfo_v3(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
-        cuwire_trace_result("cuStreamGetCaptureInfo_v3", (int)cuwire_result);
+        cuwire_trace_result("cuStreamGetCaptureInfo_v3", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamGetCaptureInfo_v3(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
@@ -12772,7 +12772,7 @@ CUWIRE_EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamGetCtx");
         CUresult cuwire_result = cuwire_impl_cuStreamGetCtx(hStream, pctx);
-        cuwire_trace_result("cuStreamGetCtx", (int)cuwire_result);
+        cuwire_trace_result("cuStreamGetCtx", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamGetCtx(hStream, pctx);
@@ -12788,10 +12788,10 @@ return cuwire_local_cuStreamGetCtx_v2(hStream, pCtx, pGreenCtx);
 CUWIRE_EXPORT CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
 {
     __atomic_add_fetch(&cuwire_counts[506], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamGetCtx_v2");
         CUresult cuwire_result = cuwire_impl_cuStreamGetCtx_v2(hStream, pCtx, pGreenCtx);
-        cuwire_trace_result("cuStreamGetCtx_v2", (int)cuwire_result);
+        cuwire_trace_result("cuStreamGetCtx_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamGetCtx_v2(hStream, pCtx, pGreenCtx);
@@ -12812,7 +12812,7 @@ CUWIRE_EXPORT CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamGetDevice");
         CUresult cuwire_result = cuwire_impl_cuStreamGetDevice(hStream, device);
-        cuwire_trace_result("cuStreamGetDevice", (int)cuwire_result);
+        cuwire_trace_result("cuStreamGetDevice", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamGetDevice(hStream, device);
@@ -12833,7 +12833,7 @@ CUWIRE_EXPORT CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamGetFlags");
         CUresult cuwire_result = cuwire_impl_cuStreamGetFlags(hStream, flags);
-        cuwire_trace_result("cuStreamGetFlags", (int)cuwire_result);
+        cuwire_trace_result("cuStreamGetFlags", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamGetFlags(hStream, flags);
@@ -12849,10 +12849,10 @@ static inline CUresult cuwire_impl_cuStreamGetGreenCtx(CUstream hStream, CUgreen
 CUWIRE_EXPORT CUresult cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx)
 {
     __atomic_add_fetch(&cuwire_counts[509], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamGetGreenCtx");
         CUresult cuwire_result = cuwire_impl_cuStreamGetGreenCtx(hStream, phCtx);
-        cuwire_trace_result("cuStreamGetGreenCtx", (int)cuwire_result);
+        cuwire_trace_result("cuStreamGetGreenCtx", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamGetGreenCtx(hStream, phCtx);
@@ -12872,7 +12872,7 @@ CUWIRE_EXPORT CUresult cuStreamGetId(CUstream hStream, unsigned long long *strea
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamGetId");
         CUresult cuwire_result = cuwire_impl_cuStreamGetId(hStream, streamId);
-        cuwire_trace_result("cuStreamGetId", (int)cuwire_result);
+        cuwire_trace_result("cuStreamGetId", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamGetId(hStream, streamId);
@@ -12893,7 +12893,7 @@ CUWIRE_EXPORT CUresult cuStreamGetPriority(CUstream hStream, int *priority)
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamGetPriority");
         CUresult cuwire_result = cuwire_impl_cuStreamGetPriority(hStream, priority);
-        cuwire_trace_result("cuStreamGetPriority", (int)cuwire_result);
+        cuwire_trace_result("cuStreamGetPriority", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamGetPriority(hStream, priority);
@@ -12909,10 +12909,10 @@ return cuwire_local_cuStreamIsCapturing(hStream, captureStatus);
 CUWIRE_EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
     __atomic_add_fetch(&cuwire_counts[512], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamIsCapturing");
         CUresult cuwire_result = cuwire_impl_cuStreamIsCapturing(hStream, captureStatus);
-        cuwire_trace_result("cuStreamIsCapturing", (int)cuwire_result);
+        cuwire_trace_result("cuStreamIsCapturing", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamIsCapturing(hStream, captureStatus);
@@ -12953,7 +12953,7 @@ CUWIRE_EXPORT CUresult cuStreamQuery(CUstream hStream)
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamQuery");
         CUresult cuwire_result = cuwire_synced_cuStreamQuery(hStream);
-        cuwire_trace_result("cuStreamQuery", (int)cuwire_result);
+        cuwire_trace_result("cuStreamQuery", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_synced_cuStreamQuery(hStream);
@@ -12974,7 +12974,7 @@ CUWIRE_EXPORT CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID att
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamSetAttribute");
         CUresult cuwire_result = cuwire_impl_cuStreamSetAttribute(hStream, attr, value);
-        cuwire_trace_result("cuStreamSetAttribute", (int)cuwire_result);
+        cuwire_trace_result("cuStreamSetAttribute", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamSetAttribute(hStream, attr, value);
@@ -13015,7 +13015,7 @@ CUWIRE_EXPORT CUresult cuStreamSynchronize(CUstream hStream)
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamSynchronize");
         CUresult cuwire_result = cuwire_synced_cuStreamSynchronize(hStream);
-        cuwire_trace_result("cuStreamSynchronize", (int)cuwire_result);
+        cuwire_trace_result("cuStreamSynchronize", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_synced_cuStreamSynchronize(hStream);
@@ -13031,10 +13031,10 @@ static inline CUresult cuwire_impl_cuStreamUpdateCaptureDependencies(void)
 CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies(void)
 {
     __atomic_add_fetch(&cuwire_counts[516], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamUpdateCaptureDependencies");
         CUresult cuwire_result = cuwire_impl_cuStreamUpdateCaptureDependencies();
-        cuwire_trace_result("cuStreamUpdateCaptureDependencies", (int)cuwire_result);
+        cuwire_trace_result("cuStreamUpdateCaptureDependencies", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamUpdateCaptureDependencies();
@@ -13049,10 +13049,10 @@ static inline CUresult cuwire_impl_cuStreamUpdateCaptureDependencies_ptsz(void)
 CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies_ptsz(void)
 {
     __atomic_add_fetch(&cuwire_counts[517], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamUpdateCaptureDependencies_ptsz");
         CUresult cuwire_result = cuwire_impl_cuStreamUpdateCaptureDependencies_ptsz();
-        cuwire_trace_result("cuStreamUpdateCaptureDependencies_ptsz", (int)cuwire_result);
+        cuwire_trace_result("cuStreamUpdateCaptureDependencies_ptsz", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamUpdateCaptureDependencies_ptsz();
@@ -13072,7 +13072,7 @@ CUWIRE_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CU
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamUpdateCaptureDependencies_v2");
         CUresult cuwire_result = cuwire_impl_cuStreamUpdateCaptureDependencies_v2(hStream, dependencies, dependencyData, numDependencies, flags);
-        cuwire_trace_result("cuStreamUpdateCaptureDependencies_v2", (int)cuwire_result);
+        cuwire_trace_result("cuStreamUpdateCaptureDependencies_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamUpdateCaptureDependencies_v2(hStream, dependencies, dependencyData, numDependencies, flags);
@@ -13103,7 +13103,7 @@ CUWIRE_EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsig
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamWaitEvent");
         CUresult cuwire_result = cuwire_impl_cuStreamWaitEvent(hStream, hEvent, Flags);
-        cuwire_trace_result("cuStreamWaitEvent", (int)cuwire_result);
+        cuwire_trace_result("cuStreamWaitEvent", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamWaitEvent(hStream, hEvent, Flags);
@@ -13119,10 +13119,10 @@ static inline CUresult cuwire_impl_cuStreamWaitValue32(void)
 CUWIRE_EXPORT CUresult cuStreamWaitValue32(void)
 {
     __atomic_add_fetch(&cuwire_counts[520], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamWaitValue32");
         CUresult cuwire_result = cuwire_impl_cuStreamWaitValue32();
-        cuwire_trace_result("cuStreamWaitValue32", (int)cuwire_result);
+        cuwire_trace_result("cuStreamWaitValue32", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamWaitValue32();
@@ -13137,10 +13137,10 @@ static inline CUresult cuwire_impl_cuStreamWaitValue32_ptsz(void)
 CUWIRE_EXPORT CUresult cuStreamWaitValue32_ptsz(void)
 {
     __atomic_add_fetch(&cuwire_counts[521], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamWaitValue32_ptsz");
         CUresult cuwire_result = cuwire_impl_cuStreamWaitValue32_ptsz();
-        cuwire_trace_result("cuStreamWaitValue32_ptsz", (int)cuwire_result);
+        cuwire_trace_result("cuStreamWaitValue32_ptsz", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamWaitValue32_ptsz();
@@ -13168,7 +13168,7 @@ CUWIRE_EXPORT CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr,
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamWaitValue32_v2");
         CUresult cuwire_result = cuwire_impl_cuStreamWaitValue32_v2(stream, addr, value, flags);
-        cuwire_trace_result("cuStreamWaitValue32_v2", (int)cuwire_result);
+        cuwire_trace_result("cuStreamWaitValue32_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamWaitValue32_v2(stream, addr, value, flags);
@@ -13184,10 +13184,10 @@ static inline CUresult cuwire_impl_cuStreamWaitValue64(void)
 CUWIRE_EXPORT CUresult cuStreamWaitValue64(void)
 {
     __atomic_add_fetch(&cuwire_counts[523], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamWaitValue64");
         CUresult cuwire_result = cuwire_impl_cuStreamWaitValue64();
-        cuwire_trace_result("cuStreamWaitValue64", (int)cuwire_result);
+        cuwire_trace_result("cuStreamWaitValue64", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamWaitValue64();
@@ -13202,10 +13202,10 @@ static inline CUresult cuwire_impl_cuStreamWaitValue64_ptsz(void)
 CUWIRE_EXPORT CUresult cuStreamWaitValue64_ptsz(void)
 {
     __atomic_add_fetch(&cuwire_counts[524], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamWaitValue64_ptsz");
         CUresult cuwire_result = cuwire_impl_cuStreamWaitValue64_ptsz();
-        cuwire_trace_result("cuStreamWaitValue64_ptsz", (int)cuwire_result);
+        cuwire_trace_result("cuStreamWaitValue64_ptsz", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamWaitValue64_ptsz();
@@ -13233,7 +13233,7 @@ CUWIRE_EXPORT CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr,
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamWaitValue64_v2");
         CUresult cuwire_result = cuwire_impl_cuStreamWaitValue64_v2(stream, addr, value, flags);
-        cuwire_trace_result("cuStreamWaitValue64_v2", (int)cuwire_result);
+        cuwire_trace_result("cuStreamWaitValue64_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamWaitValue64_v2(stream, addr, value, flags);
@@ -13249,10 +13249,10 @@ static inline CUresult cuwire_impl_cuStreamWriteValue32(void)
 CUWIRE_EXPORT CUresult cuStreamWriteValue32(void)
 {
     __atomic_add_fetch(&cuwire_counts[526], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamWriteValue32");
         CUresult cuwire_result = cuwire_impl_cuStreamWriteValue32();
-        cuwire_trace_result("cuStreamWriteValue32", (int)cuwire_result);
+        cuwire_trace_result("cuStreamWriteValue32", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamWriteValue32();
@@ -13267,10 +13267,10 @@ static inline CUresult cuwire_impl_cuStreamWriteValue32_ptsz(void)
 CUWIRE_EXPORT CUresult cuStreamWriteValue32_ptsz(void)
 {
     __atomic_add_fetch(&cuwire_counts[527], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamWriteValue32_ptsz");
         CUresult cuwire_result = cuwire_impl_cuStreamWriteValue32_ptsz();
-        cuwire_trace_result("cuStreamWriteValue32_ptsz", (int)cuwire_result);
+        cuwire_trace_result("cuStreamWriteValue32_ptsz", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamWriteValue32_ptsz();
@@ -13298,7 +13298,7 @@ CUWIRE_EXPORT CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamWriteValue32_v2");
         CUresult cuwire_result = cuwire_impl_cuStreamWriteValue32_v2(stream, addr, value, flags);
-        cuwire_trace_result("cuStreamWriteValue32_v2", (int)cuwire_result);
+        cuwire_trace_result("cuStreamWriteValue32_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamWriteValue32_v2(stream, addr, value, flags);
@@ -13314,10 +13314,10 @@ static inline CUresult cuwire_impl_cuStreamWriteValue64(void)
 CUWIRE_EXPORT CUresult cuStreamWriteValue64(void)
 {
     __atomic_add_fetch(&cuwire_counts[529], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamWriteValue64");
         CUresult cuwire_result = cuwire_impl_cuStreamWriteValue64();
-        cuwire_trace_result("cuStreamWriteValue64", (int)cuwire_result);
+        cuwire_trace_result("cuStreamWriteValue64", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamWriteValue64();
@@ -13332,10 +13332,10 @@ static inline CUresult cuwire_impl_cuStreamWriteValue64_ptsz(void)
 CUWIRE_EXPORT CUresult cuStreamWriteValue64_ptsz(void)
 {
     __atomic_add_fetch(&cuwire_counts[530], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuStreamWriteValue64_ptsz");
         CUresult cuwire_result = cuwire_impl_cuStreamWriteValue64_ptsz();
-        cuwire_trace_result("cuStreamWriteValue64_ptsz", (int)cuwire_result);
+        cuwire_trace_result("cuStreamWriteValue64_ptsz", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamWriteValue64_ptsz();
@@ -13363,7 +13363,7 @@ CUWIRE_EXPORT CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr
     if (cuwire_trace) {
         cuwire_trace_call("cuStreamWriteValue64_v2");
         CUresult cuwire_result = cuwire_impl_cuStreamWriteValue64_v2(stream, addr, value, flags);
-        cuwire_trace_result("cuStreamWriteValue64_v2", (int)cuwire_result);
+        cuwire_trace_result("cuStreamWriteValue64_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuStreamWriteValue64_v2(stream, addr, value, flags);
@@ -13384,7 +13384,7 @@ CUWIRE_EXPORT CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_
     if (cuwire_trace) {
         cuwire_trace_call("cuSurfObjectCreate");
         CUresult cuwire_result = cuwire_impl_cuSurfObjectCreate(pSurfObject, pResDesc);
-        cuwire_trace_result("cuSurfObjectCreate", (int)cuwire_result);
+        cuwire_trace_result("cuSurfObjectCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuSurfObjectCreate(pSurfObject, pResDesc);
@@ -13404,7 +13404,7 @@ CUWIRE_EXPORT CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
     if (cuwire_trace) {
         cuwire_trace_call("cuSurfObjectDestroy");
         CUresult cuwire_result = cuwire_impl_cuSurfObjectDestroy(surfObject);
-        cuwire_trace_result("cuSurfObjectDestroy", (int)cuwire_result);
+        cuwire_trace_result("cuSurfObjectDestroy", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuSurfObjectDestroy(surfObject);
@@ -13424,7 +13424,7 @@ CUWIRE_EXPORT CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc,
     if (cuwire_trace) {
         cuwire_trace_call("cuSurfObjectGetResourceDesc");
         CUresult cuwire_result = cuwire_impl_cuSurfObjectGetResourceDesc(pResDesc, surfObject);
-        cuwire_trace_result("cuSurfObjectGetResourceDesc", (int)cuwire_result);
+        cuwire_trace_result("cuSurfObjectGetResourceDesc", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuSurfObjectGetResourceDesc(pResDesc, surfObject);
@@ -13439,10 +13439,10 @@ static inline CUresult cuwire_impl_cuSurfRefGetArray(CUarray *phArray, CUsurfref
 CUWIRE_EXPORT CUresult cuSurfRefGetArray(CUarray *phArray, CUsurfref hSurfRef)
 {
     __atomic_add_fetch(&cuwire_counts[535], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuSurfRefGetArray");
         CUresult cuwire_result = cuwire_impl_cuSurfRefGetArray(phArray, hSurfRef);
-        cuwire_trace_result("cuSurfRefGetArray", (int)cuwire_result);
+        cuwire_trace_result("cuSurfRefGetArray", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuSurfRefGetArray(phArray, hSurfRef);
@@ -13457,10 +13457,10 @@ static inline CUresult cuwire_impl_cuSurfRefSetArray(CUsurfref hSurfRef, CUarray
 CUWIRE_EXPORT CUresult cuSurfRefSetArray(CUsurfref hSurfRef, CUarray hArray, unsigned int Flags)
 {
     __atomic_add_fetch(&cuwire_counts[536], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuSurfRefSetArray");
         CUresult cuwire_result = cuwire_impl_cuSurfRefSetArray(hSurfRef, hArray, Flags);
-        cuwire_trace_result("cuSurfRefSetArray", (int)cuwire_result);
+        cuwire_trace_result("cuSurfRefSetArray", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuSurfRefSetArray(hSurfRef, hArray, Flags);
@@ -13486,7 +13486,7 @@ CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorM
     if (cuwire_trace) {
         cuwire_trace_call("cuTensorMapEncodeIm2col");
         CUresult cuwire_result = cuwire_impl_cuTensorMapEncodeIm2col(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCorner, pixelBoxUpperCorner, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, swizzle, l2Promotion, oobFill);
-        cuwire_trace_result("cuTensorMapEncodeIm2col", (int)cuwire_result);
+        cuwire_trace_result("cuTensorMapEncodeIm2col", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTensorMapEncodeIm2col(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCorner, pixelBoxUpperCorner, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, swizzle, l2Promotion, oobFill);
@@ -13512,7 +13512,7 @@ CUWIRE_EXPORT CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUten
     if (cuwire_trace) {
         cuwire_trace_call("cuTensorMapEncodeIm2colWide");
         CUresult cuwire_result = cuwire_impl_cuTensorMapEncodeIm2colWide(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCornerWidth, pixelBoxUpperCornerWidth, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, mode, swizzle, l2Promotion, oobFill);
-        cuwire_trace_result("cuTensorMapEncodeIm2colWide", (int)cuwire_result);
+        cuwire_trace_result("cuTensorMapEncodeIm2colWide", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTensorMapEncodeIm2colWide(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCornerWidth, pixelBoxUpperCornerWidth, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, mode, swizzle, l2Promotion, oobFill);
@@ -13538,7 +13538,7 @@ CUWIRE_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMa
     if (cuwire_trace) {
         cuwire_trace_call("cuTensorMapEncodeTiled");
         CUresult cuwire_result = cuwire_impl_cuTensorMapEncodeTiled(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, boxDim, elementStrides, interleave, swizzle, l2Promotion, oobFill);
-        cuwire_trace_result("cuTensorMapEncodeTiled", (int)cuwire_result);
+        cuwire_trace_result("cuTensorMapEncodeTiled", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTensorMapEncodeTiled(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, boxDim, elementStrides, interleave, swizzle, l2Promotion, oobFill);
@@ -13564,7 +13564,7 @@ CUWIRE_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *g
     if (cuwire_trace) {
         cuwire_trace_call("cuTensorMapReplaceAddress");
         CUresult cuwire_result = cuwire_impl_cuTensorMapReplaceAddress(tensorMap, globalAddress);
-        cuwire_trace_result("cuTensorMapReplaceAddress", (int)cuwire_result);
+        cuwire_trace_result("cuTensorMapReplaceAddress", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTensorMapReplaceAddress(tensorMap, globalAddress);
@@ -13584,7 +13584,7 @@ CUWIRE_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RES
     if (cuwire_trace) {
         cuwire_trace_call("cuTexObjectCreate");
         CUresult cuwire_result = cuwire_impl_cuTexObjectCreate(pTexObject, pResDesc, pTexDesc, pResViewDesc);
-        cuwire_trace_result("cuTexObjectCreate", (int)cuwire_result);
+        cuwire_trace_result("cuTexObjectCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexObjectCreate(pTexObject, pResDesc, pTexDesc, pResViewDesc);
@@ -13604,7 +13604,7 @@ CUWIRE_EXPORT CUresult cuTexObjectDestroy(CUtexObject texObject)
     if (cuwire_trace) {
         cuwire_trace_call("cuTexObjectDestroy");
         CUresult cuwire_result = cuwire_impl_cuTexObjectDestroy(texObject);
-        cuwire_trace_result("cuTexObjectDestroy", (int)cuwire_result);
+        cuwire_trace_result("cuTexObjectDestroy", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexObjectDestroy(texObject);
@@ -13624,7 +13624,7 @@ CUWIRE_EXPORT CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, 
     if (cuwire_trace) {
         cuwire_trace_call("cuTexObjectGetResourceDesc");
         CUresult cuwire_result = cuwire_impl_cuTexObjectGetResourceDesc(pResDesc, texObject);
-        cuwire_trace_result("cuTexObjectGetResourceDesc", (int)cuwire_result);
+        cuwire_trace_result("cuTexObjectGetResourceDesc", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexObjectGetResourceDesc(pResDesc, texObject);
@@ -13644,7 +13644,7 @@ CUWIRE_EXPORT CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *p
     if (cuwire_trace) {
         cuwire_trace_call("cuTexObjectGetResourceViewDesc");
         CUresult cuwire_result = cuwire_impl_cuTexObjectGetResourceViewDesc(pResViewDesc, texObject);
-        cuwire_trace_result("cuTexObjectGetResourceViewDesc", (int)cuwire_result);
+        cuwire_trace_result("cuTexObjectGetResourceViewDesc", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexObjectGetResourceViewDesc(pResViewDesc, texObject);
@@ -13664,7 +13664,7 @@ CUWIRE_EXPORT CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CU
     if (cuwire_trace) {
         cuwire_trace_call("cuTexObjectGetTextureDesc");
         CUresult cuwire_result = cuwire_impl_cuTexObjectGetTextureDesc(pTexDesc, texObject);
-        cuwire_trace_result("cuTexObjectGetTextureDesc", (int)cuwire_result);
+        cuwire_trace_result("cuTexObjectGetTextureDesc", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexObjectGetTextureDesc(pTexDesc, texObject);
@@ -13679,10 +13679,10 @@ static inline CUresult cuwire_impl_cuTexRefCreate(CUtexref *pTexRef)
 CUWIRE_EXPORT CUresult cuTexRefCreate(CUtexref *pTexRef)
 {
     __atomic_add_fetch(&cuwire_counts[546], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefCreate");
         CUresult cuwire_result = cuwire_impl_cuTexRefCreate(pTexRef);
-        cuwire_trace_result("cuTexRefCreate", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefCreate(pTexRef);
@@ -13697,10 +13697,10 @@ static inline CUresult cuwire_impl_cuTexRefDestroy(CUtexref hTexRef)
 CUWIRE_EXPORT CUresult cuTexRefDestroy(CUtexref hTexRef)
 {
     __atomic_add_fetch(&cuwire_counts[547], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefDestroy");
         CUresult cuwire_result = cuwire_impl_cuTexRefDestroy(hTexRef);
-        cuwire_trace_result("cuTexRefDestroy", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefDestroy", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefDestroy(hTexRef);
@@ -13715,10 +13715,10 @@ static inline CUresult cuwire_impl_cuTexRefGetAddress(void)
 CUWIRE_EXPORT CUresult cuTexRefGetAddress(void)
 {
     __atomic_add_fetch(&cuwire_counts[548], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefGetAddress");
         CUresult cuwire_result = cuwire_impl_cuTexRefGetAddress();
-        cuwire_trace_result("cuTexRefGetAddress", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefGetAddress", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefGetAddress();
@@ -13733,10 +13733,10 @@ static inline CUresult cuwire_impl_cuTexRefGetAddressMode(CUaddress_mode *pam, C
 CUWIRE_EXPORT CUresult cuTexRefGetAddressMode(CUaddress_mode *pam, CUtexref hTexRef, int dim)
 {
     __atomic_add_fetch(&cuwire_counts[549], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefGetAddressMode");
         CUresult cuwire_result = cuwire_impl_cuTexRefGetAddressMode(pam, hTexRef, dim);
-        cuwire_trace_result("cuTexRefGetAddressMode", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefGetAddressMode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefGetAddressMode(pam, hTexRef, dim);
@@ -13751,10 +13751,10 @@ static inline CUresult cuwire_impl_cuTexRefGetAddress_v2(CUdeviceptr *pdptr, CUt
 CUWIRE_EXPORT CUresult cuTexRefGetAddress_v2(CUdeviceptr *pdptr, CUtexref hTexRef)
 {
     __atomic_add_fetch(&cuwire_counts[550], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefGetAddress_v2");
         CUresult cuwire_result = cuwire_impl_cuTexRefGetAddress_v2(pdptr, hTexRef);
-        cuwire_trace_result("cuTexRefGetAddress_v2", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefGetAddress_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefGetAddress_v2(pdptr, hTexRef);
@@ -13769,10 +13769,10 @@ static inline CUresult cuwire_impl_cuTexRefGetArray(CUarray *phArray, CUtexref h
 CUWIRE_EXPORT CUresult cuTexRefGetArray(CUarray *phArray, CUtexref hTexRef)
 {
     __atomic_add_fetch(&cuwire_counts[551], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefGetArray");
         CUresult cuwire_result = cuwire_impl_cuTexRefGetArray(phArray, hTexRef);
-        cuwire_trace_result("cuTexRefGetArray", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefGetArray", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefGetArray(phArray, hTexRef);
@@ -13787,10 +13787,10 @@ static inline CUresult cuwire_impl_cuTexRefGetBorderColor(float *pBorderColor, C
 CUWIRE_EXPORT CUresult cuTexRefGetBorderColor(float *pBorderColor, CUtexref hTexRef)
 {
     __atomic_add_fetch(&cuwire_counts[552], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefGetBorderColor");
         CUresult cuwire_result = cuwire_impl_cuTexRefGetBorderColor(pBorderColor, hTexRef);
-        cuwire_trace_result("cuTexRefGetBorderColor", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefGetBorderColor", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefGetBorderColor(pBorderColor, hTexRef);
@@ -13805,10 +13805,10 @@ static inline CUresult cuwire_impl_cuTexRefGetFilterMode(CUfilter_mode *pfm, CUt
 CUWIRE_EXPORT CUresult cuTexRefGetFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
 {
     __atomic_add_fetch(&cuwire_counts[553], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefGetFilterMode");
         CUresult cuwire_result = cuwire_impl_cuTexRefGetFilterMode(pfm, hTexRef);
-        cuwire_trace_result("cuTexRefGetFilterMode", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefGetFilterMode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefGetFilterMode(pfm, hTexRef);
@@ -13823,10 +13823,10 @@ static inline CUresult cuwire_impl_cuTexRefGetFlags(unsigned int *pFlags, CUtexr
 CUWIRE_EXPORT CUresult cuTexRefGetFlags(unsigned int *pFlags, CUtexref hTexRef)
 {
     __atomic_add_fetch(&cuwire_counts[554], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefGetFlags");
         CUresult cuwire_result = cuwire_impl_cuTexRefGetFlags(pFlags, hTexRef);
-        cuwire_trace_result("cuTexRefGetFlags", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefGetFlags", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefGetFlags(pFlags, hTexRef);
@@ -13841,10 +13841,10 @@ static inline CUresult cuwire_impl_cuTexRefGetFormat(CUarray_format *pFormat, in
 CUWIRE_EXPORT CUresult cuTexRefGetFormat(CUarray_format *pFormat, int *pNumChannels, CUtexref hTexRef)
 {
     __atomic_add_fetch(&cuwire_counts[555], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefGetFormat");
         CUresult cuwire_result = cuwire_impl_cuTexRefGetFormat(pFormat, pNumChannels, hTexRef);
-        cuwire_trace_result("cuTexRefGetFormat", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefGetFormat", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefGetFormat(pFormat, pNumChannels, hTexRef);
@@ -13859,10 +13859,10 @@ static inline CUresult cuwire_impl_cuTexRefGetMaxAnisotropy(int *pmaxAniso, CUte
 CUWIRE_EXPORT CUresult cuTexRefGetMaxAnisotropy(int *pmaxAniso, CUtexref hTexRef)
 {
     __atomic_add_fetch(&cuwire_counts[556], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefGetMaxAnisotropy");
         CUresult cuwire_result = cuwire_impl_cuTexRefGetMaxAnisotropy(pmaxAniso, hTexRef);
-        cuwire_trace_result("cuTexRefGetMaxAnisotropy", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefGetMaxAnisotropy", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefGetMaxAnisotropy(pmaxAniso, hTexRef);
@@ -13877,10 +13877,10 @@ static inline CUresult cuwire_impl_cuTexRefGetMipmapFilterMode(CUfilter_mode *pf
 CUWIRE_EXPORT CUresult cuTexRefGetMipmapFilterMode(CUfilter_mode *pfm, CUtexref hTexRef)
 {
     __atomic_add_fetch(&cuwire_counts[557], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefGetMipmapFilterMode");
         CUresult cuwire_result = cuwire_impl_cuTexRefGetMipmapFilterMode(pfm, hTexRef);
-        cuwire_trace_result("cuTexRefGetMipmapFilterMode", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefGetMipmapFilterMode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefGetMipmapFilterMode(pfm, hTexRef);
@@ -13895,10 +13895,10 @@ static inline CUresult cuwire_impl_cuTexRefGetMipmapLevelBias(float *pbias, CUte
 CUWIRE_EXPORT CUresult cuTexRefGetMipmapLevelBias(float *pbias, CUtexref hTexRef)
 {
     __atomic_add_fetch(&cuwire_counts[558], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefGetMipmapLevelBias");
         CUresult cuwire_result = cuwire_impl_cuTexRefGetMipmapLevelBias(pbias, hTexRef);
-        cuwire_trace_result("cuTexRefGetMipmapLevelBias", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefGetMipmapLevelBias", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefGetMipmapLevelBias(pbias, hTexRef);
@@ -13913,10 +13913,10 @@ static inline CUresult cuwire_impl_cuTexRefGetMipmapLevelClamp(float *pminMipmap
 CUWIRE_EXPORT CUresult cuTexRefGetMipmapLevelClamp(float *pminMipmapLevelClamp, float *pmaxMipmapLevelClamp, CUtexref hTexRef)
 {
     __atomic_add_fetch(&cuwire_counts[559], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefGetMipmapLevelClamp");
         CUresult cuwire_result = cuwire_impl_cuTexRefGetMipmapLevelClamp(pminMipmapLevelClamp, pmaxMipmapLevelClamp, hTexRef);
-        cuwire_trace_result("cuTexRefGetMipmapLevelClamp", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefGetMipmapLevelClamp", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefGetMipmapLevelClamp(pminMipmapLevelClamp, pmaxMipmapLevelClamp, hTexRef);
@@ -13931,10 +13931,10 @@ static inline CUresult cuwire_impl_cuTexRefGetMipmappedArray(CUmipmappedArray *p
 CUWIRE_EXPORT CUresult cuTexRefGetMipmappedArray(CUmipmappedArray *phMipmappedArray, CUtexref hTexRef)
 {
     __atomic_add_fetch(&cuwire_counts[560], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefGetMipmappedArray");
         CUresult cuwire_result = cuwire_impl_cuTexRefGetMipmappedArray(phMipmappedArray, hTexRef);
-        cuwire_trace_result("cuTexRefGetMipmappedArray", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefGetMipmappedArray", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefGetMipmappedArray(phMipmappedArray, hTexRef);
@@ -13949,10 +13949,10 @@ static inline CUresult cuwire_impl_cuTexRefSetAddress(void)
 CUWIRE_EXPORT CUresult cuTexRefSetAddress(void)
 {
     __atomic_add_fetch(&cuwire_counts[561], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefSetAddress");
         CUresult cuwire_result = cuwire_impl_cuTexRefSetAddress();
-        cuwire_trace_result("cuTexRefSetAddress", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefSetAddress", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefSetAddress();
@@ -13967,10 +13967,10 @@ static inline CUresult cuwire_impl_cuTexRefSetAddress2D(void)
 CUWIRE_EXPORT CUresult cuTexRefSetAddress2D(void)
 {
     __atomic_add_fetch(&cuwire_counts[562], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefSetAddress2D");
         CUresult cuwire_result = cuwire_impl_cuTexRefSetAddress2D();
-        cuwire_trace_result("cuTexRefSetAddress2D", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefSetAddress2D", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefSetAddress2D();
@@ -13985,10 +13985,10 @@ static inline CUresult cuwire_impl_cuTexRefSetAddress2D_v2(void)
 CUWIRE_EXPORT CUresult cuTexRefSetAddress2D_v2(void)
 {
     __atomic_add_fetch(&cuwire_counts[563], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefSetAddress2D_v2");
         CUresult cuwire_result = cuwire_impl_cuTexRefSetAddress2D_v2();
-        cuwire_trace_result("cuTexRefSetAddress2D_v2", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefSetAddress2D_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefSetAddress2D_v2();
@@ -14003,10 +14003,10 @@ static inline CUresult cuwire_impl_cuTexRefSetAddress2D_v3(CUtexref hTexRef, con
 CUWIRE_EXPORT CUresult cuTexRefSetAddress2D_v3(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *desc, CUdeviceptr dptr, size_t Pitch)
 {
     __atomic_add_fetch(&cuwire_counts[564], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefSetAddress2D_v3");
         CUresult cuwire_result = cuwire_impl_cuTexRefSetAddress2D_v3(hTexRef, desc, dptr, Pitch);
-        cuwire_trace_result("cuTexRefSetAddress2D_v3", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefSetAddress2D_v3", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefSetAddress2D_v3(hTexRef, desc, dptr, Pitch);
@@ -14021,10 +14021,10 @@ static inline CUresult cuwire_impl_cuTexRefSetAddressMode(CUtexref hTexRef, int 
 CUWIRE_EXPORT CUresult cuTexRefSetAddressMode(CUtexref hTexRef, int dim, CUaddress_mode am)
 {
     __atomic_add_fetch(&cuwire_counts[565], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefSetAddressMode");
         CUresult cuwire_result = cuwire_impl_cuTexRefSetAddressMode(hTexRef, dim, am);
-        cuwire_trace_result("cuTexRefSetAddressMode", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefSetAddressMode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefSetAddressMode(hTexRef, dim, am);
@@ -14039,10 +14039,10 @@ static inline CUresult cuwire_impl_cuTexRefSetAddress_v2(size_t *ByteOffset, CUt
 CUWIRE_EXPORT CUresult cuTexRefSetAddress_v2(size_t *ByteOffset, CUtexref hTexRef, CUdeviceptr dptr, size_t bytes)
 {
     __atomic_add_fetch(&cuwire_counts[566], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefSetAddress_v2");
         CUresult cuwire_result = cuwire_impl_cuTexRefSetAddress_v2(ByteOffset, hTexRef, dptr, bytes);
-        cuwire_trace_result("cuTexRefSetAddress_v2", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefSetAddress_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefSetAddress_v2(ByteOffset, hTexRef, dptr, bytes);
@@ -14057,10 +14057,10 @@ static inline CUresult cuwire_impl_cuTexRefSetArray(CUtexref hTexRef, CUarray hA
 CUWIRE_EXPORT CUresult cuTexRefSetArray(CUtexref hTexRef, CUarray hArray, unsigned int Flags)
 {
     __atomic_add_fetch(&cuwire_counts[567], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefSetArray");
         CUresult cuwire_result = cuwire_impl_cuTexRefSetArray(hTexRef, hArray, Flags);
-        cuwire_trace_result("cuTexRefSetArray", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefSetArray", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefSetArray(hTexRef, hArray, Flags);
@@ -14075,10 +14075,10 @@ static inline CUresult cuwire_impl_cuTexRefSetBorderColor(CUtexref hTexRef, floa
 CUWIRE_EXPORT CUresult cuTexRefSetBorderColor(CUtexref hTexRef, float *pBorderColor)
 {
     __atomic_add_fetch(&cuwire_counts[568], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefSetBorderColor");
         CUresult cuwire_result = cuwire_impl_cuTexRefSetBorderColor(hTexRef, pBorderColor);
-        cuwire_trace_result("cuTexRefSetBorderColor", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefSetBorderColor", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefSetBorderColor(hTexRef, pBorderColor);
@@ -14093,10 +14093,10 @@ static inline CUresult cuwire_impl_cuTexRefSetFilterMode(CUtexref hTexRef, CUfil
 CUWIRE_EXPORT CUresult cuTexRefSetFilterMode(CUtexref hTexRef, CUfilter_mode fm)
 {
     __atomic_add_fetch(&cuwire_counts[569], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefSetFilterMode");
         CUresult cuwire_result = cuwire_impl_cuTexRefSetFilterMode(hTexRef, fm);
-        cuwire_trace_result("cuTexRefSetFilterMode", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefSetFilterMode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefSetFilterMode(hTexRef, fm);
@@ -14111,10 +14111,10 @@ static inline CUresult cuwire_impl_cuTexRefSetFlags(CUtexref hTexRef, unsigned i
 CUWIRE_EXPORT CUresult cuTexRefSetFlags(CUtexref hTexRef, unsigned int Flags)
 {
     __atomic_add_fetch(&cuwire_counts[570], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefSetFlags");
         CUresult cuwire_result = cuwire_impl_cuTexRefSetFlags(hTexRef, Flags);
-        cuwire_trace_result("cuTexRefSetFlags", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefSetFlags", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefSetFlags(hTexRef, Flags);
@@ -14129,10 +14129,10 @@ static inline CUresult cuwire_impl_cuTexRefSetFormat(CUtexref hTexRef, CUarray_f
 CUWIRE_EXPORT CUresult cuTexRefSetFormat(CUtexref hTexRef, CUarray_format fmt, int NumPackedComponents)
 {
     __atomic_add_fetch(&cuwire_counts[571], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefSetFormat");
         CUresult cuwire_result = cuwire_impl_cuTexRefSetFormat(hTexRef, fmt, NumPackedComponents);
-        cuwire_trace_result("cuTexRefSetFormat", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefSetFormat", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefSetFormat(hTexRef, fmt, NumPackedComponents);
@@ -14147,10 +14147,10 @@ static inline CUresult cuwire_impl_cuTexRefSetMaxAnisotropy(CUtexref hTexRef, un
 CUWIRE_EXPORT CUresult cuTexRefSetMaxAnisotropy(CUtexref hTexRef, unsigned int maxAniso)
 {
     __atomic_add_fetch(&cuwire_counts[572], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefSetMaxAnisotropy");
         CUresult cuwire_result = cuwire_impl_cuTexRefSetMaxAnisotropy(hTexRef, maxAniso);
-        cuwire_trace_result("cuTexRefSetMaxAnisotropy", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefSetMaxAnisotropy", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefSetMaxAnisotropy(hTexRef, maxAniso);
@@ -14165,10 +14165,10 @@ static inline CUresult cuwire_impl_cuTexRefSetMipmapFilterMode(CUtexref hTexRef,
 CUWIRE_EXPORT CUresult cuTexRefSetMipmapFilterMode(CUtexref hTexRef, CUfilter_mode fm)
 {
     __atomic_add_fetch(&cuwire_counts[573], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefSetMipmapFilterMode");
         CUresult cuwire_result = cuwire_impl_cuTexRefSetMipmapFilterMode(hTexRef, fm);
-        cuwire_trace_result("cuTexRefSetMipmapFilterMode", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefSetMipmapFilterMode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefSetMipmapFilterMode(hTexRef, fm);
@@ -14183,10 +14183,10 @@ static inline CUresult cuwire_impl_cuTexRefSetMipmapLevelBias(CUtexref hTexRef, 
 CUWIRE_EXPORT CUresult cuTexRefSetMipmapLevelBias(CUtexref hTexRef, float bias)
 {
     __atomic_add_fetch(&cuwire_counts[574], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefSetMipmapLevelBias");
         CUresult cuwire_result = cuwire_impl_cuTexRefSetMipmapLevelBias(hTexRef, bias);
-        cuwire_trace_result("cuTexRefSetMipmapLevelBias", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefSetMipmapLevelBias", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefSetMipmapLevelBias(hTexRef, bias);
@@ -14201,10 +14201,10 @@ static inline CUresult cuwire_impl_cuTexRefSetMipmapLevelClamp(CUtexref hTexRef,
 CUWIRE_EXPORT CUresult cuTexRefSetMipmapLevelClamp(CUtexref hTexRef, float minMipmapLevelClamp, float maxMipmapLevelClamp)
 {
     __atomic_add_fetch(&cuwire_counts[575], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefSetMipmapLevelClamp");
         CUresult cuwire_result = cuwire_impl_cuTexRefSetMipmapLevelClamp(hTexRef, minMipmapLevelClamp, maxMipmapLevelClamp);
-        cuwire_trace_result("cuTexRefSetMipmapLevelClamp", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefSetMipmapLevelClamp", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefSetMipmapLevelClamp(hTexRef, minMipmapLevelClamp, maxMipmapLevelClamp);
@@ -14219,10 +14219,10 @@ static inline CUresult cuwire_impl_cuTexRefSetMipmappedArray(CUtexref hTexRef, C
 CUWIRE_EXPORT CUresult cuTexRefSetMipmappedArray(CUtexref hTexRef, CUmipmappedArray hMipmappedArray, unsigned int Flags)
 {
     __atomic_add_fetch(&cuwire_counts[576], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuTexRefSetMipmappedArray");
         CUresult cuwire_result = cuwire_impl_cuTexRefSetMipmappedArray(hTexRef, hMipmappedArray, Flags);
-        cuwire_trace_result("cuTexRefSetMipmappedArray", (int)cuwire_result);
+        cuwire_trace_result("cuTexRefSetMipmappedArray", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuTexRefSetMipmappedArray(hTexRef, hMipmappedArray, Flags);
@@ -14237,10 +14237,10 @@ return cuwire_local_cuThreadExchangeStreamCaptureMode(mode);
 CUWIRE_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
     __atomic_add_fetch(&cuwire_counts[577], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuThreadExchangeStreamCaptureMode");
         CUresult cuwire_result = cuwire_impl_cuThreadExchangeStreamCaptureMode(mode);
-        cuwire_trace_result("cuThreadExchangeStreamCaptureMode", (int)cuwire_result);
+        cuwire_trace_result("cuThreadExchangeStreamCaptureMode", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuThreadExchangeStreamCaptureMode(mode);
@@ -14255,10 +14255,10 @@ return cuwire_local_cuUserObjectCreate(object_out, ptr, destroy, initialRefcount
 CUWIRE_EXPORT CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy, unsigned int initialRefcount, unsigned int flags)
 {
     __atomic_add_fetch(&cuwire_counts[578], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuUserObjectCreate");
         CUresult cuwire_result = cuwire_impl_cuUserObjectCreate(object_out, ptr, destroy, initialRefcount, flags);
-        cuwire_trace_result("cuUserObjectCreate", (int)cuwire_result);
+        cuwire_trace_result("cuUserObjectCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuUserObjectCreate(object_out, ptr, destroy, initialRefcount, flags);
@@ -14273,10 +14273,10 @@ return cuwire_local_cuUserObjectRelease(object, count);
 CUWIRE_EXPORT CUresult cuUserObjectRelease(CUuserObject object, unsigned int count)
 {
     __atomic_add_fetch(&cuwire_counts[579], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuUserObjectRelease");
         CUresult cuwire_result = cuwire_impl_cuUserObjectRelease(object, count);
-        cuwire_trace_result("cuUserObjectRelease", (int)cuwire_result);
+        cuwire_trace_result("cuUserObjectRelease", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuUserObjectRelease(object, count);
@@ -14291,10 +14291,10 @@ return cuwire_local_cuUserObjectRetain(object, count);
 CUWIRE_EXPORT CUresult cuUserObjectRetain(CUuserObject object, unsigned int count)
 {
     __atomic_add_fetch(&cuwire_counts[580], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuUserObjectRetain");
         CUresult cuwire_result = cuwire_impl_cuUserObjectRetain(object, count);
-        cuwire_trace_result("cuUserObjectRetain", (int)cuwire_result);
+        cuwire_trace_result("cuUserObjectRetain", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuUserObjectRetain(object, count);
@@ -14309,10 +14309,10 @@ static inline CUresult cuwire_impl_cuVDPAUCtxCreate(void)
 CUWIRE_EXPORT CUresult cuVDPAUCtxCreate(void)
 {
     __atomic_add_fetch(&cuwire_counts[581], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuVDPAUCtxCreate");
         CUresult cuwire_result = cuwire_impl_cuVDPAUCtxCreate();
-        cuwire_trace_result("cuVDPAUCtxCreate", (int)cuwire_result);
+        cuwire_trace_result("cuVDPAUCtxCreate", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuVDPAUCtxCreate();
@@ -14327,10 +14327,10 @@ static inline CUresult cuwire_impl_cuVDPAUCtxCreate_v2(void)
 CUWIRE_EXPORT CUresult cuVDPAUCtxCreate_v2(void)
 {
     __atomic_add_fetch(&cuwire_counts[582], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuVDPAUCtxCreate_v2");
         CUresult cuwire_result = cuwire_impl_cuVDPAUCtxCreate_v2();
-        cuwire_trace_result("cuVDPAUCtxCreate_v2", (int)cuwire_result);
+        cuwire_trace_result("cuVDPAUCtxCreate_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuVDPAUCtxCreate_v2();
@@ -14345,10 +14345,10 @@ static inline CUresult cuwire_impl_cuVDPAUGetDevice(void)
 CUWIRE_EXPORT CUresult cuVDPAUGetDevice(void)
 {
     __atomic_add_fetch(&cuwire_counts[583], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuVDPAUGetDevice");
         CUresult cuwire_result = cuwire_impl_cuVDPAUGetDevice();
-        cuwire_trace_result("cuVDPAUGetDevice", (int)cuwire_result);
+        cuwire_trace_result("cuVDPAUGetDevice", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuVDPAUGetDevice();
@@ -14363,10 +14363,10 @@ static inline CUresult cuwire_impl_cuWaitExternalSemaphoresAsync(const CUexterna
 CUWIRE_EXPORT CUresult cuWaitExternalSemaphoresAsync(const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS *paramsArray, unsigned int numExtSems, CUstream stream)
 {
     __atomic_add_fetch(&cuwire_counts[584], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("cuWaitExternalSemaphoresAsync");
         CUresult cuwire_result = cuwire_impl_cuWaitExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
-        cuwire_trace_result("cuWaitExternalSemaphoresAsync", (int)cuwire_result);
+        cuwire_trace_result("cuWaitExternalSemaphoresAsync", (int)cuwire_result, 1);
         return cuwire_result;
     }
     return cuwire_impl_cuWaitExternalSemaphoresAsync(extSemArray, paramsArray, numExtSems, stream);
@@ -14382,10 +14382,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlComputeInstanceDestroy(nvmlComputeIns
 CUWIRE_EXPORT nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance)
 {
     __atomic_add_fetch(&cuwire_counts[585], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlComputeInstanceDestroy");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlComputeInstanceDestroy(computeInstance);
-        cuwire_trace_result("nvmlComputeInstanceDestroy", (int)cuwire_result);
+        cuwire_trace_result("nvmlComputeInstanceDestroy", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlComputeInstanceDestroy(computeInstance);
@@ -14400,10 +14400,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlComputeInstanceGetInfo(void)
 CUWIRE_EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo(void)
 {
     __atomic_add_fetch(&cuwire_counts[586], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlComputeInstanceGetInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlComputeInstanceGetInfo();
-        cuwire_trace_result("nvmlComputeInstanceGetInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlComputeInstanceGetInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlComputeInstanceGetInfo();
@@ -14418,10 +14418,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlComputeInstanceGetInfo_v2(nvmlCompute
 CUWIRE_EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t *info)
 {
     __atomic_add_fetch(&cuwire_counts[587], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlComputeInstanceGetInfo_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlComputeInstanceGetInfo_v2(computeInstance, info);
-        cuwire_trace_result("nvmlComputeInstanceGetInfo_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlComputeInstanceGetInfo_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlComputeInstanceGetInfo_v2(computeInstance, info);
@@ -14436,10 +14436,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceClearAccountingPids(nvmlDevice_
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceClearAccountingPids(nvmlDevice_t device)
 {
     __atomic_add_fetch(&cuwire_counts[588], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceClearAccountingPids");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceClearAccountingPids(device);
-        cuwire_trace_result("nvmlDeviceClearAccountingPids", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceClearAccountingPids", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceClearAccountingPids(device);
@@ -14454,10 +14454,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceClearCpuAffinity(nvmlDevice_t d
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceClearCpuAffinity(nvmlDevice_t device)
 {
     __atomic_add_fetch(&cuwire_counts[589], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceClearCpuAffinity");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceClearCpuAffinity(device);
-        cuwire_trace_result("nvmlDeviceClearCpuAffinity", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceClearCpuAffinity", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceClearCpuAffinity(device);
@@ -14472,10 +14472,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceClearEccErrorCounts(nvmlDevice_
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceClearEccErrorCounts(nvmlDevice_t device, nvmlEccCounterType_t counterType)
 {
     __atomic_add_fetch(&cuwire_counts[590], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceClearEccErrorCounts");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceClearEccErrorCounts(device, counterType);
-        cuwire_trace_result("nvmlDeviceClearEccErrorCounts", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceClearEccErrorCounts", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceClearEccErrorCounts(device, counterType);
@@ -14490,10 +14490,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceClearFieldValues(nvmlDevice_t d
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceClearFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
 {
     __atomic_add_fetch(&cuwire_counts[591], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceClearFieldValues");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceClearFieldValues(device, valuesCount, values);
-        cuwire_trace_result("nvmlDeviceClearFieldValues", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceClearFieldValues", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceClearFieldValues(device, valuesCount, values);
@@ -14508,10 +14508,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceCreateGpuInstance(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t *gpuInstance)
 {
     __atomic_add_fetch(&cuwire_counts[592], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceCreateGpuInstance");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceCreateGpuInstance(device, profileId, gpuInstance);
-        cuwire_trace_result("nvmlDeviceCreateGpuInstance", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceCreateGpuInstance", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceCreateGpuInstance(device, profileId, gpuInstance);
@@ -14526,10 +14526,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceCreateGpuInstanceWithPlacement(
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device, unsigned int profileId, const nvmlGpuInstancePlacement_t *placement, nvmlGpuInstance_t *gpuInstance)
 {
     __atomic_add_fetch(&cuwire_counts[593], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceCreateGpuInstanceWithPlacement");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceCreateGpuInstanceWithPlacement(device, profileId, placement, gpuInstance);
-        cuwire_trace_result("nvmlDeviceCreateGpuInstanceWithPlacement", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceCreateGpuInstanceWithPlacement", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceCreateGpuInstanceWithPlacement(device, profileId, placement, gpuInstance);
@@ -14544,10 +14544,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceDiscoverGpus(nvmlPciInfo_t *pci
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceDiscoverGpus(nvmlPciInfo_t *pciInfo)
 {
     __atomic_add_fetch(&cuwire_counts[594], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceDiscoverGpus");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceDiscoverGpus(pciInfo);
-        cuwire_trace_result("nvmlDeviceDiscoverGpus", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceDiscoverGpus", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceDiscoverGpus(pciInfo);
@@ -14562,10 +14562,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceFreezeNvLinkUtilizationCounter(
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceFreezeNvLinkUtilizationCounter(nvmlDevice_t device, unsigned int link, unsigned int counter, nvmlEnableState_t freeze)
 {
     __atomic_add_fetch(&cuwire_counts[595], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceFreezeNvLinkUtilizationCounter");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceFreezeNvLinkUtilizationCounter(device, link, counter, freeze);
-        cuwire_trace_result("nvmlDeviceFreezeNvLinkUtilizationCounter", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceFreezeNvLinkUtilizationCounter", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceFreezeNvLinkUtilizationCounter(device, link, counter, freeze);
@@ -14580,10 +14580,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAPIRestriction(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAPIRestriction(nvmlDevice_t device, nvmlRestrictedAPI_t apiType, nvmlEnableState_t *isRestricted)
 {
     __atomic_add_fetch(&cuwire_counts[596], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetAPIRestriction");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAPIRestriction(device, apiType, isRestricted);
-        cuwire_trace_result("nvmlDeviceGetAPIRestriction", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetAPIRestriction", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetAPIRestriction(device, apiType, isRestricted);
@@ -14598,10 +14598,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAccountingBufferSize(nvmlDev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingBufferSize(nvmlDevice_t device, unsigned int *bufferSize)
 {
     __atomic_add_fetch(&cuwire_counts[597], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetAccountingBufferSize");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAccountingBufferSize(device, bufferSize);
-        cuwire_trace_result("nvmlDeviceGetAccountingBufferSize", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetAccountingBufferSize", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetAccountingBufferSize(device, bufferSize);
@@ -14616,10 +14616,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAccountingMode(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingMode(nvmlDevice_t device, nvmlEnableState_t *mode)
 {
     __atomic_add_fetch(&cuwire_counts[598], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetAccountingMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAccountingMode(device, mode);
-        cuwire_trace_result("nvmlDeviceGetAccountingMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetAccountingMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetAccountingMode(device, mode);
@@ -14634,10 +14634,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAccountingPids(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned int *count, unsigned int *pids)
 {
     __atomic_add_fetch(&cuwire_counts[599], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetAccountingPids");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAccountingPids(device, count, pids);
-        cuwire_trace_result("nvmlDeviceGetAccountingPids", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetAccountingPids", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetAccountingPids(device, count, pids);
@@ -14652,10 +14652,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAccountingStats(nvmlDevice_t
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigned int pid, nvmlAccountingStats_t *stats)
 {
     __atomic_add_fetch(&cuwire_counts[600], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetAccountingStats");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAccountingStats(device, pid, stats);
-        cuwire_trace_result("nvmlDeviceGetAccountingStats", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetAccountingStats", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetAccountingStats(device, pid, stats);
@@ -14670,10 +14670,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetActiveVgpus(nvmlDevice_t dev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetActiveVgpus(nvmlDevice_t device, unsigned int *vgpuCount, nvmlVgpuInstance_t *vgpuInstances)
 {
     __atomic_add_fetch(&cuwire_counts[601], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetActiveVgpus");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetActiveVgpus(device, vgpuCount, vgpuInstances);
-        cuwire_trace_result("nvmlDeviceGetActiveVgpus", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetActiveVgpus", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetActiveVgpus(device, vgpuCount, vgpuInstances);
@@ -14688,10 +14688,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAdaptiveClockInfoStatus(nvml
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAdaptiveClockInfoStatus(nvmlDevice_t device, unsigned int *adaptiveClockStatus)
 {
     __atomic_add_fetch(&cuwire_counts[602], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetAdaptiveClockInfoStatus");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAdaptiveClockInfoStatus(device, adaptiveClockStatus);
-        cuwire_trace_result("nvmlDeviceGetAdaptiveClockInfoStatus", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetAdaptiveClockInfoStatus", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetAdaptiveClockInfoStatus(device, adaptiveClockStatus);
@@ -14706,10 +14706,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAddressingMode(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAddressingMode(nvmlDevice_t device, nvmlDeviceAddressingMode_t *mode)
 {
     __atomic_add_fetch(&cuwire_counts[603], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetAddressingMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAddressingMode(device, mode);
-        cuwire_trace_result("nvmlDeviceGetAddressingMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetAddressingMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetAddressingMode(device, mode);
@@ -14729,7 +14729,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetApplicationsClock(nvmlDevice_t device, n
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetApplicationsClock");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetApplicationsClock(device, clockType, clockMHz);
-        cuwire_trace_result("nvmlDeviceGetApplicationsClock", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetApplicationsClock", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetApplicationsClock(device, clockType, clockMHz);
@@ -14749,7 +14749,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDe
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetArchitecture");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetArchitecture(device, arch);
-        cuwire_trace_result("nvmlDeviceGetArchitecture", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetArchitecture", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetArchitecture(device, arch);
@@ -14764,10 +14764,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAttributes(void)
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAttributes(void)
 {
     __atomic_add_fetch(&cuwire_counts[606], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetAttributes");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAttributes();
-        cuwire_trace_result("nvmlDeviceGetAttributes", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetAttributes", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetAttributes();
@@ -14787,7 +14787,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlD
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetAttributes_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAttributes_v2(device, attributes);
-        cuwire_trace_result("nvmlDeviceGetAttributes_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetAttributes_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetAttributes_v2(device, attributes);
@@ -14802,10 +14802,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetAutoBoostedClocksEnabled(nvm
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetAutoBoostedClocksEnabled(nvmlDevice_t device, nvmlEnableState_t *isEnabled, nvmlEnableState_t *defaultIsEnabled)
 {
     __atomic_add_fetch(&cuwire_counts[608], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetAutoBoostedClocksEnabled");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetAutoBoostedClocksEnabled(device, isEnabled, defaultIsEnabled);
-        cuwire_trace_result("nvmlDeviceGetAutoBoostedClocksEnabled", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetAutoBoostedClocksEnabled", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetAutoBoostedClocksEnabled(device, isEnabled, defaultIsEnabled);
@@ -14825,7 +14825,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvml
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetBAR1MemoryInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetBAR1MemoryInfo(device, bar1Memory);
-        cuwire_trace_result("nvmlDeviceGetBAR1MemoryInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetBAR1MemoryInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetBAR1MemoryInfo(device, bar1Memory);
@@ -14840,10 +14840,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetBoardId(nvmlDevice_t device,
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetBoardId(nvmlDevice_t device, unsigned int *boardId)
 {
     __atomic_add_fetch(&cuwire_counts[610], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetBoardId");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetBoardId(device, boardId);
-        cuwire_trace_result("nvmlDeviceGetBoardId", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetBoardId", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetBoardId(device, boardId);
@@ -14863,7 +14863,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetBoardPartNumber(nvmlDevice_t device, cha
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetBoardPartNumber");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetBoardPartNumber(device, partNumber, length);
-        cuwire_trace_result("nvmlDeviceGetBoardPartNumber", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetBoardPartNumber", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetBoardPartNumber(device, partNumber, length);
@@ -14883,7 +14883,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetBrand");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetBrand(device, type);
-        cuwire_trace_result("nvmlDeviceGetBrand", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetBrand", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetBrand(device, type);
@@ -14898,10 +14898,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetBridgeChipInfo(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetBridgeChipInfo(nvmlDevice_t device, nvmlBridgeChipHierarchy_t *bridgeHierarchy)
 {
     __atomic_add_fetch(&cuwire_counts[613], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetBridgeChipInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetBridgeChipInfo(device, bridgeHierarchy);
-        cuwire_trace_result("nvmlDeviceGetBridgeChipInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetBridgeChipInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetBridgeChipInfo(device, bridgeHierarchy);
@@ -14916,10 +14916,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetBusType(nvmlDevice_t device,
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetBusType(nvmlDevice_t device, nvmlBusType_t *type)
 {
     __atomic_add_fetch(&cuwire_counts[614], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetBusType");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetBusType(device, type);
-        cuwire_trace_result("nvmlDeviceGetBusType", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetBusType", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetBusType(device, type);
@@ -14934,10 +14934,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetC2cModeInfoV(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetC2cModeInfoV(nvmlDevice_t device, nvmlC2cModeInfo_v1_t *c2cModeInfo)
 {
     __atomic_add_fetch(&cuwire_counts[615], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetC2cModeInfoV");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetC2cModeInfoV(device, c2cModeInfo);
-        cuwire_trace_result("nvmlDeviceGetC2cModeInfoV", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetC2cModeInfoV", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetC2cModeInfoV(device, c2cModeInfo);
@@ -14952,10 +14952,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCapabilities(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCapabilities(nvmlDevice_t device, nvmlDeviceCapabilities_t *caps)
 {
     __atomic_add_fetch(&cuwire_counts[616], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetCapabilities");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCapabilities(device, caps);
-        cuwire_trace_result("nvmlDeviceGetCapabilities", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetCapabilities", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetCapabilities(device, caps);
@@ -14970,10 +14970,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetClkMonStatus(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetClkMonStatus(nvmlDevice_t device, nvmlClkMonStatus_t *status)
 {
     __atomic_add_fetch(&cuwire_counts[617], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetClkMonStatus");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetClkMonStatus(device, status);
-        cuwire_trace_result("nvmlDeviceGetClkMonStatus", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetClkMonStatus", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetClkMonStatus(device, status);
@@ -14988,10 +14988,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetClock(nvmlDevice_t device, n
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t clockType, nvmlClockId_t clockId, unsigned int *clockMHz)
 {
     __atomic_add_fetch(&cuwire_counts[618], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetClock");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetClock(device, clockType, clockId, clockMHz);
-        cuwire_trace_result("nvmlDeviceGetClock", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetClock", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetClock(device, clockType, clockId, clockMHz);
@@ -15011,7 +15011,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClock
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetClockInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetClockInfo(device, type, clock);
-        cuwire_trace_result("nvmlDeviceGetClockInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetClockInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetClockInfo(device, type, clock);
@@ -15026,10 +15026,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetClockOffsets(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetClockOffsets(nvmlDevice_t device, nvmlClockOffset_t *info)
 {
     __atomic_add_fetch(&cuwire_counts[620], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetClockOffsets");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetClockOffsets(device, info);
-        cuwire_trace_result("nvmlDeviceGetClockOffsets", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetClockOffsets", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetClockOffsets(device, info);
@@ -15044,10 +15044,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetComputeInstanceId(nvmlDevice
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id)
 {
     __atomic_add_fetch(&cuwire_counts[621], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetComputeInstanceId");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetComputeInstanceId(device, id);
-        cuwire_trace_result("nvmlDeviceGetComputeInstanceId", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetComputeInstanceId", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetComputeInstanceId(device, id);
@@ -15067,7 +15067,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlCom
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetComputeMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetComputeMode(device, mode);
-        cuwire_trace_result("nvmlDeviceGetComputeMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetComputeMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetComputeMode(device, mode);
@@ -15082,10 +15082,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetComputeRunningProcesses(void
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(void)
 {
     __atomic_add_fetch(&cuwire_counts[623], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetComputeRunningProcesses");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetComputeRunningProcesses();
-        cuwire_trace_result("nvmlDeviceGetComputeRunningProcesses", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetComputeRunningProcesses", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetComputeRunningProcesses();
@@ -15100,10 +15100,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v2(v
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(void)
 {
     __atomic_add_fetch(&cuwire_counts[624], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetComputeRunningProcesses_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v2();
-        cuwire_trace_result("nvmlDeviceGetComputeRunningProcesses_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetComputeRunningProcesses_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v2();
@@ -15118,10 +15118,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v3(n
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
     __atomic_add_fetch(&cuwire_counts[625], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetComputeRunningProcesses_v3");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v3(device, infoCount, infos);
-        cuwire_trace_result("nvmlDeviceGetComputeRunningProcesses_v3", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetComputeRunningProcesses_v3", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v3(device, infoCount, infos);
@@ -15136,10 +15136,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetConfComputeGpuAttestationRep
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetConfComputeGpuAttestationReport(nvmlDevice_t device, nvmlConfComputeGpuAttestationReport_t *gpuAtstReport)
 {
     __atomic_add_fetch(&cuwire_counts[626], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetConfComputeGpuAttestationReport");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetConfComputeGpuAttestationReport(device, gpuAtstReport);
-        cuwire_trace_result("nvmlDeviceGetConfComputeGpuAttestationReport", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetConfComputeGpuAttestationReport", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetConfComputeGpuAttestationReport(device, gpuAtstReport);
@@ -15154,10 +15154,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetConfComputeGpuCertificate(nv
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetConfComputeGpuCertificate(nvmlDevice_t device, nvmlConfComputeGpuCertificate_t *gpuCert)
 {
     __atomic_add_fetch(&cuwire_counts[627], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetConfComputeGpuCertificate");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetConfComputeGpuCertificate(device, gpuCert);
-        cuwire_trace_result("nvmlDeviceGetConfComputeGpuCertificate", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetConfComputeGpuCertificate", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetConfComputeGpuCertificate(device, gpuCert);
@@ -15172,10 +15172,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetConfComputeMemSizeInfo(nvmlD
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t device, nvmlConfComputeMemSizeInfo_t *memInfo)
 {
     __atomic_add_fetch(&cuwire_counts[628], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetConfComputeMemSizeInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetConfComputeMemSizeInfo(device, memInfo);
-        cuwire_trace_result("nvmlDeviceGetConfComputeMemSizeInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetConfComputeMemSizeInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetConfComputeMemSizeInfo(device, memInfo);
@@ -15190,10 +15190,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetConfComputeProtectedMemoryUs
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetConfComputeProtectedMemoryUsage(nvmlDevice_t device, nvmlMemory_t *memory)
 {
     __atomic_add_fetch(&cuwire_counts[629], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetConfComputeProtectedMemoryUsage");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetConfComputeProtectedMemoryUsage(device, memory);
-        cuwire_trace_result("nvmlDeviceGetConfComputeProtectedMemoryUsage", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetConfComputeProtectedMemoryUsage", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetConfComputeProtectedMemoryUsage(device, memory);
@@ -15208,10 +15208,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCoolerInfo(nvmlDevice_t devi
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCoolerInfo(nvmlDevice_t device, nvmlCoolerInfo_t *coolerInfo)
 {
     __atomic_add_fetch(&cuwire_counts[630], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetCoolerInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCoolerInfo(device, coolerInfo);
-        cuwire_trace_result("nvmlDeviceGetCoolerInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetCoolerInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetCoolerInfo(device, coolerInfo);
@@ -15231,7 +15231,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetCount_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCount_v2(deviceCount);
-        cuwire_trace_result("nvmlDeviceGetCount_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetCount_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetCount_v2(deviceCount);
@@ -15247,10 +15247,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCpuAffinity(nvmlDevice_t dev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize, unsigned long *cpuSet)
 {
     __atomic_add_fetch(&cuwire_counts[632], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetCpuAffinity");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCpuAffinity(device, cpuSetSize, cpuSet);
-        cuwire_trace_result("nvmlDeviceGetCpuAffinity", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetCpuAffinity", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetCpuAffinity(device, cpuSetSize, cpuSet);
@@ -15265,10 +15265,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCpuAffinityWithinScope(nvmlD
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t device, unsigned int cpuSetSize, unsigned long *cpuSet, nvmlAffinityScope_t scope)
 {
     __atomic_add_fetch(&cuwire_counts[633], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetCpuAffinityWithinScope");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCpuAffinityWithinScope(device, cpuSetSize, cpuSet, scope);
-        cuwire_trace_result("nvmlDeviceGetCpuAffinityWithinScope", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetCpuAffinityWithinScope", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetCpuAffinityWithinScope(device, cpuSetSize, cpuSet, scope);
@@ -15283,10 +15283,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCreatableVgpus(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCreatableVgpus(nvmlDevice_t device, unsigned int *vgpuCount, nvmlVgpuTypeId_t *vgpuTypeIds)
 {
     __atomic_add_fetch(&cuwire_counts[634], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetCreatableVgpus");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCreatableVgpus(device, vgpuCount, vgpuTypeIds);
-        cuwire_trace_result("nvmlDeviceGetCreatableVgpus", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetCreatableVgpus", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetCreatableVgpus(device, vgpuCount, vgpuTypeIds);
@@ -15306,7 +15306,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t devic
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetCudaComputeCapability");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCudaComputeCapability(device, major, minor);
-        cuwire_trace_result("nvmlDeviceGetCudaComputeCapability", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetCudaComputeCapability", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetCudaComputeCapability(device, major, minor);
@@ -15326,7 +15326,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t devi
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetCurrPcieLinkGeneration");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCurrPcieLinkGeneration(device, currLinkGen);
-        cuwire_trace_result("nvmlDeviceGetCurrPcieLinkGeneration", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetCurrPcieLinkGeneration", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetCurrPcieLinkGeneration(device, currLinkGen);
@@ -15346,7 +15346,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, u
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetCurrPcieLinkWidth");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCurrPcieLinkWidth(device, currLinkWidth);
-        cuwire_trace_result("nvmlDeviceGetCurrPcieLinkWidth", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetCurrPcieLinkWidth", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetCurrPcieLinkWidth(device, currLinkWidth);
@@ -15361,10 +15361,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCurrentClockFreqs(nvmlDevice
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClockFreqs(nvmlDevice_t device, nvmlDeviceCurrentClockFreqs_t *currentClockFreqs)
 {
     __atomic_add_fetch(&cuwire_counts[638], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetCurrentClockFreqs");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCurrentClockFreqs(device, currentClockFreqs);
-        cuwire_trace_result("nvmlDeviceGetCurrentClockFreqs", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetCurrentClockFreqs", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetCurrentClockFreqs(device, currentClockFreqs);
@@ -15384,7 +15384,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t d
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetCurrentClocksEventReasons");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCurrentClocksEventReasons(device, clocksEventReasons);
-        cuwire_trace_result("nvmlDeviceGetCurrentClocksEventReasons", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetCurrentClocksEventReasons", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetCurrentClocksEventReasons(device, clocksEventReasons);
@@ -15399,10 +15399,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCurrentClocksThrottleReasons
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *clocksThrottleReasons)
 {
     __atomic_add_fetch(&cuwire_counts[640], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetCurrentClocksThrottleReasons");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetCurrentClocksThrottleReasons(device, clocksThrottleReasons);
-        cuwire_trace_result("nvmlDeviceGetCurrentClocksThrottleReasons", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetCurrentClocksThrottleReasons", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetCurrentClocksThrottleReasons(device, clocksThrottleReasons);
@@ -15417,10 +15417,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDecoderUtilization(nvmlDevic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs)
 {
     __atomic_add_fetch(&cuwire_counts[641], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetDecoderUtilization");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDecoderUtilization(device, utilization, samplingPeriodUs);
-        cuwire_trace_result("nvmlDeviceGetDecoderUtilization", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetDecoderUtilization", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetDecoderUtilization(device, utilization, samplingPeriodUs);
@@ -15440,7 +15440,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDefaultApplicationsClock(nvmlDevice_t de
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetDefaultApplicationsClock");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDefaultApplicationsClock(device, clockType, clockMHz);
-        cuwire_trace_result("nvmlDeviceGetDefaultApplicationsClock", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetDefaultApplicationsClock", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetDefaultApplicationsClock(device, clockType, clockMHz);
@@ -15455,10 +15455,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDefaultEccMode(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDefaultEccMode(nvmlDevice_t device, nvmlEnableState_t *defaultMode)
 {
     __atomic_add_fetch(&cuwire_counts[643], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetDefaultEccMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDefaultEccMode(device, defaultMode);
-        cuwire_trace_result("nvmlDeviceGetDefaultEccMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetDefaultEccMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetDefaultEccMode(device, defaultMode);
@@ -15473,10 +15473,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDetailedEccErrors(nvmlDevice
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDetailedEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType, nvmlEccCounterType_t counterType, nvmlEccErrorCounts_t *eccCounts)
 {
     __atomic_add_fetch(&cuwire_counts[644], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetDetailedEccErrors");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDetailedEccErrors(device, errorType, counterType, eccCounts);
-        cuwire_trace_result("nvmlDeviceGetDetailedEccErrors", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetDetailedEccErrors", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetDetailedEccErrors(device, errorType, counterType, eccCounts);
@@ -15496,7 +15496,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevi
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetDeviceHandleFromMigDeviceHandle");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice, device);
-        cuwire_trace_result("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice, device);
@@ -15516,7 +15516,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, nvmlE
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetDisplayActive");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDisplayActive(device, isActive);
-        cuwire_trace_result("nvmlDeviceGetDisplayActive", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetDisplayActive", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetDisplayActive(device, isActive);
@@ -15536,7 +15536,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvmlEna
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetDisplayMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDisplayMode(device, display);
-        cuwire_trace_result("nvmlDeviceGetDisplayMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetDisplayMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetDisplayMode(device, display);
@@ -15551,10 +15551,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDramEncryptionMode(nvmlDevic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDramEncryptionMode(nvmlDevice_t device, nvmlDramEncryptionInfo_t *current, nvmlDramEncryptionInfo_t *pending)
 {
     __atomic_add_fetch(&cuwire_counts[648], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetDramEncryptionMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDramEncryptionMode(device, current, pending);
-        cuwire_trace_result("nvmlDeviceGetDramEncryptionMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetDramEncryptionMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetDramEncryptionMode(device, current, pending);
@@ -15569,10 +15569,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDriverModel(void)
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDriverModel(void)
 {
     __atomic_add_fetch(&cuwire_counts[649], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetDriverModel");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDriverModel();
-        cuwire_trace_result("nvmlDeviceGetDriverModel", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetDriverModel", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetDriverModel();
@@ -15587,10 +15587,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDriverModel_v2(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDriverModel_v2(nvmlDevice_t device, nvmlDriverModel_t *current, nvmlDriverModel_t *pending)
 {
     __atomic_add_fetch(&cuwire_counts[650], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetDriverModel_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDriverModel_v2(device, current, pending);
-        cuwire_trace_result("nvmlDeviceGetDriverModel_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetDriverModel_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetDriverModel_v2(device, current, pending);
@@ -15605,10 +15605,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetDynamicPstatesInfo(nvmlDevic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetDynamicPstatesInfo(nvmlDevice_t device, nvmlGpuDynamicPstatesInfo_t *pDynamicPstatesInfo)
 {
     __atomic_add_fetch(&cuwire_counts[651], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetDynamicPstatesInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetDynamicPstatesInfo(device, pDynamicPstatesInfo);
-        cuwire_trace_result("nvmlDeviceGetDynamicPstatesInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetDynamicPstatesInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetDynamicPstatesInfo(device, pDynamicPstatesInfo);
@@ -15628,7 +15628,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableS
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetEccMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetEccMode(device, current, pending);
-        cuwire_trace_result("nvmlDeviceGetEccMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetEccMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetEccMode(device, current, pending);
@@ -15643,10 +15643,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetEncoderCapacity(nvmlDevice_t
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetEncoderCapacity(nvmlDevice_t device, nvmlEncoderType_t encoderQueryType, unsigned int *encoderCapacity)
 {
     __atomic_add_fetch(&cuwire_counts[653], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetEncoderCapacity");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetEncoderCapacity(device, encoderQueryType, encoderCapacity);
-        cuwire_trace_result("nvmlDeviceGetEncoderCapacity", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetEncoderCapacity", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetEncoderCapacity(device, encoderQueryType, encoderCapacity);
@@ -15661,10 +15661,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetEncoderSessions(nvmlDevice_t
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetEncoderSessions(nvmlDevice_t device, unsigned int *sessionCount, nvmlEncoderSessionInfo_t *sessionInfos)
 {
     __atomic_add_fetch(&cuwire_counts[654], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetEncoderSessions");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetEncoderSessions(device, sessionCount, sessionInfos);
-        cuwire_trace_result("nvmlDeviceGetEncoderSessions", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetEncoderSessions", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetEncoderSessions(device, sessionCount, sessionInfos);
@@ -15679,10 +15679,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetEncoderStats(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetEncoderStats(nvmlDevice_t device, unsigned int *sessionCount, unsigned int *averageFps, unsigned int *averageLatency)
 {
     __atomic_add_fetch(&cuwire_counts[655], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetEncoderStats");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetEncoderStats(device, sessionCount, averageFps, averageLatency);
-        cuwire_trace_result("nvmlDeviceGetEncoderStats", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetEncoderStats", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetEncoderStats(device, sessionCount, averageFps, averageLatency);
@@ -15697,10 +15697,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetEncoderUtilization(nvmlDevic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs)
 {
     __atomic_add_fetch(&cuwire_counts[656], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetEncoderUtilization");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetEncoderUtilization(device, utilization, samplingPeriodUs);
-        cuwire_trace_result("nvmlDeviceGetEncoderUtilization", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetEncoderUtilization", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetEncoderUtilization(device, utilization, samplingPeriodUs);
@@ -15720,7 +15720,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, 
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetEnforcedPowerLimit");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetEnforcedPowerLimit(device, limit);
-        cuwire_trace_result("nvmlDeviceGetEnforcedPowerLimit", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetEnforcedPowerLimit", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetEnforcedPowerLimit(device, limit);
@@ -15735,10 +15735,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetFBCSessions(nvmlDevice_t dev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetFBCSessions(nvmlDevice_t device, unsigned int *sessionCount, nvmlFBCSessionInfo_t *sessionInfo)
 {
     __atomic_add_fetch(&cuwire_counts[658], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetFBCSessions");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetFBCSessions(device, sessionCount, sessionInfo);
-        cuwire_trace_result("nvmlDeviceGetFBCSessions", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetFBCSessions", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetFBCSessions(device, sessionCount, sessionInfo);
@@ -15753,10 +15753,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetFBCStats(nvmlDevice_t device
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetFBCStats(nvmlDevice_t device, nvmlFBCStats_t *fbcStats)
 {
     __atomic_add_fetch(&cuwire_counts[659], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetFBCStats");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetFBCStats(device, fbcStats);
-        cuwire_trace_result("nvmlDeviceGetFBCStats", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetFBCStats", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetFBCStats(device, fbcStats);
@@ -15771,10 +15771,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetFanControlPolicy_v2(nvmlDevi
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetFanControlPolicy_v2(nvmlDevice_t device, unsigned int fan, nvmlFanControlPolicy_t *policy)
 {
     __atomic_add_fetch(&cuwire_counts[660], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetFanControlPolicy_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetFanControlPolicy_v2(device, fan, policy);
-        cuwire_trace_result("nvmlDeviceGetFanControlPolicy_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetFanControlPolicy_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetFanControlPolicy_v2(device, fan, policy);
@@ -15794,7 +15794,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned i
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetFanSpeed");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetFanSpeed(device, speed);
-        cuwire_trace_result("nvmlDeviceGetFanSpeed", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetFanSpeed", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetFanSpeed(device, speed);
@@ -15809,10 +15809,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetFanSpeedRPM(nvmlDevice_t dev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetFanSpeedRPM(nvmlDevice_t device, nvmlFanSpeedInfo_t *fanSpeed)
 {
     __atomic_add_fetch(&cuwire_counts[662], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetFanSpeedRPM");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetFanSpeedRPM(device, fanSpeed);
-        cuwire_trace_result("nvmlDeviceGetFanSpeedRPM", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetFanSpeedRPM", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetFanSpeedRPM(device, fanSpeed);
@@ -15827,10 +15827,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetFanSpeed_v2(nvmlDevice_t dev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetFanSpeed_v2(nvmlDevice_t device, unsigned int fan, unsigned int *speed)
 {
     __atomic_add_fetch(&cuwire_counts[663], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetFanSpeed_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetFanSpeed_v2(device, fan, speed);
-        cuwire_trace_result("nvmlDeviceGetFanSpeed_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetFanSpeed_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetFanSpeed_v2(device, fan, speed);
@@ -15850,7 +15850,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int val
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetFieldValues");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetFieldValues(device, valuesCount, values);
-        cuwire_trace_result("nvmlDeviceGetFieldValues", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetFieldValues", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetFieldValues(device, valuesCount, values);
@@ -15865,10 +15865,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpcClkMinMaxVfOffset(nvmlDev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpcClkMinMaxVfOffset(nvmlDevice_t device, int *minOffset, int *maxOffset)
 {
     __atomic_add_fetch(&cuwire_counts[665], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGpcClkMinMaxVfOffset");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpcClkMinMaxVfOffset(device, minOffset, maxOffset);
-        cuwire_trace_result("nvmlDeviceGetGpcClkMinMaxVfOffset", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGpcClkMinMaxVfOffset", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGpcClkMinMaxVfOffset(device, minOffset, maxOffset);
@@ -15883,10 +15883,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpcClkVfOffset(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpcClkVfOffset(nvmlDevice_t device, int *offset)
 {
     __atomic_add_fetch(&cuwire_counts[666], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGpcClkVfOffset");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpcClkVfOffset(device, offset);
-        cuwire_trace_result("nvmlDeviceGetGpcClkVfOffset", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGpcClkVfOffset", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGpcClkVfOffset(device, offset);
@@ -15901,10 +15901,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuFabricInfo(nvmlDevice_t d
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *gpuFabricInfo)
 {
     __atomic_add_fetch(&cuwire_counts[667], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGpuFabricInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuFabricInfo(device, gpuFabricInfo);
-        cuwire_trace_result("nvmlDeviceGetGpuFabricInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGpuFabricInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGpuFabricInfo(device, gpuFabricInfo);
@@ -15924,7 +15924,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvml
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetGpuFabricInfoV");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuFabricInfoV(device, gpuFabricInfo);
-        cuwire_trace_result("nvmlDeviceGetGpuFabricInfoV", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGpuFabricInfoV", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGpuFabricInfoV(device, gpuFabricInfo);
@@ -15939,10 +15939,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstanceById(nvmlDevice_t
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, nvmlGpuInstance_t *gpuInstance)
 {
     __atomic_add_fetch(&cuwire_counts[669], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGpuInstanceById");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstanceById(device, id, gpuInstance);
-        cuwire_trace_result("nvmlDeviceGetGpuInstanceById", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGpuInstanceById", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGpuInstanceById(device, id, gpuInstance);
@@ -15957,10 +15957,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstanceId(nvmlDevice_t d
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
 {
     __atomic_add_fetch(&cuwire_counts[670], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGpuInstanceId");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstanceId(device, id);
-        cuwire_trace_result("nvmlDeviceGetGpuInstanceId", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGpuInstanceId", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGpuInstanceId(device, id);
@@ -15975,10 +15975,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstancePossiblePlacement
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements(void)
 {
     __atomic_add_fetch(&cuwire_counts[671], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGpuInstancePossiblePlacements");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstancePossiblePlacements();
-        cuwire_trace_result("nvmlDeviceGetGpuInstancePossiblePlacements", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGpuInstancePossiblePlacements", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGpuInstancePossiblePlacements();
@@ -15993,10 +15993,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstancePossiblePlacement
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstancePlacement_t *placements, unsigned int *count)
 {
     __atomic_add_fetch(&cuwire_counts[672], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGpuInstancePossiblePlacements_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstancePossiblePlacements_v2(device, profileId, placements, count);
-        cuwire_trace_result("nvmlDeviceGetGpuInstancePossiblePlacements_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGpuInstancePossiblePlacements_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGpuInstancePossiblePlacements_v2(device, profileId, placements, count);
@@ -16011,10 +16011,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfo(nvmlD
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_t *info)
 {
     __atomic_add_fetch(&cuwire_counts[673], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGpuInstanceProfileInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfo(device, profile, info);
-        cuwire_trace_result("nvmlDeviceGetGpuInstanceProfileInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGpuInstanceProfileInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfo(device, profile, info);
@@ -16029,10 +16029,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfoByIdV(
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoByIdV(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstanceProfileInfo_v2_t *info)
 {
     __atomic_add_fetch(&cuwire_counts[674], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGpuInstanceProfileInfoByIdV");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfoByIdV(device, profileId, info);
-        cuwire_trace_result("nvmlDeviceGetGpuInstanceProfileInfoByIdV", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGpuInstanceProfileInfoByIdV", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfoByIdV(device, profileId, info);
@@ -16047,10 +16047,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfoV(nvml
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_v2_t *info)
 {
     __atomic_add_fetch(&cuwire_counts[675], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGpuInstanceProfileInfoV");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfoV(device, profile, info);
-        cuwire_trace_result("nvmlDeviceGetGpuInstanceProfileInfoV", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGpuInstanceProfileInfoV", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGpuInstanceProfileInfoV(device, profile, info);
@@ -16065,10 +16065,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstanceRemainingCapacity
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device, unsigned int profileId, unsigned int *count)
 {
     __atomic_add_fetch(&cuwire_counts[676], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGpuInstanceRemainingCapacity");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstanceRemainingCapacity(device, profileId, count);
-        cuwire_trace_result("nvmlDeviceGetGpuInstanceRemainingCapacity", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGpuInstanceRemainingCapacity", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGpuInstanceRemainingCapacity(device, profileId, count);
@@ -16083,10 +16083,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuInstances(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t *gpuInstances, unsigned int *count)
 {
     __atomic_add_fetch(&cuwire_counts[677], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGpuInstances");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuInstances(device, profileId, gpuInstances, count);
-        cuwire_trace_result("nvmlDeviceGetGpuInstances", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGpuInstances", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGpuInstances(device, profileId, gpuInstances, count);
@@ -16101,10 +16101,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGpuMaxPcieLinkGeneration(nvm
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *maxLinkGenDevice)
 {
     __atomic_add_fetch(&cuwire_counts[678], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGpuMaxPcieLinkGeneration");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuMaxPcieLinkGeneration(device, maxLinkGenDevice);
-        cuwire_trace_result("nvmlDeviceGetGpuMaxPcieLinkGeneration", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGpuMaxPcieLinkGeneration", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGpuMaxPcieLinkGeneration(device, maxLinkGenDevice);
@@ -16124,7 +16124,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuOperationMode(nvmlDevice_t device, nv
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetGpuOperationMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGpuOperationMode(device, current, pending);
-        cuwire_trace_result("nvmlDeviceGetGpuOperationMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGpuOperationMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGpuOperationMode(device, current, pending);
@@ -16139,10 +16139,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses(voi
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(void)
 {
     __atomic_add_fetch(&cuwire_counts[680], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGraphicsRunningProcesses");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses();
-        cuwire_trace_result("nvmlDeviceGetGraphicsRunningProcesses", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGraphicsRunningProcesses", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses();
@@ -16157,10 +16157,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v2(
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(void)
 {
     __atomic_add_fetch(&cuwire_counts[681], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGraphicsRunningProcesses_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v2();
-        cuwire_trace_result("nvmlDeviceGetGraphicsRunningProcesses_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGraphicsRunningProcesses_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v2();
@@ -16175,10 +16175,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v3(
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
     __atomic_add_fetch(&cuwire_counts[682], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGraphicsRunningProcesses_v3");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v3(device, infoCount, infos);
-        cuwire_trace_result("nvmlDeviceGetGraphicsRunningProcesses_v3", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGraphicsRunningProcesses_v3", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v3(device, infoCount, infos);
@@ -16193,10 +16193,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGridLicensableFeatures(void)
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGridLicensableFeatures(void)
 {
     __atomic_add_fetch(&cuwire_counts[683], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGridLicensableFeatures");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGridLicensableFeatures();
-        cuwire_trace_result("nvmlDeviceGetGridLicensableFeatures", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGridLicensableFeatures", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGridLicensableFeatures();
@@ -16211,10 +16211,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v2(vo
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v2(void)
 {
     __atomic_add_fetch(&cuwire_counts[684], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGridLicensableFeatures_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v2();
-        cuwire_trace_result("nvmlDeviceGetGridLicensableFeatures_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGridLicensableFeatures_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v2();
@@ -16229,10 +16229,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v3(vo
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v3(void)
 {
     __atomic_add_fetch(&cuwire_counts[685], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGridLicensableFeatures_v3");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v3();
-        cuwire_trace_result("nvmlDeviceGetGridLicensableFeatures_v3", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGridLicensableFeatures_v3", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v3();
@@ -16247,10 +16247,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v4(nv
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v4(nvmlDevice_t device, nvmlGridLicensableFeatures_t *pGridLicensableFeatures)
 {
     __atomic_add_fetch(&cuwire_counts[686], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGridLicensableFeatures_v4");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v4(device, pGridLicensableFeatures);
-        cuwire_trace_result("nvmlDeviceGetGridLicensableFeatures_v4", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGridLicensableFeatures_v4", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGridLicensableFeatures_v4(device, pGridLicensableFeatures);
@@ -16270,7 +16270,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGspFirmwareMode(nvmlDevice_t device, uns
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetGspFirmwareMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGspFirmwareMode(device, isEnabled, defaultMode);
-        cuwire_trace_result("nvmlDeviceGetGspFirmwareMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGspFirmwareMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGspFirmwareMode(device, isEnabled, defaultMode);
@@ -16285,10 +16285,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGspFirmwareVersion(nvmlDevic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGspFirmwareVersion(nvmlDevice_t device, char *version)
 {
     __atomic_add_fetch(&cuwire_counts[688], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetGspFirmwareVersion");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGspFirmwareVersion(device, version);
-        cuwire_trace_result("nvmlDeviceGetGspFirmwareVersion", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetGspFirmwareVersion", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetGspFirmwareVersion(device, version);
@@ -16308,7 +16308,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvm
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetHandleByIndex_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetHandleByIndex_v2(index, device);
-        cuwire_trace_result("nvmlDeviceGetHandleByIndex_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetHandleByIndex_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetHandleByIndex_v2(index, device);
@@ -16329,7 +16329,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetHandleByPciBusId_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device);
-        cuwire_trace_result("nvmlDeviceGetHandleByPciBusId_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetHandleByPciBusId_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device);
@@ -16350,7 +16350,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlD
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetHandleBySerial");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetHandleBySerial(serial, device);
-        cuwire_trace_result("nvmlDeviceGetHandleBySerial", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetHandleBySerial", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetHandleBySerial(serial, device);
@@ -16370,7 +16370,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevic
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetHandleByUUID");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetHandleByUUID(uuid, device);
-        cuwire_trace_result("nvmlDeviceGetHandleByUUID", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetHandleByUUID", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetHandleByUUID(uuid, device);
@@ -16385,10 +16385,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetHandleByUUIDV(const nvmlUUID
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUIDV(const nvmlUUID_t *uuid, nvmlDevice_t *device)
 {
     __atomic_add_fetch(&cuwire_counts[693], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetHandleByUUIDV");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetHandleByUUIDV(uuid, device);
-        cuwire_trace_result("nvmlDeviceGetHandleByUUIDV", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetHandleByUUIDV", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetHandleByUUIDV(uuid, device);
@@ -16408,7 +16408,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetHostVgpuMode(nvmlDevice_t device, nvmlHo
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetHostVgpuMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetHostVgpuMode(device, pHostVgpuMode);
-        cuwire_trace_result("nvmlDeviceGetHostVgpuMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetHostVgpuMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetHostVgpuMode(device, pHostVgpuMode);
@@ -16423,10 +16423,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetHostname_v1(nvmlDevice_t dev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetHostname_v1(nvmlDevice_t device, nvmlHostname_v1_t *hostname)
 {
     __atomic_add_fetch(&cuwire_counts[695], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetHostname_v1");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetHostname_v1(device, hostname);
-        cuwire_trace_result("nvmlDeviceGetHostname_v1", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetHostname_v1", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetHostname_v1(device, hostname);
@@ -16446,7 +16446,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int 
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetIndex");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetIndex(device, index);
-        cuwire_trace_result("nvmlDeviceGetIndex", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetIndex", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetIndex(device, index);
@@ -16461,10 +16461,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetInforomConfigurationChecksum
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetInforomConfigurationChecksum(nvmlDevice_t device, unsigned int *checksum)
 {
     __atomic_add_fetch(&cuwire_counts[697], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetInforomConfigurationChecksum");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetInforomConfigurationChecksum(device, checksum);
-        cuwire_trace_result("nvmlDeviceGetInforomConfigurationChecksum", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetInforomConfigurationChecksum", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetInforomConfigurationChecksum(device, checksum);
@@ -16484,7 +16484,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetInforomImageVersion(nvmlDevice_t device,
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetInforomImageVersion");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetInforomImageVersion(device, version, length);
-        cuwire_trace_result("nvmlDeviceGetInforomImageVersion", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetInforomImageVersion", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetInforomImageVersion(device, version, length);
@@ -16499,10 +16499,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetInforomVersion(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetInforomVersion(nvmlDevice_t device, nvmlInforomObject_t object, char *version, unsigned int length)
 {
     __atomic_add_fetch(&cuwire_counts[699], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetInforomVersion");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetInforomVersion(device, object, version, length);
-        cuwire_trace_result("nvmlDeviceGetInforomVersion", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetInforomVersion", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetInforomVersion(device, object, version, length);
@@ -16517,10 +16517,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetIrqNum(nvmlDevice_t device, 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetIrqNum(nvmlDevice_t device, unsigned int *irqNum)
 {
     __atomic_add_fetch(&cuwire_counts[700], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetIrqNum");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetIrqNum(device, irqNum);
-        cuwire_trace_result("nvmlDeviceGetIrqNum", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetIrqNum", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetIrqNum(device, irqNum);
@@ -16535,10 +16535,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetJpgUtilization(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetJpgUtilization(nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs)
 {
     __atomic_add_fetch(&cuwire_counts[701], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetJpgUtilization");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetJpgUtilization(device, utilization, samplingPeriodUs);
-        cuwire_trace_result("nvmlDeviceGetJpgUtilization", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetJpgUtilization", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetJpgUtilization(device, utilization, samplingPeriodUs);
@@ -16553,10 +16553,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetLastBBXFlushTime(nvmlDevice_
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetLastBBXFlushTime(nvmlDevice_t device, unsigned long long *timestamp, unsigned long *durationUs)
 {
     __atomic_add_fetch(&cuwire_counts[702], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetLastBBXFlushTime");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetLastBBXFlushTime(device, timestamp, durationUs);
-        cuwire_trace_result("nvmlDeviceGetLastBBXFlushTime", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetLastBBXFlushTime", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetLastBBXFlushTime(device, timestamp, durationUs);
@@ -16571,10 +16571,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses(v
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(void)
 {
     __atomic_add_fetch(&cuwire_counts[703], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetMPSComputeRunningProcesses");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses();
-        cuwire_trace_result("nvmlDeviceGetMPSComputeRunningProcesses", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMPSComputeRunningProcesses", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses();
@@ -16589,10 +16589,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(void)
 {
     __atomic_add_fetch(&cuwire_counts[704], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetMPSComputeRunningProcesses_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v2();
-        cuwire_trace_result("nvmlDeviceGetMPSComputeRunningProcesses_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMPSComputeRunningProcesses_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v2();
@@ -16607,10 +16607,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
     __atomic_add_fetch(&cuwire_counts[705], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetMPSComputeRunningProcesses_v3");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v3(device, infoCount, infos);
-        cuwire_trace_result("nvmlDeviceGetMPSComputeRunningProcesses_v3", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMPSComputeRunningProcesses_v3", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v3(device, infoCount, infos);
@@ -16625,10 +16625,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMarginTemperature(nvmlDevice
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMarginTemperature(nvmlDevice_t device, nvmlMarginTemperature_t *marginTempInfo)
 {
     __atomic_add_fetch(&cuwire_counts[706], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetMarginTemperature");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMarginTemperature(device, marginTempInfo);
-        cuwire_trace_result("nvmlDeviceGetMarginTemperature", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMarginTemperature", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMarginTemperature(device, marginTempInfo);
@@ -16648,7 +16648,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlCl
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetMaxClockInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMaxClockInfo(device, type, clock);
-        cuwire_trace_result("nvmlDeviceGetMaxClockInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMaxClockInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMaxClockInfo(device, type, clock);
@@ -16663,10 +16663,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMaxCustomerBoostClock(nvmlDe
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMaxCustomerBoostClock(nvmlDevice_t device, nvmlClockType_t clockType, unsigned int *clockMHz)
 {
     __atomic_add_fetch(&cuwire_counts[708], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetMaxCustomerBoostClock");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMaxCustomerBoostClock(device, clockType, clockMHz);
-        cuwire_trace_result("nvmlDeviceGetMaxCustomerBoostClock", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMaxCustomerBoostClock", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMaxCustomerBoostClock(device, clockType, clockMHz);
@@ -16686,7 +16686,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, u
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetMaxMigDeviceCount");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMaxMigDeviceCount(device, count);
-        cuwire_trace_result("nvmlDeviceGetMaxMigDeviceCount", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMaxMigDeviceCount", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMaxMigDeviceCount(device, count);
@@ -16706,7 +16706,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t devic
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetMaxPcieLinkGeneration");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMaxPcieLinkGeneration(device, maxLinkGen);
-        cuwire_trace_result("nvmlDeviceGetMaxPcieLinkGeneration", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMaxPcieLinkGeneration", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMaxPcieLinkGeneration(device, maxLinkGen);
@@ -16726,7 +16726,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, un
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetMaxPcieLinkWidth");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMaxPcieLinkWidth(device, maxLinkWidth);
-        cuwire_trace_result("nvmlDeviceGetMaxPcieLinkWidth", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMaxPcieLinkWidth", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMaxPcieLinkWidth(device, maxLinkWidth);
@@ -16741,10 +16741,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMemClkMinMaxVfOffset(nvmlDev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMemClkMinMaxVfOffset(nvmlDevice_t device, int *minOffset, int *maxOffset)
 {
     __atomic_add_fetch(&cuwire_counts[712], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetMemClkMinMaxVfOffset");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMemClkMinMaxVfOffset(device, minOffset, maxOffset);
-        cuwire_trace_result("nvmlDeviceGetMemClkMinMaxVfOffset", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMemClkMinMaxVfOffset", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMemClkMinMaxVfOffset(device, minOffset, maxOffset);
@@ -16759,10 +16759,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMemClkVfOffset(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMemClkVfOffset(nvmlDevice_t device, int *offset)
 {
     __atomic_add_fetch(&cuwire_counts[713], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetMemClkVfOffset");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMemClkVfOffset(device, offset);
-        cuwire_trace_result("nvmlDeviceGetMemClkVfOffset", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMemClkVfOffset", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMemClkVfOffset(device, offset);
@@ -16777,10 +16777,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMemoryAffinity(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int nodeSetSize, unsigned long *nodeSet, nvmlAffinityScope_t scope)
 {
     __atomic_add_fetch(&cuwire_counts[714], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetMemoryAffinity");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMemoryAffinity(device, nodeSetSize, nodeSet, scope);
-        cuwire_trace_result("nvmlDeviceGetMemoryAffinity", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMemoryAffinity", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMemoryAffinity(device, nodeSetSize, nodeSet, scope);
@@ -16795,10 +16795,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMemoryBusWidth(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryBusWidth(nvmlDevice_t device, unsigned int *busWidth)
 {
     __atomic_add_fetch(&cuwire_counts[715], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetMemoryBusWidth");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMemoryBusWidth(device, busWidth);
-        cuwire_trace_result("nvmlDeviceGetMemoryBusWidth", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMemoryBusWidth", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMemoryBusWidth(device, busWidth);
@@ -16813,10 +16813,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMemoryErrorCounter(nvmlDevic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nvmlMemoryErrorType_t errorType, nvmlEccCounterType_t counterType, nvmlMemoryLocation_t locationType, unsigned long long *count)
 {
     __atomic_add_fetch(&cuwire_counts[716], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetMemoryErrorCounter");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMemoryErrorCounter(device, errorType, counterType, locationType, count);
-        cuwire_trace_result("nvmlDeviceGetMemoryErrorCounter", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMemoryErrorCounter", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMemoryErrorCounter(device, errorType, counterType, locationType, count);
@@ -16836,7 +16836,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemo
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetMemoryInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMemoryInfo(device, memory);
-        cuwire_trace_result("nvmlDeviceGetMemoryInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMemoryInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMemoryInfo(device, memory);
@@ -16856,7 +16856,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlM
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetMemoryInfo_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMemoryInfo_v2(device, memory);
-        cuwire_trace_result("nvmlDeviceGetMemoryInfo_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMemoryInfo_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMemoryInfo_v2(device, memory);
@@ -16876,7 +16876,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t devi
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetMigDeviceHandleByIndex");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMigDeviceHandleByIndex(device, index, migDevice);
-        cuwire_trace_result("nvmlDeviceGetMigDeviceHandleByIndex", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMigDeviceHandleByIndex", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMigDeviceHandleByIndex(device, index, migDevice);
@@ -16896,7 +16896,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned in
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetMigMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMigMode(device, currentMode, pendingMode);
-        cuwire_trace_result("nvmlDeviceGetMigMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMigMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMigMode(device, currentMode, pendingMode);
@@ -16911,10 +16911,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMinMaxClockOfPState(nvmlDevi
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMinMaxClockOfPState(nvmlDevice_t device, nvmlClockType_t type, nvmlPstates_t pstate, unsigned int *minClockMHz, unsigned int *maxClockMHz)
 {
     __atomic_add_fetch(&cuwire_counts[721], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetMinMaxClockOfPState");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMinMaxClockOfPState(device, type, pstate, minClockMHz, maxClockMHz);
-        cuwire_trace_result("nvmlDeviceGetMinMaxClockOfPState", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMinMaxClockOfPState", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMinMaxClockOfPState(device, type, pstate, minClockMHz, maxClockMHz);
@@ -16929,10 +16929,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMinMaxFanSpeed(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMinMaxFanSpeed(nvmlDevice_t device, unsigned int *minSpeed, unsigned int *maxSpeed)
 {
     __atomic_add_fetch(&cuwire_counts[722], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetMinMaxFanSpeed");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMinMaxFanSpeed(device, minSpeed, maxSpeed);
-        cuwire_trace_result("nvmlDeviceGetMinMaxFanSpeed", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMinMaxFanSpeed", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMinMaxFanSpeed(device, minSpeed, maxSpeed);
@@ -16952,7 +16952,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigne
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetMinorNumber");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMinorNumber(device, minorNumber);
-        cuwire_trace_result("nvmlDeviceGetMinorNumber", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMinorNumber", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMinorNumber(device, minorNumber);
@@ -16967,10 +16967,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetModuleId(nvmlDevice_t device
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetModuleId(nvmlDevice_t device, unsigned int *moduleId)
 {
     __atomic_add_fetch(&cuwire_counts[724], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetModuleId");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetModuleId(device, moduleId);
-        cuwire_trace_result("nvmlDeviceGetModuleId", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetModuleId", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetModuleId(device, moduleId);
@@ -16985,10 +16985,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMultiGpuBoard(nvmlDevice_t d
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMultiGpuBoard(nvmlDevice_t device, unsigned int *multiGpuBool)
 {
     __atomic_add_fetch(&cuwire_counts[725], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetMultiGpuBoard");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMultiGpuBoard(device, multiGpuBool);
-        cuwire_trace_result("nvmlDeviceGetMultiGpuBoard", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetMultiGpuBoard", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetMultiGpuBoard(device, multiGpuBool);
@@ -17008,7 +17008,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, un
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetName");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetName(device, name, length);
-        cuwire_trace_result("nvmlDeviceGetName", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetName", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetName(device, name, length);
@@ -17023,10 +17023,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNumFans(nvmlDevice_t device,
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNumFans(nvmlDevice_t device, unsigned int *numFans)
 {
     __atomic_add_fetch(&cuwire_counts[727], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetNumFans");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNumFans(device, numFans);
-        cuwire_trace_result("nvmlDeviceGetNumFans", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetNumFans", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetNumFans(device, numFans);
@@ -17046,7 +17046,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigne
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetNumGpuCores");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNumGpuCores(device, numCores);
-        cuwire_trace_result("nvmlDeviceGetNumGpuCores", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetNumGpuCores", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetNumGpuCores(device, numCores);
@@ -17066,7 +17066,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetNumaNodeId");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNumaNodeId(device, node);
-        cuwire_trace_result("nvmlDeviceGetNumaNodeId", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetNumaNodeId", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetNumaNodeId(device, node);
@@ -17086,7 +17086,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, un
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetNvLinkCapability");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkCapability(device, link, capability, capResult);
-        cuwire_trace_result("nvmlDeviceGetNvLinkCapability", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetNvLinkCapability", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetNvLinkCapability(device, link, capability, capResult);
@@ -17101,10 +17101,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkErrorCounter(nvmlDevic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link, nvmlNvLinkErrorCounter_t counter, unsigned long long *counterValue)
 {
     __atomic_add_fetch(&cuwire_counts[731], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetNvLinkErrorCounter");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkErrorCounter(device, link, counter, counterValue);
-        cuwire_trace_result("nvmlDeviceGetNvLinkErrorCounter", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetNvLinkErrorCounter", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetNvLinkErrorCounter(device, link, counter, counterValue);
@@ -17119,10 +17119,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkInfo(nvmlDevice_t devi
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkInfo(nvmlDevice_t device, nvmlNvLinkInfo_t *info)
 {
     __atomic_add_fetch(&cuwire_counts[732], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetNvLinkInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkInfo(device, info);
-        cuwire_trace_result("nvmlDeviceGetNvLinkInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetNvLinkInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetNvLinkInfo(device, info);
@@ -17142,7 +17142,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t devi
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetNvLinkRemoteDeviceType");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkRemoteDeviceType(device, link, pNvLinkDeviceType);
-        cuwire_trace_result("nvmlDeviceGetNvLinkRemoteDeviceType", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetNvLinkRemoteDeviceType", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetNvLinkRemoteDeviceType(device, link, pNvLinkDeviceType);
@@ -17157,10 +17157,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo(void)
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(void)
 {
     __atomic_add_fetch(&cuwire_counts[734], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetNvLinkRemotePciInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo();
-        cuwire_trace_result("nvmlDeviceGetNvLinkRemotePciInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetNvLinkRemotePciInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo();
@@ -17175,10 +17175,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlD
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
 {
     __atomic_add_fetch(&cuwire_counts[735], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetNvLinkRemotePciInfo_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, pci);
-        cuwire_trace_result("nvmlDeviceGetNvLinkRemotePciInfo_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetNvLinkRemotePciInfo_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, pci);
@@ -17198,7 +17198,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigne
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetNvLinkState");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkState(device, link, isActive);
-        cuwire_trace_result("nvmlDeviceGetNvLinkState", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetNvLinkState", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetNvLinkState(device, link, isActive);
@@ -17213,10 +17213,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkUtilizationControl(nvm
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkUtilizationControl(nvmlDevice_t device, unsigned int link, unsigned int counter, nvmlNvLinkUtilizationControl_t *control)
 {
     __atomic_add_fetch(&cuwire_counts[737], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetNvLinkUtilizationControl");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkUtilizationControl(device, link, counter, control);
-        cuwire_trace_result("nvmlDeviceGetNvLinkUtilizationControl", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetNvLinkUtilizationControl", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetNvLinkUtilizationControl(device, link, counter, control);
@@ -17231,10 +17231,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkUtilizationCounter(nvm
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkUtilizationCounter(nvmlDevice_t device, unsigned int link, unsigned int counter, unsigned long long *rxcounter, unsigned long long *txcounter)
 {
     __atomic_add_fetch(&cuwire_counts[738], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetNvLinkUtilizationCounter");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkUtilizationCounter(device, link, counter, rxcounter, txcounter);
-        cuwire_trace_result("nvmlDeviceGetNvLinkUtilizationCounter", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetNvLinkUtilizationCounter", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetNvLinkUtilizationCounter(device, link, counter, rxcounter, txcounter);
@@ -17249,10 +17249,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkVersion(nvmlDevice_t d
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link, unsigned int *version)
 {
     __atomic_add_fetch(&cuwire_counts[739], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetNvLinkVersion");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkVersion(device, link, version);
-        cuwire_trace_result("nvmlDeviceGetNvLinkVersion", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetNvLinkVersion", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetNvLinkVersion(device, link, version);
@@ -17267,10 +17267,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvlinkBwMode(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvlinkBwMode(nvmlDevice_t device, nvmlNvlinkGetBwMode_t *getBwMode)
 {
     __atomic_add_fetch(&cuwire_counts[740], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetNvlinkBwMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvlinkBwMode(device, getBwMode);
-        cuwire_trace_result("nvmlDeviceGetNvlinkBwMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetNvlinkBwMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetNvlinkBwMode(device, getBwMode);
@@ -17285,10 +17285,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvlinkSupportedBwModes(nvmlD
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvlinkSupportedBwModes(nvmlDevice_t device, nvmlNvlinkSupportedBwModes_t *supportedBwMode)
 {
     __atomic_add_fetch(&cuwire_counts[741], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetNvlinkSupportedBwModes");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvlinkSupportedBwModes(device, supportedBwMode);
-        cuwire_trace_result("nvmlDeviceGetNvlinkSupportedBwModes", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetNvlinkSupportedBwModes", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetNvlinkSupportedBwModes(device, supportedBwMode);
@@ -17303,10 +17303,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetOfaUtilization(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetOfaUtilization(nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs)
 {
     __atomic_add_fetch(&cuwire_counts[742], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetOfaUtilization");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetOfaUtilization(device, utilization, samplingPeriodUs);
-        cuwire_trace_result("nvmlDeviceGetOfaUtilization", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetOfaUtilization", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetOfaUtilization(device, utilization, samplingPeriodUs);
@@ -17326,7 +17326,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevi
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetP2PStatus");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetP2PStatus(device1, device2, p2pIndex, p2pStatus);
-        cuwire_trace_result("nvmlDeviceGetP2PStatus", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetP2PStatus", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetP2PStatus(device1, device2, p2pIndex, p2pStatus);
@@ -17341,10 +17341,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPciInfo(void)
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(void)
 {
     __atomic_add_fetch(&cuwire_counts[744], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetPciInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPciInfo();
-        cuwire_trace_result("nvmlDeviceGetPciInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPciInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPciInfo();
@@ -17359,10 +17359,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPciInfoExt(nvmlDevice_t devi
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_t *pci)
 {
     __atomic_add_fetch(&cuwire_counts[745], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetPciInfoExt");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPciInfoExt(device, pci);
-        cuwire_trace_result("nvmlDeviceGetPciInfoExt", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPciInfoExt", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPciInfoExt(device, pci);
@@ -17377,10 +17377,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPciInfo_v2(void)
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(void)
 {
     __atomic_add_fetch(&cuwire_counts[746], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetPciInfo_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPciInfo_v2();
-        cuwire_trace_result("nvmlDeviceGetPciInfo_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPciInfo_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPciInfo_v2();
@@ -17400,7 +17400,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciI
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetPciInfo_v3");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPciInfo_v3(device, pci);
-        cuwire_trace_result("nvmlDeviceGetPciInfo_v3", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPciInfo_v3", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPciInfo_v3(device, pci);
@@ -17415,10 +17415,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPcieLinkMaxSpeed(nvmlDevice_
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPcieLinkMaxSpeed(nvmlDevice_t device, unsigned int *maxSpeed)
 {
     __atomic_add_fetch(&cuwire_counts[748], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetPcieLinkMaxSpeed");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPcieLinkMaxSpeed(device, maxSpeed);
-        cuwire_trace_result("nvmlDeviceGetPcieLinkMaxSpeed", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPcieLinkMaxSpeed", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPcieLinkMaxSpeed(device, maxSpeed);
@@ -17433,10 +17433,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPcieReplayCounter(nvmlDevice
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value)
 {
     __atomic_add_fetch(&cuwire_counts[749], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetPcieReplayCounter");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPcieReplayCounter(device, value);
-        cuwire_trace_result("nvmlDeviceGetPcieReplayCounter", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPcieReplayCounter", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPcieReplayCounter(device, value);
@@ -17451,10 +17451,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPcieSpeed(nvmlDevice_t devic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPcieSpeed(nvmlDevice_t device, unsigned int *pcieSpeed)
 {
     __atomic_add_fetch(&cuwire_counts[750], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetPcieSpeed");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPcieSpeed(device, pcieSpeed);
-        cuwire_trace_result("nvmlDeviceGetPcieSpeed", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPcieSpeed", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPcieSpeed(device, pcieSpeed);
@@ -17474,7 +17474,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvml
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetPcieThroughput");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPcieThroughput(device, counter, value);
-        cuwire_trace_result("nvmlDeviceGetPcieThroughput", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPcieThroughput", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPcieThroughput(device, counter, value);
@@ -17489,10 +17489,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPdi(nvmlDevice_t device, nvm
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPdi(nvmlDevice_t device, nvmlPdi_t *pdi)
 {
     __atomic_add_fetch(&cuwire_counts[752], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetPdi");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPdi(device, pdi);
-        cuwire_trace_result("nvmlDeviceGetPdi", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPdi", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPdi(device, pdi);
@@ -17507,10 +17507,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPerformanceModes(nvmlDevice_
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPerformanceModes(nvmlDevice_t device, nvmlDevicePerfModes_t *perfModes)
 {
     __atomic_add_fetch(&cuwire_counts[753], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetPerformanceModes");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPerformanceModes(device, perfModes);
-        cuwire_trace_result("nvmlDeviceGetPerformanceModes", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPerformanceModes", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPerformanceModes(device, perfModes);
@@ -17530,7 +17530,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nv
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetPerformanceState");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPerformanceState(device, pState);
-        cuwire_trace_result("nvmlDeviceGetPerformanceState", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPerformanceState", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPerformanceState(device, pState);
@@ -17550,7 +17550,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvm
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetPersistenceMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPersistenceMode(device, mode);
-        cuwire_trace_result("nvmlDeviceGetPersistenceMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPersistenceMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPersistenceMode(device, mode);
@@ -17565,10 +17565,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPgpuMetadataString(nvmlDevic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPgpuMetadataString(nvmlDevice_t device, char *pgpuMetadata, unsigned int *bufferSize)
 {
     __atomic_add_fetch(&cuwire_counts[756], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetPgpuMetadataString");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPgpuMetadataString(device, pgpuMetadata, bufferSize);
-        cuwire_trace_result("nvmlDeviceGetPgpuMetadataString", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPgpuMetadataString", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPgpuMetadataString(device, pgpuMetadata, bufferSize);
@@ -17583,10 +17583,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPlatformInfo(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPlatformInfo(nvmlDevice_t device, nvmlPlatformInfo_t *platformInfo)
 {
     __atomic_add_fetch(&cuwire_counts[757], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetPlatformInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPlatformInfo(device, platformInfo);
-        cuwire_trace_result("nvmlDeviceGetPlatformInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPlatformInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPlatformInfo(device, platformInfo);
@@ -17606,7 +17606,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetPowerManagementDefaultLimit");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPowerManagementDefaultLimit(device, defaultLimit);
-        cuwire_trace_result("nvmlDeviceGetPowerManagementDefaultLimit", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPowerManagementDefaultLimit", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPowerManagementDefaultLimit(device, defaultLimit);
@@ -17626,7 +17626,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetPowerManagementLimit");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPowerManagementLimit(device, limit);
-        cuwire_trace_result("nvmlDeviceGetPowerManagementLimit", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPowerManagementLimit", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPowerManagementLimit(device, limit);
@@ -17646,7 +17646,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevi
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetPowerManagementLimitConstraints");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPowerManagementLimitConstraints(device, minLimit, maxLimit);
-        cuwire_trace_result("nvmlDeviceGetPowerManagementLimitConstraints", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPowerManagementLimitConstraints", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPowerManagementLimitConstraints(device, minLimit, maxLimit);
@@ -17661,10 +17661,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPowerManagementMode(nvmlDevi
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementMode(nvmlDevice_t device, nvmlEnableState_t *mode)
 {
     __atomic_add_fetch(&cuwire_counts[761], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetPowerManagementMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPowerManagementMode(device, mode);
-        cuwire_trace_result("nvmlDeviceGetPowerManagementMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPowerManagementMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPowerManagementMode(device, mode);
@@ -17679,10 +17679,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPowerMizerMode_v1(nvmlDevice
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPowerMizerMode_v1(nvmlDevice_t device, nvmlDevicePowerMizerModes_v1_t *powerMizerMode)
 {
     __atomic_add_fetch(&cuwire_counts[762], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetPowerMizerMode_v1");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPowerMizerMode_v1(device, powerMizerMode);
-        cuwire_trace_result("nvmlDeviceGetPowerMizerMode_v1", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPowerMizerMode_v1", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPowerMizerMode_v1(device, powerMizerMode);
@@ -17697,10 +17697,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetPowerSource(nvmlDevice_t dev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPowerSource(nvmlDevice_t device, nvmlPowerSource_t *powerSource)
 {
     __atomic_add_fetch(&cuwire_counts[763], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetPowerSource");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPowerSource(device, powerSource);
-        cuwire_trace_result("nvmlDeviceGetPowerSource", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPowerSource", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPowerSource(device, powerSource);
@@ -17720,7 +17720,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPowerState(nvmlDevice_t device, nvmlPsta
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetPowerState");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPowerState(device, pState);
-        cuwire_trace_result("nvmlDeviceGetPowerState", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPowerState", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPowerState(device, pState);
@@ -17740,7 +17740,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetPowerUsage");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetPowerUsage(device, power);
-        cuwire_trace_result("nvmlDeviceGetPowerUsage", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetPowerUsage", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetPowerUsage(device, power);
@@ -17755,10 +17755,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetProcessUtilization(nvmlDevic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
 {
     __atomic_add_fetch(&cuwire_counts[766], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetProcessUtilization");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetProcessUtilization(device, utilization, processSamplesCount, lastSeenTimeStamp);
-        cuwire_trace_result("nvmlDeviceGetProcessUtilization", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetProcessUtilization", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetProcessUtilization(device, utilization, processSamplesCount, lastSeenTimeStamp);
@@ -17773,10 +17773,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetProcessesUtilizationInfo(nvm
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device, nvmlProcessesUtilizationInfo_t *procesesUtilInfo)
 {
     __atomic_add_fetch(&cuwire_counts[767], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetProcessesUtilizationInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetProcessesUtilizationInfo(device, procesesUtilInfo);
-        cuwire_trace_result("nvmlDeviceGetProcessesUtilizationInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetProcessesUtilizationInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetProcessesUtilizationInfo(device, procesesUtilInfo);
@@ -17791,10 +17791,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetRemappedRows(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows, unsigned int *isPending, unsigned int *failureOccurred)
 {
     __atomic_add_fetch(&cuwire_counts[768], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetRemappedRows");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetRemappedRows(device, corrRows, uncRows, isPending, failureOccurred);
-        cuwire_trace_result("nvmlDeviceGetRemappedRows", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetRemappedRows", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetRemappedRows(device, corrRows, uncRows, isPending, failureOccurred);
@@ -17809,10 +17809,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetRemappedRows_v2(void)
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows_v2(void)
 {
     __atomic_add_fetch(&cuwire_counts[769], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetRemappedRows_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetRemappedRows_v2();
-        cuwire_trace_result("nvmlDeviceGetRemappedRows_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetRemappedRows_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetRemappedRows_v2();
@@ -17827,10 +17827,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetRepairStatus(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetRepairStatus(nvmlDevice_t device, nvmlRepairStatus_t *repairStatus)
 {
     __atomic_add_fetch(&cuwire_counts[770], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetRepairStatus");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetRepairStatus(device, repairStatus);
-        cuwire_trace_result("nvmlDeviceGetRepairStatus", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetRepairStatus", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetRepairStatus(device, repairStatus);
@@ -17845,10 +17845,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetRetiredPages(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCause_t cause, unsigned int *pageCount, unsigned long long *addresses)
 {
     __atomic_add_fetch(&cuwire_counts[771], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetRetiredPages");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetRetiredPages(device, cause, pageCount, addresses);
-        cuwire_trace_result("nvmlDeviceGetRetiredPages", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetRetiredPages", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetRetiredPages(device, cause, pageCount, addresses);
@@ -17863,10 +17863,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetRetiredPagesPendingStatus(nv
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t *isPending)
 {
     __atomic_add_fetch(&cuwire_counts[772], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetRetiredPagesPendingStatus");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetRetiredPagesPendingStatus(device, isPending);
-        cuwire_trace_result("nvmlDeviceGetRetiredPagesPendingStatus", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetRetiredPagesPendingStatus", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetRetiredPagesPendingStatus(device, isPending);
@@ -17881,10 +17881,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetRetiredPages_v2(nvmlDevice_t
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, nvmlPageRetirementCause_t cause, unsigned int *pageCount, unsigned long long *addresses, unsigned long long *timestamps)
 {
     __atomic_add_fetch(&cuwire_counts[773], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetRetiredPages_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetRetiredPages_v2(device, cause, pageCount, addresses, timestamps);
-        cuwire_trace_result("nvmlDeviceGetRetiredPages_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetRetiredPages_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetRetiredPages_v2(device, cause, pageCount, addresses, timestamps);
@@ -17899,10 +17899,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetRowRemapperHistogram(nvmlDev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(nvmlDevice_t device, nvmlRowRemapperHistogramValues_t *values)
 {
     __atomic_add_fetch(&cuwire_counts[774], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetRowRemapperHistogram");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetRowRemapperHistogram(device, values);
-        cuwire_trace_result("nvmlDeviceGetRowRemapperHistogram", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetRowRemapperHistogram", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetRowRemapperHistogram(device, values);
@@ -17917,10 +17917,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetRunningProcessDetailList(nvm
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device, nvmlProcessDetailList_t *plist)
 {
     __atomic_add_fetch(&cuwire_counts[775], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetRunningProcessDetailList");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetRunningProcessDetailList(device, plist);
-        cuwire_trace_result("nvmlDeviceGetRunningProcessDetailList", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetRunningProcessDetailList", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetRunningProcessDetailList(device, plist);
@@ -17935,10 +17935,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSamples(nvmlDevice_t device,
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t type, unsigned long long lastSeenTimeStamp, nvmlValueType_t *sampleValType, unsigned int *sampleCount, nvmlSample_t *samples)
 {
     __atomic_add_fetch(&cuwire_counts[776], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetSamples");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSamples(device, type, lastSeenTimeStamp, sampleValType, sampleCount, samples);
-        cuwire_trace_result("nvmlDeviceGetSamples", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetSamples", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetSamples(device, type, lastSeenTimeStamp, sampleValType, sampleCount, samples);
@@ -17958,7 +17958,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetSerial");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSerial(device, serial, length);
-        cuwire_trace_result("nvmlDeviceGetSerial", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetSerial", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetSerial(device, serial, length);
@@ -17973,10 +17973,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSramEccErrorStatus(nvmlDevic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t device, nvmlEccSramErrorStatus_t *status)
 {
     __atomic_add_fetch(&cuwire_counts[778], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetSramEccErrorStatus");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSramEccErrorStatus(device, status);
-        cuwire_trace_result("nvmlDeviceGetSramEccErrorStatus", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetSramEccErrorStatus", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetSramEccErrorStatus(device, status);
@@ -17991,10 +17991,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSramUniqueUncorrectedEccErro
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(nvmlDevice_t device, nvmlEccSramUniqueUncorrectedErrorCounts_t *errorCounts)
 {
     __atomic_add_fetch(&cuwire_counts[779], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(device, errorCounts);
-        cuwire_trace_result("nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(device, errorCounts);
@@ -18009,10 +18009,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSupportedClocksEventReasons(
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSupportedClocksEventReasons(nvmlDevice_t device, unsigned long long *supportedClocksEventReasons)
 {
     __atomic_add_fetch(&cuwire_counts[780], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetSupportedClocksEventReasons");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSupportedClocksEventReasons(device, supportedClocksEventReasons);
-        cuwire_trace_result("nvmlDeviceGetSupportedClocksEventReasons", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetSupportedClocksEventReasons", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetSupportedClocksEventReasons(device, supportedClocksEventReasons);
@@ -18027,10 +18027,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSupportedClocksThrottleReaso
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSupportedClocksThrottleReasons(nvmlDevice_t device, unsigned long long *supportedClocksThrottleReasons)
 {
     __atomic_add_fetch(&cuwire_counts[781], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetSupportedClocksThrottleReasons");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSupportedClocksThrottleReasons(device, supportedClocksThrottleReasons);
-        cuwire_trace_result("nvmlDeviceGetSupportedClocksThrottleReasons", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetSupportedClocksThrottleReasons", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetSupportedClocksThrottleReasons(device, supportedClocksThrottleReasons);
@@ -18045,10 +18045,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSupportedEventTypes(nvmlDevi
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes)
 {
     __atomic_add_fetch(&cuwire_counts[782], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetSupportedEventTypes");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSupportedEventTypes(device, eventTypes);
-        cuwire_trace_result("nvmlDeviceGetSupportedEventTypes", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetSupportedEventTypes", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetSupportedEventTypes(device, eventTypes);
@@ -18063,10 +18063,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSupportedGraphicsClocks(nvml
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSupportedGraphicsClocks(nvmlDevice_t device, unsigned int memoryClockMHz, unsigned int *count, unsigned int *clocksMHz)
 {
     __atomic_add_fetch(&cuwire_counts[783], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetSupportedGraphicsClocks");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSupportedGraphicsClocks(device, memoryClockMHz, count, clocksMHz);
-        cuwire_trace_result("nvmlDeviceGetSupportedGraphicsClocks", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetSupportedGraphicsClocks", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetSupportedGraphicsClocks(device, memoryClockMHz, count, clocksMHz);
@@ -18081,10 +18081,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSupportedMemoryClocks(nvmlDe
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSupportedMemoryClocks(nvmlDevice_t device, unsigned int *count, unsigned int *clocksMHz)
 {
     __atomic_add_fetch(&cuwire_counts[784], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetSupportedMemoryClocks");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSupportedMemoryClocks(device, count, clocksMHz);
-        cuwire_trace_result("nvmlDeviceGetSupportedMemoryClocks", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetSupportedMemoryClocks", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetSupportedMemoryClocks(device, count, clocksMHz);
@@ -18099,10 +18099,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSupportedPerformanceStates(n
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSupportedPerformanceStates(nvmlDevice_t device, nvmlPstates_t *pstates, unsigned int size)
 {
     __atomic_add_fetch(&cuwire_counts[785], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetSupportedPerformanceStates");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSupportedPerformanceStates(device, pstates, size);
-        cuwire_trace_result("nvmlDeviceGetSupportedPerformanceStates", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetSupportedPerformanceStates", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetSupportedPerformanceStates(device, pstates, size);
@@ -18117,10 +18117,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSupportedVgpus(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSupportedVgpus(nvmlDevice_t device, unsigned int *vgpuCount, nvmlVgpuTypeId_t *vgpuTypeIds)
 {
     __atomic_add_fetch(&cuwire_counts[786], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetSupportedVgpus");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetSupportedVgpus(device, vgpuCount, vgpuTypeIds);
-        cuwire_trace_result("nvmlDeviceGetSupportedVgpus", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetSupportedVgpus", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetSupportedVgpus(device, vgpuCount, vgpuTypeIds);
@@ -18135,10 +18135,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetTargetFanSpeed(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetTargetFanSpeed(nvmlDevice_t device, unsigned int fan, unsigned int *targetSpeed)
 {
     __atomic_add_fetch(&cuwire_counts[787], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetTargetFanSpeed");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetTargetFanSpeed(device, fan, targetSpeed);
-        cuwire_trace_result("nvmlDeviceGetTargetFanSpeed", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetTargetFanSpeed", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetTargetFanSpeed(device, fan, targetSpeed);
@@ -18158,7 +18158,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTem
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetTemperature");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetTemperature(device, sensorType, temp);
-        cuwire_trace_result("nvmlDeviceGetTemperature", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetTemperature", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetTemperature(device, sensorType, temp);
@@ -18173,10 +18173,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetTemperatureThreshold(nvmlDev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperatureThresholds_t thresholdType, unsigned int *temp)
 {
     __atomic_add_fetch(&cuwire_counts[789], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetTemperatureThreshold");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetTemperatureThreshold(device, thresholdType, temp);
-        cuwire_trace_result("nvmlDeviceGetTemperatureThreshold", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetTemperatureThreshold", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetTemperatureThreshold(device, thresholdType, temp);
@@ -18191,10 +18191,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetTemperatureV(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *temperature)
 {
     __atomic_add_fetch(&cuwire_counts[790], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetTemperatureV");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetTemperatureV(device, temperature);
-        cuwire_trace_result("nvmlDeviceGetTemperatureV", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetTemperatureV", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetTemperatureV(device, temperature);
@@ -18209,10 +18209,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetThermalSettings(nvmlDevice_t
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetThermalSettings(nvmlDevice_t device, unsigned int sensorIndex, nvmlGpuThermalSettings_t *pThermalSettings)
 {
     __atomic_add_fetch(&cuwire_counts[791], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetThermalSettings");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetThermalSettings(device, sensorIndex, pThermalSettings);
-        cuwire_trace_result("nvmlDeviceGetThermalSettings", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetThermalSettings", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetThermalSettings(device, sensorIndex, pThermalSettings);
@@ -18227,10 +18227,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetTopologyCommonAncestor(nvmlD
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuTopologyLevel_t *pathInfo)
 {
     __atomic_add_fetch(&cuwire_counts[792], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetTopologyCommonAncestor");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetTopologyCommonAncestor(device1, device2, pathInfo);
-        cuwire_trace_result("nvmlDeviceGetTopologyCommonAncestor", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetTopologyCommonAncestor", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetTopologyCommonAncestor(device1, device2, pathInfo);
@@ -18245,10 +18245,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetTopologyNearestGpus(nvmlDevi
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device, nvmlGpuTopologyLevel_t level, unsigned int *count, nvmlDevice_t *deviceArray)
 {
     __atomic_add_fetch(&cuwire_counts[793], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetTopologyNearestGpus");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetTopologyNearestGpus(device, level, count, deviceArray);
-        cuwire_trace_result("nvmlDeviceGetTopologyNearestGpus", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetTopologyNearestGpus", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetTopologyNearestGpus(device, level, count, deviceArray);
@@ -18268,7 +18268,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvml
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetTotalEccErrors");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetTotalEccErrors(device, errorType, counterType, eccCounts);
-        cuwire_trace_result("nvmlDeviceGetTotalEccErrors", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetTotalEccErrors", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetTotalEccErrors(device, errorType, counterType, eccCounts);
@@ -18288,7 +18288,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t devi
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetTotalEnergyConsumption");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetTotalEnergyConsumption(device, energy);
-        cuwire_trace_result("nvmlDeviceGetTotalEnergyConsumption", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetTotalEnergyConsumption", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetTotalEnergyConsumption(device, energy);
@@ -18308,7 +18308,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, un
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetUUID");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetUUID(device, uuid, length);
-        cuwire_trace_result("nvmlDeviceGetUUID", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetUUID", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetUUID(device, uuid, length);
@@ -18323,10 +18323,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetUnrepairableMemoryFlag_v1(vo
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetUnrepairableMemoryFlag_v1(void)
 {
     __atomic_add_fetch(&cuwire_counts[797], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetUnrepairableMemoryFlag_v1");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetUnrepairableMemoryFlag_v1();
-        cuwire_trace_result("nvmlDeviceGetUnrepairableMemoryFlag_v1", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetUnrepairableMemoryFlag_v1", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetUnrepairableMemoryFlag_v1();
@@ -18346,7 +18346,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nv
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetUtilizationRates");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetUtilizationRates(device, utilization);
-        cuwire_trace_result("nvmlDeviceGetUtilizationRates", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetUtilizationRates", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetUtilizationRates(device, utilization);
@@ -18366,7 +18366,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetVbiosVersion");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVbiosVersion(device, version, length);
-        cuwire_trace_result("nvmlDeviceGetVbiosVersion", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetVbiosVersion", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetVbiosVersion(device, version, length);
@@ -18381,10 +18381,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuCapabilities(nvmlDevice_
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuCapabilities(nvmlDevice_t device, nvmlDeviceVgpuCapability_t capability, unsigned int *capResult)
 {
     __atomic_add_fetch(&cuwire_counts[800], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetVgpuCapabilities");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuCapabilities(device, capability, capResult);
-        cuwire_trace_result("nvmlDeviceGetVgpuCapabilities", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetVgpuCapabilities", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetVgpuCapabilities(device, capability, capResult);
@@ -18399,10 +18399,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuHeterogeneousMode(nvmlDe
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuHeterogeneousMode(nvmlDevice_t device, nvmlVgpuHeterogeneousMode_t *pHeterogeneousMode)
 {
     __atomic_add_fetch(&cuwire_counts[801], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetVgpuHeterogeneousMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuHeterogeneousMode(device, pHeterogeneousMode);
-        cuwire_trace_result("nvmlDeviceGetVgpuHeterogeneousMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetVgpuHeterogeneousMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetVgpuHeterogeneousMode(device, pHeterogeneousMode);
@@ -18417,10 +18417,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuInstancesUtilizationInfo
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuInstancesUtilizationInfo(nvmlDevice_t device, nvmlVgpuInstancesUtilizationInfo_t *vgpuUtilInfo)
 {
     __atomic_add_fetch(&cuwire_counts[802], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetVgpuInstancesUtilizationInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuInstancesUtilizationInfo(device, vgpuUtilInfo);
-        cuwire_trace_result("nvmlDeviceGetVgpuInstancesUtilizationInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetVgpuInstancesUtilizationInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetVgpuInstancesUtilizationInfo(device, vgpuUtilInfo);
@@ -18435,10 +18435,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuMetadata(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuMetadata(nvmlDevice_t device, nvmlVgpuPgpuMetadata_t *pgpuMetadata, unsigned int *bufferSize)
 {
     __atomic_add_fetch(&cuwire_counts[803], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetVgpuMetadata");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuMetadata(device, pgpuMetadata, bufferSize);
-        cuwire_trace_result("nvmlDeviceGetVgpuMetadata", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetVgpuMetadata", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetVgpuMetadata(device, pgpuMetadata, bufferSize);
@@ -18453,10 +18453,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuProcessUtilization(nvmlD
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuProcessUtilization(nvmlDevice_t device, unsigned long long lastSeenTimeStamp, unsigned int *vgpuProcessSamplesCount, nvmlVgpuProcessUtilizationSample_t *utilizationSamples)
 {
     __atomic_add_fetch(&cuwire_counts[804], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetVgpuProcessUtilization");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuProcessUtilization(device, lastSeenTimeStamp, vgpuProcessSamplesCount, utilizationSamples);
-        cuwire_trace_result("nvmlDeviceGetVgpuProcessUtilization", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetVgpuProcessUtilization", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetVgpuProcessUtilization(device, lastSeenTimeStamp, vgpuProcessSamplesCount, utilizationSamples);
@@ -18471,10 +18471,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuProcessesUtilizationInfo
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuProcessesUtilizationInfo(nvmlDevice_t device, nvmlVgpuProcessesUtilizationInfo_t *vgpuProcUtilInfo)
 {
     __atomic_add_fetch(&cuwire_counts[805], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetVgpuProcessesUtilizationInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuProcessesUtilizationInfo(device, vgpuProcUtilInfo);
-        cuwire_trace_result("nvmlDeviceGetVgpuProcessesUtilizationInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetVgpuProcessesUtilizationInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetVgpuProcessesUtilizationInfo(device, vgpuProcUtilInfo);
@@ -18489,10 +18489,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuSchedulerCapabilities(nv
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuSchedulerCapabilities(nvmlDevice_t device, nvmlVgpuSchedulerCapabilities_t *pCapabilities)
 {
     __atomic_add_fetch(&cuwire_counts[806], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetVgpuSchedulerCapabilities");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuSchedulerCapabilities(device, pCapabilities);
-        cuwire_trace_result("nvmlDeviceGetVgpuSchedulerCapabilities", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetVgpuSchedulerCapabilities", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetVgpuSchedulerCapabilities(device, pCapabilities);
@@ -18507,10 +18507,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuSchedulerLog(nvmlDevice_
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuSchedulerLog(nvmlDevice_t device, nvmlVgpuSchedulerLog_t *pSchedulerLog)
 {
     __atomic_add_fetch(&cuwire_counts[807], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetVgpuSchedulerLog");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuSchedulerLog(device, pSchedulerLog);
-        cuwire_trace_result("nvmlDeviceGetVgpuSchedulerLog", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetVgpuSchedulerLog", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetVgpuSchedulerLog(device, pSchedulerLog);
@@ -18525,10 +18525,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuSchedulerState(nvmlDevic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuSchedulerState(nvmlDevice_t device, nvmlVgpuSchedulerGetState_t *pSchedulerState)
 {
     __atomic_add_fetch(&cuwire_counts[808], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetVgpuSchedulerState");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuSchedulerState(device, pSchedulerState);
-        cuwire_trace_result("nvmlDeviceGetVgpuSchedulerState", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetVgpuSchedulerState", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetVgpuSchedulerState(device, pSchedulerState);
@@ -18543,10 +18543,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuTypeCreatablePlacements(
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuTypeCreatablePlacements(nvmlDevice_t device, nvmlVgpuTypeId_t vgpuTypeId, nvmlVgpuPlacementList_t *pPlacementList)
 {
     __atomic_add_fetch(&cuwire_counts[809], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetVgpuTypeCreatablePlacements");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuTypeCreatablePlacements(device, vgpuTypeId, pPlacementList);
-        cuwire_trace_result("nvmlDeviceGetVgpuTypeCreatablePlacements", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetVgpuTypeCreatablePlacements", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetVgpuTypeCreatablePlacements(device, vgpuTypeId, pPlacementList);
@@ -18561,10 +18561,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuTypeSupportedPlacements(
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuTypeSupportedPlacements(nvmlDevice_t device, nvmlVgpuTypeId_t vgpuTypeId, nvmlVgpuPlacementList_t *pPlacementList)
 {
     __atomic_add_fetch(&cuwire_counts[810], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetVgpuTypeSupportedPlacements");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuTypeSupportedPlacements(device, vgpuTypeId, pPlacementList);
-        cuwire_trace_result("nvmlDeviceGetVgpuTypeSupportedPlacements", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetVgpuTypeSupportedPlacements", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetVgpuTypeSupportedPlacements(device, vgpuTypeId, pPlacementList);
@@ -18579,10 +18579,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVgpuUtilization(nvmlDevice_t
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVgpuUtilization(nvmlDevice_t device, unsigned long long lastSeenTimeStamp, nvmlValueType_t *sampleValType, unsigned int *vgpuInstanceSamplesCount, nvmlVgpuInstanceUtilizationSample_t *utilizationSamples)
 {
     __atomic_add_fetch(&cuwire_counts[811], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetVgpuUtilization");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVgpuUtilization(device, lastSeenTimeStamp, sampleValType, vgpuInstanceSamplesCount, utilizationSamples);
-        cuwire_trace_result("nvmlDeviceGetVgpuUtilization", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetVgpuUtilization", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetVgpuUtilization(device, lastSeenTimeStamp, sampleValType, vgpuInstanceSamplesCount, utilizationSamples);
@@ -18597,10 +18597,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetViolationStatus(nvmlDevice_t
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device, nvmlPerfPolicyType_t perfPolicyType, nvmlViolationTime_t *violTime)
 {
     __atomic_add_fetch(&cuwire_counts[812], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceGetViolationStatus");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetViolationStatus(device, perfPolicyType, violTime);
-        cuwire_trace_result("nvmlDeviceGetViolationStatus", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetViolationStatus", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetViolationStatus(device, perfPolicyType, violTime);
@@ -18620,7 +18620,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, 
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetVirtualizationMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetVirtualizationMode(device, pVirtualMode);
-        cuwire_trace_result("nvmlDeviceGetVirtualizationMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceGetVirtualizationMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceGetVirtualizationMode(device, pVirtualMode);
@@ -18640,7 +18640,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsi
     if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceIsMigDeviceHandle");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceIsMigDeviceHandle(device, isMigDevice);
-        cuwire_trace_result("nvmlDeviceIsMigDeviceHandle", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceIsMigDeviceHandle", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceIsMigDeviceHandle(device, isMigDevice);
@@ -18655,10 +18655,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceModifyDrainState(nvmlPciInfo_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceModifyDrainState(nvmlPciInfo_t *pciInfo, nvmlEnableState_t newState)
 {
     __atomic_add_fetch(&cuwire_counts[815], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceModifyDrainState");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceModifyDrainState(pciInfo, newState);
-        cuwire_trace_result("nvmlDeviceModifyDrainState", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceModifyDrainState", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceModifyDrainState(pciInfo, newState);
@@ -18673,10 +18673,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceOnSameBoard(nvmlDevice_t device
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceOnSameBoard(nvmlDevice_t device1, nvmlDevice_t device2, int *onSameBoard)
 {
     __atomic_add_fetch(&cuwire_counts[816], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceOnSameBoard");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceOnSameBoard(device1, device2, onSameBoard);
-        cuwire_trace_result("nvmlDeviceOnSameBoard", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceOnSameBoard", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceOnSameBoard(device1, device2, onSameBoard);
@@ -18691,10 +18691,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDevicePowerSmoothingActivatePresetPro
 CUWIRE_EXPORT nvmlReturn_t nvmlDevicePowerSmoothingActivatePresetProfile(nvmlDevice_t device, nvmlPowerSmoothingProfile_t *profile)
 {
     __atomic_add_fetch(&cuwire_counts[817], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDevicePowerSmoothingActivatePresetProfile");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDevicePowerSmoothingActivatePresetProfile(device, profile);
-        cuwire_trace_result("nvmlDevicePowerSmoothingActivatePresetProfile", (int)cuwire_result);
+        cuwire_trace_result("nvmlDevicePowerSmoothingActivatePresetProfile", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDevicePowerSmoothingActivatePresetProfile(device, profile);
@@ -18709,10 +18709,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDevicePowerSmoothingSetState(nvmlDevi
 CUWIRE_EXPORT nvmlReturn_t nvmlDevicePowerSmoothingSetState(nvmlDevice_t device, nvmlPowerSmoothingState_t *state)
 {
     __atomic_add_fetch(&cuwire_counts[818], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDevicePowerSmoothingSetState");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDevicePowerSmoothingSetState(device, state);
-        cuwire_trace_result("nvmlDevicePowerSmoothingSetState", (int)cuwire_result);
+        cuwire_trace_result("nvmlDevicePowerSmoothingSetState", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDevicePowerSmoothingSetState(device, state);
@@ -18727,10 +18727,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDevicePowerSmoothingUpdatePresetProfi
 CUWIRE_EXPORT nvmlReturn_t nvmlDevicePowerSmoothingUpdatePresetProfileParam(nvmlDevice_t device, nvmlPowerSmoothingProfile_t *profile)
 {
     __atomic_add_fetch(&cuwire_counts[819], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDevicePowerSmoothingUpdatePresetProfileParam");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDevicePowerSmoothingUpdatePresetProfileParam(device, profile);
-        cuwire_trace_result("nvmlDevicePowerSmoothingUpdatePresetProfileParam", (int)cuwire_result);
+        cuwire_trace_result("nvmlDevicePowerSmoothingUpdatePresetProfileParam", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDevicePowerSmoothingUpdatePresetProfileParam(device, profile);
@@ -18745,10 +18745,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceQueryDrainState(nvmlPciInfo_t *
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceQueryDrainState(nvmlPciInfo_t *pciInfo, nvmlEnableState_t *currentState)
 {
     __atomic_add_fetch(&cuwire_counts[820], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceQueryDrainState");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceQueryDrainState(pciInfo, currentState);
-        cuwire_trace_result("nvmlDeviceQueryDrainState", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceQueryDrainState", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceQueryDrainState(pciInfo, currentState);
@@ -18763,10 +18763,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceReadPRMCounters_v1(void)
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceReadPRMCounters_v1(void)
 {
     __atomic_add_fetch(&cuwire_counts[821], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceReadPRMCounters_v1");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceReadPRMCounters_v1();
-        cuwire_trace_result("nvmlDeviceReadPRMCounters_v1", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceReadPRMCounters_v1", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceReadPRMCounters_v1();
@@ -18781,10 +18781,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceReadWritePRM_v1(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceReadWritePRM_v1(nvmlDevice_t device, nvmlPRMTLV_v1_t *buffer)
 {
     __atomic_add_fetch(&cuwire_counts[822], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceReadWritePRM_v1");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceReadWritePRM_v1(device, buffer);
-        cuwire_trace_result("nvmlDeviceReadWritePRM_v1", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceReadWritePRM_v1", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceReadWritePRM_v1(device, buffer);
@@ -18799,10 +18799,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceRegisterEvents(nvmlDevice_t dev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set)
 {
     __atomic_add_fetch(&cuwire_counts[823], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceRegisterEvents");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceRegisterEvents(device, eventTypes, set);
-        cuwire_trace_result("nvmlDeviceRegisterEvents", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceRegisterEvents", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceRegisterEvents(device, eventTypes, set);
@@ -18817,10 +18817,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceRemoveGpu(void)
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceRemoveGpu(void)
 {
     __atomic_add_fetch(&cuwire_counts[824], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceRemoveGpu");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceRemoveGpu();
-        cuwire_trace_result("nvmlDeviceRemoveGpu", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceRemoveGpu", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceRemoveGpu();
@@ -18835,10 +18835,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceRemoveGpu_v2(nvmlPciInfo_t *pci
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceRemoveGpu_v2(nvmlPciInfo_t *pciInfo, nvmlDetachGpuState_t gpuState, nvmlPcieLinkState_t linkState)
 {
     __atomic_add_fetch(&cuwire_counts[825], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceRemoveGpu_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceRemoveGpu_v2(pciInfo, gpuState, linkState);
-        cuwire_trace_result("nvmlDeviceRemoveGpu_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceRemoveGpu_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceRemoveGpu_v2(pciInfo, gpuState, linkState);
@@ -18853,10 +18853,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceResetApplicationsClocks(nvmlDev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceResetApplicationsClocks(nvmlDevice_t device)
 {
     __atomic_add_fetch(&cuwire_counts[826], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceResetApplicationsClocks");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceResetApplicationsClocks(device);
-        cuwire_trace_result("nvmlDeviceResetApplicationsClocks", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceResetApplicationsClocks", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceResetApplicationsClocks(device);
@@ -18871,10 +18871,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceResetGpuLockedClocks(nvmlDevice
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceResetGpuLockedClocks(nvmlDevice_t device)
 {
     __atomic_add_fetch(&cuwire_counts[827], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceResetGpuLockedClocks");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceResetGpuLockedClocks(device);
-        cuwire_trace_result("nvmlDeviceResetGpuLockedClocks", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceResetGpuLockedClocks", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceResetGpuLockedClocks(device);
@@ -18889,10 +18889,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceResetMemoryLockedClocks(nvmlDev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceResetMemoryLockedClocks(nvmlDevice_t device)
 {
     __atomic_add_fetch(&cuwire_counts[828], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceResetMemoryLockedClocks");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceResetMemoryLockedClocks(device);
-        cuwire_trace_result("nvmlDeviceResetMemoryLockedClocks", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceResetMemoryLockedClocks", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceResetMemoryLockedClocks(device);
@@ -18907,10 +18907,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceResetNvLinkErrorCounters(nvmlDe
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceResetNvLinkErrorCounters(nvmlDevice_t device, unsigned int link)
 {
     __atomic_add_fetch(&cuwire_counts[829], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceResetNvLinkErrorCounters");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceResetNvLinkErrorCounters(device, link);
-        cuwire_trace_result("nvmlDeviceResetNvLinkErrorCounters", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceResetNvLinkErrorCounters", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceResetNvLinkErrorCounters(device, link);
@@ -18925,10 +18925,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceResetNvLinkUtilizationCounter(n
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceResetNvLinkUtilizationCounter(nvmlDevice_t device, unsigned int link, unsigned int counter)
 {
     __atomic_add_fetch(&cuwire_counts[830], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceResetNvLinkUtilizationCounter");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceResetNvLinkUtilizationCounter(device, link, counter);
-        cuwire_trace_result("nvmlDeviceResetNvLinkUtilizationCounter", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceResetNvLinkUtilizationCounter", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceResetNvLinkUtilizationCounter(device, link, counter);
@@ -18943,10 +18943,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetAPIRestriction(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetAPIRestriction(nvmlDevice_t device, nvmlRestrictedAPI_t apiType, nvmlEnableState_t isRestricted)
 {
     __atomic_add_fetch(&cuwire_counts[831], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetAPIRestriction");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetAPIRestriction(device, apiType, isRestricted);
-        cuwire_trace_result("nvmlDeviceSetAPIRestriction", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetAPIRestriction", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetAPIRestriction(device, apiType, isRestricted);
@@ -18961,10 +18961,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetAccountingMode(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetAccountingMode(nvmlDevice_t device, nvmlEnableState_t mode)
 {
     __atomic_add_fetch(&cuwire_counts[832], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetAccountingMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetAccountingMode(device, mode);
-        cuwire_trace_result("nvmlDeviceSetAccountingMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetAccountingMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetAccountingMode(device, mode);
@@ -18979,10 +18979,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetApplicationsClocks(nvmlDevic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetApplicationsClocks(nvmlDevice_t device, unsigned int memClockMHz, unsigned int graphicsClockMHz)
 {
     __atomic_add_fetch(&cuwire_counts[833], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetApplicationsClocks");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetApplicationsClocks(device, memClockMHz, graphicsClockMHz);
-        cuwire_trace_result("nvmlDeviceSetApplicationsClocks", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetApplicationsClocks", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetApplicationsClocks(device, memClockMHz, graphicsClockMHz);
@@ -18997,10 +18997,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetAutoBoostedClocksEnabled(nvm
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetAutoBoostedClocksEnabled(nvmlDevice_t device, nvmlEnableState_t enabled)
 {
     __atomic_add_fetch(&cuwire_counts[834], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetAutoBoostedClocksEnabled");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetAutoBoostedClocksEnabled(device, enabled);
-        cuwire_trace_result("nvmlDeviceSetAutoBoostedClocksEnabled", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetAutoBoostedClocksEnabled", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetAutoBoostedClocksEnabled(device, enabled);
@@ -19015,10 +19015,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetClockOffsets(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetClockOffsets(nvmlDevice_t device, nvmlClockOffset_t *info)
 {
     __atomic_add_fetch(&cuwire_counts[835], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetClockOffsets");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetClockOffsets(device, info);
-        cuwire_trace_result("nvmlDeviceSetClockOffsets", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetClockOffsets", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetClockOffsets(device, info);
@@ -19033,10 +19033,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetComputeMode(nvmlDevice_t dev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode)
 {
     __atomic_add_fetch(&cuwire_counts[836], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetComputeMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetComputeMode(device, mode);
-        cuwire_trace_result("nvmlDeviceSetComputeMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetComputeMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetComputeMode(device, mode);
@@ -19051,10 +19051,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetConfComputeUnprotectedMemSiz
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetConfComputeUnprotectedMemSize(nvmlDevice_t device, unsigned long long sizeKiB)
 {
     __atomic_add_fetch(&cuwire_counts[837], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetConfComputeUnprotectedMemSize");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetConfComputeUnprotectedMemSize(device, sizeKiB);
-        cuwire_trace_result("nvmlDeviceSetConfComputeUnprotectedMemSize", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetConfComputeUnprotectedMemSize", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetConfComputeUnprotectedMemSize(device, sizeKiB);
@@ -19069,10 +19069,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetCpuAffinity(nvmlDevice_t dev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetCpuAffinity(nvmlDevice_t device)
 {
     __atomic_add_fetch(&cuwire_counts[838], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetCpuAffinity");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetCpuAffinity(device);
-        cuwire_trace_result("nvmlDeviceSetCpuAffinity", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetCpuAffinity", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetCpuAffinity(device);
@@ -19087,10 +19087,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetDefaultAutoBoostedClocksEnab
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetDefaultAutoBoostedClocksEnabled(nvmlDevice_t device, nvmlEnableState_t enabled, unsigned int flags)
 {
     __atomic_add_fetch(&cuwire_counts[839], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetDefaultAutoBoostedClocksEnabled");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetDefaultAutoBoostedClocksEnabled(device, enabled, flags);
-        cuwire_trace_result("nvmlDeviceSetDefaultAutoBoostedClocksEnabled", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetDefaultAutoBoostedClocksEnabled", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetDefaultAutoBoostedClocksEnabled(device, enabled, flags);
@@ -19105,10 +19105,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetDefaultFanSpeed_v2(nvmlDevic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetDefaultFanSpeed_v2(nvmlDevice_t device, unsigned int fan)
 {
     __atomic_add_fetch(&cuwire_counts[840], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetDefaultFanSpeed_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetDefaultFanSpeed_v2(device, fan);
-        cuwire_trace_result("nvmlDeviceSetDefaultFanSpeed_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetDefaultFanSpeed_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetDefaultFanSpeed_v2(device, fan);
@@ -19123,10 +19123,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetDramEncryptionMode(nvmlDevic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetDramEncryptionMode(nvmlDevice_t device, const nvmlDramEncryptionInfo_t *dramEncryption)
 {
     __atomic_add_fetch(&cuwire_counts[841], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetDramEncryptionMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetDramEncryptionMode(device, dramEncryption);
-        cuwire_trace_result("nvmlDeviceSetDramEncryptionMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetDramEncryptionMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetDramEncryptionMode(device, dramEncryption);
@@ -19141,10 +19141,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetDriverModel(nvmlDevice_t dev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetDriverModel(nvmlDevice_t device, nvmlDriverModel_t driverModel, unsigned int flags)
 {
     __atomic_add_fetch(&cuwire_counts[842], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetDriverModel");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetDriverModel(device, driverModel, flags);
-        cuwire_trace_result("nvmlDeviceSetDriverModel", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetDriverModel", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetDriverModel(device, driverModel, flags);
@@ -19159,10 +19159,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetEccMode(nvmlDevice_t device,
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetEccMode(nvmlDevice_t device, nvmlEnableState_t ecc)
 {
     __atomic_add_fetch(&cuwire_counts[843], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetEccMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetEccMode(device, ecc);
-        cuwire_trace_result("nvmlDeviceSetEccMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetEccMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetEccMode(device, ecc);
@@ -19177,10 +19177,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetFanControlPolicy(nvmlDevice_
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetFanControlPolicy(nvmlDevice_t device, unsigned int fan, nvmlFanControlPolicy_t policy)
 {
     __atomic_add_fetch(&cuwire_counts[844], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetFanControlPolicy");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetFanControlPolicy(device, fan, policy);
-        cuwire_trace_result("nvmlDeviceSetFanControlPolicy", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetFanControlPolicy", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetFanControlPolicy(device, fan, policy);
@@ -19195,10 +19195,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetFanSpeed_v2(nvmlDevice_t dev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetFanSpeed_v2(nvmlDevice_t device, unsigned int fan, unsigned int speed)
 {
     __atomic_add_fetch(&cuwire_counts[845], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetFanSpeed_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetFanSpeed_v2(device, fan, speed);
-        cuwire_trace_result("nvmlDeviceSetFanSpeed_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetFanSpeed_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetFanSpeed_v2(device, fan, speed);
@@ -19213,10 +19213,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetGpcClkVfOffset(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetGpcClkVfOffset(nvmlDevice_t device, int offset)
 {
     __atomic_add_fetch(&cuwire_counts[846], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetGpcClkVfOffset");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetGpcClkVfOffset(device, offset);
-        cuwire_trace_result("nvmlDeviceSetGpcClkVfOffset", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetGpcClkVfOffset", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetGpcClkVfOffset(device, offset);
@@ -19231,10 +19231,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetGpuLockedClocks(nvmlDevice_t
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetGpuLockedClocks(nvmlDevice_t device, unsigned int minGpuClockMHz, unsigned int maxGpuClockMHz)
 {
     __atomic_add_fetch(&cuwire_counts[847], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetGpuLockedClocks");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetGpuLockedClocks(device, minGpuClockMHz, maxGpuClockMHz);
-        cuwire_trace_result("nvmlDeviceSetGpuLockedClocks", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetGpuLockedClocks", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetGpuLockedClocks(device, minGpuClockMHz, maxGpuClockMHz);
@@ -19249,10 +19249,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetGpuOperationMode(nvmlDevice_
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetGpuOperationMode(nvmlDevice_t device, nvmlGpuOperationMode_t mode)
 {
     __atomic_add_fetch(&cuwire_counts[848], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetGpuOperationMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetGpuOperationMode(device, mode);
-        cuwire_trace_result("nvmlDeviceSetGpuOperationMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetGpuOperationMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetGpuOperationMode(device, mode);
@@ -19267,10 +19267,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetHostname_v1(nvmlDevice_t dev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetHostname_v1(nvmlDevice_t device, nvmlHostname_v1_t *hostname)
 {
     __atomic_add_fetch(&cuwire_counts[849], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetHostname_v1");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetHostname_v1(device, hostname);
-        cuwire_trace_result("nvmlDeviceSetHostname_v1", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetHostname_v1", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetHostname_v1(device, hostname);
@@ -19285,10 +19285,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetMemClkVfOffset(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetMemClkVfOffset(nvmlDevice_t device, int offset)
 {
     __atomic_add_fetch(&cuwire_counts[850], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetMemClkVfOffset");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetMemClkVfOffset(device, offset);
-        cuwire_trace_result("nvmlDeviceSetMemClkVfOffset", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetMemClkVfOffset", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetMemClkVfOffset(device, offset);
@@ -19303,10 +19303,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetMemoryLockedClocks(nvmlDevic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetMemoryLockedClocks(nvmlDevice_t device, unsigned int minMemClockMHz, unsigned int maxMemClockMHz)
 {
     __atomic_add_fetch(&cuwire_counts[851], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetMemoryLockedClocks");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetMemoryLockedClocks(device, minMemClockMHz, maxMemClockMHz);
-        cuwire_trace_result("nvmlDeviceSetMemoryLockedClocks", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetMemoryLockedClocks", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetMemoryLockedClocks(device, minMemClockMHz, maxMemClockMHz);
@@ -19321,10 +19321,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetMigMode(nvmlDevice_t device,
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode, nvmlReturn_t *activationStatus)
 {
     __atomic_add_fetch(&cuwire_counts[852], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetMigMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetMigMode(device, mode, activationStatus);
-        cuwire_trace_result("nvmlDeviceSetMigMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetMigMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetMigMode(device, mode, activationStatus);
@@ -19339,10 +19339,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetNvLinkDeviceLowPowerThreshol
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetNvLinkDeviceLowPowerThreshold(nvmlDevice_t device, nvmlNvLinkPowerThres_t *info)
 {
     __atomic_add_fetch(&cuwire_counts[853], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetNvLinkDeviceLowPowerThreshold");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetNvLinkDeviceLowPowerThreshold(device, info);
-        cuwire_trace_result("nvmlDeviceSetNvLinkDeviceLowPowerThreshold", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetNvLinkDeviceLowPowerThreshold", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetNvLinkDeviceLowPowerThreshold(device, info);
@@ -19357,10 +19357,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetNvLinkUtilizationControl(nvm
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetNvLinkUtilizationControl(nvmlDevice_t device, unsigned int link, unsigned int counter, nvmlNvLinkUtilizationControl_t *control, unsigned int reset)
 {
     __atomic_add_fetch(&cuwire_counts[854], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetNvLinkUtilizationControl");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetNvLinkUtilizationControl(device, link, counter, control, reset);
-        cuwire_trace_result("nvmlDeviceSetNvLinkUtilizationControl", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetNvLinkUtilizationControl", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetNvLinkUtilizationControl(device, link, counter, control, reset);
@@ -19375,10 +19375,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetNvlinkBwMode(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetNvlinkBwMode(nvmlDevice_t device, nvmlNvlinkSetBwMode_t *setBwMode)
 {
     __atomic_add_fetch(&cuwire_counts[855], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetNvlinkBwMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetNvlinkBwMode(device, setBwMode);
-        cuwire_trace_result("nvmlDeviceSetNvlinkBwMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetNvlinkBwMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetNvlinkBwMode(device, setBwMode);
@@ -19393,10 +19393,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetPersistenceMode(nvmlDevice_t
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t mode)
 {
     __atomic_add_fetch(&cuwire_counts[856], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetPersistenceMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetPersistenceMode(device, mode);
-        cuwire_trace_result("nvmlDeviceSetPersistenceMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetPersistenceMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetPersistenceMode(device, mode);
@@ -19411,10 +19411,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetPowerManagementLimit(nvmlDev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetPowerManagementLimit(nvmlDevice_t device, unsigned int limit)
 {
     __atomic_add_fetch(&cuwire_counts[857], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetPowerManagementLimit");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetPowerManagementLimit(device, limit);
-        cuwire_trace_result("nvmlDeviceSetPowerManagementLimit", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetPowerManagementLimit", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetPowerManagementLimit(device, limit);
@@ -19429,10 +19429,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetPowerManagementLimit_v2(nvml
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetPowerManagementLimit_v2(nvmlDevice_t device, nvmlPowerValue_v2_t *powerValue)
 {
     __atomic_add_fetch(&cuwire_counts[858], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetPowerManagementLimit_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetPowerManagementLimit_v2(device, powerValue);
-        cuwire_trace_result("nvmlDeviceSetPowerManagementLimit_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetPowerManagementLimit_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetPowerManagementLimit_v2(device, powerValue);
@@ -19447,10 +19447,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetPowerMizerMode_v1(nvmlDevice
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetPowerMizerMode_v1(nvmlDevice_t device, nvmlDevicePowerMizerModes_v1_t *powerMizerMode)
 {
     __atomic_add_fetch(&cuwire_counts[859], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetPowerMizerMode_v1");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetPowerMizerMode_v1(device, powerMizerMode);
-        cuwire_trace_result("nvmlDeviceSetPowerMizerMode_v1", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetPowerMizerMode_v1", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetPowerMizerMode_v1(device, powerMizerMode);
@@ -19465,10 +19465,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetTemperatureThreshold(nvmlDev
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetTemperatureThreshold(nvmlDevice_t device, nvmlTemperatureThresholds_t thresholdType, int *temp)
 {
     __atomic_add_fetch(&cuwire_counts[860], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetTemperatureThreshold");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetTemperatureThreshold(device, thresholdType, temp);
-        cuwire_trace_result("nvmlDeviceSetTemperatureThreshold", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetTemperatureThreshold", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetTemperatureThreshold(device, thresholdType, temp);
@@ -19483,10 +19483,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetVgpuCapabilities(nvmlDevice_
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetVgpuCapabilities(nvmlDevice_t device, nvmlDeviceVgpuCapability_t capability, nvmlEnableState_t state)
 {
     __atomic_add_fetch(&cuwire_counts[861], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetVgpuCapabilities");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetVgpuCapabilities(device, capability, state);
-        cuwire_trace_result("nvmlDeviceSetVgpuCapabilities", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetVgpuCapabilities", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetVgpuCapabilities(device, capability, state);
@@ -19501,10 +19501,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetVgpuHeterogeneousMode(nvmlDe
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetVgpuHeterogeneousMode(nvmlDevice_t device, const nvmlVgpuHeterogeneousMode_t *pHeterogeneousMode)
 {
     __atomic_add_fetch(&cuwire_counts[862], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetVgpuHeterogeneousMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetVgpuHeterogeneousMode(device, pHeterogeneousMode);
-        cuwire_trace_result("nvmlDeviceSetVgpuHeterogeneousMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetVgpuHeterogeneousMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetVgpuHeterogeneousMode(device, pHeterogeneousMode);
@@ -19519,10 +19519,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetVgpuSchedulerState(nvmlDevic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetVgpuSchedulerState(nvmlDevice_t device, nvmlVgpuSchedulerSetState_t *pSchedulerState)
 {
     __atomic_add_fetch(&cuwire_counts[863], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetVgpuSchedulerState");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetVgpuSchedulerState(device, pSchedulerState);
-        cuwire_trace_result("nvmlDeviceSetVgpuSchedulerState", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetVgpuSchedulerState", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetVgpuSchedulerState(device, pSchedulerState);
@@ -19537,10 +19537,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceSetVirtualizationMode(nvmlDevic
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceSetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t virtualMode)
 {
     __atomic_add_fetch(&cuwire_counts[864], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceSetVirtualizationMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceSetVirtualizationMode(device, virtualMode);
-        cuwire_trace_result("nvmlDeviceSetVirtualizationMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceSetVirtualizationMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceSetVirtualizationMode(device, virtualMode);
@@ -19555,10 +19555,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceValidateInforom(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceValidateInforom(nvmlDevice_t device)
 {
     __atomic_add_fetch(&cuwire_counts[865], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceValidateInforom");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceValidateInforom(device);
-        cuwire_trace_result("nvmlDeviceValidateInforom", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceValidateInforom", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceValidateInforom(device);
@@ -19573,10 +19573,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceWorkloadPowerProfileClearReques
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(nvmlDevice_t device, nvmlWorkloadPowerProfileRequestedProfiles_t *requestedProfiles)
 {
     __atomic_add_fetch(&cuwire_counts[866], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceWorkloadPowerProfileClearRequestedProfiles");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(device, requestedProfiles);
-        cuwire_trace_result("nvmlDeviceWorkloadPowerProfileClearRequestedProfiles", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceWorkloadPowerProfileClearRequestedProfiles", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(device, requestedProfiles);
@@ -19591,10 +19591,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceWorkloadPowerProfileGetCurrentP
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(nvmlDevice_t device, nvmlWorkloadPowerProfileCurrentProfiles_t *currentProfiles)
 {
     __atomic_add_fetch(&cuwire_counts[867], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceWorkloadPowerProfileGetCurrentProfiles");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(device, currentProfiles);
-        cuwire_trace_result("nvmlDeviceWorkloadPowerProfileGetCurrentProfiles", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceWorkloadPowerProfileGetCurrentProfiles", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(device, currentProfiles);
@@ -19609,10 +19609,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceWorkloadPowerProfileGetProfiles
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceWorkloadPowerProfileGetProfilesInfo(nvmlDevice_t device, nvmlWorkloadPowerProfileProfilesInfo_t *profilesInfo)
 {
     __atomic_add_fetch(&cuwire_counts[868], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceWorkloadPowerProfileGetProfilesInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceWorkloadPowerProfileGetProfilesInfo(device, profilesInfo);
-        cuwire_trace_result("nvmlDeviceWorkloadPowerProfileGetProfilesInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceWorkloadPowerProfileGetProfilesInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceWorkloadPowerProfileGetProfilesInfo(device, profilesInfo);
@@ -19627,10 +19627,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceWorkloadPowerProfileSetRequeste
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(nvmlDevice_t device, nvmlWorkloadPowerProfileRequestedProfiles_t *requestedProfiles)
 {
     __atomic_add_fetch(&cuwire_counts[869], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlDeviceWorkloadPowerProfileSetRequestedProfiles");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(device, requestedProfiles);
-        cuwire_trace_result("nvmlDeviceWorkloadPowerProfileSetRequestedProfiles", (int)cuwire_result);
+        cuwire_trace_result("nvmlDeviceWorkloadPowerProfileSetRequestedProfiles", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(device, requestedProfiles);
@@ -19661,10 +19661,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlEventSetCreate(nvmlEventSet_t *set)
 CUWIRE_EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
 {
     __atomic_add_fetch(&cuwire_counts[871], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlEventSetCreate");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlEventSetCreate(set);
-        cuwire_trace_result("nvmlEventSetCreate", (int)cuwire_result);
+        cuwire_trace_result("nvmlEventSetCreate", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlEventSetCreate(set);
@@ -19679,10 +19679,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlEventSetFree(nvmlEventSet_t set)
 CUWIRE_EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
 {
     __atomic_add_fetch(&cuwire_counts[872], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlEventSetFree");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlEventSetFree(set);
-        cuwire_trace_result("nvmlEventSetFree", (int)cuwire_result);
+        cuwire_trace_result("nvmlEventSetFree", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlEventSetFree(set);
@@ -19697,10 +19697,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlEventSetWait(void)
 CUWIRE_EXPORT nvmlReturn_t nvmlEventSetWait(void)
 {
     __atomic_add_fetch(&cuwire_counts[873], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlEventSetWait");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlEventSetWait();
-        cuwire_trace_result("nvmlEventSetWait", (int)cuwire_result);
+        cuwire_trace_result("nvmlEventSetWait", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlEventSetWait();
@@ -19715,10 +19715,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlEventSetWait_v2(nvmlEventSet_t set, n
 CUWIRE_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
 {
     __atomic_add_fetch(&cuwire_counts[874], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlEventSetWait_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlEventSetWait_v2(set, data, timeoutms);
-        cuwire_trace_result("nvmlEventSetWait_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlEventSetWait_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlEventSetWait_v2(set, data, timeoutms);
@@ -19733,10 +19733,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGetBlacklistDeviceCount(void)
 CUWIRE_EXPORT nvmlReturn_t nvmlGetBlacklistDeviceCount(void)
 {
     __atomic_add_fetch(&cuwire_counts[875], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGetBlacklistDeviceCount");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGetBlacklistDeviceCount();
-        cuwire_trace_result("nvmlGetBlacklistDeviceCount", (int)cuwire_result);
+        cuwire_trace_result("nvmlGetBlacklistDeviceCount", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGetBlacklistDeviceCount();
@@ -19751,10 +19751,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGetBlacklistDeviceInfoByIndex(void)
 CUWIRE_EXPORT nvmlReturn_t nvmlGetBlacklistDeviceInfoByIndex(void)
 {
     __atomic_add_fetch(&cuwire_counts[876], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGetBlacklistDeviceInfoByIndex");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGetBlacklistDeviceInfoByIndex();
-        cuwire_trace_result("nvmlGetBlacklistDeviceInfoByIndex", (int)cuwire_result);
+        cuwire_trace_result("nvmlGetBlacklistDeviceInfoByIndex", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGetBlacklistDeviceInfoByIndex();
@@ -19769,10 +19769,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGetExcludedDeviceCount(unsigned int *
 CUWIRE_EXPORT nvmlReturn_t nvmlGetExcludedDeviceCount(unsigned int *deviceCount)
 {
     __atomic_add_fetch(&cuwire_counts[877], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGetExcludedDeviceCount");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGetExcludedDeviceCount(deviceCount);
-        cuwire_trace_result("nvmlGetExcludedDeviceCount", (int)cuwire_result);
+        cuwire_trace_result("nvmlGetExcludedDeviceCount", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGetExcludedDeviceCount(deviceCount);
@@ -19787,10 +19787,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGetExcludedDeviceInfoByIndex(unsigned
 CUWIRE_EXPORT nvmlReturn_t nvmlGetExcludedDeviceInfoByIndex(unsigned int index, nvmlExcludedDeviceInfo_t *info)
 {
     __atomic_add_fetch(&cuwire_counts[878], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGetExcludedDeviceInfoByIndex");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGetExcludedDeviceInfoByIndex(index, info);
-        cuwire_trace_result("nvmlGetExcludedDeviceInfoByIndex", (int)cuwire_result);
+        cuwire_trace_result("nvmlGetExcludedDeviceInfoByIndex", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGetExcludedDeviceInfoByIndex(index, info);
@@ -19805,10 +19805,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGetVgpuCompatibility(nvmlVgpuMetadata
 CUWIRE_EXPORT nvmlReturn_t nvmlGetVgpuCompatibility(nvmlVgpuMetadata_t *vgpuMetadata, nvmlVgpuPgpuMetadata_t *pgpuMetadata, nvmlVgpuPgpuCompatibility_t *compatibilityInfo)
 {
     __atomic_add_fetch(&cuwire_counts[879], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGetVgpuCompatibility");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGetVgpuCompatibility(vgpuMetadata, pgpuMetadata, compatibilityInfo);
-        cuwire_trace_result("nvmlGetVgpuCompatibility", (int)cuwire_result);
+        cuwire_trace_result("nvmlGetVgpuCompatibility", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGetVgpuCompatibility(vgpuMetadata, pgpuMetadata, compatibilityInfo);
@@ -19823,10 +19823,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGetVgpuDriverCapabilities(nvmlVgpuDri
 CUWIRE_EXPORT nvmlReturn_t nvmlGetVgpuDriverCapabilities(nvmlVgpuDriverCapability_t capability, unsigned int *capResult)
 {
     __atomic_add_fetch(&cuwire_counts[880], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGetVgpuDriverCapabilities");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGetVgpuDriverCapabilities(capability, capResult);
-        cuwire_trace_result("nvmlGetVgpuDriverCapabilities", (int)cuwire_result);
+        cuwire_trace_result("nvmlGetVgpuDriverCapabilities", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGetVgpuDriverCapabilities(capability, capResult);
@@ -19841,10 +19841,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGetVgpuVersion(nvmlVgpuVersion_t *sup
 CUWIRE_EXPORT nvmlReturn_t nvmlGetVgpuVersion(nvmlVgpuVersion_t *supported, nvmlVgpuVersion_t *current)
 {
     __atomic_add_fetch(&cuwire_counts[881], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGetVgpuVersion");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGetVgpuVersion(supported, current);
-        cuwire_trace_result("nvmlGetVgpuVersion", (int)cuwire_result);
+        cuwire_trace_result("nvmlGetVgpuVersion", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGetVgpuVersion(supported, current);
@@ -19859,10 +19859,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *me
 CUWIRE_EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet)
 {
     __atomic_add_fetch(&cuwire_counts[882], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpmMetricsGet");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpmMetricsGet(metricsGet);
-        cuwire_trace_result("nvmlGpmMetricsGet", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpmMetricsGet", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpmMetricsGet(metricsGet);
@@ -19877,10 +19877,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpmMigSampleGet(nvmlDevice_t device, 
 CUWIRE_EXPORT nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId, nvmlGpmSample_t gpmSample)
 {
     __atomic_add_fetch(&cuwire_counts[883], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpmMigSampleGet");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpmMigSampleGet(device, gpuInstanceId, gpmSample);
-        cuwire_trace_result("nvmlGpmMigSampleGet", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpmMigSampleGet", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpmMigSampleGet(device, gpuInstanceId, gpmSample);
@@ -19895,10 +19895,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpmQueryDeviceSupport(nvmlDevice_t de
 CUWIRE_EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport)
 {
     __atomic_add_fetch(&cuwire_counts[884], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpmQueryDeviceSupport");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpmQueryDeviceSupport(device, gpmSupport);
-        cuwire_trace_result("nvmlGpmQueryDeviceSupport", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpmQueryDeviceSupport", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpmQueryDeviceSupport(device, gpmSupport);
@@ -19913,10 +19913,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpmQueryIfStreamingEnabled(nvmlDevice
 CUWIRE_EXPORT nvmlReturn_t nvmlGpmQueryIfStreamingEnabled(nvmlDevice_t device, unsigned int *state)
 {
     __atomic_add_fetch(&cuwire_counts[885], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpmQueryIfStreamingEnabled");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpmQueryIfStreamingEnabled(device, state);
-        cuwire_trace_result("nvmlGpmQueryIfStreamingEnabled", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpmQueryIfStreamingEnabled", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpmQueryIfStreamingEnabled(device, state);
@@ -19931,10 +19931,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpmSampleAlloc(nvmlGpmSample_t *gpmSa
 CUWIRE_EXPORT nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *gpmSample)
 {
     __atomic_add_fetch(&cuwire_counts[886], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpmSampleAlloc");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpmSampleAlloc(gpmSample);
-        cuwire_trace_result("nvmlGpmSampleAlloc", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpmSampleAlloc", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpmSampleAlloc(gpmSample);
@@ -19949,10 +19949,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpmSampleFree(nvmlGpmSample_t gpmSamp
 CUWIRE_EXPORT nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t gpmSample)
 {
     __atomic_add_fetch(&cuwire_counts[887], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpmSampleFree");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpmSampleFree(gpmSample);
-        cuwire_trace_result("nvmlGpmSampleFree", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpmSampleFree", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpmSampleFree(gpmSample);
@@ -19967,10 +19967,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpmSampleGet(nvmlDevice_t device, nvm
 CUWIRE_EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample)
 {
     __atomic_add_fetch(&cuwire_counts[888], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpmSampleGet");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpmSampleGet(device, gpmSample);
-        cuwire_trace_result("nvmlGpmSampleGet", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpmSampleGet", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpmSampleGet(device, gpmSample);
@@ -19985,10 +19985,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpmSetStreamingEnabled(nvmlDevice_t d
 CUWIRE_EXPORT nvmlReturn_t nvmlGpmSetStreamingEnabled(nvmlDevice_t device, unsigned int state)
 {
     __atomic_add_fetch(&cuwire_counts[889], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpmSetStreamingEnabled");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpmSetStreamingEnabled(device, state);
-        cuwire_trace_result("nvmlGpmSetStreamingEnabled", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpmSetStreamingEnabled", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpmSetStreamingEnabled(device, state);
@@ -20003,10 +20003,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceCreateComputeInstance(nvml
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t *computeInstance)
 {
     __atomic_add_fetch(&cuwire_counts[890], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceCreateComputeInstance");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceCreateComputeInstance(gpuInstance, profileId, computeInstance);
-        cuwire_trace_result("nvmlGpuInstanceCreateComputeInstance", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceCreateComputeInstance", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceCreateComputeInstance(gpuInstance, profileId, computeInstance);
@@ -20021,10 +20021,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceCreateComputeInstanceWithP
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceCreateComputeInstanceWithPlacement(nvmlGpuInstance_t gpuInstance, unsigned int profileId, const nvmlComputeInstancePlacement_t *placement, nvmlComputeInstance_t *computeInstance)
 {
     __atomic_add_fetch(&cuwire_counts[891], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceCreateComputeInstanceWithPlacement");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceCreateComputeInstanceWithPlacement(gpuInstance, profileId, placement, computeInstance);
-        cuwire_trace_result("nvmlGpuInstanceCreateComputeInstanceWithPlacement", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceCreateComputeInstanceWithPlacement", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceCreateComputeInstanceWithPlacement(gpuInstance, profileId, placement, computeInstance);
@@ -20039,10 +20039,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceDestroy(nvmlGpuInstance_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance)
 {
     __atomic_add_fetch(&cuwire_counts[892], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceDestroy");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceDestroy(gpuInstance);
-        cuwire_trace_result("nvmlGpuInstanceDestroy", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceDestroy", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceDestroy(gpuInstance);
@@ -20057,10 +20057,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetActiveVgpus(nvmlGpuInst
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetActiveVgpus(nvmlGpuInstance_t gpuInstance, nvmlActiveVgpuInstanceInfo_t *pVgpuInstanceInfo)
 {
     __atomic_add_fetch(&cuwire_counts[893], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceGetActiveVgpus");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetActiveVgpus(gpuInstance, pVgpuInstanceInfo);
-        cuwire_trace_result("nvmlGpuInstanceGetActiveVgpus", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceGetActiveVgpus", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceGetActiveVgpus(gpuInstance, pVgpuInstanceInfo);
@@ -20075,10 +20075,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetComputeInstanceById(nvm
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance, unsigned int id, nvmlComputeInstance_t *computeInstance)
 {
     __atomic_add_fetch(&cuwire_counts[894], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceGetComputeInstanceById");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetComputeInstanceById(gpuInstance, id, computeInstance);
-        cuwire_trace_result("nvmlGpuInstanceGetComputeInstanceById", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceGetComputeInstanceById", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceGetComputeInstanceById(gpuInstance, id, computeInstance);
@@ -20093,10 +20093,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetComputeInstancePossible
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstancePossiblePlacements(nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstancePlacement_t *placements, unsigned int *count)
 {
     __atomic_add_fetch(&cuwire_counts[895], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceGetComputeInstancePossiblePlacements");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetComputeInstancePossiblePlacements(gpuInstance, profileId, placements, count);
-        cuwire_trace_result("nvmlGpuInstanceGetComputeInstancePossiblePlacements", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceGetComputeInstancePossiblePlacements", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceGetComputeInstancePossiblePlacements(gpuInstance, profileId, placements, count);
@@ -20111,10 +20111,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetComputeInstanceProfileI
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile, nvmlComputeInstanceProfileInfo_t *info)
 {
     __atomic_add_fetch(&cuwire_counts[896], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceGetComputeInstanceProfileInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetComputeInstanceProfileInfo(gpuInstance, profile, engProfile, info);
-        cuwire_trace_result("nvmlGpuInstanceGetComputeInstanceProfileInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceGetComputeInstanceProfileInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceGetComputeInstanceProfileInfo(gpuInstance, profile, engProfile, info);
@@ -20129,10 +20129,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetComputeInstanceProfileI
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile, nvmlComputeInstanceProfileInfo_v2_t *info)
 {
     __atomic_add_fetch(&cuwire_counts[897], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceGetComputeInstanceProfileInfoV");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetComputeInstanceProfileInfoV(gpuInstance, profile, engProfile, info);
-        cuwire_trace_result("nvmlGpuInstanceGetComputeInstanceProfileInfoV", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceGetComputeInstanceProfileInfoV", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceGetComputeInstanceProfileInfoV(gpuInstance, profile, engProfile, info);
@@ -20147,10 +20147,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetComputeInstanceRemainin
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(nvmlGpuInstance_t gpuInstance, unsigned int profileId, unsigned int *count)
 {
     __atomic_add_fetch(&cuwire_counts[898], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceGetComputeInstanceRemainingCapacity");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gpuInstance, profileId, count);
-        cuwire_trace_result("nvmlGpuInstanceGetComputeInstanceRemainingCapacity", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceGetComputeInstanceRemainingCapacity", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gpuInstance, profileId, count);
@@ -20165,10 +20165,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetComputeInstances(nvmlGp
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t *computeInstances, unsigned int *count)
 {
     __atomic_add_fetch(&cuwire_counts[899], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceGetComputeInstances");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetComputeInstances(gpuInstance, profileId, computeInstances, count);
-        cuwire_trace_result("nvmlGpuInstanceGetComputeInstances", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceGetComputeInstances", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceGetComputeInstances(gpuInstance, profileId, computeInstances, count);
@@ -20183,10 +20183,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetCreatableVgpus(nvmlGpuI
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetCreatableVgpus(nvmlGpuInstance_t gpuInstance, nvmlVgpuTypeIdInfo_t *pVgpus)
 {
     __atomic_add_fetch(&cuwire_counts[900], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceGetCreatableVgpus");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetCreatableVgpus(gpuInstance, pVgpus);
-        cuwire_trace_result("nvmlGpuInstanceGetCreatableVgpus", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceGetCreatableVgpus", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceGetCreatableVgpus(gpuInstance, pVgpus);
@@ -20201,10 +20201,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetInfo(nvmlGpuInstance_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info)
 {
     __atomic_add_fetch(&cuwire_counts[901], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceGetInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetInfo(gpuInstance, info);
-        cuwire_trace_result("nvmlGpuInstanceGetInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceGetInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceGetInfo(gpuInstance, info);
@@ -20219,10 +20219,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetVgpuHeterogeneousMode(n
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetVgpuHeterogeneousMode(nvmlGpuInstance_t gpuInstance, nvmlVgpuHeterogeneousMode_t *pHeterogeneousMode)
 {
     __atomic_add_fetch(&cuwire_counts[902], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceGetVgpuHeterogeneousMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetVgpuHeterogeneousMode(gpuInstance, pHeterogeneousMode);
-        cuwire_trace_result("nvmlGpuInstanceGetVgpuHeterogeneousMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceGetVgpuHeterogeneousMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceGetVgpuHeterogeneousMode(gpuInstance, pHeterogeneousMode);
@@ -20237,10 +20237,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetVgpuSchedulerLog(nvmlGp
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetVgpuSchedulerLog(nvmlGpuInstance_t gpuInstance, nvmlVgpuSchedulerLogInfo_t *pSchedulerLogInfo)
 {
     __atomic_add_fetch(&cuwire_counts[903], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceGetVgpuSchedulerLog");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetVgpuSchedulerLog(gpuInstance, pSchedulerLogInfo);
-        cuwire_trace_result("nvmlGpuInstanceGetVgpuSchedulerLog", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceGetVgpuSchedulerLog", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceGetVgpuSchedulerLog(gpuInstance, pSchedulerLogInfo);
@@ -20255,10 +20255,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetVgpuSchedulerState(nvml
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetVgpuSchedulerState(nvmlGpuInstance_t gpuInstance, nvmlVgpuSchedulerStateInfo_t *pSchedulerStateInfo)
 {
     __atomic_add_fetch(&cuwire_counts[904], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceGetVgpuSchedulerState");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetVgpuSchedulerState(gpuInstance, pSchedulerStateInfo);
-        cuwire_trace_result("nvmlGpuInstanceGetVgpuSchedulerState", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceGetVgpuSchedulerState", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceGetVgpuSchedulerState(gpuInstance, pSchedulerStateInfo);
@@ -20273,10 +20273,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceGetVgpuTypeCreatablePlacem
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceGetVgpuTypeCreatablePlacements(nvmlGpuInstance_t gpuInstance, nvmlVgpuCreatablePlacementInfo_t *pCreatablePlacementInfo)
 {
     __atomic_add_fetch(&cuwire_counts[905], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceGetVgpuTypeCreatablePlacements");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceGetVgpuTypeCreatablePlacements(gpuInstance, pCreatablePlacementInfo);
-        cuwire_trace_result("nvmlGpuInstanceGetVgpuTypeCreatablePlacements", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceGetVgpuTypeCreatablePlacements", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceGetVgpuTypeCreatablePlacements(gpuInstance, pCreatablePlacementInfo);
@@ -20291,10 +20291,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceSetVgpuHeterogeneousMode(n
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceSetVgpuHeterogeneousMode(nvmlGpuInstance_t gpuInstance, const nvmlVgpuHeterogeneousMode_t *pHeterogeneousMode)
 {
     __atomic_add_fetch(&cuwire_counts[906], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceSetVgpuHeterogeneousMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceSetVgpuHeterogeneousMode(gpuInstance, pHeterogeneousMode);
-        cuwire_trace_result("nvmlGpuInstanceSetVgpuHeterogeneousMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceSetVgpuHeterogeneousMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceSetVgpuHeterogeneousMode(gpuInstance, pHeterogeneousMode);
@@ -20309,10 +20309,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlGpuInstanceSetVgpuSchedulerState(nvml
 CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceSetVgpuSchedulerState(nvmlGpuInstance_t gpuInstance, nvmlVgpuSchedulerState_t *pScheduler)
 {
     __atomic_add_fetch(&cuwire_counts[907], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlGpuInstanceSetVgpuSchedulerState");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlGpuInstanceSetVgpuSchedulerState(gpuInstance, pScheduler);
-        cuwire_trace_result("nvmlGpuInstanceSetVgpuSchedulerState", (int)cuwire_result);
+        cuwire_trace_result("nvmlGpuInstanceSetVgpuSchedulerState", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlGpuInstanceSetVgpuSchedulerState(gpuInstance, pScheduler);
@@ -20332,7 +20332,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
     if (cuwire_trace) {
         cuwire_trace_call("nvmlInitWithFlags");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlInitWithFlags(flags);
-        cuwire_trace_result("nvmlInitWithFlags", (int)cuwire_result);
+        cuwire_trace_result("nvmlInitWithFlags", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlInitWithFlags(flags);
@@ -20352,7 +20352,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlInit_v2(void)
     if (cuwire_trace) {
         cuwire_trace_call("nvmlInit_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlInit_v2();
-        cuwire_trace_result("nvmlInit_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlInit_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlInit_v2();
@@ -20368,10 +20368,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlInternalGetExportTable(void)
 CUWIRE_EXPORT nvmlReturn_t nvmlInternalGetExportTable(void)
 {
     __atomic_add_fetch(&cuwire_counts[910], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlInternalGetExportTable");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlInternalGetExportTable();
-        cuwire_trace_result("nvmlInternalGetExportTable", (int)cuwire_result);
+        cuwire_trace_result("nvmlInternalGetExportTable", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlInternalGetExportTable();
@@ -20386,10 +20386,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlSetVgpuVersion(nvmlVgpuVersion_t *vgp
 CUWIRE_EXPORT nvmlReturn_t nvmlSetVgpuVersion(nvmlVgpuVersion_t *vgpuVersion)
 {
     __atomic_add_fetch(&cuwire_counts[911], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlSetVgpuVersion");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSetVgpuVersion(vgpuVersion);
-        cuwire_trace_result("nvmlSetVgpuVersion", (int)cuwire_result);
+        cuwire_trace_result("nvmlSetVgpuVersion", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSetVgpuVersion(vgpuVersion);
@@ -20409,7 +20409,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlShutdown(void)
     if (cuwire_trace) {
         cuwire_trace_call("nvmlShutdown");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlShutdown();
-        cuwire_trace_result("nvmlShutdown", (int)cuwire_result);
+        cuwire_trace_result("nvmlShutdown", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlShutdown();
@@ -20424,10 +20424,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemEventSetCreate(nvmlSystemEventS
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemEventSetCreate(nvmlSystemEventSetCreateRequest_t *request)
 {
     __atomic_add_fetch(&cuwire_counts[913], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlSystemEventSetCreate");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemEventSetCreate(request);
-        cuwire_trace_result("nvmlSystemEventSetCreate", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemEventSetCreate", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemEventSetCreate(request);
@@ -20442,10 +20442,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemEventSetFree(nvmlSystemEventSet
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemEventSetFree(nvmlSystemEventSetFreeRequest_t *request)
 {
     __atomic_add_fetch(&cuwire_counts[914], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlSystemEventSetFree");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemEventSetFree(request);
-        cuwire_trace_result("nvmlSystemEventSetFree", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemEventSetFree", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemEventSetFree(request);
@@ -20460,10 +20460,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemEventSetWait(nvmlSystemEventSet
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemEventSetWait(nvmlSystemEventSetWaitRequest_t *request)
 {
     __atomic_add_fetch(&cuwire_counts[915], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlSystemEventSetWait");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemEventSetWait(request);
-        cuwire_trace_result("nvmlSystemEventSetWait", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemEventSetWait", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemEventSetWait(request);
@@ -20478,10 +20478,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemGetConfComputeCapabilities(nvml
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetConfComputeCapabilities(nvmlConfComputeSystemCaps_t *capabilities)
 {
     __atomic_add_fetch(&cuwire_counts[916], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlSystemGetConfComputeCapabilities");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetConfComputeCapabilities(capabilities);
-        cuwire_trace_result("nvmlSystemGetConfComputeCapabilities", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemGetConfComputeCapabilities", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemGetConfComputeCapabilities(capabilities);
@@ -20496,10 +20496,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemGetConfComputeGpusReadyState(un
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetConfComputeGpusReadyState(unsigned int *isAcceptingWork)
 {
     __atomic_add_fetch(&cuwire_counts[917], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlSystemGetConfComputeGpusReadyState");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetConfComputeGpusReadyState(isAcceptingWork);
-        cuwire_trace_result("nvmlSystemGetConfComputeGpusReadyState", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemGetConfComputeGpusReadyState", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemGetConfComputeGpusReadyState(isAcceptingWork);
@@ -20514,10 +20514,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemGetConfComputeKeyRotationThresh
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetConfComputeKeyRotationThresholdInfo(nvmlConfComputeGetKeyRotationThresholdInfo_t *pKeyRotationThrInfo)
 {
     __atomic_add_fetch(&cuwire_counts[918], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlSystemGetConfComputeKeyRotationThresholdInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetConfComputeKeyRotationThresholdInfo(pKeyRotationThrInfo);
-        cuwire_trace_result("nvmlSystemGetConfComputeKeyRotationThresholdInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemGetConfComputeKeyRotationThresholdInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemGetConfComputeKeyRotationThresholdInfo(pKeyRotationThrInfo);
@@ -20537,7 +20537,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetConfComputeSettings(nvmlSystemConfComput
     if (cuwire_trace) {
         cuwire_trace_call("nvmlSystemGetConfComputeSettings");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetConfComputeSettings(settings);
-        cuwire_trace_result("nvmlSystemGetConfComputeSettings", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemGetConfComputeSettings", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemGetConfComputeSettings(settings);
@@ -20552,10 +20552,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemGetConfComputeState(nvmlConfCom
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetConfComputeState(nvmlConfComputeSystemState_t *state)
 {
     __atomic_add_fetch(&cuwire_counts[920], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlSystemGetConfComputeState");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetConfComputeState(state);
-        cuwire_trace_result("nvmlSystemGetConfComputeState", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemGetConfComputeState", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemGetConfComputeState(state);
@@ -20575,7 +20575,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion
     if (cuwire_trace) {
         cuwire_trace_call("nvmlSystemGetCudaDriverVersion");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
-        cuwire_trace_result("nvmlSystemGetCudaDriverVersion", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemGetCudaDriverVersion", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
@@ -20595,7 +20595,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVers
     if (cuwire_trace) {
         cuwire_trace_call("nvmlSystemGetCudaDriverVersion_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetCudaDriverVersion_v2(cudaDriverVersion);
-        cuwire_trace_result("nvmlSystemGetCudaDriverVersion_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemGetCudaDriverVersion_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemGetCudaDriverVersion_v2(cudaDriverVersion);
@@ -20610,10 +20610,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemGetDriverBranch(nvmlSystemDrive
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetDriverBranch(nvmlSystemDriverBranchInfo_t *branchInfo, unsigned int length)
 {
     __atomic_add_fetch(&cuwire_counts[923], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlSystemGetDriverBranch");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetDriverBranch(branchInfo, length);
-        cuwire_trace_result("nvmlSystemGetDriverBranch", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemGetDriverBranch", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemGetDriverBranch(branchInfo, length);
@@ -20633,7 +20633,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned in
     if (cuwire_trace) {
         cuwire_trace_call("nvmlSystemGetDriverVersion");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetDriverVersion(version, length);
-        cuwire_trace_result("nvmlSystemGetDriverVersion", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemGetDriverVersion", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemGetDriverVersion(version, length);
@@ -20648,10 +20648,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemGetHicVersion(unsigned int *hwb
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetHicVersion(unsigned int *hwbcCount, nvmlHwbcEntry_t *hwbcEntries)
 {
     __atomic_add_fetch(&cuwire_counts[925], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlSystemGetHicVersion");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetHicVersion(hwbcCount, hwbcEntries);
-        cuwire_trace_result("nvmlSystemGetHicVersion", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemGetHicVersion", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemGetHicVersion(hwbcCount, hwbcEntries);
@@ -20671,7 +20671,7 @@ CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int 
     if (cuwire_trace) {
         cuwire_trace_call("nvmlSystemGetNVMLVersion");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetNVMLVersion(version, length);
-        cuwire_trace_result("nvmlSystemGetNVMLVersion", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemGetNVMLVersion", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemGetNVMLVersion(version, length);
@@ -20686,10 +20686,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemGetNvlinkBwMode(unsigned int *n
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetNvlinkBwMode(unsigned int *nvlinkBwMode)
 {
     __atomic_add_fetch(&cuwire_counts[927], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlSystemGetNvlinkBwMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetNvlinkBwMode(nvlinkBwMode);
-        cuwire_trace_result("nvmlSystemGetNvlinkBwMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemGetNvlinkBwMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemGetNvlinkBwMode(nvlinkBwMode);
@@ -20704,10 +20704,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemGetProcessName(unsigned int pid
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length)
 {
     __atomic_add_fetch(&cuwire_counts[928], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlSystemGetProcessName");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetProcessName(pid, name, length);
-        cuwire_trace_result("nvmlSystemGetProcessName", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemGetProcessName", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemGetProcessName(pid, name, length);
@@ -20722,10 +20722,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemGetTopologyGpuSet(unsigned int 
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsigned int *count, nvmlDevice_t *deviceArray)
 {
     __atomic_add_fetch(&cuwire_counts[929], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlSystemGetTopologyGpuSet");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemGetTopologyGpuSet(cpuNumber, count, deviceArray);
-        cuwire_trace_result("nvmlSystemGetTopologyGpuSet", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemGetTopologyGpuSet", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemGetTopologyGpuSet(cpuNumber, count, deviceArray);
@@ -20740,10 +20740,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemRegisterEvents(nvmlSystemRegist
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemRegisterEvents(nvmlSystemRegisterEventRequest_t *request)
 {
     __atomic_add_fetch(&cuwire_counts[930], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlSystemRegisterEvents");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemRegisterEvents(request);
-        cuwire_trace_result("nvmlSystemRegisterEvents", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemRegisterEvents", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemRegisterEvents(request);
@@ -20758,10 +20758,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemSetConfComputeGpusReadyState(un
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemSetConfComputeGpusReadyState(unsigned int isAcceptingWork)
 {
     __atomic_add_fetch(&cuwire_counts[931], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlSystemSetConfComputeGpusReadyState");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemSetConfComputeGpusReadyState(isAcceptingWork);
-        cuwire_trace_result("nvmlSystemSetConfComputeGpusReadyState", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemSetConfComputeGpusReadyState", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemSetConfComputeGpusReadyState(isAcceptingWork);
@@ -20776,10 +20776,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemSetConfComputeKeyRotationThresh
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemSetConfComputeKeyRotationThresholdInfo(nvmlConfComputeSetKeyRotationThresholdInfo_t *pKeyRotationThrInfo)
 {
     __atomic_add_fetch(&cuwire_counts[932], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlSystemSetConfComputeKeyRotationThresholdInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemSetConfComputeKeyRotationThresholdInfo(pKeyRotationThrInfo);
-        cuwire_trace_result("nvmlSystemSetConfComputeKeyRotationThresholdInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemSetConfComputeKeyRotationThresholdInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemSetConfComputeKeyRotationThresholdInfo(pKeyRotationThrInfo);
@@ -20794,10 +20794,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemSetNvlinkBwMode(unsigned int nv
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemSetNvlinkBwMode(unsigned int nvlinkBwMode)
 {
     __atomic_add_fetch(&cuwire_counts[933], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlSystemSetNvlinkBwMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlSystemSetNvlinkBwMode(nvlinkBwMode);
-        cuwire_trace_result("nvmlSystemSetNvlinkBwMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlSystemSetNvlinkBwMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlSystemSetNvlinkBwMode(nvlinkBwMode);
@@ -20812,10 +20812,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlUnitGetCount(unsigned int *unitCount)
 CUWIRE_EXPORT nvmlReturn_t nvmlUnitGetCount(unsigned int *unitCount)
 {
     __atomic_add_fetch(&cuwire_counts[934], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlUnitGetCount");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitGetCount(unitCount);
-        cuwire_trace_result("nvmlUnitGetCount", (int)cuwire_result);
+        cuwire_trace_result("nvmlUnitGetCount", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlUnitGetCount(unitCount);
@@ -20830,10 +20830,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlUnitGetDevices(nvmlUnit_t unit, unsig
 CUWIRE_EXPORT nvmlReturn_t nvmlUnitGetDevices(nvmlUnit_t unit, unsigned int *deviceCount, nvmlDevice_t *devices)
 {
     __atomic_add_fetch(&cuwire_counts[935], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlUnitGetDevices");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitGetDevices(unit, deviceCount, devices);
-        cuwire_trace_result("nvmlUnitGetDevices", (int)cuwire_result);
+        cuwire_trace_result("nvmlUnitGetDevices", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlUnitGetDevices(unit, deviceCount, devices);
@@ -20848,10 +20848,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlUnitGetFanSpeedInfo(nvmlUnit_t unit, 
 CUWIRE_EXPORT nvmlReturn_t nvmlUnitGetFanSpeedInfo(nvmlUnit_t unit, nvmlUnitFanSpeeds_t *fanSpeeds)
 {
     __atomic_add_fetch(&cuwire_counts[936], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlUnitGetFanSpeedInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitGetFanSpeedInfo(unit, fanSpeeds);
-        cuwire_trace_result("nvmlUnitGetFanSpeedInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlUnitGetFanSpeedInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlUnitGetFanSpeedInfo(unit, fanSpeeds);
@@ -20866,10 +20866,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlUnitGetHandleByIndex(unsigned int ind
 CUWIRE_EXPORT nvmlReturn_t nvmlUnitGetHandleByIndex(unsigned int index, nvmlUnit_t *unit)
 {
     __atomic_add_fetch(&cuwire_counts[937], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlUnitGetHandleByIndex");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitGetHandleByIndex(index, unit);
-        cuwire_trace_result("nvmlUnitGetHandleByIndex", (int)cuwire_result);
+        cuwire_trace_result("nvmlUnitGetHandleByIndex", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlUnitGetHandleByIndex(index, unit);
@@ -20884,10 +20884,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlUnitGetLedState(nvmlUnit_t unit, nvml
 CUWIRE_EXPORT nvmlReturn_t nvmlUnitGetLedState(nvmlUnit_t unit, nvmlLedState_t *state)
 {
     __atomic_add_fetch(&cuwire_counts[938], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlUnitGetLedState");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitGetLedState(unit, state);
-        cuwire_trace_result("nvmlUnitGetLedState", (int)cuwire_result);
+        cuwire_trace_result("nvmlUnitGetLedState", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlUnitGetLedState(unit, state);
@@ -20902,10 +20902,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlUnitGetPsuInfo(nvmlUnit_t unit, nvmlP
 CUWIRE_EXPORT nvmlReturn_t nvmlUnitGetPsuInfo(nvmlUnit_t unit, nvmlPSUInfo_t *psu)
 {
     __atomic_add_fetch(&cuwire_counts[939], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlUnitGetPsuInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitGetPsuInfo(unit, psu);
-        cuwire_trace_result("nvmlUnitGetPsuInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlUnitGetPsuInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlUnitGetPsuInfo(unit, psu);
@@ -20920,10 +20920,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlUnitGetTemperature(nvmlUnit_t unit, u
 CUWIRE_EXPORT nvmlReturn_t nvmlUnitGetTemperature(nvmlUnit_t unit, unsigned int type, unsigned int *temp)
 {
     __atomic_add_fetch(&cuwire_counts[940], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlUnitGetTemperature");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitGetTemperature(unit, type, temp);
-        cuwire_trace_result("nvmlUnitGetTemperature", (int)cuwire_result);
+        cuwire_trace_result("nvmlUnitGetTemperature", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlUnitGetTemperature(unit, type, temp);
@@ -20938,10 +20938,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlUnitGetUnitInfo(nvmlUnit_t unit, nvml
 CUWIRE_EXPORT nvmlReturn_t nvmlUnitGetUnitInfo(nvmlUnit_t unit, nvmlUnitInfo_t *info)
 {
     __atomic_add_fetch(&cuwire_counts[941], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlUnitGetUnitInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitGetUnitInfo(unit, info);
-        cuwire_trace_result("nvmlUnitGetUnitInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlUnitGetUnitInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlUnitGetUnitInfo(unit, info);
@@ -20956,10 +20956,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlUnitSetLedState(nvmlUnit_t unit, nvml
 CUWIRE_EXPORT nvmlReturn_t nvmlUnitSetLedState(nvmlUnit_t unit, nvmlLedColor_t color)
 {
     __atomic_add_fetch(&cuwire_counts[942], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlUnitSetLedState");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlUnitSetLedState(unit, color);
-        cuwire_trace_result("nvmlUnitSetLedState", (int)cuwire_result);
+        cuwire_trace_result("nvmlUnitSetLedState", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlUnitSetLedState(unit, color);
@@ -20974,10 +20974,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceClearAccountingPids(nvmlV
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceClearAccountingPids(nvmlVgpuInstance_t vgpuInstance)
 {
     __atomic_add_fetch(&cuwire_counts[943], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceClearAccountingPids");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceClearAccountingPids(vgpuInstance);
-        cuwire_trace_result("nvmlVgpuInstanceClearAccountingPids", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceClearAccountingPids", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceClearAccountingPids(vgpuInstance);
@@ -20992,10 +20992,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetAccountingMode(nvmlVgp
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetAccountingMode(nvmlVgpuInstance_t vgpuInstance, nvmlEnableState_t *mode)
 {
     __atomic_add_fetch(&cuwire_counts[944], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetAccountingMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetAccountingMode(vgpuInstance, mode);
-        cuwire_trace_result("nvmlVgpuInstanceGetAccountingMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetAccountingMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetAccountingMode(vgpuInstance, mode);
@@ -21010,10 +21010,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetAccountingPids(nvmlVgp
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetAccountingPids(nvmlVgpuInstance_t vgpuInstance, unsigned int *count, unsigned int *pids)
 {
     __atomic_add_fetch(&cuwire_counts[945], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetAccountingPids");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetAccountingPids(vgpuInstance, count, pids);
-        cuwire_trace_result("nvmlVgpuInstanceGetAccountingPids", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetAccountingPids", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetAccountingPids(vgpuInstance, count, pids);
@@ -21028,10 +21028,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetAccountingStats(nvmlVg
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetAccountingStats(nvmlVgpuInstance_t vgpuInstance, unsigned int pid, nvmlAccountingStats_t *stats)
 {
     __atomic_add_fetch(&cuwire_counts[946], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetAccountingStats");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetAccountingStats(vgpuInstance, pid, stats);
-        cuwire_trace_result("nvmlVgpuInstanceGetAccountingStats", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetAccountingStats", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetAccountingStats(vgpuInstance, pid, stats);
@@ -21046,10 +21046,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetEccMode(nvmlVgpuInstan
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetEccMode(nvmlVgpuInstance_t vgpuInstance, nvmlEnableState_t *eccMode)
 {
     __atomic_add_fetch(&cuwire_counts[947], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetEccMode");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetEccMode(vgpuInstance, eccMode);
-        cuwire_trace_result("nvmlVgpuInstanceGetEccMode", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetEccMode", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetEccMode(vgpuInstance, eccMode);
@@ -21064,10 +21064,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetEncoderCapacity(nvmlVg
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetEncoderCapacity(nvmlVgpuInstance_t vgpuInstance, unsigned int *encoderCapacity)
 {
     __atomic_add_fetch(&cuwire_counts[948], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetEncoderCapacity");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetEncoderCapacity(vgpuInstance, encoderCapacity);
-        cuwire_trace_result("nvmlVgpuInstanceGetEncoderCapacity", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetEncoderCapacity", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetEncoderCapacity(vgpuInstance, encoderCapacity);
@@ -21082,10 +21082,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetEncoderSessions(nvmlVg
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetEncoderSessions(nvmlVgpuInstance_t vgpuInstance, unsigned int *sessionCount, nvmlEncoderSessionInfo_t *sessionInfo)
 {
     __atomic_add_fetch(&cuwire_counts[949], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetEncoderSessions");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetEncoderSessions(vgpuInstance, sessionCount, sessionInfo);
-        cuwire_trace_result("nvmlVgpuInstanceGetEncoderSessions", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetEncoderSessions", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetEncoderSessions(vgpuInstance, sessionCount, sessionInfo);
@@ -21100,10 +21100,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetEncoderStats(nvmlVgpuI
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetEncoderStats(nvmlVgpuInstance_t vgpuInstance, unsigned int *sessionCount, unsigned int *averageFps, unsigned int *averageLatency)
 {
     __atomic_add_fetch(&cuwire_counts[950], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetEncoderStats");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetEncoderStats(vgpuInstance, sessionCount, averageFps, averageLatency);
-        cuwire_trace_result("nvmlVgpuInstanceGetEncoderStats", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetEncoderStats", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetEncoderStats(vgpuInstance, sessionCount, averageFps, averageLatency);
@@ -21118,10 +21118,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetFBCSessions(nvmlVgpuIn
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetFBCSessions(nvmlVgpuInstance_t vgpuInstance, unsigned int *sessionCount, nvmlFBCSessionInfo_t *sessionInfo)
 {
     __atomic_add_fetch(&cuwire_counts[951], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetFBCSessions");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetFBCSessions(vgpuInstance, sessionCount, sessionInfo);
-        cuwire_trace_result("nvmlVgpuInstanceGetFBCSessions", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetFBCSessions", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetFBCSessions(vgpuInstance, sessionCount, sessionInfo);
@@ -21136,10 +21136,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetFBCStats(nvmlVgpuInsta
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetFBCStats(nvmlVgpuInstance_t vgpuInstance, nvmlFBCStats_t *fbcStats)
 {
     __atomic_add_fetch(&cuwire_counts[952], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetFBCStats");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetFBCStats(vgpuInstance, fbcStats);
-        cuwire_trace_result("nvmlVgpuInstanceGetFBCStats", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetFBCStats", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetFBCStats(vgpuInstance, fbcStats);
@@ -21154,10 +21154,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetFbUsage(nvmlVgpuInstan
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetFbUsage(nvmlVgpuInstance_t vgpuInstance, unsigned long long *fbUsage)
 {
     __atomic_add_fetch(&cuwire_counts[953], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetFbUsage");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetFbUsage(vgpuInstance, fbUsage);
-        cuwire_trace_result("nvmlVgpuInstanceGetFbUsage", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetFbUsage", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetFbUsage(vgpuInstance, fbUsage);
@@ -21172,10 +21172,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetFrameRateLimit(nvmlVgp
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetFrameRateLimit(nvmlVgpuInstance_t vgpuInstance, unsigned int *frameRateLimit)
 {
     __atomic_add_fetch(&cuwire_counts[954], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetFrameRateLimit");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetFrameRateLimit(vgpuInstance, frameRateLimit);
-        cuwire_trace_result("nvmlVgpuInstanceGetFrameRateLimit", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetFrameRateLimit", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetFrameRateLimit(vgpuInstance, frameRateLimit);
@@ -21190,10 +21190,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetGpuInstanceId(nvmlVgpu
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetGpuInstanceId(nvmlVgpuInstance_t vgpuInstance, unsigned int *gpuInstanceId)
 {
     __atomic_add_fetch(&cuwire_counts[955], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetGpuInstanceId");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetGpuInstanceId(vgpuInstance, gpuInstanceId);
-        cuwire_trace_result("nvmlVgpuInstanceGetGpuInstanceId", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetGpuInstanceId", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetGpuInstanceId(vgpuInstance, gpuInstanceId);
@@ -21208,10 +21208,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetGpuPciId(nvmlVgpuInsta
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetGpuPciId(nvmlVgpuInstance_t vgpuInstance, char *vgpuPciId, unsigned int *length)
 {
     __atomic_add_fetch(&cuwire_counts[956], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetGpuPciId");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetGpuPciId(vgpuInstance, vgpuPciId, length);
-        cuwire_trace_result("nvmlVgpuInstanceGetGpuPciId", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetGpuPciId", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetGpuPciId(vgpuInstance, vgpuPciId, length);
@@ -21226,10 +21226,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetLicenseInfo(void)
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetLicenseInfo(void)
 {
     __atomic_add_fetch(&cuwire_counts[957], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetLicenseInfo");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetLicenseInfo();
-        cuwire_trace_result("nvmlVgpuInstanceGetLicenseInfo", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetLicenseInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetLicenseInfo();
@@ -21244,10 +21244,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetLicenseInfo_v2(nvmlVgp
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetLicenseInfo_v2(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuLicenseInfo_t *licenseInfo)
 {
     __atomic_add_fetch(&cuwire_counts[958], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetLicenseInfo_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetLicenseInfo_v2(vgpuInstance, licenseInfo);
-        cuwire_trace_result("nvmlVgpuInstanceGetLicenseInfo_v2", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetLicenseInfo_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetLicenseInfo_v2(vgpuInstance, licenseInfo);
@@ -21262,10 +21262,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetLicenseStatus(nvmlVgpu
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetLicenseStatus(nvmlVgpuInstance_t vgpuInstance, unsigned int *licensed)
 {
     __atomic_add_fetch(&cuwire_counts[959], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetLicenseStatus");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetLicenseStatus(vgpuInstance, licensed);
-        cuwire_trace_result("nvmlVgpuInstanceGetLicenseStatus", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetLicenseStatus", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetLicenseStatus(vgpuInstance, licensed);
@@ -21280,10 +21280,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetMdevUUID(nvmlVgpuInsta
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetMdevUUID(nvmlVgpuInstance_t vgpuInstance, char *mdevUuid, unsigned int size)
 {
     __atomic_add_fetch(&cuwire_counts[960], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetMdevUUID");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetMdevUUID(vgpuInstance, mdevUuid, size);
-        cuwire_trace_result("nvmlVgpuInstanceGetMdevUUID", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetMdevUUID", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetMdevUUID(vgpuInstance, mdevUuid, size);
@@ -21298,10 +21298,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetMetadata(nvmlVgpuInsta
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetMetadata(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuMetadata_t *vgpuMetadata, unsigned int *bufferSize)
 {
     __atomic_add_fetch(&cuwire_counts[961], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetMetadata");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetMetadata(vgpuInstance, vgpuMetadata, bufferSize);
-        cuwire_trace_result("nvmlVgpuInstanceGetMetadata", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetMetadata", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetMetadata(vgpuInstance, vgpuMetadata, bufferSize);
@@ -21316,10 +21316,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetPlacementId(nvmlVgpuIn
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetPlacementId(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuPlacementId_t *pPlacement)
 {
     __atomic_add_fetch(&cuwire_counts[962], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetPlacementId");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetPlacementId(vgpuInstance, pPlacement);
-        cuwire_trace_result("nvmlVgpuInstanceGetPlacementId", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetPlacementId", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetPlacementId(vgpuInstance, pPlacement);
@@ -21334,10 +21334,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetRuntimeStateSize(nvmlV
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetRuntimeStateSize(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuRuntimeState_t *pState)
 {
     __atomic_add_fetch(&cuwire_counts[963], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetRuntimeStateSize");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetRuntimeStateSize(vgpuInstance, pState);
-        cuwire_trace_result("nvmlVgpuInstanceGetRuntimeStateSize", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetRuntimeStateSize", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetRuntimeStateSize(vgpuInstance, pState);
@@ -21352,10 +21352,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetType(nvmlVgpuInstance_
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetType(nvmlVgpuInstance_t vgpuInstance, nvmlVgpuTypeId_t *vgpuTypeId)
 {
     __atomic_add_fetch(&cuwire_counts[964], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetType");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetType(vgpuInstance, vgpuTypeId);
-        cuwire_trace_result("nvmlVgpuInstanceGetType", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetType", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetType(vgpuInstance, vgpuTypeId);
@@ -21370,10 +21370,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetUUID(nvmlVgpuInstance_
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetUUID(nvmlVgpuInstance_t vgpuInstance, char *uuid, unsigned int size)
 {
     __atomic_add_fetch(&cuwire_counts[965], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetUUID");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetUUID(vgpuInstance, uuid, size);
-        cuwire_trace_result("nvmlVgpuInstanceGetUUID", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetUUID", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetUUID(vgpuInstance, uuid, size);
@@ -21388,10 +21388,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetVmDriverVersion(nvmlVg
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetVmDriverVersion(nvmlVgpuInstance_t vgpuInstance, char *version, unsigned int length)
 {
     __atomic_add_fetch(&cuwire_counts[966], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetVmDriverVersion");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetVmDriverVersion(vgpuInstance, version, length);
-        cuwire_trace_result("nvmlVgpuInstanceGetVmDriverVersion", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetVmDriverVersion", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetVmDriverVersion(vgpuInstance, version, length);
@@ -21406,10 +21406,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceGetVmID(nvmlVgpuInstance_
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceGetVmID(nvmlVgpuInstance_t vgpuInstance, char *vmId, unsigned int size, nvmlVgpuVmIdType_t *vmIdType)
 {
     __atomic_add_fetch(&cuwire_counts[967], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceGetVmID");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceGetVmID(vgpuInstance, vmId, size, vmIdType);
-        cuwire_trace_result("nvmlVgpuInstanceGetVmID", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceGetVmID", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceGetVmID(vgpuInstance, vmId, size, vmIdType);
@@ -21424,10 +21424,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuInstanceSetEncoderCapacity(nvmlVg
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuInstanceSetEncoderCapacity(nvmlVgpuInstance_t vgpuInstance, unsigned int encoderCapacity)
 {
     __atomic_add_fetch(&cuwire_counts[968], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuInstanceSetEncoderCapacity");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuInstanceSetEncoderCapacity(vgpuInstance, encoderCapacity);
-        cuwire_trace_result("nvmlVgpuInstanceSetEncoderCapacity", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuInstanceSetEncoderCapacity", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuInstanceSetEncoderCapacity(vgpuInstance, encoderCapacity);
@@ -21442,10 +21442,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetBAR1Info(nvmlVgpuTypeId_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetBAR1Info(nvmlVgpuTypeId_t vgpuTypeId, nvmlVgpuTypeBar1Info_t *bar1Info)
 {
     __atomic_add_fetch(&cuwire_counts[969], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuTypeGetBAR1Info");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetBAR1Info(vgpuTypeId, bar1Info);
-        cuwire_trace_result("nvmlVgpuTypeGetBAR1Info", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuTypeGetBAR1Info", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuTypeGetBAR1Info(vgpuTypeId, bar1Info);
@@ -21460,10 +21460,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetCapabilities(nvmlVgpuTypeI
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetCapabilities(nvmlVgpuTypeId_t vgpuTypeId, nvmlVgpuCapability_t capability, unsigned int *capResult)
 {
     __atomic_add_fetch(&cuwire_counts[970], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuTypeGetCapabilities");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetCapabilities(vgpuTypeId, capability, capResult);
-        cuwire_trace_result("nvmlVgpuTypeGetCapabilities", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuTypeGetCapabilities", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuTypeGetCapabilities(vgpuTypeId, capability, capResult);
@@ -21478,10 +21478,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetClass(nvmlVgpuTypeId_t vgp
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetClass(nvmlVgpuTypeId_t vgpuTypeId, char *vgpuTypeClass, unsigned int *size)
 {
     __atomic_add_fetch(&cuwire_counts[971], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuTypeGetClass");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetClass(vgpuTypeId, vgpuTypeClass, size);
-        cuwire_trace_result("nvmlVgpuTypeGetClass", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuTypeGetClass", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuTypeGetClass(vgpuTypeId, vgpuTypeClass, size);
@@ -21496,10 +21496,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetDeviceID(nvmlVgpuTypeId_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetDeviceID(nvmlVgpuTypeId_t vgpuTypeId, unsigned long long *deviceID, unsigned long long *subsystemID)
 {
     __atomic_add_fetch(&cuwire_counts[972], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuTypeGetDeviceID");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetDeviceID(vgpuTypeId, deviceID, subsystemID);
-        cuwire_trace_result("nvmlVgpuTypeGetDeviceID", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuTypeGetDeviceID", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuTypeGetDeviceID(vgpuTypeId, deviceID, subsystemID);
@@ -21514,10 +21514,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetFbReservation(nvmlVgpuType
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetFbReservation(nvmlVgpuTypeId_t vgpuTypeId, unsigned long long *fbReservation)
 {
     __atomic_add_fetch(&cuwire_counts[973], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuTypeGetFbReservation");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetFbReservation(vgpuTypeId, fbReservation);
-        cuwire_trace_result("nvmlVgpuTypeGetFbReservation", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuTypeGetFbReservation", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuTypeGetFbReservation(vgpuTypeId, fbReservation);
@@ -21532,10 +21532,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetFrameRateLimit(nvmlVgpuTyp
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetFrameRateLimit(nvmlVgpuTypeId_t vgpuTypeId, unsigned int *frameRateLimit)
 {
     __atomic_add_fetch(&cuwire_counts[974], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuTypeGetFrameRateLimit");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetFrameRateLimit(vgpuTypeId, frameRateLimit);
-        cuwire_trace_result("nvmlVgpuTypeGetFrameRateLimit", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuTypeGetFrameRateLimit", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuTypeGetFrameRateLimit(vgpuTypeId, frameRateLimit);
@@ -21550,10 +21550,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetFramebufferSize(nvmlVgpuTy
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetFramebufferSize(nvmlVgpuTypeId_t vgpuTypeId, unsigned long long *fbSize)
 {
     __atomic_add_fetch(&cuwire_counts[975], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuTypeGetFramebufferSize");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetFramebufferSize(vgpuTypeId, fbSize);
-        cuwire_trace_result("nvmlVgpuTypeGetFramebufferSize", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuTypeGetFramebufferSize", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuTypeGetFramebufferSize(vgpuTypeId, fbSize);
@@ -21568,10 +21568,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetGpuInstanceProfileId(nvmlV
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetGpuInstanceProfileId(nvmlVgpuTypeId_t vgpuTypeId, unsigned int *gpuInstanceProfileId)
 {
     __atomic_add_fetch(&cuwire_counts[976], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuTypeGetGpuInstanceProfileId");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetGpuInstanceProfileId(vgpuTypeId, gpuInstanceProfileId);
-        cuwire_trace_result("nvmlVgpuTypeGetGpuInstanceProfileId", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuTypeGetGpuInstanceProfileId", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuTypeGetGpuInstanceProfileId(vgpuTypeId, gpuInstanceProfileId);
@@ -21586,10 +21586,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetGspHeapSize(nvmlVgpuTypeId
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetGspHeapSize(nvmlVgpuTypeId_t vgpuTypeId, unsigned long long *gspHeapSize)
 {
     __atomic_add_fetch(&cuwire_counts[977], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuTypeGetGspHeapSize");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetGspHeapSize(vgpuTypeId, gspHeapSize);
-        cuwire_trace_result("nvmlVgpuTypeGetGspHeapSize", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuTypeGetGspHeapSize", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuTypeGetGspHeapSize(vgpuTypeId, gspHeapSize);
@@ -21604,10 +21604,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetLicense(nvmlVgpuTypeId_t v
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetLicense(nvmlVgpuTypeId_t vgpuTypeId, char *vgpuTypeLicenseString, unsigned int size)
 {
     __atomic_add_fetch(&cuwire_counts[978], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuTypeGetLicense");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetLicense(vgpuTypeId, vgpuTypeLicenseString, size);
-        cuwire_trace_result("nvmlVgpuTypeGetLicense", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuTypeGetLicense", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuTypeGetLicense(vgpuTypeId, vgpuTypeLicenseString, size);
@@ -21622,10 +21622,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetMaxInstances(nvmlDevice_t 
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetMaxInstances(nvmlDevice_t device, nvmlVgpuTypeId_t vgpuTypeId, unsigned int *vgpuInstanceCount)
 {
     __atomic_add_fetch(&cuwire_counts[979], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuTypeGetMaxInstances");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetMaxInstances(device, vgpuTypeId, vgpuInstanceCount);
-        cuwire_trace_result("nvmlVgpuTypeGetMaxInstances", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuTypeGetMaxInstances", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuTypeGetMaxInstances(device, vgpuTypeId, vgpuInstanceCount);
@@ -21640,10 +21640,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetMaxInstancesPerGpuInstance
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetMaxInstancesPerGpuInstance(nvmlVgpuTypeMaxInstance_t *pMaxInstance)
 {
     __atomic_add_fetch(&cuwire_counts[980], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuTypeGetMaxInstancesPerGpuInstance");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetMaxInstancesPerGpuInstance(pMaxInstance);
-        cuwire_trace_result("nvmlVgpuTypeGetMaxInstancesPerGpuInstance", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuTypeGetMaxInstancesPerGpuInstance", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuTypeGetMaxInstancesPerGpuInstance(pMaxInstance);
@@ -21658,10 +21658,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetMaxInstancesPerVm(nvmlVgpu
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetMaxInstancesPerVm(nvmlVgpuTypeId_t vgpuTypeId, unsigned int *vgpuInstanceCountPerVm)
 {
     __atomic_add_fetch(&cuwire_counts[981], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuTypeGetMaxInstancesPerVm");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetMaxInstancesPerVm(vgpuTypeId, vgpuInstanceCountPerVm);
-        cuwire_trace_result("nvmlVgpuTypeGetMaxInstancesPerVm", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuTypeGetMaxInstancesPerVm", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuTypeGetMaxInstancesPerVm(vgpuTypeId, vgpuInstanceCountPerVm);
@@ -21676,10 +21676,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetName(nvmlVgpuTypeId_t vgpu
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetName(nvmlVgpuTypeId_t vgpuTypeId, char *vgpuTypeName, unsigned int *size)
 {
     __atomic_add_fetch(&cuwire_counts[982], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuTypeGetName");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetName(vgpuTypeId, vgpuTypeName, size);
-        cuwire_trace_result("nvmlVgpuTypeGetName", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuTypeGetName", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuTypeGetName(vgpuTypeId, vgpuTypeName, size);
@@ -21694,10 +21694,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetNumDisplayHeads(nvmlVgpuTy
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetNumDisplayHeads(nvmlVgpuTypeId_t vgpuTypeId, unsigned int *numDisplayHeads)
 {
     __atomic_add_fetch(&cuwire_counts[983], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuTypeGetNumDisplayHeads");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetNumDisplayHeads(vgpuTypeId, numDisplayHeads);
-        cuwire_trace_result("nvmlVgpuTypeGetNumDisplayHeads", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuTypeGetNumDisplayHeads", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuTypeGetNumDisplayHeads(vgpuTypeId, numDisplayHeads);
@@ -21712,10 +21712,10 @@ static inline nvmlReturn_t cuwire_impl_nvmlVgpuTypeGetResolution(nvmlVgpuTypeId_
 CUWIRE_EXPORT nvmlReturn_t nvmlVgpuTypeGetResolution(nvmlVgpuTypeId_t vgpuTypeId, unsigned int displayIndex, unsigned int *xdim, unsigned int *ydim)
 {
     __atomic_add_fetch(&cuwire_counts[984], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace) {
+    if (cuwire_trace == 1) {
         cuwire_trace_call("nvmlVgpuTypeGetResolution");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlVgpuTypeGetResolution(vgpuTypeId, displayIndex, xdim, ydim);
-        cuwire_trace_result("nvmlVgpuTypeGetResolution", (int)cuwire_result);
+        cuwire_trace_result("nvmlVgpuTypeGetResolution", (int)cuwire_result, 0);
         return cuwire_result;
     }
     return cuwire_impl_nvmlVgpuTypeGetResolution(vgpuTypeId, displayIndex, xdim, ydim);

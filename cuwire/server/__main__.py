@@ -26,7 +26,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--tls-key", help="PEM key of --tls-cert (CUWIRE_TLS_KEY)")
     ap.add_argument("--tls", choices=["auto"], help="TLS with a self-signed certificate made once and kept in "
                                                     "the module cache folder; its fingerprint is logged (CUWIRE_TLS)")
-    ap.add_argument("--log-level", help="debug, info, warning, error (CUWIRE_LOG_LEVEL)")
+    ap.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                    help="how much the log says (CUWIRE_LOG_LEVEL, default info)")
+    ap.add_argument("--log-format", choices=["text", "json"],
+                    help="text lines, or one JSON object a line for a log collector (CUWIRE_LOG_FORMAT)")
     ap.add_argument("--isolation", choices=["process", "thread"],
                     help="each session in a process of its own (default) or a thread (CUWIRE_ISOLATION)")
     ap.add_argument("--drain-seconds", type=float,
@@ -41,14 +44,14 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    s = Settings()
-    for name in ("listen", "devices", "cache_dir", "token", "log_level", "isolation", "tls", "tls_cert", "tls_key",
-                 "drain_seconds"):
-        if getattr(args, name, None) is not None:
-            setattr(s, name, getattr(args, name))
+    """The variables' settings with the flags given put over them (each parsed and checked alike)."""
+    flags = {name: getattr(args, name) for name in ("listen", "devices", "cache_dir", "token", "log_level",
+                                                    "log_format", "isolation", "tls", "tls_cert", "tls_key",
+                                                    "drain_seconds")
+             if getattr(args, name, None) is not None}
     if args.emulated:
-        s.backend = "emulated"
-    return s
+        flags["backend"] = "emulated"
+    return Settings(**flags)
 
 
 class JsonLines(logging.Formatter):
@@ -67,8 +70,6 @@ class JsonLines(logging.Formatter):
 
 
 def configure_logging(settings: Settings) -> None:
-    if settings.log_format not in ("text", "json"):
-        raise SystemExit(f"cuwire server: unknown log format {settings.log_format!r} (CUWIRE_LOG_FORMAT: text, json)")
     handler = logging.StreamHandler()
     handler.setFormatter(JsonLines(settings.session_name) if settings.log_format == "json"
                          else logging.Formatter("cuwire server: %(message)s"))
@@ -108,6 +109,9 @@ def drain(stop: threading.Event, server, open_sessions: Callable[[], int], secon
 
 def run(settings: Settings, ready=None, one_session: bool = False, probe: bool = False,
         handoff_fd: int | None = None) -> int:
+    if settings.errors:  # one line each, naming the variable and what it takes
+        print("\n".join(f"cuwire server: {e}" for e in settings.errors), file=sys.stderr)
+        return 2
     configure_logging(settings)
     log = logging.getLogger("cuwire.server")
     if probe:

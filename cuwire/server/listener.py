@@ -101,6 +101,9 @@ class Listener:
                 self.figures.refuse("token" if refusal.refusal == pb.TOKEN else "version")
                 conn.send(refusal.SerializeToString())
                 return
+            if hello.hello.check:  # only checked: no session
+                conn.send(pb.Reply().SerializeToString())
+                return
             sock.settimeout(None)
             if hello.hello.join:
                 self.join(sock, peer, hello.hello, message, conn)

@@ -141,6 +141,9 @@ class CuWireServer:
         if refusal is not None:
             conn.send(refusal.SerializeToString())
             return None
+        if hello.check:  # only checked: no session
+            conn.send(pb.Reply().SerializeToString())
+            return None
         name = self.settings.session_name or f"{next(self.session_ids)}"
         session = Session(self, conn.peer, hello, name)
         self.sessions[name] = session

@@ -4,7 +4,7 @@ precision, so tests/gpu_test.sh can diff a run through cuwire against a native r
 
 Run: python3 tests/torch_apps/train.py [cnn|transformer ...] [--steps N] [--dtype fp32|bf16]
 (default: both models, 20 steps, both dtypes). Fewer steps and one dtype serve to count the round trips
-of one step (cuwire run --stats, README). With PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (virtual
+of one step (cuwire run --stats, docs/speed.md). With PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (virtual
 memory management: reserve, create, map) it says at the end how many of the allocator's segments were so.
 """
 
