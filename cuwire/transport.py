@@ -45,6 +45,7 @@ MAGIC_RECORDS = 0x32575543  # "CUW2"
 MAGIC_QUEUED = 0x33575543  # "CUW3"
 HEADER = struct.Struct("<IIQ")
 MAX_MESSAGE = 64 << 20  # protobuf messages carry calls and small results; bulk bytes go in the payload
+HELLO_MAX = 64 << 10  # a hello's message: what a connection not yet authenticated may make a server read
 BULK = 64 << 10  # buffers this large travel in the payload, both ways (client/runtime.py read, session.py take)
 # what the client accepts as a payload; the server checks every size against CUWIRE_MAX_BUFFER itself
 MAX_PAYLOAD = 1 << 40
@@ -93,7 +94,7 @@ class Transport(Protocol):
     def exchange_with_payload(self, batch: pb.Batch, payload: Sequence[Buffer] = (),
                               into: Sequence[Buffer] = ()) -> tuple[pb.Reply, bytearray, int]:
         """The same, with payloads beside the messages both ways: the reply's is received into `into`
-        first (Connection.receive_into)."""
+        first (Connection.read_payload_into)."""
         ...
 
     def close(self) -> None: ...
@@ -233,18 +234,12 @@ class Connection:
         if events & (select.POLLIN | POLLRDHUP | select.POLLHUP | select.POLLERR):
             raise TransportError("the peer closed the connection while a frame was being sent")
 
-    def receive(self, max_payload: int = MAX_PAYLOAD) -> tuple[bytes, bytearray]:
+    def receive(self, max_payload: int = MAX_PAYLOAD, max_message: int = MAX_MESSAGE) -> tuple[bytes, bytearray]:
         """The next frame's message and payload. Raises EOFError at the end of the stream, TransportError
         when it breaks mid-frame or on a frame that is not cuwire's or is larger than the limits."""
-        message, payload, _ = self.receive_into(max_payload)
+        message, payload_size = self.receive_message(max_payload, max_message)
+        payload, _ = self.read_payload_into(payload_size)
         return message, payload
-
-    def receive_into(self, max_payload: int = MAX_PAYLOAD, into: Sequence[Buffer] = ()) -> tuple[bytes, bytearray, int]:
-        """The same, with the payload's first bytes received straight into the buffers `into`, in order
-        (as many as the payload fills): (message, the rest of the payload, bytes received into `into`)."""
-        message, payload_size = self.receive_message(max_payload)
-        payload, direct = self.read_payload_into(payload_size, into)
-        return message, payload, direct
 
     def read_payload_into(self, size: int, into: Sequence[Buffer] = ()) -> tuple[bytearray, int]:
         """The payload being received, its first bytes straight into the buffers `into`, in order: (the
@@ -285,17 +280,17 @@ class Connection:
             self.rate = (size - RATE_SKIP) / max(time.perf_counter() - started, 1e-9)
         return rest, direct
 
-    def receive_message(self, max_payload: int = MAX_PAYLOAD) -> tuple[bytes, int]:
+    def receive_message(self, max_payload: int = MAX_PAYLOAD, max_message: int = MAX_MESSAGE) -> tuple[bytes, int]:
         """The next frame's message, and the size of its payload, which the caller reads next (read_into,
-        read_payload) before anything else."""
+        read_payload) before anything else. Nothing is allocated for a frame over the limits."""
         self.received = 0
         magic, size, payload_size = HEADER.unpack(self._exactly(HEADER.size, at_start=True))
         self.magic = magic
         if magic not in (MAGIC, MAGIC_RECORDS, MAGIC_QUEUED, MAGIC_STRIPED):
             raise TransportError(f"{self.peer or 'the peer'} sent something that is not a cuwire frame")
-        if size > MAX_MESSAGE or payload_size > max_payload:
+        if size > max_message or payload_size > max_payload:
             raise TransportError(f"frame of {size} + {payload_size} bytes is over the limit "
-                                 f"({MAX_MESSAGE} + {max_payload})")
+                                 f"({max_message} + {max_payload})")
         message = bytes(self._exactly(size))
         self.striped_in = None
         if magic == MAGIC_STRIPED:  # a Batch or Reply whose payload comes on the stripes
@@ -584,6 +579,16 @@ class SharedMemory(Protocol):
         ...
 
 
+def token_in_the_clear(hello: pb.Hello, sock: socket.socket, tls: ClientTls | None) -> str:
+    """Why this hello may not go ("" when it may): it holds a token, and would cross a network in the clear
+    (plain TCP to an address that is not this host's loopback). Refused before a byte is sent, so that no
+    one between here and there, or posing as the server, learns the token."""
+    if not hello.token or tls is not None or sock.family == socket.AF_UNIX or is_loopback(sock.getpeername()[0]):
+        return ""
+    return (f"not sending the token to {sock.getpeername()[0]} in the clear: connect over TLS with "
+            "CUWIRE_TLS_FINGERPRINT (the server's log prints it) or CUWIRE_TLS_CA")
+
+
 def open_session(address: str, hello: pb.Hello, connect_timeout: float = 10.0, mode: str = "tcp",
                  shared: SharedMemory | None = None, tls: ClientTls | None = None) -> tuple[SocketTransport, pb.Reply]:
     """Connect and say hello. Returns the transport of the session and the server's first reply (a
@@ -593,6 +598,10 @@ def open_session(address: str, hello: pb.Hello, connect_timeout: float = 10.0, m
     which shared.attach takes."""
     transport = SocketTransport(address, connect_timeout, mode, tls)
     conn = transport.connection
+    refusal = token_in_the_clear(hello, conn.sock, tls)
+    if refusal:
+        transport.close()
+        raise TransportError(refusal)
     local = conn.sock.family == socket.AF_UNIX and shared is not None
     if local:
         shared.offer(hello)

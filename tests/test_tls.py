@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import APPS, ROOT, ServerProcess, run_remote
 
-from cuwire import ring
+from cuwire import ring, transport
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.tls import ClientTls
-from cuwire.transport import open_session
+from cuwire.transport import TransportError, open_session
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="--tls auto needs the openssl command")
 HELLO = pb.Hello(client_version="test", cuda_version=generated.CUDA_VERSION, api_digest=generated.API_DIGEST)
@@ -107,7 +107,11 @@ def test_a_token_is_taken_only_over_tls_from_another_host(tmp_path):
         hello.CopyFrom(HELLO)
         hello.token = "secret"
         remote = f"{address}:{s.port}"
-        t, reply = open_session(remote, hello, mode="tcp")
+        with pytest.raises(TransportError, match="not sending the token to .* in the clear"):
+            open_session(remote, hello, mode="tcp")  # the client keeps it
+        with pytest.MonkeyPatch.context() as m:  # a client that would send it: the server refuses it all the same
+            m.setattr(transport, "token_in_the_clear", lambda *args: "")
+            t, reply = open_session(remote, hello, mode="tcp")
         t.close()
         assert reply.refusal == pb.TOKEN and "only over TLS" in reply.error, reply
         t, reply = open_session(remote, hello, mode="tcp", tls=ClientTls(fingerprint=pin_of(s)))
@@ -128,3 +132,32 @@ def test_tls_with_sessions_in_threads(apps: Path, client_lib, tmp_path):
         assert r.returncode == 0 and r.stdout == (APPS / "expected" / "vector_add.out").read_text(), r.stderr
     finally:
         s.stop()
+
+
+class _Peer:
+    """A connected socket's family and peer, as token_in_the_clear reads them."""
+
+    def __init__(self, family: int, peer: str):
+        self.family, self.peer = family, peer
+
+    def getpeername(self):
+        return (self.peer, 50551)
+
+
+def test_a_token_never_crosses_a_network_in_the_clear():
+    """A client with a token refuses to send its hello over plain TCP to another host, before a byte goes, and
+    says how to turn TLS on; over TLS, to this host's loopback, over the Unix socket, or with no token, it goes."""
+    from cuwire.generated import cuwire_pb2 as pb
+    from cuwire.tls import ClientTls
+    from cuwire.transport import token_in_the_clear
+
+    with_token, without = pb.Hello(token="s3cret"), pb.Hello()
+    remote = _Peer(socket.AF_INET, "10.1.2.3")
+    said = token_in_the_clear(with_token, remote, None)
+    assert "not sending the token to 10.1.2.3 in the clear" in said and "CUWIRE_TLS_FINGERPRINT" in said
+    assert token_in_the_clear(with_token, _Peer(socket.AF_INET6, "2001:db8::1"), None)
+    assert token_in_the_clear(with_token, remote, ClientTls(fingerprint="sha256:00")) == ""
+    assert token_in_the_clear(without, remote, None) == ""
+    assert token_in_the_clear(with_token, _Peer(socket.AF_INET, "127.0.0.1"), None) == ""
+    assert token_in_the_clear(with_token, _Peer(socket.AF_INET6, "::1"), None) == ""
+    assert token_in_the_clear(with_token, _Peer(socket.AF_UNIX, ""), None) == ""

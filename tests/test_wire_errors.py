@@ -197,6 +197,14 @@ def test_large_copies_stream_in_chunks(session):
     assert res.status == 0 and back == flipped
     res, back = call("cuMemcpy", [data], dst=device + 4096, src_host=b"", ByteCount=size)
     assert res.status == 1 and not back  # CUDA_ERROR_INVALID_VALUE: past the end of the allocation
+    # the streamed paths of cuMemcpyHtoD and DtoH check the range as their generated handlers do (a session
+    # sharing a process with others once wrote and read theirs through them)
+    assert call("cuMemcpyHtoD_v2", [data], dstDevice=device + 4096, ByteCount=size)[0].status == 1
+    res, back = call("cuMemcpyDtoH_v2", srcDevice=device + 4096, ByteCount=size)
+    assert res.status == 1 and not back
+    res, back = call("cuMemcpyDtoH_v2", srcDevice=0x7F00_0000_1000, ByteCount=size)
+    assert res.status == 1 and not back
+    assert call("cuMemcpyDtoH_v2", srcDevice=device, ByteCount=size)[1] == flipped  # nothing was touched
     assert serving(session)
 
 

@@ -337,14 +337,16 @@ class Streamed:
 def _htod(name: str, async_: bool) -> Streamed:
     def run(s, a, payload):
         stream = _stream(s, a.hStream) if async_ else None
-        return getattr(pb, f"{name}_Result")(status=to_device(s, payload, a.dstDevice, a.ByteCount, stream))
+        dst = _address(s, a.dstDevice, a.ByteCount)  # (the session's own memory, as the generated handler checks)
+        return getattr(pb, f"{name}_Result")(status=to_device(s, payload, dst, a.ByteCount, stream))
     return Streamed(lambda a: not a.srcHost and a.ByteCount >= BULK, run)
 
 
 def _dtoh(name: str, async_: bool) -> Streamed:
     def run(s, a, payload):
         stream = _stream(s, a.hStream) if async_ else None
-        return getattr(pb, f"{name}_Result")(status=from_device(s, a.srcDevice, a.ByteCount, stream, name))
+        src = _address(s, a.srcDevice, a.ByteCount)
+        return getattr(pb, f"{name}_Result")(status=from_device(s, src, a.ByteCount, stream, name))
     return Streamed(lambda a: a.ByteCount >= BULK, run)
 
 

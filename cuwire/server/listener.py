@@ -26,7 +26,7 @@ from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server import metrics
 from cuwire.server.service import check_hello, printable, read_batch
 from cuwire.settings import Settings
-from cuwire.transport import Connection, TransportError
+from cuwire.transport import HELLO_MAX, Connection, TransportError
 
 log = logging.getLogger("cuwire.server")
 START_TIMEOUT = 60.0
@@ -48,6 +48,14 @@ def receive_handoff(channel: socket.socket) -> tuple[socket.socket, str, bytes, 
     peer, _, rest = message.partition(b"\0")
     key, _, hello = rest.partition(b"\0")
     return socket.socket(fileno=fds[0]), peer.decode(), hello, bytes.fromhex(key.decode())
+
+
+def shut(sock: socket.socket) -> None:
+    """End a connection whose hello did not come in time: its reads end at once."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 class Listener:
@@ -79,14 +87,19 @@ class Listener:
         return r.stdout.splitlines()
 
     def handle(self, sock: socket.socket, peer: str) -> None:
-        """One new connection: its Hello, checked here; then the connection goes to a session process."""
+        """One new connection: its Hello, checked here; then the connection goes to a session process.
+        Before the hello is read, the connection costs HELLO_MAX bytes at most and lives HELLO_TIMEOUT at
+        most, however slowly its bytes come (a deadline for the whole hello, not for each byte)."""
         conn = Connection(sock, peer)
+        deadline = threading.Timer(HELLO_TIMEOUT, shut, args=(sock,))
+        deadline.start()
         try:
             sock.settimeout(HELLO_TIMEOUT)
             if metrics.is_http(sock):  # GET /metrics or /healthz, on the same port
                 metrics.answer_http(sock, self.figures, self.open_sessions(), self.busy(), self.draining())
                 return
-            message, _ = conn.receive(max_payload=0)
+            message, _ = conn.receive(max_payload=0, max_message=HELLO_MAX)
+            deadline.cancel()
             hello = read_batch(conn, message, hello=True)
             if hello is None:
                 self.figures.refuse("protocol")
@@ -112,6 +125,7 @@ class Listener:
         except (TransportError, OSError, EOFError) as e:
             log.info("connection from %s closed before a session began (%s)", peer, e or type(e).__name__)
         finally:
+            deadline.cancel()
             conn.close()  # the session process has its own copy of the connection
 
     def join(self, sock: socket.socket, peer: str, hello: pb.Hello, message: bytes, conn: Connection) -> None:

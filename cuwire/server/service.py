@@ -32,7 +32,7 @@ from cuwire.server.records import function_table
 from cuwire.server.session import Session
 from cuwire.settings import Settings, host_port
 from cuwire.tls import ServerTls, relayed, server_tls
-from cuwire.transport import MAGIC, Connection, TransportError, local_name, serves_loopback
+from cuwire.transport import HELLO_MAX, MAGIC, MAX_MESSAGE, Connection, TransportError, local_name, serves_loopback
 
 log = logging.getLogger("cuwire.server")
 
@@ -278,7 +278,8 @@ def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None 
                 message, first = first, None
             else:
                 try:
-                    message, size = conn.receive_message(max_payload=state.settings.max_buffer)
+                    message, size = conn.receive_message(max_payload=state.settings.max_buffer,
+                                                         max_message=MAX_MESSAGE if session else HELLO_MAX)
                 except EOFError:
                     return
                 arrived = time.perf_counter_ns()
@@ -436,7 +437,7 @@ class SocketServer:
         conn = Connection(sock, peer)
         try:
             sock.settimeout(5)
-            conn.receive(max_payload=0)
+            conn.receive(max_payload=0, max_message=HELLO_MAX)
             conn.send(pb.Reply(error=why, refusal=refusal).SerializeToString())
         except (TransportError, OSError, EOFError):
             pass
