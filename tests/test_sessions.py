@@ -396,18 +396,25 @@ def test_metrics_and_health_on_the_one_port(looper, apps, client_lib, tmp_path):
         s.stop()
 
 
-def test_a_frozen_session_process_ends_its_client_instead_of_hanging(looper, apps, client_lib, tmp_path):
+@pytest.mark.parametrize("when", ["at once", "after its first report"])
+def test_a_frozen_session_process_ends_its_client_instead_of_hanging(when, looper, apps, client_lib, tmp_path):
     """A session process that stops (SIGSTOP, or stuck) stops reporting to the listener, which kills it
-    after CUWIRE_FROZEN_AFTER seconds: its program gets CUDA errors and a message, never a hang; the
-    server serves the next client."""
+    after CUWIRE_FROZEN_AFTER seconds, watched from its start: its program gets CUDA errors and a message,
+    never a hang; the server serves the next client."""
     from conftest import ServerProcess
 
     s = ServerProcess(tmp_path, env={"CUWIRE_FROZEN_AFTER": "2"})
     p = subprocess.Popen([str(looper)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env={**os.environ, "CUWIRE_SERVER": s.address})
     try:
-        assert p.stdout.readline().strip() == "allocated"
-        time.sleep(1)  # (the session has reported at least once)
+        if when == "at once":  # before it reported anything (its client waits for its welcome, or its calls)
+            deadline = time.monotonic() + 30
+            while not re.search(r"session \d+ for pid \d+ .*: process (\d+)", s.text()):
+                assert time.monotonic() < deadline, s.text()
+                time.sleep(0.005)
+        else:
+            assert p.stdout.readline().strip() == "allocated"
+            time.sleep(1)  # (the session has reported at least once)
         pid = int(re.findall(r"session \d+ for pid \d+ .*: process (\d+)", s.text())[-1])
         os.kill(pid, signal.SIGSTOP)
         started = time.monotonic()

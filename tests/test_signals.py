@@ -34,8 +34,8 @@ int main(int argc, char **argv) {
     memset(in, 7, sizeof in);
     if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx))
         return 1;
-    if (cuMemAlloc_v2(&d, sizeof in) != 0) return 1;
-    printf("ready\n"); fflush(stdout);
+    if (cuMemAlloc_v2(&d, sizeof in) != 0 || cuMemcpyHtoD_v2(d, in, sizeof in) != 0) return 1;
+    printf("ready\n"); fflush(stdout);  /* (a signal may come before the loop's first copy) */
     while (!got) cuMemcpyHtoD_v2(d, in, sizeof in);
     if (cuMemcpyDtoH_v2(out, d, sizeof out) || memcmp(in, out, sizeof in) || cuMemFree_v2(d)) return 2;
     printf("handled %d, CUDA still works\n", (int)got);

@@ -258,6 +258,21 @@ def test_bad_module_and_kernel_handles(session):
     assert serving(session)
 
 
+def test_a_module_upload_reaches_the_disk_only_once_loaded(session, server):
+    """An image the driver refuses (junk with its right digest) is never written to the module cache."""
+    import hashlib
+
+    from cuwire.server.custom import op_id
+
+    junk = bytes(range(1, 256)) * 64  # neither a fatbin, nor an ELF, nor PTX text
+    digest = hashlib.sha256(junk).digest()
+    reply = session.exchange(pb.Batch(fn=op_id("LoadModule"),
+                                      args=pb.LoadModule_Args(digest=digest, image=junk).SerializeToString()))
+    assert not reply.error and pb.LoadModule_Result.FromString(reply.result).status != 0
+    assert not [p for p in server.cache.rglob("*") if digest.hex() in p.name], "junk reached the disk"
+    assert serving(session)
+
+
 @pytest.mark.parametrize("garbage", [
     b"\xff\xfe garbage that is no frame",
     HEADER.pack(MAGIC, 2**31, 0),  # a message over the limit

@@ -1686,6 +1686,9 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         """The JIT's stand-in: PTX compiles when the registry has each of its entries; else
         CUDA_ERROR_INVALID_PTX, with a log in the caller's error log buffer (jit: options, values, count)."""
         text = ptx.decode("utf-8", "replace")
+        if not re.search(r"^\s*\.version\s+\d", text, re.MULTILINE):  # every PTX module states its version
+            self._jit_error_log("emulated device: not PTX (no .version directive)", *jit)
+            return self.drv.CUDA_ERROR_INVALID_PTX
         unknown = [n for n in re.findall(r"\.entry\s+(\w+)", text) if n not in registry.KERNELS]
         if not unknown:
             return 0

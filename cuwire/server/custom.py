@@ -42,10 +42,11 @@ def load_module(s, a: pb.LoadModule_Args) -> pb.LoadModule_Result:
     with cache.lock:
         handle = cache.loaded.get(a.digest)
         if handle is None:
+            uploaded = bool(a.image)  # kept on disk once the driver loaded it: junk never reaches the disk
             if a.image:
                 image = s.server.decode(a.image, a.image_codec)
                 try:
-                    cache.store(a.digest, image)
+                    cache.check(a.digest, image)
                 except ValueError as e:
                     raise WireError(str(e)) from e
             elif cache.has(a.digest):
@@ -63,6 +64,8 @@ def load_module(s, a: pb.LoadModule_Args) -> pb.LoadModule_Result:
             r.error_log, r.info_log = _log_texts(s.ffi, logs)
             if r.status != 0:
                 return r
+            if uploaded:
+                cache.store(a.digest, image)
             handle = int(s.ffi.cast("uintptr_t", out[0]))
             cache.loaded[a.digest] = handle
         else:

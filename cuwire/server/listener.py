@@ -158,6 +158,8 @@ class Listener:
         threading.Thread(target=proc.wait, name=f"cuwire-reap-{proc.pid}", daemon=True).start()
         with self.lock:  # before the handoff: the session's welcome, which brings the key, may come back at once
             self.joins[key] = ours
+            # watched from its start (watch): a process stopped before its first report is frozen too
+            self.heard[name] = (time.monotonic(), proc)
         try:
             send_handoff(ours, sock, peer, message, key)
         except OSError:

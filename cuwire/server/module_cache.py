@@ -27,9 +27,14 @@ class ModuleCache:
     def has(self, digest: bytes) -> bool:
         return digest in self.loaded or self.path(digest).exists()
 
-    def store(self, digest: bytes, image: bytes) -> None:
+    @staticmethod
+    def check(digest: bytes, image: bytes) -> None:
         if hashlib.sha256(image).digest() != digest:
             raise ValueError("module image does not match its digest")
+
+    def store(self, digest: bytes, image: bytes) -> None:
+        """Keep an image the driver loaded (only such images reach the disk)."""
+        self.check(digest, image)
         tmp = self.path(digest).with_suffix(f".tmp{os.getpid()}")
         tmp.write_bytes(image)
         tmp.replace(self.path(digest))
