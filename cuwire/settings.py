@@ -106,6 +106,10 @@ class Settings:
     # thread: sessions are threads of the listening process
     isolation: str = field(default_factory=lambda: _env("isolation", "process"))
     session_name: str = field(default_factory=lambda: _env("session_name", ""))  # set by the listener
+    # server: the most sessions open at once, and the most from one client address (a host, or this host's
+    # Unix socket); past either a new session is refused by name ("busy"); 0: no limit
+    max_sessions: int = field(default_factory=lambda: _env("max_sessions", "64"))
+    max_sessions_per_host: int = field(default_factory=lambda: _env("max_sessions_per_host", "16"))
     # where sessions note the memory and events they export to other processes (server/ipc.py): a folder
     # only the server reads, made when it starts (and removed when it ends) unless given
     ipc_dir: str = field(default_factory=lambda: _env("ipc_dir", ""))
@@ -181,6 +185,8 @@ KINDS: dict[str, tuple[Callable[[str], object], str]] = {
     "host_memory": (parse_size, str(16 << 30)),
     "ring_slot": (parse_size, str(4 << 20)),
     "isolation": (_one_of("process", "thread"), "process"),
+    "max_sessions": (_COUNT, "64"),
+    "max_sessions_per_host": (_COUNT, "16"),
     "frozen_after": (_SECONDS, "30"),
     "drain_seconds": (_SECONDS, "10"),
     "spin_us": (_COUNT, "50"),

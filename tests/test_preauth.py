@@ -62,3 +62,58 @@ def test_a_hello_that_drips_is_cut_at_its_deadline(tmp_path):
         assert "closed before a session began" in s.text()
     finally:
         s.stop()
+
+
+def test_sessions_are_capped_and_refused_by_name(client_lib, tmp_path):
+    """CUWIRE_MAX_SESSIONS_PER_HOST (clients of one host over TCP; this host's Unix socket clients count
+    only towards the other) and CUWIRE_MAX_SESSIONS: past either, a new session is refused by name ("busy"),
+    and served again once one ends."""
+    import os
+    import subprocess
+
+    from conftest import compile_against_client
+
+    holder = compile_against_client(HOLDER, tmp_path, client_lib, "holder")
+    for variable in ("CUWIRE_MAX_SESSIONS_PER_HOST", "CUWIRE_MAX_SESSIONS"):
+        s = ServerProcess(tmp_path, env={variable: "2"})
+        transport = "tcp" if variable == "CUWIRE_MAX_SESSIONS_PER_HOST" else "unix"
+        env = {**os.environ, "CUWIRE_SERVER": s.address, "CUWIRE_TRANSPORT": transport}
+        held = [subprocess.Popen([str(holder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+                for _ in range(2)]
+        try:
+            for p in held:
+                assert p.stdout.readline().strip() == "holding"
+            third = subprocess.run([str(holder), "once"], capture_output=True, text=True, env=env, timeout=60)
+            assert third.returncode != 0 and "the server is busy" in third.stderr and variable in third.stderr, \
+                third.stderr
+            held[0].stdin.close()  # one ends: a new one is served
+            held[0].wait(20)
+            deadline = time.monotonic() + 20
+            while True:
+                again = subprocess.run([str(holder), "once"], capture_output=True, text=True, env=env, timeout=60)
+                if again.returncode == 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert again.returncode == 0, again.stderr
+        finally:
+            for p in held:
+                p.kill()
+                p.wait()
+            s.stop()
+
+
+# A client that holds its session until its stdin closes (with an argument: ends at once).
+HOLDER = r"""
+#include <stdio.h>
+#include "cuda_api.h"
+int main(int argc, char **argv) {
+    CUdevice dev; CUcontext ctx; CUdeviceptr d;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) return 1;
+    if (cuMemAlloc_v2(&d, 4096)) return 2;
+    if (argc > 1) return 0;
+    printf("holding\n"); fflush(stdout);
+    char line[8];
+    while (fgets(line, sizeof line, stdin)) {}
+    return 0;
+}
+"""

@@ -24,7 +24,7 @@ import time
 from cuwire import SAFE_PATH
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server import metrics
-from cuwire.server.service import check_hello, printable, read_batch
+from cuwire.server.service import LOCAL_PEER, check_hello, printable, read_batch
 from cuwire.settings import Settings
 from cuwire.transport import HELLO_MAX, Connection, TransportError
 
@@ -50,6 +50,12 @@ def receive_handoff(channel: socket.socket) -> tuple[socket.socket, str, bytes, 
     return socket.socket(fileno=fds[0]), peer.decode(), hello, bytes.fromhex(key.decode())
 
 
+def host_of(peer: str) -> str:
+    """The client's address without its port ("10.0.0.7:51234" -> "10.0.0.7"; the Unix socket as it is)."""
+    host, sep, port = peer.rpartition(":")
+    return host if sep and port.isdigit() else peer
+
+
 def shut(sock: socket.socket) -> None:
     """End a connection whose hello did not come in time: its reads end at once."""
     try:
@@ -68,6 +74,8 @@ class Listener:
         self.socket_server = None  # the accepting SocketServer, for its refusals (run_listener sets it)
         self.heard: dict[str, tuple[float, subprocess.Popen]] = {}  # session -> (its last report, its process)
         self.joins: dict[bytes, socket.socket] = {}  # a session's join key -> the channel to its process
+        self.hosts: dict[str, str] = {}  # session -> the address its client came from (its host)
+        self.processes: dict[str, subprocess.Popen] = {}  # session -> its process, while it runs
 
     def session_command(self, *extra: str) -> list[str]:
         return [sys.executable, *SAFE_PATH, "-m", "cuwire.server", *extra]
@@ -120,13 +128,33 @@ class Listener:
             sock.settimeout(None)
             if hello.hello.join:
                 self.join(sock, peer, hello.hello, message, conn)
-            else:
-                self.start_session(sock, peer, hello.hello, message)
+                return
+            full = self.full(peer)
+            if full:
+                self.figures.refuse("busy")
+                log.warning("refused a session from %s: %s", peer, full)
+                conn.send(pb.Reply(error=f"the server is busy: {full}; try again when one ends",
+                                   refusal=pb.BUSY).SerializeToString())
+                return
+            self.start_session(sock, peer, hello.hello, message)
         except (TransportError, OSError, EOFError) as e:
             log.info("connection from %s closed before a session began (%s)", peer, e or type(e).__name__)
         finally:
             deadline.cancel()
             conn.close()  # the session process has its own copy of the connection
+
+    def full(self, peer: str) -> str:
+        """Why a new session from `peer` may not start ("" when it may): CUWIRE_MAX_SESSIONS, or
+        CUWIRE_MAX_SESSIONS_PER_HOST for its address. Clients on this host's Unix socket count towards the
+        first only: they are trusted as any local user of the GPU is (docs/security.md)."""
+        most, per_host = self.settings.max_sessions, self.settings.max_sessions_per_host
+        with self.lock:
+            live = [self.hosts.get(name) for name, proc in self.processes.items() if proc.poll() is None]
+        if most and len(live) >= most:
+            return f"it serves {most} sessions at once (CUWIRE_MAX_SESSIONS)"
+        if per_host and peer != LOCAL_PEER and live.count(host_of(peer)) >= per_host:
+            return f"it serves {per_host} sessions at once to {host_of(peer)} (CUWIRE_MAX_SESSIONS_PER_HOST)"
+        return ""
 
     def join(self, sock: socket.socket, peer: str, hello: pb.Hello, message: bytes, conn: Connection) -> None:
         """A stripe: to the process of the session it names, which checks and answers it."""
@@ -146,6 +174,7 @@ class Listener:
             self.children = [c for c in self.children if c.poll() is None]  # reaps the ended ones
             self.count += 1
             name = str(self.count)
+            self.hosts[name] = host_of(peer)
         key = os.urandom(16)  # what the session's more connections name (stripes, host functions)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
@@ -158,6 +187,7 @@ class Listener:
         threading.Thread(target=proc.wait, name=f"cuwire-reap-{proc.pid}", daemon=True).start()
         with self.lock:  # before the handoff: the session's welcome, which brings the key, may come back at once
             self.joins[key] = ours
+            self.processes[name] = proc
             # watched from its start (watch): a process stopped before its first report is frozen too
             self.heard[name] = (time.monotonic(), proc)
         try:
@@ -191,6 +221,10 @@ class Listener:
         with self.lock:
             self.heard.pop(name, None)
             self.joins.pop(key, None)
+        proc.wait()  # (its reports end with it)
+        with self.lock:
+            self.hosts.pop(name, None)
+            self.processes.pop(name, None)
         self.figures.ended(name)
 
     def watch(self, stop: threading.Event) -> None:

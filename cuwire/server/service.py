@@ -34,6 +34,7 @@ from cuwire.settings import Settings, host_port
 from cuwire.tls import ServerTls, relayed, server_tls
 from cuwire.transport import HELLO_MAX, MAGIC, MAX_MESSAGE, Connection, TransportError, local_name, serves_loopback
 
+LOCAL_PEER = "this host (Unix socket)"  # how a client on the Unix socket is named (logs, caps)
 log = logging.getLogger("cuwire.server")
 
 
@@ -392,7 +393,7 @@ class SocketServer:
                 sock, addr = listening.accept()
             except OSError:
                 return  # the listening socket was closed: stop
-            peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else "this host (Unix socket)"
+            peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else LOCAL_PEER
             if not self.active.acquire(blocking=False):
                 self.busy += 1
                 threading.Thread(target=self.refuse, args=(sock, peer), daemon=True).start()
