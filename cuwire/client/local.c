@@ -140,8 +140,7 @@ int cuwire_released_at_end(void)
 
 static void exit_hook(void)
 {
-    int (*is_initialized)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsInitialized");
-    if (is_initialized && is_initialized() && cuwire_python_ok && !cuwire_forked)
+    if (cuwire_python_ok && !cuwire_forked && !cuwire_python_gone())
         cuwire_py_at_exit();
     __atomic_store_n(&exit_hooked, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&cuwire_finished, 1, __ATOMIC_RELEASE);

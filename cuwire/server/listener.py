@@ -67,15 +67,13 @@ def shut(sock: socket.socket) -> None:
 class Listener:
     def __init__(self, settings: Settings):
         self.settings = settings
-        self.children: list[subprocess.Popen] = []
+        self.children: dict[str, tuple[subprocess.Popen, str]] = {}  # session -> its process, its client's host
         self.lock = threading.Lock()
         self.count = 0
         self.figures = metrics.Figures()  # what GET /metrics shows (metrics.py)
         self.socket_server = None  # the accepting SocketServer, for its refusals (run_listener sets it)
         self.heard: dict[str, tuple[float, subprocess.Popen]] = {}  # session -> (its last report, its process)
         self.joins: dict[bytes, socket.socket] = {}  # a session's join key -> the channel to its process
-        self.hosts: dict[str, str] = {}  # session -> the address its client came from (its host)
-        self.processes: dict[str, subprocess.Popen] = {}  # session -> its process, while it runs
 
     def session_command(self, *extra: str) -> list[str]:
         return [sys.executable, *SAFE_PATH, "-m", "cuwire.server", *extra]
@@ -149,7 +147,7 @@ class Listener:
         first only: they are trusted as any local user of the GPU is (docs/security.md)."""
         most, per_host = self.settings.max_sessions, self.settings.max_sessions_per_host
         with self.lock:
-            live = [self.hosts.get(name) for name, proc in self.processes.items() if proc.poll() is None]
+            live = [host for proc, host in self.children.values() if proc.poll() is None]
         if most and len(live) >= most:
             return f"it serves {most} sessions at once (CUWIRE_MAX_SESSIONS)"
         if per_host and peer != LOCAL_PEER and live.count(host_of(peer)) >= per_host:
@@ -171,23 +169,21 @@ class Listener:
 
     def start_session(self, sock: socket.socket, peer: str, hello: pb.Hello, message: bytes) -> None:
         with self.lock:
-            self.children = [c for c in self.children if c.poll() is None]  # reaps the ended ones
+            self.children = {n: c for n, c in self.children.items() if c[0].poll() is None}  # the ended ones go
             self.count += 1
             name = str(self.count)
-            self.hosts[name] = host_of(peer)
         key = os.urandom(16)  # what the session's more connections name (stripes, host functions)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             proc = subprocess.Popen(self.session_command("--one-session", "--handoff-fd", str(theirs.fileno())),
                                     env=self.session_env(name), pass_fds=[theirs.fileno()])
         with self.lock:
-            self.children.append(proc)
+            self.children[name] = (proc, host_of(peer))
             self.figures.started += 1
         # reaped as soon as it ends, so no zombie waits for the next session
         threading.Thread(target=proc.wait, name=f"cuwire-reap-{proc.pid}", daemon=True).start()
         with self.lock:  # before the handoff: the session's welcome, which brings the key, may come back at once
             self.joins[key] = ours
-            self.processes[name] = proc
             # watched from its start (watch): a process stopped before its first report is frozen too
             self.heard[name] = (time.monotonic(), proc)
         try:
@@ -221,10 +217,6 @@ class Listener:
         with self.lock:
             self.heard.pop(name, None)
             self.joins.pop(key, None)
-        proc.wait()  # (its reports end with it)
-        with self.lock:
-            self.hosts.pop(name, None)
-            self.processes.pop(name, None)
         self.figures.ended(name)
 
     def watch(self, stop: threading.Event) -> None:
@@ -247,7 +239,7 @@ class Listener:
 
     def open_sessions(self) -> int:
         with self.lock:
-            return sum(1 for c in self.children if c.poll() is None)
+            return sum(1 for proc, _ in self.children.values() if proc.poll() is None)
 
     def draining(self) -> bool:
         return self.socket_server is not None and self.socket_server.draining.is_set()
@@ -258,7 +250,7 @@ class Listener:
     def stop(self) -> None:
         """End every session process (each frees its session's memory on SIGTERM)."""
         with self.lock:
-            children = [c for c in self.children if c.poll() is None]
+            children = [proc for proc, _ in self.children.values() if proc.poll() is None]
         for c in children:
             c.terminate()
         for c in children:
