@@ -259,7 +259,8 @@ def test_bad_module_and_kernel_handles(session):
 
 
 def test_a_module_upload_reaches_the_disk_only_once_loaded(session, server):
-    """An image the driver refuses (junk with its right digest) is never written to the module cache."""
+    """Junk with its right digest is never written to the module cache, whether the driver refuses it (the
+    emulated device) or loads it lazily and says success (the real driver)."""
     import hashlib
 
     from cuwire.server.custom import op_id
@@ -268,7 +269,7 @@ def test_a_module_upload_reaches_the_disk_only_once_loaded(session, server):
     digest = hashlib.sha256(junk).digest()
     reply = session.exchange(pb.Batch(fn=op_id("LoadModule"),
                                       args=pb.LoadModule_Args(digest=digest, image=junk).SerializeToString()))
-    assert not reply.error and pb.LoadModule_Result.FromString(reply.result).status != 0
+    assert not reply.error
     assert not [p for p in server.cache.rglob("*") if digest.hex() in p.name], "junk reached the disk"
     assert serving(session)
 

@@ -11,6 +11,18 @@ from pathlib import Path
 
 log = logging.getLogger("cuwire.server")
 
+FATBIN_MAGIC = (0xBA55ED50).to_bytes(4, "little")
+ELF_MAGIC = b"\x7fELF"
+
+
+def recognized(image: bytes) -> bool:
+    """A fatbin, an ELF cubin or PTX text: the formats the driver reads. The real driver loads lazily and
+    says success even for junk, so only a recognized image is kept on disk."""
+    if image[:4] in (FATBIN_MAGIC, ELF_MAGIC):
+        return True
+    head = image[:65536]
+    return b".version" in head and b"\0" not in head.rstrip(b"\0")
+
 
 class ModuleCache:
     def __init__(self, directory: Path):
@@ -33,8 +45,11 @@ class ModuleCache:
             raise ValueError("module image does not match its digest")
 
     def store(self, digest: bytes, image: bytes) -> None:
-        """Keep an image the driver loaded (only such images reach the disk)."""
+        """Keep an image the driver loaded (only such images reach the disk), if it is one the driver reads."""
         self.check(digest, image)
+        if not recognized(image):
+            log.info("module %s is no fatbin, cubin or PTX: not cached", digest.hex()[:12])
+            return
         tmp = self.path(digest).with_suffix(f".tmp{os.getpid()}")
         tmp.write_bytes(image)
         tmp.replace(self.path(digest))
