@@ -4,7 +4,7 @@ VENV      := .venv
 VPY       := $(VENV)/bin/python
 export CUWIRE_HEADER_CACHE ?= $(CURDIR)/.cache/headers
 
-.PHONY: venv codegen check-generated client server apps demo test lint gpu-test gpu-stress bench docker clean
+.PHONY: venv codegen check-generated client server apps demo test lint gpu-test gpu-stress bench bench-distance docker clean
 
 $(VENV)/.installed: pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
@@ -71,6 +71,10 @@ gpu-stress:
 
 bench:
 	bash bench/run.sh
+
+## On a GPU machine: PyTorch steps with the server behind a link delayed 0.1 and 1 ms each way
+bench-distance:
+	bash bench/distance.sh
 
 docker:
 	docker build -f docker/Dockerfile -t cuwire-server .

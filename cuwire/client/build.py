@@ -36,7 +36,7 @@ NAMES = tuple(json.loads((GENERATED / "api_manifest.json").read_text())["librari
 STALE = ("libcudart.so.13", "driver")
 C_SOURCES = ("local.c", "driver_local.c", "export_tables.c", "answers_cache.c", "device_memory.c", "wire.c",
              "callbacks.c", "managed.c", "managed_hints.c", "graph_nodes.c",
-             "graph_copies.c", "shareable.c", "user_objects.c")
+             "graph_copies.c", "shareable.c", "user_objects.c", "completion.c")
 
 # C functions of local.c that the Python side calls.
 HELPERS_CDEF = """
@@ -60,6 +60,8 @@ void cuwire_wire_release(void);
 void cuwire_wire_forget(void);
 int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *ns, int max, uint64_t *totals);
 int cuwire_wire_send_queued(void);
+void cuwire_note_sent(int waits);
+extern unsigned long long cuwire_answered_done;
 extern "Python+C" void cuwire_py_wire_broken(const char *why);
 int cuwire_track_alloc(uint64_t base, uint64_t size);
 void cuwire_untrack_alloc(uint64_t base);

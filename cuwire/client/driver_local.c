@@ -319,8 +319,11 @@ void cuwire_after_cuStreamBeginCaptureToGraph(CUstream stream, CUgraph graph, co
  * Always -1: the call is then queued as usual. */
 int cuwire_capture_event_record(CUevent event, CUstream stream)
 {
-    if (!__atomic_load_n(&capturing, __ATOMIC_RELAXED))
+    uint64_t e = (uint64_t)(uintptr_t)event, s = (uint64_t)(uintptr_t)stream;
+    if (!__atomic_load_n(&capturing, __ATOMIC_RELAXED)) {
+        cuwire_note_event_record(e, s, 0); /* what a query of it may answer (completion.c) */
         return -1; /* (events carry captures only while one runs: they are forgotten when it ends) */
+    }
     pthread_mutex_lock(&capture_lock);
     int row = capture_row(stream), free_slot = -1, slot = -1;
     for (int i = 0; i < CAPTURE_EVENTS && slot < 0; i++)
@@ -335,6 +338,7 @@ int cuwire_capture_event_record(CUevent event, CUstream stream)
         capture_events[slot].id = row >= 0 ? captures[row].id : 0;
     }
     pthread_mutex_unlock(&capture_lock);
+    cuwire_note_event_record(e, s, row >= 0);
     return -1;
 }
 

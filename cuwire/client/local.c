@@ -292,6 +292,7 @@ static int append2_locked(uint32_t id, const void *a, uint32_t na, const void *b
         memcpy(queue_data + queue_len + 8 + na, b, nb);
     queue_len = need;
     queue_count++;
+    cuwire_note_sent(0);
     return 0;
 }
 
@@ -348,6 +349,7 @@ void cuwire_queue_refuse(void)
 {
     pthread_mutex_lock(&queue_lock);
     queue_refused = 1;
+    cuwire_forget_done();
     free(queue_data);
     queue_data = NULL;
     queue_len = queue_cap = 0;

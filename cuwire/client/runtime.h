@@ -57,6 +57,19 @@ void cuwire_wire_release(void);
 void cuwire_wire_forget(void);
 int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *ns, int max, uint64_t *totals);
 int cuwire_wire_send_queued(void);
+/* What the client knows the GPU has finished (completion.c): every send is counted (waits: the sender
+ * waits for the answer); calls annotated `completes` note what they finished, and those annotated
+ * `answered_when_done` are answered here while it is known. */
+#define CUWIRE_DONE_STREAM 1
+#define CUWIRE_DONE_EVENT 2
+#define CUWIRE_DONE_CONTEXT 3
+void cuwire_note_sent(int waits);
+void cuwire_done_before(uint64_t *all, uint64_t *mine);
+int cuwire_known_done(int kind, uint64_t handle);
+void cuwire_note_done(int kind, uint64_t handle, uint64_t all, uint64_t mine);
+void cuwire_forget_done(void);
+void cuwire_note_event_record(uint64_t event, uint64_t stream, int captured);
+extern unsigned long long cuwire_answered_done;
 /* The session is lost: queued calls fail at once from now on (local.c). */
 void cuwire_queue_refuse(void);
 /* The session's device allocations (device_memory.c). */

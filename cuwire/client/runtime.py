@@ -268,6 +268,7 @@ class Client:
         """exchange, the lock and the wire lock held."""
         batch = pb.Batch(fn=fn)
         self.take_queued(batch)
+        lib.cuwire_note_sent(1)  # what the client knew finished holds no more (client/completion.c)
         if fn:
             batch.args, batch.args_codec = self.encode(args)
         state = bulk()
@@ -425,6 +426,7 @@ class Client:
                 batch = pb.Batch(no_reply=True)
                 if not self.take_queued(batch):
                     return 0
+                lib.cuwire_note_sent(0)
                 try:
                     self.session.transport.send_only(batch)
                 except TransportError as e:
@@ -710,6 +712,8 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
         f"  round trips: {s.batches} = {sent} for calls + {own} cuwire requests (modules, functions, globals) + "
         f"{s.flushes} flushes of queued calls; queued calls carried: {s.queued} ({s.sends} batches of them sent "
         "early, without waiting)",
+        f"  waits answered by the client, their work known finished with nothing sent since: "
+        f"{lib.cuwire_answered_done}",
         f"  bytes sent: {s.bytes_sent} in messages, carrying {s.bytes_sent_raw} bytes of call data before "
         f"compression; received: {s.bytes_received} in messages, {s.bytes_received_raw} bytes of results after "
         f"decompression",

@@ -221,6 +221,7 @@ int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint3
     struct call_reply r = {0};
     const char *why = NULL;
     long spin = spin_for(fn);
+    cuwire_note_sent(1);
     if (cuwire_send_all(fd, frame, len) != 0 || cuwire_recv_all(fd, (char *)&rh, sizeof rh, spin) != 0)
         why = strerror(errno);
     else if (rh.magic != MAGIC_RECORDS || rh.payload || rh.size < sizeof r || rh.size > REPLY_MAX)
@@ -291,6 +292,7 @@ int cuwire_wire_send_queued(void)
     }
     struct frame_header h = {MAGIC_QUEUED, (uint32_t)queued_len, 0};
     const char *why = NULL;
+    cuwire_note_sent(0);
     if (cuwire_send_all(fd, (const char *)&h, sizeof h) != 0 || cuwire_send_all(fd, queued, queued_len) != 0)
         why = strerror(errno);
     else {

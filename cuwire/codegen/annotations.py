@@ -20,6 +20,12 @@ unimplemented (its stub says so loudly). Inside a table:
   synchronizes  true for a call that, once it succeeds, has the host caught up with the GPU
            (cuCtxSynchronize, synchronous copies...): the client then fetches managed memory made over
            TCP (client/managed.c)
+  completes  what a sync call has finished once it succeeded, after waiting for the server:
+           "stream PARAM", "event PARAM", "context" (every stream of the current context),
+           "context PARAM" (of that one; NULL: the current one) or "null stream" (a synchronous
+           copy's); the client keeps it while nothing more is sent (client/completion.c)
+  answered_when_done  true for a call that only waits for (or asks about) what `completes` names: while
+           that is known finished, the client answers CUDA_SUCCESS without a round trip
   releases true for a call that releases something the session's end releases too (a parameter that
            `frees` says so already): called in a Python program's teardown after its interpreter is
            gone (C++ static destructors: XLA's), it succeeds at once (client/local.c)
@@ -45,7 +51,8 @@ from .model import ROLES, Api, Function, Param
 ANNOTATIONS = Path(__file__).with_name("annotations")
 PACKAGE = Path(__file__).parents[1]  # cuwire/: `server` names a file in it
 MODES = {"sync", "async", "custom", "local"}
-FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after", "server", "synchronizes", "releases"}
+FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after", "server", "synchronizes", "releases", "completes",
+                 "answered_when_done"}
 PARAM_KEYS = {"role", "length", "alloc", "frees", "range"}
 NEEDS_LENGTH = {name for name, role in ROLES.items() if role.sized}
 ASYNC_ROLES = {"value"}
@@ -119,6 +126,28 @@ def apply(api: Api, table: dict) -> None:
         apply_function(fn, spec)
 
 
+def apply_completes(fn: Function, spec: dict) -> None:
+    """`completes` and `answered_when_done` (see the module's docstring)."""
+    completes = spec.get("completes", "")
+    if completes and fn.mode != "sync":
+        raise AnnotationError(f"{fn.name}: `completes` goes with mode sync, not {fn.mode}")
+    words = completes.split()
+    if completes in ("context", "null stream"):
+        fn.completes = completes.split()[-1], "0"
+    elif completes:
+        params = {p.name for p in fn.params}
+        if len(words) != 2 or words[0] not in ("stream", "event", "context") or words[1] not in params:
+            raise AnnotationError(f"{fn.name}: `completes` is 'context', 'context PARAM', 'null stream', "
+                                  f"'stream PARAM' or 'event PARAM' with PARAM one of {sorted(params)}, "
+                                  f"not {completes!r}")
+        fn.completes = words[0], words[1]
+    fn.answered_when_done = spec.get("answered_when_done", False)
+    if not isinstance(fn.answered_when_done, bool):
+        raise AnnotationError(f"{fn.name}: `answered_when_done` is true or false, not {fn.answered_when_done!r}")
+    if fn.answered_when_done and not completes:
+        raise AnnotationError(f"{fn.name}: `answered_when_done` needs `completes`, which says what it waits for")
+
+
 def apply_function(fn: Function, spec: dict) -> None:
     params = {p.name: p for p in fn.params}
     for key in spec:
@@ -145,6 +174,7 @@ def apply_function(fn: Function, spec: dict) -> None:
     fn.releases = spec.get("releases", False)
     if not isinstance(fn.releases, bool):
         raise AnnotationError(f"{fn.name}: `releases` is true or false, not {fn.releases!r}")
+    apply_completes(fn, spec)
     fn.server = spec.get("server", "")
     if fn.server and mode != "sync":
         raise AnnotationError(f"{fn.name}: `server` goes with mode sync, not {mode}")

@@ -2065,7 +2065,7 @@ def cuStreamCopyAttributes(dst, src):
 
 @ffi.def_extern(name="cuwire_py_cuStreamCreate", onerror=rt.on_error)
 def cuStreamCreate(phStream, Flags):
-    """cuStreamCreate (cuda.h)"""
+    """cuStreamCreate (cuda.h): a non-blocking stream ends what the null stream's synchronous copies tell the client (client/completion.c)"""
     args = pb.cuStreamCreate_Args()
     args.Flags = Flags
     res = rt.call(2819812623, args, pb.cuStreamCreate_Result)

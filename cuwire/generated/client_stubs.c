@@ -3294,13 +3294,23 @@ static inline CUresult cuwire_impl_cuCtxSynchronize(void)
     return (CUresult)(cuwire_py_cuCtxSynchronize());
 }
 void cuwire_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
- * (client/managed.c, client/graph_copies.c). */
+/* Answered by the client while what it waits for is known finished, with nothing sent since;
+ * once it succeeds, what it finished is noted (client/completion.c);
+ * the host has caught up with the GPU: managed memory made over TCP and graph copies'
+ * stand-ins come back (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuCtxSynchronize(void)
 {
+    if (cuwire_known_done(CUWIRE_DONE_CONTEXT, (uint64_t)(uintptr_t)0) == 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[56], 1, __ATOMIC_RELAXED);
+        return (CUresult)0;
+    }
+    uint64_t sent_all, sent_mine;
+    cuwire_done_before(&sent_all, &sent_mine);
     CUresult result = cuwire_impl_cuCtxSynchronize();
-    if (result == 0)
+    if (result == 0) {
+        cuwire_note_done(CUWIRE_DONE_CONTEXT, (uint64_t)(uintptr_t)0, sent_all, sent_mine);
         cuwire_synced();
+    }
     return result;
 }
 CUWIRE_EXPORT CUresult cuCtxSynchronize(void)
@@ -3334,13 +3344,23 @@ static inline CUresult cuwire_impl_cuCtxSynchronize_v2(CUcontext ctx)
     return (CUresult)(cuwire_py_cuCtxSynchronize_v2((uint64_t)(uintptr_t)ctx));
 }
 void cuwire_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
- * (client/managed.c, client/graph_copies.c). */
+/* Answered by the client while what it waits for is known finished, with nothing sent since;
+ * once it succeeds, what it finished is noted (client/completion.c);
+ * the host has caught up with the GPU: managed memory made over TCP and graph copies'
+ * stand-ins come back (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuCtxSynchronize_v2(CUcontext ctx)
 {
+    if (cuwire_known_done(CUWIRE_DONE_CONTEXT, (uint64_t)(uintptr_t)ctx) == 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[57], 1, __ATOMIC_RELAXED);
+        return (CUresult)0;
+    }
+    uint64_t sent_all, sent_mine;
+    cuwire_done_before(&sent_all, &sent_mine);
     CUresult result = cuwire_impl_cuCtxSynchronize_v2(ctx);
-    if (result == 0)
+    if (result == 0) {
+        cuwire_note_done(CUWIRE_DONE_CONTEXT, (uint64_t)(uintptr_t)ctx, sent_all, sent_mine);
         cuwire_synced();
+    }
     return result;
 }
 CUWIRE_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
@@ -4444,13 +4464,23 @@ static inline CUresult cuwire_impl_cuEventQuery(CUevent hEvent)
     return (CUresult)(cuwire_py_cuEventQuery((uint64_t)(uintptr_t)hEvent));
 }
 void cuwire_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
- * (client/managed.c, client/graph_copies.c). */
+/* Answered by the client while what it waits for is known finished, with nothing sent since;
+ * once it succeeds, what it finished is noted (client/completion.c);
+ * the host has caught up with the GPU: managed memory made over TCP and graph copies'
+ * stand-ins come back (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuEventQuery(CUevent hEvent)
 {
+    if (cuwire_known_done(CUWIRE_DONE_EVENT, (uint64_t)(uintptr_t)hEvent) == 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[112], 1, __ATOMIC_RELAXED);
+        return (CUresult)0;
+    }
+    uint64_t sent_all, sent_mine;
+    cuwire_done_before(&sent_all, &sent_mine);
     CUresult result = cuwire_impl_cuEventQuery(hEvent);
-    if (result == 0)
+    if (result == 0) {
+        cuwire_note_done(CUWIRE_DONE_EVENT, (uint64_t)(uintptr_t)hEvent, sent_all, sent_mine);
         cuwire_synced();
+    }
     return result;
 }
 CUWIRE_EXPORT CUresult cuEventQuery(CUevent hEvent)
@@ -4544,13 +4574,23 @@ static inline CUresult cuwire_impl_cuEventSynchronize(CUevent hEvent)
     return (CUresult)(cuwire_py_cuEventSynchronize((uint64_t)(uintptr_t)hEvent));
 }
 void cuwire_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
- * (client/managed.c, client/graph_copies.c). */
+/* Answered by the client while what it waits for is known finished, with nothing sent since;
+ * once it succeeds, what it finished is noted (client/completion.c);
+ * the host has caught up with the GPU: managed memory made over TCP and graph copies'
+ * stand-ins come back (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuEventSynchronize(CUevent hEvent)
 {
+    if (cuwire_known_done(CUWIRE_DONE_EVENT, (uint64_t)(uintptr_t)hEvent) == 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[115], 1, __ATOMIC_RELAXED);
+        return (CUresult)0;
+    }
+    uint64_t sent_all, sent_mine;
+    cuwire_done_before(&sent_all, &sent_mine);
     CUresult result = cuwire_impl_cuEventSynchronize(hEvent);
-    if (result == 0)
+    if (result == 0) {
+        cuwire_note_done(CUWIRE_DONE_EVENT, (uint64_t)(uintptr_t)hEvent, sent_all, sent_mine);
         cuwire_synced();
+    }
     return result;
 }
 CUWIRE_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
@@ -8900,13 +8940,14 @@ static inline CUresult cuwire_impl_cuMemFree_v2(CUdeviceptr dptr)
     return (CUresult)(cuwire_py_cuMemFree_v2((uint64_t)dptr));
 }
 void cuwire_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
- * (client/managed.c, client/graph_copies.c). */
+/* Once it succeeds, the host has caught up with the GPU: managed memory made over TCP and graph copies'
+ * stand-ins come back (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemFree_v2(CUdeviceptr dptr)
 {
     CUresult result = cuwire_impl_cuMemFree_v2(dptr);
-    if (result == 0)
+    if (result == 0) {
         cuwire_synced();
+    }
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
@@ -9817,13 +9858,14 @@ static inline CUresult cuwire_impl_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, si
     return (CUresult)(cuwire_py_cuMemcpy((void *)dst, (uint64_t)(ByteCount), (void *)src, (uint64_t)(ByteCount), (uint64_t)ByteCount));
 }
 void cuwire_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
- * (client/managed.c, client/graph_copies.c). */
+/* Once it succeeds, the host has caught up with the GPU: managed memory made over TCP and graph copies'
+ * stand-ins come back (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
     CUresult result = cuwire_impl_cuMemcpy(dst, src, ByteCount);
-    if (result == 0)
+    if (result == 0) {
         cuwire_synced();
+    }
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
@@ -9923,13 +9965,14 @@ static inline CUresult cuwire_impl_cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *p
     return (CUresult)(cuwire_py_cuMemcpy2DUnaligned_v2((void *)pCopy, sizeof *pCopy));
 }
 void cuwire_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
- * (client/managed.c, client/graph_copies.c). */
+/* Once it succeeds, the host has caught up with the GPU: managed memory made over TCP and graph copies'
+ * stand-ins come back (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
 {
     CUresult result = cuwire_impl_cuMemcpy2DUnaligned_v2(pCopy);
-    if (result == 0)
+    if (result == 0) {
         cuwire_synced();
+    }
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
@@ -9954,13 +9997,14 @@ static inline CUresult cuwire_impl_cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
     return (CUresult)(cuwire_py_cuMemcpy2D_v2((void *)pCopy, sizeof *pCopy));
 }
 void cuwire_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
- * (client/managed.c, client/graph_copies.c). */
+/* Once it succeeds, the host has caught up with the GPU: managed memory made over TCP and graph copies'
+ * stand-ins come back (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
 {
     CUresult result = cuwire_impl_cuMemcpy2D_v2(pCopy);
-    if (result == 0)
+    if (result == 0) {
         cuwire_synced();
+    }
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
@@ -10135,13 +10179,14 @@ static inline CUresult cuwire_impl_cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
     return (CUresult)(cuwire_py_cuMemcpy3D_v2((void *)pCopy, sizeof *pCopy));
 }
 void cuwire_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
- * (client/managed.c, client/graph_copies.c). */
+/* Once it succeeds, the host has caught up with the GPU: managed memory made over TCP and graph copies'
+ * stand-ins come back (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
 {
     CUresult result = cuwire_impl_cuMemcpy3D_v2(pCopy);
-    if (result == 0)
+    if (result == 0) {
         cuwire_synced();
+    }
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
@@ -10362,13 +10407,14 @@ static inline CUresult cuwire_impl_cuMemcpyAtoH_v2(void *dstHost, CUarray srcArr
     return (CUresult)(cuwire_py_cuMemcpyAtoH_v2((void *)dstHost, (uint64_t)(ByteCount), (uint64_t)(uintptr_t)srcArray, (uint64_t)srcOffset, (uint64_t)ByteCount));
 }
 void cuwire_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
- * (client/managed.c, client/graph_copies.c). */
+/* Once it succeeds, the host has caught up with the GPU: managed memory made over TCP and graph copies'
+ * stand-ins come back (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
     CUresult result = cuwire_impl_cuMemcpyAtoH_v2(dstHost, srcArray, srcOffset, ByteCount);
-    if (result == 0)
+    if (result == 0) {
         cuwire_synced();
+    }
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
@@ -10582,13 +10628,14 @@ static inline CUresult cuwire_impl_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdevi
     return (CUresult)(cuwire_py_cuMemcpyDtoD_v2((uint64_t)dstDevice, (uint64_t)srcDevice, (uint64_t)ByteCount));
 }
 void cuwire_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
- * (client/managed.c, client/graph_copies.c). */
+/* Once it succeeds, the host has caught up with the GPU: managed memory made over TCP and graph copies'
+ * stand-ins come back (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
     CUresult result = cuwire_impl_cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount);
-    if (result == 0)
+    if (result == 0) {
         cuwire_synced();
+    }
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
@@ -10654,16 +10701,27 @@ static inline CUresult cuwire_impl_cuMemcpyDtoHAsync_v2(void *dstHost, CUdevicep
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemcpyDtoHAsync_v2((void *)dstHost, (uint64_t)(ByteCount), (uint64_t)srcDevice, (uint64_t)ByteCount, (uint64_t)(uintptr_t)hStream));
 }
+/* Once it succeeds, what it finished is noted (client/completion.c). */
+static inline CUresult cuwire_synced_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+    uint64_t sent_all, sent_mine;
+    cuwire_done_before(&sent_all, &sent_mine);
+    CUresult result = cuwire_impl_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
+    if (result == 0) {
+        cuwire_note_done(CUWIRE_DONE_STREAM, (uint64_t)(uintptr_t)hStream, sent_all, sent_mine);
+    }
+    return result;
+}
 CUWIRE_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
     __atomic_add_fetch(&cuwire_counts[411], 1, __ATOMIC_RELAXED);
     if (cuwire_trace) {
         cuwire_trace_call("cuMemcpyDtoHAsync_v2");
-        CUresult cuwire_result = cuwire_impl_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
+        CUresult cuwire_result = cuwire_synced_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
         cuwire_trace_result("cuMemcpyDtoHAsync_v2", (int)cuwire_result, 1);
         return cuwire_result;
     }
-    return cuwire_impl_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
+    return cuwire_synced_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
 }
 CUWIRE_EXPORT __typeof__(cuMemcpyDtoHAsync_v2) cuMemcpyDtoHAsync_v2_ptsz __attribute__((alias("cuMemcpyDtoHAsync_v2")));
 
@@ -10682,13 +10740,18 @@ static inline CUresult cuwire_impl_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr sr
     return (CUresult)(cuwire_py_cuMemcpyDtoH_v2((void *)dstHost, (uint64_t)(ByteCount), (uint64_t)srcDevice, (uint64_t)ByteCount));
 }
 void cuwire_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
- * (client/managed.c, client/graph_copies.c). */
+/* Once it succeeds, what it finished is noted (client/completion.c);
+ * the host has caught up with the GPU: managed memory made over TCP and graph copies'
+ * stand-ins come back (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
+    uint64_t sent_all, sent_mine;
+    cuwire_done_before(&sent_all, &sent_mine);
     CUresult result = cuwire_impl_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
-    if (result == 0)
+    if (result == 0) {
+        cuwire_note_done(CUWIRE_DONE_STREAM, (uint64_t)(uintptr_t)0, sent_all, sent_mine);
         cuwire_synced();
+    }
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
@@ -10860,13 +10923,14 @@ static inline CUresult cuwire_impl_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const 
     return (CUresult)(cuwire_py_cuMemcpyHtoD_v2((uint64_t)dstDevice, (void *)srcHost, (uint64_t)(ByteCount), (uint64_t)ByteCount));
 }
 void cuwire_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
- * (client/managed.c, client/graph_copies.c). */
+/* Once it succeeds, the host has caught up with the GPU: managed memory made over TCP and graph copies'
+ * stand-ins come back (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
     CUresult result = cuwire_impl_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
-    if (result == 0)
+    if (result == 0) {
         cuwire_synced();
+    }
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
@@ -10909,13 +10973,14 @@ static inline CUresult cuwire_impl_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext
     return (CUresult)(cuwire_py_cuMemcpyPeer((uint64_t)dstDevice, (uint64_t)(uintptr_t)dstContext, (uint64_t)srcDevice, (uint64_t)(uintptr_t)srcContext, (uint64_t)ByteCount));
 }
 void cuwire_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
- * (client/managed.c, client/graph_copies.c). */
+/* Once it succeeds, the host has caught up with the GPU: managed memory made over TCP and graph copies'
+ * stand-ins come back (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
     CUresult result = cuwire_impl_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
-    if (result == 0)
+    if (result == 0) {
         cuwire_synced();
+    }
     return result;
 }
 CUWIRE_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
@@ -12539,8 +12604,14 @@ CUWIRE_EXPORT __typeof__(cuStreamCopyAttributes) cuStreamCopyAttributes_ptsz __a
 
 /* cuStreamCreate (cuda.h): remoted, sync */
 int cuwire_py_cuStreamCreate(void *, uint64_t);
+int cuwire_note_stream_flags(CUstream *phStream, unsigned int Flags);
 static inline CUresult cuwire_impl_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
+    int fast = cuwire_note_stream_flags(phStream, Flags);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[494], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuStreamCreate((void *)phStream, (uint64_t)Flags));
@@ -12559,8 +12630,14 @@ CUWIRE_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 
 /* cuStreamCreateWithPriority (cuda.h): remoted, sync */
 int cuwire_py_cuStreamCreateWithPriority(void *, uint64_t, int64_t);
+int cuwire_note_stream_flags_priority(CUstream *phStream, unsigned int flags, int priority);
 static inline CUresult cuwire_impl_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
+    int fast = cuwire_note_stream_flags_priority(phStream, flags, priority);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[495], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuStreamCreateWithPriority((void *)phStream, (uint64_t)flags, (int64_t)priority));
@@ -12938,13 +13015,23 @@ static inline CUresult cuwire_impl_cuStreamQuery(CUstream hStream)
     return (CUresult)(cuwire_py_cuStreamQuery((uint64_t)(uintptr_t)hStream));
 }
 void cuwire_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
- * (client/managed.c, client/graph_copies.c). */
+/* Answered by the client while what it waits for is known finished, with nothing sent since;
+ * once it succeeds, what it finished is noted (client/completion.c);
+ * the host has caught up with the GPU: managed memory made over TCP and graph copies'
+ * stand-ins come back (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuStreamQuery(CUstream hStream)
 {
+    if (cuwire_known_done(CUWIRE_DONE_STREAM, (uint64_t)(uintptr_t)hStream) == 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[513], 1, __ATOMIC_RELAXED);
+        return (CUresult)0;
+    }
+    uint64_t sent_all, sent_mine;
+    cuwire_done_before(&sent_all, &sent_mine);
     CUresult result = cuwire_impl_cuStreamQuery(hStream);
-    if (result == 0)
+    if (result == 0) {
+        cuwire_note_done(CUWIRE_DONE_STREAM, (uint64_t)(uintptr_t)hStream, sent_all, sent_mine);
         cuwire_synced();
+    }
     return result;
 }
 CUWIRE_EXPORT CUresult cuStreamQuery(CUstream hStream)
@@ -13000,13 +13087,23 @@ static inline CUresult cuwire_impl_cuStreamSynchronize(CUstream hStream)
     return (CUresult)(cuwire_py_cuStreamSynchronize((uint64_t)(uintptr_t)hStream));
 }
 void cuwire_synced(void);
-/* The host has caught up with the GPU: managed memory made over TCP and graph copies' stand-ins come back
- * (client/managed.c, client/graph_copies.c). */
+/* Answered by the client while what it waits for is known finished, with nothing sent since;
+ * once it succeeds, what it finished is noted (client/completion.c);
+ * the host has caught up with the GPU: managed memory made over TCP and graph copies'
+ * stand-ins come back (client/managed.c, client/graph_copies.c). */
 static inline CUresult cuwire_synced_cuStreamSynchronize(CUstream hStream)
 {
+    if (cuwire_known_done(CUWIRE_DONE_STREAM, (uint64_t)(uintptr_t)hStream) == 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[515], 1, __ATOMIC_RELAXED);
+        return (CUresult)0;
+    }
+    uint64_t sent_all, sent_mine;
+    cuwire_done_before(&sent_all, &sent_mine);
     CUresult result = cuwire_impl_cuStreamSynchronize(hStream);
-    if (result == 0)
+    if (result == 0) {
+        cuwire_note_done(CUWIRE_DONE_STREAM, (uint64_t)(uintptr_t)hStream, sent_all, sent_mine);
         cuwire_synced();
+    }
     return result;
 }
 CUWIRE_EXPORT CUresult cuStreamSynchronize(CUstream hStream)

@@ -1,0 +1,188 @@
+// delay_link: a TCP forwarder that delays every byte by a fixed time each way, so that a client and a server
+// on one host talk as across a network with that latency (the GPU hosts have no tc). bench/distance.py runs
+// it between cuwire's client and server.
+//
+//   delay_link LISTEN_PORT TARGET_PORT DELAY_US      (both on 127.0.0.1; prints "listening on PORT")
+//
+// Each accepted connection gets its own connection to the target and two directions, each a reader thread
+// that stamps what it reads with the time it is due (now + DELAY_US) and a writer thread that sends it then,
+// in order. Bandwidth is not limited: this models latency only.
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static long delay_ns;
+#define CHUNK (1u << 20) /* the most one read takes: a large copy crosses in few chunks */
+
+struct chunk {
+    struct chunk *next;
+    uint64_t due;
+    size_t len;
+    char data[];
+};
+
+struct direction {
+    int from, to;
+    pthread_mutex_t lock;
+    pthread_cond_t ready;
+    struct chunk *head, *tail;
+    int ended;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static void *reader(void *arg)
+{
+    struct direction *d = arg;
+    for (;;) {
+        struct chunk *c = malloc(sizeof *c + CHUNK);
+        if (!c)
+            break;
+        ssize_t n = recv(d->from, c->data, CHUNK, 0);
+        if (n < 0 && errno == EINTR) {
+            free(c);
+            continue;
+        }
+        if (n <= 0) {
+            free(c);
+            break;
+        }
+        struct chunk *smaller = realloc(c, sizeof *c + (size_t)n); /* (queued chunks hold what they read) */
+        if (smaller)
+            c = smaller;
+        c->len = (size_t)n;
+        c->due = now_ns() + (uint64_t)delay_ns;
+        c->next = NULL;
+        pthread_mutex_lock(&d->lock);
+        if (d->tail)
+            d->tail->next = c;
+        else
+            d->head = c;
+        d->tail = c;
+        pthread_cond_signal(&d->ready);
+        pthread_mutex_unlock(&d->lock);
+    }
+    pthread_mutex_lock(&d->lock);
+    d->ended = 1;
+    pthread_cond_signal(&d->ready);
+    pthread_mutex_unlock(&d->lock);
+    return NULL;
+}
+
+static void *writer(void *arg)
+{
+    struct direction *d = arg;
+    for (;;) {
+        pthread_mutex_lock(&d->lock);
+        while (!d->head && !d->ended)
+            pthread_cond_wait(&d->ready, &d->lock);
+        struct chunk *c = d->head;
+        if (c) {
+            d->head = c->next;
+            if (!d->head)
+                d->tail = NULL;
+        }
+        pthread_mutex_unlock(&d->lock);
+        if (!c)
+            break; /* ended, and everything sent */
+        if (c->due > now_ns()) {
+            struct timespec due = {(time_t)(c->due / 1000000000u), (long)(c->due % 1000000000u)};
+            while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL) == EINTR)
+                ;
+        }
+        for (size_t off = 0; off < c->len;) {
+            ssize_t n = send(d->to, c->data + off, c->len - off, MSG_NOSIGNAL);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                free(c);
+                shutdown(d->from, SHUT_RDWR); /* the other side is gone: end this direction */
+                return NULL;
+            }
+            off += (size_t)n;
+        }
+        free(c);
+    }
+    shutdown(d->to, SHUT_WR);
+    return NULL;
+}
+
+static void start(struct direction *d, int from, int to)
+{
+    d->from = from;
+    d->to = to;
+    pthread_mutex_init(&d->lock, NULL);
+    pthread_cond_init(&d->ready, NULL);
+    pthread_t t;
+    pthread_create(&t, NULL, reader, d);
+    pthread_detach(t);
+    pthread_create(&t, NULL, writer, d);
+    pthread_detach(t);
+}
+
+static int nodelay(int fd)
+{
+    int one = 1;
+    return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: delay_link LISTEN_PORT TARGET_PORT DELAY_US\n");
+        return 2;
+    }
+    delay_ns = atol(argv[3]) * 1000;
+    prctl(PR_SET_TIMERSLACK, 1UL); /* sleeps end when due, not up to 50 us later */
+    struct sockaddr_in at = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(argv[1]))};
+    struct sockaddr_in target = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(argv[2]))};
+    inet_pton(AF_INET, "127.0.0.1", &at.sin_addr);
+    inet_pton(AF_INET, "127.0.0.1", &target.sin_addr);
+    int listener = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(listener, (struct sockaddr *)&at, sizeof at) || listen(listener, 64)) {
+        perror("delay_link: listen");
+        return 1;
+    }
+    socklen_t len = sizeof at;
+    getsockname(listener, (struct sockaddr *)&at, &len);
+    printf("listening on %d, delaying by %ld us each way\n", ntohs(at.sin_port), delay_ns / 1000);
+    fflush(stdout);
+    for (;;) {
+        int client = accept(listener, NULL, NULL);
+        if (client < 0) {
+            if (errno == EINTR)
+                continue;
+            perror("delay_link: accept");
+            return 1;
+        }
+        int server = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(server, (struct sockaddr *)&target, sizeof target)) {
+            perror("delay_link: connect");
+            close(client);
+            close(server);
+            continue;
+        }
+        nodelay(client);
+        nodelay(server);
+        struct direction *d = calloc(2, sizeof *d); /* kept for the connection's life (a bench tool) */
+        start(&d[0], client, server);
+        start(&d[1], server, client);
+    }
+}

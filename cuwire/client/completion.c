@@ -1,0 +1,200 @@
+/* cuwire client: what the client knows the GPU has finished, so that a synchronization or a query that
+ * follows a finished one, with nothing sent to the server since, is answered here without a round trip.
+ *
+ * A program that reads a result (PyTorch's `loss.item()`: a copy to pageable memory, then
+ * cudaStreamSynchronize) or polls an event it recorded before the copy asks the GPU twice for what the
+ * first answer already told: at a distance each ask is a network round trip. So every request or queued
+ * record the client sends is counted (cuwire_note_sent; wire.c, local.c, runtime.py), and a call whose
+ * annotation says what it `completes` (codegen/annotations.py) notes, once it waited for the server and
+ * succeeded, the streams, events or context it finished, with the count it was sent at. While the count
+ * has not moved since, the same waits and queries (`answered_when_done`) are answered CUDA_SUCCESS here:
+ * nothing can have been queued on them, and no error of queued work can be pending, since nothing was
+ * queued. Any call that goes to the server (a launch, a copy, a free) moves the count and ends what is
+ * known; so does a call that sends nothing but returns without waiting (a queued copy into shared memory).
+ * What is known covers the streams named in those calls, and the context's null stream; a context
+ * synchronization covers itself too, and so does the null stream's while the program has made no
+ * non-blocking stream (the null stream then waits for all the others).
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cuda_api.h"
+#include "runtime.h"
+
+static uint64_t sent;                /* requests and queued records sent, all threads */
+static __thread uint64_t my_sent;     /* the count at this thread's last send */
+static __thread uint64_t my_waited;   /* ...and at its last send whose answer it waited for */
+static __thread uint64_t my_sends;    /* how many sends this thread made */
+unsigned long long cuwire_answered_done; /* calls answered here (--stats) */
+
+void cuwire_note_sent(int waits)
+{
+    uint64_t at = __atomic_add_fetch(&sent, 1, __ATOMIC_ACQ_REL);
+    my_sent = at;
+    my_sends++;
+    if (waits)
+        my_waited = at;
+}
+
+/* What a call saw before it went out: the count of everything sent, and of its thread's sends. */
+void cuwire_done_before(uint64_t *all, uint64_t *mine)
+{
+    *all = __atomic_load_n(&sent, __ATOMIC_ACQUIRE);
+    *mine = my_sends;
+}
+
+#define KNOWN_MAX 8
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    uint64_t at;  /* the count when this was known; valid while nothing more was sent (0: nothing known) */
+    uint64_t context;
+    int whole_context; /* a context synchronization: the context itself is finished */
+    int n_streams, n_events;
+    uint64_t streams[KNOWN_MAX], events[KNOWN_MAX];
+} known;
+
+/* Events the program recorded outside a capture: on which stream, in which context (for the null stream).
+ * Direct-mapped: an event whose slot another took is simply not known. */
+#define EVENT_SLOTS 1024
+static struct {
+    uint64_t event, stream, context;
+} recorded[EVENT_SLOTS];
+
+#define STREAM_LEGACY 0x1     /* CU_STREAM_LEGACY: the null stream, as 0 is */
+#define STREAM_PER_THREAD 0x2 /* CU_STREAM_PER_THREAD */
+
+static uint64_t stream_key(uint64_t stream) { return stream == STREAM_LEGACY ? 0 : stream; }
+
+/* The null stream and the per-thread stream are the caller's context's; other handles are unique. */
+static int special(uint64_t stream) { return stream == 0 || stream == STREAM_PER_THREAD; }
+
+static size_t event_slot(uint64_t event) { return (size_t)((event >> 4) * 0x9E3779B97F4A7C15ull >> 54) % EVENT_SLOTS; }
+
+static int has(const uint64_t *list, int n, uint64_t value)
+{
+    for (int i = 0; i < n; i++)
+        if (list[i] == value)
+            return 1;
+    return 0;
+}
+
+/* Non-blocking streams the program created: while there is none, a synchronous copy on the null stream
+ * (which waits for every blocking stream) has finished the whole context. */
+static int nonblocking_streams;
+
+int cuwire_note_stream_flags(CUstream *stream, unsigned int flags)
+{
+    if (flags & CU_STREAM_NON_BLOCKING)
+        __atomic_store_n(&nonblocking_streams, 1, __ATOMIC_RELEASE);
+    return -1; /* created by the server, as usual */
+}
+
+int cuwire_note_stream_flags_priority(CUstream *stream, unsigned int flags, int priority)
+{
+    return cuwire_note_stream_flags(stream, flags);
+}
+
+/* Lock held; `known` is valid. */
+static int stream_finished(uint64_t stream, uint64_t context)
+{
+    if (special(stream) && context != known.context)
+        return 0;
+    return has(known.streams, known.n_streams, stream);
+}
+
+static int valid_locked(void) { return known.at && known.at == __atomic_load_n(&sent, __ATOMIC_ACQUIRE); }
+
+/* A `fast` answer: 0 (CUDA_SUCCESS) when what the call waits for is known finished, else -1. */
+int cuwire_known_done(int kind, uint64_t handle)
+{
+    if (!__atomic_load_n(&known.at, __ATOMIC_ACQUIRE) || cuwire_forked ||
+        __atomic_load_n(&cuwire_finished, __ATOMIC_ACQUIRE))
+        return -1; /* the usual path says what is wrong */
+    uint64_t context = cuwire_current_context();
+    int done = 0;
+    pthread_mutex_lock(&lock);
+    if (valid_locked()) {
+        if (kind == CUWIRE_DONE_CONTEXT)
+            done = known.whole_context && (handle ? handle : context) == known.context;
+        else if (kind == CUWIRE_DONE_STREAM)
+            done = stream_finished(stream_key(handle), context);
+        else if (has(known.events, known.n_events, handle))
+            done = 1;
+        else {
+            size_t slot = event_slot(handle);
+            done = recorded[slot].event == handle && stream_finished(recorded[slot].stream, recorded[slot].context);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    if (done)
+        __atomic_add_fetch(&cuwire_answered_done, 1, __ATOMIC_RELAXED);
+    return done ? 0 : -1;
+}
+
+/* After a call that succeeded: it finished `handle` (of `kind`) if its last act was a wait for the server's
+ * answer. all/mine: cuwire_done_before's, taken before the call. */
+void cuwire_note_done(int kind, uint64_t handle, uint64_t all, uint64_t mine)
+{
+    uint64_t sends = my_sends - mine;
+    if (!sends || my_waited != my_sent)
+        return; /* answered without the server, or it only queued (a copy into shared memory) */
+    uint64_t context = cuwire_current_context();
+    if (kind == CUWIRE_DONE_CONTEXT && handle && handle != context)
+        return; /* another context than the caller's: its null stream is not the caller's (kept simple) */
+    pthread_mutex_lock(&lock);
+    if (__atomic_load_n(&sent, __ATOMIC_ACQUIRE) != my_sent) {
+        pthread_mutex_unlock(&lock); /* another thread sent meanwhile: nothing can be said */
+        return;
+    }
+    /* what was known before the call still holds if only the call's own sends came since: each call that
+     * notes finishes whatever it queued itself */
+    int keep = known.at && known.at == all && my_sent - all == sends && known.context == context;
+    if (!keep) {
+        known.whole_context = 0;
+        known.n_streams = known.n_events = 0;
+    }
+    known.at = my_sent;
+    known.context = context;
+    if (kind == CUWIRE_DONE_STREAM && stream_key(handle) == 0 && !__atomic_load_n(&nonblocking_streams, __ATOMIC_ACQUIRE))
+        kind = CUWIRE_DONE_CONTEXT; /* the null stream waited for every stream there is */
+    if (kind == CUWIRE_DONE_CONTEXT) {
+        known.whole_context = 1;
+        handle = 0; /* and its null stream */
+        kind = CUWIRE_DONE_STREAM;
+    }
+    if (kind == CUWIRE_DONE_STREAM) {
+        handle = stream_key(handle);
+        if (!has(known.streams, known.n_streams, handle) && known.n_streams < KNOWN_MAX)
+            known.streams[known.n_streams++] = handle;
+    } else if (!has(known.events, known.n_events, handle) && known.n_events < KNOWN_MAX) {
+        known.events[known.n_events++] = handle;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* cuEventRecord outside a capture: the event's stream (an event recorded in a capture is forgotten). */
+void cuwire_note_event_record(uint64_t e, uint64_t stream, int captured)
+{
+    uint64_t s = stream_key(stream);
+    size_t slot = event_slot(e);
+    pthread_mutex_lock(&lock);
+    if (captured) {
+        if (recorded[slot].event == e)
+            recorded[slot].event = 0;
+    } else {
+        recorded[slot].event = e;
+        recorded[slot].stream = s;
+        recorded[slot].context = special(s) ? cuwire_current_context() : 0;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* The session ended (or a forked child starts over): nothing is known. */
+void cuwire_forget_done(void)
+{
+    pthread_mutex_lock(&lock);
+    memset(&known, 0, sizeof known);
+    memset(recorded, 0, sizeof recorded);
+    pthread_mutex_unlock(&lock);
+}
