@@ -14,11 +14,17 @@ carries several GB/s, and shared memory (a server on this host) more. So:
   than a tenth means the data does not compress: the next AUTO_BACKOFF large payloads go as they are,
   and the next one uncompressed is timed again.
 
+Before a large payload is compressed, samples of it are, timed (`pays`): it is compressed only where
+compressing it, sending what is left and decompressing it take less time than sending it as it is over a
+link of the measured rate (the client tells the server its rate with each batch that asks for compressed
+results). Anything else goes as it is, streamed and striped at the link's full speed.
+
 The policy is plain Python, so tests drive it with made-up rates (tests/test_compression.py).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import zstandard
@@ -63,6 +69,16 @@ class Policy:
     def compress(self, data: bytes) -> bytes:
         return self.compressor.compress(data)
 
+    @property
+    def link_rate(self) -> float:
+        """The link's best measured rate, bytes per second (0: none measured yet)."""
+        return max(self.rates, default=0.0)
+
+    def pays(self, data) -> bool:
+        """Whether a large payload that `wants` compressing goes compressed: always with mode on, else where
+        that saves time on this link (`pays`)."""
+        return self.always or pays(data, self.link_rate)
+
     def observe(self, raw: int, wire: int, compressed: bool, rate: float) -> None:
         """After an exchange that moved `raw` bytes of payload (both ways, uncompressed), `wire` of them on
         the wire; `compressed`: whether a part went compressed; `rate`: the link's bytes per second while a
@@ -81,6 +97,54 @@ class Policy:
             # the best of the last few: one payload that waited on the peer's GPU does not make a link slow
             self.rates = (self.rates + [rate])[-AUTO_SAMPLES:]
             self.slow = max(self.rates) < AUTO_SLOW
+
+
+SAMPLE = 128 << 10  # bytes of each of the three samples `pays` compresses
+_sampler = zstandard.ZstdCompressor(level=3)  # the level payloads are compressed at, on one core
+
+
+def pays(data, link_rate: float) -> bool:
+    """Whether compressing `data` (anything with the buffer protocol) before a link of `link_rate` bytes per
+    second (0: not measured, taken as AUTO_SLOW) saves time, judged from three samples (its start, middle
+    and end) compressed and timed here: compressing, sending what is left and decompressing (about as
+    fast) must take less than sending it as it is. Data that shrinks by less than a tenth never pays."""
+    view = memoryview(data).cast("B")
+    if len(view) <= 3 * SAMPLE:
+        samples = [view]
+    else:
+        middle = (len(view) - SAMPLE) // 2
+        samples = [view[:SAMPLE], view[middle:middle + SAMPLE], view[-SAMPLE:]]
+    raw = sum(len(s) for s in samples)
+    start = time.perf_counter()
+    ratio = sum(len(_sampler.compress(s)) for s in samples) / raw
+    speed = raw / max(time.perf_counter() - start, 1e-9)
+    return ratio < POOR and ratio + 2 * (link_rate or AUTO_SLOW) / speed < 1
+
+
+def decompress_into(decompressor: zstandard.ZstdDecompressor, data, buffers: list, limit: int) -> tuple[bytes, int]:
+    """A zstd frame from the peer, decompressed straight into `buffers` (writable, filled in order) with what
+    is left over returned, at most `limit` bytes in all: a large result goes into the program's memory
+    without a copy in between. Returns (the rest, bytes put into buffers). Raises ValueError as decompress."""
+    filled = 0
+    try:
+        size = zstandard.frame_content_size(data)
+        if size > limit:
+            raise ValueError(f"it would decompress to {size} bytes, over the limit of {limit}")
+        reader = decompressor.stream_reader(data)
+        for buffer in buffers:
+            view = memoryview(buffer).cast("B")
+            while len(view):
+                n = reader.readinto(view)
+                if n == 0:
+                    return b"", filled
+                filled += n
+                view = view[n:]
+        rest = reader.read(max(limit - filled, 0) + 1)
+    except zstandard.ZstdError as e:
+        raise ValueError(str(e)) from None
+    if filled + len(rest) > limit:
+        raise ValueError(f"it decompressed to more than the limit of {limit} bytes")
+    return rest, filled
 
 
 def decompress(decompressor: zstandard.ZstdDecompressor, data: bytes, limit: int) -> bytes:

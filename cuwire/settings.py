@@ -110,6 +110,9 @@ class Settings:
     # Unix socket); past either a new session is refused by name ("busy"); 0: no limit
     max_sessions: int = field(default_factory=lambda: _env("max_sessions", "64"))
     max_sessions_per_host: int = field(default_factory=lambda: _env("max_sessions_per_host", "16"))
+    # server: the most handles of one kind (streams, events, modules, graphs...) one session holds at once;
+    # past it the call that would make one more fails with CUDA_ERROR_OUT_OF_MEMORY, named in the log
+    max_handles: int = field(default_factory=lambda: _env("max_handles", "65536"))
     # where sessions note the memory and events they export to other processes (server/ipc.py): a folder
     # only the server reads, made when it starts (and removed when it ends) unless given
     ipc_dir: str = field(default_factory=lambda: _env("ipc_dir", ""))
@@ -187,6 +190,7 @@ KINDS: dict[str, tuple[Callable[[str], object], str]] = {
     "isolation": (_one_of("process", "thread"), "process"),
     "max_sessions": (_COUNT, "64"),
     "max_sessions_per_host": (_COUNT, "16"),
+    "max_handles": (_COUNT, "65536"),
     "frozen_after": (_SECONDS, "30"),
     "drain_seconds": (_SECONDS, "10"),
     "spin_us": (_COUNT, "50"),

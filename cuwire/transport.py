@@ -20,6 +20,7 @@ network namespace, as loopback does: a client reaches the socket exactly when it
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import os
 import select
 import socket
@@ -52,6 +53,20 @@ MAX_PAYLOAD = 1 << 40
 READ_AHEAD = 64 << 10  # what a receive asks the socket for at least (Connection.fill)
 RATE_SAMPLE = 1 << 20  # a payload this large times the link (Connection.rate)...
 RATE_SKIP = 256 << 10  # ...a received one from its first bytes on
+PAYLOAD_GROW_FROM = 1 << 20  # a received payload's buffer starts this large and doubles as bytes come
+
+
+def _growing(parts: list[bytearray], size: int):
+    """Buffers to read `size` bytes into, in order, each appended to `parts` only once the one before it
+    was read: the first PAYLOAD_GROW_FROM bytes, then as many as came so far, doubling."""
+    done = 0
+    while done < size:
+        part = bytearray(min(max(done, PAYLOAD_GROW_FROM), size - done))
+        parts.append(part)
+        yield memoryview(part)
+        done += len(part)
+
+
 NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 POLLRDHUP = getattr(select, "POLLRDHUP", 0)
 KEEPALIVE = (10, 5, 4)  # TCP keepalive: idle seconds, seconds between probes, probes: a dead peer in ~30 s
@@ -243,7 +258,10 @@ class Connection:
 
     def read_payload_into(self, size: int, into: Sequence[Buffer] = ()) -> tuple[bytearray, int]:
         """The payload being received, its first bytes straight into the buffers `into`, in order: (the
-        rest of it, bytes received into `into`)."""
+        rest of it, bytes received into `into`). The rest's buffer grows as its bytes arrive (never more
+        than twice what came, plus PAYLOAD_GROW_FROM): a frame that announces gigabytes and sends little
+        costs little. (A striped payload, whose parts come over several connections at once, is received
+        into its whole size.)"""
         views, direct = [], 0
         for buffer in into:
             view = memoryview(buffer).cast("B")
@@ -252,9 +270,9 @@ class Connection:
                 break
             views.append(view[:n])
             direct += n
-        rest = bytearray(size - direct)
-        views.append(memoryview(rest))
         if self.striped_in is not None:
+            rest = bytearray(size - direct)
+            views.append(memoryview(rest))
             started = time.perf_counter()
             reader, self.striped_in = self.striped_in, None
             try:
@@ -265,9 +283,10 @@ class Connection:
             if size >= RATE_SAMPLE:
                 self.rate = size / max(time.perf_counter() - started, 1e-9)
             return rest, direct
+        parts: list[bytearray] = []
         # the link's rate: timed from the payload's first bytes on (not the peer's work before it)
         skip, started = min(RATE_SKIP, size), None
-        for view in views:
+        for view in itertools.chain(views, _growing(parts, size - direct)):
             if skip and len(view):
                 k = min(skip, len(view))
                 self.read_into(view[:k])
@@ -278,7 +297,8 @@ class Connection:
                 self.read_into(view)
         if started is not None and size - RATE_SKIP >= RATE_SAMPLE:
             self.rate = (size - RATE_SKIP) / max(time.perf_counter() - started, 1e-9)
-        return rest, direct
+        rest = parts[0] if len(parts) == 1 else bytearray().join(parts)
+        return rest if parts else bytearray(), direct
 
     def receive_message(self, max_payload: int = MAX_PAYLOAD, max_message: int = MAX_MESSAGE) -> tuple[bytes, int]:
         """The next frame's message, and the size of its payload, which the caller reads next (read_into,
@@ -321,11 +341,12 @@ class Connection:
             self.fill(view)
 
     def read_payload(self, n: int) -> bytearray:
-        """The next n bytes of the payload being received."""
-        buf = bytearray(n)
-        if n:
-            self.read_into(memoryview(buf))
-        return buf
+        """The next n bytes of the payload being received, into a buffer that grows as they arrive (an
+        announced size alone allocates little: _growing)."""
+        parts: list[bytearray] = []
+        for view in _growing(parts, n):
+            self.read_into(view)
+        return parts[0] if len(parts) == 1 else bytearray().join(parts)
 
     def _exactly(self, n: int, at_start: bool = False) -> bytearray:
         buf = bytearray(n)

@@ -3,12 +3,14 @@ through a real session with compression on, both ways, give the same bytes."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
+import zstandard
 from conftest import APPS, run_remote
 
-from cuwire.compression import AUTO_BACKOFF, AUTO_SLOW, Policy
+from cuwire.compression import AUTO_BACKOFF, AUTO_SLOW, Policy, decompress_into, pays
 
 MB = 1 << 20
 
@@ -52,6 +54,29 @@ def test_auto_stops_while_the_data_does_not_compress():
     assert p.active()
 
 
+def test_a_payload_is_compressed_only_where_that_pays():
+    """Samples of it, compressed and timed, decide: sparse data before a 1 Gbit/s link is worth it, random
+    bytes never, and nothing is before a link faster than compression itself."""
+    sparse = bytes(64 << 20)
+    assert pays(sparse, 125e6)
+    assert not pays(os.urandom(4 << 20), 125e6)
+    assert not pays(sparse, 1e12)
+    assert Policy("on").pays(os.urandom(1 << 20))  # mode on compresses what it is told to
+
+
+def test_decompress_into_fills_the_buffers_first():
+    data = bytes(range(256)) * 4096  # 1 MiB
+    frame = zstandard.ZstdCompressor().compress(data)
+    first, second = bytearray(1000), bytearray(2000)
+    rest, filled = decompress_into(zstandard.ZstdDecompressor(), frame, [first, second], len(data))
+    assert filled == 3000 and bytes(first) + bytes(second) + rest == data
+    with pytest.raises(ValueError, match="over the limit"):
+        decompress_into(zstandard.ZstdDecompressor(), frame, [bytearray(10)], len(data) - 1)
+    stream = zstandard.ZstdCompressor(write_content_size=False).compress(data)  # no size in its header
+    with pytest.raises(ValueError, match="more than the limit"):
+        decompress_into(zstandard.ZstdDecompressor(), stream, [], 4096)
+
+
 @pytest.mark.parametrize("mode, transport", [("on", "tcp"), ("auto", "tcp"), ("on", "unix")])
 def test_copies_with_compression_give_the_same_bytes(mode, transport, apps, client_lib, server):
     r = run_remote(apps / "large_copies", client_lib, server.address,
@@ -66,7 +91,6 @@ def test_copies_with_compression_give_the_same_bytes(mode, transport, apps, clie
 
 
 def netns_possible() -> bool:
-    import os
     import shutil
     import subprocess
 

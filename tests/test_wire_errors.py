@@ -10,7 +10,7 @@ import struct
 import time
 
 import pytest
-from conftest import BACKEND
+from conftest import BACKEND, ServerProcess
 
 from cuwire import ring
 from cuwire.generated import cuwire_pb2 as pb
@@ -1111,3 +1111,77 @@ def test_retained_allocation_handles_are_the_sessions_own(session):
     assert vmm_call(session, "cuMemRelease", handle=handle).status == 0
     assert vmm_call(session, "cuMemRelease", handle=handle).status == 1  # no reference left: not the session's
     assert vmm_call(session, "cuMemAddressFree", ptr=va, size=2 * g).status == 0
+
+
+def server_resident_mib(server) -> float:
+    """The resident memory of the server's processes (the listener and its session processes), MiB."""
+    pids, total = {server.proc.pid}, 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == server.proc.pid:  # (its parent)
+                pids.add(int(entry))
+    for pid in pids:
+        try:
+            for line in open(f"/proc/{pid}/status"):
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def test_a_payload_announced_large_costs_only_what_arrives(server):
+    """A frame that announces a 2 GiB payload and sends 1 KiB of it: the session's buffer grows as bytes
+    arrive (transport.read_payload), it does not allocate the announced size (was: 2 GiB, zeroed)."""
+    t, reply = open_session(server.address, HELLO, mode="tcp")
+    assert not reply.error
+    before = server_resident_mib(server)
+    head = pb.Batch(fn=fn_id("cuMemGetInfo_v2"), args=pb.cuMemGetInfo_v2_Args().SerializeToString()).SerializeToString()
+    t.connection.sock.sendall(HEADER.pack(MAGIC, len(head), 2 << 30) + head + bytes(1024))
+    time.sleep(1.5)
+    grown = server_resident_mib(server) - before
+    t.close()
+    assert grown < 64, f"the server's processes grew by {grown:.0f} MiB for 1 KiB of a 2 GiB payload"
+
+
+def test_a_session_holds_at_most_max_handles_of_a_kind(tmp_path):
+    """CUWIRE_MAX_HANDLES: the call that would make one handle more of a kind fails with
+    CUDA_ERROR_OUT_OF_MEMORY (a program that makes events in a loop is bounded); one destroyed makes room."""
+    server = ServerProcess(tmp_path, env={"CUWIRE_MAX_HANDLES": "8"})
+    try:
+        t, reply = open_session(server.address, HELLO, mode="tcp")
+        assert not reply.error
+
+        def create() -> pb.cuEventCreate_Result:
+            return pb.cuEventCreate_Result.FromString(t.exchange(pb.Batch(
+                fn=fn_id("cuEventCreate"), args=pb.cuEventCreate_Args(Flags=0).SerializeToString())).result)
+
+        events = [create() for _ in range(8)]
+        assert all(e.status == 0 for e in events)
+        assert create().status == 2  # CUDA_ERROR_OUT_OF_MEMORY
+        destroyed = t.exchange(pb.Batch(fn=fn_id("cuEventDestroy_v2"), args=pb.cuEventDestroy_v2_Args(
+            hEvent=events[0].phEvent).SerializeToString()))
+        assert pb.cuEventDestroy_v2_Result.FromString(destroyed.result).status == 0
+        assert create().status == 0
+        assert serving(t)
+        t.close()
+        assert "CUWIRE_MAX_HANDLES" in server.text()
+    finally:
+        server.stop()
+
+
+def test_a_reply_is_never_larger_than_the_call_writes(session):
+    """cuDeviceGetPCIBusId writes a 13-byte string: a request for 2 GiB of it is refused before anything is
+    allocated (was: a 2 GiB reply to a 40-byte request); cuwire's client passes at most 64 (at_most)."""
+    ask = pb.cuDeviceGetPCIBusId_Args(len=(1 << 31) - 1, dev=0).SerializeToString()
+    reply = session.exchange(pb.Batch(fn=fn_id("cuDeviceGetPCIBusId"), args=ask))
+    assert "writes at most 64 bytes" in reply.error and len(reply.SerializeToString()) < 4096
+    reply = session.exchange(pb.Batch(fn=fn_id("cuDeviceGetPCIBusId"),
+                                      args=pb.cuDeviceGetPCIBusId_Args(len=64, dev=0).SerializeToString()))
+    res = pb.cuDeviceGetPCIBusId_Result.FromString(reply.result)
+    assert res.status == 0 and len(res.pciBusId) == 64 and res.pciBusId.rstrip(b"\0")
+    assert serving(session)

@@ -278,10 +278,13 @@ class Client:
         raw_payload = sum(len(part) for part in outgoing)
         policy = self.policy
         if outgoing and policy.wants(raw_payload):
-            outgoing = [policy.compress(b"".join(outgoing))]
-            batch.payload_codec = pb.ZSTD
+            whole = outgoing[0] if len(outgoing) == 1 else b"".join(outgoing)
+            if policy.pays(whole):  # else it goes as it is, streamed and striped
+                outgoing = [policy.compress(whole)]
+                batch.payload_codec = pb.ZSTD
         if policy.active():
-            batch.reply_codec = pb.ZSTD  # large results may come compressed
+            batch.reply_codec = pb.ZSTD  # large results may come compressed, where that pays on this link
+            batch.link_rate = 0.0 if policy.always else policy.link_rate or compression.AUTO_SLOW
         asked = sum(size for _, size in expected)  # the most result bytes the reply's payload may bring
         t0 = time.perf_counter()
         try:
@@ -293,8 +296,11 @@ class Client:
         wire_in = len(payload) + direct
         wire_payload = sum(len(part) for part in outgoing) + wire_in
         if reply.payload_codec == pb.ZSTD:
-            payload = bytearray(self.decompress(payload, asked, "payload"))
-            direct = self.fill_directly(payload, into)
+            try:
+                rest, direct = compression.decompress_into(self.zstd_d, payload, into, asked)
+            except ValueError as e:
+                raise bad_reply(f"its compressed payload does not decompress: {e}") from None
+            payload = bytearray(rest)
         elif reply.payload_codec != pb.RAW:
             raise bad_reply(f"a payload in an unknown encoding ({reply.payload_codec})")
         policy.observe(raw_payload + len(payload) + direct, wire_payload,
@@ -439,20 +445,6 @@ class Client:
         if self.policy.wants(len(data)):
             return self.policy.compress(data), pb.ZSTD
         return data, pb.RAW
-
-    @staticmethod
-    def fill_directly(payload: bytearray, into: list) -> int:
-        """What receiving straight into the program's buffers does, for a payload that came compressed:
-        its first bytes go into `into`, in order; how many did (the rest stays at the end of payload)."""
-        done = 0
-        for buffer in into:
-            n = min(len(buffer), len(payload) - done)
-            if n == 0:
-                break
-            buffer[:n] = memoryview(payload)[done:done + n]
-            done += n
-        del payload[:done]
-        return done
 
     def decode(self, data: bytes, codec: int) -> bytes:
         """A reply's result message, as the server encoded it."""

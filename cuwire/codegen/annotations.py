@@ -31,9 +31,11 @@ unimplemented (its stub says so loudly). Inside a table:
            gone (C++ static destructors: XLA's), it succeeds at once (client/local.c)
   server   the file of a hand-written server half for a sync call (its client half and messages are
            generated): for calls whose bookkeeping the roles cannot say (virtual memory: server/vmm.py)
-  <param>  an inline table for one parameter: role, length, alloc, frees, range (see model.Param);
-           range, for a device address passed by value: an expression of the bytes from it the call
-           touches, which the server checks lie in the session's memory before the call (queued or not)
+  <param>  an inline table for one parameter: role, length, alloc, frees, range, at_most (see
+           model.Param); range, for a device address passed by value: an expression of the bytes from it
+           the call touches, which the server checks lie in the session's memory before the call (queued
+           or not); at_most, for a value that sizes an output buffer: the most the call ever writes (a
+           string's buffer), passed instead of a larger value, so a reply is never larger than that
 
 Parameters not named are inferred where that is safe (see `infer_role`);
 anything else is an error, never a guess.
@@ -53,7 +55,7 @@ PACKAGE = Path(__file__).parents[1]  # cuwire/: `server` names a file in it
 MODES = {"sync", "async", "custom", "local"}
 FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after", "server", "synchronizes", "releases", "completes",
                  "answered_when_done"}
-PARAM_KEYS = {"role", "length", "alloc", "frees", "range"}
+PARAM_KEYS = {"role", "length", "alloc", "frees", "range", "at_most"}
 NEEDS_LENGTH = {name for name, role in ROLES.items() if role.sized}
 ASYNC_ROLES = {"value"}
 
@@ -213,6 +215,9 @@ def apply_function(fn: Function, spec: dict) -> None:
             if role != "value" or p.type.spelling != "CUdeviceptr":
                 raise AnnotationError(f"{fn.name}.{p.name}: `range` goes with a CUdeviceptr passed by value")
             check_expression(fn, p.name, p.range)
+        p.at_most = ann.get("at_most", 0)
+        if p.at_most and (role != "value" or not isinstance(p.at_most, int) or p.at_most < 1):
+            raise AnnotationError(f"{fn.name}.{p.name}: `at_most` is a positive number, for a value parameter")
         if mode == "async" and role not in ASYNC_ROLES:
             raise AnnotationError(f"{fn.name}.{p.name}: an async call can carry only values, not role {role}")
     if mode == "async" and fn.returns.spelling != fn.error_type:

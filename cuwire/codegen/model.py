@@ -141,6 +141,7 @@ class Param:
     alloc: str = ""  # for `out` device pointers: the size expression of the new allocation
     frees: bool = False  # the call releases the device allocation this parameter names
     range: str = ""  # for device addresses passed by value: the bytes from it that must be the session's
+    at_most: int = 0  # for a value sizing an output buffer: the most the call writes (annotations.py)
 
     @property
     def info(self) -> Role:

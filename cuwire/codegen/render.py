@@ -67,6 +67,9 @@ def c_expr(e: str, prefix: str = "") -> str:
 def boundary_args(p: Param) -> list[tuple[str, str]]:
     """(C type at the Python boundary, C expression) for each value a stub passes to Python for p."""
     if p.role == "value":
+        if p.at_most:  # a larger buffer than the call ever fills: it gets this much (annotations.py)
+            clamped = f"{p.name} < {p.at_most} ? {p.name} : {p.at_most}"
+            return [(p.type.boundary_type, f"({p.type.boundary_type})({clamped})")]
         if p.type.is_scalar and p.type.resolved != "pointer":
             return [(p.type.boundary_type, f"({p.type.boundary_type}){p.name}")]
         return [("uint64_t", f"(uint64_t)(uintptr_t){p.name}")]

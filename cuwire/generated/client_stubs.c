@@ -3811,7 +3811,7 @@ static inline CUresult cuwire_impl_cuDeviceGetPCIBusId(char *pciBusId, int len, 
 {
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuDeviceGetPCIBusId((void *)pciBusId, (uint64_t)(len), (int64_t)len, (int64_t)dev));
+    return (CUresult)(cuwire_py_cuDeviceGetPCIBusId((void *)pciBusId, (uint64_t)(len), (int64_t)(len < 64 ? len : 64), (int64_t)dev));
 }
 CUWIRE_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 {
@@ -14952,7 +14952,7 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetBoardPartNumber(nvmlDevice_t
 {
     if (!CUWIRE_READY())
         return (nvmlReturn_t)999;
-    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetBoardPartNumber((uint64_t)(uintptr_t)device, (void *)partNumber, (uint64_t)(length), (uint64_t)length));
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetBoardPartNumber((uint64_t)(uintptr_t)device, (void *)partNumber, (uint64_t)(length), (uint64_t)(length < 256 ? length : 256)));
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetBoardPartNumber(nvmlDevice_t device, char *partNumber, unsigned int length)
 {
@@ -16573,7 +16573,7 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetInforomImageVersion(nvmlDevi
 {
     if (!CUWIRE_READY())
         return (nvmlReturn_t)999;
-    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetInforomImageVersion((uint64_t)(uintptr_t)device, (void *)version, (uint64_t)(length), (uint64_t)length));
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetInforomImageVersion((uint64_t)(uintptr_t)device, (void *)version, (uint64_t)(length), (uint64_t)(length < 256 ? length : 256)));
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetInforomImageVersion(nvmlDevice_t device, char *version, unsigned int length)
 {
@@ -17097,7 +17097,7 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetName(nvmlDevice_t device, ch
 {
     if (!CUWIRE_READY())
         return (nvmlReturn_t)999;
-    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetName((uint64_t)(uintptr_t)device, (void *)name, (uint64_t)(length), (uint64_t)length));
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetName((uint64_t)(uintptr_t)device, (void *)name, (uint64_t)(length), (uint64_t)(length < 256 ? length : 256)));
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
@@ -18047,7 +18047,7 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetSerial(nvmlDevice_t device, 
 {
     if (!CUWIRE_READY())
         return (nvmlReturn_t)999;
-    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetSerial((uint64_t)(uintptr_t)device, (void *)serial, (uint64_t)(length), (uint64_t)length));
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetSerial((uint64_t)(uintptr_t)device, (void *)serial, (uint64_t)(length), (uint64_t)(length < 256 ? length : 256)));
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
 {
@@ -18397,7 +18397,7 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetUUID(nvmlDevice_t device, ch
 {
     if (!CUWIRE_READY())
         return (nvmlReturn_t)999;
-    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetUUID((uint64_t)(uintptr_t)device, (void *)uuid, (uint64_t)(length), (uint64_t)length));
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetUUID((uint64_t)(uintptr_t)device, (void *)uuid, (uint64_t)(length), (uint64_t)(length < 256 ? length : 256)));
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
@@ -18455,7 +18455,7 @@ static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetVbiosVersion(nvmlDevice_t de
 {
     if (!CUWIRE_READY())
         return (nvmlReturn_t)999;
-    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetVbiosVersion((uint64_t)(uintptr_t)device, (void *)version, (uint64_t)(length), (uint64_t)length));
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetVbiosVersion((uint64_t)(uintptr_t)device, (void *)version, (uint64_t)(length), (uint64_t)(length < 256 ? length : 256)));
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsigned int length)
 {
@@ -20722,7 +20722,7 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemGetDriverVersion(char *version,
 {
     if (!CUWIRE_READY())
         return (nvmlReturn_t)999;
-    return (nvmlReturn_t)(cuwire_py_nvmlSystemGetDriverVersion((void *)version, (uint64_t)(length), (uint64_t)length));
+    return (nvmlReturn_t)(cuwire_py_nvmlSystemGetDriverVersion((void *)version, (uint64_t)(length), (uint64_t)(length < 256 ? length : 256)));
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
 {
@@ -20760,7 +20760,7 @@ static inline nvmlReturn_t cuwire_impl_nvmlSystemGetNVMLVersion(char *version, u
 {
     if (!CUWIRE_READY())
         return (nvmlReturn_t)999;
-    return (nvmlReturn_t)(cuwire_py_nvmlSystemGetNVMLVersion((void *)version, (uint64_t)(length), (uint64_t)length));
+    return (nvmlReturn_t)(cuwire_py_nvmlSystemGetNVMLVersion((void *)version, (uint64_t)(length), (uint64_t)(length < 256 ? length : 256)));
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
 {

@@ -69,6 +69,7 @@ def cuCtxCreate_v2(s, a: pb.cuCtxCreate_v2_Args) -> pb.cuCtxCreate_v2_Result:
     """cuCtxCreate_v2 (cuda.h)"""
     r = pb.cuCtxCreate_v2_Result()
     pctx = s.ffi.new("CUcontext *")
+    s.room_for("CUctx_st")
     r.status = s.lib.cuCtxCreate_v2(pctx, a.flags, a.dev)
     if r.status == 0:
         r.pctx = s.scalar(pctx[0])
@@ -81,6 +82,7 @@ def cuCtxCreate_v4(s, a: pb.cuCtxCreate_v4_Args) -> pb.cuCtxCreate_v4_Result:
     r = pb.cuCtxCreate_v4_Result()
     pctx = s.ffi.new("CUcontext *")
     ctxCreateParams = s.ffi.NULL
+    s.room_for("CUctx_st")
     r.status = s.lib.cuCtxCreate_v4(pctx, ctxCreateParams, a.flags, a.dev)
     if r.status == 0:
         r.pctx = s.scalar(pctx[0])
@@ -281,6 +283,7 @@ def cuDeviceGetDefaultMemPool(s, a: pb.cuDeviceGetDefaultMemPool_Args) -> pb.cuD
     """cuDeviceGetDefaultMemPool (cuda.h)"""
     r = pb.cuDeviceGetDefaultMemPool_Result()
     pool_out = s.ffi.new("CUmemoryPool *")
+    s.room_for("CUmemPoolHandle_st")
     r.status = s.lib.cuDeviceGetDefaultMemPool(pool_out, a.dev)
     if r.status == 0:
         r.pool_out = s.scalar(pool_out[0])
@@ -335,6 +338,7 @@ def cuDeviceGetMemPool(s, a: pb.cuDeviceGetMemPool_Args) -> pb.cuDeviceGetMemPoo
     """cuDeviceGetMemPool (cuda.h)"""
     r = pb.cuDeviceGetMemPool_Result()
     pool = s.ffi.new("CUmemoryPool *")
+    s.room_for("CUmemPoolHandle_st")
     r.status = s.lib.cuDeviceGetMemPool(pool, a.dev)
     if r.status == 0:
         r.pool = s.scalar(pool[0])
@@ -366,6 +370,7 @@ def cuDeviceGetP2PAttribute(s, a: pb.cuDeviceGetP2PAttribute_Args) -> pb.cuDevic
 def cuDeviceGetPCIBusId(s, a: pb.cuDeviceGetPCIBusId_Args) -> pb.cuDeviceGetPCIBusId_Result:
     """cuDeviceGetPCIBusId (cuda.h)"""
     r = pb.cuDeviceGetPCIBusId_Result()
+    s.at_most(a.len, 64, "cuDeviceGetPCIBusId.len")
     pciBusId = s.out_buffer(a.len)
     r.status = s.lib.cuDeviceGetPCIBusId(pciBusId, a.len, a.dev)
     if r.status == 0:
@@ -433,6 +438,7 @@ def cuEventCreate(s, a: pb.cuEventCreate_Args) -> pb.cuEventCreate_Result:
     """cuEventCreate (cuda.h)"""
     r = pb.cuEventCreate_Result()
     phEvent = s.ffi.new("CUevent *")
+    s.room_for("CUevent_st")
     r.status = s.lib.cuEventCreate(phEvent, a.Flags)
     if r.status == 0:
         r.phEvent = s.scalar(phEvent[0])
@@ -487,6 +493,7 @@ def cuFuncGetModule(s, a: pb.cuFuncGetModule_Args) -> pb.cuFuncGetModule_Result:
     """cuFuncGetModule (cuda.h)"""
     r = pb.cuFuncGetModule_Result()
     hmod = s.ffi.new("CUmodule *")
+    s.room_for("CUmod_st")
     r.status = s.lib.cuFuncGetModule(hmod, s.handle("CUfunc_st", "CUfunction", a.hfunc))
     if r.status == 0:
         r.hmod = s.scalar(hmod[0])
@@ -548,6 +555,7 @@ def cuGraphClone(s, a: pb.cuGraphClone_Args) -> pb.cuGraphClone_Result:
     """cuGraphClone (cuda.h)"""
     r = pb.cuGraphClone_Result()
     phGraphClone = s.ffi.new("CUgraph *")
+    s.room_for("CUgraph_st")
     r.status = s.lib.cuGraphClone(phGraphClone, s.handle("CUgraph_st", "CUgraph", a.originalGraph))
     if r.status == 0:
         r.phGraphClone = s.scalar(phGraphClone[0])
@@ -559,6 +567,7 @@ def cuGraphCreate(s, a: pb.cuGraphCreate_Args) -> pb.cuGraphCreate_Result:
     """cuGraphCreate (cuda.h)"""
     r = pb.cuGraphCreate_Result()
     phGraph = s.ffi.new("CUgraph *")
+    s.room_for("CUgraph_st")
     r.status = s.lib.cuGraphCreate(phGraph, a.flags)
     if r.status == 0:
         r.phGraph = s.scalar(phGraph[0])
@@ -588,6 +597,7 @@ def cuGraphEventRecordNodeGetEvent(s, a: pb.cuGraphEventRecordNodeGetEvent_Args)
     """cuGraphEventRecordNodeGetEvent (cuda.h)"""
     r = pb.cuGraphEventRecordNodeGetEvent_Result()
     event_out = s.ffi.new("CUevent *")
+    s.room_for("CUevent_st")
     r.status = s.lib.cuGraphEventRecordNodeGetEvent(s.handle("CUgraphNode_st", "CUgraphNode", a.hNode), event_out)
     if r.status == 0:
         r.event_out = s.scalar(event_out[0])
@@ -606,6 +616,7 @@ def cuGraphEventWaitNodeGetEvent(s, a: pb.cuGraphEventWaitNodeGetEvent_Args) -> 
     """cuGraphEventWaitNodeGetEvent (cuda.h)"""
     r = pb.cuGraphEventWaitNodeGetEvent_Result()
     event_out = s.ffi.new("CUevent *")
+    s.room_for("CUevent_st")
     r.status = s.lib.cuGraphEventWaitNodeGetEvent(s.handle("CUgraphNode_st", "CUgraphNode", a.hNode), event_out)
     if r.status == 0:
         r.event_out = s.scalar(event_out[0])
@@ -674,6 +685,7 @@ def cuGraphInstantiateWithFlags(s, a: pb.cuGraphInstantiateWithFlags_Args) -> pb
     """cuGraphInstantiateWithFlags (cuda.h)"""
     r = pb.cuGraphInstantiateWithFlags_Result()
     phGraphExec = s.ffi.new("CUgraphExec *")
+    s.room_for("CUgraphExec_st")
     r.status = s.lib.cuGraphInstantiateWithFlags(phGraphExec, s.handle("CUgraph_st", "CUgraph", a.hGraph), a.flags)
     if r.status == 0:
         r.phGraphExec = s.scalar(phGraphExec[0])
@@ -705,6 +717,7 @@ def cuGraphNodeFindInClone(s, a: pb.cuGraphNodeFindInClone_Args) -> pb.cuGraphNo
     """cuGraphNodeFindInClone (cuda.h)"""
     r = pb.cuGraphNodeFindInClone_Result()
     phNode = s.ffi.new("CUgraphNode *")
+    s.room_for("CUgraphNode_st")
     r.status = s.lib.cuGraphNodeFindInClone(phNode, s.handle("CUgraphNode_st", "CUgraphNode", a.hOriginalNode), s.handle("CUgraph_st", "CUgraph", a.hClonedGraph))
     if r.status == 0:
         r.phNode = s.scalar(phNode[0])
@@ -760,6 +773,7 @@ def cuKernelGetLibrary(s, a: pb.cuKernelGetLibrary_Args) -> pb.cuKernelGetLibrar
     """cuKernelGetLibrary (cuda.h)"""
     r = pb.cuKernelGetLibrary_Result()
     pLib = s.ffi.new("CUlibrary *")
+    s.room_for("CUlib_st")
     r.status = s.lib.cuKernelGetLibrary(pLib, s.handle("CUkern_st", "CUkernel", a.kernel))
     if r.status == 0:
         r.pLib = s.scalar(pLib[0])
@@ -807,6 +821,7 @@ def cuLibraryGetModule(s, a: pb.cuLibraryGetModule_Args) -> pb.cuLibraryGetModul
     """cuLibraryGetModule (cuda.h)"""
     r = pb.cuLibraryGetModule_Result()
     pMod = s.ffi.new("CUmodule *")
+    s.room_for("CUmod_st")
     r.status = s.lib.cuLibraryGetModule(pMod, s.handle("CUlib_st", "CUlibrary", a.library))
     if r.status == 0:
         r.pMod = s.scalar(pMod[0])
@@ -920,6 +935,7 @@ def cuMemPoolCreate(s, a: pb.cuMemPoolCreate_Args) -> pb.cuMemPoolCreate_Result:
     r = pb.cuMemPoolCreate_Result()
     pool = s.ffi.new("CUmemoryPool *")
     poolProps = s.struct_in("CUmemPoolProps", a.poolProps)
+    s.room_for("CUmemPoolHandle_st")
     r.status = s.lib.cuMemPoolCreate(pool, poolProps)
     if r.status == 0:
         r.pool = s.scalar(pool[0])
@@ -1220,6 +1236,7 @@ def cuStreamCreate(s, a: pb.cuStreamCreate_Args) -> pb.cuStreamCreate_Result:
     """cuStreamCreate (cuda.h)"""
     r = pb.cuStreamCreate_Result()
     phStream = s.ffi.new("CUstream *")
+    s.room_for("CUstream_st")
     r.status = s.lib.cuStreamCreate(phStream, a.Flags)
     if r.status == 0:
         r.phStream = s.scalar(phStream[0])
@@ -1231,6 +1248,7 @@ def cuStreamCreateWithPriority(s, a: pb.cuStreamCreateWithPriority_Args) -> pb.c
     """cuStreamCreateWithPriority (cuda.h)"""
     r = pb.cuStreamCreateWithPriority_Result()
     phStream = s.ffi.new("CUstream *")
+    s.room_for("CUstream_st")
     r.status = s.lib.cuStreamCreateWithPriority(phStream, a.flags, a.priority)
     if r.status == 0:
         r.phStream = s.scalar(phStream[0])
@@ -1251,6 +1269,7 @@ def cuStreamEndCapture(s, a: pb.cuStreamEndCapture_Args) -> pb.cuStreamEndCaptur
     """cuStreamEndCapture (cuda.h)"""
     r = pb.cuStreamEndCapture_Result()
     phGraph = s.ffi.new("CUgraph *")
+    s.room_for("CUgraph_st")
     r.status = s.lib.cuStreamEndCapture(s.handle("CUstream_st", "CUstream", a.hStream), phGraph)
     if r.status == 0:
         r.phGraph = s.scalar(phGraph[0])
@@ -1262,6 +1281,7 @@ def cuStreamGetCtx(s, a: pb.cuStreamGetCtx_Args) -> pb.cuStreamGetCtx_Result:
     """cuStreamGetCtx (cuda.h)"""
     r = pb.cuStreamGetCtx_Result()
     pctx = s.ffi.new("CUcontext *")
+    s.room_for("CUctx_st")
     r.status = s.lib.cuStreamGetCtx(s.handle("CUstream_st", "CUstream", a.hStream), pctx)
     if r.status == 0:
         r.pctx = s.scalar(pctx[0])
@@ -1408,6 +1428,7 @@ def nvmlDeviceGetBAR1MemoryInfo(s, a: pb.nvmlDeviceGetBAR1MemoryInfo_Args) -> pb
 def nvmlDeviceGetBoardPartNumber(s, a: pb.nvmlDeviceGetBoardPartNumber_Args) -> pb.nvmlDeviceGetBoardPartNumber_Result:
     """nvmlDeviceGetBoardPartNumber (nvml.h)"""
     r = pb.nvmlDeviceGetBoardPartNumber_Result()
+    s.at_most(a.length, 256, "nvmlDeviceGetBoardPartNumber.length")
     partNumber = s.out_buffer(a.length)
     r.status = s.lib.nvmlDeviceGetBoardPartNumber(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), partNumber, a.length)
     if r.status == 0:
@@ -1511,6 +1532,7 @@ def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(s, a: pb.nvmlDeviceGetDeviceHan
     """nvmlDeviceGetDeviceHandleFromMigDeviceHandle (nvml.h)"""
     r = pb.nvmlDeviceGetDeviceHandleFromMigDeviceHandle_Result()
     device = s.ffi.new("nvmlDevice_t *")
+    s.room_for("nvmlDevice_st")
     r.status = s.lib.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(s.handle("nvmlDevice_st", "nvmlDevice_t", a.migDevice), device)
     if r.status == 0:
         r.device = s.scalar(device[0])
@@ -1618,6 +1640,7 @@ def nvmlDeviceGetHandleByIndex_v2(s, a: pb.nvmlDeviceGetHandleByIndex_v2_Args) -
     """nvmlDeviceGetHandleByIndex_v2 (nvml.h)"""
     r = pb.nvmlDeviceGetHandleByIndex_v2_Result()
     device = s.ffi.new("nvmlDevice_t *")
+    s.room_for("nvmlDevice_st")
     r.status = s.lib.nvmlDeviceGetHandleByIndex_v2(a.index, device)
     if r.status == 0:
         r.device = s.scalar(device[0])
@@ -1630,6 +1653,7 @@ def nvmlDeviceGetHandleByPciBusId_v2(s, a: pb.nvmlDeviceGetHandleByPciBusId_v2_A
     r = pb.nvmlDeviceGetHandleByPciBusId_v2_Result()
     pciBusId = s.string(a.pciBusId)
     device = s.ffi.new("nvmlDevice_t *")
+    s.room_for("nvmlDevice_st")
     r.status = s.lib.nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device)
     if r.status == 0:
         r.device = s.scalar(device[0])
@@ -1642,6 +1666,7 @@ def nvmlDeviceGetHandleBySerial(s, a: pb.nvmlDeviceGetHandleBySerial_Args) -> pb
     r = pb.nvmlDeviceGetHandleBySerial_Result()
     serial = s.string(a.serial)
     device = s.ffi.new("nvmlDevice_t *")
+    s.room_for("nvmlDevice_st")
     r.status = s.lib.nvmlDeviceGetHandleBySerial(serial, device)
     if r.status == 0:
         r.device = s.scalar(device[0])
@@ -1654,6 +1679,7 @@ def nvmlDeviceGetHandleByUUID(s, a: pb.nvmlDeviceGetHandleByUUID_Args) -> pb.nvm
     r = pb.nvmlDeviceGetHandleByUUID_Result()
     uuid = s.string(a.uuid)
     device = s.ffi.new("nvmlDevice_t *")
+    s.room_for("nvmlDevice_st")
     r.status = s.lib.nvmlDeviceGetHandleByUUID(uuid, device)
     if r.status == 0:
         r.device = s.scalar(device[0])
@@ -1684,6 +1710,7 @@ def nvmlDeviceGetIndex(s, a: pb.nvmlDeviceGetIndex_Args) -> pb.nvmlDeviceGetInde
 def nvmlDeviceGetInforomImageVersion(s, a: pb.nvmlDeviceGetInforomImageVersion_Args) -> pb.nvmlDeviceGetInforomImageVersion_Result:
     """nvmlDeviceGetInforomImageVersion (nvml.h)"""
     r = pb.nvmlDeviceGetInforomImageVersion_Result()
+    s.at_most(a.length, 256, "nvmlDeviceGetInforomImageVersion.length")
     version = s.out_buffer(a.length)
     r.status = s.lib.nvmlDeviceGetInforomImageVersion(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), version, a.length)
     if r.status == 0:
@@ -1755,6 +1782,7 @@ def nvmlDeviceGetMigDeviceHandleByIndex(s, a: pb.nvmlDeviceGetMigDeviceHandleByI
     """nvmlDeviceGetMigDeviceHandleByIndex (nvml.h)"""
     r = pb.nvmlDeviceGetMigDeviceHandleByIndex_Result()
     migDevice = s.ffi.new("nvmlDevice_t *")
+    s.room_for("nvmlDevice_st")
     r.status = s.lib.nvmlDeviceGetMigDeviceHandleByIndex(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), a.index, migDevice)
     if r.status == 0:
         r.migDevice = s.scalar(migDevice[0])
@@ -1787,6 +1815,7 @@ def nvmlDeviceGetMinorNumber(s, a: pb.nvmlDeviceGetMinorNumber_Args) -> pb.nvmlD
 def nvmlDeviceGetName(s, a: pb.nvmlDeviceGetName_Args) -> pb.nvmlDeviceGetName_Result:
     """nvmlDeviceGetName (nvml.h)"""
     r = pb.nvmlDeviceGetName_Result()
+    s.at_most(a.length, 256, "nvmlDeviceGetName.length")
     name = s.out_buffer(a.length)
     r.status = s.lib.nvmlDeviceGetName(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), name, a.length)
     if r.status == 0:
@@ -1949,6 +1978,7 @@ def nvmlDeviceGetPowerUsage(s, a: pb.nvmlDeviceGetPowerUsage_Args) -> pb.nvmlDev
 def nvmlDeviceGetSerial(s, a: pb.nvmlDeviceGetSerial_Args) -> pb.nvmlDeviceGetSerial_Result:
     """nvmlDeviceGetSerial (nvml.h)"""
     r = pb.nvmlDeviceGetSerial_Result()
+    s.at_most(a.length, 256, "nvmlDeviceGetSerial.length")
     serial = s.out_buffer(a.length)
     r.status = s.lib.nvmlDeviceGetSerial(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), serial, a.length)
     if r.status == 0:
@@ -1989,6 +2019,7 @@ def nvmlDeviceGetTotalEnergyConsumption(s, a: pb.nvmlDeviceGetTotalEnergyConsump
 def nvmlDeviceGetUUID(s, a: pb.nvmlDeviceGetUUID_Args) -> pb.nvmlDeviceGetUUID_Result:
     """nvmlDeviceGetUUID (nvml.h)"""
     r = pb.nvmlDeviceGetUUID_Result()
+    s.at_most(a.length, 256, "nvmlDeviceGetUUID.length")
     uuid = s.out_buffer(a.length)
     r.status = s.lib.nvmlDeviceGetUUID(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), uuid, a.length)
     if r.status == 0:
@@ -2009,6 +2040,7 @@ def nvmlDeviceGetUtilizationRates(s, a: pb.nvmlDeviceGetUtilizationRates_Args) -
 def nvmlDeviceGetVbiosVersion(s, a: pb.nvmlDeviceGetVbiosVersion_Args) -> pb.nvmlDeviceGetVbiosVersion_Result:
     """nvmlDeviceGetVbiosVersion (nvml.h)"""
     r = pb.nvmlDeviceGetVbiosVersion_Result()
+    s.at_most(a.length, 256, "nvmlDeviceGetVbiosVersion.length")
     version = s.out_buffer(a.length)
     r.status = s.lib.nvmlDeviceGetVbiosVersion(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), version, a.length)
     if r.status == 0:
@@ -2090,6 +2122,7 @@ def nvmlSystemGetCudaDriverVersion_v2(s, a: pb.nvmlSystemGetCudaDriverVersion_v2
 def nvmlSystemGetDriverVersion(s, a: pb.nvmlSystemGetDriverVersion_Args) -> pb.nvmlSystemGetDriverVersion_Result:
     """nvmlSystemGetDriverVersion (nvml.h)"""
     r = pb.nvmlSystemGetDriverVersion_Result()
+    s.at_most(a.length, 256, "nvmlSystemGetDriverVersion.length")
     version = s.out_buffer(a.length)
     r.status = s.lib.nvmlSystemGetDriverVersion(version, a.length)
     if r.status == 0:
@@ -2100,6 +2133,7 @@ def nvmlSystemGetDriverVersion(s, a: pb.nvmlSystemGetDriverVersion_Args) -> pb.n
 def nvmlSystemGetNVMLVersion(s, a: pb.nvmlSystemGetNVMLVersion_Args) -> pb.nvmlSystemGetNVMLVersion_Result:
     """nvmlSystemGetNVMLVersion (nvml.h)"""
     r = pb.nvmlSystemGetNVMLVersion_Result()
+    s.at_most(a.length, 256, "nvmlSystemGetNVMLVersion.length")
     version = s.out_buffer(a.length)
     r.status = s.lib.nvmlSystemGetNVMLVersion(version, a.length)
     if r.status == 0:

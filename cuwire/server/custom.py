@@ -39,6 +39,7 @@ def load_module(s, a: pb.LoadModule_Args) -> pb.LoadModule_Result:
     if len(a.digest) != 32:
         raise WireError("module digest must be 32 bytes (sha256)")
     r = pb.LoadModule_Result()
+    s.room_for(LIBRARY)
     with cache.lock:
         handle = cache.loaded.get(a.digest)
         if handle is None:

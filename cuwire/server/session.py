@@ -13,7 +13,7 @@ import time
 
 from google.protobuf.message import DecodeError
 
-from cuwire import address_space
+from cuwire import address_space, compression
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.server import attributes, bulk, custom, graphs, ipc, memops, records, tensor_maps, textures, vmm
@@ -170,7 +170,7 @@ class Session:
         if reply.error:
             self.payload_out = []
         elif batch.reply_codec == pb.ZSTD and self.ring is None and sum(len(p) for p in self.payload_out) >= BULK:
-            self.compress_payload(reply)
+            self.compress_payload(reply, batch)
         self.payload_in = memoryview(b"")
         payload.drain()  # what a call did not use (it failed, or it had none) keeps the stream in step
         if batch.no_reply:  # nobody waits for this reply: its first error goes with the next one
@@ -181,7 +181,7 @@ class Session:
                 self.deferred_error = (reply.queued_error, reply.queued_error_fn)
         return reply
 
-    def compress_payload(self, reply: pb.Reply) -> None:
+    def compress_payload(self, reply: pb.Reply, batch: pb.Batch) -> None:
         """The reply's payload, compressed (the client asked: its link is slow, compression.py): gathered
         whole first, streamed results included, since a frame says its payload's size up front. (Never
         over shared memory, whose streamed results fill its slots in place.)"""
@@ -195,6 +195,9 @@ class Session:
                 part.write_to(gather)
             else:
                 gather(part)
+        if batch.link_rate and not compression.pays(gathered, batch.link_rate):
+            self.payload_out = [gathered]  # compressing would cost more than it saves (compression.py)
+            return
         self.payload_out = [self.server.compress(gathered)]
         reply.payload_codec = pb.ZSTD
 
@@ -344,6 +347,23 @@ class Session:
         if cast is None:
             cast = casts[ctype] = self.ffi.cast(ctype, value)
         return cast
+
+    def at_most(self, value: int, most: int, what: str) -> None:
+        """A value that sizes an output buffer (annotation at_most): the client passes at most what the call
+        ever writes, so that a reply is never larger: a larger one comes from no cuwire client, and is
+        refused as a malformed request, before anything is allocated for it."""
+        if value > most:
+            raise WireError(f"{what} of {value}: the call writes at most {most} bytes, and cuwire's client "
+                            "passes no more")
+
+    def room_for(self, kind: str) -> None:
+        """Before a call that makes a handle of `kind`: the session may hold CUWIRE_MAX_HANDLES of each kind
+        at once (a program that makes streams or events in a loop and never destroys them is bounded)."""
+        most = self.server.settings.max_handles
+        if most and len(self.handles.get(kind, ())) >= most:
+            log.warning("session %s: holds %d handles of kind %s, the most a session may (CUWIRE_MAX_HANDLES)",
+                        self.name, most, kind)
+            raise CudaFail(OUT_OF_MEMORY, f"the session holds {most} {kind} handles (CUWIRE_MAX_HANDLES)")
 
     def owns_handle(self, kind: str, value: int) -> None:
         if value:
