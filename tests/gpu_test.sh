@@ -104,6 +104,17 @@ for script in tests/torch_apps/*.py; do torch_compare "torch-$(basename "$script
 for script in tests/jax_apps/*.py tests/cupy_apps/*.py; do
   torch_compare "$(basename "$(dirname "$script")" _apps)-$(basename "$script" .py)" "$script"
 done
+# a uniform sample of CuPy's own test suite, natively and through cuwire, compared test by test (tests/cupy_suite;
+# up to 11 minutes: CUPY_SUITE=0 leaves it out, to run it on its own with bash tests/cupy_suite/run.sh)
+if [ "${CUPY_SUITE:-1}" != 0 ]; then
+  if PY=$PY LOG=$LOG MAPS_OUT=$LOG/maps.txt bash tests/cupy_suite/run.sh; then pass=$((pass+1)); else fail=$((fail+1)); fi
+fi
+# one process, two GPUs (DataParallel, NCCL inside one process, peer copies), where the server has two
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+  for script in tests/multi_gpu_apps/*.py; do torch_compare "multi-gpu-$(basename "$script" .py)" "$script"; done
+else
+  echo "multi-gpu: not run, one GPU here (make gpu-test on a machine with two runs tests/multi_gpu_apps)"
+fi
 # PyTorch's allocator on virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap...)
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True torch_compare torch-train-expandable-segments \
   tests/torch_apps/train.py --steps 5
