@@ -190,6 +190,11 @@ def _describe(s, handle: int, func, kind: str, offsets, sizes, param_info=None) 
         offsets.append(offset[0])
         sizes.append(size[0])
         i += 1
+    if kind == "kernel":
+        # a CUkernel is launched as itself, which the driver resolves in the context current at the launch:
+        # the function cuKernelGetFunction gave is the lookup's context's, and another device's context
+        # refuses it (CUDA_ERROR_INVALID_HANDLE: one process launching on two GPUs)
+        func = s.ffi.cast("CUfunction", handle)
     s.kernels[handle] = func
     s.kernel_kind[handle] = kind
     s.layouts[handle] = (list(offsets), list(sizes))
