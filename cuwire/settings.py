@@ -119,6 +119,9 @@ class Settings:
     # a session process that has not reported to the listener for this many seconds is frozen (stopped,
     # or stuck holding Python's lock) and is killed, so that its client gets an error, not a hang; 0: never
     frozen_after: float = field(default_factory=lambda: _env("frozen_after", "30"))
+    # server: a session whose client sends nothing for this many seconds ends, freeing what it held (a
+    # program that computes on its CPU that long between two CUDA calls loses its session); 0: never
+    idle_timeout: float = field(default_factory=lambda: _env("idle_timeout", "0"))
     # on SIGTERM (or SIGINT) the server takes no new session and gives the open ones this many seconds to
     # end by themselves before it ends them (a second signal ends them at once); 0: end them at once
     drain_seconds: float = field(default_factory=lambda: _env("drain_seconds", "10"))
@@ -192,6 +195,7 @@ KINDS: dict[str, tuple[Callable[[str], object], str]] = {
     "max_sessions_per_host": (_COUNT, "16"),
     "max_handles": (_COUNT, "65536"),
     "frozen_after": (_SECONDS, "30"),
+    "idle_timeout": (_SECONDS, "0"),
     "drain_seconds": (_SECONDS, "10"),
     "spin_us": (_COUNT, "50"),
     "stripes": (_COUNT, "4"),

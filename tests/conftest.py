@@ -13,6 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT_DIR = ROOT / "build" / "client"
+# a byte count in --stats: "512 B", or "21.7 MiB (22747277 B)"; the group is the exact count
+STAT_BYTES = r"(?:[\d.]+ [KMGT]iB \()?(\d+) B\)?"
 APPS = ROOT / "tests" / "test_apps"
 APPS_BUILD = APPS / "build"
 # make gpu-test runs some suites against the real GPU: CUWIRE_TEST_BACKEND=cuda

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, ServerProcess
+from conftest import ROOT, STAT_BYTES, ServerProcess
 
 from cuwire import cli
 
@@ -158,15 +158,16 @@ def test_run_stats_prints_what_cuwire_did(server, apps, client_lib, tmp_path):
     trips = re.search(r"round trips: (\d+) = (\d+) for calls \+ (\d+) cuwire requests .* \+ (\d+) flushes", r.stderr)
     n_trips, for_calls, own, flushes = map(int, trips.groups())
     assert n_trips == for_calls + own + flushes
-    data = re.search(r"bytes sent: (\d+) in messages, carrying (\d+) bytes of call data before compression; "
-                     r"received: (\d+) in messages, (\d+) bytes of results", r.stderr)
+    data = re.search(rf"bytes sent: {STAT_BYTES} in messages, carrying {STAT_BYTES} of call data before compression; "
+                     rf"received: {STAT_BYTES} in messages, {STAT_BYTES} of results", r.stderr)
     wire_out, data_out, wire_in, data_in = map(int, data.groups())
     n_bytes = (1 << 16) * 4  # one float array
     assert 2 * n_bytes <= data_out < 2 * n_bytes + (64 << 10) and wire_out >= data_out  # + a module image
     assert n_bytes <= data_in < n_bytes + 4096 and wire_in >= data_in
     transport = re.search(r"transport: Unix socket and shared memory to [\d.]+:\d+; (\d+) round trips in [\d.]+ s "
                           r"\([\d.]+ per second, \d+ us "
-                          r"each on average\); of the bytes, (\d+) sent and (\d+) received beside", r.stderr)
+                          rf"each on average\); of the bytes, {STAT_BYTES} sent and {STAT_BYTES} received beside",
+                          r.stderr)
     assert int(transport.group(1)) == n_trips
     # the result array, beside the messages (not in protobuf); the arrays in went in the queued records
     assert (int(transport.group(2)), int(transport.group(3))) == (0, n_bytes)

@@ -8,7 +8,7 @@ import re
 
 import pytest
 import zstandard
-from conftest import APPS, run_remote
+from conftest import APPS, STAT_BYTES, run_remote
 
 from cuwire.compression import AUTO_BACKOFF, AUTO_SLOW, Policy, decompress_into, pays
 
@@ -83,7 +83,7 @@ def test_copies_with_compression_give_the_same_bytes(mode, transport, apps, clie
                    env={"CUWIRE_COMPRESS": mode, "CUWIRE_TRANSPORT": transport, "CUWIRE_STATS": "1"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout == (APPS / "expected" / "large_copies.out").read_text()
-    sent = [int(x) for x in re.findall(r"bytes sent: (\d+) in messages, carrying (\d+)", r.stderr)[0]]
+    sent = [int(x) for x in re.findall(rf"bytes sent: {STAT_BYTES} in messages, carrying {STAT_BYTES}", r.stderr)[0]]
     if mode == "on" and transport == "tcp":  # large_copies' data compresses: far fewer bytes on the wire
         assert sent[0] < sent[1] / 2, r.stderr
     # (auto decides by the link's measured rate, which a loaded machine's loopback does not promise; the
@@ -126,8 +126,8 @@ def test_auto_compresses_on_a_slowed_link():
         err = (ROOT / "build" / "slow_link" / f"{mode}.err").read_text()
         print(f"CUWIRE_COMPRESS={mode}:", err)  # shown when an assertion fails
         out, raw_out, back, raw_back = map(int, re.search(
-            r"bytes sent: (\d+) in messages, carrying (\d+) bytes of call data before compression; received: "
-            r"(\d+) in messages, (\d+) bytes", err).groups())
+            rf"bytes sent: {STAT_BYTES} in messages, carrying {STAT_BYTES} of call data before compression; received: "
+            rf"{STAT_BYTES} in messages, {STAT_BYTES}", err).groups())
         return out + back, raw_out + raw_back
 
     wire, raw = moved("off")

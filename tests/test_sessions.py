@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import APPS, compile_against_client, run_remote
+from conftest import APPS, STAT_BYTES, compile_against_client, run_remote
 
 LOOPER = r"""
 #include <stdio.h>
@@ -178,7 +178,7 @@ def test_compressed_calls(apps, client_lib, server):
     r = run_remote(apps / "vector_add", client_lib, server.address,
                    env={"CUWIRE_COMPRESS": "zstd", "CUWIRE_COMPRESS_MIN": "1", "CUWIRE_STATS": "1"})
     assert r.returncode == 0 and "vector_add: PASS" in r.stdout, r.stderr
-    sent = re.search(r"bytes sent: (\d+) in messages, carrying (\d+) bytes of call data", r.stderr)
+    sent = re.search(rf"bytes sent: {STAT_BYTES} in messages, carrying {STAT_BYTES} of call data", r.stderr)
     assert int(sent.group(1)) < int(sent.group(2))  # fewer bytes on the wire than the calls carry
 
 

@@ -1185,3 +1185,27 @@ def test_a_reply_is_never_larger_than_the_call_writes(session):
     res = pb.cuDeviceGetPCIBusId_Result.FromString(reply.result)
     assert res.status == 0 and len(res.pciBusId) == 64 and res.pciBusId.rstrip(b"\0")
     assert serving(session)
+
+
+def test_an_idle_session_ends_after_the_idle_timeout(tmp_path):
+    """CUWIRE_IDLE_TIMEOUT: a client that sends nothing for that long loses its session, which frees what it
+    held; one that keeps calling keeps it."""
+    server = ServerProcess(tmp_path, env={"CUWIRE_IDLE_TIMEOUT": "1.5"})
+    try:
+        busy, reply = open_session(server.address, HELLO, mode="tcp")
+        idle, reply2 = open_session(server.address, HELLO, mode="tcp")
+        assert not reply.error and not reply2.error
+        assert serving(idle) and allocate(idle, 1 << 20)
+        for _ in range(6):  # 3 s of calls, every half second
+            assert serving(busy)
+            time.sleep(0.5)
+        with pytest.raises(TransportError):
+            idle.connection.sock.settimeout(10)
+            serving(idle)
+        assert serving(busy)
+        busy.close()
+        idle.close()
+        log = server.text()
+        assert "CUWIRE_IDLE_TIMEOUT" in log and "freed 1 allocation" in log, log
+    finally:
+        server.stop()

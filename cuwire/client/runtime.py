@@ -687,6 +687,16 @@ def with_wire_stats(python: Stats) -> Stats:
     return s
 
 
+def size(n: int) -> str:
+    """Bytes for people, the exact count beside (tests and scripts read it): 512 B, 21.7 MiB (22747277 B)."""
+    if n < 1024:
+        return f"{n} B"
+    value, units = n / 1024, ["KiB", "MiB", "GiB", "TiB"]
+    while value >= 1024 and len(units) > 1:
+        value, units = value / 1024, units[1:]
+    return f"{value:.1f} {units[0]} ({n} B)"
+
+
 def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> None:
     """What cuwire did for the program, at exit (CUWIRE_STATS=1 or cuwire run --stats)."""
     total = {mode: sum(c.values()) for mode, c in calls.items()}
@@ -706,13 +716,14 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
         "early, without waiting)",
         f"  waits answered by the client, their work known finished with nothing sent since: "
         f"{lib.cuwire_answered_done}",
-        f"  bytes sent: {s.bytes_sent} in messages, carrying {s.bytes_sent_raw} bytes of call data before "
-        f"compression; received: {s.bytes_received} in messages, {s.bytes_received_raw} bytes of results after "
-        f"decompression",
+        f"  bytes sent: {size(s.bytes_sent)} in messages, carrying {size(s.bytes_sent_raw)} of call data before "
+        f"compression; received: {size(s.bytes_received)} in messages, {size(s.bytes_received_raw)} of results "
+        f"after decompression",
         f"  transport: {s.transport or 'none (no session)'}; {s.batches} round trips in {elapsed:.1f} s "
         f"({s.batches / elapsed if elapsed else 0:.1f} per second, {per_trip:.0f} us each on average); of the "
-        f"bytes, {s.payload_sent} sent and {s.payload_received} received beside the messages (large buffers)"
-        + (f", {s.striped} of them over {s.stripes} more connections at once (stripes)" if s.stripes else ""),
+        f"bytes, {size(s.payload_sent)} sent and {size(s.payload_received)} received beside the messages (large "
+        f"buffers)" + (f", {size(s.striped)} of them over {s.stripes} more connections at once (stripes)"
+                       if s.stripes else ""),
         f"  modules uploaded: {s.modules_uploaded}; found in the server's cache: {s.modules_cached}",
         f"  time waiting on the server: {s.wait_seconds * 1e3:.1f} ms",
         "  top calls by count: " + ", ".join(f"{n} {c}" for n, c in every.most_common(8)),

@@ -106,6 +106,7 @@ struct cw_records {
     cw_kernel *kernels; /* open addressing on key */
     size_t kernels_cap, kernels_used;
     long spin_ns;  /* how long a wait for the next frame polls before it sleeps (socket_wait.h) */
+    long idle_ms;  /* a client that sends nothing for this long ends its session (CUWIRE_IDLE_TIMEOUT; 0: never) */
     uint64_t gap_ns; /* how long the last frame after an answer took to come */
     /* what the session's metrics show (cw_records_figures): bytes of frames in and out, and how long
      * each call took from its frame's arrival to its answer's departure, by CW_LATENCY_BOUNDS */
@@ -1061,6 +1062,17 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
         struct frame_header h;
         long wait_ns = after_answer && s->gap_ns <= (uint64_t)s->spin_ns ? s->spin_ns : 0;
         uint64_t asked = after_answer ? cw_now_ns() : 0;
+        if (s->idle_ms > 0 && !pending_len) {
+            struct pollfd p = {fd, POLLIN, 0};
+            int ready;
+            while ((ready = poll(&p, 1, (int)s->idle_ms)) < 0 && errno == EINTR)
+                ;
+            if (ready == 0) {
+                cw_refuse(s, "the client sent nothing for %ld s (CUWIRE_IDLE_TIMEOUT): its session ends",
+                          s->idle_ms / 1000);
+                goto out;
+            }
+        }
         if (take(fd, &pending, &pending_len, (char *)&h, sizeof h, wait_ns) != 0) {
             r = errno ? -1 : 0;
             if (errno)
@@ -1175,6 +1187,13 @@ void cw_records_figures(const cw_records *s, uint64_t *out)
     out[1] = s->bytes_out;
     out[2] = s->latency_ns;
     memcpy(out + 3, s->latency, sizeof s->latency);
+}
+
+/* How long, in milliseconds, a client may send nothing before cw_records_serve ends its session (0: for
+ * ever). */
+void cw_records_idle(cw_records *s, long milliseconds)
+{
+    s->idle_ms = milliseconds;
 }
 
 /* How long, in microseconds, cw_records_serve polls for the next frame before it sleeps. */

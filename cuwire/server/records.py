@@ -86,6 +86,10 @@ class RecordLoop:
         """How long serve polls the socket for the next frame before it sleeps (socket_wait.h)."""
         lib.cw_records_spin(self.state, microseconds)
 
+    def idle(self, seconds: float) -> None:
+        """A client that sends nothing for this long ends its session (CUWIRE_IDLE_TIMEOUT; 0: never)."""
+        lib.cw_records_idle(self.state, int(seconds * 1000))
+
     def kind(self, name: str) -> int:
         k = self.kinds.get(name)
         if k is None:

@@ -51,6 +51,7 @@ const char *cw_records_why(const cw_records *s);
 int cw_records_refused_range(cw_records *s, uint64_t *address, uint64_t *size);
 void cw_records_own_context(cw_records *s, int own);
 void cw_records_spin(cw_records *s, long microseconds);
+void cw_records_idle(cw_records *s, long milliseconds);
 void cw_records_observe(cw_records *s, uint64_t ns, uint64_t in, uint64_t out);
 void *cw_records_host_node(cw_records *s, uint64_t id, void **fn);
 uint64_t cw_records_host_node_id(const cw_records *s, const void *arg);

@@ -109,6 +109,7 @@ class Session:
         # queued calls run in C; it checks handles and kernels against what owns_handle and _describe tell it
         self.records = RecordLoop(server.record_functions, RECORD_IDS)
         self.records.spin(server.settings.spin_us)
+        self.records.idle(server.settings.idle_timeout)
         self.records.own_context(bool(server.settings.session_name))  # (the listener names a process's session)
         self.use_primary_context()
         for d in server.devices:  # the client hands these out itself (cuDevicePrimaryCtxRetain)
