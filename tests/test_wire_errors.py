@@ -1209,3 +1209,27 @@ def test_an_idle_session_ends_after_the_idle_timeout(tmp_path):
         assert "CUWIRE_IDLE_TIMEOUT" in log and "freed 1 allocation" in log, log
     finally:
         server.stop()
+
+
+def test_a_session_frees_only_its_own_memory(tmp_path):
+    """With --isolation thread, sessions share a process and a context: session B's cuMemFree of session
+    A's allocation is refused (CUDA_ERROR_INVALID_VALUE), and A's memory stays A's (was: freed)."""
+    server = ServerProcess(tmp_path, "--isolation", "thread")
+    try:
+        a, ra = open_session(server.address, HELLO, mode="tcp")
+        b, rb = open_session(server.address, HELLO, mode="tcp")
+        assert not ra.error and not rb.error
+        mine = allocate(a, 1 << 20)
+
+        def free(t, address: int) -> int:
+            return pb.cuMemFree_v2_Result.FromString(t.exchange(pb.Batch(
+                fn=fn_id("cuMemFree_v2"), args=pb.cuMemFree_v2_Args(dptr=address).SerializeToString())).result).status
+
+        assert free(b, mine) == 1  # CUDA_ERROR_INVALID_VALUE
+        assert free(a, mine) == 0  # still A's to free
+        assert free(a, mine) == 1  # and only once
+        assert serving(a) and serving(b)
+        a.close()
+        b.close()
+    finally:
+        server.stop()

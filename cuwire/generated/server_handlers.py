@@ -881,6 +881,7 @@ def cuMemAlloc_v2(s, a: pb.cuMemAlloc_v2_Args) -> pb.cuMemAlloc_v2_Result:
 def cuMemFreeAsync(s, a: pb.cuMemFreeAsync_Args) -> pb.cuMemFreeAsync_Result:
     """cuMemFreeAsync (cuda.h)"""
     r = pb.cuMemFreeAsync_Result()
+    s.freeable(a.dptr)
     r.status = s.lib.cuMemFreeAsync(a.dptr, s.handle("CUstream_st", "CUstream", a.hStream))
     if r.status == 0:
         s.disowns(a.dptr)
@@ -890,6 +891,7 @@ def cuMemFreeAsync(s, a: pb.cuMemFreeAsync_Args) -> pb.cuMemFreeAsync_Result:
 def cuMemFree_v2(s, a: pb.cuMemFree_v2_Args) -> pb.cuMemFree_v2_Result:
     """cuMemFree_v2 (cuda.h)"""
     r = pb.cuMemFree_v2_Result()
+    s.freeable(a.dptr)
     r.status = s.lib.cuMemFree_v2(a.dptr)
     if r.status == 0:
         s.disowns(a.dptr)

@@ -599,6 +599,12 @@ class Session:
         self.allocations[address] = size
         self.records.add_memory(address, size)
 
+    def freeable(self, address: int) -> None:
+        """Before a free of device memory: the session's own allocation (with `--isolation thread` sessions
+        share a process, and the driver would free another session's memory)."""
+        if address and address not in self.allocations and address not in self.graph_memory:
+            raise CudaFail(INVALID_VALUE, f"{address:#x} is no allocation of this session")
+
     def disowns(self, address: int) -> None:
         self.allocated -= self.allocations.pop(address, 0)
         if address not in self.globals and address not in self.graph_memory:
