@@ -245,6 +245,16 @@ class ServerTls:
         when it was refused here (`refuse(sock, peer, why)` tells the client)."""
         if sock.family == socket.AF_UNIX:
             return sock, peer
+        # a deadline for the whole handshake, however slowly its bytes come (a timeout per read would let a
+        # client that drips a byte at a time hold the connection for ever)
+        deadline = threading.Timer(HANDSHAKE_TIMEOUT, _shut, args=(sock,))
+        deadline.start()
+        try:
+            return self._accept(sock, peer, refuse)
+        finally:
+            deadline.cancel()
+
+    def _accept(self, sock: socket.socket, peer: str, refuse) -> tuple[socket.socket, str] | None:
         sock.settimeout(HANDSHAKE_TIMEOUT)
         try:
             first = sock.recv(1, socket.MSG_PEEK)
@@ -274,6 +284,14 @@ class ServerTls:
             return None
         sock.settimeout(None)
         return sock, peer
+
+
+def _shut(sock: socket.socket) -> None:
+    """End a connection whose TLS handshake did not end in time: its reads end at once."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def relayed(sock: socket.socket) -> bool:

@@ -161,3 +161,33 @@ def test_a_token_never_crosses_a_network_in_the_clear():
     assert token_in_the_clear(with_token, _Peer(socket.AF_INET, "127.0.0.1"), None) == ""
     assert token_in_the_clear(with_token, _Peer(socket.AF_INET6, "::1"), None) == ""
     assert token_in_the_clear(with_token, _Peer(socket.AF_UNIX, ""), None) == ""
+
+
+def test_a_tls_handshake_that_drips_is_cut_at_its_deadline(tls_server):
+    """The TLS handshake has a deadline for the whole of it (HANDSHAKE_TIMEOUT), not for each read: a client
+    that sends a ClientHello a byte a second is cut, and holds no connection slot for longer."""
+    import time
+
+    from cuwire.tls import HANDSHAKE_TIMEOUT
+
+    host, port = tls_server.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=HANDSHAKE_TIMEOUT + 10) as sock:
+        start, cut = time.monotonic(), False
+        hello = b"\x16\x03\x01\x02\x00" + bytes(512)  # a TLS record header announcing a 512-byte ClientHello
+        for byte in hello:  # a byte a second: each read is quick, the whole handshake is not
+            try:
+                sock.sendall(bytes([byte]))
+                sock.settimeout(0.01)
+                if sock.recv(1) == b"":
+                    cut = True
+                    break
+            except TimeoutError:
+                pass
+            except OSError:
+                cut = True
+                break
+            if time.monotonic() - start > HANDSHAKE_TIMEOUT + 5:
+                break
+            time.sleep(1.0)
+        assert cut, "the server still held the connection"
+        assert time.monotonic() - start < HANDSHAKE_TIMEOUT + 4
