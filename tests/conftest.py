@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -33,6 +34,18 @@ def client_lib() -> Path:
 def apps() -> Path:
     subprocess.run(["make", "-s", "-C", str(APPS)], check=True)
     return APPS_BUILD
+
+
+def outward_address() -> str | None:
+    """This host's address on its way out (not loopback), if it has one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))
+            address = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
+
 
 
 class ServerProcess:

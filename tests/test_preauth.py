@@ -8,10 +8,15 @@ from __future__ import annotations
 import socket
 import time
 
-from conftest import ServerProcess
+import pytest
+from conftest import ServerProcess, outward_address
 
+from cuwire.generated import cuwire_pb2 as pb
+from cuwire.generated import server_handlers as generated
 from cuwire.server.listener import HELLO_TIMEOUT
-from cuwire.transport import HEADER, HELLO_MAX, MAGIC
+from cuwire.transport import HEADER, HELLO_MAX, MAGIC, open_session
+
+HELLO = pb.Hello(client_version="test", cuda_version=generated.CUDA_VERSION, api_digest=generated.API_DIGEST)
 
 
 def connect(address: str) -> socket.socket:
@@ -117,3 +122,28 @@ int main(int argc, char **argv) {
     return 0;
 }
 """
+
+
+def test_one_address_holds_at_most_half_the_connections(tmp_path):
+    """A client address that holds connections open in their hello is refused by name past half of the
+    listener's 64 (so another address always finds room); this host's loopback has no such limit."""
+    address = outward_address()
+    if address is None:
+        pytest.skip("this host has no address but loopback")
+    s = ServerProcess(tmp_path, "--listen", "0.0.0.0:0")
+    held = []
+    try:
+        for _ in range(32):
+            held.append(socket.create_connection((address, s.port), timeout=5))
+        time.sleep(0.5)  # (accepted, and counted)
+        with socket.create_connection((address, s.port), timeout=5) as extra:
+            extra.sendall(HEADER.pack(MAGIC, 8, 0) + bytes(8))
+            answer = extra.recv(4096)
+        assert b"your address holds 32 connections" in answer, answer
+        t, reply = open_session(s.address, HELLO, mode="tcp")  # loopback: served all the same
+        assert not reply.error, reply
+        t.close()
+    finally:
+        for sock in held:
+            sock.close()
+        s.stop()

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import APPS, ROOT, ServerProcess, run_remote
+from conftest import APPS, ROOT, ServerProcess, outward_address, run_remote
 
 from cuwire import ring, transport
 from cuwire.generated import cuwire_pb2 as pb
@@ -84,17 +84,6 @@ def test_a_client_over_tls_gets_no_shared_memory(tls_server):
 def test_a_tls_client_of_a_plain_server_is_told(server):
     r = info(server.address, {"CUWIRE_TLS_FINGERPRINT": "sha256:" + "ab" * 32})
     assert r.returncode != 0 and "is TLS on there?" in r.stderr, r.stderr
-
-
-def outward_address() -> str | None:
-    """This host's address on its way out (not loopback), if it has one."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("192.0.2.1", 9))
-            address = s.getsockname()[0]
-        except OSError:
-            return None
-    return None if address.startswith("127.") else address
 
 
 def test_a_token_is_taken_only_over_tls_from_another_host(tmp_path):

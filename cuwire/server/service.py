@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 import time
+from collections import Counter
 
 import zstandard
 from google.protobuf.message import DecodeError
@@ -32,7 +33,16 @@ from cuwire.server.records import function_table
 from cuwire.server.session import Session
 from cuwire.settings import Settings, host_port
 from cuwire.tls import ServerTls, relayed, server_tls
-from cuwire.transport import HELLO_MAX, MAGIC, MAX_MESSAGE, Connection, TransportError, local_name, serves_loopback
+from cuwire.transport import (
+    HELLO_MAX,
+    MAGIC,
+    MAX_MESSAGE,
+    Connection,
+    TransportError,
+    is_loopback,
+    local_name,
+    serves_loopback,
+)
 
 LOCAL_PEER = "this host (Unix socket)"  # how a client on the Unix socket is named (logs, caps)
 log = logging.getLogger("cuwire.server")
@@ -360,6 +370,11 @@ class SocketServer:
         self.tls = tls or ServerTls()  # TLS ended here, and plain connections from other hosts checked (tls.py)
         self.active = threading.BoundedSemaphore(max_sessions)
         self.busy = 0  # connections refused because max_sessions were open (metrics.py)
+        # one client address may hold at most half of those connections at once (before their sessions
+        # start, in process isolation), so that one that holds connections open does not lock out the
+        # others; this host's loopback counts with no limit (its users are trusted as local GPU users are)
+        self.per_address_max = max(1, max_sessions // 2)
+        self.per_address: Counter = Counter()
         self.stopped = threading.Event()
         self.draining = threading.Event()  # SIGTERM: new sessions are refused (server/__main__.py, drain)
         self.lock = threading.Lock()
@@ -394,16 +409,35 @@ class SocketServer:
             except OSError:
                 return  # the listening socket was closed: stop
             peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else LOCAL_PEER
+            host = addr[0] if isinstance(addr, tuple) and not is_loopback(addr[0]) else ""
+            with self.lock:
+                crowded = host and self.per_address[host] >= self.per_address_max
+                if not crowded and host:
+                    self.per_address[host] += 1
+            if crowded:
+                self.busy += 1
+                threading.Thread(target=self.refuse_crowd, args=(sock, peer), daemon=True).start()
+                continue
             if not self.active.acquire(blocking=False):
                 self.busy += 1
+                self.left(host)
                 threading.Thread(target=self.refuse, args=(sock, peer), daemon=True).start()
                 continue
-            thread = threading.Thread(target=self.run_one, args=(sock, peer), name=f"cuwire-{peer}", daemon=True)
+            thread = threading.Thread(target=self.run_one, args=(sock, peer, host), name=f"cuwire-{peer}",
+                                      daemon=True)
             with self.lock:
                 self.running[thread] = sock
             thread.start()
 
-    def run_one(self, sock: socket.socket, peer: str) -> None:
+    def left(self, host: str) -> None:
+        """A connection from `host` (counted per address; "" for loopback) is done with."""
+        if host:
+            with self.lock:
+                self.per_address[host] -= 1
+                if not self.per_address[host]:
+                    del self.per_address[host]
+
+    def run_one(self, sock: socket.socket, peer: str, host: str = "") -> None:
         try:
             accepted = self.tls.accept(sock, peer, self.refuse_with)
             if accepted is None:
@@ -424,6 +458,12 @@ class SocketServer:
             with self.lock:
                 self.running.pop(threading.current_thread(), None)
             self.active.release()
+            self.left(host)
+
+    def refuse_crowd(self, sock: socket.socket, peer: str) -> None:
+        log.warning("refused %s: its address holds %d connections already", peer, self.per_address_max)
+        self.refuse_with(sock, peer, f"the server is busy: your address holds {self.per_address_max} connections "
+                                     "at once already, the most one address may; try again when one ends", pb.BUSY)
 
     def refuse(self, sock: socket.socket, peer: str) -> None:
         log.warning("refused %s: %d connections already", peer, self.max_sessions)
