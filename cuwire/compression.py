@@ -24,6 +24,7 @@ The policy is plain Python, so tests drive it with made-up rates (tests/test_com
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -101,6 +102,7 @@ class Policy:
 
 SAMPLE = 128 << 10  # bytes of each of the three samples `pays` compresses
 _sampler = zstandard.ZstdCompressor(level=3)  # the level payloads are compressed at, on one core
+_sampler_lock = threading.Lock()  # a compressor serves one thread at a time (sessions in threads share it)
 
 
 def pays(data, link_rate: float) -> bool:
@@ -115,9 +117,10 @@ def pays(data, link_rate: float) -> bool:
         middle = (len(view) - SAMPLE) // 2
         samples = [view[:SAMPLE], view[middle:middle + SAMPLE], view[-SAMPLE:]]
     raw = sum(len(s) for s in samples)
-    start = time.perf_counter()
-    ratio = sum(len(_sampler.compress(s)) for s in samples) / raw
-    speed = raw / max(time.perf_counter() - start, 1e-9)
+    with _sampler_lock:
+        start = time.perf_counter()
+        ratio = sum(len(_sampler.compress(s)) for s in samples) / raw
+        speed = raw / max(time.perf_counter() - start, 1e-9)
     return ratio < POOR and ratio + 2 * (link_rate or AUTO_SLOW) / speed < 1
 
 
@@ -130,6 +133,7 @@ def decompress_into(decompressor: zstandard.ZstdDecompressor, data, buffers: lis
         size = zstandard.frame_content_size(data)
         if size > limit:
             raise ValueError(f"it would decompress to {size} bytes, over the limit of {limit}")
+        most = size if size >= 0 else limit  # (a known size bounds what is read, and allocated, below)
         reader = decompressor.stream_reader(data)
         for buffer in buffers:
             view = memoryview(buffer).cast("B")
@@ -139,7 +143,7 @@ def decompress_into(decompressor: zstandard.ZstdDecompressor, data, buffers: lis
                     return b"", filled
                 filled += n
                 view = view[n:]
-        rest = reader.read(max(limit - filled, 0) + 1)
+        rest = reader.read(max(most - filled, 0) + 1)
     except zstandard.ZstdError as e:
         raise ValueError(str(e)) from None
     if filled + len(rest) > limit:
@@ -150,16 +154,7 @@ def decompress_into(decompressor: zstandard.ZstdDecompressor, data, buffers: lis
 def decompress(decompressor: zstandard.ZstdDecompressor, data: bytes, limit: int) -> bytes:
     """A zstd frame from the peer, decompressed to at most `limit` bytes: a small frame must not make this
     side allocate gigabytes. Raises ValueError (with zstd's reason) for one over the limit or malformed."""
-    try:
-        size = zstandard.frame_content_size(data)
-        if size > limit:
-            raise ValueError(f"it would decompress to {size} bytes, over the limit of {limit}")
-        out = decompressor.decompress(data, max_output_size=limit if size < 0 else 0)
-    except zstandard.ZstdError as e:
-        raise ValueError(str(e)) from None
-    if len(out) > limit:
-        raise ValueError(f"it decompressed to {len(out)} bytes, over the limit of {limit}")
-    return out
+    return decompress_into(decompressor, data, [], limit)[0]
 
 
 def bound(size: int) -> int:

@@ -87,6 +87,8 @@ def in_parallel(work: Callable[[int], None], count: int, stripes: Sequence) -> N
 
 
 def shut(sock: socket.socket) -> None:
+    """End a connection at once, both ways: whatever waits on it (a read, a send) returns. (Stripes, the
+    listener's hello deadline and the TLS handshake's use it.)"""
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:

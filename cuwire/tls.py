@@ -26,6 +26,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from cuwire.stripes import shut
+
 log = logging.getLogger("cuwire.server")
 NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 HANDSHAKE = 0x16  # the first byte of a TLS record that opens a handshake
@@ -247,7 +249,7 @@ class ServerTls:
             return sock, peer
         # a deadline for the whole handshake, however slowly its bytes come (a timeout per read would let a
         # client that drips a byte at a time hold the connection for ever)
-        deadline = threading.Timer(HANDSHAKE_TIMEOUT, _shut, args=(sock,))
+        deadline = threading.Timer(HANDSHAKE_TIMEOUT, shut, args=(sock,))
         deadline.start()
         try:
             return self._accept(sock, peer, refuse)
@@ -284,14 +286,6 @@ class ServerTls:
             return None
         sock.settimeout(None)
         return sock, peer
-
-
-def _shut(sock: socket.socket) -> None:
-    """End a connection whose TLS handshake did not end in time: its reads end at once."""
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
 
 
 def relayed(sock: socket.socket) -> bool:

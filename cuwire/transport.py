@@ -67,6 +67,11 @@ def _growing(parts: list[bytearray], size: int):
         done += len(part)
 
 
+def _joined(parts: list[bytearray]) -> bytearray:
+    """What _growing's buffers received, as one buffer (the only one when one sufficed)."""
+    return parts[0] if len(parts) == 1 else bytearray().join(parts)
+
+
 NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 POLLRDHUP = getattr(select, "POLLRDHUP", 0)
 KEEPALIVE = (10, 5, 4)  # TCP keepalive: idle seconds, seconds between probes, probes: a dead peer in ~30 s
@@ -297,8 +302,7 @@ class Connection:
                 self.read_into(view)
         if started is not None and size - RATE_SKIP >= RATE_SAMPLE:
             self.rate = (size - RATE_SKIP) / max(time.perf_counter() - started, 1e-9)
-        rest = parts[0] if len(parts) == 1 else bytearray().join(parts)
-        return rest if parts else bytearray(), direct
+        return _joined(parts), direct
 
     def receive_message(self, max_payload: int = MAX_PAYLOAD, max_message: int = MAX_MESSAGE) -> tuple[bytes, int]:
         """The next frame's message, and the size of its payload, which the caller reads next (read_into,
@@ -346,7 +350,7 @@ class Connection:
         parts: list[bytearray] = []
         for view in _growing(parts, n):
             self.read_into(view)
-        return parts[0] if len(parts) == 1 else bytearray().join(parts)
+        return _joined(parts)
 
     def _exactly(self, n: int, at_start: bool = False) -> bytearray:
         buf = bytearray(n)

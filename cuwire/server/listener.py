@@ -26,6 +26,7 @@ from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server import metrics
 from cuwire.server.service import LOCAL_PEER, check_hello, printable, read_batch
 from cuwire.settings import Settings
+from cuwire.stripes import shut
 from cuwire.transport import HELLO_MAX, Connection, TransportError
 
 log = logging.getLogger("cuwire.server")
@@ -54,14 +55,6 @@ def host_of(peer: str) -> str:
     """The client's address without its port ("10.0.0.7:51234" -> "10.0.0.7"; the Unix socket as it is)."""
     host, sep, port = peer.rpartition(":")
     return host if sep and port.isdigit() else peer
-
-
-def shut(sock: socket.socket) -> None:
-    """End a connection whose hello did not come in time: its reads end at once."""
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
 
 
 class Listener:
