@@ -3,13 +3,15 @@
 # bench/delay_link (a forwarder that delays every byte by DELAY each way: the GPU hosts have no tc), at
 # 0.1 ms and 1 ms each way. Each row: native, through cuwire, and the floor, native + the program's
 # synchronizations x RTT (no remoting can do better: each synchronization needs an answer from the GPU),
-# with the round trips cuwire made per step beside the program's synchronizations.
+# with the round trips cuwire made per step beside the program's synchronizations. Then each workload's
+# start, from process start to the end of its first step, behind the last delay: round trips beside the
+# program's synchronizations, and seconds beside native.
 #   bash bench/distance.sh [DELAYS_US (default "direct 0 100 1000"; direct: no forwarder)] [STEPS (default 20)]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-DELAYS=${1:-direct 0 100 1000}; STEPS=${2:-20}
-OUTDIR=$PWD/build/distance; mkdir -p "$OUTDIR"; LOG=$OUTDIR
+DELAYS=${1:-direct 0 100 1000}; STEPS=${2:-20}; FIRST=${FIRST:-1}  # FIRST=0: no start-up rows
+OUTDIR=$PWD/build/distance; mkdir -p "$OUTDIR"; LOG=$OUTDIR; rm -f "$OUTDIR"/*-first.txt
 source tests/gpu_env.sh
 gcc -O2 -pthread -o "$OUTDIR/delay_link" bench/delay_link.c || exit 1
 (cd bench && $PY distance_steps.py "$STEPS") >"$OUTDIR/native.txt" 2>"$OUTDIR/native.err" || { cat "$OUTDIR/native.err"; exit 1; }
@@ -24,6 +26,24 @@ for delay in $DELAYS; do
     >"$OUTDIR/cuwire-$delay.txt" 2>"$OUTDIR/cuwire-$delay.err" || { tail "$OUTDIR/cuwire-$delay.err"; kill $LINK $SERVER; exit 1; }
   [ -n "$LINK" ] && kill $LINK
 done
+# A process's start: each workload in a fresh process to the end of its first step, natively and through
+# cuwire behind the last delay (the server's module cache is warm by now, as on a server in use)
+if [ "$FIRST" = 1 ]; then
+  delay=${DELAYS##* }; LINK=; AT=$PORT
+  if [ "$delay" != direct ]; then
+    "$OUTDIR/delay_link" 0 "$PORT" "$delay" >"$OUTDIR/link-first.log" 2>&1 & LINK=$!
+    for _ in $(seq 50); do grep -q "listening on" "$OUTDIR/link-first.log" && break; sleep 0.1; done
+    AT=$(grep -oP 'listening on \K[0-9]+' "$OUTDIR/link-first.log")
+  fi
+  : >"$OUTDIR/native-first.txt"; : >"$OUTDIR/cuwire-first.txt"
+  for w in "pytorch_minimal iteration" "small CNN training step" "small transformer training step" \
+           "GPT-2 decoding, one token"; do
+    (cd bench && $PY distance_steps.py --first $w) >>"$OUTDIR/native-first.txt" 2>>"$OUTDIR/native-first.err"
+    (cd bench && CUWIRE_TRANSPORT=tcp $PY -m cuwire.cli run --server "127.0.0.1:$AT" -- $PY distance_steps.py --first $w) \
+      >>"$OUTDIR/cuwire-first.txt" 2>>"$OUTDIR/cuwire-first.err"
+  done
+  [ -n "$LINK" ] && kill $LINK
+fi
 kill $SERVER
 nvidia-smi -L 2>/dev/null | head -1
 $PY - "$OUTDIR" $DELAYS <<'PYEOF'
@@ -46,4 +66,19 @@ for delay in delays:
         floor = ms + syncs * rtt
         print(f"{name:34} {link:>7} {ms:>7.2f}ms {r_ms:>8.2f}ms (x{r_ms / ms:.2f}) {floor:>7.2f}ms "
               f"{r_ms / floor:>7.2f}x {trips:>11.2f} {syncs:>11.1f}")
+FIRST_LINE = re.compile(r"^(.*): first step after (\S+) round trips, (\d+) synchronizations, ([\d.]+) s from", re.M)
+def first(path):
+    try:
+        return {m[1]: (m[2], int(m[3]), float(m[4])) for m in FIRST_LINE.finditer(open(path).read())}
+    except FileNotFoundError:
+        return {}
+n_first, r_first = first(f"{out}/native-first.txt"), first(f"{out}/cuwire-first.txt")
+if r_first:
+    last = delays[-1]
+    link = "direct" if last == "direct" else f"{2 * int(last) / 1000:.1f}ms RTT"
+    print(f"\nstart-up to the end of the first step ({link}; the server's module cache warm):")
+    print(f"{'workload':34} {'native':>9} {'cuwire':>9} {'round trips':>12} {'synchronizations':>17}")
+    for name, (trips, syncs, secs) in r_first.items():
+        native_s = f"{n_first[name][2]:.2f}s" if name in n_first else "-"
+        print(f"{name:34} {native_s:>9} {secs:>8.2f}s {trips:>12} {syncs:>17}")
 PYEOF

@@ -3,19 +3,27 @@ the synchronizations the program makes (PyTorch's own count: torch.cuda's sync d
 operation that waits for the GPU) and, through cuwire, the round trips the client made (its own counters).
 
     python3 bench/distance_steps.py [STEPS]         (natively, or under `cuwire run`)
+    python3 bench/distance_steps.py --first NAME    (under `cuwire run`: one workload's start-up)
 
-Each line: "NAME: MS ms/step, SYNCS syncs/step[, TRIPS round trips/step]".
+Each line: "NAME: MS ms/step, SYNCS syncs/step[, TRIPS round trips/step]". With --first, a fresh process
+makes the one workload and runs its first step: "NAME: first step after TRIPS round trips, N
+synchronizations, S s from process start": what a process's start costs at a distance (issue 35's goal
+is 60 round trips), beside the synchronizations the program made on the way (each needs a round trip:
+the floor).
 """
 
 from __future__ import annotations
 
 import sys
 import time
-import warnings
-from collections.abc import Callable
 
-import torch
-import torch_steps
+STARTED = time.perf_counter()  # before torch: a process's start includes importing it
+
+import warnings  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+import torch  # noqa: E402
+import torch_steps  # noqa: E402
 
 
 def cubic_loop() -> Callable[[int], None]:
@@ -84,7 +92,26 @@ def syncs(run: Callable[[int], None], n: int) -> float:
     return sum("synchronizing" in str(w.message) for w in seen) / n
 
 
+def first_step(name: str) -> None:
+    """One workload from process start to the end of its first step (CUDA's start, module loads and all),
+    with the synchronizations the program makes on the way (PyTorch's count): the floor at a distance."""
+    torch.cuda.set_sync_debug_mode("warn")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        run = WORKLOADS[name]()
+        run(1)
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - STARTED
+    syncs = sum("synchronizing" in str(w.message) for w in seen) + 1  # and the synchronize above
+    trips = round_trips()
+    print(f"{name}: first step after {trips if trips is not None else '-'} round trips, {syncs} synchronizations, "
+          f"{elapsed:.2f} s from process start", flush=True)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--first"]:
+        first_step(" ".join(sys.argv[2:]))
+        return
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     for name, make in WORKLOADS.items():
         run = make()

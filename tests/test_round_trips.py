@@ -38,3 +38,33 @@ def test_a_step_loop_costs_one_round_trip_a_step(steps, apps, client_lib, server
     assert many["answered"] - few["answered"] == 4 * steps_more, (few, many)
     # and the synchronization that follows new work went to the server, as it must
     assert many.get("cuStreamSynchronize") == 1, many
+
+
+def test_a_start_up_makes_streams_and_events_in_batches(apps, client_lib, server):
+    """A framework's start-up (tests/test_apps/start_up.cu --creates): 64 streams of two priorities, 40 events
+    of two kinds, the attributes of two kernels. Streams and events come in batches of 4, 8, 16, ... per
+    kind (client/handle_pools.c), a kernel's 16 attributes in one request (client/answers_cache.c): 14 and
+    2 round trips where the calls one by one took 104 and 32."""
+    r = run_remote(apps / "start_up", client_lib, server.address, "--creates",
+                   env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
+    assert r.returncode == 0 and "64 streams, 40 events, the attributes of 2 kernels" in r.stdout, r.stderr
+    listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
+    sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
+    # per kind 4 + 8 + 16 + 32 (of which 4 used): low and high priority streams, timing-less events; 4 + 8 events
+    assert sent.get("cuwire.MakeHandles") == 14, sent
+    assert sent.get("cuwire.FunctionAttributes") == 2, sent
+    for one_by_one in ("cuStreamCreateWithPriority", "cuEventCreate", "cuFuncGetAttribute", "cuKernelGetAttribute"):
+        assert one_by_one not in sent, sent
+    assert int(re.search(r"round trips: (\d+)", r.stderr)[1]) <= 25, r.stderr
+
+
+def test_cluster_widths_asked_in_turn_cost_one_round_trip(apps, client_lib, server):
+    """tests/test_apps/clusters.cu asks a kernel's active clusters for widths 1 to 4 and again backwards, as
+    cuBLASLt and cuDNN do: the first asks the server for every width at once (client/driver.py), the rest
+    are answered by the client. Four requests in all: the app's first question (16 blocks in clusters of 2:
+    a sweep of its own, 8 clusters a grid), the sweep of grids one cluster wide, the same question after an
+    attribute set (which forgets the answers kept), and the largest cluster size."""
+    r = run_remote(apps / "clusters", client_lib, server.address, env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
+    assert r.returncode == 0 and "asked twice: some of each: yes, the same both times: yes" in r.stdout, r.stderr
+    listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
+    assert re.search(r"cuwire.MaxActiveClusters (\d+)", listed)[1] == "4", listed

@@ -4,7 +4,7 @@
  * (cuOccupancyMaxActiveBlocksPerMultiprocessor*) are fixed once it is loaded, except through the calls
  * that set a function's attributes or cache preference; PyTorch asks them before many launches. Each
  * query's stub tries the cache first (annotation `fast`) and stores the server's answer (annotation
- * `after`). A setter that sets the value the cache already holds is answered here; any other set
+ * `after`); the first attribute asked of a kernel or function brings all of them. A setter that sets the value the cache already holds is answered here; any other set
  * clears the whole cache (annotation `fast`, returning -1 to go on as usual).
  */
 #include <pthread.h>
@@ -24,6 +24,10 @@ struct entry {
 #define GONE UINT64_MAX /* a forgotten entry: lookups go on past it, stores may reuse it */
 static struct entry slots[SLOTS];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* Counts the forgettings: answers kept elsewhere (client/driver.py's clusters) forget theirs when it moves. */
+static unsigned long long generation;
+
+unsigned long long cuwire_answers_generation(void) { return __atomic_load_n(&generation, __ATOMIC_ACQUIRE); }
 
 static unsigned slot_of(const uint64_t key[5])
 {
@@ -74,6 +78,7 @@ static int forget_all(void)
 {
     pthread_mutex_lock(&lock);
     memset(slots, 0, sizeof slots);
+    __atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);
     return -1;
 }
@@ -90,15 +95,49 @@ static int forget_handle(uint64_t kind, uint64_t handle, unsigned all_of)
         if (k && k != GONE && ((k == kind && slots[i].key[1] == handle) || (all_of & (1u << k))))
             slots[i].key[0] = GONE;
     }
+    __atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);
     return -1;
 }
 
 #define KEY(...) const uint64_t key[5] = {__VA_ARGS__}
 
+/* The attribute key of "every attribute of this handle was asked" (forgotten with the handle's attributes). */
+#define EVERY_ATTRIBUTE (UINT64_MAX - 1)
+
+/* Every attribute of a kernel on a device (kind KERNEL_ATTRIBUTE) or of a function, asked of the server
+ * at once the first time one is missing, and kept: the runtime asks 16 of them before a kernel's first
+ * launch. Those the driver refused are not kept: asking one of them takes the usual path. */
+static void ask_every_attribute(uint64_t kind, uint64_t handle, CUdevice dev)
+{
+    uint64_t device = kind == KERNEL_ATTRIBUTE ? (uint64_t)(uint32_t)dev : 0;
+    KEY(kind, handle, EVERY_ATTRIBUTE, device);
+    int seen;
+    if (lookup(key, &seen) == 0 || cuwire_forked || __atomic_load_n(&cuwire_finished, __ATOMIC_ACQUIRE) ||
+        !CUWIRE_READY())
+        return;
+    int32_t statuses[CU_FUNC_ATTRIBUTE_MAX], values[CU_FUNC_ATTRIBUTE_MAX];
+    for (int i = 0; i < CU_FUNC_ATTRIBUTE_MAX; i++)
+        statuses[i] = -1; /* not answered */
+    if (cuwire_py_function_attributes(kind == KERNEL_ATTRIBUTE ? handle : 0, kind == KERNEL_ATTRIBUTE ? 0 : handle,
+                                      dev, statuses, values, CU_FUNC_ATTRIBUTE_MAX))
+        return; /* the usual path asks the one attribute, and says what failed */
+    for (int i = 0; i < CU_FUNC_ATTRIBUTE_MAX; i++)
+        if (statuses[i] == 0) {
+            KEY(kind, handle, (uint64_t)i, device);
+            store(key, values[i]);
+        }
+    store(key, 1);
+}
+
 int cuwire_cached_kernel_attribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
 {
     KEY(KERNEL_ATTRIBUTE, (uintptr_t)kernel, (uint64_t)attrib, (uint64_t)(uint32_t)dev);
+    if (lookup(key, pi) == 0)
+        return CUDA_SUCCESS;
+    if (!pi || (unsigned)attrib >= CU_FUNC_ATTRIBUTE_MAX)
+        return -1;
+    ask_every_attribute(KERNEL_ATTRIBUTE, (uintptr_t)kernel, dev);
     return lookup(key, pi);
 }
 
@@ -111,6 +150,11 @@ void cuwire_keep_kernel_attribute(int *pi, CUfunction_attribute attrib, CUkernel
 int cuwire_cached_function_attribute(int *pi, CUfunction_attribute attrib, CUfunction f)
 {
     KEY(FUNCTION_ATTRIBUTE, (uintptr_t)f, (uint64_t)attrib);
+    if (lookup(key, pi) == 0)
+        return CUDA_SUCCESS;
+    if (!pi || (unsigned)attrib >= CU_FUNC_ATTRIBUTE_MAX)
+        return -1;
+    ask_every_attribute(FUNCTION_ATTRIBUTE, (uintptr_t)f, 0);
     return lookup(key, pi);
 }
 

@@ -36,7 +36,7 @@ NAMES = tuple(json.loads((GENERATED / "api_manifest.json").read_text())["librari
 STALE = ("libcudart.so.13", "driver")
 C_SOURCES = ("local.c", "driver_local.c", "export_tables.c", "answers_cache.c", "device_memory.c", "wire.c",
              "callbacks.c", "managed.c", "managed_hints.c", "graph_nodes.c",
-             "graph_copies.c", "shareable.c", "user_objects.c", "completion.c")
+             "graph_copies.c", "shareable.c", "user_objects.c", "completion.c", "handle_pools.c", "nvml_answers.c")
 
 # C functions of local.c that the Python side calls.
 HELPERS_CDEF = """
@@ -52,6 +52,8 @@ void cuwire_set_launch_limits(uint32_t threads, const uint32_t *block, const uin
 void cuwire_cache_kernel(const void *key, uint64_t handle, uint32_t n, const uint32_t *offsets,
                          const uint32_t *sizes);
 void cuwire_forget_kernels(void);
+void cuwire_forget_pools(uint64_t context);
+unsigned long long cuwire_answers_generation(void);
 void cuwire_queue_refuse(void);
 void cuwire_wire_set(int fd);
 void cuwire_wire_spin(long microseconds);
@@ -104,6 +106,10 @@ extern "Python+C" int cuwire_py_host_register_again(uint64_t address, uint64_t s
 extern "Python+C" int cuwire_py_managed_alloc(uint64_t size, unsigned int flags, uint64_t *address);
 extern "Python+C" int cuwire_py_capture_info(uint64_t stream, void *graph, void *deps, void *edges, void *count);
 int cuwire_managed_before_call(void);
+extern "Python+C" int cuwire_py_make_handles(uint32_t kind, uint32_t flags, int32_t priority, uint32_t count,
+                                             uint64_t *out, uint32_t *made);
+extern "Python+C" int cuwire_py_function_attributes(uint64_t kernel, uint64_t function, int32_t device,
+                                                    int32_t *statuses, int32_t *values, int count);
 """
 
 

@@ -90,11 +90,6 @@ int cuwire_note_stream_flags(CUstream *stream, unsigned int flags)
     return -1; /* created by the server, as usual */
 }
 
-int cuwire_note_stream_flags_priority(CUstream *stream, unsigned int flags, int priority)
-{
-    return cuwire_note_stream_flags(stream, flags);
-}
-
 /* Lock held; `known` is valid. */
 static int stream_finished(uint64_t stream, uint64_t context)
 {

@@ -134,6 +134,16 @@ int cuwire_py_host_register_at(uint64_t address, uint64_t size, uint64_t *offset
 int cuwire_py_host_unregister_at(uint64_t offset);
 int cuwire_py_host_register_again(uint64_t address, uint64_t size, uint64_t offset);
 
+/* Streams and events made ahead, in batches (handle_pools.c, through client/driver.py), and every attribute
+ * of a kernel or function asked at once (answers_cache.c): CUDA results. */
+int cuwire_py_make_handles(uint32_t kind, uint32_t flags, int32_t priority, uint32_t count, uint64_t *out,
+                           uint32_t *made);
+int cuwire_py_function_attributes(uint64_t kernel, uint64_t function, int32_t device, int32_t *statuses,
+                                  int32_t *values, int count);
+int cuwire_note_stream_flags(CUstream *stream, unsigned int flags);
+void cuwire_forget_pools(uint64_t context);
+unsigned long long cuwire_answers_generation(void); /* moves when kept answers are forgotten */
+
 /* For the Python side (declared again in client/build.py's cdef). */
 uint64_t cuwire_current_context(void);
 /* The capture mode the session thread needs for the calling thread's calls; -1: none needed (driver_local.c) */

@@ -54,13 +54,13 @@ MAX_THREADS_PER_BLOCK, MAX_BLOCK_DIM, MAX_GRID_DIM = 1, (2, 3, 4), (5, 6, 7)
 (LOAD_MODULE, GET_KERNEL, GET_GLOBAL, LAUNCH_KERNEL, ERROR_STRING, MODULE_FUNCTIONS, MAX_ACTIVE_CLUSTERS,
  EXPORT_TABLE_SIZE, LINK, COPY_3D, KERNEL_NODE, HOST_NODE, GRAPH_NODES, REGISTER_HOST, UNREGISTER_HOST,
  MANAGED_ALLOC, GRAPH_NODE, CAPTURE_INFO, ALLOC_NODE_PARAMS, KERNEL_NODE_PARAMS, BATCH_NODE,
- GRAPH_DOT, ENUMERATE) = (
+ GRAPH_DOT, ENUMERATE, MAKE_HANDLES, FUNCTION_ATTRIBUTES) = (
     wire.OP_IDS[n] for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString",
                              "ModuleFunctions", "MaxActiveClusters", "ExportTableSize", "Link", "Copy3D",
                              "KernelNode", "HostNode", "GraphNodes", "RegisterHost", "UnregisterHost",
                              "ManagedAlloc", "GraphNode", "CaptureInfo", "AllocNodeParams",
                              "KernelNodeParams", "BatchMemOpNode", "GraphDot",
-                             "Enumerate"))
+                             "Enumerate", "MakeHandles", "FunctionAttributes"))
 
 
 class Fail(Exception):
@@ -384,6 +384,7 @@ class Client:
             self.session.transport.close()
             self.session = None
             lib.cuwire_forget_kernels()
+            lib.cuwire_forget_pools(0)
 
     def wire_broken(self, why: str) -> None:
         """client/wire.c lost the connection in a call of its own."""
@@ -487,10 +488,11 @@ class Client:
 
     # ---------------------------------------------------------------- kernels and modules
 
-    def load_image(self, blob: bytes, logs: list[str] | None = None) -> int:
+    def load_image(self, blob: bytes, logs: list[str] | None = None, as_module: bool = False) -> int:
         """Load a fatbin, cubin or PTX image on the server (once per content: the hash goes first, the
-        bytes only if the server lacks them); return its CUlibrary. Of a fatbin, only the entry the
-        server's GPU would choose travels. `logs` receives the JIT's error and info logs."""
+        bytes only if the server lacks them); return its CUlibrary, or with as_module the library's
+        CUmodule. Of a fatbin, only the entry the server's GPU would choose travels. `logs` receives the
+        JIT's error and info logs."""
         session = self.connect()
         image = blob
         if fatbin.image_kind(blob) == "fatbin":
@@ -500,11 +502,11 @@ class Client:
                 raise Fail(NO_BINARY_FOR_GPU, "no code in the program for the server's GPU")
             image = fatbin.single_entry_fatbin(entry)
         digest = hashlib.sha256(image).digest()
-        res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest), pb.LoadModule_Result)
+        res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest, as_module=as_module), pb.LoadModule_Result)
         if res.need_image:
             body, codec = self.encode(image)
-            res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest, image=body, image_codec=codec),
-                            pb.LoadModule_Result)
+            res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest, image=body, image_codec=codec,
+                                                            as_module=as_module), pb.LoadModule_Result)
             self.stats.modules_uploaded += 1
         else:
             self.stats.modules_cached += 1
@@ -515,7 +517,10 @@ class Client:
         for k in res.kernels:  # what cuLibraryGetKernel would ask: answered already
             self.lookups[lookup_key(pb.GetKernel_Args(module=res.module, name=k.name))] = \
                 Kernel(k.kernel, tuple(k.param_offsets), tuple(k.param_sizes))
-        return res.module
+        for f in res.functions:  # and cuModuleGetFunction, of a module
+            self.lookups[lookup_key(pb.GetKernel_Args(module=res.library_module, name=f.name, from_module=True))] = \
+                Kernel(f.kernel, tuple(f.param_offsets), tuple(f.param_sizes))
+        return res.library_module if as_module else res.module
 
     def lookup_kernel(self, key: int, args: pb.GetKernel_Args) -> Kernel:
         """Look a kernel or function up on the server and give the C launch path its layout, so that
@@ -630,6 +635,7 @@ class Client:
         self.broken = ("this process was forked from a cuwire client; a forked child cannot open its own "
                        "session yet, so its CUDA calls fail (CUDA_ERROR_DEVICE_UNAVAILABLE)")
         lib.cuwire_forget_allocations()
+        lib.cuwire_forget_pools(0)
         data, count = ffi.new("char **"), ffi.new("uint64_t *")
         if lib.cuwire_queue_take(data, count):
             lib.cuwire_free(data[0])

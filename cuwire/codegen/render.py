@@ -41,7 +41,7 @@ INTERNAL_OPS = ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorSt
                 "CopyShared", "RegisterHost",
                 "UnregisterHost", "HostFunc", "ManagedAlloc", "GraphNode", "CaptureInfo", "AllocNodeParams",
                 "KernelNodeParams", "BatchMemOpNode", "GraphDot",
-                "Enumerate")
+                "Enumerate", "MakeHandles", "FunctionAttributes")
 
 
 def py_name(name: str) -> str:

@@ -467,7 +467,7 @@ def cuDeviceGraphMemTrim(device):
 
 @ffi.def_extern(name="cuwire_py_cuDevicePrimaryCtxReset_v2", onerror=rt.on_error)
 def cuDevicePrimaryCtxReset_v2(dev):
-    """cuDevicePrimaryCtxReset_v2 (cuda.h)"""
+    """cuDevicePrimaryCtxReset_v2 (cuda.h): the server makes the primary context again at once, current on the session's thread (refused with --isolation thread, where sessions share it)"""
     args = pb.cuDevicePrimaryCtxReset_v2_Args()
     args.dev = dev
     res = rt.call(2324783077, args, pb.cuDevicePrimaryCtxReset_v2_Result)
@@ -507,7 +507,7 @@ def cuDeviceSetMemPool(dev, pool):
 
 @ffi.def_extern(name="cuwire_py_cuEventCreate", onerror=rt.on_error)
 def cuEventCreate(phEvent, Flags):
-    """cuEventCreate (cuda.h)"""
+    """cuEventCreate (cuda.h): made ahead in batches (client/handle_pools.c)"""
     args = pb.cuEventCreate_Args()
     args.Flags = Flags
     res = rt.call(2934341808, args, pb.cuEventCreate_Result)
@@ -2065,7 +2065,7 @@ def cuStreamCopyAttributes(dst, src):
 
 @ffi.def_extern(name="cuwire_py_cuStreamCreate", onerror=rt.on_error)
 def cuStreamCreate(phStream, Flags):
-    """cuStreamCreate (cuda.h): a non-blocking stream ends what the null stream's synchronous copies tell the client (client/completion.c)"""
+    """cuStreamCreate (cuda.h): made ahead in batches (client/handle_pools.c); a non-blocking stream ends what the null stream's synchronous copies tell the client (client/completion.c)"""
     args = pb.cuStreamCreate_Args()
     args.Flags = Flags
     res = rt.call(2819812623, args, pb.cuStreamCreate_Result)
@@ -2076,7 +2076,7 @@ def cuStreamCreate(phStream, Flags):
 
 @ffi.def_extern(name="cuwire_py_cuStreamCreateWithPriority", onerror=rt.on_error)
 def cuStreamCreateWithPriority(phStream, flags, priority):
-    """cuStreamCreateWithPriority (cuda.h)"""
+    """cuStreamCreateWithPriority (cuda.h): made ahead in batches (client/handle_pools.c)"""
     args = pb.cuStreamCreateWithPriority_Args()
     args.flags = flags
     args.priority = priority
@@ -2493,7 +2493,7 @@ def nvmlDeviceGetComputeMode(device, mode):
 
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetCount_v2", onerror=rt.on_nvml_error)
 def nvmlDeviceGetCount_v2(deviceCount):
-    """nvmlDeviceGetCount_v2 (nvml.h)"""
+    """nvmlDeviceGetCount_v2 (nvml.h): kept once answered, while NVML is initialized (client/nvml_answers.c)"""
     args = pb.nvmlDeviceGetCount_v2_Args()
     res = rt.call(2245603800, args, pb.nvmlDeviceGetCount_v2_Result)
     if res.status == 0:
@@ -3167,7 +3167,7 @@ def nvmlInitWithFlags(flags):
 
 @ffi.def_extern(name="cuwire_py_nvmlInit_v2", onerror=rt.on_nvml_error)
 def nvmlInit_v2():
-    """nvmlInit_v2 (nvml.h)"""
+    """nvmlInit_v2 (nvml.h): only the first of those open at once reaches the server (client/nvml_answers.c)"""
     args = pb.nvmlInit_v2_Args()
     res = rt.call(4250578944, args, pb.nvmlInit_v2_Result)
     return res.status
@@ -3175,7 +3175,7 @@ def nvmlInit_v2():
 
 @ffi.def_extern(name="cuwire_py_nvmlShutdown", onerror=rt.on_nvml_error)
 def nvmlShutdown():
-    """nvmlShutdown (nvml.h)"""
+    """nvmlShutdown (nvml.h): only the last of those open reaches the server (client/nvml_answers.c)"""
     args = pb.nvmlShutdown_Args()
     res = rt.call(999915332, args, pb.nvmlShutdown_Result)
     return res.status

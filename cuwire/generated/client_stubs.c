@@ -3953,21 +3953,15 @@ CUWIRE_EXPORT __typeof__(cuDevicePrimaryCtxRelease_v2) cuDevicePrimaryCtxRelease
 
 /* cuDevicePrimaryCtxReset_v2 (cuda.h): remoted, sync; also cuDevicePrimaryCtxReset */
 int cuwire_py_cuDevicePrimaryCtxReset_v2(int64_t);
+void cuwire_forget_pools_reset(CUdevice dev);
 static inline CUresult cuwire_impl_cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
-        struct __attribute__((packed)) {
-            int32_t dev;
-        } rec = {
-            dev,
-        };
-        int status = cuwire_call(2324783077u, &rec, sizeof rec, NULL, 0);
-        if (status >= 0)
-            return (CUresult)status;
-    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuDevicePrimaryCtxReset_v2((int64_t)dev));
+    int status = cuwire_py_cuDevicePrimaryCtxReset_v2((int64_t)dev);
+    if (status == 0)
+        cuwire_forget_pools_reset(dev);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
@@ -4368,8 +4362,14 @@ CUWIRE_EXPORT CUresult cuEGLStreamProducerReturnFrame(void)
 
 /* cuEventCreate (cuda.h): remoted, sync */
 int cuwire_py_cuEventCreate(void *, uint64_t);
+int cuwire_pooled_event(CUevent *phEvent, unsigned int Flags);
 static inline CUresult cuwire_impl_cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
+    int fast = cuwire_pooled_event(phEvent, Flags);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[108], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuEventCreate((void *)phEvent, (uint64_t)Flags));
@@ -12604,10 +12604,10 @@ CUWIRE_EXPORT __typeof__(cuStreamCopyAttributes) cuStreamCopyAttributes_ptsz __a
 
 /* cuStreamCreate (cuda.h): remoted, sync */
 int cuwire_py_cuStreamCreate(void *, uint64_t);
-int cuwire_note_stream_flags(CUstream *phStream, unsigned int Flags);
+int cuwire_pooled_stream(CUstream *phStream, unsigned int Flags);
 static inline CUresult cuwire_impl_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
-    int fast = cuwire_note_stream_flags(phStream, Flags);
+    int fast = cuwire_pooled_stream(phStream, Flags);
     if (fast >= 0) {
         __atomic_add_fetch(&cuwire_fast_hits[494], 1, __ATOMIC_RELAXED);
         return (CUresult)fast;
@@ -12630,10 +12630,10 @@ CUWIRE_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 
 /* cuStreamCreateWithPriority (cuda.h): remoted, sync */
 int cuwire_py_cuStreamCreateWithPriority(void *, uint64_t, int64_t);
-int cuwire_note_stream_flags_priority(CUstream *phStream, unsigned int flags, int priority);
+int cuwire_pooled_stream_priority(CUstream *phStream, unsigned int flags, int priority);
 static inline CUresult cuwire_impl_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
-    int fast = cuwire_note_stream_flags_priority(phStream, flags, priority);
+    int fast = cuwire_pooled_stream_priority(phStream, flags, priority);
     if (fast >= 0) {
         __atomic_add_fetch(&cuwire_fast_hits[495], 1, __ATOMIC_RELAXED);
         return (CUresult)fast;
@@ -15316,11 +15316,21 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCoolerInfo(nvmlDevice_t device, nvmlCool
 
 /* nvmlDeviceGetCount_v2 (nvml.h): remoted, sync; also nvmlDeviceGetCount */
 int cuwire_py_nvmlDeviceGetCount_v2(void *);
+int cuwire_nvml_known_count(unsigned int *deviceCount);
+void cuwire_nvml_keep_count(unsigned int *deviceCount);
 static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
+    int fast = cuwire_nvml_known_count(deviceCount);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[631], 1, __ATOMIC_RELAXED);
+        return (nvmlReturn_t)fast;
+    }
     if (!CUWIRE_READY())
         return (nvmlReturn_t)999;
-    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetCount_v2((void *)deviceCount));
+    int status = cuwire_py_nvmlDeviceGetCount_v2((void *)deviceCount);
+    if (status == 0)
+        cuwire_nvml_keep_count(deviceCount);
+    return (nvmlReturn_t)status;
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -20417,11 +20427,15 @@ CUWIRE_EXPORT nvmlReturn_t nvmlGpuInstanceSetVgpuSchedulerState(nvmlGpuInstance_
 
 /* nvmlInitWithFlags (nvml.h): remoted, sync */
 int cuwire_py_nvmlInitWithFlags(uint64_t);
+void cuwire_nvml_opened_with_flags(unsigned int flags);
 static inline nvmlReturn_t cuwire_impl_nvmlInitWithFlags(unsigned int flags)
 {
     if (!CUWIRE_READY())
         return (nvmlReturn_t)999;
-    return (nvmlReturn_t)(cuwire_py_nvmlInitWithFlags((uint64_t)flags));
+    int status = cuwire_py_nvmlInitWithFlags((uint64_t)flags);
+    if (status == 0)
+        cuwire_nvml_opened_with_flags(flags);
+    return (nvmlReturn_t)status;
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 {
@@ -20437,11 +20451,21 @@ CUWIRE_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 
 /* nvmlInit_v2 (nvml.h): remoted, sync; also nvmlInit */
 int cuwire_py_nvmlInit_v2(void);
+int cuwire_nvml_init_again(void);
+void cuwire_nvml_opened(void);
 static inline nvmlReturn_t cuwire_impl_nvmlInit_v2(void)
 {
+    int fast = cuwire_nvml_init_again();
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[909], 1, __ATOMIC_RELAXED);
+        return (nvmlReturn_t)fast;
+    }
     if (!CUWIRE_READY())
         return (nvmlReturn_t)999;
-    return (nvmlReturn_t)(cuwire_py_nvmlInit_v2());
+    int status = cuwire_py_nvmlInit_v2();
+    if (status == 0)
+        cuwire_nvml_opened();
+    return (nvmlReturn_t)status;
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlInit_v2(void)
 {
@@ -20494,11 +20518,21 @@ CUWIRE_EXPORT nvmlReturn_t nvmlSetVgpuVersion(nvmlVgpuVersion_t *vgpuVersion)
 
 /* nvmlShutdown (nvml.h): remoted, sync */
 int cuwire_py_nvmlShutdown(void);
+int cuwire_nvml_shutdown_early(void);
+void cuwire_nvml_closed(void);
 static inline nvmlReturn_t cuwire_impl_nvmlShutdown(void)
 {
+    int fast = cuwire_nvml_shutdown_early();
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[912], 1, __ATOMIC_RELAXED);
+        return (nvmlReturn_t)fast;
+    }
     if (!CUWIRE_READY())
         return (nvmlReturn_t)999;
-    return (nvmlReturn_t)(cuwire_py_nvmlShutdown());
+    int status = cuwire_py_nvmlShutdown();
+    if (status == 0)
+        cuwire_nvml_closed();
+    return (nvmlReturn_t)status;
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlShutdown(void)
 {

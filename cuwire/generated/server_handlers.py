@@ -9,7 +9,7 @@ import struct
 
 from cuwire.generated import cuwire_pb2 as pb
 
-API_DIGEST = "e0903465505011ec"
+API_DIGEST = "0960e83b767a4694"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -42,6 +42,8 @@ OP_IDS = {
     "BatchMemOpNode": 134213474,
     "GraphDot": 491433564,
     "Enumerate": 2205140631,
+    "MakeHandles": 3603414682,
+    "FunctionAttributes": 2946876176,
 }
 
 
@@ -402,13 +404,6 @@ def cuDeviceGraphMemTrim(s, a: pb.cuDeviceGraphMemTrim_Args) -> pb.cuDeviceGraph
     """cuDeviceGraphMemTrim (cuda.h)"""
     r = pb.cuDeviceGraphMemTrim_Result()
     r.status = s.lib.cuDeviceGraphMemTrim(a.device)
-    return r
-
-
-def cuDevicePrimaryCtxReset_v2(s, a: pb.cuDevicePrimaryCtxReset_v2_Args) -> pb.cuDevicePrimaryCtxReset_v2_Result:
-    """cuDevicePrimaryCtxReset_v2 (cuda.h)"""
-    r = pb.cuDevicePrimaryCtxReset_v2_Result()
-    r.status = s.lib.cuDevicePrimaryCtxReset_v2(a.dev)
     return r
 
 
@@ -2187,7 +2182,7 @@ HANDLERS = {
     1934438172: ("cuDeviceGetProperties", pb.cuDeviceGetProperties_Args, cuDeviceGetProperties),
     1710662973: ("cuDeviceGetTexture1DLinearMaxWidth", pb.cuDeviceGetTexture1DLinearMaxWidth_Args, cuDeviceGetTexture1DLinearMaxWidth),
     64302920: ("cuDeviceGraphMemTrim", pb.cuDeviceGraphMemTrim_Args, cuDeviceGraphMemTrim),
-    2324783077: ("cuDevicePrimaryCtxReset_v2", pb.cuDevicePrimaryCtxReset_v2_Args, cuDevicePrimaryCtxReset_v2),
+    2324783077: ("cuDevicePrimaryCtxReset_v2", pb.cuDevicePrimaryCtxReset_v2_Args, None),  # server/contexts.py
     4201524549: ("cuDevicePrimaryCtxSetFlags_v2", pb.cuDevicePrimaryCtxSetFlags_v2_Args, cuDevicePrimaryCtxSetFlags_v2),
     2335304070: ("cuDeviceSetGraphMemAttribute", pb.cuDeviceSetGraphMemAttribute_Args, cuDeviceSetGraphMemAttribute),
     3394474896: ("cuDeviceSetMemPool", pb.cuDeviceSetMemPool_Args, cuDeviceSetMemPool),
@@ -2437,7 +2432,6 @@ RECORDS = {
     357846365: ("cuCtxSynchronize_v2", struct.Struct("<Q")),
     3538322810: ("cuCtxWaitEvent", struct.Struct("<QQ")),
     64302920: ("cuDeviceGraphMemTrim", struct.Struct("<i")),
-    2324783077: ("cuDevicePrimaryCtxReset_v2", struct.Struct("<i")),
     3394474896: ("cuDeviceSetMemPool", struct.Struct("<iQ")),
     2687060959: ("cuEventQuery", struct.Struct("<Q")),
     3120889818: ("cuEventRecord", struct.Struct("<QQ")),

@@ -152,16 +152,6 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         *err = s->fn.cuDeviceGraphMemTrim(r.device);
         return 1;
     }
-    case 2324783077u: { /* cuDevicePrimaryCtxReset_v2 (cuda.h) */
-        struct __attribute__((packed)) {
-            int32_t dev;
-        } r;
-        if (size != sizeof r)
-            return cw_refuse(s, "queued cuDevicePrimaryCtxReset_v2: record of %u bytes, expected %zu", size, sizeof r);
-        memcpy(&r, p, sizeof r);
-        *err = s->fn.cuDevicePrimaryCtxReset_v2(r.dev);
-        return 1;
-    }
     case 3394474896u: { /* cuDeviceSetMemPool (cuda.h) */
         struct __attribute__((packed)) {
             int32_t dev;

@@ -16,7 +16,6 @@
     X(cuCtxSynchronize_v2) \
     X(cuCtxWaitEvent) \
     X(cuDeviceGraphMemTrim) \
-    X(cuDevicePrimaryCtxReset_v2) \
     X(cuDeviceSetMemPool) \
     X(cuEventQuery) \
     X(cuEventRecord) \

@@ -77,7 +77,31 @@ def load_module(s, a: pb.LoadModule_Args) -> pb.LoadModule_Result:
     s.owns_handle(LIBRARY, handle)
     r.module = handle
     _describe_library(s, handle, r.kernels)
+    if a.as_module:
+        _library_module(s, handle, r)
     return r
+
+
+DESCRIBED_FUNCTIONS = 16  # a module of more has its functions looked up by name (describing loads each)
+
+
+def _library_module(s, library: int, r: pb.LoadModule_Result) -> None:
+    """A module load (cuModuleLoadData...): the library's module, as cuLibraryGetModule gives it, and the
+    module's functions with their layouts, as cuModuleGetFunction would look them up (cuDNN loads modules
+    of one kernel at a time: each costs one round trip, not three)."""
+    lib, ffi = s.lib, s.ffi
+    module, count = ffi.new("CUmodule *"), ffi.new("unsigned int *")
+    s.room_for(MODULE)
+    r.status = lib.cuLibraryGetModule(module, ffi.cast("CUlibrary", library))
+    if r.status != 0:
+        return
+    r.library_module = int(ffi.cast("uintptr_t", module[0]))
+    s.owns_handle(MODULE, r.library_module)
+    if lib.cuModuleGetFunctionCount(count, module[0]) != 0 or not 0 < count[0] <= DESCRIBED_FUNCTIONS:
+        return
+    functions = ffi.new("CUfunction[]", count[0])
+    if lib.cuModuleEnumerateFunctions(functions, count[0], module[0]) == 0:
+        _describe_all(s, list(functions), "function", r.functions)
 
 
 DESCRIBED_KERNELS = 256  # a library with more (PyTorch's have thousands) has its kernels looked up by name
@@ -293,20 +317,82 @@ def module_functions(s, a: pb.ModuleFunctions_Args) -> pb.ModuleFunctions_Result
     return r
 
 
+SWEEP_MOST = 32  # cluster widths a MaxActiveClusters sweep may ask (the largest cluster is 16 blocks today)
+CLUSTER_DIMENSION = 4  # CUlaunchAttributeID
+
+
 def max_active_clusters(s, a: pb.MaxActiveClusters_Args) -> pb.MaxActiveClusters_Result:
     ffi = s.ffi
     config = s.struct_in("CUlaunchConfig", a.config)
     n = config.numAttrs
     if len(a.attributes) != n * ffi.sizeof("CUlaunchAttribute"):
         raise WireError(f"cuOccupancyMaxActiveClusters: {len(a.attributes)} bytes for {n} launch attributes")
+    if a.sweep > SWEEP_MOST:
+        raise WireError(f"cuwire.MaxActiveClusters: a sweep of {a.sweep} cluster widths (at most {SWEEP_MOST})")
     attrs = ffi.new("CUlaunchAttribute[]", max(n, 1))
     ffi.memmove(attrs, a.attributes, len(a.attributes))
     config.attrs = attrs if n else ffi.NULL
     config.hStream = s.handle("CUstream_st", "CUstream", int(ffi.cast("uintptr_t", config.hStream)))
+    function = s.handle("CUfunc_st", "CUfunction", a.function)
     out = ffi.new("int *")
     ask = s.lib.cuOccupancyMaxPotentialClusterSize if a.potential_size else s.lib.cuOccupancyMaxActiveClusters
-    status = ask(out, s.handle("CUfunc_st", "CUfunction", a.function), config)
-    return pb.MaxActiveClusters_Result(status=status, clusters=out[0])
+    r = pb.MaxActiveClusters_Result(status=ask(out, function, config), clusters=out[0])
+    cluster = next((attrs[i].value.clusterDim for i in range(n) if attrs[i].id == CLUSTER_DIMENSION), None)
+    if a.sweep and cluster is not None and cluster.x and config.gridDimX % cluster.x == 0:
+        per_cluster = config.gridDimX // cluster.x
+        for width in range(1, a.sweep + 1):
+            cluster.x, config.gridDimX = width, per_cluster * width
+            status = ask(out, function, config)
+            r.sweep_status.append(status)
+            r.sweep_clusters.append(out[0] if status == 0 else 0)
+    return r
+
+
+MAKE_AT_ONCE = 64  # handles a MakeHandles asks for at most (the client asks 4, then twice as many each time)
+STREAMS, EVENTS = 0, 1  # MakeHandles_Args.kind
+
+
+def make_handles(s, a: pb.MakeHandles_Args) -> pb.MakeHandles_Result:
+    """cuwire.MakeHandles: streams or events made ahead of the program's asking (client/handle_pools.c), each
+    as its own cuStreamCreateWithPriority or cuEventCreate would make it, within the session's handle limit."""
+    if not 0 < a.count <= MAKE_AT_ONCE or a.kind not in (STREAMS, EVENTS):
+        raise WireError(f"cuwire.MakeHandles: {a.count} handles of kind {a.kind} (at most {MAKE_AT_ONCE}, of "
+                        "kind 0 or 1)")
+    kind, ctype = ("CUstream_st", "CUstream *") if a.kind == STREAMS else ("CUevent_st", "CUevent *")
+    out, r = s.ffi.new(ctype), pb.MakeHandles_Result()
+    for _ in range(a.count):
+        try:
+            s.room_for(kind)
+        except CudaFail as e:
+            if not r.handles:
+                raise
+            log.debug("session %s: made %d of %d handles: %s", s.name, len(r.handles), a.count, e)
+            break
+        status = (s.lib.cuStreamCreateWithPriority(out, a.flags, a.priority) if a.kind == STREAMS
+                  else s.lib.cuEventCreate(out, a.flags))
+        if status != 0:
+            if not r.handles:
+                r.status = status
+            break
+        r.handles.append(int(s.ffi.cast("uintptr_t", out[0])))
+        s.owns_handle(kind, r.handles[-1])
+    return r
+
+
+def function_attributes(s, a: pb.FunctionAttributes_Args) -> pb.FunctionAttributes_Result:
+    """cuwire.FunctionAttributes: every attribute of a kernel on a device, or of a function, at once."""
+    out, r = s.ffi.new("int *"), pb.FunctionAttributes_Result()
+    if a.kernel:
+        kernel = s.handle("CUkern_st", "CUkernel", a.kernel)
+        ask = lambda attribute: s.lib.cuKernelGetAttribute(out, attribute, kernel, a.device)  # noqa: E731
+    else:
+        function = s.handle("CUfunc_st", "CUfunction", a.function)
+        ask = lambda attribute: s.lib.cuFuncGetAttribute(out, attribute, function)  # noqa: E731
+    for attribute in range(s.ffi.typeof("CUfunction_attribute").relements["CU_FUNC_ATTRIBUTE_MAX"]):
+        status = ask(attribute)
+        r.statuses.append(status)
+        r.values.append(out[0] if status == 0 else 0)
+    return r
 
 
 JIT_INPUT_TYPES = range(0, 5)  # CUjitInputType: cubin, PTX, fatbinary, object, library
@@ -486,6 +572,8 @@ OPS = {
     op_id("RegisterHost"): ("cuwire.RegisterHost", pb.RegisterHost_Args, register_host),
     op_id("UnregisterHost"): ("cuwire.UnregisterHost", pb.UnregisterHost_Args, unregister_host),
     op_id("ManagedAlloc"): ("cuwire.ManagedAlloc", pb.ManagedAlloc_Args, managed_alloc),
+    op_id("MakeHandles"): ("cuwire.MakeHandles", pb.MakeHandles_Args, make_handles),
+    op_id("FunctionAttributes"): ("cuwire.FunctionAttributes", pb.FunctionAttributes_Args, function_attributes),
 }
 
 # cuwire's own queued records, run by the session's C loop (records.c) with the generated ones

@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError
 from cuwire import address_space, compression
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
-from cuwire.server import attributes, bulk, custom, graphs, ipc, memops, records, tensor_maps, textures, vmm
+from cuwire.server import attributes, bulk, contexts, custom, graphs, ipc, memops, records, tensor_maps, textures, vmm
 from cuwire.server._records import lib as records_lib
 from cuwire.server.errors import (
     INVALID_HANDLE,
@@ -54,7 +54,7 @@ def _handlers() -> dict:
     """The generated handlers, with the hand-written ones (`server = ...` in the annotations) filled in."""
     table = {}
     for fn, (name, args, handler) in generated.HANDLERS.items():
-        halves = (vmm, textures, graphs, attributes, tensor_maps, ipc, memops)
+        halves = (vmm, textures, graphs, attributes, tensor_maps, ipc, memops, contexts)
         handler = handler or next((m.HANDLERS[name] for m in halves if name in m.HANDLERS), None)
         if handler is None:
             raise ImportError(f"{name} is annotated with a hand-written server half that no module defines")

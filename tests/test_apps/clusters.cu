@@ -53,6 +53,30 @@ int main() {
     int clusters = 0;
     CHECK(cudaOccupancyMaxActiveClusters(&clusters, (void *)clusterNeighbour, &config));
     printf("clusters of 2 that can be active at once: %s\n", clusters > 0 ? "some" : "none");
+    // as cuBLASLt and cuDNN ask: every cluster width in turn, the grid following it; then again, backwards
+    int sweep[2][4];
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < 4; i++) {
+            int width = pass ? 4 - i : i + 1;
+            cudaLaunchConfig_t one = config;
+            cudaLaunchAttribute wide = attr;
+            one.gridDim = dim3(width);
+            wide.val.clusterDim.x = width;
+            one.attrs = &wide;
+            CHECK(cudaOccupancyMaxActiveClusters(&sweep[pass][width - 1], (void *)clusterNeighbour, &one));
+        }
+    int same = 1, some = 1;
+    for (int i = 0; i < 4; i++) {
+        same &= sweep[0][i] == sweep[1][i];
+        some &= sweep[0][i] > 0;
+    }
+    printf("clusters of widths 1 to 4, asked twice: some of each: %s, the same both times: %s\n", some ? "yes" : "no",
+           same ? "yes" : "no");
+    // a set of the kernel's attributes may change the answers: asked again (through cuwire: of the server)
+    CHECK(cudaFuncSetAttribute((void *)clusterNeighbour, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    int again = 0;
+    CHECK(cudaOccupancyMaxActiveClusters(&again, (void *)clusterNeighbour, &config));
+    printf("clusters of 2 after an attribute set: the same: %s\n", again == clusters ? "yes" : "no");
     int largest = 0;
     config.numAttrs = 0;  // (the largest cluster size the kernel can have, whatever the launch asks)
     CHECK(cudaOccupancyMaxPotentialClusterSize(&largest, (void *)clusterNeighbour, &config));
