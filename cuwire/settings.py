@@ -88,6 +88,8 @@ class Settings:
     devices: str = field(default_factory=lambda: _env("devices", ""))  # e.g. "0,1"; empty: all
     cache_dir: Path = field(
         default_factory=lambda: Path(_env("cache_dir", str(Path.home() / ".cache" / "cuwire" / "modules"))))
+    # server: the most bytes of modules the cache folder holds; past it the least recently used go; 0: no limit
+    module_cache_size: int = field(default_factory=lambda: _env("module_cache_size", str(8 << 30)))
     log_level: str = field(default_factory=lambda: _env("log_level", "info"))
     # text: "cuwire server: message" lines; json: one JSON object a line (time, level, pid, session,
     # message) for a log collector
@@ -187,6 +189,7 @@ KINDS: dict[str, tuple[Callable[[str], object], str]] = {
     "log_level": (_one_of("debug", "info", "warning", "error"), "info"),
     "log_format": (_one_of("text", "json"), "text"),
     "max_buffer": (parse_size, str(8 << 30)),
+    "module_cache_size": (parse_size, str(8 << 30)),
     "session_memory": (parse_size, "0"),
     "host_memory": (parse_size, str(16 << 30)),
     "ring_slot": (parse_size, str(4 << 20)),

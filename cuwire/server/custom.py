@@ -50,14 +50,14 @@ def load_module(s, a: pb.LoadModule_Args) -> pb.LoadModule_Result:
                     cache.check(a.digest, image)
                 except ValueError as e:
                     raise WireError(str(e)) from e
-            elif cache.has(a.digest):
+            else:
                 image = cache.read(a.digest)
+                if image is None:
+                    r.need_image = True
+                    return r
                 r.cached = True
                 cache.hits += 1
                 log.info("module %s found in the cache: nothing uploaded", a.digest.hex()[:12])
-            else:
-                r.need_image = True
-                return r
             out = s.ffi.new("CUlibrary *")
             buf = s.ffi.new("char[]", image)
             options, values, logs = _jit_log_options(s.ffi)
@@ -72,6 +72,7 @@ def load_module(s, a: pb.LoadModule_Args) -> pb.LoadModule_Result:
         else:
             r.cached = True
             cache.hits += 1
+            cache.used(a.digest)
             log.info("module %s already loaded: nothing uploaded", a.digest.hex()[:12])
     s.modules.add(handle)
     s.owns_handle(LIBRARY, handle)

@@ -1,5 +1,8 @@
 """Modules by content hash: on disk so a second run (or a second client with the same binary) uploads
-nothing, and loaded once per server process."""
+nothing, and loaded once per server process. The folder holds at most `limit` bytes (CUWIRE_MODULE_CACHE_SIZE):
+past it, the modules used least recently go (a file's modification time is its last use), so a client that
+uploads image after image can cost others an upload again, never the server's disk. Session processes share
+the folder: a module another one removed is asked of the client again."""
 
 from __future__ import annotations
 
@@ -25,9 +28,10 @@ def recognized(image: bytes) -> bool:
 
 
 class ModuleCache:
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, limit: int = 0):
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.limit = limit  # bytes on disk at most; 0: no limit
         self.loaded: dict[bytes, int] = {}  # digest -> CUlibrary handle
         self.lock = threading.Lock()
         self.uploads = 0
@@ -36,25 +40,67 @@ class ModuleCache:
     def path(self, digest: bytes) -> Path:
         return self.directory / f"{digest.hex()}.fatbin"
 
-    def has(self, digest: bytes) -> bool:
-        return digest in self.loaded or self.path(digest).exists()
-
     @staticmethod
     def check(digest: bytes, image: bytes) -> None:
         if hashlib.sha256(image).digest() != digest:
             raise ValueError("module image does not match its digest")
 
     def store(self, digest: bytes, image: bytes) -> None:
-        """Keep an image the driver loaded (only such images reach the disk), if it is one the driver reads."""
+        """Keep an image the driver loaded (only such images reach the disk), if it is one the driver reads
+        and fits the limit; then make room, the least recently used first."""
         self.check(digest, image)
         if not recognized(image):
             log.info("module %s is no fatbin, cubin or PTX: not cached", digest.hex()[:12])
+            return
+        if self.limit and len(image) > self.limit:
+            log.info("module %s (%d bytes) is larger than the module cache (%d bytes, CUWIRE_MODULE_CACHE_SIZE): "
+                     "not cached", digest.hex()[:12], len(image), self.limit)
             return
         tmp = self.path(digest).with_suffix(f".tmp{os.getpid()}")
         tmp.write_bytes(image)
         tmp.replace(self.path(digest))
         self.uploads += 1
         log.info("module %s uploaded (%d bytes), cached in %s", digest.hex()[:12], len(image), self.directory)
+        self.make_room(keep=self.path(digest))
 
-    def read(self, digest: bytes) -> bytes:
-        return self.path(digest).read_bytes()
+    def read(self, digest: bytes) -> bytes | None:
+        """The image, noted as used now; None when the folder has it no more (or never had it)."""
+        path = self.path(digest)
+        try:
+            image = path.read_bytes()
+            os.utime(path)
+        except FileNotFoundError:
+            return None
+        return image
+
+    def used(self, digest: bytes) -> None:
+        """A module loaded already was asked for again: it is in use (the eviction goes by last use)."""
+        try:
+            os.utime(self.path(digest))
+        except FileNotFoundError:
+            pass
+
+    def make_room(self, keep: Path) -> None:
+        """Remove the least recently used modules until the folder holds at most `limit` bytes."""
+        if not self.limit:
+            return
+        files = []
+        for p in self.directory.glob("*.fatbin"):
+            try:
+                st = p.stat()
+            except FileNotFoundError:  # another session process removed it
+                continue
+            files.append((st.st_mtime, st.st_size, p))
+        total = sum(size for _, size, _ in files)
+        for _, size, p in sorted(files):
+            if total <= self.limit:
+                break
+            if p == keep:
+                continue
+            try:
+                p.unlink()
+                log.info("module %s removed from the cache (least recently used; CUWIRE_MODULE_CACHE_SIZE)",
+                         p.stem[:12])
+            except FileNotFoundError:
+                pass
+            total -= size

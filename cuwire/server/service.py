@@ -67,7 +67,7 @@ class CuWireServer:
         if settings.devices:
             os.environ["CUDA_VISIBLE_DEVICES"] = settings.devices
         self.ffi, self.lib, self.backend = open_backend(settings.backend)
-        self.modules = ModuleCache(settings.cache_dir)
+        self.modules = ModuleCache(settings.cache_dir, settings.module_cache_size)
         self.devices = self.query_devices()
         self.record_functions = function_table(self.ffi, self.lib)  # what sessions' record loops call
         self.session_ids = itertools.count(1)
