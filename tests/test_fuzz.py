@@ -1,7 +1,9 @@
 """Bytes from the wire, fuzzed with coverage guidance (atheris) for a bounded time from corpora kept in the
 repository: what the server does with a client's frames (tests/fuzz/fuzz_session.py, corpus
-tests/fuzz/corpus), and what the client does with a server's replies (tests/fuzz/fuzz_client.py, corpus
-tests/fuzz/client-corpus). No input may crash either. CUWIRE_FUZZ_SECONDS sets the time of each (default 30)."""
+tests/fuzz/corpus), what the client does with a server's replies (tests/fuzz/fuzz_client.py, corpus
+tests/fuzz/client-corpus), and what the listener does with a connection before its session starts, its
+HTTP requests and its hello (tests/fuzz/fuzz_preauth.py, corpus tests/fuzz/preauth-corpus). No input may
+crash any of them. CUWIRE_FUZZ_SECONDS sets the time of each (default 30)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ FUZZ = ROOT / "tests" / "fuzz"
 SECONDS = int(os.environ.get("CUWIRE_FUZZ_SECONDS", "30"))
 
 
-@pytest.mark.parametrize("target, corpus", [("fuzz_session.py", "corpus"), ("fuzz_client.py", "client-corpus")])
+@pytest.mark.parametrize("target, corpus", [("fuzz_session.py", "corpus"), ("fuzz_client.py", "client-corpus"),
+                                            ("fuzz_preauth.py", "preauth-corpus")])
 def test_fuzzed_bytes_never_crash(target, corpus, tmp_path):
     work = tmp_path / "corpus"
     shutil.copytree(FUZZ / corpus, work)  # the fuzzer adds to it: the repository's copy stays as it is
