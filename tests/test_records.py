@@ -273,3 +273,33 @@ def test_every_handle_kind_the_generated_records_check_is_known_to_the_loop():
     listed = re.search(r"#define CW_KINDS\(X\)(.*?)\nenum", (root / "server" / "records.c").read_text(), re.S)
     assert listed, "records.c no longer defines CW_KINDS"
     assert used <= set(re.findall(r"X\((\w+)\)", listed.group(1))), "add these to CW_KINDS in records.c"
+
+
+def test_a_large_frame_arrives_whole_and_an_announced_one_costs_what_came(driver):
+    """records.c reads a frame into a buffer that grows as its bytes arrive (64 KiB, then twice as much):
+    a frame of 20,000 queued calls (320 KiB) runs whole, through the buffer's growth; a header that
+    announces 60 MiB and sends 1 KiB before the connection closes is refused by name."""
+    import socket
+    import threading
+
+    from cuwire.transport import HEADER, MAGIC, MAGIC_QUEUED, MAGIC_RECORDS, TransportError
+
+    loop = RecordLoop(function_table(ffi, driver), RECORD_IDS)
+    loop.own("CUstream_st", 0x44)
+    sync = record("cuStreamSynchronize", 0x44)
+    many = sync * 20_000
+    here, there = socket.socketpair()
+    out: list = []
+    server = threading.Thread(target=lambda: out.append(loop.serve(there.fileno(), b"", 0)))
+    server.start()
+    other = HEADER.pack(MAGIC, 3, 0)
+    here.sendall(HEADER.pack(MAGIC_QUEUED, len(many), 0) + many + HEADER.pack(MAGIC_RECORDS, len(sync), 0) + sync
+                 + other)
+    server.join(30)
+    assert out and out[0].header == other and out[0].count == 20_001
+    assert sum(1 for c in driver.calls if c == ("cuStreamSynchronize", 0x44)) == 20_001
+    here.sendall(HEADER.pack(MAGIC_QUEUED, 60 << 20, 0) + bytes(1024))
+    here.close()
+    with pytest.raises(TransportError, match="closed in the middle of a frame"):
+        loop.serve(there.fileno(), b"", 0)
+    there.close()

@@ -1092,16 +1092,26 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
                       (unsigned long long)h.payload);
             goto out;
         }
-        if (h.size > message_cap) {
-            char *m = realloc(message, h.size);
-            if (!m) {
-                cw_refuse(s, "no memory for a records frame of %u bytes", h.size);
-                goto out;
+        /* the buffer grows as the frame's bytes arrive (at most twice what came, and 64 KiB): a header that
+         * announces a large frame and sends little costs little */
+        int broke = 0;
+        for (uint32_t got = 0; got < h.size && !broke;) {
+            if (got == message_cap) {
+                uint32_t cap = message_cap * 2 > h.size ? h.size : message_cap * 2;
+                cap = cap < (64u << 10) ? (h.size < (64u << 10) ? h.size : 64u << 10) : cap;
+                char *m = realloc(message, cap);
+                if (!m) {
+                    cw_refuse(s, "no memory for a records frame of %u bytes", h.size);
+                    goto out;
+                }
+                message = m;
+                message_cap = cap;
             }
-            message = m;
-            message_cap = h.size;
+            uint32_t piece = (h.size < message_cap ? h.size : message_cap) - got;
+            broke = take(fd, &pending, &pending_len, message + got, piece, s->spin_ns) != 0;
+            got += piece;
         }
-        if (take(fd, &pending, &pending_len, message, h.size, s->spin_ns) != 0) {
+        if (broke) {
             cw_refuse(s, "the connection closed in the middle of a frame");
             goto out;
         }
