@@ -360,6 +360,71 @@ def handshake(address: str, hello, timeout: float = 5.0):
     return reply
 
 
+def uuid_text(raw: bytes) -> str:
+    """A GPU's 16-byte UUID as NVIDIA writes it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx."""
+    h = raw.hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def live_figures(transport, welcome) -> list[str]:
+    """What the server's NVML says now, asked in the session `cuwire info` opened: the NVIDIA driver's
+    version, and per exposed GPU its memory used and its utilisation (the calls a program's NVML makes,
+    through the generated handlers)."""
+    import struct
+
+    from cuwire.generated import cuwire_pb2 as pb
+    from cuwire.generated import server_handlers
+
+    ids = {name: i for i, (name, _, _) in server_handlers.HANDLERS.items()}
+
+    def ask(name: str, **fields):
+        args = getattr(pb, f"{name}_Args")(**fields).SerializeToString()
+        reply = transport.exchange(pb.Batch(fn=ids[name], args=args))
+        if reply.error:
+            raise RuntimeError(reply.error)
+        return getattr(pb, f"{name}_Result").FromString(reply.result)
+
+    if ask("nvmlInit_v2").status != 0:
+        return ["live figures: the server's NVML does not answer"]
+    try:
+        version = ask("nvmlSystemGetDriverVersion", length=80)
+        text = version.version.split(b"\0")[0].decode(errors="replace")
+        lines = [f"NVIDIA driver: {text}" if version.status == 0 else
+                 f"NVIDIA driver: unknown (NVML error {version.status})"]
+        for i, d in enumerate(welcome.devices):
+            handle = ask("nvmlDeviceGetHandleByUUID", uuid=uuid_text(d.uuid))
+            if handle.status != 0:
+                lines.append(f"GPU {i}: NVML does not know it (error {handle.status})")
+                continue
+            memory = ask("nvmlDeviceGetMemoryInfo", device=handle.device)
+            busy = ask("nvmlDeviceGetUtilizationRates", device=handle.device)
+            used = (f"{struct.unpack_from('<QQQ', memory.memory)[2] >> 20} of "
+                    f"{struct.unpack_from('<QQQ', memory.memory)[0] >> 20} MiB used" if memory.status == 0
+                    else f"memory unknown (NVML error {memory.status})")
+            rates = (f"utilisation {struct.unpack_from('<II', busy.utilization)[0]}% (memory "
+                     f"{struct.unpack_from('<II', busy.utilization)[1]}%)" if busy.status == 0
+                     else f"utilisation unknown (NVML error {busy.status})")
+            lines.append(f"GPU {i}: {uuid_text(d.uuid)}: {used}, {rates}")
+        return lines
+    finally:
+        ask("nvmlShutdown")
+
+
+def open_sessions(address: str, timeout: float) -> str:
+    """The server's open sessions, from its /metrics (this one included), or why they are not known."""
+    host, port = host_port(address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            text = b""
+            while chunk := sock.recv(65536):
+                text += chunk
+    except OSError as e:
+        return f"unknown ({e.strerror or e})"
+    m = re.search(rb"^cuwire_sessions (\d+)$", text, re.M)
+    return f"{int(m[1])} (this one included)" if m else "unknown (no /metrics there)"
+
+
 def cuda_version_text(v: int) -> str:
     """CUDA's integer versions as people write them: 13000 -> 13.0, 12040 -> 12.4."""
     return f"{v // 1000}.{v % 1000 // 10}"
@@ -374,7 +439,7 @@ def describe_welcome(w, address: str) -> list[str]:
         lines.append(f"GPU {i}: {d.name} (compute capability {d.major}.{d.minor}, {d.total_memory >> 20} MiB)")
     if not w.devices:
         lines.append("no GPUs exposed")
-    lines.append(f"driver version: {cuda_version_text(w.driver_version)} (the program's CUDA runtime runs "
+    lines.append(f"CUDA driver API: {cuda_version_text(w.driver_version)} (the program's CUDA runtime runs "
                  "on the client, on cuwire's libcuda)")
     backend = "EMULATED (tests only)" if w.backend == "emulated" else w.backend
     lines.append(f"server: {address}, cuwire {w.server_version}, backend {backend}, CUDA API {w.cuda_version} "
@@ -390,15 +455,28 @@ def cmd_info(args: argparse.Namespace) -> int:
     if not reachable.ok:
         err(f"cuwire info: {reachable.what}\n  -> {reachable.fix}")
         return 1
+    from cuwire.tls import ClientTls
+    from cuwire.transport import open_session
+
     try:
-        reply = handshake(address, make_hello(token_value(args.token)), timeout=args.timeout)
+        transport, reply = open_session(address, make_hello(token_value(args.token)), connect_timeout=args.timeout,
+                                        tls=ClientTls.from_settings(Settings()))
     except TransportError as e:
         err(f"cuwire info: {e}\n  -> is `cuwire server` running there? `cuwire doctor --server {address}` says more")
         return 1
-    if reply.error:
-        err(f"cuwire info: {address}: {reply.error}")
-        return 1
-    print("\n".join(describe_welcome(reply.welcome, address)))
+    try:
+        if reply.error:
+            err(f"cuwire info: {address}: {reply.error}")
+            return 1
+        lines = describe_welcome(reply.welcome, address)
+        try:
+            lines += live_figures(transport, reply.welcome)
+        except (TransportError, RuntimeError) as e:
+            lines.append(f"live figures: not available ({e})")
+        lines.append(f"open sessions: {open_sessions(address, args.timeout)}")
+    finally:
+        transport.close()
+    print("\n".join(lines))
     return 0
 
 

@@ -283,8 +283,13 @@ def test_info_lists_the_emulated_device(server, tmp_path):
     r = cuwire("info", "--server", server.address, tmp=tmp_path)
     assert r.returncode == 0, r.stderr
     assert re.search(r"^GPU 0: cuwire emulated device \(compute capability 9\.0, \d+ MiB\)$", r.stdout, re.M)
-    assert "driver version: 13.0 (the program's CUDA runtime runs on the client" in r.stdout
+    assert "CUDA driver API: 13.0 (the program's CUDA runtime runs on the client" in r.stdout
     assert "EMULATED" in r.stdout
+    # live, from the server's NVML and /metrics (issue 37): the driver, UUID, memory used, utilisation, sessions
+    assert "NVIDIA driver: cuwire-emulated" in r.stdout
+    assert re.search(r"^GPU 0: GPU-63757769-7265-2d65-6d75-6c6174656400: \d+ of 8192 MiB used, utilisation \d+% "
+                     r"\(memory \d+%\)$", r.stdout, re.M), r.stdout
+    assert re.search(r"^open sessions: [1-9]\d* \(this one included\)$", r.stdout, re.M), r.stdout
 
 
 def test_info_reports_a_refused_token_and_an_unreachable_server(token_server, tmp_path):
