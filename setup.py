@@ -1,6 +1,24 @@
-"""The one compiled part of the package: the server's loop over queued calls (cuwire/server/records_build.py).
-Everything else is in pyproject.toml."""
+"""The compiled parts of the package: the server's loop over queued calls (cuwire/server/records_build.py),
+and the client library, built with the package and shipped in it (cuwire/client/lib/libcuwire.so), so that
+`pip install` then `cuwire run` needs no compiler where it runs. Everything else is in pyproject.toml."""
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
-setup(cffi_modules=["cuwire/server/records_build.py:ffibuilder"])
+
+class BuildWithClient(build_py):
+    """build_py, then the client library into the build's package (not for an editable install: a checkout
+    builds its own into build/client, `make client`)."""
+
+    def run(self) -> None:
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return
+        from pathlib import Path
+
+        from cuwire.client import build
+
+        build.build(Path(self.build_lib) / "cuwire" / "client" / "lib", names=False)
+
+
+setup(cffi_modules=["cuwire/server/records_build.py:ffibuilder"], cmdclass={"build_py": BuildWithClient})

@@ -51,14 +51,22 @@ def err(msg: str) -> None:
 
 
 def client_dir() -> Path:
-    """Where `cuwire run` keeps the client library: build/client in a checkout (what `make client` builds);
-    for an installed package, whose folder may be read-only, a per-user cache, one folder per environment
-    and content: the library runs the Python of the environment that built it, from its paths."""
+    """Where `cuwire run` finds the client library under the names programs load: build/client in a
+    checkout (what `make client` builds); for an installed package, whose folder may be read-only, a
+    per-user cache, one folder per environment and content: links to the library the package ships
+    (SHIPPED, built with the package), or one built here where the package has none."""
     from cuwire.client import build
 
     if build.CHECKOUT is not None:
         return build.CHECKOUT / "build" / "client"
     return Path.home() / ".cache" / "cuwire" / f"client-{cuwire.__version__}-{client_key()}"
+
+
+def shipped_library() -> Path | None:
+    """The library an installed package ships, when it has one (a checkout builds its own)."""
+    from cuwire.client import build
+
+    return build.SHIPPED if build.CHECKOUT is None and build.SHIPPED.exists() else None
 
 
 def client_key() -> str:
@@ -69,7 +77,8 @@ def client_key() -> str:
     from cuwire.client import build
 
     h = hashlib.sha256(f"{sys.executable}\0{sys.prefix}\0{sysconfig.get_paths()['purelib']}\0".encode())
-    for src in sorted(library_sources() + [Path(build.__file__)]):
+    shipped = shipped_library()
+    for src in [shipped] if shipped else sorted(library_sources() + [Path(build.__file__)]):
         h.update(src.name.encode() + b"\0" + src.read_bytes())
     return h.hexdigest()[:16]
 
@@ -88,6 +97,9 @@ def ensure_client_library(folder: Path | None = None) -> Path:
     `make client`), so that `cuwire run` works from a fresh clone."""
     folder = folder or client_dir()
     lib = folder / "libcuwire.so"
+    shipped = shipped_library()
+    if shipped is not None and folder == client_dir():
+        return link_shipped(shipped, folder)
     if lib.exists():
         built = lib.stat().st_mtime
         if all(src.stat().st_mtime <= built for src in library_sources()):
@@ -99,6 +111,49 @@ def ensure_client_library(folder: Path | None = None) -> Path:
 
     with stdout_to_stderr():  # the compiler's chatter must not mix with the program's output
         return build.build(folder)
+
+
+def link_shipped(shipped: Path, folder: Path) -> Path:
+    """The folder of links to the package's own library, under every name programs load it by (a wheel
+    holds no links): nothing to compile. Its libpython must be there to load: say so by name if not."""
+    from cuwire.client import build
+
+    python = libpython()
+    if python is not None and not python.exists():
+        raise ClientLibraryError(
+            f"this Python has no shared library ({python.name} is not in {python.parent}), which the client "
+            "library runs the embedded Python with; use a Python built with --enable-shared (python.org's, "
+            "conda's, uv's, or Debian's with its libpython3.X package)")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("libcuwire.so", *build.NAMES):
+        link = folder / name
+        if link.is_symlink() and link.resolve() == shipped.resolve():
+            continue
+        tmp = folder / f".{name}.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        os.symlink(shipped, tmp)
+        tmp.replace(link)
+    return folder / "libcuwire.so"
+
+
+def libpython() -> Path | None:
+    """This Python's shared library, which the client library needs (None: linked statically, unknown)."""
+    import sysconfig
+
+    name = sysconfig.get_config_var("INSTSONAME") or ""
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if ".so" not in name or not libdir:
+        return None
+    if (Path(libdir) / name).exists():
+        return Path(libdir) / name
+    multiarch = sysconfig.get_config_var("MULTIARCH")  # Debian's: /usr/lib/x86_64-linux-gnu
+    if multiarch and (Path(libdir) / multiarch / name).exists():
+        return Path(libdir) / multiarch / name
+    return Path(libdir) / name
+
+
+class ClientLibraryError(RuntimeError):
+    """The client library cannot be had here; the message says why and what to do."""
 
 
 @contextlib.contextmanager
@@ -190,7 +245,12 @@ def program_env(lib: Path, server: str, token: str | None, stats: bool,
     env = dict(os.environ if base is None else base)
     path = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
     runtime = nvidia_runtime_dir()
-    env["LD_LIBRARY_PATH"] = ":".join([str(lib.parent), *path, *([str(runtime)] if runtime else [])])
+    extra = [str(runtime)] if runtime else []
+    shipped, python = shipped_library(), libpython()
+    if shipped is not None and lib.resolve() == shipped.resolve() and python is not None and python.exists() \
+            and str(python.parent) not in path:  # the package's library names libpython, not where it is
+        extra.append(str(python.parent))
+    env["LD_LIBRARY_PATH"] = ":".join([str(lib.parent), *path, *extra])
     env["CUWIRE_SERVER"] = server
     if token is not None:
         env["CUWIRE_TOKEN"] = token
@@ -277,8 +337,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_CANNOT_EXECUTE if found else EXIT_NOT_FOUND
     try:
         lib = ensure_client_library()
+    except ClientLibraryError as e:
+        err(f"cuwire run: {e}")
+        return EXIT_CUWIRE
     except Exception as e:  # a compiler error, a missing Python header: say it, do not trace back
-        err(f"cuwire run: cannot build the client library: {e}\n  -> run `make client` and read its output")
+        err(f"cuwire run: cannot build the client library: {e}\n  -> with a checkout, run `make client` and read "
+            "its output; else install cuwire from a wheel, which ships the library built")
         return EXIT_CUWIRE
 
     if server:  # an address, token or TLS setting that cannot work fails here, before the program runs
@@ -499,6 +563,13 @@ def check_library(folder: Path | None = None) -> Check:
     loading it runs its constructors, which belong in a program, not here)."""
     folder = folder or client_dir()
     lib = folder / "libcuwire.so"
+    shipped = shipped_library()
+    if shipped is not None and folder == client_dir():
+        try:
+            link_shipped(shipped, folder)  # what `cuwire run` would do first
+        except ClientLibraryError as e:
+            return Check(False, f"the client library shipped in the package cannot run here: {e}",
+                         "use a Python with its shared library")
     if not lib.exists():
         return Check(False, f"client library not found at {lib}", "run `make client` (or any `cuwire run` builds it)")
     probe = "import ctypes, sys; ctypes.CDLL(sys.argv[1]).cuMemAlloc_v2"
@@ -513,7 +584,7 @@ def check_library(folder: Path | None = None) -> Check:
     if missing:
         return Check(False, f"client library {lib} found, but not under the names {', '.join(missing)}",
                      "rebuild it: `make client`")
-    stale = [p.name for p in library_sources() if p.stat().st_mtime > lib.stat().st_mtime]
+    stale = [] if shipped else [p.name for p in library_sources() if p.stat().st_mtime > lib.stat().st_mtime]
     if stale:
         return Check(False, f"client library {lib} is older than {', '.join(stale)}", "rebuild it: `make client`")
     return Check(True, f"client library {lib} loads and exports cuMemAlloc_v2")

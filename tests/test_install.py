@@ -1,6 +1,7 @@
-"""cuwire installed as a user installs it (`pip install .`, not editable): the package is whole (every
-sub-package and the files the client library is built from), and `cuwire run` works from anywhere,
-the checkout's own root included (whose cuwire/ folder Python finds first)."""
+"""cuwire installed as a user installs it (a wheel, not editable): the package is whole (every sub-package,
+the files the client library is built from, and the library itself, built with the package), and
+`cuwire run` works from anywhere, the checkout's own root included (whose cuwire/ folder Python finds
+first), with no compiler on PATH: nothing is compiled where it runs (issue 37)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,13 @@ from conftest import APPS, ROOT
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    target = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
-                    str(target), str(ROOT)], check=True, capture_output=True)
+    """The package's wheel, built once (the client library compiled into it), installed into a folder."""
+    wheels, target = tmp_path_factory.mktemp("wheels"), tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
+                    str(ROOT)], check=True, capture_output=True)
+    (wheel,) = wheels.glob("cuwire-*.whl")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True)
     return target
 
 
@@ -26,7 +31,7 @@ def test_the_installed_package_is_whole(installed):
         assert (package / sub / "__init__.py").exists(), sub
     for f in ("generated/client_stubs.c", "generated/client_procs.c", "generated/cuda_api.h", "generated/exports.map",
               "generated/api_manifest.json", "client/local.c", "client/export_tables.c", "client/runtime.h",
-              "codegen/annotations/libcuda.so.1.toml", "templates/client_stubs.c.j2"):
+              "codegen/annotations/libcuda.so.1.toml", "templates/client_stubs.c.j2", "client/lib/libcuwire.so"):
         assert (package / f).exists(), f
 
 
@@ -40,9 +45,15 @@ CONSOLE_SCRIPT = "import sys\nfrom cuwire.cli import main\nsys.exit(main())\n"
 @pytest.mark.parametrize("where", ["checkout", "elsewhere"])
 def test_run_from_an_install(installed, apps, where, tmp_path):
     """`cuwire run` with no server (it starts one, whose sessions are children of their own) from the root
-    of a checkout and from anywhere else."""
-    env = {**os.environ, "PYTHONPATH": str(installed), "HOME": str(tmp_path)}  # the library builds in HOME's cache
-    for name in ("CUWIRE_SERVER", "LD_PRELOAD"):
+    of a checkout and from anywhere else, with no compiler on PATH: the package's own library runs, found
+    through links in HOME's cache; it finds the installed package from where it is."""
+    import sysconfig
+
+    nothing = tmp_path / "no-compiler"  # PATH: no gcc, no cc
+    nothing.mkdir()
+    deps = sysconfig.get_paths()["purelib"]  # cffi, protobuf, zstandard, the CUDA runtime: not in the wheel
+    env = {**os.environ, "PYTHONPATH": f"{installed}:{deps}", "HOME": str(tmp_path), "PATH": str(nothing)}
+    for name in ("CUWIRE_SERVER", "LD_PRELOAD", "LD_LIBRARY_PATH"):
         env.pop(name, None)
     cwd = tmp_path / "here"
     if where == "checkout":
@@ -57,7 +68,9 @@ def test_run_from_an_install(installed, apps, where, tmp_path):
                        capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
     assert r.returncode == 0, r.stderr
     assert "vector_add: PASS" in r.stdout
-    assert "Traceback" not in r.stderr
+    assert "Traceback" not in r.stderr and "building the client library" not in r.stderr, r.stderr
+    (links,) = (tmp_path / ".cache" / "cuwire").glob("client-*")
+    assert (links / "libcuda.so.1").resolve() == (installed / "cuwire" / "client" / "lib" / "libcuwire.so").resolve()
 
 
 def test_the_server_image_leaves_the_emulated_device_out(tmp_path):

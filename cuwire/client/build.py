@@ -29,6 +29,8 @@ GENERATED = PACKAGE / "generated"
 CLIENT = PACKAGE / "client"
 # the repository, when this is a checkout (make client builds into its build/client)
 CHECKOUT = PACKAGE.parent if (PACKAGE.parent / "pyproject.toml").exists() else None
+# an installed package's own library, built with the package (setup.py): no compiler needed to run
+SHIPPED = CLIENT / "lib" / "libcuwire.so"
 MODULE = "_cuwire"
 # every library the generated stubs stand in for (codegen/libraries.py, through the manifest)
 NAMES = tuple(json.loads((GENERATED / "api_manifest.json").read_text())["libraries"].values())
@@ -40,6 +42,7 @@ C_SOURCES = ("local.c", "driver_local.c", "export_tables.c", "answers_cache.c", 
 
 # C functions of local.c that the Python side calls.
 HELPERS_CDEF = """
+const char *cuwire_library_path(void);
 size_t cuwire_queue_take(char **data, uint64_t *count);
 void cuwire_free(void *p);
 void cuwire_hook_exit(void);
@@ -116,18 +119,29 @@ extern "Python+C" int cuwire_py_function_attributes(uint64_t kernel, uint64_t fu
 def init_code() -> str:
     """Runs inside the program's process when the first call needs Python.
 
-    The embedded interpreter does not know this environment's site-packages (a venv, say), so the
-    build writes them in; addsitedir also reads the .pth files an editable install relies on.
+    The embedded interpreter does not know this environment's site-packages (a venv, say). A library
+    shipped in an installed package (SHIPPED) finds them from where it is: the site-packages folder that
+    holds its cuwire/ package. One built for a checkout or a cache has the building environment's written
+    in. addsitedir also reads the .pth files an editable install relies on.
     """
     paths = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
     return f"""
 import signal  # noqa: F401  (imported now: its import catches SIGINT, which the C start-up then gives back)
 import site
 import sys
-for p in {paths!r}:
+from pathlib import Path
+
+from _cuwire import ffi, lib  # noqa: E402
+
+_here = Path(ffi.string(lib.cuwire_library_path()).decode(errors="replace") or ".").resolve()
+_package = _here.parents[2] if len(_here.parents) > 3 else None  # site-packages/cuwire/client/lib/libcuwire.so
+if _package is not None and _package.name == "cuwire" and (_package / "__init__.py").exists():
+    _paths = [str(_package.parent)]
+else:
+    _paths = {paths!r}
+for p in _paths:
     if p not in sys.path:
         site.addsitedir(p)
-from _cuwire import ffi, lib  # noqa: E402
 from cuwire.client import runtime  # noqa: E402
 
 
@@ -141,7 +155,9 @@ lib.cuwire_python_started()
 """
 
 
-def build(out: Path) -> Path:
+def build(out: Path, names: bool = True) -> Path:
+    """Compile the library into out/libcuwire.so; with `names`, beside it the names programs load it by
+    (symbolic links: a wheel holds none, so the package's SHIPPED library has them made where it runs)."""
     out.mkdir(parents=True, exist_ok=True)
     ffi = cffi.FFI()
     ffi.embedding_api("int cuwire_embedded(void);")
@@ -160,7 +176,10 @@ def build(out: Path) -> Path:
         libraries=libs,
         library_dirs=[libdir] if libdir else [],
         define_macros=[("CUWIRE_LIBPYTHON", f'"{soname}"')] if ".so" in soname else [],
-        extra_compile_args=["-O2", "-fvisibility=hidden", "-Wno-unused-parameter", "-Wno-deprecated-declarations"],
+        extra_compile_args=["-O2", "-fvisibility=hidden", "-Wno-unused-parameter", "-Wno-deprecated-declarations",
+                            # a helper the cdef names without a prototype in runtime.h would return a
+                            # truncated int: refused at build time
+                            "-Werror=implicit-function-declaration"],
         extra_link_args=[f"-Wl,--version-script={GENERATED / 'exports.map'}", "-Wl,-soname,libcuwire.so",
                          *([f"-Wl,-rpath,{libdir}"] if libdir else [])],
     )
@@ -170,6 +189,9 @@ def build(out: Path) -> Path:
     lib = out / "libcuwire.so"
     if built != lib:
         shutil.move(built, lib)
+    shutil.rmtree(tmp, ignore_errors=True)  # the compiler's objects: not part of what is shipped or kept
+    if not names:
+        return lib
     for name in STALE:
         stale = out / name
         if stale.is_symlink() or stale.is_file():

@@ -35,6 +35,14 @@ __attribute__((constructor)) static void cuwire_promote_libpython(void)
 #endif
 }
 
+/* Where this library is on disk (the path the loader used): an installed package's library finds the
+ * environment it belongs to from it (client/build.py, init_code). */
+const char *cuwire_library_path(void)
+{
+    static Dl_info info;
+    return dladdr((void *)cuwire_library_path, &info) && info.dli_fname ? info.dli_fname : "";
+}
+
 int cuwire_python_ok;
 int cuwire_finished; /* set once Python may no longer be called: see cuwire_python_gone */
 int cuwire_forked; /* set in a child forked from this process: see forked_child() */

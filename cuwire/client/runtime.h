@@ -145,6 +145,7 @@ void cuwire_forget_pools(uint64_t context);
 unsigned long long cuwire_answers_generation(void); /* moves when kept answers are forgotten */
 
 /* For the Python side (declared again in client/build.py's cdef). */
+const char *cuwire_library_path(void);
 uint64_t cuwire_current_context(void);
 /* The capture mode the session thread needs for the calling thread's calls; -1: none needed (driver_local.c) */
 int cuwire_server_capture_mode(void);
