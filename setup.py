@@ -14,8 +14,10 @@ class BuildWithClient(build_py):
         super().run()
         if getattr(self, "editable_mode", False):
             return
+        import sys
         from pathlib import Path
 
+        sys.path.insert(0, str(Path(__file__).resolve().parent))  # the source tree's cuwire/, in an isolated build
         from cuwire.client import build
 
         build.build(Path(self.build_lib) / "cuwire" / "client" / "lib", names=False)

@@ -26,13 +26,19 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from cuwire.transport import TransportError
-
 SLOT = 4 << 20  # bytes per slot: a large copy moves a slot at a time, the GPU copying one while the next fills
 SIZE = 8 * SLOT + 4096  # what a client offers: eight slots and the header page
 MAX_SIZE = 64 * SLOT + 4096  # the most a server makes for one session
 
 HEADER = Path(__file__).resolve().parent / "shm_ring.h"
+
+
+def _transport_error(why: str) -> Exception:
+    """The wire's error (transport.TransportError), imported when needed: the client library's build reads
+    this module's C definitions where the wire's own dependencies (protobuf) are not installed."""
+    from cuwire.transport import TransportError
+
+    return TransportError(why)
 
 
 def cdef() -> str:
@@ -56,7 +62,7 @@ class Ring:
         self.c = lib.cw_ring_open(self.base, size, sock_fd, int(create), slot, spin_us * 1000)
         if self.c == ffi.NULL:
             lib.cw_unmap(address, size)
-            raise TransportError("the shared memory offered for payloads is not a ring cuwire can use")
+            raise _transport_error("the shared memory offered for payloads is not a ring cuwire can use")
         self.slots = lib.cw_ring_slots(self.c)
         self.slot_size = lib.cw_ring_slot_size(self.c)
         self.ptr = ffi.new("char **")
@@ -69,9 +75,9 @@ class Ring:
 
     def _check(self, rc: int) -> None:
         if rc == -1:
-            raise TransportError("the peer closed the connection while a payload was in shared memory")
+            raise _transport_error("the peer closed the connection while a payload was in shared memory")
         if rc != 0:
-            raise TransportError("the peer put something in shared memory that is not a payload")
+            raise _transport_error("the peer put something in shared memory that is not a payload")
 
     # writing a payload
     def write(self, data: Any) -> None:
@@ -201,10 +207,10 @@ def map_host_memory(lib: Any, fd: int, size: int, server_address: int, reserved:
     same = bool(reserved) and server_address == reserved and size <= HOST_SPAN
     try:
         if os.fstat(fd).st_size != size:
-            raise TransportError("the server's host memory is not the size its welcome says")
+            raise _transport_error("the server's host memory is not the size its welcome says")
         address = lib.cw_map_shared(fd, size, reserved, 1) if same else lib.cw_map_shared(fd, size, 0, 0)
         if not address:
-            raise TransportError("cannot map the host memory the server shares")
+            raise _transport_error("cannot map the host memory the server shares")
     finally:
         os.close(fd)
         if same:
@@ -220,7 +226,7 @@ def attach(ffi: Any, lib: Any, fd: int, sock_fd: int, spin_us: int = 50) -> Ring
     try:
         size = os.fstat(fd).st_size
         if size > MAX_SIZE:
-            raise TransportError(f"the server offered {size} bytes of shared memory, more than {MAX_SIZE}")
+            raise _transport_error(f"the server offered {size} bytes of shared memory, more than {MAX_SIZE}")
         address = _map(lib, fd, size)
     finally:
         os.close(fd)

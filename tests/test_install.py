@@ -96,3 +96,21 @@ def test_the_server_image_leaves_the_emulated_device_out(tmp_path):
                        capture_output=True, text=True, timeout=60, cwd=tmp_path,
                        env={**os.environ, "PYTHONPATH": f"{site}:{sysconfig.get_paths()['purelib']}"})
     assert r.returncode != 0 and "emulated device (tests only) is not installed here" in r.stderr
+
+
+def test_the_client_library_builds_where_only_the_build_requirements_are():
+    """An isolated build (pip install . of the server image, pip wheel .) has setuptools and cffi, not the
+    wire's protobuf or zstandard: what setup.py imports to compile the client library must not need them."""
+    blocker = ("import sys\n"
+               "class Block:\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name.split('.')[0] in ('google', 'zstandard'):\n"
+               "            raise ImportError(f'{name} is not a build requirement')\n"
+               "sys.meta_path.insert(0, Block())\n"
+               f"sys.path.insert(0, {str(ROOT)!r})\n"
+               "from cuwire.client import build\n"
+               "from cuwire import ring\n"
+               "assert ring.cdef()\n"
+               "print('ok', len(build.C_SOURCES))\n")
+    r = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stderr
