@@ -1233,3 +1233,62 @@ def test_a_session_frees_only_its_own_memory(tmp_path):
         b.close()
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("mode", ["tcp", "unix"])
+def test_two_sessions_in_one_process_reach_only_their_own_memory(mode, tmp_path):
+    """Issue 36: with --isolation thread two sessions share a process and a device. Session B names session
+    A's allocation in every family of call that takes device memory, in small and large sizes (a large copy
+    streams in chunks beside the message, or through shared memory over the Unix socket): each is refused
+    with CUDA_ERROR_INVALID_VALUE, B's own memory works the same way, and A's bytes are untouched."""
+    from conftest import ServerProcess
+
+    from cuwire.server.bulk import CHUNK
+
+    s = ServerProcess(tmp_path, "--isolation", "thread")
+    try:
+        sessions = []
+        for _ in range(2):
+            t, reply = open_session(s.address, HELLO, mode=mode, shared=RingOnly() if mode == "unix" else None)
+            assert not reply.error
+            sessions.append(t)
+        a, b = sessions
+        large = 2 * CHUNK + 4096
+        theirs, mine = allocate(a, large), allocate(b, large)
+        pattern = (bytes(range(251)) * (large // 251 + 1))[:large]
+
+        def call(t, name, payload=(), **fields):
+            args = getattr(pb, f"{name}_Args")(**fields).SerializeToString()
+            reply, back, _ = t.exchange_with_payload(pb.Batch(fn=fn_id(name), args=args), payload)
+            assert not reply.error, (name, reply.error)
+            return getattr(pb, f"{name}_Result").FromString(reply.result).status, back
+
+        assert call(a, "cuMemcpyHtoD_v2", [pattern], dstDevice=theirs, ByteCount=large)[0] == 0
+        ids = {n: i for i, (n, _) in generated.RECORDS.items()}
+        sync = struct.pack("<II", ids["cuCtxSynchronize"], 0)
+        for size in (4096, large):
+            families = {
+                "cuMemcpyHtoD_v2": lambda d, n: call(b, "cuMemcpyHtoD_v2", [bytes(n)], dstDevice=d, ByteCount=n),
+                "cuMemcpyDtoH_v2": lambda d, n: call(b, "cuMemcpyDtoH_v2", srcDevice=d, ByteCount=n),
+                "cuMemcpy to": lambda d, n: call(b, "cuMemcpy", [bytes(n)], dst=d, src_host=b"", ByteCount=n),
+                "cuMemcpy from": lambda d, n: call(b, "cuMemcpy", dst_host=b"", src=d, ByteCount=n),
+                "cuMemcpyDtoD_v2 to": lambda d, n: call(b, "cuMemcpyDtoD_v2", dstDevice=d, srcDevice=mine,
+                                                         ByteCount=n),
+                "cuMemcpyDtoD_v2 from": lambda d, n: call(b, "cuMemcpyDtoD_v2", dstDevice=mine, srcDevice=d,
+                                                           ByteCount=n),
+                "cuMemsetD8_v2": lambda d, n: call(b, "cuMemsetD8_v2", dstDevice=d, uc=0, N=n),
+                "cuMemsetD8Async (queued)": lambda d, n: (records_frame(b, struct.pack(
+                    "<II", ids["cuMemsetD8Async"], 25) + struct.pack("<QBQQ", d, 0, n, 0) + sync)[1], b""),
+            }
+            for family, run in families.items():
+                refused, back = run(theirs, size)
+                assert refused == 1 and not back, (family, size, refused)  # CUDA_ERROR_INVALID_VALUE
+                assert run(mine, size)[0] == 0, (family, size)  # the same on its own memory: served
+        assert call(b, "cuMemFree_v2", dptr=theirs)[0] == 1
+        status, back = call(a, "cuMemcpyDtoH_v2", srcDevice=theirs, ByteCount=large)
+        assert status == 0 and back == pattern  # A's bytes, untouched by all of the above
+        assert call(a, "cuMemFree_v2", dptr=theirs)[0] == 0 and call(b, "cuMemFree_v2", dptr=mine)[0] == 0
+        for t in sessions:
+            t.close()
+    finally:
+        s.stop()
