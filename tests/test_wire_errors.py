@@ -1292,3 +1292,20 @@ def test_two_sessions_in_one_process_reach_only_their_own_memory(mode, tmp_path)
             t.close()
     finally:
         s.stop()
+
+
+def test_compressed_arguments_inflate_only_to_what_a_message_may_be(session):
+    """A call's arguments (and queued records) are at most MAX_MESSAGE bytes uncompressed: a small zstd
+    frame without a content size that inflates past that is refused there (was: up to CUWIRE_MAX_BUFFER,
+    8 GiB), and the session goes on."""
+    import zstandard
+
+    from cuwire.transport import MAX_MESSAGE
+
+    bomb = zstandard.ZstdCompressor(write_content_size=False).compress(bytes(MAX_MESSAGE + (1 << 20)))
+    assert len(bomb) < 64 << 10
+    reply = session.exchange(pb.Batch(fn=fn_id("cuMemGetInfo_v2"), args=bomb, args_codec=pb.ZSTD))
+    assert f"does not decompress to {MAX_MESSAGE} bytes at most" in reply.error, reply.error
+    reply = session.exchange(pb.Batch(records=bomb, records_codec=pb.ZSTD))
+    assert f"does not decompress to {MAX_MESSAGE} bytes at most" in reply.error, reply.error
+    assert serving(session)

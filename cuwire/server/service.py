@@ -133,15 +133,17 @@ class CuWireServer:
         with self.zstd_lock:
             return self.zstd_c.compress(data)
 
-    def decode(self, data: bytes, codec: int) -> bytes:
-        """Decompress what the client compressed, never to more than CUWIRE_MAX_BUFFER bytes: a small
-        frame must not make the server allocate gigabytes."""
+    def decode(self, data: bytes, codec: int, most: int | None = None) -> bytes:
+        """Decompress what the client compressed, never to more than `most` bytes (default CUWIRE_MAX_BUFFER;
+        a call's arguments and queued records: MAX_MESSAGE, what they may be uncompressed): a small frame
+        must not make the server allocate gigabytes."""
         if codec != pb.ZSTD:
             return data
+        most = self.settings.max_buffer if most is None else min(most, self.settings.max_buffer)
         try:
-            return compression.decompress(self.zstd, data, self.settings.max_buffer)
+            return compression.decompress(self.zstd, data, most)
         except ValueError as e:
-            raise WireError(f"a compressed message that does not decompress (CUWIRE_MAX_BUFFER): {e}") from None
+            raise WireError(f"a compressed message that does not decompress to {most} bytes at most: {e}") from None
 
     def welcome(self, hello: pb.Hello, conn: Connection, join_key: bytes = b"") -> Session | None:
         """Check the handshake and answer it; a mismatch gets one clear message and no session. A client on

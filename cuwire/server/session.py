@@ -28,7 +28,7 @@ from cuwire.server.errors import (
     WireError,
 )
 from cuwire.server.records import CALL_REPLY, RecordLoop
-from cuwire.transport import BULK, TransportError
+from cuwire.transport import BULK, MAX_MESSAGE, TransportError
 
 log = logging.getLogger("cuwire.server")
 COPY_SHARED = generated.OP_IDS["CopyShared"]
@@ -136,13 +136,13 @@ class Session:
             if batch.no_reply and batch.fn:
                 raise WireError("a batch sent without waiting for a reply carries queued calls only")
             if batch.records:
-                err, fn = self.run_records(self.server.decode(batch.records, batch.records_codec))
+                err, fn = self.run_records(self.server.decode(batch.records, batch.records_codec, MAX_MESSAGE))
                 if err and not reply.queued_error:
                     reply.queued_error, reply.queued_error_fn = err, fn
             if batch.fn:
                 name, args_cls, handler = self.lookup(batch.fn)
                 try:
-                    args = args_cls.FromString(self.server.decode(batch.args, batch.args_codec))
+                    args = args_cls.FromString(self.server.decode(batch.args, batch.args_codec, MAX_MESSAGE))
                 except DecodeError as e:
                     raise WireError(f"malformed arguments for {name}: {e}") from e
                 self.calls += 1
