@@ -536,10 +536,19 @@ def test_memory_the_program_registered_is_the_gpus_at_its_address(transport, cli
     """Memory the program registers itself (cuMemHostRegister): with a server on this host its pages move
     into the host memory shared with the server, which maps them at the same address, so its device pointer
     is its address and the GPU's writes land in the program's memory; unregistering gives the pages back with
-    their bytes. Over TCP it stays the program's own, and its device pointer is refused by name (801)."""
+    their bytes. Over TCP it stays the program's own, and its device pointer is refused by name (801).
+
+    A session process's own mappings (its libraries, laid out at random) may by chance lie where the program's
+    buffer is: the server then cannot map it there and says so by name, and the buffer stays the program's,
+    as over TCP. That collision (seen once in a CI run, never in 25 runs alone) is retried, up to twice: a
+    new session lays itself out anew. It is a known gap (the session process cannot keep the program's
+    address space free where its own libraries already are)."""
     exe = compile_against_client(REGISTERED, tmp_path, client_lib, "registered")
-    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": transport})
+    for _ in range(3):
+        r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": transport})
+        if "not address space it holds for the client" not in r.stderr:
+            break
     assert r.returncode == 0, r.stdout + r.stderr
     moved = transport == "unix"
     assert r.stdout.splitlines() == [
