@@ -65,87 +65,99 @@ def _one_of(*names: str) -> Callable[[str], str]:
 _COUNT, _SECONDS = _number(int, "a whole number, 0 or more"), _number(float, "a number of seconds, 0 or more")
 
 
+def _setting(name: str, default: str | Callable[[], str], parse: Callable[[str], object] | None = None):
+    """A setting's field: CUWIRE_<NAME>'s text, or `default` (a function: asked each time, for a default that
+    follows another value); `parse` (None: free text) turns it into its value in Settings.__post_init__, and
+    a text that does not parse falls back to the default's value."""
+    return field(default_factory=lambda: _env(name, default() if callable(default) else default),
+                 metadata={"parse": parse, "default": default} if parse else {})
+
+
+def _trace(text: str) -> bool | str:
+    return "remote" if text.strip().lower() == "remote" else parse_bool(text)
+
+
 @dataclass
 class Settings:
     # where the client finds the server, and where the server listens
-    server: str = field(default_factory=lambda: _env("server", f"127.0.0.1:{DEFAULT_PORT}"))
-    listen: str = field(default_factory=lambda: _env("listen", f"127.0.0.1:{DEFAULT_PORT}"))
-    token: str = field(default_factory=lambda: _env("token", ""))
+    server: str = _setting("server", lambda: f"127.0.0.1:{DEFAULT_PORT}")
+    listen: str = _setting("listen", lambda: f"127.0.0.1:{DEFAULT_PORT}")
+    token: str = _setting("token", "")
     # TLS. Server: a certificate and key (PEM files), or tls="auto" for a self-signed pair kept in the
     # module cache folder (its fingerprint is logged). Client: the CA file to check the server's certificate
     # against, or the certificate's pinned SHA-256 fingerprint; either one turns TLS on (cuwire/tls.py)
-    tls: str = field(default_factory=lambda: _env("tls", ""))
-    tls_cert: str = field(default_factory=lambda: _env("tls_cert", ""))
-    tls_key: str = field(default_factory=lambda: _env("tls_key", ""))
-    tls_ca: str = field(default_factory=lambda: _env("tls_ca", ""))
-    tls_fingerprint: str = field(default_factory=lambda: _env("tls_fingerprint", ""))
+    tls: str = _setting("tls", "", _one_of("", "auto"))
+    tls_cert: str = _setting("tls_cert", "")
+    tls_key: str = _setting("tls_key", "")
+    tls_ca: str = _setting("tls_ca", "")
+    tls_fingerprint: str = _setting("tls_fingerprint", "")
     # server: where tls="auto" keeps the certificate and key it made (readable only by the server's user),
     # apart from the module cache: a secret is no cache
     tls_dir: str = field(
         default_factory=lambda: _env("tls_dir", str(Path.home() / ".local" / "share" / "cuwire" / "tls")))
     # server side
-    backend: str = field(default_factory=lambda: _env("backend", "cuda"))  # cuda | emulated (tests only)
-    devices: str = field(default_factory=lambda: _env("devices", ""))  # e.g. "0,1"; empty: all
+    backend: str = _setting("backend", "cuda", _one_of("cuda", "emulated"))  # cuda | emulated (tests only)
+    devices: str = _setting("devices", "")  # e.g. "0,1"; empty: all
     cache_dir: Path = field(
         default_factory=lambda: Path(_env("cache_dir", str(Path.home() / ".cache" / "cuwire" / "modules"))))
     # server: the most bytes of modules the cache folder holds; past it the least recently used go; 0: no limit
-    module_cache_size: int = field(default_factory=lambda: _env("module_cache_size", str(8 << 30)))
-    log_level: str = field(default_factory=lambda: _env("log_level", "info"))
+    module_cache_size: int = _setting("module_cache_size", str(8 << 30), parse_size)
+    log_level: str = _setting("log_level", "info", _one_of("debug", "info", "warning", "error"))
     # text: "cuwire server: message" lines; json: one JSON object a line (time, level, pid, session,
     # message) for a log collector
-    log_format: str = field(default_factory=lambda: _env("log_format", "text"))
-    max_buffer: int = field(default_factory=lambda: _env("max_buffer", str(8 << 30)))
+    log_format: str = _setting("log_format", "text", _one_of("text", "json"))
+    max_buffer: int = _setting("max_buffer", str(8 << 30), parse_size)
     # the most device memory one session may hold through cuMemAlloc and friends, in bytes; 0: the GPU's
-    session_memory: int = field(default_factory=lambda: _env("session_memory", "0"))
+    session_memory: int = _setting("session_memory", "0", parse_size)
     # the most page-locked host memory (cuMemHostAlloc, cudaMallocHost) one session of a client on this host
     # may hold in the host memory it shares with the server, in bytes; past it, such allocations are the
     # client's ordinary memory (copies from them travel like pageable ones); 0: none shared
-    host_memory: int = field(default_factory=lambda: _env("host_memory", str(16 << 30)))
+    host_memory: int = _setting("host_memory", str(16 << 30), parse_size)
     # a client on this host: the bytes of each slot of the shared memory that payloads go through (a large
     # copy moves a slot at a time, the GPU copying one while the client fills or empties the next)
-    ring_slot: int = field(default_factory=lambda: _env("ring_slot", str(4 << 20)))
+    ring_slot: int = _setting("ring_slot", str(4 << 20), parse_size)
     # process: each session runs in a process of its own (its own CUDA context; a crash stays there);
     # thread: sessions are threads of the listening process
-    isolation: str = field(default_factory=lambda: _env("isolation", "process"))
-    session_name: str = field(default_factory=lambda: _env("session_name", ""))  # set by the listener
+    isolation: str = _setting("isolation", "process", _one_of("process", "thread"))
+    session_name: str = _setting("session_name", "")  # set by the listener
     # server: the most sessions open at once, and the most from one client address (a host, or this host's
     # Unix socket); past either a new session is refused by name ("busy"); 0: no limit
-    max_sessions: int = field(default_factory=lambda: _env("max_sessions", "64"))
-    max_sessions_per_host: int = field(default_factory=lambda: _env("max_sessions_per_host", "16"))
+    max_sessions: int = _setting("max_sessions", "64", _COUNT)
+    max_sessions_per_host: int = _setting("max_sessions_per_host", "16", _COUNT)
     # server: the most handles of one kind (streams, events, modules, graphs...) one session holds at once;
     # past it the call that would make one more fails with CUDA_ERROR_OUT_OF_MEMORY, named in the log
-    max_handles: int = field(default_factory=lambda: _env("max_handles", "65536"))
+    max_handles: int = _setting("max_handles", "65536", _COUNT)
     # where sessions note the memory and events they export to other processes (server/ipc.py): a folder
     # only the server reads, made when it starts (and removed when it ends) unless given
-    ipc_dir: str = field(default_factory=lambda: _env("ipc_dir", ""))
+    ipc_dir: str = _setting("ipc_dir", "")
     # a session process that has not reported to the listener for this many seconds is frozen (stopped,
     # or stuck holding Python's lock) and is killed, so that its client gets an error, not a hang; 0: never
-    frozen_after: float = field(default_factory=lambda: _env("frozen_after", "30"))
+    frozen_after: float = _setting("frozen_after", "30", _SECONDS)
     # server: a session whose client sends nothing for this many seconds ends, freeing what it held (a
     # program that computes on its CPU that long between two CUDA calls loses its session); 0: never
-    idle_timeout: float = field(default_factory=lambda: _env("idle_timeout", "0"))
+    idle_timeout: float = _setting("idle_timeout", "0", _SECONDS)
     # on SIGTERM (or SIGINT) the server takes no new session and gives the open ones this many seconds to
     # end by themselves before it ends them (a second signal ends them at once); 0: end them at once
-    drain_seconds: float = field(default_factory=lambda: _env("drain_seconds", "10"))
+    drain_seconds: float = _setting("drain_seconds", "10", _SECONDS)
     # both sides: how long a wait for the peer polls the socket before it sleeps, in microseconds (a round
     # trip that sleeps costs twice the wake-up; the poll costs this much CPU time at most); 0: sleep at once
-    spin_us: int = field(default_factory=lambda: _env("spin_us", "50"))
+    spin_us: int = _setting("spin_us", "50", _COUNT)
     # both sides, over TCP: how many more connections a session may open for large payloads, which then
     # travel over all of them at once (one TCP stream carries a few GB/s; cuwire/stripes.py). The server
     # offers this many, the client opens as many as both allow; 0: payloads go on the one connection
-    stripes: int = field(default_factory=lambda: _env("stripes", "4"))
+    stripes: int = _setting("stripes", "4", _COUNT)
     # client side
     # how the session travels: auto (a Unix socket and shared memory when the server is on this host and
     # reachable so, else TCP), tcp, or unix (refused when the server cannot be reached so)
-    transport: str = field(default_factory=lambda: _env("transport", "auto"))
+    transport: str = _setting("transport", "auto", _one_of("auto", "tcp", "unix"))
     # off, on (or zstd), auto: compress large messages and payloads, both ways (auto: over TCP, once the link
     # measured slow, while the data compresses; cuwire/compression.py)
-    compress: str = field(default_factory=lambda: _env("compress", "auto"))
-    compress_min: int = field(default_factory=lambda: _env("compress_min", str(64 << 10)))
-    stats: bool = field(default_factory=lambda: _env("stats", "0"))
-    strict: bool = field(default_factory=lambda: _env("strict", "0"))
+    compress: str = _setting("compress", "auto", _one_of("auto", "on", "zstd", "off"))
+    compress_min: int = _setting("compress_min", str(64 << 10), parse_size)
+    stats: bool = _setting("stats", "0", parse_bool)
+    strict: bool = _setting("strict", "0", parse_bool)
     # 1: every CUDA call named on stderr; remote: only the calls the server serves (read by the client's C)
-    trace: bool | str = field(default_factory=lambda: _env("trace", "0"))
+    trace: bool | str = _setting("trace", "0", _trace)
 
     # what did not parse, one line each (the commands print them and stop; the client library says them and
     # fails its calls): never a traceback
@@ -175,6 +187,12 @@ class Settings:
         return out
 
 
+# How each setting that is not free text parses, and its default (what a value that does not parse falls back
+# to): from the fields themselves, so each default is written once
+KINDS: dict[str, tuple[Callable[[str], object], str]] = {
+    f.name: (f.metadata["parse"], f.metadata["default"]) for f in fields(Settings) if "parse" in f.metadata}
+
+
 def host_port(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     if not host or not port.isdigit():
@@ -182,30 +200,3 @@ def host_port(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-# How each setting that is not free text parses, and its default (what a value that does not parse falls back to).
-KINDS: dict[str, tuple[Callable[[str], object], str]] = {
-    "tls": (_one_of("", "auto"), ""),
-    "backend": (_one_of("cuda", "emulated"), "cuda"),
-    "log_level": (_one_of("debug", "info", "warning", "error"), "info"),
-    "log_format": (_one_of("text", "json"), "text"),
-    "max_buffer": (parse_size, str(8 << 30)),
-    "module_cache_size": (parse_size, str(8 << 30)),
-    "session_memory": (parse_size, "0"),
-    "host_memory": (parse_size, str(16 << 30)),
-    "ring_slot": (parse_size, str(4 << 20)),
-    "isolation": (_one_of("process", "thread"), "process"),
-    "max_sessions": (_COUNT, "64"),
-    "max_sessions_per_host": (_COUNT, "16"),
-    "max_handles": (_COUNT, "65536"),
-    "frozen_after": (_SECONDS, "30"),
-    "idle_timeout": (_SECONDS, "0"),
-    "drain_seconds": (_SECONDS, "10"),
-    "spin_us": (_COUNT, "50"),
-    "stripes": (_COUNT, "4"),
-    "transport": (_one_of("auto", "tcp", "unix"), "auto"),
-    "compress": (_one_of("auto", "on", "zstd", "off"), "auto"),
-    "compress_min": (parse_size, str(64 << 10)),
-    "stats": (parse_bool, "0"),
-    "strict": (parse_bool, "0"),
-    "trace": (lambda t: "remote" if t.strip().lower() == "remote" else parse_bool(t), "0"),
-}
