@@ -426,8 +426,9 @@ def handshake(address: str, hello, timeout: float = 5.0):
 
 def uuid_text(raw: bytes) -> str:
     """A GPU's 16-byte UUID as NVIDIA writes it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx."""
-    h = raw.hex()
-    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+    import uuid
+
+    return f"GPU-{uuid.UUID(bytes=raw)}"
 
 
 def live_figures(transport, welcome) -> list[str]:
@@ -462,12 +463,16 @@ def live_figures(transport, welcome) -> list[str]:
                 continue
             memory = ask("nvmlDeviceGetMemoryInfo", device=handle.device)
             busy = ask("nvmlDeviceGetUtilizationRates", device=handle.device)
-            used = (f"{struct.unpack_from('<QQQ', memory.memory)[2] >> 20} of "
-                    f"{struct.unpack_from('<QQQ', memory.memory)[0] >> 20} MiB used" if memory.status == 0
-                    else f"memory unknown (NVML error {memory.status})")
-            rates = (f"utilisation {struct.unpack_from('<II', busy.utilization)[0]}% (memory "
-                     f"{struct.unpack_from('<II', busy.utilization)[1]}%)" if busy.status == 0
-                     else f"utilisation unknown (NVML error {busy.status})")
+            if memory.status == 0:
+                total, _free, taken = struct.unpack_from("<QQQ", memory.memory)  # nvmlMemory_t
+                used = f"{taken >> 20} of {total >> 20} MiB used"
+            else:
+                used = f"memory unknown (NVML error {memory.status})"
+            if busy.status == 0:
+                gpu, on_memory = struct.unpack_from("<II", busy.utilization)  # nvmlUtilization_t
+                rates = f"utilisation {gpu}% (memory {on_memory}%)"
+            else:
+                rates = f"utilisation unknown (NVML error {busy.status})"
             lines.append(f"GPU {i}: {uuid_text(d.uuid)}: {used}, {rates}")
         return lines
     finally:

@@ -65,12 +65,11 @@ class ModuleCache:
 
     def read(self, digest: bytes) -> bytes | None:
         """The image, noted as used now; None when the folder has it no more (or never had it)."""
-        path = self.path(digest)
         try:
-            image = path.read_bytes()
-            os.utime(path)
+            image = self.path(digest).read_bytes()
         except FileNotFoundError:
             return None
+        self.used(digest)
         return image
 
     def used(self, digest: bytes) -> None:
