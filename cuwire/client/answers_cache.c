@@ -4,8 +4,10 @@
  * (cuOccupancyMaxActiveBlocksPerMultiprocessor*) are fixed once it is loaded, except through the calls
  * that set a function's attributes or cache preference; PyTorch asks them before many launches. Each
  * query's stub tries the cache first (annotation `fast`) and stores the server's answer (annotation
- * `after`); the first attribute asked of a kernel or function brings all of them. A setter that sets the value the cache already holds is answered here; any other set
- * clears the whole cache (annotation `fast`, returning -1 to go on as usual).
+ * `after`); the first attribute asked of a kernel or function brings all of them. A setter that sets the
+ * value the cache already holds is answered here; any other set clears what depends on it (annotation `fast`,
+ * returning -1 to go on as usual). Unloads forget nothing: the server keeps every module it loaded for the
+ * session (its module cache), so a handle is never reused for another kernel.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -130,15 +132,22 @@ static void ask_every_attribute(uint64_t kind, uint64_t handle, CUdevice dev)
     store(key, 1);
 }
 
-int cuwire_cached_kernel_attribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
+/* An attribute from the cache, or from every attribute asked at once; -1 when the server must be asked. */
+static int cached_attribute(int *pi, CUfunction_attribute attrib, uint64_t kind, uint64_t handle, CUdevice dev)
 {
-    KEY(KERNEL_ATTRIBUTE, (uintptr_t)kernel, (uint64_t)attrib, (uint64_t)(uint32_t)dev);
+    uint64_t device = kind == KERNEL_ATTRIBUTE ? (uint64_t)(uint32_t)dev : 0;
+    KEY(kind, handle, (uint64_t)attrib, device);
     if (lookup(key, pi) == 0)
         return CUDA_SUCCESS;
     if (!pi || (unsigned)attrib >= CU_FUNC_ATTRIBUTE_MAX)
         return -1;
-    ask_every_attribute(KERNEL_ATTRIBUTE, (uintptr_t)kernel, dev);
+    ask_every_attribute(kind, handle, dev);
     return lookup(key, pi);
+}
+
+int cuwire_cached_kernel_attribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
+{
+    return cached_attribute(pi, attrib, KERNEL_ATTRIBUTE, (uintptr_t)kernel, dev);
 }
 
 void cuwire_keep_kernel_attribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
@@ -149,13 +158,7 @@ void cuwire_keep_kernel_attribute(int *pi, CUfunction_attribute attrib, CUkernel
 
 int cuwire_cached_function_attribute(int *pi, CUfunction_attribute attrib, CUfunction f)
 {
-    KEY(FUNCTION_ATTRIBUTE, (uintptr_t)f, (uint64_t)attrib);
-    if (lookup(key, pi) == 0)
-        return CUDA_SUCCESS;
-    if (!pi || (unsigned)attrib >= CU_FUNC_ATTRIBUTE_MAX)
-        return -1;
-    ask_every_attribute(FUNCTION_ATTRIBUTE, (uintptr_t)f, 0);
-    return lookup(key, pi);
+    return cached_attribute(pi, attrib, FUNCTION_ATTRIBUTE, (uintptr_t)f, 0);
 }
 
 void cuwire_keep_function_attribute(int *pi, CUfunction_attribute attrib, CUfunction f)

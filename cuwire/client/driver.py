@@ -21,7 +21,6 @@ from cuwire.generated import cuwire_pb2 as pb
 INVALID_VALUE, INVALID_IMAGE, FILE_NOT_FOUND, OPERATING_SYSTEM, INVALID_HANDLE, NOT_FOUND, NOT_SUPPORTED = (
     1, 200, 301, 304, 400, 500, 801)
 _U32 = struct.Struct("<I")
-_cluster_lock = threading.Lock()
 
 
 def _bytes(address: int, size: int) -> bytes:
@@ -401,12 +400,16 @@ class _ClusterAnswers:
     configuration and the function's attributes, and a set of those (cuFuncSetAttribute...) forgets them
     all, as client/answers_cache.c forgets its own. cuBLASLt and cuDNN ask a kernel's clusters for each
     cluster width in turn, 1 to 32, the grid following the width: the first such question asks for all
-    widths at once (a sweep), one round trip where there were 32."""
+    widths at once (a sweep), one round trip where there were 32. At most MOST answers are kept: past
+    them, questions go to the server (a program that asks of ever new launch shapes costs no memory)."""
+
+    MOST = 4096
 
     def __init__(self) -> None:
         self.answers: dict[tuple, tuple[int, int]] = {}  # key -> (status, clusters)
         self.swept: set[tuple] = set()
         self.generation = -1
+        self.lock = threading.Lock()  # program threads ask at once
 
     def _fresh(self) -> None:
         now = lib.cuwire_answers_generation()
@@ -424,8 +427,16 @@ class _ClusterAnswers:
                 return i + 8
         return None
 
+    def _keep(self, key: tuple, answer: tuple[int, int]) -> None:
+        if len(self.answers) < self.MOST:
+            self.answers[key] = answer
+
     def ask(self, func: int, raw: bytes, body: bytes, potential: bool) -> tuple[int, int]:
         """The answer for a function, its CUlaunchConfig's bytes and its attributes' bytes."""
+        with self.lock:
+            return self._ask(func, raw, body, potential)
+
+    def _ask(self, func: int, raw: bytes, body: bytes, potential: bool) -> tuple[int, int]:
         self._fresh()
         head = raw[:40]  # what the configuration says, but where its attributes are
         key = (func, potential, head, body)
@@ -441,13 +452,13 @@ class _ClusterAnswers:
         args = pb.MaxActiveClusters_Args(function=rt.server_function(func), config=head + bytes(8) + raw[48:],
                                          attributes=body, potential_size=potential, sweep=_SWEEP if sweep else 0)
         res = rt.call(rt.MAX_ACTIVE_CLUSTERS, args, pb.MaxActiveClusters_Result)
-        self.answers[key] = (res.status, res.clusters)
-        if sweep:
+        self._keep(key, (res.status, res.clusters))
+        if sweep and len(self.swept) < self.MOST:
             self.swept.add(base)
             for w, (status, clusters) in enumerate(zip(res.sweep_status, res.sweep_clusters, strict=False), start=1):
                 wide = (func, potential, struct.pack("<I", grid_x // width * w) + head[4:],
                         body[:at] + struct.pack("<I", w) + body[at + 4:])
-                self.answers[wide] = (status, clusters)
+                self._keep(wide, (status, clusters))
         return res.status, res.clusters
 
 
@@ -461,8 +472,7 @@ def _clusters(out, func, config, config_len: int, potential_size: bool) -> int:
     raw = bytes(ffi.buffer(ffi.cast("char *", config), config_len))
     attrs, count = struct.unpack_from("<QI", raw, 40)
     body = bytes(ffi.buffer(ffi.cast("char *", attrs), count * _LAUNCH_ATTRIBUTE)) if count and attrs else b""
-    with _cluster_lock:
-        status, clusters = _cluster_answers.ask(int(ffi.cast("uintptr_t", func)), raw, body, potential_size)
+    status, clusters = _cluster_answers.ask(int(ffi.cast("uintptr_t", func)), raw, body, potential_size)
     if status == 0:
         ffi.cast("int *", out)[0] = clusters
     return status

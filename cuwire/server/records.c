@@ -1097,8 +1097,8 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
         int broke = 0;
         for (uint32_t got = 0; got < h.size && !broke;) {
             if (got == message_cap) {
-                uint32_t cap = message_cap * 2 > h.size ? h.size : message_cap * 2;
-                cap = cap < (64u << 10) ? (h.size < (64u << 10) ? h.size : 64u << 10) : cap;
+                uint32_t cap = message_cap * 2 > 64u << 10 ? message_cap * 2 : 64u << 10; /* max(2 cap, 64K) */
+                cap = cap < h.size ? cap : h.size;                                          /* min(, size) */
                 char *m = realloc(message, cap);
                 if (!m) {
                     cw_refuse(s, "no memory for a records frame of %u bytes", h.size);
