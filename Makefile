@@ -6,10 +6,10 @@ export CUWIRE_HEADER_CACHE ?= $(CURDIR)/.cache/headers
 
 .PHONY: venv codegen check-generated client server apps demo test lint gpu-test gpu-stress bench bench-distance docker clean
 
-$(VENV)/.installed: pyproject.toml setup.py
+$(VENV)/.installed: pyproject.toml setup.py emulator/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[dev]'
+	$(VPY) -m pip install -q -e '.[dev]' -e ./emulator  # the emulated device: tests only, a package apart
 	touch $@
 
 venv: $(VENV)/.installed

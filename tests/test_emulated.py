@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from cuwire.emulated import registry
-from cuwire.emulated.device import DEVICE_BASE, EmulatedLib, cuda_ffi
+from cuwire_emulated import registry
+from cuwire_emulated.device import DEVICE_BASE, EmulatedLib, cuda_ffi
 
 ROOT = Path(__file__).resolve().parent.parent
 

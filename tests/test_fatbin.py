@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cuwire.client import fatbin as F
+from cuwire import fatbin as F
 
 # --------------------------------------------------------------------------------------------
 # Synthetic fatbins
@@ -254,66 +254,23 @@ def test_lz4_matches_reference(tmp_path: Path) -> None:
         assert F.lz4_block_decompress(_lz4_cli_block(data, tmp_path), len(data)) == data
 
 
-def _zstd_samples() -> list[bytes]:
-    rnd = random.Random(7)
-    text = Path(F.__file__).read_bytes()
-    return [
-        b"",
-        b"a",
-        text,
-        text * 20,  # several blocks, repeat offsets across blocks
-        bytes(rnd.choice(b"aaaaabbbcdeeeeeeffg\n") for _ in range(150000)),  # 4-stream Huffman literals
-        rnd.randbytes(20000),  # raw blocks
-        b"\0" * 300000,  # RLE blocks
-    ]
+def test_zstd_frames_within_their_size() -> None:
+    """zstd payloads decode through the zstandard package: streamed frames (no content size), skippable
+    frames between, and nothing past the size the entry header gives (a frame that inflates without end
+    costs at most that)."""
+    import zstandard
 
-
-def test_zstd_matches_reference() -> None:
-    zstandard = pytest.importorskip("zstandard")
-    for data in _zstd_samples():
-        for level in (-3, 1, 3, 12, 19, 22):
-            frame = zstandard.ZstdCompressor(level=level).compress(data)
-            assert F.zstd_decompress(frame) == data, (len(data), level)
-    data = _zstd_samples()[3]
-    # streaming frames: no content size, window descriptor, checksum; concatenated and skippable frames
-    cobj = zstandard.ZstdCompressor(level=5, write_checksum=True).compressobj()
+    data = Path(F.__file__).read_bytes() * 20
+    cobj = zstandard.ZstdCompressor(level=5, write_checksum=True, write_content_size=False).compressobj()
     streamed = cobj.compress(data) + cobj.flush()
     skippable = struct.pack("<II", 0x184D2A53, 3) + b"abc"
-    assert F.zstd_decompress(streamed + skippable + streamed) == data * 2
-
-
-@pytest.mark.skipif(shutil.which("zstd") is None, reason="zstd command not installed")
-def test_zstd_matches_cli(tmp_path: Path) -> None:
-    src = tmp_path / "in.bin"
-    data = _zstd_samples()[2] * 7
-    src.write_bytes(data)
-    for level in ("-1", "-19", "--ultra", "--fast=5"):
-        args = ["zstd", "-q", "-f", level, str(src), "-o", str(tmp_path / "o.zst")]
-        if level == "--ultra":
-            args.insert(3, "-22")
-        subprocess.run(args, check=True)
-        assert F.zstd_decompress((tmp_path / "o.zst").read_bytes()) == data
-
-
-def test_zstd_fuzz() -> None:
-    zstandard = pytest.importorskip("zstandard")
-    rnd = random.Random(99)
-    text = Path(F.__file__).read_bytes()
-    frames = [zstandard.ZstdCompressor(level=lv).compress(text[:n]) for lv in (1, 19) for n in (200, 20000)]
-    for _ in range(600):
-        frame = bytearray(rnd.choice(frames))
-        for _ in range(rnd.randint(1, 3)):
-            frame[rnd.randrange(len(frame))] = rnd.getrandbits(8)
-        if rnd.random() < 0.3:
-            frame = frame[: rnd.randrange(len(frame))]
-        try:
-            F.zstd_decompress(bytes(frame))
-        except (ValueError, NotImplementedError):
-            pass
-    with pytest.raises(ValueError):
-        F.zstd_decompress(b"\x28\xb5\x2f")
-    with pytest.raises(ValueError):
-        F.zstd_decompress(b"not zstd")
+    assert F.zstd_decompress(streamed + skippable + streamed, 2 * len(data)) == data * 2
+    bomb = zstandard.ZstdCompressor(write_content_size=False).compress(b"\0" * (64 << 20))
+    with pytest.raises(ValueError, match="larger than allowed"):
+        F.zstd_decompress(bomb, 1 << 20)
+    for broken in (b"\x28\xb5\x2f", b"not zstd", streamed[: len(streamed) // 2]):
+        with pytest.raises(ValueError):
+            F.zstd_decompress(broken, len(data))
 
 
 def test_decompress_entry_flags() -> None:
@@ -334,7 +291,7 @@ def test_decompress_entry_flags() -> None:
         F.decompress(weird)
     wrong_size = F.parse(make_fatbin(make_entry(flags=0x8011, payload=z, compressed_size=len(z),
                                                 uncompressed_size=len(data) + 1)))[0]
-    with pytest.raises(ValueError, match="header says"):
+    with pytest.raises(ValueError, match="expected"):
         F.decompress(wrong_size)
 
 

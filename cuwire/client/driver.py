@@ -14,7 +14,7 @@ import threading
 
 from _cuwire import ffi, lib
 
-from cuwire.client import fatbin
+from cuwire import fatbin
 from cuwire.client import runtime as rt
 from cuwire.generated import cuwire_pb2 as pb
 

@@ -24,8 +24,7 @@ from _cuwire import ffi, lib
 from google.protobuf.message import DecodeError
 
 import cuwire
-from cuwire import address_space, compression, ring
-from cuwire.client import fatbin
+from cuwire import address_space, compression, fatbin, ring
 from cuwire.client.shared_host import SharedHost
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as wire

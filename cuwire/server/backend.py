@@ -1,4 +1,4 @@
-"""The server's CUDA: the real libcuda and NVML through cffi (ABI mode), or the emulated device.
+"""The server's CUDA: the real libcuda and NVML through cffi (ABI mode), or a backend opened by name.
 
 Both are a pair (ffi, lib) where `lib.<function>(...)` behaves like the C function; handlers never
 know which one they call.
@@ -10,6 +10,7 @@ import functools
 import json
 import logging
 import re
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import cffi
@@ -85,18 +86,18 @@ def _open(ffi: cffi.FFI, name: str):
 
 
 def open_backend(name: str):
-    """(ffi, lib, label) for the backend named by the settings."""
+    """(ffi, lib, label) for the backend named by the settings: `cuda`, the real libraries, or one that an
+    installed package declares under the `cuwire.backends` entry points (the emulated device, for tests:
+    emulator/), called with the FFI and returning the lib. The server never imports such a package itself."""
     ffi = cuda_ffi()
     if name == "cuda":
         return ffi, CudaLibraries(ffi), "cuda"
-    if name == "emulated":
-        try:
-            from cuwire.emulated import kernels  # noqa: F401  (registers the test apps' kernels)
-            from cuwire.emulated.checked import CheckedLib
-            from cuwire.emulated.device import EmulatedLib
-        except ImportError as e:
-            raise RuntimeError("the emulated device (tests only) is not installed here: the server image leaves "
-                               "it out; run the server from a checkout or a pip install of cuwire") from e
-
-        return ffi, CheckedLib(ffi, EmulatedLib(ffi)), "emulated"
-    raise ValueError(f"unknown backend {name!r} (expected cuda or emulated)")
+    try:
+        opener = next(iter(entry_points(group="cuwire.backends", name=name))).load()
+    except (StopIteration, ImportError):  # none declared, or declared by a package no longer importable
+        if name == "emulated":
+            raise RuntimeError("the emulated device (tests only) is not installed here: the wheel and the server "
+                               "image leave it out; run the server from a checkout (make venv installs emulator/)"
+                               ) from None
+        raise ValueError(f"unknown backend {name!r} (expected cuda or emulated)") from None
+    return ffi, opener(ffi), name

@@ -1,5 +1,8 @@
 """Parse CUDA fatbinaries, pick the entry a GPU can load, and read kernel parameter layouts.
 
+A leaf both sides use: the client picks the entry to send, the server's module cache recognises images,
+and the emulated device (tests) finds kernel names in them.
+
 nvcc embeds one fatbin per translation unit (``__cudaRegisterFatBinary``); it holds several
 entries (cubin ELF for some SM archs, PTX for others, LTO IR). cuwire ships only the entry the
 server's GPU needs, so this module must read the container without the CUDA toolkit.
@@ -35,6 +38,8 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+import zstandard
+
 HEADER_MAGIC = 0xBA55ED50
 HEADER_SIZE = 16
 WRAPPER_MAGIC = 0x466243B1  # __fatBinC_Wrapper_t.magic, what __cudaRegisterFatBinary receives
@@ -55,6 +60,7 @@ FLAG_FAMILY_SPECIFIC = 0x200000  # sm_100f: runs on that arch and later minors o
 FLAG_COMPRESSED_MASK = FLAG_COMPRESSED_LZ4 | FLAG_COMPRESSED_ZSTD
 
 _FATBIN_HEADER = struct.Struct("<IHHQ")
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _ENTRY_HEADER = struct.Struct("<HHIQIIHHIIIQQQ")
 assert _ENTRY_HEADER.size == ENTRY_HEADER_MIN
 
@@ -320,7 +326,7 @@ def decompress(entry: Entry) -> bytes:
                 f"{entry!r}: flag {FLAG_COMPRESSED_ZSTD:#x} set but the payload is no zstd frame "
                 f"(flags {entry.flags:#x}; LTO IR entries are stored that way)"
             )
-        out = zstd_decompress(src)
+        out = zstd_decompress(src, entry.uncompressed_size)
     elif entry.flags & FLAG_COMPRESSED_LZ4:
         out = lz4_block_decompress(src, entry.uncompressed_size)
     else:  # pragma: no cover - FLAG_COMPRESSED_MASK has only the two bits
@@ -388,486 +394,21 @@ def _copy_match(out: bytearray, offset: int, length: int) -> None:
         out += chunk * reps + chunk[:rest]
 
 
-# --- zstd (RFC 8878), a small pure-Python decoder: the stdlib has none before Python 3.14 ---
-
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_MAX_BLOCK = 128 * 1024
-
-_LL_DEFAULT = (4, 3, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1,
-               1, 1, 1, 1, -1, -1, -1, -1)
-_ML_DEFAULT = (1, 4, 3, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-               1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1)
-_OF_DEFAULT = (1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1,
-               -1, -1)
-_LL_BASE = tuple(range(16)) + (16, 18, 20, 22, 24, 28, 32, 40, 48, 64, 128, 256, 512, 1024, 2048,
-                               4096, 8192, 16384, 32768, 65536)
-_LL_BITS = (0,) * 16 + (1, 1, 1, 1, 2, 2, 3, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)
-_ML_BASE = tuple(range(3, 35)) + (35, 37, 39, 41, 43, 47, 51, 59, 67, 83, 99, 131, 259, 515, 1027,
-                                  2051, 4099, 8195, 16387, 32771, 65539)
-_ML_BITS = (0,) * 32 + (1, 1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)
-
-
-class _BackBits:
-    """A zstd backward bitstream: read from the end, most significant bits first."""
-
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: bytes) -> None:
-        if not data or data[-1] == 0:
-            raise ValueError("zstd: bitstream lacks its end marker")
-        self.data = data
-        self.pos = len(data) * 8 - 9 + data[-1].bit_length()  # bits left, below the marker
-
-    def read(self, n: int) -> int:
-        """n bits; past the start of the stream reads zeros (pos goes negative)."""
-        if n == 0:
-            return 0
-        end = self.pos
-        start = end - n
-        self.pos = start
-        if end <= 0:
-            return 0
-        lo = max(start, 0)
-        v = int.from_bytes(self.data[lo >> 3 : (end + 7) >> 3], "little") >> (lo & 7)
-        v &= (1 << (end - lo)) - 1
-        return v << (lo - start)
-
-    def peek(self, n: int) -> int:
-        pos = self.pos
-        v = self.read(n)
-        self.pos = pos
-        return v
-
-
-def _fse_read_counts(src: bytes, pos: int, max_symbol: int, max_log: int) -> tuple[list[int], int, int]:
-    """Decode an FSE table description at src[pos:]: (normalized counts, accuracy log, new pos)."""
-    bits = int.from_bytes(src[pos : pos + 512], "little")  # a description is far shorter
-    avail = min(len(src) - pos, 512) * 8
-    bitpos = 0
-
-    def take(n: int) -> int:
-        nonlocal bitpos
-        if bitpos + n > avail:
-            raise ValueError("zstd: truncated FSE table description")
-        v = (bits >> bitpos) & ((1 << n) - 1)
-        bitpos += n
-        return v
-
-    log = take(4) + 5
-    if log > max_log:
-        raise ValueError(f"zstd: FSE accuracy log {log} > {max_log}")
-    remaining = (1 << log) + 1
-    threshold = 1 << log
-    nbits = log + 1
-    counts: list[int] = []
-    while remaining > 1:
-        if len(counts) > max_symbol:
-            raise ValueError("zstd: FSE table has too many symbols")
-        maxv = 2 * threshold - 1 - remaining
-        if bitpos + nbits - 1 > avail:
-            raise ValueError("zstd: truncated FSE table description")
-        low = (bits >> bitpos) & (threshold - 1)
-        if low < maxv:
-            value = low
-            bitpos += nbits - 1
-        else:
-            value = take(nbits)
-            if value >= threshold:
-                value -= maxv
-        count = value - 1
-        remaining -= abs(count)
-        counts.append(count)
-        if count == 0:
-            while True:
-                rep = take(2)
-                counts.extend([0] * rep)
-                if rep != 3:
-                    break
-            if len(counts) > max_symbol + 1:
-                raise ValueError("zstd: FSE table has too many symbols")
-        while remaining < threshold and threshold > 1:
-            nbits -= 1
-            threshold >>= 1
-    if remaining != 1:
-        raise ValueError("zstd: FSE probabilities don't add up")
-    return counts, log, pos + (bitpos + 7) // 8
-
-
-def _fse_table(counts: Iterable[int], log: int) -> list[tuple[int, int, int]]:
-    """Decoding table: per state (symbol, bits to read, base of the next state)."""
-    size = 1 << log
-    symbols = [0] * size
-    high = size - 1
-    nxt = []
-    for s, c in enumerate(counts):
-        if c == -1:
-            symbols[high] = s
-            high -= 1
-            nxt.append(1)
-        else:
-            nxt.append(c)
-    step = (size >> 1) + (size >> 3) + 3
-    pos = 0
-    for s, c in enumerate(counts):
-        for _ in range(max(c, 0)):
-            symbols[pos] = s
-            pos = (pos + step) & (size - 1)
-            while pos > high:
-                pos = (pos + step) & (size - 1)
-    if pos != 0:
-        raise ValueError("zstd: malformed FSE distribution")
-    table = []
-    for s in symbols:
-        n = nxt[s]
-        nxt[s] += 1
-        nb = log - (n.bit_length() - 1)
-        table.append((s, nb, (n << nb) - size))
-    return table
-
-
-def _fse_rle(symbol: int) -> list[tuple[int, int, int]]:
-    return [(symbol, 0, 0)]
-
-
-_LL_TABLE = _fse_table(_LL_DEFAULT, 6)
-_ML_TABLE = _fse_table(_ML_DEFAULT, 6)
-_OF_TABLE = _fse_table(_OF_DEFAULT, 5)
-
-
-def _huffman_table(src: bytes, pos: int) -> tuple[list[tuple[int, int]], int, int]:
-    """Read a Huffman tree description: (table indexed by max_bits peeked bits, max_bits, new pos)."""
-    if pos >= len(src):
-        raise ValueError("zstd: truncated Huffman tree description")
-    header = src[pos]
-    pos += 1
-    if header >= 128:
-        count = header - 127
-        nbytes = (count + 1) // 2
-        if pos + nbytes > len(src):
-            raise ValueError("zstd: truncated Huffman weights")
-        weights = []
-        for b in src[pos : pos + nbytes]:
-            weights += (b >> 4, b & 15)
-        weights = weights[:count]
-        pos += nbytes
-    else:
-        end = pos + header
-        if end > len(src):
-            raise ValueError("zstd: truncated Huffman weights")
-        counts, log, p = _fse_read_counts(src[:end], pos, 255, 6)
-        table = _fse_table(counts, log)
-        bs = _BackBits(src[p:end])
-        s1, s2 = bs.read(log), bs.read(log)
-        weights = []
-        while True:
-            if len(weights) > 255:
-                raise ValueError("zstd: too many Huffman weights")
-            sym, nb, base = table[s1]
-            weights.append(sym)
-            s1 = base + bs.read(nb)
-            if bs.pos < 0:
-                weights.append(table[s2][0])
-                break
-            sym, nb, base = table[s2]
-            weights.append(sym)
-            s2 = base + bs.read(nb)
-            if bs.pos < 0:
-                weights.append(table[s1][0])
-                break
-        pos = end
-    if len(weights) > 255:
-        raise ValueError("zstd: too many Huffman weights")
-    if any(w > 11 for w in weights):
-        raise ValueError("zstd: Huffman weight out of range")
-    total = sum(1 << (w - 1) for w in weights if w)
-    if total == 0:
-        raise ValueError("zstd: empty Huffman tree")
-    max_bits = total.bit_length()
-    rest = (1 << max_bits) - total
-    if rest & (rest - 1) or max_bits > 11:
-        raise ValueError("zstd: Huffman weights don't form a complete tree")
-    weights.append(rest.bit_length())
-    table: list[tuple[int, int]] = []
-    for w in range(1, max_bits + 1):
-        for s, sw in enumerate(weights):
-            if sw == w:
-                table += [(s, max_bits + 1 - w)] * (1 << (w - 1))
-    return table, max_bits, pos
-
-
-def _huffman_stream(data: bytes, count: int, table: list[tuple[int, int]], max_bits: int) -> bytes:
-    pos = _BackBits(data).pos
-    mask = (1 << max_bits) - 1
-    out = bytearray(count)
-    frombytes = int.from_bytes
-    for i in range(count):
-        start = pos - max_bits
-        if start >= 0:  # max_bits <= 11, so 3 bytes always hold the window
-            idx = (frombytes(data[start >> 3 : (start >> 3) + 3], "little") >> (start & 7)) & mask
-        elif pos > 0:  # the last bits of the stream: pad with zeros below
-            idx = (frombytes(data[:2], "little") & ((1 << pos) - 1)) << -start
-        else:
-            raise ValueError("zstd: Huffman stream overrun")
-        out[i], nb = table[idx]
-        pos -= nb
-    if pos != 0:
-        raise ValueError("zstd: Huffman stream not consumed exactly")
+def zstd_decompress(src: bytes, size: int) -> bytes:
+    """The zstd frames of src decoded (skippable frames skipped): exactly `size` bytes, the size a fatbin
+    entry's header gives, or ValueError. A frame that would inflate without end costs at most that."""
+    out = bytearray()
+    with zstandard.ZstdDecompressor().stream_reader(src, read_across_frames=True) as reader:
+        try:
+            while piece := reader.read(size + 1 - len(out)):
+                out += piece
+                if len(out) > size:
+                    raise ValueError("zstd: output larger than allowed")
+        except zstandard.ZstdError as e:
+            raise ValueError(f"zstd: {e}") from None
+    if len(out) != size:
+        raise ValueError(f"zstd: decoded {len(out)} bytes where {size} were expected (a truncated frame?)")
     return bytes(out)
-
-
-class _ZstdState:
-    __slots__ = ("huffman", "ll", "of", "ml", "rep")
-
-    def __init__(self) -> None:
-        self.huffman: tuple[list[tuple[int, int]], int] | None = None
-        self.ll: list[tuple[int, int, int]] | None = None
-        self.of: list[tuple[int, int, int]] | None = None
-        self.ml: list[tuple[int, int, int]] | None = None
-        self.rep = [1, 4, 8]
-
-
-def _literals(src: bytes, st: _ZstdState) -> tuple[bytes, int]:
-    """Decode a block's literals section: (literals, bytes consumed)."""
-    b0 = src[0]
-    ltype, sfmt = b0 & 3, (b0 >> 2) & 3
-    if ltype in (0, 1):  # raw, RLE
-        hl = (1, 2, 1, 3)[sfmt]
-        if len(src) < hl:
-            raise ValueError("zstd: truncated literals header")
-        if hl == 1:
-            size = b0 >> 3
-        else:
-            size = int.from_bytes(src[:hl], "little") >> 4
-        if ltype == 0:
-            if hl + size > len(src):
-                raise ValueError("zstd: raw literals run past the block")
-            return bytes(src[hl : hl + size]), hl + size
-        if hl >= len(src):
-            raise ValueError("zstd: truncated RLE literals")
-        return bytes([src[hl]]) * size, hl + 1
-    hl, fieldbits = {0: (3, 10), 1: (3, 10), 2: (4, 14), 3: (5, 18)}[sfmt]
-    if len(src) < hl:
-        raise ValueError("zstd: truncated literals header")
-    h = int.from_bytes(src[:hl], "little") >> 4
-    mask = (1 << fieldbits) - 1
-    regen, csize = h & mask, (h >> fieldbits) & mask
-    streams = 1 if sfmt == 0 else 4
-    if regen > _MAX_BLOCK or hl + csize > len(src):
-        raise ValueError("zstd: literals sizes out of range")
-    body = src[hl : hl + csize]
-    pos = 0
-    if ltype == 2:
-        table, max_bits, pos = _huffman_table(body, 0)
-        st.huffman = (table, max_bits)
-    elif st.huffman is None:
-        raise ValueError("zstd: treeless literals without a previous Huffman table")
-    table, max_bits = st.huffman
-    if streams == 1:
-        return _huffman_stream(body[pos:], regen, table, max_bits), hl + csize
-    if pos + 6 > len(body):
-        raise ValueError("zstd: truncated literals jump table")
-    s1, s2, s3 = struct.unpack_from("<HHH", body, pos)
-    pos += 6
-    s4 = len(body) - pos - s1 - s2 - s3
-    if s4 < 0:
-        raise ValueError("zstd: literals jump table out of range")
-    per = (regen + 3) // 4
-    sizes = (per, per, per, regen - 3 * per)
-    if sizes[3] < 0:
-        raise ValueError("zstd: literals size too small for 4 streams")
-    out = b""
-    for length, n in zip((s1, s2, s3, s4), sizes, strict=True):
-        out += _huffman_stream(body[pos : pos + length], n, table, max_bits)
-        pos += length
-    return out, hl + csize
-
-
-def _seq_table(
-    src: bytes, pos: int, mode: int, default: list[tuple[int, int, int]],
-    prev: list[tuple[int, int, int]] | None, max_symbol: int, max_log: int,
-) -> tuple[list[tuple[int, int, int]], int]:
-    if mode == 0:
-        return default, pos
-    if mode == 1:
-        if pos >= len(src):
-            raise ValueError("zstd: truncated RLE sequence table")
-        if src[pos] > max_symbol:
-            raise ValueError("zstd: RLE sequence symbol out of range")
-        return _fse_rle(src[pos]), pos + 1
-    if mode == 2:
-        counts, log, pos = _fse_read_counts(src, pos, max_symbol, max_log)
-        return _fse_table(counts, log), pos
-    if prev is None:
-        raise ValueError("zstd: repeat sequence table without a previous one")
-    return prev, pos
-
-
-def _log_of(table: list[tuple[int, int, int]]) -> int:
-    return (len(table) - 1).bit_length()
-
-
-def _block(src: bytes, st: _ZstdState, out: bytearray) -> None:
-    """Decode one compressed block, appending to out (which holds the frame so far)."""
-    if not src:
-        raise ValueError("zstd: empty compressed block")
-    lits, pos = _literals(src, st)
-    if pos >= len(src):
-        raise ValueError("zstd: truncated sequences header")
-    nseq = src[pos]
-    if nseq == 0:
-        if pos + 1 != len(src):
-            raise ValueError("zstd: bytes after an empty sequences section")
-        out += lits
-        return
-    if nseq < 128:
-        pos += 1
-    elif nseq < 255:
-        if pos + 2 > len(src):
-            raise ValueError("zstd: truncated sequences header")
-        nseq = ((nseq - 128) << 8) + src[pos + 1]
-        pos += 2
-    else:
-        if pos + 3 > len(src):
-            raise ValueError("zstd: truncated sequences header")
-        nseq = src[pos + 1] + (src[pos + 2] << 8) + 0x7F00
-        pos += 3
-    if pos >= len(src):
-        raise ValueError("zstd: truncated sequences header")
-    modes = src[pos]
-    pos += 1
-    if modes & 3:
-        raise ValueError("zstd: reserved bits set in sequence modes")
-    st.ll, pos = _seq_table(src, pos, modes >> 6, _LL_TABLE, st.ll, 35, 9)
-    st.of, pos = _seq_table(src, pos, (modes >> 4) & 3, _OF_TABLE, st.of, 31, 8)
-    st.ml, pos = _seq_table(src, pos, (modes >> 2) & 3, _ML_TABLE, st.ml, 52, 9)
-    ll_t, of_t, ml_t = st.ll, st.of, st.ml
-    bs = _BackBits(src[pos:])
-    ll_s = bs.read(_log_of(ll_t))
-    of_s = bs.read(_log_of(of_t))
-    ml_s = bs.read(_log_of(ml_t))
-    rep = st.rep
-    lit_pos = 0
-    limit = len(out) + _MAX_BLOCK
-    read = bs.read
-    for i in range(nseq):
-        ll_code, ll_nb, ll_base = ll_t[ll_s]
-        of_code, of_nb, of_base = of_t[of_s]
-        ml_code, ml_nb, ml_base = ml_t[ml_s]
-        if of_code > 31 or ll_code > 35 or ml_code > 52:
-            raise ValueError("zstd: sequence code out of range")
-        offset_value = (1 << of_code) + read(of_code)
-        match_len = _ML_BASE[ml_code] + read(_ML_BITS[ml_code])
-        lit_len = _LL_BASE[ll_code] + read(_LL_BITS[ll_code])
-        if offset_value > 3:
-            offset = offset_value - 3
-            rep[2], rep[1], rep[0] = rep[1], rep[0], offset
-        else:
-            idx = offset_value - (1 if lit_len else 0)  # 0..3
-            if idx == 0:
-                offset = rep[0]
-            elif idx == 1:
-                offset = rep[1]
-                rep[1], rep[0] = rep[0], offset
-            elif idx == 2:
-                offset = rep[2]
-                rep[2], rep[1], rep[0] = rep[1], rep[0], offset
-            else:
-                offset = rep[0] - 1
-                if offset == 0:
-                    raise ValueError("zstd: zero repeat offset")
-                rep[2], rep[1], rep[0] = rep[1], rep[0], offset
-        if lit_pos + lit_len > len(lits):
-            raise ValueError("zstd: sequence uses more literals than decoded")
-        out += lits[lit_pos : lit_pos + lit_len]
-        lit_pos += lit_len
-        if offset > len(out):
-            raise ValueError(f"zstd: match offset {offset} before the frame start")
-        if len(out) + match_len > limit:
-            raise ValueError("zstd: block decodes to more than 128 KiB")
-        _copy_match(out, offset, match_len)
-        if i != nseq - 1:
-            ll_s = ll_base + read(ll_nb)
-            ml_s = ml_base + read(ml_nb)
-            of_s = of_base + read(of_nb)
-        if bs.pos < 0:
-            raise ValueError("zstd: sequence bitstream overrun")
-    if bs.pos != 0:
-        raise ValueError("zstd: sequence bitstream not consumed exactly")
-    out += lits[lit_pos:]
-
-
-def zstd_decompress(src: bytes, max_size: int = 1 << 32) -> bytes:
-    """Decode concatenated zstd frames (no dictionaries); checksums are not verified."""
-    out_all = bytearray()
-    pos = 0
-    while pos < len(src):
-        if len(src) - pos < 4:
-            raise ValueError("zstd: truncated frame magic")
-        magic = int.from_bytes(src[pos : pos + 4], "little")
-        if magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame
-            if pos + 8 > len(src):
-                raise ValueError("zstd: truncated skippable frame")
-            pos += 8 + int.from_bytes(src[pos + 4 : pos + 8], "little")
-            continue
-        if src[pos : pos + 4] != _ZSTD_MAGIC:
-            raise ValueError(f"zstd: bad frame magic {magic:#010x}")
-        pos += 4
-        if pos >= len(src):
-            raise ValueError("zstd: truncated frame header")
-        fhd = src[pos]
-        pos += 1
-        fcs_flag, single, checksum, dict_flag = fhd >> 6, (fhd >> 5) & 1, (fhd >> 2) & 1, fhd & 3
-        if fhd & 8:
-            raise ValueError("zstd: reserved frame header bit set")
-        pos += 0 if single else 1  # window descriptor: our output buffer holds everything anyway
-        dict_len = (0, 1, 2, 4)[dict_flag]
-        if dict_len and any(src[pos : pos + dict_len]):
-            raise NotImplementedError("zstd: frames with a dictionary")
-        pos += dict_len
-        fcs_len = (1 if single else 0, 2, 4, 8)[fcs_flag]
-        if pos + fcs_len > len(src):
-            raise ValueError("zstd: truncated frame header")
-        content_size = int.from_bytes(src[pos : pos + fcs_len], "little") if fcs_len else None
-        if fcs_len == 2 and content_size is not None:
-            content_size += 256
-        pos += fcs_len
-        out = bytearray()
-        st = _ZstdState()
-        while True:
-            if pos + 3 > len(src):
-                raise ValueError("zstd: truncated block header")
-            bh = int.from_bytes(src[pos : pos + 3], "little")
-            pos += 3
-            last, btype, bsize = bh & 1, (bh >> 1) & 3, bh >> 3
-            if bsize > _MAX_BLOCK:
-                raise ValueError("zstd: block larger than 128 KiB")
-            if btype == 1:  # RLE: one byte, repeated bsize times
-                if pos >= len(src):
-                    raise ValueError("zstd: truncated RLE block")
-                out += bytes([src[pos]]) * bsize
-                pos += 1
-            else:
-                if pos + bsize > len(src):
-                    raise ValueError("zstd: block runs past the input")
-                if btype == 0:
-                    out += src[pos : pos + bsize]
-                elif btype == 2:
-                    _block(src[pos : pos + bsize], st, out)
-                else:
-                    raise ValueError("zstd: reserved block type")
-                pos += bsize
-            if len(out_all) + len(out) > max_size:
-                raise ValueError("zstd: output larger than allowed")
-            if last:
-                break
-        if checksum:
-            if pos + 4 > len(src):
-                raise ValueError("zstd: truncated frame checksum")
-            pos += 4
-        if content_size is not None and content_size != len(out):
-            raise ValueError(f"zstd: frame decoded to {len(out)} bytes, header says {content_size}")
-        out_all += out
-    return bytes(out_all)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cuwire.emulated import registry
+from cuwire_emulated import registry
 
 SUCCESS, UNINITIALIZED, INVALID_ARGUMENT, NOT_SUPPORTED, NOT_FOUND, INSUFFICIENT_SIZE = 0, 1, 2, 3, 6, 7
 ARGUMENT_VERSION_MISMATCH = 25

@@ -27,11 +27,11 @@ class DeviceMemory(Protocol):
         ...
 
     def texture(self, handle: int) -> Any:
-        """A texture object (emulated/arrays.py Texture): .sample, .cube, .fetch_index."""
+        """A texture object (cuwire_emulated/arrays.py Texture): .sample, .cube, .fetch_index."""
         ...
 
     def surface(self, handle: int) -> Any:
-        """A surface object (emulated/arrays.py Surface): .read, .write."""
+        """A surface object (cuwire_emulated/arrays.py Surface): .read, .write."""
         ...
 
 
@@ -115,7 +115,7 @@ def device_global(name: str, size: int) -> None:
 
 
 # What the emulated device reports, by the names of cudaDeviceProp's fields (device attributes map onto
-# them, emulated/device.py); what is not here is zero.
+# them, device.py); what is not here is zero.
 PROPERTIES: dict[str, object] = {
     "name": "cuwire emulated device",
     "totalGlobalMem": 8 << 30,

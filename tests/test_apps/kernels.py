@@ -19,8 +19,8 @@ import struct
 from array import array
 from fractions import Fraction
 
-from cuwire.emulated.registry import TENSOR_ELEMENT_SIZES, TENSOR_MAP, Dim3, Params, device_global, kernel
-from cuwire.emulated.registry import DeviceMemory as Mem
+from cuwire_emulated.registry import TENSOR_ELEMENT_SIZES, TENSOR_MAP, Dim3, Params, device_global, kernel
+from cuwire_emulated.registry import DeviceMemory as Mem
 
 # ---------------------------------------------------------------------------------------------------------
 # helpers
@@ -429,7 +429,7 @@ def hello(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# textures.cu: textures and surfaces sample the emulated device's objects (emulated/arrays.py)
+# textures.cu: textures and surfaces sample the emulated device's objects (cuwire_emulated/arrays.py)
 
 
 def _grid_2d(grid: Dim3, block: Dim3, w: int, h: int):

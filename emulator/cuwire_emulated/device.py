@@ -4,7 +4,7 @@ CI has no GPU, yet the end-to-end tests must drive the real server code. `Emulat
 same interface as the cffi library object the generated handlers call (`s.lib.cuMemAlloc_v2(...)`): one
 method per driver or NVML function, the C function's name and positional arguments, cffi values in (ints,
 cdata pointers, structs), the CUresult (or nvmlReturn_t) out, outputs written through the pointers.
-Kernels run through host implementations registered by name in `cuwire.emulated.registry`. Everything runs
+Kernels run through host implementations registered by name in `cuwire_emulated.registry`. Everything runs
 synchronously when it is called. Tests only: never the default backend.
 
 Device memory lives at addresses at or above 2**48, above any x86-64 user-space address, so a device
@@ -26,16 +26,16 @@ from typing import Any, TypeVar, cast
 
 import cffi
 
-from cuwire.client import fatbin
-from cuwire.emulated import registry
-from cuwire.emulated.arrays import EmulatedArrays, Fault, Surface, Texture
-from cuwire.emulated.graphs import BATCH_MEM_OP as BATCH_MEM_OP_NODE
-from cuwire.emulated.graphs import KERNEL as KERNEL_NODE
-from cuwire.emulated.graphs import EmulatedGraphs, KernelMade
-from cuwire.emulated.ipc import EmulatedIpc
-from cuwire.emulated.nvml import EmulatedNvml
-from cuwire.emulated.vmm import ACCESS_READWRITE, LOCATION_DEVICE, EmulatedVmm, Reservation
+from cuwire import fatbin
 from cuwire.server.backend import cuda_ffi  # noqa: F401  (tests build their FFI through it)
+from cuwire_emulated import registry
+from cuwire_emulated.arrays import EmulatedArrays, Fault, Surface, Texture
+from cuwire_emulated.graphs import BATCH_MEM_OP as BATCH_MEM_OP_NODE
+from cuwire_emulated.graphs import KERNEL as KERNEL_NODE
+from cuwire_emulated.graphs import EmulatedGraphs, KernelMade
+from cuwire_emulated.ipc import EmulatedIpc
+from cuwire_emulated.nvml import EmulatedNvml
+from cuwire_emulated.vmm import ACCESS_READWRITE, LOCATION_DEVICE, EmulatedVmm, Reservation
 
 CData = Any  # a cffi cdata value; cffi has no static types for these
 
@@ -178,9 +178,9 @@ class EmulatedMemory:
         self._blocks: dict[int, bytearray | mmap.mmap] = {}
         self._globals: dict[str, int] = {}
         self.cluster: registry.Dim3 = (1, 1, 1)  # the running launch's cluster dimension
-        self.textures: dict = {}  # texture objects (emulated/arrays.py), as kernels see them
+        self.textures: dict = {}  # texture objects (arrays.py), as kernels see them
         self.surfaces: dict = {}
-        self.conditionals: dict[int, int] = {}  # conditional handle -> its value (emulated/graphs.py)
+        self.conditionals: dict[int, int] = {}  # conditional handle -> its value (graphs.py)
         self._aliases: set[int] = set()  # second addresses of allocations (alias: IPC, pools' pointers)
         self.graph_memory: dict[int, int] = {}  # graphs' memory allocation nodes: address -> size
 
@@ -473,20 +473,20 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         self._next_stream_id = 3
         self._events: dict[int, _Event] = {}
         self._opened: dict[int, int] = {}  # memory opened with cuIpcOpenMemHandle -> its allocation (ipc.py)
-        self._graphs: dict = {}  # graph handle -> its nodes and edges (emulated/graphs.py)
-        self._bodies: dict = {}  # conditional node -> its body graphs (emulated/graphs.py)
+        self._graphs: dict = {}  # graph handle -> its nodes and edges (graphs.py)
+        self._bodies: dict = {}  # conditional node -> its body graphs (graphs.py)
         self._graph_execs: dict = {}  # executable graph handle -> its nodes' work, in order
         self._nodes: dict[int, int] = {}  # graph node -> its graph
         self._kept_params: dict[int, tuple] = {}  # kernel node -> the parameter array GetParams gave out
         self._pools: dict[int, dict[int, int]] = {}  # memory pool handle -> its attributes (CUmemPool_attribute)
         self._default_pool = self._current_pool = 0  # made at the first cuDeviceGetDefaultMemPool
-        self._physical: dict[int, bytearray] = {}  # cuMemCreate's allocations (emulated/vmm.py)
+        self._physical: dict[int, bytearray] = {}  # cuMemCreate's allocations (vmm.py)
         self._imported: set[int] = set()  # ...of them, those imported from a shareable handle (ipc.py)
         self._retained: dict[int, int] = {}  # ...and the references cuMemRetainAllocationHandle added (vmm.py)
         self._released: dict[int, bytearray] = {}
         self._map_counts: dict[int, int] = {}
         self._launch_cluster: registry.Dim3 = (1, 1, 1)  # cuLaunchKernelEx's cluster dimension, for its launch
-        self._arrays: dict = {}  # CUDA arrays (emulated/arrays.py)
+        self._arrays: dict = {}  # CUDA arrays (arrays.py)
         self._mipmaps: dict[int, list[int]] = {}  # mipmapped arrays -> their levels' handles
 
     def __getattr__(self, name: str) -> Callable[..., int]:
@@ -1416,7 +1416,8 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         return self.drv.CUDA_ERROR_INVALID_HANDLE if stream is None else self._drv_put((out, read(stream)))
 
     # --- tensor maps (TMA). The real encoding is the driver's secret: this one is the emulated device's own
-    # (registry.TENSOR_MAP), which its TMA kernels read (emulated/kernels.py tma_tile); the checks are the driver's.
+    # (registry.TENSOR_MAP), which its TMA kernels read (tests/test_apps/kernels.py tma_tile); the checks are
+    # the driver's.
 
     def cuTensorMapEncodeTiled(self, tensorMap: CData, tensorDataType: int, tensorRank: int, globalAddress: CData,
                                globalDim: CData, globalStrides: CData, boxDim: CData, elementStrides: CData,
@@ -1976,7 +1977,7 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         if self._is_null(config):
             return self.drv.CUDA_ERROR_INVALID_VALUE
         c = config
-        for i in range(c.numAttrs):  # a cluster dimension is what a kernel can see (emulated/kernels.py)
+        for i in range(c.numAttrs):  # a cluster dimension is what a kernel can see (tests/test_apps/kernels.py)
             if c.attrs[i].id == LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
                 d = c.attrs[i].value.clusterDim
                 self._launch_cluster = (d.x, d.y, d.z)

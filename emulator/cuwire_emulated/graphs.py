@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cuwire.emulated import registry
-from cuwire.emulated.arrays import Fault
+from cuwire_emulated import registry
+from cuwire_emulated.arrays import Fault
 
 CData = Any
 # CUgraphNodeType
