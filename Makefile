@@ -18,23 +18,24 @@ venv: $(VENV)/.installed
 codegen: venv
 	$(VPY) -m cuwire.codegen
 
-## Fail when cuwire/generated/ is not what `make codegen` makes
+## Fail when cuwire/generated/ (and cuwire/wire/protocol_pb2.py) is not what `make codegen` makes
 check-generated: venv
 	rm -rf build/generated-check && $(VPY) -m cuwire.codegen --out build/generated-check > /dev/null
-	diff -rq --exclude=__pycache__ --exclude=__init__.py cuwire/generated build/generated-check \
+	diff -rq --exclude=__pycache__ --exclude=__init__.py --exclude=protocol_pb2.py cuwire/generated build/generated-check \
+	  && diff -q cuwire/wire/protocol_pb2.py build/generated-check/protocol_pb2.py \
 	  || (echo "generated/ is stale: run make codegen and commit" >&2; exit 1)
 
 ## Build the client library (libcuwire.so and the names programs load) into build/client, when its sources changed
 CLIENT_SRC := $(wildcard cuwire/client/*.c cuwire/client/*.h cuwire/generated/client_*.c cuwire/generated/client_cdefs.h) \
               cuwire/client/build.py cuwire/generated/exports.map cuwire/generated/api_manifest.json \
-              cuwire/shm_ring.h cuwire/socket_wait.h cuwire/ring.py
+              cuwire/wire/shm_ring.h cuwire/wire/socket_wait.h cuwire/wire/ring.py
 build/client/libcuwire.so: $(VENV)/.installed $(CLIENT_SRC)
 	$(VPY) -m cuwire.client.build
 
 client: build/client/libcuwire.so
 
 ## Build the server's record loop (cuwire/server/records.c) in place; pip install builds it too (setup.py)
-SERVER_C := cuwire/server/records.c cuwire/socket_wait.h cuwire/shm_ring.h cuwire/server/records_build.py $(wildcard cuwire/generated/server_records.*)
+SERVER_C := cuwire/server/records.c cuwire/wire/socket_wait.h cuwire/wire/shm_ring.h cuwire/server/records_build.py $(wildcard cuwire/generated/server_records.*)
 build/.server: $(VENV)/.installed $(SERVER_C)
 	$(VPY) -m cuwire.server.records_build && mkdir -p build && touch $@
 

@@ -8,7 +8,7 @@ PY=${PYTHON:-python3}
 OUTDIR=$PWD/build/bench; mkdir -p "$OUTDIR"; LOG=$OUTDIR
 source tests/gpu_env.sh
 nvcc -cudart shared -arch=sm_90 -O2 -o "$OUTDIR/bench_app" bench/bench_app.cu || exit 1
-# tcp: loopback TCP, large copies over the session's stripes (cuwire/stripes.py); tcp1: the same on one
+# tcp: loopback TCP, large copies over the session's stripes (cuwire/wire/stripes.py); tcp1: the same on one
 # connection (CUWIRE_STRIPES=0); unix: the Unix socket with payloads in shared memory
 TRANSPORTS=${BENCH_TRANSPORTS:-tcp tcp1 unix}
 rm -f "$OUTDIR"/native.txt "$OUTDIR"/cuwire-*.txt "$OUTDIR"/cuwire-*.err

@@ -1,5 +1,5 @@
 """How fast one payload crosses loopback TCP over 1, 2, 4 and 8 connections at once (a sender and a
-receiver thread per connection, Python sockets, as cuwire's stripes move it: cuwire/stripes.py).
+receiver thread per connection, Python sockets, as cuwire's stripes move it: cuwire/wire/stripes.py).
 
     python3 bench/tcp_streams.py
 

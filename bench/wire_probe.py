@@ -12,7 +12,7 @@ import time
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
-from cuwire.transport import open_session
+from cuwire.wire.transport import open_session
 
 N = 256 << 20
 IDS = {name: i for i, (name, _, _) in generated.HANDLERS.items()}

@@ -88,7 +88,7 @@ def library_sources() -> list[Path]:
     from cuwire.client import build
 
     generated = [build.GENERATED / n for n in ("client_stubs.c", "client_procs.c", "client_cdefs.h", "exports.map")]
-    own = [build.CLIENT / n for n in (*build.C_SOURCES, "runtime.h")] + [build.CLIENT.parent / "socket_wait.h"]
+    own = [build.CLIENT / n for n in (*build.C_SOURCES, "runtime.h")] + [build.CLIENT.parent / "wire" / "socket_wait.h"]
     return [p for p in (*generated, *own) if p.exists()]
 
 
@@ -401,22 +401,17 @@ def token_value(flag: str | None) -> str:
 
 
 def make_hello(token: str = "", **overrides: object):
-    """The Hello the client library sends (client/runtime.py, Session), with fields replaceable for tests."""
-    from cuwire.generated import cuwire_pb2 as pb
-    from cuwire.generated import server_handlers
+    """The Hello the client library sends (cuwire/wire/hello.py), with fields replaceable for tests."""
+    from cuwire.wire.hello import make_hello
 
-    fields: dict[str, object] = dict(client_version=cuwire.__version__, cuda_version=server_handlers.CUDA_VERSION,
-                                     api_digest=server_handlers.API_DIGEST, token=token, pid=os.getpid(),
-                                     host=socket.gethostname())
-    fields.update(overrides)
-    return pb.Hello(**fields)
+    return make_hello(token, **overrides)
 
 
 def handshake(address: str, hello, timeout: float = 5.0):
     """Open a session, send the Hello, close; the server's Reply (welcome or error). Raises TransportError."""
     from cuwire.settings import Settings
-    from cuwire.tls import ClientTls
-    from cuwire.transport import open_session
+    from cuwire.wire.tls import ClientTls
+    from cuwire.wire.transport import open_session
 
     # over TLS when CUWIRE_TLS_CA or CUWIRE_TLS_FINGERPRINT says so, as the client library does
     transport, reply = open_session(address, hello, connect_timeout=timeout, tls=ClientTls.from_settings(Settings()))
@@ -438,9 +433,7 @@ def live_figures(transport, welcome) -> list[str]:
     import struct
 
     from cuwire.generated import cuwire_pb2 as pb
-    from cuwire.generated import server_handlers
-
-    ids = {name: i for i, (name, _, _) in server_handlers.HANDLERS.items()}
+    from cuwire.generated.wire_ids import FUNCTION_IDS as ids
 
     def ask(name: str, **fields):
         args = getattr(pb, f"{name}_Args")(**fields).SerializeToString()
@@ -517,15 +510,15 @@ def describe_welcome(w, address: str) -> list[str]:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from cuwire.transport import TransportError
+    from cuwire.wire.transport import TransportError
 
     address = server_address(args.server)
     reachable = check_reachable(address, args.timeout)  # fails fast where gRPC would retry until the timeout
     if not reachable.ok:
         err(f"cuwire info: {reachable.what}\n  -> {reachable.fix}")
         return 1
-    from cuwire.tls import ClientTls
-    from cuwire.transport import open_session
+    from cuwire.wire.tls import ClientTls
+    from cuwire.wire.transport import open_session
 
     try:
         transport, reply = open_session(address, make_hello(token_value(args.token)), connect_timeout=args.timeout,
@@ -621,7 +614,7 @@ def check_session(address: str, token: str, timeout: float = 5.0) -> Check:
     """The server would welcome this client's session: the hello the client library sends (its token,
     versions, and TLS as CUWIRE_TLS_CA or CUWIRE_TLS_FINGERPRINT say), checked by the server with no session
     started (Hello.check)."""
-    from cuwire.transport import TransportError
+    from cuwire.wire.transport import TransportError
 
     try:
         reply = handshake(address, make_hello(token, check=True), timeout=timeout)
@@ -647,7 +640,7 @@ def check_token(reply) -> Check:
 def check_versions(reply) -> Check:
     """Client and server were generated from the same CUDA headers (API digest, CUDA version)."""
     from cuwire.generated import cuwire_pb2 as pb
-    from cuwire.generated import server_handlers
+    from cuwire.wire.hello import same_api, this_api
 
     if reply.refusal == pb.VERSION:
         return Check(False, f"client and server versions are incompatible: {reply.error}",
@@ -655,9 +648,9 @@ def check_versions(reply) -> Check:
     if reply.error:
         return Check(False, f"the server refused the session: {reply.error}", "read the server's log")
     w = reply.welcome
-    if w.api_digest != server_handlers.API_DIGEST or w.cuda_version != server_handlers.CUDA_VERSION:
-        return Check(False, f"version mismatch: the server speaks CUDA {w.cuda_version} API {w.api_digest}, this "
-                     f"client CUDA {server_handlers.CUDA_VERSION} API {server_handlers.API_DIGEST}",
+    if not same_api(w):
+        return Check(False, f"version mismatch: the server speaks CUDA {w.cuda_version} with API digest "
+                     f"{w.api_digest}, this client {this_api()}",
                      "install the same cuwire version on both sides")
     return Check(True, f"versions compatible: client cuwire {cuwire.__version__}, server cuwire {w.server_version}, "
                  f"CUDA {w.cuda_version}, API digest {w.api_digest}")
@@ -665,7 +658,7 @@ def check_versions(reply) -> Check:
 
 def doctor_checks(address: str, token: str, folder: Path | None = None, timeout: float = 5.0) -> list[Check]:
     """Every check in order; the ones after a failed connection are reported as skipped."""
-    from cuwire.transport import TransportError
+    from cuwire.wire.transport import TransportError
 
     checks = [check_library(folder), check_reachable(address, timeout)]
     if not checks[-1].ok:

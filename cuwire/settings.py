@@ -85,7 +85,7 @@ class Settings:
     token: str = _setting("token", "")
     # TLS. Server: a certificate and key (PEM files), or tls="auto" for a self-signed pair kept in the
     # module cache folder (its fingerprint is logged). Client: the CA file to check the server's certificate
-    # against, or the certificate's pinned SHA-256 fingerprint; either one turns TLS on (cuwire/tls.py)
+    # against, or the certificate's pinned SHA-256 fingerprint; either one turns TLS on (cuwire/wire/tls.py)
     tls: str = _setting("tls", "", _one_of("", "auto"))
     tls_cert: str = _setting("tls_cert", "")
     tls_key: str = _setting("tls_key", "")
@@ -143,7 +143,7 @@ class Settings:
     # trip that sleeps costs twice the wake-up; the poll costs this much CPU time at most); 0: sleep at once
     spin_us: int = _setting("spin_us", "50", _COUNT)
     # both sides, over TCP: how many more connections a session may open for large payloads, which then
-    # travel over all of them at once (one TCP stream carries a few GB/s; cuwire/stripes.py). The server
+    # travel over all of them at once (one TCP stream carries a few GB/s; cuwire/wire/stripes.py). The server
     # offers this many, the client opens as many as both allow; 0: payloads go on the one connection
     stripes: int = _setting("stripes", "4", _COUNT)
     # client side
@@ -151,7 +151,7 @@ class Settings:
     # reachable so, else TCP), tcp, or unix (refused when the server cannot be reached so)
     transport: str = _setting("transport", "auto", _one_of("auto", "tcp", "unix"))
     # off, on (or zstd), auto: compress large messages and payloads, both ways (auto: over TCP, once the link
-    # measured slow, while the data compresses; cuwire/compression.py)
+    # measured slow, while the data compresses; cuwire/wire/compression.py)
     compress: str = _setting("compress", "auto", _one_of("auto", "on", "zstd", "off"))
     compress_min: int = _setting("compress_min", str(64 << 10), parse_size)
     stats: bool = _setting("stats", "0", parse_bool)

@@ -1,4 +1,4 @@
-"""When a session compresses (cuwire/compression.py), driven with made-up link rates; and a program's copies
+"""When a session compresses (cuwire/wire/compression.py), driven with made-up link rates; and a program's copies
 through a real session with compression on, both ways, give the same bytes."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import zstandard
 from conftest import APPS, STAT_BYTES, run_remote
 
-from cuwire.compression import AUTO_BACKOFF, AUTO_SLOW, Policy, decompress_into, pays
+from cuwire.wire.compression import AUTO_BACKOFF, AUTO_SLOW, Policy, decompress_into, pays
 
 MB = 1 << 20
 

@@ -111,7 +111,7 @@ def test_the_client_library_builds_where_only_the_build_requirements_are():
                "sys.meta_path.insert(0, Block())\n"
                f"sys.path.insert(0, {str(ROOT)!r})\n"
                "from cuwire.client import build\n"
-               "from cuwire import ring\n"
+               "from cuwire.wire import ring\n"
                "assert ring.cdef()\n"
                "print('ok', len(build.C_SOURCES))\n")
     r = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, timeout=60)

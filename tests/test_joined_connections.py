@@ -1,5 +1,5 @@
 """Connections that join a session over TCP, through the server's one port, with the join key its welcome
-brought: stripes (cuwire/stripes.py), over which large payloads travel at once, and the host-function
+brought: stripes (cuwire/wire/stripes.py), over which large payloads travel at once, and the host-function
 connection (client/callbacks.c). The bytes are the same as over one connection, and every way a joined
 connection can go wrong ends in a clear error or a refusal, never a hang or wrong bytes."""
 
@@ -13,9 +13,9 @@ import pytest
 from conftest import APPS, ServerProcess, run_remote
 from test_wire_errors import HELLO, allocate, fn_id, serving
 
-from cuwire import stripes
 from cuwire.generated import cuwire_pb2 as pb
-from cuwire.transport import SocketTransport, TransportError, open_session
+from cuwire.wire import stripes
+from cuwire.wire.transport import SocketTransport, TransportError, open_session
 
 SIZE = (24 << 20) + 5  # over stripes.MIN, in parts that do not all end on a boundary
 DATA = os.urandom(SIZE)

@@ -14,7 +14,7 @@ from conftest import ServerProcess, outward_address
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.server.listener import HELLO_TIMEOUT
-from cuwire.transport import HEADER, HELLO_MAX, MAGIC, open_session
+from cuwire.wire.transport import HEADER, HELLO_MAX, MAGIC, open_session
 
 HELLO = pb.Hello(client_version="test", cuda_version=generated.CUDA_VERSION, api_digest=generated.API_DIGEST)
 

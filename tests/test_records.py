@@ -205,7 +205,7 @@ def test_serve_answers_records_frames_and_hands_back_other_frames(driver, spin_u
     import threading
 
     from cuwire.server.records import CALL_REPLY, Served
-    from cuwire.transport import HEADER, MAGIC, MAGIC_QUEUED, MAGIC_RECORDS
+    from cuwire.wire.transport import HEADER, MAGIC, MAGIC_QUEUED, MAGIC_RECORDS
 
     loop = RecordLoop(function_table(ffi, driver), RECORD_IDS)
     loop.spin(spin_us)
@@ -282,7 +282,7 @@ def test_a_large_frame_arrives_whole_and_an_announced_one_costs_what_came(driver
     import socket
     import threading
 
-    from cuwire.transport import HEADER, MAGIC, MAGIC_QUEUED, MAGIC_RECORDS, TransportError
+    from cuwire.wire.transport import HEADER, MAGIC, MAGIC_QUEUED, MAGIC_RECORDS, TransportError
 
     loop = RecordLoop(function_table(ffi, driver), RECORD_IDS)
     loop.own("CUstream_st", 0x44)

@@ -1,4 +1,4 @@
-"""Shared memory for payloads (cuwire/ring.py, cuwire/shm_ring.h): two sides of one ring in this process,
+"""Shared memory for payloads (cuwire/wire/ring.py, cuwire/wire/shm_ring.h): two sides of one ring in this process,
 as a session's server and client use it, each on its own thread."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
-from cuwire import ring
 from cuwire.server._records import ffi, lib
-from cuwire.transport import TransportError
+from cuwire.wire import ring
+from cuwire.wire.transport import TransportError
 
 SLOT = ring.SLOT
 

@@ -1,4 +1,4 @@
-"""TLS (cuwire/tls.py): a session over TCP encrypted end to end, the server's certificate checked by a pinned
+"""TLS (cuwire/wire/tls.py): a session over TCP encrypted end to end, the server's certificate checked by a pinned
 fingerprint or a CA file, every mistake named; a token taken only over TLS from another host."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import APPS, ROOT, ServerProcess, outward_address, run_remote
 
-from cuwire import ring, transport
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
-from cuwire.tls import ClientTls
-from cuwire.transport import TransportError, open_session
+from cuwire.wire import ring, transport
+from cuwire.wire.tls import ClientTls
+from cuwire.wire.transport import TransportError, open_session
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="--tls auto needs the openssl command")
 HELLO = pb.Hello(client_version="test", cuda_version=generated.CUDA_VERSION, api_digest=generated.API_DIGEST)
@@ -137,8 +137,8 @@ def test_a_token_never_crosses_a_network_in_the_clear():
     """A client with a token refuses to send its hello over plain TCP to another host, before a byte goes, and
     says how to turn TLS on; over TLS, to this host's loopback, over the Unix socket, or with no token, it goes."""
     from cuwire.generated import cuwire_pb2 as pb
-    from cuwire.tls import ClientTls
-    from cuwire.transport import token_in_the_clear
+    from cuwire.wire.tls import ClientTls
+    from cuwire.wire.transport import token_in_the_clear
 
     with_token, without = pb.Hello(token="s3cret"), pb.Hello()
     remote = _Peer(socket.AF_INET, "10.1.2.3")
@@ -157,7 +157,7 @@ def test_a_tls_handshake_that_drips_is_cut_at_its_deadline(tls_server):
     that sends a ClientHello a byte a second is cut, and holds no connection slot for longer."""
     import time
 
-    from cuwire.tls import HANDSHAKE_TIMEOUT
+    from cuwire.wire.tls import HANDSHAKE_TIMEOUT
 
     host, port = tls_server.address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=HANDSHAKE_TIMEOUT + 10) as sock:

@@ -12,11 +12,11 @@ import time
 import pytest
 from conftest import BACKEND, ServerProcess
 
-from cuwire import ring
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.settings import host_port
-from cuwire.transport import HEADER, MAGIC, SocketTransport, TransportError, open_session
+from cuwire.wire import ring
+from cuwire.wire.transport import HEADER, MAGIC, SocketTransport, TransportError, open_session
 
 HELLO = pb.Hello(client_version="test", cuda_version=generated.CUDA_VERSION, api_digest=generated.API_DIGEST)
 
@@ -411,7 +411,7 @@ def test_a_hello_cannot_forge_log_lines(server):
 
 def test_a_server_that_never_answers_the_hello_is_given_up(monkeypatch):
     """A port that accepts and stays silent: the client's wait for its welcome ends with a clear error."""
-    from cuwire import transport
+    from cuwire.wire import transport
 
     monkeypatch.setattr(transport, "WELCOME_TIMEOUT", 0.5)
     with socket.create_server(("127.0.0.1", 0)) as silent:
@@ -483,7 +483,7 @@ def records_frame(t, records: bytes) -> tuple[int, int, str, bytes, str]:
     """Send a records frame (client/wire.c) on the session; (status, queued error, its function, result,
     refusal)."""
     from cuwire.server.records import CALL_REPLY
-    from cuwire.transport import MAGIC_RECORDS
+    from cuwire.wire.transport import MAGIC_RECORDS
 
     conn = t.connection
     conn.send(records, magic=MAGIC_RECORDS)
@@ -508,7 +508,7 @@ def test_records_frames_answer_the_call_and_the_queued_errors(session):
 
 
 def test_a_records_frame_before_the_hello_is_refused(server):
-    from cuwire.transport import MAGIC_RECORDS
+    from cuwire.wire.transport import MAGIC_RECORDS
 
     t = SocketTransport(server.address)
     t.connection.send(b"\0" * 8, magic=MAGIC_RECORDS)
@@ -1300,7 +1300,7 @@ def test_compressed_arguments_inflate_only_to_what_a_message_may_be(session):
     8 GiB), and the session goes on."""
     import zstandard
 
-    from cuwire.transport import MAX_MESSAGE
+    from cuwire.wire.transport import MAX_MESSAGE
 
     bomb = zstandard.ZstdCompressor(write_content_size=False).compress(bytes(MAX_MESSAGE + (1 << 20)))
     assert len(bomb) < 64 << 10

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import cffi
 
-from cuwire import ring
+from cuwire.wire import ring
 
 PACKAGE = Path(__file__).resolve().parent.parent  # cuwire/, in a checkout or installed
 GENERATED = PACKAGE / "generated"
@@ -172,7 +172,7 @@ def build(out: Path, names: bool = True) -> Path:
     ffi.set_source(
         MODULE, source,
         sources=[str(CLIENT / name) for name in C_SOURCES],
-        include_dirs=[str(GENERATED), str(CLIENT), str(CLIENT.parent)],  # socket_wait.h, shm_ring.h
+        include_dirs=[str(GENERATED), str(CLIENT), str(CLIENT.parent / "wire")],  # socket_wait.h, shm_ring.h
         libraries=libs,
         library_dirs=[libdir] if libdir else [],
         define_macros=[("CUWIRE_LIBPYTHON", f'"{soname}"')] if ".so" in soname else [],

@@ -5,7 +5,7 @@
  * stream and an id); the server puts a host function of its own in the stream, which, when the stream
  * reaches it, posts the id to the client and waits until this file's thread has run the program's
  * function: the stream's later work waits for it, as natively. A client on the server's host gets the ids
- * through the memory the session shares with it (cuwire/shm_ring.h); one over TCP on a connection of the
+ * through the memory the session shares with it (cuwire/wire/shm_ring.h); one over TCP on a connection of the
  * session's own, opened at its first host function (Hello.callbacks): the server writes the id (u64), this
  * thread runs the function and writes the id back. */
 #define _GNU_SOURCE

@@ -453,7 +453,7 @@ void cuwire_free(void *p) { free(p); }
 
 /* ------------------------------------------------------------------ host memory shared with the server */
 
-/* With a server on this host, the session shares host memory with it (cuwire/ring.py): page-locked
+/* With a server on this host, the session shares host memory with it (cuwire/wire/ring.py): page-locked
  * allocations are carved from it (runtime.py, SharedHost), and a copy between such an allocation and one
  * of the session's device allocations names an offset in it (CopyShared; server/records.c): the GPU reads
  * and writes the program's buffer itself. An asynchronous copy is queued (the program may not touch the

@@ -23,14 +23,15 @@ import zstandard
 from _cuwire import ffi, lib
 from google.protobuf.message import DecodeError
 
-import cuwire
-from cuwire import address_space, compression, fatbin, ring
+from cuwire import address_space, fatbin
 from cuwire.client.shared_host import SharedHost
 from cuwire.generated import cuwire_pb2 as pb
-from cuwire.generated import server_handlers as wire
+from cuwire.generated import wire_ids
 from cuwire.settings import Settings
-from cuwire.tls import ClientTls, TlsSocket
-from cuwire.transport import BULK, MAX_MESSAGE, SocketTransport, TransportError, open_session
+from cuwire.wire import compression, ring
+from cuwire.wire.hello import make_hello
+from cuwire.wire.tls import ClientTls, TlsSocket
+from cuwire.wire.transport import BULK, MAX_MESSAGE, SocketTransport, TransportError, open_session
 
 # The CUresult codes used here.
 INVALID_VALUE = 1
@@ -39,7 +40,7 @@ OUT_OF_MEMORY = 2
 NOT_SUPPORTED = 801
 NO_BINARY_FOR_GPU = 209
 UNKNOWN = 999
-COPY_FROM_DEVICE = wire.OP_IDS["CopyFromDevice"]  # a program's copy, made in C (client/wire.c)
+COPY_FROM_DEVICE = wire_ids.OP_IDS["CopyFromDevice"]  # a program's copy, made in C (client/wire.c)
 # Sync functions whose C `fast` path queues the call (client/local.c) rather than answers it: --stats counts
 # those calls as queued.
 QUEUED_BY_C = ("cuMemcpyHtoD_v2", "cuMemcpyHtoDAsync_v2")
@@ -54,7 +55,7 @@ MAX_THREADS_PER_BLOCK, MAX_BLOCK_DIM, MAX_GRID_DIM = 1, (2, 3, 4), (5, 6, 7)
  EXPORT_TABLE_SIZE, LINK, COPY_3D, KERNEL_NODE, HOST_NODE, GRAPH_NODES, REGISTER_HOST, UNREGISTER_HOST,
  MANAGED_ALLOC, GRAPH_NODE, CAPTURE_INFO, ALLOC_NODE_PARAMS, KERNEL_NODE_PARAMS, BATCH_NODE,
  GRAPH_DOT, ENUMERATE, MAKE_HANDLES, FUNCTION_ATTRIBUTES) = (
-    wire.OP_IDS[n] for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString",
+    wire_ids.OP_IDS[n] for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString",
                              "ModuleFunctions", "MaxActiveClusters", "ExportTableSize", "Link", "Copy3D",
                              "KernelNode", "HostNode", "GraphNodes", "RegisterHost", "UnregisterHost",
                              "ManagedAlloc", "GraphNode", "CaptureInfo", "AllocNodeParams",
@@ -100,7 +101,7 @@ class Stats:
     wait_seconds: float = 0.0
     payload_sent: int = 0  # of bytes_sent: large buffers beside the messages (transport.py)
     payload_received: int = 0
-    stripes: int = 0  # more connections the session opened for large payloads (cuwire/stripes.py)
+    stripes: int = 0  # more connections the session opened for large payloads (cuwire/wire/stripes.py)
     striped: int = 0  # payload bytes that went over them
     transport: str = ""  # how the session travels, e.g. "TCP to 127.0.0.1:50551"
     connected: float = 0.0  # time.monotonic() when the session opened
@@ -111,10 +112,8 @@ class Session:
 
     def __init__(self, settings: Settings):
         self.settings = settings
-        hello = pb.Hello(client_version=cuwire.__version__, cuda_version=wire.CUDA_VERSION,
-                         api_digest=wire.API_DIGEST, token=settings.token, pid=os.getpid(),
-                         host=socket.gethostname(),
-                         keep_free=[pb.Span(start=lo, end=hi) for lo, hi in address_space.own_spans_to_keep()])
+        keep_free = [pb.Span(start=lo, end=hi) for lo, hi in address_space.own_spans_to_keep()]
+        hello = make_hello(settings.token, keep_free=keep_free)
         self.transport: SocketTransport
         self.host: SharedHost | None = None  # host memory shared with the server (page-locked allocations)
         self.reserved = 0  # address space reserved for shared page-locked memory (offer)
@@ -640,8 +639,8 @@ class Client:
             lib.cuwire_free(data[0])
 
     def names_by_id(self) -> dict[int, str]:
-        names = {i: n for i, (n, _, _) in wire.HANDLERS.items()}
-        names.update({i: f"cuwire.{n}" for n, i in wire.OP_IDS.items()})
+        names = {i: n for n, i in wire_ids.FUNCTION_IDS.items()}
+        names.update({i: f"cuwire.{n}" for n, i in wire_ids.OP_IDS.items()})
         return names
 
 

@@ -1,5 +1,5 @@
 """The program's page-locked allocations in the host memory a session shares with a server on this host
-(cuwire/ring.py): which ranges are taken. Plain Python, so tests drive it without the client library."""
+(cuwire/wire/ring.py): which ranges are taken. Plain Python, so tests drive it without the client library."""
 
 from __future__ import annotations
 

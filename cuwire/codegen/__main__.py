@@ -10,6 +10,7 @@ from pathlib import Path
 from . import annotations, build_api, render
 
 GENERATED = Path(__file__).resolve().parent.parent / "generated"
+WIRE = GENERATED.parent / "wire"  # where protocol.proto's compiled module lives, beside it
 
 
 def print_stats(manifest_path: Path) -> None:
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     except annotations.AnnotationError as e:
         print(f"codegen: annotation error: {e}", file=sys.stderr)
         return 2
-    for path in render.render_all(api, args.out):
+    for path in render.render_all(api, args.out, WIRE if args.out == GENERATED else args.out):
         print(f"wrote {path}")
     if args.out == GENERATED:
         readme = GENERATED.parent.parent / "README.md"

@@ -8,43 +8,7 @@ emulated device) and the checked conversions from wire values to C values.
 import struct
 
 from cuwire.generated import cuwire_pb2 as pb
-
-API_DIGEST = "0960e83b767a4694"
-CUDA_VERSION = "13.0"
-# Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
-OP_IDS = {
-    "LoadModule": 2472846292,
-    "GetKernel": 2787689297,
-    "GetGlobal": 335532665,
-    "LaunchKernel": 1561583759,
-    "ErrorString": 3562576209,
-    "ModuleFunctions": 1160144857,
-    "MaxActiveClusters": 303605733,
-    "ExportTableSize": 2138948862,
-    "LaunchKernelEx": 2383965022,
-    "Link": 55721432,
-    "SetContext": 2441823671,
-    "Copy3D": 83419861,
-    "KernelNode": 141182410,
-    "HostNode": 1106830452,
-    "GraphNodes": 3785988023,
-    "CopyToDevice": 1294727371,
-    "CopyFromDevice": 2717996854,
-    "CopyShared": 3420448369,
-    "RegisterHost": 3990496965,
-    "UnregisterHost": 3562218563,
-    "HostFunc": 2255595394,
-    "ManagedAlloc": 947210730,
-    "GraphNode": 2825248542,
-    "CaptureInfo": 1340297522,
-    "AllocNodeParams": 4107969510,
-    "KernelNodeParams": 4069173233,
-    "BatchMemOpNode": 134213474,
-    "GraphDot": 491433564,
-    "Enumerate": 2205140631,
-    "MakeHandles": 3603414682,
-    "FunctionAttributes": 2946876176,
-}
+from cuwire.generated.wire_ids import API_DIGEST, CUDA_VERSION, OP_IDS  # noqa: F401  (the server's side)
 
 
 def cuArray3DGetDescriptor_v2(s, a: pb.cuArray3DGetDescriptor_v2_Args) -> pb.cuArray3DGetDescriptor_v2_Result:

@@ -133,7 +133,7 @@ def run(settings: Settings, ready=None, one_session: bool = False, probe: bool =
 def run_threads(settings: Settings, ready, log: logging.Logger) -> int:
     """--isolation thread: sessions are threads of this process (loopback only)."""
     from cuwire.server.service import serve
-    from cuwire.transport import is_loopback
+    from cuwire.wire.transport import is_loopback
 
     if not is_loopback(settings.listen.rpartition(":")[0].strip("[]")):
         log.error("--isolation thread serves only a loopback address (not %s): its sessions share one process and "
@@ -170,7 +170,7 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     from cuwire.generated import cuwire_pb2 as pb
     from cuwire.server.listener import receive_handoff
     from cuwire.server.service import CuWireServer, host_memory_size, serve_connection
-    from cuwire.transport import Connection
+    from cuwire.wire.transport import Connection
 
     if handoff_fd is None:
         log.error("--one-session needs --handoff-fd (the listener starts these processes)")
@@ -183,8 +183,9 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     capture_output()  # device printf output goes back to the program (records.c)
     # before CUDA starts and takes much of this process's address space: keep the range the client reserved
     # for its page-locked memory free here too, so both processes (and the GPU) see it at one address
-    from cuwire import address_space, ring
+    from cuwire import address_space
     from cuwire.server._records import lib as records_lib
+    from cuwire.wire import ring
 
     held = 0
     try:
@@ -231,7 +232,7 @@ def take_stripes(state, channel) -> None:
     """The session's stripes, which the listener hands over on the channel as they come (stripes.py)."""
     from cuwire.server.listener import receive_handoff
     from cuwire.server.service import serve_stripe
-    from cuwire.transport import Connection
+    from cuwire.wire.transport import Connection
 
     while True:
         try:
@@ -284,7 +285,7 @@ def run_probe(settings: Settings, log: logging.Logger) -> int:
 def run_listener(settings: Settings, ready, log: logging.Logger) -> int:
     from cuwire.server.listener import Listener
     from cuwire.server.service import SocketServer
-    from cuwire.tls import server_tls
+    from cuwire.wire.tls import server_tls
 
     listener = Listener(settings)
     try:

@@ -7,11 +7,11 @@ The copies served so: cuMemcpyHtoD_v2, cuMemcpyDtoH_v2, their Async forms, and c
 between host and device memory, when the buffer travels in the frame's payload (transport.BULK).
 Anything else runs the generated handler on the whole payload.
 
-With a client on this host that took shared memory (cuwire/ring.py), the payload is in that memory,
+With a client on this host that took shared memory (cuwire/wire/ring.py), the payload is in that memory,
 page-locked for the GPU: a copy goes between its slots and the GPU directly, a slot at a time, while
 the client fills (or empties) the next; no chunk buffer, no socket.
 
-A client over TCP whose session has stripes (cuwire/stripes.py) sends and takes a large copy's bytes
+A client over TCP whose session has stripes (cuwire/wire/stripes.py) sends and takes a large copy's bytes
 over all of them at once: each stripe's part is streamed by a thread of its own (a Lane: the session's
 context, a stream of its own, a pair of chunk buffers), its copies ordered after the work already on the
 copy's stream (an event), all finished before the reply.
@@ -26,11 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cuwire import stripes
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server.errors import WireError
-from cuwire.stripes import StripeError
-from cuwire.transport import BULK, Connection, TransportError
+from cuwire.wire import stripes
+from cuwire.wire.stripes import StripeError
+from cuwire.wire.transport import BULK, Connection, TransportError
 
 CHUNK = 8 << 20
 STREAM_NON_BLOCKING = 0x1  # a lane's stream waits for nothing but its event (CU_STREAM_NON_BLOCKING)

@@ -5,7 +5,7 @@ The listener accepts a connection, reads the client's Hello (within HELLO_TIMEOU
 it the connection itself (the socket's descriptor, with the Hello, over a Unix socket). The session
 process answers the Hello and serves the session; the client never connects anywhere else, so a server
 published as one port (a firewall, `docker run -p`, a Kubernetes Service) serves remote clients. A
-session's stripes (more connections for large payloads, cuwire/stripes.py) come the same way: their
+session's stripes (more connections for large payloads, cuwire/wire/stripes.py) come the same way: their
 hello names the session's join key, which the listener made, and it hands them to that session's
 process on the same channel. The listener never touches CUDA: one client's crash, leak or bad pointer
 stays in its own process and CUDA context.
@@ -26,8 +26,8 @@ from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server import metrics
 from cuwire.server.service import LOCAL_PEER, check_hello, printable, read_batch
 from cuwire.settings import Settings
-from cuwire.stripes import shut
-from cuwire.transport import HELLO_MAX, Connection, TransportError
+from cuwire.wire.stripes import shut
+from cuwire.wire.transport import HELLO_MAX, Connection, TransportError
 
 log = logging.getLogger("cuwire.server")
 START_TIMEOUT = 60.0

@@ -349,7 +349,7 @@ void cw_records_callbacks_stop(cw_records *s)
         shutdown(s->callbacks.fd, SHUT_RDWR);
 }
 
-/* Host memory shared with the client (its page-locked allocations, cuwire/ring.py): CopyShared records
+/* Host memory shared with the client (its page-locked allocations, cuwire/wire/ring.py): CopyShared records
  * name offsets in it. */
 void cw_records_shared(cw_records *s, uint32_t copy_shared, uintptr_t base, uint64_t size)
 {

@@ -16,7 +16,7 @@ from cuwire.server._records import ffi, lib
 from cuwire.server.backend import prototypes
 from cuwire.server.errors import WireError
 from cuwire.server.metrics import LATENCY_BOUNDS_US  # (records.c CW_LATENCY_BOUNDS: the same)
-from cuwire.transport import TransportError
+from cuwire.wire.transport import TransportError
 
 RECORD_HEADER = struct.Struct("<II")  # each queued call: function id, record size; then the record
 CALL_REPLY = struct.Struct("<iiIIII")  # a records frame's answer: status, queued error and its function id,

@@ -13,8 +13,8 @@ import cffi
 
 SERVER = Path(__file__).resolve().parent
 GENERATED = SERVER.parent / "generated"
-# shared memory for payloads (cuwire/ring.py): the declarations between the header's cdef markers
-_RING = (SERVER.parent / "shm_ring.h").read_text()
+# shared memory for payloads (cuwire/wire/ring.py): the declarations between the header's cdef markers
+_RING = (SERVER.parent / "wire" / "shm_ring.h").read_text()
 RING_CDEF = _RING[_RING.index("/* cffi cdef: from here"):_RING.index("/* cffi cdef: to here")].split("\n", 1)[1]
 
 CDEF = """
@@ -64,7 +64,7 @@ ffibuilder = cffi.FFI()
 ffibuilder.cdef(RING_CDEF + CDEF)
 ffibuilder.set_source(
     "cuwire.server._records", '#include "records.c"\n#define CW_RING_IMPLEMENTATION\n#include "shm_ring.h"\n',
-    include_dirs=[str(SERVER), str(GENERATED), str(SERVER.parent)],  # socket_wait.h, shm_ring.h
+    include_dirs=[str(SERVER), str(GENERATED), str(SERVER.parent / "wire")],  # socket_wait.h, shm_ring.h
     extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"],
 )
 

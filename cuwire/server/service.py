@@ -1,4 +1,4 @@
-"""The session server: accepts sessions (framed sockets, cuwire/transport.py), checks the handshake,
+"""The session server: accepts sessions (framed sockets, cuwire/wire/transport.py), checks the handshake,
 runs each session's batches.
 
 It runs the sessions as threads of its own process. With isolation=process (the default), the
@@ -19,9 +19,8 @@ import zstandard
 from google.protobuf.message import DecodeError
 
 import cuwire
-from cuwire import compression, ring
 from cuwire.generated import cuwire_pb2 as pb
-from cuwire.generated import server_handlers as generated
+from cuwire.generated import wire_ids
 from cuwire.server import metrics
 from cuwire.server._records import ffi as records_ffi
 from cuwire.server._records import lib as records_lib
@@ -32,8 +31,10 @@ from cuwire.server.module_cache import ModuleCache
 from cuwire.server.records import function_table
 from cuwire.server.session import Session
 from cuwire.settings import Settings, host_port
-from cuwire.tls import ServerTls, relayed, server_tls
-from cuwire.transport import (
+from cuwire.wire import compression, ring
+from cuwire.wire.hello import same_api, this_api
+from cuwire.wire.tls import ServerTls, relayed, server_tls
+from cuwire.wire.transport import (
     HELLO_MAX,
     MAGIC,
     MAX_MESSAGE,
@@ -161,8 +162,8 @@ class CuWireServer:
         session = Session(self, conn.peer, hello, name)
         self.sessions[name] = session
         reply = pb.Reply(welcome=pb.Welcome(
-            server_version=cuwire.__version__, cuda_version=generated.CUDA_VERSION,
-            api_digest=generated.API_DIGEST, backend=self.backend, devices=self.devices, session=name,
+            server_version=cuwire.__version__, cuda_version=wire_ids.CUDA_VERSION,
+            api_digest=wire_ids.API_DIGEST, backend=self.backend, devices=self.devices, session=name,
             driver_version=self.driver_version()))
         shared, fds = None, []
         from_relay = conn.sock.family == socket.AF_UNIX and relayed(conn.sock)  # TLS from another host
@@ -252,12 +253,11 @@ def check_hello(settings: Settings, hello: pb.Hello) -> pb.Reply | None:
     if settings.token and hello.token != settings.token:
         return pb.Reply(error="the server refused the token (set CUWIRE_TOKEN to the server's token)",
                         refusal=pb.TOKEN)
-    if hello.api_digest != generated.API_DIGEST or hello.cuda_version != generated.CUDA_VERSION:
+    if not same_api(hello):
         return pb.Reply(error=(
             f"version mismatch: the client (cuwire {hello.client_version}) was generated for CUDA "
             f"{hello.cuda_version} with API digest {hello.api_digest}, the server (cuwire {cuwire.__version__}) "
-            f"for CUDA {generated.CUDA_VERSION} with API digest {generated.API_DIGEST}; build both from the "
-            "same cuwire version"), refusal=pb.VERSION)
+            f"for {this_api()}; build both from the same cuwire version"), refusal=pb.VERSION)
     return None
 
 

@@ -13,7 +13,7 @@ import time
 
 from google.protobuf.message import DecodeError
 
-from cuwire import address_space, compression
+from cuwire import address_space
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.server import attributes, bulk, contexts, custom, graphs, ipc, memops, records, tensor_maps, textures, vmm
@@ -28,7 +28,8 @@ from cuwire.server.errors import (
     WireError,
 )
 from cuwire.server.records import CALL_REPLY, RecordLoop
-from cuwire.transport import BULK, MAX_MESSAGE, TransportError
+from cuwire.wire import compression
+from cuwire.wire.transport import BULK, MAX_MESSAGE, TransportError
 
 log = logging.getLogger("cuwire.server")
 COPY_SHARED = generated.OP_IDS["CopyShared"]

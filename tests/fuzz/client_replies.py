@@ -7,8 +7,8 @@ import sys
 
 import fuzz_client as f
 
-from cuwire import compression, transport
 from cuwire.generated import cuwire_pb2 as pb
+from cuwire.wire import compression, transport
 
 UNKNOWN, DEVICE_UNAVAILABLE = 999, 46
 

@@ -65,10 +65,10 @@ FFI = StandInFfi()
 sys.modules["_cuwire"] = types.SimpleNamespace(ffi=FFI, lib=StandInLib())
 
 with atheris.instrument_imports():
-    from cuwire import compression, transport
     from cuwire.client import runtime
     from cuwire.generated import client_calls  # noqa: F401  (registers the generated halves with FFI)
     from cuwire.generated import cuwire_pb2 as pb
+    from cuwire.wire import compression, transport
 
 # The Python halves of the generated calls and their C signatures (generated/client_cdefs.h): which
 # parameters are the program's pointers.

@@ -22,7 +22,7 @@ with atheris.instrument_imports():
     from cuwire.generated import cuwire_pb2 as pb
     from cuwire.server import listener
     from cuwire.settings import Settings
-    from cuwire.transport import HEADER, MAGIC
+    from cuwire.wire.transport import HEADER, MAGIC
 
 TOKEN = "fuzz-token-0123456789"
 SETTINGS = Settings(backend="emulated", cache_dir=Path(tempfile.mkdtemp()), token=TOKEN)

@@ -24,7 +24,7 @@ with atheris.instrument_imports():
     from cuwire.server.service import CuWireServer, read_batch
     from cuwire.server.session import Session
     from cuwire.settings import Settings
-    from cuwire.transport import MAGIC
+    from cuwire.wire.transport import MAGIC
 
 import fields  # noqa: E402  (tests/fuzz/fields.py, beside this file)
 

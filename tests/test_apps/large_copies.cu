@@ -1,5 +1,5 @@
 // large_copies: copies large enough to travel beside the messages (64 KiB and more), up to more than the
-// shared memory a local session takes (cuwire/ring.py), both ways, sync and async, pageable and pinned:
+// shared memory a local session takes (cuwire/wire/ring.py), both ways, sync and async, pageable and pinned:
 // every byte must come back as it went.
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* Shared memory between a client and a server on the same host: a ring of slots that carries frames'
- * payloads (the bulk bytes of large copies) instead of the socket (cuwire/ring.py says when).
+ * payloads (the bulk bytes of large copies) instead of the socket (cuwire/wire/ring.py says when).
  *
  * The server makes the memory (a memfd, registered with the driver so the GPU copies straight from and
  * into it) and hands its descriptor to the client with the welcome. The frames themselves still go on the

@@ -1,4 +1,4 @@
-"""Shared memory for payloads between a client and a server on the same host (the C is cuwire/shm_ring.h).
+"""Shared memory for payloads between a client and a server on the same host (the C is cuwire/wire/shm_ring.h).
 
 Over a Unix socket the client offers to take a ring (Hello.ring_size); the session's server makes it (a
 memfd, which it registers with the driver, so the GPU copies straight from and into it) and sends its
@@ -36,7 +36,7 @@ HEADER = Path(__file__).resolve().parent / "shm_ring.h"
 def _transport_error(why: str) -> Exception:
     """The wire's error (transport.TransportError), imported when needed: the client library's build reads
     this module's C definitions where the wire's own dependencies (protobuf) are not installed."""
-    from cuwire.transport import TransportError
+    from cuwire.wire.transport import TransportError
 
     return TransportError(why)
 

@@ -1,5 +1,5 @@
 """How batches travel: frames on one persistent socket per session: TCP, or for a server on this host a
-Unix socket (with shared memory for payloads, cuwire/ring.py).
+Unix socket (with shared memory for payloads, cuwire/wire/ring.py).
 
 A frame is a 16-byte header, a protobuf message (a Batch from the client, a Reply from the server), and
 a payload of raw bytes beside it, for bulk data that must not pass through protobuf:
@@ -31,11 +31,11 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from cuwire import stripes as striping
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.settings import host_port
-from cuwire.stripes import MAGIC_STRIPED, StripeError
-from cuwire.tls import ClientTls, TlsError, TlsSocket, relay
+from cuwire.wire import stripes as striping
+from cuwire.wire.stripes import MAGIC_STRIPED, StripeError
+from cuwire.wire.tls import ClientTls, TlsError, TlsSocket, relay
 
 Buffer = Any  # bytes, a memoryview, a cffi buffer: anything with the buffer protocol (3.12 names it)
 MAGIC = 0x31575543

@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuwire.stripes import shut
+from cuwire.wire.stripes import shut
 
 log = logging.getLogger("cuwire.server")
 NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)

@@ -1,0 +1,31 @@
+"""The hello, built in one place: what a client says when it opens a session (the client library and the
+`cuwire` commands alike), and the one test of whether two sides speak the same API."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import cuwire
+from cuwire.generated import wire_ids
+from cuwire.wire import protocol_pb2 as pb
+
+
+def make_hello(token: str = "", **fields: object) -> pb.Hello:
+    """The Hello of this process: its versions, the token, its pid and host, and any further fields (the
+    address ranges a client keeps, a join key, ...); tests replace fields the same way."""
+    said: dict[str, object] = dict(client_version=cuwire.__version__, cuda_version=wire_ids.CUDA_VERSION,
+                                   api_digest=wire_ids.API_DIGEST, token=token, pid=os.getpid(),
+                                   host=socket.gethostname())
+    said.update(fields)
+    return pb.Hello(**said)
+
+
+def same_api(message: pb.Hello | pb.Welcome) -> bool:
+    """Whether the other side was generated from the same CUDA headers as this one."""
+    return message.api_digest == wire_ids.API_DIGEST and message.cuda_version == wire_ids.CUDA_VERSION
+
+
+def this_api() -> str:
+    """This side's API, as the messages about a mismatch name it."""
+    return f"CUDA {wire_ids.CUDA_VERSION} with API digest {wire_ids.API_DIGEST}"
