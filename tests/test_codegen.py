@@ -172,20 +172,22 @@ def test_every_library_has_its_annotations():
 
 
 def test_graph_node_offsets_match_the_headers():
-    """client/driver.py writes a memory allocation node's address and a conditional node's body graphs into
+    """client/graphs.py writes a memory allocation node's address and a conditional node's body graphs into
     the program's CUgraphNodeParams at fixed offsets: they must be cuda.h's."""
     import ast
 
+    from cuwire.generated import cuda_constants
     from cuwire.server.backend import cuda_ffi
 
     ffi = cuda_ffi()
-    source = ast.parse((ROOT / "cuwire" / "client" / "driver.py").read_text())
+    source = ast.parse((ROOT / "cuwire" / "client" / "graphs.py").read_text())
     consts = {}
     for node in source.body:
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple):
             names = [t.id for t in node.targets[0].elts]
             if {"NODE_PARAMS_SIZE", "ALLOC_ACCESS_AT", "COND_SIZE_AT", "MEM_ALLOC"} & set(names):
-                consts.update(zip(names, eval(ast.unparse(node.value), {"__builtins__": {}}), strict=True))
+                values = eval(ast.unparse(node.value), {"__builtins__": {}, "cu": cuda_constants})
+                consts.update(zip(names, values, strict=True))
         elif isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "ACCESS_DESC_SIZE":
             consts["ACCESS_DESC_SIZE"] = ast.literal_eval(node.value)
     union = ffi.offsetof("CUgraphNodeParams", "alloc")
@@ -198,3 +200,21 @@ def test_graph_node_offsets_match_the_headers():
     assert consts["ACCESS_DESC_SIZE"] == ffi.sizeof("CUmemAccessDesc")
     assert (consts["MEM_ALLOC"], consts["CONDITIONAL"]) == (ffi.integer_const("CU_GRAPH_NODE_TYPE_MEM_ALLOC"),
                                                             ffi.integer_const("CU_GRAPH_NODE_TYPE_CONDITIONAL"))
+
+
+def test_cuda_constants_are_the_headers_enumerators():
+    """generated/cuda_constants.py, where Python code takes CUDA's numbers, holds every enumerator of every
+    enum cffi reads from the same headers (generated/cuda_api.h), with the same value."""
+    from cuwire.generated import cuda_constants
+    from cuwire.server.backend import cuda_ffi
+
+    ffi = cuda_ffi()
+    names = set(re.findall(r"^(\w+) = -?\d+$", Path(cuda_constants.__file__).read_text(), re.M))
+    checked = 0
+    for enum in re.findall(r"typedef enum \w*\s*\{[^}]*\}\s*(\w+);", (Path(cuda_constants.__file__).parent
+                                                                         / "cuda_api.h").read_text()):
+        for name, value in ffi.typeof(enum).relements.items():
+            assert getattr(cuda_constants, name) == value, (enum, name)
+            checked += 1
+            names.discard(name)
+    assert checked > 1000 and not names, f"constants no enum declares: {sorted(names)[:5]}"

@@ -26,7 +26,7 @@ struct entry {
 #define GONE UINT64_MAX /* a forgotten entry: lookups go on past it, stores may reuse it */
 static struct entry slots[SLOTS];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-/* Counts the forgettings: answers kept elsewhere (client/driver.py's clusters) forget theirs when it moves. */
+/* Counts the forgettings: answers kept elsewhere (client/launches.py's clusters) forget theirs when it moves. */
 static unsigned long long generation;
 
 unsigned long long cuwire_answers_generation(void) { return __atomic_load_n(&generation, __ATOMIC_ACQUIRE); }

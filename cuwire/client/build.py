@@ -6,8 +6,8 @@ Output, in build/client/ (or --out):
   libnvidia-ml.so.1
 
 The C is generated/client_stubs.c (one exported function per CUDA function) plus the client's own C
-(C_SOURCES); the Python that the stubs call is generated/client_calls.py, client/driver.py and
-client/nvml.py, imported by the embedded interpreter on the first call that needs it.
+(C_SOURCES); the Python that the stubs call is generated/client_calls.py and the hand-written halves
+(client/embedded.py imports them all), imported by the embedded interpreter on the first call that needs it.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ else:
 for p in _paths:
     if p not in sys.path:
         site.addsitedir(p)
-from cuwire.client import runtime  # noqa: E402
+from cuwire.client import embedded  # noqa: E402
 
 
 @ffi.def_extern()
@@ -150,7 +150,7 @@ def cuwire_embedded():
     return 1
 
 
-runtime.start()
+embedded.start()
 lib.cuwire_python_started()
 """
 

@@ -194,7 +194,7 @@ static CUresult post(CUstream stream, CUhostFn fn, CUstreamCallback callback, vo
     return (CUresult)(sent >= 0 ? sent : cuwire_py_send_queued());
 }
 
-/* A graph's host node (client/driver.py): fn and its userData kept for every launch of the graph; the id
+/* A graph's host node (client/graphs.py): fn and its userData kept for every launch of the graph; the id
  * the server's host node posts, or 0 (*err says why: no way to reach the client's thread, or no memory). */
 uint64_t cuwire_keep_host_fn(CUhostFn fn, void *user, int *err)
 {

@@ -258,7 +258,7 @@ static const void *const heap_access[3] = {SIZE_WORD(3), (void *)HEAP_ACCESS_1, 
  * 13.0, measured with tests/tools/export_tables_probe.c on the H100). */
 static uint64_t library_object[64];
 
-/* 6e163fbe slot 7: the functions of a module, each reported to a callback (client/driver.py). */
+/* 6e163fbe slot 7: the functions of a module, each reported to a callback (client/modules.py). */
 static uint64_t module_functions(uint64_t ctx, uint64_t module, void *callback, void *userdata, uint64_t a4,
                                  uint64_t a5)
 {

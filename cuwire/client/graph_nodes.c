@@ -4,7 +4,7 @@
  * their own (kernel, memcpy, memset, host, child graph, batch memory operations) go through that call, which
  * knows how to carry the kind over the wire (a kernel's parameters, a host function kept in the client,
  * an array of operations); the others travel as
- * cuwire.GraphNode (client/driver.py). The reverse holds for memory nodes: cuGraphAddMemAllocNode and
+ * cuwire.GraphNode (client/graphs.py). The reverse holds for memory nodes: cuGraphAddMemAllocNode and
  * cuGraphAddMemFreeNode are cuGraphAddNode of those kinds. cuGraphNodeSetParams and cuGraphExecNodeSetParams
  * go through their kind's own SetParams call likewise.
  */

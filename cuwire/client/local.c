@@ -1288,7 +1288,7 @@ static int launch_queued(CUfunction f, const uint32_t g[3], const uint32_t b[3],
 }
 
 /* The parameters of f (kernelParams, or extra's one buffer) laid out at their offsets into out, as a
- * launch record carries them (for a graph's kernel node, client/driver.py): their length, the server's
+ * launch record carries them (for a graph's kernel node, client/graphs.py): their length, the server's
  * handle of f in *handle; -1 when f's layout is not known here, -2 when out (cap bytes) is too small,
  * -3 when the parameters are missing or malformed. */
 long cuwire_pack_params(CUfunction f, void **params, void **extra, uint64_t *handle, char *out, size_t cap)

@@ -112,7 +112,7 @@ uint64_t cuwire_capture_of(void *stream);
 void cuwire_user_objects_share(uint64_t from, uint64_t to);
 void cuwire_user_objects_release(uint64_t owner, int after_work);
 void cuwire_user_objects_synced(void);
-/* The graph and last nodes of a stream's capture, from the server (client/driver.py): a CUDA result. */
+/* The graph and last nodes of a stream's capture, from the server (client/graphs.py): a CUDA result. */
 int cuwire_py_capture_info(uint64_t stream, void *graph, void *deps, void *edges, void *count);
 /* The host caught up with the GPU: stand-ins' and managed memory's bytes come back (graph_copies.c). */
 void cuwire_synced(void);
@@ -134,7 +134,7 @@ int cuwire_py_host_register_at(uint64_t address, uint64_t size, uint64_t *offset
 int cuwire_py_host_unregister_at(uint64_t offset);
 int cuwire_py_host_register_again(uint64_t address, uint64_t size, uint64_t offset);
 
-/* Streams and events made ahead, in batches (handle_pools.c, through client/driver.py), and every attribute
+/* Streams and events made ahead, in batches (handle_pools.c, through client/launches.py), and every attribute
  * of a kernel or function asked at once (answers_cache.c): CUDA results. */
 int cuwire_py_make_handles(uint32_t kind, uint32_t flags, int32_t priority, uint32_t count, uint64_t *out,
                            uint32_t *made);
@@ -162,7 +162,7 @@ void cuwire_free(void *p);
 int cuwire_py_flush(void);
 int cuwire_py_send_queued(void);
 int cuwire_py_callbacks(void);
-/* A launch's parameters packed by the kernel's layout (local.c; client/driver.py's graph kernel nodes). */
+/* A launch's parameters packed by the kernel's layout (local.c; client/graphs.py's graph kernel nodes). */
 long cuwire_pack_params(CUfunction f, void **params, void **extra, uint64_t *handle, char *out, size_t cap);
 void cuwire_set_launch_limits(uint32_t threads, const uint32_t *block, const uint32_t *grid);
 void cuwire_cache_kernel(const void *key, uint64_t handle, uint32_t n, const uint32_t *offsets,

@@ -1,8 +1,9 @@
 """The client's Python side, inside the program's process: the session with the server, the call path,
 the map of device memory, modules (uploaded once per content) and kernel lookups.
 
-Generated stubs (generated/client_calls.py) and hand-written ones (client/driver.py, client/nvml.py) call into this
-module; it imports `_cuwire`, the client library's own cffi module, so it only runs embedded.
+Generated stubs (generated/client_calls.py) and hand-written ones (client/modules.py, launches.py, graphs.py,
+driver.py, nvml.py) call into this module; it imports `_cuwire`, the client library's own cffi module, so it
+only runs embedded.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from google.protobuf.message import DecodeError
 
 from cuwire import address_space, fatbin
 from cuwire.client.shared_host import SharedHost
+from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import wire_ids
 from cuwire.settings import Settings
@@ -34,12 +36,10 @@ from cuwire.wire.tls import ClientTls, TlsSocket
 from cuwire.wire.transport import BULK, MAX_MESSAGE, SocketTransport, TransportError, open_session
 
 # The CUresult codes used here.
-INVALID_VALUE = 1
-DEVICE_UNAVAILABLE = 46
-OUT_OF_MEMORY = 2
-NOT_SUPPORTED = 801
-NO_BINARY_FOR_GPU = 209
-UNKNOWN = 999
+INVALID_VALUE, OUT_OF_MEMORY, DEVICE_UNAVAILABLE = (
+    cu.CUDA_ERROR_INVALID_VALUE, cu.CUDA_ERROR_OUT_OF_MEMORY, cu.CUDA_ERROR_DEVICE_UNAVAILABLE)
+NOT_SUPPORTED, NO_BINARY_FOR_GPU, UNKNOWN = (
+    cu.CUDA_ERROR_NOT_SUPPORTED, cu.CUDA_ERROR_NO_BINARY_FOR_GPU, cu.CUDA_ERROR_UNKNOWN)
 COPY_FROM_DEVICE = wire_ids.OP_IDS["CopyFromDevice"]  # a program's copy, made in C (client/wire.c)
 # Sync functions whose C `fast` path queues the call (client/local.c) rather than answers it: --stats counts
 # those calls as queued.
@@ -47,8 +47,11 @@ QUEUED_BY_C = ("cuMemcpyHtoD_v2", "cuMemcpyHtoDAsync_v2")
 # ... and those whose `fast` path makes the call in C, waiting for the server (client/wire.c)
 WAITED_BY_C = ("cuMemcpyDtoH_v2", "cuMemcpyDtoHAsync_v2")
 # Where the device snapshot's attribute list (Device.attributes) holds the launch limits: the
-# CUdevice_attribute numbers of MAX_THREADS_PER_BLOCK, MAX_BLOCK_DIM_X..Z, MAX_GRID_DIM_X..Z.
-MAX_THREADS_PER_BLOCK, MAX_BLOCK_DIM, MAX_GRID_DIM = 1, (2, 3, 4), (5, 6, 7)
+MAX_THREADS_PER_BLOCK = cu.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+MAX_BLOCK_DIM = (cu.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, cu.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
+                 cu.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)
+MAX_GRID_DIM = (cu.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, cu.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+                cu.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)
 
 
 (LOAD_MODULE, GET_KERNEL, GET_GLOBAL, LAUNCH_KERNEL, ERROR_STRING, MODULE_FUNCTIONS, MAX_ACTIVE_CLUSTERS,
@@ -764,7 +767,7 @@ track_alloc = client.track_alloc
 
 def server_function(handle: int) -> int:
     """The server's CUfunction for a handle the program holds: the same value, except for functions the
-    driver's private module iterator gave out (client/driver.py), whose objects live in the client."""
+    driver's private module iterator gave out (client/modules.py), whose objects live in the client."""
     return client.function_objects.get(handle, (handle,))[0]
 
 
@@ -978,10 +981,8 @@ def cuwire_py_at_exit() -> None:
 
 
 def start() -> None:
-    """Called once by the embedded init code: hook process exit and fork; the connection waits."""
-    from cuwire.client import driver, nvml  # noqa: F401  (register the hand-written halves)
-    from cuwire.generated import client_calls  # noqa: F401  (registers the generated halves)
-
+    """Called once by the embedded init code (client/embedded.py, once every half is imported): hook process
+    exit and fork; the connection waits."""
     atexit.register(cuwire_py_at_exit)  # a Python program (PyTorch) ends through Python's atexit
     lib.cuwire_hook_exit()  # a C program never finalises the embedded interpreter: C's atexit does it
     os.register_at_fork(after_in_child=client.after_fork)

@@ -7,7 +7,8 @@ unimplemented (its stub says so loudly). Inside a table:
   mode     sync    the client waits for the server's answer
            async   queued by the client and sent with the next batch; only an error code comes back,
                    at the next synchronising call
-           custom  hand-written client code (client/driver.py, client/nvml.py) and server handler
+           custom  hand-written client code (client/modules.py, launches.py, graphs.py, driver.py, nvml.py)
+                   and server handler
                    (server/custom.py)
            local   answered by the client's own C (client/local.c); the server never sees it
   note     free text shown in the manifest

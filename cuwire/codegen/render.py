@@ -28,6 +28,7 @@ OUTPUTS = {
     "client_calls.py.j2": "client_calls.py",
     "server_handlers.py.j2": "server_handlers.py",
     "wire_ids.py.j2": "wire_ids.py",
+    "cuda_constants.py.j2": "cuda_constants.py",
     "server_records.h.j2": "server_records.h",
     "server_records.c.j2": "server_records.c",
     "exports.map.j2": "exports.map",

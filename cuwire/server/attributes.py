@@ -9,15 +9,18 @@ DEVICE_UPDATABLE_KERNEL_NODE) would reach the driver unchecked, so those are ref
 
 from __future__ import annotations
 
+from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server.errors import NOT_SUPPORTED, CudaFail, WireError
 
 VALUE = "CUlaunchAttributeValue"
 STREAM, NODE = ("CUstream_st", "CUstream"), ("CUgraphNode_st", "CUgraphNode")
-# CUlaunchAttributeID: access policy window, cooperative, synchronization policy, cluster dimension, cluster
-# scheduling policy, priority, memory sync domain map and domain, preferred cluster dimension, NVLink
-# utilisation-centric scheduling (the driver refuses what does not apply to streams or to nodes)
-PLAIN = {1, 2, 3, 4, 5, 8, 9, 10, 11, 16}
+# The launch attributes whose values are plain data (the driver refuses what does not apply to streams or to nodes)
+PLAIN = {cu.CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, cu.CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
+         cu.CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, cu.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+         cu.CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE, cu.CU_LAUNCH_ATTRIBUTE_PRIORITY,
+         cu.CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP, cu.CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN,
+         cu.CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION, cu.CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING}
 
 
 def _kind(attr: int) -> int:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server.errors import WireError
 from cuwire.wire import stripes
@@ -33,8 +34,8 @@ from cuwire.wire.stripes import StripeError
 from cuwire.wire.transport import BULK, Connection, TransportError
 
 CHUNK = 8 << 20
-STREAM_NON_BLOCKING = 0x1  # a lane's stream waits for nothing but its event (CU_STREAM_NON_BLOCKING)
-EVENT_DISABLE_TIMING = 0x2
+STREAM_NON_BLOCKING = cu.CU_STREAM_NON_BLOCKING  # a lane's stream waits for nothing but its event
+EVENT_DISABLE_TIMING = cu.CU_EVENT_DISABLE_TIMING
 
 
 class IncomingPayload:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.server import graphs
@@ -319,7 +320,7 @@ def module_functions(s, a: pb.ModuleFunctions_Args) -> pb.ModuleFunctions_Result
 
 
 SWEEP_MOST = 32  # cluster widths a MaxActiveClusters sweep may ask (the largest cluster is 16 blocks today)
-CLUSTER_DIMENSION = 4  # CUlaunchAttributeID
+CLUSTER_DIMENSION = cu.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 
 
 def max_active_clusters(s, a: pb.MaxActiveClusters_Args) -> pb.MaxActiveClusters_Result:
@@ -396,7 +397,8 @@ def function_attributes(s, a: pb.FunctionAttributes_Args) -> pb.FunctionAttribut
     return r
 
 
-JIT_INPUT_TYPES = range(0, 5)  # CUjitInputType: cubin, PTX, fatbinary, object, library
+JIT_INPUT_TYPES = (cu.CU_JIT_INPUT_CUBIN, cu.CU_JIT_INPUT_PTX, cu.CU_JIT_INPUT_FATBINARY, cu.CU_JIT_INPUT_OBJECT,
+                   cu.CU_JIT_INPUT_LIBRARY)
 
 
 def link(s, a: pb.Link_Args) -> pb.Link_Result:
@@ -459,7 +461,7 @@ def error_string(s, a: pb.ErrorString_Args) -> pb.ErrorString_Result:
     return r
 
 
-MEMORY_HOST, MEMORY_DEVICE, MEMORY_ARRAY = 1, 2, 3  # CUmemorytype
+MEMORY_HOST, MEMORY_DEVICE, MEMORY_ARRAY = cu.CU_MEMORYTYPE_HOST, cu.CU_MEMORYTYPE_DEVICE, cu.CU_MEMORYTYPE_ARRAY
 ARRAY_KIND = "CUarray_st"
 
 
@@ -528,7 +530,7 @@ def unregister_host(s, a: pb.UnregisterHost_Args) -> pb.UnregisterHost_Result:
 def managed_alloc(s, a: pb.ManagedAlloc_Args) -> pb.ManagedAlloc_Result:
     """Managed memory for a client over TCP: the session's like cuMemAlloc's (its budget, its ranges,
     freed with cuMemFree or when it ends); the client maps the same address for its host copy."""
-    if a.size == 0 or a.flags not in (1, 2):  # CU_MEM_ATTACH_GLOBAL, CU_MEM_ATTACH_HOST
+    if a.size == 0 or a.flags not in (cu.CU_MEM_ATTACH_GLOBAL, cu.CU_MEM_ATTACH_HOST):
         return pb.ManagedAlloc_Result(status=INVALID_VALUE)
     s.reserve(a.size)
     out = s.ffi.new("CUdeviceptr *")

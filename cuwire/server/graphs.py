@@ -19,15 +19,20 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server import memops
 from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED, CudaFail, WireError
 
 GRAPH, NODE, EXEC, EVENT, CONTEXT, ARRAY = ("CUgraph_st", "CUgraphNode_st", "CUgraphExec_st", "CUevent_st", "CUctx_st",
                                             "CUarray_st")
-HOST, DEVICE, ARRAY_MEMORY, UNIFIED = 1, 2, 3, 4  # CUmemorytype
+HOST, DEVICE, ARRAY_MEMORY, UNIFIED = (cu.CU_MEMORYTYPE_HOST, cu.CU_MEMORYTYPE_DEVICE, cu.CU_MEMORYTYPE_ARRAY,
+                                       cu.CU_MEMORYTYPE_UNIFIED)
 ADD, SET, EXEC_SET, GET = 0, 1, 2, 3  # KernelNode_Args.action, BatchMemOpNode_Args.action
-EMPTY, WAIT_EVENT, EVENT_RECORD, MEM_ALLOC, MEM_FREE, CONDITIONAL = 5, 6, 7, 10, 11, 13  # CUgraphNodeType
+EMPTY, WAIT_EVENT, EVENT_RECORD = (cu.CU_GRAPH_NODE_TYPE_EMPTY, cu.CU_GRAPH_NODE_TYPE_WAIT_EVENT,
+                                   cu.CU_GRAPH_NODE_TYPE_EVENT_RECORD)
+MEM_ALLOC, MEM_FREE, CONDITIONAL = (cu.CU_GRAPH_NODE_TYPE_MEM_ALLOC, cu.CU_GRAPH_NODE_TYPE_MEM_FREE,
+                                    cu.CU_GRAPH_NODE_TYPE_CONDITIONAL)
 MAX_ACCESS_DESCS = 64  # a memory allocation node's access descriptors: one a device, and then some
 NODE_KINDS = {EMPTY: "empty", WAIT_EVENT: "event wait", EVENT_RECORD: "event record", MEM_ALLOC: "memory allocation",
               MEM_FREE: "memory free", CONDITIONAL: "conditional"}
@@ -258,7 +263,7 @@ def cuStreamBeginCaptureToGraph(s, a: pb.cuStreamBeginCaptureToGraph_Args) -> pb
     return pb.cuStreamBeginCaptureToGraph_Result(status=status)
 
 
-CAPTURE_ACTIVE = 1  # CU_STREAM_CAPTURE_STATUS_ACTIVE
+CAPTURE_ACTIVE = cu.CU_STREAM_CAPTURE_STATUS_ACTIVE
 
 
 def capture_info(s, a: pb.CaptureInfo_Args) -> pb.CaptureInfo_Result:

@@ -32,6 +32,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server import vmm
 from cuwire.server.errors import INVALID_VALUE, NOT_SUPPORTED, CudaFail
@@ -41,7 +42,7 @@ EVENT_KIND = "CUevent_st"
 MEMORY, EVENT, POINTER = b"m", b"e", b"p"  # what a noted handle stands for: the driver's bytes follow
 WHAT = {MEMORY: "memory", EVENT: "event", POINTER: "pool pointer"}
 DESCRIPTOR = b"f"  # ...or a file descriptor: its size (8 bytes) and the socket of the process holding it
-POSIX_FD = 1  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+POSIX_FD = cu.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 POOL_KIND = "CUmemPoolHandle_st"
 
 

@@ -5,13 +5,15 @@ could not look inside the array)."""
 
 from __future__ import annotations
 
+from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server.errors import INVALID_VALUE, CudaFail, WireError
 
 PARAMS = 48  # sizeof(CUstreamBatchMemOpParams)
 # CUstreamBatchMemOpType -> bytes its address must have (0: it names no memory)
-OPERATIONS = {1: 4, 2: 4, 3: 0, 4: 8, 5: 8, 6: 0}  # WAIT_VALUE_32, WRITE_VALUE_32, FLUSH_REMOTE_WRITES,
-#                                                   WAIT_VALUE_64, WRITE_VALUE_64, BARRIER
+OPERATIONS = {cu.CU_STREAM_MEM_OP_WAIT_VALUE_32: 4, cu.CU_STREAM_MEM_OP_WRITE_VALUE_32: 4,
+              cu.CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES: 0, cu.CU_STREAM_MEM_OP_WAIT_VALUE_64: 8,
+              cu.CU_STREAM_MEM_OP_WRITE_VALUE_64: 8, cu.CU_STREAM_MEM_OP_BARRIER: 0}
 
 
 def checked_ops(s, data: bytes, count: int):

@@ -12,16 +12,16 @@ import os
 import threading
 from pathlib import Path
 
-log = logging.getLogger("cuwire.server")
+from cuwire import fatbin
 
-FATBIN_MAGIC = (0xBA55ED50).to_bytes(4, "little")
-ELF_MAGIC = b"\x7fELF"
+log = logging.getLogger("cuwire.server")
 
 
 def recognized(image: bytes) -> bool:
-    """A fatbin, an ELF cubin or PTX text: the formats the driver reads. The real driver loads lazily and
-    says success even for junk, so only a recognized image is kept on disk."""
-    if image[:4] in (FATBIN_MAGIC, ELF_MAGIC):
+    """A fatbin, an ELF cubin or PTX text: the formats the driver reads (by the fatbin reader's first bytes;
+    text must look like PTX). The real driver loads lazily and says success even for junk, so only a
+    recognized image is kept on disk."""
+    if fatbin.image_kind(image) != "ptx":
         return True
     head = image[:65536]
     return b".version" in head and b"\0" not in head.rstrip(b"\0")

@@ -1,0 +1,175 @@
+"""Hand-written Python halves of launches and what a launch asks first: the first launch of a function (C
+queues the rest), cluster occupancy (kept, a sweep of widths asked at once), and streams, events and kernel
+attributes asked for ahead (client/handle_pools.c, client/answers_cache.c).
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+
+from _cuwire import ffi, lib
+
+from cuwire.client import runtime as rt
+from cuwire.generated import cuda_constants as cu
+from cuwire.generated import cuwire_pb2 as pb
+
+INVALID_HANDLE, INVALID_VALUE = cu.CUDA_ERROR_INVALID_HANDLE, cu.CUDA_ERROR_INVALID_VALUE
+_U32 = struct.Struct("<I")
+
+
+# ---------------------------------------------------------------- launches
+
+
+@ffi.def_extern(name="cuwire_py_cuLaunchKernel", onerror=rt.on_error)
+def cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra):
+    """Reached when C could not queue the launch: before the session knows the device's limits (the
+    first call of the process), or for a function this session never looked up."""
+    rt.client.connect()
+    err = lib.cuwire_fast_cuLaunchKernel(ffi.cast("void *", f), gx, gy, gz, bx, by, bz, shared_mem,
+                                        ffi.cast("void *", stream), ffi.cast("void **", params),
+                                        ffi.cast("void **", extra))
+    return INVALID_HANDLE if err < 0 else err
+
+
+@ffi.def_extern(name="cuwire_py_cuLaunchKernelEx", onerror=rt.on_error)
+def cuLaunchKernelEx(config, config_len, f, params, extra):
+    """As cuLaunchKernel's: C queues the launch, attributes included, once the session is open."""
+    rt.client.connect()
+    err = lib.cuwire_fast_cuLaunchKernelEx(ffi.cast("void *", config), ffi.cast("void *", f),
+                                          ffi.cast("void **", params), ffi.cast("void **", extra))
+    return INVALID_HANDLE if err < 0 else err
+
+
+# CUlaunchConfig: grid[3], block[3], shared memory (u32), stream, attrs (at 40), numAttrs (at 48);
+# CUlaunchAttribute: 72 bytes, its id (u32) first, its value at 8 (a cluster dimension: x, y, z as u32)
+_LAUNCH_ATTRIBUTE = 72
+_CLUSTER_DIMENSION = cu.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+_SWEEP = 32  # cluster widths asked at once (server/custom.py, SWEEP_MOST)
+
+
+class _ClusterAnswers:
+    """cuOccupancyMaxActiveClusters's answers, kept: they depend only on the function, the launch
+    configuration and the function's attributes, and a set of those (cuFuncSetAttribute...) forgets them
+    all, as client/answers_cache.c forgets its own. cuBLASLt and cuDNN ask a kernel's clusters for each
+    cluster width in turn, 1 to 32, the grid following the width: the first such question asks for all
+    widths at once (a sweep), one round trip where there were 32. At most MOST answers are kept: past
+    them, questions go to the server (a program that asks of ever new launch shapes costs no memory)."""
+
+    MOST = 4096
+
+    def __init__(self) -> None:
+        self.answers: dict[tuple, tuple[int, int]] = {}  # key -> (status, clusters)
+        self.swept: set[tuple] = set()
+        self.generation = -1
+        self.lock = threading.Lock()  # program threads ask at once
+
+    def _fresh(self) -> None:
+        now = lib.cuwire_answers_generation()
+        if now != self.generation:
+            self.answers.clear()
+            self.swept.clear()
+            self.generation = now
+
+    @staticmethod
+    def _width_at(body: bytes) -> int | None:
+        """Where the cluster dimension's x is in the attributes, when the cluster is a row (y = z = 1)."""
+        for i in range(0, len(body), _LAUNCH_ATTRIBUTE):
+            kind, x, y, z = struct.unpack_from("<I4xIII", body, i)
+            if kind == _CLUSTER_DIMENSION and x and y == 1 and z == 1:
+                return i + 8
+        return None
+
+    def _keep(self, key: tuple, answer: tuple[int, int]) -> None:
+        if len(self.answers) < self.MOST:
+            self.answers[key] = answer
+
+    def ask(self, func: int, raw: bytes, body: bytes, potential: bool) -> tuple[int, int]:
+        """The answer for a function, its CUlaunchConfig's bytes and its attributes' bytes."""
+        with self.lock:
+            return self._ask(func, raw, body, potential)
+
+    def _ask(self, func: int, raw: bytes, body: bytes, potential: bool) -> tuple[int, int]:
+        self._fresh()
+        head = raw[:40]  # what the configuration says, but where its attributes are
+        key = (func, potential, head, body)
+        if key in self.answers:
+            return self.answers[key]
+        at = None if potential else self._width_at(body)
+        width = struct.unpack_from("<I", body, at)[0] if at is not None else 0
+        grid_x = struct.unpack_from("<I", head)[0]
+        sweep = at is not None and grid_x % width == 0
+        if sweep:
+            base = (func, head[4:], body[:at] + body[at + 4:], grid_x // width)
+            sweep = base not in self.swept
+        args = pb.MaxActiveClusters_Args(function=rt.server_function(func), config=head + bytes(8) + raw[48:],
+                                         attributes=body, potential_size=potential, sweep=_SWEEP if sweep else 0)
+        res = rt.call(rt.MAX_ACTIVE_CLUSTERS, args, pb.MaxActiveClusters_Result)
+        self._keep(key, (res.status, res.clusters))
+        if sweep and len(self.swept) < self.MOST:
+            self.swept.add(base)
+            for w, (status, clusters) in enumerate(zip(res.sweep_status, res.sweep_clusters, strict=False), start=1):
+                wide = (func, potential, struct.pack("<I", grid_x // width * w) + head[4:],
+                        body[:at] + struct.pack("<I", w) + body[at + 4:])
+                self._keep(wide, (status, clusters))
+        return res.status, res.clusters
+
+
+_cluster_answers = _ClusterAnswers()
+
+
+def _clusters(out, func, config, config_len: int, potential_size: bool) -> int:
+    """cuwire.MaxActiveClusters: the launch configuration as bytes, its attributes beside it; kept."""
+    if not config or not out:
+        return INVALID_VALUE
+    raw = bytes(ffi.buffer(ffi.cast("char *", config), config_len))
+    attrs, count = struct.unpack_from("<QI", raw, 40)
+    body = bytes(ffi.buffer(ffi.cast("char *", attrs), count * _LAUNCH_ATTRIBUTE)) if count and attrs else b""
+    status, clusters = _cluster_answers.ask(int(ffi.cast("uintptr_t", func)), raw, body, potential_size)
+    if status == 0:
+        ffi.cast("int *", out)[0] = clusters
+    return status
+
+
+@ffi.def_extern(name="cuwire_py_cuOccupancyMaxActiveClusters", onerror=rt.on_error)
+def cuOccupancyMaxActiveClusters(numClusters, func, config, config_len):
+    return _clusters(numClusters, func, config, config_len, False)
+
+
+@ffi.def_extern(name="cuwire_py_cuOccupancyMaxPotentialClusterSize", onerror=rt.on_error)
+def cuOccupancyMaxPotentialClusterSize(clusterSize, func, config, config_len):
+    return _clusters(clusterSize, func, config, config_len, True)
+
+
+# ---------------------------------------------------------------- answers asked for ahead
+
+@ffi.def_extern(name="cuwire_py_make_handles", onerror=rt.on_error)
+def make_handles(kind, flags, priority, count, out, made):
+    """cuwire.MakeHandles: `count` streams (kind 0) or events (kind 1) made at once, for client/handle_pools.c
+    to give out as the program asks for them. `made` is how many came (at least one on success)."""
+    rt.client.connect()
+    res = rt.call(rt.MAKE_HANDLES, pb.MakeHandles_Args(kind=kind, flags=flags, priority=priority, count=count),
+                  pb.MakeHandles_Result)
+    if res.status == 0:
+        handles = list(res.handles)[:count]
+        if not handles:
+            raise rt.Fail(INVALID_VALUE, "cuwire.MakeHandles: the server made none and said it succeeded")
+        for i, h in enumerate(handles):
+            out[i] = h
+        made[0] = len(handles)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_function_attributes", onerror=rt.on_error)
+def function_attributes(kernel, function, device, statuses, values, count):
+    """cuwire.FunctionAttributes: every attribute of a kernel on a device (or of a function), for
+    client/answers_cache.c to keep: each one's status and value, `count` of them at most (C leaves the
+    rest as they were)."""
+    rt.client.connect()
+    args = pb.FunctionAttributes_Args(kernel=kernel, function=rt.server_function(function) if function else 0,
+                                      device=device)
+    res = rt.call(rt.FUNCTION_ATTRIBUTES, args, pb.FunctionAttributes_Result)
+    n = min(count, len(res.statuses), len(res.values))
+    for i in range(n):
+        statuses[i], values[i] = res.statuses[i], res.values[i]
+    return 0
