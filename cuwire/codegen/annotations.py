@@ -32,11 +32,14 @@ unimplemented (its stub says so loudly). Inside a table:
            gone (C++ static destructors: XLA's), it succeeds at once (client/local.c)
   server   the file of a hand-written server half for a sync call (its client half and messages are
            generated): for calls whose bookkeeping the roles cannot say (virtual memory: server/vmm.py)
-  <param>  an inline table for one parameter: role, length, alloc, frees, range, at_most (see
+  <param>  an inline table for one parameter: role, length, alloc, frees, range, at_most, streams (see
            model.Param); range, for a device address passed by value: an expression of the bytes from it
            the call touches, which the server checks lie in the session's memory before the call (queued
            or not); at_most, for a value that sizes an output buffer: the most the call ever writes (a
-           string's buffer), passed instead of a larger value, so a reply is never larger than that
+           string's buffer), passed instead of a larger value, so a reply is never larger than that;
+           streams, for a host buffer (buf_in, buf_out, mem_in, mem_out): the device parameter it is
+           copied to or from, so that a large one streams between the connection and the GPU in pieces
+           (server/bulk.py) instead of being held whole, after the same checks as any call
 
 Parameters not named are inferred where that is safe (see `infer_role`);
 anything else is an error, never a guess.
@@ -56,7 +59,8 @@ PACKAGE = Path(__file__).parents[1]  # cuwire/: `server` names a file in it
 MODES = {"sync", "async", "custom", "local"}
 FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after", "server", "synchronizes", "releases", "completes",
                  "answered_when_done"}
-PARAM_KEYS = {"role", "length", "alloc", "frees", "range", "at_most"}
+PARAM_KEYS = {"role", "length", "alloc", "frees", "range", "at_most", "streams"}
+STREAMING_ROLES = {"buf_in", "buf_out", "mem_in", "mem_out"}
 NEEDS_LENGTH = {name for name, role in ROLES.items() if role.sized}
 ASYNC_ROLES = {"value"}
 
@@ -219,6 +223,12 @@ def apply_function(fn: Function, spec: dict) -> None:
         p.at_most = ann.get("at_most", 0)
         if p.at_most and (role != "value" or not isinstance(p.at_most, int) or p.at_most < 1):
             raise AnnotationError(f"{fn.name}.{p.name}: `at_most` is a positive number, for a value parameter")
+        p.streams = str(ann.get("streams", ""))
+        if p.streams:
+            peer = next((q for q in fn.params if q.name == p.streams), None)
+            if role not in STREAMING_ROLES or peer is None or mode != "sync":
+                raise AnnotationError(f"{fn.name}.{p.name}: `streams` names the device parameter a host buffer "
+                                      f"({', '.join(sorted(STREAMING_ROLES))}) of a sync call is copied to or from")
         if mode == "async" and role not in ASYNC_ROLES:
             raise AnnotationError(f"{fn.name}.{p.name}: an async call can carry only values, not role {role}")
     if mode == "async" and fn.returns.spelling != fn.error_type:

@@ -142,6 +142,7 @@ class Param:
     frees: bool = False  # the call releases the device allocation this parameter names
     range: str = ""  # for device addresses passed by value: the bytes from it that must be the session's
     at_most: int = 0  # for a value sizing an output buffer: the most the call writes (annotations.py)
+    streams: str = ""  # for a host buffer: the device parameter a large one streams to or from (annotations.py)
 
     @property
     def info(self) -> Role:

@@ -960,6 +960,12 @@ def cuMemPoolTrimTo(s, a: pb.cuMemPoolTrimTo_Args) -> pb.cuMemPoolTrimTo_Result:
 def cuMemcpy(s, a: pb.cuMemcpy_Args) -> pb.cuMemcpy_Result:
     """cuMemcpy (cuda.h)"""
     r = pb.cuMemcpy_Result()
+    if a.HasField("dst_host") and not a.HasField("src_host") and s.streams_out(a.ByteCount):
+        r.status = s.stream_from_device(s.address_of(s.device(a.src, a.ByteCount)), a.ByteCount, None, "cuMemcpy")
+        return r
+    if a.HasField("src_host") and not a.HasField("dst_host") and s.streams_in(a.src_host, a.ByteCount):
+        r.status = s.stream_to_device(s.address_of(s.device(a.dst, a.ByteCount)), a.ByteCount, None)
+        return r
     dst = s.out_buffer(a.ByteCount) if a.HasField("dst_host") else s.device(a.dst, a.ByteCount)
     src = s.in_buffer(a.src_host, a.ByteCount) if a.HasField("src_host") else s.device(a.src, a.ByteCount)
     r.status = s.lib.cuMemcpy(s.address_of(dst), s.address_of(src), a.ByteCount)
@@ -971,6 +977,12 @@ def cuMemcpy(s, a: pb.cuMemcpy_Args) -> pb.cuMemcpy_Result:
 def cuMemcpyAsync(s, a: pb.cuMemcpyAsync_Args) -> pb.cuMemcpyAsync_Result:
     """cuMemcpyAsync (cuda.h)"""
     r = pb.cuMemcpyAsync_Result()
+    if a.HasField("dst_host") and not a.HasField("src_host") and s.streams_out(a.ByteCount):
+        r.status = s.stream_from_device(s.address_of(s.device(a.src, a.ByteCount)), a.ByteCount, s.handle("CUstream_st", "CUstream", a.hStream), "cuMemcpyAsync")
+        return r
+    if a.HasField("src_host") and not a.HasField("dst_host") and s.streams_in(a.src_host, a.ByteCount):
+        r.status = s.stream_to_device(s.address_of(s.device(a.dst, a.ByteCount)), a.ByteCount, s.handle("CUstream_st", "CUstream", a.hStream))
+        return r
     dst = s.out_buffer(a.ByteCount) if a.HasField("dst_host") else s.device(a.dst, a.ByteCount)
     src = s.in_buffer(a.src_host, a.ByteCount) if a.HasField("src_host") else s.device(a.src, a.ByteCount)
     r.status = s.lib.cuMemcpyAsync(s.address_of(dst), s.address_of(src), a.ByteCount, s.handle("CUstream_st", "CUstream", a.hStream))
@@ -1024,8 +1036,11 @@ def cuMemcpyDtoD_v2(s, a: pb.cuMemcpyDtoD_v2_Args) -> pb.cuMemcpyDtoD_v2_Result:
 def cuMemcpyDtoHAsync_v2(s, a: pb.cuMemcpyDtoHAsync_v2_Args) -> pb.cuMemcpyDtoHAsync_v2_Result:
     """cuMemcpyDtoHAsync_v2 (cuda.h)"""
     r = pb.cuMemcpyDtoHAsync_v2_Result()
-    dstHost = s.out_buffer(a.ByteCount)
     s.device_range(a.srcDevice, a.ByteCount)
+    if s.streams_out(a.ByteCount):  # a large result: from the GPU to the connection in pieces
+        r.status = s.stream_from_device(a.srcDevice, a.ByteCount, s.handle("CUstream_st", "CUstream", a.hStream), "cuMemcpyDtoHAsync_v2")
+        return r
+    dstHost = s.out_buffer(a.ByteCount)
     r.status = s.lib.cuMemcpyDtoHAsync_v2(dstHost, a.srcDevice, a.ByteCount, s.handle("CUstream_st", "CUstream", a.hStream))
     if r.status == 0:
         r.dstHost = s.take(dstHost, a.ByteCount)
@@ -1035,8 +1050,11 @@ def cuMemcpyDtoHAsync_v2(s, a: pb.cuMemcpyDtoHAsync_v2_Args) -> pb.cuMemcpyDtoHA
 def cuMemcpyDtoH_v2(s, a: pb.cuMemcpyDtoH_v2_Args) -> pb.cuMemcpyDtoH_v2_Result:
     """cuMemcpyDtoH_v2 (cuda.h)"""
     r = pb.cuMemcpyDtoH_v2_Result()
-    dstHost = s.out_buffer(a.ByteCount)
     s.device_range(a.srcDevice, a.ByteCount)
+    if s.streams_out(a.ByteCount):  # a large result: from the GPU to the connection in pieces
+        r.status = s.stream_from_device(a.srcDevice, a.ByteCount, None, "cuMemcpyDtoH_v2")
+        return r
+    dstHost = s.out_buffer(a.ByteCount)
     r.status = s.lib.cuMemcpyDtoH_v2(dstHost, a.srcDevice, a.ByteCount)
     if r.status == 0:
         r.dstHost = s.take(dstHost, a.ByteCount)
@@ -1054,8 +1072,11 @@ def cuMemcpyHtoA_v2(s, a: pb.cuMemcpyHtoA_v2_Args) -> pb.cuMemcpyHtoA_v2_Result:
 def cuMemcpyHtoDAsync_v2(s, a: pb.cuMemcpyHtoDAsync_v2_Args) -> pb.cuMemcpyHtoDAsync_v2_Result:
     """cuMemcpyHtoDAsync_v2 (cuda.h)"""
     r = pb.cuMemcpyHtoDAsync_v2_Result()
-    srcHost = s.in_buffer(a.srcHost, a.ByteCount)
     s.device_range(a.dstDevice, a.ByteCount)
+    if s.streams_in(a.srcHost, a.ByteCount):  # a large buffer in the payload: to the GPU as it arrives
+        r.status = s.stream_to_device(a.dstDevice, a.ByteCount, s.handle("CUstream_st", "CUstream", a.hStream))
+        return r
+    srcHost = s.in_buffer(a.srcHost, a.ByteCount)
     r.status = s.lib.cuMemcpyHtoDAsync_v2(a.dstDevice, srcHost, a.ByteCount, s.handle("CUstream_st", "CUstream", a.hStream))
     return r
 
@@ -1063,8 +1084,11 @@ def cuMemcpyHtoDAsync_v2(s, a: pb.cuMemcpyHtoDAsync_v2_Args) -> pb.cuMemcpyHtoDA
 def cuMemcpyHtoD_v2(s, a: pb.cuMemcpyHtoD_v2_Args) -> pb.cuMemcpyHtoD_v2_Result:
     """cuMemcpyHtoD_v2 (cuda.h)"""
     r = pb.cuMemcpyHtoD_v2_Result()
-    srcHost = s.in_buffer(a.srcHost, a.ByteCount)
     s.device_range(a.dstDevice, a.ByteCount)
+    if s.streams_in(a.srcHost, a.ByteCount):  # a large buffer in the payload: to the GPU as it arrives
+        r.status = s.stream_to_device(a.dstDevice, a.ByteCount, None)
+        return r
+    srcHost = s.in_buffer(a.srcHost, a.ByteCount)
     r.status = s.lib.cuMemcpyHtoD_v2(a.dstDevice, srcHost, a.ByteCount)
     return r
 

@@ -24,14 +24,12 @@ the session's next call, as CUDA's own asynchronous errors do (Session.deferred_
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from cuwire.generated import cuda_constants as cu
-from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server.errors import WireError
 from cuwire.wire import stripes
 from cuwire.wire.stripes import StripeError
-from cuwire.wire.transport import BULK, Connection, TransportError
+from cuwire.wire.transport import Connection, TransportError
 
 CHUNK = 8 << 20
 STREAM_NON_BLOCKING = cu.CU_STREAM_NON_BLOCKING  # a lane's stream waits for nothing but its event
@@ -318,61 +316,3 @@ def from_device(s, src: int, size: int, stream, name: str) -> int:
     if status == 0:
         s.payload_out.append(part(s, src, size, stream, first, name))
     return status
-
-
-def _stream(s, handle: int):
-    return s.handle("CUstream_st", "CUstream", handle)
-
-
-def _address(s, address: int, size: int) -> int:
-    """A device range the session owns (cuMemcpy's sides are checked, as its generated handler does)."""
-    return int(s.ffi.cast("uintptr_t", s.device(address, size)))
-
-
-@dataclass(frozen=True)
-class Streamed:
-    applies: Callable  # (args) -> whether this call's buffer is in the payload, so it streams
-    run: Callable  # (session, args, payload) -> the Result
-
-
-def _htod(name: str, async_: bool) -> Streamed:
-    def run(s, a, payload):
-        stream = _stream(s, a.hStream) if async_ else None
-        dst = _address(s, a.dstDevice, a.ByteCount)  # (the session's own memory, as the generated handler checks)
-        return getattr(pb, f"{name}_Result")(status=to_device(s, payload, dst, a.ByteCount, stream))
-    return Streamed(lambda a: not a.srcHost and a.ByteCount >= BULK, run)
-
-
-def _dtoh(name: str, async_: bool) -> Streamed:
-    def run(s, a, payload):
-        stream = _stream(s, a.hStream) if async_ else None
-        src = _address(s, a.srcDevice, a.ByteCount)
-        return getattr(pb, f"{name}_Result")(status=from_device(s, src, a.ByteCount, stream, name))
-    return Streamed(lambda a: a.ByteCount >= BULK, run)
-
-
-def _unified(name: str, async_: bool) -> Streamed:
-    """cuMemcpy(Async): host to device or device to host (host to host never leaves the client)."""
-    def applies(a) -> bool:
-        host_to_device = a.HasField("src_host") and not a.src_host and not a.HasField("dst_host")
-        device_to_host = a.HasField("dst_host") and not a.HasField("src_host")
-        return a.ByteCount >= BULK and (host_to_device or device_to_host)
-
-    def run(s, a, payload):
-        stream = _stream(s, a.hStream) if async_ else None
-        if a.HasField("src_host"):
-            status = to_device(s, payload, _address(s, a.dst, a.ByteCount), a.ByteCount, stream)
-        else:
-            status = from_device(s, _address(s, a.src, a.ByteCount), a.ByteCount, stream, name)
-        return getattr(pb, f"{name}_Result")(status=status)
-    return Streamed(applies, run)
-
-
-STREAMED: dict[str, Streamed] = {
-    "cuMemcpyHtoD_v2": _htod("cuMemcpyHtoD_v2", False),
-    "cuMemcpyHtoDAsync_v2": _htod("cuMemcpyHtoDAsync_v2", True),
-    "cuMemcpyDtoH_v2": _dtoh("cuMemcpyDtoH_v2", False),
-    "cuMemcpyDtoHAsync_v2": _dtoh("cuMemcpyDtoHAsync_v2", True),
-    "cuMemcpy": _unified("cuMemcpy", False),
-    "cuMemcpyAsync": _unified("cuMemcpyAsync", True),
-}

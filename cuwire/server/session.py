@@ -6,7 +6,6 @@ conversions from wire values to C values; nothing from the wire reaches CUDA unc
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import time
@@ -88,7 +87,10 @@ class Session:
         self.layouts: dict[int, tuple[list[int], list[int]]] = {}  # the same -> parameter offsets and sizes
         self.calls = 0
         self.started = time.monotonic()
-        self.payload_in, self.payload_taken = memoryview(b""), 0  # the running batch's payload (run)
+        self.payload = bulk.IncomingPayload()  # the running batch's payload, as it arrives (run)
+        self.payload_codec = pb.RAW
+        self.payload_in: memoryview | None = None  # ...read whole, at the first buffer that asks (payload_bytes)
+        self.payload_taken = 0
         self.payload_out: list = []  # result buffers for the reply's payload (take)
         self.deferred_error: tuple[int, str] | None = None  # a streamed copy's late failure (bulk.py)
         self.casts: dict[int, dict[str, object]] = {}  # handle -> C type -> the handle as that type (handle)
@@ -125,12 +127,13 @@ class Session:
 
     def run(self, batch: pb.Batch, payload: bulk.IncomingPayload | None = None) -> pb.Reply:
         """Run one batch: its queued calls, then its call. Large buffers come in `payload` (beside the
-        message, in the order the call's code takes them: in_buffer), streamed to the GPU by the copies
-        of bulk.py; large results go out the same way, in self.payload_out, for the caller to send
-        beside the reply."""
+        message, in the order the call's code takes them: in_buffer), or streamed to the GPU as they
+        arrive by a handler whose annotation says it streams (streams_in); large results go out the same
+        way, in self.payload_out, for the caller to send beside the reply."""
         reply = pb.Reply()
         payload = payload or bulk.IncomingPayload()
-        self.payload_in, self.payload_taken, self.payload_out = memoryview(b""), 0, []
+        self.payload, self.payload_codec = payload, batch.payload_codec
+        self.payload_in, self.payload_taken, self.payload_out = None, 0, []
         if self.deferred_error:
             (reply.queued_error, reply.queued_error_fn), self.deferred_error = self.deferred_error, None
         try:
@@ -147,11 +150,6 @@ class Session:
                 except DecodeError as e:
                     raise WireError(f"malformed arguments for {name}: {e}") from e
                 self.calls += 1
-                streamed = bulk.STREAMED.get(name)
-                if streamed and batch.payload_codec == pb.RAW and streamed.applies(args):
-                    handler = functools.partial(streamed.run, payload=payload)
-                else:
-                    self.payload_in = memoryview(self.server.decode(payload.read_all(), batch.payload_codec))
                 try:
                     result = handler(self, args)
                 except CudaFail as e:
@@ -173,7 +171,7 @@ class Session:
             self.payload_out = []
         elif batch.reply_codec == pb.ZSTD and self.ring is None and sum(len(p) for p in self.payload_out) >= BULK:
             self.compress_payload(reply, batch)
-        self.payload_in = memoryview(b"")
+        self.payload_in, self.payload = None, bulk.IncomingPayload()
         payload.drain()  # what a call did not use (it failed, or it had none) keeps the stream in step
         if batch.no_reply:  # nobody waits for this reply: its first error goes with the next one
             if reply.error:
@@ -299,6 +297,8 @@ class Session:
         the batch's payload (client/runtime.py, read)."""
         self.check_size(size)
         if not data and size:
+            if self.payload_in is None:  # the first buffer of the call that is in the payload: read it whole
+                self.payload_in = memoryview(self.server.decode(self.payload.read_all(), self.payload_codec))
             left = len(self.payload_in) - self.payload_taken
             if left < size:
                 raise WireError(f"the payload has {left} bytes left for a {size}-byte buffer")
@@ -307,6 +307,24 @@ class Session:
         if len(data) != size:
             raise WireError(f"sent {len(data)} bytes for a {size}-byte buffer")
         return data
+
+    def streams_in(self, data: bytes, size: int) -> bool:
+        """Whether a host buffer (annotation `streams`) is a large one in the payload, still unread, so its
+        generated handler copies it to the GPU as it arrives (stream_to_device) instead of reading it whole."""
+        return not data and size >= BULK and self.payload_codec == pb.RAW and self.payload_in is None
+
+    def streams_out(self, size: int) -> bool:
+        """Whether a result buffer (annotation `streams`) is large enough to go from the GPU to the connection
+        in pieces (stream_from_device) instead of whole."""
+        return size >= BULK
+
+    def stream_to_device(self, dst: int, size: int, stream) -> int:
+        """The payload's `size` bytes to device address dst (the handler checked it as the session's)."""
+        return bulk.to_device(self, self.payload, dst, self.check_size(size), stream)
+
+    def stream_from_device(self, src: int, size: int, stream, name: str) -> int:
+        """`size` bytes from device address src (checked as the session's) as the reply's payload."""
+        return bulk.from_device(self, src, self.check_size(size), stream, name)
 
     def in_buffer(self, data: bytes, size: int):
         data = self.payload_bytes(data, size)
