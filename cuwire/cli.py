@@ -88,7 +88,8 @@ def library_sources() -> list[Path]:
     from cuwire.client import build
 
     generated = [build.GENERATED / n for n in ("client_stubs.c", "client_procs.c", "client_cdefs.h", "exports.map")]
-    own = [build.CLIENT / n for n in (*build.C_SOURCES, "runtime.h")] + [build.CLIENT.parent / "wire" / "socket_wait.h"]
+    own = [build.CLIENT / n for n in build.C_SOURCES] + sorted(build.CLIENT.glob("*.h"))
+    own += [build.CLIENT.parent / "wire" / n for n in ("socket_wait.h", "shm_ring.h")]
     return [p for p in (*generated, *own) if p.exists()]
 
 

@@ -55,10 +55,12 @@ def test_auto_stops_while_the_data_does_not_compress():
 
 
 def test_a_payload_is_compressed_only_where_that_pays():
-    """Samples of it, compressed and timed, decide: sparse data before a 1 Gbit/s link is worth it, random
-    bytes never, and nothing is before a link faster than compression itself."""
+    """Samples of it, compressed and timed, decide: sparse data before a 100 Mbit/s link is worth it, random
+    bytes never, and nothing is before a link faster than compression itself. (The links are far from where
+    the decision turns, so that a loaded machine's slower compression decides the same: at 1 Gbit/s the
+    samples must compress at 250 MB/s, which a busy 2-core CI machine need not reach.)"""
     sparse = bytes(64 << 20)
-    assert pays(sparse, 125e6)
+    assert pays(sparse, 12.5e6)
     assert not pays(os.urandom(4 << 20), 125e6)
     assert not pays(sparse, 1e12)
     assert Policy("on").pays(os.urandom(1 << 20))  # mode on compresses what it is told to

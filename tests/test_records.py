@@ -15,10 +15,10 @@ from cuwire.server.session import RECORD_IDS
 
 ffi = cuda_ffi()
 LAUNCH, LAUNCH_EX, SET_CONTEXT, COPY, COPY_FROM = RECORD_IDS
-LAUNCH_HEAD = struct.Struct("<Q3I3IQQ")  # client/local.c, struct launch_head
+LAUNCH_HEAD = struct.Struct("<Q3I3IQQ")  # client/launches.c, struct launch_head
 INVALID_HANDLE = 400
 INVALID_VALUE = 1
-COPY_HEAD = struct.Struct("<QQII")  # client/local.c, struct copy_head
+COPY_HEAD = struct.Struct("<QQII")  # client/queue.c, struct copy_head
 COPY_FROM_HEAD = struct.Struct("<QQII")  # client/wire.c, struct copy_from: src, stream, sync, n
 
 

@@ -36,11 +36,12 @@ MODULE = "_cuwire"
 NAMES = tuple(json.loads((GENERATED / "api_manifest.json").read_text())["libraries"].values())
 # what earlier builds put beside the library: cuwire no longer stands in for the CUDA runtime
 STALE = ("libcudart.so.13", "driver")
-C_SOURCES = ("local.c", "driver_local.c", "export_tables.c", "answers_cache.c", "device_memory.c", "wire.c",
-             "callbacks.c", "managed.c", "managed_hints.c", "graph_nodes.c",
-             "graph_copies.c", "shareable.c", "user_objects.c", "completion.c", "handle_pools.c", "nvml_answers.c")
+C_SOURCES = ("start.c", "trace.c", "queue.c", "host_memory.c", "launches.c", "driver_local.c", "export_tables.c",
+             "answers_cache.c", "device_memory.c", "wire.c", "callbacks.c", "managed.c", "managed_hints.c",
+             "graph_nodes.c", "graph_copies.c", "shareable.c", "user_objects.c", "completion.c", "handle_pools.c",
+             "nvml_answers.c")
 
-# C functions of local.c that the Python side calls.
+# C functions of the client's C that the Python side calls.
 HELPERS_CDEF = """
 const char *cuwire_library_path(void);
 size_t cuwire_queue_take(char **data, uint64_t *count);

@@ -4,7 +4,7 @@
  * A program that reads a result (PyTorch's `loss.item()`: a copy to pageable memory, then
  * cudaStreamSynchronize) or polls an event it recorded before the copy asks the GPU twice for what the
  * first answer already told: at a distance each ask is a network round trip. So every request or queued
- * record the client sends is counted (cuwire_note_sent; wire.c, local.c, runtime.py), and a call whose
+ * record the client sends is counted (cuwire_note_sent; wire.c, queue.c, runtime.py), and a call whose
  * annotation says what it `completes` (codegen/annotations.py) notes, once it waited for the server and
  * succeeded, the streams, events or context it finished, with the count it was sent at. While the count
  * has not moved since, the same waits and queries (`answered_when_done`) are answered CUDA_SUCCESS here:

@@ -2,7 +2,7 @@
  *
  * Which addresses are device memory decides how a unified-address copy travels (client/driver.py), and
  * a small copy to the device is queued without waiting only when its whole range lies in one allocation
- * (local.c, the driver would refuse anything else at once). Sorted by base, searched by bisection.
+ * (queue.c, the driver would refuse anything else at once). Sorted by base, searched by bisection.
  */
 #define _GNU_SOURCE
 #include <errno.h>

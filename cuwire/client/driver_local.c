@@ -832,3 +832,30 @@ CUresult cuwire_local_cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *bl
                                                                   blockSizeToDynamicSMemSize, dynamicSMemSize,
                                                                   blockSizeLimit, CU_OCCUPANCY_DEFAULT);
 }
+
+/* ------------------------------------------------------------------ driver entry points */
+
+/* cuGetProcAddress: the ABI variant of `symbol` current at `cudaVersion` (generated/client_procs.c). */
+CUresult cuwire_local_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                          CUdriverProcAddressQueryResult *symbolStatus)
+{
+    if (!symbol || !pfn)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (cuwire_trace == 1)
+        fprintf(stderr, "cuwire trace: cuGetProcAddress(%s, %d, %llu)\n", symbol, cudaVersion, (unsigned long long)flags);
+    int found;
+    *pfn = cuwire_proc_lookup(symbol, cudaVersion, (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0,
+                              &found);
+    if (symbolStatus)
+        *symbolStatus = found == 1   ? CU_GET_PROC_ADDRESS_SUCCESS
+                        : found == 2 ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                                     : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (found == 0 && symbol[0]) /* "" is a probe (cuBLAS makes it): the driver says not found, quietly */
+        cuwire_say_once_per_name("cuwire: cuGetProcAddress: no driver entry point named", symbol);
+    return found == 1 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult cuwire_local_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    return cuwire_local_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
+}

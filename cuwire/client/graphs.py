@@ -31,7 +31,7 @@ _read_back: dict[int, object] = {}
 
 def _kernel_node(nodeParams, action: int, **fields) -> pb.KernelNode_Result | int:
     """A kernel node's parameters for the server: its kernel as looked up, its parameters laid out as a
-    launch's (client/local.c keeps every looked-up kernel's layout)."""
+    launch's (client/launches.c keeps every looked-up kernel's layout)."""
     if nodeParams == ffi.NULL:
         return INVALID_VALUE
     rt.client.connect()

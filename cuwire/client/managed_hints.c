@@ -2,7 +2,7 @@
  *
  * Through cuwire managed memory is page-locked host memory shared with the server (or, over TCP, a host
  * copy kept in step with the server's: client/managed.c), so advice and prefetches change nothing the GPU
- * does: cuMemAdvise and cuMemPrefetchAsync are hints, taken and left at that (client/local.c). What they
+ * does: cuMemAdvise and cuMemPrefetchAsync are hints, taken and left at that (client/host_memory.c). What they
  * said is kept here, by page, so that the program reads back what it set, as natively: read-mostly, the
  * preferred location, the devices that access a range, and where it was last prefetched to. A range the
  * program frees forgets its hints.

@@ -1,6 +1,6 @@
 """Hand-written Python halves of module and library loading, linking and lookups: module images are read from
 the program's memory and sent through the server's module cache, and kernel and function lookups hand their
-parameter layout to the C launch path (client/local.c).
+parameter layout to the C launch path (client/launches.c).
 
 NVIDIA's runtime loads every fatbin a program registers with cuLibraryLoadData, so these are the paths every
 kernel of every CUDA library takes.

@@ -1,49 +1,27 @@
 /* cuwire client: the C helpers that generated stubs (generated/client_stubs.c) and the hand-written
- * local functions (local.c) share. Python reaches the ones declared in client/build.py's cdef. */
+ * C files share: the features with files of their own have headers of their own (session.h, trace.h,
+ * queue.h, host_memory.h, launches.h), included here; the rest follow. Python reaches the ones declared
+ * in client/build.py's cdef. */
 #ifndef CUWIRE_RUNTIME_H
 #define CUWIRE_RUNTIME_H
 #include <stddef.h>
 #include <stdint.h>
 
+#include "host_memory.h"
+#include "launches.h"
+#include "queue.h"
+#include "session.h"
+#include "trace.h"
+
 #define CUWIRE_EXPORT __attribute__((visibility("default")))
 #define CUWIRE_NOT_SUPPORTED 801 /* CUDA_ERROR_NOT_SUPPORTED */
 
-/* Says once, on stderr, that a CUDA function is not remoted yet; aborts when CUWIRE_STRICT=1. */
-int cuwire_unimplemented(const char *name, const char *header, int *warned);
-/* CUWIRE_TRACE=1: every CUDA call the program makes is named on stderr as it starts. */
-extern int cuwire_trace; /* 0, 1 (every call), CUWIRE_TRACE_REMOTE (the calls the server serves) */
-#define CUWIRE_TRACE_REMOTE 2
-void cuwire_trace_call(const char *name);
-void cuwire_trace_note(const char *name);
-void cuwire_trace_result(const char *name, int result, int cuda); /* cuda: a CUresult (else NVML's) */
-/* Says `what name` on stderr, once per name. */
-void cuwire_say_once_per_name(const char *what, const char *name);
 /* cuGetProcAddress's table (generated/client_procs.c): found is 0 (no such name), 1, or 2 (too new). */
 void *cuwire_proc_lookup(const char *name, int version, int per_thread, int *found);
-/* Appends one queued call ([u32 id][u32 size][payload]) to the batch the next synchronous call sends. */
-int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size);
-/* The record that switches the session thread's context (cuwire.SetContext), and what the client knows
- * of that context when the server changed it itself (cuCtxCreate, cuCtxDestroy; (uint64_t)-1: unknown). */
-extern const uint32_t cuwire_set_context_record_id;
-void cuwire_server_context_is(uint64_t ctx);
 /* The name of a CUresult value (generated from the enum in client_stubs.c). */
 const char *cuwire_error_name(int code);
 const char *cuwire_error_name_or_null(int code); /* NULL: a code the headers do not name */
 
-/* True once the embedded Python runtime started; the first sync call starts it. If it cannot start,
- * calls fail loudly with CUDA_ERROR_UNKNOWN instead of cffi's silent zero. */
-extern int cuwire_python_ok, cuwire_forked, cuwire_finished;
-int cuwire_start_python(void);
-int cuwire_python_gone(void);
-int cuwire_released_at_end(void); /* a releasing call's success once Python is gone at a program's end */
-#define CUWIRE_READY() \
-    ((__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE) && !cuwire_forked && !cuwire_python_gone()) || \
-     cuwire_start_python())
-/* The error a call returns when it cannot reach Python: CUDA_ERROR_DEINITIALIZED once a Python program's
- * interpreter finalizes (libraries' teardown goes on after it; calls made in C still reach the session,
- * which lasts as long as the process), CUDA_ERROR_DEVICE_UNAVAILABLE in a forked child,
- * CUDA_ERROR_UNKNOWN when Python failed to start. */
-#define CUWIRE_NOT_READY (cuwire_python_gone() ? 4 : cuwire_forked ? 46 : 999)
 
 /* Calls that wait, made in C (wire.c): the largest result they bring back (larger ones take the Python
  * path, their bytes beside the messages). */
@@ -70,8 +48,6 @@ void cuwire_note_done(int kind, uint64_t handle, uint64_t all, uint64_t mine);
 void cuwire_forget_done(void);
 void cuwire_note_event_record(uint64_t event, uint64_t stream, int captured);
 extern unsigned long long cuwire_answered_done;
-/* The session is lost: queued calls fail at once from now on (local.c). */
-void cuwire_queue_refuse(void);
 /* The session's device allocations (device_memory.c). */
 int cuwire_track_alloc(uint64_t base, uint64_t size);
 void cuwire_untrack_alloc(uint64_t base);
@@ -94,13 +70,6 @@ void cuwire_hints_forget(uint64_t p, size_t n);
 int cuwire_managed_before_call(void);
 void cuwire_managed_synced(void);
 
-/* Host memory shared with a server on this host (client/local.c): page-locked allocations are carved from
- * it, and copies between it and the GPU travel as CopyShared records, without their bytes. */
-void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base, int fd);
-int cuwire_copy_shared(const void *host, uint64_t device, uint64_t n, void *stream, int to_device, int sync);
-int cuwire_py_host_alloc(uint64_t size, uint64_t *address);
-int cuwire_host_locked(const void *p, int *shared);
-int cuwire_shares_host_memory(void);
 /* Graph copies of pageable memory through stand-ins in the shared memory (graph_copies.c): what nodes
  * wrote goes to the program (caught_up: the host caught up with the GPU; else before a host function). */
 void cuwire_graph_copies_back(int caught_up);
@@ -145,7 +114,6 @@ void cuwire_forget_pools(uint64_t context);
 unsigned long long cuwire_answers_generation(void); /* moves when kept answers are forgotten */
 
 /* For the Python side (declared again in client/build.py's cdef). */
-const char *cuwire_library_path(void);
 uint64_t cuwire_current_context(void);
 /* The capture mode the session thread needs for the calling thread's calls; -1: none needed (driver_local.c) */
 int cuwire_server_capture_mode(void);
@@ -157,21 +125,8 @@ uint64_t cuwire_py_module_functions(uint64_t context, uint64_t module, void *cal
 void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char *const *device_names,
                         const uint8_t *device_uuids, const uint64_t *memory, const uint64_t *contexts,
                         const uint32_t *flags, int driver);
-size_t cuwire_queue_take(char **data, uint64_t *count);
-void cuwire_free(void *p);
 int cuwire_py_flush(void);
 int cuwire_py_send_queued(void);
 int cuwire_py_callbacks(void);
-/* A launch's parameters packed by the kernel's layout (local.c; client/graphs.py's graph kernel nodes). */
-long cuwire_pack_params(CUfunction f, void **params, void **extra, uint64_t *handle, char *out, size_t cap);
-void cuwire_set_launch_limits(uint32_t threads, const uint32_t *block, const uint32_t *grid);
-void cuwire_cache_kernel(const void *key, uint64_t handle, uint32_t n, const uint32_t *offsets,
-                         const uint32_t *sizes);
-void cuwire_forget_kernels(void);
-int cuwire_launch_config_error(const uint32_t *grid, const uint32_t *block);
-extern unsigned long long cuwire_fast_launches;
-void cuwire_python_started(void);
-void cuwire_py_at_exit(void);
-void cuwire_hook_exit(void);
 
 #endif

@@ -41,7 +41,7 @@ INVALID_VALUE, OUT_OF_MEMORY, DEVICE_UNAVAILABLE = (
 NOT_SUPPORTED, NO_BINARY_FOR_GPU, UNKNOWN = (
     cu.CUDA_ERROR_NOT_SUPPORTED, cu.CUDA_ERROR_NO_BINARY_FOR_GPU, cu.CUDA_ERROR_UNKNOWN)
 COPY_FROM_DEVICE = wire_ids.OP_IDS["CopyFromDevice"]  # a program's copy, made in C (client/wire.c)
-# Sync functions whose C `fast` path queues the call (client/local.c) rather than answers it: --stats counts
+# Sync functions whose C `fast` path queues the call (client/queue.c, launches.c) rather than answers it: --stats counts
 # those calls as queued.
 QUEUED_BY_C = ("cuMemcpyHtoD_v2", "cuMemcpyHtoDAsync_v2")
 # ... and those whose `fast` path makes the call in C, waiting for the server (client/wire.c)
@@ -164,7 +164,7 @@ class Session:
             if reserved:
                 lib.cw_unmap(reserved, ring.HOST_SPAN)
         else:
-            kept = os.dup(host_fd)  # (memory the program registers itself moves into it: client/local.c)
+            kept = os.dup(host_fd)  # (memory the program registers itself moves into it: client/host_memory.c)
             base = ring.map_host_memory(lib, host_fd, welcome.host_memory, welcome.host_address, reserved)
             self.host = SharedHost(base, welcome.host_memory, welcome.host_address, kept)
         return shared
@@ -180,7 +180,7 @@ def lookup_key(args: pb.GetKernel_Args) -> tuple:
 
 def give_layout_to_c(key, k: Kernel) -> None:
     """Launches through `key` (the CUfunction or CUkernel the program holds) are checked and queued in C
-    from now on, as launches of the server's `k.handle` with k's parameter layout (client/local.c)."""
+    from now on, as launches of the server's `k.handle` with k's parameter layout (client/launches.c)."""
     lib.cuwire_cache_kernel(ffi.cast("void *", key), k.handle, len(k.offsets),
                             ffi.new("uint32_t[]", list(k.offsets) or [0]), ffi.new("uint32_t[]", list(k.sizes) or [0]))
 
@@ -464,7 +464,7 @@ class Client:
 
     # ---------------------------------------------------------------- device memory map
 
-    # the map lives in C (client/device_memory.c): the queued copies of client/local.c consult it too
+    # the map lives in C (client/device_memory.c): the queued copies of client/queue.c consult it too
 
     def track_alloc(self, address: int, size: int) -> None:
         lib.cuwire_track_alloc(address, size)
@@ -553,7 +553,7 @@ class Client:
             return host.base + offset
 
     def host_register_at(self, address: int, size: int) -> tuple[int, int]:
-        """Memory the program registers itself, made the GPU's at its own address (client/local.c): room
+        """Memory the program registers itself, made the GPU's at its own address (client/host_memory.c): room
         in the shared host memory that the server maps at `address` and registers; (0, its offset), or (a
         CUDA error, 0) when it cannot (the memory then stays the program's own)."""
         with self.lock:
@@ -569,14 +569,14 @@ class Client:
             return 0, offset
 
     def host_register_again(self, address: int, size: int, offset: int) -> int:
-        """Pages that moved into the shared memory before and stayed there (client/local.c, parked):
+        """Pages that moved into the shared memory before and stayed there (client/host_memory.c, parked):
         registered by the server at `address` again; 0 or the CUDA error."""
         with self.lock:
             return self.call(REGISTER_HOST, pb.RegisterHost_Args(offset=offset, size=size, at=address),
                              pb.RegisterHost_Result).status
 
     def host_unregister_at(self, offset: int) -> None:
-        """The server no longer has that room registered at the program's address (client/local.c keeps its
+        """The server no longer has that room registered at the program's address (client/host_memory.c keeps its
         pages there, in the shared memory, until the session ends)."""
         with self.lock:
             res = self.call(UNREGISTER_HOST, pb.UnregisterHost_Args(offset=offset), pb.UnregisterHost_Result)
@@ -613,7 +613,7 @@ class Client:
         """The program is ending: what is queued goes to the server, and the statistics are printed. The
         session stays open for the rest of a Python program's atexit handlers and its finalization, where
         libraries' clean-up (XLA's, PyTorch's) calls CUDA as natively; C's exit handler then deinitializes
-        CUDA, as the driver's does (client/local.c, exit_hook); the server ends the session when the
+        CUDA, as the driver's does (client/start.c, exit_hook); the server ends the session when the
         process's connection closes."""
         with self.lock:
             if self.session is not None:
@@ -650,7 +650,7 @@ class Client:
 def api_calls() -> dict[str, Counter]:
     """The program's calls by how each was served (sync, async, custom, local, unimplemented), by name.
 
-    Launches of functions already looked up are queued by C (client/local.c): they count as async."""
+    Launches of functions already looked up are queued by C (client/launches.c): they count as async."""
     out: dict[str, Counter] = {}
     for i in range(lib.cuwire_n_functions):
         if lib.cuwire_counts[i]:
@@ -915,7 +915,7 @@ def cuwire_py_send_queued() -> int:
 
 @ffi.def_extern(onerror=on_error)
 def cuwire_py_host_alloc(size: int, address) -> int:
-    """cuMemHostAlloc's memory, in the host memory shared with the server when there is some (client/local.c)."""
+    """cuMemHostAlloc's memory, in the host memory shared with the server when there is some (client/host_memory.c)."""
     address[0] = client.host_alloc(size)
     return 0
 
@@ -932,7 +932,7 @@ def cuwire_py_managed_alloc(size: int, flags: int, address) -> int:
 @ffi.def_extern(onerror=on_error)
 def cuwire_py_host_register_at(address: int, size: int, offset) -> int:
     """cuMemHostRegister: room for the program's pages in the shared host memory, mapped and registered by
-    the server at their address (client/local.c moves them there)."""
+    the server at their address (client/host_memory.c moves them there)."""
     status, offset[0] = client.host_register_at(address, size)
     return status
 

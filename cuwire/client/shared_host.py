@@ -6,14 +6,14 @@ from __future__ import annotations
 
 class SharedHost:
     """Host memory shared with the server, which the program's page-locked allocations are carved from
-    (client/local.c, host_alloc): first fit over page-aligned ranges. The server registers each range with
+    (client/host_memory.c, host_alloc): first fit over page-aligned ranges. The server registers each range with
     the driver, so copies between it and the GPU need no bytes on the wire (CopyShared)."""
 
     PAGE = 4096
 
     def __init__(self, base: int, size: int, server_base: int, fd: int = -1):
         self.base, self.size = base, size
-        self.fd = fd  # its descriptor (client/local.c maps parts of it over memory the program registers)
+        self.fd = fd  # its descriptor (client/host_memory.c maps parts of it over memory the program registers)
         self.server_base = server_base  # where the server has it: the same address, when it could
         self.free: list[tuple[int, int]] = [(0, size)]  # (offset, size), sorted by offset
         self.used: dict[int, int] = {}  # offset -> size

@@ -10,7 +10,7 @@ unimplemented (its stub says so loudly). Inside a table:
            custom  hand-written client code (client/modules.py, launches.py, graphs.py, driver.py, nvml.py)
                    and server handler
                    (server/custom.py)
-           local   answered by the client's own C (client/local.c); the server never sees it
+           local   answered by the client's own C (client/*.c, cuwire_local_<name>); the server never sees it
   note     free text shown in the manifest
   aliases  extra exported names served by the same implementation
   fast     a C function of the client's C, with the same parameters, that the stub tries first; it
@@ -29,7 +29,7 @@ unimplemented (its stub says so loudly). Inside a table:
            that is known finished, the client answers CUDA_SUCCESS without a round trip
   releases true for a call that releases something the session's end releases too (a parameter that
            `frees` says so already): called in a Python program's teardown after its interpreter is
-           gone (C++ static destructors: XLA's), it succeeds at once (client/local.c)
+           gone (C++ static destructors: XLA's), it succeeds at once (client/start.c)
   server   the file of a hand-written server half for a sync call (its client half and messages are
            generated): for calls whose bookkeeping the roles cannot say (virtual memory: server/vmm.py)
   <param>  an inline table for one parameter: role, length, alloc, frees, range, at_most, streams (see

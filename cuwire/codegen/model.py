@@ -200,7 +200,7 @@ class Function:
     @property
     def released_at_end(self) -> bool:
         """What the call releases, the session's end releases too (a parameter it frees, or `releases`): once
-        Python is gone at a Python program's end, it succeeds at once (client/local.c, cuwire_released_at_end)."""
+        Python is gone at a Python program's end, it succeeds at once (client/start.c, cuwire_released_at_end)."""
         return self.releases or any(p.frees for p in self.params)
 
     @property

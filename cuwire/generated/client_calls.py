@@ -1801,7 +1801,7 @@ def cuMemcpyHtoA_v2(dstArray, dstOffset, srcHost, srcHost_len, ByteCount):
 
 @ffi.def_extern(name="cuwire_py_cuMemcpyHtoDAsync_v2", onerror=rt.on_error)
 def cuMemcpyHtoDAsync_v2(dstDevice, srcHost, srcHost_len, ByteCount, hStream):
-    """cuMemcpyHtoDAsync_v2 (cuda.h): a small one into a known allocation is queued with its bytes (client/local.c); others wait"""
+    """cuMemcpyHtoDAsync_v2 (cuda.h): a small one into a known allocation is queued with its bytes (client/queue.c); others wait"""
     args = pb.cuMemcpyHtoDAsync_v2_Args()
     args.dstDevice = dstDevice
     args.srcHost = rt.read(srcHost, srcHost_len)
@@ -1813,7 +1813,7 @@ def cuMemcpyHtoDAsync_v2(dstDevice, srcHost, srcHost_len, ByteCount, hStream):
 
 @ffi.def_extern(name="cuwire_py_cuMemcpyHtoD_v2", onerror=rt.on_error)
 def cuMemcpyHtoD_v2(dstDevice, srcHost, srcHost_len, ByteCount):
-    """cuMemcpyHtoD_v2 (cuda.h): a small one into a known allocation is queued with its bytes (client/local.c)"""
+    """cuMemcpyHtoD_v2 (cuda.h): a small one into a known allocation is queued with its bytes (client/queue.c)"""
     args = pb.cuMemcpyHtoD_v2_Args()
     args.dstDevice = dstDevice
     args.srcHost = rt.read(srcHost, srcHost_len)

@@ -5,7 +5,7 @@
  *   remoted, sync   -> calls its Python twin in generated/client_calls.py, which asks the server
  *   remoted, async  -> appends a fixed-layout record to the batch queue and returns success
  *   remoted, custom -> calls hand-written Python in client/ (modules.py, launches.py, graphs.py, driver.py, nvml.py)
- *   local           -> calls hand-written C in client/local.c (cuwire_local_<name>)
+ *   local           -> calls hand-written C in the client's own C files (cuwire_local_<name>)
  *   unimplemented   -> says so on stderr, once, and returns the API's "not supported" error
  */
 #include "cuda_api.h"

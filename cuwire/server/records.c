@@ -2,7 +2,7 @@
  * handle checks, a cffi call), the driver call itself about one.
  *
  * A batch's records come as (u32 function id, u32 size, size bytes) each, packed by the client's C
- * (generated/client_stubs.c, client/local.c). Generated functions are unpacked by
+ * (generated/client_stubs.c, client/queue.c). Generated functions are unpacked by
  * generated/server_records.c; cuwire's own records (a kernel launch, with or without attributes, and
  * the switch of the session thread's context) are here. Nothing from the wire reaches CUDA unchecked:
  * every handle must be one the session made, which the Python session tells this loop as it makes them
@@ -530,7 +530,7 @@ int cw_records_launch(cw_records *s, uint64_t kernel, const uint32_t *grid, cons
     return s->fn.cuLaunchKernelEx(&config, k->func, argv, NULL);
 }
 
-/* A queued launch (client/local.c): kernel, grid[3], block[3], shared memory, stream, then for
+/* A queued launch (client/launches.c): kernel, grid[3], block[3], shared memory, stream, then for
  * LaunchKernelEx u32 count, u32 pad and the attributes, then the parameters. */
 struct __attribute__((packed)) launch_head {
     uint64_t kernel;
@@ -567,7 +567,7 @@ static int cw_launch_record(cw_records *s, const char *p, uint32_t size, int wit
     return 1;
 }
 
-/* A small copy to the device, queued with its bytes (client/local.c): dst, stream, u32 sync, u32 pad,
+/* A small copy to the device, queued with its bytes (client/queue.c): dst, stream, u32 sync, u32 pad,
  * the bytes. The driver has taken pageable bytes when the call returns, so the batch may go. */
 struct __attribute__((packed)) copy_head {
     uint64_t dst, stream;
@@ -621,7 +621,7 @@ static int cw_copy_from_record(cw_records *s, const char *p, uint32_t size, int 
     return 1;
 }
 
-/* A copy between the GPU and host memory shared with the client (its page-locked allocations, client/local.c):
+/* A copy between the GPU and host memory shared with the client (its page-locked allocations, client/host_memory.c):
  * device address, offset in the shared memory, bytes, stream, u32 to_device, u32 sync. Queued when
  * asynchronous (the program may not touch the buffer until the stream is past the copy, as natively); the
  * call of a records frame when synchronous (the driver returns when the copy is done). No bytes travel. */

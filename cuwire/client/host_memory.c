@@ -1,0 +1,600 @@
+/* cuwire client: host memory of the client's own: memory shared with a server on this host (page-locked
+ * allocations are carved from it, copies of it travel without their bytes), cuMemHostAlloc and friends,
+ * memory the program registers (moved into the shared memory where it can be), and managed memory made
+ * from the shared memory. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_api.h"
+#include "runtime.h"
+#include "shm_ring.h"
+
+/* ------------------------------------------------------------------ host memory shared with the server */
+
+/* With a server on this host, the session shares host memory with it (cuwire/wire/ring.py): page-locked
+ * allocations are carved from it (runtime.py, SharedHost), and a copy between such an allocation and one
+ * of the session's device allocations names an offset in it (CopyShared; server/records.c): the GPU reads
+ * and writes the program's buffer itself. An asynchronous copy is queued (the program may not touch the
+ * buffer until the stream is past it, as natively); a synchronous one waits for the server's answer. */
+extern const uint32_t cuwire_copy_shared_record_id;
+static uint64_t shared_base, shared_size;
+static uint64_t shared_server_base; /* where the server has it: the same address, when it could */
+static int shared_known; /* the session said whether it has shared host memory */
+static int shared_fd = -1; /* its descriptor: memory the program registers moves into it */
+
+void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base, int fd)
+{
+    shared_base = base;
+    shared_size = size;
+    shared_server_base = server_base;
+    shared_fd = fd;
+    __atomic_store_n(&shared_known, 1, __ATOMIC_RELEASE);
+}
+
+static int shared_offset(const void *p, uint64_t n, uint64_t *offset)
+{
+    uint64_t a = (uint64_t)(uintptr_t)p;
+    if (!p || !shared_size || a < shared_base || n > shared_size || a - shared_base > shared_size - n)
+        return 0;
+    *offset = a - shared_base;
+    return 1;
+}
+
+struct __attribute__((packed)) copy_shared {
+    uint64_t device, offset, n, stream;
+    uint32_t to_device, sync;
+};
+
+/* The copy as a CopyShared record when `host` is in the shared memory and `device` in one of the session's
+ * allocations: its CUDA result, or -1 when the call takes its usual path. */
+int cuwire_copy_shared(const void *host, uint64_t device, uint64_t n, void *stream, int to_device, int sync)
+{
+    struct copy_shared rec = {device, 0, n, (uint64_t)(uintptr_t)stream, (uint32_t)to_device, (uint32_t)sync};
+    if (!sync) { /* captured into a graph, pageable memory gets a stand-in here (graph_copies.c) */
+        int captured = cuwire_capture_copy(host, device, n, stream, to_device);
+        if (captured >= 0)
+            return captured;
+    }
+    uint64_t offset;
+    if (n == 0 || !shared_offset(host, n, &offset) || !cuwire_in_allocation(device, n) || !cuwire_session_open())
+        return -1;
+    rec.offset = offset; /* (through a local: the record is packed) */
+    if (sync)
+        return cuwire_call(cuwire_copy_shared_record_id, &rec, sizeof rec, NULL, 0);
+    return cuwire_enqueue(cuwire_copy_shared_record_id, &rec, sizeof rec);
+}
+
+/* cuMemcpy and cuMemcpyAsync (unified addresses) between shared host memory and the device. */
+static int unified_shared(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream, int sync)
+{
+    if (!shared_size)
+        return -1;
+    int r = cuwire_copy_shared((const void *)(uintptr_t)src, dst, n, stream, 1, sync);
+    return r >= 0 ? r : cuwire_copy_shared((const void *)(uintptr_t)dst, src, n, stream, 0, sync);
+}
+
+int cuwire_fast_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return unified_shared(dst, src, n, NULL, 1); }
+
+int cuwire_fast_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream)
+{
+    return unified_shared(dst, src, n, stream, 0);
+}
+
+/* ------------------------------------------------------------------ page-locked host memory */
+
+/* Each allocation: in the shared host memory (`shared`, through Python) or the client's own memory. */
+struct host_alloc {
+    void *ptr;
+    size_t size;
+    unsigned int flags;
+    int shared;  /* in the memory shared with the server */
+    int managed; /* cuMemAllocManaged's (the session's allocation map holds it too) */
+    struct host_alloc *next;
+};
+static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct host_alloc *host_allocs;
+
+static int host_alloc(void **pHost, size_t size, unsigned int flags)
+{
+    if (!pHost)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct host_alloc *a = malloc(sizeof *a);
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t address = 0;
+    if (size && (!__atomic_load_n(&shared_known, __ATOMIC_ACQUIRE) || shared_size) && CUWIRE_READY())
+        cuwire_py_host_alloc(size, &address); /* 0: none there (no shared memory, or it is full) */
+    *pHost = (void *)(uintptr_t)address;
+    if (!address && posix_memalign(pHost, 4096, size ? size : 1) != 0) {
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&host_lock);
+    *a = (struct host_alloc){*pHost, size, flags, address != 0, 0, host_allocs};
+    host_allocs = a;
+    pthread_mutex_unlock(&host_lock);
+    return CUDA_SUCCESS;
+}
+
+static int host_free(void *ptr)
+{
+    if (!ptr)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&host_lock);
+    for (struct host_alloc **p = &host_allocs; *p; p = &(*p)->next) {
+        if ((*p)->ptr == ptr) {
+            struct host_alloc *a = *p;
+            *p = a->next;
+            pthread_mutex_unlock(&host_lock);
+            int err = 0;
+            if (!a->shared)
+                free(ptr);
+            else if (CUWIRE_READY())
+                err = cuwire_py_host_free((uint64_t)(uintptr_t)ptr);
+            free(a);
+            return err;
+        }
+    }
+    pthread_mutex_unlock(&host_lock);
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static int host_flags(unsigned int *pFlags, void *pHost)
+{
+    pthread_mutex_lock(&host_lock);
+    for (struct host_alloc *a = host_allocs; a; a = a->next) {
+        if (a->ptr == pHost) {
+            *pFlags = a->flags;
+            pthread_mutex_unlock(&host_lock);
+            return CUDA_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&host_lock);
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuwire_local_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    return (CUresult)host_alloc(pp, bytesize, Flags);
+}
+
+CUresult cuwire_local_cuMemAllocHost_v2(void **pp, size_t bytesize) { return (CUresult)host_alloc(pp, bytesize, 0); }
+
+CUresult cuwire_local_cuMemFreeHost(void *p) { return (CUresult)host_free(p); }
+
+CUresult cuwire_local_cuMemHostGetFlags(unsigned int *pFlags, void *p) { return (CUresult)host_flags(pFlags, p); }
+
+/* Whether p lies in one of the page-locked allocations (*shared: one in the memory shared with the server). */
+static int host_alloc_holds_locked(const void *p, int *shared)
+{
+    for (struct host_alloc *a = host_allocs; a; a = a->next)
+        if ((const char *)p >= (const char *)a->ptr && (const char *)p < (const char *)a->ptr + (a->size ? a->size : 1)) {
+            *shared = a->shared;
+            return 1;
+        }
+    return 0;
+}
+
+static int host_alloc_holds(const void *p, int *shared)
+{
+    pthread_mutex_lock(&host_lock);
+    int found = host_alloc_holds_locked(p, shared);
+    pthread_mutex_unlock(&host_lock);
+    return found;
+}
+
+/* For graph_copies.c: whether p lies in a page-locked allocation (*shared: in the memory shared with the
+ * server), and whether this session has such memory at all. */
+int cuwire_host_locked(const void *p, int *shared) { return host_alloc_holds(p, shared); }
+
+int cuwire_shares_host_memory(void) { return __atomic_load_n(&shared_known, __ATOMIC_ACQUIRE) && shared_size; }
+
+/* Memory the program registers itself (cuMemHostRegister) is the GPU's too, at its own address, with a
+ * server on this host: its pages move into the host memory shared with the server (a copy of their bytes,
+ * then that memory mapped over them), and the server maps the same memory at the same address, in the
+ * client's address space it holds (address_space.py), and registers it. Only whole pages of ordinary
+ * memory move (heap, stack, anonymous mappings; not files): a page shared with other data moves with it.
+ * Writes of another thread to those pages while they move (microseconds) would be lost: programs register
+ * memory they are about to hand to the GPU, not memory other threads are writing. Unregistering moves the
+ * pages back into memory of the process's own (but pages of the calling thread's stack: move_back). Where they cannot move (over TCP, a file's pages, the
+ * server cannot map them), the memory stays the program's own: copies from it work, kernels cannot reach
+ * it, and its device pointer is refused by name. */
+struct registered {
+    const char *lo, *hi;   /* as the program registered it */
+    uint64_t at, size;     /* the pages that moved (size 0: none) */
+    uint64_t offset;       /* ...to this offset of the shared memory */
+    struct registered *next;
+};
+static struct registered *registered;
+
+static struct registered *registered_holding(const void *p)
+{
+    for (struct registered *r = registered; r; r = r->next)
+        if ((const char *)p >= r->lo && (const char *)p < r->hi)
+            return r;
+    return NULL;
+}
+
+/* Whether every page of [lo, hi) is ordinary read-write private memory of this process (no file's). */
+static int ordinary_memory(uint64_t lo, uint64_t hi)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return 0;
+    char line[512];
+    uint64_t at = lo;
+    while (at < hi && fgets(line, sizeof line, f)) {
+        unsigned long long a, b;
+        char perms[8] = "", path[256] = "";
+        if (sscanf(line, "%llx-%llx %7s %*s %*s %*s %255s", &a, &b, perms, path) < 3 || b <= at)
+            continue;
+        if (a > at || strcmp(perms, "rw-p") != 0 || (path[0] && strcmp(path, "[heap]") && strcmp(path, "[stack]")))
+            break;
+        at = b;
+    }
+    fclose(f);
+    return at >= hi;
+}
+
+/* Whether [lo, hi) may overlap this thread's own stack, which this very code runs on. The thread's stack
+ * as pthread_getattr_np first said it (asked again, it would read /proc/self/maps, where a moved page of
+ * the stack splits the main thread's [stack] and makes it look smaller), widened around the frame this
+ * runs in: saying yes for a page that is not the stack costs only a page left in the shared memory. */
+static __thread uint64_t own_stack_lo, own_stack_hi;
+
+static int on_own_stack(uint64_t lo, uint64_t hi)
+{
+    uint64_t sp = (uint64_t)(uintptr_t)__builtin_frame_address(0);
+    if (!own_stack_hi) {
+        pthread_attr_t attr;
+        void *base;
+        size_t size;
+        own_stack_lo = sp - (8 << 20), own_stack_hi = sp + (8 << 20);
+        if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+            if (pthread_attr_getstack(&attr, &base, &size) == 0) {
+                own_stack_lo = (uint64_t)(uintptr_t)base;
+                own_stack_hi = (uint64_t)(uintptr_t)base + size;
+            }
+            pthread_attr_destroy(&attr);
+        }
+    }
+    uint64_t below = sp - (256 << 10), above = sp + (8 << 20);
+    uint64_t a = own_stack_lo < below ? own_stack_lo : below, b = own_stack_hi > above ? own_stack_hi : above;
+    return lo < b && hi > a;
+}
+
+#if defined(__x86_64__)
+/* The pages' bytes copied into the shared memory, then that memory mapped over them, with nothing written
+ * to this thread's stack in between (one instruction sequence, no call): pages of the stack this code runs
+ * on move too (a stack variable the program registers), the frames on them unchanged. The mmap's result. */
+static long copy_then_map(uint64_t shared, uint64_t at, uint64_t size, int fd, uint64_t offset)
+{
+    long ret;
+    void *dst = (void *)(uintptr_t)shared, *src = (void *)(uintptr_t)at;
+    uint64_t n = size;
+    register long flags __asm__("r10") = MAP_SHARED | MAP_FIXED;
+    register long file __asm__("r8") = fd;
+    register long from __asm__("r9") = (long)offset;
+    __asm__ volatile("rep movsb\n\t"
+                     "mov %[at], %%rdi\n\t"
+                     "mov %[size], %%rsi\n\t"
+                     "mov %[prot], %%edx\n\t"
+                     "mov %[nr], %%eax\n\t"
+                     "syscall"
+                     : "=&a"(ret), "+&D"(dst), "+&S"(src), "+&c"(n) /* (no input may share their registers) */
+                     : [at] "r"(at), [size] "r"(size), [prot] "i"(PROT_READ | PROT_WRITE), [nr] "i"(SYS_mmap),
+                       "r"(flags), "r"(file), "r"(from)
+                     : "rdx", "r11", "memory");
+    return ret;
+}
+#endif
+
+/* Move [at, at + size) into the shared memory: 0, or -1 (nothing moved, no room kept). */
+static int move_pages(struct registered *r, uint64_t at, uint64_t size)
+{
+    int stack = on_own_stack(at, at + size);
+#if !defined(__x86_64__)
+    if (stack)
+        return -1; /* (pages of the stack this code runs on move only where copy_then_map is written) */
+#endif
+    uint64_t offset;
+    if (cuwire_py_host_register_at(at, size, &offset) != 0)
+        return -1;
+    int mapped;
+#if defined(__x86_64__)
+    if (stack) {
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old); /* (no handler's frame between the copy and the map) */
+        mapped = copy_then_map(shared_base + offset, at, size, shared_fd, offset) == (long)at;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    } else
+#endif
+    {
+        memcpy((void *)(uintptr_t)(shared_base + offset), (void *)(uintptr_t)at, size);
+        mapped = cw_map_shared_over(shared_fd, offset, size, at) == at;
+    }
+    if (!mapped) {
+        cuwire_py_host_free(shared_base + offset);
+        return -1;
+    }
+    r->at = at, r->size = size, r->offset = offset;
+    return 0;
+}
+
+/* Pages of a thread's own stack that stay in the shared memory after unregistering (parked, in a list of
+ * their own; host_lock): registered again, they need no move (a program may register the same stack
+ * variable call after call). */
+static struct registered *parked;
+
+static void park(struct registered *r)
+{
+    pthread_mutex_lock(&host_lock);
+    r->lo = r->hi = NULL;
+    r->next = parked;
+    parked = r;
+    pthread_mutex_unlock(&host_lock);
+}
+
+static struct registered *take_parked(uint64_t lo, uint64_t hi)
+{
+    for (struct registered **p = &parked; *p; p = &(*p)->next)
+        if ((*p)->at <= lo && hi <= (*p)->at + (*p)->size) {
+            struct registered *found = *p;
+            *p = found->next;
+            return found;
+        }
+    return NULL;
+}
+
+/* Back into memory of the process's own, and the shared room given back. Pages of this thread's own
+ * stack stay in the shared memory (moving them back would pull the frames this code runs on from under
+ * it): still the program's bytes, their room kept (parked) until the session ends; the server no longer
+ * has them registered. Returns whether `r` was parked (kept). */
+static int move_back(struct registered *r)
+{
+    if (on_own_stack(r->at, r->at + r->size)) {
+        cuwire_py_host_unregister_at(r->offset);
+        park(r);
+        return 1;
+    }
+    /* (the bytes' copy is a mapping of its own: a malloc'd one may lie in the very pages moving back) */
+    void *copy = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (copy == MAP_FAILED)
+        return 0; /* the pages stay in the shared memory: still the program's bytes, the room kept */
+    memcpy(copy, (void *)(uintptr_t)r->at, r->size);
+    if (mmap((void *)(uintptr_t)r->at, r->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+             0) != MAP_FAILED) {
+        memcpy((void *)(uintptr_t)r->at, copy, r->size);
+        cuwire_py_host_free(shared_base + r->offset);
+    }
+    munmap(copy, r->size);
+    return 0;
+}
+
+/* Registrations are made one at a time (their pages move outside host_lock, which copies consult). */
+static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
+
+CUresult cuwire_local_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+    (void)Flags;
+    if (!p || !bytesize)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), offset;
+    uint64_t lo = (uint64_t)(uintptr_t)p / page * page;
+    uint64_t hi = ((uint64_t)(uintptr_t)p + bytesize + page - 1) / page * page;
+    struct registered *r = calloc(1, sizeof *r);
+    if (!r)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    r->lo = p, r->hi = (const char *)p + bytesize;
+    pthread_mutex_lock(&register_lock);
+    int overlaps = 0, pages_free = 1; /* (pages_free: no page of it moved already for another registration) */
+    pthread_mutex_lock(&host_lock);
+    for (struct registered *o = registered; o; o = o->next) {
+        overlaps = overlaps || (r->lo < o->hi && r->hi > o->lo);
+        pages_free = pages_free && (!o->size || o->at >= hi || o->at + o->size <= lo);
+    }
+    struct registered *again = overlaps || !pages_free ? NULL : take_parked(lo, hi);
+    pthread_mutex_unlock(&host_lock);
+    if (overlaps) {
+        pthread_mutex_unlock(&register_lock);
+        free(r);
+        return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    }
+    if (again) { /* pages that moved before: the server registers them again where they are */
+        if (cuwire_py_host_register_again(again->at, again->size, again->offset) == 0) {
+            r->at = again->at, r->size = again->size, r->offset = again->offset;
+            free(again);
+        } else
+            park(again); /* still shared memory, not the GPU's */
+        pages_free = 0;
+    }
+    for (struct registered *o = parked; o && pages_free; o = o->next) /* (partly parked: shared pages) */
+        pages_free = o->at >= hi || o->at + o->size <= lo;
+    if (!__atomic_load_n(&shared_known, __ATOMIC_ACQUIRE) && CUWIRE_READY())
+        cuwire_py_connect(); /* (whether the session shares host memory is known once it is open) */
+    if (shared_size && shared_fd >= 0 && shared_server_base == shared_base && pages_free &&
+        !shared_offset(p, bytesize, &offset) && ordinary_memory(lo, hi) && CUWIRE_READY())
+        move_pages(r, lo, hi - lo);
+    pthread_mutex_lock(&host_lock);
+    r->next = registered;
+    registered = r;
+    pthread_mutex_unlock(&host_lock);
+    pthread_mutex_unlock(&register_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuwire_local_cuMemHostUnregister(void *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&register_lock);
+    struct registered *gone = NULL;
+    pthread_mutex_lock(&host_lock);
+    for (struct registered **r = &registered; *r; r = &(*r)->next)
+        if ((*r)->lo == p) {
+            gone = *r;
+            *r = gone->next;
+            break;
+        }
+    pthread_mutex_unlock(&host_lock);
+    int kept = gone && gone->size && CUWIRE_READY() && move_back(gone);
+    pthread_mutex_unlock(&register_lock);
+    if (!gone)
+        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    if (!kept)
+        free(gone);
+    return CUDA_SUCCESS;
+}
+
+/* Page-locked memory in the memory shared with the server is the GPU's too (the server registered it mapped,
+ * at the client's own address when it could): its device pointer is that address, as natively with unified
+ * addressing. Memory of the client's own cannot be reached by the GPU: said by name. */
+CUresult cuwire_local_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    int shared = 0;
+    uint64_t offset;
+    if (!pdptr || !p || Flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&host_lock);
+    int held = host_alloc_holds_locked(p, &shared);
+    struct registered *r = held ? NULL : registered_holding(p);
+    int moved = r && r->size, known = r != NULL;
+    pthread_mutex_unlock(&host_lock);
+    if (moved) { /* the GPU's at its own address (the server mapped and registered the same pages there) */
+        *pdptr = (CUdeviceptr)(uintptr_t)p;
+        return CUDA_SUCCESS;
+    }
+    if (known) {
+        cuwire_say_once_per_name("cuwire: not supported: the GPU cannot reach memory the program registered itself "
+                                 "(cuMemHostRegister, cudaHostRegister): only page-locked memory it allocated "
+                                 "(cuMemHostAlloc, cudaMallocHost) is mapped for kernels; refused:",
+                                 "cuMemHostGetDevicePointer");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (!held)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!shared || !shared_offset(p, 1, &offset)) {
+        cuwire_say_once_per_name("cuwire: mapped host memory needs a server on this host (the Unix socket and "
+                                 "shared memory; CUWIRE_TRANSPORT=auto): the GPU cannot reach this client's memory, "
+                                 "refused:", "cuMemHostGetDevicePointer");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    *pdptr = shared_server_base + offset;
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ managed memory */
+
+/* Managed memory, with a server on this host: page-locked memory shared with the server and mapped for the
+ * GPU at the same address, as cuMemHostAlloc's is. The program and the GPU use one copy of it, coherently
+ * (the GPU's accesses cross PCIe rather than migrating pages); prefetches and advice are hints, taken and
+ * left at that. The session's allocation map holds it, so copies and memsets treat it as device memory, as
+ * natively. Over TCP: managed memory on the server and a host copy here, kept in step at calls (managed.c). */
+CUresult cuwire_local_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    if (!dptr || bytesize == 0 || (flags != 1 && flags != 2)) /* CU_MEM_ATTACH_GLOBAL, CU_MEM_ATTACH_HOST */
+        return CUDA_ERROR_INVALID_VALUE;
+    struct host_alloc *a = malloc(sizeof *a);
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t address = 0;
+    if (CUWIRE_READY())
+        cuwire_py_host_alloc(bytesize, &address);
+    int same = shared_server_base == shared_base; /* else the server has the shared memory elsewhere (ring.py) */
+    if (address && !same) { /* kernels would get an address that is not theirs: two copies kept in step instead */
+        cuwire_py_host_free(address);
+        address = 0;
+    }
+    if (!address) {
+        free(a);
+        if (shared_size && same)
+            return CUDA_ERROR_OUT_OF_MEMORY; /* the shared memory is full (CUWIRE_HOST_MEMORY) */
+        if (!CUWIRE_READY())
+            return (CUresult)CUWIRE_NOT_READY;
+        /* over TCP (or shared memory at another address in the server): two copies kept in step (managed.c) */
+        return (CUresult)cuwire_managed_alloc((uint64_t *)dptr, bytesize, flags);
+    }
+    if (cuwire_track_alloc(address, bytesize) != 0) {
+        free(a);
+        cuwire_py_host_free(address);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_lock(&host_lock);
+    *a = (struct host_alloc){(void *)(uintptr_t)address, bytesize, flags, 1, 1, host_allocs};
+    host_allocs = a;
+    pthread_mutex_unlock(&host_lock);
+    *dptr = address;
+    return CUDA_SUCCESS;
+}
+
+/* The size of the managed allocation at p; 0 for any other pointer. */
+static size_t managed_size(CUdeviceptr p)
+{
+    size_t size = 0;
+    pthread_mutex_lock(&host_lock);
+    for (struct host_alloc *a = host_allocs; a; a = a->next)
+        if (a->ptr == (void *)(uintptr_t)p) {
+            size = a->managed ? a->size : 0;
+            break;
+        }
+    pthread_mutex_unlock(&host_lock);
+    return size;
+}
+
+/* cuMemFree of managed memory: the client's to free (the server never made it a device allocation). */
+int cuwire_fast_cuMemFree_v2(CUdeviceptr dptr)
+{
+    if (dptr && cuwire_managed_free(dptr) == 0)
+        return -1; /* managed memory made over TCP: its host copy is gone; the server frees its own */
+    uint64_t offset; /* managed memory lies in the shared memory: any other pointer goes on at once */
+    size_t size = dptr && shared_offset((const void *)(uintptr_t)dptr, 1, &offset) ? managed_size(dptr) : 0;
+    if (!size)
+        return -1;
+    cuwire_hints_forget(dptr, size);
+    cuwire_untrack_alloc(dptr);
+    return host_free((void *)(uintptr_t)dptr);
+}
+
+/* Whether [p, p + count) is memory that managed-memory hints may name: CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE. */
+CUresult cuwire_managed_range(CUdeviceptr p, size_t count)
+{
+    uint64_t offset;
+    int known = shared_offset((const void *)(uintptr_t)p, count, &offset) || cuwire_managed_holds(p, count);
+    return count && known ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Prefetches and advice change nothing the GPU does here (managed memory is page-locked host memory): they
+ * are noted, for cuMemRangeGetAttribute (client/managed_hints.c). */
+CUresult cuwire_local_cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags,
+                                            CUstream hStream)
+{
+    (void)flags, (void)hStream;
+    CUresult status = cuwire_managed_range(devPtr, count);
+    if (status == CUDA_SUCCESS)
+        cuwire_hints_prefetched(devPtr, count, location);
+    return status;
+}
+
+CUresult cuwire_local_cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
+{
+    CUresult status = cuwire_managed_range(devPtr, count);
+    if (status == CUDA_SUCCESS)
+        cuwire_hints_advise(devPtr, count, advice, location);
+    return status;
+}
+
+CUresult cuwire_local_cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
+{
+    (void)hStream, (void)flags;
+    return cuwire_managed_range(dptr, length ? length : 1);
+}
