@@ -92,12 +92,17 @@ def open_backend(name: str):
     ffi = cuda_ffi()
     if name == "cuda":
         return ffi, CudaLibraries(ffi), "cuda"
-    try:
-        opener = next(iter(entry_points(group="cuwire.backends", name=name))).load()
-    except (StopIteration, ImportError):  # none declared, or declared by a package no longer importable
+    declared = list(entry_points(group="cuwire.backends", name=name))
+    opener, why = None, ""
+    if declared:
+        try:
+            opener = declared[0].load()
+        except ImportError as e:  # declared by a package that cannot be imported (removed, or a path left out)
+            why = f" (declared, but: {e})"
+    if opener is None:
         if name == "emulated":
             raise RuntimeError("the emulated device (tests only) is not installed here: the wheel and the server "
-                               "image leave it out; run the server from a checkout (make venv installs emulator/)"
-                               ) from None
-        raise ValueError(f"unknown backend {name!r} (expected cuda or emulated)") from None
+                               f"image leave it out; run the server from a checkout (make venv installs emulator/)"
+                               f"{why}")
+        raise ValueError(f"unknown backend {name!r} (expected cuda or emulated){why}")
     return ffi, opener(ffi), name
