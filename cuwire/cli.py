@@ -89,7 +89,7 @@ def library_sources() -> list[Path]:
 
     generated = [build.GENERATED / n for n in ("client_stubs.c", "client_procs.c", "client_cdefs.h", "exports.map")]
     own = [build.CLIENT / n for n in build.C_SOURCES] + sorted(build.CLIENT.glob("*.h"))
-    own += [build.CLIENT.parent / "wire" / n for n in ("socket_wait.h", "shm_ring.h")]
+    own += [build.CLIENT.parent / "wire" / n for n in ("socket_wait.h", "shm_ring.h", "frames.h")]
     return [p for p in (*generated, *own) if p.exists()]
 
 

@@ -12,14 +12,15 @@ from cuwire.server.backend import cuda_ffi
 from cuwire.server.errors import WireError
 from cuwire.server.records import RECORD_HEADER, RecordLoop, function_table
 from cuwire.server.session import RECORD_IDS
+from cuwire.wire import layouts
 
 ffi = cuda_ffi()
 LAUNCH, LAUNCH_EX, SET_CONTEXT, COPY, COPY_FROM = RECORD_IDS
-LAUNCH_HEAD = struct.Struct("<Q3I3IQQ")  # client/launches.c, struct launch_head
+LAUNCH_HEAD = layouts.layout("cw_launch_head")  # (cuwire/wire/frames.h, as client/launches.c packs it)
 INVALID_HANDLE = 400
 INVALID_VALUE = 1
-COPY_HEAD = struct.Struct("<QQII")  # client/queue.c, struct copy_head
-COPY_FROM_HEAD = struct.Struct("<QQII")  # client/wire.c, struct copy_from: src, stream, sync, n
+COPY_HEAD = layouts.layout("cw_copy_head")
+COPY_FROM_HEAD = layouts.layout("cw_copy_from")
 
 
 class FakeDriver:

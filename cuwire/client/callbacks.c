@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cuda_api.h"
+#include "frames.h"
 #include "runtime.h"
 #include "shm_ring.h"
 
@@ -183,9 +184,7 @@ static CUresult post(CUstream stream, CUhostFn fn, CUstreamCallback callback, vo
     uint64_t id = add_pending(fn, callback, stream, user, cuwire_capture_of(stream) != 0, name, &err);
     if (!id)
         return (CUresult)err;
-    struct __attribute__((packed)) {
-        uint64_t stream, id;
-    } rec = {(uint64_t)(uintptr_t)stream, id};
+    struct cw_host_func rec = {(uint64_t)(uintptr_t)stream, id};
     err = cuwire_enqueue(cuwire_host_func_record_id, &rec, sizeof rec);
     if (err)
         return (CUresult)err;

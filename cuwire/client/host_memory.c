@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cuda_api.h"
+#include "frames.h"
 #include "runtime.h"
 #include "shm_ring.h"
 
@@ -49,16 +50,13 @@ static int shared_offset(const void *p, uint64_t n, uint64_t *offset)
     return 1;
 }
 
-struct __attribute__((packed)) copy_shared {
-    uint64_t device, offset, n, stream;
-    uint32_t to_device, sync;
-};
+/* (struct cw_copy_shared: cuwire/wire/frames.h) */
 
 /* The copy as a CopyShared record when `host` is in the shared memory and `device` in one of the session's
  * allocations: its CUDA result, or -1 when the call takes its usual path. */
 int cuwire_copy_shared(const void *host, uint64_t device, uint64_t n, void *stream, int to_device, int sync)
 {
-    struct copy_shared rec = {device, 0, n, (uint64_t)(uintptr_t)stream, (uint32_t)to_device, (uint32_t)sync};
+    struct cw_copy_shared rec = {device, 0, n, (uint64_t)(uintptr_t)stream, (uint32_t)to_device, (uint32_t)sync};
     if (!sync) { /* captured into a graph, pageable memory gets a stand-in here (graph_copies.c) */
         int captured = cuwire_capture_copy(host, device, n, stream, to_device);
         if (captured >= 0)

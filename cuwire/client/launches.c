@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cuda_api.h"
+#include "frames.h"
 #include "runtime.h"
 
 /* ------------------------------------------------------------------ cooperative launches */
@@ -131,11 +132,7 @@ void cuwire_cache_kernel(const void *key, uint64_t handle, uint32_t n, const uin
 
 /* The record: u64 kernel, u32 grid[3], u32 block[3], u64 shared memory, u64 stream, then the
  * parameters laid out at their offsets (server/custom.py, LAUNCH_HEAD). */
-struct __attribute__((packed)) launch_head {
-    uint64_t kernel;
-    uint32_t grid[3], block[3];
-    uint64_t shared_mem, stream;
-};
+/* (struct cw_launch_head: cuwire/wire/frames.h) */
 
 /* A launch configuration the device cannot run gets CUDA_ERROR_INVALID_VALUE at once, before the GPU
  * sees it, as the driver answers; -1 while the device's limits are not known. */
@@ -192,13 +189,13 @@ static int launch_queued(CUfunction f, const uint32_t g[3], const uint32_t b[3],
     }
     char small[4096], *rec = small;
     size_t attrs_len = n_attrs ? 8 + (size_t)n_attrs * sizeof(CUlaunchAttribute) : 0;
-    size_t len = sizeof(struct launch_head) + attrs_len + k.size;
+    size_t len = sizeof(struct cw_launch_head) + attrs_len + k.size;
     if (len > sizeof small && !(rec = calloc(1, len))) {
         pthread_mutex_unlock(&kernels_lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     memset(rec, 0, len);
-    struct launch_head head = {k.handle, {g[0], g[1], g[2]}, {b[0], b[1], b[2]}, shmem, (uint64_t)(uintptr_t)stream};
+    struct cw_launch_head head = {k.handle, {g[0], g[1], g[2]}, {b[0], b[1], b[2]}, shmem, (uint64_t)(uintptr_t)stream};
     memcpy(rec, &head, sizeof head);
     if (n_attrs) {
         memcpy(rec + sizeof head, &n_attrs, 4);

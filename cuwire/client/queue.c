@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cuda_api.h"
+#include "frames.h"
 #include "runtime.h"
 #include "shm_ring.h"
 
@@ -87,10 +88,7 @@ static int follow_context_locked(void)
 {
     uint64_t ctx = cuwire_current_context();
     int mode = cuwire_server_capture_mode();
-    struct __attribute__((packed)) {
-        uint64_t context; /* 0: keep the current one */
-        uint32_t capture_mode;
-    } rec = {ctx && ctx != server_context ? ctx : 0, (uint32_t)mode};
+    struct cw_set_context rec = {ctx && ctx != server_context ? ctx : 0, (uint32_t)mode}; /* 0: keep it */
     int mode_changes = mode >= 0 && mode != server_capture_mode;
     if (!rec.context && !mode_changes)
         return 0;
@@ -173,10 +171,7 @@ int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size) { return enq
 #define INLINE_COPY_MAX (1u << 20)
 extern const uint32_t cuwire_copy_record_id;
 
-struct __attribute__((packed)) copy_head {
-    uint64_t dst, stream;
-    uint32_t sync, pad; /* sync: cuMemcpyHtoD (the null stream's synchronous copy), else ...Async */
-};
+/* (struct cw_copy_head: cuwire/wire/frames.h) */
 
 static int queue_copy(CUdeviceptr dst, const void *src, size_t n, CUstream stream, uint32_t sync)
 {
@@ -185,7 +180,7 @@ static int queue_copy(CUdeviceptr dst, const void *src, size_t n, CUstream strea
         return shared;
     if (!src || n == 0 || n > INLINE_COPY_MAX || !cuwire_in_allocation(dst, n) || !cuwire_session_open())
         return -1; /* the call goes to the server and waits, which says what is wrong */
-    struct copy_head head = {dst, (uint64_t)(uintptr_t)stream, sync, 0};
+    struct cw_copy_head head = {dst, (uint64_t)(uintptr_t)stream, sync, 0};
     return enqueue2(cuwire_copy_record_id, &head, sizeof head, src, (uint32_t)n);
 }
 

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "frames.h"
 #include "host_memory.h"
 #include "launches.h"
 #include "queue.h"
@@ -25,7 +26,7 @@ const char *cuwire_error_name_or_null(int code); /* NULL: a code the headers do 
 
 /* Calls that wait, made in C (wire.c): the largest result they bring back (larger ones take the Python
  * path, their bytes beside the messages). */
-#define CUWIRE_CALL_RESULT_MAX (64u << 10)
+#define CUWIRE_CALL_RESULT_MAX CW_CALL_RESULT_MAX /* (cuwire/wire/frames.h) */
 int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint32_t result_len);
 void cuwire_py_wire_broken(const char *why);
 void cuwire_wire_set(int fd);

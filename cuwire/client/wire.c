@@ -21,13 +21,12 @@
 #include <unistd.h>
 
 #include "cuda_api.h"
+#include "frames.h"
 #include "runtime.h"
 #include "socket_wait.h"
 #define CW_RING_IMPLEMENTATION
 #include "shm_ring.h" /* shared memory for payloads: its functions live in this file's object (ring.py calls them) */
 
-#define MAGIC_RECORDS 0x32575543u /* "CUW2" */
-#define MAGIC_QUEUED 0x33575543u  /* "CUW3": queued calls only, no answer */
 #define REPLY_MAX (CUWIRE_CALL_RESULT_MAX + 4096 + (64u << 10)) /* result, refusal text, printf output */
 
 static pthread_mutex_t wire_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -169,16 +168,10 @@ int cuwire_recv_all(int fd, char *buf, size_t len, long spin)
     return 0;
 }
 
-struct __attribute__((packed)) frame_header {
-    uint32_t magic, size;
-    uint64_t payload;
-};
+/* (struct cw_frame_header: cuwire/wire/frames.h) */
 
 /* The server's answer to a records frame (server/session.py, run_call). */
-struct __attribute__((packed)) call_reply {
-    int32_t status, queued_error;
-    uint32_t queued_fn, result_len, error_len, output_len; /* output: device printf, for the program's stdout */
-};
+/* (struct cw_call_reply: cuwire/wire/frames.h) */
 
 /* Make the call whose record is rec (function id fn) after the queued calls, in one round trip; its
  * result bytes (exactly result_len of them) go to `result`. The call's CUDA result, or -1 when the call
@@ -199,14 +192,14 @@ int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint3
     char *queued;
     uint64_t count;
     size_t queued_len = cuwire_queue_take(&queued, &count);
-    size_t len = sizeof(struct frame_header) + queued_len + 8 + size;
+    size_t len = sizeof(struct cw_frame_header) + queued_len + 8 + size;
     char *frame = malloc(len);
     if (!frame) {
         pthread_mutex_unlock(&wire_lock);
         free(queued);
         return CUDA_ERROR_OUT_OF_MEMORY; /* the queued calls are lost with the memory: say so */
     }
-    struct frame_header h = {MAGIC_RECORDS, (uint32_t)(len - sizeof h), 0};
+    struct cw_frame_header h = {CW_MAGIC_RECORDS, (uint32_t)(len - sizeof h), 0};
     memcpy(frame, &h, sizeof h);
     if (queued_len)
         memcpy(frame + sizeof h, queued, queued_len);
@@ -217,14 +210,14 @@ int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint3
 
     uint64_t t0 = now_ns();
     static char reply[REPLY_MAX];
-    struct frame_header rh;
-    struct call_reply r = {0};
+    struct cw_frame_header rh;
+    struct cw_call_reply r = {0};
     const char *why = NULL;
     long spin = spin_for(fn);
     cuwire_note_sent(1);
     if (cuwire_send_all(fd, frame, len) != 0 || cuwire_recv_all(fd, (char *)&rh, sizeof rh, spin) != 0)
         why = strerror(errno);
-    else if (rh.magic != MAGIC_RECORDS || rh.payload || rh.size < sizeof r || rh.size > REPLY_MAX)
+    else if (rh.magic != CW_MAGIC_RECORDS || rh.payload || rh.size < sizeof r || rh.size > REPLY_MAX)
         why = "the server's answer to a records frame is not one";
     else if (cuwire_recv_all(fd, reply, rh.size, spin_ns) != 0)
         why = strerror(errno);
@@ -268,7 +261,7 @@ int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint3
     return status;
 }
 
-/* Send the queued calls now, without waiting for an answer (MAGIC_QUEUED): the server, and the GPU with it,
+/* Send the queued calls now, without waiting for an answer (CW_MAGIC_QUEUED): the server, and the GPU with it,
  * starts on them while the program goes on. Their first error comes with the next answer, as CUDA's
  * asynchronous errors do. 0, or -1 when the Python path must send them (nothing was sent then), or
  * CUDA_ERROR_DEVICE_UNAVAILABLE when the connection broke. */
@@ -290,7 +283,7 @@ int cuwire_wire_send_queued(void)
         free(queued);
         return 0;
     }
-    struct frame_header h = {MAGIC_QUEUED, (uint32_t)queued_len, 0};
+    struct cw_frame_header h = {CW_MAGIC_QUEUED, (uint32_t)queued_len, 0};
     const char *why = NULL;
     cuwire_note_sent(0);
     if (cuwire_send_all(fd, (const char *)&h, sizeof h) != 0 || cuwire_send_all(fd, queued, queued_len) != 0)
@@ -318,10 +311,7 @@ int cuwire_wire_send_queued(void)
  * allocations, in one round trip made here (op CopyFromDevice; server/records.c). */
 extern const uint32_t cuwire_copy_from_record_id;
 
-struct __attribute__((packed)) copy_from {
-    uint64_t src, stream;
-    uint32_t sync, n;
-};
+/* (struct cw_copy_from: cuwire/wire/frames.h) */
 
 static int copy_from_device(void *dst, CUdeviceptr src, size_t n, CUstream stream, uint32_t sync)
 {
@@ -330,7 +320,7 @@ static int copy_from_device(void *dst, CUdeviceptr src, size_t n, CUstream strea
         return shared;
     if (!dst || n == 0 || n > CUWIRE_CALL_RESULT_MAX || !cuwire_in_allocation(src, n) || !cuwire_session_open())
         return -1;
-    struct copy_from rec = {src, (uint64_t)(uintptr_t)stream, sync, (uint32_t)n};
+    struct cw_copy_from rec = {src, (uint64_t)(uintptr_t)stream, sync, (uint32_t)n};
     return cuwire_call(cuwire_copy_from_record_id, &rec, sizeof rec, dst, (uint32_t)n);
 }
 

@@ -24,6 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "frames.h"
 #include "cuda_api.h"
 #include "socket_wait.h"
 #include "shm_ring.h" /* cw_ring: host functions are posted through it (the implementation follows, records_build.py) */
@@ -532,15 +533,11 @@ int cw_records_launch(cw_records *s, uint64_t kernel, const uint32_t *grid, cons
 
 /* A queued launch (client/launches.c): kernel, grid[3], block[3], shared memory, stream, then for
  * LaunchKernelEx u32 count, u32 pad and the attributes, then the parameters. */
-struct __attribute__((packed)) launch_head {
-    uint64_t kernel;
-    uint32_t grid[3], block[3];
-    uint64_t shared_mem, stream;
-};
+/* (struct cw_launch_head: cuwire/wire/frames.h) */
 
 static int cw_launch_record(cw_records *s, const char *p, uint32_t size, int with_attrs, int *err)
 {
-    struct launch_head h;
+    struct cw_launch_head h;
     if (size < sizeof h)
         return cw_refuse(s, "queued launch of %u bytes, shorter than its %zu-byte head", size, sizeof h);
     memcpy(&h, p, sizeof h);
@@ -569,14 +566,11 @@ static int cw_launch_record(cw_records *s, const char *p, uint32_t size, int wit
 
 /* A small copy to the device, queued with its bytes (client/queue.c): dst, stream, u32 sync, u32 pad,
  * the bytes. The driver has taken pageable bytes when the call returns, so the batch may go. */
-struct __attribute__((packed)) copy_head {
-    uint64_t dst, stream;
-    uint32_t sync, pad;
-};
+/* (struct cw_copy_head: cuwire/wire/frames.h) */
 
 static int cw_copy_record(cw_records *s, const char *p, uint32_t size, int *err)
 {
-    struct copy_head h;
+    struct cw_copy_head h;
     if (size < sizeof h)
         return cw_refuse(s, "queued copy of %u bytes, shorter than its %zu-byte head", size, sizeof h);
     memcpy(&h, p, sizeof h);
@@ -595,14 +589,11 @@ static int cw_copy_record(cw_records *s, const char *p, uint32_t size, int *err)
 /* A small copy from the device, the call of a records frame (client/wire.c): src, stream, u32 sync,
  * u32 n; the bytes go to the frame's result. Into pageable memory, the driver returns once they are
  * there. */
-struct __attribute__((packed)) copy_from {
-    uint64_t src, stream;
-    uint32_t sync, n;
-};
+/* (struct cw_copy_from: cuwire/wire/frames.h) */
 
 static int cw_copy_from_record(cw_records *s, const char *p, uint32_t size, int *err)
 {
-    struct copy_from h;
+    struct cw_copy_from h;
     if (size != sizeof h)
         return cw_refuse(s, "queued copy from the device of %u bytes, expected %zu", size, sizeof h);
     memcpy(&h, p, sizeof h);
@@ -625,14 +616,11 @@ static int cw_copy_from_record(cw_records *s, const char *p, uint32_t size, int 
  * device address, offset in the shared memory, bytes, stream, u32 to_device, u32 sync. Queued when
  * asynchronous (the program may not touch the buffer until the stream is past the copy, as natively); the
  * call of a records frame when synchronous (the driver returns when the copy is done). No bytes travel. */
-struct __attribute__((packed)) copy_shared {
-    uint64_t device, offset, n, stream;
-    uint32_t to_device, sync;
-};
+/* (struct cw_copy_shared: cuwire/wire/frames.h) */
 
 static int cw_copy_shared_record(cw_records *s, const char *p, uint32_t size, int *err)
 {
-    struct copy_shared h;
+    struct cw_copy_shared h;
     if (size != sizeof h)
         return cw_refuse(s, "copy of shared memory of %u bytes, expected %zu", size, sizeof h);
     memcpy(&h, p, sizeof h);
@@ -657,9 +645,7 @@ static int cw_copy_shared_record(cw_records *s, const char *p, uint32_t size, in
  * u64 stream, u64 id. The server puts a host function of its own in the stream, which posts the id to the
  * client through shared memory and waits until a thread of the client's ran it: the stream's later work
  * waits for it, as natively. */
-struct __attribute__((packed)) host_func {
-    uint64_t stream, id;
-};
+/* (struct cw_host_func: cuwire/wire/frames.h) */
 
 struct cw_host_call {
     cw_ring *ring;                 /* the client's shared memory, or NULL and */
@@ -743,7 +729,7 @@ void *cw_records_host_node(cw_records *s, uint64_t id, void **fn)
 
 static int cw_host_func_record(cw_records *s, const char *p, uint32_t size, int *err)
 {
-    struct host_func h;
+    struct cw_host_func h;
     if (size != sizeof h)
         return cw_refuse(s, "host function record of %u bytes, expected %zu", size, sizeof h);
     memcpy(&h, p, sizeof h);
@@ -783,17 +769,16 @@ static int cw_host_func_record(cw_records *s, const char *p, uint32_t size, int 
  * (client/driver_local.c, cuwire_server_capture_mode). */
 static int cw_set_context_record(cw_records *s, const char *p, uint32_t size, int *err)
 {
-    uint64_t ctx;
-    uint32_t mode;
-    if (size != sizeof ctx && size != sizeof ctx + sizeof mode)
-        return cw_refuse(s, "queued context switch of %u bytes, expected 8 or 12", size);
-    memcpy(&ctx, p, sizeof ctx);
-    if (ctx)
-        *err = cw_owns(s, CW_KIND_CUctx_st, ctx) ? s->fn.cuCtxSetCurrent((CUcontext)(uintptr_t)ctx)
-                                                  : CW_INVALID_HANDLE;
-    if (size == sizeof ctx + sizeof mode && !*err) {
-        memcpy(&mode, p + sizeof ctx, sizeof mode);
-        CUstreamCaptureMode m = (CUstreamCaptureMode)mode; /* the driver refuses a mode it does not know */
+    struct cw_set_context r; /* (cuwire/wire/frames.h; the context alone, 8 bytes, keeps the mode) */
+    if (size != sizeof r.context && size != sizeof r)
+        return cw_refuse(s, "queued context switch of %u bytes, expected %zu or %zu", size, sizeof r.context,
+                         sizeof r);
+    memcpy(&r, p, size);
+    if (r.context)
+        *err = cw_owns(s, CW_KIND_CUctx_st, r.context) ? s->fn.cuCtxSetCurrent((CUcontext)(uintptr_t)r.context)
+                                                        : CW_INVALID_HANDLE;
+    if (size == sizeof r && !*err) {
+        CUstreamCaptureMode m = (CUstreamCaptureMode)r.capture_mode; /* the driver refuses a mode it does not know */
         *err = s->fn.cuThreadExchangeStreamCaptureMode(&m);
     }
     return 1;
@@ -884,20 +869,12 @@ int cw_records_call(cw_records *s, const char *data, size_t len, char *out, uint
 
 /* ------------------------------------------------------------------ records frames, served here */
 
-#define MAGIC_RECORDS 0x32575543u /* "CUW2" (transport.py) */
-#define MAGIC_QUEUED 0x33575543u  /* "CUW3": queued calls only, sent early; no answer */
-#define FRAME_MAX (64u << 20)    /* transport.MAX_MESSAGE */
-#define RESULT_MAX (64u << 10)   /* records.CALL_RESULT_MAX */
+#define FRAME_MAX CW_MESSAGE_MAX /* (cuwire/wire/frames.h) */
+#define RESULT_MAX CW_CALL_RESULT_MAX
 
-struct __attribute__((packed)) frame_header {
-    uint32_t magic, size;
-    uint64_t payload;
-};
+/* (struct cw_frame_header: cuwire/wire/frames.h) */
 
-struct __attribute__((packed)) call_reply { /* records.CALL_REPLY */
-    int32_t status, queued_error;
-    uint32_t queued_fn, result_len, error_len, output_len;
-};
+/* (struct cw_call_reply: cuwire/wire/frames.h) */
 
 /* ------------------------------------------------------------------ device printf output */
 
@@ -1029,7 +1006,7 @@ static int send_all(int fd, const char *buf, size_t len)
 }
 
 /* Serve records frames (client/wire.c) on fd, one after the other, without Python: each one's records
- * run here, then its answer goes back; a frame of queued calls only (MAGIC_QUEUED) gets no answer, and
+ * run here, then its answer goes back; a frame of queued calls only (CW_MAGIC_QUEUED) gets no answer, and
  * its first error (or its refusal, a malformed record: CUDA_ERROR_UNKNOWN and why) goes with the next
  * answer. `pending`: bytes Python had read ahead (*used: how many were taken). Returns 1 when a frame
  * of another kind comes (its 16-byte header in header_out; Python reads the rest), 0 at the end of the
@@ -1040,7 +1017,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
                      char *header_out, int *deferred_error, uint32_t *deferred_fn, uint64_t *count)
 {
     size_t given = pending_len;
-    char *message = NULL, *reply = malloc(sizeof(struct frame_header) + sizeof(struct call_reply) + RESULT_MAX +
+    char *message = NULL, *reply = malloc(sizeof(struct cw_frame_header) + sizeof(struct cw_call_reply) + RESULT_MAX +
                                           sizeof s->why + OUTPUT_MAX);
     char refused[sizeof s->why] = ""; /* why a frame of queued calls was refused, for the next answer */
     size_t message_cap = 0;
@@ -1059,7 +1036,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
      * (a program that computes between its calls): the poll would only burn a core it needs. */
     int after_answer = 1; /* Python answered the frame before this call */
     for (;;) {
-        struct frame_header h;
+        struct cw_frame_header h;
         long wait_ns = after_answer && s->gap_ns <= (uint64_t)s->spin_ns ? s->spin_ns : 0;
         uint64_t asked = after_answer ? cw_now_ns() : 0;
         if (s->idle_ms > 0 && !pending_len) {
@@ -1082,7 +1059,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
         uint64_t arrived = cw_now_ns();
         if (asked)
             s->gap_ns = arrived - asked;
-        if (h.magic != MAGIC_RECORDS && h.magic != MAGIC_QUEUED) {
+        if (h.magic != CW_MAGIC_RECORDS && h.magic != CW_MAGIC_QUEUED) {
             memcpy(header_out, &h, sizeof h);
             r = 1;
             goto out;
@@ -1118,7 +1095,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
         int status = 0, queued_error = 0;
         uint32_t queued_fn = 0, result_len = 0, error_len = 0;
         uint64_t n = 0;
-        if (h.magic == MAGIC_QUEUED) {
+        if (h.magic == CW_MAGIC_QUEUED) {
             if (cw_records_run(s, message, h.size, &queued_error, &queued_fn, &n) != 0) {
                 queued_error = CUDA_ERROR_UNKNOWN;
                 queued_fn = 0;
@@ -1134,7 +1111,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
             after_answer = 0;
             continue;
         }
-        char *result = reply + sizeof h + sizeof(struct call_reply);
+        char *result = reply + sizeof h + sizeof(struct cw_call_reply);
         if (cw_records_call(s, message, h.size, result, RESULT_MAX, &result_len, &status, &queued_error, &queued_fn,
                             &n) != 0) {
             error_len = (uint32_t)strlen(s->why);
@@ -1157,8 +1134,8 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
             refused[0] = 0;
         }
         uint32_t output_len = (uint32_t)cw_output_take(result + result_len + error_len, OUTPUT_MAX);
-        struct call_reply cr = {status, queued_error, queued_fn, result_len, error_len, output_len};
-        struct frame_header rh = {MAGIC_RECORDS, (uint32_t)(sizeof cr + result_len + cr.error_len + output_len), 0};
+        struct cw_call_reply cr = {status, queued_error, queued_fn, result_len, error_len, output_len};
+        struct cw_frame_header rh = {CW_MAGIC_RECORDS, (uint32_t)(sizeof cr + result_len + cr.error_len + output_len), 0};
         memcpy(reply, &rh, sizeof rh);
         memcpy(reply + sizeof rh, &cr, sizeof cr);
         if (send_all(fd, reply, sizeof rh + rh.size) != 0) {

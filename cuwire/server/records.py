@@ -8,7 +8,6 @@ library's, or cffi callbacks into the emulated device.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,13 +15,13 @@ from cuwire.server._records import ffi, lib
 from cuwire.server.backend import prototypes
 from cuwire.server.errors import WireError
 from cuwire.server.metrics import LATENCY_BOUNDS_US  # (records.c CW_LATENCY_BOUNDS: the same)
+from cuwire.wire import layouts
 from cuwire.wire.transport import TransportError
 
-RECORD_HEADER = struct.Struct("<II")  # each queued call: function id, record size; then the record
-CALL_REPLY = struct.Struct("<iiIIII")  # a records frame's answer: status, queued error and its function id,
-# result bytes, error text bytes, device printf output bytes (client/wire.c, struct call_reply); they follow
+RECORD_HEADER = layouts.layout("cw_record_header")  # each queued call: function id, record size; then the record
+CALL_REPLY = layouts.layout("cw_call_reply")  # a records frame's answer; its result, error text and output follow
 OUTPUT_MAX = 64 << 10  # device printf output one answer carries (records.c)
-CALL_RESULT_MAX = 64 << 10  # client/runtime.h, CUWIRE_CALL_RESULT_MAX
+CALL_RESULT_MAX = layouts.constant("CW_CALL_RESULT_MAX")
 UNKNOWN = 999  # what a callback into the emulated device returns when it raised (traceback on stderr)
 
 

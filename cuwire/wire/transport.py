@@ -24,7 +24,6 @@ import itertools
 import os
 import select
 import socket
-import struct
 import sys
 import threading
 import time
@@ -33,19 +32,20 @@ from typing import Any, Protocol
 
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.settings import host_port
+from cuwire.wire import layouts
 from cuwire.wire import stripes as striping
 from cuwire.wire.stripes import MAGIC_STRIPED, StripeError
 from cuwire.wire.tls import ClientTls, TlsError, TlsSocket, relay
 
 Buffer = Any  # bytes, a memoryview, a cffi buffer: anything with the buffer protocol (3.12 names it)
-MAGIC = 0x31575543
-# A records frame (client/wire.c): the message is queued-call records, the last one a call the client
-# waits for; the answer is a records frame too, the call's status and result (server/records.c).
-MAGIC_RECORDS = 0x32575543  # "CUW2"
-# Queued calls only, sent early by client/wire.c (no answer; their first error comes with the next answer).
-MAGIC_QUEUED = 0x33575543  # "CUW3"
-HEADER = struct.Struct("<IIQ")
-MAX_MESSAGE = 64 << 20  # protobuf messages carry calls and small results; bulk bytes go in the payload
+# The frame's layout and magics, from cuwire/wire/frames.h (the C of both sides uses the same): a protobuf
+# message; a records frame (client/wire.c: queued-call records, the last one a call the client waits for,
+# answered by a records frame, server/records.c); queued calls only, sent early (no answer; their first
+# error comes with the next answer).
+MAGIC, MAGIC_RECORDS, MAGIC_QUEUED = (layouts.constant(n) for n in ("CW_MAGIC", "CW_MAGIC_RECORDS", "CW_MAGIC_QUEUED"))
+HEADER = layouts.layout("cw_frame_header")
+MAX_MESSAGE = layouts.constant("CW_MESSAGE_MAX")  # protobuf messages carry calls and small results; bulk bytes
+# go in the payload
 HELLO_MAX = 64 << 10  # a hello's message: what a connection not yet authenticated may make a server read
 BULK = 64 << 10  # buffers this large travel in the payload, both ways (client/runtime.py read, session.py take)
 # what the client accepts as a payload; the server checks every size against CUWIRE_MAX_BUFFER itself

@@ -1,0 +1,99 @@
+/* cuwire's wire, the fixed layouts: the frame header every message travels under, and the records of the
+ * calls the C of both sides packs and unpacks without protobuf. One definition: the client's C
+ * (cuwire/client/) and the server's record loop (cuwire/server/records.c) include this file, and Python
+ * reads the same layouts and numbers from it (cuwire/wire/layouts.py, through cffi). Little-endian,
+ * packed. The messages themselves are protobuf: cuwire/wire/protocol.proto.
+ *
+ * Kept simple for layouts.py's reading: one field per line or a list of fields of one type, integer types
+ * of <stdint.h> and arrays of them, and #define lines of plain numbers. */
+#ifndef CUWIRE_FRAMES_H
+#define CUWIRE_FRAMES_H
+#include <stdint.h>
+
+#define CW_PACKED __attribute__((packed))
+
+/* A frame: the header, `size` bytes of message, then `payload` bytes of raw buffers beside it. */
+#define CW_MAGIC 0x31575543         /* "CUW1": the message is a protobuf Batch or Reply */
+#define CW_MAGIC_RECORDS 0x32575543 /* "CUW2": queued-call records, the last one a call the client waits for;
+                                     * the answer is a records frame too (cw_call_reply, then its bytes) */
+#define CW_MAGIC_QUEUED 0x33575543  /* "CUW3": queued calls only, sent early: no answer */
+#define CW_MESSAGE_MAX 67108864     /* the largest message (64 MiB): bulk bytes go in the payload */
+#define CW_CALL_RESULT_MAX 65536    /* the largest result a records frame's call brings back (64 KiB) */
+
+struct CW_PACKED cw_frame_header {
+    uint32_t magic;
+    uint32_t size;    /* of the message */
+    uint64_t payload; /* raw bytes after the message */
+};
+
+/* Each queued call in a records frame: this, then `size` bytes of record (generated/server_records.h
+ * gives a generated call's record; the hand-made ones follow). */
+struct CW_PACKED cw_record_header {
+    uint32_t id; /* the function's or operation's id (generated/wire_ids.py) */
+    uint32_t size;
+};
+
+/* The answer to a records frame: this, then result_len bytes of result, error_len of error text (the
+ * session refused the frame) and output_len of device printf output, for the program's stdout. */
+struct CW_PACKED cw_call_reply {
+    int32_t status;       /* the call's CUDA result */
+    int32_t queued_error; /* the first error of the queued calls before it, and its function's id */
+    uint32_t queued_fn;
+    uint32_t result_len;
+    uint32_t error_len;
+    uint32_t output_len;
+};
+
+/* cuwire.SetContext (client/queue.c): the session thread's current context (0 keeps it), and while a
+ * capture runs, the capture mode the calling thread needs. */
+struct CW_PACKED cw_set_context {
+    uint64_t context;
+    uint32_t capture_mode;
+};
+
+/* A queued launch (client/launches.c): this, then for LaunchKernelEx a u32 count, a u32 pad and the launch
+ * attributes, then the parameters laid out at the kernel's offsets. */
+struct CW_PACKED cw_launch_head {
+    uint64_t kernel;
+    uint32_t grid[3];
+    uint32_t block[3];
+    uint64_t shared_mem;
+    uint64_t stream;
+};
+
+/* A small copy to the device, queued with its bytes (client/queue.c): this, then the bytes. sync: the null
+ * stream's synchronous cuMemcpyHtoD, else ...Async. */
+struct CW_PACKED cw_copy_head {
+    uint64_t dst;
+    uint64_t stream;
+    uint32_t sync;
+    uint32_t pad;
+};
+
+/* A small copy from the device, the call of a records frame (client/wire.c): its bytes are the result. */
+struct CW_PACKED cw_copy_from {
+    uint64_t src;
+    uint64_t stream;
+    uint32_t sync;
+    uint32_t n;
+};
+
+/* A copy between the GPU and host memory shared with a client on the server's host (client/host_memory.c):
+ * no bytes travel, only where they are in the shared memory. */
+struct CW_PACKED cw_copy_shared {
+    uint64_t device;
+    uint64_t offset;
+    uint64_t n;
+    uint64_t stream;
+    uint32_t to_device;
+    uint32_t sync;
+};
+
+/* A host function of the client's in a stream (client/callbacks.c): the server's stand-in posts `id` to the
+ * client, whose thread runs the function. */
+struct CW_PACKED cw_host_func {
+    uint64_t stream;
+    uint64_t id;
+};
+
+#endif
