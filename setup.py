@@ -11,11 +11,15 @@ class BuildWithClient(build_py):
     builds its own into build/client, `make client`)."""
 
     def run(self) -> None:
+        import shutil
+        import sys
+        from pathlib import Path
+
+        if not getattr(self, "editable_mode", False):  # a file moved or removed since the last build must not ship
+            shutil.rmtree(Path(self.build_lib) / "cuwire", ignore_errors=True)
         super().run()
         if getattr(self, "editable_mode", False):
             return
-        import sys
-        from pathlib import Path
 
         sys.path.insert(0, str(Path(__file__).resolve().parent))  # the source tree's cuwire/, in an isolated build
         from cuwire.client import build

@@ -15,7 +15,13 @@ from conftest import APPS, ROOT
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """The package's wheel, built once (the client library compiled into it), installed into a folder."""
+    """The package's wheel, built once (the client library compiled into it), installed into a folder. A file
+    left in the checkout's build folder by an earlier build (a module since moved) must not ship."""
+    import sysconfig
+
+    stale = ROOT / "build" / f"lib.{sysconfig.get_platform()}-cpython-{sys.version_info[0]}{sys.version_info[1]}"
+    (stale / "cuwire").mkdir(parents=True, exist_ok=True)
+    (stale / "cuwire" / "left_from_an_old_build.py").write_text("")
     wheels, target = tmp_path_factory.mktemp("wheels"), tmp_path_factory.mktemp("site")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
                     str(ROOT)], check=True, capture_output=True)
@@ -30,9 +36,11 @@ def test_the_installed_package_is_whole(installed):
     for sub in ("codegen", "templates", "generated", "client", "server"):
         assert (package / sub / "__init__.py").exists(), sub
     for f in ("generated/client_stubs.c", "generated/client_procs.c", "generated/cuda_api.h", "generated/exports.map",
-              "generated/api_manifest.json", "client/local.c", "client/export_tables.c", "client/runtime.h",
+              "generated/api_manifest.json", "client/queue.c", "client/export_tables.c", "client/runtime.h",
+              "client/python.h", "wire/frames.h", "wire/protocol.proto", "wire/protocol_pb2.py",
               "codegen/annotations/libcuda.so.1.toml", "templates/client_stubs.c.j2", "client/lib/libcuwire.so"):
         assert (package / f).exists(), f
+    assert not (package / "left_from_an_old_build.py").exists()
 
 
 # What a checkout holds where a user stands: a cuwire/ folder without the compiled parts an install has. Any

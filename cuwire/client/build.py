@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import sysconfig
@@ -41,80 +42,24 @@ C_SOURCES = ("start.c", "trace.c", "queue.c", "host_memory.c", "launches.c", "dr
              "graph_nodes.c", "graph_copies.c", "shareable.c", "user_objects.c", "completion.c", "handle_pools.c",
              "nvml_answers.c")
 
-# C functions of the client's C that the Python side calls.
-HELPERS_CDEF = """
-const char *cuwire_library_path(void);
-size_t cuwire_queue_take(char **data, uint64_t *count);
-void cuwire_free(void *p);
-void cuwire_hook_exit(void);
-void cuwire_python_started(void);
-extern const char *const cuwire_names[];
-extern const char *const cuwire_modes[];
-extern unsigned long long cuwire_counts[];
-extern const int cuwire_n_functions;
-void cuwire_set_launch_limits(uint32_t threads, const uint32_t *block, const uint32_t *grid);
-void cuwire_cache_kernel(const void *key, uint64_t handle, uint32_t n, const uint32_t *offsets,
-                         const uint32_t *sizes);
-void cuwire_forget_kernels(void);
-void cuwire_forget_pools(uint64_t context);
-unsigned long long cuwire_answers_generation(void);
-void cuwire_queue_refuse(void);
-void cuwire_wire_set(int fd);
-void cuwire_wire_spin(long microseconds);
-void cuwire_wire_acquire(void);
-void cuwire_wire_release(void);
-void cuwire_wire_forget(void);
-int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *ns, int max, uint64_t *totals);
-int cuwire_wire_send_queued(void);
-void cuwire_note_sent(int waits);
-extern unsigned long long cuwire_answered_done;
-extern "Python+C" void cuwire_py_wire_broken(const char *why);
-int cuwire_track_alloc(uint64_t base, uint64_t size);
-void cuwire_untrack_alloc(uint64_t base);
-uint64_t cuwire_allocation_of(uint64_t address, uint64_t *size);
-void cuwire_forget_allocations(void);
-void cuwire_guard_device_range(uint64_t base, uint64_t size);
-int cuwire_launch_config_error(const uint32_t *grid, const uint32_t *block);
-uint64_t cuwire_current_context(void);
-int cuwire_fast_cuLaunchKernelEx(void *config, void *f, void **params, void **extra);
-int cuwire_fast_cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                               unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
-long cuwire_pack_params(void *f, void **params, void **extra, uint64_t *handle, char *out, size_t cap);
-uint64_t cuwire_keep_host_fn(void *fn, void *user, int *err);
-int cuwire_host_fn_of(uint64_t id, void **fn, void **user);
-extern unsigned long long cuwire_fast_launches;
-extern unsigned long long cuwire_fast_hits[];
-extern "Python+C" int cuwire_py_flush(void);
-extern "Python+C" int cuwire_py_send_queued(void);
-extern "Python+C" int cuwire_py_connect(void);
-extern "Python+C" uint64_t cuwire_py_export_table_size(const void *uuid);
-int cuwire_session_open(void);
-extern "Python+C" uint64_t cuwire_py_module_functions(uint64_t context, uint64_t module, void *callback,
-                                                      void *userdata);
-void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char *const *device_names,
-                        const uint8_t *device_uuids, const uint64_t *memory, const uint64_t *contexts,
-                        const uint32_t *flags, int driver);
-extern "Python+C" void cuwire_py_at_exit(void);
-void cuwire_shared_host_set(uint64_t base, uint64_t size, uint64_t server_base, int fd);
-void cuwire_write_output(const char *buf, size_t len);
-void cuwire_callbacks_ring(void *r);
-void cuwire_callbacks_socket(int fd);
-extern "Python+C" int cuwire_py_callbacks(void);
-void cuwire_callbacks_stop(void);
-void cuwire_callbacks_forget(void);
-extern "Python+C" int cuwire_py_host_alloc(uint64_t size, uint64_t *address);
-extern "Python+C" int cuwire_py_host_free(uint64_t address);
-extern "Python+C" int cuwire_py_host_register_at(uint64_t address, uint64_t size, uint64_t *offset);
-extern "Python+C" int cuwire_py_host_unregister_at(uint64_t offset);
-extern "Python+C" int cuwire_py_host_register_again(uint64_t address, uint64_t size, uint64_t offset);
-extern "Python+C" int cuwire_py_managed_alloc(uint64_t size, unsigned int flags, uint64_t *address);
-extern "Python+C" int cuwire_py_capture_info(uint64_t stream, void *graph, void *deps, void *edges, void *count);
-int cuwire_managed_before_call(void);
-extern "Python+C" int cuwire_py_make_handles(uint32_t kind, uint32_t flags, int32_t priority, uint32_t count,
-                                             uint64_t *out, uint32_t *made);
-extern "Python+C" int cuwire_py_function_attributes(uint64_t kernel, uint64_t function, int32_t device,
-                                                    int32_t *statuses, int32_t *values, int count);
-"""
+# What crosses between the client's C and its Python: the declarations the client's headers mark (python.h),
+# declared to cffi as written there, CUDA's handle types as the pointers they are.
+_MARKED = re.compile(r"^(CW_FROM_PYTHON|CW_IN_PYTHON) ([^;]*;)", re.M)
+_AS_POINTERS = re.compile(r"\b(?:const\s+)?CU\w+\s*\*|\bCU(?:function|stream|context|hostFn)\b")
+
+
+def python_cdef() -> str:
+    """cffi's declarations of every function and variable the headers of client/ mark for Python: marked
+    CW_FROM_PYTHON, C the Python side calls; CW_IN_PYTHON, Python functions (extern "Python+C") the C calls."""
+    out = []
+    for header in sorted(CLIENT.glob("*.h")):
+        text = re.sub(r"/\*.*?\*/", "", header.read_text(), flags=re.S)
+        for mark, declaration in _MARKED.findall(text):
+            declaration = _AS_POINTERS.sub("void *", " ".join(declaration.split()))
+            if re.search(r"\bCU\w+", declaration):
+                raise ValueError(f"{header.name}: {declaration}: a CUDA type cffi is not told of")
+            out.append(('extern "Python+C" ' if mark == "CW_IN_PYTHON" else "") + declaration)
+    return "\n".join(out) + "\n"
 
 
 def init_code() -> str:
@@ -162,7 +107,7 @@ def build(out: Path, names: bool = True) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     ffi = cffi.FFI()
     ffi.embedding_api("int cuwire_embedded(void);")
-    ffi.cdef(HELPERS_CDEF + ring.cdef() + (GENERATED / "client_cdefs.h").read_text())
+    ffi.cdef(python_cdef() + ring.cdef() + (GENERATED / "client_cdefs.h").read_text())
     source = ('#include <stdlib.h>\n#include <string.h>\n#include "client_stubs.c"\n#include "client_procs.c"\n'
               '#include "shm_ring.h"\n')
     libdir = sysconfig.get_config_var("LIBDIR")

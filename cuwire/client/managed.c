@@ -44,7 +44,6 @@ static int managed_count;
 static int server_had_work; /* calls went to the server since the last fetch */
 static __thread int in_step; /* this thread is keeping the copies in step: its own copies must not recurse */
 
-int cuwire_py_managed_alloc(uint64_t size, unsigned int flags, uint64_t *address);
 
 static uint64_t page_rounded(uint64_t n)
 {

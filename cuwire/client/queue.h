@@ -1,6 +1,7 @@
 /* cuwire client: the batch queue of calls that need no answer (queue.c). */
 #ifndef CUWIRE_QUEUE_H
 #define CUWIRE_QUEUE_H
+#include "python.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -11,8 +12,8 @@ int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size);
 extern const uint32_t cuwire_set_context_record_id;
 void cuwire_server_context_is(uint64_t ctx);
 /* The session is lost: queued calls fail at once from now on . */
-void cuwire_queue_refuse(void);
-size_t cuwire_queue_take(char **data, uint64_t *count);
-void cuwire_free(void *p);
+CW_FROM_PYTHON void cuwire_queue_refuse(void);
+CW_FROM_PYTHON size_t cuwire_queue_take(char **data, uint64_t *count);
+CW_FROM_PYTHON void cuwire_free(void *p);
 
 #endif

@@ -4,6 +4,7 @@
  * in client/build.py's cdef. */
 #ifndef CUWIRE_RUNTIME_H
 #define CUWIRE_RUNTIME_H
+#include "python.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,35 +29,35 @@ const char *cuwire_error_name_or_null(int code); /* NULL: a code the headers do 
  * path, their bytes beside the messages). */
 #define CUWIRE_CALL_RESULT_MAX CW_CALL_RESULT_MAX /* (cuwire/wire/frames.h) */
 int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint32_t result_len);
-void cuwire_py_wire_broken(const char *why);
-void cuwire_wire_set(int fd);
-void cuwire_wire_spin(long microseconds);
-void cuwire_wire_acquire(void);
-void cuwire_wire_release(void);
-void cuwire_wire_forget(void);
-int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *ns, int max, uint64_t *totals);
-int cuwire_wire_send_queued(void);
+CW_IN_PYTHON void cuwire_py_wire_broken(const char *why);
+CW_FROM_PYTHON void cuwire_wire_set(int fd);
+CW_FROM_PYTHON void cuwire_wire_spin(long microseconds);
+CW_FROM_PYTHON void cuwire_wire_acquire(void);
+CW_FROM_PYTHON void cuwire_wire_release(void);
+CW_FROM_PYTHON void cuwire_wire_forget(void);
+CW_FROM_PYTHON int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *ns, int max, uint64_t *totals);
+CW_FROM_PYTHON int cuwire_wire_send_queued(void);
 /* What the client knows the GPU has finished (completion.c): every send is counted (waits: the sender
  * waits for the answer); calls annotated `completes` note what they finished, and those annotated
  * `answered_when_done` are answered here while it is known. */
 #define CUWIRE_DONE_STREAM 1
 #define CUWIRE_DONE_EVENT 2
 #define CUWIRE_DONE_CONTEXT 3
-void cuwire_note_sent(int waits);
+CW_FROM_PYTHON void cuwire_note_sent(int waits);
 void cuwire_done_before(uint64_t *all, uint64_t *mine);
 int cuwire_known_done(int kind, uint64_t handle);
 void cuwire_note_done(int kind, uint64_t handle, uint64_t all, uint64_t mine);
 void cuwire_forget_done(void);
 void cuwire_note_event_record(uint64_t event, uint64_t stream, int captured);
-extern unsigned long long cuwire_answered_done;
+CW_FROM_PYTHON extern unsigned long long cuwire_answered_done;
 /* The session's device allocations (device_memory.c). */
-int cuwire_track_alloc(uint64_t base, uint64_t size);
-void cuwire_untrack_alloc(uint64_t base);
-uint64_t cuwire_allocation_of(uint64_t address, uint64_t *size);
+CW_FROM_PYTHON int cuwire_track_alloc(uint64_t base, uint64_t size);
+CW_FROM_PYTHON void cuwire_untrack_alloc(uint64_t base);
+CW_FROM_PYTHON uint64_t cuwire_allocation_of(uint64_t address, uint64_t *size);
 int cuwire_in_allocation(uint64_t address, uint64_t n);
-void cuwire_forget_allocations(void);
+CW_FROM_PYTHON void cuwire_forget_allocations(void);
 /* The server's device ranges, reserved in this process too, so that no host memory comes to lie there. */
-void cuwire_guard_device_range(uint64_t base, uint64_t size);
+CW_FROM_PYTHON void cuwire_guard_device_range(uint64_t base, uint64_t size);
 int cuwire_guarded(uint64_t lo, uint64_t hi);
 
 /* Managed memory over TCP: a host copy kept in step with the server's at calls (managed.c). */
@@ -68,7 +69,8 @@ CUresult cuwire_managed_range(CUdeviceptr p, size_t count);
 void cuwire_hints_advise(uint64_t p, size_t n, int advice, CUmemLocation location);
 void cuwire_hints_prefetched(uint64_t p, size_t n, CUmemLocation location);
 void cuwire_hints_forget(uint64_t p, size_t n);
-int cuwire_managed_before_call(void);
+CW_FROM_PYTHON int cuwire_managed_before_call(void);
+CW_IN_PYTHON int cuwire_py_managed_alloc(uint64_t size, unsigned int flags, uint64_t *address); /* (server-side managed memory) */
 void cuwire_managed_synced(void);
 
 /* Graph copies of pageable memory through stand-ins in the shared memory (graph_copies.c): what nodes
@@ -83,51 +85,57 @@ void cuwire_user_objects_share(uint64_t from, uint64_t to);
 void cuwire_user_objects_release(uint64_t owner, int after_work);
 void cuwire_user_objects_synced(void);
 /* The graph and last nodes of a stream's capture, from the server (client/graphs.py): a CUDA result. */
-int cuwire_py_capture_info(uint64_t stream, void *graph, void *deps, void *edges, void *count);
+CW_IN_PYTHON int cuwire_py_capture_info(uint64_t stream, void *graph, void *deps, void *edges, void *count);
 /* The host caught up with the GPU: stand-ins' and managed memory's bytes come back (graph_copies.c). */
 void cuwire_synced(void);
 /* All of a buffer to or from a socket (wire.c): 0, or -1 when the connection broke or ended. */
 int cuwire_send_all(int fd, const char *buf, size_t len);
 int cuwire_recv_all(int fd, char *buf, size_t len, long spin);
 /* Device printf output from the server, to the program's stdout (wire.c). */
-void cuwire_write_output(const char *buf, size_t len);
+CW_FROM_PYTHON void cuwire_write_output(const char *buf, size_t len);
 /* Host functions in streams, run by a thread of the client's (client/callbacks.c). */
-void cuwire_callbacks_ring(void *r);
-void cuwire_callbacks_socket(int fd);
+CW_FROM_PYTHON void cuwire_callbacks_ring(void *r);
+CW_FROM_PYTHON void cuwire_callbacks_socket(int fd);
 /* A graph host node's function, kept for every launch of its graph: its id (callbacks.c). */
-uint64_t cuwire_keep_host_fn(CUhostFn fn, void *user, int *err);
-int cuwire_host_fn_of(uint64_t id, void **fn, void **user); /* what is kept under a host node's id */
-void cuwire_callbacks_stop(void);
-void cuwire_callbacks_forget(void);
-int cuwire_py_host_free(uint64_t address);
-int cuwire_py_host_register_at(uint64_t address, uint64_t size, uint64_t *offset);
-int cuwire_py_host_unregister_at(uint64_t offset);
-int cuwire_py_host_register_again(uint64_t address, uint64_t size, uint64_t offset);
+CW_FROM_PYTHON uint64_t cuwire_keep_host_fn(CUhostFn fn, void *user, int *err);
+CW_FROM_PYTHON int cuwire_host_fn_of(uint64_t id, void **fn, void **user); /* what is kept under a host node's id */
+CW_FROM_PYTHON void cuwire_callbacks_stop(void);
+CW_FROM_PYTHON void cuwire_callbacks_forget(void);
+CW_IN_PYTHON int cuwire_py_host_free(uint64_t address);
+CW_IN_PYTHON int cuwire_py_host_register_at(uint64_t address, uint64_t size, uint64_t *offset);
+CW_IN_PYTHON int cuwire_py_host_unregister_at(uint64_t offset);
+CW_IN_PYTHON int cuwire_py_host_register_again(uint64_t address, uint64_t size, uint64_t offset);
 
 /* Streams and events made ahead, in batches (handle_pools.c, through client/launches.py), and every attribute
  * of a kernel or function asked at once (answers_cache.c): CUDA results. */
-int cuwire_py_make_handles(uint32_t kind, uint32_t flags, int32_t priority, uint32_t count, uint64_t *out,
+CW_IN_PYTHON int cuwire_py_make_handles(uint32_t kind, uint32_t flags, int32_t priority, uint32_t count, uint64_t *out,
                            uint32_t *made);
-int cuwire_py_function_attributes(uint64_t kernel, uint64_t function, int32_t device, int32_t *statuses,
+CW_IN_PYTHON int cuwire_py_function_attributes(uint64_t kernel, uint64_t function, int32_t device, int32_t *statuses,
                                   int32_t *values, int count);
 int cuwire_note_stream_flags(CUstream *stream, unsigned int flags);
-void cuwire_forget_pools(uint64_t context);
-unsigned long long cuwire_answers_generation(void); /* moves when kept answers are forgotten */
+CW_FROM_PYTHON void cuwire_forget_pools(uint64_t context);
+CW_FROM_PYTHON unsigned long long cuwire_answers_generation(void); /* moves when kept answers are forgotten */
 
-/* For the Python side (declared again in client/build.py's cdef). */
-uint64_t cuwire_current_context(void);
+/* The generated stubs' table (generated/client_stubs.c): each function's name and mode, its calls and the
+ * calls its fast path answered, for --stats. */
+CW_FROM_PYTHON extern const char *const cuwire_names[];
+CW_FROM_PYTHON extern const char *const cuwire_modes[];
+CW_FROM_PYTHON extern unsigned long long cuwire_counts[];
+CW_FROM_PYTHON extern unsigned long long cuwire_fast_hits[];
+CW_FROM_PYTHON extern const int cuwire_n_functions;
+CW_FROM_PYTHON uint64_t cuwire_current_context(void);
 /* The capture mode the session thread needs for the calling thread's calls; -1: none needed (driver_local.c) */
 int cuwire_server_capture_mode(void);
-int cuwire_py_connect(void);
-uint64_t cuwire_py_export_table_size(const void *uuid);
+CW_IN_PYTHON int cuwire_py_connect(void);
+CW_IN_PYTHON uint64_t cuwire_py_export_table_size(const void *uuid);
 /* Whether the process has its session (the device snapshot came): never opens one. */
-int cuwire_session_open(void);
-uint64_t cuwire_py_module_functions(uint64_t context, uint64_t module, void *callback, void *userdata);
-void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char *const *device_names,
+CW_FROM_PYTHON int cuwire_session_open(void);
+CW_IN_PYTHON uint64_t cuwire_py_module_functions(uint64_t context, uint64_t module, void *callback, void *userdata);
+CW_FROM_PYTHON void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char *const *device_names,
                         const uint8_t *device_uuids, const uint64_t *memory, const uint64_t *contexts,
                         const uint32_t *flags, int driver);
-int cuwire_py_flush(void);
-int cuwire_py_send_queued(void);
-int cuwire_py_callbacks(void);
+CW_IN_PYTHON int cuwire_py_flush(void);
+CW_IN_PYTHON int cuwire_py_send_queued(void);
+CW_IN_PYTHON int cuwire_py_callbacks(void);
 
 #endif

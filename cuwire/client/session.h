@@ -2,6 +2,7 @@
  * needs Python or the session checks first. */
 #ifndef CUWIRE_SESSION_H
 #define CUWIRE_SESSION_H
+#include "python.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,9 +20,9 @@ int cuwire_released_at_end(void); /* a releasing call's success once Python is g
  * which lasts as long as the process), CUDA_ERROR_DEVICE_UNAVAILABLE in a forked child,
  * CUDA_ERROR_UNKNOWN when Python failed to start. */
 #define CUWIRE_NOT_READY (cuwire_python_gone() ? 4 : cuwire_forked ? 46 : 999)
-void cuwire_python_started(void);
-void cuwire_py_at_exit(void);
-void cuwire_hook_exit(void);
-const char *cuwire_library_path(void);
+CW_FROM_PYTHON void cuwire_python_started(void);
+CW_IN_PYTHON void cuwire_py_at_exit(void);
+CW_FROM_PYTHON void cuwire_hook_exit(void);
+CW_FROM_PYTHON const char *cuwire_library_path(void);
 
 #endif
