@@ -131,8 +131,9 @@ def tables_alone(tmp_path_factory):
                                       + "".join(f"int {name}(void) {{ return 999; }}\n" for name in driver))
     out = folder / "tables.so"
     package = ROOT / "cuwire"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", f"-I{package / 'generated'}", f"-I{package / 'client'}", "-o",
-                    str(out), str(package / "client" / "export_tables.c"), str(folder / "harness.c")], check=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", f"-I{package / 'generated'}", f"-I{package / 'client'}",
+                    f"-I{package / 'wire'}", "-o", str(out), str(package / "client" / "export_tables.c"),
+                    str(folder / "harness.c")], check=True)
     return ctypes.CDLL(str(out))
 
 

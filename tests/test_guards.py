@@ -49,7 +49,7 @@ def test_device_ranges_are_guarded_in_the_client(tmp_path):
     exe = tmp_path / "guards"
     subprocess.run(["gcc", "-O1", "-o", str(exe), str(tmp_path / "driver.c"),
                     str(ROOT / "cuwire" / "client" / "device_memory.c"), f"-I{ROOT / 'cuwire' / 'generated'}",
-                    f"-I{ROOT / 'cuwire' / 'client'}", "-lpthread"], check=True)
+                    f"-I{ROOT / 'cuwire' / 'client'}", f"-I{ROOT / 'cuwire' / 'wire'}", "-lpthread"], check=True)
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["a host mapping over a guard: refused", "guarded: 1, beyond: 0",
