@@ -1294,6 +1294,72 @@ def test_two_sessions_in_one_process_reach_only_their_own_memory(mode, tmp_path)
         s.stop()
 
 
+def test_two_sessions_in_one_process_build_graphs_only_of_their_own(tmp_path):
+    """Issue 36: the graph calls that name device memory or another graph, from session B against session A's
+    memory and graphs with --isolation thread (one process, one device): each is refused (memory not the
+    session's: CUDA_ERROR_INVALID_VALUE; a graph or node not the session's: CUDA_ERROR_INVALID_HANDLE),
+    and the same call on B's own is served."""
+    from conftest import ServerProcess
+
+    s = ServerProcess(tmp_path, "--isolation", "thread")
+    try:
+        (a, ra), (b, rb) = (open_session(s.address, HELLO, mode="tcp") for _ in range(2))
+        assert not ra.error and not rb.error
+        theirs, mine = allocate(a, 1 << 16), allocate(b, 1 << 16)
+        their_graph, my_graph = (vmm_call(t, "cuGraphCreate", flags=0).phGraph for t in (a, b))
+        ctx = rb.welcome.devices[0].primary_context
+
+        def memset(dst: int) -> bytes:  # CUDA_MEMSET_NODE_PARAMS: dst, pitch, value, elementSize, width, height
+            return struct.pack("<QQIIQQ", dst, 0, 1, 1, 4096, 1)
+
+        def device_copy(dst: int, src: int) -> bytes:  # CUDA_MEMCPY3D, device to device
+            side = struct.Struct("<QQQQI4xQQQQQQ")
+            return (side.pack(0, 0, 0, 0, 2, 0, src, 0, 0, 4096, 1) + side.pack(0, 0, 0, 0, 2, 0, dst, 0, 0, 4096, 1)
+                    + struct.pack("<QQQ", 4096, 1, 1))
+
+        def batch(address: int) -> int:  # a batch memory operation node writing 4 bytes at address
+            op = struct.pack("<IIQIIQ", 2, 0, address, 7, 0, 0) + bytes(16)  # CU_STREAM_MEM_OP_WRITE_VALUE_32
+            reply = b.exchange(pb.Batch(fn=generated.OP_IDS["BatchMemOpNode"], args=pb.BatchMemOpNode_Args(
+                action=0, graph=my_graph, ctx=ctx, count=1, ops=op).SerializeToString()))
+            assert not reply.error, reply.error
+            return pb.BatchMemOpNode_Result.FromString(reply.result).status
+
+        node = vmm_call(b, "cuGraphAddMemsetNode", hGraph=my_graph, dependencies=b"", numDependencies=0,
+                        memsetParams=memset(mine), ctx=ctx).phGraphNode
+        families = {  # (call on A's, the same call on B's own): statuses
+            "memset node": lambda d: vmm_call(b, "cuGraphAddMemsetNode", hGraph=my_graph, dependencies=b"",
+                                              numDependencies=0, memsetParams=memset(d), ctx=ctx).status,
+            "memcpy node to": lambda d: vmm_call(b, "cuGraphAddMemcpyNode", hGraph=my_graph, dependencies=b"",
+                                                 numDependencies=0, copyParams=device_copy(d, mine), ctx=ctx).status,
+            "memcpy node from": lambda d: vmm_call(b, "cuGraphAddMemcpyNode", hGraph=my_graph, dependencies=b"",
+                                                   numDependencies=0, copyParams=device_copy(mine, d),
+                                                   ctx=ctx).status,
+            "memset node set": lambda d: vmm_call(b, "cuGraphMemsetNodeSetParams", hNode=node,
+                                                  nodeParams=memset(d)).status,
+            "batch memory operation node": batch,
+        }
+        for family, run in families.items():
+            assert run(theirs) == 1, family  # CUDA_ERROR_INVALID_VALUE
+            assert run(mine) == 0, family
+        graphs = {
+            "a node in another's graph": lambda g: vmm_call(b, "cuGraphAddEmptyNode", hGraph=g, dependencies=b"",
+                                                            numDependencies=0).status,
+            "another's graph as a child": lambda g: vmm_call(b, "cuGraphAddChildGraphNode", hGraph=my_graph,
+                                                             dependencies=b"", numDependencies=0,
+                                                             childGraph=g).status,
+            "another's graph instantiated": lambda g: vmm_call(b, "cuGraphInstantiateWithFlags", hGraph=g,
+                                                               flags=0).status,
+        }
+        for family, run in graphs.items():
+            assert run(their_graph) == 400, family  # CUDA_ERROR_INVALID_HANDLE
+            assert run(my_graph) == 0, family
+        assert serving(a) and serving(b)
+        a.close()
+        b.close()
+    finally:
+        s.stop()
+
+
 def test_compressed_arguments_inflate_only_to_what_a_message_may_be(session):
     """A call's arguments (and queued records) are at most MAX_MESSAGE bytes uncompressed: a small zstd
     frame without a content size that inflates past that is refused there (was: up to CUWIRE_MAX_BUFFER,
