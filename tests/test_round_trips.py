@@ -42,9 +42,10 @@ def test_a_step_loop_costs_one_round_trip_a_step(steps, apps, client_lib, server
 
 def test_a_start_up_makes_streams_and_events_in_batches(apps, client_lib, server):
     """A framework's start-up (tests/test_apps/start_up.cu --creates): 64 streams of two priorities, 40 events
-    of two kinds, the attributes of two kernels. Streams and events come in batches of 4, 8, 16, ... per
-    kind (client/handle_pools.c), a kernel's 16 attributes in one request (client/answers_cache.c): 14 and
-    2 round trips where the calls one by one took 104 and 32."""
+    of two kinds, the attributes of two kernels, a limit asked ten times. Streams and events come in batches
+    of 4, 8, 16, ... per kind (client/handle_pools.c), a kernel's 16 attributes in one request and the limit
+    kept once answered (client/answers_cache.c): 14, 2 and 1 round trips where the calls one by one took
+    104, 32 and 10."""
     r = run_remote(apps / "start_up", client_lib, server.address, "--creates",
                    env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
     assert r.returncode == 0 and "64 streams, 40 events, the attributes of 2 kernels" in r.stdout, r.stderr
@@ -55,6 +56,7 @@ def test_a_start_up_makes_streams_and_events_in_batches(apps, client_lib, server
     assert sent.get("cuwire.FunctionAttributes") == 2, sent
     for one_by_one in ("cuStreamCreateWithPriority", "cuEventCreate", "cuFuncGetAttribute", "cuKernelGetAttribute"):
         assert one_by_one not in sent, sent
+    assert sent.get("cuCtxGetLimit") == 1, sent  # asked 10 times: kept once answered (client/answers_cache.c)
     assert int(re.search(r"round trips: (\d+)", r.stderr)[1]) <= 25, r.stderr
 
 

@@ -1306,7 +1306,7 @@ def test_two_sessions_in_one_process_build_graphs_only_of_their_own(tmp_path):
         (a, ra), (b, rb) = (open_session(s.address, HELLO, mode="tcp") for _ in range(2))
         assert not ra.error and not rb.error
         theirs, mine = allocate(a, 1 << 16), allocate(b, 1 << 16)
-        their_graph, my_graph = (vmm_call(t, "cuGraphCreate", flags=0).phGraph for t in (a, b))
+        their_graph, my_graph, my_child = (vmm_call(t, "cuGraphCreate", flags=0).phGraph for t in (a, b, b))
         ctx = rb.welcome.devices[0].primary_context
 
         def memset(dst: int) -> bytes:  # CUDA_MEMSET_NODE_PARAMS: dst, pitch, value, elementSize, width, height
@@ -1341,18 +1341,22 @@ def test_two_sessions_in_one_process_build_graphs_only_of_their_own(tmp_path):
         for family, run in families.items():
             assert run(theirs) == 1, family  # CUDA_ERROR_INVALID_VALUE
             assert run(mine) == 0, family
-        graphs = {
-            "a node in another's graph": lambda g: vmm_call(b, "cuGraphAddEmptyNode", hGraph=g, dependencies=b"",
-                                                            numDependencies=0).status,
-            "another's graph as a child": lambda g: vmm_call(b, "cuGraphAddChildGraphNode", hGraph=my_graph,
-                                                             dependencies=b"", numDependencies=0,
-                                                             childGraph=g).status,
-            "another's graph instantiated": lambda g: vmm_call(b, "cuGraphInstantiateWithFlags", hGraph=g,
-                                                               flags=0).status,
+        graphs = {  # (the call on A's graph; on B's own)
+            "a node in another's graph": (lambda g: vmm_call(b, "cuGraphAddEmptyNode", hGraph=g, dependencies=b"",
+                                                             numDependencies=0).status, my_graph),
+            "another's graph as a child": (lambda g: vmm_call(b, "cuGraphAddChildGraphNode", hGraph=my_graph,
+                                                              dependencies=b"", numDependencies=0,
+                                                              childGraph=g).status, my_child),
+            "another's graph instantiated": (lambda g: vmm_call(b, "cuGraphInstantiateWithFlags", hGraph=g,
+                                                                flags=0).status, my_graph),
         }
-        for family, run in graphs.items():
+        for family, (run, own) in graphs.items():
             assert run(their_graph) == 400, family  # CUDA_ERROR_INVALID_HANDLE
-            assert run(my_graph) == 0, family
+            assert run(own) == 0, family
+        # a graph as its own child: refused (the driver ended the session process, and with it every session
+        # of a process shared in threads)
+        assert vmm_call(b, "cuGraphAddChildGraphNode", hGraph=my_graph, dependencies=b"", numDependencies=0,
+                        childGraph=my_graph).status == 1
         assert serving(a) and serving(b)
         a.close()
         b.close()

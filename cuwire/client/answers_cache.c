@@ -7,7 +7,8 @@
  * `after`); the first attribute asked of a kernel or function brings all of them. A setter that sets the
  * value the cache already holds is answered here; any other set clears what depends on it (annotation `fast`,
  * returning -1 to go on as usual). Unloads forget nothing: the server keeps every module it loaded for the
- * session (its module cache), so a handle is never reused for another kernel.
+ * session (its module cache), so a handle is never reused for another kernel. A context's limits are kept
+ * too (cuwire_cached_limit, below).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -17,11 +18,11 @@
 #include "runtime.h"
 
 #define SLOTS 4096 /* a power of two; a full cache just stops storing */
-enum { KERNEL_ATTRIBUTE = 1, FUNCTION_ATTRIBUTE, OCCUPANCY, OCCUPANCY_FLAGS };
+enum { KERNEL_ATTRIBUTE = 1, FUNCTION_ATTRIBUTE, OCCUPANCY, OCCUPANCY_FLAGS, LIMIT };
 
 struct entry {
     uint64_t key[5]; /* the query and its arguments; key[0] == 0: empty, GONE: forgotten */
-    int value;
+    int64_t value;   /* (a limit is a size_t) */
 };
 #define GONE UINT64_MAX /* a forgotten entry: lookups go on past it, stores may reuse it */
 static struct entry slots[SLOTS];
@@ -49,10 +50,8 @@ static int find(const uint64_t key[5])
 }
 
 /* 0 and the value when known; -1 when the server must be asked. */
-static int lookup(const uint64_t key[5], int *out)
+static int lookup_value(const uint64_t key[5], int64_t *out)
 {
-    if (!out)
-        return -1; /* the server says what a NULL output is */
     pthread_mutex_lock(&lock);
     int i = find(key);
     if (i >= 0)
@@ -61,7 +60,16 @@ static int lookup(const uint64_t key[5], int *out)
     return i >= 0 ? 0 : -1;
 }
 
-static void store(const uint64_t key[5], int value)
+static int lookup(const uint64_t key[5], int *out)
+{
+    int64_t value;
+    if (!out || lookup_value(key, &value) != 0)
+        return -1; /* (the server says what a NULL output is) */
+    *out = (int)value;
+    return 0;
+}
+
+static void store(const uint64_t key[5], int64_t value)
 {
     pthread_mutex_lock(&lock);
     int i = find(key);
@@ -232,3 +240,40 @@ int cuwire_forget_answers_function_cache(CUfunction f, CUfunc_cache config) { re
 int cuwire_forget_answers_kernel_cache(CUkernel kernel, CUfunc_cache config, CUdevice dev) { return forget_all(); }
 
 int cuwire_forget_answers_context_cache(CUfunc_cache config) { return forget_all(); }
+
+/* A context's limits (cuCtxGetLimit), but for its stack size, which the driver raises by itself for a
+ * kernel that needs more: kept per context once asked (libraries ask before launches, GPT-2's generation
+ * hundreds of times), until any cuCtxSetLimit, and forgotten with the context (cuCtxDestroy, a primary
+ * context's reset: a new context may come at the same address, with its own limits). */
+int cuwire_cached_limit(size_t *pvalue, CUlimit limit)
+{
+    uint64_t ctx = cuwire_current_context();
+    if (!pvalue || !ctx || limit == CU_LIMIT_STACK_SIZE)
+        return -1;
+    KEY(LIMIT, ctx, (uint64_t)limit);
+    int64_t value;
+    if (lookup_value(key, &value) != 0)
+        return -1;
+    *pvalue = (size_t)value;
+    return CUDA_SUCCESS;
+}
+
+void cuwire_keep_limit(size_t *pvalue, CUlimit limit)
+{
+    uint64_t ctx = cuwire_current_context();
+    if (!pvalue || !ctx || limit == CU_LIMIT_STACK_SIZE)
+        return;
+    KEY(LIMIT, ctx, (uint64_t)limit);
+    store(key, (int64_t)*pvalue);
+}
+
+/* Every kept limit, forgotten: a limit was set (`fast` of cuCtxSetLimit, which then goes on as usual), or
+ * a context went away. */
+void cuwire_forget_limits(void) { forget_handle(LIMIT, 0, 1u << LIMIT); }
+
+int cuwire_forget_limits_set(CUlimit limit, size_t value)
+{
+    (void)limit, (void)value;
+    cuwire_forget_limits();
+    return -1;
+}

@@ -650,6 +650,7 @@ void cuwire_note_destroyed_context(CUcontext ctx)
             created[i].ctx = NULL;
     pthread_mutex_unlock(&created_lock);
     cuwire_forget_pools((uint64_t)(uintptr_t)ctx); /* its streams and events went with it */
+    cuwire_forget_limits();                        /* and its limits */
     cuwire_server_context_is((uint64_t)-1); /* the server popped it: which one it has now, it does not say */
     if (ctx == current_context)
         cuCtxSetCurrent(context_depth ? context_stack[--context_depth] : NULL);

@@ -122,4 +122,5 @@ void cuwire_forget_pools_reset(CUdevice dev)
 {
     (void)dev; /* the client does not keep which context is whose here: forget them all */
     cuwire_forget_pools(0);
+    cuwire_forget_limits(); /* the context comes back with the default limits */
 }

@@ -115,6 +115,7 @@ CW_IN_PYTHON int cuwire_py_function_attributes(uint64_t kernel, uint64_t functio
 int cuwire_note_stream_flags(CUstream *stream, unsigned int flags);
 CW_FROM_PYTHON void cuwire_forget_pools(uint64_t context);
 CW_FROM_PYTHON unsigned long long cuwire_answers_generation(void); /* moves when kept answers are forgotten */
+void cuwire_forget_limits(void); /* (answers_cache.c: the kept cuCtxGetLimit answers) */
 
 /* The generated stubs' table (generated/client_stubs.c): each function's name and mode, its calls and the
  * calls its fast path answered, for --stats. */

@@ -179,7 +179,7 @@ def cuCtxGetId(ctx, ctxId):
 
 @ffi.def_extern(name="cuwire_py_cuCtxGetLimit", onerror=rt.on_error)
 def cuCtxGetLimit(pvalue, limit):
-    """cuCtxGetLimit (cuda.h)"""
+    """cuCtxGetLimit (cuda.h): kept per context once answered, but the stack size (client/answers_cache.c)"""
     args = pb.cuCtxGetLimit_Args()
     args.limit = limit
     res = rt.call(3922192943, args, pb.cuCtxGetLimit_Result)

@@ -2949,11 +2949,21 @@ CUWIRE_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
 
 /* cuCtxGetLimit (cuda.h): remoted, sync */
 int cuwire_py_cuCtxGetLimit(void *, int64_t);
+int cuwire_cached_limit(size_t *pvalue, CUlimit limit);
+void cuwire_keep_limit(size_t *pvalue, CUlimit limit);
 static inline CUresult cuwire_impl_cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 {
+    int fast = cuwire_cached_limit(pvalue, limit);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[42], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuCtxGetLimit((void *)pvalue, (int64_t)limit));
+    int status = cuwire_py_cuCtxGetLimit((void *)pvalue, (int64_t)limit);
+    if (status == 0)
+        cuwire_keep_limit(pvalue, limit);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 {
@@ -3216,19 +3226,13 @@ CUWIRE_EXPORT CUresult cuCtxSetFlags(unsigned int flags)
 
 /* cuCtxSetLimit (cuda.h): remoted, sync */
 int cuwire_py_cuCtxSetLimit(int64_t, uint64_t);
+int cuwire_forget_limits_set(CUlimit limit, size_t value);
 static inline CUresult cuwire_impl_cuCtxSetLimit(CUlimit limit, size_t value)
 {
-    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
-        struct __attribute__((packed)) {
-            int32_t limit;
-            uint64_t value;
-        } rec = {
-            limit,
-            value,
-        };
-        int status = cuwire_call(288806398u, &rec, sizeof rec, NULL, 0);
-        if (status >= 0)
-            return (CUresult)status;
+    int fast = cuwire_forget_limits_set(limit, value);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[54], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
     }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;

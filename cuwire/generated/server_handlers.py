@@ -2414,7 +2414,6 @@ RECORDS = {
     64806754: ("cuCtxRecordEvent", struct.Struct("<QQ")),
     3274641050: ("cuCtxResetPersistingL2Cache", struct.Struct("<")),
     1705344036: ("cuCtxSetFlags", struct.Struct("<I")),
-    288806398: ("cuCtxSetLimit", struct.Struct("<iQ")),
     3546678085: ("cuCtxSetSharedMemConfig", struct.Struct("<i")),
     484046796: ("cuCtxSynchronize", struct.Struct("<")),
     357846365: ("cuCtxSynchronize_v2", struct.Struct("<Q")),

@@ -79,17 +79,6 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         *err = s->fn.cuCtxSetFlags(r.flags);
         return 1;
     }
-    case 288806398u: { /* cuCtxSetLimit (cuda.h) */
-        struct __attribute__((packed)) {
-            int32_t limit;
-            uint64_t value;
-        } r;
-        if (size != sizeof r)
-            return cw_refuse(s, "queued cuCtxSetLimit: record of %u bytes, expected %zu", size, sizeof r);
-        memcpy(&r, p, sizeof r);
-        *err = s->fn.cuCtxSetLimit(r.limit, r.value);
-        return 1;
-    }
     case 3546678085u: { /* cuCtxSetSharedMemConfig (cuda.h) */
         struct __attribute__((packed)) {
             int32_t config;

@@ -10,7 +10,6 @@
     X(cuCtxRecordEvent) \
     X(cuCtxResetPersistingL2Cache) \
     X(cuCtxSetFlags) \
-    X(cuCtxSetLimit) \
     X(cuCtxSetSharedMemConfig) \
     X(cuCtxSynchronize) \
     X(cuCtxSynchronize_v2) \

@@ -198,6 +198,10 @@ def cuGraphMemcpyNodeGetParams(s, a: pb.cuGraphMemcpyNodeGetParams_Args) -> pb.c
 
 
 def cuGraphAddChildGraphNode(s, a: pb.cuGraphAddChildGraphNode_Args) -> pb.cuGraphAddChildGraphNode_Result:
+    """A graph as its own child is refused: the driver, asked to clone a graph into itself, ended the session
+    process (seen on an H200), and with sessions in threads (--isolation thread) every session with it."""
+    if a.childGraph == a.hGraph:
+        return pb.cuGraphAddChildGraphNode_Result(status=INVALID_VALUE)
     return _add_node(s, s.lib.cuGraphAddChildGraphNode, a, pb.cuGraphAddChildGraphNode_Result(),
                      s.handle(GRAPH, "CUgraph", a.childGraph))
 

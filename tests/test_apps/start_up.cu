@@ -25,6 +25,28 @@ static int streams_as_asked(int priority, cudaStream_t *made, int n) {
     return right;
 }
 
+// Limits as libraries ask them, before launches and again and again: the same answer each time, a set one
+// read back as set, and after cudaDeviceReset the defaults again. Returns the malloc heap's size as first read.
+static size_t limits(const char *when, size_t heap_before) {
+    size_t fifo = 0, heap = 0, first_fifo = 0, first_heap = 0, stack = 0;
+    int same = 1;
+    for (int i = 0; i < 10; i++) {
+        CHECK(cudaDeviceGetLimit(&fifo, cudaLimitPrintfFifoSize));
+        CHECK(cudaDeviceGetLimit(&heap, cudaLimitMallocHeapSize));
+        CHECK(cudaDeviceGetLimit(&stack, cudaLimitStackSize));
+        if (i == 0)
+            first_fifo = fifo, first_heap = heap;
+        same &= fifo == first_fifo && heap == first_heap && stack > 0;
+    }
+    CHECK(cudaDeviceSetLimit(cudaLimitMallocHeapSize, 2 * first_heap));
+    CHECK(cudaDeviceGetLimit(&heap, cudaLimitMallocHeapSize));
+    printf("%s: limits the same when asked 10 times: %s; the heap set to twice reads twice: %s%s\n", when,
+           same ? "yes" : "no", heap == 2 * first_heap ? "yes" : "no",
+           heap_before ? (first_heap == heap_before ? "; back to its default: yes" : "; back to its default: no")
+                       : "");
+    return first_heap;
+}
+
 static int one_round(const char *when) {
     int lowest = 0, highest = 0;
     CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
@@ -94,6 +116,9 @@ int main(int argc, char **argv) {
         cudaFuncAttributes attributes;
         CHECK(cudaFuncGetAttributes(&attributes, streamFill));
         CHECK(cudaFuncGetAttributes(&attributes, streamScaleAdd));
+        size_t fifo = 0;
+        for (int i = 0; i < 10; i++)  // a library's question before each launch: one round trip in all
+            CHECK(cudaDeviceGetLimit(&fifo, cudaLimitPrintfFifoSize));
         for (int i = 0; i < 40; i++)
             CHECK(cudaEventRecord(events[i], streams[i]));
         CHECK(cudaDeviceSynchronize());
@@ -106,8 +131,10 @@ int main(int argc, char **argv) {
     CHECK(cudaFuncGetAttributes(&again, streamFill));
     printf("kernel attributes: max threads per block %d, dynamic shared memory at most %d then %d\n",
            first.maxThreadsPerBlock, first.maxDynamicSharedSizeBytes, again.maxDynamicSharedSizeBytes);
+    size_t heap = limits("limits", 0);
     one_round("first");
-    CHECK(cudaDeviceReset());  // destroys every stream and event: those made ahead too
+    CHECK(cudaDeviceReset());  // destroys every stream and event: those made ahead too, and resets the limits
+    limits("limits after cudaDeviceReset", heap);
     one_round("after cudaDeviceReset");
     return 0;
 }
