@@ -15,7 +15,6 @@ from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
 
 INVALID_VALUE, NOT_FOUND = cu.CUDA_ERROR_INVALID_VALUE, cu.CUDA_ERROR_NOT_FOUND
-_U32 = struct.Struct("<I")
 
 
 # ---------------------------------------------------------------- 2D and 3D copies

@@ -15,7 +15,6 @@ from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
 
 INVALID_HANDLE, INVALID_VALUE = cu.CUDA_ERROR_INVALID_HANDLE, cu.CUDA_ERROR_INVALID_VALUE
-_U32 = struct.Struct("<I")
 
 
 # ---------------------------------------------------------------- launches

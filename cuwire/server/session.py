@@ -171,7 +171,7 @@ class Session:
             self.payload_out = []
         elif batch.reply_codec == pb.ZSTD and self.ring is None and sum(len(p) for p in self.payload_out) >= BULK:
             self.compress_payload(reply, batch)
-        self.payload_in, self.payload = None, bulk.IncomingPayload()
+        self.payload_in = None  # (self.payload, drained below, stays until the next batch replaces it)
         payload.drain()  # what a call did not use (it failed, or it had none) keeps the stream in step
         if batch.no_reply:  # nobody waits for this reply: its first error goes with the next one
             if reply.error:
