@@ -4,7 +4,7 @@ VENV      := .venv
 VPY       := $(VENV)/bin/python
 export CUWIRE_HEADER_CACHE ?= $(CURDIR)/.cache/headers
 
-.PHONY: venv codegen check-generated client server apps demo test lint gpu-test gpu-stress bench bench-distance docker clean
+.PHONY: venv codegen check-generated client server wheel apps demo test lint gpu-test gpu-stress bench bench-distance docker clean
 
 $(VENV)/.installed: pyproject.toml setup.py emulator/pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,12 @@ build/client/libcuwire.so: $(VENV)/.installed $(CLIENT_SRC)
 	$(VPY) -m cuwire.client.build
 
 client: build/client/libcuwire.so
+
+## The wheel to publish, in dist/: the client library built into it, tagged manylinux by auditwheel (which
+## refuses a library that links libpython or anything outside manylinux's libraries)
+wheel: venv
+	rm -rf build/wheel && $(VPY) -m pip wheel -q --no-deps --no-build-isolation -w build/wheel .
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VPY) -m auditwheel repair --plat manylinux_2_34_x86_64 -w dist build/wheel/cuwire-*.whl
 
 ## Build the server's record loop (cuwire/server/records.c) in place; pip install builds it too (setup.py)
 SERVER_C := cuwire/server/records.c cuwire/wire/socket_wait.h cuwire/wire/shm_ring.h cuwire/wire/frames.h cuwire/server/records_build.py $(wildcard cuwire/generated/server_records.*)
@@ -79,6 +85,7 @@ bench-distance:
 
 docker:
 	docker build -f docker/Dockerfile -t cuwire-server .
+	docker build -f docker/client.Dockerfile -t cuwire-client .
 
 clean:
-	rm -rf build tests/test_apps/build
+	rm -rf build dist tests/test_apps/build

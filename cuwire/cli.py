@@ -247,11 +247,10 @@ def program_env(lib: Path, server: str, token: str | None, stats: bool,
     path = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
     runtime = nvidia_runtime_dir()
     extra = [str(runtime)] if runtime else []
-    shipped, python = shipped_library(), libpython()
-    if shipped is not None and lib.resolve() == shipped.resolve() and python is not None and python.exists() \
-            and str(python.parent) not in path:  # the package's library names libpython, not where it is
-        extra.append(str(python.parent))
     env["LD_LIBRARY_PATH"] = ":".join([str(lib.parent), *path, *extra])
+    python = libpython()
+    if python is not None and python.exists():  # the Python the library runs, in a program of none of its own
+        env.setdefault("CUWIRE_LIBPYTHON", str(python))
     env["CUWIRE_SERVER"] = server
     if token is not None:
         env["CUWIRE_TOKEN"] = token
@@ -571,13 +570,17 @@ def check_library(folder: Path | None = None) -> Check:
                          "use a Python with its shared library")
     if not lib.exists():
         return Check(False, f"client library not found at {lib}", "run `make client` (or any `cuwire run` builds it)")
-    probe = "import ctypes, sys; ctypes.CDLL(sys.argv[1]).cuMemAlloc_v2"
-    r = subprocess.run([sys.executable, *SAFE_PATH, "-c", probe, str(lib)], capture_output=True, text=True, timeout=60)
+    from cuwire.client import build
+
+    # the C half, then its Python half as it starts in a program (the C half's names global, this Python's)
+    probe = ("import ctypes, os, sys; c = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL); c.cuMemAlloc_v2; "
+             "ctypes.CDLL(os.path.join(os.path.dirname(os.path.realpath(sys.argv[1])), sys.argv[2])).cuwire_embedded")
+    r = subprocess.run([sys.executable, *SAFE_PATH, "-c", probe, str(lib), build.PYTHON_HALF],
+                       capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["?"])[-1]
-        return Check(False, f"client library {lib} does not load or lacks cuMemAlloc_v2 ({last})",
+        return Check(False, f"client library {lib} does not load or lacks cuMemAlloc_v2 or its Python half ({last})",
                      "rebuild it: `make client`")
-    from cuwire.client import build
 
     missing = [n for n in build.NAMES if not (folder / n).exists()]
     if missing:
@@ -586,7 +589,7 @@ def check_library(folder: Path | None = None) -> Check:
     stale = [] if shipped else [p.name for p in library_sources() if p.stat().st_mtime > lib.stat().st_mtime]
     if stale:
         return Check(False, f"client library {lib} is older than {', '.join(stale)}", "rebuild it: `make client`")
-    return Check(True, f"client library {lib} loads and exports cuMemAlloc_v2")
+    return Check(True, f"client library {lib} loads, exports cuMemAlloc_v2, and its Python half loads")
 
 
 def check_reachable(address: str, timeout: float = 5.0) -> Check:

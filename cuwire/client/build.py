@@ -1,22 +1,35 @@
-"""Build the client library with cffi's embedding mode (`make client`, or `python -m cuwire.client.build`).
+"""Build the client library (`make client`, or `python -m cuwire.client.build`).
 
 Output, in build/client/ (or --out):
-  libcuwire.so       the library
-  libcuda.so.1       the same library under the names programs and NVIDIA's runtime and libraries load
+  libcuwire.so         the library: the C half, which links no Python
+  libcuwire_python.so  its Python half, cffi's embedding module: loaded by the C half at the first call that
+                       needs Python, after the process's Python (the program's own, or libpython loaded then)
+  libcuda.so.1         the library under the names programs and NVIDIA's runtime and libraries load
   libnvidia-ml.so.1
 
-The C is generated/client_stubs.c (one exported function per CUDA function) plus the client's own C
+The C half is generated/client_stubs.c (one exported function per CUDA function) plus the client's own C
 (C_SOURCES); the Python that the stubs call is generated/client_calls.py and the hand-written halves
-(client/embedded.py imports them all), imported by the embedded interpreter on the first call that needs it.
+(client/embedded.py imports them all), imported by the embedded interpreter when it starts.
+
+Why two halves: a library that links libpython cannot be a manylinux wheel (auditwheel refuses it: a
+wheel's Python may have no shared library), and a program that is itself Python must not get a second
+interpreter. So the C half names no Python symbol; its calls into Python go through trampolines
+(python_calls.c, written here from cffi's own rendering of the Python functions) bound when the Python
+half is loaded (client/start.c).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
+import io
 import json
 import os
 import re
+import shlex
 import shutil
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -33,6 +46,7 @@ CHECKOUT = PACKAGE.parent if (PACKAGE.parent / "pyproject.toml").exists() else N
 # an installed package's own library, built with the package (setup.py): no compiler needed to run
 SHIPPED = CLIENT / "lib" / "libcuwire.so"
 MODULE = "_cuwire"
+PYTHON_HALF = "libcuwire_python.so"  # beside libcuwire.so
 # every library the generated stubs stand in for (codegen/libraries.py, through the manifest)
 NAMES = tuple(json.loads((GENERATED / "api_manifest.json").read_text())["libraries"].values())
 # what earlier builds put beside the library: cuwire no longer stands in for the CUDA runtime
@@ -46,6 +60,7 @@ C_SOURCES = ("start.c", "trace.c", "queue.c", "host_memory.c", "launches.c", "dr
 # declared to cffi as written there, CUDA's handle types as the pointers they are.
 _MARKED = re.compile(r"^(CW_FROM_PYTHON|CW_IN_PYTHON) ([^;]*;)", re.M)
 _AS_POINTERS = re.compile(r"\b(?:const\s+)?CU\w+\s*\*|\bCU(?:function|stream|context|hostFn)\b")
+_IN_PYTHON = 'extern "Python+C" '
 
 
 def python_cdef() -> str:
@@ -58,8 +73,26 @@ def python_cdef() -> str:
             declaration = _AS_POINTERS.sub("void *", " ".join(declaration.split()))
             if re.search(r"\bCU\w+", declaration):
                 raise ValueError(f"{header.name}: {declaration}: a CUDA type cffi is not told of")
-            out.append(('extern "Python+C" ' if mark == "CW_IN_PYTHON" else "") + declaration)
+            out.append((_IN_PYTHON if mark == "CW_IN_PYTHON" else "") + declaration)
     return "\n".join(out) + "\n"
+
+
+def from_python() -> list[str]:
+    """The C declarations (functions and variables) the Python half reaches in the C half: the marked ones
+    and the shared-memory ring's (ring.py calls them)."""
+    lines = python_cdef().splitlines() + ring.cdef().splitlines()
+    return [line for line in lines if line.strip() and not line.startswith(_IN_PYTHON) and "typedef" not in line]
+
+
+def exported_names() -> list[str]:
+    """What the C half exports beside CUDA's names: every name the Python half reaches (from_python)."""
+    names = set()
+    for line in from_python():
+        found = re.search(r"(\w+)\s*(?:\(|\[\s*\]\s*;|;)", line)
+        if found is None:
+            raise ValueError(f"no name in the declaration {line!r}")
+        names.add(found.group(1))
+    return sorted(names)
 
 
 def init_code() -> str:
@@ -101,41 +134,113 @@ lib.cuwire_python_started()
 """
 
 
-def build(out: Path, names: bool = True) -> Path:
-    """Compile the library into out/libcuwire.so; with `names`, beside it the names programs load it by
-    (symbolic links: a wheel holds none, so the package's SHIPPED library has them made where it runs)."""
-    out.mkdir(parents=True, exist_ok=True)
+def python_module(c_file: Path) -> list[tuple[str, str, str]]:
+    """Write the Python half's C (cffi's embedding module) into c_file; return each Python function the C
+    half calls, as cffi renders it there: (result type, name, parameters)."""
     ffi = cffi.FFI()
     ffi.embedding_api("int cuwire_embedded(void);")
     ffi.cdef(python_cdef() + ring.cdef() + (GENERATED / "client_cdefs.h").read_text())
-    source = ('#include <stdlib.h>\n#include <string.h>\n#include "client_stubs.c"\n#include "client_procs.c"\n'
-              '#include "shm_ring.h"\n')
-    libdir = sysconfig.get_config_var("LIBDIR")
-    ldlib = sysconfig.get_config_var("LDLIBRARY") or ""
-    soname = sysconfig.get_config_var("INSTSONAME") or ldlib
-    pylib = ldlib[3:].split(".so")[0] if ldlib.startswith("lib") and ".so" in ldlib else None
-    libs = ["dl", "pthread"] + ([pylib] if pylib else [])
-    ffi.set_source(
-        MODULE, source,
-        sources=[str(CLIENT / name) for name in C_SOURCES],
-        include_dirs=[str(GENERATED), str(CLIENT), str(CLIENT.parent / "wire")],  # socket_wait.h, shm_ring.h
-        libraries=libs,
-        library_dirs=[libdir] if libdir else [],
-        define_macros=[("CUWIRE_LIBPYTHON", f'"{soname}"')] if ".so" in soname else [],
-        extra_compile_args=["-O2", "-fvisibility=hidden", "-Wno-unused-parameter", "-Wno-deprecated-declarations",
-                            # a helper the cdef names without a prototype in runtime.h would return a
-                            # truncated int: refused at build time
-                            "-Werror=implicit-function-declaration"],
-        extra_link_args=[f"-Wl,--version-script={GENERATED / 'exports.map'}", "-Wl,-soname,libcuwire.so",
-                         *([f"-Wl,-rpath,{libdir}"] if libdir else [])],
-    )
+    ffi.set_source(MODULE, "#include <stdint.h>\n#include \"shm_ring.h\"\n"
+                   "/* the C half's, reached through its exported names (client/start.c makes them global) */\n"
+                   + "\n".join(from_python()) + "\n")
     ffi.embedding_init_code(init_code())
+    with contextlib.redirect_stdout(io.StringIO()):  # ("generating ...")
+        ffi.emit_c_code(str(c_file))
+    rendered = re.findall(r"^(?:CFFI_DLLEXPORT )?([^\n(]*?)\b(cuwire_py_\w+)\(([^)]*)\)\n\{", c_file.read_text(), re.M)
+    if not rendered:
+        raise RuntimeError(f"{c_file}: cffi's rendering of the Python functions was not recognised")
+    return [(result.strip(), name, params) for result, name, params in rendered]
+
+
+def python_calls(functions: list[tuple[str, str, str]]) -> str:
+    """The C half's trampolines: each Python function by its name, calling the Python half's once bound
+    (client/start.c binds them all when it loads it; a call before then starts it first)."""
+    out = ["/* Built by cuwire/client/build.py from cffi's rendering of the Python half's functions. Do not edit.",
+           " * Each calls the Python half's function of the same name, bound when client/start.c loads it. */",
+           "#include <stdint.h>", "#include <stddef.h>",
+           "int cuwire_python_bind(void); /* start.c: 0 when the Python half cannot be had */",
+           "#define CW_BOUND(p) (__builtin_expect((p) != NULL, 1) || cuwire_python_bind())", ""]
+    entries = []
+    for result, name, params in functions:
+        args = ", ".join(re.findall(r"\b(a\d+)$", p.strip())[0] for p in params.split(",") if p.strip() != "void")
+        call = f"cw_{name}({args})"
+        out.append(f"static {result} (*cw_{name})({params});")
+        body = (f"if (CW_BOUND(cw_{name})) {call};" if result == "void"
+                else f"return CW_BOUND(cw_{name}) ? {call} : 0;")
+        out.append(f"{result} {name}({params}) {{ {body} }}")
+        entries.append(f'    {{"{name}", (void **)&cw_{name}}},')
+    out += ["", "const struct cuwire_python_entry { const char *name; void **fn; } cuwire_python_entries[] = {",
+            *entries, "    {NULL, NULL},", "};", ""]
+    return "\n".join(out)
+
+
+def compiler() -> list[str]:
+    """The C compiler this Python was built with (CC overrides), as Python's own extensions are built."""
+    return shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+
+
+def compile_library(sources: list[Path], target: Path, flags: list[str], link: list[str], tmp: Path) -> None:
+    """Compile each source to an object (in parallel), then link them into the shared library `target`."""
+    cc = compiler()
+
+    def one(src: Path) -> Path:
+        obj = tmp / f"{src.stem}.o"
+        r = subprocess.run([*cc, *flags, "-c", str(src), "-o", str(obj)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"compiling {src.name} failed:\n{r.stderr.strip()}")
+        return obj
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        objects = list(pool.map(one, sources))
+    r = subprocess.run([*cc, "-shared", "-o", str(target), *map(str, objects), *link], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"linking {target.name} failed:\n{r.stderr.strip()}")
+
+
+# both halves: nothing exported unless named (the Python half's by its version script), optimized
+_FLAGS = ["-fvisibility=hidden", "-fPIC", "-O2", "-Wno-unused-parameter", "-Wno-deprecated-declarations",
+          # a helper the cdef names without a prototype would return a truncated int: refused at build time
+          "-Werror=implicit-function-declaration"]
+
+
+def build(out: Path, names: bool = True) -> Path:
+    """Compile both halves into out/; with `names`, beside them the names programs load the library by
+    (symbolic links: a wheel holds none, so the package's SHIPPED library has them made where it runs)."""
+    out.mkdir(parents=True, exist_ok=True)
     tmp = out / "tmp"
-    built = Path(ffi.compile(tmpdir=str(tmp), target="libcuwire.so", verbose=False))
-    lib = out / "libcuwire.so"
-    if built != lib:
-        shutil.move(built, lib)
-    shutil.rmtree(tmp, ignore_errors=True)  # the compiler's objects: not part of what is shipped or kept
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        functions = python_module(tmp / f"{MODULE}.c")
+        (tmp / "python_calls.c").write_text(python_calls(functions))
+        (tmp / "stubs.c").write_text('#include <stdlib.h>\n#include <string.h>\n#include "client_stubs.c"\n'
+                                     '#include "client_procs.c"\n')
+        exports = (GENERATED / "exports.map").read_text() + (
+            "cuwire_private {\n  global:\n" + "".join(f"    {n};\n" for n in exported_names()) + "};\n")
+        (tmp / "exports.map").write_text(exports)
+        version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        soname = sysconfig.get_config_var("INSTSONAME") or ""
+        built = Path(sysconfig.get_config_var("LIBDIR") or "/") / soname if ".so" in soname else Path("")
+        if ".so" not in soname:  # a Python linked statically (manylinux's): the soname a shared one has
+            soname = f"libpython{version}{sys.abiflags}.so.1.0"
+        python = [f'-DCUWIRE_PYTHON_VERSION="{version}"', f'-DCUWIRE_LIBPYTHON_SONAME="{soname}"',
+                  f'-DCUWIRE_LIBPYTHON_BUILT="{built}"']
+        includes = [f"-I{d}" for d in (GENERATED, CLIENT, CLIENT.parent / "wire")]
+        lib = out / "libcuwire.so"
+        compile_library([tmp / "stubs.c", tmp / "python_calls.c", *(CLIENT / n for n in C_SOURCES)], tmp / lib.name,
+                        [*_FLAGS, "-fno-semantic-interposition", *includes, *python],
+                        [f"-Wl,--version-script={tmp / 'exports.map'}", "-Wl,-soname,libcuwire.so", "-ldl",
+                         "-lpthread"], tmp)
+        (tmp / "python.map").write_text("{\n  global:\n    cuwire_embedded;\n    cuwire_py_*;\n  local:\n    *;\n};\n")
+        py_includes = sorted({sysconfig.get_paths()["include"], sysconfig.get_paths()["platinclude"]})
+        # no -lpython: the process's Python (the program's, or the libpython start.c loads) provides it
+        compile_library([tmp / f"{MODULE}.c"], tmp / PYTHON_HALF,  # (the map names its exports)
+                        [*_FLAGS[1:], *includes, *(f"-I{d}" for d in py_includes)],
+                        [f"-Wl,--version-script={tmp / 'python.map'}"], tmp)
+        for built in (lib.name, PYTHON_HALF):  # replaced whole: a program running the old one keeps it
+            (tmp / built).replace(out / built)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the compiler's objects: not part of what is shipped or kept
     if not names:
         return lib
     for name in STALE:
@@ -153,7 +258,8 @@ def build(out: Path, names: bool = True) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cuwire.client.build", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m cuwire.client.build", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=(CHECKOUT or Path.cwd()) / "build" / "client")
     args = ap.parse_args(argv)
     lib = build(args.out)

@@ -2,6 +2,7 @@
  * signal handlers kept as they were, and the hooks at the process's exit and in a forked child. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,17 +18,6 @@
 
 /* ------------------------------------------------------------------ start-up */
 
-/* When a program reaches this library only through dlopen (RTLD_LOCAL), the libpython it links is local
- * too and Python's extension modules cannot find its symbols. Make it global, unless the process is
- * already a Python program (PyTorch), whose interpreter the embedded code then uses. */
-__attribute__((constructor)) static void cuwire_promote_libpython(void)
-{
-#ifdef CUWIRE_LIBPYTHON
-    if (!dlsym(RTLD_DEFAULT, "Py_IsInitialized") || !((int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsInitialized"))())
-        dlopen(CUWIRE_LIBPYTHON, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
-#endif
-}
-
 /* Where this library is on disk (the path the loader used): an installed package's library finds the
  * environment it belongs to from it (client/build.py, init_code). */
 const char *cuwire_library_path(void)
@@ -39,7 +29,65 @@ const char *cuwire_library_path(void)
 int cuwire_python_ok;
 int cuwire_finished; /* set once Python may no longer be called: see cuwire_python_gone */
 int cuwire_forked; /* set in a child forked from this process: see forked_child() */
-int cuwire_embedded(void); /* cffi's embedding entry point: running it starts Python (client/build.py) */
+
+/* The Python half (libcuwire_python.so, beside this library: client/build.py) is cffi's embedding module.
+ * This library names no Python symbol: where the process has no Python of its own (a C program), the
+ * Python this library was built for is loaded first, globally (CUWIRE_LIBPYTHON, a path, else where it was
+ * at build time, else its soname on the library path); a Python program's own interpreter is used as it is,
+ * when it is the same Python version. Then this library's own names are made global, for the Python half to
+ * find, and the half is loaded and each trampoline (python_calls.c, built) bound to its function. */
+extern const struct cuwire_python_entry {
+    const char *name;
+    void **fn;
+} cuwire_python_entries[];
+static int (*python_embedded)(void); /* cffi's embedding entry point: running it starts Python */
+
+static int python_in_reach(void)
+{
+    const char *(*version)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "Py_GetVersion");
+    if (version) { /* the program's own Python */
+        const char *v = version(), *want = CUWIRE_PYTHON_VERSION;
+        if (strncmp(v, want, strlen(want)) == 0 && v[strlen(want)] == '.')
+            return 1;
+        fprintf(stderr, "cuwire: this program runs Python %.10s, and the client library was built for Python %s: "
+                        "use cuwire installed in an environment of the program's Python\n", v, want);
+        return 0;
+    }
+    const char *given = getenv("CUWIRE_LIBPYTHON"), *built = CUWIRE_LIBPYTHON_BUILT;
+    const char *path = given && *given ? given : *built && access(built, R_OK) == 0 ? built : CUWIRE_LIBPYTHON_SONAME;
+    if (dlopen(path, RTLD_NOW | RTLD_GLOBAL))
+        return 1;
+    fprintf(stderr, "cuwire: cannot load Python %s's shared library (%s), which the client library runs Python "
+                    "with: set CUWIRE_LIBPYTHON to its path (`cuwire run` does)\n", CUWIRE_PYTHON_VERSION, dlerror());
+    return 0;
+}
+
+static int load_python_half(void)
+{
+    Dl_info self;
+    char real[PATH_MAX], half[PATH_MAX + 32];
+    if (!dladdr((void *)load_python_half, &self) || !self.dli_fname || !realpath(self.dli_fname, real)) {
+        fprintf(stderr, "cuwire: cannot tell where the client library is, to load its Python half\n");
+        return 0;
+    }
+    if (!python_in_reach())
+        return 0;
+    dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL); /* the names the half reaches: global */
+    char *slash = strrchr(real, '/');
+    snprintf(half, sizeof half, "%.*s/libcuwire_python.so", slash ? (int)(slash - real) : 1, slash ? real : ".");
+    void *h = dlopen(half, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "cuwire: cannot load the client library's Python half: %s\n", dlerror());
+        return 0;
+    }
+    for (const struct cuwire_python_entry *e = cuwire_python_entries; e->name; e++)
+        if (!(*e->fn = dlsym(h, e->name))) {
+            fprintf(stderr, "cuwire: %s lacks %s: it is not the one this library was built with\n", half, e->name);
+            return 0;
+        }
+    python_embedded = (int (*)(void))dlsym(h, "cuwire_embedded");
+    return python_embedded != NULL;
+}
 
 void cuwire_python_started(void) { __atomic_store_n(&cuwire_python_ok, 1, __ATOMIC_RELEASE); }
 
@@ -114,7 +162,8 @@ int cuwire_start_python(void)
     if (!__atomic_exchange_n(&tried, 1, __ATOMIC_ACQ_REL)) {
         struct sigaction kept[KEPT_SIGNALS];
         keep_signals(kept);
-        cuwire_embedded(); /* one try: cffi does not retry a failed start */
+        if (load_python_half())
+            python_embedded(); /* one try: cffi does not retry a failed start */
         restore_signals(kept);
     }
     if (__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE))
@@ -124,6 +173,9 @@ int cuwire_start_python(void)
                         "every CUDA call that needs the server fails with CUDA_ERROR_UNKNOWN\n");
     return 0;
 }
+
+/* A trampoline called before Python started (python_calls.c): start it now. */
+int cuwire_python_bind(void) { return cuwire_start_python(); }
 
 /* C's exit: what is queued goes out and the statistics are printed (a C program's embedded Python never
  * finalizes: Python's atexit never runs there), then CUDA is deinitialized, as the driver's own exit handler

@@ -25,7 +25,9 @@
 #include "runtime.h"
 #include "socket_wait.h"
 #define CW_RING_IMPLEMENTATION
+#pragma GCC visibility push(default) /* exported: the Python half (ring.py) calls them too */
 #include "shm_ring.h" /* shared memory for payloads: its functions live in this file's object (ring.py calls them) */
+#pragma GCC visibility pop
 
 #define REPLY_MAX (CUWIRE_CALL_RESULT_MAX + 4096 + (64u << 10)) /* result, refusal text, printf output */
 

@@ -1100,7 +1100,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
                 queued_error = CUDA_ERROR_UNKNOWN;
                 queued_fn = 0;
                 if (!*deferred_error)
-                    snprintf(refused, sizeof refused, "queued calls refused: %s", s->why);
+                    snprintf(refused, sizeof refused, "queued calls refused: %.200s", s->why);
             }
             *count += n;
             if (queued_error && !*deferred_error) {
