@@ -109,6 +109,9 @@ class Settings:
     max_buffer: int = _setting("max_buffer", str(8 << 30), parse_size)
     # the most device memory one session may hold through cuMemAlloc and friends, in bytes; 0: the GPU's
     session_memory: int = _setting("session_memory", "0", parse_size)
+    # the most device memory one session may have backed by this host's memory once the GPU (or its budget)
+    # has no more (server/overflow.py), in bytes; 0: none, allocations fail as natively
+    host_overflow: int = _setting("host_overflow", "0", parse_size)
     # the most page-locked host memory (cuMemHostAlloc, cudaMallocHost) one session of a client on this host
     # may hold in the host memory it shares with the server, in bytes; past it, such allocations are the
     # client's ordinary memory (copies from them travel like pageable ones); 0: none shared

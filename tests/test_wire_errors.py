@@ -448,6 +448,45 @@ def test_device_memory_per_session_is_bounded(tmp_path):
         s.stop()
 
 
+def test_host_memory_backs_what_the_gpu_has_no_room_for(tmp_path):
+    """CUWIRE_HOST_OVERFLOW: an allocation the session's budget (as the GPU's memory would) has no room for
+    is served from host memory instead, up to the overflow's limit; the GPU reads and writes it (a memset,
+    copies both ways); freeing it makes room again; past the limit, CUDA_ERROR_OUT_OF_MEMORY, saying why."""
+    from conftest import ServerProcess
+
+    s = ServerProcess(tmp_path, env={"CUWIRE_SESSION_MEMORY": str(1 << 20), "CUWIRE_HOST_OVERFLOW": str(2 << 20)})
+    try:
+        t, reply = open_session(s.address, HELLO)
+        assert not reply.error
+
+        def call(name, **fields):
+            reply = t.exchange(pb.Batch(fn=fn_id(name), args=getattr(pb, f"{name}_Args")(**fields).SerializeToString()))
+            assert not reply.error, reply.error
+            return getattr(pb, f"{name}_Result").FromString(reply.result)
+
+        on_gpu = call("cuMemAlloc_v2", bytesize=600 << 10)
+        spilled = call("cuMemAlloc_v2", bytesize=600 << 10)  # past the budget: host memory
+        more = call("cuMemAlloc_v2", bytesize=1 << 20)
+        assert (on_gpu.status, spilled.status, more.status) == (0, 0, 0)
+        assert len({on_gpu.dptr, spilled.dptr, more.dptr}) == 3
+        assert call("cuMemAlloc_v2", bytesize=600 << 10).status == 2  # 2.2 MiB past the 2 MiB overflow
+        assert call("cuMemsetD8_v2", dstDevice=spilled.dptr, uc=0x5A, N=4096).status == 0
+        assert call("cuMemcpyDtoH_v2", srcDevice=spilled.dptr, ByteCount=4096).dstHost == b"\x5a" * 4096
+        data = bytes(range(256)) * 16
+        assert call("cuMemcpyHtoD_v2", dstDevice=more.dptr + 4096, srcHost=data, ByteCount=len(data)).status == 0
+        assert call("cuMemcpyDtoD_v2", dstDevice=on_gpu.dptr, srcDevice=more.dptr + 4096, ByteCount=4096).status == 0
+        assert call("cuMemcpyDtoH_v2", srcDevice=on_gpu.dptr, ByteCount=4096).dstHost == data
+        assert call("cuMemFree_v2", dptr=spilled.dptr).status == 0
+        assert call("cuMemAlloc_v2", bytesize=600 << 10).status == 0  # room again
+        assert call("cuMemFree_v2", dptr=on_gpu.dptr).status == 0
+        assert call("cuMemAlloc_v2", bytesize=900 << 10).status == 0  # the GPU's budget, freed, serves again
+        t.close()
+        log = s.text()
+        assert "allocations go to host memory" in log and "past its overflow" in log
+    finally:
+        s.stop()
+
+
 def test_arrays_count_against_the_session_memory(tmp_path):
     """CUDA arrays and mipmapped arrays are device memory: their size (elements times element bytes, every
     mipmap level) counts against CUWIRE_SESSION_MEMORY before CUDA makes them; destroying one makes room."""

@@ -59,7 +59,7 @@ PACKAGE = Path(__file__).parents[1]  # cuwire/: `server` names a file in it
 MODES = {"sync", "async", "custom", "local"}
 FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after", "server", "synchronizes", "releases", "completes",
                  "answered_when_done"}
-PARAM_KEYS = {"role", "length", "alloc", "frees", "range", "at_most", "streams"}
+PARAM_KEYS = {"role", "length", "alloc", "overflow", "frees", "range", "at_most", "streams"}
 STREAMING_ROLES = {"buf_in", "buf_out", "mem_in", "mem_out"}
 NEEDS_LENGTH = {name for name, role in ROLES.items() if role.sized}
 ASYNC_ROLES = {"value"}
@@ -214,6 +214,9 @@ def apply_function(fn: Function, spec: dict) -> None:
         p.alloc = str(ann.get("alloc", ""))
         if p.alloc:
             check_expression(fn, p.name, p.alloc)
+        p.overflow = bool(ann.get("overflow", False))
+        if p.overflow and (not p.alloc or mode != "sync"):
+            raise AnnotationError(f"{fn.name}.{p.name}: `overflow` goes with `alloc`, on a sync call")
         p.frees = bool(ann.get("frees", False))
         p.range = str(ann.get("range", ""))
         if p.range:

@@ -139,6 +139,7 @@ class Param:
     role: str = ""
     length: str = ""  # C expression over the other parameters, in bytes
     alloc: str = ""  # for `out` device pointers: the size expression of the new allocation
+    overflow: bool = False  # ...which host memory may back when the GPU has no more (server/overflow.py)
     frees: bool = False  # the call releases the device allocation this parameter names
     range: str = ""  # for device addresses passed by value: the bytes from it that must be the session's
     at_most: int = 0  # for a value sizing an output buffer: the most the call writes (annotations.py)

@@ -829,8 +829,12 @@ def cuMemAlloc_v2(s, a: pb.cuMemAlloc_v2_Args) -> pb.cuMemAlloc_v2_Result:
     """cuMemAlloc_v2 (cuda.h)"""
     r = pb.cuMemAlloc_v2_Result()
     dptr = s.ffi.new("CUdeviceptr *")
-    s.reserve(a.bytesize)
-    r.status = s.lib.cuMemAlloc_v2(dptr, a.bytesize)
+    if s.fits(a.bytesize):  # the session's budget
+        r.status = s.lib.cuMemAlloc_v2(dptr, a.bytesize)
+    else:
+        r.status = s.over_budget(a.bytesize)
+    if r.status == s.OUT_OF_MEMORY:  # host memory backs it, where the server allows (server/overflow.py)
+        r.status = s.overflow(dptr, a.bytesize)
     if r.status == 0:
         r.dptr = s.scalar(dptr[0])
         s.owns(r.dptr, a.bytesize)

@@ -15,7 +15,20 @@ from google.protobuf.message import DecodeError
 from cuwire import address_space
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
-from cuwire.server import attributes, bulk, contexts, custom, graphs, ipc, memops, records, tensor_maps, textures, vmm
+from cuwire.server import (
+    attributes,
+    bulk,
+    contexts,
+    custom,
+    graphs,
+    ipc,
+    memops,
+    overflow,
+    records,
+    tensor_maps,
+    textures,
+    vmm,
+)
 from cuwire.server._records import lib as records_lib
 from cuwire.server.errors import (
     INVALID_HANDLE,
@@ -75,7 +88,9 @@ class Session:
         self.name = name
         self.max_buffer = server.settings.max_buffer
         self.allocations: dict[int, int] = {}  # device address -> size, freed when the session ends
-        self.allocated = 0  # their sum, against CUWIRE_SESSION_MEMORY
+        self.allocated = 0  # their sum, against CUWIRE_SESSION_MEMORY (those backed by host memory aside)
+        self.host_backed: set[int] = set()  # allocations the GPU had no room for, in host memory (overflow.py)
+        self.overflowed = 0  # their sum, against CUWIRE_HOST_OVERFLOW
         self.globals: dict[int, int] = {}  # __device__ variables of loaded modules: address -> size
         # what graphs' memory allocation nodes gave (address -> size): a graph makes it again at the same
         # address at every launch, so it stays the session's range when one launch's memory is freed
@@ -606,10 +621,32 @@ class Session:
             raise CudaFail(OUT_OF_MEMORY, f"{size} more bytes of device memory would take the session past its "
                                           f"budget ({self.allocated} of {budget} bytes held, CUWIRE_SESSION_MEMORY)")
 
+    OUT_OF_MEMORY = OUT_OF_MEMORY  # (for the generated handlers)
+
+    def fits(self, size: int) -> bool:
+        """Whether a device allocation of `size` bytes keeps the session within its budget (CUWIRE_SESSION_MEMORY)."""
+        budget = self.server.settings.session_memory
+        return not budget or self.allocated + size <= budget
+
+    def over_budget(self, size: int) -> int:
+        """An allocation past the session's budget (fits): CUDA_ERROR_OUT_OF_MEMORY, for host memory to
+        serve it (overflow), or refused at once, saying why, where the server has no overflow."""
+        if not self.server.settings.host_overflow:
+            self.reserve(size)  # raises
+        return OUT_OF_MEMORY
+
+    def overflow(self, dptr, size: int) -> int:
+        """An allocation the GPU or the budget had no room for, from host memory where the server allows it."""
+        return overflow.allocate(self, dptr, size)
+
     def owns(self, address: int, size: int) -> None:
         """A device allocation the session made. One whose size only the call could tell (a pitch) and that
         takes the session past its budget is freed again at once and refused."""
         size = max(int(size), 1)
+        if address in self.host_backed:  # (overflow.py) not the GPU's memory: the budget does not count it
+            self.allocations[address] = size
+            self.records.add_memory(address, size)
+            return
         budget = self.server.settings.session_memory
         if budget and self.allocated + size > budget:
             self.lib.cuMemFree_v2(address)
@@ -625,7 +662,12 @@ class Session:
             raise CudaFail(INVALID_VALUE, f"{address:#x} is no allocation of this session")
 
     def disowns(self, address: int) -> None:
-        self.allocated -= self.allocations.pop(address, 0)
+        size = self.allocations.pop(address, 0)
+        if address in self.host_backed:
+            self.host_backed.discard(address)
+            self.overflowed -= size
+        else:
+            self.allocated -= size
         if address not in self.globals and address not in self.graph_memory:
             self.records.remove_memory(address)
 

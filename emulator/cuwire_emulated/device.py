@@ -1016,6 +1016,15 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         self._memory.used += _round_up(bytesize, ALLOCATION_ALIGNMENT)
         return self._drv_put((dptr, address))
 
+    def cuMemAdvise_v2(self, devPtr: int, count: int, advice: int, location: CData) -> int:
+        """Advice on managed memory: checked (a managed range, a known advice and kind of location) and
+        otherwise nothing: the emulated device has one memory, where the advice would place pages."""
+        found = self._memory.host_range(devPtr) if count > 0 else None
+        if found is None or devPtr + count > found[0] + found[1] or not 1 <= advice <= 6 or location.type not in (
+                1, 2, 3, 4):
+            return self.drv.CUDA_ERROR_INVALID_VALUE
+        return 0
+
     @_after_fault
     def cuMemAllocAsync(self, dptr: CData, bytesize: int, hStream: CData) -> int:
         if self._stream(hStream) is None:
