@@ -67,3 +67,42 @@ def test_nvml_start_up_reaches_the_server_once(tmp_path, client_lib: Path, serve
     # init: the first and the one after the last shutdown; shutdown: the fifth (the last open), the sixth and
     # the last; count: the first while open, the one while closed, the first after opening again
     assert sent == {"nvmlInit_v2": "2", "nvmlShutdown": "3", "nvmlDeviceGetCount_v2": "3"}, r.stderr
+
+
+PROCESSES = r'''
+import ctypes, os
+cuda, nvml = ctypes.CDLL("libcuda.so.1"), ctypes.CDLL("libnvidia-ml.so.1")
+ctx, mem = ctypes.c_void_p(), ctypes.c_uint64()
+assert cuda.cuInit(0) == 0 and cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cuda.cuCtxSetCurrent(ctx) == 0 and cuda.cuMemAlloc_v2(ctypes.byref(mem), 1 << 20) == 0
+class V1(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong)]
+class V2(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong), ("gi", ctypes.c_uint), ("ci", ctypes.c_uint)]
+assert nvml.nvmlInit_v2() == 0
+device, count = ctypes.c_void_p(), ctypes.c_uint(0)
+assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(device)) == 0
+print("no room:", nvml.nvmlDeviceGetComputeRunningProcesses(device, ctypes.byref(count), None), count.value)
+for name, entry in [("", V1), ("_v2", V2), ("_v3", V2)]:
+    count.value, infos = 4, (entry * 4)()
+    status = getattr(nvml, "nvmlDeviceGetComputeRunningProcesses" + name)(device, ctypes.byref(count), infos)
+    own = [infos[i] for i in range(count.value) if infos[i].pid == os.getpid()]
+    print(name or "_v1", status, count.value, len(own) == 1 and own[0].used >= 1 << 20,
+          entry is V1 or (own[0].gi, own[0].ci) == (0xFFFFFFFF, 0xFFFFFFFF))
+count.value = 4
+print("graphics:", nvml.nvmlDeviceGetGraphicsRunningProcesses_v3(device, ctypes.byref(count), (V2 * 4)()), count.value)
+print("no count:", nvml.nvmlDeviceGetComputeRunningProcesses_v3(device, None, None))
+'''
+
+
+def test_nvml_lists_the_programs_own_process(tmp_path, client_lib: Path, server):
+    """nvmlDeviceGetComputeRunningProcesses in each ABI (PyTorch's out-of-memory report asks the first): the
+    session's process, under the program's own pid, with the GPU memory it holds; an array too short gets
+    NVML_ERROR_INSUFFICIENT_SIZE and the count it needs; no graphics processes."""
+    script = tmp_path / "processes.py"
+    script.write_text(PROCESSES)
+    r = run_remote(Path(sys.executable), client_lib, server.address, str(script))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["no room: 7 1", "_v1 0 1 True True", "_v2 0 1 True True", "_v3 0 1 True True",
+                                     "graphics: 0 0", "no count: 2"]
+    assert "unimplemented" not in r.stderr

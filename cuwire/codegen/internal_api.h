@@ -19,3 +19,22 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 /* cudaProfiler.h's driver calls (that header is not parsed) */
 CUresult cuProfilerStart(void);
 CUresult cuProfilerStop(void);
+# 1 "nvml.h"
+/* NVML's first ABIs of the running-process queries, which nvml.h declares only under
+ * NVML_NO_UNVERSIONED_FUNC_DEFS (its macros map the names to _v3): PyTorch's caching allocator asks for
+ * nvmlDeviceGetComputeRunningProcesses by name, for its out-of-memory report. */
+#undef nvmlDeviceGetComputeRunningProcesses
+#undef nvmlDeviceGetGraphicsRunningProcesses
+#undef nvmlDeviceGetMPSComputeRunningProcesses
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                  nvmlProcessInfo_v1_t *infos);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                     nvmlProcessInfo_v2_t *infos);
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                   nvmlProcessInfo_v1_t *infos);
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                      nvmlProcessInfo_v2_t *infos);
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                     nvmlProcessInfo_v1_t *infos);
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                        nvmlProcessInfo_v2_t *infos);

@@ -39,7 +39,7 @@ def preprocess(include: Path, extra: list[str] | None = None, tail: str = "") ->
 
 def header_of(file: str, include: Path) -> str | None:
     """The header name (relative to the include folder) of a line marker's file, or None for libc."""
-    if file == "cuda.h":  # internal_api.h's section
+    if file in ("cuda.h", "nvml.h"):  # internal_api.h's sections
         return file
     try:
         return str(Path(file).resolve().relative_to(include.resolve()))

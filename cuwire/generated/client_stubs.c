@@ -1623,57 +1623,9 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "sync",
-    "sync",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "sync",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "sync",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "custom",
+    "custom",
+    "custom",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1683,6 +1635,54 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "sync",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "unimplemented",
+    "sync",
+    "custom",
+    "custom",
+    "custom",
     "unimplemented",
     "unimplemented",
     "unimplemented",
@@ -1703,9 +1703,9 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "unimplemented",
-    "unimplemented",
-    "unimplemented",
-    "unimplemented",
+    "custom",
+    "custom",
+    "custom",
     "unimplemented",
     "sync",
     "unimplemented",
@@ -15174,52 +15174,58 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlCom
     return cuwire_impl_nvmlDeviceGetComputeMode(device, mode);
 }
 
-/* nvmlDeviceGetComputeRunningProcesses (libnvidia-ml.so.1 export): unimplemented */
-static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetComputeRunningProcesses(void)
+/* nvmlDeviceGetComputeRunningProcesses (nvml.h): remoted, custom */
+int cuwire_py_nvmlDeviceGetComputeRunningProcesses(uint64_t, void *, void *, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v1_t *infos)
 {
-    static int warned;
-    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetComputeRunningProcesses", "libnvidia-ml.so.1 export", &warned), 3));
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetComputeRunningProcesses((uint64_t)(uintptr_t)device, (void *)infoCount, (void *)infos, sizeof *infos));
 }
-CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(void)
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v1_t *infos)
 {
     __atomic_add_fetch(&cuwire_counts[623], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace == 1) {
+    if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetComputeRunningProcesses");
-        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetComputeRunningProcesses();
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetComputeRunningProcesses(device, infoCount, infos);
         cuwire_trace_result("nvmlDeviceGetComputeRunningProcesses", (int)cuwire_result, 0);
         return cuwire_result;
     }
-    return cuwire_impl_nvmlDeviceGetComputeRunningProcesses();
+    return cuwire_impl_nvmlDeviceGetComputeRunningProcesses(device, infoCount, infos);
 }
 
-/* nvmlDeviceGetComputeRunningProcesses_v2 (libnvidia-ml.so.1 export): unimplemented */
-static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v2(void)
+/* nvmlDeviceGetComputeRunningProcesses_v2 (nvml.h): remoted, custom */
+int cuwire_py_nvmlDeviceGetComputeRunningProcesses_v2(uint64_t, void *, void *, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v2_t *infos)
 {
-    static int warned;
-    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetComputeRunningProcesses_v2", "libnvidia-ml.so.1 export", &warned), 3));
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetComputeRunningProcesses_v2((uint64_t)(uintptr_t)device, (void *)infoCount, (void *)infos, sizeof *infos));
 }
-CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(void)
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v2_t *infos)
 {
     __atomic_add_fetch(&cuwire_counts[624], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace == 1) {
+    if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetComputeRunningProcesses_v2");
-        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v2();
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v2(device, infoCount, infos);
         cuwire_trace_result("nvmlDeviceGetComputeRunningProcesses_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
-    return cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v2();
+    return cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v2(device, infoCount, infos);
 }
 
-/* nvmlDeviceGetComputeRunningProcesses_v3 (nvml.h): unimplemented */
+/* nvmlDeviceGetComputeRunningProcesses_v3 (nvml.h): remoted, custom */
+int cuwire_py_nvmlDeviceGetComputeRunningProcesses_v3(uint64_t, void *, void *, uint64_t);
 static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
-    static int warned;
-    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetComputeRunningProcesses_v3", "nvml.h", &warned), 3));
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetComputeRunningProcesses_v3((uint64_t)(uintptr_t)device, (void *)infoCount, (void *)infos, sizeof *infos));
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
     __atomic_add_fetch(&cuwire_counts[625], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace == 1) {
+    if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetComputeRunningProcesses_v3");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetComputeRunningProcesses_v3(device, infoCount, infos);
         cuwire_trace_result("nvmlDeviceGetComputeRunningProcesses_v3", (int)cuwire_result, 0);
@@ -16241,52 +16247,58 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGpuOperationMode(nvmlDevice_t device, nv
     return cuwire_impl_nvmlDeviceGetGpuOperationMode(device, current, pending);
 }
 
-/* nvmlDeviceGetGraphicsRunningProcesses (libnvidia-ml.so.1 export): unimplemented */
-static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses(void)
+/* nvmlDeviceGetGraphicsRunningProcesses (nvml.h): remoted, custom */
+int cuwire_py_nvmlDeviceGetGraphicsRunningProcesses(uint64_t, void *, void *, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v1_t *infos)
 {
-    static int warned;
-    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGraphicsRunningProcesses", "libnvidia-ml.so.1 export", &warned), 3));
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetGraphicsRunningProcesses((uint64_t)(uintptr_t)device, (void *)infoCount, (void *)infos, sizeof *infos));
 }
-CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(void)
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v1_t *infos)
 {
     __atomic_add_fetch(&cuwire_counts[680], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace == 1) {
+    if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetGraphicsRunningProcesses");
-        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses();
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses(device, infoCount, infos);
         cuwire_trace_result("nvmlDeviceGetGraphicsRunningProcesses", (int)cuwire_result, 0);
         return cuwire_result;
     }
-    return cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses();
+    return cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses(device, infoCount, infos);
 }
 
-/* nvmlDeviceGetGraphicsRunningProcesses_v2 (libnvidia-ml.so.1 export): unimplemented */
-static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v2(void)
+/* nvmlDeviceGetGraphicsRunningProcesses_v2 (nvml.h): remoted, custom */
+int cuwire_py_nvmlDeviceGetGraphicsRunningProcesses_v2(uint64_t, void *, void *, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v2_t *infos)
 {
-    static int warned;
-    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGraphicsRunningProcesses_v2", "libnvidia-ml.so.1 export", &warned), 3));
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetGraphicsRunningProcesses_v2((uint64_t)(uintptr_t)device, (void *)infoCount, (void *)infos, sizeof *infos));
 }
-CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(void)
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v2_t *infos)
 {
     __atomic_add_fetch(&cuwire_counts[681], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace == 1) {
+    if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetGraphicsRunningProcesses_v2");
-        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v2();
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v2(device, infoCount, infos);
         cuwire_trace_result("nvmlDeviceGetGraphicsRunningProcesses_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
-    return cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v2();
+    return cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v2(device, infoCount, infos);
 }
 
-/* nvmlDeviceGetGraphicsRunningProcesses_v3 (nvml.h): unimplemented */
+/* nvmlDeviceGetGraphicsRunningProcesses_v3 (nvml.h): remoted, custom */
+int cuwire_py_nvmlDeviceGetGraphicsRunningProcesses_v3(uint64_t, void *, void *, uint64_t);
 static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
-    static int warned;
-    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetGraphicsRunningProcesses_v3", "nvml.h", &warned), 3));
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetGraphicsRunningProcesses_v3((uint64_t)(uintptr_t)device, (void *)infoCount, (void *)infos, sizeof *infos));
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
     __atomic_add_fetch(&cuwire_counts[682], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace == 1) {
+    if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetGraphicsRunningProcesses_v3");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetGraphicsRunningProcesses_v3(device, infoCount, infos);
         cuwire_trace_result("nvmlDeviceGetGraphicsRunningProcesses_v3", (int)cuwire_result, 0);
@@ -16673,52 +16685,58 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetLastBBXFlushTime(nvmlDevice_t device, un
     return cuwire_impl_nvmlDeviceGetLastBBXFlushTime(device, timestamp, durationUs);
 }
 
-/* nvmlDeviceGetMPSComputeRunningProcesses (libnvidia-ml.so.1 export): unimplemented */
-static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses(void)
+/* nvmlDeviceGetMPSComputeRunningProcesses (nvml.h): remoted, custom */
+int cuwire_py_nvmlDeviceGetMPSComputeRunningProcesses(uint64_t, void *, void *, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v1_t *infos)
 {
-    static int warned;
-    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMPSComputeRunningProcesses", "libnvidia-ml.so.1 export", &warned), 3));
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetMPSComputeRunningProcesses((uint64_t)(uintptr_t)device, (void *)infoCount, (void *)infos, sizeof *infos));
 }
-CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(void)
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v1_t *infos)
 {
     __atomic_add_fetch(&cuwire_counts[703], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace == 1) {
+    if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetMPSComputeRunningProcesses");
-        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses();
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses(device, infoCount, infos);
         cuwire_trace_result("nvmlDeviceGetMPSComputeRunningProcesses", (int)cuwire_result, 0);
         return cuwire_result;
     }
-    return cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses();
+    return cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses(device, infoCount, infos);
 }
 
-/* nvmlDeviceGetMPSComputeRunningProcesses_v2 (libnvidia-ml.so.1 export): unimplemented */
-static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v2(void)
+/* nvmlDeviceGetMPSComputeRunningProcesses_v2 (nvml.h): remoted, custom */
+int cuwire_py_nvmlDeviceGetMPSComputeRunningProcesses_v2(uint64_t, void *, void *, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v2_t *infos)
 {
-    static int warned;
-    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMPSComputeRunningProcesses_v2", "libnvidia-ml.so.1 export", &warned), 3));
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetMPSComputeRunningProcesses_v2((uint64_t)(uintptr_t)device, (void *)infoCount, (void *)infos, sizeof *infos));
 }
-CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(void)
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v2_t *infos)
 {
     __atomic_add_fetch(&cuwire_counts[704], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace == 1) {
+    if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetMPSComputeRunningProcesses_v2");
-        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v2();
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v2(device, infoCount, infos);
         cuwire_trace_result("nvmlDeviceGetMPSComputeRunningProcesses_v2", (int)cuwire_result, 0);
         return cuwire_result;
     }
-    return cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v2();
+    return cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v2(device, infoCount, infos);
 }
 
-/* nvmlDeviceGetMPSComputeRunningProcesses_v3 (nvml.h): unimplemented */
+/* nvmlDeviceGetMPSComputeRunningProcesses_v3 (nvml.h): remoted, custom */
+int cuwire_py_nvmlDeviceGetMPSComputeRunningProcesses_v3(uint64_t, void *, void *, uint64_t);
 static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
-    static int warned;
-    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvml.h", &warned), 3));
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetMPSComputeRunningProcesses_v3((uint64_t)(uintptr_t)device, (void *)infoCount, (void *)infos, sizeof *infos));
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
     __atomic_add_fetch(&cuwire_counts[705], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace == 1) {
+    if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetMPSComputeRunningProcesses_v3");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetMPSComputeRunningProcesses_v3(device, infoCount, infos);
         cuwire_trace_result("nvmlDeviceGetMPSComputeRunningProcesses_v3", (int)cuwire_result, 0);

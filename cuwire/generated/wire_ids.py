@@ -3,7 +3,7 @@
 and the id of each remoted function and of each of cuwire's own operations (a Batch's `fn`). The client
 imports these, never the server's handlers."""
 
-API_DIGEST = "0960e83b767a4694"
+API_DIGEST = "bf20d003911c38a0"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -38,6 +38,7 @@ OP_IDS = {
     "Enumerate": 2205140631,
     "MakeHandles": 3603414682,
     "FunctionAttributes": 2946876176,
+    "RunningProcesses": 3629668532,
 }
 # Each remoted function's id (messages <name>_Args / <name>_Result).
 FUNCTION_IDS = {

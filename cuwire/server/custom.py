@@ -7,6 +7,7 @@ content hash); kernels are CUkernel handles, launched through the CUfunction of 
 from __future__ import annotations
 
 import logging
+import os
 
 from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
@@ -461,6 +462,33 @@ def error_string(s, a: pb.ErrorString_Args) -> pb.ErrorString_Result:
     return r
 
 
+RUNNING_PROCESSES = ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v3",
+                     "nvmlDeviceGetMPSComputeRunningProcesses_v3")  # by RunningProcesses_Args.kind
+
+
+def running_processes(s, a: pb.RunningProcesses_Args) -> pb.RunningProcesses_Result:
+    """The device's processes as the session may see them: its own only (the session always has a CUDA
+    context, so a compute process), under the client's pid, with NVML's figure for its process's GPU memory;
+    what it allocated where NVML does not list the process (sessions sharing one, or a server in a PID
+    namespace of its own, whose pids NVML does not give)."""
+    if a.kind >= len(RUNNING_PROCESSES):
+        return pb.RunningProcesses_Result(status=cu.NVML_ERROR_INVALID_ARGUMENT)
+    ask = getattr(s.lib, RUNNING_PROCESSES[a.kind])
+    device = s.handle("nvmlDevice_st", "nvmlDevice_t", a.device)
+    count, infos = s.ffi.new("unsigned int *", 0), s.ffi.NULL
+    status = ask(device, count, infos)
+    while status == cu.NVML_ERROR_INSUFFICIENT_SIZE:  # (processes may come between the two asks)
+        count[0] += 8
+        infos = s.ffi.new("nvmlProcessInfo_t[]", count[0])
+        status = ask(device, count, infos)
+    r = pb.RunningProcesses_Result(status=status)
+    if status == 0 and RUNNING_PROCESSES[a.kind] == "nvmlDeviceGetComputeRunningProcesses_v3":
+        own = [infos[i].usedGpuMemory for i in range(count[0]) if infos[i].pid == os.getpid()]
+        r.pids.append(s.hello.pid)
+        r.used_memory.append(own[0] if own and s.server.settings.isolation == "process" else s.allocated)
+    return r
+
+
 MEMORY_HOST, MEMORY_DEVICE, MEMORY_ARRAY = cu.CU_MEMORYTYPE_HOST, cu.CU_MEMORYTYPE_DEVICE, cu.CU_MEMORYTYPE_ARRAY
 ARRAY_KIND = "CUarray_st"
 
@@ -577,6 +605,7 @@ OPS = {
     op_id("ManagedAlloc"): ("cuwire.ManagedAlloc", pb.ManagedAlloc_Args, managed_alloc),
     op_id("MakeHandles"): ("cuwire.MakeHandles", pb.MakeHandles_Args, make_handles),
     op_id("FunctionAttributes"): ("cuwire.FunctionAttributes", pb.FunctionAttributes_Args, function_attributes),
+    op_id("RunningProcesses"): ("cuwire.RunningProcesses", pb.RunningProcesses_Args, running_processes),
 }
 
 # cuwire's own queued records, run by the session's C loop (records.c) with the generated ones

@@ -3,6 +3,7 @@ from the same properties and memory the CUDA calls see, with NVML's own return c
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from cuwire_emulated import registry
@@ -110,6 +111,30 @@ class EmulatedNvml:
         total, used = self._memory.total, self._memory.used
         memory.total, memory.used, memory.free = total, used, total - used
         return SUCCESS
+
+    def _processes(self, device: Any, infoCount: Any, infos: Any, processes: list[tuple[int, int]]) -> int:
+        """NVML's process lists: INSUFFICIENT_SIZE with the count needed when the caller's array is short."""
+        status = self._nvml_ready(device)
+        if status or self._is_null(infoCount):
+            return status or INVALID_ARGUMENT
+        if infoCount[0] < len(processes):
+            infoCount[0] = len(processes)
+            return INSUFFICIENT_SIZE
+        for i, (pid, used) in enumerate(processes):
+            infos[i].pid, infos[i].usedGpuMemory = pid, used
+            infos[i].gpuInstanceId = infos[i].computeInstanceId = 0xFFFFFFFF  # (no MIG)
+        infoCount[0] = len(processes)
+        return SUCCESS
+
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, device: Any, infoCount: Any, infos: Any) -> int:
+        """This process, which holds the emulated device, with the device memory in use."""
+        return self._processes(device, infoCount, infos, [(os.getpid(), self._memory.used)])
+
+    def nvmlDeviceGetGraphicsRunningProcesses_v3(self, device: Any, infoCount: Any, infos: Any) -> int:
+        return self._processes(device, infoCount, infos, [])
+
+    def nvmlDeviceGetMPSComputeRunningProcesses_v3(self, device: Any, infoCount: Any, infos: Any) -> int:
+        return self._processes(device, infoCount, infos, [])
 
     def _versioned(self, struct: Any, ctype: str, version: int) -> int:
         """A versioned struct's check, as NVML makes it: its version field names its size and version."""
