@@ -139,6 +139,11 @@ class Settings:
     # server: a session whose client sends nothing for this many seconds ends, freeing what it held (a
     # program that computes on its CPU that long between two CUDA calls loses its session); 0: never
     idle_timeout: float = _setting("idle_timeout", "0", _SECONDS)
+    # both, over TCP: a peer that vanished without closing its connection (its host down, the link cut) is
+    # noticed within about this many seconds, whether a call waits for it or the connection idles (TCP
+    # keepalive; data sent and not acknowledged: TCP_USER_TIMEOUT). A slow call is not cut short: the peer's
+    # system answers the probes while its process computes.
+    keepalive: float = _setting("keepalive", "30", _SECONDS)
     # on SIGTERM (or SIGINT) the server takes no new session and gives the open ones this many seconds to
     # end by themselves before it ends them (a second signal ends them at once); 0: end them at once
     drain_seconds: float = _setting("drain_seconds", "10", _SECONDS)

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from cuwire.generated import cuwire_pb2 as pb
-from cuwire.settings import host_port
+from cuwire.settings import Settings, host_port
 from cuwire.wire import layouts
 from cuwire.wire import stripes as striping
 from cuwire.wire.stripes import MAGIC_STRIPED, StripeError
@@ -74,8 +74,7 @@ def _joined(parts: list[bytearray]) -> bytearray:
 
 NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 POLLRDHUP = getattr(select, "POLLRDHUP", 0)
-KEEPALIVE = (10, 5, 4)  # TCP keepalive: idle seconds, seconds between probes, probes: a dead peer in ~30 s
-USER_TIMEOUT_MS = 30_000  # and data sent but not acknowledged for this long ends the connection (TCP_USER_TIMEOUT)
+KEEPALIVE_PROBES = 4  # TCP keepalive probes unanswered before a peer counts as gone (CUWIRE_KEEPALIVE: when)
 WELCOME_TIMEOUT = 60.0  # for the server's answer to the hello: a session process starts and opens the GPU
 
 
@@ -120,15 +119,21 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
+def keepalive_options(seconds: float) -> dict[str, int]:
+    """The TCP options that notice a vanished peer in about `seconds`: keepalive probes from a third of it
+    on, KEEPALIVE_PROBES of them a sixth apart, while the connection waits or idles; data sent and not
+    acknowledged for all of it (a host gone mid-copy)."""
+    return {"TCP_KEEPIDLE": max(1, round(seconds / 3)), "TCP_KEEPINTVL": max(1, round(seconds / 6)),
+            "TCP_KEEPCNT": KEEPALIVE_PROBES, "TCP_USER_TIMEOUT": max(1000, round(seconds * 1000))}
+
+
 def tune(sock: socket.socket) -> None:
-    """Small frames go out at once (no Nagle); a peer that vanished is noticed by keepalive while we wait,
-    and by the user timeout while what we sent goes unacknowledged (a host gone mid-copy)."""
+    """Small frames go out at once (no Nagle); a peer that vanished is noticed within CUWIRE_KEEPALIVE
+    seconds, both sides (the listener tunes what it accepts, and a session process keeps the options)."""
     if sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        idle, interval, count = KEEPALIVE
-        for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval), ("TCP_KEEPCNT", count),
-                            ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS)):
+        for name, value in keepalive_options(Settings().keepalive).items():
             if hasattr(socket, name):
                 sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
