@@ -188,6 +188,8 @@ class LocalServer:
         if emulated:
             cmd.append("--emulated")
         env = dict(os.environ)
+        # the server serves every GPU here; the program's CUDA_VISIBLE_DEVICES picks among them (its hello)
+        env.pop("CUDA_VISIBLE_DEVICES", None)
         if token is not None:
             env["CUWIRE_TOKEN"] = token  # not a flag: flags show in the process list
         with self.log_path.open("wb") as log:

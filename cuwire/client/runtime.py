@@ -38,8 +38,8 @@ from cuwire.wire.transport import BULK, MAX_MESSAGE, SocketTransport, TransportE
 # The CUresult codes used here.
 INVALID_VALUE, OUT_OF_MEMORY, DEVICE_UNAVAILABLE = (
     cu.CUDA_ERROR_INVALID_VALUE, cu.CUDA_ERROR_OUT_OF_MEMORY, cu.CUDA_ERROR_DEVICE_UNAVAILABLE)
-NOT_SUPPORTED, NO_BINARY_FOR_GPU, UNKNOWN = (
-    cu.CUDA_ERROR_NOT_SUPPORTED, cu.CUDA_ERROR_NO_BINARY_FOR_GPU, cu.CUDA_ERROR_UNKNOWN)
+NOT_SUPPORTED, NO_BINARY_FOR_GPU, UNKNOWN, NO_DEVICE = (
+    cu.CUDA_ERROR_NOT_SUPPORTED, cu.CUDA_ERROR_NO_BINARY_FOR_GPU, cu.CUDA_ERROR_UNKNOWN, cu.CUDA_ERROR_NO_DEVICE)
 COPY_FROM_DEVICE = wire_ids.OP_IDS["CopyFromDevice"]  # a program's copy, made in C (client/wire.c)
 # Sync functions whose C `fast` path queues the call (client/queue.c, launches.c) rather than answers it: --stats counts
 # those calls as queued.
@@ -127,7 +127,7 @@ class Session:
             self.reserved = 0
         if reply.error:
             self.transport.close()
-            raise TransportError(reply.error)
+            raise TransportError(reply.error, reply.refusal)
         self.welcome = reply.welcome
         self.transport.may_join(hello, self.welcome, settings.stripes)
         give_devices_to_c(self.welcome)
@@ -212,6 +212,7 @@ class Client:
         self.lock = threading.RLock()
         self.session: Session | None = None
         self.broken: str = ""  # why the server cannot be reached any more
+        self.broken_code = DEVICE_UNAVAILABLE  # ...and what the calls then fail with
         if self.settings.errors:  # said once, at the first call that needs the server, which fails
             self.broken = "settings that do not parse, so no session: " + "; ".join(self.settings.errors)
         self.told = False  # whether the program was told why
@@ -237,7 +238,7 @@ class Client:
                 if not self.told:
                     self.told = True
                     print(f"cuwire: {self.broken}", file=sys.stderr)
-                raise Fail(DEVICE_UNAVAILABLE)
+                raise Fail(self.broken_code)
             try:
                 self.session = Session(self.settings)
                 connection = self.session.transport.connection
@@ -254,8 +255,9 @@ class Client:
                     lib.cuwire_wire_spin(self.settings.spin_us)
                     lib.cuwire_wire_set(self.session.transport.connection.sock.fileno())
             except TransportError as e:
-                self.give_up(str(e))
-                raise Fail(DEVICE_UNAVAILABLE) from None
+                # (no device for the program's CUDA_VISIBLE_DEVICES: its calls fail as natively)
+                self.give_up(str(e), NO_DEVICE if e.refusal == pb.NO_DEVICE else DEVICE_UNAVAILABLE)
+                raise Fail(self.broken_code) from None
         return self.session
 
     def exchange(self, fn: int, args: bytes) -> pb.Reply:
@@ -395,10 +397,10 @@ class Client:
                     self.drop_session()
                 self.give_up(why)
 
-    def give_up(self, why: str) -> None:
+    def give_up(self, why: str, code: int = DEVICE_UNAVAILABLE) -> None:
         """No server from now on: say why, once; what was queued is dropped, and the C queue refuses
-        more (the calls fail at once), so a program that goes on calling does not fill memory."""
-        self.broken, self.told = why, True
+        more (the calls fail at once, with `code`), so a program that goes on calling does not fill memory."""
+        self.broken, self.told, self.broken_code = why, True, code
         print(f"cuwire: {why}", file=sys.stderr)
         lib.cuwire_queue_refuse()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -199,11 +200,31 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     kept = address_space.hold(records_lib, [(s.start, s.end) for s in asked.keep_free])
     log.debug("session: %d GiB of the client's address space kept free of device memory",
               sum(hi - lo for lo, hi in kept) >> 30)
+    if asked.HasField("visible_devices"):  # the program's CUDA_VISIBLE_DEVICES, applied by this process's driver
+        import dataclasses
+
+        from cuwire.server.visible_devices import session_devices
+
+        exposed = settings.devices or os.environ.get("CUDA_VISIBLE_DEVICES")
+        chosen = session_devices(exposed, asked.visible_devices)
+        if not chosen:
+            why = (f"the program's CUDA_VISIBLE_DEVICES={asked.visible_devices!r} names none of the server's "
+                   "devices (an index counts among those the server exposes)")
+            log.warning("session refused: %s", why)
+            conn.send(pb.Reply(error=why, refusal=pb.NO_DEVICE).SerializeToString())
+            conn.close()
+            return 1
+        settings = dataclasses.replace(settings, devices=chosen)
     try:
         state = CuWireServer(settings)
         state.held_host, state.held_spans = held, kept
     except RuntimeError as e:
         log.error("%s", e)
+        if asked.HasField("visible_devices"):  # (the devices it names are not there: CUDA_ERROR_NO_DEVICE)
+            conn.send(pb.Reply(error=f"the program's CUDA_VISIBLE_DEVICES={asked.visible_devices!r}: {e}",
+                               refusal=pb.NO_DEVICE).SerializeToString())
+            conn.close()
+            return 1
         conn.send(pb.Reply(error=f"the server could not open its GPU: {e}", refusal=pb.INTERNAL).SerializeToString())
         conn.close()
         return 1

@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 import cuwire
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import wire_ids
-from cuwire.server import metrics
+from cuwire.server import metrics, visible_devices
 from cuwire.server._records import ffi as records_ffi
 from cuwire.server._records import lib as records_lib
 from cuwire.server.backend import open_backend
@@ -157,6 +157,15 @@ class CuWireServer:
             return None
         if hello.check:  # only checked: no session
             conn.send(pb.Reply().SerializeToString())
+            return None
+        if (hello.HasField("visible_devices") and not self.settings.session_name  # (sessions share this process)
+                and not visible_devices.shared_process_allows(len(self.devices), hello.visible_devices,
+                                                              os.environ.get("CUDA_VISIBLE_DEVICES"))):
+            why = (f"the program's CUDA_VISIBLE_DEVICES={hello.visible_devices!r} asks for some of this server's "
+                   f"{len(self.devices)} devices, and this server runs every session in one process "
+                   "(--isolation thread), which sees them all: unset it, or use a server with --isolation process")
+            log.warning("session refused: %s", why)
+            conn.send(pb.Reply(error=why, refusal=pb.NO_DEVICE).SerializeToString())
             return None
         name = self.settings.session_name or f"{next(self.session_ids)}"
         session = Session(self, conn.peer, hello, name)

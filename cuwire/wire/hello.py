@@ -12,11 +12,13 @@ from cuwire.wire import protocol_pb2 as pb
 
 
 def make_hello(token: str = "", **fields: object) -> pb.Hello:
-    """The Hello of this process: its versions, the token, its pid and host, and any further fields (the
-    address ranges a client keeps, a join key, ...); tests replace fields the same way."""
+    """The Hello of this process: its versions, the token, its pid and host, its CUDA_VISIBLE_DEVICES, and any
+    further fields (the address ranges a client keeps, a join key, ...); tests replace fields the same way."""
     said: dict[str, object] = dict(client_version=cuwire.__version__, cuda_version=wire_ids.CUDA_VERSION,
                                    api_digest=wire_ids.API_DIGEST, token=token, pid=os.getpid(),
                                    host=socket.gethostname())
+    if "CUDA_VISIBLE_DEVICES" in os.environ:  # (set, even empty: it says which devices the program may see)
+        said["visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
     said.update(fields)
     return pb.Hello(**said)
 

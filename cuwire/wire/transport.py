@@ -102,7 +102,12 @@ def serves_loopback(host: str) -> bool:
 
 
 class TransportError(Exception):
-    """The peer is gone, the connection broke or the peer spoke no cuwire: the session cannot continue."""
+    """The peer is gone, the connection broke or the peer spoke no cuwire: the session cannot continue.
+    `refusal`: the server's reason (pb.Refusal) where it refused the session."""
+
+    def __init__(self, message: str = "", refusal: int = 0):
+        super().__init__(message)
+        self.refusal = refusal
 
 
 class Transport(Protocol):

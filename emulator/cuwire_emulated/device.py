@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import functools
 import mmap
+import os
 import re
 import sys
 import time
@@ -34,7 +35,7 @@ from cuwire_emulated.graphs import BATCH_MEM_OP as BATCH_MEM_OP_NODE
 from cuwire_emulated.graphs import KERNEL as KERNEL_NODE
 from cuwire_emulated.graphs import EmulatedGraphs, KernelMade
 from cuwire_emulated.ipc import EmulatedIpc
-from cuwire_emulated.nvml import EmulatedNvml
+from cuwire_emulated.nvml import UUID_TEXT, EmulatedNvml
 from cuwire_emulated.vmm import ACCESS_READWRITE, LOCATION_DEVICE, EmulatedVmm, Reservation
 
 CData = Any  # a cffi cdata value; cffi has no static types for these
@@ -645,6 +646,11 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         return 0
 
     def cuInit(self, Flags: int) -> int:
+        """As the driver: no device when CUDA_VISIBLE_DEVICES is set and does not begin with the one device
+        (0, or its UUID)."""
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None and visible.split(",")[0].strip() not in ("0", UUID_TEXT):
+            return self.drv.CUDA_ERROR_NO_DEVICE
         return 0 if Flags == 0 else self.drv.CUDA_ERROR_INVALID_VALUE
 
     def cuDriverGetVersion(self, driverVersion: CData) -> int:

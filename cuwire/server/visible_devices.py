@@ -1,0 +1,40 @@
+"""A program's CUDA_VISIBLE_DEVICES, honoured by its session as the driver honours it natively.
+
+The client sends the program's value in its hello. Its entries name the server's devices: an index is the
+server's own device of that number (the i-th of those `--devices` or the server's CUDA_VISIBLE_DEVICES
+exposes), a UUID (GPU-..., MIG-...) a device by name (one the server exposes by that name, or any where it
+exposes all of its machine's).
+As the driver reads the variable, the list ends at the first entry that names no device. A session in a
+process of its own runs CUDA with the result, so its driver applies it; sessions sharing one process
+(--isolation thread) cannot, and take a value that names all of the server's devices in order only.
+"""
+
+from __future__ import annotations
+
+
+def session_devices(exposed: str | None, asked: str) -> str:
+    """The CUDA_VISIBLE_DEVICES a session's process runs with: `asked` (the program's) in the terms of
+    `exposed` (the server's own value; None: every device of the machine)."""
+    base = [e.strip() for e in exposed.split(",")] if exposed is not None else None
+    chosen = []
+    for raw in asked.split(","):
+        entry = raw.strip()
+        if entry.isdigit():
+            if base is None:
+                chosen.append(str(int(entry)))
+            elif int(entry) < len(base):
+                chosen.append(base[int(entry)])
+            else:
+                break
+        elif entry.startswith(("GPU-", "MIG-")) and (base is None or entry in base):
+            chosen.append(entry)
+        else:
+            break  # (a negative number, a word, an empty entry: the driver stops reading there too)
+    return ",".join(chosen)
+
+
+def shared_process_allows(count: int, asked: str, exposed: str | None = None) -> bool:
+    """Whether a session sharing the server's process (--isolation thread), which sees the server's `count`
+    devices, may be served: its program's value names all of them, in order (or is the server's own)."""
+    every = ",".join(str(i) for i in range(count))
+    return session_devices(every, asked) == every or (exposed is not None and asked.strip() == exposed.strip())
