@@ -153,22 +153,57 @@ int cuwire_launch_config_error(const uint32_t *g, const uint32_t *b)
 #define LAUNCH_PARAM_BUFFER_POINTER ((void *)1)
 #define LAUNCH_PARAM_BUFFER_SIZE ((void *)2)
 
+/* `extra`'s one parameter buffer (LAUNCH_PARAM_BUFFER_POINTER and _SIZE) into *buf and *size; -1 for a key
+ * this library does not take, or for both kernelParams and a buffer (the driver refuses either). */
+static int extra_buffer(void **params, void **extra, const void **buf, size_t *size)
+{
+    *buf = NULL;
+    *size = 0;
+    for (void **e = extra; e && *e != LAUNCH_PARAM_END; e += 2) {
+        if (e[0] == LAUNCH_PARAM_BUFFER_POINTER)
+            *buf = e[1];
+        else if (e[0] == LAUNCH_PARAM_BUFFER_SIZE && e[1])
+            *size = *(size_t *)e[1];
+        else
+            return -1;
+    }
+    return params && *buf ? -1 : 0;
+}
+
+/* f's layout as the lookup told it (kernels_lock held); its key is NULL when f is not known here. */
+static struct kernel_info known_kernel(CUfunction f)
+{
+    if (!kernels_cap)
+        return (struct kernel_info){0};
+    size_t j = slot_of(f, kernels_cap);
+    while (kernels[j].key && kernels[j].key != (const void *)f)
+        j = (j + 1) & (kernels_cap - 1);
+    return kernels[j];
+}
+
+/* The parameters, from kernelParams or the buffer, at their offsets into out (k->size bytes, zeroed
+ * first); -1 when a kernel with parameters comes without them. */
+static int pack(const struct kernel_info *k, void **params, const void *buf, size_t buf_size, char *out)
+{
+    memset(out, 0, k->size);
+    if (params)
+        for (uint32_t i = 0; i < k->n; i++)
+            memcpy(out + k->offsets[i], params[i], k->sizes[i]);
+    else if (buf)
+        memcpy(out, buf, buf_size < k->size ? buf_size : k->size);
+    else if (k->n)
+        return -1;
+    return 0;
+}
+
 /* Queue a launch of a known function; its parameters come as kernelParams or, from `extra`, as one
  * buffer already laid out at their offsets. -1: not known yet (Python looks it up and launches). */
 static int launch_queued(CUfunction f, const uint32_t g[3], const uint32_t b[3], unsigned shmem, CUstream stream,
                          void **params, void **extra, const CUlaunchAttribute *attrs, uint32_t n_attrs)
 {
-    const void *buf = NULL;
-    size_t buf_size = 0;
-    for (void **e = extra; e && *e != LAUNCH_PARAM_END; e += 2) {
-        if (e[0] == LAUNCH_PARAM_BUFFER_POINTER)
-            buf = e[1];
-        else if (e[0] == LAUNCH_PARAM_BUFFER_SIZE && e[1])
-            buf_size = *(size_t *)e[1];
-        else
-            return CUDA_ERROR_INVALID_VALUE;
-    }
-    if (params && buf)
+    const void *buf;
+    size_t buf_size;
+    if (extra_buffer(params, extra, &buf, &buf_size) != 0)
         return CUDA_ERROR_INVALID_VALUE;
     if (cuwire_forked || !__atomic_load_n(&limits_set, __ATOMIC_ACQUIRE))
         return -1;
@@ -176,13 +211,7 @@ static int launch_queued(CUfunction f, const uint32_t g[3], const uint32_t b[3],
     if (bad)
         return bad;
     pthread_mutex_lock(&kernels_lock);
-    struct kernel_info k = {0};
-    if (kernels_cap) {
-        size_t j = slot_of(f, kernels_cap);
-        while (kernels[j].key && kernels[j].key != (const void *)f)
-            j = (j + 1) & (kernels_cap - 1);
-        k = kernels[j];
-    }
+    struct kernel_info k = known_kernel(f);
     if (!k.key) {
         pthread_mutex_unlock(&kernels_lock);
         return -1; /* first launch of this function: Python looks it up */
@@ -201,20 +230,11 @@ static int launch_queued(CUfunction f, const uint32_t g[3], const uint32_t b[3],
         memcpy(rec + sizeof head, &n_attrs, 4);
         memcpy(rec + sizeof head + 8, attrs, (size_t)n_attrs * sizeof(CUlaunchAttribute));
     }
-    char *out = rec + sizeof head + attrs_len;
-    if (params)
-        for (uint32_t i = 0; i < k.n; i++)
-            memcpy(out + k.offsets[i], params[i], k.sizes[i]);
-    else if (buf)
-        memcpy(out, buf, buf_size < k.size ? buf_size : k.size);
-    else if (k.n) {
-        pthread_mutex_unlock(&kernels_lock);
-        if (rec != small)
-            free(rec);
-        return CUDA_ERROR_INVALID_VALUE; /* a kernel with parameters launched without them */
-    }
+    int missing = pack(&k, params, buf, buf_size, rec + sizeof head + attrs_len);
     pthread_mutex_unlock(&kernels_lock);
-    int err = cuwire_enqueue(n_attrs ? cuwire_launch_ex_record_id : cuwire_launch_record_id, rec, (uint32_t)len);
+    int err = missing ? CUDA_ERROR_INVALID_VALUE /* a kernel with parameters launched without them */
+                      : cuwire_enqueue(n_attrs ? cuwire_launch_ex_record_id : cuwire_launch_record_id, rec,
+                                       (uint32_t)len);
     if (rec != small)
         free(rec);
     if (!err)
@@ -228,38 +248,18 @@ static int launch_queued(CUfunction f, const uint32_t g[3], const uint32_t b[3],
  * -3 when the parameters are missing or malformed. */
 long cuwire_pack_params(CUfunction f, void **params, void **extra, uint64_t *handle, char *out, size_t cap)
 {
-    const void *buf = NULL;
-    size_t buf_size = 0;
-    for (void **e = extra; e && *e != LAUNCH_PARAM_END; e += 2) {
-        if (e[0] == LAUNCH_PARAM_BUFFER_POINTER)
-            buf = e[1];
-        else if (e[0] == LAUNCH_PARAM_BUFFER_SIZE && e[1])
-            buf_size = *(size_t *)e[1];
-        else
-            return -3;
-    }
-    if (params && buf)
+    const void *buf;
+    size_t buf_size;
+    if (extra_buffer(params, extra, &buf, &buf_size) != 0)
         return -3;
     long len = -1;
     pthread_mutex_lock(&kernels_lock);
-    struct kernel_info k = {0};
-    if (kernels_cap) {
-        size_t j = slot_of(f, kernels_cap);
-        while (kernels[j].key && kernels[j].key != (const void *)f)
-            j = (j + 1) & (kernels_cap - 1);
-        k = kernels[j];
-    }
+    struct kernel_info k = known_kernel(f);
     if (k.key && k.size > cap)
         len = -2;
-    else if (k.key && !params && !buf && k.n)
+    else if (k.key && pack(&k, params, buf, buf_size, out) != 0)
         len = -3;
     else if (k.key) {
-        memset(out, 0, k.size);
-        if (params)
-            for (uint32_t i = 0; i < k.n; i++)
-                memcpy(out + k.offsets[i], params[i], k.sizes[i]);
-        else if (buf)
-            memcpy(out, buf, buf_size < k.size ? buf_size : k.size);
         *handle = k.handle;
         len = (long)k.size;
     }
