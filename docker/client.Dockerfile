@@ -23,10 +23,11 @@ FROM python:3.12.12-slim-bookworm
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
-# cuwire and what it depends on (NVIDIA's CUDA runtime among them), in a venv of its own
+# cuwire and what it depends on (NVIDIA's CUDA runtime among them; gRPC for the Kubernetes device plugin,
+# which runs from this image too), in a venv of its own
 COPY --from=build /tmp/wheels /tmp/wheels
 RUN python3 -m venv /opt/cuwire \
-    && /opt/cuwire/bin/pip install --no-cache-dir /tmp/wheels/cuwire-*.whl \
+    && /opt/cuwire/bin/pip install --no-cache-dir "$(ls /tmp/wheels/cuwire-*.whl)[kubernetes]" \
     && rm -rf /tmp/wheels
 
 RUN groupadd --system --gid 10001 cuwire \
