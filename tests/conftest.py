@@ -126,15 +126,16 @@ REPAIR = [sys.executable, "-m", "auditwheel", "repair", "--plat", "manylinux_2_3
 
 
 @pytest.fixture(scope="session")
-def installed_package(tmp_path_factory):
-    """The package's wheel, built once (the client library compiled into it), installed into a folder. A file
-    left in the checkout's build folder by an earlier build (a module since moved) must not ship."""
+def manylinux_wheel(tmp_path_factory) -> Path:
+    """The package's wheel, built once (the client library compiled into it) and tagged manylinux as
+    `make wheel` does. A file left in the checkout's build folder by an earlier build (a module since
+    moved) must not ship."""
     import sysconfig
 
     stale = ROOT / "build" / f"lib.{sysconfig.get_platform()}-cpython-{sys.version_info[0]}{sys.version_info[1]}"
     (stale / "cuwire").mkdir(parents=True, exist_ok=True)
     (stale / "cuwire" / "left_from_an_old_build.py").write_text("")
-    wheels, target = tmp_path_factory.mktemp("wheels"), tmp_path_factory.mktemp("site")
+    wheels = tmp_path_factory.mktemp("wheels")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
                     str(ROOT)], check=True, capture_output=True)
     (wheel,) = wheels.glob("cuwire-*.whl")
@@ -143,6 +144,13 @@ def installed_package(tmp_path_factory):
     assert r.returncode == 0, r.stderr
     (wheel,) = (wheels / "manylinux").glob("cuwire-*.whl")
     assert "-manylinux_" in wheel.name, wheel.name  # publishable: no libpython, nothing outside manylinux's libraries
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
-                   check=True, capture_output=True)
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def installed_package(tmp_path_factory, manylinux_wheel) -> Path:
+    """That wheel installed into a folder (which tests put on PYTHONPATH)."""
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+                    str(manylinux_wheel)], check=True, capture_output=True)
     return target

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import APPS, ROOT
@@ -80,6 +81,31 @@ def test_run_from_an_install(installed_package, apps, where, tmp_path):
     (links,) = (tmp_path / ".cache" / "cuwire").glob("client-*")
     shipped = installed_package / "cuwire" / "client" / "lib" / "libcuwire.so"
     assert (links / "libcuda.so.1").resolve() == shipped.resolve()
+
+
+def test_a_fresh_venv_runs_the_wheel_from_the_checkout(manylinux_wheel, apps, tmp_path):
+    """As a user would: a new venv, `pip install` of the manylinux wheel (no network: its dependencies, and
+    the emulated device the test runs on, come from this environment through a .pth file), then the venv's
+    own `cuwire` console script runs a CUDA program from the checkout's root (whose cuwire/ folder must not
+    be imported), with nothing but the venv's bin/ on PATH (no compiler)."""
+    import sysconfig
+
+    venv = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    python = venv / "bin" / "python"
+    r = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(manylinux_wheel)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    # (addsitedir: the .pth files there too, which make this checkout's emulated device importable)
+    Path(site, "dependencies.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUWIRE_", "LD_", "PYTHON", "VIRTUAL_ENV"))}
+    env.update(PATH=str(venv / "bin"), HOME=str(tmp_path))
+    r = subprocess.run([str(venv / "bin" / "cuwire"), "run", "--emulated", "--", str(APPS / "build" / "vector_add")],
+                       capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert r.returncode == 0 and "vector_add: PASS" in r.stdout, r.stderr
+    assert "building the client library" not in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_the_server_image_leaves_the_emulated_device_out(tmp_path):
