@@ -42,6 +42,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--one-session", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--handoff-fd", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--nvml-uuids", help=argparse.SUPPRESS)  # the GPUs the server exposes (nvml_view.py)
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -109,7 +110,7 @@ def drain(stop: threading.Event, server, open_sessions: Callable[[], int], secon
 
 
 def run(settings: Settings, ready=None, one_session: bool = False, probe: bool = False,
-        handoff_fd: int | None = None) -> int:
+        handoff_fd: int | None = None, nvml_uuids: list[str] | None = None) -> int:
     if settings.errors:  # one line each, naming the variable and what it takes
         print("\n".join(f"cuwire server: {e}" for e in settings.errors), file=sys.stderr)
         return 2
@@ -118,7 +119,7 @@ def run(settings: Settings, ready=None, one_session: bool = False, probe: bool =
     if probe:
         return run_probe(settings, log)
     if one_session:
-        return run_one_session(settings, handoff_fd, log)
+        return run_one_session(settings, handoff_fd, log, nvml_uuids)
     made = None
     if not settings.ipc_dir:  # (its session processes find it in their settings)
         made = settings.ipc_dir = tempfile.mkdtemp(prefix="cuwire-ipc-")
@@ -164,7 +165,8 @@ def run_threads(settings: Settings, ready, log: logging.Logger) -> int:
     return 0
 
 
-def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Logger) -> int:
+def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Logger,
+                    nvml_uuids: list[str] | None = None) -> int:
     """A listener's child: take the connection the listener hands over, serve its session, end."""
     import socket
 
@@ -216,7 +218,7 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
             return 1
         settings = dataclasses.replace(settings, devices=chosen)
     try:
-        state = CuWireServer(settings)
+        state = CuWireServer(settings, nvml_uuids or None)
         state.held_host, state.held_spans = held, kept
     except RuntimeError as e:
         log.error("%s", e)
@@ -298,8 +300,10 @@ def run_probe(settings: Settings, log: logging.Logger) -> int:
     except RuntimeError as e:
         log.error("%s", e)
         return 1
-    for d in state.devices:
-        print(f"{d.name} (sm_{d.major}{d.minor})")
+    from cuwire.server.nvml_view import uuid_text
+
+    for d in state.devices:  # (the listener logs the name, and tells its sessions the UUIDs: nvml_view.py)
+        print(f"{d.name} (sm_{d.major}{d.minor})\t{uuid_text(d.uuid)}")
     return 0
 
 
@@ -330,7 +334,7 @@ def run_listener(settings: Settings, ready, log: logging.Logger) -> int:
     threading.Thread(target=listener.watch, args=(closing,), name="cuwire-watch", daemon=True).start()
     host = settings.listen.rpartition(":")[0]
     log.info("listening on %s:%d, backend %s, devices: %s; each session in a process of its own", host,
-             server.port, settings.backend, ", ".join(devices))
+             server.port, settings.backend, ", ".join(d.split("\t")[0] for d in devices))
     if settings.backend == "emulated":
         log.warning("EMULATED device: for tests only, results do not come from a GPU")
     if ready is not None:
@@ -348,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="cuwire server", description=__doc__)
     add_arguments(ap)
     args = ap.parse_args(argv)
-    return run(settings_from(args), one_session=args.one_session, probe=args.probe, handoff_fd=args.handoff_fd)
+    return run(settings_from(args), one_session=args.one_session, probe=args.probe, handoff_fd=args.handoff_fd,
+               nvml_uuids=[u for u in (args.nvml_uuids or "").split(",") if u])
 
 
 if __name__ == "__main__":

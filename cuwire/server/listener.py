@@ -65,6 +65,7 @@ class Listener:
         self.count = 0
         self.figures = metrics.Figures()  # what GET /metrics shows (metrics.py)
         self.socket_server = None  # the accepting SocketServer, for its refusals (run_listener sets it)
+        self.nvml_uuids: list[str] = []  # the GPUs a server given some of its machine's exposes (probe)
         self.heard: dict[str, tuple[float, subprocess.Popen]] = {}  # session -> (its last report, its process)
         self.joins: dict[bytes, socket.socket] = {}  # a session's join key -> the channel to its process
 
@@ -83,7 +84,10 @@ class Listener:
                            capture_output=True, timeout=START_TIMEOUT)
         if r.returncode != 0:
             raise RuntimeError(r.stderr.strip().removeprefix("cuwire server: ") or "the backend did not start")
-        return r.stdout.splitlines()
+        lines = r.stdout.splitlines()
+        if self.settings.devices or "CUDA_VISIBLE_DEVICES" in os.environ:  # some of the machine's GPUs:
+            self.nvml_uuids = [line.split("\t")[1] for line in lines if "\t" in line]  # NVML shows those only
+        return lines
 
     def handle(self, sock: socket.socket, peer: str) -> None:
         """One new connection: its Hello, checked here; then the connection goes to a session process.
@@ -168,7 +172,8 @@ class Listener:
         key = os.urandom(16)  # what the session's more connections name (stripes, host functions)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
-            proc = subprocess.Popen(self.session_command("--one-session", "--handoff-fd", str(theirs.fileno())),
+            nvml = ["--nvml-uuids", ",".join(self.nvml_uuids)] if self.nvml_uuids else []
+            proc = subprocess.Popen(self.session_command("--one-session", "--handoff-fd", str(theirs.fileno()), *nvml),
                                     env=self.session_env(name), pass_fds=[theirs.fileno()])
         with self.lock:
             self.children[name] = (proc, host_of(peer))

@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 import cuwire
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import wire_ids
-from cuwire.server import metrics, visible_devices
+from cuwire.server import metrics, nvml_view, visible_devices
 from cuwire.server._records import ffi as records_ffi
 from cuwire.server._records import lib as records_lib
 from cuwire.server.backend import open_backend
@@ -61,7 +61,9 @@ def host_memory_size(settings: Settings, hello: pb.Hello) -> int:
 class CuWireServer:
     """What all sessions share: the backend, the module cache, the devices."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, nvml_uuids: list[str] | None = None):
+        """`nvml_uuids`: the GPUs the server exposes, which NVML is limited to (nvml_view.py); a session's
+        process is told them by the listener, any other process sees them as its own devices."""
         self.settings = settings
         self.held_host = 0  # the client's host-memory range, kept free here before CUDA started (run_one_session)
         self.held_spans: list[tuple[int, int]] = []  # ...and the client's address space (address_space.py)
@@ -80,6 +82,10 @@ class CuWireServer:
         # join key -> the session, its connection and the stripes that joined it so far (join)
         self.joins: dict[bytes, tuple[Session, Connection, list[Connection]]] = {}
         self.joins_lock = threading.Lock()
+        if nvml_uuids is None and not settings.session_name and "CUDA_VISIBLE_DEVICES" in os.environ:
+            nvml_uuids = [nvml_view.uuid_text(d.uuid) for d in self.devices]  # (some of the machine's GPUs)
+        if nvml_uuids:  # last: the record loop's table (above) takes the library's own functions
+            self.lib = nvml_view.NvmlView(self.lib, self.ffi, nvml_uuids)
 
     def query_devices(self) -> list[pb.Device]:
         ffi, lib = self.ffi, self.lib

@@ -4,8 +4,9 @@
   python3 ddp_across_servers.py --servers A,B         through cuwire: rank r on its own server (CUWIRE_SERVER),
                                                       seeing that server's GPU r only (CUDA_VISIBLE_DEVICES=r)
 
-(Servers started with --devices each exposing one GPU do not do yet: their NVML still lists every GPU of
-the machine, and PyTorch, which counts devices through NVML, then disagrees with CUDA's count.)
+(Servers started with --devices, one GPU each, are the other way: the first run of this script found
+that their NVML listed every GPU of the machine, which made PyTorch, counting through NVML, disagree with
+CUDA; server/nvml_view.py now limits NVML to the exposed GPUs.)
 
 Gloo carries the gradients between the processes over TCP (on the host: DDP copies them from the GPU and
 back), so the two GPUs need no path between them: they may be on two machines. Prints each step's loss (the
