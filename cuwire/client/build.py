@@ -223,7 +223,8 @@ def build(out: Path, names: bool = True) -> Path:
         built = Path(sysconfig.get_config_var("LIBDIR") or "/") / soname if ".so" in soname else Path("")
         if ".so" not in soname:  # a Python linked statically (manylinux's): the soname a shared one has
             soname = f"libpython{version}{sys.abiflags}.so.1.0"
-        python = [f'-DCUWIRE_PYTHON_VERSION="{version}"', f'-DCUWIRE_LIBPYTHON_SONAME="{soname}"',
+        python = [f'-DCUWIRE_PYTHON_VERSION="{version}"', f'-DCUWIRE_PYTHON_HALF="{PYTHON_HALF}"',
+                  f'-DCUWIRE_LIBPYTHON_SONAME="{soname}"',
                   f'-DCUWIRE_LIBPYTHON_BUILT="{built}"']
         includes = [f"-I{d}" for d in (GENERATED, CLIENT, CLIENT.parent / "wire")]
         lib = out / "libcuwire.so"

@@ -30,7 +30,7 @@ int cuwire_python_ok;
 int cuwire_finished; /* set once Python may no longer be called: see cuwire_python_gone */
 int cuwire_forked; /* set in a child forked from this process: see forked_child() */
 
-/* The Python half (libcuwire_python.so, beside this library: client/build.py) is cffi's embedding module.
+/* The Python half (CUWIRE_PYTHON_HALF, libcuwire_python.so beside this library: client/build.py) is cffi's embedding module.
  * This library names no Python symbol: where the process has no Python of its own (a C program), the
  * Python this library was built for is loaded first, globally (CUWIRE_LIBPYTHON, a path, else where it was
  * at build time, else its soname on the library path); a Python program's own interpreter is used as it is,
@@ -74,7 +74,7 @@ static int load_python_half(void)
         return 0;
     dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL); /* the names the half reaches: global */
     char *slash = strrchr(real, '/');
-    snprintf(half, sizeof half, "%.*s/libcuwire_python.so", slash ? (int)(slash - real) : 1, slash ? real : ".");
+    snprintf(half, sizeof half, "%.*s/" CUWIRE_PYTHON_HALF, slash ? (int)(slash - real) : 1, slash ? real : ".");
     void *h = dlopen(half, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         fprintf(stderr, "cuwire: cannot load the client library's Python half: %s\n", dlerror());
