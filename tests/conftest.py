@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -154,3 +155,30 @@ def installed_package(tmp_path_factory, manylinux_wheel) -> Path:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
                     str(manylinux_wheel)], check=True, capture_output=True)
     return target
+
+
+@contextlib.contextmanager
+def two_hosts(prefix: str, server_ip: str, client_ip: str):
+    """Two network namespaces joined by a veth pair, as a server's host and a client's on one link (a /24):
+    (the server's namespace, the client's, the server's end of the link, the client's); removed at the end.
+    Needs root and iproute2."""
+    a, b, veth = f"{prefix}A{os.getpid()}", f"{prefix}B{os.getpid()}", f"{prefix}{os.getpid()}"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    ip("netns", "add", a)
+    ip("netns", "add", b)
+    try:
+        ip("link", "add", veth + "a", "type", "veth", "peer", "name", veth + "b")
+        ip("link", "set", veth + "a", "netns", a)
+        ip("link", "set", veth + "b", "netns", b)
+        ip("-n", a, "addr", "add", f"{server_ip}/24", "dev", veth + "a")
+        ip("-n", b, "addr", "add", f"{client_ip}/24", "dev", veth + "b")
+        for ns, dev in ((a, veth + "a"), (b, veth + "b")):
+            ip("-n", ns, "link", "set", "lo", "up")
+            ip("-n", ns, "link", "set", dev, "up")
+        yield a, b, veth + "a", veth + "b"
+    finally:
+        subprocess.run(["ip", "netns", "del", a], capture_output=True)
+        subprocess.run(["ip", "netns", "del", b], capture_output=True)

@@ -17,7 +17,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, two_hosts
 from test_compression import netns_possible
 
 pytestmark = pytest.mark.skipif(not netns_possible() or shutil.which("tc") is None, reason="needs root, iproute2, tc")
@@ -53,43 +53,25 @@ while sys.stdin.readline():
 """
 
 
-def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
 @pytest.fixture
 def link(tmp_path, client_lib):
     """(server namespace, client namespace, the two ends' devices, the server's log)."""
-    a, b, veth = f"cwkA{os.getpid()}", f"cwkB{os.getpid()}", f"cwk{os.getpid()}"
-    ip("netns", "add", a)
-    ip("netns", "add", b)
-    server = None
-    try:
-        ip("link", "add", veth + "a", "type", "veth", "peer", "name", veth + "b")
-        ip("link", "set", veth + "a", "netns", a)
-        ip("link", "set", veth + "b", "netns", b)
-        ip("-n", a, "addr", "add", f"{SERVER_IP}/24", "dev", veth + "a")
-        ip("-n", b, "addr", "add", f"{CLIENT_IP}/24", "dev", veth + "b")
-        for ns, dev in ((a, veth + "a"), (b, veth + "b")):
-            ip("-n", ns, "link", "set", "lo", "up")
-            ip("-n", ns, "link", "set", dev, "up")
+    with two_hosts("cwk", SERVER_IP, CLIENT_IP) as (a, b, dev_a, dev_b):
         log = tmp_path / "server.log"
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("CUWIRE_")},
                "CUWIRE_KEEPALIVE": str(KEEPALIVE), "CUWIRE_FROZEN_AFTER": "120"}
         server = subprocess.Popen(["ip", "netns", "exec", a, sys.executable, "-m", "cuwire.server", "--listen",
                                    f"0.0.0.0:{PORT}", "--emulated", "--cache-dir", str(tmp_path / "modules")],
                                   stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-        deadline = time.monotonic() + 30
-        while "listening on" not in log.read_text():
-            assert time.monotonic() < deadline and server.poll() is None, log.read_text()
-            time.sleep(0.1)
-        yield a, b, (veth + "a", veth + "b"), log
-    finally:
-        if server is not None:
+        try:
+            deadline = time.monotonic() + 30
+            while "listening on" not in log.read_text():
+                assert time.monotonic() < deadline and server.poll() is None, log.read_text()
+                time.sleep(0.1)
+            yield a, b, (dev_a, dev_b), log
+        finally:
             server.terminate()
             server.wait(15)
-        subprocess.run(["ip", "netns", "del", a], capture_output=True)
-        subprocess.run(["ip", "netns", "del", b], capture_output=True)
 
 
 def start_client(ns: str, tmp_path) -> subprocess.Popen:

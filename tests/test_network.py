@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import APPS, ROOT
+from conftest import APPS, ROOT, two_hosts
 from test_compression import netns_possible
 
 pytestmark = pytest.mark.skipif(not netns_possible() or shutil.which("openssl") is None,
@@ -25,41 +25,22 @@ SERVER_IP, CLIENT_IP, PORT = "10.78.0.1", "10.78.0.2", 50551
 def namespaces(tmp_path_factory, client_lib):
     """(server namespace, client namespace, the server's log, its pinned fingerprint)."""
     tmp = tmp_path_factory.mktemp("network")
-    a, b = f"cwnA{os.getpid()}", f"cwnB{os.getpid()}"
-    veth = f"cwn{os.getpid()}"
-
-    def ip(*args: str) -> None:
-        subprocess.run(["ip", *args], check=True, capture_output=True)
-
-    ip("netns", "add", a)
-    ip("netns", "add", b)
-    server = None
-    try:
-        ip("link", "add", veth + "a", "type", "veth", "peer", "name", veth + "b")
-        ip("link", "set", veth + "a", "netns", a)
-        ip("link", "set", veth + "b", "netns", b)
-        ip("-n", a, "addr", "add", f"{SERVER_IP}/24", "dev", veth + "a")
-        ip("-n", b, "addr", "add", f"{CLIENT_IP}/24", "dev", veth + "b")
-        for ns, dev in ((a, veth + "a"), (b, veth + "b")):
-            ip("-n", ns, "link", "set", "lo", "up")
-            ip("-n", ns, "link", "set", dev, "up")
+    with two_hosts("cwn", SERVER_IP, CLIENT_IP) as (a, b, _, _):
         log = tmp / "server.log"
         server = subprocess.Popen(["ip", "netns", "exec", a, sys.executable, "-m", "cuwire.server", "--listen",
                                    f"0.0.0.0:{PORT}", "--emulated", "--token", "secret", "--tls", "auto",
                                    "--cache-dir", str(tmp / "modules")], stdout=log.open("w"),
                                   stderr=subprocess.STDOUT, cwd=ROOT)
-        deadline = time.monotonic() + 30
-        while "listening on" not in log.read_text() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        pin = re.search(r"CUWIRE_TLS_FINGERPRINT=(\S+)", log.read_text())
-        assert pin, log.read_text()
-        yield a, b, log, pin.group(1)
-    finally:
-        if server is not None:
+        try:
+            deadline = time.monotonic() + 30
+            while "listening on" not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            pin = re.search(r"CUWIRE_TLS_FINGERPRINT=(\S+)", log.read_text())
+            assert pin, log.read_text()
+            yield a, b, log, pin.group(1)
+        finally:
             server.terminate()
             server.wait(15)
-        subprocess.run(["ip", "netns", "del", a], capture_output=True)
-        subprocess.run(["ip", "netns", "del", b], capture_output=True)
 
 
 def in_client(ns: str, env: dict[str, str], *cmd: str) -> subprocess.CompletedProcess:

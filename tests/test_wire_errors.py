@@ -4,6 +4,7 @@ make gpu-test runs this file against the real GPU too (CUWIRE_TEST_BACKEND=cuda)
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import struct
@@ -431,10 +432,7 @@ def test_device_memory_per_session_is_bounded(tmp_path):
         t, reply = open_session(s.address, HELLO)
         assert not reply.error
 
-        def call(name, **fields):
-            reply = t.exchange(pb.Batch(fn=fn_id(name), args=getattr(pb, f"{name}_Args")(**fields).SerializeToString()))
-            assert not reply.error, reply.error
-            return getattr(pb, f"{name}_Result").FromString(reply.result)
+        call = functools.partial(vmm_call, t)
 
         first = call("cuMemAlloc_v2", bytesize=600 << 10)
         assert first.status == 0
@@ -459,10 +457,7 @@ def test_host_memory_backs_what_the_gpu_has_no_room_for(tmp_path):
         t, reply = open_session(s.address, HELLO)
         assert not reply.error
 
-        def call(name, **fields):
-            reply = t.exchange(pb.Batch(fn=fn_id(name), args=getattr(pb, f"{name}_Args")(**fields).SerializeToString()))
-            assert not reply.error, reply.error
-            return getattr(pb, f"{name}_Result").FromString(reply.result)
+        call = functools.partial(vmm_call, t)
 
         on_gpu = call("cuMemAlloc_v2", bytesize=600 << 10)
         spilled = call("cuMemAlloc_v2", bytesize=600 << 10)  # past the budget: host memory
@@ -561,6 +556,7 @@ VMM_PROP = struct.pack("<iiiiQ8x", 1, 0, 1, 0, 0)
 
 
 def vmm_call(t, name: str, **fields):
+    """One call on the session `t`, its Result (the reply carries no error); any call, not only VMM's."""
     reply = t.exchange(pb.Batch(fn=fn_id(name), args=getattr(pb, f"{name}_Args")(**fields).SerializeToString()))
     assert not reply.error, reply.error
     return getattr(pb, f"{name}_Result").FromString(reply.result)
@@ -946,17 +942,10 @@ def test_ipc_handles_open_only_what_a_session_exported(server):
     server found the handle), a forged handle or one whose exporter ended is CUDA_ERROR_INVALID_VALUE,
     and only memory a session opened may be closed by it."""
 
-    def caller(t):
-        def call(name, **fields):
-            reply = t.exchange(pb.Batch(fn=fn_id(name), args=getattr(pb, f"{name}_Args")(**fields).SerializeToString()))
-            assert not reply.error, reply.error
-            return getattr(pb, f"{name}_Result").FromString(reply.result)
-        return call
-
     a, reply = open_session(server.address, HELLO)
     b, reply = open_session(server.address, HELLO)
     try:
-        export, other = caller(a), caller(b)
+        export, other = functools.partial(vmm_call, a), functools.partial(vmm_call, b)
         device = allocate(a, 1 << 20)
         handle = export("cuIpcGetMemHandle", dptr=device + 4096)  # inside the allocation: the allocation's
         assert handle.status == 0 and len(handle.pHandle) == 64
