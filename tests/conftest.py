@@ -182,3 +182,13 @@ def two_hosts(prefix: str, server_ip: str, client_ip: str):
     finally:
         subprocess.run(["ip", "netns", "del", a], capture_output=True)
         subprocess.run(["ip", "netns", "del", b], capture_output=True)
+
+
+def wait_for(predicate, seconds: float = 10.0) -> bool:
+    """Whether `predicate()` came true within `seconds` (asked every 50 ms)."""
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -17,7 +17,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, two_hosts
+from conftest import ROOT, two_hosts, wait_for
 from test_compression import netns_possible
 
 pytestmark = pytest.mark.skipif(not netns_possible() or shutil.which("tc") is None, reason="needs root, iproute2, tc")
@@ -93,15 +93,6 @@ def session_process(log, client: subprocess.Popen) -> int:
     return int(found.group(2))
 
 
-def wait_for(predicate, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
 def test_a_slow_call_is_not_cut_short(link, tmp_path):
     """A call that takes four keepalive periods (its session process stopped meanwhile) waits and completes:
     the peer's system answers the probes, so a computing server is not a vanished one."""
@@ -114,7 +105,8 @@ def test_a_slow_call_is_not_cut_short(link, tmp_path):
         client.stdin.flush()
         assert client.stdout.readline() == "calling\n"
         time.sleep(4 * KEEPALIVE)
-        assert client.poll() is None  # still waiting, not lost
+        # still waiting, not lost (else: what the client said, and the server's log)
+        assert client.poll() is None, (client.stdout.read(), client.stderr.read(), log.read_text())
     finally:
         os.kill(worker, signal.SIGCONT)
     words = client.stdout.readline().split()

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from concurrent import futures
 
 import grpc
 import pytest
-from conftest import APPS_BUILD, ROOT, run_remote
+from conftest import APPS_BUILD, ROOT, run_remote, wait_for
 
 from cuwire.generated import deviceplugin_pb2 as pb
 from cuwire.generated import deviceplugin_pb2_grpc as rpc
@@ -72,15 +71,6 @@ class FakeKubelet(rpc.RegistrationServicer):
     def Register(self, request, context):
         self.registered.append(request)
         return pb.Empty()
-
-
-def wait_for(predicate, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def test_the_plugin_against_a_fake_kubelet(tmp_path, server, client_lib, apps):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import shutil
 import signal
 import sys
@@ -205,10 +204,9 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     if asked.HasField("visible_devices"):  # the program's CUDA_VISIBLE_DEVICES, applied by this process's driver
         import dataclasses
 
-        from cuwire.server.visible_devices import session_devices
+        from cuwire.server.visible_devices import server_exposes, session_devices
 
-        exposed = settings.devices or os.environ.get("CUDA_VISIBLE_DEVICES")
-        chosen = session_devices(exposed, asked.visible_devices)
+        chosen = session_devices(server_exposes(settings), asked.visible_devices)
         if not chosen:
             why = (f"the program's CUDA_VISIBLE_DEVICES={asked.visible_devices!r} names none of the server's "
                    "devices (an index counts among those the server exposes)")

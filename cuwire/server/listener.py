@@ -25,6 +25,7 @@ from cuwire import SAFE_PATH
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server import metrics
 from cuwire.server.service import LOCAL_PEER, check_hello, printable, read_batch
+from cuwire.server.visible_devices import server_exposes
 from cuwire.settings import Settings
 from cuwire.wire.stripes import shut
 from cuwire.wire.transport import HELLO_MAX, Connection, TransportError
@@ -85,7 +86,7 @@ class Listener:
         if r.returncode != 0:
             raise RuntimeError(r.stderr.strip().removeprefix("cuwire server: ") or "the backend did not start")
         lines = r.stdout.splitlines()
-        if self.settings.devices or "CUDA_VISIBLE_DEVICES" in os.environ:  # some of the machine's GPUs:
+        if server_exposes(self.settings) is not None:  # some of the machine's GPUs:
             self.nvml_uuids = [line.split("\t")[1] for line in lines if "\t" in line]  # NVML shows those only
         return lines
 

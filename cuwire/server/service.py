@@ -82,7 +82,7 @@ class CuWireServer:
         # join key -> the session, its connection and the stripes that joined it so far (join)
         self.joins: dict[bytes, tuple[Session, Connection, list[Connection]]] = {}
         self.joins_lock = threading.Lock()
-        if nvml_uuids is None and not settings.session_name and "CUDA_VISIBLE_DEVICES" in os.environ:
+        if nvml_uuids is None and not settings.session_name and visible_devices.server_exposes(settings) is not None:
             nvml_uuids = [nvml_view.uuid_text(d.uuid) for d in self.devices]  # (some of the machine's GPUs)
         if nvml_uuids:  # last: the record loop's table (above) takes the library's own functions
             self.lib = nvml_view.NvmlView(self.lib, self.ffi, nvml_uuids)
@@ -166,7 +166,7 @@ class CuWireServer:
             return None
         if (hello.HasField("visible_devices") and not self.settings.session_name  # (sessions share this process)
                 and not visible_devices.shared_process_allows(len(self.devices), hello.visible_devices,
-                                                              os.environ.get("CUDA_VISIBLE_DEVICES"))):
+                                                              visible_devices.server_exposes(self.settings))):
             why = (f"the program's CUDA_VISIBLE_DEVICES={hello.visible_devices!r} asks for some of this server's "
                    f"{len(self.devices)} devices, and this server runs every session in one process "
                    "(--isolation thread), which sees them all: unset it, or use a server with --isolation process")

@@ -616,8 +616,8 @@ class Session:
     def reserve(self, size: int) -> None:
         """Before a device allocation of `size` bytes: refused, without reaching CUDA, when it would take
         the session past its budget (CUWIRE_SESSION_MEMORY)."""
-        budget = self.server.settings.session_memory
-        if budget and self.allocated + size > budget:
+        if not self.fits(size):
+            budget = self.server.settings.session_memory
             raise CudaFail(OUT_OF_MEMORY, f"{size} more bytes of device memory would take the session past its "
                                           f"budget ({self.allocated} of {budget} bytes held, CUWIRE_SESSION_MEMORY)")
 
@@ -647,8 +647,7 @@ class Session:
             self.allocations[address] = size
             self.records.add_memory(address, size)
             return
-        budget = self.server.settings.session_memory
-        if budget and self.allocated + size > budget:
+        if not self.fits(size):
             self.lib.cuMemFree_v2(address)
             self.reserve(size)  # raises: the call fails with CUDA_ERROR_OUT_OF_MEMORY
         self.allocated += size - self.allocations.get(address, 0)

@@ -11,6 +11,16 @@ process of its own runs CUDA with the result, so its driver applies it; sessions
 
 from __future__ import annotations
 
+import os
+
+from cuwire.settings import Settings
+
+
+def server_exposes(settings: Settings) -> str | None:
+    """The server's own CUDA_VISIBLE_DEVICES: --devices (CUWIRE_DEVICES), else the variable it was started
+    with; None where it serves every GPU of its machine."""
+    return settings.devices or os.environ.get("CUDA_VISIBLE_DEVICES")
+
 
 def session_devices(exposed: str | None, asked: str) -> str:
     """The CUDA_VISIBLE_DEVICES a session's process runs with: `asked` (the program's) in the terms of
