@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, two_hosts, wait_for
@@ -93,6 +94,12 @@ def session_process(log, client: subprocess.Popen) -> int:
     return int(found.group(2))
 
 
+def stopped(pid: int) -> bool:
+    """Whether every thread of the process is stopped (state T in /proc)."""
+    return all(Path(task, "stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+               for task in Path(f"/proc/{pid}/task").iterdir())
+
+
 def test_a_slow_call_is_not_cut_short(link, tmp_path):
     """A call that takes four keepalive periods (its session process stopped meanwhile) waits and completes:
     the peer's system answers the probes, so a computing server is not a vanished one."""
@@ -101,6 +108,8 @@ def test_a_slow_call_is_not_cut_short(link, tmp_path):
     worker = session_process(log, client)
     os.kill(worker, signal.SIGSTOP)
     try:
+        # a stop takes effect as each of the process's threads is next scheduled: none may answer before
+        assert wait_for(lambda: stopped(worker), 10), Path(f"/proc/{worker}/cmdline").read_bytes()
         client.stdin.write("go\n")
         client.stdin.flush()
         assert client.stdout.readline() == "calling\n"
