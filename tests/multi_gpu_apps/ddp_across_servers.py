@@ -2,11 +2,15 @@
 
   python3 ddp_across_servers.py                       natively: rank r on cuda:r of this machine
   python3 ddp_across_servers.py --servers A,B         through cuwire: rank r on its own server (CUWIRE_SERVER),
-                                                      seeing that server's GPU r only (CUDA_VISIBLE_DEVICES=r)
+                                                      on that server's first GPU (servers of one GPU each:
+                                                      `cuwire server --devices 0` and `--devices 1`)
+  python3 ddp_across_servers.py --servers A,B --each-chooses
+                                                      the same on servers that expose every GPU: rank r
+                                                      keeps to GPU r (CUDA_VISIBLE_DEVICES=r)
 
-(Servers started with --devices, one GPU each, are the other way: the first run of this script found
-that their NVML listed every GPU of the machine, which made PyTorch, counting through NVML, disagree with
-CUDA; server/nvml_view.py now limits NVML to the exposed GPUs.)
+(The first run of this script, on servers of one GPU each, found that their NVML listed every GPU of the
+machine, which made PyTorch, counting through NVML, disagree with CUDA; server/nvml_view.py now limits NVML
+to the exposed GPUs.)
 
 Gloo carries the gradients between the processes over TCP (on the host: DDP copies them from the GPU and
 back), so the two GPUs need no path between them: they may be on two machines. Prints each step's loss (the
@@ -27,9 +31,11 @@ import torch.multiprocessing as mp
 STEPS, WARMUP = 12, 2
 
 
-def train(rank: int, world: int, servers: list[str], port: int, out) -> None:
+def train(rank: int, world: int, servers: list[str], each_chooses: bool, port: int, out) -> None:
     if servers:  # (read by cuwire's client at this process's first CUDA call, and by PyTorch)
-        os.environ["CUWIRE_SERVER"], os.environ["CUDA_VISIBLE_DEVICES"] = servers[rank], str(rank)
+        os.environ["CUWIRE_SERVER"] = servers[rank]
+        if each_chooses:
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(rank)
     device = torch.device("cuda", 0 if servers else rank)
     torch.cuda.set_device(device)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
@@ -60,13 +66,15 @@ def train(rank: int, world: int, servers: list[str], port: int, out) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--servers", default="", help="HOST:PORT of each rank's cuwire server, comma-separated")
+    ap.add_argument("--each-chooses", action="store_true",
+                    help="the servers expose every GPU: rank r keeps to GPU r with CUDA_VISIBLE_DEVICES")
     args = ap.parse_args()
     servers = [s for s in args.servers.split(",") if s]
     world = 2
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     port = 29500 + os.getpid() % 1000
-    procs = [ctx.Process(target=train, args=(r, world, servers, port, out)) for r in range(world)]
+    procs = [ctx.Process(target=train, args=(r, world, servers, args.each_chooses, port, out)) for r in range(world)]
     for p in procs:
         p.start()
     results = [out.get(timeout=600) for _ in range(world * (STEPS + 1))]
