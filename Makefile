@@ -28,7 +28,7 @@ check-generated: venv
 ## Build the client library (libcuwire.so and the names programs load) into build/client, when its sources changed
 CLIENT_SRC := $(wildcard cuwire/client/*.c cuwire/client/*.h cuwire/generated/client_*.c cuwire/generated/client_cdefs.h) \
               cuwire/client/build.py cuwire/generated/exports.map cuwire/generated/api_manifest.json \
-              cuwire/wire/shm_ring.h cuwire/wire/socket_wait.h cuwire/wire/frames.h cuwire/wire/ring.py
+              cuwire/wire/shm_ring.h cuwire/wire/stream.h cuwire/wire/socket_wait.h cuwire/wire/frames.h cuwire/wire/ring.py
 build/client/libcuwire.so: $(VENV)/.installed $(CLIENT_SRC)
 	$(VPY) -m cuwire.client.build
 
@@ -41,7 +41,7 @@ wheel: venv
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VPY) -m auditwheel repair --plat manylinux_2_34_x86_64 -w dist build/wheel/cuwire-*.whl
 
 ## Build the server's record loop (cuwire/server/records.c) in place; pip install builds it too (setup.py)
-SERVER_C := cuwire/server/records.c cuwire/wire/socket_wait.h cuwire/wire/shm_ring.h cuwire/wire/frames.h cuwire/server/records_build.py $(wildcard cuwire/generated/server_records.*)
+SERVER_C := cuwire/server/records.c cuwire/wire/socket_wait.h cuwire/wire/shm_ring.h cuwire/wire/stream.h cuwire/wire/frames.h cuwire/server/records_build.py $(wildcard cuwire/generated/server_records.*)
 build/.server: $(VENV)/.installed $(SERVER_C)
 	$(VPY) -m cuwire.server.records_build && mkdir -p build && touch $@
 

@@ -144,6 +144,13 @@ class Settings:
     # keepalive; data sent and not acknowledged: TCP_USER_TIMEOUT). A slow call is not cut short: the peer's
     # system answers the probes while its process computes.
     keepalive: float = _setting("keepalive", "30", _SECONDS)
+    # server: a session whose connection drops waits this many seconds for its client to connect again and
+    # go on where it was (cuwire/wire/stream.py), its GPU memory and queued work intact; 0: it ends at once.
+    # A client that dies without ending its program (killed) holds its session this long
+    resume: float = _setting("resume", "60", _SECONDS)
+    # both sides: the last bytes sent on a session's connection kept for a resume. A dropped connection
+    # resumes when the bytes in flight at the drop (both sides' socket buffers) fit in it
+    resume_window: int = _setting("resume_window", str(16 << 20), parse_size)
     # on SIGTERM (or SIGINT) the server takes no new session and gives the open ones this many seconds to
     # end by themselves before it ends them (a second signal ends them at once); 0: end them at once
     drain_seconds: float = _setting("drain_seconds", "10", _SECONDS)

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import cffi
 
-from cuwire.wire import ring
+from cuwire.wire import ring, stream
 
 PACKAGE = Path(__file__).resolve().parent.parent  # cuwire/, in a checkout or installed
 GENERATED = PACKAGE / "generated"
@@ -79,8 +79,8 @@ def python_cdef() -> str:
 
 def from_python() -> list[str]:
     """The C declarations (functions and variables) the Python half reaches in the C half: the marked ones
-    and the shared-memory ring's (ring.py calls them)."""
-    lines = python_cdef().splitlines() + ring.cdef().splitlines()
+    and the shared-memory ring's and the stream's (ring.py and stream.py call them)."""
+    lines = python_cdef().splitlines() + ring.cdef().splitlines() + ring.cdef(stream.HEADER).splitlines()
     return [line for line in lines if line.strip() and not line.startswith(_IN_PYTHON) and "typedef" not in line]
 
 
@@ -139,8 +139,8 @@ def python_module(c_file: Path) -> list[tuple[str, str, str]]:
     half calls, as cffi renders it there: (result type, name, parameters)."""
     ffi = cffi.FFI()
     ffi.embedding_api("int cuwire_embedded(void);")
-    ffi.cdef(python_cdef() + ring.cdef() + (GENERATED / "client_cdefs.h").read_text())
-    ffi.set_source(MODULE, "#include <stdint.h>\n#include \"shm_ring.h\"\n"
+    ffi.cdef(python_cdef() + ring.cdef() + ring.cdef(stream.HEADER) + (GENERATED / "client_cdefs.h").read_text())
+    ffi.set_source(MODULE, "#include <stdint.h>\n#include \"shm_ring.h\"\n#include \"stream.h\"\n"
                    "/* the C half's, reached through its exported names (client/start.c makes them global) */\n"
                    + "\n".join(from_python()) + "\n")
     ffi.embedding_init_code(init_code())

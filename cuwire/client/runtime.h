@@ -31,6 +31,8 @@ const char *cuwire_error_name_or_null(int code); /* NULL: a code the headers do 
 int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint32_t result_len);
 CW_IN_PYTHON void cuwire_py_wire_broken(const char *why);
 CW_FROM_PYTHON void cuwire_wire_set(int fd);
+CW_FROM_PYTHON void cuwire_wire_stream(void *s); /* the session's cw_stream (cuwire/wire/stream.h), or NULL */
+CW_IN_PYTHON int cuwire_py_resume(void);          /* the connection broke: 1 when the session's stream resumed it */
 CW_FROM_PYTHON void cuwire_wire_spin(long microseconds);
 CW_FROM_PYTHON void cuwire_wire_acquire(void);
 CW_FROM_PYTHON void cuwire_wire_release(void);

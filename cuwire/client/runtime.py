@@ -107,6 +107,7 @@ class Stats:
     stripes: int = 0  # more connections the session opened for large payloads (cuwire/wire/stripes.py)
     striped: int = 0  # payload bytes that went over them
     transport: str = ""  # how the session travels, e.g. "TCP to 127.0.0.1:50551"
+    resumes: int = 0  # times the connection dropped and the session went on (cuwire/wire/stream.py)
     connected: float = 0.0  # time.monotonic() when the session opened
 
 
@@ -117,6 +118,7 @@ class Session:
         self.settings = settings
         keep_free = [pb.Span(start=lo, end=hi) for lo, hi in address_space.own_spans_to_keep()]
         hello = make_hello(settings.token, keep_free=keep_free)
+        hello.resumes = True  # (SocketTransport.resumable)
         self.transport: SocketTransport
         self.host: SharedHost | None = None  # host memory shared with the server (page-locked allocations)
         self.reserved = 0  # address space reserved for shared page-locked memory (offer)
@@ -130,6 +132,7 @@ class Session:
             raise TransportError(reply.error, reply.refusal)
         self.welcome = reply.welcome
         self.transport.may_join(hello, self.welcome, settings.stripes)
+        self.transport.resumable(hello, self.welcome, ffi, lib, settings.resume_window)
         give_devices_to_c(self.welcome)
         if self.welcome.backend == "emulated":
             print("cuwire: the server runs the EMULATED device (tests only): results are not from a GPU",
@@ -229,6 +232,7 @@ class Client:
         self.zstd_d = zstandard.ZstdDecompressor()
         self.policy = compression.Policy("off")  # the session's (connect): whether it compresses now
         self.callbacks_refused = False  # the server refused a host-function connection (said once)
+        self.ending = False  # the program is ending (at_exit): the server is told, and resumes no more
 
     # ---------------------------------------------------------------- the call path
 
@@ -253,6 +257,8 @@ class Client:
                 # client/wire.c sends its frames uncompressed and in the clear, on the socket itself
                 if not self.policy.always and not isinstance(connection.sock, TlsSocket):
                     lib.cuwire_wire_spin(self.settings.spin_us)
+                    with wire_lock():
+                        lib.cuwire_wire_stream(connection.stream.c if connection.stream else ffi.NULL)
                     lib.cuwire_wire_set(self.session.transport.connection.sock.fileno())
             except TransportError as e:
                 # (no device for the program's CUDA_VISIBLE_DEVICES: its calls fail as natively)
@@ -285,6 +291,7 @@ class Client:
             if policy.pays(whole):  # else it goes as it is, streamed and striped
                 outgoing = [policy.compress(whole)]
                 batch.payload_codec = pb.ZSTD
+        batch.ending = self.ending
         if policy.active():
             batch.reply_codec = pb.ZSTD  # large results may come compressed, where that pays on this link
             batch.link_rate = 0.0 if policy.always else policy.link_rate or compression.AUTO_SLOW
@@ -383,7 +390,9 @@ class Client:
         use a socket number that another file may take next)."""
         if self.session is not None:
             lib.cuwire_wire_set(-1)
+            lib.cuwire_wire_stream(ffi.NULL)
             lib.cuwire_callbacks_stop()  # its thread waits in the shared memory or on the connection closed next
+            self.stats.resumes += self.session.transport.resumes()
             self.session.transport.close()
             self.session = None
             lib.cuwire_forget_kernels()
@@ -619,12 +628,16 @@ class Client:
         process's connection closes."""
         with self.lock:
             if self.session is not None:
+                self.ending = True  # (said with the flush: a connection that drops from now on is not resumed)
                 try:
                     self.flush()
                 except Fail:
                     pass
+            open_resumes = self.session.transport.resumes() if self.session is not None else 0
         if self.settings.stats:
-            print_stats(with_wire_stats(self.stats), self.names_by_id(), api_calls())
+            stats = with_wire_stats(self.stats)
+            stats.resumes += open_resumes  # (the open session's; drop_session adds them when it ends)
+            print_stats(stats, self.names_by_id(), api_calls())
 
     def after_fork(self) -> None:
         """The parent's stream, memory and queued calls are not a forked child's to use (their handles mean
@@ -733,6 +746,7 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
         f"bytes, {size(s.payload_sent)} sent and {size(s.payload_received)} received beside the messages (large "
         f"buffers)" + (f", {size(s.striped)} of them over {s.stripes} more connections at once (stripes)"
                        if s.stripes else ""),
+        *([f"  connection dropped and resumed: {s.resumes} times"] if s.resumes else []),
         f"  modules uploaded: {s.modules_uploaded}; found in the server's cache: {s.modules_cached}",
         f"  time waiting on the server: {s.wait_seconds * 1e3:.1f} ms",
         "  top calls by count: " + ", ".join(f"{n} {c}" for n, c in every.most_common(8)),
@@ -759,7 +773,17 @@ def wire_lock():
 
 @ffi.def_extern(name="cuwire_py_wire_broken")
 def wire_broken(why) -> None:
-    client.wire_broken(ffi.string(why).decode(errors="replace"))
+    session = client.session
+    note = session.transport.resume_note() if session is not None else ""
+    client.wire_broken(ffi.string(why).decode(errors="replace") + note)
+
+
+@ffi.def_extern(name="cuwire_py_resume")
+def resume() -> int:
+    """client/wire.c's connection broke, its wire lock held (the session cannot be dropped meanwhile): 1
+    when the session's stream resumed it (SocketTransport.resume)."""
+    session = client.session
+    return 1 if session is not None and session.transport.connection.resumed() else 0
 
 # ---------------------------------------------------------------- helpers the generated stubs use
 

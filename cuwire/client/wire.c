@@ -25,14 +25,17 @@
 #include "runtime.h"
 #include "socket_wait.h"
 #define CW_RING_IMPLEMENTATION
-#pragma GCC visibility push(default) /* exported: the Python half (ring.py) calls them too */
+#define CW_STREAM_IMPLEMENTATION
+#pragma GCC visibility push(default) /* exported: the Python half (ring.py, stream.py) calls them too */
 #include "shm_ring.h" /* shared memory for payloads: its functions live in this file's object (ring.py calls them) */
+#include "stream.h"   /* the session's stream, kept for a resume (stream.py) */
 #pragma GCC visibility pop
 
 #define REPLY_MAX (CUWIRE_CALL_RESULT_MAX + 4096 + (64u << 10)) /* result, refusal text, printf output */
 
 static pthread_mutex_t wire_lock = PTHREAD_MUTEX_INITIALIZER;
 static int wire_fd = -1;
+static cw_stream *wire_stream; /* the session's stream (cuwire/wire/stream.py), or NULL: a break ends it */
 static long spin_ns; /* how long a wait for the answer polls before it sleeps (socket_wait.h) */
 
 /* What --stats shows of these round trips (runtime.py folds them into its own). */
@@ -50,6 +53,9 @@ static uint64_t bytes_out, bytes_in, carried, early, raw_out, raw_in;
  * another file may take next must not be used here). */
 void cuwire_wire_set(int fd) { __atomic_store_n(&wire_fd, fd, __ATOMIC_RELAXED); }
 
+/* The session's stream, which the Python side made (stream.py; NULL: none). Set with the lock held. */
+void cuwire_wire_stream(void *s) { wire_stream = s; }
+
 /* How long, in microseconds, a wait for the server's answer polls the socket before it sleeps. */
 void cuwire_wire_spin(long microseconds) { spin_ns = microseconds * 1000; }
 
@@ -59,6 +65,7 @@ void cuwire_wire_forget(void)
 {
     pthread_mutex_init(&wire_lock, NULL);
     wire_fd = -1;
+    wire_stream = NULL; /* (the parent's: the Python side's object, which the child forgets too) */
 }
 
 void cuwire_wire_acquire(void) { pthread_mutex_lock(&wire_lock); }
@@ -170,6 +177,45 @@ int cuwire_recv_all(int fd, char *buf, size_t len, long spin)
     return 0;
 }
 
+/* The session's connection broke: 1 when its stream resumed it (the Python side: SocketTransport.resume;
+ * the same descriptor now holds the new connection, and what the server lacked was sent again). errno is
+ * the break's again when it did not. */
+static int resumed(void)
+{
+    int broke = errno;
+    if (wire_stream && cuwire_py_resume())
+        return 1;
+    errno = broke;
+    return 0;
+}
+
+/* Send on the session's connection (wire_lock held): kept first, so that a resume sends what did not arrive. */
+static int wire_send(int fd, const char *buf, size_t len)
+{
+    cw_stream_sent(wire_stream, buf, len);
+    return cuwire_send_all(fd, buf, len) == 0 || resumed() ? 0 : -1;
+}
+
+/* Receive from the session's connection (wire_lock held): counted, and resumed where it broke. */
+static int wire_recv(int fd, char *buf, size_t len, long spin)
+{
+    while (len) {
+        ssize_t n = cw_recv_spin(fd, buf, len, spin);
+        if (n > 0) {
+            cw_stream_received(wire_stream, (uint64_t)n);
+            buf += n;
+            len -= (size_t)n;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (!resumed()) {
+            if (n == 0)
+                errno = ECONNRESET;
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* (struct cw_frame_header: cuwire/wire/frames.h) */
 
 /* The server's answer to a records frame (server/session.py, run_call). */
@@ -217,11 +263,11 @@ int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint3
     const char *why = NULL;
     long spin = spin_for(fn);
     cuwire_note_sent(1);
-    if (cuwire_send_all(fd, frame, len) != 0 || cuwire_recv_all(fd, (char *)&rh, sizeof rh, spin) != 0)
+    if (wire_send(fd, frame, len) != 0 || wire_recv(fd, (char *)&rh, sizeof rh, spin) != 0)
         why = strerror(errno);
     else if (rh.magic != CW_MAGIC_RECORDS || rh.payload || rh.size < sizeof r || rh.size > REPLY_MAX)
         why = "the server's answer to a records frame is not one";
-    else if (cuwire_recv_all(fd, reply, rh.size, spin_ns) != 0)
+    else if (wire_recv(fd, reply, rh.size, spin_ns) != 0)
         why = strerror(errno);
     else {
         memcpy(&r, reply, sizeof r);
@@ -288,7 +334,7 @@ int cuwire_wire_send_queued(void)
     struct cw_frame_header h = {CW_MAGIC_QUEUED, (uint32_t)queued_len, 0};
     const char *why = NULL;
     cuwire_note_sent(0);
-    if (cuwire_send_all(fd, (const char *)&h, sizeof h) != 0 || cuwire_send_all(fd, queued, queued_len) != 0)
+    if (wire_send(fd, (const char *)&h, sizeof h) != 0 || wire_send(fd, queued, queued_len) != 0)
         why = strerror(errno);
     else {
         bytes_out += sizeof h + queued_len;

@@ -160,6 +160,7 @@ def run_threads(settings: Settings, ready, log: logging.Logger) -> int:
     stop.wait()
     drain(stop, server, lambda: len(state.sessions), settings.drain_seconds, log)
     log.info("shutting down: ending sessions")
+    state.stopping.set()
     server.stop(grace=2)
     return 0
 
@@ -237,6 +238,7 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     threading.Thread(target=report_figures, args=(state, channel, stop, metrics_interval(settings)),
                      name="cuwire-report", daemon=True).start()
     stop.wait()
+    state.stopping.set()  # (a connection ended now is not waited for)
     if session.is_alive():  # SIGTERM: end the connection; the session frees what it holds, then ends
         try:
             sock.shutdown(socket.SHUT_RDWR)

@@ -7,7 +7,8 @@ process answers the Hello and serves the session; the client never connects anyw
 published as one port (a firewall, `docker run -p`, a Kubernetes Service) serves remote clients. A
 session's stripes (more connections for large payloads, cuwire/wire/stripes.py) come the same way: their
 hello names the session's join key, which the listener made, and it hands them to that session's
-process on the same channel. The listener never touches CUDA: one client's crash, leak or bad pointer
+process on the same channel; so does the client's new connection when one of the session's dropped (a
+resume, server/resume.py). The listener never touches CUDA: one client's crash, leak or bad pointer
 stays in its own process and CUDA context.
 """
 
@@ -162,8 +163,9 @@ class Listener:
             send_handoff(channel, sock, peer, message)
         except OSError as e:
             log.warning("refused a connection joining a session from %s: %s", peer, e.strerror or e)
-            conn.send(pb.Reply(error="the connection was refused: no open session has that join key",
-                               refusal=pb.PROTOCOL).SerializeToString())
+            why = ("no open session has that key: it ended (its wait for a resume, CUWIRE_RESUME, ran out), or "
+                   "the server restarted" if hello.resume else "no open session has that join key")
+            conn.send(pb.Reply(error=f"the connection was refused: {why}", refusal=pb.PROTOCOL).SerializeToString())
 
     def start_session(self, sock: socket.socket, peer: str, hello: pb.Hello, message: bytes) -> None:
         with self.lock:

@@ -28,6 +28,7 @@
 #include "cuda_api.h"
 #include "socket_wait.h"
 #include "shm_ring.h" /* cw_ring: host functions are posted through it (the implementation follows, records_build.py) */
+#include "stream.h"   /* cw_stream: the session's connection, kept for a resume */
 
 #define CW_INVALID_HANDLE 400 /* CUDA_ERROR_INVALID_HANDLE */
 #define CW_INVALID_VALUE 1    /* CUDA_ERROR_INVALID_VALUE */
@@ -112,6 +113,8 @@ struct cw_records {
     /* what the session's metrics show (cw_records_figures): bytes of frames in and out, and how long
      * each call took from its frame's arrival to its answer's departure, by CW_LATENCY_BOUNDS */
     uint64_t bytes_in, bytes_out, latency_ns, latency[CW_LATENCY_BUCKETS];
+    cw_stream *stream;  /* the session's stream, counted and kept for a resume (cuwire/wire/stream.py)... */
+    void *resume_arg;   /* ...and what cw_records_resume is given when the connection breaks (NULL: never) */
     void **host_nodes; /* the arguments of the session's graph host nodes (cw_records_host_node) */
     size_t host_nodes_len;
     char why[256]; /* why the last batch was refused */
@@ -1005,6 +1008,57 @@ static int send_all(int fd, const char *buf, size_t len)
     return 0;
 }
 
+/* The session's connection broke: 1 when it resumed (server/resume.py: the same descriptor now holds the
+ * client's new connection, and what the client lacked was sent again), so the receive or send goes on. */
+static int cw_records_resume(void *arg); /* (Python: records.py) */
+
+static int resumed(cw_records *s)
+{
+    int broke = errno; /* (the break's, again, when it did not) */
+    if (s->resume_arg && cw_records_resume(s->resume_arg))
+        return 1;
+    errno = broke;
+    return 0;
+}
+
+/* take() on the session's connection: counted, and resumed where it broke. */
+static int session_take(cw_records *s, int fd, const char **pending, size_t *pending_len, char *buf, size_t n,
+                        long spin_ns)
+{
+    size_t k = n < *pending_len ? n : *pending_len; /* (counted when Python read them) */
+    memcpy(buf, *pending, k);
+    *pending += k;
+    *pending_len -= k;
+    while (k < n) {
+        ssize_t r = cw_recv_spin(fd, buf + k, n - k, spin_ns);
+        if (r > 0) {
+            cw_stream_received(s->stream, (uint64_t)r);
+            k += (size_t)r;
+        } else if (r < 0 && errno == EINTR) {
+            continue;
+        } else if (!resumed(s)) {
+            if (r == 0)
+                errno = 0;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* send_all() on the session's connection: kept first, so that a resume sends what did not arrive. */
+static int session_send(cw_records *s, int fd, const char *buf, size_t len)
+{
+    cw_stream_sent(s->stream, buf, len);
+    return send_all(fd, buf, len) == 0 || resumed(s) ? 0 : -1;
+}
+
+/* The session's stream, and the argument of its resume (NULL: a broken connection ends the session). */
+void cw_records_stream(cw_records *s, cw_stream *stream, void *resume_arg)
+{
+    s->stream = stream;
+    s->resume_arg = resume_arg;
+}
+
 /* Serve records frames (client/wire.c) on fd, one after the other, without Python: each one's records
  * run here, then its answer goes back; a frame of queued calls only (CW_MAGIC_QUEUED) gets no answer, and
  * its first error (or its refusal, a malformed record: CUDA_ERROR_UNKNOWN and why) goes with the next
@@ -1050,7 +1104,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
                 goto out;
             }
         }
-        if (take(fd, &pending, &pending_len, (char *)&h, sizeof h, wait_ns) != 0) {
+        if (session_take(s, fd, &pending, &pending_len, (char *)&h, sizeof h, wait_ns) != 0) {
             r = errno ? -1 : 0;
             if (errno)
                 cw_refuse(s, "the connection broke (%s)", strerror(errno));
@@ -1085,7 +1139,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
                 message_cap = cap;
             }
             uint32_t piece = (h.size < message_cap ? h.size : message_cap) - got;
-            broke = take(fd, &pending, &pending_len, message + got, piece, s->spin_ns) != 0;
+            broke = session_take(s, fd, &pending, &pending_len, message + got, piece, s->spin_ns) != 0;
             got += piece;
         }
         if (broke) {
@@ -1138,7 +1192,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
         struct cw_frame_header rh = {CW_MAGIC_RECORDS, (uint32_t)(sizeof cr + result_len + cr.error_len + output_len), 0};
         memcpy(reply, &rh, sizeof rh);
         memcpy(reply + sizeof rh, &cr, sizeof cr);
-        if (send_all(fd, reply, sizeof rh + rh.size) != 0) {
+        if (session_send(s, fd, reply, sizeof rh + rh.size) != 0) {
             cw_refuse(s, "the connection broke (%s)", strerror(errno));
             goto out;
         }

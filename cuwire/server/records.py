@@ -205,6 +205,12 @@ class RecordLoop:
         return {"bytes_in": out[0], "bytes_out": out[1], "latency_ns": out[2],
                 "latency": list(out[3:3 + len(LATENCY_BOUNDS_US) + 1])}
 
+    def stream(self, conn) -> None:
+        """The session's connection is a resumable stream (conn.stream, cuwire/wire/stream.py): the loop
+        counts and keeps what it receives and sends there, and a break waits for the resume."""
+        self.resume_handle = ffi.new_handle(conn)  # (kept alive while the loop may call back)
+        lib.cw_records_stream(self.state, conn.stream.c, self.resume_handle)
+
     def serve(self, fd: int, pending: bytes, deferred_error: int) -> Served:
         """Serve the records frames that come next on the socket `fd`, in C, until a frame of another
         kind. `deferred_error` goes with the first answer. A broken connection raises TransportError."""
@@ -216,6 +222,12 @@ class RecordLoop:
             raise TransportError(why)
         return Served(bytes(ffi.buffer(header, 16)) if r == 1 else None, used[0], count[0], deferred[0],
                       deferred_fn[0], why)
+
+
+@ffi.def_extern()
+def cw_records_resume(arg) -> int:
+    """records.c's connection broke: 1 when the session's stream resumed it (Connection.resumed)."""
+    return 1 if ffi.from_handle(arg).resumed() else 0
 
 
 @dataclass(frozen=True)

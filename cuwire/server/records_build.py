@@ -16,6 +16,9 @@ GENERATED = SERVER.parent / "generated"
 # shared memory for payloads (cuwire/wire/ring.py): the declarations between the header's cdef markers
 _RING = (SERVER.parent / "wire" / "shm_ring.h").read_text()
 RING_CDEF = _RING[_RING.index("/* cffi cdef: from here"):_RING.index("/* cffi cdef: to here")].split("\n", 1)[1]
+# ...and the session's stream, kept for a resume (cuwire/wire/stream.py)
+_STREAM = (SERVER.parent / "wire" / "stream.h").read_text()
+STREAM_CDEF = _STREAM[_STREAM.index("/* cffi cdef: from here"):_STREAM.index("/* cffi cdef: to here")].split("\n", 1)[1]
 
 CDEF = """
 typedef struct cw_records cw_records;
@@ -56,15 +59,18 @@ void cw_records_observe(cw_records *s, uint64_t ns, uint64_t in, uint64_t out);
 void *cw_records_host_node(cw_records *s, uint64_t id, void **fn);
 uint64_t cw_records_host_node_id(const cw_records *s, const void *arg);
 void cw_records_figures(const cw_records *s, uint64_t *out);
+void cw_records_stream(cw_records *s, cw_stream *stream, void *resume_arg);
+extern "Python" int cw_records_resume(void *);
 int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_len, size_t *used,
                      char *header_out, int *deferred_error, uint32_t *deferred_fn, uint64_t *count);
 """
 
 ffibuilder = cffi.FFI()
-ffibuilder.cdef(RING_CDEF + CDEF)
+ffibuilder.cdef(RING_CDEF + STREAM_CDEF + CDEF)
 ffibuilder.set_source(
-    "cuwire.server._records", '#include "records.c"\n#define CW_RING_IMPLEMENTATION\n#include "shm_ring.h"\n',
-    include_dirs=[str(SERVER), str(GENERATED), str(SERVER.parent / "wire")],  # socket_wait.h, shm_ring.h
+    "cuwire.server._records", '#define CW_STREAM_IMPLEMENTATION\n#include "records.c"\n'
+                              '#define CW_RING_IMPLEMENTATION\n#include "shm_ring.h"\n',
+    include_dirs=[str(SERVER), str(GENERATED), str(SERVER.parent / "wire")],  # socket_wait.h, shm_ring.h, stream.h
     extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"],
 )
 

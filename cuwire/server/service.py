@@ -29,6 +29,7 @@ from cuwire.server.bulk import IncomingPayload
 from cuwire.server.errors import WireError
 from cuwire.server.module_cache import ModuleCache
 from cuwire.server.records import function_table
+from cuwire.server.resume import SessionStream
 from cuwire.server.session import Session
 from cuwire.settings import Settings, host_port
 from cuwire.wire import compression, ring
@@ -82,6 +83,7 @@ class CuWireServer:
         # join key -> the session, its connection and the stripes that joined it so far (join)
         self.joins: dict[bytes, tuple[Session, Connection, list[Connection]]] = {}
         self.joins_lock = threading.Lock()
+        self.stopping = threading.Event()  # the server is ending: sessions whose connection drops end too
         if nvml_uuids is None and not settings.session_name and visible_devices.server_exposes(settings) is not None:
             nvml_uuids = [nvml_view.uuid_text(d.uuid) for d in self.devices]  # (some of the machine's GPUs)
         if nvml_uuids:  # last: the record loop's table (above) takes the library's own functions
@@ -182,12 +184,19 @@ class CuWireServer:
             driver_version=self.driver_version()))
         shared, fds = None, []
         from_relay = conn.sock.family == socket.AF_UNIX and relayed(conn.sock)  # TLS from another host
-        if conn.sock.family != socket.AF_UNIX or from_relay:
+        joined: list[Connection] = []
+        resumes = hello.resumes and self.settings.resume > 0  # (a client that comes back after a drop)
+        if conn.sock.family != socket.AF_UNIX or from_relay or resumes:
+            # the key the session's more connections name: its stripes and host-function connection (over
+            # TCP), and a resume of its connection
             session.join_key = join_key or os.urandom(16)
             with self.joins_lock:
-                self.joins[session.join_key] = (session, conn, [])
-            reply.welcome.join_key, reply.welcome.stripes = session.join_key, max(self.settings.stripes, 0)
+                self.joins[session.join_key] = (session, conn, joined)
+            reply.welcome.join_key = session.join_key
+        if conn.sock.family != socket.AF_UNIX or from_relay:
+            reply.welcome.stripes = max(self.settings.stripes, 0)
             session.stripes = conn.stripes
+        reply.welcome.resume_grace = self.settings.resume if resumes else 0.0
         if hello.ring_size and conn.sock.family == socket.AF_UNIX and not from_relay:
             try:
                 shared, fd = ring.create(records_ffi, records_lib, hello.ring_size, conn.sock.fileno(),
@@ -213,6 +222,9 @@ class CuWireServer:
             for fd in fds:
                 os.close(fd)
         conn.ring = shared
+        if resumes:  # from here on, the connection is a stream that survives a drop
+            session.resumable = SessionStream(self.settings, name, conn, from_relay, self.stopping)
+            session.records.stream(conn)
         log.info("session %s opened for pid %d on %s (%s), backend %s, over %s", name, hello.pid,
                  printable(hello.host), conn.peer, self.backend, "TCP with TLS" if from_relay else conn.kind)
         if self.backend == "emulated":
@@ -225,10 +237,19 @@ class CuWireServer:
         client's last one joins, then the session's large payloads go over all of them. Or the session's
         host-function connection (Hello.callbacks). Anything out of order is refused, and the session goes
         on without it."""
+        resumable = None
         with self.joins_lock:
             found = self.joins.get(hello.join)
             if found is None:
                 why = "no open session has that join key"
+                if hello.resume:
+                    why = ("no open session has that key: it ended (its wait for a resume, CUWIRE_RESUME, ran out), "
+                           "or the server restarted")
+            elif hello.resume:
+                resumable = found[0].resumable
+                why = resumable.offer_to(hello, conn) if resumable else "this server does not resume sessions"
+                if not why:
+                    return True  # (the session's thread, or the stripe's reader, answers it)
             elif hello.callbacks:
                 why = found[0].use_callbacks(conn)
             elif not 0 < hello.stripes <= self.settings.stripes:
@@ -239,6 +260,7 @@ class CuWireServer:
                 why = ""
                 session, main, joined = found
                 joined.append(conn)
+                resumable = session.resumable
                 if len(joined) == hello.stripes:
                     main.stripes.extend(joined)
                     log.info("session %s: %d more connections joined, for large payloads", session.name,
@@ -248,6 +270,8 @@ class CuWireServer:
             conn.send(pb.Reply(error=f"the connection was refused: {why}", refusal=pb.PROTOCOL).SerializeToString())
             return False
         conn.send(pb.Reply(welcome=pb.Welcome(session=self.settings.session_name)).SerializeToString())
+        if resumable and not hello.callbacks:  # (from its welcome on, as the client's end counts)
+            resumable.stripe_joined(hello.stripe, conn)
         return True
 
     def forget(self, session: Session) -> None:
@@ -327,6 +351,8 @@ def serve_connection(state: CuWireServer, conn: Connection, first: bytes | None 
                 if session is None:
                     return
             else:
+                if batch.ending and session.resumable:
+                    session.resumable.ending = True
                 reply = session.run(batch, payload)
                 received = conn.received
                 if not batch.no_reply:

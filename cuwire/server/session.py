@@ -122,6 +122,7 @@ class Session:
         self.graph_parts: graphs.Parts | None = None  # conditional handles and bodies, graph memory
         self.ipc: ipc.Ipc | None = None  # memory and events shared with other sessions (cuIpc*)
         self.join_key = b""  # what the session's stripes say in their hello (service.py join)
+        self.resumable = None  # its connection's stream, when a drop waits for the client (server/resume.py)
         self.stripes: list = []  # its connection's stripes, which large copies go over at once (bulk.py)
         self.callbacks = None  # over TCP: the connection its client runs host functions on (use_callbacks)
         # queued calls run in C; it checks handles and kernels against what owns_handle and _describe tell it

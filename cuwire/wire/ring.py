@@ -41,10 +41,11 @@ def _transport_error(why: str) -> Exception:
     return TransportError(why)
 
 
-def cdef() -> str:
-    """The C both sides call, as cffi declarations (the client library's build; the server's records
-    module reads the same lines itself, server/records_build.py, as pip's build cannot import cuwire)."""
-    text = HEADER.read_text()
+def cdef(header: Path = HEADER) -> str:
+    """The C both sides call, as cffi declarations: those between a header's cdef markers (this module's
+    header, or stream.h's; the client library's build; the server's records module reads the same lines
+    itself, server/records_build.py, as pip's build cannot import cuwire)."""
+    text = header.read_text()
     return text[text.index("/* cffi cdef: from here"):text.index("/* cffi cdef: to here")].split("\n", 1)[1]
 
 

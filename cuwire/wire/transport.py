@@ -19,6 +19,7 @@ network namespace, as loopback does: a client reaches the socket exactly when it
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import itertools
 import os
@@ -34,6 +35,7 @@ from cuwire.generated import cuwire_pb2 as pb
 from cuwire.settings import Settings, host_port
 from cuwire.wire import layouts
 from cuwire.wire import stripes as striping
+from cuwire.wire.stream import Stream
 from cuwire.wire.stripes import MAGIC_STRIPED, StripeError
 from cuwire.wire.tls import ClientTls, TlsError, TlsSocket, relay
 
@@ -110,6 +112,10 @@ class TransportError(Exception):
         self.refusal = refusal
 
 
+class ServerGone(TransportError):
+    """Nothing listens where the server was (the connection was refused): its sessions ended with it."""
+
+
 class Transport(Protocol):
     def exchange(self, batch: pb.Batch) -> pb.Reply:
         """Send one batch and wait for its reply."""
@@ -162,6 +168,8 @@ class Connection:
         self.striped_sent = self.striped_received = 0  # striped frames so far, each way (their numbers)
         self.striped_bytes = 0  # payload bytes that went over the stripes, both ways
         self.striped_in: striping.Reader | None = None  # the striped payload being received
+        # the session's stream, counted and kept for a resume (stream.py); None: a drop ends the session
+        self.stream: Stream | None = None
 
     @property
     def kind(self) -> str:
@@ -238,18 +246,38 @@ class Connection:
         return fds
 
     def send_raw(self, data: Buffer) -> None:
+        """Send all of data (held against a resume from another thread where the stream says: stream.py)."""
+        lock = self.stream.io_lock if self.stream is not None else None
+        if lock is None:
+            return self._send_raw(data)
+        with lock:
+            return self._send_raw(data)
+
+    def _send_raw(self, data: Buffer) -> None:
         """Send all of data. A peer that closes while we wait to send (its window full, as when a server
         stops reading and exits) ends the send with TransportError: a blocking sendall would wait for
         good. MSG_NOSIGNAL: a peer that is gone is an error here, not SIGPIPE, which would kill a C
         program that embeds the client (its Python leaves signals as the program set them)."""
         view = memoryview(data).cast("B")
+        if self.stream is not None:
+            self.stream.sent(view)
         while view:
             try:
-                n = self.sock.send(view, NOSIGNAL | socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                self._wait_writable()
-                continue
+                try:
+                    n = self.sock.send(view, NOSIGNAL | socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    self._wait_writable()
+                    continue
+            except (OSError, TransportError):
+                if self.resumed():  # (the resume sent the rest, from the stream's kept bytes)
+                    return
+                raise
             view = view[n:]
+
+    def resumed(self) -> bool:
+        """The connection broke: whether the session's stream resumed it (on a new socket under the same
+        descriptor, the peer's missing bytes sent again), so that the send or receive goes on."""
+        return self.stream is not None and self.stream.resume is not None and self.stream.resume(self)
 
     def _wait_writable(self) -> None:
         """Until the socket takes more bytes. The peer sends nothing while a frame comes in (replies follow
@@ -368,6 +396,13 @@ class Connection:
         return buf
 
     def fill(self, view: memoryview, at_start: bool = False) -> None:
+        lock = self.stream.io_lock if self.stream is not None else None
+        if lock is None:
+            return self._fill(view, at_start)
+        with lock:
+            return self._fill(view, at_start)
+
+    def _fill(self, view: memoryview, at_start: bool = False) -> None:
         got, n = 0, len(view)
         self.received += n
         if self.ahead_end > self.ahead_start:
@@ -376,11 +411,20 @@ class Connection:
             self.ahead_start += got
         while got < n:
             small = n - got < READ_AHEAD
-            k = self.sock.recv_into(self.ahead if small else view[got:], READ_AHEAD if small else n - got)
+            try:
+                k = self.sock.recv_into(self.ahead if small else view[got:], READ_AHEAD if small else n - got)
+            except OSError:
+                if self.resumed():
+                    continue
+                raise
             if k == 0:
+                if self.resumed():
+                    continue
                 if at_start and got == 0:
                     raise EOFError
                 raise TransportError("the connection closed in the middle of a frame")
+            if self.stream is not None:
+                self.stream.received(k)
             if small:
                 used = min(k, n - got)
                 view[got:got + used] = self.ahead[:used]
@@ -399,6 +443,26 @@ class Connection:
             self.sock.close()
         except OSError:
             pass
+        if self.stream is not None:  # (its C memory; nothing sends on the connection any more)
+            self.stream.close()
+
+
+def _frame_exactly(sock: socket.socket) -> bytes:
+    """One frame's message (one without payload: a welcome), read byte-exact: what follows it on the socket
+    is left there for whoever reads next (client/wire.c, when a resume's resend follows)."""
+    def exactly(n: int) -> bytes:
+        data = bytearray()
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise EOFError
+            data += chunk
+        return bytes(data)
+
+    magic, size, payload_size = HEADER.unpack(exactly(HEADER.size))
+    if magic != MAGIC or size > HELLO_MAX or payload_size:
+        raise TransportError("the server's answer to a resume is not a welcome")
+    return exactly(size)
 
 
 def connect_local(port: int, timeout: float) -> socket.socket | None:
@@ -429,6 +493,7 @@ class SocketTransport:
             raise TransportError(f"a Unix socket reaches only a server on this host, and {address} is not a loopback "
                                  "address (CUWIRE_TRANSPORT=unix)")
         self.start(address)
+        self.host, self.port, self.tls, self.connect_timeout = host, port, tls, connect_timeout
         if mode in ("auto", "unix") and is_loopback(host):
             sock = connect_local(port, connect_timeout)
             if sock is not None:
@@ -438,7 +503,6 @@ class SocketTransport:
             if mode == "unix":
                 raise TransportError(f"cannot reach the cuwire server at {address} over its Unix socket (nothing "
                                      "listens there in this network namespace; CUWIRE_TRANSPORT=unix)")
-        self.host, self.port, self.tls, self.connect_timeout = host, port, tls, connect_timeout
         self.connection = Connection(self.connect_tcp(), address)
 
     def start(self, address: str) -> None:
@@ -448,6 +512,9 @@ class SocketTransport:
         self.join: pb.Hello | None = None  # the hello of the session's more connections (may_join)
         self.stripes_wanted = 0  # stripes to open at the first large payload (open_stripes)
         self.extra: list = []  # the host-function connection's sockets (open_callbacks), closed with the session
+        self.resume_hello: pb.Hello | None = None  # what a resume says (resumable)
+        self.resume_grace = 0.0  # how long the server waits for it
+        self.resume_refused = ""  # why the server would not take a resume, the last time it would not
 
     @classmethod
     def over(cls, connection: Connection, address: str) -> SocketTransport:
@@ -457,9 +524,11 @@ class SocketTransport:
         transport.connection = connection
         return transport
 
-    def connect_tcp(self) -> socket.socket:
-        """A new TCP connection to the server (with TLS when the session has it)."""
-        address, host, port, tls, connect_timeout = self.address, self.host, self.port, self.tls, self.connect_timeout
+    def connect_tcp(self, timeout: float | None = None) -> socket.socket:
+        """A new TCP connection to the server (with TLS when the session has it), within `timeout` seconds
+        (the transport's connect timeout when None)."""
+        address, host, port, tls = self.address, self.host, self.port, self.tls
+        connect_timeout = self.connect_timeout if timeout is None else timeout
         try:
             sock = socket.create_connection((host, port), timeout=connect_timeout)
         except socket.gaierror as e:
@@ -469,8 +538,8 @@ class SocketTransport:
             raise TransportError(f"cannot reach the cuwire server at {address} (nothing answered within "
                                  f"{connect_timeout:.0f} s)") from None
         except ConnectionRefusedError:
-            raise TransportError(f"cannot reach the cuwire server at {address}: connection refused "
-                                 "(no server on that port)") from None
+            raise ServerGone(f"cannot reach the cuwire server at {address}: connection refused "
+                             "(no server on that port)") from None
         except OSError as e:
             raise TransportError(f"cannot reach the cuwire server at {address} ({e.strerror or e})") from None
         if tls is not None:
@@ -496,6 +565,100 @@ class SocketTransport:
             self.join.CopyFrom(hello)
             self.join.join = welcome.join_key
             self.stripes_wanted = max(min(stripes, welcome.stripes), 0)
+
+    def resumable(self, hello: pb.Hello, welcome: pb.Welcome, ffi, lib, window: int) -> None:
+        """From the welcome on, the connection is a stream that survives a drop (stream.py), where the server
+        waits for a resume: `ffi`, `lib` are the client library's (its C sends on the connection too)."""
+        if welcome.resume_grace <= 0 or not welcome.join_key:
+            return
+        self.resume_hello = pb.Hello()
+        self.resume_hello.CopyFrom(hello)
+        self.resume_hello.ClearField("keep_free")
+        self.resume_hello.ring_size = self.resume_hello.host_address = self.resume_hello.host_span = 0
+        self.resume_hello.join, self.resume_hello.resume = welcome.join_key, True
+        self.resume_grace = welcome.resume_grace
+        self.stream_c, self.resume_window = (ffi, lib), window
+        self.connection.stream = Stream(ffi, lib, window, resume=self.resume)
+
+    def resume(self, conn: Connection, stripe: int | None = None, stripes: int = 0) -> bool:
+        """The session's connection broke (the wire lock held), or its stripe `stripe` of `stripes` (its
+        thread): connect again, within the server's grace, and pick up where it was. True when the stream
+        goes on, on a new socket under the same descriptor (client/wire.c keeps its number); False, with
+        resume_refused set, when the server no longer has the session or the time ran out."""
+        stream = conn.stream
+        if stripe is None:  # its stripes too, at once: the server may wait on one of them before it answers here
+            for i, other in enumerate(conn.stripes):
+                if other.stream is not None:
+                    other.stream.io_lock.acquire()  # (released once it resumed: the stripe's next use waits)
+                    threading.Thread(target=self._resume_stripe, args=(other, i, len(conn.stripes)),
+                                     name=f"cuwire-resume-stripe-{i}", daemon=True).start()
+        deadline, pause = time.monotonic() + self.resume_grace, 0.05
+        self.resume_refused = f"it did not come back within {self.resume_grace:.0f} s"
+        while time.monotonic() < deadline:
+            new = None
+            try:
+                new = self.reconnect(max(0.5, min(self.connect_timeout, deadline - time.monotonic())))
+                hello = pb.Hello()
+                hello.CopyFrom(self.resume_hello)
+                hello.received = stream.received_total
+                if stripe is not None:
+                    hello.stripe, hello.stripes = stripe, stripes
+                new.sock.settimeout(max(0.5, min(WELCOME_TIMEOUT, deadline - time.monotonic())))
+                new.send(pb.Batch(hello=hello).SerializeToString())
+                reply = self._parse(_frame_exactly(new.sock))  # (no byte after it read: the server's resend)
+                if not reply.HasField("welcome"):
+                    new.close()
+                    self.resume_refused = reply.error or "the server refused it"
+                    return False
+                missing = stream.since(reply.welcome.received)
+                if missing is None:
+                    new.close()
+                    self.resume_refused = ("more bytes were in flight when it dropped than CUWIRE_RESUME_WINDOW "
+                                           "keeps")
+                    return False
+                new.sock.settimeout(None)
+                if isinstance(conn.sock, TlsSocket) or isinstance(new.sock, TlsSocket):  # (swapped below)
+                    conn.sock = new.sock  # (client/wire.c does not send over TLS)
+                else:
+                    os.dup2(new.sock.fileno(), conn.sock.fileno(), inheritable=False)
+                    new.sock.close()
+                for part in missing:
+                    view = part
+                    while view:
+                        view = view[conn.sock.send(view, NOSIGNAL):]
+            except ServerGone as e:  # (not a dropped connection: the server, and the session with it, ended)
+                self.resume_refused = str(e)
+                return False
+            except (TransportError, OSError, EOFError, ValueError) as e:
+                if new is not None and new.sock is not conn.sock:
+                    new.close()
+                self.resume_refused = f"it did not come back within {self.resume_grace:.0f} s ({e or type(e).__name__})"
+                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                pause = min(pause * 2, 1.0)
+                continue
+            stream.resumes += 1
+            self.resume_refused = ""
+            return True
+        return False
+
+    def _resume_stripe(self, conn: Connection, stripe: int, stripes: int) -> None:
+        """A stripe resumed beside the session's connection, its io_lock held (released here): the bytes
+        each side lacks may have to wait for the other to read them. One that cannot resume stays broken,
+        and the next payload over it says so."""
+        try:
+            self.resume(conn, stripe=stripe, stripes=stripes)
+        finally:
+            conn.stream.io_lock.release()
+
+    def reconnect(self, timeout: float) -> Connection:
+        """A new connection to the server, as the session's first one went (its Unix socket, or TCP with
+        TLS when the session has it)."""
+        if self.connection.sock.family == socket.AF_UNIX and self.tls is None:
+            sock = connect_local(self.port, timeout)
+            if sock is None:
+                raise ServerGone(f"nothing listens on the Unix socket of the cuwire server at {self.address}")
+            return Connection(sock, self.address)
+        return Connection(self.connect_tcp(timeout), self.address)
 
     def joined(self, **fields) -> Connection:
         """One more connection of the session's, welcomed (TransportError with the server's reason if not)."""
@@ -531,6 +694,12 @@ class SocketTransport:
             print(f"cuwire: large copies go over one connection: stripe {len(opened)} of {count} could not "
                   f"join the session ({e or type(e).__name__})", file=sys.stderr)
             return
+        if self.resume_hello is not None:  # each stripe resumes as the session's connection does
+            ffi, lib = self.stream_c
+            for i, conn in enumerate(opened):
+                conn.stream = Stream(ffi, lib, self.resume_window,
+                                     resume=functools.partial(self.resume, stripe=i, stripes=count))
+                conn.stream.io_lock = threading.Lock()  # (a resume of the session's connection resumes it too)
         self.connection.stripes = opened
 
     def exchange(self, batch: pb.Batch) -> pb.Reply:
@@ -556,12 +725,23 @@ class SocketTransport:
             back, direct = self.connection.read_payload_into(size, () if reply.payload_codec else into)
             self.rate = max(self.rate, self.connection.rate if not reply.payload_codec else 0.0)
         except EOFError:
-            raise TransportError(f"lost the cuwire server at {self.address}: it ended the session") from None
+            raise TransportError(f"lost the cuwire server at {self.address}: it ended the session"
+                                 f"{self.resume_note()}") from None
         except OSError as e:
-            raise TransportError(f"lost the cuwire server at {self.address} ({e.strerror or e})") from None
+            raise TransportError(f"lost the cuwire server at {self.address} ({e.strerror or e})"
+                                 f"{self.resume_note()}") from None
         except TransportError as e:
-            raise TransportError(f"lost the cuwire server at {self.address}: {e}") from None
+            raise TransportError(f"lost the cuwire server at {self.address}: {e}{self.resume_note()}") from None
         return reply, back, direct
+
+    def resumes(self) -> int:
+        """How many times the session's connection dropped and resumed (what --stats says)."""
+        stream = self.connection.stream
+        return stream.resumes if stream is not None else 0
+
+    def resume_note(self) -> str:
+        """Why the session did not resume, for the message that says it is lost ("" when none was tried)."""
+        return f"; the session could not resume: {self.resume_refused}" if self.resume_refused else ""
 
     def _parse(self, message: bytes) -> pb.Reply:
         try:
@@ -575,9 +755,10 @@ class SocketTransport:
         try:
             self.connection.send(batch.SerializeToString())
         except OSError as e:
-            raise TransportError(f"lost the cuwire server at {self.address} ({e.strerror or e})") from None
+            raise TransportError(f"lost the cuwire server at {self.address} ({e.strerror or e})"
+                                 f"{self.resume_note()}") from None
         except TransportError as e:
-            raise TransportError(f"lost the cuwire server at {self.address}: {e}") from None
+            raise TransportError(f"lost the cuwire server at {self.address}: {e}{self.resume_note()}") from None
 
     def open_callbacks(self) -> int:
         """The session's host-function connection (Hello.callbacks): the server posts the program's host
@@ -596,10 +777,23 @@ class SocketTransport:
         return theirs.fileno()
 
     def close(self) -> None:
+        self.say_ending()
         for extra in self.extra:
             extra.close()
         self.extra = []
         self.connection.close()
+
+    def say_ending(self) -> None:
+        """A resumable session's last word (Batch.ending, no reply): the client is done with it, so the
+        server ends it when the connection closes, instead of waiting for a resume."""
+        conn = self.connection
+        if conn.stream is None or conn.stream.resume is None:
+            return
+        conn.stream.resume = None  # (a drop from now on is the end)
+        try:
+            conn.send(pb.Batch(ending=True, no_reply=True).SerializeToString())
+        except (OSError, TransportError):
+            pass
 
 
 class SharedMemory(Protocol):
