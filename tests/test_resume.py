@@ -132,3 +132,14 @@ def test_the_kept_bytes():
     stream.received(7)
     assert stream.received_total == 7
     stream.close()
+
+
+def test_a_connection_dropped_in_the_hello_is_tried_again(server, apps: Path, client_lib):
+    """Before the welcome there is no stream to resume: the session's hello goes again on a new connection."""
+    link = CutLink(server.port, [(TO_SERVER, 50)])  # (in the middle of the hello)
+    try:
+        r = run_remote(apps / "vector_add", client_lib, link.address, env={"CUWIRE_TRANSPORT": "tcp"})
+    finally:
+        link.close()
+    assert link.done == [(TO_SERVER, 50)] and link.connections == 2
+    assert r.returncode == 0 and "vector_add: PASS" in r.stdout, r.stderr

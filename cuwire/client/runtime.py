@@ -33,7 +33,7 @@ from cuwire.settings import Settings
 from cuwire.wire import compression, ring
 from cuwire.wire.hello import make_hello
 from cuwire.wire.tls import ClientTls, TlsSocket
-from cuwire.wire.transport import BULK, MAX_MESSAGE, SocketTransport, TransportError, open_session
+from cuwire.wire.transport import BULK, MAX_MESSAGE, Dropped, SocketTransport, TransportError, open_session
 
 # The CUresult codes used here.
 INVALID_VALUE, OUT_OF_MEMORY, DEVICE_UNAVAILABLE = (
@@ -111,6 +111,9 @@ class Stats:
     connected: float = 0.0  # time.monotonic() when the session opened
 
 
+OPEN_ATTEMPTS = 4  # tries of a session's hello whose connection dropped before the welcome
+
+
 class Session:
     """The client's half of one server session: connection, handshake, caches that live as long as it."""
 
@@ -122,8 +125,18 @@ class Session:
         self.transport: SocketTransport
         self.host: SharedHost | None = None  # host memory shared with the server (page-locked allocations)
         self.reserved = 0  # address space reserved for shared page-locked memory (offer)
-        self.transport, reply = open_session(settings.server, hello, mode=settings.transport, shared=self,
-                                             tls=ClientTls.from_settings(settings))
+        for attempt in range(OPEN_ATTEMPTS):  # a connection dropped in the hello is tried again, as later ones
+            try:  # resume (a refusal, a server that is not there or does not answer: at once)
+                self.transport, reply = open_session(settings.server, hello, mode=settings.transport, shared=self,
+                                                     tls=ClientTls.from_settings(settings))
+                break
+            except Dropped:
+                if self.reserved:
+                    lib.cw_unmap(self.reserved, ring.HOST_SPAN)
+                    self.reserved = 0
+                if attempt == OPEN_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.1 * 2 ** attempt)
         if self.reserved:  # the server took no shared memory: the reservation is not needed
             lib.cw_unmap(self.reserved, ring.HOST_SPAN)
             self.reserved = 0

@@ -112,6 +112,10 @@ class TransportError(Exception):
         self.refusal = refusal
 
 
+class Dropped(TransportError):
+    """The connection closed or was reset under a frame (what a session open tries again)."""
+
+
 class ServerGone(TransportError):
     """Nothing listens where the server was (the connection was refused): its sessions ended with it."""
 
@@ -422,7 +426,7 @@ class Connection:
                     continue
                 if at_start and got == 0:
                     raise EOFError
-                raise TransportError("the connection closed in the middle of a frame")
+                raise Dropped("the connection closed in the middle of a frame")
             if self.stream is not None:
                 self.stream.received(k)
             if small:
@@ -725,13 +729,13 @@ class SocketTransport:
             back, direct = self.connection.read_payload_into(size, () if reply.payload_codec else into)
             self.rate = max(self.rate, self.connection.rate if not reply.payload_codec else 0.0)
         except EOFError:
-            raise TransportError(f"lost the cuwire server at {self.address}: it ended the session"
-                                 f"{self.resume_note()}") from None
+            raise Dropped(f"lost the cuwire server at {self.address}: it ended the session"
+                          f"{self.resume_note()}") from None
         except OSError as e:
-            raise TransportError(f"lost the cuwire server at {self.address} ({e.strerror or e})"
-                                 f"{self.resume_note()}") from None
+            kind = Dropped if isinstance(e, ConnectionError) else TransportError
+            raise kind(f"lost the cuwire server at {self.address} ({e.strerror or e}){self.resume_note()}") from None
         except TransportError as e:
-            raise TransportError(f"lost the cuwire server at {self.address}: {e}{self.resume_note()}") from None
+            raise type(e)(f"lost the cuwire server at {self.address}: {e}{self.resume_note()}") from None
         return reply, back, direct
 
     def resumes(self) -> int:
@@ -842,7 +846,8 @@ def open_session(address: str, hello: pb.Hello, connect_timeout: float = 10.0, m
             if local:
                 fds = conn.receive_fds(2)
         except (OSError, EOFError) as e:
-            raise TransportError(f"lost the cuwire server at {address} ({e or type(e).__name__})") from None
+            kind = Dropped if isinstance(e, (ConnectionError, EOFError)) else TransportError
+            raise kind(f"lost the cuwire server at {address} ({e or type(e).__name__})") from None
         try:
             reply, _, _ = transport.exchange_with_payload(None, max_payload=0)  # a welcome has no payload
         except TransportError:
