@@ -14,7 +14,7 @@ from conftest import APPS, ServerProcess, run_remote
 from test_wire_errors import HELLO, allocate, fn_id, serving
 
 from cuwire.generated import cuwire_pb2 as pb
-from cuwire.wire import stripes
+from cuwire.wire import layouts, stripes
 from cuwire.wire.transport import SocketTransport, TransportError, open_session
 
 SIZE = (24 << 20) + 5  # over stripes.MIN, in parts that do not all end on a boundary
@@ -218,13 +218,14 @@ def test_host_functions_over_tcp_wait_for_the_client_and_end_with_it(any_server)
     assert res.status == 0
     host_func = struct.pack("<II", generated.OP_IDS["HostFunc"], 16) + struct.pack("<QQ", res.phStream, 77)
     t.send_only(pb.Batch(records=host_func, no_reply=True))
-    assert struct.unpack("<Q", channel.recv(8, socket.MSG_WAITALL)) == (77,)  # the stream reached it
-    channel.sendall(struct.pack("<Q", 77))  # ran: the stream goes on
+    post = layouts.layout("cw_host_post")  # (id, the post's number)
+    assert post.unpack(channel.recv(post.size, socket.MSG_WAITALL)) == (77, 1)  # the stream reached it
+    channel.sendall(struct.pack("<Q", 1))  # ran: the stream goes on
     sync = pb.Batch(fn=fn_id("cuStreamSynchronize"),
                     args=pb.cuStreamSynchronize_Args(hStream=res.phStream).SerializeToString())
     assert pb.cuStreamSynchronize_Result.FromString(t.exchange(sync).result).status == 0
     t.send_only(pb.Batch(records=host_func.replace(struct.pack("<Q", 77), struct.pack("<Q", 78)), no_reply=True))
-    assert struct.unpack("<Q", channel.recv(8, socket.MSG_WAITALL)) == (78,)
+    assert post.unpack(channel.recv(post.size, socket.MSG_WAITALL)) == (78, 2)
     channel.close()
     t.close()  # the client goes while the host function waits for it
     deadline = time.monotonic() + 15

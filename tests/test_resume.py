@@ -1,5 +1,6 @@
 """A session whose connection drops goes on (cuwire/wire/stream.py, server/resume.py): links cut (reset) in
-the middle of frames both ways, of striped payloads and of queued work, over TCP, TLS and the Unix socket,
+the middle of frames both ways, of striped payloads, of queued work and of host functions waiting for the
+client (the host-function connection), over TCP, TLS and the Unix socket,
 end with the same results as an uncut run; a server that restarted, or a client that stays away past the
 grace period, ends the session with a clear error; a program that ends is not waited for."""
 
@@ -21,6 +22,7 @@ from cuwire.wire.stream import Stream
 # MiB each way; cuts of the first kilobytes land in its first small calls
 LARGE_CUTS = [(TO_SERVER, 1000), (TO_CLIENT, 20000), (TO_CLIENT, 30_000_000), (TO_SERVER, 50_000_003),
               (TO_CLIENT, 110_000_000), (TO_SERVER, 120_000_000)]
+HOST_CUTS = [(TO_SERVER, 3000), (TO_CLIENT, 2000), (TO_SERVER, 12000)]  # (the host-function connection too)
 STEP_CUTS = [(TO_SERVER, 5000), (TO_CLIENT, 3000), (TO_SERVER, 20011), (TO_CLIENT, 9007)]
 ARGS = {"step_loop": ["150"]}
 
@@ -48,6 +50,7 @@ def cut_server(request, tmp_path_factory):
 @pytest.mark.parametrize("app, cuts, expected", [
     ("large_copies", LARGE_CUTS, "large_copies: PASS"),
     ("step_loop", STEP_CUTS, "150 steps on a stream and 150 on the null stream, 0 bytes read back wrong"),
+    ("host_func_loop", HOST_CUTS, "200 of 200 host functions ran, 0 out of order"),
 ])
 def test_a_cut_session_ends_as_an_uncut_one(cut_server, apps: Path, client_lib, app, cuts, expected):
     unix = cut_server.kind == "unix"

@@ -6,8 +6,9 @@
  * reaches it, posts the id to the client and waits until this file's thread has run the program's
  * function: the stream's later work waits for it, as natively. A client on the server's host gets the ids
  * through the memory the session shares with it (cuwire/wire/shm_ring.h); one over TCP on a connection of the
- * session's own, opened at its first host function (Hello.callbacks): the server writes the id (u64), this
- * thread runs the function and writes the id back. */
+ * session's own, opened at its first host function (Hello.callbacks): the server writes the id and the post's
+ * number (struct cw_host_post), this thread runs the function and writes the number back. When that
+ * connection drops, the thread opens it again (a resumable session) and the server posts again what waited. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdlib.h>
@@ -54,12 +55,40 @@ static struct pending *take(uint64_t id)
     return found;
 }
 
+/* The next id the server posts: from the shared memory, or from the connection (struct cw_host_post). Over
+ * the connection, a post numbered at or below *done was run already (its answer was lost when the
+ * connection dropped, and the server posted it again on the new one): it is only answered again. 0, or -1
+ * when the session ends. */
+static int next_post(cw_ring *r, int *fd, uint64_t *done, uint64_t *id, uint64_t *seq)
+{
+    if (r)
+        return cw_ring_next_callback(r, id);
+    for (;;) {
+        struct cw_host_post post;
+        if (*fd >= 0 && cuwire_recv_all(*fd, (char *)&post, sizeof post, 0) == 0) {
+            if (post.seq > *done) {
+                *id = post.id;
+                *seq = post.seq;
+                return 0;
+            }
+            if (cuwire_send_all(*fd, (const char *)&post.seq, sizeof post.seq) == 0)
+                continue;
+        }
+        *fd = CUWIRE_READY() ? cuwire_py_callbacks_again() : -1; /* (the session's resume: transport.py) */
+        if (*fd < 0)
+            return -1;
+        pthread_mutex_lock(&lock);
+        channel = *fd;
+        pthread_mutex_unlock(&lock);
+    }
+}
+
 static void *run(void *arg)
 {
     cw_ring *r = arg; /* NULL: the ids come on the connection */
     int fd = channel;
-    uint64_t id;
-    while (r ? cw_ring_next_callback(r, &id) == 0 : cuwire_recv_all(fd, (char *)&id, sizeof id, 0) == 0) {
+    uint64_t id, seq = 0, done = 0;
+    while (next_post(r, &fd, &done, &id, &seq) == 0) {
         struct pending *p = take(id);
         cuwire_graph_copies_back(0); /* what a graph's memcpy nodes wrote to pageable memory, before it runs */
         if (p && p->fn)
@@ -71,8 +100,10 @@ static void *run(void *arg)
         /* an id we never gave is acknowledged too: the server's stream goes on */
         if (r)
             cw_ring_callback_done(r);
-        else if (cuwire_send_all(fd, (const char *)&id, sizeof id) != 0)
-            break;
+        else {
+            done = seq;
+            cuwire_send_all(fd, (const char *)&seq, sizeof seq); /* (lost with the connection: posted again) */
+        }
     }
     return NULL;
 }

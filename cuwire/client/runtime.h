@@ -140,5 +140,6 @@ CW_FROM_PYTHON void cuwire_set_devices(int count, int n_attrs, const int32_t *at
 CW_IN_PYTHON int cuwire_py_flush(void);
 CW_IN_PYTHON int cuwire_py_send_queued(void);
 CW_IN_PYTHON int cuwire_py_callbacks(void);
+CW_IN_PYTHON int cuwire_py_callbacks_again(void); /* its host-function connection, opened again: fd or -1 */
 
 #endif

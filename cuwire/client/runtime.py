@@ -372,6 +372,11 @@ class Client:
             try:
                 fd = session.transport.open_callbacks()
             except TransportError as e:
+                # (a connection dropped as it opened: tried again, within the grace, where the session resumes)
+                fd = session.transport.reopen_callbacks() if not e.refusal else -1
+                if fd >= 0:
+                    lib.cuwire_callbacks_socket(fd)
+                    return 0
                 if not self.callbacks_refused:
                     self.callbacks_refused = True
                     print(f"cuwire: no connection for host functions: {e}", file=sys.stderr)
@@ -997,6 +1002,15 @@ def cuwire_py_host_free(address: int) -> int:
 def cuwire_py_callbacks() -> int:
     """Over TCP: open the session's host-function connection for client/callbacks.c; 0 or the CUDA error."""
     return client.open_callbacks()
+
+
+@ffi.def_extern(name="cuwire_py_callbacks_again")
+def callbacks_again() -> int:
+    """client/callbacks.c's host-function connection dropped: a new one, as the session resumes (its
+    descriptor), or -1 (the thread stops). Without the client's lock: a call holding it may be waiting for
+    the very host function the server posts again on the new connection."""
+    session = client.session
+    return session.transport.reopen_callbacks() if session is not None else -1
 
 
 @ffi.def_extern(onerror=on_error)

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <pthread.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "frames.h"
@@ -74,6 +75,10 @@ typedef struct {
 typedef struct cw_callback_socket {
     int fd; /* -1: none */
     pthread_mutex_t lock;
+    pthread_cond_t replaced; /* the client's new connection took the broken one's place (cw_records_callbacks) */
+    uint64_t seq;            /* posts so far (struct cw_host_post) */
+    long resume_ms;          /* how long a post whose connection broke waits for a new one (0: it is skipped) */
+    int stopped;             /* the session ends: posts are skipped */
 } cw_callback_socket;
 
 struct cw_records {
@@ -296,6 +301,7 @@ cw_records *cw_records_new(void)
     if (s) {
         s->callbacks.fd = -1;
         pthread_mutex_init(&s->callbacks.lock, NULL);
+        pthread_cond_init(&s->callbacks.replaced, NULL);
     }
     return s;
 }
@@ -339,18 +345,27 @@ void cw_records_ring(cw_records *s, uint32_t host_func, cw_ring *ring)
 
 /* A client over TCP: its host functions (HostFunc records) are posted on this connection (the caller keeps
  * it open until the session's streams are done, after cw_records_callbacks_stop). */
-void cw_records_callbacks(cw_records *s, uint32_t host_func, int fd)
+void cw_records_callbacks(cw_records *s, uint32_t host_func, int fd, long resume_ms)
 {
     s->host_func_id = host_func;
+    pthread_mutex_lock(&s->callbacks.lock); /* (a post waiting for a new connection takes this one) */
     s->callbacks.fd = fd;
+    s->callbacks.resume_ms = resume_ms;
+    pthread_cond_broadcast(&s->callbacks.replaced);
+    pthread_mutex_unlock(&s->callbacks.lock);
 }
 
 /* The session ends: a host function waiting for the client returns at once (it is skipped), and so does
  * every later one. */
 void cw_records_callbacks_stop(cw_records *s)
 {
-    if (s->callbacks.fd >= 0)
-        shutdown(s->callbacks.fd, SHUT_RDWR);
+    __atomic_store_n(&s->callbacks.stopped, 1, __ATOMIC_RELAXED);
+    int fd = s->callbacks.fd;
+    if (fd >= 0)
+        shutdown(fd, SHUT_RDWR);
+    pthread_mutex_lock(&s->callbacks.lock);
+    pthread_cond_broadcast(&s->callbacks.replaced);
+    pthread_mutex_unlock(&s->callbacks.lock);
 }
 
 /* Host memory shared with the client (its page-locked allocations, cuwire/wire/ring.py): CopyShared records
@@ -659,18 +674,39 @@ struct cw_host_call {
 static int send_all(int fd, const char *buf, size_t len);
 static int take(int fd, const char **pending, size_t *pending_len, char *buf, size_t n, long spin_ns);
 
-/* Write the id on the connection, wait for the client to write it back (it ran the function). A client
- * that is gone, or answers out of step, ends the connection: this and later host functions are skipped. */
+/* Write the post on the connection, wait for the client to write its number back (it ran the function).
+ * When the connection breaks (or the client answers out of step), the post waits up to resume_ms for the
+ * client's new connection and goes again there; past that, or once the session ends, this and later host
+ * functions are skipped. */
 static void cw_socket_post_callback(cw_callback_socket *c, uint64_t id)
 {
     pthread_mutex_lock(&c->lock);
-    uint64_t ack = ~id;
-    const char *none = "";
-    size_t nothing = 0;
-    int ok = c->fd >= 0 && send_all(c->fd, (const char *)&id, sizeof id) == 0 &&
-             take(c->fd, &none, &nothing, (char *)&ack, sizeof ack, 0) == 0;
-    if (c->fd >= 0 && (!ok || ack != id))
-        shutdown(c->fd, SHUT_RDWR);
+    struct cw_host_post post = {id, ++c->seq};
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += c->resume_ms / 1000;
+    deadline.tv_nsec += (c->resume_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    for (;;) {
+        int fd = c->fd;
+        uint64_t ack = ~post.seq;
+        const char *none = "";
+        size_t nothing = 0;
+        if (fd >= 0 && !c->stopped && send_all(fd, (const char *)&post, sizeof post) == 0 &&
+            take(fd, &none, &nothing, (char *)&ack, sizeof ack, 0) == 0 && ack == post.seq)
+            break;
+        if (fd < 0 || c->stopped)
+            break;
+        shutdown(fd, SHUT_RDWR);
+        int waited = 0;
+        while (c->fd == fd && !c->stopped && waited != ETIMEDOUT && c->resume_ms > 0)
+            waited = pthread_cond_timedwait(&c->replaced, &c->lock, &deadline);
+        if (c->fd == fd) /* none came: skipped */
+            break;
+    }
     pthread_mutex_unlock(&c->lock);
 }
 

@@ -110,10 +110,11 @@ class RecordLoop:
         host functions (HostFunc records, id host_func) are posted there."""
         lib.cw_records_ring(self.state, host_func, shared.c if shared is not None else ffi.NULL)
 
-    def callbacks(self, host_func: int, fd: int) -> None:
+    def callbacks(self, host_func: int, fd: int, resume: float = 0.0) -> None:
         """A client over TCP: its host functions (HostFunc records, id host_func) are posted on the
-        connection `fd`, its host-function connection (Hello.callbacks)."""
-        lib.cw_records_callbacks(self.state, host_func, fd)
+        connection `fd`, its host-function connection (Hello.callbacks); when it breaks, a post waits up to
+        `resume` seconds for the client's new one (a later call here)."""
+        lib.cw_records_callbacks(self.state, host_func, fd, int(resume * 1000))
 
     def callbacks_stop(self) -> None:
         """The session ends: host functions still waiting for the client are skipped."""

@@ -43,7 +43,7 @@ int cw_records_call(cw_records *s, const char *data, size_t len, char *out, uint
                     int *status, int *first_error, uint32_t *first_fn, uint64_t *count);
 void cw_records_shared(cw_records *s, uint32_t copy_shared, uintptr_t base, uint64_t size);
 void cw_records_ring(cw_records *s, uint32_t host_func, cw_ring *ring);
-void cw_records_callbacks(cw_records *s, uint32_t host_func, int fd);
+void cw_records_callbacks(cw_records *s, uint32_t host_func, int fd, long resume_ms);
 void cw_records_callbacks_stop(cw_records *s);
 int cw_output_start(int fd);
 size_t cw_output_take(char *out, size_t cap);

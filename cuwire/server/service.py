@@ -225,6 +225,8 @@ class CuWireServer:
         if resumes:  # from here on, the connection is a stream that survives a drop
             session.resumable = SessionStream(self.settings, name, conn, from_relay, self.stopping)
             session.records.stream(conn)
+            if shared is not None:  # (host functions posted through it wait for the resume too)
+                shared.lib.cw_ring_resume(shared.c, int(self.settings.resume * 1e9), session.resumable.pid)
         log.info("session %s opened for pid %d on %s (%s), backend %s, over %s", name, hello.pid,
                  printable(hello.host), conn.peer, self.backend, "TCP with TLS" if from_relay else conn.kind)
         if self.backend == "emulated":
@@ -237,7 +239,7 @@ class CuWireServer:
         client's last one joins, then the session's large payloads go over all of them. Or the session's
         host-function connection (Hello.callbacks). Anything out of order is refused, and the session goes
         on without it."""
-        resumable = None
+        resumable = taker = None
         with self.joins_lock:
             found = self.joins.get(hello.join)
             if found is None:
@@ -251,7 +253,8 @@ class CuWireServer:
                 if not why:
                     return True  # (the session's thread, or the stripe's reader, answers it)
             elif hello.callbacks:
-                why = found[0].use_callbacks(conn)
+                why = found[0].callbacks_refusal()
+                taker = found[0]
             elif not 0 < hello.stripes <= self.settings.stripes:
                 why = f"{hello.stripes} stripes asked for, {self.settings.stripes} offered"
             elif hello.stripe != len(found[2]) or found[1].stripes:
@@ -269,8 +272,15 @@ class CuWireServer:
             log.warning("refused a connection joining a session from %s: %s", conn.peer, why)
             conn.send(pb.Reply(error=f"the connection was refused: {why}", refusal=pb.PROTOCOL).SerializeToString())
             return False
+        # a session's first host-function connection is in place before its welcome (the client may queue a
+        # host function at once); one that replaces a dropped one after (a post that waited goes at once)
+        again = hello.callbacks and taker.callbacks is not None
+        if hello.callbacks and not again:
+            taker.use_callbacks(conn)
         conn.send(pb.Reply(welcome=pb.Welcome(session=self.settings.session_name)).SerializeToString())
-        if resumable and not hello.callbacks:  # (from its welcome on, as the client's end counts)
+        if again:
+            taker.use_callbacks(conn)
+        elif resumable and not hello.callbacks:  # (from its welcome on, as the client's end counts)
             resumable.stripe_joined(hello.stripe, conn)
         return True
 

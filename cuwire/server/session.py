@@ -41,6 +41,7 @@ from cuwire.server.errors import (
 )
 from cuwire.server.records import CALL_REPLY, RecordLoop
 from cuwire.wire import compression
+from cuwire.wire.stripes import shut
 from cuwire.wire.transport import BULK, MAX_MESSAGE, TransportError
 
 log = logging.getLogger("cuwire.server")
@@ -452,17 +453,29 @@ class Session:
             if err:
                 log.warning("session %s: shared memory not page-locked (error %d): copies are staged", self.name, err)
 
-    def use_callbacks(self, conn) -> str:
-        """Over TCP: the client's host functions (HostFunc records, graph host nodes) are posted on this
-        connection of the session's (Hello.callbacks; server/records.c). Why not, or ""."""
+    def callbacks_refusal(self) -> str:
+        """Why the session takes no host-function connection now ("" when it does: use_callbacks)."""
         if self.ring is not None:
             return "the session posts host functions through shared memory"
-        if self.callbacks is not None:
+        if self.callbacks is not None and self.resumable is None:
             return "the session has its host-function connection already"
-        self.callbacks = conn
-        self.records.callbacks(HOST_FUNC, conn.sock.fileno())
-        log.info("session %s: host functions go to the client on a connection of their own", self.name)
         return ""
+
+    def use_callbacks(self, conn) -> None:
+        """Over TCP: the client's host functions (HostFunc records, graph host nodes) are posted on this
+        connection of the session's (Hello.callbacks; server/records.c), welcomed already (a post that
+        waited for it goes at once). A second one is the client's after the first dropped: a post waiting
+        on the old one goes again on it."""
+        old = self.callbacks
+        if old is not None:
+            shut(old.sock)  # (a post waiting on it returns, and waits for this one)
+        self.callbacks = conn
+        self.records.callbacks(HOST_FUNC, conn.sock.fileno(), self.resumable.grace if self.resumable else 0.0)
+        if old is not None:
+            old.close()  # (the C loop took the new one: nothing uses the old one now)
+            log.info("session %s: its host-function connection came back", self.name)
+        else:
+            log.info("session %s: host functions go to the client on a connection of their own", self.name)
 
     def use_host_memory(self, address: int, size: int, client_address: int, fd: int = -1) -> None:
         """The client carves its page-locked allocations from this memory (shared with it, mapped here at
@@ -713,6 +726,7 @@ class Session:
         """The shared memory is no longer the GPU's to copy from (before the connection unmaps it)."""
         if self.ring is not None:
             self.records.ring(0, None)
+            self.ring.lib.cw_ring_stop_callbacks(self.ring.c)  # (a host function waiting for the client: skipped)
         if self.ring is not None or self.host_ranges:  # host functions and copies using it end first
             self.in_primary_context(self.lib.cuCtxSynchronize)
         for offset in list(self.host_ranges):

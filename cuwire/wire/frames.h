@@ -96,4 +96,12 @@ struct CW_PACKED cw_host_func {
     uint64_t id;
 };
 
+/* Over TCP the stand-in posts it on the session's host-function connection as this; the client writes `seq`
+ * back once the function ran. `seq` counts the posts: after the connection dropped and the client opened it
+ * again, the post that waited goes again, and a client that ran it already only answers it. */
+struct CW_PACKED cw_host_post {
+    uint64_t id;
+    uint64_t seq;
+};
+
 #endif

@@ -42,6 +42,7 @@ int cw_ring_post_callback(cw_ring *r, uint64_t id);
 int cw_ring_next_callback(cw_ring *r, uint64_t *id);
 void cw_ring_callback_done(cw_ring *r);
 void cw_ring_stop_callbacks(cw_ring *r);
+void cw_ring_resume(cw_ring *r, uint64_t nanoseconds, int peer_pid);
 uint64_t cw_reserve(uint64_t size);
 uint64_t cw_reserve_at(uint64_t address, uint64_t size);
 uint64_t cw_map_shared(int fd, uint64_t size, uint64_t address, int replace);
@@ -60,6 +61,7 @@ int cw_release_pages(uint64_t address, uint64_t size);
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <signal.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
@@ -107,7 +109,11 @@ struct cw_ring {
     uint64_t r_off, r_len; /* bytes read of slot r_next, and its length, while one is being read */
     pthread_mutex_t cb_lock; /* the server's side: host functions of several streams post one at a time */
     uint32_t cb_seen;        /* the client's side: host functions run so far */
-    int cb_stop;             /* the client's side: its callback thread is to end (cw_ring_stop_callbacks) */
+    int cb_stop;             /* its callback waits are to end (cw_ring_stop_callbacks) */
+    uint64_t resume_ns;      /* a socket that hung up counts as a gone peer for host functions only after this
+                              * long: the session's connection may resume meanwhile (cw_ring_resume) */
+    uint64_t hup_since;      /* when the socket was first seen hung up (CLOCK_MONOTONIC ns; 0: it was not) */
+    int peer_pid;            /* the peer's process where known (the server's view of its client): gone, it is */
 };
 
 /* Large copies in and out of the ring are split over helper threads: one thread's memcpy moves 7-8 GB/s on
@@ -309,11 +315,30 @@ uint64_t cw_ring_slot_size(const cw_ring *r) { return r->slot_size; }
 
 /* ---------------------------------------------------------------- host functions, run by the client */
 
+/* Whether the peer is there for a host function: its socket is up, or hung up for less than resume_ns (the
+ * session's connection is being resumed: the same descriptor holds the new one then). 0, or -1. */
+static int cw_ring_peer_waited(cw_ring *r)
+{
+    if (cw_ring_peer_alive(r) == 0) {
+        __atomic_store_n(&r->hup_since, 0, __ATOMIC_RELAXED);
+        return 0;
+    }
+    int pid = __atomic_load_n(&r->peer_pid, __ATOMIC_RELAXED);
+    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) /* (a dead client's connection comes back never) */
+        return -1;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    uint64_t t = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec, since = 0;
+    __atomic_compare_exchange_n(&r->hup_since, &since, t, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    since = since ? since : t;
+    return t - since < __atomic_load_n(&r->resume_ns, __ATOMIC_RELAXED) ? 0 : -1;
+}
+
 /* Until *word differs from `seen`, or the peer is gone (-1). */
-static int cw_wait_word(const cw_ring *r, uint32_t *word, uint32_t seen)
+static int cw_wait_word(cw_ring *r, uint32_t *word, uint32_t seen)
 {
     while (cw_load(word) == seen) {
-        if (cw_ring_peer_alive(r) != 0 || __atomic_load_n(&r->cb_stop, __ATOMIC_ACQUIRE))
+        if (cw_ring_peer_waited(r) != 0 || __atomic_load_n(&r->cb_stop, __ATOMIC_ACQUIRE))
             return -1;
         struct timespec timeout = {0, CW_RING_WAKE_CHECK_NS};
         syscall(SYS_futex, word, FUTEX_WAIT, seen, &timeout, NULL, 0);
@@ -355,11 +380,22 @@ int cw_ring_next_callback(cw_ring *r, uint64_t *id)
 /* The host function cw_ring_next_callback gave has run: the server's stream may go on. */
 void cw_ring_callback_done(cw_ring *r) { cw_store_wake(&r->h->cb_done, ++r->cb_seen); }
 
-/* The client's side: the thread waiting in cw_ring_next_callback returns -1 within moments. */
+/* The thread waiting in cw_ring_next_callback (the client's) or cw_ring_post_callback (the server's, when
+ * its session ends) returns -1 within moments. */
 void cw_ring_stop_callbacks(cw_ring *r)
 {
     __atomic_store_n(&r->cb_stop, 1, __ATOMIC_RELEASE);
     syscall(SYS_futex, &r->h->cb_posted, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    syscall(SYS_futex, &r->h->cb_done, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* A resumable session (cuwire/wire/stream.py): host functions wait up to this long for a peer whose socket
+ * hung up, as its connection may come back under the same descriptor; not for a peer_pid (> 0) that is gone.
+ * Payloads do not wait: a copy in flight through the ring when the connection drops ends the session. */
+void cw_ring_resume(cw_ring *r, uint64_t nanoseconds, int peer_pid)
+{
+    __atomic_store_n(&r->peer_pid, peer_pid, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->resume_ns, nanoseconds, __ATOMIC_RELAXED);
 }
 
 /* ---------------------------------------------------------------- host memory at one address on both sides */

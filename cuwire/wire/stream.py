@@ -8,9 +8,10 @@ sees a delay. The server's session waits CUWIRE_RESUME seconds for the client to
 state intact, then ends as before. The client proves the session is its own with the key its welcome
 gave (Welcome.join_key), over TLS when the session is.
 
-What goes beside the connection is not resumed: a payload in flight on the shared-memory ring (a client on
-the server's host, whose connection does not drop) or on the stripes (these are opened again after a
-resume), and the host-function connection.
+Each stripe resumes the same way. The host-function connection is resumed by its own numbering (client/
+callbacks.c, struct cw_host_post), and host functions posted through the shared memory wait for the resume
+(shm_ring.h). Not resumed: a payload in flight through the shared memory (a client on the server's host,
+whose Unix socket does not drop) when its socket hangs up.
 
 Both the C and the Python of a side send on the connection, so the counts and the kept bytes live in C
 (one `cw_stream` per session), and the Python side notes its own bytes there too (Connection.stream).

@@ -583,6 +583,9 @@ class SocketTransport:
         self.resume_grace = welcome.resume_grace
         self.stream_c, self.resume_window = (ffi, lib), window
         self.connection.stream = Stream(ffi, lib, window, resume=self.resume)
+        ring = self.connection.ring
+        if ring is not None:  # (host functions posted through it wait for the resume too)
+            ring.lib.cw_ring_resume(ring.c, int(self.resume_grace * 1e9), 0)
 
     def resume(self, conn: Connection, stripe: int | None = None, stripes: int = 0) -> bool:
         """The session's connection broke (the wire lock held), or its stripe `stripe` of `stripes` (its
@@ -674,10 +677,9 @@ class SocketTransport:
         try:
             conn.sock.settimeout(WELCOME_TIMEOUT)
             conn.send(pb.Batch(hello=hello).SerializeToString())
-            message, _ = conn.receive(max_payload=0)
-            reply = self._parse(message)
+            reply = self._parse(_frame_exactly(conn.sock))  # (what follows is the connection's: a host function)
             if not reply.HasField("welcome"):
-                raise TransportError(reply.error or "the server did not take it")
+                raise TransportError(reply.error or "the server did not take it", reply.refusal or pb.PROTOCOL)
             conn.sock.settimeout(None)
         except (TransportError, OSError, EOFError):
             conn.close()
@@ -779,6 +781,29 @@ class SocketTransport:
         threading.Thread(target=relay, args=(conn.sock, ours), name="cuwire-callbacks-tls", daemon=True).start()
         self.extra.append(theirs)
         return theirs.fileno()
+
+    def reopen_callbacks(self) -> int:
+        """The host-function connection dropped (client/callbacks.c's thread): a new one, within the server's
+        grace, where the session resumes; its descriptor, or -1 (the old one is closed either way)."""
+        old, self.extra = self.extra, []
+        for extra in old:
+            extra.close()
+        if self.resume_hello is None:
+            return -1
+        deadline, pause = time.monotonic() + self.resume_grace, 0.05
+        while time.monotonic() < deadline:
+            try:
+                return self.open_callbacks()
+            except ServerGone:
+                return -1
+            except TransportError as e:
+                if e.refusal:  # (the server no longer has the session)
+                    return -1
+            except OSError:
+                pass
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 1.0)
+        return -1
 
     def close(self) -> None:
         self.say_ending()
