@@ -17,7 +17,6 @@ import logging
 import os
 import queue
 import socket
-import struct
 import threading
 import time
 
@@ -27,20 +26,10 @@ from cuwire.server._records import lib as records_lib
 from cuwire.settings import Settings
 from cuwire.wire.stream import Stream
 from cuwire.wire.stripes import shut
-from cuwire.wire.transport import NOSIGNAL, Connection
+from cuwire.wire.tls import peer_pid, relayed
+from cuwire.wire.transport import Connection, resend
 
 log = logging.getLogger("cuwire.server")
-
-
-def peer_pid(sock: socket.socket) -> int:
-    """The process at the other end of a Unix socket (0 when unknown: another pid namespace, or TCP)."""
-    if sock.family != socket.AF_UNIX:
-        return 0
-    try:
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except OSError:
-        return 0
-    return struct.unpack("3i", creds)[0]
 
 
 def alive(pid: int) -> bool:
@@ -51,12 +40,6 @@ def alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def send_raw(sock: socket.socket, data: memoryview) -> None:
-    """All of data on a blocking socket, not counted (bytes the stream counted when they first went)."""
-    while data:
-        data = data[sock.send(data, NOSIGNAL):]
 
 
 class SessionStream:
@@ -179,8 +162,7 @@ class SessionStream:
             new.sock.settimeout(None)
             os.dup2(new.sock.fileno(), conn.sock.fileno(), inheritable=False)
             new.sock.close()
-            for part in missing:
-                send_raw(conn.sock, part)
+            resend(conn.sock, missing)
         except OSError as e:
             log.info("session %s: a resume broke off (%s); waiting on", self.name, e)
             return None
@@ -199,6 +181,4 @@ class SessionStream:
 
 def relayed_tls(conn: Connection) -> bool:
     """Whether a connection is the plain end of this server's TLS relay (tls.relayed)."""
-    from cuwire.wire.tls import relayed
-
     return conn.sock.family == socket.AF_UNIX and relayed(conn.sock)

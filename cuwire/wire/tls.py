@@ -288,13 +288,23 @@ class ServerTls:
         return sock, peer
 
 
+def peer_pid(sock: socket.socket) -> int:
+    """The process at the other end of a Unix socket (0 when unknown: another pid namespace, or not a Unix
+    socket)."""
+    if sock.family != socket.AF_UNIX:
+        return 0
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return 0
+    return struct.unpack("3i", creds)[0]
+
+
 def relayed(sock: socket.socket) -> bool:
     """Whether a Unix socket's other end is this server's own TLS relay (this process, or the listener that
     started it), not a client on this host: such a connection comes from another host, so it gets no
     shared memory."""
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid = struct.unpack("3i", creds)[0]
-    return pid in (os.getpid(), os.getppid())
+    return peer_pid(sock) in (os.getpid(), os.getppid())
 
 
 def relay(tls: TlsSocket, plain: socket.socket) -> None:

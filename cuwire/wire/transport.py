@@ -451,6 +451,13 @@ class Connection:
             self.stream.close()
 
 
+def resend(sock: socket.socket, parts: Sequence[memoryview]) -> None:
+    """What the peer of a resumed connection lacks (Stream.since), on its new socket: not counted again."""
+    for view in parts:
+        while view:
+            view = view[sock.send(view, NOSIGNAL):]
+
+
 def _frame_exactly(sock: socket.socket) -> bytes:
     """One frame's message (one without payload: a welcome), read byte-exact: what follows it on the socket
     is left there for whoever reads next (client/wire.c, when a resume's resend follows)."""
@@ -629,10 +636,7 @@ class SocketTransport:
                 else:
                     os.dup2(new.sock.fileno(), conn.sock.fileno(), inheritable=False)
                     new.sock.close()
-                for part in missing:
-                    view = part
-                    while view:
-                        view = view[conn.sock.send(view, NOSIGNAL):]
+                resend(conn.sock, missing)
             except ServerGone as e:  # (not a dropped connection: the server, and the session with it, ended)
                 self.resume_refused = str(e)
                 return False
