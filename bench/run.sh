@@ -8,13 +8,15 @@ PY=${PYTHON:-python3}
 OUTDIR=$PWD/build/bench; mkdir -p "$OUTDIR"; LOG=$OUTDIR
 source tests/gpu_env.sh
 nvcc -cudart shared -arch=sm_90 -O2 -o "$OUTDIR/bench_app" bench/bench_app.cu || exit 1
-# tcp: loopback TCP, large copies over the session's stripes (cuwire/wire/stripes.py); tcp1: the same on one
-# connection (CUWIRE_STRIPES=0); unix: the Unix socket with payloads in shared memory
+# tcp: loopback TCP, large copies over the session's stripes (cuwire/wire/stripes.py; a session that resumes
+# has none, so the local server here resumes none: CUWIRE_RESUME=0); tcp1: the same on one connection
+# (CUWIRE_STRIPES=0); unix: the Unix socket with payloads in shared memory
 TRANSPORTS=${BENCH_TRANSPORTS:-tcp tcp1 unix}
 rm -f "$OUTDIR"/native.txt "$OUTDIR"/cuwire-*.txt "$OUTDIR"/cuwire-*.err
 "$OUTDIR/bench_app" >"$OUTDIR/native.txt" || { cat "$OUTDIR/native.txt"; exit 1; }
 transport_env() {  # the variables that make transport $1
-  case $1 in tcp1) echo CUWIRE_TRANSPORT=tcp CUWIRE_STRIPES=0 ;; *) echo CUWIRE_TRANSPORT="$1" ;; esac
+  case $1 in tcp) echo CUWIRE_TRANSPORT=tcp CUWIRE_RESUME=0 ;; tcp1) echo CUWIRE_TRANSPORT=tcp CUWIRE_STRIPES=0 ;;
+    *) echo CUWIRE_TRANSPORT="$1" ;; esac
 }
 for t in $TRANSPORTS; do
   env $(transport_env "$t") CUWIRE_STATS=1 $PY -m cuwire.cli run -- "$OUTDIR/bench_app" >"$OUTDIR/cuwire-$t.txt" \

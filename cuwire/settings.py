@@ -150,7 +150,7 @@ class Settings:
     resume: float = _setting("resume", "60", _SECONDS)
     # both sides: the last bytes sent on a session's connection kept for a resume. A dropped connection
     # resumes when the bytes in flight at the drop (both sides' socket buffers) fit in it
-    resume_window: int = _setting("resume_window", str(16 << 20), parse_size)
+    resume_window: int = _setting("resume_window", str(64 << 20), parse_size)
     # on SIGTERM (or SIGINT) the server takes no new session and gives the open ones this many seconds to
     # end by themselves before it ends them (a second signal ends them at once); 0: end them at once
     drain_seconds: float = _setting("drain_seconds", "10", _SECONDS)

@@ -77,12 +77,17 @@ def test_large_copies_go_over_the_stripes(any_server):
 
 
 @pytest.mark.parametrize("wanted", ["0", "2"])
-def test_the_client_opens_as_many_stripes_as_asked(wanted, apps: Path, client_lib, server):
-    """A program over TCP: the same output with no stripes (CUWIRE_STRIPES=0) or two; --stats says so."""
-    r = run_remote(apps / "large_copies", client_lib, server.address,
-                   env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1", "CUWIRE_STRIPES": wanted,
-                        # (on a loaded machine loopback may measure slow: compressed payloads take no stripes)
-                        "CUWIRE_COMPRESS": "off"})
+def test_the_client_opens_as_many_stripes_as_asked(wanted, apps: Path, client_lib, tmp_path):
+    """A program over TCP: the same output with no stripes (CUWIRE_STRIPES=0) or two; --stats says so (on a
+    server that does not resume sessions: a session that resumes has no stripes, test_resume.py)."""
+    server = ServerProcess(tmp_path, env={"CUWIRE_RESUME": "0"})
+    try:
+        r = run_remote(apps / "large_copies", client_lib, server.address,
+                       env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1", "CUWIRE_STRIPES": wanted,
+                            # (on a loaded machine loopback may measure slow: compressed payloads take no stripes)
+                            "CUWIRE_COMPRESS": "off"})
+    finally:
+        server.stop()
     assert r.returncode == 0, r.stderr
     assert r.stdout == (APPS / "expected" / "large_copies.out").read_text()
     assert (f"over {wanted} more connections at once (stripes)" in r.stderr) == (wanted != "0"), r.stderr

@@ -29,7 +29,9 @@ def pin_of(server: ServerProcess) -> str:
 
 @pytest.fixture(scope="module")
 def tls_server(tmp_path_factory):
-    s = ServerProcess(tmp_path_factory.mktemp("tls"), "--tls", "auto")
+    # (sessions that do not resume: their large copies take the stripes, each a TLS connection; test_resume.py
+    # has sessions over TLS that resume)
+    s = ServerProcess(tmp_path_factory.mktemp("tls"), "--tls", "auto", env={"CUWIRE_RESUME": "0"})
     yield s
     s.stop()
 

@@ -43,43 +43,24 @@ def alive(pid: int) -> bool:
 
 
 class SessionStream:
-    """A session's connection, resumable: made once the welcome went (CuWireServer.welcome); or one of its
-    stripes (`main`: the session's own), made as it joins (stripe_joined)."""
+    """A session's connection, resumable: made once the welcome went (CuWireServer.welcome)."""
 
     def __init__(self, settings: Settings, name: str, conn: Connection, from_relay: bool,
-                 stopping: threading.Event, main: SessionStream | None = None):
-        self.settings, self.grace, self.name, self.conn = settings, settings.resume, name, conn
-        self.stopping, self.main = stopping, main
+                 stopping: threading.Event):
+        self.grace, self.name, self.conn, self.stopping = settings.resume, name, conn, stopping
         self.from_relay = from_relay  # TLS, ended by this server's relay: a resume must come so too
         self.pid = 0 if from_relay else peer_pid(conn.sock)  # a client on this host: resumed only while alive
         self.stream = Stream(records_ffi, records_lib, settings.resume_window, resume=self.resume)
-        if main is not None:  # a stripe: only Python moves its bytes, a part at a time (stripes.py)
-            self.stream.io_lock = threading.Lock()
         conn.stream = self.stream
         self.ending = False  # the program said it is ending (Batch.ending): a drop ends the session
         self.offers: queue.Queue[tuple[Connection, pb.Hello]] = queue.Queue()
         self.lock = threading.Lock()
         self.resuming = False
-        self.stripes: dict[int, SessionStream] = {}  # the session's stripes', by number
-
-    def stripe_joined(self, number: int, conn: Connection) -> None:
-        """A stripe joined the session: it resumes as the session's connection does."""
-        self.stripes[number] = SessionStream(self.settings, f"{self.name} (stripe {number})", conn,
-                                             self.from_relay, self.stopping, main=self)
-
-    def offer_to(self, hello: pb.Hello, conn: Connection) -> str:
-        """A resume hello, to the session's connection or to the stripe it names; why not ("" when offered)."""
-        if not hello.stripes:
-            return self.offer(conn, hello)
-        stripe = self.stripes.get(hello.stripe)
-        return stripe.offer(conn, hello) if stripe else f"the session has no stripe {hello.stripe} now"
 
     def offer(self, conn: Connection, hello: pb.Hello) -> str:
-        """A client's resume hello, on a new connection (its key checked): given to the thread that waits
-        on this connection, which answers it. The old connection is shut, so that a thread still waiting on
-        it (the drop not seen yet: a half-open connection) takes the offer at once. A stripe that no thread
-        moves a payload on (the client lost bytes of a part this side finished sending) takes it here.
-        Why not ("" when offered)."""
+        """A client's resume hello, on a new connection (its key checked): given to the session's thread,
+        which answers it. The old connection is shut, so that a thread still waiting on it (the drop not
+        seen yet: a half-open connection) takes the offer at once. Why not ("" when offered)."""
         if self.grace <= 0:
             return "this server does not resume sessions (CUWIRE_RESUME=0)"
         if conn.sock.family != self.conn.sock.family or (relayed_tls(conn) != self.from_relay):
@@ -88,38 +69,18 @@ class SessionStream:
             self.offers.put((conn, hello))
             if not self.resuming:
                 shut(self.conn.sock)
-        idle = self.stream.io_lock
-        if idle is not None and idle.acquire(blocking=False):  # (released by the thread that takes it)
-            threading.Thread(target=self._take_idle, name=f"cuwire-resume-{self.name}", daemon=True).start()
         return ""
-
-    def _take_idle(self) -> None:
-        """The offer, taken for a stripe no thread moves a payload on (its io_lock held, released here): in a
-        thread of its own, as sending what the client lacks may wait until the client reads it, and the
-        session's other connections may have to resume meanwhile."""
-        try:
-            try:
-                new, hello = self.offers.get_nowait()
-            except queue.Empty:
-                return  # (a thread that moves a payload took it)
-            self._take(self.conn, new, hello)
-        finally:
-            self.stream.io_lock.release()
 
     def resume(self, conn: Connection) -> bool:
         """The connection broke: wait for the client's resume; True once its new connection is in place
         and what it lacked was sent again."""
-        if self.grace <= 0 or self.ending or (self.main and self.main.ending) or self.stopping.is_set():
+        if self.grace <= 0 or self.ending or self.stopping.is_set():
             return False
         if self.pid and not alive(self.pid):
             log.info("session %s: its client (pid %d) is gone", self.name, self.pid)
             return False
         with self.lock:
             self.resuming = True
-        if self.main is not None:
-            # a stripe broke: the client may wait on the session's connection meanwhile (its part sent in
-            # full as far as it knows), so that one is shut too, which brings the client back on each
-            shut(self.main.conn.sock)
         try:
             return self._wait(conn)
         finally:

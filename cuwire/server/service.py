@@ -193,7 +193,9 @@ class CuWireServer:
             with self.joins_lock:
                 self.joins[session.join_key] = (session, conn, joined)
             reply.welcome.join_key = session.join_key
-        if conn.sock.family != socket.AF_UNIX or from_relay:
+        if (conn.sock.family != socket.AF_UNIX or from_relay) and not resumes:
+            # (a session that resumes keeps its large payloads on its one connection: a drop in the middle of
+            # a striped one could leave each side waiting on another connection than the one it lost)
             reply.welcome.stripes = max(self.settings.stripes, 0)
             session.stripes = conn.stripes
         reply.welcome.resume_grace = self.settings.resume if resumes else 0.0
@@ -239,7 +241,7 @@ class CuWireServer:
         client's last one joins, then the session's large payloads go over all of them. Or the session's
         host-function connection (Hello.callbacks). Anything out of order is refused, and the session goes
         on without it."""
-        resumable = taker = None
+        taker = None
         with self.joins_lock:
             found = self.joins.get(hello.join)
             if found is None:
@@ -249,9 +251,9 @@ class CuWireServer:
                            "or the server restarted")
             elif hello.resume:
                 resumable = found[0].resumable
-                why = resumable.offer_to(hello, conn) if resumable else "this server does not resume sessions"
+                why = resumable.offer(conn, hello) if resumable else "this server does not resume sessions"
                 if not why:
-                    return True  # (the session's thread, or the stripe's reader, answers it)
+                    return True  # (the session's thread answers it)
             elif hello.callbacks:
                 why = found[0].callbacks_refusal()
                 taker = found[0]
@@ -263,7 +265,6 @@ class CuWireServer:
                 why = ""
                 session, main, joined = found
                 joined.append(conn)
-                resumable = session.resumable
                 if len(joined) == hello.stripes:
                     main.stripes.extend(joined)
                     log.info("session %s: %d more connections joined, for large payloads", session.name,
@@ -280,8 +281,6 @@ class CuWireServer:
         conn.send(pb.Reply(welcome=pb.Welcome(session=self.settings.session_name)).SerializeToString())
         if again:
             taker.use_callbacks(conn)
-        elif resumable and not hello.callbacks:  # (from its welcome on, as the client's end counts)
-            resumable.stripe_joined(hello.stripe, conn)
         return True
 
     def forget(self, session: Session) -> None:

@@ -8,10 +8,12 @@ sees a delay. The server's session waits CUWIRE_RESUME seconds for the client to
 state intact, then ends as before. The client proves the session is its own with the key its welcome
 gave (Welcome.join_key), over TLS when the session is.
 
-Each stripe resumes the same way. The host-function connection is resumed by its own numbering (client/
-callbacks.c, struct cw_host_post), and host functions posted through the shared memory wait for the resume
-(shm_ring.h). Not resumed: a payload in flight through the shared memory (a client on the server's host,
-whose Unix socket does not drop) when its socket hangs up.
+A session that resumes has no stripes (more TCP connections for large payloads, stripes.py): a drop in the
+middle of a striped payload could leave each side waiting on another connection than the one it lost, so its
+payloads go on its one connection (CUWIRE_RESUME=0 gives the stripes back). The host-function connection is
+resumed by its own numbering (client/callbacks.c, struct cw_host_post), and host functions posted through
+the shared memory wait for the resume (shm_ring.h). Not resumed: a payload in flight through the shared
+memory (a client on the server's host, whose Unix socket does not drop) when its socket hangs up.
 
 Both the C and the Python of a side send on the connection, so the counts and the kept bytes live in C
 (one `cw_stream` per session), and the Python side notes its own bytes there too (Connection.stream).
@@ -19,7 +21,6 @@ Both the C and the Python of a side send on the connection, so the counts and th
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,6 @@ class Stream:
             raise MemoryError("no memory for the session's stream")
         self.resume = resume
         self.resumes = 0  # how many times the connection came back (--stats, the server's log)
-        # held while a send or receive runs on the connection, where a resume may come from another thread
-        # when none runs (a server's stripe: server/resume.py); None: only the sending thread resumes
-        self.io_lock: threading.Lock | None = None
 
     def sent(self, data) -> None:
         """Bytes about to go on the connection."""

@@ -19,7 +19,6 @@ network namespace, as loopback does: a client reaches the socket exactly when it
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import itertools
 import os
@@ -250,14 +249,6 @@ class Connection:
         return fds
 
     def send_raw(self, data: Buffer) -> None:
-        """Send all of data (held against a resume from another thread where the stream says: stream.py)."""
-        lock = self.stream.io_lock if self.stream is not None else None
-        if lock is None:
-            return self._send_raw(data)
-        with lock:
-            return self._send_raw(data)
-
-    def _send_raw(self, data: Buffer) -> None:
         """Send all of data. A peer that closes while we wait to send (its window full, as when a server
         stops reading and exits) ends the send with TransportError: a blocking sendall would wait for
         good. MSG_NOSIGNAL: a peer that is gone is an error here, not SIGPIPE, which would kill a C
@@ -400,13 +391,6 @@ class Connection:
         return buf
 
     def fill(self, view: memoryview, at_start: bool = False) -> None:
-        lock = self.stream.io_lock if self.stream is not None else None
-        if lock is None:
-            return self._fill(view, at_start)
-        with lock:
-            return self._fill(view, at_start)
-
-    def _fill(self, view: memoryview, at_start: bool = False) -> None:
         got, n = 0, len(view)
         self.received += n
         if self.ahead_end > self.ahead_start:
@@ -588,24 +572,17 @@ class SocketTransport:
         self.resume_hello.ring_size = self.resume_hello.host_address = self.resume_hello.host_span = 0
         self.resume_hello.join, self.resume_hello.resume = welcome.join_key, True
         self.resume_grace = welcome.resume_grace
-        self.stream_c, self.resume_window = (ffi, lib), window
         self.connection.stream = Stream(ffi, lib, window, resume=self.resume)
         ring = self.connection.ring
         if ring is not None:  # (host functions posted through it wait for the resume too)
             ring.lib.cw_ring_resume(ring.c, int(self.resume_grace * 1e9), 0)
 
-    def resume(self, conn: Connection, stripe: int | None = None, stripes: int = 0) -> bool:
-        """The session's connection broke (the wire lock held), or its stripe `stripe` of `stripes` (its
-        thread): connect again, within the server's grace, and pick up where it was. True when the stream
-        goes on, on a new socket under the same descriptor (client/wire.c keeps its number); False, with
-        resume_refused set, when the server no longer has the session or the time ran out."""
+    def resume(self, conn: Connection) -> bool:
+        """The session's connection broke (the wire lock held): connect again, within the server's grace,
+        and pick up where it was. True when the stream goes on, on a new socket under the same descriptor
+        (client/wire.c keeps its number); False, with resume_refused set, when the server no longer has the
+        session or the time ran out."""
         stream = conn.stream
-        if stripe is None:  # its stripes too, at once: the server may wait on one of them before it answers here
-            for i, other in enumerate(conn.stripes):
-                if other.stream is not None:
-                    other.stream.io_lock.acquire()  # (released once it resumed: the stripe's next use waits)
-                    threading.Thread(target=self._resume_stripe, args=(other, i, len(conn.stripes)),
-                                     name=f"cuwire-resume-stripe-{i}", daemon=True).start()
         deadline, pause = time.monotonic() + self.resume_grace, 0.05
         self.resume_refused = f"it did not come back within {self.resume_grace:.0f} s"
         while time.monotonic() < deadline:
@@ -615,8 +592,6 @@ class SocketTransport:
                 hello = pb.Hello()
                 hello.CopyFrom(self.resume_hello)
                 hello.received = stream.received_total
-                if stripe is not None:
-                    hello.stripe, hello.stripes = stripe, stripes
                 new.sock.settimeout(max(0.5, min(WELCOME_TIMEOUT, deadline - time.monotonic())))
                 new.send(pb.Batch(hello=hello).SerializeToString())
                 reply = self._parse(_frame_exactly(new.sock))  # (no byte after it read: the server's resend)
@@ -651,15 +626,6 @@ class SocketTransport:
             self.resume_refused = ""
             return True
         return False
-
-    def _resume_stripe(self, conn: Connection, stripe: int, stripes: int) -> None:
-        """A stripe resumed beside the session's connection, its io_lock held (released here): the bytes
-        each side lacks may have to wait for the other to read them. One that cannot resume stays broken,
-        and the next payload over it says so."""
-        try:
-            self.resume(conn, stripe=stripe, stripes=stripes)
-        finally:
-            conn.stream.io_lock.release()
 
     def reconnect(self, timeout: float) -> Connection:
         """A new connection to the server, as the session's first one went (its Unix socket, or TCP with
@@ -704,12 +670,6 @@ class SocketTransport:
             print(f"cuwire: large copies go over one connection: stripe {len(opened)} of {count} could not "
                   f"join the session ({e or type(e).__name__})", file=sys.stderr)
             return
-        if self.resume_hello is not None:  # each stripe resumes as the session's connection does
-            ffi, lib = self.stream_c
-            for i, conn in enumerate(opened):
-                conn.stream = Stream(ffi, lib, self.resume_window,
-                                     resume=functools.partial(self.resume, stripe=i, stripes=count))
-                conn.stream.io_lock = threading.Lock()  # (a resume of the session's connection resumes it too)
         self.connection.stripes = opened
 
     def exchange(self, batch: pb.Batch) -> pb.Reply:
