@@ -117,8 +117,8 @@ else
 fi
 # a dropped connection resumes (cuwire/wire/stream.py): the training's session, over TCP, goes through a link
 # that is reset twice mid-run (tests/cut_link.py); its losses must be those of the native run
-torch_compare torch-train-cut-twice tests/cut_link.py --server "$CUWIRE_SERVER" --cut-after 14,22 -- \
-  $PY tests/torch_apps/train.py --steps 100
+torch_compare torch-train-cut-twice tests/cut_link.py --server "$CUWIRE_SERVER" --cut-after 12,18 -- \
+  $PY tests/torch_apps/train.py cnn --dtype fp32 --steps 100
 grep -h "^cut_link\|dropped and resumed" "$LOG/torch-train-cut-twice.err" | sed "s/^ */  torch-train-cut-twice: /"
 # PyTorch's allocator on virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap...)
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True torch_compare torch-train-expandable-segments \
