@@ -25,6 +25,7 @@ import time
 from cuwire import SAFE_PATH
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.server import metrics
+from cuwire.server.resume import unknown_key
 from cuwire.server.service import LOCAL_PEER, check_hello, printable, read_batch
 from cuwire.server.visible_devices import server_exposes
 from cuwire.settings import Settings
@@ -163,9 +164,8 @@ class Listener:
             send_handoff(channel, sock, peer, message)
         except OSError as e:
             log.warning("refused a connection joining a session from %s: %s", peer, e.strerror or e)
-            why = ("no open session has that key: it ended (its wait for a resume, CUWIRE_RESUME, ran out), or "
-                   "the server restarted" if hello.resume else "no open session has that join key")
-            conn.send(pb.Reply(error=f"the connection was refused: {why}", refusal=pb.PROTOCOL).SerializeToString())
+            conn.send(pb.Reply(error=f"the connection was refused: {unknown_key(hello)}",
+                               refusal=pb.PROTOCOL).SerializeToString())
 
     def start_session(self, sock: socket.socket, peer: str, hello: pb.Hello, message: bytes) -> None:
         with self.lock:

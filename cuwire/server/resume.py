@@ -32,6 +32,15 @@ from cuwire.wire.transport import Connection, resend
 log = logging.getLogger("cuwire.server")
 
 
+def unknown_key(hello: pb.Hello) -> str:
+    """Why a connection naming a join key no open session has is refused (the listener's and a server of
+    threads' words): for a resume, what the client tells its program."""
+    if hello.resume:
+        return ("no open session has that key: it ended (its wait for a resume, CUWIRE_RESUME, ran out), or the "
+                "server restarted")
+    return "no open session has that join key"
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -29,7 +29,7 @@ from cuwire.server.bulk import IncomingPayload
 from cuwire.server.errors import WireError
 from cuwire.server.module_cache import ModuleCache
 from cuwire.server.records import function_table
-from cuwire.server.resume import SessionStream
+from cuwire.server.resume import SessionStream, unknown_key
 from cuwire.server.session import Session
 from cuwire.settings import Settings, host_port
 from cuwire.wire import compression, ring
@@ -245,10 +245,7 @@ class CuWireServer:
         with self.joins_lock:
             found = self.joins.get(hello.join)
             if found is None:
-                why = "no open session has that join key"
-                if hello.resume:
-                    why = ("no open session has that key: it ended (its wait for a resume, CUWIRE_RESUME, ran out), "
-                           "or the server restarted")
+                why = unknown_key(hello)
             elif hello.resume:
                 resumable = found[0].resumable
                 why = resumable.offer(conn, hello) if resumable else "this server does not resume sessions"

@@ -442,6 +442,16 @@ def resend(sock: socket.socket, parts: Sequence[memoryview]) -> None:
             view = view[sock.send(view, NOSIGNAL):]
 
 
+def _tries(seconds: float):
+    """Attempts at connecting again within `seconds` (a server's grace): the first at once, the others after
+    pauses that double from 50 ms to 1 s; each gets the deadline."""
+    deadline, pause = time.monotonic() + seconds, 0.05
+    while time.monotonic() < deadline:
+        yield deadline
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, 1.0)
+
+
 def _frame_exactly(sock: socket.socket) -> bytes:
     """One frame's message (one without payload: a welcome), read byte-exact: what follows it on the socket
     is left there for whoever reads next (client/wire.c, when a resume's resend follows)."""
@@ -583,9 +593,8 @@ class SocketTransport:
         (client/wire.c keeps its number); False, with resume_refused set, when the server no longer has the
         session or the time ran out."""
         stream = conn.stream
-        deadline, pause = time.monotonic() + self.resume_grace, 0.05
         self.resume_refused = f"it did not come back within {self.resume_grace:.0f} s"
-        while time.monotonic() < deadline:
+        for deadline in _tries(self.resume_grace):
             new = None
             try:
                 new = self.reconnect(max(0.5, min(self.connect_timeout, deadline - time.monotonic())))
@@ -619,8 +628,6 @@ class SocketTransport:
                 if new is not None and new.sock is not conn.sock:
                     new.close()
                 self.resume_refused = f"it did not come back within {self.resume_grace:.0f} s ({e or type(e).__name__})"
-                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-                pause = min(pause * 2, 1.0)
                 continue
             stream.resumes += 1
             self.resume_refused = ""
@@ -754,8 +761,7 @@ class SocketTransport:
             extra.close()
         if self.resume_hello is None:
             return -1
-        deadline, pause = time.monotonic() + self.resume_grace, 0.05
-        while time.monotonic() < deadline:
+        for _ in _tries(self.resume_grace):
             try:
                 return self.open_callbacks()
             except ServerGone:
@@ -765,8 +771,6 @@ class SocketTransport:
                     return -1
             except OSError:
                 pass
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(pause * 2, 1.0)
         return -1
 
     def close(self) -> None:
