@@ -1176,6 +1176,71 @@ def test_a_payload_announced_large_costs_only_what_arrives(server):
     assert grown < 64, f"the server's processes grew by {grown:.0f} MiB for 1 KiB of a 2 GiB payload"
 
 
+def session_peak_mib(server) -> float:
+    """The highest resident memory any of the server's session processes reached so far (VmHWM), MiB."""
+    peak = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1]) != server.proc.pid:
+                    continue
+                peak = max([peak] + [int(line.split()[1]) for line in open(f"/proc/{entry}/status")
+                                     if line.startswith("VmHWM:")])
+            except OSError:
+                continue
+    return peak / 1024
+
+
+def test_a_compressed_payload_costs_only_what_the_call_takes(server):
+    """A compressed payload is decompressed as the call's buffers take it (compression.Inflow), through a
+    window of 8 MiB at most: a 1 MiB copy whose payload is a few-KiB zstd frame of 1 GiB costs the session
+    its 1 MiB (was: the whole frame inflated first, bounded only by CUWIRE_MAX_BUFFER); a frame that asks
+    for a 64 MiB window is refused; a large compressed copy goes to the GPU in chunks, bytes intact."""
+    import zstandard
+
+    from cuwire.server.bulk import CHUNK
+
+    t, reply = open_session(server.address, HELLO, mode="tcp")
+    assert not reply.error
+    size = 1 << 20
+    device = allocate(t, 2 * CHUNK + 12345)
+
+    def copy(payload: bytes, n: int = size) -> pb.Reply:
+        args = pb.cuMemcpyHtoD_v2_Args(dstDevice=device, ByteCount=n).SerializeToString()
+        return t.exchange_with_payload(pb.Batch(fn=fn_id("cuMemcpyHtoD_v2"), args=args, payload_codec=pb.ZSTD),
+                                       [payload])[0]
+
+    def read(n: int = size) -> bytes:
+        args = pb.cuMemcpyDtoH_v2_Args(srcDevice=device, ByteCount=n).SerializeToString()
+        return t.exchange_with_payload(pb.Batch(fn=fn_id("cuMemcpyDtoH_v2"), args=args))[1]
+
+    squeeze = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    bomb = b"".join(squeeze.compress(bytes(16 << 20)) for _ in range(64)) + squeeze.flush()
+    assert len(bomb) < 256 << 10
+    assert not copy(zstandard.ZstdCompressor().compress(b"\xff" * size)).error  # (its chunk buffers made)
+    before = session_peak_mib(server)
+    reply = copy(bomb)
+    assert not reply.error and pb.cuMemcpyHtoD_v2_Result.FromString(reply.result).status == 0
+    assert read() == bytes(size)
+    grown = session_peak_mib(server) - before
+    assert grown < 48, f"a session process grew by {grown:.0f} MiB for a 1 MiB copy of a compressed payload"
+
+    wide = zstandard.ZstdCompressor(compression_params=zstandard.ZstdCompressionParameters.from_level(
+        3, window_log=26, write_content_size=False)).compressobj()  # (streamed: its size unknown to zstd)
+    wide = wide.compress(os.urandom(size)) + wide.flush()
+    reply = copy(wide)
+    assert "does not decompress" in reply.error and "memory" in reply.error, reply.error
+    short = zstandard.ZstdCompressor().compress(bytes(size // 2))
+    assert "short of what the call's buffers take" in copy(short).error
+
+    data = (bytes(range(251)) * (2 * CHUNK // 251 + 100))[:2 * CHUNK + 12345]
+    reply = copy(zstandard.ZstdCompressor().compress(data), len(data))
+    assert not reply.error and pb.cuMemcpyHtoD_v2_Result.FromString(reply.result).status == 0
+    assert read(len(data)) == data
+    assert serving(t)
+    t.close()
+
+
 def test_a_session_holds_at_most_max_handles_of_a_kind(tmp_path):
     """CUWIRE_MAX_HANDLES: the call that would make one handle more of a kind fails with
     CUDA_ERROR_OUT_OF_MEMORY (a program that makes events in a loop is bounded); one destroyed makes room."""
@@ -1318,6 +1383,37 @@ def test_two_sessions_in_one_process_reach_only_their_own_memory(mode, tmp_path)
         assert call(a, "cuMemFree_v2", dptr=theirs)[0] == 0 and call(b, "cuMemFree_v2", dptr=mine)[0] == 0
         for t in sessions:
             t.close()
+    finally:
+        s.stop()
+
+
+def test_two_sessions_in_one_process_share_by_ipc_only_their_own(tmp_path):
+    """Issue 36, IPC in the two-session matrix: with --isolation thread (one process, one device), session B
+    cannot export session A's memory or event (CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_INVALID_HANDLE), nor
+    close A's memory as memory it opened; B exports its own. A handle A exported is opened by another
+    session only as IPC lets it (as across processes: the driver does not open it in its own process)."""
+    from conftest import ServerProcess
+
+    s = ServerProcess(tmp_path, "--isolation", "thread")
+    try:
+        (a, ra), (b, rb) = (open_session(s.address, HELLO, mode="tcp") for _ in range(2))
+        assert not ra.error and not rb.error
+        theirs, mine = allocate(a, 1 << 20), allocate(b, 1 << 20)
+        their_event, my_event = (vmm_call(t, "cuEventCreate", Flags=0x6).phEvent for t in (a, b))
+        assert vmm_call(b, "cuIpcGetMemHandle", dptr=theirs).status == 1
+        assert vmm_call(b, "cuIpcGetMemHandle", dptr=theirs + 4096).status == 1
+        assert vmm_call(b, "cuIpcGetEventHandle", event=their_event).status == 400
+        assert vmm_call(b, "cuIpcCloseMemHandle", dptr=theirs).status == 1
+        assert vmm_call(b, "cuIpcGetMemHandle", dptr=mine).status == 0  # its own: served
+        assert vmm_call(b, "cuIpcGetEventHandle", event=my_event).status == 0
+        exported = vmm_call(a, "cuIpcGetMemHandle", dptr=theirs)
+        assert exported.status == 0
+        opened = vmm_call(b, "cuIpcOpenMemHandle_v2", handle=exported.pHandle, Flags=1)
+        assert opened.status != 0 or opened.pdptr != theirs, opened  # never A's own pointer handed over
+        assert vmm_call(a, "cuMemFree_v2", dptr=theirs).status == 0  # A's memory stayed A's
+        assert serving(a) and serving(b)
+        a.close()
+        b.close()
     finally:
         s.stop()
 

@@ -20,7 +20,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-import zstandard
 from _cuwire import ffi, lib
 from google.protobuf.message import DecodeError
 
@@ -242,7 +241,7 @@ class Client:
         self.function_objects: dict[int, tuple[int, object]] = {}
         self.alloc_size = ffi.new("uint64_t *")  # cuwire_allocation_of's out-parameter (allocation)
         self.taken = (ffi.new("char **"), ffi.new("uint64_t *"))  # cuwire_queue_take's out-parameters (take_queued)
-        self.zstd_d = zstandard.ZstdDecompressor()
+        self.zstd_d = compression.decompressor()
         self.policy = compression.Policy("off")  # the session's (connect): whether it compresses now
         self.callbacks_refused = False  # the server refused a host-function connection (said once)
         self.ending = False  # the program is ending (at_exit): the server is told, and resumes no more

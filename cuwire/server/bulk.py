@@ -5,7 +5,8 @@ buffer of that size (whose first touch costs as much as the network) is never ne
 
 The copies served so: cuMemcpyHtoD_v2, cuMemcpyDtoH_v2, their Async forms, and cuMemcpy/cuMemcpyAsync
 between host and device memory, when the buffer travels in the frame's payload (transport.BULK).
-Anything else runs the generated handler on the whole payload.
+Anything else runs the generated handler on the whole payload. A compressed payload (a client on a slow
+link, compression.py) is decompressed a chunk at a time into the same buffers (to_device_decompressed).
 
 With a client on this host that took shared memory (cuwire/wire/ring.py), the payload is in that memory,
 page-locked for the GPU: a copy goes between its slots and the GPU directly, a slot at a time, while
@@ -76,6 +77,13 @@ class IncomingPayload:
             raise WireError(f"the payload has {self.left} bytes left for {len(view)} more")
         self.conn.read_into(view)
         self.left -= len(view)
+
+    def read(self, n: int) -> bytearray:
+        """Up to n more bytes, fewer only at the payload's end: a file's read, for a decompressor to pull
+        compressed bytes as it needs them (compression.Inflow)."""
+        data = bytearray(min(n, self.left))
+        self.read_into(memoryview(data))
+        return data
 
     def read_all(self) -> bytearray:
         data = self.conn.read_payload(self.left) if self.left else bytearray()
@@ -255,6 +263,18 @@ def to_device(s, payload: IncomingPayload, dst: int, size: int, stream) -> int:
     if payload.striped is not None:
         return to_device_striped(s, payload, dst, stream)
     return receive_to_device(s, payload.read_into, dst, 0, size, buffers(s), stream)
+
+
+def to_device_decompressed(s, read_into: Callable, dst: int, size: int, stream) -> int:
+    """to_device for a compressed payload: `read_into` (Session.read_compressed) decompresses it a chunk at
+    a time into the session's chunk buffers, while the GPU copies the chunk before. A payload that does not
+    decompress fails the call once the copies already started are done (the buffers are used again)."""
+    stream = stream or default_stream(s)
+    try:
+        return receive_to_device(s, read_into, dst, 0, size, buffers(s), stream)
+    except WireError:
+        s.lib.cuStreamSynchronize(stream)
+        raise
 
 
 def receive_to_device(s, read_into: Callable, dst: int, start: int, length: int, bufs: tuple, stream,

@@ -77,7 +77,6 @@ class CuWireServer:
         self.session_ids = itertools.count(1)
         self.sessions: dict[str, Session] = {}  # open ones, by name (metrics.py)
         self.final: dict[str, dict] = {}  # the figures of those that ended
-        self.zstd = zstandard.ZstdDecompressor()
         self.zstd_c = zstandard.ZstdCompressor(level=3, threads=-1)
         self.zstd_lock = threading.Lock()  # sessions share the compressor (isolation=thread)
         # join key -> the session, its connection and the stripes that joined it so far (join)
@@ -145,12 +144,13 @@ class CuWireServer:
     def decode(self, data: bytes, codec: int, most: int | None = None) -> bytes:
         """Decompress what the client compressed, never to more than `most` bytes (default CUWIRE_MAX_BUFFER;
         a call's arguments and queued records: MAX_MESSAGE, what they may be uncompressed): a small frame
-        must not make the server allocate gigabytes."""
+        must not make the server allocate gigabytes. (A decompressor of its own: sessions in threads share
+        the server, and a decompressor is not safe to share.)"""
         if codec != pb.ZSTD:
             return data
         most = self.settings.max_buffer if most is None else min(most, self.settings.max_buffer)
         try:
-            return compression.decompress(self.zstd, data, most)
+            return compression.decompress(compression.decompressor(), data, most)
         except ValueError as e:
             raise WireError(f"a compressed message that does not decompress to {most} bytes at most: {e}") from None
 

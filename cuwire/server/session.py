@@ -106,6 +106,8 @@ class Session:
         self.payload = bulk.IncomingPayload()  # the running batch's payload, as it arrives (run)
         self.payload_codec = pb.RAW
         self.payload_in: memoryview | None = None  # ...read whole, at the first buffer that asks (payload_bytes)
+        self.inflow: compression.Inflow | None = None  # ...or a compressed one, decompressed as buffers ask
+        self.zstd = compression.decompressor()  # (the session's own: a decompressor is not thread-safe)
         self.payload_taken = 0
         self.payload_out: list = []  # result buffers for the reply's payload (take)
         self.deferred_error: tuple[int, str] | None = None  # a streamed copy's late failure (bulk.py)
@@ -150,7 +152,7 @@ class Session:
         reply = pb.Reply()
         payload = payload or bulk.IncomingPayload()
         self.payload, self.payload_codec = payload, batch.payload_codec
-        self.payload_in, self.payload_taken, self.payload_out = None, 0, []
+        self.payload_in, self.inflow, self.payload_taken, self.payload_out = None, None, 0, []
         if self.deferred_error:
             (reply.queued_error, reply.queued_error_fn), self.deferred_error = self.deferred_error, None
         try:
@@ -188,7 +190,7 @@ class Session:
             self.payload_out = []
         elif batch.reply_codec == pb.ZSTD and self.ring is None and sum(len(p) for p in self.payload_out) >= BULK:
             self.compress_payload(reply, batch)
-        self.payload_in = None  # (self.payload, drained below, stays until the next batch replaces it)
+        self.payload_in = self.inflow = None  # (self.payload, drained below, stays until the next batch)
         payload.drain()  # what a call did not use (it failed, or it had none) keeps the stream in step
         if batch.no_reply:  # nobody waits for this reply: its first error goes with the next one
             if reply.error:
@@ -313,9 +315,12 @@ class Session:
         """A buffer's bytes: the field's, or for an empty field of a large buffer the next `size` bytes of
         the batch's payload (client/runtime.py, read)."""
         self.check_size(size)
-        if not data and size:
+        if not data and size and self.payload_codec == pb.ZSTD:
+            data = bytearray(size)
+            self.read_compressed(memoryview(data))
+        elif not data and size:
             if self.payload_in is None:  # the first buffer of the call that is in the payload: read it whole
-                self.payload_in = memoryview(self.server.decode(self.payload.read_all(), self.payload_codec))
+                self.payload_in = memoryview(self.payload.read_all())
             left = len(self.payload_in) - self.payload_taken
             if left < size:
                 raise WireError(f"the payload has {left} bytes left for a {size}-byte buffer")
@@ -325,10 +330,25 @@ class Session:
             raise WireError(f"sent {len(data)} bytes for a {size}-byte buffer")
         return data
 
+    def read_compressed(self, view: memoryview) -> None:
+        """The next len(view) bytes of a compressed payload, decompressed as they are asked for
+        (compression.Inflow): the server never holds more of it than the call's buffers."""
+        if self.inflow is None:
+            if self.payload_codec != pb.ZSTD:
+                raise WireError(f"a payload in an unknown encoding ({self.payload_codec})")
+            self.inflow = compression.Inflow(self.zstd, self.payload)
+        try:
+            self.inflow.read_into(view)
+        except ValueError as e:
+            raise WireError(f"a compressed payload that does not decompress: {e}") from None
+
     def streams_in(self, data: bytes, size: int) -> bool:
         """Whether a host buffer (annotation `streams`) is a large one in the payload, still unread, so its
-        generated handler copies it to the GPU as it arrives (stream_to_device) instead of reading it whole."""
-        return not data and size >= BULK and self.payload_codec == pb.RAW and self.payload_in is None
+        generated handler copies it to the GPU as it arrives (stream_to_device) instead of reading it whole.
+        A compressed payload is decompressed as it goes, whatever came before it."""
+        if data or size < BULK:
+            return False
+        return self.payload_codec == pb.ZSTD or (self.payload_codec == pb.RAW and self.payload_in is None)
 
     def streams_out(self, size: int) -> bool:
         """Whether a result buffer (annotation `streams`) is large enough to go from the GPU to the connection
@@ -337,6 +357,8 @@ class Session:
 
     def stream_to_device(self, dst: int, size: int, stream) -> int:
         """The payload's `size` bytes to device address dst (the handler checked it as the session's)."""
+        if self.payload_codec == pb.ZSTD:
+            return bulk.to_device_decompressed(self, self.read_compressed, dst, self.check_size(size), stream)
         return bulk.to_device(self, self.payload, dst, self.check_size(size), stream)
 
     def stream_from_device(self, src: int, size: int, stream, name: str) -> int:

@@ -35,6 +35,7 @@ AUTO_SLOW = 400e6  # bytes per second: below this, zstd (level 3, every core) wi
 AUTO_SAMPLES = 4  # the link counts as slow when the best of its last this many rates is
 AUTO_BACKOFF = 16  # large payloads sent as they are after one that did not compress
 POOR = 0.9  # compressed/raw above this: the data does not compress
+WINDOW = 8 << 20  # the largest zstd window a peer's frame may ask: level 3 needs 2 MiB at most
 
 
 @dataclass
@@ -124,6 +125,13 @@ def pays(data, link_rate: float) -> bool:
     return ratio < POOR and ratio + 2 * (link_rate or AUTO_SLOW) / speed < 1
 
 
+def decompressor() -> zstandard.ZstdDecompressor:
+    """A decompressor for the peer's frames. A frame that asks for a window over WINDOW is refused, so that
+    decompressing one costs this side a small fixed amount of memory beside its output. (One a thread:
+    a decompressor is not safe to share between threads.)"""
+    return zstandard.ZstdDecompressor(max_window_size=WINDOW)
+
+
 def decompress_into(decompressor: zstandard.ZstdDecompressor, data, buffers: list, limit: int) -> tuple[bytes, int]:
     """A zstd frame from the peer, decompressed straight into `buffers` (writable, filled in order) with what
     is left over returned, at most `limit` bytes in all: a large result goes into the program's memory
@@ -155,6 +163,33 @@ def decompress(decompressor: zstandard.ZstdDecompressor, data: bytes, limit: int
     """A zstd frame from the peer, decompressed to at most `limit` bytes: a small frame must not make this
     side allocate gigabytes. Raises ValueError (with zstd's reason) for one over the limit or malformed."""
     return decompress_into(decompressor, data, [], limit)[0]
+
+
+class Inflow:
+    """A compressed payload decompressed as its buffers ask for it. Compressed bytes are pulled from
+    `source` (an object with read(n): the payload still on the connection) as zstd needs them, a small
+    window at a time: neither the compressed payload nor the decompressed one is ever held whole, and
+    the bytes a call takes are the call's own sizes, checked before they are asked for."""
+
+    def __init__(self, decompressor: zstandard.ZstdDecompressor, source) -> None:
+        self.reader = decompressor.stream_reader(source, read_across_frames=False)
+        self.given = 0
+
+    def read_into(self, view) -> None:
+        """Exactly len(view) more decompressed bytes into view. Raises ValueError for a frame that is
+        malformed, asks for too large a window, or ends short."""
+        view = memoryview(view).cast("B")
+        got = 0
+        try:
+            while got < len(view):
+                n = self.reader.readinto(view[got:])
+                if n == 0:
+                    raise ValueError(f"it ended after {self.given + got} bytes, {len(view) - got} short of "
+                                     f"what the call's buffers take")
+                got += n
+        except zstandard.ZstdError as e:
+            raise ValueError(str(e)) from None
+        self.given += got
 
 
 def bound(size: int) -> int:
