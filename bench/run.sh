@@ -24,14 +24,17 @@ for t in $TRANSPORTS; do
   grep -h "transport:" "$OUTDIR/cuwire-$t.err" | head -1
 done
 # PyTorch's steady state (where torch is installed), appended to the same columns: three rounds, native and
-# each transport in turn, the best of each kept (one process's figure varies by half on a shared host)
+# each transport in turn, the best of each kept (one process's figure varies by half on a shared host); and
+# a call of scaled dot-product attention on each of PyTorch's backends (bench/attention.py)
 if $PY -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
   TORCH_TRANSPORTS=$(echo " $TRANSPORTS " | sed "s/ tcp1 / /")  # (no large copies there: tcp1 would repeat tcp)
   for _ in 1 2 3; do
-    $PY bench/torch_steps.py >>"$OUTDIR/native.txt" || exit 1
-    for t in $TORCH_TRANSPORTS; do
-      env $(transport_env "$t") $PY -m cuwire.cli run -- $PY bench/torch_steps.py >>"$OUTDIR/cuwire-$t.txt" \
-        2>>"$OUTDIR/cuwire-$t.err" || { tail "$OUTDIR/cuwire-$t.err"; exit 1; }
+    for program in bench/torch_steps.py bench/attention.py; do
+      $PY $program >>"$OUTDIR/native.txt" || exit 1
+      for t in $TORCH_TRANSPORTS; do
+        env $(transport_env "$t") $PY -m cuwire.cli run -- $PY $program >>"$OUTDIR/cuwire-$t.txt" \
+          2>>"$OUTDIR/cuwire-$t.err" || { tail "$OUTDIR/cuwire-$t.err"; exit 1; }
+      done
     done
   done
 fi

@@ -93,16 +93,37 @@ static int forget_all(void)
     return -1;
 }
 
-/* An attribute of one kernel or function changes: forget the attributes of that handle of that kind,
- * every answer of the kinds in `all_of` (a kernel's functions have handles of their own, and any of them
- * may be the one an occupancy query names), and keep the rest: libraries set attributes of several
- * kernels before their launches, each to the same value every time. */
-static int forget_handle(uint64_t kind, uint64_t handle, unsigned all_of)
+/* The attributes a program may set (cuFuncSetAttribute, cuKernelSetAttribute): each changes by its own set
+ * only, so setting one leaves the others' kept answers as they are. */
+static int settable(uint64_t attrib)
+{
+    switch (attrib) {
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+        return 1;
+    }
+    return 0;
+}
+
+/* Attribute `attrib` of one kernel or function changes: forget the attributes of that handle of that kind
+ * and every answer of the kinds in `all_of` (a kernel's functions have handles of their own, and any of
+ * them may be the one an occupancy query names), but for the other settable attributes' answers, and keep
+ * the rest: libraries set several attributes of several kernels before their launches (cuDNN's attention:
+ * two of one kernel, in turn), each to the same value every time. */
+static int forget_handle(uint64_t kind, uint64_t handle, unsigned all_of, uint64_t attrib)
 {
     pthread_mutex_lock(&lock);
     for (unsigned i = 0; i < SLOTS; i++) {
         uint64_t k = slots[i].key[0];
-        if (k && k != GONE && ((k == kind && slots[i].key[1] == handle) || (all_of & (1u << k))))
+        if (!k || k == GONE || !((k == kind && slots[i].key[1] == handle) || (all_of & (1u << k))))
+            continue;
+        int attribute = k == KERNEL_ATTRIBUTE || k == FUNCTION_ATTRIBUTE;
+        if (!(attribute && slots[i].key[2] != attrib && settable(slots[i].key[2])))
             slots[i].key[0] = GONE;
     }
     __atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
@@ -208,7 +229,7 @@ int cuwire_forget_answers_kernel_attribute(CUfunction_attribute attrib, int val,
     if (lookup(key, &now) == 0 && now == val)
         return CUDA_SUCCESS;
     return forget_handle(KERNEL_ATTRIBUTE, (uintptr_t)kernel,
-                         1u << FUNCTION_ATTRIBUTE | 1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS);
+                         1u << FUNCTION_ATTRIBUTE | 1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS, (uint64_t)attrib);
 }
 
 int cuwire_forget_answers_function_attribute(CUfunction f, CUfunction_attribute attrib, int value)
@@ -218,7 +239,7 @@ int cuwire_forget_answers_function_attribute(CUfunction f, CUfunction_attribute 
     if (lookup(key, &now) == 0 && now == value)
         return CUDA_SUCCESS;
     return forget_handle(FUNCTION_ATTRIBUTE, (uintptr_t)f,
-                         1u << KERNEL_ATTRIBUTE | 1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS);
+                         1u << KERNEL_ATTRIBUTE | 1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS, (uint64_t)attrib);
 }
 
 /* ... and once the server has set it, the value is the answer (the next set of the same value is
@@ -269,7 +290,7 @@ void cuwire_keep_limit(size_t *pvalue, CUlimit limit)
 
 /* Every kept limit, forgotten: a limit was set (`fast` of cuCtxSetLimit, which then goes on as usual), or
  * a context went away. */
-void cuwire_forget_limits(void) { forget_handle(LIMIT, 0, 1u << LIMIT); }
+void cuwire_forget_limits(void) { forget_handle(LIMIT, 0, 1u << LIMIT, 0); }
 
 int cuwire_forget_limits_set(CUlimit limit, size_t value)
 {

@@ -1,5 +1,5 @@
 // Libraries set a kernel's attributes before each of its launches, for several kernels in turn, each time
-// to the value it already has (PyTorch's CNN step does). Through cuwire, the repeats are answered by the
+// to the value it already has (PyTorch's CNN step does; cuDNN's attention sets two of one kernel in turn). Through cuwire, the repeats are answered by the
 // client (client/answers_cache.c): tests/test_cli.py counts what reached the server.
 #include <cstdio>
 
@@ -28,6 +28,7 @@ int main()
     int fits = 1;
     for (int i = 0; i < rounds; i++) {
         CHECK(cudaFuncSetAttribute(addOne, cudaFuncAttributeMaxDynamicSharedMemorySize, 65536));
+        CHECK(cudaFuncSetAttribute(addOne, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
         CHECK(cudaFuncSetAttribute(twice, cudaFuncAttributeMaxDynamicSharedMemorySize, 50000));
         int blocks = 0;
         CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, addOne, n, 65536));
