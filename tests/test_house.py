@@ -1,11 +1,13 @@
 """The package's structure, as docs/architecture.md draws it: no import circles, in any scope (an import
 inside a function counts: hiding a circle there is still a circle), and the floors in their order:
 `cuwire.wire` imports neither side, the client and the server never import each other, and nothing in the
-package imports the emulated device (a package apart, for tests)."""
+package imports the emulated device (a package apart, for tests). The client's C files call each other in
+no circle either."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,3 +112,34 @@ def test_the_floors_keep_their_order():
     wrong = [f"{a} imports {b}: {why}" for a, deps in graph().items() for b in deps
              for low, high, why in FORBIDDEN if a.startswith(low) and b.startswith(high)]
     assert not wrong, "\n".join(wrong)
+
+
+# ---------------------------------------------------------------- the client's C
+
+C_DEFINITION = re.compile(r"^[A-Za-z_][\w \*]*?\b(cuwire_\w+)\s*\([^;{]*?\)\s*\{", re.M | re.S)
+C_MACRO = re.compile(r"^#define\s+(CUWIRE_\w+)\b(.*(?:\\\n.*)*)", re.M)
+C_NAME = re.compile(r"\b((?:cuwire|CUWIRE)_\w+)\b")
+
+
+def c_calls(folder: Path) -> dict[str, set[str]]:
+    """Which C file of `folder` calls a function another of them defines (a call inside one of the headers'
+    macros counts where the macro is used): file -> files."""
+    texts = {p.name: re.sub(r"/\*.*?\*/", "", p.read_text(), flags=re.S) for p in sorted(folder.glob("*.[ch]"))}
+    defined = {m[1]: name for name, text in texts.items() if name.endswith(".c") for m in C_DEFINITION.finditer(text)}
+    macros = {m[1]: set(C_NAME.findall(m[2])) for text in texts.values() for m in C_MACRO.finditer(text)}
+    calls: dict[str, set[str]] = {}
+    for name, text in texts.items():
+        if name.endswith(".c"):
+            used = set(C_NAME.findall(text))
+            used |= {n for m in used & macros.keys() for n in macros[m]}
+            calls[name] = {defined[n] for n in used if n in defined and defined[n] != name}
+    return calls
+
+
+def test_the_client_c_calls_in_no_circle():
+    """The client's C files form floors too (docs/architecture.md): session.c, capture.c and the other
+    state at the bottom, the wire and the queue above them, calls.c and the entry points on top; none calls
+    back into a file above it (a circle made the C hard to change one file at a time)."""
+    calls = c_calls(PACKAGE / "client")
+    assert "session.c" in calls["queue.c"] and "queue.c" in calls["wire.c"]  # (the scan sees the calls)
+    assert circles(calls) == []

@@ -297,30 +297,31 @@ void cuwire_after_memcpy_node_params(CUgraphNode node, CUDA_MEMCPY3D *c)
 #define CAPTURE_OWNER (1ull << 63) /* a stream capture's id, as an owner (graphs and executables are addresses) */
 
 /* An asynchronous copy between pageable memory and the device, made while its stream captures: the
- * capture takes a copy of a stand-in instead (which the launches of its graph keep in step). Its CUDA
- * result, or -1 for the usual path (no capture, no shared memory, or memory that needs none). */
-int cuwire_capture_copy(const void *host, uint64_t device, uint64_t n, void *stream, int to_device)
+ * capture takes a copy of a stand-in instead (which the launches of its graph keep in step). The stand-in
+ * in the shared memory, for the caller to copy (calls.c), or NULL for the usual path (no capture, no
+ * shared memory, or memory that needs none). */
+const void *cuwire_capture_standin(const void *host, uint64_t device, uint64_t n, void *stream, int to_device)
 {
     uint64_t capture = n && host ? cuwire_capture_of(stream) : 0, address = (uint64_t)(uintptr_t)host;
     int shared = 0;
     if (!capture || cuwire_host_locked(host, &shared) || cuwire_in_allocation(address, 1) ||
         cuwire_managed_holds(address, n) || !cuwire_in_allocation(device, n))
-        return -1;
+        return NULL;
     if (!cuwire_shares_host_memory()) {
         cuwire_say_once_per_name("cuwire: a copy of pageable host memory into a stream capture needs a server on "
                                  "this host, sharing memory with it (CUWIRE_TRANSPORT=auto); the capture refuses",
                                  to_device ? "a copy to the device" : "a copy from the device");
-        return -1;
+        return NULL;
     }
     struct standin *s = make_standin((char *)host, n, n, 1, n, 1, to_device);
     if (!s)
-        return -1;
+        return NULL;
     list(s, CAPTURE_OWNER | capture);
-    return cuwire_copy_shared(s->shared, device, n, stream, to_device, 0);
+    return s->shared;
 }
 
 /* The capture ended in `graph`: its stand-ins are the graph's. */
-void cuwire_capture_became(uint64_t capture, uint64_t graph)
+static void capture_became(uint64_t capture, uint64_t graph)
 {
     if (!__atomic_load_n(&standins, __ATOMIC_ACQUIRE))
         return;
@@ -328,6 +329,16 @@ void cuwire_capture_became(uint64_t capture, uint64_t graph)
     share(CAPTURE_OWNER | capture, graph);
     pthread_mutex_unlock(&lock);
     release(CAPTURE_OWNER | capture);
+}
+
+/* After cuStreamEndCapture gave its graph: what the capture's copies of pageable memory stood in with is
+ * the graph's now. */
+void cuwire_after_end_capture(CUstream stream, CUgraph *graph)
+{
+    (void)stream;
+    uint64_t id = cuwire_capture_ended();
+    if (id && graph)
+        capture_became(id, (uint64_t)(uintptr_t)*graph);
 }
 
 /* cuGraphLaunch's fast path: the launched graph's stand-ins take the program's bytes now; those it writes

@@ -298,7 +298,7 @@ _capture_arrays: dict[int, tuple] = {}  # stream -> the arrays its last cuStream
 
 @ffi.def_extern(name="cuwire_py_capture_info", onerror=rt.on_error)
 def cuwire_py_capture_info(stream, graph, deps, edges, count):
-    """A capture's graph and last nodes (client/driver_local.c): the arrays stay the stream's until its next
+    """A capture's graph and last nodes (client/capture.c): the arrays stay the stream's until its next
     cuStreamGetCaptureInfo, as CUDA keeps its own until the capture changes."""
     res = rt.call(rt.CAPTURE_INFO, pb.CaptureInfo_Args(stream=int(ffi.cast("uintptr_t", stream)),
                                                        edge_data=edges != ffi.NULL), pb.CaptureInfo_Result)

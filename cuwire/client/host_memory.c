@@ -26,7 +26,6 @@
  * of the session's device allocations names an offset in it (CopyShared; server/records.c): the GPU reads
  * and writes the program's buffer itself. An asynchronous copy is queued (the program may not touch the
  * buffer until the stream is past it, as natively); a synchronous one waits for the server's answer. */
-extern const uint32_t cuwire_copy_shared_record_id;
 static uint64_t shared_base, shared_size;
 static uint64_t shared_server_base; /* where the server has it: the same address, when it could */
 static int shared_known; /* the session said whether it has shared host memory */
@@ -50,42 +49,8 @@ static int shared_offset(const void *p, uint64_t n, uint64_t *offset)
     return 1;
 }
 
-/* (struct cw_copy_shared: cuwire/wire/frames.h) */
-
-/* The copy as a CopyShared record when `host` is in the shared memory and `device` in one of the session's
- * allocations: its CUDA result, or -1 when the call takes its usual path. */
-int cuwire_copy_shared(const void *host, uint64_t device, uint64_t n, void *stream, int to_device, int sync)
-{
-    struct cw_copy_shared rec = {device, 0, n, (uint64_t)(uintptr_t)stream, (uint32_t)to_device, (uint32_t)sync};
-    if (!sync) { /* captured into a graph, pageable memory gets a stand-in here (graph_copies.c) */
-        int captured = cuwire_capture_copy(host, device, n, stream, to_device);
-        if (captured >= 0)
-            return captured;
-    }
-    uint64_t offset;
-    if (n == 0 || !shared_offset(host, n, &offset) || !cuwire_in_allocation(device, n) || !cuwire_session_open())
-        return -1;
-    rec.offset = offset; /* (through a local: the record is packed) */
-    if (sync)
-        return cuwire_call(cuwire_copy_shared_record_id, &rec, sizeof rec, NULL, 0);
-    return cuwire_enqueue(cuwire_copy_shared_record_id, &rec, sizeof rec);
-}
-
-/* cuMemcpy and cuMemcpyAsync (unified addresses) between shared host memory and the device. */
-static int unified_shared(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream, int sync)
-{
-    if (!shared_size)
-        return -1;
-    int r = cuwire_copy_shared((const void *)(uintptr_t)src, dst, n, stream, 1, sync);
-    return r >= 0 ? r : cuwire_copy_shared((const void *)(uintptr_t)dst, src, n, stream, 0, sync);
-}
-
-int cuwire_fast_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return unified_shared(dst, src, n, NULL, 1); }
-
-int cuwire_fast_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream)
-{
-    return unified_shared(dst, src, n, stream, 0);
-}
+/* Whether [p, p + n) lies in the shared memory: its offset there (calls.c, managed_hints.c). */
+int cuwire_shared_offset(const void *p, uint64_t n, uint64_t *offset) { return shared_offset(p, n, offset); }
 
 /* ------------------------------------------------------------------ page-locked host memory */
 
@@ -549,50 +514,16 @@ static size_t managed_size(CUdeviceptr p)
     return size;
 }
 
-/* cuMemFree of managed memory: the client's to free (the server never made it a device allocation). */
-int cuwire_fast_cuMemFree_v2(CUdeviceptr dptr)
+/* The size of managed memory made in the shared memory at dptr (0: none such), for cuMemFree (managed_hints.c). */
+size_t cuwire_shared_managed_size(CUdeviceptr dptr)
 {
-    if (dptr && cuwire_managed_free(dptr) == 0)
-        return -1; /* managed memory made over TCP: its host copy is gone; the server frees its own */
     uint64_t offset; /* managed memory lies in the shared memory: any other pointer goes on at once */
-    size_t size = dptr && shared_offset((const void *)(uintptr_t)dptr, 1, &offset) ? managed_size(dptr) : 0;
-    if (!size)
-        return -1;
-    cuwire_hints_forget(dptr, size);
+    return dptr && shared_offset((const void *)(uintptr_t)dptr, 1, &offset) ? managed_size(dptr) : 0;
+}
+
+/* ...and its freeing: the session's allocation map and the shared memory let it go. */
+int cuwire_shared_managed_free(CUdeviceptr dptr)
+{
     cuwire_untrack_alloc(dptr);
     return host_free((void *)(uintptr_t)dptr);
-}
-
-/* Whether [p, p + count) is memory that managed-memory hints may name: CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE. */
-CUresult cuwire_managed_range(CUdeviceptr p, size_t count)
-{
-    uint64_t offset;
-    int known = shared_offset((const void *)(uintptr_t)p, count, &offset) || cuwire_managed_holds(p, count);
-    return count && known ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-
-/* Prefetches and advice change nothing the GPU does here (managed memory is page-locked host memory): they
- * are noted, for cuMemRangeGetAttribute (client/managed_hints.c). */
-CUresult cuwire_local_cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags,
-                                            CUstream hStream)
-{
-    (void)flags, (void)hStream;
-    CUresult status = cuwire_managed_range(devPtr, count);
-    if (status == CUDA_SUCCESS)
-        cuwire_hints_prefetched(devPtr, count, location);
-    return status;
-}
-
-CUresult cuwire_local_cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
-{
-    CUresult status = cuwire_managed_range(devPtr, count);
-    if (status == CUDA_SUCCESS)
-        cuwire_hints_advise(devPtr, count, advice, location);
-    return status;
-}
-
-CUresult cuwire_local_cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
-{
-    (void)hStream, (void)flags;
-    return cuwire_managed_range(dptr, length ? length : 1);
 }

@@ -114,9 +114,9 @@ int cuwire_managed_alloc(uint64_t *dptr, size_t size, unsigned int flags)
     return CUDA_SUCCESS;
 }
 
-/* cuMemFree of managed memory made over TCP: the host copy goes; -1 for any other pointer. The call then
- * goes on to the server, which frees its copy. */
-int cuwire_managed_free(uint64_t address)
+/* cuMemFree of managed memory made over TCP: the host copy goes; its size, or 0 for any other pointer
+ * (managed_hints.c forgets the range's hints). The call then goes on to the server, which frees its copy. */
+uint64_t cuwire_managed_free(uint64_t address)
 {
     pthread_mutex_lock(&managed_lock);
     for (struct managed **p = &managed; *p; p = &(*p)->next) {
@@ -126,14 +126,14 @@ int cuwire_managed_free(uint64_t address)
             __atomic_sub_fetch(&managed_count, 1, __ATOMIC_RELEASE);
             pthread_mutex_unlock(&managed_lock);
             munmap((void *)(uintptr_t)m->address, m->mapped);
-            cuwire_hints_forget(m->address, m->size);
+            uint64_t size = m->size;
             free(m->snapshot);
             free(m);
-            return 0;
+            return size;
         }
     }
     pthread_mutex_unlock(&managed_lock);
-    return -1;
+    return 0;
 }
 
 /* Whether [p, p + n) lies in managed memory made over TCP (a prefetch's or advice's range). */

@@ -1,8 +1,10 @@
-/* cuwire client: what the program told the driver about its managed memory, for cuMemRangeGetAttribute.
+/* cuwire client: what the program told the driver about its managed memory, for cuMemRangeGetAttribute,
+ * and the managed-memory calls answered here with it (prefetches, advice, ranges, cuMemFree of managed
+ * memory, which forgets a range's hints).
  *
  * Through cuwire managed memory is page-locked host memory shared with the server (or, over TCP, a host
  * copy kept in step with the server's: client/managed.c), so advice and prefetches change nothing the GPU
- * does: cuMemAdvise and cuMemPrefetchAsync are hints, taken and left at that (client/host_memory.c). What they
+ * does: cuMemAdvise and cuMemPrefetchAsync are hints, taken and left at that. What they
  * said is kept here, by page, so that the program reads back what it set, as natively: read-mostly, the
  * preferred location, the devices that access a range, and where it was last prefetched to. A range the
  * program frees forgets its hints.
@@ -178,6 +180,57 @@ static struct hints range_hints(uint64_t p, size_t n)
     if (at < end)
         merge(&all, &NONE, &first);
     return all;
+}
+
+/* ------------------------------------------------------------------ the calls answered here */
+
+/* cuMemFree of managed memory: the client's to free (the server never made it a device allocation). */
+int cuwire_fast_cuMemFree_v2(CUdeviceptr dptr)
+{
+    uint64_t size = dptr ? cuwire_managed_free(dptr) : 0;
+    if (size) { /* managed memory made over TCP: its host copy is gone; the server frees its own */
+        cuwire_hints_forget(dptr, size);
+        return -1;
+    }
+    size = cuwire_shared_managed_size(dptr); /* in the shared memory: the client's own */
+    if (!size)
+        return -1;
+    cuwire_hints_forget(dptr, size);
+    return cuwire_shared_managed_free(dptr);
+}
+
+/* Whether [p, p + count) is memory that managed-memory hints may name: CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE. */
+CUresult cuwire_managed_range(CUdeviceptr p, size_t count)
+{
+    uint64_t offset;
+    int known = cuwire_shared_offset((const void *)(uintptr_t)p, count, &offset) || cuwire_managed_holds(p, count);
+    return count && known ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Prefetches and advice change nothing the GPU does here (managed memory is page-locked host memory): they
+ * are noted, for cuMemRangeGetAttribute (below). */
+CUresult cuwire_local_cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags,
+                                            CUstream hStream)
+{
+    (void)flags, (void)hStream;
+    CUresult status = cuwire_managed_range(devPtr, count);
+    if (status == CUDA_SUCCESS)
+        cuwire_hints_prefetched(devPtr, count, location);
+    return status;
+}
+
+CUresult cuwire_local_cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
+{
+    CUresult status = cuwire_managed_range(devPtr, count);
+    if (status == CUDA_SUCCESS)
+        cuwire_hints_advise(devPtr, count, advice, location);
+    return status;
+}
+
+CUresult cuwire_local_cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
+{
+    (void)hStream, (void)flags;
+    return cuwire_managed_range(dptr, length ? length : 1);
 }
 
 /* A location as the legacy attributes give it: a device's ordinal, CU_DEVICE_CPU or CU_DEVICE_INVALID. */

@@ -1,6 +1,6 @@
-/* cuwire client: the batch queue that async stubs append to (Python, or wire.c, takes it with the next
- * call that waits), the record that keeps the session thread's context and capture mode in step, and small
- * copies to the device queued with their bytes. */
+/* cuwire client: the batch queue of calls that need no answer (calls.c appends to it; Python, or wire.c,
+ * takes it with the next call that waits), and the record that keeps the session thread's context and
+ * capture mode in step. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -76,7 +76,7 @@ static int append_locked(uint32_t id, const void *payload, uint32_t size)
 
 /* The context the session's thread on the server has current, as far as the calls sent so far tell
  * (queue_lock held to read or change it). Each client thread keeps its own current context
- * (driver_local.c); before a thread's calls go out, a switch record is put first when its context is
+ * (session.c); before a thread's calls go out, a switch record is put first when its context is
  * another, so the server runs every call in its caller's context. A thread with no context changes
  * nothing (the server keeps the context it has). The same record carries the session thread's stream
  * capture mode, while a capture runs, when the calling thread needs another (cuwire_server_capture_mode). */
@@ -115,6 +115,8 @@ void cuwire_server_context_is(uint64_t ctx)
 /* Set when the session is lost or cannot be had (runtime.py, give_up): queued calls fail at once. */
 static int queue_refused;
 
+int cuwire_queue_refused(void) { return __atomic_load_n(&queue_refused, __ATOMIC_RELAXED); }
+
 void cuwire_queue_refuse(void)
 {
     pthread_mutex_lock(&queue_lock);
@@ -127,68 +129,25 @@ void cuwire_queue_refuse(void)
     pthread_mutex_unlock(&queue_lock);
 }
 
-/* Queues one record of two parts: a fixed head, and bytes that follow it (nb may be 0). */
-static int enqueue2(uint32_t id, const void *a, uint32_t na, const void *b, uint32_t nb)
+/* Appends one record of two parts, a fixed head and bytes that follow it (nb may be 0), after the switch
+ * to the calling thread's context when it needs one. 0 or a CUDA error; *due says what the caller does
+ * next (calls.c): QUEUE_KEEP, QUEUE_SEND (send the queue now, without waiting) or QUEUE_FLUSH (it is large:
+ * the Python path sends it). */
+int cuwire_queue_append(uint32_t id, const void *a, uint32_t na, const void *b, uint32_t nb, int *due)
 {
-    if (cuwire_forked)
-        return cuwire_start_python() ? 0 : CUWIRE_NOT_READY; /* says why, once; never queue in vain */
-    if (__atomic_load_n(&queue_refused, __ATOMIC_RELAXED))
+    *due = QUEUE_KEEP;
+    if (cuwire_queue_refused())
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
-    if (__atomic_load_n(&cuwire_finished, __ATOMIC_ACQUIRE))
-        return CUDA_ERROR_DEINITIALIZED; /* after the process's exit handler (exit_hook) */
-    int changed = cuwire_managed_before_call(); /* the program's changes to managed memory go first */
-    if (changed)
-        return changed;
     pthread_mutex_lock(&queue_lock);
     int err = follow_context_locked();
     if (!err)
         err = append2_locked(id, a, na, b, nb);
-    int flush = !err && queue_len >= QUEUE_FLUSH_AT;
-    int send = 0;
-    if (!err)
-        send = queue_count >= QUEUE_SEND_AT || monotonic_ns() - queue_taken >= QUEUE_SEND_EVERY_NS;
+    if (!err && queue_len >= QUEUE_FLUSH_AT)
+        *due = QUEUE_FLUSH;
+    else if (!err && (queue_count >= QUEUE_SEND_AT || monotonic_ns() - queue_taken >= QUEUE_SEND_EVERY_NS))
+        *due = QUEUE_SEND;
     pthread_mutex_unlock(&queue_lock);
-    if (err)
-        return err;
-    if (flush && CUWIRE_READY())
-        return cuwire_py_flush();
-    if (!send || !CUWIRE_READY())
-        return 0;
-    int sent = cuwire_wire_send_queued();
-    return sent >= 0 ? sent : cuwire_py_send_queued();
-}
-
-int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size) { return enqueue2(id, payload, size, NULL, 0); }
-
-/* ------------------------------------------------------------------ small copies to the device, queued */
-
-/* A copy from host memory to the device returns once the driver has taken the host bytes (for pageable
- * memory: into its staging buffer), before the GPU has them. So a small one, whose destination lies in
- * one of the session's allocations (anything else the driver refuses at once: such copies wait for the
- * server's answer), is queued with its bytes: the program may reuse its buffer as soon as the call
- * returns, and the server makes the same call in stream order (server/records.c, CopyToDevice). Larger
- * copies stream beside the messages (client/runtime.py, server/bulk.py). */
-#define INLINE_COPY_MAX (1u << 20)
-extern const uint32_t cuwire_copy_record_id;
-
-/* (struct cw_copy_head: cuwire/wire/frames.h) */
-
-static int queue_copy(CUdeviceptr dst, const void *src, size_t n, CUstream stream, uint32_t sync)
-{
-    int shared = cuwire_copy_shared(src, dst, n, stream, 1, (int)sync);
-    if (shared >= 0)
-        return shared;
-    if (!src || n == 0 || n > INLINE_COPY_MAX || !cuwire_in_allocation(dst, n) || !cuwire_session_open())
-        return -1; /* the call goes to the server and waits, which says what is wrong */
-    struct cw_copy_head head = {dst, (uint64_t)(uintptr_t)stream, sync, 0};
-    return enqueue2(cuwire_copy_record_id, &head, sizeof head, src, (uint32_t)n);
-}
-
-int cuwire_fast_cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { return queue_copy(dst, src, n, NULL, 1); }
-
-int cuwire_fast_cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream stream)
-{
-    return queue_copy(dst, src, n, stream, 0);
+    return err;
 }
 
 /* Hands the queued records to the caller (who frees them with free()) and starts a new queue; the

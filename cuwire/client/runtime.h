@@ -1,6 +1,6 @@
 /* cuwire client: the C helpers that generated stubs (generated/client_stubs.c) and the hand-written
- * C files share: the features with files of their own have headers of their own (session.h, trace.h,
- * queue.h, host_memory.h, launches.h), included here; the rest follow. Python reaches the ones declared
+ * C files share: the features with files of their own have headers of their own (start.h, session.h,
+ * capture.h, trace.h, queue.h, host_memory.h, launches.h), included here; the rest follow. Python reaches the ones declared
  * in client/build.py's cdef. */
 #ifndef CUWIRE_RUNTIME_H
 #define CUWIRE_RUNTIME_H
@@ -9,10 +9,12 @@
 #include <stdint.h>
 
 #include "frames.h"
+#include "capture.h"
 #include "host_memory.h"
 #include "launches.h"
 #include "queue.h"
 #include "session.h"
+#include "start.h"
 #include "trace.h"
 
 #define CUWIRE_EXPORT __attribute__((visibility("default")))
@@ -64,7 +66,7 @@ int cuwire_guarded(uint64_t lo, uint64_t hi);
 
 /* Managed memory over TCP: a host copy kept in step with the server's at calls (managed.c). */
 int cuwire_managed_alloc(uint64_t *dptr, size_t size, unsigned int flags);
-int cuwire_managed_free(uint64_t address);
+uint64_t cuwire_managed_free(uint64_t address); /* its size, or 0: not managed memory made over TCP */
 int cuwire_managed_holds(uint64_t p, size_t n);
 CUresult cuwire_managed_range(CUdeviceptr p, size_t count);
 /* managed_hints.c: what cuMemAdvise and cuMemPrefetchAsync said, for cuMemRangeGetAttribute */
@@ -78,10 +80,9 @@ void cuwire_managed_synced(void);
 /* Graph copies of pageable memory through stand-ins in the shared memory (graph_copies.c): what nodes
  * wrote goes to the program (caught_up: the host caught up with the GPU; else before a host function). */
 void cuwire_graph_copies_back(int caught_up);
-/* An asynchronous copy of pageable memory into or out of a stream capture: through a stand-in; -1 if not. */
-int cuwire_capture_copy(const void *host, uint64_t device, uint64_t n, void *stream, int to_device);
-void cuwire_capture_became(uint64_t capture, uint64_t graph);
-uint64_t cuwire_capture_of(void *stream);
+/* An asynchronous copy of pageable memory into or out of a stream capture: the stand-in in the shared
+ * memory it goes through, or NULL for the usual path. */
+const void *cuwire_capture_standin(const void *host, uint64_t device, uint64_t n, void *stream, int to_device);
 /* User objects held by graphs and executable graphs (user_objects.c). */
 void cuwire_user_objects_share(uint64_t from, uint64_t to);
 void cuwire_user_objects_release(uint64_t owner, int after_work);
@@ -126,17 +127,9 @@ CW_FROM_PYTHON extern const char *const cuwire_modes[];
 CW_FROM_PYTHON extern unsigned long long cuwire_counts[];
 CW_FROM_PYTHON extern unsigned long long cuwire_fast_hits[];
 CW_FROM_PYTHON extern const int cuwire_n_functions;
-CW_FROM_PYTHON uint64_t cuwire_current_context(void);
-/* The capture mode the session thread needs for the calling thread's calls; -1: none needed (driver_local.c) */
-int cuwire_server_capture_mode(void);
 CW_IN_PYTHON int cuwire_py_connect(void);
 CW_IN_PYTHON uint64_t cuwire_py_export_table_size(const void *uuid);
-/* Whether the process has its session (the device snapshot came): never opens one. */
-CW_FROM_PYTHON int cuwire_session_open(void);
 CW_IN_PYTHON uint64_t cuwire_py_module_functions(uint64_t context, uint64_t module, void *callback, void *userdata);
-CW_FROM_PYTHON void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char *const *device_names,
-                        const uint8_t *device_uuids, const uint64_t *memory, const uint64_t *contexts,
-                        const uint32_t *flags, int driver);
 CW_IN_PYTHON int cuwire_py_flush(void);
 CW_IN_PYTHON int cuwire_py_send_queued(void);
 CW_IN_PYTHON int cuwire_py_callbacks(void);

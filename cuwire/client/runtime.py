@@ -39,11 +39,11 @@ INVALID_VALUE, OUT_OF_MEMORY, DEVICE_UNAVAILABLE = (
     cu.CUDA_ERROR_INVALID_VALUE, cu.CUDA_ERROR_OUT_OF_MEMORY, cu.CUDA_ERROR_DEVICE_UNAVAILABLE)
 NOT_SUPPORTED, NO_BINARY_FOR_GPU, UNKNOWN, NO_DEVICE = (
     cu.CUDA_ERROR_NOT_SUPPORTED, cu.CUDA_ERROR_NO_BINARY_FOR_GPU, cu.CUDA_ERROR_UNKNOWN, cu.CUDA_ERROR_NO_DEVICE)
-COPY_FROM_DEVICE = wire_ids.OP_IDS["CopyFromDevice"]  # a program's copy, made in C (client/wire.c)
-# Sync functions whose C `fast` path queues the call (client/queue.c, launches.c) rather than answers it: --stats counts
+COPY_FROM_DEVICE = wire_ids.OP_IDS["CopyFromDevice"]  # a program's copy, made in C (client/calls.c)
+# Sync functions whose C `fast` path queues the call (client/calls.c, launches.c) rather than answers it: --stats counts
 # those calls as queued.
 QUEUED_BY_C = ("cuMemcpyHtoD_v2", "cuMemcpyHtoDAsync_v2")
-# ... and those whose `fast` path makes the call in C, waiting for the server (client/wire.c)
+# ... and those whose `fast` path makes the call in C, waiting for the server (client/calls.c)
 WAITED_BY_C = ("cuMemcpyDtoH_v2", "cuMemcpyDtoHAsync_v2")
 # Where the device snapshot's attribute list (Device.attributes) holds the launch limits: the
 MAX_THREADS_PER_BLOCK = cu.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK

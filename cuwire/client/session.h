@@ -1,28 +1,24 @@
-/* cuwire client: whether the embedded Python runs and may be called (start.c): what every call that
- * needs Python or the session checks first. */
+/* cuwire client: the process's session and the calling thread's context (session.c), which every other
+ * part asks and which asks none of them. */
 #ifndef CUWIRE_SESSION_H
 #define CUWIRE_SESSION_H
 #include "python.h"
 #include <stddef.h>
 #include <stdint.h>
 
-/* True once the embedded Python runtime started; the first sync call starts it. If it cannot start,
- * calls fail loudly with CUDA_ERROR_UNKNOWN instead of cffi's silent zero. */
-extern int cuwire_python_ok, cuwire_forked, cuwire_finished;
-int cuwire_start_python(void);
-int cuwire_python_gone(void);
-int cuwire_released_at_end(void); /* a releasing call's success once Python is gone at a program's end */
-#define CUWIRE_READY() \
-    ((__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE) && !cuwire_forked && !cuwire_python_gone()) || \
-     cuwire_start_python())
-/* The error a call returns when it cannot reach Python: CUDA_ERROR_DEINITIALIZED once a Python program's
- * interpreter finalizes (libraries' teardown goes on after it; calls made in C still reach the session,
- * which lasts as long as the process), CUDA_ERROR_DEVICE_UNAVAILABLE in a forked child,
- * CUDA_ERROR_UNKNOWN when Python failed to start. */
-#define CUWIRE_NOT_READY (cuwire_python_gone() ? 4 : cuwire_forked ? 46 : 999)
-CW_FROM_PYTHON void cuwire_python_started(void);
-CW_IN_PYTHON void cuwire_py_at_exit(void);
-CW_FROM_PYTHON void cuwire_hook_exit(void);
-CW_FROM_PYTHON const char *cuwire_library_path(void);
+#include "cuda_api.h"
+
+/* Whether the process has its session (the device snapshot came): never opens one. */
+CW_FROM_PYTHON int cuwire_session_open(void);
+/* The snapshot of the devices the server said at the welcome (runtime.py). */
+CW_FROM_PYTHON void cuwire_set_devices(int count, int n_attrs, const int32_t *attrs, const char *const *device_names,
+                                       const uint8_t *device_uuids, const uint64_t *memory, const uint64_t *contexts,
+                                       const uint32_t *flags, int driver);
+/* The calling thread's current context (0: none). */
+CW_FROM_PYTHON uint64_t cuwire_current_context(void);
+/* A context the server made for the program: its device kept, and it is the calling thread's current
+ * context now, the previous one pushed; one it destroyed: forgotten, popped if it was current. */
+void cuwire_context_made(CUcontext ctx, CUdevice dev);
+void cuwire_context_gone(CUcontext ctx);
 
 #endif

@@ -196,9 +196,10 @@ static void exit_hook(void)
     if (cuwire_python_ok && !cuwire_forked && !cuwire_python_gone())
         cuwire_py_at_exit();
     __atomic_store_n(&exit_hooked, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&cuwire_finished, 1, __ATOMIC_RELEASE);
-    cuwire_wire_set(-1); /* (the socket stays Python's to close: calls made in C stop using it) */
+    __atomic_store_n(&cuwire_finished, 1, __ATOMIC_RELEASE); /* (calls made in C stop using the socket: wire.c) */
 }
+
+int cuwire_exit_hook_ran(void) { return __atomic_load_n(&exit_hooked, __ATOMIC_ACQUIRE); }
 
 /* A child forked from a client (fork() from C, os.fork() from Python) must not touch the parent's
  * session: gRPC and the parent's stream do not survive fork, and waiting on them hangs. Python's own

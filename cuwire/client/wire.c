@@ -53,6 +53,10 @@ static uint64_t bytes_out, bytes_in, carried, early, raw_out, raw_in;
  * another file may take next must not be used here). */
 void cuwire_wire_set(int fd) { __atomic_store_n(&wire_fd, fd, __ATOMIC_RELAXED); }
 
+/* The session's socket for a call made here, or -1: none, or the process's exit handler ran (start.c, where
+ * CUDA is deinitialized as the driver's exit handler does it; the socket stays Python's to close). */
+static int usable_fd(void) { return cuwire_exit_hook_ran() ? -1 : __atomic_load_n(&wire_fd, __ATOMIC_RELAXED); }
+
 /* The session's stream, which the Python side made (stream.py; NULL: none). Set with the lock held. */
 void cuwire_wire_stream(void *s) { wire_stream = s; }
 
@@ -226,13 +230,13 @@ static int wire_recv(int fd, char *buf, size_t len, long spin)
  * must take the Python path (nothing was sent then). */
 int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint32_t result_len)
 {
-    if (__atomic_load_n(&wire_fd, __ATOMIC_RELAXED) < 0 || result_len > CUWIRE_CALL_RESULT_MAX)
+    if (usable_fd() < 0 || result_len > CUWIRE_CALL_RESULT_MAX)
         return -1;
     int changed = cuwire_managed_before_call(); /* the program's changes to managed memory go first */
     if (changed)
         return changed;
     pthread_mutex_lock(&wire_lock);
-    int fd = wire_fd;
+    int fd = usable_fd();
     if (fd < 0) {
         pthread_mutex_unlock(&wire_lock);
         return -1;
@@ -315,10 +319,10 @@ int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint3
  * CUDA_ERROR_DEVICE_UNAVAILABLE when the connection broke. */
 int cuwire_wire_send_queued(void)
 {
-    if (__atomic_load_n(&wire_fd, __ATOMIC_RELAXED) < 0)
+    if (usable_fd() < 0)
         return -1;
     pthread_mutex_lock(&wire_lock);
-    int fd = wire_fd;
+    int fd = usable_fd();
     if (fd < 0) {
         pthread_mutex_unlock(&wire_lock);
         return -1;
@@ -351,30 +355,4 @@ int cuwire_wire_send_queued(void)
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
     }
     return 0;
-}
-
-/* ------------------------------------------------------------------ small copies from the device */
-
-/* cuMemcpyDtoH and cuMemcpyDtoHAsync of up to CUWIRE_CALL_RESULT_MAX bytes from one of the session's
- * allocations, in one round trip made here (op CopyFromDevice; server/records.c). */
-extern const uint32_t cuwire_copy_from_record_id;
-
-/* (struct cw_copy_from: cuwire/wire/frames.h) */
-
-static int copy_from_device(void *dst, CUdeviceptr src, size_t n, CUstream stream, uint32_t sync)
-{
-    int shared = cuwire_copy_shared(dst, src, n, stream, 0, (int)sync); /* into shared host memory */
-    if (shared >= 0)
-        return shared;
-    if (!dst || n == 0 || n > CUWIRE_CALL_RESULT_MAX || !cuwire_in_allocation(src, n) || !cuwire_session_open())
-        return -1;
-    struct cw_copy_from rec = {src, (uint64_t)(uintptr_t)stream, sync, (uint32_t)n};
-    return cuwire_call(cuwire_copy_from_record_id, &rec, sizeof rec, dst, (uint32_t)n);
-}
-
-int cuwire_fast_cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { return copy_from_device(dst, src, n, NULL, 1); }
-
-int cuwire_fast_cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream stream)
-{
-    return copy_from_device(dst, src, n, stream, 0);
 }

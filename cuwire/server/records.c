@@ -805,7 +805,7 @@ static int cw_host_func_record(cw_records *s, const char *p, uint32_t size, int 
 /* One record: 1 when it ran (its CUDA result in *err), -1 when it is malformed or unknown (s->why). */
 /* SetContext: the session thread takes the calling program thread's context (u64; 0: keeps its own) and,
  * when the record has 4 bytes more, the stream capture mode the client chose for that thread's calls
- * (client/driver_local.c, cuwire_server_capture_mode). */
+ * (client/capture.c, cuwire_server_capture_mode). */
 static int cw_set_context_record(cw_records *s, const char *p, uint32_t size, int *err)
 {
     struct cw_set_context r; /* (cuwire/wire/frames.h; the context alone, 8 bytes, keeps the mode) */
