@@ -126,7 +126,11 @@ def _error_text(error: int, out: int, name: bool) -> int:
         return INVALID_VALUE
     text = rt.client.error_string(error, name=name)
     ffi.cast("uint64_t *", out)[0] = int(ffi.cast("uintptr_t", text))
-    return 0 if text != ffi.NULL else INVALID_VALUE
+    if text == ffi.NULL:
+        return INVALID_VALUE
+    if not name:  # (kept for the process's life: C answers the next asks, client/driver_local.c)
+        lib.cuwire_keep_error_string(error, text)
+    return 0
 
 
 @ffi.def_extern(name="cuwire_py_cuGetErrorString", onerror=rt.on_error)

@@ -37,10 +37,28 @@ CUresult cuwire_local_cuGetErrorName(CUresult error, const char **pStr)
     return *pStr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-/* cuGetErrorString's fast path: -1 (the server driver's text, which Python keeps); once Python can no
- * longer be called (a Python program's teardown, where libraries still print their errors), the name. */
+/* The server driver's texts, kept here once Python had them (Python keeps each string for the process's
+ * life): libraries ask again and again (cuDNN's attention, 9 times a call). */
+#define ERROR_TEXTS 1024
+static const char *error_texts[ERROR_TEXTS];
+
+void cuwire_keep_error_string(int error, const char *text)
+{
+    if ((unsigned)error < ERROR_TEXTS)
+        __atomic_store_n(&error_texts[error], text, __ATOMIC_RELEASE);
+}
+
+/* cuGetErrorString's fast path: the text kept here, else -1 (Python asks the server's driver); once Python
+ * can no longer be called (a Python program's teardown, where libraries still print their errors), the
+ * name. */
 int cuwire_error_string_fast(CUresult error, const char **pStr)
 {
+    const char *kept = pStr && (unsigned)error < ERROR_TEXTS ? __atomic_load_n(&error_texts[error], __ATOMIC_ACQUIRE)
+                                                              : NULL;
+    if (kept) {
+        *pStr = kept;
+        return CUDA_SUCCESS;
+    }
     return cuwire_python_gone() ? (int)cuwire_local_cuGetErrorName(error, pStr) : -1;
 }
 

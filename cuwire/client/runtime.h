@@ -25,6 +25,8 @@ void *cuwire_proc_lookup(const char *name, int version, int per_thread, int *fou
 /* The name of a CUresult value (generated from the enum in client_stubs.c). */
 const char *cuwire_error_name(int code);
 const char *cuwire_error_name_or_null(int code); /* NULL: a code the headers do not name */
+/* The server driver's text for a CUresult, kept for cuGetErrorString's fast path (driver_local.c). */
+CW_FROM_PYTHON void cuwire_keep_error_string(int error, const char *text);
 
 
 /* Calls that wait, made in C (wire.c): the largest result they bring back (larger ones take the Python

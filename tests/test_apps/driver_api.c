@@ -283,5 +283,19 @@ int main(void)
     CHECK_DRIVER(cuCtxDestroy(ctx));
     CHECK_DRIVER(cuCtxGetCurrent(&current));
     printf("cuCtxDestroy: no context current: %s\n", current == NULL ? "yes" : "no");
+
+    /* error texts asked again and again (libraries do, cuDNN 9 times a call): the same text every time */
+    const char *first = NULL, *again = NULL, *name = NULL;
+    int same = 1;
+    CHECK_DRIVER(cuGetErrorString(CUDA_ERROR_OUT_OF_MEMORY, &first));
+    for (int i = 0; i < 100; i++) {
+        CHECK_DRIVER(cuGetErrorString(CUDA_ERROR_OUT_OF_MEMORY, &again));
+        same = same && again && strcmp(again, first) == 0;
+    }
+    CHECK_DRIVER(cuGetErrorName(CUDA_ERROR_OUT_OF_MEMORY, &name));
+    printf("cuGetErrorString 101 times: \"%s\", the same each time: %s; its name %s\n", first,
+           same ? "yes" : "no", name);
+    printf("cuGetErrorString of an unknown code: %s\n",
+           cuGetErrorString((CUresult)123456, &again) == CUDA_ERROR_INVALID_VALUE ? "CUDA_ERROR_INVALID_VALUE" : "?");
     return 0;
 }
