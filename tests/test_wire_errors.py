@@ -1328,17 +1328,20 @@ def test_a_session_frees_only_its_own_memory(tmp_path):
         server.stop()
 
 
+@pytest.mark.parametrize("isolation", ["thread", "process"])
 @pytest.mark.parametrize("mode", ["tcp", "unix"])
-def test_two_sessions_in_one_process_reach_only_their_own_memory(mode, tmp_path):
-    """Issue 36: with --isolation thread two sessions share a process and a device. Session B names session
-    A's allocation in every family of call that takes device memory, in small and large sizes (a large copy
-    streams in chunks beside the message, or through shared memory over the Unix socket): each is refused
-    with CUDA_ERROR_INVALID_VALUE, B's own memory works the same way, and A's bytes are untouched."""
+def test_two_sessions_reach_only_their_own_memory(mode, isolation, tmp_path):
+    """Issue 36: session B names session A's allocation in every family of call that takes device memory,
+    in small and large sizes (a large copy streams in chunks beside the message, or through shared memory
+    over the Unix socket): each is refused with CUDA_ERROR_INVALID_VALUE, B's own memory works the same
+    way, and A's bytes are untouched. In both isolations: with --isolation thread the two share a process
+    and a device; with a process each, A's address is one B's process never had (the emulated device
+    numbers each process's allocations from the same start: A's lies past B's)."""
     from conftest import ServerProcess
 
     from cuwire.server.bulk import CHUNK
 
-    s = ServerProcess(tmp_path, "--isolation", "thread")
+    s = ServerProcess(tmp_path, "--isolation", isolation)
     try:
         sessions = []
         for _ in range(2):
@@ -1347,7 +1350,10 @@ def test_two_sessions_in_one_process_reach_only_their_own_memory(mode, tmp_path)
             sessions.append(t)
         a, b = sessions
         large = 2 * CHUNK + 4096
+        if isolation == "process":
+            allocate(a, 4 * large)  # (so that A's address lies past all B allocates in its own process)
         theirs, mine = allocate(a, large), allocate(b, large)
+        assert mine != theirs
         pattern = (bytes(range(251)) * (large // 251 + 1))[:large]
 
         def call(t, name, payload=(), **fields):
@@ -1477,6 +1483,24 @@ def test_two_sessions_in_one_process_build_graphs_only_of_their_own(tmp_path):
         for family, (run, own) in graphs.items():
             assert run(their_graph) == 400, family  # CUDA_ERROR_INVALID_HANDLE
             assert run(own) == 0, family
+        their_node = vmm_call(a, "cuGraphAddEmptyNode", hGraph=their_graph, dependencies=b"",
+                              numDependencies=0).phGraphNode
+        other = vmm_call(b, "cuGraphAddEmptyNode", hGraph=my_graph, dependencies=b"", numDependencies=0).phGraphNode
+        nodes = {  # arrays of nodes (the generated handlers check each element: annotations, element_kind)
+            "another's node as a dependency": lambda n: vmm_call(
+                b, "cuGraphAddEmptyNode", hGraph=my_graph, dependencies=n.to_bytes(8, "little"),
+                numDependencies=1).status,
+            "an edge from another's node": lambda n: vmm_call(
+                b, "cuGraphAddDependencies_v2", hGraph=my_graph, from_=n.to_bytes(8, "little"),
+                to=other.to_bytes(8, "little"), edgeData=b"", numDependencies=1).status,
+            "an edge to another's node removed": lambda n: vmm_call(
+                b, "cuGraphRemoveDependencies_v2", hGraph=my_graph, from_=node.to_bytes(8, "little"),
+                to=n.to_bytes(8, "little"), edgeData=b"", numDependencies=1).status,
+        }
+        for family, run in nodes.items():
+            assert run(their_node) == 400, family  # CUDA_ERROR_INVALID_HANDLE
+        assert nodes["an edge from another's node"](node) == 0  # B's own: served
+        assert nodes["an edge to another's node removed"](other) == 0
         # a graph as its own child: refused (the driver ended the session process, and with it every session
         # of a process shared in threads)
         assert vmm_call(b, "cuGraphAddChildGraphNode", hGraph=my_graph, dependencies=b"", numDependencies=0,

@@ -39,7 +39,10 @@ unimplemented (its stub says so loudly). Inside a table:
            string's buffer), passed instead of a larger value, so a reply is never larger than that;
            streams, for a host buffer (buf_in, buf_out, mem_in, mem_out): the device parameter it is
            copied to or from, so that a large one streams between the connection and the GPU in pieces
-           (server/bulk.py) instead of being held whole, after the same checks as any call
+           (server/bulk.py) instead of being held whole, after the same checks as any call. A host
+           buffer the call reads whose elements are handles (buf_in of CUgraphNode: a graph's
+           dependencies) has each checked as the session's, as a handle passed by value is
+           (model.Param.element_kind): a server half only for that is not needed
 
 Parameters not named are inferred where that is safe (see `infer_role`);
 anything else is an error, never a guess.

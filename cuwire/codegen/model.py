@@ -172,6 +172,14 @@ class Param:
         return ""
 
     @property
+    def element_kind(self) -> str:
+        """For a host buffer the call reads whose elements are handles (an array of CUgraphNode: a graph's
+        dependencies): their handle kind, each checked as the session's by the server; else ""."""
+        if self.role in ("buf_in", "buf_in_or_null") and self.type.pointee is not None:
+            return self.type.pointee.handle_kind
+        return ""
+
+    @property
     def scalar(self) -> CType:
         """The scalar type this parameter carries (the pointee for out/inout)."""
         t = self.type.pointee if self.role in ("out", "out_or_null", "inout") else self.type

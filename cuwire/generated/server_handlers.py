@@ -510,6 +510,55 @@ def cuFuncSetSharedMemConfig(s, a: pb.cuFuncSetSharedMemConfig_Args) -> pb.cuFun
     return r
 
 
+def cuGraphAddDependencies_v2(s, a: pb.cuGraphAddDependencies_v2_Args) -> pb.cuGraphAddDependencies_v2_Result:
+    """cuGraphAddDependencies_v2 (cuda.h)"""
+    r = pb.cuGraphAddDependencies_v2_Result()
+    from_ = s.handles_in("CUgraphNode_st", "CUgraphNode", a.from_, a.numDependencies * 8)
+    to = s.handles_in("CUgraphNode_st", "CUgraphNode", a.to, a.numDependencies * 8)
+    edgeData = s.in_buffer(a.edgeData, a.numDependencies * 8) if a.edgeData else s.ffi.NULL
+    r.status = s.lib.cuGraphAddDependencies_v2(s.handle("CUgraph_st", "CUgraph", a.hGraph), s.ffi.cast("const CUgraphNode *", from_), s.ffi.cast("const CUgraphNode *", to), s.ffi.cast("const CUgraphEdgeData *", edgeData), a.numDependencies)
+    return r
+
+
+def cuGraphAddEmptyNode(s, a: pb.cuGraphAddEmptyNode_Args) -> pb.cuGraphAddEmptyNode_Result:
+    """cuGraphAddEmptyNode (cuda.h)"""
+    r = pb.cuGraphAddEmptyNode_Result()
+    phGraphNode = s.ffi.new("CUgraphNode *")
+    dependencies = s.handles_in("CUgraphNode_st", "CUgraphNode", a.dependencies, a.numDependencies * 8)
+    s.room_for("CUgraphNode_st")
+    r.status = s.lib.cuGraphAddEmptyNode(phGraphNode, s.handle("CUgraph_st", "CUgraph", a.hGraph), s.ffi.cast("const CUgraphNode *", dependencies), a.numDependencies)
+    if r.status == 0:
+        r.phGraphNode = s.scalar(phGraphNode[0])
+        s.owns_handle("CUgraphNode_st", r.phGraphNode)
+    return r
+
+
+def cuGraphAddEventRecordNode(s, a: pb.cuGraphAddEventRecordNode_Args) -> pb.cuGraphAddEventRecordNode_Result:
+    """cuGraphAddEventRecordNode (cuda.h)"""
+    r = pb.cuGraphAddEventRecordNode_Result()
+    phGraphNode = s.ffi.new("CUgraphNode *")
+    dependencies = s.handles_in("CUgraphNode_st", "CUgraphNode", a.dependencies, a.numDependencies * 8)
+    s.room_for("CUgraphNode_st")
+    r.status = s.lib.cuGraphAddEventRecordNode(phGraphNode, s.handle("CUgraph_st", "CUgraph", a.hGraph), s.ffi.cast("const CUgraphNode *", dependencies), a.numDependencies, s.handle("CUevent_st", "CUevent", a.event))
+    if r.status == 0:
+        r.phGraphNode = s.scalar(phGraphNode[0])
+        s.owns_handle("CUgraphNode_st", r.phGraphNode)
+    return r
+
+
+def cuGraphAddEventWaitNode(s, a: pb.cuGraphAddEventWaitNode_Args) -> pb.cuGraphAddEventWaitNode_Result:
+    """cuGraphAddEventWaitNode (cuda.h)"""
+    r = pb.cuGraphAddEventWaitNode_Result()
+    phGraphNode = s.ffi.new("CUgraphNode *")
+    dependencies = s.handles_in("CUgraphNode_st", "CUgraphNode", a.dependencies, a.numDependencies * 8)
+    s.room_for("CUgraphNode_st")
+    r.status = s.lib.cuGraphAddEventWaitNode(phGraphNode, s.handle("CUgraph_st", "CUgraph", a.hGraph), s.ffi.cast("const CUgraphNode *", dependencies), a.numDependencies, s.handle("CUevent_st", "CUevent", a.event))
+    if r.status == 0:
+        r.phGraphNode = s.scalar(phGraphNode[0])
+        s.owns_handle("CUgraphNode_st", r.phGraphNode)
+    return r
+
+
 def cuGraphClone(s, a: pb.cuGraphClone_Args) -> pb.cuGraphClone_Result:
     """cuGraphClone (cuda.h)"""
     r = pb.cuGraphClone_Result()
@@ -708,6 +757,16 @@ def cuGraphNodeSetEnabled(s, a: pb.cuGraphNodeSetEnabled_Args) -> pb.cuGraphNode
     """cuGraphNodeSetEnabled (cuda.h)"""
     r = pb.cuGraphNodeSetEnabled_Result()
     r.status = s.lib.cuGraphNodeSetEnabled(s.handle("CUgraphExec_st", "CUgraphExec", a.hGraphExec), s.handle("CUgraphNode_st", "CUgraphNode", a.hNode), a.isEnabled)
+    return r
+
+
+def cuGraphRemoveDependencies_v2(s, a: pb.cuGraphRemoveDependencies_v2_Args) -> pb.cuGraphRemoveDependencies_v2_Result:
+    """cuGraphRemoveDependencies_v2 (cuda.h)"""
+    r = pb.cuGraphRemoveDependencies_v2_Result()
+    from_ = s.handles_in("CUgraphNode_st", "CUgraphNode", a.from_, a.numDependencies * 8)
+    to = s.handles_in("CUgraphNode_st", "CUgraphNode", a.to, a.numDependencies * 8)
+    edgeData = s.in_buffer(a.edgeData, a.numDependencies * 8) if a.edgeData else s.ffi.NULL
+    r.status = s.lib.cuGraphRemoveDependencies_v2(s.handle("CUgraph_st", "CUgraph", a.hGraph), s.ffi.cast("const CUgraphNode *", from_), s.ffi.cast("const CUgraphNode *", to), s.ffi.cast("const CUgraphEdgeData *", edgeData), a.numDependencies)
     return r
 
 
@@ -1214,6 +1273,15 @@ def cuProfilerStop(s, a: pb.cuProfilerStop_Args) -> pb.cuProfilerStop_Result:
     return r
 
 
+def cuStreamBeginCaptureToGraph(s, a: pb.cuStreamBeginCaptureToGraph_Args) -> pb.cuStreamBeginCaptureToGraph_Result:
+    """cuStreamBeginCaptureToGraph (cuda.h)"""
+    r = pb.cuStreamBeginCaptureToGraph_Result()
+    dependencies = s.handles_in("CUgraphNode_st", "CUgraphNode", a.dependencies, a.numDependencies * 8)
+    dependencyData = s.ffi.NULL
+    r.status = s.lib.cuStreamBeginCaptureToGraph(s.handle("CUstream_st", "CUstream", a.hStream), s.handle("CUgraph_st", "CUgraph", a.hGraph), s.ffi.cast("const CUgraphNode *", dependencies), dependencyData, a.numDependencies, a.mode)
+    return r
+
+
 def cuStreamBeginCapture_v2(s, a: pb.cuStreamBeginCapture_v2_Args) -> pb.cuStreamBeginCapture_v2_Result:
     """cuStreamBeginCapture_v2 (cuda.h)"""
     r = pb.cuStreamBeginCapture_v2_Result()
@@ -1329,6 +1397,15 @@ def cuStreamSynchronize(s, a: pb.cuStreamSynchronize_Args) -> pb.cuStreamSynchro
     """cuStreamSynchronize (cuda.h)"""
     r = pb.cuStreamSynchronize_Result()
     r.status = s.lib.cuStreamSynchronize(s.handle("CUstream_st", "CUstream", a.hStream))
+    return r
+
+
+def cuStreamUpdateCaptureDependencies_v2(s, a: pb.cuStreamUpdateCaptureDependencies_v2_Args) -> pb.cuStreamUpdateCaptureDependencies_v2_Result:
+    """cuStreamUpdateCaptureDependencies_v2 (cuda.h)"""
+    r = pb.cuStreamUpdateCaptureDependencies_v2_Result()
+    dependencies = s.handles_in("CUgraphNode_st", "CUgraphNode", a.dependencies, a.numDependencies * 8)
+    dependencyData = s.ffi.NULL
+    r.status = s.lib.cuStreamUpdateCaptureDependencies_v2(s.handle("CUstream_st", "CUstream", a.hStream), s.ffi.cast("CUgraphNode *", dependencies), dependencyData, a.numDependencies, a.flags)
     return r
 
 
@@ -2192,10 +2269,10 @@ HANDLERS = {
     1688761246: ("cuFuncSetCacheConfig", pb.cuFuncSetCacheConfig_Args, cuFuncSetCacheConfig),
     1389123837: ("cuFuncSetSharedMemConfig", pb.cuFuncSetSharedMemConfig_Args, cuFuncSetSharedMemConfig),
     1642307952: ("cuGraphAddChildGraphNode", pb.cuGraphAddChildGraphNode_Args, None),  # server/graphs.py
-    3880841238: ("cuGraphAddDependencies_v2", pb.cuGraphAddDependencies_v2_Args, None),  # server/graphs.py
-    2671003589: ("cuGraphAddEmptyNode", pb.cuGraphAddEmptyNode_Args, None),  # server/graphs.py
-    376649883: ("cuGraphAddEventRecordNode", pb.cuGraphAddEventRecordNode_Args, None),  # server/graphs.py
-    2074907796: ("cuGraphAddEventWaitNode", pb.cuGraphAddEventWaitNode_Args, None),  # server/graphs.py
+    3880841238: ("cuGraphAddDependencies_v2", pb.cuGraphAddDependencies_v2_Args, cuGraphAddDependencies_v2),
+    2671003589: ("cuGraphAddEmptyNode", pb.cuGraphAddEmptyNode_Args, cuGraphAddEmptyNode),
+    376649883: ("cuGraphAddEventRecordNode", pb.cuGraphAddEventRecordNode_Args, cuGraphAddEventRecordNode),
+    2074907796: ("cuGraphAddEventWaitNode", pb.cuGraphAddEventWaitNode_Args, cuGraphAddEventWaitNode),
     3494723537: ("cuGraphAddMemcpyNode", pb.cuGraphAddMemcpyNode_Args, None),  # server/graphs.py
     471397510: ("cuGraphAddMemsetNode", pb.cuGraphAddMemsetNode_Args, None),  # server/graphs.py
     378561055: ("cuGraphChildGraphNodeGetGraph", pb.cuGraphChildGraphNodeGetGraph_Args, None),  # server/graphs.py
@@ -2229,7 +2306,7 @@ HANDLERS = {
     968179927: ("cuGraphNodeGetEnabled", pb.cuGraphNodeGetEnabled_Args, cuGraphNodeGetEnabled),
     3880792678: ("cuGraphNodeGetType", pb.cuGraphNodeGetType_Args, cuGraphNodeGetType),
     401629509: ("cuGraphNodeSetEnabled", pb.cuGraphNodeSetEnabled_Args, cuGraphNodeSetEnabled),
-    1606074400: ("cuGraphRemoveDependencies_v2", pb.cuGraphRemoveDependencies_v2_Args, None),  # server/graphs.py
+    1606074400: ("cuGraphRemoveDependencies_v2", pb.cuGraphRemoveDependencies_v2_Args, cuGraphRemoveDependencies_v2),
     4087946048: ("cuGraphUpload", pb.cuGraphUpload_Args, cuGraphUpload),
     1452607273: ("cuIpcCloseMemHandle", pb.cuIpcCloseMemHandle_Args, None),  # server/ipc.py
     795186540: ("cuIpcGetEventHandle", pb.cuIpcGetEventHandle_Args, None),  # server/ipc.py
@@ -2306,7 +2383,7 @@ HANDLERS = {
     1141378963: ("cuProfilerStart", pb.cuProfilerStart_Args, cuProfilerStart),
     1942346908: ("cuProfilerStop", pb.cuProfilerStop_Args, cuProfilerStop),
     4107354437: ("cuStreamBatchMemOp_v2", pb.cuStreamBatchMemOp_v2_Args, None),  # server/memops.py
-    3570707429: ("cuStreamBeginCaptureToGraph", pb.cuStreamBeginCaptureToGraph_Args, None),  # server/graphs.py
+    3570707429: ("cuStreamBeginCaptureToGraph", pb.cuStreamBeginCaptureToGraph_Args, cuStreamBeginCaptureToGraph),
     194882140: ("cuStreamBeginCapture_v2", pb.cuStreamBeginCapture_v2_Args, cuStreamBeginCapture_v2),
     3615690956: ("cuStreamCopyAttributes", pb.cuStreamCopyAttributes_Args, None),  # server/attributes.py
     2819812623: ("cuStreamCreate", pb.cuStreamCreate_Args, cuStreamCreate),
@@ -2322,7 +2399,7 @@ HANDLERS = {
     3807505306: ("cuStreamQuery", pb.cuStreamQuery_Args, cuStreamQuery),
     3659285903: ("cuStreamSetAttribute", pb.cuStreamSetAttribute_Args, None),  # server/attributes.py
     1581600379: ("cuStreamSynchronize", pb.cuStreamSynchronize_Args, cuStreamSynchronize),
-    2582213764: ("cuStreamUpdateCaptureDependencies_v2", pb.cuStreamUpdateCaptureDependencies_v2_Args, None),  # server/graphs.py
+    2582213764: ("cuStreamUpdateCaptureDependencies_v2", pb.cuStreamUpdateCaptureDependencies_v2_Args, cuStreamUpdateCaptureDependencies_v2),
     1855246974: ("cuSurfObjectCreate", pb.cuSurfObjectCreate_Args, None),  # server/textures.py
     3782849510: ("cuSurfObjectDestroy", pb.cuSurfObjectDestroy_Args, None),  # server/textures.py
     1009289841: ("cuSurfObjectGetResourceDesc", pb.cuSurfObjectGetResourceDesc_Args, None),  # server/textures.py

@@ -66,10 +66,7 @@ def _nodes(s, data: bytes, count: int):
     """An array of this session's nodes from the wire (count of them, 8 bytes each)."""
     if len(data) != 8 * count:
         raise WireError(f"{count} nodes in {len(data)} bytes")
-    values = [int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8)]
-    for v in values:
-        s.handle(NODE, "CUgraphNode", v)
-    return s.ffi.new("CUgraphNode[]", [s.ffi.cast("CUgraphNode", v) for v in values]) if values else s.ffi.NULL
+    return s.handles_in(NODE, "CUgraphNode", data, len(data))
 
 
 def _new_node(s, out) -> int:
@@ -93,10 +90,6 @@ def _add_node(s, add, a, result, *params):
     if node:
         result.phGraphNode = node
     return result
-
-
-def cuGraphAddEmptyNode(s, a: pb.cuGraphAddEmptyNode_Args) -> pb.cuGraphAddEmptyNode_Result:
-    return _add_node(s, s.lib.cuGraphAddEmptyNode, a, pb.cuGraphAddEmptyNode_Result())
 
 
 def _memset_params(s, data: bytes):
@@ -206,16 +199,6 @@ def cuGraphAddChildGraphNode(s, a: pb.cuGraphAddChildGraphNode_Args) -> pb.cuGra
                      s.handle(GRAPH, "CUgraph", a.childGraph))
 
 
-def cuGraphAddEventRecordNode(s, a: pb.cuGraphAddEventRecordNode_Args) -> pb.cuGraphAddEventRecordNode_Result:
-    return _add_node(s, s.lib.cuGraphAddEventRecordNode, a, pb.cuGraphAddEventRecordNode_Result(),
-                     s.handle(EVENT, "CUevent", a.event))
-
-
-def cuGraphAddEventWaitNode(s, a: pb.cuGraphAddEventWaitNode_Args) -> pb.cuGraphAddEventWaitNode_Result:
-    return _add_node(s, s.lib.cuGraphAddEventWaitNode, a, pb.cuGraphAddEventWaitNode_Result(),
-                     s.handle(EVENT, "CUevent", a.event))
-
-
 def host_node(s, a: pb.HostNode_Args) -> pb.HostNode_Result:
     """cuwire.HostNode: a node that posts the client's host function `id` (through the shared memory, or
     over TCP on the session's host-function connection) at every launch, and waits until a thread of the
@@ -258,15 +241,6 @@ def cuGraphConditionalHandleCreate(s, a: pb.cuGraphConditionalHandleCreate_Args
     return r
 
 
-def cuStreamBeginCaptureToGraph(s, a: pb.cuStreamBeginCaptureToGraph_Args) -> pb.cuStreamBeginCaptureToGraph_Result:
-    """Capture into a graph of the session's (a conditional node's body, say), after nodes of its own."""
-    n = a.numDependencies
-    status = s.lib.cuStreamBeginCaptureToGraph(s.handle("CUstream_st", "CUstream", a.hStream),
-                                               s.handle(GRAPH, "CUgraph", a.hGraph), _nodes(s, a.dependencies, n),
-                                               s.ffi.NULL, n, a.mode)
-    return pb.cuStreamBeginCaptureToGraph_Result(status=status)
-
-
 CAPTURE_ACTIVE = cu.CU_STREAM_CAPTURE_STATUS_ACTIVE
 
 
@@ -296,15 +270,6 @@ def capture_info(s, a: pb.CaptureInfo_Args) -> pb.CaptureInfo_Result:
     if a.edge_data and edges[0] != ffi.NULL:
         r.edge_data = bytes(ffi.buffer(edges[0], 8 * count[0]))
     return r
-
-
-def cuStreamUpdateCaptureDependencies_v2(s, a: pb.cuStreamUpdateCaptureDependencies_v2_Args
-                                         ) -> pb.cuStreamUpdateCaptureDependencies_v2_Result:
-    """The nodes a capture's next work follows, named by the session (its own nodes, or the capture's)."""
-    n = a.numDependencies
-    status = s.lib.cuStreamUpdateCaptureDependencies_v2(s.handle("CUstream_st", "CUstream", a.hStream),
-                                                        _nodes(s, a.dependencies, n), s.ffi.NULL, n, a.flags)
-    return pb.cuStreamUpdateCaptureDependencies_v2_Result(status=status)
 
 
 def cuGraphChildGraphNodeGetGraph(s, a: pb.cuGraphChildGraphNodeGetGraph_Args
@@ -449,32 +414,6 @@ def graph_nodes(s, a: pb.GraphNodes_Args) -> pb.GraphNodes_Result:
     return r
 
 
-def _edge_data(s, data: bytes, count: int):
-    """Edge data from the wire: none (NULL, default edges) or one CUgraphEdgeData (8 bytes) per edge."""
-    if not data:
-        return s.ffi.NULL
-    if len(data) != 8 * count:
-        raise WireError(f"edge data of {len(data)} bytes for {count} edges")
-    return s.ffi.from_buffer("CUgraphEdgeData[]", bytearray(data))
-
-
-def cuGraphRemoveDependencies_v2(s, a: pb.cuGraphRemoveDependencies_v2_Args
-                                 ) -> pb.cuGraphRemoveDependencies_v2_Result:
-    status = s.lib.cuGraphRemoveDependencies_v2(s.handle(GRAPH, "CUgraph", a.hGraph),
-                                                _nodes(s, a.from_, a.numDependencies),
-                                                _nodes(s, a.to, a.numDependencies),
-                                                _edge_data(s, a.edgeData, a.numDependencies), a.numDependencies)
-    return pb.cuGraphRemoveDependencies_v2_Result(status=status)
-
-
-def cuGraphAddDependencies_v2(s, a: pb.cuGraphAddDependencies_v2_Args) -> pb.cuGraphAddDependencies_v2_Result:
-    status = s.lib.cuGraphAddDependencies_v2(s.handle(GRAPH, "CUgraph", a.hGraph),
-                                             _nodes(s, a.from_, a.numDependencies),
-                                             _nodes(s, a.to, a.numDependencies),
-                                             _edge_data(s, a.edgeData, a.numDependencies), a.numDependencies)
-    return pb.cuGraphAddDependencies_v2_Result(status=status)
-
-
 MAX_DOT = 256 << 20  # the largest drawing of a graph the server sends back
 
 
@@ -556,11 +495,8 @@ def kernel_node(s, a: pb.KernelNode_Args) -> pb.KernelNode_Result:
     return r
 
 
-HANDLERS = {f.__name__: f for f in (cuGraphAddEmptyNode, cuGraphAddMemsetNode, cuGraphAddMemcpyNode,
-                                     cuGraphMemcpyNodeGetParams, cuGraphMemcpyNodeSetParams,
-                                     cuGraphExecMemcpyNodeSetParams,
-                                     cuGraphAddChildGraphNode, cuGraphAddEventRecordNode, cuGraphAddEventWaitNode,
-                                     cuGraphAddDependencies_v2, cuGraphRemoveDependencies_v2,
-                                     cuGraphConditionalHandleCreate, cuGraphChildGraphNodeGetGraph,
-                                     cuStreamBeginCaptureToGraph, cuStreamUpdateCaptureDependencies_v2,
-                                     cuGraphMemsetNodeSetParams, cuGraphExecMemsetNodeSetParams)}
+HANDLERS = {f.__name__: f for f in (cuGraphAddMemsetNode, cuGraphAddMemcpyNode, cuGraphMemcpyNodeGetParams,
+                                     cuGraphMemcpyNodeSetParams, cuGraphExecMemcpyNodeSetParams,
+                                     cuGraphAddChildGraphNode, cuGraphConditionalHandleCreate,
+                                     cuGraphChildGraphNodeGetGraph, cuGraphMemsetNodeSetParams,
+                                     cuGraphExecMemsetNodeSetParams)}

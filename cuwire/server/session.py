@@ -369,6 +369,15 @@ class Session:
         data = self.payload_bytes(data, size)
         return self.ffi.from_buffer(data) if len(data) else self.ffi.new("char[]", 1)
 
+    def handles_in(self, kind: str, ctype: str, data: bytes, size: int):
+        """A host buffer of handles (`size` bytes, 8 a handle: a graph's dependencies, say), each checked as
+        the session's as a handle passed by value is (handle): a C array of them, or NULL for none."""
+        data = self.payload_bytes(data, size)
+        if size % 8:
+            raise WireError(f"an array of {ctype} of {size} bytes (8 each)")
+        values = [int.from_bytes(data[i:i + 8], "little") for i in range(0, size, 8)]
+        return self.ffi.new(f"{ctype}[]", [self.handle(kind, ctype, v) for v in values]) if values else self.ffi.NULL
+
     def out_buffer(self, size: int):
         return self.ffi.new("char[]", max(self.check_size(size), 1))
 
