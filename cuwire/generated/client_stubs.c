@@ -6595,6 +6595,18 @@ CUWIRE_EXPORT CUresult cuGraphInstantiate_v2(void)
 int cuwire_py_cuGraphKernelNodeCopyAttributes(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
 {
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t dst;
+            uint64_t src;
+        } rec = {
+            (uint64_t)(uintptr_t)dst,
+            (uint64_t)(uintptr_t)src,
+        };
+        int status = cuwire_call(800820327u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuGraphKernelNodeCopyAttributes((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src));
@@ -12589,6 +12601,18 @@ CUWIRE_EXPORT __typeof__(cuStreamBeginCapture_v2) cuStreamBeginCapture_v2_ptsz _
 int cuwire_py_cuStreamCopyAttributes(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuStreamCopyAttributes(CUstream dst, CUstream src)
 {
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t dst;
+            uint64_t src;
+        } rec = {
+            (uint64_t)(uintptr_t)dst,
+            (uint64_t)(uintptr_t)src,
+        };
+        int status = cuwire_call(3615690956u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuStreamCopyAttributes((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src));

@@ -701,6 +701,13 @@ def cuGraphInstantiateWithFlags(s, a: pb.cuGraphInstantiateWithFlags_Args) -> pb
     return r
 
 
+def cuGraphKernelNodeCopyAttributes(s, a: pb.cuGraphKernelNodeCopyAttributes_Args) -> pb.cuGraphKernelNodeCopyAttributes_Result:
+    """cuGraphKernelNodeCopyAttributes (cuda.h)"""
+    r = pb.cuGraphKernelNodeCopyAttributes_Result()
+    r.status = s.lib.cuGraphKernelNodeCopyAttributes(s.handle("CUgraphNode_st", "CUgraphNode", a.dst), s.handle("CUgraphNode_st", "CUgraphNode", a.src))
+    return r
+
+
 def cuGraphMemFreeNodeGetParams(s, a: pb.cuGraphMemFreeNodeGetParams_Args) -> pb.cuGraphMemFreeNodeGetParams_Result:
     """cuGraphMemFreeNodeGetParams (cuda.h)"""
     r = pb.cuGraphMemFreeNodeGetParams_Result()
@@ -1286,6 +1293,13 @@ def cuStreamBeginCapture_v2(s, a: pb.cuStreamBeginCapture_v2_Args) -> pb.cuStrea
     """cuStreamBeginCapture_v2 (cuda.h)"""
     r = pb.cuStreamBeginCapture_v2_Result()
     r.status = s.lib.cuStreamBeginCapture_v2(s.handle("CUstream_st", "CUstream", a.hStream), a.mode)
+    return r
+
+
+def cuStreamCopyAttributes(s, a: pb.cuStreamCopyAttributes_Args) -> pb.cuStreamCopyAttributes_Result:
+    """cuStreamCopyAttributes (cuda.h)"""
+    r = pb.cuStreamCopyAttributes_Result()
+    r.status = s.lib.cuStreamCopyAttributes(s.handle("CUstream_st", "CUstream", a.dst), s.handle("CUstream_st", "CUstream", a.src))
     return r
 
 
@@ -2294,7 +2308,7 @@ HANDLERS = {
     1486494622: ("cuGraphExecMemsetNodeSetParams", pb.cuGraphExecMemsetNodeSetParams_Args, None),  # server/graphs.py
     1802350491: ("cuGraphExecUpdate_v2", pb.cuGraphExecUpdate_v2_Args, cuGraphExecUpdate_v2),
     115605169: ("cuGraphInstantiateWithFlags", pb.cuGraphInstantiateWithFlags_Args, cuGraphInstantiateWithFlags),
-    800820327: ("cuGraphKernelNodeCopyAttributes", pb.cuGraphKernelNodeCopyAttributes_Args, None),  # server/attributes.py
+    800820327: ("cuGraphKernelNodeCopyAttributes", pb.cuGraphKernelNodeCopyAttributes_Args, cuGraphKernelNodeCopyAttributes),
     3793704434: ("cuGraphKernelNodeGetAttribute", pb.cuGraphKernelNodeGetAttribute_Args, None),  # server/attributes.py
     3976299377: ("cuGraphKernelNodeSetAttribute", pb.cuGraphKernelNodeSetAttribute_Args, None),  # server/attributes.py
     1901836585: ("cuGraphMemFreeNodeGetParams", pb.cuGraphMemFreeNodeGetParams_Args, cuGraphMemFreeNodeGetParams),
@@ -2385,7 +2399,7 @@ HANDLERS = {
     4107354437: ("cuStreamBatchMemOp_v2", pb.cuStreamBatchMemOp_v2_Args, None),  # server/memops.py
     3570707429: ("cuStreamBeginCaptureToGraph", pb.cuStreamBeginCaptureToGraph_Args, cuStreamBeginCaptureToGraph),
     194882140: ("cuStreamBeginCapture_v2", pb.cuStreamBeginCapture_v2_Args, cuStreamBeginCapture_v2),
-    3615690956: ("cuStreamCopyAttributes", pb.cuStreamCopyAttributes_Args, None),  # server/attributes.py
+    3615690956: ("cuStreamCopyAttributes", pb.cuStreamCopyAttributes_Args, cuStreamCopyAttributes),
     2819812623: ("cuStreamCreate", pb.cuStreamCreate_Args, cuStreamCreate),
     475445991: ("cuStreamCreateWithPriority", pb.cuStreamCreateWithPriority_Args, cuStreamCreateWithPriority),
     2166856291: ("cuStreamDestroy_v2", pb.cuStreamDestroy_v2_Args, cuStreamDestroy_v2),
@@ -2511,6 +2525,7 @@ RECORDS = {
     2408944543: ("cuGraphEventWaitNodeSetEvent", struct.Struct("<QQ")),
     3523231073: ("cuGraphExecEventRecordNodeSetEvent", struct.Struct("<QQQ")),
     269870708: ("cuGraphExecEventWaitNodeSetEvent", struct.Struct("<QQQ")),
+    800820327: ("cuGraphKernelNodeCopyAttributes", struct.Struct("<QQ")),
     2644748970: ("cuGraphLaunch", struct.Struct("<QQ")),
     401629509: ("cuGraphNodeSetEnabled", struct.Struct("<QQI")),
     4087946048: ("cuGraphUpload", struct.Struct("<QQ")),
@@ -2536,6 +2551,7 @@ RECORDS = {
     2730920325: ("cuMemsetD8_v2", struct.Struct("<QBQ")),
     1141378963: ("cuProfilerStart", struct.Struct("<")),
     1942346908: ("cuProfilerStop", struct.Struct("<")),
+    3615690956: ("cuStreamCopyAttributes", struct.Struct("<QQ")),
     3807505306: ("cuStreamQuery", struct.Struct("<Q")),
     1581600379: ("cuStreamSynchronize", struct.Struct("<Q")),
     1194339591: ("cuStreamWaitEvent", struct.Struct("<QQI")),

@@ -338,6 +338,25 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         *err = s->fn.cuGraphExecEventWaitNodeSetEvent((CUgraphExec)(uintptr_t)r.hGraphExec, (CUgraphNode)(uintptr_t)r.hNode, (CUevent)(uintptr_t)r.event);
         return 1;
     }
+    case 800820327u: { /* cuGraphKernelNodeCopyAttributes (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t dst;
+            uint64_t src;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuGraphKernelNodeCopyAttributes: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUgraphNode_st, r.dst)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_owns(s, CW_KIND_CUgraphNode_st, r.src)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuGraphKernelNodeCopyAttributes((CUgraphNode)(uintptr_t)r.dst, (CUgraphNode)(uintptr_t)r.src);
+        return 1;
+    }
     case 2644748970u: { /* cuGraphLaunch (cuda.h) */
         struct __attribute__((packed)) {
             uint64_t hGraphExec;
@@ -811,6 +830,25 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             return cw_refuse(s, "queued cuProfilerStop: record of %u bytes, expected %zu", size, sizeof r);
         memcpy(&r, p, sizeof r);
         *err = s->fn.cuProfilerStop();
+        return 1;
+    }
+    case 3615690956u: { /* cuStreamCopyAttributes (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t dst;
+            uint64_t src;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuStreamCopyAttributes: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUstream_st, r.dst)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        if (!cw_owns(s, CW_KIND_CUstream_st, r.src)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuStreamCopyAttributes((CUstream)(uintptr_t)r.dst, (CUstream)(uintptr_t)r.src);
         return 1;
     }
     case 3807505306u: { /* cuStreamQuery (cuda.h) */

@@ -26,6 +26,7 @@
     X(cuGraphEventWaitNodeSetEvent) \
     X(cuGraphExecEventRecordNodeSetEvent) \
     X(cuGraphExecEventWaitNodeSetEvent) \
+    X(cuGraphKernelNodeCopyAttributes) \
     X(cuGraphLaunch) \
     X(cuGraphNodeSetEnabled) \
     X(cuGraphUpload) \
@@ -51,6 +52,7 @@
     X(cuMemsetD8_v2) \
     X(cuProfilerStart) \
     X(cuProfilerStop) \
+    X(cuStreamCopyAttributes) \
     X(cuStreamQuery) \
     X(cuStreamSynchronize) \
     X(cuStreamWaitEvent) \

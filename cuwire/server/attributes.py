@@ -1,5 +1,6 @@
-"""Stream and kernel-node attributes (cuStreamGet/Set/CopyAttributes, cuGraphKernelNodeGet/Set/CopyAttributes):
-a CUlaunchAttributeValue of 64 bytes, read or written as the attribute's kind says.
+"""Stream and kernel-node attributes (cuStreamGet/SetAttribute, cuGraphKernelNodeGet/SetAttribute): a
+CUlaunchAttributeValue of 64 bytes, read or written as the attribute's kind says. (Their Copy forms name
+two handles only: generated.)
 
 Only the kinds whose value holds plain numbers (and the access policy window's base address, a hint
 the GPU's L2 takes, never dereferenced by the host) are taken: a value holding an event handle or a
@@ -52,11 +53,6 @@ def cuStreamSetAttribute(s, a: pb.cuStreamSetAttribute_Args) -> pb.cuStreamSetAt
         s.handle(*STREAM, a.hStream), _kind(a.attr), _value(s, a.value)))
 
 
-def cuStreamCopyAttributes(s, a: pb.cuStreamCopyAttributes_Args) -> pb.cuStreamCopyAttributes_Result:
-    return pb.cuStreamCopyAttributes_Result(status=s.lib.cuStreamCopyAttributes(s.handle(*STREAM, a.dst),
-                                                                                s.handle(*STREAM, a.src)))
-
-
 def cuGraphKernelNodeGetAttribute(s, a: pb.cuGraphKernelNodeGetAttribute_Args
                                   ) -> pb.cuGraphKernelNodeGetAttribute_Result:
     value = s.ffi.new(f"{VALUE} *")
@@ -73,12 +69,5 @@ def cuGraphKernelNodeSetAttribute(s, a: pb.cuGraphKernelNodeSetAttribute_Args
         s.handle(*NODE, a.hNode), _kind(a.attr), _value(s, a.value)))
 
 
-def cuGraphKernelNodeCopyAttributes(s, a: pb.cuGraphKernelNodeCopyAttributes_Args
-                                    ) -> pb.cuGraphKernelNodeCopyAttributes_Result:
-    return pb.cuGraphKernelNodeCopyAttributes_Result(status=s.lib.cuGraphKernelNodeCopyAttributes(
-        s.handle(*NODE, a.dst), s.handle(*NODE, a.src)))
-
-
-HANDLERS = {f.__name__: f for f in (cuStreamGetAttribute, cuStreamSetAttribute, cuStreamCopyAttributes,
-                                     cuGraphKernelNodeGetAttribute, cuGraphKernelNodeSetAttribute,
-                                     cuGraphKernelNodeCopyAttributes)}
+HANDLERS = {f.__name__: f for f in (cuStreamGetAttribute, cuStreamSetAttribute, cuGraphKernelNodeGetAttribute,
+                                     cuGraphKernelNodeSetAttribute)}
