@@ -1424,17 +1424,22 @@ def test_two_sessions_in_one_process_share_by_ipc_only_their_own(tmp_path):
         s.stop()
 
 
-def test_two_sessions_in_one_process_build_graphs_only_of_their_own(tmp_path):
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_two_sessions_build_graphs_only_of_their_own(isolation, tmp_path):
     """Issue 36: the graph calls that name device memory or another graph, from session B against session A's
-    memory and graphs with --isolation thread (one process, one device): each is refused (memory not the
-    session's: CUDA_ERROR_INVALID_VALUE; a graph or node not the session's: CUDA_ERROR_INVALID_HANDLE),
-    and the same call on B's own is served."""
+    memory and graphs: each is refused (memory not the session's: CUDA_ERROR_INVALID_VALUE; a graph or node
+    not the session's: CUDA_ERROR_INVALID_HANDLE), and the same call on B's own is served. The memory
+    families in both isolations (A's address past all of B's, as in the test above); the handles with
+    --isolation thread (one process, one device), where the two sessions' handles are numbered apart (with
+    a process each, another's handle may bear the number of one of B's own: it names B's own)."""
     from conftest import ServerProcess
 
-    s = ServerProcess(tmp_path, "--isolation", "thread")
+    s = ServerProcess(tmp_path, "--isolation", isolation)
     try:
         (a, ra), (b, rb) = (open_session(s.address, HELLO, mode="tcp") for _ in range(2))
         assert not ra.error and not rb.error
+        if isolation == "process":
+            allocate(a, 4 << 16)
         theirs, mine = allocate(a, 1 << 16), allocate(b, 1 << 16)
         their_graph, my_graph, my_child = (vmm_call(t, "cuGraphCreate", flags=0).phGraph for t in (a, b, b))
         ctx = rb.welcome.devices[0].primary_context
@@ -1471,6 +1476,11 @@ def test_two_sessions_in_one_process_build_graphs_only_of_their_own(tmp_path):
         for family, run in families.items():
             assert run(theirs) == 1, family  # CUDA_ERROR_INVALID_VALUE
             assert run(mine) == 0, family
+        if isolation == "process":
+            assert serving(a) and serving(b)
+            a.close()
+            b.close()
+            return
         graphs = {  # (the call on A's graph; on B's own)
             "a node in another's graph": (lambda g: vmm_call(b, "cuGraphAddEmptyNode", hGraph=g, dependencies=b"",
                                                              numDependencies=0).status, my_graph),
