@@ -162,24 +162,6 @@ void cuwire_write_output(const char *buf, size_t len)
     }
 }
 
-/* Receives len bytes into buf, polling up to spin ns before it sleeps (socket_wait.h); 0, or -1 when the
- * connection broke or ended (ECONNRESET). */
-int cuwire_recv_all(int fd, char *buf, size_t len, long spin)
-{
-    while (len) {
-        ssize_t n = cw_recv_spin(fd, buf, len, spin);
-        if (n > 0) {
-            buf += n;
-            len -= (size_t)n;
-        } else if (n == 0) {
-            errno = ECONNRESET;
-            return -1;
-        } else if (errno != EINTR) {
-            return -1;
-        }
-    }
-    return 0;
-}
 
 /* The session's connection broke: 1 when its stream resumed it (the Python side: SocketTransport.resume;
  * the same descriptor now holds the new connection, and what the server lacked was sent again). errno is
@@ -200,18 +182,21 @@ static int wire_send(int fd, const char *buf, size_t len)
     return cuwire_send_all(fd, buf, len) == 0 || resumed() ? 0 : -1;
 }
 
-/* Receive from the session's connection (wire_lock held): counted, and resumed where it broke. */
-static int wire_recv(int fd, char *buf, size_t len, long spin)
+/* Receives len bytes into buf, polling up to spin ns before it sleeps (socket_wait.h); 0, or -1 when the
+ * connection broke or ended (ECONNRESET). On the session's connection (`stream` given, wire_lock held) each
+ * byte is counted, and a break is resumed where it can be; on another (the host-function connection) a
+ * break is the end. */
+static int receive(int fd, char *buf, size_t len, long spin, cw_stream *stream)
 {
     while (len) {
         ssize_t n = cw_recv_spin(fd, buf, len, spin);
         if (n > 0) {
-            cw_stream_received(wire_stream, (uint64_t)n);
+            cw_stream_received(stream, (uint64_t)n);
             buf += n;
             len -= (size_t)n;
         } else if (n < 0 && errno == EINTR) {
             continue;
-        } else if (!resumed()) {
+        } else if (!(stream && resumed())) {
             if (n == 0)
                 errno = ECONNRESET;
             return -1;
@@ -219,6 +204,10 @@ static int wire_recv(int fd, char *buf, size_t len, long spin)
     }
     return 0;
 }
+
+int cuwire_recv_all(int fd, char *buf, size_t len, long spin) { return receive(fd, buf, len, spin, NULL); }
+
+static int wire_recv(int fd, char *buf, size_t len, long spin) { return receive(fd, buf, len, spin, wire_stream); }
 
 /* (struct cw_frame_header: cuwire/wire/frames.h) */
 

@@ -672,7 +672,8 @@ struct cw_host_call {
 };
 
 static int send_all(int fd, const char *buf, size_t len);
-static int take(int fd, const char **pending, size_t *pending_len, char *buf, size_t n, long spin_ns);
+static int take(cw_records *s, int fd, const char **pending, size_t *pending_len, char *buf, size_t n,
+                long spin_ns);
 
 /* Write the post on the connection, wait for the client to write its number back (it ran the function).
  * When the connection breaks (or the client answers out of step), the post waits up to resume_ms for the
@@ -696,7 +697,7 @@ static void cw_socket_post_callback(cw_callback_socket *c, uint64_t id)
         const char *none = "";
         size_t nothing = 0;
         if (fd >= 0 && !c->stopped && send_all(fd, (const char *)&post, sizeof post) == 0 &&
-            take(fd, &none, &nothing, (char *)&ack, sizeof ack, 0) == 0 && ack == post.seq)
+            take(NULL, fd, &none, &nothing, (char *)&ack, sizeof ack, 0) == 0 && ack == post.seq)
             break;
         if (fd < 0 || c->stopped)
             break;
@@ -1010,26 +1011,6 @@ size_t cw_output_take(char *out, size_t cap)
     return n;
 }
 
-/* n bytes into buf: first what Python had read ahead (*pending, *pending_len), then from fd. 0, or -1
- * at the end of the stream or on an error (errno). */
-static int take(int fd, const char **pending, size_t *pending_len, char *buf, size_t n, long spin_ns)
-{
-    size_t k = n < *pending_len ? n : *pending_len;
-    memcpy(buf, *pending, k);
-    *pending += k;
-    *pending_len -= k;
-    while (k < n) {
-        ssize_t r = cw_recv_spin(fd, buf + k, n - k, spin_ns);
-        if (r > 0)
-            k += (size_t)r;
-        else if (r == 0) {
-            errno = 0;
-            return -1;
-        } else if (errno != EINTR)
-            return -1;
-    }
-    return 0;
-}
 
 static int send_all(int fd, const char *buf, size_t len)
 {
@@ -1057,22 +1038,25 @@ static int resumed(cw_records *s)
     return 0;
 }
 
-/* take() on the session's connection: counted, and resumed where it broke. */
-static int session_take(cw_records *s, int fd, const char **pending, size_t *pending_len, char *buf, size_t n,
-                        long spin_ns)
+/* Receive n bytes into buf, the first from `pending` (bytes read ahead, counted when Python read them):
+ * 0, or -1 (errno 0: the peer closed). On the session's connection (s given) each byte is counted, and a
+ * break waits for the client's resume; on the host-function connection (s NULL) a break is the end. */
+static int take(cw_records *s, int fd, const char **pending, size_t *pending_len, char *buf, size_t n,
+                long spin_ns)
 {
-    size_t k = n < *pending_len ? n : *pending_len; /* (counted when Python read them) */
+    size_t k = n < *pending_len ? n : *pending_len;
     memcpy(buf, *pending, k);
     *pending += k;
     *pending_len -= k;
     while (k < n) {
         ssize_t r = cw_recv_spin(fd, buf + k, n - k, spin_ns);
         if (r > 0) {
-            cw_stream_received(s->stream, (uint64_t)r);
+            if (s)
+                cw_stream_received(s->stream, (uint64_t)r);
             k += (size_t)r;
         } else if (r < 0 && errno == EINTR) {
             continue;
-        } else if (!resumed(s)) {
+        } else if (!(s && resumed(s))) {
             if (r == 0)
                 errno = 0;
             return -1;
@@ -1140,7 +1124,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
                 goto out;
             }
         }
-        if (session_take(s, fd, &pending, &pending_len, (char *)&h, sizeof h, wait_ns) != 0) {
+        if (take(s, fd, &pending, &pending_len, (char *)&h, sizeof h, wait_ns) != 0) {
             r = errno ? -1 : 0;
             if (errno)
                 cw_refuse(s, "the connection broke (%s)", strerror(errno));
@@ -1175,7 +1159,7 @@ int cw_records_serve(cw_records *s, int fd, const char *pending, size_t pending_
                 message_cap = cap;
             }
             uint32_t piece = (h.size < message_cap ? h.size : message_cap) - got;
-            broke = session_take(s, fd, &pending, &pending_len, message + got, piece, s->spin_ns) != 0;
+            broke = take(s, fd, &pending, &pending_len, message + got, piece, s->spin_ns) != 0;
             got += piece;
         }
         if (broke) {
