@@ -3,7 +3,7 @@ repository: what the server does with a client's frames (tests/fuzz/fuzz_session
 tests/fuzz/corpus), what the client does with a server's replies (tests/fuzz/fuzz_client.py, corpus
 tests/fuzz/client-corpus), and what the listener does with a connection before its session starts, its
 HTTP requests and its hello (tests/fuzz/fuzz_preauth.py, corpus tests/fuzz/preauth-corpus). No input may
-crash any of them. CUWIRE_FUZZ_SECONDS sets the time of each (default 20: three of them
+crash any of them. CUWIRE_FUZZ_SECONDS sets the time of each (default 10: three of them
 keep CI within its time)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT
 
 FUZZ = ROOT / "tests" / "fuzz"
-SECONDS = int(os.environ.get("CUWIRE_FUZZ_SECONDS", "20"))
+SECONDS = int(os.environ.get("CUWIRE_FUZZ_SECONDS", "10"))
 
 
 @pytest.mark.parametrize("target, corpus", [("fuzz_session.py", "corpus"), ("fuzz_client.py", "client-corpus"),
