@@ -4,7 +4,7 @@ VENV      := .venv
 VPY       := $(VENV)/bin/python
 export CUWIRE_HEADER_CACHE ?= $(CURDIR)/.cache/headers
 
-.PHONY: venv codegen check-generated client server wheel apps demo test lint gpu-test gpu-stress bench bench-distance bench-overflow docker clean
+.PHONY: venv codegen check-generated client server wheel apps demo test lint gpu-test gpu-stress bench bench-distance bench-cpu-distance bench-overflow docker clean
 
 $(VENV)/.installed: pyproject.toml setup.py emulator/pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -82,6 +82,10 @@ bench:
 ## On a GPU machine: PyTorch steps with the server behind a link delayed 0.1 and 1 ms each way
 bench-distance:
 	bash bench/distance.sh
+
+## Here, no GPU: round trips a step of tests/test_apps/step_loop behind a link delayed 0, 0.1 and 1 ms each way
+bench-cpu-distance: venv apps
+	bash bench/cpu_distance.sh
 
 ## On a GPU machine: PyTorch training past a session's device memory budget, with and without host overflow
 bench-overflow:
