@@ -112,6 +112,8 @@ fi
 # one process, two GPUs (DataParallel, NCCL inside one process, peer copies), where the server has two
 if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   for script in tests/multi_gpu_apps/*.py; do torch_compare "multi-gpu-$(basename "$script" .py)" "$script"; done
+  # NCCL's shared-memory transport, as between GPUs without peer access: it registers /dev/shm mappings
+  NCCL_P2P_DISABLE=1 torch_compare multi-gpu-torch_multi_gpu-shm tests/multi_gpu_apps/torch_multi_gpu.py
 else
   echo "multi-gpu: not run, one GPU here (make gpu-test on a machine with two runs tests/multi_gpu_apps)"
 fi

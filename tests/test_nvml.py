@@ -24,6 +24,7 @@ def test_nvml_answers_from_the_server(client_lib: Path, server):
         "field values: Success; NVLink link count: Not Supported; field 65535: Not Supported",
         "fabric info: Not Supported",
         "NVLink 0 P2P capability: Not Supported",
+        "NVLinks answering nothing: 18 of 18 (Not Supported)",
         "confidential computing: Success, environment 0, feature 0",
         "memory v2 of a wrong version: Argument version mismatch",
         "device 8: Invalid Argument",

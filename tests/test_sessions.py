@@ -566,6 +566,80 @@ def test_memory_the_program_registered_is_the_gpus_at_its_address(transport, cli
         r.stderr
 
 
+MEMORY_FILE = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "cuda_api.h"
+/* What NCCL's shared-memory transport does inside one process: a memory file mapped twice (its sender's and
+ * its receiver's mapping), each registered for the GPU, its device pointer asked, the file unlinked. */
+int main(int argc, char **argv)
+{
+    CUdevice dev; CUcontext ctx; CUdeviceptr d = 0, e = 0;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx))
+        return 1;
+    char path[] = "/dev/shm/cuwire-test-XXXXXX";
+    size_t size = 1 << 20;
+    int fd = argc > 1 ? mkstemp(argv[1]) : mkstemp(path);
+    if (fd < 0 || ftruncate(fd, size))
+        return 2;
+    char *a = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    char *b = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (a == MAP_FAILED || b == MAP_FAILED)
+        return 3;
+    memset(a, 7, size);
+    int first = cuMemHostRegister_v2(a, size, 3 /* PORTABLE | DEVICEMAP */);
+    printf("register %d %d\n", first, cuMemHostRegister_v2(b + 4096, 8192, 3));
+    unlink(argc > 1 ? argv[1] : path);
+    int got = cuMemHostGetDevicePointer_v2(&d, a + 100, 0);
+    printf("device pointer %d, at its address %d\n", got, d == (CUdeviceptr)(a + 100));
+    if (got == 0) { /* the GPU writes the file's pages: both mappings see it */
+        if (cuMemsetD8_v2(d, 9, 5000) || cuCtxSynchronize()) return 4;
+        printf("the GPU's write seen %d %d %d\n", a[100] == 9 && a[5099] == 9, b[5099] == 9, a[5100] == 7);
+        if (cuMemHostGetDevicePointer_v2(&e, b + 4096, 0) || cuMemsetD8_v2(e, 5, 10) || cuCtxSynchronize())
+            return 5;
+        printf("through the other mapping %d\n", a[4096] == 5 && a[4105] == 5 && a[4106] == 9);
+    }
+    int one = cuMemHostUnregister(a), other = cuMemHostUnregister(b + 4096);
+    printf("unregister %d %d %d\n", one, other, cuMemHostUnregister(a));
+    a[0] = 1;  /* still the program's memory */
+    printf("after %d\n", cuMemHostGetDevicePointer_v2(&d, a, 0));
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+def test_a_memory_file_the_program_registered_is_the_gpus(transport, client_lib, server, tmp_path):
+    """A shared mapping of a memory file the program registers (as NCCL's shared-memory transport does with
+    its /dev/shm segments, even inside one process): with a server on this host the server maps the same
+    file at the same address and registers it, so the GPU's writes land in the file's pages, which every
+    mapping of the program sees. Over TCP it stays the program's own, its device pointer refused by name.
+    A file on disk is not a memory file: the server refuses to map it, and says so."""
+    exe = compile_against_client(MEMORY_FILE, tmp_path, client_lib, "memory_file")
+    env = {**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": transport}
+    for _ in range(3):  # (the address space collision test_memory_the_program_registered... says)
+        r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, env=env)
+        if "not address space it holds for the client" not in r.stderr:
+            break
+    assert r.returncode == 0, r.stdout + r.stderr
+    mapped = transport == "unix"
+    assert r.stdout.splitlines() == [
+        "register 0 0", f"device pointer {0 if mapped else 801}, at its address {int(mapped)}",
+        *(["the GPU's write seen 1 1 1", "through the other mapping 1"] if mapped else []),
+        "unregister 0 0 713", "after 1"], r.stderr
+    assert r.stderr.count("the GPU cannot reach memory the program registered itself") == (0 if mapped else 1)
+    if mapped:
+        on_disk = subprocess.run([str(exe), str(tmp_path / "file-XXXXXX")], capture_output=True, text=True,
+                                 timeout=60, env=env)
+        assert on_disk.returncode == 0, on_disk.stdout + on_disk.stderr
+        assert on_disk.stdout.splitlines()[:2] == ["register 0 0", "device pointer 801, at its address 0"]
+        assert "the GPU cannot reach memory the program registered itself" in on_disk.stderr
+
+
 def test_the_trace_names_results_and_can_show_only_remote_calls(apps, client_lib, server):
     """CUWIRE_TRACE=1: every call with the time since the first one and the gap since the last, its result
     by name; CUWIRE_TRACE=remote: only the calls the server serves (no entry points, no local answers)."""

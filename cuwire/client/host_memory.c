@@ -4,12 +4,14 @@
  * from the shared memory. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -165,16 +167,18 @@ int cuwire_shares_host_memory(void) { return __atomic_load_n(&shared_known, __AT
  * server on this host: its pages move into the host memory shared with the server (a copy of their bytes,
  * then that memory mapped over them), and the server maps the same memory at the same address, in the
  * client's address space it holds (address_space.py), and registers it. Only whole pages of ordinary
- * memory move (heap, stack, anonymous mappings; not files): a page shared with other data moves with it.
- * Writes of another thread to those pages while they move (microseconds) would be lost: programs register
- * memory they are about to hand to the GPU, not memory other threads are writing. Unregistering moves the
- * pages back into memory of the process's own (but pages of the calling thread's stack: move_back). Where they cannot move (over TCP, a file's pages, the
- * server cannot map them), the memory stays the program's own: copies from it work, kernels cannot reach
- * it, and its device pointer is refused by name. */
+ * memory move (heap, stack, anonymous mappings): a page shared with other data moves with it. Writes of
+ * another thread to those pages while they move (microseconds) would be lost: programs register memory
+ * they are about to hand to the GPU, not memory other threads are writing. Unregistering moves the pages
+ * back into memory of the process's own (but pages of the calling thread's stack: move_back). A shared
+ * mapping of a memory file does not move: the server maps the same file there (map_file). Where neither
+ * can be (over TCP, other files' pages, the server cannot map them), the memory stays the program's own:
+ * copies from it work, kernels cannot reach it, and its device pointer is refused by name. */
 struct registered {
     const char *lo, *hi;   /* as the program registered it */
-    uint64_t at, size;     /* the pages that moved (size 0: none) */
+    uint64_t at, size;     /* the pages that moved (size 0: none), or the file's pages the server mapped */
     uint64_t offset;       /* ...to this offset of the shared memory */
+    int file;              /* a shared mapping of a memory file, which the server maps too (map_file) */
     struct registered *next;
 };
 static struct registered *registered;
@@ -233,6 +237,59 @@ static int on_own_stack(uint64_t lo, uint64_t hi)
     uint64_t below = sp - (256 << 10), above = sp + (8 << 20);
     uint64_t a = own_stack_lo < below ? own_stack_lo : below, b = own_stack_hi > above ? own_stack_hi : above;
     return lo < b && hi > a;
+}
+
+/* Memory files (NCCL's /dev/shm segments): [lo, hi) wholly in one shared read-write mapping of a file,
+ * contiguous in it (one or more lines of /proc/self/maps), a file that stat(2) finds at its path: then the
+ * server maps the same file at the same address (server/host_files.py), and the program and the GPU share
+ * its pages, as natively. 0, with the file's path, the offset of lo in it, its device and inode; or -1. */
+static int file_mapping(uint64_t lo, uint64_t hi, char *path, size_t cap, uint64_t *offset, uint64_t *dev,
+                        uint64_t *ino)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return -1;
+    char line[PATH_MAX + 128];
+    uint64_t at = lo, inode = 0, start = 0;
+    path[0] = 0;
+    while (at < hi && fgets(line, sizeof line, f)) {
+        unsigned long long a, b, off, node;
+        char perms[8] = "";
+        int name = 0;
+        if (sscanf(line, "%llx-%llx %7s %llx %*s %llu %n", &a, &b, perms, &off, &node, &name) < 5 || b <= at)
+            continue;
+        char *p = line + name;
+        p[strcspn(p, "\n")] = 0;
+        if (a > at || strncmp(perms, "rw", 2) || perms[3] != 's' || !node || !name || p[0] != '/')
+            break;
+        if (at == lo) {
+            if (strlen(p) >= cap)
+                break;
+            strcpy(path, p);
+            inode = node, start = off + (lo - a);
+        } else if (node != inode || strcmp(p, path) || off + (at - a) != start + (at - lo))
+            break;
+        at = b;
+    }
+    fclose(f);
+    struct stat st;
+    if (at < hi || !path[0] || stat(path, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_ino != inode)
+        return -1;
+    *offset = start, *dev = (uint64_t)st.st_dev, *ino = inode;
+    return 0;
+}
+
+/* The server maps the memory file under [lo, hi) there too, and registers it: 0, or -1 (it cannot: the
+ * memory stays the program's own). */
+static int map_file(struct registered *r, uint64_t lo, uint64_t hi)
+{
+    char path[PATH_MAX];
+    uint64_t offset, dev, ino;
+    if (file_mapping(lo, hi, path, sizeof path, &offset, &dev, &ino) != 0 ||
+        cuwire_py_host_register_file(lo, hi - lo, path, offset, dev, ino) != 0)
+        return -1;
+    r->at = lo, r->size = hi - lo, r->file = 1;
+    return 0;
 }
 
 #if defined(__x86_64__)
@@ -386,8 +443,12 @@ CUresult cuwire_local_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned in
     if (!__atomic_load_n(&shared_known, __ATOMIC_ACQUIRE) && CUWIRE_READY())
         cuwire_py_connect(); /* (whether the session shares host memory is known once it is open) */
     if (shared_size && shared_fd >= 0 && shared_server_base == shared_base && pages_free &&
-        !shared_offset(p, bytesize, &offset) && ordinary_memory(lo, hi) && CUWIRE_READY())
-        move_pages(r, lo, hi - lo);
+        !shared_offset(p, bytesize, &offset) && CUWIRE_READY()) {
+        if (ordinary_memory(lo, hi))
+            move_pages(r, lo, hi - lo);
+        else
+            map_file(r, lo, hi);
+    }
     pthread_mutex_lock(&host_lock);
     r->next = registered;
     registered = r;
@@ -410,7 +471,9 @@ CUresult cuwire_local_cuMemHostUnregister(void *p)
             break;
         }
     pthread_mutex_unlock(&host_lock);
-    int kept = gone && gone->size && CUWIRE_READY() && move_back(gone);
+    if (gone && gone->file && CUWIRE_READY())
+        cuwire_py_host_unregister_file(gone->at); /* (the file's pages stay where they are, the program's) */
+    int kept = gone && gone->size && !gone->file && CUWIRE_READY() && move_back(gone);
     pthread_mutex_unlock(&register_lock);
     if (!gone)
         return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;

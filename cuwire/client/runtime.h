@@ -110,6 +110,10 @@ CW_IN_PYTHON int cuwire_py_host_free(uint64_t address);
 CW_IN_PYTHON int cuwire_py_host_register_at(uint64_t address, uint64_t size, uint64_t *offset);
 CW_IN_PYTHON int cuwire_py_host_unregister_at(uint64_t offset);
 CW_IN_PYTHON int cuwire_py_host_register_again(uint64_t address, uint64_t size, uint64_t offset);
+/* A shared mapping of a memory file the program registers: the server maps the same file there (host_files.py). */
+CW_IN_PYTHON int cuwire_py_host_register_file(uint64_t address, uint64_t size, const char *path, uint64_t offset,
+                                              uint64_t device, uint64_t inode);
+CW_IN_PYTHON int cuwire_py_host_unregister_file(uint64_t address);
 
 /* Streams and events made ahead, in batches (handle_pools.c, through client/launches.py), and every attribute
  * of a kernel or function asked at once (answers_cache.c): CUDA results. */

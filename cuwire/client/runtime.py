@@ -603,6 +603,19 @@ class Client:
             return self.call(REGISTER_HOST, pb.RegisterHost_Args(offset=offset, size=size, at=address),
                              pb.RegisterHost_Result).status
 
+    def host_register_file(self, address: int, size: int, file: pb.FileRange) -> int:
+        """Memory the program registers that is a shared mapping of a memory file: the server maps the same
+        file at `address` and registers it there (0), or says why not (the CUDA error; the memory then stays
+        the program's own)."""
+        with self.lock:
+            res = self.call(REGISTER_HOST, pb.RegisterHost_Args(size=size, at=address, file=file),
+                            pb.RegisterHost_Result)
+            return res.status
+
+    def host_unregister_file(self, address: int) -> int:
+        with self.lock:
+            return self.call(UNREGISTER_HOST, pb.UnregisterHost_Args(at=address), pb.UnregisterHost_Result).status
+
     def host_unregister_at(self, offset: int) -> None:
         """The server no longer has that room registered at the program's address (client/host_memory.c keeps its
         pages there, in the shared memory, until the session ends)."""
@@ -989,6 +1002,20 @@ def cuwire_py_host_register_again(address: int, size: int, offset: int) -> int:
 def cuwire_py_host_unregister_at(offset: int) -> int:
     client.host_unregister_at(offset)
     return 0
+
+
+@ffi.def_extern(onerror=on_error)
+def cuwire_py_host_register_file(address: int, size: int, path, offset: int, device: int, inode: int) -> int:
+    """cuMemHostRegister of a shared mapping of a memory file (client/host_memory.c): the server maps the same
+    file at `address` and registers it; 0 or the CUDA error."""
+    file = pb.FileRange(path=ffi.string(path).decode(errors="surrogateescape"), offset=offset, device=device,
+                        inode=inode)
+    return client.host_register_file(address, size, file)
+
+
+@ffi.def_extern(onerror=on_error)
+def cuwire_py_host_unregister_file(address: int) -> int:
+    return client.host_unregister_file(address)
 
 
 @ffi.def_extern(onerror=on_error)

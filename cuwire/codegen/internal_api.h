@@ -38,3 +38,20 @@ nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsign
                                                      nvmlProcessInfo_v1_t *infos);
 nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
                                                         nvmlProcessInfo_v2_t *infos);
+/* NVML's first ABI of the NVLink remote PCI query, which NCCL's topology asks for by name: it fills NVML 8's
+ * 52-byte nvmlPciInfo_t (a 16-byte bus id, then reserved words where the later struct has its 32-byte busId),
+ * so a caller's larger struct keeps its busId as it was. */
+typedef struct nvmlPciInfoV1_st {
+    char busId[16];
+    unsigned int domain;
+    unsigned int bus;
+    unsigned int device;
+    unsigned int pciDeviceId;
+    unsigned int pciSubSystemId;
+    unsigned int reserved0;
+    unsigned int reserved1;
+    unsigned int reserved2;
+    unsigned int reserved3;
+} nvmlPciInfoV1_t;
+#undef nvmlDeviceGetNvLinkRemotePciInfo
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int link, nvmlPciInfoV1_t *pci);

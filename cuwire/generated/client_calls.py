@@ -2920,6 +2920,32 @@ def nvmlDeviceGetNvLinkRemoteDeviceType(device, link, pNvLinkDeviceType):
     return res.status
 
 
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetNvLinkRemotePciInfo", onerror=rt.on_nvml_error)
+def nvmlDeviceGetNvLinkRemotePciInfo(device, link, pci, pci_len):
+    """nvmlDeviceGetNvLinkRemotePciInfo (nvml.h): the first ABI (codegen/internal_api.h), which NCCL's topology asks for by name"""
+    args = pb.nvmlDeviceGetNvLinkRemotePciInfo_Args()
+    args.device = device
+    args.link = link
+    rt.expect(pci, pci_len)
+    res = rt.call(3922783733, args, pb.nvmlDeviceGetNvLinkRemotePciInfo_Result)
+    if res.status == 0:
+        rt.write(pci, res.pci, pci_len)
+    return res.status
+
+
+@ffi.def_extern(name="cuwire_py_nvmlDeviceGetNvLinkRemotePciInfo_v2", onerror=rt.on_nvml_error)
+def nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, pci, pci_len):
+    """nvmlDeviceGetNvLinkRemotePciInfo_v2 (nvml.h)"""
+    args = pb.nvmlDeviceGetNvLinkRemotePciInfo_v2_Args()
+    args.device = device
+    args.link = link
+    rt.expect(pci, pci_len)
+    res = rt.call(4146057672, args, pb.nvmlDeviceGetNvLinkRemotePciInfo_v2_Result)
+    if res.status == 0:
+        rt.write(pci, res.pci, pci_len)
+    return res.status
+
+
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetNvLinkState", onerror=rt.on_nvml_error)
 def nvmlDeviceGetNvLinkState(device, link, isActive):
     """nvmlDeviceGetNvLinkState (nvml.h)"""

@@ -310,6 +310,8 @@ extern "Python+C" int cuwire_py_nvmlDeviceGetNumGpuCores(uint64_t, void *);
 extern "Python+C" int cuwire_py_nvmlDeviceGetNumaNodeId(uint64_t, void *);
 extern "Python+C" int cuwire_py_nvmlDeviceGetNvLinkCapability(uint64_t, uint64_t, int64_t, void *);
 extern "Python+C" int cuwire_py_nvmlDeviceGetNvLinkRemoteDeviceType(uint64_t, uint64_t, void *);
+extern "Python+C" int cuwire_py_nvmlDeviceGetNvLinkRemotePciInfo(uint64_t, uint64_t, void *, uint64_t);
+extern "Python+C" int cuwire_py_nvmlDeviceGetNvLinkRemotePciInfo_v2(uint64_t, uint64_t, void *, uint64_t);
 extern "Python+C" int cuwire_py_nvmlDeviceGetNvLinkState(uint64_t, uint64_t, void *);
 extern "Python+C" int cuwire_py_nvmlDeviceGetP2PStatus(uint64_t, uint64_t, int64_t, void *);
 extern "Python+C" int cuwire_py_nvmlDeviceGetPciInfo_v3(uint64_t, void *, uint64_t);

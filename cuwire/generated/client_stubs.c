@@ -1734,8 +1734,8 @@ const char *const cuwire_modes[] = {
     "unimplemented",
     "unimplemented",
     "sync",
-    "unimplemented",
-    "unimplemented",
+    "sync",
+    "sync",
     "sync",
     "unimplemented",
     "unimplemented",
@@ -17301,34 +17301,38 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t devi
     return cuwire_impl_nvmlDeviceGetNvLinkRemoteDeviceType(device, link, pNvLinkDeviceType);
 }
 
-/* nvmlDeviceGetNvLinkRemotePciInfo (libnvidia-ml.so.1 export): unimplemented */
-static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo(void)
+/* nvmlDeviceGetNvLinkRemotePciInfo (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetNvLinkRemotePciInfo(uint64_t, uint64_t, void *, uint64_t);
+static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int link, nvmlPciInfoV1_t *pci)
 {
-    static int warned;
-    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetNvLinkRemotePciInfo", "libnvidia-ml.so.1 export", &warned), 3));
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetNvLinkRemotePciInfo((uint64_t)(uintptr_t)device, (uint64_t)link, (void *)pci, sizeof *pci));
 }
-CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(void)
+CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int link, nvmlPciInfoV1_t *pci)
 {
     __atomic_add_fetch(&cuwire_counts[734], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace == 1) {
+    if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetNvLinkRemotePciInfo");
-        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo();
+        nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo(device, link, pci);
         cuwire_trace_result("nvmlDeviceGetNvLinkRemotePciInfo", (int)cuwire_result, 0);
         return cuwire_result;
     }
-    return cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo();
+    return cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo(device, link, pci);
 }
 
-/* nvmlDeviceGetNvLinkRemotePciInfo_v2 (nvml.h): unimplemented */
+/* nvmlDeviceGetNvLinkRemotePciInfo_v2 (nvml.h): remoted, sync */
+int cuwire_py_nvmlDeviceGetNvLinkRemotePciInfo_v2(uint64_t, uint64_t, void *, uint64_t);
 static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
 {
-    static int warned;
-    return (nvmlReturn_t)((cuwire_unimplemented("nvmlDeviceGetNvLinkRemotePciInfo_v2", "nvml.h", &warned), 3));
+    if (!CUWIRE_READY())
+        return (nvmlReturn_t)999;
+    return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetNvLinkRemotePciInfo_v2((uint64_t)(uintptr_t)device, (uint64_t)link, (void *)pci, sizeof *pci));
 }
 CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
 {
     __atomic_add_fetch(&cuwire_counts[735], 1, __ATOMIC_RELAXED);
-    if (cuwire_trace == 1) {
+    if (cuwire_trace) {
         cuwire_trace_call("nvmlDeviceGetNvLinkRemotePciInfo_v2");
         nvmlReturn_t cuwire_result = cuwire_impl_nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, pci);
         cuwire_trace_result("nvmlDeviceGetNvLinkRemotePciInfo_v2", (int)cuwire_result, 0);

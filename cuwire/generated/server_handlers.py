@@ -1943,6 +1943,26 @@ def nvmlDeviceGetNvLinkRemoteDeviceType(s, a: pb.nvmlDeviceGetNvLinkRemoteDevice
     return r
 
 
+def nvmlDeviceGetNvLinkRemotePciInfo(s, a: pb.nvmlDeviceGetNvLinkRemotePciInfo_Args) -> pb.nvmlDeviceGetNvLinkRemotePciInfo_Result:
+    """nvmlDeviceGetNvLinkRemotePciInfo (nvml.h)"""
+    r = pb.nvmlDeviceGetNvLinkRemotePciInfo_Result()
+    pci = s.ffi.new("nvmlPciInfoV1_t *")
+    r.status = s.lib.nvmlDeviceGetNvLinkRemotePciInfo(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), a.link, pci)
+    if r.status == 0:
+        r.pci = s.take(pci)
+    return r
+
+
+def nvmlDeviceGetNvLinkRemotePciInfo_v2(s, a: pb.nvmlDeviceGetNvLinkRemotePciInfo_v2_Args) -> pb.nvmlDeviceGetNvLinkRemotePciInfo_v2_Result:
+    """nvmlDeviceGetNvLinkRemotePciInfo_v2 (nvml.h)"""
+    r = pb.nvmlDeviceGetNvLinkRemotePciInfo_v2_Result()
+    pci = s.ffi.new("nvmlPciInfo_t *")
+    r.status = s.lib.nvmlDeviceGetNvLinkRemotePciInfo_v2(s.handle("nvmlDevice_st", "nvmlDevice_t", a.device), a.link, pci)
+    if r.status == 0:
+        r.pci = s.take(pci)
+    return r
+
+
 def nvmlDeviceGetNvLinkState(s, a: pb.nvmlDeviceGetNvLinkState_Args) -> pb.nvmlDeviceGetNvLinkState_Result:
     """nvmlDeviceGetNvLinkState (nvml.h)"""
     r = pb.nvmlDeviceGetNvLinkState_Result()
@@ -2471,6 +2491,8 @@ HANDLERS = {
     816294722: ("nvmlDeviceGetNumaNodeId", pb.nvmlDeviceGetNumaNodeId_Args, nvmlDeviceGetNumaNodeId),
     238727400: ("nvmlDeviceGetNvLinkCapability", pb.nvmlDeviceGetNvLinkCapability_Args, nvmlDeviceGetNvLinkCapability),
     2213010662: ("nvmlDeviceGetNvLinkRemoteDeviceType", pb.nvmlDeviceGetNvLinkRemoteDeviceType_Args, nvmlDeviceGetNvLinkRemoteDeviceType),
+    3922783733: ("nvmlDeviceGetNvLinkRemotePciInfo", pb.nvmlDeviceGetNvLinkRemotePciInfo_Args, nvmlDeviceGetNvLinkRemotePciInfo),
+    4146057672: ("nvmlDeviceGetNvLinkRemotePciInfo_v2", pb.nvmlDeviceGetNvLinkRemotePciInfo_v2_Args, nvmlDeviceGetNvLinkRemotePciInfo_v2),
     158654964: ("nvmlDeviceGetNvLinkState", pb.nvmlDeviceGetNvLinkState_Args, nvmlDeviceGetNvLinkState),
     1103385609: ("nvmlDeviceGetP2PStatus", pb.nvmlDeviceGetP2PStatus_Args, nvmlDeviceGetP2PStatus),
     4153554568: ("nvmlDeviceGetPciInfo_v3", pb.nvmlDeviceGetPciInfo_v3_Args, nvmlDeviceGetPciInfo_v3),

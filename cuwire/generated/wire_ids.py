@@ -3,7 +3,7 @@
 and the id of each remoted function and of each of cuwire's own operations (a Batch's `fn`). The client
 imports these, never the server's handlers."""
 
-API_DIGEST = "bf20d003911c38a0"
+API_DIGEST = "fc20f01aa11a340a"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -305,6 +305,8 @@ FUNCTION_IDS = {
     "nvmlDeviceGetNumaNodeId": 816294722,
     "nvmlDeviceGetNvLinkCapability": 238727400,
     "nvmlDeviceGetNvLinkRemoteDeviceType": 2213010662,
+    "nvmlDeviceGetNvLinkRemotePciInfo": 3922783733,
+    "nvmlDeviceGetNvLinkRemotePciInfo_v2": 4146057672,
     "nvmlDeviceGetNvLinkState": 158654964,
     "nvmlDeviceGetP2PStatus": 1103385609,
     "nvmlDeviceGetPciInfo_v3": 4153554568,

@@ -548,11 +548,13 @@ def copy_3d(s, a: pb.Copy3D_Args) -> pb.Copy3D_Result:
 
 
 def register_host(s, a: pb.RegisterHost_Args) -> pb.RegisterHost_Result:
+    if a.HasField("file"):
+        return pb.RegisterHost_Result(status=s.register_file(a.at, a.size, a.file))
     return pb.RegisterHost_Result(status=s.register_host(a.offset, a.size, a.at))
 
 
 def unregister_host(s, a: pb.UnregisterHost_Args) -> pb.UnregisterHost_Result:
-    return pb.UnregisterHost_Result(status=s.unregister_host(a.offset))
+    return pb.UnregisterHost_Result(status=s.unregister_file(a.at) if a.at else s.unregister_host(a.offset))
 
 
 def managed_alloc(s, a: pb.ManagedAlloc_Args) -> pb.ManagedAlloc_Result:

@@ -34,7 +34,7 @@ from cuwire.server.session import Session
 from cuwire.settings import Settings, host_port
 from cuwire.wire import compression, ring
 from cuwire.wire.hello import same_api, this_api
-from cuwire.wire.tls import ServerTls, relayed, server_tls
+from cuwire.wire.tls import ServerTls, peer_uid, relayed, server_tls
 from cuwire.wire.transport import (
     HELLO_MAX,
     MAGIC,
@@ -211,6 +211,7 @@ class CuWireServer:
                     address, fd = ring.host_memory(records_lib, size, hello.host_address, self.held_host)
                     fds.append(fd)
                     session.use_host_memory(address, size, hello.host_address, os.dup(fd))
+                    session.peer_uid = peer_uid(conn.sock)  # (its memory files: host_files.py)
                     reply.welcome.host_memory, reply.welcome.host_address = size, address
                     if address != hello.host_address:
                         log.info("session %s: shared host memory at %#x here, not at the client's %#x: kernels "

@@ -21,6 +21,7 @@ from cuwire.server import (
     contexts,
     custom,
     graphs,
+    host_files,
     ipc,
     memops,
     overflow,
@@ -120,6 +121,8 @@ class Session:
         self.host_ranges: dict[int, int] = {}  # offset -> size of the ranges registered for the client (RegisterHost)
         self.host_fd = -1  # the shared host memory's descriptor, to map parts of it at the client's addresses
         self.registered_at: dict[int, int] = {}  # offset -> the client's address it is mapped at (register_host)
+        self.files_at: dict[int, int] = {}  # the client's address -> size of a memory file mapped there (register_file)
+        self.peer_uid: int | None = None  # the user of a client on this host (its files: host_files.py)
         self.vmm: vmm.Vmm | None = None  # reservations, physical allocations and mappings (virtual memory)
         self.objects: textures.Objects | None = None  # texture and surface objects, mipmap levels
         self.graph_parts: graphs.Parts | None = None  # conditional handles and bodies, graph memory
@@ -564,13 +567,52 @@ class Session:
     def map_at(self, offset: int, size: int, at: int) -> int:
         """Map `size` bytes of the shared host memory from `offset` at the client's address `at`, which
         must lie in the client's address space this process holds (and not be mapped already)."""
-        if at % 4096 or size % 4096 or not address_space.within(self.server.held_spans, at, size) or any(
-                a < at + size and at < a + self.host_ranges[o] for o, a in self.registered_at.items()):
-            raise CudaFail(NOT_SUPPORTED, f"the server cannot map {size} bytes at {at:#x} (not address space it "
-                                          "holds for the client): the GPU cannot reach this memory at its address")
+        self.check_room_at(at, size)
         if self.host_fd < 0 or not records_lib.cw_map_shared_over(self.host_fd, offset, size, at):
             raise CudaFail(NOT_SUPPORTED, f"the server cannot map {size} bytes at {at:#x}")
         return at
+
+    def check_room_at(self, at: int, size: int) -> None:
+        """[at, at + size) is the client's address space this process holds, none of it mapped already."""
+        taken = [(a, self.host_ranges[o]) for o, a in self.registered_at.items()] + list(self.files_at.items())
+        if at % 4096 or size % 4096 or not address_space.within(self.server.held_spans, at, size) or any(
+                a < at + size and at < a + n for a, n in taken):
+            raise CudaFail(NOT_SUPPORTED, f"the server cannot map {size} bytes at {at:#x} (not address space it "
+                                          "holds for the client): the GPU cannot reach this memory at its address")
+
+    def register_file(self, at: int, size: int, file: pb.FileRange) -> int:
+        """Memory the program registered (cuMemHostRegister) that is a shared mapping of a memory file, as
+        NCCL's /dev/shm segments are: the same file mapped here at the client's address `at`, over the
+        client's address space this process holds, and registered, so that the GPU reaches it at its
+        address, the program and the GPU sharing its pages (the file's own: nothing is copied)."""
+        if self.host_fd < 0:
+            raise CudaFail(NOT_SUPPORTED, "memory files are mapped for clients on this host only (this session "
+                                          "shares no host memory)")
+        self.check_room_at(at, size)
+        fd = host_files.open_checked(file, size, self.peer_uid)
+        try:
+            if not records_lib.cw_map_shared_over(fd, file.offset, size, at):
+                raise CudaFail(NOT_SUPPORTED, f"the server cannot map {file.path!r} at {at:#x}")
+        finally:
+            os.close(fd)
+        err = self.in_primary_context(lambda: self.relaxed_capture(lambda: self.lib.cuMemHostRegister_v2(
+            self.ffi.cast("void *", at), size, MEMHOSTREGISTER_PORTABLE | MEMHOSTREGISTER_DEVICEMAP)))
+        if err != 0:
+            records_lib.cw_hold_over(at, size)
+            return err
+        self.files_at[at] = size
+        self.records.add_memory(at, size)  # the GPU's memory too (copies, memsets)
+        return err
+
+    def unregister_file(self, at: int) -> int:
+        if at not in self.files_at:
+            raise CudaFail(INVALID_VALUE, f"no memory file registered at {at:#x}")
+        size = self.files_at.pop(at)
+        self.records.remove_memory(at)
+        err = self.in_primary_context(lambda: self.relaxed_capture(
+            lambda: self.lib.cuMemHostUnregister(self.ffi.cast("void *", at))))
+        records_lib.cw_hold_over(at, size)  # the client's address space again, held
+        return err
 
     def unregister_host(self, offset: int) -> int:
         if offset not in self.host_ranges:

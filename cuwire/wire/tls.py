@@ -291,13 +291,24 @@ class ServerTls:
 def peer_pid(sock: socket.socket) -> int:
     """The process at the other end of a Unix socket (0 when unknown: another pid namespace, or not a Unix
     socket)."""
+    return peer_credentials(sock)[0]
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    """The user of the process at the other end of a Unix socket (None when not a Unix socket)."""
+    return peer_credentials(sock)[1] if sock.family == socket.AF_UNIX else None
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int | None]:
+    """SO_PEERCRED's pid and uid of a Unix socket's other end ((0, None) when unknown)."""
     if sock.family != socket.AF_UNIX:
-        return 0
+        return 0, None
     try:
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     except OSError:
-        return 0
-    return struct.unpack("3i", creds)[0]
+        return 0, None
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return pid, uid
 
 
 def relayed(sock: socket.socket) -> bool:

@@ -165,6 +165,12 @@ class EmulatedNvml:
     def nvmlDeviceGetNvLinkCapability(self, device: Any, link: int, capability: int, capResult: Any) -> int:
         return self._nvml_ready(device) or NOT_SUPPORTED  # no NVLink
 
+    def nvmlDeviceGetNvLinkRemotePciInfo_v2(self, device: Any, link: int, pci: Any) -> int:
+        return self._nvml_ready(device) or NOT_SUPPORTED  # no NVLink
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, device: Any, link: int, pci: Any) -> int:
+        return self._nvml_ready(device) or NOT_SUPPORTED  # no NVLink
+
     def nvmlSystemGetConfComputeSettings(self, settings: Any) -> int:
         status = self._nvml_ready() or self._versioned(settings, "nvmlSystemConfComputeSettings_v1_t", 1)
         if status:

@@ -21,6 +21,12 @@ class MemoryV2(ctypes.Structure):  # nvmlMemory_v2_t
                 ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
 
 
+class PciInfo(ctypes.Structure):  # nvmlPciInfo_t
+    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
+                ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                ("busId", ctypes.c_char * 32)]
+
+
 class FieldValue(ctypes.Structure):  # nvmlFieldValue_t
     _fields_ = [("fieldId", ctypes.c_uint), ("scopeId", ctypes.c_uint), ("timestamp", ctypes.c_longlong),
                 ("latencyUsec", ctypes.c_longlong), ("valueType", ctypes.c_int), ("nvmlReturn", ctypes.c_int),
@@ -46,6 +52,32 @@ def version(struct: type, v: int) -> int:
 NVLINK_LINK_COUNT = 91  # NVML_FI_DEV_NVLINK_LINK_COUNT
 
 
+NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS
+
+
+def nvlinks(nvml, handle, name) -> None:
+    """NCCL's topology walk (graph/xml.cc): per link, P2P capability, state, and the PCI bus at its other
+    end, through both ABIs of the last (NCCL looks up the unversioned name, which fills NVML 8's smaller
+    struct). Links that answer nothing are counted, not printed one by one."""
+    silent, why = 0, set()
+    for link in range(NVLINK_MAX_LINKS):
+        p2p, state = ctypes.c_uint(), ctypes.c_int()
+        cap = nvml.nvmlDeviceGetNvLinkCapability(handle, link, 0, ctypes.byref(p2p))
+        up = nvml.nvmlDeviceGetNvLinkState(handle, link, ctypes.byref(state))
+        remote, remote_v2 = PciInfo(busId=b"untouched"), PciInfo()
+        pci = nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link, ctypes.byref(remote))
+        pci_v2 = nvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(handle, link, ctypes.byref(remote_v2))
+        if cap and up and pci and pci_v2:
+            silent += 1
+            why |= {name(cap), name(up), name(pci), name(pci_v2)}
+            continue
+        print(f"NVLink {link}: P2P {name(cap)} {p2p.value if cap == 0 else ''}, state {name(up)} "
+              f"{state.value if up == 0 else ''}, remote PCI {name(pci)} "
+              f"{f'{remote.busIdLegacy.decode()} {remote.busId.decode()}' if pci == 0 else ''}"
+              f"/ v2 {name(pci_v2)} {remote_v2.busId.decode() if pci_v2 == 0 else ''}")
+    print(f"NVLinks answering nothing: {silent} of {NVLINK_MAX_LINKS} ({', '.join(sorted(why))})")
+
+
 def start_up_calls(nvml, handle, total: int, name) -> None:
     """What NCCL, JAX and gpustat ask at start (each line: the return code's text, then what it gave)."""
     mem = MemoryV2(version=version(MemoryV2, 2))
@@ -63,6 +95,7 @@ def start_up_calls(nvml, handle, total: int, name) -> None:
     p2p = ctypes.c_uint()
     status = nvml.nvmlDeviceGetNvLinkCapability(handle, 0, 0, ctypes.byref(p2p))
     print(f"NVLink 0 P2P capability: {name(status)}{f', {p2p.value}' if status == 0 else ''}")
+    nvlinks(nvml, handle, name)
     cc = ConfCompute(version=version(ConfCompute, 1))
     status = nvml.nvmlSystemGetConfComputeSettings(ctypes.byref(cc))
     print(f"confidential computing: {name(status)}"
