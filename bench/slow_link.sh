@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A slow link, made here: two network namespaces joined by a veth pair whose both ends are shaped to RATE
 # (tc tbf), an emulated server in one and bench/link_app (copies of data that compresses and data that does
-# not) in the other, once per CUWIRE_COMPRESS setting. Needs root (ip netns, tc); no GPU: it measures the wire.
+# not) in the other, once per CUWIRE_COMPRESS setting, after plain TCP's rate on the same link (bench/raw_link.py). Needs root (ip netns, tc); no GPU: it measures the wire.
 #   bash bench/slow_link.sh [RATE (default 1gbit)] [MiB (default 64)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +27,10 @@ ip netns exec $B tc qdisc add dev veth$$b root tbf rate "$RATE" burst 256kb late
 ip netns exec $A "$PY" -m cuwire.server --listen 10.77.0.1:50551 --emulated >"$OUT/server.log" 2>&1 &
 for _ in $(seq 50); do grep -q "listening on" "$OUT/server.log" && break; sleep 0.2; done
 echo "link: $RATE each way (tc tbf in two network namespaces); $MIB MiB copies; emulated device"
+# what the link carries for plain bytes on this machine: the ceiling the copies are measured against
+ip netns exec $A "$PY" bench/raw_link.py serve 10.77.0.1:50552 "$MIB" &
+ip netns exec $B "$PY" bench/raw_link.py send 10.77.0.1:50552 "$MIB"
+wait $!
 for mode in off on auto; do
   ip netns exec $B env CUWIRE_COMPRESS=$mode CUWIRE_STATS=1 "$PY" -m cuwire.cli run --server 10.77.0.1:50551 -- \
     "$OUT/link_app" "$MIB" >"$OUT/$mode.txt" 2>"$OUT/$mode.err" || { cat "$OUT/$mode.txt" "$OUT/$mode.err"; exit 1; }

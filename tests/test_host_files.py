@@ -71,3 +71,19 @@ def test_what_the_server_will_not_map(memory_file, tmp_path):
     assert refusal(asked(memory_file), 5 * PAGE, uid)[0] == INVALID_VALUE  # past the file's end
     assert refusal(asked(memory_file, 100), PAGE, uid)[0] == INVALID_VALUE  # not a whole page
     assert refusal(asked(memory_file), 100, uid)[0] == INVALID_VALUE
+
+
+def test_a_removed_file_is_reached_while_a_registration_holds_it(memory_file):
+    kept, f = host_files.Kept(), asked(memory_file)
+    fd = kept.take(f, PAGE, os.getuid())
+    memory_file.unlink()
+    memory_file.touch()  # (so that the fixture's unlink finds a file)
+    assert kept.take(f, 2 * PAGE, os.getuid()) == fd  # by device and inode, not by its path
+    with pytest.raises(CudaFail):
+        kept.take(f, 8 * PAGE, os.getuid())  # still whole pages within it
+    kept.give_back((f.device, f.inode))
+    kept.give_back((f.device, f.inode))
+    assert (f.device, f.inode) not in kept.files
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed with its last registration
+    assert "cannot open" in refusal(f, PAGE, os.getuid())[1] or "not the file" in refusal(f, PAGE, os.getuid())[1]

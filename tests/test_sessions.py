@@ -592,8 +592,8 @@ int main(int argc, char **argv)
         return 3;
     memset(a, 7, size);
     int first = cuMemHostRegister_v2(a, size, 3 /* PORTABLE | DEVICEMAP */);
+    unlink(argc > 1 ? argv[1] : path);  /* (as NCCL does once both ends mapped it) */
     printf("register %d %d\n", first, cuMemHostRegister_v2(b + 4096, 8192, 3));
-    unlink(argc > 1 ? argv[1] : path);
     int got = cuMemHostGetDevicePointer_v2(&d, a + 100, 0);
     printf("device pointer %d, at its address %d\n", got, d == (CUdeviceptr)(a + 100));
     if (got == 0) { /* the GPU writes the file's pages: both mappings see it */
@@ -607,6 +607,9 @@ int main(int argc, char **argv)
     printf("unregister %d %d %d\n", one, other, cuMemHostUnregister(a));
     a[0] = 1;  /* still the program's memory */
     printf("after %d\n", cuMemHostGetDevicePointer_v2(&d, a, 0));
+    /* removed, and no registration holds it now: the program's own memory, which the GPU cannot reach */
+    int again = cuMemHostRegister_v2(b, size, 3);
+    printf("removed and registered again %d, device pointer %d\n", again, cuMemHostGetDevicePointer_v2(&d, b, 0));
     return 0;
 }
 """
@@ -617,8 +620,10 @@ def test_a_memory_file_the_program_registered_is_the_gpus(transport, client_lib,
     """A shared mapping of a memory file the program registers (as NCCL's shared-memory transport does with
     its /dev/shm segments, even inside one process): with a server on this host the server maps the same
     file at the same address and registers it, so the GPU's writes land in the file's pages, which every
-    mapping of the program sees. Over TCP it stays the program's own, its device pointer refused by name.
-    A file on disk is not a memory file: the server refuses to map it, and says so."""
+    mapping of the program sees; a second mapping registered after the program removed the file (as NCCL
+    does) is served from the file the first registration holds open. Over TCP it stays the program's own,
+    its device pointer refused by name, and so is a removed file no registration holds, and a file on disk
+    (not a memory file: the server refuses to map it)."""
     exe = compile_against_client(MEMORY_FILE, tmp_path, client_lib, "memory_file")
     env = {**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": transport}
     for _ in range(3):  # (the address space collision test_memory_the_program_registered... says)
@@ -630,8 +635,8 @@ def test_a_memory_file_the_program_registered_is_the_gpus(transport, client_lib,
     assert r.stdout.splitlines() == [
         "register 0 0", f"device pointer {0 if mapped else 801}, at its address {int(mapped)}",
         *(["the GPU's write seen 1 1 1", "through the other mapping 1"] if mapped else []),
-        "unregister 0 0 713", "after 1"], r.stderr
-    assert r.stderr.count("the GPU cannot reach memory the program registered itself") == (0 if mapped else 1)
+        "unregister 0 0 713", "after 1", "removed and registered again 0, device pointer 801"], r.stderr
+    assert r.stderr.count("the GPU cannot reach memory the program registered itself") == 1
     if mapped:
         on_disk = subprocess.run([str(exe), str(tmp_path / "file-XXXXXX")], capture_output=True, text=True,
                                  timeout=60, env=env)

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -240,23 +241,29 @@ static int on_own_stack(uint64_t lo, uint64_t hi)
 }
 
 /* Memory files (NCCL's /dev/shm segments): [lo, hi) wholly in one shared read-write mapping of a file,
- * contiguous in it (one or more lines of /proc/self/maps), a file that stat(2) finds at its path: then the
- * server maps the same file at the same address (server/host_files.py), and the program and the GPU share
- * its pages, as natively. 0, with the file's path, the offset of lo in it, its device and inode; or -1. */
+ * contiguous in it (one or more lines of /proc/self/maps): then the server maps the same file at the same
+ * address (server/host_files.py), and the program and the GPU share its pages, as natively. A file the
+ * program removed since it mapped it (NCCL removes a segment once both its ends mapped it) goes by its
+ * device and inode, which the server finds among the files it holds for the session. 0, with the file's
+ * path, the offset of lo in it, its device and inode; or -1. */
 static int file_mapping(uint64_t lo, uint64_t hi, char *path, size_t cap, uint64_t *offset, uint64_t *dev,
                         uint64_t *ino)
 {
+    static const char removed[] = " (deleted)";
     FILE *f = fopen("/proc/self/maps", "r");
     if (!f)
         return -1;
     char line[PATH_MAX + 128];
     uint64_t at = lo, inode = 0, start = 0;
+    unsigned int major = 0, minor = 0;
     path[0] = 0;
     while (at < hi && fgets(line, sizeof line, f)) {
         unsigned long long a, b, off, node;
+        unsigned int ma, mi;
         char perms[8] = "";
         int name = 0;
-        if (sscanf(line, "%llx-%llx %7s %llx %*s %llu %n", &a, &b, perms, &off, &node, &name) < 5 || b <= at)
+        if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu %n", &a, &b, perms, &off, &ma, &mi, &node, &name) < 7 ||
+            b <= at)
             continue;
         char *p = line + name;
         p[strcspn(p, "\n")] = 0;
@@ -266,16 +273,24 @@ static int file_mapping(uint64_t lo, uint64_t hi, char *path, size_t cap, uint64
             if (strlen(p) >= cap)
                 break;
             strcpy(path, p);
-            inode = node, start = off + (lo - a);
+            inode = node, start = off + (lo - a), major = ma, minor = mi;
         } else if (node != inode || strcmp(p, path) || off + (at - a) != start + (at - lo))
             break;
         at = b;
     }
     fclose(f);
-    struct stat st;
-    if (at < hi || !path[0] || stat(path, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_ino != inode)
+    if (at < hi || !path[0])
         return -1;
-    *offset = start, *dev = (uint64_t)st.st_dev, *ino = inode;
+    size_t n = strlen(path), r = sizeof removed - 1;
+    struct stat st;
+    if (n > r && !strcmp(path + n - r, removed)) { /* removed: the server may hold it (host_files.Kept) */
+        path[n - r] = 0;
+        *dev = (uint64_t)makedev(major, minor);
+    } else if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_ino != inode)
+        return -1;
+    else
+        *dev = (uint64_t)st.st_dev;
+    *offset = start, *ino = inode;
     return 0;
 }
 

@@ -38,9 +38,9 @@ nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsign
                                                      nvmlProcessInfo_v1_t *infos);
 nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
                                                         nvmlProcessInfo_v2_t *infos);
-/* NVML's first ABI of the NVLink remote PCI query, which NCCL's topology asks for by name: it fills NVML 8's
- * 52-byte nvmlPciInfo_t (a 16-byte bus id, then reserved words where the later struct has its 32-byte busId),
- * so a caller's larger struct keeps its busId as it was. */
+/* NVML's first ABI of the NVLink remote PCI query, which NCCL's topology asks for by name: it fills only the
+ * first 36 bytes of nvmlPciInfo_t (NVML 8's 16-byte bus id, domain, bus, device and the two ids), so a
+ * caller's busId stays as it was (measured on the H100 host's driver 580). */
 typedef struct nvmlPciInfoV1_st {
     char busId[16];
     unsigned int domain;
@@ -48,10 +48,6 @@ typedef struct nvmlPciInfoV1_st {
     unsigned int device;
     unsigned int pciDeviceId;
     unsigned int pciSubSystemId;
-    unsigned int reserved0;
-    unsigned int reserved1;
-    unsigned int reserved2;
-    unsigned int reserved3;
 } nvmlPciInfoV1_t;
 #undef nvmlDeviceGetNvLinkRemotePciInfo
 nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int link, nvmlPciInfoV1_t *pci);

@@ -4865,10 +4865,6 @@ typedef struct nvmlPciInfoV1_st
   unsigned int device;
   unsigned int pciDeviceId;
   unsigned int pciSubSystemId;
-  unsigned int reserved0;
-  unsigned int reserved1;
-  unsigned int reserved2;
-  unsigned int reserved3;
 } nvmlPciInfoV1_t;
 nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int link, nvmlPciInfoV1_t *pci);
 

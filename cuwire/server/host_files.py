@@ -30,14 +30,13 @@ def open_checked(f: pb.FileRange, size: int, uid: int | None) -> int:
     `uid`: the client's user (SO_PEERCRED; None: not a client on this host)."""
     if uid is None:
         raise CudaFail(NOT_SUPPORTED, "memory files are mapped for clients on this host only")
-    if f.offset % PAGE or size <= 0 or size % PAGE:
-        raise CudaFail(INVALID_VALUE, f"{size} bytes from offset {f.offset} of {f.path!r}: not whole pages")
     try:
         fd = os.open(f.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
     except OSError as e:
         raise CudaFail(NOT_SUPPORTED, f"the server cannot open {f.path!r} ({e.strerror}): the GPU cannot reach "
                                       "this memory (a server in a container needs this host's /dev/shm: "
-                                      "docker run --ipc=host)") from None
+                                      "docker run --ipc=host; a file the program removed before registering "
+                                      "it is reached only while another registration holds it)") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (f.device, f.inode):
@@ -46,10 +45,49 @@ def open_checked(f: pb.FileRange, size: int, uid: int | None) -> int:
         if st.st_uid != uid or not in_memory(fd):
             raise CudaFail(NOT_SUPPORTED, f"{f.path!r}: the server maps only memory files (tmpfs, /dev/shm) "
                                           "of the program's own user")
-        if f.offset + size > -(-st.st_size // PAGE) * PAGE:
-            raise CudaFail(INVALID_VALUE, f"{size} bytes from offset {f.offset} run past the end of {f.path!r} "
-                                          f"({st.st_size} bytes)")
+        check_within(fd, f, size)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def check_within(fd: int, f: pb.FileRange, size: int) -> None:
+    """`size` bytes from f.offset are whole pages of the file (a page past its end would fault the server)."""
+    length = os.fstat(fd).st_size
+    if f.offset % PAGE or size <= 0 or size % PAGE or f.offset + size > -(-length // PAGE) * PAGE:
+        raise CudaFail(INVALID_VALUE, f"{size} bytes from offset {f.offset} of {f.path!r} ({length} bytes): not "
+                                      "whole pages within it")
+
+
+class Kept:
+    """The memory files a session has mapped, by (device, inode), each open while a registration uses it:
+    NCCL removes a segment's file as soon as both its ends have mapped it, often before the second end
+    registers it; that registration is served from the descriptor the first one opened."""
+
+    def __init__(self) -> None:
+        self.files: dict[tuple[int, int], list[int]] = {}  # (device, inode) -> [descriptor, registrations]
+
+    def take(self, f: pb.FileRange, size: int, uid: int | None) -> int:
+        """A descriptor for `size` bytes of `f` from f.offset, counted as one more registration."""
+        kept = self.files.get((f.device, f.inode))
+        if kept is None:
+            fd = open_checked(f, size, uid)
+            self.files[(f.device, f.inode)] = kept = [fd, 0]
+        else:
+            check_within(kept[0], f, size)
+        kept[1] += 1
+        return kept[0]
+
+    def give_back(self, key: tuple[int, int]) -> None:
+        kept = self.files.get(key)
+        if kept is not None:
+            kept[1] -= 1
+            if kept[1] <= 0:
+                os.close(kept[0])
+                del self.files[key]
+
+    def close(self) -> None:
+        for fd, _ in self.files.values():
+            os.close(fd)
+        self.files.clear()

@@ -121,7 +121,9 @@ class Session:
         self.host_ranges: dict[int, int] = {}  # offset -> size of the ranges registered for the client (RegisterHost)
         self.host_fd = -1  # the shared host memory's descriptor, to map parts of it at the client's addresses
         self.registered_at: dict[int, int] = {}  # offset -> the client's address it is mapped at (register_host)
-        self.files_at: dict[int, int] = {}  # the client's address -> size of a memory file mapped there (register_file)
+        self.files_at: dict[int, tuple[int, tuple[int, int]]] = {}  # the client's address -> (size, the memory
+        # file's device and inode) mapped there (register_file)
+        self.memory_files = host_files.Kept()  # their descriptors
         self.peer_uid: int | None = None  # the user of a client on this host (its files: host_files.py)
         self.vmm: vmm.Vmm | None = None  # reservations, physical allocations and mappings (virtual memory)
         self.objects: textures.Objects | None = None  # texture and surface objects, mipmap levels
@@ -574,7 +576,8 @@ class Session:
 
     def check_room_at(self, at: int, size: int) -> None:
         """[at, at + size) is the client's address space this process holds, none of it mapped already."""
-        taken = [(a, self.host_ranges[o]) for o, a in self.registered_at.items()] + list(self.files_at.items())
+        taken = [(a, self.host_ranges[o]) for o, a in self.registered_at.items()]
+        taken += [(a, n) for a, (n, _) in self.files_at.items()]
         if at % 4096 or size % 4096 or not address_space.within(self.server.held_spans, at, size) or any(
                 a < at + size and at < a + n for a, n in taken):
             raise CudaFail(NOT_SUPPORTED, f"the server cannot map {size} bytes at {at:#x} (not address space it "
@@ -589,25 +592,26 @@ class Session:
             raise CudaFail(NOT_SUPPORTED, "memory files are mapped for clients on this host only (this session "
                                           "shares no host memory)")
         self.check_room_at(at, size)
-        fd = host_files.open_checked(file, size, self.peer_uid)
-        try:
-            if not records_lib.cw_map_shared_over(fd, file.offset, size, at):
-                raise CudaFail(NOT_SUPPORTED, f"the server cannot map {file.path!r} at {at:#x}")
-        finally:
-            os.close(fd)
+        key = (file.device, file.inode)
+        fd = self.memory_files.take(file, size, self.peer_uid)
+        if not records_lib.cw_map_shared_over(fd, file.offset, size, at):
+            self.memory_files.give_back(key)
+            raise CudaFail(NOT_SUPPORTED, f"the server cannot map {file.path!r} at {at:#x}")
         err = self.in_primary_context(lambda: self.relaxed_capture(lambda: self.lib.cuMemHostRegister_v2(
             self.ffi.cast("void *", at), size, MEMHOSTREGISTER_PORTABLE | MEMHOSTREGISTER_DEVICEMAP)))
         if err != 0:
             records_lib.cw_hold_over(at, size)
+            self.memory_files.give_back(key)
             return err
-        self.files_at[at] = size
+        self.files_at[at] = (size, key)
         self.records.add_memory(at, size)  # the GPU's memory too (copies, memsets)
         return err
 
     def unregister_file(self, at: int) -> int:
         if at not in self.files_at:
             raise CudaFail(INVALID_VALUE, f"no memory file registered at {at:#x}")
-        size = self.files_at.pop(at)
+        size, key = self.files_at.pop(at)
+        self.memory_files.give_back(key)
         self.records.remove_memory(at)
         err = self.in_primary_context(lambda: self.relaxed_capture(
             lambda: self.lib.cuMemHostUnregister(self.ffi.cast("void *", at))))
@@ -786,6 +790,7 @@ class Session:
         self.allocated = 0
         self.handles.clear()
         self.free_chunks()
+        self.memory_files.close()
         self.drop_ring()
         if self.callbacks is not None:
             self.in_primary_context(self.lib.cuCtxSynchronize)  # no host function uses the connection now

@@ -55,6 +55,12 @@ NVLINK_LINK_COUNT = 91  # NVML_FI_DEV_NVLINK_LINK_COUNT
 NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS
 
 
+def written(struct: ctypes.Structure) -> int:
+    """How far into a struct filled with 0xAA a call wrote (the end of the last byte it changed)."""
+    data = bytes(struct)
+    return max((i + 1 for i, b in enumerate(data) if b != 0xAA), default=0)
+
+
 def nvlinks(nvml, handle, name) -> None:
     """NCCL's topology walk (graph/xml.cc): per link, P2P capability, state, and the PCI bus at its other
     end, through both ABIs of the last (NCCL looks up the unversioned name, which fills NVML 8's smaller
@@ -64,7 +70,8 @@ def nvlinks(nvml, handle, name) -> None:
         p2p, state = ctypes.c_uint(), ctypes.c_int()
         cap = nvml.nvmlDeviceGetNvLinkCapability(handle, link, 0, ctypes.byref(p2p))
         up = nvml.nvmlDeviceGetNvLinkState(handle, link, ctypes.byref(state))
-        remote, remote_v2 = PciInfo(busId=b"untouched"), PciInfo()
+        remote, remote_v2 = PciInfo(), PciInfo()
+        ctypes.memset(ctypes.byref(remote), 0xAA, ctypes.sizeof(remote))  # (to see how much of it v1 writes)
         pci = nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link, ctypes.byref(remote))
         pci_v2 = nvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(handle, link, ctypes.byref(remote_v2))
         if cap and up and pci and pci_v2:
@@ -73,7 +80,7 @@ def nvlinks(nvml, handle, name) -> None:
             continue
         print(f"NVLink {link}: P2P {name(cap)} {p2p.value if cap == 0 else ''}, state {name(up)} "
               f"{state.value if up == 0 else ''}, remote PCI {name(pci)} "
-              f"{f'{remote.busIdLegacy.decode()} {remote.busId.decode()}' if pci == 0 else ''}"
+              f"{f'{remote.busIdLegacy.decode(errors='replace')}, {written(remote)} bytes written' if pci == 0 else ''}"
               f"/ v2 {name(pci_v2)} {remote_v2.busId.decode() if pci_v2 == 0 else ''}")
     print(f"NVLinks answering nothing: {silent} of {NVLINK_MAX_LINKS} ({', '.join(sorted(why))})")
 
