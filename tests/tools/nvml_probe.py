@@ -61,6 +61,10 @@ def written(struct: ctypes.Structure) -> int:
     return max((i + 1 for i, b in enumerate(data) if b != 0xAA), default=0)
 
 
+def legacy(pci: PciInfo) -> str:
+    return pci.busIdLegacy.decode(errors="replace")
+
+
 def nvlinks(nvml, handle, name) -> None:
     """NCCL's topology walk (graph/xml.cc): per link, P2P capability, state, and the PCI bus at its other
     end, through both ABIs of the last (NCCL looks up the unversioned name, which fills NVML 8's smaller
@@ -80,7 +84,7 @@ def nvlinks(nvml, handle, name) -> None:
             continue
         print(f"NVLink {link}: P2P {name(cap)} {p2p.value if cap == 0 else ''}, state {name(up)} "
               f"{state.value if up == 0 else ''}, remote PCI {name(pci)} "
-              f"{f'{remote.busIdLegacy.decode(errors='replace')}, {written(remote)} bytes written' if pci == 0 else ''}"
+              f"{legacy(remote) + f', {written(remote)} bytes written' if pci == 0 else ''}"
               f"/ v2 {name(pci_v2)} {remote_v2.busId.decode() if pci_v2 == 0 else ''}")
     print(f"NVLinks answering nothing: {silent} of {NVLINK_MAX_LINKS} ({', '.join(sorted(why))})")
 
