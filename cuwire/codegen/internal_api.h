@@ -39,15 +39,15 @@ nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsign
 nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
                                                         nvmlProcessInfo_v2_t *infos);
 /* NVML's first ABI of the NVLink remote PCI query, which NCCL's topology asks for by name: it fills only the
- * first 36 bytes of nvmlPciInfo_t (NVML 8's 16-byte bus id, domain, bus, device and the two ids), so a
- * caller's busId stays as it was (measured on the H100 host's driver 580). */
+ * first 32 bytes of nvmlPciInfo_t (NVML 8's 16-byte bus id, domain, bus, device and the device id), so a
+ * caller's subsystem id and busId stay as they were (measured with driver 580 on the 2-GPU H100 and H200
+ * hosts: tests/tools/nvml_probe.py fills the struct and counts what the call wrote). */
 typedef struct nvmlPciInfoV1_st {
     char busId[16];
     unsigned int domain;
     unsigned int bus;
     unsigned int device;
     unsigned int pciDeviceId;
-    unsigned int pciSubSystemId;
 } nvmlPciInfoV1_t;
 #undef nvmlDeviceGetNvLinkRemotePciInfo
 nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int link, nvmlPciInfoV1_t *pci);

@@ -4864,7 +4864,6 @@ typedef struct nvmlPciInfoV1_st
   unsigned int bus;
   unsigned int device;
   unsigned int pciDeviceId;
-  unsigned int pciSubSystemId;
 } nvmlPciInfoV1_t;
 nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int link, nvmlPciInfoV1_t *pci);
 
