@@ -585,6 +585,16 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         if not (all(self._memory.contains(a) for a in on_device) and self._valid(dst_address, count)
                 and self._valid(src_address, count)):
             return self.drv.CUDA_ERROR_INVALID_VALUE
+        found = self._memory.find(max(dst_address, src_address), count)
+        if (dst_address >= DEVICE_BASE) != (src_address >= DEVICE_BASE) and isinstance(
+                found and found[0], (bytearray, mmap.mmap)):  # host <-> device memory: one copy, not two
+            block, offset = cast(tuple, found)
+            host = self.ffi.buffer(self.ffi.cast("char *", min(dst_address, src_address)), count)
+            if dst_address >= DEVICE_BASE:
+                block[offset:offset + count] = host
+            else:
+                host[:] = memoryview(block)[offset:offset + count]
+            return 0
         self._store(dst_address, self._load(src_address, count))
         return 0
 
