@@ -43,9 +43,10 @@ def test_a_step_loop_costs_one_round_trip_a_step(steps, apps, client_lib, server
 def test_a_start_up_makes_streams_and_events_in_batches(apps, client_lib, server):
     """A framework's start-up (tests/test_apps/start_up.cu --creates): 64 streams of two priorities, 40 events
     of two kinds, the attributes of two kernels, a limit asked ten times. Streams and events come in batches
-    of 4, 8, 16, ... per kind (client/handle_pools.c), a kernel's 16 attributes in one request and the limit
-    kept once answered (client/answers_cache.c): 14, 2 and 1 round trips where the calls one by one took
-    104, 32 and 10."""
+    of 4, 8, 16, ... per kind (client/handle_pools.c), the kernels' attributes come with their library's load
+    (a load of few kernels brings every attribute of each: server/custom.py) and the limit is kept once
+    answered (client/answers_cache.c): 14, 0 and 1 round trips where the calls one by one took 104, 32 and
+    10 (and asking each kernel's attributes at once, 2)."""
     r = run_remote(apps / "start_up", client_lib, server.address, "--creates",
                    env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
     assert r.returncode == 0 and "64 streams, 40 events, the attributes of 2 kernels" in r.stdout, r.stderr
@@ -53,7 +54,7 @@ def test_a_start_up_makes_streams_and_events_in_batches(apps, client_lib, server
     sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
     # per kind 4 + 8 + 16 + 32 (of which 4 used): low and high priority streams, timing-less events; 4 + 8 events
     assert sent.get("cuwire.MakeHandles") == 14, sent
-    assert sent.get("cuwire.FunctionAttributes") == 2, sent
+    assert "cuwire.FunctionAttributes" not in sent, sent
     for one_by_one in ("cuStreamCreateWithPriority", "cuEventCreate", "cuFuncGetAttribute", "cuKernelGetAttribute"):
         assert one_by_one not in sent, sent
     assert sent.get("cuCtxGetLimit") == 1, sent  # asked 10 times: kept once answered (client/answers_cache.c)

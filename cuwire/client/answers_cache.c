@@ -161,6 +161,24 @@ static void ask_every_attribute(uint64_t kind, uint64_t handle, CUdevice dev)
     store(key, 1);
 }
 
+/* Every attribute of a kernel on a device (`kernel` 1) or of a function (0), as a module load brought them
+ * (client/runtime.py load_image): kept as ask_every_attribute keeps them, so its round trip is not made. */
+void cuwire_keep_every_attribute(int kernel, uint64_t handle, int dev, const int32_t *statuses,
+                                 const int32_t *values, int count)
+{
+    uint64_t kind = kernel ? KERNEL_ATTRIBUTE : FUNCTION_ATTRIBUTE;
+    uint64_t device = kernel ? (uint64_t)(uint32_t)dev : 0;
+    if (count < CU_FUNC_ATTRIBUTE_MAX)
+        return; /* (from a server whose driver knows fewer attributes: asked as before) */
+    for (int i = 0; i < CU_FUNC_ATTRIBUTE_MAX; i++)
+        if (statuses[i] == 0) {
+            KEY(kind, handle, (uint64_t)i, device);
+            store(key, values[i]);
+        }
+    KEY(kind, handle, EVERY_ATTRIBUTE, device);
+    store(key, 1);
+}
+
 /* An attribute from the cache, or from every attribute asked at once; -1 when the server must be asked. */
 static int cached_attribute(int *pi, CUfunction_attribute attrib, uint64_t kind, uint64_t handle, CUdevice dev)
 {

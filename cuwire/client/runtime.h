@@ -125,6 +125,9 @@ int cuwire_note_stream_flags(CUstream *stream, unsigned int flags);
 CW_FROM_PYTHON void cuwire_forget_pools(uint64_t context);
 CW_FROM_PYTHON unsigned long long cuwire_answers_generation(void); /* moves when kept answers are forgotten */
 void cuwire_forget_limits(void); /* (answers_cache.c: the kept cuCtxGetLimit answers) */
+/* Every attribute of a loaded kernel (kernel 1, on dev) or function (0), as its load brought them (answers_cache.c). */
+CW_FROM_PYTHON void cuwire_keep_every_attribute(int kernel, uint64_t handle, int dev, const int32_t *statuses,
+                                                const int32_t *values, int count);
 
 /* The generated stubs' table (generated/client_stubs.c): each function's name and mode, its calls and the
  * calls its fast path answered, for --stats. */

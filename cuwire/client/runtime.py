@@ -193,6 +193,14 @@ def lookup_key(args: pb.GetKernel_Args) -> tuple:
             lib.cuwire_current_context() if args.kernel else 0)
 
 
+def keep_attributes(k: pb.LoadedKernel, kernel: bool) -> None:
+    """A loaded kernel's or function's attributes, when its load brought them: kept by client/answers_cache.c,
+    which would otherwise ask them (cuwire.FunctionAttributes) before its first launch."""
+    if k.attribute_statuses and len(k.attribute_statuses) == len(k.attribute_values):
+        lib.cuwire_keep_every_attribute(int(kernel), k.kernel, k.attribute_device, list(k.attribute_statuses),
+                                        list(k.attribute_values), len(k.attribute_statuses))
+
+
 def give_layout_to_c(key, k: Kernel) -> None:
     """Launches through `key` (the CUfunction or CUkernel the program holds) are checked and queued in C
     from now on, as launches of the server's `k.handle` with k's parameter layout (client/launches.c)."""
@@ -546,9 +554,11 @@ class Client:
         for k in res.kernels:  # what cuLibraryGetKernel would ask: answered already
             self.lookups[lookup_key(pb.GetKernel_Args(module=res.module, name=k.name))] = \
                 Kernel(k.kernel, tuple(k.param_offsets), tuple(k.param_sizes))
+            keep_attributes(k, kernel=True)
         for f in res.functions:  # and cuModuleGetFunction, of a module
             self.lookups[lookup_key(pb.GetKernel_Args(module=res.library_module, name=f.name, from_module=True))] = \
                 Kernel(f.kernel, tuple(f.param_offsets), tuple(f.param_sizes))
+            keep_attributes(f, kernel=False)
         return res.library_module if as_module else res.module
 
     def lookup_kernel(self, key: int, args: pb.GetKernel_Args) -> Kernel:

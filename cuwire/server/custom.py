@@ -104,7 +104,7 @@ def _library_module(s, library: int, r: pb.LoadModule_Result) -> None:
         return
     functions = ffi.new("CUfunction[]", count[0])
     if lib.cuModuleEnumerateFunctions(functions, count[0], module[0]) == 0:
-        _describe_all(s, list(functions), "function", r.functions)
+        _describe_all(s, list(functions), "function", r.functions, attributes=True)
 
 
 DESCRIBED_KERNELS = 256  # a library with more (PyTorch's have thousands) has its kernels looked up by name
@@ -121,18 +121,34 @@ def _describe_library(s, library: int, out) -> None:
     kernels = ffi.new("CUkernel[]", count[0])
     if lib.cuLibraryEnumerateKernels(kernels, count[0], handle) != 0:
         return
-    _describe_all(s, list(kernels), "kernel", out)
+    _describe_all(s, list(kernels), "kernel", out, attributes=True)
 
 
-def _describe_all(s, handles: list, kind: str, out) -> None:
+DESCRIBED_ATTRIBUTES = 16  # a load of at most this many kernels or functions gives their attributes too
+
+
+def _describe_all(s, handles: list, kind: str, out, attributes: bool = False) -> None:
     """Describe each of a library's kernels or a module's functions (kind "kernel" or "function") into `out`
-    (LoadedKernel entries), with its name (empty where the driver gives none)."""
+    (LoadedKernel entries), with its name (empty where the driver gives none). With `attributes`, and few
+    of them, every attribute of each too (a CUkernel's on the current device): the runtime asks them
+    before a kernel's first launch, and a module of XLA's is loaded to be launched (its round trip saved)."""
     lib, ffi = s.lib, s.ffi
     name = ffi.new("const char **")
     get_name = lib.cuKernelGetName if kind == "kernel" else lib.cuFuncGetName
+    device = None
+    if attributes and len(handles) <= DESCRIBED_ATTRIBUTES:
+        current = ffi.new("CUdevice *")
+        device = current[0] if lib.cuCtxGetDevice(current) == 0 else None
+        attributes = kind == "function" or device is not None
+    else:
+        attributes = False
     for h in handles:
         entry = out.add(name=ffi.string(name[0]).decode(errors="replace") if get_name(name, h) == 0 else "",
                         kernel=int(ffi.cast("uintptr_t", h)))
+        if attributes:
+            entry.attribute_device = device if kind == "kernel" else 0
+            _every_attribute(s, h, device if kind == "kernel" else None, entry.attribute_statuses,
+                             entry.attribute_values)
         if kind == "kernel":  # launches take the CUkernel itself: the driver loads it into the current context
             _describe(s, entry.kernel, ffi.cast("CUfunction", h), "kernel", entry.param_offsets,
                       entry.param_sizes, lambda i, o, z, k=h: lib.cuKernelGetParamInfo(k, i, o, z))
@@ -384,18 +400,26 @@ def make_handles(s, a: pb.MakeHandles_Args) -> pb.MakeHandles_Result:
 
 def function_attributes(s, a: pb.FunctionAttributes_Args) -> pb.FunctionAttributes_Result:
     """cuwire.FunctionAttributes: every attribute of a kernel on a device, or of a function, at once."""
-    out, r = s.ffi.new("int *"), pb.FunctionAttributes_Result()
+    r = pb.FunctionAttributes_Result()
     if a.kernel:
-        kernel = s.handle("CUkern_st", "CUkernel", a.kernel)
-        ask = lambda attribute: s.lib.cuKernelGetAttribute(out, attribute, kernel, a.device)  # noqa: E731
+        _every_attribute(s, s.handle("CUkern_st", "CUkernel", a.kernel), a.device, r.statuses, r.values)
     else:
-        function = s.handle("CUfunc_st", "CUfunction", a.function)
-        ask = lambda attribute: s.lib.cuFuncGetAttribute(out, attribute, function)  # noqa: E731
+        _every_attribute(s, s.handle("CUfunc_st", "CUfunction", a.function), None, r.statuses, r.values)
+    return r
+
+
+def _every_attribute(s, handle, device: int | None, statuses, values) -> None:
+    """Append each attribute's status and value (0 where it failed) of a CUkernel on `device`, or with
+    device None of a CUfunction."""
+    out = s.ffi.new("int *")
+    if device is not None:
+        ask = lambda attribute: s.lib.cuKernelGetAttribute(out, attribute, handle, device)  # noqa: E731
+    else:
+        ask = lambda attribute: s.lib.cuFuncGetAttribute(out, attribute, handle)  # noqa: E731
     for attribute in range(s.ffi.typeof("CUfunction_attribute").relements["CU_FUNC_ATTRIBUTE_MAX"]):
         status = ask(attribute)
-        r.statuses.append(status)
-        r.values.append(out[0] if status == 0 else 0)
-    return r
+        statuses.append(status)
+        values.append(out[0] if status == 0 else 0)
 
 
 JIT_INPUT_TYPES = (cu.CU_JIT_INPUT_CUBIN, cu.CU_JIT_INPUT_PTX, cu.CU_JIT_INPUT_FATBINARY, cu.CU_JIT_INPUT_OBJECT,
