@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from cuwire.generated import cuda_constants as cu
 from cuwire.server.errors import WireError
-from cuwire.wire import stripes
+from cuwire.wire import compression, stripes
 from cuwire.wire.stripes import StripeError
 from cuwire.wire.transport import Connection, TransportError
 
@@ -124,6 +124,40 @@ class DeviceToHost:
             if lane.status:
                 fail_late(self.s, lane.status, self.name, start)
             send_from_device(self.s, sendall, self.src, spans, lane.bufs, lane.stream, self.name, ready)
+
+
+def samples(s, parts: list) -> list[bytes] | None:
+    """compression.pays's samples of a reply's payload (its parts as sent: bytes, or results still on the
+    GPU), read where they lie: a DeviceToHost part's first chunk from its buffer, its other samples off the
+    GPU through the buffer its stream has not used yet (it sends nothing before this returns). None for a
+    payload with other parts (they are gathered to be judged)."""
+    if not all(isinstance(p, DeviceToHost) or not hasattr(p, "write_to") for p in parts):
+        return None
+    size = sum(len(p) for p in parts)
+    out = []
+    for start, n in compression.sample_spans(size):
+        sample = bytearray()
+        for part in parts:
+            if n and start < len(part):
+                take = min(n, len(part) - start)
+                sample += _part_bytes(s, part, start, take)
+                n -= take
+                start = 0
+            else:
+                start -= len(part)
+        out.append(bytes(sample))
+    return out
+
+
+def _part_bytes(s, part, start: int, n: int) -> bytes:
+    if not isinstance(part, DeviceToHost):
+        return bytes(memoryview(part).cast("B")[start:start + n])
+    first, scratch = buffers(s)
+    if start + n <= part.first:
+        return bytes(s.ffi.buffer(first, part.first)[start:start + n])
+    stream = part.stream or default_stream(s)
+    status = copy_out(s, scratch, part.src + start, n, stream) or s.lib.cuStreamSynchronize(stream)
+    return bytes(s.ffi.buffer(scratch, n)) if status == 0 else bytes(n)  # (a failed copy fails the call later)
 
 
 def send_from_device(s, sendall: Callable, src: int, spans: list[tuple[int, int]], bufs: tuple, stream, name: str,

@@ -208,7 +208,12 @@ class Session:
     def compress_payload(self, reply: pb.Reply, batch: pb.Batch) -> None:
         """The reply's payload, compressed (the client asked: its link is slow, compression.py): gathered
         whole first, streamed results included, since a frame says its payload's size up front. (Never
-        over shared memory, whose streamed results fill its slots in place.)"""
+        over shared memory, whose streamed results fill its slots in place.) Where the client asks only
+        for payloads that pay (it tells its link's rate), samples decide first, read off the GPU for a
+        result still there: one that does not pay streams as it is, never gathered."""
+        sampled = bulk.samples(self, self.payload_out) if batch.link_rate else None
+        if sampled is not None and not compression.samples_pay(sampled, batch.link_rate):
+            return  # compressing would cost more than it saves: sent as it is (compression.py)
         gathered = bytearray()
 
         def gather(data) -> None:
@@ -219,8 +224,8 @@ class Session:
                 part.write_to(gather)
             else:
                 gather(part)
-        if batch.link_rate and not compression.pays(gathered, batch.link_rate):
-            self.payload_out = [gathered]  # compressing would cost more than it saves (compression.py)
+        if sampled is None and batch.link_rate and not compression.pays(gathered, batch.link_rate):
+            self.payload_out = [gathered]
             return
         self.payload_out = [self.server.compress(gathered)]
         reply.payload_codec = pb.ZSTD

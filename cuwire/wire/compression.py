@@ -112,11 +112,19 @@ def pays(data, link_rate: float) -> bool:
     and end) compressed and timed here: compressing, sending what is left and decompressing (about as
     fast) must take less than sending it as it is. Data that shrinks by less than a tenth never pays."""
     view = memoryview(data).cast("B")
-    if len(view) <= 3 * SAMPLE:
-        samples = [view]
-    else:
-        middle = (len(view) - SAMPLE) // 2
-        samples = [view[:SAMPLE], view[middle:middle + SAMPLE], view[-SAMPLE:]]
+    return samples_pay([view[start:start + n] for start, n in sample_spans(len(view))], link_rate)
+
+
+def sample_spans(size: int) -> list[tuple[int, int]]:
+    """Where `pays` samples `size` bytes: (start, length) of its start, middle and end, or all of it."""
+    if size <= 3 * SAMPLE:
+        return [(0, size)]
+    return [(0, SAMPLE), ((size - SAMPLE) // 2, SAMPLE), (size - SAMPLE, SAMPLE)]
+
+
+def samples_pay(samples: list, link_rate: float) -> bool:
+    """`pays`, judged from samples already taken (sample_spans says where): a payload still on the GPU
+    is sampled without gathering it first."""
     raw = sum(len(s) for s in samples)
     with _sampler_lock:
         start = time.perf_counter()
