@@ -600,6 +600,7 @@ class Session:
         key = (file.device, file.inode)
         fd = self.memory_files.take(file, size, self.peer_uid)
         if not records_lib.cw_map_shared_over(fd, file.offset, size, at):
+            records_lib.cw_hold_over(at, size)  # (a failed MAP_FIXED may have unmapped what was there)
             self.memory_files.give_back(key)
             raise CudaFail(NOT_SUPPORTED, f"the server cannot map {file.path!r} at {at:#x}")
         err = self.in_primary_context(lambda: self.relaxed_capture(lambda: self.lib.cuMemHostRegister_v2(
