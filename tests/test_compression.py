@@ -121,7 +121,7 @@ def test_auto_compresses_on_a_slowed_link():
     from conftest import ROOT
 
     r = subprocess.run(["bash", str(ROOT / "bench" / "slow_link.sh"), "100mbit", "8"], capture_output=True,
-                       text=True, timeout=300)
+                       text=True, timeout=300, env={**os.environ, "RAW": "0"})
     assert r.returncode == 0, r.stdout + r.stderr
 
     def moved(mode: str) -> tuple[int, int]:
