@@ -3,9 +3,10 @@
 # bench/delay_link (a forwarder that delays every byte by DELAY each way: the GPU hosts have no tc), at
 # 0.1 ms and 1 ms each way. Each row: native, through cuwire, and the floor, native + the program's
 # synchronizations x RTT (no remoting can do better: each synchronization needs an answer from the GPU),
-# with the round trips cuwire made per step beside the program's synchronizations. Then each workload's
-# start, from process start to the end of its first step, behind the last delay: round trips beside the
-# program's synchronizations, and seconds beside native.
+# with the round trips cuwire made per step beside the program's synchronizations, and the megabytes a step
+# moved on the link both ways (the floor counts no bandwidth: a step that moves its batch pays for it too).
+# Then each workload's start, from process start to the end of its first step, behind the last delay: round
+# trips beside the program's synchronizations, and seconds beside native.
 #   bash bench/distance.sh [DELAYS_US (default "direct 0 100 1000"; direct: no forwarder)] [STEPS (default 20)]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,23 +50,26 @@ nvidia-smi -L 2>/dev/null | head -1
 $PY - "$OUTDIR" $DELAYS <<'PYEOF'
 import re, sys
 out, delays = sys.argv[1], sys.argv[2:]
-LINE = re.compile(r"^(.*): ([\d.]+) ms/step, ([\d.]+) syncs/step(?:, ([\d.]+) round trips/step)?$", re.M)
+LINE = re.compile(r"^(.*): ([\d.]+) ms/step, ([\d.]+) syncs/step(?:, ([\d.]+) round trips/step, ([\d.]+) MB/step)?$",
+                  re.M)
 def read(path):
-    return {m[1]: (float(m[2]), float(m[3]), float(m[4] or 0)) for m in LINE.finditer(open(path).read())}
+    return {m[1]: (float(m[2]), float(m[3]), float(m[4] or 0), float(m[5] or 0))
+            for m in LINE.finditer(open(path).read())}
 native = read(f"{out}/native.txt")
-print(f"{'workload':34} {'link':>7} {'native':>9} {'cuwire':>17} {'floor':>9} {'x floor':>8} {'trips/step':>11} {'syncs/step':>11}")
+print(f"{'workload':34} {'link':>7} {'native':>9} {'cuwire':>17} {'floor':>9} {'x floor':>8} {'trips/step':>11} "
+      f"{'syncs/step':>11} {'MB/step':>8}")
 for delay in delays:
     rtt = 0 if delay == "direct" else 2 * int(delay) / 1000  # ms, added both ways (loopback adds ~0.02)
     remote = read(f"{out}/cuwire-{delay}.txt")
     link = "direct" if delay == "direct" else f"{rtt:.1f}ms"
-    for name, (ms, syncs, _) in native.items():
+    for name, (ms, syncs, _, _) in native.items():
         if name not in remote:
             print(f"{name:34} {link:>7}  missing through cuwire")
             continue
-        r_ms, _, trips = remote[name]
+        r_ms, _, trips, mb = remote[name]
         floor = ms + syncs * rtt
         print(f"{name:34} {link:>7} {ms:>7.2f}ms {r_ms:>8.2f}ms (x{r_ms / ms:.2f}) {floor:>7.2f}ms "
-              f"{r_ms / floor:>7.2f}x {trips:>11.2f} {syncs:>11.1f}")
+              f"{r_ms / floor:>7.2f}x {trips:>11.2f} {syncs:>11.1f} {mb:>8.3f}")
 FIRST_LINE = re.compile(r"^(.*): first step after (\S+) round trips, (\d+) synchronizations, ([\d.]+) s from", re.M)
 def first(path):
     try:

@@ -5,7 +5,8 @@ operation that waits for the GPU) and, through cuwire, the round trips the clien
     python3 bench/distance_steps.py [STEPS]         (natively, or under `cuwire run`)
     python3 bench/distance_steps.py --first NAME    (under `cuwire run`: one workload's start-up)
 
-Each line: "NAME: MS ms/step, SYNCS syncs/step[, TRIPS round trips/step]". With --first, a fresh process
+Each line: "NAME: MS ms/step, SYNCS syncs/step[, TRIPS round trips/step, MB MB/step]" (through cuwire: the
+round trips, and the bytes the step moved both ways on the link). With --first, a fresh process
 makes the one workload and runs its first step: "NAME: first step after TRIPS round trips, N
 synchronizations, S s from process start": what a process's start costs at a distance (issue 35's goal
 is 60 round trips), beside the synchronizations the program made on the way (each needs a round trip:
@@ -80,6 +81,16 @@ def round_trips() -> int | None:
     return client.with_wire_stats(client.client.stats).batches if client else None
 
 
+def wire_bytes() -> int:
+    """The bytes the client sent and received so far, both ways (0 natively): what a step's data costs on
+    a link of limited rate, beside its round trips."""
+    client = sys.modules.get("cuwire.client.runtime")
+    if not client:
+        return 0
+    stats = client.with_wire_stats(client.client.stats)
+    return stats.bytes_sent + stats.bytes_received
+
+
 def syncs(run: Callable[[int], None], n: int) -> float:
     """The program's synchronizations per step, as PyTorch counts them."""
     torch.cuda.set_sync_debug_mode("warn")
@@ -118,13 +129,14 @@ def main() -> None:
         run(3)
         per_step_syncs = syncs(run, 5)
         torch.cuda.synchronize()
-        trips = round_trips()
+        trips, moved = round_trips(), wire_bytes()
         start = time.perf_counter()
         run(steps)
         elapsed = (time.perf_counter() - start) / steps
         line = f"{name}: {elapsed * 1e3:.3f} ms/step, {per_step_syncs:.1f} syncs/step"
         if trips is not None:
-            line += f", {(round_trips() - trips) / steps:.2f} round trips/step"
+            line += (f", {(round_trips() - trips) / steps:.2f} round trips/step, "
+                     f"{(wire_bytes() - moved) / steps / 1e6:.3f} MB/step")
         print(line, flush=True)
 
 
