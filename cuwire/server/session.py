@@ -576,6 +576,8 @@ class Session:
         must lie in the client's address space this process holds (and not be mapped already)."""
         self.check_room_at(at, size)
         if self.host_fd < 0 or not records_lib.cw_map_shared_over(self.host_fd, offset, size, at):
+            if self.host_fd >= 0:
+                records_lib.cw_hold_over(at, size)  # (a failed MAP_FIXED may have unmapped what was there)
             raise CudaFail(NOT_SUPPORTED, f"the server cannot map {size} bytes at {at:#x}")
         return at
 
