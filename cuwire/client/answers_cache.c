@@ -136,9 +136,23 @@ static int forget_handle(uint64_t kind, uint64_t handle, unsigned all_of, uint64
 /* The attribute key of "every attribute of this handle was asked" (forgotten with the handle's attributes). */
 #define EVERY_ATTRIBUTE (UINT64_MAX - 1)
 
-/* Every attribute of a kernel on a device (kind KERNEL_ATTRIBUTE) or of a function, asked of the server
- * at once the first time one is missing, and kept: the runtime asks 16 of them before a kernel's first
- * launch. Those the driver refused are not kept: asking one of them takes the usual path. */
+/* Keep every attribute of a kernel on a device (kind KERNEL_ATTRIBUTE) or of a function, as the server
+ * answered them all at once: those the driver refused are not kept (asking one of them takes the usual
+ * path, and says what failed), and the handle is marked as asked. */
+static void keep_every_attribute(uint64_t kind, uint64_t handle, uint64_t device, const int32_t *statuses,
+                                 const int32_t *values)
+{
+    for (int i = 0; i < CU_FUNC_ATTRIBUTE_MAX; i++)
+        if (statuses[i] == 0) {
+            KEY(kind, handle, (uint64_t)i, device);
+            store(key, values[i]);
+        }
+    KEY(kind, handle, EVERY_ATTRIBUTE, device);
+    store(key, 1);
+}
+
+/* Every attribute of a kernel or function, asked of the server at once the first time one is missing,
+ * and kept: the runtime asks 16 of them before a kernel's first launch. */
 static void ask_every_attribute(uint64_t kind, uint64_t handle, CUdevice dev)
 {
     uint64_t device = kind == KERNEL_ATTRIBUTE ? (uint64_t)(uint32_t)dev : 0;
@@ -153,12 +167,7 @@ static void ask_every_attribute(uint64_t kind, uint64_t handle, CUdevice dev)
     if (cuwire_py_function_attributes(kind == KERNEL_ATTRIBUTE ? handle : 0, kind == KERNEL_ATTRIBUTE ? 0 : handle,
                                       dev, statuses, values, CU_FUNC_ATTRIBUTE_MAX))
         return; /* the usual path asks the one attribute, and says what failed */
-    for (int i = 0; i < CU_FUNC_ATTRIBUTE_MAX; i++)
-        if (statuses[i] == 0) {
-            KEY(kind, handle, (uint64_t)i, device);
-            store(key, values[i]);
-        }
-    store(key, 1);
+    keep_every_attribute(kind, handle, device, statuses, values);
 }
 
 /* Every attribute of a kernel on a device (`kernel` 1) or of a function (0), as a module load brought them
@@ -166,17 +175,10 @@ static void ask_every_attribute(uint64_t kind, uint64_t handle, CUdevice dev)
 void cuwire_keep_every_attribute(int kernel, uint64_t handle, int dev, const int32_t *statuses,
                                  const int32_t *values, int count)
 {
-    uint64_t kind = kernel ? KERNEL_ATTRIBUTE : FUNCTION_ATTRIBUTE;
-    uint64_t device = kernel ? (uint64_t)(uint32_t)dev : 0;
     if (count < CU_FUNC_ATTRIBUTE_MAX)
         return; /* (from a server whose driver knows fewer attributes: asked as before) */
-    for (int i = 0; i < CU_FUNC_ATTRIBUTE_MAX; i++)
-        if (statuses[i] == 0) {
-            KEY(kind, handle, (uint64_t)i, device);
-            store(key, values[i]);
-        }
-    KEY(kind, handle, EVERY_ATTRIBUTE, device);
-    store(key, 1);
+    keep_every_attribute(kernel ? KERNEL_ATTRIBUTE : FUNCTION_ATTRIBUTE, handle,
+                         kernel ? (uint64_t)(uint32_t)dev : 0, statuses, values);
 }
 
 /* An attribute from the cache, or from every attribute asked at once; -1 when the server must be asked. */

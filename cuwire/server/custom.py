@@ -135,20 +135,18 @@ def _describe_all(s, handles: list, kind: str, out, attributes: bool = False) ->
     lib, ffi = s.lib, s.ffi
     name = ffi.new("const char **")
     get_name = lib.cuKernelGetName if kind == "kernel" else lib.cuFuncGetName
-    device = None
-    if attributes and len(handles) <= DESCRIBED_ATTRIBUTES:
+    attributes = attributes and len(handles) <= DESCRIBED_ATTRIBUTES
+    device = None  # a function's attributes are its own; a CUkernel's are per device: the current one's
+    if attributes and kind == "kernel":
         current = ffi.new("CUdevice *")
-        device = current[0] if lib.cuCtxGetDevice(current) == 0 else None
-        attributes = kind == "function" or device is not None
-    else:
-        attributes = False
+        attributes = lib.cuCtxGetDevice(current) == 0
+        device = current[0]
     for h in handles:
         entry = out.add(name=ffi.string(name[0]).decode(errors="replace") if get_name(name, h) == 0 else "",
                         kernel=int(ffi.cast("uintptr_t", h)))
         if attributes:
-            entry.attribute_device = device if kind == "kernel" else 0
-            _every_attribute(s, h, device if kind == "kernel" else None, entry.attribute_statuses,
-                             entry.attribute_values)
+            entry.attribute_device = device or 0
+            _every_attribute(s, h, device, entry.attribute_statuses, entry.attribute_values)
         if kind == "kernel":  # launches take the CUkernel itself: the driver loads it into the current context
             _describe(s, entry.kernel, ffi.cast("CUfunction", h), "kernel", entry.param_offsets,
                       entry.param_sizes, lambda i, o, z, k=h: lib.cuKernelGetParamInfo(k, i, o, z))

@@ -45,16 +45,16 @@ def open_checked(f: pb.FileRange, size: int, uid: int | None) -> int:
         if st.st_uid != uid or not in_memory(fd):
             raise CudaFail(NOT_SUPPORTED, f"{f.path!r}: the server maps only memory files (tmpfs, /dev/shm) "
                                           "of the program's own user")
-        check_within(fd, f, size)
+        check_within(st.st_size, f, size)
     except BaseException:
         os.close(fd)
         raise
     return fd
 
 
-def check_within(fd: int, f: pb.FileRange, size: int) -> None:
-    """`size` bytes from f.offset are whole pages of the file (a page past its end would fault the server)."""
-    length = os.fstat(fd).st_size
+def check_within(length: int, f: pb.FileRange, size: int) -> None:
+    """`size` bytes from f.offset are whole pages of the file, `length` bytes long (a page past its end would
+    fault the server)."""
     if f.offset % PAGE or size <= 0 or size % PAGE or f.offset + size > -(-length // PAGE) * PAGE:
         raise CudaFail(INVALID_VALUE, f"{size} bytes from offset {f.offset} of {f.path!r} ({length} bytes): not "
                                       "whole pages within it")
@@ -75,7 +75,7 @@ class Kept:
             fd = open_checked(f, size, uid)
             self.files[(f.device, f.inode)] = kept = [fd, 0]
         else:
-            check_within(kept[0], f, size)
+            check_within(os.fstat(kept[0]).st_size, f, size)
         kept[1] += 1
         return kept[0]
 

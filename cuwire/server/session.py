@@ -559,8 +559,7 @@ class Session:
         address = self.host_base + offset
         if at:
             address = self.map_at(offset, size, at)
-        err = self.in_primary_context(lambda: self.relaxed_capture(lambda: self.lib.cuMemHostRegister_v2(
-            self.ffi.cast("void *", address), size, MEMHOSTREGISTER_PORTABLE | MEMHOSTREGISTER_DEVICEMAP)))
+        err = self.register_for_gpu(address, size)
         if err != 0:
             if at:
                 records_lib.cw_hold_over(at, size)
@@ -605,8 +604,7 @@ class Session:
             records_lib.cw_hold_over(at, size)  # (a failed MAP_FIXED may have unmapped what was there)
             self.memory_files.give_back(key)
             raise CudaFail(NOT_SUPPORTED, f"the server cannot map {file.path!r} at {at:#x}")
-        err = self.in_primary_context(lambda: self.relaxed_capture(lambda: self.lib.cuMemHostRegister_v2(
-            self.ffi.cast("void *", at), size, MEMHOSTREGISTER_PORTABLE | MEMHOSTREGISTER_DEVICEMAP)))
+        err = self.register_for_gpu(at, size)
         if err != 0:
             records_lib.cw_hold_over(at, size)
             self.memory_files.give_back(key)
@@ -621,8 +619,7 @@ class Session:
         size, key = self.files_at.pop(at)
         self.memory_files.give_back(key)
         self.records.remove_memory(at)
-        err = self.in_primary_context(lambda: self.relaxed_capture(
-            lambda: self.lib.cuMemHostUnregister(self.ffi.cast("void *", at))))
+        err = self.unregister_for_gpu(at)
         records_lib.cw_hold_over(at, size)  # the client's address space again, held
         return err
 
@@ -633,11 +630,20 @@ class Session:
         at = self.registered_at.pop(offset, 0)
         address = at or self.host_base + offset
         self.records.remove_memory(address)
-        err = self.in_primary_context(lambda: self.relaxed_capture(
-            lambda: self.lib.cuMemHostUnregister(self.ffi.cast("void *", address))))
+        err = self.unregister_for_gpu(address)
         if at:
             records_lib.cw_hold_over(at, size)  # the client's address space again, held
         return err
+
+    def register_for_gpu(self, address: int, size: int) -> int:
+        """Page-lock `size` bytes of this process's memory at `address` and map them for the GPU, for every
+        context (registered in the primary context, whatever a stream captures): 0 or the CUDA error."""
+        return self.in_primary_context(lambda: self.relaxed_capture(lambda: self.lib.cuMemHostRegister_v2(
+            self.ffi.cast("void *", address), size, MEMHOSTREGISTER_PORTABLE | MEMHOSTREGISTER_DEVICEMAP)))
+
+    def unregister_for_gpu(self, address: int) -> int:
+        return self.in_primary_context(lambda: self.relaxed_capture(
+            lambda: self.lib.cuMemHostUnregister(self.ffi.cast("void *", address))))
 
     def relaxed_capture(self, call):
         """call() with this thread's stream capture mode relaxed: registering host memory while one of the

@@ -295,8 +295,8 @@ def peer_pid(sock: socket.socket) -> int:
 
 
 def peer_uid(sock: socket.socket) -> int | None:
-    """The user of the process at the other end of a Unix socket (None when not a Unix socket)."""
-    return peer_credentials(sock)[1] if sock.family == socket.AF_UNIX else None
+    """The user of the process at the other end of a Unix socket (None when unknown: not a Unix socket)."""
+    return peer_credentials(sock)[1]
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int | None]:
