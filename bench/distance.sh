@@ -6,7 +6,8 @@
 # with the round trips cuwire made per step beside the program's synchronizations, and the megabytes a step
 # moved on the link both ways (the floor counts no bandwidth: a step that moves its batch pays for it too).
 # Then each workload's start, from process start to the end of its first step, behind the last delay: round
-# trips beside the program's synchronizations, and seconds beside native.
+# trips beside the program's synchronizations, and seconds beside native; twice, as a program's first run
+# and as its next (which loads the modules of its last run at its first load: client/load_lists.py).
 #   bash bench/distance.sh [DELAYS_US (default "direct 0 100 1000"; direct: no forwarder)] [STEPS (default 20)]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,12 +37,16 @@ if [ "$FIRST" = 1 ]; then
     for _ in $(seq 50); do grep -q "listening on" "$OUTDIR/link-first.log" && break; sleep 0.1; done
     AT=$(grep -oP 'listening on \K[0-9]+' "$OUTDIR/link-first.log")
   fi
-  : >"$OUTDIR/native-first.txt"; : >"$OUTDIR/cuwire-first.txt"
+  : >"$OUTDIR/native-first.txt"; : >"$OUTDIR/cuwire-first.txt"; : >"$OUTDIR/cuwire-again.txt"; rm -rf "$OUTDIR/loads"
   for w in "pytorch_minimal iteration" "small CNN training step" "small transformer training step" \
            "GPT-2 decoding, one token"; do
     (cd bench && $PY distance_steps.py --first $w) >>"$OUTDIR/native-first.txt" 2>>"$OUTDIR/native-first.err"
-    (cd bench && CUWIRE_TRANSPORT=tcp $PY -m cuwire.cli run --server "127.0.0.1:$AT" -- $PY distance_steps.py --first $w) \
-      >>"$OUTDIR/cuwire-first.txt" 2>>"$OUTDIR/cuwire-first.err"
+    # a program's first run (no list of its modules yet), then its next (client/load_lists.py)
+    for run in first again; do
+      (cd bench && CUWIRE_TRANSPORT=tcp CUWIRE_LOAD_LISTS="$OUTDIR/loads" \
+        $PY -m cuwire.cli run --server "127.0.0.1:$AT" -- $PY distance_steps.py --first $w) \
+        >>"$OUTDIR/cuwire-$run.txt" 2>>"$OUTDIR/cuwire-$run.err"
+    done
   done
   [ -n "$LINK" ] && kill $LINK
 fi
@@ -76,13 +81,16 @@ def first(path):
         return {m[1]: (m[2], int(m[3]), float(m[4])) for m in FIRST_LINE.finditer(open(path).read())}
     except FileNotFoundError:
         return {}
-n_first, r_first = first(f"{out}/native-first.txt"), first(f"{out}/cuwire-first.txt")
+n_first, r_first, r_again = (first(f"{out}/{n}.txt") for n in ("native-first", "cuwire-first", "cuwire-again"))
 if r_first:
     last = delays[-1]
     link = "direct" if last == "direct" else f"{2 * int(last) / 1000:.1f}ms RTT"
-    print(f"\nstart-up to the end of the first step ({link}; the server's module cache warm):")
-    print(f"{'workload':34} {'native':>9} {'cuwire':>9} {'round trips':>12} {'synchronizations':>17}")
+    print(f"\nstart-up to the end of the first step ({link}; the server's module cache warm; a program's first "
+          "run, then its next, which loads its last run's modules at once):")
+    print(f"{'workload':34} {'native':>9} {'cuwire':>9} {'round trips':>12} {'next run':>9} {'round trips':>12} "
+          f"{'synchronizations':>17}")
     for name, (trips, syncs, secs) in r_first.items():
         native_s = f"{n_first[name][2]:.2f}s" if name in n_first else "-"
-        print(f"{name:34} {native_s:>9} {secs:>8.2f}s {trips:>12} {syncs:>17}")
+        again_s, again_trips = (f"{r_again[name][2]:.2f}s", r_again[name][0]) if name in r_again else ("-", "-")
+        print(f"{name:34} {native_s:>9} {secs:>8.2f}s {trips:>12} {again_s:>9} {again_trips:>12} {syncs:>17}")
 PYEOF

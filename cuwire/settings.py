@@ -169,6 +169,10 @@ class Settings:
     # measured slow, while the data compresses; cuwire/wire/compression.py)
     compress: str = _setting("compress", "auto", _one_of("auto", "on", "zstd", "off"))
     compress_min: int = _setting("compress_min", str(64 << 10), parse_size)
+    # a folder where the client keeps, per program, the modules it loaded (client/load_lists.py): its next
+    # run loads them all at its first load, in one round trip; empty: each module loads as it is asked
+    load_lists: str = _setting("load_lists", lambda: os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cuwire", "loads"))
     stats: bool = _setting("stats", "0", parse_bool)
     strict: bool = _setting("strict", "0", parse_bool)
     # 1: every CUDA call named on stderr; remote: only the calls the server serves (read by the client's C)

@@ -8,6 +8,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +22,9 @@ APPS = ROOT / "tests" / "test_apps"
 APPS_BUILD = APPS / "build"
 # make gpu-test runs some suites against the real GPU: CUWIRE_TEST_BACKEND=cuda
 BACKEND = os.environ.get("CUWIRE_TEST_BACKEND", "emulated")
+# the programs' module lists (client/load_lists.py) in a folder of this run's, not the user's ~/.cache: a
+# program run twice in the tests loads ahead the second time, as a user's would
+os.environ["CUWIRE_LOAD_LISTS"] = tempfile.mkdtemp(prefix="cuwire-test-loads-")
 
 
 @pytest.fixture(scope="session")

@@ -256,6 +256,17 @@ def test_bad_module_and_kernel_handles(session):
     reply = session.exchange(pb.Batch(fn=op_id("LoadModule"),
                                       args=pb.LoadModule_Args(digest=b"\0" * 32, image=b"abc").SerializeToString()))
     assert "does not match its digest" in reply.error
+    # a preload of the program's last run's modules (client/load_lists.py): bounded, digests checked; a digest
+    # the cache lacks is left out, not refused
+    reply = session.exchange(pb.Batch(fn=op_id("Preload"), args=pb.Preload_Args(
+        modules=[pb.PreloadModule(digest=b"\1" * 32)] * 1025).SerializeToString()))
+    assert "1025 modules (at most 1024)" in reply.error
+    reply = session.exchange(pb.Batch(fn=op_id("Preload"), args=pb.Preload_Args(
+        modules=[pb.PreloadModule(digest=b"short")]).SerializeToString()))
+    assert "a digest of 32 bytes" in reply.error
+    reply = session.exchange(pb.Batch(fn=op_id("Preload"), args=pb.Preload_Args(
+        modules=[pb.PreloadModule(digest=b"\2" * 32, kernels=["k"])]).SerializeToString()))
+    assert not reply.error and not pb.Preload_Result.FromString(reply.result).modules
     assert serving(session)
 
 

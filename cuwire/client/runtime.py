@@ -24,6 +24,7 @@ from _cuwire import ffi, lib
 from google.protobuf.message import DecodeError
 
 from cuwire import address_space, fatbin
+from cuwire.client import load_lists
 from cuwire.client.shared_host import SharedHost
 from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
@@ -56,13 +57,13 @@ MAX_GRID_DIM = (cu.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, cu.CU_DEVICE_ATTRIBUTE_MA
 (LOAD_MODULE, GET_KERNEL, GET_GLOBAL, LAUNCH_KERNEL, ERROR_STRING, MODULE_FUNCTIONS, MAX_ACTIVE_CLUSTERS,
  EXPORT_TABLE_SIZE, LINK, COPY_3D, KERNEL_NODE, HOST_NODE, GRAPH_NODES, REGISTER_HOST, UNREGISTER_HOST,
  MANAGED_ALLOC, GRAPH_NODE, CAPTURE_INFO, ALLOC_NODE_PARAMS, KERNEL_NODE_PARAMS, BATCH_NODE,
- GRAPH_DOT, ENUMERATE, MAKE_HANDLES, FUNCTION_ATTRIBUTES) = (
+ GRAPH_DOT, ENUMERATE, MAKE_HANDLES, FUNCTION_ATTRIBUTES, PRELOAD) = (
     wire_ids.OP_IDS[n] for n in ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorString",
                              "ModuleFunctions", "MaxActiveClusters", "ExportTableSize", "Link", "Copy3D",
                              "KernelNode", "HostNode", "GraphNodes", "RegisterHost", "UnregisterHost",
                              "ManagedAlloc", "GraphNode", "CaptureInfo", "AllocNodeParams",
                              "KernelNodeParams", "BatchMemOpNode", "GraphDot",
-                             "Enumerate", "MakeHandles", "FunctionAttributes"))
+                             "Enumerate", "MakeHandles", "FunctionAttributes", "Preload"))
 
 
 class Fail(Exception):
@@ -100,6 +101,7 @@ class Stats:
     bytes_received_raw: int = 0
     modules_uploaded: int = 0
     modules_cached: int = 0
+    modules_preloaded: int = 0  # of modules_cached: loaded ahead from the program's last run's list
     wait_seconds: float = 0.0
     payload_sent: int = 0  # of bytes_sent: large buffers beside the messages (transport.py)
     payload_received: int = 0
@@ -244,6 +246,12 @@ class Client:
         self.names: dict[int, str] = {}
         self.error_strings: dict[tuple[int, bool, bool], object] = {}  # kept alive: C holds the pointers
         self.lookups: dict[tuple, Kernel] = {}  # kernel and function lookups already answered (lookup_kernel)
+        # the modules of the program's last run, loaded ahead at its first load (load_lists.py): by (digest,
+        # as_module), until the program loads each; None until that first load
+        self.preloaded: dict[tuple[bytes, bool], pb.PreloadedModule] | None = None
+        self.load_list: load_lists.Recorder | None = None  # this run's list
+        self.digests: dict[int, bytes] = {}  # a loaded library's or module's handle -> its image's digest
+        self.named: set[tuple] = set()  # lookups (lookup_key) a load did not answer: kept in the list
         self.kernel_names: dict[int, object] = {}  # kernel or function handle -> its name (char[], kept alive)
         # client copy of a driver function object -> (server function, the copy kept alive)
         self.function_objects: dict[int, tuple[int, object]] = {}
@@ -529,7 +537,7 @@ class Client:
         """Load a fatbin, cubin or PTX image on the server (once per content: the hash goes first, the
         bytes only if the server lacks them); return its CUlibrary, or with as_module the library's
         CUmodule. Of a fatbin, only the entry the server's GPU would choose travels. `logs` receives the
-        JIT's error and info logs."""
+        JIT's error and info logs. A module of the program's last run was loaded ahead (preloaded_load)."""
         session = self.connect()
         image = blob
         if fatbin.image_kind(blob) == "fatbin":
@@ -539,7 +547,11 @@ class Client:
                 raise Fail(NO_BINARY_FOR_GPU, "no code in the program for the server's GPU")
             image = fatbin.single_entry_fatbin(entry)
         digest = hashlib.sha256(image).digest()
-        res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest, as_module=as_module), pb.LoadModule_Result)
+        res = self.preloaded_load(session, digest, as_module)
+        if res is not None:
+            self.stats.modules_preloaded += 1
+        else:
+            res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest, as_module=as_module), pb.LoadModule_Result)
         if res.need_image:
             body, codec = self.encode(image)
             res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest, image=body, image_codec=codec,
@@ -559,11 +571,47 @@ class Client:
             self.lookups[lookup_key(pb.GetKernel_Args(module=res.library_module, name=f.name, from_module=True))] = \
                 Kernel(f.kernel, tuple(f.param_offsets), tuple(f.param_sizes))
             keep_attributes(f, kernel=False)
+        self.digests[res.module] = digest
+        if as_module:
+            self.digests[res.library_module] = digest
+        if self.load_list is not None:
+            self.load_list.loaded(digest, as_module)
         return res.library_module if as_module else res.module
+
+    def preloaded_load(self, session: Session, digest: bytes, as_module: bool) -> pb.LoadModule_Result | None:
+        """This load's answer when the server loaded the module ahead, else None. The program's first load
+        sends the list of its last run (load_lists.py) in one cuwire.Preload, and starts this run's list;
+        the lookups the list names are answered with the module they were made in."""
+        with self.lock:
+            if self.preloaded is None:
+                self.preloaded = {}
+                folder = self.settings.load_lists
+                if folder:
+                    dev = session.welcome.devices[0] if session.welcome.devices else None
+                    path = load_lists.list_path(folder, load_lists.own_command_line(),
+                                                f"sm_{dev.major}{dev.minor}" if dev else "")
+                    last = load_lists.read(path)
+                    self.load_list = load_lists.Recorder(path)
+                    if last:
+                        res = self.call(PRELOAD, pb.Preload_Args(modules=[
+                            pb.PreloadModule(digest=m.digest, as_module=m.as_module, kernels=m.kernels,
+                                             functions=m.functions) for m in last]), pb.Preload_Result)
+                        self.preloaded = {(m.digest, m.as_module): m for m in res.modules}
+            ahead = self.preloaded.pop((digest, as_module), None)
+        if ahead is None:
+            return None
+        for found, module, from_module in ((ahead.kernels, ahead.load.module, False),
+                                           (ahead.functions, ahead.load.library_module, True)):
+            for k in found:
+                key = lookup_key(pb.GetKernel_Args(module=module, name=k.name, from_module=from_module))
+                self.lookups[key] = Kernel(k.kernel, tuple(k.param_offsets), tuple(k.param_sizes))
+                self.named.add(key)
+        return ahead.load
 
     def lookup_kernel(self, key: int, args: pb.GetKernel_Args) -> Kernel:
         """Look a kernel or function up on the server and give the C launch path its layout, so that
-        launches through `key` (the handle the program holds) are checked and queued without Python."""
+        launches through `key` (the handle the program holds) are checked and queued without Python. A
+        lookup by name that its module's load did not answer goes on this run's list (load_lists.py)."""
         # asked once (lookup_key)
         cache_key = lookup_key(args)
         k = self.lookups.get(cache_key)
@@ -572,6 +620,10 @@ class Client:
             if res.status != 0:
                 raise Fail(res.status)
             k = self.lookups[cache_key] = Kernel(res.kernel, tuple(res.param_offsets), tuple(res.param_sizes))
+            if args.name:
+                self.named.add(cache_key)
+        if cache_key in self.named and self.load_list is not None and args.module in self.digests:
+            self.load_list.looked_up(self.digests[args.module], args.from_module, args.name)
         give_layout_to_c(key or k.handle, k)
         return k
 
@@ -787,7 +839,9 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
         f"buffers)" + (f", {size(s.striped)} of them over {s.stripes} more connections at once (stripes)"
                        if s.stripes else ""),
         *([f"  connection dropped and resumed: {s.resumes} times"] if s.resumes else []),
-        f"  modules uploaded: {s.modules_uploaded}; found in the server's cache: {s.modules_cached}",
+        f"  modules uploaded: {s.modules_uploaded}; found in the server's cache: {s.modules_cached}"
+        + (f" ({s.modules_preloaded} of them loaded ahead at the first load, from the last run's list)"
+           if s.modules_preloaded else ""),
         f"  time waiting on the server: {s.wait_seconds * 1e3:.1f} ms",
         "  top calls by count: " + ", ".join(f"{n} {c}" for n, c in every.most_common(8)),
         "  top calls sent to the server, by count: " + ", ".join(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
@@ -37,29 +38,35 @@ def _cu_module(s, handle: int):
 
 
 def load_module(s, a: pb.LoadModule_Args) -> pb.LoadModule_Result:
-    cache = s.server.modules
     if len(a.digest) != 32:
         raise WireError("module digest must be 32 bytes (sha256)")
+    return _load(s, a.digest, a.image, a.image_codec, a.as_module)
+
+
+def _load(s, digest: bytes, upload: bytes, codec: int, as_module: bool) -> pb.LoadModule_Result:
+    """A module load (LoadModule, Preload): the image from `upload` (encoded with `codec`), or from the
+    cache when that is empty (need_image when the cache lacks it)."""
+    cache = s.server.modules
     r = pb.LoadModule_Result()
     s.room_for(LIBRARY)
     with cache.lock:
-        handle = cache.loaded.get(a.digest)
+        handle = cache.loaded.get(digest)
         if handle is None:
-            uploaded = bool(a.image)  # kept on disk once the driver loaded it: junk never reaches the disk
-            if a.image:
-                image = s.server.decode(a.image, a.image_codec)
+            uploaded = bool(upload)  # kept on disk once the driver loaded it: junk never reaches the disk
+            if upload:
+                image = s.server.decode(upload, codec)
                 try:
-                    cache.check(a.digest, image)
+                    cache.check(digest, image)
                 except ValueError as e:
                     raise WireError(str(e)) from e
             else:
-                image = cache.read(a.digest)
+                image = cache.read(digest)
                 if image is None:
                     r.need_image = True
                     return r
                 r.cached = True
                 cache.hits += 1
-                log.info("module %s found in the cache: nothing uploaded", a.digest.hex()[:12])
+                log.info("module %s found in the cache: nothing uploaded", digest.hex()[:12])
             out = s.ffi.new("CUlibrary *")
             buf = s.ffi.new("char[]", image)
             options, values, logs = _jit_log_options(s.ffi)
@@ -68,20 +75,59 @@ def load_module(s, a: pb.LoadModule_Args) -> pb.LoadModule_Result:
             if r.status != 0:
                 return r
             if uploaded:
-                cache.store(a.digest, image)
+                cache.store(digest, image)
             handle = int(s.ffi.cast("uintptr_t", out[0]))
-            cache.loaded[a.digest] = handle
+            cache.loaded[digest] = handle
         else:
             r.cached = True
             cache.hits += 1
-            cache.used(a.digest)
-            log.info("module %s already loaded: nothing uploaded", a.digest.hex()[:12])
+            cache.used(digest)
+            log.info("module %s already loaded: nothing uploaded", digest.hex()[:12])
     s.modules.add(handle)
     s.owns_handle(LIBRARY, handle)
     r.module = handle
     _describe_library(s, handle, r.kernels)
-    if a.as_module:
+    if as_module:
         _library_module(s, handle, r)
+    return r
+
+
+MAX_PRELOAD = 1024  # modules a Preload may name (client/load_lists.py keeps as many)
+MAX_PRELOAD_NAMES = 256  # lookups it may name per module
+PRELOAD_REPLY = 16 << 20  # result bytes past which the rest of a Preload's modules are left to their loads
+
+
+def preload(s, a: pb.Preload_Args) -> pb.Preload_Result:
+    """cuwire.Preload: the modules the program loaded in its last run, each loaded as LoadModule would and
+    looked up in as it was, in one round trip at the program's first load. Only modules in the cache are
+    loaded (nothing is uploaded ahead); one that fails, or a name not found, is left out: the program's own
+    load or lookup then goes to the server and gets its error where CUDA gives it."""
+    if len(a.modules) > MAX_PRELOAD:
+        raise WireError(f"cuwire.Preload: {len(a.modules)} modules (at most {MAX_PRELOAD})")
+    r, size, started = pb.Preload_Result(), 0, time.monotonic()
+    for m in a.modules:
+        if len(m.digest) != 32 or len(m.kernels) + len(m.functions) > MAX_PRELOAD_NAMES:
+            raise WireError(f"cuwire.Preload: a digest of 32 bytes and at most {MAX_PRELOAD_NAMES} names a module")
+        try:
+            load = _load(s, m.digest, b"", 0, m.as_module)
+        except CudaFail:  # the session's handles are at CUWIRE_MAX_HANDLES: the rest load as the program asks
+            break
+        if load.need_image or load.status != 0:
+            continue
+        done = r.modules.add(digest=m.digest, as_module=m.as_module)
+        done.load.CopyFrom(load)
+        for names, out, module, from_module in ((m.kernels, done.kernels, load.module, False),
+                                                (m.functions, done.functions, load.library_module, True)):
+            for name in names if module else ():
+                found = get_kernel(s, pb.GetKernel_Args(module=module, name=name, from_module=from_module))
+                if found.status == 0:
+                    out.add(name=name, kernel=found.kernel, param_offsets=found.param_offsets,
+                            param_sizes=found.param_sizes)
+        size += done.ByteSize()
+        if size > PRELOAD_REPLY:
+            break
+    log.info("session %s: %d of the %d modules the program loaded in its last run loaded ahead in %.0f ms",
+             s.name, len(r.modules), len(a.modules), (time.monotonic() - started) * 1e3)
     return r
 
 
@@ -630,6 +676,7 @@ OPS = {
     op_id("MakeHandles"): ("cuwire.MakeHandles", pb.MakeHandles_Args, make_handles),
     op_id("FunctionAttributes"): ("cuwire.FunctionAttributes", pb.FunctionAttributes_Args, function_attributes),
     op_id("RunningProcesses"): ("cuwire.RunningProcesses", pb.RunningProcesses_Args, running_processes),
+    op_id("Preload"): ("cuwire.Preload", pb.Preload_Args, _in_relaxed_capture(preload)),
 }
 
 # cuwire's own queued records, run by the session's C loop (records.c) with the generated ones

@@ -19,7 +19,7 @@ import struct
 from array import array
 from fractions import Fraction
 
-from cuwire_emulated.registry import TENSOR_ELEMENT_SIZES, TENSOR_MAP, Dim3, Params, device_global, kernel
+from cuwire_emulated.registry import TENSOR_ELEMENT_SIZES, TENSOR_MAP, Dim3, KernelFn, Params, device_global, kernel
 from cuwire_emulated.registry import DeviceMemory as Mem
 
 # ---------------------------------------------------------------------------------------------------------
@@ -565,3 +565,18 @@ def tma_tile(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
                 row[(lo - x0) * size:(hi - x0) * size] = mem.read(address + y * pitch + lo * size, (hi - lo) * size)
         rows.append(bytes(row))
     mem.write(out, b"".join(rows))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# many_kernels.cu: template <int N> fill(int *out): out[0] = N, for N = 1..300 (one module of more kernels
+# than the server describes with a load)
+
+
+def _fill(n: int) -> KernelFn:
+    def fill(mem: Mem, grid: Dim3, block: Dim3, shared: int, p: Params) -> None:
+        _write(mem, p.ptr(0), _wrap32([n]))
+    return fill
+
+
+for _n in range(1, 301):
+    kernel(f"_Z4fillILi{_n}EEvPi", params=[8])(_fill(_n))

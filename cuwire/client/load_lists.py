@@ -1,0 +1,110 @@
+"""The modules a program loaded in its last run, kept on the client, so that its next run loads them all in
+one round trip (issue 35: a PyTorch start waited for one round trip per module, 38 before a CNN's first
+step, and for one per kernel looked up by name in its large libraries).
+
+A list is a file in CUWIRE_LOAD_LISTS per program (its command line) and GPU architecture. Each line is a
+module the program loaded, `L <sha256 hex> <as_module 0|1>`, or a name it looked up in one and that the
+load did not answer, `K <sha256 hex> <from_module 0|1> <name>`. The run rewrites its list as it goes (lines
+appended whole, O_APPEND), so a run cut short leaves the part it made. A list is only a hint: one that
+cannot be read, or names what the server lacks, costs nothing but the loads as the program makes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+
+MAX_MODULES = 1024  # modules a list keeps (the server's Preload takes as many: server/custom.py)
+MAX_NAMES = 256  # lookups kept per module
+MAX_LINE = 8192  # a longer line is not kept (a kernel's mangled name is far shorter)
+
+
+@dataclass
+class Module:
+    """A module the program loaded, and the names it looked up in it (library kernels, module functions)."""
+
+    digest: bytes
+    as_module: bool
+    kernels: list[str] = field(default_factory=list)
+    functions: list[str] = field(default_factory=list)
+
+
+def list_path(folder: str, program: bytes, arch: str) -> str:
+    """The list of `program` (its command line, NUL-separated as /proc/self/cmdline has it) for a GPU of
+    `arch` (a module image is chosen per architecture, so its digest is too)."""
+    return os.path.join(folder, hashlib.sha256(program + b"\0" + arch.encode()).hexdigest()[:32])
+
+
+def own_command_line() -> bytes:
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return f.read(1 << 16)
+    except OSError:
+        return b""
+
+
+def read(path: str) -> list[Module]:
+    """The modules of the list at `path`, in the order first loaded; lines that do not parse are skipped."""
+    modules: dict[tuple[bytes, bool], Module] = {}
+    try:
+        with open(path, "rb") as f:
+            lines = f.read(MAX_MODULES * (MAX_NAMES + 1) * 128).split(b"\n")
+    except OSError:
+        return []
+    for line in lines:
+        parts = line.split(b" ", 3)
+        try:
+            digest = bytes.fromhex(parts[1].decode())
+            flag = parts[2] == b"1"
+        except (IndexError, ValueError, UnicodeDecodeError):
+            continue
+        if len(digest) != 32 or parts[2] not in (b"0", b"1"):
+            continue
+        if parts[0] == b"L" and len(parts) == 3 and len(modules) < MAX_MODULES:
+            modules.setdefault((digest, flag), Module(digest, flag))
+        elif parts[0] == b"K" and len(parts) == 4 and parts[3]:
+            # a function is looked up in a module load's module; a kernel in the library of either load
+            owner = modules.get((digest, True)) if flag else modules.get((digest, False)) or modules.get((digest, True))
+            names = None if owner is None else owner.functions if flag else owner.kernels
+            name = parts[3].decode(errors="replace")
+            if names is not None and len(names) < MAX_NAMES and name not in names:
+                names.append(name)
+    return list(modules.values())
+
+
+class Recorder:
+    """This run's list, written as the program loads and looks up (whole lines, appended); a write that
+    fails (a read-only home, a full disk) ends the recording, never the program's call."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = -1
+        self.modules = 0
+        self.seen: set[tuple] = set()
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        except OSError:
+            pass
+
+    def loaded(self, digest: bytes, as_module: bool) -> None:
+        if (digest, as_module) not in self.seen and self.modules < MAX_MODULES:
+            self.seen.add((digest, as_module))
+            self.modules += 1
+            self._write(f"L {digest.hex()} {int(as_module)}\n")
+
+    def looked_up(self, digest: bytes, from_module: bool, name: str) -> None:
+        key = (digest, from_module, name)
+        if key not in self.seen and "\n" not in name:
+            self.seen.add(key)
+            self._write(f"K {digest.hex()} {int(from_module)} {name}\n")
+
+    def _write(self, line: str) -> None:
+        data = line.encode(errors="replace")
+        if self.fd < 0 or len(data) > MAX_LINE:
+            return
+        try:
+            os.write(self.fd, data)
+        except OSError:
+            os.close(self.fd)
+            self.fd = -1

@@ -1,0 +1,35 @@
+// many_kernels: one module of 300 kernels (a template instantiated 300 times), more than the server
+// describes with a load (PyTorch's libraries are such): the runtime looks each kernel it launches up by
+// name. Two are launched; a second run through cuwire finds both, with the module, loaded ahead
+// (client/load_lists.py).
+#include <cstdio>
+#include <utility>
+#include <cuda_runtime.h>
+
+#include "check.h"
+
+template <int N>
+__global__ void fill(int *out) { out[0] = N; }
+
+// taking each instantiation's address makes nvcc emit (and the runtime register) all of them
+template <int... N>
+static void keep(void (**table)(int *), std::integer_sequence<int, N...>) {
+    ((table[N] = fill<N + 1>), ...);
+}
+
+int main() {
+    static void (*table[300])(int *);
+    keep(table, std::make_integer_sequence<int, 300>());
+    int *d, h[2] = {0, 0};
+    CHECK(cudaMalloc((void **)&d, sizeof h));
+    fill<7><<<1, 1>>>(d);
+    fill<299><<<1, 1>>>(d + 1);
+    CHECK(cudaGetLastError());
+    CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    cudaFuncAttributes attr;
+    CHECK(cudaFuncGetAttributes(&attr, table[41]));  // a kernel never launched, looked up all the same
+    printf("fill<7> wrote %d, fill<299> wrote %d; fill<42> takes %zu bytes of parameters\n", h[0], h[1],
+           (size_t)attr.maxThreadsPerBlock > 0 ? sizeof(int *) : 0);
+    CHECK(cudaFree(d));
+    return 0;
+}

@@ -1,0 +1,93 @@
+"""The modules a program loaded in its last run, loaded ahead at its next run's first load in one round trip
+(cuwire/client/load_lists.py, cuwire.Preload in server/custom.py): counted with CUWIRE_STATS on the emulated
+device, and the lists' reading of what it cannot trust."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from conftest import run_remote
+
+from cuwire.client import load_lists
+
+EXPECTED = "fill<7> wrote 7, fill<299> wrote 299; fill<42> takes 8 bytes of parameters\n"
+
+
+def sent(stderr: str) -> dict[str, int]:
+    listed = re.search(r"top calls sent to the server, by count: (.*)", stderr)[1]
+    return {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
+
+
+def test_a_second_run_loads_its_modules_and_lookups_in_one_round_trip(apps: Path, client_lib, server, tmp_path):
+    """tests/test_apps/many_kernels.cu: one module of 300 kernels (more than a load describes), three looked
+    up by name. The first run loads it and looks each up (a round trip each); the second sends its list at
+    the first load and waits for nothing more for the module or the three names, with the same output."""
+    env = {"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1", "CUWIRE_LOAD_LISTS": str(tmp_path / "loads")}
+    first = run_remote(apps / "many_kernels", client_lib, server.address, env=env)
+    second = run_remote(apps / "many_kernels", client_lib, server.address, env=env)
+    for r in (first, second):
+        assert r.returncode == 0 and r.stdout == EXPECTED, r.stdout + r.stderr
+    before, after = sent(first.stderr), sent(second.stderr)
+    assert "cuwire.Preload" not in before and before["cuwire.LoadModule"] >= 1, before
+    assert after.get("cuwire.Preload") == 1 and "cuwire.LoadModule" not in after, after
+    assert before["cuwire.GetKernel"] - after.get("cuwire.GetKernel", 0) == 3, (before, after)
+    assert "(1 of them loaded ahead at the first load, from the last run's list)" in second.stderr
+    trips = [int(re.search(r"round trips: (\d+)", r.stderr)[1]) for r in (first, second)]
+    assert trips[1] <= trips[0] - 4, trips  # one load and three lookups, for one preload
+
+
+def test_a_list_naming_what_the_server_lacks_costs_only_its_round_trip(apps: Path, client_lib, server, tmp_path):
+    """A list of a module the server never had, and lines that are not a list's: the program's loads go as
+    without one (the Preload finds nothing), with the same output, and the run writes its own list."""
+    folder = tmp_path / "loads"
+    r = run_remote(apps / "many_kernels", client_lib, server.address,
+                   env={"CUWIRE_LOAD_LISTS": str(folder), "CUWIRE_STATS": "1"})
+    (path,) = folder.iterdir()
+    path.write_bytes(b"L " + b"ab" * 32 + b" 0\nK " + b"ab" * 32 + b" 0 _Z4fillILi7EEvPi\nL zz 0\n\xff\xfe junk\n")
+    r = run_remote(apps / "many_kernels", client_lib, server.address,
+                   env={"CUWIRE_LOAD_LISTS": str(folder), "CUWIRE_STATS": "1"})
+    assert r.returncode == 0 and r.stdout == EXPECTED, r.stdout + r.stderr
+    calls = sent(r.stderr)
+    assert calls.get("cuwire.Preload") == 1 and calls.get("cuwire.LoadModule", 0) >= 1, calls
+    assert "loaded ahead" not in r.stderr
+    assert [m.digest.hex()[:4] for m in load_lists.read(str(path))] != ["abab"]  # this run's own list
+
+
+def test_no_list_when_the_setting_is_empty(apps: Path, client_lib, server):
+    r = run_remote(apps / "many_kernels", client_lib, server.address,
+                   env={"CUWIRE_LOAD_LISTS": "", "CUWIRE_STATS": "1"})
+    assert r.returncode == 0 and r.stdout == EXPECTED, r.stdout + r.stderr
+    assert "cuwire.Preload" not in sent(r.stderr)
+
+
+def test_a_list_reads_back_what_was_recorded_and_skips_the_rest(tmp_path):
+    path = str(tmp_path / "sub" / "list")
+    a, b = b"\1" * 32, b"\2" * 32
+    rec = load_lists.Recorder(path)
+    rec.loaded(a, False)
+    rec.looked_up(a, False, "kernelA")
+    rec.looked_up(a, False, "kernelA")  # once
+    rec.loaded(b, True)
+    rec.looked_up(b, True, "functionB")
+    rec.looked_up(b, False, "kernel of b's library")
+    rec.looked_up(b"\3" * 32, False, "of a module never loaded")
+    rec.looked_up(a, False, "a\nsplit name")  # not kept: a line each
+    with open(path, "ab") as f:
+        f.write(b"L " + b"\4" * 4 + b" 0\nL nothex 0\nX " + a.hex().encode() + b" 0\nL " + a.hex().encode() + b" 2\n")
+    modules = load_lists.read(path)
+    assert [(m.digest, m.as_module, m.kernels, m.functions) for m in modules] == [
+        (a, False, ["kernelA"], []), (b, True, ["kernel of b's library"], ["functionB"])]
+    assert load_lists.read(str(tmp_path / "none")) == []
+    assert load_lists.list_path("/x", b"prog\0arg", "sm_90") != load_lists.list_path("/x", b"prog\0arg", "sm_80")
+
+
+def test_a_list_keeps_at_most_its_bounds(tmp_path):
+    path = str(tmp_path / "list")
+    rec = load_lists.Recorder(path)
+    for i in range(load_lists.MAX_MODULES + 5):
+        rec.loaded(i.to_bytes(32, "big"), False)
+    for i in range(load_lists.MAX_NAMES + 5):
+        rec.looked_up((0).to_bytes(32, "big"), False, f"k{i}")
+    modules = load_lists.read(path)
+    assert len(modules) == load_lists.MAX_MODULES and len(modules[0].kernels) == load_lists.MAX_NAMES
