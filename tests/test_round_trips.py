@@ -40,15 +40,16 @@ def test_a_step_loop_costs_one_round_trip_a_step(steps, apps, client_lib, server
     assert many.get("cuStreamSynchronize") == 1, many
 
 
-def test_a_start_up_makes_streams_and_events_in_batches(apps, client_lib, server):
+def test_a_start_up_makes_streams_and_events_in_batches(apps, client_lib, server, tmp_path):
     """A framework's start-up (tests/test_apps/start_up.cu --creates): 64 streams of two priorities, 40 events
     of two kinds, the attributes of two kernels, a limit asked ten times. Streams and events come in batches
     of 4, 8, 16, ... per kind (client/handle_pools.c), the kernels' attributes come with their library's load
     (a load of few kernels brings every attribute of each: server/custom.py) and the limit is kept once
     answered (client/answers_cache.c): 14, 0 and 1 round trips where the calls one by one took 104, 32 and
-    10 (and asking each kernel's attributes at once, 2)."""
-    r = run_remote(apps / "start_up", client_lib, server.address, "--creates",
-                   env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
+    10 (and asking each kernel's attributes at once, 2). Run again, the program asks each kind's streams or
+    events at once, as many as its last run made (its list, client/load_lists.py): 4 batches."""
+    env = {"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1", "CUWIRE_LOAD_LISTS": str(tmp_path)}
+    r = run_remote(apps / "start_up", client_lib, server.address, "--creates", env=env)
     assert r.returncode == 0 and "64 streams, 40 events, the attributes of 2 kernels" in r.stdout, r.stderr
     listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
     sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
@@ -59,6 +60,10 @@ def test_a_start_up_makes_streams_and_events_in_batches(apps, client_lib, server
         assert one_by_one not in sent, sent
     assert sent.get("cuCtxGetLimit") == 1, sent  # asked 10 times: kept once answered (client/answers_cache.c)
     assert int(re.search(r"round trips: (\d+)", r.stderr)[1]) <= 25, r.stderr
+    again = run_remote(apps / "start_up", client_lib, server.address, "--creates", env=env)
+    assert again.returncode == 0 and again.stdout == r.stdout, again.stderr
+    listed = re.search(r"top calls sent to the server, by count: (.*)", again.stderr)[1]
+    assert re.search(r"cuwire.MakeHandles (\d+)", listed)[1] == "4", listed
 
 
 def test_cluster_widths_asked_in_turn_cost_one_round_trip(apps, client_lib, server):

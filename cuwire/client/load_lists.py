@@ -3,8 +3,11 @@ one round trip (issue 35: a PyTorch start waited for one round trip per module, 
 step, and for one per kernel looked up by name in its large libraries).
 
 A list is a file in CUWIRE_LOAD_LISTS per program (its command line) and GPU architecture. Each line is a
-module the program loaded, `L <sha256 hex> <as_module 0|1>`, or a name it looked up in one and that the
-load did not answer, `K <sha256 hex> <from_module 0|1> <name>`. The run rewrites its list as it goes (lines
+module the program loaded, `L <sha256 hex> <as_module 0|1>`; a name it looked up in one and that the
+load did not answer, `K <sha256 hex> <from_module 0|1> <name>`; or a kernel of one whose function it
+asked, `F <sha256 hex> 0 <kernel name>`; or how many streams or events of a kind (MakeHandles_Args: kind,
+flags, priority) the program had the server make, `H <kind> <flags> <priority> <count>` (the last line of a
+kind counts: client/launches.py asks as many at once in the next run). The run rewrites its list as it goes (lines
 appended whole, O_APPEND), so a run cut short leaves the part it made. A list is only a hint: one that
 cannot be read, or names what the server lacks, costs nothing but the loads as the program makes them.
 """
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 MAX_MODULES = 1024  # modules a list keeps (the server's Preload takes as many: server/custom.py)
 MAX_NAMES = 256  # lookups kept per module
 MAX_LINE = 8192  # a longer line is not kept (a kernel's mangled name is far shorter)
+MAX_HANDLE_KINDS = 64  # kinds of streams and events (kind, flags, priority) a list keeps
 
 
 @dataclass
@@ -28,6 +32,7 @@ class Module:
     as_module: bool
     kernels: list[str] = field(default_factory=list)
     functions: list[str] = field(default_factory=list)
+    kernel_functions: list[str] = field(default_factory=list)  # kernels whose CUfunction it asked
 
 
 def list_path(folder: str, program: bytes, arch: str) -> str:
@@ -44,15 +49,32 @@ def own_command_line() -> bytes:
         return b""
 
 
-def read(path: str) -> list[Module]:
-    """The modules of the list at `path`, in the order first loaded; lines that do not parse are skipped."""
+@dataclass
+class LastRun:
+    """What a list says of the program's last run."""
+
+    modules: list[Module] = field(default_factory=list)  # in the order first loaded
+    handles: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (kind, flags, priority) -> made
+
+
+def read(path: str) -> LastRun:
+    """The list at `path`; lines that do not parse are skipped."""
     modules: dict[tuple[bytes, bool], Module] = {}
+    last = LastRun()
     try:
         with open(path, "rb") as f:
             lines = f.read(MAX_MODULES * (MAX_NAMES + 1) * 128).split(b"\n")
     except OSError:
-        return []
+        return last
     for line in lines:
+        if line.startswith(b"H "):
+            try:
+                kind, flags, priority, count = (int(x) for x in line[2:].split(b" "))
+            except ValueError:
+                continue
+            if len(last.handles) < MAX_HANDLE_KINDS and 0 <= kind <= 1 and 0 <= flags < 1 << 32 and count > 0:
+                last.handles[(kind, flags, priority)] = count
+            continue
         parts = line.split(b" ", 3)
         try:
             digest = bytes.fromhex(parts[1].decode())
@@ -63,14 +85,18 @@ def read(path: str) -> list[Module]:
             continue
         if parts[0] == b"L" and len(parts) == 3 and len(modules) < MAX_MODULES:
             modules.setdefault((digest, flag), Module(digest, flag))
-        elif parts[0] == b"K" and len(parts) == 4 and parts[3]:
+        elif parts[0] in (b"K", b"F") and len(parts) == 4 and parts[3]:
             # a function is looked up in a module load's module; a kernel in the library of either load
-            owner = modules.get((digest, True)) if flag else modules.get((digest, False)) or modules.get((digest, True))
-            names = None if owner is None else owner.functions if flag else owner.kernels
+            function = parts[0] == b"K" and flag
+            library = modules.get((digest, False)) or modules.get((digest, True))
+            owner = modules.get((digest, True)) if function else library
+            names = None if owner is None else (owner.kernel_functions if parts[0] == b"F" else
+                                                owner.functions if function else owner.kernels)
             name = parts[3].decode(errors="replace")
             if names is not None and len(names) < MAX_NAMES and name not in names:
                 names.append(name)
-    return list(modules.values())
+    last.modules = list(modules.values())
+    return last
 
 
 class Recorder:
@@ -98,6 +124,15 @@ class Recorder:
         if key not in self.seen and "\n" not in name:
             self.seen.add(key)
             self._write(f"K {digest.hex()} {int(from_module)} {name}\n")
+
+    def kernel_function(self, digest: bytes, name: str) -> None:
+        key = (digest, "F", name)
+        if key not in self.seen and "\n" not in name:
+            self.seen.add(key)
+            self._write(f"F {digest.hex()} 0 {name}\n")
+
+    def made_handles(self, kind: int, flags: int, priority: int, count: int) -> None:
+        self._write(f"H {kind} {flags} {priority} {count}\n")
 
     def _write(self, line: str) -> None:
         data = line.encode(errors="replace")

@@ -99,14 +99,15 @@ PRELOAD_REPLY = 16 << 20  # result bytes past which the rest of a Preload's modu
 
 def preload(s, a: pb.Preload_Args) -> pb.Preload_Result:
     """cuwire.Preload: the modules the program loaded in its last run, each loaded as LoadModule would and
-    looked up in as it was, in one round trip at the program's first load. Only modules in the cache are
+    looked up in as it was (a kernel's function in the current context), in one round trip at the
+    program's first load. Only modules in the cache are
     loaded (nothing is uploaded ahead); one that fails, or a name not found, is left out: the program's own
     load or lookup then goes to the server and gets its error where CUDA gives it."""
     if len(a.modules) > MAX_PRELOAD:
         raise WireError(f"cuwire.Preload: {len(a.modules)} modules (at most {MAX_PRELOAD})")
     r, size, started = pb.Preload_Result(), 0, time.monotonic()
     for m in a.modules:
-        if len(m.digest) != 32 or len(m.kernels) + len(m.functions) > MAX_PRELOAD_NAMES:
+        if len(m.digest) != 32 or len(m.kernels) + len(m.functions) + len(m.kernel_functions) > MAX_PRELOAD_NAMES:
             raise WireError(f"cuwire.Preload: a digest of 32 bytes and at most {MAX_PRELOAD_NAMES} names a module")
         try:
             load = _load(s, m.digest, b"", 0, m.as_module)
@@ -123,6 +124,13 @@ def preload(s, a: pb.Preload_Args) -> pb.Preload_Result:
                 if found.status == 0:
                     out.add(name=name, kernel=found.kernel, param_offsets=found.param_offsets,
                             param_sizes=found.param_sizes)
+        kernels = {k.name: k.kernel for k in (*load.kernels, *done.kernels)}
+        for name in m.kernel_functions:
+            if name in kernels:
+                found = get_kernel(s, pb.GetKernel_Args(kernel=kernels[name]))
+                if found.status == 0:
+                    done.kernel_functions.add(kernel=kernels[name], function=found.kernel,
+                                              param_offsets=found.param_offsets, param_sizes=found.param_sizes)
         size += done.ByteSize()
         if size > PRELOAD_REPLY:
             break
