@@ -1612,8 +1612,8 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
                 image = b"".join(fatbin.decompress(e) if e.compressed else e.payload for e in fatbin.parse(image))
         except ValueError:  # not an image the stand-in can read: it names no kernels
             return ()
-        return tuple(n for n in registry.KERNELS
-                     if re.search(rb"(?<![\w$])" + re.escape(n.encode()) + rb"(?![\w$])", image))
+        names = set(re.findall(rb"[\w$]+", image))  # each name standing alone, found once for all kernels
+        return tuple(n for n in registry.KERNELS if n.encode() in names)
 
     def cuLibraryGetKernelCount(self, count: CData, lib: CData) -> int:
         kernels = self._library_kernels.get(self._addr(lib))
