@@ -261,15 +261,18 @@ def children_of(pid: int) -> dict[int, str]:
 
 def test_ended_sessions_leave_no_process_behind(apps, client_lib, fresh_server):
     """One port, a process per session: each session's process gets the client's connection from the
-    listener, ends with its client, and is reaped at once (no zombie until the next session)."""
+    listener, ends with its client, and is reaped at once (no zombie until the next session). One process
+    is left: the one waiting for the next client (test_a_session_process_waits_ahead_of_its_client)."""
     for _ in range(2):
         r = run_remote(apps / "vector_add", client_lib, fresh_server.address)
         assert r.returncode == 0 and "vector_add: PASS" in r.stdout, r.stderr
-    assert len(re.findall(r"session \d+ for pid \d+ .*: process \d+", fresh_server.text())) == 2
+    served = {int(p) for p in re.findall(r"session \d+ for pid \d+ .*: process (\d+)", fresh_server.text())}
+    assert len(served) == 2
     deadline = time.monotonic() + 10
-    while children_of(fresh_server.proc.pid) and time.monotonic() < deadline:
+    while set(children_of(fresh_server.proc.pid)) & served and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert children_of(fresh_server.proc.pid) == {}
+    left = children_of(fresh_server.proc.pid)
+    assert not set(left) & served and len(left) == 1 and "Z" not in left.values(), left
 
 
 def test_concurrent_clients_on_one_port_each_get_a_session(apps, client_lib, fresh_server):
@@ -473,7 +476,7 @@ def test_session_process_keeps_the_clients_address_space_free(looper, fresh_serv
     try:
         assert p.stdout.readline().strip() == "allocated"
         client = mapped_ranges(Path(f"/proc/{p.pid}/maps").read_text())
-        (session,) = children_of(fresh_server.proc.pid)
+        session = int(re.search(r"session \d+ for pid \d+ .*: process (\d+)", fresh_server.text())[1])
         server = sorted(mapped_ranges(Path(f"/proc/{session}/maps").read_text()))
     finally:
         p.kill()
@@ -656,3 +659,35 @@ def test_the_trace_names_results_and_can_show_only_remote_calls(apps, client_lib
     assert "cuCtxGetCurrent" in full.stderr and "cuCtxGetCurrent" not in remote.stderr  # answered locally
     assert re.search(r"cuwire trace: \d+\.\d{6} cuMemAlloc_v2 -> CUDA_SUCCESS in \d+\.\d us", remote.stderr)
     assert len(remote.stderr.splitlines()) * 5 < len(full.stderr.splitlines())
+
+
+def _wait_for(check, seconds: float = 20):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    return check()
+
+
+def test_a_session_process_waits_ahead_of_its_client(apps, client_lib, tmp_path):
+    """The listener starts a session process before any client comes (its imports done: listener.make_spare);
+    the first client's session runs in it, under its own name, and another waits for the next client. When
+    the server stops, the one waiting ends too."""
+    from conftest import ServerProcess
+
+    s = ServerProcess(tmp_path, env={"CUWIRE_LOG_FORMAT": "json"})
+    try:
+        waiting = _wait_for(lambda: set(children_of(s.proc.pid)))
+        assert len(waiting) == 1, waiting
+        r = run_remote(apps / "vector_add", client_lib, s.address)
+        assert r.returncode == 0 and r.stdout == (APPS / "expected" / "vector_add.out").read_text(), r.stderr
+        served = re.search(r"session 1 for pid \d+ .*: process (\d+)", s.text())
+        assert served and int(served[1]) in waiting, s.text()[-2000:]
+        assert _wait_for(lambda: set(children_of(s.proc.pid)) - waiting), "no process waits for the next client"
+        assert '"session": "1"' in s.text()  # the session process learnt its name with its client
+        spare = set(children_of(s.proc.pid)) - waiting
+    finally:
+        s.stop()
+    assert _wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in spare), 10), spare

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import socket
 import struct
 import time
@@ -1153,10 +1154,12 @@ def test_retained_allocation_handles_are_the_sessions_own(session):
 
 
 def server_resident_mib(server) -> float:
-    """The resident memory of the server's processes (the listener and its session processes), MiB."""
+    """The resident memory of the server's processes (the listener and its session processes, as its log
+    names them: not the one waiting for the next client, which may still be starting), MiB."""
+    named = {int(p) for p in re.findall(r"session \d+ for pid \d+ .*: process (\d+)", server.text())}
     pids, total = {server.proc.pid}, 0
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
+        if entry.isdigit() and int(entry) in named:
             try:
                 fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
             except OSError:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -71,10 +73,11 @@ class JsonLines(logging.Formatter):
 
 
 def configure_logging(settings: Settings) -> None:
+    """The server's log (a session process's again once it knows its session's name: JSON lines carry it)."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonLines(settings.session_name) if settings.log_format == "json"
                          else logging.Formatter("cuwire server: %(message)s"))
-    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler])
+    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
 
 
 def wait_for_signal(extra: threading.Event | None = None) -> threading.Event:
@@ -170,26 +173,33 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     """A listener's child: take the connection the listener hands over, serve its session, end."""
     import socket
 
+    from cuwire import address_space
     from cuwire.generated import cuwire_pb2 as pb
+    from cuwire.server._records import lib as records_lib
     from cuwire.server.listener import receive_handoff
+    from cuwire.server.records import capture_output
     from cuwire.server.service import CuWireServer, host_memory_size, serve_connection
+    from cuwire.wire import ring
     from cuwire.wire.transport import Connection
 
     if handoff_fd is None:
         log.error("--one-session needs --handoff-fd (the listener starts these processes)")
         return 1
     channel = socket.socket(fileno=handoff_fd)  # kept: the session's figures go back on it (metrics.py)
-    sock, peer, hello, join_key = receive_handoff(channel)
+    # started ahead of its client (listener.make_spare): the imports above are done before it comes
+    try:
+        sock, peer, hello, join_key, name = receive_handoff(channel)
+    except (OSError, ValueError, RuntimeError) as e:  # the listener ended, or never sent a client
+        log.debug("session process ended without a session: %s", e)
+        return 0
+    if name:  # this session's name came with its client
+        settings = dataclasses.replace(settings, session_name=name)
+        os.environ["CUWIRE_SESSION_NAME"] = name
+        configure_logging(settings)
     conn = Connection(sock, peer)
-    from cuwire.server.records import capture_output
-
     capture_output()  # device printf output goes back to the program (records.c)
     # before CUDA starts and takes much of this process's address space: keep the range the client reserved
     # for its page-locked memory free here too, so both processes (and the GPU) see it at one address
-    from cuwire import address_space
-    from cuwire.server._records import lib as records_lib
-    from cuwire.wire import ring
-
     held = 0
     try:
         asked = pb.Batch.FromString(hello).hello
@@ -203,8 +213,6 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     log.debug("session: %d GiB of the client's address space kept free of device memory",
               sum(hi - lo for lo, hi in kept) >> 30)
     if asked.HasField("visible_devices"):  # the program's CUDA_VISIBLE_DEVICES, applied by this process's driver
-        import dataclasses
-
         from cuwire.server.visible_devices import server_exposes, session_devices
 
         chosen = session_devices(server_exposes(settings), asked.visible_devices)
@@ -259,7 +267,7 @@ def take_stripes(state, channel) -> None:
 
     while True:
         try:
-            sock, peer, hello, _ = receive_handoff(channel)
+            sock, peer, hello, _, _ = receive_handoff(channel)
         except (OSError, RuntimeError, ValueError):
             return  # the channel closed: the session ended
         serve_stripe(state, Connection(sock, peer), hello)
@@ -330,6 +338,7 @@ def run_listener(settings: Settings, ready, log: logging.Logger) -> int:
         return 1
     log.info("%s", said)
     listener.socket_server = server
+    threading.Thread(target=listener.make_spare, name="cuwire-spare", daemon=True).start()  # the first client's
     stop, closing = wait_for_signal(), threading.Event()
     threading.Thread(target=listener.watch, args=(closing,), name="cuwire-watch", daemon=True).start()
     host = settings.listen.rpartition(":")[0]

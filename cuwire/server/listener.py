@@ -1,8 +1,9 @@
 """The listener: with isolation=process, each session gets a process of its own, on the listener's port.
 
 The listener accepts a connection, reads the client's Hello (within HELLO_TIMEOUT) and checks it
-(token, versions); then it starts a session process (`python -m cuwire.server --one-session`) and hands
-it the connection itself (the socket's descriptor, with the Hello, over a Unix socket). The session
+(token, versions); then it hands the connection itself (the socket's descriptor, with the Hello and the
+session's name, over a Unix socket) to a session process (`python -m cuwire.server --one-session`) that it
+started ahead, imports done, so that the client does not wait for Python's start (make_spare). The session
 process answers the Hello and serves the session; the client never connects anywhere else, so a server
 published as one port (a firewall, `docker run -p`, a Kubernetes Service) serves remote clients. A
 session's stripes (more connections for large payloads, cuwire/wire/stripes.py) come the same way: their
@@ -38,20 +39,21 @@ HELLO_TIMEOUT = 10.0  # a connection that says nothing is closed after this long
 HANDOFF_SIZE = 1 << 20  # the largest handoff message: the peer's address and the Hello
 
 
-def send_handoff(channel: socket.socket, sock: socket.socket, peer: str, hello: bytes, join_key: bytes = b"") -> None:
+def send_handoff(channel: socket.socket, sock: socket.socket, peer: str, hello: bytes, join_key: bytes = b"",
+                 name: str = "") -> None:
     """Give the session process a client's connection, its address and its Hello: the session's own, with
-    the session's join key, or one of its stripes (no key)."""
-    socket.send_fds(channel, [peer.encode() + b"\0" + join_key.hex().encode() + b"\0" + hello], [sock.fileno()])
+    the session's join key and name, or one of its stripes (no key, no name)."""
+    socket.send_fds(channel, [b"\0".join((peer.encode(), join_key.hex().encode(), name.encode(), hello))],
+                    [sock.fileno()])
 
 
-def receive_handoff(channel: socket.socket) -> tuple[socket.socket, str, bytes, bytes]:
-    """The session process's end of send_handoff: (connection, peer, hello, join key)."""
+def receive_handoff(channel: socket.socket) -> tuple[socket.socket, str, bytes, bytes, str]:
+    """The session process's end of send_handoff: (connection, peer, hello, join key, session name)."""
     message, fds, _flags, _addr = socket.recv_fds(channel, HANDOFF_SIZE, 1)
     if not fds:
         raise RuntimeError("the listener handed over no connection")
-    peer, _, rest = message.partition(b"\0")
-    key, _, hello = rest.partition(b"\0")
-    return socket.socket(fileno=fds[0]), peer.decode(), hello, bytes.fromhex(key.decode())
+    peer, key, name, hello = message.split(b"\0", 3)
+    return socket.socket(fileno=fds[0]), peer.decode(), hello, bytes.fromhex(key.decode()), name.decode()
 
 
 def host_of(peer: str) -> str:
@@ -71,6 +73,9 @@ class Listener:
         self.nvml_uuids: list[str] = []  # the GPUs a server given some of its machine's exposes (probe)
         self.heard: dict[str, tuple[float, subprocess.Popen]] = {}  # session -> (its last report, its process)
         self.joins: dict[bytes, socket.socket] = {}  # a session's join key -> the channel to its process
+        # a session process started ahead, its imports done, waiting for the next client (take_spare)
+        self.spare: tuple[subprocess.Popen, socket.socket] | None = None
+        self.stopping = False
 
     def session_command(self, *extra: str) -> list[str]:
         return [sys.executable, *SAFE_PATH, "-m", "cuwire.server", *extra]
@@ -79,6 +84,38 @@ class Listener:
         env = {**os.environ, **self.settings.to_env()}
         env.update(CUWIRE_ISOLATION="thread", CUWIRE_SESSION_NAME=name)
         return env
+
+    def spawn(self) -> tuple[subprocess.Popen, socket.socket]:
+        """A session process, and the channel its client will come on (it learns its name with the client)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            nvml = ["--nvml-uuids", ",".join(self.nvml_uuids)] if self.nvml_uuids else []
+            proc = subprocess.Popen(self.session_command("--one-session", "--handoff-fd", str(theirs.fileno()), *nvml),
+                                    env=self.session_env(""), pass_fds=[theirs.fileno()])
+        # reaped as soon as it ends, so no zombie waits for the next session
+        threading.Thread(target=proc.wait, name=f"cuwire-reap-{proc.pid}", daemon=True).start()
+        return proc, ours
+
+    def make_spare(self) -> None:
+        """Start the next client's session process now: its Python start and imports (about half a second,
+        more where no bytecode is cached) are then paid before that client comes, not after its hello."""
+        made = self.spawn()
+        with self.lock:
+            if self.spare is None and not self.stopping:
+                self.spare, made = made, None
+        if made is not None:
+            made[0].terminate()
+            made[1].close()
+
+    def take_spare(self) -> tuple[subprocess.Popen, socket.socket]:
+        """The spare session process (or a new one, where it is gone), and the next one started."""
+        with self.lock:
+            spare, self.spare = self.spare, None
+        if spare is not None and spare[0].poll() is not None:
+            spare[1].close()
+            spare = None
+        threading.Thread(target=self.make_spare, name="cuwire-spare", daemon=True).start()
+        return spare or self.spawn()
 
     def probe(self) -> list[str]:
         """Open the backend once in a child (the listener itself never does): fail early and clearly when
@@ -173,22 +210,16 @@ class Listener:
             self.count += 1
             name = str(self.count)
         key = os.urandom(16)  # what the session's more connections name (stripes, host functions)
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        with theirs:
-            nvml = ["--nvml-uuids", ",".join(self.nvml_uuids)] if self.nvml_uuids else []
-            proc = subprocess.Popen(self.session_command("--one-session", "--handoff-fd", str(theirs.fileno()), *nvml),
-                                    env=self.session_env(name), pass_fds=[theirs.fileno()])
+        proc, ours = self.take_spare()
         with self.lock:
             self.children[name] = (proc, host_of(peer))
             self.figures.started += 1
-        # reaped as soon as it ends, so no zombie waits for the next session
-        threading.Thread(target=proc.wait, name=f"cuwire-reap-{proc.pid}", daemon=True).start()
         with self.lock:  # before the handoff: the session's welcome, which brings the key, may come back at once
             self.joins[key] = ours
             # watched from its start (watch): a process stopped before its first report is frozen too
             self.heard[name] = (time.monotonic(), proc)
         try:
-            send_handoff(ours, sock, peer, message, key)
+            send_handoff(ours, sock, peer, message, key, name)
         except OSError:
             with self.lock:
                 self.joins.pop(key, None)
@@ -249,9 +280,14 @@ class Listener:
         return self.socket_server.busy if self.socket_server is not None else 0
 
     def stop(self) -> None:
-        """End every session process (each frees its session's memory on SIGTERM)."""
+        """End every session process (each frees its session's memory on SIGTERM), and the spare."""
         with self.lock:
+            self.stopping = True
+            spare, self.spare = self.spare, None
             children = [proc for proc, _ in self.children.values() if proc.poll() is None]
+        if spare is not None:
+            spare[1].close()  # (its end of the channel closes: it ends without a session)
+            children.append(spare[0])
         for c in children:
             c.terminate()
         for c in children:
