@@ -97,7 +97,11 @@ def test_a_list_keeps_at_most_its_bounds(tmp_path):
     rec = load_lists.Recorder(path)
     for i in range(load_lists.MAX_MODULES + 5):
         rec.loaded(i.to_bytes(32, "big"), False)
-    for i in range(load_lists.MAX_NAMES + 5):
+    for i in range(load_lists.MAX_NAMES - 5):
         rec.looked_up((0).to_bytes(32, "big"), False, f"k{i}")
+    for i in range(10):  # the three kinds of names count together (the server takes as many)
+        rec.kernel_function((0).to_bytes(32, "big"), f"f{i}")
     modules = load_lists.read(path).modules
-    assert len(modules) == load_lists.MAX_MODULES and len(modules[0].kernels) == load_lists.MAX_NAMES
+    assert len(modules) == load_lists.MAX_MODULES and modules[0].names() == load_lists.MAX_NAMES
+    assert len(modules[0].kernel_functions) == 5
+

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 
 MAX_MODULES = 1024  # modules a list keeps (the server's Preload takes as many: server/custom.py)
-MAX_NAMES = 256  # lookups kept per module
+MAX_NAMES = 256  # lookups kept per module, of the three kinds together (the server's bound: custom.py)
 MAX_LINE = 8192  # a longer line is not kept (a kernel's mangled name is far shorter)
 MAX_HANDLE_KINDS = 64  # kinds of streams and events (kind, flags, priority) a list keeps
 
@@ -33,6 +33,9 @@ class Module:
     kernels: list[str] = field(default_factory=list)
     functions: list[str] = field(default_factory=list)
     kernel_functions: list[str] = field(default_factory=list)  # kernels whose CUfunction it asked
+
+    def names(self) -> int:
+        return len(self.kernels) + len(self.functions) + len(self.kernel_functions)
 
 
 def list_path(folder: str, program: bytes, arch: str) -> str:
@@ -93,7 +96,7 @@ def read(path: str) -> LastRun:
             names = None if owner is None else (owner.kernel_functions if parts[0] == b"F" else
                                                 owner.functions if function else owner.kernels)
             name = parts[3].decode(errors="replace")
-            if names is not None and len(names) < MAX_NAMES and name not in names:
+            if names is not None and owner.names() < MAX_NAMES and name not in names:
                 names.append(name)
     last.modules = list(modules.values())
     return last

@@ -598,6 +598,8 @@ class Client:
                                          functions=m.functions, kernel_functions=m.kernel_functions)
                         for m in last]), pb.Preload_Result)
                     self.preloaded = {(m.digest, m.as_module): m for m in res.modules}
+                    if res.status:  # an earlier queued call failed: this load says so, as CUDA's would
+                        raise Fail(res.status)
             ahead = self.preloaded.pop((digest, as_module), None)
         if ahead is None:
             return None
