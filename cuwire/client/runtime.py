@@ -593,10 +593,13 @@ class Client:
                 last = self.last_run(session).modules
                 if last:
                     self.preload_context = lib.cuwire_current_context()
-                    res = self.call(PRELOAD, pb.Preload_Args(modules=[
-                        pb.PreloadModule(digest=m.digest, as_module=m.as_module, kernels=m.kernels,
-                                         functions=m.functions, kernel_functions=m.kernel_functions)
-                        for m in last]), pb.Preload_Result)
+                    try:
+                        res = self.call(PRELOAD, pb.Preload_Args(modules=[
+                            pb.PreloadModule(digest=m.digest, as_module=m.as_module, kernels=m.kernels,
+                                             functions=m.functions, kernel_functions=m.kernel_functions)
+                            for m in last]), pb.Preload_Result)
+                    except Fail:  # refused (the exchange said why): a list is a hint, the loads go as asked
+                        return None
                     self.preloaded = {(m.digest, m.as_module): m for m in res.modules}
                     if res.status:  # an earlier queued call failed: this load says so, as CUDA's would
                         raise Fail(res.status)
