@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conftest import run_remote
+from conftest import compile_against_client, run_remote
 
 from cuwire.client import load_lists
 
@@ -105,3 +105,44 @@ def test_a_list_keeps_at_most_its_bounds(tmp_path):
     assert len(modules) == load_lists.MAX_MODULES and modules[0].names() == load_lists.MAX_NAMES
     assert len(modules[0].kernel_functions) == 5
 
+
+
+QUEUED_ERROR_THEN_LOAD = r"""
+#include <stdio.h>
+#include "cuda_api.h"
+static const char PTX[] = ".version 9.0\n.target sm_75\n.address_size 64\n"
+    ".visible .entry _Z4axpyIfEvT_PKS0_PS0_i(\n.param .f32 a, .param .u64 x, .param .u64 y, .param .u32 n)\n"
+    "{\n    ret; // queued_then_load\n}\n";
+int main(void) {
+    CUdevice dev; CUcontext ctx; CUmodule m; CUfunction f;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) return 1;
+    printf("copy %d\n", cuMemcpyDtoDAsync_v2(0x10000, 0x20000, 64, 0));  /* queued: no memory there */
+    printf("first load %d\n", cuModuleLoadData(&m, PTX));  /* ...and its error comes with the next answer */
+    int loaded = cuModuleLoadData(&m, PTX);
+    int found = loaded ? -1 : cuModuleGetFunction(&f, m, "_Z4axpyIfEvT_PKS0_PS0_i");
+    printf("load again %d, function %d\n", loaded, found);
+    return 0;
+}
+"""
+
+
+def test_an_earlier_queued_error_comes_with_the_first_load(client_lib, tmp_path):
+    """A queued call fails on the server; the program's first module load reports it, as CUDA's next call
+    would: when the server lacks the module (the first run: the answer that asks for the image brings the
+    error), and when a list from the earlier run goes first (the Preload's answer brings it)."""
+    import os
+    import subprocess
+
+    from conftest import ServerProcess
+
+    program = compile_against_client(QUEUED_ERROR_THEN_LOAD, tmp_path, client_lib, "queued_then_load")
+    s = ServerProcess(tmp_path)  # (its cache empty: the first run uploads the module)
+    try:
+        env = {**os.environ, "CUWIRE_SERVER": s.address, "CUWIRE_LOAD_LISTS": str(tmp_path / "loads"),
+               "CUWIRE_STATS": "1"}
+        runs = [subprocess.run([str(program)], capture_output=True, text=True, env=env, timeout=60) for _ in range(2)]
+    finally:
+        s.stop()
+    for r in runs:
+        assert r.returncode == 0 and r.stdout == "copy 0\nfirst load 1\nload again 0, function 0\n", r.stdout + r.stderr
+    assert "modules uploaded: 1" in runs[0].stderr and "cuwire.Preload" in sent(runs[1].stderr), runs[1].stderr

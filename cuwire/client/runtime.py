@@ -558,6 +558,8 @@ class Client:
         else:
             res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest, as_module=as_module), pb.LoadModule_Result)
         if res.need_image:
+            if res.status:  # an earlier queued call's error came with the answer: the load's, uploaded or not
+                raise Fail(res.status)
             body, codec = self.encode(image)
             res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest, image=body, image_codec=codec,
                                                             as_module=as_module), pb.LoadModule_Result)
