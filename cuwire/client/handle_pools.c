@@ -4,7 +4,7 @@
  * cuEventCreate would be a round trip of its own. The first one the program asks for, of given flags (and
  * priority) in a context, has the server make 4 of them at once (cuwire.MakeHandles, client/launches.py);
  * each time those are given out, the next batch is twice as large, up to 64 (a program's next run asks at
- * once as many as its last run made, from its list: Client.handle_batch). What is made and never asked
+ * once as many as its last run made, from its list: load_lists.Run.handle_batch). What is made and never asked
  * for is released with the session, as the program's own handles are: at most as many as were asked for.
  * A stream or event made ahead is the one the driver would make: the same call with the same flags, in
  * the same context. The pools of a context are forgotten when it is destroyed or reset, and all of them

@@ -146,9 +146,10 @@ def cuOccupancyMaxPotentialClusterSize(clusterSize, func, config, config_len):
 def make_handles(kind, flags, priority, count, out, made):
     """cuwire.MakeHandles: `count` streams (kind 0) or events (kind 1) made at once, for client/handle_pools.c
     to give out as the program asks for them; the first batch of a kind as many as the program's last run
-    made (Client.handle_batch), `out` has room for MAKE_AT_ONCE. `made` is how many came (at least one on
+    made (load_lists.Run.handle_batch), `out` has room for MAKE_AT_ONCE. `made` is how many came (at least one on
     success)."""
-    count = rt.client.handle_batch(kind, flags, priority, count)
+    run = rt.client.program_run(rt.client.connect())
+    count = run.handle_batch(kind, flags, priority, count)
     res = rt.call(rt.MAKE_HANDLES, pb.MakeHandles_Args(kind=kind, flags=flags, priority=priority, count=count),
                   pb.MakeHandles_Result)
     if res.status == 0:
@@ -158,7 +159,7 @@ def make_handles(kind, flags, priority, count, out, made):
         for i, h in enumerate(handles):
             out[i] = h
         made[0] = len(handles)
-        rt.client.made_handles(kind, flags, priority, len(handles))
+        run.made_handles(kind, flags, priority, len(handles))
     return res.status
 
 

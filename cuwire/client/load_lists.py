@@ -18,6 +18,8 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 
+from cuwire.generated import cuwire_pb2 as pb
+
 MAX_MODULES = 1024  # modules a list keeps (the server's Preload takes as many: server/custom.py)
 MAX_NAMES = 256  # lookups kept per module, of the three kinds together (the server's bound: custom.py)
 MAX_LINE = 8192  # a longer line is not kept (a kernel's mangled name is far shorter)
@@ -146,3 +148,72 @@ class Recorder:
         except OSError:
             os.close(self.fd)
             self.fd = -1
+
+
+MAKE_AT_ONCE = 64  # streams or events a batch may make (server/custom.py; client/handle_pools.c's MOST)
+
+
+class Run:
+    """This run's side of the lists: what the program's last run left (its modules, loaded ahead by one
+    Preload at the first load), and this run's list, written as it goes. Without a folder (CUWIRE_LOAD_LISTS
+    empty), an empty last run and no list."""
+
+    def __init__(self, folder: str, program: bytes, arch: str) -> None:
+        path = list_path(folder, program, arch) if folder else ""
+        self.last = read(path) if path else LastRun()
+        self.recorder = Recorder(path) if path else None
+        # the Preload's answers, by (digest, as_module), until the program loads each; None before it went
+        self.preloaded: dict[tuple[bytes, bool], pb.PreloadedModule] | None = None
+        self.preload_context = 0  # the context current at the Preload: its kernels' functions are that one's
+        self.digests: dict[int, bytes] = {}  # a loaded library's or module's handle -> its image's digest
+        self.kernel_digests: dict[int, bytes] = {}  # a CUkernel looked up by name -> its library's digest
+        self.named: set[tuple] = set()  # lookups (the client's keys) a load did not answer: kept in the list
+        self.handles_made: dict[tuple[int, int, int], int] = {}  # streams and events made, by kind
+
+    def preload_args(self) -> pb.Preload_Args | None:
+        """The Preload of the last run's modules (None when there are none): asked once."""
+        self.preloaded = {}
+        if not self.last.modules:
+            return None
+        return pb.Preload_Args(modules=[
+            pb.PreloadModule(digest=m.digest, as_module=m.as_module, kernels=m.kernels, functions=m.functions,
+                             kernel_functions=m.kernel_functions) for m in self.last.modules])
+
+    def take(self, digest: bytes, as_module: bool) -> pb.PreloadedModule | None:
+        """The module's load answered ahead, once (a second load of the same image goes to the server)."""
+        return self.preloaded.pop((digest, as_module), None) if self.preloaded else None
+
+    def loaded(self, digest: bytes, as_module: bool, module: int, library_module: int) -> None:
+        self.digests[module] = digest
+        if as_module:
+            self.digests[library_module] = digest
+        if self.recorder is not None:
+            self.recorder.loaded(digest, as_module)
+
+    def looked_up(self, args: pb.GetKernel_Args, kernel: int, key: tuple, kernel_name: str | None) -> None:
+        """A lookup the program made (GetKernel_Args) and the kernel or function it found. One its module's
+        load did not answer (`key` in named) goes on the list: by name in the module, or a kernel's function
+        by the kernel's name."""
+        if args.name and not args.from_module and args.module in self.digests:
+            self.kernel_digests[kernel] = self.digests[args.module]
+        if key not in self.named or self.recorder is None:
+            return
+        if args.kernel:
+            digest = self.kernel_digests.get(args.kernel)
+            if digest is not None and kernel_name is not None:
+                self.recorder.kernel_function(digest, kernel_name)
+        elif args.module in self.digests:
+            self.recorder.looked_up(self.digests[args.module], args.from_module, args.name)
+
+    def handle_batch(self, kind: int, flags: int, priority: int, count: int) -> int:
+        """How many streams or events of a kind (client/handle_pools.c) to make at once: at the first batch
+        of a kind, as many as the last run had made, up to MAKE_AT_ONCE; else `count`."""
+        if self.handles_made.get((kind, flags, priority)):
+            return count
+        return min(max(count, self.last.handles.get((kind, flags, priority), 0)), MAKE_AT_ONCE)
+
+    def made_handles(self, kind: int, flags: int, priority: int, count: int) -> None:
+        key = (kind, flags, priority)
+        self.handles_made[key] = self.handles_made.get(key, 0) + count
+        if self.recorder is not None:
+            self.recorder.made_handles(kind, flags, priority, self.handles_made[key])

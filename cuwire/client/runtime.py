@@ -113,7 +113,6 @@ class Stats:
 
 
 OPEN_ATTEMPTS = 4  # tries of a session's hello whose connection dropped before the welcome
-MAKE_AT_ONCE = 64  # streams or events a batch may make (server/custom.py; client/handle_pools.c's MOST)
 
 
 class Session:
@@ -247,16 +246,7 @@ class Client:
         self.names: dict[int, str] = {}
         self.error_strings: dict[tuple[int, bool, bool], object] = {}  # kept alive: C holds the pointers
         self.lookups: dict[tuple, Kernel] = {}  # kernel and function lookups already answered (lookup_kernel)
-        # the modules of the program's last run, loaded ahead at its first load (load_lists.py): by (digest,
-        # as_module), until the program loads each; None until that first load
-        self.preloaded: dict[tuple[bytes, bool], pb.PreloadedModule] | None = None
-        self.last: load_lists.LastRun | None = None  # the program's list, read at the first call that needs it
-        self.load_list: load_lists.Recorder | None = None  # this run's list
-        self.handles_made: dict[tuple[int, int, int], int] = {}  # streams and events made ahead, by kind
-        self.digests: dict[int, bytes] = {}  # a loaded library's or module's handle -> its image's digest
-        self.named: set[tuple] = set()  # lookups (lookup_key) a load did not answer: kept in the list
-        self.kernel_digests: dict[int, bytes] = {}  # a CUkernel looked up by name -> its library's digest
-        self.preload_context = 0  # the context current at the Preload: its kernels' functions are that one's
+        self.run: load_lists.Run | None = None  # the program's list and this run's (program_run)
         self.kernel_names: dict[int, object] = {}  # kernel or function handle -> its name (char[], kept alive)
         # client copy of a driver function object -> (server function, the copy kept alive)
         self.function_objects: dict[int, tuple[int, object]] = {}
@@ -578,34 +568,27 @@ class Client:
             self.lookups[lookup_key(pb.GetKernel_Args(module=res.library_module, name=f.name, from_module=True))] = \
                 Kernel(f.kernel, tuple(f.param_offsets), tuple(f.param_sizes))
             keep_attributes(f, kernel=False)
-        self.digests[res.module] = digest
-        if as_module:
-            self.digests[res.library_module] = digest
-        if self.load_list is not None:
-            self.load_list.loaded(digest, as_module)
+        self.program_run(session).loaded(digest, as_module, res.module, res.library_module)
         return res.library_module if as_module else res.module
 
     def preloaded_load(self, session: Session, digest: bytes, as_module: bool) -> pb.LoadModule_Result | None:
         """This load's answer when the server loaded the module ahead, else None. The program's first load
-        sends the list of its last run (load_lists.py) in one cuwire.Preload, and starts this run's list;
-        the lookups the list names are answered with the module they were made in."""
+        sends its last run's list (load_lists.py) in one cuwire.Preload; the lookups the list names are
+        answered with the module they were made in."""
         with self.lock:
-            if self.preloaded is None:
-                self.preloaded = {}
-                last = self.last_run(session).modules
-                if last:
-                    self.preload_context = lib.cuwire_current_context()
+            run = self.program_run(session)
+            if run.preloaded is None:
+                args = run.preload_args()
+                if args is not None:
+                    run.preload_context = lib.cuwire_current_context()
                     try:
-                        res = self.call(PRELOAD, pb.Preload_Args(modules=[
-                            pb.PreloadModule(digest=m.digest, as_module=m.as_module, kernels=m.kernels,
-                                             functions=m.functions, kernel_functions=m.kernel_functions)
-                            for m in last]), pb.Preload_Result)
+                        res = self.call(PRELOAD, args, pb.Preload_Result)
                     except Fail:  # refused (the exchange said why): a list is a hint, the loads go as asked
                         return None
-                    self.preloaded = {(m.digest, m.as_module): m for m in res.modules}
+                    run.preloaded = {(m.digest, m.as_module): m for m in res.modules}
                     if res.status:  # an earlier queued call failed: this load says so, as CUDA's would
                         raise Fail(res.status)
-            ahead = self.preloaded.pop((digest, as_module), None)
+            ahead = run.take(digest, as_module)
         if ahead is None:
             return None
         for found, module, from_module in ((ahead.kernels, ahead.load.module, False),
@@ -613,39 +596,22 @@ class Client:
             for k in found:
                 key = lookup_key(pb.GetKernel_Args(module=module, name=k.name, from_module=from_module))
                 self.lookups[key] = Kernel(k.kernel, tuple(k.param_offsets), tuple(k.param_sizes))
-                self.named.add(key)
+                run.named.add(key)
         for f in ahead.kernel_functions:  # (lookup_key of GetKernel_Args(kernel=...) in the Preload's context)
-            key = (0, "", False, f.kernel, self.preload_context)
+            key = (0, "", False, f.kernel, run.preload_context)
             self.lookups[key] = Kernel(f.function, tuple(f.param_offsets), tuple(f.param_sizes))
-            self.named.add(key)
+            run.named.add(key)
         return ahead.load
 
-    def last_run(self, session: Session) -> load_lists.LastRun:
-        """The program's list of its last run (load_lists.py; empty without one), read at the first call
-        that needs it, which begins this run's."""
+    def program_run(self, session: Session) -> load_lists.Run:
+        """This run's lists (load_lists.py), begun at the first call that needs them: the program's command
+        line and the server's GPU architecture name its list."""
         with self.lock:
-            if self.last is None:
-                self.last = load_lists.LastRun()
-                if self.settings.load_lists:
-                    dev = session.welcome.devices[0] if session.welcome.devices else None
-                    path = load_lists.list_path(self.settings.load_lists, load_lists.own_command_line(),
-                                                f"sm_{dev.major}{dev.minor}" if dev else "")
-                    self.last = load_lists.read(path)
-                    self.load_list = load_lists.Recorder(path)
-            return self.last
-
-    def handle_batch(self, kind: int, flags: int, priority: int, count: int) -> int:
-        """How many streams or events of a kind (client/handle_pools.c) to make at once: at the first batch
-        of a kind, as many as the program's last run had made (its list), up to MAKE_AT_ONCE; else `count`."""
-        made = self.handles_made.get((kind, flags, priority), 0)
-        before = self.last_run(self.connect()).handles.get((kind, flags, priority), 0)
-        return min(max(count, before), MAKE_AT_ONCE) if not made else count
-
-    def made_handles(self, kind: int, flags: int, priority: int, count: int) -> None:
-        key = (kind, flags, priority)
-        self.handles_made[key] = self.handles_made.get(key, 0) + count
-        if self.load_list is not None:
-            self.load_list.made_handles(kind, flags, priority, self.handles_made[key])
+            if self.run is None:
+                dev = session.welcome.devices[0] if session.welcome.devices else None
+                self.run = load_lists.Run(self.settings.load_lists, load_lists.own_command_line(),
+                                          f"sm_{dev.major}{dev.minor}" if dev else "")
+            return self.run
 
     def lookup_kernel(self, key: int, args: pb.GetKernel_Args) -> Kernel:
         """Look a kernel or function up on the server and give the C launch path its layout, so that
@@ -659,23 +625,14 @@ class Client:
             if res.status != 0:
                 raise Fail(res.status)
             k = self.lookups[cache_key] = Kernel(res.kernel, tuple(res.param_offsets), tuple(res.param_sizes))
-            self.named.add(cache_key)
-        if args.name and not args.from_module and args.module in self.digests:
-            self.kernel_digests[k.handle] = self.digests[args.module]
-        if cache_key in self.named and self.load_list is not None:
-            self.list_lookup(args)
+            if self.run is not None:
+                self.run.named.add(cache_key)
+        if self.run is not None:
+            name = self.kernel_names.get(args.kernel) if args.kernel else None
+            self.run.looked_up(args, k.handle, cache_key,
+                               ffi.string(name).decode(errors="replace") if name is not None else None)
         give_layout_to_c(key or k.handle, k)
         return k
-
-    def list_lookup(self, args: pb.GetKernel_Args) -> None:
-        """A lookup its module's load did not answer, on this run's list: by name in the module, or a
-        kernel's function (by the kernel's name)."""
-        if args.kernel:
-            digest, name = self.kernel_digests.get(args.kernel), self.kernel_names.get(args.kernel)
-            if digest is not None and name is not None:
-                self.load_list.kernel_function(digest, ffi.string(name).decode(errors="replace"))
-        elif args.module in self.digests:
-            self.load_list.looked_up(self.digests[args.module], args.from_module, args.name)
 
     def host_alloc(self, size: int) -> int:
         """A page-locked allocation in the host memory shared with the server: its address, or 0 when the
