@@ -104,6 +104,15 @@ for script in tests/torch_apps/*.py; do torch_compare "torch-$(basename "$script
 for script in tests/jax_apps/*.py tests/cupy_apps/*.py; do
   torch_compare "$(basename "$(dirname "$script")" _apps)-$(basename "$script" .py)" "$script"
 done
+# a program's next run: the modules of its last run (above) loaded at its first load, in one round trip
+# (client/load_lists.py), and the same output; pytorch_minimal's handful, and the JAX programs' hundreds
+for script in tests/torch_apps/pytorch_minimal.py tests/jax_apps/jax_programs.py; do
+  name="$(basename "$script" .py)-again"; failed=$fail
+  torch_compare "$name" "$script"
+  if [ $fail -eq $failed ] && ! grep -q "loaded ahead" "$LOG/$name.err"; then
+    echo "$name: FAIL (no module was loaded ahead: the first run left no list?)"; pass=$((pass-1)); fail=$((fail+1))
+  else grep -h "modules uploaded" "$LOG/$name.err" | sed "s/^ */  $name: /"; fi
+done
 # a uniform sample of CuPy's own test suite, natively and through cuwire, compared test by test (tests/cupy_suite;
 # up to 11 minutes: CUPY_SUITE=0 leaves it out, to run it on its own with bash tests/cupy_suite/run.sh)
 if [ "${CUPY_SUITE:-1}" != 0 ]; then
