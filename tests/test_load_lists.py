@@ -11,7 +11,7 @@ from conftest import compile_against_client, run_remote
 
 from cuwire.client import load_lists
 
-EXPECTED = "fill<7> wrote 7, fill<299> wrote 299; fill<42> takes 8 bytes of parameters\n"
+EXPECTED = "fill<7> wrote 7, fill<299> wrote 299; fill<42>'s attributes read: yes\n"
 
 
 def sent(stderr: str) -> dict[str, int]:

@@ -661,33 +661,24 @@ def test_the_trace_names_results_and_can_show_only_remote_calls(apps, client_lib
     assert len(remote.stderr.splitlines()) * 5 < len(full.stderr.splitlines())
 
 
-def _wait_for(check, seconds: float = 20):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    return check()
-
-
 def test_a_session_process_waits_ahead_of_its_client(apps, client_lib, tmp_path):
     """The listener starts a session process before any client comes (its imports done: listener.make_spare);
     the first client's session runs in it, under its own name, and another waits for the next client. When
     the server stops, the one waiting ends too."""
-    from conftest import ServerProcess
+    from conftest import ServerProcess, wait_for
 
     s = ServerProcess(tmp_path, env={"CUWIRE_LOG_FORMAT": "json"})
     try:
-        waiting = _wait_for(lambda: set(children_of(s.proc.pid)))
+        assert wait_for(lambda: children_of(s.proc.pid), 20)
+        waiting = set(children_of(s.proc.pid))
         assert len(waiting) == 1, waiting
         r = run_remote(apps / "vector_add", client_lib, s.address)
         assert r.returncode == 0 and r.stdout == (APPS / "expected" / "vector_add.out").read_text(), r.stderr
         served = re.search(r"session 1 for pid \d+ .*: process (\d+)", s.text())
         assert served and int(served[1]) in waiting, s.text()[-2000:]
-        assert _wait_for(lambda: set(children_of(s.proc.pid)) - waiting), "no process waits for the next client"
+        assert wait_for(lambda: set(children_of(s.proc.pid)) - waiting, 20), "no process waits for the next client"
         assert '"session": "1"' in s.text()  # the session process learnt its name with its client
         spare = set(children_of(s.proc.pid)) - waiting
     finally:
         s.stop()
-    assert _wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in spare), 10), spare
+    assert wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in spare)), spare

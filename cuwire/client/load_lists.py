@@ -7,8 +7,8 @@ module the program loaded, `L <sha256 hex> <as_module 0|1>`; a name it looked up
 load did not answer, `K <sha256 hex> <from_module 0|1> <name>`; or a kernel of one whose function it
 asked, `F <sha256 hex> 0 <kernel name>`; or how many streams or events of a kind (MakeHandles_Args: kind,
 flags, priority) the program had the server make, `H <kind> <flags> <priority> <count>` (the last line of a
-kind counts: client/launches.py asks as many at once in the next run). The run rewrites its list as it goes (lines
-appended whole, O_APPEND), so a run cut short leaves the part it made. A list is only a hint: one that
+kind counts: the next run asks as many at once, Run.handle_batch). The run rewrites its list as it goes
+(lines appended whole, O_APPEND), so a run cut short leaves the part it made. A list is only a hint: one that
 cannot be read, or names what the server lacks, costs nothing but the loads as the program makes them.
 """
 
@@ -111,7 +111,7 @@ class Recorder:
     def __init__(self, path: str) -> None:
         self.fd = -1
         self.modules = 0
-        self.seen: set[tuple] = set()
+        self.seen: set[str] = set()  # the lines written
         try:
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
@@ -119,22 +119,22 @@ class Recorder:
             pass
 
     def loaded(self, digest: bytes, as_module: bool) -> None:
-        if (digest, as_module) not in self.seen and self.modules < MAX_MODULES:
-            self.seen.add((digest, as_module))
+        if self.modules < MAX_MODULES and self._once(f"L {digest.hex()} {int(as_module)}\n"):
             self.modules += 1
-            self._write(f"L {digest.hex()} {int(as_module)}\n")
 
     def looked_up(self, digest: bytes, from_module: bool, name: str) -> None:
-        key = (digest, from_module, name)
-        if key not in self.seen and "\n" not in name:
-            self.seen.add(key)
-            self._write(f"K {digest.hex()} {int(from_module)} {name}\n")
+        self._once(f"K {digest.hex()} {int(from_module)} {name}\n")
 
     def kernel_function(self, digest: bytes, name: str) -> None:
-        key = (digest, "F", name)
-        if key not in self.seen and "\n" not in name:
-            self.seen.add(key)
-            self._write(f"F {digest.hex()} 0 {name}\n")
+        self._once(f"F {digest.hex()} 0 {name}\n")
+
+    def _once(self, line: str) -> bool:
+        """Write `line` unless it was written already or holds a second line (a name with a newline)."""
+        if line in self.seen or line.count("\n") != 1:
+            return False
+        self.seen.add(line)
+        self._write(line)
+        return True
 
     def made_handles(self, kind: int, flags: int, priority: int, count: int) -> None:
         self._write(f"H {kind} {flags} {priority} {count}\n")

@@ -560,13 +560,11 @@ class Client:
             logs[:] = [res.error_log, res.info_log]
         if res.status != 0:
             raise Fail(res.status)
-        for k in res.kernels:  # what cuLibraryGetKernel would ask: answered already
-            self.lookups[lookup_key(pb.GetKernel_Args(module=res.module, name=k.name))] = \
-                Kernel(k.kernel, tuple(k.param_offsets), tuple(k.param_sizes))
+        self.keep_lookups(res.kernels, res.module, False)  # what cuLibraryGetKernel would ask: answered already
+        self.keep_lookups(res.functions, res.library_module, True)  # and cuModuleGetFunction, of a module
+        for k in res.kernels:
             keep_attributes(k, kernel=True)
-        for f in res.functions:  # and cuModuleGetFunction, of a module
-            self.lookups[lookup_key(pb.GetKernel_Args(module=res.library_module, name=f.name, from_module=True))] = \
-                Kernel(f.kernel, tuple(f.param_offsets), tuple(f.param_sizes))
+        for f in res.functions:
             keep_attributes(f, kernel=False)
         self.program_run(session).loaded(digest, as_module, res.module, res.library_module)
         return res.library_module if as_module else res.module
@@ -591,17 +589,23 @@ class Client:
             ahead = run.take(digest, as_module)
         if ahead is None:
             return None
-        for found, module, from_module in ((ahead.kernels, ahead.load.module, False),
-                                           (ahead.functions, ahead.load.library_module, True)):
-            for k in found:
-                key = lookup_key(pb.GetKernel_Args(module=module, name=k.name, from_module=from_module))
-                self.lookups[key] = Kernel(k.kernel, tuple(k.param_offsets), tuple(k.param_sizes))
-                run.named.add(key)
+        run.named.update(self.keep_lookups(ahead.kernels, ahead.load.module, False))
+        run.named.update(self.keep_lookups(ahead.functions, ahead.load.library_module, True))
         for f in ahead.kernel_functions:  # (lookup_key of GetKernel_Args(kernel=...) in the Preload's context)
             key = (0, "", False, f.kernel, run.preload_context)
             self.lookups[key] = Kernel(f.function, tuple(f.param_offsets), tuple(f.param_sizes))
             run.named.add(key)
         return ahead.load
+
+    def keep_lookups(self, found, module: int, from_module: bool) -> list[tuple]:
+        """Lookups by name that a load or a Preload answered (LoadedKernel entries: cuLibraryGetKernel in
+        the library `module`, or cuModuleGetFunction in a module with from_module), kept as lookup_kernel
+        keeps its answers; their keys."""
+        keys = []
+        for k in found:
+            keys.append(lookup_key(pb.GetKernel_Args(module=module, name=k.name, from_module=from_module)))
+            self.lookups[keys[-1]] = Kernel(k.kernel, tuple(k.param_offsets), tuple(k.param_sizes))
+        return keys
 
     def program_run(self, session: Session) -> load_lists.Run:
         """This run's lists (load_lists.py), begun at the first call that needs them: the program's command

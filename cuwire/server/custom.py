@@ -100,9 +100,9 @@ PRELOAD_REPLY = 16 << 20  # result bytes past which the rest of a Preload's modu
 def preload(s, a: pb.Preload_Args) -> pb.Preload_Result:
     """cuwire.Preload: the modules the program loaded in its last run, each loaded as LoadModule would and
     looked up in as it was (a kernel's function in the current context), in one round trip at the
-    program's first load. Only modules in the cache are
-    loaded (nothing is uploaded ahead); one that fails, or a name not found, is left out: the program's own
-    load or lookup then goes to the server and gets its error where CUDA gives it."""
+    program's first load. Only modules in the cache are loaded (nothing is uploaded ahead); one that
+    fails, or a name not found, is left out: the program's own load or lookup then goes to the server and
+    gets its error where CUDA gives it."""
     if len(a.modules) > MAX_PRELOAD:
         raise WireError(f"cuwire.Preload: {len(a.modules)} modules (at most {MAX_PRELOAD})")
     r, size, started = pb.Preload_Result(), 0, time.monotonic()
