@@ -80,6 +80,36 @@ def test_owned_handles_reach_the_driver_others_do_not(loop, driver):
     assert [c[2] for c in driver.calls] == [1, 2]
 
 
+def test_a_destroy_takes_its_handle_out_of_the_sessions(loop, driver):
+    """A queued destroy (annotation queued_when: cuEventDestroy, cuStreamDestroy) runs in the loop, which
+    keeps the session's handles of the kinds it checks: the destroyed handle is no longer the session's,
+    for the loop and for the Python session alike (Session.owned asks the loop), and its second destroy
+    never reaches the driver."""
+    for e in (0x10, 0x20, 0x30):
+        loop.own("CUevent_st", e)
+    loop.own("CUstream_st", 0x77)
+    assert loop.count("CUevent_st") == 3 and sorted(loop.handles("CUevent_st")) == [0x10, 0x20, 0x30]
+    assert loop.run(record("cuEventDestroy_v2", 0x20) + record("cuStreamDestroy_v2", 0x77)) == (0, 0, 2)
+    assert driver.calls == [("cuEventDestroy_v2", 0x20), ("cuStreamDestroy_v2", 0x77)]
+    assert not loop.owns("CUevent_st", 0x20) and loop.owns("CUevent_st", 0x10) and not loop.owns("CUstream_st", 0x77)
+    assert loop.count("CUevent_st") == 2 and sorted(loop.handles("CUevent_st")) == [0x10, 0x30]
+    first, fn, _ = loop.run(record("cuEventDestroy_v2", 0x20))
+    assert first == INVALID_HANDLE and generated.RECORDS[fn][0] == "cuEventDestroy_v2" and len(driver.calls) == 2
+    assert loop.run(record("cuEventRecord", 0x20, 0))[0] == INVALID_HANDLE  # nor does any use of it
+
+
+def test_a_failed_destroy_leaves_its_handle_the_sessions():
+    """The driver refused: the handle stays the session's (as the Python handler's `disowns` only on success)."""
+    class Refusing(FakeDriver):
+        def cuEventDestroy_v2(self, event):
+            return 700
+
+    loop = RecordLoop(function_table(ffi, Refusing()), RECORD_IDS)
+    loop.own("CUevent_st", 0x10)
+    assert loop.run(record("cuEventDestroy_v2", 0x10))[0] == 700
+    assert loop.owns("CUevent_st", 0x10)
+
+
 def test_values_arrive_as_packed(loop, driver):
     loop.own("CUstream_st", 0x55)
     loop.add_memory(0xdead0000, 4096)

@@ -46,17 +46,20 @@ def test_a_start_up_makes_streams_and_events_in_batches(apps, client_lib, server
     of 4, 8, 16, ... per kind (client/handle_pools.c), the kernels' attributes come with their library's load
     (a load of few kernels brings every attribute of each: server/custom.py) and the limit is kept once
     answered (client/answers_cache.c): 14, 0 and 1 round trips where the calls one by one took 104, 32 and
-    10 (and asking each kernel's attributes at once, 2). Run again, the program asks each kind's streams or
+    10 (and asking each kernel's attributes at once, 2); their destroys are queued, none waits (client/
+    handle_pools.c gave them out: they cannot fail). Run again, the program asks each kind's streams or
     events at once, as many as its last run made (its list, client/load_lists.py): 4 batches."""
     env = {"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1", "CUWIRE_LOAD_LISTS": str(tmp_path)}
     r = run_remote(apps / "start_up", client_lib, server.address, "--creates", env=env)
-    assert r.returncode == 0 and "64 streams, 40 events, the attributes of 2 kernels" in r.stdout, r.stderr
+    assert r.returncode == 0 and "64 streams, 40 events, the attributes of 2 kernels; all destroyed" in r.stdout, \
+        r.stderr
     listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
     sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
     # per kind 4 + 8 + 16 + 32 (of which 4 used): low and high priority streams, timing-less events; 4 + 8 events
     assert sent.get("cuwire.MakeHandles") == 14, sent
     assert "cuwire.FunctionAttributes" not in sent, sent
-    for one_by_one in ("cuStreamCreateWithPriority", "cuEventCreate", "cuFuncGetAttribute", "cuKernelGetAttribute"):
+    for one_by_one in ("cuStreamCreateWithPriority", "cuEventCreate", "cuFuncGetAttribute", "cuKernelGetAttribute",
+                       "cuStreamDestroy_v2", "cuEventDestroy_v2"):  # (destroys of handles given out: queued)
         assert one_by_one not in sent, sent
     assert sent.get("cuCtxGetLimit") == 1, sent  # asked 10 times: kept once answered (client/answers_cache.c)
     assert int(re.search(r"round trips: (\d+)", r.stderr)[1]) <= 25, r.stderr
@@ -76,3 +79,23 @@ def test_cluster_widths_asked_in_turn_cost_one_round_trip(apps, client_lib, serv
     assert r.returncode == 0 and "asked twice: some of each: yes, the same both times: yes" in r.stdout, r.stderr
     listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
     assert re.search(r"cuwire.MaxActiveClusters (\d+)", listed)[1] == "4", listed
+
+
+def test_kernel_attributes_asked_again_cost_nothing(apps, client_lib, server):
+    """tests/test_apps/many_kernels.cu --attributes: the attributes of 300 kernels, read once, then three
+    times. The runtime looks each kernel up by name, then its function (cuwire.GetKernel), and each lookup's
+    answer brings every attribute of what it found (server/custom.py get_kernel); the client keeps them
+    (client/answers_cache.c, a table that grows: CuPy's linear algebra asks those of hundreds of kernels,
+    and a table of fixed size, once full, cost two round trips a question): no read asks anything more."""
+    def sent(passes: int) -> dict[str, int]:
+        r = run_remote(apps / "many_kernels", client_lib, server.address, "--attributes", str(passes),
+                       env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
+        assert r.returncode == 0, r.stderr
+        assert f"the attributes of 300 kernels read {passes} times: the same each time: yes" in r.stdout, r.stdout
+        listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
+        return {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
+
+    once, thrice = sent(1), sent(3)
+    assert once.get("cuwire.GetKernel") == thrice.get("cuwire.GetKernel") == 2 * 300, (once, thrice)
+    for asked in ("cuwire.FunctionAttributes", "cuFuncGetAttribute", "cuKernelGetAttribute"):
+        assert asked not in once and asked not in thrice, (once, thrice)

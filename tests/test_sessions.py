@@ -290,14 +290,15 @@ def test_concurrent_clients_on_one_port_each_get_a_session(apps, client_lib, fre
 
 def test_launches_of_known_kernels_are_queued(apps, client_lib, server):
     """streams.cu launches 3 kernels 6 times: every launch is queued in C, with the 2 event records and 2
-    stream waits (the records carried add the one switch to the program's context). The reply to the
-    module's load named its kernels with their layouts, so no kernel is looked up: the module's load is
-    the only cuwire request, but for the streams and events made in batches (client/handle_pools.c)."""
+    stream waits (the records carried add the one switch to the program's context), and so are the
+    destroys of its 2 events and 4 streams, which the client gave out (client/handle_pools.c). The reply
+    to the module's load named its kernels with their layouts, so no kernel is looked up: the module's load
+    is the only cuwire request, but for the streams and events made in batches (client/handle_pools.c)."""
     r = run_remote(apps / "streams", client_lib, server.address, env={"CUWIRE_STATS": "1"})
     assert r.returncode == 0 and r.stdout == (APPS / "expected" / "streams.out").read_text(), r.stderr
     calls = re.search(r"API calls: \d+ = (\d+) sent to the server and waited for \+ (\d+) queued", r.stderr)
-    assert int(calls.group(2)) == 6 + 2 + 2
-    assert "queued calls carried: 11" in r.stderr
+    assert int(calls.group(2)) == 6 + 2 + 2 + 2 + 4
+    assert "queued calls carried: 17" in r.stderr
     requests = int(re.search(r"\+ (\d+) cuwire requests", r.stderr).group(1))
     batches = re.search(r"cuwire.MakeHandles (\d+)", r.stderr)
     requests -= int(batches.group(1)) if batches else 0

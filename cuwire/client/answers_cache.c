@@ -12,12 +12,14 @@
  */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_api.h"
 #include "runtime.h"
 
-#define SLOTS 4096 /* a power of two; a full cache just stops storing */
+#define FIRST_SLOTS 4096  /* a power of two; the table doubles when half full... */
+#define MOST_SLOTS (1u << 18) /* ...up to this many (12 MiB); a full one just stops storing */
 enum { KERNEL_ATTRIBUTE = 1, FUNCTION_ATTRIBUTE, OCCUPANCY, OCCUPANCY_FLAGS, LIMIT };
 
 struct entry {
@@ -25,25 +27,29 @@ struct entry {
     int64_t value;   /* (a limit is a size_t) */
 };
 #define GONE UINT64_MAX /* a forgotten entry: lookups go on past it, stores may reuse it */
-static struct entry slots[SLOTS];
+/* Every attribute of a kernel takes CU_FUNC_ATTRIBUTE_MAX entries: CuPy's linear algebra asks those of
+ * hundreds of kernels (a table of fixed size filled, and each question cost two round trips). */
+static struct entry *slots;
+static unsigned n_slots, used; /* used: entries not empty, forgotten ones too */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 /* Counts the forgettings: answers kept elsewhere (client/launches.py's clusters) forget theirs when it moves. */
 static unsigned long long generation;
 
 unsigned long long cuwire_answers_generation(void) { return __atomic_load_n(&generation, __ATOMIC_ACQUIRE); }
 
-static unsigned slot_of(const uint64_t key[5])
+static unsigned slot_of(const uint64_t key[5], unsigned cap)
 {
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < 5; i++)
         h = (h ^ key[i]) * 1099511628211ull;
-    return (unsigned)(h ^ (h >> 32)) & (SLOTS - 1);
+    return (unsigned)(h ^ (h >> 32)) & (cap - 1);
 }
 
 /* The slot holding key, or -1. Lock held. */
 static int find(const uint64_t key[5])
 {
-    for (unsigned i = slot_of(key), n = 0; n < SLOTS && slots[i].key[0]; i = (i + 1) & (SLOTS - 1), n++)
+    for (unsigned i = n_slots ? slot_of(key, n_slots) : 0, n = 0; n < n_slots && slots[i].key[0];
+         i = (i + 1) & (n_slots - 1), n++)
         if (memcmp(slots[i].key, key, sizeof slots[i].key) == 0)
             return (int)i;
     return -1;
@@ -69,13 +75,48 @@ static int lookup(const uint64_t key[5], int *out)
     return 0;
 }
 
+/* Room for one more entry: the table made, or made again without its forgotten entries, twice as large
+ * when the kept ones fill half of it. 0, or -1 when it is as large as it may be (or no memory). Lock held. */
+static int make_room(void)
+{
+    if ((used + 1) * 2 <= n_slots)
+        return 0;
+    unsigned kept = 0;
+    for (unsigned i = 0; i < n_slots; i++)
+        kept += slots[i].key[0] && slots[i].key[0] != GONE;
+    unsigned cap = n_slots ? n_slots : FIRST_SLOTS;
+    while ((kept + 1) * 2 > cap && cap < MOST_SLOTS)
+        cap *= 2;
+    if ((kept + 1) * 2 > cap)
+        return -1;
+    struct entry *table = calloc(cap, sizeof *table);
+    if (!table)
+        return -1;
+    for (unsigned i = 0; i < n_slots; i++)
+        if (slots[i].key[0] && slots[i].key[0] != GONE) {
+            unsigned j = slot_of(slots[i].key, cap);
+            while (table[j].key[0])
+                j = (j + 1) & (cap - 1);
+            table[j] = slots[i];
+        }
+    free(slots);
+    slots = table;
+    n_slots = cap;
+    used = kept;
+    return 0;
+}
+
 static void store(const uint64_t key[5], int64_t value)
 {
     pthread_mutex_lock(&lock);
     int i = find(key);
-    for (unsigned j = slot_of(key), n = 0; i < 0 && n < SLOTS; j = (j + 1) & (SLOTS - 1), n++)
-        if (!slots[j].key[0] || slots[j].key[0] == GONE)
-            i = (int)j;
+    if (i < 0 && make_room() == 0) {
+        unsigned j = slot_of(key, n_slots);
+        while (slots[j].key[0] && slots[j].key[0] != GONE)
+            j = (j + 1) & (n_slots - 1);
+        used += !slots[j].key[0];
+        i = (int)j;
+    }
     if (i >= 0) {
         memcpy(slots[i].key, key, sizeof slots[i].key);
         slots[i].value = value;
@@ -87,7 +128,9 @@ static void store(const uint64_t key[5], int64_t value)
 static int forget_all(void)
 {
     pthread_mutex_lock(&lock);
-    memset(slots, 0, sizeof slots);
+    if (slots)
+        memset(slots, 0, n_slots * sizeof *slots);
+    used = 0;
     __atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);
     return -1;
@@ -118,7 +161,7 @@ static int settable(uint64_t attrib)
 static int forget_handle(uint64_t kind, uint64_t handle, unsigned all_of, uint64_t attrib)
 {
     pthread_mutex_lock(&lock);
-    for (unsigned i = 0; i < SLOTS; i++) {
+    for (unsigned i = 0; i < n_slots; i++) {
         uint64_t k = slots[i].key[0];
         if (!k || k == GONE || !((k == kind && slots[i].key[1] == handle) || (all_of & (1u << k))))
             continue;
@@ -132,6 +175,7 @@ static int forget_handle(uint64_t kind, uint64_t handle, unsigned all_of, uint64
 }
 
 #define KEY(...) const uint64_t key[5] = {__VA_ARGS__}
+#define KEY_AS(name, ...) const uint64_t name[5] = {__VA_ARGS__}
 
 /* The attribute key of "every attribute of this handle was asked" (forgotten with the handle's attributes). */
 #define EVERY_ATTRIBUTE (UINT64_MAX - 1)
@@ -260,6 +304,62 @@ int cuwire_forget_answers_function_attribute(CUfunction f, CUfunction_attribute 
         return CUDA_SUCCESS;
     return forget_handle(FUNCTION_ATTRIBUTE, (uintptr_t)f,
                          1u << KERNEL_ATTRIBUTE | 1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS, (uint64_t)attrib);
+}
+
+/* The most dynamic shared memory a kernel with `shared` bytes of static shared memory may be set to on
+ * device `dev` (any device: -1, the least of them), as the driver checks it: the two together within the
+ * device's opt-in limit per block; -1 when unknown. */
+CUresult cuwire_local_cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
+CUresult cuwire_local_cuDeviceGetCount(int *count);
+static long dynamic_shared_room(int shared, CUdevice dev)
+{
+    int count = 0, optin = 0;
+    long least = -1;
+    if (dev >= 0)
+        count = 1;
+    else if (cuwire_local_cuDeviceGetCount(&count) != CUDA_SUCCESS)
+        return -1;
+    for (int d = dev >= 0 ? dev : 0; d < (dev >= 0 ? dev + 1 : count); d++) {
+        if (cuwire_local_cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d) != 0)
+            return -1;
+        if (least < 0 || optin < least)
+            least = optin;
+    }
+    return least < 0 ? -1 : least - shared;
+}
+
+/* Whether a set of an attribute cannot fail, so it is queued (annotation queued_when; it is asked before
+ * `fast`): the largest dynamic shared memory (cuBLAS, cuDNN and PyTorch's attention set it before their
+ * kernels' first launches), to a value other than the one kept, of a kernel or function whose attributes
+ * are kept (so the server knows it), within the device's room as the driver checks it. What depends on
+ * it is forgotten, as for any set; `after` then keeps the value set. */
+static int set_cannot_fail(uint64_t kind, uint64_t handle, CUfunction_attribute attrib, int val, CUdevice dev,
+                           unsigned all_of)
+{
+    uint64_t device = kind == KERNEL_ATTRIBUTE ? (uint64_t)(uint32_t)dev : 0;
+    int now, shared;
+    KEY(kind, handle, (uint64_t)attrib, device);
+    KEY_AS(static_key, kind, handle, (uint64_t)CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, device);
+    if (attrib != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES || val < 0 || lookup(static_key, &shared) != 0 ||
+        (lookup(key, &now) == 0 && now == val) || cuwire_forked || !CUWIRE_READY())
+        return 0;
+    long room = dynamic_shared_room(shared, kind == KERNEL_ATTRIBUTE ? dev : -1);
+    if (room < 0 || val > room)
+        return 0; /* the server says what the driver says */
+    forget_handle(kind, handle, all_of, (uint64_t)attrib);
+    return 1;
+}
+
+int cuwire_queue_kernel_attribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
+{
+    return set_cannot_fail(KERNEL_ATTRIBUTE, (uintptr_t)kernel, attrib, val, dev,
+                           1u << FUNCTION_ATTRIBUTE | 1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS);
+}
+
+int cuwire_queue_function_attribute(CUfunction f, CUfunction_attribute attrib, int value)
+{
+    return set_cannot_fail(FUNCTION_ATTRIBUTE, (uintptr_t)f, attrib, value, -1,
+                           1u << KERNEL_ATTRIBUTE | 1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS);
 }
 
 /* ... and once the server has set it, the value is the answer (the next set of the same value is

@@ -9,11 +9,17 @@
  * A stream or event made ahead is the one the driver would make: the same call with the same flags, in
  * the same context. The pools of a context are forgotten when it is destroyed or reset, and all of them
  * when the session is lost or in a forked child (each then takes the usual path, which says what fails).
+ *
+ * The client also keeps which of them it gave out and the program has not destroyed: a destroy of one of
+ * those cannot fail, so it is queued instead of waited for (annotation queued_when; JAX destroys an event
+ * after most transfers). A destroy of anything else (a handle made otherwise, destroyed already, of a
+ * context gone) waits for the server, which says what is wrong.
  */
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "capture.h"
 #include "cuda_api.h"
 #include "runtime.h"
 
@@ -33,6 +39,60 @@ struct pool {
 
 static struct pool pools[POOLS];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The handles given out and alive: open addressing on the handle; a full table stops storing. */
+#define GIVEN 8192 /* a power of two */
+#define GONE UINT64_MAX
+static struct given {
+    uint64_t handle; /* 0: empty; GONE: destroyed (lookups go on past it) */
+    uint64_t context;
+    uint32_t kind;
+} given[GIVEN];
+static unsigned given_used; /* slots not empty, GONE ones too */
+
+static unsigned slot_of(uint64_t handle) { return (unsigned)((handle * 0x9e3779b97f4a7c15ull) >> 51) & (GIVEN - 1); }
+
+/* Lock held. */
+static void keep_given(uint64_t handle, uint64_t context, uint32_t kind)
+{
+    if (given_used + 1 > GIVEN * 3 / 4) { /* full of destroyed ones: start over with the live ones */
+        static struct given live[GIVEN];
+        unsigned n = 0;
+        for (unsigned i = 0; i < GIVEN; i++)
+            if (given[i].handle && given[i].handle != GONE)
+                live[n++] = given[i];
+        memset(given, 0, sizeof given);
+        given_used = 0;
+        if (n + 1 > GIVEN * 3 / 4)
+            n = 0; /* full of live ones: forget them all (their destroys wait, as before) */
+        for (unsigned k = 0; k < n; k++)
+            keep_given(live[k].handle, live[k].context, live[k].kind);
+    }
+    unsigned i = slot_of(handle);
+    while (given[i].handle && given[i].handle != GONE)
+        i = (i + 1) & (GIVEN - 1);
+    if (!given[i].handle)
+        given_used++;
+    given[i] = (struct given){handle, context, kind};
+}
+
+/* Whether `handle` was given out as `kind` and is alive: then it is taken out (it is being destroyed). */
+static int take_given(uint64_t handle, uint32_t kind)
+{
+    if (!handle || handle == GONE || cuwire_forked || __atomic_load_n(&cuwire_finished, __ATOMIC_ACQUIRE) ||
+        !CUWIRE_READY())
+        return 0;
+    int found = 0;
+    pthread_mutex_lock(&lock);
+    for (unsigned i = slot_of(handle), n = 0; n < GIVEN && given[i].handle; i = (i + 1) & (GIVEN - 1), n++)
+        if (given[i].handle == handle && given[i].kind == kind) {
+            given[i].handle = GONE;
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
 
 /* The pool of these, made if there is room, or NULL. Lock held. */
 static struct pool *pool_of(uint64_t context, uint32_t kind, uint32_t flags, int32_t priority)
@@ -68,6 +128,7 @@ static int give(uint32_t kind, uint32_t flags, int32_t priority, uint64_t *out)
     }
     if (p->n) {
         *out = p->handles[--p->n];
+        keep_given(*out, context, kind);
         pthread_mutex_unlock(&lock);
         return CUDA_SUCCESS;
     }
@@ -87,6 +148,7 @@ static int give(uint32_t kind, uint32_t flags, int32_t priority, uint64_t *out)
     for (uint32_t i = made; p && i-- > 1;)
         if (p->n < MOST)
             p->handles[p->n++] = made_now[i];
+    keep_given(*out, context, kind);
     pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
 }
@@ -108,6 +170,15 @@ int cuwire_pooled_stream(CUstream *phStream, unsigned int Flags)
     return cuwire_pooled_stream_priority(phStream, Flags, 0);
 }
 
+/* cuEventDestroy and cuStreamDestroy (queued_when): the handle is one given out here and alive (a stream
+ * not being captured: the server says what its destroy does to the capture). */
+int cuwire_release_pooled_event(CUevent event) { return take_given((uint64_t)(uintptr_t)event, EVENTS); }
+
+int cuwire_release_pooled_stream(CUstream stream)
+{
+    return !cuwire_capture_of(stream) && take_given((uint64_t)(uintptr_t)stream, STREAMS);
+}
+
 /* A context's streams and events went with it (context 0: every context's; the session's loss). */
 void cuwire_forget_pools(uint64_t context)
 {
@@ -115,6 +186,9 @@ void cuwire_forget_pools(uint64_t context)
     for (int i = 0; i < POOLS; i++)
         if (!context || pools[i].context == context)
             pools[i].context = 0;
+    for (unsigned i = 0; i < GIVEN; i++)
+        if (given[i].handle && given[i].handle != GONE && (!context || given[i].context == context))
+            given[i].handle = GONE;
     pthread_mutex_unlock(&lock);
 }
 

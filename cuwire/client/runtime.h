@@ -135,6 +135,7 @@ CW_FROM_PYTHON extern const char *const cuwire_names[];
 CW_FROM_PYTHON extern const char *const cuwire_modes[];
 CW_FROM_PYTHON extern unsigned long long cuwire_counts[];
 CW_FROM_PYTHON extern unsigned long long cuwire_fast_hits[];
+CW_FROM_PYTHON extern unsigned long long cuwire_queued_hits[];
 CW_FROM_PYTHON extern const int cuwire_n_functions;
 CW_IN_PYTHON int cuwire_py_connect(void);
 CW_IN_PYTHON uint64_t cuwire_py_export_table_size(const void *uuid);

@@ -195,11 +195,13 @@ def lookup_key(args: pb.GetKernel_Args) -> tuple:
             lib.cuwire_current_context() if args.kernel else 0)
 
 
-def keep_attributes(k: pb.LoadedKernel, kernel: bool) -> None:
-    """A loaded kernel's or function's attributes, when its load brought them: kept by client/answers_cache.c,
-    which would otherwise ask them (cuwire.FunctionAttributes) before its first launch."""
+def keep_attributes(k: pb.LoadedKernel | pb.GetKernel_Result | pb.KernelFunction, handle: int, kernel: bool) -> None:
+    """A kernel's or function's attributes, when its load or lookup brought them: kept by
+    client/answers_cache.c, which would otherwise ask them (cuwire.FunctionAttributes) before its first
+    launch. `handle`: the kernel's or function's."""
     if k.attribute_statuses and len(k.attribute_statuses) == len(k.attribute_values):
-        lib.cuwire_keep_every_attribute(int(kernel), k.kernel, k.attribute_device, list(k.attribute_statuses),
+        device = k.attribute_device if kernel else 0
+        lib.cuwire_keep_every_attribute(int(kernel), handle, device, list(k.attribute_statuses),
                                         list(k.attribute_values), len(k.attribute_statuses))
 
 
@@ -562,10 +564,6 @@ class Client:
             raise Fail(res.status)
         self.keep_lookups(res.kernels, res.module, False)  # what cuLibraryGetKernel would ask: answered already
         self.keep_lookups(res.functions, res.library_module, True)  # and cuModuleGetFunction, of a module
-        for k in res.kernels:
-            keep_attributes(k, kernel=True)
-        for f in res.functions:
-            keep_attributes(f, kernel=False)
         self.program_run(session).loaded(digest, as_module, res.module, res.library_module)
         return res.library_module if as_module else res.module
 
@@ -594,6 +592,7 @@ class Client:
         for f in ahead.kernel_functions:  # (lookup_key of GetKernel_Args(kernel=...) in the Preload's context)
             key = (0, "", False, f.kernel, run.preload_context)
             self.lookups[key] = Kernel(f.function, tuple(f.param_offsets), tuple(f.param_sizes))
+            keep_attributes(f, f.function, kernel=False)
             run.named.add(key)
         return ahead.load
 
@@ -605,6 +604,7 @@ class Client:
         for k in found:
             keys.append(lookup_key(pb.GetKernel_Args(module=module, name=k.name, from_module=from_module)))
             self.lookups[keys[-1]] = Kernel(k.kernel, tuple(k.param_offsets), tuple(k.param_sizes))
+            keep_attributes(k, k.kernel, kernel=not from_module)
         return keys
 
     def program_run(self, session: Session) -> load_lists.Run:
@@ -629,6 +629,7 @@ class Client:
             if res.status != 0:
                 raise Fail(res.status)
             k = self.lookups[cache_key] = Kernel(res.kernel, tuple(res.param_offsets), tuple(res.param_sizes))
+            keep_attributes(res, res.kernel, kernel=not args.from_module and not args.kernel)
             if self.run is not None:
                 self.run.named.add(cache_key)
         if self.run is not None:
@@ -775,10 +776,13 @@ def api_calls() -> dict[str, Counter]:
             mode = ffi.string(lib.cuwire_modes[i]).decode()
             name = ffi.string(lib.cuwire_names[i]).decode()
             hits = lib.cuwire_fast_hits[i]  # sync calls the client's C answered (e.g. kept attributes)
-            out.setdefault(mode, Counter())[name] = lib.cuwire_counts[i] - hits
+            queued = lib.cuwire_queued_hits[i]  # ...and queued, since they could not fail (`queued_when`)
+            out.setdefault(mode, Counter())[name] = lib.cuwire_counts[i] - hits - queued
             if hits:
                 served = "async" if name in QUEUED_BY_C else mode if name in WAITED_BY_C else "local"
                 out.setdefault(served, Counter())[name] += hits
+            if queued:
+                out.setdefault("async", Counter())[name] += queued
     fast = lib.cuwire_fast_launches
     if fast:
         custom = out.setdefault("custom", Counter())

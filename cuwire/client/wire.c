@@ -54,8 +54,13 @@ static uint64_t bytes_out, bytes_in, carried, early, raw_out, raw_in;
 void cuwire_wire_set(int fd) { __atomic_store_n(&wire_fd, fd, __ATOMIC_RELAXED); }
 
 /* The session's socket for a call made here, or -1: none, or the process's exit handler ran (start.c, where
- * CUDA is deinitialized as the driver's exit handler does it; the socket stays Python's to close). */
-static int usable_fd(void) { return cuwire_exit_hook_ran() ? -1 : __atomic_load_n(&wire_fd, __ATOMIC_RELAXED); }
+ * CUDA is deinitialized as the driver's exit handler does it; the socket stays Python's to close), or
+ * Python finalized (the session's stream was Python's: a call then takes the path that says what it
+ * gets, cuwire_released_at_end). */
+static int usable_fd(void)
+{
+    return cuwire_exit_hook_ran() || cuwire_python_gone() ? -1 : __atomic_load_n(&wire_fd, __ATOMIC_RELAXED);
+}
 
 /* The session's stream, which the Python side made (stream.py; NULL: none). Set with the lock held. */
 void cuwire_wire_stream(void *s) { wire_stream = s; }

@@ -30,6 +30,11 @@ unimplemented (its stub says so loudly). Inside a table:
   releases true for a call that releases something the session's end releases too (a parameter that
            `frees` says so already): called in a Python program's teardown after its interpreter is
            gone (C++ static destructors: XLA's), it succeeds at once (client/start.c)
+  queued_when  a C function of the client's C, with the same parameters, asked first, that says whether
+           a sync call cannot fail (a destroy of a handle the client gave out and knows alive, an
+           attribute set it can check as the driver does): then the call is queued as an async one is,
+           and answered CUDA_SUCCESS at once (`after` runs as for a success); else it goes on as usual
+           (`fast`, then the server). Its parameters must fit a record (model.Function.fits_a_record)
   server   the file of a hand-written server half for a sync call (its client half and messages are
            generated): for calls whose bookkeeping the roles cannot say (virtual memory: server/vmm.py)
   <param>  an inline table for one parameter: role, length, alloc, frees, range, at_most, streams (see
@@ -61,7 +66,7 @@ ANNOTATIONS = Path(__file__).with_name("annotations")
 PACKAGE = Path(__file__).parents[1]  # cuwire/: `server` names a file in it
 MODES = {"sync", "async", "custom", "local"}
 FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after", "server", "synchronizes", "releases", "completes",
-                 "answered_when_done"}
+                 "answered_when_done", "queued_when"}
 PARAM_KEYS = {"role", "length", "alloc", "overflow", "frees", "range", "at_most", "streams"}
 STREAMING_ROLES = {"buf_in", "buf_out", "mem_in", "mem_out"}
 NEEDS_LENGTH = {name for name, role in ROLES.items() if role.sized}
@@ -237,5 +242,9 @@ def apply_function(fn: Function, spec: dict) -> None:
                                       f"({', '.join(sorted(STREAMING_ROLES))}) of a sync call is copied to or from")
         if mode == "async" and role not in ASYNC_ROLES:
             raise AnnotationError(f"{fn.name}.{p.name}: an async call can carry only values, not role {role}")
+    fn.queued_when = spec.get("queued_when", "")
+    if fn.queued_when and (mode != "sync" or fn.server or not fn.fits_a_record):
+        raise AnnotationError(f"{fn.name}: `queued_when` goes with mode sync, no `server`, and parameters that "
+                              "are scalars or handles passed by value (model.Function.fits_a_record)")
     if mode == "async" and fn.returns.spelling != fn.error_type:
         raise AnnotationError(f"{fn.name}: only functions returning {fn.error_type} can be queued")

@@ -205,6 +205,7 @@ class Function:
     releases: bool = False  # it releases what the session's end releases too (see annotations.py)
     completes: tuple[str, str] | None = None  # ("stream" | "event" | "context", C handle): see annotations.py
     answered_when_done: bool = False  # answered by the client while what it waits for is known finished
+    queued_when: str = ""  # C predicate: the call cannot fail, so it is queued, not waited for (annotations.py)
 
     @property
     def released_at_end(self) -> bool:
@@ -227,10 +228,21 @@ class Function:
         """A sync call made by the client's C itself (client/wire.c) and run by the server's C loop
         (server/records.c), like a queued call that waits: every parameter a scalar or a handle passed
         by value, nothing made, kept or freed, no hand-written C around it."""
-        return (self.mode == "sync" and self.api == "driver" and not self.fast and not self.after and not self.server
-                and self.returns.spelling == self.error_type
-                and all(p.role == "value" and (p.type.is_scalar or p.handle_kind) and not p.frees and not p.alloc
-                        for p in self.params))
+        return (self.mode == "sync" and not self.fast and not self.after and not self.server and self.fits_a_record)
+
+    @property
+    def fits_a_record(self) -> bool:
+        """A driver call the server's C loop can run from a fixed-layout record: every parameter a scalar or
+        a handle passed by value, nothing made or kept, no device memory freed (a handle destroyed is taken
+        out of the session's by the loop: generated/server_records.c)."""
+        return (self.api == "driver" and self.returns.spelling == self.error_type
+                and all(p.role == "value" and (p.type.is_scalar or p.handle_kind) and not p.alloc
+                        and not (p.frees and not p.handle_kind) for p in self.params))
+
+    @property
+    def in_records(self) -> bool:
+        """Run by the server's C loop: queued (async, or sync but `queued_when`), or made by the client's C."""
+        return self.mode == "async" or self.c_call or bool(self.queued_when)
 
     @property
     def library(self) -> Library:

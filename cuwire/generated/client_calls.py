@@ -518,7 +518,7 @@ def cuEventCreate(phEvent, Flags):
 
 @ffi.def_extern(name="cuwire_py_cuEventDestroy_v2", onerror=rt.on_error)
 def cuEventDestroy_v2(hEvent):
-    """cuEventDestroy_v2 (cuda.h)"""
+    """cuEventDestroy_v2 (cuda.h): queued when the client gave the event out and it is alive (client/handle_pools.c)"""
     args = pb.cuEventDestroy_v2_Args()
     args.hEvent = hEvent
     res = rt.call(495590736, args, pb.cuEventDestroy_v2_Result)
@@ -615,7 +615,7 @@ def cuFuncLoad(function):
 
 @ffi.def_extern(name="cuwire_py_cuFuncSetAttribute", onerror=rt.on_error)
 def cuFuncSetAttribute(hfunc, attrib, value):
-    """cuFuncSetAttribute (cuda.h)"""
+    """cuFuncSetAttribute (cuda.h): the largest dynamic shared memory, within what the driver allows, is queued (client/answers_cache.c)"""
     args = pb.cuFuncSetAttribute_Args()
     args.hfunc = rt.server_function(hfunc)
     args.attrib = attrib
@@ -1212,7 +1212,7 @@ def cuKernelGetParamInfo(kernel, paramIndex, paramOffset, paramSize):
 
 @ffi.def_extern(name="cuwire_py_cuKernelSetAttribute", onerror=rt.on_error)
 def cuKernelSetAttribute(attrib, val, kernel, dev):
-    """cuKernelSetAttribute (cuda.h)"""
+    """cuKernelSetAttribute (cuda.h): the largest dynamic shared memory, within what the driver allows, is queued (client/answers_cache.c)"""
     args = pb.cuKernelSetAttribute_Args()
     args.attrib = attrib
     args.val = val
@@ -2088,7 +2088,7 @@ def cuStreamCreateWithPriority(phStream, flags, priority):
 
 @ffi.def_extern(name="cuwire_py_cuStreamDestroy_v2", onerror=rt.on_error)
 def cuStreamDestroy_v2(hStream):
-    """cuStreamDestroy_v2 (cuda.h)"""
+    """cuStreamDestroy_v2 (cuda.h): queued when the client gave the stream out and it is alive (client/handle_pools.c)"""
     args = pb.cuStreamDestroy_v2_Args()
     args.hStream = hStream
     res = rt.call(2166856291, args, pb.cuStreamDestroy_v2_Result)

@@ -2,7 +2,8 @@
  *
  * One exported C function for every function of cuda.h and nvml.h (and every other name the real
  * libraries export). Each one, by status:
- *   remoted, sync   -> calls its Python twin in generated/client_calls.py, which asks the server
+ *   remoted, sync   -> calls its Python twin in generated/client_calls.py, which asks the server (or
+ *                      queues it, when its `queued_when` C says it cannot fail)
  *   remoted, async  -> appends a fixed-layout record to the batch queue and returns success
  *   remoted, custom -> calls hand-written Python in client/ (modules.py, launches.py, graphs.py, driver.py, nvml.py)
  *   local           -> calls hand-written C in the client's own C files (cuwire_local_<name>)
@@ -1989,6 +1990,8 @@ const char *const cuwire_modes[] = {
 unsigned long long cuwire_counts[985];
 /* ... and how many of a sync function's calls its `fast` C answered without the server */
 unsigned long long cuwire_fast_hits[985];
+/* ... and how many it queued because they could not fail (`queued_when`) */
+unsigned long long cuwire_queued_hits[985];
 const int cuwire_n_functions = 985;
 
 /* The id of a queued kernel launch record (cuwire's own operation LaunchKernel). */
@@ -4410,8 +4413,29 @@ CUWIRE_EXPORT CUresult cuEventDestroy(void)
 
 /* cuEventDestroy_v2 (cuda.h): remoted, sync */
 int cuwire_py_cuEventDestroy_v2(uint64_t);
+int cuwire_release_pooled_event(CUevent hEvent);
 static inline CUresult cuwire_impl_cuEventDestroy_v2(CUevent hEvent)
 {
+    if (cuwire_release_pooled_event(hEvent)) { /* it cannot fail: queued */
+        struct __attribute__((packed)) {
+            uint64_t hEvent;
+        } rec = {
+            (uint64_t)(uintptr_t)hEvent,
+        };
+        int status = cuwire_enqueue(495590736u, &rec, sizeof rec);
+        __atomic_add_fetch(&cuwire_queued_hits[110], 1, __ATOMIC_RELAXED);
+        return (CUresult)status;
+    }
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t hEvent;
+        } rec = {
+            (uint64_t)(uintptr_t)hEvent,
+        };
+        int status = cuwire_call(495590736u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
     if (!CUWIRE_READY())
         return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     return (CUresult)(cuwire_py_cuEventDestroy_v2((uint64_t)(uintptr_t)hEvent));
@@ -4807,8 +4831,25 @@ CUWIRE_EXPORT CUresult cuFuncLoad(CUfunction function)
 int cuwire_py_cuFuncSetAttribute(uint64_t, int64_t, int64_t);
 int cuwire_forget_answers_function_attribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
 void cuwire_keep_set_function_attribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
+int cuwire_queue_function_attribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
 static inline CUresult cuwire_impl_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
+    if (cuwire_queue_function_attribute(hfunc, attrib, value)) { /* it cannot fail: queued */
+        struct __attribute__((packed)) {
+            uint64_t hfunc;
+            int32_t attrib;
+            int32_t value;
+        } rec = {
+            (uint64_t)(uintptr_t)hfunc,
+            attrib,
+            value,
+        };
+        int status = cuwire_enqueue(1296138514u, &rec, sizeof rec);
+        __atomic_add_fetch(&cuwire_queued_hits[125], 1, __ATOMIC_RELAXED);
+        if (status == 0)
+            cuwire_keep_set_function_attribute(hfunc, attrib, value);
+        return (CUresult)status;
+    }
     int fast = cuwire_forget_answers_function_attribute(hfunc, attrib, value);
     if (fast >= 0) {
         __atomic_add_fetch(&cuwire_fast_hits[125], 1, __ATOMIC_RELAXED);
@@ -5846,6 +5887,16 @@ CUWIRE_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 int cuwire_py_cuGraphDestroyNode(uint64_t);
 static inline CUresult cuwire_impl_cuGraphDestroyNode(CUgraphNode hNode)
 {
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t hNode;
+        } rec = {
+            (uint64_t)(uintptr_t)hNode,
+        };
+        int status = cuwire_call(3231463016u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
     if (!CUWIRE_READY())
         return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     return (CUresult)(cuwire_py_cuGraphDestroyNode((uint64_t)(uintptr_t)hNode));
@@ -7881,8 +7932,27 @@ CUWIRE_EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, 
 int cuwire_py_cuKernelSetAttribute(int64_t, int64_t, uint64_t, int64_t);
 int cuwire_forget_answers_kernel_attribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
 void cuwire_keep_set_kernel_attribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
+int cuwire_queue_kernel_attribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
 static inline CUresult cuwire_impl_cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
 {
+    if (cuwire_queue_kernel_attribute(attrib, val, kernel, dev)) { /* it cannot fail: queued */
+        struct __attribute__((packed)) {
+            int32_t attrib;
+            int32_t val;
+            uint64_t kernel;
+            int32_t dev;
+        } rec = {
+            attrib,
+            val,
+            (uint64_t)(uintptr_t)kernel,
+            dev,
+        };
+        int status = cuwire_enqueue(1775703493u, &rec, sizeof rec);
+        __atomic_add_fetch(&cuwire_queued_hits[276], 1, __ATOMIC_RELAXED);
+        if (status == 0)
+            cuwire_keep_set_kernel_attribute(attrib, val, kernel, dev);
+        return (CUresult)status;
+    }
     int fast = cuwire_forget_answers_kernel_attribute(attrib, val, kernel, dev);
     if (fast >= 0) {
         __atomic_add_fetch(&cuwire_fast_hits[276], 1, __ATOMIC_RELAXED);
@@ -9423,6 +9493,16 @@ CUWIRE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps 
 int cuwire_py_cuMemPoolDestroy(uint64_t);
 static inline CUresult cuwire_impl_cuMemPoolDestroy(CUmemoryPool pool)
 {
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t pool;
+        } rec = {
+            (uint64_t)(uintptr_t)pool,
+        };
+        int status = cuwire_call(3906768071u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
     if (!CUWIRE_READY())
         return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     return (CUresult)(cuwire_py_cuMemPoolDestroy((uint64_t)(uintptr_t)pool));
@@ -12702,8 +12782,29 @@ CUWIRE_EXPORT CUresult cuStreamDestroy(void)
 
 /* cuStreamDestroy_v2 (cuda.h): remoted, sync */
 int cuwire_py_cuStreamDestroy_v2(uint64_t);
+int cuwire_release_pooled_stream(CUstream hStream);
 static inline CUresult cuwire_impl_cuStreamDestroy_v2(CUstream hStream)
 {
+    if (cuwire_release_pooled_stream(hStream)) { /* it cannot fail: queued */
+        struct __attribute__((packed)) {
+            uint64_t hStream;
+        } rec = {
+            (uint64_t)(uintptr_t)hStream,
+        };
+        int status = cuwire_enqueue(2166856291u, &rec, sizeof rec);
+        __atomic_add_fetch(&cuwire_queued_hits[497], 1, __ATOMIC_RELAXED);
+        return (CUresult)status;
+    }
+    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        struct __attribute__((packed)) {
+            uint64_t hStream;
+        } rec = {
+            (uint64_t)(uintptr_t)hStream,
+        };
+        int status = cuwire_call(2166856291u, &rec, sizeof rec, NULL, 0);
+        if (status >= 0)
+            return (CUresult)status;
+    }
     if (!CUWIRE_READY())
         return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
     return (CUresult)(cuwire_py_cuStreamDestroy_v2((uint64_t)(uintptr_t)hStream));

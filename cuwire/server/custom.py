@@ -123,14 +123,17 @@ def preload(s, a: pb.Preload_Args) -> pb.Preload_Result:
                 found = get_kernel(s, pb.GetKernel_Args(module=module, name=name, from_module=from_module))
                 if found.status == 0:
                     out.add(name=name, kernel=found.kernel, param_offsets=found.param_offsets,
-                            param_sizes=found.param_sizes)
+                            param_sizes=found.param_sizes, attribute_statuses=found.attribute_statuses,
+                            attribute_values=found.attribute_values, attribute_device=found.attribute_device)
         kernels = {k.name: k.kernel for k in (*load.kernels, *done.kernels)}
         for name in m.kernel_functions:
             if name in kernels:
                 found = get_kernel(s, pb.GetKernel_Args(kernel=kernels[name]))
                 if found.status == 0:
                     done.kernel_functions.add(kernel=kernels[name], function=found.kernel,
-                                              param_offsets=found.param_offsets, param_sizes=found.param_sizes)
+                                              param_offsets=found.param_offsets, param_sizes=found.param_sizes,
+                                              attribute_statuses=found.attribute_statuses,
+                                              attribute_values=found.attribute_values)
         size += done.ByteSize()
         if size > PRELOAD_REPLY:
             break
@@ -249,7 +252,8 @@ def _log_texts(ffi, logs) -> tuple[str, str]:
 
 def get_kernel(s, a: pb.GetKernel_Args) -> pb.GetKernel_Result:
     """A kernel (cuLibraryGetKernel), a function (cuModuleGetFunction) or a kernel's function
-    (cuKernelGetFunction), with its parameter layout: the client queues launches of it from then on."""
+    (cuKernelGetFunction), with its parameter layout (the client queues launches of it from then on) and
+    its attributes (the runtime asks them before its first launch)."""
     lib, ffi = s.lib, s.ffi
     r = pb.GetKernel_Result()
     func = ffi.new("CUfunction *")
@@ -271,6 +275,13 @@ def get_kernel(s, a: pb.GetKernel_Args) -> pb.GetKernel_Result:
         return r
     r.kernel = int(ffi.cast("uintptr_t", handle))
     _describe(s, r.kernel, func[0], kind, r.param_offsets, r.param_sizes)
+    device = None  # (as _describe_all: a CUkernel's attributes are the current device's)
+    if kind == "kernel":
+        current = ffi.new("CUdevice *")
+        if lib.cuCtxGetDevice(current) != 0:
+            return r
+        device = r.attribute_device = current[0]
+    _every_attribute(s, handle, device, r.attribute_statuses, r.attribute_values)
     return r
 
 

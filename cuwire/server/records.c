@@ -45,7 +45,7 @@ static const uint64_t CW_LATENCY_BOUNDS[CW_LATENCY_BUCKETS - 1] = {10, 30, 100, 
 /* The handle kinds the loop checks (struct tags, as the model names them). */
 #define CW_KINDS(X)                                                                                         \
     X(CUstream_st) X(CUevent_st) X(CUctx_st) X(CUmemPoolHandle_st) X(CUgraphExec_st) X(CUgraphNode_st)    \
-        X(CUarray_st) X(CUfunc_st)
+        X(CUarray_st) X(CUfunc_st) X(CUkern_st)
 enum {
 #define CW_KIND_ENUM(k) CW_KIND_##k,
     CW_KINDS(CW_KIND_ENUM)
@@ -57,6 +57,7 @@ enum {
 typedef struct {
     uint64_t *slots;
     size_t cap, used; /* used counts live and removed slots */
+    size_t live;      /* ...and live the handles in it */
 } cw_set;
 
 /* A kernel or function the session looked up: launches name it by the handle the client holds. */
@@ -191,6 +192,7 @@ static int cw_set_add(cw_set *t, uint64_t v)
     if (!t->slots[j])
         t->used++;
     t->slots[j] = v;
+    t->live++;
     return 0;
 }
 
@@ -201,6 +203,7 @@ static void cw_set_remove(cw_set *t, uint64_t v)
     for (size_t j = cw_hash(v, t->cap); t->slots[j]; j = (j + 1) & (t->cap - 1))
         if (t->slots[j] == v) {
             t->slots[j] = TOMB;
+            t->live--;
             return;
         }
 }
@@ -479,6 +482,31 @@ void cw_records_disown(cw_records *s, int kind, uint64_t v)
 {
     if (kind >= 0 && kind < CW_N_KINDS)
         cw_set_remove(&s->handles[kind], v);
+}
+
+/* The session's handles of a kind the loop checks: this loop's sets are the one list of them (a queued
+ * destroy takes its handle out here, records.py). */
+int cw_records_owns(const cw_records *s, int kind, uint64_t v)
+{
+    return kind >= 0 && kind < CW_N_KINDS && cw_set_has(&s->handles[kind], v);
+}
+
+size_t cw_records_count(const cw_records *s, int kind)
+{
+    return kind >= 0 && kind < CW_N_KINDS ? s->handles[kind].live : 0;
+}
+
+/* Up to `max` of them into out; how many. */
+size_t cw_records_handles(const cw_records *s, int kind, uint64_t *out, size_t max)
+{
+    size_t n = 0;
+    if (kind < 0 || kind >= CW_N_KINDS)
+        return 0;
+    const cw_set *t = &s->handles[kind];
+    for (size_t i = 0; i < t->cap && n < max; i++)
+        if (t->slots[i] && t->slots[i] != TOMB)
+            out[n++] = t->slots[i];
+    return n;
 }
 
 /* Launches naming `key` run `func` with this parameter layout. -1 if out of memory. */

@@ -1,9 +1,10 @@
 """A session's loop over queued calls, in C (records.c, built as cuwire.server._records), and what it must
 know to check them: the handles and kernels the session made.
 
-The Python session stays the owner of its handles (Session.owns_handle) and tells this loop about the
-kinds it checks; the loop calls the backend's functions through a table of their addresses: the real
-library's, or cffi callbacks into the emulated device.
+The loop keeps the session's handles of the kinds it checks (Session.owns_handle puts them here, and a
+queued destroy takes one out); the Python session keeps the other kinds. The loop calls the backend's
+functions through a table of their addresses: the real library's, or cffi callbacks into the emulated
+device.
 """
 
 from __future__ import annotations
@@ -104,6 +105,22 @@ class RecordLoop:
         k = self.kind(kind)
         if k >= 0:
             lib.cw_records_disown(self.state, k, value)
+
+    def checks(self, kind: str) -> bool:
+        """Whether this loop keeps the session's handles of `kind`: then its set is their one list (a queued
+        destroy takes its handle out here, without Python), and owns, count and handles answer for it."""
+        return self.kind(kind) >= 0
+
+    def owns(self, kind: str, value: int) -> bool:
+        return bool(lib.cw_records_owns(self.state, self.kind(kind), value))
+
+    def count(self, kind: str) -> int:
+        return lib.cw_records_count(self.state, self.kind(kind))
+
+    def handles(self, kind: str) -> list[int]:
+        n = self.count(kind)
+        out = ffi.new("uint64_t[]", max(n, 1))
+        return list(out[0:lib.cw_records_handles(self.state, self.kind(kind), out, n)])
 
     def ring(self, host_func: int, shared) -> None:
         """Shared memory with a client on this host (ring.Ring, made with this module's ffi), or None: its

@@ -30,6 +30,9 @@ void cw_records_set_function(cw_records *s, int i, uintptr_t address);
 int cw_records_kind(const char *name);
 int cw_records_own(cw_records *s, int kind, uint64_t v);
 void cw_records_disown(cw_records *s, int kind, uint64_t v);
+int cw_records_owns(const cw_records *s, int kind, uint64_t v);
+size_t cw_records_count(const cw_records *s, int kind);
+size_t cw_records_handles(const cw_records *s, int kind, uint64_t *out, size_t max);
 int cw_records_kernel(cw_records *s, uint64_t key, uintptr_t func, uint32_t n, const uint32_t *offsets,
                       const uint32_t *sizes);
 int cw_records_launch(cw_records *s, uint64_t kernel, const uint32_t *grid, const uint32_t *block,

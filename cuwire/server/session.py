@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Collection
 
 from google.protobuf.message import DecodeError
 
@@ -62,6 +63,7 @@ HANDLE_ERRORS = {"nvmlDevice_st": 2}  # NVML_ERROR_INVALID_ARGUMENT; CUDA handle
 DESTROY = {"CUgraphExec_st": "cuGraphExecDestroy", "CUgraph_st": "cuGraphDestroy", "CUstream_st": "cuStreamDestroy_v2",
            "CUevent_st": "cuEventDestroy_v2", "CUmemPoolHandle_st": "cuMemPoolDestroy", "CUarray_st": "cuArrayDestroy",
            "CUmipmappedArray_st": "cuMipmappedArrayDestroy"}
+MAX_CASTS = 1 << 16  # typed handles kept (Session.handle) before the memo starts over
 
 
 
@@ -97,7 +99,9 @@ class Session:
         # what graphs' memory allocation nodes gave (address -> size): a graph makes it again at the same
         # address at every launch, so it stays the session's range when one launch's memory is freed
         self.graph_memory: dict[int, int] = {}
-        self.handles: dict[str, set[int]] = {}  # handle kind (struct tag) -> handles this session made
+        # handle kind (struct tag) -> handles this session made, of the kinds its record loop does not keep
+        # (those it keeps are there alone: Session.owned)
+        self.handles: dict[str, set[int]] = {}
         self.modules: set[int] = set()
         self.kernels: dict[int, object] = {}  # CUkernel or CUfunction -> its CUfunction
         self.kernel_kind: dict[int, str] = {}  # the same handles -> "kernel" or "function"
@@ -415,7 +419,7 @@ class Session:
 
     def handle(self, kind: str, ctype: str, value: int):
         """A handle from the wire, if this session made it (NULL and the special streams always pass)."""
-        if value and value not in self.handles.get(kind, ()) and not (kind == STREAM_KIND and value in SPECIAL_STREAMS):
+        if value and not self.owned(kind, value) and not (kind == STREAM_KIND and value in SPECIAL_STREAMS):
             code = HANDLE_ERRORS.get(kind, INVALID_HANDLE)
             raise CudaFail(code, f"{ctype} {value:#x} was not created by this session")
         casts = self.casts.setdefault(value, {})  # handles are used over and over (queued records name them)
@@ -436,20 +440,33 @@ class Session:
         """Before a call that makes a handle of `kind`: the session may hold CUWIRE_MAX_HANDLES of each kind
         at once (a program that makes streams or events in a loop and never destroys them is bounded)."""
         most = self.server.settings.max_handles
-        if most and len(self.handles.get(kind, ())) >= most:
+        if most and len(self.handles_of(kind)) >= most:
             log.warning("session %s: holds %d handles of kind %s, the most a session may (CUWIRE_MAX_HANDLES)",
                         self.name, most, kind)
             raise CudaFail(OUT_OF_MEMORY, f"the session holds {most} {kind} handles (CUWIRE_MAX_HANDLES)")
 
     def owns_handle(self, kind: str, value: int) -> None:
-        if value:
-            self.handles.setdefault(kind, set()).add(value)
+        if not value:
+            return
+        if self.records.checks(kind):
             self.records.own(kind, value)
+        else:
+            self.handles.setdefault(kind, set()).add(value)
+        if len(self.casts) > MAX_CASTS:  # (a queued destroy, run in C, leaves its handle's here)
+            self.casts.clear()
 
     def disowns_handle(self, kind: str, value: int) -> None:
         self.handles.get(kind, set()).discard(value)
         self.records.disown(kind, value)
         self.casts.pop(value, None)  # a program that makes and destroys handles in a loop must not grow it
+
+    def owned(self, kind: str, value: int) -> bool:
+        """Whether the session made this handle of `kind` and has not destroyed it."""
+        return self.records.owns(kind, value) if self.records.checks(kind) else value in self.handles.get(kind, ())
+
+    def handles_of(self, kind: str) -> Collection[int]:
+        """The session's handles of `kind`."""
+        return self.records.handles(kind) if self.records.checks(kind) else self.handles.get(kind, set())
 
     def chunk_buffer(self, pairs: int = 1):
         """The session's buffers for streamed copies (bulk.py): `pairs` pairs of bulk.CHUNK bytes one after
@@ -790,11 +807,11 @@ class Session:
         ipc.close(self)  # (memory other sessions exported, closed before its events go)
         destroyed = vmm.close(self) + textures.close(self)  # (objects before the arrays they use)
         for kind, destroy in DESTROY.items():
-            for h in self.handles.get(kind, ()):
+            for h in self.handles_of(kind):
                 getattr(self.lib, destroy)(self.ffi.cast("void *", h))
                 destroyed += 1
         primary = {d.primary_context for d in self.server.devices}
-        for ctx in self.handles.get(CONTEXT_KIND, set()) - primary:  # made with cuCtxCreate
+        for ctx in set(self.handles_of(CONTEXT_KIND)) - primary:  # made with cuCtxCreate
             self.lib.cuCtxDestroy_v2(self.ffi.cast("CUcontext", ctx))
             destroyed += 1
         log.info("session %s (%s) ended after %d calls in %.1f s; freed %d allocations, destroyed %d objects "

@@ -1,8 +1,9 @@
 // many_kernels: one module of 300 kernels (a template instantiated 300 times), more than the server
 // describes with a load (PyTorch's libraries are such): the runtime looks each kernel it launches up by
 // name. Two are launched; a second run through cuwire finds both, with the module, loaded ahead
-// (client/load_lists.py).
+// (client/load_lists.py). With "--attributes N": every kernel's attributes, N times over.
 #include <cstdio>
+#include <cstdlib>
 #include <utility>
 #include <cuda_runtime.h>
 
@@ -17,9 +18,22 @@ static void keep(void (**table)(int *), std::integer_sequence<int, N...>) {
     ((table[N] = fill<N + 1>), ...);
 }
 
-int main() {
+int main(int argc, char **argv) {
     static void (*table[300])(int *);
     keep(table, std::make_integer_sequence<int, 300>());
+    if (argc > 2) {  // --attributes PASSES: every kernel's attributes, PASSES times, as CuPy's libraries ask them
+        int passes = atoi(argv[2]), same = 1, first[300];
+        for (int pass = 0; pass < passes; pass++)
+            for (int k = 0; k < 300; k++) {
+                cudaFuncAttributes attr;
+                CHECK(cudaFuncGetAttributes(&attr, table[k]));
+                if (pass == 0)
+                    first[k] = attr.maxThreadsPerBlock;
+                same &= attr.maxThreadsPerBlock == first[k] && first[k] > 0;
+            }
+        printf("the attributes of 300 kernels read %d times: the same each time: %s\n", passes, same ? "yes" : "no");
+        return 0;
+    }
     int *d, h[2] = {0, 0};
     CHECK(cudaMalloc((void **)&d, sizeof h));
     fill<7><<<1, 1>>>(d);

@@ -4,7 +4,8 @@
 // (tests/test_round_trips.py counts the round trips); each stream and event must still be the program's
 // own: distinct, with the flags and priority asked for, usable, and made again after cudaDeviceReset
 // destroyed the others. Every count printed is checked against what the program asked. With "--creates",
-// only the start-up's calls: the streams, the events and the attributes, then one synchronization.
+// only the start-up's calls: the streams, the events and the attributes, then one synchronization, then
+// every stream and event destroyed.
 #include <cstdio>
 #include <set>
 #include <cuda_runtime.h>
@@ -122,7 +123,12 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 40; i++)
             CHECK(cudaEventRecord(events[i], streams[i]));
         CHECK(cudaDeviceSynchronize());
-        printf("64 streams, 40 events, the attributes of 2 kernels\n");
+        for (int i = 0; i < 64; i++)  // destroys of what the program made: queued through cuwire
+            CHECK(cudaStreamDestroy(streams[i]));
+        for (int i = 0; i < 40; i++)
+            CHECK(cudaEventDestroy(events[i]));
+        CHECK(cudaDeviceSynchronize());
+        printf("64 streams, 40 events, the attributes of 2 kernels; all destroyed\n");
         return 0;
     }
     cudaFuncAttributes first, again;
@@ -131,6 +137,25 @@ int main(int argc, char **argv) {
     CHECK(cudaFuncGetAttributes(&again, streamFill));
     printf("kernel attributes: max threads per block %d, dynamic shared memory at most %d then %d\n",
            first.maxThreadsPerBlock, first.maxDynamicSharedSizeBytes, again.maxDynamicSharedSizeBytes);
+    // a set past the default 48 KiB, as cuBLAS and attention kernels make before their first launch (through
+    // cuwire: queued, checked by the client as the driver checks it), then a launch that needs it
+    int optin = 0, *y;
+    CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    int too_much = cudaFuncSetAttribute(streamFill, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        optin - again.sharedSizeBytes + 1) == cudaErrorInvalidValue;
+    cudaGetLastError();
+    CHECK(cudaFuncSetAttribute(streamFill, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 << 10));
+    CHECK(cudaMalloc((void **)&y, 256 * sizeof(int)));
+    streamFill<<<1, 256, 64 << 10>>>(y, 7, 256);
+    CHECK(cudaGetLastError());
+    int got[256], right = 0;
+    CHECK(cudaMemcpy(got, y, sizeof got, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 256; i++)
+        right += got[i] == 7 + (i & 15);
+    CHECK(cudaFuncGetAttributes(&again, streamFill));
+    CHECK(cudaFree(y));
+    printf("a set past the device's room refused: %s; set to 64 KiB: reads %d, a launch using it right on %d of "
+           "256\n", too_much ? "yes" : "no", again.maxDynamicSharedSizeBytes, right);
     size_t heap = limits("limits", 0);
     one_round("first");
     CHECK(cudaDeviceReset());  // destroys every stream and event: those made ahead too, and resets the limits
