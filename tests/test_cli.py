@@ -181,7 +181,9 @@ def test_attribute_sets_to_the_same_value_stay_in_the_client(server, apps, clien
     with that, cuDNN's attention sent two sets a call and ran x10 slower than natively). The two sets of the
     largest dynamic shared memory are queued, not waited for: the client knows each kernel's static shared
     memory (their module's load brought their attributes) and the device's limit, and checks them as the
-    driver does (annotation queued_when, client/answers_cache.c); the carveout's set waits."""
+    driver does (annotation queued_when, client/answers_cache.c); the carveout's set waits. Every attribute
+    read after the sets is the client's: a shared memory set changes that attribute alone, which the
+    client keeps as set."""
     r = cuwire("run", "--stats", "--server", server.address, "--", str(apps / "attribute_sets"), tmp=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout == (ROOT / "tests" / "test_apps" / "expected" / "attribute_sets.out").read_text()
@@ -190,6 +192,8 @@ def test_attribute_sets_to_the_same_value_stay_in_the_client(server, apps, clien
     sets = sent.get("cuKernelSetAttribute", 0) + sent.get("cuFuncSetAttribute", 0)
     occupancy = sum(n for name, n in sent.items() if name.startswith("cuOccupancyMaxActiveBlocks"))
     assert (sets, occupancy) == (1, 1), sent_line
+    assert not any(name in sent for name in ("FunctionAttributes", "cuFuncGetAttribute", "cuKernelGetAttribute")), \
+        sent_line
 
 
 # ---------------------------------------------------------------- cuwire info

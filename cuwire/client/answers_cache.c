@@ -153,11 +153,20 @@ static int settable(uint64_t attrib)
     return 0;
 }
 
+/* The shared memory a kernel may take: its set changes that attribute alone (and occupancy), the others
+ * being the compiler's or set on their own. */
+static int changes_itself_alone(uint64_t attrib)
+{
+    return attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES ||
+           attrib == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
+}
+
 /* Attribute `attrib` of one kernel or function changes: forget the attributes of that handle of that kind
  * and every answer of the kinds in `all_of` (a kernel's functions have handles of their own, and any of
  * them may be the one an occupancy query names), but for the other settable attributes' answers, and keep
  * the rest: libraries set several attributes of several kernels before their launches (cuDNN's attention:
- * two of one kernel, in turn), each to the same value every time. */
+ * two of one kernel, in turn), each to the same value every time. A shared memory set forgets, of the
+ * attributes, that one alone: a library that sets it, then asks the others, asks the server nothing more. */
 static int forget_handle(uint64_t kind, uint64_t handle, unsigned all_of, uint64_t attrib)
 {
     pthread_mutex_lock(&lock);
@@ -166,8 +175,12 @@ static int forget_handle(uint64_t kind, uint64_t handle, unsigned all_of, uint64
         if (!k || k == GONE || !((k == kind && slots[i].key[1] == handle) || (all_of & (1u << k))))
             continue;
         int attribute = k == KERNEL_ATTRIBUTE || k == FUNCTION_ATTRIBUTE;
-        if (!(attribute && slots[i].key[2] != attrib && settable(slots[i].key[2])))
+        if (attribute && changes_itself_alone(attrib)) {
+            if (slots[i].key[2] == attrib)
+                slots[i].key[0] = GONE;
+        } else if (!(attribute && slots[i].key[2] != attrib && settable(slots[i].key[2]))) {
             slots[i].key[0] = GONE;
+        }
     }
     __atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);

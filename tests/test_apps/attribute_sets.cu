@@ -39,6 +39,11 @@ int main()
     CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
     std::printf("after %d rounds of (x + 1) * 2: p[0]=%.1f p[31]=%.1f\n", rounds, h[0], h[n - 1]);
     std::printf("occupancy with 64 KiB of dynamic shared memory: at least one block: %s\n", fits ? "yes" : "no");
+    cudaFuncAttributes a, b;  // every attribute, as the runtime reads them, after the sets
+    CHECK(cudaFuncGetAttributes(&a, addOne));
+    CHECK(cudaFuncGetAttributes(&b, twice));
+    std::printf("read after the sets: dynamic shared memory at most %d and %d, max threads per block %d\n",
+                a.maxDynamicSharedSizeBytes, b.maxDynamicSharedSizeBytes, a.maxThreadsPerBlock);
     CHECK(cudaFree(d));
     std::printf("attribute_sets: PASS\n");
     return 0;
