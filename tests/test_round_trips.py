@@ -4,11 +4,13 @@ never timed. A wait whose work the client knows finished, with nothing sent sinc
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run_remote
+from conftest import compile_against_client, run_remote
 
 
 def stats(apps: Path, client_lib: Path, server, steps: int) -> dict[str, int]:
@@ -99,3 +101,34 @@ def test_kernel_attributes_asked_again_cost_nothing(apps, client_lib, server):
     assert once.get("cuwire.GetKernel") == thrice.get("cuwire.GetKernel") == 2 * 300, (once, thrice)
     for asked in ("cuwire.FunctionAttributes", "cuFuncGetAttribute", "cuKernelGetAttribute"):
         assert asked not in once and asked not in thrice, (once, thrice)
+
+
+DESTROYS = r"""
+#include <stdio.h>
+#include "cuda_api.h"
+int main(void) {
+    CUdevice dev; CUcontext ctx; CUevent e; CUstream s;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) return 1;
+    int made = cuEventCreate(&e, 0) | cuStreamCreate(&s, 1);
+    int first = cuEventDestroy_v2(e), again = cuEventDestroy_v2(e);
+    int stream = cuStreamDestroy_v2(s), stream_again = cuStreamDestroy_v2(s);
+    printf("made %d; event destroyed %d, again %d; stream destroyed %d, again %d; synchronized %d\n", made, first,
+           again, stream, stream_again, cuCtxSynchronize());
+    return 0;
+}
+"""
+
+
+def test_a_destroy_is_queued_only_while_the_client_knows_its_handle_alive(client_lib, server, tmp_path):
+    """A stream or event the client gave out (client/handle_pools.c) is destroyed without a round trip; a
+    second destroy of it is not known alive, waits, and gets the server's CUDA_ERROR_INVALID_HANDLE (the
+    first one, queued before it, took the handle out of the session's: server/records.c)."""
+    exe = compile_against_client(DESTROYS, tmp_path, client_lib)
+    env = {**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"}
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "made 0; event destroyed 0, again 400; stream destroyed 0, again 400; synchronized 0\n", \
+        r.stderr
+    listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
+    sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
+    assert sent.get("cuEventDestroy_v2") == 1 and sent.get("cuStreamDestroy_v2") == 1, listed
