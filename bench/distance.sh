@@ -7,7 +7,8 @@
 # moved on the link both ways (the floor counts no bandwidth: a step that moves its batch pays for it too).
 # Then each workload's start, from process start to the end of its first step, behind the last delay: round
 # trips beside the program's synchronizations, and seconds beside native; twice, as a program's first run
-# and as its next (which loads the modules of its last run at its first load: client/load_lists.py).
+# and as its next (which loads the modules of its last run at its first load: client/load_lists.py); and
+# what each of those starts waited for, the calls most asked first.
 #   bash bench/distance.sh [DELAYS_US (default "direct 0 100 1000"; direct: no forwarder)] [STEPS (default 20)]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +50,8 @@ if [ "$FIRST" = 1 ]; then
     done
   done
   [ -n "$LINK" ] && kill $LINK
+  # what each start still waited for, besides its synchronizations (the first and the next run)
+  grep -h ": waited for " "$OUTDIR/cuwire-first.err" "$OUTDIR/cuwire-again.err" >"$OUTDIR/waited.txt"
 fi
 kill $SERVER
 nvidia-smi -L 2>/dev/null | head -1
@@ -93,4 +96,11 @@ if r_first:
         native_s = f"{n_first[name][2]:.2f}s" if name in n_first else "-"
         again_s, again_trips = (f"{r_again[name][2]:.2f}s", r_again[name][0]) if name in r_again else ("-", "-")
         print(f"{name:34} {native_s:>9} {secs:>8.2f}s {trips:>12} {again_s:>9} {again_trips:>12} {syncs:>17}")
+    try:
+        waited = open(f"{out}/waited.txt").read().splitlines()
+    except FileNotFoundError:
+        waited = []
+    if waited:
+        print("\nwhat each start waited for (the first run, then the next), the most asked first:")
+        print("\n".join(waited))
 PYEOF

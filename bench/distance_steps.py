@@ -81,6 +81,17 @@ def round_trips() -> int | None:
     return client.with_wire_stats(client.client.stats).batches if client else None
 
 
+def waited_for() -> str:
+    """What the client waited for so far, by count (through cuwire; empty natively): the calls and cuwire's
+    own requests that each cost a round trip."""
+    client = sys.modules.get("cuwire.client.runtime")
+    if not client:
+        return ""
+    names = client.client.names_by_id()
+    sent = client.with_wire_stats(client.client.stats).calls
+    return ", ".join(f"{names.get(i, i)} {n}" for i, n in sent.most_common(12))
+
+
 def wire_bytes() -> int:
     """The bytes the client sent and received so far, both ways (0 natively): what a step's data costs on
     a link of limited rate, beside its round trips."""
@@ -117,6 +128,8 @@ def first_step(name: str) -> None:
     trips = round_trips()
     print(f"{name}: first step after {trips if trips is not None else '-'} round trips, {syncs} synchronizations, "
           f"{elapsed:.2f} s from process start", flush=True)
+    if trips is not None:
+        print(f"{name}: waited for {waited_for()}", file=sys.stderr, flush=True)
 
 
 def main() -> None:
