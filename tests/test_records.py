@@ -15,7 +15,7 @@ from cuwire.server.session import RECORD_IDS
 from cuwire.wire import layouts
 
 ffi = cuda_ffi()
-LAUNCH, LAUNCH_EX, SET_CONTEXT, COPY, COPY_FROM = RECORD_IDS
+LAUNCH, LAUNCH_EX, SET_CONTEXT, COPY, COPY_FROM, NODE_SET = RECORD_IDS
 LAUNCH_HEAD = layouts.layout("cw_launch_head")  # (cuwire/wire/frames.h, as client/launches.c packs it)
 INVALID_HANDLE = 400
 INVALID_VALUE = 1
@@ -108,6 +108,37 @@ def test_a_failed_destroy_leaves_its_handle_the_sessions():
     loop.own("CUevent_st", 0x10)
     assert loop.run(record("cuEventDestroy_v2", 0x10))[0] == 700
     assert loop.owns("CUevent_st", 0x10)
+
+
+def test_a_kernel_node_set_reaches_the_driver_as_a_nodes_parameters():
+    """Record KernelNodeSet (client/kernel_nodes.c queues it): the executable graph's node gets the kernel as a
+    CUkernel (`kern`) where it was looked up as one, the grid, block and shared memory, and the parameters
+    at the kernel's offsets; an executable graph or node not the session's never reaches the driver."""
+    seen = []
+
+    class Nodes(FakeDriver):
+        def cuGraphExecKernelNodeSetParams_v2(self, exec_, node, p):
+            seen.append((int(ffi.cast("uintptr_t", exec_)), int(ffi.cast("uintptr_t", node)),
+                         int(ffi.cast("uintptr_t", p.kern)), int(ffi.cast("uintptr_t", p.func)), p.gridDimX,
+                         p.blockDimX, p.sharedMemBytes, ffi.cast("int *", p.kernelParams[1])[0]))
+            return 0
+
+    loop = RecordLoop(function_table(ffi, Nodes()), RECORD_IDS)
+    loop.kernel(0xabc, 0xabc, [0, 8], [8, 4], is_kernel=True)
+    loop.own("CUgraphExec_st", 0xe0)
+    loop.own("CUgraphNode_st", 0x10)
+    head = layouts.layout("cw_node_set_head")
+
+    def node_set(exec_: int, node: int, params: bytes = struct.pack("<Qi", 0xdead0000, 7)) -> bytes:
+        body = head.pack(exec_, node, 0xabc, 3, 1, 1, 256, 1, 1, 0) + params
+        return RECORD_HEADER.pack(NODE_SET, len(body)) + body
+
+    assert loop.run(node_set(0xe0, 0x10)) == (0, 0, 1)
+    assert seen == [(0xe0, 0x10, 0xabc, 0, 3, 256, 0, 7)]
+    assert loop.run(node_set(0xe1, 0x10))[0] == INVALID_HANDLE and loop.run(node_set(0xe0, 0x11))[0] == INVALID_HANDLE
+    assert len(seen) == 1
+    with pytest.raises(WireError, match="the kernel takes 12"):
+        loop.run(node_set(0xe0, 0x10, b"\0" * 8))
 
 
 def test_values_arrive_as_packed(loop, driver):

@@ -132,3 +132,19 @@ def test_a_destroy_is_queued_only_while_the_client_knows_its_handle_alive(client
     listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
     sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
     assert sent.get("cuEventDestroy_v2") == 1 and sent.get("cuStreamDestroy_v2") == 1, listed
+
+
+def test_kernel_node_sets_in_an_executable_graph_are_queued(apps, client_lib, server):
+    """tests/test_apps/graph_updates.cu: 8 kernel nodes, their parameters set in the executable graph before
+    each of 20 runs (as XLA updates its command buffers), then with another block, then after an update of
+    the executable graph from its graph, then after one from a clone of it. The client knows each node's
+    kernel, block and shared memory (client/kernel_nodes.c): the 160 sets of new parameters and grids, and
+    the 8 after the update, are queued; the 8 adds, the 8 sets of another block and the 8 after the update
+    from the clone (whose nodes the client does not know) reach the server (cuwire.KernelNode)."""
+    r = run_remote(apps / "graph_updates", client_lib, server.address,
+                   env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
+    assert r.returncode == 0 and r.stdout == (apps.parent / "expected" / "graph_updates.out").read_text(), r.stderr
+    listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
+    assert re.search(r"cuwire.KernelNode (\d+)", listed)[1] == "24", listed
+    queued = int(re.search(r"API calls: \d+ = \d+ sent to the server and waited for \+ (\d+) queued", r.stderr)[1])
+    assert queued >= 8 * 20 + 8, r.stderr

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "cuda_api.h"
+#include "kernel_nodes.h"
 #include "runtime.h"
 
 struct standin {
@@ -409,6 +410,7 @@ void cuwire_after_graph_instantiate(CUgraphExec *exec, CUgraph graph, unsigned l
     (void)flags;
     shared_with((uint64_t)(uintptr_t)graph, (uint64_t)(uintptr_t)*exec);
     cuwire_user_objects_share((uint64_t)(uintptr_t)graph, (uint64_t)(uintptr_t)*exec);
+    cuwire_kernel_nodes_instantiated((uint64_t)(uintptr_t)graph, (uint64_t)(uintptr_t)*exec);
 }
 
 void cuwire_after_graph_clone(CUgraph *clone, CUgraph original)
@@ -435,16 +437,19 @@ void cuwire_after_graph_exec_update(CUgraphExec exec, CUgraph graph, CUgraphExec
 {
     (void)info;
     shared_with((uint64_t)(uintptr_t)graph, (uint64_t)(uintptr_t)exec);
+    cuwire_kernel_nodes_updated((uint64_t)(uintptr_t)graph, (uint64_t)(uintptr_t)exec);
 }
 
 void cuwire_after_graph_destroy(CUgraph graph)
 {
     release((uint64_t)(uintptr_t)graph);
     cuwire_user_objects_release((uint64_t)(uintptr_t)graph, 0);
+    cuwire_kernel_nodes_gone((uint64_t)(uintptr_t)graph);
 }
 
 void cuwire_after_graph_exec_destroy(CUgraphExec exec)
 {
     release((uint64_t)(uintptr_t)exec);
     cuwire_user_objects_release((uint64_t)(uintptr_t)exec, 1);
+    cuwire_kernel_nodes_gone((uint64_t)(uintptr_t)exec);
 }

@@ -45,7 +45,12 @@ def _kernel_node(nodeParams, action: int, **fields) -> pb.KernelNode_Result | in
         return INVALID_VALUE
     args = pb.KernelNode_Args(action=action, kernel=handle[0], grid=[gx, gy, gz], block=[bx, by, bz],
                               shared_mem=shared, params=bytes(ffi.buffer(out, n)), **fields)
-    return rt.call(rt.KERNEL_NODE, args, pb.KernelNode_Result)
+    res = rt.call(rt.KERNEL_NODE, args, pb.KernelNode_Result)
+    if res.status == 0:  # what a later set in an executable graph is checked against (client/kernel_nodes.c)
+        owner, in_exec, node = {ADD: (args.graph, 0, res.node), SET: (0, 0, args.node),
+                                EXEC_SET: (args.exec, 1, args.node)}[action]
+        lib.cuwire_kernel_node_noted(owner, in_exec, node, args.kernel, list(args.block), args.shared_mem)
+    return res
 
 
 def _node_added(phGraphNode, res) -> int:

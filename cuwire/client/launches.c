@@ -14,6 +14,7 @@
 
 #include "cuda_api.h"
 #include "frames.h"
+#include "kernel_nodes.h"
 #include "runtime.h"
 
 /* ------------------------------------------------------------------ cooperative launches */
@@ -52,6 +53,8 @@ static size_t kernels_cap, kernels_len;
 static uint32_t max_threads, max_block[3], max_grid[3];
 static int limits_set;
 unsigned long long cuwire_fast_launches; /* for CUWIRE_STATS */
+unsigned long long cuwire_fast_node_sets; /* ...and the kernel node sets queued */
+extern const uint32_t cuwire_kernel_node_set_record_id; /* (generated/client_stubs.c) */
 extern const uint32_t cuwire_launch_record_id, cuwire_launch_ex_record_id;
 
 static size_t slot_of(const void *key, size_t cap)
@@ -265,6 +268,49 @@ long cuwire_pack_params(CUfunction f, void **params, void **extra, uint64_t *han
     }
     pthread_mutex_unlock(&kernels_lock);
     return len;
+}
+
+/* cuGraphExecKernelNodeSetParams (`fast`): queued as record KernelNodeSet when it cannot fail, a set that
+ * changes only the parameters and the grid of a kernel node the client knows (kernel_nodes.c), else -1 (the
+ * server answers). */
+int cuwire_fast_exec_kernel_node_set(CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    if (!p || cuwire_forked || !CUWIRE_READY())
+        return -1;
+    uint32_t grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ}, block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+    if (cuwire_launch_config_error(grid, block) != 0)
+        return -1;
+    uint64_t known_kernel = 0;
+    uint32_t known_block[3], known_shared;
+    if (cuwire_kernel_node_of((uint64_t)(uintptr_t)exec, (uint64_t)(uintptr_t)node, &known_kernel, known_block,
+                              &known_shared) != 0 ||
+        memcmp(known_block, block, sizeof block) != 0 || known_shared != p->sharedMemBytes)
+        return -1;
+    char small[4096], *rec = small;
+    size_t room = sizeof small - sizeof(struct cw_node_set_head);
+    uint64_t kernel = 0;
+    CUfunction f = p->func ? p->func : (CUfunction)p->kern;
+    long n = cuwire_pack_params(f, p->kernelParams, p->extra, &kernel, rec + sizeof(struct cw_node_set_head), room);
+    if (n == -2) { /* parameters larger than the buffer here */
+        rec = malloc(sizeof(struct cw_node_set_head) + (32u << 10));
+        if (!rec)
+            return -1;
+        n = cuwire_pack_params(f, p->kernelParams, p->extra, &kernel, rec + sizeof(struct cw_node_set_head),
+                               32u << 10);
+    }
+    int err = -1;
+    if (n >= 0 && kernel == known_kernel) {
+        struct cw_node_set_head head = {(uint64_t)(uintptr_t)exec, (uint64_t)(uintptr_t)node, kernel,
+                                        {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]},
+                                        p->sharedMemBytes};
+        memcpy(rec, &head, sizeof head);
+        err = cuwire_enqueue(cuwire_kernel_node_set_record_id, rec, (uint32_t)(sizeof head + (size_t)n));
+        if (!err)
+            __atomic_add_fetch(&cuwire_fast_node_sets, 1, __ATOMIC_RELAXED);
+    }
+    if (rec != small)
+        free(rec);
+    return err; /* (another kernel, or parameters the server must judge: -1, the server answers) */
 }
 
 /* cuLaunchKernel of a function or kernel whose layout the client holds (from its lookup). */

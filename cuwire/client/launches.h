@@ -15,6 +15,7 @@ CW_FROM_PYTHON void cuwire_cache_kernel(const void *key, uint64_t handle, uint32
 CW_FROM_PYTHON void cuwire_forget_kernels(void);
 CW_FROM_PYTHON int cuwire_launch_config_error(const uint32_t *grid, const uint32_t *block);
 CW_FROM_PYTHON extern unsigned long long cuwire_fast_launches;
+CW_FROM_PYTHON extern unsigned long long cuwire_fast_node_sets;
 /* cuLaunchKernel and cuLaunchKernelEx queued in C, once the session is open (client/launches.py calls them for
  * a function's first launch); -1: the call takes the Python path. */
 CW_FROM_PYTHON int cuwire_fast_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,

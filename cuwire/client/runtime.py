@@ -783,6 +783,12 @@ def api_calls() -> dict[str, Counter]:
                 out.setdefault(served, Counter())[name] += hits
             if queued:
                 out.setdefault("async", Counter())[name] += queued
+    node_sets = lib.cuwire_fast_node_sets  # (queued by client/kernel_nodes.c: async too)
+    if node_sets:
+        name = "cuGraphExecKernelNodeSetParams_v2"
+        moved = min(node_sets, out.setdefault("custom", Counter())[name])
+        out["custom"][name] -= moved
+        out.setdefault("async", Counter())[name] += moved
     fast = lib.cuwire_fast_launches
     if fast:
         custom = out.setdefault("custom", Counter())

@@ -43,7 +43,7 @@ INTERNAL_OPS = ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorSt
                 "CopyShared", "RegisterHost",
                 "UnregisterHost", "HostFunc", "ManagedAlloc", "GraphNode", "CaptureInfo", "AllocNodeParams",
                 "KernelNodeParams", "BatchMemOpNode", "GraphDot",
-                "Enumerate", "MakeHandles", "FunctionAttributes", "RunningProcesses", "Preload")
+                "Enumerate", "MakeHandles", "FunctionAttributes", "RunningProcesses", "Preload", "KernelNodeSet")
 
 
 def py_name(name: str) -> str:

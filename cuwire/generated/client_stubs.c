@@ -2006,6 +2006,8 @@ const uint32_t cuwire_copy_from_record_id = 2717996854u;
 const uint32_t cuwire_copy_shared_record_id = 3420448369u;
 /* ... and of a host function of the program's in a stream (cuwire's own operation HostFunc). */
 const uint32_t cuwire_host_func_record_id = 2255595394u;
+/* ... and of a kernel node's parameters set in an executable graph (cuwire's own operation KernelNodeSet). */
+const uint32_t cuwire_kernel_node_set_record_id = 1644708772u;
 /* ... and of the switch of the session thread's context (cuwire's own operation SetContext). */
 const uint32_t cuwire_set_context_record_id = 2441823671u;
 
@@ -5885,21 +5887,15 @@ CUWIRE_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 
 /* cuGraphDestroyNode (cuda.h): remoted, sync */
 int cuwire_py_cuGraphDestroyNode(uint64_t);
+void cuwire_after_graph_destroy_node(CUgraphNode hNode);
 static inline CUresult cuwire_impl_cuGraphDestroyNode(CUgraphNode hNode)
 {
-    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
-        struct __attribute__((packed)) {
-            uint64_t hNode;
-        } rec = {
-            (uint64_t)(uintptr_t)hNode,
-        };
-        int status = cuwire_call(3231463016u, &rec, sizeof rec, NULL, 0);
-        if (status >= 0)
-            return (CUresult)status;
-    }
     if (!CUWIRE_READY())
         return (CUresult)(cuwire_released_at_end() ? 0 : CUWIRE_NOT_READY);
-    return (CUresult)(cuwire_py_cuGraphDestroyNode((uint64_t)(uintptr_t)hNode));
+    int status = cuwire_py_cuGraphDestroyNode((uint64_t)(uintptr_t)hNode);
+    if (status == 0)
+        cuwire_after_graph_destroy_node(hNode);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
 {
@@ -6249,8 +6245,13 @@ CUWIRE_EXPORT CUresult cuGraphExecKernelNodeSetParams(void)
 
 /* cuGraphExecKernelNodeSetParams_v2 (cuda.h): remoted, custom */
 int cuwire_py_cuGraphExecKernelNodeSetParams_v2(uint64_t, uint64_t, void *, uint64_t);
+int cuwire_fast_exec_kernel_node_set(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams);
 static inline CUresult cuwire_impl_cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
+    int fast = cuwire_fast_exec_kernel_node_set(hGraphExec, hNode, nodeParams);
+    if (fast >= 0) {
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuGraphExecKernelNodeSetParams_v2((uint64_t)(uintptr_t)hGraphExec, (uint64_t)(uintptr_t)hNode, (void *)nodeParams, sizeof *nodeParams));

@@ -2545,7 +2545,6 @@ RECORDS = {
     2060489457: ("cuFuncLoad", struct.Struct("<Q")),
     1296138514: ("cuFuncSetAttribute", struct.Struct("<Qii")),
     1389123837: ("cuFuncSetSharedMemConfig", struct.Struct("<Qi")),
-    3231463016: ("cuGraphDestroyNode", struct.Struct("<Q")),
     1340411253: ("cuGraphEventRecordNodeSetEvent", struct.Struct("<QQ")),
     2408944543: ("cuGraphEventWaitNodeSetEvent", struct.Struct("<QQ")),
     3523231073: ("cuGraphExecEventRecordNodeSetEvent", struct.Struct("<QQQ")),

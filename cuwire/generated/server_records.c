@@ -284,22 +284,6 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         *err = s->fn.cuFuncSetSharedMemConfig((CUfunction)(uintptr_t)r.hfunc, r.config);
         return 1;
     }
-    case 3231463016u: { /* cuGraphDestroyNode (cuda.h) */
-        struct __attribute__((packed)) {
-            uint64_t hNode;
-        } r;
-        if (size != sizeof r)
-            return cw_refuse(s, "queued cuGraphDestroyNode: record of %u bytes, expected %zu", size, sizeof r);
-        memcpy(&r, p, sizeof r);
-        if (!cw_owns(s, CW_KIND_CUgraphNode_st, r.hNode)) {
-            *err = CW_INVALID_HANDLE;
-            return 1;
-        }
-        *err = s->fn.cuGraphDestroyNode((CUgraphNode)(uintptr_t)r.hNode);
-        if (*err == 0) /* destroyed: no longer the session's */
-            cw_set_remove(&s->handles[CW_KIND_CUgraphNode_st], r.hNode);
-        return 1;
-    }
     case 1340411253u: { /* cuGraphEventRecordNodeSetEvent (cuda.h) */
         struct __attribute__((packed)) {
             uint64_t hNode;

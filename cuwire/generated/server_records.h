@@ -24,7 +24,6 @@
     X(cuFuncLoad) \
     X(cuFuncSetAttribute) \
     X(cuFuncSetSharedMemConfig) \
-    X(cuGraphDestroyNode) \
     X(cuGraphEventRecordNodeSetEvent) \
     X(cuGraphEventWaitNodeSetEvent) \
     X(cuGraphExecEventRecordNodeSetEvent) \

@@ -3,7 +3,7 @@
 and the id of each remoted function and of each of cuwire's own operations (a Batch's `fn`). The client
 imports these, never the server's handlers."""
 
-API_DIGEST = "49556cb06fa6d312"
+API_DIGEST = "91ddba2bf249b99a"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -40,6 +40,7 @@ OP_IDS = {
     "FunctionAttributes": 2946876176,
     "RunningProcesses": 3629668532,
     "Preload": 3314334479,
+    "KernelNodeSet": 1644708772,
 }
 # Each remoted function's id (messages <name>_Args / <name>_Result).
 FUNCTION_IDS = {

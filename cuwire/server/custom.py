@@ -304,7 +304,7 @@ def _describe(s, handle: int, func, kind: str, offsets, sizes, param_info=None) 
     s.kernels[handle] = func
     s.kernel_kind[handle] = kind
     s.layouts[handle] = (list(offsets), list(sizes))
-    s.records.kernel(handle, int(s.ffi.cast("uintptr_t", func)), offsets, sizes)
+    s.records.kernel(handle, int(s.ffi.cast("uintptr_t", func)), offsets, sizes, is_kernel=kind == "kernel")
     # the driver takes a CUkernel wherever it takes a CUfunction (cuFuncGetAttribute, launches)
     s.owns_handle("CUfunc_st", handle)
     if kind == "kernel":
@@ -700,4 +700,5 @@ OPS = {
 
 # cuwire's own queued records, run by the session's C loop (records.c) with the generated ones
 RECORD_OPS = {op_id(name): f"cuwire.{name}"
-              for name in ("SetContext", "LaunchKernel", "LaunchKernelEx", "CopyToDevice", "CopyShared", "HostFunc")}
+              for name in ("SetContext", "LaunchKernel", "LaunchKernelEx", "CopyToDevice", "CopyShared", "HostFunc",
+                           "KernelNodeSet")}

@@ -64,6 +64,7 @@ typedef struct {
 typedef struct {
     uint64_t key;
     CUfunction func;
+    int is_kernel;    /* a CUkernel (a graph's kernel node takes it as `kern`), else a CUfunction */
     uint32_t n, size; /* parameters; bytes of the parameter buffer (the last offset + size) */
     char *buf;        /* the parameters are copied here... */
     void **argv;      /* ...and argv[i] points at parameter i, as cuLaunchKernel takes them */
@@ -96,9 +97,11 @@ struct cw_records {
         CW_FN_MEMBER(cuLaunchHostFunc)
         CW_FN_MEMBER(cuStreamIsCapturing)
         CW_FN_MEMBER(cuThreadExchangeStreamCaptureMode)
+        CW_FN_MEMBER(cuGraphExecKernelNodeSetParams_v2)
     } fn;
     /* cuwire's own records (cw_records_ops) */
-    uint32_t launch_id, launch_ex_id, set_context_id, copy_id, copy_from_id, copy_shared_id, host_func_id;
+    uint32_t launch_id, launch_ex_id, set_context_id, copy_id, copy_from_id, copy_shared_id, host_func_id,
+        node_set_id;
     uint64_t refused_address, refused_size; /* the last device range a record named outside the session's */
     int refused_range;                      /* ... set until the session asks (cw_records_refused_range) */
     int own_context; /* the session has a process and a context of its own (cw_records_own_context) */
@@ -330,8 +333,9 @@ void cw_records_free(cw_records *s)
 
 /* The ids of cuwire's own records (generated OP_IDS). */
 void cw_records_ops(cw_records *s, uint32_t launch, uint32_t launch_ex, uint32_t set_context, uint32_t copy,
-                    uint32_t copy_from)
+                    uint32_t copy_from, uint32_t node_set)
 {
+    s->node_set_id = node_set;
     s->launch_id = launch;
     s->launch_ex_id = launch_ex;
     s->set_context_id = set_context;
@@ -453,7 +457,8 @@ const char *cw_records_function(int i)
         CW_GENERATED_FUNCTIONS(CW_FN_NAME) CW_FN_NAME(cuCtxSetCurrent) CW_FN_NAME(cuLaunchKernel)
             CW_FN_NAME(cuLaunchKernelEx) CW_FN_NAME(cuMemcpyHtoD_v2) CW_FN_NAME(cuMemcpyHtoDAsync_v2)
                 CW_FN_NAME(cuMemcpyDtoH_v2) CW_FN_NAME(cuMemcpyDtoHAsync_v2) CW_FN_NAME(cuLaunchHostFunc)
-                    CW_FN_NAME(cuStreamIsCapturing) CW_FN_NAME(cuThreadExchangeStreamCaptureMode) NULL};
+                    CW_FN_NAME(cuStreamIsCapturing) CW_FN_NAME(cuThreadExchangeStreamCaptureMode)
+                        CW_FN_NAME(cuGraphExecKernelNodeSetParams_v2) NULL};
     return i >= 0 && i < (int)(sizeof names / sizeof *names) ? names[i] : NULL;
 }
 
@@ -509,9 +514,10 @@ size_t cw_records_handles(const cw_records *s, int kind, uint64_t *out, size_t m
     return n;
 }
 
-/* Launches naming `key` run `func` with this parameter layout. -1 if out of memory. */
-int cw_records_kernel(cw_records *s, uint64_t key, uintptr_t func, uint32_t n, const uint32_t *offsets,
-                      const uint32_t *sizes)
+/* Launches naming `key` run `func` (a CUkernel when is_kernel) with this parameter layout. -1 if out of
+ * memory. */
+int cw_records_kernel(cw_records *s, uint64_t key, uintptr_t func, int is_kernel, uint32_t n,
+                      const uint32_t *offsets, const uint32_t *sizes)
 {
     if (!key)
         return -1;
@@ -544,7 +550,7 @@ int cw_records_kernel(cw_records *s, uint64_t key, uintptr_t func, uint32_t n, c
         free(k->buf);
         free(k->argv);
     }
-    *k = (cw_kernel){key, (CUfunction)func, n, size, buf, argv};
+    *k = (cw_kernel){key, (CUfunction)func, is_kernel, n, size, buf, argv};
     return 0;
 }
 
@@ -607,6 +613,38 @@ static int cw_launch_record(cw_records *s, const char *p, uint32_t size, int wit
     if (r < 0)
         return -1;
     *err = r;
+    return 1;
+}
+
+/* A kernel node's parameters set in an executable graph (struct cw_node_set_head, then the parameters):
+ * its graph and node the session's, its kernel one the session looked up. */
+static int cw_node_set_record(cw_records *s, const char *p, uint32_t size, int *err)
+{
+    struct cw_node_set_head h;
+    if (size < sizeof h)
+        return cw_refuse(s, "queued kernel node set of %u bytes, shorter than its %zu-byte head", size, sizeof h);
+    memcpy(&h, p, sizeof h);
+    cw_kernel *k = cw_kernel_find(s, h.kernel);
+    if (!k || !cw_owns(s, CW_KIND_CUgraphExec_st, h.exec) || !cw_owns(s, CW_KIND_CUgraphNode_st, h.node)) {
+        *err = CW_INVALID_HANDLE;
+        return 1;
+    }
+    if (size - sizeof h != k->size)
+        return cw_refuse(s, "kernel node parameters: sent %zu bytes, the kernel takes %u", size - sizeof h, k->size);
+    if (h.shared_mem > UINT32_MAX)
+        return cw_refuse(s, "queued kernel node set: %llu bytes of shared memory", (unsigned long long)h.shared_mem);
+    memcpy(k->buf, p + sizeof h, k->size); /* (the driver copies the parameters before it returns) */
+    CUDA_KERNEL_NODE_PARAMS params = {0};
+    if (k->is_kernel)
+        params.kern = (CUkernel)k->func;
+    else
+        params.func = k->func;
+    params.gridDimX = h.grid[0], params.gridDimY = h.grid[1], params.gridDimZ = h.grid[2];
+    params.blockDimX = h.block[0], params.blockDimY = h.block[1], params.blockDimZ = h.block[2];
+    params.sharedMemBytes = (unsigned)h.shared_mem;
+    params.kernelParams = k->n ? k->argv : NULL;
+    *err = s->fn.cuGraphExecKernelNodeSetParams_v2((CUgraphExec)(uintptr_t)h.exec, (CUgraphNode)(uintptr_t)h.node,
+                                                   &params);
     return 1;
 }
 
@@ -867,6 +905,8 @@ static int cw_run_one(cw_records *s, uint32_t fn, const char *p, uint32_t size, 
         done = cw_host_func_record(s, p, size, err);
     } else if (fn == s->set_context_id) {
         done = cw_set_context_record(s, p, size, err);
+    } else if (fn == s->node_set_id && fn) {
+        done = cw_node_set_record(s, p, size, err);
     } else {
         done = cw_run_generated(s, fn, p, size, err);
     }

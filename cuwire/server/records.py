@@ -64,7 +64,7 @@ def output_take() -> bytes:
 class RecordLoop:
     def __init__(self, table: Sequence[tuple[int, object]], ops: tuple[int, int, int, int, int]):
         """`ops`: the ids of cuwire's own records LaunchKernel, LaunchKernelEx, SetContext, CopyToDevice,
-        CopyFromDevice."""
+        CopyFromDevice, KernelNodeSet."""
         self.state = ffi.gc(lib.cw_records_new(), lib.cw_records_free)
         if self.state == ffi.NULL:
             raise MemoryError("no memory for the session's record loop")
@@ -160,10 +160,13 @@ class RecordLoop:
         """Whether the range lies in one allocation (or module global) of the session."""
         return bool(lib.cw_records_in_memory(self.state, address, size))
 
-    def kernel(self, key: int, func: int, offsets: Sequence[int], sizes: Sequence[int]) -> None:
-        """Launches naming `key` run the function at address `func`, parameters at these offsets."""
+    def kernel(self, key: int, func: int, offsets: Sequence[int], sizes: Sequence[int],
+               is_kernel: bool = False) -> None:
+        """Launches naming `key` run the function at address `func` (a CUkernel with is_kernel: a graph's kernel
+        node takes it as such), parameters at these offsets."""
         n = len(offsets)
-        if lib.cw_records_kernel(self.state, key, func, n, ffi.new("uint32_t[]", list(offsets) or [0]),
+        if lib.cw_records_kernel(self.state, key, func, int(is_kernel), n,
+                                 ffi.new("uint32_t[]", list(offsets) or [0]),
                                  ffi.new("uint32_t[]", list(sizes) or [0])) != 0:
             raise MemoryError("no memory for the session's kernels")
 

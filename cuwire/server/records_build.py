@@ -33,15 +33,15 @@ void cw_records_disown(cw_records *s, int kind, uint64_t v);
 int cw_records_owns(const cw_records *s, int kind, uint64_t v);
 size_t cw_records_count(const cw_records *s, int kind);
 size_t cw_records_handles(const cw_records *s, int kind, uint64_t *out, size_t max);
-int cw_records_kernel(cw_records *s, uint64_t key, uintptr_t func, uint32_t n, const uint32_t *offsets,
-                      const uint32_t *sizes);
+int cw_records_kernel(cw_records *s, uint64_t key, uintptr_t func, int is_kernel, uint32_t n,
+                      const uint32_t *offsets, const uint32_t *sizes);
 int cw_records_launch(cw_records *s, uint64_t kernel, const uint32_t *grid, const uint32_t *block,
                       uint32_t shared_mem, uint64_t stream, const char *params, size_t len,
                       const CUlaunchAttribute *attrs, uint32_t n_attrs);
 int cw_records_run(cw_records *s, const char *data, size_t len, int *first_error, uint32_t *first_fn,
                    uint64_t *count);
 void cw_records_ops(cw_records *s, uint32_t launch, uint32_t launch_ex, uint32_t set_context, uint32_t copy,
-                    uint32_t copy_from);
+                    uint32_t copy_from, uint32_t node_set);
 int cw_records_call(cw_records *s, const char *data, size_t len, char *out, uint32_t out_cap, uint32_t *out_len,
                     int *status, int *first_error, uint32_t *first_fn, uint64_t *count);
 void cw_records_shared(cw_records *s, uint32_t copy_shared, uintptr_t base, uint64_t size);

@@ -49,8 +49,8 @@ from cuwire.wire.transport import BULK, MAX_MESSAGE, TransportError
 log = logging.getLogger("cuwire.server")
 COPY_SHARED = generated.OP_IDS["CopyShared"]
 HOST_FUNC = generated.OP_IDS["HostFunc"]
-RECORD_IDS = tuple(generated.OP_IDS[n]
-                   for n in ("LaunchKernel", "LaunchKernelEx", "SetContext", "CopyToDevice", "CopyFromDevice"))
+RECORD_IDS = tuple(generated.OP_IDS[n] for n in ("LaunchKernel", "LaunchKernelEx", "SetContext", "CopyToDevice",
+                                                  "CopyFromDevice", "KernelNodeSet"))
 MEMHOSTALLOC_PORTABLE = 0x01
 MEMHOSTREGISTER_PORTABLE = 0x01
 CAPTURE_MODE_RELAXED = 2  # CU_STREAM_CAPTURE_MODE_RELAXED

@@ -61,6 +61,17 @@ struct CW_PACKED cw_launch_head {
     uint64_t stream;
 };
 
+/* A kernel node's parameters set in an executable graph, queued (client/kernel_nodes.c: the client knew the
+ * set cannot fail): this, then the parameters laid out at the kernel's offsets, as a launch's. */
+struct CW_PACKED cw_node_set_head {
+    uint64_t exec;
+    uint64_t node;
+    uint64_t kernel;
+    uint32_t grid[3];
+    uint32_t block[3];
+    uint64_t shared_mem;
+};
+
 /* A small copy to the device, queued with its bytes (client/queue.c): this, then the bytes. sync: the null
  * stream's synchronous cuMemcpyHtoD, else ...Async. */
 struct CW_PACKED cw_copy_head {
