@@ -440,7 +440,7 @@ class Session:
         """Before a call that makes a handle of `kind`: the session may hold CUWIRE_MAX_HANDLES of each kind
         at once (a program that makes streams or events in a loop and never destroys them is bounded)."""
         most = self.server.settings.max_handles
-        if most and len(self.handles_of(kind)) >= most:
+        if most and self.handle_count(kind) >= most:
             log.warning("session %s: holds %d handles of kind %s, the most a session may (CUWIRE_MAX_HANDLES)",
                         self.name, most, kind)
             raise CudaFail(OUT_OF_MEMORY, f"the session holds {most} {kind} handles (CUWIRE_MAX_HANDLES)")
@@ -467,6 +467,9 @@ class Session:
     def handles_of(self, kind: str) -> Collection[int]:
         """The session's handles of `kind`."""
         return self.records.handles(kind) if self.records.checks(kind) else self.handles.get(kind, set())
+
+    def handle_count(self, kind: str) -> int:
+        return self.records.count(kind) if self.records.checks(kind) else len(self.handles.get(kind, ()))
 
     def chunk_buffer(self, pairs: int = 1):
         """The session's buffers for streamed copies (bulk.py): `pairs` pairs of bulk.CHUNK bytes one after
