@@ -17,53 +17,33 @@
 
 #include "cuda_api.h"
 #include "runtime.h"
+#include "table.h"
 
-#define FIRST_SLOTS 4096  /* a power of two; the table doubles when half full... */
-#define MOST_SLOTS (1u << 18) /* ...up to this many (12 MiB); a full one just stops storing */
 enum { KERNEL_ATTRIBUTE = 1, FUNCTION_ATTRIBUTE, OCCUPANCY, OCCUPANCY_FLAGS, LIMIT };
 
 struct entry {
-    uint64_t key[5]; /* the query and its arguments; key[0] == 0: empty, GONE: forgotten */
+    uint64_t key[5]; /* the query and its arguments (table.h) */
     int64_t value;   /* (a limit is a size_t) */
 };
-#define GONE UINT64_MAX /* a forgotten entry: lookups go on past it, stores may reuse it */
 /* Every attribute of a kernel takes CU_FUNC_ATTRIBUTE_MAX entries: CuPy's linear algebra asks those of
- * hundreds of kernels (a table of fixed size filled, and each question cost two round trips). */
-static struct entry *slots;
-static unsigned n_slots, used; /* used: entries not empty, forgotten ones too */
+ * hundreds of kernels (a table of fixed size filled, and each question cost two round trips). Up to 2^18
+ * slots (12 MiB). */
+static cw_table answers = CW_TABLE(struct entry, 5, 1u << 18);
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 /* Counts the forgettings: answers kept elsewhere (client/launches.py's clusters) forget theirs when it moves. */
 static unsigned long long generation;
 
 unsigned long long cuwire_answers_generation(void) { return __atomic_load_n(&generation, __ATOMIC_ACQUIRE); }
 
-static unsigned slot_of(const uint64_t key[5], unsigned cap)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < 5; i++)
-        h = (h ^ key[i]) * 1099511628211ull;
-    return (unsigned)(h ^ (h >> 32)) & (cap - 1);
-}
-
-/* The slot holding key, or -1. Lock held. */
-static int find(const uint64_t key[5])
-{
-    for (unsigned i = n_slots ? slot_of(key, n_slots) : 0, n = 0; n < n_slots && slots[i].key[0];
-         i = (i + 1) & (n_slots - 1), n++)
-        if (memcmp(slots[i].key, key, sizeof slots[i].key) == 0)
-            return (int)i;
-    return -1;
-}
-
 /* 0 and the value when known; -1 when the server must be asked. */
 static int lookup_value(const uint64_t key[5], int64_t *out)
 {
     pthread_mutex_lock(&lock);
-    int i = find(key);
-    if (i >= 0)
-        *out = slots[i].value;
+    struct entry *e = cw_table_find(&answers, key);
+    if (e)
+        *out = e->value;
     pthread_mutex_unlock(&lock);
-    return i >= 0 ? 0 : -1;
+    return e ? 0 : -1;
 }
 
 static int lookup(const uint64_t key[5], int *out)
@@ -75,52 +55,12 @@ static int lookup(const uint64_t key[5], int *out)
     return 0;
 }
 
-/* Room for one more entry: the table made, or made again without its forgotten entries, twice as large
- * when the kept ones fill half of it. 0, or -1 when it is as large as it may be (or no memory). Lock held. */
-static int make_room(void)
-{
-    if ((used + 1) * 2 <= n_slots)
-        return 0;
-    unsigned kept = 0;
-    for (unsigned i = 0; i < n_slots; i++)
-        kept += slots[i].key[0] && slots[i].key[0] != GONE;
-    unsigned cap = n_slots ? n_slots : FIRST_SLOTS;
-    while ((kept + 1) * 2 > cap && cap < MOST_SLOTS)
-        cap *= 2;
-    if ((kept + 1) * 2 > cap)
-        return -1;
-    struct entry *table = calloc(cap, sizeof *table);
-    if (!table)
-        return -1;
-    for (unsigned i = 0; i < n_slots; i++)
-        if (slots[i].key[0] && slots[i].key[0] != GONE) {
-            unsigned j = slot_of(slots[i].key, cap);
-            while (table[j].key[0])
-                j = (j + 1) & (cap - 1);
-            table[j] = slots[i];
-        }
-    free(slots);
-    slots = table;
-    n_slots = cap;
-    used = kept;
-    return 0;
-}
-
 static void store(const uint64_t key[5], int64_t value)
 {
     pthread_mutex_lock(&lock);
-    int i = find(key);
-    if (i < 0 && make_room() == 0) {
-        unsigned j = slot_of(key, n_slots);
-        while (slots[j].key[0] && slots[j].key[0] != GONE)
-            j = (j + 1) & (n_slots - 1);
-        used += !slots[j].key[0];
-        i = (int)j;
-    }
-    if (i >= 0) {
-        memcpy(slots[i].key, key, sizeof slots[i].key);
-        slots[i].value = value;
-    }
+    struct entry *e = cw_table_put(&answers, key);
+    if (e)
+        e->value = value;
     pthread_mutex_unlock(&lock);
 }
 
@@ -128,9 +68,7 @@ static void store(const uint64_t key[5], int64_t value)
 static int forget_all(void)
 {
     pthread_mutex_lock(&lock);
-    if (slots)
-        memset(slots, 0, n_slots * sizeof *slots);
-    used = 0;
+    cw_table_clear(&answers);
     __atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);
     return -1;
@@ -170,16 +108,17 @@ static int changes_itself_alone(uint64_t attrib)
 static int forget_handle(uint64_t kind, uint64_t handle, unsigned all_of, uint64_t attrib)
 {
     pthread_mutex_lock(&lock);
-    for (unsigned i = 0; i < n_slots; i++) {
-        uint64_t k = slots[i].key[0];
-        if (!k || k == GONE || !((k == kind && slots[i].key[1] == handle) || (all_of & (1u << k))))
+    for (unsigned i = 0; i < answers.cap; i++) {
+        struct entry *e = cw_table_at(&answers, i);
+        uint64_t k = e ? e->key[0] : 0;
+        if (!k || !((k == kind && e->key[1] == handle) || (all_of & (1u << k))))
             continue;
         int attribute = k == KERNEL_ATTRIBUTE || k == FUNCTION_ATTRIBUTE;
         if (attribute && changes_itself_alone(attrib)) {
-            if (slots[i].key[2] == attrib)
-                slots[i].key[0] = GONE;
-        } else if (!(attribute && slots[i].key[2] != attrib && settable(slots[i].key[2]))) {
-            slots[i].key[0] = GONE;
+            if (e->key[2] == attrib)
+                cw_table_remove(e);
+        } else if (!(attribute && e->key[2] != attrib && settable(e->key[2]))) {
+            cw_table_remove(e);
         }
     }
     __atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);

@@ -22,6 +22,7 @@
 #include "capture.h"
 #include "cuda_api.h"
 #include "runtime.h"
+#include "table.h"
 
 #define POOLS 32    /* (context, kind, flags, priority) at once; more take the usual path */
 #define FIRST 4     /* handles of a pool's first batch */
@@ -40,58 +41,35 @@ struct pool {
 static struct pool pools[POOLS];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The handles given out and alive: open addressing on the handle; a full table stops storing. */
-#define GIVEN 8192 /* a power of two */
-#define GONE UINT64_MAX
-static struct given {
-    uint64_t handle; /* 0: empty; GONE: destroyed (lookups go on past it) */
+/* The handles given out and alive (table.h: up to 2^16 slots; past that, destroys wait as before). */
+struct given {
+    uint64_t handle, kind; /* the key */
     uint64_t context;
-    uint32_t kind;
-} given[GIVEN];
-static unsigned given_used; /* slots not empty, GONE ones too */
-
-static unsigned slot_of(uint64_t handle) { return (unsigned)((handle * 0x9e3779b97f4a7c15ull) >> 51) & (GIVEN - 1); }
+};
+static cw_table given = CW_TABLE(struct given, 2, 1u << 16);
 
 /* Lock held. */
 static void keep_given(uint64_t handle, uint64_t context, uint32_t kind)
 {
-    if (given_used + 1 > GIVEN * 3 / 4) { /* full of destroyed ones: start over with the live ones */
-        static struct given live[GIVEN];
-        unsigned n = 0;
-        for (unsigned i = 0; i < GIVEN; i++)
-            if (given[i].handle && given[i].handle != GONE)
-                live[n++] = given[i];
-        memset(given, 0, sizeof given);
-        given_used = 0;
-        if (n + 1 > GIVEN * 3 / 4)
-            n = 0; /* full of live ones: forget them all (their destroys wait, as before) */
-        for (unsigned k = 0; k < n; k++)
-            keep_given(live[k].handle, live[k].context, live[k].kind);
-    }
-    unsigned i = slot_of(handle);
-    while (given[i].handle && given[i].handle != GONE)
-        i = (i + 1) & (GIVEN - 1);
-    if (!given[i].handle)
-        given_used++;
-    given[i] = (struct given){handle, context, kind};
+    uint64_t key[2] = {handle, kind};
+    struct given *g = cw_table_put(&given, key);
+    if (g)
+        g->context = context;
 }
 
 /* Whether `handle` was given out as `kind` and is alive: then it is taken out (it is being destroyed). */
 static int take_given(uint64_t handle, uint32_t kind)
 {
-    if (!handle || handle == GONE || cuwire_forked || __atomic_load_n(&cuwire_finished, __ATOMIC_ACQUIRE) ||
+    if (!handle || handle == CW_GONE || cuwire_forked || __atomic_load_n(&cuwire_finished, __ATOMIC_ACQUIRE) ||
         !CUWIRE_READY())
         return 0;
-    int found = 0;
+    uint64_t key[2] = {handle, kind};
     pthread_mutex_lock(&lock);
-    for (unsigned i = slot_of(handle), n = 0; n < GIVEN && given[i].handle; i = (i + 1) & (GIVEN - 1), n++)
-        if (given[i].handle == handle && given[i].kind == kind) {
-            given[i].handle = GONE;
-            found = 1;
-            break;
-        }
+    struct given *g = cw_table_find(&given, key);
+    if (g)
+        cw_table_remove(g);
     pthread_mutex_unlock(&lock);
-    return found;
+    return g != NULL;
 }
 
 /* The pool of these, made if there is room, or NULL. Lock held. */
@@ -186,9 +164,11 @@ void cuwire_forget_pools(uint64_t context)
     for (int i = 0; i < POOLS; i++)
         if (!context || pools[i].context == context)
             pools[i].context = 0;
-    for (unsigned i = 0; i < GIVEN; i++)
-        if (given[i].handle && given[i].handle != GONE && (!context || given[i].context == context))
-            given[i].handle = GONE;
+    for (unsigned i = 0; i < given.cap; i++) {
+        struct given *g = cw_table_at(&given, i);
+        if (g && (!context || g->context == context))
+            cw_table_remove(g);
+    }
     pthread_mutex_unlock(&lock);
 }
 
