@@ -4,7 +4,7 @@ VENV      := .venv
 VPY       := $(VENV)/bin/python
 export CUWIRE_HEADER_CACHE ?= $(CURDIR)/.cache/headers
 
-.PHONY: venv codegen check-generated client server wheel apps demo test lint gpu-test gpu-stress bench bench-distance bench-cpu-distance bench-overflow docker clean
+.PHONY: venv codegen check-generated client server wheel apps demo test lint gpu-test gpu-programs gpu-stress bench bench-distance bench-cpu-distance bench-overflow docker clean
 
 $(VENV)/.installed: pyproject.toml setup.py emulator/pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -72,6 +72,10 @@ test: venv lint check-generated client server apps
 ## On a machine with an NVIDIA GPU: every test app natively and through cuwire, one line per app
 gpu-test:
 	bash tests/gpu_test.sh
+
+## On a GPU machine: a few programs only (PROGRAMS="graph_updates tests/jax_apps/jax_programs.py"), as gpu-test runs them
+gpu-programs:
+	bash tests/gpu_programs.sh $(PROGRAMS)
 
 gpu-stress:
 	bash tests/gpu_stress.sh
