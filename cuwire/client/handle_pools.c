@@ -26,7 +26,7 @@
 
 #define POOLS 32    /* (context, kind, flags, priority) at once; more take the usual path */
 #define FIRST 4     /* handles of a pool's first batch */
-#define MOST 64     /* and of its largest (server/custom.py, MAKE_AT_ONCE) */
+#define MOST CW_MAKE_AT_ONCE /* and of its largest (cuwire/wire/frames.h: the server makes no more at once) */
 enum { STREAMS = 0, EVENTS = 1 }; /* MakeHandles_Args.kind */
 
 struct pool {

@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass, field
 
 from cuwire.generated import cuwire_pb2 as pb
+from cuwire.wire import layouts
 
 MAX_MODULES = 1024  # modules a list keeps (the server's Preload takes as many: server/custom.py)
 MAX_NAMES = 256  # lookups kept per module, of the three kinds together (the server's bound: custom.py)
@@ -150,7 +151,7 @@ class Recorder:
             self.fd = -1
 
 
-MAKE_AT_ONCE = 64  # streams or events a batch may make (server/custom.py; client/handle_pools.c's MOST)
+MAKE_AT_ONCE = layouts.constant("CW_MAKE_AT_ONCE")  # streams or events a batch may make (cuwire/wire/frames.h)
 
 
 class Run:

@@ -15,6 +15,7 @@ from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.server import graphs
 from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED, CudaFail, WireError
+from cuwire.wire import layouts
 
 log = logging.getLogger("cuwire.server")
 
@@ -430,7 +431,7 @@ def max_active_clusters(s, a: pb.MaxActiveClusters_Args) -> pb.MaxActiveClusters
     return r
 
 
-MAKE_AT_ONCE = 64  # handles a MakeHandles asks for at most (the client asks 4, then twice as many each time)
+MAKE_AT_ONCE = layouts.constant("CW_MAKE_AT_ONCE")  # handles one MakeHandles makes (the client asks 4, then 8...)
 STREAMS, EVENTS = 0, 1  # MakeHandles_Args.kind
 
 

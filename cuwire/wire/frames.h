@@ -19,6 +19,7 @@
 #define CW_MAGIC_QUEUED 0x33575543  /* "CUW3": queued calls only, sent early: no answer */
 #define CW_MESSAGE_MAX 67108864     /* the largest message (64 MiB): bulk bytes go in the payload */
 #define CW_CALL_RESULT_MAX 65536    /* the largest result a records frame's call brings back (64 KiB) */
+#define CW_MAKE_AT_ONCE 64          /* streams or events one cuwire.MakeHandles makes at most */
 
 struct CW_PACKED cw_frame_header {
     uint32_t magic;
