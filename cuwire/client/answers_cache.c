@@ -12,14 +12,16 @@
  */
 #include <pthread.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "cuda_api.h"
 #include "runtime.h"
 #include "table.h"
 
 enum { KERNEL_ATTRIBUTE = 1, FUNCTION_ATTRIBUTE, OCCUPANCY, OCCUPANCY_FLAGS, LIMIT };
+/* The kinds of answers every one of which an attribute set of a kernel (a function) may change: the other
+ * kind's (a kernel's functions have handles of their own), and occupancy (forget_handle's all_of). */
+#define AFTER_KERNEL_SET (1u << FUNCTION_ATTRIBUTE | 1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS)
+#define AFTER_FUNCTION_SET (1u << KERNEL_ATTRIBUTE | 1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS)
 
 struct entry {
     uint64_t key[5]; /* the query and its arguments (table.h) */
@@ -245,7 +247,7 @@ int cuwire_forget_answers_kernel_attribute(CUfunction_attribute attrib, int val,
     if (lookup(key, &now) == 0 && now == val)
         return CUDA_SUCCESS;
     return forget_handle(KERNEL_ATTRIBUTE, (uintptr_t)kernel,
-                         1u << FUNCTION_ATTRIBUTE | 1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS, (uint64_t)attrib);
+                         AFTER_KERNEL_SET, (uint64_t)attrib);
 }
 
 int cuwire_forget_answers_function_attribute(CUfunction f, CUfunction_attribute attrib, int value)
@@ -255,7 +257,7 @@ int cuwire_forget_answers_function_attribute(CUfunction f, CUfunction_attribute 
     if (lookup(key, &now) == 0 && now == value)
         return CUDA_SUCCESS;
     return forget_handle(FUNCTION_ATTRIBUTE, (uintptr_t)f,
-                         1u << KERNEL_ATTRIBUTE | 1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS, (uint64_t)attrib);
+                         AFTER_FUNCTION_SET, (uint64_t)attrib);
 }
 
 /* The most dynamic shared memory a kernel with `shared` bytes of static shared memory may be set to on
@@ -265,13 +267,14 @@ CUresult cuwire_local_cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, C
 CUresult cuwire_local_cuDeviceGetCount(int *count);
 static long dynamic_shared_room(int shared, CUdevice dev)
 {
-    int count = 0, optin = 0;
+    int first = dev, end = dev + 1, optin = 0;
     long least = -1;
-    if (dev >= 0)
-        count = 1;
-    else if (cuwire_local_cuDeviceGetCount(&count) != CUDA_SUCCESS)
-        return -1;
-    for (int d = dev >= 0 ? dev : 0; d < (dev >= 0 ? dev + 1 : count); d++) {
+    if (dev < 0) { /* every device */
+        first = 0;
+        if (cuwire_local_cuDeviceGetCount(&end) != CUDA_SUCCESS)
+            return -1;
+    }
+    for (int d = first; d < end; d++) {
         if (cuwire_local_cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d) != 0)
             return -1;
         if (least < 0 || optin < least)
@@ -305,13 +308,13 @@ static int set_cannot_fail(uint64_t kind, uint64_t handle, CUfunction_attribute 
 int cuwire_queue_kernel_attribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
 {
     return set_cannot_fail(KERNEL_ATTRIBUTE, (uintptr_t)kernel, attrib, val, dev,
-                           1u << FUNCTION_ATTRIBUTE | 1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS);
+                           AFTER_KERNEL_SET);
 }
 
 int cuwire_queue_function_attribute(CUfunction f, CUfunction_attribute attrib, int value)
 {
     return set_cannot_fail(FUNCTION_ATTRIBUTE, (uintptr_t)f, attrib, value, -1,
-                           1u << KERNEL_ATTRIBUTE | 1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS);
+                           AFTER_FUNCTION_SET);
 }
 
 /* ... and once the server has set it, the value is the answer (the next set of the same value is

@@ -22,11 +22,10 @@
 struct node {
     uint64_t owner; /* the graph or executable graph (with node: the key, table.h) */
     uint64_t node;
-    uint64_t graph; /* the graph the node is of (an executable graph's: the one it was made from) */
-    uint64_t kernel; /* the server's handle of its kernel (cuwire_pack_params) */
+    uint64_t graph;  /* the graph the node is of: owner itself, or the one the executable graph was made from */
+    uint64_t kernel; /* the server's handle of its kernel (as its lookup gave it) */
     uint32_t block[3];
     uint32_t shared;
-    int in_exec; /* owner is an executable graph */
 };
 static cw_table nodes = CW_TABLE(struct node, 2, 1u << 17); /* past that, sets wait as before */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -53,14 +52,14 @@ void cuwire_kernel_node_noted(uint64_t owner, int in_exec, uint64_t node, uint64
     pthread_mutex_lock(&lock);
     for (unsigned i = 0; i < nodes.cap && !owner; i++) { /* a set in a graph: the graph that holds the node */
         struct node *e = cw_table_at(&nodes, i);
-        if (e && !e->in_exec && e->node == node)
+        if (e && e->owner == e->graph && e->node == node)
             owner = e->owner;
     }
     uint64_t key[2] = {owner, node};
     struct node *known = owner && in_exec ? cw_table_find(&nodes, key) : NULL; /* (an executable graph's) */
     uint64_t graph = in_exec ? (known ? known->graph : 0) : owner;
     if (owner && graph)
-        keep(&(struct node){owner, node, graph, kernel, {block[0], block[1], block[2]}, shared, in_exec});
+        keep(&(struct node){owner, node, graph, kernel, {block[0], block[1], block[2]}, shared});
     pthread_mutex_unlock(&lock);
 }
 
@@ -71,7 +70,7 @@ static void copy_nodes(uint64_t graph, uint64_t exec)
     unsigned n = 0;
     for (unsigned i = 0; i < nodes.cap; i++) {
         struct node *e = cw_table_at(&nodes, i);
-        n += e && e->owner == graph && !e->in_exec;
+        n += e && e->owner == graph && e->graph == graph;
     }
     struct node *copies = n ? malloc(n * sizeof *copies) : NULL;
     if (!copies)
@@ -79,10 +78,9 @@ static void copy_nodes(uint64_t graph, uint64_t exec)
     n = 0;
     for (unsigned i = 0; i < nodes.cap; i++) {
         struct node *e = cw_table_at(&nodes, i);
-        if (e && e->owner == graph && !e->in_exec) {
+        if (e && e->owner == graph && e->graph == graph) {
             copies[n] = *e;
-            copies[n].owner = exec;
-            copies[n++].in_exec = 1;
+            copies[n++].owner = exec;
         }
     }
     for (unsigned k = 0; k < n; k++)

@@ -277,40 +277,39 @@ int cuwire_fast_exec_kernel_node_set(CUgraphExec exec, CUgraphNode node, const C
 {
     if (!p || cuwire_forked || !CUWIRE_READY())
         return -1;
-    uint32_t grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ}, block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+    uint32_t grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
+    uint32_t block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
     if (cuwire_launch_config_error(grid, block) != 0)
         return -1;
-    uint64_t known_kernel = 0;
-    uint32_t known_block[3], known_shared;
-    if (cuwire_kernel_node_of((uint64_t)(uintptr_t)exec, (uint64_t)(uintptr_t)node, &known_kernel, known_block,
-                              &known_shared) != 0 ||
-        memcmp(known_block, block, sizeof block) != 0 || known_shared != p->sharedMemBytes)
+    uint64_t node_kernel = 0;
+    uint32_t node_block[3], node_shared;
+    if (cuwire_kernel_node_of((uint64_t)(uintptr_t)exec, (uint64_t)(uintptr_t)node, &node_kernel, node_block,
+                              &node_shared) != 0 ||
+        memcmp(node_block, block, sizeof block) != 0 || node_shared != p->sharedMemBytes)
         return -1;
+    const void *buf;
+    size_t buf_size;
+    if (extra_buffer(p->kernelParams, p->extra, &buf, &buf_size) != 0)
+        return -1; /* (the server says what is wrong) */
+    pthread_mutex_lock(&kernels_lock);
+    struct kernel_info k = known_kernel(p->func ? p->func : (CUfunction)p->kern);
     char small[4096], *rec = small;
-    size_t room = sizeof small - sizeof(struct cw_node_set_head);
-    uint64_t kernel = 0;
-    CUfunction f = p->func ? p->func : (CUfunction)p->kern;
-    long n = cuwire_pack_params(f, p->kernelParams, p->extra, &kernel, rec + sizeof(struct cw_node_set_head), room);
-    if (n == -2) { /* parameters larger than the buffer here */
-        rec = malloc(sizeof(struct cw_node_set_head) + (32u << 10));
-        if (!rec)
-            return -1;
-        n = cuwire_pack_params(f, p->kernelParams, p->extra, &kernel, rec + sizeof(struct cw_node_set_head),
-                               32u << 10);
+    size_t len = sizeof(struct cw_node_set_head) + k.size;
+    if (!k.key || k.handle != node_kernel || (len > sizeof small && !(rec = malloc(len)))) {
+        pthread_mutex_unlock(&kernels_lock);
+        return -1; /* another kernel (its context may not change), or not known here: the server answers */
     }
-    int err = -1;
-    if (n >= 0 && kernel == known_kernel) {
-        struct cw_node_set_head head = {(uint64_t)(uintptr_t)exec, (uint64_t)(uintptr_t)node, kernel,
-                                        {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]},
-                                        p->sharedMemBytes};
-        memcpy(rec, &head, sizeof head);
-        err = cuwire_enqueue(cuwire_kernel_node_set_record_id, rec, (uint32_t)(sizeof head + (size_t)n));
-        if (!err)
-            __atomic_add_fetch(&cuwire_fast_node_sets, 1, __ATOMIC_RELAXED);
-    }
+    struct cw_node_set_head head = {(uint64_t)(uintptr_t)exec, (uint64_t)(uintptr_t)node, k.handle,
+                                    {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, p->sharedMemBytes};
+    memcpy(rec, &head, sizeof head);
+    int missing = pack(&k, p->kernelParams, buf, buf_size, rec + sizeof head);
+    pthread_mutex_unlock(&kernels_lock);
+    int err = missing ? -1 : cuwire_enqueue(cuwire_kernel_node_set_record_id, rec, (uint32_t)len);
+    if (!err)
+        __atomic_add_fetch(&cuwire_fast_node_sets, 1, __ATOMIC_RELAXED);
     if (rec != small)
         free(rec);
-    return err; /* (another kernel, or parameters the server must judge: -1, the server answers) */
+    return err;
 }
 
 /* cuLaunchKernel of a function or kernel whose layout the client holds (from its lookup). */

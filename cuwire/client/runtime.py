@@ -769,7 +769,8 @@ class Client:
 def api_calls() -> dict[str, Counter]:
     """The program's calls by how each was served (sync, async, custom, local, unimplemented), by name.
 
-    Launches of functions already looked up are queued by C (client/launches.c): they count as async."""
+    Launches of functions already looked up, and kernel node sets the client knows cannot fail, are queued
+    by C (client/launches.c): they count as async."""
     out: dict[str, Counter] = {}
     for i in range(lib.cuwire_n_functions):
         if lib.cuwire_counts[i]:
@@ -783,20 +784,16 @@ def api_calls() -> dict[str, Counter]:
                 out.setdefault(served, Counter())[name] += hits
             if queued:
                 out.setdefault("async", Counter())[name] += queued
-    node_sets = lib.cuwire_fast_node_sets  # (queued by client/kernel_nodes.c: async too)
-    if node_sets:
-        name = "cuGraphExecKernelNodeSetParams_v2"
-        moved = min(node_sets, out.setdefault("custom", Counter())[name])
-        out["custom"][name] -= moved
-        out.setdefault("async", Counter())[name] += moved
-    fast = lib.cuwire_fast_launches
-    if fast:
+    for in_c, names in ((lib.cuwire_fast_launches, ("cuLaunchKernel", "cuLaunchKernelEx")),
+                        (lib.cuwire_fast_node_sets, ("cuGraphExecKernelNodeSetParams_v2",))):
+        if not in_c:
+            continue
         custom = out.setdefault("custom", Counter())
-        for name in ("cuLaunchKernel", "cuLaunchKernelEx"):
-            moved = min(fast, custom[name])
+        for name in names:  # (custom calls the C queued, counted apart: moved to async)
+            moved = min(in_c, custom[name])
             custom[name] -= moved
             out.setdefault("async", Counter())[name] += moved
-            fast -= moved
+            in_c -= moved
     return out
 
 

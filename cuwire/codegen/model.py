@@ -226,8 +226,8 @@ class Function:
     @property
     def c_call(self) -> bool:
         """A sync call made by the client's C itself (client/wire.c) and run by the server's C loop
-        (server/records.c), like a queued call that waits: every parameter a scalar or a handle passed
-        by value, nothing made, kept or freed, no hand-written C around it."""
+        (server/records.c), like a queued call that waits: one that fits a record, with no hand-written C
+        around it."""
         return (self.mode == "sync" and not self.fast and not self.after and not self.server and self.fits_a_record)
 
     @property

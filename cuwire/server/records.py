@@ -62,7 +62,7 @@ def output_take() -> bytes:
 
 
 class RecordLoop:
-    def __init__(self, table: Sequence[tuple[int, object]], ops: tuple[int, int, int, int, int]):
+    def __init__(self, table: Sequence[tuple[int, object]], ops: tuple[int, int, int, int, int, int]):
         """`ops`: the ids of cuwire's own records LaunchKernel, LaunchKernelEx, SetContext, CopyToDevice,
         CopyFromDevice, KernelNodeSet."""
         self.state = ffi.gc(lib.cw_records_new(), lib.cw_records_free)
