@@ -11,7 +11,9 @@ from conftest import compile_against_client, run_remote
 
 from cuwire.client import load_lists
 
-EXPECTED = "fill<7> wrote 7, fill<299> wrote 299; fill<42>'s attributes read: yes\n"
+EXPECTED = ("fill<7> wrote 7, fill<299> wrote 299; fill<42>'s attributes read: yes\n"
+            "occupancy: 16 blocks of 128 threads, 32 of 64 threads with 16 bytes each; 49152 bytes each for 2 of 128\n")
+OCCUPANCY = ("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cuOccupancyAvailableDynamicSMemPerBlock")
 
 
 def sent(stderr: str) -> dict[str, int]:
@@ -21,9 +23,10 @@ def sent(stderr: str) -> dict[str, int]:
 
 def test_a_second_run_loads_its_modules_and_lookups_in_one_round_trip(apps: Path, client_lib, server, tmp_path):
     """tests/test_apps/many_kernels.cu: one module of 300 kernels (more than a load describes), three looked
-    up by name and the function of one asked (cudaFuncGetAttributes). The first run loads it and makes each
-    lookup (a round trip each); the second sends its list at the first load and waits for nothing more for
-    the module or its four lookups, with the same output."""
+    up by name and the function of one asked (cudaFuncGetAttributes), and three occupancy questions of
+    two of them. The first run loads it, makes each lookup and asks each question (a round trip each); the
+    second sends its list at the first load and waits for nothing more for the module, its four lookups
+    or its questions, with the same output. A third run's list has them all still."""
     env = {"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1", "CUWIRE_LOAD_LISTS": str(tmp_path / "loads")}
     first = run_remote(apps / "many_kernels", client_lib, server.address, env=env)
     second = run_remote(apps / "many_kernels", client_lib, server.address, env=env)
@@ -34,9 +37,12 @@ def test_a_second_run_loads_its_modules_and_lookups_in_one_round_trip(apps: Path
     assert before["cuwire.GetKernel"] == 4, before
     assert after.get("cuwire.Preload") == 1 and "cuwire.LoadModule" not in after, after
     assert "cuwire.GetKernel" not in after, after
+    assert [before.get(n) for n in OCCUPANCY] == [2, 1] and not any(n in after for n in OCCUPANCY), (before, after)
     assert "(1 of them loaded ahead at the first load, from the last run's list)" in second.stderr
     trips = [int(re.search(r"round trips: (\d+)", r.stderr)[1]) for r in (first, second)]
-    assert trips[1] <= trips[0] - 4, trips  # one load and four lookups, for one preload
+    assert trips[1] <= trips[0] - 7, trips  # one load, four lookups and three questions, for one preload
+    third = run_remote(apps / "many_kernels", client_lib, server.address, env=env)
+    assert third.stdout == EXPECTED and not any(n in sent(third.stderr) for n in OCCUPANCY), third.stderr
 
 
 def test_a_list_naming_what_the_server_lacks_costs_only_its_round_trip(apps: Path, client_lib, server, tmp_path):
@@ -77,6 +83,14 @@ def test_a_list_reads_back_what_was_recorded_and_skips_the_rest(tmp_path):
     rec.looked_up(a, False, "a\nsplit name")  # not kept: a line each
     rec.kernel_function(a, "kernelA")
     rec.kernel_function(b"\3" * 32, "of a module never loaded")
+    q = load_lists.Question(load_lists.LIBRARY_KERNEL, "kernelA", 2, 64, 16, 1)
+    rec.asked(a, q)
+    rec.asked(a, q)  # once
+    rec.asked(b, load_lists.Question(load_lists.MODULE_FUNCTION, "functionB", 3, 2, 128, 0))
+    rec.asked(b"\3" * 32, q)  # of a module never loaded
+    with open(path, "ab") as f:  # an unknown question, an unknown way of finding, a negative argument, no name
+        f.write(b"".join(b"Q " + a.hex().encode() + tail for tail in (
+            b" 0 9 1 2 3 k\n", b" 7 1 1 2 3 k\n", b" 0 1 -1 2 3 k\n", b" 0 1 1 2 3 \n", b" 0 1 1 2\n")))
     with open(path, "ab") as f:
         f.write(b"L " + b"\4" * 4 + b" 0\nL nothex 0\nX " + a.hex().encode() + b" 0\nL " + a.hex().encode() + b" 2\n")
     rec.made_handles(0, 1, -1, 4)
@@ -88,6 +102,8 @@ def test_a_list_reads_back_what_was_recorded_and_skips_the_rest(tmp_path):
     modules = last.modules
     assert [(m.digest, m.as_module, m.kernels, m.functions, m.kernel_functions) for m in modules] == [
         (a, False, ["kernelA"], [], ["kernelA"]), (b, True, ["kernel of b's library"], ["functionB"], [])]
+    assert [m.questions for m in modules] == [
+        [q], [load_lists.Question(load_lists.MODULE_FUNCTION, "functionB", 3, 2, 128, 0)]]
     assert load_lists.read(str(tmp_path / "none")) == load_lists.LastRun()
     assert load_lists.list_path("/x", b"prog\0arg", "sm_90") != load_lists.list_path("/x", b"prog\0arg", "sm_80")
 

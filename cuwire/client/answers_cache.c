@@ -6,7 +6,8 @@
  * query's stub tries the cache first (annotation `fast`) and stores the server's answer (annotation
  * `after`); the first attribute asked of a kernel or function brings all of them. A setter that sets the
  * value the cache already holds is answered here; any other set clears what depends on it (annotation `fast`,
- * returning -1 to go on as usual). Unloads forget nothing: the server keeps every module it loaded for the
+ * returning -1 to go on as usual). A program's occupancy questions go on its run's list, and its next run
+ * has them answered ahead (below). Unloads forget nothing: the server keeps every module it loaded for the
  * session (its module cache), so a handle is never reused for another kernel. A context's limits are kept
  * too (cuwire_cached_limit, below).
  */
@@ -17,15 +18,17 @@
 #include "runtime.h"
 #include "table.h"
 
-enum { KERNEL_ATTRIBUTE = 1, FUNCTION_ATTRIBUTE, OCCUPANCY, OCCUPANCY_FLAGS, LIMIT };
+enum { KERNEL_ATTRIBUTE = 1, FUNCTION_ATTRIBUTE, OCCUPANCY, OCCUPANCY_FLAGS, LIMIT, AVAILABLE_SHARED };
+#define OCCUPANCY_KINDS (1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS | 1u << AVAILABLE_SHARED)
 /* The kinds of answers every one of which an attribute set of a kernel (a function) may change: the other
  * kind's (a kernel's functions have handles of their own), and occupancy (forget_handle's all_of). */
-#define AFTER_KERNEL_SET (1u << FUNCTION_ATTRIBUTE | 1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS)
-#define AFTER_FUNCTION_SET (1u << KERNEL_ATTRIBUTE | 1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS)
+#define AFTER_KERNEL_SET (1u << FUNCTION_ATTRIBUTE | OCCUPANCY_KINDS)
+#define AFTER_FUNCTION_SET (1u << KERNEL_ATTRIBUTE | OCCUPANCY_KINDS)
 
 struct entry {
     uint64_t key[5]; /* the query and its arguments (table.h) */
     int64_t value;   /* (a limit is a size_t) */
+    int ahead;       /* answered ahead (cuwire_keep_answer_ahead), and not yet asked by the program */
 };
 /* Every attribute of a kernel takes CU_FUNC_ATTRIBUTE_MAX entries: CuPy's linear algebra asks those of
  * hundreds of kernels (a table of fixed size filled, and each question cost two round trips). Up to 2^18
@@ -34,8 +37,15 @@ static cw_table answers = CW_TABLE(struct entry, 5, 1u << 18);
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 /* Counts the forgettings: answers kept elsewhere (client/launches.py's clusters) forget theirs when it moves. */
 static unsigned long long generation;
+/* Counts the forgettings of every answer (a cache configuration set): answers the server gave ahead, for a
+ * moment before it, are not kept after one (load_lists.py). */
+static unsigned long long cleared;
+/* Whether the program's occupancy questions go on its run's list (load_lists.py): set by Python. */
+static int recording;
 
 unsigned long long cuwire_answers_generation(void) { return __atomic_load_n(&generation, __ATOMIC_ACQUIRE); }
+unsigned long long cuwire_answers_cleared(void) { return __atomic_load_n(&cleared, __ATOMIC_ACQUIRE); }
+void cuwire_record_questions(int on) { __atomic_store_n(&recording, on, __ATOMIC_RELEASE); }
 
 /* 0 and the value when known; -1 when the server must be asked. */
 static int lookup_value(const uint64_t key[5], int64_t *out)
@@ -72,6 +82,7 @@ static int forget_all(void)
     pthread_mutex_lock(&lock);
     cw_table_clear(&answers);
     __atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&cleared, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);
     return -1;
 }
@@ -214,28 +225,104 @@ void cuwire_keep_function_attribute(int *pi, CUfunction_attribute attrib, CUfunc
     store(key, *pi);
 }
 
+/* ------------------------------------------------------------------ occupancy, and questions asked ahead
+ * A question's kind on a run's list and on the wire is frames.h's CW_ASK_*; its arguments are (a, b, c):
+ * the block size, the dynamic shared memory and the flags of an occupancy question, the blocks and the
+ * block size of the dynamic shared memory available. The program's questions that the server answered
+ * go on its run's list, and so do the ones answered ahead from its last run's list when the program asks
+ * them: its next run asks them all with its first load (cuwire.Preload), not one round trip each. */
+static const unsigned ask_kinds[] = {[CW_ASK_OCCUPANCY] = OCCUPANCY, [CW_ASK_OCCUPANCY_FLAGS] = OCCUPANCY_FLAGS,
+                                     [CW_ASK_AVAILABLE_SHARED] = AVAILABLE_SHARED};
+
+static void record(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c)
+{
+    if (__atomic_load_n(&recording, __ATOMIC_ACQUIRE) && CUWIRE_READY() && !cuwire_forked)
+        cuwire_py_asked(ask, handle, a, b, c);
+}
+
+/* A kept answer to a question; an answer given ahead that the program now asks goes on the run's list. */
+static int answered(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c, int64_t *out)
+{
+    KEY(ask_kinds[ask], handle, a, b, c);
+    int ahead = 0;
+    pthread_mutex_lock(&lock);
+    struct entry *e = cw_table_find(&answers, key);
+    if (e) {
+        *out = e->value;
+        ahead = e->ahead;
+        e->ahead = 0;
+    }
+    pthread_mutex_unlock(&lock);
+    if (ahead)
+        record(ask, handle, a, b, c);
+    return e ? 0 : -1;
+}
+
+static void keep_asked(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c, int64_t value)
+{
+    KEY(ask_kinds[ask], handle, a, b, c);
+    store(key, value);
+    record(ask, handle, a, b, c);
+}
+
+/* An answer the server gave ahead (cuwire.Preload, from the last run's list), kept as if the program had
+ * asked it, but for the list. */
+void cuwire_keep_answer_ahead(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c, int64_t value)
+{
+    if (ask >= sizeof ask_kinds / sizeof *ask_kinds || !ask_kinds[ask])
+        return;
+    KEY(ask_kinds[ask], handle, a, b, c);
+    pthread_mutex_lock(&lock);
+    struct entry *e = cw_table_put(&answers, key);
+    if (e) {
+        e->value = value;
+        e->ahead = 1;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 int cuwire_cached_occupancy(int *blocks, CUfunction f, int block_size, size_t shared)
 {
-    KEY(OCCUPANCY, (uintptr_t)f, (uint64_t)(uint32_t)block_size, shared);
-    return lookup(key, blocks);
+    int64_t value;
+    if (!blocks || answered(CW_ASK_OCCUPANCY, (uintptr_t)f, (uint32_t)block_size, shared, 0, &value) != 0)
+        return -1;
+    *blocks = (int)value;
+    return CUDA_SUCCESS;
 }
 
 void cuwire_keep_occupancy(int *blocks, CUfunction f, int block_size, size_t shared)
 {
-    KEY(OCCUPANCY, (uintptr_t)f, (uint64_t)(uint32_t)block_size, shared);
-    store(key, *blocks);
+    keep_asked(CW_ASK_OCCUPANCY, (uintptr_t)f, (uint32_t)block_size, shared, 0, *blocks);
 }
 
 int cuwire_cached_occupancy_flags(int *blocks, CUfunction f, int block_size, size_t shared, unsigned int flags)
 {
-    KEY(OCCUPANCY_FLAGS, (uintptr_t)f, (uint64_t)(uint32_t)block_size, shared, flags);
-    return lookup(key, blocks);
+    int64_t value;
+    if (!blocks || answered(CW_ASK_OCCUPANCY_FLAGS, (uintptr_t)f, (uint32_t)block_size, shared, flags, &value) != 0)
+        return -1;
+    *blocks = (int)value;
+    return CUDA_SUCCESS;
 }
 
 void cuwire_keep_occupancy_flags(int *blocks, CUfunction f, int block_size, size_t shared, unsigned int flags)
 {
-    KEY(OCCUPANCY_FLAGS, (uintptr_t)f, (uint64_t)(uint32_t)block_size, shared, flags);
-    store(key, *blocks);
+    keep_asked(CW_ASK_OCCUPANCY_FLAGS, (uintptr_t)f, (uint32_t)block_size, shared, flags, *blocks);
+}
+
+/* cuOccupancyAvailableDynamicSMemPerBlock: cuBLASLt asks it of a kernel before its launches. */
+int cuwire_cached_available_shared(size_t *shared, CUfunction f, int blocks, int block_size)
+{
+    int64_t value;
+    if (!shared || answered(CW_ASK_AVAILABLE_SHARED, (uintptr_t)f, (uint32_t)blocks, (uint32_t)block_size, 0,
+                            &value) != 0)
+        return -1;
+    *shared = (size_t)value;
+    return CUDA_SUCCESS;
+}
+
+void cuwire_keep_available_shared(size_t *shared, CUfunction f, int blocks, int block_size)
+{
+    keep_asked(CW_ASK_AVAILABLE_SHARED, (uintptr_t)f, (uint32_t)blocks, (uint32_t)block_size, 0, (int64_t)*shared);
 }
 
 /* Setting an attribute to the value it has changes nothing: answered here (libraries set the same

@@ -176,3 +176,11 @@ def function_attributes(kernel, function, device, statuses, values, count):
     for i in range(n):
         statuses[i], values[i] = res.statuses[i], res.values[i]
     return 0
+
+
+@ffi.def_extern(name="cuwire_py_asked")
+def asked(ask, handle, a, b, c):
+    """An occupancy question the server answered (client/answers_cache.c), for this run's list."""
+    run = rt.client.run
+    if run is not None:
+        run.asked(ask, handle, a, b, c)

@@ -5,10 +5,12 @@ step, and for one per kernel looked up by name in its large libraries).
 A list is a file in CUWIRE_LOAD_LISTS per program (its command line) and GPU architecture. Each line is a
 module the program loaded, `L <sha256 hex> <as_module 0|1>`; a name it looked up in one and that the
 load did not answer, `K <sha256 hex> <from_module 0|1> <name>`; or a kernel of one whose function it
-asked, `F <sha256 hex> 0 <kernel name>`; or how many streams or events of a kind (MakeHandles_Args: kind,
-flags, priority) the program had the server make, `H <kind> <flags> <priority> <count>` (the last line of a
-kind counts: the next run asks as many at once, Run.handle_batch). The run rewrites its list as it goes
-(lines appended whole, O_APPEND), so a run cut short leaves the part it made. A list is only a hint: one that
+asked, `F <sha256 hex> 0 <kernel name>`; or an occupancy question the program asked of one of those,
+`Q <sha256 hex> <which> <ask> <a> <b> <c> <name>` (Question: the next run's Preload asks it ahead); or
+how many streams or events of a kind (MakeHandles_Args: kind, flags, priority) the program had the server
+make, `H <kind> <flags> <priority> <count>` (the last line of a kind counts: the next run asks as many at
+once, Run.handle_batch). The run rewrites its list as it goes (lines appended whole, O_APPEND), so a run
+cut short leaves the part it made. A list is only a hint: one that
 cannot be read, or names what the server lacks, costs nothing but the loads as the program makes them.
 """
 
@@ -25,6 +27,28 @@ MAX_MODULES = 1024  # modules a list keeps (the server's Preload takes as many: 
 MAX_NAMES = 256  # lookups kept per module, of the three kinds together (the server's bound: custom.py)
 MAX_LINE = 8192  # a longer line is not kept (a kernel's mangled name is far shorter)
 MAX_HANDLE_KINDS = 64  # kinds of streams and events (kind, flags, priority) a list keeps
+MAX_QUESTIONS = 256  # occupancy questions kept per module (the server's bound: custom.py)
+MAX_LINES = 1 << 16  # a run writes no more questions past this many lines (ever new launch shapes)
+
+# A question's kernel or function, by how the program came by it: a library's kernel (cuLibraryGetKernel,
+# or a load's answer), a module's function (cuModuleGetFunction), or a kernel's function (cuKernelGetFunction)
+LIBRARY_KERNEL, MODULE_FUNCTION, KERNEL_FUNCTION = (
+    layouts.constant(n) for n in ("CW_FOUND_KERNEL", "CW_FOUND_FUNCTION", "CW_FOUND_KERNEL_FUNCTION"))
+# the questions (client/answers_cache.c): frames.h's CW_ASK_*
+ASKS = {layouts.constant(n) for n in ("CW_ASK_OCCUPANCY", "CW_ASK_OCCUPANCY_FLAGS", "CW_ASK_AVAILABLE_SHARED")}
+
+
+@dataclass(frozen=True)
+class Question:
+    """An occupancy question the program asked of a kernel or function it found by `name` (`which`: one of
+    the three above), with its arguments (client/answers_cache.c says what a, b and c are)."""
+
+    which: int
+    name: str
+    ask: int
+    a: int
+    b: int
+    c: int
 
 
 @dataclass
@@ -36,6 +60,7 @@ class Module:
     kernels: list[str] = field(default_factory=list)
     functions: list[str] = field(default_factory=list)
     kernel_functions: list[str] = field(default_factory=list)  # kernels whose CUfunction it asked
+    questions: list[Question] = field(default_factory=list)
 
     def names(self) -> int:
         return len(self.kernels) + len(self.functions) + len(self.kernel_functions)
@@ -81,6 +106,9 @@ def read(path: str) -> LastRun:
             if len(last.handles) < MAX_HANDLE_KINDS and 0 <= kind <= 1 and 0 <= flags < 1 << 32 and count > 0:
                 last.handles[(kind, flags, priority)] = count
             continue
+        if line.startswith(b"Q "):
+            _read_question(line, modules)
+            continue
         parts = line.split(b" ", 3)
         try:
             digest = bytes.fromhex(parts[1].decode())
@@ -103,6 +131,25 @@ def read(path: str) -> LastRun:
                 names.append(name)
     last.modules = list(modules.values())
     return last
+
+
+def _read_question(line: bytes, modules: dict[tuple[bytes, bool], Module]) -> None:
+    """A `Q` line, kept with its module (a function in a module load's; a kernel in its library's)."""
+    parts = line.split(b" ", 7)
+    try:
+        digest = bytes.fromhex(parts[1].decode())
+        which, ask, a, b, c = (int(x) for x in parts[2:7])
+        name = parts[7].decode()
+    except (IndexError, ValueError, UnicodeDecodeError):
+        return
+    if which not in (LIBRARY_KERNEL, MODULE_FUNCTION, KERNEL_FUNCTION) or ask not in ASKS or not name or \
+            not all(0 <= x < 1 << 64 for x in (a, b, c)):
+        return
+    owner = modules.get((digest, True)) if which == MODULE_FUNCTION else \
+        modules.get((digest, False)) or modules.get((digest, True))
+    q = Question(which, name, ask, a, b, c)
+    if owner is not None and len(owner.questions) < MAX_QUESTIONS and q not in owner.questions:
+        owner.questions.append(q)
 
 
 class Recorder:
@@ -140,6 +187,10 @@ class Recorder:
     def made_handles(self, kind: int, flags: int, priority: int, count: int) -> None:
         self._write(f"H {kind} {flags} {priority} {count}\n")
 
+    def asked(self, digest: bytes, q: Question) -> None:
+        if len(self.seen) < MAX_LINES:
+            self._once(f"Q {digest.hex()} {q.which} {q.ask} {q.a} {q.b} {q.c} {q.name}\n")
+
     def _write(self, line: str) -> None:
         data = line.encode(errors="replace")
         if self.fd < 0 or len(data) > MAX_LINE:
@@ -170,6 +221,9 @@ class Run:
         self.kernel_digests: dict[int, bytes] = {}  # a CUkernel looked up by name -> its library's digest
         self.named: set[tuple] = set()  # lookups (the client's keys) a load did not answer: kept in the list
         self.handles_made: dict[tuple[int, int, int], int] = {}  # streams and events made, by kind
+        # the kernels and functions given out: handle -> (its module's digest, how it was found, its name)
+        self.identities: dict[int, tuple[bytes, int, str]] = {}
+        self.preload_cleared = 0  # cuwire_answers_cleared() when the Preload went: its answers hold till it moves
 
     def preload_args(self) -> pb.Preload_Args | None:
         """The Preload of the last run's modules (None when there are none): asked once."""
@@ -178,7 +232,9 @@ class Run:
             return None
         return pb.Preload_Args(modules=[
             pb.PreloadModule(digest=m.digest, as_module=m.as_module, kernels=m.kernels, functions=m.functions,
-                             kernel_functions=m.kernel_functions) for m in self.last.modules])
+                             kernel_functions=m.kernel_functions,
+                             questions=[pb.Question(which=q.which, name=q.name, ask=q.ask, a=q.a, b=q.b, c=q.c)
+                                        for q in m.questions]) for m in self.last.modules])
 
     def take(self, digest: bytes, as_module: bool) -> pb.PreloadedModule | None:
         """The module's load answered ahead, once (a second load of the same image goes to the server)."""
@@ -205,6 +261,24 @@ class Run:
                 self.recorder.kernel_function(digest, kernel_name)
         elif args.module in self.digests:
             self.recorder.looked_up(self.digests[args.module], args.from_module, args.name)
+
+    def identify(self, handle: int, digest: bytes, which: int, name: str) -> None:
+        """The kernel or function `handle` was found by `name` in the image of `digest` (`which`: how): its
+        occupancy questions can go on the list."""
+        self.identities[handle] = (digest, which, name)
+
+    def identify_function(self, function: int, kernel: int) -> None:
+        """`function` is the CUfunction of `kernel`, a library's kernel given out before."""
+        known = self.identities.get(kernel)
+        if known is not None and known[1] == LIBRARY_KERNEL:
+            self.identities[function] = (known[0], KERNEL_FUNCTION, known[2])
+
+    def asked(self, ask: int, handle: int, a: int, b: int, c: int) -> None:
+        """The program asked an occupancy question of `handle`, which the server answered (or the Preload
+        did ahead): on the list, when the handle's kernel or function is known by name."""
+        known = self.identities.get(handle)
+        if known is not None and self.recorder is not None:
+            self.recorder.asked(known[0], Question(known[1], known[2], ask, a, b, c))
 
     def handle_batch(self, kind: int, flags: int, priority: int, count: int) -> int:
         """How many streams or events of a kind (client/handle_pools.c) to make at once: at the first batch

@@ -124,6 +124,13 @@ CW_IN_PYTHON int cuwire_py_function_attributes(uint64_t kernel, uint64_t functio
 int cuwire_note_stream_flags(CUstream *stream, unsigned int flags);
 CW_FROM_PYTHON void cuwire_forget_pools(uint64_t context);
 CW_FROM_PYTHON unsigned long long cuwire_answers_generation(void); /* moves when kept answers are forgotten */
+/* Occupancy questions asked ahead (answers_cache.c; frames.h's CW_ASK_*): the program's, each as the server
+ * answered it, go to its run's list while recording is on; the Preload's answers are kept as the program's. */
+CW_IN_PYTHON void cuwire_py_asked(uint32_t ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c);
+CW_FROM_PYTHON void cuwire_record_questions(int on);
+CW_FROM_PYTHON unsigned long long cuwire_answers_cleared(void); /* moves when every kept answer is forgotten */
+CW_FROM_PYTHON void cuwire_keep_answer_ahead(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c,
+                                             int64_t value);
 void cuwire_forget_limits(void); /* (answers_cache.c: the kept cuCtxGetLimit answers) */
 /* Every attribute of a loaded kernel (kernel 1, on dev) or function (0), as its load brought them (answers_cache.c). */
 CW_FROM_PYTHON void cuwire_keep_every_attribute(int kernel, uint64_t handle, int dev, const int32_t *statuses,

@@ -562,8 +562,8 @@ class Client:
             logs[:] = [res.error_log, res.info_log]
         if res.status != 0:
             raise Fail(res.status)
-        self.keep_lookups(res.kernels, res.module, False)  # what cuLibraryGetKernel would ask: answered already
-        self.keep_lookups(res.functions, res.library_module, True)  # and cuModuleGetFunction, of a module
+        self.keep_lookups(res.kernels, res.module, False, digest)  # what cuLibraryGetKernel would ask: answered
+        self.keep_lookups(res.functions, res.library_module, True, digest)  # and cuModuleGetFunction, of a module
         self.program_run(session).loaded(digest, as_module, res.module, res.library_module)
         return res.library_module if as_module else res.module
 
@@ -577,6 +577,7 @@ class Client:
                 args = run.preload_args()
                 if args is not None:
                     run.preload_context = lib.cuwire_current_context()
+                    run.preload_cleared = lib.cuwire_answers_cleared()
                     try:
                         res = self.call(PRELOAD, args, pb.Preload_Result)
                     except Fail:  # refused (the exchange said why): a list is a hint, the loads go as asked
@@ -587,24 +588,30 @@ class Client:
             ahead = run.take(digest, as_module)
         if ahead is None:
             return None
-        run.named.update(self.keep_lookups(ahead.kernels, ahead.load.module, False))
-        run.named.update(self.keep_lookups(ahead.functions, ahead.load.library_module, True))
+        run.named.update(self.keep_lookups(ahead.kernels, ahead.load.module, False, digest))
+        run.named.update(self.keep_lookups(ahead.functions, ahead.load.library_module, True, digest))
         for f in ahead.kernel_functions:  # (lookup_key of GetKernel_Args(kernel=...) in the Preload's context)
             key = (0, "", False, f.kernel, run.preload_context)
             self.lookups[key] = Kernel(f.function, tuple(f.param_offsets), tuple(f.param_sizes))
             keep_attributes(f, f.function, kernel=False)
             run.named.add(key)
+        if lib.cuwire_answers_cleared() == run.preload_cleared:  # (else the answers may no longer hold)
+            for a in ahead.answers:
+                lib.cuwire_keep_answer_ahead(a.ask, a.handle, a.a, a.b, a.c, a.value)
         return ahead.load
 
-    def keep_lookups(self, found, module: int, from_module: bool) -> list[tuple]:
+    def keep_lookups(self, found, module: int, from_module: bool, digest: bytes) -> list[tuple]:
         """Lookups by name that a load or a Preload answered (LoadedKernel entries: cuLibraryGetKernel in
-        the library `module`, or cuModuleGetFunction in a module with from_module), kept as lookup_kernel
-        keeps its answers; their keys."""
+        the library `module`, or cuModuleGetFunction in a module with from_module; of the image `digest`),
+        kept as lookup_kernel keeps its answers; their keys."""
         keys = []
+        which = load_lists.MODULE_FUNCTION if from_module else load_lists.LIBRARY_KERNEL
         for k in found:
             keys.append(lookup_key(pb.GetKernel_Args(module=module, name=k.name, from_module=from_module)))
             self.lookups[keys[-1]] = Kernel(k.kernel, tuple(k.param_offsets), tuple(k.param_sizes))
             keep_attributes(k, k.kernel, kernel=not from_module)
+            if self.run is not None:
+                self.run.identify(k.kernel, digest, which, k.name)
         return keys
 
     def program_run(self, session: Session) -> load_lists.Run:
@@ -615,6 +622,7 @@ class Client:
                 dev = session.welcome.devices[0] if session.welcome.devices else None
                 self.run = load_lists.Run(self.settings.load_lists, load_lists.own_command_line(),
                                           f"sm_{dev.major}{dev.minor}" if dev else "")
+                lib.cuwire_record_questions(int(self.run.recorder is not None))
             return self.run
 
     def lookup_kernel(self, key: int, args: pb.GetKernel_Args) -> Kernel:
@@ -636,6 +644,11 @@ class Client:
             name = self.kernel_names.get(args.kernel) if args.kernel else None
             self.run.looked_up(args, k.handle, cache_key,
                                ffi.string(name).decode(errors="replace") if name is not None else None)
+            if args.kernel:
+                self.run.identify_function(k.handle, args.kernel)
+            elif args.module in self.run.digests:
+                self.run.identify(k.handle, self.run.digests[args.module], load_lists.MODULE_FUNCTION
+                                  if args.from_module else load_lists.LIBRARY_KERNEL, args.name)
         give_layout_to_c(key or k.handle, k)
         return k
 

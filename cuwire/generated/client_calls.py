@@ -1953,7 +1953,7 @@ def cuModuleGetFunctionCount(count, mod):
 
 @ffi.def_extern(name="cuwire_py_cuOccupancyAvailableDynamicSMemPerBlock", onerror=rt.on_error)
 def cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize):
-    """cuOccupancyAvailableDynamicSMemPerBlock (cuda.h)"""
+    """cuOccupancyAvailableDynamicSMemPerBlock (cuda.h): kept by the client once answered (client/answers_cache.c)"""
     args = pb.cuOccupancyAvailableDynamicSMemPerBlock_Args()
     args.func = rt.server_function(func)
     args.numBlocks = numBlocks

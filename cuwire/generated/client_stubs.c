@@ -12098,11 +12098,21 @@ CUWIRE_EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, 
 
 /* cuOccupancyAvailableDynamicSMemPerBlock (cuda.h): remoted, sync */
 int cuwire_py_cuOccupancyAvailableDynamicSMemPerBlock(void *, uint64_t, int64_t, int64_t);
+int cuwire_cached_available_shared(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
+void cuwire_keep_available_shared(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
 static inline CUresult cuwire_impl_cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize)
 {
+    int fast = cuwire_cached_available_shared(dynamicSmemSize, func, numBlocks, blockSize);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[465], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuOccupancyAvailableDynamicSMemPerBlock((void *)dynamicSmemSize, (uint64_t)(uintptr_t)func, (int64_t)numBlocks, (int64_t)blockSize));
+    int status = cuwire_py_cuOccupancyAvailableDynamicSMemPerBlock((void *)dynamicSmemSize, (uint64_t)(uintptr_t)func, (int64_t)numBlocks, (int64_t)blockSize);
+    if (status == 0)
+        cuwire_keep_available_shared(dynamicSmemSize, func, numBlocks, blockSize);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize)
 {

@@ -95,6 +95,11 @@ def _load(s, digest: bytes, upload: bytes, codec: int, as_module: bool) -> pb.Lo
 
 MAX_PRELOAD = 1024  # modules a Preload may name (client/load_lists.py keeps as many)
 MAX_PRELOAD_NAMES = 256  # lookups it may name per module
+MAX_PRELOAD_QUESTIONS = 256  # occupancy questions it may ask per module (load_lists.MAX_QUESTIONS)
+ASK_OCCUPANCY, ASK_OCCUPANCY_FLAGS, ASK_AVAILABLE_SHARED = (
+    layouts.constant(n) for n in ("CW_ASK_OCCUPANCY", "CW_ASK_OCCUPANCY_FLAGS", "CW_ASK_AVAILABLE_SHARED"))
+FOUND_KERNEL, FOUND_FUNCTION, FOUND_KERNEL_FUNCTION = (
+    layouts.constant(n) for n in ("CW_FOUND_KERNEL", "CW_FOUND_FUNCTION", "CW_FOUND_KERNEL_FUNCTION"))
 PRELOAD_REPLY = 16 << 20  # result bytes past which the rest of a Preload's modules are left to their loads
 
 
@@ -108,8 +113,10 @@ def preload(s, a: pb.Preload_Args) -> pb.Preload_Result:
         raise WireError(f"cuwire.Preload: {len(a.modules)} modules (at most {MAX_PRELOAD})")
     r, size, started = pb.Preload_Result(), 0, time.monotonic()
     for m in a.modules:
-        if len(m.digest) != 32 or len(m.kernels) + len(m.functions) + len(m.kernel_functions) > MAX_PRELOAD_NAMES:
-            raise WireError(f"cuwire.Preload: a digest of 32 bytes and at most {MAX_PRELOAD_NAMES} names a module")
+        if len(m.digest) != 32 or len(m.kernels) + len(m.functions) + len(m.kernel_functions) > MAX_PRELOAD_NAMES \
+                or len(m.questions) > MAX_PRELOAD_QUESTIONS:
+            raise WireError(f"cuwire.Preload: a digest of 32 bytes, at most {MAX_PRELOAD_NAMES} names and "
+                            f"{MAX_PRELOAD_QUESTIONS} questions a module")
         try:
             load = _load(s, m.digest, b"", 0, m.as_module)
         except CudaFail:  # the session's handles are at CUWIRE_MAX_HANDLES: the rest load as the program asks
@@ -135,12 +142,47 @@ def preload(s, a: pb.Preload_Args) -> pb.Preload_Result:
                                               param_offsets=found.param_offsets, param_sizes=found.param_sizes,
                                               attribute_statuses=found.attribute_statuses,
                                               attribute_values=found.attribute_values)
+        _answer_ahead(s, m.questions, done, kernels)
         size += done.ByteSize()
         if size > PRELOAD_REPLY:
             break
     log.info("session %s: %d of the %d modules the program loaded in its last run loaded ahead in %.0f ms",
              s.name, len(r.modules), len(a.modules), (time.monotonic() - started) * 1e3)
     return r
+
+
+def _int32(x: int) -> int:
+    """An int the client kept as its 32 bits (client/answers_cache.c keys), as the int it was."""
+    x &= 0xFFFFFFFF
+    return x - (1 << 32) if x >> 31 else x
+
+
+def _answer_ahead(s, questions, done: pb.PreloadedModule, kernels: dict[str, int]) -> None:
+    """The occupancy questions the program asked in its last run of the kernels and functions the Preload
+    found (`kernels`: a library's, by name), answered as the driver answers them now, in the current context;
+    a question the driver refuses, or of a name not found, is left to the program to ask."""
+    lib, ffi = s.lib, s.ffi
+    name_of = {k: n for n, k in kernels.items()}
+    handles = {FOUND_KERNEL: kernels,
+               FOUND_FUNCTION: {f.name: f.kernel for f in (*done.load.functions, *done.functions)},
+               FOUND_KERNEL_FUNCTION: {name_of[f.kernel]: f.function for f in done.kernel_functions}}
+    blocks, shared = ffi.new("int *"), ffi.new("size_t *")
+    for q in questions:
+        handle = handles.get(q.which, {}).get(q.name)
+        if handle is None or max(q.a, q.b, q.c) >= 1 << 63:
+            continue
+        f, a, b = ffi.cast("CUfunction", handle), _int32(q.a), _int32(q.b)
+        if q.ask == ASK_OCCUPANCY:
+            status, value = lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks, f, a, q.b), blocks
+        elif q.ask == ASK_OCCUPANCY_FLAGS:
+            status, value = lib.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, f, a, q.b,
+                                                                                     q.c & 0xFFFFFFFF), blocks
+        elif q.ask == ASK_AVAILABLE_SHARED:
+            status, value = lib.cuOccupancyAvailableDynamicSMemPerBlock(shared, f, a, b), shared
+        else:
+            continue
+        if status == 0:
+            done.answers.add(ask=q.ask, handle=handle, a=q.a, b=q.b, c=q.c, value=value[0])
 
 
 DESCRIBED_FUNCTIONS = 16  # a module of more has its functions looked up by name (describing loads each)

@@ -20,6 +20,17 @@
 #define CW_MESSAGE_MAX 67108864     /* the largest message (64 MiB): bulk bytes go in the payload */
 #define CW_CALL_RESULT_MAX 65536    /* the largest result a records frame's call brings back (64 KiB) */
 #define CW_MAKE_AT_ONCE 64          /* streams or events one cuwire.MakeHandles makes at most */
+/* The questions a run's list keeps and the next run's cuwire.Preload asks ahead (PreloadModule.questions,
+ * client/answers_cache.c): cuOccupancyMaxActiveBlocksPerMultiprocessor, its WithFlags, and
+ * cuOccupancyAvailableDynamicSMemPerBlock */
+#define CW_ASK_OCCUPANCY 1
+#define CW_ASK_OCCUPANCY_FLAGS 2
+#define CW_ASK_AVAILABLE_SHARED 3
+/* ...of a kernel or function the program found by name (Question.which): a library's kernel, a module's
+ * function, or a library kernel's function (cuKernelGetFunction) */
+#define CW_FOUND_KERNEL 0
+#define CW_FOUND_FUNCTION 1
+#define CW_FOUND_KERNEL_FUNCTION 2
 
 struct CW_PACKED cw_frame_header {
     uint32_t magic;

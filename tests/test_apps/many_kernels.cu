@@ -1,7 +1,8 @@
 // many_kernels: one module of 300 kernels (a template instantiated 300 times), more than the server
 // describes with a load (PyTorch's libraries are such): the runtime looks each kernel it launches up by
 // name. Two are launched; a second run through cuwire finds both, with the module, loaded ahead
-// (client/load_lists.py). With "--attributes N": every kernel's attributes, N times over.
+// (client/load_lists.py), and so are the answers to its occupancy questions. With "--attributes N": every
+// kernel's attributes, N times over.
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -44,6 +45,14 @@ int main(int argc, char **argv) {
     CHECK(cudaFuncGetAttributes(&attr, table[41]));  // a kernel never launched, looked up all the same
     printf("fill<7> wrote %d, fill<299> wrote %d; fill<42>'s attributes read: %s\n", h[0], h[1],
            attr.maxThreadsPerBlock > 0 ? "yes" : "no");
+    int blocks = 0, blocks_flags = 0;
+    size_t room = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fill<7>, 128, 0));
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks_flags, fill<299>, 64, 16,
+                                                                 cudaOccupancyDisableCachingOverride));
+    CHECK(cudaOccupancyAvailableDynamicSMemPerBlock(&room, fill<7>, 2, 128));
+    printf("occupancy: %d blocks of 128 threads, %d of 64 threads with 16 bytes each; %zu bytes each for 2 of 128\n",
+           blocks, blocks_flags, room);
     CHECK(cudaFree(d));
     return 0;
 }

@@ -6,6 +6,8 @@
  *   build/placement_probe hold ADDRESS the same, after holding (no access, no memory) 1 TiB on each side of
  *                                      ADDRESS (the first run's first allocation): whether the driver goes
  *                                      elsewhere
+ *   build/placement_probe hold LO HI   the same, after holding [LO, HI) (the driver's fixed windows: its pool
+ *                                      at 0x420000000, measured on an H200 host, 2026-11-27)
  * Each line: what was made, and its address. Then the reservations the hints asked (cuMemAddressReserve at
  * fixed windows low in the address space: whether the driver takes a window it is given), and the
  * mappings of the process larger than 1 GiB (the driver's own reservations of address space). */
@@ -39,9 +41,11 @@ static void large_mappings(void)
 
 int main(int argc, char **argv)
 {
-    unsigned long around = argc > 2 ? strtoul(argv[2], NULL, 0) : 0;
+    unsigned long around = argc > 2 ? strtoul(argv[2], NULL, 0) : 0, until = argc > 3 ? strtoul(argv[3], NULL, 0) : 0;
     if (argc > 1 && !strcmp(argv[1], "hold") && around) {
         unsigned long lo = (around & ~((1ul << 30) - 1)) - (1ul << 40), len = 2ul << 40;
+        if (until > around)
+            lo = around, len = until - around;
         void *p = mmap((void *)lo, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE,
                        -1, 0);
         printf("held [%#lx, %#lx): %s\n", lo, lo + len, p == (void *)lo ? "yes" : "no");
