@@ -148,3 +148,49 @@ def test_kernel_node_sets_in_an_executable_graph_are_queued(apps, client_lib, se
     assert re.search(r"cuwire.KernelNode (\d+)", listed)[1] == "24", listed
     queued = int(re.search(r"API calls: \d+ = \d+ sent to the server and waited for \+ (\d+) queued", r.stderr)[1])
     assert queued >= 8 * 20 + 8, r.stderr
+
+
+TWO_KERNELS = r"""
+#include <stdio.h>
+#include "cuda_api.h"
+static const char PTX[] = ".version 9.0\n.target sm_75\n.address_size 64\n"
+    ".visible .entry _Z6addOnePj(.param .u64 p)\n{\n    ret;\n}\n"
+    ".visible .entry _Z10writeValuePii(.param .u64 p, .param .u32 v)\n{\n    ret;\n}\n";
+static int asked(CUfunction f) {
+    int blocks = -1;
+    return cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 128, 0) ? -1 : blocks;
+}
+int main(void) {
+    CUdevice dev; CUcontext ctx; CUmodule m; CUfunction a, b;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) return 1;
+    if (cuModuleLoadData(&m, PTX) || cuModuleGetFunction(&a, m, "_Z6addOnePj") ||
+        cuModuleGetFunction(&b, m, "_Z10writeValuePii"))
+        return 2;
+    int before = asked(a) + asked(b);
+    int set = cuFuncSetAttribute(a, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024);
+    int after_set = asked(b) + asked(a);
+    int cache = cuFuncSetCacheConfig(b, CU_FUNC_CACHE_PREFER_SHARED);
+    int after_cache = asked(a) + asked(b);
+    int context = cuCtxSetCacheConfig(CU_FUNC_CACHE_PREFER_L1);
+    int after_context = asked(a) + asked(b);
+    int same = before == after_set && after_set == after_cache && after_cache == after_context && before > 0;
+    printf("set %d, cache %d, context %d; the same answers: %s\n", set, cache, context, same ? "yes" : "no");
+    return 0;
+}
+"""
+
+
+def test_a_set_forgets_the_answers_of_that_kernel_alone(client_lib, server, tmp_path):
+    """Occupancy answers are kept (client/answers_cache.c). A set of one kernel's attribute, or of its cache
+    preference, forgets that kernel's answers and leaves another kernel's (the client knows which kernel
+    each handle is: its image and name); the context's cache preference forgets every answer. Asked eight
+    times, the server answers six: the two first, the set kernel's after each set, and both after the
+    context's."""
+    exe = compile_against_client(TWO_KERNELS, tmp_path, client_lib)
+    env = {**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"}
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == "set 0, cache 0, context 0; the same answers: yes\n", r.stderr
+    listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
+    sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
+    assert sent.get("cuOccupancyMaxActiveBlocksPerMultiprocessor") == 6, listed

@@ -76,7 +76,34 @@ static void store(const uint64_t key[5], int64_t value)
     pthread_mutex_unlock(&lock);
 }
 
-/* A setter changed what some answers are: forget them all (the cache configuration's setters). */
+/* Which kernel each kernel or function handle the client gave out is: its image and name, numbered by
+ * Python as the program finds it (load_lists.Run.identify). A kernel's CUkernel and its functions (one a
+ * context) are one kernel; an attribute set of one forgets the answers of that kernel's handles, and of
+ * handles not known, but leaves other kernels' (cuBLASLt sets a kernel's shared memory before its first
+ * launch, between the occupancy questions of others). */
+struct kernel_of {
+    uint64_t key[1]; /* the handle */
+    uint64_t kernel; /* its number, not 0 */
+};
+static cw_table kernels = CW_TABLE(struct kernel_of, 1, 1u << 20);
+
+void cuwire_note_kernel(uint64_t handle, uint64_t kernel)
+{
+    pthread_mutex_lock(&lock);
+    struct kernel_of *k = handle && kernel ? cw_table_put(&kernels, &handle) : NULL;
+    if (k)
+        k->kernel = kernel;
+    pthread_mutex_unlock(&lock);
+}
+
+/* lock held; 0 when not known */
+static uint64_t kernel_of(uint64_t handle)
+{
+    struct kernel_of *k = handle ? cw_table_find(&kernels, &handle) : NULL;
+    return k ? k->kernel : 0;
+}
+
+/* A setter changed what some answers are: forget them all (the context's cache configuration). */
 static int forget_all(void)
 {
     pthread_mutex_lock(&lock);
@@ -113,19 +140,24 @@ static int changes_itself_alone(uint64_t attrib)
 }
 
 /* Attribute `attrib` of one kernel or function changes: forget the attributes of that handle of that kind
- * and every answer of the kinds in `all_of` (a kernel's functions have handles of their own, and any of
- * them may be the one an occupancy query names), but for the other settable attributes' answers, and keep
- * the rest: libraries set several attributes of several kernels before their launches (cuDNN's attention:
- * two of one kernel, in turn), each to the same value every time. A shared memory set forgets, of the
- * attributes, that one alone: a library that sets it, then asks the others, asks the server nothing more. */
+ * and the answers of the kinds in `all_of` of the same kernel's other handles (a kernel's functions have
+ * handles of their own, and any of them may be the one an occupancy query names; of every handle when the
+ * kernel is not known), but for the other settable attributes' answers, and keep the rest: libraries set
+ * several attributes of several kernels before their launches (cuDNN's attention: two of one kernel, in
+ * turn), each to the same value every time. A shared memory set forgets, of the attributes, that one
+ * alone: a library that sets it, then asks the others, asks the server nothing more. */
 static int forget_handle(uint64_t kind, uint64_t handle, unsigned all_of, uint64_t attrib)
 {
     pthread_mutex_lock(&lock);
+    uint64_t kernel = kernel_of(handle);
     for (unsigned i = 0; i < answers.cap; i++) {
         struct entry *e = cw_table_at(&answers, i);
         uint64_t k = e ? e->key[0] : 0;
         if (!k || !((k == kind && e->key[1] == handle) || (all_of & (1u << k))))
             continue;
+        uint64_t other = k == LIMIT || e->key[1] == handle ? 0 : kernel_of(e->key[1]);
+        if (kernel && other && other != kernel)
+            continue; /* another kernel's */
         int attribute = k == KERNEL_ATTRIBUTE || k == FUNCTION_ATTRIBUTE;
         if (attribute && changes_itself_alone(attrib)) {
             if (e->key[2] == attrib)
@@ -418,9 +450,22 @@ void cuwire_keep_set_function_attribute(CUfunction f, CUfunction_attribute attri
     store(key, value);
 }
 
-int cuwire_forget_answers_function_cache(CUfunction f, CUfunc_cache config) { return forget_all(); }
+/* A kernel's or function's cache preference changes its occupancy, and may change its preferred carveout
+ * as read back: forgotten as a set of that attribute forgets (the kernel's, not every kernel's: XLA sets
+ * each kernel's before its first launch). */
+int cuwire_forget_answers_function_cache(CUfunction f, CUfunc_cache config)
+{
+    (void)config;
+    return forget_handle(FUNCTION_ATTRIBUTE, (uintptr_t)f, AFTER_FUNCTION_SET,
+                         CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT);
+}
 
-int cuwire_forget_answers_kernel_cache(CUkernel kernel, CUfunc_cache config, CUdevice dev) { return forget_all(); }
+int cuwire_forget_answers_kernel_cache(CUkernel kernel, CUfunc_cache config, CUdevice dev)
+{
+    (void)config, (void)dev;
+    return forget_handle(KERNEL_ATTRIBUTE, (uintptr_t)kernel, AFTER_KERNEL_SET,
+                         CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT);
+}
 
 int cuwire_forget_answers_context_cache(CUfunc_cache config) { return forget_all(); }
 

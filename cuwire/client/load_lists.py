@@ -223,6 +223,7 @@ class Run:
         self.handles_made: dict[tuple[int, int, int], int] = {}  # streams and events made, by kind
         # the kernels and functions given out: handle -> (its module's digest, how it was found, its name)
         self.identities: dict[int, tuple[bytes, int, str]] = {}
+        self.kernel_numbers: dict[tuple[bytes, str], int] = {}  # (digest, name) -> its number (identify)
         self.preload_cleared = 0  # cuwire_answers_cleared() when the Preload went: its answers hold till it moves
 
     def preload_args(self) -> pb.Preload_Args | None:
@@ -262,16 +263,19 @@ class Run:
         elif args.module in self.digests:
             self.recorder.looked_up(self.digests[args.module], args.from_module, args.name)
 
-    def identify(self, handle: int, digest: bytes, which: int, name: str) -> None:
+    def identify(self, handle: int, digest: bytes, which: int, name: str) -> int:
         """The kernel or function `handle` was found by `name` in the image of `digest` (`which`: how): its
-        occupancy questions can go on the list."""
+        occupancy questions can go on the list. Its kernel's number (one per image and name, from 1)."""
         self.identities[handle] = (digest, which, name)
+        return self.kernel_numbers.setdefault((digest, name), len(self.kernel_numbers) + 1)
 
-    def identify_function(self, function: int, kernel: int) -> None:
-        """`function` is the CUfunction of `kernel`, a library's kernel given out before."""
+    def identify_function(self, function: int, kernel: int) -> int:
+        """`function` is the CUfunction of `kernel`, a library's kernel given out before: its kernel's
+        number, or 0 when `kernel` is not known."""
         known = self.identities.get(kernel)
-        if known is not None and known[1] == LIBRARY_KERNEL:
-            self.identities[function] = (known[0], KERNEL_FUNCTION, known[2])
+        if known is None or known[1] != LIBRARY_KERNEL:
+            return 0
+        return self.identify(function, known[0], KERNEL_FUNCTION, known[2])
 
     def asked(self, ask: int, handle: int, a: int, b: int, c: int) -> None:
         """The program asked an occupancy question of `handle`, which the server answered (or the Preload

@@ -129,6 +129,8 @@ CW_FROM_PYTHON unsigned long long cuwire_answers_generation(void); /* moves when
 CW_IN_PYTHON void cuwire_py_asked(uint32_t ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c);
 CW_FROM_PYTHON void cuwire_record_questions(int on);
 CW_FROM_PYTHON unsigned long long cuwire_answers_cleared(void); /* moves when every kept answer is forgotten */
+/* `handle` (a CUkernel or CUfunction given out) is kernel number `kernel` (its image and name: load_lists.py). */
+CW_FROM_PYTHON void cuwire_note_kernel(uint64_t handle, uint64_t kernel);
 CW_FROM_PYTHON void cuwire_keep_answer_ahead(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c,
                                              int64_t value);
 void cuwire_forget_limits(void); /* (answers_cache.c: the kept cuCtxGetLimit answers) */

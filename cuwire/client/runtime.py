@@ -205,6 +205,13 @@ def keep_attributes(k: pb.LoadedKernel | pb.GetKernel_Result | pb.KernelFunction
                                         list(k.attribute_values), len(k.attribute_statuses))
 
 
+def note_kernel(handle: int, kernel: int) -> None:
+    """`handle` is kernel number `kernel` (load_lists.Run.identify; 0: not known): an attribute set of another
+    kernel leaves its kept answers as they are (client/answers_cache.c)."""
+    if kernel:
+        lib.cuwire_note_kernel(handle, kernel)
+
+
 def give_layout_to_c(key, k: Kernel) -> None:
     """Launches through `key` (the CUfunction or CUkernel the program holds) are checked and queued in C
     from now on, as launches of the server's `k.handle` with k's parameter layout (client/launches.c)."""
@@ -590,10 +597,13 @@ class Client:
             return None
         run.named.update(self.keep_lookups(ahead.kernels, ahead.load.module, False, digest))
         run.named.update(self.keep_lookups(ahead.functions, ahead.load.library_module, True, digest))
+        names = {k.kernel: k.name for k in (*ahead.load.kernels, *ahead.kernels)}
         for f in ahead.kernel_functions:  # (lookup_key of GetKernel_Args(kernel=...) in the Preload's context)
             key = (0, "", False, f.kernel, run.preload_context)
             self.lookups[key] = Kernel(f.function, tuple(f.param_offsets), tuple(f.param_sizes))
             keep_attributes(f, f.function, kernel=False)
+            if f.kernel in names:
+                note_kernel(f.function, run.identify(f.function, digest, load_lists.KERNEL_FUNCTION, names[f.kernel]))
             run.named.add(key)
         if lib.cuwire_answers_cleared() == run.preload_cleared:  # (else the answers may no longer hold)
             for a in ahead.answers:
@@ -611,7 +621,7 @@ class Client:
             self.lookups[keys[-1]] = Kernel(k.kernel, tuple(k.param_offsets), tuple(k.param_sizes))
             keep_attributes(k, k.kernel, kernel=not from_module)
             if self.run is not None:
-                self.run.identify(k.kernel, digest, which, k.name)
+                note_kernel(k.kernel, self.run.identify(k.kernel, digest, which, k.name))
         return keys
 
     def program_run(self, session: Session) -> load_lists.Run:
@@ -645,10 +655,11 @@ class Client:
             self.run.looked_up(args, k.handle, cache_key,
                                ffi.string(name).decode(errors="replace") if name is not None else None)
             if args.kernel:
-                self.run.identify_function(k.handle, args.kernel)
+                note_kernel(k.handle, self.run.identify_function(k.handle, args.kernel))
             elif args.module in self.run.digests:
-                self.run.identify(k.handle, self.run.digests[args.module], load_lists.MODULE_FUNCTION
-                                  if args.from_module else load_lists.LIBRARY_KERNEL, args.name)
+                note_kernel(k.handle, self.run.identify(k.handle, self.run.digests[args.module],
+                                                        load_lists.MODULE_FUNCTION if args.from_module
+                                                        else load_lists.LIBRARY_KERNEL, args.name))
         give_layout_to_c(key or k.handle, k)
         return k
 
