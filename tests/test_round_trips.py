@@ -194,3 +194,17 @@ def test_a_set_forgets_the_answers_of_that_kernel_alone(client_lib, server, tmp_
     listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
     sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
     assert sent.get("cuOccupancyMaxActiveBlocksPerMultiprocessor") == 6, listed
+
+
+def test_a_tensor_map_encoded_again_is_answered_by_the_client(apps, client_lib, server):
+    """tests/test_apps/tensor_map.cu encodes a map, and later the same map again (XLA encodes a kernel's
+    maps before each launch): the second encode is answered by the client with the server driver's bytes
+    (client/tensor_maps.c), and the kernel reads through it as through the first. Three encodes reach the
+    server: the first, and the two the driver refuses (a box too large, a misaligned address: refusals
+    are not kept); a rank of 0 is refused by the client, as before."""
+    r = run_remote(apps / "tensor_map", client_lib, server.address, env={"CUWIRE_TRANSPORT": "tcp",
+                                                                         "CUWIRE_STATS": "1"})
+    assert r.returncode == 0 and "a tile through the map encoded again: OK" in r.stdout, r.stdout + r.stderr
+    listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
+    sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
+    assert sent.get("cuTensorMapEncodeTiled") == 3, listed

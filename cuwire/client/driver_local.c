@@ -100,64 +100,6 @@ void cuwire_note_destroyed_context(CUcontext ctx)
     cuwire_context_gone(ctx);
 }
 
-/* cuTensorMapEncode*'s fast paths: the rank says how long the arrays the call reads are, so it is checked
- * (the driver's limits: 1 to 5 dimensions, im2col 3 to 5), and the arrays with it, before any is read:
- * CUDA_ERROR_INVALID_VALUE, as the driver answers, or -1 for the usual path (the server's driver encodes). */
-static int tensor_map_shape(const CUtensorMap *map, cuuint32_t rank, cuuint32_t least, const void *dims,
-                            const void *strides, const void *element_strides)
-{
-    if (!map || rank < least || rank > 5 || !dims || !element_strides || (rank > 1 && !strides))
-        return CUDA_ERROR_INVALID_VALUE;
-    return -1;
-}
-
-int cuwire_check_tensor_map_tiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank,
-                                  void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides,
-                                  const cuuint32_t *boxDim, const cuuint32_t *elementStrides,
-                                  CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
-                                  CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
-{
-    (void)tensorDataType, (void)globalAddress, (void)interleave, (void)swizzle, (void)l2Promotion, (void)oobFill;
-    return boxDim ? tensor_map_shape(tensorMap, tensorRank, 1, globalDim, globalStrides, elementStrides)
-                  : CUDA_ERROR_INVALID_VALUE;
-}
-
-int cuwire_check_tensor_map_im2col(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank,
-                                   void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides,
-                                   const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner,
-                                   cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn,
-                                   const cuuint32_t *elementStrides, CUtensorMapInterleave interleave,
-                                   CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion,
-                                   CUtensorMapFloatOOBfill oobFill)
-{
-    (void)tensorDataType, (void)globalAddress, (void)channelsPerPixel, (void)pixelsPerColumn, (void)interleave,
-        (void)swizzle, (void)l2Promotion, (void)oobFill;
-    if (!pixelBoxLowerCorner || !pixelBoxUpperCorner)
-        return CUDA_ERROR_INVALID_VALUE;
-    return tensor_map_shape(tensorMap, tensorRank, 3, globalDim, globalStrides, elementStrides);
-}
-
-int cuwire_check_tensor_map_im2col_wide(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType,
-                                        cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim,
-                                        const cuuint64_t *globalStrides, int pixelBoxLowerCornerWidth,
-                                        int pixelBoxUpperCornerWidth, cuuint32_t channelsPerPixel,
-                                        cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides,
-                                        CUtensorMapInterleave interleave, CUtensorMapIm2ColWideMode mode,
-                                        CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion,
-                                        CUtensorMapFloatOOBfill oobFill)
-{
-    (void)tensorDataType, (void)globalAddress, (void)pixelBoxLowerCornerWidth, (void)pixelBoxUpperCornerWidth,
-        (void)channelsPerPixel, (void)pixelsPerColumn, (void)interleave, (void)mode, (void)swizzle, (void)l2Promotion,
-        (void)oobFill;
-    return tensor_map_shape(tensorMap, tensorRank, 3, globalDim, globalStrides, elementStrides);
-}
-
-int cuwire_check_tensor_map_address(CUtensorMap *tensorMap, void *globalAddress)
-{
-    (void)globalAddress;
-    return tensorMap ? -1 : CUDA_ERROR_INVALID_VALUE;
-}
-
 /* cuMemcpyBatchAsync_v2: a batch of copies in stream order, each made as cuMemcpyAsync makes it (host or
  * device memory on either side, as unified addressing tells): the same bytes in the same stream order, and
  * a host source is read before the call returns, which every access order allows. The driver's checks

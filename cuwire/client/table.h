@@ -1,5 +1,6 @@
 /* cuwire client: a table of entries found by a key of a few 64-bit words, for what the client keeps (kept
- * answers, streams and events given out, kernel nodes): one implementation of open addressing (table.c).
+ * answers, streams and events given out, kernel nodes, tensor maps): one implementation of open addressing
+ * (table.c).
  *
  * An entry begins with its key; a first key word of 0 marks an empty slot, CW_GONE a removed one (lookups
  * go on past it, new entries take its place). The table grows to twice its size when half full, up to

@@ -2,8 +2,9 @@
 // with cuTensorMapEncodeTiled (through cudaGetDriverEntryPointByVersion, as CUTLASS gets it), passed to a
 // kernel as a __grid_constant__ parameter; the kernel copies a tile into shared memory with
 // cp.async.bulk.tensor and writes it out: a tile inside, one across two edges (zeros outside), and one
-// after cuTensorMapReplaceAddress points the map at another matrix. Then the driver's answers to a rank
-// of 0, a box too large and a misaligned address.
+// after cuTensorMapReplaceAddress points the map at another matrix; then a tile through the first map
+// encoded again (through cuwire, the client answers an encode it saw: client/tensor_maps.c). Then the
+// driver's answers to a rank of 0, a box too large and a misaligned address.
 #include <cuda.h>
 #include <cuda/barrier>
 #include <cudaTypedefs.h>
@@ -87,6 +88,13 @@ int main() {
     failures += tile(map, out, 80, 36, 1.0f, "a tile across two edges");
     printf("cuTensorMapReplaceAddress: %d\n", (int)replace(&map, b));
     failures += tile(map, out, 16, 8, -1.0f, "a tile of the other matrix");
+    CUtensorMap again;
+    r = encode(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, a, dims, strides, box, element_strides,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    printf("cuTensorMapEncodeTiled again: %d\n", (int)r);
+    failures += r != CUDA_SUCCESS;
+    failures += tile(again, out, 80, 36, 1.0f, "a tile through the map encoded again");
 
     CUtensorMap bad;
     cuuint32_t big_box[2] = {512, BOX_Y};
