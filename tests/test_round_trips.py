@@ -157,8 +157,14 @@ static const char PTX[] = ".version 9.0\n.target sm_75\n.address_size 64\n"
     ".visible .entry _Z6addOnePj(.param .u64 p)\n{\n    ret;\n}\n"
     ".visible .entry _Z10writeValuePii(.param .u64 p, .param .u32 v)\n{\n    ret;\n}\n";
 static int asked(CUfunction f) {
-    int blocks = -1;
-    return cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 128, 0) ? -1 : blocks;
+    int blocks = -1, clusters = -1;
+    CUlaunchAttribute cluster = {CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION};
+    cluster.value.clusterDim.x = 2, cluster.value.clusterDim.y = cluster.value.clusterDim.z = 1;
+    CUlaunchConfig config = {8, 1, 1, 128, 1, 1, 0, NULL, &cluster, 1};
+    if (cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 128, 0) ||
+        cuOccupancyMaxActiveClusters(&clusters, f, &config))
+        return -1;
+    return blocks * 1000 + clusters;
 }
 int main(void) {
     CUdevice dev; CUcontext ctx; CUmodule m; CUfunction a, b;
@@ -185,7 +191,7 @@ def test_a_set_forgets_the_answers_of_that_kernel_alone(client_lib, server, tmp_
     preference, forgets that kernel's answers and leaves another kernel's (the client knows which kernel
     each handle is: its image and name); the context's cache preference forgets every answer. Asked eight
     times, the server answers six: the two first, the set kernel's after each set, and both after the
-    context's."""
+    context's; and so for the answers of cuOccupancyMaxActiveClusters (client/launches.py)."""
     exe = compile_against_client(TWO_KERNELS, tmp_path, client_lib)
     env = {**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"}
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
@@ -194,6 +200,7 @@ def test_a_set_forgets_the_answers_of_that_kernel_alone(client_lib, server, tmp_
     listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
     sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
     assert sent.get("cuOccupancyMaxActiveBlocksPerMultiprocessor") == 6, listed
+    assert sent.get("cuwire.MaxActiveClusters") == 6, listed
 
 
 def test_a_tensor_map_encoded_again_is_answered_by_the_client(apps, client_lib, server):

@@ -35,7 +35,8 @@ struct entry {
  * slots (12 MiB). */
 static cw_table answers = CW_TABLE(struct entry, 5, 1u << 18);
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-/* Counts the forgettings: answers kept elsewhere (client/launches.py's clusters) forget theirs when it moves. */
+/* Counts the forgettings of every kernel's answers, and (kernel_generations) of each kernel's: answers kept
+ * elsewhere (client/launches.py's clusters) forget a kernel's when cuwire_answers_generation_of it moves. */
 static unsigned long long generation;
 /* Counts the forgettings of every answer (a cache configuration set): answers the server gave ahead, for a
  * moment before it, are not kept after one (load_lists.py). */
@@ -43,7 +44,6 @@ static unsigned long long cleared;
 /* Whether the program's occupancy questions go on its run's list (load_lists.py): set by Python. */
 static int recording;
 
-unsigned long long cuwire_answers_generation(void) { return __atomic_load_n(&generation, __ATOMIC_ACQUIRE); }
 unsigned long long cuwire_answers_cleared(void) { return __atomic_load_n(&cleared, __ATOMIC_ACQUIRE); }
 void cuwire_record_questions(int on) { __atomic_store_n(&recording, on, __ATOMIC_RELEASE); }
 
@@ -103,12 +103,31 @@ static uint64_t kernel_of(uint64_t handle)
     return k ? k->kernel : 0;
 }
 
+/* How many times each known kernel's answers were forgotten (by its number). */
+struct kernel_generation {
+    uint64_t key[1];
+    unsigned long long generation;
+};
+static cw_table kernel_generations = CW_TABLE(struct kernel_generation, 1, 1u << 20);
+
+/* Moves whenever the answers of the kernel `handle` is may have changed: a set of it, or of a kernel not
+ * known, or every answer forgotten (the two counts only grow, so their sum moves when either does). */
+unsigned long long cuwire_answers_generation_of(uint64_t handle)
+{
+    pthread_mutex_lock(&lock);
+    uint64_t kernel = kernel_of(handle);
+    struct kernel_generation *g = kernel ? cw_table_find(&kernel_generations, &kernel) : NULL;
+    unsigned long long now = generation + (g ? g->generation : 0);
+    pthread_mutex_unlock(&lock);
+    return now;
+}
+
 /* A setter changed what some answers are: forget them all (the context's cache configuration). */
 static int forget_all(void)
 {
     pthread_mutex_lock(&lock);
     cw_table_clear(&answers);
-    __atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
+    generation++;
     __atomic_add_fetch(&cleared, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);
     return -1;
@@ -166,7 +185,11 @@ static int forget_handle(uint64_t kind, uint64_t handle, unsigned all_of, uint64
             cw_table_remove(e);
         }
     }
-    __atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
+    struct kernel_generation *g = kernel ? cw_table_put(&kernel_generations, &kernel) : NULL;
+    if (g)
+        g->generation++;
+    else /* (not known, or the table full) */
+        generation++;
     pthread_mutex_unlock(&lock);
     return -1;
 }

@@ -49,26 +49,19 @@ _SWEEP = 32  # cluster widths asked at once (server/custom.py, SWEEP_MOST)
 
 class _ClusterAnswers:
     """cuOccupancyMaxActiveClusters's answers, kept: they depend only on the function, the launch
-    configuration and the function's attributes, and a set of those (cuFuncSetAttribute...) forgets them
-    all, as client/answers_cache.c forgets its own. cuBLASLt and cuDNN ask a kernel's clusters for each
-    cluster width in turn, 1 to 32, the grid following the width: the first such question asks for all
-    widths at once (a sweep), one round trip where there were 32. At most MOST answers are kept: past
-    them, questions go to the server (a program that asks of ever new launch shapes costs no memory)."""
+    configuration and the function's attributes, and a set of those (cuFuncSetAttribute...) forgets the
+    function's kernel's, as client/answers_cache.c forgets its own (cuwire_answers_generation_of: each answer
+    holds while its kernel's count is the one it was kept at). cuBLASLt and cuDNN ask a kernel's clusters for
+    each cluster width in turn, 1 to 32, the grid following the width: the first such question asks for all
+    widths at once (a sweep), one round trip where there were 32. At most MOST answers are kept: past them,
+    questions go to the server (a program that asks of ever new launch shapes costs no memory)."""
 
     MOST = 4096
 
     def __init__(self) -> None:
-        self.answers: dict[tuple, tuple[int, int]] = {}  # key -> (status, clusters)
-        self.swept: set[tuple] = set()
-        self.generation = -1
+        self.answers: dict[tuple, tuple[int, int, int]] = {}  # key -> (status, clusters, its kernel's count)
+        self.swept: dict[tuple, int] = {}  # sweeps asked -> their kernel's count
         self.lock = threading.Lock()  # program threads ask at once
-
-    def _fresh(self) -> None:
-        now = lib.cuwire_answers_generation()
-        if now != self.generation:
-            self.answers.clear()
-            self.swept.clear()
-            self.generation = now
 
     @staticmethod
     def _width_at(body: bytes) -> int | None:
@@ -79,9 +72,9 @@ class _ClusterAnswers:
                 return i + 8
         return None
 
-    def _keep(self, key: tuple, answer: tuple[int, int]) -> None:
-        if len(self.answers) < self.MOST:
-            self.answers[key] = answer
+    def _keep(self, key: tuple, answer: tuple[int, int], count: int) -> None:
+        if len(self.answers) < self.MOST or key in self.answers:
+            self.answers[key] = (*answer, count)
 
     def ask(self, func: int, raw: bytes, body: bytes, potential: bool) -> tuple[int, int]:
         """The answer for a function, its CUlaunchConfig's bytes and its attributes' bytes."""
@@ -89,28 +82,33 @@ class _ClusterAnswers:
             return self._ask(func, raw, body, potential)
 
     def _ask(self, func: int, raw: bytes, body: bytes, potential: bool) -> tuple[int, int]:
-        self._fresh()
-        head = raw[:40]  # what the configuration says, but where its attributes are
+        count = lib.cuwire_answers_generation_of(func)
+        # what the configuration says, but where its attributes are: the grid, the block, the shared memory
+        # and the stream, not the padding between them (a C caller's, not always zeroed)
+        head = raw[:28] + raw[32:40]
+        body = b"".join(body[i:i + 4] + bytes(4) + body[i + 8:i + _LAUNCH_ATTRIBUTE]  # (each id's padding too)
+                        for i in range(0, len(body), _LAUNCH_ATTRIBUTE))
         key = (func, potential, head, body)
-        if key in self.answers:
-            return self.answers[key]
+        kept = self.answers.get(key)
+        if kept is not None and kept[2] == count:
+            return kept[0], kept[1]
         at = None if potential else self._width_at(body)
         width = struct.unpack_from("<I", body, at)[0] if at is not None else 0
         grid_x = struct.unpack_from("<I", head)[0]
         sweep = at is not None and grid_x % width == 0
         if sweep:
             base = (func, head[4:], body[:at] + body[at + 4:], grid_x // width)
-            sweep = base not in self.swept
-        args = pb.MaxActiveClusters_Args(function=rt.server_function(func), config=head + bytes(8) + raw[48:],
+            sweep = self.swept.get(base) != count
+        args = pb.MaxActiveClusters_Args(function=rt.server_function(func), config=raw[:40] + bytes(8) + raw[48:],
                                          attributes=body, potential_size=potential, sweep=_SWEEP if sweep else 0)
         res = rt.call(rt.MAX_ACTIVE_CLUSTERS, args, pb.MaxActiveClusters_Result)
-        self._keep(key, (res.status, res.clusters))
-        if sweep and len(self.swept) < self.MOST:
-            self.swept.add(base)
+        self._keep(key, (res.status, res.clusters), count)
+        if sweep and (len(self.swept) < self.MOST or base in self.swept):
+            self.swept[base] = count
             for w, (status, clusters) in enumerate(zip(res.sweep_status, res.sweep_clusters, strict=False), start=1):
                 wide = (func, potential, struct.pack("<I", grid_x // width * w) + head[4:],
                         body[:at] + struct.pack("<I", w) + body[at + 4:])
-                self._keep(wide, (status, clusters))
+                self._keep(wide, (status, clusters), count)
         return res.status, res.clusters
 
 

@@ -123,7 +123,8 @@ CW_IN_PYTHON int cuwire_py_function_attributes(uint64_t kernel, uint64_t functio
                                   int32_t *values, int count);
 int cuwire_note_stream_flags(CUstream *stream, unsigned int flags);
 CW_FROM_PYTHON void cuwire_forget_pools(uint64_t context);
-CW_FROM_PYTHON unsigned long long cuwire_answers_generation(void); /* moves when kept answers are forgotten */
+/* moves when the kept answers of the kernel a handle is are forgotten (answers_cache.c) */
+CW_FROM_PYTHON unsigned long long cuwire_answers_generation_of(uint64_t handle);
 /* Occupancy questions asked ahead (answers_cache.c; frames.h's CW_ASK_*): the program's, each as the server
  * answered it, go to its run's list while recording is on; the Preload's answers are kept as the program's. */
 CW_IN_PYTHON void cuwire_py_asked(uint32_t ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c);
