@@ -162,3 +162,22 @@ def test_an_earlier_queued_error_comes_with_the_first_load(client_lib, tmp_path)
     for r in runs:
         assert r.returncode == 0 and r.stdout == "copy 0\nfirst load 1\nload again 0, function 0\n", r.stdout + r.stderr
     assert "modules uploaded: 1" in runs[0].stderr and "cuwire.Preload" in sent(runs[1].stderr), runs[1].stderr
+
+
+def test_streams_and_events_made_ahead_are_given_once_in_their_context():
+    """The Preload makes as many streams and events of each kind as the last run made (at most one batch's
+    worth); the client gives them out once, at the program's first batch of that kind in the context the
+    Preload ran in, and in any other context asks the server as before."""
+    from cuwire.generated import cuwire_pb2 as pb
+
+    run = load_lists.Run("", b"prog", "sm_90")
+    run.last.handles = {(0, 1, -1): 100, (1, 2, 0): 3}
+    args = run.preload_args()
+    assert [(h.kind, h.flags, h.priority, h.count) for h in args.handles] == [
+        (0, 1, -1, load_lists.MAKE_AT_ONCE), (1, 2, 0, 3)]
+    run.preload_context = 7
+    run.preload_answered(args, pb.Preload_Result(made=[pb.MakeHandles_Result(handles=[11, 12]),
+                                                       pb.MakeHandles_Result(status=2)]))
+    assert run.take_made(0, 1, -1, context=8) == []
+    assert run.take_made(0, 1, -1, context=7) == [11, 12]
+    assert run.take_made(0, 1, -1, context=7) == [] and run.take_made(1, 2, 0, context=7) == []

@@ -49,8 +49,9 @@ def test_a_start_up_makes_streams_and_events_in_batches(apps, client_lib, server
     (a load of few kernels brings every attribute of each: server/custom.py) and the limit is kept once
     answered (client/answers_cache.c): 14, 0 and 1 round trips where the calls one by one took 104, 32 and
     10 (and asking each kernel's attributes at once, 2); their destroys are queued, none waits (client/
-    handle_pools.c gave them out: they cannot fail). Run again, the program asks each kind's streams or
-    events at once, as many as its last run made (its list, client/load_lists.py): 4 batches."""
+    handle_pools.c gave them out: they cannot fail). Run again, the program's first batch of each kind
+    comes as many as its last run made (its list, client/load_lists.py), made by the Preload that its
+    first module load or batch sends: no MakeHandles."""
     env = {"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1", "CUWIRE_LOAD_LISTS": str(tmp_path)}
     r = run_remote(apps / "start_up", client_lib, server.address, "--creates", env=env)
     assert r.returncode == 0 and "64 streams, 40 events, the attributes of 2 kernels; all destroyed" in r.stdout, \
@@ -68,7 +69,7 @@ def test_a_start_up_makes_streams_and_events_in_batches(apps, client_lib, server
     again = run_remote(apps / "start_up", client_lib, server.address, "--creates", env=env)
     assert again.returncode == 0 and again.stdout == r.stdout, again.stderr
     listed = re.search(r"top calls sent to the server, by count: (.*)", again.stderr)[1]
-    assert re.search(r"cuwire.MakeHandles (\d+)", listed)[1] == "4", listed
+    assert "cuwire.MakeHandles" not in listed and "cuwire.Preload 1" in listed, listed
 
 
 def test_cluster_widths_asked_in_turn_cost_one_round_trip(apps, client_lib, server):
@@ -215,3 +216,43 @@ def test_a_tensor_map_encoded_again_is_answered_by_the_client(apps, client_lib, 
     listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
     sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
     assert sent.get("cuTensorMapEncodeTiled") == 3, listed
+
+
+LOADS = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "cuda_api.h"
+static const char PTX[] = ".version 9.0\n.target sm_75\n.address_size 64\n"
+    ".visible .entry _Z6addOnePj(.param .u64 p)\n{\n    ret; // loads\n}\n";
+int main(int argc, char **argv) {
+    CUdevice dev; CUcontext ctx; CUmodule first, m; CUfunction f, g;
+    int loads = atoi(argv[1]), same = 1;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) return 1;
+    if (cuModuleLoadData(&first, PTX) || cuModuleGetFunction(&f, first, "_Z6addOnePj")) return 2;
+    for (int i = 1; i < loads; i++) {
+        if (cuModuleUnload(m = first) || cuModuleLoadData(&m, PTX) || cuModuleGetFunction(&g, m, "_Z6addOnePj"))
+            return 3;
+        same &= g == f;
+    }
+    printf("loaded %d times: the same function each time: %s\n", loads, same ? "yes" : "no");
+    return 0;
+}
+"""
+
+
+def test_an_image_loaded_again_is_answered_by_the_client(client_lib, server, tmp_path):
+    """The server keeps one library per image and module unloads are the client's: a load of an image the
+    session loaded already gets the same answer, so the client gives it (a PyTorch CNN's start loads 3 of
+    its 35 images twice). Five loads (each after an unload) ask the server what one load asks."""
+    exe = compile_against_client(LOADS, tmp_path, client_lib)
+    env = {**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1",
+           "CUWIRE_LOAD_LISTS": ""}
+
+    def loads(n: int) -> int:
+        r = subprocess.run([str(exe), str(n)], capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 0 and r.stdout == f"loaded {n} times: the same function each time: yes\n", \
+            r.stdout + r.stderr
+        return int(re.search(r"cuwire.LoadModule (\d+)", r.stderr)[1])
+
+    loads(1)  # (the server's cache then has the image: each run below asks one LoadModule for it)
+    assert loads(5) == loads(1) == 1

@@ -268,6 +268,18 @@ def test_bad_module_and_kernel_handles(session):
     reply = session.exchange(pb.Batch(fn=op_id("Preload"), args=pb.Preload_Args(
         modules=[pb.PreloadModule(digest=b"\2" * 32, kernels=["k"])]).SerializeToString()))
     assert not reply.error and not pb.Preload_Result.FromString(reply.result).modules
+    # ...and so are its questions, and the streams and events it makes (each kind checked as a MakeHandles)
+    reply = session.exchange(pb.Batch(fn=op_id("Preload"), args=pb.Preload_Args(
+        modules=[pb.PreloadModule(digest=b"\1" * 32, questions=[pb.Question(ask=1, name="k")] * 257)]
+    ).SerializeToString()))
+    assert "256 questions" in reply.error
+    made = pb.MakeHandles_Args(kind=0, count=1)
+    reply = session.exchange(pb.Batch(fn=op_id("Preload"), args=pb.Preload_Args(handles=[made] * 65)
+                                      .SerializeToString()))
+    assert "65 kinds of streams and events (at most 64)" in reply.error
+    reply = session.exchange(pb.Batch(fn=op_id("Preload"), args=pb.Preload_Args(
+        handles=[pb.MakeHandles_Args(kind=0, count=65)]).SerializeToString()))
+    assert "at most 64" in reply.error
     assert serving(session)
 
 

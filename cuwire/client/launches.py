@@ -144,12 +144,14 @@ def cuOccupancyMaxPotentialClusterSize(clusterSize, func, config, config_len):
 def make_handles(kind, flags, priority, count, out, made):
     """cuwire.MakeHandles: `count` streams (kind 0) or events (kind 1) made at once, for client/handle_pools.c
     to give out as the program asks for them; the first batch of a kind as many as the program's last run
-    made (load_lists.Run.handle_batch), `out` has room for MAKE_AT_ONCE. `made` is how many came (at least one on
-    success)."""
-    run = rt.client.program_run(rt.client.connect())
-    count = run.handle_batch(kind, flags, priority, count)
-    res = rt.call(rt.MAKE_HANDLES, pb.MakeHandles_Args(kind=kind, flags=flags, priority=priority, count=count),
-                  pb.MakeHandles_Result)
+    made (load_lists.Run.handle_batch), made ahead by its Preload when it could. `out` has room for
+    MAKE_AT_ONCE. `made` is how many came (at least one on success)."""
+    run = rt.client.preload(rt.client.connect())
+    ahead = run.take_made(kind, flags, priority, lib.cuwire_current_context())
+    count = len(ahead) or run.handle_batch(kind, flags, priority, count)
+    res = pb.MakeHandles_Result(handles=ahead) if ahead else rt.call(
+        rt.MAKE_HANDLES, pb.MakeHandles_Args(kind=kind, flags=flags, priority=priority, count=count),
+        pb.MakeHandles_Result)
     if res.status == 0:
         handles = list(res.handles)[:count]
         if not handles:

@@ -8,10 +8,10 @@ load did not answer, `K <sha256 hex> <from_module 0|1> <name>`; or a kernel of o
 asked, `F <sha256 hex> 0 <kernel name>`; or an occupancy question the program asked of one of those,
 `Q <sha256 hex> <which> <ask> <a> <b> <c> <name>` (Question: the next run's Preload asks it ahead); or
 how many streams or events of a kind (MakeHandles_Args: kind, flags, priority) the program had the server
-make, `H <kind> <flags> <priority> <count>` (the last line of a kind counts: the next run asks as many at
-once, Run.handle_batch). The run rewrites its list as it goes (lines appended whole, O_APPEND), so a run
-cut short leaves the part it made. A list is only a hint: one that
-cannot be read, or names what the server lacks, costs nothing but the loads as the program makes them.
+make, `H <kind> <flags> <priority> <count>` (the last line of a kind counts: the next run's Preload makes
+as many, or its first batch asks as many at once, Run.handle_batch). The run rewrites its list as it goes
+(lines appended whole, O_APPEND), so a run cut short leaves the part it made. A list is only a hint: one
+that cannot be read, or names what the server lacks, costs nothing but the loads as the program makes them.
 """
 
 from __future__ import annotations
@@ -225,13 +225,18 @@ class Run:
         self.identities: dict[int, tuple[bytes, int, str]] = {}
         self.kernel_numbers: dict[tuple[bytes, str], int] = {}  # (digest, name) -> its number (identify)
         self.preload_cleared = 0  # cuwire_answers_cleared() when the Preload went: its answers hold till it moves
+        # streams and events the Preload made in its context, by kind (kind, flags, priority), till asked for
+        self.made_ahead: dict[tuple[int, int, int], list[int]] = {}
 
     def preload_args(self) -> pb.Preload_Args | None:
-        """The Preload of the last run's modules (None when there are none): asked once."""
+        """The Preload of the last run's modules, and of as many streams and events of each kind as it made
+        (None when there are none): asked once."""
         self.preloaded = {}
-        if not self.last.modules:
+        if not self.last.modules and not self.last.handles:
             return None
-        return pb.Preload_Args(modules=[
+        return pb.Preload_Args(handles=[
+            pb.MakeHandles_Args(kind=kind, flags=flags, priority=priority, count=min(count, MAKE_AT_ONCE))
+            for (kind, flags, priority), count in self.last.handles.items()], modules=[
             pb.PreloadModule(digest=m.digest, as_module=m.as_module, kernels=m.kernels, functions=m.functions,
                              kernel_functions=m.kernel_functions,
                              questions=[pb.Question(which=q.which, name=q.name, ask=q.ask, a=q.a, b=q.b, c=q.c)
@@ -283,6 +288,20 @@ class Run:
         known = self.identities.get(handle)
         if known is not None and self.recorder is not None:
             self.recorder.asked(known[0], Question(known[1], known[2], ask, a, b, c))
+
+    def preload_answered(self, args: pb.Preload_Args, res: pb.Preload_Result) -> None:
+        """The Preload's answer: the modules loaded ahead, until the program loads each, and the streams
+        and events made ahead, until it asks for them."""
+        self.preloaded = {(m.digest, m.as_module): m for m in res.modules}
+        for h, made in zip(args.handles, res.made, strict=False):
+            if made.status == 0 and made.handles:
+                self.made_ahead[(h.kind, h.flags, h.priority)] = list(made.handles)[:h.count]
+
+    def take_made(self, kind: int, flags: int, priority: int, context: int) -> list[int]:
+        """The streams or events of a kind the Preload made, once, when asked for in its context."""
+        if context != self.preload_context:
+            return []
+        return self.made_ahead.pop((kind, flags, priority), [])
 
     def handle_batch(self, kind: int, flags: int, priority: int, count: int) -> int:
         """How many streams or events of a kind (client/handle_pools.c) to make at once: at the first batch

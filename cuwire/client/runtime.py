@@ -113,6 +113,7 @@ class Stats:
 
 
 OPEN_ATTEMPTS = 4  # tries of a session's hello whose connection dropped before the welcome
+MOST_LOADS_KEPT = 4096  # module loads whose answers the client keeps, for a load of the same image again
 
 
 class Session:
@@ -255,6 +256,7 @@ class Client:
         self.names: dict[int, str] = {}
         self.error_strings: dict[tuple[int, bool, bool], object] = {}  # kept alive: C holds the pointers
         self.lookups: dict[tuple, Kernel] = {}  # kernel and function lookups already answered (lookup_kernel)
+        self.loaded: dict[tuple, pb.LoadModule_Result] = {}  # (digest, as_module, its context) -> load_image's
         self.run: load_lists.Run | None = None  # the program's list and this run's (program_run)
         self.kernel_names: dict[int, object] = {}  # kernel or function handle -> its name (char[], kept alive)
         # client copy of a driver function object -> (server function, the copy kept alive)
@@ -551,10 +553,13 @@ class Client:
                 raise Fail(NO_BINARY_FOR_GPU, "no code in the program for the server's GPU")
             image = fatbin.single_entry_fatbin(entry)
         digest = hashlib.sha256(image).digest()
-        res = self.preloaded_load(session, digest, as_module)
-        if res is not None:
-            self.stats.modules_preloaded += 1
-        else:
+        again = (digest, as_module, lib.cuwire_current_context() if as_module else 0)
+        res = self.loaded.get(again)
+        if res is None:
+            res = self.preloaded_load(session, digest, as_module)
+            if res is not None:
+                self.stats.modules_preloaded += 1
+        if res is None:
             res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest, as_module=as_module), pb.LoadModule_Result)
         if res.need_image:
             if res.status:  # an earlier queued call's error came with the answer: the load's, uploaded or not
@@ -569,15 +574,20 @@ class Client:
             logs[:] = [res.error_log, res.info_log]
         if res.status != 0:
             raise Fail(res.status)
+        if again not in self.loaded and len(self.loaded) < MOST_LOADS_KEPT:
+            # the server keeps one library per image, and unloads are the client's (cuLibraryUnload): a
+            # load of the same image gets the same answer (but for a first load's JIT logs), here
+            self.loaded[again] = pb.LoadModule_Result(module=res.module, library_module=res.library_module,
+                                                      kernels=res.kernels, functions=res.functions, cached=True)
         self.keep_lookups(res.kernels, res.module, False, digest)  # what cuLibraryGetKernel would ask: answered
         self.keep_lookups(res.functions, res.library_module, True, digest)  # and cuModuleGetFunction, of a module
         self.program_run(session).loaded(digest, as_module, res.module, res.library_module)
         return res.library_module if as_module else res.module
 
-    def preloaded_load(self, session: Session, digest: bytes, as_module: bool) -> pb.LoadModule_Result | None:
-        """This load's answer when the server loaded the module ahead, else None. The program's first load
-        sends its last run's list (load_lists.py) in one cuwire.Preload; the lookups the list names are
-        answered with the module they were made in."""
+    def preload(self, session: Session) -> load_lists.Run:
+        """This run's lists, with the last run's sent in one cuwire.Preload the first time (the program's
+        first module load, or its first batch of streams or events, whichever comes first): an earlier
+        queued call's error, which the Preload's answer brings, is the program's call's (as CUDA's would)."""
         with self.lock:
             run = self.program_run(session)
             if run.preloaded is None:
@@ -587,11 +597,18 @@ class Client:
                     run.preload_cleared = lib.cuwire_answers_cleared()
                     try:
                         res = self.call(PRELOAD, args, pb.Preload_Result)
-                    except Fail:  # refused (the exchange said why): a list is a hint, the loads go as asked
-                        return None
-                    run.preloaded = {(m.digest, m.as_module): m for m in res.modules}
-                    if res.status:  # an earlier queued call failed: this load says so, as CUDA's would
+                    except Fail:  # refused (the exchange said why): a list is a hint, the calls go as asked
+                        return run
+                    run.preload_answered(args, res)
+                    if res.status:
                         raise Fail(res.status)
+            return run
+
+    def preloaded_load(self, session: Session, digest: bytes, as_module: bool) -> pb.LoadModule_Result | None:
+        """This load's answer when the server loaded the module ahead (preload), else None; the lookups the
+        list names are answered with the module they were made in."""
+        with self.lock:
+            run = self.preload(session)
             ahead = run.take(digest, as_module)
         if ahead is None:
             return None

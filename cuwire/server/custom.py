@@ -96,6 +96,7 @@ def _load(s, digest: bytes, upload: bytes, codec: int, as_module: bool) -> pb.Lo
 MAX_PRELOAD = 1024  # modules a Preload may name (client/load_lists.py keeps as many)
 MAX_PRELOAD_NAMES = 256  # lookups it may name per module
 MAX_PRELOAD_QUESTIONS = 256  # occupancy questions it may ask per module (load_lists.MAX_QUESTIONS)
+MAX_PRELOAD_HANDLE_KINDS = 64  # kinds of streams and events it may make (load_lists.MAX_HANDLE_KINDS)
 ASK_OCCUPANCY, ASK_OCCUPANCY_FLAGS, ASK_AVAILABLE_SHARED = (
     layouts.constant(n) for n in ("CW_ASK_OCCUPANCY", "CW_ASK_OCCUPANCY_FLAGS", "CW_ASK_AVAILABLE_SHARED"))
 FOUND_KERNEL, FOUND_FUNCTION, FOUND_KERNEL_FUNCTION = (
@@ -146,6 +147,14 @@ def preload(s, a: pb.Preload_Args) -> pb.Preload_Result:
         size += done.ByteSize()
         if size > PRELOAD_REPLY:
             break
+    if len(a.handles) > MAX_PRELOAD_HANDLE_KINDS:
+        raise WireError(f"cuwire.Preload: {len(a.handles)} kinds of streams and events (at most "
+                        f"{MAX_PRELOAD_HANDLE_KINDS})")
+    for h in a.handles:  # (each checked as a MakeHandles of its own)
+        try:
+            r.made.append(make_handles(s, h))
+        except CudaFail as e:  # the session's handles are at CUWIRE_MAX_HANDLES: the program's own go as asked
+            r.made.append(pb.MakeHandles_Result(status=e.code))
     log.info("session %s: %d of the %d modules the program loaded in its last run loaded ahead in %.0f ms",
              s.name, len(r.modules), len(a.modules), (time.monotonic() - started) * 1e3)
     return r
