@@ -256,3 +256,46 @@ def test_an_image_loaded_again_is_answered_by_the_client(client_lib, server, tmp
 
     loads(1)  # (the server's cache then has the image: each run below asks one LoadModule for it)
     assert loads(5) == loads(1) == 1
+
+
+SEVENTEEN = ["_Z9vectorAddPKfS0_Pfi", "_Z10eventsIotaPiii", "_Z10streamFillPiii", "_Z14streamScaleAddPiPKiiii",
+             "_Z8addToOddPii", "_Z8loopBodyPiyi", "_Z7setFlagyi", "_Z10writeValuePii", "_Z6addOnePj",
+             "_Z13streamAddIntoPiPKii", "_Z12symbolsApplyPfi", "_Z18symbolsDoubleScalev", "_Z8blockSumPKiPii",
+             "_Z24symbolsAddThroughPointerPiii", "_Z4axpyIiEvT_PKS0_PS0_i", "_Z4axpyIfEvT_PKS0_PS0_i",
+             "_Z4axpyIdEvT_PKS0_PS0_i"]
+SET_UNKNOWN = r"""
+#include <stdio.h>
+#include "cuda_api.h"
+static const char PTX[] = ".version 9.0\n.target sm_75\n.address_size 64\n" ENTRIES;
+int main(void) {
+    CUdevice dev; CUcontext ctx; CUlibrary lib; CUkernel k;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) return 1;
+    if (cuLibraryLoadData(&lib, PTX, NULL, NULL, 0, NULL, NULL, 0) || cuLibraryGetKernel(&k, lib, "_Z6addOnePj"))
+        return 2;
+    int set = cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 2048, k, dev);
+    int value = -1, regs = -1, threads = -1;
+    int read = cuKernelGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k, dev) |
+               cuKernelGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, k, dev) |
+               cuKernelGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, k, dev);
+    printf("set %d; read %d: %d bytes, registers known: %s, threads %d\n", set, read, value, regs >= 0 ? "yes" : "no",
+           threads);
+    return cuCtxSynchronize();
+}
+"""
+
+
+def test_a_shared_memory_set_of_a_kernel_not_described_brings_its_attributes(client_lib, server, tmp_path):
+    """A library of 17 kernels is described by its load without their attributes (server/custom.py: at most
+    16 come with them). A set of one's largest dynamic shared memory cannot be checked by the client then:
+    the round trip it would make brings every attribute of the kernel instead (cuwire.FunctionAttributes),
+    the set is checked against them and queued, and the reads after it are answered by the client."""
+    entries = "".join(f'".visible .entry {name}(.param .u64 p)\\n{{\\n    ret;\\n}}\\n"' for name in SEVENTEEN)
+    exe = compile_against_client(SET_UNKNOWN.replace("ENTRIES", entries), tmp_path, client_lib)
+    env = {**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"}
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == "set 0; read 0: 2048 bytes, registers known: yes, threads 1024\n", r.stdout + r.stderr
+    listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
+    sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
+    assert sent.get("cuwire.FunctionAttributes") == 1, listed
+    assert not {"cuKernelSetAttribute", "cuKernelGetAttribute"} & set(sent), listed

@@ -437,9 +437,17 @@ static int set_cannot_fail(uint64_t kind, uint64_t handle, CUfunction_attribute 
     int now, shared;
     KEY(kind, handle, (uint64_t)attrib, device);
     KEY_AS(static_key, kind, handle, (uint64_t)CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, device);
-    if (attrib != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES || val < 0 || lookup(static_key, &shared) != 0 ||
-        (lookup(key, &now) == 0 && now == val) || cuwire_forked || !CUWIRE_READY())
+    if (attrib != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES || val < 0 || cuwire_forked || !CUWIRE_READY())
         return 0;
+    if (lookup(static_key, &shared) != 0) {
+        /* not known (a library of more kernels than a load describes): the round trip the set would make
+         * brings every attribute instead, so the set is checked here, and the reads after it are answered */
+        ask_every_attribute(kind, handle, kind == KERNEL_ATTRIBUTE ? dev : 0);
+        if (lookup(static_key, &shared) != 0)
+            return 0;
+    }
+    if (lookup(key, &now) == 0 && now == val)
+        return 0; /* (answered by `fast`: the same value) */
     long room = dynamic_shared_room(shared, kind == KERNEL_ATTRIBUTE ? dev : -1);
     if (room < 0 || val > room)
         return 0; /* the server says what the driver says */
