@@ -36,6 +36,8 @@ struct args {
 
 static void add(struct args *a, const void *p, size_t n)
 {
+    if (n == 0 || a->length == UINT32_MAX)
+        return; /* (a rank-1 map's strides: none, and may be NULL) */
     if (a->length + n > sizeof a->bytes) {
         a->length = UINT32_MAX; /* (cannot happen within rank 5: then nothing is kept) */
         return;
