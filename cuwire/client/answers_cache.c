@@ -482,8 +482,7 @@ void cuwire_keep_set_function_attribute(CUfunction f, CUfunction_attribute attri
 }
 
 /* A kernel's or function's cache preference changes its occupancy, and may change its preferred carveout
- * as read back: forgotten as a set of that attribute forgets (the kernel's, not every kernel's: XLA sets
- * each kernel's before its first launch). */
+ * as read back: forgotten as a set of that attribute forgets (the kernel's answers, not every kernel's). */
 int cuwire_forget_answers_function_cache(CUfunction f, CUfunc_cache config)
 {
     (void)config;
