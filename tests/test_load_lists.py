@@ -181,3 +181,58 @@ def test_streams_and_events_made_ahead_are_given_once_in_their_context():
     assert run.take_made(0, 1, -1, context=8) == []
     assert run.take_made(0, 1, -1, context=7) == [11, 12]
     assert run.take_made(0, 1, -1, context=7) == [] and run.take_made(1, 2, 0, context=7) == []
+
+
+ANSWERS_AHEAD = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "cuda_api.h"
+static const char A[] = ".version 9.0\n.target sm_75\n.address_size 64\n"
+    ".visible .entry _Z6addOnePj(.param .u64 p)\n{\n    ret; // ahead a\n}\n";
+static const char B[] = ".version 9.0\n.target sm_75\n.address_size 64\n"
+    ".visible .entry _Z10writeValuePii(.param .u64 p, .param .u32 v)\n{\n    ret; // ahead b\n}\n";
+int main(void) {  /* (the same command line each run: a list is the command line's) */
+    CUdevice dev; CUcontext ctx; CUmodule a, b; CUfunction f;
+    int blocks = -1;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) return 1;
+    if (cuModuleLoadData(&a, A)) return 2;
+    if (getenv("SET_CACHE_CONFIG") && cuCtxSetCacheConfig(CU_FUNC_CACHE_PREFER_SHARED)) return 3;
+    if (cuModuleLoadData(&b, B) || cuModuleGetFunction(&f, b, "_Z10writeValuePii")) return 4;
+    if (cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 256, 0)) return 5;
+    printf("blocks of 256 threads: %d\n", blocks);
+    return 0;
+}
+"""
+
+
+def test_answers_given_ahead_are_dropped_once_the_cache_configuration_moves(client_lib, tmp_path):
+    """The Preload answers a module's occupancy questions when the program's first module is loaded; the
+    client keeps them when the program loads that module. A context cache configuration set in between may
+    change them: then they are dropped, and the program's question goes to the server, with the same
+    answer as in a run without the set."""
+    import os
+    import subprocess
+
+    from conftest import ServerProcess
+
+    program = compile_against_client(ANSWERS_AHEAD, tmp_path, client_lib, "answers_ahead")
+    s = ServerProcess(tmp_path)
+    try:
+        env = {**os.environ, "CUWIRE_SERVER": s.address, "CUWIRE_LOAD_LISTS": str(tmp_path / "loads"),
+               "CUWIRE_STATS": "1", "CUWIRE_TRANSPORT": "tcp"}
+
+        def run(**more: str) -> tuple[str, dict[str, int]]:
+            r = subprocess.run([str(program)], capture_output=True, text=True, env={**env, **more}, timeout=60)
+            assert r.returncode == 0, r.stdout + r.stderr
+            return r.stdout, sent(r.stderr)
+
+        first, asked_first = run()
+        again, asked_again = run()
+        moved, asked_moved = run(SET_CACHE_CONFIG="1")
+    finally:
+        s.stop()
+    question = "cuOccupancyMaxActiveBlocksPerMultiprocessor"
+    assert first == again == moved and first.startswith("blocks of 256 threads: "), (first, again, moved)
+    assert asked_first.get(question) == 1 and asked_again.get("cuwire.Preload") == 1, (asked_first, asked_again)
+    assert question not in asked_again, asked_again
+    assert asked_moved.get(question) == 1 and asked_moved.get("cuwire.Preload") == 1, asked_moved
