@@ -126,6 +126,17 @@ def compile_against_client(source: str, folder: Path, client_lib: Path, name: st
     return exe
 
 
+# PTX entries (a C string's lines) of 17 kernels the emulated device knows: a library of more kernels than
+# a load describes with their attributes (server/custom.py DESCRIBED_ATTRIBUTES)
+SEVENTEEN_ENTRIES = "".join(
+    f'".visible .entry {name}(.param .u64 p)\\n{{\\n    ret;\\n}}\\n"' for name in (
+        "_Z9vectorAddPKfS0_Pfi", "_Z10eventsIotaPiii", "_Z10streamFillPiii", "_Z14streamScaleAddPiPKiiii",
+        "_Z8addToOddPii", "_Z8loopBodyPiyi", "_Z7setFlagyi", "_Z10writeValuePii", "_Z6addOnePj",
+        "_Z13streamAddIntoPiPKii", "_Z12symbolsApplyPfi", "_Z18symbolsDoubleScalev", "_Z8blockSumPKiPii",
+        "_Z24symbolsAddThroughPointerPiii", "_Z4axpyIiEvT_PKS0_PS0_i", "_Z4axpyIfEvT_PKS0_PS0_i",
+        "_Z4axpyIdEvT_PKS0_PS0_i"))
+
+
 # What `make wheel` does after pip's build: auditwheel tags the wheel manylinux (or says why it cannot be)
 REPAIR = [sys.executable, "-m", "auditwheel", "repair", "--plat", "manylinux_2_34_x86_64"]
 

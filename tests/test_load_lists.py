@@ -236,3 +236,48 @@ def test_answers_given_ahead_are_dropped_once_the_cache_configuration_moves(clie
     assert asked_first.get(question) == 1 and asked_again.get("cuwire.Preload") == 1, (asked_first, asked_again)
     assert question not in asked_again, asked_again
     assert asked_moved.get(question) == 1 and asked_moved.get("cuwire.Preload") == 1, asked_moved
+
+
+ATTRIBUTES_READ = r"""
+#include <stdio.h>
+#include "cuda_api.h"
+static const char PTX[] = ".version 9.0\n.target sm_75\n.address_size 64\n" ENTRIES;
+int main(void) {
+    CUdevice dev; CUcontext ctx; CUlibrary lib; CUkernel k;
+    int regs = -1, threads = -1;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) return 1;
+    if (cuLibraryLoadData(&lib, PTX, NULL, NULL, 0, NULL, NULL, 0) || cuLibraryGetKernel(&k, lib, "_Z6addOnePj") ||
+        cuKernelGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, k, dev) ||
+        cuKernelGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, k, dev))
+        return 2;
+    printf("registers known: %s, threads %d\n", regs >= 0 ? "yes" : "no", threads);
+    return 0;
+}
+"""
+
+
+def test_attributes_read_of_a_kernel_its_load_did_not_describe_come_ahead(client_lib, tmp_path):
+    """A library of 17 kernels is described by its load without their attributes: the program's first read
+    of one kernel's asks them all (cuwire.FunctionAttributes). Its next runs' Preload brings them with the
+    library (the list keeps them as a question), and no read waits; the third run's list still has them."""
+    import os
+    import subprocess
+
+    from conftest import SEVENTEEN_ENTRIES, ServerProcess
+
+    program = compile_against_client(ATTRIBUTES_READ.replace("ENTRIES", SEVENTEEN_ENTRIES), tmp_path, client_lib,
+                                     "attributes_read")
+    s = ServerProcess(tmp_path)
+    try:
+        env = {**os.environ, "CUWIRE_SERVER": s.address, "CUWIRE_LOAD_LISTS": str(tmp_path / "loads"),
+               "CUWIRE_STATS": "1", "CUWIRE_TRANSPORT": "tcp"}
+        runs = [subprocess.run([str(program)], capture_output=True, text=True, env=env, timeout=60)
+                for _ in range(3)]
+    finally:
+        s.stop()
+    for r in runs:
+        assert r.returncode == 0 and r.stdout == "registers known: yes, threads 1024\n", r.stdout + r.stderr
+    asked = [sent(r.stderr) for r in runs]
+    assert asked[0].get("cuwire.FunctionAttributes") == 1, asked[0]
+    for later in asked[1:]:
+        assert later.get("cuwire.Preload") == 1 and "cuwire.FunctionAttributes" not in later, later

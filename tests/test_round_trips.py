@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import compile_against_client, run_remote
+from conftest import SEVENTEEN_ENTRIES, compile_against_client, run_remote
 
 
 def stats(apps: Path, client_lib: Path, server, steps: int) -> dict[str, int]:
@@ -258,11 +258,6 @@ def test_an_image_loaded_again_is_answered_by_the_client(client_lib, server, tmp
     assert loads(5) == loads(1) == 1
 
 
-SEVENTEEN = ["_Z9vectorAddPKfS0_Pfi", "_Z10eventsIotaPiii", "_Z10streamFillPiii", "_Z14streamScaleAddPiPKiiii",
-             "_Z8addToOddPii", "_Z8loopBodyPiyi", "_Z7setFlagyi", "_Z10writeValuePii", "_Z6addOnePj",
-             "_Z13streamAddIntoPiPKii", "_Z12symbolsApplyPfi", "_Z18symbolsDoubleScalev", "_Z8blockSumPKiPii",
-             "_Z24symbolsAddThroughPointerPiii", "_Z4axpyIiEvT_PKS0_PS0_i", "_Z4axpyIfEvT_PKS0_PS0_i",
-             "_Z4axpyIdEvT_PKS0_PS0_i"]
 SET_UNKNOWN = r"""
 #include <stdio.h>
 #include "cuda_api.h"
@@ -289,8 +284,7 @@ def test_a_shared_memory_set_of_a_kernel_not_described_brings_its_attributes(cli
     16 come with them). A set of one's largest dynamic shared memory cannot be checked by the client then:
     the round trip it would make brings every attribute of the kernel instead (cuwire.FunctionAttributes),
     the set is checked against them and queued, and the reads after it are answered by the client."""
-    entries = "".join(f'".visible .entry {name}(.param .u64 p)\\n{{\\n    ret;\\n}}\\n"' for name in SEVENTEEN)
-    exe = compile_against_client(SET_UNKNOWN.replace("ENTRIES", entries), tmp_path, client_lib)
+    exe = compile_against_client(SET_UNKNOWN.replace("ENTRIES", SEVENTEEN_ENTRIES), tmp_path, client_lib)
     env = {**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"}
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -10,6 +10,7 @@ import threading
 
 from _cuwire import ffi, lib
 
+from cuwire.client import load_lists
 from cuwire.client import runtime as rt
 from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
@@ -175,6 +176,8 @@ def function_attributes(kernel, function, device, statuses, values, count):
     n = min(count, len(res.statuses), len(res.values))
     for i in range(n):
         statuses[i], values[i] = res.statuses[i], res.values[i]
+    if rt.client.run is not None:  # (its next run's Preload asks them ahead: load_lists.py)
+        rt.client.run.asked(load_lists.ASK_ATTRIBUTES, kernel or function, 0, 0, 0)
     return 0
 
 

@@ -35,13 +35,16 @@ MAX_LINES = 1 << 16  # a run writes no more questions past this many lines (ever
 LIBRARY_KERNEL, MODULE_FUNCTION, KERNEL_FUNCTION = (
     layouts.constant(n) for n in ("CW_FOUND_KERNEL", "CW_FOUND_FUNCTION", "CW_FOUND_KERNEL_FUNCTION"))
 # the questions (client/answers_cache.c): frames.h's CW_ASK_*
-ASKS = {layouts.constant(n) for n in ("CW_ASK_OCCUPANCY", "CW_ASK_OCCUPANCY_FLAGS", "CW_ASK_AVAILABLE_SHARED")}
+ASKS = {layouts.constant(n) for n in ("CW_ASK_OCCUPANCY", "CW_ASK_OCCUPANCY_FLAGS", "CW_ASK_AVAILABLE_SHARED",
+                                       "CW_ASK_ATTRIBUTES")}
+ASK_ATTRIBUTES = layouts.constant("CW_ASK_ATTRIBUTES")
 
 
 @dataclass(frozen=True)
 class Question:
     """An occupancy question the program asked of a kernel or function it found by `name` (`which`: one of
-    the three above), with its arguments (client/answers_cache.c says what a, b and c are)."""
+    the three above), with its arguments (client/answers_cache.c says what a, b and c are); or with
+    ASK_ATTRIBUTES, its attributes, which its load did not bring."""
 
     which: int
     name: str

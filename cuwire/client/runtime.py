@@ -554,11 +554,12 @@ class Client:
             image = fatbin.single_entry_fatbin(entry)
         digest = hashlib.sha256(image).digest()
         again = (digest, as_module, lib.cuwire_current_context() if as_module else 0)
-        res = self.loaded.get(again)
+        res, ahead = self.loaded.get(again), None
         if res is None:
-            res = self.preloaded_load(session, digest, as_module)
-            if res is not None:
+            ahead = self.preloaded_load(session, digest, as_module)
+            if ahead is not None:
                 self.stats.modules_preloaded += 1
+                res = ahead.load
         if res is None:
             res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest, as_module=as_module), pb.LoadModule_Result)
         if res.need_image:
@@ -582,6 +583,8 @@ class Client:
         self.keep_lookups(res.kernels, res.module, False, digest)  # what cuLibraryGetKernel would ask: answered
         self.keep_lookups(res.functions, res.library_module, True, digest)  # and cuModuleGetFunction, of a module
         self.program_run(session).loaded(digest, as_module, res.module, res.library_module)
+        if ahead is not None:  # (after the module's line: a list's question follows its module)
+            self.keep_answers_ahead(ahead)
         return res.library_module if as_module else res.module
 
     def preload(self, session: Session) -> load_lists.Run:
@@ -604,9 +607,9 @@ class Client:
                         raise Fail(res.status)
             return run
 
-    def preloaded_load(self, session: Session, digest: bytes, as_module: bool) -> pb.LoadModule_Result | None:
-        """This load's answer when the server loaded the module ahead (preload), else None; the lookups the
-        list names are answered with the module they were made in."""
+    def preloaded_load(self, session: Session, digest: bytes, as_module: bool) -> pb.PreloadedModule | None:
+        """The module as the server loaded it ahead (preload), else None; the lookups the list names are
+        answered with the module they were made in."""
         with self.lock:
             run = self.preload(session)
             ahead = run.take(digest, as_module)
@@ -622,10 +625,23 @@ class Client:
             if f.kernel in names:
                 note_kernel(f.function, run.identify(f.function, digest, load_lists.KERNEL_FUNCTION, names[f.kernel]))
             run.named.add(key)
-        if lib.cuwire_answers_cleared() == run.preload_cleared:  # (else the answers may no longer hold)
-            for a in ahead.answers:
-                lib.cuwire_keep_answer_ahead(a.ask, a.handle, a.a, a.b, a.c, a.value)
-        return ahead.load
+        return ahead
+
+    def keep_answers_ahead(self, ahead: pb.PreloadedModule) -> None:
+        """The answers the Preload gave to the questions of a module the program now loaded (its kernels and
+        functions known by name by now), kept as the server's would be, unless every kept answer was
+        forgotten since (they may no longer hold). Attributes stay on this run's list: the program asked
+        them in a run before, and now has them without asking."""
+        run = self.run
+        if run is None or lib.cuwire_answers_cleared() != run.preload_cleared:
+            return
+        for a in ahead.answers:
+            lib.cuwire_keep_answer_ahead(a.ask, a.handle, a.a, a.b, a.c, a.value)
+        for k in ahead.attributes:
+            if len(k.statuses) == len(k.values):
+                lib.cuwire_keep_every_attribute(int(not k.function), k.handle, k.device, list(k.statuses),
+                                                list(k.values), len(k.statuses))
+                run.asked(load_lists.ASK_ATTRIBUTES, k.handle, 0, 0, 0)
 
     def keep_lookups(self, found, module: int, from_module: bool, digest: bytes) -> list[tuple]:
         """Lookups by name that a load or a Preload answered (LoadedKernel entries: cuLibraryGetKernel in

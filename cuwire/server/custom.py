@@ -97,8 +97,9 @@ MAX_PRELOAD = 1024  # modules a Preload may name (client/load_lists.py keeps as 
 MAX_PRELOAD_NAMES = 256  # lookups it may name per module
 MAX_PRELOAD_QUESTIONS = 256  # occupancy questions it may ask per module (load_lists.MAX_QUESTIONS)
 MAX_PRELOAD_HANDLE_KINDS = 64  # kinds of streams and events it may make (load_lists.MAX_HANDLE_KINDS)
-ASK_OCCUPANCY, ASK_OCCUPANCY_FLAGS, ASK_AVAILABLE_SHARED = (
-    layouts.constant(n) for n in ("CW_ASK_OCCUPANCY", "CW_ASK_OCCUPANCY_FLAGS", "CW_ASK_AVAILABLE_SHARED"))
+ASK_OCCUPANCY, ASK_OCCUPANCY_FLAGS, ASK_AVAILABLE_SHARED, ASK_ATTRIBUTES = (
+    layouts.constant(n) for n in ("CW_ASK_OCCUPANCY", "CW_ASK_OCCUPANCY_FLAGS", "CW_ASK_AVAILABLE_SHARED",
+                                  "CW_ASK_ATTRIBUTES"))
 FOUND_KERNEL, FOUND_FUNCTION, FOUND_KERNEL_FUNCTION = (
     layouts.constant(n) for n in ("CW_FOUND_KERNEL", "CW_FOUND_FUNCTION", "CW_FOUND_KERNEL_FUNCTION"))
 PRELOAD_REPLY = 16 << 20  # result bytes past which the rest of a Preload's modules are left to their loads
@@ -175,12 +176,20 @@ def _answer_ahead(s, questions, done: pb.PreloadedModule, kernels: dict[str, int
     handles = {FOUND_KERNEL: kernels,
                FOUND_FUNCTION: {f.name: f.kernel for f in (*done.load.functions, *done.functions)},
                FOUND_KERNEL_FUNCTION: {name_of[f.kernel]: f.function for f in done.kernel_functions}}
-    blocks, shared = ffi.new("int *"), ffi.new("size_t *")
+    blocks, shared, device = ffi.new("int *"), ffi.new("size_t *"), ffi.new("CUdevice *")
     for q in questions:
         handle = handles.get(q.which, {}).get(q.name)
         if handle is None or max(q.a, q.b, q.c) >= 1 << 63:
             continue
         f, a, b = ffi.cast("CUfunction", handle), _int32(q.a), _int32(q.b)
+        if q.ask == ASK_ATTRIBUTES:  # (of a CUkernel: on the current device, as FunctionAttributes asks)
+            function = q.which != FOUND_KERNEL
+            if not function and lib.cuCtxGetDevice(device) != 0:
+                continue
+            got = done.attributes.add(handle=handle, function=function, device=0 if function else device[0])
+            _every_attribute(s, f if function else ffi.cast("CUkernel", handle), None if function else device[0],
+                             got.statuses, got.values)
+            continue
         if q.ask == ASK_OCCUPANCY:
             status, value = lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks, f, a, q.b), blocks
         elif q.ask == ASK_OCCUPANCY_FLAGS:

@@ -21,11 +21,12 @@
 #define CW_CALL_RESULT_MAX 65536    /* the largest result a records frame's call brings back (64 KiB) */
 #define CW_MAKE_AT_ONCE 64          /* streams or events one cuwire.MakeHandles makes at most */
 /* The questions a run's list keeps and the next run's cuwire.Preload asks ahead (PreloadModule.questions,
- * client/answers_cache.c): cuOccupancyMaxActiveBlocksPerMultiprocessor, its WithFlags, and
- * cuOccupancyAvailableDynamicSMemPerBlock */
+ * client/answers_cache.c): cuOccupancyMaxActiveBlocksPerMultiprocessor, its WithFlags,
+ * cuOccupancyAvailableDynamicSMemPerBlock, and every attribute of a kernel or function */
 #define CW_ASK_OCCUPANCY 1
 #define CW_ASK_OCCUPANCY_FLAGS 2
 #define CW_ASK_AVAILABLE_SHARED 3
+#define CW_ASK_ATTRIBUTES 5 /* every attribute of a kernel or function (cuwire.FunctionAttributes) */
 /* ...of a kernel or function the program found by name (Question.which): a library's kernel, a module's
  * function, or a library kernel's function (cuKernelGetFunction) */
 #define CW_FOUND_KERNEL 0
