@@ -196,7 +196,8 @@ def lookup_key(args: pb.GetKernel_Args) -> tuple:
             lib.cuwire_current_context() if args.kernel else 0)
 
 
-def keep_attributes(k: pb.LoadedKernel | pb.GetKernel_Result | pb.KernelFunction, handle: int, kernel: bool) -> None:
+def keep_attributes(k: pb.LoadedKernel | pb.GetKernel_Result | pb.KernelFunction | pb.KernelAttributes, handle: int,
+                    kernel: bool) -> None:
     """A kernel's or function's attributes, when its load or lookup brought them: kept by
     client/answers_cache.c, which would otherwise ask them (cuwire.FunctionAttributes) before its first
     launch. `handle`: the kernel's or function's."""
@@ -638,9 +639,8 @@ class Client:
         for a in ahead.answers:
             lib.cuwire_keep_answer_ahead(a.ask, a.handle, a.a, a.b, a.c, a.value)
         for k in ahead.attributes:
-            if len(k.statuses) == len(k.values):
-                lib.cuwire_keep_every_attribute(int(not k.function), k.handle, k.device, list(k.statuses),
-                                                list(k.values), len(k.statuses))
+            if len(k.attribute_statuses) == len(k.attribute_values):
+                keep_attributes(k, k.handle, kernel=not k.function)
                 run.asked(load_lists.ASK_ATTRIBUTES, k.handle, 0, 0, 0)
 
     def keep_lookups(self, found, module: int, from_module: bool, digest: bytes) -> list[tuple]:

@@ -15,12 +15,13 @@
 #include "runtime.h"
 #include "table.h"
 
+enum { TILED = 1, IM2COL, IM2COL_WIDE }; /* which encode a kept map is of (its key's first word) */
 #define MAP_BYTES 128
 #define ARGS_MOST 256 /* bytes of arguments of the longest encode (rank 5, im2col): about 200 */
 #define MOST (1u << 14)
 
 struct kept {
-    uint64_t key[3];           /* which encode (1 tiled, 2 im2col, 3 im2col wide), the context, a hash */
+    uint64_t key[3];           /* which encode, the context, a hash */
     uint32_t length;           /* of args */
     uint8_t args[ARGS_MOST];   /* compared whole: a hash alone is no proof */
     uint8_t map[MAP_BYTES];
@@ -132,7 +133,7 @@ int cuwire_check_tensor_map_tiled(CUtensorMap *tensorMap, CUtensorMapDataType te
     struct args a = {.length = 0};
     tiled_args(&a, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, boxDim, elementStrides,
                interleave, swizzle, l2Promotion, oobFill);
-    return answer(1, &a, tensorMap);
+    return answer(TILED, &a, tensorMap);
 }
 
 void cuwire_keep_tensor_map_tiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank,
@@ -144,7 +145,7 @@ void cuwire_keep_tensor_map_tiled(CUtensorMap *tensorMap, CUtensorMapDataType te
     struct args a = {.length = 0};
     tiled_args(&a, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, boxDim, elementStrides,
                interleave, swizzle, l2Promotion, oobFill);
-    keep(1, &a, tensorMap);
+    keep(TILED, &a, tensorMap);
 }
 
 static void im2col_args(struct args *a, CUtensorMapDataType type, cuuint32_t rank, void *address,
@@ -176,7 +177,7 @@ int cuwire_check_tensor_map_im2col(CUtensorMap *tensorMap, CUtensorMapDataType t
     im2col_args(&a, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCorner,
                 pixelBoxUpperCorner, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, swizzle,
                 l2Promotion, oobFill);
-    return answer(2, &a, tensorMap);
+    return answer(IM2COL, &a, tensorMap);
 }
 
 void cuwire_keep_tensor_map_im2col(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank,
@@ -191,7 +192,7 @@ void cuwire_keep_tensor_map_im2col(CUtensorMap *tensorMap, CUtensorMapDataType t
     im2col_args(&a, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCorner,
                 pixelBoxUpperCorner, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, swizzle,
                 l2Promotion, oobFill);
-    keep(2, &a, tensorMap);
+    keep(IM2COL, &a, tensorMap);
 }
 
 static void im2col_wide_args(struct args *a, CUtensorMapDataType type, cuuint32_t rank, void *address,
@@ -221,7 +222,7 @@ int cuwire_check_tensor_map_im2col_wide(CUtensorMap *tensorMap, CUtensorMapDataT
     im2col_wide_args(&a, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides,
                      pixelBoxLowerCornerWidth, pixelBoxUpperCornerWidth, channelsPerPixel, pixelsPerColumn,
                      elementStrides, interleave, mode, swizzle, l2Promotion, oobFill);
-    return answer(3, &a, tensorMap);
+    return answer(IM2COL_WIDE, &a, tensorMap);
 }
 
 void cuwire_keep_tensor_map_im2col_wide(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType,
@@ -237,7 +238,7 @@ void cuwire_keep_tensor_map_im2col_wide(CUtensorMap *tensorMap, CUtensorMapDataT
     im2col_wide_args(&a, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides,
                      pixelBoxLowerCornerWidth, pixelBoxUpperCornerWidth, channelsPerPixel, pixelsPerColumn,
                      elementStrides, interleave, mode, swizzle, l2Promotion, oobFill);
-    keep(3, &a, tensorMap);
+    keep(IM2COL_WIDE, &a, tensorMap);
 }
 
 int cuwire_check_tensor_map_address(CUtensorMap *tensorMap, void *globalAddress)

@@ -171,12 +171,15 @@ def _answer_ahead(s, questions, done: pb.PreloadedModule, kernels: dict[str, int
     """The occupancy questions the program asked in its last run of the kernels and functions the Preload
     found (`kernels`: a library's, by name), answered as the driver answers them now, in the current context;
     a question the driver refuses, or of a name not found, is left to the program to ask."""
+    if not questions:
+        return
     lib, ffi = s.lib, s.ffi
     name_of = {k: n for n, k in kernels.items()}
     handles = {FOUND_KERNEL: kernels,
                FOUND_FUNCTION: {f.name: f.kernel for f in (*done.load.functions, *done.functions)},
                FOUND_KERNEL_FUNCTION: {name_of[f.kernel]: f.function for f in done.kernel_functions}}
-    blocks, shared, device = ffi.new("int *"), ffi.new("size_t *"), ffi.new("CUdevice *")
+    blocks, shared, current = ffi.new("int *"), ffi.new("size_t *"), ffi.new("CUdevice *")
+    device = current[0] if lib.cuCtxGetDevice(current) == 0 else None  # (a CUkernel's attributes are per device)
     for q in questions:
         handle = handles.get(q.which, {}).get(q.name)
         if handle is None or max(q.a, q.b, q.c) >= 1 << 63:
@@ -184,11 +187,10 @@ def _answer_ahead(s, questions, done: pb.PreloadedModule, kernels: dict[str, int
         f, a, b = ffi.cast("CUfunction", handle), _int32(q.a), _int32(q.b)
         if q.ask == ASK_ATTRIBUTES:  # (of a CUkernel: on the current device, as FunctionAttributes asks)
             function = q.which != FOUND_KERNEL
-            if not function and lib.cuCtxGetDevice(device) != 0:
-                continue
-            got = done.attributes.add(handle=handle, function=function, device=0 if function else device[0])
-            _every_attribute(s, f if function else ffi.cast("CUkernel", handle), None if function else device[0],
-                             got.statuses, got.values)
+            if function or device is not None:
+                got = done.attributes.add(handle=handle, function=function, attribute_device=0 if function else device)
+                _every_attribute(s, f if function else ffi.cast("CUkernel", handle), None if function else device,
+                                 got.attribute_statuses, got.attribute_values)
             continue
         if q.ask == ASK_OCCUPANCY:
             status, value = lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks, f, a, q.b), blocks
