@@ -86,11 +86,15 @@ def test_a_list_reads_back_what_was_recorded_and_skips_the_rest(tmp_path):
     q = load_lists.Question(load_lists.LIBRARY_KERNEL, "kernelA", 2, 64, 16, 1)
     rec.asked(a, q)
     rec.asked(a, q)  # once
+    q_set = load_lists.Question(load_lists.LIBRARY_KERNEL, "kernelA", 1, 64, 16, 0, ((8, 100000), (14, 1)))
+    rec.asked(a, q_set)  # the same question under sets: a second line
     rec.asked(b, load_lists.Question(load_lists.MODULE_FUNCTION, "functionB", 3, 2, 128, 0))
     rec.asked(b"\3" * 32, q)  # of a module never loaded
-    with open(path, "ab") as f:  # an unknown question, an unknown way of finding, a negative argument, no name
+    with open(path, "ab") as f:  # an unknown question, an unknown way of finding, a negative argument, no name,
+        # no sets, an attribute no one sets, a value not a number
         f.write(b"".join(b"Q " + a.hex().encode() + tail for tail in (
-            b" 0 9 1 2 3 k\n", b" 7 1 1 2 3 k\n", b" 0 1 -1 2 3 k\n", b" 0 1 1 2 3 \n", b" 0 1 1 2\n")))
+            b" 0 9 1 2 3 - k\n", b" 7 1 1 2 3 - k\n", b" 0 1 -1 2 3 - k\n", b" 0 1 1 2 3 - \n", b" 0 1 1 2\n",
+            b" 0 1 1 2 3 k\n", b" 0 1 1 2 3 7=1 k\n", b" 0 1 1 2 3 8=x k\n")))
     with open(path, "ab") as f:
         f.write(b"L " + b"\4" * 4 + b" 0\nL nothex 0\nX " + a.hex().encode() + b" 0\nL " + a.hex().encode() + b" 2\n")
     rec.made_handles(0, 1, -1, 4)
@@ -103,7 +107,7 @@ def test_a_list_reads_back_what_was_recorded_and_skips_the_rest(tmp_path):
     assert [(m.digest, m.as_module, m.kernels, m.functions, m.kernel_functions) for m in modules] == [
         (a, False, ["kernelA"], [], ["kernelA"]), (b, True, ["kernel of b's library"], ["functionB"], [])]
     assert [m.questions for m in modules] == [
-        [q], [load_lists.Question(load_lists.MODULE_FUNCTION, "functionB", 3, 2, 128, 0)]]
+        [q, q_set], [load_lists.Question(load_lists.MODULE_FUNCTION, "functionB", 3, 2, 128, 0)]]
     assert load_lists.read(str(tmp_path / "none")) == load_lists.LastRun()
     assert load_lists.list_path("/x", b"prog\0arg", "sm_90") != load_lists.list_path("/x", b"prog\0arg", "sm_80")
 
@@ -281,3 +285,74 @@ def test_attributes_read_of_a_kernel_its_load_did_not_describe_come_ahead(client
     assert asked[0].get("cuwire.FunctionAttributes") == 1, asked[0]
     for later in asked[1:]:
         assert later.get("cuwire.Preload") == 1 and "cuwire.FunctionAttributes" not in later, later
+
+
+SETS_AHEAD = r"""
+#include <stdio.h>
+#include "cuda_api.h"
+static const char M[] = ".version 9.0\n.target sm_75\n.address_size 64\n"
+    ".visible .entry _Z6addOnePj(.param .u64 p)\n{\n    ret; // sets m\n}\n";
+static const char L[] = ".version 9.0\n.target sm_75\n.address_size 64\n"
+    ".visible .entry _Z8addToOddPii(.param .u64 p, .param .u32 v)\n{\n    ret; // sets l\n}\n";
+int main(void) {  /* as cuBLAS and cuDNN detect the hardware: set a kernel's shared memory, then ask */
+    CUdevice dev; CUcontext ctx; CUmodule m; CUfunction f; CUlibrary lib; CUkernel k;
+    int optin = 0, before = -1, after = -1, flags = -1;
+    size_t room_before = 0, room_after = 0;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx) ||
+        cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev)) return 1;
+    if (cuModuleLoadData(&m, M) || cuModuleGetFunction(&f, m, "_Z6addOnePj")) return 2;
+    if (cuOccupancyAvailableDynamicSMemPerBlock(&room_before, f, 1, 1) ||
+        cuOccupancyMaxActiveBlocksPerMultiprocessor(&before, f, 1, optin)) return 3;
+    if (cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin)) return 4;
+    if (cuOccupancyAvailableDynamicSMemPerBlock(&room_after, f, 1, 1) ||
+        cuOccupancyMaxActiveBlocksPerMultiprocessor(&after, f, 1, optin)) return 5;
+    if (cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)) return 6;
+    if (cuLibraryLoadData(&lib, L, NULL, NULL, 0, NULL, NULL, 0) || cuLibraryGetKernel(&k, lib, "_Z8addToOddPii") ||
+        cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin, k, dev) ||
+        cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&flags, (CUfunction)k, 1, optin, 0) ||
+        cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1, k, dev)) return 7;
+    if (cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin + 1) != CUDA_ERROR_INVALID_VALUE)
+        return 8;  /* (a set the driver refuses is refused at once, every run) */
+    printf("all the shared memory: %d blocks before the set, %d after; room %zu before, %zu after; "
+           "the library's kernel: %d\n", before, after, room_before, room_after, flags);
+    return 0;
+}
+"""
+SET_QUESTIONS = ("cuOccupancyAvailableDynamicSMemPerBlock", "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                 "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags")
+
+
+def test_questions_asked_after_sets_are_answered_ahead_under_those_sets(client_lib, tmp_path):
+    """A kernel's occupancy depends on the attributes set of it: the same question has one answer before a
+    set of its shared memory and another after. The list keeps each question with the sets made by then,
+    and each set the server took; the next run's Preload answers them with those sets made (then undone),
+    so the program's questions, before and after its sets, and its sets of an attribute the client cannot
+    check, are answered by the client, with the same output. A set the driver refuses still goes to the
+    server, and is refused."""
+    import os
+    import subprocess
+
+    from conftest import ServerProcess
+
+    program = compile_against_client(SETS_AHEAD, tmp_path, client_lib, "sets_ahead")
+    s = ServerProcess(tmp_path)
+    try:
+        env = {**os.environ, "CUWIRE_SERVER": s.address, "CUWIRE_LOAD_LISTS": str(tmp_path / "loads"),
+               "CUWIRE_STATS": "1", "CUWIRE_TRANSPORT": "tcp"}
+        runs = [subprocess.run([str(program)], capture_output=True, text=True, env=env, timeout=60)
+                for _ in range(3)]
+    finally:
+        s.stop()
+    for r in runs:
+        assert r.returncode == 0, r.stdout + r.stderr
+    outputs = {r.stdout for r in runs}
+    assert len(outputs) == 1, outputs
+    before, after = (int(n) for n in re.search(r"(\d+) blocks before the set, (\d+) after", runs[0].stdout).groups())
+    assert before == 0 and after >= 1, runs[0].stdout  # (the answers differ under the sets)
+    asked = [sent(r.stderr) for r in runs]
+    assert [asked[0].get(n) for n in SET_QUESTIONS] == [2, 2, 1], asked[0]
+    # (each set of the cluster attribute, and the refused set of too much shared memory)
+    assert asked[0].get("cuFuncSetAttribute") == 2 and asked[0].get("cuKernelSetAttribute") == 1, asked[0]
+    for later in asked[1:]:
+        assert later.get("cuwire.Preload") == 1 and not any(n in later for n in SET_QUESTIONS), later
+        assert later.get("cuFuncSetAttribute") == 1 and "cuKernelSetAttribute" not in later, later  # (the refused)

@@ -18,7 +18,8 @@
 #include "runtime.h"
 #include "table.h"
 
-enum { KERNEL_ATTRIBUTE = 1, FUNCTION_ATTRIBUTE, OCCUPANCY, OCCUPANCY_FLAGS, LIMIT, AVAILABLE_SHARED };
+/* (SET_STATUS: whether a set succeeds, only ever answered ahead) */
+enum { KERNEL_ATTRIBUTE = 1, FUNCTION_ATTRIBUTE, OCCUPANCY, OCCUPANCY_FLAGS, LIMIT, AVAILABLE_SHARED, SET_STATUS };
 #define OCCUPANCY_KINDS (1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS | 1u << AVAILABLE_SHARED)
 /* The kinds of answers every one of which an attribute set of a kernel (a function) may change: the other
  * kind's (a kernel's functions have handles of their own), and occupancy (forget_handle's all_of). */
@@ -28,7 +29,6 @@ enum { KERNEL_ATTRIBUTE = 1, FUNCTION_ATTRIBUTE, OCCUPANCY, OCCUPANCY_FLAGS, LIM
 struct entry {
     uint64_t key[5]; /* the query and its arguments (table.h) */
     int64_t value;   /* (a limit is a size_t) */
-    int ahead;       /* answered ahead (cuwire_keep_answer_ahead), and not yet asked by the program */
 };
 /* Every attribute of a kernel takes CU_FUNC_ATTRIBUTE_MAX entries: CuPy's linear algebra asks those of
  * hundreds of kernels (a table of fixed size filled, and each question cost two round trips). Up to 2^18
@@ -39,7 +39,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
  * elsewhere (client/launches.py's clusters) forget a kernel's when cuwire_answers_generation_of it moves. */
 static unsigned long long generation;
 /* Counts the forgettings of every answer (a cache configuration set): answers the server gave ahead, for a
- * moment before it, are not kept after one (load_lists.py). */
+ * moment before it, are not kept after one (load_lists.py), and those kept are dropped (ahead, below). */
 static unsigned long long cleared;
 /* Whether the program's occupancy questions go on its run's list (load_lists.py): set by Python. */
 static int recording;
@@ -103,6 +103,98 @@ static uint64_t kernel_of(uint64_t handle)
     return k ? k->kernel : 0;
 }
 
+/* The attributes the program set of each kernel in this run (cuFuncSetAttribute, cuKernelSetAttribute): an
+ * occupancy answer, and whether a set succeeds, depend on them. A question goes on the run's list with the
+ * sets made by then, the next run's Preload answers it with those sets made and undone, and its answer
+ * holds whenever the kernel's sets are those again (cuBLAS and cuDNN set a detection kernel's shared memory,
+ * then ask its occupancy). Kept by kernel (a kernel's handles are one), else by handle. A cache preference
+ * set leaves them unknown: the Preload cannot make it and undo it. */
+#define SET_FIRST CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES /* the settable attributes are 8 to 15 */
+#define SET_SLOTS 8
+struct kernel_sets {
+    uint64_t key[1];
+    unsigned made;    /* a bit per attribute set (attribute - SET_FIRST) */
+    int unknown;      /* a cache preference was set */
+    int32_t values[SET_SLOTS];
+};
+static cw_table kernel_sets = CW_TABLE(struct kernel_sets, 1, 1u << 20);
+
+/* lock held */
+static uint64_t sets_key(uint64_t handle)
+{
+    uint64_t kernel = kernel_of(handle);
+    return kernel ? kernel | 1ull << 63 : handle;
+}
+
+/* A digest of sets (0: none), for the keys of the answers given ahead. */
+static uint64_t sets_digest(unsigned made, const int32_t *values)
+{
+    uint64_t h = 0;
+    for (int i = 0; i < SET_SLOTS; i++)
+        if (made & 1u << i) {
+            uint64_t word = (uint64_t)(SET_FIRST + i) << 32 | (uint32_t)values[i];
+            for (int b = 0; b < 64; b += 8) /* FNV-1a */
+                h = (h ^ (word >> b & 0xff)) * 0x100000001b3ull;
+        }
+    return h;
+}
+
+/* lock held: the digest of the sets the kernel of `handle` has now; -1 when they are unknown */
+static int current_sets(uint64_t handle, uint64_t *digest)
+{
+    uint64_t key = sets_key(handle);
+    struct kernel_sets *k = handle ? cw_table_find(&kernel_sets, &key) : NULL;
+    if (k && k->unknown)
+        return -1;
+    *digest = k ? sets_digest(k->made, k->values) : 0;
+    return 0;
+}
+
+/* A set the driver took (or that cannot fail, queued); unknown: a cache preference. */
+static void note_set(uint64_t handle, CUfunction_attribute attrib, int value, int unknown)
+{
+    unsigned slot = (unsigned)attrib - SET_FIRST;
+    if (slot >= SET_SLOTS && !unknown)
+        return;
+    pthread_mutex_lock(&lock);
+    uint64_t key = sets_key(handle);
+    struct kernel_sets *k = handle ? cw_table_put(&kernel_sets, &key) : NULL;
+    if (k && unknown)
+        k->unknown = 1;
+    else if (k && slot < SET_SLOTS) {
+        k->made |= 1u << slot;
+        k->values[slot] = value;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* The sets of the kernel of `handle` (for its run's list: load_lists.py): how many, or -1 when unknown. */
+int cuwire_sets_of(uint64_t handle, int32_t *attributes, int32_t *values, int most)
+{
+    int n = 0;
+    pthread_mutex_lock(&lock);
+    uint64_t key = sets_key(handle);
+    struct kernel_sets *k = handle ? cw_table_find(&kernel_sets, &key) : NULL;
+    if (k && k->unknown)
+        n = -1;
+    for (int i = 0; k && n >= 0 && i < SET_SLOTS && n < most; i++)
+        if (k->made & 1u << i) {
+            attributes[n] = SET_FIRST + i;
+            values[n++] = k->values[i];
+        }
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+/* The answers the Preload gave (cuwire_keep_answer_ahead): by the question, its handle and arguments, and
+ * the digest of the sets it was answered under. Kept till every answer is forgotten (forget_all); a set
+ * forgets none of them, since each holds under its own sets. */
+struct ahead_entry {
+    uint64_t key[6];
+    int64_t value;
+};
+static cw_table ahead = CW_TABLE(struct ahead_entry, 6, 1u << 16);
+
 /* How many times each known kernel's answers were forgotten (by its number). */
 struct kernel_generation {
     uint64_t key[1];
@@ -127,6 +219,7 @@ static int forget_all(void)
 {
     pthread_mutex_lock(&lock);
     cw_table_clear(&answers);
+    cw_table_clear(&ahead);
     generation++;
     __atomic_add_fetch(&cleared, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);
@@ -287,7 +380,7 @@ void cuwire_keep_function_attribute(int *pi, CUfunction_attribute attrib, CUfunc
  * go on its run's list, and so do the ones answered ahead from its last run's list when the program asks
  * them: its next run asks them all with its first load (cuwire.Preload), not one round trip each. */
 static const unsigned ask_kinds[] = {[CW_ASK_OCCUPANCY] = OCCUPANCY, [CW_ASK_OCCUPANCY_FLAGS] = OCCUPANCY_FLAGS,
-                                     [CW_ASK_AVAILABLE_SHARED] = AVAILABLE_SHARED};
+                                     [CW_ASK_AVAILABLE_SHARED] = AVAILABLE_SHARED, [CW_ASK_SET] = SET_STATUS};
 
 static void record(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c)
 {
@@ -295,22 +388,35 @@ static void record(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64
         cuwire_py_asked(ask, handle, a, b, c);
 }
 
-/* A kept answer to a question; an answer given ahead that the program now asks goes on the run's list. */
+/* lock held: the Preload's answer to a question, under the sets its kernel has now; -1 when it gave none. */
+static int answer_ahead(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c, int64_t *out)
+{
+    uint64_t digest;
+    if (current_sets(handle, &digest) != 0)
+        return -1;
+    const uint64_t key[6] = {ask_kinds[ask], handle, a, b, c, digest};
+    struct ahead_entry *e = cw_table_find(&ahead, key);
+    if (e)
+        *out = e->value;
+    return e ? 0 : -1;
+}
+
+/* A kept answer to a question, or one given ahead under the kernel's sets now: that one is kept from now
+ * on, and goes on the run's list (the program asked it). */
 static int answered(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c, int64_t *out)
 {
     KEY(ask_kinds[ask], handle, a, b, c);
-    int ahead = 0;
+    int given = -1;
     pthread_mutex_lock(&lock);
     struct entry *e = cw_table_find(&answers, key);
-    if (e) {
+    if (e)
         *out = e->value;
-        ahead = e->ahead;
-        e->ahead = 0;
-    }
+    else if ((given = answer_ahead(ask, handle, a, b, c, out)) == 0 && (e = cw_table_put(&answers, key)))
+        e->value = *out;
     pthread_mutex_unlock(&lock);
-    if (ahead)
+    if (given == 0)
         record(ask, handle, a, b, c);
-    return e ? 0 : -1;
+    return e || given == 0 ? 0 : -1;
 }
 
 static void keep_asked(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c, int64_t value)
@@ -320,19 +426,27 @@ static void keep_asked(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, ui
     record(ask, handle, a, b, c);
 }
 
-/* An answer the server gave ahead (cuwire.Preload, from the last run's list), kept as if the program had
- * asked it, but for the list. */
-void cuwire_keep_answer_ahead(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c, int64_t value)
+/* An answer the server gave ahead (cuwire.Preload, from the last run's list), under the `count` sets given
+ * (attributes and values): the program's question is answered by it when its kernel's sets are those. */
+void cuwire_keep_answer_ahead(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c, int64_t value,
+                              const int32_t *attributes, const int32_t *values, int count)
 {
     if (ask >= sizeof ask_kinds / sizeof *ask_kinds || !ask_kinds[ask])
         return;
-    KEY(ask_kinds[ask], handle, a, b, c);
-    pthread_mutex_lock(&lock);
-    struct entry *e = cw_table_put(&answers, key);
-    if (e) {
-        e->value = value;
-        e->ahead = 1;
+    unsigned made = 0;
+    int32_t set[SET_SLOTS] = {0};
+    for (int i = 0; i < count; i++) {
+        unsigned slot = (unsigned)attributes[i] - SET_FIRST;
+        if (slot >= SET_SLOTS)
+            return; /* (not a set the client keeps) */
+        made |= 1u << slot;
+        set[slot] = values[i];
     }
+    const uint64_t key[6] = {ask_kinds[ask], handle, a, b, c, sets_digest(made, set)};
+    pthread_mutex_lock(&lock);
+    struct ahead_entry *e = cw_table_put(&ahead, key);
+    if (e)
+        e->value = value;
     pthread_mutex_unlock(&lock);
 }
 
@@ -386,8 +500,12 @@ int cuwire_forget_answers_kernel_attribute(CUfunction_attribute attrib, int val,
 {
     int now;
     KEY(KERNEL_ATTRIBUTE, (uintptr_t)kernel, (uint64_t)attrib, (uint64_t)(uint32_t)dev);
-    if (lookup(key, &now) == 0 && now == val)
+    if (lookup(key, &now) == 0 && now == val) {
+        note_set((uintptr_t)kernel, attrib, val, 0); /* (a set, though of the value it had) */
         return CUDA_SUCCESS;
+    }
+    if (settable(attrib)) /* (whether it succeeds, for the next run: the server answers it now) */
+        record(CW_ASK_SET, (uintptr_t)kernel, (uint64_t)attrib, (uint32_t)val, 0);
     return forget_handle(KERNEL_ATTRIBUTE, (uintptr_t)kernel,
                          AFTER_KERNEL_SET, (uint64_t)attrib);
 }
@@ -396,8 +514,12 @@ int cuwire_forget_answers_function_attribute(CUfunction f, CUfunction_attribute 
 {
     int now;
     KEY(FUNCTION_ATTRIBUTE, (uintptr_t)f, (uint64_t)attrib);
-    if (lookup(key, &now) == 0 && now == value)
+    if (lookup(key, &now) == 0 && now == value) {
+        note_set((uintptr_t)f, attrib, value, 0);
         return CUDA_SUCCESS;
+    }
+    if (settable(attrib))
+        record(CW_ASK_SET, (uintptr_t)f, (uint64_t)attrib, (uint32_t)value, 0);
     return forget_handle(FUNCTION_ATTRIBUTE, (uintptr_t)f,
                          AFTER_FUNCTION_SET, (uint64_t)attrib);
 }
@@ -426,31 +548,47 @@ static long dynamic_shared_room(int shared, CUdevice dev)
 }
 
 /* Whether a set of an attribute cannot fail, so it is queued (annotation queued_when; it is asked before
- * `fast`): the largest dynamic shared memory (cuBLAS, cuDNN and PyTorch's attention set it before their
- * kernels' first launches), to a value other than the one kept, of a kernel or function whose attributes
- * are kept (so the server knows it), within the device's room as the driver checks it. What depends on
- * it is forgotten, as for any set; `after` then keeps the value set. */
+ * `fast`), to a value other than the one kept:
+ * - the largest dynamic shared memory (cuBLAS, cuDNN and PyTorch's attention set it before their kernels'
+ *   first launches), of a kernel or function whose attributes are kept (so the server knows it), within
+ *   the device's room as the driver checks it;
+ * - a set the Preload made, under the sets the kernel has now, and the driver took (CW_ASK_SET).
+ * What depends on it is forgotten, as for any set; `after` then keeps the value set. */
 static int set_cannot_fail(uint64_t kind, uint64_t handle, CUfunction_attribute attrib, int val, CUdevice dev,
                            unsigned all_of)
 {
     uint64_t device = kind == KERNEL_ATTRIBUTE ? (uint64_t)(uint32_t)dev : 0;
     int now, shared;
+    int64_t status;
     KEY(kind, handle, (uint64_t)attrib, device);
     KEY_AS(static_key, kind, handle, (uint64_t)CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, device);
-    if (attrib != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES || val < 0 || cuwire_forked || !CUWIRE_READY())
+    if (!settable(attrib) || cuwire_forked || !CUWIRE_READY())
         return 0;
-    if (lookup(static_key, &shared) != 0) {
-        /* not known (a library of more kernels than a load describes): the round trip the set would make
-         * brings every attribute instead, so the set is checked here, and the reads after it are answered */
-        ask_every_attribute(kind, handle, kind == KERNEL_ATTRIBUTE ? dev : 0);
-        if (lookup(static_key, &shared) != 0)
-            return 0;
+    if (attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && val >= 0) {
+        if (lookup(static_key, &shared) != 0) {
+            /* not known (a library of more kernels than a load describes): the round trip the set would
+             * make brings every attribute instead, so the set is checked here, and the reads after it are
+             * answered */
+            ask_every_attribute(kind, handle, kind == KERNEL_ATTRIBUTE ? dev : 0);
+        }
+        if (lookup(static_key, &shared) == 0) {
+            if (lookup(key, &now) == 0 && now == val)
+                return 0; /* (answered by `fast`: the same value) */
+            long room = dynamic_shared_room(shared, kind == KERNEL_ATTRIBUTE ? dev : -1);
+            if (room >= 0 && val <= room) {
+                forget_handle(kind, handle, all_of, (uint64_t)attrib);
+                return 1;
+            }
+        }
     }
     if (lookup(key, &now) == 0 && now == val)
-        return 0; /* (answered by `fast`: the same value) */
-    long room = dynamic_shared_room(shared, kind == KERNEL_ATTRIBUTE ? dev : -1);
-    if (room < 0 || val > room)
+        return 0;
+    pthread_mutex_lock(&lock);
+    int given = answer_ahead(CW_ASK_SET, handle, (uint64_t)attrib, (uint32_t)val, 0, &status);
+    pthread_mutex_unlock(&lock);
+    if (given != 0 || status != 0)
         return 0; /* the server says what the driver says */
+    record(CW_ASK_SET, handle, (uint64_t)attrib, (uint32_t)val, 0);
     forget_handle(kind, handle, all_of, (uint64_t)attrib);
     return 1;
 }
@@ -473,12 +611,14 @@ void cuwire_keep_set_kernel_attribute(CUfunction_attribute attrib, int val, CUke
 {
     KEY(KERNEL_ATTRIBUTE, (uintptr_t)kernel, (uint64_t)attrib, (uint64_t)(uint32_t)dev);
     store(key, val);
+    note_set((uintptr_t)kernel, attrib, val, 0); /* (a kernel's sets are kept for any device alike) */
 }
 
 void cuwire_keep_set_function_attribute(CUfunction f, CUfunction_attribute attrib, int value)
 {
     KEY(FUNCTION_ATTRIBUTE, (uintptr_t)f, (uint64_t)attrib);
     store(key, value);
+    note_set((uintptr_t)f, attrib, value, 0);
 }
 
 /* A kernel's or function's cache preference changes its occupancy, and may change its preferred carveout
@@ -486,6 +626,7 @@ void cuwire_keep_set_function_attribute(CUfunction f, CUfunction_attribute attri
 int cuwire_forget_answers_function_cache(CUfunction f, CUfunc_cache config)
 {
     (void)config;
+    note_set((uintptr_t)f, 0, 0, 1);
     return forget_handle(FUNCTION_ATTRIBUTE, (uintptr_t)f, AFTER_FUNCTION_SET,
                          CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT);
 }
@@ -493,6 +634,7 @@ int cuwire_forget_answers_function_cache(CUfunction f, CUfunc_cache config)
 int cuwire_forget_answers_kernel_cache(CUkernel kernel, CUfunc_cache config, CUdevice dev)
 {
     (void)config, (void)dev;
+    note_set((uintptr_t)kernel, 0, 0, 1);
     return forget_handle(KERNEL_ATTRIBUTE, (uintptr_t)kernel, AFTER_KERNEL_SET,
                          CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT);
 }

@@ -183,7 +183,12 @@ def function_attributes(kernel, function, device, statuses, values, count):
 
 @ffi.def_extern(name="cuwire_py_asked")
 def asked(ask, handle, a, b, c):
-    """An occupancy question the server answered (client/answers_cache.c), for this run's list."""
+    """An occupancy question the server answered (client/answers_cache.c), for this run's list, with the
+    attributes the program had set of its kernel by then (none kept when those are not known)."""
     run = rt.client.run
-    if run is not None:
-        run.asked(ask, handle, a, b, c)
+    if run is None:
+        return
+    attributes, values = ffi.new("int32_t[]", load_lists.MAX_SETS), ffi.new("int32_t[]", load_lists.MAX_SETS)
+    n = lib.cuwire_sets_of(handle, attributes, values, load_lists.MAX_SETS)
+    if n >= 0:
+        run.asked(ask, handle, a, b, c, tuple((attributes[i], values[i]) for i in range(n)))

@@ -133,7 +133,10 @@ CW_FROM_PYTHON unsigned long long cuwire_answers_cleared(void); /* moves when ev
 /* `handle` (a CUkernel or CUfunction given out) is kernel number `kernel` (its image and name: load_lists.py). */
 CW_FROM_PYTHON void cuwire_note_kernel(uint64_t handle, uint64_t kernel);
 CW_FROM_PYTHON void cuwire_keep_answer_ahead(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c,
-                                             int64_t value);
+                                             int64_t value, const int32_t *attributes, const int32_t *values,
+                                             int count);
+/* The attributes the program set of the kernel of `handle` (answers_cache.c): how many, -1 when unknown. */
+CW_FROM_PYTHON int cuwire_sets_of(uint64_t handle, int32_t *attributes, int32_t *values, int most);
 void cuwire_forget_limits(void); /* (answers_cache.c: the kept cuCtxGetLimit answers) */
 /* Every attribute of a loaded kernel (kernel 1, on dev) or function (0), as its load brought them (answers_cache.c). */
 CW_FROM_PYTHON void cuwire_keep_every_attribute(int kernel, uint64_t handle, int dev, const int32_t *statuses,

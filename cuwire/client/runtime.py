@@ -637,7 +637,9 @@ class Client:
         if run is None or lib.cuwire_answers_cleared() != run.preload_cleared:
             return
         for a in ahead.answers:
-            lib.cuwire_keep_answer_ahead(a.ask, a.handle, a.a, a.b, a.c, a.value)
+            sets = list(zip(a.set_attributes, a.set_values, strict=False))
+            lib.cuwire_keep_answer_ahead(a.ask, a.handle, a.a, a.b, a.c, a.value,
+                                         [p[0] for p in sets], [p[1] for p in sets], len(sets))
         for k in ahead.attributes:
             if len(k.attribute_statuses) == len(k.attribute_values):
                 keep_attributes(k, k.handle, kernel=not k.function)

@@ -97,9 +97,10 @@ MAX_PRELOAD = 1024  # modules a Preload may name (client/load_lists.py keeps as 
 MAX_PRELOAD_NAMES = 256  # lookups it may name per module
 MAX_PRELOAD_QUESTIONS = 256  # occupancy questions it may ask per module (load_lists.MAX_QUESTIONS)
 MAX_PRELOAD_HANDLE_KINDS = 64  # kinds of streams and events it may make (load_lists.MAX_HANDLE_KINDS)
-ASK_OCCUPANCY, ASK_OCCUPANCY_FLAGS, ASK_AVAILABLE_SHARED, ASK_ATTRIBUTES = (
+ASK_OCCUPANCY, ASK_OCCUPANCY_FLAGS, ASK_AVAILABLE_SHARED, ASK_SET, ASK_ATTRIBUTES = (
     layouts.constant(n) for n in ("CW_ASK_OCCUPANCY", "CW_ASK_OCCUPANCY_FLAGS", "CW_ASK_AVAILABLE_SHARED",
-                                  "CW_ASK_ATTRIBUTES"))
+                                  "CW_ASK_SET", "CW_ASK_ATTRIBUTES"))
+SETTABLE = range(8, 16)  # the attributes a question's sets may name (client/answers_cache.c's SET_FIRST..)
 FOUND_KERNEL, FOUND_FUNCTION, FOUND_KERNEL_FUNCTION = (
     layouts.constant(n) for n in ("CW_FOUND_KERNEL", "CW_FOUND_FUNCTION", "CW_FOUND_KERNEL_FUNCTION"))
 PRELOAD_REPLY = 16 << 20  # result bytes past which the rest of a Preload's modules are left to their loads
@@ -167,10 +168,60 @@ def _int32(x: int) -> int:
     return x - (1 << 32) if x >> 31 else x
 
 
+class _Sets:
+    """The attributes a module's questions were asked under, set on the kernels and functions the Preload
+    found as each question says, and put back as the load left them once the module's questions are
+    answered (the program then sets them itself, as it goes)."""
+
+    def __init__(self, s, device: int | None) -> None:
+        self.s, self.device = s, device
+        self.out = s.ffi.new("int *")
+        self.original: dict[tuple[int, bool, int], int] = {}  # (handle, is a CUkernel, attribute) -> value
+        self.now: dict[tuple[int, bool, int], int] = {}
+
+    def _get(self, handle: int, kernel: bool, attribute: int) -> int | None:
+        lib, ffi = self.s.lib, self.s.ffi
+        status = (lib.cuKernelGetAttribute(self.out, attribute, ffi.cast("CUkernel", handle), self.device) if kernel
+                  else lib.cuFuncGetAttribute(self.out, attribute, ffi.cast("CUfunction", handle)))
+        return self.out[0] if status == 0 else None
+
+    def set(self, handle: int, kernel: bool, attribute: int, value: int) -> int:
+        """Set one attribute (the driver's status), its value as the load left it read first."""
+        lib, ffi = self.s.lib, self.s.ffi
+        key = (handle, kernel, attribute)
+        if key not in self.original:
+            was = self._get(handle, kernel, attribute)
+            if was is None:
+                return INVALID_VALUE
+            self.original[key] = self.now[key] = was
+        if self.now[key] == value:
+            return 0
+        status = (lib.cuKernelSetAttribute(attribute, value, ffi.cast("CUkernel", handle), self.device) if kernel
+                  else lib.cuFuncSetAttribute(ffi.cast("CUfunction", handle), attribute, value))
+        if status == 0:
+            self.now[key] = value
+        return status
+
+    def make(self, handle: int, kernel: bool, sets: dict[int, int]) -> bool:
+        """The handle's attributes as `sets` say, the others as the load left them: whether all were made."""
+        if kernel and self.device is None:
+            return False
+        targets = {a: v for (h, k, a), v in self.original.items() if h == handle and k == kernel}
+        targets.update(sets)
+        return all(self.set(handle, kernel, a, v) == 0 for a, v in sorted(targets.items()))
+
+    def undo(self) -> None:
+        for (handle, kernel, attribute), value in self.original.items():
+            if self.set(handle, kernel, attribute, value) != 0:
+                log.warning("cuwire.Preload: attribute %d of %#x could not be put back to %d", attribute, handle,
+                            value)
+
+
 def _answer_ahead(s, questions, done: pb.PreloadedModule, kernels: dict[str, int]) -> None:
     """The occupancy questions the program asked in its last run of the kernels and functions the Preload
-    found (`kernels`: a library's, by name), answered as the driver answers them now, in the current context;
-    a question the driver refuses, or of a name not found, is left to the program to ask."""
+    found (`kernels`: a library's, by name), answered as the driver answers them now, in the current context,
+    each with the attributes set that the program had set by then (and put back after); a question the
+    driver refuses, or of a name not found, is left to the program to ask. Of a set, whether it succeeds."""
     if not questions:
         return
     lib, ffi = s.lib, s.ffi
@@ -180,29 +231,49 @@ def _answer_ahead(s, questions, done: pb.PreloadedModule, kernels: dict[str, int
                FOUND_KERNEL_FUNCTION: {name_of[f.kernel]: f.function for f in done.kernel_functions}}
     blocks, shared, current = ffi.new("int *"), ffi.new("size_t *"), ffi.new("CUdevice *")
     device = current[0] if lib.cuCtxGetDevice(current) == 0 else None  # (a CUkernel's attributes are per device)
-    for q in questions:
-        handle = handles.get(q.which, {}).get(q.name)
-        if handle is None or max(q.a, q.b, q.c) >= 1 << 63:
-            continue
-        f, a, b = ffi.cast("CUfunction", handle), _int32(q.a), _int32(q.b)
-        if q.ask == ASK_ATTRIBUTES:  # (of a CUkernel: on the current device, as FunctionAttributes asks)
-            function = q.which != FOUND_KERNEL
-            if function or device is not None:
-                got = done.attributes.add(handle=handle, function=function, attribute_device=0 if function else device)
-                _every_attribute(s, f if function else ffi.cast("CUkernel", handle), None if function else device,
-                                 got.attribute_statuses, got.attribute_values)
-            continue
-        if q.ask == ASK_OCCUPANCY:
-            status, value = lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks, f, a, q.b), blocks
-        elif q.ask == ASK_OCCUPANCY_FLAGS:
-            status, value = lib.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, f, a, q.b,
-                                                                                     q.c & 0xFFFFFFFF), blocks
-        elif q.ask == ASK_AVAILABLE_SHARED:
-            status, value = lib.cuOccupancyAvailableDynamicSMemPerBlock(shared, f, a, b), shared
-        else:
-            continue
-        if status == 0:
-            done.answers.add(ask=q.ask, handle=handle, a=q.a, b=q.b, c=q.c, value=value[0])
+    made = _Sets(s, device)
+    try:
+        for q in questions:
+            _answer_one(s, q, handles.get(q.which, {}).get(q.name), device, made, done, blocks, shared)
+    finally:
+        made.undo()
+
+
+def _answer_one(s, q: pb.Question, handle: int | None, device, made: _Sets, done: pb.PreloadedModule, blocks,
+                shared) -> None:
+    """One question of _answer_ahead's, of `handle` (None: not found)."""
+    lib, ffi = s.lib, s.ffi
+    if handle is None or max(q.a, q.b, q.c) >= 1 << 63:
+        return
+    f, a, b = ffi.cast("CUfunction", handle), _int32(q.a), _int32(q.b)
+    kernel = q.which == FOUND_KERNEL
+    sets = dict(zip(q.set_attributes, q.set_values, strict=False))
+    if q.ask == ASK_ATTRIBUTES:  # (of a CUkernel: on the current device, as FunctionAttributes asks)
+        if (not kernel or device is not None) and made.make(handle, kernel, {}):  # (as loaded: no sets)
+            got = done.attributes.add(handle=handle, function=not kernel, attribute_device=device if kernel else 0)
+            _every_attribute(s, ffi.cast("CUkernel", handle) if kernel else f, device if kernel else None,
+                             got.attribute_statuses, got.attribute_values)
+        return
+    if len(sets) != len(q.set_attributes) or not all(x in SETTABLE for x in sets) or \
+            not made.make(handle, kernel, sets):
+        return  # (asked under sets the driver does not take now: left to the program)
+    if q.ask == ASK_SET:
+        if q.a in SETTABLE:
+            done.answers.add(ask=q.ask, handle=handle, a=q.a, b=q.b, c=q.c, value=made.set(handle, kernel, q.a, b),
+                             set_attributes=q.set_attributes, set_values=q.set_values)
+        return
+    if q.ask == ASK_OCCUPANCY:
+        status, value = lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks, f, a, q.b), blocks
+    elif q.ask == ASK_OCCUPANCY_FLAGS:
+        status, value = lib.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, f, a, q.b,
+                                                                                 q.c & 0xFFFFFFFF), blocks
+    elif q.ask == ASK_AVAILABLE_SHARED:
+        status, value = lib.cuOccupancyAvailableDynamicSMemPerBlock(shared, f, a, b), shared
+    else:
+        return
+    if status == 0:
+        done.answers.add(ask=q.ask, handle=handle, a=q.a, b=q.b, c=q.c, value=value[0],
+                         set_attributes=q.set_attributes, set_values=q.set_values)
 
 
 DESCRIBED_FUNCTIONS = 16  # a module of more has its functions looked up by name (describing loads each)

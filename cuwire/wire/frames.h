@@ -22,10 +22,13 @@
 #define CW_MAKE_AT_ONCE 64          /* streams or events one cuwire.MakeHandles makes at most */
 /* The questions a run's list keeps and the next run's cuwire.Preload asks ahead (PreloadModule.questions,
  * client/answers_cache.c): cuOccupancyMaxActiveBlocksPerMultiprocessor, its WithFlags,
- * cuOccupancyAvailableDynamicSMemPerBlock, and every attribute of a kernel or function */
+ * cuOccupancyAvailableDynamicSMemPerBlock, whether an attribute set succeeds, and every attribute of a
+ * kernel or function. Each but the last is asked with the attributes the program had set of that kernel
+ * by then (Question.set_attributes): its answer holds under those. */
 #define CW_ASK_OCCUPANCY 1
 #define CW_ASK_OCCUPANCY_FLAGS 2
 #define CW_ASK_AVAILABLE_SHARED 3
+#define CW_ASK_SET 4        /* cuFuncSetAttribute, cuKernelSetAttribute: a = the attribute, b = the value */
 #define CW_ASK_ATTRIBUTES 5 /* every attribute of a kernel or function (cuwire.FunctionAttributes) */
 /* ...of a kernel or function the program found by name (Question.which): a library's kernel, a module's
  * function, or a library kernel's function (cuKernelGetFunction) */
