@@ -293,3 +293,43 @@ def test_a_shared_memory_set_of_a_kernel_not_described_brings_its_attributes(cli
     sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
     assert sent.get("cuwire.FunctionAttributes") == 1, listed
     assert not {"cuKernelSetAttribute", "cuKernelGetAttribute"} & set(sent), listed
+
+
+CACHE_PREFERENCES = r"""
+#include <stdio.h>
+#include "cuda_api.h"
+static const char PTX[] = ".version 9.0\n.target sm_75\n.address_size 64\n"
+    ".visible .entry _Z6addOnePj(.param .u64 p)\n{\n    ret; // preferences\n}\n";
+int main(void) {
+    CUdevice dev; CUcontext ctx; CUmodule m; CUfunction f;
+    int blocks = -1, failed = 0;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) return 1;
+    if (cuModuleLoadData(&m, PTX) || cuModuleGetFunction(&f, m, "_Z6addOnePj")) return 2;
+    for (int i = 0; i < 20; i++)  /* as JAX sets one before each launch: two preferences in turn */
+        failed |= cuFuncSetCacheConfig(f, i % 4 < 2 ? CU_FUNC_CACHE_PREFER_SHARED : CU_FUNC_CACHE_PREFER_L1);
+    int refused = cuFuncSetCacheConfig(f, (CUfunc_cache)7);
+    if (cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 128, 0)) return 3;
+    printf("sets failed: %d, a preference CUDA does not name: %d, then %d blocks of 128 threads\n", failed,
+           refused, blocks);
+    return 0;
+}
+"""
+
+
+def test_cache_preferences_are_queued_and_a_repeat_answered(client_lib, server, tmp_path):
+    """JAX sets a function's cache preference before each of its launches (93 sets in its test programs'
+    run, each a round trip): one of a function the client knows, and that CUDA names, cannot fail, so it is
+    queued, and a set of the preference the function has is answered by the client. One CUDA does not
+    name goes to the server, which refuses it; occupancy, which the preference may change, is asked after."""
+    exe = compile_against_client(CACHE_PREFERENCES, tmp_path, client_lib)
+    env = {**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"}
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.fullmatch(r"sets failed: 0, a preference CUDA does not name: 1, then [1-9]\d* blocks of 128 threads\n",
+                        r.stdout), r.stdout + r.stderr
+    listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
+    sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
+    assert sent.get("cuFuncSetCacheConfig") == 1, listed  # (the refused one)
+    assert sent.get("cuOccupancyMaxActiveBlocksPerMultiprocessor") == 1, listed
+    queued = int(re.search(r"API calls: \d+ = \d+ sent to the server and waited for \+ (\d+) queued", r.stderr)[1])
+    assert queued >= 10, r.stderr  # (each change of preference: 10 of the 20 sets)

@@ -19,7 +19,10 @@
 #include "table.h"
 
 /* (SET_STATUS: whether a set succeeds, only ever answered ahead) */
-enum { KERNEL_ATTRIBUTE = 1, FUNCTION_ATTRIBUTE, OCCUPANCY, OCCUPANCY_FLAGS, LIMIT, AVAILABLE_SHARED, SET_STATUS };
+enum {
+    KERNEL_ATTRIBUTE = 1, FUNCTION_ATTRIBUTE, OCCUPANCY, OCCUPANCY_FLAGS, LIMIT, AVAILABLE_SHARED, SET_STATUS,
+    CACHE_PREFERENCE /* the last a kernel or function was set to (a key of its own, which no set forgets) */
+};
 #define OCCUPANCY_KINDS (1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS | 1u << AVAILABLE_SHARED)
 /* The kinds of answers every one of which an attribute set of a kernel (a function) may change: the other
  * kind's (a kernel's functions have handles of their own), and occupancy (forget_handle's all_of). */
@@ -622,21 +625,67 @@ void cuwire_keep_set_function_attribute(CUfunction f, CUfunction_attribute attri
 }
 
 /* A kernel's or function's cache preference changes its occupancy, and may change its preferred carveout
- * as read back: forgotten as a set of that attribute forgets (the kernel's answers, not every kernel's). */
+ * as read back: forgotten as a set of that attribute forgets (the kernel's answers, not every kernel's),
+ * and its sets are unknown from then on (the Preload does not make cache preferences). A set of the
+ * preference it was last set to changes nothing: answered here (JAX sets one before each launch). */
+static int cache_set(uint64_t kind, uint64_t handle, CUfunc_cache config, uint64_t device, unsigned all_of)
+{
+    int now;
+    KEY(CACHE_PREFERENCE, kind, handle, device);
+    if (lookup(key, &now) == 0 && now == (int)config)
+        return CUDA_SUCCESS;
+    note_set(handle, 0, 0, 1);
+    return forget_handle(kind, handle, all_of, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT);
+}
+
 int cuwire_forget_answers_function_cache(CUfunction f, CUfunc_cache config)
 {
-    (void)config;
-    note_set((uintptr_t)f, 0, 0, 1);
-    return forget_handle(FUNCTION_ATTRIBUTE, (uintptr_t)f, AFTER_FUNCTION_SET,
-                         CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT);
+    return cache_set(FUNCTION_ATTRIBUTE, (uintptr_t)f, config, 0, AFTER_FUNCTION_SET);
 }
 
 int cuwire_forget_answers_kernel_cache(CUkernel kernel, CUfunc_cache config, CUdevice dev)
 {
-    (void)config, (void)dev;
-    note_set((uintptr_t)kernel, 0, 0, 1);
-    return forget_handle(KERNEL_ATTRIBUTE, (uintptr_t)kernel, AFTER_KERNEL_SET,
-                         CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT);
+    return cache_set(KERNEL_ATTRIBUTE, (uintptr_t)kernel, config, (uint64_t)(uint32_t)dev, AFTER_KERNEL_SET);
+}
+
+/* Whether a cache preference cannot fail, so it is queued (annotation queued_when): one CUDA names, of a
+ * kernel or function whose attributes are kept (so the server knows it, on that device), other than the
+ * one it was last set to (that one `fast` answers). What depends on it is forgotten, as `fast` does. */
+static int cache_set_cannot_fail(uint64_t kind, uint64_t handle, CUfunc_cache config, uint64_t device,
+                                 unsigned all_of)
+{
+    int known, now;
+    KEY(kind, handle, (uint64_t)CU_FUNC_ATTRIBUTE_NUM_REGS, device);
+    KEY_AS(last, CACHE_PREFERENCE, kind, handle, device);
+    if ((unsigned)config > CU_FUNC_CACHE_PREFER_EQUAL || cuwire_forked || !CUWIRE_READY() ||
+        lookup(key, &known) != 0 || (lookup(last, &now) == 0 && now == (int)config))
+        return 0;
+    cache_set(kind, handle, config, device, all_of);
+    return 1;
+}
+
+int cuwire_queue_function_cache(CUfunction f, CUfunc_cache config)
+{
+    return cache_set_cannot_fail(FUNCTION_ATTRIBUTE, (uintptr_t)f, config, 0, AFTER_FUNCTION_SET);
+}
+
+int cuwire_queue_kernel_cache(CUkernel kernel, CUfunc_cache config, CUdevice dev)
+{
+    return cache_set_cannot_fail(KERNEL_ATTRIBUTE, (uintptr_t)kernel, config, (uint64_t)(uint32_t)dev,
+                                 AFTER_KERNEL_SET);
+}
+
+/* ... and once set, the preference is the one a set of the same answers. */
+void cuwire_keep_function_cache(CUfunction f, CUfunc_cache config)
+{
+    KEY(CACHE_PREFERENCE, FUNCTION_ATTRIBUTE, (uintptr_t)f, 0);
+    store(key, config);
+}
+
+void cuwire_keep_kernel_cache(CUkernel kernel, CUfunc_cache config, CUdevice dev)
+{
+    KEY(CACHE_PREFERENCE, KERNEL_ATTRIBUTE, (uintptr_t)kernel, (uint64_t)(uint32_t)dev);
+    store(key, config);
 }
 
 int cuwire_forget_answers_context_cache(CUfunc_cache config) { return forget_all(); }

@@ -626,7 +626,7 @@ def cuFuncSetAttribute(hfunc, attrib, value):
 
 @ffi.def_extern(name="cuwire_py_cuFuncSetCacheConfig", onerror=rt.on_error)
 def cuFuncSetCacheConfig(hfunc, config):
-    """cuFuncSetCacheConfig (cuda.h)"""
+    """cuFuncSetCacheConfig (cuda.h): the same preference again is answered, another of a kernel the client knows queued (client/answers_cache.c)"""
     args = pb.cuFuncSetCacheConfig_Args()
     args.hfunc = rt.server_function(hfunc)
     args.config = config
@@ -1224,7 +1224,7 @@ def cuKernelSetAttribute(attrib, val, kernel, dev):
 
 @ffi.def_extern(name="cuwire_py_cuKernelSetCacheConfig", onerror=rt.on_error)
 def cuKernelSetCacheConfig(kernel, config, dev):
-    """cuKernelSetCacheConfig (cuda.h)"""
+    """cuKernelSetCacheConfig (cuda.h): as cuFuncSetCacheConfig"""
     args = pb.cuKernelSetCacheConfig_Args()
     args.kernel = kernel
     args.config = config

@@ -4897,8 +4897,24 @@ CUWIRE_EXPORT CUresult cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z
 /* cuFuncSetCacheConfig (cuda.h): remoted, sync */
 int cuwire_py_cuFuncSetCacheConfig(uint64_t, int64_t);
 int cuwire_forget_answers_function_cache(CUfunction hfunc, CUfunc_cache config);
+void cuwire_keep_function_cache(CUfunction hfunc, CUfunc_cache config);
+int cuwire_queue_function_cache(CUfunction hfunc, CUfunc_cache config);
 static inline CUresult cuwire_impl_cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
 {
+    if (cuwire_queue_function_cache(hfunc, config)) { /* it cannot fail: queued */
+        struct __attribute__((packed)) {
+            uint64_t hfunc;
+            int32_t config;
+        } rec = {
+            (uint64_t)(uintptr_t)hfunc,
+            config,
+        };
+        int status = cuwire_enqueue(1688761246u, &rec, sizeof rec);
+        __atomic_add_fetch(&cuwire_queued_hits[127], 1, __ATOMIC_RELAXED);
+        if (status == 0)
+            cuwire_keep_function_cache(hfunc, config);
+        return (CUresult)status;
+    }
     int fast = cuwire_forget_answers_function_cache(hfunc, config);
     if (fast >= 0) {
         __atomic_add_fetch(&cuwire_fast_hits[127], 1, __ATOMIC_RELAXED);
@@ -4906,7 +4922,10 @@ static inline CUresult cuwire_impl_cuFuncSetCacheConfig(CUfunction hfunc, CUfunc
     }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuFuncSetCacheConfig((uint64_t)(uintptr_t)hfunc, (int64_t)config));
+    int status = cuwire_py_cuFuncSetCacheConfig((uint64_t)(uintptr_t)hfunc, (int64_t)config);
+    if (status == 0)
+        cuwire_keep_function_cache(hfunc, config);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
 {
@@ -7981,8 +8000,26 @@ CUWIRE_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val
 /* cuKernelSetCacheConfig (cuda.h): remoted, sync */
 int cuwire_py_cuKernelSetCacheConfig(uint64_t, int64_t, int64_t);
 int cuwire_forget_answers_kernel_cache(CUkernel kernel, CUfunc_cache config, CUdevice dev);
+void cuwire_keep_kernel_cache(CUkernel kernel, CUfunc_cache config, CUdevice dev);
+int cuwire_queue_kernel_cache(CUkernel kernel, CUfunc_cache config, CUdevice dev);
 static inline CUresult cuwire_impl_cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev)
 {
+    if (cuwire_queue_kernel_cache(kernel, config, dev)) { /* it cannot fail: queued */
+        struct __attribute__((packed)) {
+            uint64_t kernel;
+            int32_t config;
+            int32_t dev;
+        } rec = {
+            (uint64_t)(uintptr_t)kernel,
+            config,
+            dev,
+        };
+        int status = cuwire_enqueue(1572033421u, &rec, sizeof rec);
+        __atomic_add_fetch(&cuwire_queued_hits[277], 1, __ATOMIC_RELAXED);
+        if (status == 0)
+            cuwire_keep_kernel_cache(kernel, config, dev);
+        return (CUresult)status;
+    }
     int fast = cuwire_forget_answers_kernel_cache(kernel, config, dev);
     if (fast >= 0) {
         __atomic_add_fetch(&cuwire_fast_hits[277], 1, __ATOMIC_RELAXED);
@@ -7990,7 +8027,10 @@ static inline CUresult cuwire_impl_cuKernelSetCacheConfig(CUkernel kernel, CUfun
     }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
-    return (CUresult)(cuwire_py_cuKernelSetCacheConfig((uint64_t)(uintptr_t)kernel, (int64_t)config, (int64_t)dev));
+    int status = cuwire_py_cuKernelSetCacheConfig((uint64_t)(uintptr_t)kernel, (int64_t)config, (int64_t)dev);
+    if (status == 0)
+        cuwire_keep_kernel_cache(kernel, config, dev);
+    return (CUresult)status;
 }
 CUWIRE_EXPORT CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev)
 {

@@ -269,6 +269,21 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         *err = s->fn.cuFuncSetAttribute((CUfunction)(uintptr_t)r.hfunc, r.attrib, r.value);
         return 1;
     }
+    case 1688761246u: { /* cuFuncSetCacheConfig (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t hfunc;
+            int32_t config;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuFuncSetCacheConfig: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUfunc_st, r.hfunc)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuFuncSetCacheConfig((CUfunction)(uintptr_t)r.hfunc, r.config);
+        return 1;
+    }
     case 1389123837u: { /* cuFuncSetSharedMemConfig (cuda.h) */
         struct __attribute__((packed)) {
             uint64_t hfunc;
@@ -462,6 +477,22 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
             return 1;
         }
         *err = s->fn.cuKernelSetAttribute(r.attrib, r.val, (CUkernel)(uintptr_t)r.kernel, r.dev);
+        return 1;
+    }
+    case 1572033421u: { /* cuKernelSetCacheConfig (cuda.h) */
+        struct __attribute__((packed)) {
+            uint64_t kernel;
+            int32_t config;
+            int32_t dev;
+        } r;
+        if (size != sizeof r)
+            return cw_refuse(s, "queued cuKernelSetCacheConfig: record of %u bytes, expected %zu", size, sizeof r);
+        memcpy(&r, p, sizeof r);
+        if (!cw_owns(s, CW_KIND_CUkern_st, r.kernel)) {
+            *err = CW_INVALID_HANDLE;
+            return 1;
+        }
+        *err = s->fn.cuKernelSetCacheConfig((CUkernel)(uintptr_t)r.kernel, r.config, r.dev);
         return 1;
     }
     case 3906768071u: { /* cuMemPoolDestroy (cuda.h) */

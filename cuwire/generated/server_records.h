@@ -23,6 +23,7 @@
     X(cuEventSynchronize) \
     X(cuFuncLoad) \
     X(cuFuncSetAttribute) \
+    X(cuFuncSetCacheConfig) \
     X(cuFuncSetSharedMemConfig) \
     X(cuGraphEventRecordNodeSetEvent) \
     X(cuGraphEventWaitNodeSetEvent) \
@@ -33,6 +34,7 @@
     X(cuGraphNodeSetEnabled) \
     X(cuGraphUpload) \
     X(cuKernelSetAttribute) \
+    X(cuKernelSetCacheConfig) \
     X(cuMemPoolDestroy) \
     X(cuMemPoolTrimTo) \
     X(cuMemcpyAtoA_v2) \
