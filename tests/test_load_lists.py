@@ -307,6 +307,13 @@ int main(void) {  /* as cuBLAS and cuDNN detect the hardware: set a kernel's sha
     if (cuOccupancyAvailableDynamicSMemPerBlock(&room_after, f, 1, 1) ||
         cuOccupancyMaxActiveBlocksPerMultiprocessor(&after, f, 1, optin)) return 5;
     if (cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)) return 6;
+    int clusters[4] = {0};
+    for (int w = 1; w <= 4; w++) {  /* each cluster width in turn, the grid a multiple of it */
+        CUlaunchAttribute cluster = {CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION};
+        cluster.value.clusterDim.x = w, cluster.value.clusterDim.y = cluster.value.clusterDim.z = 1;
+        CUlaunchConfig config = {2 * w, 1, 1, 128, 1, 1, 0, NULL, &cluster, 1};
+        if (cuOccupancyMaxActiveClusters(&clusters[w - 1], f, &config)) return 9;
+    }
     if (cuLibraryLoadData(&lib, L, NULL, NULL, 0, NULL, NULL, 0) || cuLibraryGetKernel(&k, lib, "_Z8addToOddPii") ||
         cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin, k, dev) ||
         cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&flags, (CUfunction)k, 1, optin, 0) ||
@@ -314,12 +321,13 @@ int main(void) {  /* as cuBLAS and cuDNN detect the hardware: set a kernel's sha
     if (cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin + 1) != CUDA_ERROR_INVALID_VALUE)
         return 8;  /* (a set the driver refuses is refused at once, every run) */
     printf("all the shared memory: %d blocks before the set, %d after; room %zu before, %zu after; "
-           "the library's kernel: %d\n", before, after, room_before, room_after, flags);
+           "the library's kernel: %d; clusters %d %d %d %d\n", before, after, room_before, room_after, flags,
+           clusters[0], clusters[1], clusters[2], clusters[3]);
     return 0;
 }
 """
 SET_QUESTIONS = ("cuOccupancyAvailableDynamicSMemPerBlock", "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-                 "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags")
+                 "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cuwire.MaxActiveClusters")
 
 
 def test_questions_asked_after_sets_are_answered_ahead_under_those_sets(client_lib, tmp_path):
@@ -327,8 +335,9 @@ def test_questions_asked_after_sets_are_answered_ahead_under_those_sets(client_l
     set of its shared memory and another after. The list keeps each question with the sets made by then,
     and each set the server took; the next run's Preload answers them with those sets made (then undone),
     so the program's questions, before and after its sets, and its sets of an attribute the client cannot
-    check, are answered by the client, with the same output. A set the driver refuses still goes to the
-    server, and is refused."""
+    check, are answered by the client, with the same output; so are its cluster questions, one width after
+    another (one sweep of widths in the first run). A set the driver refuses still goes to the server, and
+    is refused."""
     import os
     import subprocess
 
@@ -350,7 +359,7 @@ def test_questions_asked_after_sets_are_answered_ahead_under_those_sets(client_l
     before, after = (int(n) for n in re.search(r"(\d+) blocks before the set, (\d+) after", runs[0].stdout).groups())
     assert before == 0 and after >= 1, runs[0].stdout  # (the answers differ under the sets)
     asked = [sent(r.stderr) for r in runs]
-    assert [asked[0].get(n) for n in SET_QUESTIONS] == [2, 2, 1], asked[0]
+    assert [asked[0].get(n) for n in SET_QUESTIONS] == [2, 2, 1, 1], asked[0]
     # (each set of the cluster attribute, and the refused set of too much shared memory)
     assert asked[0].get("cuFuncSetAttribute") == 2 and asked[0].get("cuKernelSetAttribute") == 1, asked[0]
     for later in asked[1:]:

@@ -429,23 +429,41 @@ static void keep_asked(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, ui
     record(ask, handle, a, b, c);
 }
 
-/* An answer the server gave ahead (cuwire.Preload, from the last run's list), under the `count` sets given
- * (attributes and values): the program's question is answered by it when its kernel's sets are those. */
-void cuwire_keep_answer_ahead(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c, int64_t value,
-                              const int32_t *attributes, const int32_t *values, int count)
+/* The digest of `count` sets (attributes and values), as the answers given ahead are kept by; UINT64_MAX
+ * when one is not an attribute a program sets. */
+uint64_t cuwire_sets_digest_of(const int32_t *attributes, const int32_t *values, int count)
 {
-    if (ask >= sizeof ask_kinds / sizeof *ask_kinds || !ask_kinds[ask])
-        return;
     unsigned made = 0;
     int32_t set[SET_SLOTS] = {0};
     for (int i = 0; i < count; i++) {
         unsigned slot = (unsigned)attributes[i] - SET_FIRST;
         if (slot >= SET_SLOTS)
-            return; /* (not a set the client keeps) */
+            return UINT64_MAX;
         made |= 1u << slot;
         set[slot] = values[i];
     }
-    const uint64_t key[6] = {ask_kinds[ask], handle, a, b, c, sets_digest(made, set)};
+    return sets_digest(made, set);
+}
+
+/* The digest of the sets the kernel of `handle` has now: 0, or -1 when they are unknown (client/launches.py
+ * keeps the cluster answers given ahead by it). */
+int cuwire_sets_digest_now(uint64_t handle, uint64_t *digest)
+{
+    pthread_mutex_lock(&lock);
+    int r = current_sets(handle, digest);
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* An answer the server gave ahead (cuwire.Preload, from the last run's list), under the `count` sets given
+ * (attributes and values): the program's question is answered by it when its kernel's sets are those. */
+void cuwire_keep_answer_ahead(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c, int64_t value,
+                              const int32_t *attributes, const int32_t *values, int count)
+{
+    uint64_t digest = cuwire_sets_digest_of(attributes, values, count);
+    if (ask >= sizeof ask_kinds / sizeof *ask_kinds || !ask_kinds[ask] || digest == UINT64_MAX)
+        return;
+    const uint64_t key[6] = {ask_kinds[ask], handle, a, b, c, digest};
     pthread_mutex_lock(&lock);
     struct ahead_entry *e = cw_table_put(&ahead, key);
     if (e)

@@ -10,7 +10,7 @@ import threading
 
 from _cuwire import ffi, lib
 
-from cuwire.client import load_lists
+from cuwire.client import clusters_ahead, load_lists
 from cuwire.client import runtime as rt
 from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
@@ -41,10 +41,8 @@ def cuLaunchKernelEx(config, config_len, f, params, extra):
     return INVALID_HANDLE if err < 0 else err
 
 
-# CUlaunchConfig: grid[3], block[3], shared memory (u32), stream, attrs (at 40), numAttrs (at 48);
-# CUlaunchAttribute: 72 bytes, its id (u32) first, its value at 8 (a cluster dimension: x, y, z as u32)
-_LAUNCH_ATTRIBUTE = 72
-_CLUSTER_DIMENSION = cu.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+# (the layouts: clusters_ahead.py)
+_LAUNCH_ATTRIBUTE = clusters_ahead.LAUNCH_ATTRIBUTE
 _SWEEP = 32  # cluster widths asked at once (server/custom.py, SWEEP_MOST)
 
 
@@ -55,7 +53,10 @@ class _ClusterAnswers:
     holds while its kernel's count is the one it was kept at). cuBLASLt and cuDNN ask a kernel's clusters for
     each cluster width in turn, 1 to 32, the grid following the width: the first such question asks for all
     widths at once (a sweep), one round trip where there were 32. At most MOST answers are kept: past them,
-    questions go to the server (a program that asks of ever new launch shapes costs no memory)."""
+    questions go to the server (a program that asks of ever new launch shapes costs no memory). The
+    questions the server answered go on the run's list (load_lists.py) with the attributes set of their
+    kernel by then; the next run's Preload answers them ahead, and those answers hold whenever the kernel's
+    sets are those again (client/answers_cache.c keeps its own so)."""
 
     MOST = 4096
 
@@ -63,15 +64,6 @@ class _ClusterAnswers:
         self.answers: dict[tuple, tuple[int, int, int]] = {}  # key -> (status, clusters, its kernel's count)
         self.swept: dict[tuple, int] = {}  # sweeps asked -> their kernel's count
         self.lock = threading.Lock()  # program threads ask at once
-
-    @staticmethod
-    def _width_at(body: bytes) -> int | None:
-        """Where the cluster dimension's x is in the attributes, when the cluster is a row (y = z = 1)."""
-        for i in range(0, len(body), _LAUNCH_ATTRIBUTE):
-            kind, x, y, z = struct.unpack_from("<I4xIII", body, i)
-            if kind == _CLUSTER_DIMENSION and x and y == 1 and z == 1:
-                return i + 8
-        return None
 
     def _keep(self, key: tuple, answer: tuple[int, int], count: int) -> None:
         if len(self.answers) < self.MOST or key in self.answers:
@@ -93,7 +85,16 @@ class _ClusterAnswers:
         kept = self.answers.get(key)
         if kept is not None and kept[2] == count:
             return kept[0], kept[1]
-        at = None if potential else self._width_at(body)
+        config = head[:clusters_ahead.HEAD] + body  # (the stream left out: an answer given ahead holds for any)
+        digest = ffi.new("uint64_t *")
+        known_sets = lib.cuwire_sets_digest_now(func, digest) == 0
+        given = clusters_ahead.ahead.get(func, potential, config, digest[0]) if known_sets else None
+        if given is not None:
+            self._keep(key, given[:2], count)
+            if given[2] is not None:
+                _record(load_lists.ASK_CLUSTERS, func, int(potential), given[2], config=config)
+            return given[0], given[1]
+        at = None if potential else clusters_ahead.width_at(body)
         width = struct.unpack_from("<I", body, at)[0] if at is not None else 0
         grid_x = struct.unpack_from("<I", head)[0]
         sweep = at is not None and grid_x % width == 0
@@ -104,6 +105,8 @@ class _ClusterAnswers:
                                          attributes=body, potential_size=potential, sweep=_SWEEP if sweep else 0)
         res = rt.call(rt.MAX_ACTIVE_CLUSTERS, args, pb.MaxActiveClusters_Result)
         self._keep(key, (res.status, res.clusters), count)
+        if known_sets:
+            _record(load_lists.ASK_CLUSTERS, func, int(potential), _SWEEP if sweep else 0, config=config)
         if sweep and (len(self.swept) < self.MOST or base in self.swept):
             self.swept[base] = count
             for w, (status, clusters) in enumerate(zip(res.sweep_status, res.sweep_clusters, strict=False), start=1):
@@ -181,14 +184,19 @@ def function_attributes(kernel, function, device, statuses, values, count):
     return 0
 
 
-@ffi.def_extern(name="cuwire_py_asked")
-def asked(ask, handle, a, b, c):
-    """An occupancy question the server answered (client/answers_cache.c), for this run's list, with the
-    attributes the program had set of its kernel by then (none kept when those are not known)."""
+def _record(ask: int, handle: int, a: int, b: int, c: int = 0, config: bytes = b"") -> None:
+    """A question the program asked, for this run's list, with the attributes the program had set of its
+    kernel by then (none kept when those are not known)."""
     run = rt.client.run
     if run is None:
         return
     attributes, values = ffi.new("int32_t[]", load_lists.MAX_SETS), ffi.new("int32_t[]", load_lists.MAX_SETS)
     n = lib.cuwire_sets_of(handle, attributes, values, load_lists.MAX_SETS)
     if n >= 0:
-        run.asked(ask, handle, a, b, c, tuple((attributes[i], values[i]) for i in range(n)))
+        run.asked(ask, handle, a, b, c, tuple((attributes[i], values[i]) for i in range(n)), config)
+
+
+@ffi.def_extern(name="cuwire_py_asked")
+def asked(ask, handle, a, b, c):
+    """An occupancy question the server answered (client/answers_cache.c), for this run's list."""
+    _record(ask, handle, a, b, c)

@@ -6,8 +6,9 @@ A list is a file in CUWIRE_LOAD_LISTS per program (its command line) and GPU arc
 module the program loaded, `L <sha256 hex> <as_module 0|1>`; a name it looked up in one and that the
 load did not answer, `K <sha256 hex> <from_module 0|1> <name>`; or a kernel of one whose function it
 asked, `F <sha256 hex> 0 <kernel name>`; or an occupancy question the program asked of one of those,
-`Q <sha256 hex> <which> <ask> <a> <b> <c> <sets> <name>` (Question: the next run's Preload asks it ahead;
-sets: the attributes the program had set of that kernel by then, `-` or `attribute=value,...`); or
+`Q <sha256 hex> <which> <ask> <a> <b> <c> <sets> <config> <name>` (Question: the next run's Preload asks it
+ahead; sets: the attributes the program had set of that kernel by then, `-` or `attribute=value,...`;
+config: a cluster question's launch configuration in hex, else `-`); or
 how many streams or events of a kind (MakeHandles_Args: kind, flags, priority) the program had the server
 make, `H <kind> <flags> <priority> <count>` (the last line of a kind counts: the next run's Preload makes
 as many, or its first batch asks as many at once, Run.handle_batch). The run rewrites its list as it goes
@@ -37,8 +38,9 @@ LIBRARY_KERNEL, MODULE_FUNCTION, KERNEL_FUNCTION = (
     layouts.constant(n) for n in ("CW_FOUND_KERNEL", "CW_FOUND_FUNCTION", "CW_FOUND_KERNEL_FUNCTION"))
 # the questions (client/answers_cache.c): frames.h's CW_ASK_*
 ASKS = {layouts.constant(n) for n in ("CW_ASK_OCCUPANCY", "CW_ASK_OCCUPANCY_FLAGS", "CW_ASK_AVAILABLE_SHARED",
-                                       "CW_ASK_SET", "CW_ASK_ATTRIBUTES")}
-ASK_ATTRIBUTES = layouts.constant("CW_ASK_ATTRIBUTES")
+                                       "CW_ASK_SET", "CW_ASK_ATTRIBUTES", "CW_ASK_CLUSTERS")}
+ASK_ATTRIBUTES, ASK_CLUSTERS = (layouts.constant(n) for n in ("CW_ASK_ATTRIBUTES", "CW_ASK_CLUSTERS"))
+MAX_CONFIG = 28 + 16 * 72  # a cluster question's configuration: grid, block, shared memory, 16 attributes
 
 
 Sets = tuple[tuple[int, int], ...]  # (attribute, value) a program set of a kernel (client/answers_cache.c)
@@ -50,7 +52,7 @@ class Question:
     """An occupancy question the program asked of a kernel or function it found by `name` (`which`: one of
     the three above), with its arguments (client/answers_cache.c says what a, b and c are), under the
     attributes it had set of that kernel by then (`sets`); or a set of one; or with ASK_ATTRIBUTES, its
-    attributes, which its load did not bring."""
+    attributes, which its load did not bring; or with ASK_CLUSTERS, its clusters for a launch `config`."""
 
     which: int
     name: str
@@ -59,6 +61,7 @@ class Question:
     b: int
     c: int
     sets: Sets = ()
+    config: bytes = b""
 
 
 def _format_sets(sets: Sets) -> str:
@@ -160,20 +163,22 @@ def read(path: str) -> LastRun:
 
 def _read_question(line: bytes, modules: dict[tuple[bytes, bool], Module]) -> None:
     """A `Q` line, kept with its module (a function in a module load's; a kernel in its library's)."""
-    parts = line.split(b" ", 8)
+    parts = line.split(b" ", 9)
     try:
         digest = bytes.fromhex(parts[1].decode())
         which, ask, a, b, c = (int(x) for x in parts[2:7])
         sets = _parse_sets(parts[7].decode())
-        name = parts[8].decode()
+        config = b"" if parts[8] == b"-" else bytes.fromhex(parts[8].decode())
+        name = parts[9].decode()
     except (IndexError, ValueError, UnicodeDecodeError):
         return
     if which not in (LIBRARY_KERNEL, MODULE_FUNCTION, KERNEL_FUNCTION) or ask not in ASKS or not name or \
-            not all(0 <= x < 1 << 64 for x in (a, b, c)):
+            not all(0 <= x < 1 << 64 for x in (a, b, c)) or len(config) > MAX_CONFIG or \
+            (ask == ASK_CLUSTERS) != (len(config) >= 28):
         return
     owner = modules.get((digest, True)) if which == MODULE_FUNCTION else \
         modules.get((digest, False)) or modules.get((digest, True))
-    q = Question(which, name, ask, a, b, c, sets)
+    q = Question(which, name, ask, a, b, c, sets, config)
     if owner is not None and len(owner.questions) < MAX_QUESTIONS and q not in owner.questions:
         owner.questions.append(q)
 
@@ -215,7 +220,8 @@ class Recorder:
 
     def asked(self, digest: bytes, q: Question) -> None:
         if len(self.seen) < MAX_LINES:
-            self._once(f"Q {digest.hex()} {q.which} {q.ask} {q.a} {q.b} {q.c} {_format_sets(q.sets)} {q.name}\n")
+            self._once(f"Q {digest.hex()} {q.which} {q.ask} {q.a} {q.b} {q.c} {_format_sets(q.sets)} "
+                       f"{q.config.hex() or '-'} {q.name}\n")
 
     def _write(self, line: str) -> None:
         data = line.encode(errors="replace")
@@ -267,7 +273,7 @@ class Run:
                              kernel_functions=m.kernel_functions,
                              questions=[pb.Question(which=q.which, name=q.name, ask=q.ask, a=q.a, b=q.b, c=q.c,
                                                     set_attributes=[p[0] for p in q.sets],
-                                                    set_values=[p[1] for p in q.sets])
+                                                    set_values=[p[1] for p in q.sets], config=q.config)
                                         for q in m.questions]) for m in self.last.modules])
 
     def take(self, digest: bytes, as_module: bool) -> pb.PreloadedModule | None:
@@ -310,12 +316,12 @@ class Run:
             return 0
         return self.identify(function, known[0], KERNEL_FUNCTION, known[2])
 
-    def asked(self, ask: int, handle: int, a: int, b: int, c: int, sets: Sets = ()) -> None:
+    def asked(self, ask: int, handle: int, a: int, b: int, c: int, sets: Sets = (), config: bytes = b"") -> None:
         """The program asked an occupancy question of `handle` under `sets`, which the server answered (or the
         Preload did ahead): on the list, when the handle's kernel or function is known by name."""
         known = self.identities.get(handle)
         if known is not None and self.recorder is not None:
-            self.recorder.asked(known[0], Question(known[1], known[2], ask, a, b, c, sets))
+            self.recorder.asked(known[0], Question(known[1], known[2], ask, a, b, c, sets, config))
 
     def preload_answered(self, args: pb.Preload_Args, res: pb.Preload_Result) -> None:
         """The Preload's answer: the modules loaded ahead, until the program loads each, and the streams

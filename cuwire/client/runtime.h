@@ -137,6 +137,9 @@ CW_FROM_PYTHON void cuwire_keep_answer_ahead(unsigned ask, uint64_t handle, uint
                                              int count);
 /* The attributes the program set of the kernel of `handle` (answers_cache.c): how many, -1 when unknown. */
 CW_FROM_PYTHON int cuwire_sets_of(uint64_t handle, int32_t *attributes, int32_t *values, int most);
+/* ...their digest now (0, -1 when unknown), and that of sets given (UINT64_MAX: not sets a program makes) */
+CW_FROM_PYTHON int cuwire_sets_digest_now(uint64_t handle, uint64_t *digest);
+CW_FROM_PYTHON uint64_t cuwire_sets_digest_of(const int32_t *attributes, const int32_t *values, int count);
 void cuwire_forget_limits(void); /* (answers_cache.c: the kept cuCtxGetLimit answers) */
 /* Every attribute of a loaded kernel (kernel 1, on dev) or function (0), as its load brought them (answers_cache.c). */
 CW_FROM_PYTHON void cuwire_keep_every_attribute(int kernel, uint64_t handle, int dev, const int32_t *statuses,

@@ -24,7 +24,7 @@ from _cuwire import ffi, lib
 from google.protobuf.message import DecodeError
 
 from cuwire import address_space, fatbin
-from cuwire.client import load_lists
+from cuwire.client import clusters_ahead, load_lists
 from cuwire.client.shared_host import SharedHost
 from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
@@ -637,6 +637,9 @@ class Client:
         if run is None or lib.cuwire_answers_cleared() != run.preload_cleared:
             return
         for a in ahead.answers:
+            if a.ask == load_lists.ASK_CLUSTERS:
+                clusters_ahead.ahead.keep(a)
+                continue
             sets = list(zip(a.set_attributes, a.set_values, strict=False))
             lib.cuwire_keep_answer_ahead(a.ask, a.handle, a.a, a.b, a.c, a.value,
                                          [p[0] for p in sets], [p[1] for p in sets], len(sets))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import time
 
 from cuwire.generated import cuda_constants as cu
@@ -97,9 +98,11 @@ MAX_PRELOAD = 1024  # modules a Preload may name (client/load_lists.py keeps as 
 MAX_PRELOAD_NAMES = 256  # lookups it may name per module
 MAX_PRELOAD_QUESTIONS = 256  # occupancy questions it may ask per module (load_lists.MAX_QUESTIONS)
 MAX_PRELOAD_HANDLE_KINDS = 64  # kinds of streams and events it may make (load_lists.MAX_HANDLE_KINDS)
-ASK_OCCUPANCY, ASK_OCCUPANCY_FLAGS, ASK_AVAILABLE_SHARED, ASK_SET, ASK_ATTRIBUTES = (
+ASK_OCCUPANCY, ASK_OCCUPANCY_FLAGS, ASK_AVAILABLE_SHARED, ASK_SET, ASK_ATTRIBUTES, ASK_CLUSTERS = (
     layouts.constant(n) for n in ("CW_ASK_OCCUPANCY", "CW_ASK_OCCUPANCY_FLAGS", "CW_ASK_AVAILABLE_SHARED",
-                                  "CW_ASK_SET", "CW_ASK_ATTRIBUTES"))
+                                  "CW_ASK_SET", "CW_ASK_ATTRIBUTES", "CW_ASK_CLUSTERS"))
+CONFIG_HEAD = 28  # a cluster question's grid, block and shared memory (CW_ASK_CLUSTERS), before its attributes
+MAX_CONFIG_ATTRIBUTES = 16
 SETTABLE = range(8, 16)  # the attributes a question's sets may name (client/answers_cache.c's SET_FIRST..)
 FOUND_KERNEL, FOUND_FUNCTION, FOUND_KERNEL_FUNCTION = (
     layouts.constant(n) for n in ("CW_FOUND_KERNEL", "CW_FOUND_FUNCTION", "CW_FOUND_KERNEL_FUNCTION"))
@@ -257,6 +260,9 @@ def _answer_one(s, q: pb.Question, handle: int | None, device, made: _Sets, done
     if len(sets) != len(q.set_attributes) or not all(x in SETTABLE for x in sets) or \
             not made.make(handle, kernel, sets):
         return  # (asked under sets the driver does not take now: left to the program)
+    if q.ask == ASK_CLUSTERS:
+        _answer_clusters(s, q, handle, done)
+        return
     if q.ask == ASK_SET:
         if q.a in SETTABLE:
             done.answers.add(ask=q.ask, handle=handle, a=q.a, b=q.b, c=q.c, value=made.set(handle, kernel, q.a, b),
@@ -274,6 +280,25 @@ def _answer_one(s, q: pb.Question, handle: int | None, device, made: _Sets, done
     if status == 0:
         done.answers.add(ask=q.ask, handle=handle, a=q.a, b=q.b, c=q.c, value=value[0],
                          set_attributes=q.set_attributes, set_values=q.set_values)
+
+
+def _answer_clusters(s, q: pb.Question, handle: int, done: pb.PreloadedModule) -> None:
+    """A cluster question (CW_ASK_CLUSTERS): its configuration on no stream, a sweep of widths when asked."""
+    ffi = s.ffi
+    size = ffi.sizeof("CUlaunchAttribute")
+    n, rest = divmod(len(q.config) - CONFIG_HEAD, size)
+    if len(q.config) < CONFIG_HEAD or rest or n > MAX_CONFIG_ATTRIBUTES or q.a > 1 or q.b > SWEEP_MOST:
+        return
+    config = ffi.new("CUlaunchConfig *")
+    (config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX, config.blockDimY, config.blockDimZ,
+     config.sharedMemBytes) = struct.unpack_from("<7I", q.config)
+    attrs = ffi.new("CUlaunchAttribute[]", max(n, 1))
+    ffi.memmove(attrs, q.config[CONFIG_HEAD:], n * size)
+    config.attrs, config.numAttrs = (attrs if n else ffi.NULL), n
+    status, clusters, widths = _clusters(s, ffi.cast("CUfunction", handle), config, attrs, n, bool(q.a), q.b)
+    done.answers.add(ask=q.ask, handle=handle, a=q.a, b=q.b, c=q.c, value=clusters, status=status,
+                     sweep_status=[w[0] for w in widths], sweep_clusters=[w[1] for w in widths],
+                     set_attributes=q.set_attributes, set_values=q.set_values, config=q.config)
 
 
 DESCRIBED_FUNCTIONS = 16  # a module of more has its functions looked up by name (describing loads each)
@@ -550,18 +575,26 @@ def max_active_clusters(s, a: pb.MaxActiveClusters_Args) -> pb.MaxActiveClusters
     config.attrs = attrs if n else ffi.NULL
     config.hStream = s.handle("CUstream_st", "CUstream", int(ffi.cast("uintptr_t", config.hStream)))
     function = s.handle("CUfunc_st", "CUfunction", a.function)
-    out = ffi.new("int *")
-    ask = s.lib.cuOccupancyMaxPotentialClusterSize if a.potential_size else s.lib.cuOccupancyMaxActiveClusters
-    r = pb.MaxActiveClusters_Result(status=ask(out, function, config), clusters=out[0])
+    status, clusters, widths = _clusters(s, function, config, attrs, n, a.potential_size, a.sweep)
+    return pb.MaxActiveClusters_Result(status=status, clusters=clusters, sweep_status=[w[0] for w in widths],
+                                       sweep_clusters=[w[1] for w in widths])
+
+
+def _clusters(s, function, config, attrs, n: int, potential: bool, sweep: int) -> tuple[int, int, list]:
+    """The driver's answer for a configuration (its `n` attributes in attrs), and when `sweep`, for each
+    cluster width 1..sweep (status, clusters), the grid's x keeping its multiple of the width."""
+    out = s.ffi.new("int *")
+    ask = s.lib.cuOccupancyMaxPotentialClusterSize if potential else s.lib.cuOccupancyMaxActiveClusters
+    status = ask(out, function, config)
+    clusters, widths = out[0], []
     cluster = next((attrs[i].value.clusterDim for i in range(n) if attrs[i].id == CLUSTER_DIMENSION), None)
-    if a.sweep and cluster is not None and cluster.x and config.gridDimX % cluster.x == 0:
+    if sweep and cluster is not None and cluster.x and config.gridDimX % cluster.x == 0:
         per_cluster = config.gridDimX // cluster.x
-        for width in range(1, a.sweep + 1):
+        for width in range(1, sweep + 1):
             cluster.x, config.gridDimX = width, per_cluster * width
-            status = ask(out, function, config)
-            r.sweep_status.append(status)
-            r.sweep_clusters.append(out[0] if status == 0 else 0)
-    return r
+            st = ask(out, function, config)
+            widths.append((st, out[0] if st == 0 else 0))
+    return status, clusters, widths
 
 
 MAKE_AT_ONCE = layouts.constant("CW_MAKE_AT_ONCE")  # handles one MakeHandles makes (the client asks 4, then 8...)

@@ -30,6 +30,9 @@
 #define CW_ASK_AVAILABLE_SHARED 3
 #define CW_ASK_SET 4        /* cuFuncSetAttribute, cuKernelSetAttribute: a = the attribute, b = the value */
 #define CW_ASK_ATTRIBUTES 5 /* every attribute of a kernel or function (cuwire.FunctionAttributes) */
+#define CW_ASK_CLUSTERS 6   /* cuOccupancyMaxActiveClusters (a = 0) or MaxPotentialClusterSize (a = 1) of a launch
+                             * configuration (Question.config: its grid, block and shared memory, then its
+                             * attributes), with every cluster width 1..b when b (client/launches.py's sweep) */
 /* ...of a kernel or function the program found by name (Question.which): a library's kernel, a module's
  * function, or a library kernel's function (cuKernelGetFunction) */
 #define CW_FOUND_KERNEL 0
