@@ -6,8 +6,9 @@
  * query's stub tries the cache first (annotation `fast`) and stores the server's answer (annotation
  * `after`); the first attribute asked of a kernel or function brings all of them. A setter that sets the
  * value the cache already holds is answered here; any other set clears what depends on it (annotation `fast`,
- * returning -1 to go on as usual). A program's occupancy questions go on its run's list, and its next run
- * has them answered ahead (below). Unloads forget nothing: the server keeps every module it loaded for the
+ * returning -1 to go on as usual). A program's occupancy questions go on its run's list, each with the
+ * attributes the program had set of that kernel by then, and its next run has them answered ahead under
+ * those sets (below: kernel_sets, ahead). Unloads forget nothing: the server keeps every module it loaded for the
  * session (its module cache), so a handle is never reused for another kernel. A context's limits are kept
  * too (cuwire_cached_limit, below).
  */
