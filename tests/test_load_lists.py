@@ -4,7 +4,9 @@ device, and the lists' reading of what it cannot trust."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 from conftest import compile_against_client, run_remote
@@ -19,6 +21,24 @@ OCCUPANCY = ("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cuOccupanc
 def sent(stderr: str) -> dict[str, int]:
     listed = re.search(r"top calls sent to the server, by count: (.*)", stderr)[1]
     return {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
+
+
+def runs_with_a_list(source: str, name: str, client_lib: Path, tmp_path: Path,
+                     more: list[dict[str, str]]) -> list[subprocess.CompletedProcess]:
+    """A C program built against the client, run once per entry of `more` (what it adds to the environment),
+    each run with one list folder (the first run, then its next ones), over TCP with --stats, against a
+    server of its own (its sessions' module caches and Preloads this test's alone)."""
+    from conftest import ServerProcess
+
+    program = compile_against_client(source, tmp_path, client_lib, name)
+    s = ServerProcess(tmp_path)
+    try:
+        env = {**os.environ, "CUWIRE_SERVER": s.address, "CUWIRE_LOAD_LISTS": str(tmp_path / "loads"),
+               "CUWIRE_STATS": "1", "CUWIRE_TRANSPORT": "tcp"}
+        return [subprocess.run([str(program)], capture_output=True, text=True, env={**env, **m}, timeout=60)
+                for m in more]
+    finally:
+        s.stop()
 
 
 def test_a_second_run_loads_its_modules_and_lookups_in_one_round_trip(apps: Path, client_lib, server, tmp_path):
@@ -214,27 +234,10 @@ def test_answers_given_ahead_are_dropped_once_the_cache_configuration_moves(clie
     client keeps them when the program loads that module. A context cache configuration set in between may
     change them: then they are dropped, and the program's question goes to the server, with the same
     answer as in a run without the set."""
-    import os
-    import subprocess
-
-    from conftest import ServerProcess
-
-    program = compile_against_client(ANSWERS_AHEAD, tmp_path, client_lib, "answers_ahead")
-    s = ServerProcess(tmp_path)
-    try:
-        env = {**os.environ, "CUWIRE_SERVER": s.address, "CUWIRE_LOAD_LISTS": str(tmp_path / "loads"),
-               "CUWIRE_STATS": "1", "CUWIRE_TRANSPORT": "tcp"}
-
-        def run(**more: str) -> tuple[str, dict[str, int]]:
-            r = subprocess.run([str(program)], capture_output=True, text=True, env={**env, **more}, timeout=60)
-            assert r.returncode == 0, r.stdout + r.stderr
-            return r.stdout, sent(r.stderr)
-
-        first, asked_first = run()
-        again, asked_again = run()
-        moved, asked_moved = run(SET_CACHE_CONFIG="1")
-    finally:
-        s.stop()
+    runs = runs_with_a_list(ANSWERS_AHEAD, "answers_ahead", client_lib, tmp_path, [{}, {}, {"SET_CACHE_CONFIG": "1"}])
+    for r in runs:
+        assert r.returncode == 0, r.stdout + r.stderr
+    (first, asked_first), (again, asked_again), (moved, asked_moved) = ((r.stdout, sent(r.stderr)) for r in runs)
     question = "cuOccupancyMaxActiveBlocksPerMultiprocessor"
     assert first == again == moved and first.startswith("blocks of 256 threads: "), (first, again, moved)
     assert asked_first.get(question) == 1 and asked_again.get("cuwire.Preload") == 1, (asked_first, asked_again)
@@ -264,21 +267,10 @@ def test_attributes_read_of_a_kernel_its_load_did_not_describe_come_ahead(client
     """A library of 17 kernels is described by its load without their attributes: the program's first read
     of one kernel's asks them all (cuwire.FunctionAttributes). Its next runs' Preload brings them with the
     library (the list keeps them as a question), and no read waits; the third run's list still has them."""
-    import os
-    import subprocess
+    from conftest import SEVENTEEN_ENTRIES
 
-    from conftest import SEVENTEEN_ENTRIES, ServerProcess
-
-    program = compile_against_client(ATTRIBUTES_READ.replace("ENTRIES", SEVENTEEN_ENTRIES), tmp_path, client_lib,
-                                     "attributes_read")
-    s = ServerProcess(tmp_path)
-    try:
-        env = {**os.environ, "CUWIRE_SERVER": s.address, "CUWIRE_LOAD_LISTS": str(tmp_path / "loads"),
-               "CUWIRE_STATS": "1", "CUWIRE_TRANSPORT": "tcp"}
-        runs = [subprocess.run([str(program)], capture_output=True, text=True, env=env, timeout=60)
-                for _ in range(3)]
-    finally:
-        s.stop()
+    runs = runs_with_a_list(ATTRIBUTES_READ.replace("ENTRIES", SEVENTEEN_ENTRIES), "attributes_read", client_lib,
+                            tmp_path, [{}] * 3)
     for r in runs:
         assert r.returncode == 0 and r.stdout == "registers known: yes, threads 1024\n", r.stdout + r.stderr
     asked = [sent(r.stderr) for r in runs]
@@ -338,20 +330,7 @@ def test_questions_asked_after_sets_are_answered_ahead_under_those_sets(client_l
     check, are answered by the client, with the same output; so are its cluster questions, one width after
     another (one sweep of widths in the first run). A set the driver refuses still goes to the server, and
     is refused."""
-    import os
-    import subprocess
-
-    from conftest import ServerProcess
-
-    program = compile_against_client(SETS_AHEAD, tmp_path, client_lib, "sets_ahead")
-    s = ServerProcess(tmp_path)
-    try:
-        env = {**os.environ, "CUWIRE_SERVER": s.address, "CUWIRE_LOAD_LISTS": str(tmp_path / "loads"),
-               "CUWIRE_STATS": "1", "CUWIRE_TRANSPORT": "tcp"}
-        runs = [subprocess.run([str(program)], capture_output=True, text=True, env=env, timeout=60)
-                for _ in range(3)]
-    finally:
-        s.stop()
+    runs = runs_with_a_list(SETS_AHEAD, "sets_ahead", client_lib, tmp_path, [{}] * 3)
     for r in runs:
         assert r.returncode == 0, r.stdout + r.stderr
     outputs = {r.stdout for r in runs}

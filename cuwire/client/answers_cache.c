@@ -113,8 +113,9 @@ static uint64_t kernel_of(uint64_t handle)
  * holds whenever the kernel's sets are those again (cuBLAS and cuDNN set a detection kernel's shared memory,
  * then ask its occupancy). Kept by kernel (a kernel's handles are one), else by handle. A cache preference
  * set leaves them unknown: the Preload cannot make it and undo it. */
-#define SET_FIRST CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES /* the settable attributes are 8 to 15 */
-#define SET_SLOTS 8
+#define SET_FIRST CW_SET_FIRST /* (frames.h: the settable attributes) */
+#define SET_SLOTS CW_SET_COUNT
+_Static_assert(CW_SET_FIRST == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, "the first settable attribute");
 struct kernel_sets {
     uint64_t key[1];
     unsigned made;    /* a bit per attribute set (attribute - SET_FIRST) */
@@ -586,25 +587,21 @@ static int set_cannot_fail(uint64_t kind, uint64_t handle, CUfunction_attribute 
     KEY_AS(static_key, kind, handle, (uint64_t)CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, device);
     if (!settable(attrib) || cuwire_forked || !CUWIRE_READY())
         return 0;
-    if (attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && val >= 0) {
-        if (lookup(static_key, &shared) != 0) {
-            /* not known (a library of more kernels than a load describes): the round trip the set would
-             * make brings every attribute instead, so the set is checked here, and the reads after it are
-             * answered */
-            ask_every_attribute(kind, handle, kind == KERNEL_ATTRIBUTE ? dev : 0);
-        }
-        if (lookup(static_key, &shared) == 0) {
-            if (lookup(key, &now) == 0 && now == val)
-                return 0; /* (answered by `fast`: the same value) */
-            long room = dynamic_shared_room(shared, kind == KERNEL_ATTRIBUTE ? dev : -1);
-            if (room >= 0 && val <= room) {
-                forget_handle(kind, handle, all_of, (uint64_t)attrib);
-                return 1;
-            }
-        }
+    int dynamic_shared = attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && val >= 0;
+    if (dynamic_shared && lookup(static_key, &shared) != 0) {
+        /* not known (a library of more kernels than a load describes): the round trip the set would make
+         * brings every attribute instead, so the set is checked here, and the reads after it are answered */
+        ask_every_attribute(kind, handle, kind == KERNEL_ATTRIBUTE ? dev : 0);
     }
     if (lookup(key, &now) == 0 && now == val)
-        return 0;
+        return 0; /* (answered by `fast`: the same value) */
+    if (dynamic_shared && lookup(static_key, &shared) == 0) {
+        long room = dynamic_shared_room(shared, kind == KERNEL_ATTRIBUTE ? dev : -1);
+        if (room >= 0 && val <= room) {
+            forget_handle(kind, handle, all_of, (uint64_t)attrib);
+            return 1;
+        }
+    }
     pthread_mutex_lock(&lock);
     int given = answer_ahead(CW_ASK_SET, handle, (uint64_t)attrib, (uint32_t)val, 0, &status);
     pthread_mutex_unlock(&lock);

@@ -13,11 +13,12 @@ from _cuwire import lib
 
 from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
+from cuwire.wire import layouts
 
 # CUlaunchConfig: grid[3], block[3], shared memory (u32), stream, attrs (at 40), numAttrs (at 48);
 # CUlaunchAttribute: 72 bytes, its id (u32) first, its value at 8 (a cluster dimension: x, y, z as u32)
 LAUNCH_ATTRIBUTE = 72
-HEAD = 28  # a question's configuration: the grid, the block and the shared memory, then the attributes
+HEAD = layouts.constant("CW_CLUSTER_CONFIG_HEAD")  # a question's grid, block and shared memory, then attributes
 _CLUSTER_DIMENSION = cu.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 MOST = 4096  # answers kept at most
 _NOT_SETS = (1 << 64) - 1  # (cuwire_sets_digest_of: not sets a program makes)
@@ -30,6 +31,13 @@ def width_at(body: bytes) -> int | None:
         if kind == _CLUSTER_DIMENSION and x and y == 1 and z == 1:
             return i + 8
     return None
+
+
+def at_width(head: bytes, body: bytes, at: int, width: int, w: int) -> tuple[bytes, bytes]:
+    """A configuration (its head, grid first, and its attributes) of clusters `width` wide with the cluster
+    dimension's x at `at`, made `w` wide, the grid's x keeping its multiple of it: a sweep's question."""
+    grid_x = struct.unpack_from("<I", head)[0]
+    return struct.pack("<I", grid_x // width * w) + head[4:], body[:at] + struct.pack("<I", w) + body[at + 4:]
 
 
 class ClustersAhead:
@@ -58,8 +66,7 @@ class ClustersAhead:
             if not (a.sweep_status and width and grid_x % width == 0):
                 return
             for w, (status, clusters) in enumerate(zip(a.sweep_status, a.sweep_clusters, strict=False), start=1):
-                wide = struct.pack("<I", grid_x // width * w) + head[4:] + body[:at] + struct.pack("<I", w) + \
-                    body[at + 4:]
+                wide = b"".join(at_width(head, body, at, width, w))
                 self.answers.setdefault((a.handle, potential, wide, digest), (status, clusters, None))
 
     def get(self, func: int, potential: bool, config: bytes, digest: int) -> tuple[int, int, int | None] | None:

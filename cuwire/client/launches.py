@@ -105,14 +105,12 @@ class _ClusterAnswers:
                                          attributes=body, potential_size=potential, sweep=_SWEEP if sweep else 0)
         res = rt.call(rt.MAX_ACTIVE_CLUSTERS, args, pb.MaxActiveClusters_Result)
         self._keep(key, (res.status, res.clusters), count)
-        if known_sets:
-            _record(load_lists.ASK_CLUSTERS, func, int(potential), _SWEEP if sweep else 0, config=config)
+        _record(load_lists.ASK_CLUSTERS, func, int(potential), _SWEEP if sweep else 0, config=config)
         if sweep and (len(self.swept) < self.MOST or base in self.swept):
             self.swept[base] = count
             for w, (status, clusters) in enumerate(zip(res.sweep_status, res.sweep_clusters, strict=False), start=1):
-                wide = (func, potential, struct.pack("<I", grid_x // width * w) + head[4:],
-                        body[:at] + struct.pack("<I", w) + body[at + 4:])
-                self._keep(wide, (status, clusters), count)
+                self._keep((func, potential, *clusters_ahead.at_width(head, body, at, width, w)), (status, clusters),
+                           count)
         return res.status, res.clusters
 
 

@@ -40,11 +40,13 @@ LIBRARY_KERNEL, MODULE_FUNCTION, KERNEL_FUNCTION = (
 ASKS = {layouts.constant(n) for n in ("CW_ASK_OCCUPANCY", "CW_ASK_OCCUPANCY_FLAGS", "CW_ASK_AVAILABLE_SHARED",
                                        "CW_ASK_SET", "CW_ASK_ATTRIBUTES", "CW_ASK_CLUSTERS")}
 ASK_ATTRIBUTES, ASK_CLUSTERS = (layouts.constant(n) for n in ("CW_ASK_ATTRIBUTES", "CW_ASK_CLUSTERS"))
-MAX_CONFIG = 28 + 16 * 72  # a cluster question's configuration: grid, block, shared memory, 16 attributes
+# a cluster question's configuration: its grid, block and shared memory, then its launch attributes (72 bytes each)
+CONFIG_HEAD = layouts.constant("CW_CLUSTER_CONFIG_HEAD")
+MAX_CONFIG = CONFIG_HEAD + layouts.constant("CW_CLUSTER_ATTRIBUTES_MOST") * 72
 
 
 Sets = tuple[tuple[int, int], ...]  # (attribute, value) a program set of a kernel (client/answers_cache.c)
-MAX_SETS = 8  # the settable attributes (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to 15)
+SET_FIRST, MAX_SETS = layouts.constant("CW_SET_FIRST"), layouts.constant("CW_SET_COUNT")  # the settable ones
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,8 @@ def _parse_sets(text: str) -> Sets:
     if text == "-":
         return ()
     sets = tuple(tuple(int(x) for x in item.split("=")) for item in text.split(","))
-    if len(sets) > MAX_SETS or any(len(p) != 2 or not 8 <= p[0] < 8 + MAX_SETS or not -(1 << 31) <= p[1] < 1 << 31
-                                   for p in sets):
+    if len(sets) > MAX_SETS or any(len(p) != 2 or not SET_FIRST <= p[0] < SET_FIRST + MAX_SETS or
+                                   not -(1 << 31) <= p[1] < 1 << 31 for p in sets):
         raise ValueError(text)
     return sets  # type: ignore[return-value]
 
@@ -174,7 +176,7 @@ def _read_question(line: bytes, modules: dict[tuple[bytes, bool], Module]) -> No
         return
     if which not in (LIBRARY_KERNEL, MODULE_FUNCTION, KERNEL_FUNCTION) or ask not in ASKS or not name or \
             not all(0 <= x < 1 << 64 for x in (a, b, c)) or len(config) > MAX_CONFIG or \
-            (ask == ASK_CLUSTERS) != (len(config) >= 28):
+            (ask == ASK_CLUSTERS) != (len(config) >= CONFIG_HEAD):
         return
     owner = modules.get((digest, True)) if which == MODULE_FUNCTION else \
         modules.get((digest, False)) or modules.get((digest, True))

@@ -101,9 +101,10 @@ MAX_PRELOAD_HANDLE_KINDS = 64  # kinds of streams and events it may make (load_l
 ASK_OCCUPANCY, ASK_OCCUPANCY_FLAGS, ASK_AVAILABLE_SHARED, ASK_SET, ASK_ATTRIBUTES, ASK_CLUSTERS = (
     layouts.constant(n) for n in ("CW_ASK_OCCUPANCY", "CW_ASK_OCCUPANCY_FLAGS", "CW_ASK_AVAILABLE_SHARED",
                                   "CW_ASK_SET", "CW_ASK_ATTRIBUTES", "CW_ASK_CLUSTERS"))
-CONFIG_HEAD = 28  # a cluster question's grid, block and shared memory (CW_ASK_CLUSTERS), before its attributes
-MAX_CONFIG_ATTRIBUTES = 16
-SETTABLE = range(8, 16)  # the attributes a question's sets may name (client/answers_cache.c's SET_FIRST..)
+CONFIG_HEAD, MAX_CONFIG_ATTRIBUTES, SET_FIRST, SET_COUNT = (  # (a cluster question's configuration; sets)
+    layouts.constant(n) for n in ("CW_CLUSTER_CONFIG_HEAD", "CW_CLUSTER_ATTRIBUTES_MOST", "CW_SET_FIRST",
+                                  "CW_SET_COUNT"))
+SETTABLE = range(SET_FIRST, SET_FIRST + SET_COUNT)  # the attributes a question's sets may name
 FOUND_KERNEL, FOUND_FUNCTION, FOUND_KERNEL_FUNCTION = (
     layouts.constant(n) for n in ("CW_FOUND_KERNEL", "CW_FOUND_FUNCTION", "CW_FOUND_KERNEL_FUNCTION"))
 PRELOAD_REPLY = 16 << 20  # result bytes past which the rest of a Preload's modules are left to their loads

@@ -33,6 +33,12 @@
 #define CW_ASK_CLUSTERS 6   /* cuOccupancyMaxActiveClusters (a = 0) or MaxPotentialClusterSize (a = 1) of a launch
                              * configuration (Question.config: its grid, block and shared memory, then its
                              * attributes), with every cluster width 1..b when b (client/launches.py's sweep) */
+#define CW_CLUSTER_CONFIG_HEAD 28     /* bytes of a cluster question's grid, block and shared memory */
+#define CW_CLUSTER_ATTRIBUTES_MOST 16 /* launch attributes a cluster question may have */
+/* The attributes a program sets of a kernel, which a question's sets name (Question.set_attributes): from
+ * CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, this many */
+#define CW_SET_FIRST 8
+#define CW_SET_COUNT 8
 /* ...of a kernel or function the program found by name (Question.which): a library's kernel, a module's
  * function, or a library kernel's function (cuKernelGetFunction) */
 #define CW_FOUND_KERNEL 0
