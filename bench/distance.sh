@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# make bench-distance: on a GPU machine, PyTorch workloads natively and through cuwire with the server behind
+# make bench-distance: on a GPU machine, PyTorch workloads (and JAX's, bench/distance_jax.py) natively and through cuwire with the server behind
 # bench/delay_link (a forwarder that delays every byte by DELAY each way: the GPU hosts have no tc), at
 # 0.1 ms and 1 ms each way. Each row: native, through cuwire, and the floor, native + the program's
 # synchronizations x RTT (no remoting can do better: each synchronization needs an answer from the GPU),
 # with the round trips cuwire made per step beside the program's synchronizations, and the megabytes a step
-# moved on the link both ways (the floor counts no bandwidth: a step that moves its batch pays for it too).
+# moved on the link both ways (the floor counts no bandwidth: a step that moves its batch pays for it too),
+# and the time the client waited for answers (the rest of the step: the program issuing its calls).
 # Then each workload's start, from process start to the end of its first step, behind the last delay: round
 # trips beside the program's synchronizations, and seconds beside native; twice, as a program's first run
 # and as its next (which loads the modules of its last run at its first load: client/load_lists.py); and
@@ -18,6 +19,8 @@ OUTDIR=$PWD/build/distance; mkdir -p "$OUTDIR"; LOG=$OUTDIR; rm -f "$OUTDIR"/*-f
 source tests/gpu_env.sh
 gcc -O2 -pthread -o "$OUTDIR/delay_link" bench/delay_link.c || exit 1
 (cd bench && $PY distance_steps.py "$STEPS") >"$OUTDIR/native.txt" 2>"$OUTDIR/native.err" || { cat "$OUTDIR/native.err"; exit 1; }
+JAX=1  # JAX's row (bench/distance_jax.py), where JAX is installed
+(cd bench && $PY distance_jax.py "$STEPS") >>"$OUTDIR/native.txt" 2>>"$OUTDIR/native.err" || { JAX=0; echo "no JAX row: see $OUTDIR/native.err"; }
 start_server "$OUTDIR/server.log"
 for delay in $DELAYS; do
   if [ "$delay" = direct ]; then AT=$PORT; LINK=; else  # direct: loopback TCP, no forwarder (its own cost)
@@ -27,6 +30,8 @@ for delay in $DELAYS; do
   fi
   (cd bench && CUWIRE_TRANSPORT=tcp CUWIRE_STATS=1 $PY -m cuwire.cli run --server "127.0.0.1:$AT" -- $PY distance_steps.py "$STEPS") \
     >"$OUTDIR/cuwire-$delay.txt" 2>"$OUTDIR/cuwire-$delay.err" || { tail "$OUTDIR/cuwire-$delay.err"; kill $LINK $SERVER; exit 1; }
+  [ "$JAX" = 1 ] && { (cd bench && CUWIRE_TRANSPORT=tcp CUWIRE_STATS=1 $PY -m cuwire.cli run --server "127.0.0.1:$AT" -- \
+    $PY distance_jax.py "$STEPS") >>"$OUTDIR/cuwire-$delay.txt" 2>>"$OUTDIR/cuwire-$delay.err" || tail "$OUTDIR/cuwire-$delay.err"; }
   [ -n "$LINK" ] && kill $LINK
 done
 # A process's start: each workload in a fresh process to the end of its first step, natively and through
@@ -58,26 +63,26 @@ nvidia-smi -L 2>/dev/null | head -1
 $PY - "$OUTDIR" $DELAYS <<'PYEOF'
 import re, sys
 out, delays = sys.argv[1], sys.argv[2:]
-LINE = re.compile(r"^(.*): ([\d.]+) ms/step, ([\d.]+) syncs/step(?:, ([\d.]+) round trips/step, ([\d.]+) MB/step)?$",
-                  re.M)
+LINE = re.compile(r"^(.*): ([\d.]+) ms/step, ([\d.]+) syncs/step"
+                  r"(?:, ([\d.]+) round trips/step, ([\d.]+) MB/step, ([\d.]+) ms waited/step)?$", re.M)
 def read(path):
-    return {m[1]: (float(m[2]), float(m[3]), float(m[4] or 0), float(m[5] or 0))
+    return {m[1]: (float(m[2]), float(m[3]), float(m[4] or 0), float(m[5] or 0), float(m[6] or 0))
             for m in LINE.finditer(open(path).read())}
 native = read(f"{out}/native.txt")
 print(f"{'workload':34} {'link':>7} {'native':>9} {'cuwire':>17} {'floor':>9} {'x floor':>8} {'trips/step':>11} "
-      f"{'syncs/step':>11} {'MB/step':>8}")
+      f"{'syncs/step':>11} {'MB/step':>8} {'waited':>9}")
 for delay in delays:
     rtt = 0 if delay == "direct" else 2 * int(delay) / 1000  # ms, added both ways (loopback adds ~0.02)
     remote = read(f"{out}/cuwire-{delay}.txt")
     link = "direct" if delay == "direct" else f"{rtt:.1f}ms"
-    for name, (ms, syncs, _, _) in native.items():
+    for name, (ms, syncs, _, _, _) in native.items():
         if name not in remote:
             print(f"{name:34} {link:>7}  missing through cuwire")
             continue
-        r_ms, _, trips, mb = remote[name]
+        r_ms, _, trips, mb, waited = remote[name]
         floor = ms + syncs * rtt
         print(f"{name:34} {link:>7} {ms:>7.2f}ms {r_ms:>8.2f}ms (x{r_ms / ms:.2f}) {floor:>7.2f}ms "
-              f"{r_ms / floor:>7.2f}x {trips:>11.2f} {syncs:>11.1f} {mb:>8.3f}")
+              f"{r_ms / floor:>7.2f}x {trips:>11.2f} {syncs:>11.1f} {mb:>8.3f} {waited:>7.2f}ms")
 FIRST_LINE = re.compile(r"^(.*): first step after (\S+) round trips, (\d+) synchronizations, ([\d.]+) s from", re.M)
 def first(path):
     try:

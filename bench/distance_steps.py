@@ -5,8 +5,9 @@ operation that waits for the GPU) and, through cuwire, the round trips the clien
     python3 bench/distance_steps.py [STEPS]         (natively, or under `cuwire run`)
     python3 bench/distance_steps.py --first NAME    (under `cuwire run`: one workload's start-up)
 
-Each line: "NAME: MS ms/step, SYNCS syncs/step[, TRIPS round trips/step, MB MB/step]" (through cuwire: the
-round trips, and the bytes the step moved both ways on the link). With --first, a fresh process
+Each line: "NAME: MS ms/step, SYNCS syncs/step[, TRIPS round trips/step, MB MB/step, W ms waited/step]"
+(through cuwire: the round trips, the bytes the step moved both ways on the link, and the time the client
+waited for the server's answers; the rest of the step is the program issuing its calls). With --first, a fresh process
 makes the one workload and runs its first step: "NAME: first step after TRIPS round trips, N
 synchronizations, S s from process start": what a process's start costs at a distance (issue 35's goal
 is 60 round trips), beside the synchronizations the program made on the way (each needs a round trip:
@@ -92,6 +93,14 @@ def waited_for() -> str:
     return ", ".join(f"{names.get(i, i)} {n}" for i, n in sent.most_common(12))
 
 
+def waited_seconds() -> float:
+    """The seconds the client waited for the server's answers so far (0 natively): a step's time beyond its
+    floor is either waiting (the link, the server, the GPU's work that started late) or the program's
+    own issuing of calls through the client."""
+    client = sys.modules.get("cuwire.client.runtime")
+    return client.with_wire_stats(client.client.stats).wait_seconds if client else 0.0
+
+
 def wire_bytes() -> int:
     """The bytes the client sent and received so far, both ways (0 natively): what a step's data costs on
     a link of limited rate, beside its round trips."""
@@ -142,14 +151,15 @@ def main() -> None:
         run(3)
         per_step_syncs = syncs(run, 5)
         torch.cuda.synchronize()
-        trips, moved = round_trips(), wire_bytes()
+        trips, moved, waited = round_trips(), wire_bytes(), waited_seconds()
         start = time.perf_counter()
         run(steps)
         elapsed = (time.perf_counter() - start) / steps
         line = f"{name}: {elapsed * 1e3:.3f} ms/step, {per_step_syncs:.1f} syncs/step"
         if trips is not None:
             line += (f", {(round_trips() - trips) / steps:.2f} round trips/step, "
-                     f"{(wire_bytes() - moved) / steps / 1e6:.3f} MB/step")
+                     f"{(wire_bytes() - moved) / steps / 1e6:.3f} MB/step, "
+                     f"{(waited_seconds() - waited) / steps * 1e3:.3f} ms waited/step")
         print(line, flush=True)
 
 

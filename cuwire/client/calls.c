@@ -25,7 +25,8 @@ static int enqueue2(uint32_t id, const void *a, uint32_t na, const void *b, uint
         return cuwire_start_python() ? 0 : CUWIRE_NOT_READY; /* says why, once; never queue in vain */
     if (cuwire_queue_refused())
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
-    if (__atomic_load_n(&cuwire_finished, __ATOMIC_ACQUIRE))
+    int without_python = cuwire_wire_without_python(); /* the program's end, Python finalized or not (wire.c) */
+    if (__atomic_load_n(&cuwire_finished, __ATOMIC_ACQUIRE) && !without_python)
         return CUDA_ERROR_DEINITIALIZED; /* after the process's exit handler (exit_hook) */
     int changed = cuwire_managed_before_call(); /* the program's changes to managed memory go first */
     if (changed)
@@ -34,12 +35,12 @@ static int enqueue2(uint32_t id, const void *a, uint32_t na, const void *b, uint
     int err = cuwire_queue_append(id, a, na, b, nb, &due);
     if (err)
         return err;
-    if (due == QUEUE_FLUSH && CUWIRE_READY())
+    if (due == QUEUE_FLUSH && CUWIRE_READY() && !without_python)
         return cuwire_py_flush();
-    if (due != QUEUE_SEND || !CUWIRE_READY())
+    if (due == QUEUE_KEEP || (!CUWIRE_READY() && !without_python))
         return 0;
     int sent = cuwire_wire_send_queued();
-    return sent >= 0 ? sent : cuwire_py_send_queued();
+    return sent >= 0 ? sent : without_python ? CUDA_ERROR_DEINITIALIZED : cuwire_py_send_queued();
 }
 
 int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size) { return enqueue2(id, payload, size, NULL, 0); }

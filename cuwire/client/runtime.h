@@ -35,6 +35,8 @@ CW_FROM_PYTHON void cuwire_keep_error_string(int error, const char *text);
 int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint32_t result_len);
 CW_IN_PYTHON void cuwire_py_wire_broken(const char *why);
 CW_FROM_PYTHON void cuwire_wire_set(int fd);
+CW_FROM_PYTHON void cuwire_wire_keep(int fd); /* at the program's end: a copy of the socket, the C side's own */
+int cuwire_wire_without_python(void);         /* calls made in C go on after Python finalized */
 CW_FROM_PYTHON void cuwire_wire_stream(void *s); /* the session's cw_stream (cuwire/wire/stream.h), or NULL */
 CW_IN_PYTHON int cuwire_py_resume(void);          /* the connection broke: 1 when the session's stream resumed it */
 CW_FROM_PYTHON void cuwire_wire_spin(long microseconds);

@@ -268,6 +268,7 @@ class Client:
         self.policy = compression.Policy("off")  # the session's (connect): whether it compresses now
         self.callbacks_refused = False  # the server refused a host-function connection (said once)
         self.ending = False  # the program is ending (at_exit): the server is told, and resumes no more
+        self.wire_in_c = False  # client/wire.c makes calls on the session's socket (connect)
 
     # ---------------------------------------------------------------- the call path
 
@@ -295,6 +296,7 @@ class Client:
                     with wire_lock():
                         lib.cuwire_wire_stream(connection.stream.c if connection.stream else ffi.NULL)
                     lib.cuwire_wire_set(self.session.transport.connection.sock.fileno())
+                    self.wire_in_c = True
             except TransportError as e:
                 # (no device for the program's CUDA_VISIBLE_DEVICES: its calls fail as natively)
                 self.give_up(str(e), NO_DEVICE if e.refusal == pb.NO_DEVICE else DEVICE_UNAVAILABLE)
@@ -430,6 +432,7 @@ class Client:
         use a socket number that another file may take next)."""
         if self.session is not None:
             lib.cuwire_wire_set(-1)
+            self.wire_in_c = False
             lib.cuwire_wire_stream(ffi.NULL)
             lib.cuwire_callbacks_stop()  # its thread waits in the shared memory or on the connection closed next
             self.stats.resumes += self.session.transport.resumes()
@@ -799,6 +802,11 @@ class Client:
                     self.flush()
                 except Fail:
                     pass
+            if self.session is not None and self.wire_in_c:
+                # Python finalizes next, closing its socket with its objects: client/wire.c keeps a copy of
+                # its own, so that the teardown's calls (XLA waits for its streams) reach the server
+                with wire_lock():
+                    lib.cuwire_wire_keep(os.dup(self.session.transport.connection.sock.fileno()))
             open_resumes = self.session.transport.resumes() if self.session is not None else 0
         if self.settings.stats:
             stats = with_wire_stats(self.stats)

@@ -35,6 +35,7 @@
 
 static pthread_mutex_t wire_lock = PTHREAD_MUTEX_INITIALIZER;
 static int wire_fd = -1;
+static int wire_kept; /* wire_fd is this file's own from the program's end on (cuwire_wire_keep) */
 static cw_stream *wire_stream; /* the session's stream (cuwire/wire/stream.py), or NULL: a break ends it */
 static long spin_ns; /* how long a wait for the answer polls before it sleeps (socket_wait.h) */
 
@@ -50,16 +51,58 @@ static struct {
 static uint64_t bytes_out, bytes_in, carried, early, raw_out, raw_in;
 
 /* The session's socket, or -1. Python sets -1 and closes the socket with the lock held (a number that
- * another file may take next must not be used here). */
-void cuwire_wire_set(int fd) { __atomic_store_n(&wire_fd, fd, __ATOMIC_RELAXED); }
+ * another file may take next must not be used here). Once the socket is kept here, Python's is no longer
+ * the one used. */
+void cuwire_wire_set(int fd)
+{
+    if (!__atomic_load_n(&wire_kept, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&wire_fd, fd, __ATOMIC_RELAXED);
+}
+
+/* The program is ending (Python's atexit: runtime.py, at_exit): `fd`, a copy of the session's socket, is
+ * this file's own from now on. Python finalizes next, and closes its socket with its objects; natively the
+ * driver still works then, and after it, until its exit handler: XLA's teardown waits for its streams as
+ * JAX ends. Calls made here go on through this copy until the process's exit handler (start.c). No resume
+ * from now on (the session's stream was Python's): a break ends the session. Called with the lock held. */
+void cuwire_wire_keep(int fd)
+{
+    __atomic_store_n(&wire_fd, fd, __ATOMIC_RELAXED);
+    wire_stream = NULL;
+    __atomic_store_n(&wire_kept, fd >= 0, __ATOMIC_RELEASE);
+}
 
 /* The session's socket for a call made here, or -1: none, or the process's exit handler ran (start.c, where
- * CUDA is deinitialized as the driver's exit handler does it; the socket stays Python's to close), or
- * Python finalized (the session's stream was Python's: a call then takes the path that says what it
+ * CUDA is deinitialized as the driver's exit handler does it), or Python finalized before the socket was
+ * kept here (a program that never reached Python's atexit: a call then takes the path that says what it
  * gets, cuwire_released_at_end). */
 static int usable_fd(void)
 {
-    return cuwire_exit_hook_ran() || cuwire_python_gone() ? -1 : __atomic_load_n(&wire_fd, __ATOMIC_RELAXED);
+    if (cuwire_exit_hook_ran())
+        return -1;
+    if (!__atomic_load_n(&wire_kept, __ATOMIC_ACQUIRE) && cuwire_python_gone())
+        return -1;
+    return __atomic_load_n(&wire_fd, __ATOMIC_RELAXED);
+}
+
+/* Whether calls made here go on without Python: the program's end, once the socket is kept here. */
+int cuwire_wire_without_python(void) { return usable_fd() >= 0 && __atomic_load_n(&wire_kept, __ATOMIC_ACQUIRE); }
+
+/* The session broke: Python says so once and refuses what follows; once Python is gone, this says it. */
+static void lost(const char *why)
+{
+    char message[256];
+    snprintf(message, sizeof message, "lost the cuwire server: %s", why);
+    if (!__atomic_load_n(&wire_kept, __ATOMIC_ACQUIRE)) {
+        cuwire_py_wire_broken(message);
+        return;
+    }
+    pthread_mutex_lock(&wire_lock);
+    int fd = __atomic_exchange_n(&wire_fd, -1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&wire_lock);
+    if (fd >= 0) {
+        close(fd);
+        fprintf(stderr, "cuwire: %s\n", message);
+    }
 }
 
 /* The session's stream, which the Python side made (stream.py; NULL: none). Set with the lock held. */
@@ -74,6 +117,7 @@ void cuwire_wire_forget(void)
 {
     pthread_mutex_init(&wire_lock, NULL);
     wire_fd = -1;
+    wire_kept = 0;
     wire_stream = NULL; /* (the parent's: the Python side's object, which the child forgets too) */
 }
 
@@ -294,10 +338,8 @@ int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint3
         cuwire_write_output(reply + sizeof r + r.result_len + r.error_len, r.output_len);
     pthread_mutex_unlock(&wire_lock);
 
-    if (why) { /* the session is gone: the Python side says so once and refuses what follows */
-        char message[256];
-        snprintf(message, sizeof message, "lost the cuwire server: %s", why);
-        cuwire_py_wire_broken(message);
+    if (why) { /* the session is gone */
+        lost(why);
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
     }
     if (refused[0]) { /* as runtime.py says it */
@@ -343,9 +385,7 @@ int cuwire_wire_send_queued(void)
     free(queued);
     pthread_mutex_unlock(&wire_lock);
     if (why) {
-        char message[256];
-        snprintf(message, sizeof message, "lost the cuwire server: %s", why);
-        cuwire_py_wire_broken(message);
+        lost(why);
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
     }
     return 0;

@@ -1,0 +1,93 @@
+"""JAX's workload of bench/distance.sh, timed inside the program after a warm-up, in bench/distance_steps.py's
+line format: a jit-compiled training step of a small MLP (forward, grad, SGD update: XLA runs it as CUDA
+graphs), ending in `float(loss)`, which waits for the GPU. JAX has no count of the waits it makes, as
+PyTorch's sync debug mode has: the step's one wait is its read of the loss (the parameters stay on the
+device), so 1 synchronization a step is the floor's count.
+
+    python3 bench/distance_jax.py [STEPS]         (natively, or under `cuwire run`)
+
+Line: "JAX MLP training step: MS ms/step, 1.0 syncs/step[, TRIPS round trips/step, MB MB/step, W ms
+waited/step]", and through cuwire, on stderr, what the timed steps waited for.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # a GPU shared with others: take what is used
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+NAME = "JAX MLP training step"
+
+
+def mlp_step():
+    """A step's function and its state: an MLP of 3 layers of 512 on a batch of 256."""
+    key = jax.random.key(0)
+    sizes = [256, 512, 512, 10]
+    keys = jax.random.split(key, len(sizes))
+    params = [(jax.random.normal(k, (a, b)) / a ** 0.5, jnp.zeros(b))
+              for k, a, b in zip(keys[:-1], sizes[:-1], sizes[1:], strict=True)]
+    x = jax.random.normal(keys[-1], (256, sizes[0]))
+    y = jnp.sin(x[:, :sizes[-1]])
+
+    def loss(p):
+        h = x
+        for w, b in p[:-1]:
+            h = jnp.tanh(h @ w + b)
+        w, b = p[-1]
+        return jnp.mean((h @ w + b - y) ** 2)
+
+    @jax.jit
+    def step(p):
+        value, grads = jax.value_and_grad(loss)(p)
+        return value, jax.tree.map(lambda a, g: a - 1e-2 * g, p, grads)
+
+    state = {"params": params}
+
+    def run(n: int) -> float:
+        value = 0.0
+        for _ in range(n):
+            loss_value, state["params"] = step(state["params"])
+            value = float(loss_value)
+        return value
+
+    return run
+
+
+def client():
+    return sys.modules.get("cuwire.client.runtime")  # loaded when this runs through cuwire
+
+
+def main() -> None:
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    run = mlp_step()
+    run(5)
+    c = client()
+    before = c.with_wire_stats(c.client.stats) if c else None
+    trips = before.batches if before else 0
+    moved = before.bytes_sent + before.bytes_received if before else 0
+    waited = before.wait_seconds if before else 0.0
+    calls = before.calls.copy() if before else None
+    start = time.perf_counter()
+    last = run(steps)
+    elapsed = (time.perf_counter() - start) / steps
+    line = f"{NAME}: {elapsed * 1e3:.3f} ms/step, 1.0 syncs/step"
+    if c:
+        after = c.with_wire_stats(c.client.stats)
+        line += (f", {(after.batches - trips) / steps:.2f} round trips/step, "
+                 f"{(after.bytes_sent + after.bytes_received - moved) / steps / 1e6:.3f} MB/step, "
+                 f"{(after.wait_seconds - waited) / steps * 1e3:.3f} ms waited/step")
+        names = c.client.names_by_id()
+        waited = after.calls - calls
+        print(f"{NAME}: the timed steps waited for "
+              + ", ".join(f"{names.get(i, i)} {n}" for i, n in waited.most_common(12)), file=sys.stderr, flush=True)
+    print(line, flush=True)
+    print(f"{NAME}: last loss {last:.4f}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()
