@@ -45,11 +45,31 @@ def test_every_transport_gives_the_same_output(name, transport, apps: Path, clie
     assert ("cuwire.CopyShared" in r.stderr) == (name == "large_copies" and transport != "tcp"), r.stderr
 
 
-def test_mapped_memory_over_tcp_is_refused_by_name(apps: Path, client_lib, server):
-    """Over TCP the GPU cannot reach the client's memory: cudaHostGetDevicePointer fails, and says why."""
-    r = run_remote(apps / "mapped_memory", client_lib, server.address, env={"CUWIRE_TRANSPORT": "tcp"})
-    assert r.returncode == 1 and "cudaErrorNotSupported" in r.stdout
-    assert "cuwire: mapped host memory needs a server on this host" in r.stderr
+def test_mapped_memory_over_tcp_keeps_the_servers_copy_in_step(apps: Path, client_lib, server):
+    """Over TCP the GPU cannot reach the client's memory: page-locked memory that a call passes as a device
+    address (a kernel's parameter, through cudaHostGetDevicePointer or the host pointer itself, registered
+    memory on the heap and the stack alike, two registrations sharing a page) is mapped by the server at the same
+    address, and the two copies
+    are kept in step at calls (HostCopy records): a kernel's writes come back after the synchronization, the
+    program's and a copy's reach the server's copy before the next call."""
+    r = run_remote(apps / "mapped_memory", client_lib, server.address, "--shared-pages",
+                   env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    expected = (EXPECTED / "mapped_memory.out").read_text().splitlines()
+    assert r.stdout.splitlines() == [*expected[:-1], f"{'two registrations sharing a page':44} OK", expected[-1]], \
+        r.stderr
+    assert "cuwire.RegisterHost" in r.stderr, r.stderr  # (the HostCopy records are queued: no round trip)
+
+
+def test_page_locked_copies_over_tcp_map_nothing(apps: Path, client_lib, server):
+    """Page-locked memory that is only the host side of copies (PyTorch's pinned buffers) is not mapped by the
+    server: the client makes those copies itself, and memory kept in step would cost a round trip at each
+    synchronization."""
+    r = run_remote(apps / "multi_stream_pinned", client_lib, server.address,
+                   env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == (EXPECTED / "multi_stream_pinned.out").read_text(), r.stderr
+    assert "cuwire.RegisterHost" not in r.stderr and "cuwire.HostCopy" not in r.stderr, r.stderr
 
 
 def test_graph_copies_of_host_memory_over_tcp_are_refused_by_name(apps: Path, client_lib, server):

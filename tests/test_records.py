@@ -11,7 +11,7 @@ from cuwire.generated import server_handlers as generated
 from cuwire.server.backend import cuda_ffi
 from cuwire.server.errors import WireError
 from cuwire.server.records import RECORD_HEADER, RecordLoop, function_table
-from cuwire.server.session import RECORD_IDS
+from cuwire.server.session import HOST_COPY, RECORD_IDS
 from cuwire.wire import layouts
 
 ffi = cuda_ffi()
@@ -365,3 +365,50 @@ def test_a_large_frame_arrives_whole_and_an_announced_one_costs_what_came(driver
     with pytest.raises(TransportError, match="closed in the middle of a frame"):
         loop.serve(there.fileno(), b"", 0)
     there.close()
+
+
+HOST_COPY_HEAD = layouts.layout("cw_host_copy")
+HOST_WRITE, HOST_WRITE_RUNS = (layouts.constant(n) for n in ("CW_HOST_WRITE", "CW_HOST_WRITE_RUNS"))
+
+
+def host_copy(address: int, n: int, kind: int, tail: bytes = b"") -> bytes:
+    body = HOST_COPY_HEAD.pack(address, n, kind) + tail
+    return RECORD_HEADER.pack(HOST_COPY, len(body)) + body
+
+
+def runs(*pieces: tuple[int, bytes]) -> bytes:
+    return (struct.pack("<I", len(pieces)) + b"".join(struct.pack("<II", at, len(b)) for at, b in pieces)
+            + b"".join(b for _, b in pieces))
+
+
+def test_host_copies_reach_only_the_sessions_mapped_host_memory(loop):
+    """Page-locked memory of a client over TCP that the session mapped at the client's address (session.py,
+    map_host): the client's writes, whole or in runs, made by the loop's CPU in no stream."""
+    memory = ffi.new("char[]", 4096)
+    base = int(ffi.cast("uintptr_t", memory))
+    loop.add_host(HOST_COPY, base, 4096)
+    assert loop.run(host_copy(base + 10, 4, HOST_WRITE, b"abcd")) == (0, 0, 1)
+    assert loop.run(host_copy(base, 64, HOST_WRITE_RUNS, runs((0, b"xy"), (20, b"Z")))) == (0, 0, 1)
+    assert ffi.buffer(memory, 24)[:] == b"xy" + bytes(8) + b"abcd" + bytes(6) + b"Z" + bytes(3)
+    assert loop.run(host_copy(base + 4094, 4, HOST_WRITE, b"abcd"))[0] == INVALID_VALUE  # past the end
+    assert loop.run(host_copy(base + 8192, 2, HOST_WRITE, b"ab"))[0] == INVALID_VALUE  # not the session's
+    loop.remove_host(base)
+    assert loop.run(host_copy(base, 4, HOST_WRITE, b"abcd"))[0] == INVALID_VALUE  # unmapped
+    assert ffi.buffer(memory, 2)[:] == b"xy"
+
+
+@pytest.mark.parametrize("data, why", [
+    (host_copy(0x1000, 4, HOST_WRITE, b"abc"), "host copy of"),
+    (host_copy(0x1000, 4, 7), "host copy of"),
+    (host_copy(0x1000, 4, 0), "host copy of"),
+    (host_copy(0x1000, 64, HOST_WRITE_RUNS, b"\x01"), "without their count"),
+    (host_copy(0x1000, 64, HOST_WRITE_RUNS, struct.pack("<I", 1000)), "runs in"),
+    (host_copy(0x1000, 64, HOST_WRITE_RUNS, runs((60, b"abcdefgh"))), "outside 64 bytes"),
+    (host_copy(0x1000, 64, HOST_WRITE_RUNS, runs((0, b"ab")) + b"c"), "runs of 2 bytes with 3"),
+])
+def test_malformed_host_copies_are_refused(loop, data, why):
+    with pytest.raises(WireError, match="unknown queued function id"):
+        loop.run(data)  # a session that mapped no host memory takes no host copy at all
+    loop.add_host(HOST_COPY, 0x1000, 64)  # (never written: each record is refused before it is run)
+    with pytest.raises(WireError, match=why):
+        loop.run(data)

@@ -53,8 +53,9 @@ NAMES = tuple(json.loads((GENERATED / "api_manifest.json").read_text())["librari
 STALE = ("libcudart.so.13", "driver")
 C_SOURCES = ("start.c", "session.c", "capture.c", "trace.c", "queue.c", "calls.c", "host_memory.c", "launches.c",
              "driver_local.c", "export_tables.c", "answers_cache.c", "device_memory.c", "wire.c", "callbacks.c",
-             "managed.c", "managed_hints.c", "graph_nodes.c", "graph_copies.c", "shareable.c", "user_objects.c",
-             "completion.c", "handle_pools.c", "nvml_answers.c", "kernel_nodes.c", "table.c", "tensor_maps.c")
+             "host_fn_order.c", "managed.c", "managed_hints.c", "graph_nodes.c", "graph_copies.c", "shareable.c",
+             "user_objects.c", "completion.c", "handle_pools.c", "nvml_answers.c", "kernel_nodes.c", "table.c",
+             "tensor_maps.c")
 
 # What crosses between the client's C and its Python: the declarations the client's headers mark (python.h),
 # declared to cffi as written there, CUDA's handle types as the pointers they are.

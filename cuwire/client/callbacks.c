@@ -91,12 +91,16 @@ static void *run(void *arg)
     while (next_post(r, &fd, &done, &id, &seq) == 0) {
         struct pending *p = take(id);
         cuwire_graph_copies_back(0); /* what a graph's memcpy nodes wrote to pageable memory, before it runs */
+        cuwire_host_fn_running(1);
         if (p && p->fn)
             p->fn(p->user);
         else if (p)
             p->callback(p->stream, CUDA_SUCCESS, p->user);
-        if (p && !p->kept)
+        cuwire_host_fn_running(0);
+        if (p && !p->kept) {
+            cuwire_host_fn_done(p->id); /* (a copy after it may read what it wrote: host_fn_order.c) */
             free(p);
+        }
         /* an id we never gave is acknowledged too: the server's stream goes on */
         if (r)
             cw_ring_callback_done(r);
@@ -157,6 +161,7 @@ void cuwire_callbacks_stop(void)
     channel = -1;
     thread_running = 0;
     pthread_mutex_unlock(&lock);
+    cuwire_host_fns_stopped();
     if (r && running)
         cw_ring_stop_callbacks(r);
     else if (fd >= 0 && running)
@@ -173,6 +178,7 @@ void cuwire_callbacks_forget(void)
     channel = -1;
     thread_running = 0;
     pending = NULL;
+    cuwire_host_fns_forget();
 }
 
 /* A host function of the program's, listed under a new id for the thread to run when the server posts it
@@ -202,6 +208,8 @@ static uint64_t add_pending(CUhostFn fn, CUstreamCallback callback, CUstream str
     pending = p;
     uint64_t id = p->id;
     pthread_mutex_unlock(&lock);
+    if (!kept)
+        cuwire_host_fn_queued(id);
     return id;
 }
 
@@ -217,8 +225,10 @@ static CUresult post(CUstream stream, CUhostFn fn, CUstreamCallback callback, vo
         return (CUresult)err;
     struct cw_host_func rec = {(uint64_t)(uintptr_t)stream, id};
     err = cuwire_enqueue(cuwire_host_func_record_id, &rec, sizeof rec);
-    if (err)
+    if (err) { /* never posted: not waited for */
+        cuwire_host_fn_done(id);
         return (CUresult)err;
+    }
     /* out now: the program may wait for what its function does without another CUDA call */
     int sent = cuwire_wire_send_queued();
     return (CUresult)(sent >= 0 ? sent : cuwire_py_send_queued());

@@ -110,6 +110,11 @@ static int queue_copy(CUdeviceptr dst, const void *src, size_t n, CUstream strea
     int shared = cuwire_copy_shared(src, dst, n, stream, 1, (int)sync);
     if (shared >= 0)
         return shared;
+    if (cuwire_own_page_locked(src)) { /* (its bytes are read now: after the host functions queued before) */
+        int late = cuwire_host_functions_wait();
+        if (late)
+            return late;
+    }
     if (!src || n == 0 || n > INLINE_COPY_MAX || !cuwire_in_allocation(dst, n) || !cuwire_session_open())
         return -1; /* the call goes to the server and waits, which says what is wrong */
     struct cw_copy_head head = {dst, (uint64_t)(uintptr_t)stream, sync, 0};

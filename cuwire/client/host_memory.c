@@ -68,6 +68,81 @@ struct host_alloc {
 };
 static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct host_alloc *host_allocs;
+/* Registrations are made one at a time (their pages move outside host_lock, which copies consult), and so are
+ * the server's mappings of page-locked memory for kernels (map_for_kernels). */
+static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Where the program's own page-locked memory lies, at most (allocations and registrations not in the shared
+ * memory): a call's device address outside it is not such memory, which cuwire_host_reference says at once. */
+static uint64_t own_lo = UINT64_MAX, own_hi;
+
+static void note_own(const void *p, size_t size)
+{
+    uint64_t a = (uint64_t)(uintptr_t)p;
+    pthread_mutex_lock(&host_lock);
+    if (a < own_lo)
+        __atomic_store_n(&own_lo, a, __ATOMIC_RELAXED);
+    if (a + size > own_hi)
+        __atomic_store_n(&own_hi, a + size, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&host_lock);
+}
+
+/* Page-locked memory of the program's own (over TCP, or when the shared memory is full) that a call passes to
+ * the server as a device address (cuwire_host_reference: a kernel's parameter, a memset's destination, a
+ * copy's source...): the server maps memory of its own at the same pages, in the client's address space it
+ * holds (address_space.py), and registers it for the GPU, so that the program's pointer is the GPU's too,
+ * as natively with unified addressing; managed.c keeps the two copies in step at calls from then on, as it
+ * does managed memory's over TCP. Only then: page-locked memory is mostly the host side of copies, which
+ * the client makes itself, and keeping a buffer in step costs a round trip at each synchronization. 0, or
+ * the CUDA error (the call then names memory the server does not have, and fails as it would). */
+static uint64_t page_floor(uint64_t a) { return a / (uint64_t)sysconf(_SC_PAGESIZE) * (uint64_t)sysconf(_SC_PAGESIZE); }
+
+static uint64_t page_ceil(uint64_t a)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    return (a + page - 1) / page * page;
+}
+
+/* The pages of [p, p + size) mapped by the server and kept in step, as one run with the runs it mapped before
+ * that they overlap or touch (a page may hold two registrations, as small buffers of one heap block do, and a
+ * copy or a kernel may cross from one into the next). 0, or the error. register_lock held. */
+static int map_for_kernels(const void *p, size_t size)
+{
+    if (!size || !CUWIRE_READY())
+        return size ? CUWIRE_NOT_READY : CUDA_ERROR_INVALID_VALUE;
+    uint64_t lo, hi;
+    if (!cuwire_host_mapped_span(page_floor((uint64_t)(uintptr_t)p), page_ceil((uint64_t)(uintptr_t)p + size), &lo,
+                                 &hi))
+        return 0;
+    int err = cuwire_py_host_map(lo, hi - lo);
+    if (err) {
+        uint64_t at, n; /* the server may have let the runs it was to join go: so does the client */
+        while (cuwire_host_mapped_within(lo, hi, &at, &n))
+            cuwire_host_mapped_forget(at);
+        return err;
+    }
+    if ((err = cuwire_host_mapped_add(lo, hi - lo)) != 0)
+        cuwire_py_host_unmap(lo);
+    else if (cuwire_trace)
+        fprintf(stderr, "cuwire trace: the server mapped %llu bytes of page-locked memory at %#llx for the GPU\n",
+                (unsigned long long)(hi - lo), (unsigned long long)lo);
+    return err;
+}
+
+static int own_range_overlaps(uint64_t lo, uint64_t hi); /* (below) */
+
+/* ...and the end of that: the program frees or unregisters [p, p + size), no longer its page-locked memory;
+ * the pages kept for it go, but those that other page-locked memory still lies in. register_lock held. */
+static void unmap_for_kernels(const void *p, size_t size)
+{
+    uint64_t at, n, lo = page_floor((uint64_t)(uintptr_t)p), hi = page_ceil((uint64_t)(uintptr_t)p + size);
+    while (cuwire_host_mapped_within(lo, hi, &at, &n)) {
+        lo = at + n;
+        if (own_range_overlaps(at, at + n))
+            continue;
+        if (cuwire_host_mapped_forget(at) && CUWIRE_READY())
+            cuwire_py_host_unmap(at);
+    }
+}
 
 static int host_alloc(void **pHost, size_t size, unsigned int flags)
 {
@@ -84,6 +159,8 @@ static int host_alloc(void **pHost, size_t size, unsigned int flags)
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (!address)
+        note_own(*pHost, size);
     pthread_mutex_lock(&host_lock);
     *a = (struct host_alloc){*pHost, size, flags, address != 0, 0, host_allocs};
     host_allocs = a;
@@ -102,8 +179,12 @@ static int host_free(void *ptr)
             *p = a->next;
             pthread_mutex_unlock(&host_lock);
             int err = 0;
-            if (!a->shared)
+            if (!a->shared) {
+                pthread_mutex_lock(&register_lock);
+                unmap_for_kernels(ptr, a->size);
+                pthread_mutex_unlock(&register_lock);
                 free(ptr);
+            }
             else if (CUWIRE_READY())
                 err = cuwire_py_host_free((uint64_t)(uintptr_t)ptr);
             free(a);
@@ -148,6 +229,15 @@ static int host_alloc_holds_locked(const void *p, int *shared)
             return 1;
         }
     return 0;
+}
+
+/* The allocation holding p; host_lock held. */
+static struct host_alloc *host_alloc_of_locked(const void *p)
+{
+    for (struct host_alloc *a = host_allocs; a; a = a->next)
+        if ((const char *)p >= (const char *)a->ptr && (const char *)p < (const char *)a->ptr + (a->size ? a->size : 1))
+            return a;
+    return NULL;
 }
 
 static int host_alloc_holds(const void *p, int *shared)
@@ -416,12 +506,9 @@ static int move_back(struct registered *r)
     return 0;
 }
 
-/* Registrations are made one at a time (their pages move outside host_lock, which copies consult). */
-static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
 
 CUresult cuwire_local_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
-    (void)Flags;
     if (!p || !bytesize)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), offset;
@@ -464,6 +551,8 @@ CUresult cuwire_local_cuMemHostRegister_v2(void *p, size_t bytesize, unsigned in
         else
             map_file(r, lo, hi);
     }
+    if (!r->size && !r->file)
+        note_own(p, bytesize);
     pthread_mutex_lock(&host_lock);
     r->next = registered;
     registered = r;
@@ -488,6 +577,8 @@ CUresult cuwire_local_cuMemHostUnregister(void *p)
     pthread_mutex_unlock(&host_lock);
     if (gone && gone->file && CUWIRE_READY())
         cuwire_py_host_unregister_file(gone->at); /* (the file's pages stay where they are, the program's) */
+    if (gone && !gone->size && !gone->file)
+        unmap_for_kernels(gone->lo, (size_t)(gone->hi - gone->lo));
     int kept = gone && gone->size && !gone->file && CUWIRE_READY() && move_back(gone);
     pthread_mutex_unlock(&register_lock);
     if (!gone)
@@ -511,7 +602,9 @@ CUresult cuwire_local_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, 
     struct registered *r = held ? NULL : registered_holding(p);
     int moved = r && r->size, known = r != NULL;
     pthread_mutex_unlock(&host_lock);
-    if (moved) { /* the GPU's at its own address (the server mapped and registered the same pages there) */
+    /* the GPU's at its own address: the server mapped and registered the same pages there, or, for memory of
+     * the client's own (over TCP), maps them when a call first passes them to it (cuwire_host_reference) */
+    if (moved || (!cuwire_shares_host_memory() && ((held && !shared) || (known && !r->file)))) {
         *pdptr = (CUdeviceptr)(uintptr_t)p;
         return CUDA_SUCCESS;
     }
@@ -525,13 +618,71 @@ CUresult cuwire_local_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, 
     if (!held)
         return CUDA_ERROR_INVALID_VALUE;
     if (!shared || !shared_offset(p, 1, &offset)) {
-        cuwire_say_once_per_name("cuwire: mapped host memory needs a server on this host (the Unix socket and "
-                                 "shared memory; CUWIRE_TRANSPORT=auto): the GPU cannot reach this client's memory, "
-                                 "refused:", "cuMemHostGetDevicePointer");
+        cuwire_say_once_per_name("cuwire: the server could not map this page-locked memory for kernels (see the "
+                                 "server's log): the GPU cannot reach it, refused:", "cuMemHostGetDevicePointer");
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     *pdptr = shared_server_base + offset;
     return CUDA_SUCCESS;
+}
+
+/* A call is about to pass `v` to the server as a device address (a CUdeviceptr parameter: generated stubs; a
+ * kernel's parameter: launches.c, launches.py): when it lies in page-locked memory of the program's own, the
+ * server maps that memory at the same address (once), and managed.c keeps the two copies in step from now on
+ * (the program's changes go first, the GPU's come back after each synchronization). */
+void cuwire_host_reference(uint64_t v)
+{
+    if (v < __atomic_load_n(&own_lo, __ATOMIC_RELAXED) || v >= __atomic_load_n(&own_hi, __ATOMIC_RELAXED) ||
+        cuwire_keeping_in_step() || cuwire_shares_host_memory()) /* (with a server on this host: it shares) */
+        return;
+    if (cuwire_host_mapped_holds(v, 1))
+        return; /* mapped already, and kept in step */
+    pthread_mutex_lock(&register_lock); /* (one thread maps memory for kernels at a time) */
+    pthread_mutex_lock(&host_lock);
+    int shared = 0;
+    struct host_alloc *a = host_alloc_holds_locked((const void *)(uintptr_t)v, &shared) && !shared
+                               ? host_alloc_of_locked((const void *)(uintptr_t)v) : NULL;
+    struct registered *r = a || shared ? NULL : registered_holding((const void *)(uintptr_t)v);
+    if (r && (r->size || r->file))
+        r = NULL; /* in the shared memory, or a memory file's: the server has it already */
+    pthread_mutex_unlock(&host_lock);
+    if (a)
+        map_for_kernels(a->ptr, a->size);
+    else if (r)
+        map_for_kernels(r->lo, (size_t)(r->hi - r->lo));
+    pthread_mutex_unlock(&register_lock);
+}
+
+/* Whether [lo, hi) overlaps page-locked memory of the program's own (an allocation or a registration):
+ * pages mapped for one that another still lies in stay mapped. */
+static int own_range_overlaps(uint64_t lo, uint64_t hi)
+{
+    int found = 0;
+    pthread_mutex_lock(&host_lock);
+    for (struct host_alloc *a = host_allocs; a && !found; a = a->next)
+        found = !a->shared && (uint64_t)(uintptr_t)a->ptr < hi && (uint64_t)(uintptr_t)a->ptr + a->size > lo;
+    for (struct registered *r = registered; r && !found; r = r->next)
+        found = !r->size && !r->file && (uint64_t)(uintptr_t)r->lo < hi && (uint64_t)(uintptr_t)r->hi > lo;
+    pthread_mutex_unlock(&host_lock);
+    return found;
+}
+
+/* Whether p lies in page-locked memory of the program's own, not shared with the server (over TCP): an
+ * asynchronous copy from it reads it when the stream reaches the copy, natively (callbacks.c). */
+int cuwire_own_page_locked(const void *p)
+{
+    if ((uint64_t)(uintptr_t)p < __atomic_load_n(&own_lo, __ATOMIC_RELAXED) ||
+        (uint64_t)(uintptr_t)p >= __atomic_load_n(&own_hi, __ATOMIC_RELAXED))
+        return 0;
+    int shared = 0;
+    pthread_mutex_lock(&host_lock);
+    int own = host_alloc_holds_locked(p, &shared) ? !shared : 0;
+    if (!own) {
+        struct registered *r = registered_holding(p);
+        own = r && !r->size && !r->file;
+    }
+    pthread_mutex_unlock(&host_lock);
+    return own;
 }
 
 /* ------------------------------------------------------------------ managed memory */

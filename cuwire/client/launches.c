@@ -199,6 +199,19 @@ static int pack(const struct kernel_info *k, void **params, const void *buf, siz
     return 0;
 }
 
+/* The parameters of 8 bytes, which may be addresses, laid out in `packed`: page-locked memory of the program's
+ * own that one names is mapped by the server before the launch goes (cuwire_host_reference, called once
+ * kernels_lock is let go: it may ask the server). Their count; kernels_lock held. */
+#define POINTERS_MOST 32
+static uint32_t may_be_pointers(const struct kernel_info *k, const char *packed, uint64_t *out)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < k->n && n < POINTERS_MOST; i++)
+        if (k->sizes[i] == 8)
+            memcpy(&out[n++], packed + k->offsets[i], 8);
+    return n;
+}
+
 /* Queue a launch of a known function; its parameters come as kernelParams or, from `extra`, as one
  * buffer already laid out at their offsets. -1: not known yet (Python looks it up and launches). */
 static int launch_queued(CUfunction f, const uint32_t g[3], const uint32_t b[3], unsigned shmem, CUstream stream,
@@ -234,7 +247,11 @@ static int launch_queued(CUfunction f, const uint32_t g[3], const uint32_t b[3],
         memcpy(rec + sizeof head + 8, attrs, (size_t)n_attrs * sizeof(CUlaunchAttribute));
     }
     int missing = pack(&k, params, buf, buf_size, rec + sizeof head + attrs_len);
+    uint64_t pointers[POINTERS_MOST];
+    uint32_t n_pointers = missing ? 0 : may_be_pointers(&k, rec + sizeof head + attrs_len, pointers);
     pthread_mutex_unlock(&kernels_lock);
+    for (uint32_t i = 0; i < n_pointers; i++)
+        cuwire_host_reference(pointers[i]);
     int err = missing ? CUDA_ERROR_INVALID_VALUE /* a kernel with parameters launched without them */
                       : cuwire_enqueue(n_attrs ? cuwire_launch_ex_record_id : cuwire_launch_record_id, rec,
                                        (uint32_t)len);
@@ -256,6 +273,8 @@ long cuwire_pack_params(CUfunction f, void **params, void **extra, uint64_t *han
     if (extra_buffer(params, extra, &buf, &buf_size) != 0)
         return -3;
     long len = -1;
+    uint64_t pointers[POINTERS_MOST];
+    uint32_t n_pointers = 0;
     pthread_mutex_lock(&kernels_lock);
     struct kernel_info k = known_kernel(f);
     if (k.key && k.size > cap)
@@ -265,8 +284,11 @@ long cuwire_pack_params(CUfunction f, void **params, void **extra, uint64_t *han
     else if (k.key) {
         *handle = k.handle;
         len = (long)k.size;
+        n_pointers = may_be_pointers(&k, out, pointers);
     }
     pthread_mutex_unlock(&kernels_lock);
+    for (uint32_t i = 0; i < n_pointers; i++)
+        cuwire_host_reference(pointers[i]);
     return len;
 }
 

@@ -1,4 +1,5 @@
-/* cuwire client: managed memory over TCP (cuMemAllocManaged with no host memory shared with the server).
+/* cuwire client: managed memory over TCP (cuMemAllocManaged with no host memory shared with the server), and
+ * page-locked memory over TCP that kernels reach (cuMemHostGetDevicePointer, cuMemHostAlloc's DEVICEMAP).
  *
  * The server makes managed memory (server/custom.py, ManagedAlloc) and the client maps ordinary memory at
  * the same address as the program's host copy of it, so one pointer serves the host and kernels alike.
@@ -14,6 +15,12 @@
  * natively. What it does not see: host writes made while a kernel runs reach the device at the next call,
  * not at once; kernel writes reach the host at the next synchronization. The snapshot doubles the client's
  * memory for managed allocations, and each call compares the host copy with it (at memory speed).
+ *
+ * Page-locked memory that kernels are to reach (host_memory.c) is kept in step the same way, with two
+ * differences. The server maps memory of its own at the program's address and registers it for the GPU
+ * (RegisterHost's `anonymous`), so the program's pointer is the kernels' too. And the copies are made by the
+ * server's CPU as the records come (HostCopy), in no stream: a kernel may be running that waits for the
+ * program's write (XLA's delay kernel spins on a host flag until its host releases it).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -36,8 +43,10 @@
 struct managed {
     uint64_t address, size, mapped;
     unsigned char *snapshot; /* the host copy as the device copy last agreed with it */
+    int host;                /* page-locked memory the server mapped at the program's address (HostCopy) */
     struct managed *next;
 };
+extern const uint32_t cuwire_host_copy_record_id;
 static pthread_mutex_t managed_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct managed *managed;
 static int managed_count;
@@ -104,7 +113,7 @@ int cuwire_managed_alloc(uint64_t *dptr, size_t size, unsigned int flags)
         free(snapshot);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *m = (struct managed){address, size, page_rounded(size), snapshot, NULL};
+    *m = (struct managed){address, size, page_rounded(size), snapshot, 0, NULL};
     pthread_mutex_lock(&managed_lock);
     m->next = managed;
     managed = m;
@@ -120,7 +129,7 @@ uint64_t cuwire_managed_free(uint64_t address)
 {
     pthread_mutex_lock(&managed_lock);
     for (struct managed **p = &managed; *p; p = &(*p)->next) {
-        if ((*p)->address == address) {
+        if ((*p)->address == address && !(*p)->host) {
             struct managed *m = *p;
             *p = m->next;
             __atomic_sub_fetch(&managed_count, 1, __ATOMIC_RELEASE);
@@ -136,15 +145,184 @@ uint64_t cuwire_managed_free(uint64_t address)
     return 0;
 }
 
-/* Whether [p, p + n) lies in managed memory made over TCP (a prefetch's or advice's range). */
-int cuwire_managed_holds(uint64_t p, size_t n)
+/* The pages to map for [lo, hi) (page-aligned): widened over the runs the server mapped already that
+ * overlap or touch it, which the server joins into one (session.py, map_host). 0 when one run holds all of
+ * [lo, hi) already (nothing to map). */
+int cuwire_host_mapped_span(uint64_t lo, uint64_t hi, uint64_t *span_lo, uint64_t *span_hi)
+{
+    pthread_mutex_lock(&managed_lock);
+    for (struct managed *m = managed; m; m = m->next)
+        if (m->host && m->address <= lo && hi <= m->address + m->size) {
+            pthread_mutex_unlock(&managed_lock);
+            return 0;
+        }
+    for (int widened = 1; widened;) {
+        widened = 0;
+        for (struct managed *m = managed; m; m = m->next)
+            if (m->host && m->address <= hi && lo <= m->address + m->size &&
+                (m->address < lo || m->address + m->size > hi)) {
+                lo = m->address < lo ? m->address : lo;
+                hi = m->address + m->size > hi ? m->address + m->size : hi;
+                widened = 1;
+            }
+    }
+    pthread_mutex_unlock(&managed_lock);
+    *span_lo = lo, *span_hi = hi;
+    return 1;
+}
+
+/* Whether this thread is keeping the copies in step now (its own copies are not the program's calls). */
+int cuwire_keeping_in_step(void) { return in_step; }
+
+/* Page-locked memory of the program's at [address, address + size) that the server mapped at the same
+ * address for the GPU (host_memory.c), joining the runs it had mapped in it: kept in step from now on. Their
+ * bytes as last agreed stay; the rest of the server's copy starts as zeros, so the next call sends what the
+ * program has there. */
+int cuwire_host_mapped_add(uint64_t address, uint64_t size)
+{
+    struct managed *m = calloc(1, sizeof *m);
+    unsigned char *snapshot = calloc(1, size ? size : 1);
+    if (!m || !snapshot) {
+        free(m);
+        free(snapshot);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *m = (struct managed){address, size, 0, snapshot, 1, NULL};
+    pthread_mutex_lock(&managed_lock);
+    for (struct managed **p = &managed; *p;) { /* the runs joined */
+        struct managed *old = *p;
+        if (old->host && old->address >= address && old->address + old->size <= address + size) {
+            memcpy(snapshot + (old->address - address), old->snapshot, old->size);
+            *p = old->next;
+            __atomic_sub_fetch(&managed_count, 1, __ATOMIC_RELEASE);
+            free(old->snapshot);
+            free(old);
+        } else
+            p = &old->next;
+    }
+    m->next = managed;
+    managed = m;
+    __atomic_add_fetch(&managed_count, 1, __ATOMIC_RELEASE);
+    server_had_work = 1;
+    pthread_mutex_unlock(&managed_lock);
+    return 0;
+}
+
+/* The first run of pages the server mapped that starts in [lo, hi): 1 and its address and size, or 0. */
+int cuwire_host_mapped_within(uint64_t lo, uint64_t hi, uint64_t *at, uint64_t *size)
+{
+    int found = 0;
+    pthread_mutex_lock(&managed_lock);
+    for (struct managed *m = managed; m; m = m->next)
+        if (m->host && m->address >= lo && m->address < hi && (!found || m->address < *at)) {
+            *at = m->address, *size = m->size;
+            found = 1;
+        }
+    pthread_mutex_unlock(&managed_lock);
+    return found;
+}
+
+/* The program frees or unregisters page-locked memory the server mapped: it is no longer kept in step. 1
+ * when [address...) was such memory (the caller then tells the server), else 0. */
+int cuwire_host_mapped_forget(uint64_t address)
+{
+    pthread_mutex_lock(&managed_lock);
+    for (struct managed **p = &managed; *p; p = &(*p)->next) {
+        if ((*p)->address == address && (*p)->host) {
+            struct managed *m = *p;
+            *p = m->next;
+            __atomic_sub_fetch(&managed_count, 1, __ATOMIC_RELEASE);
+            pthread_mutex_unlock(&managed_lock);
+            free(m->snapshot);
+            free(m);
+            return 1;
+        }
+    }
+    pthread_mutex_unlock(&managed_lock);
+    return 0;
+}
+
+/* Whether [p, p + n) lies in memory kept in step here: managed memory made over TCP (a prefetch's or advice's
+ * range), or, with `host`, page-locked memory the server mapped. */
+static int holds(uint64_t p, size_t n, int host)
 {
     int found = 0;
     pthread_mutex_lock(&managed_lock);
     for (struct managed *m = managed; m && !found; m = m->next)
-        found = p >= m->address && n <= m->size && p - m->address <= m->size - n;
+        found = m->host == host && p >= m->address && n <= m->size && p - m->address <= m->size - n;
     pthread_mutex_unlock(&managed_lock);
     return found;
+}
+
+int cuwire_host_mapped_holds(uint64_t p, size_t n) { return holds(p, n, 1); }
+
+int cuwire_managed_holds(uint64_t p, size_t n)
+{
+    return holds(p, n, 0);
+}
+
+/* The bytes of [at, end) that the program changed, to the server's copy: only those bytes, so that what
+ * kernels wrote beside them there stays (a kernel writes part of a buffer, the program another part, and the
+ * next synchronization brings both back). One queued HostCopy record of runs a chunk, written by the
+ * server's CPU as it comes. */
+static int push_host_runs(struct managed *m, uint64_t at, uint64_t end)
+{
+    const unsigned char *host = (const unsigned char *)(uintptr_t)m->address;
+    char *buf = malloc(4 + 8 * (CHUNK / 2 + 1) + CHUNK); /* the most runs a chunk has, and its bytes */
+    uint32_t *runs = malloc(8 * (CHUNK / 2 + 1));
+    int err = buf && runs ? 0 : CUDA_ERROR_OUT_OF_MEMORY;
+    for (uint64_t base = at; base < end && !err; base += CHUNK) {
+        uint32_t span = end - base < CHUNK ? (uint32_t)(end - base) : CHUNK, count = 0, bytes = 0;
+        for (uint32_t i = 0; i < span;) {
+            while (i < span && host[base + i] == m->snapshot[base + i])
+                i++;
+            uint32_t j = i;
+            while (j < span && host[base + j] != m->snapshot[base + j])
+                j++;
+            if (j > i) {
+                runs[2 * count] = i, runs[2 * count + 1] = j - i;
+                count++;
+            }
+            i = j;
+        }
+        if (!count)
+            continue;
+        memcpy(buf, &count, 4);
+        memcpy(buf + 4, runs, 8 * (size_t)count);
+        char *data = buf + 4 + 8 * (size_t)count;
+        for (uint32_t r = 0; r < count; r++) {
+            memcpy(data + bytes, host + base + runs[2 * r], runs[2 * r + 1]);
+            memcpy(m->snapshot + base + runs[2 * r], host + base + runs[2 * r], runs[2 * r + 1]);
+            bytes += runs[2 * r + 1];
+        }
+        struct cw_host_copy head = {m->address + base, span, CW_HOST_WRITE_RUNS};
+        int due; /* (the queue goes with the call this change precedes) */
+        err = cuwire_queue_append(cuwire_host_copy_record_id, &head, sizeof head, buf, 4 + 8 * count + bytes, &due);
+    }
+    free(buf);
+    free(runs);
+    return err;
+}
+
+/* The server's copy of page-locked memory it mapped, into the program's (a copy from it, which the driver
+ * takes for the GPU's memory, as it is): only the bytes the server's copy changed since the two last agreed
+ * (the GPU's writes), so that what another thread of the program writes meanwhile stays. */
+static int fetch_host(struct managed *m)
+{
+    unsigned char *fresh = malloc(m->size ? m->size : 1), *host = (unsigned char *)(uintptr_t)m->address;
+    if (!fresh)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    int err = cuMemcpyDtoH_v2(fresh, m->address, m->size);
+    for (uint64_t at = 0; at < m->size && !err; at += 64) {
+        uint64_t n = m->size - at < 64 ? m->size - at : 64;
+        if (memcmp(fresh + at, m->snapshot + at, n) == 0)
+            continue;
+        for (uint64_t i = at; i < at + n; i++)
+            if (fresh[i] != m->snapshot[i])
+                host[i] = m->snapshot[i] = fresh[i];
+    }
+    free(fresh);
+    return err;
 }
 
 /* Copies the runs of chunks the program changed to the device; managed_lock held. */
@@ -165,8 +343,13 @@ static int push_changes(struct managed *m)
                 break;
             end += k;
         }
-        memcpy(m->snapshot + at, host + at, end - at); /* before the copy: what it sends is what agrees */
-        CUresult err = cuMemcpyHtoD_v2(m->address + at, m->snapshot + at, end - at);
+        CUresult err;
+        if (m->host) {
+            err = push_host_runs(m, at, end);
+        } else {
+            memcpy(m->snapshot + at, host + at, end - at); /* before the copy: what it sends is what agrees */
+            err = cuMemcpyHtoD_v2(m->address + at, m->snapshot + at, end - at);
+        }
         if (err)
             return err;
         at = end;
@@ -201,13 +384,19 @@ void cuwire_managed_synced(void)
     if (server_had_work) {
         CUresult err = 0;
         for (struct managed *m = managed; m && !err; m = m->next) {
+            if (m->host) { /* what the program wrote since the call (a copy into it) goes first, byte by byte */
+                err = push_changes(m);
+                if (!err)
+                    err = fetch_host(m);
+                continue;
+            }
             err = cuMemcpyDtoH_v2((void *)(uintptr_t)m->address, m->address, m->size);
             if (!err)
                 memcpy(m->snapshot, (void *)(uintptr_t)m->address, m->size);
         }
         if (err)
-            fprintf(stderr, "cuwire: managed memory could not be fetched after a synchronization (%s): the host "
-                            "copy may be stale\n", cuwire_error_name(err));
+            fprintf(stderr, "cuwire: managed or mapped page-locked memory could not be fetched after a "
+                            "synchronization (%s): the host copy may be stale\n", cuwire_error_name(err));
         server_had_work = err != 0;
     }
     pthread_mutex_unlock(&managed_lock);

@@ -80,6 +80,27 @@ void cuwire_hints_forget(uint64_t p, size_t n);
 CW_FROM_PYTHON int cuwire_managed_before_call(void);
 CW_IN_PYTHON int cuwire_py_managed_alloc(uint64_t size, unsigned int flags, uint64_t *address); /* (server-side managed memory) */
 void cuwire_managed_synced(void);
+/* Page-locked memory over TCP that kernels reach: the server maps memory at the program's address, and
+ * managed.c keeps the two copies in step (HostCopy records). */
+int cuwire_host_mapped_add(uint64_t address, uint64_t size);
+int cuwire_host_mapped_forget(uint64_t address);
+int cuwire_host_mapped_within(uint64_t lo, uint64_t hi, uint64_t *at, uint64_t *size);
+int cuwire_host_mapped_span(uint64_t lo, uint64_t hi, uint64_t *span_lo, uint64_t *span_hi);
+int cuwire_keeping_in_step(void); /* this thread keeps the copies in step now (managed.c) */
+int cuwire_host_mapped_holds(uint64_t p, size_t n);
+/* A call passes `v` to the server as a device address: page-locked memory of the program's own there is
+ * mapped by the server (host_memory.c). */
+CW_FROM_PYTHON void cuwire_host_reference(uint64_t v);
+int cuwire_own_page_locked(const void *p);   /* page-locked memory of the program's own (host_memory.c) */
+/* Host functions queued and not run yet (host_fn_order.c): callbacks.c tells, calls.c waits. */
+void cuwire_host_fn_queued(uint64_t id);
+void cuwire_host_fn_done(uint64_t id);
+void cuwire_host_fn_running(int running);
+void cuwire_host_fns_stopped(void);
+void cuwire_host_fns_forget(void);
+int cuwire_host_functions_wait(void); /* the host functions queued so far have run: 0, or a refusal after 30 s */
+CW_IN_PYTHON int cuwire_py_host_map(uint64_t address, uint64_t size);   /* RegisterHost, anonymous: 0 or the error */
+CW_IN_PYTHON int cuwire_py_host_unmap(uint64_t address);
 
 /* Graph copies of pageable memory through stand-ins in the shared memory (graph_copies.c): what nodes
  * wrote goes to the program (caught_up: the host caught up with the GPU; else before a host function). */

@@ -469,6 +469,8 @@ class Client:
             res = result_cls.FromString(data)
         except DecodeError as e:
             raise bad_reply(f"its result does not parse as {result_cls.__name__} ({e})") from None
+        if reply.queued_error and "status" not in result_cls.DESCRIPTOR.fields_by_name:
+            raise Fail(reply.queued_error)  # (a result of many statuses: the call fails with it)
         if reply.queued_error and res.status == 0:
             res.status = reply.queued_error  # an earlier queued call failed: surface it here, as CUDA does
         return res
@@ -750,6 +752,14 @@ class Client:
             res = self.call(REGISTER_HOST, pb.RegisterHost_Args(size=size, at=address, file=file),
                             pb.RegisterHost_Result)
             return res.status
+
+    def host_map(self, address: int, size: int) -> int:
+        """Page-locked memory of the program's over TCP that kernels are to reach: the server maps memory of
+        its own at `address` and registers it for the GPU (client/managed.c keeps the two in step); 0 or
+        the CUDA error."""
+        with self.lock:
+            return self.call(REGISTER_HOST, pb.RegisterHost_Args(at=address, size=size, anonymous=True),
+                             pb.RegisterHost_Result).status
 
     def host_unregister_file(self, address: int) -> int:
         with self.lock:
@@ -1168,6 +1178,16 @@ def cuwire_py_host_register_file(address: int, size: int, path, offset: int, dev
 @ffi.def_extern(onerror=on_error)
 def cuwire_py_host_unregister_file(address: int) -> int:
     return client.host_unregister_file(address)
+
+
+@ffi.def_extern(onerror=on_error)
+def cuwire_py_host_map(address: int, size: int) -> int:
+    return client.host_map(address, size)
+
+
+@ffi.def_extern(onerror=on_error)
+def cuwire_py_host_unmap(address: int) -> int:
+    return client.host_unregister_file(address)  # (UnregisterHost at the address: the server knows which kind)
 
 
 @ffi.def_extern(onerror=on_error)

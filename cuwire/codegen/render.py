@@ -43,7 +43,8 @@ INTERNAL_OPS = ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorSt
                 "CopyShared", "RegisterHost",
                 "UnregisterHost", "HostFunc", "ManagedAlloc", "GraphNode", "CaptureInfo", "AllocNodeParams",
                 "KernelNodeParams", "BatchMemOpNode", "GraphDot",
-                "Enumerate", "MakeHandles", "FunctionAttributes", "RunningProcesses", "Preload", "KernelNodeSet")
+                "Enumerate", "MakeHandles", "FunctionAttributes", "RunningProcesses", "Preload", "KernelNodeSet",
+                "HostCopy")
 
 
 def py_name(name: str) -> str:
@@ -141,8 +142,18 @@ def environment() -> jinja2.Environment:
                        record_fields=record_fields, out_ctype=out_ctype, server_arg=server_arg, py_expr=py_expr,
                        c_expr=c_expr)
     env.globals.update(internal_ops={op: f"cuwire.{op}" for op in INTERNAL_OPS}, crc32=_crc32,
-                       frozenset=frozenset)
+                       frozenset=frozenset, gpu_reaches=gpu_reaches)
     return env
+
+
+# Functions whose device addresses (CUdeviceptr parameters) the GPU reads or writes: page-locked memory of a
+# client over TCP named there is mapped by the server first (client/host_memory.c, cuwire_host_reference).
+# Queries, frees and address-space calls name addresses without the GPU touching them: they map nothing.
+GPU_REACHES = ("cuMemset", "cuMemcpy", "cuStreamWaitValue", "cuStreamWriteValue")
+
+
+def gpu_reaches(name: str) -> bool:
+    return name.startswith(GPU_REACHES)
 
 
 def _crc32(s: str) -> int:

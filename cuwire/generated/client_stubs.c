@@ -2004,6 +2004,8 @@ const uint32_t cuwire_copy_record_id = 1294727371u;
 const uint32_t cuwire_copy_from_record_id = 2717996854u;
 /* ... and of a copy between the GPU and host memory shared with the server (cuwire's own operation CopyShared). */
 const uint32_t cuwire_copy_shared_record_id = 3420448369u;
+/* ... and of a copy between page-locked memory over TCP and the server's copy of it (cuwire's own operation HostCopy). */
+const uint32_t cuwire_host_copy_record_id = 2302523315u;
 /* ... and of a host function of the program's in a stream (cuwire's own operation HostFunc). */
 const uint32_t cuwire_host_func_record_id = 2255595394u;
 /* ... and of a kernel node's parameters set in an executable graph (cuwire's own operation KernelNodeSet). */
@@ -10445,6 +10447,7 @@ CUWIRE_EXPORT CUresult cuMemcpyAtoD(void)
 int cuwire_py_cuMemcpyAtoD_v2(uint64_t, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
         struct __attribute__((packed)) {
             uint64_t dstDevice;
@@ -10644,6 +10647,7 @@ CUWIRE_EXPORT CUresult cuMemcpyDtoA(void)
 int cuwire_py_cuMemcpyDtoA_v2(uint64_t, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)
 {
+    cuwire_host_reference((uint64_t)srcDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
         struct __attribute__((packed)) {
             uint64_t dstArray;
@@ -10716,6 +10720,8 @@ CUWIRE_EXPORT CUresult cuMemcpyDtoDAsync(void)
 /* cuMemcpyDtoDAsync_v2 (cuda.h): remoted, async; also cuMemcpyDtoDAsync_v2_ptsz */
 static inline CUresult cuwire_impl_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
+    cuwire_host_reference((uint64_t)srcDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     struct __attribute__((packed)) {
         uint64_t dstDevice;
         uint64_t srcDevice;
@@ -10746,6 +10752,8 @@ CUWIRE_EXPORT __typeof__(cuMemcpyDtoDAsync_v2) cuMemcpyDtoDAsync_v2_ptsz __attri
 int cuwire_py_cuMemcpyDtoD_v2(uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
+    cuwire_host_reference((uint64_t)srcDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
         struct __attribute__((packed)) {
             uint64_t dstDevice;
@@ -10829,6 +10837,7 @@ int cuwire_py_cuMemcpyDtoHAsync_v2(void *, uint64_t, uint64_t, uint64_t, uint64_
 int cuwire_fast_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
 static inline CUresult cuwire_impl_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
+    cuwire_host_reference((uint64_t)srcDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     int fast = cuwire_fast_cuMemcpyDtoHAsync_v2(dstHost, srcDevice, ByteCount, hStream);
     if (fast >= 0) {
         __atomic_add_fetch(&cuwire_fast_hits[411], 1, __ATOMIC_RELAXED);
@@ -10867,6 +10876,7 @@ int cuwire_py_cuMemcpyDtoH_v2(void *, uint64_t, uint64_t, uint64_t);
 int cuwire_fast_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
 static inline CUresult cuwire_impl_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
+    cuwire_host_reference((uint64_t)srcDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     int fast = cuwire_fast_cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
     if (fast >= 0) {
         __atomic_add_fetch(&cuwire_fast_hits[412], 1, __ATOMIC_RELAXED);
@@ -11023,6 +11033,7 @@ int cuwire_py_cuMemcpyHtoDAsync_v2(uint64_t, void *, uint64_t, uint64_t, uint64_
 int cuwire_fast_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
 static inline CUresult cuwire_impl_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     int fast = cuwire_fast_cuMemcpyHtoDAsync_v2(dstDevice, srcHost, ByteCount, hStream);
     if (fast >= 0) {
         __atomic_add_fetch(&cuwire_fast_hits[419], 1, __ATOMIC_RELAXED);
@@ -11050,6 +11061,7 @@ int cuwire_py_cuMemcpyHtoD_v2(uint64_t, void *, uint64_t, uint64_t);
 int cuwire_fast_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
 static inline CUresult cuwire_impl_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     int fast = cuwire_fast_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
     if (fast >= 0) {
         __atomic_add_fetch(&cuwire_fast_hits[420], 1, __ATOMIC_RELAXED);
@@ -11087,6 +11099,8 @@ CUWIRE_EXPORT __typeof__(cuMemcpyHtoD_v2) cuMemcpyHtoD_v2_ptds __attribute__((al
 int cuwire_py_cuMemcpyPeer(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
+    cuwire_host_reference((uint64_t)srcDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
         struct __attribute__((packed)) {
             uint64_t dstDevice;
@@ -11136,6 +11150,8 @@ CUWIRE_EXPORT __typeof__(cuMemcpyPeer) cuMemcpyPeer_ptds __attribute__((alias("c
 /* cuMemcpyPeerAsync (cuda.h): remoted, async; also cuMemcpyPeerAsync_ptsz */
 static inline CUresult cuwire_impl_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
+    cuwire_host_reference((uint64_t)srcDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     struct __attribute__((packed)) {
         uint64_t dstDevice;
         uint64_t dstContext;
@@ -11187,6 +11203,7 @@ CUWIRE_EXPORT CUresult cuMemsetD16(void)
 /* cuMemsetD16Async (cuda.h): remoted, async; also cuMemsetD16Async_ptsz */
 static inline CUresult cuwire_impl_cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     struct __attribute__((packed)) {
         uint64_t dstDevice;
         uint16_t us;
@@ -11217,6 +11234,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD16Async) cuMemsetD16Async_ptsz __attribute__((
 int cuwire_py_cuMemsetD16_v2(uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
         struct __attribute__((packed)) {
             uint64_t dstDevice;
@@ -11269,6 +11287,7 @@ CUWIRE_EXPORT CUresult cuMemsetD2D16(void)
 /* cuMemsetD2D16Async (cuda.h): remoted, async; also cuMemsetD2D16Async_ptsz */
 static inline CUresult cuwire_impl_cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     struct __attribute__((packed)) {
         uint64_t dstDevice;
         uint64_t dstPitch;
@@ -11303,6 +11322,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD2D16Async) cuMemsetD2D16Async_ptsz __attribute
 int cuwire_py_cuMemsetD2D16_v2(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
         struct __attribute__((packed)) {
             uint64_t dstDevice;
@@ -11359,6 +11379,7 @@ CUWIRE_EXPORT CUresult cuMemsetD2D32(void)
 /* cuMemsetD2D32Async (cuda.h): remoted, async; also cuMemsetD2D32Async_ptsz */
 static inline CUresult cuwire_impl_cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     struct __attribute__((packed)) {
         uint64_t dstDevice;
         uint64_t dstPitch;
@@ -11393,6 +11414,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD2D32Async) cuMemsetD2D32Async_ptsz __attribute
 int cuwire_py_cuMemsetD2D32_v2(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
         struct __attribute__((packed)) {
             uint64_t dstDevice;
@@ -11449,6 +11471,7 @@ CUWIRE_EXPORT CUresult cuMemsetD2D8(void)
 /* cuMemsetD2D8Async (cuda.h): remoted, async; also cuMemsetD2D8Async_ptsz */
 static inline CUresult cuwire_impl_cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     struct __attribute__((packed)) {
         uint64_t dstDevice;
         uint64_t dstPitch;
@@ -11483,6 +11506,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD2D8Async) cuMemsetD2D8Async_ptsz __attribute__
 int cuwire_py_cuMemsetD2D8_v2(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
         struct __attribute__((packed)) {
             uint64_t dstDevice;
@@ -11539,6 +11563,7 @@ CUWIRE_EXPORT CUresult cuMemsetD32(void)
 /* cuMemsetD32Async (cuda.h): remoted, async; also cuMemsetD32Async_ptsz */
 static inline CUresult cuwire_impl_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     struct __attribute__((packed)) {
         uint64_t dstDevice;
         uint32_t ui;
@@ -11569,6 +11594,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD32Async) cuMemsetD32Async_ptsz __attribute__((
 int cuwire_py_cuMemsetD32_v2(uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
         struct __attribute__((packed)) {
             uint64_t dstDevice;
@@ -11621,6 +11647,7 @@ CUWIRE_EXPORT CUresult cuMemsetD8(void)
 /* cuMemsetD8Async (cuda.h): remoted, async; also cuMemsetD8Async_ptsz */
 static inline CUresult cuwire_impl_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     struct __attribute__((packed)) {
         uint64_t dstDevice;
         uint8_t uc;
@@ -11651,6 +11678,7 @@ CUWIRE_EXPORT __typeof__(cuMemsetD8Async) cuMemsetD8Async_ptsz __attribute__((al
 int cuwire_py_cuMemsetD8_v2(uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
+    cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
         struct __attribute__((packed)) {
             uint64_t dstDevice;
@@ -13426,6 +13454,7 @@ CUWIRE_EXPORT CUresult cuStreamWaitValue32_ptsz(void)
 /* cuStreamWaitValue32_v2 (cuda.h): remoted, async; also cuStreamWaitValue32_v2_ptsz */
 static inline CUresult cuwire_impl_cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
+    cuwire_host_reference((uint64_t)addr); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     struct __attribute__((packed)) {
         uint64_t stream;
         uint64_t addr;
@@ -13491,6 +13520,7 @@ CUWIRE_EXPORT CUresult cuStreamWaitValue64_ptsz(void)
 /* cuStreamWaitValue64_v2 (cuda.h): remoted, async; also cuStreamWaitValue64_v2_ptsz */
 static inline CUresult cuwire_impl_cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
+    cuwire_host_reference((uint64_t)addr); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     struct __attribute__((packed)) {
         uint64_t stream;
         uint64_t addr;
@@ -13556,6 +13586,7 @@ CUWIRE_EXPORT CUresult cuStreamWriteValue32_ptsz(void)
 /* cuStreamWriteValue32_v2 (cuda.h): remoted, async; also cuStreamWriteValue32_v2_ptsz */
 static inline CUresult cuwire_impl_cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
+    cuwire_host_reference((uint64_t)addr); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     struct __attribute__((packed)) {
         uint64_t stream;
         uint64_t addr;
@@ -13621,6 +13652,7 @@ CUWIRE_EXPORT CUresult cuStreamWriteValue64_ptsz(void)
 /* cuStreamWriteValue64_v2 (cuda.h): remoted, async; also cuStreamWriteValue64_v2_ptsz */
 static inline CUresult cuwire_impl_cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
+    cuwire_host_reference((uint64_t)addr); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     struct __attribute__((packed)) {
         uint64_t stream;
         uint64_t addr;

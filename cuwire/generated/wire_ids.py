@@ -3,7 +3,7 @@
 and the id of each remoted function and of each of cuwire's own operations (a Batch's `fn`). The client
 imports these, never the server's handlers."""
 
-API_DIGEST = "91ddba2bf249b99a"
+API_DIGEST = "aeb3bd6227860f30"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -41,6 +41,7 @@ OP_IDS = {
     "RunningProcesses": 3629668532,
     "Preload": 3314334479,
     "KernelNodeSet": 1644708772,
+    "HostCopy": 2302523315,
 }
 # Each remoted function's id (messages <name>_Args / <name>_Result).
 FUNCTION_IDS = {

@@ -805,10 +805,14 @@ def copy_3d(s, a: pb.Copy3D_Args) -> pb.Copy3D_Result:
 def register_host(s, a: pb.RegisterHost_Args) -> pb.RegisterHost_Result:
     if a.HasField("file"):
         return pb.RegisterHost_Result(status=s.register_file(a.at, a.size, a.file))
+    if a.anonymous:
+        return pb.RegisterHost_Result(status=s.map_host(a.at, a.size))
     return pb.RegisterHost_Result(status=s.register_host(a.offset, a.size, a.at))
 
 
 def unregister_host(s, a: pb.UnregisterHost_Args) -> pb.UnregisterHost_Result:
+    if a.at in s.mapped_at:
+        return pb.UnregisterHost_Result(status=s.unmap_host(a.at))
     return pb.UnregisterHost_Result(status=s.unregister_file(a.at) if a.at else s.unregister_host(a.offset))
 
 

@@ -101,7 +101,10 @@ struct cw_records {
     } fn;
     /* cuwire's own records (cw_records_ops) */
     uint32_t launch_id, launch_ex_id, set_context_id, copy_id, copy_from_id, copy_shared_id, host_func_id,
-        node_set_id;
+        node_set_id, host_copy_id;
+    /* page-locked memory of a client over TCP that this process maps at the client's addresses (cw_records_host_add) */
+    uint64_t host_at[CW_HOST_RANGES_MOST], host_size[CW_HOST_RANGES_MOST];
+    int host_count;
     uint64_t refused_address, refused_size; /* the last device range a record named outside the session's */
     int refused_range;                      /* ... set until the session asks (cw_records_refused_range) */
     int own_context; /* the session has a process and a context of its own (cw_records_own_context) */
@@ -382,6 +385,38 @@ void cw_records_shared(cw_records *s, uint32_t copy_shared, uintptr_t base, uint
     s->copy_shared_id = copy_shared;
     s->shared = (char *)base;
     s->shared_size = size;
+}
+
+/* Page-locked memory of a client over TCP, which this process mapped at the client's address `at` and
+ * registered for the GPU (session.py, map_host): HostCopy records (id host_copy) keep it in step with the
+ * client's copy. 0, or -1 when the session has CW_HOST_RANGES_MOST of them already. */
+int cw_records_host_add(cw_records *s, uint32_t host_copy, uint64_t at, uint64_t size)
+{
+    if (s->host_count == CW_HOST_RANGES_MOST)
+        return -1;
+    s->host_copy_id = host_copy;
+    s->host_at[s->host_count] = at;
+    s->host_size[s->host_count++] = size;
+    return 0;
+}
+
+void cw_records_host_remove(cw_records *s, uint64_t at)
+{
+    for (int i = 0; i < s->host_count; i++)
+        if (s->host_at[i] == at) {
+            s->host_at[i] = s->host_at[--s->host_count];
+            s->host_size[i] = s->host_size[s->host_count];
+            return;
+        }
+}
+
+static int cw_in_host(const cw_records *s, uint64_t address, uint64_t n)
+{
+    for (int i = 0; i < s->host_count; i++)
+        if (address >= s->host_at[i] && address - s->host_at[i] <= s->host_size[i] &&
+            n <= s->host_size[i] - (address - s->host_at[i]))
+            return 1;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ the session's device memory */
@@ -696,6 +731,58 @@ static int cw_copy_from_record(cw_records *s, const char *p, uint32_t size, int 
     return 1;
 }
 
+/* The program's changes to its page-locked memory over TCP, to this process's copy of it (struct cw_host_copy:
+ * cuwire/wire/frames.h), written by this thread at once, in no stream: a kernel may be running that waits
+ * for them. */
+static int cw_host_copy_record(cw_records *s, const char *p, uint32_t size, int *err)
+{
+    struct cw_host_copy h;
+    if (size < sizeof h)
+        return cw_refuse(s, "host copy of %u bytes, shorter than its %zu-byte head", size, sizeof h);
+    memcpy(&h, p, sizeof h);
+    const char *at = p + sizeof h, *end = p + size;
+    if ((h.kind != CW_HOST_WRITE && h.kind != CW_HOST_WRITE_RUNS) ||
+        (h.kind == CW_HOST_WRITE && (size_t)(end - at) != h.n))
+        return cw_refuse(s, "host copy of %u bytes for %u bytes (kind %u)", size, h.n, h.kind);
+    uint32_t count = 0;
+    if (h.kind == CW_HOST_WRITE_RUNS) { /* each run lies in [0, n), and their bytes are all that follows */
+        if (end - at < 4)
+            return cw_refuse(s, "host copy of runs without their count");
+        memcpy(&count, at, 4);
+        at += 4;
+        if ((size_t)(end - at) / 8 < count)
+            return cw_refuse(s, "host copy of %u runs in %zu bytes", count, (size_t)(end - at));
+        uint64_t total = 0;
+        for (uint32_t i = 0; i < count; i++) {
+            uint32_t run[2];
+            memcpy(run, at + 8 * (size_t)i, 8);
+            if (run[0] > h.n || run[1] > h.n - run[0])
+                return cw_refuse(s, "host copy run %u of %u bytes at %u, outside %u bytes", i, run[1], run[0], h.n);
+            total += run[1];
+        }
+        if (total != (uint64_t)(end - at) - 8 * (uint64_t)count)
+            return cw_refuse(s, "host copy of runs of %llu bytes with %zu bytes", (unsigned long long)total,
+                             (size_t)(end - at) - 8 * (size_t)count);
+    }
+    if (!cw_in_host(s, h.address, h.n)) {
+        *err = CW_INVALID_VALUE;
+        return 1;
+    }
+    if (h.kind == CW_HOST_WRITE)
+        memcpy((void *)(uintptr_t)h.address, at, h.n);
+    else {
+        const char *bytes = at + 8 * (size_t)count;
+        for (uint32_t i = 0; i < count; i++) {
+            uint32_t run[2];
+            memcpy(run, at + 8 * (size_t)i, 8);
+            memcpy((char *)(uintptr_t)h.address + run[0], bytes, run[1]);
+            bytes += run[1];
+        }
+    }
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* before what follows (a kernel reads it across PCIe) */
+    return 1;
+}
+
 /* A copy between the GPU and host memory shared with the client (its page-locked allocations, client/host_memory.c):
  * device address, offset in the shared memory, bytes, stream, u32 to_device, u32 sync. Queued when
  * asynchronous (the program may not touch the buffer until the stream is past the copy, as natively); the
@@ -907,6 +994,8 @@ static int cw_run_one(cw_records *s, uint32_t fn, const char *p, uint32_t size, 
         done = cw_set_context_record(s, p, size, err);
     } else if (fn == s->node_set_id && fn) {
         done = cw_node_set_record(s, p, size, err);
+    } else if (fn == s->host_copy_id && fn) {
+        done = cw_host_copy_record(s, p, size, err);
     } else {
         done = cw_run_generated(s, fn, p, size, err);
     }

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from cuwire.server._records import ffi, lib
 from cuwire.server.backend import prototypes
-from cuwire.server.errors import WireError
+from cuwire.server.errors import NOT_SUPPORTED, CudaFail, WireError
 from cuwire.server.metrics import LATENCY_BOUNDS_US  # (records.c CW_LATENCY_BOUNDS: the same)
 from cuwire.wire import layouts
 from cuwire.wire.transport import TransportError
@@ -141,6 +141,16 @@ class RecordLoop:
         """Host memory shared with a client on this host: CopyShared records (id copy_shared) copy between
         its offsets and the GPU."""
         lib.cw_records_shared(self.state, copy_shared, base, size)
+
+    def add_host(self, host_copy: int, at: int, size: int) -> None:
+        """Page-locked memory of a client over TCP mapped here at its address: HostCopy records (id
+        host_copy) keep it in step with the client's copy."""
+        if lib.cw_records_host_add(self.state, host_copy, at, size) != 0:
+            raise CudaFail(NOT_SUPPORTED, f"a session maps at most {layouts.constant('CW_HOST_RANGES_MOST')} "
+                                          "ranges of host memory for kernels over TCP")
+
+    def remove_host(self, at: int) -> None:
+        lib.cw_records_host_remove(self.state, at)
 
     def add_memory(self, base: int, size: int) -> None:
         if lib.cw_records_memory_add(self.state, base, size) != 0:

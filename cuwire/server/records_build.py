@@ -45,6 +45,8 @@ void cw_records_ops(cw_records *s, uint32_t launch, uint32_t launch_ex, uint32_t
 int cw_records_call(cw_records *s, const char *data, size_t len, char *out, uint32_t out_cap, uint32_t *out_len,
                     int *status, int *first_error, uint32_t *first_fn, uint64_t *count);
 void cw_records_shared(cw_records *s, uint32_t copy_shared, uintptr_t base, uint64_t size);
+int cw_records_host_add(cw_records *s, uint32_t host_copy, uint64_t at, uint64_t size);
+void cw_records_host_remove(cw_records *s, uint64_t at);
 void cw_records_ring(cw_records *s, uint32_t host_func, cw_ring *ring);
 void cw_records_callbacks(cw_records *s, uint32_t host_func, int fd, long resume_ms);
 void cw_records_callbacks_stop(cw_records *s);

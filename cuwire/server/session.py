@@ -49,6 +49,7 @@ from cuwire.wire.transport import BULK, MAX_MESSAGE, TransportError
 log = logging.getLogger("cuwire.server")
 COPY_SHARED = generated.OP_IDS["CopyShared"]
 HOST_FUNC = generated.OP_IDS["HostFunc"]
+HOST_COPY = generated.OP_IDS["HostCopy"]
 RECORD_IDS = tuple(generated.OP_IDS[n] for n in ("LaunchKernel", "LaunchKernelEx", "SetContext", "CopyToDevice",
                                                   "CopyFromDevice", "KernelNodeSet"))
 MEMHOSTALLOC_PORTABLE = 0x01
@@ -127,6 +128,7 @@ class Session:
         self.registered_at: dict[int, int] = {}  # offset -> the client's address it is mapped at (register_host)
         self.files_at: dict[int, tuple[int, tuple[int, int]]] = {}  # the client's address -> (size, the memory
         # file's device and inode) mapped there (register_file)
+        self.mapped_at: dict[int, int] = {}  # the client's address -> size of memory mapped there over TCP (map_host)
         self.memory_files = host_files.Kept()  # their descriptors
         self.peer_uid: int | None = None  # the user of a client on this host (its files: host_files.py)
         self.vmm: vmm.Vmm | None = None  # reservations, physical allocations and mappings (virtual memory)
@@ -604,6 +606,7 @@ class Session:
         """[at, at + size) is the client's address space this process holds, none of it mapped already."""
         taken = [(a, self.host_ranges[o]) for o, a in self.registered_at.items()]
         taken += [(a, n) for a, (n, _) in self.files_at.items()]
+        taken += list(self.mapped_at.items())
         if at % 4096 or size % 4096 or not address_space.within(self.server.held_spans, at, size) or any(
                 a < at + size and at < a + n for a, n in taken):
             raise CudaFail(NOT_SUPPORTED, f"the server cannot map {size} bytes at {at:#x} (not address space it "
@@ -631,6 +634,62 @@ class Session:
             return err
         self.files_at[at] = (size, key)
         self.records.add_memory(at, size)  # the GPU's memory too (copies, memsets)
+        return err
+
+    def map_host(self, at: int, size: int) -> int:
+        """Page-locked memory of a client over TCP that the GPU is to reach (client/host_memory.c: a call passed
+        its address as a device address): memory of this process's own mapped at the client's address `at`,
+        over the client's address space this process holds, and registered for the GPU, so that the GPU
+        reaches it at the client's pointer, as natively with unified addressing. Runs of it mapped before
+        that lie in [at, at + size) keep their bytes and become part of this one (one registration: a copy
+        or a kernel may cross what were two). The client keeps the two copies in step at its calls (HostCopy
+        records, made by this process's CPU; client/managed.c). Within the session's host memory budget
+        (CUWIRE_HOST_MEMORY)."""
+        joined = {a: n for a, n in self.mapped_at.items() if at <= a and a + n <= at + size}
+        budget = self.server.settings.host_memory
+        if sum(self.mapped_at.values()) - sum(joined.values()) + size > budget:
+            raise CudaFail(OUT_OF_MEMORY, f"{size} more bytes of host memory mapped for the GPU would take the "
+                                          f"session past its budget ({budget} bytes, CUWIRE_HOST_MEMORY)")
+        for a in joined:
+            self.mapped_at.pop(a)
+        try:
+            self.check_room_at(at, size)
+        except CudaFail:
+            self.mapped_at.update(joined)
+            raise
+        for a in joined:  # (their pages stay, and their bytes)
+            self.records.remove_host(a)
+            self.records.remove_memory(a)
+            self.unregister_for_gpu(a)
+        gaps, cursor = [], at
+        for a, n in sorted(joined.items()):
+            gaps.append((cursor, a - cursor))
+            cursor = a + n
+        gaps.append((cursor, at + size - cursor))
+        gaps = [(a, n) for a, n in gaps if n]
+        if any(records_lib.cw_map_private_over(a, n) != 0 for a, n in gaps):
+            records_lib.cw_hold_over(at, size)
+            raise CudaFail(NOT_SUPPORTED, f"the server cannot map {size} bytes at {at:#x}")
+        try:
+            self.records.add_host(HOST_COPY, at, size)
+        except CudaFail:
+            records_lib.cw_hold_over(at, size)
+            raise
+        err = self.register_for_gpu(at, size)
+        if err != 0:
+            self.records.remove_host(at)
+            records_lib.cw_hold_over(at, size)
+            return err
+        self.mapped_at[at] = size
+        self.records.add_memory(at, size)  # the GPU's memory too (copies, memsets)
+        return err
+
+    def unmap_host(self, at: int) -> int:
+        size = self.mapped_at.pop(at)
+        self.records.remove_host(at)
+        self.records.remove_memory(at)
+        err = self.unregister_for_gpu(at)
+        records_lib.cw_hold_over(at, size)  # the client's address space again, held
         return err
 
     def unregister_file(self, at: int) -> int:

@@ -125,6 +125,22 @@ struct CW_PACKED cw_copy_shared {
     uint32_t sync;
 };
 
+/* Page-locked memory of a client over TCP that the GPU reaches (client/managed.c): the session maps memory of
+ * its own at the client's address and registers it for the GPU (RegisterHost with `anonymous`), and the
+ * program's changes reach it written by the server's CPU, in no stream (a kernel may be waiting for them,
+ * as XLA's delay kernel waits for its host's release), queued. kind CW_HOST_WRITE: the n bytes follow;
+ * CW_HOST_WRITE_RUNS: the runs of bytes the program changed in [address, address + n) follow, a u32 count,
+ * `count` (u32 offset, u32 length) pairs, then their bytes one after the other. (The server's copy comes
+ * back through cuMemcpyDtoH, as managed memory's does.) */
+struct CW_PACKED cw_host_copy {
+    uint64_t address;
+    uint32_t n;
+    uint32_t kind;
+};
+#define CW_HOST_WRITE 1
+#define CW_HOST_WRITE_RUNS 2
+#define CW_HOST_RANGES_MOST 64 /* such ranges a session has at once */
+
 /* A host function of the client's in a stream (client/callbacks.c): the server's stand-in posts `id` to the
  * client, whose thread runs the function. */
 struct CW_PACKED cw_host_func {

@@ -48,6 +48,7 @@ uint64_t cw_reserve_at(uint64_t address, uint64_t size);
 uint64_t cw_map_shared(int fd, uint64_t size, uint64_t address, int replace);
 uint64_t cw_map_shared_over(int fd, uint64_t offset, uint64_t size, uint64_t address);
 int cw_hold_over(uint64_t address, uint64_t size);
+int cw_map_private_over(uint64_t address, uint64_t size);
 int cw_unmap(uint64_t address, uint64_t size);
 int cw_release_pages(uint64_t address, uint64_t size);
 /* cffi cdef: to here */
@@ -457,6 +458,14 @@ int cw_hold_over(uint64_t address, uint64_t size)
 {
     void *p = mmap((void *)(uintptr_t)address, size, PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    return p == MAP_FAILED ? -1 : 0;
+}
+
+/* Memory of this process's own (zeros) over what the caller has at `address`: 0, or -1. */
+int cw_map_private_over(uint64_t address, uint64_t size)
+{
+    void *p = mmap((void *)(uintptr_t)address, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                   -1, 0);
     return p == MAP_FAILED ? -1 : 0;
 }
 

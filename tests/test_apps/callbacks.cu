@@ -25,6 +25,12 @@ static void CUDART_CB host_fn(void *arg) {
     order[n_order++] = s->expect;
 }
 
+static void CUDART_CB fill_fn(void *arg) {  // writes the pinned buffer the stream's next copy reads
+    int *host = (int *)arg;
+    usleep(20000);
+    for (int i = 0; i < 4096; i++) host[i] = 7 * i + 1;
+}
+
 static void CUDART_CB stream_callback(cudaStream_t stream, cudaError_t status, void *arg) {
     (void)stream;
     struct seen *s = (struct seen *)arg;
@@ -65,6 +71,23 @@ int main() {
     int ok = s1.saw == 105 && s2.saw == 205 && s3.saw == 305 && s2.status == 0 && n_order == 3 && order[0] != 305 && order[2] == 305 && h[5] == 305;
     printf("host functions ran: %d, the last one before the event that followed it: %s\n", n_order,
            n_order == 3 && order[2] == 305 ? "yes" : "no");
+    // a host function fills page-locked memory that the stream's next copy takes to the device: the copy reads
+    // it when the stream reaches it, after the function (as XLA's transfers of host arrays do)
+    int *staged, *back;
+    CHECK(cudaMallocHost((void **)&staged, n * sizeof(int)));
+    CHECK(cudaMallocHost((void **)&back, n * sizeof(int)));
+    memset(staged, 0, n * sizeof(int));
+    CHECK(cudaLaunchHostFunc(a, fill_fn, staged));
+    CHECK(cudaMemcpyAsync(d, staged, n * sizeof(int), cudaMemcpyHostToDevice, a));
+    CHECK(cudaMemcpyAsync(back, d, n * sizeof(int), cudaMemcpyDeviceToHost, a));
+    CHECK(cudaStreamSynchronize(a));
+    int staged_ok = 1;
+    for (int i = 0; i < n; i++)
+        staged_ok = staged_ok && back[i] == 7 * i + 1;
+    printf("a copy after the host function that filled its source: %s\n", staged_ok ? "OK" : "FAIL");
+    ok = ok && staged_ok;
+    CHECK(cudaFreeHost(staged));
+    CHECK(cudaFreeHost(back));
     CHECK(cudaEventDestroy(done));
     CHECK(cudaStreamDestroy(a));
     CHECK(cudaStreamDestroy(b));

@@ -1,10 +1,12 @@
 // mapped_memory: page-locked host memory that kernels read and write in place, without copies: through
 // cudaHostGetDevicePointer (cudaHostAllocMapped), and through the host pointer itself (unified addressing
 // makes every page-locked allocation the GPU's at its own address); and memory the program allocated itself
-// and registered (cudaHostRegister: a heap buffer not page-aligned, and a stack array). Through cuwire this
+// and registered (cudaHostRegister: a heap buffer not page-aligned, a stack array, and with --shared-pages two
+// buffers that share a page). Through cuwire this
 // needs a server on the same host, which shares the memory (CUWIRE_TRANSPORT=auto).
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "stream_kernels.h"  // streamFill, streamScaleAdd, streamAddInto
@@ -19,7 +21,8 @@ static int check(const char *what, const int *p, int n, int mul, int add) {
     return 0;
 }
 
-int main() {
+int main(int argc, char **argv) {
+    const int shared_pages = argc > 1 && !strcmp(argv[1], "--shared-pages");
     const int n = 10000;
     int failures = 0;
     int *a, *b, *da, *db;
@@ -66,6 +69,23 @@ int main() {
     CHECK(cudaDeviceSynchronize());
     CHECK(cudaHostUnregister(stack));
     failures += check("kernel on a registered stack array", stack, 512, 5, 0);
+
+    // with --shared-pages: two registrations that share a page (small buffers of one heap block, as numpy's
+    // are): a kernel reads one and writes the other, both registered at once (through cuwire: over TCP only,
+    // tests/test_apps_e2e.py; with a server on this host the second one's pages do not move)
+    if (shared_pages) {
+    int *block = (int *)malloc(3000 * sizeof(int));
+    int *first = block + 10, *second = block + 1200;  // 4 KiB apart: the same page or the next
+    for (int i = 0; i < 1000; i++) first[i] = i - 100, second[i] = 0;
+    CHECK(cudaHostRegister(first, 1000 * sizeof(int), cudaHostRegisterMapped));
+    CHECK(cudaHostRegister(second, 1000 * sizeof(int), cudaHostRegisterMapped));
+    streamScaleAdd<<<4, 256>>>(second, first, 6, 1, 1000);
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaHostUnregister(first));
+    CHECK(cudaHostUnregister(second));
+    failures += check("two registrations sharing a page", second, 1000, 6, 1);
+    free(block);
+    }
 
     CHECK(cudaFreeHost(a));
     CHECK(cudaFreeHost(b));
