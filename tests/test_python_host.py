@@ -79,3 +79,47 @@ def test_releases_after_the_interpreter_finalized(client_lib, server, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout == ("setup 0\nafter the interpreter: recorded 0, event synchronized 0, stream synchronized 0\n"
                         "after the interpreter: event destroyed 0, stream destroyed 0\n"), r.stderr
+
+
+# A Python host function (it needs the GIL) fills page-locked memory; the next call, holding the GIL (PyDLL, as a
+# C extension's call does), copies that memory to the device: natively it returns at once, and the copy reads
+# the memory when the stream reaches it, after the function. (The other calls let the GIL go: ctypes.CDLL.)
+HOST_FUNCTION_FILLS = r"""
+import ctypes
+cu, held = ctypes.CDLL("libcuda.so.1"), ctypes.PyDLL("libcuda.so.1")
+dev, ctx, stream = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p()
+pinned, d = ctypes.c_void_p(), ctypes.c_uint64()
+assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cu.cuCtxSetCurrent(ctx) == 0
+assert cu.cuStreamCreate(ctypes.byref(stream), 1) == 0
+assert cu.cuMemAllocHost_v2(ctypes.byref(pinned), ctypes.c_size_t(4096)) == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(d), ctypes.c_size_t(4096)) == 0
+ctypes.memset(pinned, 0, 4096)
+ran = []
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def fill(_):
+    ctypes.memset(pinned, 7, 4096)
+    ran.append(1)
+
+assert cu.cuLaunchHostFunc(stream, fill, None) == 0
+copied = held.cuMemcpyHtoDAsync_v2(d, pinned, ctypes.c_size_t(4096), stream)
+out = (ctypes.c_ubyte * 4096)()
+assert cu.cuMemcpyDtoHAsync_v2(out, d, ctypes.c_size_t(4096), stream) == 0
+assert cu.cuStreamSynchronize(stream) == 0
+print("copied", copied, "bytes", out[0], out[4095], "host function ran", len(ran), flush=True)
+"""
+
+
+@pytest.mark.parametrize("transport", ["tcp", "unix"])
+def test_a_copy_reads_page_locked_memory_after_the_host_function_before_it(transport, client_lib, server):
+    """Over TCP the client reads page-locked memory when the copy is made: it waits for the host functions
+    queued before the copy to have run, letting the GIL go meanwhile (a Python host function needs it). With
+    a server on this host the memory is shared and the GPU reads it in stream order."""
+    from cuwire import cli
+
+    env = cli.program_env(client_lib, server.address, None, False, base={**os.environ, "CUWIRE_TRANSPORT": transport})
+    r = subprocess.run([sys.executable, "-c", HOST_FUNCTION_FILLS], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "copied 0 bytes 7 7 host function ran 1\n", r.stderr

@@ -4,8 +4,9 @@
  * Natively an asynchronous copy from page-locked memory reads it when the stream reaches the copy, after the
  * host functions queued before it (XLA fills a staging buffer in one and copies it in the next call). Over
  * TCP the client reads that memory when the copy is made (calls.c), so it waits here until those functions
- * have run: callbacks.c says when each is queued and when it ran. A state file at the bottom of the client's
- * C: it calls none of the others but trace.c.
+ * have run: callbacks.c says when each is queued and when it ran. The wait lets Python's other threads run
+ * (a host function may need the GIL). A state file at the bottom of the client's C: it calls only the leaves
+ * trace.c and start.c.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -86,6 +87,7 @@ int cuwire_host_functions_wait(void)
 {
     if (!__atomic_load_n(&n_unrun, __ATOMIC_RELAXED) || in_host_fn)
         return 0;
+    void *gil = cuwire_gil_release(); /* (a host function may need the GIL this thread holds) */
     pthread_mutex_lock(&lock);
     uint64_t last = last_queued;
     struct timespec until;
@@ -95,6 +97,7 @@ int cuwire_host_functions_wait(void)
     while (!late && !stopped && unrun_up_to(last))
         late = pthread_cond_timedwait(&ran, &lock, &until) == ETIMEDOUT;
     pthread_mutex_unlock(&lock);
+    cuwire_gil_restore(gil);
     if (!late)
         return 0;
     cuwire_say_once_per_name("cuwire: not supported over TCP: a copy from page-locked memory queued after host "

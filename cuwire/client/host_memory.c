@@ -86,14 +86,6 @@ static void note_own(const void *p, size_t size)
     pthread_mutex_unlock(&host_lock);
 }
 
-/* Page-locked memory of the program's own (over TCP, or when the shared memory is full) that a call passes to
- * the server as a device address (cuwire_host_reference: a kernel's parameter, a memset's destination, a
- * copy's source...): the server maps memory of its own at the same pages, in the client's address space it
- * holds (address_space.py), and registers it for the GPU, so that the program's pointer is the GPU's too,
- * as natively with unified addressing; managed.c keeps the two copies in step at calls from then on, as it
- * does managed memory's over TCP. Only then: page-locked memory is mostly the host side of copies, which
- * the client makes itself, and keeping a buffer in step costs a round trip at each synchronization. 0, or
- * the CUDA error (the call then names memory the server does not have, and fails as it would). */
 static uint64_t page_floor(uint64_t a) { return a / (uint64_t)sysconf(_SC_PAGESIZE) * (uint64_t)sysconf(_SC_PAGESIZE); }
 
 static uint64_t page_ceil(uint64_t a)
@@ -102,6 +94,14 @@ static uint64_t page_ceil(uint64_t a)
     return (a + page - 1) / page * page;
 }
 
+/* Page-locked memory of the program's own (over TCP) that a call passes to
+ * the server as a device address (cuwire_host_reference: a kernel's parameter, a memset's destination, a
+ * copy's source...): the server maps memory of its own at the same pages, in the client's address space it
+ * holds (address_space.py), and registers it for the GPU, so that the program's pointer is the GPU's too,
+ * as natively with unified addressing; managed.c keeps the two copies in step at calls from then on, as it
+ * does managed memory's over TCP. Only then: page-locked memory is mostly the host side of copies, which
+ * the client makes itself, and keeping a buffer in step costs a round trip at each synchronization. 0, or
+ * the CUDA error (the call then names memory the server does not have, and fails as it would). */
 /* The pages of [p, p + size) mapped by the server and kept in step, as one run with the runs it mapped before
  * that they overlap or touch (a page may hold two registrations, as small buffers of one heap block do, and a
  * copy or a kernel may cross from one into the next). 0, or the error. register_lock held. */
@@ -618,8 +618,9 @@ CUresult cuwire_local_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, 
     if (!held)
         return CUDA_ERROR_INVALID_VALUE;
     if (!shared || !shared_offset(p, 1, &offset)) {
-        cuwire_say_once_per_name("cuwire: the server could not map this page-locked memory for kernels (see the "
-                                 "server's log): the GPU cannot reach it, refused:", "cuMemHostGetDevicePointer");
+        cuwire_say_once_per_name("cuwire: page-locked memory outside the host memory shared with the server (it was "
+                                 "full: CUWIRE_HOST_MEMORY): the GPU cannot reach it, refused:",
+                                 "cuMemHostGetDevicePointer");
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     *pdptr = shared_server_base + offset;
@@ -627,13 +628,14 @@ CUresult cuwire_local_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, 
 }
 
 /* A call is about to pass `v` to the server as a device address (a CUdeviceptr parameter: generated stubs; a
- * kernel's parameter: launches.c, launches.py): when it lies in page-locked memory of the program's own, the
+ * kernel's parameter: launches.c): when it lies in page-locked memory of the program's own (over TCP), the
  * server maps that memory at the same address (once), and managed.c keeps the two copies in step from now on
  * (the program's changes go first, the GPU's come back after each synchronization). */
 void cuwire_host_reference(uint64_t v)
 {
     if (v < __atomic_load_n(&own_lo, __ATOMIC_RELAXED) || v >= __atomic_load_n(&own_hi, __ATOMIC_RELAXED) ||
-        cuwire_keeping_in_step() || cuwire_shares_host_memory()) /* (with a server on this host: it shares) */
+        cuwire_keeping_in_step() || cuwire_shares_host_memory() /* (with a server on this host: it shares) */
+        || cuwire_in_allocation(v, 1)) /* (device memory: a launch's pointers mostly are, asked at once) */
         return;
     if (cuwire_host_mapped_holds(v, 1))
         return; /* mapped already, and kept in step */

@@ -128,6 +128,31 @@ int cuwire_python_gone(void)
     return !main_thread && !(py_gil_held && py_gil_held());
 }
 
+/* A wait of the client's on the program's thread (host_fn_order.c) lets Python's other threads run, as a
+ * blocking call of an extension does (Py_BEGIN_ALLOW_THREADS): a host function of the program's may need the
+ * GIL the waiting thread holds. The saved state (NULL: the thread held no GIL), for cuwire_gil_restore. */
+void *cuwire_gil_release(void)
+{
+    if (!__atomic_load_n(&cuwire_python_ok, __ATOMIC_ACQUIRE) || cuwire_python_gone())
+        return NULL;
+    if (!__atomic_load_n(&py_state_found, __ATOMIC_ACQUIRE))
+        find_python_state();
+    static void *(*save)(void);
+    if (!save)
+        save = (void *(*)(void))dlsym(RTLD_DEFAULT, "PyEval_SaveThread");
+    return py_gil_held && save && py_gil_held() ? save() : NULL;
+}
+
+void cuwire_gil_restore(void *state)
+{
+    static void (*restore)(void *);
+    if (!state)
+        return;
+    if (!restore)
+        restore = (void (*)(void *))dlsym(RTLD_DEFAULT, "PyEval_RestoreThread");
+    restore(state);
+}
+
 /* Python's signal module, once imported, catches SIGINT to raise KeyboardInterrupt in Python code: in a C
  * program that embeds the client, that made Ctrl-C do nothing. The program's own dispositions (its
  * handlers, the default actions, what it ignores) are kept across the start, so every signal reaches the

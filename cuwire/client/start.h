@@ -25,5 +25,8 @@ CW_FROM_PYTHON void cuwire_python_started(void);
 CW_IN_PYTHON void cuwire_py_at_exit(void);
 CW_FROM_PYTHON void cuwire_hook_exit(void);
 CW_FROM_PYTHON const char *cuwire_library_path(void);
+/* A wait of the client's lets Python's other threads run: the saved state, or NULL (no GIL held). */
+void *cuwire_gil_release(void);
+void cuwire_gil_restore(void *state);
 
 #endif
