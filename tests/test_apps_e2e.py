@@ -61,6 +61,21 @@ def test_mapped_memory_over_tcp_keeps_the_servers_copy_in_step(apps: Path, clien
     assert "cuwire.RegisterHost" in r.stderr, r.stderr  # (the HostCopy records are queued: no round trip)
 
 
+def test_page_locked_memory_over_tcp_is_mapped_within_the_sessions_budget(apps: Path, client_lib, tmp_path):
+    """The host memory a session maps for a client over TCP counts against CUWIRE_HOST_MEMORY: past it the
+    server refuses (its log says why), the client says so once, and the calls given that memory fail as
+    calls given memory the GPU cannot reach do: no crash, no hang."""
+    small = ServerProcess(tmp_path, env={"CUWIRE_HOST_MEMORY": "16384"})
+    try:
+        r = run_remote(apps / "mapped_memory", client_lib, small.address, env={"CUWIRE_TRANSPORT": "tcp"})
+    finally:
+        small.stop()
+    assert r.returncode == 1 and "cudaErrorIllegalAddress" in r.stdout, r.stdout + r.stderr
+    assert r.stderr.count("the server did not map page-locked memory") == 1, r.stderr
+    assert "CUDA_ERROR_OUT_OF_MEMORY" in r.stderr
+    assert "would take the session past its budget (16384 bytes, CUWIRE_HOST_MEMORY)" in small.log_path.read_text()
+
+
 def test_page_locked_copies_over_tcp_map_nothing(apps: Path, client_lib, server):
     """Page-locked memory that is only the host side of copies (PyTorch's pinned buffers) is not mapped by the
     server: the client makes those copies itself, and memory kept in step would cost a round trip at each

@@ -118,6 +118,10 @@ static int map_for_kernels(const void *p, size_t size)
         uint64_t at, n; /* the server may have let the runs it was to join go: so does the client */
         while (cuwire_host_mapped_within(lo, hi, &at, &n))
             cuwire_host_mapped_forget(at);
+        cuwire_say_once_per_name("cuwire: the server did not map page-locked memory of the program's for the GPU "
+                                 "(over TCP; its bound is CUWIRE_HOST_MEMORY, the server's log says why), so kernels "
+                                 "and copies given that memory fail; the server answered",
+                                 cuwire_error_name(err) ? cuwire_error_name(err) : "an unknown error");
         return err;
     }
     if ((err = cuwire_host_mapped_add(lo, hi - lo)) != 0)
