@@ -53,7 +53,7 @@ if [ "${GPU_TEST_ONLY:-}" != torch ]; then
     [ -f "$app" ] && [ -x "$app" ] && compare "$(basename "$app")" -- "$app"
   done
   export CUWIRE_TRANSPORT=tcp  # and some over loopback TCP, as a remote client travels
-  for app in large_copies vector_add streams memcpy_kinds managed_memory callbacks graph_nodes step_loop many_kernels; do compare "$app-over-tcp" -- tests/test_apps/build/$app; done
+  for app in large_copies vector_add streams memcpy_kinds managed_memory mapped_memory callbacks graph_nodes step_loop many_kernels; do compare "$app-over-tcp" -- tests/test_apps/build/$app; done
   # and over TLS, to a second server with a self-signed certificate, as a client on another host travels
   MAIN_SERVER=$SERVER MAIN_ADDRESS=$CUWIRE_SERVER
   start_server "$LOG/server-tls.log" --tls auto
@@ -112,6 +112,11 @@ for script in tests/torch_apps/pytorch_minimal.py tests/jax_apps/jax_programs.py
   if [ $fail -eq $failed ] && ! grep -q "loaded ahead" "$LOG/$name.err"; then
     echo "$name: FAIL (no module was loaded ahead: the first run left no list?)"; pass=$((pass-1)); fail=$((fail+1))
   else grep -h "modules uploaded" "$LOG/$name.err" | sed "s/^ */  $name: /"; fi
+done
+# the frameworks as a client on another host travels, over loopback TCP: page-locked memory is then the client's
+# own (XLA's autotuning and transfers use it for the GPU, and order copies after host functions)
+for script in tests/torch_apps/train.py tests/jax_apps/jax_programs.py; do
+  CUWIRE_TRANSPORT=tcp torch_compare "$(basename "$(dirname "$script")" _apps)-$(basename "$script" .py)-over-tcp" "$script"
 done
 # a uniform sample of CuPy's own test suite, natively and through cuwire, compared test by test (tests/cupy_suite;
 # up to 11 minutes: CUPY_SUITE=0 leaves it out, to run it on its own with bash tests/cupy_suite/run.sh)
