@@ -20,6 +20,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # a GPU shared 
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from wire_counts import round_trips, waited_calls, waited_for, waited_seconds, wire_bytes  # noqa: E402
 
 NAME = "JAX MLP training step"
 
@@ -58,33 +59,20 @@ def mlp_step():
     return run
 
 
-def client():
-    return sys.modules.get("cuwire.client.runtime")  # loaded when this runs through cuwire
-
-
 def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     run = mlp_step()
     run(5)
-    c = client()
-    before = c.with_wire_stats(c.client.stats) if c else None
-    trips = before.batches if before else 0
-    moved = before.bytes_sent + before.bytes_received if before else 0
-    waited = before.wait_seconds if before else 0.0
-    calls = before.calls.copy() if before else None
+    trips, moved, waited, calls = round_trips(), wire_bytes(), waited_seconds(), waited_calls()
     start = time.perf_counter()
     last = run(steps)
     elapsed = (time.perf_counter() - start) / steps
     line = f"{NAME}: {elapsed * 1e3:.3f} ms/step, 1.0 syncs/step"
-    if c:
-        after = c.with_wire_stats(c.client.stats)
-        line += (f", {(after.batches - trips) / steps:.2f} round trips/step, "
-                 f"{(after.bytes_sent + after.bytes_received - moved) / steps / 1e6:.3f} MB/step, "
-                 f"{(after.wait_seconds - waited) / steps * 1e3:.3f} ms waited/step")
-        names = c.client.names_by_id()
-        waited = after.calls - calls
-        print(f"{NAME}: the timed steps waited for "
-              + ", ".join(f"{names.get(i, i)} {n}" for i, n in waited.most_common(12)), file=sys.stderr, flush=True)
+    if trips is not None:
+        line += (f", {(round_trips() - trips) / steps:.2f} round trips/step, "
+                 f"{(wire_bytes() - moved) / steps / 1e6:.3f} MB/step, "
+                 f"{(waited_seconds() - waited) / steps * 1e3:.3f} ms waited/step")
+        print(f"{NAME}: the timed steps waited for {waited_for(calls)}", file=sys.stderr, flush=True)
     print(line, flush=True)
     print(f"{NAME}: last loss {last:.4f}", file=sys.stderr, flush=True)
 

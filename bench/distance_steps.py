@@ -26,6 +26,7 @@ from collections.abc import Callable  # noqa: E402
 
 import torch  # noqa: E402
 import torch_steps  # noqa: E402
+from wire_counts import round_trips, waited_for, waited_seconds, wire_bytes  # noqa: E402
 
 
 def cubic_loop() -> Callable[[int], None]:
@@ -75,40 +76,6 @@ WORKLOADS = {
     "small transformer training step": lambda: torch_steps.training_loop("transformer"),
     "GPT-2 decoding, one token": gpt2_decoding,
 }
-
-
-def round_trips() -> int | None:
-    client = sys.modules.get("cuwire.client.runtime")  # loaded when this runs through cuwire
-    return client.with_wire_stats(client.client.stats).batches if client else None
-
-
-def waited_for() -> str:
-    """What the client waited for so far, by count (through cuwire; empty natively): the calls and cuwire's
-    own requests that each cost a round trip."""
-    client = sys.modules.get("cuwire.client.runtime")
-    if not client:
-        return ""
-    names = client.client.names_by_id()
-    sent = client.with_wire_stats(client.client.stats).calls
-    return ", ".join(f"{names.get(i, i)} {n}" for i, n in sent.most_common(12))
-
-
-def waited_seconds() -> float:
-    """The seconds the client waited for the server's answers so far (0 natively): a step's time beyond its
-    floor is either waiting (the link, the server, the GPU's work that started late) or the program's
-    own issuing of calls through the client."""
-    client = sys.modules.get("cuwire.client.runtime")
-    return client.with_wire_stats(client.client.stats).wait_seconds if client else 0.0
-
-
-def wire_bytes() -> int:
-    """The bytes the client sent and received so far, both ways (0 natively): what a step's data costs on
-    a link of limited rate, beside its round trips."""
-    client = sys.modules.get("cuwire.client.runtime")
-    if not client:
-        return 0
-    stats = client.with_wire_stats(client.client.stats)
-    return stats.bytes_sent + stats.bytes_received
 
 
 def syncs(run: Callable[[int], None], n: int) -> float:

@@ -94,17 +94,18 @@ static uint64_t page_ceil(uint64_t a)
     return (a + page - 1) / page * page;
 }
 
-/* Page-locked memory of the program's own (over TCP) that a call passes to
- * the server as a device address (cuwire_host_reference: a kernel's parameter, a memset's destination, a
- * copy's source...): the server maps memory of its own at the same pages, in the client's address space it
- * holds (address_space.py), and registers it for the GPU, so that the program's pointer is the GPU's too,
- * as natively with unified addressing; managed.c keeps the two copies in step at calls from then on, as it
- * does managed memory's over TCP. Only then: page-locked memory is mostly the host side of copies, which
- * the client makes itself, and keeping a buffer in step costs a round trip at each synchronization. 0, or
- * the CUDA error (the call then names memory the server does not have, and fails as it would). */
-/* The pages of [p, p + size) mapped by the server and kept in step, as one run with the runs it mapped before
- * that they overlap or touch (a page may hold two registrations, as small buffers of one heap block do, and a
- * copy or a kernel may cross from one into the next). 0, or the error. register_lock held. */
+/* Page-locked memory of the program's own (over TCP) that a call passes to the server as a device address
+ * (cuwire_host_reference: a kernel's parameter, a memset's destination, a copy's source...): the server maps
+ * memory of its own at the same pages, in the client's address space it holds (address_space.py), and
+ * registers it for the GPU, so that the program's pointer is the GPU's too, as natively with unified
+ * addressing; managed.c keeps the two copies in step at calls from then on, as it does managed memory's over
+ * TCP. Only then: page-locked memory is mostly the host side of copies, which the client makes itself, and
+ * keeping a buffer in step costs a round trip at each synchronization.
+ *
+ * The pages of [p, p + size) are mapped as one run with the runs mapped before that they overlap or touch (a
+ * page may hold two registrations, as small buffers of one heap block do, and a copy or a kernel may cross
+ * from one into the next). 0, or the CUDA error (the call then names memory the server does not have, and
+ * fails as it would). register_lock held. */
 static int map_for_kernels(const void *p, size_t size)
 {
     if (!size || !CUWIRE_READY())
@@ -224,24 +225,22 @@ CUresult cuwire_local_cuMemFreeHost(void *p) { return (CUresult)host_free(p); }
 
 CUresult cuwire_local_cuMemHostGetFlags(unsigned int *pFlags, void *p) { return (CUresult)host_flags(pFlags, p); }
 
-/* Whether p lies in one of the page-locked allocations (*shared: one in the memory shared with the server). */
-static int host_alloc_holds_locked(const void *p, int *shared)
-{
-    for (struct host_alloc *a = host_allocs; a; a = a->next)
-        if ((const char *)p >= (const char *)a->ptr && (const char *)p < (const char *)a->ptr + (a->size ? a->size : 1)) {
-            *shared = a->shared;
-            return 1;
-        }
-    return 0;
-}
-
-/* The allocation holding p; host_lock held. */
+/* The page-locked allocation holding p, or NULL; host_lock held. */
 static struct host_alloc *host_alloc_of_locked(const void *p)
 {
     for (struct host_alloc *a = host_allocs; a; a = a->next)
         if ((const char *)p >= (const char *)a->ptr && (const char *)p < (const char *)a->ptr + (a->size ? a->size : 1))
             return a;
     return NULL;
+}
+
+/* Whether p lies in one of the page-locked allocations (*shared: one in the memory shared with the server). */
+static int host_alloc_holds_locked(const void *p, int *shared)
+{
+    struct host_alloc *a = host_alloc_of_locked(p);
+    if (a)
+        *shared = a->shared;
+    return a != NULL;
 }
 
 static int host_alloc_holds(const void *p, int *shared)
@@ -631,6 +630,25 @@ CUresult cuwire_local_cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, 
     return CUDA_SUCCESS;
 }
 
+/* The page-locked memory of the program's own that p lies in (an allocation not in the shared memory, or a
+ * registration whose pages did not move and are no memory file's): 1 and its range, or 0. */
+static int own_range_of(const void *p, const void **at, size_t *size)
+{
+    if ((uint64_t)(uintptr_t)p < __atomic_load_n(&own_lo, __ATOMIC_RELAXED) ||
+        (uint64_t)(uintptr_t)p >= __atomic_load_n(&own_hi, __ATOMIC_RELAXED))
+        return 0;
+    pthread_mutex_lock(&host_lock);
+    struct host_alloc *a = host_alloc_of_locked(p);
+    struct registered *r = a ? NULL : registered_holding(p);
+    int own = a ? !a->shared : r && !r->size && !r->file;
+    if (own && a)
+        *at = a->ptr, *size = a->size;
+    else if (own)
+        *at = r->lo, *size = (size_t)(r->hi - r->lo);
+    pthread_mutex_unlock(&host_lock);
+    return own;
+}
+
 /* A call is about to pass `v` to the server as a device address (a CUdeviceptr parameter: generated stubs; a
  * kernel's parameter: launches.c): when it lies in page-locked memory of the program's own (over TCP), the
  * server maps that memory at the same address (once), and managed.c keeps the two copies in step from now on
@@ -644,18 +662,10 @@ void cuwire_host_reference(uint64_t v)
     if (cuwire_host_mapped_holds(v, 1))
         return; /* mapped already, and kept in step */
     pthread_mutex_lock(&register_lock); /* (one thread maps memory for kernels at a time) */
-    pthread_mutex_lock(&host_lock);
-    int shared = 0;
-    struct host_alloc *a = host_alloc_holds_locked((const void *)(uintptr_t)v, &shared) && !shared
-                               ? host_alloc_of_locked((const void *)(uintptr_t)v) : NULL;
-    struct registered *r = a || shared ? NULL : registered_holding((const void *)(uintptr_t)v);
-    if (r && (r->size || r->file))
-        r = NULL; /* in the shared memory, or a memory file's: the server has it already */
-    pthread_mutex_unlock(&host_lock);
-    if (a)
-        map_for_kernels(a->ptr, a->size);
-    else if (r)
-        map_for_kernels(r->lo, (size_t)(r->hi - r->lo));
+    const void *at;
+    size_t size;
+    if (own_range_of((const void *)(uintptr_t)v, &at, &size))
+        map_for_kernels(at, size);
     pthread_mutex_unlock(&register_lock);
 }
 
@@ -677,18 +687,9 @@ static int own_range_overlaps(uint64_t lo, uint64_t hi)
  * asynchronous copy from it reads it when the stream reaches the copy, natively (callbacks.c). */
 int cuwire_own_page_locked(const void *p)
 {
-    if ((uint64_t)(uintptr_t)p < __atomic_load_n(&own_lo, __ATOMIC_RELAXED) ||
-        (uint64_t)(uintptr_t)p >= __atomic_load_n(&own_hi, __ATOMIC_RELAXED))
-        return 0;
-    int shared = 0;
-    pthread_mutex_lock(&host_lock);
-    int own = host_alloc_holds_locked(p, &shared) ? !shared : 0;
-    if (!own) {
-        struct registered *r = registered_holding(p);
-        own = r && !r->size && !r->file;
-    }
-    pthread_mutex_unlock(&host_lock);
-    return own;
+    const void *at;
+    size_t size;
+    return own_range_of(p, &at, &size);
 }
 
 /* ------------------------------------------------------------------ managed memory */

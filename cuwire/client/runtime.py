@@ -761,7 +761,9 @@ class Client:
             return self.call(REGISTER_HOST, pb.RegisterHost_Args(at=address, size=size, anonymous=True),
                              pb.RegisterHost_Result).status
 
-    def host_unregister_file(self, address: int) -> int:
+    def host_unregister_address(self, address: int) -> int:
+        """Memory the server mapped at the program's `address` (a memory file's, or its own for page-locked
+        memory over TCP) and registered: no more; the server knows which."""
         with self.lock:
             return self.call(UNREGISTER_HOST, pb.UnregisterHost_Args(at=address), pb.UnregisterHost_Result).status
 
@@ -1177,7 +1179,7 @@ def cuwire_py_host_register_file(address: int, size: int, path, offset: int, dev
 
 @ffi.def_extern(onerror=on_error)
 def cuwire_py_host_unregister_file(address: int) -> int:
-    return client.host_unregister_file(address)
+    return client.host_unregister_address(address)
 
 
 @ffi.def_extern(onerror=on_error)
@@ -1187,7 +1189,7 @@ def cuwire_py_host_map(address: int, size: int) -> int:
 
 @ffi.def_extern(onerror=on_error)
 def cuwire_py_host_unmap(address: int) -> int:
-    return client.host_unregister_file(address)  # (UnregisterHost at the address: the server knows which kind)
+    return client.host_unregister_address(address)
 
 
 @ffi.def_extern(onerror=on_error)

@@ -85,7 +85,7 @@ static int usable_fd(void)
 }
 
 /* Whether calls made here go on without Python: the program's end, once the socket is kept here. */
-int cuwire_wire_without_python(void) { return usable_fd() >= 0 && __atomic_load_n(&wire_kept, __ATOMIC_ACQUIRE); }
+int cuwire_wire_without_python(void) { return __atomic_load_n(&wire_kept, __ATOMIC_ACQUIRE) && usable_fd() >= 0; }
 
 /* The session broke: Python says so once and refuses what follows; once Python is gone, this says it. */
 static void lost(const char *why)
