@@ -811,9 +811,7 @@ def register_host(s, a: pb.RegisterHost_Args) -> pb.RegisterHost_Result:
 
 
 def unregister_host(s, a: pb.UnregisterHost_Args) -> pb.UnregisterHost_Result:
-    if a.at in s.mapped_at:
-        return pb.UnregisterHost_Result(status=s.unmap_host(a.at))
-    return pb.UnregisterHost_Result(status=s.unregister_file(a.at) if a.at else s.unregister_host(a.offset))
+    return pb.UnregisterHost_Result(status=s.unregister_at(a.at) if a.at else s.unregister_host(a.offset))
 
 
 def managed_alloc(s, a: pb.ManagedAlloc_Args) -> pb.ManagedAlloc_Result:

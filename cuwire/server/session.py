@@ -684,6 +684,11 @@ class Session:
         self.records.add_memory(at, size)  # the GPU's memory too (copies, memsets)
         return err
 
+    def unregister_at(self, at: int) -> int:
+        """What this session mapped at the client's address `at` and registered: its own memory for page-locked
+        memory over TCP (map_host), or a memory file (register_file)."""
+        return self.unmap_host(at) if at in self.mapped_at else self.unregister_file(at)
+
     def unmap_host(self, at: int) -> int:
         size = self.mapped_at.pop(at)
         self.records.remove_host(at)
