@@ -26,7 +26,7 @@ from collections.abc import Callable  # noqa: E402
 
 import torch  # noqa: E402
 import torch_steps  # noqa: E402
-from wire_counts import round_trips, waited_for, waited_seconds, wire_bytes  # noqa: E402
+from wire_counts import host_fn_waits, round_trips, waited_for, waited_seconds, wire_bytes  # noqa: E402
 
 
 def cubic_loop() -> Callable[[int], None]:
@@ -118,6 +118,7 @@ def main() -> None:
         run(3)
         per_step_syncs = syncs(run, 5)
         torch.cuda.synchronize()
+        host_fns = host_fn_waits()
         trips, moved, waited = round_trips(), wire_bytes(), waited_seconds()
         start = time.perf_counter()
         run(steps)
@@ -127,6 +128,9 @@ def main() -> None:
             line += (f", {(round_trips() - trips) / steps:.2f} round trips/step, "
                      f"{(wire_bytes() - moved) / steps / 1e6:.3f} MB/step, "
                      f"{(waited_seconds() - waited) / steps * 1e3:.3f} ms waited/step")
+            n, seconds = (now - then for now, then in zip(host_fn_waits(), host_fns, strict=True))
+            print(f"{name}: copies that waited for host functions: {n / steps:.2f}/step, "
+                  f"{seconds / steps * 1e3:.3f} ms/step", file=sys.stderr, flush=True)
         print(line, flush=True)
 
 

@@ -19,6 +19,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "torch_apps"))
 import train  # noqa: E402  (its models and batches; deterministic settings on import)
 
+# train.py's deterministic mode (for its bit-for-bit comparison) also fills every new tensor's memory with a
+# kernel, which no training run does by default: a kernel before each batch's copy to the device, which a
+# program timed for speed does not have (the algorithms stay deterministic)
+torch.utils.deterministic.fill_uninitialized_memory = False
+
 
 def cubic_fit(iterations: int) -> float:
     """Seconds per iteration of pytorch_minimal's loop."""

@@ -20,9 +20,22 @@ def round_trips() -> int | None:
 def waited_seconds() -> float:
     """The seconds the client waited for the server's answers so far (0 natively): a step's time beyond its
     floor is either waiting (the link, the server, the GPU's work that started late) or the program's
-    own issuing of calls through the client."""
+    own issuing of calls through the client. Waits of copies for the program's host functions to run first
+    (over TCP: the server runs them through the link) count too."""
     client = _client()
-    return client.with_wire_stats(client.client.stats).wait_seconds if client else 0.0
+    if not client:
+        return 0.0
+    stats = client.with_wire_stats(client.client.stats)
+    return stats.wait_seconds + stats.host_fn_wait_seconds
+
+
+def host_fn_waits() -> tuple[int, float]:
+    """Copies that waited for the program's host functions so far, and the seconds (0 natively)."""
+    client = _client()
+    if not client:
+        return 0, 0.0
+    stats = client.with_wire_stats(client.client.stats)
+    return stats.host_fn_waits, stats.host_fn_wait_seconds
 
 
 def wire_bytes() -> int:

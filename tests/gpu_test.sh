@@ -53,7 +53,7 @@ if [ "${GPU_TEST_ONLY:-}" != torch ]; then
     [ -f "$app" ] && [ -x "$app" ] && compare "$(basename "$app")" -- "$app"
   done
   export CUWIRE_TRANSPORT=tcp  # and some over loopback TCP, as a remote client travels
-  for app in large_copies vector_add streams memcpy_kinds managed_memory mapped_memory callbacks graph_nodes step_loop many_kernels; do compare "$app-over-tcp" -- tests/test_apps/build/$app; done
+  for app in large_copies vector_add streams memcpy_kinds managed_memory mapped_memory callbacks graph_nodes step_loop input_copies many_kernels; do compare "$app-over-tcp" -- tests/test_apps/build/$app; done
   # and over TLS, to a second server with a self-signed certificate, as a client on another host travels
   MAIN_SERVER=$SERVER MAIN_ADDRESS=$CUWIRE_SERVER
   start_server "$LOG/server-tls.log" --tls auto

@@ -17,8 +17,8 @@ APPS_SAME_AS_NATIVE = ["vector_add", "memcpy_kinds", "memset", "events", "stream
                        "peer_copy", "multi_stream_pinned", "clusters", "graph_conditional", "stream_memops",
                        "stream_attributes", "tensor_map", "memcpy_batch",
                        "occupancy", "graph_host_copies", "user_objects", "kernel_node_params",
-                       "managed_hints", "capture_modes", "teardown", "step_loop", "start_up", "many_kernels",
-                       "graph_updates"]
+                       "managed_hints", "capture_modes", "teardown", "step_loop", "input_copies", "start_up",
+                       "many_kernels", "graph_updates"]
 # how each CUWIRE_TRANSPORT travels to a server on this host (--stats names it)
 TRANSPORTS = {"auto": "Unix socket and shared memory", "unix": "Unix socket and shared memory", "tcp": "TCP"}
 

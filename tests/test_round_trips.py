@@ -42,6 +42,34 @@ def test_a_step_loop_costs_one_round_trip_a_step(steps, apps, client_lib, server
     assert many.get("cuStreamSynchronize") == 1, many
 
 
+def input_copies(apps: Path, client_lib: Path, server, steps: int, *args: str) -> dict[str, int]:
+    r = run_remote(apps / "input_copies", client_lib, server.address, str(steps), *args,
+                   env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"input_copies: {steps} steps{' (memory shared)' if args else ''}, 0 bytes read back wrong" in r.stdout
+    sent = re.search(r"top calls sent to the server, by count: (.*)", r.stderr).group(1)
+    return {"round trips": int(re.search(r"round trips: (\d+)", r.stderr).group(1)),
+            **{name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", sent)}}
+
+
+def test_a_synchronization_after_copies_to_the_device_is_queued(apps, client_lib, server):
+    """PyTorch's `batch.to("cuda")` from pageable memory is a copy, then a stream synchronization. The
+    client has the copy's bytes, and a copy into the session's memory on a finished stream cannot fail: the
+    synchronization is queued as a barrier (client/completion.c), so each step costs only its read back
+    (one round trip), where it cost two. Another stream reading the copied bytes right after still reads
+    the step's (the app checks each), and the buffer scribbled over after the synchronization does not
+    reach the device. Once the memory is exported by IPC, another process could read it without waiting
+    for the barrier: the synchronizations wait again, one round trip each."""
+    few, many = input_copies(apps, client_lib, server, 10), input_copies(apps, client_lib, server, 40)
+    assert (many["round trips"] - few["round trips"]) / 30 <= 1.1, (few, many)
+    # only the first step's went to the server (nothing was known finished before it); the null stream's
+    # after a synchronous copy was queued too
+    assert many.get("cuStreamSynchronize") == 1, many
+    shared = input_copies(apps, client_lib, server, 40, "--share")
+    assert shared["cuStreamSynchronize"] == 40 + 1, shared
+    assert shared["round trips"] - many["round trips"] >= 40, (many, shared)
+
+
 def test_a_start_up_makes_streams_and_events_in_batches(apps, client_lib, server, tmp_path):
     """A framework's start-up (tests/test_apps/start_up.cu --creates): 64 streams of two priorities, 40 events
     of two kinds, the attributes of two kernels, a limit asked ten times. Streams and events come in batches

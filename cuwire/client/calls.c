@@ -118,7 +118,12 @@ static int queue_copy(CUdeviceptr dst, const void *src, size_t n, CUstream strea
     if (!src || n == 0 || n > INLINE_COPY_MAX || !cuwire_in_allocation(dst, n) || !cuwire_session_open())
         return -1; /* the call goes to the server and waits, which says what is wrong */
     struct cw_copy_head head = {dst, (uint64_t)(uintptr_t)stream, sync, 0};
-    return enqueue2(cuwire_copy_record_id, &head, sizeof head, src, (uint32_t)n);
+    uint64_t all, mine;
+    cuwire_done_before(&all, &mine);
+    int status = enqueue2(cuwire_copy_record_id, &head, sizeof head, src, (uint32_t)n);
+    if (status == 0) /* (it cannot fail: a stream finished before it stays so but for copies, completion.c) */
+        cuwire_note_copy_queued((uint64_t)(uintptr_t)stream, all);
+    return status;
 }
 
 int cuwire_fast_cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { return queue_copy(dst, src, n, NULL, 1); }

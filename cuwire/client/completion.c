@@ -14,6 +14,16 @@
  * What is known covers the streams named in those calls, and the context's null stream; a context
  * synchronization covers itself too, and so does the null stream's while the program has made no
  * non-blocking stream (the null stream then waits for all the others).
+ *
+ * A copy to the device that the client queued with its bytes (calls.c) onto a stream known finished does
+ * not end what is known: it cannot fail (its destination lies in one of the session's allocations, and no
+ * work that could have failed was queued since), so the stream is only "finished but for copies". A
+ * synchronization of such a stream (PyTorch's `tensor.to("cuda")` from pageable memory: a copy, then
+ * cudaStreamSynchronize) is then queued as a barrier instead of waited for (cuwire_sync_after_copies, the
+ * annotation's `queued_when`): the bytes are the client's already, and the server, which runs one
+ * session's records in order, makes every later call after the stream finished. Not once the program has
+ * shared memory with another process (IPC, shareable handles): that process's calls come on another
+ * connection, and would not wait for the barrier.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -50,9 +60,13 @@ static struct {
     uint64_t at;  /* the count when this was known; valid while nothing more was sent (0: nothing known) */
     uint64_t context;
     int whole_context; /* a context synchronization: the context itself is finished */
-    int n_streams, n_events;
+    int n_streams, n_events, n_copying;
     uint64_t streams[KNOWN_MAX], events[KNOWN_MAX];
+    uint64_t copying[KNOWN_MAX]; /* streams finished but for copies to the device queued since */
 } known;
+
+static int shares_memory; /* the program shared device memory with another process: no barriers */
+static __thread uint64_t barrier_at; /* this thread queued a barrier when this many had been sent (0: none) */
 
 /* Events the program recorded outside a capture: on which stream, in which context (for the null stream).
  * Direct-mapped: an event whose slot another took is simply not known. */
@@ -77,6 +91,15 @@ static int has(const uint64_t *list, int n, uint64_t value)
         if (list[i] == value)
             return 1;
     return 0;
+}
+
+static void drop(uint64_t *list, int *n, uint64_t value)
+{
+    for (int i = 0; i < *n; i++)
+        if (list[i] == value) {
+            list[i] = list[--*n];
+            return;
+        }
 }
 
 /* Non-blocking streams the program created: while there is none, a synchronous copy on the null stream
@@ -132,7 +155,9 @@ int cuwire_known_done(int kind, uint64_t handle)
 void cuwire_note_done(int kind, uint64_t handle, uint64_t all, uint64_t mine)
 {
     uint64_t sends = my_sends - mine;
-    if (!sends || my_waited != my_sent)
+    int barrier = barrier_at && barrier_at == all && sends == 1; /* the call was queued as a barrier */
+    barrier_at = 0;
+    if (!sends || (my_waited != my_sent && !barrier))
         return; /* answered without the server, or it only queued (a copy into shared memory) */
     uint64_t context = cuwire_current_context();
     if (kind == CUWIRE_DONE_CONTEXT && handle && handle != context)
@@ -147,7 +172,7 @@ void cuwire_note_done(int kind, uint64_t handle, uint64_t all, uint64_t mine)
     int keep = known.at && known.at == all && my_sent - all == sends && known.context == context;
     if (!keep) {
         known.whole_context = 0;
-        known.n_streams = known.n_events = 0;
+        known.n_streams = known.n_events = known.n_copying = 0;
     }
     known.at = my_sent;
     known.context = context;
@@ -155,11 +180,16 @@ void cuwire_note_done(int kind, uint64_t handle, uint64_t all, uint64_t mine)
         kind = CUWIRE_DONE_CONTEXT; /* the null stream waited for every stream there is */
     if (kind == CUWIRE_DONE_CONTEXT) {
         known.whole_context = 1;
+        for (int i = 0; i < known.n_copying; i++) /* (every stream finished its copies too) */
+            if (!has(known.streams, known.n_streams, known.copying[i]) && known.n_streams < KNOWN_MAX)
+                known.streams[known.n_streams++] = known.copying[i];
+        known.n_copying = 0;
         handle = 0; /* and its null stream */
         kind = CUWIRE_DONE_STREAM;
     }
     if (kind == CUWIRE_DONE_STREAM) {
         handle = stream_key(handle);
+        drop(known.copying, &known.n_copying, handle);
         if (!has(known.streams, known.n_streams, handle) && known.n_streams < KNOWN_MAX)
             known.streams[known.n_streams++] = handle;
     } else if (!has(known.events, known.n_events, handle) && known.n_events < KNOWN_MAX) {
@@ -167,6 +197,47 @@ void cuwire_note_done(int kind, uint64_t handle, uint64_t all, uint64_t mine)
     }
     pthread_mutex_unlock(&lock);
 }
+
+/* calls.c queued a copy to the device, with its bytes, into one of the session's allocations, on `stream`;
+ * `all` is cuwire_done_before's count, taken before. When the stream was known finished and nothing else
+ * was sent since, it is now finished but for copies (see the top); else what is known ended already. */
+void cuwire_note_copy_queued(uint64_t stream, uint64_t all)
+{
+    uint64_t key = stream_key(stream), context = cuwire_current_context();
+    pthread_mutex_lock(&lock);
+    int copying = has(known.copying, known.n_copying, key);
+    if (known.at && known.at == all && __atomic_load_n(&sent, __ATOMIC_ACQUIRE) == all + 1 &&
+        !__atomic_load_n(&shares_memory, __ATOMIC_ACQUIRE) && (!special(key) || known.context == context) &&
+        (copying || (has(known.streams, known.n_streams, key) && known.n_copying < KNOWN_MAX))) {
+        drop(known.streams, &known.n_streams, key);
+        if (!copying)
+            known.copying[known.n_copying++] = key;
+        known.whole_context = 0; /* (the context has work again) */
+        known.at = all + 1;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* cuStreamSynchronize's `queued_when`: 1 when `stream` is finished but for copies queued since (see the
+ * top), so that the synchronization is queued as a barrier and answered CUDA_SUCCESS at once. */
+int cuwire_sync_after_copies(CUstream stream)
+{
+    if (!__atomic_load_n(&known.at, __ATOMIC_ACQUIRE) || cuwire_forked ||
+        __atomic_load_n(&cuwire_finished, __ATOMIC_ACQUIRE) || __atomic_load_n(&shares_memory, __ATOMIC_ACQUIRE))
+        return 0;
+    uint64_t key = stream_key((uint64_t)(uintptr_t)stream), context = cuwire_current_context();
+    pthread_mutex_lock(&lock);
+    int copying =
+        valid_locked() && has(known.copying, known.n_copying, key) && (!special(key) || known.context == context);
+    if (copying)
+        barrier_at = known.at; /* (cuwire_note_done then notes the stream finished) */
+    pthread_mutex_unlock(&lock);
+    return copying;
+}
+
+/* The program shared device memory with another process (IPC, shareable handles, pool pointers): that
+ * process's calls would not wait for a barrier of this one's, so synchronizations wait again. */
+void cuwire_note_memory_shared(void) { __atomic_store_n(&shares_memory, 1, __ATOMIC_RELEASE); }
 
 /* cuEventRecord outside a capture: the event's stream (an event recorded in a capture is forgotten). */
 void cuwire_note_event_record(uint64_t e, uint64_t stream, int captured)

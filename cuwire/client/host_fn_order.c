@@ -27,6 +27,8 @@ static size_t n_unrun, cap_unrun;
 static uint64_t last_queued;
 static int stopped;              /* the session's host functions will not run (callbacks.c stopped) */
 static __thread int in_host_fn; /* this thread runs a host function (which may not call CUDA) */
+unsigned long long cuwire_host_fn_waits;   /* copies that waited (--stats) */
+unsigned long long cuwire_host_fn_wait_ns; /* and how long */
 
 void cuwire_host_fn_queued(uint64_t id)
 {
@@ -88,6 +90,8 @@ int cuwire_host_functions_wait(void)
     if (!__atomic_load_n(&n_unrun, __ATOMIC_RELAXED) || in_host_fn)
         return 0;
     void *gil = cuwire_gil_release(); /* (a host function may need the GIL this thread holds) */
+    struct timespec began, ended;
+    clock_gettime(CLOCK_MONOTONIC, &began);
     pthread_mutex_lock(&lock);
     uint64_t last = last_queued;
     struct timespec until;
@@ -98,6 +102,11 @@ int cuwire_host_functions_wait(void)
         late = pthread_cond_timedwait(&ran, &lock, &until) == ETIMEDOUT;
     pthread_mutex_unlock(&lock);
     cuwire_gil_restore(gil);
+    clock_gettime(CLOCK_MONOTONIC, &ended);
+    __atomic_add_fetch(&cuwire_host_fn_waits, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&cuwire_host_fn_wait_ns,
+                       (unsigned long long)((ended.tv_sec - began.tv_sec) * 1000000000LL + ended.tv_nsec - began.tv_nsec),
+                       __ATOMIC_RELAXED);
     if (!late)
         return 0;
     cuwire_say_once_per_name("cuwire: not supported over TCP: a copy from page-locked memory queued after host "

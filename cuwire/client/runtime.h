@@ -57,6 +57,8 @@ int cuwire_known_done(int kind, uint64_t handle);
 void cuwire_note_done(int kind, uint64_t handle, uint64_t all, uint64_t mine);
 void cuwire_forget_done(void);
 void cuwire_note_event_record(uint64_t event, uint64_t stream, int captured);
+void cuwire_note_copy_queued(uint64_t stream, uint64_t all); /* a copy to the device, with its bytes (calls.c) */
+void cuwire_note_memory_shared(void); /* IPC or shareable handles: synchronizations are never barriers */
 CW_FROM_PYTHON extern unsigned long long cuwire_answered_done;
 /* The session's device allocations (device_memory.c). */
 CW_FROM_PYTHON int cuwire_track_alloc(uint64_t base, uint64_t size);
@@ -99,6 +101,8 @@ void cuwire_host_fn_running(int running);
 void cuwire_host_fns_stopped(void);
 void cuwire_host_fns_forget(void);
 int cuwire_host_functions_wait(void); /* the host functions queued so far have run: 0, or a refusal after 30 s */
+CW_FROM_PYTHON extern unsigned long long cuwire_host_fn_waits;   /* those waits (--stats) */
+CW_FROM_PYTHON extern unsigned long long cuwire_host_fn_wait_ns; /* (and how long they took) */
 CW_IN_PYTHON int cuwire_py_host_map(uint64_t address, uint64_t size);   /* RegisterHost, anonymous: 0 or the error */
 CW_IN_PYTHON int cuwire_py_host_unmap(uint64_t address);
 

@@ -103,6 +103,8 @@ class Stats:
     modules_cached: int = 0
     modules_preloaded: int = 0  # of modules_cached: loaded ahead from the program's last run's list
     wait_seconds: float = 0.0
+    host_fn_waits: int = 0  # copies from page-locked memory that waited for the program's host functions (TCP)
+    host_fn_wait_seconds: float = 0.0  # (not in wait_seconds: no round trip of the client's own)
     payload_sent: int = 0  # of bytes_sent: large buffers beside the messages (transport.py)
     payload_received: int = 0
     stripes: int = 0  # more connections the session opened for large payloads (cuwire/wire/stripes.py)
@@ -489,8 +491,7 @@ class Client:
             with wire_lock():
                 batch = pb.Batch(no_reply=True)
                 if not self.take_queued(batch):
-                    return 0
-                lib.cuwire_note_sent(0)
+                    return 0  # (its records were counted as queued: client/completion.c)
                 try:
                     self.session.transport.send_only(batch)
                 except TransportError as e:
@@ -898,6 +899,8 @@ def with_wire_stats(python: Stats) -> Stats:
     s.sends += sends
     s.bytes_sent_raw += raw_sent
     s.bytes_received_raw += raw_received
+    s.host_fn_waits += lib.cuwire_host_fn_waits
+    s.host_fn_wait_seconds += lib.cuwire_host_fn_wait_ns / 1e9
     return s
 
 
@@ -943,6 +946,8 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
         + (f" ({s.modules_preloaded} of them loaded ahead at the first load, from the last run's list)"
            if s.modules_preloaded else ""),
         f"  time waiting on the server: {s.wait_seconds * 1e3:.1f} ms",
+        *([f"  copies from page-locked memory that waited for the program's host functions to run first: "
+           f"{s.host_fn_waits}, {s.host_fn_wait_seconds * 1e3:.1f} ms"] if s.host_fn_waits else []),
         "  top calls by count: " + ", ".join(f"{n} {c}" for n, c in every.most_common(8)),
         "  top calls sent to the server, by count: " + ", ".join(
             f"{names.get(i, i)} {n}" for i, n in s.calls.most_common(8)),

@@ -372,8 +372,7 @@ int cuwire_wire_send_queued(void)
         return 0;
     }
     struct cw_frame_header h = {CW_MAGIC_QUEUED, (uint32_t)queued_len, 0};
-    const char *why = NULL;
-    cuwire_note_sent(0);
+    const char *why = NULL; /* (its records were counted as queued: client/completion.c) */
     if (wire_send(fd, (const char *)&h, sizeof h) != 0 || wire_send(fd, queued, queued_len) != 0)
         why = strerror(errno);
     else {

@@ -2198,7 +2198,7 @@ def cuStreamSetAttribute(hStream, attr, value, value_len):
 
 @ffi.def_extern(name="cuwire_py_cuStreamSynchronize", onerror=rt.on_error)
 def cuStreamSynchronize(hStream):
-    """cuStreamSynchronize (cuda.h)"""
+    """cuStreamSynchronize (cuda.h): queued as a barrier when all the stream was given since it finished is copies to the device, their bytes taken already (client/completion.c)"""
     args = pb.cuStreamSynchronize_Args()
     args.hStream = hStream
     res = rt.call(1581600379, args, pb.cuStreamSynchronize_Result)

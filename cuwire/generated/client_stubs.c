@@ -7760,8 +7760,14 @@ CUWIRE_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent ev
 
 /* cuIpcGetMemHandle (cuda.h): remoted, sync */
 int cuwire_py_cuIpcGetMemHandle(void *, uint64_t, uint64_t);
+int cuwire_fast_ipc_export(CUipcMemHandle *pHandle, CUdeviceptr dptr);
 static inline CUresult cuwire_impl_cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
+    int fast = cuwire_fast_ipc_export(pHandle, dptr);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[267], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuIpcGetMemHandle((void *)pHandle, sizeof *pHandle, (uint64_t)dptr));
@@ -7818,9 +7824,15 @@ CUWIRE_EXPORT CUresult cuIpcOpenMemHandle(void)
 
 /* cuIpcOpenMemHandle_v2 (cuda.h): remoted, sync */
 int cuwire_py_cuIpcOpenMemHandle_v2(void *, void *, uint64_t, uint64_t);
+int cuwire_fast_ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 void cuwire_after_ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 static inline CUresult cuwire_impl_cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
+    int fast = cuwire_fast_ipc_open(pdptr, handle, Flags);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[270], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     int status = cuwire_py_cuIpcOpenMemHandle_v2((void *)pdptr, (void *)&handle, sizeof handle, (uint64_t)Flags);
@@ -9564,8 +9576,14 @@ CUWIRE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 
 /* cuMemPoolExportPointer (cuda.h): remoted, sync */
 int cuwire_py_cuMemPoolExportPointer(void *, uint64_t, uint64_t);
+int cuwire_fast_pool_export_pointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr);
 static inline CUresult cuwire_impl_cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
 {
+    int fast = cuwire_fast_pool_export_pointer(shareData_out, ptr);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[355], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemPoolExportPointer((void *)shareData_out, sizeof *shareData_out, (uint64_t)ptr));
@@ -13278,8 +13296,19 @@ CUWIRE_EXPORT __typeof__(cuStreamSetAttribute) cuStreamSetAttribute_ptsz __attri
 
 /* cuStreamSynchronize (cuda.h): remoted, sync; also cuStreamSynchronize_ptsz */
 int cuwire_py_cuStreamSynchronize(uint64_t);
+int cuwire_sync_after_copies(CUstream hStream);
 static inline CUresult cuwire_impl_cuStreamSynchronize(CUstream hStream)
 {
+    if (cuwire_sync_after_copies(hStream)) { /* it cannot fail: queued */
+        struct __attribute__((packed)) {
+            uint64_t hStream;
+        } rec = {
+            (uint64_t)(uintptr_t)hStream,
+        };
+        int status = cuwire_enqueue(1581600379u, &rec, sizeof rec);
+        __atomic_add_fetch(&cuwire_queued_hits[515], 1, __ATOMIC_RELAXED);
+        return (CUresult)status;
+    }
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
         struct __attribute__((packed)) {
             uint64_t hStream;
