@@ -44,6 +44,16 @@ def test_the_shipped_library_names_no_python(installed_package):
     assert not [n for n in exported if n.startswith("cuwire_py_")]  # (the trampolines stay inside)
 
 
+def test_a_marked_declaration_of_two_names_is_refused(monkeypatch):
+    """The export list takes one name a declaration: `extern int a, b;` would export b alone, and the Python
+    half would fail to load (undefined symbol a) in the program, not here."""
+    from cuwire.client import build
+
+    monkeypatch.setattr(build, "python_cdef", lambda: "extern unsigned long long cuwire_a, cuwire_b;\n")
+    with pytest.raises(ValueError, match="one name a declaration"):
+        build.exported_names()
+
+
 # What a checkout holds where a user stands: a cuwire/ folder without the compiled parts an install has. Any
 # import of it (a child started with `python -m` from there picks it up first) fails by name.
 SHADOW = 'raise ImportError("the cuwire/ folder of the current directory was imported, not the installed one")\n'

@@ -92,6 +92,8 @@ def exported_names() -> list[str]:
         found = re.search(r"(\w+)\s*(?:\(|\[\s*\]\s*;|;)", line)
         if found is None:
             raise ValueError(f"no name in the declaration {line!r}")
+        if "(" not in line and "," in line:  # (only the last name would be exported: the others fail at load)
+            raise ValueError(f"one name a declaration: {line!r}")
         names.add(found.group(1))
     return sorted(names)
 
