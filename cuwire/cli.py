@@ -30,7 +30,7 @@ from pathlib import Path
 
 import cuwire
 from cuwire import SAFE_PATH
-from cuwire.settings import Settings, host_port
+from cuwire.settings import Settings, host_port, one_server
 
 # Exit codes of `cuwire run` itself (the program's own code passes through otherwise), as `docker run`
 # and `env` use them: cuwire failed before the program ran; the program cannot be executed; not found.
@@ -769,6 +769,11 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     problems = Settings().errors if args.func is not cmd_server else []  # (the server says its own)
+    if getattr(args, "server", None) and args.func is not cmd_server:  # (--server parses as CUWIRE_SERVER)
+        try:
+            one_server(args.server)
+        except ValueError as e:
+            problems.append(f"--server {args.server!r}: {e}")
     if problems:  # one line each, naming the variable and what it takes
         err("\n".join(f"cuwire {args.subcommand}: {p}" for p in problems))
         return EXIT_CUWIRE if args.func is cmd_run else 2

@@ -73,6 +73,16 @@ def _setting(name: str, default: str | Callable[[], str], parse: Callable[[str],
                  metadata={"parse": parse, "default": default} if parse else {})
 
 
+def one_server(text: str) -> str:
+    """HOST:PORT, or a path (a Unix socket's): one server. A list is refused by name, not looked up as a host."""
+    servers = [part for part in text.split(",") if part.strip()]
+    if len(servers) > 1:
+        raise ValueError(f"names {len(servers)} servers: one device list across several servers is not served yet "
+                         "(issue 39, docs/several-servers.md); give one, and run a process per server (as "
+                         "tests/multi_gpu_apps/ddp_across_servers.py does)")
+    return text
+
+
 def _trace(text: str) -> bool | str:
     return "remote" if text.strip().lower() == "remote" else parse_bool(text)
 
@@ -80,7 +90,7 @@ def _trace(text: str) -> bool | str:
 @dataclass
 class Settings:
     # where the client finds the server, and where the server listens
-    server: str = _setting("server", lambda: f"127.0.0.1:{DEFAULT_PORT}")
+    server: str = _setting("server", lambda: f"127.0.0.1:{DEFAULT_PORT}", one_server)
     listen: str = _setting("listen", lambda: f"127.0.0.1:{DEFAULT_PORT}")
     token: str = _setting("token", "")
     # TLS. Server: a certificate and key (PEM files), or tls="auto" for a self-signed pair kept in the
@@ -193,7 +203,7 @@ class Settings:
                 setattr(self, name, parse(value))
             except ValueError as e:
                 self.errors.append(f"CUWIRE_{name.upper()}={value!r}: {e}")
-                setattr(self, name, parse(default))
+                setattr(self, name, parse(default() if callable(default) else default))
 
     def to_env(self) -> dict[str, str]:
         """The variables that pass these settings on to a child process."""

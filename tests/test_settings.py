@@ -58,3 +58,19 @@ def test_children_get_what_parses_back(monkeypatch):
         monkeypatch.setenv(name, value)
     again = Settings()
     assert (again.host_memory, again.stats, again.errors) == (2 << 30, True, [])
+
+
+def test_a_list_of_servers_is_refused_by_name(monkeypatch, capsys):
+    """`CUWIRE_SERVER=a:1,b:2` (issue 39's device list across servers) is not served yet: it says so, where
+    it was looked up as one host name ('a:1,b' unknown) before; the default address stands in, and the
+    commands stop (--server alike)."""
+    from cuwire import cli
+
+    monkeypatch.setenv("CUWIRE_SERVER", "gpu1:50551, gpu2:50551")
+    s = Settings()
+    assert s.server == "127.0.0.1:50551"
+    assert len(s.errors) == 1 and "names 2 servers" in s.errors[0] and "issue 39" in s.errors[0], s.errors
+    monkeypatch.delenv("CUWIRE_SERVER")
+    assert Settings(server="gpu1:50551").errors == []
+    assert cli.main(["info", "--server", "gpu1:50551,gpu2:50551"]) == 2
+    assert "cuwire info: --server 'gpu1:50551,gpu2:50551': names 2 servers" in capsys.readouterr().err
