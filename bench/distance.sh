@@ -10,11 +10,12 @@
 # trips beside the program's synchronizations, and seconds beside native; twice, as a program's first run
 # and as its next (which loads the modules of its last run at its first load: client/load_lists.py); and
 # what each of those starts waited for, the calls most asked first.
-#   bash bench/distance.sh [DELAYS_US (default "direct 0 100 1000"; direct: no forwarder)] [STEPS (default 20)]
+#   bash bench/distance.sh [DELAYS_US (default "direct 0 100 1000"; direct: no forwarder)] [STEPS (default 200: with 20, one run in three showed
+# steps slower by milliseconds at any delay that a long run of the same steps did not, docs/speed.md)]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-DELAYS=${1:-direct 0 100 1000}; STEPS=${2:-20}; FIRST=${FIRST:-1}  # FIRST=0: no start-up rows
+DELAYS=${1:-direct 0 100 1000}; STEPS=${2:-200}; FIRST=${FIRST:-1}  # FIRST=0: no start-up rows
 OUTDIR=$PWD/build/distance; mkdir -p "$OUTDIR"; LOG=$OUTDIR; rm -f "$OUTDIR"/*-first.txt
 source tests/gpu_env.sh
 gcc -O2 -pthread -o "$OUTDIR/delay_link" bench/delay_link.c || exit 1

@@ -363,3 +363,42 @@ def test_cache_preferences_are_queued_and_a_repeat_answered(client_lib, server, 
     assert sent.get("cuOccupancyMaxActiveBlocksPerMultiprocessor") == 1, listed
     queued = int(re.search(r"API calls: \d+ = \d+ sent to the server and waited for \+ (\d+) queued", r.stderr)[1])
     assert queued >= 10, r.stderr  # (each change of preference: 10 of the 20 sets)
+
+
+KERNEL_FUNCTIONS = r"""
+#include <stdio.h>
+#include "cuda_api.h"
+static const char PTX[] = ".version 9.0\n.target sm_75\n.address_size 64\n"
+    ".visible .entry _Z6addOnePj(.param .u64 p)\n{\n    ret; // kernel functions\n}\n";
+static int bump(CUfunction f, CUdeviceptr p) {  /* *p += 1, through the function */
+    void *params[] = {&p};
+    return cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, 0, params, 0) || cuCtxSynchronize();
+}
+int main(void) {
+    CUdevice dev; CUcontext primary, other; CUlibrary lib; CUkernel k; CUfunction f[4]; CUdeviceptr p, q;
+    unsigned v = 0, w = 0; const char *name = 0;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&primary, dev)) return 1;
+    if (cuCtxSetCurrent(primary)) return 1;
+    if (cuLibraryLoadData(&lib, PTX, 0, 0, 0, 0, 0, 0) || cuLibraryGetKernel(&k, lib, "_Z6addOnePj")) return 2;
+    if (cuMemAlloc_v2(&p, 4) || cuMemsetD32_v2(p, 0, 1)) return 3;
+    for (int i = 0; i < 3; i++)  /* (the first by the client's Python, the others by its C) */
+        if (cuKernelGetFunction(&f[i], k) || bump(f[i], p)) return 4;
+    if (cuFuncGetName(&name, f[2]) || cuMemcpyDtoH_v2(&v, p, 4)) return 5;
+    if (cuCtxCreate_v2(&other, 0, dev) || cuMemAlloc_v2(&q, 4) || cuMemsetD32_v2(q, 0, 1)) return 6;
+    if (cuKernelGetFunction(&f[3], k) || bump(f[3], q) || cuMemcpyDtoH_v2(&w, q, 4)) return 7;
+    printf("the same function: %s; %s added %u times; in another context: %u\n",
+           f[0] == f[1] && f[1] == f[2] ? "yes" : "no", name, v, w);
+    return 0;
+}
+"""
+
+
+def test_a_kernels_function_asked_again_is_answered_by_the_client(client_lib, server, tmp_path):
+    """cuKernelGetFunction (cuBLAS and cuDNN ask it before launches: three a CNN training step) is answered
+    by the client's Python the first time in a context, and by its C after (client/answers_cache.c): the
+    same handle, which launches and keeps its name; another context gets its own context's function."""
+    exe = compile_against_client(KERNEL_FUNCTIONS, tmp_path, client_lib)
+    env = {**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": "tcp"}
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == "the same function: yes; _Z6addOnePj added 3 times; in another context: 1\n", r.stderr

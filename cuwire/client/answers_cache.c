@@ -10,7 +10,8 @@
  * attributes the program had set of that kernel by then, and its next run has them answered ahead under
  * those sets (below: kernel_sets, ahead). Unloads forget nothing: the server keeps every module it loaded for the
  * session (its module cache), so a handle is never reused for another kernel. A context's limits are kept
- * too (cuwire_cached_limit, below).
+ * too (cuwire_cached_limit, below), and each kernel's function in a context (cuKernelGetFunction, which
+ * cuBLAS and cuDNN ask before launches: answered by the client's Python the first time, here after).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -22,7 +23,8 @@
 /* (SET_STATUS: whether a set succeeds, only ever answered ahead) */
 enum {
     KERNEL_ATTRIBUTE = 1, FUNCTION_ATTRIBUTE, OCCUPANCY, OCCUPANCY_FLAGS, LIMIT, AVAILABLE_SHARED, SET_STATUS,
-    CACHE_PREFERENCE /* the last a kernel or function was set to (a key of its own, which no set forgets) */
+    CACHE_PREFERENCE, /* the last a kernel or function was set to (a key of its own, which no set forgets) */
+    KERNEL_FUNCTION   /* a kernel's function in a context (cuKernelGetFunction): no set changes it */
 };
 #define OCCUPANCY_KINDS (1u << OCCUPANCY | 1u << OCCUPANCY_FLAGS | 1u << AVAILABLE_SHARED)
 /* The kinds of answers every one of which an attribute set of a kernel (a function) may change: the other
@@ -741,4 +743,28 @@ int cuwire_forget_limits_set(CUlimit limit, size_t value)
     (void)limit, (void)value;
     cuwire_forget_limits();
     return -1;
+}
+
+/* cuKernelGetFunction (`fast`): the function the client's Python gave for this kernel in the caller's
+ * context (client/modules.py keeps it here), without Python; -1 the first time. */
+int cuwire_fast_kernel_get_function(CUfunction *pFunc, CUkernel kernel)
+{
+    uint64_t ctx = cuwire_current_context();
+    if (!pFunc || !kernel || !ctx)
+        return -1; /* (the usual path says what is wrong) */
+    KEY(KERNEL_FUNCTION, ctx, (uint64_t)(uintptr_t)kernel);
+    int64_t function;
+    if (lookup_value(key, &function) != 0)
+        return -1;
+    *pFunc = (CUfunction)(uintptr_t)function;
+    return CUDA_SUCCESS;
+}
+
+void cuwire_keep_kernel_function(uint64_t kernel, uint64_t function)
+{
+    uint64_t ctx = cuwire_current_context();
+    if (kernel && function && ctx) {
+        KEY(KERNEL_FUNCTION, ctx, kernel);
+        store(key, (int64_t)function);
+    }
 }

@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 import sys
 
-from _cuwire import ffi
+from _cuwire import ffi, lib
 
 from cuwire import fatbin
 from cuwire.client import runtime as rt
@@ -309,8 +309,8 @@ def _enumerate(out, count: int, module: int, from_module: bool) -> int:
 
 
 @ffi.def_extern(name="cuwire_py_cuLibraryEnumerateKernels", onerror=rt.on_error)
-def cuLibraryEnumerateKernels(kernels, numKernels, lib):
-    return _enumerate(kernels, numKernels, lib, False)
+def cuLibraryEnumerateKernels(kernels, numKernels, library):
+    return _enumerate(kernels, numKernels, library, False)
 
 
 @ffi.def_extern(name="cuwire_py_cuModuleEnumerateFunctions", onerror=rt.on_error)
@@ -323,6 +323,7 @@ def cuKernelGetFunction(pFunc, kernel):
     k = rt.client.lookup_kernel(0, pb.GetKernel_Args(kernel=kernel))
     name = rt.client.kernel_names.get(kernel)
     rt.write_scalar(pFunc, "uint64_t", _named(k, ffi.string(name)) if name is not None else k.handle)
+    lib.cuwire_keep_kernel_function(kernel, k.handle)  # (asked again, the C half answers: answers_cache.c)
     return 0
 
 

@@ -159,6 +159,7 @@ CW_FROM_PYTHON void cuwire_record_questions(int on);
 CW_FROM_PYTHON unsigned long long cuwire_answers_cleared(void); /* moves when every kept answer is forgotten */
 /* `handle` (a CUkernel or CUfunction given out) is kernel number `kernel` (its image and name: load_lists.py). */
 CW_FROM_PYTHON void cuwire_note_kernel(uint64_t handle, uint64_t kernel);
+CW_FROM_PYTHON void cuwire_keep_kernel_function(uint64_t kernel, uint64_t function); /* (answers_cache.c) */
 CW_FROM_PYTHON void cuwire_keep_answer_ahead(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c,
                                              int64_t value, const int32_t *attributes, const int32_t *values,
                                              int count);

@@ -7884,8 +7884,13 @@ CUWIRE_EXPORT CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib
 
 /* cuKernelGetFunction (cuda.h): remoted, custom */
 int cuwire_py_cuKernelGetFunction(void *, uint64_t);
+int cuwire_fast_kernel_get_function(CUfunction *pFunc, CUkernel kernel);
 static inline CUresult cuwire_impl_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
+    int fast = cuwire_fast_kernel_get_function(pFunc, kernel);
+    if (fast >= 0) {
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuKernelGetFunction((void *)pFunc, (uint64_t)(uintptr_t)kernel));
