@@ -20,7 +20,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # a GPU shared 
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-from wire_counts import host_fn_waits, round_trips, waited_calls, waited_for, waited_seconds, wire_bytes  # noqa: E402
+from wire_counts import counts, per_step, waited_calls, waited_for  # noqa: E402
 
 NAME = "JAX MLP training step"
 
@@ -63,20 +63,13 @@ def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     run = mlp_step()
     run(5)
-    host_fns = host_fn_waits()
-    trips, moved, waited, calls = round_trips(), wire_bytes(), waited_seconds(), waited_calls()
+    before, calls = counts(), waited_calls()
     start = time.perf_counter()
     last = run(steps)
     elapsed = (time.perf_counter() - start) / steps
-    line = f"{NAME}: {elapsed * 1e3:.3f} ms/step, 1.0 syncs/step"
-    if trips is not None:
-        line += (f", {(round_trips() - trips) / steps:.2f} round trips/step, "
-                 f"{(wire_bytes() - moved) / steps / 1e6:.3f} MB/step, "
-                 f"{(waited_seconds() - waited) / steps * 1e3:.3f} ms waited/step")
+    line = f"{NAME}: {elapsed * 1e3:.3f} ms/step, 1.0 syncs/step" + per_step(NAME, before, steps)
+    if before is not None:
         print(f"{NAME}: the timed steps waited for {waited_for(calls)}", file=sys.stderr, flush=True)
-        n, seconds = (now - then for now, then in zip(host_fn_waits(), host_fns, strict=True))
-        print(f"{NAME}: copies that waited for host functions: {n / steps:.2f}/step, {seconds / steps * 1e3:.3f} "
-              "ms/step", file=sys.stderr, flush=True)
     print(line, flush=True)
     print(f"{NAME}: last loss {last:.4f}", file=sys.stderr, flush=True)
 

@@ -26,7 +26,7 @@ from collections.abc import Callable  # noqa: E402
 
 import torch  # noqa: E402
 import torch_steps  # noqa: E402
-from wire_counts import host_fn_waits, round_trips, waited_for, waited_seconds, wire_bytes  # noqa: E402
+from wire_counts import counts, per_step, round_trips, waited_for  # noqa: E402
 
 
 def cubic_loop() -> Callable[[int], None]:
@@ -118,20 +118,12 @@ def main() -> None:
         run(3)
         per_step_syncs = syncs(run, 5)
         torch.cuda.synchronize()
-        host_fns = host_fn_waits()
-        trips, moved, waited = round_trips(), wire_bytes(), waited_seconds()
+        before = counts()
         start = time.perf_counter()
         run(steps)
         elapsed = (time.perf_counter() - start) / steps
-        line = f"{name}: {elapsed * 1e3:.3f} ms/step, {per_step_syncs:.1f} syncs/step"
-        if trips is not None:
-            line += (f", {(round_trips() - trips) / steps:.2f} round trips/step, "
-                     f"{(wire_bytes() - moved) / steps / 1e6:.3f} MB/step, "
-                     f"{(waited_seconds() - waited) / steps * 1e3:.3f} ms waited/step")
-            n, seconds = (now - then for now, then in zip(host_fn_waits(), host_fns, strict=True))
-            print(f"{name}: copies that waited for host functions: {n / steps:.2f}/step, "
-                  f"{seconds / steps * 1e3:.3f} ms/step", file=sys.stderr, flush=True)
-        print(line, flush=True)
+        print(f"{name}: {elapsed * 1e3:.3f} ms/step, {per_step_syncs:.1f} syncs/step"
+              + per_step(name, before, steps), flush=True)
 
 
 if __name__ == "__main__":

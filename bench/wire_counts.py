@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from dataclasses import dataclass
 
 
 def _client():
@@ -17,35 +18,46 @@ def round_trips() -> int | None:
     return client.with_wire_stats(client.client.stats).batches if client else None
 
 
-def waited_seconds() -> float:
-    """The seconds the client waited for the server's answers so far (0 natively): a step's time beyond its
-    floor is either waiting (the link, the server, the GPU's work that started late) or the program's
-    own issuing of calls through the client. Waits of copies for the program's host functions to run first
-    (over TCP: the server runs them through the link) count too."""
+@dataclass(frozen=True)
+class Counts:
+    """The client's running totals at one moment, read at once (one with_wire_stats).
+
+    waited: the seconds the client waited for the server's answers, and copies for the program's host
+    functions to run first (over TCP the server runs them through the link): a step's time beyond its
+    floor is either waiting (the link, the server, the GPU's work that started late) or the program's own
+    issuing of calls through the client. moved: the bytes sent and received, both ways: what a step's data
+    costs on a link of limited rate, beside its round trips."""
+
+    trips: int
+    moved: int
+    waited: float
+    host_fn_waits: int
+    host_fn_seconds: float
+
+
+def counts() -> Counts | None:
+    """The totals so far (None natively)."""
     client = _client()
     if not client:
-        return 0.0
-    stats = client.with_wire_stats(client.client.stats)
-    return stats.wait_seconds + stats.host_fn_wait_seconds
+        return None
+    s = client.with_wire_stats(client.client.stats)
+    return Counts(s.batches, s.bytes_sent + s.bytes_received, s.wait_seconds + s.host_fn_wait_seconds,
+                  s.host_fn_waits, s.host_fn_wait_seconds)
 
 
-def host_fn_waits() -> tuple[int, float]:
-    """Copies that waited for the program's host functions so far, and the seconds (0 natively)."""
-    client = _client()
-    if not client:
-        return 0, 0.0
-    stats = client.with_wire_stats(client.client.stats)
-    return stats.host_fn_waits, stats.host_fn_wait_seconds
-
-
-def wire_bytes() -> int:
-    """The bytes the client sent and received so far, both ways (0 natively): what a step's data costs on
-    a link of limited rate, beside its round trips."""
-    client = _client()
-    if not client:
-        return 0
-    stats = client.with_wire_stats(client.client.stats)
-    return stats.bytes_sent + stats.bytes_received
+def per_step(name: str, since: Counts | None, steps: int) -> str:
+    """What the client counted over `steps` timed steps since `since` (a counts()), to end the workload's
+    line: ", T round trips/step, M MB/step, W ms waited/step" (empty natively). The copies that waited for
+    host functions go to stderr."""
+    now = counts()
+    if since is None or now is None:
+        return ""
+    print(f"{name}: copies that waited for host functions: {(now.host_fn_waits - since.host_fn_waits) / steps:.2f}"
+          f"/step, {(now.host_fn_seconds - since.host_fn_seconds) / steps * 1e3:.3f} ms/step", file=sys.stderr,
+          flush=True)
+    return (f", {(now.trips - since.trips) / steps:.2f} round trips/step, "
+            f"{(now.moved - since.moved) / steps / 1e6:.3f} MB/step, "
+            f"{(now.waited - since.waited) / steps * 1e3:.3f} ms waited/step")
 
 
 def waited_calls() -> Counter:
