@@ -61,7 +61,6 @@ static int read_descriptor(void *os_handle, unsigned char *bytes)
 int cuwire_fast_export_shareable(void *shareableHandle, CUmemGenericAllocationHandle handle,
                                  CUmemAllocationHandleType handleType, unsigned long long flags)
 {
-    cuwire_note_memory_shared(); /* (client/completion.c: synchronizations wait from now on) */
     if (handleType != POSIX_FD)
         return refused(handleType, "cuMemExportToShareableHandle");
     if (!shareableHandle)
@@ -76,7 +75,6 @@ int cuwire_fast_export_shareable(void *shareableHandle, CUmemGenericAllocationHa
 int cuwire_fast_import_shareable(CUmemGenericAllocationHandle *handle, void *osHandle,
                                  CUmemAllocationHandleType shHandleType)
 {
-    cuwire_note_memory_shared(); /* (client/completion.c: synchronizations wait from now on) */
     if (shHandleType != POSIX_FD)
         return refused(shHandleType, "cuMemImportFromShareableHandle");
     unsigned char bytes[HANDLE_BYTES];
@@ -90,7 +88,6 @@ int cuwire_fast_import_shareable(CUmemGenericAllocationHandle *handle, void *osH
 int cuwire_fast_export_pool(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType,
                             unsigned long long flags)
 {
-    cuwire_note_memory_shared(); /* (client/completion.c: synchronizations wait from now on) */
     if (handleType != POSIX_FD)
         return refused(handleType, "cuMemPoolExportToShareableHandle");
     if (!handle_out)
@@ -106,7 +103,6 @@ int cuwire_fast_export_pool(void *handle_out, CUmemoryPool pool, CUmemAllocation
 int cuwire_fast_import_pool(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType,
                             unsigned long long flags)
 {
-    cuwire_note_memory_shared(); /* (client/completion.c: synchronizations wait from now on) */
     if (handleType != POSIX_FD)
         return refused(handleType, "cuMemPoolImportFromShareableHandle");
     unsigned char bytes[HANDLE_BYTES];
@@ -117,35 +113,10 @@ int cuwire_fast_import_pool(CUmemoryPool *pool_out, void *handle, CUmemAllocatio
     return cuwire_py_cuMemPoolImportFromShareableHandle(pool_out, bytes, HANDLE_BYTES, handleType, flags);
 }
 
-/* cuIpcGetMemHandle, cuIpcOpenMemHandle and cuMemPoolExportPointer, before they go to the server: another
- * process may use this memory, or this process another's, from now on (client/completion.c:
- * synchronizations wait from now on). */
-int cuwire_fast_ipc_export(CUipcMemHandle *pHandle, CUdeviceptr dptr)
-{
-    (void)pHandle, (void)dptr;
-    cuwire_note_memory_shared();
-    return -1; /* made by the server, as usual */
-}
-
-int cuwire_fast_ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
-{
-    (void)pdptr, (void)handle, (void)Flags;
-    cuwire_note_memory_shared();
-    return -1;
-}
-
-int cuwire_fast_pool_export_pointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
-{
-    (void)shareData_out, (void)ptr;
-    cuwire_note_memory_shared();
-    return -1;
-}
-
 /* After cuMemPoolImportPointer: the allocation another process exported is this session's device memory
  * now (its size leads the bytes, server/ipc.py), as after cuIpcOpenMemHandle. */
 void cuwire_after_pool_import_pointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)
 {
-    cuwire_note_memory_shared();
     (void)pool;
     CUipcMemHandle handle;
     memcpy(handle.reserved, shareData->reserved, sizeof handle.reserved);

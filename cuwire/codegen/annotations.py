@@ -30,6 +30,10 @@ unimplemented (its stub says so loudly). Inside a table:
   releases true for a call that releases something the session's end releases too (a parameter that
            `frees` says so already): called in a Python program's teardown after its interpreter is
            gone (C++ static destructors: XLA's), it succeeds at once (client/start.c)
+  shares_memory  true for a call that shares device memory with another process (IPC and shareable
+           handles, pool pointers, either side): the stub first notes it, and from then on no
+           synchronization is answered early as a barrier (client/completion.c): the other process's calls
+           come on another connection and would not wait for it
   queued_when  a C function of the client's C, with the same parameters, asked first, that says whether
            a sync call cannot fail (a destroy of a handle the client gave out and knows alive, an
            attribute set it can check as the driver does): then the call is queued as an async one is,
@@ -66,7 +70,7 @@ ANNOTATIONS = Path(__file__).with_name("annotations")
 PACKAGE = Path(__file__).parents[1]  # cuwire/: `server` names a file in it
 MODES = {"sync", "async", "custom", "local"}
 FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after", "server", "synchronizes", "releases", "completes",
-                 "answered_when_done", "queued_when"}
+                 "answered_when_done", "queued_when", "shares_memory"}
 PARAM_KEYS = {"role", "length", "alloc", "overflow", "frees", "range", "at_most", "streams"}
 STREAMING_ROLES = {"buf_in", "buf_out", "mem_in", "mem_out"}
 NEEDS_LENGTH = {name for name, role in ROLES.items() if role.sized}
@@ -189,6 +193,9 @@ def apply_function(fn: Function, spec: dict) -> None:
     fn.releases = spec.get("releases", False)
     if not isinstance(fn.releases, bool):
         raise AnnotationError(f"{fn.name}: `releases` is true or false, not {fn.releases!r}")
+    fn.shares_memory = spec.get("shares_memory", False)
+    if not isinstance(fn.shares_memory, bool):
+        raise AnnotationError(f"{fn.name}: `shares_memory` is true or false, not {fn.shares_memory!r}")
     apply_completes(fn, spec)
     fn.server = spec.get("server", "")
     if fn.server and mode != "sync":

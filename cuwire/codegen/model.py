@@ -203,6 +203,7 @@ class Function:
     server: str = ""  # file of a hand-written server half (see annotations.py)
     synchronizes: bool = False  # the host has caught up with the GPU once it succeeds (see annotations.py)
     releases: bool = False  # it releases what the session's end releases too (see annotations.py)
+    shares_memory: bool = False  # it shares device memory with another process (see annotations.py)
     completes: tuple[str, str] | None = None  # ("stream" | "event" | "context", C handle): see annotations.py
     answered_when_done: bool = False  # answered by the client while what it waits for is known finished
     queued_when: str = ""  # C predicate: the call cannot fail, so it is queued, not waited for (annotations.py)

@@ -7760,14 +7760,9 @@ CUWIRE_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent ev
 
 /* cuIpcGetMemHandle (cuda.h): remoted, sync */
 int cuwire_py_cuIpcGetMemHandle(void *, uint64_t, uint64_t);
-int cuwire_fast_ipc_export(CUipcMemHandle *pHandle, CUdeviceptr dptr);
 static inline CUresult cuwire_impl_cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
-    int fast = cuwire_fast_ipc_export(pHandle, dptr);
-    if (fast >= 0) {
-        __atomic_add_fetch(&cuwire_fast_hits[267], 1, __ATOMIC_RELAXED);
-        return (CUresult)fast;
-    }
+    cuwire_note_memory_shared(); /* another process may use this memory, or this one another's (client/completion.c) */
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuIpcGetMemHandle((void *)pHandle, sizeof *pHandle, (uint64_t)dptr));
@@ -7824,15 +7819,10 @@ CUWIRE_EXPORT CUresult cuIpcOpenMemHandle(void)
 
 /* cuIpcOpenMemHandle_v2 (cuda.h): remoted, sync */
 int cuwire_py_cuIpcOpenMemHandle_v2(void *, void *, uint64_t, uint64_t);
-int cuwire_fast_ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 void cuwire_after_ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 static inline CUresult cuwire_impl_cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
-    int fast = cuwire_fast_ipc_open(pdptr, handle, Flags);
-    if (fast >= 0) {
-        __atomic_add_fetch(&cuwire_fast_hits[270], 1, __ATOMIC_RELAXED);
-        return (CUresult)fast;
-    }
+    cuwire_note_memory_shared(); /* another process may use this memory, or this one another's (client/completion.c) */
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     int status = cuwire_py_cuIpcOpenMemHandle_v2((void *)pdptr, (void *)&handle, sizeof handle, (uint64_t)Flags);
@@ -8993,6 +8983,7 @@ int cuwire_py_cuMemExportToShareableHandle(void *, uint64_t, uint64_t, int64_t, 
 int cuwire_fast_export_shareable(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags);
 static inline CUresult cuwire_impl_cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
+    cuwire_note_memory_shared(); /* another process may use this memory, or this one another's (client/completion.c) */
     int fast = cuwire_fast_export_shareable(shareableHandle, handle, handleType, flags);
     if (fast >= 0) {
         __atomic_add_fetch(&cuwire_fast_hits[326], 1, __ATOMIC_RELAXED);
@@ -9465,6 +9456,7 @@ int cuwire_py_cuMemImportFromShareableHandle(void *, void *, uint64_t, int64_t);
 int cuwire_fast_import_shareable(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType);
 static inline CUresult cuwire_impl_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType)
 {
+    cuwire_note_memory_shared(); /* another process may use this memory, or this one another's (client/completion.c) */
     int fast = cuwire_fast_import_shareable(handle, osHandle, shHandleType);
     if (fast >= 0) {
         __atomic_add_fetch(&cuwire_fast_hits[350], 1, __ATOMIC_RELAXED);
@@ -9581,14 +9573,9 @@ CUWIRE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 
 /* cuMemPoolExportPointer (cuda.h): remoted, sync */
 int cuwire_py_cuMemPoolExportPointer(void *, uint64_t, uint64_t);
-int cuwire_fast_pool_export_pointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr);
 static inline CUresult cuwire_impl_cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
 {
-    int fast = cuwire_fast_pool_export_pointer(shareData_out, ptr);
-    if (fast >= 0) {
-        __atomic_add_fetch(&cuwire_fast_hits[355], 1, __ATOMIC_RELAXED);
-        return (CUresult)fast;
-    }
+    cuwire_note_memory_shared(); /* another process may use this memory, or this one another's (client/completion.c) */
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuMemPoolExportPointer((void *)shareData_out, sizeof *shareData_out, (uint64_t)ptr));
@@ -9610,6 +9597,7 @@ int cuwire_py_cuMemPoolExportToShareableHandle(void *, uint64_t, uint64_t, int64
 int cuwire_fast_export_pool(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags);
 static inline CUresult cuwire_impl_cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
+    cuwire_note_memory_shared(); /* another process may use this memory, or this one another's (client/completion.c) */
     int fast = cuwire_fast_export_pool(handle_out, pool, handleType, flags);
     if (fast >= 0) {
         __atomic_add_fetch(&cuwire_fast_hits[356], 1, __ATOMIC_RELAXED);
@@ -9676,6 +9664,7 @@ int cuwire_py_cuMemPoolImportFromShareableHandle(void *, void *, uint64_t, int64
 int cuwire_fast_import_pool(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags);
 static inline CUresult cuwire_impl_cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
+    cuwire_note_memory_shared(); /* another process may use this memory, or this one another's (client/completion.c) */
     int fast = cuwire_fast_import_pool(pool_out, handle, handleType, flags);
     if (fast >= 0) {
         __atomic_add_fetch(&cuwire_fast_hits[359], 1, __ATOMIC_RELAXED);
@@ -9702,6 +9691,7 @@ int cuwire_py_cuMemPoolImportPointer(void *, uint64_t, void *, uint64_t);
 void cuwire_after_pool_import_pointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData);
 static inline CUresult cuwire_impl_cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)
 {
+    cuwire_note_memory_shared(); /* another process may use this memory, or this one another's (client/completion.c) */
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     int status = cuwire_py_cuMemPoolImportPointer((void *)ptr_out, (uint64_t)(uintptr_t)pool, (void *)shareData, sizeof *shareData);
