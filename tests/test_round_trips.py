@@ -13,17 +13,22 @@ import pytest
 from conftest import SEVENTEEN_ENTRIES, compile_against_client, run_remote
 
 
+def sent_to_server(stderr: str) -> dict[str, int]:
+    """What the client sent to the server and waited for, by count (CUWIRE_STATS' top list of them)."""
+    listed = re.search(r"top calls sent to the server, by count: (.*)", stderr)[1]
+    return {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
+
+
 def stats(apps: Path, client_lib: Path, server, steps: int) -> dict[str, int]:
     r = run_remote(apps / "step_loop", client_lib, server.address, str(steps),
                    env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"{steps} steps on a stream and {steps} on the null stream, 0 bytes read back wrong; waits after the " \
            "copy that were not done: 0" in r.stdout
-    sent = re.search(r"top calls sent to the server, by count: (.*)", r.stderr).group(1)
     return {
         "round trips": int(re.search(r"round trips: (\d+)", r.stderr).group(1)),
         "answered": int(re.search(r"waits answered by the client.*: (\d+)", r.stderr).group(1)),
-        **{name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", sent)},
+        **sent_to_server(r.stderr),
     }
 
 
@@ -47,9 +52,7 @@ def input_copies(apps: Path, client_lib: Path, server, steps: int, *args: str) -
                    env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"input_copies: {steps} steps{' (memory shared)' if args else ''}, 0 bytes read back wrong" in r.stdout
-    sent = re.search(r"top calls sent to the server, by count: (.*)", r.stderr).group(1)
-    return {"round trips": int(re.search(r"round trips: (\d+)", r.stderr).group(1)),
-            **{name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", sent)}}
+    return {"round trips": int(re.search(r"round trips: (\d+)", r.stderr).group(1)), **sent_to_server(r.stderr)}
 
 
 def test_a_synchronization_after_copies_to_the_device_is_queued(apps, client_lib, server):
@@ -84,8 +87,7 @@ def test_a_start_up_makes_streams_and_events_in_batches(apps, client_lib, server
     r = run_remote(apps / "start_up", client_lib, server.address, "--creates", env=env)
     assert r.returncode == 0 and "64 streams, 40 events, the attributes of 2 kernels; all destroyed" in r.stdout, \
         r.stderr
-    listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
-    sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
+    sent = sent_to_server(r.stderr)
     # per kind 4 + 8 + 16 + 32 (of which 4 used): low and high priority streams, timing-less events; 4 + 8 events
     assert sent.get("cuwire.MakeHandles") == 14, sent
     assert "cuwire.FunctionAttributes" not in sent, sent
@@ -125,8 +127,7 @@ def test_kernel_attributes_asked_again_cost_nothing(apps, client_lib, server):
                        env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
         assert r.returncode == 0, r.stderr
         assert f"the attributes of 300 kernels read {passes} times: the same each time: yes" in r.stdout, r.stdout
-        listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
-        return {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
+        return sent_to_server(r.stderr)
 
     once, thrice = sent(1), sent(3)
     assert once.get("cuwire.GetKernel") == thrice.get("cuwire.GetKernel") == 2 * 300, (once, thrice)
@@ -160,9 +161,8 @@ def test_a_destroy_is_queued_only_while_the_client_knows_its_handle_alive(client
     assert r.returncode == 0, r.stderr
     assert r.stdout == "made 0; event destroyed 0, again 400; stream destroyed 0, again 400; synchronized 0\n", \
         r.stderr
-    listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
-    sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
-    assert sent.get("cuEventDestroy_v2") == 1 and sent.get("cuStreamDestroy_v2") == 1, listed
+    sent = sent_to_server(r.stderr)
+    assert sent.get("cuEventDestroy_v2") == 1 and sent.get("cuStreamDestroy_v2") == 1, sent
 
 
 def test_kernel_node_sets_in_an_executable_graph_are_queued(apps, client_lib, server):
@@ -228,10 +228,9 @@ def test_a_set_forgets_the_answers_of_that_kernel_alone(client_lib, server, tmp_
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout == "set 0, cache 0, context 0; the same answers: yes\n", r.stderr
-    listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
-    sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
-    assert sent.get("cuOccupancyMaxActiveBlocksPerMultiprocessor") == 6, listed
-    assert sent.get("cuwire.MaxActiveClusters") == 6, listed
+    sent = sent_to_server(r.stderr)
+    assert sent.get("cuOccupancyMaxActiveBlocksPerMultiprocessor") == 6, sent
+    assert sent.get("cuwire.MaxActiveClusters") == 6, sent
 
 
 def test_a_tensor_map_encoded_again_is_answered_by_the_client(apps, client_lib, server):
@@ -243,9 +242,8 @@ def test_a_tensor_map_encoded_again_is_answered_by_the_client(apps, client_lib, 
     r = run_remote(apps / "tensor_map", client_lib, server.address, env={"CUWIRE_TRANSPORT": "tcp",
                                                                          "CUWIRE_STATS": "1"})
     assert r.returncode == 0 and "a tile through the map encoded again: OK" in r.stdout, r.stdout + r.stderr
-    listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
-    sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
-    assert sent.get("cuTensorMapEncodeTiled") == 3, listed
+    sent = sent_to_server(r.stderr)
+    assert sent.get("cuTensorMapEncodeTiled") == 3, sent
 
 
 LOADS = r"""
@@ -319,10 +317,9 @@ def test_a_shared_memory_set_of_a_kernel_not_described_brings_its_attributes(cli
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout == "set 0; read 0: 2048 bytes, registers known: yes, threads 1024\n", r.stdout + r.stderr
-    listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
-    sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
-    assert sent.get("cuwire.FunctionAttributes") == 1, listed
-    assert not {"cuKernelSetAttribute", "cuKernelGetAttribute"} & set(sent), listed
+    sent = sent_to_server(r.stderr)
+    assert sent.get("cuwire.FunctionAttributes") == 1, sent
+    assert not {"cuKernelSetAttribute", "cuKernelGetAttribute"} & set(sent), sent
 
 
 CACHE_PREFERENCES = r"""
@@ -357,10 +354,9 @@ def test_cache_preferences_are_queued_and_a_repeat_answered(client_lib, server, 
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.fullmatch(r"sets failed: 0, a preference CUDA does not name: 1, then [1-9]\d* blocks of 128 threads\n",
                         r.stdout), r.stdout + r.stderr
-    listed = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
-    sent = {name: int(n) for name, n in re.findall(r"([\w.]+) (\d+)", listed)}
-    assert sent.get("cuFuncSetCacheConfig") == 1, listed  # (the refused one)
-    assert sent.get("cuOccupancyMaxActiveBlocksPerMultiprocessor") == 1, listed
+    sent = sent_to_server(r.stderr)
+    assert sent.get("cuFuncSetCacheConfig") == 1, sent  # (the refused one)
+    assert sent.get("cuOccupancyMaxActiveBlocksPerMultiprocessor") == 1, sent
     queued = int(re.search(r"API calls: \d+ = \d+ sent to the server and waited for \+ (\d+) queued", r.stderr)[1])
     assert queued >= 10, r.stderr  # (each change of preference: 10 of the 20 sets)
 
