@@ -11,6 +11,16 @@ So the client names, in its hello, the spans of address space it uses, each reac
 (where its next mappings go: the kernel hands out address space from the top down); the session process
 holds what is free of them here (no access, no memory) before CUDA starts, and the driver places device
 memory elsewhere. Nothing else of the server's needs those addresses: its own mappings that lie there stay.
+
+Servers of one device list (issue 39, docs/several-servers.md) need more: two session processes lay device
+memory out alike, so two servers' pointers could be one value. A session told its place in a list (its
+server number, from 1) holds all free address space but its own two windows before CUDA starts:
+- a LOW_SLOT below 1 TiB, where the driver must put its first reservation (about 4 GiB at cuInit; with
+  nothing free below 1 TiB, cuInit fails with out of memory: measured on an H200 host, 2026-11-27);
+- a WINDOW_SIZE window from 8 TiB up, where every later mapping goes: device, managed and page-locked
+  memory (`mmap`'s), and the default pool's reservation (first fit upwards, once the low slot is too small).
+A session of a program with one server (number 0) holds none of this: its memory lies where its driver
+puts it.
 """
 
 from __future__ import annotations
@@ -22,6 +32,11 @@ USER_SPACE_END = (1 << 47) - 4096  # x86-64 (TASK_SIZE) and aarch64 with 48-bit 
 LOWEST = 1 << 16  # below vm.mmap_min_addr nothing may be mapped
 GROWTH = 1 << 40  # address space below each of the client's spans kept free for its later mappings
 HEAP_GROWTH = 64 << 30  # ...and above each, for its heap (brk) to grow into
+LOW_END = 1 << 40  # the driver's first reservation lies below this
+LOW_SLOT = 64 << 30  # one server's room for it, the Nth from LOW_END down (a single server's lies from 8 GiB)
+WINDOWS_START = 8 << 40  # where the servers' windows begin: above everything a single server's driver places low
+WINDOW_SIZE = 8 << 40  # one server's: room for eight GPUs' memory and the driver's reservations for them
+MOST_SERVERS = 8  # windows up to 72 TiB: below a program's heap and libraries (~85 TiB and up)
 MAX_SPANS = 64  # more than a hello carries (spans closer than GROWTH merge, so real programs have few)
 
 
@@ -87,6 +102,39 @@ def hold(lib: Any, spans: list[tuple[int, int]], maps: str | None = None) -> lis
             if at >= hi:
                 break
     return held
+
+
+def windows(number: int) -> list[tuple[int, int]]:
+    """The [start, end) of the two windows of address space of the `number`th server of a device list (from
+    1): its low slot and its window. [] for 0 (a single server: its memory lies where its driver puts it) and
+    past MOST_SERVERS."""
+    if not 0 < number <= MOST_SERVERS:
+        return []
+    start = WINDOWS_START + (number - 1) * WINDOW_SIZE
+    return [(LOW_END - number * LOW_SLOT, LOW_END - (number - 1) * LOW_SLOT), (start, start + WINDOW_SIZE)]
+
+
+def outside(kept: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The spans of user space around the sorted ranges `kept`: what a session holds to keep its mappings
+    in them."""
+    spans, at = [], LOWEST
+    for lo, hi in kept:
+        spans.append((at, lo))
+        at = hi
+    return [*spans, (at, USER_SPACE_END)]
+
+
+def keep_in(lib: Any, kept: list[tuple[int, int]]) -> bool:
+    """A session process before CUDA starts: hold all free address space around the ranges `kept`, so that
+    every mapping made from now on (the driver's, the process's own) lands in them. Whether a mapping does:
+    a probe reservation made after the hold must lie in the last, top-down as mappings are placed (a
+    thread's mapping that came between this process's reading of its maps and the hold could leave a gap)."""
+    hold(lib, outside(kept))
+    page = os.sysconf("SC_PAGE_SIZE")
+    probe = lib.cw_reserve(page)
+    if probe:
+        lib.cw_unmap(probe, page)
+    return within(kept[-1:], probe, page)
 
 
 def within(ranges: list[tuple[int, int]], address: int, size: int) -> bool:

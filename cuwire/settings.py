@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from cuwire.address_space import MOST_SERVERS
+
 DEFAULT_PORT = 50551
 
 
@@ -81,6 +83,15 @@ def one_server(text: str) -> str:
                          "(issue 39, docs/several-servers.md); give one, and run a process per server (as "
                          "tests/multi_gpu_apps/ddp_across_servers.py does)")
     return text
+
+
+def _server_number(text: str) -> int:
+    """A place in a device list, from 1 to address_space.MOST_SERVERS (windows of address space each); 0: none."""
+    what = f"a whole number from 0 to {MOST_SERVERS}"
+    value = int(_number(int, what)(text))
+    if value > MOST_SERVERS:
+        raise ValueError(f"expected {what}")
+    return value
 
 
 def _trace(text: str) -> bool | str:
@@ -175,6 +186,10 @@ class Settings:
     # how the session travels: auto (a Unix socket and shared memory when the server is on this host and
     # reachable so, else TCP), tcp, or unix (refused when the server cannot be reached so)
     transport: str = _setting("transport", "auto", _one_of("auto", "tcp", "unix"))
+    # this server's place in a device list across servers, from 1 (0: the program's only server). Its session
+    # keeps its memory in windows of address space of its own (address_space.windows). Lists are not served
+    # yet (issue 39); set by hand, a one-server program's session lays its memory out as that server's would
+    server_number: int = _setting("server_number", "0", _server_number)
     # off, on (or zstd), auto: compress large messages and payloads, both ways (auto: over TCP, once the link
     # measured slow, while the data compresses; cuwire/wire/compression.py)
     compress: str = _setting("compress", "auto", _one_of("auto", "on", "zstd", "off"))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cuwire_emulated import registry
-from cuwire_emulated.device import DEVICE_BASE, EmulatedLib, cuda_ffi
+from cuwire_emulated.device import EmulatedLib, cuda_ffi
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -135,9 +135,12 @@ def test_cuda_ffi_is_cached() -> None:
 
 # --- memory -----------------------------------------------------------------------------------------
 
-def test_allocations_are_aligned_and_above_host_space(lib: EmulatedLib) -> None:
+def test_allocations_are_aligned_and_apart_from_host_memory(lib: EmulatedLib, ffi: Any) -> None:
     a, b = malloc(lib, 100), malloc(lib, 1)
-    assert a >= DEVICE_BASE and b >= DEVICE_BASE
+    buffer = ffi.new("char[]", 128)
+    span = lib._memory.start, lib._memory.end
+    assert span[0] <= a < span[1] and span[0] <= b < span[1]  # address space this process reserved for it
+    assert not span[0] <= host(ffi, buffer) < span[1]  # where no host memory can be
     assert a % 256 == 0 and b % 256 == 0 and a != b
 
 
@@ -221,7 +224,7 @@ def test_memcpy_errors(lib: EmulatedLib, ffi: Any) -> None:
     assert lib.cuMemcpyHtoD_v2(host(ffi, buffer), buffer, 8) == invalid  # the name says device, it is host
     assert lib.cuMemcpyDtoH_v2(buffer, host(ffi, buffer), 8) == invalid
     assert lib.cuMemcpyDtoD_v2(a, host(ffi, buffer), 8) == invalid
-    assert lib.cuMemcpy(DEVICE_BASE + (1 << 40), host(ffi, buffer), 8) == invalid  # never allocated
+    assert lib.cuMemcpy(a + (1 << 30), host(ffi, buffer), 8) == invalid  # the device's, never allocated
     assert lib.cuMemcpy(a, 0, 8) == invalid
     assert lib.cuMemcpyHtoD_v2(a, buffer, 0) == 0
 
@@ -448,7 +451,7 @@ def test_globals(lib: EmulatedLib, ffi: Any) -> None:
     dptr, size = ffi.new("CUdeviceptr *"), ffi.new("size_t *")
     assert lib.cuLibraryGetGlobal(dptr, size, library, COUNTER_GLOBAL.encode()) == 0
     address = dptr[0]
-    assert size[0] == 8 and address >= DEVICE_BASE
+    assert size[0] == 8 and lib._memory.on_device(address)
     assert lib.cuLibraryGetGlobal(dptr, ffi.NULL, library, COUNTER_GLOBAL.encode()) == 0
     assert dptr[0] == address
     assert lib.cuLibraryGetGlobal(dptr, size, library, b"no_such_global") == code(ffi, "CUDA_ERROR_NOT_FOUND")

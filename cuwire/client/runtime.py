@@ -124,7 +124,7 @@ class Session:
     def __init__(self, settings: Settings):
         self.settings = settings
         keep_free = [pb.Span(start=lo, end=hi) for lo, hi in address_space.own_spans_to_keep()]
-        hello = make_hello(settings.token, keep_free=keep_free)
+        hello = make_hello(settings.token, keep_free=keep_free, server_number=settings.server_number)
         hello.resumes = True  # (SocketTransport.resumable)
         self.transport: SocketTransport
         self.host: SharedHost | None = None  # host memory shared with the server (page-locked allocations)

@@ -212,6 +212,19 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     kept = address_space.hold(records_lib, [(s.start, s.end) for s in asked.keep_free])
     log.debug("session: %d GiB of the client's address space kept free of device memory",
               sum(hi - lo for lo, hi in kept) >> 30)
+    windows = address_space.windows(asked.server_number)
+    if asked.server_number:  # a server of the program's device list: all its mappings in its windows
+        if not windows or not address_space.keep_in(records_lib, windows):
+            why = (f"the program's device list names this server as number {asked.server_number}, which has no "
+                   f"window of address space (at most {address_space.MOST_SERVERS} servers, from 1)" if not windows
+                   else f"this session could not keep its mappings in its windows of address space "
+                        f"{[f'{lo:#x}-{hi:#x}' for lo, hi in windows]} (server number {asked.server_number})")
+            log.warning("session refused: %s", why)
+            conn.send(pb.Reply(error=why, refusal=pb.PROTOCOL).SerializeToString())
+            conn.close()
+            return 1
+        log.debug("session: server number %d of a device list, its mappings in %s", asked.server_number,
+                  ", ".join(f"[{lo:#x}, {hi:#x})" for lo, hi in windows))
     if asked.HasField("visible_devices"):  # the program's CUDA_VISIBLE_DEVICES, applied by this process's driver
         from cuwire.server.visible_devices import server_exposes, session_devices
 
@@ -226,7 +239,7 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
         settings = dataclasses.replace(settings, devices=chosen)
     try:
         state = CuWireServer(settings, nvml_uuids or None)
-        state.held_host, state.held_spans = held, kept
+        state.held_host, state.held_spans, state.windows = held, kept, windows
     except RuntimeError as e:
         log.error("%s", e)
         if asked.HasField("visible_devices"):  # (the devices it names are not there: CUDA_ERROR_NO_DEVICE)

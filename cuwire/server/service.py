@@ -68,6 +68,7 @@ class CuWireServer:
         self.settings = settings
         self.held_host = 0  # the client's host-memory range, kept free here before CUDA started (run_one_session)
         self.held_spans: list[tuple[int, int]] = []  # ...and the client's address space (address_space.py)
+        self.windows: list[tuple[int, int]] = []  # ...and, in a device list, where its mappings are kept
         if settings.devices:
             os.environ["CUDA_VISIBLE_DEVICES"] = settings.devices
         self.ffi, self.lib, self.backend = open_backend(settings.backend)

@@ -71,6 +71,11 @@ def cuMemAddressReserve(s, a: pb.cuMemAddressReserve_Args) -> pb.cuMemAddressRes
     r = pb.cuMemAddressReserve_Result()
     ptr = s.ffi.new("CUdeviceptr *")
     r.status = s.lib.cuMemAddressReserve(ptr, a.size, a.alignment, a.addr, a.flags)
+    if r.status and a.addr and s.server.windows:
+        # A session of a device list holds the address space outside its windows (address_space.py), where
+        # the driver then refuses an address it is asked for rather than choose another, as it does where
+        # the address is taken: the address is a hint, so the reservation is made where the driver chooses
+        r.status = s.lib.cuMemAddressReserve(ptr, a.size, a.alignment, 0, a.flags)
     if r.status == 0:
         r.ptr = ptr[0]
         _vmm(s).reserved[r.ptr] = a.size

@@ -14,6 +14,7 @@ address can never be mistaken for a host pointer and anything below is a host bu
 from __future__ import annotations
 
 import bisect
+import ctypes
 import functools
 import mmap
 import os
@@ -21,6 +22,7 @@ import re
 import sys
 import time
 import traceback
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -41,7 +43,9 @@ from cuwire_emulated.vmm import ACCESS_READWRITE, LOCATION_DEVICE, EmulatedVmm, 
 CData = Any  # a cffi cdata value; cffi has no static types for these
 
 LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-DEVICE_BASE = 1 << 48  # above the x86-64 user address space: never equal to a host pointer
+DEVICE_SPAN = 256 << 30  # the address space one device's memory takes (32x its memory: addresses are not reused)
+PROT_NONE, MAP_NORESERVE = 0, 0x4000  # Linux's (Python 3.11's mmap module has neither)
+HOST_END = 1 << 48  # the end of user address space on x86-64 and aarch64 (a "host pointer" above it is a bug)
 ALLOCATION_ALIGNMENT = 256  # what cuMemAlloc guarantees
 PITCH_ALIGNMENT = 512  # what cuMemAllocPitch rounds rows up to on current GPUs
 HANDLE_BASE = 0x5000_0000  # streams, events, libraries, ... : small fake addresses, never 0, 1 or 2
@@ -164,6 +168,24 @@ def _function_attribute_defaults() -> dict[str, int]:
     }
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+
+def _reserve_span(size: int) -> int:
+    """Address space for a device's memory (no access, no memory), where this process's next mapping goes:
+    a GPU's driver places device memory so, and a cuwire session moves it by holding ranges before CUDA
+    starts (cuwire/address_space.py). Its addresses are then never a host pointer of this process."""
+    address = _libc.mmap(None, size, PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE,
+                         -1, 0)
+    if address in (None, ctypes.c_void_p(-1).value):
+        raise MemoryError(f"no address space for the emulated device's memory ({size} bytes): "
+                          f"{os.strerror(ctypes.get_errno())}")
+    return address
+
+
 class EmulatedMemory:
     """The device's global memory: allocations, each backed by host memory, plus `__device__` variables.
 
@@ -174,7 +196,10 @@ class EmulatedMemory:
     def __init__(self, total: int) -> None:
         self.total = total
         self.used = 0
-        self._next = DEVICE_BASE
+        self.start = _reserve_span(DEVICE_SPAN)  # [start, end): this device's addresses, and no others
+        self.end = self.start + DEVICE_SPAN
+        weakref.finalize(self, _libc.munmap, self.start, DEVICE_SPAN)
+        self._next = self.start
         self._bases: list[int] = []  # sorted allocation start addresses
         self._blocks: dict[int, bytearray | mmap.mmap] = {}
         self._globals: dict[str, int] = {}
@@ -196,17 +221,25 @@ class EmulatedMemory:
         except (MemoryError, OSError, OverflowError):
             return None
 
+    def on_device(self, address: int) -> bool:
+        """Whether `address` is one of this device's (allocated or not)."""
+        return self.start <= address < self.end
+
+    def _room(self, size: int, alignment: int = ALLOCATION_ALIGNMENT) -> int | None:
+        """The address the next allocation or reservation of `size` bytes takes, None when the span is spent."""
+        base = _round_up(self._next, alignment)
+        return base if base + size + ALLOCATION_ALIGNMENT <= self.end else None
+
     def allocate(self, size: int) -> int | None:
         """A new zeroed allocation's address, or None when the device is full."""
         made = self._new_block(size)
-        if made is None:
+        if made is None or (base := self._room(made[0])) is None:
             return None
         rounded, block = made
-        base = self._next
         # Addresses are never reused and a gap follows each allocation, so use-after-free and running off
         # the end of an allocation fault instead of silently landing in another one.
         self._next += rounded + ALLOCATION_ALIGNMENT
-        self._bases.append(base)
+        bisect.insort(self._bases, base)  # (host memory registered may lie above)
         self._blocks[base] = block
         self.used += rounded
         return base
@@ -236,11 +269,14 @@ class EmulatedMemory:
         for block in kept.values():
             block[:] = bytes(len(block))
 
-    def reserve(self, block: Reservation, alignment: int) -> int:
-        """Address space for a reservation (cuMemAddressReserve): its bytes are its mappings'."""
-        base = _round_up(self._next, alignment)
+    def reserve(self, block: Reservation, alignment: int) -> int | None:
+        """Address space for a reservation (cuMemAddressReserve): its bytes are its mappings'; None when the
+        device's span has no more."""
+        base = self._room(len(block), alignment)
+        if base is None:
+            return None
         self._next = base + len(block) + ALLOCATION_ALIGNMENT
-        self._bases.append(base)
+        bisect.insort(self._bases, base)  # (host memory registered may lie above)
         self._blocks[base] = block
         return base
 
@@ -260,7 +296,7 @@ class EmulatedMemory:
     def allocation_base(self, address: int) -> int | None:
         """The start of the allocation (not a reservation, a global or host memory) holding `address`."""
         i = bisect.bisect_right(self._bases, address) - 1
-        if i < 0 or (base := self._bases[i]) < DEVICE_BASE or base in self._globals.values():
+        if i < 0 or not self.on_device(base := self._bases[i]) or base in self._globals.values():
             return None
         block = self._blocks[base]
         return base if not isinstance(block, Reservation) and address - base < max(len(block), 1) else None
@@ -268,7 +304,7 @@ class EmulatedMemory:
     def range_of(self, address: int) -> tuple[int, int] | None:
         """(start, size) of the allocation, reservation or global holding the device address."""
         i = bisect.bisect_right(self._bases, address) - 1
-        if i < 0 or (base := self._bases[i]) < DEVICE_BASE:
+        if i < 0 or not self.on_device(base := self._bases[i]):
             return None
         size = len(self._blocks[base])
         return (base, size) if address - base < max(size, 1) else None
@@ -279,9 +315,11 @@ class EmulatedMemory:
         if self.allocation_base(base) != base:
             return None
         block = self._blocks[base]
-        address = self._next
-        self._next += _round_up(max(len(block), 1), ALLOCATION_ALIGNMENT) + ALLOCATION_ALIGNMENT
-        self._bases.append(address)
+        address = self._room(len(block))
+        if address is None:
+            return None
+        self._next = address + _round_up(max(len(block), 1), ALLOCATION_ALIGNMENT) + ALLOCATION_ALIGNMENT
+        bisect.insort(self._bases, address)  # (host memory registered may lie above)
         self._blocks[address] = block
         self._aliases.add(address)
         return address
@@ -326,7 +364,7 @@ class EmulatedMemory:
         return True
 
     def unregister_host(self, address: int) -> bool:
-        if address >= DEVICE_BASE or address not in self._blocks:
+        if self.on_device(address) or address not in self._blocks:
             return False
         del self._bases[bisect.bisect_left(self._bases, address)]
         del self._blocks[address]
@@ -334,7 +372,7 @@ class EmulatedMemory:
 
     def host_range(self, address: int) -> tuple[int, int] | None:
         """The registered host range holding `address`: (its start, its size)."""
-        if address >= DEVICE_BASE:
+        if self.on_device(address):
             return None
         found = self.find(address, 1)
         return (address - found[1], len(found[0])) if found else None
@@ -558,18 +596,20 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
 
     def _valid(self, address: int, size: int) -> bool:
         """Whether [address, address + size) is all device memory of one allocation, or plausibly host."""
-        if address >= DEVICE_BASE:
-            return self._memory.find(address, size) is not None
-        return MIN_HOST_ADDRESS <= address and address + size <= DEVICE_BASE
+        memory = self._memory
+        if memory.on_device(address):
+            return memory.find(address, size) is not None
+        return MIN_HOST_ADDRESS <= address and address + size <= HOST_END and not (
+            address < memory.end and memory.start < address + size)
 
     def _load(self, address: int, size: int) -> bytes:
         """Bytes at a device or host address already checked with `_valid`."""
-        if address >= DEVICE_BASE:
+        if self._memory.on_device(address):
             return cast(bytes, self._memory.load(address, size))
         return self.ffi.buffer(self.ffi.cast("char *", address), size)[:]
 
     def _store(self, address: int, data: bytes) -> None:
-        if address >= DEVICE_BASE:
+        if self._memory.on_device(address):
             self._memory.store(address, data)
         else:
             self.ffi.buffer(self.ffi.cast("char *", address), len(data))[:] = data
@@ -581,16 +621,18 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
             return 0
         dst_address, src_address = self._addr(dst), self._addr(src)
         ends = zip((dst_address, src_address), COPY_DIRECTIONS[direction], strict=True)
-        on_device = [address for address, device in ends if device]
-        if not (all(self._memory.contains(a) for a in on_device) and self._valid(dst_address, count)
+        device_ends = [address for address, device in ends if device]
+        if not (all(self._memory.contains(a) for a in device_ends) and self._valid(dst_address, count)
                 and self._valid(src_address, count)):
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        found = self._memory.find(max(dst_address, src_address), count)
-        if (dst_address >= DEVICE_BASE) != (src_address >= DEVICE_BASE) and isinstance(
+        to_device = self._memory.on_device(dst_address)
+        device_end, host_end = (dst_address, src_address) if to_device else (src_address, dst_address)
+        found = self._memory.find(device_end, count)
+        if to_device != self._memory.on_device(src_address) and isinstance(
                 found and found[0], (bytearray, mmap.mmap)):  # host <-> device memory: one copy, not two
             block, offset = cast(tuple, found)
-            host = self.ffi.buffer(self.ffi.cast("char *", min(dst_address, src_address)), count)
-            if dst_address >= DEVICE_BASE:
+            host = self.ffi.buffer(self.ffi.cast("char *", host_end), count)
+            if to_device:
                 block[offset:offset + count] = host
             else:
                 host[:] = memoryview(block)[offset:offset + count]

@@ -131,6 +131,8 @@ class EmulatedVmm:
         if size <= 0 or size % GRANULARITY or alignment & (alignment - 1) or flags:
             return self.drv.CUDA_ERROR_INVALID_VALUE
         address = self._memory.reserve(Reservation(size), max(alignment, GRANULARITY))
+        if address is None:
+            return self.drv.CUDA_ERROR_OUT_OF_MEMORY
         return self._drv_put((ptr, address))
 
     def cuMemAddressFree(self, ptr: int, size: int) -> int:

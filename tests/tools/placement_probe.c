@@ -8,6 +8,9 @@
  *                                      elsewhere
  *   build/placement_probe hold LO HI   the same, after holding [LO, HI) (the driver's fixed windows: its pool
  *                                      at 0x420000000, measured on an H200 host, 2026-11-27)
+ * Through cuwire (built against the test apps' stub, tests/test_apps/build/stubs, where the toolkit has none):
+ *   CUWIRE_SERVER=HOST:PORT CUWIRE_SERVER_NUMBER=N LD_LIBRARY_PATH=build/client build/placement_probe
+ *                                      where a session numbered N of a device list puts each (its windows)
  * Each line: what was made, and its address. Then the reservations the hints asked (cuMemAddressReserve at
  * fixed windows low in the address space: whether the driver takes a window it is given), and the
  * mappings of the process larger than 1 GiB (the driver's own reservations of address space). */

@@ -1,0 +1,149 @@
+"""Windows of address space for the servers of a device list (cuwire/address_space.py,
+docs/several-servers.md): a session told its place keeps every mapping it makes, device memory among them,
+in windows of its own, and programs run through it as through any session."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import compile_against_client, run_remote
+from test_apps_e2e import EXPECTED
+
+from cuwire import address_space
+from cuwire.address_space import LOW_END, LOW_SLOT, LOWEST, MOST_SERVERS, USER_SPACE_END, WINDOW_SIZE, WINDOWS_START
+
+# A program's device pointers: three allocations, from two calls that make memory
+POINTERS = r"""
+#include <stdio.h>
+#include "cuda_api.h"
+
+int main(void)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    CUdeviceptr a, b, c;
+    size_t pitch;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx))
+        return 1;
+    if (cuMemAlloc_v2(&a, 1 << 20) || cuMemAlloc_v2(&b, 3000) || cuMemAllocPitch_v2(&c, &pitch, 100, 10, 4))
+        return 2;
+    printf("%llu %llu %llu\n", (unsigned long long)a, (unsigned long long)b, (unsigned long long)c);
+    return 0;
+}
+"""
+
+# What a session process does before CUDA starts, in a process of its own: the hold, then new mappings
+KEEP_IN = """
+import json, mmap, sys
+from cuwire import address_space
+from cuwire.server._records import lib
+windows = address_space.windows(int(sys.argv[1]))
+kept = address_space.keep_in(lib, windows)
+start, end = windows[-1]
+maps = [mmap.mmap(-1, size) for size in (4096, 1 << 20, 64 << 20)]  # (Python's own, through mmap(2))
+import ctypes
+print(json.dumps({"kept": kept, "start": start, "end": end,
+                  "mapped": [ctypes.addressof(ctypes.c_char.from_buffer(m)) for m in maps],
+                  "reserved": lib.cw_reserve(1 << 30)}))
+"""
+
+
+def test_each_server_of_a_list_has_windows_of_its_own():
+    assert address_space.windows(0) == []  # a program's only server: its memory lies where its driver puts it
+    each = [address_space.windows(n) for n in range(1, MOST_SERVERS + 1)]
+    assert each[0] == [(LOW_END - LOW_SLOT, LOW_END), (WINDOWS_START, WINDOWS_START + WINDOW_SIZE)]
+    ranges = sorted(r for windows in each for r in windows)
+    assert all(a[1] <= b[0] for a, b in zip(ranges, ranges[1:], strict=False))  # apart
+    assert ranges[0][0] >= 512 << 30  # above where a single server's driver puts its pool (from 8 GiB)
+    assert ranges[-1][1] <= 0x550000000000  # below where a program's heap and libraries lie
+    assert address_space.windows(MOST_SERVERS + 1) == []
+    assert address_space.outside(each[0]) == [(LOWEST, LOW_END - LOW_SLOT), (LOW_END, WINDOWS_START),
+                                              (WINDOWS_START + WINDOW_SIZE, USER_SPACE_END)]
+
+
+@pytest.mark.parametrize("number", [1, MOST_SERVERS])
+def test_a_process_that_keeps_its_mappings_in_a_window_maps_nothing_outside(number):
+    r = subprocess.run([sys.executable, "-c", KEEP_IN, str(number)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout)
+    assert seen["kept"]
+    for address in [*seen["mapped"], seen["reserved"]]:
+        assert seen["start"] <= address < seen["end"], (hex(address), seen)
+
+
+def device_pointers(client_lib: Path, server, tmp_path: Path, env: dict[str, str]) -> list[int]:
+    exe = compile_against_client(POINTERS, tmp_path, client_lib, "pointers")
+    r = run_remote(exe, client_lib, server.address, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return [int(word) for word in r.stdout.split()]
+
+
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+def test_a_later_servers_device_memory_lies_in_its_window(transport, client_lib, server, tmp_path):
+    start, end = address_space.windows(2)[-1]
+    placed = device_pointers(client_lib, server, tmp_path, {"CUWIRE_SERVER_NUMBER": "2", "CUWIRE_TRANSPORT": transport})
+    assert all(start <= p < end for p in placed), [hex(p) for p in placed]
+    first = device_pointers(client_lib, server, tmp_path, {"CUWIRE_TRANSPORT": transport})
+    assert not any(WINDOWS_START <= p < address_space.windows(MOST_SERVERS)[-1][1] for p in first), first
+
+
+WINDOWED_APPS = ["vector_add", "memcpy_kinds", "mapped_memory", "managed_memory", "mempool", "vmm", "graphs",
+                 "callbacks", "large_copies", "textures", "peer_copy", "graph_nodes"]
+
+
+@pytest.mark.parametrize("name", WINDOWED_APPS)
+def test_apps_give_the_same_output_through_a_later_servers_session(name, apps: Path, client_lib, server):
+    r = run_remote(apps / name, client_lib, server.address, env={"CUWIRE_SERVER_NUMBER": "1"})
+    assert r.returncode == 0, f"{name} failed:\n{r.stdout}\n{r.stderr}"
+    assert r.stdout == (EXPECTED / f"{name}.out").read_text(), r.stderr
+
+
+def test_a_server_number_past_the_windows_is_refused_by_name(client_lib, server, tmp_path):
+    exe = compile_against_client(POINTERS, tmp_path, client_lib, "pointers")
+    r = run_remote(exe, client_lib, server.address, env={"CUWIRE_SERVER_NUMBER": str(MOST_SERVERS + 1)})
+    assert r.returncode != 0
+    assert f"CUWIRE_SERVER_NUMBER='{MOST_SERVERS + 1}': expected a whole number from 0 to {MOST_SERVERS}" in r.stderr
+
+
+def test_a_hello_past_the_windows_is_refused_by_the_session_by_name(server):
+    from cuwire import cli
+
+    reply = cli.handshake(server.address, cli.make_hello("", server_number=MOST_SERVERS + 1))
+    assert f"names this server as number {MOST_SERVERS + 1}, which has no window of address space" in reply.error
+
+
+class Reserving:
+    """A driver whose cuMemAddressReserve refuses an address asked for outside the windows, as the GPU's
+    driver did in a session holding the rest (measured on an H200 host, 2026-11-27)."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def cuMemAddressReserve(self, ptr, size, alignment, addr, flags) -> int:
+        self.asked.append(addr)
+        if addr:
+            return 2  # CUDA_ERROR_OUT_OF_MEMORY
+        ptr[0] = 0xF102000000
+        return 0
+
+
+@pytest.mark.parametrize("windows", [[], address_space.windows(1)])
+def test_an_address_asked_of_a_reservation_is_a_hint_in_a_sessions_windows(windows):
+    from types import SimpleNamespace
+
+    from cuwire.generated import cuwire_pb2 as pb
+    from cuwire.server import vmm
+    from cuwire.server.backend import cuda_ffi
+
+    lib, added = Reserving(), []
+    s = SimpleNamespace(ffi=cuda_ffi(), lib=lib, vmm=None, server=SimpleNamespace(windows=windows),
+                        records=SimpleNamespace(add_memory=lambda at, size: added.append((at, size))))
+    r = vmm.cuMemAddressReserve(s, pb.cuMemAddressReserve_Args(size=1 << 30, addr=0x100000000000))
+    if windows:  # asked again where the driver chooses: in the session's windows
+        assert (r.status, r.ptr, lib.asked, added) == (0, 0xF102000000, [0x100000000000, 0], [(0xF102000000, 1 << 30)])
+    else:  # a single server's session: the driver's answer, as natively
+        assert (r.status, lib.asked, added) == (2, [0x100000000000], [])
