@@ -37,6 +37,7 @@ LOW_SLOT = 64 << 30  # one server's room for it, the Nth from LOW_END down (a si
 WINDOWS_START = 8 << 40  # where the servers' windows begin: above everything a single server's driver places low
 WINDOW_SIZE = 8 << 40  # one server's: room for eight GPUs' memory and the driver's reservations for them
 MOST_SERVERS = 8  # windows up to 72 TiB: below a program's heap and libraries (~85 TiB and up)
+WINDOWS_END = WINDOWS_START + MOST_SERVERS * WINDOW_SIZE
 MAX_SPANS = 64  # more than a hello carries (spans closer than GROWTH merge, so real programs have few)
 
 

@@ -15,6 +15,7 @@ from test_apps_e2e import EXPECTED
 
 from cuwire import address_space
 from cuwire.address_space import LOW_END, LOW_SLOT, LOWEST, MOST_SERVERS, USER_SPACE_END, WINDOW_SIZE, WINDOWS_START
+from cuwire.wire import ring
 
 # A program's device pointers: three allocations, from two calls that make memory
 POINTERS = r"""
@@ -40,6 +41,7 @@ int main(void)
 KEEP_IN = """
 import json, mmap, sys
 from cuwire import address_space
+from cuwire.wire import ring
 from cuwire.server._records import lib
 windows = address_space.windows(int(sys.argv[1]))
 kept = address_space.keep_in(lib, windows)
@@ -60,6 +62,7 @@ def test_each_server_of_a_list_has_windows_of_its_own():
     assert all(a[1] <= b[0] for a, b in zip(ranges, ranges[1:], strict=False))  # apart
     assert ranges[0][0] >= 512 << 30  # above where a single server's driver puts its pool (from 8 GiB)
     assert ranges[-1][1] <= 0x550000000000  # below where a program's heap and libraries lie
+    assert ranges[-1][1] <= ring.HOST_REGION[0]  # apart from the client's shared page-locked memory
     assert address_space.windows(MOST_SERVERS + 1) == []
     assert address_space.outside(each[0]) == [(LOWEST, LOW_END - LOW_SLOT), (LOW_END, WINDOWS_START),
                                               (WINDOWS_START + WINDOW_SIZE, USER_SPACE_END)]

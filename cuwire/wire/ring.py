@@ -26,6 +26,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from cuwire import address_space
+
 SLOT = 4 << 20  # bytes per slot: a large copy moves a slot at a time, the GPU copying one while the next fills
 SIZE = 8 * SLOT + 4096  # what a client offers: eight slots and the header page
 MAX_SIZE = 64 * SLOT + 4096  # the most a server makes for one session
@@ -186,7 +188,9 @@ def host_memory(lib: Any, size: int, address: int, held: int = 0) -> tuple[int, 
 # as random as the client's, finds the same range free. Reserved next to the client's own mappings, it
 # overlapped the session's in about one session in sixty on the H100: the memory then lay at two
 # addresses, and device memory the server gave could fall on the client's copy.
-HOST_REGION = (1 << 44, 1 << 46)  # 16 to 64 TiB
+# Above the windows a device list's servers keep their memory in (address_space.windows: up to 72 TiB),
+# below where programs load.
+HOST_REGION = (address_space.WINDOWS_END, address_space.WINDOWS_END + (12 << 40))  # 72 to 84 TiB
 HOST_ALIGN = 1 << 30
 
 
