@@ -52,6 +52,11 @@ if [ "${GPU_TEST_ONLY:-}" != torch ]; then
   for app in tests/test_apps/build/*; do
     [ -f "$app" ] && [ -x "$app" ] && compare "$(basename "$app")" -- "$app"
   done
+  # some through a session numbered 2, whose memory lies in its windows of address space as a device
+  # list's second server's would (address_space.windows, docs/several-servers.md)
+  for app in vector_add vmm mempool managed_memory mapped_memory graphs ipc; do
+    CUWIRE_SERVER_NUMBER=2 compare "$app-in-windows" -- tests/test_apps/build/$app
+  done
   export CUWIRE_TRANSPORT=tcp  # and some over loopback TCP, as a remote client travels
   for app in large_copies vector_add streams memcpy_kinds managed_memory mapped_memory callbacks graph_nodes step_loop input_copies many_kernels; do compare "$app-over-tcp" -- tests/test_apps/build/$app; done
   # and over TLS, to a second server with a self-signed certificate, as a client on another host travels

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import APPS, STAT_BYTES, compile_against_client, run_remote
+from conftest import APPS, STAT_BYTES, compile_against_client, run_remote, wait_for
 
 LOOPER = r"""
 #include <stdio.h>
@@ -237,13 +237,15 @@ def test_a_dying_session_process_leaves_the_others_alone(looper, apps, client_li
     try:
         assert p.stdout.readline().strip() == "allocated"
         pid = int(re.findall(r"session \d+ for pid \d+ .*: process (\d+)", fresh_server.text())[-1])
-        os.kill(pid, signal.SIGKILL)  # the session's own process dies (a crash in CUDA, say)
+        os.kill(pid, signal.SIGSEGV)  # the session's own process dies (a crash in CUDA, say)
         r = run_remote(apps / "vector_add", client_lib, fresh_server.address)
         assert r.returncode == 0 and "vector_add: PASS" in r.stdout, r.stderr  # other sessions go on
     finally:
         p.kill()
         p.wait(10)
     assert "lost the cuwire server" in p.stderr.read()  # its client is told
+    said = f"session 1: its process {pid} ended by SIGSEGV"  # and the server's log says why
+    assert wait_for(lambda: said in fresh_server.text()), fresh_server.text()
 
 
 def children_of(pid: int) -> dict[int, str]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -37,6 +38,7 @@ log = logging.getLogger("cuwire.server")
 START_TIMEOUT = 60.0
 HELLO_TIMEOUT = 10.0  # a connection that says nothing is closed after this long
 HANDOFF_SIZE = 1 << 20  # the largest handoff message: the peer's address and the Hello
+REAP_TIMEOUT = 5.0  # how long a session process whose channel closed is waited for, to say how it ended
 
 
 def send_handoff(channel: socket.socket, sock: socket.socket, peer: str, hello: bytes, join_key: bytes = b"",
@@ -250,6 +252,7 @@ class Listener:
             self.heard.pop(name, None)
             self.joins.pop(key, None)
         self.figures.ended(name)
+        say_how_it_ended(name, proc)
 
     def watch(self, stop: threading.Event) -> None:
         """Kill a session process that stopped reporting (settings.frozen_after): frozen, its client would
@@ -295,3 +298,20 @@ class Listener:
                 c.wait(15)
             except subprocess.TimeoutExpired:
                 c.kill()
+
+
+def say_how_it_ended(name: str, proc: subprocess.Popen) -> None:
+    """A session process that a signal ended (a crash in the driver or the server's code: SIGSEGV, SIGABRT;
+    the kernel's OOM killer: SIGKILL) says so in the log, by the signal's name: its client only sees its
+    connection drop. What the process held on the GPU went with it (the driver frees a dead process's)."""
+    try:
+        code = proc.wait(REAP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return  # (its channel closed, yet it runs on: the drain or the frozen-session watch ends it)
+    if code < 0:
+        try:
+            how = signal.Signals(-code).name
+        except ValueError:
+            how = f"signal {-code}"
+        log.warning("session %s: its process %d ended by %s; its client's calls fail, and what it held on the "
+                    "GPU is freed with it", name, proc.pid, how)
