@@ -17,8 +17,9 @@ from cuwire import address_space
 from cuwire.address_space import LOW_END, LOW_SLOT, LOWEST, MOST_SERVERS, USER_SPACE_END, WINDOW_SIZE, WINDOWS_START
 from cuwire.wire import ring
 
-# A program's device pointers: three allocations, from two calls that make memory
+# A program's device pointers (three allocations, from two calls that make memory), then handles of four kinds
 POINTERS = r"""
+#include <stdint.h>
 #include <stdio.h>
 #include "cuda_api.h"
 
@@ -32,7 +33,14 @@ int main(void)
         return 1;
     if (cuMemAlloc_v2(&a, 1 << 20) || cuMemAlloc_v2(&b, 3000) || cuMemAllocPitch_v2(&c, &pitch, 100, 10, 4))
         return 2;
+    CUstream stream;
+    CUevent event;
+    CUgraph graph;
+    if (cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) || cuEventCreate(&event, 0) || cuGraphCreate(&graph, 0))
+        return 3;
     printf("%llu %llu %llu\n", (unsigned long long)a, (unsigned long long)b, (unsigned long long)c);
+    printf("%llu %llu %llu %llu\n", (unsigned long long)(uintptr_t)ctx, (unsigned long long)(uintptr_t)stream,
+           (unsigned long long)(uintptr_t)event, (unsigned long long)(uintptr_t)graph);
     return 0;
 }
 """
@@ -78,7 +86,7 @@ def test_a_process_that_keeps_its_mappings_in_a_window_maps_nothing_outside(numb
         assert seen["start"] <= address < seen["end"], (hex(address), seen)
 
 
-def device_pointers(client_lib: Path, server, tmp_path: Path, env: dict[str, str]) -> list[int]:
+def pointers_and_handles(client_lib: Path, server, tmp_path: Path, env: dict[str, str]) -> list[int]:
     exe = compile_against_client(POINTERS, tmp_path, client_lib, "pointers")
     r = run_remote(exe, client_lib, server.address, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -86,12 +94,13 @@ def device_pointers(client_lib: Path, server, tmp_path: Path, env: dict[str, str
 
 
 @pytest.mark.parametrize("transport", ["unix", "tcp"])
-def test_a_later_servers_device_memory_lies_in_its_window(transport, client_lib, server, tmp_path):
+def test_a_list_servers_device_memory_and_handles_lie_in_its_window(transport, client_lib, server, tmp_path):
     start, end = address_space.windows(2)[-1]
-    placed = device_pointers(client_lib, server, tmp_path, {"CUWIRE_SERVER_NUMBER": "2", "CUWIRE_TRANSPORT": transport})
-    assert all(start <= p < end for p in placed), [hex(p) for p in placed]
-    first = device_pointers(client_lib, server, tmp_path, {"CUWIRE_TRANSPORT": transport})
-    assert not any(WINDOWS_START <= p < address_space.windows(MOST_SERVERS)[-1][1] for p in first), first
+    listed = {"CUWIRE_SERVER_NUMBER": "2", "CUWIRE_TRANSPORT": transport}
+    given = pointers_and_handles(client_lib, server, tmp_path, listed)
+    assert len(given) == 7 and all(start <= p < end for p in given), [hex(p) for p in given]
+    alone = pointers_and_handles(client_lib, server, tmp_path, {"CUWIRE_TRANSPORT": transport})
+    assert not any(WINDOWS_START <= p < address_space.windows(MOST_SERVERS)[-1][1] for p in alone), alone
 
 
 WINDOWED_APPS = ["vector_add", "memcpy_kinds", "mapped_memory", "managed_memory", "mempool", "vmm", "graphs",
@@ -103,6 +112,8 @@ def test_apps_give_the_same_output_through_a_later_servers_session(name, apps: P
     r = run_remote(apps / name, client_lib, server.address, env={"CUWIRE_SERVER_NUMBER": "1"})
     assert r.returncode == 0, f"{name} failed:\n{r.stdout}\n{r.stderr}"
     assert r.stdout == (EXPECTED / f"{name}.out").read_text(), r.stderr
+    # every handle the session gave lies in its windows, as a GPU driver's do (they point into its memory)
+    assert "lies outside the session's windows" not in server.text()
 
 
 def test_a_server_number_past_the_windows_is_refused_by_name(client_lib, server, tmp_path):
@@ -150,3 +161,25 @@ def test_an_address_asked_of_a_reservation_is_a_hint_in_a_sessions_windows(windo
         assert (r.status, r.ptr, lib.asked, added) == (0, 0xF102000000, [0x100000000000, 0], [(0xF102000000, 1 << 30)])
     else:  # a single server's session: the driver's answer, as natively
         assert (r.status, lib.asked, added) == (2, [0x100000000000], [])
+
+
+def test_a_handle_outside_a_sessions_windows_is_said_once_a_kind_and_counted(caplog):
+    from types import SimpleNamespace
+
+    from cuwire.server.session import Session
+
+    windows = address_space.windows(1)
+    s = SimpleNamespace(name="7", server=SimpleNamespace(windows=windows), handles={}, casts={}, handles_outside=0,
+                        kinds_outside=set(), records=SimpleNamespace(checks=lambda kind: False))
+    s.outside_windows = lambda kind, value: Session.outside_windows(s, kind, value)
+    inside = windows[1][0] + 0x40
+    for value in (inside, 0x2C2FA5C0, 0x2C2FA600):  # (the primary context from the main heap: 0x2c2fa5c0, measured)
+        Session.owns_handle(s, "CUctx_st", value)
+    Session.owns_handle(s, "CUstream_st", 0x2C2FA700)
+    assert s.handles == {"CUctx_st": {inside, 0x2C2FA5C0, 0x2C2FA600}, "CUstream_st": {0x2C2FA700}}  # still owned
+    assert s.handles_outside == 3
+    said = [r.getMessage() for r in caplog.records if "outside the session's windows" in r.getMessage()]
+    assert said == ["session 7: a CUctx_st handle 0x2c2fa5c0 lies outside the session's windows of address space "
+                    "(another server of the program's device list could give the same value)",
+                    "session 7: a CUstream_st handle 0x2c2fa700 lies outside the session's windows of address space "
+                    "(another server of the program's device list could give the same value)"]

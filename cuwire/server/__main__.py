@@ -238,7 +238,8 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
             return 1
         settings = dataclasses.replace(settings, devices=chosen)
     try:
-        state = CuWireServer(settings, nvml_uuids or None)
+        opened = lambda: CuWireServer(settings, nvml_uuids or None)  # noqa: E731
+        state = on_a_thread_of_its_own(opened) if windows else opened()
         state.held_host, state.held_spans, state.windows = held, kept, windows
     except RuntimeError as e:
         log.error("%s", e)
@@ -270,6 +271,27 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
         send_report(channel, figures)
     channel.close()
     return 0
+
+
+def on_a_thread_of_its_own(make):
+    """`make()` run on a new thread: its result, or its exception raised here. In a session of a device list,
+    what the driver allocates as it opens (the primary contexts) then comes from that thread's malloc arena,
+    made after the holds, in the session's windows like the handles that follow, not from the main heap,
+    which lies where every process's does (address_space.py)."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["made"] = make()
+        except BaseException as e:  # (raised again in the caller's thread)
+            out["error"] = e
+
+    opener = threading.Thread(target=run, name="cuwire-open")
+    opener.start()
+    opener.join()
+    if "error" in out:
+        raise out["error"]
+    return out["made"]
 
 
 def take_stripes(state, channel) -> None:

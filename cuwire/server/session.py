@@ -103,6 +103,7 @@ class Session:
         # handle kind (struct tag) -> handles this session made, of the kinds its record loop does not keep
         # (those it keeps are there alone: Session.owned)
         self.handles: dict[str, set[int]] = {}
+        self.handles_outside, self.kinds_outside = 0, set()  # (a device list's session: outside_windows)
         self.modules: set[int] = set()
         self.kernels: dict[int, object] = {}  # CUkernel or CUfunction -> its CUfunction
         self.kernel_kind: dict[int, str] = {}  # the same handles -> "kernel" or "function"
@@ -450,12 +451,25 @@ class Session:
     def owns_handle(self, kind: str, value: int) -> None:
         if not value:
             return
+        if self.server.windows and not address_space.within(self.server.windows, value, 1):
+            self.outside_windows(kind, value)
         if self.records.checks(kind):
             self.records.own(kind, value)
         else:
             self.handles.setdefault(kind, set()).add(value)
         if len(self.casts) > MAX_CASTS:  # (a queued destroy, run in C, leaves its handle's here)
             self.casts.clear()
+
+    def outside_windows(self, kind: str, value: int) -> None:
+        """A handle of a session of a device list that lies outside its windows of address space, where the
+        driver's handles lie (they point into its memory): another server's session could give the same
+        value, which would then name two things to the client. Said once a kind, and counted."""
+        self.handles_outside += 1
+        if kind not in self.kinds_outside:
+            self.kinds_outside.add(kind)
+            log.warning("session %s: a %s handle %#x lies outside the session's windows of address space "
+                        "(another server of the program's device list could give the same value)", self.name,
+                        kind, value)
 
     def disowns_handle(self, kind: str, value: int) -> None:
         self.handles.get(kind, set()).discard(value)

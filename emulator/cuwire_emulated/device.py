@@ -48,7 +48,8 @@ PROT_NONE, MAP_NORESERVE = 0, 0x4000  # Linux's (Python 3.11's mmap module has n
 HOST_END = 1 << 48  # the end of user address space on x86-64 and aarch64 (a "host pointer" above it is a bug)
 ALLOCATION_ALIGNMENT = 256  # what cuMemAlloc guarantees
 PITCH_ALIGNMENT = 512  # what cuMemAllocPitch rounds rows up to on current GPUs
-HANDLE_BASE = 0x5000_0000  # streams, events, libraries, ... : small fake addresses, never 0, 1 or 2
+HANDLE_SPAN = 1 << 30  # address space the handles (streams, events, libraries...) are taken from, 16 bytes each:
+# a GPU's driver hands out pointers to its own memory, which a session's holds move as they move device memory
 MIN_HOST_ADDRESS = 0x10000  # Linux maps nothing below vm.mmap_min_addr: such a "host pointer" is a bug
 STREAM_LEGACY, STREAM_PER_THREAD = 0x1, 0x2  # CU_STREAM_LEGACY / CU_STREAM_PER_THREAD (macros in C)
 LARGE_ALLOCATION = 1 << 20  # from here on back allocations with lazily zeroed mmap, not a memset bytearray
@@ -479,7 +480,8 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
     def __init__(self, ffi: cffi.FFI) -> None:
         self.ffi = ffi
         self.drv = _Enum(ffi, "CUresult")
-        self._next_handle = HANDLE_BASE
+        self._next_handle = _reserve_span(HANDLE_SPAN)  # (never 0, 1 or 2: the special streams)
+        weakref.finalize(self, _libc.munmap, self._next_handle, HANDLE_SPAN)
         self._context = self._new_handle()  # the primary context
         self._current_context = self._context
         self._created: dict[int, int] = {}  # contexts made with cuCtxCreate -> their flags (else they share

@@ -42,6 +42,46 @@ static void large_mappings(void)
         fclose(f);
 }
 
+/* The values of the driver's handles of each kind (heap pointers of its own, or numbers): whether two
+ * servers' sessions could hand out the same one, for the handles' namespace (docs/several-servers.md). */
+static const char PTX[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
+                          ".visible .entry noop()\n{\n    ret;\n}\n";
+
+static int handles(CUcontext primary)
+{
+    CUstream stream;
+    CUevent event;
+    CUmodule module;
+    CUfunction function;
+    CUlibrary library;
+    CUkernel kernel;
+    CUgraph graph;
+    CUmemoryPool pool;
+    CUcontext made;
+    CUmemGenericAllocationHandle physical;
+    CUmemAllocationProp prop = {0};
+    CUmemPoolProps pool_props = {0};
+    size_t granularity;
+    prop.type = pool_props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = pool_props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CHECK(cuEventCreate(&event, 0));
+    CHECK(cuModuleLoadData(&module, PTX));
+    CHECK(cuModuleGetFunction(&function, module, "noop"));
+    CHECK(cuLibraryLoadData(&library, PTX, NULL, NULL, 0, NULL, NULL, 0));
+    CHECK(cuLibraryGetKernel(&kernel, library, "noop"));
+    CHECK(cuGraphCreate(&graph, 0));
+    CHECK(cuMemPoolCreate(&pool, &pool_props));
+    CHECK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    CHECK(cuMemCreate(&physical, granularity, &prop, 0));
+    CHECK(cuCtxCreate(&made, NULL, 0, 0));
+    printf("handles: context %p, made context %p, stream %p, event %p, module %p, function %p, library %p, "
+           "kernel %p, graph %p, pool %p, physical allocation %#llx\n", (void *)primary, (void *)made,
+           (void *)stream, (void *)event, (void *)module, (void *)function, (void *)library, (void *)kernel,
+           (void *)graph, (void *)pool, (unsigned long long)physical);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     unsigned long around = argc > 2 ? strtoul(argv[2], NULL, 0) : 0, until = argc > 3 ? strtoul(argv[3], NULL, 0) : 0;
@@ -80,6 +120,7 @@ int main(int argc, char **argv)
         printf("cuMemAddressReserve 1 GiB at %#llx: %s %#llx\n", (unsigned long long)want,
                r ? "error" : got == want ? "taken at" : "elsewhere,", (unsigned long long)got);
     }
+    handles(ctx);
     large_mappings();
     return 0;
 }
