@@ -183,3 +183,17 @@ def test_a_handle_outside_a_sessions_windows_is_said_once_a_kind_and_counted(cap
                     "(another server of the program's device list could give the same value)",
                     "session 7: a CUstream_st handle 0x2c2fa700 lies outside the session's windows of address space "
                     "(another server of the program's device list could give the same value)"]
+
+
+def test_a_server_of_sessions_in_one_process_refuses_a_list_place_by_name(tmp_path):
+    from conftest import ServerProcess
+
+    from cuwire import cli
+
+    s = ServerProcess(tmp_path, "--isolation", "thread")
+    try:
+        reply = cli.handshake(s.address, cli.make_hello("", server_number=1))
+        assert "runs every session in one process (--isolation thread), which cannot keep" in reply.error
+        assert not cli.handshake(s.address, cli.make_hello("")).error  # a program's only server: served
+    finally:
+        s.stop()

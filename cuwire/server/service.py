@@ -176,6 +176,13 @@ class CuWireServer:
             log.warning("session refused: %s", why)
             conn.send(pb.Reply(error=why, refusal=pb.NO_DEVICE).SerializeToString())
             return None
+        if hello.server_number and not self.settings.session_name:  # (sessions share this process)
+            why = (f"the program's device list names this server as number {hello.server_number}, and this server "
+                   "runs every session in one process (--isolation thread), which cannot keep one session's memory "
+                   "in windows of address space of its own: use a server with --isolation process")
+            log.warning("session refused: %s", why)
+            conn.send(pb.Reply(error=why, refusal=pb.PROTOCOL).SerializeToString())
+            return None
         name = self.settings.session_name or f"{next(self.session_ids)}"
         session = Session(self, conn.peer, hello, name)
         self.sessions[name] = session
