@@ -218,3 +218,21 @@ def test_cuda_constants_are_the_headers_enumerators():
             checked += 1
             names.discard(name)
     assert checked > 1000 and not names, f"constants no enum declares: {sorted(names)[:5]}"
+
+
+def test_each_call_says_which_arguments_name_its_server(api):
+    """Function.routes: where a program's devices lie on several servers, the arguments whose window names
+    the server a call goes to (docs/several-servers.md), in the order the client asks them."""
+    routes = {f.name: f.routes for f in api.functions}
+    assert routes["cuLaunchKernel"] == [("handle", "hStream"), ("handle", "f")]  # a CUkernel may stand for f
+    assert routes["cuStreamWaitEvent"] == [("handle", "hStream"), ("handle", "hEvent")]  # may join two servers
+    assert routes["cuMemsetD8Async"] == [("handle", "hStream"), ("pointer", "dstDevice")]
+    assert routes["cuMemcpyDtoD_v2"] == [("pointer", "dstDevice"), ("pointer", "srcDevice")]
+    assert routes["cuDeviceGetAttribute"] == [("device", "dev")]
+    assert routes["nvmlDeviceGetName"] == [("handle", "device")]
+    for name in ("cuCtxSynchronize", "cuMemAlloc_v2", "cuLibraryGetKernel", "cuKernelGetFunction"):
+        assert routes[name] == [], name  # the current context's server (libraries and kernels: any server's)
+    m = json.loads((ROOT / "cuwire" / "generated" / "api_manifest.json").read_text())
+    given = {f["name"]: f["routes"] for f in m["functions"]}
+    assert given["cuLaunchKernel"] == [["handle", "hStream"], ["handle", "f"]]  # the manifest carries them
+    assert all((given[f.name] is None) == (f.status == "unimplemented") for f in api.functions)

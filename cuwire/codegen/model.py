@@ -32,6 +32,12 @@ SCALARS: dict[str, tuple[str, str, str]] = {
 }
 
 
+# Handle kinds no context owns (CUDA 12's libraries: a kernel of one runs on every device), so no server
+ROUTELESS = frozenset({"CUlib_st", "CUkern_st"})
+# ...and the order the context-bound ones name a call's server in (Function.routes): the other kinds at 2
+ROUTE_FIRST = {"CUstream_st": 0, "CUctx_st": 1, "CUfunc_st": 3}
+
+
 @dataclass(frozen=True)
 class CType:
     """A C type as written, plus what it resolves to once typedefs are followed.
@@ -239,6 +245,23 @@ class Function:
         return (self.api == "driver" and self.returns.spelling == self.error_type
                 and all(p.role == "value" and (p.type.is_scalar or p.handle_kind) and not p.alloc
                         and not (p.frees and not p.handle_kind) for p in self.params))
+
+    @property
+    def routes(self) -> list[tuple[str, str]]:
+        """Where a program's devices lie on several servers (docs/several-servers.md, routing): the arguments
+        that name the server this call goes to, each ("handle" | "pointer" | "device", its name), in the order
+        the client asks them. Handles of a context-bound kind first (a stream or a context before the rest, a
+        function last: a CUkernel may stand for it), then device addresses (a host address
+        names none), then device ordinals; none: the calling thread's current context. Libraries and their
+        kernels are not bound to a context (ROUTELESS): they route nothing, and a server that lacks one gets
+        it from the client. A call with two of them may join two servers (a copy, a stream waiting on an
+        event): the client's to split."""
+        handles = [("handle", p.name) for p in sorted(
+            (p for p in self.params if p.role == "value" and p.handle_kind and p.handle_kind not in ROUTELESS),
+            key=lambda p: ROUTE_FIRST.get(p.handle_kind, 2))]
+        rest = [("pointer" if p.type.name == "CUdeviceptr" else "device", p.name) for p in self.params
+                if p.role == "value" and p.type.name in ("CUdeviceptr", "CUdevice")]
+        return handles + rest
 
     @property
     def in_records(self) -> bool:

@@ -182,7 +182,8 @@ def manifest(api: Api) -> dict:
                    for h in sorted({f.header for f in api.functions})},
         "functions": [
             {"name": f.name, "header": f.header, "api": f.api, "status": f.status, "mode": f.mode or None,
-             "aliases": f.aliases, "note": f.note or None, "id": f.fn_id}
+             "aliases": f.aliases, "note": f.note or None, "id": f.fn_id,
+             "routes": [list(r) for r in f.routes] if f.status != "unimplemented" else None}
             for f in sorted(api.functions, key=lambda f: f.name)
         ],
     }
