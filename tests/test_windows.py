@@ -197,3 +197,14 @@ def test_a_server_of_sessions_in_one_process_refuses_a_list_place_by_name(tmp_pa
         assert not cli.handshake(s.address, cli.make_hello("")).error  # a program's only server: served
     finally:
         s.stop()
+
+
+def test_two_servers_of_a_list_give_values_that_never_meet(client_lib, server, fresh_server, tmp_path):
+    """As a program of a two-server list would see them: each server's pointers and handles in its own
+    windows, none equal to the other's (two emulated servers lay memory out alike: without windows their
+    values would meet)."""
+    first = pointers_and_handles(client_lib, server, tmp_path, {"CUWIRE_SERVER_NUMBER": "1"})
+    second = pointers_and_handles(client_lib, fresh_server, tmp_path, {"CUWIRE_SERVER_NUMBER": "2"})
+    for values, number in ((first, 1), (second, 2)):
+        assert all(address_space.within(address_space.windows(number), v, 1) for v in values), [hex(v) for v in values]
+    assert not set(first) & set(second)
