@@ -208,3 +208,14 @@ def test_two_servers_of_a_list_give_values_that_never_meet(client_lib, server, f
     for values, number in ((first, 1), (second, 2)):
         assert all(address_space.within(address_space.windows(number), v, 1) for v in values), [hex(v) for v in values]
     assert not set(first) & set(second)
+
+
+@pytest.mark.parametrize("name", ["managed_memory", "mapped_memory", "large_copies", "callbacks"])
+def test_apps_over_tcp_give_the_same_output_through_a_list_servers_session(name, apps: Path, client_lib, server):
+    """Over TCP the client maps its copy of managed and page-locked memory at the server's addresses, which
+    now lie in the session's windows: the same output."""
+    r = run_remote(apps / name, client_lib, server.address,
+                   env={"CUWIRE_SERVER_NUMBER": "1", "CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
+    assert r.returncode == 0, f"{name} failed:\n{r.stdout}\n{r.stderr}"
+    assert r.stdout == (EXPECTED / f"{name}.out").read_text(), r.stderr
+    assert f"transport: TCP to {server.address}" in r.stderr
