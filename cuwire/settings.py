@@ -43,13 +43,13 @@ def parse_bool(text: str) -> bool:
     raise ValueError("expected 1, true, yes or on (or 0, false, no, off)")
 
 
-def _number(kind: type, what: str) -> Callable[[str], float]:
+def _number(kind: type, what: str, most: float | None = None) -> Callable[[str], float]:
     def parse(text: str):
         try:
             value = kind(text.strip())
         except ValueError:
             raise ValueError(f"expected {what}") from None
-        if value < 0:
+        if value < 0 or (most is not None and value > most):
             raise ValueError(f"expected {what}")
         return value
     return parse
@@ -83,15 +83,6 @@ def one_server(text: str) -> str:
                          "(issue 39, docs/several-servers.md); give one, and run a process per server (as "
                          "tests/multi_gpu_apps/ddp_across_servers.py does)")
     return text
-
-
-def _server_number(text: str) -> int:
-    """A place in a device list, from 1 to address_space.MOST_SERVERS (windows of address space each); 0: none."""
-    what = f"a whole number from 0 to {MOST_SERVERS}"
-    value = int(_number(int, what)(text))
-    if value > MOST_SERVERS:
-        raise ValueError(f"expected {what}")
-    return value
 
 
 def _trace(text: str) -> bool | str:
@@ -189,7 +180,8 @@ class Settings:
     # this server's place in a device list across servers, from 1 (0: the program's only server). Its session
     # keeps its memory in windows of address space of its own (address_space.windows). Lists are not served
     # yet (issue 39); set by hand, a one-server program's session lays its memory out as that server's would
-    server_number: int = _setting("server_number", "0", _server_number)
+    server_number: int = _setting("server_number", "0",
+                                  _number(int, f"a whole number from 0 to {MOST_SERVERS}", most=MOST_SERVERS))
     # off, on (or zstd), auto: compress large messages and payloads, both ways (auto: over TCP, once the link
     # measured slow, while the data compresses; cuwire/wire/compression.py)
     compress: str = _setting("compress", "auto", _one_of("auto", "on", "zstd", "off"))

@@ -220,9 +220,7 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
                    else f"this session could not keep its mappings in its windows of address space "
                         f"{[f'{lo:#x}-{hi:#x}' for lo, hi in windows]} (server number {asked.server_number})")
             log.warning("session refused: %s", why)
-            conn.send(pb.Reply(error=why, refusal=pb.PROTOCOL).SerializeToString())
-            conn.close()
-            return 1
+            return refuse(conn, why, pb.PROTOCOL)
         log.debug("session: server number %d of a device list, its mappings in %s", asked.server_number,
                   ", ".join(f"[{lo:#x}, {hi:#x})" for lo, hi in windows))
     if asked.HasField("visible_devices"):  # the program's CUDA_VISIBLE_DEVICES, applied by this process's driver
@@ -233,9 +231,7 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
             why = (f"the program's CUDA_VISIBLE_DEVICES={asked.visible_devices!r} names none of the server's "
                    "devices (an index counts among those the server exposes)")
             log.warning("session refused: %s", why)
-            conn.send(pb.Reply(error=why, refusal=pb.NO_DEVICE).SerializeToString())
-            conn.close()
-            return 1
+            return refuse(conn, why, pb.NO_DEVICE)
         settings = dataclasses.replace(settings, devices=chosen)
     try:
         opened = lambda: CuWireServer(settings, nvml_uuids or None)  # noqa: E731
@@ -244,13 +240,8 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     except RuntimeError as e:
         log.error("%s", e)
         if asked.HasField("visible_devices"):  # (the devices it names are not there: CUDA_ERROR_NO_DEVICE)
-            conn.send(pb.Reply(error=f"the program's CUDA_VISIBLE_DEVICES={asked.visible_devices!r}: {e}",
-                               refusal=pb.NO_DEVICE).SerializeToString())
-            conn.close()
-            return 1
-        conn.send(pb.Reply(error=f"the server could not open its GPU: {e}", refusal=pb.INTERNAL).SerializeToString())
-        conn.close()
-        return 1
+            return refuse(conn, f"the program's CUDA_VISIBLE_DEVICES={asked.visible_devices!r}: {e}", pb.NO_DEVICE)
+        return refuse(conn, f"the server could not open its GPU: {e}", pb.INTERNAL)
     stop = wait_for_signal()
     session = threading.Thread(target=lambda: (serve_connection(state, conn, first=hello, join_key=join_key),
                                                stop.set()),
@@ -271,6 +262,15 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
         send_report(channel, figures)
     channel.close()
     return 0
+
+
+def refuse(conn, why: str, refusal: int) -> int:
+    """The client told why its session is not served, the connection closed: the process's exit status."""
+    from cuwire.generated import cuwire_pb2 as pb
+
+    conn.send(pb.Reply(error=why, refusal=refusal).SerializeToString())
+    conn.close()
+    return 1
 
 
 def on_a_thread_of_its_own(make):

@@ -173,16 +173,12 @@ class CuWireServer:
             why = (f"the program's CUDA_VISIBLE_DEVICES={hello.visible_devices!r} asks for some of this server's "
                    f"{len(self.devices)} devices, and this server runs every session in one process "
                    "(--isolation thread), which sees them all: unset it, or use a server with --isolation process")
-            log.warning("session refused: %s", why)
-            conn.send(pb.Reply(error=why, refusal=pb.NO_DEVICE).SerializeToString())
-            return None
+            return refuse_session(conn, why, pb.NO_DEVICE)
         if hello.server_number and not self.settings.session_name:  # (sessions share this process)
             why = (f"the program's device list names this server as number {hello.server_number}, and this server "
                    "runs every session in one process (--isolation thread), which cannot keep one session's memory "
                    "in windows of address space of its own: use a server with --isolation process")
-            log.warning("session refused: %s", why)
-            conn.send(pb.Reply(error=why, refusal=pb.PROTOCOL).SerializeToString())
-            return None
+            return refuse_session(conn, why, pb.PROTOCOL)
         name = self.settings.session_name or f"{next(self.session_ids)}"
         session = Session(self, conn.peer, hello, name)
         self.sessions[name] = session
@@ -300,6 +296,12 @@ class CuWireServer:
 def printable(text: str, limit: int = 200) -> str:
     """A client's text for the server's log: one line, bounded (a newline must not forge a log line)."""
     return "".join(c if c.isprintable() else " " for c in text[:limit])
+
+
+def refuse_session(conn: Connection, why: str, refusal: int) -> None:
+    """A session not served: said in the log, and to its client (which then ends the connection)."""
+    log.warning("session refused: %s", why)
+    conn.send(pb.Reply(error=why, refusal=refusal).SerializeToString())
 
 
 def check_hello(settings: Settings, hello: pb.Hello) -> pb.Reply | None:

@@ -7,8 +7,9 @@ cdata pointers, structs), the CUresult (or nvmlReturn_t) out, outputs written th
 Kernels run through host implementations registered by name in `cuwire_emulated.registry`. Everything runs
 synchronously when it is called. Tests only: never the default backend.
 
-Device memory lives at addresses at or above 2**48, above any x86-64 user-space address, so a device
-address can never be mistaken for a host pointer and anything below is a host buffer the server made.
+Device memory and handles live in address space the device reserves where the process's next mapping goes
+(DEVICE_SPAN, HANDLE_SPAN), as a GPU driver's do, so a device address can never be mistaken for a host
+pointer, and a session's holds move them as they move a GPU's (cuwire/address_space.py).
 """
 
 from __future__ import annotations
@@ -226,23 +227,24 @@ class EmulatedMemory:
         """Whether `address` is one of this device's (allocated or not)."""
         return self.start <= address < self.end
 
-    def _room(self, size: int, alignment: int = ALLOCATION_ALIGNMENT) -> int | None:
-        """The address the next allocation or reservation of `size` bytes takes, None when the span is spent."""
+    def _place(self, block, span: int, alignment: int = ALLOCATION_ALIGNMENT) -> int | None:
+        """`block` at the next `span` bytes of the device's addresses: its address, None when they are spent.
+        Addresses are never reused and a gap follows each, so use-after-free and running off the end of an
+        allocation fault instead of silently landing in another one."""
         base = _round_up(self._next, alignment)
-        return base if base + size + ALLOCATION_ALIGNMENT <= self.end else None
+        if base + span + ALLOCATION_ALIGNMENT > self.end:
+            return None
+        self._next = base + span + ALLOCATION_ALIGNMENT
+        bisect.insort(self._bases, base)  # (host memory registered may lie above)
+        self._blocks[base] = block
+        return base
 
     def allocate(self, size: int) -> int | None:
         """A new zeroed allocation's address, or None when the device is full."""
         made = self._new_block(size)
-        if made is None or (base := self._room(made[0])) is None:
+        if made is None or (base := self._place(made[1], made[0])) is None:
             return None
-        rounded, block = made
-        # Addresses are never reused and a gap follows each allocation, so use-after-free and running off
-        # the end of an allocation fault instead of silently landing in another one.
-        self._next += rounded + ALLOCATION_ALIGNMENT
-        bisect.insort(self._bases, base)  # (host memory registered may lie above)
-        self._blocks[base] = block
-        self.used += rounded
+        self.used += made[0]
         return base
 
     def allocate_at(self, base: int, size: int) -> bool:
@@ -273,13 +275,7 @@ class EmulatedMemory:
     def reserve(self, block: Reservation, alignment: int) -> int | None:
         """Address space for a reservation (cuMemAddressReserve): its bytes are its mappings'; None when the
         device's span has no more."""
-        base = self._room(len(block), alignment)
-        if base is None:
-            return None
-        self._next = base + len(block) + ALLOCATION_ALIGNMENT
-        bisect.insort(self._bases, base)  # (host memory registered may lie above)
-        self._blocks[base] = block
-        return base
+        return self._place(block, len(block), alignment)
 
     def reservation(self, address: int, size: int) -> tuple[Reservation, int] | None:
         """The reservation holding [address, address + size), mapped or not, and the offset in it."""
@@ -316,13 +312,9 @@ class EmulatedMemory:
         if self.allocation_base(base) != base:
             return None
         block = self._blocks[base]
-        address = self._room(len(block))
-        if address is None:
-            return None
-        self._next = address + _round_up(max(len(block), 1), ALLOCATION_ALIGNMENT) + ALLOCATION_ALIGNMENT
-        bisect.insort(self._bases, address)  # (host memory registered may lie above)
-        self._blocks[address] = block
-        self._aliases.add(address)
+        address = self._place(block, _round_up(max(len(block), 1), ALLOCATION_ALIGNMENT))
+        if address is not None:
+            self._aliases.add(address)
         return address
 
     def free(self, address: int) -> bool:
