@@ -41,12 +41,23 @@ def runs_with_a_list(source: str, name: str, client_lib: Path, tmp_path: Path,
         s.stop()
 
 
-def test_a_second_run_loads_its_modules_and_lookups_in_one_round_trip(apps: Path, client_lib, server, tmp_path):
+def test_a_second_run_loads_its_modules_and_lookups_in_one_round_trip(apps: Path, client_lib, tmp_path):
     """tests/test_apps/many_kernels.cu: one module of 300 kernels (more than a load describes), three looked
     up by name and the function of one asked (cudaFuncGetAttributes), and three occupancy questions of
     two of them. The first run loads it, makes each lookup and asks each question (a round trip each); the
     second sends its list at the first load and waits for nothing more for the module, its four lookups
-    or its questions, with the same output. A third run's list has them all still."""
+    or its questions, with the same output. A third run's list has them all still. (A server of its own:
+    the suite's may keep a list of this program from another test, which a first run would get.)"""
+    from conftest import ServerProcess
+
+    server = ServerProcess(tmp_path)
+    try:
+        many_kernels_runs(apps, client_lib, server, tmp_path)
+    finally:
+        server.stop()
+
+
+def many_kernels_runs(apps: Path, client_lib, server, tmp_path: Path) -> None:
     env = {"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1", "CUWIRE_LOAD_LISTS": str(tmp_path / "loads")}
     first = run_remote(apps / "many_kernels", client_lib, server.address, env=env)
     second = run_remote(apps / "many_kernels", client_lib, server.address, env=env)
@@ -63,6 +74,76 @@ def test_a_second_run_loads_its_modules_and_lookups_in_one_round_trip(apps: Path
     assert trips[1] <= trips[0] - 7, trips  # one load, four lookups and three questions, for one preload
     third = run_remote(apps / "many_kernels", client_lib, server.address, env=env)
     assert third.stdout == EXPECTED and not any(n in sent(third.stderr) for n in OCCUPANCY), third.stderr
+
+
+def test_a_fresh_client_machine_gets_the_list_the_server_kept(apps: Path, client_lib, tmp_path):
+    """A program's first run on a machine with no list of its own (a CI runner, a pod: another list folder)
+    gets the one the server kept from its last run elsewhere (server/program_lists.py), and loads its module,
+    lookups and questions ahead in one round trip, with the same output. The server keeps it per token and
+    command line: another token's client, or the program run with another argument, gets none."""
+    from conftest import ServerProcess
+
+    s = ServerProcess(tmp_path, "--token", "alpha")
+    try:
+        def run(folder: str, token: str = "alpha", *args: str) -> subprocess.CompletedProcess:
+            r = run_remote(apps / "many_kernels", client_lib, s.address, *args, env={
+                "CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1", "CUWIRE_TOKEN": token,
+                "CUWIRE_LOAD_LISTS": str(tmp_path / folder)})
+            assert r.returncode == 0 and r.stdout == EXPECTED, r.stdout + r.stderr
+            return r
+
+        first = run("first-machine")
+        assert "cuwire.Preload" not in sent(first.stderr) and "cuwire.KeepList" in sent(first.stderr)
+        (kept,) = (s.cache / "lists").iterdir()
+        fresh = run("fresh-machine")
+        calls = sent(fresh.stderr)
+        assert calls.get("cuwire.Preload") == 1 and "cuwire.LoadModule" not in calls, calls
+        assert "cuwire.GetKernel" not in calls and not any(n in calls for n in OCCUPANCY), calls
+        assert "cuwire.KeepList" not in calls, calls  # (its list is the one the server has: not sent again)
+        assert "loaded ahead at the first load, from the last run's list, which the server kept" in fresh.stderr
+        trips = [int(re.search(r"round trips: (\d+)", r.stderr)[1]) for r in (first, fresh)]
+        assert trips[1] <= trips[0] - 7, trips
+        assert list((s.cache / "lists").iterdir()) == [kept]
+    finally:
+        s.stop()
+    # another token (a server of its own: the token is the server's), and another command line
+    s = ServerProcess(tmp_path, "--token", "beta")
+    try:
+        for r in (run("beta-machine", "beta"), run("other-args", "beta", "an-argument")):
+            assert "cuwire.Preload" not in sent(r.stderr), r.stderr
+    finally:
+        s.stop()
+
+
+def test_a_list_the_server_keeps_is_bounded_and_only_a_hint(tmp_path):
+    """The server's store (server/program_lists.py): a list past its bound is not kept, the folder holds at
+    most its limit, the least recently used first out; and a kept list the client cannot decompress (or
+    parse) is an empty last run, never an error."""
+    from cuwire.server.program_lists import MOST, ProgramLists, key
+
+    lists = ProgramLists(tmp_path / "lists", limit=3000)
+    assert lists.get("none") == b""
+    assert "at most" in lists.keep("big", b"x" * (MOST + 1)) and lists.get("big") == b""
+    for i in range(4):
+        assert lists.keep(f"k{i}", bytes([i]) * 1000) == ""
+        os.utime(lists.path(f"k{i}"), (i, i))  # (their last use, in order)
+    assert lists.keep("k4", b"4" * 1000) == ""
+    assert sorted(p.name for p in (tmp_path / "lists").iterdir()) == ["k2.list", "k3.list", "k4.list"]
+    assert lists.get("k3") == b"\3" * 1000
+    assert key("alpha", b"p", "sm_90") not in (key("beta", b"p", "sm_90"), key("alpha", b"q", "sm_90"),
+                                               key("alpha", b"p", "sm_80"))
+    run = load_lists.Run(str(tmp_path / "loads"), b"prog", "sm_90", given=b"L nothex 0\n\xff junk")
+    assert run.last == load_lists.LastRun() and run.from_server
+
+
+def test_the_machines_own_list_goes_before_the_servers(tmp_path):
+    a, b = b"\1" * 32, b"\2" * 32
+    folder = str(tmp_path / "loads")
+    load_lists.Recorder(load_lists.list_path(folder, b"prog", "sm_90")).loaded(a, False)
+    given = f"L {b.hex()} 0\n".encode()
+    assert [m.digest for m in load_lists.Run(folder, b"prog", "sm_90", given).last.modules] == [a]
+    fresh = load_lists.Run(str(tmp_path / "fresh"), b"prog", "sm_90", given)
+    assert [m.digest for m in fresh.last.modules] == [b] and fresh.from_server
 
 
 def test_a_list_naming_what_the_server_lacks_costs_only_its_round_trip(apps: Path, client_lib, server, tmp_path):

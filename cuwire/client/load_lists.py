@@ -118,16 +118,29 @@ class LastRun:
     handles: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (kind, flags, priority) -> made
 
 
+MAX_LIST = MAX_MODULES * (MAX_NAMES + 1) * 128  # bytes of a list read (a longer one is cut)
+
+
 def read(path: str) -> LastRun:
-    """The list at `path`; lines that do not parse are skipped."""
-    modules: dict[tuple[bytes, bool], Module] = {}
-    last = LastRun()
+    """The list at `path` (an empty one when it cannot be read)."""
     try:
         with open(path, "rb") as f:
-            lines = f.read(MAX_MODULES * (MAX_NAMES + 1) * 128).split(b"\n")
+            return parse(f.read(MAX_LIST))
     except OSError:
-        return last
-    for line in lines:
+        return LastRun()
+
+
+def program_name(program: bytes) -> bytes:
+    """What the hello names the program by (Hello.program): the server keeps its list under this, the token
+    and its GPUs' architecture (server/program_lists.py)."""
+    return hashlib.sha256(program).digest()
+
+
+def parse(data: bytes) -> LastRun:
+    """A list's text; lines that do not parse are skipped."""
+    modules: dict[tuple[bytes, bool], Module] = {}
+    last = LastRun()
+    for line in data.split(b"\n"):
         if line.startswith(b"H "):
             try:
                 kind, flags, priority, count = (int(x) for x in line[2:].split(b" "))
@@ -193,6 +206,7 @@ class Recorder:
         self.fd = -1
         self.modules = 0
         self.seen: set[str] = set()  # the lines written
+        self.lines: list[str] = []  # ...in order: the list the server keeps at the end (text), written or not
         try:
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
@@ -225,9 +239,16 @@ class Recorder:
             self._once(f"Q {digest.hex()} {q.which} {q.ask} {q.a} {q.b} {q.c} {_format_sets(q.sets)} "
                        f"{q.config.hex() or '-'} {q.name}\n")
 
+    def text(self) -> bytes:
+        """This run's list as written so far (and where the file could not be: a read-only home)."""
+        return "".join(self.lines).encode(errors="replace")
+
     def _write(self, line: str) -> None:
         data = line.encode(errors="replace")
-        if self.fd < 0 or len(data) > MAX_LINE:
+        if len(data) > MAX_LINE:
+            return
+        self.lines.append(line)
+        if self.fd < 0:
             return
         try:
             os.write(self.fd, data)
@@ -241,12 +262,17 @@ MAKE_AT_ONCE = layouts.constant("CW_MAKE_AT_ONCE")  # streams or events a batch 
 
 class Run:
     """This run's side of the lists: what the program's last run left (its modules, loaded ahead by one
-    Preload at the first load), and this run's list, written as it goes. Without a folder (CUWIRE_LOAD_LISTS
-    empty), an empty last run and no list."""
+    Preload at the first load), and this run's list, written as it goes. The last run's list is the one in
+    the folder, else the one the server kept (`given`: a fresh client machine). Without a folder
+    (CUWIRE_LOAD_LISTS empty), an empty last run and no list."""
 
-    def __init__(self, folder: str, program: bytes, arch: str) -> None:
+    def __init__(self, folder: str, program: bytes, arch: str, given: bytes = b"") -> None:
         path = list_path(folder, program, arch) if folder else ""
         self.last = read(path) if path else LastRun()
+        self.from_server = bool(path) and not self.last.modules and not self.last.handles and bool(given)
+        if self.from_server:
+            self.last = parse(given)
+        self.given = given  # (what the server has: this run's list goes back to it when it differs)
         self.recorder = Recorder(path) if path else None
         # the Preload's answers, by (digest, as_module), until the program loads each; None before it went
         self.preloaded: dict[tuple[bytes, bool], pb.PreloadedModule] | None = None

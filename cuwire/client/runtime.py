@@ -31,7 +31,7 @@ from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import wire_ids
 from cuwire.settings import Settings
 from cuwire.wire import compression, ring
-from cuwire.wire.hello import make_hello
+from cuwire.wire.hello import MOST_LIST_KEPT, make_hello
 from cuwire.wire.tls import ClientTls, TlsSocket
 from cuwire.wire.transport import BULK, MAX_MESSAGE, Dropped, SocketTransport, TransportError, open_session
 
@@ -64,6 +64,7 @@ MAX_GRID_DIM = (cu.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, cu.CU_DEVICE_ATTRIBUTE_MA
                              "ManagedAlloc", "GraphNode", "CaptureInfo", "AllocNodeParams",
                              "KernelNodeParams", "BatchMemOpNode", "GraphDot",
                              "Enumerate", "MakeHandles", "FunctionAttributes", "Preload"))
+KEEP_LIST = wire_ids.OP_IDS["KeepList"]
 
 
 class Fail(Exception):
@@ -102,6 +103,7 @@ class Stats:
     modules_uploaded: int = 0
     modules_cached: int = 0
     modules_preloaded: int = 0  # of modules_cached: loaded ahead from the program's last run's list
+    list_from_server: bool = False  # ...the list the server kept (this machine had none: load_lists.Run)
     wait_seconds: float = 0.0
     host_fn_waits: int = 0  # copies from page-locked memory that waited for the program's host functions (TCP)
     host_fn_wait_seconds: float = 0.0  # (not in wait_seconds: no round trip of the client's own)
@@ -125,6 +127,8 @@ class Session:
         self.settings = settings
         keep_free = [pb.Span(start=lo, end=hi) for lo, hi in address_space.own_spans_to_keep()]
         hello = make_hello(settings.token, keep_free=keep_free, server_number=settings.server_number)
+        if settings.load_lists:  # (the list the server keeps for this program comes with the welcome)
+            hello.program = load_lists.program_name(load_lists.own_command_line())
         hello.resumes = True  # (SocketTransport.resumable)
         self.transport: SocketTransport
         self.host: SharedHost | None = None  # host memory shared with the server (page-locked allocations)
@@ -675,9 +679,35 @@ class Client:
             if self.run is None:
                 dev = session.welcome.devices[0] if session.welcome.devices else None
                 self.run = load_lists.Run(self.settings.load_lists, load_lists.own_command_line(),
-                                          f"sm_{dev.major}{dev.minor}" if dev else "")
+                                          f"sm_{dev.major}{dev.minor}" if dev else "",
+                                          self.kept_list(session.welcome.program_list))
+                self.stats.list_from_server = self.run.from_server
                 lib.cuwire_record_questions(int(self.run.recorder is not None))
             return self.run
+
+    def kept_list(self, data: bytes) -> bytes:
+        """The program's list as the server kept it (Welcome.program_list), b"" when none or it does not
+        decompress: a list is only a hint."""
+        try:
+            return compression.decompress(self.zstd_d, data, load_lists.MAX_LIST) if data else b""
+        except ValueError:
+            return b""
+
+    def keep_list(self) -> bool:
+        """The program ends: its list goes to the server to keep (server/program_lists.py) when it differs
+        from the one the server had, in the call that flushes what is queued; False when there is none to
+        send (the caller flushes)."""
+        run = self.run
+        text = run.recorder.text() if run is not None and run.recorder is not None else b""
+        if not text or text == run.given:
+            return False
+        data = self.policy.compressor.compress(text)
+        if len(data) > MOST_LIST_KEPT:
+            return False
+        res = self.call(KEEP_LIST, pb.KeepList_Args(list=data), pb.KeepList_Result)
+        if res.status:
+            raise Fail(res.status)
+        return True
 
     def lookup_kernel(self, key: int, args: pb.GetKernel_Args) -> Kernel:
         """Look a kernel or function up on the server and give the C launch path its layout, so that
@@ -812,7 +842,8 @@ class Client:
             if self.session is not None:
                 self.ending = True  # (said with the flush: a connection that drops from now on is not resumed)
                 try:
-                    self.flush()
+                    if not self.keep_list():
+                        self.flush()
                 except Fail:
                     pass
             if self.session is not None and self.wire_in_c:
@@ -943,8 +974,8 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
                        if s.stripes else ""),
         *([f"  connection dropped and resumed: {s.resumes} times"] if s.resumes else []),
         f"  modules uploaded: {s.modules_uploaded}; found in the server's cache: {s.modules_cached}"
-        + (f" ({s.modules_preloaded} of them loaded ahead at the first load, from the last run's list)"
-           if s.modules_preloaded else ""),
+        + (f" ({s.modules_preloaded} of them loaded ahead at the first load, from the last run's list"
+           f"{', which the server kept' if s.list_from_server else ''})" if s.modules_preloaded else ""),
         f"  time waiting on the server: {s.wait_seconds * 1e3:.1f} ms",
         *([f"  copies from page-locked memory that waited for the program's host functions to run first: "
            f"{s.host_fn_waits}, {s.host_fn_wait_seconds * 1e3:.1f} ms"] if s.host_fn_waits else []),

@@ -110,6 +110,16 @@ FOUND_KERNEL, FOUND_FUNCTION, FOUND_KERNEL_FUNCTION = (
 PRELOAD_REPLY = 16 << 20  # result bytes past which the rest of a Preload's modules are left to their loads
 
 
+def keep_list(s, a: pb.KeepList_Args) -> pb.KeepList_Result:
+    """cuwire.KeepList: the program's list as its run ends, kept for its next run on a client machine that has
+    none (program_lists.py). A list not kept is logged, never the program's error: a list is only a hint."""
+    name = s.server.program_list_name(s.hello)
+    why = s.server.lists.keep(name, a.list) if name else "its hello named no program"
+    if why:
+        log.info("session %s: the program's list not kept: %s", s.name, why)
+    return pb.KeepList_Result()
+
+
 def preload(s, a: pb.Preload_Args) -> pb.Preload_Result:
     """cuwire.Preload: the modules the program loaded in its last run, each loaded as LoadModule would and
     looked up in as it was (a kernel's function in the current context), in one round trip at the
@@ -866,6 +876,7 @@ OPS = {
     op_id("FunctionAttributes"): ("cuwire.FunctionAttributes", pb.FunctionAttributes_Args, function_attributes),
     op_id("RunningProcesses"): ("cuwire.RunningProcesses", pb.RunningProcesses_Args, running_processes),
     op_id("Preload"): ("cuwire.Preload", pb.Preload_Args, _in_relaxed_capture(preload)),
+    op_id("KeepList"): ("cuwire.KeepList", pb.KeepList_Args, keep_list),
 }
 
 # cuwire's own queued records, run by the session's C loop (records.c) with the generated ones

@@ -81,25 +81,32 @@ class ModuleCache:
 
     def make_room(self, keep: Path) -> None:
         """Remove the least recently used modules until the folder holds at most `limit` bytes."""
-        if not self.limit:
-            return
-        files = []
-        for p in self.directory.glob("*.fatbin"):
-            try:
-                st = p.stat()
-            except FileNotFoundError:  # another session process removed it
-                continue
-            files.append((st.st_mtime, st.st_size, p))
-        total = sum(size for _, size, _ in files)
-        for _, size, p in sorted(files):
-            if total <= self.limit:
-                break
-            if p == keep:
-                continue
-            try:
-                p.unlink()
-                log.info("module %s removed from the cache (least recently used; CUWIRE_MODULE_CACHE_SIZE)",
-                         p.stem[:12])
-            except FileNotFoundError:
-                pass
-            total -= size
+        for p in least_used(self.directory, "*.fatbin", self.limit, keep):
+            log.info("module %s removed from the cache (least recently used; CUWIRE_MODULE_CACHE_SIZE)", p.stem[:12])
+
+
+def least_used(directory: Path, pattern: str, limit: int, keep: Path) -> list[Path]:
+    """Remove the files of `pattern` used least recently (by modification time) until those left hold at most
+    `limit` bytes (0: no limit), never `keep`; the ones removed. Another process may remove some first."""
+    if not limit:
+        return []
+    files = []
+    for p in directory.glob(pattern):
+        try:
+            st = p.stat()
+        except FileNotFoundError:  # another session process removed it
+            continue
+        files.append((st.st_mtime, st.st_size, p))
+    total, removed = sum(size for _, size, _ in files), []
+    for _, size, p in sorted(files):
+        if total <= limit:
+            break
+        if p == keep:
+            continue
+        try:
+            p.unlink()
+            removed.append(p)
+        except FileNotFoundError:
+            pass
+        total -= size
+    return removed

@@ -21,13 +21,14 @@ from google.protobuf.message import DecodeError
 import cuwire
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import wire_ids
-from cuwire.server import metrics, nvml_view, visible_devices
+from cuwire.server import metrics, nvml_view, program_lists, visible_devices
 from cuwire.server._records import ffi as records_ffi
 from cuwire.server._records import lib as records_lib
 from cuwire.server.backend import open_backend
 from cuwire.server.bulk import IncomingPayload
 from cuwire.server.errors import WireError
 from cuwire.server.module_cache import ModuleCache
+from cuwire.server.program_lists import ProgramLists
 from cuwire.server.records import function_table
 from cuwire.server.resume import SessionStream, unknown_key
 from cuwire.server.session import Session
@@ -73,6 +74,7 @@ class CuWireServer:
             os.environ["CUDA_VISIBLE_DEVICES"] = settings.devices
         self.ffi, self.lib, self.backend = open_backend(settings.backend)
         self.modules = ModuleCache(settings.cache_dir, settings.module_cache_size)
+        self.lists = ProgramLists(settings.cache_dir / "lists")
         self.devices = self.query_devices()
         self.record_functions = function_table(self.ffi, self.lib)  # what sessions' record loops call
         self.session_ids = itertools.count(1)
@@ -88,6 +90,14 @@ class CuWireServer:
             nvml_uuids = [nvml_view.uuid_text(d.uuid) for d in self.devices]  # (some of the machine's GPUs)
         if nvml_uuids:  # last: the record loop's table (above) takes the library's own functions
             self.lib = nvml_view.NvmlView(self.lib, self.ffi, nvml_uuids)
+
+    def program_list_name(self, hello: pb.Hello) -> str:
+        """The name of the list kept for the program that `hello` names, with its token, on this server's GPUs
+        (program_lists.py); "" when it names none."""
+        if not hello.program or len(hello.program) > program_lists.MAX_NAME:
+            return ""
+        arch = f"sm_{self.devices[0].major}{self.devices[0].minor}" if self.devices else ""
+        return program_lists.key(hello.token, hello.program, arch)
 
     def query_devices(self) -> list[pb.Device]:
         ffi, lib = self.ffi, self.lib
@@ -186,6 +196,9 @@ class CuWireServer:
             server_version=cuwire.__version__, cuda_version=wire_ids.CUDA_VERSION,
             api_digest=wire_ids.API_DIGEST, backend=self.backend, devices=self.devices, session=name,
             driver_version=self.driver_version()))
+        list_name = self.program_list_name(hello)
+        if list_name:
+            reply.welcome.program_list = self.lists.get(list_name)
         shared, fds = None, []
         from_relay = conn.sock.family == socket.AF_UNIX and relayed(conn.sock)  # TLS from another host
         joined: list[Connection] = []

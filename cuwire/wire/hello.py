@@ -10,6 +10,10 @@ import cuwire
 from cuwire.generated import wire_ids
 from cuwire.wire import protocol_pb2 as pb
 
+# Bytes of a program's list (client/load_lists.py) the server keeps, compressed (server/program_lists.py): a
+# PyTorch program's is some tens of KiB; the client sends none longer (cuwire.KeepList)
+MOST_LIST_KEPT = 1 << 20
+
 
 def make_hello(token: str = "", **fields: object) -> pb.Hello:
     """The Hello of this process: its versions, the token, its pid and host, its CUDA_VISIBLE_DEVICES, and any
