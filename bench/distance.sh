@@ -46,7 +46,7 @@ if [ "$FIRST" = 1 ]; then
     AT=$(grep -oP 'listening on \K[0-9]+' "$OUTDIR/link-first.log")
   fi
   : >"$OUTDIR/native-first.txt"; : >"$OUTDIR/cuwire-first.txt"; : >"$OUTDIR/cuwire-again.txt"
-  : >"$OUTDIR/cuwire-fresh.txt"; rm -rf "$OUTDIR/loads" "$CACHE/lists"  # (no list kept from an earlier bench)
+  : >"$OUTDIR/cuwire-fresh.txt"; rm -rf "$OUTDIR/loads" "${CACHE:-/nonexistent}/lists"  # (none from an earlier bench)
   for w in "pytorch_minimal iteration" "small CNN training step" "small transformer training step" \
            "GPT-2 decoding, one token"; do
     (cd bench && $PY distance_steps.py --first $w) >>"$OUTDIR/native-first.txt" 2>>"$OUTDIR/native-first.err"
