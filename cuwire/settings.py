@@ -169,6 +169,8 @@ class Settings:
     # both sides: how long a wait for the peer polls the socket before it sleeps, in microseconds (a round
     # trip that sleeps costs twice the wake-up; the poll costs this much CPU time at most); 0: sleep at once
     spin_us: int = _setting("spin_us", "50", _COUNT)
+    # client: queued calls go out without waiting once this long passed since they last went (client/queue.c)
+    send_every_us: int = _setting("send_every_us", "20", _COUNT)
     # both sides, over TCP: how many more connections a session may open for large payloads, which then
     # travel over all of them at once (one TCP stream carries a few GB/s; cuwire/wire/stripes.py). The server
     # offers this many, the client opens as many as both allow; 0: payloads go on the one connection

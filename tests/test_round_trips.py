@@ -47,6 +47,22 @@ def test_a_step_loop_costs_one_round_trip_a_step(steps, apps, client_lib, server
     assert many.get("cuStreamSynchronize") == 1, many
 
 
+def test_queued_calls_go_early_as_often_as_the_setting_says(apps, client_lib, server):
+    """CUWIRE_SEND_EVERY_US (client/queue.c): by default a queued call that comes after the queue went goes
+    out at once, so the step loop's first queued call each step goes early; with a long interval the queued
+    calls wait for the step's read (no step queues the 16 that go at once), with the same output and round
+    trips."""
+    def early(every: str | None) -> tuple[int, int]:
+        env = {"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1", **({"CUWIRE_SEND_EVERY_US": every} if every else {})}
+        r = run_remote(apps / "step_loop", client_lib, server.address, "40", env=env)
+        assert r.returncode == 0 and "0 bytes read back wrong" in r.stdout, r.stdout + r.stderr
+        m = re.search(r"round trips: (\d+) .*\((\d+) batches of them sent early", r.stderr)
+        return int(m[1]), int(m[2])
+
+    (trips, sends), (trips_long, sends_long) = early(None), early("10000000")
+    assert sends >= 40 and sends_long == 0 and trips_long == trips, (trips, sends, trips_long, sends_long)
+
+
 def input_copies(apps: Path, client_lib: Path, server, steps: int, *args: str) -> dict[str, int]:
     r = run_remote(apps / "input_copies", client_lib, server.address, str(steps), *args,
                    env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})

@@ -29,9 +29,9 @@ static uint64_t queue_count;
  * the queue last went out this long ago: the server starts on them (the GPU with it) while the program
  * goes on. So a program that launches now and then has each launch sent at once (a kernel waiting in the
  * client's queue until the next call that waits would leave the GPU idle meanwhile), and one that
- * launches in a burst sends a frame every QUEUE_SEND_EVERY_NS (a send costs it a few microseconds). */
+ * launches in a burst sends a frame every send_every_ns (a send costs it a few microseconds). */
 #define QUEUE_SEND_AT 16u
-#define QUEUE_SEND_EVERY_NS 20000u
+static uint64_t send_every_ns = 20000u; /* CUWIRE_SEND_EVERY_US (cuwire_queue_send_every) */
 static uint64_t queue_taken; /* when the queue last went out (cuwire_queue_take) */
 
 static uint64_t monotonic_ns(void)
@@ -144,11 +144,13 @@ int cuwire_queue_append(uint32_t id, const void *a, uint32_t na, const void *b, 
         err = append2_locked(id, a, na, b, nb);
     if (!err && queue_len >= QUEUE_FLUSH_AT)
         *due = QUEUE_FLUSH;
-    else if (!err && (queue_count >= QUEUE_SEND_AT || monotonic_ns() - queue_taken >= QUEUE_SEND_EVERY_NS))
+    else if (!err && (queue_count >= QUEUE_SEND_AT || monotonic_ns() - queue_taken >= send_every_ns))
         *due = QUEUE_SEND;
     pthread_mutex_unlock(&queue_lock);
     return err;
 }
+
+void cuwire_queue_send_every(long microseconds) { send_every_ns = (uint64_t)microseconds * 1000u; }
 
 /* Hands the queued records to the caller (who frees them with free()) and starts a new queue; the
  * caller's call follows them, so the switch to its thread's context goes last. */

@@ -40,6 +40,7 @@ int cuwire_wire_without_python(void);         /* calls made in C go on after Pyt
 CW_FROM_PYTHON void cuwire_wire_stream(void *s); /* the session's cw_stream (cuwire/wire/stream.h), or NULL */
 CW_IN_PYTHON int cuwire_py_resume(void);          /* the connection broke: 1 when the session's stream resumed it */
 CW_FROM_PYTHON void cuwire_wire_spin(long microseconds);
+CW_FROM_PYTHON void cuwire_queue_send_every(long microseconds); /* queue.c: CUWIRE_SEND_EVERY_US */
 CW_FROM_PYTHON void cuwire_wire_acquire(void);
 CW_FROM_PYTHON void cuwire_wire_release(void);
 CW_FROM_PYTHON void cuwire_wire_forget(void);

@@ -294,6 +294,7 @@ class Client:
                 lib.cuwire_callbacks_ring(connection.ring.c if connection.ring else ffi.NULL)
                 self.stats.transport = f"{connection.kind} to {self.settings.server}"
                 self.stats.connected = time.monotonic()
+                lib.cuwire_queue_send_every(self.settings.send_every_us)
                 self.policy = compression.Policy(self.settings.compress, local=connection.sock.family == socket.AF_UNIX,
                                                  minimum=self.settings.compress_min)
                 # client/wire.c sends its frames uncompressed and in the clear, on the socket itself
