@@ -171,6 +171,8 @@ class Settings:
     spin_us: int = _setting("spin_us", "50", _COUNT)
     # client: queued calls go out without waiting once this long passed since they last went (client/queue.c)
     send_every_us: int = _setting("send_every_us", "20", _COUNT)
+    # client: a thread of its own sends the queued calls, so the program's thread only queues them (client/sender.c)
+    send_thread: bool = _setting("send_thread", "0", parse_bool)
     # both sides, over TCP: how many more connections a session may open for large payloads, which then
     # travel over all of them at once (one TCP stream carries a few GB/s; cuwire/wire/stripes.py). The server
     # offers this many, the client opens as many as both allow; 0: payloads go on the one connection

@@ -53,14 +53,61 @@ def test_queued_calls_go_early_as_often_as_the_setting_says(apps, client_lib, se
     calls wait for the step's read (no step queues the 16 that go at once), with the same output and round
     trips."""
     def early(every: str | None) -> tuple[int, int]:
-        env = {"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1", **({"CUWIRE_SEND_EVERY_US": every} if every else {})}
+        env = {"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1", "CUWIRE_SEND_THREAD": "0",  # (the program's sends)
+               **({"CUWIRE_SEND_EVERY_US": every} if every else {})}
         r = run_remote(apps / "step_loop", client_lib, server.address, "40", env=env)
         assert r.returncode == 0 and "0 bytes read back wrong" in r.stdout, r.stdout + r.stderr
         m = re.search(r"round trips: (\d+) .*\((\d+) batches of them sent early", r.stderr)
         return int(m[1]), int(m[2])
 
+    early(None)  # (the first run leaves the program's list: the next two start alike)
     (trips, sends), (trips_long, sends_long) = early(None), early("10000000")
     assert sends >= 40 and sends_long == 0 and trips_long == trips, (trips, sends, trips_long, sends_long)
+
+
+QUEUED_ONLY = r"""
+#include <stdio.h>
+#include <time.h>
+#include "cuda_api.h"
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+int main(void) {  /* 200 memsets, each queued 200 us after the last, no call that waits till the end */
+    CUdevice dev; CUcontext ctx; CUdeviceptr p; unsigned int v = 0;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx) ||
+        cuMemAlloc_v2(&p, 64)) return 1;
+    for (unsigned int i = 1; i <= 200; i++) {
+        if (cuMemsetD32Async(p, i, 16, 0)) return 2;
+        for (double until = now() + 200e-6; now() < until;) {}
+    }
+    printf("last value %u (of %d)\n", cuMemcpyDtoH_v2(&v, p, 4) ? 0u : v, 200);
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("transport", ["tcp", "unix"])
+def test_a_thread_of_the_clients_sends_the_queued_calls(transport, apps, client_lib, server, tmp_path):
+    """CUWIRE_SEND_THREAD (client/sender.c): queued calls go early from the client's own thread, in order
+    with the calls that wait. The step loop (a wait right after its queued calls, which may take them
+    before the thread does) gives the same output, round trips and waits answered by the client; a program
+    that only queues has its calls sent early, by the thread, the last one's value read back."""
+    env = {"CUWIRE_TRANSPORT": transport, "CUWIRE_STATS": "1"}
+
+    def step_loop(thread: str) -> dict[str, int]:
+        r = run_remote(apps / "step_loop", client_lib, server.address, "40", env={**env, "CUWIRE_SEND_THREAD": thread})
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "0 bytes read back wrong; waits after the copy that were not done: 0" in r.stdout, r.stdout
+        return {"round trips": int(re.search(r"round trips: (\d+)", r.stderr)[1]),
+                "answered": int(re.search(r"waits answered by the client.*: (\d+)", r.stderr)[1])}
+
+    step_loop("0")  # (the first run leaves the program's list: the next two start alike)
+    assert step_loop("0") == step_loop("1")
+    program = compile_against_client(QUEUED_ONLY, tmp_path, client_lib, "queued_only")
+    r = subprocess.run([str(program)], capture_output=True, text=True, timeout=60, env={
+        **os.environ, **env, "CUWIRE_SERVER": server.address, "CUWIRE_SEND_THREAD": "1"})
+    assert r.returncode == 0 and r.stdout == "last value 200 (of 200)\n", r.stdout + r.stderr
+    early = re.search(r"\((\d+) batches of them sent early, without waiting; (\d+) of those by the client's "
+                      r"sending thread\)", r.stderr)
+    assert early and 0 < int(early[2]) <= int(early[1]), r.stderr
 
 
 def input_copies(apps: Path, client_lib: Path, server, steps: int, *args: str) -> dict[str, int]:

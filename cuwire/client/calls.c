@@ -37,7 +37,7 @@ static int enqueue2(uint32_t id, const void *a, uint32_t na, const void *b, uint
         return err;
     if (due == QUEUE_FLUSH && CUWIRE_READY() && !without_python)
         return cuwire_py_flush();
-    if (due == QUEUE_KEEP || (!CUWIRE_READY() && !without_python))
+    if (due == QUEUE_KEEP || (!CUWIRE_READY() && !without_python) || (!without_python && cuwire_sender_poke()))
         return 0;
     int sent = cuwire_wire_send_queued();
     return sent >= 0 ? sent : without_python ? CUDA_ERROR_DEINITIALIZED : cuwire_py_send_queued();

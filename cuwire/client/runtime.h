@@ -46,6 +46,12 @@ CW_FROM_PYTHON void cuwire_wire_release(void);
 CW_FROM_PYTHON void cuwire_wire_forget(void);
 CW_FROM_PYTHON int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *ns, int max, uint64_t *totals);
 CW_FROM_PYTHON int cuwire_wire_send_queued(void);
+int cuwire_wire_in_c(void); /* the session's calls go on the C wire now (not Python's, not after Python) */
+uint64_t cuwire_wire_my_early(void); /* the early frames the calling thread sent */
+/* sender.c: a thread of the client's that sends the queued calls (CUWIRE_SEND_THREAD) */
+CW_FROM_PYTHON void cuwire_sender_start(void);
+int cuwire_sender_poke(void); /* 1: it will send what is queued; 0: it does not run (the caller sends) */
+CW_FROM_PYTHON uint64_t cuwire_sender_sent(void); /* the early frames it sent (--stats) */
 /* What the client knows the GPU has finished (completion.c): every send is counted (waits: the sender
  * waits for the answer); calls annotated `completes` note what they finished, and those annotated
  * `answered_when_done` are answered here while it is known. */

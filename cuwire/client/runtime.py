@@ -304,6 +304,8 @@ class Client:
                         lib.cuwire_wire_stream(connection.stream.c if connection.stream else ffi.NULL)
                     lib.cuwire_wire_set(self.session.transport.connection.sock.fileno())
                     self.wire_in_c = True
+                    if self.settings.send_thread:
+                        lib.cuwire_sender_start()
             except TransportError as e:
                 # (no device for the program's CUDA_VISIBLE_DEVICES: its calls fail as natively)
                 self.give_up(str(e), NO_DEVICE if e.refusal == pb.NO_DEVICE else DEVICE_UNAVAILABLE)
@@ -962,7 +964,8 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
         f"locally + {total.get('unimplemented', 0)} unimplemented",
         f"  round trips: {s.batches} = {sent} for calls + {own} cuwire requests (modules, functions, globals) + "
         f"{s.flushes} flushes of queued calls; queued calls carried: {s.queued} ({s.sends} batches of them sent "
-        "early, without waiting)",
+        "early, without waiting" + (f"; {lib.cuwire_sender_sent()} of those by the client's sending thread"
+                                    if lib.cuwire_sender_sent() else "") + ")",
         f"  waits answered by the client, their work known finished with nothing sent since: "
         f"{lib.cuwire_answered_done}",
         f"  bytes sent: {size(s.bytes_sent)} in messages, carrying {size(s.bytes_sent_raw)} of call data before "

@@ -49,6 +49,7 @@ static struct {
 /* ...and totals: bytes of frames sent and received, queued calls carried, frames of queued calls sent
  * without waiting, bytes of records and results (cuwire_wire_stats, in this order) */
 static uint64_t bytes_out, bytes_in, carried, early, raw_out, raw_in;
+static __thread uint64_t my_early; /* the early frames this thread sent (sender.c counts its own) */
 
 /* The session's socket, or -1. Python sets -1 and closes the socket with the lock held (a number that
  * another file may take next must not be used here). Once the socket is kept here, Python's is no longer
@@ -86,6 +87,10 @@ static int usable_fd(void)
 
 /* Whether calls made here go on without Python: the program's end, once the socket is kept here. */
 int cuwire_wire_without_python(void) { return __atomic_load_n(&wire_kept, __ATOMIC_ACQUIRE) && usable_fd() >= 0; }
+
+uint64_t cuwire_wire_my_early(void) { return my_early; }
+
+int cuwire_wire_in_c(void) { return usable_fd() >= 0 && !cuwire_wire_without_python(); }
 
 /* The session broke: Python says so once and refuses what follows; once Python is gone, this says it. */
 static void lost(const char *why)
@@ -353,6 +358,8 @@ int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint3
  * starts on them while the program goes on. Their first error comes with the next answer, as CUDA's
  * asynchronous errors do. 0, or -1 when the Python path must send them (nothing was sent then), or
  * CUDA_ERROR_DEVICE_UNAVAILABLE when the connection broke. */
+#define SEND_AT_ONCE 16384 /* bytes of an early frame copied behind its header, to go in one send */
+
 int cuwire_wire_send_queued(void)
 {
     if (usable_fd() < 0)
@@ -373,13 +380,25 @@ int cuwire_wire_send_queued(void)
     }
     struct cw_frame_header h = {CW_MAGIC_QUEUED, (uint32_t)queued_len, 0};
     const char *why = NULL; /* (its records were counted as queued: client/completion.c) */
-    if (wire_send(fd, (const char *)&h, sizeof h) != 0 || wire_send(fd, queued, queued_len) != 0)
+    /* One send for a frame of a few records, the usual early send: each send costs the program's thread the
+     * kernel's whole TCP path (and a wake-up of the reader), so the header does not go alone */
+    char one[SEND_AT_ONCE];
+    int sent;
+    if (sizeof h + queued_len <= sizeof one) {
+        memcpy(one, &h, sizeof h);
+        memcpy(one + sizeof h, queued, queued_len);
+        sent = wire_send(fd, one, sizeof h + queued_len);
+    } else {
+        sent = wire_send(fd, (const char *)&h, sizeof h) == 0 ? wire_send(fd, queued, queued_len) : -1;
+    }
+    if (sent != 0)
         why = strerror(errno);
     else {
         bytes_out += sizeof h + queued_len;
         raw_out += queued_len;
         carried += count;
         early++;
+        my_early++;
     }
     free(queued);
     pthread_mutex_unlock(&wire_lock);
