@@ -207,3 +207,24 @@ def wait_for(predicate, seconds: float = 10.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+# A program that only queues: 200 memsets, each 200 us after the last, no call that waits till it reads the
+# last value back (its queued calls go early, from the program's thread or the client's sending thread)
+QUEUED_ONLY = r"""
+#include <stdio.h>
+#include <time.h>
+#include "cuda_api.h"
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+int main(void) {  /* 200 memsets, each queued 200 us after the last, no call that waits till the end */
+    CUdevice dev; CUcontext ctx; CUdeviceptr p; unsigned int v = 0;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx) ||
+        cuMemAlloc_v2(&p, 64)) return 1;
+    for (unsigned int i = 1; i <= 200; i++) {
+        if (cuMemsetD32Async(p, i, 16, 0)) return 2;
+        for (double until = now() + 200e-6; now() < until;) {}
+    }
+    printf("last value %u (of %d)\n", cuMemcpyDtoH_v2(&v, p, 4) ? 0u : v, 200);
+    return 0;
+}
+"""

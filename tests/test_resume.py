@@ -72,6 +72,25 @@ def test_a_cut_session_ends_as_an_uncut_one(cut_server, apps: Path, client_lib, 
     assert "more connections at once (stripes)" not in r.stderr, r.stderr
 
 
+def test_a_cut_in_the_sending_threads_frames_is_resumed_by_the_next_call(cut_server, client_lib, tmp_path):
+    """With CUWIRE_SEND_THREAD, the client's thread sends the queued calls early (client/sender.c); a cut in
+    its frames leaves the connection to the program's next call, which resumes it and sends what did not
+    arrive: the last value is read back, as uncut."""
+    from conftest import QUEUED_ONLY, compile_against_client
+
+    program = compile_against_client(QUEUED_ONLY, tmp_path, client_lib, "queued_only")
+    link = CutLink(cut_server.port, [(TO_SERVER, 3000), (TO_SERVER, 6001), (TO_CLIENT, 2500)],
+                   unix=cut_server.kind == "unix")
+    try:
+        r = run_remote(program, client_lib, link.address, env={
+            **transport_env(cut_server.kind, cut_server), "CUWIRE_STATS": "1", "CUWIRE_SEND_THREAD": "1"})
+    finally:
+        link.close()
+    assert r.returncode == 0 and r.stdout == "last value 200 (of 200)\n", r.stdout + r.stderr
+    assert link.done, link.cuts
+    assert re.search(r"connection dropped and resumed: [1-9]", r.stderr), r.stderr
+
+
 def test_a_restarted_server_ends_the_session_clearly(tmp_path, apps: Path, client_lib):
     """The client comes back to a server that does not know its session (a restart): the program's calls fail
     with an error that says so, at once, not after the grace period."""

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import SEVENTEEN_ENTRIES, compile_against_client, run_remote
+from conftest import QUEUED_ONLY, SEVENTEEN_ENTRIES, compile_against_client, run_remote
 
 
 def sent_to_server(stderr: str) -> dict[str, int]:
@@ -63,25 +63,6 @@ def test_queued_calls_go_early_as_often_as_the_setting_says(apps, client_lib, se
     early(None)  # (the first run leaves the program's list: the next two start alike)
     (trips, sends), (trips_long, sends_long) = early(None), early("10000000")
     assert sends >= 40 and sends_long == 0 and trips_long == trips, (trips, sends, trips_long, sends_long)
-
-
-QUEUED_ONLY = r"""
-#include <stdio.h>
-#include <time.h>
-#include "cuda_api.h"
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
-int main(void) {  /* 200 memsets, each queued 200 us after the last, no call that waits till the end */
-    CUdevice dev; CUcontext ctx; CUdeviceptr p; unsigned int v = 0;
-    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx) ||
-        cuMemAlloc_v2(&p, 64)) return 1;
-    for (unsigned int i = 1; i <= 200; i++) {
-        if (cuMemsetD32Async(p, i, 16, 0)) return 2;
-        for (double until = now() + 200e-6; now() < until;) {}
-    }
-    printf("last value %u (of %d)\n", cuMemcpyDtoH_v2(&v, p, 4) ? 0u : v, 200);
-    return 0;
-}
-"""
 
 
 @pytest.mark.parametrize("transport", ["tcp", "unix"])

@@ -48,6 +48,7 @@ CW_FROM_PYTHON int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *
 CW_FROM_PYTHON int cuwire_wire_send_queued(void);
 int cuwire_wire_in_c(void); /* the session's calls go on the C wire now (not Python's, not after Python) */
 uint64_t cuwire_wire_my_early(void); /* the early frames the calling thread sent */
+void cuwire_wire_quiet_thread(void);  /* this thread leaves a broken connection to the program's next call */
 /* sender.c: a thread of the client's that sends the queued calls (CUWIRE_SEND_THREAD) */
 CW_FROM_PYTHON void cuwire_sender_start(void);
 int cuwire_sender_poke(void); /* 1: it will send what is queued; 0: it does not run (the caller sends) */

@@ -53,9 +53,10 @@ static void take_poke(void)
 static void *send_loop(void *arg)
 {
     (void)arg;
+    cuwire_wire_quiet_thread(); /* a break is left to the program's next call: it resumes or says so */
     for (;;) {
         take_poke();
-        cuwire_wire_send_queued(); /* (a break is the session's: lost() said so, the next call fails) */
+        cuwire_wire_send_queued();
         __atomic_store_n(&sent, cuwire_wire_my_early(), __ATOMIC_RELEASE);
     }
     return NULL;

@@ -229,11 +229,18 @@ static int resumed(void)
     return 0;
 }
 
+/* A thread that sends for the program (sender.c) leaves a broken connection to the program's next call:
+ * resuming or giving up goes through Python, whose lock a program's thread may hold while it waits for
+ * the wire's, held here. What it sent is kept in the stream, so a resume sends it again. */
+static __thread int quiet;
+
+void cuwire_wire_quiet_thread(void) { quiet = 1; }
+
 /* Send on the session's connection (wire_lock held): kept first, so that a resume sends what did not arrive. */
 static int wire_send(int fd, const char *buf, size_t len)
 {
     cw_stream_sent(wire_stream, buf, len);
-    return cuwire_send_all(fd, buf, len) == 0 || resumed() ? 0 : -1;
+    return cuwire_send_all(fd, buf, len) == 0 || (!quiet && resumed()) ? 0 : -1;
 }
 
 /* Receives len bytes into buf, polling up to spin ns before it sleeps (socket_wait.h); 0, or -1 when the
@@ -403,7 +410,8 @@ int cuwire_wire_send_queued(void)
     free(queued);
     pthread_mutex_unlock(&wire_lock);
     if (why) {
-        lost(why);
+        if (!quiet)
+            lost(why);
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
     }
     return 0;
