@@ -39,8 +39,12 @@ static void take_poke(void)
 {
     uint64_t until = monotonic_ns() + SENDER_POLL_NS;
     while (!__atomic_exchange_n(&pending, 0, __ATOMIC_SEQ_CST)) {
-        if (monotonic_ns() < until)
+        if (monotonic_ns() < until) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause(); /* (a spin-wait hint: the core's other thread runs meanwhile) */
+#endif
             continue;
+        }
         pthread_mutex_lock(&lock);
         __atomic_store_n(&sleeping, 1, __ATOMIC_SEQ_CST);
         while (!__atomic_load_n(&pending, __ATOMIC_SEQ_CST))
