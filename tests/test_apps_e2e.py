@@ -4,6 +4,9 @@ libcudart runs each one on cuwire's libcuda.so.1, as `cuwire run` runs it."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -215,3 +218,42 @@ def test_memcpy_node_set_to_pageable_memory_is_refused_by_name(client_lib, serve
                         "read back: 0, the new memory: 1\n"), r.stderr
     assert "a memcpy node's parameters set to pageable host memory" in r.stderr
     assert "cuGraphMemcpyNodeSetParams" in r.stderr
+
+
+PAGE_LOCKED_AGAIN = r"""
+#include <stdio.h>
+#include <string.h>
+#include "cuda_api.h"
+int main(void) {  /* page-locked memory a memset writes and the program reads, freed and allocated again, 50 times */
+    CUdevice dev; CUcontext ctx; int wrong = 0;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) return 1;
+    for (unsigned int i = 1; i <= 50; i++) {
+        unsigned int *p, v = 0;
+        if (cuMemHostAlloc((void **)&p, 4096, 0x02 /* CU_MEMHOSTALLOC_DEVICEMAP */)) return 2;
+        memset(p, 0, 4096);  /* the program's zeros: the server's copy must have them, whatever it held before */
+        if (cuMemsetD32Async((CUdeviceptr)p, i, 512, 0) || cuStreamSynchronize(0)) return 3;
+        p[600] = 1000 + i;  /* ...and this, read back through the GPU's view of the memory */
+        if (i % 2)
+            p[700] = 77;  /* (an odd round's: the next round's zeros must reach the server's copy over it) */
+        if (cuMemcpyDtoH_v2(&v, (CUdeviceptr)(p + 600), 4)) return 4;
+        wrong += p[0] != i || p[511] != i || p[512] != 0 || p[1023] != 0 || v != 1000 + i || p[700] != (i % 2 ? 77 : 0);
+        if (cuMemFreeHost(p)) return 5;
+    }
+    printf("50 rounds, %d wrong\n", wrong);
+    return 0;
+}
+"""
+
+
+def test_page_locked_memory_freed_and_allocated_again_is_mapped_again_without_asking(client_lib, server, tmp_path):
+    """Over TCP, page-locked memory that a call passes as a device address is mapped by the server; freed, the
+    server's run stays mapped (client/host_memory.c, left mapped), so memory allocated again at the same
+    address (XLA's transfers) costs no unmap and no map: the server's copy gets the program's bytes whole
+    before the next call, whatever it held, and the GPU's writes come back."""
+    program = compile_against_client(PAGE_LOCKED_AGAIN, tmp_path, client_lib, "page_locked_again")
+    r = subprocess.run([str(program)], capture_output=True, text=True, timeout=120, env={
+        **os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
+    assert r.returncode == 0 and r.stdout == "50 rounds, 0 wrong\n", r.stdout + r.stderr
+    sent = dict(re.findall(r"(cuwire\.\w+) (\d+)", re.search(r"top calls sent to the server, by count: (.*)",
+                                                              r.stderr)[1]))
+    assert int(sent.get("cuwire.RegisterHost", 0)) <= 5 and int(sent.get("cuwire.UnregisterHost", 0)) <= 5, sent

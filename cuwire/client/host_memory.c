@@ -106,6 +106,66 @@ static uint64_t page_ceil(uint64_t a)
  * page may hold two registrations, as small buffers of one heap block do, and a copy or a kernel may cross
  * from one into the next). 0, or the CUDA error (the call then names memory the server does not have, and
  * fails as it would). register_lock held. */
+/* Runs the server mapped for page-locked memory the program freed since (unmap_for_kernels), left mapped
+ * there, oldest first: a program that frees such memory and allocates it again at the same address (XLA: a
+ * 4 KiB buffer at each transfer, 574 in a run of tests/jax_apps/jax_programs.py over TCP) has it mapped again
+ * without the round trips of an unmap and a map. While left so, a run is not kept in step (the program's
+ * pages are not its own any more). One that a new run would overlap or touch, but not be, is unmapped first
+ * (the server joins runs that touch). At most LEFT_MAX runs and LEFT_BYTES bytes: past that, the oldest
+ * are unmapped. register_lock held. */
+#define LEFT_MAX 32
+#define LEFT_BYTES (64u << 20)
+static struct {
+    uint64_t lo, hi;
+} left[LEFT_MAX];
+static int n_left;
+static uint64_t left_bytes;
+
+static void drop_left(int i)
+{
+    left_bytes -= left[i].hi - left[i].lo;
+    memmove(&left[i], &left[i + 1], sizeof left[0] * (size_t)(n_left - i - 1));
+    n_left--;
+}
+
+static void unmap_left(int i)
+{
+    uint64_t lo = left[i].lo;
+    drop_left(i);
+    if (CUWIRE_READY())
+        cuwire_py_host_unmap(lo);
+}
+
+static void leave_mapped(uint64_t lo, uint64_t hi)
+{
+    while (n_left && (n_left == LEFT_MAX || left_bytes + (hi - lo) > LEFT_BYTES))
+        unmap_left(0);
+    if (hi - lo > LEFT_BYTES) {
+        if (CUWIRE_READY())
+            cuwire_py_host_unmap(lo);
+        return;
+    }
+    left[n_left].lo = lo, left[n_left].hi = hi;
+    n_left++;
+    left_bytes += hi - lo;
+}
+
+/* The run left mapped that is [lo, hi), taken (1), after the ones that overlap or touch it otherwise were unmapped. */
+static int take_left_mapped(uint64_t lo, uint64_t hi)
+{
+    for (int i = 0; i < n_left;) {
+        if (left[i].lo > hi || left[i].hi < lo) {
+            i++;
+        } else if (left[i].lo == lo && left[i].hi == hi) {
+            drop_left(i);
+            return 1;
+        } else {
+            unmap_left(i);
+        }
+    }
+    return 0;
+}
+
 static int map_for_kernels(const void *p, size_t size)
 {
     if (!size || !CUWIRE_READY())
@@ -114,7 +174,21 @@ static int map_for_kernels(const void *p, size_t size)
     if (!cuwire_host_mapped_span(page_floor((uint64_t)(uintptr_t)p), page_ceil((uint64_t)(uintptr_t)p + size), &lo,
                                  &hi))
         return 0;
+    if (take_left_mapped(lo, hi)) {
+        int again = cuwire_host_mapped_add_again(lo, hi - lo);
+        if (again == 0 && cuwire_trace)
+            fprintf(stderr, "cuwire trace: page-locked memory at %#llx the server still had mapped: mapped again "
+                            "without asking\n", (unsigned long long)lo);
+        if (again != 0 && CUWIRE_READY())
+            cuwire_py_host_unmap(lo);
+        return again;
+    }
     int err = cuwire_py_host_map(lo, hi - lo);
+    if (err && n_left) { /* (the server's room for such memory may be what the runs left mapped hold) */
+        while (n_left)
+            unmap_left(0);
+        err = cuwire_py_host_map(lo, hi - lo);
+    }
     if (err) {
         uint64_t at, n; /* the server may have let the runs it was to join go: so does the client */
         while (cuwire_host_mapped_within(lo, hi, &at, &n))
@@ -144,8 +218,8 @@ static void unmap_for_kernels(const void *p, size_t size)
         lo = at + n;
         if (own_range_overlaps(at, at + n))
             continue;
-        if (cuwire_host_mapped_forget(at) && CUWIRE_READY())
-            cuwire_py_host_unmap(at);
+        if (cuwire_host_mapped_forget(at))
+            leave_mapped(at, at + n);
     }
 }
 

@@ -178,7 +178,7 @@ int cuwire_keeping_in_step(void) { return in_step; }
  * address for the GPU (host_memory.c), joining the runs it had mapped in it: kept in step from now on. Their
  * bytes as last agreed stay; the rest of the server's copy starts as zeros, so the next call sends what the
  * program has there. */
-int cuwire_host_mapped_add(uint64_t address, uint64_t size)
+static int host_mapped_add(uint64_t address, uint64_t size, int stale)
 {
     struct managed *m = calloc(1, sizeof *m);
     unsigned char *snapshot = calloc(1, size ? size : 1);
@@ -187,6 +187,9 @@ int cuwire_host_mapped_add(uint64_t address, uint64_t size)
         free(snapshot);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (stale) /* every byte unlike the program's: the next call sends them all */
+        for (uint64_t i = 0; i < size; i++)
+            snapshot[i] = (unsigned char)~((const unsigned char *)(uintptr_t)address)[i];
     *m = (struct managed){address, size, 0, snapshot, 1, NULL};
     pthread_mutex_lock(&managed_lock);
     for (struct managed **p = &managed; *p;) { /* the runs joined */
@@ -207,6 +210,12 @@ int cuwire_host_mapped_add(uint64_t address, uint64_t size)
     pthread_mutex_unlock(&managed_lock);
     return 0;
 }
+
+int cuwire_host_mapped_add(uint64_t address, uint64_t size) { return host_mapped_add(address, size, 0); }
+
+/* ...or a run the server mapped before, for memory the program freed since (host_memory.c, left mapped): what
+ * the server's copy holds is not known, so the next call sends the whole run. */
+int cuwire_host_mapped_add_again(uint64_t address, uint64_t size) { return host_mapped_add(address, size, 1); }
 
 /* The first run of pages the server mapped that starts in [lo, hi): 1 and its address and size, or 0. */
 int cuwire_host_mapped_within(uint64_t lo, uint64_t hi, uint64_t *at, uint64_t *size)

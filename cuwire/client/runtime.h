@@ -93,6 +93,7 @@ void cuwire_managed_synced(void);
 /* Page-locked memory over TCP that kernels reach: the server maps memory at the program's address, and
  * managed.c keeps the two copies in step (HostCopy records). */
 int cuwire_host_mapped_add(uint64_t address, uint64_t size);
+int cuwire_host_mapped_add_again(uint64_t address, uint64_t size); /* a run left mapped (host_memory.c) */
 int cuwire_host_mapped_forget(uint64_t address);
 int cuwire_host_mapped_within(uint64_t lo, uint64_t hi, uint64_t *at, uint64_t *size);
 int cuwire_host_mapped_span(uint64_t lo, uint64_t hi, uint64_t *span_lo, uint64_t *span_hi);
