@@ -13,6 +13,8 @@
 # server/program_lists.py); and what each of those starts waited for, the calls most asked first.
 #   bash bench/distance.sh [DELAYS_US (default "direct 0 100 1000"; direct: no forwarder)] [STEPS (default 200: with 20, one run in three showed
 # steps slower by milliseconds at any delay that a long run of the same steps did not, docs/speed.md)]
+# VARIANTS="SETTING=VALUE ...": at each delay the cuwire rows again with each setting in the environment,
+# beside the plain ones (VARIANTS=CUWIRE_SEND_THREAD=1: the client's sending thread, client/sender.c)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -30,10 +32,14 @@ for delay in $DELAYS; do
     for _ in $(seq 50); do grep -q "listening on" "$OUTDIR/link-$delay.log" && break; sleep 0.1; done
     AT=$(grep -oP 'listening on \K[0-9]+' "$OUTDIR/link-$delay.log")
   fi
-  (cd bench && CUWIRE_TRANSPORT=tcp CUWIRE_STATS=1 $PY -m cuwire.cli run --server "127.0.0.1:$AT" -- $PY distance_steps.py "$STEPS") \
-    >"$OUTDIR/cuwire-$delay.txt" 2>"$OUTDIR/cuwire-$delay.err" || { tail "$OUTDIR/cuwire-$delay.err"; kill $LINK $SERVER; exit 1; }
-  [ "$JAX" = 1 ] && { (cd bench && CUWIRE_TRANSPORT=tcp CUWIRE_STATS=1 $PY -m cuwire.cli run --server "127.0.0.1:$AT" -- \
-    $PY distance_jax.py "$STEPS") >>"$OUTDIR/cuwire-$delay.txt" 2>>"$OUTDIR/cuwire-$delay.err" || tail "$OUTDIR/cuwire-$delay.err"; }
+  for variant in plain ${VARIANTS:-}; do
+    out=$OUTDIR/cuwire-$delay; setting=()
+    [ "$variant" != plain ] && { out=$out-$variant; setting=("$variant"); }
+    (cd bench && env "${setting[@]}" CUWIRE_TRANSPORT=tcp CUWIRE_STATS=1 $PY -m cuwire.cli run --server "127.0.0.1:$AT" -- \
+      $PY distance_steps.py "$STEPS") >"$out.txt" 2>"$out.err" || { tail "$out.err"; kill $LINK $SERVER; exit 1; }
+    [ "$JAX" = 1 ] && { (cd bench && env "${setting[@]}" CUWIRE_TRANSPORT=tcp CUWIRE_STATS=1 $PY -m cuwire.cli run \
+      --server "127.0.0.1:$AT" -- $PY distance_jax.py "$STEPS") >>"$out.txt" 2>>"$out.err" || tail "$out.err"; }
+  done
   [ -n "$LINK" ] && kill $LINK
 done
 # A process's start: each workload in a fresh process to the end of its first step, natively and through
@@ -65,9 +71,10 @@ if [ "$FIRST" = 1 ]; then
 fi
 kill $SERVER
 nvidia-smi -L 2>/dev/null | head -1
-$PY - "$OUTDIR" $DELAYS <<'PYEOF'
-import re, sys
+VARIANTS=${VARIANTS:-} $PY - "$OUTDIR" $DELAYS <<'PYEOF'
+import os, re, sys
 out, delays = sys.argv[1], sys.argv[2:]
+variants = ["", *os.environ["VARIANTS"].split()]
 LINE = re.compile(r"^(.*): ([\d.]+) ms/step, ([\d.]+) syncs/step"
                   r"(?:, ([\d.]+) round trips/step, ([\d.]+) MB/step, ([\d.]+) ms waited/step)?$", re.M)
 def read(path):
@@ -78,16 +85,19 @@ print(f"{'workload':34} {'link':>7} {'native':>9} {'cuwire':>17} {'floor':>9} {'
       f"{'syncs/step':>11} {'MB/step':>8} {'waited':>9}")
 for delay in delays:
     rtt = 0 if delay == "direct" else 2 * int(delay) / 1000  # ms, added both ways (loopback adds ~0.02)
-    remote = read(f"{out}/cuwire-{delay}.txt")
-    link = "direct" if delay == "direct" else f"{rtt:.1f}ms"
-    for name, (ms, syncs, _, _, _) in native.items():
-        if name not in remote:
-            print(f"{name:34} {link:>7}  missing through cuwire")
-            continue
-        r_ms, _, trips, mb, waited = remote[name]
-        floor = ms + syncs * rtt
-        print(f"{name:34} {link:>7} {ms:>7.2f}ms {r_ms:>8.2f}ms (x{r_ms / ms:.2f}) {floor:>7.2f}ms "
-              f"{r_ms / floor:>7.2f}x {trips:>11.2f} {syncs:>11.1f} {mb:>8.3f} {waited:>7.2f}ms")
+    for variant in variants:
+        remote = read(f"{out}/cuwire-{delay}{'-' + variant if variant else ''}.txt")
+        link = "direct" if delay == "direct" else f"{rtt:.1f}ms"
+        if variant:
+            print(f"  with {variant}:")
+        for name, (ms, syncs, _, _, _) in native.items():
+            if name not in remote:
+                print(f"{name:34} {link:>7}  missing through cuwire")
+                continue
+            r_ms, _, trips, mb, waited = remote[name]
+            floor = ms + syncs * rtt
+            print(f"{name:34} {link:>7} {ms:>7.2f}ms {r_ms:>8.2f}ms (x{r_ms / ms:.2f}) {floor:>7.2f}ms "
+                  f"{r_ms / floor:>7.2f}x {trips:>11.2f} {syncs:>11.1f} {mb:>8.3f} {waited:>7.2f}ms")
 FIRST_LINE = re.compile(r"^(.*): first step after (\S+) round trips, (\d+) synchronizations, ([\d.]+) s from", re.M)
 def first(path):
     try:
