@@ -43,6 +43,25 @@ def parse_bool(text: str) -> bool:
     raise ValueError("expected 1, true, yes or on (or 0, false, no, off)")
 
 
+def _on_off_auto(text: str) -> str:
+    """"on", "off" (from any of parse_bool's words) or "auto"."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return "on" if parse_bool(text) else "off"
+    except ValueError:
+        raise ValueError("expected 1, true, yes or on, 0, false, no or off, or auto") from None
+
+
+SEND_THREAD_CORES = 4  # CUWIRE_SEND_THREAD=auto: the cores this process may use, at least, for the thread
+
+
+def sends_from_a_thread(setting: str) -> bool:
+    """Whether a thread of the client's sends the queued calls (CUWIRE_SEND_THREAD, client/sender.c): on, or
+    auto where the process may use SEND_THREAD_CORES cores (the thread polls on one while calls come)."""
+    return setting == "on" or (setting == "auto" and len(os.sched_getaffinity(0)) >= SEND_THREAD_CORES)
+
+
 def _number(kind: type, what: str, most: float | None = None) -> Callable[[str], float]:
     def parse(text: str):
         try:
@@ -171,8 +190,9 @@ class Settings:
     spin_us: int = _setting("spin_us", "50", _COUNT)
     # client: queued calls go out without waiting once this long passed since they last went (client/queue.c)
     send_every_us: int = _setting("send_every_us", "20", _COUNT)
-    # client: a thread of its own sends the queued calls, so the program's thread only queues them (client/sender.c)
-    send_thread: bool = _setting("send_thread", "0", parse_bool)
+    # client: a thread of its own sends the queued calls, so the program's thread only queues them (client/sender.c);
+    # auto: where this process may use at least SEND_THREAD_CORES cores (the thread polls on one while calls come)
+    send_thread: str = _setting("send_thread", "off", _on_off_auto)
     # both sides, over TCP: how many more connections a session may open for large payloads, which then
     # travel over all of them at once (one TCP stream carries a few GB/s; cuwire/wire/stripes.py). The server
     # offers this many, the client opens as many as both allow; 0: payloads go on the one connection

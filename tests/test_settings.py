@@ -3,6 +3,8 @@ line naming the variable and what it takes (Settings.errors), and the default st
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from cuwire.settings import Settings, parse_bool, parse_size
@@ -26,6 +28,22 @@ def test_booleans():
     assert [parse_bool(t) for t in ("0", "false", "No", "off")] == [False] * 4
     with pytest.raises(ValueError, match="expected 1, true, yes or on"):
         parse_bool("2")
+
+
+def test_the_sending_thread_is_on_off_or_auto(monkeypatch):
+    """CUWIRE_SEND_THREAD takes a boolean's words or auto; auto starts the thread only where the process may
+    use SEND_THREAD_CORES cores (settings.sends_from_a_thread)."""
+    from cuwire.settings import SEND_THREAD_CORES, sends_from_a_thread
+
+    for text, value in (("1", "on"), ("yes", "on"), ("0", "off"), ("Off", "off"), ("auto", "auto")):
+        monkeypatch.setenv("CUWIRE_SEND_THREAD", text)
+        assert Settings().send_thread == value
+    monkeypatch.setenv("CUWIRE_SEND_THREAD", "sometimes")
+    assert Settings().errors == ["CUWIRE_SEND_THREAD='sometimes': expected 1, true, yes or on, 0, false, no or off, "
+                                 "or auto"]
+    assert sends_from_a_thread("on") and not sends_from_a_thread("off")
+    cores = len(os.sched_getaffinity(0))
+    assert sends_from_a_thread("auto") == (cores >= SEND_THREAD_CORES)
 
 
 def test_variables_parse_and_errors_name_them(monkeypatch):

@@ -29,7 +29,7 @@ from cuwire.client.shared_host import SharedHost
 from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import wire_ids
-from cuwire.settings import Settings
+from cuwire.settings import Settings, sends_from_a_thread
 from cuwire.wire import compression, ring
 from cuwire.wire.hello import MOST_LIST_KEPT, make_hello
 from cuwire.wire.tls import ClientTls, TlsSocket
@@ -304,7 +304,7 @@ class Client:
                         lib.cuwire_wire_stream(connection.stream.c if connection.stream else ffi.NULL)
                     lib.cuwire_wire_set(self.session.transport.connection.sock.fileno())
                     self.wire_in_c = True
-                    if self.settings.send_thread:
+                    if sends_from_a_thread(self.settings.send_thread):
                         lib.cuwire_sender_start()
             except TransportError as e:
                 # (no device for the program's CUDA_VISIBLE_DEVICES: its calls fail as natively)
