@@ -256,4 +256,5 @@ def test_page_locked_memory_freed_and_allocated_again_is_mapped_again_without_as
     assert r.returncode == 0 and r.stdout == "50 rounds, 0 wrong\n", r.stdout + r.stderr
     sent = dict(re.findall(r"(cuwire\.\w+) (\d+)", re.search(r"top calls sent to the server, by count: (.*)",
                                                               r.stderr)[1]))
-    assert int(sent.get("cuwire.RegisterHost", 0)) <= 5 and int(sent.get("cuwire.UnregisterHost", 0)) <= 5, sent
+    # (without the runs left mapped: 50 of each; the heap gives the same address again almost always)
+    assert int(sent.get("cuwire.RegisterHost", 0)) <= 10 and int(sent.get("cuwire.UnregisterHost", 0)) <= 10, sent
