@@ -30,7 +30,7 @@ from pathlib import Path
 
 import cuwire
 from cuwire import SAFE_PATH
-from cuwire.settings import Settings, host_port, one_server
+from cuwire.settings import Settings, host_port, one_server, server_list
 
 # Exit codes of `cuwire run` itself (the program's own code passes through otherwise), as `docker run`
 # and `env` use them: cuwire failed before the program ran; the program cannot be executed; not found.
@@ -428,7 +428,7 @@ def uuid_text(raw: bytes) -> str:
     return f"GPU-{uuid.UUID(bytes=raw)}"
 
 
-def live_figures(transport, welcome) -> list[str]:
+def live_figures(transport, welcome, first: int = 0) -> list[str]:
     """What the server's NVML says now, asked in the session `cuwire info` opened: the NVIDIA driver's
     version, and per exposed GPU its memory used and its utilisation (the calls a program's NVML makes,
     through the generated handlers)."""
@@ -454,7 +454,7 @@ def live_figures(transport, welcome) -> list[str]:
         for i, d in enumerate(welcome.devices):
             handle = ask("nvmlDeviceGetHandleByUUID", uuid=uuid_text(d.uuid))
             if handle.status != 0:
-                lines.append(f"GPU {i}: NVML does not know it (error {handle.status})")
+                lines.append(f"GPU {first + i}: NVML does not know it (error {handle.status})")
                 continue
             memory = ask("nvmlDeviceGetMemoryInfo", device=handle.device)
             busy = ask("nvmlDeviceGetUtilizationRates", device=handle.device)
@@ -468,7 +468,7 @@ def live_figures(transport, welcome) -> list[str]:
                 rates = f"utilisation {gpu}% (memory {on_memory}%)"
             else:
                 rates = f"utilisation unknown (NVML error {busy.status})"
-            lines.append(f"GPU {i}: {uuid_text(d.uuid)}: {used}, {rates}")
+            lines.append(f"GPU {first + i}: {uuid_text(d.uuid)}: {used}, {rates}")
         return lines
     finally:
         ask("nvmlShutdown")
@@ -494,13 +494,16 @@ def cuda_version_text(v: int) -> str:
     return f"{v // 1000}.{v % 1000 // 10}"
 
 
-def describe_welcome(w, address: str) -> list[str]:
-    """The Welcome as `nvidia-smi -L` lines, then what a user checks next."""
+def describe_welcome(w, address: str, first: int = 0) -> list[str]:
+    """The Welcome as `nvidia-smi -L` lines (its GPUs numbered from `first`: their place in a device list),
+    then what a user checks next."""
     lines = []
     if w.backend == "emulated":
         lines.append("*** EMULATED device: this server does not use a GPU; for tests only ***")
     for i, d in enumerate(w.devices):
-        lines.append(f"GPU {i}: {d.name} (compute capability {d.major}.{d.minor}, {d.total_memory >> 20} MiB)")
+        own = f", its GPU {i}" if first else ""
+        lines.append(f"GPU {first + i}: {d.name} (compute capability {d.major}.{d.minor}, {d.total_memory >> 20} "
+                     f"MiB{own})")
     if not w.devices:
         lines.append("no GPUs exposed")
     lines.append(f"CUDA driver API: {cuda_version_text(w.driver_version)} (the program's CUDA runtime runs "
@@ -511,10 +514,31 @@ def describe_welcome(w, address: str) -> list[str]:
     return lines
 
 
+def info_servers(flag: str | None) -> list[str]:
+    """The servers `cuwire info` describes: --server, else CUWIRE_SERVER, either of which may be a list (the
+    device list a program will see, issue 39), else the default address."""
+    return server_list(flag or os.environ.get("CUWIRE_SERVER", "")) or [Settings().server]
+
+
 def cmd_info(args: argparse.Namespace) -> int:
+    servers = info_servers(args.server)
+    if len(servers) == 1:
+        return info_of(servers[0], args)
+    first, rc = 0, 0
+    for n, address in enumerate(servers, 1):
+        print(f"server {n} of {len(servers)}: {address}", flush=True)
+        rc = max(rc, info_of(address, args, first))
+        first += args.devices_seen
+    print(f"one device list of {first} GPUs across {len(servers)} servers, numbered in the order given "
+          "(a program cannot use a list yet: issue 39, docs/several-servers.md; run a process per server)")
+    return rc
+
+
+def info_of(address: str, args: argparse.Namespace, first: int = 0) -> int:
+    """`cuwire info` of one server; its GPUs numbered from `first` (their place in a device list)."""
     from cuwire.wire.transport import TransportError
 
-    address = server_address(args.server)
+    args.devices_seen = 0
     reachable = check_reachable(address, args.timeout)  # fails fast where gRPC would retry until the timeout
     if not reachable.ok:
         err(f"cuwire info: {reachable.what}\n  -> {reachable.fix}")
@@ -532,9 +556,10 @@ def cmd_info(args: argparse.Namespace) -> int:
         if reply.error:
             err(f"cuwire info: {address}: {reply.error}")
             return 1
-        lines = describe_welcome(reply.welcome, address)
+        lines = describe_welcome(reply.welcome, address, first)
+        args.devices_seen = len(reply.welcome.devices)
         try:
-            lines += live_figures(transport, reply.welcome)
+            lines += live_figures(transport, reply.welcome, first)
         except (TransportError, RuntimeError) as e:
             lines.append(f"live figures: not available ({e})")
         lines.append(f"open sessions: {open_sessions(address, args.timeout)}")
@@ -769,7 +794,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     problems = Settings().errors if args.func is not cmd_server else []  # (the server says its own)
-    if getattr(args, "server", None) and args.func is not cmd_server:  # (--server parses as CUWIRE_SERVER)
+    if args.func is cmd_info:  # (a list is what `cuwire info` shows, as one device list)
+        problems = [p for p in problems if not p.startswith("CUWIRE_SERVER=")]
+    elif getattr(args, "server", None) and args.func is not cmd_server:  # (--server parses as CUWIRE_SERVER)
         try:
             one_server(args.server)
         except ValueError as e:

@@ -94,13 +94,19 @@ def _setting(name: str, default: str | Callable[[], str], parse: Callable[[str],
                  metadata={"parse": parse, "default": default} if parse else {})
 
 
+def server_list(text: str) -> list[str]:
+    """The servers a CUWIRE_SERVER names, in its order (HOST:PORT or a Unix socket's path, comma-separated):
+    a program's devices will be theirs in one list, numbered in this order (issue 39, `cuwire info`)."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 def one_server(text: str) -> str:
     """HOST:PORT, or a path (a Unix socket's): one server. A list is refused by name, not looked up as a host."""
-    servers = [part for part in text.split(",") if part.strip()]
+    servers = server_list(text)
     if len(servers) > 1:
         raise ValueError(f"names {len(servers)} servers: one device list across several servers is not served yet "
                          "(issue 39, docs/several-servers.md); give one, and run a process per server (as "
-                         "tests/multi_gpu_apps/ddp_across_servers.py does)")
+                         "tests/multi_gpu_apps/ddp_across_servers.py does); `cuwire info` shows the list")
     return text
 
 

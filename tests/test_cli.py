@@ -301,6 +301,27 @@ def test_info_lists_the_emulated_device(server, tmp_path):
     assert re.search(r"^open sessions: [1-9]\d* \(this one included\)$", r.stdout, re.M), r.stdout
 
 
+def test_info_shows_a_list_of_servers_as_one_device_list(server, tmp_path):
+    """`cuwire info` with a list of servers (--server or CUWIRE_SERVER; issue 39): each server's GPUs,
+    numbered as one device list in the order given, and that a program cannot use the list yet."""
+    other = ServerProcess(tmp_path)
+    try:
+        for how in ("flag", "env"):
+            listed = f"{server.address},{other.address}"
+            r = cuwire("info", *(["--server", listed] if how == "flag" else []), tmp=tmp_path,
+                       env={"CUWIRE_SERVER": listed} if how == "env" else None)
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert f"server 1 of 2: {server.address}" in r.stdout and f"server 2 of 2: {other.address}" in r.stdout
+            assert re.search(r"^GPU 0: cuwire emulated device \(compute capability 9\.0, \d+ MiB\)$", r.stdout, re.M)
+            assert re.search(r"^GPU 1: cuwire emulated device \(compute capability 9\.0, \d+ MiB, its GPU 0\)$",
+                             r.stdout, re.M), r.stdout
+            assert "one device list of 2 GPUs across 2 servers" in r.stdout and "issue 39" in r.stdout
+        r = cuwire("info", "--server", f"{server.address},127.0.0.1:{free_port()}", tmp=tmp_path)
+        assert r.returncode == 1 and "nothing is listening" in r.stderr and "GPU 0:" in r.stdout
+    finally:
+        other.stop()
+
+
 def test_info_reports_a_refused_token_and_an_unreachable_server(token_server, tmp_path):
     r = cuwire("info", "--server", token_server.address, "--token", "wrong", tmp=tmp_path)
     assert r.returncode == 1 and "refused the token" in r.stderr

@@ -90,5 +90,5 @@ def test_a_list_of_servers_is_refused_by_name(monkeypatch, capsys):
     assert len(s.errors) == 1 and "names 2 servers" in s.errors[0] and "issue 39" in s.errors[0], s.errors
     monkeypatch.delenv("CUWIRE_SERVER")
     assert Settings(server="gpu1:50551").errors == []
-    assert cli.main(["info", "--server", "gpu1:50551,gpu2:50551"]) == 2
-    assert "cuwire info: --server 'gpu1:50551,gpu2:50551': names 2 servers" in capsys.readouterr().err
+    assert cli.main(["doctor", "--server", "gpu1:50551,gpu2:50551"]) == 2
+    assert "cuwire doctor: --server 'gpu1:50551,gpu2:50551': names 2 servers" in capsys.readouterr().err
