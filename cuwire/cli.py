@@ -523,26 +523,26 @@ def info_servers(flag: str | None) -> list[str]:
 def cmd_info(args: argparse.Namespace) -> int:
     servers = info_servers(args.server)
     if len(servers) == 1:
-        return info_of(servers[0], args)
+        return info_of(servers[0], args)[0]
     first, rc = 0, 0
     for n, address in enumerate(servers, 1):
         print(f"server {n} of {len(servers)}: {address}", flush=True)
-        rc = max(rc, info_of(address, args, first))
-        first += args.devices_seen
+        failed, devices = info_of(address, args, first)
+        rc, first = max(rc, failed), first + devices
     print(f"one device list of {first} GPUs across {len(servers)} servers, numbered in the order given "
           "(a program cannot use a list yet: issue 39, docs/several-servers.md; run a process per server)")
     return rc
 
 
-def info_of(address: str, args: argparse.Namespace, first: int = 0) -> int:
-    """`cuwire info` of one server; its GPUs numbered from `first` (their place in a device list)."""
+def info_of(address: str, args: argparse.Namespace, first: int = 0) -> tuple[int, int]:
+    """`cuwire info` of one server, its GPUs numbered from `first` (their place in a device list): the exit
+    status, and how many GPUs it has."""
     from cuwire.wire.transport import TransportError
 
-    args.devices_seen = 0
     reachable = check_reachable(address, args.timeout)  # fails fast where gRPC would retry until the timeout
     if not reachable.ok:
         err(f"cuwire info: {reachable.what}\n  -> {reachable.fix}")
-        return 1
+        return 1, 0
     from cuwire.wire.tls import ClientTls
     from cuwire.wire.transport import open_session
 
@@ -551,13 +551,12 @@ def info_of(address: str, args: argparse.Namespace, first: int = 0) -> int:
                                         tls=ClientTls.from_settings(Settings()))
     except TransportError as e:
         err(f"cuwire info: {e}\n  -> is `cuwire server` running there? `cuwire doctor --server {address}` says more")
-        return 1
+        return 1, 0
     try:
         if reply.error:
             err(f"cuwire info: {address}: {reply.error}")
-            return 1
+            return 1, 0
         lines = describe_welcome(reply.welcome, address, first)
-        args.devices_seen = len(reply.welcome.devices)
         try:
             lines += live_figures(transport, reply.welcome, first)
         except (TransportError, RuntimeError) as e:
@@ -566,7 +565,7 @@ def info_of(address: str, args: argparse.Namespace, first: int = 0) -> int:
     finally:
         transport.close()
     print("\n".join(lines))
-    return 0
+    return 0, len(reply.welcome.devices)
 
 
 @dataclass
