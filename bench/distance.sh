@@ -14,7 +14,9 @@
 #   bash bench/distance.sh [DELAYS_US (default "direct 0 100 1000"; direct: no forwarder)] [STEPS (default 200: with 20, one run in three showed
 # steps slower by milliseconds at any delay that a long run of the same steps did not, docs/speed.md)]
 # VARIANTS="SETTING=VALUE ...": at each delay the cuwire rows again with each setting in the environment,
-# beside the plain ones (VARIANTS=CUWIRE_SEND_THREAD=1: the client's sending thread, client/sender.c)
+# beside the plain ones (VARIANTS=CUWIRE_SEND_THREAD=1: the client's sending thread, client/sender.c); a
+# variant of several settings joins them with + (CUWIRE_SEND_THREAD=1+CUWIRE_SEND_EVERY_US=0: the thread
+# poked at every queued call)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -34,7 +36,7 @@ for delay in $DELAYS; do
   fi
   for variant in plain ${VARIANTS:-}; do
     out=$OUTDIR/cuwire-$delay; setting=()
-    [ "$variant" != plain ] && { out=$out-$variant; setting=("$variant"); }
+    [ "$variant" != plain ] && { out=$out-$variant; IFS=+ read -ra setting <<<"$variant"; }
     (cd bench && env "${setting[@]}" CUWIRE_TRANSPORT=tcp CUWIRE_STATS=1 $PY -m cuwire.cli run --server "127.0.0.1:$AT" -- \
       $PY distance_steps.py "$STEPS") >"$out.txt" 2>"$out.err" || { tail "$out.err"; kill $LINK $SERVER; exit 1; }
     [ "$JAX" = 1 ] && { (cd bench && env "${setting[@]}" CUWIRE_TRANSPORT=tcp CUWIRE_STATS=1 $PY -m cuwire.cli run \
