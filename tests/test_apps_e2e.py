@@ -245,14 +245,18 @@ int main(void) {  /* page-locked memory a memset writes and the program reads, f
 """
 
 
-def test_page_locked_memory_freed_and_allocated_again_is_mapped_again_without_asking(client_lib, server, tmp_path):
-    """Over TCP, page-locked memory that a call passes as a device address is mapped by the server; freed, the
-    server's run stays mapped (client/host_memory.c, left mapped), so memory allocated again at the same
-    address (XLA's transfers) costs no unmap and no map: the server's copy gets the program's bytes whole
-    before the next call, whatever it held, and the GPU's writes come back."""
+@pytest.mark.parametrize("transport", ["tcp", "unix"])
+def test_page_locked_memory_freed_and_allocated_again_is_mapped_again_without_asking(transport, client_lib, server,
+                                                                                     tmp_path):
+    """Page-locked memory freed and allocated again (XLA's transfers) costs no unregistration and no
+    registration. Over TCP, where the server maps such memory at the program's address once a call passes
+    it as a device address, the server's run stays mapped when freed (client/host_memory.c, left mapped):
+    its copy gets the program's bytes whole before the next call, whatever it held, and the GPU's writes come
+    back. Over the Unix socket, where it is carved from the memory shared with the server, a freed allocation
+    stays registered for the next of its size (client/shared_host.py, keep)."""
     program = compile_against_client(PAGE_LOCKED_AGAIN, tmp_path, client_lib, "page_locked_again")
     r = subprocess.run([str(program)], capture_output=True, text=True, timeout=120, env={
-        **os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
+        **os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": transport, "CUWIRE_STATS": "1"})
     assert r.returncode == 0 and r.stdout == "50 rounds, 0 wrong\n", r.stdout + r.stderr
     sent = dict(re.findall(r"(cuwire\.\w+) (\d+)", re.search(r"top calls sent to the server, by count: (.*)",
                                                               r.stderr)[1]))

@@ -29,3 +29,20 @@ def test_full_gives_none_and_frees_make_room():
     h.release(2 * PAGE)
     assert h.alloc(3 * PAGE) is None  # two free pages are not three
     assert h.alloc(2 * PAGE) == PAGE  # neighbours merged
+
+
+def test_freed_allocations_are_kept_for_the_next_of_their_size_within_bounds():
+    """SharedHost.keep: a freed allocation stays taken (the server keeps it registered) for the next of its
+    size, the last freed first; past KEEP_MOST allocations or KEEP_MOST_BYTES, the oldest go."""
+    h = SharedHost(base=0, size=4096 * PAGE, server_base=0)
+    a, b, c = h.alloc(PAGE), h.alloc(2 * PAGE), h.alloc(PAGE)
+    assert h.keep(a) == [] and h.keep(b) == [] and h.keep(c) == []
+    assert a in h.used and h.alloc(PAGE) not in (a, b, c)  # kept: still taken
+    assert h.take_kept(100) == c and h.take_kept(PAGE) == a and h.take_kept(PAGE) is None
+    assert h.take_kept(PAGE + 1) == b and h.kept == []
+    many = [h.alloc(PAGE) for _ in range(SharedHost.KEEP_MOST + 3)]
+    gone = [o for m in many for o in h.keep(m)]
+    assert gone == many[:3] and h.kept == many[3:]
+    big = SharedHost(base=0, size=2 * SharedHost.KEEP_MOST_BYTES, server_base=0)
+    x, y = big.alloc(SharedHost.KEEP_MOST_BYTES // 2 + PAGE), big.alloc(SharedHost.KEEP_MOST_BYTES // 2)
+    assert big.keep(x) == [] and big.keep(y) == [x] and big.kept == [y]

@@ -742,10 +742,14 @@ class Client:
 
     def host_alloc(self, size: int) -> int:
         """A page-locked allocation in the host memory shared with the server: its address, or 0 when the
-        session has none or it is full (the program then gets memory of the client's own)."""
+        session has none or it is full (the program then gets memory of the client's own). One of its size
+        that the program freed is given again without asking (SharedHost.keep)."""
         with self.lock:
             host = self.connect().host
-            offset = host.alloc(size) if host else None
+            kept = host.take_kept(size) if host else None
+            if kept is not None:
+                return host.base + kept
+            offset = self.alloc_shared(host, size)
             if offset is None:
                 return 0
             res = self.call(REGISTER_HOST, pb.RegisterHost_Args(offset=offset, size=host.used[offset]),
@@ -761,7 +765,7 @@ class Client:
         CUDA error, 0) when it cannot (the memory then stays the program's own)."""
         with self.lock:
             host = self.connect().host
-            offset = host.alloc(size) if host else None
+            offset = self.alloc_shared(host, size)
             if offset is None:
                 return OUT_OF_MEMORY, 0
             res = self.call(REGISTER_HOST, pb.RegisterHost_Args(offset=offset, size=host.used[offset], at=address),
@@ -810,16 +814,32 @@ class Client:
                 raise Fail(res.status)
 
     def host_free(self, address: int) -> None:
+        """The program freed a page-locked allocation in the shared memory: kept registered for the next of
+        its size (SharedHost.keep); those kept longest let go past its bounds."""
         with self.lock:
             host = self.session.host if self.session else None
             if host is None:
                 return  # the session is gone; so is the memory's use
-            offset = address - host.base
-            res = self.call(UNREGISTER_HOST, pb.UnregisterHost_Args(offset=offset), pb.UnregisterHost_Result)
-            lib.cw_release_pages(host.base + offset, host.used[offset])  # its pages go back
-            host.release(offset)
-            if res.status != 0:
-                raise Fail(res.status)
+            for offset in host.keep(address - host.base):
+                self.let_go(host, offset)
+
+    def let_go(self, host: SharedHost, offset: int) -> None:
+        """A kept allocation goes: the server unregisters it, its pages go back, its room is free."""
+        res = self.call(UNREGISTER_HOST, pb.UnregisterHost_Args(offset=offset), pb.UnregisterHost_Result)
+        lib.cw_release_pages(host.base + offset, host.used[offset])  # its pages go back
+        host.release(offset)
+        if res.status != 0:
+            raise Fail(res.status)
+
+    def alloc_shared(self, host: SharedHost | None, size: int) -> int | None:
+        """Room in the shared memory (None: no session memory, or full even with the kept allocations let go)."""
+        if host is None:
+            return None
+        offset = host.alloc(size)
+        while offset is None and host.kept:
+            self.let_go(host, host.kept.pop(0))
+            offset = host.alloc(size)
+        return offset
 
     def error_string(self, code: int, name: bool = False, nvml: bool = False):
         """The server's text (or name) for a CUresult (or an nvmlReturn_t), as a C string kept for the

@@ -10,6 +10,8 @@ class SharedHost:
     the driver, so copies between it and the GPU need no bytes on the wire (CopyShared)."""
 
     PAGE = 4096
+    KEEP_MOST = 32  # freed allocations kept registered for the next of their size (keep), at most...
+    KEEP_MOST_BYTES = 64 << 20  # ...and their bytes
 
     def __init__(self, base: int, size: int, server_base: int, fd: int = -1):
         self.base, self.size = base, size
@@ -17,6 +19,8 @@ class SharedHost:
         self.server_base = server_base  # where the server has it: the same address, when it could
         self.free: list[tuple[int, int]] = [(0, size)]  # (offset, size), sorted by offset
         self.used: dict[int, int] = {}  # offset -> size
+        # allocations the program freed, still registered by the server, oldest first (keep, take_kept)
+        self.kept: list[int] = []
 
     def alloc(self, size: int) -> int | None:
         size = -(-size // self.PAGE) * self.PAGE
@@ -39,3 +43,23 @@ class SharedHost:
                 merged.append((o, n))
         self.free = merged
         return size
+
+    def keep(self, offset: int) -> list[int]:
+        """The program freed the allocation at `offset`: it stays taken and registered, for the next allocation
+        of its size (XLA allocates and frees a page-locked buffer at each transfer: two round trips each, to
+        register and unregister, where the next takes the same again). The offsets to let go now, the oldest
+        past KEEP_MOST or KEEP_MOST_BYTES (the caller unregisters and releases them)."""
+        self.kept.append(offset)
+        gone = []
+        while len(self.kept) > self.KEEP_MOST or sum(self.used[o] for o in self.kept) > self.KEEP_MOST_BYTES:
+            gone.append(self.kept.pop(0))
+        return gone
+
+    def take_kept(self, size: int) -> int | None:
+        """A kept allocation of the size an allocation of `size` bytes takes, the last kept first (as a heap gives
+        back what was freed last), or None."""
+        size = -(-size // self.PAGE) * self.PAGE
+        for i in range(len(self.kept) - 1, -1, -1):
+            if self.used[self.kept[i]] == size:
+                return self.kept.pop(i)
+        return None
