@@ -94,18 +94,6 @@ static uint64_t page_ceil(uint64_t a)
     return (a + page - 1) / page * page;
 }
 
-/* Page-locked memory of the program's own (over TCP) that a call passes to the server as a device address
- * (cuwire_host_reference: a kernel's parameter, a memset's destination, a copy's source...): the server maps
- * memory of its own at the same pages, in the client's address space it holds (address_space.py), and
- * registers it for the GPU, so that the program's pointer is the GPU's too, as natively with unified
- * addressing; managed.c keeps the two copies in step at calls from then on, as it does managed memory's over
- * TCP. Only then: page-locked memory is mostly the host side of copies, which the client makes itself, and
- * keeping a buffer in step costs a round trip at each synchronization.
- *
- * The pages of [p, p + size) are mapped as one run with the runs mapped before that they overlap or touch (a
- * page may hold two registrations, as small buffers of one heap block do, and a copy or a kernel may cross
- * from one into the next). 0, or the CUDA error (the call then names memory the server does not have, and
- * fails as it would). register_lock held. */
 /* Runs the server mapped for page-locked memory the program freed since (unmap_for_kernels), left mapped
  * there, oldest first: a program that frees such memory and allocates it again at the same address (XLA: a
  * 4 KiB buffer at each transfer, 574 in a run of tests/jax_apps/jax_programs.py over TCP) has it mapped again
@@ -166,6 +154,18 @@ static int take_left_mapped(uint64_t lo, uint64_t hi)
     return 0;
 }
 
+/* Page-locked memory of the program's own (over TCP) that a call passes to the server as a device address
+ * (cuwire_host_reference: a kernel's parameter, a memset's destination, a copy's source...): the server maps
+ * memory of its own at the same pages, in the client's address space it holds (address_space.py), and
+ * registers it for the GPU, so that the program's pointer is the GPU's too, as natively with unified
+ * addressing; managed.c keeps the two copies in step at calls from then on, as it does managed memory's over
+ * TCP. Only then: page-locked memory is mostly the host side of copies, which the client makes itself, and
+ * keeping a buffer in step costs a round trip at each synchronization.
+ *
+ * The pages of [p, p + size) are mapped as one run with the runs mapped before that they overlap or touch (a
+ * page may hold two registrations, as small buffers of one heap block do, and a copy or a kernel may cross
+ * from one into the next). 0, or the CUDA error (the call then names memory the server does not have, and
+ * fails as it would). register_lock held. */
 static int map_for_kernels(const void *p, size_t size)
 {
     if (!size || !CUWIRE_READY())

@@ -31,7 +31,7 @@ from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import wire_ids
 from cuwire.settings import Settings, sends_from_a_thread
 from cuwire.wire import compression, ring
-from cuwire.wire.hello import MOST_LIST_KEPT, make_hello
+from cuwire.wire.hello import MOST_LIST_KEPT, gpu_arch, make_hello
 from cuwire.wire.tls import ClientTls, TlsSocket
 from cuwire.wire.transport import BULK, MAX_MESSAGE, Dropped, SocketTransport, TransportError, open_session
 
@@ -680,9 +680,8 @@ class Client:
         line and the server's GPU architecture name its list."""
         with self.lock:
             if self.run is None:
-                dev = session.welcome.devices[0] if session.welcome.devices else None
                 self.run = load_lists.Run(self.settings.load_lists, load_lists.own_command_line(),
-                                          f"sm_{dev.major}{dev.minor}" if dev else "",
+                                          gpu_arch(session.welcome.devices),
                                           self.kept_list(session.welcome.program_list))
                 self.stats.list_from_server = self.run.from_server
                 lib.cuwire_record_questions(int(self.run.recorder is not None))
@@ -836,8 +835,8 @@ class Client:
         if host is None:
             return None
         offset = host.alloc(size)
-        while offset is None and host.kept:
-            self.let_go(host, host.kept.pop(0))
+        while offset is None and (oldest := host.oldest_kept()) is not None:
+            self.let_go(host, oldest)
             offset = host.alloc(size)
         return offset
 
@@ -977,6 +976,7 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
     every = sum(calls.values(), Counter())
     elapsed = time.monotonic() - s.connected if s.connected else 0.0
     per_trip = s.wait_seconds / s.batches * 1e6 if s.batches else 0.0
+    by_thread = lib.cuwire_sender_sent()  # (client/sender.c)
     lines = [
         "cuwire stats:",
         f"  API calls: {sum(total.values())} = {total.get('sync', 0) + total.get('custom', 0)} sent to the server "
@@ -984,8 +984,8 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
         f"locally + {total.get('unimplemented', 0)} unimplemented",
         f"  round trips: {s.batches} = {sent} for calls + {own} cuwire requests (modules, functions, globals) + "
         f"{s.flushes} flushes of queued calls; queued calls carried: {s.queued} ({s.sends} batches of them sent "
-        "early, without waiting" + (f"; {lib.cuwire_sender_sent()} of those by the client's sending thread"
-                                    if lib.cuwire_sender_sent() else "") + ")",
+        "early, without waiting" + (f"; {by_thread} of those by the client's sending thread" if by_thread else "")
+        + ")",
         f"  waits answered by the client, their work known finished with nothing sent since: "
         f"{lib.cuwire_answered_done}",
         f"  bytes sent: {size(s.bytes_sent)} in messages, carrying {size(s.bytes_sent_raw)} of call data before "

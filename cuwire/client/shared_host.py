@@ -22,8 +22,12 @@ class SharedHost:
         # allocations the program freed, still registered by the server, oldest first (keep, take_kept)
         self.kept: list[int] = []
 
+    def pages(self, size: int) -> int:
+        """The bytes an allocation of `size` takes: whole pages."""
+        return -(-size // self.PAGE) * self.PAGE
+
     def alloc(self, size: int) -> int | None:
-        size = -(-size // self.PAGE) * self.PAGE
+        size = self.pages(size)
         for i, (offset, n) in enumerate(self.free):
             if n >= size:
                 self.free[i:i + 1] = [(offset + size, n - size)] if n > size else []
@@ -58,8 +62,12 @@ class SharedHost:
     def take_kept(self, size: int) -> int | None:
         """A kept allocation of the size an allocation of `size` bytes takes, the last kept first (as a heap gives
         back what was freed last), or None."""
-        size = -(-size // self.PAGE) * self.PAGE
+        size = self.pages(size)
         for i in range(len(self.kept) - 1, -1, -1):
             if self.used[self.kept[i]] == size:
                 return self.kept.pop(i)
         return None
+
+    def oldest_kept(self) -> int | None:
+        """The kept allocation kept longest, taken off the kept (None: none): the caller lets it go."""
+        return self.kept.pop(0) if self.kept else None

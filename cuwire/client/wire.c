@@ -90,7 +90,7 @@ int cuwire_wire_without_python(void) { return __atomic_load_n(&wire_kept, __ATOM
 
 uint64_t cuwire_wire_my_early(void) { return my_early; }
 
-int cuwire_wire_in_c(void) { return usable_fd() >= 0 && !cuwire_wire_without_python(); }
+int cuwire_wire_in_c(void) { return usable_fd() >= 0 && !__atomic_load_n(&wire_kept, __ATOMIC_ACQUIRE); }
 
 /* The session broke: Python says so once and refuses what follows; once Python is gone, this says it. */
 static void lost(const char *why)
@@ -361,12 +361,12 @@ int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint3
     return status;
 }
 
+#define SEND_AT_ONCE 16384 /* bytes of an early frame copied behind its header, to go in one send */
+
 /* Send the queued calls now, without waiting for an answer (CW_MAGIC_QUEUED): the server, and the GPU with it,
  * starts on them while the program goes on. Their first error comes with the next answer, as CUDA's
  * asynchronous errors do. 0, or -1 when the Python path must send them (nothing was sent then), or
  * CUDA_ERROR_DEVICE_UNAVAILABLE when the connection broke. */
-#define SEND_AT_ONCE 16384 /* bytes of an early frame copied behind its header, to go in one send */
-
 int cuwire_wire_send_queued(void)
 {
     if (usable_fd() < 0)

@@ -34,7 +34,7 @@ from cuwire.server.resume import SessionStream, unknown_key
 from cuwire.server.session import Session
 from cuwire.settings import Settings, host_port
 from cuwire.wire import compression, ring
-from cuwire.wire.hello import same_api, this_api
+from cuwire.wire.hello import gpu_arch, same_api, this_api
 from cuwire.wire.tls import ServerTls, peer_uid, relayed, server_tls
 from cuwire.wire.transport import (
     HELLO_MAX,
@@ -96,8 +96,7 @@ class CuWireServer:
         (program_lists.py); "" when it names none."""
         if not hello.program or len(hello.program) > program_lists.MAX_NAME:
             return ""
-        arch = f"sm_{self.devices[0].major}{self.devices[0].minor}" if self.devices else ""
-        return program_lists.key(hello.token, hello.program, arch)
+        return program_lists.key(hello.token, hello.program, gpu_arch(self.devices))
 
     def query_devices(self) -> list[pb.Device]:
         ffi, lib = self.ffi, self.lib

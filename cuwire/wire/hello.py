@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 
 import cuwire
 from cuwire.generated import wire_ids
@@ -13,6 +14,12 @@ from cuwire.wire import protocol_pb2 as pb
 # Bytes of a program's list (client/load_lists.py) the server keeps, compressed (server/program_lists.py): a
 # PyTorch program's is some tens of KiB; the client sends none longer (cuwire.KeepList)
 MOST_LIST_KEPT = 1 << 20
+
+
+def gpu_arch(devices: Sequence[pb.Device]) -> str:
+    """The architecture of a welcome's first GPU, as a module image names it (`sm_90`; "" with none): a
+    program's list of what it loads is kept per architecture, on the client and by the server."""
+    return f"sm_{devices[0].major}{devices[0].minor}" if devices else ""
 
 
 def make_hello(token: str = "", **fields: object) -> pb.Hello:
