@@ -198,7 +198,7 @@ class Settings:
     send_every_us: int = _setting("send_every_us", "20", _COUNT)
     # client: a thread of its own sends the queued calls, so the program's thread only queues them (client/sender.c);
     # auto: where this process may use at least SEND_THREAD_CORES cores (the thread polls on one while calls come)
-    send_thread: str = _setting("send_thread", "off", _on_off_auto)
+    send_thread: str = _setting("send_thread", "auto", _on_off_auto)
     # both sides, over TCP: how many more connections a session may open for large payloads, which then
     # travel over all of them at once (one TCP stream carries a few GB/s; cuwire/wire/stripes.py). The server
     # offers this many, the client opens as many as both allow; 0: payloads go on the one connection
