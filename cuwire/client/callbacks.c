@@ -224,13 +224,16 @@ static CUresult post(CUstream stream, CUhostFn fn, CUstreamCallback callback, vo
     if (!id)
         return (CUresult)err;
     struct cw_host_func rec = {(uint64_t)(uintptr_t)stream, id};
-    err = cuwire_enqueue(cuwire_host_func_record_id, &rec, sizeof rec);
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)stream);
+    if (route < 0)
+        route = cuwire_route_current();
+    err = cuwire_enqueue(route, cuwire_host_func_record_id, &rec, sizeof rec);
     if (err) { /* never posted: not waited for */
         cuwire_host_fn_done(id);
         return (CUresult)err;
     }
     /* out now: the program may wait for what its function does without another CUDA call */
-    int sent = cuwire_wire_send_queued();
+    int sent = cuwire_wire_send_queued(route);
     return (CUresult)(sent >= 0 ? sent : cuwire_py_send_queued());
 }
 

@@ -17,33 +17,45 @@
 
 /* ------------------------------------------------------------------ queued calls */
 
-/* Queues one record of two parts: a fixed head, and bytes that follow it (nb may be 0); the queue then
- * goes out now when it is due (queue.c says when). */
-static int enqueue2(uint32_t id, const void *a, uint32_t na, const void *b, uint32_t nb)
+/* Queues one record of two parts for the session's server: a fixed head, and bytes that follow it (nb may
+ * be 0); the session's queue then goes out now when it is due (queue.c says when). */
+static int enqueue2(int session, uint32_t id, const void *a, uint32_t na, const void *b, uint32_t nb)
 {
     if (cuwire_forked)
         return cuwire_start_python() ? 0 : CUWIRE_NOT_READY; /* says why, once; never queue in vain */
-    if (cuwire_queue_refused())
+    if (cuwire_queue_refused(session))
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
-    int without_python = cuwire_wire_without_python(); /* the program's end, Python finalized or not (wire.c) */
+    int without_python = cuwire_wire_without_python(session); /* the program's end, Python finalized or not */
     if (__atomic_load_n(&cuwire_finished, __ATOMIC_ACQUIRE) && !without_python)
         return CUDA_ERROR_DEINITIALIZED; /* after the process's exit handler (exit_hook) */
     int changed = cuwire_managed_before_call(); /* the program's changes to managed memory go first */
     if (changed)
         return changed;
     int due;
-    int err = cuwire_queue_append(id, a, na, b, nb, &due);
+    int err = cuwire_queue_append(session, id, a, na, b, nb, &due);
     if (err)
         return err;
     if (due == QUEUE_FLUSH && CUWIRE_READY() && !without_python)
         return cuwire_py_flush();
-    if (due == QUEUE_KEEP || (!CUWIRE_READY() && !without_python) || (!without_python && cuwire_sender_poke()))
+    if (due == QUEUE_KEEP || (!CUWIRE_READY() && !without_python) || (!without_python && cuwire_sender_poke(session)))
         return 0;
-    int sent = cuwire_wire_send_queued();
+    int sent = cuwire_wire_send_queued(session);
     return sent >= 0 ? sent : without_python ? CUDA_ERROR_DEINITIALIZED : cuwire_py_send_queued();
 }
 
-int cuwire_enqueue(uint32_t id, const void *payload, uint32_t size) { return enqueue2(id, payload, size, NULL, 0); }
+int cuwire_enqueue(int session, uint32_t id, const void *payload, uint32_t size)
+{
+    return enqueue2(session, id, payload, size, NULL, 0);
+}
+
+/* The session of a call that names device memory (its address's server), else of the stream it names. */
+static int route_memory(uint64_t device, void *stream)
+{
+    int route = cuwire_route_value(device);
+    if (route < 0)
+        route = cuwire_route_handle((uint64_t)(uintptr_t)stream);
+    return route >= 0 ? route : cuwire_route_current();
+}
 
 /* ------------------------------------------------------------------ copies through the shared host memory */
 
@@ -60,9 +72,10 @@ static int shared_record(const void *host, uint64_t device, uint64_t n, void *st
         !cuwire_session_open())
         return -1;
     struct cw_copy_shared rec = {device, offset, n, (uint64_t)(uintptr_t)stream, (uint32_t)to_device, (uint32_t)sync};
+    int route = route_memory(device, stream);
     if (sync)
-        return cuwire_call(cuwire_copy_shared_record_id, &rec, sizeof rec, NULL, 0);
-    return cuwire_enqueue(cuwire_copy_shared_record_id, &rec, sizeof rec);
+        return cuwire_call(route, cuwire_copy_shared_record_id, &rec, sizeof rec, NULL, 0);
+    return cuwire_enqueue(route, cuwire_copy_shared_record_id, &rec, sizeof rec);
 }
 
 int cuwire_copy_shared(const void *host, uint64_t device, uint64_t n, void *stream, int to_device, int sync)
@@ -120,7 +133,7 @@ static int queue_copy(CUdeviceptr dst, const void *src, size_t n, CUstream strea
     struct cw_copy_head head = {dst, (uint64_t)(uintptr_t)stream, sync, 0};
     uint64_t all, mine;
     cuwire_done_before(&all, &mine);
-    int status = enqueue2(cuwire_copy_record_id, &head, sizeof head, src, (uint32_t)n);
+    int status = enqueue2(route_memory(dst, stream), cuwire_copy_record_id, &head, sizeof head, src, (uint32_t)n);
     if (status == 0) /* (it cannot fail: a stream finished before it stays so but for copies, completion.c) */
         cuwire_note_copy_queued((uint64_t)(uintptr_t)stream, all);
     return status;
@@ -150,7 +163,7 @@ static int copy_from_device(void *dst, CUdeviceptr src, size_t n, CUstream strea
     if (!dst || n == 0 || n > CUWIRE_CALL_RESULT_MAX || !cuwire_in_allocation(src, n) || !cuwire_session_open())
         return -1;
     struct cw_copy_from rec = {src, (uint64_t)(uintptr_t)stream, sync, (uint32_t)n};
-    return cuwire_call(cuwire_copy_from_record_id, &rec, sizeof rec, dst, (uint32_t)n);
+    return cuwire_call(route_memory(src, stream), cuwire_copy_from_record_id, &rec, sizeof rec, dst, (uint32_t)n);
 }
 
 int cuwire_fast_cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { return copy_from_device(dst, src, n, NULL, 1); }

@@ -81,7 +81,8 @@ void cuwire_note_created_context(CUcontext *pctx, CUctxCreateParams *params, uns
 {
     (void)params, (void)flags;
     cuwire_context_made(*pctx, dev);
-    cuwire_server_context_is((uint64_t)(uintptr_t)*pctx); /* the server made it current too */
+    int route = cuwire_route_value((uint64_t)(uintptr_t)*pctx); /* the server that made it made it current too */
+    cuwire_server_context_is(route >= 0 ? route : cuwire_route_current(), (uint64_t)(uintptr_t)*pctx);
 }
 
 /* The same for cuCtxCreate_v2 (the ABI programs built with CUDA 12 call). */
@@ -96,7 +97,8 @@ void cuwire_note_destroyed_context(CUcontext ctx)
 {
     cuwire_forget_pools((uint64_t)(uintptr_t)ctx); /* its streams and events went with it */
     cuwire_forget_limits();                        /* and its limits */
-    cuwire_server_context_is((uint64_t)-1); /* the server popped it: which one it has now, it does not say */
+    int route = cuwire_route_value((uint64_t)(uintptr_t)ctx); /* its server popped it: to which, it does not say */
+    cuwire_server_context_is(route >= 0 ? route : cuwire_route_current(), (uint64_t)-1);
     cuwire_context_gone(ctx);
 }
 

@@ -252,8 +252,11 @@ static int launch_queued(CUfunction f, const uint32_t g[3], const uint32_t b[3],
     pthread_mutex_unlock(&kernels_lock);
     for (uint32_t i = 0; i < n_pointers; i++)
         cuwire_host_reference(pointers[i]);
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)stream); /* (a CUkernel routes nothing: routes.c) */
+    if (route < 0)
+        route = cuwire_route_current();
     int err = missing ? CUDA_ERROR_INVALID_VALUE /* a kernel with parameters launched without them */
-                      : cuwire_enqueue(n_attrs ? cuwire_launch_ex_record_id : cuwire_launch_record_id, rec,
+                      : cuwire_enqueue(route, n_attrs ? cuwire_launch_ex_record_id : cuwire_launch_record_id, rec,
                                        (uint32_t)len);
     if (rec != small)
         free(rec);
@@ -326,7 +329,9 @@ int cuwire_fast_exec_kernel_node_set(CUgraphExec exec, CUgraphNode node, const C
     memcpy(rec, &head, sizeof head);
     int missing = pack(&k, p->kernelParams, buf, buf_size, rec + sizeof head);
     pthread_mutex_unlock(&kernels_lock);
-    int err = missing ? -1 : cuwire_enqueue(cuwire_kernel_node_set_record_id, rec, (uint32_t)len);
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)exec);
+    int err = missing ? -1 : cuwire_enqueue(route >= 0 ? route : cuwire_route_current(), cuwire_kernel_node_set_record_id,
+                                            rec, (uint32_t)len);
     if (!err)
         __atomic_add_fetch(&cuwire_fast_node_sets, 1, __ATOMIC_RELAXED);
     if (rec != small)

@@ -306,7 +306,9 @@ static int push_host_runs(struct managed *m, uint64_t at, uint64_t end)
         }
         struct cw_host_copy head = {m->address + base, span, CW_HOST_WRITE_RUNS};
         int due; /* (the queue goes with the call this change precedes) */
-        err = cuwire_queue_append(cuwire_host_copy_record_id, &head, sizeof head, buf, 4 + 8 * count + bytes, &due);
+        int route = cuwire_route_value(m->address); /* (the server that mapped it, by its address) */
+        err = cuwire_queue_append(route >= 0 ? route : cuwire_route_current(), cuwire_host_copy_record_id, &head,
+                                  sizeof head, buf, 4 + 8 * count + bytes, &due);
     }
     free(buf);
     free(runs);

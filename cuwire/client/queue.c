@@ -20,10 +20,26 @@
 
 /* ------------------------------------------------------------------ batch queue */
 
-static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
-static char *queue_data;
-static size_t queue_len, queue_cap;
-static uint64_t queue_count;
+/* One queue per session (routes.c: a program's own server, or each of a device list's): its records go to
+ * that session's server, in the order they were appended. */
+#define CONTEXT_UNKNOWN ((uint64_t)-1)
+static struct queue {
+    pthread_mutex_t lock;
+    char *data;
+    size_t len, cap;
+    uint64_t count;
+    uint64_t taken;          /* when the queue last went out (cuwire_queue_take) */
+    uint64_t server_context; /* the context the session's thread on the server has (follow_context_locked) */
+    int server_capture_mode;
+    int refused; /* the session is lost, or cannot be had: its queued calls fail at once */
+} queues[CW_SESSIONS_MAX] = {[0 ... CW_SESSIONS_MAX - 1] = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .server_context = CONTEXT_UNKNOWN,
+    .server_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL, /* a thread's mode at its start */
+}};
+
+/* The session's queue (a route, routes.c). */
+static struct queue *queue_of(int session) { return &queues[session > 0 && session < CW_SESSIONS_MAX ? session : 0]; }
 #define QUEUE_FLUSH_AT (4u << 20)
 /* Queued calls go out, without waiting for an answer, once this many have gathered, or as they come when
  * the queue last went out this long ago: the server starts on them (the GPU with it) while the program
@@ -32,7 +48,6 @@ static uint64_t queue_count;
  * launches in a burst sends a frame every send_every_ns (a send costs it a few microseconds). */
 #define QUEUE_SEND_AT 16u
 static uint64_t send_every_ns = 20000u; /* CUWIRE_SEND_EVERY_US (cuwire_queue_send_every) */
-static uint64_t queue_taken; /* when the queue last went out (cuwire_queue_take) */
 
 static uint64_t monotonic_ns(void)
 {
@@ -42,131 +57,132 @@ static uint64_t monotonic_ns(void)
 }
 
 
-/* Appends one record, its bytes given in two parts (b may be empty); queue_lock held. 0, or
+/* Appends one record, its bytes given in two parts (b may be empty); q->lock held. 0, or
  * CUDA_ERROR_OUT_OF_MEMORY. */
-static int append2_locked(uint32_t id, const void *a, uint32_t na, const void *b, uint32_t nb)
+static int append2_locked(struct queue *q, uint32_t id, const void *a, uint32_t na, const void *b, uint32_t nb)
 {
     uint32_t size = na + nb;
-    size_t need = queue_len + 8 + size;
-    if (need > queue_cap) {
-        size_t cap = queue_cap ? queue_cap : 4096;
+    size_t need = q->len + 8 + size;
+    if (need > q->cap) {
+        size_t cap = q->cap ? q->cap : 4096;
         while (cap < need)
             cap *= 2;
-        char *p = realloc(queue_data, cap);
+        char *p = realloc(q->data, cap);
         if (!p)
             return CUDA_ERROR_OUT_OF_MEMORY;
-        queue_data = p;
-        queue_cap = cap;
+        q->data = p;
+        q->cap = cap;
     }
-    memcpy(queue_data + queue_len, &id, 4);
-    memcpy(queue_data + queue_len + 4, &size, 4);
-    memcpy(queue_data + queue_len + 8, a, na);
+    memcpy(q->data + q->len, &id, 4);
+    memcpy(q->data + q->len + 4, &size, 4);
+    memcpy(q->data + q->len + 8, a, na);
     if (nb)
-        memcpy(queue_data + queue_len + 8 + na, b, nb);
-    queue_len = need;
-    queue_count++;
+        memcpy(q->data + q->len + 8 + na, b, nb);
+    q->len = need;
+    q->count++;
     cuwire_note_sent(0);
     return 0;
 }
 
-static int append_locked(uint32_t id, const void *payload, uint32_t size)
-{
-    return append2_locked(id, payload, size, NULL, 0);
-}
-
 /* The context the session's thread on the server has current, as far as the calls sent so far tell
- * (queue_lock held to read or change it). Each client thread keeps its own current context
+ * (q->lock held to read or change it). Each client thread keeps its own current context
  * (session.c); before a thread's calls go out, a switch record is put first when its context is
  * another, so the server runs every call in its caller's context. A thread with no context changes
- * nothing (the server keeps the context it has). The same record carries the session thread's stream
- * capture mode, while a capture runs, when the calling thread needs another (cuwire_server_capture_mode). */
-#define CONTEXT_UNKNOWN ((uint64_t)-1)
-static uint64_t server_context = CONTEXT_UNKNOWN;
-static int server_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL; /* a thread's mode at its start */
-
-static int follow_context_locked(void)
+ * nothing (the server keeps the context it has), and neither does one whose context is another
+ * session's (a call that names this session's stream or memory: the driver takes its context from
+ * them). The same record carries the session thread's stream capture mode, while a capture runs, when
+ * the calling thread needs another (cuwire_server_capture_mode). */
+static int follow_context_locked(struct queue *q)
 {
     uint64_t ctx = cuwire_current_context();
+    if (ctx && &queues[cuwire_route_current()] != q)
+        ctx = 0;
     int mode = cuwire_server_capture_mode();
-    struct cw_set_context rec = {ctx && ctx != server_context ? ctx : 0, (uint32_t)mode}; /* 0: keep it */
-    int mode_changes = mode >= 0 && mode != server_capture_mode;
+    struct cw_set_context rec = {ctx && ctx != q->server_context ? ctx : 0, (uint32_t)mode}; /* 0: keep it */
+    int mode_changes = mode >= 0 && mode != q->server_capture_mode;
     if (!rec.context && !mode_changes)
         return 0;
     /* the context alone is 8 bytes, as it was before capture modes travelled */
-    int err = append_locked(cuwire_set_context_record_id, &rec, mode_changes ? sizeof rec : sizeof rec.context);
+    int err = append2_locked(q, cuwire_set_context_record_id, &rec, mode_changes ? sizeof rec : sizeof rec.context,
+                             NULL, 0);
     if (!err) {
         if (rec.context)
-            server_context = ctx;
+            q->server_context = ctx;
         if (mode_changes)
-            server_capture_mode = mode;
+            q->server_capture_mode = mode;
     }
     return err;
 }
 
-/* The server changed its current context itself (cuCtxCreate makes the new one current; cuCtxDestroy
- * pops): CONTEXT_UNKNOWN when the client cannot say which it is. */
-void cuwire_server_context_is(uint64_t ctx)
+/* The server of `session` changed its current context itself (cuCtxCreate makes the new one current;
+ * cuCtxDestroy pops): CONTEXT_UNKNOWN when the client cannot say which it is. */
+void cuwire_server_context_is(int session, uint64_t ctx)
 {
-    pthread_mutex_lock(&queue_lock);
-    server_context = ctx;
-    pthread_mutex_unlock(&queue_lock);
+    struct queue *q = queue_of(session);
+    pthread_mutex_lock(&q->lock);
+    q->server_context = ctx;
+    pthread_mutex_unlock(&q->lock);
 }
 
-/* Set when the session is lost or cannot be had (runtime.py, give_up): queued calls fail at once. */
-static int queue_refused;
+int cuwire_queue_refused(int session) { return __atomic_load_n(&queue_of(session)->refused, __ATOMIC_RELAXED); }
 
-int cuwire_queue_refused(void) { return __atomic_load_n(&queue_refused, __ATOMIC_RELAXED); }
-
-void cuwire_queue_refuse(void)
+/* Set when the session is lost or cannot be had (runtime.py, give_up): its queued calls fail at once. */
+void cuwire_queue_refuse(int session)
 {
-    pthread_mutex_lock(&queue_lock);
-    queue_refused = 1;
+    struct queue *q = queue_of(session);
+    pthread_mutex_lock(&q->lock);
+    __atomic_store_n(&q->refused, 1, __ATOMIC_RELAXED);
     cuwire_forget_done();
-    free(queue_data);
-    queue_data = NULL;
-    queue_len = queue_cap = 0;
-    queue_count = 0;
-    pthread_mutex_unlock(&queue_lock);
+    free(q->data);
+    q->data = NULL;
+    q->len = q->cap = 0;
+    q->count = 0;
+    pthread_mutex_unlock(&q->lock);
 }
 
-/* Appends one record of two parts, a fixed head and bytes that follow it (nb may be 0), after the switch
- * to the calling thread's context when it needs one. 0 or a CUDA error; *due says what the caller does
- * next (calls.c): QUEUE_KEEP, QUEUE_SEND (send the queue now, without waiting) or QUEUE_FLUSH (it is large:
- * the Python path sends it). */
-int cuwire_queue_append(uint32_t id, const void *a, uint32_t na, const void *b, uint32_t nb, int *due)
+/* Appends one record of two parts, a fixed head and bytes that follow it (nb may be 0), to the session's
+ * queue, after the switch to the calling thread's context when it needs one. 0 or a CUDA error; *due says
+ * what the caller does next (calls.c): QUEUE_KEEP, QUEUE_SEND (send the queue now, without waiting) or
+ * QUEUE_FLUSH (it is large: the Python path sends it). */
+int cuwire_queue_append(int session, uint32_t id, const void *a, uint32_t na, const void *b, uint32_t nb, int *due)
 {
     *due = QUEUE_KEEP;
-    if (cuwire_queue_refused())
+    struct queue *q = queue_of(session);
+    if (__atomic_load_n(&q->refused, __ATOMIC_RELAXED))
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
-    pthread_mutex_lock(&queue_lock);
-    int err = follow_context_locked();
+    pthread_mutex_lock(&q->lock);
+    int err = follow_context_locked(q);
     if (!err)
-        err = append2_locked(id, a, na, b, nb);
-    if (!err && queue_len >= QUEUE_FLUSH_AT)
+        err = append2_locked(q, id, a, na, b, nb);
+    if (!err && q->len >= QUEUE_FLUSH_AT)
         *due = QUEUE_FLUSH;
-    else if (!err && (queue_count >= QUEUE_SEND_AT || monotonic_ns() - queue_taken >= send_every_ns))
+    else if (!err && (q->count >= QUEUE_SEND_AT || monotonic_ns() - q->taken >= send_every_ns))
         *due = QUEUE_SEND;
-    pthread_mutex_unlock(&queue_lock);
+    pthread_mutex_unlock(&q->lock);
     return err;
 }
 
 void cuwire_queue_send_every(long microseconds) { send_every_ns = (uint64_t)microseconds * 1000u; }
 
-/* Hands the queued records to the caller (who frees them with free()) and starts a new queue; the
- * caller's call follows them, so the switch to its thread's context goes last. */
-size_t cuwire_queue_take(char **data, uint64_t *count)
+/* Hands the session's queued records to the caller (who frees them with free()) and starts a new queue;
+ * the caller's call follows them, so the switch to its thread's context goes last. */
+size_t cuwire_queue_take(int session, char **data, uint64_t *count)
 {
-    pthread_mutex_lock(&queue_lock);
-    follow_context_locked();
-    size_t len = queue_len;
-    *data = queue_data;
-    *count = queue_count;
-    queue_data = NULL;
-    queue_len = queue_cap = 0;
-    queue_count = 0;
-    queue_taken = monotonic_ns();
-    pthread_mutex_unlock(&queue_lock);
+    struct queue *q = queue_of(session);
+    pthread_mutex_lock(&q->lock);
+    follow_context_locked(q);
+    size_t len = q->len;
+    *data = q->data;
+    *count = q->count;
+    q->data = NULL;
+    q->len = q->cap = 0;
+    q->count = 0;
+    q->taken = monotonic_ns();
+    pthread_mutex_unlock(&q->lock);
     return len;
 }
+
+/* Whether the session has queued records (the sending thread's round of the sessions, sender.c). */
+int cuwire_queue_waiting(int session) { return __atomic_load_n(&queue_of(session)->count, __ATOMIC_RELAXED) != 0; }
 
 void cuwire_free(void *p) { free(p); }

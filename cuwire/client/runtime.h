@@ -13,6 +13,7 @@
 #include "host_memory.h"
 #include "launches.h"
 #include "queue.h"
+#include "routes.h"
 #include "session.h"
 #include "start.h"
 #include "trace.h"
@@ -29,29 +30,29 @@ const char *cuwire_error_name_or_null(int code); /* NULL: a code the headers do 
 CW_FROM_PYTHON void cuwire_keep_error_string(int error, const char *text);
 
 
-/* Calls that wait, made in C (wire.c): the largest result they bring back (larger ones take the Python
- * path, their bytes beside the messages). */
+/* Calls that wait, made in C (wire.c), each on its session's connection (`session`: a route, routes.h): the
+ * largest result they bring back (larger ones take the Python path, their bytes beside the messages). */
 #define CUWIRE_CALL_RESULT_MAX CW_CALL_RESULT_MAX /* (cuwire/wire/frames.h) */
-int cuwire_call(uint32_t fn, const void *rec, uint32_t size, void *result, uint32_t result_len);
+int cuwire_call(int session, uint32_t fn, const void *rec, uint32_t size, void *result, uint32_t result_len);
 CW_IN_PYTHON void cuwire_py_wire_broken(const char *why);
-CW_FROM_PYTHON void cuwire_wire_set(int fd);
-CW_FROM_PYTHON void cuwire_wire_keep(int fd); /* at the program's end: a copy of the socket, the C side's own */
-int cuwire_wire_without_python(void);         /* calls made in C go on after Python finalized */
-CW_FROM_PYTHON void cuwire_wire_stream(void *s); /* the session's cw_stream (cuwire/wire/stream.h), or NULL */
+CW_FROM_PYTHON void cuwire_wire_set(int session, int fd);
+CW_FROM_PYTHON void cuwire_wire_keep(int session, int fd); /* at the program's end: a copy of the socket, the C side's own */
+int cuwire_wire_without_python(int session); /* calls made in C go on after Python finalized */
+CW_FROM_PYTHON void cuwire_wire_stream(int session, void *s); /* its cw_stream (cuwire/wire/stream.h), or NULL */
 CW_IN_PYTHON int cuwire_py_resume(void);          /* the connection broke: 1 when the session's stream resumed it */
 CW_FROM_PYTHON void cuwire_wire_spin(long microseconds);
 CW_FROM_PYTHON void cuwire_queue_send_every(long microseconds); /* queue.c: CUWIRE_SEND_EVERY_US */
-CW_FROM_PYTHON void cuwire_wire_acquire(void);
-CW_FROM_PYTHON void cuwire_wire_release(void);
+CW_FROM_PYTHON void cuwire_wire_acquire(int session);
+CW_FROM_PYTHON void cuwire_wire_release(int session);
 CW_FROM_PYTHON void cuwire_wire_forget(void);
 CW_FROM_PYTHON int cuwire_wire_stats(uint32_t *ids, uint64_t *counts, uint64_t *ns, int max, uint64_t *totals);
-CW_FROM_PYTHON int cuwire_wire_send_queued(void);
-int cuwire_wire_in_c(void); /* the session's calls go on the C wire now (not Python's, not after Python) */
+CW_FROM_PYTHON int cuwire_wire_send_queued(int session);
+int cuwire_wire_in_c(int session); /* the session's calls go on the C wire now (not Python's, not after Python) */
 uint64_t cuwire_wire_my_early(void); /* the early frames the calling thread sent */
 void cuwire_wire_quiet_thread(void);  /* this thread leaves a broken connection to the program's next call */
 /* sender.c: a thread of the client's that sends the queued calls (CUWIRE_SEND_THREAD) */
 CW_FROM_PYTHON void cuwire_sender_start(void);
-int cuwire_sender_poke(void); /* 1: it will send what is queued; 0: it does not run (the caller sends) */
+int cuwire_sender_poke(int session); /* 1: it will send the session's queue; 0: it does not run (the caller sends) */
 CW_FROM_PYTHON uint64_t cuwire_sender_sent(void); /* the early frames it sent (--stats) */
 /* What the client knows the GPU has finished (completion.c): every send is counted (waits: the sender
  * waits for the answer); calls annotated `completes` note what they finished, and those annotated

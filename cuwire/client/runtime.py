@@ -65,6 +65,9 @@ MAX_GRID_DIM = (cu.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, cu.CU_DEVICE_ATTRIBUTE_MA
                              "KernelNodeParams", "BatchMemOpNode", "GraphDot",
                              "Enumerate", "MakeHandles", "FunctionAttributes", "Preload"))
 KEEP_LIST = wire_ids.OP_IDS["KeepList"]
+# The session this Python side serves: a program's one server's, numbered 0 in client/routes.c (where a
+# device list will number each server's; issue 39)
+ONE_SESSION = 0
 
 
 class Fail(Exception):
@@ -301,8 +304,8 @@ class Client:
                 if not self.policy.always and not isinstance(connection.sock, TlsSocket):
                     lib.cuwire_wire_spin(self.settings.spin_us)
                     with wire_lock():
-                        lib.cuwire_wire_stream(connection.stream.c if connection.stream else ffi.NULL)
-                    lib.cuwire_wire_set(self.session.transport.connection.sock.fileno())
+                        lib.cuwire_wire_stream(ONE_SESSION, connection.stream.c if connection.stream else ffi.NULL)
+                    lib.cuwire_wire_set(ONE_SESSION, self.session.transport.connection.sock.fileno())
                     self.wire_in_c = True
                     if sends_from_a_thread(self.settings.send_thread):
                         lib.cuwire_sender_start()
@@ -420,7 +423,7 @@ class Client:
     def take_queued(self, batch: pb.Batch) -> int:
         """Move the calls queued in C into `batch` (encoded); how many there were. The lock is held."""
         data, count = self.taken
-        size = lib.cuwire_queue_take(data, count)
+        size = lib.cuwire_queue_take(ONE_SESSION, data, count)
         if not size:
             return 0
         records = bytes(ffi.buffer(data[0], size))
@@ -440,9 +443,9 @@ class Client:
         """Close the session's connection; the lock and the wire lock are held (client/wire.c must not
         use a socket number that another file may take next)."""
         if self.session is not None:
-            lib.cuwire_wire_set(-1)
+            lib.cuwire_wire_set(ONE_SESSION, -1)
             self.wire_in_c = False
-            lib.cuwire_wire_stream(ffi.NULL)
+            lib.cuwire_wire_stream(ONE_SESSION, ffi.NULL)
             lib.cuwire_callbacks_stop()  # its thread waits in the shared memory or on the connection closed next
             self.stats.resumes += self.session.transport.resumes()
             self.session.transport.close()
@@ -463,7 +466,7 @@ class Client:
         more (the calls fail at once, with `code`), so a program that goes on calling does not fill memory."""
         self.broken, self.told, self.broken_code = why, True, code
         print(f"cuwire: {why}", file=sys.stderr)
-        lib.cuwire_queue_refuse()
+        lib.cuwire_queue_refuse(ONE_SESSION)
 
     def call(self, fn: int, args, result_cls):
         changed = lib.cuwire_managed_before_call()  # the program's changes to managed memory go first
@@ -872,7 +875,7 @@ class Client:
                 # Python finalizes next, closing its socket with its objects: client/wire.c keeps a copy of
                 # its own, so that the teardown's calls (XLA waits for its streams) reach the server
                 with wire_lock():
-                    lib.cuwire_wire_keep(os.dup(self.session.transport.connection.sock.fileno()))
+                    lib.cuwire_wire_keep(ONE_SESSION, os.dup(self.session.transport.connection.sock.fileno()))
             open_resumes = self.session.transport.resumes() if self.session is not None else 0
         if self.settings.stats:
             stats = with_wire_stats(self.stats)
@@ -886,6 +889,7 @@ class Client:
         self.lock = threading.RLock()
         self.session = None
         lib.cuwire_wire_forget()
+        lib.cuwire_route_forget()
         lib.cuwire_shared_host_set(0, 0, 0, -1)  # the parent's page-locked memory stays mapped, but not for copies
         lib.cuwire_callbacks_forget()
         self.broken = ("this process was forked from a cuwire client; a forked child cannot open its own "
@@ -893,7 +897,7 @@ class Client:
         lib.cuwire_forget_allocations()
         lib.cuwire_forget_pools(0)
         data, count = ffi.new("char **"), ffi.new("uint64_t *")
-        if lib.cuwire_queue_take(data, count):
+        if lib.cuwire_queue_take(ONE_SESSION, data, count):
             lib.cuwire_free(data[0])
 
     def names_by_id(self) -> dict[int, str]:
@@ -1018,11 +1022,11 @@ client = Client()
 @contextlib.contextmanager
 def wire_lock():
     """The lock that client/wire.c holds while it sends a frame and waits for its answer."""
-    lib.cuwire_wire_acquire()
+    lib.cuwire_wire_acquire(ONE_SESSION)
     try:
         yield
     finally:
-        lib.cuwire_wire_release()
+        lib.cuwire_wire_release(ONE_SESSION)
 
 
 @ffi.def_extern(name="cuwire_py_wire_broken")

@@ -5,8 +5,9 @@
  * store while the thread polls, a wake-up after it slept) and goes on; what is queued while it sends goes
  * with its next send.
  *
- * Order is kept: the sender takes the queue under the wire's lock (wire.c, cuwire_wire_send_queued), as a
- * call that waits does, so a call that waits either goes after the sender's frame or takes the queue itself.
+ * Order is kept: the sender takes a session's queue under its wire's lock (wire.c, cuwire_wire_send_queued),
+ * as a call that waits does, so a call that waits either goes after the sender's frame or takes the queue
+ * itself.
  * Only while the C wire is in use (plain TCP or the Unix socket, no compression or TLS) and Python lives:
  * otherwise the program's thread sends as before (calls.c). */
 #define _GNU_SOURCE
@@ -60,7 +61,9 @@ static void *send_loop(void *arg)
     cuwire_wire_quiet_thread(); /* a break is left to the program's next call: it resumes or says so */
     for (;;) {
         take_poke();
-        cuwire_wire_send_queued();
+        for (int session = 0; session < cuwire_route_sessions(); session++) /* (a device list: each its own) */
+            if (cuwire_queue_waiting(session))
+                cuwire_wire_send_queued(session);
         __atomic_store_n(&sent, cuwire_wire_my_early(), __ATOMIC_RELEASE);
     }
     return NULL;
@@ -88,9 +91,9 @@ void cuwire_sender_start(void)
 
 uint64_t cuwire_sender_sent(void) { return __atomic_load_n(&sent, __ATOMIC_ACQUIRE); }
 
-int cuwire_sender_poke(void)
+int cuwire_sender_poke(int session)
 {
-    if (!__atomic_load_n(&running, __ATOMIC_ACQUIRE) || !cuwire_wire_in_c())
+    if (!__atomic_load_n(&running, __ATOMIC_ACQUIRE) || !cuwire_wire_in_c(session))
         return 0;
     __atomic_store_n(&pending, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&sleeping, __ATOMIC_SEQ_CST)) {

@@ -2712,7 +2712,10 @@ static inline CUresult cuwire_impl_cuCtxDisablePeerAccess(CUcontext peerContext)
         } rec = {
             (uint64_t)(uintptr_t)peerContext,
         };
-        int status = cuwire_call(4048085689u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)peerContext);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 4048085689u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -2744,7 +2747,10 @@ static inline CUresult cuwire_impl_cuCtxEnablePeerAccess(CUcontext peerContext, 
             (uint64_t)(uintptr_t)peerContext,
             Flags,
         };
-        int status = cuwire_call(1737933368u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)peerContext);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 1737933368u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -3108,7 +3114,12 @@ static inline CUresult cuwire_impl_cuCtxRecordEvent(CUcontext hCtx, CUevent hEve
             (uint64_t)(uintptr_t)hCtx,
             (uint64_t)(uintptr_t)hEvent,
         };
-        int status = cuwire_call(64806754u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hCtx);
+        if (route < 0)
+            route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 64806754u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -3137,7 +3148,8 @@ static inline CUresult cuwire_impl_cuCtxResetPersistingL2Cache(void)
             char none[0];
         } rec = {
         };
-        int status = cuwire_call(3274641050u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_current();
+        int status = cuwire_call(route, 3274641050u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -3211,7 +3223,8 @@ static inline CUresult cuwire_impl_cuCtxSetFlags(unsigned int flags)
         } rec = {
             flags,
         };
-        int status = cuwire_call(1705344036u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_current();
+        int status = cuwire_call(route, 1705344036u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -3267,7 +3280,8 @@ static inline CUresult cuwire_impl_cuCtxSetSharedMemConfig(CUsharedconfig config
         } rec = {
             config,
         };
-        int status = cuwire_call(3546678085u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_current();
+        int status = cuwire_call(route, 3546678085u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -3296,7 +3310,8 @@ static inline CUresult cuwire_impl_cuCtxSynchronize(void)
             char none[0];
         } rec = {
         };
-        int status = cuwire_call(484046796u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_current();
+        int status = cuwire_call(route, 484046796u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -3346,7 +3361,10 @@ static inline CUresult cuwire_impl_cuCtxSynchronize_v2(CUcontext ctx)
         } rec = {
             (uint64_t)(uintptr_t)ctx,
         };
-        int status = cuwire_call(357846365u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)ctx);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 357846365u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -3398,7 +3416,12 @@ static inline CUresult cuwire_impl_cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent
             (uint64_t)(uintptr_t)hCtx,
             (uint64_t)(uintptr_t)hEvent,
         };
-        int status = cuwire_call(3538322810u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hCtx);
+        if (route < 0)
+            route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 3538322810u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -3905,7 +3928,10 @@ static inline CUresult cuwire_impl_cuDeviceGraphMemTrim(CUdevice device)
         } rec = {
             device,
         };
-        int status = cuwire_call(64302920u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_device((int)device);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 64302920u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -4099,7 +4125,12 @@ static inline CUresult cuwire_impl_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool
             dev,
             (uint64_t)(uintptr_t)pool,
         };
-        int status = cuwire_call(3394474896u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)pool);
+        if (route < 0)
+            route = cuwire_route_device((int)dev);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 3394474896u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -4426,7 +4457,10 @@ static inline CUresult cuwire_impl_cuEventDestroy_v2(CUevent hEvent)
         } rec = {
             (uint64_t)(uintptr_t)hEvent,
         };
-        int status = cuwire_enqueue(495590736u, &rec, sizeof rec);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_enqueue(route, 495590736u, &rec, sizeof rec);
         __atomic_add_fetch(&cuwire_queued_hits[110], 1, __ATOMIC_RELAXED);
         return (CUresult)status;
     }
@@ -4436,7 +4470,10 @@ static inline CUresult cuwire_impl_cuEventDestroy_v2(CUevent hEvent)
         } rec = {
             (uint64_t)(uintptr_t)hEvent,
         };
-        int status = cuwire_call(495590736u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 495590736u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -4487,7 +4524,10 @@ static inline CUresult cuwire_impl_cuEventQuery(CUevent hEvent)
         } rec = {
             (uint64_t)(uintptr_t)hEvent,
         };
-        int status = cuwire_call(2687060959u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 2687060959u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -4541,7 +4581,12 @@ static inline CUresult cuwire_impl_cuEventRecord(CUevent hEvent, CUstream hStrea
         (uint64_t)(uintptr_t)hEvent,
         (uint64_t)(uintptr_t)hStream,
     };
-    return (CUresult)(cuwire_enqueue(3120889818u, &rec, sizeof rec));
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    if (route < 0)
+        route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+    if (route < 0)
+        route = cuwire_route_current();
+    return (CUresult)(cuwire_enqueue(route, 3120889818u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 {
@@ -4572,7 +4617,12 @@ static inline CUresult cuwire_impl_cuEventRecordWithFlags(CUevent hEvent, CUstre
         (uint64_t)(uintptr_t)hStream,
         flags,
     };
-    return (CUresult)(cuwire_enqueue(663009900u, &rec, sizeof rec));
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    if (route < 0)
+        route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+    if (route < 0)
+        route = cuwire_route_current();
+    return (CUresult)(cuwire_enqueue(route, 663009900u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -4597,7 +4647,10 @@ static inline CUresult cuwire_impl_cuEventSynchronize(CUevent hEvent)
         } rec = {
             (uint64_t)(uintptr_t)hEvent,
         };
-        int status = cuwire_call(3775496938u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 3775496938u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -4811,7 +4864,10 @@ static inline CUresult cuwire_impl_cuFuncLoad(CUfunction function)
         } rec = {
             (uint64_t)(uintptr_t)function,
         };
-        int status = cuwire_call(2060489457u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)function);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 2060489457u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -4848,7 +4904,10 @@ static inline CUresult cuwire_impl_cuFuncSetAttribute(CUfunction hfunc, CUfuncti
             attrib,
             value,
         };
-        int status = cuwire_enqueue(1296138514u, &rec, sizeof rec);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hfunc);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_enqueue(route, 1296138514u, &rec, sizeof rec);
         __atomic_add_fetch(&cuwire_queued_hits[125], 1, __ATOMIC_RELAXED);
         if (status == 0)
             cuwire_keep_set_function_attribute(hfunc, attrib, value);
@@ -4911,7 +4970,10 @@ static inline CUresult cuwire_impl_cuFuncSetCacheConfig(CUfunction hfunc, CUfunc
             (uint64_t)(uintptr_t)hfunc,
             config,
         };
-        int status = cuwire_enqueue(1688761246u, &rec, sizeof rec);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hfunc);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_enqueue(route, 1688761246u, &rec, sizeof rec);
         __atomic_add_fetch(&cuwire_queued_hits[127], 1, __ATOMIC_RELAXED);
         if (status == 0)
             cuwire_keep_function_cache(hfunc, config);
@@ -4953,7 +5015,10 @@ static inline CUresult cuwire_impl_cuFuncSetSharedMemConfig(CUfunction hfunc, CU
             (uint64_t)(uintptr_t)hfunc,
             config,
         };
-        int status = cuwire_call(1389123837u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hfunc);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 1389123837u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -5962,7 +6027,12 @@ static inline CUresult cuwire_impl_cuGraphEventRecordNodeSetEvent(CUgraphNode hN
             (uint64_t)(uintptr_t)hNode,
             (uint64_t)(uintptr_t)event,
         };
-        int status = cuwire_call(1340411253u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hNode);
+        if (route < 0)
+            route = cuwire_route_handle((uint64_t)(uintptr_t)event);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 1340411253u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -6014,7 +6084,12 @@ static inline CUresult cuwire_impl_cuGraphEventWaitNodeSetEvent(CUgraphNode hNod
             (uint64_t)(uintptr_t)hNode,
             (uint64_t)(uintptr_t)event,
         };
-        int status = cuwire_call(2408944543u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hNode);
+        if (route < 0)
+            route = cuwire_route_handle((uint64_t)(uintptr_t)event);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 2408944543u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -6116,7 +6191,14 @@ static inline CUresult cuwire_impl_cuGraphExecEventRecordNodeSetEvent(CUgraphExe
             (uint64_t)(uintptr_t)hNode,
             (uint64_t)(uintptr_t)event,
         };
-        int status = cuwire_call(3523231073u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec);
+        if (route < 0)
+            route = cuwire_route_handle((uint64_t)(uintptr_t)hNode);
+        if (route < 0)
+            route = cuwire_route_handle((uint64_t)(uintptr_t)event);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 3523231073u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -6150,7 +6232,14 @@ static inline CUresult cuwire_impl_cuGraphExecEventWaitNodeSetEvent(CUgraphExec 
             (uint64_t)(uintptr_t)hNode,
             (uint64_t)(uintptr_t)event,
         };
-        int status = cuwire_call(269870708u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec);
+        if (route < 0)
+            route = cuwire_route_handle((uint64_t)(uintptr_t)hNode);
+        if (route < 0)
+            route = cuwire_route_handle((uint64_t)(uintptr_t)event);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 269870708u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -6676,7 +6765,12 @@ static inline CUresult cuwire_impl_cuGraphKernelNodeCopyAttributes(CUgraphNode d
             (uint64_t)(uintptr_t)dst,
             (uint64_t)(uintptr_t)src,
         };
-        int status = cuwire_call(800820327u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)dst);
+        if (route < 0)
+            route = cuwire_route_handle((uint64_t)(uintptr_t)src);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 800820327u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -6826,7 +6920,12 @@ static inline CUresult cuwire_impl_cuGraphLaunch(CUgraphExec hGraphExec, CUstrea
         (uint64_t)(uintptr_t)hGraphExec,
         (uint64_t)(uintptr_t)hStream,
     };
-    return (CUresult)(cuwire_enqueue(2644748970u, &rec, sizeof rec));
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    if (route < 0)
+        route = cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec);
+    if (route < 0)
+        route = cuwire_route_current();
+    return (CUresult)(cuwire_enqueue(route, 2644748970u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -7121,7 +7220,12 @@ static inline CUresult cuwire_impl_cuGraphNodeSetEnabled(CUgraphExec hGraphExec,
             (uint64_t)(uintptr_t)hNode,
             isEnabled,
         };
-        int status = cuwire_call(401629509u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec);
+        if (route < 0)
+            route = cuwire_route_handle((uint64_t)(uintptr_t)hNode);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 401629509u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -7245,7 +7349,12 @@ static inline CUresult cuwire_impl_cuGraphUpload(CUgraphExec hGraphExec, CUstrea
             (uint64_t)(uintptr_t)hGraphExec,
             (uint64_t)(uintptr_t)hStream,
         };
-        int status = cuwire_call(4087946048u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+        if (route < 0)
+            route = cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 4087946048u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -7976,7 +8085,10 @@ static inline CUresult cuwire_impl_cuKernelSetAttribute(CUfunction_attribute att
             (uint64_t)(uintptr_t)kernel,
             dev,
         };
-        int status = cuwire_enqueue(1775703493u, &rec, sizeof rec);
+        int route = cuwire_route_device((int)dev);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_enqueue(route, 1775703493u, &rec, sizeof rec);
         __atomic_add_fetch(&cuwire_queued_hits[276], 1, __ATOMIC_RELAXED);
         if (status == 0)
             cuwire_keep_set_kernel_attribute(attrib, val, kernel, dev);
@@ -8023,7 +8135,10 @@ static inline CUresult cuwire_impl_cuKernelSetCacheConfig(CUkernel kernel, CUfun
             config,
             dev,
         };
-        int status = cuwire_enqueue(1572033421u, &rec, sizeof rec);
+        int route = cuwire_route_device((int)dev);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_enqueue(route, 1572033421u, &rec, sizeof rec);
         __atomic_add_fetch(&cuwire_queued_hits[277], 1, __ATOMIC_RELAXED);
         if (status == 0)
             cuwire_keep_kernel_cache(kernel, config, dev);
@@ -9551,7 +9666,10 @@ static inline CUresult cuwire_impl_cuMemPoolDestroy(CUmemoryPool pool)
         } rec = {
             (uint64_t)(uintptr_t)pool,
         };
-        int status = cuwire_call(3906768071u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)pool);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 3906768071u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -9763,7 +9881,10 @@ static inline CUresult cuwire_impl_cuMemPoolTrimTo(CUmemoryPool pool, size_t min
             (uint64_t)(uintptr_t)pool,
             minBytesToKeep,
         };
-        int status = cuwire_call(1437163825u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)pool);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 1437163825u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -10417,7 +10538,12 @@ static inline CUresult cuwire_impl_cuMemcpyAtoA_v2(CUarray dstArray, size_t dstO
             srcOffset,
             ByteCount,
         };
-        int status = cuwire_call(3732356633u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)dstArray);
+        if (route < 0)
+            route = cuwire_route_handle((uint64_t)(uintptr_t)srcArray);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 3732356633u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -10473,7 +10599,12 @@ static inline CUresult cuwire_impl_cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarra
             srcOffset,
             ByteCount,
         };
-        int status = cuwire_call(3920219691u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)srcArray);
+        if (route < 0)
+            route = cuwire_route_value((uint64_t)dstDevice);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 3920219691u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -10673,7 +10804,12 @@ static inline CUresult cuwire_impl_cuMemcpyDtoA_v2(CUarray dstArray, size_t dstO
             srcDevice,
             ByteCount,
         };
-        int status = cuwire_call(2353992126u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)dstArray);
+        if (route < 0)
+            route = cuwire_route_value((uint64_t)srcDevice);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 2353992126u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -10746,7 +10882,14 @@ static inline CUresult cuwire_impl_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, C
         ByteCount,
         (uint64_t)(uintptr_t)hStream,
     };
-    return (CUresult)(cuwire_enqueue(2688723146u, &rec, sizeof rec));
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    if (route < 0)
+        route = cuwire_route_value((uint64_t)dstDevice);
+    if (route < 0)
+        route = cuwire_route_value((uint64_t)srcDevice);
+    if (route < 0)
+        route = cuwire_route_current();
+    return (CUresult)(cuwire_enqueue(route, 2688723146u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -10777,7 +10920,12 @@ static inline CUresult cuwire_impl_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdevi
             srcDevice,
             ByteCount,
         };
-        int status = cuwire_call(3146899852u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_value((uint64_t)dstDevice);
+        if (route < 0)
+            route = cuwire_route_value((uint64_t)srcDevice);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 3146899852u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -11128,7 +11276,16 @@ static inline CUresult cuwire_impl_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext
             (uint64_t)(uintptr_t)srcContext,
             ByteCount,
         };
-        int status = cuwire_call(4212927275u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)dstContext);
+        if (route < 0)
+            route = cuwire_route_handle((uint64_t)(uintptr_t)srcContext);
+        if (route < 0)
+            route = cuwire_route_value((uint64_t)dstDevice);
+        if (route < 0)
+            route = cuwire_route_value((uint64_t)srcDevice);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 4212927275u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -11180,7 +11337,18 @@ static inline CUresult cuwire_impl_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUco
         ByteCount,
         (uint64_t)(uintptr_t)hStream,
     };
-    return (CUresult)(cuwire_enqueue(2374564042u, &rec, sizeof rec));
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    if (route < 0)
+        route = cuwire_route_handle((uint64_t)(uintptr_t)dstContext);
+    if (route < 0)
+        route = cuwire_route_handle((uint64_t)(uintptr_t)srcContext);
+    if (route < 0)
+        route = cuwire_route_value((uint64_t)dstDevice);
+    if (route < 0)
+        route = cuwire_route_value((uint64_t)srcDevice);
+    if (route < 0)
+        route = cuwire_route_current();
+    return (CUresult)(cuwire_enqueue(route, 2374564042u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
@@ -11228,7 +11396,12 @@ static inline CUresult cuwire_impl_cuMemsetD16Async(CUdeviceptr dstDevice, unsig
         N,
         (uint64_t)(uintptr_t)hStream,
     };
-    return (CUresult)(cuwire_enqueue(2127962567u, &rec, sizeof rec));
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    if (route < 0)
+        route = cuwire_route_value((uint64_t)dstDevice);
+    if (route < 0)
+        route = cuwire_route_current();
+    return (CUresult)(cuwire_enqueue(route, 2127962567u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
@@ -11258,7 +11431,10 @@ static inline CUresult cuwire_impl_cuMemsetD16_v2(CUdeviceptr dstDevice, unsigne
             us,
             N,
         };
-        int status = cuwire_call(1863459517u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_value((uint64_t)dstDevice);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 1863459517u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -11316,7 +11492,12 @@ static inline CUresult cuwire_impl_cuMemsetD2D16Async(CUdeviceptr dstDevice, siz
         Height,
         (uint64_t)(uintptr_t)hStream,
     };
-    return (CUresult)(cuwire_enqueue(3763925066u, &rec, sizeof rec));
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    if (route < 0)
+        route = cuwire_route_value((uint64_t)dstDevice);
+    if (route < 0)
+        route = cuwire_route_current();
+    return (CUresult)(cuwire_enqueue(route, 3763925066u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
@@ -11350,7 +11531,10 @@ static inline CUresult cuwire_impl_cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_
             Width,
             Height,
         };
-        int status = cuwire_call(4269481017u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_value((uint64_t)dstDevice);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 4269481017u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -11408,7 +11592,12 @@ static inline CUresult cuwire_impl_cuMemsetD2D32Async(CUdeviceptr dstDevice, siz
         Height,
         (uint64_t)(uintptr_t)hStream,
     };
-    return (CUresult)(cuwire_enqueue(3965100917u, &rec, sizeof rec));
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    if (route < 0)
+        route = cuwire_route_value((uint64_t)dstDevice);
+    if (route < 0)
+        route = cuwire_route_current();
+    return (CUresult)(cuwire_enqueue(route, 3965100917u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
@@ -11442,7 +11631,10 @@ static inline CUresult cuwire_impl_cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_
             Width,
             Height,
         };
-        int status = cuwire_call(198825998u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_value((uint64_t)dstDevice);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 198825998u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -11500,7 +11692,12 @@ static inline CUresult cuwire_impl_cuMemsetD2D8Async(CUdeviceptr dstDevice, size
         Height,
         (uint64_t)(uintptr_t)hStream,
     };
-    return (CUresult)(cuwire_enqueue(3255370895u, &rec, sizeof rec));
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    if (route < 0)
+        route = cuwire_route_value((uint64_t)dstDevice);
+    if (route < 0)
+        route = cuwire_route_current();
+    return (CUresult)(cuwire_enqueue(route, 3255370895u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
@@ -11534,7 +11731,10 @@ static inline CUresult cuwire_impl_cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t
             Width,
             Height,
         };
-        int status = cuwire_call(2945751755u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_value((uint64_t)dstDevice);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 2945751755u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -11588,7 +11788,12 @@ static inline CUresult cuwire_impl_cuMemsetD32Async(CUdeviceptr dstDevice, unsig
         N,
         (uint64_t)(uintptr_t)hStream,
     };
-    return (CUresult)(cuwire_enqueue(1926787832u, &rec, sizeof rec));
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    if (route < 0)
+        route = cuwire_route_value((uint64_t)dstDevice);
+    if (route < 0)
+        route = cuwire_route_current();
+    return (CUresult)(cuwire_enqueue(route, 1926787832u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -11618,7 +11823,10 @@ static inline CUresult cuwire_impl_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigne
             ui,
             N,
         };
-        int status = cuwire_call(2595284618u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_value((uint64_t)dstDevice);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 2595284618u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -11672,7 +11880,12 @@ static inline CUresult cuwire_impl_cuMemsetD8Async(CUdeviceptr dstDevice, unsign
         N,
         (uint64_t)(uintptr_t)hStream,
     };
-    return (CUresult)(cuwire_enqueue(676145800u, &rec, sizeof rec));
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    if (route < 0)
+        route = cuwire_route_value((uint64_t)dstDevice);
+    if (route < 0)
+        route = cuwire_route_current();
+    return (CUresult)(cuwire_enqueue(route, 676145800u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -11702,7 +11915,10 @@ static inline CUresult cuwire_impl_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned
             uc,
             N,
         };
-        int status = cuwire_call(2730920325u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_value((uint64_t)dstDevice);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 2730920325u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -12520,7 +12736,8 @@ static inline CUresult cuwire_impl_cuProfilerStart(void)
             char none[0];
         } rec = {
         };
-        int status = cuwire_call(1141378963u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_current();
+        int status = cuwire_call(route, 1141378963u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -12549,7 +12766,8 @@ static inline CUresult cuwire_impl_cuProfilerStop(void)
             char none[0];
         } rec = {
         };
-        int status = cuwire_call(1942346908u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_current();
+        int status = cuwire_call(route, 1942346908u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -12781,7 +12999,12 @@ static inline CUresult cuwire_impl_cuStreamCopyAttributes(CUstream dst, CUstream
             (uint64_t)(uintptr_t)dst,
             (uint64_t)(uintptr_t)src,
         };
-        int status = cuwire_call(3615690956u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)dst);
+        if (route < 0)
+            route = cuwire_route_handle((uint64_t)(uintptr_t)src);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 3615690956u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -12883,7 +13106,10 @@ static inline CUresult cuwire_impl_cuStreamDestroy_v2(CUstream hStream)
         } rec = {
             (uint64_t)(uintptr_t)hStream,
         };
-        int status = cuwire_enqueue(2166856291u, &rec, sizeof rec);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_enqueue(route, 2166856291u, &rec, sizeof rec);
         __atomic_add_fetch(&cuwire_queued_hits[497], 1, __ATOMIC_RELAXED);
         return (CUresult)status;
     }
@@ -12893,7 +13119,10 @@ static inline CUresult cuwire_impl_cuStreamDestroy_v2(CUstream hStream)
         } rec = {
             (uint64_t)(uintptr_t)hStream,
         };
-        int status = cuwire_call(2166856291u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 2166856291u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -13227,7 +13456,10 @@ static inline CUresult cuwire_impl_cuStreamQuery(CUstream hStream)
         } rec = {
             (uint64_t)(uintptr_t)hStream,
         };
-        int status = cuwire_call(3807505306u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 3807505306u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -13300,7 +13532,10 @@ static inline CUresult cuwire_impl_cuStreamSynchronize(CUstream hStream)
         } rec = {
             (uint64_t)(uintptr_t)hStream,
         };
-        int status = cuwire_enqueue(1581600379u, &rec, sizeof rec);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_enqueue(route, 1581600379u, &rec, sizeof rec);
         __atomic_add_fetch(&cuwire_queued_hits[515], 1, __ATOMIC_RELAXED);
         return (CUresult)status;
     }
@@ -13310,7 +13545,10 @@ static inline CUresult cuwire_impl_cuStreamSynchronize(CUstream hStream)
         } rec = {
             (uint64_t)(uintptr_t)hStream,
         };
-        int status = cuwire_call(1581600379u, &rec, sizeof rec, NULL, 0);
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+        if (route < 0)
+            route = cuwire_route_current();
+        int status = cuwire_call(route, 1581600379u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
     }
@@ -13424,7 +13662,12 @@ static inline CUresult cuwire_impl_cuStreamWaitEvent(CUstream hStream, CUevent h
         (uint64_t)(uintptr_t)hEvent,
         Flags,
     };
-    return (CUresult)(cuwire_enqueue(1194339591u, &rec, sizeof rec));
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    if (route < 0)
+        route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+    if (route < 0)
+        route = cuwire_route_current();
+    return (CUresult)(cuwire_enqueue(route, 1194339591u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -13490,7 +13733,12 @@ static inline CUresult cuwire_impl_cuStreamWaitValue32_v2(CUstream stream, CUdev
         value,
         flags,
     };
-    return (CUresult)(cuwire_enqueue(1641833423u, &rec, sizeof rec));
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)stream);
+    if (route < 0)
+        route = cuwire_route_value((uint64_t)addr);
+    if (route < 0)
+        route = cuwire_route_current();
+    return (CUresult)(cuwire_enqueue(route, 1641833423u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
@@ -13556,7 +13804,12 @@ static inline CUresult cuwire_impl_cuStreamWaitValue64_v2(CUstream stream, CUdev
         value,
         flags,
     };
-    return (CUresult)(cuwire_enqueue(2354557795u, &rec, sizeof rec));
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)stream);
+    if (route < 0)
+        route = cuwire_route_value((uint64_t)addr);
+    if (route < 0)
+        route = cuwire_route_current();
+    return (CUresult)(cuwire_enqueue(route, 2354557795u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
@@ -13622,7 +13875,12 @@ static inline CUresult cuwire_impl_cuStreamWriteValue32_v2(CUstream stream, CUde
         value,
         flags,
     };
-    return (CUresult)(cuwire_enqueue(1208769495u, &rec, sizeof rec));
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)stream);
+    if (route < 0)
+        route = cuwire_route_value((uint64_t)addr);
+    if (route < 0)
+        route = cuwire_route_current();
+    return (CUresult)(cuwire_enqueue(route, 1208769495u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
@@ -13688,7 +13946,12 @@ static inline CUresult cuwire_impl_cuStreamWriteValue64_v2(CUstream stream, CUde
         value,
         flags,
     };
-    return (CUresult)(cuwire_enqueue(2777123707u, &rec, sizeof rec));
+    int route = cuwire_route_handle((uint64_t)(uintptr_t)stream);
+    if (route < 0)
+        route = cuwire_route_value((uint64_t)addr);
+    if (route < 0)
+        route = cuwire_route_current();
+    return (CUresult)(cuwire_enqueue(route, 2777123707u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {

@@ -1,0 +1,89 @@
+/* cuwire client: which of the program's sessions a call goes to (docs/several-servers.md, "Sessions and
+ * routing"). A program of one server has one session, 0, and every route is it: each function below
+ * answers at its first test. With a device list each server gets a session, and its session process keeps
+ * every mapping and handle it makes in windows of address space of its own (cuwire/address_space.py, which
+ * Python hands here as it opens the session): a handle or a device address names its server by the window
+ * it lies in, a device ordinal by the joined device list, and a call that names neither goes where the
+ * calling thread's current context is. The generated stubs ask in the order the model gives
+ * (codegen/model.py, Function.routes); queue.c and wire.c keep a queue and a connection per session.
+ */
+#include <pthread.h>
+#include <stdint.h>
+
+#include "routes.h"
+#include "session.h" /* (the calling thread's current context) */
+
+#define WINDOWS_MAX 4 /* a session's windows: address_space.windows gives two */
+
+static struct {
+    int windows;
+    uint64_t start[WINDOWS_MAX], end[WINDOWS_MAX];
+    int first_device, devices; /* its devices' place in the joined list */
+} routes[CW_SESSIONS_MAX];
+static int sessions = 1; /* (read without a lock: set before the calls it routes, as a session opens) */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+int cuwire_route_sessions(void) { return __atomic_load_n(&sessions, __ATOMIC_ACQUIRE); }
+
+int cuwire_route_add_session(int session, const uint64_t *starts, const uint64_t *ends, int windows, int devices)
+{
+    if (session < 0 || session >= CW_SESSIONS_MAX || windows < 0 || windows > WINDOWS_MAX || devices < 0)
+        return -1;
+    pthread_mutex_lock(&lock);
+    routes[session].windows = windows;
+    for (int i = 0; i < windows; i++) {
+        routes[session].start[i] = starts[i];
+        routes[session].end[i] = ends[i];
+    }
+    routes[session].first_device = session ? routes[session - 1].first_device + routes[session - 1].devices : 0;
+    routes[session].devices = devices;
+    if (session >= sessions)
+        __atomic_store_n(&sessions, session + 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+void cuwire_route_forget(void)
+{
+    pthread_mutex_init(&lock, NULL);
+    for (int i = 0; i < CW_SESSIONS_MAX; i++)
+        routes[i].windows = routes[i].first_device = routes[i].devices = 0;
+    __atomic_store_n(&sessions, 1, __ATOMIC_RELEASE);
+}
+
+int cuwire_route_value(uint64_t value)
+{
+    int n = cuwire_route_sessions();
+    if (n == 1)
+        return 0;
+    for (int s = 0; s < n; s++)
+        for (int i = 0; i < routes[s].windows; i++)
+            if (value >= routes[s].start[i] && value < routes[s].end[i])
+                return s;
+    return -1;
+}
+
+int cuwire_route_handle(uint64_t handle)
+{
+    /* the special streams (0: the context's NULL stream, 1: the legacy stream, 2: per-thread) name none */
+    return handle <= 2 && cuwire_route_sessions() > 1 ? -1 : cuwire_route_value(handle);
+}
+
+int cuwire_route_device(int ordinal)
+{
+    int n = cuwire_route_sessions();
+    if (n == 1)
+        return 0;
+    for (int s = 0; s < n; s++)
+        if (ordinal >= routes[s].first_device && ordinal < routes[s].first_device + routes[s].devices)
+            return s;
+    return -1;
+}
+
+int cuwire_route_current(void)
+{
+    if (cuwire_route_sessions() == 1)
+        return 0;
+    int s = cuwire_route_value(cuwire_current_context());
+    return s >= 0 ? s : 0; /* (no context yet: the first server's, as a program's first calls are) */
+}
