@@ -30,7 +30,7 @@ from pathlib import Path
 
 import cuwire
 from cuwire import SAFE_PATH
-from cuwire.settings import Settings, host_port, one_server, server_list
+from cuwire.settings import Settings, host_port, one_server, server_list, servers
 
 # Exit codes of `cuwire run` itself (the program's own code passes through otherwise), as `docker run`
 # and `env` use them: cuwire failed before the program ran; the program cannot be executed; not found.
@@ -771,7 +771,8 @@ def parser() -> argparse.ArgumentParser:
                        description="Run PROGRAM with its CUDA driver calls answered by cuwire's libcuda. With no "
                        "--server and no CUWIRE_SERVER, a local server is started for the run and stopped after it. "
                        f"The program's exit code is passed through; cuwire's own failures exit {EXIT_CUWIRE}.")
-    p.add_argument("--server", help="HOST:PORT of the cuwire server (CUWIRE_SERVER; default: a local server)")
+    p.add_argument("--server", help="HOST:PORT of the cuwire server, or several, comma-separated: one device list "
+                                    "of their GPUs (CUWIRE_SERVER; default: a local server)")
     p.add_argument("--emulated", action="store_true",
                    help="start the local server on the EMULATED device (tests only: no GPU computes anything)")
     p.add_argument("--stats", action="store_true", help="print cuwire's statistics at exit (CUWIRE_STATS=1)")
@@ -793,11 +794,17 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     problems = Settings().errors if args.func is not cmd_server else []  # (the server says its own)
-    if args.func is cmd_info:  # (a list is what `cuwire info` shows, as one device list)
-        problems = [p for p in problems if not p.startswith("CUWIRE_SERVER=")]
+    if args.func not in (cmd_info, cmd_run, cmd_server):  # (a device list: a program's, and what info shows)
+        for given, text in (("--server", getattr(args, "server", None)), ("CUWIRE_SERVER", os.environ.get(
+                "CUWIRE_SERVER"))):
+            try:
+                one_server(text or "")
+            except ValueError as e:
+                problems.append(f"{given} {text!r}: {e}")
+                break
     elif getattr(args, "server", None) and args.func is not cmd_server:  # (--server parses as CUWIRE_SERVER)
         try:
-            one_server(args.server)
+            servers(args.server)
         except ValueError as e:
             problems.append(f"--server {args.server!r}: {e}")
     if problems:  # one line each, naming the variable and what it takes

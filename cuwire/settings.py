@@ -100,13 +100,24 @@ def server_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def servers(text: str) -> str:
+    """A program's server, or the servers of its device list (docs/several-servers.md): at most
+    address_space.MOST_SERVERS of them, each named once."""
+    found = server_list(text)
+    if len(found) > MOST_SERVERS:
+        raise ValueError(f"names {len(found)} servers: a device list takes at most {MOST_SERVERS}")
+    if len(set(found)) < len(found):
+        raise ValueError("names a server twice: a device list names each server once")
+    return text
+
+
 def one_server(text: str) -> str:
-    """HOST:PORT, or a path (a Unix socket's): one server. A list is refused by name, not looked up as a host."""
-    servers = server_list(text)
-    if len(servers) > 1:
-        raise ValueError(f"names {len(servers)} servers: one device list across several servers is not served yet "
-                         "(issue 39, docs/several-servers.md); give one, and run a process per server (as "
-                         "tests/multi_gpu_apps/ddp_across_servers.py does); `cuwire info` shows the list")
+    """HOST:PORT, or a path (a Unix socket's): one server, for a command that talks to one. A list is refused
+    by name, not looked up as a host."""
+    found = server_list(text)
+    if len(found) > 1:
+        raise ValueError(f"names {len(found)} servers: this command talks to one (a program's device list "
+                         "across servers is `cuwire run`'s; `cuwire info` shows it)")
     return text
 
 
@@ -117,7 +128,8 @@ def _trace(text: str) -> bool | str:
 @dataclass
 class Settings:
     # where the client finds the server, and where the server listens
-    server: str = _setting("server", lambda: f"127.0.0.1:{DEFAULT_PORT}", one_server)
+    # (a program's: several, comma-separated, make one device list of their GPUs, docs/several-servers.md)
+    server: str = _setting("server", lambda: f"127.0.0.1:{DEFAULT_PORT}", servers)
     listen: str = _setting("listen", lambda: f"127.0.0.1:{DEFAULT_PORT}")
     token: str = _setting("token", "")
     # TLS. Server: a certificate and key (PEM files), or tls="auto" for a self-signed pair kept in the

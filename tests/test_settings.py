@@ -78,16 +78,23 @@ def test_children_get_what_parses_back(monkeypatch):
     assert (again.host_memory, again.stats, again.errors) == (2 << 30, True, [])
 
 
-def test_a_list_of_servers_is_refused_by_name(monkeypatch, capsys):
-    """`CUWIRE_SERVER=a:1,b:2` (issue 39's device list across servers) is not served yet: it says so, where
-    it was looked up as one host name ('a:1,b' unknown) before; the default address stands in, and the
-    commands stop (--server alike)."""
+def test_a_list_of_servers_is_a_program_device_list(monkeypatch, capsys):
+    """`CUWIRE_SERVER=a:1,b:2` is a program's device list across servers (issue 39): `cuwire run` and the
+    client take it; at most address_space.MOST_SERVERS servers, each named once; the commands that talk
+    to one server refuse a list by name (--server alike), where it was looked up as one host name before."""
     from cuwire import cli
+    from cuwire.address_space import MOST_SERVERS
 
     monkeypatch.setenv("CUWIRE_SERVER", "gpu1:50551, gpu2:50551")
     s = Settings()
-    assert s.server == "127.0.0.1:50551"
-    assert len(s.errors) == 1 and "names 2 servers" in s.errors[0] and "issue 39" in s.errors[0], s.errors
+    assert (s.server, s.errors) == ("gpu1:50551, gpu2:50551", [])
+    assert cli.main(["doctor"]) == 2
+    assert "cuwire doctor: CUWIRE_SERVER 'gpu1:50551, gpu2:50551': names 2 servers" in capsys.readouterr().err
+    monkeypatch.setenv("CUWIRE_SERVER", ",".join(f"gpu{i}:50551" for i in range(MOST_SERVERS + 1)))
+    s = Settings()
+    assert s.server == "127.0.0.1:50551" and f"takes at most {MOST_SERVERS}" in s.errors[0], s.errors
+    monkeypatch.setenv("CUWIRE_SERVER", "gpu1:50551,gpu1:50551")
+    assert "names a server twice" in Settings().errors[0]
     monkeypatch.delenv("CUWIRE_SERVER")
     assert Settings(server="gpu1:50551").errors == []
     assert cli.main(["doctor", "--server", "gpu1:50551,gpu2:50551"]) == 2

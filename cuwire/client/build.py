@@ -55,7 +55,7 @@ C_SOURCES = ("start.c", "session.c", "capture.c", "trace.c", "queue.c", "calls.c
              "driver_local.c", "export_tables.c", "answers_cache.c", "device_memory.c", "wire.c", "callbacks.c",
              "host_fn_order.c", "managed.c", "managed_hints.c", "graph_nodes.c", "graph_copies.c", "shareable.c",
              "user_objects.c", "completion.c", "handle_pools.c", "nvml_answers.c", "kernel_nodes.c", "table.c",
-             "tensor_maps.c", "sender.c", "routes.c")
+             "tensor_maps.c", "sender.c", "routes.c", "peers.c")
 
 # What crosses between the client's C and its Python: the declarations the client's headers mark (python.h),
 # declared to cffi as written there, CUDA's handle types as the pointers they are.

@@ -234,7 +234,7 @@ static CUresult post(CUstream stream, CUhostFn fn, CUstreamCallback callback, vo
     }
     /* out now: the program may wait for what its function does without another CUDA call */
     int sent = cuwire_wire_send_queued(route);
-    return (CUresult)(sent >= 0 ? sent : cuwire_py_send_queued());
+    return (CUresult)(sent >= 0 ? sent : cuwire_py_send_queued(route));
 }
 
 /* A graph's host node (client/graphs.py): fn and its userData kept for every launch of the graph; the id

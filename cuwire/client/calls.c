@@ -36,11 +36,11 @@ static int enqueue2(int session, uint32_t id, const void *a, uint32_t na, const 
     if (err)
         return err;
     if (due == QUEUE_FLUSH && CUWIRE_READY() && !without_python)
-        return cuwire_py_flush();
+        return cuwire_py_flush(session);
     if (due == QUEUE_KEEP || (!CUWIRE_READY() && !without_python) || (!without_python && cuwire_sender_poke(session)))
         return 0;
     int sent = cuwire_wire_send_queued(session);
-    return sent >= 0 ? sent : without_python ? CUDA_ERROR_DEINITIALIZED : cuwire_py_send_queued();
+    return sent >= 0 ? sent : without_python ? CUDA_ERROR_DEINITIALIZED : cuwire_py_send_queued(session);
 }
 
 int cuwire_enqueue(int session, uint32_t id, const void *payload, uint32_t size)

@@ -9,6 +9,8 @@
  */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "routes.h"
 #include "session.h" /* (the calling thread's current context) */
@@ -80,10 +82,32 @@ int cuwire_route_device(int ordinal)
     return -1;
 }
 
+int cuwire_route_own_device(int ordinal)
+{
+    int s = cuwire_route_device(ordinal);
+    return s > 0 ? ordinal - routes[s].first_device : ordinal;
+}
+
 int cuwire_route_current(void)
 {
     if (cuwire_route_sessions() == 1)
         return 0;
     int s = cuwire_route_value(cuwire_current_context());
     return s >= 0 ? s : 0; /* (no context yet: the first server's, as a program's first calls are) */
+}
+
+int cuwire_route_split(const char *function)
+{
+    static char told[16][64]; /* the functions told of, once each (a few suffice; more are told again) */
+    pthread_mutex_lock(&lock);
+    int known = 0, i = 0;
+    for (; i < 16 && told[i][0] && !known; i++)
+        known = !strncmp(told[i], function, sizeof told[i] - 1);
+    if (!known && i < 16)
+        snprintf(told[i], sizeof told[i], "%s", function);
+    pthread_mutex_unlock(&lock);
+    if (!known)
+        fprintf(stderr, "cuwire: %s names memory or handles of two servers of the device list: not served yet "
+                        "(docs/several-servers.md)\n", function);
+    return 801; /* CUDA_ERROR_NOT_SUPPORTED */
 }

@@ -8,10 +8,21 @@
 /* the sessions a program may have: its own server's, or a device list's (address_space.MOST_SERVERS + 1,
  * which tests/test_routes.py holds this to) */
 #define CW_SESSIONS_MAX 9
-int cuwire_route_handle(uint64_t handle); /* a handle of a context-bound kind: by its window */
-int cuwire_route_value(uint64_t value);   /* a device address: by its window */
-int cuwire_route_device(int ordinal);     /* a device of the joined list */
-int cuwire_route_current(void);           /* the calling thread's current context's (never -1) */
+CW_FROM_PYTHON int cuwire_route_handle(uint64_t handle); /* a handle of a context-bound kind: by its window */
+CW_FROM_PYTHON int cuwire_route_value(uint64_t value);   /* a device address: by its window */
+CW_FROM_PYTHON int cuwire_route_device(int ordinal);     /* a device of the joined list */
+CW_FROM_PYTHON int cuwire_route_current(void);           /* the calling thread's current context's (never -1) */
+/* A device of the joined list as its own server numbers it (the ordinal a call carries to that server). */
+CW_FROM_PYTHON int cuwire_route_own_device(int ordinal);
+/* A call whose arguments name two servers (a copy between their memory, a stream of one waiting on an
+ * event of the other): not served yet, refused by name (cuwire_route_split). cuwire_route_also joins the
+ * answer for one more argument into a call's route. */
+#define CW_ROUTE_SPLIT (-2)
+static inline int cuwire_route_also(int route, int more)
+{
+    return route == CW_ROUTE_SPLIT || more < 0 ? route : route < 0 || route == more ? more : CW_ROUTE_SPLIT;
+}
+CW_FROM_PYTHON int cuwire_route_split(const char *function); /* says so, once a function; CUDA_ERROR_NOT_SUPPORTED */
 /* The sessions open: 1 but in a device list. Python adds each as it opens (its windows and devices), and a
  * forked child forgets them with its parent's sessions. */
 CW_FROM_PYTHON int cuwire_route_sessions(void);

@@ -194,8 +194,8 @@ CW_FROM_PYTHON extern const int cuwire_n_functions;
 CW_IN_PYTHON int cuwire_py_connect(void);
 CW_IN_PYTHON uint64_t cuwire_py_export_table_size(const void *uuid);
 CW_IN_PYTHON uint64_t cuwire_py_module_functions(uint64_t context, uint64_t module, void *callback, void *userdata);
-CW_IN_PYTHON int cuwire_py_flush(void);
-CW_IN_PYTHON int cuwire_py_send_queued(void);
+CW_IN_PYTHON int cuwire_py_flush(int session);
+CW_IN_PYTHON int cuwire_py_send_queued(int session);
 CW_IN_PYTHON int cuwire_py_callbacks(void);
 CW_IN_PYTHON int cuwire_py_callbacks_again(void); /* its host-function connection, opened again: fd or -1 */
 

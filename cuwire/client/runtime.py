@@ -29,7 +29,7 @@ from cuwire.client.shared_host import SharedHost
 from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import wire_ids
-from cuwire.settings import Settings, sends_from_a_thread
+from cuwire.settings import Settings, sends_from_a_thread, server_list
 from cuwire.wire import compression, ring
 from cuwire.wire.hello import MOST_LIST_KEPT, gpu_arch, make_hello
 from cuwire.wire.tls import ClientTls, TlsSocket
@@ -126,10 +126,14 @@ MOST_LOADS_KEPT = 4096  # module loads whose answers the client keeps, for a loa
 class Session:
     """The client's half of one server session: connection, handshake, caches that live as long as it."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, address: str = "", number: int | None = None, mode: str = ""):
+        """A session on `address` (the program's server: settings.server), its place in a device list
+        `number` (settings.server_number), over `mode` (settings.transport)."""
         self.settings = settings
+        self.address = address or settings.server
+        number = settings.server_number if number is None else number
         keep_free = [pb.Span(start=lo, end=hi) for lo, hi in address_space.own_spans_to_keep()]
-        hello = make_hello(settings.token, keep_free=keep_free, server_number=settings.server_number)
+        hello = make_hello(settings.token, keep_free=keep_free, server_number=number)
         if settings.load_lists:  # (the list the server keeps for this program comes with the welcome)
             hello.program = load_lists.program_name(load_lists.own_command_line())
         hello.resumes = True  # (SocketTransport.resumable)
@@ -138,7 +142,7 @@ class Session:
         self.reserved = 0  # address space reserved for shared page-locked memory (offer)
         for attempt in range(OPEN_ATTEMPTS):  # a connection dropped in the hello is tried again, as later ones
             try:  # resume (a refusal, a server that is not there or does not answer: at once)
-                self.transport, reply = open_session(settings.server, hello, mode=settings.transport, shared=self,
+                self.transport, reply = open_session(self.address, hello, mode=mode or settings.transport, shared=self,
                                                      tls=ClientTls.from_settings(settings))
                 break
             except Dropped:
@@ -157,7 +161,6 @@ class Session:
         self.welcome = reply.welcome
         self.transport.may_join(hello, self.welcome, settings.stripes)
         self.transport.resumable(hello, self.welcome, ffi, lib, settings.resume_window)
-        give_devices_to_c(self.welcome)
         if self.welcome.backend == "emulated":
             print("cuwire: the server runs the EMULATED device (tests only): results are not from a GPU",
                   file=sys.stderr)
@@ -230,9 +233,11 @@ def give_layout_to_c(key, k: Kernel) -> None:
                             ffi.new("uint32_t[]", list(k.offsets) or [0]), ffi.new("uint32_t[]", list(k.sizes) or [0]))
 
 
-def give_devices_to_c(welcome: pb.Welcome) -> None:
-    """The driver's answers about devices (client/driver_local.c) come from this snapshot."""
-    devices = list(welcome.devices)
+def give_devices_to_c(welcomes: list[pb.Welcome]) -> None:
+    """The driver's answers about devices (client/driver_local.c) come from this snapshot: each session's
+    devices, in the order of the sessions (a device list's, docs/several-servers.md)."""
+    welcome = welcomes[0]
+    devices = [d for w in welcomes for d in w.devices]
     n_attrs = max((len(d.attributes) for d in devices), default=0)
     attrs = [v for d in devices for v in (list(d.attributes) + [-(2**31)] * (n_attrs - len(d.attributes)))]
     names = [ffi.new("char[]", d.name.encode()) for d in devices]
@@ -256,6 +261,7 @@ class Client:
         self.settings = Settings()
         self.lock = threading.RLock()
         self.session: Session | None = None
+        self.listed: list[Session] = []  # a device list's other servers' sessions, numbered 1.. (routes.c)
         self.broken: str = ""  # why the server cannot be reached any more
         self.broken_code = DEVICE_UNAVAILABLE  # ...and what the calls then fail with
         if self.settings.errors:  # said once, at the first call that needs the server, which fails
@@ -289,13 +295,14 @@ class Client:
                     print(f"cuwire: {self.broken}", file=sys.stderr)
                 raise Fail(self.broken_code)
             try:
-                self.session = Session(self.settings)
+                self.open_sessions()
                 connection = self.session.transport.connection
                 host = self.session.host
                 lib.cuwire_shared_host_set(host.base if host else 0, host.size if host else 0,
                                            host.server_base if host else 0, host.fd if host else -1)
                 lib.cuwire_callbacks_ring(connection.ring.c if connection.ring else ffi.NULL)
-                self.stats.transport = f"{connection.kind} to {self.settings.server}"
+                self.stats.transport = f"{connection.kind} to {self.settings.server}" + (
+                    f" ({len(self.listed) + 1} servers, one device list)" if self.listed else "")
                 self.stats.connected = time.monotonic()
                 lib.cuwire_queue_send_every(self.settings.send_every_us)
                 self.policy = compression.Policy(self.settings.compress, local=connection.sock.family == socket.AF_UNIX,
@@ -306,6 +313,8 @@ class Client:
                     with wire_lock():
                         lib.cuwire_wire_stream(ONE_SESSION, connection.stream.c if connection.stream else ffi.NULL)
                     lib.cuwire_wire_set(ONE_SESSION, self.session.transport.connection.sock.fileno())
+                    for number, listed in enumerate(self.listed, 1):  # (a break of theirs ends the session)
+                        lib.cuwire_wire_set(number, listed.transport.connection.sock.fileno())
                     self.wire_in_c = True
                     if sends_from_a_thread(self.settings.send_thread):
                         lib.cuwire_sender_start()
@@ -315,17 +324,48 @@ class Client:
                 raise Fail(self.broken_code) from None
         return self.session
 
-    def exchange(self, fn: int, args: bytes) -> pb.Reply:
-        """Send the queued calls and (if fn) one call; return the server's reply."""
-        with self.lock:
-            session = self.connect()
-            with wire_lock():  # client/wire.c sends on the same socket: one frame at a time, in order
-                return self._exchange(session, fn, args)
+    def open_sessions(self) -> None:
+        """The program's session, or a device list's: a session on each of its servers, each told its place
+        (its windows of address space, address_space.windows), over TCP (the host memory a session shares
+        with a server on this host is one per process today), their devices joined in the list's order and
+        each one's windows handed to client/routes.c. One that fails closes those opened before it."""
+        addresses = server_list(self.settings.server)
+        if len(addresses) < 2:
+            self.session = Session(self.settings)
+            give_devices_to_c([self.session.welcome])
+            return
+        opened: list[Session] = []
+        try:
+            for number, address in enumerate(addresses, 1):
+                opened.append(Session(self.settings, address, number, "tcp"))
+        except BaseException:
+            for session in opened:
+                session.transport.close()
+            raise
+        give_devices_to_c([session.welcome for session in opened])
+        for route, session in enumerate(opened):
+            windows = address_space.windows(route + 1)
+            lib.cuwire_route_add_session(route, ffi.new("uint64_t[]", [lo for lo, _ in windows]),
+                                         ffi.new("uint64_t[]", [hi for _, hi in windows]), len(windows),
+                                         len(session.welcome.devices))
+        self.session, self.listed = opened[0], opened[1:]
 
-    def _exchange(self, session: Session, fn: int, args: bytes) -> pb.Reply:
-        """exchange, the lock and the wire lock held."""
+    def session_of(self, route: int) -> Session:
+        """The session a route names (client/routes.c): the program's own, or a device list's."""
+        return self.session if route <= 0 or route > len(self.listed) else self.listed[route - 1]
+
+    def exchange(self, fn: int, args: bytes, route: int = ONE_SESSION) -> pb.Reply:
+        """Send the route's session's queued calls and (if fn) one call to it; return the server's reply."""
+        with self.lock:
+            self.connect()
+            session = self.session_of(route)
+            with wire_lock(route):  # client/wire.c sends on the same socket: one frame at a time, in order
+                return self._exchange(session, fn, args, route)
+
+    def _exchange(self, session: Session, fn: int, args: bytes, route: int = ONE_SESSION) -> pb.Reply:
+        """exchange, the lock and the route's wire lock held."""
         batch = pb.Batch(fn=fn)
-        self.take_queued(batch)
+        self.take_queued(batch, route)
         lib.cuwire_note_sent(1)  # what the client knew finished holds no more (client/completion.c)
         if fn:
             batch.args, batch.args_codec = self.encode(args)
@@ -420,10 +460,11 @@ class Client:
             lib.cuwire_callbacks_socket(fd)
             return 0
 
-    def take_queued(self, batch: pb.Batch) -> int:
-        """Move the calls queued in C into `batch` (encoded); how many there were. The lock is held."""
+    def take_queued(self, batch: pb.Batch, route: int = ONE_SESSION) -> int:
+        """Move the calls queued in C for the route's session into `batch` (encoded); how many there were.
+        The lock is held."""
         data, count = self.taken
-        size = lib.cuwire_queue_take(ONE_SESSION, data, count)
+        size = lib.cuwire_queue_take(route, data, count)
         if not size:
             return 0
         records = bytes(ffi.buffer(data[0], size))
@@ -450,6 +491,10 @@ class Client:
             self.stats.resumes += self.session.transport.resumes()
             self.session.transport.close()
             self.session = None
+            for number, listed in enumerate(self.listed, 1):  # (a device list is lost whole, for now)
+                lib.cuwire_wire_set(number, -1)
+                listed.transport.close()
+            self.listed = []
             lib.cuwire_forget_kernels()
             lib.cuwire_forget_pools(0)
 
@@ -466,15 +511,18 @@ class Client:
         more (the calls fail at once, with `code`), so a program that goes on calling does not fill memory."""
         self.broken, self.told, self.broken_code = why, True, code
         print(f"cuwire: {why}", file=sys.stderr)
-        lib.cuwire_queue_refuse(ONE_SESSION)
+        for route in range(lib.cuwire_route_sessions()):
+            lib.cuwire_queue_refuse(route)
 
-    def call(self, fn: int, args, result_cls):
+    def call(self, fn: int, args, result_cls, route: int | None = None):
+        """One call that waits, to the session `route` names (route(); None: the calling thread's current
+        context's, as client/routes.c says)."""
         changed = lib.cuwire_managed_before_call()  # the program's changes to managed memory go first
         if changed:
             raise Fail(changed)
         raw = args.SerializeToString()
         self.stats.bytes_sent_raw += len(raw)
-        reply = self.exchange(fn, raw)
+        reply = self.exchange(fn, raw, lib.cuwire_route_current() if route is None else route)
         data = self.decode(reply.result, reply.result_codec)
         self.stats.bytes_received_raw += len(data)
         try:
@@ -487,27 +535,29 @@ class Client:
             res.status = reply.queued_error  # an earlier queued call failed: surface it here, as CUDA does
         return res
 
-    def flush(self) -> int:
+    def flush(self, route: int = ONE_SESSION) -> int:
         self.stats.flushes += 1
-        reply = self.exchange(0, b"")
+        reply = self.exchange(0, b"", route)
         return reply.queued_error
 
-    def send_queued(self) -> int:
-        """Send the queued calls without waiting for an answer (their first error, if any, comes with the
-        next reply, as CUDA's asynchronous errors do); 0, or the error that the session is lost."""
+    def send_queued(self, route: int = ONE_SESSION) -> int:
+        """Send the route's session's queued calls without waiting for an answer (their first error, if any,
+        comes with the next reply, as CUDA's asynchronous errors do); 0, or the error that the session is
+        lost."""
         with self.lock:
             if self.session is None:
                 return 0  # they go with the session's first call
-            with wire_lock():
+            session = self.session_of(route)
+            with wire_lock(route):
                 batch = pb.Batch(no_reply=True)
-                if not self.take_queued(batch):
+                if not self.take_queued(batch, route):
                     return 0  # (its records were counted as queued: client/completion.c)
                 try:
-                    self.session.transport.send_only(batch)
+                    session.transport.send_only(batch)
                 except TransportError as e:
                     self.lose(e)
                 self.stats.sends += 1
-                self.stats.bytes_sent += self.session.transport.connection.sent
+                self.stats.bytes_sent += session.transport.connection.sent
                 return 0
 
     def encode(self, data: bytes) -> tuple[bytes, int]:
@@ -869,13 +919,16 @@ class Client:
                 try:
                     if not self.keep_list():
                         self.flush()
+                    for route in range(1, len(self.listed) + 1):
+                        self.exchange(0, b"", route)
                 except Fail:
                     pass
             if self.session is not None and self.wire_in_c:
                 # Python finalizes next, closing its socket with its objects: client/wire.c keeps a copy of
                 # its own, so that the teardown's calls (XLA waits for its streams) reach the server
-                with wire_lock():
-                    lib.cuwire_wire_keep(ONE_SESSION, os.dup(self.session.transport.connection.sock.fileno()))
+                for route, session in enumerate([self.session, *self.listed]):
+                    with wire_lock(route):
+                        lib.cuwire_wire_keep(route, os.dup(session.transport.connection.sock.fileno()))
             open_resumes = self.session.transport.resumes() if self.session is not None else 0
         if self.settings.stats:
             stats = with_wire_stats(self.stats)
@@ -887,7 +940,7 @@ class Client:
         nothing in another session), and gRPC cannot open a new channel in a child forked while the
         parent's stream is open: the child's calls fail at once, by name, instead of hanging."""
         self.lock = threading.RLock()
-        self.session = None
+        self.session, self.listed = None, []
         lib.cuwire_wire_forget()
         lib.cuwire_route_forget()
         lib.cuwire_shared_host_set(0, 0, 0, -1)  # the parent's page-locked memory stays mapped, but not for copies
@@ -1020,13 +1073,37 @@ client = Client()
 
 
 @contextlib.contextmanager
-def wire_lock():
-    """The lock that client/wire.c holds while it sends a frame and waits for its answer."""
-    lib.cuwire_wire_acquire(ONE_SESSION)
+def wire_lock(route: int = ONE_SESSION):
+    """The lock that client/wire.c holds while it sends a frame on the route's session and waits for its
+    answer."""
+    lib.cuwire_wire_acquire(route)
     try:
         yield
     finally:
-        lib.cuwire_wire_release(ONE_SESSION)
+        lib.cuwire_wire_release(route)
+
+
+def route(function: str, handles: tuple = (), pointers: tuple = (), devices: tuple = ()) -> int:
+    """The session a call goes to (client/routes.c; the generated calls give their arguments in the
+    model's order, codegen/model.py Function.routes): the server its handles, device addresses and device
+    ordinals name, else the calling thread's current context's. Arguments of two servers: refused by name
+    (Fail), as the C stubs refuse them."""
+    if lib.cuwire_route_sessions() == 1:
+        return ONE_SESSION
+    found = -1
+    for ask, values in ((lib.cuwire_route_handle, handles), (lib.cuwire_route_value, pointers),
+                        (lib.cuwire_route_device, devices)):
+        for value in values:
+            more = ask(int(ffi.cast("uintptr_t", value)) if isinstance(value, ffi.CData) else value)
+            if more >= 0 and found >= 0 and more != found:
+                raise Fail(lib.cuwire_route_split(function.encode()))
+            found = more if more >= 0 else found
+    return found if found >= 0 else lib.cuwire_route_current()
+
+
+def own_device(ordinal: int) -> int:
+    """A device of the program's (joined) list as its own server numbers it."""
+    return lib.cuwire_route_own_device(ordinal)
 
 
 @ffi.def_extern(name="cuwire_py_wire_broken")
@@ -1188,13 +1265,13 @@ def on_nvml_error(exc_type, exc, tb) -> int:
 
 
 @ffi.def_extern(onerror=on_error)
-def cuwire_py_flush() -> int:
-    return client.flush()
+def cuwire_py_flush(session: int) -> int:
+    return client.flush(session)
 
 
 @ffi.def_extern(onerror=on_error)
-def cuwire_py_send_queued() -> int:
-    return client.send_queued()
+def cuwire_py_send_queued(session: int) -> int:
+    return client.send_queued(session)
 
 
 @ffi.def_extern(onerror=on_error)

@@ -2737,22 +2737,13 @@ CUWIRE_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
 
 /* cuCtxEnablePeerAccess (cuda.h): remoted, sync */
 int cuwire_py_cuCtxEnablePeerAccess(uint64_t, uint64_t);
+int cuwire_fast_cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags);
 static inline CUresult cuwire_impl_cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
 {
-    { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
-        struct __attribute__((packed)) {
-            uint64_t peerContext;
-            uint32_t Flags;
-        } rec = {
-            (uint64_t)(uintptr_t)peerContext,
-            Flags,
-        };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)peerContext);
-        if (route < 0)
-            route = cuwire_route_current();
-        int status = cuwire_call(route, 1737933368u, &rec, sizeof rec, NULL, 0);
-        if (status >= 0)
-            return (CUresult)status;
+    int fast = cuwire_fast_cuCtxEnablePeerAccess(peerContext, Flags);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[31], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
     }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
@@ -3115,8 +3106,9 @@ static inline CUresult cuwire_impl_cuCtxRecordEvent(CUcontext hCtx, CUevent hEve
             (uint64_t)(uintptr_t)hEvent,
         };
         int route = cuwire_route_handle((uint64_t)(uintptr_t)hCtx);
-        if (route < 0)
-            route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuCtxRecordEvent");
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 64806754u, &rec, sizeof rec, NULL, 0);
@@ -3417,8 +3409,9 @@ static inline CUresult cuwire_impl_cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent
             (uint64_t)(uintptr_t)hEvent,
         };
         int route = cuwire_route_handle((uint64_t)(uintptr_t)hCtx);
-        if (route < 0)
-            route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuCtxWaitEvent");
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 3538322810u, &rec, sizeof rec, NULL, 0);
@@ -3515,8 +3508,14 @@ CUWIRE_EXPORT CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsign
 
 /* cuDeviceCanAccessPeer (cuda.h): remoted, sync */
 int cuwire_py_cuDeviceCanAccessPeer(void *, int64_t, int64_t);
+int cuwire_fast_cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
 static inline CUresult cuwire_impl_cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
 {
+    int fast = cuwire_fast_cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[63], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDeviceCanAccessPeer((void *)canAccessPeer, (int64_t)dev, (int64_t)peerDev));
@@ -3821,8 +3820,14 @@ CUWIRE_EXPORT CUresult cuDeviceGetP2PAtomicCapabilities(unsigned int *capabiliti
 
 /* cuDeviceGetP2PAttribute (cuda.h): remoted, sync */
 int cuwire_py_cuDeviceGetP2PAttribute(void *, int64_t, int64_t, int64_t);
+int cuwire_fast_cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice);
 static inline CUresult cuwire_impl_cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice)
 {
+    int fast = cuwire_fast_cuDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[79], 1, __ATOMIC_RELAXED);
+        return (CUresult)fast;
+    }
     if (!CUWIRE_READY())
         return (CUresult)CUWIRE_NOT_READY;
     return (CUresult)(cuwire_py_cuDeviceGetP2PAttribute((void *)value, (int64_t)attrib, (int64_t)srcDevice, (int64_t)dstDevice));
@@ -3926,7 +3931,7 @@ static inline CUresult cuwire_impl_cuDeviceGraphMemTrim(CUdevice device)
         struct __attribute__((packed)) {
             int32_t device;
         } rec = {
-            device,
+            cuwire_route_own_device(device), /* (its server's own ordinal: client/routes.c) */
         };
         int route = cuwire_route_device((int)device);
         if (route < 0)
@@ -4122,12 +4127,13 @@ static inline CUresult cuwire_impl_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool
             int32_t dev;
             uint64_t pool;
         } rec = {
-            dev,
+            cuwire_route_own_device(dev), /* (its server's own ordinal: client/routes.c) */
             (uint64_t)(uintptr_t)pool,
         };
         int route = cuwire_route_handle((uint64_t)(uintptr_t)pool);
-        if (route < 0)
-            route = cuwire_route_device((int)dev);
+        route = cuwire_route_also(route, cuwire_route_device((int)dev));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuDeviceSetMemPool");
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 3394474896u, &rec, sizeof rec, NULL, 0);
@@ -4582,8 +4588,9 @@ static inline CUresult cuwire_impl_cuEventRecord(CUevent hEvent, CUstream hStrea
         (uint64_t)(uintptr_t)hStream,
     };
     int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
-    if (route < 0)
-        route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuEventRecord");
     if (route < 0)
         route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 3120889818u, &rec, sizeof rec));
@@ -4618,8 +4625,9 @@ static inline CUresult cuwire_impl_cuEventRecordWithFlags(CUevent hEvent, CUstre
         flags,
     };
     int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
-    if (route < 0)
-        route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuEventRecordWithFlags");
     if (route < 0)
         route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 663009900u, &rec, sizeof rec));
@@ -6028,8 +6036,9 @@ static inline CUresult cuwire_impl_cuGraphEventRecordNodeSetEvent(CUgraphNode hN
             (uint64_t)(uintptr_t)event,
         };
         int route = cuwire_route_handle((uint64_t)(uintptr_t)hNode);
-        if (route < 0)
-            route = cuwire_route_handle((uint64_t)(uintptr_t)event);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)event));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuGraphEventRecordNodeSetEvent");
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 1340411253u, &rec, sizeof rec, NULL, 0);
@@ -6085,8 +6094,9 @@ static inline CUresult cuwire_impl_cuGraphEventWaitNodeSetEvent(CUgraphNode hNod
             (uint64_t)(uintptr_t)event,
         };
         int route = cuwire_route_handle((uint64_t)(uintptr_t)hNode);
-        if (route < 0)
-            route = cuwire_route_handle((uint64_t)(uintptr_t)event);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)event));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuGraphEventWaitNodeSetEvent");
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 2408944543u, &rec, sizeof rec, NULL, 0);
@@ -6192,10 +6202,10 @@ static inline CUresult cuwire_impl_cuGraphExecEventRecordNodeSetEvent(CUgraphExe
             (uint64_t)(uintptr_t)event,
         };
         int route = cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec);
-        if (route < 0)
-            route = cuwire_route_handle((uint64_t)(uintptr_t)hNode);
-        if (route < 0)
-            route = cuwire_route_handle((uint64_t)(uintptr_t)event);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hNode));
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)event));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuGraphExecEventRecordNodeSetEvent");
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 3523231073u, &rec, sizeof rec, NULL, 0);
@@ -6233,10 +6243,10 @@ static inline CUresult cuwire_impl_cuGraphExecEventWaitNodeSetEvent(CUgraphExec 
             (uint64_t)(uintptr_t)event,
         };
         int route = cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec);
-        if (route < 0)
-            route = cuwire_route_handle((uint64_t)(uintptr_t)hNode);
-        if (route < 0)
-            route = cuwire_route_handle((uint64_t)(uintptr_t)event);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hNode));
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)event));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuGraphExecEventWaitNodeSetEvent");
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 269870708u, &rec, sizeof rec, NULL, 0);
@@ -6766,8 +6776,9 @@ static inline CUresult cuwire_impl_cuGraphKernelNodeCopyAttributes(CUgraphNode d
             (uint64_t)(uintptr_t)src,
         };
         int route = cuwire_route_handle((uint64_t)(uintptr_t)dst);
-        if (route < 0)
-            route = cuwire_route_handle((uint64_t)(uintptr_t)src);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)src));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuGraphKernelNodeCopyAttributes");
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 800820327u, &rec, sizeof rec, NULL, 0);
@@ -6921,8 +6932,9 @@ static inline CUresult cuwire_impl_cuGraphLaunch(CUgraphExec hGraphExec, CUstrea
         (uint64_t)(uintptr_t)hStream,
     };
     int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
-    if (route < 0)
-        route = cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec);
+    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuGraphLaunch");
     if (route < 0)
         route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 2644748970u, &rec, sizeof rec));
@@ -7221,8 +7233,9 @@ static inline CUresult cuwire_impl_cuGraphNodeSetEnabled(CUgraphExec hGraphExec,
             isEnabled,
         };
         int route = cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec);
-        if (route < 0)
-            route = cuwire_route_handle((uint64_t)(uintptr_t)hNode);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hNode));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuGraphNodeSetEnabled");
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 401629509u, &rec, sizeof rec, NULL, 0);
@@ -7350,8 +7363,9 @@ static inline CUresult cuwire_impl_cuGraphUpload(CUgraphExec hGraphExec, CUstrea
             (uint64_t)(uintptr_t)hStream,
         };
         int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
-        if (route < 0)
-            route = cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuGraphUpload");
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 4087946048u, &rec, sizeof rec, NULL, 0);
@@ -8083,7 +8097,7 @@ static inline CUresult cuwire_impl_cuKernelSetAttribute(CUfunction_attribute att
             attrib,
             val,
             (uint64_t)(uintptr_t)kernel,
-            dev,
+            cuwire_route_own_device(dev), /* (its server's own ordinal: client/routes.c) */
         };
         int route = cuwire_route_device((int)dev);
         if (route < 0)
@@ -8133,7 +8147,7 @@ static inline CUresult cuwire_impl_cuKernelSetCacheConfig(CUkernel kernel, CUfun
         } rec = {
             (uint64_t)(uintptr_t)kernel,
             config,
-            dev,
+            cuwire_route_own_device(dev), /* (its server's own ordinal: client/routes.c) */
         };
         int route = cuwire_route_device((int)dev);
         if (route < 0)
@@ -10539,8 +10553,9 @@ static inline CUresult cuwire_impl_cuMemcpyAtoA_v2(CUarray dstArray, size_t dstO
             ByteCount,
         };
         int route = cuwire_route_handle((uint64_t)(uintptr_t)dstArray);
-        if (route < 0)
-            route = cuwire_route_handle((uint64_t)(uintptr_t)srcArray);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)srcArray));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuMemcpyAtoA_v2");
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 3732356633u, &rec, sizeof rec, NULL, 0);
@@ -10600,8 +10615,9 @@ static inline CUresult cuwire_impl_cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarra
             ByteCount,
         };
         int route = cuwire_route_handle((uint64_t)(uintptr_t)srcArray);
-        if (route < 0)
-            route = cuwire_route_value((uint64_t)dstDevice);
+        route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuMemcpyAtoD_v2");
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 3920219691u, &rec, sizeof rec, NULL, 0);
@@ -10805,8 +10821,9 @@ static inline CUresult cuwire_impl_cuMemcpyDtoA_v2(CUarray dstArray, size_t dstO
             ByteCount,
         };
         int route = cuwire_route_handle((uint64_t)(uintptr_t)dstArray);
-        if (route < 0)
-            route = cuwire_route_value((uint64_t)srcDevice);
+        route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuMemcpyDtoA_v2");
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 2353992126u, &rec, sizeof rec, NULL, 0);
@@ -10883,10 +10900,10 @@ static inline CUresult cuwire_impl_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, C
         (uint64_t)(uintptr_t)hStream,
     };
     int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
-    if (route < 0)
-        route = cuwire_route_value((uint64_t)dstDevice);
-    if (route < 0)
-        route = cuwire_route_value((uint64_t)srcDevice);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuMemcpyDtoDAsync_v2");
     if (route < 0)
         route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 2688723146u, &rec, sizeof rec));
@@ -10921,8 +10938,9 @@ static inline CUresult cuwire_impl_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdevi
             ByteCount,
         };
         int route = cuwire_route_value((uint64_t)dstDevice);
-        if (route < 0)
-            route = cuwire_route_value((uint64_t)srcDevice);
+        route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuMemcpyDtoD_v2");
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 3146899852u, &rec, sizeof rec, NULL, 0);
@@ -11277,12 +11295,11 @@ static inline CUresult cuwire_impl_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext
             ByteCount,
         };
         int route = cuwire_route_handle((uint64_t)(uintptr_t)dstContext);
-        if (route < 0)
-            route = cuwire_route_handle((uint64_t)(uintptr_t)srcContext);
-        if (route < 0)
-            route = cuwire_route_value((uint64_t)dstDevice);
-        if (route < 0)
-            route = cuwire_route_value((uint64_t)srcDevice);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)srcContext));
+        route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+        route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuMemcpyPeer");
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 4212927275u, &rec, sizeof rec, NULL, 0);
@@ -11338,14 +11355,12 @@ static inline CUresult cuwire_impl_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUco
         (uint64_t)(uintptr_t)hStream,
     };
     int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
-    if (route < 0)
-        route = cuwire_route_handle((uint64_t)(uintptr_t)dstContext);
-    if (route < 0)
-        route = cuwire_route_handle((uint64_t)(uintptr_t)srcContext);
-    if (route < 0)
-        route = cuwire_route_value((uint64_t)dstDevice);
-    if (route < 0)
-        route = cuwire_route_value((uint64_t)srcDevice);
+    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)dstContext));
+    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)srcContext));
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuMemcpyPeerAsync");
     if (route < 0)
         route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 2374564042u, &rec, sizeof rec));
@@ -11397,8 +11412,9 @@ static inline CUresult cuwire_impl_cuMemsetD16Async(CUdeviceptr dstDevice, unsig
         (uint64_t)(uintptr_t)hStream,
     };
     int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
-    if (route < 0)
-        route = cuwire_route_value((uint64_t)dstDevice);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuMemsetD16Async");
     if (route < 0)
         route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 2127962567u, &rec, sizeof rec));
@@ -11493,8 +11509,9 @@ static inline CUresult cuwire_impl_cuMemsetD2D16Async(CUdeviceptr dstDevice, siz
         (uint64_t)(uintptr_t)hStream,
     };
     int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
-    if (route < 0)
-        route = cuwire_route_value((uint64_t)dstDevice);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuMemsetD2D16Async");
     if (route < 0)
         route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 3763925066u, &rec, sizeof rec));
@@ -11593,8 +11610,9 @@ static inline CUresult cuwire_impl_cuMemsetD2D32Async(CUdeviceptr dstDevice, siz
         (uint64_t)(uintptr_t)hStream,
     };
     int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
-    if (route < 0)
-        route = cuwire_route_value((uint64_t)dstDevice);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuMemsetD2D32Async");
     if (route < 0)
         route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 3965100917u, &rec, sizeof rec));
@@ -11693,8 +11711,9 @@ static inline CUresult cuwire_impl_cuMemsetD2D8Async(CUdeviceptr dstDevice, size
         (uint64_t)(uintptr_t)hStream,
     };
     int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
-    if (route < 0)
-        route = cuwire_route_value((uint64_t)dstDevice);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuMemsetD2D8Async");
     if (route < 0)
         route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 3255370895u, &rec, sizeof rec));
@@ -11789,8 +11808,9 @@ static inline CUresult cuwire_impl_cuMemsetD32Async(CUdeviceptr dstDevice, unsig
         (uint64_t)(uintptr_t)hStream,
     };
     int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
-    if (route < 0)
-        route = cuwire_route_value((uint64_t)dstDevice);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuMemsetD32Async");
     if (route < 0)
         route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 1926787832u, &rec, sizeof rec));
@@ -11881,8 +11901,9 @@ static inline CUresult cuwire_impl_cuMemsetD8Async(CUdeviceptr dstDevice, unsign
         (uint64_t)(uintptr_t)hStream,
     };
     int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
-    if (route < 0)
-        route = cuwire_route_value((uint64_t)dstDevice);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuMemsetD8Async");
     if (route < 0)
         route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 676145800u, &rec, sizeof rec));
@@ -13000,8 +13021,9 @@ static inline CUresult cuwire_impl_cuStreamCopyAttributes(CUstream dst, CUstream
             (uint64_t)(uintptr_t)src,
         };
         int route = cuwire_route_handle((uint64_t)(uintptr_t)dst);
-        if (route < 0)
-            route = cuwire_route_handle((uint64_t)(uintptr_t)src);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)src));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuStreamCopyAttributes");
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 3615690956u, &rec, sizeof rec, NULL, 0);
@@ -13663,8 +13685,9 @@ static inline CUresult cuwire_impl_cuStreamWaitEvent(CUstream hStream, CUevent h
         Flags,
     };
     int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
-    if (route < 0)
-        route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuStreamWaitEvent");
     if (route < 0)
         route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 1194339591u, &rec, sizeof rec));
@@ -13734,8 +13757,9 @@ static inline CUresult cuwire_impl_cuStreamWaitValue32_v2(CUstream stream, CUdev
         flags,
     };
     int route = cuwire_route_handle((uint64_t)(uintptr_t)stream);
-    if (route < 0)
-        route = cuwire_route_value((uint64_t)addr);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)addr));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuStreamWaitValue32_v2");
     if (route < 0)
         route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 1641833423u, &rec, sizeof rec));
@@ -13805,8 +13829,9 @@ static inline CUresult cuwire_impl_cuStreamWaitValue64_v2(CUstream stream, CUdev
         flags,
     };
     int route = cuwire_route_handle((uint64_t)(uintptr_t)stream);
-    if (route < 0)
-        route = cuwire_route_value((uint64_t)addr);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)addr));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuStreamWaitValue64_v2");
     if (route < 0)
         route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 2354557795u, &rec, sizeof rec));
@@ -13876,8 +13901,9 @@ static inline CUresult cuwire_impl_cuStreamWriteValue32_v2(CUstream stream, CUde
         flags,
     };
     int route = cuwire_route_handle((uint64_t)(uintptr_t)stream);
-    if (route < 0)
-        route = cuwire_route_value((uint64_t)addr);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)addr));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuStreamWriteValue32_v2");
     if (route < 0)
         route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 1208769495u, &rec, sizeof rec));
@@ -13947,8 +13973,9 @@ static inline CUresult cuwire_impl_cuStreamWriteValue64_v2(CUstream stream, CUde
         flags,
     };
     int route = cuwire_route_handle((uint64_t)(uintptr_t)stream);
-    if (route < 0)
-        route = cuwire_route_value((uint64_t)addr);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)addr));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuStreamWriteValue64_v2");
     if (route < 0)
         route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 2777123707u, &rec, sizeof rec));

@@ -2527,7 +2527,6 @@ HANDLERS = {
 # (server/records.c, generated/server_records.c); the layouts are for tests and tools
 RECORDS = {
     4048085689: ("cuCtxDisablePeerAccess", struct.Struct("<Q")),
-    1737933368: ("cuCtxEnablePeerAccess", struct.Struct("<QI")),
     64806754: ("cuCtxRecordEvent", struct.Struct("<QQ")),
     3274641050: ("cuCtxResetPersistingL2Cache", struct.Struct("<")),
     1705344036: ("cuCtxSetFlags", struct.Struct("<I")),

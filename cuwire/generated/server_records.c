@@ -26,21 +26,6 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         *err = s->fn.cuCtxDisablePeerAccess((CUcontext)(uintptr_t)r.peerContext);
         return 1;
     }
-    case 1737933368u: { /* cuCtxEnablePeerAccess (cuda.h) */
-        struct __attribute__((packed)) {
-            uint64_t peerContext;
-            uint32_t Flags;
-        } r;
-        if (size != sizeof r)
-            return cw_refuse(s, "queued cuCtxEnablePeerAccess: record of %u bytes, expected %zu", size, sizeof r);
-        memcpy(&r, p, sizeof r);
-        if (!cw_owns(s, CW_KIND_CUctx_st, r.peerContext)) {
-            *err = CW_INVALID_HANDLE;
-            return 1;
-        }
-        *err = s->fn.cuCtxEnablePeerAccess((CUcontext)(uintptr_t)r.peerContext, r.Flags);
-        return 1;
-    }
     case 64806754u: { /* cuCtxRecordEvent (cuda.h) */
         struct __attribute__((packed)) {
             uint64_t hCtx;

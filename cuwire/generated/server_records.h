@@ -6,7 +6,6 @@
  */
 #define CW_GENERATED_FUNCTIONS(X) \
     X(cuCtxDisablePeerAccess) \
-    X(cuCtxEnablePeerAccess) \
     X(cuCtxRecordEvent) \
     X(cuCtxResetPersistingL2Cache) \
     X(cuCtxSetFlags) \

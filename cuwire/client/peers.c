@@ -1,0 +1,34 @@
+/* cuwire client: peer access between devices of two servers of a device list (docs/several-servers.md).
+ * No GPU of one server reaches another server's memory, so they answer as GPUs without a peer path do:
+ * no access (cuDeviceCanAccessPeer), no peer attribute (cuDeviceGetP2PAttribute), and peer access refused
+ * (cuCtxEnablePeerAccess). Devices of one server go to it, as any call (-1: the usual path). */
+#include "cuda_api.h"
+#include "runtime.h"
+
+/* Whether the two name devices of two servers (each known, and not the same). */
+static int apart(int a, int b) { return a >= 0 && b >= 0 && a != b; }
+
+int cuwire_fast_cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
+{
+    if (!canAccessPeer || !apart(cuwire_route_device(dev), cuwire_route_device(peerDev)))
+        return -1;
+    *canAccessPeer = 0;
+    return CUDA_SUCCESS;
+}
+
+int cuwire_fast_cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice,
+                                        CUdevice dstDevice)
+{
+    if (!value || !apart(cuwire_route_device(srcDevice), cuwire_route_device(dstDevice)))
+        return -1; /* (an attribute that does not exist: the server says so) */
+    *value = 0;
+    return CUDA_SUCCESS;
+}
+
+int cuwire_fast_cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
+{
+    (void)Flags;
+    if (!apart(cuwire_route_current(), cuwire_route_handle((uint64_t)(uintptr_t)peerContext)))
+        return -1;
+    return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+}

@@ -1,0 +1,114 @@
+"""One program, several servers as one device list (issue 39, docs/several-servers.md "Sessions and
+routing"): `CUWIRE_SERVER=a,b` gives the program every device of `a`, then every device of `b`; each call
+goes to the server of what it names (client/routes.c). Here two emulated servers, one program using a
+device of each through the driver API: memory, copies, memsets, streams and events on both, each
+device's results its own, each server serving one session and the other's handles never reaching it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from conftest import ServerProcess
+
+# The program: on each device of its list, a context, memory filled with the device's own pattern (a memset
+# on a stream of its own, a copy to the device, a device-to-device copy), an event recorded after them and
+# waited for, then the memory read back; it prints each device's sum and where its memory lies.
+PROGRAM = r"""
+import ctypes, sys
+cuda = ctypes.CDLL("libcuda.so.1")
+N = 4096
+
+def check(status, what):
+    if status != 0:
+        sys.exit(f"{what}: CUDA error {status}")
+
+check(cuda.cuInit(0), "cuInit")
+count = ctypes.c_int()
+check(cuda.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
+print("devices", count.value)
+contexts, memory = [], []
+for dev in range(count.value):
+    ctx = ctypes.c_void_p()
+    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), f"cuDevicePrimaryCtxRetain({dev})")
+    check(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    a, b = ctypes.c_uint64(), ctypes.c_uint64()
+    check(cuda.cuMemAlloc_v2(ctypes.byref(a), N * 4), "cuMemAlloc a")
+    check(cuda.cuMemAlloc_v2(ctypes.byref(b), N * 4), "cuMemAlloc b")
+    contexts.append(ctx)
+    memory.append((a.value, b.value))
+for dev, (ctx, (a, b)) in enumerate(zip(contexts, memory)):  # (each device's work queued before any waits)
+    check(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    stream, event = ctypes.c_void_p(), ctypes.c_void_p()
+    check(cuda.cuStreamCreate(ctypes.byref(stream), 1), "cuStreamCreate")
+    check(cuda.cuEventCreate(ctypes.byref(event), 0), "cuEventCreate")
+    check(cuda.cuMemsetD32Async(ctypes.c_uint64(a), 100 * (dev + 1), N, stream), "cuMemsetD32Async")
+    half = (ctypes.c_uint32 * (N // 2))(*[dev + 1] * (N // 2))
+    check(cuda.cuMemcpyHtoDAsync_v2(ctypes.c_uint64(a), half, N * 2, stream), "cuMemcpyHtoDAsync")
+    check(cuda.cuMemcpyDtoDAsync_v2(ctypes.c_uint64(b), ctypes.c_uint64(a), N * 4, stream), "cuMemcpyDtoDAsync")
+    check(cuda.cuEventRecord(event, stream), "cuEventRecord")
+    memory[dev] = (a, b, stream, event)
+for dev, (ctx, (a, b, stream, event)) in enumerate(zip(contexts, memory)):
+    check(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    check(cuda.cuEventSynchronize(event), "cuEventSynchronize")
+    out = (ctypes.c_uint32 * N)()
+    check(cuda.cuMemcpyDtoH_v2(out, ctypes.c_uint64(b), N * 4), "cuMemcpyDtoH")
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+    check(cuda.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)), "cuMemGetInfo")
+    print("device", dev, "sum", sum(out), "memory at", hex(b))
+if count.value > 1:  # across the two servers: no peer path, and what needs one is refused by name
+    can, value = ctypes.c_int(7), ctypes.c_int(7)
+    print("peer", cuda.cuDeviceCanAccessPeer(ctypes.byref(can), 0, 1), can.value,
+          cuda.cuDeviceGetP2PAttribute(ctypes.byref(value), 2, 0, 1), value.value)  # (2: ACCESS_SUPPORTED)
+    check(cuda.cuCtxSetCurrent(contexts[0]), "cuCtxSetCurrent")
+    print("refused", cuda.cuCtxEnablePeerAccess(contexts[1], 0),
+          cuda.cuMemcpyDtoD_v2(ctypes.c_uint64(memory[0][1]), ctypes.c_uint64(memory[1][1]), 16),
+          cuda.cuStreamWaitEvent(memory[0][2], memory[1][3], 0))
+"""
+
+
+def run(script, client_lib, servers: str) -> subprocess.CompletedProcess:
+    from cuwire import cli
+
+    env = cli.program_env(client_lib, servers, None, False, base=dict(os.environ))
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_two_servers_are_one_device_list(tmp_path, client_lib):
+    from cuwire import address_space
+
+    script = tmp_path / "program.py"
+    script.write_text(PROGRAM)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    servers = [ServerProcess(tmp_path / name) for name in ("a", "b")]
+    try:
+        alone = run(script, client_lib, servers[0].address)  # (one server: one device)
+        assert alone.returncode == 0, alone.stderr
+        both = run(script, client_lib, f"{servers[0].address},{servers[1].address}")
+        assert both.returncode == 0, both.stderr
+        logs = [s.text() for s in servers]
+    finally:
+        for s in servers:
+            s.stop()
+    n = 4096
+    sums = [(n // 2) * (d + 1) + (n // 2) * 100 * (d + 1) for d in range(2)]  # the copy's half, the memset's
+    lines = both.stdout.splitlines()
+    assert lines[0] == "devices 2", both.stdout
+    for dev in range(2):
+        word = lines[1 + dev].split()
+        assert word[:4] == ["device", str(dev), "sum", str(sums[dev])], both.stdout
+        lo, hi = address_space.windows(dev + 1)[1]  # each device's memory in its server's window
+        assert lo <= int(word[-1], 16) < hi, (dev, word)
+    # cuDeviceCanAccessPeer and cuDeviceGetP2PAttribute answer 0, as for GPUs without a peer path;
+    # cuCtxEnablePeerAccess gives CUDA_ERROR_PEER_ACCESS_UNSUPPORTED (217); a copy between the servers'
+    # memory and a stream of one waiting on the other's event are refused by name (NOT_SUPPORTED, 801)
+    assert lines[3:5] == ["peer 0 0 0 0", "refused 217 801 801"], both.stdout
+    assert "cuMemcpyDtoD_v2 names memory or handles of two servers" in both.stderr, both.stderr
+    assert "cuStreamWaitEvent names memory or handles of two servers" in both.stderr, both.stderr
+    assert alone.stdout.splitlines()[:2] == ["devices 1", f"device 0 sum {sums[0]} memory at " +
+                                              alone.stdout.split()[-1]], alone.stdout
+    # the second run opened one session on each server; the first server also served the one-server run
+    assert [log.count(" opened for pid ") for log in logs] == [2, 1], logs
+    assert not any("not created by this session" in log or "outside the session" in log for log in logs), logs
