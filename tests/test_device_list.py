@@ -65,6 +65,9 @@ if count.value > 1:  # across the two servers: no peer path, and what needs one 
     print("refused", cuda.cuCtxEnablePeerAccess(contexts[1], 0),
           cuda.cuMemcpyDtoD_v2(ctypes.c_uint64(memory[0][1]), ctypes.c_uint64(memory[1][1]), 16),
           cuda.cuStreamWaitEvent(memory[0][2], memory[1][3], 0))
+    check(cuda.cuCtxSetCurrent(contexts[1]), "cuCtxSetCurrent")  # device 1's NULL stream, device 0's memory:
+    print("null stream", cuda.cuMemsetD32Async(ctypes.c_uint64(memory[0][1]), 5, 4, None),  # refused
+          cuda.cuMemsetD32_v2(ctypes.c_uint64(memory[0][1]), 5, 4))  # (synchronous: its memory's server)
 """
 
 
@@ -103,8 +106,9 @@ def test_two_servers_are_one_device_list(tmp_path, client_lib):
         assert lo <= int(word[-1], 16) < hi, (dev, word)
     # cuDeviceCanAccessPeer and cuDeviceGetP2PAttribute answer 0, as for GPUs without a peer path;
     # cuCtxEnablePeerAccess gives CUDA_ERROR_PEER_ACCESS_UNSUPPORTED (217); a copy between the servers'
-    # memory and a stream of one waiting on the other's event are refused by name (NOT_SUPPORTED, 801)
-    assert lines[3:5] == ["peer 0 0 0 0", "refused 217 801 801"], both.stdout
+    # memory, a stream of one waiting on the other's event, and a memset of one's memory on the other's
+    # NULL stream are refused by name (NOT_SUPPORTED, 801); a synchronous memset goes to its memory's server
+    assert lines[3:6] == ["peer 0 0 0 0", "refused 217 801 801", "null stream 801 0"], both.stdout
     assert "cuMemcpyDtoD_v2 names memory or handles of two servers" in both.stderr, both.stderr
     assert "cuStreamWaitEvent names memory or handles of two servers" in both.stderr, both.stderr
     assert alone.stdout.splitlines()[:2] == ["devices 1", f"device 0 sum {sums[0]} memory at " +
@@ -112,3 +116,56 @@ def test_two_servers_are_one_device_list(tmp_path, client_lib):
     # the second run opened one session on each server; the first server also served the one-server run
     assert [log.count(" opened for pid ") for log in logs] == [2, 1], logs
     assert not any("not created by this session" in log or "outside the session" in log for log in logs), logs
+
+
+# Work on both devices, then (once the test stopped the second server) on each again: device 1's calls fail
+# with CUDA_ERROR_DEVICE_UNAVAILABLE (46), device 0's go on.
+AFTER_A_LOSS = r"""
+import ctypes, sys
+cuda = ctypes.CDLL("libcuda.so.1")
+assert cuda.cuInit(0) == 0
+contexts, memory = [], []
+for dev in range(2):
+    ctx, mem = ctypes.c_void_p(), ctypes.c_uint64()
+    assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cuda.cuCtxSetCurrent(ctx) == 0
+    assert cuda.cuMemAlloc_v2(ctypes.byref(mem), 64) == 0 and cuda.cuMemsetD32_v2(mem, dev + 1, 16) == 0
+    contexts.append(ctx)
+    memory.append(mem)
+print("ready", flush=True)
+sys.stdin.readline()  # (the second server is gone now)
+
+def on(dev):
+    out = (ctypes.c_uint32 * 16)()
+    assert cuda.cuCtxSetCurrent(contexts[dev]) == 0
+    return cuda.cuMemsetD32_v2(memory[dev], 7 * (dev + 1), 16), cuda.cuMemcpyDtoH_v2(out, memory[dev], 64), out[0]
+
+print("after", *on(0), *on(1), *on(0), flush=True)
+"""
+
+
+def test_a_server_lost_fails_only_its_devices_calls(tmp_path, client_lib):
+    """One server of the list gone mid-run: the calls of its device fail with DEVICE_UNAVAILABLE and the
+    program is told once, naming the server and its device; the other server's device goes on."""
+    from cuwire import cli
+
+    script = tmp_path / "program.py"
+    script.write_text(AFTER_A_LOSS)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    servers = [ServerProcess(tmp_path / name) for name in ("a", "b")]
+    try:
+        env = cli.program_env(client_lib, f"{servers[0].address},{servers[1].address}", None, False,
+                              base=dict(os.environ))
+        program = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            assert program.stdout.readline() == "ready\n", program.stderr.read()
+            servers[1].stop()  # (its session ends with it: drained, then closed)
+            out, err = program.communicate("go\n", timeout=60)
+        finally:
+            program.kill()
+        assert program.returncode == 0, err
+        assert out.splitlines()[-1] == "after 0 0 7 46 46 0 0 0 7", out + err
+        assert err.count(f"lost the cuwire server {servers[1].address} (the program's device 1 of its list)") == 1, err
+    finally:
+        servers[0].stop()

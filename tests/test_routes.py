@@ -43,6 +43,12 @@ int main(int argc, char **argv)
             printf("%d\n", cuwire_route_add_session(n, starts, ends, windows, devices));
         } else if (a[0] == 'c' && a[1] == 't') {
             current = strtoull(a + 4, NULL, 0);
+        } else if (a[0] == 's') {
+            printf("%d\n", cuwire_route_stream(strtoull(a + 2, NULL, 0)));
+        } else if (a[0] == 'j') { /* "j:A:B": cuwire_route_also */
+            char *rest;
+            int first = (int)strtol(a + 2, &rest, 10);
+            printf("%d\n", cuwire_route_also(first, atoi(rest + 1)));
         } else if (a[0] == 'h') {
             printf("%d\n", cuwire_route_handle(strtoull(a + 2, NULL, 0)));
         } else if (a[0] == 'v') {
@@ -116,6 +122,15 @@ def test_a_device_list_routes_by_window_ordinal_and_context(routes):
                                   0, 1, -1,
                                   0, 0, 1, -1,
                                   0, 1, 0]
+
+
+def test_streams_and_joins(routes):
+    """A stream names its server by its window, and a special one (0, 1, 2) the current context's; a call's
+    route joins its arguments' answers: one that names none (-1) changes nothing, two servers split it."""
+    second = address_space.windows(2)
+    asks = [add(0, 1, 1), add(1, 2, 1), f"s:{second[1][0]}", "s:0", f"ctx:{second[1][0] + 64}", "s:0", "s:2",
+            "j:-1:1", "j:1:-1", "j:1:1", "j:0:1", "j:-2:0", "j:-1:-1"]
+    assert ask(routes, *asks) == [0, 0, 1, 0, 1, 1, 1, 1, 1, -2, -2, -1]
 
 
 def test_refusals(routes):

@@ -224,9 +224,7 @@ static CUresult post(CUstream stream, CUhostFn fn, CUstreamCallback callback, vo
     if (!id)
         return (CUresult)err;
     struct cw_host_func rec = {(uint64_t)(uintptr_t)stream, id};
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)stream);
-    if (route < 0)
-        route = cuwire_route_current();
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)stream);
     err = cuwire_enqueue(route, cuwire_host_func_record_id, &rec, sizeof rec);
     if (err) { /* never posted: not waited for */
         cuwire_host_fn_done(id);

@@ -48,13 +48,14 @@ int cuwire_enqueue(int session, uint32_t id, const void *payload, uint32_t size)
     return enqueue2(session, id, payload, size, NULL, 0);
 }
 
-/* The session of a call that names device memory (its address's server), else of the stream it names. */
-static int route_memory(uint64_t device, void *stream)
+/* The session of a copy of device memory: its memory's server, which an asynchronous copy's stream must
+ * be on (a special stream: the current context's); CW_ROUTE_SPLIT when it is another's. A synchronous one
+ * goes to the memory's server, as the driver copies unified addresses of another context's device. */
+static int route_memory(uint64_t device, void *stream, int sync)
 {
-    int route = cuwire_route_value(device);
-    if (route < 0)
-        route = cuwire_route_handle((uint64_t)(uintptr_t)stream);
-    return route >= 0 ? route : cuwire_route_current();
+    uint64_t s = (uint64_t)(uintptr_t)stream;
+    int route = cuwire_route_also(sync ? cuwire_route_handle(s) : cuwire_route_stream(s), cuwire_route_value(device));
+    return route == -1 ? cuwire_route_current() : route;
 }
 
 /* ------------------------------------------------------------------ copies through the shared host memory */
@@ -72,7 +73,9 @@ static int shared_record(const void *host, uint64_t device, uint64_t n, void *st
         !cuwire_session_open())
         return -1;
     struct cw_copy_shared rec = {device, offset, n, (uint64_t)(uintptr_t)stream, (uint32_t)to_device, (uint32_t)sync};
-    int route = route_memory(device, stream);
+    int route = route_memory(device, stream, sync);
+    if (route == CW_ROUTE_SPLIT)
+        return -1; /* (the usual path refuses it by name) */
     if (sync)
         return cuwire_call(route, cuwire_copy_shared_record_id, &rec, sizeof rec, NULL, 0);
     return cuwire_enqueue(route, cuwire_copy_shared_record_id, &rec, sizeof rec);
@@ -133,7 +136,10 @@ static int queue_copy(CUdeviceptr dst, const void *src, size_t n, CUstream strea
     struct cw_copy_head head = {dst, (uint64_t)(uintptr_t)stream, sync, 0};
     uint64_t all, mine;
     cuwire_done_before(&all, &mine);
-    int status = enqueue2(route_memory(dst, stream), cuwire_copy_record_id, &head, sizeof head, src, (uint32_t)n);
+    int route = route_memory(dst, stream, (int)sync);
+    if (route == CW_ROUTE_SPLIT)
+        return -1; /* (the usual path refuses it by name) */
+    int status = enqueue2(route, cuwire_copy_record_id, &head, sizeof head, src, (uint32_t)n);
     if (status == 0) /* (it cannot fail: a stream finished before it stays so but for copies, completion.c) */
         cuwire_note_copy_queued((uint64_t)(uintptr_t)stream, all);
     return status;
@@ -163,7 +169,10 @@ static int copy_from_device(void *dst, CUdeviceptr src, size_t n, CUstream strea
     if (!dst || n == 0 || n > CUWIRE_CALL_RESULT_MAX || !cuwire_in_allocation(src, n) || !cuwire_session_open())
         return -1;
     struct cw_copy_from rec = {src, (uint64_t)(uintptr_t)stream, sync, (uint32_t)n};
-    return cuwire_call(route_memory(src, stream), cuwire_copy_from_record_id, &rec, sizeof rec, dst, (uint32_t)n);
+    int route = route_memory(src, stream, (int)sync);
+    if (route == CW_ROUTE_SPLIT)
+        return -1; /* (the usual path refuses it by name) */
+    return cuwire_call(route, cuwire_copy_from_record_id, &rec, sizeof rec, dst, (uint32_t)n);
 }
 
 int cuwire_fast_cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { return copy_from_device(dst, src, n, NULL, 1); }

@@ -252,10 +252,12 @@ static int launch_queued(CUfunction f, const uint32_t g[3], const uint32_t b[3],
     pthread_mutex_unlock(&kernels_lock);
     for (uint32_t i = 0; i < n_pointers; i++)
         cuwire_host_reference(pointers[i]);
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)stream); /* (a CUkernel routes nothing: routes.c) */
-    if (route < 0)
-        route = cuwire_route_current();
-    int err = missing ? CUDA_ERROR_INVALID_VALUE /* a kernel with parameters launched without them */
+    /* the stream's server (the current context's for the special streams); a kernel of another server's
+     * (its module loaded there) is not served yet: refused by name */
+    int route = cuwire_route_also(cuwire_route_stream((uint64_t)(uintptr_t)stream), cuwire_route_value(k.handle));
+    int split = route == CW_ROUTE_SPLIT;
+    int err = split     ? cuwire_route_split("cuLaunchKernel")
+              : missing ? CUDA_ERROR_INVALID_VALUE /* a kernel with parameters launched without them */
                       : cuwire_enqueue(route, n_attrs ? cuwire_launch_ex_record_id : cuwire_launch_record_id, rec,
                                        (uint32_t)len);
     if (rec != small)

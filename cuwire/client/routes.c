@@ -71,6 +71,12 @@ int cuwire_route_handle(uint64_t handle)
     return handle <= 2 && cuwire_route_sessions() > 1 ? -1 : cuwire_route_value(handle);
 }
 
+int cuwire_route_stream(uint64_t stream)
+{
+    int s = cuwire_route_handle(stream);
+    return s >= 0 ? s : cuwire_route_current();
+}
+
 int cuwire_route_device(int ordinal)
 {
     int n = cuwire_route_sessions();

@@ -9,6 +9,9 @@
  * which tests/test_routes.py holds this to) */
 #define CW_SESSIONS_MAX 9
 CW_FROM_PYTHON int cuwire_route_handle(uint64_t handle); /* a handle of a context-bound kind: by its window */
+/* A stream: by its window, and a special one (the NULL, legacy and per-thread streams) by the current
+ * context, whose stream it is (never -1). */
+CW_FROM_PYTHON int cuwire_route_stream(uint64_t stream);
 CW_FROM_PYTHON int cuwire_route_value(uint64_t value);   /* a device address: by its window */
 CW_FROM_PYTHON int cuwire_route_device(int ordinal);     /* a device of the joined list */
 CW_FROM_PYTHON int cuwire_route_current(void);           /* the calling thread's current context's (never -1) */

@@ -34,7 +34,7 @@ CW_FROM_PYTHON void cuwire_keep_error_string(int error, const char *text);
  * largest result they bring back (larger ones take the Python path, their bytes beside the messages). */
 #define CUWIRE_CALL_RESULT_MAX CW_CALL_RESULT_MAX /* (cuwire/wire/frames.h) */
 int cuwire_call(int session, uint32_t fn, const void *rec, uint32_t size, void *result, uint32_t result_len);
-CW_IN_PYTHON void cuwire_py_wire_broken(const char *why);
+CW_IN_PYTHON void cuwire_py_wire_broken(int session, const char *why);
 CW_FROM_PYTHON void cuwire_wire_set(int session, int fd);
 CW_FROM_PYTHON void cuwire_wire_keep(int session, int fd); /* at the program's end: a copy of the socket, the C side's own */
 int cuwire_wire_without_python(int session); /* calls made in C go on after Python finalized */

@@ -126,9 +126,11 @@ MOST_LOADS_KEPT = 4096  # module loads whose answers the client keeps, for a loa
 class Session:
     """The client's half of one server session: connection, handshake, caches that live as long as it."""
 
-    def __init__(self, settings: Settings, address: str = "", number: int | None = None, mode: str = ""):
+    def __init__(self, settings: Settings, address: str = "", number: int | None = None, mode: str = "",
+                 resumes: bool = True):
         """A session on `address` (the program's server: settings.server), its place in a device list
-        `number` (settings.server_number), over `mode` (settings.transport)."""
+        `number` (settings.server_number), over `mode` (settings.transport); `resumes`: a dropped connection
+        is waited for (a device list's are not yet: one lost fails its devices' calls)."""
         self.settings = settings
         self.address = address or settings.server
         number = settings.server_number if number is None else number
@@ -136,7 +138,7 @@ class Session:
         hello = make_hello(settings.token, keep_free=keep_free, server_number=number)
         if settings.load_lists:  # (the list the server keeps for this program comes with the welcome)
             hello.program = load_lists.program_name(load_lists.own_command_line())
-        hello.resumes = True  # (SocketTransport.resumable)
+        hello.resumes = resumes  # (SocketTransport.resumable)
         self.transport: SocketTransport
         self.host: SharedHost | None = None  # host memory shared with the server (page-locked allocations)
         self.reserved = 0  # address space reserved for shared page-locked memory (offer)
@@ -262,6 +264,7 @@ class Client:
         self.lock = threading.RLock()
         self.session: Session | None = None
         self.listed: list[Session] = []  # a device list's other servers' sessions, numbered 1.. (routes.c)
+        self.lost: dict[int, str] = {}  # a device list's servers gone, by route: why (lose_server)
         self.broken: str = ""  # why the server cannot be reached any more
         self.broken_code = DEVICE_UNAVAILABLE  # ...and what the calls then fail with
         if self.settings.errors:  # said once, at the first call that needs the server, which fails
@@ -337,7 +340,7 @@ class Client:
         opened: list[Session] = []
         try:
             for number, address in enumerate(addresses, 1):
-                opened.append(Session(self.settings, address, number, "tcp"))
+                opened.append(Session(self.settings, address, number, "tcp", resumes=False))
         except BaseException:
             for session in opened:
                 session.transport.close()
@@ -358,6 +361,8 @@ class Client:
         """Send the route's session's queued calls and (if fn) one call to it; return the server's reply."""
         with self.lock:
             self.connect()
+            if route in self.lost:  # (said once, when it went: lose_server)
+                raise Fail(DEVICE_UNAVAILABLE)
             session = self.session_of(route)
             with wire_lock(route):  # client/wire.c sends on the same socket: one frame at a time, in order
                 return self._exchange(session, fn, args, route)
@@ -390,7 +395,7 @@ class Client:
             reply, payload, direct = session.transport.exchange_with_payload(batch, outgoing, into,
                                                                              max_payload=compression.bound(asked))
         except TransportError as e:
-            self.lose(e)
+            self.lose(e, route)
         dt = time.perf_counter() - t0
         wire_in = len(payload) + direct
         wire_payload = sum(len(part) for part in outgoing) + wire_in
@@ -474,11 +479,32 @@ class Client:
         self.stats.bytes_sent_raw += size
         return count[0]
 
-    def lose(self, e: TransportError) -> None:
-        """The session is gone: say so once; every call from now on fails with DEVICE_UNAVAILABLE."""
+    def lose(self, e: TransportError, route: int = ONE_SESSION) -> None:
+        """The session is gone: say so once; every call from now on fails with DEVICE_UNAVAILABLE (of a
+        device list: the calls of that server's devices). The wire lock of `route` is held."""
+        if self.listed:
+            self.lose_server(route, str(e))
+            raise Fail(DEVICE_UNAVAILABLE) from None
         self.drop_session()
         self.give_up(str(e))
         raise Fail(DEVICE_UNAVAILABLE) from None
+
+    def lose_server(self, route: int, why: str) -> None:
+        """A server of the device list is gone: the calls of its devices fail from now on
+        (DEVICE_UNAVAILABLE), what was queued for it is dropped, and the program is told once, naming it and
+        its devices; the other servers' sessions go on (issue 39). The lock is held."""
+        if route in self.lost:
+            return
+        self.lost[route] = why
+        session = self.session_of(route)
+        lib.cuwire_wire_set(route, -1)  # (its wire lock is held by whoever found the break, or was let go)
+        lib.cuwire_queue_refuse(route)
+        session.transport.close()
+        first = sum(len(s.welcome.devices) for s in [self.session, *self.listed][:route])
+        devices = f"{first}" if len(session.welcome.devices) == 1 else \
+            f"{first} to {first + len(session.welcome.devices) - 1}"
+        print(f"cuwire: lost the cuwire server {session.address} (the program's device {devices} of its list): "
+              f"{why}; its calls fail from now on, the other servers' go on", file=sys.stderr)
 
     def drop_session(self) -> None:
         """Close the session's connection; the lock and the wire lock are held (client/wire.c must not
@@ -491,17 +517,19 @@ class Client:
             self.stats.resumes += self.session.transport.resumes()
             self.session.transport.close()
             self.session = None
-            for number, listed in enumerate(self.listed, 1):  # (a device list is lost whole, for now)
+            for number, listed in enumerate(self.listed, 1):  # (a device list's, closed with it)
                 lib.cuwire_wire_set(number, -1)
                 listed.transport.close()
-            self.listed = []
+            self.listed, self.lost = [], {}
             lib.cuwire_forget_kernels()
             lib.cuwire_forget_pools(0)
 
-    def wire_broken(self, why: str) -> None:
-        """client/wire.c lost the connection in a call of its own."""
+    def wire_broken(self, why: str, route: int = ONE_SESSION) -> None:
+        """client/wire.c lost the connection of `route`'s session in a call of its own."""
         with self.lock:
-            if self.session is not None:
+            if self.listed:
+                self.lose_server(route, why)
+            elif self.session is not None:
                 with wire_lock():
                     self.drop_session()
                 self.give_up(why)
@@ -555,7 +583,7 @@ class Client:
                 try:
                     session.transport.send_only(batch)
                 except TransportError as e:
-                    self.lose(e)
+                    self.lose(e, route)
                 self.stats.sends += 1
                 self.stats.bytes_sent += session.transport.connection.sent
                 return 0
@@ -919,14 +947,19 @@ class Client:
                 try:
                     if not self.keep_list():
                         self.flush()
-                    for route in range(1, len(self.listed) + 1):
-                        self.exchange(0, b"", route)
                 except Fail:
                     pass
+                for route in range(1, len(self.listed) + 1):  # (a device list's other servers)
+                    try:
+                        self.exchange(0, b"", route)
+                    except Fail:
+                        pass
             if self.session is not None and self.wire_in_c:
                 # Python finalizes next, closing its socket with its objects: client/wire.c keeps a copy of
                 # its own, so that the teardown's calls (XLA waits for its streams) reach the server
                 for route, session in enumerate([self.session, *self.listed]):
+                    if route in self.lost:
+                        continue
                     with wire_lock(route):
                         lib.cuwire_wire_keep(route, os.dup(session.transport.connection.sock.fileno()))
             open_resumes = self.session.transport.resumes() if self.session is not None else 0
@@ -940,7 +973,7 @@ class Client:
         nothing in another session), and gRPC cannot open a new channel in a child forked while the
         parent's stream is open: the child's calls fail at once, by name, instead of hanging."""
         self.lock = threading.RLock()
-        self.session, self.listed = None, []
+        self.session, self.listed, self.lost = None, [], {}
         lib.cuwire_wire_forget()
         lib.cuwire_route_forget()
         lib.cuwire_shared_host_set(0, 0, 0, -1)  # the parent's page-locked memory stays mapped, but not for copies
@@ -1083,16 +1116,16 @@ def wire_lock(route: int = ONE_SESSION):
         lib.cuwire_wire_release(route)
 
 
-def route(function: str, handles: tuple = (), pointers: tuple = (), devices: tuple = ()) -> int:
+def route(function: str, streams: tuple = (), handles: tuple = (), pointers: tuple = (), devices: tuple = ()) -> int:
     """The session a call goes to (client/routes.c; the generated calls give their arguments in the
-    model's order, codegen/model.py Function.routes): the server its handles, device addresses and device
-    ordinals name, else the calling thread's current context's. Arguments of two servers: refused by name
-    (Fail), as the C stubs refuse them."""
+    model's order, codegen/model.py Function.routes_by_kind): the server its streams (a special one: the
+    current context's), handles, device addresses and device ordinals name, else the calling thread's
+    current context's. Arguments of two servers: refused by name (Fail), as the C stubs refuse them."""
     if lib.cuwire_route_sessions() == 1:
         return ONE_SESSION
     found = -1
-    for ask, values in ((lib.cuwire_route_handle, handles), (lib.cuwire_route_value, pointers),
-                        (lib.cuwire_route_device, devices)):
+    for ask, values in ((lib.cuwire_route_stream, streams), (lib.cuwire_route_handle, handles),
+                        (lib.cuwire_route_value, pointers), (lib.cuwire_route_device, devices)):
         for value in values:
             more = ask(int(ffi.cast("uintptr_t", value)) if isinstance(value, ffi.CData) else value)
             if more >= 0 and found >= 0 and more != found:
@@ -1107,10 +1140,10 @@ def own_device(ordinal: int) -> int:
 
 
 @ffi.def_extern(name="cuwire_py_wire_broken")
-def wire_broken(why) -> None:
-    session = client.session
+def wire_broken(route, why) -> None:
+    session = client.session_of(route) if client.session is not None else None
     note = session.transport.resume_note() if session is not None else ""
-    client.wire_broken(ffi.string(why).decode(errors="replace") + note)
+    client.wire_broken(ffi.string(why).decode(errors="replace") + note, route)
 
 
 @ffi.def_extern(name="cuwire_py_resume")

@@ -115,7 +115,7 @@ static void lost(struct wire *w, const char *why)
     char message[256];
     snprintf(message, sizeof message, "lost the cuwire server: %s", why);
     if (!__atomic_load_n(&w->kept, __ATOMIC_ACQUIRE)) {
-        cuwire_py_wire_broken(message);
+        cuwire_py_wire_broken((int)(w - wires), message);
         return;
     }
     pthread_mutex_lock(&w->lock);

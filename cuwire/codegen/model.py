@@ -264,6 +264,13 @@ class Function:
         return handles + rest
 
     @property
+    def routes_by_kind(self) -> list[tuple[str, str]]:
+        """routes, with a stream told from the other handles ("stream"): a special stream (the NULL stream)
+        is the current context's, which then takes part in the route (client/routes.c)."""
+        streams = {p.name for p in self.params if p.handle_kind == "CUstream_st"}
+        return [("stream" if how == "handle" and name in streams else how, name) for how, name in self.routes]
+
+    @property
     def in_records(self) -> bool:
         """Run by the server's C loop: queued (async, or sync but `queued_when`), or made by the client's C."""
         return self.mode == "async" or self.c_call or bool(self.queued_when)

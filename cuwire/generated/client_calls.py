@@ -29,7 +29,7 @@ def cuArray3DGetDescriptor_v2(pArrayDescriptor, pArrayDescriptor_len, hArray):
     args = pb.cuArray3DGetDescriptor_v2_Args()
     args.hArray = hArray
     rt.expect(pArrayDescriptor, pArrayDescriptor_len)
-    res = rt.call(4100118783, args, pb.cuArray3DGetDescriptor_v2_Result, rt.route("cuArray3DGetDescriptor_v2", (hArray,), (), ()))
+    res = rt.call(4100118783, args, pb.cuArray3DGetDescriptor_v2_Result, rt.route("cuArray3DGetDescriptor_v2", (), (hArray,), (), ()))
     if res.status == 0:
         rt.write(pArrayDescriptor, res.pArrayDescriptor, pArrayDescriptor_len)
     return res.status
@@ -51,7 +51,7 @@ def cuArrayDestroy(hArray):
     """cuArrayDestroy (cuda.h)"""
     args = pb.cuArrayDestroy_Args()
     args.hArray = hArray
-    res = rt.call(2943624815, args, pb.cuArrayDestroy_Result, rt.route("cuArrayDestroy", (hArray,), (), ()))
+    res = rt.call(2943624815, args, pb.cuArrayDestroy_Result, rt.route("cuArrayDestroy", (), (hArray,), (), ()))
     if res.status == 0:
         rt.untrack_alloc(hArray)
     return res.status
@@ -63,7 +63,7 @@ def cuArrayGetDescriptor_v2(pArrayDescriptor, pArrayDescriptor_len, hArray):
     args = pb.cuArrayGetDescriptor_v2_Args()
     args.hArray = hArray
     rt.expect(pArrayDescriptor, pArrayDescriptor_len)
-    res = rt.call(1813477251, args, pb.cuArrayGetDescriptor_v2_Result, rt.route("cuArrayGetDescriptor_v2", (hArray,), (), ()))
+    res = rt.call(1813477251, args, pb.cuArrayGetDescriptor_v2_Result, rt.route("cuArrayGetDescriptor_v2", (), (hArray,), (), ()))
     if res.status == 0:
         rt.write(pArrayDescriptor, res.pArrayDescriptor, pArrayDescriptor_len)
     return res.status
@@ -75,7 +75,7 @@ def cuCtxCreate_v2(pctx, flags, dev):
     args = pb.cuCtxCreate_v2_Args()
     args.flags = flags
     args.dev = rt.own_device(dev)
-    res = rt.call(2951752814, args, pb.cuCtxCreate_v2_Result, rt.route("cuCtxCreate_v2", (), (), (dev,)))
+    res = rt.call(2951752814, args, pb.cuCtxCreate_v2_Result, rt.route("cuCtxCreate_v2", (), (), (), (dev,)))
     if res.status == 0:
         rt.write_scalar(pctx, "uint64_t", res.pctx)
     return res.status
@@ -87,7 +87,7 @@ def cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev):
     args = pb.cuCtxCreate_v4_Args()
     args.flags = flags
     args.dev = rt.own_device(dev)
-    res = rt.call(1184074075, args, pb.cuCtxCreate_v4_Result, rt.route("cuCtxCreate_v4", (), (), (dev,)))
+    res = rt.call(1184074075, args, pb.cuCtxCreate_v4_Result, rt.route("cuCtxCreate_v4", (), (), (), (dev,)))
     if res.status == 0:
         rt.write_scalar(pctx, "uint64_t", res.pctx)
     return res.status
@@ -98,7 +98,7 @@ def cuCtxDestroy_v2(ctx):
     """cuCtxDestroy_v2 (cuda.h): the client pops it if it was the calling thread's current context"""
     args = pb.cuCtxDestroy_v2_Args()
     args.ctx = ctx
-    res = rt.call(2936422730, args, pb.cuCtxDestroy_v2_Result, rt.route("cuCtxDestroy_v2", (ctx,), (), ()))
+    res = rt.call(2936422730, args, pb.cuCtxDestroy_v2_Result, rt.route("cuCtxDestroy_v2", (), (ctx,), (), ()))
     if res.status == 0:
         rt.untrack_alloc(ctx)
     return res.status
@@ -109,7 +109,7 @@ def cuCtxDisablePeerAccess(peerContext):
     """cuCtxDisablePeerAccess (cuda.h)"""
     args = pb.cuCtxDisablePeerAccess_Args()
     args.peerContext = peerContext
-    res = rt.call(4048085689, args, pb.cuCtxDisablePeerAccess_Result, rt.route("cuCtxDisablePeerAccess", (peerContext,), (), ()))
+    res = rt.call(4048085689, args, pb.cuCtxDisablePeerAccess_Result, rt.route("cuCtxDisablePeerAccess", (), (peerContext,), (), ()))
     return res.status
 
 
@@ -119,7 +119,7 @@ def cuCtxEnablePeerAccess(peerContext, Flags):
     args = pb.cuCtxEnablePeerAccess_Args()
     args.peerContext = peerContext
     args.Flags = Flags
-    res = rt.call(1737933368, args, pb.cuCtxEnablePeerAccess_Result, rt.route("cuCtxEnablePeerAccess", (peerContext,), (), ()))
+    res = rt.call(1737933368, args, pb.cuCtxEnablePeerAccess_Result, rt.route("cuCtxEnablePeerAccess", (), (peerContext,), (), ()))
     return res.status
 
 
@@ -128,7 +128,7 @@ def cuCtxGetApiVersion(ctx, version):
     """cuCtxGetApiVersion (cuda.h)"""
     args = pb.cuCtxGetApiVersion_Args()
     args.ctx = ctx
-    res = rt.call(900342868, args, pb.cuCtxGetApiVersion_Result, rt.route("cuCtxGetApiVersion", (ctx,), (), ()))
+    res = rt.call(900342868, args, pb.cuCtxGetApiVersion_Result, rt.route("cuCtxGetApiVersion", (), (ctx,), (), ()))
     if res.status == 0:
         rt.write_scalar(version, "uint32_t", res.version)
     return res.status
@@ -171,7 +171,7 @@ def cuCtxGetId(ctx, ctxId):
     """cuCtxGetId (cuda.h)"""
     args = pb.cuCtxGetId_Args()
     args.ctx = ctx
-    res = rt.call(3852336620, args, pb.cuCtxGetId_Result, rt.route("cuCtxGetId", (ctx,), (), ()))
+    res = rt.call(3852336620, args, pb.cuCtxGetId_Result, rt.route("cuCtxGetId", (), (ctx,), (), ()))
     if res.status == 0:
         rt.write_scalar(ctxId, "uint64_t", res.ctxId)
     return res.status
@@ -217,7 +217,7 @@ def cuCtxRecordEvent(hCtx, hEvent):
     args = pb.cuCtxRecordEvent_Args()
     args.hCtx = hCtx
     args.hEvent = hEvent
-    res = rt.call(64806754, args, pb.cuCtxRecordEvent_Result, rt.route("cuCtxRecordEvent", (hCtx, hEvent), (), ()))
+    res = rt.call(64806754, args, pb.cuCtxRecordEvent_Result, rt.route("cuCtxRecordEvent", (), (hCtx, hEvent), (), ()))
     return res.status
 
 
@@ -279,7 +279,7 @@ def cuCtxSynchronize_v2(ctx):
     """cuCtxSynchronize_v2 (cuda.h)"""
     args = pb.cuCtxSynchronize_v2_Args()
     args.ctx = ctx
-    res = rt.call(357846365, args, pb.cuCtxSynchronize_v2_Result, rt.route("cuCtxSynchronize_v2", (ctx,), (), ()))
+    res = rt.call(357846365, args, pb.cuCtxSynchronize_v2_Result, rt.route("cuCtxSynchronize_v2", (), (ctx,), (), ()))
     return res.status
 
 
@@ -289,7 +289,7 @@ def cuCtxWaitEvent(hCtx, hEvent):
     args = pb.cuCtxWaitEvent_Args()
     args.hCtx = hCtx
     args.hEvent = hEvent
-    res = rt.call(3538322810, args, pb.cuCtxWaitEvent_Result, rt.route("cuCtxWaitEvent", (hCtx, hEvent), (), ()))
+    res = rt.call(3538322810, args, pb.cuCtxWaitEvent_Result, rt.route("cuCtxWaitEvent", (), (hCtx, hEvent), (), ()))
     return res.status
 
 
@@ -299,7 +299,7 @@ def cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev):
     args = pb.cuDeviceCanAccessPeer_Args()
     args.dev = rt.own_device(dev)
     args.peerDev = rt.own_device(peerDev)
-    res = rt.call(1419231701, args, pb.cuDeviceCanAccessPeer_Result, rt.route("cuDeviceCanAccessPeer", (), (), (dev, peerDev)))
+    res = rt.call(1419231701, args, pb.cuDeviceCanAccessPeer_Result, rt.route("cuDeviceCanAccessPeer", (), (), (), (dev, peerDev)))
     if res.status == 0:
         rt.write_scalar(canAccessPeer, "int32_t", res.canAccessPeer)
     return res.status
@@ -321,7 +321,7 @@ def cuDeviceGetDefaultMemPool(pool_out, dev):
     """cuDeviceGetDefaultMemPool (cuda.h)"""
     args = pb.cuDeviceGetDefaultMemPool_Args()
     args.dev = rt.own_device(dev)
-    res = rt.call(1234428036, args, pb.cuDeviceGetDefaultMemPool_Result, rt.route("cuDeviceGetDefaultMemPool", (), (), (dev,)))
+    res = rt.call(1234428036, args, pb.cuDeviceGetDefaultMemPool_Result, rt.route("cuDeviceGetDefaultMemPool", (), (), (), (dev,)))
     if res.status == 0:
         rt.write_scalar(pool_out, "uint64_t", res.pool_out)
     return res.status
@@ -333,7 +333,7 @@ def cuDeviceGetExecAffinitySupport(pi, type, dev):
     args = pb.cuDeviceGetExecAffinitySupport_Args()
     args.type = type
     args.dev = rt.own_device(dev)
-    res = rt.call(2426134710, args, pb.cuDeviceGetExecAffinitySupport_Result, rt.route("cuDeviceGetExecAffinitySupport", (), (), (dev,)))
+    res = rt.call(2426134710, args, pb.cuDeviceGetExecAffinitySupport_Result, rt.route("cuDeviceGetExecAffinitySupport", (), (), (), (dev,)))
     if res.status == 0:
         rt.write_scalar(pi, "int32_t", res.pi)
     return res.status
@@ -346,7 +346,7 @@ def cuDeviceGetGraphMemAttribute(device, attr, value, value_len):
     args.device = rt.own_device(device)
     args.attr = attr
     rt.expect(value, value_len)
-    res = rt.call(622504442, args, pb.cuDeviceGetGraphMemAttribute_Result, rt.route("cuDeviceGetGraphMemAttribute", (), (), (device,)))
+    res = rt.call(622504442, args, pb.cuDeviceGetGraphMemAttribute_Result, rt.route("cuDeviceGetGraphMemAttribute", (), (), (), (device,)))
     if res.status == 0:
         rt.write(value, res.value, value_len)
     return res.status
@@ -360,7 +360,7 @@ def cuDeviceGetHostAtomicCapabilities(capabilities, capabilities_len, operations
     args.count = count
     args.dev = rt.own_device(dev)
     rt.expect(capabilities, capabilities_len)
-    res = rt.call(3416762930, args, pb.cuDeviceGetHostAtomicCapabilities_Result, rt.route("cuDeviceGetHostAtomicCapabilities", (), (), (dev,)))
+    res = rt.call(3416762930, args, pb.cuDeviceGetHostAtomicCapabilities_Result, rt.route("cuDeviceGetHostAtomicCapabilities", (), (), (), (dev,)))
     if res.status == 0:
         rt.write(capabilities, res.capabilities, capabilities_len)
     return res.status
@@ -372,7 +372,7 @@ def cuDeviceGetLuid(luid, luid_len, deviceNodeMask, dev):
     args = pb.cuDeviceGetLuid_Args()
     args.dev = rt.own_device(dev)
     rt.expect(luid, luid_len)
-    res = rt.call(1237720644, args, pb.cuDeviceGetLuid_Result, rt.route("cuDeviceGetLuid", (), (), (dev,)))
+    res = rt.call(1237720644, args, pb.cuDeviceGetLuid_Result, rt.route("cuDeviceGetLuid", (), (), (), (dev,)))
     if res.status == 0:
         rt.write(luid, res.luid, luid_len)
         rt.write_scalar(deviceNodeMask, "uint32_t", res.deviceNodeMask)
@@ -384,7 +384,7 @@ def cuDeviceGetMemPool(pool, dev):
     """cuDeviceGetMemPool (cuda.h)"""
     args = pb.cuDeviceGetMemPool_Args()
     args.dev = rt.own_device(dev)
-    res = rt.call(3826692610, args, pb.cuDeviceGetMemPool_Result, rt.route("cuDeviceGetMemPool", (), (), (dev,)))
+    res = rt.call(3826692610, args, pb.cuDeviceGetMemPool_Result, rt.route("cuDeviceGetMemPool", (), (), (), (dev,)))
     if res.status == 0:
         rt.write_scalar(pool, "uint64_t", res.pool)
     return res.status
@@ -399,7 +399,7 @@ def cuDeviceGetP2PAtomicCapabilities(capabilities, capabilities_len, operations,
     args.srcDevice = rt.own_device(srcDevice)
     args.dstDevice = rt.own_device(dstDevice)
     rt.expect(capabilities, capabilities_len)
-    res = rt.call(1666055931, args, pb.cuDeviceGetP2PAtomicCapabilities_Result, rt.route("cuDeviceGetP2PAtomicCapabilities", (), (), (srcDevice, dstDevice)))
+    res = rt.call(1666055931, args, pb.cuDeviceGetP2PAtomicCapabilities_Result, rt.route("cuDeviceGetP2PAtomicCapabilities", (), (), (), (srcDevice, dstDevice)))
     if res.status == 0:
         rt.write(capabilities, res.capabilities, capabilities_len)
     return res.status
@@ -412,7 +412,7 @@ def cuDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice):
     args.attrib = attrib
     args.srcDevice = rt.own_device(srcDevice)
     args.dstDevice = rt.own_device(dstDevice)
-    res = rt.call(2429329345, args, pb.cuDeviceGetP2PAttribute_Result, rt.route("cuDeviceGetP2PAttribute", (), (), (srcDevice, dstDevice)))
+    res = rt.call(2429329345, args, pb.cuDeviceGetP2PAttribute_Result, rt.route("cuDeviceGetP2PAttribute", (), (), (), (srcDevice, dstDevice)))
     if res.status == 0:
         rt.write_scalar(value, "int32_t", res.value)
     return res.status
@@ -425,7 +425,7 @@ def cuDeviceGetPCIBusId(pciBusId, pciBusId_len, len, dev):
     args.len = len
     args.dev = rt.own_device(dev)
     rt.expect(pciBusId, pciBusId_len)
-    res = rt.call(2039655364, args, pb.cuDeviceGetPCIBusId_Result, rt.route("cuDeviceGetPCIBusId", (), (), (dev,)))
+    res = rt.call(2039655364, args, pb.cuDeviceGetPCIBusId_Result, rt.route("cuDeviceGetPCIBusId", (), (), (), (dev,)))
     if res.status == 0:
         rt.write(pciBusId, res.pciBusId, pciBusId_len)
     return res.status
@@ -437,7 +437,7 @@ def cuDeviceGetProperties(prop, prop_len, dev):
     args = pb.cuDeviceGetProperties_Args()
     args.dev = rt.own_device(dev)
     rt.expect(prop, prop_len)
-    res = rt.call(1934438172, args, pb.cuDeviceGetProperties_Result, rt.route("cuDeviceGetProperties", (), (), (dev,)))
+    res = rt.call(1934438172, args, pb.cuDeviceGetProperties_Result, rt.route("cuDeviceGetProperties", (), (), (), (dev,)))
     if res.status == 0:
         rt.write(prop, res.prop, prop_len)
     return res.status
@@ -450,7 +450,7 @@ def cuDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, format, numChannels, 
     args.format = format
     args.numChannels = numChannels
     args.dev = rt.own_device(dev)
-    res = rt.call(1710662973, args, pb.cuDeviceGetTexture1DLinearMaxWidth_Result, rt.route("cuDeviceGetTexture1DLinearMaxWidth", (), (), (dev,)))
+    res = rt.call(1710662973, args, pb.cuDeviceGetTexture1DLinearMaxWidth_Result, rt.route("cuDeviceGetTexture1DLinearMaxWidth", (), (), (), (dev,)))
     if res.status == 0:
         rt.write_scalar(maxWidthInElements, "uint64_t", res.maxWidthInElements)
     return res.status
@@ -461,7 +461,7 @@ def cuDeviceGraphMemTrim(device):
     """cuDeviceGraphMemTrim (cuda.h): the session's own graph memory (each session has its context)"""
     args = pb.cuDeviceGraphMemTrim_Args()
     args.device = rt.own_device(device)
-    res = rt.call(64302920, args, pb.cuDeviceGraphMemTrim_Result, rt.route("cuDeviceGraphMemTrim", (), (), (device,)))
+    res = rt.call(64302920, args, pb.cuDeviceGraphMemTrim_Result, rt.route("cuDeviceGraphMemTrim", (), (), (), (device,)))
     return res.status
 
 
@@ -470,7 +470,7 @@ def cuDevicePrimaryCtxReset_v2(dev):
     """cuDevicePrimaryCtxReset_v2 (cuda.h): the server makes the primary context again at once, current on the session's thread (refused with --isolation thread, where sessions share it)"""
     args = pb.cuDevicePrimaryCtxReset_v2_Args()
     args.dev = rt.own_device(dev)
-    res = rt.call(2324783077, args, pb.cuDevicePrimaryCtxReset_v2_Result, rt.route("cuDevicePrimaryCtxReset_v2", (), (), (dev,)))
+    res = rt.call(2324783077, args, pb.cuDevicePrimaryCtxReset_v2_Result, rt.route("cuDevicePrimaryCtxReset_v2", (), (), (), (dev,)))
     return res.status
 
 
@@ -480,7 +480,7 @@ def cuDevicePrimaryCtxSetFlags_v2(dev, flags):
     args = pb.cuDevicePrimaryCtxSetFlags_v2_Args()
     args.dev = rt.own_device(dev)
     args.flags = flags
-    res = rt.call(4201524549, args, pb.cuDevicePrimaryCtxSetFlags_v2_Result, rt.route("cuDevicePrimaryCtxSetFlags_v2", (), (), (dev,)))
+    res = rt.call(4201524549, args, pb.cuDevicePrimaryCtxSetFlags_v2_Result, rt.route("cuDevicePrimaryCtxSetFlags_v2", (), (), (), (dev,)))
     return res.status
 
 
@@ -491,7 +491,7 @@ def cuDeviceSetGraphMemAttribute(device, attr, value, value_len):
     args.device = rt.own_device(device)
     args.attr = attr
     args.value = rt.read(value, value_len)
-    res = rt.call(2335304070, args, pb.cuDeviceSetGraphMemAttribute_Result, rt.route("cuDeviceSetGraphMemAttribute", (), (), (device,)))
+    res = rt.call(2335304070, args, pb.cuDeviceSetGraphMemAttribute_Result, rt.route("cuDeviceSetGraphMemAttribute", (), (), (), (device,)))
     return res.status
 
 
@@ -501,7 +501,7 @@ def cuDeviceSetMemPool(dev, pool):
     args = pb.cuDeviceSetMemPool_Args()
     args.dev = rt.own_device(dev)
     args.pool = pool
-    res = rt.call(3394474896, args, pb.cuDeviceSetMemPool_Result, rt.route("cuDeviceSetMemPool", (pool,), (), (dev,)))
+    res = rt.call(3394474896, args, pb.cuDeviceSetMemPool_Result, rt.route("cuDeviceSetMemPool", (), (pool,), (), (dev,)))
     return res.status
 
 
@@ -521,7 +521,7 @@ def cuEventDestroy_v2(hEvent):
     """cuEventDestroy_v2 (cuda.h): queued when the client gave the event out and it is alive (client/handle_pools.c)"""
     args = pb.cuEventDestroy_v2_Args()
     args.hEvent = hEvent
-    res = rt.call(495590736, args, pb.cuEventDestroy_v2_Result, rt.route("cuEventDestroy_v2", (hEvent,), (), ()))
+    res = rt.call(495590736, args, pb.cuEventDestroy_v2_Result, rt.route("cuEventDestroy_v2", (), (hEvent,), (), ()))
     if res.status == 0:
         rt.untrack_alloc(hEvent)
     return res.status
@@ -533,7 +533,7 @@ def cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd):
     args = pb.cuEventElapsedTime_v2_Args()
     args.hStart = hStart
     args.hEnd = hEnd
-    res = rt.call(461475650, args, pb.cuEventElapsedTime_v2_Result, rt.route("cuEventElapsedTime_v2", (hStart, hEnd), (), ()))
+    res = rt.call(461475650, args, pb.cuEventElapsedTime_v2_Result, rt.route("cuEventElapsedTime_v2", (), (hStart, hEnd), (), ()))
     if res.status == 0:
         rt.write_scalar(pMilliseconds, "float", res.pMilliseconds)
     return res.status
@@ -544,7 +544,7 @@ def cuEventQuery(hEvent):
     """cuEventQuery (cuda.h)"""
     args = pb.cuEventQuery_Args()
     args.hEvent = hEvent
-    res = rt.call(2687060959, args, pb.cuEventQuery_Result, rt.route("cuEventQuery", (hEvent,), (), ()))
+    res = rt.call(2687060959, args, pb.cuEventQuery_Result, rt.route("cuEventQuery", (), (hEvent,), (), ()))
     return res.status
 
 
@@ -553,7 +553,7 @@ def cuEventSynchronize(hEvent):
     """cuEventSynchronize (cuda.h)"""
     args = pb.cuEventSynchronize_Args()
     args.hEvent = hEvent
-    res = rt.call(3775496938, args, pb.cuEventSynchronize_Result, rt.route("cuEventSynchronize", (hEvent,), (), ()))
+    res = rt.call(3775496938, args, pb.cuEventSynchronize_Result, rt.route("cuEventSynchronize", (), (hEvent,), (), ()))
     return res.status
 
 
@@ -563,7 +563,7 @@ def cuFuncGetAttribute(pi, attrib, hfunc):
     args = pb.cuFuncGetAttribute_Args()
     args.attrib = attrib
     args.hfunc = rt.server_function(hfunc)
-    res = rt.call(1113544593, args, pb.cuFuncGetAttribute_Result, rt.route("cuFuncGetAttribute", (hfunc,), (), ()))
+    res = rt.call(1113544593, args, pb.cuFuncGetAttribute_Result, rt.route("cuFuncGetAttribute", (), (hfunc,), (), ()))
     if res.status == 0:
         rt.write_scalar(pi, "int32_t", res.pi)
     return res.status
@@ -574,7 +574,7 @@ def cuFuncGetModule(hmod, hfunc):
     """cuFuncGetModule (cuda.h)"""
     args = pb.cuFuncGetModule_Args()
     args.hfunc = rt.server_function(hfunc)
-    res = rt.call(4080729374, args, pb.cuFuncGetModule_Result, rt.route("cuFuncGetModule", (hfunc,), (), ()))
+    res = rt.call(4080729374, args, pb.cuFuncGetModule_Result, rt.route("cuFuncGetModule", (), (hfunc,), (), ()))
     if res.status == 0:
         rt.write_scalar(hmod, "uint64_t", res.hmod)
     return res.status
@@ -586,7 +586,7 @@ def cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize):
     args = pb.cuFuncGetParamInfo_Args()
     args.func = rt.server_function(func)
     args.paramIndex = paramIndex
-    res = rt.call(567025728, args, pb.cuFuncGetParamInfo_Result, rt.route("cuFuncGetParamInfo", (func,), (), ()))
+    res = rt.call(567025728, args, pb.cuFuncGetParamInfo_Result, rt.route("cuFuncGetParamInfo", (), (func,), (), ()))
     if res.status == 0:
         rt.write_scalar(paramOffset, "uint64_t", res.paramOffset)
         rt.write_scalar(paramSize, "uint64_t", res.paramSize)
@@ -598,7 +598,7 @@ def cuFuncIsLoaded(state, function):
     """cuFuncIsLoaded (cuda.h)"""
     args = pb.cuFuncIsLoaded_Args()
     args.function = rt.server_function(function)
-    res = rt.call(1787595107, args, pb.cuFuncIsLoaded_Result, rt.route("cuFuncIsLoaded", (function,), (), ()))
+    res = rt.call(1787595107, args, pb.cuFuncIsLoaded_Result, rt.route("cuFuncIsLoaded", (), (function,), (), ()))
     if res.status == 0:
         rt.write_scalar(state, "int32_t", res.state)
     return res.status
@@ -609,7 +609,7 @@ def cuFuncLoad(function):
     """cuFuncLoad (cuda.h)"""
     args = pb.cuFuncLoad_Args()
     args.function = rt.server_function(function)
-    res = rt.call(2060489457, args, pb.cuFuncLoad_Result, rt.route("cuFuncLoad", (function,), (), ()))
+    res = rt.call(2060489457, args, pb.cuFuncLoad_Result, rt.route("cuFuncLoad", (), (function,), (), ()))
     return res.status
 
 
@@ -620,7 +620,7 @@ def cuFuncSetAttribute(hfunc, attrib, value):
     args.hfunc = rt.server_function(hfunc)
     args.attrib = attrib
     args.value = value
-    res = rt.call(1296138514, args, pb.cuFuncSetAttribute_Result, rt.route("cuFuncSetAttribute", (hfunc,), (), ()))
+    res = rt.call(1296138514, args, pb.cuFuncSetAttribute_Result, rt.route("cuFuncSetAttribute", (), (hfunc,), (), ()))
     return res.status
 
 
@@ -630,7 +630,7 @@ def cuFuncSetCacheConfig(hfunc, config):
     args = pb.cuFuncSetCacheConfig_Args()
     args.hfunc = rt.server_function(hfunc)
     args.config = config
-    res = rt.call(1688761246, args, pb.cuFuncSetCacheConfig_Result, rt.route("cuFuncSetCacheConfig", (hfunc,), (), ()))
+    res = rt.call(1688761246, args, pb.cuFuncSetCacheConfig_Result, rt.route("cuFuncSetCacheConfig", (), (hfunc,), (), ()))
     return res.status
 
 
@@ -640,7 +640,7 @@ def cuFuncSetSharedMemConfig(hfunc, config):
     args = pb.cuFuncSetSharedMemConfig_Args()
     args.hfunc = rt.server_function(hfunc)
     args.config = config
-    res = rt.call(1389123837, args, pb.cuFuncSetSharedMemConfig_Result, rt.route("cuFuncSetSharedMemConfig", (hfunc,), (), ()))
+    res = rt.call(1389123837, args, pb.cuFuncSetSharedMemConfig_Result, rt.route("cuFuncSetSharedMemConfig", (), (hfunc,), (), ()))
     return res.status
 
 
@@ -652,7 +652,7 @@ def cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, dependencies_len
     args.dependencies = rt.read(dependencies, dependencies_len)
     args.numDependencies = numDependencies
     args.childGraph = childGraph
-    res = rt.call(1642307952, args, pb.cuGraphAddChildGraphNode_Result, rt.route("cuGraphAddChildGraphNode", (hGraph, childGraph), (), ()))
+    res = rt.call(1642307952, args, pb.cuGraphAddChildGraphNode_Result, rt.route("cuGraphAddChildGraphNode", (), (hGraph, childGraph), (), ()))
     if res.status == 0:
         rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
     return res.status
@@ -667,7 +667,7 @@ def cuGraphAddDependencies_v2(hGraph, from_, from__len, to, to_len, edgeData, ed
     args.to = rt.read(to, to_len)
     args.edgeData = rt.read(edgeData, edgeData_len) if edgeData != ffi.NULL else b""
     args.numDependencies = numDependencies
-    res = rt.call(3880841238, args, pb.cuGraphAddDependencies_v2_Result, rt.route("cuGraphAddDependencies_v2", (hGraph,), (), ()))
+    res = rt.call(3880841238, args, pb.cuGraphAddDependencies_v2_Result, rt.route("cuGraphAddDependencies_v2", (), (hGraph,), (), ()))
     return res.status
 
 
@@ -678,7 +678,7 @@ def cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, dependencies_len, num
     args.hGraph = hGraph
     args.dependencies = rt.read(dependencies, dependencies_len)
     args.numDependencies = numDependencies
-    res = rt.call(2671003589, args, pb.cuGraphAddEmptyNode_Result, rt.route("cuGraphAddEmptyNode", (hGraph,), (), ()))
+    res = rt.call(2671003589, args, pb.cuGraphAddEmptyNode_Result, rt.route("cuGraphAddEmptyNode", (), (hGraph,), (), ()))
     if res.status == 0:
         rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
     return res.status
@@ -692,7 +692,7 @@ def cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, dependencies_le
     args.dependencies = rt.read(dependencies, dependencies_len)
     args.numDependencies = numDependencies
     args.event = event
-    res = rt.call(376649883, args, pb.cuGraphAddEventRecordNode_Result, rt.route("cuGraphAddEventRecordNode", (hGraph, event), (), ()))
+    res = rt.call(376649883, args, pb.cuGraphAddEventRecordNode_Result, rt.route("cuGraphAddEventRecordNode", (), (hGraph, event), (), ()))
     if res.status == 0:
         rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
     return res.status
@@ -706,7 +706,7 @@ def cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, dependencies_len,
     args.dependencies = rt.read(dependencies, dependencies_len)
     args.numDependencies = numDependencies
     args.event = event
-    res = rt.call(2074907796, args, pb.cuGraphAddEventWaitNode_Result, rt.route("cuGraphAddEventWaitNode", (hGraph, event), (), ()))
+    res = rt.call(2074907796, args, pb.cuGraphAddEventWaitNode_Result, rt.route("cuGraphAddEventWaitNode", (), (hGraph, event), (), ()))
     if res.status == 0:
         rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
     return res.status
@@ -721,7 +721,7 @@ def cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, dependencies_len, nu
     args.numDependencies = numDependencies
     args.copyParams = rt.read(copyParams, copyParams_len)
     args.ctx = ctx
-    res = rt.call(3494723537, args, pb.cuGraphAddMemcpyNode_Result, rt.route("cuGraphAddMemcpyNode", (ctx, hGraph), (), ()))
+    res = rt.call(3494723537, args, pb.cuGraphAddMemcpyNode_Result, rt.route("cuGraphAddMemcpyNode", (), (ctx, hGraph), (), ()))
     if res.status == 0:
         rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
     return res.status
@@ -736,7 +736,7 @@ def cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, dependencies_len, nu
     args.numDependencies = numDependencies
     args.memsetParams = rt.read(memsetParams, memsetParams_len)
     args.ctx = ctx
-    res = rt.call(471397510, args, pb.cuGraphAddMemsetNode_Result, rt.route("cuGraphAddMemsetNode", (ctx, hGraph), (), ()))
+    res = rt.call(471397510, args, pb.cuGraphAddMemsetNode_Result, rt.route("cuGraphAddMemsetNode", (), (ctx, hGraph), (), ()))
     if res.status == 0:
         rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
     return res.status
@@ -747,7 +747,7 @@ def cuGraphChildGraphNodeGetGraph(hNode, phGraph):
     """cuGraphChildGraphNodeGetGraph (cuda.h)"""
     args = pb.cuGraphChildGraphNodeGetGraph_Args()
     args.hNode = hNode
-    res = rt.call(378561055, args, pb.cuGraphChildGraphNodeGetGraph_Result, rt.route("cuGraphChildGraphNodeGetGraph", (hNode,), (), ()))
+    res = rt.call(378561055, args, pb.cuGraphChildGraphNodeGetGraph_Result, rt.route("cuGraphChildGraphNodeGetGraph", (), (hNode,), (), ()))
     if res.status == 0:
         rt.write_scalar(phGraph, "uint64_t", res.phGraph)
     return res.status
@@ -758,7 +758,7 @@ def cuGraphClone(phGraphClone, originalGraph):
     """cuGraphClone (cuda.h)"""
     args = pb.cuGraphClone_Args()
     args.originalGraph = originalGraph
-    res = rt.call(4133468500, args, pb.cuGraphClone_Result, rt.route("cuGraphClone", (originalGraph,), (), ()))
+    res = rt.call(4133468500, args, pb.cuGraphClone_Result, rt.route("cuGraphClone", (), (originalGraph,), (), ()))
     if res.status == 0:
         rt.write_scalar(phGraphClone, "uint64_t", res.phGraphClone)
     return res.status
@@ -772,7 +772,7 @@ def cuGraphConditionalHandleCreate(pHandle_out, hGraph, ctx, defaultLaunchValue,
     args.ctx = ctx
     args.defaultLaunchValue = defaultLaunchValue
     args.flags = flags
-    res = rt.call(1689373620, args, pb.cuGraphConditionalHandleCreate_Result, rt.route("cuGraphConditionalHandleCreate", (ctx, hGraph), (), ()))
+    res = rt.call(1689373620, args, pb.cuGraphConditionalHandleCreate_Result, rt.route("cuGraphConditionalHandleCreate", (), (ctx, hGraph), (), ()))
     if res.status == 0:
         rt.write_scalar(pHandle_out, "uint64_t", res.pHandle_out)
     return res.status
@@ -794,7 +794,7 @@ def cuGraphDestroy(hGraph):
     """cuGraphDestroy (cuda.h)"""
     args = pb.cuGraphDestroy_Args()
     args.hGraph = hGraph
-    res = rt.call(2272976611, args, pb.cuGraphDestroy_Result, rt.route("cuGraphDestroy", (hGraph,), (), ()))
+    res = rt.call(2272976611, args, pb.cuGraphDestroy_Result, rt.route("cuGraphDestroy", (), (hGraph,), (), ()))
     if res.status == 0:
         rt.untrack_alloc(hGraph)
     return res.status
@@ -805,7 +805,7 @@ def cuGraphDestroyNode(hNode):
     """cuGraphDestroyNode (cuda.h)"""
     args = pb.cuGraphDestroyNode_Args()
     args.hNode = hNode
-    res = rt.call(3231463016, args, pb.cuGraphDestroyNode_Result, rt.route("cuGraphDestroyNode", (hNode,), (), ()))
+    res = rt.call(3231463016, args, pb.cuGraphDestroyNode_Result, rt.route("cuGraphDestroyNode", (), (hNode,), (), ()))
     if res.status == 0:
         rt.untrack_alloc(hNode)
     return res.status
@@ -816,7 +816,7 @@ def cuGraphEventRecordNodeGetEvent(hNode, event_out):
     """cuGraphEventRecordNodeGetEvent (cuda.h)"""
     args = pb.cuGraphEventRecordNodeGetEvent_Args()
     args.hNode = hNode
-    res = rt.call(3071554212, args, pb.cuGraphEventRecordNodeGetEvent_Result, rt.route("cuGraphEventRecordNodeGetEvent", (hNode,), (), ()))
+    res = rt.call(3071554212, args, pb.cuGraphEventRecordNodeGetEvent_Result, rt.route("cuGraphEventRecordNodeGetEvent", (), (hNode,), (), ()))
     if res.status == 0:
         rt.write_scalar(event_out, "uint64_t", res.event_out)
     return res.status
@@ -828,7 +828,7 @@ def cuGraphEventRecordNodeSetEvent(hNode, event):
     args = pb.cuGraphEventRecordNodeSetEvent_Args()
     args.hNode = hNode
     args.event = event
-    res = rt.call(1340411253, args, pb.cuGraphEventRecordNodeSetEvent_Result, rt.route("cuGraphEventRecordNodeSetEvent", (hNode, event), (), ()))
+    res = rt.call(1340411253, args, pb.cuGraphEventRecordNodeSetEvent_Result, rt.route("cuGraphEventRecordNodeSetEvent", (), (hNode, event), (), ()))
     return res.status
 
 
@@ -837,7 +837,7 @@ def cuGraphEventWaitNodeGetEvent(hNode, event_out):
     """cuGraphEventWaitNodeGetEvent (cuda.h)"""
     args = pb.cuGraphEventWaitNodeGetEvent_Args()
     args.hNode = hNode
-    res = rt.call(2003086414, args, pb.cuGraphEventWaitNodeGetEvent_Result, rt.route("cuGraphEventWaitNodeGetEvent", (hNode,), (), ()))
+    res = rt.call(2003086414, args, pb.cuGraphEventWaitNodeGetEvent_Result, rt.route("cuGraphEventWaitNodeGetEvent", (), (hNode,), (), ()))
     if res.status == 0:
         rt.write_scalar(event_out, "uint64_t", res.event_out)
     return res.status
@@ -849,7 +849,7 @@ def cuGraphEventWaitNodeSetEvent(hNode, event):
     args = pb.cuGraphEventWaitNodeSetEvent_Args()
     args.hNode = hNode
     args.event = event
-    res = rt.call(2408944543, args, pb.cuGraphEventWaitNodeSetEvent_Result, rt.route("cuGraphEventWaitNodeSetEvent", (hNode, event), (), ()))
+    res = rt.call(2408944543, args, pb.cuGraphEventWaitNodeSetEvent_Result, rt.route("cuGraphEventWaitNodeSetEvent", (), (hNode, event), (), ()))
     return res.status
 
 
@@ -860,7 +860,7 @@ def cuGraphExecChildGraphNodeSetParams(hGraphExec, hNode, childGraph):
     args.hGraphExec = hGraphExec
     args.hNode = hNode
     args.childGraph = childGraph
-    res = rt.call(3782568951, args, pb.cuGraphExecChildGraphNodeSetParams_Result, rt.route("cuGraphExecChildGraphNodeSetParams", (hGraphExec, hNode, childGraph), (), ()))
+    res = rt.call(3782568951, args, pb.cuGraphExecChildGraphNodeSetParams_Result, rt.route("cuGraphExecChildGraphNodeSetParams", (), (hGraphExec, hNode, childGraph), (), ()))
     return res.status
 
 
@@ -869,7 +869,7 @@ def cuGraphExecDestroy(hGraphExec):
     """cuGraphExecDestroy (cuda.h)"""
     args = pb.cuGraphExecDestroy_Args()
     args.hGraphExec = hGraphExec
-    res = rt.call(652470004, args, pb.cuGraphExecDestroy_Result, rt.route("cuGraphExecDestroy", (hGraphExec,), (), ()))
+    res = rt.call(652470004, args, pb.cuGraphExecDestroy_Result, rt.route("cuGraphExecDestroy", (), (hGraphExec,), (), ()))
     if res.status == 0:
         rt.untrack_alloc(hGraphExec)
     return res.status
@@ -882,7 +882,7 @@ def cuGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event):
     args.hGraphExec = hGraphExec
     args.hNode = hNode
     args.event = event
-    res = rt.call(3523231073, args, pb.cuGraphExecEventRecordNodeSetEvent_Result, rt.route("cuGraphExecEventRecordNodeSetEvent", (hGraphExec, hNode, event), (), ()))
+    res = rt.call(3523231073, args, pb.cuGraphExecEventRecordNodeSetEvent_Result, rt.route("cuGraphExecEventRecordNodeSetEvent", (), (hGraphExec, hNode, event), (), ()))
     return res.status
 
 
@@ -893,7 +893,7 @@ def cuGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event):
     args.hGraphExec = hGraphExec
     args.hNode = hNode
     args.event = event
-    res = rt.call(269870708, args, pb.cuGraphExecEventWaitNodeSetEvent_Result, rt.route("cuGraphExecEventWaitNodeSetEvent", (hGraphExec, hNode, event), (), ()))
+    res = rt.call(269870708, args, pb.cuGraphExecEventWaitNodeSetEvent_Result, rt.route("cuGraphExecEventWaitNodeSetEvent", (), (hGraphExec, hNode, event), (), ()))
     return res.status
 
 
@@ -902,7 +902,7 @@ def cuGraphExecGetFlags(hGraphExec, flags):
     """cuGraphExecGetFlags (cuda.h)"""
     args = pb.cuGraphExecGetFlags_Args()
     args.hGraphExec = hGraphExec
-    res = rt.call(2274030636, args, pb.cuGraphExecGetFlags_Result, rt.route("cuGraphExecGetFlags", (hGraphExec,), (), ()))
+    res = rt.call(2274030636, args, pb.cuGraphExecGetFlags_Result, rt.route("cuGraphExecGetFlags", (), (hGraphExec,), (), ()))
     if res.status == 0:
         rt.write_scalar(flags, "uint64_t", res.flags)
     return res.status
@@ -916,7 +916,7 @@ def cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, copyParams_len
     args.hNode = hNode
     args.copyParams = rt.read(copyParams, copyParams_len)
     args.ctx = ctx
-    res = rt.call(2124575903, args, pb.cuGraphExecMemcpyNodeSetParams_Result, rt.route("cuGraphExecMemcpyNodeSetParams", (ctx, hGraphExec, hNode), (), ()))
+    res = rt.call(2124575903, args, pb.cuGraphExecMemcpyNodeSetParams_Result, rt.route("cuGraphExecMemcpyNodeSetParams", (), (ctx, hGraphExec, hNode), (), ()))
     return res.status
 
 
@@ -928,7 +928,7 @@ def cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams, memsetParams
     args.hNode = hNode
     args.memsetParams = rt.read(memsetParams, memsetParams_len)
     args.ctx = ctx
-    res = rt.call(1486494622, args, pb.cuGraphExecMemsetNodeSetParams_Result, rt.route("cuGraphExecMemsetNodeSetParams", (ctx, hGraphExec, hNode), (), ()))
+    res = rt.call(1486494622, args, pb.cuGraphExecMemsetNodeSetParams_Result, rt.route("cuGraphExecMemsetNodeSetParams", (), (ctx, hGraphExec, hNode), (), ()))
     return res.status
 
 
@@ -939,7 +939,7 @@ def cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo, resultInfo_len):
     args.hGraphExec = hGraphExec
     args.hGraph = hGraph
     rt.expect(resultInfo, resultInfo_len)
-    res = rt.call(1802350491, args, pb.cuGraphExecUpdate_v2_Result, rt.route("cuGraphExecUpdate_v2", (hGraphExec, hGraph), (), ()))
+    res = rt.call(1802350491, args, pb.cuGraphExecUpdate_v2_Result, rt.route("cuGraphExecUpdate_v2", (), (hGraphExec, hGraph), (), ()))
     if res.status == 0:
         rt.write(resultInfo, res.resultInfo, resultInfo_len)
     return res.status
@@ -951,7 +951,7 @@ def cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags):
     args = pb.cuGraphInstantiateWithFlags_Args()
     args.hGraph = hGraph
     args.flags = flags
-    res = rt.call(115605169, args, pb.cuGraphInstantiateWithFlags_Result, rt.route("cuGraphInstantiateWithFlags", (hGraph,), (), ()))
+    res = rt.call(115605169, args, pb.cuGraphInstantiateWithFlags_Result, rt.route("cuGraphInstantiateWithFlags", (), (hGraph,), (), ()))
     if res.status == 0:
         rt.write_scalar(phGraphExec, "uint64_t", res.phGraphExec)
     return res.status
@@ -963,7 +963,7 @@ def cuGraphKernelNodeCopyAttributes(dst, src):
     args = pb.cuGraphKernelNodeCopyAttributes_Args()
     args.dst = dst
     args.src = src
-    res = rt.call(800820327, args, pb.cuGraphKernelNodeCopyAttributes_Result, rt.route("cuGraphKernelNodeCopyAttributes", (dst, src), (), ()))
+    res = rt.call(800820327, args, pb.cuGraphKernelNodeCopyAttributes_Result, rt.route("cuGraphKernelNodeCopyAttributes", (), (dst, src), (), ()))
     return res.status
 
 
@@ -974,7 +974,7 @@ def cuGraphKernelNodeGetAttribute(hNode, attr, value_out, value_out_len):
     args.hNode = hNode
     args.attr = attr
     rt.expect(value_out, value_out_len)
-    res = rt.call(3793704434, args, pb.cuGraphKernelNodeGetAttribute_Result, rt.route("cuGraphKernelNodeGetAttribute", (hNode,), (), ()))
+    res = rt.call(3793704434, args, pb.cuGraphKernelNodeGetAttribute_Result, rt.route("cuGraphKernelNodeGetAttribute", (), (hNode,), (), ()))
     if res.status == 0:
         rt.write(value_out, res.value_out, value_out_len)
     return res.status
@@ -987,7 +987,7 @@ def cuGraphKernelNodeSetAttribute(hNode, attr, value, value_len):
     args.hNode = hNode
     args.attr = attr
     args.value = rt.read(value, value_len)
-    res = rt.call(3976299377, args, pb.cuGraphKernelNodeSetAttribute_Result, rt.route("cuGraphKernelNodeSetAttribute", (hNode,), (), ()))
+    res = rt.call(3976299377, args, pb.cuGraphKernelNodeSetAttribute_Result, rt.route("cuGraphKernelNodeSetAttribute", (), (hNode,), (), ()))
     return res.status
 
 
@@ -996,7 +996,7 @@ def cuGraphMemFreeNodeGetParams(hNode, dptr_out):
     """cuGraphMemFreeNodeGetParams (cuda.h)"""
     args = pb.cuGraphMemFreeNodeGetParams_Args()
     args.hNode = hNode
-    res = rt.call(1901836585, args, pb.cuGraphMemFreeNodeGetParams_Result, rt.route("cuGraphMemFreeNodeGetParams", (hNode,), (), ()))
+    res = rt.call(1901836585, args, pb.cuGraphMemFreeNodeGetParams_Result, rt.route("cuGraphMemFreeNodeGetParams", (), (hNode,), (), ()))
     if res.status == 0:
         rt.write_scalar(dptr_out, "uint64_t", res.dptr_out)
     return res.status
@@ -1008,7 +1008,7 @@ def cuGraphMemcpyNodeGetParams(hNode, nodeParams, nodeParams_len):
     args = pb.cuGraphMemcpyNodeGetParams_Args()
     args.hNode = hNode
     rt.expect(nodeParams, nodeParams_len)
-    res = rt.call(2881944644, args, pb.cuGraphMemcpyNodeGetParams_Result, rt.route("cuGraphMemcpyNodeGetParams", (hNode,), (), ()))
+    res = rt.call(2881944644, args, pb.cuGraphMemcpyNodeGetParams_Result, rt.route("cuGraphMemcpyNodeGetParams", (), (hNode,), (), ()))
     if res.status == 0:
         rt.write(nodeParams, res.nodeParams, nodeParams_len)
     return res.status
@@ -1020,7 +1020,7 @@ def cuGraphMemcpyNodeSetParams(hNode, nodeParams, nodeParams_len):
     args = pb.cuGraphMemcpyNodeSetParams_Args()
     args.hNode = hNode
     args.nodeParams = rt.read(nodeParams, nodeParams_len)
-    res = rt.call(1525346105, args, pb.cuGraphMemcpyNodeSetParams_Result, rt.route("cuGraphMemcpyNodeSetParams", (hNode,), (), ()))
+    res = rt.call(1525346105, args, pb.cuGraphMemcpyNodeSetParams_Result, rt.route("cuGraphMemcpyNodeSetParams", (), (hNode,), (), ()))
     return res.status
 
 
@@ -1030,7 +1030,7 @@ def cuGraphMemsetNodeGetParams(hNode, nodeParams, nodeParams_len):
     args = pb.cuGraphMemsetNodeGetParams_Args()
     args.hNode = hNode
     rt.expect(nodeParams, nodeParams_len)
-    res = rt.call(2382271301, args, pb.cuGraphMemsetNodeGetParams_Result, rt.route("cuGraphMemsetNodeGetParams", (hNode,), (), ()))
+    res = rt.call(2382271301, args, pb.cuGraphMemsetNodeGetParams_Result, rt.route("cuGraphMemsetNodeGetParams", (), (hNode,), (), ()))
     if res.status == 0:
         rt.write(nodeParams, res.nodeParams, nodeParams_len)
     return res.status
@@ -1042,7 +1042,7 @@ def cuGraphMemsetNodeSetParams(hNode, nodeParams, nodeParams_len):
     args = pb.cuGraphMemsetNodeSetParams_Args()
     args.hNode = hNode
     args.nodeParams = rt.read(nodeParams, nodeParams_len)
-    res = rt.call(2094170168, args, pb.cuGraphMemsetNodeSetParams_Result, rt.route("cuGraphMemsetNodeSetParams", (hNode,), (), ()))
+    res = rt.call(2094170168, args, pb.cuGraphMemsetNodeSetParams_Result, rt.route("cuGraphMemsetNodeSetParams", (), (hNode,), (), ()))
     return res.status
 
 
@@ -1052,7 +1052,7 @@ def cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph):
     args = pb.cuGraphNodeFindInClone_Args()
     args.hOriginalNode = hOriginalNode
     args.hClonedGraph = hClonedGraph
-    res = rt.call(3493970731, args, pb.cuGraphNodeFindInClone_Result, rt.route("cuGraphNodeFindInClone", (hOriginalNode, hClonedGraph), (), ()))
+    res = rt.call(3493970731, args, pb.cuGraphNodeFindInClone_Result, rt.route("cuGraphNodeFindInClone", (), (hOriginalNode, hClonedGraph), (), ()))
     if res.status == 0:
         rt.write_scalar(phNode, "uint64_t", res.phNode)
     return res.status
@@ -1064,7 +1064,7 @@ def cuGraphNodeGetEnabled(hGraphExec, hNode, isEnabled):
     args = pb.cuGraphNodeGetEnabled_Args()
     args.hGraphExec = hGraphExec
     args.hNode = hNode
-    res = rt.call(968179927, args, pb.cuGraphNodeGetEnabled_Result, rt.route("cuGraphNodeGetEnabled", (hGraphExec, hNode), (), ()))
+    res = rt.call(968179927, args, pb.cuGraphNodeGetEnabled_Result, rt.route("cuGraphNodeGetEnabled", (), (hGraphExec, hNode), (), ()))
     if res.status == 0:
         rt.write_scalar(isEnabled, "uint32_t", res.isEnabled)
     return res.status
@@ -1075,7 +1075,7 @@ def cuGraphNodeGetType(hNode, type):
     """cuGraphNodeGetType (cuda.h)"""
     args = pb.cuGraphNodeGetType_Args()
     args.hNode = hNode
-    res = rt.call(3880792678, args, pb.cuGraphNodeGetType_Result, rt.route("cuGraphNodeGetType", (hNode,), (), ()))
+    res = rt.call(3880792678, args, pb.cuGraphNodeGetType_Result, rt.route("cuGraphNodeGetType", (), (hNode,), (), ()))
     if res.status == 0:
         rt.write_scalar(type, "int32_t", res.type)
     return res.status
@@ -1088,7 +1088,7 @@ def cuGraphNodeSetEnabled(hGraphExec, hNode, isEnabled):
     args.hGraphExec = hGraphExec
     args.hNode = hNode
     args.isEnabled = isEnabled
-    res = rt.call(401629509, args, pb.cuGraphNodeSetEnabled_Result, rt.route("cuGraphNodeSetEnabled", (hGraphExec, hNode), (), ()))
+    res = rt.call(401629509, args, pb.cuGraphNodeSetEnabled_Result, rt.route("cuGraphNodeSetEnabled", (), (hGraphExec, hNode), (), ()))
     return res.status
 
 
@@ -1101,7 +1101,7 @@ def cuGraphRemoveDependencies_v2(hGraph, from_, from__len, to, to_len, edgeData,
     args.to = rt.read(to, to_len)
     args.edgeData = rt.read(edgeData, edgeData_len) if edgeData != ffi.NULL else b""
     args.numDependencies = numDependencies
-    res = rt.call(1606074400, args, pb.cuGraphRemoveDependencies_v2_Result, rt.route("cuGraphRemoveDependencies_v2", (hGraph,), (), ()))
+    res = rt.call(1606074400, args, pb.cuGraphRemoveDependencies_v2_Result, rt.route("cuGraphRemoveDependencies_v2", (), (hGraph,), (), ()))
     return res.status
 
 
@@ -1111,7 +1111,7 @@ def cuGraphUpload(hGraphExec, hStream):
     args = pb.cuGraphUpload_Args()
     args.hGraphExec = hGraphExec
     args.hStream = hStream
-    res = rt.call(4087946048, args, pb.cuGraphUpload_Result, rt.route("cuGraphUpload", (hStream, hGraphExec), (), ()))
+    res = rt.call(4087946048, args, pb.cuGraphUpload_Result, rt.route("cuGraphUpload", (hStream,), (hGraphExec,), (), ()))
     return res.status
 
 
@@ -1120,7 +1120,7 @@ def cuIpcCloseMemHandle(dptr):
     """cuIpcCloseMemHandle (cuda.h)"""
     args = pb.cuIpcCloseMemHandle_Args()
     args.dptr = dptr
-    res = rt.call(1452607273, args, pb.cuIpcCloseMemHandle_Result, rt.route("cuIpcCloseMemHandle", (), (dptr,), ()))
+    res = rt.call(1452607273, args, pb.cuIpcCloseMemHandle_Result, rt.route("cuIpcCloseMemHandle", (), (), (dptr,), ()))
     if res.status == 0:
         rt.untrack_alloc(dptr)
     return res.status
@@ -1132,7 +1132,7 @@ def cuIpcGetEventHandle(pHandle, pHandle_len, event):
     args = pb.cuIpcGetEventHandle_Args()
     args.event = event
     rt.expect(pHandle, pHandle_len)
-    res = rt.call(795186540, args, pb.cuIpcGetEventHandle_Result, rt.route("cuIpcGetEventHandle", (event,), (), ()))
+    res = rt.call(795186540, args, pb.cuIpcGetEventHandle_Result, rt.route("cuIpcGetEventHandle", (), (event,), (), ()))
     if res.status == 0:
         rt.write(pHandle, res.pHandle, pHandle_len)
     return res.status
@@ -1144,7 +1144,7 @@ def cuIpcGetMemHandle(pHandle, pHandle_len, dptr):
     args = pb.cuIpcGetMemHandle_Args()
     args.dptr = dptr
     rt.expect(pHandle, pHandle_len)
-    res = rt.call(1240684798, args, pb.cuIpcGetMemHandle_Result, rt.route("cuIpcGetMemHandle", (), (dptr,), ()))
+    res = rt.call(1240684798, args, pb.cuIpcGetMemHandle_Result, rt.route("cuIpcGetMemHandle", (), (), (dptr,), ()))
     if res.status == 0:
         rt.write(pHandle, res.pHandle, pHandle_len)
     return res.status
@@ -1180,7 +1180,7 @@ def cuKernelGetAttribute(pi, attrib, kernel, dev):
     args.attrib = attrib
     args.kernel = kernel
     args.dev = rt.own_device(dev)
-    res = rt.call(1724498758, args, pb.cuKernelGetAttribute_Result, rt.route("cuKernelGetAttribute", (), (), (dev,)))
+    res = rt.call(1724498758, args, pb.cuKernelGetAttribute_Result, rt.route("cuKernelGetAttribute", (), (), (), (dev,)))
     if res.status == 0:
         rt.write_scalar(pi, "int32_t", res.pi)
     return res.status
@@ -1218,7 +1218,7 @@ def cuKernelSetAttribute(attrib, val, kernel, dev):
     args.val = val
     args.kernel = kernel
     args.dev = rt.own_device(dev)
-    res = rt.call(1775703493, args, pb.cuKernelSetAttribute_Result, rt.route("cuKernelSetAttribute", (), (), (dev,)))
+    res = rt.call(1775703493, args, pb.cuKernelSetAttribute_Result, rt.route("cuKernelSetAttribute", (), (), (), (dev,)))
     return res.status
 
 
@@ -1229,7 +1229,7 @@ def cuKernelSetCacheConfig(kernel, config, dev):
     args.kernel = kernel
     args.config = config
     args.dev = rt.own_device(dev)
-    res = rt.call(1572033421, args, pb.cuKernelSetCacheConfig_Result, rt.route("cuKernelSetCacheConfig", (), (), (dev,)))
+    res = rt.call(1572033421, args, pb.cuKernelSetCacheConfig_Result, rt.route("cuKernelSetCacheConfig", (), (), (), (dev,)))
     return res.status
 
 
@@ -1261,7 +1261,7 @@ def cuMemAddressFree(ptr, size):
     args = pb.cuMemAddressFree_Args()
     args.ptr = ptr
     args.size = size
-    res = rt.call(2628355774, args, pb.cuMemAddressFree_Result, rt.route("cuMemAddressFree", (), (ptr,), ()))
+    res = rt.call(2628355774, args, pb.cuMemAddressFree_Result, rt.route("cuMemAddressFree", (), (), (ptr,), ()))
     return res.status
 
 
@@ -1273,7 +1273,7 @@ def cuMemAddressReserve(ptr, size, alignment, addr, flags):
     args.alignment = alignment
     args.addr = addr
     args.flags = flags
-    res = rt.call(2205692240, args, pb.cuMemAddressReserve_Result, rt.route("cuMemAddressReserve", (), (addr,), ()))
+    res = rt.call(2205692240, args, pb.cuMemAddressReserve_Result, rt.route("cuMemAddressReserve", (), (), (addr,), ()))
     if res.status == 0:
         rt.write_scalar(ptr, "uint64_t", res.ptr)
     return res.status
@@ -1285,7 +1285,7 @@ def cuMemAllocAsync(dptr, bytesize, hStream):
     args = pb.cuMemAllocAsync_Args()
     args.bytesize = bytesize
     args.hStream = hStream
-    res = rt.call(3963973914, args, pb.cuMemAllocAsync_Result, rt.route("cuMemAllocAsync", (hStream,), (), ()))
+    res = rt.call(3963973914, args, pb.cuMemAllocAsync_Result, rt.route("cuMemAllocAsync", (hStream,), (), (), ()))
     if res.status == 0:
         rt.write_scalar(dptr, "uint64_t", res.dptr)
         rt.track_alloc(res.dptr, bytesize)
@@ -1299,7 +1299,7 @@ def cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream):
     args.bytesize = bytesize
     args.pool = pool
     args.hStream = hStream
-    res = rt.call(1326874906, args, pb.cuMemAllocFromPoolAsync_Result, rt.route("cuMemAllocFromPoolAsync", (hStream, pool), (), ()))
+    res = rt.call(1326874906, args, pb.cuMemAllocFromPoolAsync_Result, rt.route("cuMemAllocFromPoolAsync", (hStream,), (pool,), (), ()))
     if res.status == 0:
         rt.write_scalar(dptr, "uint64_t", res.dptr)
         rt.track_alloc(res.dptr, bytesize)
@@ -1366,7 +1366,7 @@ def cuMemFreeAsync(dptr, hStream):
     args = pb.cuMemFreeAsync_Args()
     args.dptr = dptr
     args.hStream = hStream
-    res = rt.call(2268878162, args, pb.cuMemFreeAsync_Result, rt.route("cuMemFreeAsync", (hStream,), (dptr,), ()))
+    res = rt.call(2268878162, args, pb.cuMemFreeAsync_Result, rt.route("cuMemFreeAsync", (hStream,), (), (dptr,), ()))
     if res.status == 0:
         rt.untrack_alloc(dptr)
     return res.status
@@ -1377,7 +1377,7 @@ def cuMemFree_v2(dptr):
     """cuMemFree_v2 (cuda.h)"""
     args = pb.cuMemFree_v2_Args()
     args.dptr = dptr
-    res = rt.call(2004586063, args, pb.cuMemFree_v2_Result, rt.route("cuMemFree_v2", (), (dptr,), ()))
+    res = rt.call(2004586063, args, pb.cuMemFree_v2_Result, rt.route("cuMemFree_v2", (), (), (dptr,), ()))
     if res.status == 0:
         rt.untrack_alloc(dptr)
     return res.status
@@ -1389,7 +1389,7 @@ def cuMemGetAccess(flags, location, location_len, ptr):
     args = pb.cuMemGetAccess_Args()
     args.location = rt.read(location, location_len)
     args.ptr = ptr
-    res = rt.call(2807211246, args, pb.cuMemGetAccess_Result, rt.route("cuMemGetAccess", (), (ptr,), ()))
+    res = rt.call(2807211246, args, pb.cuMemGetAccess_Result, rt.route("cuMemGetAccess", (), (), (ptr,), ()))
     if res.status == 0:
         rt.write_scalar(flags, "uint64_t", res.flags)
     return res.status
@@ -1451,7 +1451,7 @@ def cuMemMap(ptr, size, offset, handle, flags):
     args.offset = offset
     args.handle = handle
     args.flags = flags
-    res = rt.call(4209999013, args, pb.cuMemMap_Result, rt.route("cuMemMap", (), (ptr,), ()))
+    res = rt.call(4209999013, args, pb.cuMemMap_Result, rt.route("cuMemMap", (), (), (ptr,), ()))
     return res.status
 
 
@@ -1471,7 +1471,7 @@ def cuMemPoolDestroy(pool):
     """cuMemPoolDestroy (cuda.h)"""
     args = pb.cuMemPoolDestroy_Args()
     args.pool = pool
-    res = rt.call(3906768071, args, pb.cuMemPoolDestroy_Result, rt.route("cuMemPoolDestroy", (pool,), (), ()))
+    res = rt.call(3906768071, args, pb.cuMemPoolDestroy_Result, rt.route("cuMemPoolDestroy", (), (pool,), (), ()))
     if res.status == 0:
         rt.untrack_alloc(pool)
     return res.status
@@ -1483,7 +1483,7 @@ def cuMemPoolExportPointer(shareData_out, shareData_out_len, ptr):
     args = pb.cuMemPoolExportPointer_Args()
     args.ptr = ptr
     rt.expect(shareData_out, shareData_out_len)
-    res = rt.call(858999363, args, pb.cuMemPoolExportPointer_Result, rt.route("cuMemPoolExportPointer", (), (ptr,), ()))
+    res = rt.call(858999363, args, pb.cuMemPoolExportPointer_Result, rt.route("cuMemPoolExportPointer", (), (), (ptr,), ()))
     if res.status == 0:
         rt.write(shareData_out, res.shareData_out, shareData_out_len)
     return res.status
@@ -1497,7 +1497,7 @@ def cuMemPoolExportToShareableHandle(handle_out, handle_out_len, pool, handleTyp
     args.handleType = handleType
     args.flags = flags
     rt.expect(handle_out, handle_out_len)
-    res = rt.call(216093383, args, pb.cuMemPoolExportToShareableHandle_Result, rt.route("cuMemPoolExportToShareableHandle", (pool,), (), ()))
+    res = rt.call(216093383, args, pb.cuMemPoolExportToShareableHandle_Result, rt.route("cuMemPoolExportToShareableHandle", (), (pool,), (), ()))
     if res.status == 0:
         rt.write(handle_out, res.handle_out, handle_out_len)
     return res.status
@@ -1509,7 +1509,7 @@ def cuMemPoolGetAccess(flags, memPool, location, location_len):
     args = pb.cuMemPoolGetAccess_Args()
     args.memPool = memPool
     args.location = rt.read(location, location_len)
-    res = rt.call(1183166937, args, pb.cuMemPoolGetAccess_Result, rt.route("cuMemPoolGetAccess", (memPool,), (), ()))
+    res = rt.call(1183166937, args, pb.cuMemPoolGetAccess_Result, rt.route("cuMemPoolGetAccess", (), (memPool,), (), ()))
     if res.status == 0:
         rt.write_scalar(flags, "int32_t", res.flags)
     return res.status
@@ -1522,7 +1522,7 @@ def cuMemPoolGetAttribute(pool, attr, value, value_len):
     args.pool = pool
     args.attr = attr
     rt.expect(value, value_len)
-    res = rt.call(830843819, args, pb.cuMemPoolGetAttribute_Result, rt.route("cuMemPoolGetAttribute", (pool,), (), ()))
+    res = rt.call(830843819, args, pb.cuMemPoolGetAttribute_Result, rt.route("cuMemPoolGetAttribute", (), (pool,), (), ()))
     if res.status == 0:
         rt.write(value, res.value, value_len)
     return res.status
@@ -1547,7 +1547,7 @@ def cuMemPoolImportPointer(ptr_out, pool, shareData, shareData_len):
     args = pb.cuMemPoolImportPointer_Args()
     args.pool = pool
     args.shareData = rt.read(shareData, shareData_len)
-    res = rt.call(1026713940, args, pb.cuMemPoolImportPointer_Result, rt.route("cuMemPoolImportPointer", (pool,), (), ()))
+    res = rt.call(1026713940, args, pb.cuMemPoolImportPointer_Result, rt.route("cuMemPoolImportPointer", (), (pool,), (), ()))
     if res.status == 0:
         rt.write_scalar(ptr_out, "uint64_t", res.ptr_out)
     return res.status
@@ -1560,7 +1560,7 @@ def cuMemPoolSetAccess(pool, map, map_len, count):
     args.pool = pool
     args.map = rt.read(map, map_len)
     args.count = count
-    res = rt.call(3081347748, args, pb.cuMemPoolSetAccess_Result, rt.route("cuMemPoolSetAccess", (pool,), (), ()))
+    res = rt.call(3081347748, args, pb.cuMemPoolSetAccess_Result, rt.route("cuMemPoolSetAccess", (), (pool,), (), ()))
     return res.status
 
 
@@ -1571,7 +1571,7 @@ def cuMemPoolSetAttribute(pool, attr, value, value_len):
     args.pool = pool
     args.attr = attr
     args.value = rt.read(value, value_len)
-    res = rt.call(1050377512, args, pb.cuMemPoolSetAttribute_Result, rt.route("cuMemPoolSetAttribute", (pool,), (), ()))
+    res = rt.call(1050377512, args, pb.cuMemPoolSetAttribute_Result, rt.route("cuMemPoolSetAttribute", (), (pool,), (), ()))
     return res.status
 
 
@@ -1581,7 +1581,7 @@ def cuMemPoolTrimTo(pool, minBytesToKeep):
     args = pb.cuMemPoolTrimTo_Args()
     args.pool = pool
     args.minBytesToKeep = minBytesToKeep
-    res = rt.call(1437163825, args, pb.cuMemPoolTrimTo_Result, rt.route("cuMemPoolTrimTo", (pool,), (), ()))
+    res = rt.call(1437163825, args, pb.cuMemPoolTrimTo_Result, rt.route("cuMemPoolTrimTo", (), (pool,), (), ()))
     return res.status
 
 
@@ -1613,7 +1613,7 @@ def cuMemSetAccess(ptr, size, desc, desc_len, count):
     args.size = size
     args.desc = rt.read(desc, desc_len)
     args.count = count
-    res = rt.call(1451145107, args, pb.cuMemSetAccess_Result, rt.route("cuMemSetAccess", (), (ptr,), ()))
+    res = rt.call(1451145107, args, pb.cuMemSetAccess_Result, rt.route("cuMemSetAccess", (), (), (ptr,), ()))
     return res.status
 
 
@@ -1623,7 +1623,7 @@ def cuMemUnmap(ptr, size):
     args = pb.cuMemUnmap_Args()
     args.ptr = ptr
     args.size = size
-    res = rt.call(4227091015, args, pb.cuMemUnmap_Result, rt.route("cuMemUnmap", (), (ptr,), ()))
+    res = rt.call(4227091015, args, pb.cuMemUnmap_Result, rt.route("cuMemUnmap", (), (), (ptr,), ()))
     return res.status
 
 
@@ -1664,7 +1664,7 @@ def cuMemcpyAsync(dst, dst_len, src, src_len, ByteCount, hStream):
     args.hStream = hStream
     if args.HasField("dst_host"):
         rt.expect(dst, dst_len)
-    res = rt.call(1900514108, args, pb.cuMemcpyAsync_Result, rt.route("cuMemcpyAsync", (hStream,), (), ()))
+    res = rt.call(1900514108, args, pb.cuMemcpyAsync_Result, rt.route("cuMemcpyAsync", (hStream,), (), (), ()))
     if res.status == 0 and args.HasField("dst_host"):
         rt.write(dst, res.dst, dst_len)
     return res.status
@@ -1679,7 +1679,7 @@ def cuMemcpyAtoA_v2(dstArray, dstOffset, srcArray, srcOffset, ByteCount):
     args.srcArray = srcArray
     args.srcOffset = srcOffset
     args.ByteCount = ByteCount
-    res = rt.call(3732356633, args, pb.cuMemcpyAtoA_v2_Result, rt.route("cuMemcpyAtoA_v2", (dstArray, srcArray), (), ()))
+    res = rt.call(3732356633, args, pb.cuMemcpyAtoA_v2_Result, rt.route("cuMemcpyAtoA_v2", (), (dstArray, srcArray), (), ()))
     return res.status
 
 
@@ -1691,7 +1691,7 @@ def cuMemcpyAtoD_v2(dstDevice, srcArray, srcOffset, ByteCount):
     args.srcArray = srcArray
     args.srcOffset = srcOffset
     args.ByteCount = ByteCount
-    res = rt.call(3920219691, args, pb.cuMemcpyAtoD_v2_Result, rt.route("cuMemcpyAtoD_v2", (srcArray,), (dstDevice,), ()))
+    res = rt.call(3920219691, args, pb.cuMemcpyAtoD_v2_Result, rt.route("cuMemcpyAtoD_v2", (), (srcArray,), (dstDevice,), ()))
     return res.status
 
 
@@ -1704,7 +1704,7 @@ def cuMemcpyAtoHAsync_v2(dstHost, dstHost_len, srcArray, srcOffset, ByteCount, h
     args.ByteCount = ByteCount
     args.hStream = hStream
     rt.expect(dstHost, dstHost_len)
-    res = rt.call(3738512590, args, pb.cuMemcpyAtoHAsync_v2_Result, rt.route("cuMemcpyAtoHAsync_v2", (hStream, srcArray), (), ()))
+    res = rt.call(3738512590, args, pb.cuMemcpyAtoHAsync_v2_Result, rt.route("cuMemcpyAtoHAsync_v2", (hStream,), (srcArray,), (), ()))
     if res.status == 0:
         rt.write(dstHost, res.dstHost, dstHost_len)
     return res.status
@@ -1718,7 +1718,7 @@ def cuMemcpyAtoH_v2(dstHost, dstHost_len, srcArray, srcOffset, ByteCount):
     args.srcOffset = srcOffset
     args.ByteCount = ByteCount
     rt.expect(dstHost, dstHost_len)
-    res = rt.call(2743038355, args, pb.cuMemcpyAtoH_v2_Result, rt.route("cuMemcpyAtoH_v2", (srcArray,), (), ()))
+    res = rt.call(2743038355, args, pb.cuMemcpyAtoH_v2_Result, rt.route("cuMemcpyAtoH_v2", (), (srcArray,), (), ()))
     if res.status == 0:
         rt.write(dstHost, res.dstHost, dstHost_len)
     return res.status
@@ -1732,7 +1732,7 @@ def cuMemcpyDtoA_v2(dstArray, dstOffset, srcDevice, ByteCount):
     args.dstOffset = dstOffset
     args.srcDevice = srcDevice
     args.ByteCount = ByteCount
-    res = rt.call(2353992126, args, pb.cuMemcpyDtoA_v2_Result, rt.route("cuMemcpyDtoA_v2", (dstArray,), (srcDevice,), ()))
+    res = rt.call(2353992126, args, pb.cuMemcpyDtoA_v2_Result, rt.route("cuMemcpyDtoA_v2", (), (dstArray,), (srcDevice,), ()))
     return res.status
 
 
@@ -1743,7 +1743,7 @@ def cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount):
     args.dstDevice = dstDevice
     args.srcDevice = srcDevice
     args.ByteCount = ByteCount
-    res = rt.call(3146899852, args, pb.cuMemcpyDtoD_v2_Result, rt.route("cuMemcpyDtoD_v2", (), (dstDevice, srcDevice), ()))
+    res = rt.call(3146899852, args, pb.cuMemcpyDtoD_v2_Result, rt.route("cuMemcpyDtoD_v2", (), (), (dstDevice, srcDevice), ()))
     return res.status
 
 
@@ -1755,7 +1755,7 @@ def cuMemcpyDtoHAsync_v2(dstHost, dstHost_len, srcDevice, ByteCount, hStream):
     args.ByteCount = ByteCount
     args.hStream = hStream
     rt.expect(dstHost, dstHost_len)
-    res = rt.call(1182161886, args, pb.cuMemcpyDtoHAsync_v2_Result, rt.route("cuMemcpyDtoHAsync_v2", (hStream,), (srcDevice,), ()))
+    res = rt.call(1182161886, args, pb.cuMemcpyDtoHAsync_v2_Result, rt.route("cuMemcpyDtoHAsync_v2", (hStream,), (), (srcDevice,), ()))
     if res.status == 0:
         rt.write(dstHost, res.dstHost, dstHost_len)
     return res.status
@@ -1768,7 +1768,7 @@ def cuMemcpyDtoH_v2(dstHost, dstHost_len, srcDevice, ByteCount):
     args.srcDevice = srcDevice
     args.ByteCount = ByteCount
     rt.expect(dstHost, dstHost_len)
-    res = rt.call(4047986228, args, pb.cuMemcpyDtoH_v2_Result, rt.route("cuMemcpyDtoH_v2", (), (srcDevice,), ()))
+    res = rt.call(4047986228, args, pb.cuMemcpyDtoH_v2_Result, rt.route("cuMemcpyDtoH_v2", (), (), (srcDevice,), ()))
     if res.status == 0:
         rt.write(dstHost, res.dstHost, dstHost_len)
     return res.status
@@ -1783,7 +1783,7 @@ def cuMemcpyHtoAAsync_v2(dstArray, dstOffset, srcHost, srcHost_len, ByteCount, h
     args.srcHost = rt.read(srcHost, srcHost_len)
     args.ByteCount = ByteCount
     args.hStream = hStream
-    res = rt.call(4024410116, args, pb.cuMemcpyHtoAAsync_v2_Result, rt.route("cuMemcpyHtoAAsync_v2", (hStream, dstArray), (), ()))
+    res = rt.call(4024410116, args, pb.cuMemcpyHtoAAsync_v2_Result, rt.route("cuMemcpyHtoAAsync_v2", (hStream,), (dstArray,), (), ()))
     return res.status
 
 
@@ -1795,7 +1795,7 @@ def cuMemcpyHtoA_v2(dstArray, dstOffset, srcHost, srcHost_len, ByteCount):
     args.dstOffset = dstOffset
     args.srcHost = rt.read(srcHost, srcHost_len)
     args.ByteCount = ByteCount
-    res = rt.call(1273985994, args, pb.cuMemcpyHtoA_v2_Result, rt.route("cuMemcpyHtoA_v2", (dstArray,), (), ()))
+    res = rt.call(1273985994, args, pb.cuMemcpyHtoA_v2_Result, rt.route("cuMemcpyHtoA_v2", (), (dstArray,), (), ()))
     return res.status
 
 
@@ -1807,7 +1807,7 @@ def cuMemcpyHtoDAsync_v2(dstDevice, srcHost, srcHost_len, ByteCount, hStream):
     args.srcHost = rt.read(srcHost, srcHost_len)
     args.ByteCount = ByteCount
     args.hStream = hStream
-    res = rt.call(2773017931, args, pb.cuMemcpyHtoDAsync_v2_Result, rt.route("cuMemcpyHtoDAsync_v2", (hStream,), (dstDevice,), ()))
+    res = rt.call(2773017931, args, pb.cuMemcpyHtoDAsync_v2_Result, rt.route("cuMemcpyHtoDAsync_v2", (hStream,), (), (dstDevice,), ()))
     return res.status
 
 
@@ -1818,7 +1818,7 @@ def cuMemcpyHtoD_v2(dstDevice, srcHost, srcHost_len, ByteCount):
     args.dstDevice = dstDevice
     args.srcHost = rt.read(srcHost, srcHost_len)
     args.ByteCount = ByteCount
-    res = rt.call(2083621880, args, pb.cuMemcpyHtoD_v2_Result, rt.route("cuMemcpyHtoD_v2", (), (dstDevice,), ()))
+    res = rt.call(2083621880, args, pb.cuMemcpyHtoD_v2_Result, rt.route("cuMemcpyHtoD_v2", (), (), (dstDevice,), ()))
     return res.status
 
 
@@ -1831,7 +1831,7 @@ def cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount):
     args.srcDevice = srcDevice
     args.srcContext = srcContext
     args.ByteCount = ByteCount
-    res = rt.call(4212927275, args, pb.cuMemcpyPeer_Result, rt.route("cuMemcpyPeer", (dstContext, srcContext), (dstDevice, srcDevice), ()))
+    res = rt.call(4212927275, args, pb.cuMemcpyPeer_Result, rt.route("cuMemcpyPeer", (), (dstContext, srcContext), (dstDevice, srcDevice), ()))
     return res.status
 
 
@@ -1842,7 +1842,7 @@ def cuMemsetD16_v2(dstDevice, us, N):
     args.dstDevice = dstDevice
     args.us = us
     args.N = N
-    res = rt.call(1863459517, args, pb.cuMemsetD16_v2_Result, rt.route("cuMemsetD16_v2", (), (dstDevice,), ()))
+    res = rt.call(1863459517, args, pb.cuMemsetD16_v2_Result, rt.route("cuMemsetD16_v2", (), (), (dstDevice,), ()))
     return res.status
 
 
@@ -1855,7 +1855,7 @@ def cuMemsetD2D16_v2(dstDevice, dstPitch, us, Width, Height):
     args.us = us
     args.Width = Width
     args.Height = Height
-    res = rt.call(4269481017, args, pb.cuMemsetD2D16_v2_Result, rt.route("cuMemsetD2D16_v2", (), (dstDevice,), ()))
+    res = rt.call(4269481017, args, pb.cuMemsetD2D16_v2_Result, rt.route("cuMemsetD2D16_v2", (), (), (dstDevice,), ()))
     return res.status
 
 
@@ -1868,7 +1868,7 @@ def cuMemsetD2D32_v2(dstDevice, dstPitch, ui, Width, Height):
     args.ui = ui
     args.Width = Width
     args.Height = Height
-    res = rt.call(198825998, args, pb.cuMemsetD2D32_v2_Result, rt.route("cuMemsetD2D32_v2", (), (dstDevice,), ()))
+    res = rt.call(198825998, args, pb.cuMemsetD2D32_v2_Result, rt.route("cuMemsetD2D32_v2", (), (), (dstDevice,), ()))
     return res.status
 
 
@@ -1881,7 +1881,7 @@ def cuMemsetD2D8_v2(dstDevice, dstPitch, uc, Width, Height):
     args.uc = uc
     args.Width = Width
     args.Height = Height
-    res = rt.call(2945751755, args, pb.cuMemsetD2D8_v2_Result, rt.route("cuMemsetD2D8_v2", (), (dstDevice,), ()))
+    res = rt.call(2945751755, args, pb.cuMemsetD2D8_v2_Result, rt.route("cuMemsetD2D8_v2", (), (), (dstDevice,), ()))
     return res.status
 
 
@@ -1892,7 +1892,7 @@ def cuMemsetD32_v2(dstDevice, ui, N):
     args.dstDevice = dstDevice
     args.ui = ui
     args.N = N
-    res = rt.call(2595284618, args, pb.cuMemsetD32_v2_Result, rt.route("cuMemsetD32_v2", (), (dstDevice,), ()))
+    res = rt.call(2595284618, args, pb.cuMemsetD32_v2_Result, rt.route("cuMemsetD32_v2", (), (), (dstDevice,), ()))
     return res.status
 
 
@@ -1903,7 +1903,7 @@ def cuMemsetD8_v2(dstDevice, uc, N):
     args.dstDevice = dstDevice
     args.uc = uc
     args.N = N
-    res = rt.call(2730920325, args, pb.cuMemsetD8_v2_Result, rt.route("cuMemsetD8_v2", (), (dstDevice,), ()))
+    res = rt.call(2730920325, args, pb.cuMemsetD8_v2_Result, rt.route("cuMemsetD8_v2", (), (), (dstDevice,), ()))
     return res.status
 
 
@@ -1924,7 +1924,7 @@ def cuMipmappedArrayDestroy(hMipmappedArray):
     """cuMipmappedArrayDestroy (cuda.h)"""
     args = pb.cuMipmappedArrayDestroy_Args()
     args.hMipmappedArray = hMipmappedArray
-    res = rt.call(2248598059, args, pb.cuMipmappedArrayDestroy_Result, rt.route("cuMipmappedArrayDestroy", (hMipmappedArray,), (), ()))
+    res = rt.call(2248598059, args, pb.cuMipmappedArrayDestroy_Result, rt.route("cuMipmappedArrayDestroy", (), (hMipmappedArray,), (), ()))
     return res.status
 
 
@@ -1934,7 +1934,7 @@ def cuMipmappedArrayGetLevel(pLevelArray, hMipmappedArray, level):
     args = pb.cuMipmappedArrayGetLevel_Args()
     args.hMipmappedArray = hMipmappedArray
     args.level = level
-    res = rt.call(11097028, args, pb.cuMipmappedArrayGetLevel_Result, rt.route("cuMipmappedArrayGetLevel", (hMipmappedArray,), (), ()))
+    res = rt.call(11097028, args, pb.cuMipmappedArrayGetLevel_Result, rt.route("cuMipmappedArrayGetLevel", (), (hMipmappedArray,), (), ()))
     if res.status == 0:
         rt.write_scalar(pLevelArray, "uint64_t", res.pLevelArray)
     return res.status
@@ -1945,7 +1945,7 @@ def cuModuleGetFunctionCount(count, mod):
     """cuModuleGetFunctionCount (cuda.h)"""
     args = pb.cuModuleGetFunctionCount_Args()
     args.mod = mod
-    res = rt.call(2501116678, args, pb.cuModuleGetFunctionCount_Result, rt.route("cuModuleGetFunctionCount", (mod,), (), ()))
+    res = rt.call(2501116678, args, pb.cuModuleGetFunctionCount_Result, rt.route("cuModuleGetFunctionCount", (), (mod,), (), ()))
     if res.status == 0:
         rt.write_scalar(count, "uint32_t", res.count)
     return res.status
@@ -1958,7 +1958,7 @@ def cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, bl
     args.func = rt.server_function(func)
     args.numBlocks = numBlocks
     args.blockSize = blockSize
-    res = rt.call(3899431437, args, pb.cuOccupancyAvailableDynamicSMemPerBlock_Result, rt.route("cuOccupancyAvailableDynamicSMemPerBlock", (func,), (), ()))
+    res = rt.call(3899431437, args, pb.cuOccupancyAvailableDynamicSMemPerBlock_Result, rt.route("cuOccupancyAvailableDynamicSMemPerBlock", (), (func,), (), ()))
     if res.status == 0:
         rt.write_scalar(dynamicSmemSize, "uint64_t", res.dynamicSmemSize)
     return res.status
@@ -1971,7 +1971,7 @@ def cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dyna
     args.func = rt.server_function(func)
     args.blockSize = blockSize
     args.dynamicSMemSize = dynamicSMemSize
-    res = rt.call(3096712021, args, pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Result, rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessor", (func,), (), ()))
+    res = rt.call(3096712021, args, pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Result, rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessor", (), (func,), (), ()))
     if res.status == 0:
         rt.write_scalar(numBlocks, "int32_t", res.numBlocks)
     return res.status
@@ -1985,7 +1985,7 @@ def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockS
     args.blockSize = blockSize
     args.dynamicSMemSize = dynamicSMemSize
     args.flags = flags
-    res = rt.call(3893859051, args, pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Result, rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", (func,), (), ()))
+    res = rt.call(3893859051, args, pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Result, rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", (), (func,), (), ()))
     if res.status == 0:
         rt.write_scalar(numBlocks, "int32_t", res.numBlocks)
     return res.status
@@ -1998,7 +1998,7 @@ def cuPointerSetAttribute(value, value_len, attribute, ptr):
     args.value = rt.read(value, value_len)
     args.attribute = attribute
     args.ptr = ptr
-    res = rt.call(2896547413, args, pb.cuPointerSetAttribute_Result, rt.route("cuPointerSetAttribute", (), (ptr,), ()))
+    res = rt.call(2896547413, args, pb.cuPointerSetAttribute_Result, rt.route("cuPointerSetAttribute", (), (), (ptr,), ()))
     return res.status
 
 
@@ -2026,7 +2026,7 @@ def cuStreamBatchMemOp_v2(stream, count, paramArray, paramArray_len, flags):
     args.count = count
     args.paramArray = rt.read(paramArray, paramArray_len)
     args.flags = flags
-    res = rt.call(4107354437, args, pb.cuStreamBatchMemOp_v2_Result, rt.route("cuStreamBatchMemOp_v2", (stream,), (), ()))
+    res = rt.call(4107354437, args, pb.cuStreamBatchMemOp_v2_Result, rt.route("cuStreamBatchMemOp_v2", (stream,), (), (), ()))
     return res.status
 
 
@@ -2039,7 +2039,7 @@ def cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencies_len,
     args.dependencies = rt.read(dependencies, dependencies_len)
     args.numDependencies = numDependencies
     args.mode = mode
-    res = rt.call(3570707429, args, pb.cuStreamBeginCaptureToGraph_Result, rt.route("cuStreamBeginCaptureToGraph", (hStream, hGraph), (), ()))
+    res = rt.call(3570707429, args, pb.cuStreamBeginCaptureToGraph_Result, rt.route("cuStreamBeginCaptureToGraph", (hStream,), (hGraph,), (), ()))
     return res.status
 
 
@@ -2049,7 +2049,7 @@ def cuStreamBeginCapture_v2(hStream, mode):
     args = pb.cuStreamBeginCapture_v2_Args()
     args.hStream = hStream
     args.mode = mode
-    res = rt.call(194882140, args, pb.cuStreamBeginCapture_v2_Result, rt.route("cuStreamBeginCapture_v2", (hStream,), (), ()))
+    res = rt.call(194882140, args, pb.cuStreamBeginCapture_v2_Result, rt.route("cuStreamBeginCapture_v2", (hStream,), (), (), ()))
     return res.status
 
 
@@ -2059,7 +2059,7 @@ def cuStreamCopyAttributes(dst, src):
     args = pb.cuStreamCopyAttributes_Args()
     args.dst = dst
     args.src = src
-    res = rt.call(3615690956, args, pb.cuStreamCopyAttributes_Result, rt.route("cuStreamCopyAttributes", (dst, src), (), ()))
+    res = rt.call(3615690956, args, pb.cuStreamCopyAttributes_Result, rt.route("cuStreamCopyAttributes", (dst, src), (), (), ()))
     return res.status
 
 
@@ -2091,7 +2091,7 @@ def cuStreamDestroy_v2(hStream):
     """cuStreamDestroy_v2 (cuda.h): queued when the client gave the stream out and it is alive (client/handle_pools.c)"""
     args = pb.cuStreamDestroy_v2_Args()
     args.hStream = hStream
-    res = rt.call(2166856291, args, pb.cuStreamDestroy_v2_Result, rt.route("cuStreamDestroy_v2", (hStream,), (), ()))
+    res = rt.call(2166856291, args, pb.cuStreamDestroy_v2_Result, rt.route("cuStreamDestroy_v2", (hStream,), (), (), ()))
     if res.status == 0:
         rt.untrack_alloc(hStream)
     return res.status
@@ -2102,7 +2102,7 @@ def cuStreamEndCapture(hStream, phGraph):
     """cuStreamEndCapture (cuda.h)"""
     args = pb.cuStreamEndCapture_Args()
     args.hStream = hStream
-    res = rt.call(3324749488, args, pb.cuStreamEndCapture_Result, rt.route("cuStreamEndCapture", (hStream,), (), ()))
+    res = rt.call(3324749488, args, pb.cuStreamEndCapture_Result, rt.route("cuStreamEndCapture", (hStream,), (), (), ()))
     if res.status == 0:
         rt.write_scalar(phGraph, "uint64_t", res.phGraph)
     return res.status
@@ -2115,7 +2115,7 @@ def cuStreamGetAttribute(hStream, attr, value_out, value_out_len):
     args.hStream = hStream
     args.attr = attr
     rt.expect(value_out, value_out_len)
-    res = rt.call(3573715724, args, pb.cuStreamGetAttribute_Result, rt.route("cuStreamGetAttribute", (hStream,), (), ()))
+    res = rt.call(3573715724, args, pb.cuStreamGetAttribute_Result, rt.route("cuStreamGetAttribute", (hStream,), (), (), ()))
     if res.status == 0:
         rt.write(value_out, res.value_out, value_out_len)
     return res.status
@@ -2126,7 +2126,7 @@ def cuStreamGetCtx(hStream, pctx):
     """cuStreamGetCtx (cuda.h)"""
     args = pb.cuStreamGetCtx_Args()
     args.hStream = hStream
-    res = rt.call(1361652262, args, pb.cuStreamGetCtx_Result, rt.route("cuStreamGetCtx", (hStream,), (), ()))
+    res = rt.call(1361652262, args, pb.cuStreamGetCtx_Result, rt.route("cuStreamGetCtx", (hStream,), (), (), ()))
     if res.status == 0:
         rt.write_scalar(pctx, "uint64_t", res.pctx)
     return res.status
@@ -2137,7 +2137,7 @@ def cuStreamGetDevice(hStream, device):
     """cuStreamGetDevice (cuda.h)"""
     args = pb.cuStreamGetDevice_Args()
     args.hStream = hStream
-    res = rt.call(2047611888, args, pb.cuStreamGetDevice_Result, rt.route("cuStreamGetDevice", (hStream,), (), ()))
+    res = rt.call(2047611888, args, pb.cuStreamGetDevice_Result, rt.route("cuStreamGetDevice", (hStream,), (), (), ()))
     if res.status == 0:
         rt.write_scalar(device, "int32_t", res.device)
     return res.status
@@ -2148,7 +2148,7 @@ def cuStreamGetFlags(hStream, flags):
     """cuStreamGetFlags (cuda.h)"""
     args = pb.cuStreamGetFlags_Args()
     args.hStream = hStream
-    res = rt.call(4105616445, args, pb.cuStreamGetFlags_Result, rt.route("cuStreamGetFlags", (hStream,), (), ()))
+    res = rt.call(4105616445, args, pb.cuStreamGetFlags_Result, rt.route("cuStreamGetFlags", (hStream,), (), (), ()))
     if res.status == 0:
         rt.write_scalar(flags, "uint32_t", res.flags)
     return res.status
@@ -2159,7 +2159,7 @@ def cuStreamGetId(hStream, streamId):
     """cuStreamGetId (cuda.h)"""
     args = pb.cuStreamGetId_Args()
     args.hStream = hStream
-    res = rt.call(521704577, args, pb.cuStreamGetId_Result, rt.route("cuStreamGetId", (hStream,), (), ()))
+    res = rt.call(521704577, args, pb.cuStreamGetId_Result, rt.route("cuStreamGetId", (hStream,), (), (), ()))
     if res.status == 0:
         rt.write_scalar(streamId, "uint64_t", res.streamId)
     return res.status
@@ -2170,7 +2170,7 @@ def cuStreamGetPriority(hStream, priority):
     """cuStreamGetPriority (cuda.h)"""
     args = pb.cuStreamGetPriority_Args()
     args.hStream = hStream
-    res = rt.call(1973857307, args, pb.cuStreamGetPriority_Result, rt.route("cuStreamGetPriority", (hStream,), (), ()))
+    res = rt.call(1973857307, args, pb.cuStreamGetPriority_Result, rt.route("cuStreamGetPriority", (hStream,), (), (), ()))
     if res.status == 0:
         rt.write_scalar(priority, "int32_t", res.priority)
     return res.status
@@ -2181,7 +2181,7 @@ def cuStreamQuery(hStream):
     """cuStreamQuery (cuda.h)"""
     args = pb.cuStreamQuery_Args()
     args.hStream = hStream
-    res = rt.call(3807505306, args, pb.cuStreamQuery_Result, rt.route("cuStreamQuery", (hStream,), (), ()))
+    res = rt.call(3807505306, args, pb.cuStreamQuery_Result, rt.route("cuStreamQuery", (hStream,), (), (), ()))
     return res.status
 
 
@@ -2192,7 +2192,7 @@ def cuStreamSetAttribute(hStream, attr, value, value_len):
     args.hStream = hStream
     args.attr = attr
     args.value = rt.read(value, value_len)
-    res = rt.call(3659285903, args, pb.cuStreamSetAttribute_Result, rt.route("cuStreamSetAttribute", (hStream,), (), ()))
+    res = rt.call(3659285903, args, pb.cuStreamSetAttribute_Result, rt.route("cuStreamSetAttribute", (hStream,), (), (), ()))
     return res.status
 
 
@@ -2201,7 +2201,7 @@ def cuStreamSynchronize(hStream):
     """cuStreamSynchronize (cuda.h): queued as a barrier when all the stream was given since it finished is copies to the device, their bytes taken already (client/completion.c)"""
     args = pb.cuStreamSynchronize_Args()
     args.hStream = hStream
-    res = rt.call(1581600379, args, pb.cuStreamSynchronize_Result, rt.route("cuStreamSynchronize", (hStream,), (), ()))
+    res = rt.call(1581600379, args, pb.cuStreamSynchronize_Result, rt.route("cuStreamSynchronize", (hStream,), (), (), ()))
     return res.status
 
 
@@ -2213,7 +2213,7 @@ def cuStreamUpdateCaptureDependencies_v2(hStream, dependencies, dependencies_len
     args.dependencies = rt.read(dependencies, dependencies_len)
     args.numDependencies = numDependencies
     args.flags = flags
-    res = rt.call(2582213764, args, pb.cuStreamUpdateCaptureDependencies_v2_Result, rt.route("cuStreamUpdateCaptureDependencies_v2", (hStream,), (), ()))
+    res = rt.call(2582213764, args, pb.cuStreamUpdateCaptureDependencies_v2_Result, rt.route("cuStreamUpdateCaptureDependencies_v2", (hStream,), (), (), ()))
     return res.status
 
 
@@ -2403,7 +2403,7 @@ def nvmlDeviceGetApplicationsClock(device, clockType, clockMHz):
     args = pb.nvmlDeviceGetApplicationsClock_Args()
     args.device = device
     args.clockType = clockType
-    res = rt.call(4265764078, args, pb.nvmlDeviceGetApplicationsClock_Result, rt.route("nvmlDeviceGetApplicationsClock", (device,), (), ()))
+    res = rt.call(4265764078, args, pb.nvmlDeviceGetApplicationsClock_Result, rt.route("nvmlDeviceGetApplicationsClock", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(clockMHz, "uint32_t", res.clockMHz)
     return res.status
@@ -2414,7 +2414,7 @@ def nvmlDeviceGetArchitecture(device, arch):
     """nvmlDeviceGetArchitecture (nvml.h)"""
     args = pb.nvmlDeviceGetArchitecture_Args()
     args.device = device
-    res = rt.call(3327499075, args, pb.nvmlDeviceGetArchitecture_Result, rt.route("nvmlDeviceGetArchitecture", (device,), (), ()))
+    res = rt.call(3327499075, args, pb.nvmlDeviceGetArchitecture_Result, rt.route("nvmlDeviceGetArchitecture", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(arch, "uint32_t", res.arch)
     return res.status
@@ -2426,7 +2426,7 @@ def nvmlDeviceGetAttributes_v2(device, attributes, attributes_len):
     args = pb.nvmlDeviceGetAttributes_v2_Args()
     args.device = device
     rt.expect(attributes, attributes_len)
-    res = rt.call(1207074235, args, pb.nvmlDeviceGetAttributes_v2_Result, rt.route("nvmlDeviceGetAttributes_v2", (device,), (), ()))
+    res = rt.call(1207074235, args, pb.nvmlDeviceGetAttributes_v2_Result, rt.route("nvmlDeviceGetAttributes_v2", (), (device,), (), ()))
     if res.status == 0:
         rt.write(attributes, res.attributes, attributes_len)
     return res.status
@@ -2438,7 +2438,7 @@ def nvmlDeviceGetBAR1MemoryInfo(device, bar1Memory, bar1Memory_len):
     args = pb.nvmlDeviceGetBAR1MemoryInfo_Args()
     args.device = device
     rt.expect(bar1Memory, bar1Memory_len)
-    res = rt.call(2294879676, args, pb.nvmlDeviceGetBAR1MemoryInfo_Result, rt.route("nvmlDeviceGetBAR1MemoryInfo", (device,), (), ()))
+    res = rt.call(2294879676, args, pb.nvmlDeviceGetBAR1MemoryInfo_Result, rt.route("nvmlDeviceGetBAR1MemoryInfo", (), (device,), (), ()))
     if res.status == 0:
         rt.write(bar1Memory, res.bar1Memory, bar1Memory_len)
     return res.status
@@ -2451,7 +2451,7 @@ def nvmlDeviceGetBoardPartNumber(device, partNumber, partNumber_len, length):
     args.device = device
     args.length = length
     rt.expect(partNumber, partNumber_len)
-    res = rt.call(3595278150, args, pb.nvmlDeviceGetBoardPartNumber_Result, rt.route("nvmlDeviceGetBoardPartNumber", (device,), (), ()))
+    res = rt.call(3595278150, args, pb.nvmlDeviceGetBoardPartNumber_Result, rt.route("nvmlDeviceGetBoardPartNumber", (), (device,), (), ()))
     if res.status == 0:
         rt.write(partNumber, res.partNumber, partNumber_len)
     return res.status
@@ -2462,7 +2462,7 @@ def nvmlDeviceGetBrand(device, type):
     """nvmlDeviceGetBrand (nvml.h)"""
     args = pb.nvmlDeviceGetBrand_Args()
     args.device = device
-    res = rt.call(2607443840, args, pb.nvmlDeviceGetBrand_Result, rt.route("nvmlDeviceGetBrand", (device,), (), ()))
+    res = rt.call(2607443840, args, pb.nvmlDeviceGetBrand_Result, rt.route("nvmlDeviceGetBrand", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(type, "int32_t", res.type)
     return res.status
@@ -2474,7 +2474,7 @@ def nvmlDeviceGetClockInfo(device, type, clock):
     args = pb.nvmlDeviceGetClockInfo_Args()
     args.device = device
     args.type = type
-    res = rt.call(756917670, args, pb.nvmlDeviceGetClockInfo_Result, rt.route("nvmlDeviceGetClockInfo", (device,), (), ()))
+    res = rt.call(756917670, args, pb.nvmlDeviceGetClockInfo_Result, rt.route("nvmlDeviceGetClockInfo", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(clock, "uint32_t", res.clock)
     return res.status
@@ -2485,7 +2485,7 @@ def nvmlDeviceGetComputeMode(device, mode):
     """nvmlDeviceGetComputeMode (nvml.h)"""
     args = pb.nvmlDeviceGetComputeMode_Args()
     args.device = device
-    res = rt.call(2606892829, args, pb.nvmlDeviceGetComputeMode_Result, rt.route("nvmlDeviceGetComputeMode", (device,), (), ()))
+    res = rt.call(2606892829, args, pb.nvmlDeviceGetComputeMode_Result, rt.route("nvmlDeviceGetComputeMode", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(mode, "int32_t", res.mode)
     return res.status
@@ -2506,7 +2506,7 @@ def nvmlDeviceGetCudaComputeCapability(device, major, minor):
     """nvmlDeviceGetCudaComputeCapability (nvml.h)"""
     args = pb.nvmlDeviceGetCudaComputeCapability_Args()
     args.device = device
-    res = rt.call(3412239242, args, pb.nvmlDeviceGetCudaComputeCapability_Result, rt.route("nvmlDeviceGetCudaComputeCapability", (device,), (), ()))
+    res = rt.call(3412239242, args, pb.nvmlDeviceGetCudaComputeCapability_Result, rt.route("nvmlDeviceGetCudaComputeCapability", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(major, "int32_t", res.major)
         rt.write_scalar(minor, "int32_t", res.minor)
@@ -2518,7 +2518,7 @@ def nvmlDeviceGetCurrPcieLinkGeneration(device, currLinkGen):
     """nvmlDeviceGetCurrPcieLinkGeneration (nvml.h)"""
     args = pb.nvmlDeviceGetCurrPcieLinkGeneration_Args()
     args.device = device
-    res = rt.call(1809282924, args, pb.nvmlDeviceGetCurrPcieLinkGeneration_Result, rt.route("nvmlDeviceGetCurrPcieLinkGeneration", (device,), (), ()))
+    res = rt.call(1809282924, args, pb.nvmlDeviceGetCurrPcieLinkGeneration_Result, rt.route("nvmlDeviceGetCurrPcieLinkGeneration", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(currLinkGen, "uint32_t", res.currLinkGen)
     return res.status
@@ -2529,7 +2529,7 @@ def nvmlDeviceGetCurrPcieLinkWidth(device, currLinkWidth):
     """nvmlDeviceGetCurrPcieLinkWidth (nvml.h)"""
     args = pb.nvmlDeviceGetCurrPcieLinkWidth_Args()
     args.device = device
-    res = rt.call(1948690486, args, pb.nvmlDeviceGetCurrPcieLinkWidth_Result, rt.route("nvmlDeviceGetCurrPcieLinkWidth", (device,), (), ()))
+    res = rt.call(1948690486, args, pb.nvmlDeviceGetCurrPcieLinkWidth_Result, rt.route("nvmlDeviceGetCurrPcieLinkWidth", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(currLinkWidth, "uint32_t", res.currLinkWidth)
     return res.status
@@ -2540,7 +2540,7 @@ def nvmlDeviceGetCurrentClocksEventReasons(device, clocksEventReasons):
     """nvmlDeviceGetCurrentClocksEventReasons (nvml.h)"""
     args = pb.nvmlDeviceGetCurrentClocksEventReasons_Args()
     args.device = device
-    res = rt.call(3574240252, args, pb.nvmlDeviceGetCurrentClocksEventReasons_Result, rt.route("nvmlDeviceGetCurrentClocksEventReasons", (device,), (), ()))
+    res = rt.call(3574240252, args, pb.nvmlDeviceGetCurrentClocksEventReasons_Result, rt.route("nvmlDeviceGetCurrentClocksEventReasons", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(clocksEventReasons, "uint64_t", res.clocksEventReasons)
     return res.status
@@ -2552,7 +2552,7 @@ def nvmlDeviceGetDefaultApplicationsClock(device, clockType, clockMHz):
     args = pb.nvmlDeviceGetDefaultApplicationsClock_Args()
     args.device = device
     args.clockType = clockType
-    res = rt.call(3648510411, args, pb.nvmlDeviceGetDefaultApplicationsClock_Result, rt.route("nvmlDeviceGetDefaultApplicationsClock", (device,), (), ()))
+    res = rt.call(3648510411, args, pb.nvmlDeviceGetDefaultApplicationsClock_Result, rt.route("nvmlDeviceGetDefaultApplicationsClock", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(clockMHz, "uint32_t", res.clockMHz)
     return res.status
@@ -2563,7 +2563,7 @@ def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice, device):
     """nvmlDeviceGetDeviceHandleFromMigDeviceHandle (nvml.h)"""
     args = pb.nvmlDeviceGetDeviceHandleFromMigDeviceHandle_Args()
     args.migDevice = migDevice
-    res = rt.call(1369165812, args, pb.nvmlDeviceGetDeviceHandleFromMigDeviceHandle_Result, rt.route("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", (migDevice,), (), ()))
+    res = rt.call(1369165812, args, pb.nvmlDeviceGetDeviceHandleFromMigDeviceHandle_Result, rt.route("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", (), (migDevice,), (), ()))
     if res.status == 0:
         rt.write_scalar(device, "uint64_t", res.device)
     return res.status
@@ -2574,7 +2574,7 @@ def nvmlDeviceGetDisplayActive(device, isActive):
     """nvmlDeviceGetDisplayActive (nvml.h)"""
     args = pb.nvmlDeviceGetDisplayActive_Args()
     args.device = device
-    res = rt.call(1976945070, args, pb.nvmlDeviceGetDisplayActive_Result, rt.route("nvmlDeviceGetDisplayActive", (device,), (), ()))
+    res = rt.call(1976945070, args, pb.nvmlDeviceGetDisplayActive_Result, rt.route("nvmlDeviceGetDisplayActive", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(isActive, "int32_t", res.isActive)
     return res.status
@@ -2585,7 +2585,7 @@ def nvmlDeviceGetDisplayMode(device, display):
     """nvmlDeviceGetDisplayMode (nvml.h)"""
     args = pb.nvmlDeviceGetDisplayMode_Args()
     args.device = device
-    res = rt.call(3741895564, args, pb.nvmlDeviceGetDisplayMode_Result, rt.route("nvmlDeviceGetDisplayMode", (device,), (), ()))
+    res = rt.call(3741895564, args, pb.nvmlDeviceGetDisplayMode_Result, rt.route("nvmlDeviceGetDisplayMode", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(display, "int32_t", res.display)
     return res.status
@@ -2596,7 +2596,7 @@ def nvmlDeviceGetEccMode(device, current, pending):
     """nvmlDeviceGetEccMode (nvml.h)"""
     args = pb.nvmlDeviceGetEccMode_Args()
     args.device = device
-    res = rt.call(1377895810, args, pb.nvmlDeviceGetEccMode_Result, rt.route("nvmlDeviceGetEccMode", (device,), (), ()))
+    res = rt.call(1377895810, args, pb.nvmlDeviceGetEccMode_Result, rt.route("nvmlDeviceGetEccMode", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(current, "int32_t", res.current)
         rt.write_scalar(pending, "int32_t", res.pending)
@@ -2608,7 +2608,7 @@ def nvmlDeviceGetEnforcedPowerLimit(device, limit):
     """nvmlDeviceGetEnforcedPowerLimit (nvml.h)"""
     args = pb.nvmlDeviceGetEnforcedPowerLimit_Args()
     args.device = device
-    res = rt.call(1601332534, args, pb.nvmlDeviceGetEnforcedPowerLimit_Result, rt.route("nvmlDeviceGetEnforcedPowerLimit", (device,), (), ()))
+    res = rt.call(1601332534, args, pb.nvmlDeviceGetEnforcedPowerLimit_Result, rt.route("nvmlDeviceGetEnforcedPowerLimit", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(limit, "uint32_t", res.limit)
     return res.status
@@ -2619,7 +2619,7 @@ def nvmlDeviceGetFanSpeed(device, speed):
     """nvmlDeviceGetFanSpeed (nvml.h)"""
     args = pb.nvmlDeviceGetFanSpeed_Args()
     args.device = device
-    res = rt.call(3906963660, args, pb.nvmlDeviceGetFanSpeed_Result, rt.route("nvmlDeviceGetFanSpeed", (device,), (), ()))
+    res = rt.call(3906963660, args, pb.nvmlDeviceGetFanSpeed_Result, rt.route("nvmlDeviceGetFanSpeed", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(speed, "uint32_t", res.speed)
     return res.status
@@ -2633,7 +2633,7 @@ def nvmlDeviceGetFieldValues(device, valuesCount, values, values_len):
     args.valuesCount = valuesCount
     args.values = rt.read(values, values_len)
     rt.expect(values, values_len)
-    res = rt.call(3982139918, args, pb.nvmlDeviceGetFieldValues_Result, rt.route("nvmlDeviceGetFieldValues", (device,), (), ()))
+    res = rt.call(3982139918, args, pb.nvmlDeviceGetFieldValues_Result, rt.route("nvmlDeviceGetFieldValues", (), (device,), (), ()))
     if res.status == 0:
         rt.write(values, res.values, values_len)
     return res.status
@@ -2646,7 +2646,7 @@ def nvmlDeviceGetGpuFabricInfoV(device, gpuFabricInfo, gpuFabricInfo_len):
     args.device = device
     args.gpuFabricInfo = rt.read(gpuFabricInfo, gpuFabricInfo_len)
     rt.expect(gpuFabricInfo, gpuFabricInfo_len)
-    res = rt.call(1323581072, args, pb.nvmlDeviceGetGpuFabricInfoV_Result, rt.route("nvmlDeviceGetGpuFabricInfoV", (device,), (), ()))
+    res = rt.call(1323581072, args, pb.nvmlDeviceGetGpuFabricInfoV_Result, rt.route("nvmlDeviceGetGpuFabricInfoV", (), (device,), (), ()))
     if res.status == 0:
         rt.write(gpuFabricInfo, res.gpuFabricInfo, gpuFabricInfo_len)
     return res.status
@@ -2657,7 +2657,7 @@ def nvmlDeviceGetGpuOperationMode(device, current, pending):
     """nvmlDeviceGetGpuOperationMode (nvml.h)"""
     args = pb.nvmlDeviceGetGpuOperationMode_Args()
     args.device = device
-    res = rt.call(739626078, args, pb.nvmlDeviceGetGpuOperationMode_Result, rt.route("nvmlDeviceGetGpuOperationMode", (device,), (), ()))
+    res = rt.call(739626078, args, pb.nvmlDeviceGetGpuOperationMode_Result, rt.route("nvmlDeviceGetGpuOperationMode", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(current, "int32_t", res.current)
         rt.write_scalar(pending, "int32_t", res.pending)
@@ -2669,7 +2669,7 @@ def nvmlDeviceGetGspFirmwareMode(device, isEnabled, defaultMode):
     """nvmlDeviceGetGspFirmwareMode (nvml.h)"""
     args = pb.nvmlDeviceGetGspFirmwareMode_Args()
     args.device = device
-    res = rt.call(3980525284, args, pb.nvmlDeviceGetGspFirmwareMode_Result, rt.route("nvmlDeviceGetGspFirmwareMode", (device,), (), ()))
+    res = rt.call(3980525284, args, pb.nvmlDeviceGetGspFirmwareMode_Result, rt.route("nvmlDeviceGetGspFirmwareMode", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(isEnabled, "uint32_t", res.isEnabled)
         rt.write_scalar(defaultMode, "uint32_t", res.defaultMode)
@@ -2725,7 +2725,7 @@ def nvmlDeviceGetHostVgpuMode(device, pHostVgpuMode):
     """nvmlDeviceGetHostVgpuMode (nvml.h)"""
     args = pb.nvmlDeviceGetHostVgpuMode_Args()
     args.device = device
-    res = rt.call(1705904705, args, pb.nvmlDeviceGetHostVgpuMode_Result, rt.route("nvmlDeviceGetHostVgpuMode", (device,), (), ()))
+    res = rt.call(1705904705, args, pb.nvmlDeviceGetHostVgpuMode_Result, rt.route("nvmlDeviceGetHostVgpuMode", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(pHostVgpuMode, "int32_t", res.pHostVgpuMode)
     return res.status
@@ -2736,7 +2736,7 @@ def nvmlDeviceGetIndex(device, index):
     """nvmlDeviceGetIndex (nvml.h)"""
     args = pb.nvmlDeviceGetIndex_Args()
     args.device = device
-    res = rt.call(122417625, args, pb.nvmlDeviceGetIndex_Result, rt.route("nvmlDeviceGetIndex", (device,), (), ()))
+    res = rt.call(122417625, args, pb.nvmlDeviceGetIndex_Result, rt.route("nvmlDeviceGetIndex", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(index, "uint32_t", res.index)
     return res.status
@@ -2749,7 +2749,7 @@ def nvmlDeviceGetInforomImageVersion(device, version, version_len, length):
     args.device = device
     args.length = length
     rt.expect(version, version_len)
-    res = rt.call(3844783122, args, pb.nvmlDeviceGetInforomImageVersion_Result, rt.route("nvmlDeviceGetInforomImageVersion", (device,), (), ()))
+    res = rt.call(3844783122, args, pb.nvmlDeviceGetInforomImageVersion_Result, rt.route("nvmlDeviceGetInforomImageVersion", (), (device,), (), ()))
     if res.status == 0:
         rt.write(version, res.version, version_len)
     return res.status
@@ -2761,7 +2761,7 @@ def nvmlDeviceGetMaxClockInfo(device, type, clock):
     args = pb.nvmlDeviceGetMaxClockInfo_Args()
     args.device = device
     args.type = type
-    res = rt.call(1022897731, args, pb.nvmlDeviceGetMaxClockInfo_Result, rt.route("nvmlDeviceGetMaxClockInfo", (device,), (), ()))
+    res = rt.call(1022897731, args, pb.nvmlDeviceGetMaxClockInfo_Result, rt.route("nvmlDeviceGetMaxClockInfo", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(clock, "uint32_t", res.clock)
     return res.status
@@ -2772,7 +2772,7 @@ def nvmlDeviceGetMaxMigDeviceCount(device, count):
     """nvmlDeviceGetMaxMigDeviceCount (nvml.h)"""
     args = pb.nvmlDeviceGetMaxMigDeviceCount_Args()
     args.device = device
-    res = rt.call(3132815924, args, pb.nvmlDeviceGetMaxMigDeviceCount_Result, rt.route("nvmlDeviceGetMaxMigDeviceCount", (device,), (), ()))
+    res = rt.call(3132815924, args, pb.nvmlDeviceGetMaxMigDeviceCount_Result, rt.route("nvmlDeviceGetMaxMigDeviceCount", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(count, "uint32_t", res.count)
     return res.status
@@ -2783,7 +2783,7 @@ def nvmlDeviceGetMaxPcieLinkGeneration(device, maxLinkGen):
     """nvmlDeviceGetMaxPcieLinkGeneration (nvml.h)"""
     args = pb.nvmlDeviceGetMaxPcieLinkGeneration_Args()
     args.device = device
-    res = rt.call(894528339, args, pb.nvmlDeviceGetMaxPcieLinkGeneration_Result, rt.route("nvmlDeviceGetMaxPcieLinkGeneration", (device,), (), ()))
+    res = rt.call(894528339, args, pb.nvmlDeviceGetMaxPcieLinkGeneration_Result, rt.route("nvmlDeviceGetMaxPcieLinkGeneration", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(maxLinkGen, "uint32_t", res.maxLinkGen)
     return res.status
@@ -2794,7 +2794,7 @@ def nvmlDeviceGetMaxPcieLinkWidth(device, maxLinkWidth):
     """nvmlDeviceGetMaxPcieLinkWidth (nvml.h)"""
     args = pb.nvmlDeviceGetMaxPcieLinkWidth_Args()
     args.device = device
-    res = rt.call(3291306046, args, pb.nvmlDeviceGetMaxPcieLinkWidth_Result, rt.route("nvmlDeviceGetMaxPcieLinkWidth", (device,), (), ()))
+    res = rt.call(3291306046, args, pb.nvmlDeviceGetMaxPcieLinkWidth_Result, rt.route("nvmlDeviceGetMaxPcieLinkWidth", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(maxLinkWidth, "uint32_t", res.maxLinkWidth)
     return res.status
@@ -2806,7 +2806,7 @@ def nvmlDeviceGetMemoryInfo(device, memory, memory_len):
     args = pb.nvmlDeviceGetMemoryInfo_Args()
     args.device = device
     rt.expect(memory, memory_len)
-    res = rt.call(1622472062, args, pb.nvmlDeviceGetMemoryInfo_Result, rt.route("nvmlDeviceGetMemoryInfo", (device,), (), ()))
+    res = rt.call(1622472062, args, pb.nvmlDeviceGetMemoryInfo_Result, rt.route("nvmlDeviceGetMemoryInfo", (), (device,), (), ()))
     if res.status == 0:
         rt.write(memory, res.memory, memory_len)
     return res.status
@@ -2819,7 +2819,7 @@ def nvmlDeviceGetMemoryInfo_v2(device, memory, memory_len):
     args.device = device
     args.memory = rt.read(memory, memory_len)
     rt.expect(memory, memory_len)
-    res = rt.call(3535476792, args, pb.nvmlDeviceGetMemoryInfo_v2_Result, rt.route("nvmlDeviceGetMemoryInfo_v2", (device,), (), ()))
+    res = rt.call(3535476792, args, pb.nvmlDeviceGetMemoryInfo_v2_Result, rt.route("nvmlDeviceGetMemoryInfo_v2", (), (device,), (), ()))
     if res.status == 0:
         rt.write(memory, res.memory, memory_len)
     return res.status
@@ -2831,7 +2831,7 @@ def nvmlDeviceGetMigDeviceHandleByIndex(device, index, migDevice):
     args = pb.nvmlDeviceGetMigDeviceHandleByIndex_Args()
     args.device = device
     args.index = index
-    res = rt.call(441963348, args, pb.nvmlDeviceGetMigDeviceHandleByIndex_Result, rt.route("nvmlDeviceGetMigDeviceHandleByIndex", (device,), (), ()))
+    res = rt.call(441963348, args, pb.nvmlDeviceGetMigDeviceHandleByIndex_Result, rt.route("nvmlDeviceGetMigDeviceHandleByIndex", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(migDevice, "uint64_t", res.migDevice)
     return res.status
@@ -2842,7 +2842,7 @@ def nvmlDeviceGetMigMode(device, currentMode, pendingMode):
     """nvmlDeviceGetMigMode (nvml.h)"""
     args = pb.nvmlDeviceGetMigMode_Args()
     args.device = device
-    res = rt.call(903204419, args, pb.nvmlDeviceGetMigMode_Result, rt.route("nvmlDeviceGetMigMode", (device,), (), ()))
+    res = rt.call(903204419, args, pb.nvmlDeviceGetMigMode_Result, rt.route("nvmlDeviceGetMigMode", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(currentMode, "uint32_t", res.currentMode)
         rt.write_scalar(pendingMode, "uint32_t", res.pendingMode)
@@ -2854,7 +2854,7 @@ def nvmlDeviceGetMinorNumber(device, minorNumber):
     """nvmlDeviceGetMinorNumber (nvml.h)"""
     args = pb.nvmlDeviceGetMinorNumber_Args()
     args.device = device
-    res = rt.call(1788364338, args, pb.nvmlDeviceGetMinorNumber_Result, rt.route("nvmlDeviceGetMinorNumber", (device,), (), ()))
+    res = rt.call(1788364338, args, pb.nvmlDeviceGetMinorNumber_Result, rt.route("nvmlDeviceGetMinorNumber", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(minorNumber, "uint32_t", res.minorNumber)
     return res.status
@@ -2867,7 +2867,7 @@ def nvmlDeviceGetName(device, name, name_len, length):
     args.device = device
     args.length = length
     rt.expect(name, name_len)
-    res = rt.call(1846965399, args, pb.nvmlDeviceGetName_Result, rt.route("nvmlDeviceGetName", (device,), (), ()))
+    res = rt.call(1846965399, args, pb.nvmlDeviceGetName_Result, rt.route("nvmlDeviceGetName", (), (device,), (), ()))
     if res.status == 0:
         rt.write(name, res.name, name_len)
     return res.status
@@ -2878,7 +2878,7 @@ def nvmlDeviceGetNumGpuCores(device, numCores):
     """nvmlDeviceGetNumGpuCores (nvml.h)"""
     args = pb.nvmlDeviceGetNumGpuCores_Args()
     args.device = device
-    res = rt.call(3416126591, args, pb.nvmlDeviceGetNumGpuCores_Result, rt.route("nvmlDeviceGetNumGpuCores", (device,), (), ()))
+    res = rt.call(3416126591, args, pb.nvmlDeviceGetNumGpuCores_Result, rt.route("nvmlDeviceGetNumGpuCores", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(numCores, "uint32_t", res.numCores)
     return res.status
@@ -2889,7 +2889,7 @@ def nvmlDeviceGetNumaNodeId(device, node):
     """nvmlDeviceGetNumaNodeId (nvml.h)"""
     args = pb.nvmlDeviceGetNumaNodeId_Args()
     args.device = device
-    res = rt.call(816294722, args, pb.nvmlDeviceGetNumaNodeId_Result, rt.route("nvmlDeviceGetNumaNodeId", (device,), (), ()))
+    res = rt.call(816294722, args, pb.nvmlDeviceGetNumaNodeId_Result, rt.route("nvmlDeviceGetNumaNodeId", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(node, "uint32_t", res.node)
     return res.status
@@ -2902,7 +2902,7 @@ def nvmlDeviceGetNvLinkCapability(device, link, capability, capResult):
     args.device = device
     args.link = link
     args.capability = capability
-    res = rt.call(238727400, args, pb.nvmlDeviceGetNvLinkCapability_Result, rt.route("nvmlDeviceGetNvLinkCapability", (device,), (), ()))
+    res = rt.call(238727400, args, pb.nvmlDeviceGetNvLinkCapability_Result, rt.route("nvmlDeviceGetNvLinkCapability", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(capResult, "uint32_t", res.capResult)
     return res.status
@@ -2914,7 +2914,7 @@ def nvmlDeviceGetNvLinkRemoteDeviceType(device, link, pNvLinkDeviceType):
     args = pb.nvmlDeviceGetNvLinkRemoteDeviceType_Args()
     args.device = device
     args.link = link
-    res = rt.call(2213010662, args, pb.nvmlDeviceGetNvLinkRemoteDeviceType_Result, rt.route("nvmlDeviceGetNvLinkRemoteDeviceType", (device,), (), ()))
+    res = rt.call(2213010662, args, pb.nvmlDeviceGetNvLinkRemoteDeviceType_Result, rt.route("nvmlDeviceGetNvLinkRemoteDeviceType", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(pNvLinkDeviceType, "int32_t", res.pNvLinkDeviceType)
     return res.status
@@ -2927,7 +2927,7 @@ def nvmlDeviceGetNvLinkRemotePciInfo(device, link, pci, pci_len):
     args.device = device
     args.link = link
     rt.expect(pci, pci_len)
-    res = rt.call(3922783733, args, pb.nvmlDeviceGetNvLinkRemotePciInfo_Result, rt.route("nvmlDeviceGetNvLinkRemotePciInfo", (device,), (), ()))
+    res = rt.call(3922783733, args, pb.nvmlDeviceGetNvLinkRemotePciInfo_Result, rt.route("nvmlDeviceGetNvLinkRemotePciInfo", (), (device,), (), ()))
     if res.status == 0:
         rt.write(pci, res.pci, pci_len)
     return res.status
@@ -2940,7 +2940,7 @@ def nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, pci, pci_len):
     args.device = device
     args.link = link
     rt.expect(pci, pci_len)
-    res = rt.call(4146057672, args, pb.nvmlDeviceGetNvLinkRemotePciInfo_v2_Result, rt.route("nvmlDeviceGetNvLinkRemotePciInfo_v2", (device,), (), ()))
+    res = rt.call(4146057672, args, pb.nvmlDeviceGetNvLinkRemotePciInfo_v2_Result, rt.route("nvmlDeviceGetNvLinkRemotePciInfo_v2", (), (device,), (), ()))
     if res.status == 0:
         rt.write(pci, res.pci, pci_len)
     return res.status
@@ -2952,7 +2952,7 @@ def nvmlDeviceGetNvLinkState(device, link, isActive):
     args = pb.nvmlDeviceGetNvLinkState_Args()
     args.device = device
     args.link = link
-    res = rt.call(158654964, args, pb.nvmlDeviceGetNvLinkState_Result, rt.route("nvmlDeviceGetNvLinkState", (device,), (), ()))
+    res = rt.call(158654964, args, pb.nvmlDeviceGetNvLinkState_Result, rt.route("nvmlDeviceGetNvLinkState", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(isActive, "int32_t", res.isActive)
     return res.status
@@ -2965,7 +2965,7 @@ def nvmlDeviceGetP2PStatus(device1, device2, p2pIndex, p2pStatus):
     args.device1 = device1
     args.device2 = device2
     args.p2pIndex = p2pIndex
-    res = rt.call(1103385609, args, pb.nvmlDeviceGetP2PStatus_Result, rt.route("nvmlDeviceGetP2PStatus", (device1, device2), (), ()))
+    res = rt.call(1103385609, args, pb.nvmlDeviceGetP2PStatus_Result, rt.route("nvmlDeviceGetP2PStatus", (), (device1, device2), (), ()))
     if res.status == 0:
         rt.write_scalar(p2pStatus, "int32_t", res.p2pStatus)
     return res.status
@@ -2977,7 +2977,7 @@ def nvmlDeviceGetPciInfo_v3(device, pci, pci_len):
     args = pb.nvmlDeviceGetPciInfo_v3_Args()
     args.device = device
     rt.expect(pci, pci_len)
-    res = rt.call(4153554568, args, pb.nvmlDeviceGetPciInfo_v3_Result, rt.route("nvmlDeviceGetPciInfo_v3", (device,), (), ()))
+    res = rt.call(4153554568, args, pb.nvmlDeviceGetPciInfo_v3_Result, rt.route("nvmlDeviceGetPciInfo_v3", (), (device,), (), ()))
     if res.status == 0:
         rt.write(pci, res.pci, pci_len)
     return res.status
@@ -2989,7 +2989,7 @@ def nvmlDeviceGetPcieThroughput(device, counter, value):
     args = pb.nvmlDeviceGetPcieThroughput_Args()
     args.device = device
     args.counter = counter
-    res = rt.call(3656226457, args, pb.nvmlDeviceGetPcieThroughput_Result, rt.route("nvmlDeviceGetPcieThroughput", (device,), (), ()))
+    res = rt.call(3656226457, args, pb.nvmlDeviceGetPcieThroughput_Result, rt.route("nvmlDeviceGetPcieThroughput", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(value, "uint32_t", res.value)
     return res.status
@@ -3000,7 +3000,7 @@ def nvmlDeviceGetPerformanceState(device, pState):
     """nvmlDeviceGetPerformanceState (nvml.h)"""
     args = pb.nvmlDeviceGetPerformanceState_Args()
     args.device = device
-    res = rt.call(1118968960, args, pb.nvmlDeviceGetPerformanceState_Result, rt.route("nvmlDeviceGetPerformanceState", (device,), (), ()))
+    res = rt.call(1118968960, args, pb.nvmlDeviceGetPerformanceState_Result, rt.route("nvmlDeviceGetPerformanceState", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(pState, "int32_t", res.pState)
     return res.status
@@ -3011,7 +3011,7 @@ def nvmlDeviceGetPersistenceMode(device, mode):
     """nvmlDeviceGetPersistenceMode (nvml.h)"""
     args = pb.nvmlDeviceGetPersistenceMode_Args()
     args.device = device
-    res = rt.call(2944001441, args, pb.nvmlDeviceGetPersistenceMode_Result, rt.route("nvmlDeviceGetPersistenceMode", (device,), (), ()))
+    res = rt.call(2944001441, args, pb.nvmlDeviceGetPersistenceMode_Result, rt.route("nvmlDeviceGetPersistenceMode", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(mode, "int32_t", res.mode)
     return res.status
@@ -3022,7 +3022,7 @@ def nvmlDeviceGetPowerManagementDefaultLimit(device, defaultLimit):
     """nvmlDeviceGetPowerManagementDefaultLimit (nvml.h)"""
     args = pb.nvmlDeviceGetPowerManagementDefaultLimit_Args()
     args.device = device
-    res = rt.call(18966196, args, pb.nvmlDeviceGetPowerManagementDefaultLimit_Result, rt.route("nvmlDeviceGetPowerManagementDefaultLimit", (device,), (), ()))
+    res = rt.call(18966196, args, pb.nvmlDeviceGetPowerManagementDefaultLimit_Result, rt.route("nvmlDeviceGetPowerManagementDefaultLimit", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(defaultLimit, "uint32_t", res.defaultLimit)
     return res.status
@@ -3033,7 +3033,7 @@ def nvmlDeviceGetPowerManagementLimit(device, limit):
     """nvmlDeviceGetPowerManagementLimit (nvml.h)"""
     args = pb.nvmlDeviceGetPowerManagementLimit_Args()
     args.device = device
-    res = rt.call(1827855002, args, pb.nvmlDeviceGetPowerManagementLimit_Result, rt.route("nvmlDeviceGetPowerManagementLimit", (device,), (), ()))
+    res = rt.call(1827855002, args, pb.nvmlDeviceGetPowerManagementLimit_Result, rt.route("nvmlDeviceGetPowerManagementLimit", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(limit, "uint32_t", res.limit)
     return res.status
@@ -3044,7 +3044,7 @@ def nvmlDeviceGetPowerManagementLimitConstraints(device, minLimit, maxLimit):
     """nvmlDeviceGetPowerManagementLimitConstraints (nvml.h)"""
     args = pb.nvmlDeviceGetPowerManagementLimitConstraints_Args()
     args.device = device
-    res = rt.call(2195157466, args, pb.nvmlDeviceGetPowerManagementLimitConstraints_Result, rt.route("nvmlDeviceGetPowerManagementLimitConstraints", (device,), (), ()))
+    res = rt.call(2195157466, args, pb.nvmlDeviceGetPowerManagementLimitConstraints_Result, rt.route("nvmlDeviceGetPowerManagementLimitConstraints", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(minLimit, "uint32_t", res.minLimit)
         rt.write_scalar(maxLimit, "uint32_t", res.maxLimit)
@@ -3056,7 +3056,7 @@ def nvmlDeviceGetPowerState(device, pState):
     """nvmlDeviceGetPowerState (nvml.h)"""
     args = pb.nvmlDeviceGetPowerState_Args()
     args.device = device
-    res = rt.call(1955384892, args, pb.nvmlDeviceGetPowerState_Result, rt.route("nvmlDeviceGetPowerState", (device,), (), ()))
+    res = rt.call(1955384892, args, pb.nvmlDeviceGetPowerState_Result, rt.route("nvmlDeviceGetPowerState", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(pState, "int32_t", res.pState)
     return res.status
@@ -3067,7 +3067,7 @@ def nvmlDeviceGetPowerUsage(device, power):
     """nvmlDeviceGetPowerUsage (nvml.h)"""
     args = pb.nvmlDeviceGetPowerUsage_Args()
     args.device = device
-    res = rt.call(133448375, args, pb.nvmlDeviceGetPowerUsage_Result, rt.route("nvmlDeviceGetPowerUsage", (device,), (), ()))
+    res = rt.call(133448375, args, pb.nvmlDeviceGetPowerUsage_Result, rt.route("nvmlDeviceGetPowerUsage", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(power, "uint32_t", res.power)
     return res.status
@@ -3080,7 +3080,7 @@ def nvmlDeviceGetSerial(device, serial, serial_len, length):
     args.device = device
     args.length = length
     rt.expect(serial, serial_len)
-    res = rt.call(1543220140, args, pb.nvmlDeviceGetSerial_Result, rt.route("nvmlDeviceGetSerial", (device,), (), ()))
+    res = rt.call(1543220140, args, pb.nvmlDeviceGetSerial_Result, rt.route("nvmlDeviceGetSerial", (), (device,), (), ()))
     if res.status == 0:
         rt.write(serial, res.serial, serial_len)
     return res.status
@@ -3092,7 +3092,7 @@ def nvmlDeviceGetTemperature(device, sensorType, temp):
     args = pb.nvmlDeviceGetTemperature_Args()
     args.device = device
     args.sensorType = sensorType
-    res = rt.call(3481320405, args, pb.nvmlDeviceGetTemperature_Result, rt.route("nvmlDeviceGetTemperature", (device,), (), ()))
+    res = rt.call(3481320405, args, pb.nvmlDeviceGetTemperature_Result, rt.route("nvmlDeviceGetTemperature", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(temp, "uint32_t", res.temp)
     return res.status
@@ -3105,7 +3105,7 @@ def nvmlDeviceGetTotalEccErrors(device, errorType, counterType, eccCounts):
     args.device = device
     args.errorType = errorType
     args.counterType = counterType
-    res = rt.call(1379896477, args, pb.nvmlDeviceGetTotalEccErrors_Result, rt.route("nvmlDeviceGetTotalEccErrors", (device,), (), ()))
+    res = rt.call(1379896477, args, pb.nvmlDeviceGetTotalEccErrors_Result, rt.route("nvmlDeviceGetTotalEccErrors", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(eccCounts, "uint64_t", res.eccCounts)
     return res.status
@@ -3116,7 +3116,7 @@ def nvmlDeviceGetTotalEnergyConsumption(device, energy):
     """nvmlDeviceGetTotalEnergyConsumption (nvml.h)"""
     args = pb.nvmlDeviceGetTotalEnergyConsumption_Args()
     args.device = device
-    res = rt.call(765838733, args, pb.nvmlDeviceGetTotalEnergyConsumption_Result, rt.route("nvmlDeviceGetTotalEnergyConsumption", (device,), (), ()))
+    res = rt.call(765838733, args, pb.nvmlDeviceGetTotalEnergyConsumption_Result, rt.route("nvmlDeviceGetTotalEnergyConsumption", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(energy, "uint64_t", res.energy)
     return res.status
@@ -3129,7 +3129,7 @@ def nvmlDeviceGetUUID(device, uuid, uuid_len, length):
     args.device = device
     args.length = length
     rt.expect(uuid, uuid_len)
-    res = rt.call(2012027069, args, pb.nvmlDeviceGetUUID_Result, rt.route("nvmlDeviceGetUUID", (device,), (), ()))
+    res = rt.call(2012027069, args, pb.nvmlDeviceGetUUID_Result, rt.route("nvmlDeviceGetUUID", (), (device,), (), ()))
     if res.status == 0:
         rt.write(uuid, res.uuid, uuid_len)
     return res.status
@@ -3141,7 +3141,7 @@ def nvmlDeviceGetUtilizationRates(device, utilization, utilization_len):
     args = pb.nvmlDeviceGetUtilizationRates_Args()
     args.device = device
     rt.expect(utilization, utilization_len)
-    res = rt.call(1071099370, args, pb.nvmlDeviceGetUtilizationRates_Result, rt.route("nvmlDeviceGetUtilizationRates", (device,), (), ()))
+    res = rt.call(1071099370, args, pb.nvmlDeviceGetUtilizationRates_Result, rt.route("nvmlDeviceGetUtilizationRates", (), (device,), (), ()))
     if res.status == 0:
         rt.write(utilization, res.utilization, utilization_len)
     return res.status
@@ -3154,7 +3154,7 @@ def nvmlDeviceGetVbiosVersion(device, version, version_len, length):
     args.device = device
     args.length = length
     rt.expect(version, version_len)
-    res = rt.call(1810680486, args, pb.nvmlDeviceGetVbiosVersion_Result, rt.route("nvmlDeviceGetVbiosVersion", (device,), (), ()))
+    res = rt.call(1810680486, args, pb.nvmlDeviceGetVbiosVersion_Result, rt.route("nvmlDeviceGetVbiosVersion", (), (device,), (), ()))
     if res.status == 0:
         rt.write(version, res.version, version_len)
     return res.status
@@ -3165,7 +3165,7 @@ def nvmlDeviceGetVirtualizationMode(device, pVirtualMode):
     """nvmlDeviceGetVirtualizationMode (nvml.h)"""
     args = pb.nvmlDeviceGetVirtualizationMode_Args()
     args.device = device
-    res = rt.call(1861763383, args, pb.nvmlDeviceGetVirtualizationMode_Result, rt.route("nvmlDeviceGetVirtualizationMode", (device,), (), ()))
+    res = rt.call(1861763383, args, pb.nvmlDeviceGetVirtualizationMode_Result, rt.route("nvmlDeviceGetVirtualizationMode", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(pVirtualMode, "int32_t", res.pVirtualMode)
     return res.status
@@ -3176,7 +3176,7 @@ def nvmlDeviceIsMigDeviceHandle(device, isMigDevice):
     """nvmlDeviceIsMigDeviceHandle (nvml.h)"""
     args = pb.nvmlDeviceIsMigDeviceHandle_Args()
     args.device = device
-    res = rt.call(1693389219, args, pb.nvmlDeviceIsMigDeviceHandle_Result, rt.route("nvmlDeviceIsMigDeviceHandle", (device,), (), ()))
+    res = rt.call(1693389219, args, pb.nvmlDeviceIsMigDeviceHandle_Result, rt.route("nvmlDeviceIsMigDeviceHandle", (), (device,), (), ()))
     if res.status == 0:
         rt.write_scalar(isMigDevice, "uint32_t", res.isMigDevice)
     return res.status

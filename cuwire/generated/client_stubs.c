@@ -4587,7 +4587,7 @@ static inline CUresult cuwire_impl_cuEventRecord(CUevent hEvent, CUstream hStrea
         (uint64_t)(uintptr_t)hEvent,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
     route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
     if (route == CW_ROUTE_SPLIT)
         return (CUresult)cuwire_route_split("cuEventRecord");
@@ -4624,7 +4624,7 @@ static inline CUresult cuwire_impl_cuEventRecordWithFlags(CUevent hEvent, CUstre
         (uint64_t)(uintptr_t)hStream,
         flags,
     };
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
     route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
     if (route == CW_ROUTE_SPLIT)
         return (CUresult)cuwire_route_split("cuEventRecordWithFlags");
@@ -6931,7 +6931,7 @@ static inline CUresult cuwire_impl_cuGraphLaunch(CUgraphExec hGraphExec, CUstrea
         (uint64_t)(uintptr_t)hGraphExec,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
     route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec));
     if (route == CW_ROUTE_SPLIT)
         return (CUresult)cuwire_route_split("cuGraphLaunch");
@@ -7362,7 +7362,7 @@ static inline CUresult cuwire_impl_cuGraphUpload(CUgraphExec hGraphExec, CUstrea
             (uint64_t)(uintptr_t)hGraphExec,
             (uint64_t)(uintptr_t)hStream,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
         route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec));
         if (route == CW_ROUTE_SPLIT)
             return (CUresult)cuwire_route_split("cuGraphUpload");
@@ -10899,7 +10899,7 @@ static inline CUresult cuwire_impl_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, C
         ByteCount,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
     route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
     route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
     if (route == CW_ROUTE_SPLIT)
@@ -11354,7 +11354,7 @@ static inline CUresult cuwire_impl_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUco
         ByteCount,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
     route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)dstContext));
     route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)srcContext));
     route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
@@ -11411,7 +11411,7 @@ static inline CUresult cuwire_impl_cuMemsetD16Async(CUdeviceptr dstDevice, unsig
         N,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
     route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
     if (route == CW_ROUTE_SPLIT)
         return (CUresult)cuwire_route_split("cuMemsetD16Async");
@@ -11508,7 +11508,7 @@ static inline CUresult cuwire_impl_cuMemsetD2D16Async(CUdeviceptr dstDevice, siz
         Height,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
     route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
     if (route == CW_ROUTE_SPLIT)
         return (CUresult)cuwire_route_split("cuMemsetD2D16Async");
@@ -11609,7 +11609,7 @@ static inline CUresult cuwire_impl_cuMemsetD2D32Async(CUdeviceptr dstDevice, siz
         Height,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
     route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
     if (route == CW_ROUTE_SPLIT)
         return (CUresult)cuwire_route_split("cuMemsetD2D32Async");
@@ -11710,7 +11710,7 @@ static inline CUresult cuwire_impl_cuMemsetD2D8Async(CUdeviceptr dstDevice, size
         Height,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
     route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
     if (route == CW_ROUTE_SPLIT)
         return (CUresult)cuwire_route_split("cuMemsetD2D8Async");
@@ -11807,7 +11807,7 @@ static inline CUresult cuwire_impl_cuMemsetD32Async(CUdeviceptr dstDevice, unsig
         N,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
     route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
     if (route == CW_ROUTE_SPLIT)
         return (CUresult)cuwire_route_split("cuMemsetD32Async");
@@ -11900,7 +11900,7 @@ static inline CUresult cuwire_impl_cuMemsetD8Async(CUdeviceptr dstDevice, unsign
         N,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
     route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
     if (route == CW_ROUTE_SPLIT)
         return (CUresult)cuwire_route_split("cuMemsetD8Async");
@@ -13020,8 +13020,8 @@ static inline CUresult cuwire_impl_cuStreamCopyAttributes(CUstream dst, CUstream
             (uint64_t)(uintptr_t)dst,
             (uint64_t)(uintptr_t)src,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)dst);
-        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)src));
+        int route = cuwire_route_stream((uint64_t)(uintptr_t)dst);
+        route = cuwire_route_also(route, cuwire_route_stream((uint64_t)(uintptr_t)src));
         if (route == CW_ROUTE_SPLIT)
             return (CUresult)cuwire_route_split("cuStreamCopyAttributes");
         if (route < 0)
@@ -13128,7 +13128,7 @@ static inline CUresult cuwire_impl_cuStreamDestroy_v2(CUstream hStream)
         } rec = {
             (uint64_t)(uintptr_t)hStream,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_enqueue(route, 2166856291u, &rec, sizeof rec);
@@ -13141,7 +13141,7 @@ static inline CUresult cuwire_impl_cuStreamDestroy_v2(CUstream hStream)
         } rec = {
             (uint64_t)(uintptr_t)hStream,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 2166856291u, &rec, sizeof rec, NULL, 0);
@@ -13478,7 +13478,7 @@ static inline CUresult cuwire_impl_cuStreamQuery(CUstream hStream)
         } rec = {
             (uint64_t)(uintptr_t)hStream,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 3807505306u, &rec, sizeof rec, NULL, 0);
@@ -13554,7 +13554,7 @@ static inline CUresult cuwire_impl_cuStreamSynchronize(CUstream hStream)
         } rec = {
             (uint64_t)(uintptr_t)hStream,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_enqueue(route, 1581600379u, &rec, sizeof rec);
@@ -13567,7 +13567,7 @@ static inline CUresult cuwire_impl_cuStreamSynchronize(CUstream hStream)
         } rec = {
             (uint64_t)(uintptr_t)hStream,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
         if (route < 0)
             route = cuwire_route_current();
         int status = cuwire_call(route, 1581600379u, &rec, sizeof rec, NULL, 0);
@@ -13684,7 +13684,7 @@ static inline CUresult cuwire_impl_cuStreamWaitEvent(CUstream hStream, CUevent h
         (uint64_t)(uintptr_t)hEvent,
         Flags,
     };
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)hStream);
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
     route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
     if (route == CW_ROUTE_SPLIT)
         return (CUresult)cuwire_route_split("cuStreamWaitEvent");
@@ -13756,7 +13756,7 @@ static inline CUresult cuwire_impl_cuStreamWaitValue32_v2(CUstream stream, CUdev
         value,
         flags,
     };
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)stream);
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)stream);
     route = cuwire_route_also(route, cuwire_route_value((uint64_t)addr));
     if (route == CW_ROUTE_SPLIT)
         return (CUresult)cuwire_route_split("cuStreamWaitValue32_v2");
@@ -13828,7 +13828,7 @@ static inline CUresult cuwire_impl_cuStreamWaitValue64_v2(CUstream stream, CUdev
         value,
         flags,
     };
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)stream);
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)stream);
     route = cuwire_route_also(route, cuwire_route_value((uint64_t)addr));
     if (route == CW_ROUTE_SPLIT)
         return (CUresult)cuwire_route_split("cuStreamWaitValue64_v2");
@@ -13900,7 +13900,7 @@ static inline CUresult cuwire_impl_cuStreamWriteValue32_v2(CUstream stream, CUde
         value,
         flags,
     };
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)stream);
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)stream);
     route = cuwire_route_also(route, cuwire_route_value((uint64_t)addr));
     if (route == CW_ROUTE_SPLIT)
         return (CUresult)cuwire_route_split("cuStreamWriteValue32_v2");
@@ -13972,7 +13972,7 @@ static inline CUresult cuwire_impl_cuStreamWriteValue64_v2(CUstream stream, CUde
         value,
         flags,
     };
-    int route = cuwire_route_handle((uint64_t)(uintptr_t)stream);
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)stream);
     route = cuwire_route_also(route, cuwire_route_value((uint64_t)addr));
     if (route == CW_ROUTE_SPLIT)
         return (CUresult)cuwire_route_split("cuStreamWriteValue64_v2");
