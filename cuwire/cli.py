@@ -278,7 +278,7 @@ def leave_a_core(env: dict[str, str], server: str, started_here: bool) -> None:
     a program whose OpenMP threads take every core (PyTorch's CPU operations do, each thread spinning at its
     barriers) holds the server up, and the GPU waits. So, unless the program's environment says how many
     threads OpenMP takes, it takes one fewer than the cores this process may use."""
-    if "OMP_NUM_THREADS" in env or not (started_here or on_this_host(server)):
+    if "OMP_NUM_THREADS" in env or not (started_here or any(on_this_host(each) for each in server_list(server))):
         return
     cores = len(os.sched_getaffinity(0))
     if cores >= MIN_CORES_TO_SHARE:
@@ -349,10 +349,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if server:  # an address, token or TLS setting that cannot work fails here, before the program runs
         token = token_value(args.token)
-        for check in (check_reachable(server), check_session(server, token)):
-            if not check.ok:
-                err(f"cuwire run: {check.what}\n  -> {check.fix}")
-                return EXIT_CUWIRE
+        for each in server_list(server):  # (a device list: each of its servers)
+            for check in (check_reachable(each), check_session(each, token)):
+                if not check.ok:
+                    err(f"cuwire run: {check.what}\n  -> {check.fix}")
+                    return EXIT_CUWIRE
     local: LocalServer | None = None
     if not server:
         local = LocalServer(args.emulated, args.token, Settings().cache_dir)

@@ -72,10 +72,11 @@ if count.value > 1:  # across the two servers: no peer path, and what needs one 
 
 
 def run(script, client_lib, servers: str) -> subprocess.CompletedProcess:
-    from cuwire import cli
-
-    env = cli.program_env(client_lib, servers, None, False, base=dict(os.environ))
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    """The program through `cuwire run --server SERVERS`, as a user runs it."""
+    env = dict(os.environ)  # (`cuwire run` finds the client library this checkout built: client_lib)
+    env.pop("CUWIRE_SERVER", None)
+    return subprocess.run([sys.executable, "-m", "cuwire.cli", "run", "--server", servers, "--", sys.executable,
+                           str(script)], capture_output=True, text=True, env=env, timeout=120)
 
 
 def test_two_servers_are_one_device_list(tmp_path, client_lib):
