@@ -170,3 +170,81 @@ def test_a_server_lost_fails_only_its_devices_calls(tmp_path, client_lib):
         assert err.count(f"lost the cuwire server {servers[1].address} (the program's device 1 of its list)") == 1, err
     finally:
         servers[0].stop()
+
+
+# A CUDA program of the runtime API: the same kernel (the emulated device's vectorAdd, tests/test_apps/
+# kernels.py) launched on each device of its list. NVIDIA's runtime loads the program's fatbin once and
+# launches one CUkernel on every device: the client loads the library on each server (client/routes.c,
+# aliases) and each launch goes to its device's server with that server's kernel.
+KERNELS = r"""
+#include <cstdio>
+#include <cuda_runtime.h>
+
+__global__ void vectorAdd(const float *a, const float *b, float *c, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] + b[i];
+}
+
+#define CHECK(x) \
+    do { cudaError_t e = (x); if (e) { printf("%s: %s\n", #x, cudaGetErrorString(e)); return 1; } } while (0)
+
+int main() {
+    int count = 0;
+    CHECK(cudaGetDeviceCount(&count));
+    printf("devices %d\n", count);
+    const int n = 1024;
+    static float a[n], b[n], c[n];
+    for (int dev = 0; dev < count; dev++) {
+        CHECK(cudaSetDevice(dev));
+        for (int i = 0; i < n; i++) a[i] = (float)i, b[i] = (float)(100 * (dev + 1));
+        float *da, *db, *dc;
+        CHECK(cudaMalloc(&da, n * 4));
+        CHECK(cudaMalloc(&db, n * 4));
+        CHECK(cudaMalloc(&dc, n * 4));
+        CHECK(cudaMemcpy(da, a, n * 4, cudaMemcpyHostToDevice));
+        CHECK(cudaMemcpy(db, b, n * 4, cudaMemcpyHostToDevice));
+        vectorAdd<<<n / 256, 256>>>(da, db, dc, n);
+        CHECK(cudaGetLastError());
+        CHECK(cudaMemcpy(c, dc, n * 4, cudaMemcpyDeviceToHost));
+        double sum = 0;
+        for (int i = 0; i < n; i++) sum += c[i];
+        printf("device %d sum %.0f\n", dev, sum);
+    }
+    return 0;
+}
+"""
+
+
+def test_a_kernel_runs_on_each_server_of_the_list(tmp_path, client_lib):
+    """The runtime's one CUkernel launched on a device of each server: each server ran it, on its own
+    memory, and the sums are each device's; a one-server run gives the first device's sum."""
+    import shutil
+
+    import pytest
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+    (tmp_path / "kernels.cu").write_text(KERNELS)
+    subprocess.run(["nvcc", "-cudart", "shared", "-arch=sm_90", "-O2", "-o", str(tmp_path / "kernels"),
+                    str(tmp_path / "kernels.cu")], check=True)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    servers = [ServerProcess(tmp_path / name) for name in ("a", "b")]
+    try:
+        env = dict(os.environ)
+        env.pop("CUWIRE_SERVER", None)
+        runs = [subprocess.run([sys.executable, "-m", "cuwire.cli", "run", "--server", given, "--",
+                                str(tmp_path / "kernels")], capture_output=True, text=True, env=env, timeout=120)
+                for given in (servers[0].address, f"{servers[0].address},{servers[1].address}")]
+        logs = [s.text() for s in servers]
+    finally:
+        for s in servers:
+            s.stop()
+    n = 1024
+    sums = [n * (n - 1) // 2 + n * 100 * (d + 1) for d in range(2)]
+    assert runs[0].returncode == 0 and runs[0].stdout.splitlines() == ["devices 1", f"device 0 sum {sums[0]}"], \
+        runs[0].stdout + runs[0].stderr
+    assert runs[1].returncode == 0 and runs[1].stdout.splitlines() == [
+        "devices 2", f"device 0 sum {sums[0]}", f"device 1 sum {sums[1]}"], runs[1].stdout + runs[1].stderr
+    assert logs[1].count(" opened for pid ") == 1, logs[1]  # (b served the list's run alone...)
+    assert all(log.count(" uploaded (") == 1 for log in logs), logs  # (...and each server got the image once)

@@ -72,8 +72,9 @@ def routes(tmp_path_factory) -> Path:
         pytest.skip("no C compiler")
     where = tmp_path_factory.mktemp("routes")
     (where / "main.c").write_text(PROGRAM)
-    subprocess.run(["gcc", "-O2", f"-I{CLIENT}", f"-I{CLIENT.parent / 'generated'}",
-                    "-o", str(where / "routes"), str(where / "main.c"), str(CLIENT / "routes.c"), "-lpthread"],
+    generated = CLIENT.parent / "generated"
+    subprocess.run(["gcc", "-O2", f"-I{CLIENT}", f"-I{generated}", "-o", str(where / "routes"), str(where / "main.c"),
+                    str(CLIENT / "routes.c"), str(CLIENT / "table.c"), "-lpthread"],
                    check=True)
     return where / "routes"
 

@@ -232,6 +232,15 @@ static int launch_queued(CUfunction f, const uint32_t g[3], const uint32_t b[3],
         pthread_mutex_unlock(&kernels_lock);
         return -1; /* first launch of this function: Python looks it up */
     }
+    /* the stream's server (the current context's for the special streams), and the kernel as that server
+     * knows it: a library's kernel is loaded on each server of a device list (routes.c); a function of
+     * another server's context is not served: refused by name */
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)stream);
+    uint64_t handle = cuwire_route_alias(k.handle, route);
+    if (!handle) {
+        pthread_mutex_unlock(&kernels_lock);
+        return cuwire_route_split("cuLaunchKernel");
+    }
     char small[4096], *rec = small;
     size_t attrs_len = n_attrs ? 8 + (size_t)n_attrs * sizeof(CUlaunchAttribute) : 0;
     size_t len = sizeof(struct cw_launch_head) + attrs_len + k.size;
@@ -240,7 +249,7 @@ static int launch_queued(CUfunction f, const uint32_t g[3], const uint32_t b[3],
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     memset(rec, 0, len);
-    struct cw_launch_head head = {k.handle, {g[0], g[1], g[2]}, {b[0], b[1], b[2]}, shmem, (uint64_t)(uintptr_t)stream};
+    struct cw_launch_head head = {handle, {g[0], g[1], g[2]}, {b[0], b[1], b[2]}, shmem, (uint64_t)(uintptr_t)stream};
     memcpy(rec, &head, sizeof head);
     if (n_attrs) {
         memcpy(rec + sizeof head, &n_attrs, 4);
@@ -252,12 +261,7 @@ static int launch_queued(CUfunction f, const uint32_t g[3], const uint32_t b[3],
     pthread_mutex_unlock(&kernels_lock);
     for (uint32_t i = 0; i < n_pointers; i++)
         cuwire_host_reference(pointers[i]);
-    /* the stream's server (the current context's for the special streams); a kernel of another server's
-     * (its module loaded there) is not served yet: refused by name */
-    int route = cuwire_route_also(cuwire_route_stream((uint64_t)(uintptr_t)stream), cuwire_route_value(k.handle));
-    int split = route == CW_ROUTE_SPLIT;
-    int err = split     ? cuwire_route_split("cuLaunchKernel")
-              : missing ? CUDA_ERROR_INVALID_VALUE /* a kernel with parameters launched without them */
+    int err = missing ? CUDA_ERROR_INVALID_VALUE /* a kernel with parameters launched without them */
                       : cuwire_enqueue(route, n_attrs ? cuwire_launch_ex_record_id : cuwire_launch_record_id, rec,
                                        (uint32_t)len);
     if (rec != small)

@@ -346,8 +346,12 @@ def cuKernelGetName(name, hfunc):
 
 
 def _global(dptr, size, module: int, name, from_module: bool) -> int:
-    res = rt.call(rt.GET_GLOBAL, pb.GetGlobal_Args(module=module, name=rt.read_string(name), from_module=from_module),
-                  pb.GetGlobal_Result)
+    """A module's or library's variable, in the current context (a library's is each device's: of a device
+    list, asked of the current context's server in its alias of the library, client/routes.c)."""
+    route = lib.cuwire_route_current()
+    res = rt.call(rt.GET_GLOBAL, pb.GetGlobal_Args(module=lib.cuwire_route_alias(module, route) or module,
+                                                   name=rt.read_string(name), from_module=from_module),
+                  pb.GetGlobal_Result, route)
     if res.status != 0:
         return res.status
     rt.client.track_alloc(res.address, res.size)

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "routes.h"
+#include "table.h"
 #include "session.h" /* (the calling thread's current context) */
 
 #define WINDOWS_MAX 4 /* a session's windows: address_space.windows gives two */
@@ -24,6 +25,15 @@ static struct {
 } routes[CW_SESSIONS_MAX];
 static int sessions = 1; /* (read without a lock: set before the calls it routes, as a session opens) */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A library's or kernel's handle on each other server of a list (libraries belong to no context: the
+ * program holds one server's handles, the client loaded the same image on the others; client/runtime.py,
+ * load_image and lookup_kernel). Under `lock`. */
+struct alias {
+    uint64_t key[2]; /* the handle the program holds, the session */
+    uint64_t alias;
+};
+static cw_table aliases = CW_TABLE(struct alias, 2, 1u << 22);
 
 int cuwire_route_sessions(void) { return __atomic_load_n(&sessions, __ATOMIC_ACQUIRE); }
 
@@ -48,6 +58,7 @@ int cuwire_route_add_session(int session, const uint64_t *starts, const uint64_t
 void cuwire_route_forget(void)
 {
     pthread_mutex_init(&lock, NULL);
+    cw_table_clear(&aliases);
     for (int i = 0; i < CW_SESSIONS_MAX; i++)
         routes[i].windows = routes[i].first_device = routes[i].devices = 0;
     __atomic_store_n(&sessions, 1, __ATOMIC_RELEASE);
@@ -100,6 +111,29 @@ int cuwire_route_current(void)
         return 0;
     int s = cuwire_route_value(cuwire_current_context());
     return s >= 0 ? s : 0; /* (no context yet: the first server's, as a program's first calls are) */
+}
+
+void cuwire_route_alias_add(uint64_t handle, int session, uint64_t alias)
+{
+    const uint64_t key[2] = {handle, (uint64_t)session};
+    pthread_mutex_lock(&lock);
+    struct alias *a = handle ? cw_table_put(&aliases, key) : NULL;
+    if (a)
+        a->alias = alias;
+    pthread_mutex_unlock(&lock);
+}
+
+uint64_t cuwire_route_alias(uint64_t handle, int session)
+{
+    int owner = cuwire_route_value(handle);
+    if (owner < 0 || owner == session)
+        return handle;
+    const uint64_t key[2] = {handle, (uint64_t)session};
+    pthread_mutex_lock(&lock);
+    const struct alias *a = cw_table_find(&aliases, key);
+    uint64_t found = a ? a->alias : 0;
+    pthread_mutex_unlock(&lock);
+    return found;
 }
 
 int cuwire_route_split(const char *function)

@@ -26,6 +26,11 @@ static inline int cuwire_route_also(int route, int more)
     return route == CW_ROUTE_SPLIT || more < 0 ? route : route < 0 || route == more ? more : CW_ROUTE_SPLIT;
 }
 CW_FROM_PYTHON int cuwire_route_split(const char *function); /* says so, once a function; CUDA_ERROR_NOT_SUPPORTED */
+/* A library's or kernel's handle on another server of the list (they belong to no context: the client
+ * loads a library on each server): the handle itself where it is that server's (or lies in no window), 0
+ * where that server has none. */
+CW_FROM_PYTHON uint64_t cuwire_route_alias(uint64_t handle, int session);
+CW_FROM_PYTHON void cuwire_route_alias_add(uint64_t handle, int session, uint64_t alias);
 /* The sessions open: 1 but in a device list. Python adds each as it opens (its windows and devices), and a
  * forked child forgets them with its parent's sessions. */
 CW_FROM_PYTHON int cuwire_route_sessions(void);

@@ -656,15 +656,10 @@ class Client:
                 self.stats.modules_preloaded += 1
                 res = ahead.load
         if res is None:
-            res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest, as_module=as_module), pb.LoadModule_Result)
-        if res.need_image:
-            if res.status:  # an earlier queued call's error came with the answer: the load's, uploaded or not
-                raise Fail(res.status)
-            body, codec = self.encode(image)
-            res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest, image=body, image_codec=codec,
-                                                            as_module=as_module), pb.LoadModule_Result)
-            self.stats.modules_uploaded += 1
-        else:
+            res = self.load_on(lib.cuwire_route_current(), digest, image, as_module)
+            if self.listed and not as_module:  # a library belongs to no context: it is each server's
+                self.load_elsewhere(res, digest, image)
+        else:  # (loaded before, or ahead: the server had it)
             self.stats.modules_cached += 1
         if logs is not None:
             logs[:] = [res.error_log, res.info_log]
@@ -682,13 +677,47 @@ class Client:
             self.keep_answers_ahead(ahead)
         return res.library_module if as_module else res.module
 
+    def load_on(self, route: int, digest: bytes, image: bytes, as_module: bool) -> pb.LoadModule_Result:
+        """One server's load of the image: by its digest, the bytes uploaded only when its cache lacks them."""
+        res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest, as_module=as_module), pb.LoadModule_Result,
+                        route)
+        if res.need_image:
+            if res.status:  # an earlier queued call's error came with the answer: the load's, uploaded or not
+                raise Fail(res.status)
+            body, codec = self.encode(image)
+            res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest, image=body, image_codec=codec,
+                                                            as_module=as_module), pb.LoadModule_Result, route)
+            self.stats.modules_uploaded += 1
+        else:
+            self.stats.modules_cached += 1
+        return res
+
+    def load_elsewhere(self, res: pb.LoadModule_Result, digest: bytes, image: bytes) -> None:
+        """A device list: the library `res` loaded on one server is loaded on each other one, its handle and
+        its kernels' there kept as the aliases of the ones the program holds (client/routes.c), so that a
+        kernel runs on every device, as NVIDIA's runtime launches one CUkernel on each."""
+        if res.status != 0:
+            return
+        owner = lib.cuwire_route_value(res.module)
+        for route in range(len(self.listed) + 1):
+            if route == owner:
+                continue
+            there = self.load_on(route, digest, image, False)
+            if there.status != 0:
+                raise Fail(there.status)
+            lib.cuwire_route_alias_add(res.module, route, there.module)
+            theirs = {k.name: k.kernel for k in there.kernels}
+            for k in res.kernels:
+                if k.name in theirs:
+                    lib.cuwire_route_alias_add(k.kernel, route, theirs[k.name])
+
     def preload(self, session: Session) -> load_lists.Run:
         """This run's lists, with the last run's sent in one cuwire.Preload the first time (the program's
         first module load, or its first batch of streams or events, whichever comes first): an earlier
         queued call's error, which the Preload's answer brings, is the program's call's (as CUDA's would)."""
         with self.lock:
             run = self.program_run(session)
-            if run.preloaded is None:
+            if run.preloaded is None and not self.listed:  # (a device list's servers load as asked, for now)
                 args = run.preload_args()
                 if args is not None:
                     run.preload_context = lib.cuwire_current_context()
@@ -797,12 +826,19 @@ class Client:
         launches through `key` (the handle the program holds) are checked and queued without Python. A
         lookup by name that its module's load did not answer goes on this run's list (load_lists.py)."""
         # asked once (lookup_key)
+        route = self.lookup_route(args)
         cache_key = lookup_key(args)
         k = self.lookups.get(cache_key)
         if k is None:
-            res = self.call(GET_KERNEL, args, pb.GetKernel_Result)
+            asked = pb.GetKernel_Args(module=args.module, name=args.name, from_module=args.from_module,
+                                      kernel=lib.cuwire_route_alias(args.kernel, route) if args.kernel else 0)
+            if args.kernel and not asked.kernel:
+                raise Fail(lib.cuwire_route_split(b"cuKernelGetFunction"))
+            res = self.call(GET_KERNEL, asked, pb.GetKernel_Result, route)
             if res.status != 0:
                 raise Fail(res.status)
+            if self.listed and not args.from_module and not args.kernel:
+                self.look_up_elsewhere(args, res.kernel, route)
             k = self.lookups[cache_key] = Kernel(res.kernel, tuple(res.param_offsets), tuple(res.param_sizes))
             keep_attributes(res, res.kernel, kernel=not args.from_module and not args.kernel)
             if self.run is not None:
@@ -819,6 +855,26 @@ class Client:
                                                         else load_lists.LIBRARY_KERNEL, args.name))
         give_layout_to_c(key or k.handle, k)
         return k
+
+    def lookup_route(self, args: pb.GetKernel_Args) -> int:
+        """Where a lookup goes: a library's or module's server (the one its handle is), a kernel's function
+        the current context's."""
+        if not self.listed or args.kernel:
+            return lib.cuwire_route_current()
+        owner = lib.cuwire_route_value(args.module)
+        return owner if owner >= 0 else lib.cuwire_route_current()
+
+    def look_up_elsewhere(self, args: pb.GetKernel_Args, kernel: int, owner: int) -> None:
+        """A device list: a library's kernel looked up by name on one server, looked up on each other one in
+        its alias of the library, that server's kept as the kernel's alias (load_elsewhere)."""
+        for route in range(len(self.listed) + 1):
+            library = lib.cuwire_route_alias(args.module, route) if route != owner else 0
+            if not library:
+                continue
+            there = self.call(GET_KERNEL, pb.GetKernel_Args(module=library, name=args.name), pb.GetKernel_Result,
+                              route)
+            if there.status == 0:
+                lib.cuwire_route_alias_add(kernel, route, there.kernel)
 
     def host_alloc(self, size: int) -> int:
         """A page-locked allocation in the host memory shared with the server: its address, or 0 when the
@@ -1132,6 +1188,12 @@ def route(function: str, streams: tuple = (), handles: tuple = (), pointers: tup
                 raise Fail(lib.cuwire_route_split(function.encode()))
             found = more if more >= 0 else found
     return found if found >= 0 else lib.cuwire_route_current()
+
+
+def alias(handle: int, route: int) -> int:
+    """A library or kernel handle as the route's server knows it (client/routes.c; the handle itself but in
+    a device list)."""
+    return lib.cuwire_route_alias(handle, route) if handle else 0
 
 
 def own_device(ordinal: int) -> int:

@@ -169,6 +169,12 @@ class Param:
         return "bytes"
 
     @property
+    def routeless(self) -> bool:
+        """A library or kernel handle passed by value (ROUTELESS): a device list's client loaded it on every
+        server, and the call carries the one of the server it goes to (client/routes.c)."""
+        return self.role == "value" and self.type.handle_kind in ROUTELESS
+
+    @property
     def handle_kind(self) -> str:
         """The handle kind this parameter passes (role value) or receives (role out), else ""."""
         if self.role == "value":
@@ -262,6 +268,10 @@ class Function:
         rest = [("pointer" if p.type.name == "CUdeviceptr" else "device", p.name) for p in self.params
                 if p.role == "value" and p.type.name in ("CUdeviceptr", "CUdevice")]
         return handles + rest
+
+    @property
+    def has_routeless(self) -> bool:
+        return any(p.routeless for p in self.params)
 
     @property
     def routes_by_kind(self) -> list[tuple[str, str]]:

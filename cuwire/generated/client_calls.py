@@ -26,10 +26,11 @@ def cuArray3DCreate_v2(pHandle, pAllocateArray, pAllocateArray_len):
 @ffi.def_extern(name="cuwire_py_cuArray3DGetDescriptor_v2", onerror=rt.on_error)
 def cuArray3DGetDescriptor_v2(pArrayDescriptor, pArrayDescriptor_len, hArray):
     """cuArray3DGetDescriptor_v2 (cuda.h)"""
+    route = rt.route("cuArray3DGetDescriptor_v2", (), (hArray,), (), ())
     args = pb.cuArray3DGetDescriptor_v2_Args()
     args.hArray = hArray
     rt.expect(pArrayDescriptor, pArrayDescriptor_len)
-    res = rt.call(4100118783, args, pb.cuArray3DGetDescriptor_v2_Result, rt.route("cuArray3DGetDescriptor_v2", (), (hArray,), (), ()))
+    res = rt.call(4100118783, args, pb.cuArray3DGetDescriptor_v2_Result, route)
     if res.status == 0:
         rt.write(pArrayDescriptor, res.pArrayDescriptor, pArrayDescriptor_len)
     return res.status
@@ -49,9 +50,10 @@ def cuArrayCreate_v2(pHandle, pAllocateArray, pAllocateArray_len):
 @ffi.def_extern(name="cuwire_py_cuArrayDestroy", onerror=rt.on_error)
 def cuArrayDestroy(hArray):
     """cuArrayDestroy (cuda.h)"""
+    route = rt.route("cuArrayDestroy", (), (hArray,), (), ())
     args = pb.cuArrayDestroy_Args()
     args.hArray = hArray
-    res = rt.call(2943624815, args, pb.cuArrayDestroy_Result, rt.route("cuArrayDestroy", (), (hArray,), (), ()))
+    res = rt.call(2943624815, args, pb.cuArrayDestroy_Result, route)
     if res.status == 0:
         rt.untrack_alloc(hArray)
     return res.status
@@ -60,10 +62,11 @@ def cuArrayDestroy(hArray):
 @ffi.def_extern(name="cuwire_py_cuArrayGetDescriptor_v2", onerror=rt.on_error)
 def cuArrayGetDescriptor_v2(pArrayDescriptor, pArrayDescriptor_len, hArray):
     """cuArrayGetDescriptor_v2 (cuda.h)"""
+    route = rt.route("cuArrayGetDescriptor_v2", (), (hArray,), (), ())
     args = pb.cuArrayGetDescriptor_v2_Args()
     args.hArray = hArray
     rt.expect(pArrayDescriptor, pArrayDescriptor_len)
-    res = rt.call(1813477251, args, pb.cuArrayGetDescriptor_v2_Result, rt.route("cuArrayGetDescriptor_v2", (), (hArray,), (), ()))
+    res = rt.call(1813477251, args, pb.cuArrayGetDescriptor_v2_Result, route)
     if res.status == 0:
         rt.write(pArrayDescriptor, res.pArrayDescriptor, pArrayDescriptor_len)
     return res.status
@@ -72,10 +75,11 @@ def cuArrayGetDescriptor_v2(pArrayDescriptor, pArrayDescriptor_len, hArray):
 @ffi.def_extern(name="cuwire_py_cuCtxCreate_v2", onerror=rt.on_error)
 def cuCtxCreate_v2(pctx, flags, dev):
     """cuCtxCreate_v2 (cuda.h): the CUDA 12 ABI of cuCtxCreate"""
+    route = rt.route("cuCtxCreate_v2", (), (), (), (dev,))
     args = pb.cuCtxCreate_v2_Args()
     args.flags = flags
     args.dev = rt.own_device(dev)
-    res = rt.call(2951752814, args, pb.cuCtxCreate_v2_Result, rt.route("cuCtxCreate_v2", (), (), (), (dev,)))
+    res = rt.call(2951752814, args, pb.cuCtxCreate_v2_Result, route)
     if res.status == 0:
         rt.write_scalar(pctx, "uint64_t", res.pctx)
     return res.status
@@ -84,10 +88,11 @@ def cuCtxCreate_v2(pctx, flags, dev):
 @ffi.def_extern(name="cuwire_py_cuCtxCreate_v4", onerror=rt.on_error)
 def cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev):
     """cuCtxCreate_v4 (cuda.h): made on the server; the client notes its device and makes it current (client/driver_local.c)"""
+    route = rt.route("cuCtxCreate_v4", (), (), (), (dev,))
     args = pb.cuCtxCreate_v4_Args()
     args.flags = flags
     args.dev = rt.own_device(dev)
-    res = rt.call(1184074075, args, pb.cuCtxCreate_v4_Result, rt.route("cuCtxCreate_v4", (), (), (), (dev,)))
+    res = rt.call(1184074075, args, pb.cuCtxCreate_v4_Result, route)
     if res.status == 0:
         rt.write_scalar(pctx, "uint64_t", res.pctx)
     return res.status
@@ -96,9 +101,10 @@ def cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev):
 @ffi.def_extern(name="cuwire_py_cuCtxDestroy_v2", onerror=rt.on_error)
 def cuCtxDestroy_v2(ctx):
     """cuCtxDestroy_v2 (cuda.h): the client pops it if it was the calling thread's current context"""
+    route = rt.route("cuCtxDestroy_v2", (), (ctx,), (), ())
     args = pb.cuCtxDestroy_v2_Args()
     args.ctx = ctx
-    res = rt.call(2936422730, args, pb.cuCtxDestroy_v2_Result, rt.route("cuCtxDestroy_v2", (), (ctx,), (), ()))
+    res = rt.call(2936422730, args, pb.cuCtxDestroy_v2_Result, route)
     if res.status == 0:
         rt.untrack_alloc(ctx)
     return res.status
@@ -107,28 +113,31 @@ def cuCtxDestroy_v2(ctx):
 @ffi.def_extern(name="cuwire_py_cuCtxDisablePeerAccess", onerror=rt.on_error)
 def cuCtxDisablePeerAccess(peerContext):
     """cuCtxDisablePeerAccess (cuda.h)"""
+    route = rt.route("cuCtxDisablePeerAccess", (), (peerContext,), (), ())
     args = pb.cuCtxDisablePeerAccess_Args()
     args.peerContext = peerContext
-    res = rt.call(4048085689, args, pb.cuCtxDisablePeerAccess_Result, rt.route("cuCtxDisablePeerAccess", (), (peerContext,), (), ()))
+    res = rt.call(4048085689, args, pb.cuCtxDisablePeerAccess_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuCtxEnablePeerAccess", onerror=rt.on_error)
 def cuCtxEnablePeerAccess(peerContext, Flags):
     """cuCtxEnablePeerAccess (cuda.h): devices of two servers of a device list: as GPUs without a peer path (client/peers.c)"""
+    route = rt.route("cuCtxEnablePeerAccess", (), (peerContext,), (), ())
     args = pb.cuCtxEnablePeerAccess_Args()
     args.peerContext = peerContext
     args.Flags = Flags
-    res = rt.call(1737933368, args, pb.cuCtxEnablePeerAccess_Result, rt.route("cuCtxEnablePeerAccess", (), (peerContext,), (), ()))
+    res = rt.call(1737933368, args, pb.cuCtxEnablePeerAccess_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuCtxGetApiVersion", onerror=rt.on_error)
 def cuCtxGetApiVersion(ctx, version):
     """cuCtxGetApiVersion (cuda.h)"""
+    route = rt.route("cuCtxGetApiVersion", (), (ctx,), (), ())
     args = pb.cuCtxGetApiVersion_Args()
     args.ctx = ctx
-    res = rt.call(900342868, args, pb.cuCtxGetApiVersion_Result, rt.route("cuCtxGetApiVersion", (), (ctx,), (), ()))
+    res = rt.call(900342868, args, pb.cuCtxGetApiVersion_Result, route)
     if res.status == 0:
         rt.write_scalar(version, "uint32_t", res.version)
     return res.status
@@ -169,9 +178,10 @@ def cuCtxGetFlags(flags):
 @ffi.def_extern(name="cuwire_py_cuCtxGetId", onerror=rt.on_error)
 def cuCtxGetId(ctx, ctxId):
     """cuCtxGetId (cuda.h)"""
+    route = rt.route("cuCtxGetId", (), (ctx,), (), ())
     args = pb.cuCtxGetId_Args()
     args.ctx = ctx
-    res = rt.call(3852336620, args, pb.cuCtxGetId_Result, rt.route("cuCtxGetId", (), (ctx,), (), ()))
+    res = rt.call(3852336620, args, pb.cuCtxGetId_Result, route)
     if res.status == 0:
         rt.write_scalar(ctxId, "uint64_t", res.ctxId)
     return res.status
@@ -214,10 +224,11 @@ def cuCtxGetStreamPriorityRange(leastPriority, greatestPriority):
 @ffi.def_extern(name="cuwire_py_cuCtxRecordEvent", onerror=rt.on_error)
 def cuCtxRecordEvent(hCtx, hEvent):
     """cuCtxRecordEvent (cuda.h)"""
+    route = rt.route("cuCtxRecordEvent", (), (hCtx, hEvent), (), ())
     args = pb.cuCtxRecordEvent_Args()
     args.hCtx = hCtx
     args.hEvent = hEvent
-    res = rt.call(64806754, args, pb.cuCtxRecordEvent_Result, rt.route("cuCtxRecordEvent", (), (hCtx, hEvent), (), ()))
+    res = rt.call(64806754, args, pb.cuCtxRecordEvent_Result, route)
     return res.status
 
 
@@ -277,29 +288,32 @@ def cuCtxSynchronize():
 @ffi.def_extern(name="cuwire_py_cuCtxSynchronize_v2", onerror=rt.on_error)
 def cuCtxSynchronize_v2(ctx):
     """cuCtxSynchronize_v2 (cuda.h)"""
+    route = rt.route("cuCtxSynchronize_v2", (), (ctx,), (), ())
     args = pb.cuCtxSynchronize_v2_Args()
     args.ctx = ctx
-    res = rt.call(357846365, args, pb.cuCtxSynchronize_v2_Result, rt.route("cuCtxSynchronize_v2", (), (ctx,), (), ()))
+    res = rt.call(357846365, args, pb.cuCtxSynchronize_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuCtxWaitEvent", onerror=rt.on_error)
 def cuCtxWaitEvent(hCtx, hEvent):
     """cuCtxWaitEvent (cuda.h)"""
+    route = rt.route("cuCtxWaitEvent", (), (hCtx, hEvent), (), ())
     args = pb.cuCtxWaitEvent_Args()
     args.hCtx = hCtx
     args.hEvent = hEvent
-    res = rt.call(3538322810, args, pb.cuCtxWaitEvent_Result, rt.route("cuCtxWaitEvent", (), (hCtx, hEvent), (), ()))
+    res = rt.call(3538322810, args, pb.cuCtxWaitEvent_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuDeviceCanAccessPeer", onerror=rt.on_error)
 def cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev):
     """cuDeviceCanAccessPeer (cuda.h): devices of two servers of a device list: as GPUs without a peer path (client/peers.c)"""
+    route = rt.route("cuDeviceCanAccessPeer", (), (), (), (dev, peerDev))
     args = pb.cuDeviceCanAccessPeer_Args()
     args.dev = rt.own_device(dev)
     args.peerDev = rt.own_device(peerDev)
-    res = rt.call(1419231701, args, pb.cuDeviceCanAccessPeer_Result, rt.route("cuDeviceCanAccessPeer", (), (), (), (dev, peerDev)))
+    res = rt.call(1419231701, args, pb.cuDeviceCanAccessPeer_Result, route)
     if res.status == 0:
         rt.write_scalar(canAccessPeer, "int32_t", res.canAccessPeer)
     return res.status
@@ -319,9 +333,10 @@ def cuDeviceGetByPCIBusId(dev, pciBusId):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetDefaultMemPool", onerror=rt.on_error)
 def cuDeviceGetDefaultMemPool(pool_out, dev):
     """cuDeviceGetDefaultMemPool (cuda.h)"""
+    route = rt.route("cuDeviceGetDefaultMemPool", (), (), (), (dev,))
     args = pb.cuDeviceGetDefaultMemPool_Args()
     args.dev = rt.own_device(dev)
-    res = rt.call(1234428036, args, pb.cuDeviceGetDefaultMemPool_Result, rt.route("cuDeviceGetDefaultMemPool", (), (), (), (dev,)))
+    res = rt.call(1234428036, args, pb.cuDeviceGetDefaultMemPool_Result, route)
     if res.status == 0:
         rt.write_scalar(pool_out, "uint64_t", res.pool_out)
     return res.status
@@ -330,10 +345,11 @@ def cuDeviceGetDefaultMemPool(pool_out, dev):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetExecAffinitySupport", onerror=rt.on_error)
 def cuDeviceGetExecAffinitySupport(pi, type, dev):
     """cuDeviceGetExecAffinitySupport (cuda.h)"""
+    route = rt.route("cuDeviceGetExecAffinitySupport", (), (), (), (dev,))
     args = pb.cuDeviceGetExecAffinitySupport_Args()
     args.type = type
     args.dev = rt.own_device(dev)
-    res = rt.call(2426134710, args, pb.cuDeviceGetExecAffinitySupport_Result, rt.route("cuDeviceGetExecAffinitySupport", (), (), (), (dev,)))
+    res = rt.call(2426134710, args, pb.cuDeviceGetExecAffinitySupport_Result, route)
     if res.status == 0:
         rt.write_scalar(pi, "int32_t", res.pi)
     return res.status
@@ -342,11 +358,12 @@ def cuDeviceGetExecAffinitySupport(pi, type, dev):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetGraphMemAttribute", onerror=rt.on_error)
 def cuDeviceGetGraphMemAttribute(device, attr, value, value_len):
     """cuDeviceGetGraphMemAttribute (cuda.h)"""
+    route = rt.route("cuDeviceGetGraphMemAttribute", (), (), (), (device,))
     args = pb.cuDeviceGetGraphMemAttribute_Args()
     args.device = rt.own_device(device)
     args.attr = attr
     rt.expect(value, value_len)
-    res = rt.call(622504442, args, pb.cuDeviceGetGraphMemAttribute_Result, rt.route("cuDeviceGetGraphMemAttribute", (), (), (), (device,)))
+    res = rt.call(622504442, args, pb.cuDeviceGetGraphMemAttribute_Result, route)
     if res.status == 0:
         rt.write(value, res.value, value_len)
     return res.status
@@ -355,12 +372,13 @@ def cuDeviceGetGraphMemAttribute(device, attr, value, value_len):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetHostAtomicCapabilities", onerror=rt.on_error)
 def cuDeviceGetHostAtomicCapabilities(capabilities, capabilities_len, operations, operations_len, count, dev):
     """cuDeviceGetHostAtomicCapabilities (cuda.h)"""
+    route = rt.route("cuDeviceGetHostAtomicCapabilities", (), (), (), (dev,))
     args = pb.cuDeviceGetHostAtomicCapabilities_Args()
     args.operations = rt.read(operations, operations_len)
     args.count = count
     args.dev = rt.own_device(dev)
     rt.expect(capabilities, capabilities_len)
-    res = rt.call(3416762930, args, pb.cuDeviceGetHostAtomicCapabilities_Result, rt.route("cuDeviceGetHostAtomicCapabilities", (), (), (), (dev,)))
+    res = rt.call(3416762930, args, pb.cuDeviceGetHostAtomicCapabilities_Result, route)
     if res.status == 0:
         rt.write(capabilities, res.capabilities, capabilities_len)
     return res.status
@@ -369,10 +387,11 @@ def cuDeviceGetHostAtomicCapabilities(capabilities, capabilities_len, operations
 @ffi.def_extern(name="cuwire_py_cuDeviceGetLuid", onerror=rt.on_error)
 def cuDeviceGetLuid(luid, luid_len, deviceNodeMask, dev):
     """cuDeviceGetLuid (cuda.h)"""
+    route = rt.route("cuDeviceGetLuid", (), (), (), (dev,))
     args = pb.cuDeviceGetLuid_Args()
     args.dev = rt.own_device(dev)
     rt.expect(luid, luid_len)
-    res = rt.call(1237720644, args, pb.cuDeviceGetLuid_Result, rt.route("cuDeviceGetLuid", (), (), (), (dev,)))
+    res = rt.call(1237720644, args, pb.cuDeviceGetLuid_Result, route)
     if res.status == 0:
         rt.write(luid, res.luid, luid_len)
         rt.write_scalar(deviceNodeMask, "uint32_t", res.deviceNodeMask)
@@ -382,9 +401,10 @@ def cuDeviceGetLuid(luid, luid_len, deviceNodeMask, dev):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetMemPool", onerror=rt.on_error)
 def cuDeviceGetMemPool(pool, dev):
     """cuDeviceGetMemPool (cuda.h)"""
+    route = rt.route("cuDeviceGetMemPool", (), (), (), (dev,))
     args = pb.cuDeviceGetMemPool_Args()
     args.dev = rt.own_device(dev)
-    res = rt.call(3826692610, args, pb.cuDeviceGetMemPool_Result, rt.route("cuDeviceGetMemPool", (), (), (), (dev,)))
+    res = rt.call(3826692610, args, pb.cuDeviceGetMemPool_Result, route)
     if res.status == 0:
         rt.write_scalar(pool, "uint64_t", res.pool)
     return res.status
@@ -393,13 +413,14 @@ def cuDeviceGetMemPool(pool, dev):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetP2PAtomicCapabilities", onerror=rt.on_error)
 def cuDeviceGetP2PAtomicCapabilities(capabilities, capabilities_len, operations, operations_len, count, srcDevice, dstDevice):
     """cuDeviceGetP2PAtomicCapabilities (cuda.h)"""
+    route = rt.route("cuDeviceGetP2PAtomicCapabilities", (), (), (), (srcDevice, dstDevice))
     args = pb.cuDeviceGetP2PAtomicCapabilities_Args()
     args.operations = rt.read(operations, operations_len)
     args.count = count
     args.srcDevice = rt.own_device(srcDevice)
     args.dstDevice = rt.own_device(dstDevice)
     rt.expect(capabilities, capabilities_len)
-    res = rt.call(1666055931, args, pb.cuDeviceGetP2PAtomicCapabilities_Result, rt.route("cuDeviceGetP2PAtomicCapabilities", (), (), (), (srcDevice, dstDevice)))
+    res = rt.call(1666055931, args, pb.cuDeviceGetP2PAtomicCapabilities_Result, route)
     if res.status == 0:
         rt.write(capabilities, res.capabilities, capabilities_len)
     return res.status
@@ -408,11 +429,12 @@ def cuDeviceGetP2PAtomicCapabilities(capabilities, capabilities_len, operations,
 @ffi.def_extern(name="cuwire_py_cuDeviceGetP2PAttribute", onerror=rt.on_error)
 def cuDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice):
     """cuDeviceGetP2PAttribute (cuda.h): devices of two servers of a device list: as GPUs without a peer path (client/peers.c)"""
+    route = rt.route("cuDeviceGetP2PAttribute", (), (), (), (srcDevice, dstDevice))
     args = pb.cuDeviceGetP2PAttribute_Args()
     args.attrib = attrib
     args.srcDevice = rt.own_device(srcDevice)
     args.dstDevice = rt.own_device(dstDevice)
-    res = rt.call(2429329345, args, pb.cuDeviceGetP2PAttribute_Result, rt.route("cuDeviceGetP2PAttribute", (), (), (), (srcDevice, dstDevice)))
+    res = rt.call(2429329345, args, pb.cuDeviceGetP2PAttribute_Result, route)
     if res.status == 0:
         rt.write_scalar(value, "int32_t", res.value)
     return res.status
@@ -421,11 +443,12 @@ def cuDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetPCIBusId", onerror=rt.on_error)
 def cuDeviceGetPCIBusId(pciBusId, pciBusId_len, len, dev):
     """cuDeviceGetPCIBusId (cuda.h)"""
+    route = rt.route("cuDeviceGetPCIBusId", (), (), (), (dev,))
     args = pb.cuDeviceGetPCIBusId_Args()
     args.len = len
     args.dev = rt.own_device(dev)
     rt.expect(pciBusId, pciBusId_len)
-    res = rt.call(2039655364, args, pb.cuDeviceGetPCIBusId_Result, rt.route("cuDeviceGetPCIBusId", (), (), (), (dev,)))
+    res = rt.call(2039655364, args, pb.cuDeviceGetPCIBusId_Result, route)
     if res.status == 0:
         rt.write(pciBusId, res.pciBusId, pciBusId_len)
     return res.status
@@ -434,10 +457,11 @@ def cuDeviceGetPCIBusId(pciBusId, pciBusId_len, len, dev):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetProperties", onerror=rt.on_error)
 def cuDeviceGetProperties(prop, prop_len, dev):
     """cuDeviceGetProperties (cuda.h)"""
+    route = rt.route("cuDeviceGetProperties", (), (), (), (dev,))
     args = pb.cuDeviceGetProperties_Args()
     args.dev = rt.own_device(dev)
     rt.expect(prop, prop_len)
-    res = rt.call(1934438172, args, pb.cuDeviceGetProperties_Result, rt.route("cuDeviceGetProperties", (), (), (), (dev,)))
+    res = rt.call(1934438172, args, pb.cuDeviceGetProperties_Result, route)
     if res.status == 0:
         rt.write(prop, res.prop, prop_len)
     return res.status
@@ -446,11 +470,12 @@ def cuDeviceGetProperties(prop, prop_len, dev):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetTexture1DLinearMaxWidth", onerror=rt.on_error)
 def cuDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, format, numChannels, dev):
     """cuDeviceGetTexture1DLinearMaxWidth (cuda.h)"""
+    route = rt.route("cuDeviceGetTexture1DLinearMaxWidth", (), (), (), (dev,))
     args = pb.cuDeviceGetTexture1DLinearMaxWidth_Args()
     args.format = format
     args.numChannels = numChannels
     args.dev = rt.own_device(dev)
-    res = rt.call(1710662973, args, pb.cuDeviceGetTexture1DLinearMaxWidth_Result, rt.route("cuDeviceGetTexture1DLinearMaxWidth", (), (), (), (dev,)))
+    res = rt.call(1710662973, args, pb.cuDeviceGetTexture1DLinearMaxWidth_Result, route)
     if res.status == 0:
         rt.write_scalar(maxWidthInElements, "uint64_t", res.maxWidthInElements)
     return res.status
@@ -459,49 +484,54 @@ def cuDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, format, numChannels, 
 @ffi.def_extern(name="cuwire_py_cuDeviceGraphMemTrim", onerror=rt.on_error)
 def cuDeviceGraphMemTrim(device):
     """cuDeviceGraphMemTrim (cuda.h): the session's own graph memory (each session has its context)"""
+    route = rt.route("cuDeviceGraphMemTrim", (), (), (), (device,))
     args = pb.cuDeviceGraphMemTrim_Args()
     args.device = rt.own_device(device)
-    res = rt.call(64302920, args, pb.cuDeviceGraphMemTrim_Result, rt.route("cuDeviceGraphMemTrim", (), (), (), (device,)))
+    res = rt.call(64302920, args, pb.cuDeviceGraphMemTrim_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuDevicePrimaryCtxReset_v2", onerror=rt.on_error)
 def cuDevicePrimaryCtxReset_v2(dev):
     """cuDevicePrimaryCtxReset_v2 (cuda.h): the server makes the primary context again at once, current on the session's thread (refused with --isolation thread, where sessions share it)"""
+    route = rt.route("cuDevicePrimaryCtxReset_v2", (), (), (), (dev,))
     args = pb.cuDevicePrimaryCtxReset_v2_Args()
     args.dev = rt.own_device(dev)
-    res = rt.call(2324783077, args, pb.cuDevicePrimaryCtxReset_v2_Result, rt.route("cuDevicePrimaryCtxReset_v2", (), (), (), (dev,)))
+    res = rt.call(2324783077, args, pb.cuDevicePrimaryCtxReset_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuDevicePrimaryCtxSetFlags_v2", onerror=rt.on_error)
 def cuDevicePrimaryCtxSetFlags_v2(dev, flags):
     """cuDevicePrimaryCtxSetFlags_v2 (cuda.h)"""
+    route = rt.route("cuDevicePrimaryCtxSetFlags_v2", (), (), (), (dev,))
     args = pb.cuDevicePrimaryCtxSetFlags_v2_Args()
     args.dev = rt.own_device(dev)
     args.flags = flags
-    res = rt.call(4201524549, args, pb.cuDevicePrimaryCtxSetFlags_v2_Result, rt.route("cuDevicePrimaryCtxSetFlags_v2", (), (), (), (dev,)))
+    res = rt.call(4201524549, args, pb.cuDevicePrimaryCtxSetFlags_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuDeviceSetGraphMemAttribute", onerror=rt.on_error)
 def cuDeviceSetGraphMemAttribute(device, attr, value, value_len):
     """cuDeviceSetGraphMemAttribute (cuda.h)"""
+    route = rt.route("cuDeviceSetGraphMemAttribute", (), (), (), (device,))
     args = pb.cuDeviceSetGraphMemAttribute_Args()
     args.device = rt.own_device(device)
     args.attr = attr
     args.value = rt.read(value, value_len)
-    res = rt.call(2335304070, args, pb.cuDeviceSetGraphMemAttribute_Result, rt.route("cuDeviceSetGraphMemAttribute", (), (), (), (device,)))
+    res = rt.call(2335304070, args, pb.cuDeviceSetGraphMemAttribute_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuDeviceSetMemPool", onerror=rt.on_error)
 def cuDeviceSetMemPool(dev, pool):
     """cuDeviceSetMemPool (cuda.h)"""
+    route = rt.route("cuDeviceSetMemPool", (), (pool,), (), (dev,))
     args = pb.cuDeviceSetMemPool_Args()
     args.dev = rt.own_device(dev)
     args.pool = pool
-    res = rt.call(3394474896, args, pb.cuDeviceSetMemPool_Result, rt.route("cuDeviceSetMemPool", (), (pool,), (), (dev,)))
+    res = rt.call(3394474896, args, pb.cuDeviceSetMemPool_Result, route)
     return res.status
 
 
@@ -519,9 +549,10 @@ def cuEventCreate(phEvent, Flags):
 @ffi.def_extern(name="cuwire_py_cuEventDestroy_v2", onerror=rt.on_error)
 def cuEventDestroy_v2(hEvent):
     """cuEventDestroy_v2 (cuda.h): queued when the client gave the event out and it is alive (client/handle_pools.c)"""
+    route = rt.route("cuEventDestroy_v2", (), (hEvent,), (), ())
     args = pb.cuEventDestroy_v2_Args()
     args.hEvent = hEvent
-    res = rt.call(495590736, args, pb.cuEventDestroy_v2_Result, rt.route("cuEventDestroy_v2", (), (hEvent,), (), ()))
+    res = rt.call(495590736, args, pb.cuEventDestroy_v2_Result, route)
     if res.status == 0:
         rt.untrack_alloc(hEvent)
     return res.status
@@ -530,10 +561,11 @@ def cuEventDestroy_v2(hEvent):
 @ffi.def_extern(name="cuwire_py_cuEventElapsedTime_v2", onerror=rt.on_error)
 def cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd):
     """cuEventElapsedTime_v2 (cuda.h)"""
+    route = rt.route("cuEventElapsedTime_v2", (), (hStart, hEnd), (), ())
     args = pb.cuEventElapsedTime_v2_Args()
     args.hStart = hStart
     args.hEnd = hEnd
-    res = rt.call(461475650, args, pb.cuEventElapsedTime_v2_Result, rt.route("cuEventElapsedTime_v2", (), (hStart, hEnd), (), ()))
+    res = rt.call(461475650, args, pb.cuEventElapsedTime_v2_Result, route)
     if res.status == 0:
         rt.write_scalar(pMilliseconds, "float", res.pMilliseconds)
     return res.status
@@ -542,28 +574,31 @@ def cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd):
 @ffi.def_extern(name="cuwire_py_cuEventQuery", onerror=rt.on_error)
 def cuEventQuery(hEvent):
     """cuEventQuery (cuda.h)"""
+    route = rt.route("cuEventQuery", (), (hEvent,), (), ())
     args = pb.cuEventQuery_Args()
     args.hEvent = hEvent
-    res = rt.call(2687060959, args, pb.cuEventQuery_Result, rt.route("cuEventQuery", (), (hEvent,), (), ()))
+    res = rt.call(2687060959, args, pb.cuEventQuery_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuEventSynchronize", onerror=rt.on_error)
 def cuEventSynchronize(hEvent):
     """cuEventSynchronize (cuda.h)"""
+    route = rt.route("cuEventSynchronize", (), (hEvent,), (), ())
     args = pb.cuEventSynchronize_Args()
     args.hEvent = hEvent
-    res = rt.call(3775496938, args, pb.cuEventSynchronize_Result, rt.route("cuEventSynchronize", (), (hEvent,), (), ()))
+    res = rt.call(3775496938, args, pb.cuEventSynchronize_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuFuncGetAttribute", onerror=rt.on_error)
 def cuFuncGetAttribute(pi, attrib, hfunc):
     """cuFuncGetAttribute (cuda.h): kept by the client once answered (client/answers_cache.c)"""
+    route = rt.route("cuFuncGetAttribute", (), (hfunc,), (), ())
     args = pb.cuFuncGetAttribute_Args()
     args.attrib = attrib
     args.hfunc = rt.server_function(hfunc)
-    res = rt.call(1113544593, args, pb.cuFuncGetAttribute_Result, rt.route("cuFuncGetAttribute", (), (hfunc,), (), ()))
+    res = rt.call(1113544593, args, pb.cuFuncGetAttribute_Result, route)
     if res.status == 0:
         rt.write_scalar(pi, "int32_t", res.pi)
     return res.status
@@ -572,9 +607,10 @@ def cuFuncGetAttribute(pi, attrib, hfunc):
 @ffi.def_extern(name="cuwire_py_cuFuncGetModule", onerror=rt.on_error)
 def cuFuncGetModule(hmod, hfunc):
     """cuFuncGetModule (cuda.h)"""
+    route = rt.route("cuFuncGetModule", (), (hfunc,), (), ())
     args = pb.cuFuncGetModule_Args()
     args.hfunc = rt.server_function(hfunc)
-    res = rt.call(4080729374, args, pb.cuFuncGetModule_Result, rt.route("cuFuncGetModule", (), (hfunc,), (), ()))
+    res = rt.call(4080729374, args, pb.cuFuncGetModule_Result, route)
     if res.status == 0:
         rt.write_scalar(hmod, "uint64_t", res.hmod)
     return res.status
@@ -583,10 +619,11 @@ def cuFuncGetModule(hmod, hfunc):
 @ffi.def_extern(name="cuwire_py_cuFuncGetParamInfo", onerror=rt.on_error)
 def cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize):
     """cuFuncGetParamInfo (cuda.h)"""
+    route = rt.route("cuFuncGetParamInfo", (), (func,), (), ())
     args = pb.cuFuncGetParamInfo_Args()
     args.func = rt.server_function(func)
     args.paramIndex = paramIndex
-    res = rt.call(567025728, args, pb.cuFuncGetParamInfo_Result, rt.route("cuFuncGetParamInfo", (), (func,), (), ()))
+    res = rt.call(567025728, args, pb.cuFuncGetParamInfo_Result, route)
     if res.status == 0:
         rt.write_scalar(paramOffset, "uint64_t", res.paramOffset)
         rt.write_scalar(paramSize, "uint64_t", res.paramSize)
@@ -596,9 +633,10 @@ def cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize):
 @ffi.def_extern(name="cuwire_py_cuFuncIsLoaded", onerror=rt.on_error)
 def cuFuncIsLoaded(state, function):
     """cuFuncIsLoaded (cuda.h)"""
+    route = rt.route("cuFuncIsLoaded", (), (function,), (), ())
     args = pb.cuFuncIsLoaded_Args()
     args.function = rt.server_function(function)
-    res = rt.call(1787595107, args, pb.cuFuncIsLoaded_Result, rt.route("cuFuncIsLoaded", (), (function,), (), ()))
+    res = rt.call(1787595107, args, pb.cuFuncIsLoaded_Result, route)
     if res.status == 0:
         rt.write_scalar(state, "int32_t", res.state)
     return res.status
@@ -607,52 +645,57 @@ def cuFuncIsLoaded(state, function):
 @ffi.def_extern(name="cuwire_py_cuFuncLoad", onerror=rt.on_error)
 def cuFuncLoad(function):
     """cuFuncLoad (cuda.h)"""
+    route = rt.route("cuFuncLoad", (), (function,), (), ())
     args = pb.cuFuncLoad_Args()
     args.function = rt.server_function(function)
-    res = rt.call(2060489457, args, pb.cuFuncLoad_Result, rt.route("cuFuncLoad", (), (function,), (), ()))
+    res = rt.call(2060489457, args, pb.cuFuncLoad_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuFuncSetAttribute", onerror=rt.on_error)
 def cuFuncSetAttribute(hfunc, attrib, value):
     """cuFuncSetAttribute (cuda.h): the largest dynamic shared memory, within what the driver allows, is queued (client/answers_cache.c)"""
+    route = rt.route("cuFuncSetAttribute", (), (hfunc,), (), ())
     args = pb.cuFuncSetAttribute_Args()
     args.hfunc = rt.server_function(hfunc)
     args.attrib = attrib
     args.value = value
-    res = rt.call(1296138514, args, pb.cuFuncSetAttribute_Result, rt.route("cuFuncSetAttribute", (), (hfunc,), (), ()))
+    res = rt.call(1296138514, args, pb.cuFuncSetAttribute_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuFuncSetCacheConfig", onerror=rt.on_error)
 def cuFuncSetCacheConfig(hfunc, config):
     """cuFuncSetCacheConfig (cuda.h): the same preference again is answered, another of a kernel the client knows queued (client/answers_cache.c)"""
+    route = rt.route("cuFuncSetCacheConfig", (), (hfunc,), (), ())
     args = pb.cuFuncSetCacheConfig_Args()
     args.hfunc = rt.server_function(hfunc)
     args.config = config
-    res = rt.call(1688761246, args, pb.cuFuncSetCacheConfig_Result, rt.route("cuFuncSetCacheConfig", (), (hfunc,), (), ()))
+    res = rt.call(1688761246, args, pb.cuFuncSetCacheConfig_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuFuncSetSharedMemConfig", onerror=rt.on_error)
 def cuFuncSetSharedMemConfig(hfunc, config):
     """cuFuncSetSharedMemConfig (cuda.h)"""
+    route = rt.route("cuFuncSetSharedMemConfig", (), (hfunc,), (), ())
     args = pb.cuFuncSetSharedMemConfig_Args()
     args.hfunc = rt.server_function(hfunc)
     args.config = config
-    res = rt.call(1389123837, args, pb.cuFuncSetSharedMemConfig_Result, rt.route("cuFuncSetSharedMemConfig", (), (hfunc,), (), ()))
+    res = rt.call(1389123837, args, pb.cuFuncSetSharedMemConfig_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphAddChildGraphNode", onerror=rt.on_error)
 def cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, childGraph):
     """cuGraphAddChildGraphNode (cuda.h)"""
+    route = rt.route("cuGraphAddChildGraphNode", (), (hGraph, childGraph), (), ())
     args = pb.cuGraphAddChildGraphNode_Args()
     args.hGraph = hGraph
     args.dependencies = rt.read(dependencies, dependencies_len)
     args.numDependencies = numDependencies
     args.childGraph = childGraph
-    res = rt.call(1642307952, args, pb.cuGraphAddChildGraphNode_Result, rt.route("cuGraphAddChildGraphNode", (), (hGraph, childGraph), (), ()))
+    res = rt.call(1642307952, args, pb.cuGraphAddChildGraphNode_Result, route)
     if res.status == 0:
         rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
     return res.status
@@ -661,24 +704,26 @@ def cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, dependencies_len
 @ffi.def_extern(name="cuwire_py_cuGraphAddDependencies_v2", onerror=rt.on_error)
 def cuGraphAddDependencies_v2(hGraph, from_, from__len, to, to_len, edgeData, edgeData_len, numDependencies):
     """cuGraphAddDependencies_v2 (cuda.h): edge data (NULL: default edges) travels as the program's array"""
+    route = rt.route("cuGraphAddDependencies_v2", (), (hGraph,), (), ())
     args = pb.cuGraphAddDependencies_v2_Args()
     args.hGraph = hGraph
     args.from_ = rt.read(from_, from__len)
     args.to = rt.read(to, to_len)
     args.edgeData = rt.read(edgeData, edgeData_len) if edgeData != ffi.NULL else b""
     args.numDependencies = numDependencies
-    res = rt.call(3880841238, args, pb.cuGraphAddDependencies_v2_Result, rt.route("cuGraphAddDependencies_v2", (), (hGraph,), (), ()))
+    res = rt.call(3880841238, args, pb.cuGraphAddDependencies_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphAddEmptyNode", onerror=rt.on_error)
 def cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies):
     """cuGraphAddEmptyNode (cuda.h)"""
+    route = rt.route("cuGraphAddEmptyNode", (), (hGraph,), (), ())
     args = pb.cuGraphAddEmptyNode_Args()
     args.hGraph = hGraph
     args.dependencies = rt.read(dependencies, dependencies_len)
     args.numDependencies = numDependencies
-    res = rt.call(2671003589, args, pb.cuGraphAddEmptyNode_Result, rt.route("cuGraphAddEmptyNode", (), (hGraph,), (), ()))
+    res = rt.call(2671003589, args, pb.cuGraphAddEmptyNode_Result, route)
     if res.status == 0:
         rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
     return res.status
@@ -687,12 +732,13 @@ def cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, dependencies_len, num
 @ffi.def_extern(name="cuwire_py_cuGraphAddEventRecordNode", onerror=rt.on_error)
 def cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, event):
     """cuGraphAddEventRecordNode (cuda.h)"""
+    route = rt.route("cuGraphAddEventRecordNode", (), (hGraph, event), (), ())
     args = pb.cuGraphAddEventRecordNode_Args()
     args.hGraph = hGraph
     args.dependencies = rt.read(dependencies, dependencies_len)
     args.numDependencies = numDependencies
     args.event = event
-    res = rt.call(376649883, args, pb.cuGraphAddEventRecordNode_Result, rt.route("cuGraphAddEventRecordNode", (), (hGraph, event), (), ()))
+    res = rt.call(376649883, args, pb.cuGraphAddEventRecordNode_Result, route)
     if res.status == 0:
         rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
     return res.status
@@ -701,12 +747,13 @@ def cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, dependencies_le
 @ffi.def_extern(name="cuwire_py_cuGraphAddEventWaitNode", onerror=rt.on_error)
 def cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, event):
     """cuGraphAddEventWaitNode (cuda.h)"""
+    route = rt.route("cuGraphAddEventWaitNode", (), (hGraph, event), (), ())
     args = pb.cuGraphAddEventWaitNode_Args()
     args.hGraph = hGraph
     args.dependencies = rt.read(dependencies, dependencies_len)
     args.numDependencies = numDependencies
     args.event = event
-    res = rt.call(2074907796, args, pb.cuGraphAddEventWaitNode_Result, rt.route("cuGraphAddEventWaitNode", (), (hGraph, event), (), ()))
+    res = rt.call(2074907796, args, pb.cuGraphAddEventWaitNode_Result, route)
     if res.status == 0:
         rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
     return res.status
@@ -715,13 +762,14 @@ def cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, dependencies_len,
 @ffi.def_extern(name="cuwire_py_cuGraphAddMemcpyNode", onerror=rt.on_error)
 def cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, copyParams, copyParams_len, ctx):
     """cuGraphAddMemcpyNode (cuda.h): device and array memory, and, with a server on this host, host memory: page-locked memory as it is, pageable memory through a stand-in kept in step at launches and synchronizations (client/graph_copies.c); over TCP host memory is refused by name (server/graphs.py)"""
+    route = rt.route("cuGraphAddMemcpyNode", (), (ctx, hGraph), (), ())
     args = pb.cuGraphAddMemcpyNode_Args()
     args.hGraph = hGraph
     args.dependencies = rt.read(dependencies, dependencies_len)
     args.numDependencies = numDependencies
     args.copyParams = rt.read(copyParams, copyParams_len)
     args.ctx = ctx
-    res = rt.call(3494723537, args, pb.cuGraphAddMemcpyNode_Result, rt.route("cuGraphAddMemcpyNode", (), (ctx, hGraph), (), ()))
+    res = rt.call(3494723537, args, pb.cuGraphAddMemcpyNode_Result, route)
     if res.status == 0:
         rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
     return res.status
@@ -730,13 +778,14 @@ def cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, dependencies_len, nu
 @ffi.def_extern(name="cuwire_py_cuGraphAddMemsetNode", onerror=rt.on_error)
 def cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, memsetParams, memsetParams_len, ctx):
     """cuGraphAddMemsetNode (cuda.h)"""
+    route = rt.route("cuGraphAddMemsetNode", (), (ctx, hGraph), (), ())
     args = pb.cuGraphAddMemsetNode_Args()
     args.hGraph = hGraph
     args.dependencies = rt.read(dependencies, dependencies_len)
     args.numDependencies = numDependencies
     args.memsetParams = rt.read(memsetParams, memsetParams_len)
     args.ctx = ctx
-    res = rt.call(471397510, args, pb.cuGraphAddMemsetNode_Result, rt.route("cuGraphAddMemsetNode", (), (ctx, hGraph), (), ()))
+    res = rt.call(471397510, args, pb.cuGraphAddMemsetNode_Result, route)
     if res.status == 0:
         rt.write_scalar(phGraphNode, "uint64_t", res.phGraphNode)
     return res.status
@@ -745,9 +794,10 @@ def cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, dependencies_len, nu
 @ffi.def_extern(name="cuwire_py_cuGraphChildGraphNodeGetGraph", onerror=rt.on_error)
 def cuGraphChildGraphNodeGetGraph(hNode, phGraph):
     """cuGraphChildGraphNodeGetGraph (cuda.h)"""
+    route = rt.route("cuGraphChildGraphNodeGetGraph", (), (hNode,), (), ())
     args = pb.cuGraphChildGraphNodeGetGraph_Args()
     args.hNode = hNode
-    res = rt.call(378561055, args, pb.cuGraphChildGraphNodeGetGraph_Result, rt.route("cuGraphChildGraphNodeGetGraph", (), (hNode,), (), ()))
+    res = rt.call(378561055, args, pb.cuGraphChildGraphNodeGetGraph_Result, route)
     if res.status == 0:
         rt.write_scalar(phGraph, "uint64_t", res.phGraph)
     return res.status
@@ -756,9 +806,10 @@ def cuGraphChildGraphNodeGetGraph(hNode, phGraph):
 @ffi.def_extern(name="cuwire_py_cuGraphClone", onerror=rt.on_error)
 def cuGraphClone(phGraphClone, originalGraph):
     """cuGraphClone (cuda.h)"""
+    route = rt.route("cuGraphClone", (), (originalGraph,), (), ())
     args = pb.cuGraphClone_Args()
     args.originalGraph = originalGraph
-    res = rt.call(4133468500, args, pb.cuGraphClone_Result, rt.route("cuGraphClone", (), (originalGraph,), (), ()))
+    res = rt.call(4133468500, args, pb.cuGraphClone_Result, route)
     if res.status == 0:
         rt.write_scalar(phGraphClone, "uint64_t", res.phGraphClone)
     return res.status
@@ -767,12 +818,13 @@ def cuGraphClone(phGraphClone, originalGraph):
 @ffi.def_extern(name="cuwire_py_cuGraphConditionalHandleCreate", onerror=rt.on_error)
 def cuGraphConditionalHandleCreate(pHandle_out, hGraph, ctx, defaultLaunchValue, flags):
     """cuGraphConditionalHandleCreate (cuda.h)"""
+    route = rt.route("cuGraphConditionalHandleCreate", (), (ctx, hGraph), (), ())
     args = pb.cuGraphConditionalHandleCreate_Args()
     args.hGraph = hGraph
     args.ctx = ctx
     args.defaultLaunchValue = defaultLaunchValue
     args.flags = flags
-    res = rt.call(1689373620, args, pb.cuGraphConditionalHandleCreate_Result, rt.route("cuGraphConditionalHandleCreate", (), (ctx, hGraph), (), ()))
+    res = rt.call(1689373620, args, pb.cuGraphConditionalHandleCreate_Result, route)
     if res.status == 0:
         rt.write_scalar(pHandle_out, "uint64_t", res.pHandle_out)
     return res.status
@@ -792,9 +844,10 @@ def cuGraphCreate(phGraph, flags):
 @ffi.def_extern(name="cuwire_py_cuGraphDestroy", onerror=rt.on_error)
 def cuGraphDestroy(hGraph):
     """cuGraphDestroy (cuda.h)"""
+    route = rt.route("cuGraphDestroy", (), (hGraph,), (), ())
     args = pb.cuGraphDestroy_Args()
     args.hGraph = hGraph
-    res = rt.call(2272976611, args, pb.cuGraphDestroy_Result, rt.route("cuGraphDestroy", (), (hGraph,), (), ()))
+    res = rt.call(2272976611, args, pb.cuGraphDestroy_Result, route)
     if res.status == 0:
         rt.untrack_alloc(hGraph)
     return res.status
@@ -803,9 +856,10 @@ def cuGraphDestroy(hGraph):
 @ffi.def_extern(name="cuwire_py_cuGraphDestroyNode", onerror=rt.on_error)
 def cuGraphDestroyNode(hNode):
     """cuGraphDestroyNode (cuda.h)"""
+    route = rt.route("cuGraphDestroyNode", (), (hNode,), (), ())
     args = pb.cuGraphDestroyNode_Args()
     args.hNode = hNode
-    res = rt.call(3231463016, args, pb.cuGraphDestroyNode_Result, rt.route("cuGraphDestroyNode", (), (hNode,), (), ()))
+    res = rt.call(3231463016, args, pb.cuGraphDestroyNode_Result, route)
     if res.status == 0:
         rt.untrack_alloc(hNode)
     return res.status
@@ -814,9 +868,10 @@ def cuGraphDestroyNode(hNode):
 @ffi.def_extern(name="cuwire_py_cuGraphEventRecordNodeGetEvent", onerror=rt.on_error)
 def cuGraphEventRecordNodeGetEvent(hNode, event_out):
     """cuGraphEventRecordNodeGetEvent (cuda.h)"""
+    route = rt.route("cuGraphEventRecordNodeGetEvent", (), (hNode,), (), ())
     args = pb.cuGraphEventRecordNodeGetEvent_Args()
     args.hNode = hNode
-    res = rt.call(3071554212, args, pb.cuGraphEventRecordNodeGetEvent_Result, rt.route("cuGraphEventRecordNodeGetEvent", (), (hNode,), (), ()))
+    res = rt.call(3071554212, args, pb.cuGraphEventRecordNodeGetEvent_Result, route)
     if res.status == 0:
         rt.write_scalar(event_out, "uint64_t", res.event_out)
     return res.status
@@ -825,19 +880,21 @@ def cuGraphEventRecordNodeGetEvent(hNode, event_out):
 @ffi.def_extern(name="cuwire_py_cuGraphEventRecordNodeSetEvent", onerror=rt.on_error)
 def cuGraphEventRecordNodeSetEvent(hNode, event):
     """cuGraphEventRecordNodeSetEvent (cuda.h)"""
+    route = rt.route("cuGraphEventRecordNodeSetEvent", (), (hNode, event), (), ())
     args = pb.cuGraphEventRecordNodeSetEvent_Args()
     args.hNode = hNode
     args.event = event
-    res = rt.call(1340411253, args, pb.cuGraphEventRecordNodeSetEvent_Result, rt.route("cuGraphEventRecordNodeSetEvent", (), (hNode, event), (), ()))
+    res = rt.call(1340411253, args, pb.cuGraphEventRecordNodeSetEvent_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphEventWaitNodeGetEvent", onerror=rt.on_error)
 def cuGraphEventWaitNodeGetEvent(hNode, event_out):
     """cuGraphEventWaitNodeGetEvent (cuda.h)"""
+    route = rt.route("cuGraphEventWaitNodeGetEvent", (), (hNode,), (), ())
     args = pb.cuGraphEventWaitNodeGetEvent_Args()
     args.hNode = hNode
-    res = rt.call(2003086414, args, pb.cuGraphEventWaitNodeGetEvent_Result, rt.route("cuGraphEventWaitNodeGetEvent", (), (hNode,), (), ()))
+    res = rt.call(2003086414, args, pb.cuGraphEventWaitNodeGetEvent_Result, route)
     if res.status == 0:
         rt.write_scalar(event_out, "uint64_t", res.event_out)
     return res.status
@@ -846,30 +903,33 @@ def cuGraphEventWaitNodeGetEvent(hNode, event_out):
 @ffi.def_extern(name="cuwire_py_cuGraphEventWaitNodeSetEvent", onerror=rt.on_error)
 def cuGraphEventWaitNodeSetEvent(hNode, event):
     """cuGraphEventWaitNodeSetEvent (cuda.h)"""
+    route = rt.route("cuGraphEventWaitNodeSetEvent", (), (hNode, event), (), ())
     args = pb.cuGraphEventWaitNodeSetEvent_Args()
     args.hNode = hNode
     args.event = event
-    res = rt.call(2408944543, args, pb.cuGraphEventWaitNodeSetEvent_Result, rt.route("cuGraphEventWaitNodeSetEvent", (), (hNode, event), (), ()))
+    res = rt.call(2408944543, args, pb.cuGraphEventWaitNodeSetEvent_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphExecChildGraphNodeSetParams", onerror=rt.on_error)
 def cuGraphExecChildGraphNodeSetParams(hGraphExec, hNode, childGraph):
     """cuGraphExecChildGraphNodeSetParams (cuda.h): the child graph's stand-ins for pageable memory are the executable graph's too (client/graph_copies.c)"""
+    route = rt.route("cuGraphExecChildGraphNodeSetParams", (), (hGraphExec, hNode, childGraph), (), ())
     args = pb.cuGraphExecChildGraphNodeSetParams_Args()
     args.hGraphExec = hGraphExec
     args.hNode = hNode
     args.childGraph = childGraph
-    res = rt.call(3782568951, args, pb.cuGraphExecChildGraphNodeSetParams_Result, rt.route("cuGraphExecChildGraphNodeSetParams", (), (hGraphExec, hNode, childGraph), (), ()))
+    res = rt.call(3782568951, args, pb.cuGraphExecChildGraphNodeSetParams_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphExecDestroy", onerror=rt.on_error)
 def cuGraphExecDestroy(hGraphExec):
     """cuGraphExecDestroy (cuda.h)"""
+    route = rt.route("cuGraphExecDestroy", (), (hGraphExec,), (), ())
     args = pb.cuGraphExecDestroy_Args()
     args.hGraphExec = hGraphExec
-    res = rt.call(652470004, args, pb.cuGraphExecDestroy_Result, rt.route("cuGraphExecDestroy", (), (hGraphExec,), (), ()))
+    res = rt.call(652470004, args, pb.cuGraphExecDestroy_Result, route)
     if res.status == 0:
         rt.untrack_alloc(hGraphExec)
     return res.status
@@ -878,31 +938,34 @@ def cuGraphExecDestroy(hGraphExec):
 @ffi.def_extern(name="cuwire_py_cuGraphExecEventRecordNodeSetEvent", onerror=rt.on_error)
 def cuGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event):
     """cuGraphExecEventRecordNodeSetEvent (cuda.h)"""
+    route = rt.route("cuGraphExecEventRecordNodeSetEvent", (), (hGraphExec, hNode, event), (), ())
     args = pb.cuGraphExecEventRecordNodeSetEvent_Args()
     args.hGraphExec = hGraphExec
     args.hNode = hNode
     args.event = event
-    res = rt.call(3523231073, args, pb.cuGraphExecEventRecordNodeSetEvent_Result, rt.route("cuGraphExecEventRecordNodeSetEvent", (), (hGraphExec, hNode, event), (), ()))
+    res = rt.call(3523231073, args, pb.cuGraphExecEventRecordNodeSetEvent_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphExecEventWaitNodeSetEvent", onerror=rt.on_error)
 def cuGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event):
     """cuGraphExecEventWaitNodeSetEvent (cuda.h)"""
+    route = rt.route("cuGraphExecEventWaitNodeSetEvent", (), (hGraphExec, hNode, event), (), ())
     args = pb.cuGraphExecEventWaitNodeSetEvent_Args()
     args.hGraphExec = hGraphExec
     args.hNode = hNode
     args.event = event
-    res = rt.call(269870708, args, pb.cuGraphExecEventWaitNodeSetEvent_Result, rt.route("cuGraphExecEventWaitNodeSetEvent", (), (hGraphExec, hNode, event), (), ()))
+    res = rt.call(269870708, args, pb.cuGraphExecEventWaitNodeSetEvent_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphExecGetFlags", onerror=rt.on_error)
 def cuGraphExecGetFlags(hGraphExec, flags):
     """cuGraphExecGetFlags (cuda.h)"""
+    route = rt.route("cuGraphExecGetFlags", (), (hGraphExec,), (), ())
     args = pb.cuGraphExecGetFlags_Args()
     args.hGraphExec = hGraphExec
-    res = rt.call(2274030636, args, pb.cuGraphExecGetFlags_Result, rt.route("cuGraphExecGetFlags", (), (hGraphExec,), (), ()))
+    res = rt.call(2274030636, args, pb.cuGraphExecGetFlags_Result, route)
     if res.status == 0:
         rt.write_scalar(flags, "uint64_t", res.flags)
     return res.status
@@ -911,35 +974,38 @@ def cuGraphExecGetFlags(hGraphExec, flags):
 @ffi.def_extern(name="cuwire_py_cuGraphExecMemcpyNodeSetParams", onerror=rt.on_error)
 def cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, copyParams_len, ctx):
     """cuGraphExecMemcpyNodeSetParams (cuda.h): as cuGraphMemcpyNodeSetParams"""
+    route = rt.route("cuGraphExecMemcpyNodeSetParams", (), (ctx, hGraphExec, hNode), (), ())
     args = pb.cuGraphExecMemcpyNodeSetParams_Args()
     args.hGraphExec = hGraphExec
     args.hNode = hNode
     args.copyParams = rt.read(copyParams, copyParams_len)
     args.ctx = ctx
-    res = rt.call(2124575903, args, pb.cuGraphExecMemcpyNodeSetParams_Result, rt.route("cuGraphExecMemcpyNodeSetParams", (), (ctx, hGraphExec, hNode), (), ()))
+    res = rt.call(2124575903, args, pb.cuGraphExecMemcpyNodeSetParams_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphExecMemsetNodeSetParams", onerror=rt.on_error)
 def cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams, memsetParams_len, ctx):
     """cuGraphExecMemsetNodeSetParams (cuda.h)"""
+    route = rt.route("cuGraphExecMemsetNodeSetParams", (), (ctx, hGraphExec, hNode), (), ())
     args = pb.cuGraphExecMemsetNodeSetParams_Args()
     args.hGraphExec = hGraphExec
     args.hNode = hNode
     args.memsetParams = rt.read(memsetParams, memsetParams_len)
     args.ctx = ctx
-    res = rt.call(1486494622, args, pb.cuGraphExecMemsetNodeSetParams_Result, rt.route("cuGraphExecMemsetNodeSetParams", (), (ctx, hGraphExec, hNode), (), ()))
+    res = rt.call(1486494622, args, pb.cuGraphExecMemsetNodeSetParams_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphExecUpdate_v2", onerror=rt.on_error)
 def cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo, resultInfo_len):
     """cuGraphExecUpdate_v2 (cuda.h)"""
+    route = rt.route("cuGraphExecUpdate_v2", (), (hGraphExec, hGraph), (), ())
     args = pb.cuGraphExecUpdate_v2_Args()
     args.hGraphExec = hGraphExec
     args.hGraph = hGraph
     rt.expect(resultInfo, resultInfo_len)
-    res = rt.call(1802350491, args, pb.cuGraphExecUpdate_v2_Result, rt.route("cuGraphExecUpdate_v2", (), (hGraphExec, hGraph), (), ()))
+    res = rt.call(1802350491, args, pb.cuGraphExecUpdate_v2_Result, route)
     if res.status == 0:
         rt.write(resultInfo, res.resultInfo, resultInfo_len)
     return res.status
@@ -948,10 +1014,11 @@ def cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo, resultInfo_len):
 @ffi.def_extern(name="cuwire_py_cuGraphInstantiateWithFlags", onerror=rt.on_error)
 def cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags):
     """cuGraphInstantiateWithFlags (cuda.h)"""
+    route = rt.route("cuGraphInstantiateWithFlags", (), (hGraph,), (), ())
     args = pb.cuGraphInstantiateWithFlags_Args()
     args.hGraph = hGraph
     args.flags = flags
-    res = rt.call(115605169, args, pb.cuGraphInstantiateWithFlags_Result, rt.route("cuGraphInstantiateWithFlags", (), (hGraph,), (), ()))
+    res = rt.call(115605169, args, pb.cuGraphInstantiateWithFlags_Result, route)
     if res.status == 0:
         rt.write_scalar(phGraphExec, "uint64_t", res.phGraphExec)
     return res.status
@@ -960,21 +1027,23 @@ def cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags):
 @ffi.def_extern(name="cuwire_py_cuGraphKernelNodeCopyAttributes", onerror=rt.on_error)
 def cuGraphKernelNodeCopyAttributes(dst, src):
     """cuGraphKernelNodeCopyAttributes (cuda.h)"""
+    route = rt.route("cuGraphKernelNodeCopyAttributes", (), (dst, src), (), ())
     args = pb.cuGraphKernelNodeCopyAttributes_Args()
     args.dst = dst
     args.src = src
-    res = rt.call(800820327, args, pb.cuGraphKernelNodeCopyAttributes_Result, rt.route("cuGraphKernelNodeCopyAttributes", (), (dst, src), (), ()))
+    res = rt.call(800820327, args, pb.cuGraphKernelNodeCopyAttributes_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphKernelNodeGetAttribute", onerror=rt.on_error)
 def cuGraphKernelNodeGetAttribute(hNode, attr, value_out, value_out_len):
     """cuGraphKernelNodeGetAttribute (cuda.h)"""
+    route = rt.route("cuGraphKernelNodeGetAttribute", (), (hNode,), (), ())
     args = pb.cuGraphKernelNodeGetAttribute_Args()
     args.hNode = hNode
     args.attr = attr
     rt.expect(value_out, value_out_len)
-    res = rt.call(3793704434, args, pb.cuGraphKernelNodeGetAttribute_Result, rt.route("cuGraphKernelNodeGetAttribute", (), (hNode,), (), ()))
+    res = rt.call(3793704434, args, pb.cuGraphKernelNodeGetAttribute_Result, route)
     if res.status == 0:
         rt.write(value_out, res.value_out, value_out_len)
     return res.status
@@ -983,20 +1052,22 @@ def cuGraphKernelNodeGetAttribute(hNode, attr, value_out, value_out_len):
 @ffi.def_extern(name="cuwire_py_cuGraphKernelNodeSetAttribute", onerror=rt.on_error)
 def cuGraphKernelNodeSetAttribute(hNode, attr, value, value_len):
     """cuGraphKernelNodeSetAttribute (cuda.h)"""
+    route = rt.route("cuGraphKernelNodeSetAttribute", (), (hNode,), (), ())
     args = pb.cuGraphKernelNodeSetAttribute_Args()
     args.hNode = hNode
     args.attr = attr
     args.value = rt.read(value, value_len)
-    res = rt.call(3976299377, args, pb.cuGraphKernelNodeSetAttribute_Result, rt.route("cuGraphKernelNodeSetAttribute", (), (hNode,), (), ()))
+    res = rt.call(3976299377, args, pb.cuGraphKernelNodeSetAttribute_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphMemFreeNodeGetParams", onerror=rt.on_error)
 def cuGraphMemFreeNodeGetParams(hNode, dptr_out):
     """cuGraphMemFreeNodeGetParams (cuda.h)"""
+    route = rt.route("cuGraphMemFreeNodeGetParams", (), (hNode,), (), ())
     args = pb.cuGraphMemFreeNodeGetParams_Args()
     args.hNode = hNode
-    res = rt.call(1901836585, args, pb.cuGraphMemFreeNodeGetParams_Result, rt.route("cuGraphMemFreeNodeGetParams", (), (hNode,), (), ()))
+    res = rt.call(1901836585, args, pb.cuGraphMemFreeNodeGetParams_Result, route)
     if res.status == 0:
         rt.write_scalar(dptr_out, "uint64_t", res.dptr_out)
     return res.status
@@ -1005,10 +1076,11 @@ def cuGraphMemFreeNodeGetParams(hNode, dptr_out):
 @ffi.def_extern(name="cuwire_py_cuGraphMemcpyNodeGetParams", onerror=rt.on_error)
 def cuGraphMemcpyNodeGetParams(hNode, nodeParams, nodeParams_len):
     """cuGraphMemcpyNodeGetParams (cuda.h): host sides come back as the program's pointers: the server's shared memory as the client's, a stand-in as the program's memory it stands in for (client/graph_copies.c)"""
+    route = rt.route("cuGraphMemcpyNodeGetParams", (), (hNode,), (), ())
     args = pb.cuGraphMemcpyNodeGetParams_Args()
     args.hNode = hNode
     rt.expect(nodeParams, nodeParams_len)
-    res = rt.call(2881944644, args, pb.cuGraphMemcpyNodeGetParams_Result, rt.route("cuGraphMemcpyNodeGetParams", (), (hNode,), (), ()))
+    res = rt.call(2881944644, args, pb.cuGraphMemcpyNodeGetParams_Result, route)
     if res.status == 0:
         rt.write(nodeParams, res.nodeParams, nodeParams_len)
     return res.status
@@ -1017,20 +1089,22 @@ def cuGraphMemcpyNodeGetParams(hNode, nodeParams, nodeParams_len):
 @ffi.def_extern(name="cuwire_py_cuGraphMemcpyNodeSetParams", onerror=rt.on_error)
 def cuGraphMemcpyNodeSetParams(hNode, nodeParams, nodeParams_len):
     """cuGraphMemcpyNodeSetParams (cuda.h): device and array memory, and page-locked host memory with a server on this host; pageable host memory is refused by name (client/graph_copies.c)"""
+    route = rt.route("cuGraphMemcpyNodeSetParams", (), (hNode,), (), ())
     args = pb.cuGraphMemcpyNodeSetParams_Args()
     args.hNode = hNode
     args.nodeParams = rt.read(nodeParams, nodeParams_len)
-    res = rt.call(1525346105, args, pb.cuGraphMemcpyNodeSetParams_Result, rt.route("cuGraphMemcpyNodeSetParams", (), (hNode,), (), ()))
+    res = rt.call(1525346105, args, pb.cuGraphMemcpyNodeSetParams_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphMemsetNodeGetParams", onerror=rt.on_error)
 def cuGraphMemsetNodeGetParams(hNode, nodeParams, nodeParams_len):
     """cuGraphMemsetNodeGetParams (cuda.h)"""
+    route = rt.route("cuGraphMemsetNodeGetParams", (), (hNode,), (), ())
     args = pb.cuGraphMemsetNodeGetParams_Args()
     args.hNode = hNode
     rt.expect(nodeParams, nodeParams_len)
-    res = rt.call(2382271301, args, pb.cuGraphMemsetNodeGetParams_Result, rt.route("cuGraphMemsetNodeGetParams", (), (hNode,), (), ()))
+    res = rt.call(2382271301, args, pb.cuGraphMemsetNodeGetParams_Result, route)
     if res.status == 0:
         rt.write(nodeParams, res.nodeParams, nodeParams_len)
     return res.status
@@ -1039,20 +1113,22 @@ def cuGraphMemsetNodeGetParams(hNode, nodeParams, nodeParams_len):
 @ffi.def_extern(name="cuwire_py_cuGraphMemsetNodeSetParams", onerror=rt.on_error)
 def cuGraphMemsetNodeSetParams(hNode, nodeParams, nodeParams_len):
     """cuGraphMemsetNodeSetParams (cuda.h)"""
+    route = rt.route("cuGraphMemsetNodeSetParams", (), (hNode,), (), ())
     args = pb.cuGraphMemsetNodeSetParams_Args()
     args.hNode = hNode
     args.nodeParams = rt.read(nodeParams, nodeParams_len)
-    res = rt.call(2094170168, args, pb.cuGraphMemsetNodeSetParams_Result, rt.route("cuGraphMemsetNodeSetParams", (), (hNode,), (), ()))
+    res = rt.call(2094170168, args, pb.cuGraphMemsetNodeSetParams_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphNodeFindInClone", onerror=rt.on_error)
 def cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph):
     """cuGraphNodeFindInClone (cuda.h)"""
+    route = rt.route("cuGraphNodeFindInClone", (), (hOriginalNode, hClonedGraph), (), ())
     args = pb.cuGraphNodeFindInClone_Args()
     args.hOriginalNode = hOriginalNode
     args.hClonedGraph = hClonedGraph
-    res = rt.call(3493970731, args, pb.cuGraphNodeFindInClone_Result, rt.route("cuGraphNodeFindInClone", (), (hOriginalNode, hClonedGraph), (), ()))
+    res = rt.call(3493970731, args, pb.cuGraphNodeFindInClone_Result, route)
     if res.status == 0:
         rt.write_scalar(phNode, "uint64_t", res.phNode)
     return res.status
@@ -1061,10 +1137,11 @@ def cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph):
 @ffi.def_extern(name="cuwire_py_cuGraphNodeGetEnabled", onerror=rt.on_error)
 def cuGraphNodeGetEnabled(hGraphExec, hNode, isEnabled):
     """cuGraphNodeGetEnabled (cuda.h)"""
+    route = rt.route("cuGraphNodeGetEnabled", (), (hGraphExec, hNode), (), ())
     args = pb.cuGraphNodeGetEnabled_Args()
     args.hGraphExec = hGraphExec
     args.hNode = hNode
-    res = rt.call(968179927, args, pb.cuGraphNodeGetEnabled_Result, rt.route("cuGraphNodeGetEnabled", (), (hGraphExec, hNode), (), ()))
+    res = rt.call(968179927, args, pb.cuGraphNodeGetEnabled_Result, route)
     if res.status == 0:
         rt.write_scalar(isEnabled, "uint32_t", res.isEnabled)
     return res.status
@@ -1073,9 +1150,10 @@ def cuGraphNodeGetEnabled(hGraphExec, hNode, isEnabled):
 @ffi.def_extern(name="cuwire_py_cuGraphNodeGetType", onerror=rt.on_error)
 def cuGraphNodeGetType(hNode, type):
     """cuGraphNodeGetType (cuda.h)"""
+    route = rt.route("cuGraphNodeGetType", (), (hNode,), (), ())
     args = pb.cuGraphNodeGetType_Args()
     args.hNode = hNode
-    res = rt.call(3880792678, args, pb.cuGraphNodeGetType_Result, rt.route("cuGraphNodeGetType", (), (hNode,), (), ()))
+    res = rt.call(3880792678, args, pb.cuGraphNodeGetType_Result, route)
     if res.status == 0:
         rt.write_scalar(type, "int32_t", res.type)
     return res.status
@@ -1084,43 +1162,47 @@ def cuGraphNodeGetType(hNode, type):
 @ffi.def_extern(name="cuwire_py_cuGraphNodeSetEnabled", onerror=rt.on_error)
 def cuGraphNodeSetEnabled(hGraphExec, hNode, isEnabled):
     """cuGraphNodeSetEnabled (cuda.h)"""
+    route = rt.route("cuGraphNodeSetEnabled", (), (hGraphExec, hNode), (), ())
     args = pb.cuGraphNodeSetEnabled_Args()
     args.hGraphExec = hGraphExec
     args.hNode = hNode
     args.isEnabled = isEnabled
-    res = rt.call(401629509, args, pb.cuGraphNodeSetEnabled_Result, rt.route("cuGraphNodeSetEnabled", (), (hGraphExec, hNode), (), ()))
+    res = rt.call(401629509, args, pb.cuGraphNodeSetEnabled_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphRemoveDependencies_v2", onerror=rt.on_error)
 def cuGraphRemoveDependencies_v2(hGraph, from_, from__len, to, to_len, edgeData, edgeData_len, numDependencies):
     """cuGraphRemoveDependencies_v2 (cuda.h)"""
+    route = rt.route("cuGraphRemoveDependencies_v2", (), (hGraph,), (), ())
     args = pb.cuGraphRemoveDependencies_v2_Args()
     args.hGraph = hGraph
     args.from_ = rt.read(from_, from__len)
     args.to = rt.read(to, to_len)
     args.edgeData = rt.read(edgeData, edgeData_len) if edgeData != ffi.NULL else b""
     args.numDependencies = numDependencies
-    res = rt.call(1606074400, args, pb.cuGraphRemoveDependencies_v2_Result, rt.route("cuGraphRemoveDependencies_v2", (), (hGraph,), (), ()))
+    res = rt.call(1606074400, args, pb.cuGraphRemoveDependencies_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphUpload", onerror=rt.on_error)
 def cuGraphUpload(hGraphExec, hStream):
     """cuGraphUpload (cuda.h)"""
+    route = rt.route("cuGraphUpload", (hStream,), (hGraphExec,), (), ())
     args = pb.cuGraphUpload_Args()
     args.hGraphExec = hGraphExec
     args.hStream = hStream
-    res = rt.call(4087946048, args, pb.cuGraphUpload_Result, rt.route("cuGraphUpload", (hStream,), (hGraphExec,), (), ()))
+    res = rt.call(4087946048, args, pb.cuGraphUpload_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuIpcCloseMemHandle", onerror=rt.on_error)
 def cuIpcCloseMemHandle(dptr):
     """cuIpcCloseMemHandle (cuda.h)"""
+    route = rt.route("cuIpcCloseMemHandle", (), (), (dptr,), ())
     args = pb.cuIpcCloseMemHandle_Args()
     args.dptr = dptr
-    res = rt.call(1452607273, args, pb.cuIpcCloseMemHandle_Result, rt.route("cuIpcCloseMemHandle", (), (), (dptr,), ()))
+    res = rt.call(1452607273, args, pb.cuIpcCloseMemHandle_Result, route)
     if res.status == 0:
         rt.untrack_alloc(dptr)
     return res.status
@@ -1129,10 +1211,11 @@ def cuIpcCloseMemHandle(dptr):
 @ffi.def_extern(name="cuwire_py_cuIpcGetEventHandle", onerror=rt.on_error)
 def cuIpcGetEventHandle(pHandle, pHandle_len, event):
     """cuIpcGetEventHandle (cuda.h)"""
+    route = rt.route("cuIpcGetEventHandle", (), (event,), (), ())
     args = pb.cuIpcGetEventHandle_Args()
     args.event = event
     rt.expect(pHandle, pHandle_len)
-    res = rt.call(795186540, args, pb.cuIpcGetEventHandle_Result, rt.route("cuIpcGetEventHandle", (), (event,), (), ()))
+    res = rt.call(795186540, args, pb.cuIpcGetEventHandle_Result, route)
     if res.status == 0:
         rt.write(pHandle, res.pHandle, pHandle_len)
     return res.status
@@ -1141,10 +1224,11 @@ def cuIpcGetEventHandle(pHandle, pHandle_len, event):
 @ffi.def_extern(name="cuwire_py_cuIpcGetMemHandle", onerror=rt.on_error)
 def cuIpcGetMemHandle(pHandle, pHandle_len, dptr):
     """cuIpcGetMemHandle (cuda.h): the program gets 64 random bytes that stand for the driver's handle on the server (server/ipc.py): any session of that server may open them, none can forge them"""
+    route = rt.route("cuIpcGetMemHandle", (), (), (dptr,), ())
     args = pb.cuIpcGetMemHandle_Args()
     args.dptr = dptr
     rt.expect(pHandle, pHandle_len)
-    res = rt.call(1240684798, args, pb.cuIpcGetMemHandle_Result, rt.route("cuIpcGetMemHandle", (), (), (dptr,), ()))
+    res = rt.call(1240684798, args, pb.cuIpcGetMemHandle_Result, route)
     if res.status == 0:
         rt.write(pHandle, res.pHandle, pHandle_len)
     return res.status
@@ -1176,11 +1260,12 @@ def cuIpcOpenMemHandle_v2(pdptr, handle, handle_len, Flags):
 @ffi.def_extern(name="cuwire_py_cuKernelGetAttribute", onerror=rt.on_error)
 def cuKernelGetAttribute(pi, attrib, kernel, dev):
     """cuKernelGetAttribute (cuda.h): kept by the client once answered (client/answers_cache.c)"""
+    route = rt.route("cuKernelGetAttribute", (), (), (), (dev,))
     args = pb.cuKernelGetAttribute_Args()
     args.attrib = attrib
-    args.kernel = kernel
+    args.kernel = rt.alias(kernel, route)
     args.dev = rt.own_device(dev)
-    res = rt.call(1724498758, args, pb.cuKernelGetAttribute_Result, rt.route("cuKernelGetAttribute", (), (), (), (dev,)))
+    res = rt.call(1724498758, args, pb.cuKernelGetAttribute_Result, route)
     if res.status == 0:
         rt.write_scalar(pi, "int32_t", res.pi)
     return res.status
@@ -1189,9 +1274,10 @@ def cuKernelGetAttribute(pi, attrib, kernel, dev):
 @ffi.def_extern(name="cuwire_py_cuKernelGetLibrary", onerror=rt.on_error)
 def cuKernelGetLibrary(pLib, kernel):
     """cuKernelGetLibrary (cuda.h)"""
+    route = rt.route("cuKernelGetLibrary", (), (), (), ())
     args = pb.cuKernelGetLibrary_Args()
-    args.kernel = kernel
-    res = rt.call(1537366344, args, pb.cuKernelGetLibrary_Result)
+    args.kernel = rt.alias(kernel, route)
+    res = rt.call(1537366344, args, pb.cuKernelGetLibrary_Result, route)
     if res.status == 0:
         rt.write_scalar(pLib, "uint64_t", res.pLib)
     return res.status
@@ -1200,10 +1286,11 @@ def cuKernelGetLibrary(pLib, kernel):
 @ffi.def_extern(name="cuwire_py_cuKernelGetParamInfo", onerror=rt.on_error)
 def cuKernelGetParamInfo(kernel, paramIndex, paramOffset, paramSize):
     """cuKernelGetParamInfo (cuda.h)"""
+    route = rt.route("cuKernelGetParamInfo", (), (), (), ())
     args = pb.cuKernelGetParamInfo_Args()
-    args.kernel = kernel
+    args.kernel = rt.alias(kernel, route)
     args.paramIndex = paramIndex
-    res = rt.call(89830551, args, pb.cuKernelGetParamInfo_Result)
+    res = rt.call(89830551, args, pb.cuKernelGetParamInfo_Result, route)
     if res.status == 0:
         rt.write_scalar(paramOffset, "uint64_t", res.paramOffset)
         rt.write_scalar(paramSize, "uint64_t", res.paramSize)
@@ -1213,32 +1300,35 @@ def cuKernelGetParamInfo(kernel, paramIndex, paramOffset, paramSize):
 @ffi.def_extern(name="cuwire_py_cuKernelSetAttribute", onerror=rt.on_error)
 def cuKernelSetAttribute(attrib, val, kernel, dev):
     """cuKernelSetAttribute (cuda.h): the largest dynamic shared memory, within what the driver allows, is queued (client/answers_cache.c)"""
+    route = rt.route("cuKernelSetAttribute", (), (), (), (dev,))
     args = pb.cuKernelSetAttribute_Args()
     args.attrib = attrib
     args.val = val
-    args.kernel = kernel
+    args.kernel = rt.alias(kernel, route)
     args.dev = rt.own_device(dev)
-    res = rt.call(1775703493, args, pb.cuKernelSetAttribute_Result, rt.route("cuKernelSetAttribute", (), (), (), (dev,)))
+    res = rt.call(1775703493, args, pb.cuKernelSetAttribute_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuKernelSetCacheConfig", onerror=rt.on_error)
 def cuKernelSetCacheConfig(kernel, config, dev):
     """cuKernelSetCacheConfig (cuda.h): as cuFuncSetCacheConfig"""
+    route = rt.route("cuKernelSetCacheConfig", (), (), (), (dev,))
     args = pb.cuKernelSetCacheConfig_Args()
-    args.kernel = kernel
+    args.kernel = rt.alias(kernel, route)
     args.config = config
     args.dev = rt.own_device(dev)
-    res = rt.call(1572033421, args, pb.cuKernelSetCacheConfig_Result, rt.route("cuKernelSetCacheConfig", (), (), (), (dev,)))
+    res = rt.call(1572033421, args, pb.cuKernelSetCacheConfig_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuLibraryGetKernelCount", onerror=rt.on_error)
 def cuLibraryGetKernelCount(count, lib):
     """cuLibraryGetKernelCount (cuda.h)"""
+    route = rt.route("cuLibraryGetKernelCount", (), (), (), ())
     args = pb.cuLibraryGetKernelCount_Args()
-    args.lib = lib
-    res = rt.call(1431129049, args, pb.cuLibraryGetKernelCount_Result)
+    args.lib = rt.alias(lib, route)
+    res = rt.call(1431129049, args, pb.cuLibraryGetKernelCount_Result, route)
     if res.status == 0:
         rt.write_scalar(count, "uint32_t", res.count)
     return res.status
@@ -1247,9 +1337,10 @@ def cuLibraryGetKernelCount(count, lib):
 @ffi.def_extern(name="cuwire_py_cuLibraryGetModule", onerror=rt.on_error)
 def cuLibraryGetModule(pMod, library):
     """cuLibraryGetModule (cuda.h)"""
+    route = rt.route("cuLibraryGetModule", (), (), (), ())
     args = pb.cuLibraryGetModule_Args()
-    args.library = library
-    res = rt.call(1865932518, args, pb.cuLibraryGetModule_Result)
+    args.library = rt.alias(library, route)
+    res = rt.call(1865932518, args, pb.cuLibraryGetModule_Result, route)
     if res.status == 0:
         rt.write_scalar(pMod, "uint64_t", res.pMod)
     return res.status
@@ -1258,22 +1349,24 @@ def cuLibraryGetModule(pMod, library):
 @ffi.def_extern(name="cuwire_py_cuMemAddressFree", onerror=rt.on_error)
 def cuMemAddressFree(ptr, size):
     """cuMemAddressFree (cuda.h)"""
+    route = rt.route("cuMemAddressFree", (), (), (ptr,), ())
     args = pb.cuMemAddressFree_Args()
     args.ptr = ptr
     args.size = size
-    res = rt.call(2628355774, args, pb.cuMemAddressFree_Result, rt.route("cuMemAddressFree", (), (), (ptr,), ()))
+    res = rt.call(2628355774, args, pb.cuMemAddressFree_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemAddressReserve", onerror=rt.on_error)
 def cuMemAddressReserve(ptr, size, alignment, addr, flags):
     """cuMemAddressReserve (cuda.h)"""
+    route = rt.route("cuMemAddressReserve", (), (), (addr,), ())
     args = pb.cuMemAddressReserve_Args()
     args.size = size
     args.alignment = alignment
     args.addr = addr
     args.flags = flags
-    res = rt.call(2205692240, args, pb.cuMemAddressReserve_Result, rt.route("cuMemAddressReserve", (), (), (addr,), ()))
+    res = rt.call(2205692240, args, pb.cuMemAddressReserve_Result, route)
     if res.status == 0:
         rt.write_scalar(ptr, "uint64_t", res.ptr)
     return res.status
@@ -1282,10 +1375,11 @@ def cuMemAddressReserve(ptr, size, alignment, addr, flags):
 @ffi.def_extern(name="cuwire_py_cuMemAllocAsync", onerror=rt.on_error)
 def cuMemAllocAsync(dptr, bytesize, hStream):
     """cuMemAllocAsync (cuda.h)"""
+    route = rt.route("cuMemAllocAsync", (hStream,), (), (), ())
     args = pb.cuMemAllocAsync_Args()
     args.bytesize = bytesize
     args.hStream = hStream
-    res = rt.call(3963973914, args, pb.cuMemAllocAsync_Result, rt.route("cuMemAllocAsync", (hStream,), (), (), ()))
+    res = rt.call(3963973914, args, pb.cuMemAllocAsync_Result, route)
     if res.status == 0:
         rt.write_scalar(dptr, "uint64_t", res.dptr)
         rt.track_alloc(res.dptr, bytesize)
@@ -1295,11 +1389,12 @@ def cuMemAllocAsync(dptr, bytesize, hStream):
 @ffi.def_extern(name="cuwire_py_cuMemAllocFromPoolAsync", onerror=rt.on_error)
 def cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream):
     """cuMemAllocFromPoolAsync (cuda.h)"""
+    route = rt.route("cuMemAllocFromPoolAsync", (hStream,), (pool,), (), ())
     args = pb.cuMemAllocFromPoolAsync_Args()
     args.bytesize = bytesize
     args.pool = pool
     args.hStream = hStream
-    res = rt.call(1326874906, args, pb.cuMemAllocFromPoolAsync_Result, rt.route("cuMemAllocFromPoolAsync", (hStream,), (pool,), (), ()))
+    res = rt.call(1326874906, args, pb.cuMemAllocFromPoolAsync_Result, route)
     if res.status == 0:
         rt.write_scalar(dptr, "uint64_t", res.dptr)
         rt.track_alloc(res.dptr, bytesize)
@@ -1363,10 +1458,11 @@ def cuMemExportToShareableHandle(shareableHandle, shareableHandle_len, handle, h
 @ffi.def_extern(name="cuwire_py_cuMemFreeAsync", onerror=rt.on_error)
 def cuMemFreeAsync(dptr, hStream):
     """cuMemFreeAsync (cuda.h)"""
+    route = rt.route("cuMemFreeAsync", (hStream,), (), (dptr,), ())
     args = pb.cuMemFreeAsync_Args()
     args.dptr = dptr
     args.hStream = hStream
-    res = rt.call(2268878162, args, pb.cuMemFreeAsync_Result, rt.route("cuMemFreeAsync", (hStream,), (), (dptr,), ()))
+    res = rt.call(2268878162, args, pb.cuMemFreeAsync_Result, route)
     if res.status == 0:
         rt.untrack_alloc(dptr)
     return res.status
@@ -1375,9 +1471,10 @@ def cuMemFreeAsync(dptr, hStream):
 @ffi.def_extern(name="cuwire_py_cuMemFree_v2", onerror=rt.on_error)
 def cuMemFree_v2(dptr):
     """cuMemFree_v2 (cuda.h)"""
+    route = rt.route("cuMemFree_v2", (), (), (dptr,), ())
     args = pb.cuMemFree_v2_Args()
     args.dptr = dptr
-    res = rt.call(2004586063, args, pb.cuMemFree_v2_Result, rt.route("cuMemFree_v2", (), (), (dptr,), ()))
+    res = rt.call(2004586063, args, pb.cuMemFree_v2_Result, route)
     if res.status == 0:
         rt.untrack_alloc(dptr)
     return res.status
@@ -1386,10 +1483,11 @@ def cuMemFree_v2(dptr):
 @ffi.def_extern(name="cuwire_py_cuMemGetAccess", onerror=rt.on_error)
 def cuMemGetAccess(flags, location, location_len, ptr):
     """cuMemGetAccess (cuda.h)"""
+    route = rt.route("cuMemGetAccess", (), (), (ptr,), ())
     args = pb.cuMemGetAccess_Args()
     args.location = rt.read(location, location_len)
     args.ptr = ptr
-    res = rt.call(2807211246, args, pb.cuMemGetAccess_Result, rt.route("cuMemGetAccess", (), (), (ptr,), ()))
+    res = rt.call(2807211246, args, pb.cuMemGetAccess_Result, route)
     if res.status == 0:
         rt.write_scalar(flags, "uint64_t", res.flags)
     return res.status
@@ -1445,13 +1543,14 @@ def cuMemImportFromShareableHandle(handle, osHandle, osHandle_len, shHandleType)
 @ffi.def_extern(name="cuwire_py_cuMemMap", onerror=rt.on_error)
 def cuMemMap(ptr, size, offset, handle, flags):
     """cuMemMap (cuda.h)"""
+    route = rt.route("cuMemMap", (), (), (ptr,), ())
     args = pb.cuMemMap_Args()
     args.ptr = ptr
     args.size = size
     args.offset = offset
     args.handle = handle
     args.flags = flags
-    res = rt.call(4209999013, args, pb.cuMemMap_Result, rt.route("cuMemMap", (), (), (ptr,), ()))
+    res = rt.call(4209999013, args, pb.cuMemMap_Result, route)
     return res.status
 
 
@@ -1469,9 +1568,10 @@ def cuMemPoolCreate(pool, poolProps, poolProps_len):
 @ffi.def_extern(name="cuwire_py_cuMemPoolDestroy", onerror=rt.on_error)
 def cuMemPoolDestroy(pool):
     """cuMemPoolDestroy (cuda.h)"""
+    route = rt.route("cuMemPoolDestroy", (), (pool,), (), ())
     args = pb.cuMemPoolDestroy_Args()
     args.pool = pool
-    res = rt.call(3906768071, args, pb.cuMemPoolDestroy_Result, rt.route("cuMemPoolDestroy", (), (pool,), (), ()))
+    res = rt.call(3906768071, args, pb.cuMemPoolDestroy_Result, route)
     if res.status == 0:
         rt.untrack_alloc(pool)
     return res.status
@@ -1480,10 +1580,11 @@ def cuMemPoolDestroy(pool):
 @ffi.def_extern(name="cuwire_py_cuMemPoolExportPointer", onerror=rt.on_error)
 def cuMemPoolExportPointer(shareData_out, shareData_out_len, ptr):
     """cuMemPoolExportPointer (cuda.h)"""
+    route = rt.route("cuMemPoolExportPointer", (), (), (ptr,), ())
     args = pb.cuMemPoolExportPointer_Args()
     args.ptr = ptr
     rt.expect(shareData_out, shareData_out_len)
-    res = rt.call(858999363, args, pb.cuMemPoolExportPointer_Result, rt.route("cuMemPoolExportPointer", (), (), (ptr,), ()))
+    res = rt.call(858999363, args, pb.cuMemPoolExportPointer_Result, route)
     if res.status == 0:
         rt.write(shareData_out, res.shareData_out, shareData_out_len)
     return res.status
@@ -1492,12 +1593,13 @@ def cuMemPoolExportPointer(shareData_out, shareData_out_len, ptr):
 @ffi.def_extern(name="cuwire_py_cuMemPoolExportToShareableHandle", onerror=rt.on_error)
 def cuMemPoolExportToShareableHandle(handle_out, handle_out_len, pool, handleType, flags):
     """cuMemPoolExportToShareableHandle (cuda.h): POSIX file descriptors, as cuMemExportToShareableHandle"""
+    route = rt.route("cuMemPoolExportToShareableHandle", (), (pool,), (), ())
     args = pb.cuMemPoolExportToShareableHandle_Args()
     args.pool = pool
     args.handleType = handleType
     args.flags = flags
     rt.expect(handle_out, handle_out_len)
-    res = rt.call(216093383, args, pb.cuMemPoolExportToShareableHandle_Result, rt.route("cuMemPoolExportToShareableHandle", (), (pool,), (), ()))
+    res = rt.call(216093383, args, pb.cuMemPoolExportToShareableHandle_Result, route)
     if res.status == 0:
         rt.write(handle_out, res.handle_out, handle_out_len)
     return res.status
@@ -1506,10 +1608,11 @@ def cuMemPoolExportToShareableHandle(handle_out, handle_out_len, pool, handleTyp
 @ffi.def_extern(name="cuwire_py_cuMemPoolGetAccess", onerror=rt.on_error)
 def cuMemPoolGetAccess(flags, memPool, location, location_len):
     """cuMemPoolGetAccess (cuda.h)"""
+    route = rt.route("cuMemPoolGetAccess", (), (memPool,), (), ())
     args = pb.cuMemPoolGetAccess_Args()
     args.memPool = memPool
     args.location = rt.read(location, location_len)
-    res = rt.call(1183166937, args, pb.cuMemPoolGetAccess_Result, rt.route("cuMemPoolGetAccess", (), (memPool,), (), ()))
+    res = rt.call(1183166937, args, pb.cuMemPoolGetAccess_Result, route)
     if res.status == 0:
         rt.write_scalar(flags, "int32_t", res.flags)
     return res.status
@@ -1518,11 +1621,12 @@ def cuMemPoolGetAccess(flags, memPool, location, location_len):
 @ffi.def_extern(name="cuwire_py_cuMemPoolGetAttribute", onerror=rt.on_error)
 def cuMemPoolGetAttribute(pool, attr, value, value_len):
     """cuMemPoolGetAttribute (cuda.h)"""
+    route = rt.route("cuMemPoolGetAttribute", (), (pool,), (), ())
     args = pb.cuMemPoolGetAttribute_Args()
     args.pool = pool
     args.attr = attr
     rt.expect(value, value_len)
-    res = rt.call(830843819, args, pb.cuMemPoolGetAttribute_Result, rt.route("cuMemPoolGetAttribute", (), (pool,), (), ()))
+    res = rt.call(830843819, args, pb.cuMemPoolGetAttribute_Result, route)
     if res.status == 0:
         rt.write(value, res.value, value_len)
     return res.status
@@ -1544,10 +1648,11 @@ def cuMemPoolImportFromShareableHandle(pool_out, handle, handle_len, handleType,
 @ffi.def_extern(name="cuwire_py_cuMemPoolImportPointer", onerror=rt.on_error)
 def cuMemPoolImportPointer(ptr_out, pool, shareData, shareData_len):
     """cuMemPoolImportPointer (cuda.h)"""
+    route = rt.route("cuMemPoolImportPointer", (), (pool,), (), ())
     args = pb.cuMemPoolImportPointer_Args()
     args.pool = pool
     args.shareData = rt.read(shareData, shareData_len)
-    res = rt.call(1026713940, args, pb.cuMemPoolImportPointer_Result, rt.route("cuMemPoolImportPointer", (), (pool,), (), ()))
+    res = rt.call(1026713940, args, pb.cuMemPoolImportPointer_Result, route)
     if res.status == 0:
         rt.write_scalar(ptr_out, "uint64_t", res.ptr_out)
     return res.status
@@ -1556,32 +1661,35 @@ def cuMemPoolImportPointer(ptr_out, pool, shareData, shareData_len):
 @ffi.def_extern(name="cuwire_py_cuMemPoolSetAccess", onerror=rt.on_error)
 def cuMemPoolSetAccess(pool, map, map_len, count):
     """cuMemPoolSetAccess (cuda.h)"""
+    route = rt.route("cuMemPoolSetAccess", (), (pool,), (), ())
     args = pb.cuMemPoolSetAccess_Args()
     args.pool = pool
     args.map = rt.read(map, map_len)
     args.count = count
-    res = rt.call(3081347748, args, pb.cuMemPoolSetAccess_Result, rt.route("cuMemPoolSetAccess", (), (pool,), (), ()))
+    res = rt.call(3081347748, args, pb.cuMemPoolSetAccess_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemPoolSetAttribute", onerror=rt.on_error)
 def cuMemPoolSetAttribute(pool, attr, value, value_len):
     """cuMemPoolSetAttribute (cuda.h)"""
+    route = rt.route("cuMemPoolSetAttribute", (), (pool,), (), ())
     args = pb.cuMemPoolSetAttribute_Args()
     args.pool = pool
     args.attr = attr
     args.value = rt.read(value, value_len)
-    res = rt.call(1050377512, args, pb.cuMemPoolSetAttribute_Result, rt.route("cuMemPoolSetAttribute", (), (pool,), (), ()))
+    res = rt.call(1050377512, args, pb.cuMemPoolSetAttribute_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemPoolTrimTo", onerror=rt.on_error)
 def cuMemPoolTrimTo(pool, minBytesToKeep):
     """cuMemPoolTrimTo (cuda.h)"""
+    route = rt.route("cuMemPoolTrimTo", (), (pool,), (), ())
     args = pb.cuMemPoolTrimTo_Args()
     args.pool = pool
     args.minBytesToKeep = minBytesToKeep
-    res = rt.call(1437163825, args, pb.cuMemPoolTrimTo_Result, rt.route("cuMemPoolTrimTo", (), (pool,), (), ()))
+    res = rt.call(1437163825, args, pb.cuMemPoolTrimTo_Result, route)
     return res.status
 
 
@@ -1608,22 +1716,24 @@ def cuMemRetainAllocationHandle(handle, addr):
 @ffi.def_extern(name="cuwire_py_cuMemSetAccess", onerror=rt.on_error)
 def cuMemSetAccess(ptr, size, desc, desc_len, count):
     """cuMemSetAccess (cuda.h)"""
+    route = rt.route("cuMemSetAccess", (), (), (ptr,), ())
     args = pb.cuMemSetAccess_Args()
     args.ptr = ptr
     args.size = size
     args.desc = rt.read(desc, desc_len)
     args.count = count
-    res = rt.call(1451145107, args, pb.cuMemSetAccess_Result, rt.route("cuMemSetAccess", (), (), (ptr,), ()))
+    res = rt.call(1451145107, args, pb.cuMemSetAccess_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemUnmap", onerror=rt.on_error)
 def cuMemUnmap(ptr, size):
     """cuMemUnmap (cuda.h)"""
+    route = rt.route("cuMemUnmap", (), (), (ptr,), ())
     args = pb.cuMemUnmap_Args()
     args.ptr = ptr
     args.size = size
-    res = rt.call(4227091015, args, pb.cuMemUnmap_Result, rt.route("cuMemUnmap", (), (), (ptr,), ()))
+    res = rt.call(4227091015, args, pb.cuMemUnmap_Result, route)
     return res.status
 
 
@@ -1651,6 +1761,7 @@ def cuMemcpy(dst, dst_len, src, src_len, ByteCount):
 @ffi.def_extern(name="cuwire_py_cuMemcpyAsync", onerror=rt.on_error)
 def cuMemcpyAsync(dst, dst_len, src, src_len, ByteCount, hStream):
     """cuMemcpyAsync (cuda.h)"""
+    route = rt.route("cuMemcpyAsync", (hStream,), (), (), ())
     args = pb.cuMemcpyAsync_Args()
     if rt.is_device(dst):
         args.dst = rt.address(dst)
@@ -1664,7 +1775,7 @@ def cuMemcpyAsync(dst, dst_len, src, src_len, ByteCount, hStream):
     args.hStream = hStream
     if args.HasField("dst_host"):
         rt.expect(dst, dst_len)
-    res = rt.call(1900514108, args, pb.cuMemcpyAsync_Result, rt.route("cuMemcpyAsync", (hStream,), (), (), ()))
+    res = rt.call(1900514108, args, pb.cuMemcpyAsync_Result, route)
     if res.status == 0 and args.HasField("dst_host"):
         rt.write(dst, res.dst, dst_len)
     return res.status
@@ -1673,38 +1784,41 @@ def cuMemcpyAsync(dst, dst_len, src, src_len, ByteCount, hStream):
 @ffi.def_extern(name="cuwire_py_cuMemcpyAtoA_v2", onerror=rt.on_error)
 def cuMemcpyAtoA_v2(dstArray, dstOffset, srcArray, srcOffset, ByteCount):
     """cuMemcpyAtoA_v2 (cuda.h)"""
+    route = rt.route("cuMemcpyAtoA_v2", (), (dstArray, srcArray), (), ())
     args = pb.cuMemcpyAtoA_v2_Args()
     args.dstArray = dstArray
     args.dstOffset = dstOffset
     args.srcArray = srcArray
     args.srcOffset = srcOffset
     args.ByteCount = ByteCount
-    res = rt.call(3732356633, args, pb.cuMemcpyAtoA_v2_Result, rt.route("cuMemcpyAtoA_v2", (), (dstArray, srcArray), (), ()))
+    res = rt.call(3732356633, args, pb.cuMemcpyAtoA_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemcpyAtoD_v2", onerror=rt.on_error)
 def cuMemcpyAtoD_v2(dstDevice, srcArray, srcOffset, ByteCount):
     """cuMemcpyAtoD_v2 (cuda.h)"""
+    route = rt.route("cuMemcpyAtoD_v2", (), (srcArray,), (dstDevice,), ())
     args = pb.cuMemcpyAtoD_v2_Args()
     args.dstDevice = dstDevice
     args.srcArray = srcArray
     args.srcOffset = srcOffset
     args.ByteCount = ByteCount
-    res = rt.call(3920219691, args, pb.cuMemcpyAtoD_v2_Result, rt.route("cuMemcpyAtoD_v2", (), (srcArray,), (dstDevice,), ()))
+    res = rt.call(3920219691, args, pb.cuMemcpyAtoD_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemcpyAtoHAsync_v2", onerror=rt.on_error)
 def cuMemcpyAtoHAsync_v2(dstHost, dstHost_len, srcArray, srcOffset, ByteCount, hStream):
     """cuMemcpyAtoHAsync_v2 (cuda.h): waits for the copy (the host buffer is the program's), made in stream order (server/textures.py)"""
+    route = rt.route("cuMemcpyAtoHAsync_v2", (hStream,), (srcArray,), (), ())
     args = pb.cuMemcpyAtoHAsync_v2_Args()
     args.srcArray = srcArray
     args.srcOffset = srcOffset
     args.ByteCount = ByteCount
     args.hStream = hStream
     rt.expect(dstHost, dstHost_len)
-    res = rt.call(3738512590, args, pb.cuMemcpyAtoHAsync_v2_Result, rt.route("cuMemcpyAtoHAsync_v2", (hStream,), (srcArray,), (), ()))
+    res = rt.call(3738512590, args, pb.cuMemcpyAtoHAsync_v2_Result, route)
     if res.status == 0:
         rt.write(dstHost, res.dstHost, dstHost_len)
     return res.status
@@ -1713,12 +1827,13 @@ def cuMemcpyAtoHAsync_v2(dstHost, dstHost_len, srcArray, srcOffset, ByteCount, h
 @ffi.def_extern(name="cuwire_py_cuMemcpyAtoH_v2", onerror=rt.on_error)
 def cuMemcpyAtoH_v2(dstHost, dstHost_len, srcArray, srcOffset, ByteCount):
     """cuMemcpyAtoH_v2 (cuda.h)"""
+    route = rt.route("cuMemcpyAtoH_v2", (), (srcArray,), (), ())
     args = pb.cuMemcpyAtoH_v2_Args()
     args.srcArray = srcArray
     args.srcOffset = srcOffset
     args.ByteCount = ByteCount
     rt.expect(dstHost, dstHost_len)
-    res = rt.call(2743038355, args, pb.cuMemcpyAtoH_v2_Result, rt.route("cuMemcpyAtoH_v2", (), (srcArray,), (), ()))
+    res = rt.call(2743038355, args, pb.cuMemcpyAtoH_v2_Result, route)
     if res.status == 0:
         rt.write(dstHost, res.dstHost, dstHost_len)
     return res.status
@@ -1727,35 +1842,38 @@ def cuMemcpyAtoH_v2(dstHost, dstHost_len, srcArray, srcOffset, ByteCount):
 @ffi.def_extern(name="cuwire_py_cuMemcpyDtoA_v2", onerror=rt.on_error)
 def cuMemcpyDtoA_v2(dstArray, dstOffset, srcDevice, ByteCount):
     """cuMemcpyDtoA_v2 (cuda.h)"""
+    route = rt.route("cuMemcpyDtoA_v2", (), (dstArray,), (srcDevice,), ())
     args = pb.cuMemcpyDtoA_v2_Args()
     args.dstArray = dstArray
     args.dstOffset = dstOffset
     args.srcDevice = srcDevice
     args.ByteCount = ByteCount
-    res = rt.call(2353992126, args, pb.cuMemcpyDtoA_v2_Result, rt.route("cuMemcpyDtoA_v2", (), (dstArray,), (srcDevice,), ()))
+    res = rt.call(2353992126, args, pb.cuMemcpyDtoA_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemcpyDtoD_v2", onerror=rt.on_error)
 def cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount):
     """cuMemcpyDtoD_v2 (cuda.h)"""
+    route = rt.route("cuMemcpyDtoD_v2", (), (), (dstDevice, srcDevice), ())
     args = pb.cuMemcpyDtoD_v2_Args()
     args.dstDevice = dstDevice
     args.srcDevice = srcDevice
     args.ByteCount = ByteCount
-    res = rt.call(3146899852, args, pb.cuMemcpyDtoD_v2_Result, rt.route("cuMemcpyDtoD_v2", (), (), (dstDevice, srcDevice), ()))
+    res = rt.call(3146899852, args, pb.cuMemcpyDtoD_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemcpyDtoHAsync_v2", onerror=rt.on_error)
 def cuMemcpyDtoHAsync_v2(dstHost, dstHost_len, srcDevice, ByteCount, hStream):
     """cuMemcpyDtoHAsync_v2 (cuda.h): waits for the copy (the host buffer is the program's); a small one is made in C (client/wire.c)"""
+    route = rt.route("cuMemcpyDtoHAsync_v2", (hStream,), (), (srcDevice,), ())
     args = pb.cuMemcpyDtoHAsync_v2_Args()
     args.srcDevice = srcDevice
     args.ByteCount = ByteCount
     args.hStream = hStream
     rt.expect(dstHost, dstHost_len)
-    res = rt.call(1182161886, args, pb.cuMemcpyDtoHAsync_v2_Result, rt.route("cuMemcpyDtoHAsync_v2", (hStream,), (), (srcDevice,), ()))
+    res = rt.call(1182161886, args, pb.cuMemcpyDtoHAsync_v2_Result, route)
     if res.status == 0:
         rt.write(dstHost, res.dstHost, dstHost_len)
     return res.status
@@ -1764,11 +1882,12 @@ def cuMemcpyDtoHAsync_v2(dstHost, dstHost_len, srcDevice, ByteCount, hStream):
 @ffi.def_extern(name="cuwire_py_cuMemcpyDtoH_v2", onerror=rt.on_error)
 def cuMemcpyDtoH_v2(dstHost, dstHost_len, srcDevice, ByteCount):
     """cuMemcpyDtoH_v2 (cuda.h): a small one from a known allocation is made in C, in one round trip (client/wire.c)"""
+    route = rt.route("cuMemcpyDtoH_v2", (), (), (srcDevice,), ())
     args = pb.cuMemcpyDtoH_v2_Args()
     args.srcDevice = srcDevice
     args.ByteCount = ByteCount
     rt.expect(dstHost, dstHost_len)
-    res = rt.call(4047986228, args, pb.cuMemcpyDtoH_v2_Result, rt.route("cuMemcpyDtoH_v2", (), (), (srcDevice,), ()))
+    res = rt.call(4047986228, args, pb.cuMemcpyDtoH_v2_Result, route)
     if res.status == 0:
         rt.write(dstHost, res.dstHost, dstHost_len)
     return res.status
@@ -1777,133 +1896,144 @@ def cuMemcpyDtoH_v2(dstHost, dstHost_len, srcDevice, ByteCount):
 @ffi.def_extern(name="cuwire_py_cuMemcpyHtoAAsync_v2", onerror=rt.on_error)
 def cuMemcpyHtoAAsync_v2(dstArray, dstOffset, srcHost, srcHost_len, ByteCount, hStream):
     """cuMemcpyHtoAAsync_v2 (cuda.h): the bytes travel with the call; the server copies them in stream order (server/textures.py)"""
+    route = rt.route("cuMemcpyHtoAAsync_v2", (hStream,), (dstArray,), (), ())
     args = pb.cuMemcpyHtoAAsync_v2_Args()
     args.dstArray = dstArray
     args.dstOffset = dstOffset
     args.srcHost = rt.read(srcHost, srcHost_len)
     args.ByteCount = ByteCount
     args.hStream = hStream
-    res = rt.call(4024410116, args, pb.cuMemcpyHtoAAsync_v2_Result, rt.route("cuMemcpyHtoAAsync_v2", (hStream,), (dstArray,), (), ()))
+    res = rt.call(4024410116, args, pb.cuMemcpyHtoAAsync_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemcpyHtoA_v2", onerror=rt.on_error)
 def cuMemcpyHtoA_v2(dstArray, dstOffset, srcHost, srcHost_len, ByteCount):
     """cuMemcpyHtoA_v2 (cuda.h)"""
+    route = rt.route("cuMemcpyHtoA_v2", (), (dstArray,), (), ())
     args = pb.cuMemcpyHtoA_v2_Args()
     args.dstArray = dstArray
     args.dstOffset = dstOffset
     args.srcHost = rt.read(srcHost, srcHost_len)
     args.ByteCount = ByteCount
-    res = rt.call(1273985994, args, pb.cuMemcpyHtoA_v2_Result, rt.route("cuMemcpyHtoA_v2", (), (dstArray,), (), ()))
+    res = rt.call(1273985994, args, pb.cuMemcpyHtoA_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemcpyHtoDAsync_v2", onerror=rt.on_error)
 def cuMemcpyHtoDAsync_v2(dstDevice, srcHost, srcHost_len, ByteCount, hStream):
     """cuMemcpyHtoDAsync_v2 (cuda.h): a small one into a known allocation is queued with its bytes (client/queue.c); others wait"""
+    route = rt.route("cuMemcpyHtoDAsync_v2", (hStream,), (), (dstDevice,), ())
     args = pb.cuMemcpyHtoDAsync_v2_Args()
     args.dstDevice = dstDevice
     args.srcHost = rt.read(srcHost, srcHost_len)
     args.ByteCount = ByteCount
     args.hStream = hStream
-    res = rt.call(2773017931, args, pb.cuMemcpyHtoDAsync_v2_Result, rt.route("cuMemcpyHtoDAsync_v2", (hStream,), (), (dstDevice,), ()))
+    res = rt.call(2773017931, args, pb.cuMemcpyHtoDAsync_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemcpyHtoD_v2", onerror=rt.on_error)
 def cuMemcpyHtoD_v2(dstDevice, srcHost, srcHost_len, ByteCount):
     """cuMemcpyHtoD_v2 (cuda.h): a small one into a known allocation is queued with its bytes (client/queue.c)"""
+    route = rt.route("cuMemcpyHtoD_v2", (), (), (dstDevice,), ())
     args = pb.cuMemcpyHtoD_v2_Args()
     args.dstDevice = dstDevice
     args.srcHost = rt.read(srcHost, srcHost_len)
     args.ByteCount = ByteCount
-    res = rt.call(2083621880, args, pb.cuMemcpyHtoD_v2_Result, rt.route("cuMemcpyHtoD_v2", (), (), (dstDevice,), ()))
+    res = rt.call(2083621880, args, pb.cuMemcpyHtoD_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemcpyPeer", onerror=rt.on_error)
 def cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount):
     """cuMemcpyPeer (cuda.h)"""
+    route = rt.route("cuMemcpyPeer", (), (dstContext, srcContext), (dstDevice, srcDevice), ())
     args = pb.cuMemcpyPeer_Args()
     args.dstDevice = dstDevice
     args.dstContext = dstContext
     args.srcDevice = srcDevice
     args.srcContext = srcContext
     args.ByteCount = ByteCount
-    res = rt.call(4212927275, args, pb.cuMemcpyPeer_Result, rt.route("cuMemcpyPeer", (), (dstContext, srcContext), (dstDevice, srcDevice), ()))
+    res = rt.call(4212927275, args, pb.cuMemcpyPeer_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemsetD16_v2", onerror=rt.on_error)
 def cuMemsetD16_v2(dstDevice, us, N):
     """cuMemsetD16_v2 (cuda.h)"""
+    route = rt.route("cuMemsetD16_v2", (), (), (dstDevice,), ())
     args = pb.cuMemsetD16_v2_Args()
     args.dstDevice = dstDevice
     args.us = us
     args.N = N
-    res = rt.call(1863459517, args, pb.cuMemsetD16_v2_Result, rt.route("cuMemsetD16_v2", (), (), (dstDevice,), ()))
+    res = rt.call(1863459517, args, pb.cuMemsetD16_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemsetD2D16_v2", onerror=rt.on_error)
 def cuMemsetD2D16_v2(dstDevice, dstPitch, us, Width, Height):
     """cuMemsetD2D16_v2 (cuda.h)"""
+    route = rt.route("cuMemsetD2D16_v2", (), (), (dstDevice,), ())
     args = pb.cuMemsetD2D16_v2_Args()
     args.dstDevice = dstDevice
     args.dstPitch = dstPitch
     args.us = us
     args.Width = Width
     args.Height = Height
-    res = rt.call(4269481017, args, pb.cuMemsetD2D16_v2_Result, rt.route("cuMemsetD2D16_v2", (), (), (dstDevice,), ()))
+    res = rt.call(4269481017, args, pb.cuMemsetD2D16_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemsetD2D32_v2", onerror=rt.on_error)
 def cuMemsetD2D32_v2(dstDevice, dstPitch, ui, Width, Height):
     """cuMemsetD2D32_v2 (cuda.h)"""
+    route = rt.route("cuMemsetD2D32_v2", (), (), (dstDevice,), ())
     args = pb.cuMemsetD2D32_v2_Args()
     args.dstDevice = dstDevice
     args.dstPitch = dstPitch
     args.ui = ui
     args.Width = Width
     args.Height = Height
-    res = rt.call(198825998, args, pb.cuMemsetD2D32_v2_Result, rt.route("cuMemsetD2D32_v2", (), (), (dstDevice,), ()))
+    res = rt.call(198825998, args, pb.cuMemsetD2D32_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemsetD2D8_v2", onerror=rt.on_error)
 def cuMemsetD2D8_v2(dstDevice, dstPitch, uc, Width, Height):
     """cuMemsetD2D8_v2 (cuda.h)"""
+    route = rt.route("cuMemsetD2D8_v2", (), (), (dstDevice,), ())
     args = pb.cuMemsetD2D8_v2_Args()
     args.dstDevice = dstDevice
     args.dstPitch = dstPitch
     args.uc = uc
     args.Width = Width
     args.Height = Height
-    res = rt.call(2945751755, args, pb.cuMemsetD2D8_v2_Result, rt.route("cuMemsetD2D8_v2", (), (), (dstDevice,), ()))
+    res = rt.call(2945751755, args, pb.cuMemsetD2D8_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemsetD32_v2", onerror=rt.on_error)
 def cuMemsetD32_v2(dstDevice, ui, N):
     """cuMemsetD32_v2 (cuda.h)"""
+    route = rt.route("cuMemsetD32_v2", (), (), (dstDevice,), ())
     args = pb.cuMemsetD32_v2_Args()
     args.dstDevice = dstDevice
     args.ui = ui
     args.N = N
-    res = rt.call(2595284618, args, pb.cuMemsetD32_v2_Result, rt.route("cuMemsetD32_v2", (), (), (dstDevice,), ()))
+    res = rt.call(2595284618, args, pb.cuMemsetD32_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMemsetD8_v2", onerror=rt.on_error)
 def cuMemsetD8_v2(dstDevice, uc, N):
     """cuMemsetD8_v2 (cuda.h)"""
+    route = rt.route("cuMemsetD8_v2", (), (), (dstDevice,), ())
     args = pb.cuMemsetD8_v2_Args()
     args.dstDevice = dstDevice
     args.uc = uc
     args.N = N
-    res = rt.call(2730920325, args, pb.cuMemsetD8_v2_Result, rt.route("cuMemsetD8_v2", (), (), (dstDevice,), ()))
+    res = rt.call(2730920325, args, pb.cuMemsetD8_v2_Result, route)
     return res.status
 
 
@@ -1922,19 +2052,21 @@ def cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, pMipmappedArrayDesc_len
 @ffi.def_extern(name="cuwire_py_cuMipmappedArrayDestroy", onerror=rt.on_error)
 def cuMipmappedArrayDestroy(hMipmappedArray):
     """cuMipmappedArrayDestroy (cuda.h)"""
+    route = rt.route("cuMipmappedArrayDestroy", (), (hMipmappedArray,), (), ())
     args = pb.cuMipmappedArrayDestroy_Args()
     args.hMipmappedArray = hMipmappedArray
-    res = rt.call(2248598059, args, pb.cuMipmappedArrayDestroy_Result, rt.route("cuMipmappedArrayDestroy", (), (hMipmappedArray,), (), ()))
+    res = rt.call(2248598059, args, pb.cuMipmappedArrayDestroy_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuMipmappedArrayGetLevel", onerror=rt.on_error)
 def cuMipmappedArrayGetLevel(pLevelArray, hMipmappedArray, level):
     """cuMipmappedArrayGetLevel (cuda.h)"""
+    route = rt.route("cuMipmappedArrayGetLevel", (), (hMipmappedArray,), (), ())
     args = pb.cuMipmappedArrayGetLevel_Args()
     args.hMipmappedArray = hMipmappedArray
     args.level = level
-    res = rt.call(11097028, args, pb.cuMipmappedArrayGetLevel_Result, rt.route("cuMipmappedArrayGetLevel", (), (hMipmappedArray,), (), ()))
+    res = rt.call(11097028, args, pb.cuMipmappedArrayGetLevel_Result, route)
     if res.status == 0:
         rt.write_scalar(pLevelArray, "uint64_t", res.pLevelArray)
     return res.status
@@ -1943,9 +2075,10 @@ def cuMipmappedArrayGetLevel(pLevelArray, hMipmappedArray, level):
 @ffi.def_extern(name="cuwire_py_cuModuleGetFunctionCount", onerror=rt.on_error)
 def cuModuleGetFunctionCount(count, mod):
     """cuModuleGetFunctionCount (cuda.h)"""
+    route = rt.route("cuModuleGetFunctionCount", (), (mod,), (), ())
     args = pb.cuModuleGetFunctionCount_Args()
     args.mod = mod
-    res = rt.call(2501116678, args, pb.cuModuleGetFunctionCount_Result, rt.route("cuModuleGetFunctionCount", (), (mod,), (), ()))
+    res = rt.call(2501116678, args, pb.cuModuleGetFunctionCount_Result, route)
     if res.status == 0:
         rt.write_scalar(count, "uint32_t", res.count)
     return res.status
@@ -1954,11 +2087,12 @@ def cuModuleGetFunctionCount(count, mod):
 @ffi.def_extern(name="cuwire_py_cuOccupancyAvailableDynamicSMemPerBlock", onerror=rt.on_error)
 def cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize):
     """cuOccupancyAvailableDynamicSMemPerBlock (cuda.h): kept by the client once answered (client/answers_cache.c)"""
+    route = rt.route("cuOccupancyAvailableDynamicSMemPerBlock", (), (func,), (), ())
     args = pb.cuOccupancyAvailableDynamicSMemPerBlock_Args()
     args.func = rt.server_function(func)
     args.numBlocks = numBlocks
     args.blockSize = blockSize
-    res = rt.call(3899431437, args, pb.cuOccupancyAvailableDynamicSMemPerBlock_Result, rt.route("cuOccupancyAvailableDynamicSMemPerBlock", (), (func,), (), ()))
+    res = rt.call(3899431437, args, pb.cuOccupancyAvailableDynamicSMemPerBlock_Result, route)
     if res.status == 0:
         rt.write_scalar(dynamicSmemSize, "uint64_t", res.dynamicSmemSize)
     return res.status
@@ -1967,11 +2101,12 @@ def cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, bl
 @ffi.def_extern(name="cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessor", onerror=rt.on_error)
 def cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize):
     """cuOccupancyMaxActiveBlocksPerMultiprocessor (cuda.h): kept by the client once answered (client/answers_cache.c)"""
+    route = rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessor", (), (func,), (), ())
     args = pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Args()
     args.func = rt.server_function(func)
     args.blockSize = blockSize
     args.dynamicSMemSize = dynamicSMemSize
-    res = rt.call(3096712021, args, pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Result, rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessor", (), (func,), (), ()))
+    res = rt.call(3096712021, args, pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Result, route)
     if res.status == 0:
         rt.write_scalar(numBlocks, "int32_t", res.numBlocks)
     return res.status
@@ -1980,12 +2115,13 @@ def cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dyna
 @ffi.def_extern(name="cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", onerror=rt.on_error)
 def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags):
     """cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags (cuda.h): kept by the client once answered (client/answers_cache.c)"""
+    route = rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", (), (func,), (), ())
     args = pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Args()
     args.func = rt.server_function(func)
     args.blockSize = blockSize
     args.dynamicSMemSize = dynamicSMemSize
     args.flags = flags
-    res = rt.call(3893859051, args, pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Result, rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", (), (func,), (), ()))
+    res = rt.call(3893859051, args, pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Result, route)
     if res.status == 0:
         rt.write_scalar(numBlocks, "int32_t", res.numBlocks)
     return res.status
@@ -1994,11 +2130,12 @@ def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockS
 @ffi.def_extern(name="cuwire_py_cuPointerSetAttribute", onerror=rt.on_error)
 def cuPointerSetAttribute(value, value_len, attribute, ptr):
     """cuPointerSetAttribute (cuda.h)"""
+    route = rt.route("cuPointerSetAttribute", (), (), (ptr,), ())
     args = pb.cuPointerSetAttribute_Args()
     args.value = rt.read(value, value_len)
     args.attribute = attribute
     args.ptr = ptr
-    res = rt.call(2896547413, args, pb.cuPointerSetAttribute_Result, rt.route("cuPointerSetAttribute", (), (), (ptr,), ()))
+    res = rt.call(2896547413, args, pb.cuPointerSetAttribute_Result, route)
     return res.status
 
 
@@ -2021,45 +2158,49 @@ def cuProfilerStop():
 @ffi.def_extern(name="cuwire_py_cuStreamBatchMemOp_v2", onerror=rt.on_error)
 def cuStreamBatchMemOp_v2(stream, count, paramArray, paramArray_len, flags):
     """cuStreamBatchMemOp_v2 (cuda.h): every address in the batch checked as the session's memory (server/memops.py)"""
+    route = rt.route("cuStreamBatchMemOp_v2", (stream,), (), (), ())
     args = pb.cuStreamBatchMemOp_v2_Args()
     args.stream = stream
     args.count = count
     args.paramArray = rt.read(paramArray, paramArray_len)
     args.flags = flags
-    res = rt.call(4107354437, args, pb.cuStreamBatchMemOp_v2_Result, rt.route("cuStreamBatchMemOp_v2", (stream,), (), (), ()))
+    res = rt.call(4107354437, args, pb.cuStreamBatchMemOp_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuStreamBeginCaptureToGraph", onerror=rt.on_error)
 def cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencies_len, dependencyData, numDependencies, mode):
     """cuStreamBeginCaptureToGraph (cuda.h)"""
+    route = rt.route("cuStreamBeginCaptureToGraph", (hStream,), (hGraph,), (), ())
     args = pb.cuStreamBeginCaptureToGraph_Args()
     args.hStream = hStream
     args.hGraph = hGraph
     args.dependencies = rt.read(dependencies, dependencies_len)
     args.numDependencies = numDependencies
     args.mode = mode
-    res = rt.call(3570707429, args, pb.cuStreamBeginCaptureToGraph_Result, rt.route("cuStreamBeginCaptureToGraph", (hStream,), (hGraph,), (), ()))
+    res = rt.call(3570707429, args, pb.cuStreamBeginCaptureToGraph_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuStreamBeginCapture_v2", onerror=rt.on_error)
 def cuStreamBeginCapture_v2(hStream, mode):
     """cuStreamBeginCapture_v2 (cuda.h)"""
+    route = rt.route("cuStreamBeginCapture_v2", (hStream,), (), (), ())
     args = pb.cuStreamBeginCapture_v2_Args()
     args.hStream = hStream
     args.mode = mode
-    res = rt.call(194882140, args, pb.cuStreamBeginCapture_v2_Result, rt.route("cuStreamBeginCapture_v2", (hStream,), (), (), ()))
+    res = rt.call(194882140, args, pb.cuStreamBeginCapture_v2_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuStreamCopyAttributes", onerror=rt.on_error)
 def cuStreamCopyAttributes(dst, src):
     """cuStreamCopyAttributes (cuda.h)"""
+    route = rt.route("cuStreamCopyAttributes", (dst, src), (), (), ())
     args = pb.cuStreamCopyAttributes_Args()
     args.dst = dst
     args.src = src
-    res = rt.call(3615690956, args, pb.cuStreamCopyAttributes_Result, rt.route("cuStreamCopyAttributes", (dst, src), (), (), ()))
+    res = rt.call(3615690956, args, pb.cuStreamCopyAttributes_Result, route)
     return res.status
 
 
@@ -2089,9 +2230,10 @@ def cuStreamCreateWithPriority(phStream, flags, priority):
 @ffi.def_extern(name="cuwire_py_cuStreamDestroy_v2", onerror=rt.on_error)
 def cuStreamDestroy_v2(hStream):
     """cuStreamDestroy_v2 (cuda.h): queued when the client gave the stream out and it is alive (client/handle_pools.c)"""
+    route = rt.route("cuStreamDestroy_v2", (hStream,), (), (), ())
     args = pb.cuStreamDestroy_v2_Args()
     args.hStream = hStream
-    res = rt.call(2166856291, args, pb.cuStreamDestroy_v2_Result, rt.route("cuStreamDestroy_v2", (hStream,), (), (), ()))
+    res = rt.call(2166856291, args, pb.cuStreamDestroy_v2_Result, route)
     if res.status == 0:
         rt.untrack_alloc(hStream)
     return res.status
@@ -2100,9 +2242,10 @@ def cuStreamDestroy_v2(hStream):
 @ffi.def_extern(name="cuwire_py_cuStreamEndCapture", onerror=rt.on_error)
 def cuStreamEndCapture(hStream, phGraph):
     """cuStreamEndCapture (cuda.h)"""
+    route = rt.route("cuStreamEndCapture", (hStream,), (), (), ())
     args = pb.cuStreamEndCapture_Args()
     args.hStream = hStream
-    res = rt.call(3324749488, args, pb.cuStreamEndCapture_Result, rt.route("cuStreamEndCapture", (hStream,), (), (), ()))
+    res = rt.call(3324749488, args, pb.cuStreamEndCapture_Result, route)
     if res.status == 0:
         rt.write_scalar(phGraph, "uint64_t", res.phGraph)
     return res.status
@@ -2111,11 +2254,12 @@ def cuStreamEndCapture(hStream, phGraph):
 @ffi.def_extern(name="cuwire_py_cuStreamGetAttribute", onerror=rt.on_error)
 def cuStreamGetAttribute(hStream, attr, value_out, value_out_len):
     """cuStreamGetAttribute (cuda.h)"""
+    route = rt.route("cuStreamGetAttribute", (hStream,), (), (), ())
     args = pb.cuStreamGetAttribute_Args()
     args.hStream = hStream
     args.attr = attr
     rt.expect(value_out, value_out_len)
-    res = rt.call(3573715724, args, pb.cuStreamGetAttribute_Result, rt.route("cuStreamGetAttribute", (hStream,), (), (), ()))
+    res = rt.call(3573715724, args, pb.cuStreamGetAttribute_Result, route)
     if res.status == 0:
         rt.write(value_out, res.value_out, value_out_len)
     return res.status
@@ -2124,9 +2268,10 @@ def cuStreamGetAttribute(hStream, attr, value_out, value_out_len):
 @ffi.def_extern(name="cuwire_py_cuStreamGetCtx", onerror=rt.on_error)
 def cuStreamGetCtx(hStream, pctx):
     """cuStreamGetCtx (cuda.h)"""
+    route = rt.route("cuStreamGetCtx", (hStream,), (), (), ())
     args = pb.cuStreamGetCtx_Args()
     args.hStream = hStream
-    res = rt.call(1361652262, args, pb.cuStreamGetCtx_Result, rt.route("cuStreamGetCtx", (hStream,), (), (), ()))
+    res = rt.call(1361652262, args, pb.cuStreamGetCtx_Result, route)
     if res.status == 0:
         rt.write_scalar(pctx, "uint64_t", res.pctx)
     return res.status
@@ -2135,9 +2280,10 @@ def cuStreamGetCtx(hStream, pctx):
 @ffi.def_extern(name="cuwire_py_cuStreamGetDevice", onerror=rt.on_error)
 def cuStreamGetDevice(hStream, device):
     """cuStreamGetDevice (cuda.h)"""
+    route = rt.route("cuStreamGetDevice", (hStream,), (), (), ())
     args = pb.cuStreamGetDevice_Args()
     args.hStream = hStream
-    res = rt.call(2047611888, args, pb.cuStreamGetDevice_Result, rt.route("cuStreamGetDevice", (hStream,), (), (), ()))
+    res = rt.call(2047611888, args, pb.cuStreamGetDevice_Result, route)
     if res.status == 0:
         rt.write_scalar(device, "int32_t", res.device)
     return res.status
@@ -2146,9 +2292,10 @@ def cuStreamGetDevice(hStream, device):
 @ffi.def_extern(name="cuwire_py_cuStreamGetFlags", onerror=rt.on_error)
 def cuStreamGetFlags(hStream, flags):
     """cuStreamGetFlags (cuda.h)"""
+    route = rt.route("cuStreamGetFlags", (hStream,), (), (), ())
     args = pb.cuStreamGetFlags_Args()
     args.hStream = hStream
-    res = rt.call(4105616445, args, pb.cuStreamGetFlags_Result, rt.route("cuStreamGetFlags", (hStream,), (), (), ()))
+    res = rt.call(4105616445, args, pb.cuStreamGetFlags_Result, route)
     if res.status == 0:
         rt.write_scalar(flags, "uint32_t", res.flags)
     return res.status
@@ -2157,9 +2304,10 @@ def cuStreamGetFlags(hStream, flags):
 @ffi.def_extern(name="cuwire_py_cuStreamGetId", onerror=rt.on_error)
 def cuStreamGetId(hStream, streamId):
     """cuStreamGetId (cuda.h)"""
+    route = rt.route("cuStreamGetId", (hStream,), (), (), ())
     args = pb.cuStreamGetId_Args()
     args.hStream = hStream
-    res = rt.call(521704577, args, pb.cuStreamGetId_Result, rt.route("cuStreamGetId", (hStream,), (), (), ()))
+    res = rt.call(521704577, args, pb.cuStreamGetId_Result, route)
     if res.status == 0:
         rt.write_scalar(streamId, "uint64_t", res.streamId)
     return res.status
@@ -2168,9 +2316,10 @@ def cuStreamGetId(hStream, streamId):
 @ffi.def_extern(name="cuwire_py_cuStreamGetPriority", onerror=rt.on_error)
 def cuStreamGetPriority(hStream, priority):
     """cuStreamGetPriority (cuda.h)"""
+    route = rt.route("cuStreamGetPriority", (hStream,), (), (), ())
     args = pb.cuStreamGetPriority_Args()
     args.hStream = hStream
-    res = rt.call(1973857307, args, pb.cuStreamGetPriority_Result, rt.route("cuStreamGetPriority", (hStream,), (), (), ()))
+    res = rt.call(1973857307, args, pb.cuStreamGetPriority_Result, route)
     if res.status == 0:
         rt.write_scalar(priority, "int32_t", res.priority)
     return res.status
@@ -2179,41 +2328,45 @@ def cuStreamGetPriority(hStream, priority):
 @ffi.def_extern(name="cuwire_py_cuStreamQuery", onerror=rt.on_error)
 def cuStreamQuery(hStream):
     """cuStreamQuery (cuda.h)"""
+    route = rt.route("cuStreamQuery", (hStream,), (), (), ())
     args = pb.cuStreamQuery_Args()
     args.hStream = hStream
-    res = rt.call(3807505306, args, pb.cuStreamQuery_Result, rt.route("cuStreamQuery", (hStream,), (), (), ()))
+    res = rt.call(3807505306, args, pb.cuStreamQuery_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuStreamSetAttribute", onerror=rt.on_error)
 def cuStreamSetAttribute(hStream, attr, value, value_len):
     """cuStreamSetAttribute (cuda.h)"""
+    route = rt.route("cuStreamSetAttribute", (hStream,), (), (), ())
     args = pb.cuStreamSetAttribute_Args()
     args.hStream = hStream
     args.attr = attr
     args.value = rt.read(value, value_len)
-    res = rt.call(3659285903, args, pb.cuStreamSetAttribute_Result, rt.route("cuStreamSetAttribute", (hStream,), (), (), ()))
+    res = rt.call(3659285903, args, pb.cuStreamSetAttribute_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuStreamSynchronize", onerror=rt.on_error)
 def cuStreamSynchronize(hStream):
     """cuStreamSynchronize (cuda.h): queued as a barrier when all the stream was given since it finished is copies to the device, their bytes taken already (client/completion.c)"""
+    route = rt.route("cuStreamSynchronize", (hStream,), (), (), ())
     args = pb.cuStreamSynchronize_Args()
     args.hStream = hStream
-    res = rt.call(1581600379, args, pb.cuStreamSynchronize_Result, rt.route("cuStreamSynchronize", (hStream,), (), (), ()))
+    res = rt.call(1581600379, args, pb.cuStreamSynchronize_Result, route)
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_cuStreamUpdateCaptureDependencies_v2", onerror=rt.on_error)
 def cuStreamUpdateCaptureDependencies_v2(hStream, dependencies, dependencies_len, dependencyData, numDependencies, flags):
     """cuStreamUpdateCaptureDependencies_v2 (cuda.h)"""
+    route = rt.route("cuStreamUpdateCaptureDependencies_v2", (hStream,), (), (), ())
     args = pb.cuStreamUpdateCaptureDependencies_v2_Args()
     args.hStream = hStream
     args.dependencies = rt.read(dependencies, dependencies_len)
     args.numDependencies = numDependencies
     args.flags = flags
-    res = rt.call(2582213764, args, pb.cuStreamUpdateCaptureDependencies_v2_Result, rt.route("cuStreamUpdateCaptureDependencies_v2", (hStream,), (), (), ()))
+    res = rt.call(2582213764, args, pb.cuStreamUpdateCaptureDependencies_v2_Result, route)
     return res.status
 
 
@@ -2400,10 +2553,11 @@ def cuTexObjectGetTextureDesc(pTexDesc, pTexDesc_len, texObject):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetApplicationsClock", onerror=rt.on_nvml_error)
 def nvmlDeviceGetApplicationsClock(device, clockType, clockMHz):
     """nvmlDeviceGetApplicationsClock (nvml.h)"""
+    route = rt.route("nvmlDeviceGetApplicationsClock", (), (device,), (), ())
     args = pb.nvmlDeviceGetApplicationsClock_Args()
     args.device = device
     args.clockType = clockType
-    res = rt.call(4265764078, args, pb.nvmlDeviceGetApplicationsClock_Result, rt.route("nvmlDeviceGetApplicationsClock", (), (device,), (), ()))
+    res = rt.call(4265764078, args, pb.nvmlDeviceGetApplicationsClock_Result, route)
     if res.status == 0:
         rt.write_scalar(clockMHz, "uint32_t", res.clockMHz)
     return res.status
@@ -2412,9 +2566,10 @@ def nvmlDeviceGetApplicationsClock(device, clockType, clockMHz):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetArchitecture", onerror=rt.on_nvml_error)
 def nvmlDeviceGetArchitecture(device, arch):
     """nvmlDeviceGetArchitecture (nvml.h)"""
+    route = rt.route("nvmlDeviceGetArchitecture", (), (device,), (), ())
     args = pb.nvmlDeviceGetArchitecture_Args()
     args.device = device
-    res = rt.call(3327499075, args, pb.nvmlDeviceGetArchitecture_Result, rt.route("nvmlDeviceGetArchitecture", (), (device,), (), ()))
+    res = rt.call(3327499075, args, pb.nvmlDeviceGetArchitecture_Result, route)
     if res.status == 0:
         rt.write_scalar(arch, "uint32_t", res.arch)
     return res.status
@@ -2423,10 +2578,11 @@ def nvmlDeviceGetArchitecture(device, arch):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetAttributes_v2", onerror=rt.on_nvml_error)
 def nvmlDeviceGetAttributes_v2(device, attributes, attributes_len):
     """nvmlDeviceGetAttributes_v2 (nvml.h)"""
+    route = rt.route("nvmlDeviceGetAttributes_v2", (), (device,), (), ())
     args = pb.nvmlDeviceGetAttributes_v2_Args()
     args.device = device
     rt.expect(attributes, attributes_len)
-    res = rt.call(1207074235, args, pb.nvmlDeviceGetAttributes_v2_Result, rt.route("nvmlDeviceGetAttributes_v2", (), (device,), (), ()))
+    res = rt.call(1207074235, args, pb.nvmlDeviceGetAttributes_v2_Result, route)
     if res.status == 0:
         rt.write(attributes, res.attributes, attributes_len)
     return res.status
@@ -2435,10 +2591,11 @@ def nvmlDeviceGetAttributes_v2(device, attributes, attributes_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetBAR1MemoryInfo", onerror=rt.on_nvml_error)
 def nvmlDeviceGetBAR1MemoryInfo(device, bar1Memory, bar1Memory_len):
     """nvmlDeviceGetBAR1MemoryInfo (nvml.h)"""
+    route = rt.route("nvmlDeviceGetBAR1MemoryInfo", (), (device,), (), ())
     args = pb.nvmlDeviceGetBAR1MemoryInfo_Args()
     args.device = device
     rt.expect(bar1Memory, bar1Memory_len)
-    res = rt.call(2294879676, args, pb.nvmlDeviceGetBAR1MemoryInfo_Result, rt.route("nvmlDeviceGetBAR1MemoryInfo", (), (device,), (), ()))
+    res = rt.call(2294879676, args, pb.nvmlDeviceGetBAR1MemoryInfo_Result, route)
     if res.status == 0:
         rt.write(bar1Memory, res.bar1Memory, bar1Memory_len)
     return res.status
@@ -2447,11 +2604,12 @@ def nvmlDeviceGetBAR1MemoryInfo(device, bar1Memory, bar1Memory_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetBoardPartNumber", onerror=rt.on_nvml_error)
 def nvmlDeviceGetBoardPartNumber(device, partNumber, partNumber_len, length):
     """nvmlDeviceGetBoardPartNumber (nvml.h)"""
+    route = rt.route("nvmlDeviceGetBoardPartNumber", (), (device,), (), ())
     args = pb.nvmlDeviceGetBoardPartNumber_Args()
     args.device = device
     args.length = length
     rt.expect(partNumber, partNumber_len)
-    res = rt.call(3595278150, args, pb.nvmlDeviceGetBoardPartNumber_Result, rt.route("nvmlDeviceGetBoardPartNumber", (), (device,), (), ()))
+    res = rt.call(3595278150, args, pb.nvmlDeviceGetBoardPartNumber_Result, route)
     if res.status == 0:
         rt.write(partNumber, res.partNumber, partNumber_len)
     return res.status
@@ -2460,9 +2618,10 @@ def nvmlDeviceGetBoardPartNumber(device, partNumber, partNumber_len, length):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetBrand", onerror=rt.on_nvml_error)
 def nvmlDeviceGetBrand(device, type):
     """nvmlDeviceGetBrand (nvml.h)"""
+    route = rt.route("nvmlDeviceGetBrand", (), (device,), (), ())
     args = pb.nvmlDeviceGetBrand_Args()
     args.device = device
-    res = rt.call(2607443840, args, pb.nvmlDeviceGetBrand_Result, rt.route("nvmlDeviceGetBrand", (), (device,), (), ()))
+    res = rt.call(2607443840, args, pb.nvmlDeviceGetBrand_Result, route)
     if res.status == 0:
         rt.write_scalar(type, "int32_t", res.type)
     return res.status
@@ -2471,10 +2630,11 @@ def nvmlDeviceGetBrand(device, type):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetClockInfo", onerror=rt.on_nvml_error)
 def nvmlDeviceGetClockInfo(device, type, clock):
     """nvmlDeviceGetClockInfo (nvml.h)"""
+    route = rt.route("nvmlDeviceGetClockInfo", (), (device,), (), ())
     args = pb.nvmlDeviceGetClockInfo_Args()
     args.device = device
     args.type = type
-    res = rt.call(756917670, args, pb.nvmlDeviceGetClockInfo_Result, rt.route("nvmlDeviceGetClockInfo", (), (device,), (), ()))
+    res = rt.call(756917670, args, pb.nvmlDeviceGetClockInfo_Result, route)
     if res.status == 0:
         rt.write_scalar(clock, "uint32_t", res.clock)
     return res.status
@@ -2483,9 +2643,10 @@ def nvmlDeviceGetClockInfo(device, type, clock):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetComputeMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetComputeMode(device, mode):
     """nvmlDeviceGetComputeMode (nvml.h)"""
+    route = rt.route("nvmlDeviceGetComputeMode", (), (device,), (), ())
     args = pb.nvmlDeviceGetComputeMode_Args()
     args.device = device
-    res = rt.call(2606892829, args, pb.nvmlDeviceGetComputeMode_Result, rt.route("nvmlDeviceGetComputeMode", (), (device,), (), ()))
+    res = rt.call(2606892829, args, pb.nvmlDeviceGetComputeMode_Result, route)
     if res.status == 0:
         rt.write_scalar(mode, "int32_t", res.mode)
     return res.status
@@ -2504,9 +2665,10 @@ def nvmlDeviceGetCount_v2(deviceCount):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetCudaComputeCapability", onerror=rt.on_nvml_error)
 def nvmlDeviceGetCudaComputeCapability(device, major, minor):
     """nvmlDeviceGetCudaComputeCapability (nvml.h)"""
+    route = rt.route("nvmlDeviceGetCudaComputeCapability", (), (device,), (), ())
     args = pb.nvmlDeviceGetCudaComputeCapability_Args()
     args.device = device
-    res = rt.call(3412239242, args, pb.nvmlDeviceGetCudaComputeCapability_Result, rt.route("nvmlDeviceGetCudaComputeCapability", (), (device,), (), ()))
+    res = rt.call(3412239242, args, pb.nvmlDeviceGetCudaComputeCapability_Result, route)
     if res.status == 0:
         rt.write_scalar(major, "int32_t", res.major)
         rt.write_scalar(minor, "int32_t", res.minor)
@@ -2516,9 +2678,10 @@ def nvmlDeviceGetCudaComputeCapability(device, major, minor):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetCurrPcieLinkGeneration", onerror=rt.on_nvml_error)
 def nvmlDeviceGetCurrPcieLinkGeneration(device, currLinkGen):
     """nvmlDeviceGetCurrPcieLinkGeneration (nvml.h)"""
+    route = rt.route("nvmlDeviceGetCurrPcieLinkGeneration", (), (device,), (), ())
     args = pb.nvmlDeviceGetCurrPcieLinkGeneration_Args()
     args.device = device
-    res = rt.call(1809282924, args, pb.nvmlDeviceGetCurrPcieLinkGeneration_Result, rt.route("nvmlDeviceGetCurrPcieLinkGeneration", (), (device,), (), ()))
+    res = rt.call(1809282924, args, pb.nvmlDeviceGetCurrPcieLinkGeneration_Result, route)
     if res.status == 0:
         rt.write_scalar(currLinkGen, "uint32_t", res.currLinkGen)
     return res.status
@@ -2527,9 +2690,10 @@ def nvmlDeviceGetCurrPcieLinkGeneration(device, currLinkGen):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetCurrPcieLinkWidth", onerror=rt.on_nvml_error)
 def nvmlDeviceGetCurrPcieLinkWidth(device, currLinkWidth):
     """nvmlDeviceGetCurrPcieLinkWidth (nvml.h)"""
+    route = rt.route("nvmlDeviceGetCurrPcieLinkWidth", (), (device,), (), ())
     args = pb.nvmlDeviceGetCurrPcieLinkWidth_Args()
     args.device = device
-    res = rt.call(1948690486, args, pb.nvmlDeviceGetCurrPcieLinkWidth_Result, rt.route("nvmlDeviceGetCurrPcieLinkWidth", (), (device,), (), ()))
+    res = rt.call(1948690486, args, pb.nvmlDeviceGetCurrPcieLinkWidth_Result, route)
     if res.status == 0:
         rt.write_scalar(currLinkWidth, "uint32_t", res.currLinkWidth)
     return res.status
@@ -2538,9 +2702,10 @@ def nvmlDeviceGetCurrPcieLinkWidth(device, currLinkWidth):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetCurrentClocksEventReasons", onerror=rt.on_nvml_error)
 def nvmlDeviceGetCurrentClocksEventReasons(device, clocksEventReasons):
     """nvmlDeviceGetCurrentClocksEventReasons (nvml.h)"""
+    route = rt.route("nvmlDeviceGetCurrentClocksEventReasons", (), (device,), (), ())
     args = pb.nvmlDeviceGetCurrentClocksEventReasons_Args()
     args.device = device
-    res = rt.call(3574240252, args, pb.nvmlDeviceGetCurrentClocksEventReasons_Result, rt.route("nvmlDeviceGetCurrentClocksEventReasons", (), (device,), (), ()))
+    res = rt.call(3574240252, args, pb.nvmlDeviceGetCurrentClocksEventReasons_Result, route)
     if res.status == 0:
         rt.write_scalar(clocksEventReasons, "uint64_t", res.clocksEventReasons)
     return res.status
@@ -2549,10 +2714,11 @@ def nvmlDeviceGetCurrentClocksEventReasons(device, clocksEventReasons):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetDefaultApplicationsClock", onerror=rt.on_nvml_error)
 def nvmlDeviceGetDefaultApplicationsClock(device, clockType, clockMHz):
     """nvmlDeviceGetDefaultApplicationsClock (nvml.h)"""
+    route = rt.route("nvmlDeviceGetDefaultApplicationsClock", (), (device,), (), ())
     args = pb.nvmlDeviceGetDefaultApplicationsClock_Args()
     args.device = device
     args.clockType = clockType
-    res = rt.call(3648510411, args, pb.nvmlDeviceGetDefaultApplicationsClock_Result, rt.route("nvmlDeviceGetDefaultApplicationsClock", (), (device,), (), ()))
+    res = rt.call(3648510411, args, pb.nvmlDeviceGetDefaultApplicationsClock_Result, route)
     if res.status == 0:
         rt.write_scalar(clockMHz, "uint32_t", res.clockMHz)
     return res.status
@@ -2561,9 +2727,10 @@ def nvmlDeviceGetDefaultApplicationsClock(device, clockType, clockMHz):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetDeviceHandleFromMigDeviceHandle", onerror=rt.on_nvml_error)
 def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice, device):
     """nvmlDeviceGetDeviceHandleFromMigDeviceHandle (nvml.h)"""
+    route = rt.route("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", (), (migDevice,), (), ())
     args = pb.nvmlDeviceGetDeviceHandleFromMigDeviceHandle_Args()
     args.migDevice = migDevice
-    res = rt.call(1369165812, args, pb.nvmlDeviceGetDeviceHandleFromMigDeviceHandle_Result, rt.route("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", (), (migDevice,), (), ()))
+    res = rt.call(1369165812, args, pb.nvmlDeviceGetDeviceHandleFromMigDeviceHandle_Result, route)
     if res.status == 0:
         rt.write_scalar(device, "uint64_t", res.device)
     return res.status
@@ -2572,9 +2739,10 @@ def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice, device):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetDisplayActive", onerror=rt.on_nvml_error)
 def nvmlDeviceGetDisplayActive(device, isActive):
     """nvmlDeviceGetDisplayActive (nvml.h)"""
+    route = rt.route("nvmlDeviceGetDisplayActive", (), (device,), (), ())
     args = pb.nvmlDeviceGetDisplayActive_Args()
     args.device = device
-    res = rt.call(1976945070, args, pb.nvmlDeviceGetDisplayActive_Result, rt.route("nvmlDeviceGetDisplayActive", (), (device,), (), ()))
+    res = rt.call(1976945070, args, pb.nvmlDeviceGetDisplayActive_Result, route)
     if res.status == 0:
         rt.write_scalar(isActive, "int32_t", res.isActive)
     return res.status
@@ -2583,9 +2751,10 @@ def nvmlDeviceGetDisplayActive(device, isActive):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetDisplayMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetDisplayMode(device, display):
     """nvmlDeviceGetDisplayMode (nvml.h)"""
+    route = rt.route("nvmlDeviceGetDisplayMode", (), (device,), (), ())
     args = pb.nvmlDeviceGetDisplayMode_Args()
     args.device = device
-    res = rt.call(3741895564, args, pb.nvmlDeviceGetDisplayMode_Result, rt.route("nvmlDeviceGetDisplayMode", (), (device,), (), ()))
+    res = rt.call(3741895564, args, pb.nvmlDeviceGetDisplayMode_Result, route)
     if res.status == 0:
         rt.write_scalar(display, "int32_t", res.display)
     return res.status
@@ -2594,9 +2763,10 @@ def nvmlDeviceGetDisplayMode(device, display):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetEccMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetEccMode(device, current, pending):
     """nvmlDeviceGetEccMode (nvml.h)"""
+    route = rt.route("nvmlDeviceGetEccMode", (), (device,), (), ())
     args = pb.nvmlDeviceGetEccMode_Args()
     args.device = device
-    res = rt.call(1377895810, args, pb.nvmlDeviceGetEccMode_Result, rt.route("nvmlDeviceGetEccMode", (), (device,), (), ()))
+    res = rt.call(1377895810, args, pb.nvmlDeviceGetEccMode_Result, route)
     if res.status == 0:
         rt.write_scalar(current, "int32_t", res.current)
         rt.write_scalar(pending, "int32_t", res.pending)
@@ -2606,9 +2776,10 @@ def nvmlDeviceGetEccMode(device, current, pending):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetEnforcedPowerLimit", onerror=rt.on_nvml_error)
 def nvmlDeviceGetEnforcedPowerLimit(device, limit):
     """nvmlDeviceGetEnforcedPowerLimit (nvml.h)"""
+    route = rt.route("nvmlDeviceGetEnforcedPowerLimit", (), (device,), (), ())
     args = pb.nvmlDeviceGetEnforcedPowerLimit_Args()
     args.device = device
-    res = rt.call(1601332534, args, pb.nvmlDeviceGetEnforcedPowerLimit_Result, rt.route("nvmlDeviceGetEnforcedPowerLimit", (), (device,), (), ()))
+    res = rt.call(1601332534, args, pb.nvmlDeviceGetEnforcedPowerLimit_Result, route)
     if res.status == 0:
         rt.write_scalar(limit, "uint32_t", res.limit)
     return res.status
@@ -2617,9 +2788,10 @@ def nvmlDeviceGetEnforcedPowerLimit(device, limit):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetFanSpeed", onerror=rt.on_nvml_error)
 def nvmlDeviceGetFanSpeed(device, speed):
     """nvmlDeviceGetFanSpeed (nvml.h)"""
+    route = rt.route("nvmlDeviceGetFanSpeed", (), (device,), (), ())
     args = pb.nvmlDeviceGetFanSpeed_Args()
     args.device = device
-    res = rt.call(3906963660, args, pb.nvmlDeviceGetFanSpeed_Result, rt.route("nvmlDeviceGetFanSpeed", (), (device,), (), ()))
+    res = rt.call(3906963660, args, pb.nvmlDeviceGetFanSpeed_Result, route)
     if res.status == 0:
         rt.write_scalar(speed, "uint32_t", res.speed)
     return res.status
@@ -2628,12 +2800,13 @@ def nvmlDeviceGetFanSpeed(device, speed):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetFieldValues", onerror=rt.on_nvml_error)
 def nvmlDeviceGetFieldValues(device, valuesCount, values, values_len):
     """nvmlDeviceGetFieldValues (nvml.h)"""
+    route = rt.route("nvmlDeviceGetFieldValues", (), (device,), (), ())
     args = pb.nvmlDeviceGetFieldValues_Args()
     args.device = device
     args.valuesCount = valuesCount
     args.values = rt.read(values, values_len)
     rt.expect(values, values_len)
-    res = rt.call(3982139918, args, pb.nvmlDeviceGetFieldValues_Result, rt.route("nvmlDeviceGetFieldValues", (), (device,), (), ()))
+    res = rt.call(3982139918, args, pb.nvmlDeviceGetFieldValues_Result, route)
     if res.status == 0:
         rt.write(values, res.values, values_len)
     return res.status
@@ -2642,11 +2815,12 @@ def nvmlDeviceGetFieldValues(device, valuesCount, values, values_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetGpuFabricInfoV", onerror=rt.on_nvml_error)
 def nvmlDeviceGetGpuFabricInfoV(device, gpuFabricInfo, gpuFabricInfo_len):
     """nvmlDeviceGetGpuFabricInfoV (nvml.h)"""
+    route = rt.route("nvmlDeviceGetGpuFabricInfoV", (), (device,), (), ())
     args = pb.nvmlDeviceGetGpuFabricInfoV_Args()
     args.device = device
     args.gpuFabricInfo = rt.read(gpuFabricInfo, gpuFabricInfo_len)
     rt.expect(gpuFabricInfo, gpuFabricInfo_len)
-    res = rt.call(1323581072, args, pb.nvmlDeviceGetGpuFabricInfoV_Result, rt.route("nvmlDeviceGetGpuFabricInfoV", (), (device,), (), ()))
+    res = rt.call(1323581072, args, pb.nvmlDeviceGetGpuFabricInfoV_Result, route)
     if res.status == 0:
         rt.write(gpuFabricInfo, res.gpuFabricInfo, gpuFabricInfo_len)
     return res.status
@@ -2655,9 +2829,10 @@ def nvmlDeviceGetGpuFabricInfoV(device, gpuFabricInfo, gpuFabricInfo_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetGpuOperationMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetGpuOperationMode(device, current, pending):
     """nvmlDeviceGetGpuOperationMode (nvml.h)"""
+    route = rt.route("nvmlDeviceGetGpuOperationMode", (), (device,), (), ())
     args = pb.nvmlDeviceGetGpuOperationMode_Args()
     args.device = device
-    res = rt.call(739626078, args, pb.nvmlDeviceGetGpuOperationMode_Result, rt.route("nvmlDeviceGetGpuOperationMode", (), (device,), (), ()))
+    res = rt.call(739626078, args, pb.nvmlDeviceGetGpuOperationMode_Result, route)
     if res.status == 0:
         rt.write_scalar(current, "int32_t", res.current)
         rt.write_scalar(pending, "int32_t", res.pending)
@@ -2667,9 +2842,10 @@ def nvmlDeviceGetGpuOperationMode(device, current, pending):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetGspFirmwareMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetGspFirmwareMode(device, isEnabled, defaultMode):
     """nvmlDeviceGetGspFirmwareMode (nvml.h)"""
+    route = rt.route("nvmlDeviceGetGspFirmwareMode", (), (device,), (), ())
     args = pb.nvmlDeviceGetGspFirmwareMode_Args()
     args.device = device
-    res = rt.call(3980525284, args, pb.nvmlDeviceGetGspFirmwareMode_Result, rt.route("nvmlDeviceGetGspFirmwareMode", (), (device,), (), ()))
+    res = rt.call(3980525284, args, pb.nvmlDeviceGetGspFirmwareMode_Result, route)
     if res.status == 0:
         rt.write_scalar(isEnabled, "uint32_t", res.isEnabled)
         rt.write_scalar(defaultMode, "uint32_t", res.defaultMode)
@@ -2723,9 +2899,10 @@ def nvmlDeviceGetHandleByUUID(uuid, device):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetHostVgpuMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetHostVgpuMode(device, pHostVgpuMode):
     """nvmlDeviceGetHostVgpuMode (nvml.h)"""
+    route = rt.route("nvmlDeviceGetHostVgpuMode", (), (device,), (), ())
     args = pb.nvmlDeviceGetHostVgpuMode_Args()
     args.device = device
-    res = rt.call(1705904705, args, pb.nvmlDeviceGetHostVgpuMode_Result, rt.route("nvmlDeviceGetHostVgpuMode", (), (device,), (), ()))
+    res = rt.call(1705904705, args, pb.nvmlDeviceGetHostVgpuMode_Result, route)
     if res.status == 0:
         rt.write_scalar(pHostVgpuMode, "int32_t", res.pHostVgpuMode)
     return res.status
@@ -2734,9 +2911,10 @@ def nvmlDeviceGetHostVgpuMode(device, pHostVgpuMode):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetIndex", onerror=rt.on_nvml_error)
 def nvmlDeviceGetIndex(device, index):
     """nvmlDeviceGetIndex (nvml.h)"""
+    route = rt.route("nvmlDeviceGetIndex", (), (device,), (), ())
     args = pb.nvmlDeviceGetIndex_Args()
     args.device = device
-    res = rt.call(122417625, args, pb.nvmlDeviceGetIndex_Result, rt.route("nvmlDeviceGetIndex", (), (device,), (), ()))
+    res = rt.call(122417625, args, pb.nvmlDeviceGetIndex_Result, route)
     if res.status == 0:
         rt.write_scalar(index, "uint32_t", res.index)
     return res.status
@@ -2745,11 +2923,12 @@ def nvmlDeviceGetIndex(device, index):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetInforomImageVersion", onerror=rt.on_nvml_error)
 def nvmlDeviceGetInforomImageVersion(device, version, version_len, length):
     """nvmlDeviceGetInforomImageVersion (nvml.h)"""
+    route = rt.route("nvmlDeviceGetInforomImageVersion", (), (device,), (), ())
     args = pb.nvmlDeviceGetInforomImageVersion_Args()
     args.device = device
     args.length = length
     rt.expect(version, version_len)
-    res = rt.call(3844783122, args, pb.nvmlDeviceGetInforomImageVersion_Result, rt.route("nvmlDeviceGetInforomImageVersion", (), (device,), (), ()))
+    res = rt.call(3844783122, args, pb.nvmlDeviceGetInforomImageVersion_Result, route)
     if res.status == 0:
         rt.write(version, res.version, version_len)
     return res.status
@@ -2758,10 +2937,11 @@ def nvmlDeviceGetInforomImageVersion(device, version, version_len, length):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMaxClockInfo", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMaxClockInfo(device, type, clock):
     """nvmlDeviceGetMaxClockInfo (nvml.h)"""
+    route = rt.route("nvmlDeviceGetMaxClockInfo", (), (device,), (), ())
     args = pb.nvmlDeviceGetMaxClockInfo_Args()
     args.device = device
     args.type = type
-    res = rt.call(1022897731, args, pb.nvmlDeviceGetMaxClockInfo_Result, rt.route("nvmlDeviceGetMaxClockInfo", (), (device,), (), ()))
+    res = rt.call(1022897731, args, pb.nvmlDeviceGetMaxClockInfo_Result, route)
     if res.status == 0:
         rt.write_scalar(clock, "uint32_t", res.clock)
     return res.status
@@ -2770,9 +2950,10 @@ def nvmlDeviceGetMaxClockInfo(device, type, clock):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMaxMigDeviceCount", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMaxMigDeviceCount(device, count):
     """nvmlDeviceGetMaxMigDeviceCount (nvml.h)"""
+    route = rt.route("nvmlDeviceGetMaxMigDeviceCount", (), (device,), (), ())
     args = pb.nvmlDeviceGetMaxMigDeviceCount_Args()
     args.device = device
-    res = rt.call(3132815924, args, pb.nvmlDeviceGetMaxMigDeviceCount_Result, rt.route("nvmlDeviceGetMaxMigDeviceCount", (), (device,), (), ()))
+    res = rt.call(3132815924, args, pb.nvmlDeviceGetMaxMigDeviceCount_Result, route)
     if res.status == 0:
         rt.write_scalar(count, "uint32_t", res.count)
     return res.status
@@ -2781,9 +2962,10 @@ def nvmlDeviceGetMaxMigDeviceCount(device, count):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMaxPcieLinkGeneration", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMaxPcieLinkGeneration(device, maxLinkGen):
     """nvmlDeviceGetMaxPcieLinkGeneration (nvml.h)"""
+    route = rt.route("nvmlDeviceGetMaxPcieLinkGeneration", (), (device,), (), ())
     args = pb.nvmlDeviceGetMaxPcieLinkGeneration_Args()
     args.device = device
-    res = rt.call(894528339, args, pb.nvmlDeviceGetMaxPcieLinkGeneration_Result, rt.route("nvmlDeviceGetMaxPcieLinkGeneration", (), (device,), (), ()))
+    res = rt.call(894528339, args, pb.nvmlDeviceGetMaxPcieLinkGeneration_Result, route)
     if res.status == 0:
         rt.write_scalar(maxLinkGen, "uint32_t", res.maxLinkGen)
     return res.status
@@ -2792,9 +2974,10 @@ def nvmlDeviceGetMaxPcieLinkGeneration(device, maxLinkGen):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMaxPcieLinkWidth", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMaxPcieLinkWidth(device, maxLinkWidth):
     """nvmlDeviceGetMaxPcieLinkWidth (nvml.h)"""
+    route = rt.route("nvmlDeviceGetMaxPcieLinkWidth", (), (device,), (), ())
     args = pb.nvmlDeviceGetMaxPcieLinkWidth_Args()
     args.device = device
-    res = rt.call(3291306046, args, pb.nvmlDeviceGetMaxPcieLinkWidth_Result, rt.route("nvmlDeviceGetMaxPcieLinkWidth", (), (device,), (), ()))
+    res = rt.call(3291306046, args, pb.nvmlDeviceGetMaxPcieLinkWidth_Result, route)
     if res.status == 0:
         rt.write_scalar(maxLinkWidth, "uint32_t", res.maxLinkWidth)
     return res.status
@@ -2803,10 +2986,11 @@ def nvmlDeviceGetMaxPcieLinkWidth(device, maxLinkWidth):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMemoryInfo", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMemoryInfo(device, memory, memory_len):
     """nvmlDeviceGetMemoryInfo (nvml.h)"""
+    route = rt.route("nvmlDeviceGetMemoryInfo", (), (device,), (), ())
     args = pb.nvmlDeviceGetMemoryInfo_Args()
     args.device = device
     rt.expect(memory, memory_len)
-    res = rt.call(1622472062, args, pb.nvmlDeviceGetMemoryInfo_Result, rt.route("nvmlDeviceGetMemoryInfo", (), (device,), (), ()))
+    res = rt.call(1622472062, args, pb.nvmlDeviceGetMemoryInfo_Result, route)
     if res.status == 0:
         rt.write(memory, res.memory, memory_len)
     return res.status
@@ -2815,11 +2999,12 @@ def nvmlDeviceGetMemoryInfo(device, memory, memory_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMemoryInfo_v2", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMemoryInfo_v2(device, memory, memory_len):
     """nvmlDeviceGetMemoryInfo_v2 (nvml.h)"""
+    route = rt.route("nvmlDeviceGetMemoryInfo_v2", (), (device,), (), ())
     args = pb.nvmlDeviceGetMemoryInfo_v2_Args()
     args.device = device
     args.memory = rt.read(memory, memory_len)
     rt.expect(memory, memory_len)
-    res = rt.call(3535476792, args, pb.nvmlDeviceGetMemoryInfo_v2_Result, rt.route("nvmlDeviceGetMemoryInfo_v2", (), (device,), (), ()))
+    res = rt.call(3535476792, args, pb.nvmlDeviceGetMemoryInfo_v2_Result, route)
     if res.status == 0:
         rt.write(memory, res.memory, memory_len)
     return res.status
@@ -2828,10 +3013,11 @@ def nvmlDeviceGetMemoryInfo_v2(device, memory, memory_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMigDeviceHandleByIndex", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMigDeviceHandleByIndex(device, index, migDevice):
     """nvmlDeviceGetMigDeviceHandleByIndex (nvml.h)"""
+    route = rt.route("nvmlDeviceGetMigDeviceHandleByIndex", (), (device,), (), ())
     args = pb.nvmlDeviceGetMigDeviceHandleByIndex_Args()
     args.device = device
     args.index = index
-    res = rt.call(441963348, args, pb.nvmlDeviceGetMigDeviceHandleByIndex_Result, rt.route("nvmlDeviceGetMigDeviceHandleByIndex", (), (device,), (), ()))
+    res = rt.call(441963348, args, pb.nvmlDeviceGetMigDeviceHandleByIndex_Result, route)
     if res.status == 0:
         rt.write_scalar(migDevice, "uint64_t", res.migDevice)
     return res.status
@@ -2840,9 +3026,10 @@ def nvmlDeviceGetMigDeviceHandleByIndex(device, index, migDevice):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMigMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMigMode(device, currentMode, pendingMode):
     """nvmlDeviceGetMigMode (nvml.h)"""
+    route = rt.route("nvmlDeviceGetMigMode", (), (device,), (), ())
     args = pb.nvmlDeviceGetMigMode_Args()
     args.device = device
-    res = rt.call(903204419, args, pb.nvmlDeviceGetMigMode_Result, rt.route("nvmlDeviceGetMigMode", (), (device,), (), ()))
+    res = rt.call(903204419, args, pb.nvmlDeviceGetMigMode_Result, route)
     if res.status == 0:
         rt.write_scalar(currentMode, "uint32_t", res.currentMode)
         rt.write_scalar(pendingMode, "uint32_t", res.pendingMode)
@@ -2852,9 +3039,10 @@ def nvmlDeviceGetMigMode(device, currentMode, pendingMode):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMinorNumber", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMinorNumber(device, minorNumber):
     """nvmlDeviceGetMinorNumber (nvml.h)"""
+    route = rt.route("nvmlDeviceGetMinorNumber", (), (device,), (), ())
     args = pb.nvmlDeviceGetMinorNumber_Args()
     args.device = device
-    res = rt.call(1788364338, args, pb.nvmlDeviceGetMinorNumber_Result, rt.route("nvmlDeviceGetMinorNumber", (), (device,), (), ()))
+    res = rt.call(1788364338, args, pb.nvmlDeviceGetMinorNumber_Result, route)
     if res.status == 0:
         rt.write_scalar(minorNumber, "uint32_t", res.minorNumber)
     return res.status
@@ -2863,11 +3051,12 @@ def nvmlDeviceGetMinorNumber(device, minorNumber):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetName", onerror=rt.on_nvml_error)
 def nvmlDeviceGetName(device, name, name_len, length):
     """nvmlDeviceGetName (nvml.h)"""
+    route = rt.route("nvmlDeviceGetName", (), (device,), (), ())
     args = pb.nvmlDeviceGetName_Args()
     args.device = device
     args.length = length
     rt.expect(name, name_len)
-    res = rt.call(1846965399, args, pb.nvmlDeviceGetName_Result, rt.route("nvmlDeviceGetName", (), (device,), (), ()))
+    res = rt.call(1846965399, args, pb.nvmlDeviceGetName_Result, route)
     if res.status == 0:
         rt.write(name, res.name, name_len)
     return res.status
@@ -2876,9 +3065,10 @@ def nvmlDeviceGetName(device, name, name_len, length):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetNumGpuCores", onerror=rt.on_nvml_error)
 def nvmlDeviceGetNumGpuCores(device, numCores):
     """nvmlDeviceGetNumGpuCores (nvml.h)"""
+    route = rt.route("nvmlDeviceGetNumGpuCores", (), (device,), (), ())
     args = pb.nvmlDeviceGetNumGpuCores_Args()
     args.device = device
-    res = rt.call(3416126591, args, pb.nvmlDeviceGetNumGpuCores_Result, rt.route("nvmlDeviceGetNumGpuCores", (), (device,), (), ()))
+    res = rt.call(3416126591, args, pb.nvmlDeviceGetNumGpuCores_Result, route)
     if res.status == 0:
         rt.write_scalar(numCores, "uint32_t", res.numCores)
     return res.status
@@ -2887,9 +3077,10 @@ def nvmlDeviceGetNumGpuCores(device, numCores):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetNumaNodeId", onerror=rt.on_nvml_error)
 def nvmlDeviceGetNumaNodeId(device, node):
     """nvmlDeviceGetNumaNodeId (nvml.h)"""
+    route = rt.route("nvmlDeviceGetNumaNodeId", (), (device,), (), ())
     args = pb.nvmlDeviceGetNumaNodeId_Args()
     args.device = device
-    res = rt.call(816294722, args, pb.nvmlDeviceGetNumaNodeId_Result, rt.route("nvmlDeviceGetNumaNodeId", (), (device,), (), ()))
+    res = rt.call(816294722, args, pb.nvmlDeviceGetNumaNodeId_Result, route)
     if res.status == 0:
         rt.write_scalar(node, "uint32_t", res.node)
     return res.status
@@ -2898,11 +3089,12 @@ def nvmlDeviceGetNumaNodeId(device, node):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetNvLinkCapability", onerror=rt.on_nvml_error)
 def nvmlDeviceGetNvLinkCapability(device, link, capability, capResult):
     """nvmlDeviceGetNvLinkCapability (nvml.h)"""
+    route = rt.route("nvmlDeviceGetNvLinkCapability", (), (device,), (), ())
     args = pb.nvmlDeviceGetNvLinkCapability_Args()
     args.device = device
     args.link = link
     args.capability = capability
-    res = rt.call(238727400, args, pb.nvmlDeviceGetNvLinkCapability_Result, rt.route("nvmlDeviceGetNvLinkCapability", (), (device,), (), ()))
+    res = rt.call(238727400, args, pb.nvmlDeviceGetNvLinkCapability_Result, route)
     if res.status == 0:
         rt.write_scalar(capResult, "uint32_t", res.capResult)
     return res.status
@@ -2911,10 +3103,11 @@ def nvmlDeviceGetNvLinkCapability(device, link, capability, capResult):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetNvLinkRemoteDeviceType", onerror=rt.on_nvml_error)
 def nvmlDeviceGetNvLinkRemoteDeviceType(device, link, pNvLinkDeviceType):
     """nvmlDeviceGetNvLinkRemoteDeviceType (nvml.h)"""
+    route = rt.route("nvmlDeviceGetNvLinkRemoteDeviceType", (), (device,), (), ())
     args = pb.nvmlDeviceGetNvLinkRemoteDeviceType_Args()
     args.device = device
     args.link = link
-    res = rt.call(2213010662, args, pb.nvmlDeviceGetNvLinkRemoteDeviceType_Result, rt.route("nvmlDeviceGetNvLinkRemoteDeviceType", (), (device,), (), ()))
+    res = rt.call(2213010662, args, pb.nvmlDeviceGetNvLinkRemoteDeviceType_Result, route)
     if res.status == 0:
         rt.write_scalar(pNvLinkDeviceType, "int32_t", res.pNvLinkDeviceType)
     return res.status
@@ -2923,11 +3116,12 @@ def nvmlDeviceGetNvLinkRemoteDeviceType(device, link, pNvLinkDeviceType):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetNvLinkRemotePciInfo", onerror=rt.on_nvml_error)
 def nvmlDeviceGetNvLinkRemotePciInfo(device, link, pci, pci_len):
     """nvmlDeviceGetNvLinkRemotePciInfo (nvml.h): the first ABI (codegen/internal_api.h), which NCCL's topology asks for by name"""
+    route = rt.route("nvmlDeviceGetNvLinkRemotePciInfo", (), (device,), (), ())
     args = pb.nvmlDeviceGetNvLinkRemotePciInfo_Args()
     args.device = device
     args.link = link
     rt.expect(pci, pci_len)
-    res = rt.call(3922783733, args, pb.nvmlDeviceGetNvLinkRemotePciInfo_Result, rt.route("nvmlDeviceGetNvLinkRemotePciInfo", (), (device,), (), ()))
+    res = rt.call(3922783733, args, pb.nvmlDeviceGetNvLinkRemotePciInfo_Result, route)
     if res.status == 0:
         rt.write(pci, res.pci, pci_len)
     return res.status
@@ -2936,11 +3130,12 @@ def nvmlDeviceGetNvLinkRemotePciInfo(device, link, pci, pci_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetNvLinkRemotePciInfo_v2", onerror=rt.on_nvml_error)
 def nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, pci, pci_len):
     """nvmlDeviceGetNvLinkRemotePciInfo_v2 (nvml.h)"""
+    route = rt.route("nvmlDeviceGetNvLinkRemotePciInfo_v2", (), (device,), (), ())
     args = pb.nvmlDeviceGetNvLinkRemotePciInfo_v2_Args()
     args.device = device
     args.link = link
     rt.expect(pci, pci_len)
-    res = rt.call(4146057672, args, pb.nvmlDeviceGetNvLinkRemotePciInfo_v2_Result, rt.route("nvmlDeviceGetNvLinkRemotePciInfo_v2", (), (device,), (), ()))
+    res = rt.call(4146057672, args, pb.nvmlDeviceGetNvLinkRemotePciInfo_v2_Result, route)
     if res.status == 0:
         rt.write(pci, res.pci, pci_len)
     return res.status
@@ -2949,10 +3144,11 @@ def nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, pci, pci_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetNvLinkState", onerror=rt.on_nvml_error)
 def nvmlDeviceGetNvLinkState(device, link, isActive):
     """nvmlDeviceGetNvLinkState (nvml.h)"""
+    route = rt.route("nvmlDeviceGetNvLinkState", (), (device,), (), ())
     args = pb.nvmlDeviceGetNvLinkState_Args()
     args.device = device
     args.link = link
-    res = rt.call(158654964, args, pb.nvmlDeviceGetNvLinkState_Result, rt.route("nvmlDeviceGetNvLinkState", (), (device,), (), ()))
+    res = rt.call(158654964, args, pb.nvmlDeviceGetNvLinkState_Result, route)
     if res.status == 0:
         rt.write_scalar(isActive, "int32_t", res.isActive)
     return res.status
@@ -2961,11 +3157,12 @@ def nvmlDeviceGetNvLinkState(device, link, isActive):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetP2PStatus", onerror=rt.on_nvml_error)
 def nvmlDeviceGetP2PStatus(device1, device2, p2pIndex, p2pStatus):
     """nvmlDeviceGetP2PStatus (nvml.h)"""
+    route = rt.route("nvmlDeviceGetP2PStatus", (), (device1, device2), (), ())
     args = pb.nvmlDeviceGetP2PStatus_Args()
     args.device1 = device1
     args.device2 = device2
     args.p2pIndex = p2pIndex
-    res = rt.call(1103385609, args, pb.nvmlDeviceGetP2PStatus_Result, rt.route("nvmlDeviceGetP2PStatus", (), (device1, device2), (), ()))
+    res = rt.call(1103385609, args, pb.nvmlDeviceGetP2PStatus_Result, route)
     if res.status == 0:
         rt.write_scalar(p2pStatus, "int32_t", res.p2pStatus)
     return res.status
@@ -2974,10 +3171,11 @@ def nvmlDeviceGetP2PStatus(device1, device2, p2pIndex, p2pStatus):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPciInfo_v3", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPciInfo_v3(device, pci, pci_len):
     """nvmlDeviceGetPciInfo_v3 (nvml.h)"""
+    route = rt.route("nvmlDeviceGetPciInfo_v3", (), (device,), (), ())
     args = pb.nvmlDeviceGetPciInfo_v3_Args()
     args.device = device
     rt.expect(pci, pci_len)
-    res = rt.call(4153554568, args, pb.nvmlDeviceGetPciInfo_v3_Result, rt.route("nvmlDeviceGetPciInfo_v3", (), (device,), (), ()))
+    res = rt.call(4153554568, args, pb.nvmlDeviceGetPciInfo_v3_Result, route)
     if res.status == 0:
         rt.write(pci, res.pci, pci_len)
     return res.status
@@ -2986,10 +3184,11 @@ def nvmlDeviceGetPciInfo_v3(device, pci, pci_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPcieThroughput", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPcieThroughput(device, counter, value):
     """nvmlDeviceGetPcieThroughput (nvml.h)"""
+    route = rt.route("nvmlDeviceGetPcieThroughput", (), (device,), (), ())
     args = pb.nvmlDeviceGetPcieThroughput_Args()
     args.device = device
     args.counter = counter
-    res = rt.call(3656226457, args, pb.nvmlDeviceGetPcieThroughput_Result, rt.route("nvmlDeviceGetPcieThroughput", (), (device,), (), ()))
+    res = rt.call(3656226457, args, pb.nvmlDeviceGetPcieThroughput_Result, route)
     if res.status == 0:
         rt.write_scalar(value, "uint32_t", res.value)
     return res.status
@@ -2998,9 +3197,10 @@ def nvmlDeviceGetPcieThroughput(device, counter, value):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPerformanceState", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPerformanceState(device, pState):
     """nvmlDeviceGetPerformanceState (nvml.h)"""
+    route = rt.route("nvmlDeviceGetPerformanceState", (), (device,), (), ())
     args = pb.nvmlDeviceGetPerformanceState_Args()
     args.device = device
-    res = rt.call(1118968960, args, pb.nvmlDeviceGetPerformanceState_Result, rt.route("nvmlDeviceGetPerformanceState", (), (device,), (), ()))
+    res = rt.call(1118968960, args, pb.nvmlDeviceGetPerformanceState_Result, route)
     if res.status == 0:
         rt.write_scalar(pState, "int32_t", res.pState)
     return res.status
@@ -3009,9 +3209,10 @@ def nvmlDeviceGetPerformanceState(device, pState):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPersistenceMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPersistenceMode(device, mode):
     """nvmlDeviceGetPersistenceMode (nvml.h)"""
+    route = rt.route("nvmlDeviceGetPersistenceMode", (), (device,), (), ())
     args = pb.nvmlDeviceGetPersistenceMode_Args()
     args.device = device
-    res = rt.call(2944001441, args, pb.nvmlDeviceGetPersistenceMode_Result, rt.route("nvmlDeviceGetPersistenceMode", (), (device,), (), ()))
+    res = rt.call(2944001441, args, pb.nvmlDeviceGetPersistenceMode_Result, route)
     if res.status == 0:
         rt.write_scalar(mode, "int32_t", res.mode)
     return res.status
@@ -3020,9 +3221,10 @@ def nvmlDeviceGetPersistenceMode(device, mode):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPowerManagementDefaultLimit", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPowerManagementDefaultLimit(device, defaultLimit):
     """nvmlDeviceGetPowerManagementDefaultLimit (nvml.h)"""
+    route = rt.route("nvmlDeviceGetPowerManagementDefaultLimit", (), (device,), (), ())
     args = pb.nvmlDeviceGetPowerManagementDefaultLimit_Args()
     args.device = device
-    res = rt.call(18966196, args, pb.nvmlDeviceGetPowerManagementDefaultLimit_Result, rt.route("nvmlDeviceGetPowerManagementDefaultLimit", (), (device,), (), ()))
+    res = rt.call(18966196, args, pb.nvmlDeviceGetPowerManagementDefaultLimit_Result, route)
     if res.status == 0:
         rt.write_scalar(defaultLimit, "uint32_t", res.defaultLimit)
     return res.status
@@ -3031,9 +3233,10 @@ def nvmlDeviceGetPowerManagementDefaultLimit(device, defaultLimit):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPowerManagementLimit", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPowerManagementLimit(device, limit):
     """nvmlDeviceGetPowerManagementLimit (nvml.h)"""
+    route = rt.route("nvmlDeviceGetPowerManagementLimit", (), (device,), (), ())
     args = pb.nvmlDeviceGetPowerManagementLimit_Args()
     args.device = device
-    res = rt.call(1827855002, args, pb.nvmlDeviceGetPowerManagementLimit_Result, rt.route("nvmlDeviceGetPowerManagementLimit", (), (device,), (), ()))
+    res = rt.call(1827855002, args, pb.nvmlDeviceGetPowerManagementLimit_Result, route)
     if res.status == 0:
         rt.write_scalar(limit, "uint32_t", res.limit)
     return res.status
@@ -3042,9 +3245,10 @@ def nvmlDeviceGetPowerManagementLimit(device, limit):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPowerManagementLimitConstraints", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPowerManagementLimitConstraints(device, minLimit, maxLimit):
     """nvmlDeviceGetPowerManagementLimitConstraints (nvml.h)"""
+    route = rt.route("nvmlDeviceGetPowerManagementLimitConstraints", (), (device,), (), ())
     args = pb.nvmlDeviceGetPowerManagementLimitConstraints_Args()
     args.device = device
-    res = rt.call(2195157466, args, pb.nvmlDeviceGetPowerManagementLimitConstraints_Result, rt.route("nvmlDeviceGetPowerManagementLimitConstraints", (), (device,), (), ()))
+    res = rt.call(2195157466, args, pb.nvmlDeviceGetPowerManagementLimitConstraints_Result, route)
     if res.status == 0:
         rt.write_scalar(minLimit, "uint32_t", res.minLimit)
         rt.write_scalar(maxLimit, "uint32_t", res.maxLimit)
@@ -3054,9 +3258,10 @@ def nvmlDeviceGetPowerManagementLimitConstraints(device, minLimit, maxLimit):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPowerState", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPowerState(device, pState):
     """nvmlDeviceGetPowerState (nvml.h)"""
+    route = rt.route("nvmlDeviceGetPowerState", (), (device,), (), ())
     args = pb.nvmlDeviceGetPowerState_Args()
     args.device = device
-    res = rt.call(1955384892, args, pb.nvmlDeviceGetPowerState_Result, rt.route("nvmlDeviceGetPowerState", (), (device,), (), ()))
+    res = rt.call(1955384892, args, pb.nvmlDeviceGetPowerState_Result, route)
     if res.status == 0:
         rt.write_scalar(pState, "int32_t", res.pState)
     return res.status
@@ -3065,9 +3270,10 @@ def nvmlDeviceGetPowerState(device, pState):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPowerUsage", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPowerUsage(device, power):
     """nvmlDeviceGetPowerUsage (nvml.h)"""
+    route = rt.route("nvmlDeviceGetPowerUsage", (), (device,), (), ())
     args = pb.nvmlDeviceGetPowerUsage_Args()
     args.device = device
-    res = rt.call(133448375, args, pb.nvmlDeviceGetPowerUsage_Result, rt.route("nvmlDeviceGetPowerUsage", (), (device,), (), ()))
+    res = rt.call(133448375, args, pb.nvmlDeviceGetPowerUsage_Result, route)
     if res.status == 0:
         rt.write_scalar(power, "uint32_t", res.power)
     return res.status
@@ -3076,11 +3282,12 @@ def nvmlDeviceGetPowerUsage(device, power):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetSerial", onerror=rt.on_nvml_error)
 def nvmlDeviceGetSerial(device, serial, serial_len, length):
     """nvmlDeviceGetSerial (nvml.h)"""
+    route = rt.route("nvmlDeviceGetSerial", (), (device,), (), ())
     args = pb.nvmlDeviceGetSerial_Args()
     args.device = device
     args.length = length
     rt.expect(serial, serial_len)
-    res = rt.call(1543220140, args, pb.nvmlDeviceGetSerial_Result, rt.route("nvmlDeviceGetSerial", (), (device,), (), ()))
+    res = rt.call(1543220140, args, pb.nvmlDeviceGetSerial_Result, route)
     if res.status == 0:
         rt.write(serial, res.serial, serial_len)
     return res.status
@@ -3089,10 +3296,11 @@ def nvmlDeviceGetSerial(device, serial, serial_len, length):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetTemperature", onerror=rt.on_nvml_error)
 def nvmlDeviceGetTemperature(device, sensorType, temp):
     """nvmlDeviceGetTemperature (nvml.h)"""
+    route = rt.route("nvmlDeviceGetTemperature", (), (device,), (), ())
     args = pb.nvmlDeviceGetTemperature_Args()
     args.device = device
     args.sensorType = sensorType
-    res = rt.call(3481320405, args, pb.nvmlDeviceGetTemperature_Result, rt.route("nvmlDeviceGetTemperature", (), (device,), (), ()))
+    res = rt.call(3481320405, args, pb.nvmlDeviceGetTemperature_Result, route)
     if res.status == 0:
         rt.write_scalar(temp, "uint32_t", res.temp)
     return res.status
@@ -3101,11 +3309,12 @@ def nvmlDeviceGetTemperature(device, sensorType, temp):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetTotalEccErrors", onerror=rt.on_nvml_error)
 def nvmlDeviceGetTotalEccErrors(device, errorType, counterType, eccCounts):
     """nvmlDeviceGetTotalEccErrors (nvml.h)"""
+    route = rt.route("nvmlDeviceGetTotalEccErrors", (), (device,), (), ())
     args = pb.nvmlDeviceGetTotalEccErrors_Args()
     args.device = device
     args.errorType = errorType
     args.counterType = counterType
-    res = rt.call(1379896477, args, pb.nvmlDeviceGetTotalEccErrors_Result, rt.route("nvmlDeviceGetTotalEccErrors", (), (device,), (), ()))
+    res = rt.call(1379896477, args, pb.nvmlDeviceGetTotalEccErrors_Result, route)
     if res.status == 0:
         rt.write_scalar(eccCounts, "uint64_t", res.eccCounts)
     return res.status
@@ -3114,9 +3323,10 @@ def nvmlDeviceGetTotalEccErrors(device, errorType, counterType, eccCounts):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetTotalEnergyConsumption", onerror=rt.on_nvml_error)
 def nvmlDeviceGetTotalEnergyConsumption(device, energy):
     """nvmlDeviceGetTotalEnergyConsumption (nvml.h)"""
+    route = rt.route("nvmlDeviceGetTotalEnergyConsumption", (), (device,), (), ())
     args = pb.nvmlDeviceGetTotalEnergyConsumption_Args()
     args.device = device
-    res = rt.call(765838733, args, pb.nvmlDeviceGetTotalEnergyConsumption_Result, rt.route("nvmlDeviceGetTotalEnergyConsumption", (), (device,), (), ()))
+    res = rt.call(765838733, args, pb.nvmlDeviceGetTotalEnergyConsumption_Result, route)
     if res.status == 0:
         rt.write_scalar(energy, "uint64_t", res.energy)
     return res.status
@@ -3125,11 +3335,12 @@ def nvmlDeviceGetTotalEnergyConsumption(device, energy):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetUUID", onerror=rt.on_nvml_error)
 def nvmlDeviceGetUUID(device, uuid, uuid_len, length):
     """nvmlDeviceGetUUID (nvml.h)"""
+    route = rt.route("nvmlDeviceGetUUID", (), (device,), (), ())
     args = pb.nvmlDeviceGetUUID_Args()
     args.device = device
     args.length = length
     rt.expect(uuid, uuid_len)
-    res = rt.call(2012027069, args, pb.nvmlDeviceGetUUID_Result, rt.route("nvmlDeviceGetUUID", (), (device,), (), ()))
+    res = rt.call(2012027069, args, pb.nvmlDeviceGetUUID_Result, route)
     if res.status == 0:
         rt.write(uuid, res.uuid, uuid_len)
     return res.status
@@ -3138,10 +3349,11 @@ def nvmlDeviceGetUUID(device, uuid, uuid_len, length):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetUtilizationRates", onerror=rt.on_nvml_error)
 def nvmlDeviceGetUtilizationRates(device, utilization, utilization_len):
     """nvmlDeviceGetUtilizationRates (nvml.h)"""
+    route = rt.route("nvmlDeviceGetUtilizationRates", (), (device,), (), ())
     args = pb.nvmlDeviceGetUtilizationRates_Args()
     args.device = device
     rt.expect(utilization, utilization_len)
-    res = rt.call(1071099370, args, pb.nvmlDeviceGetUtilizationRates_Result, rt.route("nvmlDeviceGetUtilizationRates", (), (device,), (), ()))
+    res = rt.call(1071099370, args, pb.nvmlDeviceGetUtilizationRates_Result, route)
     if res.status == 0:
         rt.write(utilization, res.utilization, utilization_len)
     return res.status
@@ -3150,11 +3362,12 @@ def nvmlDeviceGetUtilizationRates(device, utilization, utilization_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetVbiosVersion", onerror=rt.on_nvml_error)
 def nvmlDeviceGetVbiosVersion(device, version, version_len, length):
     """nvmlDeviceGetVbiosVersion (nvml.h)"""
+    route = rt.route("nvmlDeviceGetVbiosVersion", (), (device,), (), ())
     args = pb.nvmlDeviceGetVbiosVersion_Args()
     args.device = device
     args.length = length
     rt.expect(version, version_len)
-    res = rt.call(1810680486, args, pb.nvmlDeviceGetVbiosVersion_Result, rt.route("nvmlDeviceGetVbiosVersion", (), (device,), (), ()))
+    res = rt.call(1810680486, args, pb.nvmlDeviceGetVbiosVersion_Result, route)
     if res.status == 0:
         rt.write(version, res.version, version_len)
     return res.status
@@ -3163,9 +3376,10 @@ def nvmlDeviceGetVbiosVersion(device, version, version_len, length):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetVirtualizationMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetVirtualizationMode(device, pVirtualMode):
     """nvmlDeviceGetVirtualizationMode (nvml.h)"""
+    route = rt.route("nvmlDeviceGetVirtualizationMode", (), (device,), (), ())
     args = pb.nvmlDeviceGetVirtualizationMode_Args()
     args.device = device
-    res = rt.call(1861763383, args, pb.nvmlDeviceGetVirtualizationMode_Result, rt.route("nvmlDeviceGetVirtualizationMode", (), (device,), (), ()))
+    res = rt.call(1861763383, args, pb.nvmlDeviceGetVirtualizationMode_Result, route)
     if res.status == 0:
         rt.write_scalar(pVirtualMode, "int32_t", res.pVirtualMode)
     return res.status
@@ -3174,9 +3388,10 @@ def nvmlDeviceGetVirtualizationMode(device, pVirtualMode):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceIsMigDeviceHandle", onerror=rt.on_nvml_error)
 def nvmlDeviceIsMigDeviceHandle(device, isMigDevice):
     """nvmlDeviceIsMigDeviceHandle (nvml.h)"""
+    route = rt.route("nvmlDeviceIsMigDeviceHandle", (), (device,), (), ())
     args = pb.nvmlDeviceIsMigDeviceHandle_Args()
     args.device = device
-    res = rt.call(1693389219, args, pb.nvmlDeviceIsMigDeviceHandle_Result, rt.route("nvmlDeviceIsMigDeviceHandle", (), (device,), (), ()))
+    res = rt.call(1693389219, args, pb.nvmlDeviceIsMigDeviceHandle_Result, route)
     if res.status == 0:
         rt.write_scalar(isMigDevice, "uint32_t", res.isMigDevice)
     return res.status

@@ -2707,14 +2707,14 @@ int cuwire_py_cuCtxDisablePeerAccess(uint64_t);
 static inline CUresult cuwire_impl_cuCtxDisablePeerAccess(CUcontext peerContext)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)peerContext);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t peerContext;
         } rec = {
             (uint64_t)(uintptr_t)peerContext,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)peerContext);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 4048085689u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -3098,6 +3098,12 @@ int cuwire_py_cuCtxRecordEvent(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hCtx);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuCtxRecordEvent");
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hCtx;
             uint64_t hEvent;
@@ -3105,12 +3111,6 @@ static inline CUresult cuwire_impl_cuCtxRecordEvent(CUcontext hCtx, CUevent hEve
             (uint64_t)(uintptr_t)hCtx,
             (uint64_t)(uintptr_t)hEvent,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hCtx);
-        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
-        if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuCtxRecordEvent");
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 64806754u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -3136,11 +3136,11 @@ int cuwire_py_cuCtxResetPersistingL2Cache(void);
 static inline CUresult cuwire_impl_cuCtxResetPersistingL2Cache(void)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_current();
         struct __attribute__((packed)) {
             char none[0];
         } rec = {
         };
-        int route = cuwire_route_current();
         int status = cuwire_call(route, 3274641050u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -3210,12 +3210,12 @@ int cuwire_py_cuCtxSetFlags(uint64_t);
 static inline CUresult cuwire_impl_cuCtxSetFlags(unsigned int flags)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint32_t flags;
         } rec = {
             flags,
         };
-        int route = cuwire_route_current();
         int status = cuwire_call(route, 1705344036u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -3267,12 +3267,12 @@ int cuwire_py_cuCtxSetSharedMemConfig(int64_t);
 static inline CUresult cuwire_impl_cuCtxSetSharedMemConfig(CUsharedconfig config)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_current();
         struct __attribute__((packed)) {
             int32_t config;
         } rec = {
             config,
         };
-        int route = cuwire_route_current();
         int status = cuwire_call(route, 3546678085u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -3298,11 +3298,11 @@ int cuwire_py_cuCtxSynchronize(void);
 static inline CUresult cuwire_impl_cuCtxSynchronize(void)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_current();
         struct __attribute__((packed)) {
             char none[0];
         } rec = {
         };
-        int route = cuwire_route_current();
         int status = cuwire_call(route, 484046796u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -3348,14 +3348,14 @@ int cuwire_py_cuCtxSynchronize_v2(uint64_t);
 static inline CUresult cuwire_impl_cuCtxSynchronize_v2(CUcontext ctx)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)ctx);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t ctx;
         } rec = {
             (uint64_t)(uintptr_t)ctx,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)ctx);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 357846365u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -3401,6 +3401,12 @@ int cuwire_py_cuCtxWaitEvent(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hCtx);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuCtxWaitEvent");
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hCtx;
             uint64_t hEvent;
@@ -3408,12 +3414,6 @@ static inline CUresult cuwire_impl_cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent
             (uint64_t)(uintptr_t)hCtx,
             (uint64_t)(uintptr_t)hEvent,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hCtx);
-        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
-        if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuCtxWaitEvent");
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 3538322810u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -3928,14 +3928,14 @@ int cuwire_py_cuDeviceGraphMemTrim(int64_t);
 static inline CUresult cuwire_impl_cuDeviceGraphMemTrim(CUdevice device)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_device((int)device);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             int32_t device;
         } rec = {
             cuwire_route_own_device(device), /* (its server's own ordinal: client/routes.c) */
         };
-        int route = cuwire_route_device((int)device);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 64302920u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -4123,6 +4123,12 @@ int cuwire_py_cuDeviceSetMemPool(int64_t, uint64_t);
 static inline CUresult cuwire_impl_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)pool);
+        route = cuwire_route_also(route, cuwire_route_device((int)dev));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuDeviceSetMemPool");
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             int32_t dev;
             uint64_t pool;
@@ -4130,12 +4136,6 @@ static inline CUresult cuwire_impl_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool
             cuwire_route_own_device(dev), /* (its server's own ordinal: client/routes.c) */
             (uint64_t)(uintptr_t)pool,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)pool);
-        route = cuwire_route_also(route, cuwire_route_device((int)dev));
-        if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuDeviceSetMemPool");
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 3394474896u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -4458,27 +4458,27 @@ int cuwire_release_pooled_event(CUevent hEvent);
 static inline CUresult cuwire_impl_cuEventDestroy_v2(CUevent hEvent)
 {
     if (cuwire_release_pooled_event(hEvent)) { /* it cannot fail: queued */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hEvent;
         } rec = {
             (uint64_t)(uintptr_t)hEvent,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_enqueue(route, 495590736u, &rec, sizeof rec);
         __atomic_add_fetch(&cuwire_queued_hits[110], 1, __ATOMIC_RELAXED);
         return (CUresult)status;
     }
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hEvent;
         } rec = {
             (uint64_t)(uintptr_t)hEvent,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 495590736u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -4525,14 +4525,14 @@ int cuwire_py_cuEventQuery(uint64_t);
 static inline CUresult cuwire_impl_cuEventQuery(CUevent hEvent)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hEvent;
         } rec = {
             (uint64_t)(uintptr_t)hEvent,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 2687060959u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -4580,6 +4580,12 @@ static inline CUresult cuwire_impl_cuEventRecord(CUevent hEvent, CUstream hStrea
     int fast = cuwire_capture_event_record(hEvent, hStream);
     if (fast >= 0)
         return (CUresult)fast;
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuEventRecord");
+    if (route < 0)
+        route = cuwire_route_current();
     struct __attribute__((packed)) {
         uint64_t hEvent;
         uint64_t hStream;
@@ -4587,12 +4593,6 @@ static inline CUresult cuwire_impl_cuEventRecord(CUevent hEvent, CUstream hStrea
         (uint64_t)(uintptr_t)hEvent,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
-    if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuEventRecord");
-    if (route < 0)
-        route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 3120889818u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
@@ -4615,6 +4615,12 @@ static inline CUresult cuwire_impl_cuEventRecordWithFlags(CUevent hEvent, CUstre
     int fast = cuwire_capture_event_record_with_flags(hEvent, hStream, flags);
     if (fast >= 0)
         return (CUresult)fast;
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuEventRecordWithFlags");
+    if (route < 0)
+        route = cuwire_route_current();
     struct __attribute__((packed)) {
         uint64_t hEvent;
         uint64_t hStream;
@@ -4624,12 +4630,6 @@ static inline CUresult cuwire_impl_cuEventRecordWithFlags(CUevent hEvent, CUstre
         (uint64_t)(uintptr_t)hStream,
         flags,
     };
-    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
-    if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuEventRecordWithFlags");
-    if (route < 0)
-        route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 663009900u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
@@ -4650,14 +4650,14 @@ int cuwire_py_cuEventSynchronize(uint64_t);
 static inline CUresult cuwire_impl_cuEventSynchronize(CUevent hEvent)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hEvent;
         } rec = {
             (uint64_t)(uintptr_t)hEvent,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hEvent);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 3775496938u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -4867,14 +4867,14 @@ int cuwire_py_cuFuncLoad(uint64_t);
 static inline CUresult cuwire_impl_cuFuncLoad(CUfunction function)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)function);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t function;
         } rec = {
             (uint64_t)(uintptr_t)function,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)function);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 2060489457u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -4903,6 +4903,9 @@ int cuwire_queue_function_attribute(CUfunction hfunc, CUfunction_attribute attri
 static inline CUresult cuwire_impl_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
     if (cuwire_queue_function_attribute(hfunc, attrib, value)) { /* it cannot fail: queued */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hfunc);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hfunc;
             int32_t attrib;
@@ -4912,9 +4915,6 @@ static inline CUresult cuwire_impl_cuFuncSetAttribute(CUfunction hfunc, CUfuncti
             attrib,
             value,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hfunc);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_enqueue(route, 1296138514u, &rec, sizeof rec);
         __atomic_add_fetch(&cuwire_queued_hits[125], 1, __ATOMIC_RELAXED);
         if (status == 0)
@@ -4971,6 +4971,9 @@ int cuwire_queue_function_cache(CUfunction hfunc, CUfunc_cache config);
 static inline CUresult cuwire_impl_cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
 {
     if (cuwire_queue_function_cache(hfunc, config)) { /* it cannot fail: queued */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hfunc);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hfunc;
             int32_t config;
@@ -4978,9 +4981,6 @@ static inline CUresult cuwire_impl_cuFuncSetCacheConfig(CUfunction hfunc, CUfunc
             (uint64_t)(uintptr_t)hfunc,
             config,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hfunc);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_enqueue(route, 1688761246u, &rec, sizeof rec);
         __atomic_add_fetch(&cuwire_queued_hits[127], 1, __ATOMIC_RELAXED);
         if (status == 0)
@@ -5016,6 +5016,9 @@ int cuwire_py_cuFuncSetSharedMemConfig(uint64_t, int64_t);
 static inline CUresult cuwire_impl_cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hfunc);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hfunc;
             int32_t config;
@@ -5023,9 +5026,6 @@ static inline CUresult cuwire_impl_cuFuncSetSharedMemConfig(CUfunction hfunc, CU
             (uint64_t)(uintptr_t)hfunc,
             config,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hfunc);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 1389123837u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -6028,6 +6028,12 @@ int cuwire_py_cuGraphEventRecordNodeSetEvent(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hNode);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)event));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuGraphEventRecordNodeSetEvent");
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hNode;
             uint64_t event;
@@ -6035,12 +6041,6 @@ static inline CUresult cuwire_impl_cuGraphEventRecordNodeSetEvent(CUgraphNode hN
             (uint64_t)(uintptr_t)hNode,
             (uint64_t)(uintptr_t)event,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hNode);
-        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)event));
-        if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuGraphEventRecordNodeSetEvent");
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 1340411253u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -6086,6 +6086,12 @@ int cuwire_py_cuGraphEventWaitNodeSetEvent(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hNode);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)event));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuGraphEventWaitNodeSetEvent");
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hNode;
             uint64_t event;
@@ -6093,12 +6099,6 @@ static inline CUresult cuwire_impl_cuGraphEventWaitNodeSetEvent(CUgraphNode hNod
             (uint64_t)(uintptr_t)hNode,
             (uint64_t)(uintptr_t)event,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hNode);
-        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)event));
-        if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuGraphEventWaitNodeSetEvent");
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 2408944543u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -6192,6 +6192,13 @@ int cuwire_py_cuGraphExecEventRecordNodeSetEvent(uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hNode));
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)event));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuGraphExecEventRecordNodeSetEvent");
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hGraphExec;
             uint64_t hNode;
@@ -6201,13 +6208,6 @@ static inline CUresult cuwire_impl_cuGraphExecEventRecordNodeSetEvent(CUgraphExe
             (uint64_t)(uintptr_t)hNode,
             (uint64_t)(uintptr_t)event,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec);
-        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hNode));
-        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)event));
-        if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuGraphExecEventRecordNodeSetEvent");
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 3523231073u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -6233,6 +6233,13 @@ int cuwire_py_cuGraphExecEventWaitNodeSetEvent(uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hNode));
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)event));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuGraphExecEventWaitNodeSetEvent");
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hGraphExec;
             uint64_t hNode;
@@ -6242,13 +6249,6 @@ static inline CUresult cuwire_impl_cuGraphExecEventWaitNodeSetEvent(CUgraphExec 
             (uint64_t)(uintptr_t)hNode,
             (uint64_t)(uintptr_t)event,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec);
-        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hNode));
-        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)event));
-        if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuGraphExecEventWaitNodeSetEvent");
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 269870708u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -6768,6 +6768,12 @@ int cuwire_py_cuGraphKernelNodeCopyAttributes(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)dst);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)src));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuGraphKernelNodeCopyAttributes");
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t dst;
             uint64_t src;
@@ -6775,12 +6781,6 @@ static inline CUresult cuwire_impl_cuGraphKernelNodeCopyAttributes(CUgraphNode d
             (uint64_t)(uintptr_t)dst,
             (uint64_t)(uintptr_t)src,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)dst);
-        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)src));
-        if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuGraphKernelNodeCopyAttributes");
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 800820327u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -6924,6 +6924,12 @@ static inline CUresult cuwire_impl_cuGraphLaunch(CUgraphExec hGraphExec, CUstrea
     int fast = cuwire_graph_launch_copies(hGraphExec, hStream);
     if (fast >= 0)
         return (CUresult)fast;
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuGraphLaunch");
+    if (route < 0)
+        route = cuwire_route_current();
     struct __attribute__((packed)) {
         uint64_t hGraphExec;
         uint64_t hStream;
@@ -6931,12 +6937,6 @@ static inline CUresult cuwire_impl_cuGraphLaunch(CUgraphExec hGraphExec, CUstrea
         (uint64_t)(uintptr_t)hGraphExec,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec));
-    if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuGraphLaunch");
-    if (route < 0)
-        route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 2644748970u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
@@ -7223,6 +7223,12 @@ int cuwire_py_cuGraphNodeSetEnabled(uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hNode));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuGraphNodeSetEnabled");
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hGraphExec;
             uint64_t hNode;
@@ -7232,12 +7238,6 @@ static inline CUresult cuwire_impl_cuGraphNodeSetEnabled(CUgraphExec hGraphExec,
             (uint64_t)(uintptr_t)hNode,
             isEnabled,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec);
-        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hNode));
-        if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuGraphNodeSetEnabled");
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 401629509u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -7355,6 +7355,12 @@ int cuwire_py_cuGraphUpload(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuGraphUpload");
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hGraphExec;
             uint64_t hStream;
@@ -7362,12 +7368,6 @@ static inline CUresult cuwire_impl_cuGraphUpload(CUgraphExec hGraphExec, CUstrea
             (uint64_t)(uintptr_t)hGraphExec,
             (uint64_t)(uintptr_t)hStream,
         };
-        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hGraphExec));
-        if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuGraphUpload");
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 4087946048u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -8088,6 +8088,9 @@ int cuwire_queue_kernel_attribute(CUfunction_attribute attrib, int val, CUkernel
 static inline CUresult cuwire_impl_cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
 {
     if (cuwire_queue_kernel_attribute(attrib, val, kernel, dev)) { /* it cannot fail: queued */
+        int route = cuwire_route_device((int)dev);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             int32_t attrib;
             int32_t val;
@@ -8096,12 +8099,9 @@ static inline CUresult cuwire_impl_cuKernelSetAttribute(CUfunction_attribute att
         } rec = {
             attrib,
             val,
-            (uint64_t)(uintptr_t)kernel,
+            cuwire_route_alias((uint64_t)(uintptr_t)kernel, route), /* (its server's: client/routes.c) */
             cuwire_route_own_device(dev), /* (its server's own ordinal: client/routes.c) */
         };
-        int route = cuwire_route_device((int)dev);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_enqueue(route, 1775703493u, &rec, sizeof rec);
         __atomic_add_fetch(&cuwire_queued_hits[276], 1, __ATOMIC_RELAXED);
         if (status == 0)
@@ -8140,18 +8140,18 @@ int cuwire_queue_kernel_cache(CUkernel kernel, CUfunc_cache config, CUdevice dev
 static inline CUresult cuwire_impl_cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev)
 {
     if (cuwire_queue_kernel_cache(kernel, config, dev)) { /* it cannot fail: queued */
+        int route = cuwire_route_device((int)dev);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t kernel;
             int32_t config;
             int32_t dev;
         } rec = {
-            (uint64_t)(uintptr_t)kernel,
+            cuwire_route_alias((uint64_t)(uintptr_t)kernel, route), /* (its server's: client/routes.c) */
             config,
             cuwire_route_own_device(dev), /* (its server's own ordinal: client/routes.c) */
         };
-        int route = cuwire_route_device((int)dev);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_enqueue(route, 1572033421u, &rec, sizeof rec);
         __atomic_add_fetch(&cuwire_queued_hits[277], 1, __ATOMIC_RELAXED);
         if (status == 0)
@@ -9675,14 +9675,14 @@ int cuwire_py_cuMemPoolDestroy(uint64_t);
 static inline CUresult cuwire_impl_cuMemPoolDestroy(CUmemoryPool pool)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)pool);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t pool;
         } rec = {
             (uint64_t)(uintptr_t)pool,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)pool);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 3906768071u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -9888,6 +9888,9 @@ int cuwire_py_cuMemPoolTrimTo(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)pool);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t pool;
             uint64_t minBytesToKeep;
@@ -9895,9 +9898,6 @@ static inline CUresult cuwire_impl_cuMemPoolTrimTo(CUmemoryPool pool, size_t min
             (uint64_t)(uintptr_t)pool,
             minBytesToKeep,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)pool);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 1437163825u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -10539,6 +10539,12 @@ int cuwire_py_cuMemcpyAtoA_v2(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)dstArray);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)srcArray));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuMemcpyAtoA_v2");
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t dstArray;
             uint64_t dstOffset;
@@ -10552,12 +10558,6 @@ static inline CUresult cuwire_impl_cuMemcpyAtoA_v2(CUarray dstArray, size_t dstO
             srcOffset,
             ByteCount,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)dstArray);
-        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)srcArray));
-        if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuMemcpyAtoA_v2");
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 3732356633u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -10603,6 +10603,12 @@ static inline CUresult cuwire_impl_cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarra
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)srcArray);
+        route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuMemcpyAtoD_v2");
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t dstDevice;
             uint64_t srcArray;
@@ -10614,12 +10620,6 @@ static inline CUresult cuwire_impl_cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarra
             srcOffset,
             ByteCount,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)srcArray);
-        route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
-        if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuMemcpyAtoD_v2");
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 3920219691u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -10809,6 +10809,12 @@ static inline CUresult cuwire_impl_cuMemcpyDtoA_v2(CUarray dstArray, size_t dstO
 {
     cuwire_host_reference((uint64_t)srcDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)dstArray);
+        route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuMemcpyDtoA_v2");
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t dstArray;
             uint64_t dstOffset;
@@ -10820,12 +10826,6 @@ static inline CUresult cuwire_impl_cuMemcpyDtoA_v2(CUarray dstArray, size_t dstO
             srcDevice,
             ByteCount,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)dstArray);
-        route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
-        if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuMemcpyDtoA_v2");
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 2353992126u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -10888,6 +10888,13 @@ static inline CUresult cuwire_impl_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, C
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     cuwire_host_reference((uint64_t)srcDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuMemcpyDtoDAsync_v2");
+    if (route < 0)
+        route = cuwire_route_current();
     struct __attribute__((packed)) {
         uint64_t dstDevice;
         uint64_t srcDevice;
@@ -10899,13 +10906,6 @@ static inline CUresult cuwire_impl_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, C
         ByteCount,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
-    route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
-    if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuMemcpyDtoDAsync_v2");
-    if (route < 0)
-        route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 2688723146u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
@@ -10928,6 +10928,12 @@ static inline CUresult cuwire_impl_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdevi
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     cuwire_host_reference((uint64_t)srcDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_value((uint64_t)dstDevice);
+        route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuMemcpyDtoD_v2");
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t dstDevice;
             uint64_t srcDevice;
@@ -10937,12 +10943,6 @@ static inline CUresult cuwire_impl_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdevi
             srcDevice,
             ByteCount,
         };
-        int route = cuwire_route_value((uint64_t)dstDevice);
-        route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
-        if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuMemcpyDtoD_v2");
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 3146899852u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -11281,6 +11281,14 @@ static inline CUresult cuwire_impl_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     cuwire_host_reference((uint64_t)srcDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_handle((uint64_t)(uintptr_t)dstContext);
+        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)srcContext));
+        route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+        route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuMemcpyPeer");
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t dstDevice;
             uint64_t dstContext;
@@ -11294,14 +11302,6 @@ static inline CUresult cuwire_impl_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext
             (uint64_t)(uintptr_t)srcContext,
             ByteCount,
         };
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)dstContext);
-        route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)srcContext));
-        route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
-        route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
-        if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuMemcpyPeer");
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 4212927275u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -11339,6 +11339,15 @@ static inline CUresult cuwire_impl_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUco
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     cuwire_host_reference((uint64_t)srcDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)dstContext));
+    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)srcContext));
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuMemcpyPeerAsync");
+    if (route < 0)
+        route = cuwire_route_current();
     struct __attribute__((packed)) {
         uint64_t dstDevice;
         uint64_t dstContext;
@@ -11354,15 +11363,6 @@ static inline CUresult cuwire_impl_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUco
         ByteCount,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)dstContext));
-    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)srcContext));
-    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
-    route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
-    if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuMemcpyPeerAsync");
-    if (route < 0)
-        route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 2374564042u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
@@ -11400,6 +11400,12 @@ CUWIRE_EXPORT CUresult cuMemsetD16(void)
 static inline CUresult cuwire_impl_cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuMemsetD16Async");
+    if (route < 0)
+        route = cuwire_route_current();
     struct __attribute__((packed)) {
         uint64_t dstDevice;
         uint16_t us;
@@ -11411,12 +11417,6 @@ static inline CUresult cuwire_impl_cuMemsetD16Async(CUdeviceptr dstDevice, unsig
         N,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
-    if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuMemsetD16Async");
-    if (route < 0)
-        route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 2127962567u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
@@ -11438,6 +11438,9 @@ static inline CUresult cuwire_impl_cuMemsetD16_v2(CUdeviceptr dstDevice, unsigne
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_value((uint64_t)dstDevice);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t dstDevice;
             uint16_t us;
@@ -11447,9 +11450,6 @@ static inline CUresult cuwire_impl_cuMemsetD16_v2(CUdeviceptr dstDevice, unsigne
             us,
             N,
         };
-        int route = cuwire_route_value((uint64_t)dstDevice);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 1863459517u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -11493,6 +11493,12 @@ CUWIRE_EXPORT CUresult cuMemsetD2D16(void)
 static inline CUresult cuwire_impl_cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuMemsetD2D16Async");
+    if (route < 0)
+        route = cuwire_route_current();
     struct __attribute__((packed)) {
         uint64_t dstDevice;
         uint64_t dstPitch;
@@ -11508,12 +11514,6 @@ static inline CUresult cuwire_impl_cuMemsetD2D16Async(CUdeviceptr dstDevice, siz
         Height,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
-    if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuMemsetD2D16Async");
-    if (route < 0)
-        route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 3763925066u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
@@ -11535,6 +11535,9 @@ static inline CUresult cuwire_impl_cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_value((uint64_t)dstDevice);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t dstDevice;
             uint64_t dstPitch;
@@ -11548,9 +11551,6 @@ static inline CUresult cuwire_impl_cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_
             Width,
             Height,
         };
-        int route = cuwire_route_value((uint64_t)dstDevice);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 4269481017u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -11594,6 +11594,12 @@ CUWIRE_EXPORT CUresult cuMemsetD2D32(void)
 static inline CUresult cuwire_impl_cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuMemsetD2D32Async");
+    if (route < 0)
+        route = cuwire_route_current();
     struct __attribute__((packed)) {
         uint64_t dstDevice;
         uint64_t dstPitch;
@@ -11609,12 +11615,6 @@ static inline CUresult cuwire_impl_cuMemsetD2D32Async(CUdeviceptr dstDevice, siz
         Height,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
-    if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuMemsetD2D32Async");
-    if (route < 0)
-        route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 3965100917u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
@@ -11636,6 +11636,9 @@ static inline CUresult cuwire_impl_cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_value((uint64_t)dstDevice);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t dstDevice;
             uint64_t dstPitch;
@@ -11649,9 +11652,6 @@ static inline CUresult cuwire_impl_cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_
             Width,
             Height,
         };
-        int route = cuwire_route_value((uint64_t)dstDevice);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 198825998u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -11695,6 +11695,12 @@ CUWIRE_EXPORT CUresult cuMemsetD2D8(void)
 static inline CUresult cuwire_impl_cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuMemsetD2D8Async");
+    if (route < 0)
+        route = cuwire_route_current();
     struct __attribute__((packed)) {
         uint64_t dstDevice;
         uint64_t dstPitch;
@@ -11710,12 +11716,6 @@ static inline CUresult cuwire_impl_cuMemsetD2D8Async(CUdeviceptr dstDevice, size
         Height,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
-    if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuMemsetD2D8Async");
-    if (route < 0)
-        route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 3255370895u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
@@ -11737,6 +11737,9 @@ static inline CUresult cuwire_impl_cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_value((uint64_t)dstDevice);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t dstDevice;
             uint64_t dstPitch;
@@ -11750,9 +11753,6 @@ static inline CUresult cuwire_impl_cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t
             Width,
             Height,
         };
-        int route = cuwire_route_value((uint64_t)dstDevice);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 2945751755u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -11796,6 +11796,12 @@ CUWIRE_EXPORT CUresult cuMemsetD32(void)
 static inline CUresult cuwire_impl_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuMemsetD32Async");
+    if (route < 0)
+        route = cuwire_route_current();
     struct __attribute__((packed)) {
         uint64_t dstDevice;
         uint32_t ui;
@@ -11807,12 +11813,6 @@ static inline CUresult cuwire_impl_cuMemsetD32Async(CUdeviceptr dstDevice, unsig
         N,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
-    if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuMemsetD32Async");
-    if (route < 0)
-        route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 1926787832u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
@@ -11834,6 +11834,9 @@ static inline CUresult cuwire_impl_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigne
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_value((uint64_t)dstDevice);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t dstDevice;
             uint32_t ui;
@@ -11843,9 +11846,6 @@ static inline CUresult cuwire_impl_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigne
             ui,
             N,
         };
-        int route = cuwire_route_value((uint64_t)dstDevice);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 2595284618u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -11889,6 +11889,12 @@ CUWIRE_EXPORT CUresult cuMemsetD8(void)
 static inline CUresult cuwire_impl_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuMemsetD8Async");
+    if (route < 0)
+        route = cuwire_route_current();
     struct __attribute__((packed)) {
         uint64_t dstDevice;
         uint8_t uc;
@@ -11900,12 +11906,6 @@ static inline CUresult cuwire_impl_cuMemsetD8Async(CUdeviceptr dstDevice, unsign
         N,
         (uint64_t)(uintptr_t)hStream,
     };
-    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-    route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
-    if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuMemsetD8Async");
-    if (route < 0)
-        route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 676145800u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
@@ -11927,6 +11927,9 @@ static inline CUresult cuwire_impl_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_value((uint64_t)dstDevice);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t dstDevice;
             uint8_t uc;
@@ -11936,9 +11939,6 @@ static inline CUresult cuwire_impl_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned
             uc,
             N,
         };
-        int route = cuwire_route_value((uint64_t)dstDevice);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 2730920325u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -12753,11 +12753,11 @@ int cuwire_py_cuProfilerStart(void);
 static inline CUresult cuwire_impl_cuProfilerStart(void)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_current();
         struct __attribute__((packed)) {
             char none[0];
         } rec = {
         };
-        int route = cuwire_route_current();
         int status = cuwire_call(route, 1141378963u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -12783,11 +12783,11 @@ int cuwire_py_cuProfilerStop(void);
 static inline CUresult cuwire_impl_cuProfilerStop(void)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_current();
         struct __attribute__((packed)) {
             char none[0];
         } rec = {
         };
-        int route = cuwire_route_current();
         int status = cuwire_call(route, 1942346908u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -13013,6 +13013,12 @@ int cuwire_py_cuStreamCopyAttributes(uint64_t, uint64_t);
 static inline CUresult cuwire_impl_cuStreamCopyAttributes(CUstream dst, CUstream src)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_stream((uint64_t)(uintptr_t)dst);
+        route = cuwire_route_also(route, cuwire_route_stream((uint64_t)(uintptr_t)src));
+        if (route == CW_ROUTE_SPLIT)
+            return (CUresult)cuwire_route_split("cuStreamCopyAttributes");
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t dst;
             uint64_t src;
@@ -13020,12 +13026,6 @@ static inline CUresult cuwire_impl_cuStreamCopyAttributes(CUstream dst, CUstream
             (uint64_t)(uintptr_t)dst,
             (uint64_t)(uintptr_t)src,
         };
-        int route = cuwire_route_stream((uint64_t)(uintptr_t)dst);
-        route = cuwire_route_also(route, cuwire_route_stream((uint64_t)(uintptr_t)src));
-        if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuStreamCopyAttributes");
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 3615690956u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -13123,27 +13123,27 @@ int cuwire_release_pooled_stream(CUstream hStream);
 static inline CUresult cuwire_impl_cuStreamDestroy_v2(CUstream hStream)
 {
     if (cuwire_release_pooled_stream(hStream)) { /* it cannot fail: queued */
+        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hStream;
         } rec = {
             (uint64_t)(uintptr_t)hStream,
         };
-        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_enqueue(route, 2166856291u, &rec, sizeof rec);
         __atomic_add_fetch(&cuwire_queued_hits[497], 1, __ATOMIC_RELAXED);
         return (CUresult)status;
     }
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hStream;
         } rec = {
             (uint64_t)(uintptr_t)hStream,
         };
-        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 2166856291u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -13473,14 +13473,14 @@ int cuwire_py_cuStreamQuery(uint64_t);
 static inline CUresult cuwire_impl_cuStreamQuery(CUstream hStream)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hStream;
         } rec = {
             (uint64_t)(uintptr_t)hStream,
         };
-        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 3807505306u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -13549,27 +13549,27 @@ int cuwire_sync_after_copies(CUstream hStream);
 static inline CUresult cuwire_impl_cuStreamSynchronize(CUstream hStream)
 {
     if (cuwire_sync_after_copies(hStream)) { /* it cannot fail: queued */
+        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hStream;
         } rec = {
             (uint64_t)(uintptr_t)hStream,
         };
-        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_enqueue(route, 1581600379u, &rec, sizeof rec);
         __atomic_add_fetch(&cuwire_queued_hits[515], 1, __ATOMIC_RELAXED);
         return (CUresult)status;
     }
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
+        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+        if (route < 0)
+            route = cuwire_route_current();
         struct __attribute__((packed)) {
             uint64_t hStream;
         } rec = {
             (uint64_t)(uintptr_t)hStream,
         };
-        int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-        if (route < 0)
-            route = cuwire_route_current();
         int status = cuwire_call(route, 1581600379u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
             return (CUresult)status;
@@ -13675,6 +13675,12 @@ static inline CUresult cuwire_impl_cuStreamWaitEvent(CUstream hStream, CUevent h
     int fast = cuwire_capture_stream_wait(hStream, hEvent, Flags);
     if (fast >= 0)
         return (CUresult)fast;
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
+    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuStreamWaitEvent");
+    if (route < 0)
+        route = cuwire_route_current();
     struct __attribute__((packed)) {
         uint64_t hStream;
         uint64_t hEvent;
@@ -13684,12 +13690,6 @@ static inline CUresult cuwire_impl_cuStreamWaitEvent(CUstream hStream, CUevent h
         (uint64_t)(uintptr_t)hEvent,
         Flags,
     };
-    int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
-    route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
-    if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuStreamWaitEvent");
-    if (route < 0)
-        route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 1194339591u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
@@ -13745,6 +13745,12 @@ CUWIRE_EXPORT CUresult cuStreamWaitValue32_ptsz(void)
 static inline CUresult cuwire_impl_cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
     cuwire_host_reference((uint64_t)addr); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)stream);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)addr));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuStreamWaitValue32_v2");
+    if (route < 0)
+        route = cuwire_route_current();
     struct __attribute__((packed)) {
         uint64_t stream;
         uint64_t addr;
@@ -13756,12 +13762,6 @@ static inline CUresult cuwire_impl_cuStreamWaitValue32_v2(CUstream stream, CUdev
         value,
         flags,
     };
-    int route = cuwire_route_stream((uint64_t)(uintptr_t)stream);
-    route = cuwire_route_also(route, cuwire_route_value((uint64_t)addr));
-    if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuStreamWaitValue32_v2");
-    if (route < 0)
-        route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 1641833423u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
@@ -13817,6 +13817,12 @@ CUWIRE_EXPORT CUresult cuStreamWaitValue64_ptsz(void)
 static inline CUresult cuwire_impl_cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
     cuwire_host_reference((uint64_t)addr); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)stream);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)addr));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuStreamWaitValue64_v2");
+    if (route < 0)
+        route = cuwire_route_current();
     struct __attribute__((packed)) {
         uint64_t stream;
         uint64_t addr;
@@ -13828,12 +13834,6 @@ static inline CUresult cuwire_impl_cuStreamWaitValue64_v2(CUstream stream, CUdev
         value,
         flags,
     };
-    int route = cuwire_route_stream((uint64_t)(uintptr_t)stream);
-    route = cuwire_route_also(route, cuwire_route_value((uint64_t)addr));
-    if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuStreamWaitValue64_v2");
-    if (route < 0)
-        route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 2354557795u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
@@ -13889,6 +13889,12 @@ CUWIRE_EXPORT CUresult cuStreamWriteValue32_ptsz(void)
 static inline CUresult cuwire_impl_cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
 {
     cuwire_host_reference((uint64_t)addr); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)stream);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)addr));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuStreamWriteValue32_v2");
+    if (route < 0)
+        route = cuwire_route_current();
     struct __attribute__((packed)) {
         uint64_t stream;
         uint64_t addr;
@@ -13900,12 +13906,6 @@ static inline CUresult cuwire_impl_cuStreamWriteValue32_v2(CUstream stream, CUde
         value,
         flags,
     };
-    int route = cuwire_route_stream((uint64_t)(uintptr_t)stream);
-    route = cuwire_route_also(route, cuwire_route_value((uint64_t)addr));
-    if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuStreamWriteValue32_v2");
-    if (route < 0)
-        route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 1208769495u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
@@ -13961,6 +13961,12 @@ CUWIRE_EXPORT CUresult cuStreamWriteValue64_ptsz(void)
 static inline CUresult cuwire_impl_cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
     cuwire_host_reference((uint64_t)addr); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)stream);
+    route = cuwire_route_also(route, cuwire_route_value((uint64_t)addr));
+    if (route == CW_ROUTE_SPLIT)
+        return (CUresult)cuwire_route_split("cuStreamWriteValue64_v2");
+    if (route < 0)
+        route = cuwire_route_current();
     struct __attribute__((packed)) {
         uint64_t stream;
         uint64_t addr;
@@ -13972,12 +13978,6 @@ static inline CUresult cuwire_impl_cuStreamWriteValue64_v2(CUstream stream, CUde
         value,
         flags,
     };
-    int route = cuwire_route_stream((uint64_t)(uintptr_t)stream);
-    route = cuwire_route_also(route, cuwire_route_value((uint64_t)addr));
-    if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuStreamWriteValue64_v2");
-    if (route < 0)
-        route = cuwire_route_current();
     return (CUresult)(cuwire_enqueue(route, 2777123707u, &rec, sizeof rec));
 }
 CUWIRE_EXPORT CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
