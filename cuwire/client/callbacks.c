@@ -11,6 +11,7 @@
  * connection drops, the thread opens it again (a resumable session) and the server posts again what waited. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -219,12 +220,19 @@ static CUresult post(CUstream stream, CUhostFn fn, CUstreamCallback callback, vo
         return CUDA_ERROR_INVALID_VALUE;
     if (!cuwire_session_open() && CUWIRE_READY())
         cuwire_py_connect(); /* the session brings the shared memory */
+    int route = cuwire_route_stream((uint64_t)(uintptr_t)stream);
+    if (route != 0) { /* (a device list: the host-function connection is the first server's, for now) */
+        static int told;
+        if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+            fprintf(stderr, "cuwire: %s on a stream of server %d of the device list: host functions run on "
+                            "the first server's streams only, for now (docs/several-servers.md)\n", name, route + 1);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
     int err; /* captured into a graph, it runs at every launch of it: kept, as a graph's host node */
     uint64_t id = add_pending(fn, callback, stream, user, cuwire_capture_of(stream) != 0, name, &err);
     if (!id)
         return (CUresult)err;
     struct cw_host_func rec = {(uint64_t)(uintptr_t)stream, id};
-    int route = cuwire_route_stream((uint64_t)(uintptr_t)stream);
     err = cuwire_enqueue(route, cuwire_host_func_record_id, &rec, sizeof rec);
     if (err) { /* never posted: not waited for */
         cuwire_host_fn_done(id);
