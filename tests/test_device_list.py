@@ -7,6 +7,7 @@ device's results its own, each server serving one session and the other's handle
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -147,6 +148,34 @@ def on(dev):
 
 print("after", *on(0), *on(1), *on(0), flush=True)
 """
+
+
+def test_a_list_server_connection_cut_resumes(tmp_path, client_lib):
+    """The connection to the second server of the list is cut mid-run (a reset, as a router that forgets
+    it does): its session resumes, as a one-server session does (tests/test_resume.py), and the program's
+    results are those of an uncut run."""
+    from cut_link import TO_CLIENT, TO_SERVER, CutLink
+
+    script = tmp_path / "program.py"
+    script.write_text(PROGRAM)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    servers = [ServerProcess(tmp_path / name) for name in ("a", "b")]
+    link = CutLink(servers[1].port, [(TO_SERVER, 3000), (TO_CLIENT, 2500)])
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "CUWIRE_SERVER"}
+        cut = subprocess.run([sys.executable, "-m", "cuwire.cli", "run", "--stats", "--server",
+                              f"{servers[0].address},{link.address}", "--", sys.executable, str(script)],
+                             capture_output=True, text=True, env=env, timeout=120)
+        uncut = run(script, client_lib, f"{servers[0].address},{servers[1].address}")
+    finally:
+        link.close()
+        for s in servers:
+            s.stop()
+    sums = [[line.split(" memory at")[0] for line in r.stdout.splitlines()[:3]] for r in (cut, uncut)]
+    assert cut.returncode == 0 and sums[0] == sums[1] and sums[0][0] == "devices 2", cut.stdout + cut.stderr
+    assert link.done, link.cuts
+    assert re.search(r"connection dropped and resumed: [1-9]", cut.stderr), cut.stderr
 
 
 def test_a_server_lost_fails_only_its_devices_calls(tmp_path, client_lib):

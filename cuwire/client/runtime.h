@@ -39,7 +39,7 @@ CW_FROM_PYTHON void cuwire_wire_set(int session, int fd);
 CW_FROM_PYTHON void cuwire_wire_keep(int session, int fd); /* at the program's end: a copy of the socket, the C side's own */
 int cuwire_wire_without_python(int session); /* calls made in C go on after Python finalized */
 CW_FROM_PYTHON void cuwire_wire_stream(int session, void *s); /* its cw_stream (cuwire/wire/stream.h), or NULL */
-CW_IN_PYTHON int cuwire_py_resume(void);          /* the connection broke: 1 when the session's stream resumed it */
+CW_IN_PYTHON int cuwire_py_resume(int session);          /* the connection broke: 1 when the session's stream resumed it */
 CW_FROM_PYTHON void cuwire_wire_spin(long microseconds);
 CW_FROM_PYTHON void cuwire_queue_send_every(long microseconds); /* queue.c: CUWIRE_SEND_EVERY_US */
 CW_FROM_PYTHON void cuwire_wire_acquire(int session);

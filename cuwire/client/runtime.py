@@ -126,11 +126,9 @@ MOST_LOADS_KEPT = 4096  # module loads whose answers the client keeps, for a loa
 class Session:
     """The client's half of one server session: connection, handshake, caches that live as long as it."""
 
-    def __init__(self, settings: Settings, address: str = "", number: int | None = None, mode: str = "",
-                 resumes: bool = True):
+    def __init__(self, settings: Settings, address: str = "", number: int | None = None, mode: str = ""):
         """A session on `address` (the program's server: settings.server), its place in a device list
-        `number` (settings.server_number), over `mode` (settings.transport); `resumes`: a dropped connection
-        is waited for (a device list's are not yet: one lost fails its devices' calls)."""
+        `number` (settings.server_number), over `mode` (settings.transport)."""
         self.settings = settings
         self.address = address or settings.server
         number = settings.server_number if number is None else number
@@ -138,7 +136,7 @@ class Session:
         hello = make_hello(settings.token, keep_free=keep_free, server_number=number)
         if settings.load_lists:  # (the list the server keeps for this program comes with the welcome)
             hello.program = load_lists.program_name(load_lists.own_command_line())
-        hello.resumes = resumes  # (SocketTransport.resumable)
+        hello.resumes = True  # (SocketTransport.resumable)
         self.transport: SocketTransport
         self.host: SharedHost | None = None  # host memory shared with the server (page-locked allocations)
         self.reserved = 0  # address space reserved for shared page-locked memory (offer)
@@ -316,7 +314,10 @@ class Client:
                     with wire_lock():
                         lib.cuwire_wire_stream(ONE_SESSION, connection.stream.c if connection.stream else ffi.NULL)
                     lib.cuwire_wire_set(ONE_SESSION, self.session.transport.connection.sock.fileno())
-                    for number, listed in enumerate(self.listed, 1):  # (a break of theirs ends the session)
+                    for number, listed in enumerate(self.listed, 1):  # (a device list's other servers)
+                        stream = listed.transport.connection.stream
+                        with wire_lock(number):
+                            lib.cuwire_wire_stream(number, stream.c if stream else ffi.NULL)
                         lib.cuwire_wire_set(number, listed.transport.connection.sock.fileno())
                     self.wire_in_c = True
                     if sends_from_a_thread(self.settings.send_thread):
@@ -340,7 +341,7 @@ class Client:
         opened: list[Session] = []
         try:
             for number, address in enumerate(addresses, 1):
-                opened.append(Session(self.settings, address, number, "tcp", resumes=False))
+                opened.append(Session(self.settings, address, number, "tcp"))
         except BaseException:
             for session in opened:
                 session.transport.close()
@@ -519,6 +520,7 @@ class Client:
             self.session = None
             for number, listed in enumerate(self.listed, 1):  # (a device list's, closed with it)
                 lib.cuwire_wire_set(number, -1)
+                self.stats.resumes += listed.transport.resumes()
                 listed.transport.close()
             self.listed, self.lost = [], {}
             lib.cuwire_forget_kernels()
@@ -1018,7 +1020,7 @@ class Client:
                         continue
                     with wire_lock(route):
                         lib.cuwire_wire_keep(route, os.dup(session.transport.connection.sock.fileno()))
-            open_resumes = self.session.transport.resumes() if self.session is not None else 0
+            open_resumes = sum(s.transport.resumes() for s in [self.session, *self.listed] if s is not None)
         if self.settings.stats:
             stats = with_wire_stats(self.stats)
             stats.resumes += open_resumes  # (the open session's; drop_session adds them when it ends)
@@ -1209,10 +1211,10 @@ def wire_broken(route, why) -> None:
 
 
 @ffi.def_extern(name="cuwire_py_resume")
-def resume() -> int:
-    """client/wire.c's connection broke, its wire lock held (the session cannot be dropped meanwhile): 1
-    when the session's stream resumed it (SocketTransport.resume)."""
-    session = client.session
+def resume(route: int) -> int:
+    """client/wire.c's connection of `route`'s session broke, its wire lock held (the session cannot be
+    dropped meanwhile): 1 when the session's stream resumed it (SocketTransport.resume)."""
+    session = client.session_of(route) if client.session is not None else None
     return 1 if session is not None and session.transport.connection.resumed() else 0
 
 # ---------------------------------------------------------------- helpers the generated stubs use

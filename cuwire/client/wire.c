@@ -248,7 +248,7 @@ void cuwire_write_output(const char *buf, size_t len)
 static int resumed(struct wire *w)
 {
     int broke = errno;
-    if (w->stream && cuwire_py_resume())
+    if (w->stream && cuwire_py_resume((int)(w - wires)))
         return 1;
     errno = broke;
     return 0;
