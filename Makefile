@@ -4,7 +4,7 @@ VENV      := .venv
 VPY       := $(VENV)/bin/python
 export CUWIRE_HEADER_CACHE ?= $(CURDIR)/.cache/headers
 
-.PHONY: venv codegen check-generated client server wheel apps demo test lint gpu-test gpu-programs gpu-stress bench bench-distance bench-cpu-distance bench-overflow docker clean
+.PHONY: venv codegen check-generated client server wheel apps demo test lint gpu-test gpu-programs gpu-stress gpu-device-list bench bench-distance bench-cpu-distance bench-overflow docker clean
 
 $(VENV)/.installed: pyproject.toml setup.py emulator/pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -79,6 +79,10 @@ gpu-programs:
 
 gpu-stress:
 	bash tests/gpu_stress.sh
+
+## On a machine with two GPUs: one program, a server each, as one device list (CUWIRE_SERVER=a,b)
+gpu-device-list:
+	bash tests/gpu_device_list.sh
 
 bench:
 	bash bench/run.sh

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# On a GPU machine with two GPUs (the device tool's nvidia-h100-x2): one program, two servers as one device
+# list (docs/several-servers.md). A server each (`--devices 0`, `--devices 1`); tests/test_device_list.py's
+# two programs through `cuwire run --server a,b`:
+#  - the CUDA runtime program launching its kernel on each device: its output equal to the native run's
+#    on the machine's two GPUs;
+#  - the driver-API program (memory, copies, memsets, streams, events on each device, the peer answers,
+#    the refusals): each device's sum as the emulated device's test expects.
+# Logs go to build/gpu-device-list, and as one tarball to $OUT when set. Exit 0 when both match.
+#   bash tests/gpu_device_list.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+LOG=$PWD/build/gpu-device-list; rm -rf "$LOG"; mkdir -p "$LOG"
+source tests/gpu_env.sh
+start_server "$LOG/a.log" --devices 0; A=127.0.0.1:$PORT; SERVER_A=$SERVER
+start_server "$LOG/b.log" --devices 1; B=127.0.0.1:$PORT; SERVER_B=$SERVER
+CUDA_LIB=$(dirname "$(readlink -f "$(command -v nvcc)")")/../lib64
+LD_LIBRARY_PATH="$CUDA_LIB:${LD_LIBRARY_PATH:-}" $PY - "$A" "$B" "$LOG" <<'PYEOF'
+import os, subprocess, sys
+sys.path.insert(0, "tests")
+from test_device_list import KERNELS, PROGRAM
+
+a, b, log = sys.argv[1:4]
+open(f"{log}/program.py", "w").write(PROGRAM)
+open(f"{log}/kernels.cu", "w").write(KERNELS)
+subprocess.run(["nvcc", "-cudart", "shared", "-arch=sm_90", "-O2", "-o", f"{log}/kernels", f"{log}/kernels.cu"],
+               check=True)
+env = {k: v for k, v in os.environ.items() if k != "CUWIRE_SERVER"}
+native = subprocess.run([f"{log}/kernels"], capture_output=True, text=True, env=env)
+runs = {name: subprocess.run([sys.executable, "-m", "cuwire.cli", "run", "--stats", "--server", f"{a},{b}", "--",
+                              *cmd], capture_output=True, text=True, env=env, timeout=300)
+        for name, cmd in (("kernels", [f"{log}/kernels"]), ("program", [sys.executable, f"{log}/program.py"]))}
+for name, r in runs.items():
+    open(f"{log}/{name}.out", "w").write(r.stdout)
+    open(f"{log}/{name}.err", "w").write(r.stderr)
+n = 4096
+sums = [f"device {d} sum {(n // 2) * (d + 1) + (n // 2) * 100 * (d + 1)}" for d in range(2)]
+got = [line.split(" memory at")[0] for line in runs["program"].stdout.splitlines()[1:3]]
+checks = {"kernels (equal to native)": runs["kernels"].returncode == 0 and native.returncode == 0
+          and runs["kernels"].stdout == native.stdout and native.stdout.startswith("devices 2"),
+          "program (each device's sum)": runs["program"].returncode == 0 and got == sums}
+for what, ok in checks.items():
+    print(f"{what}: {'OK' if ok else 'DIFF'}")
+print("native:", native.stdout.strip().replace("\n", "; "))
+print("through cuwire:", runs["kernels"].stdout.strip().replace("\n", "; "), "|",
+      runs["program"].stdout.strip().replace("\n", "; "))
+sys.exit(0 if all(checks.values()) else 1)
+PYEOF
+rc=$?
+kill $SERVER_A $SERVER_B 2>/dev/null
+[ -n "${OUT:-}" ] && tar czf "$OUT/gpu-device-list.tgz" -C build gpu-device-list
+exit $rc
