@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 
+import pytest
 from conftest import ServerProcess
 
 # The program: on each device of its list, a context, memory filled with the device's own pattern (a memset
@@ -75,31 +78,40 @@ if count.value > 1:  # across the two servers: no peer path, and what needs one 
 """
 
 
-def run(script, client_lib, servers: str) -> subprocess.CompletedProcess:
-    """The program through `cuwire run --server SERVERS`, as a user runs it."""
-    env = dict(os.environ)  # (`cuwire run` finds the client library this checkout built: client_lib)
+def run(servers: str, *command: str, stats: bool = False) -> subprocess.CompletedProcess:
+    """The command through `cuwire run --server SERVERS`, as a user runs it (`cuwire run` finds the client
+    library this checkout built: the client_lib fixture's)."""
+    env = dict(os.environ)
     env.pop("CUWIRE_SERVER", None)
-    return subprocess.run([sys.executable, "-m", "cuwire.cli", "run", "--server", servers, "--", sys.executable,
-                           str(script)], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run([sys.executable, "-m", "cuwire.cli", "run", *(["--stats"] if stats else []), "--server",
+                           servers, "--", *command], capture_output=True, text=True, env=env, timeout=120)
 
 
-def test_two_servers_are_one_device_list(tmp_path, client_lib):
+@pytest.fixture
+def two_servers(tmp_path) -> Iterator[list[ServerProcess]]:
+    """Two emulated servers, each with a module cache of its own, stopped after the test."""
+    servers: list[ServerProcess] = []
+    try:
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            servers.append(ServerProcess(tmp_path / name))
+        yield servers
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def test_two_servers_are_one_device_list(tmp_path, client_lib, two_servers):
     from cuwire import address_space
 
     script = tmp_path / "program.py"
     script.write_text(PROGRAM)
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-    servers = [ServerProcess(tmp_path / name) for name in ("a", "b")]
-    try:
-        alone = run(script, client_lib, servers[0].address)  # (one server: one device)
-        assert alone.returncode == 0, alone.stderr
-        both = run(script, client_lib, f"{servers[0].address},{servers[1].address}")
-        assert both.returncode == 0, both.stderr
-        logs = [s.text() for s in servers]
-    finally:
-        for s in servers:
-            s.stop()
+    servers = two_servers
+    alone = run(servers[0].address, sys.executable, str(script))  # (one server: one device)
+    assert alone.returncode == 0, alone.stderr
+    both = run(f"{servers[0].address},{servers[1].address}", sys.executable, str(script))
+    assert both.returncode == 0, both.stderr
+    logs = [s.text() for s in servers]
     n = 4096
     sums = [(n // 2) * (d + 1) + (n // 2) * 100 * (d + 1) for d in range(2)]  # the copy's half, the memset's
     lines = both.stdout.splitlines()
@@ -150,7 +162,7 @@ print("after", *on(0), *on(1), *on(0), flush=True)
 """
 
 
-def test_a_list_server_connection_cut_resumes(tmp_path, client_lib):
+def test_a_list_server_connection_cut_resumes(tmp_path, client_lib, two_servers):
     """The connection to the second server of the list is cut mid-run (a reset, as a router that forgets
     it does): its session resumes, as a one-server session does (tests/test_resume.py), and the program's
     results are those of an uncut run."""
@@ -158,52 +170,40 @@ def test_a_list_server_connection_cut_resumes(tmp_path, client_lib):
 
     script = tmp_path / "program.py"
     script.write_text(PROGRAM)
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-    servers = [ServerProcess(tmp_path / name) for name in ("a", "b")]
+    servers = two_servers
     link = CutLink(servers[1].port, [(TO_SERVER, 3000), (TO_CLIENT, 2500)])
     try:
-        env = {k: v for k, v in os.environ.items() if k != "CUWIRE_SERVER"}
-        cut = subprocess.run([sys.executable, "-m", "cuwire.cli", "run", "--stats", "--server",
-                              f"{servers[0].address},{link.address}", "--", sys.executable, str(script)],
-                             capture_output=True, text=True, env=env, timeout=120)
-        uncut = run(script, client_lib, f"{servers[0].address},{servers[1].address}")
+        cut = run(f"{servers[0].address},{link.address}", sys.executable, str(script), stats=True)
+        uncut = run(f"{servers[0].address},{servers[1].address}", sys.executable, str(script))
     finally:
         link.close()
-        for s in servers:
-            s.stop()
     sums = [[line.split(" memory at")[0] for line in r.stdout.splitlines()[:3]] for r in (cut, uncut)]
     assert cut.returncode == 0 and sums[0] == sums[1] and sums[0][0] == "devices 2", cut.stdout + cut.stderr
     assert link.done, link.cuts
     assert re.search(r"connection dropped and resumed: [1-9]", cut.stderr), cut.stderr
 
 
-def test_a_server_lost_fails_only_its_devices_calls(tmp_path, client_lib):
+def test_a_server_lost_fails_only_its_devices_calls(tmp_path, client_lib, two_servers):
     """One server of the list gone mid-run: the calls of its device fail with DEVICE_UNAVAILABLE and the
     program is told once, naming the server and its device; the other server's device goes on."""
     from cuwire import cli
 
     script = tmp_path / "program.py"
     script.write_text(AFTER_A_LOSS)
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-    servers = [ServerProcess(tmp_path / name) for name in ("a", "b")]
+    servers = two_servers
+    env = cli.program_env(client_lib, f"{servers[0].address},{servers[1].address}", None, False,
+                          base=dict(os.environ))
+    program = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
     try:
-        env = cli.program_env(client_lib, f"{servers[0].address},{servers[1].address}", None, False,
-                              base=dict(os.environ))
-        program = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, env=env)
-        try:
-            assert program.stdout.readline() == "ready\n", program.stderr.read()
-            servers[1].stop()  # (its session ends with it: drained, then closed)
-            out, err = program.communicate("go\n", timeout=60)
-        finally:
-            program.kill()
-        assert program.returncode == 0, err
-        assert out.splitlines()[-1] == "after 0 0 7 46 46 0 0 0 7", out + err
-        assert err.count(f"lost the cuwire server {servers[1].address} (the program's device 1 of its list)") == 1, err
+        assert program.stdout.readline() == "ready\n", program.stderr.read()
+        servers[1].stop()  # (its session ends with it: drained, then closed)
+        out, err = program.communicate("go\n", timeout=60)
     finally:
-        servers[0].stop()
+        program.kill()
+    assert program.returncode == 0, err
+    assert out.splitlines()[-1] == "after 0 0 7 46 46 0 0 0 7", out + err
+    assert err.count(f"lost the cuwire server {servers[1].address} (the program's device 1 of its list)") == 1, err
 
 
 # A CUDA program of the runtime API: the same kernel (the emulated device's vectorAdd, tests/test_apps/
@@ -249,31 +249,18 @@ int main() {
 """
 
 
-def test_a_kernel_runs_on_each_server_of_the_list(tmp_path, client_lib):
+def test_a_kernel_runs_on_each_server_of_the_list(tmp_path, client_lib, two_servers):
     """The runtime's one CUkernel launched on a device of each server: each server ran it, on its own
     memory, and the sums are each device's; a one-server run gives the first device's sum."""
-    import shutil
-
-    import pytest
-
     if shutil.which("nvcc") is None:
         pytest.skip("no nvcc")
     (tmp_path / "kernels.cu").write_text(KERNELS)
     subprocess.run(["nvcc", "-cudart", "shared", "-arch=sm_90", "-O2", "-o", str(tmp_path / "kernels"),
                     str(tmp_path / "kernels.cu")], check=True)
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-    servers = [ServerProcess(tmp_path / name) for name in ("a", "b")]
-    try:
-        env = dict(os.environ)
-        env.pop("CUWIRE_SERVER", None)
-        runs = [subprocess.run([sys.executable, "-m", "cuwire.cli", "run", "--server", given, "--",
-                                str(tmp_path / "kernels")], capture_output=True, text=True, env=env, timeout=120)
-                for given in (servers[0].address, f"{servers[0].address},{servers[1].address}")]
-        logs = [s.text() for s in servers]
-    finally:
-        for s in servers:
-            s.stop()
+    servers = two_servers
+    runs = [run(given, str(tmp_path / "kernels"))
+            for given in (servers[0].address, f"{servers[0].address},{servers[1].address}")]
+    logs = [s.text() for s in servers]
     n = 1024
     sums = [n * (n - 1) // 2 + n * 100 * (d + 1) for d in range(2)]
     assert runs[0].returncode == 0 and runs[0].stdout.splitlines() == ["devices 1", f"device 0 sum {sums[0]}"], \

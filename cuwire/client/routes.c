@@ -149,5 +149,5 @@ int cuwire_route_split(const char *function)
     if (!known)
         fprintf(stderr, "cuwire: %s names memory or handles of two servers of the device list: not served yet "
                         "(docs/several-servers.md)\n", function);
-    return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+    return CUDA_ERROR_NOT_SUPPORTED;
 }

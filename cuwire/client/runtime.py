@@ -303,7 +303,7 @@ class Client:
                                            host.server_base if host else 0, host.fd if host else -1)
                 lib.cuwire_callbacks_ring(connection.ring.c if connection.ring else ffi.NULL)
                 self.stats.transport = f"{connection.kind} to {self.settings.server}" + (
-                    f" ({len(self.listed) + 1} servers, one device list)" if self.listed else "")
+                    f" ({len(self.sessions)} servers, one device list)" if self.listed else "")
                 self.stats.connected = time.monotonic()
                 lib.cuwire_queue_send_every(self.settings.send_every_us)
                 self.policy = compression.Policy(self.settings.compress, local=connection.sock.family == socket.AF_UNIX,
@@ -353,6 +353,11 @@ class Client:
                                          ffi.new("uint64_t[]", [hi for _, hi in windows]), len(windows),
                                          len(session.welcome.devices))
         self.session, self.listed = opened[0], opened[1:]
+
+    @property
+    def sessions(self) -> list[Session]:
+        """The open sessions, by route (client/routes.c): the program's own, then a device list's others."""
+        return [self.session, *self.listed] if self.session is not None else []
 
     def session_of(self, route: int) -> Session:
         """The session a route names (client/routes.c): the program's own, or a device list's."""
@@ -501,7 +506,7 @@ class Client:
         lib.cuwire_wire_set(route, -1)  # (its wire lock is held by whoever found the break, or was let go)
         lib.cuwire_queue_refuse(route)
         session.transport.close()
-        first = sum(len(s.welcome.devices) for s in [self.session, *self.listed][:route])
+        first = sum(len(s.welcome.devices) for s in self.sessions[:route])
         devices = f"{first}" if len(session.welcome.devices) == 1 else \
             f"{first} to {first + len(session.welcome.devices) - 1}"
         print(f"cuwire: lost the cuwire server {session.address} (the program's device {devices} of its list): "
@@ -701,7 +706,7 @@ class Client:
         if res.status != 0:
             return
         owner = lib.cuwire_route_value(res.module)
-        for route in range(len(self.listed) + 1):
+        for route in range(len(self.sessions)):
             if route == owner:
                 continue
             there = self.load_on(route, digest, image, False)
@@ -869,7 +874,7 @@ class Client:
     def look_up_elsewhere(self, args: pb.GetKernel_Args, kernel: int, owner: int) -> None:
         """A device list: a library's kernel looked up by name on one server, looked up on each other one in
         its alias of the library, that server's kept as the kernel's alias (load_elsewhere)."""
-        for route in range(len(self.listed) + 1):
+        for route in range(len(self.sessions)):
             library = lib.cuwire_route_alias(args.module, route) if route != owner else 0
             if not library:
                 continue
@@ -1007,7 +1012,7 @@ class Client:
                         self.flush()
                 except Fail:
                     pass
-                for route in range(1, len(self.listed) + 1):  # (a device list's other servers)
+                for route in range(1, len(self.sessions)):  # (a device list's other servers)
                     try:
                         self.exchange(0, b"", route)
                     except Fail:
@@ -1015,12 +1020,12 @@ class Client:
             if self.session is not None and self.wire_in_c:
                 # Python finalizes next, closing its socket with its objects: client/wire.c keeps a copy of
                 # its own, so that the teardown's calls (XLA waits for its streams) reach the server
-                for route, session in enumerate([self.session, *self.listed]):
+                for route, session in enumerate(self.sessions):
                     if route in self.lost:
                         continue
                     with wire_lock(route):
                         lib.cuwire_wire_keep(route, os.dup(session.transport.connection.sock.fileno()))
-            open_resumes = sum(s.transport.resumes() for s in [self.session, *self.listed] if s is not None)
+            open_resumes = sum(s.transport.resumes() for s in self.sessions)
         if self.settings.stats:
             stats = with_wire_stats(self.stats)
             stats.resumes += open_resumes  # (the open session's; drop_session adds them when it ends)
@@ -1032,6 +1037,10 @@ class Client:
         parent's stream is open: the child's calls fail at once, by name, instead of hanging."""
         self.lock = threading.RLock()
         self.session, self.listed, self.lost = None, [], {}
+        data, count = ffi.new("char **"), ffi.new("uint64_t *")
+        for route in range(lib.cuwire_route_sessions()):  # (the parent's queued calls: freed, never sent)
+            if lib.cuwire_queue_take(route, data, count):
+                lib.cuwire_free(data[0])
         lib.cuwire_wire_forget()
         lib.cuwire_route_forget()
         lib.cuwire_shared_host_set(0, 0, 0, -1)  # the parent's page-locked memory stays mapped, but not for copies
@@ -1040,9 +1049,6 @@ class Client:
                        "session yet, so its CUDA calls fail (CUDA_ERROR_DEVICE_UNAVAILABLE)")
         lib.cuwire_forget_allocations()
         lib.cuwire_forget_pools(0)
-        data, count = ffi.new("char **"), ffi.new("uint64_t *")
-        if lib.cuwire_queue_take(ONE_SESSION, data, count):
-            lib.cuwire_free(data[0])
 
     def names_by_id(self) -> dict[int, str]:
         names = {i: n for n, i in wire_ids.FUNCTION_IDS.items()}
