@@ -156,6 +156,22 @@ def test_the_kept_bytes():
     stream.close()
 
 
+def test_the_kept_bytes_as_the_ring_grows():
+    """stream.h: a ring that grows (doubling, then to a window no power of two) while what it holds wraps
+    keeps every byte at its place, sends of every size."""
+    window = 300_000
+    stream = Stream(ffi, lib, window)
+    data = bytes((i * 7 + i // 251) % 256 for i in range(1_000_000))
+    at = 0
+    for n in (1, 70_000, 3, 65_536, 100_000, 131_072, 9, 250_000, 200_001, 183_378):
+        stream.sent(data[at:at + n])
+        at += n
+        kept = min(at, window)
+        assert b"".join(stream.since(at - kept)) == data[at - kept:at], (n, at)
+    assert at == len(data)
+    stream.close()
+
+
 def test_a_connection_dropped_in_the_hello_is_tried_again(server, apps: Path, client_lib):
     """Before the welcome there is no stream to resume: the session's hello goes again on a new connection."""
     link = CutLink(server.port, [(TO_SERVER, 50)])  # (in the middle of the hello)
