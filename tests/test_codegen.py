@@ -116,6 +116,20 @@ def test_length_must_use_parameters(api):
             "mode": "sync", "dstHost": {"role": "buf_out", "length": "bytes"}})
 
 
+def test_servers_and_device_index_go_with_nvml(api):
+    """`servers` is for an NVML call that names no device, `sum` for one with one output; `device_index` for an
+    NVML index."""
+    with pytest.raises(annotations.AnnotationError, match="`servers` is one of"):
+        annotations.apply_function(fresh(api, "nvmlDeviceGetName"), {"mode": "sync", "servers": "each",
+                                                                       "name": {"role": "buf_out", "length": "length"}})
+    with pytest.raises(annotations.AnnotationError, match="`servers` is one of"):
+        annotations.apply_function(fresh(api, "cuInit"), {"mode": "sync", "servers": "each"})
+    with pytest.raises(annotations.AnnotationError, match="`servers` is one of"):
+        annotations.apply_function(fresh(api, "nvmlInit_v2"), {"mode": "sync", "servers": "most"})
+    with pytest.raises(annotations.AnnotationError, match="`device_index = true` goes with"):
+        annotations.apply_function(fresh(api, "cuDeviceGet"), {"mode": "sync", "ordinal": {"device_index": True}})
+
+
 def test_async_only_carries_values(api):
     with pytest.raises(annotations.AnnotationError, match="async call can carry only values"):
         annotations.apply_function(fresh(api, "cuMemAlloc_v2"), {"mode": "async"})
@@ -229,7 +243,12 @@ def test_each_call_says_which_arguments_name_its_server(api):
     assert routes["cuMemsetD8Async"] == [("handle", "hStream"), ("pointer", "dstDevice")]
     assert routes["cuMemcpyDtoD_v2"] == [("pointer", "dstDevice"), ("pointer", "srcDevice")]
     assert routes["cuDeviceGetAttribute"] == [("device", "dev")]
-    assert routes["nvmlDeviceGetName"] == [("handle", "device")]
+    assert routes["nvmlDeviceGetName"] == [("nvml", "device")]  # (the client's stand-in for its server's)
+    assert routes["nvmlDeviceGetHandleByIndex_v2"] == [("device", "index")]  # (annotated device_index)
+    servers = {f.name: f.servers for f in api.functions if f.servers}
+    assert servers == {"nvmlInit_v2": "each", "nvmlInitWithFlags": "each", "nvmlShutdown": "each",
+                       "nvmlDeviceGetCount_v2": "sum", "nvmlDeviceGetHandleByUUID": "found",
+                       "nvmlDeviceGetHandleByPciBusId_v2": "found", "nvmlDeviceGetHandleBySerial": "found"}
     for name in ("cuCtxSynchronize", "cuMemAlloc_v2", "cuLibraryGetKernel", "cuKernelGetFunction"):
         assert routes[name] == [], name  # the current context's server (libraries and kernels: any server's)
     m = json.loads((ROOT / "cuwire" / "generated" / "api_manifest.json").read_text())

@@ -242,7 +242,12 @@ int main() {
         CHECK(cudaMemcpy(c, dc, n * 4, cudaMemcpyDeviceToHost));
         double sum = 0;
         for (int i = 0; i < n; i++) sum += c[i];
-        printf("device %d sum %.0f\n", dev, sum);
+        cudaFuncAttributes attr;  // (the kernel's attributes and occupancy on this device: its server's)
+        int blocks = 0;
+        CHECK(cudaFuncGetAttributes(&attr, vectorAdd));
+        CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, vectorAdd, 256, 0));
+        printf("device %d sum %.0f, %d threads a block at most, %d blocks of 256 a multiprocessor\n", dev, sum,
+               attr.maxThreadsPerBlock, blocks);
     }
     return 0;
 }
@@ -263,9 +268,52 @@ def test_a_kernel_runs_on_each_server_of_the_list(tmp_path, client_lib, two_serv
     logs = [s.text() for s in servers]
     n = 1024
     sums = [n * (n - 1) // 2 + n * 100 * (d + 1) for d in range(2)]
-    assert runs[0].returncode == 0 and runs[0].stdout.splitlines() == ["devices 1", f"device 0 sum {sums[0]}"], \
+    each = ", 1024 threads a block at most, 8 blocks of 256 a multiprocessor"  # (the emulated device's answers)
+    assert runs[0].returncode == 0 and runs[0].stdout.splitlines() == ["devices 1", f"device 0 sum {sums[0]}{each}"], \
         runs[0].stdout + runs[0].stderr
     assert runs[1].returncode == 0 and runs[1].stdout.splitlines() == [
-        "devices 2", f"device 0 sum {sums[0]}", f"device 1 sum {sums[1]}"], runs[1].stdout + runs[1].stderr
+        "devices 2", f"device 0 sum {sums[0]}{each}", f"device 1 sum {sums[1]}{each}"], runs[1].stdout + runs[1].stderr
     assert logs[1].count(" opened for pid ") == 1, logs[1]  # (b served the list's run alone...)
     assert all(log.count(" uploaded (") == 1 for log in logs), logs  # (...and each server got the image once)
+
+
+# NVML over the list (what PyTorch counts devices with): every server's devices, each handle answered by its
+# own server, an index made the list's, a handle by UUID the server's that has it, init and shutdown on each.
+NVML_PROGRAM = r"""
+import ctypes
+nvml = ctypes.CDLL("libnvidia-ml.so.1")
+count, index = ctypes.c_uint(), ctypes.c_uint()
+print("init", nvml.nvmlInit_v2(), "count", nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)), count.value)
+handles = []
+for i in range(count.value):
+    h, name = ctypes.c_void_p(), ctypes.create_string_buffer(96)
+    status = nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h))
+    handles.append(h.value)
+    print("device", i, status, nvml.nvmlDeviceGetIndex(h, ctypes.byref(index)), index.value,
+          nvml.nvmlDeviceGetName(h, name, 96), name.value.decode())
+h = ctypes.c_void_p()
+uuid = b"GPU-63757769-7265-2d65-6d75-6c6174656400"  # (the emulated device's: both servers have it)
+print("by uuid", nvml.nvmlDeviceGetHandleByUUID(uuid, ctypes.byref(h)), handles.index(h.value),
+      nvml.nvmlDeviceGetHandleByUUID(b"GPU-none", ctypes.byref(h)))
+if count.value > 1:  # (NVML_P2P_CAPS_INDEX_READ 0: between two servers, NVML_P2P_STATUS_NOT_SUPPORTED 5)
+    p2p = ctypes.c_int(-1)
+    print("p2p", nvml.nvmlDeviceGetP2PStatus(ctypes.c_void_p(handles[0]), ctypes.c_void_p(handles[1]), 0,
+                                             ctypes.byref(p2p)), p2p.value)
+print("distinct", len(set(handles)) == len(handles), "shutdown", nvml.nvmlShutdown(),
+      "closed", nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)))
+"""
+
+
+def test_nvml_lists_every_server_of_the_list(tmp_path, client_lib, two_servers):
+    script = tmp_path / "nvml_program.py"
+    script.write_text(NVML_PROGRAM)
+    alone = run(two_servers[0].address, sys.executable, str(script))
+    both = run(",".join(s.address for s in two_servers), sys.executable, str(script))
+    assert alone.returncode == 0 and both.returncode == 0, (alone.stderr, both.stderr)
+    name = "cuwire emulated device"
+    assert both.stdout.splitlines() == [
+        "init 0 count 0 2", f"device 0 0 0 0 0 {name}", f"device 1 0 0 1 0 {name}",
+        "by uuid 0 0 6",  # (the first server's; NVML_ERROR_NOT_FOUND from every server)
+        "p2p 0 5", "distinct True shutdown 0 closed 1"], both.stdout  # (NVML_ERROR_UNINITIALIZED once shut down)
+    assert alone.stdout.splitlines()[:3] == ["init 0 count 0 1", f"device 0 0 0 0 0 {name}", "by uuid 0 0 6"], \
+        alone.stdout

@@ -101,9 +101,10 @@ class _ClusterAnswers:
         if sweep:
             base = (func, head[4:], body[:at] + body[at + 4:], grid_x // width)
             sweep = self.swept.get(base) != count
-        args = pb.MaxActiveClusters_Args(function=rt.server_function(func), config=raw[:40] + bytes(8) + raw[48:],
+        route, theirs = rt.kernel_route(rt.server_function(func))  # (a device list: the current device's server)
+        args = pb.MaxActiveClusters_Args(function=theirs, config=raw[:40] + bytes(8) + raw[48:],
                                          attributes=body, potential_size=potential, sweep=_SWEEP if sweep else 0)
-        res = rt.call(rt.MAX_ACTIVE_CLUSTERS, args, pb.MaxActiveClusters_Result)
+        res = rt.call(rt.MAX_ACTIVE_CLUSTERS, args, pb.MaxActiveClusters_Result, route)
         self._keep(key, (res.status, res.clusters), count)
         _record(load_lists.ASK_CLUSTERS, func, int(potential), _SWEEP if sweep else 0, config=config)
         if sweep and (len(self.swept) < self.MOST or base in self.swept):
@@ -171,9 +172,15 @@ def function_attributes(kernel, function, device, statuses, values, count):
     client/answers_cache.c to keep: each one's status and value, `count` of them at most (C leaves the
     rest as they were)."""
     rt.client.connect()
-    args = pb.FunctionAttributes_Args(kernel=kernel, function=rt.server_function(function) if function else 0,
-                                      device=device)
-    res = rt.call(rt.FUNCTION_ATTRIBUTES, args, pb.FunctionAttributes_Result)
+    if kernel:  # (a device list: the device's server, its own kernel and device number)
+        route, theirs = rt.kernel_route(kernel, device)
+        args = pb.FunctionAttributes_Args(kernel=theirs, device=rt.own_device(device))
+    else:
+        route, theirs = rt.kernel_route(rt.server_function(function))
+        args = pb.FunctionAttributes_Args(function=theirs)
+    res = rt.call(rt.FUNCTION_ATTRIBUTES, args, pb.FunctionAttributes_Result, route)
+    if res.status:  # (a handle the server refused: each attribute's answer is that error)
+        res.statuses[:], res.values[:] = [res.status] * count, [0] * count
     n = min(count, len(res.statuses), len(res.values))
     for i in range(n):
         statuses[i], values[i] = res.statuses[i], res.values[i]

@@ -49,8 +49,9 @@ def _running_processes(kind: int, device: int, infoCount, infos, size: int) -> i
     the MIG instance ids); a short array gets NVML_ERROR_INSUFFICIENT_SIZE and the count it needs."""
     if infoCount == ffi.NULL or size not in (16, 24):
         return cu.NVML_ERROR_INVALID_ARGUMENT
-    res = rt.client.call(RUNNING_PROCESSES, pb.RunningProcesses_Args(device=device, kind=kind),
-                         pb.RunningProcesses_Result)
+    route = rt.route("RunningProcesses", nvml=(device,))  # (a device list: the device's server, its handle)
+    res = rt.client.call(RUNNING_PROCESSES, pb.RunningProcesses_Args(device=rt.nvml_theirs(device), kind=kind),
+                         pb.RunningProcesses_Result, route)
     if res.status:
         return res.status
     count = ffi.cast("unsigned int *", infoCount)

@@ -1,7 +1,8 @@
 /* cuwire client: peer access between devices of two servers of a device list (docs/several-servers.md).
  * No GPU of one server reaches another server's memory, so they answer as GPUs without a peer path do:
- * no access (cuDeviceCanAccessPeer), no peer attribute (cuDeviceGetP2PAttribute), and peer access refused
- * (cuCtxEnablePeerAccess). Devices of one server go to it, as any call (-1: the usual path). */
+ * no access (cuDeviceCanAccessPeer), no peer attribute (cuDeviceGetP2PAttribute), peer access refused
+ * (cuCtxEnablePeerAccess), and NVML's P2P status "not supported" (nvmlDeviceGetP2PStatus, which NCCL
+ * asks). Devices of one server go to it, as any call (-1: the usual path). */
 #include "cuda_api.h"
 #include "runtime.h"
 
@@ -31,4 +32,15 @@ int cuwire_fast_cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
     if (!apart(cuwire_route_current(), cuwire_route_handle((uint64_t)(uintptr_t)peerContext)))
         return -1;
     return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+}
+
+int cuwire_fast_nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuP2PCapsIndex_t p2pIndex,
+                                      nvmlGpuP2PStatus_t *p2pStatus)
+{
+    (void)p2pIndex;
+    if (!p2pStatus || !apart(cuwire_route_nvml((uint64_t)(uintptr_t)device1),
+                             cuwire_route_nvml((uint64_t)(uintptr_t)device2)))
+        return -1;
+    *p2pStatus = NVML_P2P_STATUS_NOT_SUPPORTED;
+    return NVML_SUCCESS;
 }

@@ -35,6 +35,21 @@ struct alias {
 };
 static cw_table aliases = CW_TABLE(struct alias, 2, 1u << 22);
 
+/* NVML's device handles of a device list's servers, and the program's stand-ins for them (NVML_MINE + 16 n:
+ * no address a process maps), both ways. Under `lock`. */
+#define NVML_MINE 0xfffe000000000000ull
+struct nvml_handle {
+    uint64_t key[1]; /* the stand-in */
+    uint64_t session, theirs;
+};
+struct nvml_stand_in {
+    uint64_t key[2]; /* its server's handle (never 0: a first key word of 0 is an empty slot), the session */
+    uint64_t mine;
+};
+static cw_table nvml_handles = CW_TABLE(struct nvml_handle, 1, 1u << 12);
+static cw_table nvml_stand_ins = CW_TABLE(struct nvml_stand_in, 2, 1u << 12);
+static uint64_t nvml_made;
+
 int cuwire_route_sessions(void) { return __atomic_load_n(&sessions, __ATOMIC_ACQUIRE); }
 
 int cuwire_route_add_session(int session, const uint64_t *starts, const uint64_t *ends, int windows, int devices)
@@ -59,6 +74,9 @@ void cuwire_route_forget(void)
 {
     pthread_mutex_init(&lock, NULL);
     cw_table_clear(&aliases);
+    cw_table_clear(&nvml_handles);
+    cw_table_clear(&nvml_stand_ins);
+    nvml_made = 0;
     for (int i = 0; i < CW_SESSIONS_MAX; i++)
         routes[i].windows = routes[i].first_device = routes[i].devices = 0;
     __atomic_store_n(&sessions, 1, __ATOMIC_RELEASE);
@@ -134,6 +152,64 @@ uint64_t cuwire_route_alias(uint64_t handle, int session)
     uint64_t found = a ? a->alias : 0;
     pthread_mutex_unlock(&lock);
     return found;
+}
+
+uint64_t cuwire_route_nvml_mine(int session, uint64_t theirs)
+{
+    if (cuwire_route_sessions() == 1 || !theirs)
+        return theirs;
+    const uint64_t key[2] = {theirs, (uint64_t)session};
+    pthread_mutex_lock(&lock);
+    struct nvml_stand_in *in = cw_table_find(&nvml_stand_ins, key);
+    uint64_t mine = in ? in->mine : 0;
+    if (!in) {
+        const uint64_t made[1] = {NVML_MINE + 16 * (nvml_made + 1)};
+        struct nvml_handle *h = cw_table_put(&nvml_handles, made);
+        in = h ? cw_table_put(&nvml_stand_ins, key) : NULL;
+        if (in) {
+            h->session = (uint64_t)session;
+            h->theirs = theirs;
+            in->mine = mine = made[0];
+            nvml_made++;
+        } else if (h) {
+            cw_table_remove(h);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return mine;
+}
+
+static const struct nvml_handle *nvml_find(uint64_t mine) /* (under `lock`) */
+{
+    const uint64_t key[1] = {mine};
+    return mine >= NVML_MINE ? cw_table_find(&nvml_handles, key) : NULL;
+}
+
+int cuwire_route_nvml(uint64_t mine)
+{
+    if (cuwire_route_sessions() == 1)
+        return 0;
+    pthread_mutex_lock(&lock);
+    const struct nvml_handle *h = nvml_find(mine);
+    int session = h ? (int)h->session : -1;
+    pthread_mutex_unlock(&lock);
+    return session;
+}
+
+uint64_t cuwire_route_nvml_theirs(uint64_t mine)
+{
+    if (cuwire_route_sessions() == 1)
+        return mine;
+    pthread_mutex_lock(&lock);
+    const struct nvml_handle *h = nvml_find(mine);
+    uint64_t theirs = h ? h->theirs : mine;
+    pthread_mutex_unlock(&lock);
+    return theirs;
+}
+
+int cuwire_route_first_device(int session)
+{
+    return session > 0 && session < CW_SESSIONS_MAX ? routes[session].first_device : 0;
 }
 
 int cuwire_route_split(const char *function)

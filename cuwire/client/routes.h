@@ -31,6 +31,15 @@ CW_FROM_PYTHON int cuwire_route_split(const char *function); /* says so, once a 
  * where that server has none. */
 CW_FROM_PYTHON uint64_t cuwire_route_alias(uint64_t handle, int session);
 CW_FROM_PYTHON void cuwire_route_alias_add(uint64_t handle, int session, uint64_t alias);
+/* NVML's device handles in a device list: each server's NVML gives handles of its own process, which may be
+ * equal across servers, so the program holds the client's stand-ins (cuwire_route_nvml_mine), one for each
+ * server's handle and always the same one; a call carries the server's (cuwire_route_nvml_theirs) to the
+ * server it names (cuwire_route_nvml). With one server the program holds NVML's handles, unchanged. */
+CW_FROM_PYTHON uint64_t cuwire_route_nvml_mine(int session, uint64_t theirs); /* 0: the table is full */
+CW_FROM_PYTHON int cuwire_route_nvml(uint64_t mine);        /* its server's session; -1: no stand-in of ours */
+CW_FROM_PYTHON uint64_t cuwire_route_nvml_theirs(uint64_t mine); /* its server's handle; itself if no stand-in */
+/* The first device of a session's in the joined list (an NVML index its server gives, made the list's). */
+CW_FROM_PYTHON int cuwire_route_first_device(int session);
 /* The sessions open: 1 but in a device list. Python adds each as it opens (its windows and devices), and a
  * forked child forgets them with its parent's sessions. */
 CW_FROM_PYTHON int cuwire_route_sessions(void);

@@ -1180,16 +1180,19 @@ def wire_lock(route: int = ONE_SESSION):
         lib.cuwire_wire_release(route)
 
 
-def route(function: str, streams: tuple = (), handles: tuple = (), pointers: tuple = (), devices: tuple = ()) -> int:
+def route(function: str, streams: tuple = (), handles: tuple = (), pointers: tuple = (), devices: tuple = (),
+          nvml: tuple = ()) -> int:
     """The session a call goes to (client/routes.c; the generated calls give their arguments in the
     model's order, codegen/model.py Function.routes_by_kind): the server its streams (a special one: the
-    current context's), handles, device addresses and device ordinals name, else the calling thread's
-    current context's. Arguments of two servers: refused by name (Fail), as the C stubs refuse them."""
+    current context's), handles, device addresses, device ordinals (or NVML indices) and NVML devices
+    name, else the calling thread's current context's. Arguments of two servers: refused by name (Fail), as
+    the C stubs refuse them."""
     if lib.cuwire_route_sessions() == 1:
         return ONE_SESSION
     found = -1
     for ask, values in ((lib.cuwire_route_stream, streams), (lib.cuwire_route_handle, handles),
-                        (lib.cuwire_route_value, pointers), (lib.cuwire_route_device, devices)):
+                        (lib.cuwire_route_value, pointers), (lib.cuwire_route_device, devices),
+                        (lib.cuwire_route_nvml, nvml)):
         for value in values:
             more = ask(int(ffi.cast("uintptr_t", value)) if isinstance(value, ffi.CData) else value)
             if more >= 0 and found >= 0 and more != found:
@@ -1204,9 +1207,61 @@ def alias(handle: int, route: int) -> int:
     return lib.cuwire_route_alias(handle, route) if handle else 0
 
 
+def kernel_route(handle: int, device: int | None = None) -> tuple[int, int]:
+    """Where a question about a kernel (or a function) goes, and its handle there: the device's server (None:
+    the current context's), with the handle that server loaded for a library's kernel (alias); a
+    context's function of another server goes to that server. (0, handle) with one server."""
+    route = lib.cuwire_route_current() if device is None else lib.cuwire_route_device(device)
+    if route < 0:
+        route = lib.cuwire_route_current()
+    theirs = alias(handle, route)
+    if theirs == 0:  # (no alias: a context's CUfunction, on the server whose window it lies in)
+        route, theirs = max(lib.cuwire_route_value(handle), 0), handle
+    return route, theirs
+
+
 def own_device(ordinal: int) -> int:
     """A device of the program's (joined) list as its own server numbers it."""
     return lib.cuwire_route_own_device(ordinal)
+
+
+def nvml_theirs(handle) -> int:
+    """The NVML device handle its server gave, for one the program holds (the same but in a device list)."""
+    return lib.cuwire_route_nvml_theirs(int(ffi.cast("uintptr_t", handle)) if isinstance(handle, ffi.CData)
+                                        else handle)
+
+
+def nvml_mine(route: int, handle: int) -> int:
+    """The handle the program holds for an NVML device handle the route's server gave (the same but in a
+    device list, where the servers' handles may be equal: client/routes.c)."""
+    return lib.cuwire_route_nvml_mine(route, handle)
+
+
+def joined_device(route: int, index: int) -> int:
+    """A device index the route's server gave, as the program's joined list numbers that device."""
+    return index + lib.cuwire_route_first_device(route)
+
+
+def call_servers(how: str, fn: int, args, result_cls, total: str = "") -> tuple:
+    """A call that names no device, in a device list (annotation `servers`), and the route of the answer
+    that counts: "each" asks every server (the first failure is the answer), "sum" every server too, its
+    output `total` summed, "found" each in turn until one does not say NVML_ERROR_NOT_FOUND. With one
+    server, the call as any other."""
+    client.connect()  # (a list's sessions open with the first call: NVML's may come before CUDA's)
+    n = lib.cuwire_route_sessions()
+    if n <= 1:
+        return call(fn, args, result_cls, ONE_SESSION), ONE_SESSION
+    summed = 0
+    for route in range(n):
+        res = call(fn, args, result_cls, route)
+        if how == "found" and res.status != cu.NVML_ERROR_NOT_FOUND:
+            return res, route
+        if how != "found" and res.status:
+            return res, route
+        summed += getattr(res, total) if total else 0
+    if total:
+        setattr(res, total, summed)
+    return res, ONE_SESSION
 
 
 @ffi.def_extern(name="cuwire_py_wire_broken")

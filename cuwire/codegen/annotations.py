@@ -41,7 +41,12 @@ unimplemented (its stub says so loudly). Inside a table:
            (`fast`, then the server). Its parameters must fit a record (model.Function.fits_a_record)
   server   the file of a hand-written server half for a sync call (its client half and messages are
            generated): for calls whose bookkeeping the roles cannot say (virtual memory: server/vmm.py)
-  <param>  an inline table for one parameter: role, length, alloc, frees, range, at_most, streams (see
+  servers  for an NVML call that names no device, how a device list's servers answer it (NVML joined:
+           docs/several-servers.md): "each" (every server does it: nvmlInit, nvmlShutdown), "sum" (its
+           one output, summed: nvmlDeviceGetCount) or "found" (the servers asked in turn until one does
+           not say NVML_ERROR_NOT_FOUND: a handle by UUID, PCI bus id or serial); else the call is routed
+           as any other
+  <param>  an inline table for one parameter: role, length, alloc, frees, range, at_most, streams, device_index (see
            model.Param); range, for a device address passed by value: an expression of the bytes from it
            the call touches, which the server checks lie in the session's memory before the call (queued
            or not); at_most, for a value that sizes an output buffer: the most the call ever writes (a
@@ -51,7 +56,10 @@ unimplemented (its stub says so loudly). Inside a table:
            (server/bulk.py) instead of being held whole, after the same checks as any call. A host
            buffer the call reads whose elements are handles (buf_in of CUgraphNode: a graph's
            dependencies) has each checked as the session's, as a handle passed by value is
-           (model.Param.element_kind): a server half only for that is not needed
+           (model.Param.element_kind): a server half only for that is not needed. device_index = true, for
+           an NVML device index passed by value or written out: in a device list it is the joined list's
+           (the call goes to the server of that device, with its own index; an index written out is made
+           the list's)
 
 Parameters not named are inferred where that is safe (see `infer_role`);
 anything else is an error, never a guess.
@@ -70,8 +78,9 @@ ANNOTATIONS = Path(__file__).with_name("annotations")
 PACKAGE = Path(__file__).parents[1]  # cuwire/: `server` names a file in it
 MODES = {"sync", "async", "custom", "local"}
 FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after", "server", "synchronizes", "releases", "completes",
-                 "answered_when_done", "queued_when", "shares_memory"}
-PARAM_KEYS = {"role", "length", "alloc", "overflow", "frees", "range", "at_most", "streams"}
+                 "answered_when_done", "queued_when", "shares_memory", "servers"}
+PARAM_KEYS = {"role", "length", "alloc", "overflow", "frees", "range", "at_most", "streams", "device_index"}
+SERVERS = {"each", "sum", "found"}
 STREAMING_ROLES = {"buf_in", "buf_out", "mem_in", "mem_out"}
 NEEDS_LENGTH = {name for name, role in ROLES.items() if role.sized}
 ASYNC_ROLES = {"value"}
@@ -247,8 +256,20 @@ def apply_function(fn: Function, spec: dict) -> None:
             if role not in STREAMING_ROLES or peer is None or mode != "sync":
                 raise AnnotationError(f"{fn.name}.{p.name}: `streams` names the device parameter a host buffer "
                                       f"({', '.join(sorted(STREAMING_ROLES))}) of a sync call is copied to or from")
+        p.device_index = ann.get("device_index", False)
+        if p.device_index is not False and (p.device_index is not True or fn.api != "nvml"
+                                            or role not in ("value", "out")
+                                            or p.scalar.resolved not in ("unsigned int", "int")):
+            raise AnnotationError(f"{fn.name}.{p.name}: `device_index = true` goes with an NVML call's device index "
+                                  "passed by value or written out")
         if mode == "async" and role not in ASYNC_ROLES:
             raise AnnotationError(f"{fn.name}.{p.name}: an async call can carry only values, not role {role}")
+    fn.servers = spec.get("servers", "")
+    outs = [p for p in fn.params if p.role != "value"]
+    if fn.servers and (fn.servers not in SERVERS or fn.api != "nvml" or mode != "sync" or fn.routes
+                       or (fn.servers == "sum" and (len(outs) != 1 or outs[0].role != "out"))):
+        raise AnnotationError(f"{fn.name}: `servers` is one of {sorted(SERVERS)}, for an NVML sync call that names "
+                              "no device (and `sum`, for one with a single output)")
     fn.queued_when = spec.get("queued_when", "")
     if fn.queued_when and (mode != "sync" or fn.server or not fn.fits_a_record):
         raise AnnotationError(f"{fn.name}: `queued_when` goes with mode sync, no `server`, and parameters that "

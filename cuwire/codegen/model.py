@@ -36,6 +36,8 @@ SCALARS: dict[str, tuple[str, str, str]] = {
 ROUTELESS = frozenset({"CUlib_st", "CUkern_st"})
 # ...and the order the context-bound ones name a call's server in (Function.routes): the other kinds at 2
 ROUTE_FIRST = {"CUstream_st": 0, "CUctx_st": 1, "CUfunc_st": 3}
+# NVML's device handles: a device list's program holds the client's stand-ins for them (client/routes.c)
+NVML_DEVICE = "nvmlDevice_st"
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,7 @@ class Param:
     range: str = ""  # for device addresses passed by value: the bytes from it that must be the session's
     at_most: int = 0  # for a value sizing an output buffer: the most the call writes (annotations.py)
     streams: str = ""  # for a host buffer: the device parameter a large one streams to or from (annotations.py)
+    device_index: bool = False  # an NVML device index (in, or out): a device list's joined one (annotations.py)
 
     @property
     def info(self) -> Role:
@@ -219,6 +222,7 @@ class Function:
     completes: tuple[str, str] | None = None  # ("stream" | "event" | "context", C handle): see annotations.py
     answered_when_done: bool = False  # answered by the client while what it waits for is known finished
     queued_when: str = ""  # C predicate: the call cannot fail, so it is queued, not waited for (annotations.py)
+    servers: str = ""  # a device list: which servers it asks, each, sum or found (annotations.py); "": routed
 
     @property
     def released_at_end(self) -> bool:
@@ -263,11 +267,13 @@ class Function:
         it from the client. A call with two of them may join two servers (a copy, a stream waiting on an
         event): the client's to split."""
         handles = [("handle", p.name) for p in sorted(
-            (p for p in self.params if p.role == "value" and p.handle_kind and p.handle_kind not in ROUTELESS),
+            (p for p in self.params if p.role == "value" and p.handle_kind
+             and p.handle_kind not in ROUTELESS | {NVML_DEVICE}),
             key=lambda p: ROUTE_FIRST.get(p.handle_kind, 2))]
+        nvml = [("nvml", p.name) for p in self.params if p.role == "value" and p.handle_kind == NVML_DEVICE]
         rest = [("pointer" if p.type.name == "CUdeviceptr" else "device", p.name) for p in self.params
-                if p.role == "value" and p.type.name in ("CUdeviceptr", "CUdevice")]
-        return handles + rest
+                if p.role == "value" and (p.type.name in ("CUdeviceptr", "CUdevice") or p.device_index)]
+        return handles + nvml + rest
 
     @property
     def has_routeless(self) -> bool:

@@ -26,7 +26,7 @@ def cuArray3DCreate_v2(pHandle, pAllocateArray, pAllocateArray_len):
 @ffi.def_extern(name="cuwire_py_cuArray3DGetDescriptor_v2", onerror=rt.on_error)
 def cuArray3DGetDescriptor_v2(pArrayDescriptor, pArrayDescriptor_len, hArray):
     """cuArray3DGetDescriptor_v2 (cuda.h)"""
-    route = rt.route("cuArray3DGetDescriptor_v2", (), (hArray,), (), ())
+    route = rt.route("cuArray3DGetDescriptor_v2", (), (hArray,), (), (), ())
     args = pb.cuArray3DGetDescriptor_v2_Args()
     args.hArray = hArray
     rt.expect(pArrayDescriptor, pArrayDescriptor_len)
@@ -50,7 +50,7 @@ def cuArrayCreate_v2(pHandle, pAllocateArray, pAllocateArray_len):
 @ffi.def_extern(name="cuwire_py_cuArrayDestroy", onerror=rt.on_error)
 def cuArrayDestroy(hArray):
     """cuArrayDestroy (cuda.h)"""
-    route = rt.route("cuArrayDestroy", (), (hArray,), (), ())
+    route = rt.route("cuArrayDestroy", (), (hArray,), (), (), ())
     args = pb.cuArrayDestroy_Args()
     args.hArray = hArray
     res = rt.call(2943624815, args, pb.cuArrayDestroy_Result, route)
@@ -62,7 +62,7 @@ def cuArrayDestroy(hArray):
 @ffi.def_extern(name="cuwire_py_cuArrayGetDescriptor_v2", onerror=rt.on_error)
 def cuArrayGetDescriptor_v2(pArrayDescriptor, pArrayDescriptor_len, hArray):
     """cuArrayGetDescriptor_v2 (cuda.h)"""
-    route = rt.route("cuArrayGetDescriptor_v2", (), (hArray,), (), ())
+    route = rt.route("cuArrayGetDescriptor_v2", (), (hArray,), (), (), ())
     args = pb.cuArrayGetDescriptor_v2_Args()
     args.hArray = hArray
     rt.expect(pArrayDescriptor, pArrayDescriptor_len)
@@ -75,7 +75,7 @@ def cuArrayGetDescriptor_v2(pArrayDescriptor, pArrayDescriptor_len, hArray):
 @ffi.def_extern(name="cuwire_py_cuCtxCreate_v2", onerror=rt.on_error)
 def cuCtxCreate_v2(pctx, flags, dev):
     """cuCtxCreate_v2 (cuda.h): the CUDA 12 ABI of cuCtxCreate"""
-    route = rt.route("cuCtxCreate_v2", (), (), (), (dev,))
+    route = rt.route("cuCtxCreate_v2", (), (), (), (dev,), ())
     args = pb.cuCtxCreate_v2_Args()
     args.flags = flags
     args.dev = rt.own_device(dev)
@@ -88,7 +88,7 @@ def cuCtxCreate_v2(pctx, flags, dev):
 @ffi.def_extern(name="cuwire_py_cuCtxCreate_v4", onerror=rt.on_error)
 def cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev):
     """cuCtxCreate_v4 (cuda.h): made on the server; the client notes its device and makes it current (client/driver_local.c)"""
-    route = rt.route("cuCtxCreate_v4", (), (), (), (dev,))
+    route = rt.route("cuCtxCreate_v4", (), (), (), (dev,), ())
     args = pb.cuCtxCreate_v4_Args()
     args.flags = flags
     args.dev = rt.own_device(dev)
@@ -101,7 +101,7 @@ def cuCtxCreate_v4(pctx, ctxCreateParams, flags, dev):
 @ffi.def_extern(name="cuwire_py_cuCtxDestroy_v2", onerror=rt.on_error)
 def cuCtxDestroy_v2(ctx):
     """cuCtxDestroy_v2 (cuda.h): the client pops it if it was the calling thread's current context"""
-    route = rt.route("cuCtxDestroy_v2", (), (ctx,), (), ())
+    route = rt.route("cuCtxDestroy_v2", (), (ctx,), (), (), ())
     args = pb.cuCtxDestroy_v2_Args()
     args.ctx = ctx
     res = rt.call(2936422730, args, pb.cuCtxDestroy_v2_Result, route)
@@ -113,7 +113,7 @@ def cuCtxDestroy_v2(ctx):
 @ffi.def_extern(name="cuwire_py_cuCtxDisablePeerAccess", onerror=rt.on_error)
 def cuCtxDisablePeerAccess(peerContext):
     """cuCtxDisablePeerAccess (cuda.h)"""
-    route = rt.route("cuCtxDisablePeerAccess", (), (peerContext,), (), ())
+    route = rt.route("cuCtxDisablePeerAccess", (), (peerContext,), (), (), ())
     args = pb.cuCtxDisablePeerAccess_Args()
     args.peerContext = peerContext
     res = rt.call(4048085689, args, pb.cuCtxDisablePeerAccess_Result, route)
@@ -123,7 +123,7 @@ def cuCtxDisablePeerAccess(peerContext):
 @ffi.def_extern(name="cuwire_py_cuCtxEnablePeerAccess", onerror=rt.on_error)
 def cuCtxEnablePeerAccess(peerContext, Flags):
     """cuCtxEnablePeerAccess (cuda.h): devices of two servers of a device list: as GPUs without a peer path (client/peers.c)"""
-    route = rt.route("cuCtxEnablePeerAccess", (), (peerContext,), (), ())
+    route = rt.route("cuCtxEnablePeerAccess", (), (peerContext,), (), (), ())
     args = pb.cuCtxEnablePeerAccess_Args()
     args.peerContext = peerContext
     args.Flags = Flags
@@ -134,7 +134,7 @@ def cuCtxEnablePeerAccess(peerContext, Flags):
 @ffi.def_extern(name="cuwire_py_cuCtxGetApiVersion", onerror=rt.on_error)
 def cuCtxGetApiVersion(ctx, version):
     """cuCtxGetApiVersion (cuda.h)"""
-    route = rt.route("cuCtxGetApiVersion", (), (ctx,), (), ())
+    route = rt.route("cuCtxGetApiVersion", (), (ctx,), (), (), ())
     args = pb.cuCtxGetApiVersion_Args()
     args.ctx = ctx
     res = rt.call(900342868, args, pb.cuCtxGetApiVersion_Result, route)
@@ -178,7 +178,7 @@ def cuCtxGetFlags(flags):
 @ffi.def_extern(name="cuwire_py_cuCtxGetId", onerror=rt.on_error)
 def cuCtxGetId(ctx, ctxId):
     """cuCtxGetId (cuda.h)"""
-    route = rt.route("cuCtxGetId", (), (ctx,), (), ())
+    route = rt.route("cuCtxGetId", (), (ctx,), (), (), ())
     args = pb.cuCtxGetId_Args()
     args.ctx = ctx
     res = rt.call(3852336620, args, pb.cuCtxGetId_Result, route)
@@ -224,7 +224,7 @@ def cuCtxGetStreamPriorityRange(leastPriority, greatestPriority):
 @ffi.def_extern(name="cuwire_py_cuCtxRecordEvent", onerror=rt.on_error)
 def cuCtxRecordEvent(hCtx, hEvent):
     """cuCtxRecordEvent (cuda.h)"""
-    route = rt.route("cuCtxRecordEvent", (), (hCtx, hEvent), (), ())
+    route = rt.route("cuCtxRecordEvent", (), (hCtx, hEvent), (), (), ())
     args = pb.cuCtxRecordEvent_Args()
     args.hCtx = hCtx
     args.hEvent = hEvent
@@ -288,7 +288,7 @@ def cuCtxSynchronize():
 @ffi.def_extern(name="cuwire_py_cuCtxSynchronize_v2", onerror=rt.on_error)
 def cuCtxSynchronize_v2(ctx):
     """cuCtxSynchronize_v2 (cuda.h)"""
-    route = rt.route("cuCtxSynchronize_v2", (), (ctx,), (), ())
+    route = rt.route("cuCtxSynchronize_v2", (), (ctx,), (), (), ())
     args = pb.cuCtxSynchronize_v2_Args()
     args.ctx = ctx
     res = rt.call(357846365, args, pb.cuCtxSynchronize_v2_Result, route)
@@ -298,7 +298,7 @@ def cuCtxSynchronize_v2(ctx):
 @ffi.def_extern(name="cuwire_py_cuCtxWaitEvent", onerror=rt.on_error)
 def cuCtxWaitEvent(hCtx, hEvent):
     """cuCtxWaitEvent (cuda.h)"""
-    route = rt.route("cuCtxWaitEvent", (), (hCtx, hEvent), (), ())
+    route = rt.route("cuCtxWaitEvent", (), (hCtx, hEvent), (), (), ())
     args = pb.cuCtxWaitEvent_Args()
     args.hCtx = hCtx
     args.hEvent = hEvent
@@ -309,7 +309,7 @@ def cuCtxWaitEvent(hCtx, hEvent):
 @ffi.def_extern(name="cuwire_py_cuDeviceCanAccessPeer", onerror=rt.on_error)
 def cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev):
     """cuDeviceCanAccessPeer (cuda.h): devices of two servers of a device list: as GPUs without a peer path (client/peers.c)"""
-    route = rt.route("cuDeviceCanAccessPeer", (), (), (), (dev, peerDev))
+    route = rt.route("cuDeviceCanAccessPeer", (), (), (), (dev, peerDev), ())
     args = pb.cuDeviceCanAccessPeer_Args()
     args.dev = rt.own_device(dev)
     args.peerDev = rt.own_device(peerDev)
@@ -333,7 +333,7 @@ def cuDeviceGetByPCIBusId(dev, pciBusId):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetDefaultMemPool", onerror=rt.on_error)
 def cuDeviceGetDefaultMemPool(pool_out, dev):
     """cuDeviceGetDefaultMemPool (cuda.h)"""
-    route = rt.route("cuDeviceGetDefaultMemPool", (), (), (), (dev,))
+    route = rt.route("cuDeviceGetDefaultMemPool", (), (), (), (dev,), ())
     args = pb.cuDeviceGetDefaultMemPool_Args()
     args.dev = rt.own_device(dev)
     res = rt.call(1234428036, args, pb.cuDeviceGetDefaultMemPool_Result, route)
@@ -345,7 +345,7 @@ def cuDeviceGetDefaultMemPool(pool_out, dev):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetExecAffinitySupport", onerror=rt.on_error)
 def cuDeviceGetExecAffinitySupport(pi, type, dev):
     """cuDeviceGetExecAffinitySupport (cuda.h)"""
-    route = rt.route("cuDeviceGetExecAffinitySupport", (), (), (), (dev,))
+    route = rt.route("cuDeviceGetExecAffinitySupport", (), (), (), (dev,), ())
     args = pb.cuDeviceGetExecAffinitySupport_Args()
     args.type = type
     args.dev = rt.own_device(dev)
@@ -358,7 +358,7 @@ def cuDeviceGetExecAffinitySupport(pi, type, dev):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetGraphMemAttribute", onerror=rt.on_error)
 def cuDeviceGetGraphMemAttribute(device, attr, value, value_len):
     """cuDeviceGetGraphMemAttribute (cuda.h)"""
-    route = rt.route("cuDeviceGetGraphMemAttribute", (), (), (), (device,))
+    route = rt.route("cuDeviceGetGraphMemAttribute", (), (), (), (device,), ())
     args = pb.cuDeviceGetGraphMemAttribute_Args()
     args.device = rt.own_device(device)
     args.attr = attr
@@ -372,7 +372,7 @@ def cuDeviceGetGraphMemAttribute(device, attr, value, value_len):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetHostAtomicCapabilities", onerror=rt.on_error)
 def cuDeviceGetHostAtomicCapabilities(capabilities, capabilities_len, operations, operations_len, count, dev):
     """cuDeviceGetHostAtomicCapabilities (cuda.h)"""
-    route = rt.route("cuDeviceGetHostAtomicCapabilities", (), (), (), (dev,))
+    route = rt.route("cuDeviceGetHostAtomicCapabilities", (), (), (), (dev,), ())
     args = pb.cuDeviceGetHostAtomicCapabilities_Args()
     args.operations = rt.read(operations, operations_len)
     args.count = count
@@ -387,7 +387,7 @@ def cuDeviceGetHostAtomicCapabilities(capabilities, capabilities_len, operations
 @ffi.def_extern(name="cuwire_py_cuDeviceGetLuid", onerror=rt.on_error)
 def cuDeviceGetLuid(luid, luid_len, deviceNodeMask, dev):
     """cuDeviceGetLuid (cuda.h)"""
-    route = rt.route("cuDeviceGetLuid", (), (), (), (dev,))
+    route = rt.route("cuDeviceGetLuid", (), (), (), (dev,), ())
     args = pb.cuDeviceGetLuid_Args()
     args.dev = rt.own_device(dev)
     rt.expect(luid, luid_len)
@@ -401,7 +401,7 @@ def cuDeviceGetLuid(luid, luid_len, deviceNodeMask, dev):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetMemPool", onerror=rt.on_error)
 def cuDeviceGetMemPool(pool, dev):
     """cuDeviceGetMemPool (cuda.h)"""
-    route = rt.route("cuDeviceGetMemPool", (), (), (), (dev,))
+    route = rt.route("cuDeviceGetMemPool", (), (), (), (dev,), ())
     args = pb.cuDeviceGetMemPool_Args()
     args.dev = rt.own_device(dev)
     res = rt.call(3826692610, args, pb.cuDeviceGetMemPool_Result, route)
@@ -413,7 +413,7 @@ def cuDeviceGetMemPool(pool, dev):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetP2PAtomicCapabilities", onerror=rt.on_error)
 def cuDeviceGetP2PAtomicCapabilities(capabilities, capabilities_len, operations, operations_len, count, srcDevice, dstDevice):
     """cuDeviceGetP2PAtomicCapabilities (cuda.h)"""
-    route = rt.route("cuDeviceGetP2PAtomicCapabilities", (), (), (), (srcDevice, dstDevice))
+    route = rt.route("cuDeviceGetP2PAtomicCapabilities", (), (), (), (srcDevice, dstDevice), ())
     args = pb.cuDeviceGetP2PAtomicCapabilities_Args()
     args.operations = rt.read(operations, operations_len)
     args.count = count
@@ -429,7 +429,7 @@ def cuDeviceGetP2PAtomicCapabilities(capabilities, capabilities_len, operations,
 @ffi.def_extern(name="cuwire_py_cuDeviceGetP2PAttribute", onerror=rt.on_error)
 def cuDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice):
     """cuDeviceGetP2PAttribute (cuda.h): devices of two servers of a device list: as GPUs without a peer path (client/peers.c)"""
-    route = rt.route("cuDeviceGetP2PAttribute", (), (), (), (srcDevice, dstDevice))
+    route = rt.route("cuDeviceGetP2PAttribute", (), (), (), (srcDevice, dstDevice), ())
     args = pb.cuDeviceGetP2PAttribute_Args()
     args.attrib = attrib
     args.srcDevice = rt.own_device(srcDevice)
@@ -443,7 +443,7 @@ def cuDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetPCIBusId", onerror=rt.on_error)
 def cuDeviceGetPCIBusId(pciBusId, pciBusId_len, len, dev):
     """cuDeviceGetPCIBusId (cuda.h)"""
-    route = rt.route("cuDeviceGetPCIBusId", (), (), (), (dev,))
+    route = rt.route("cuDeviceGetPCIBusId", (), (), (), (dev,), ())
     args = pb.cuDeviceGetPCIBusId_Args()
     args.len = len
     args.dev = rt.own_device(dev)
@@ -457,7 +457,7 @@ def cuDeviceGetPCIBusId(pciBusId, pciBusId_len, len, dev):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetProperties", onerror=rt.on_error)
 def cuDeviceGetProperties(prop, prop_len, dev):
     """cuDeviceGetProperties (cuda.h)"""
-    route = rt.route("cuDeviceGetProperties", (), (), (), (dev,))
+    route = rt.route("cuDeviceGetProperties", (), (), (), (dev,), ())
     args = pb.cuDeviceGetProperties_Args()
     args.dev = rt.own_device(dev)
     rt.expect(prop, prop_len)
@@ -470,7 +470,7 @@ def cuDeviceGetProperties(prop, prop_len, dev):
 @ffi.def_extern(name="cuwire_py_cuDeviceGetTexture1DLinearMaxWidth", onerror=rt.on_error)
 def cuDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, format, numChannels, dev):
     """cuDeviceGetTexture1DLinearMaxWidth (cuda.h)"""
-    route = rt.route("cuDeviceGetTexture1DLinearMaxWidth", (), (), (), (dev,))
+    route = rt.route("cuDeviceGetTexture1DLinearMaxWidth", (), (), (), (dev,), ())
     args = pb.cuDeviceGetTexture1DLinearMaxWidth_Args()
     args.format = format
     args.numChannels = numChannels
@@ -484,7 +484,7 @@ def cuDeviceGetTexture1DLinearMaxWidth(maxWidthInElements, format, numChannels, 
 @ffi.def_extern(name="cuwire_py_cuDeviceGraphMemTrim", onerror=rt.on_error)
 def cuDeviceGraphMemTrim(device):
     """cuDeviceGraphMemTrim (cuda.h): the session's own graph memory (each session has its context)"""
-    route = rt.route("cuDeviceGraphMemTrim", (), (), (), (device,))
+    route = rt.route("cuDeviceGraphMemTrim", (), (), (), (device,), ())
     args = pb.cuDeviceGraphMemTrim_Args()
     args.device = rt.own_device(device)
     res = rt.call(64302920, args, pb.cuDeviceGraphMemTrim_Result, route)
@@ -494,7 +494,7 @@ def cuDeviceGraphMemTrim(device):
 @ffi.def_extern(name="cuwire_py_cuDevicePrimaryCtxReset_v2", onerror=rt.on_error)
 def cuDevicePrimaryCtxReset_v2(dev):
     """cuDevicePrimaryCtxReset_v2 (cuda.h): the server makes the primary context again at once, current on the session's thread (refused with --isolation thread, where sessions share it)"""
-    route = rt.route("cuDevicePrimaryCtxReset_v2", (), (), (), (dev,))
+    route = rt.route("cuDevicePrimaryCtxReset_v2", (), (), (), (dev,), ())
     args = pb.cuDevicePrimaryCtxReset_v2_Args()
     args.dev = rt.own_device(dev)
     res = rt.call(2324783077, args, pb.cuDevicePrimaryCtxReset_v2_Result, route)
@@ -504,7 +504,7 @@ def cuDevicePrimaryCtxReset_v2(dev):
 @ffi.def_extern(name="cuwire_py_cuDevicePrimaryCtxSetFlags_v2", onerror=rt.on_error)
 def cuDevicePrimaryCtxSetFlags_v2(dev, flags):
     """cuDevicePrimaryCtxSetFlags_v2 (cuda.h)"""
-    route = rt.route("cuDevicePrimaryCtxSetFlags_v2", (), (), (), (dev,))
+    route = rt.route("cuDevicePrimaryCtxSetFlags_v2", (), (), (), (dev,), ())
     args = pb.cuDevicePrimaryCtxSetFlags_v2_Args()
     args.dev = rt.own_device(dev)
     args.flags = flags
@@ -515,7 +515,7 @@ def cuDevicePrimaryCtxSetFlags_v2(dev, flags):
 @ffi.def_extern(name="cuwire_py_cuDeviceSetGraphMemAttribute", onerror=rt.on_error)
 def cuDeviceSetGraphMemAttribute(device, attr, value, value_len):
     """cuDeviceSetGraphMemAttribute (cuda.h)"""
-    route = rt.route("cuDeviceSetGraphMemAttribute", (), (), (), (device,))
+    route = rt.route("cuDeviceSetGraphMemAttribute", (), (), (), (device,), ())
     args = pb.cuDeviceSetGraphMemAttribute_Args()
     args.device = rt.own_device(device)
     args.attr = attr
@@ -527,7 +527,7 @@ def cuDeviceSetGraphMemAttribute(device, attr, value, value_len):
 @ffi.def_extern(name="cuwire_py_cuDeviceSetMemPool", onerror=rt.on_error)
 def cuDeviceSetMemPool(dev, pool):
     """cuDeviceSetMemPool (cuda.h)"""
-    route = rt.route("cuDeviceSetMemPool", (), (pool,), (), (dev,))
+    route = rt.route("cuDeviceSetMemPool", (), (pool,), (), (dev,), ())
     args = pb.cuDeviceSetMemPool_Args()
     args.dev = rt.own_device(dev)
     args.pool = pool
@@ -549,7 +549,7 @@ def cuEventCreate(phEvent, Flags):
 @ffi.def_extern(name="cuwire_py_cuEventDestroy_v2", onerror=rt.on_error)
 def cuEventDestroy_v2(hEvent):
     """cuEventDestroy_v2 (cuda.h): queued when the client gave the event out and it is alive (client/handle_pools.c)"""
-    route = rt.route("cuEventDestroy_v2", (), (hEvent,), (), ())
+    route = rt.route("cuEventDestroy_v2", (), (hEvent,), (), (), ())
     args = pb.cuEventDestroy_v2_Args()
     args.hEvent = hEvent
     res = rt.call(495590736, args, pb.cuEventDestroy_v2_Result, route)
@@ -561,7 +561,7 @@ def cuEventDestroy_v2(hEvent):
 @ffi.def_extern(name="cuwire_py_cuEventElapsedTime_v2", onerror=rt.on_error)
 def cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd):
     """cuEventElapsedTime_v2 (cuda.h)"""
-    route = rt.route("cuEventElapsedTime_v2", (), (hStart, hEnd), (), ())
+    route = rt.route("cuEventElapsedTime_v2", (), (hStart, hEnd), (), (), ())
     args = pb.cuEventElapsedTime_v2_Args()
     args.hStart = hStart
     args.hEnd = hEnd
@@ -574,7 +574,7 @@ def cuEventElapsedTime_v2(pMilliseconds, hStart, hEnd):
 @ffi.def_extern(name="cuwire_py_cuEventQuery", onerror=rt.on_error)
 def cuEventQuery(hEvent):
     """cuEventQuery (cuda.h)"""
-    route = rt.route("cuEventQuery", (), (hEvent,), (), ())
+    route = rt.route("cuEventQuery", (), (hEvent,), (), (), ())
     args = pb.cuEventQuery_Args()
     args.hEvent = hEvent
     res = rt.call(2687060959, args, pb.cuEventQuery_Result, route)
@@ -584,7 +584,7 @@ def cuEventQuery(hEvent):
 @ffi.def_extern(name="cuwire_py_cuEventSynchronize", onerror=rt.on_error)
 def cuEventSynchronize(hEvent):
     """cuEventSynchronize (cuda.h)"""
-    route = rt.route("cuEventSynchronize", (), (hEvent,), (), ())
+    route = rt.route("cuEventSynchronize", (), (hEvent,), (), (), ())
     args = pb.cuEventSynchronize_Args()
     args.hEvent = hEvent
     res = rt.call(3775496938, args, pb.cuEventSynchronize_Result, route)
@@ -594,7 +594,7 @@ def cuEventSynchronize(hEvent):
 @ffi.def_extern(name="cuwire_py_cuFuncGetAttribute", onerror=rt.on_error)
 def cuFuncGetAttribute(pi, attrib, hfunc):
     """cuFuncGetAttribute (cuda.h): kept by the client once answered (client/answers_cache.c)"""
-    route = rt.route("cuFuncGetAttribute", (), (hfunc,), (), ())
+    route = rt.route("cuFuncGetAttribute", (), (hfunc,), (), (), ())
     args = pb.cuFuncGetAttribute_Args()
     args.attrib = attrib
     args.hfunc = rt.server_function(hfunc)
@@ -607,7 +607,7 @@ def cuFuncGetAttribute(pi, attrib, hfunc):
 @ffi.def_extern(name="cuwire_py_cuFuncGetModule", onerror=rt.on_error)
 def cuFuncGetModule(hmod, hfunc):
     """cuFuncGetModule (cuda.h)"""
-    route = rt.route("cuFuncGetModule", (), (hfunc,), (), ())
+    route = rt.route("cuFuncGetModule", (), (hfunc,), (), (), ())
     args = pb.cuFuncGetModule_Args()
     args.hfunc = rt.server_function(hfunc)
     res = rt.call(4080729374, args, pb.cuFuncGetModule_Result, route)
@@ -619,7 +619,7 @@ def cuFuncGetModule(hmod, hfunc):
 @ffi.def_extern(name="cuwire_py_cuFuncGetParamInfo", onerror=rt.on_error)
 def cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize):
     """cuFuncGetParamInfo (cuda.h)"""
-    route = rt.route("cuFuncGetParamInfo", (), (func,), (), ())
+    route = rt.route("cuFuncGetParamInfo", (), (func,), (), (), ())
     args = pb.cuFuncGetParamInfo_Args()
     args.func = rt.server_function(func)
     args.paramIndex = paramIndex
@@ -633,7 +633,7 @@ def cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize):
 @ffi.def_extern(name="cuwire_py_cuFuncIsLoaded", onerror=rt.on_error)
 def cuFuncIsLoaded(state, function):
     """cuFuncIsLoaded (cuda.h)"""
-    route = rt.route("cuFuncIsLoaded", (), (function,), (), ())
+    route = rt.route("cuFuncIsLoaded", (), (function,), (), (), ())
     args = pb.cuFuncIsLoaded_Args()
     args.function = rt.server_function(function)
     res = rt.call(1787595107, args, pb.cuFuncIsLoaded_Result, route)
@@ -645,7 +645,7 @@ def cuFuncIsLoaded(state, function):
 @ffi.def_extern(name="cuwire_py_cuFuncLoad", onerror=rt.on_error)
 def cuFuncLoad(function):
     """cuFuncLoad (cuda.h)"""
-    route = rt.route("cuFuncLoad", (), (function,), (), ())
+    route = rt.route("cuFuncLoad", (), (function,), (), (), ())
     args = pb.cuFuncLoad_Args()
     args.function = rt.server_function(function)
     res = rt.call(2060489457, args, pb.cuFuncLoad_Result, route)
@@ -655,7 +655,7 @@ def cuFuncLoad(function):
 @ffi.def_extern(name="cuwire_py_cuFuncSetAttribute", onerror=rt.on_error)
 def cuFuncSetAttribute(hfunc, attrib, value):
     """cuFuncSetAttribute (cuda.h): the largest dynamic shared memory, within what the driver allows, is queued (client/answers_cache.c)"""
-    route = rt.route("cuFuncSetAttribute", (), (hfunc,), (), ())
+    route = rt.route("cuFuncSetAttribute", (), (hfunc,), (), (), ())
     args = pb.cuFuncSetAttribute_Args()
     args.hfunc = rt.server_function(hfunc)
     args.attrib = attrib
@@ -667,7 +667,7 @@ def cuFuncSetAttribute(hfunc, attrib, value):
 @ffi.def_extern(name="cuwire_py_cuFuncSetCacheConfig", onerror=rt.on_error)
 def cuFuncSetCacheConfig(hfunc, config):
     """cuFuncSetCacheConfig (cuda.h): the same preference again is answered, another of a kernel the client knows queued (client/answers_cache.c)"""
-    route = rt.route("cuFuncSetCacheConfig", (), (hfunc,), (), ())
+    route = rt.route("cuFuncSetCacheConfig", (), (hfunc,), (), (), ())
     args = pb.cuFuncSetCacheConfig_Args()
     args.hfunc = rt.server_function(hfunc)
     args.config = config
@@ -678,7 +678,7 @@ def cuFuncSetCacheConfig(hfunc, config):
 @ffi.def_extern(name="cuwire_py_cuFuncSetSharedMemConfig", onerror=rt.on_error)
 def cuFuncSetSharedMemConfig(hfunc, config):
     """cuFuncSetSharedMemConfig (cuda.h)"""
-    route = rt.route("cuFuncSetSharedMemConfig", (), (hfunc,), (), ())
+    route = rt.route("cuFuncSetSharedMemConfig", (), (hfunc,), (), (), ())
     args = pb.cuFuncSetSharedMemConfig_Args()
     args.hfunc = rt.server_function(hfunc)
     args.config = config
@@ -689,7 +689,7 @@ def cuFuncSetSharedMemConfig(hfunc, config):
 @ffi.def_extern(name="cuwire_py_cuGraphAddChildGraphNode", onerror=rt.on_error)
 def cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, childGraph):
     """cuGraphAddChildGraphNode (cuda.h)"""
-    route = rt.route("cuGraphAddChildGraphNode", (), (hGraph, childGraph), (), ())
+    route = rt.route("cuGraphAddChildGraphNode", (), (hGraph, childGraph), (), (), ())
     args = pb.cuGraphAddChildGraphNode_Args()
     args.hGraph = hGraph
     args.dependencies = rt.read(dependencies, dependencies_len)
@@ -704,7 +704,7 @@ def cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, dependencies_len
 @ffi.def_extern(name="cuwire_py_cuGraphAddDependencies_v2", onerror=rt.on_error)
 def cuGraphAddDependencies_v2(hGraph, from_, from__len, to, to_len, edgeData, edgeData_len, numDependencies):
     """cuGraphAddDependencies_v2 (cuda.h): edge data (NULL: default edges) travels as the program's array"""
-    route = rt.route("cuGraphAddDependencies_v2", (), (hGraph,), (), ())
+    route = rt.route("cuGraphAddDependencies_v2", (), (hGraph,), (), (), ())
     args = pb.cuGraphAddDependencies_v2_Args()
     args.hGraph = hGraph
     args.from_ = rt.read(from_, from__len)
@@ -718,7 +718,7 @@ def cuGraphAddDependencies_v2(hGraph, from_, from__len, to, to_len, edgeData, ed
 @ffi.def_extern(name="cuwire_py_cuGraphAddEmptyNode", onerror=rt.on_error)
 def cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies):
     """cuGraphAddEmptyNode (cuda.h)"""
-    route = rt.route("cuGraphAddEmptyNode", (), (hGraph,), (), ())
+    route = rt.route("cuGraphAddEmptyNode", (), (hGraph,), (), (), ())
     args = pb.cuGraphAddEmptyNode_Args()
     args.hGraph = hGraph
     args.dependencies = rt.read(dependencies, dependencies_len)
@@ -732,7 +732,7 @@ def cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, dependencies_len, num
 @ffi.def_extern(name="cuwire_py_cuGraphAddEventRecordNode", onerror=rt.on_error)
 def cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, event):
     """cuGraphAddEventRecordNode (cuda.h)"""
-    route = rt.route("cuGraphAddEventRecordNode", (), (hGraph, event), (), ())
+    route = rt.route("cuGraphAddEventRecordNode", (), (hGraph, event), (), (), ())
     args = pb.cuGraphAddEventRecordNode_Args()
     args.hGraph = hGraph
     args.dependencies = rt.read(dependencies, dependencies_len)
@@ -747,7 +747,7 @@ def cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, dependencies_le
 @ffi.def_extern(name="cuwire_py_cuGraphAddEventWaitNode", onerror=rt.on_error)
 def cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, event):
     """cuGraphAddEventWaitNode (cuda.h)"""
-    route = rt.route("cuGraphAddEventWaitNode", (), (hGraph, event), (), ())
+    route = rt.route("cuGraphAddEventWaitNode", (), (hGraph, event), (), (), ())
     args = pb.cuGraphAddEventWaitNode_Args()
     args.hGraph = hGraph
     args.dependencies = rt.read(dependencies, dependencies_len)
@@ -762,7 +762,7 @@ def cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, dependencies_len,
 @ffi.def_extern(name="cuwire_py_cuGraphAddMemcpyNode", onerror=rt.on_error)
 def cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, copyParams, copyParams_len, ctx):
     """cuGraphAddMemcpyNode (cuda.h): device and array memory, and, with a server on this host, host memory: page-locked memory as it is, pageable memory through a stand-in kept in step at launches and synchronizations (client/graph_copies.c); over TCP host memory is refused by name (server/graphs.py)"""
-    route = rt.route("cuGraphAddMemcpyNode", (), (ctx, hGraph), (), ())
+    route = rt.route("cuGraphAddMemcpyNode", (), (ctx, hGraph), (), (), ())
     args = pb.cuGraphAddMemcpyNode_Args()
     args.hGraph = hGraph
     args.dependencies = rt.read(dependencies, dependencies_len)
@@ -778,7 +778,7 @@ def cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, dependencies_len, nu
 @ffi.def_extern(name="cuwire_py_cuGraphAddMemsetNode", onerror=rt.on_error)
 def cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, dependencies_len, numDependencies, memsetParams, memsetParams_len, ctx):
     """cuGraphAddMemsetNode (cuda.h)"""
-    route = rt.route("cuGraphAddMemsetNode", (), (ctx, hGraph), (), ())
+    route = rt.route("cuGraphAddMemsetNode", (), (ctx, hGraph), (), (), ())
     args = pb.cuGraphAddMemsetNode_Args()
     args.hGraph = hGraph
     args.dependencies = rt.read(dependencies, dependencies_len)
@@ -794,7 +794,7 @@ def cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, dependencies_len, nu
 @ffi.def_extern(name="cuwire_py_cuGraphChildGraphNodeGetGraph", onerror=rt.on_error)
 def cuGraphChildGraphNodeGetGraph(hNode, phGraph):
     """cuGraphChildGraphNodeGetGraph (cuda.h)"""
-    route = rt.route("cuGraphChildGraphNodeGetGraph", (), (hNode,), (), ())
+    route = rt.route("cuGraphChildGraphNodeGetGraph", (), (hNode,), (), (), ())
     args = pb.cuGraphChildGraphNodeGetGraph_Args()
     args.hNode = hNode
     res = rt.call(378561055, args, pb.cuGraphChildGraphNodeGetGraph_Result, route)
@@ -806,7 +806,7 @@ def cuGraphChildGraphNodeGetGraph(hNode, phGraph):
 @ffi.def_extern(name="cuwire_py_cuGraphClone", onerror=rt.on_error)
 def cuGraphClone(phGraphClone, originalGraph):
     """cuGraphClone (cuda.h)"""
-    route = rt.route("cuGraphClone", (), (originalGraph,), (), ())
+    route = rt.route("cuGraphClone", (), (originalGraph,), (), (), ())
     args = pb.cuGraphClone_Args()
     args.originalGraph = originalGraph
     res = rt.call(4133468500, args, pb.cuGraphClone_Result, route)
@@ -818,7 +818,7 @@ def cuGraphClone(phGraphClone, originalGraph):
 @ffi.def_extern(name="cuwire_py_cuGraphConditionalHandleCreate", onerror=rt.on_error)
 def cuGraphConditionalHandleCreate(pHandle_out, hGraph, ctx, defaultLaunchValue, flags):
     """cuGraphConditionalHandleCreate (cuda.h)"""
-    route = rt.route("cuGraphConditionalHandleCreate", (), (ctx, hGraph), (), ())
+    route = rt.route("cuGraphConditionalHandleCreate", (), (ctx, hGraph), (), (), ())
     args = pb.cuGraphConditionalHandleCreate_Args()
     args.hGraph = hGraph
     args.ctx = ctx
@@ -844,7 +844,7 @@ def cuGraphCreate(phGraph, flags):
 @ffi.def_extern(name="cuwire_py_cuGraphDestroy", onerror=rt.on_error)
 def cuGraphDestroy(hGraph):
     """cuGraphDestroy (cuda.h)"""
-    route = rt.route("cuGraphDestroy", (), (hGraph,), (), ())
+    route = rt.route("cuGraphDestroy", (), (hGraph,), (), (), ())
     args = pb.cuGraphDestroy_Args()
     args.hGraph = hGraph
     res = rt.call(2272976611, args, pb.cuGraphDestroy_Result, route)
@@ -856,7 +856,7 @@ def cuGraphDestroy(hGraph):
 @ffi.def_extern(name="cuwire_py_cuGraphDestroyNode", onerror=rt.on_error)
 def cuGraphDestroyNode(hNode):
     """cuGraphDestroyNode (cuda.h)"""
-    route = rt.route("cuGraphDestroyNode", (), (hNode,), (), ())
+    route = rt.route("cuGraphDestroyNode", (), (hNode,), (), (), ())
     args = pb.cuGraphDestroyNode_Args()
     args.hNode = hNode
     res = rt.call(3231463016, args, pb.cuGraphDestroyNode_Result, route)
@@ -868,7 +868,7 @@ def cuGraphDestroyNode(hNode):
 @ffi.def_extern(name="cuwire_py_cuGraphEventRecordNodeGetEvent", onerror=rt.on_error)
 def cuGraphEventRecordNodeGetEvent(hNode, event_out):
     """cuGraphEventRecordNodeGetEvent (cuda.h)"""
-    route = rt.route("cuGraphEventRecordNodeGetEvent", (), (hNode,), (), ())
+    route = rt.route("cuGraphEventRecordNodeGetEvent", (), (hNode,), (), (), ())
     args = pb.cuGraphEventRecordNodeGetEvent_Args()
     args.hNode = hNode
     res = rt.call(3071554212, args, pb.cuGraphEventRecordNodeGetEvent_Result, route)
@@ -880,7 +880,7 @@ def cuGraphEventRecordNodeGetEvent(hNode, event_out):
 @ffi.def_extern(name="cuwire_py_cuGraphEventRecordNodeSetEvent", onerror=rt.on_error)
 def cuGraphEventRecordNodeSetEvent(hNode, event):
     """cuGraphEventRecordNodeSetEvent (cuda.h)"""
-    route = rt.route("cuGraphEventRecordNodeSetEvent", (), (hNode, event), (), ())
+    route = rt.route("cuGraphEventRecordNodeSetEvent", (), (hNode, event), (), (), ())
     args = pb.cuGraphEventRecordNodeSetEvent_Args()
     args.hNode = hNode
     args.event = event
@@ -891,7 +891,7 @@ def cuGraphEventRecordNodeSetEvent(hNode, event):
 @ffi.def_extern(name="cuwire_py_cuGraphEventWaitNodeGetEvent", onerror=rt.on_error)
 def cuGraphEventWaitNodeGetEvent(hNode, event_out):
     """cuGraphEventWaitNodeGetEvent (cuda.h)"""
-    route = rt.route("cuGraphEventWaitNodeGetEvent", (), (hNode,), (), ())
+    route = rt.route("cuGraphEventWaitNodeGetEvent", (), (hNode,), (), (), ())
     args = pb.cuGraphEventWaitNodeGetEvent_Args()
     args.hNode = hNode
     res = rt.call(2003086414, args, pb.cuGraphEventWaitNodeGetEvent_Result, route)
@@ -903,7 +903,7 @@ def cuGraphEventWaitNodeGetEvent(hNode, event_out):
 @ffi.def_extern(name="cuwire_py_cuGraphEventWaitNodeSetEvent", onerror=rt.on_error)
 def cuGraphEventWaitNodeSetEvent(hNode, event):
     """cuGraphEventWaitNodeSetEvent (cuda.h)"""
-    route = rt.route("cuGraphEventWaitNodeSetEvent", (), (hNode, event), (), ())
+    route = rt.route("cuGraphEventWaitNodeSetEvent", (), (hNode, event), (), (), ())
     args = pb.cuGraphEventWaitNodeSetEvent_Args()
     args.hNode = hNode
     args.event = event
@@ -914,7 +914,7 @@ def cuGraphEventWaitNodeSetEvent(hNode, event):
 @ffi.def_extern(name="cuwire_py_cuGraphExecChildGraphNodeSetParams", onerror=rt.on_error)
 def cuGraphExecChildGraphNodeSetParams(hGraphExec, hNode, childGraph):
     """cuGraphExecChildGraphNodeSetParams (cuda.h): the child graph's stand-ins for pageable memory are the executable graph's too (client/graph_copies.c)"""
-    route = rt.route("cuGraphExecChildGraphNodeSetParams", (), (hGraphExec, hNode, childGraph), (), ())
+    route = rt.route("cuGraphExecChildGraphNodeSetParams", (), (hGraphExec, hNode, childGraph), (), (), ())
     args = pb.cuGraphExecChildGraphNodeSetParams_Args()
     args.hGraphExec = hGraphExec
     args.hNode = hNode
@@ -926,7 +926,7 @@ def cuGraphExecChildGraphNodeSetParams(hGraphExec, hNode, childGraph):
 @ffi.def_extern(name="cuwire_py_cuGraphExecDestroy", onerror=rt.on_error)
 def cuGraphExecDestroy(hGraphExec):
     """cuGraphExecDestroy (cuda.h)"""
-    route = rt.route("cuGraphExecDestroy", (), (hGraphExec,), (), ())
+    route = rt.route("cuGraphExecDestroy", (), (hGraphExec,), (), (), ())
     args = pb.cuGraphExecDestroy_Args()
     args.hGraphExec = hGraphExec
     res = rt.call(652470004, args, pb.cuGraphExecDestroy_Result, route)
@@ -938,7 +938,7 @@ def cuGraphExecDestroy(hGraphExec):
 @ffi.def_extern(name="cuwire_py_cuGraphExecEventRecordNodeSetEvent", onerror=rt.on_error)
 def cuGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event):
     """cuGraphExecEventRecordNodeSetEvent (cuda.h)"""
-    route = rt.route("cuGraphExecEventRecordNodeSetEvent", (), (hGraphExec, hNode, event), (), ())
+    route = rt.route("cuGraphExecEventRecordNodeSetEvent", (), (hGraphExec, hNode, event), (), (), ())
     args = pb.cuGraphExecEventRecordNodeSetEvent_Args()
     args.hGraphExec = hGraphExec
     args.hNode = hNode
@@ -950,7 +950,7 @@ def cuGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, event):
 @ffi.def_extern(name="cuwire_py_cuGraphExecEventWaitNodeSetEvent", onerror=rt.on_error)
 def cuGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event):
     """cuGraphExecEventWaitNodeSetEvent (cuda.h)"""
-    route = rt.route("cuGraphExecEventWaitNodeSetEvent", (), (hGraphExec, hNode, event), (), ())
+    route = rt.route("cuGraphExecEventWaitNodeSetEvent", (), (hGraphExec, hNode, event), (), (), ())
     args = pb.cuGraphExecEventWaitNodeSetEvent_Args()
     args.hGraphExec = hGraphExec
     args.hNode = hNode
@@ -962,7 +962,7 @@ def cuGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, event):
 @ffi.def_extern(name="cuwire_py_cuGraphExecGetFlags", onerror=rt.on_error)
 def cuGraphExecGetFlags(hGraphExec, flags):
     """cuGraphExecGetFlags (cuda.h)"""
-    route = rt.route("cuGraphExecGetFlags", (), (hGraphExec,), (), ())
+    route = rt.route("cuGraphExecGetFlags", (), (hGraphExec,), (), (), ())
     args = pb.cuGraphExecGetFlags_Args()
     args.hGraphExec = hGraphExec
     res = rt.call(2274030636, args, pb.cuGraphExecGetFlags_Result, route)
@@ -974,7 +974,7 @@ def cuGraphExecGetFlags(hGraphExec, flags):
 @ffi.def_extern(name="cuwire_py_cuGraphExecMemcpyNodeSetParams", onerror=rt.on_error)
 def cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, copyParams_len, ctx):
     """cuGraphExecMemcpyNodeSetParams (cuda.h): as cuGraphMemcpyNodeSetParams"""
-    route = rt.route("cuGraphExecMemcpyNodeSetParams", (), (ctx, hGraphExec, hNode), (), ())
+    route = rt.route("cuGraphExecMemcpyNodeSetParams", (), (ctx, hGraphExec, hNode), (), (), ())
     args = pb.cuGraphExecMemcpyNodeSetParams_Args()
     args.hGraphExec = hGraphExec
     args.hNode = hNode
@@ -987,7 +987,7 @@ def cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, copyParams_len
 @ffi.def_extern(name="cuwire_py_cuGraphExecMemsetNodeSetParams", onerror=rt.on_error)
 def cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams, memsetParams_len, ctx):
     """cuGraphExecMemsetNodeSetParams (cuda.h)"""
-    route = rt.route("cuGraphExecMemsetNodeSetParams", (), (ctx, hGraphExec, hNode), (), ())
+    route = rt.route("cuGraphExecMemsetNodeSetParams", (), (ctx, hGraphExec, hNode), (), (), ())
     args = pb.cuGraphExecMemsetNodeSetParams_Args()
     args.hGraphExec = hGraphExec
     args.hNode = hNode
@@ -1000,7 +1000,7 @@ def cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, memsetParams, memsetParams
 @ffi.def_extern(name="cuwire_py_cuGraphExecUpdate_v2", onerror=rt.on_error)
 def cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo, resultInfo_len):
     """cuGraphExecUpdate_v2 (cuda.h)"""
-    route = rt.route("cuGraphExecUpdate_v2", (), (hGraphExec, hGraph), (), ())
+    route = rt.route("cuGraphExecUpdate_v2", (), (hGraphExec, hGraph), (), (), ())
     args = pb.cuGraphExecUpdate_v2_Args()
     args.hGraphExec = hGraphExec
     args.hGraph = hGraph
@@ -1014,7 +1014,7 @@ def cuGraphExecUpdate_v2(hGraphExec, hGraph, resultInfo, resultInfo_len):
 @ffi.def_extern(name="cuwire_py_cuGraphInstantiateWithFlags", onerror=rt.on_error)
 def cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags):
     """cuGraphInstantiateWithFlags (cuda.h)"""
-    route = rt.route("cuGraphInstantiateWithFlags", (), (hGraph,), (), ())
+    route = rt.route("cuGraphInstantiateWithFlags", (), (hGraph,), (), (), ())
     args = pb.cuGraphInstantiateWithFlags_Args()
     args.hGraph = hGraph
     args.flags = flags
@@ -1027,7 +1027,7 @@ def cuGraphInstantiateWithFlags(phGraphExec, hGraph, flags):
 @ffi.def_extern(name="cuwire_py_cuGraphKernelNodeCopyAttributes", onerror=rt.on_error)
 def cuGraphKernelNodeCopyAttributes(dst, src):
     """cuGraphKernelNodeCopyAttributes (cuda.h)"""
-    route = rt.route("cuGraphKernelNodeCopyAttributes", (), (dst, src), (), ())
+    route = rt.route("cuGraphKernelNodeCopyAttributes", (), (dst, src), (), (), ())
     args = pb.cuGraphKernelNodeCopyAttributes_Args()
     args.dst = dst
     args.src = src
@@ -1038,7 +1038,7 @@ def cuGraphKernelNodeCopyAttributes(dst, src):
 @ffi.def_extern(name="cuwire_py_cuGraphKernelNodeGetAttribute", onerror=rt.on_error)
 def cuGraphKernelNodeGetAttribute(hNode, attr, value_out, value_out_len):
     """cuGraphKernelNodeGetAttribute (cuda.h)"""
-    route = rt.route("cuGraphKernelNodeGetAttribute", (), (hNode,), (), ())
+    route = rt.route("cuGraphKernelNodeGetAttribute", (), (hNode,), (), (), ())
     args = pb.cuGraphKernelNodeGetAttribute_Args()
     args.hNode = hNode
     args.attr = attr
@@ -1052,7 +1052,7 @@ def cuGraphKernelNodeGetAttribute(hNode, attr, value_out, value_out_len):
 @ffi.def_extern(name="cuwire_py_cuGraphKernelNodeSetAttribute", onerror=rt.on_error)
 def cuGraphKernelNodeSetAttribute(hNode, attr, value, value_len):
     """cuGraphKernelNodeSetAttribute (cuda.h)"""
-    route = rt.route("cuGraphKernelNodeSetAttribute", (), (hNode,), (), ())
+    route = rt.route("cuGraphKernelNodeSetAttribute", (), (hNode,), (), (), ())
     args = pb.cuGraphKernelNodeSetAttribute_Args()
     args.hNode = hNode
     args.attr = attr
@@ -1064,7 +1064,7 @@ def cuGraphKernelNodeSetAttribute(hNode, attr, value, value_len):
 @ffi.def_extern(name="cuwire_py_cuGraphMemFreeNodeGetParams", onerror=rt.on_error)
 def cuGraphMemFreeNodeGetParams(hNode, dptr_out):
     """cuGraphMemFreeNodeGetParams (cuda.h)"""
-    route = rt.route("cuGraphMemFreeNodeGetParams", (), (hNode,), (), ())
+    route = rt.route("cuGraphMemFreeNodeGetParams", (), (hNode,), (), (), ())
     args = pb.cuGraphMemFreeNodeGetParams_Args()
     args.hNode = hNode
     res = rt.call(1901836585, args, pb.cuGraphMemFreeNodeGetParams_Result, route)
@@ -1076,7 +1076,7 @@ def cuGraphMemFreeNodeGetParams(hNode, dptr_out):
 @ffi.def_extern(name="cuwire_py_cuGraphMemcpyNodeGetParams", onerror=rt.on_error)
 def cuGraphMemcpyNodeGetParams(hNode, nodeParams, nodeParams_len):
     """cuGraphMemcpyNodeGetParams (cuda.h): host sides come back as the program's pointers: the server's shared memory as the client's, a stand-in as the program's memory it stands in for (client/graph_copies.c)"""
-    route = rt.route("cuGraphMemcpyNodeGetParams", (), (hNode,), (), ())
+    route = rt.route("cuGraphMemcpyNodeGetParams", (), (hNode,), (), (), ())
     args = pb.cuGraphMemcpyNodeGetParams_Args()
     args.hNode = hNode
     rt.expect(nodeParams, nodeParams_len)
@@ -1089,7 +1089,7 @@ def cuGraphMemcpyNodeGetParams(hNode, nodeParams, nodeParams_len):
 @ffi.def_extern(name="cuwire_py_cuGraphMemcpyNodeSetParams", onerror=rt.on_error)
 def cuGraphMemcpyNodeSetParams(hNode, nodeParams, nodeParams_len):
     """cuGraphMemcpyNodeSetParams (cuda.h): device and array memory, and page-locked host memory with a server on this host; pageable host memory is refused by name (client/graph_copies.c)"""
-    route = rt.route("cuGraphMemcpyNodeSetParams", (), (hNode,), (), ())
+    route = rt.route("cuGraphMemcpyNodeSetParams", (), (hNode,), (), (), ())
     args = pb.cuGraphMemcpyNodeSetParams_Args()
     args.hNode = hNode
     args.nodeParams = rt.read(nodeParams, nodeParams_len)
@@ -1100,7 +1100,7 @@ def cuGraphMemcpyNodeSetParams(hNode, nodeParams, nodeParams_len):
 @ffi.def_extern(name="cuwire_py_cuGraphMemsetNodeGetParams", onerror=rt.on_error)
 def cuGraphMemsetNodeGetParams(hNode, nodeParams, nodeParams_len):
     """cuGraphMemsetNodeGetParams (cuda.h)"""
-    route = rt.route("cuGraphMemsetNodeGetParams", (), (hNode,), (), ())
+    route = rt.route("cuGraphMemsetNodeGetParams", (), (hNode,), (), (), ())
     args = pb.cuGraphMemsetNodeGetParams_Args()
     args.hNode = hNode
     rt.expect(nodeParams, nodeParams_len)
@@ -1113,7 +1113,7 @@ def cuGraphMemsetNodeGetParams(hNode, nodeParams, nodeParams_len):
 @ffi.def_extern(name="cuwire_py_cuGraphMemsetNodeSetParams", onerror=rt.on_error)
 def cuGraphMemsetNodeSetParams(hNode, nodeParams, nodeParams_len):
     """cuGraphMemsetNodeSetParams (cuda.h)"""
-    route = rt.route("cuGraphMemsetNodeSetParams", (), (hNode,), (), ())
+    route = rt.route("cuGraphMemsetNodeSetParams", (), (hNode,), (), (), ())
     args = pb.cuGraphMemsetNodeSetParams_Args()
     args.hNode = hNode
     args.nodeParams = rt.read(nodeParams, nodeParams_len)
@@ -1124,7 +1124,7 @@ def cuGraphMemsetNodeSetParams(hNode, nodeParams, nodeParams_len):
 @ffi.def_extern(name="cuwire_py_cuGraphNodeFindInClone", onerror=rt.on_error)
 def cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph):
     """cuGraphNodeFindInClone (cuda.h)"""
-    route = rt.route("cuGraphNodeFindInClone", (), (hOriginalNode, hClonedGraph), (), ())
+    route = rt.route("cuGraphNodeFindInClone", (), (hOriginalNode, hClonedGraph), (), (), ())
     args = pb.cuGraphNodeFindInClone_Args()
     args.hOriginalNode = hOriginalNode
     args.hClonedGraph = hClonedGraph
@@ -1137,7 +1137,7 @@ def cuGraphNodeFindInClone(phNode, hOriginalNode, hClonedGraph):
 @ffi.def_extern(name="cuwire_py_cuGraphNodeGetEnabled", onerror=rt.on_error)
 def cuGraphNodeGetEnabled(hGraphExec, hNode, isEnabled):
     """cuGraphNodeGetEnabled (cuda.h)"""
-    route = rt.route("cuGraphNodeGetEnabled", (), (hGraphExec, hNode), (), ())
+    route = rt.route("cuGraphNodeGetEnabled", (), (hGraphExec, hNode), (), (), ())
     args = pb.cuGraphNodeGetEnabled_Args()
     args.hGraphExec = hGraphExec
     args.hNode = hNode
@@ -1150,7 +1150,7 @@ def cuGraphNodeGetEnabled(hGraphExec, hNode, isEnabled):
 @ffi.def_extern(name="cuwire_py_cuGraphNodeGetType", onerror=rt.on_error)
 def cuGraphNodeGetType(hNode, type):
     """cuGraphNodeGetType (cuda.h)"""
-    route = rt.route("cuGraphNodeGetType", (), (hNode,), (), ())
+    route = rt.route("cuGraphNodeGetType", (), (hNode,), (), (), ())
     args = pb.cuGraphNodeGetType_Args()
     args.hNode = hNode
     res = rt.call(3880792678, args, pb.cuGraphNodeGetType_Result, route)
@@ -1162,7 +1162,7 @@ def cuGraphNodeGetType(hNode, type):
 @ffi.def_extern(name="cuwire_py_cuGraphNodeSetEnabled", onerror=rt.on_error)
 def cuGraphNodeSetEnabled(hGraphExec, hNode, isEnabled):
     """cuGraphNodeSetEnabled (cuda.h)"""
-    route = rt.route("cuGraphNodeSetEnabled", (), (hGraphExec, hNode), (), ())
+    route = rt.route("cuGraphNodeSetEnabled", (), (hGraphExec, hNode), (), (), ())
     args = pb.cuGraphNodeSetEnabled_Args()
     args.hGraphExec = hGraphExec
     args.hNode = hNode
@@ -1174,7 +1174,7 @@ def cuGraphNodeSetEnabled(hGraphExec, hNode, isEnabled):
 @ffi.def_extern(name="cuwire_py_cuGraphRemoveDependencies_v2", onerror=rt.on_error)
 def cuGraphRemoveDependencies_v2(hGraph, from_, from__len, to, to_len, edgeData, edgeData_len, numDependencies):
     """cuGraphRemoveDependencies_v2 (cuda.h)"""
-    route = rt.route("cuGraphRemoveDependencies_v2", (), (hGraph,), (), ())
+    route = rt.route("cuGraphRemoveDependencies_v2", (), (hGraph,), (), (), ())
     args = pb.cuGraphRemoveDependencies_v2_Args()
     args.hGraph = hGraph
     args.from_ = rt.read(from_, from__len)
@@ -1188,7 +1188,7 @@ def cuGraphRemoveDependencies_v2(hGraph, from_, from__len, to, to_len, edgeData,
 @ffi.def_extern(name="cuwire_py_cuGraphUpload", onerror=rt.on_error)
 def cuGraphUpload(hGraphExec, hStream):
     """cuGraphUpload (cuda.h)"""
-    route = rt.route("cuGraphUpload", (hStream,), (hGraphExec,), (), ())
+    route = rt.route("cuGraphUpload", (hStream,), (hGraphExec,), (), (), ())
     args = pb.cuGraphUpload_Args()
     args.hGraphExec = hGraphExec
     args.hStream = hStream
@@ -1199,7 +1199,7 @@ def cuGraphUpload(hGraphExec, hStream):
 @ffi.def_extern(name="cuwire_py_cuIpcCloseMemHandle", onerror=rt.on_error)
 def cuIpcCloseMemHandle(dptr):
     """cuIpcCloseMemHandle (cuda.h)"""
-    route = rt.route("cuIpcCloseMemHandle", (), (), (dptr,), ())
+    route = rt.route("cuIpcCloseMemHandle", (), (), (dptr,), (), ())
     args = pb.cuIpcCloseMemHandle_Args()
     args.dptr = dptr
     res = rt.call(1452607273, args, pb.cuIpcCloseMemHandle_Result, route)
@@ -1211,7 +1211,7 @@ def cuIpcCloseMemHandle(dptr):
 @ffi.def_extern(name="cuwire_py_cuIpcGetEventHandle", onerror=rt.on_error)
 def cuIpcGetEventHandle(pHandle, pHandle_len, event):
     """cuIpcGetEventHandle (cuda.h)"""
-    route = rt.route("cuIpcGetEventHandle", (), (event,), (), ())
+    route = rt.route("cuIpcGetEventHandle", (), (event,), (), (), ())
     args = pb.cuIpcGetEventHandle_Args()
     args.event = event
     rt.expect(pHandle, pHandle_len)
@@ -1224,7 +1224,7 @@ def cuIpcGetEventHandle(pHandle, pHandle_len, event):
 @ffi.def_extern(name="cuwire_py_cuIpcGetMemHandle", onerror=rt.on_error)
 def cuIpcGetMemHandle(pHandle, pHandle_len, dptr):
     """cuIpcGetMemHandle (cuda.h): the program gets 64 random bytes that stand for the driver's handle on the server (server/ipc.py): any session of that server may open them, none can forge them"""
-    route = rt.route("cuIpcGetMemHandle", (), (), (dptr,), ())
+    route = rt.route("cuIpcGetMemHandle", (), (), (dptr,), (), ())
     args = pb.cuIpcGetMemHandle_Args()
     args.dptr = dptr
     rt.expect(pHandle, pHandle_len)
@@ -1260,7 +1260,7 @@ def cuIpcOpenMemHandle_v2(pdptr, handle, handle_len, Flags):
 @ffi.def_extern(name="cuwire_py_cuKernelGetAttribute", onerror=rt.on_error)
 def cuKernelGetAttribute(pi, attrib, kernel, dev):
     """cuKernelGetAttribute (cuda.h): kept by the client once answered (client/answers_cache.c)"""
-    route = rt.route("cuKernelGetAttribute", (), (), (), (dev,))
+    route = rt.route("cuKernelGetAttribute", (), (), (), (dev,), ())
     args = pb.cuKernelGetAttribute_Args()
     args.attrib = attrib
     args.kernel = rt.alias(kernel, route)
@@ -1274,7 +1274,7 @@ def cuKernelGetAttribute(pi, attrib, kernel, dev):
 @ffi.def_extern(name="cuwire_py_cuKernelGetLibrary", onerror=rt.on_error)
 def cuKernelGetLibrary(pLib, kernel):
     """cuKernelGetLibrary (cuda.h)"""
-    route = rt.route("cuKernelGetLibrary", (), (), (), ())
+    route = rt.route("cuKernelGetLibrary", (), (), (), (), ())
     args = pb.cuKernelGetLibrary_Args()
     args.kernel = rt.alias(kernel, route)
     res = rt.call(1537366344, args, pb.cuKernelGetLibrary_Result, route)
@@ -1286,7 +1286,7 @@ def cuKernelGetLibrary(pLib, kernel):
 @ffi.def_extern(name="cuwire_py_cuKernelGetParamInfo", onerror=rt.on_error)
 def cuKernelGetParamInfo(kernel, paramIndex, paramOffset, paramSize):
     """cuKernelGetParamInfo (cuda.h)"""
-    route = rt.route("cuKernelGetParamInfo", (), (), (), ())
+    route = rt.route("cuKernelGetParamInfo", (), (), (), (), ())
     args = pb.cuKernelGetParamInfo_Args()
     args.kernel = rt.alias(kernel, route)
     args.paramIndex = paramIndex
@@ -1300,7 +1300,7 @@ def cuKernelGetParamInfo(kernel, paramIndex, paramOffset, paramSize):
 @ffi.def_extern(name="cuwire_py_cuKernelSetAttribute", onerror=rt.on_error)
 def cuKernelSetAttribute(attrib, val, kernel, dev):
     """cuKernelSetAttribute (cuda.h): the largest dynamic shared memory, within what the driver allows, is queued (client/answers_cache.c)"""
-    route = rt.route("cuKernelSetAttribute", (), (), (), (dev,))
+    route = rt.route("cuKernelSetAttribute", (), (), (), (dev,), ())
     args = pb.cuKernelSetAttribute_Args()
     args.attrib = attrib
     args.val = val
@@ -1313,7 +1313,7 @@ def cuKernelSetAttribute(attrib, val, kernel, dev):
 @ffi.def_extern(name="cuwire_py_cuKernelSetCacheConfig", onerror=rt.on_error)
 def cuKernelSetCacheConfig(kernel, config, dev):
     """cuKernelSetCacheConfig (cuda.h): as cuFuncSetCacheConfig"""
-    route = rt.route("cuKernelSetCacheConfig", (), (), (), (dev,))
+    route = rt.route("cuKernelSetCacheConfig", (), (), (), (dev,), ())
     args = pb.cuKernelSetCacheConfig_Args()
     args.kernel = rt.alias(kernel, route)
     args.config = config
@@ -1325,7 +1325,7 @@ def cuKernelSetCacheConfig(kernel, config, dev):
 @ffi.def_extern(name="cuwire_py_cuLibraryGetKernelCount", onerror=rt.on_error)
 def cuLibraryGetKernelCount(count, lib):
     """cuLibraryGetKernelCount (cuda.h)"""
-    route = rt.route("cuLibraryGetKernelCount", (), (), (), ())
+    route = rt.route("cuLibraryGetKernelCount", (), (), (), (), ())
     args = pb.cuLibraryGetKernelCount_Args()
     args.lib = rt.alias(lib, route)
     res = rt.call(1431129049, args, pb.cuLibraryGetKernelCount_Result, route)
@@ -1337,7 +1337,7 @@ def cuLibraryGetKernelCount(count, lib):
 @ffi.def_extern(name="cuwire_py_cuLibraryGetModule", onerror=rt.on_error)
 def cuLibraryGetModule(pMod, library):
     """cuLibraryGetModule (cuda.h)"""
-    route = rt.route("cuLibraryGetModule", (), (), (), ())
+    route = rt.route("cuLibraryGetModule", (), (), (), (), ())
     args = pb.cuLibraryGetModule_Args()
     args.library = rt.alias(library, route)
     res = rt.call(1865932518, args, pb.cuLibraryGetModule_Result, route)
@@ -1349,7 +1349,7 @@ def cuLibraryGetModule(pMod, library):
 @ffi.def_extern(name="cuwire_py_cuMemAddressFree", onerror=rt.on_error)
 def cuMemAddressFree(ptr, size):
     """cuMemAddressFree (cuda.h)"""
-    route = rt.route("cuMemAddressFree", (), (), (ptr,), ())
+    route = rt.route("cuMemAddressFree", (), (), (ptr,), (), ())
     args = pb.cuMemAddressFree_Args()
     args.ptr = ptr
     args.size = size
@@ -1360,7 +1360,7 @@ def cuMemAddressFree(ptr, size):
 @ffi.def_extern(name="cuwire_py_cuMemAddressReserve", onerror=rt.on_error)
 def cuMemAddressReserve(ptr, size, alignment, addr, flags):
     """cuMemAddressReserve (cuda.h)"""
-    route = rt.route("cuMemAddressReserve", (), (), (addr,), ())
+    route = rt.route("cuMemAddressReserve", (), (), (addr,), (), ())
     args = pb.cuMemAddressReserve_Args()
     args.size = size
     args.alignment = alignment
@@ -1375,7 +1375,7 @@ def cuMemAddressReserve(ptr, size, alignment, addr, flags):
 @ffi.def_extern(name="cuwire_py_cuMemAllocAsync", onerror=rt.on_error)
 def cuMemAllocAsync(dptr, bytesize, hStream):
     """cuMemAllocAsync (cuda.h)"""
-    route = rt.route("cuMemAllocAsync", (hStream,), (), (), ())
+    route = rt.route("cuMemAllocAsync", (hStream,), (), (), (), ())
     args = pb.cuMemAllocAsync_Args()
     args.bytesize = bytesize
     args.hStream = hStream
@@ -1389,7 +1389,7 @@ def cuMemAllocAsync(dptr, bytesize, hStream):
 @ffi.def_extern(name="cuwire_py_cuMemAllocFromPoolAsync", onerror=rt.on_error)
 def cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream):
     """cuMemAllocFromPoolAsync (cuda.h)"""
-    route = rt.route("cuMemAllocFromPoolAsync", (hStream,), (pool,), (), ())
+    route = rt.route("cuMemAllocFromPoolAsync", (hStream,), (pool,), (), (), ())
     args = pb.cuMemAllocFromPoolAsync_Args()
     args.bytesize = bytesize
     args.pool = pool
@@ -1458,7 +1458,7 @@ def cuMemExportToShareableHandle(shareableHandle, shareableHandle_len, handle, h
 @ffi.def_extern(name="cuwire_py_cuMemFreeAsync", onerror=rt.on_error)
 def cuMemFreeAsync(dptr, hStream):
     """cuMemFreeAsync (cuda.h)"""
-    route = rt.route("cuMemFreeAsync", (hStream,), (), (dptr,), ())
+    route = rt.route("cuMemFreeAsync", (hStream,), (), (dptr,), (), ())
     args = pb.cuMemFreeAsync_Args()
     args.dptr = dptr
     args.hStream = hStream
@@ -1471,7 +1471,7 @@ def cuMemFreeAsync(dptr, hStream):
 @ffi.def_extern(name="cuwire_py_cuMemFree_v2", onerror=rt.on_error)
 def cuMemFree_v2(dptr):
     """cuMemFree_v2 (cuda.h)"""
-    route = rt.route("cuMemFree_v2", (), (), (dptr,), ())
+    route = rt.route("cuMemFree_v2", (), (), (dptr,), (), ())
     args = pb.cuMemFree_v2_Args()
     args.dptr = dptr
     res = rt.call(2004586063, args, pb.cuMemFree_v2_Result, route)
@@ -1483,7 +1483,7 @@ def cuMemFree_v2(dptr):
 @ffi.def_extern(name="cuwire_py_cuMemGetAccess", onerror=rt.on_error)
 def cuMemGetAccess(flags, location, location_len, ptr):
     """cuMemGetAccess (cuda.h)"""
-    route = rt.route("cuMemGetAccess", (), (), (ptr,), ())
+    route = rt.route("cuMemGetAccess", (), (), (ptr,), (), ())
     args = pb.cuMemGetAccess_Args()
     args.location = rt.read(location, location_len)
     args.ptr = ptr
@@ -1543,7 +1543,7 @@ def cuMemImportFromShareableHandle(handle, osHandle, osHandle_len, shHandleType)
 @ffi.def_extern(name="cuwire_py_cuMemMap", onerror=rt.on_error)
 def cuMemMap(ptr, size, offset, handle, flags):
     """cuMemMap (cuda.h)"""
-    route = rt.route("cuMemMap", (), (), (ptr,), ())
+    route = rt.route("cuMemMap", (), (), (ptr,), (), ())
     args = pb.cuMemMap_Args()
     args.ptr = ptr
     args.size = size
@@ -1568,7 +1568,7 @@ def cuMemPoolCreate(pool, poolProps, poolProps_len):
 @ffi.def_extern(name="cuwire_py_cuMemPoolDestroy", onerror=rt.on_error)
 def cuMemPoolDestroy(pool):
     """cuMemPoolDestroy (cuda.h)"""
-    route = rt.route("cuMemPoolDestroy", (), (pool,), (), ())
+    route = rt.route("cuMemPoolDestroy", (), (pool,), (), (), ())
     args = pb.cuMemPoolDestroy_Args()
     args.pool = pool
     res = rt.call(3906768071, args, pb.cuMemPoolDestroy_Result, route)
@@ -1580,7 +1580,7 @@ def cuMemPoolDestroy(pool):
 @ffi.def_extern(name="cuwire_py_cuMemPoolExportPointer", onerror=rt.on_error)
 def cuMemPoolExportPointer(shareData_out, shareData_out_len, ptr):
     """cuMemPoolExportPointer (cuda.h)"""
-    route = rt.route("cuMemPoolExportPointer", (), (), (ptr,), ())
+    route = rt.route("cuMemPoolExportPointer", (), (), (ptr,), (), ())
     args = pb.cuMemPoolExportPointer_Args()
     args.ptr = ptr
     rt.expect(shareData_out, shareData_out_len)
@@ -1593,7 +1593,7 @@ def cuMemPoolExportPointer(shareData_out, shareData_out_len, ptr):
 @ffi.def_extern(name="cuwire_py_cuMemPoolExportToShareableHandle", onerror=rt.on_error)
 def cuMemPoolExportToShareableHandle(handle_out, handle_out_len, pool, handleType, flags):
     """cuMemPoolExportToShareableHandle (cuda.h): POSIX file descriptors, as cuMemExportToShareableHandle"""
-    route = rt.route("cuMemPoolExportToShareableHandle", (), (pool,), (), ())
+    route = rt.route("cuMemPoolExportToShareableHandle", (), (pool,), (), (), ())
     args = pb.cuMemPoolExportToShareableHandle_Args()
     args.pool = pool
     args.handleType = handleType
@@ -1608,7 +1608,7 @@ def cuMemPoolExportToShareableHandle(handle_out, handle_out_len, pool, handleTyp
 @ffi.def_extern(name="cuwire_py_cuMemPoolGetAccess", onerror=rt.on_error)
 def cuMemPoolGetAccess(flags, memPool, location, location_len):
     """cuMemPoolGetAccess (cuda.h)"""
-    route = rt.route("cuMemPoolGetAccess", (), (memPool,), (), ())
+    route = rt.route("cuMemPoolGetAccess", (), (memPool,), (), (), ())
     args = pb.cuMemPoolGetAccess_Args()
     args.memPool = memPool
     args.location = rt.read(location, location_len)
@@ -1621,7 +1621,7 @@ def cuMemPoolGetAccess(flags, memPool, location, location_len):
 @ffi.def_extern(name="cuwire_py_cuMemPoolGetAttribute", onerror=rt.on_error)
 def cuMemPoolGetAttribute(pool, attr, value, value_len):
     """cuMemPoolGetAttribute (cuda.h)"""
-    route = rt.route("cuMemPoolGetAttribute", (), (pool,), (), ())
+    route = rt.route("cuMemPoolGetAttribute", (), (pool,), (), (), ())
     args = pb.cuMemPoolGetAttribute_Args()
     args.pool = pool
     args.attr = attr
@@ -1648,7 +1648,7 @@ def cuMemPoolImportFromShareableHandle(pool_out, handle, handle_len, handleType,
 @ffi.def_extern(name="cuwire_py_cuMemPoolImportPointer", onerror=rt.on_error)
 def cuMemPoolImportPointer(ptr_out, pool, shareData, shareData_len):
     """cuMemPoolImportPointer (cuda.h)"""
-    route = rt.route("cuMemPoolImportPointer", (), (pool,), (), ())
+    route = rt.route("cuMemPoolImportPointer", (), (pool,), (), (), ())
     args = pb.cuMemPoolImportPointer_Args()
     args.pool = pool
     args.shareData = rt.read(shareData, shareData_len)
@@ -1661,7 +1661,7 @@ def cuMemPoolImportPointer(ptr_out, pool, shareData, shareData_len):
 @ffi.def_extern(name="cuwire_py_cuMemPoolSetAccess", onerror=rt.on_error)
 def cuMemPoolSetAccess(pool, map, map_len, count):
     """cuMemPoolSetAccess (cuda.h)"""
-    route = rt.route("cuMemPoolSetAccess", (), (pool,), (), ())
+    route = rt.route("cuMemPoolSetAccess", (), (pool,), (), (), ())
     args = pb.cuMemPoolSetAccess_Args()
     args.pool = pool
     args.map = rt.read(map, map_len)
@@ -1673,7 +1673,7 @@ def cuMemPoolSetAccess(pool, map, map_len, count):
 @ffi.def_extern(name="cuwire_py_cuMemPoolSetAttribute", onerror=rt.on_error)
 def cuMemPoolSetAttribute(pool, attr, value, value_len):
     """cuMemPoolSetAttribute (cuda.h)"""
-    route = rt.route("cuMemPoolSetAttribute", (), (pool,), (), ())
+    route = rt.route("cuMemPoolSetAttribute", (), (pool,), (), (), ())
     args = pb.cuMemPoolSetAttribute_Args()
     args.pool = pool
     args.attr = attr
@@ -1685,7 +1685,7 @@ def cuMemPoolSetAttribute(pool, attr, value, value_len):
 @ffi.def_extern(name="cuwire_py_cuMemPoolTrimTo", onerror=rt.on_error)
 def cuMemPoolTrimTo(pool, minBytesToKeep):
     """cuMemPoolTrimTo (cuda.h)"""
-    route = rt.route("cuMemPoolTrimTo", (), (pool,), (), ())
+    route = rt.route("cuMemPoolTrimTo", (), (pool,), (), (), ())
     args = pb.cuMemPoolTrimTo_Args()
     args.pool = pool
     args.minBytesToKeep = minBytesToKeep
@@ -1716,7 +1716,7 @@ def cuMemRetainAllocationHandle(handle, addr):
 @ffi.def_extern(name="cuwire_py_cuMemSetAccess", onerror=rt.on_error)
 def cuMemSetAccess(ptr, size, desc, desc_len, count):
     """cuMemSetAccess (cuda.h)"""
-    route = rt.route("cuMemSetAccess", (), (), (ptr,), ())
+    route = rt.route("cuMemSetAccess", (), (), (ptr,), (), ())
     args = pb.cuMemSetAccess_Args()
     args.ptr = ptr
     args.size = size
@@ -1729,7 +1729,7 @@ def cuMemSetAccess(ptr, size, desc, desc_len, count):
 @ffi.def_extern(name="cuwire_py_cuMemUnmap", onerror=rt.on_error)
 def cuMemUnmap(ptr, size):
     """cuMemUnmap (cuda.h)"""
-    route = rt.route("cuMemUnmap", (), (), (ptr,), ())
+    route = rt.route("cuMemUnmap", (), (), (ptr,), (), ())
     args = pb.cuMemUnmap_Args()
     args.ptr = ptr
     args.size = size
@@ -1761,7 +1761,7 @@ def cuMemcpy(dst, dst_len, src, src_len, ByteCount):
 @ffi.def_extern(name="cuwire_py_cuMemcpyAsync", onerror=rt.on_error)
 def cuMemcpyAsync(dst, dst_len, src, src_len, ByteCount, hStream):
     """cuMemcpyAsync (cuda.h)"""
-    route = rt.route("cuMemcpyAsync", (hStream,), (), (), ())
+    route = rt.route("cuMemcpyAsync", (hStream,), (), (), (), ())
     args = pb.cuMemcpyAsync_Args()
     if rt.is_device(dst):
         args.dst = rt.address(dst)
@@ -1784,7 +1784,7 @@ def cuMemcpyAsync(dst, dst_len, src, src_len, ByteCount, hStream):
 @ffi.def_extern(name="cuwire_py_cuMemcpyAtoA_v2", onerror=rt.on_error)
 def cuMemcpyAtoA_v2(dstArray, dstOffset, srcArray, srcOffset, ByteCount):
     """cuMemcpyAtoA_v2 (cuda.h)"""
-    route = rt.route("cuMemcpyAtoA_v2", (), (dstArray, srcArray), (), ())
+    route = rt.route("cuMemcpyAtoA_v2", (), (dstArray, srcArray), (), (), ())
     args = pb.cuMemcpyAtoA_v2_Args()
     args.dstArray = dstArray
     args.dstOffset = dstOffset
@@ -1798,7 +1798,7 @@ def cuMemcpyAtoA_v2(dstArray, dstOffset, srcArray, srcOffset, ByteCount):
 @ffi.def_extern(name="cuwire_py_cuMemcpyAtoD_v2", onerror=rt.on_error)
 def cuMemcpyAtoD_v2(dstDevice, srcArray, srcOffset, ByteCount):
     """cuMemcpyAtoD_v2 (cuda.h)"""
-    route = rt.route("cuMemcpyAtoD_v2", (), (srcArray,), (dstDevice,), ())
+    route = rt.route("cuMemcpyAtoD_v2", (), (srcArray,), (dstDevice,), (), ())
     args = pb.cuMemcpyAtoD_v2_Args()
     args.dstDevice = dstDevice
     args.srcArray = srcArray
@@ -1811,7 +1811,7 @@ def cuMemcpyAtoD_v2(dstDevice, srcArray, srcOffset, ByteCount):
 @ffi.def_extern(name="cuwire_py_cuMemcpyAtoHAsync_v2", onerror=rt.on_error)
 def cuMemcpyAtoHAsync_v2(dstHost, dstHost_len, srcArray, srcOffset, ByteCount, hStream):
     """cuMemcpyAtoHAsync_v2 (cuda.h): waits for the copy (the host buffer is the program's), made in stream order (server/textures.py)"""
-    route = rt.route("cuMemcpyAtoHAsync_v2", (hStream,), (srcArray,), (), ())
+    route = rt.route("cuMemcpyAtoHAsync_v2", (hStream,), (srcArray,), (), (), ())
     args = pb.cuMemcpyAtoHAsync_v2_Args()
     args.srcArray = srcArray
     args.srcOffset = srcOffset
@@ -1827,7 +1827,7 @@ def cuMemcpyAtoHAsync_v2(dstHost, dstHost_len, srcArray, srcOffset, ByteCount, h
 @ffi.def_extern(name="cuwire_py_cuMemcpyAtoH_v2", onerror=rt.on_error)
 def cuMemcpyAtoH_v2(dstHost, dstHost_len, srcArray, srcOffset, ByteCount):
     """cuMemcpyAtoH_v2 (cuda.h)"""
-    route = rt.route("cuMemcpyAtoH_v2", (), (srcArray,), (), ())
+    route = rt.route("cuMemcpyAtoH_v2", (), (srcArray,), (), (), ())
     args = pb.cuMemcpyAtoH_v2_Args()
     args.srcArray = srcArray
     args.srcOffset = srcOffset
@@ -1842,7 +1842,7 @@ def cuMemcpyAtoH_v2(dstHost, dstHost_len, srcArray, srcOffset, ByteCount):
 @ffi.def_extern(name="cuwire_py_cuMemcpyDtoA_v2", onerror=rt.on_error)
 def cuMemcpyDtoA_v2(dstArray, dstOffset, srcDevice, ByteCount):
     """cuMemcpyDtoA_v2 (cuda.h)"""
-    route = rt.route("cuMemcpyDtoA_v2", (), (dstArray,), (srcDevice,), ())
+    route = rt.route("cuMemcpyDtoA_v2", (), (dstArray,), (srcDevice,), (), ())
     args = pb.cuMemcpyDtoA_v2_Args()
     args.dstArray = dstArray
     args.dstOffset = dstOffset
@@ -1855,7 +1855,7 @@ def cuMemcpyDtoA_v2(dstArray, dstOffset, srcDevice, ByteCount):
 @ffi.def_extern(name="cuwire_py_cuMemcpyDtoD_v2", onerror=rt.on_error)
 def cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount):
     """cuMemcpyDtoD_v2 (cuda.h)"""
-    route = rt.route("cuMemcpyDtoD_v2", (), (), (dstDevice, srcDevice), ())
+    route = rt.route("cuMemcpyDtoD_v2", (), (), (dstDevice, srcDevice), (), ())
     args = pb.cuMemcpyDtoD_v2_Args()
     args.dstDevice = dstDevice
     args.srcDevice = srcDevice
@@ -1867,7 +1867,7 @@ def cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount):
 @ffi.def_extern(name="cuwire_py_cuMemcpyDtoHAsync_v2", onerror=rt.on_error)
 def cuMemcpyDtoHAsync_v2(dstHost, dstHost_len, srcDevice, ByteCount, hStream):
     """cuMemcpyDtoHAsync_v2 (cuda.h): waits for the copy (the host buffer is the program's); a small one is made in C (client/wire.c)"""
-    route = rt.route("cuMemcpyDtoHAsync_v2", (hStream,), (), (srcDevice,), ())
+    route = rt.route("cuMemcpyDtoHAsync_v2", (hStream,), (), (srcDevice,), (), ())
     args = pb.cuMemcpyDtoHAsync_v2_Args()
     args.srcDevice = srcDevice
     args.ByteCount = ByteCount
@@ -1882,7 +1882,7 @@ def cuMemcpyDtoHAsync_v2(dstHost, dstHost_len, srcDevice, ByteCount, hStream):
 @ffi.def_extern(name="cuwire_py_cuMemcpyDtoH_v2", onerror=rt.on_error)
 def cuMemcpyDtoH_v2(dstHost, dstHost_len, srcDevice, ByteCount):
     """cuMemcpyDtoH_v2 (cuda.h): a small one from a known allocation is made in C, in one round trip (client/wire.c)"""
-    route = rt.route("cuMemcpyDtoH_v2", (), (), (srcDevice,), ())
+    route = rt.route("cuMemcpyDtoH_v2", (), (), (srcDevice,), (), ())
     args = pb.cuMemcpyDtoH_v2_Args()
     args.srcDevice = srcDevice
     args.ByteCount = ByteCount
@@ -1896,7 +1896,7 @@ def cuMemcpyDtoH_v2(dstHost, dstHost_len, srcDevice, ByteCount):
 @ffi.def_extern(name="cuwire_py_cuMemcpyHtoAAsync_v2", onerror=rt.on_error)
 def cuMemcpyHtoAAsync_v2(dstArray, dstOffset, srcHost, srcHost_len, ByteCount, hStream):
     """cuMemcpyHtoAAsync_v2 (cuda.h): the bytes travel with the call; the server copies them in stream order (server/textures.py)"""
-    route = rt.route("cuMemcpyHtoAAsync_v2", (hStream,), (dstArray,), (), ())
+    route = rt.route("cuMemcpyHtoAAsync_v2", (hStream,), (dstArray,), (), (), ())
     args = pb.cuMemcpyHtoAAsync_v2_Args()
     args.dstArray = dstArray
     args.dstOffset = dstOffset
@@ -1910,7 +1910,7 @@ def cuMemcpyHtoAAsync_v2(dstArray, dstOffset, srcHost, srcHost_len, ByteCount, h
 @ffi.def_extern(name="cuwire_py_cuMemcpyHtoA_v2", onerror=rt.on_error)
 def cuMemcpyHtoA_v2(dstArray, dstOffset, srcHost, srcHost_len, ByteCount):
     """cuMemcpyHtoA_v2 (cuda.h)"""
-    route = rt.route("cuMemcpyHtoA_v2", (), (dstArray,), (), ())
+    route = rt.route("cuMemcpyHtoA_v2", (), (dstArray,), (), (), ())
     args = pb.cuMemcpyHtoA_v2_Args()
     args.dstArray = dstArray
     args.dstOffset = dstOffset
@@ -1923,7 +1923,7 @@ def cuMemcpyHtoA_v2(dstArray, dstOffset, srcHost, srcHost_len, ByteCount):
 @ffi.def_extern(name="cuwire_py_cuMemcpyHtoDAsync_v2", onerror=rt.on_error)
 def cuMemcpyHtoDAsync_v2(dstDevice, srcHost, srcHost_len, ByteCount, hStream):
     """cuMemcpyHtoDAsync_v2 (cuda.h): a small one into a known allocation is queued with its bytes (client/queue.c); others wait"""
-    route = rt.route("cuMemcpyHtoDAsync_v2", (hStream,), (), (dstDevice,), ())
+    route = rt.route("cuMemcpyHtoDAsync_v2", (hStream,), (), (dstDevice,), (), ())
     args = pb.cuMemcpyHtoDAsync_v2_Args()
     args.dstDevice = dstDevice
     args.srcHost = rt.read(srcHost, srcHost_len)
@@ -1936,7 +1936,7 @@ def cuMemcpyHtoDAsync_v2(dstDevice, srcHost, srcHost_len, ByteCount, hStream):
 @ffi.def_extern(name="cuwire_py_cuMemcpyHtoD_v2", onerror=rt.on_error)
 def cuMemcpyHtoD_v2(dstDevice, srcHost, srcHost_len, ByteCount):
     """cuMemcpyHtoD_v2 (cuda.h): a small one into a known allocation is queued with its bytes (client/queue.c)"""
-    route = rt.route("cuMemcpyHtoD_v2", (), (), (dstDevice,), ())
+    route = rt.route("cuMemcpyHtoD_v2", (), (), (dstDevice,), (), ())
     args = pb.cuMemcpyHtoD_v2_Args()
     args.dstDevice = dstDevice
     args.srcHost = rt.read(srcHost, srcHost_len)
@@ -1948,7 +1948,7 @@ def cuMemcpyHtoD_v2(dstDevice, srcHost, srcHost_len, ByteCount):
 @ffi.def_extern(name="cuwire_py_cuMemcpyPeer", onerror=rt.on_error)
 def cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount):
     """cuMemcpyPeer (cuda.h)"""
-    route = rt.route("cuMemcpyPeer", (), (dstContext, srcContext), (dstDevice, srcDevice), ())
+    route = rt.route("cuMemcpyPeer", (), (dstContext, srcContext), (dstDevice, srcDevice), (), ())
     args = pb.cuMemcpyPeer_Args()
     args.dstDevice = dstDevice
     args.dstContext = dstContext
@@ -1962,7 +1962,7 @@ def cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount):
 @ffi.def_extern(name="cuwire_py_cuMemsetD16_v2", onerror=rt.on_error)
 def cuMemsetD16_v2(dstDevice, us, N):
     """cuMemsetD16_v2 (cuda.h)"""
-    route = rt.route("cuMemsetD16_v2", (), (), (dstDevice,), ())
+    route = rt.route("cuMemsetD16_v2", (), (), (dstDevice,), (), ())
     args = pb.cuMemsetD16_v2_Args()
     args.dstDevice = dstDevice
     args.us = us
@@ -1974,7 +1974,7 @@ def cuMemsetD16_v2(dstDevice, us, N):
 @ffi.def_extern(name="cuwire_py_cuMemsetD2D16_v2", onerror=rt.on_error)
 def cuMemsetD2D16_v2(dstDevice, dstPitch, us, Width, Height):
     """cuMemsetD2D16_v2 (cuda.h)"""
-    route = rt.route("cuMemsetD2D16_v2", (), (), (dstDevice,), ())
+    route = rt.route("cuMemsetD2D16_v2", (), (), (dstDevice,), (), ())
     args = pb.cuMemsetD2D16_v2_Args()
     args.dstDevice = dstDevice
     args.dstPitch = dstPitch
@@ -1988,7 +1988,7 @@ def cuMemsetD2D16_v2(dstDevice, dstPitch, us, Width, Height):
 @ffi.def_extern(name="cuwire_py_cuMemsetD2D32_v2", onerror=rt.on_error)
 def cuMemsetD2D32_v2(dstDevice, dstPitch, ui, Width, Height):
     """cuMemsetD2D32_v2 (cuda.h)"""
-    route = rt.route("cuMemsetD2D32_v2", (), (), (dstDevice,), ())
+    route = rt.route("cuMemsetD2D32_v2", (), (), (dstDevice,), (), ())
     args = pb.cuMemsetD2D32_v2_Args()
     args.dstDevice = dstDevice
     args.dstPitch = dstPitch
@@ -2002,7 +2002,7 @@ def cuMemsetD2D32_v2(dstDevice, dstPitch, ui, Width, Height):
 @ffi.def_extern(name="cuwire_py_cuMemsetD2D8_v2", onerror=rt.on_error)
 def cuMemsetD2D8_v2(dstDevice, dstPitch, uc, Width, Height):
     """cuMemsetD2D8_v2 (cuda.h)"""
-    route = rt.route("cuMemsetD2D8_v2", (), (), (dstDevice,), ())
+    route = rt.route("cuMemsetD2D8_v2", (), (), (dstDevice,), (), ())
     args = pb.cuMemsetD2D8_v2_Args()
     args.dstDevice = dstDevice
     args.dstPitch = dstPitch
@@ -2016,7 +2016,7 @@ def cuMemsetD2D8_v2(dstDevice, dstPitch, uc, Width, Height):
 @ffi.def_extern(name="cuwire_py_cuMemsetD32_v2", onerror=rt.on_error)
 def cuMemsetD32_v2(dstDevice, ui, N):
     """cuMemsetD32_v2 (cuda.h)"""
-    route = rt.route("cuMemsetD32_v2", (), (), (dstDevice,), ())
+    route = rt.route("cuMemsetD32_v2", (), (), (dstDevice,), (), ())
     args = pb.cuMemsetD32_v2_Args()
     args.dstDevice = dstDevice
     args.ui = ui
@@ -2028,7 +2028,7 @@ def cuMemsetD32_v2(dstDevice, ui, N):
 @ffi.def_extern(name="cuwire_py_cuMemsetD8_v2", onerror=rt.on_error)
 def cuMemsetD8_v2(dstDevice, uc, N):
     """cuMemsetD8_v2 (cuda.h)"""
-    route = rt.route("cuMemsetD8_v2", (), (), (dstDevice,), ())
+    route = rt.route("cuMemsetD8_v2", (), (), (dstDevice,), (), ())
     args = pb.cuMemsetD8_v2_Args()
     args.dstDevice = dstDevice
     args.uc = uc
@@ -2052,7 +2052,7 @@ def cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, pMipmappedArrayDesc_len
 @ffi.def_extern(name="cuwire_py_cuMipmappedArrayDestroy", onerror=rt.on_error)
 def cuMipmappedArrayDestroy(hMipmappedArray):
     """cuMipmappedArrayDestroy (cuda.h)"""
-    route = rt.route("cuMipmappedArrayDestroy", (), (hMipmappedArray,), (), ())
+    route = rt.route("cuMipmappedArrayDestroy", (), (hMipmappedArray,), (), (), ())
     args = pb.cuMipmappedArrayDestroy_Args()
     args.hMipmappedArray = hMipmappedArray
     res = rt.call(2248598059, args, pb.cuMipmappedArrayDestroy_Result, route)
@@ -2062,7 +2062,7 @@ def cuMipmappedArrayDestroy(hMipmappedArray):
 @ffi.def_extern(name="cuwire_py_cuMipmappedArrayGetLevel", onerror=rt.on_error)
 def cuMipmappedArrayGetLevel(pLevelArray, hMipmappedArray, level):
     """cuMipmappedArrayGetLevel (cuda.h)"""
-    route = rt.route("cuMipmappedArrayGetLevel", (), (hMipmappedArray,), (), ())
+    route = rt.route("cuMipmappedArrayGetLevel", (), (hMipmappedArray,), (), (), ())
     args = pb.cuMipmappedArrayGetLevel_Args()
     args.hMipmappedArray = hMipmappedArray
     args.level = level
@@ -2075,7 +2075,7 @@ def cuMipmappedArrayGetLevel(pLevelArray, hMipmappedArray, level):
 @ffi.def_extern(name="cuwire_py_cuModuleGetFunctionCount", onerror=rt.on_error)
 def cuModuleGetFunctionCount(count, mod):
     """cuModuleGetFunctionCount (cuda.h)"""
-    route = rt.route("cuModuleGetFunctionCount", (), (mod,), (), ())
+    route = rt.route("cuModuleGetFunctionCount", (), (mod,), (), (), ())
     args = pb.cuModuleGetFunctionCount_Args()
     args.mod = mod
     res = rt.call(2501116678, args, pb.cuModuleGetFunctionCount_Result, route)
@@ -2087,7 +2087,7 @@ def cuModuleGetFunctionCount(count, mod):
 @ffi.def_extern(name="cuwire_py_cuOccupancyAvailableDynamicSMemPerBlock", onerror=rt.on_error)
 def cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize):
     """cuOccupancyAvailableDynamicSMemPerBlock (cuda.h): kept by the client once answered (client/answers_cache.c)"""
-    route = rt.route("cuOccupancyAvailableDynamicSMemPerBlock", (), (func,), (), ())
+    route = rt.route("cuOccupancyAvailableDynamicSMemPerBlock", (), (func,), (), (), ())
     args = pb.cuOccupancyAvailableDynamicSMemPerBlock_Args()
     args.func = rt.server_function(func)
     args.numBlocks = numBlocks
@@ -2101,7 +2101,7 @@ def cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, bl
 @ffi.def_extern(name="cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessor", onerror=rt.on_error)
 def cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize):
     """cuOccupancyMaxActiveBlocksPerMultiprocessor (cuda.h): kept by the client once answered (client/answers_cache.c)"""
-    route = rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessor", (), (func,), (), ())
+    route = rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessor", (), (func,), (), (), ())
     args = pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Args()
     args.func = rt.server_function(func)
     args.blockSize = blockSize
@@ -2115,7 +2115,7 @@ def cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dyna
 @ffi.def_extern(name="cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", onerror=rt.on_error)
 def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags):
     """cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags (cuda.h): kept by the client once answered (client/answers_cache.c)"""
-    route = rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", (), (func,), (), ())
+    route = rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", (), (func,), (), (), ())
     args = pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Args()
     args.func = rt.server_function(func)
     args.blockSize = blockSize
@@ -2130,7 +2130,7 @@ def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockS
 @ffi.def_extern(name="cuwire_py_cuPointerSetAttribute", onerror=rt.on_error)
 def cuPointerSetAttribute(value, value_len, attribute, ptr):
     """cuPointerSetAttribute (cuda.h)"""
-    route = rt.route("cuPointerSetAttribute", (), (), (ptr,), ())
+    route = rt.route("cuPointerSetAttribute", (), (), (ptr,), (), ())
     args = pb.cuPointerSetAttribute_Args()
     args.value = rt.read(value, value_len)
     args.attribute = attribute
@@ -2158,7 +2158,7 @@ def cuProfilerStop():
 @ffi.def_extern(name="cuwire_py_cuStreamBatchMemOp_v2", onerror=rt.on_error)
 def cuStreamBatchMemOp_v2(stream, count, paramArray, paramArray_len, flags):
     """cuStreamBatchMemOp_v2 (cuda.h): every address in the batch checked as the session's memory (server/memops.py)"""
-    route = rt.route("cuStreamBatchMemOp_v2", (stream,), (), (), ())
+    route = rt.route("cuStreamBatchMemOp_v2", (stream,), (), (), (), ())
     args = pb.cuStreamBatchMemOp_v2_Args()
     args.stream = stream
     args.count = count
@@ -2171,7 +2171,7 @@ def cuStreamBatchMemOp_v2(stream, count, paramArray, paramArray_len, flags):
 @ffi.def_extern(name="cuwire_py_cuStreamBeginCaptureToGraph", onerror=rt.on_error)
 def cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencies_len, dependencyData, numDependencies, mode):
     """cuStreamBeginCaptureToGraph (cuda.h)"""
-    route = rt.route("cuStreamBeginCaptureToGraph", (hStream,), (hGraph,), (), ())
+    route = rt.route("cuStreamBeginCaptureToGraph", (hStream,), (hGraph,), (), (), ())
     args = pb.cuStreamBeginCaptureToGraph_Args()
     args.hStream = hStream
     args.hGraph = hGraph
@@ -2185,7 +2185,7 @@ def cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencies_len,
 @ffi.def_extern(name="cuwire_py_cuStreamBeginCapture_v2", onerror=rt.on_error)
 def cuStreamBeginCapture_v2(hStream, mode):
     """cuStreamBeginCapture_v2 (cuda.h)"""
-    route = rt.route("cuStreamBeginCapture_v2", (hStream,), (), (), ())
+    route = rt.route("cuStreamBeginCapture_v2", (hStream,), (), (), (), ())
     args = pb.cuStreamBeginCapture_v2_Args()
     args.hStream = hStream
     args.mode = mode
@@ -2196,7 +2196,7 @@ def cuStreamBeginCapture_v2(hStream, mode):
 @ffi.def_extern(name="cuwire_py_cuStreamCopyAttributes", onerror=rt.on_error)
 def cuStreamCopyAttributes(dst, src):
     """cuStreamCopyAttributes (cuda.h)"""
-    route = rt.route("cuStreamCopyAttributes", (dst, src), (), (), ())
+    route = rt.route("cuStreamCopyAttributes", (dst, src), (), (), (), ())
     args = pb.cuStreamCopyAttributes_Args()
     args.dst = dst
     args.src = src
@@ -2230,7 +2230,7 @@ def cuStreamCreateWithPriority(phStream, flags, priority):
 @ffi.def_extern(name="cuwire_py_cuStreamDestroy_v2", onerror=rt.on_error)
 def cuStreamDestroy_v2(hStream):
     """cuStreamDestroy_v2 (cuda.h): queued when the client gave the stream out and it is alive (client/handle_pools.c)"""
-    route = rt.route("cuStreamDestroy_v2", (hStream,), (), (), ())
+    route = rt.route("cuStreamDestroy_v2", (hStream,), (), (), (), ())
     args = pb.cuStreamDestroy_v2_Args()
     args.hStream = hStream
     res = rt.call(2166856291, args, pb.cuStreamDestroy_v2_Result, route)
@@ -2242,7 +2242,7 @@ def cuStreamDestroy_v2(hStream):
 @ffi.def_extern(name="cuwire_py_cuStreamEndCapture", onerror=rt.on_error)
 def cuStreamEndCapture(hStream, phGraph):
     """cuStreamEndCapture (cuda.h)"""
-    route = rt.route("cuStreamEndCapture", (hStream,), (), (), ())
+    route = rt.route("cuStreamEndCapture", (hStream,), (), (), (), ())
     args = pb.cuStreamEndCapture_Args()
     args.hStream = hStream
     res = rt.call(3324749488, args, pb.cuStreamEndCapture_Result, route)
@@ -2254,7 +2254,7 @@ def cuStreamEndCapture(hStream, phGraph):
 @ffi.def_extern(name="cuwire_py_cuStreamGetAttribute", onerror=rt.on_error)
 def cuStreamGetAttribute(hStream, attr, value_out, value_out_len):
     """cuStreamGetAttribute (cuda.h)"""
-    route = rt.route("cuStreamGetAttribute", (hStream,), (), (), ())
+    route = rt.route("cuStreamGetAttribute", (hStream,), (), (), (), ())
     args = pb.cuStreamGetAttribute_Args()
     args.hStream = hStream
     args.attr = attr
@@ -2268,7 +2268,7 @@ def cuStreamGetAttribute(hStream, attr, value_out, value_out_len):
 @ffi.def_extern(name="cuwire_py_cuStreamGetCtx", onerror=rt.on_error)
 def cuStreamGetCtx(hStream, pctx):
     """cuStreamGetCtx (cuda.h)"""
-    route = rt.route("cuStreamGetCtx", (hStream,), (), (), ())
+    route = rt.route("cuStreamGetCtx", (hStream,), (), (), (), ())
     args = pb.cuStreamGetCtx_Args()
     args.hStream = hStream
     res = rt.call(1361652262, args, pb.cuStreamGetCtx_Result, route)
@@ -2280,7 +2280,7 @@ def cuStreamGetCtx(hStream, pctx):
 @ffi.def_extern(name="cuwire_py_cuStreamGetDevice", onerror=rt.on_error)
 def cuStreamGetDevice(hStream, device):
     """cuStreamGetDevice (cuda.h)"""
-    route = rt.route("cuStreamGetDevice", (hStream,), (), (), ())
+    route = rt.route("cuStreamGetDevice", (hStream,), (), (), (), ())
     args = pb.cuStreamGetDevice_Args()
     args.hStream = hStream
     res = rt.call(2047611888, args, pb.cuStreamGetDevice_Result, route)
@@ -2292,7 +2292,7 @@ def cuStreamGetDevice(hStream, device):
 @ffi.def_extern(name="cuwire_py_cuStreamGetFlags", onerror=rt.on_error)
 def cuStreamGetFlags(hStream, flags):
     """cuStreamGetFlags (cuda.h)"""
-    route = rt.route("cuStreamGetFlags", (hStream,), (), (), ())
+    route = rt.route("cuStreamGetFlags", (hStream,), (), (), (), ())
     args = pb.cuStreamGetFlags_Args()
     args.hStream = hStream
     res = rt.call(4105616445, args, pb.cuStreamGetFlags_Result, route)
@@ -2304,7 +2304,7 @@ def cuStreamGetFlags(hStream, flags):
 @ffi.def_extern(name="cuwire_py_cuStreamGetId", onerror=rt.on_error)
 def cuStreamGetId(hStream, streamId):
     """cuStreamGetId (cuda.h)"""
-    route = rt.route("cuStreamGetId", (hStream,), (), (), ())
+    route = rt.route("cuStreamGetId", (hStream,), (), (), (), ())
     args = pb.cuStreamGetId_Args()
     args.hStream = hStream
     res = rt.call(521704577, args, pb.cuStreamGetId_Result, route)
@@ -2316,7 +2316,7 @@ def cuStreamGetId(hStream, streamId):
 @ffi.def_extern(name="cuwire_py_cuStreamGetPriority", onerror=rt.on_error)
 def cuStreamGetPriority(hStream, priority):
     """cuStreamGetPriority (cuda.h)"""
-    route = rt.route("cuStreamGetPriority", (hStream,), (), (), ())
+    route = rt.route("cuStreamGetPriority", (hStream,), (), (), (), ())
     args = pb.cuStreamGetPriority_Args()
     args.hStream = hStream
     res = rt.call(1973857307, args, pb.cuStreamGetPriority_Result, route)
@@ -2328,7 +2328,7 @@ def cuStreamGetPriority(hStream, priority):
 @ffi.def_extern(name="cuwire_py_cuStreamQuery", onerror=rt.on_error)
 def cuStreamQuery(hStream):
     """cuStreamQuery (cuda.h)"""
-    route = rt.route("cuStreamQuery", (hStream,), (), (), ())
+    route = rt.route("cuStreamQuery", (hStream,), (), (), (), ())
     args = pb.cuStreamQuery_Args()
     args.hStream = hStream
     res = rt.call(3807505306, args, pb.cuStreamQuery_Result, route)
@@ -2338,7 +2338,7 @@ def cuStreamQuery(hStream):
 @ffi.def_extern(name="cuwire_py_cuStreamSetAttribute", onerror=rt.on_error)
 def cuStreamSetAttribute(hStream, attr, value, value_len):
     """cuStreamSetAttribute (cuda.h)"""
-    route = rt.route("cuStreamSetAttribute", (hStream,), (), (), ())
+    route = rt.route("cuStreamSetAttribute", (hStream,), (), (), (), ())
     args = pb.cuStreamSetAttribute_Args()
     args.hStream = hStream
     args.attr = attr
@@ -2350,7 +2350,7 @@ def cuStreamSetAttribute(hStream, attr, value, value_len):
 @ffi.def_extern(name="cuwire_py_cuStreamSynchronize", onerror=rt.on_error)
 def cuStreamSynchronize(hStream):
     """cuStreamSynchronize (cuda.h): queued as a barrier when all the stream was given since it finished is copies to the device, their bytes taken already (client/completion.c)"""
-    route = rt.route("cuStreamSynchronize", (hStream,), (), (), ())
+    route = rt.route("cuStreamSynchronize", (hStream,), (), (), (), ())
     args = pb.cuStreamSynchronize_Args()
     args.hStream = hStream
     res = rt.call(1581600379, args, pb.cuStreamSynchronize_Result, route)
@@ -2360,7 +2360,7 @@ def cuStreamSynchronize(hStream):
 @ffi.def_extern(name="cuwire_py_cuStreamUpdateCaptureDependencies_v2", onerror=rt.on_error)
 def cuStreamUpdateCaptureDependencies_v2(hStream, dependencies, dependencies_len, dependencyData, numDependencies, flags):
     """cuStreamUpdateCaptureDependencies_v2 (cuda.h)"""
-    route = rt.route("cuStreamUpdateCaptureDependencies_v2", (hStream,), (), (), ())
+    route = rt.route("cuStreamUpdateCaptureDependencies_v2", (hStream,), (), (), (), ())
     args = pb.cuStreamUpdateCaptureDependencies_v2_Args()
     args.hStream = hStream
     args.dependencies = rt.read(dependencies, dependencies_len)
@@ -2553,9 +2553,9 @@ def cuTexObjectGetTextureDesc(pTexDesc, pTexDesc_len, texObject):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetApplicationsClock", onerror=rt.on_nvml_error)
 def nvmlDeviceGetApplicationsClock(device, clockType, clockMHz):
     """nvmlDeviceGetApplicationsClock (nvml.h)"""
-    route = rt.route("nvmlDeviceGetApplicationsClock", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetApplicationsClock", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetApplicationsClock_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.clockType = clockType
     res = rt.call(4265764078, args, pb.nvmlDeviceGetApplicationsClock_Result, route)
     if res.status == 0:
@@ -2566,9 +2566,9 @@ def nvmlDeviceGetApplicationsClock(device, clockType, clockMHz):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetArchitecture", onerror=rt.on_nvml_error)
 def nvmlDeviceGetArchitecture(device, arch):
     """nvmlDeviceGetArchitecture (nvml.h)"""
-    route = rt.route("nvmlDeviceGetArchitecture", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetArchitecture", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetArchitecture_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(3327499075, args, pb.nvmlDeviceGetArchitecture_Result, route)
     if res.status == 0:
         rt.write_scalar(arch, "uint32_t", res.arch)
@@ -2578,9 +2578,9 @@ def nvmlDeviceGetArchitecture(device, arch):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetAttributes_v2", onerror=rt.on_nvml_error)
 def nvmlDeviceGetAttributes_v2(device, attributes, attributes_len):
     """nvmlDeviceGetAttributes_v2 (nvml.h)"""
-    route = rt.route("nvmlDeviceGetAttributes_v2", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetAttributes_v2", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetAttributes_v2_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     rt.expect(attributes, attributes_len)
     res = rt.call(1207074235, args, pb.nvmlDeviceGetAttributes_v2_Result, route)
     if res.status == 0:
@@ -2591,9 +2591,9 @@ def nvmlDeviceGetAttributes_v2(device, attributes, attributes_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetBAR1MemoryInfo", onerror=rt.on_nvml_error)
 def nvmlDeviceGetBAR1MemoryInfo(device, bar1Memory, bar1Memory_len):
     """nvmlDeviceGetBAR1MemoryInfo (nvml.h)"""
-    route = rt.route("nvmlDeviceGetBAR1MemoryInfo", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetBAR1MemoryInfo", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetBAR1MemoryInfo_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     rt.expect(bar1Memory, bar1Memory_len)
     res = rt.call(2294879676, args, pb.nvmlDeviceGetBAR1MemoryInfo_Result, route)
     if res.status == 0:
@@ -2604,9 +2604,9 @@ def nvmlDeviceGetBAR1MemoryInfo(device, bar1Memory, bar1Memory_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetBoardPartNumber", onerror=rt.on_nvml_error)
 def nvmlDeviceGetBoardPartNumber(device, partNumber, partNumber_len, length):
     """nvmlDeviceGetBoardPartNumber (nvml.h)"""
-    route = rt.route("nvmlDeviceGetBoardPartNumber", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetBoardPartNumber", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetBoardPartNumber_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.length = length
     rt.expect(partNumber, partNumber_len)
     res = rt.call(3595278150, args, pb.nvmlDeviceGetBoardPartNumber_Result, route)
@@ -2618,9 +2618,9 @@ def nvmlDeviceGetBoardPartNumber(device, partNumber, partNumber_len, length):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetBrand", onerror=rt.on_nvml_error)
 def nvmlDeviceGetBrand(device, type):
     """nvmlDeviceGetBrand (nvml.h)"""
-    route = rt.route("nvmlDeviceGetBrand", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetBrand", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetBrand_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(2607443840, args, pb.nvmlDeviceGetBrand_Result, route)
     if res.status == 0:
         rt.write_scalar(type, "int32_t", res.type)
@@ -2630,9 +2630,9 @@ def nvmlDeviceGetBrand(device, type):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetClockInfo", onerror=rt.on_nvml_error)
 def nvmlDeviceGetClockInfo(device, type, clock):
     """nvmlDeviceGetClockInfo (nvml.h)"""
-    route = rt.route("nvmlDeviceGetClockInfo", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetClockInfo", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetClockInfo_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.type = type
     res = rt.call(756917670, args, pb.nvmlDeviceGetClockInfo_Result, route)
     if res.status == 0:
@@ -2643,9 +2643,9 @@ def nvmlDeviceGetClockInfo(device, type, clock):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetComputeMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetComputeMode(device, mode):
     """nvmlDeviceGetComputeMode (nvml.h)"""
-    route = rt.route("nvmlDeviceGetComputeMode", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetComputeMode", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetComputeMode_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(2606892829, args, pb.nvmlDeviceGetComputeMode_Result, route)
     if res.status == 0:
         rt.write_scalar(mode, "int32_t", res.mode)
@@ -2656,7 +2656,7 @@ def nvmlDeviceGetComputeMode(device, mode):
 def nvmlDeviceGetCount_v2(deviceCount):
     """nvmlDeviceGetCount_v2 (nvml.h): kept once answered, while NVML is initialized (client/nvml_answers.c)"""
     args = pb.nvmlDeviceGetCount_v2_Args()
-    res = rt.call(2245603800, args, pb.nvmlDeviceGetCount_v2_Result)
+    res, route = rt.call_servers("sum", 2245603800, args, pb.nvmlDeviceGetCount_v2_Result, "deviceCount")
     if res.status == 0:
         rt.write_scalar(deviceCount, "uint32_t", res.deviceCount)
     return res.status
@@ -2665,9 +2665,9 @@ def nvmlDeviceGetCount_v2(deviceCount):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetCudaComputeCapability", onerror=rt.on_nvml_error)
 def nvmlDeviceGetCudaComputeCapability(device, major, minor):
     """nvmlDeviceGetCudaComputeCapability (nvml.h)"""
-    route = rt.route("nvmlDeviceGetCudaComputeCapability", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetCudaComputeCapability", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetCudaComputeCapability_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(3412239242, args, pb.nvmlDeviceGetCudaComputeCapability_Result, route)
     if res.status == 0:
         rt.write_scalar(major, "int32_t", res.major)
@@ -2678,9 +2678,9 @@ def nvmlDeviceGetCudaComputeCapability(device, major, minor):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetCurrPcieLinkGeneration", onerror=rt.on_nvml_error)
 def nvmlDeviceGetCurrPcieLinkGeneration(device, currLinkGen):
     """nvmlDeviceGetCurrPcieLinkGeneration (nvml.h)"""
-    route = rt.route("nvmlDeviceGetCurrPcieLinkGeneration", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetCurrPcieLinkGeneration", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetCurrPcieLinkGeneration_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(1809282924, args, pb.nvmlDeviceGetCurrPcieLinkGeneration_Result, route)
     if res.status == 0:
         rt.write_scalar(currLinkGen, "uint32_t", res.currLinkGen)
@@ -2690,9 +2690,9 @@ def nvmlDeviceGetCurrPcieLinkGeneration(device, currLinkGen):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetCurrPcieLinkWidth", onerror=rt.on_nvml_error)
 def nvmlDeviceGetCurrPcieLinkWidth(device, currLinkWidth):
     """nvmlDeviceGetCurrPcieLinkWidth (nvml.h)"""
-    route = rt.route("nvmlDeviceGetCurrPcieLinkWidth", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetCurrPcieLinkWidth", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetCurrPcieLinkWidth_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(1948690486, args, pb.nvmlDeviceGetCurrPcieLinkWidth_Result, route)
     if res.status == 0:
         rt.write_scalar(currLinkWidth, "uint32_t", res.currLinkWidth)
@@ -2702,9 +2702,9 @@ def nvmlDeviceGetCurrPcieLinkWidth(device, currLinkWidth):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetCurrentClocksEventReasons", onerror=rt.on_nvml_error)
 def nvmlDeviceGetCurrentClocksEventReasons(device, clocksEventReasons):
     """nvmlDeviceGetCurrentClocksEventReasons (nvml.h)"""
-    route = rt.route("nvmlDeviceGetCurrentClocksEventReasons", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetCurrentClocksEventReasons", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetCurrentClocksEventReasons_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(3574240252, args, pb.nvmlDeviceGetCurrentClocksEventReasons_Result, route)
     if res.status == 0:
         rt.write_scalar(clocksEventReasons, "uint64_t", res.clocksEventReasons)
@@ -2714,9 +2714,9 @@ def nvmlDeviceGetCurrentClocksEventReasons(device, clocksEventReasons):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetDefaultApplicationsClock", onerror=rt.on_nvml_error)
 def nvmlDeviceGetDefaultApplicationsClock(device, clockType, clockMHz):
     """nvmlDeviceGetDefaultApplicationsClock (nvml.h)"""
-    route = rt.route("nvmlDeviceGetDefaultApplicationsClock", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetDefaultApplicationsClock", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetDefaultApplicationsClock_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.clockType = clockType
     res = rt.call(3648510411, args, pb.nvmlDeviceGetDefaultApplicationsClock_Result, route)
     if res.status == 0:
@@ -2727,21 +2727,21 @@ def nvmlDeviceGetDefaultApplicationsClock(device, clockType, clockMHz):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetDeviceHandleFromMigDeviceHandle", onerror=rt.on_nvml_error)
 def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice, device):
     """nvmlDeviceGetDeviceHandleFromMigDeviceHandle (nvml.h)"""
-    route = rt.route("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", (), (migDevice,), (), ())
+    route = rt.route("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", (), (), (), (), (migDevice,))
     args = pb.nvmlDeviceGetDeviceHandleFromMigDeviceHandle_Args()
-    args.migDevice = migDevice
+    args.migDevice = rt.nvml_theirs(migDevice)
     res = rt.call(1369165812, args, pb.nvmlDeviceGetDeviceHandleFromMigDeviceHandle_Result, route)
     if res.status == 0:
-        rt.write_scalar(device, "uint64_t", res.device)
+        rt.write_scalar(device, "uint64_t", rt.nvml_mine(route, res.device))
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetDisplayActive", onerror=rt.on_nvml_error)
 def nvmlDeviceGetDisplayActive(device, isActive):
     """nvmlDeviceGetDisplayActive (nvml.h)"""
-    route = rt.route("nvmlDeviceGetDisplayActive", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetDisplayActive", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetDisplayActive_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(1976945070, args, pb.nvmlDeviceGetDisplayActive_Result, route)
     if res.status == 0:
         rt.write_scalar(isActive, "int32_t", res.isActive)
@@ -2751,9 +2751,9 @@ def nvmlDeviceGetDisplayActive(device, isActive):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetDisplayMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetDisplayMode(device, display):
     """nvmlDeviceGetDisplayMode (nvml.h)"""
-    route = rt.route("nvmlDeviceGetDisplayMode", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetDisplayMode", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetDisplayMode_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(3741895564, args, pb.nvmlDeviceGetDisplayMode_Result, route)
     if res.status == 0:
         rt.write_scalar(display, "int32_t", res.display)
@@ -2763,9 +2763,9 @@ def nvmlDeviceGetDisplayMode(device, display):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetEccMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetEccMode(device, current, pending):
     """nvmlDeviceGetEccMode (nvml.h)"""
-    route = rt.route("nvmlDeviceGetEccMode", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetEccMode", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetEccMode_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(1377895810, args, pb.nvmlDeviceGetEccMode_Result, route)
     if res.status == 0:
         rt.write_scalar(current, "int32_t", res.current)
@@ -2776,9 +2776,9 @@ def nvmlDeviceGetEccMode(device, current, pending):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetEnforcedPowerLimit", onerror=rt.on_nvml_error)
 def nvmlDeviceGetEnforcedPowerLimit(device, limit):
     """nvmlDeviceGetEnforcedPowerLimit (nvml.h)"""
-    route = rt.route("nvmlDeviceGetEnforcedPowerLimit", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetEnforcedPowerLimit", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetEnforcedPowerLimit_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(1601332534, args, pb.nvmlDeviceGetEnforcedPowerLimit_Result, route)
     if res.status == 0:
         rt.write_scalar(limit, "uint32_t", res.limit)
@@ -2788,9 +2788,9 @@ def nvmlDeviceGetEnforcedPowerLimit(device, limit):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetFanSpeed", onerror=rt.on_nvml_error)
 def nvmlDeviceGetFanSpeed(device, speed):
     """nvmlDeviceGetFanSpeed (nvml.h)"""
-    route = rt.route("nvmlDeviceGetFanSpeed", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetFanSpeed", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetFanSpeed_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(3906963660, args, pb.nvmlDeviceGetFanSpeed_Result, route)
     if res.status == 0:
         rt.write_scalar(speed, "uint32_t", res.speed)
@@ -2800,9 +2800,9 @@ def nvmlDeviceGetFanSpeed(device, speed):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetFieldValues", onerror=rt.on_nvml_error)
 def nvmlDeviceGetFieldValues(device, valuesCount, values, values_len):
     """nvmlDeviceGetFieldValues (nvml.h)"""
-    route = rt.route("nvmlDeviceGetFieldValues", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetFieldValues", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetFieldValues_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.valuesCount = valuesCount
     args.values = rt.read(values, values_len)
     rt.expect(values, values_len)
@@ -2815,9 +2815,9 @@ def nvmlDeviceGetFieldValues(device, valuesCount, values, values_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetGpuFabricInfoV", onerror=rt.on_nvml_error)
 def nvmlDeviceGetGpuFabricInfoV(device, gpuFabricInfo, gpuFabricInfo_len):
     """nvmlDeviceGetGpuFabricInfoV (nvml.h)"""
-    route = rt.route("nvmlDeviceGetGpuFabricInfoV", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetGpuFabricInfoV", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetGpuFabricInfoV_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.gpuFabricInfo = rt.read(gpuFabricInfo, gpuFabricInfo_len)
     rt.expect(gpuFabricInfo, gpuFabricInfo_len)
     res = rt.call(1323581072, args, pb.nvmlDeviceGetGpuFabricInfoV_Result, route)
@@ -2829,9 +2829,9 @@ def nvmlDeviceGetGpuFabricInfoV(device, gpuFabricInfo, gpuFabricInfo_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetGpuOperationMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetGpuOperationMode(device, current, pending):
     """nvmlDeviceGetGpuOperationMode (nvml.h)"""
-    route = rt.route("nvmlDeviceGetGpuOperationMode", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetGpuOperationMode", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetGpuOperationMode_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(739626078, args, pb.nvmlDeviceGetGpuOperationMode_Result, route)
     if res.status == 0:
         rt.write_scalar(current, "int32_t", res.current)
@@ -2842,9 +2842,9 @@ def nvmlDeviceGetGpuOperationMode(device, current, pending):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetGspFirmwareMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetGspFirmwareMode(device, isEnabled, defaultMode):
     """nvmlDeviceGetGspFirmwareMode (nvml.h)"""
-    route = rt.route("nvmlDeviceGetGspFirmwareMode", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetGspFirmwareMode", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetGspFirmwareMode_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(3980525284, args, pb.nvmlDeviceGetGspFirmwareMode_Result, route)
     if res.status == 0:
         rt.write_scalar(isEnabled, "uint32_t", res.isEnabled)
@@ -2855,11 +2855,12 @@ def nvmlDeviceGetGspFirmwareMode(device, isEnabled, defaultMode):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetHandleByIndex_v2", onerror=rt.on_nvml_error)
 def nvmlDeviceGetHandleByIndex_v2(index, device):
     """nvmlDeviceGetHandleByIndex_v2 (nvml.h)"""
+    route = rt.route("nvmlDeviceGetHandleByIndex_v2", (), (), (), (index,), ())
     args = pb.nvmlDeviceGetHandleByIndex_v2_Args()
-    args.index = index
-    res = rt.call(4240391759, args, pb.nvmlDeviceGetHandleByIndex_v2_Result)
+    args.index = rt.own_device(index)
+    res = rt.call(4240391759, args, pb.nvmlDeviceGetHandleByIndex_v2_Result, route)
     if res.status == 0:
-        rt.write_scalar(device, "uint64_t", res.device)
+        rt.write_scalar(device, "uint64_t", rt.nvml_mine(route, res.device))
     return res.status
 
 
@@ -2868,9 +2869,9 @@ def nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device):
     """nvmlDeviceGetHandleByPciBusId_v2 (nvml.h)"""
     args = pb.nvmlDeviceGetHandleByPciBusId_v2_Args()
     args.pciBusId = rt.read_string(pciBusId)
-    res = rt.call(3067700812, args, pb.nvmlDeviceGetHandleByPciBusId_v2_Result)
+    res, route = rt.call_servers("found", 3067700812, args, pb.nvmlDeviceGetHandleByPciBusId_v2_Result)
     if res.status == 0:
-        rt.write_scalar(device, "uint64_t", res.device)
+        rt.write_scalar(device, "uint64_t", rt.nvml_mine(route, res.device))
     return res.status
 
 
@@ -2879,9 +2880,9 @@ def nvmlDeviceGetHandleBySerial(serial, device):
     """nvmlDeviceGetHandleBySerial (nvml.h)"""
     args = pb.nvmlDeviceGetHandleBySerial_Args()
     args.serial = rt.read_string(serial)
-    res = rt.call(3896524185, args, pb.nvmlDeviceGetHandleBySerial_Result)
+    res, route = rt.call_servers("found", 3896524185, args, pb.nvmlDeviceGetHandleBySerial_Result)
     if res.status == 0:
-        rt.write_scalar(device, "uint64_t", res.device)
+        rt.write_scalar(device, "uint64_t", rt.nvml_mine(route, res.device))
     return res.status
 
 
@@ -2890,18 +2891,18 @@ def nvmlDeviceGetHandleByUUID(uuid, device):
     """nvmlDeviceGetHandleByUUID (nvml.h)"""
     args = pb.nvmlDeviceGetHandleByUUID_Args()
     args.uuid = rt.read_string(uuid)
-    res = rt.call(2525637074, args, pb.nvmlDeviceGetHandleByUUID_Result)
+    res, route = rt.call_servers("found", 2525637074, args, pb.nvmlDeviceGetHandleByUUID_Result)
     if res.status == 0:
-        rt.write_scalar(device, "uint64_t", res.device)
+        rt.write_scalar(device, "uint64_t", rt.nvml_mine(route, res.device))
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetHostVgpuMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetHostVgpuMode(device, pHostVgpuMode):
     """nvmlDeviceGetHostVgpuMode (nvml.h)"""
-    route = rt.route("nvmlDeviceGetHostVgpuMode", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetHostVgpuMode", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetHostVgpuMode_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(1705904705, args, pb.nvmlDeviceGetHostVgpuMode_Result, route)
     if res.status == 0:
         rt.write_scalar(pHostVgpuMode, "int32_t", res.pHostVgpuMode)
@@ -2911,21 +2912,21 @@ def nvmlDeviceGetHostVgpuMode(device, pHostVgpuMode):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetIndex", onerror=rt.on_nvml_error)
 def nvmlDeviceGetIndex(device, index):
     """nvmlDeviceGetIndex (nvml.h)"""
-    route = rt.route("nvmlDeviceGetIndex", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetIndex", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetIndex_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(122417625, args, pb.nvmlDeviceGetIndex_Result, route)
     if res.status == 0:
-        rt.write_scalar(index, "uint32_t", res.index)
+        rt.write_scalar(index, "uint32_t", rt.joined_device(route, res.index))
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetInforomImageVersion", onerror=rt.on_nvml_error)
 def nvmlDeviceGetInforomImageVersion(device, version, version_len, length):
     """nvmlDeviceGetInforomImageVersion (nvml.h)"""
-    route = rt.route("nvmlDeviceGetInforomImageVersion", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetInforomImageVersion", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetInforomImageVersion_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.length = length
     rt.expect(version, version_len)
     res = rt.call(3844783122, args, pb.nvmlDeviceGetInforomImageVersion_Result, route)
@@ -2937,9 +2938,9 @@ def nvmlDeviceGetInforomImageVersion(device, version, version_len, length):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMaxClockInfo", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMaxClockInfo(device, type, clock):
     """nvmlDeviceGetMaxClockInfo (nvml.h)"""
-    route = rt.route("nvmlDeviceGetMaxClockInfo", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetMaxClockInfo", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetMaxClockInfo_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.type = type
     res = rt.call(1022897731, args, pb.nvmlDeviceGetMaxClockInfo_Result, route)
     if res.status == 0:
@@ -2950,9 +2951,9 @@ def nvmlDeviceGetMaxClockInfo(device, type, clock):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMaxMigDeviceCount", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMaxMigDeviceCount(device, count):
     """nvmlDeviceGetMaxMigDeviceCount (nvml.h)"""
-    route = rt.route("nvmlDeviceGetMaxMigDeviceCount", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetMaxMigDeviceCount", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetMaxMigDeviceCount_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(3132815924, args, pb.nvmlDeviceGetMaxMigDeviceCount_Result, route)
     if res.status == 0:
         rt.write_scalar(count, "uint32_t", res.count)
@@ -2962,9 +2963,9 @@ def nvmlDeviceGetMaxMigDeviceCount(device, count):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMaxPcieLinkGeneration", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMaxPcieLinkGeneration(device, maxLinkGen):
     """nvmlDeviceGetMaxPcieLinkGeneration (nvml.h)"""
-    route = rt.route("nvmlDeviceGetMaxPcieLinkGeneration", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetMaxPcieLinkGeneration", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetMaxPcieLinkGeneration_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(894528339, args, pb.nvmlDeviceGetMaxPcieLinkGeneration_Result, route)
     if res.status == 0:
         rt.write_scalar(maxLinkGen, "uint32_t", res.maxLinkGen)
@@ -2974,9 +2975,9 @@ def nvmlDeviceGetMaxPcieLinkGeneration(device, maxLinkGen):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMaxPcieLinkWidth", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMaxPcieLinkWidth(device, maxLinkWidth):
     """nvmlDeviceGetMaxPcieLinkWidth (nvml.h)"""
-    route = rt.route("nvmlDeviceGetMaxPcieLinkWidth", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetMaxPcieLinkWidth", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetMaxPcieLinkWidth_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(3291306046, args, pb.nvmlDeviceGetMaxPcieLinkWidth_Result, route)
     if res.status == 0:
         rt.write_scalar(maxLinkWidth, "uint32_t", res.maxLinkWidth)
@@ -2986,9 +2987,9 @@ def nvmlDeviceGetMaxPcieLinkWidth(device, maxLinkWidth):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMemoryInfo", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMemoryInfo(device, memory, memory_len):
     """nvmlDeviceGetMemoryInfo (nvml.h)"""
-    route = rt.route("nvmlDeviceGetMemoryInfo", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetMemoryInfo", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetMemoryInfo_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     rt.expect(memory, memory_len)
     res = rt.call(1622472062, args, pb.nvmlDeviceGetMemoryInfo_Result, route)
     if res.status == 0:
@@ -2999,9 +3000,9 @@ def nvmlDeviceGetMemoryInfo(device, memory, memory_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMemoryInfo_v2", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMemoryInfo_v2(device, memory, memory_len):
     """nvmlDeviceGetMemoryInfo_v2 (nvml.h)"""
-    route = rt.route("nvmlDeviceGetMemoryInfo_v2", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetMemoryInfo_v2", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetMemoryInfo_v2_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.memory = rt.read(memory, memory_len)
     rt.expect(memory, memory_len)
     res = rt.call(3535476792, args, pb.nvmlDeviceGetMemoryInfo_v2_Result, route)
@@ -3013,22 +3014,22 @@ def nvmlDeviceGetMemoryInfo_v2(device, memory, memory_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMigDeviceHandleByIndex", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMigDeviceHandleByIndex(device, index, migDevice):
     """nvmlDeviceGetMigDeviceHandleByIndex (nvml.h)"""
-    route = rt.route("nvmlDeviceGetMigDeviceHandleByIndex", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetMigDeviceHandleByIndex", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetMigDeviceHandleByIndex_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.index = index
     res = rt.call(441963348, args, pb.nvmlDeviceGetMigDeviceHandleByIndex_Result, route)
     if res.status == 0:
-        rt.write_scalar(migDevice, "uint64_t", res.migDevice)
+        rt.write_scalar(migDevice, "uint64_t", rt.nvml_mine(route, res.migDevice))
     return res.status
 
 
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMigMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMigMode(device, currentMode, pendingMode):
     """nvmlDeviceGetMigMode (nvml.h)"""
-    route = rt.route("nvmlDeviceGetMigMode", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetMigMode", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetMigMode_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(903204419, args, pb.nvmlDeviceGetMigMode_Result, route)
     if res.status == 0:
         rt.write_scalar(currentMode, "uint32_t", res.currentMode)
@@ -3039,9 +3040,9 @@ def nvmlDeviceGetMigMode(device, currentMode, pendingMode):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetMinorNumber", onerror=rt.on_nvml_error)
 def nvmlDeviceGetMinorNumber(device, minorNumber):
     """nvmlDeviceGetMinorNumber (nvml.h)"""
-    route = rt.route("nvmlDeviceGetMinorNumber", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetMinorNumber", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetMinorNumber_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(1788364338, args, pb.nvmlDeviceGetMinorNumber_Result, route)
     if res.status == 0:
         rt.write_scalar(minorNumber, "uint32_t", res.minorNumber)
@@ -3051,9 +3052,9 @@ def nvmlDeviceGetMinorNumber(device, minorNumber):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetName", onerror=rt.on_nvml_error)
 def nvmlDeviceGetName(device, name, name_len, length):
     """nvmlDeviceGetName (nvml.h)"""
-    route = rt.route("nvmlDeviceGetName", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetName", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetName_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.length = length
     rt.expect(name, name_len)
     res = rt.call(1846965399, args, pb.nvmlDeviceGetName_Result, route)
@@ -3065,9 +3066,9 @@ def nvmlDeviceGetName(device, name, name_len, length):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetNumGpuCores", onerror=rt.on_nvml_error)
 def nvmlDeviceGetNumGpuCores(device, numCores):
     """nvmlDeviceGetNumGpuCores (nvml.h)"""
-    route = rt.route("nvmlDeviceGetNumGpuCores", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetNumGpuCores", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetNumGpuCores_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(3416126591, args, pb.nvmlDeviceGetNumGpuCores_Result, route)
     if res.status == 0:
         rt.write_scalar(numCores, "uint32_t", res.numCores)
@@ -3077,9 +3078,9 @@ def nvmlDeviceGetNumGpuCores(device, numCores):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetNumaNodeId", onerror=rt.on_nvml_error)
 def nvmlDeviceGetNumaNodeId(device, node):
     """nvmlDeviceGetNumaNodeId (nvml.h)"""
-    route = rt.route("nvmlDeviceGetNumaNodeId", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetNumaNodeId", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetNumaNodeId_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(816294722, args, pb.nvmlDeviceGetNumaNodeId_Result, route)
     if res.status == 0:
         rt.write_scalar(node, "uint32_t", res.node)
@@ -3089,9 +3090,9 @@ def nvmlDeviceGetNumaNodeId(device, node):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetNvLinkCapability", onerror=rt.on_nvml_error)
 def nvmlDeviceGetNvLinkCapability(device, link, capability, capResult):
     """nvmlDeviceGetNvLinkCapability (nvml.h)"""
-    route = rt.route("nvmlDeviceGetNvLinkCapability", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetNvLinkCapability", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetNvLinkCapability_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.link = link
     args.capability = capability
     res = rt.call(238727400, args, pb.nvmlDeviceGetNvLinkCapability_Result, route)
@@ -3103,9 +3104,9 @@ def nvmlDeviceGetNvLinkCapability(device, link, capability, capResult):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetNvLinkRemoteDeviceType", onerror=rt.on_nvml_error)
 def nvmlDeviceGetNvLinkRemoteDeviceType(device, link, pNvLinkDeviceType):
     """nvmlDeviceGetNvLinkRemoteDeviceType (nvml.h)"""
-    route = rt.route("nvmlDeviceGetNvLinkRemoteDeviceType", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetNvLinkRemoteDeviceType", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetNvLinkRemoteDeviceType_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.link = link
     res = rt.call(2213010662, args, pb.nvmlDeviceGetNvLinkRemoteDeviceType_Result, route)
     if res.status == 0:
@@ -3116,9 +3117,9 @@ def nvmlDeviceGetNvLinkRemoteDeviceType(device, link, pNvLinkDeviceType):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetNvLinkRemotePciInfo", onerror=rt.on_nvml_error)
 def nvmlDeviceGetNvLinkRemotePciInfo(device, link, pci, pci_len):
     """nvmlDeviceGetNvLinkRemotePciInfo (nvml.h): the first ABI (codegen/internal_api.h), which NCCL's topology asks for by name"""
-    route = rt.route("nvmlDeviceGetNvLinkRemotePciInfo", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetNvLinkRemotePciInfo", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetNvLinkRemotePciInfo_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.link = link
     rt.expect(pci, pci_len)
     res = rt.call(3922783733, args, pb.nvmlDeviceGetNvLinkRemotePciInfo_Result, route)
@@ -3130,9 +3131,9 @@ def nvmlDeviceGetNvLinkRemotePciInfo(device, link, pci, pci_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetNvLinkRemotePciInfo_v2", onerror=rt.on_nvml_error)
 def nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, pci, pci_len):
     """nvmlDeviceGetNvLinkRemotePciInfo_v2 (nvml.h)"""
-    route = rt.route("nvmlDeviceGetNvLinkRemotePciInfo_v2", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetNvLinkRemotePciInfo_v2", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetNvLinkRemotePciInfo_v2_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.link = link
     rt.expect(pci, pci_len)
     res = rt.call(4146057672, args, pb.nvmlDeviceGetNvLinkRemotePciInfo_v2_Result, route)
@@ -3144,9 +3145,9 @@ def nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, pci, pci_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetNvLinkState", onerror=rt.on_nvml_error)
 def nvmlDeviceGetNvLinkState(device, link, isActive):
     """nvmlDeviceGetNvLinkState (nvml.h)"""
-    route = rt.route("nvmlDeviceGetNvLinkState", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetNvLinkState", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetNvLinkState_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.link = link
     res = rt.call(158654964, args, pb.nvmlDeviceGetNvLinkState_Result, route)
     if res.status == 0:
@@ -3156,11 +3157,11 @@ def nvmlDeviceGetNvLinkState(device, link, isActive):
 
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetP2PStatus", onerror=rt.on_nvml_error)
 def nvmlDeviceGetP2PStatus(device1, device2, p2pIndex, p2pStatus):
-    """nvmlDeviceGetP2PStatus (nvml.h)"""
-    route = rt.route("nvmlDeviceGetP2PStatus", (), (device1, device2), (), ())
+    """nvmlDeviceGetP2PStatus (nvml.h): devices of two servers of a device list: not supported (client/peers.c)"""
+    route = rt.route("nvmlDeviceGetP2PStatus", (), (), (), (), (device1, device2))
     args = pb.nvmlDeviceGetP2PStatus_Args()
-    args.device1 = device1
-    args.device2 = device2
+    args.device1 = rt.nvml_theirs(device1)
+    args.device2 = rt.nvml_theirs(device2)
     args.p2pIndex = p2pIndex
     res = rt.call(1103385609, args, pb.nvmlDeviceGetP2PStatus_Result, route)
     if res.status == 0:
@@ -3171,9 +3172,9 @@ def nvmlDeviceGetP2PStatus(device1, device2, p2pIndex, p2pStatus):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPciInfo_v3", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPciInfo_v3(device, pci, pci_len):
     """nvmlDeviceGetPciInfo_v3 (nvml.h)"""
-    route = rt.route("nvmlDeviceGetPciInfo_v3", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetPciInfo_v3", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetPciInfo_v3_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     rt.expect(pci, pci_len)
     res = rt.call(4153554568, args, pb.nvmlDeviceGetPciInfo_v3_Result, route)
     if res.status == 0:
@@ -3184,9 +3185,9 @@ def nvmlDeviceGetPciInfo_v3(device, pci, pci_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPcieThroughput", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPcieThroughput(device, counter, value):
     """nvmlDeviceGetPcieThroughput (nvml.h)"""
-    route = rt.route("nvmlDeviceGetPcieThroughput", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetPcieThroughput", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetPcieThroughput_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.counter = counter
     res = rt.call(3656226457, args, pb.nvmlDeviceGetPcieThroughput_Result, route)
     if res.status == 0:
@@ -3197,9 +3198,9 @@ def nvmlDeviceGetPcieThroughput(device, counter, value):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPerformanceState", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPerformanceState(device, pState):
     """nvmlDeviceGetPerformanceState (nvml.h)"""
-    route = rt.route("nvmlDeviceGetPerformanceState", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetPerformanceState", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetPerformanceState_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(1118968960, args, pb.nvmlDeviceGetPerformanceState_Result, route)
     if res.status == 0:
         rt.write_scalar(pState, "int32_t", res.pState)
@@ -3209,9 +3210,9 @@ def nvmlDeviceGetPerformanceState(device, pState):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPersistenceMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPersistenceMode(device, mode):
     """nvmlDeviceGetPersistenceMode (nvml.h)"""
-    route = rt.route("nvmlDeviceGetPersistenceMode", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetPersistenceMode", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetPersistenceMode_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(2944001441, args, pb.nvmlDeviceGetPersistenceMode_Result, route)
     if res.status == 0:
         rt.write_scalar(mode, "int32_t", res.mode)
@@ -3221,9 +3222,9 @@ def nvmlDeviceGetPersistenceMode(device, mode):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPowerManagementDefaultLimit", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPowerManagementDefaultLimit(device, defaultLimit):
     """nvmlDeviceGetPowerManagementDefaultLimit (nvml.h)"""
-    route = rt.route("nvmlDeviceGetPowerManagementDefaultLimit", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetPowerManagementDefaultLimit", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetPowerManagementDefaultLimit_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(18966196, args, pb.nvmlDeviceGetPowerManagementDefaultLimit_Result, route)
     if res.status == 0:
         rt.write_scalar(defaultLimit, "uint32_t", res.defaultLimit)
@@ -3233,9 +3234,9 @@ def nvmlDeviceGetPowerManagementDefaultLimit(device, defaultLimit):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPowerManagementLimit", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPowerManagementLimit(device, limit):
     """nvmlDeviceGetPowerManagementLimit (nvml.h)"""
-    route = rt.route("nvmlDeviceGetPowerManagementLimit", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetPowerManagementLimit", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetPowerManagementLimit_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(1827855002, args, pb.nvmlDeviceGetPowerManagementLimit_Result, route)
     if res.status == 0:
         rt.write_scalar(limit, "uint32_t", res.limit)
@@ -3245,9 +3246,9 @@ def nvmlDeviceGetPowerManagementLimit(device, limit):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPowerManagementLimitConstraints", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPowerManagementLimitConstraints(device, minLimit, maxLimit):
     """nvmlDeviceGetPowerManagementLimitConstraints (nvml.h)"""
-    route = rt.route("nvmlDeviceGetPowerManagementLimitConstraints", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetPowerManagementLimitConstraints", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetPowerManagementLimitConstraints_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(2195157466, args, pb.nvmlDeviceGetPowerManagementLimitConstraints_Result, route)
     if res.status == 0:
         rt.write_scalar(minLimit, "uint32_t", res.minLimit)
@@ -3258,9 +3259,9 @@ def nvmlDeviceGetPowerManagementLimitConstraints(device, minLimit, maxLimit):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPowerState", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPowerState(device, pState):
     """nvmlDeviceGetPowerState (nvml.h)"""
-    route = rt.route("nvmlDeviceGetPowerState", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetPowerState", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetPowerState_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(1955384892, args, pb.nvmlDeviceGetPowerState_Result, route)
     if res.status == 0:
         rt.write_scalar(pState, "int32_t", res.pState)
@@ -3270,9 +3271,9 @@ def nvmlDeviceGetPowerState(device, pState):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetPowerUsage", onerror=rt.on_nvml_error)
 def nvmlDeviceGetPowerUsage(device, power):
     """nvmlDeviceGetPowerUsage (nvml.h)"""
-    route = rt.route("nvmlDeviceGetPowerUsage", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetPowerUsage", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetPowerUsage_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(133448375, args, pb.nvmlDeviceGetPowerUsage_Result, route)
     if res.status == 0:
         rt.write_scalar(power, "uint32_t", res.power)
@@ -3282,9 +3283,9 @@ def nvmlDeviceGetPowerUsage(device, power):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetSerial", onerror=rt.on_nvml_error)
 def nvmlDeviceGetSerial(device, serial, serial_len, length):
     """nvmlDeviceGetSerial (nvml.h)"""
-    route = rt.route("nvmlDeviceGetSerial", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetSerial", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetSerial_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.length = length
     rt.expect(serial, serial_len)
     res = rt.call(1543220140, args, pb.nvmlDeviceGetSerial_Result, route)
@@ -3296,9 +3297,9 @@ def nvmlDeviceGetSerial(device, serial, serial_len, length):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetTemperature", onerror=rt.on_nvml_error)
 def nvmlDeviceGetTemperature(device, sensorType, temp):
     """nvmlDeviceGetTemperature (nvml.h)"""
-    route = rt.route("nvmlDeviceGetTemperature", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetTemperature", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetTemperature_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.sensorType = sensorType
     res = rt.call(3481320405, args, pb.nvmlDeviceGetTemperature_Result, route)
     if res.status == 0:
@@ -3309,9 +3310,9 @@ def nvmlDeviceGetTemperature(device, sensorType, temp):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetTotalEccErrors", onerror=rt.on_nvml_error)
 def nvmlDeviceGetTotalEccErrors(device, errorType, counterType, eccCounts):
     """nvmlDeviceGetTotalEccErrors (nvml.h)"""
-    route = rt.route("nvmlDeviceGetTotalEccErrors", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetTotalEccErrors", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetTotalEccErrors_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.errorType = errorType
     args.counterType = counterType
     res = rt.call(1379896477, args, pb.nvmlDeviceGetTotalEccErrors_Result, route)
@@ -3323,9 +3324,9 @@ def nvmlDeviceGetTotalEccErrors(device, errorType, counterType, eccCounts):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetTotalEnergyConsumption", onerror=rt.on_nvml_error)
 def nvmlDeviceGetTotalEnergyConsumption(device, energy):
     """nvmlDeviceGetTotalEnergyConsumption (nvml.h)"""
-    route = rt.route("nvmlDeviceGetTotalEnergyConsumption", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetTotalEnergyConsumption", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetTotalEnergyConsumption_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(765838733, args, pb.nvmlDeviceGetTotalEnergyConsumption_Result, route)
     if res.status == 0:
         rt.write_scalar(energy, "uint64_t", res.energy)
@@ -3335,9 +3336,9 @@ def nvmlDeviceGetTotalEnergyConsumption(device, energy):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetUUID", onerror=rt.on_nvml_error)
 def nvmlDeviceGetUUID(device, uuid, uuid_len, length):
     """nvmlDeviceGetUUID (nvml.h)"""
-    route = rt.route("nvmlDeviceGetUUID", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetUUID", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetUUID_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.length = length
     rt.expect(uuid, uuid_len)
     res = rt.call(2012027069, args, pb.nvmlDeviceGetUUID_Result, route)
@@ -3349,9 +3350,9 @@ def nvmlDeviceGetUUID(device, uuid, uuid_len, length):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetUtilizationRates", onerror=rt.on_nvml_error)
 def nvmlDeviceGetUtilizationRates(device, utilization, utilization_len):
     """nvmlDeviceGetUtilizationRates (nvml.h)"""
-    route = rt.route("nvmlDeviceGetUtilizationRates", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetUtilizationRates", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetUtilizationRates_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     rt.expect(utilization, utilization_len)
     res = rt.call(1071099370, args, pb.nvmlDeviceGetUtilizationRates_Result, route)
     if res.status == 0:
@@ -3362,9 +3363,9 @@ def nvmlDeviceGetUtilizationRates(device, utilization, utilization_len):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetVbiosVersion", onerror=rt.on_nvml_error)
 def nvmlDeviceGetVbiosVersion(device, version, version_len, length):
     """nvmlDeviceGetVbiosVersion (nvml.h)"""
-    route = rt.route("nvmlDeviceGetVbiosVersion", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetVbiosVersion", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetVbiosVersion_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     args.length = length
     rt.expect(version, version_len)
     res = rt.call(1810680486, args, pb.nvmlDeviceGetVbiosVersion_Result, route)
@@ -3376,9 +3377,9 @@ def nvmlDeviceGetVbiosVersion(device, version, version_len, length):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceGetVirtualizationMode", onerror=rt.on_nvml_error)
 def nvmlDeviceGetVirtualizationMode(device, pVirtualMode):
     """nvmlDeviceGetVirtualizationMode (nvml.h)"""
-    route = rt.route("nvmlDeviceGetVirtualizationMode", (), (device,), (), ())
+    route = rt.route("nvmlDeviceGetVirtualizationMode", (), (), (), (), (device,))
     args = pb.nvmlDeviceGetVirtualizationMode_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(1861763383, args, pb.nvmlDeviceGetVirtualizationMode_Result, route)
     if res.status == 0:
         rt.write_scalar(pVirtualMode, "int32_t", res.pVirtualMode)
@@ -3388,9 +3389,9 @@ def nvmlDeviceGetVirtualizationMode(device, pVirtualMode):
 @ffi.def_extern(name="cuwire_py_nvmlDeviceIsMigDeviceHandle", onerror=rt.on_nvml_error)
 def nvmlDeviceIsMigDeviceHandle(device, isMigDevice):
     """nvmlDeviceIsMigDeviceHandle (nvml.h)"""
-    route = rt.route("nvmlDeviceIsMigDeviceHandle", (), (device,), (), ())
+    route = rt.route("nvmlDeviceIsMigDeviceHandle", (), (), (), (), (device,))
     args = pb.nvmlDeviceIsMigDeviceHandle_Args()
-    args.device = device
+    args.device = rt.nvml_theirs(device)
     res = rt.call(1693389219, args, pb.nvmlDeviceIsMigDeviceHandle_Result, route)
     if res.status == 0:
         rt.write_scalar(isMigDevice, "uint32_t", res.isMigDevice)
@@ -3402,7 +3403,7 @@ def nvmlInitWithFlags(flags):
     """nvmlInitWithFlags (nvml.h)"""
     args = pb.nvmlInitWithFlags_Args()
     args.flags = flags
-    res = rt.call(1768977338, args, pb.nvmlInitWithFlags_Result)
+    res, route = rt.call_servers("each", 1768977338, args, pb.nvmlInitWithFlags_Result)
     return res.status
 
 
@@ -3410,7 +3411,7 @@ def nvmlInitWithFlags(flags):
 def nvmlInit_v2():
     """nvmlInit_v2 (nvml.h): only the first of those open at once reaches the server (client/nvml_answers.c)"""
     args = pb.nvmlInit_v2_Args()
-    res = rt.call(4250578944, args, pb.nvmlInit_v2_Result)
+    res, route = rt.call_servers("each", 4250578944, args, pb.nvmlInit_v2_Result)
     return res.status
 
 
@@ -3418,7 +3419,7 @@ def nvmlInit_v2():
 def nvmlShutdown():
     """nvmlShutdown (nvml.h): only the last of those open reaches the server (client/nvml_answers.c)"""
     args = pb.nvmlShutdown_Args()
-    res = rt.call(999915332, args, pb.nvmlShutdown_Result)
+    res, route = rt.call_servers("each", 999915332, args, pb.nvmlShutdown_Result)
     return res.status
 
 

@@ -17981,8 +17981,14 @@ CUWIRE_EXPORT nvmlReturn_t nvmlDeviceGetOfaUtilization(nvmlDevice_t device, unsi
 
 /* nvmlDeviceGetP2PStatus (nvml.h): remoted, sync */
 int cuwire_py_nvmlDeviceGetP2PStatus(uint64_t, uint64_t, int64_t, void *);
+int cuwire_fast_nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuP2PCapsIndex_t p2pIndex, nvmlGpuP2PStatus_t *p2pStatus);
 static inline nvmlReturn_t cuwire_impl_nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuP2PCapsIndex_t p2pIndex, nvmlGpuP2PStatus_t *p2pStatus)
 {
+    int fast = cuwire_fast_nvmlDeviceGetP2PStatus(device1, device2, p2pIndex, p2pStatus);
+    if (fast >= 0) {
+        __atomic_add_fetch(&cuwire_fast_hits[743], 1, __ATOMIC_RELAXED);
+        return (nvmlReturn_t)fast;
+    }
     if (!CUWIRE_READY())
         return (nvmlReturn_t)999;
     return (nvmlReturn_t)(cuwire_py_nvmlDeviceGetP2PStatus((uint64_t)(uintptr_t)device1, (uint64_t)(uintptr_t)device2, (int64_t)p2pIndex, (void *)p2pStatus));
