@@ -126,6 +126,9 @@ def test_servers_and_device_index_go_with_nvml(api):
         annotations.apply_function(fresh(api, "cuInit"), {"mode": "sync", "servers": "each"})
     with pytest.raises(annotations.AnnotationError, match="`servers` is one of"):
         annotations.apply_function(fresh(api, "nvmlInit_v2"), {"mode": "sync", "servers": "most"})
+    with pytest.raises(annotations.AnnotationError, match="`split` goes with"):  # (one server named at most)
+        annotations.apply_function(fresh(api, "cuCtxSynchronize"), {"mode": "sync", "split": "cuwire_x"})
+    assert api.function("cuMemcpyPeer").split == "cuwire_split_cuMemcpyPeer"
     with pytest.raises(annotations.AnnotationError, match="`device_index = true` goes with"):
         annotations.apply_function(fresh(api, "cuDeviceGet"), {"mode": "sync", "ordinal": {"device_index": True}})
 

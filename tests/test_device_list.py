@@ -66,9 +66,7 @@ if count.value > 1:  # across the two servers: no peer path, and what needs one 
     print("peer", cuda.cuDeviceCanAccessPeer(ctypes.byref(can), 0, 1), can.value,
           cuda.cuDeviceGetP2PAttribute(ctypes.byref(value), 2, 0, 1), value.value)  # (2: ACCESS_SUPPORTED)
     check(cuda.cuCtxSetCurrent(contexts[0]), "cuCtxSetCurrent")
-    print("refused", cuda.cuCtxEnablePeerAccess(contexts[1], 0),
-          cuda.cuMemcpyDtoD_v2(ctypes.c_uint64(memory[0][1]), ctypes.c_uint64(memory[1][1]), 16),
-          cuda.cuStreamWaitEvent(memory[0][2], memory[1][3], 0))
+    print("refused", cuda.cuCtxEnablePeerAccess(contexts[1], 0), cuda.cuStreamWaitEvent(memory[0][2], memory[1][3], 0))
     noop = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: None)  # (host functions: the first server's only)
     print("host functions", cuda.cuLaunchHostFunc(memory[0][2], noop, None),
           cuda.cuLaunchHostFunc(memory[1][2], noop, None), cuda.cuStreamSynchronize(memory[0][2]))
@@ -122,13 +120,12 @@ def test_two_servers_are_one_device_list(tmp_path, client_lib, two_servers):
         lo, hi = address_space.windows(dev + 1)[1]  # each device's memory in its server's window
         assert lo <= int(word[-1], 16) < hi, (dev, word)
     # cuDeviceCanAccessPeer and cuDeviceGetP2PAttribute answer 0, as for GPUs without a peer path;
-    # cuCtxEnablePeerAccess gives CUDA_ERROR_PEER_ACCESS_UNSUPPORTED (217); a copy between the servers'
-    # memory, a stream of one waiting on the other's event, and a memset of one's memory on the other's
-    # NULL stream are refused by name (NOT_SUPPORTED, 801); a synchronous memset goes to its memory's server
-    assert lines[3:7] == ["peer 0 0 0 0", "refused 217 801 801", "host functions 0 801 0", "null stream 801 0"], \
+    # cuCtxEnablePeerAccess gives CUDA_ERROR_PEER_ACCESS_UNSUPPORTED (217); a stream of one waiting on the
+    # other's event, and a memset of one's memory on the other's NULL stream are refused by name
+    # (NOT_SUPPORTED, 801); a synchronous memset goes to its memory's server
+    assert lines[3:7] == ["peer 0 0 0 0", "refused 217 801", "host functions 0 801 0", "null stream 801 0"], \
         both.stdout
     assert "cuLaunchHostFunc on a stream of server 2 of the device list" in both.stderr, both.stderr
-    assert "cuMemcpyDtoD_v2 names memory or handles of two servers" in both.stderr, both.stderr
     assert "cuStreamWaitEvent names memory or handles of two servers" in both.stderr, both.stderr
     assert alone.stdout.splitlines()[:2] == ["devices 1", f"device 0 sum {sums[0]} memory at " +
                                               alone.stdout.split()[-1]], alone.stdout
@@ -317,3 +314,84 @@ def test_nvml_lists_every_server_of_the_list(tmp_path, client_lib, two_servers):
         "p2p 0 5", "distinct True shutdown 0 closed 1"], both.stdout  # (NVML_ERROR_UNINITIALIZED once shut down)
     assert alone.stdout.splitlines()[:3] == ["init 0 count 0 1", f"device 0 0 0 0 0 {name}", "by uuid 0 0 6"], \
         alone.stdout
+
+
+# Copies between the two servers' memory (server/peer_copy.py): device to device both ways, by cuMemcpyDtoD,
+# cuMemcpyPeer and cuMemcpyDtoDAsync, one larger than a piece (64 MiB), each read back on its device.
+COPIES = r"""
+import ctypes, sys
+cuda = ctypes.CDLL("libcuda.so.1")
+BIG = (64 << 20) + 4096  # two pieces
+
+def check(status, what):
+    if status != 0:
+        sys.exit(f"{what}: CUDA error {status}")
+
+check(cuda.cuInit(0), "cuInit")
+contexts, memory = [], []
+for dev in range(2):
+    ctx, a = ctypes.c_void_p(), ctypes.c_uint64()
+    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "retain")
+    check(cuda.cuCtxSetCurrent(ctx), "set")
+    check(cuda.cuMemAlloc_v2(ctypes.byref(a), BIG), "alloc")
+    contexts.append(ctx)
+    memory.append(a.value)
+pattern = bytes(i * 7 % 251 for i in range(BIG))
+check(cuda.cuCtxSetCurrent(contexts[0]), "set")
+check(cuda.cuMemcpyHtoD_v2(ctypes.c_uint64(memory[0]), pattern, BIG), "HtoD")
+
+def read(dev, address, n):
+    out = ctypes.create_string_buffer(n)
+    check(cuda.cuCtxSetCurrent(contexts[dev]), "set")
+    check(cuda.cuMemcpyDtoH_v2(out, ctypes.c_uint64(address), n), "DtoH")
+    return out.raw
+
+print("dtod", cuda.cuMemcpyDtoD_v2(ctypes.c_uint64(memory[1]), ctypes.c_uint64(memory[0]), BIG),
+      read(1, memory[1], BIG) == pattern)
+check(cuda.cuCtxSetCurrent(contexts[0]), "set")  # (back, shifted: device 1 to device 0, 4096 bytes in)
+print("peer", cuda.cuMemcpyPeer(ctypes.c_uint64(memory[0] + 4096), contexts[0], ctypes.c_uint64(memory[1]),
+                                contexts[1], 1 << 20), read(0, memory[0] + 4096, 1 << 20) == pattern[:1 << 20])
+stream = ctypes.c_void_p()
+check(cuda.cuCtxSetCurrent(contexts[1]), "set")
+check(cuda.cuStreamCreate(ctypes.byref(stream), 0), "stream")
+print("async", cuda.cuMemcpyDtoDAsync_v2(ctypes.c_uint64(memory[1] + 8), ctypes.c_uint64(memory[0] + 4096), 100,
+                                         stream), cuda.cuStreamSynchronize(stream),
+      read(1, memory[1] + 8, 100) == pattern[:100])
+"""
+
+
+def test_copies_between_servers_go_server_to_server(tmp_path, client_lib, two_servers):
+    """Each copy equal to its source, the client's own bytes sent far fewer than the bytes copied."""
+    script = tmp_path / "copies.py"
+    script.write_text(COPIES)
+    r = run(",".join(s.address for s in two_servers), sys.executable, str(script), stats=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["dtod 0 True", "peer 0 True", "async 0 0 True"], r.stdout + r.stderr
+    assert "copied between servers of the device list, server to server: 65.0 MiB" in r.stderr, r.stderr
+    sent = int(re.search(r"bytes sent: .*? \((\d+) B\) in messages", r.stderr).group(1))
+    assert sent < (64 << 20) + (2 << 20), r.stderr  # (the pattern's upload once; none of the copies' bytes)
+
+
+def test_an_offer_serves_its_key_once(two_servers):
+    """server/peer_copy.py: a fetch names an offer's one-time key; one no offer has is refused by name."""
+    from cuwire.server import peer_copy
+    from cuwire.server.errors import CudaFail
+
+    with pytest.raises(ValueError, match="no offer has that key"):
+        peer_copy.take_offer(two_servers[0].address, os.urandom(16), 16)
+    offers = peer_copy.Offers()
+    key = offers.add(bytearray(b"x" * 16))
+    assert offers.take(key) == b"x" * 16 and offers.take(key) is None  # (once)
+    with pytest.raises(CudaFail, match="hold"):  # what offers hold at once is bounded
+        offers.add(bytearray(peer_copy.OFFERS_MOST + 1))
+    from cuwire.server.service import check_hello
+    from cuwire.settings import Settings
+    from cuwire.wire.hello import make_hello
+
+    guarded = Settings(token="secret")  # a fetching server names the key, not the token; nothing else may
+    assert check_hello(guarded, make_hello(join=key, peer_copy=True)) is None
+    assert check_hello(guarded, make_hello(peer_copy=True)).refusal == check_hello(guarded, make_hello()).refusal
+    assert check_hello(guarded, make_hello(join=key)) is not None
+    stale = offers.add(bytearray(4))
+    offers.held[stale] = (offers.held[stale][0], 0.0)  # (expired)
+    assert offers.take(stale) is None

@@ -2,7 +2,11 @@
  * No GPU of one server reaches another server's memory, so they answer as GPUs without a peer path do:
  * no access (cuDeviceCanAccessPeer), no peer attribute (cuDeviceGetP2PAttribute), peer access refused
  * (cuCtxEnablePeerAccess), and NVML's P2P status "not supported" (nvmlDeviceGetP2PStatus, which NCCL
- * asks). Devices of one server go to it, as any call (-1: the usual path). */
+ * asks). Devices of one server go to it, as any call (-1: the usual path).
+ *
+ * A copy between two servers' memory (cuMemcpyDtoD, cuMemcpyPeer and their Async forms, annotation `split`)
+ * goes server to server (runtime.py copy_between, server/peer_copy.py): done when it returns, the
+ * asynchronous forms too (after each side's earlier work, before anything later). */
 #include "cuda_api.h"
 #include "runtime.h"
 
@@ -43,4 +47,30 @@ int cuwire_fast_nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device
         return -1;
     *p2pStatus = NVML_P2P_STATUS_NOT_SUPPORTED;
     return NVML_SUCCESS;
+}
+
+CUresult cuwire_split_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return (CUresult)cuwire_py_copy_between(dstDevice, srcDevice, ByteCount);
+}
+
+CUresult cuwire_split_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+                                           CUstream hStream)
+{
+    (void)hStream; /* (done when it returns: ordered after both servers' earlier work) */
+    return (CUresult)cuwire_py_copy_between(dstDevice, srcDevice, ByteCount);
+}
+
+CUresult cuwire_split_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                                   CUcontext srcContext, size_t ByteCount)
+{
+    (void)dstContext, (void)srcContext; /* (each address names its server: the contexts are theirs) */
+    return (CUresult)cuwire_py_copy_between(dstDevice, srcDevice, ByteCount);
+}
+
+CUresult cuwire_split_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                                        CUcontext srcContext, size_t ByteCount, CUstream hStream)
+{
+    (void)dstContext, (void)srcContext, (void)hStream;
+    return (CUresult)cuwire_py_copy_between(dstDevice, srcDevice, ByteCount);
 }

@@ -156,6 +156,8 @@ CW_IN_PYTHON int cuwire_py_host_unregister_file(uint64_t address);
  * of a kernel or function asked at once (answers_cache.c): CUDA results. */
 CW_IN_PYTHON int cuwire_py_make_handles(uint32_t kind, uint32_t flags, int32_t priority, uint32_t count, uint64_t *out,
                            uint32_t *made);
+/* A copy between the memory of two servers of a device list, server to server (runtime.py, copy_between) */
+CW_IN_PYTHON int cuwire_py_copy_between(uint64_t dst, uint64_t src, uint64_t size);
 CW_IN_PYTHON int cuwire_py_function_attributes(uint64_t kernel, uint64_t function, int32_t device, int32_t *statuses,
                                   int32_t *values, int count);
 int cuwire_note_stream_flags(CUstream *stream, unsigned int flags);

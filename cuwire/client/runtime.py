@@ -65,6 +65,8 @@ MAX_GRID_DIM = (cu.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, cu.CU_DEVICE_ATTRIBUTE_MA
                              "KernelNodeParams", "BatchMemOpNode", "GraphDot",
                              "Enumerate", "MakeHandles", "FunctionAttributes", "Preload"))
 KEEP_LIST = wire_ids.OP_IDS["KeepList"]
+PEER_OFFER, PEER_FETCH = wire_ids.OP_IDS["PeerOffer"], wire_ids.OP_IDS["PeerFetch"]
+PEER_PIECE = 64 << 20  # the most bytes of one offer (server/peer_copy.py MOST): a larger copy goes in pieces
 # The session this Python side serves: a program's one server's, numbered 0 in client/routes.c (where a
 # device list will number each server's; issue 39)
 ONE_SESSION = 0
@@ -104,6 +106,7 @@ class Stats:
     bytes_sent_raw: int = 0
     bytes_received_raw: int = 0
     modules_uploaded: int = 0
+    peer_bytes: int = 0  # copied between two servers of a device list, server to server (copy_between)
     modules_cached: int = 0
     modules_preloaded: int = 0  # of modules_cached: loaded ahead from the program's last run's list
     list_from_server: bool = False  # ...the list the server kept (this machine had none: load_lists.Run)
@@ -699,6 +702,29 @@ class Client:
             self.stats.modules_cached += 1
         return res
 
+    def copy_between(self, dst: int, src: int, size: int) -> int:
+        """A copy between the memory of two servers of the device list (server/peer_copy.py): each piece
+        offered by the source's server and fetched by the destination's, the bytes going server to server;
+        the copy is done when this returns (an asynchronous one too: it is ordered after each side's earlier
+        work, and finished before anything after it)."""
+        src_route, dst_route = lib.cuwire_route_value(src), lib.cuwire_route_value(dst)
+        if isinstance(self.session_of(src_route).transport.connection.sock, TlsSocket):
+            print("cuwire: a copy between two servers of the device list over TLS: not served yet "
+                  "(docs/several-servers.md)", file=sys.stderr)
+            return cu.CUDA_ERROR_NOT_SUPPORTED
+        address = server_list(self.settings.server)[src_route]
+        for at in range(0, size, PEER_PIECE):
+            n = min(PEER_PIECE, size - at)
+            offer = self.call(PEER_OFFER, pb.PeerOffer_Args(src=src + at, size=n), pb.PeerOffer_Result, src_route)
+            if offer.status:
+                return offer.status
+            fetched = self.call(PEER_FETCH, pb.PeerFetch_Args(dst=dst + at, size=n, address=address, key=offer.key),
+                                pb.PeerFetch_Result, dst_route)
+            if fetched.status:
+                return fetched.status
+            self.stats.peer_bytes += n
+        return 0
+
     def load_elsewhere(self, res: pb.LoadModule_Result, digest: bytes, image: bytes) -> None:
         """A device list: the library `res` loaded on one server is loaded on each other one, its handle and
         its kernels' there kept as the aliases of the ones the program holds (client/routes.c), so that a
@@ -1154,6 +1180,8 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
         f"  modules uploaded: {s.modules_uploaded}; found in the server's cache: {s.modules_cached}"
         + (f" ({s.modules_preloaded} of them loaded ahead at the first load, from the last run's list"
            f"{', which the server kept' if s.list_from_server else ''})" if s.modules_preloaded else ""),
+        *([f"  copied between servers of the device list, server to server: {size(s.peer_bytes)}"]
+          if s.peer_bytes else []),
         f"  time waiting on the server: {s.wait_seconds * 1e3:.1f} ms",
         *([f"  copies from page-locked memory that waited for the program's host functions to run first: "
            f"{s.host_fn_waits}, {s.host_fn_wait_seconds * 1e3:.1f} ms"] if s.host_fn_waits else []),
@@ -1415,6 +1443,12 @@ def on_error(exc_type, exc, tb) -> int:
 # NVML's codes for the client's failures: a bad pointer is NVML_ERROR_INVALID_ARGUMENT, anything else
 # (no server, a lost session) NVML_ERROR_UNKNOWN
 NVML_CODES = {INVALID_VALUE: 2}
+
+
+@ffi.def_extern(name="cuwire_py_copy_between", onerror=on_error)
+def copy_between(dst, src, size) -> int:
+    """client/peers.c: a copy whose two sides are memory of two servers of the device list."""
+    return client.copy_between(dst, src, size)
 
 
 def on_nvml_error(exc_type, exc, tb) -> int:

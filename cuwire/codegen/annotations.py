@@ -46,6 +46,8 @@ unimplemented (its stub says so loudly). Inside a table:
            one output, summed: nvmlDeviceGetCount) or "found" (the servers asked in turn until one does
            not say NVML_ERROR_NOT_FOUND: a handle by UUID, PCI bus id or serial); else the call is routed
            as any other
+  split    a C function of the client's C, with the same parameters, called when the call's arguments
+           name two servers of a device list (a copy between them: client/peers.c), instead of refusing it
   <param>  an inline table for one parameter: role, length, alloc, frees, range, at_most, streams, device_index (see
            model.Param); range, for a device address passed by value: an expression of the bytes from it
            the call touches, which the server checks lie in the session's memory before the call (queued
@@ -78,7 +80,7 @@ ANNOTATIONS = Path(__file__).with_name("annotations")
 PACKAGE = Path(__file__).parents[1]  # cuwire/: `server` names a file in it
 MODES = {"sync", "async", "custom", "local"}
 FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after", "server", "synchronizes", "releases", "completes",
-                 "answered_when_done", "queued_when", "shares_memory", "servers"}
+                 "answered_when_done", "queued_when", "shares_memory", "servers", "split"}
 PARAM_KEYS = {"role", "length", "alloc", "overflow", "frees", "range", "at_most", "streams", "device_index"}
 SERVERS = {"each", "sum", "found"}
 STREAMING_ROLES = {"buf_in", "buf_out", "mem_in", "mem_out"}
@@ -270,6 +272,9 @@ def apply_function(fn: Function, spec: dict) -> None:
                        or (fn.servers == "sum" and (len(outs) != 1 or outs[0].role != "out"))):
         raise AnnotationError(f"{fn.name}: `servers` is one of {sorted(SERVERS)}, for an NVML sync call that names "
                               "no device (and `sum`, for one with a single output)")
+    fn.split = spec.get("split", "")
+    if fn.split and (fn.api != "driver" or len(fn.routes) < 2):
+        raise AnnotationError(f"{fn.name}: `split` goes with a driver call whose arguments may name two servers")
     fn.queued_when = spec.get("queued_when", "")
     if fn.queued_when and (mode != "sync" or fn.server or not fn.fits_a_record):
         raise AnnotationError(f"{fn.name}: `queued_when` goes with mode sync, no `server`, and parameters that "

@@ -223,6 +223,7 @@ class Function:
     answered_when_done: bool = False  # answered by the client while what it waits for is known finished
     queued_when: str = ""  # C predicate: the call cannot fail, so it is queued, not waited for (annotations.py)
     servers: str = ""  # a device list: which servers it asks, each, sum or found (annotations.py); "": routed
+    split: str = ""  # C function, same parameters, for arguments that name two servers (annotations.py)
 
     @property
     def released_at_end(self) -> bool:

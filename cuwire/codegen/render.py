@@ -44,7 +44,7 @@ INTERNAL_OPS = ("LoadModule", "GetKernel", "GetGlobal", "LaunchKernel", "ErrorSt
                 "UnregisterHost", "HostFunc", "ManagedAlloc", "GraphNode", "CaptureInfo", "AllocNodeParams",
                 "KernelNodeParams", "BatchMemOpNode", "GraphDot",
                 "Enumerate", "MakeHandles", "FunctionAttributes", "RunningProcesses", "Preload", "KernelNodeSet",
-                "HostCopy", "KeepList")
+                "HostCopy", "KeepList", "PeerOffer", "PeerFetch")
 
 
 def py_name(name: str) -> str:

@@ -10884,6 +10884,7 @@ CUWIRE_EXPORT CUresult cuMemcpyDtoDAsync(void)
 }
 
 /* cuMemcpyDtoDAsync_v2 (cuda.h): remoted, async; also cuMemcpyDtoDAsync_v2_ptsz */
+CUresult cuwire_split_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
 static inline CUresult cuwire_impl_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
@@ -10892,7 +10893,7 @@ static inline CUresult cuwire_impl_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, C
     route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
     route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
     if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuMemcpyDtoDAsync_v2");
+        return (CUresult)cuwire_split_cuMemcpyDtoDAsync_v2(dstDevice, srcDevice, ByteCount, hStream); /* (two servers: client/peers.c) */
     if (route < 0)
         route = cuwire_route_current();
     struct __attribute__((packed)) {
@@ -10923,6 +10924,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyDtoDAsync_v2) cuMemcpyDtoDAsync_v2_ptsz __attri
 
 /* cuMemcpyDtoD_v2 (cuda.h): remoted, sync; also cuMemcpyDtoD_v2_ptds */
 int cuwire_py_cuMemcpyDtoD_v2(uint64_t, uint64_t, uint64_t);
+CUresult cuwire_split_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount);
 static inline CUresult cuwire_impl_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
@@ -10931,7 +10933,7 @@ static inline CUresult cuwire_impl_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdevi
         int route = cuwire_route_value((uint64_t)dstDevice);
         route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
         if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuMemcpyDtoD_v2");
+            return (CUresult)cuwire_split_cuMemcpyDtoD_v2(dstDevice, srcDevice, ByteCount); /* (two servers: client/peers.c) */
         if (route < 0)
             route = cuwire_route_current();
         struct __attribute__((packed)) {
@@ -11276,6 +11278,7 @@ CUWIRE_EXPORT __typeof__(cuMemcpyHtoD_v2) cuMemcpyHtoD_v2_ptds __attribute__((al
 
 /* cuMemcpyPeer (cuda.h): remoted, sync; also cuMemcpyPeer_ptds */
 int cuwire_py_cuMemcpyPeer(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
+CUresult cuwire_split_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
 static inline CUresult cuwire_impl_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
@@ -11286,7 +11289,7 @@ static inline CUresult cuwire_impl_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext
         route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
         route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
         if (route == CW_ROUTE_SPLIT)
-            return (CUresult)cuwire_route_split("cuMemcpyPeer");
+            return (CUresult)cuwire_split_cuMemcpyPeer(dstDevice, dstContext, srcDevice, srcContext, ByteCount); /* (two servers: client/peers.c) */
         if (route < 0)
             route = cuwire_route_current();
         struct __attribute__((packed)) {
@@ -11335,6 +11338,7 @@ CUWIRE_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext,
 CUWIRE_EXPORT __typeof__(cuMemcpyPeer) cuMemcpyPeer_ptds __attribute__((alias("cuMemcpyPeer")));
 
 /* cuMemcpyPeerAsync (cuda.h): remoted, async; also cuMemcpyPeerAsync_ptsz */
+CUresult cuwire_split_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
 static inline CUresult cuwire_impl_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
     cuwire_host_reference((uint64_t)dstDevice); /* page-locked memory of the program's own: mapped (client/host_memory.c) */
@@ -11345,7 +11349,7 @@ static inline CUresult cuwire_impl_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUco
     route = cuwire_route_also(route, cuwire_route_value((uint64_t)dstDevice));
     route = cuwire_route_also(route, cuwire_route_value((uint64_t)srcDevice));
     if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuMemcpyPeerAsync");
+        return (CUresult)cuwire_split_cuMemcpyPeerAsync(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream); /* (two servers: client/peers.c) */
     if (route < 0)
         route = cuwire_route_current();
     struct __attribute__((packed)) {

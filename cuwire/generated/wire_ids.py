@@ -3,7 +3,7 @@
 and the id of each remoted function and of each of cuwire's own operations (a Batch's `fn`). The client
 imports these, never the server's handlers."""
 
-API_DIGEST = "a3155a2ccb030b90"
+API_DIGEST = "3a489eab0a830213"
 CUDA_VERSION = "13.0"
 # Ids of cuwire's own operations (messages <Op>_Args / <Op>_Result), in the functions' id space.
 OP_IDS = {
@@ -43,6 +43,8 @@ OP_IDS = {
     "KernelNodeSet": 1644708772,
     "HostCopy": 2302523315,
     "KeepList": 2327833538,
+    "PeerOffer": 742635072,
+    "PeerFetch": 2273071677,
 }
 # Each remoted function's id (messages <name>_Args / <name>_Result).
 FUNCTION_IDS = {

@@ -242,6 +242,8 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
         if asked.HasField("visible_devices"):  # (the devices it names are not there: CUDA_ERROR_NO_DEVICE)
             return refuse(conn, f"the program's CUDA_VISIBLE_DEVICES={asked.visible_devices!r}: {e}", pb.NO_DEVICE)
         return refuse(conn, f"the server could not open its GPU: {e}", pb.INTERNAL)
+    # an offer's key to the listener, so that the server fetching it is handed to this process (peer_copy.py)
+    state.announce_offer = lambda key: send_report(channel, {"offer": key.hex()})
     stop = wait_for_signal()
     session = threading.Thread(target=lambda: (serve_connection(state, conn, first=hello, join_key=join_key),
                                                stop.set()),

@@ -14,7 +14,7 @@ import time
 from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
-from cuwire.server import graphs
+from cuwire.server import graphs, peer_copy
 from cuwire.server.errors import INVALID_HANDLE, INVALID_VALUE, NOT_SUPPORTED, CudaFail, WireError
 from cuwire.wire import layouts
 
@@ -877,6 +877,8 @@ OPS = {
     op_id("RunningProcesses"): ("cuwire.RunningProcesses", pb.RunningProcesses_Args, running_processes),
     op_id("Preload"): ("cuwire.Preload", pb.Preload_Args, _in_relaxed_capture(preload)),
     op_id("KeepList"): ("cuwire.KeepList", pb.KeepList_Args, keep_list),
+    op_id("PeerOffer"): ("cuwire.PeerOffer", pb.PeerOffer_Args, peer_copy.offer),
+    op_id("PeerFetch"): ("cuwire.PeerFetch", pb.PeerFetch_Args, peer_copy.fetch),
 }
 
 # cuwire's own queued records, run by the session's C loop (records.c) with the generated ones

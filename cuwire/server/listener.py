@@ -39,6 +39,7 @@ START_TIMEOUT = 60.0
 HELLO_TIMEOUT = 10.0  # a connection that says nothing is closed after this long
 HANDOFF_SIZE = 1 << 20  # the largest handoff message: the peer's address and the Hello
 REAP_TIMEOUT = 5.0  # how long a session process whose channel closed is waited for, to say how it ended
+MOST_OFFERS = 64  # the keys of a session's copies between servers routed to it at once (offered)
 
 
 def send_handoff(channel: socket.socket, sock: socket.socket, peer: str, hello: bytes, join_key: bytes = b"",
@@ -75,6 +76,7 @@ class Listener:
         self.nvml_uuids: list[str] = []  # the GPUs a server given some of its machine's exposes (probe)
         self.heard: dict[str, tuple[float, subprocess.Popen]] = {}  # session -> (its last report, its process)
         self.joins: dict[bytes, socket.socket] = {}  # a session's join key -> the channel to its process
+        self.offers: dict[str, list[bytes]] = {}  # session -> the keys of its offers in joins (peer_copy.py)
         # a session process started ahead, its imports done, waiting for the next client (take_spare)
         self.spare: tuple[subprocess.Popen, socket.socket] | None = None
         self.stopping = False
@@ -194,17 +196,18 @@ class Listener:
         return ""
 
     def join(self, sock: socket.socket, peer: str, hello: pb.Hello, message: bytes, conn: Connection) -> None:
-        """A stripe: to the process of the session it names, which checks and answers it."""
-        with self.lock:
-            channel = self.joins.get(hello.join)
+        """A stripe, or a server fetching a copy: to the process of the session it names, which checks and
+        answers it."""
+        with self.lock:  # (an offer's key serves once: peer_copy.py)
+            channel = self.joins.pop(hello.join, None) if hello.peer_copy else self.joins.get(hello.join)
         try:
             if channel is None:
                 raise OSError("no open session has that join key")
             send_handoff(channel, sock, peer, message)
         except OSError as e:
             log.warning("refused a connection joining a session from %s: %s", peer, e.strerror or e)
-            conn.send(pb.Reply(error=f"the connection was refused: {unknown_key(hello)}",
-                               refusal=pb.PROTOCOL).SerializeToString())
+            why = "no offer has that key (fetched, expired or never made)" if hello.peer_copy else unknown_key(hello)
+            conn.send(pb.Reply(error=f"the connection was refused: {why}", refusal=pb.PROTOCOL).SerializeToString())
 
     def start_session(self, sock: socket.socket, peer: str, hello: pb.Hello, message: bytes) -> None:
         with self.lock:
@@ -244,15 +247,33 @@ class Listener:
                 if not data:
                     break
                 report = metrics.decode_report(data)
-                if report is not None:
+                if report is not None and "offer" in report:  # a copy's key (peer_copy.py): its fetcher comes here
+                    self.offered(name, report["offer"], channel)
+                elif report is not None:
                     self.figures.report(name, report)
                     with self.lock:
                         self.heard[name] = (time.monotonic(), proc)
         with self.lock:
             self.heard.pop(name, None)
             self.joins.pop(key, None)
+            for offer in self.offers.pop(name, []):
+                self.joins.pop(offer, None)
         self.figures.ended(name)
         say_how_it_ended(name, proc)
+
+    def offered(self, name: str, key: str, channel: socket.socket) -> None:
+        """A session's offer (peer_copy.py): a connection naming its key goes to that session's process. The
+        last MOST_OFFERS a session made are kept (an older key has expired there, or was fetched)."""
+        try:
+            offer = bytes.fromhex(key)
+        except (TypeError, ValueError):
+            return
+        with self.lock:
+            kept = self.offers.setdefault(name, [])
+            kept.append(offer)
+            self.joins[offer] = channel
+            while len(kept) > MOST_OFFERS:
+                self.joins.pop(kept.pop(0), None)
 
     def watch(self, stop: threading.Event) -> None:
         """Kill a session process that stopped reporting (settings.frozen_after): frozen, its client would

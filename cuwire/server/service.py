@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 
 import zstandard
 from google.protobuf.message import DecodeError
@@ -21,7 +22,7 @@ from google.protobuf.message import DecodeError
 import cuwire
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import wire_ids
-from cuwire.server import metrics, nvml_view, program_lists, visible_devices
+from cuwire.server import metrics, nvml_view, peer_copy, program_lists, visible_devices
 from cuwire.server._records import ffi as records_ffi
 from cuwire.server._records import lib as records_lib
 from cuwire.server.backend import open_backend
@@ -86,6 +87,9 @@ class CuWireServer:
         self.joins: dict[bytes, tuple[Session, Connection, list[Connection]]] = {}
         self.joins_lock = threading.Lock()
         self.stopping = threading.Event()  # the server is ending: sessions whose connection drops end too
+        self.offers = peer_copy.Offers()  # copies between servers, offered to another server (peer_copy.py)
+        # a new offer's key told to the listener, in a session process of its own (run_one_session sets it)
+        self.announce_offer: Callable[[bytes], None] = lambda key: None
         if nvml_uuids is None and not settings.session_name and visible_devices.server_exposes(settings) is not None:
             nvml_uuids = [nvml_view.uuid_text(d.uuid) for d in self.devices]  # (some of the machine's GPUs)
         if nvml_uuids:  # last: the record loop's table (above) takes the library's own functions
@@ -258,6 +262,9 @@ class CuWireServer:
         client's last one joins, then the session's large payloads go over all of them. Or the session's
         host-function connection (Hello.callbacks). Anything out of order is refused, and the session goes
         on without it."""
+        if hello.peer_copy:  # another server of a client's device list, fetching an offer (peer_copy.py)
+            peer_copy.serve(self.offers, conn, hello)
+            return False
         taker = None
         with self.joins_lock:
             found = self.joins.get(hello.join)
@@ -317,8 +324,9 @@ def refuse_session(conn: Connection, why: str, refusal: int) -> None:
 
 
 def check_hello(settings: Settings, hello: pb.Hello) -> pb.Reply | None:
-    """The refusal for a Hello with the wrong token or from another API version, else None."""
-    if settings.token and hello.token != settings.token:
+    """The refusal for a Hello with the wrong token or from another API version, else None. A server fetching
+    a copy offered to it (Hello.peer_copy) names the offer's one-time key instead of the token (peer_copy.py)."""
+    if settings.token and hello.token != settings.token and not (hello.peer_copy and hello.join):
         return pb.Reply(error="the server refused the token (set CUWIRE_TOKEN to the server's token)",
                         refusal=pb.TOKEN)
     if not same_api(hello):
