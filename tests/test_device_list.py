@@ -380,10 +380,11 @@ def test_an_offer_serves_its_key_once(two_servers):
     with pytest.raises(ValueError, match="no offer has that key"):
         peer_copy.take_offer(two_servers[0].address, os.urandom(16), 16)
     offers = peer_copy.Offers()
-    key = offers.add(bytearray(b"x" * 16))
+    key, data = offers.add(16)
+    data[:] = b"x" * 16
     assert offers.take(key) == b"x" * 16 and offers.take(key) is None  # (once)
-    with pytest.raises(CudaFail, match="hold"):  # what offers hold at once is bounded
-        offers.add(bytearray(peer_copy.OFFERS_MOST + 1))
+    with pytest.raises(CudaFail, match="hold"):  # what offers hold at once is bounded (checked before allocating)
+        offers.add(peer_copy.OFFERS_MOST + 1)
     from cuwire.server.service import check_hello
     from cuwire.settings import Settings
     from cuwire.wire.hello import make_hello
@@ -392,6 +393,6 @@ def test_an_offer_serves_its_key_once(two_servers):
     assert check_hello(guarded, make_hello(join=key, peer_copy=True)) is None
     assert check_hello(guarded, make_hello(peer_copy=True)).refusal == check_hello(guarded, make_hello()).refusal
     assert check_hello(guarded, make_hello(join=key)) is not None
-    stale = offers.add(bytearray(4))
+    stale, _ = offers.add(4)
     offers.held[stale] = (offers.held[stale][0], 0.0)  # (expired)
     assert offers.take(stale) is None

@@ -106,10 +106,10 @@ class Stats:
     bytes_sent_raw: int = 0
     bytes_received_raw: int = 0
     modules_uploaded: int = 0
-    peer_bytes: int = 0  # copied between two servers of a device list, server to server (copy_between)
     modules_cached: int = 0
     modules_preloaded: int = 0  # of modules_cached: loaded ahead from the program's last run's list
     list_from_server: bool = False  # ...the list the server kept (this machine had none: load_lists.Run)
+    peer_bytes: int = 0  # copied between two servers of a device list, server to server (copy_between)
     wait_seconds: float = 0.0
     host_fn_waits: int = 0  # copies from page-locked memory that waited for the program's host functions (TCP)
     host_fn_wait_seconds: float = 0.0  # (not in wait_seconds: no round trip of the client's own)
@@ -708,17 +708,18 @@ class Client:
         the copy is done when this returns (an asynchronous one too: it is ordered after each side's earlier
         work, and finished before anything after it)."""
         src_route, dst_route = lib.cuwire_route_value(src), lib.cuwire_route_value(dst)
-        if isinstance(self.session_of(src_route).transport.connection.sock, TlsSocket):
+        source = self.session_of(src_route)
+        if isinstance(source.transport.connection.sock, TlsSocket):
             print("cuwire: a copy between two servers of the device list over TLS: not served yet "
                   "(docs/several-servers.md)", file=sys.stderr)
             return cu.CUDA_ERROR_NOT_SUPPORTED
-        address = server_list(self.settings.server)[src_route]
         for at in range(0, size, PEER_PIECE):
             n = min(PEER_PIECE, size - at)
             offer = self.call(PEER_OFFER, pb.PeerOffer_Args(src=src + at, size=n), pb.PeerOffer_Result, src_route)
             if offer.status:
                 return offer.status
-            fetched = self.call(PEER_FETCH, pb.PeerFetch_Args(dst=dst + at, size=n, address=address, key=offer.key),
+            fetched = self.call(PEER_FETCH, pb.PeerFetch_Args(dst=dst + at, size=n, address=source.address,
+                                                              key=offer.key),
                                 pb.PeerFetch_Result, dst_route)
             if fetched.status:
                 return fetched.status
@@ -1253,10 +1254,9 @@ def own_device(ordinal: int) -> int:
     return lib.cuwire_route_own_device(ordinal)
 
 
-def nvml_theirs(handle) -> int:
+def nvml_theirs(handle: int) -> int:
     """The NVML device handle its server gave, for one the program holds (the same but in a device list)."""
-    return lib.cuwire_route_nvml_theirs(int(ffi.cast("uintptr_t", handle)) if isinstance(handle, ffi.CData)
-                                        else handle)
+    return lib.cuwire_route_nvml_theirs(handle)
 
 
 def nvml_mine(route: int, handle: int) -> int:
@@ -1445,15 +1445,15 @@ def on_error(exc_type, exc, tb) -> int:
 NVML_CODES = {INVALID_VALUE: 2}
 
 
+def on_nvml_error(exc_type, exc, tb) -> int:
+    """on_error for NVML's functions, which speak nvmlReturn_t."""
+    return NVML_CODES.get(on_error(exc_type, exc, tb), 999)
+
+
 @ffi.def_extern(name="cuwire_py_copy_between", onerror=on_error)
 def copy_between(dst, src, size) -> int:
     """client/peers.c: a copy whose two sides are memory of two servers of the device list."""
     return client.copy_between(dst, src, size)
-
-
-def on_nvml_error(exc_type, exc, tb) -> int:
-    """on_error for NVML's functions, which speak nvmlReturn_t."""
-    return NVML_CODES.get(on_error(exc_type, exc, tb), 999)
 
 
 @ffi.def_extern(onerror=on_error)

@@ -76,7 +76,8 @@ class Listener:
         self.nvml_uuids: list[str] = []  # the GPUs a server given some of its machine's exposes (probe)
         self.heard: dict[str, tuple[float, subprocess.Popen]] = {}  # session -> (its last report, its process)
         self.joins: dict[bytes, socket.socket] = {}  # a session's join key -> the channel to its process
-        self.offers: dict[str, list[bytes]] = {}  # session -> the keys of its offers in joins (peer_copy.py)
+        self.offers: dict[bytes, socket.socket] = {}  # an offer's key -> its session's channel (peer_copy.py)
+        self.offered_by: dict[str, list[bytes]] = {}  # session -> the keys of its offers in `offers`
         # a session process started ahead, its imports done, waiting for the next client (take_spare)
         self.spare: tuple[subprocess.Popen, socket.socket] | None = None
         self.stopping = False
@@ -199,7 +200,7 @@ class Listener:
         """A stripe, or a server fetching a copy: to the process of the session it names, which checks and
         answers it."""
         with self.lock:  # (an offer's key serves once: peer_copy.py)
-            channel = self.joins.pop(hello.join, None) if hello.peer_copy else self.joins.get(hello.join)
+            channel = self.offers.pop(hello.join, None) if hello.peer_copy else self.joins.get(hello.join)
         try:
             if channel is None:
                 raise OSError("no open session has that join key")
@@ -256,8 +257,8 @@ class Listener:
         with self.lock:
             self.heard.pop(name, None)
             self.joins.pop(key, None)
-            for offer in self.offers.pop(name, []):
-                self.joins.pop(offer, None)
+            for offer in self.offered_by.pop(name, []):
+                self.offers.pop(offer, None)
         self.figures.ended(name)
         say_how_it_ended(name, proc)
 
@@ -269,11 +270,11 @@ class Listener:
         except (TypeError, ValueError):
             return
         with self.lock:
-            kept = self.offers.setdefault(name, [])
+            kept = self.offered_by.setdefault(name, [])
             kept.append(offer)
-            self.joins[offer] = channel
+            self.offers[offer] = channel
             while len(kept) > MOST_OFFERS:
-                self.joins.pop(kept.pop(0), None)
+                self.offers.pop(kept.pop(0), None)
 
     def watch(self, stop: threading.Event) -> None:
         """Kill a session process that stopped reporting (settings.frozen_after): frozen, its client would

@@ -50,16 +50,19 @@ class Offers:
         self.lock = threading.Lock()
         self.held: dict[bytes, tuple[bytearray, float]] = {}
 
-    def add(self, data: bytearray) -> bytes:
+    def add(self, size: int) -> tuple[bytes, bytearray]:
+        """A new offer of `size` bytes, to fill: its key and its bytes, allocated only once the offers have room
+        (a failed fill takes it back: `take`)."""
         key = os.urandom(16)
         now = time.monotonic()
         with self.lock:
             self.held = {k: v for k, v in self.held.items() if v[1] > now}  # the expired ones go
-            if sum(len(d) for d, _ in self.held.values()) + len(data) > OFFERS_MOST:
+            if sum(len(d) for d, _ in self.held.values()) + size > OFFERS_MOST:
                 raise CudaFail(OUT_OF_MEMORY, f"copies between servers hold {OFFERS_MOST} bytes here already "
                                               "(fetched or expired ones free it)")
+            data = bytearray(size)
             self.held[key] = (data, now + OFFER_SECONDS)
-        return key
+        return key, data
 
     def take(self, key: bytes) -> bytearray | None:
         """The offer's bytes, forgotten here (a key serves once); None when there is none (or it expired)."""
@@ -77,11 +80,11 @@ def offer(s, a: pb.PeerOffer_Args) -> pb.PeerOffer_Result:
     """cuwire.PeerOffer: the range kept under a new key, once the session's earlier work is done."""
     check_size(a.size)
     s.device(a.src, a.size)  # (the session's memory, or refused)
-    data = bytearray(a.size)
+    key, data = s.server.offers.add(a.size)
     status = s.lib.cuCtxSynchronize() or s.lib.cuMemcpyDtoH_v2(s.ffi.from_buffer(data), a.src, a.size)
     if status:
+        s.server.offers.take(key)
         return pb.PeerOffer_Result(status=status)
-    key = s.server.offers.add(data)
     s.server.announce_offer(key)
     return pb.PeerOffer_Result(key=key)
 
