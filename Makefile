@@ -4,7 +4,7 @@ VENV      := .venv
 VPY       := $(VENV)/bin/python
 export CUWIRE_HEADER_CACHE ?= $(CURDIR)/.cache/headers
 
-.PHONY: venv codegen check-generated client server wheel apps demo test lint gpu-test gpu-programs gpu-stress gpu-device-list bench bench-distance bench-cpu-distance bench-overflow docker clean
+.PHONY: venv codegen check-generated client server wheel apps demo test lint gpu-test gpu-programs gpu-stress gpu-device-list bench bench-distance bench-cpu-distance bench-overflow bench-peer-copy docker clean
 
 $(VENV)/.installed: pyproject.toml setup.py emulator/pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -94,6 +94,10 @@ bench-distance:
 ## Here, no GPU: round trips a step of tests/test_apps/step_loop behind a link delayed 0, 0.1 and 1 ms each way
 bench-cpu-distance: venv apps
 	bash bench/cpu_distance.sh
+
+## On a machine with two GPUs: copies between them natively, through one server, and through two servers of a device list
+bench-peer-copy:
+	bash bench/peer_copy.sh
 
 ## On a GPU machine: PyTorch training past a session's device memory budget, with and without host overflow
 bench-overflow:

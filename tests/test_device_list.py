@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -317,7 +318,8 @@ def test_nvml_lists_every_server_of_the_list(tmp_path, client_lib, two_servers):
 
 
 # Copies between the two servers' memory (server/peer_copy.py): device to device both ways, by cuMemcpyDtoD,
-# cuMemcpyPeer and cuMemcpyDtoDAsync, one larger than a piece (64 MiB), each read back on its device.
+# cuMemcpyPeer, cuMemcpyDtoDAsync and the unified cuMemcpy(Async), one larger than a piece (64 MiB), each read
+# back on its device.
 COPIES = r"""
 import ctypes, sys
 cuda = ctypes.CDLL("libcuda.so.1")
@@ -357,6 +359,9 @@ check(cuda.cuStreamCreate(ctypes.byref(stream), 0), "stream")
 print("async", cuda.cuMemcpyDtoDAsync_v2(ctypes.c_uint64(memory[1] + 8), ctypes.c_uint64(memory[0] + 4096), 100,
                                          stream), cuda.cuStreamSynchronize(stream),
       read(1, memory[1] + 8, 100) == pattern[:100])
+print("unified", cuda.cuMemcpy(ctypes.c_uint64(memory[0] + 64), ctypes.c_uint64(memory[1] + 8), 50),
+      cuda.cuMemcpyAsync(ctypes.c_uint64(memory[1] + 512), ctypes.c_uint64(memory[0] + 2000), 1000, stream),
+      read(0, memory[0] + 64, 50) == pattern[:50], read(1, memory[1] + 512, 1000) == pattern[2000:3000])
 """
 
 
@@ -366,10 +371,40 @@ def test_copies_between_servers_go_server_to_server(tmp_path, client_lib, two_se
     script.write_text(COPIES)
     r = run(",".join(s.address for s in two_servers), sys.executable, str(script), stats=True)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["dtod 0 True", "peer 0 True", "async 0 0 True"], r.stdout + r.stderr
+    assert r.stdout.splitlines() == ["dtod 0 True", "peer 0 True", "async 0 0 True",
+                                     "unified 0 0 True True"], r.stdout + r.stderr
     assert "copied between servers of the device list, server to server: 65.0 MiB" in r.stderr, r.stderr
     sent = int(re.search(r"bytes sent: .*? \((\d+) B\) in messages", r.stderr).group(1))
     assert sent < (64 << 20) + (2 << 20), r.stderr  # (the pattern's upload once; none of the copies' bytes)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="a certificate needs the openssl command")
+def test_copies_between_servers_over_tls(tmp_path, client_lib):
+    """Sessions over TLS: the server to server copy too, pinned to the certificate the client checked."""
+    from cuwire.wire import tls
+
+    cert, key = tls.self_signed(tmp_path / "tls")  # (one certificate for both: one pin for the client)
+    pin = tls.fingerprint(ssl.PEM_cert_to_DER_cert(cert.read_text()))
+    servers = []
+    try:
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            servers.append(ServerProcess(tmp_path / name, "--tls-cert", str(cert), "--tls-key", str(key)))
+        script = tmp_path / "copies.py"
+        script.write_text(COPIES)
+        env = {**os.environ, "CUWIRE_TLS_FINGERPRINT": pin}
+        env.pop("CUWIRE_SERVER", None)
+        r = subprocess.run([sys.executable, "-m", "cuwire.cli", "run", "--stats", "--server",
+                            ",".join(s.address for s in servers), "--", sys.executable, str(script)],
+                           capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines() == ["dtod 0 True", "peer 0 True", "async 0 0 True", "unified 0 0 True True"]
+        assert "TCP with TLS to" in r.stderr, r.stderr
+        said = servers[0].text() + servers[1].text()
+        assert "(a copy between servers, over TCP with TLS)" in said and "over TCP)" not in said, said
+    finally:
+        for s in servers:
+            s.stop()
 
 
 def test_an_offer_serves_its_key_once(two_servers):
@@ -378,11 +413,15 @@ def test_an_offer_serves_its_key_once(two_servers):
     from cuwire.server.errors import CudaFail
 
     with pytest.raises(ValueError, match="no offer has that key"):
-        peer_copy.take_offer(two_servers[0].address, os.urandom(16), 16)
+        peer_copy.take_offer(two_servers[0].address, os.urandom(16), memoryview(bytearray(16)), lambda at, n: None)
     offers = peer_copy.Offers()
     key, data = offers.add(16)
     data[:] = b"x" * 16
-    assert offers.take(key) == b"x" * 16 and offers.take(key) is None  # (once)
+    buf, size = offers.take(key)
+    assert buf[:size] == b"x" * 16 and offers.take(key) is None  # (once)
+    offers.give_back(buf)
+    again, data = offers.add(10)
+    assert data.obj is buf and offers.take(again)[1] == 10  # (a buffer kept for the next offer)
     with pytest.raises(CudaFail, match="hold"):  # what offers hold at once is bounded (checked before allocating)
         offers.add(peer_copy.OFFERS_MOST + 1)
     from cuwire.server.service import check_hello
@@ -394,5 +433,5 @@ def test_an_offer_serves_its_key_once(two_servers):
     assert check_hello(guarded, make_hello(peer_copy=True)).refusal == check_hello(guarded, make_hello()).refusal
     assert check_hello(guarded, make_hello(join=key)) is not None
     stale, _ = offers.add(4)
-    offers.held[stale] = (offers.held[stale][0], 0.0)  # (expired)
+    offers.held[stale] = (*offers.held[stale][:2], 0.0)  # (expired)
     assert offers.take(stale) is None

@@ -101,11 +101,18 @@ static int unified_shared(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s
     return r >= 0 ? r : cuwire_copy_shared((const void *)(uintptr_t)dst, src, n, stream, 0, sync);
 }
 
-int cuwire_fast_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return unified_shared(dst, src, n, NULL, 1); }
+/* cuMemcpy and cuMemcpyAsync: two servers' device memory server to server (peers.c), shared host memory as a
+ * record, else their usual path (-1). cudaMemcpy between two devices comes this way. */
+int cuwire_fast_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    int across = cuwire_copy_across(dst, src, n);
+    return across >= 0 ? across : unified_shared(dst, src, n, NULL, 1);
+}
 
 int cuwire_fast_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream)
 {
-    return unified_shared(dst, src, n, stream, 0);
+    int across = cuwire_copy_across(dst, src, n); /* (done when it returns, as peers.c's split copies) */
+    return across >= 0 ? across : unified_shared(dst, src, n, stream, 0);
 }
 
 /* ------------------------------------------------------------------ small copies to the device, queued */

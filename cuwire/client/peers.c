@@ -4,8 +4,8 @@
  * (cuCtxEnablePeerAccess), and NVML's P2P status "not supported" (nvmlDeviceGetP2PStatus, which NCCL
  * asks). Devices of one server go to it, as any call (-1: the usual path).
  *
- * A copy between two servers' memory (cuMemcpyDtoD, cuMemcpyPeer and their Async forms, annotation `split`)
- * goes server to server (runtime.py copy_between, server/peer_copy.py): done when it returns, the
+ * A copy between two servers' memory (cuMemcpyDtoD, cuMemcpyPeer and their Async forms, annotation `split`;
+ * cuMemcpy and cuMemcpyAsync of two device addresses, calls.c) goes server to server (runtime.py copy_between, server/peer_copy.py): done when it returns, the
  * asynchronous forms too (after each side's earlier work, before anything later). */
 #include "cuda_api.h"
 #include "runtime.h"
@@ -73,4 +73,11 @@ CUresult cuwire_split_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstCont
 {
     (void)dstContext, (void)srcContext, (void)hStream;
     return (CUresult)cuwire_py_copy_between(dstDevice, srcDevice, ByteCount);
+}
+
+int cuwire_copy_across(uint64_t dst, uint64_t src, size_t n)
+{
+    if (!apart(cuwire_route_value(dst), cuwire_route_value(src)))
+        return -1; /* (host memory, or one server's) */
+    return cuwire_py_copy_between(dst, src, n);
 }

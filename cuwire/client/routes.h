@@ -3,6 +3,7 @@
 #ifndef CUWIRE_ROUTES_H
 #define CUWIRE_ROUTES_H
 #include "python.h"
+#include <stddef.h>
 #include <stdint.h>
 
 /* the sessions a program may have: its own server's, or a device list's (address_space.MOST_SERVERS + 1,
@@ -26,6 +27,9 @@ static inline int cuwire_route_also(int route, int more)
     return route == CW_ROUTE_SPLIT || more < 0 ? route : route < 0 || route == more ? more : CW_ROUTE_SPLIT;
 }
 CW_FROM_PYTHON int cuwire_route_split(const char *function); /* says so, once a function; CUDA_ERROR_NOT_SUPPORTED */
+/* A copy of unified addresses (cuMemcpy, cuMemcpyAsync) between two servers' device memory, server to server
+ * (peers.c): its CUDA result, or -1 when both are not device memory of two servers. */
+int cuwire_copy_across(uint64_t dst, uint64_t src, size_t n);
 /* A library's or kernel's handle on another server of the list (they belong to no context: the client
  * loads a library on each server): the handle itself where it is that server's (or lies in no window), 0
  * where that server has none. */

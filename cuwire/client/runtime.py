@@ -32,7 +32,7 @@ from cuwire.generated import wire_ids
 from cuwire.settings import Settings, sends_from_a_thread, server_list
 from cuwire.wire import compression, ring
 from cuwire.wire.hello import MOST_LIST_KEPT, gpu_arch, make_hello
-from cuwire.wire.tls import ClientTls, TlsSocket
+from cuwire.wire.tls import ClientTls, TlsSocket, fingerprint
 from cuwire.wire.transport import BULK, MAX_MESSAGE, Dropped, SocketTransport, TransportError, open_session
 
 # The CUresult codes used here.
@@ -709,17 +709,15 @@ class Client:
         work, and finished before anything after it)."""
         src_route, dst_route = lib.cuwire_route_value(src), lib.cuwire_route_value(dst)
         source = self.session_of(src_route)
-        if isinstance(source.transport.connection.sock, TlsSocket):
-            print("cuwire: a copy between two servers of the device list over TLS: not served yet "
-                  "(docs/several-servers.md)", file=sys.stderr)
-            return cu.CUDA_ERROR_NOT_SUPPORTED
+        sock = source.transport.connection.sock  # over TLS: the server to server copy too, pinned to its certificate
+        pin = fingerprint(sock.peer_certificate()) if isinstance(sock, TlsSocket) else ""
         for at in range(0, size, PEER_PIECE):
             n = min(PEER_PIECE, size - at)
             offer = self.call(PEER_OFFER, pb.PeerOffer_Args(src=src + at, size=n), pb.PeerOffer_Result, src_route)
             if offer.status:
                 return offer.status
             fetched = self.call(PEER_FETCH, pb.PeerFetch_Args(dst=dst + at, size=n, address=source.address,
-                                                              key=offer.key),
+                                                              key=offer.key, fingerprint=pin),
                                 pb.PeerFetch_Result, dst_route)
             if fetched.status:
                 return fetched.status

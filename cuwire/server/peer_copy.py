@@ -9,15 +9,17 @@ A copy is two calls of the client's (client/runtime.py, copy_between), each on i
    channel the session's figures go back on), so that a connection naming it is handed to this process,
    as a stripe is (listener.py).
 2. `cuwire.PeerFetch` to the destination's session, with the source server's address and the key: that
-   session connects there, its hello naming the key (`Hello.peer_copy`), takes the bytes (`serve`, on the
-   source's side: the offer is then forgotten), and copies them to its memory once its own earlier work is
-   done.
+   session, once its own earlier work is done, connects there, its hello naming the key (`Hello.peer_copy`),
+   takes the bytes (`serve`, on the source's side: the offer is then forgotten) and copies each CHUNK to
+   its memory as it comes.
 
 The key is the credential: the client learnt it over its own session with the source server, and told it
 to the destination over its session there; no token is asked of the fetching server, and a key serves
-once. What an offer holds counts against OFFERS_MOST a server process: an offer past it is refused with
-CUDA_ERROR_OUT_OF_MEMORY. A copy larger than MOST bytes goes in pieces (the client's). Not yet: a session
-over TLS (the fetching server would need the source's certificate: the client refuses such a copy by name).
+once. Where the client's session with the source is TLS, the fetching server connects with TLS too, pinned
+to the certificate the client checked there (PeerFetch_Args.fingerprint). What an offer holds counts against
+OFFERS_MOST a server process (the buffers kept for later copies too): an offer past it is refused with
+CUDA_ERROR_OUT_OF_MEMORY; a fetching process keeps one buffer of MOST bytes at most. A copy larger than MOST
+bytes goes in pieces (the client's).
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 import cuwire
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import wire_ids
 from cuwire.server.errors import OUT_OF_MEMORY, UNKNOWN, CudaFail, WireError
 from cuwire.settings import host_port
+from cuwire.wire.tls import ClientTls, TlsError, relayed
 from cuwire.wire.transport import Connection, TransportError
 
 log = logging.getLogger("cuwire.server")
@@ -40,35 +44,62 @@ log = logging.getLogger("cuwire.server")
 MOST = 64 << 20  # bytes of one offer (a piece of a larger copy)
 OFFERS_MOST = 256 << 20  # bytes all offers of a server process hold at once
 OFFER_SECONDS = 30.0  # an offer not fetched by then is forgotten
+CHUNK = 8 << 20  # bytes a fetch copies to the GPU at a time, while the next ones arrive
 FETCH_TIMEOUT = 30.0  # seconds the fetching server waits on the offering one, connecting and reading
 
 
 class Offers:
-    """A server process's offers: key -> (the bytes, when they expire)."""
+    """A server process's offers (key -> the bytes, how many, when they expire), and the buffers it copies
+    through, kept for its next copies: a buffer's pages are touched once, not on every copy (a new 64 MiB
+    one costs more than the GPU's copy into it)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.held: dict[bytes, tuple[bytearray, float]] = {}
+        self.held: dict[bytes, tuple[bytearray, int, float]] = {}
+        self.free: list[bytearray] = []  # offers' buffers, fetched and kept for the next offers
+        self.landing = bytearray()  # where a fetch lands (one at a time: the session's thread)
 
-    def add(self, size: int) -> tuple[bytes, bytearray]:
-        """A new offer of `size` bytes, to fill: its key and its bytes, allocated only once the offers have room
-        (a failed fill takes it back: `take`)."""
+    def add(self, size: int) -> tuple[bytes, memoryview]:
+        """A new offer of `size` bytes, to fill: its key and its bytes, allocated (or a kept buffer taken)
+        only once the offers have room (a failed fill takes it back: `take`, then `give_back`)."""
         key = os.urandom(16)
         now = time.monotonic()
         with self.lock:
-            self.held = {k: v for k, v in self.held.items() if v[1] > now}  # the expired ones go
-            if sum(len(d) for d, _ in self.held.values()) + size > OFFERS_MOST:
+            for k in [k for k, (_, _, until) in self.held.items() if until <= now]:  # the expired ones go
+                self.free.append(self.held.pop(k)[0])
+            held = sum(len(buf) for buf, _, _ in self.held.values())
+            if held + size > OFFERS_MOST:
                 raise CudaFail(OUT_OF_MEMORY, f"copies between servers hold {OFFERS_MOST} bytes here already "
                                               "(fetched or expired ones free it)")
-            data = bytearray(size)
-            self.held[key] = (data, now + OFFER_SECONDS)
-        return key, data
+            fits = sorted((b for b in self.free if len(b) >= size), key=len)
+            buf = fits[0] if fits else None
+            if buf is not None:
+                self.free.remove(buf)
+            while self.free and held + size + sum(map(len, self.free)) > OFFERS_MOST:  # (kept ones count too)
+                self.free.pop(0)
+            buf = buf if buf is not None else bytearray(size)
+            self.held[key] = (buf, size, now + OFFER_SECONDS)
+        return key, memoryview(buf)[:size]
 
-    def take(self, key: bytes) -> bytearray | None:
-        """The offer's bytes, forgotten here (a key serves once); None when there is none (or it expired)."""
+    def take(self, key: bytes) -> tuple[bytearray, int] | None:
+        """The offer's buffer and size, forgotten here (a key serves once); None when there is none (or it
+        expired). Its buffer comes back with `give_back` once sent."""
         with self.lock:
-            data, until = self.held.pop(key, (None, 0.0))
-        return data if data is not None and until > time.monotonic() else None
+            buf, size, until = self.held.pop(key, (None, 0, 0.0))
+        if buf is not None and until <= time.monotonic():
+            self.give_back(buf)
+            return None
+        return None if buf is None else (buf, size)
+
+    def give_back(self, buf: bytearray) -> None:
+        with self.lock:
+            self.free.append(buf)
+
+    def landing_for(self, size: int) -> memoryview:
+        """A fetch's buffer: the kept one, grown to `size` (MOST at most) when smaller."""
+        if len(self.landing) < size:
+            self.landing = bytearray(size)
+        return memoryview(self.landing)[:size]
 
 
 def check_size(size: int) -> None:
@@ -80,56 +111,82 @@ def offer(s, a: pb.PeerOffer_Args) -> pb.PeerOffer_Result:
     """cuwire.PeerOffer: the range kept under a new key, once the session's earlier work is done."""
     check_size(a.size)
     s.device(a.src, a.size)  # (the session's memory, or refused)
-    key, data = s.server.offers.add(a.size)
+    offers = s.server.offers
+    key, data = offers.add(a.size)
     status = s.lib.cuCtxSynchronize() or s.lib.cuMemcpyDtoH_v2(s.ffi.from_buffer(data), a.src, a.size)
     if status:
-        s.server.offers.take(key)
+        taken = offers.take(key)
+        if taken:
+            offers.give_back(taken[0])
         return pb.PeerOffer_Result(status=status)
     s.server.announce_offer(key)
     return pb.PeerOffer_Result(key=key)
 
 
 def fetch(s, a: pb.PeerFetch_Args) -> pb.PeerFetch_Result:
-    """cuwire.PeerFetch: the offer's bytes from the server at `address`, into the range."""
+    """cuwire.PeerFetch: the offer's bytes from the server at `address`, into the range, once the session's
+    earlier work is done: each CHUNK copied to the GPU as it comes, while the next one arrives."""
     check_size(a.size)
     if len(a.key) != 16:
         raise WireError("a copy between servers names a key of 16 bytes")
     s.device(a.dst, a.size)  # (the session's memory, or refused)
+    status = s.lib.cuCtxSynchronize()
+    if status:
+        return pb.PeerFetch_Result(status=status)
+    landing = s.server.offers.landing_for(a.size)
+    status = 0
+
+    def arrived(at: int, n: int) -> None:
+        nonlocal status
+        status = status or s.lib.cuMemcpyHtoD_v2(a.dst + at, s.ffi.from_buffer(landing[at:at + n]), n)
+
     try:
-        data = take_offer(a.address, a.key, a.size)
-    except (OSError, TransportError, EOFError, ValueError) as e:
+        take_offer(a.address, a.key, landing, arrived, a.fingerprint)
+    except (OSError, TransportError, EOFError, ValueError, TlsError) as e:
         log.warning("session %s: a copy from the server at %s failed: %s", s.name, a.address, e)
         raise CudaFail(UNKNOWN, f"the copy from the server at {a.address} failed: {e}") from None
-    status = s.lib.cuCtxSynchronize() or s.lib.cuMemcpyHtoD_v2(a.dst, s.ffi.from_buffer(data), a.size)
     return pb.PeerFetch_Result(status=status)
 
 
-def take_offer(address: str, key: bytes, size: int) -> bytearray:
-    """The bytes the server at `address` offers under `key`: exactly `size` of them, or an error."""
+def take_offer(address: str, key: bytes, into: memoryview, arrived: Callable[[int, int], None],
+               pin: str = "") -> None:
+    """The bytes the server at `address` offers under `key`, exactly len(into) of them, into `into`: each
+    CHUNK told to `arrived(at, n)` as it comes. Over TLS when `pin` names the server's certificate's
+    fingerprint (the one the client checked). Or an error."""
     host, port = host_port(address)
-    with socket.create_connection((host, port), timeout=FETCH_TIMEOUT) as sock:
-        sock.settimeout(FETCH_TIMEOUT)
+    with socket.create_connection((host, port), timeout=FETCH_TIMEOUT) as plain:
+        plain.settimeout(FETCH_TIMEOUT)
+        sock = ClientTls(fingerprint=pin).wrap(plain, host) if pin else plain
         conn = Connection(sock, address)
         hello = pb.Hello(client_version=cuwire.__version__, cuda_version=wire_ids.CUDA_VERSION,
                          api_digest=wire_ids.API_DIGEST, pid=os.getpid(), host=socket.gethostname(), join=key,
                          peer_copy=True)
         conn.send(pb.Batch(hello=hello).SerializeToString())
-        message, payload = conn.receive(max_payload=size)
-        reply = pb.Reply.FromString(bytes(message))
+        message, size = conn.receive_message(max_payload=len(into))
+        reply = pb.Reply.FromString(message)
         if reply.error:
             raise ValueError(reply.error)
-        if len(payload) != size:
-            raise ValueError(f"{len(payload)} bytes came, {size} were offered")
-        return payload
+        if size != len(into):
+            raise ValueError(f"{size} bytes come, {len(into)} were offered")
+        for at in range(0, size, CHUNK):
+            n = min(CHUNK, size - at)
+            conn.read_into(into[at:at + n])
+            arrived(at, n)
 
 
 def serve(offers: Offers, conn: Connection, hello: pb.Hello) -> None:
     """A fetching server's connection (its hello names an offer's key): the offer's bytes, in one frame."""
-    data = offers.take(hello.join)
-    if data is None:
+    taken = offers.take(hello.join)
+    if taken is None:
         log.warning("refused a copy between servers to %s: no offer has that key (fetched, expired or never made)",
                     conn.peer)
         conn.send(pb.Reply(error="no offer has that key (fetched, expired or never made)",
                            refusal=pb.PROTOCOL).SerializeToString())
         return
-    conn.send(pb.Reply().SerializeToString(), [data])
+    buf, size = taken
+    try:
+        conn.send(pb.Reply().SerializeToString(), [memoryview(buf)[:size]])
+    finally:
+        offers.give_back(buf)
+    over = "TCP with TLS" if conn.sock.family == socket.AF_UNIX and relayed(conn.sock) else conn.kind
+    log.info("copied %d bytes to the server at %s (a copy between servers, over %s)", size, conn.peer, over)
