@@ -32,13 +32,37 @@ struct chunk {
     char data[];
 };
 
+struct link;
 struct direction {
     int from, to;
     pthread_mutex_t lock;
     pthread_cond_t ready;
     struct chunk *head, *tail;
     int ended;
+    struct link *link;
 };
+
+/* A connection: its two directions; the last of their four threads to end closes both sockets. */
+struct link {
+    struct direction way[2];
+    pthread_mutex_t lock;
+    int threads;
+};
+
+static void thread_ends(struct link *l)
+{
+    pthread_mutex_lock(&l->lock);
+    int last = --l->threads == 0;
+    pthread_mutex_unlock(&l->lock);
+    if (last) {
+        close(l->way[0].from);
+        close(l->way[0].to);
+        for (int i = 0; i < 2; i++) /* (ended: every chunk was sent or freed) */
+            pthread_mutex_destroy(&l->way[i].lock), pthread_cond_destroy(&l->way[i].ready);
+        pthread_mutex_destroy(&l->lock);
+        free(l);
+    }
+}
 
 static uint64_t now_ns(void)
 {
@@ -82,6 +106,7 @@ static void *reader(void *arg)
     d->ended = 1;
     pthread_cond_signal(&d->ready);
     pthread_mutex_unlock(&d->lock);
+    thread_ends(d->link);
     return NULL;
 }
 
@@ -113,6 +138,15 @@ static void *writer(void *arg)
             if (n <= 0) {
                 free(c);
                 shutdown(d->from, SHUT_RDWR); /* the other side is gone: end this direction */
+                pthread_mutex_lock(&d->lock); /* (what its reader queued until it ends) */
+                while (!d->ended)
+                    pthread_cond_wait(&d->ready, &d->lock);
+                while ((c = d->head)) {
+                    d->head = c->next;
+                    free(c);
+                }
+                pthread_mutex_unlock(&d->lock);
+                thread_ends(d->link);
                 return NULL;
             }
             off += (size_t)n;
@@ -120,11 +154,13 @@ static void *writer(void *arg)
         free(c);
     }
     shutdown(d->to, SHUT_WR);
+    thread_ends(d->link);
     return NULL;
 }
 
-static void start(struct direction *d, int from, int to)
+static void start(struct link *l, struct direction *d, int from, int to)
 {
+    d->link = l;
     d->from = from;
     d->to = to;
     pthread_mutex_init(&d->lock, NULL);
@@ -181,8 +217,15 @@ int main(int argc, char **argv)
         }
         nodelay(client);
         nodelay(server);
-        struct direction *d = calloc(2, sizeof *d); /* kept for the connection's life (a bench tool) */
-        start(&d[0], client, server);
-        start(&d[1], server, client);
+        struct link *l = calloc(1, sizeof *l);
+        if (!l) {
+            close(client);
+            close(server);
+            continue;
+        }
+        pthread_mutex_init(&l->lock, NULL);
+        l->threads = 4;
+        start(l, &l->way[0], client, server);
+        start(l, &l->way[1], server, client);
     }
 }

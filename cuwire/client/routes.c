@@ -94,10 +94,28 @@ int cuwire_route_value(uint64_t value)
     return -1;
 }
 
+/* Whether a handle has aliases: a library's kernel, loaded on each server of the list (a CUkernel the
+ * program passes where a CUfunction goes, as NVIDIA's runtime does). */
+static int aliased(uint64_t handle, int owner)
+{
+    int found = 0;
+    pthread_mutex_lock(&lock);
+    for (int s = 0; s < cuwire_route_sessions() && !found; s++) {
+        const uint64_t key[2] = {handle, (uint64_t)s};
+        found = s != owner && cw_table_find(&aliases, key) != NULL;
+    }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
 int cuwire_route_handle(uint64_t handle)
 {
-    /* the special streams (0: the context's NULL stream, 1: the legacy stream, 2: per-thread) name none */
-    return handle <= 2 && cuwire_route_sessions() > 1 ? -1 : cuwire_route_value(handle);
+    if (cuwire_route_sessions() == 1)
+        return 0;
+    /* the special streams (0: the context's NULL stream, 1: the legacy stream, 2: per-thread) name none, nor
+     * does a library's kernel: it is every server's (the call carries the one of its server: the alias) */
+    int s = handle <= 2 ? -1 : cuwire_route_value(handle);
+    return s >= 0 && aliased(handle, s) ? -1 : s;
 }
 
 int cuwire_route_stream(uint64_t stream)

@@ -178,6 +178,13 @@ class Param:
         return self.role == "value" and self.type.handle_kind in ROUTELESS
 
     @property
+    def aliased(self) -> bool:
+        """Carried as its server knows it (client/routes.c, alias): a routeless handle, or a CUfunction, which
+        may be a library's CUkernel (NVIDIA's runtime passes one where the other goes); a context's own
+        function is its server's already."""
+        return self.routeless or (self.role == "value" and self.type.handle_kind == "CUfunc_st")
+
+    @property
     def handle_kind(self) -> str:
         """The handle kind this parameter passes (role value) or receives (role out), else ""."""
         if self.role == "value":

@@ -597,7 +597,7 @@ def cuFuncGetAttribute(pi, attrib, hfunc):
     route = rt.route("cuFuncGetAttribute", (), (hfunc,), (), (), ())
     args = pb.cuFuncGetAttribute_Args()
     args.attrib = attrib
-    args.hfunc = rt.server_function(hfunc)
+    args.hfunc = rt.alias(rt.server_function(hfunc), route)
     res = rt.call(1113544593, args, pb.cuFuncGetAttribute_Result, route)
     if res.status == 0:
         rt.write_scalar(pi, "int32_t", res.pi)
@@ -609,7 +609,7 @@ def cuFuncGetModule(hmod, hfunc):
     """cuFuncGetModule (cuda.h)"""
     route = rt.route("cuFuncGetModule", (), (hfunc,), (), (), ())
     args = pb.cuFuncGetModule_Args()
-    args.hfunc = rt.server_function(hfunc)
+    args.hfunc = rt.alias(rt.server_function(hfunc), route)
     res = rt.call(4080729374, args, pb.cuFuncGetModule_Result, route)
     if res.status == 0:
         rt.write_scalar(hmod, "uint64_t", res.hmod)
@@ -621,7 +621,7 @@ def cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize):
     """cuFuncGetParamInfo (cuda.h)"""
     route = rt.route("cuFuncGetParamInfo", (), (func,), (), (), ())
     args = pb.cuFuncGetParamInfo_Args()
-    args.func = rt.server_function(func)
+    args.func = rt.alias(rt.server_function(func), route)
     args.paramIndex = paramIndex
     res = rt.call(567025728, args, pb.cuFuncGetParamInfo_Result, route)
     if res.status == 0:
@@ -635,7 +635,7 @@ def cuFuncIsLoaded(state, function):
     """cuFuncIsLoaded (cuda.h)"""
     route = rt.route("cuFuncIsLoaded", (), (function,), (), (), ())
     args = pb.cuFuncIsLoaded_Args()
-    args.function = rt.server_function(function)
+    args.function = rt.alias(rt.server_function(function), route)
     res = rt.call(1787595107, args, pb.cuFuncIsLoaded_Result, route)
     if res.status == 0:
         rt.write_scalar(state, "int32_t", res.state)
@@ -647,7 +647,7 @@ def cuFuncLoad(function):
     """cuFuncLoad (cuda.h)"""
     route = rt.route("cuFuncLoad", (), (function,), (), (), ())
     args = pb.cuFuncLoad_Args()
-    args.function = rt.server_function(function)
+    args.function = rt.alias(rt.server_function(function), route)
     res = rt.call(2060489457, args, pb.cuFuncLoad_Result, route)
     return res.status
 
@@ -657,7 +657,7 @@ def cuFuncSetAttribute(hfunc, attrib, value):
     """cuFuncSetAttribute (cuda.h): the largest dynamic shared memory, within what the driver allows, is queued (client/answers_cache.c)"""
     route = rt.route("cuFuncSetAttribute", (), (hfunc,), (), (), ())
     args = pb.cuFuncSetAttribute_Args()
-    args.hfunc = rt.server_function(hfunc)
+    args.hfunc = rt.alias(rt.server_function(hfunc), route)
     args.attrib = attrib
     args.value = value
     res = rt.call(1296138514, args, pb.cuFuncSetAttribute_Result, route)
@@ -669,7 +669,7 @@ def cuFuncSetCacheConfig(hfunc, config):
     """cuFuncSetCacheConfig (cuda.h): the same preference again is answered, another of a kernel the client knows queued (client/answers_cache.c)"""
     route = rt.route("cuFuncSetCacheConfig", (), (hfunc,), (), (), ())
     args = pb.cuFuncSetCacheConfig_Args()
-    args.hfunc = rt.server_function(hfunc)
+    args.hfunc = rt.alias(rt.server_function(hfunc), route)
     args.config = config
     res = rt.call(1688761246, args, pb.cuFuncSetCacheConfig_Result, route)
     return res.status
@@ -680,7 +680,7 @@ def cuFuncSetSharedMemConfig(hfunc, config):
     """cuFuncSetSharedMemConfig (cuda.h)"""
     route = rt.route("cuFuncSetSharedMemConfig", (), (hfunc,), (), (), ())
     args = pb.cuFuncSetSharedMemConfig_Args()
-    args.hfunc = rt.server_function(hfunc)
+    args.hfunc = rt.alias(rt.server_function(hfunc), route)
     args.config = config
     res = rt.call(1389123837, args, pb.cuFuncSetSharedMemConfig_Result, route)
     return res.status
@@ -2089,7 +2089,7 @@ def cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, bl
     """cuOccupancyAvailableDynamicSMemPerBlock (cuda.h): kept by the client once answered (client/answers_cache.c)"""
     route = rt.route("cuOccupancyAvailableDynamicSMemPerBlock", (), (func,), (), (), ())
     args = pb.cuOccupancyAvailableDynamicSMemPerBlock_Args()
-    args.func = rt.server_function(func)
+    args.func = rt.alias(rt.server_function(func), route)
     args.numBlocks = numBlocks
     args.blockSize = blockSize
     res = rt.call(3899431437, args, pb.cuOccupancyAvailableDynamicSMemPerBlock_Result, route)
@@ -2103,7 +2103,7 @@ def cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dyna
     """cuOccupancyMaxActiveBlocksPerMultiprocessor (cuda.h): kept by the client once answered (client/answers_cache.c)"""
     route = rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessor", (), (func,), (), (), ())
     args = pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Args()
-    args.func = rt.server_function(func)
+    args.func = rt.alias(rt.server_function(func), route)
     args.blockSize = blockSize
     args.dynamicSMemSize = dynamicSMemSize
     res = rt.call(3096712021, args, pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Result, route)
@@ -2117,7 +2117,7 @@ def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockS
     """cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags (cuda.h): kept by the client once answered (client/answers_cache.c)"""
     route = rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", (), (func,), (), (), ())
     args = pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Args()
-    args.func = rt.server_function(func)
+    args.func = rt.alias(rt.server_function(func), route)
     args.blockSize = blockSize
     args.dynamicSMemSize = dynamicSMemSize
     args.flags = flags

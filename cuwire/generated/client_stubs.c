@@ -4873,7 +4873,7 @@ static inline CUresult cuwire_impl_cuFuncLoad(CUfunction function)
         struct __attribute__((packed)) {
             uint64_t function;
         } rec = {
-            (uint64_t)(uintptr_t)function,
+            cuwire_route_alias((uint64_t)(uintptr_t)function, route), /* (its server's: client/routes.c) */
         };
         int status = cuwire_call(route, 2060489457u, &rec, sizeof rec, NULL, 0);
         if (status >= 0)
@@ -4911,7 +4911,7 @@ static inline CUresult cuwire_impl_cuFuncSetAttribute(CUfunction hfunc, CUfuncti
             int32_t attrib;
             int32_t value;
         } rec = {
-            (uint64_t)(uintptr_t)hfunc,
+            cuwire_route_alias((uint64_t)(uintptr_t)hfunc, route), /* (its server's: client/routes.c) */
             attrib,
             value,
         };
@@ -4978,7 +4978,7 @@ static inline CUresult cuwire_impl_cuFuncSetCacheConfig(CUfunction hfunc, CUfunc
             uint64_t hfunc;
             int32_t config;
         } rec = {
-            (uint64_t)(uintptr_t)hfunc,
+            cuwire_route_alias((uint64_t)(uintptr_t)hfunc, route), /* (its server's: client/routes.c) */
             config,
         };
         int status = cuwire_enqueue(route, 1688761246u, &rec, sizeof rec);
@@ -5023,7 +5023,7 @@ static inline CUresult cuwire_impl_cuFuncSetSharedMemConfig(CUfunction hfunc, CU
             uint64_t hfunc;
             int32_t config;
         } rec = {
-            (uint64_t)(uintptr_t)hfunc,
+            cuwire_route_alias((uint64_t)(uintptr_t)hfunc, route), /* (its server's: client/routes.c) */
             config,
         };
         int status = cuwire_call(route, 1389123837u, &rec, sizeof rec, NULL, 0);
