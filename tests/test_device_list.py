@@ -68,9 +68,11 @@ if count.value > 1:  # across the two servers: no peer path, and what needs one 
           cuda.cuDeviceGetP2PAttribute(ctypes.byref(value), 2, 0, 1), value.value)  # (2: ACCESS_SUPPORTED)
     check(cuda.cuCtxSetCurrent(contexts[0]), "cuCtxSetCurrent")
     print("refused", cuda.cuCtxEnablePeerAccess(contexts[1], 0), cuda.cuStreamWaitEvent(memory[0][2], memory[1][3], 0))
-    noop = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: None)  # (host functions: the first server's only)
-    print("host functions", cuda.cuLaunchHostFunc(memory[0][2], noop, None),
-          cuda.cuLaunchHostFunc(memory[1][2], noop, None), cuda.cuStreamSynchronize(memory[0][2]))
+    ran = []  # host functions on each server's stream, each run by the client in its stream's order
+    note = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda user: ran.append(user))
+    print("host functions", cuda.cuLaunchHostFunc(memory[0][2], note, 1), cuda.cuLaunchHostFunc(memory[1][2], note, 2),
+          cuda.cuLaunchHostFunc(memory[1][2], note, 3), cuda.cuStreamSynchronize(memory[0][2]),
+          cuda.cuStreamSynchronize(memory[1][2]), sorted(ran), ran.index(2) < ran.index(3))
     check(cuda.cuCtxSetCurrent(contexts[1]), "cuCtxSetCurrent")  # device 1's NULL stream, device 0's memory:
     print("null stream", cuda.cuMemsetD32Async(ctypes.c_uint64(memory[0][1]), 5, 4, None),  # refused
           cuda.cuMemsetD32_v2(ctypes.c_uint64(memory[0][1]), 5, 4))  # (synchronous: its memory's server)
@@ -124,9 +126,9 @@ def test_two_servers_are_one_device_list(tmp_path, client_lib, two_servers):
     # cuCtxEnablePeerAccess gives CUDA_ERROR_PEER_ACCESS_UNSUPPORTED (217); a stream of one waiting on the
     # other's event, and a memset of one's memory on the other's NULL stream are refused by name
     # (NOT_SUPPORTED, 801); a synchronous memset goes to its memory's server
-    assert lines[3:7] == ["peer 0 0 0 0", "refused 217 801", "host functions 0 801 0", "null stream 801 0"], \
-        both.stdout
-    assert "cuLaunchHostFunc on a stream of server 2 of the device list" in both.stderr, both.stderr
+    # host functions on each server's streams run, each server's over a connection of its own
+    assert lines[3:7] == ["peer 0 0 0 0", "refused 217 801", "host functions 0 0 0 0 0 [1, 2, 3] True",
+                          "null stream 801 0"], both.stdout
     assert "cuStreamWaitEvent names memory or handles of two servers" in both.stderr, both.stderr
     assert alone.stdout.splitlines()[:2] == ["devices 1", f"device 0 sum {sums[0]} memory at " +
                                               alone.stdout.split()[-1]], alone.stdout

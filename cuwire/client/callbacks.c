@@ -8,7 +8,9 @@
  * through the memory the session shares with it (cuwire/wire/shm_ring.h); one over TCP on a connection of the
  * session's own, opened at its first host function (Hello.callbacks): the server writes the id and the post's
  * number (struct cw_host_post), this thread runs the function and writes the number back. When that
- * connection drops, the thread opens it again (a resumable session) and the server posts again what waited. */
+ * connection drops, the thread opens it again (a resumable session) and the server posts again what waited.
+ * A device list's sessions (all over TCP) each get a connection and a thread of their own, opened at the
+ * first host function on one of that server's streams (routes.h); the ids are the client's, one series. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -36,10 +38,11 @@ struct pending { /* a host function queued and not run yet */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pending *pending;
 static uint64_t next_id = 1;
-static cw_ring *ring;       /* the session's shared memory, or NULL (cuwire_callbacks_ring) */
-static int channel = -1;    /* over TCP: the session's host-function connection, or -1 (cuwire_callbacks_socket) */
-static pthread_t thread;
-static int thread_running;
+static cw_ring *ring;       /* the (first) session's shared memory, or NULL (cuwire_callbacks_ring) */
+/* over TCP: each session's host-function connection, or -1 (cuwire_callbacks_socket), and its thread */
+static int channel[CW_SESSIONS_MAX] = {[0 ... CW_SESSIONS_MAX - 1] = -1};
+static pthread_t thread[CW_SESSIONS_MAX];
+static int thread_running[CW_SESSIONS_MAX];
 
 static struct pending *take(uint64_t id)
 {
@@ -60,7 +63,7 @@ static struct pending *take(uint64_t id)
  * the connection, a post numbered at or below *done was run already (its answer was lost when the
  * connection dropped, and the server posted it again on the new one): it is only answered again. 0, or -1
  * when the session ends. */
-static int next_post(cw_ring *r, int *fd, uint64_t *done, uint64_t *id, uint64_t *seq)
+static int next_post(int route, cw_ring *r, int *fd, uint64_t *done, uint64_t *id, uint64_t *seq)
 {
     if (r)
         return cw_ring_next_callback(r, id);
@@ -75,21 +78,24 @@ static int next_post(cw_ring *r, int *fd, uint64_t *done, uint64_t *id, uint64_t
             if (cuwire_send_all(*fd, (const char *)&post.seq, sizeof post.seq) == 0)
                 continue;
         }
-        *fd = CUWIRE_READY() ? cuwire_py_callbacks_again() : -1; /* (the session's resume: transport.py) */
+        *fd = CUWIRE_READY() ? cuwire_py_callbacks_again(route) : -1; /* (the session's resume: transport.py) */
         if (*fd < 0)
             return -1;
         pthread_mutex_lock(&lock);
-        channel = *fd;
+        channel[route] = *fd;
         pthread_mutex_unlock(&lock);
     }
 }
 
 static void *run(void *arg)
 {
-    cw_ring *r = arg; /* NULL: the ids come on the connection */
-    int fd = channel;
+    int route = (int)(intptr_t)arg;
+    pthread_mutex_lock(&lock);
+    cw_ring *r = route == 0 ? ring : NULL; /* NULL: the ids come on the connection */
+    int fd = channel[route];
+    pthread_mutex_unlock(&lock);
     uint64_t id, seq = 0, done = 0;
-    while (next_post(r, &fd, &done, &id, &seq) == 0) {
+    while (next_post(route, r, &fd, &done, &id, &seq) == 0) {
         struct pending *p = take(id);
         cuwire_graph_copies_back(0); /* what a graph's memcpy nodes wrote to pageable memory, before it runs */
         cuwire_host_fn_running(1);
@@ -113,26 +119,30 @@ static void *run(void *arg)
     return NULL;
 }
 
-/* Start the thread that runs host functions, once; the lock is held. 0, or CUDA_ERROR_OUT_OF_MEMORY. */
-static int start_thread(void)
+/* Whether the route's session can reach this file's thread: its shared memory or its connection. Lock held. */
+static int reachable(int route) { return (route == 0 && ring != NULL) || channel[route] >= 0; }
+
+/* Start the thread that runs the route's host functions, once; the lock is held. 0, or
+ * CUDA_ERROR_OUT_OF_MEMORY. The thread starts with the lock held: it reads the ring or connection after. */
+static int start_thread(int route)
 {
-    if (thread_running)
+    if (thread_running[route])
         return 0;
-    if (pthread_create(&thread, NULL, run, ring) != 0)
+    if (pthread_create(&thread[route], NULL, run, (void *)(intptr_t)route) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    thread_running = 1;
+    thread_running[route] = 1;
     return 0;
 }
 
-/* Over TCP, before the first host function: ask Python for the session's host-function connection (it
- * says why not, once, on stderr). Called without the lock. */
-static void want_channel(void)
+/* Over TCP, before the route's first host function: ask Python for its session's host-function connection
+ * (it says why not, once, on stderr). Called without the lock. */
+static void want_channel(int route)
 {
     pthread_mutex_lock(&lock);
-    int have = ring != NULL || channel >= 0;
+    int have = reachable(route);
     pthread_mutex_unlock(&lock);
     if (!have && CUWIRE_READY())
-        cuwire_py_callbacks();
+        cuwire_py_callbacks(route);
 }
 
 /* The session's shared memory (Python, after the welcome), or NULL. */
@@ -143,11 +153,13 @@ void cuwire_callbacks_ring(void *r)
     pthread_mutex_unlock(&lock);
 }
 
-/* Over TCP: the session's host-function connection (Python, cuwire_py_callbacks; it keeps it open). */
-void cuwire_callbacks_socket(int fd)
+/* Over TCP: a session's host-function connection (Python, cuwire_py_callbacks; it keeps it open). */
+void cuwire_callbacks_socket(int route, int fd)
 {
+    if (route < 0 || route >= CW_SESSIONS_MAX)
+        return;
     pthread_mutex_lock(&lock);
-    channel = fd;
+    channel[route] = fd;
     pthread_mutex_unlock(&lock);
 }
 
@@ -157,18 +169,23 @@ void cuwire_callbacks_stop(void)
 {
     pthread_mutex_lock(&lock);
     cw_ring *r = ring;
-    int fd = channel, running = thread_running;
+    int fds[CW_SESSIONS_MAX], running[CW_SESSIONS_MAX];
+    for (int route = 0; route < CW_SESSIONS_MAX; route++) {
+        fds[route] = channel[route], running[route] = thread_running[route];
+        channel[route] = -1, thread_running[route] = 0;
+    }
     ring = NULL;
-    channel = -1;
-    thread_running = 0;
     pthread_mutex_unlock(&lock);
     cuwire_host_fns_stopped();
-    if (r && running)
-        cw_ring_stop_callbacks(r);
-    else if (fd >= 0 && running)
-        shutdown(fd, SHUT_RDWR);
-    if (running)
-        pthread_join(thread, NULL);
+    for (int route = 0; route < CW_SESSIONS_MAX; route++) {
+        if (route == 0 && r && running[route])
+            cw_ring_stop_callbacks(r);
+        else if (fds[route] >= 0 && running[route])
+            shutdown(fds[route], SHUT_RDWR);
+    }
+    for (int route = 0; route < CW_SESSIONS_MAX; route++)
+        if (running[route])
+            pthread_join(thread[route], NULL);
 }
 
 /* In a forked child: the parent's session and thread are not its own. */
@@ -176,8 +193,8 @@ void cuwire_callbacks_forget(void)
 {
     pthread_mutex_init(&lock, NULL);
     ring = NULL;
-    channel = -1;
-    thread_running = 0;
+    for (int route = 0; route < CW_SESSIONS_MAX; route++)
+        channel[route] = -1, thread_running[route] = 0;
     pending = NULL;
     cuwire_host_fns_forget();
 }
@@ -186,17 +203,17 @@ void cuwire_callbacks_forget(void)
  * (kept: a graph host node's, run at every launch); 0 and *err when the client's thread cannot be reached
  * (no shared memory with the server and no connection for host functions: said once, by name) or there is
  * no memory. */
-static uint64_t add_pending(CUhostFn fn, CUstreamCallback callback, CUstream stream, void *user, int kept,
-                            const char *name, int *err)
+static uint64_t add_pending(int route, CUhostFn fn, CUstreamCallback callback, CUstream stream, void *user,
+                            int kept, const char *name, int *err)
 {
-    want_channel();
+    want_channel(route);
     struct pending *p = malloc(sizeof *p);
     if (!p) {
         *err = CUDA_ERROR_OUT_OF_MEMORY;
         return 0;
     }
     pthread_mutex_lock(&lock);
-    *err = !ring && channel < 0 ? CUDA_ERROR_NOT_SUPPORTED : start_thread();
+    *err = !reachable(route) ? CUDA_ERROR_NOT_SUPPORTED : start_thread(route);
     if (*err) {
         pthread_mutex_unlock(&lock);
         free(p);
@@ -221,15 +238,8 @@ static CUresult post(CUstream stream, CUhostFn fn, CUstreamCallback callback, vo
     if (!cuwire_session_open() && CUWIRE_READY())
         cuwire_py_connect(); /* the session brings the shared memory */
     int route = cuwire_route_stream((uint64_t)(uintptr_t)stream);
-    if (route != 0) { /* (a device list: the host-function connection is the first server's, for now) */
-        static int told;
-        if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
-            fprintf(stderr, "cuwire: %s on a stream of server %d of the device list: host functions run on "
-                            "the first server's streams only, for now (docs/several-servers.md)\n", name, route + 1);
-        return CUDA_ERROR_NOT_SUPPORTED;
-    }
     int err; /* captured into a graph, it runs at every launch of it: kept, as a graph's host node */
-    uint64_t id = add_pending(fn, callback, stream, user, cuwire_capture_of(stream) != 0, name, &err);
+    uint64_t id = add_pending(route, fn, callback, stream, user, cuwire_capture_of(stream) != 0, name, &err);
     if (!id)
         return (CUresult)err;
     struct cw_host_func rec = {(uint64_t)(uintptr_t)stream, id};
@@ -252,7 +262,8 @@ uint64_t cuwire_keep_host_fn(CUhostFn fn, void *user, int *err)
         *err = CUDA_ERROR_INVALID_VALUE;
         return 0;
     }
-    return add_pending(fn, NULL, NULL, user, 1, "cuGraphAddHostNode", err);
+    /* (the graph's server: the current context's, where its node is added) */
+    return add_pending(cuwire_route_current(), fn, NULL, NULL, user, 1, "cuGraphAddHostNode", err);
 }
 
 /* The function and argument kept under `id` (a graph host node's): 0, or -1 when no such id is kept. */

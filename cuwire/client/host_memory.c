@@ -733,12 +733,14 @@ void cuwire_host_reference(uint64_t v)
         cuwire_keeping_in_step() || cuwire_shares_host_memory() /* (with a server on this host: it shares) */
         || cuwire_in_allocation(v, 1)) /* (device memory: a launch's pointers mostly are, asked at once) */
         return;
-    if (cuwire_host_mapped_holds(v, 1))
-        return; /* mapped already, and kept in step */
-    pthread_mutex_lock(&register_lock); /* (one thread maps memory for kernels at a time) */
+    /* the whole of the memory v lies in mapped already (and kept in step)? Not only v's page: memory may start
+     * in a page mapped for another's (two small buffers of one heap block) and go on past it */
     const void *at;
     size_t size;
-    if (own_range_of((const void *)(uintptr_t)v, &at, &size))
+    if (!own_range_of((const void *)(uintptr_t)v, &at, &size) || cuwire_host_mapped_holds((uintptr_t)at, size))
+        return;
+    pthread_mutex_lock(&register_lock); /* (one thread maps memory for kernels at a time) */
+    if (own_range_of((const void *)(uintptr_t)v, &at, &size) && !cuwire_host_mapped_holds((uintptr_t)at, size))
         map_for_kernels(at, size);
     pthread_mutex_unlock(&register_lock);
 }

@@ -137,7 +137,7 @@ int cuwire_recv_all(int fd, char *buf, size_t len, long spin);
 CW_FROM_PYTHON void cuwire_write_output(const char *buf, size_t len);
 /* Host functions in streams, run by a thread of the client's (client/callbacks.c). */
 CW_FROM_PYTHON void cuwire_callbacks_ring(void *r);
-CW_FROM_PYTHON void cuwire_callbacks_socket(int fd);
+CW_FROM_PYTHON void cuwire_callbacks_socket(int route, int fd);
 /* A graph host node's function, kept for every launch of its graph: its id (callbacks.c). */
 CW_FROM_PYTHON uint64_t cuwire_keep_host_fn(CUhostFn fn, void *user, int *err);
 CW_FROM_PYTHON int cuwire_host_fn_of(uint64_t id, void **fn, void **user); /* what is kept under a host node's id */
@@ -198,7 +198,7 @@ CW_IN_PYTHON uint64_t cuwire_py_export_table_size(const void *uuid);
 CW_IN_PYTHON uint64_t cuwire_py_module_functions(uint64_t context, uint64_t module, void *callback, void *userdata);
 CW_IN_PYTHON int cuwire_py_flush(int session);
 CW_IN_PYTHON int cuwire_py_send_queued(int session);
-CW_IN_PYTHON int cuwire_py_callbacks(void);
-CW_IN_PYTHON int cuwire_py_callbacks_again(void); /* its host-function connection, opened again: fd or -1 */
+CW_IN_PYTHON int cuwire_py_callbacks(int route); /* the route's session's host-function connection */
+CW_IN_PYTHON int cuwire_py_callbacks_again(int route); /* ...opened again: its descriptor, or -1 */
 
 #endif

@@ -452,11 +452,14 @@ class Client:
             raise Fail(UNKNOWN)
         return reply
 
-    def open_callbacks(self) -> int:
-        """The session's host-function connection, for client/callbacks.c (over TCP; a client on the
+    def open_callbacks(self, route: int = ONE_SESSION) -> int:
+        """The route's session's host-function connection, for client/callbacks.c (over TCP; a client on the
         server's host has the shared memory): 0, or NOT_SUPPORTED after saying why, once."""
         with self.lock:
-            session = self.connect()
+            self.connect()
+            if route in self.lost:
+                return DEVICE_UNAVAILABLE
+            session = self.session_of(route)
             if session.transport.connection.ring is not None:
                 return 0
             try:
@@ -465,13 +468,13 @@ class Client:
                 # (a connection dropped as it opened: tried again, within the grace, where the session resumes)
                 fd = session.transport.reopen_callbacks() if not e.refusal else -1
                 if fd >= 0:
-                    lib.cuwire_callbacks_socket(fd)
+                    lib.cuwire_callbacks_socket(route, fd)
                     return 0
                 if not self.callbacks_refused:
                     self.callbacks_refused = True
                     print(f"cuwire: no connection for host functions: {e}", file=sys.stderr)
                 return NOT_SUPPORTED
-            lib.cuwire_callbacks_socket(fd)
+            lib.cuwire_callbacks_socket(route, fd)
             return 0
 
     def take_queued(self, batch: pb.Batch, route: int = ONE_SESSION) -> int:
@@ -1530,18 +1533,21 @@ def cuwire_py_host_free(address: int) -> int:
 
 
 @ffi.def_extern(onerror=on_error)
-def cuwire_py_callbacks() -> int:
-    """Over TCP: open the session's host-function connection for client/callbacks.c; 0 or the CUDA error."""
-    return client.open_callbacks()
+def cuwire_py_callbacks(route: int) -> int:
+    """Over TCP: open the route's session's host-function connection for client/callbacks.c; 0 or the CUDA
+    error."""
+    return client.open_callbacks(route)
 
 
 @ffi.def_extern(name="cuwire_py_callbacks_again")
-def callbacks_again() -> int:
-    """client/callbacks.c's host-function connection dropped: a new one, as the session resumes (its
-    descriptor), or -1 (the thread stops). Without the client's lock: a call holding it may be waiting for
-    the very host function the server posts again on the new connection."""
-    session = client.session
-    return session.transport.reopen_callbacks() if session is not None else -1
+def callbacks_again(route: int) -> int:
+    """client/callbacks.c's host-function connection of the route's session dropped: a new one, as the
+    session resumes (its descriptor), or -1 (the thread stops: the session is gone). Without the client's
+    lock: a call holding it may be waiting for the very host function the server posts again on the new
+    connection."""
+    if client.session is None or route in client.lost:
+        return -1
+    return client.session_of(route).transport.reopen_callbacks()
 
 
 @ffi.def_extern(onerror=on_error)

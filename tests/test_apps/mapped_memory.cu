@@ -70,10 +70,30 @@ int main(int argc, char **argv) {
     CHECK(cudaHostUnregister(stack));
     failures += check("kernel on a registered stack array", stack, 512, 5, 0);
 
-    // with --shared-pages: two registrations that share a page (small buffers of one heap block, as numpy's
-    // are): a kernel reads one and writes the other, both registered at once (through cuwire: over TCP only,
-    // tests/test_apps_e2e.py; with a server on this host the second one's pages do not move)
+    // with --shared-pages: registrations that share a page (small buffers of one heap block, as numpy's
+    // are; through cuwire: over TCP only, tests/test_apps_e2e.py; with a server on this host the second one's
+    // pages do not move). First, one that starts in a page mapped for another's earlier (a kernel used it)
+    // and goes on past it: the rest of its pages are mapped too
     if (shared_pages) {
+    int *pages;
+    if (posix_memalign((void **)&pages, 4096, 3 * 4096) != 0) return 1;
+    for (int i = 0; i < 3 * 1024; i++) pages[i] = i - 100;
+    CHECK(cudaHostRegister(pages, 100 * sizeof(int), cudaHostRegisterMapped));
+    streamScaleAdd<<<1, 128>>>(pages, pages, 2, 0, 100);
+    CHECK(cudaDeviceSynchronize());
+    int *later = pages + 200;  // in the first page, 2,000 ints long: into the third
+    CHECK(cudaHostRegister(later, 2000 * sizeof(int), cudaHostRegisterMapped));
+    streamScaleAdd<<<8, 256>>>(later, later, 3, 1, 2000);
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaHostUnregister(later));
+    CHECK(cudaHostUnregister(pages));
+    int bad = 0;
+    for (int i = 0; i < 100; i++) bad += pages[i] != (i - 100) * 2;
+    for (int i = 0; i < 2000; i++) bad += later[i] != (i + 200 - 100) * 3 + 1;
+    printf("%-44s %s\n", "a registration from a page mapped before", bad ? "FAIL" : "OK");
+    failures += bad != 0;
+    free(pages);
+    // then two registered at once, a kernel reading one and writing the other
     int *block = (int *)malloc(3000 * sizeof(int));
     int *first = block + 10, *second = block + 1200;  // 4 KiB apart: the same page or the next
     for (int i = 0; i < 1000; i++) first[i] = i - 100, second[i] = 0;
