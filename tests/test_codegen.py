@@ -133,6 +133,19 @@ def test_servers_and_device_index_go_with_nvml(api):
         annotations.apply_function(fresh(api, "cuDeviceGet"), {"mode": "sync", "ordinal": {"device_index": True}})
 
 
+def test_device_location_goes_with_a_struct_a_sync_call_reads(api):
+    """`device_location = { at, every }` names where a CUmemLocation lies in a struct (or array) the call reads."""
+    located = {(f.name, p.name): p.device_location for f in api.functions for p in f.params if p.device_location}
+    assert located[("cuMemCreate", "prop")] == (8, 0) and located[("cuMemSetAccess", "desc")] == (0, 12)
+    for wrong in ({"at": "8"}, {"at": 8, "by": 12}, 8):
+        with pytest.raises(annotations.AnnotationError, match="`device_location = "):
+            annotations.apply_function(fresh(api, "cuMemCreate"), {"mode": "sync", "prop": {
+                "role": "struct_in", "device_location": wrong}})
+    with pytest.raises(annotations.AnnotationError, match="`device_location = "):  # (an output: nothing to read)
+        annotations.apply_function(fresh(api, "cuMemAlloc_v2"), {"mode": "sync", "dptr": {
+            "role": "out", "device_location": {"at": 0}}})
+
+
 def test_async_only_carries_values(api):
     with pytest.raises(annotations.AnnotationError, match="async call can carry only values"):
         annotations.apply_function(fresh(api, "cuMemAlloc_v2"), {"mode": "async"})

@@ -380,6 +380,62 @@ def test_copies_between_servers_go_server_to_server(tmp_path, client_lib, two_se
     assert sent < (64 << 20) + (2 << 20), r.stderr  # (the pattern's upload once; none of the copies' bytes)
 
 
+# Virtual memory on each device of the list, as XLA's allocator makes it: the allocation's properties and the
+# access descriptors name the device in a CUmemLocation (the joined list's ordinal), which its server knows as
+# its own device 0.
+VMM = r"""
+import ctypes, sys
+cuda = ctypes.CDLL("libcuda.so.1")
+
+def check(status, what):
+    if status != 0:
+        sys.exit(f"{what}: CUDA error {status}")
+
+class Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]  # CU_MEM_LOCATION_TYPE_DEVICE: 1
+
+class Prop(ctypes.Structure):  # CUmemAllocationProp
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", Location),
+                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", ctypes.c_ubyte * 8)]
+
+class Access(ctypes.Structure):  # CUmemAccessDesc
+    _fields_ = [("location", Location), ("flags", ctypes.c_int)]
+
+check(cuda.cuInit(0), "cuInit")
+for dev in range(2):
+    ctx = ctypes.c_void_p()
+    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "retain")
+    check(cuda.cuCtxSetCurrent(ctx), "set")
+    prop = Prop(type=1, location=Location(1, dev))  # CU_MEM_ALLOCATION_TYPE_PINNED, on device `dev`
+    size = ctypes.c_size_t()
+    check(cuda.cuMemGetAllocationGranularity(ctypes.byref(size), ctypes.byref(prop), 0), "granularity")
+    handle, ptr = ctypes.c_uint64(), ctypes.c_uint64()
+    check(cuda.cuMemCreate(ctypes.byref(handle), size, ctypes.byref(prop), ctypes.c_uint64(0)), "cuMemCreate")
+    check(cuda.cuMemAddressReserve(ctypes.byref(ptr), size, ctypes.c_size_t(0), ctypes.c_uint64(0),
+                                   ctypes.c_uint64(0)), "reserve")
+    check(cuda.cuMemMap(ptr, size, ctypes.c_size_t(0), handle, ctypes.c_uint64(0)), "cuMemMap")
+    access = Access(Location(1, dev), 3)  # CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+    check(cuda.cuMemSetAccess(ptr, size, ctypes.byref(access), ctypes.c_size_t(1)), "cuMemSetAccess")
+    flags = ctypes.c_ulonglong()
+    check(cuda.cuMemGetAccess(ctypes.byref(flags), ctypes.byref(Location(1, dev)), ptr), "cuMemGetAccess")
+    check(cuda.cuMemsetD32_v2(ptr, 7 + dev, 16), "memset")
+    out = (ctypes.c_uint32 * 16)()
+    check(cuda.cuMemcpyDtoH_v2(out, ptr, 64), "DtoH")
+    print("vmm", dev, flags.value, out[0], out[15])
+"""
+
+
+def test_virtual_memory_on_each_device(tmp_path, client_lib, two_servers):
+    """cuMemCreate's properties and cuMemSetAccess's descriptors name the joined list's device: each goes to
+    that device's server with its own ordinal (runtime.located; annotation device_location), as XLA's
+    allocator needs on the second device."""
+    script = tmp_path / "vmm.py"
+    script.write_text(VMM)
+    r = run(",".join(s.address for s in two_servers), sys.executable, str(script))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines() == ["vmm 0 3 7 7", "vmm 1 3 8 8"], r.stdout + r.stderr
+
+
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="a certificate needs the openssl command")
 def test_copies_between_servers_over_tls(tmp_path, client_lib):
     """Sessions over TLS: the server to server copy too, pinned to the certificate the client checked."""

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -1211,24 +1212,49 @@ def wire_lock(route: int = ONE_SESSION):
 
 
 def route(function: str, streams: tuple = (), handles: tuple = (), pointers: tuple = (), devices: tuple = (),
-          nvml: tuple = ()) -> int:
+          nvml: tuple = (), located: tuple = ()) -> int:
     """The session a call goes to (client/routes.c; the generated calls give their arguments in the
     model's order, codegen/model.py Function.routes_by_kind): the server its streams (a special one: the
-    current context's), handles, device addresses, device ordinals (or NVML indices) and NVML devices
-    name, else the calling thread's current context's. Arguments of two servers: refused by name (Fail), as
-    the C stubs refuse them."""
+    current context's), handles, device addresses, device ordinals (or NVML indices), NVML devices and
+    the devices its structs name (`located`: the routes `located` found) name, else the calling thread's
+    current context's. Arguments of two servers: refused by name (Fail), as the C stubs refuse them."""
     if lib.cuwire_route_sessions() == 1:
         return ONE_SESSION
     found = -1
     for ask, values in ((lib.cuwire_route_stream, streams), (lib.cuwire_route_handle, handles),
                         (lib.cuwire_route_value, pointers), (lib.cuwire_route_device, devices),
-                        (lib.cuwire_route_nvml, nvml)):
+                        (lib.cuwire_route_nvml, nvml), (int, located)):
         for value in values:
             more = ask(int(ffi.cast("uintptr_t", value)) if isinstance(value, ffi.CData) else value)
             if more >= 0 and found >= 0 and more != found:
                 raise Fail(lib.cuwire_route_split(function.encode()))
             found = more if more >= 0 else found
     return found if found >= 0 else lib.cuwire_route_current()
+
+
+MEM_LOCATION = struct.Struct("<ii")  # CUmemLocation: its type, its id
+
+
+def located(data: bytes, at: int, every: int = 0) -> tuple[bytes, int]:
+    """A struct the call reads (or an array of them, `every` bytes apart) whose CUmemLocation at byte `at`
+    may name a device (CU_MEM_LOCATION_TYPE_DEVICE) of the program's list: the bytes with each such device as
+    its server numbers it, and the route those devices name (-1: none; two servers: refused by name, Fail,
+    as route does). With one server the bytes are the program's, unchanged."""
+    if lib.cuwire_route_sessions() == 1 or len(data) < at + MEM_LOCATION.size:
+        return data, -1
+    out, found = bytearray(data), -1
+    for offset in range(at, len(out) - MEM_LOCATION.size + 1, every or len(out)):
+        kind, device = MEM_LOCATION.unpack_from(out, offset)
+        if kind != cu.CU_MEM_LOCATION_TYPE_DEVICE:
+            continue
+        there = lib.cuwire_route_device(device)
+        if there < 0:
+            continue  # (no such device: the server says so)
+        if found >= 0 and there != found:
+            raise Fail(lib.cuwire_route_split(b"a CUmemLocation"))
+        found = there
+        MEM_LOCATION.pack_into(out, offset, kind, lib.cuwire_route_own_device(device))
+    return bytes(out), found
 
 
 def alias(handle: int, route: int) -> int:

@@ -61,7 +61,11 @@ unimplemented (its stub says so loudly). Inside a table:
            (model.Param.element_kind): a server half only for that is not needed. device_index = true, for
            an NVML device index passed by value or written out: in a device list it is the joined list's
            (the call goes to the server of that device, with its own index; an index written out is made
-           the list's)
+           the list's). device_location = { at = N, every = M }, for a struct (or, with `every`, an array
+           of structs M bytes apart) the call reads: the CUmemLocation at byte N of each names a device
+           when its type is CU_MEM_LOCATION_TYPE_DEVICE, in a device list the joined list's (the call goes
+           to that device's server, with its own ordinal: cuMemCreate's properties, cuMemSetAccess's
+           descriptors); the stubs check N and M against the header's struct at compile time
 
 Parameters not named are inferred where that is safe (see `infer_role`);
 anything else is an error, never a guess.
@@ -81,11 +85,14 @@ PACKAGE = Path(__file__).parents[1]  # cuwire/: `server` names a file in it
 MODES = {"sync", "async", "custom", "local"}
 FUNCTION_KEYS = {"mode", "note", "aliases", "fast", "after", "server", "synchronizes", "releases", "completes",
                  "answered_when_done", "queued_when", "shares_memory", "servers", "split"}
-PARAM_KEYS = {"role", "length", "alloc", "overflow", "frees", "range", "at_most", "streams", "device_index"}
+PARAM_KEYS = {"role", "length", "alloc", "overflow", "frees", "range", "at_most", "streams", "device_index",
+              "device_location"}
 SERVERS = {"each", "sum", "found"}
 STREAMING_ROLES = {"buf_in", "buf_out", "mem_in", "mem_out"}
 NEEDS_LENGTH = {name for name, role in ROLES.items() if role.sized}
 ASYNC_ROLES = {"value"}
+# ...and the roles of what may hold a CUmemLocation naming a device (device_location)
+LOCATED_ROLES = {"struct_in", "struct_in_or_null", "buf_in"}
 
 
 class AnnotationError(Exception):
@@ -264,6 +271,14 @@ def apply_function(fn: Function, spec: dict) -> None:
                                             or p.scalar.resolved not in ("unsigned int", "int")):
             raise AnnotationError(f"{fn.name}.{p.name}: `device_index = true` goes with an NVML call's device index "
                                   "passed by value or written out")
+        location = ann.get("device_location")
+        if location is not None:
+            if (not isinstance(location, dict) or set(location) - {"at", "every"}
+                    or not isinstance(location.get("at"), int) or not isinstance(location.get("every", 0), int)
+                    or role not in LOCATED_ROLES or mode != "sync"):
+                raise AnnotationError(f"{fn.name}.{p.name}: `device_location = {{ at = N, every = M }}` goes with a "
+                                      f"struct or buffer a sync call reads ({', '.join(sorted(LOCATED_ROLES))})")
+            p.device_location = (location["at"], location.get("every", 0))
         if mode == "async" and role not in ASYNC_ROLES:
             raise AnnotationError(f"{fn.name}.{p.name}: an async call can carry only values, not role {role}")
     fn.servers = spec.get("servers", "")

@@ -153,6 +153,9 @@ class Param:
     at_most: int = 0  # for a value sizing an output buffer: the most the call writes (annotations.py)
     streams: str = ""  # for a host buffer: the device parameter a large one streams to or from (annotations.py)
     device_index: bool = False  # an NVML device index (in, or out): a device list's joined one (annotations.py)
+    # for a struct (or array of them) the call reads: (the byte of the CUmemLocation that may name a device,
+    # the bytes from one struct to the next or 0), a device list's joined ordinal there (annotations.py)
+    device_location: tuple[int, int] | None = None
 
     @property
     def info(self) -> Role:

@@ -1431,11 +1431,13 @@ def cuMemAlloc_v2(dptr, bytesize):
 @ffi.def_extern(name="cuwire_py_cuMemCreate", onerror=rt.on_error)
 def cuMemCreate(handle, size, prop, prop_len, flags):
     """cuMemCreate (cuda.h): device memory only; the properties' Windows handle metadata is not forwarded (Linux ignores it)"""
+    prop_bytes, prop_route = rt.located(rt.read(prop, prop_len), 8, 0)
+    route = rt.route("cuMemCreate", (), (), (), (), (), (prop_route,))
     args = pb.cuMemCreate_Args()
     args.size = size
-    args.prop = rt.read(prop, prop_len)
+    args.prop = prop_bytes
     args.flags = flags
-    res = rt.call(3604884685, args, pb.cuMemCreate_Result)
+    res = rt.call(3604884685, args, pb.cuMemCreate_Result, route)
     if res.status == 0:
         rt.write_scalar(handle, "uint64_t", res.handle)
     return res.status
@@ -1483,9 +1485,10 @@ def cuMemFree_v2(dptr):
 @ffi.def_extern(name="cuwire_py_cuMemGetAccess", onerror=rt.on_error)
 def cuMemGetAccess(flags, location, location_len, ptr):
     """cuMemGetAccess (cuda.h)"""
-    route = rt.route("cuMemGetAccess", (), (), (ptr,), (), ())
+    location_bytes, location_route = rt.located(rt.read(location, location_len), 0, 0)
+    route = rt.route("cuMemGetAccess", (), (), (ptr,), (), (), (location_route,))
     args = pb.cuMemGetAccess_Args()
-    args.location = rt.read(location, location_len)
+    args.location = location_bytes
     args.ptr = ptr
     res = rt.call(2807211246, args, pb.cuMemGetAccess_Result, route)
     if res.status == 0:
@@ -1496,10 +1499,12 @@ def cuMemGetAccess(flags, location, location_len, ptr):
 @ffi.def_extern(name="cuwire_py_cuMemGetAllocationGranularity", onerror=rt.on_error)
 def cuMemGetAllocationGranularity(granularity, prop, prop_len, option):
     """cuMemGetAllocationGranularity (cuda.h)"""
+    prop_bytes, prop_route = rt.located(rt.read(prop, prop_len), 8, 0)
+    route = rt.route("cuMemGetAllocationGranularity", (), (), (), (), (), (prop_route,))
     args = pb.cuMemGetAllocationGranularity_Args()
-    args.prop = rt.read(prop, prop_len)
+    args.prop = prop_bytes
     args.option = option
-    res = rt.call(456804952, args, pb.cuMemGetAllocationGranularity_Result)
+    res = rt.call(456804952, args, pb.cuMemGetAllocationGranularity_Result, route)
     if res.status == 0:
         rt.write_scalar(granularity, "uint64_t", res.granularity)
     return res.status
@@ -1557,9 +1562,11 @@ def cuMemMap(ptr, size, offset, handle, flags):
 @ffi.def_extern(name="cuwire_py_cuMemPoolCreate", onerror=rt.on_error)
 def cuMemPoolCreate(pool, poolProps, poolProps_len):
     """cuMemPoolCreate (cuda.h): single-device pools (the properties' Windows security attributes are not forwarded: Linux ignores them)"""
+    poolProps_bytes, poolProps_route = rt.located(rt.read(poolProps, poolProps_len), 8, 0)
+    route = rt.route("cuMemPoolCreate", (), (), (), (), (), (poolProps_route,))
     args = pb.cuMemPoolCreate_Args()
-    args.poolProps = rt.read(poolProps, poolProps_len)
-    res = rt.call(2112346226, args, pb.cuMemPoolCreate_Result)
+    args.poolProps = poolProps_bytes
+    res = rt.call(2112346226, args, pb.cuMemPoolCreate_Result, route)
     if res.status == 0:
         rt.write_scalar(pool, "uint64_t", res.pool)
     return res.status
@@ -1608,10 +1615,11 @@ def cuMemPoolExportToShareableHandle(handle_out, handle_out_len, pool, handleTyp
 @ffi.def_extern(name="cuwire_py_cuMemPoolGetAccess", onerror=rt.on_error)
 def cuMemPoolGetAccess(flags, memPool, location, location_len):
     """cuMemPoolGetAccess (cuda.h)"""
-    route = rt.route("cuMemPoolGetAccess", (), (memPool,), (), (), ())
+    location_bytes, location_route = rt.located(rt.read(location, location_len), 0, 0)
+    route = rt.route("cuMemPoolGetAccess", (), (memPool,), (), (), (), (location_route,))
     args = pb.cuMemPoolGetAccess_Args()
     args.memPool = memPool
-    args.location = rt.read(location, location_len)
+    args.location = location_bytes
     res = rt.call(1183166937, args, pb.cuMemPoolGetAccess_Result, route)
     if res.status == 0:
         rt.write_scalar(flags, "int32_t", res.flags)
@@ -1661,10 +1669,11 @@ def cuMemPoolImportPointer(ptr_out, pool, shareData, shareData_len):
 @ffi.def_extern(name="cuwire_py_cuMemPoolSetAccess", onerror=rt.on_error)
 def cuMemPoolSetAccess(pool, map, map_len, count):
     """cuMemPoolSetAccess (cuda.h)"""
-    route = rt.route("cuMemPoolSetAccess", (), (pool,), (), (), ())
+    map_bytes, map_route = rt.located(rt.read(map, map_len), 0, 12)
+    route = rt.route("cuMemPoolSetAccess", (), (pool,), (), (), (), (map_route,))
     args = pb.cuMemPoolSetAccess_Args()
     args.pool = pool
-    args.map = rt.read(map, map_len)
+    args.map = map_bytes
     args.count = count
     res = rt.call(3081347748, args, pb.cuMemPoolSetAccess_Result, route)
     return res.status
@@ -1716,11 +1725,12 @@ def cuMemRetainAllocationHandle(handle, addr):
 @ffi.def_extern(name="cuwire_py_cuMemSetAccess", onerror=rt.on_error)
 def cuMemSetAccess(ptr, size, desc, desc_len, count):
     """cuMemSetAccess (cuda.h)"""
-    route = rt.route("cuMemSetAccess", (), (), (ptr,), (), ())
+    desc_bytes, desc_route = rt.located(rt.read(desc, desc_len), 0, 12)
+    route = rt.route("cuMemSetAccess", (), (), (ptr,), (), (), (desc_route,))
     args = pb.cuMemSetAccess_Args()
     args.ptr = ptr
     args.size = size
-    args.desc = rt.read(desc, desc_len)
+    args.desc = desc_bytes
     args.count = count
     res = rt.call(1451145107, args, pb.cuMemSetAccess_Result, route)
     return res.status

@@ -9051,6 +9051,8 @@ CUWIRE_EXPORT __typeof__(cuMemBatchDecompressAsync) cuMemBatchDecompressAsync_pt
 
 /* cuMemCreate (cuda.h): remoted, sync */
 int cuwire_py_cuMemCreate(void *, uint64_t, void *, uint64_t, uint64_t);
+/* prop: the CUmemLocation that may name a device is at byte 8 (annotation device_location) */
+_Static_assert(offsetof(CUmemAllocationProp, location) == 8, "cuMemCreate.prop: device_location");
 static inline CUresult cuwire_impl_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
     if (!CUWIRE_READY())
@@ -9288,6 +9290,8 @@ CUWIRE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize
 
 /* cuMemGetAllocationGranularity (cuda.h): remoted, sync */
 int cuwire_py_cuMemGetAllocationGranularity(void *, void *, uint64_t, int64_t);
+/* prop: the CUmemLocation that may name a device is at byte 8 (annotation device_location) */
+_Static_assert(offsetof(CUmemAllocationProp, location) == 8, "cuMemGetAllocationGranularity.prop: device_location");
 static inline CUresult cuwire_impl_cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
 {
     if (!CUWIRE_READY())
@@ -9652,6 +9656,8 @@ CUWIRE_EXPORT __typeof__(cuMemMapArrayAsync) cuMemMapArrayAsync_ptsz __attribute
 
 /* cuMemPoolCreate (cuda.h): remoted, sync */
 int cuwire_py_cuMemPoolCreate(void *, void *, uint64_t);
+/* poolProps: the CUmemLocation that may name a device is at byte 8 (annotation device_location) */
+_Static_assert(offsetof(CUmemPoolProps, location) == 8, "cuMemPoolCreate.poolProps: device_location");
 static inline CUresult cuwire_impl_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
     if (!CUWIRE_READY())
@@ -9845,6 +9851,8 @@ CUWIRE_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool
 
 /* cuMemPoolSetAccess (cuda.h): remoted, sync */
 int cuwire_py_cuMemPoolSetAccess(uint64_t, void *, uint64_t, uint64_t);
+/* map: the CUmemLocation that may name a device is at byte 0, one every 12 bytes (annotation device_location) */
+_Static_assert(offsetof(CUmemAccessDesc, location) == 0 && sizeof(CUmemAccessDesc) == 12, "cuMemPoolSetAccess.map: device_location");
 static inline CUresult cuwire_impl_cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
 {
     if (!CUWIRE_READY())
@@ -10070,6 +10078,8 @@ CUWIRE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle 
 
 /* cuMemSetAccess (cuda.h): remoted, sync */
 int cuwire_py_cuMemSetAccess(uint64_t, uint64_t, void *, uint64_t, uint64_t);
+/* desc: the CUmemLocation that may name a device is at byte 0, one every 12 bytes (annotation device_location) */
+_Static_assert(offsetof(CUmemAccessDesc, location) == 0 && sizeof(CUmemAccessDesc) == 12, "cuMemSetAccess.desc: device_location");
 static inline CUresult cuwire_impl_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
     if (!CUWIRE_READY())
