@@ -5,8 +5,10 @@
  * asks). Devices of one server go to it, as any call (-1: the usual path).
  *
  * A copy between two servers' memory (cuMemcpyDtoD, cuMemcpyPeer and their Async forms, annotation `split`;
- * cuMemcpy and cuMemcpyAsync of two device addresses, calls.c) goes server to server (runtime.py copy_between, server/peer_copy.py): done when it returns, the
- * asynchronous forms too (after each side's earlier work, before anything later). */
+ * cuMemcpy and cuMemcpyAsync of two device addresses, calls.c) goes server to server (runtime.py
+ * copy_between, server/peer_copy.py): done when it returns, the asynchronous forms too (after each side's
+ * earlier work, before anything later). A stream waiting for another server's event: below. */
+#include "capture.h"
 #include "cuda_api.h"
 #include "runtime.h"
 
@@ -80,4 +82,17 @@ int cuwire_copy_across(uint64_t dst, uint64_t src, size_t n)
     if (!apart(cuwire_route_value(dst), cuwire_route_value(src)))
         return -1; /* (host memory, or one server's) */
     return cuwire_py_copy_between(dst, src, n);
+}
+
+/* A stream of one server waiting for an event of another's (XLA orders a copy between two devices so): no
+ * server can wait for the other's event, so the client does, before it returns (cuEventSynchronize, on the
+ * event's server); the stream's later work is queued after that, so it comes after the event, as it would
+ * natively. The program's thread waits where natively only the stream would. Not while the stream is
+ * captured into a graph (a graph of one server cannot wait for another's work): refused by name. */
+CUresult cuwire_split_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    (void)Flags;
+    if (cuwire_capture_of(hStream))
+        return (CUresult)cuwire_route_split("cuStreamWaitEvent (a stream being captured)");
+    return cuEventSynchronize(hEvent);
 }

@@ -20,9 +20,9 @@ CW_FROM_PYTHON int cuwire_route_device(int ordinal);     /* a device of the join
 CW_FROM_PYTHON int cuwire_route_current(void);           /* the calling thread's current context's (never -1) */
 /* A device of the joined list as its own server numbers it (the ordinal a call carries to that server). */
 CW_FROM_PYTHON int cuwire_route_own_device(int ordinal);
-/* A call whose arguments name two servers (a copy between their memory, a stream of one waiting on an
- * event of the other): not served yet, refused by name (cuwire_route_split). cuwire_route_also joins the
- * answer for one more argument into a call's route. */
+/* A call whose arguments name two servers: the client's to split where an annotation says how (a copy between
+ * their memory, a stream of one waiting for an event of the other: client/peers.c), else refused by name
+ * (cuwire_route_split). cuwire_route_also joins the answer for one more argument into a call's route. */
 #define CW_ROUTE_SPLIT (-2)
 static inline int cuwire_route_also(int route, int more)
 {

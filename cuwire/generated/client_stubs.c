@@ -13684,6 +13684,7 @@ CUWIRE_EXPORT __typeof__(cuStreamUpdateCaptureDependencies_v2) cuStreamUpdateCap
 
 /* cuStreamWaitEvent (cuda.h): remoted, async; also cuStreamWaitEvent_ptsz */
 int cuwire_capture_stream_wait(CUstream hStream, CUevent hEvent, unsigned int Flags);
+CUresult cuwire_split_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags);
 static inline CUresult cuwire_impl_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
     int fast = cuwire_capture_stream_wait(hStream, hEvent, Flags);
@@ -13692,7 +13693,7 @@ static inline CUresult cuwire_impl_cuStreamWaitEvent(CUstream hStream, CUevent h
     int route = cuwire_route_stream((uint64_t)(uintptr_t)hStream);
     route = cuwire_route_also(route, cuwire_route_handle((uint64_t)(uintptr_t)hEvent));
     if (route == CW_ROUTE_SPLIT)
-        return (CUresult)cuwire_route_split("cuStreamWaitEvent");
+        return (CUresult)cuwire_split_cuStreamWaitEvent(hStream, hEvent, Flags); /* (two servers: client/peers.c) */
     if (route < 0)
         route = cuwire_route_current();
     struct __attribute__((packed)) {
