@@ -218,8 +218,9 @@ def test_graph_node_offsets_match_the_headers():
             if {"NODE_PARAMS_SIZE", "ALLOC_ACCESS_AT", "COND_SIZE_AT", "MEM_ALLOC"} & set(names):
                 values = eval(ast.unparse(node.value), {"__builtins__": {}, "cu": cuda_constants})
                 consts.update(zip(names, values, strict=True))
-        elif isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "ACCESS_DESC_SIZE":
-            consts["ACCESS_DESC_SIZE"] = ast.literal_eval(node.value)
+        elif isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") in ("ACCESS_DESC_SIZE",
+                                                                                    "ALLOC_LOCATION_AT"):
+            consts[node.targets[0].id] = eval(ast.unparse(node.value), {"__builtins__": {}})
     union = ffi.offsetof("CUgraphNodeParams", "alloc")
     assert consts["NODE_PARAMS_SIZE"] == ffi.sizeof("CUgraphNodeParams")
     assert consts["NODE_PARAMS_AT"] == union == ffi.offsetof("CUgraphNodeParams", "conditional")
@@ -228,6 +229,8 @@ def test_graph_node_offsets_match_the_headers():
     assert consts["COND_SIZE_AT"] == union + ffi.offsetof("CUDA_CONDITIONAL_NODE_PARAMS", "size")
     assert consts["COND_GRAPHS_AT"] == union + ffi.offsetof("CUDA_CONDITIONAL_NODE_PARAMS", "phGraph_out")
     assert consts["ACCESS_DESC_SIZE"] == ffi.sizeof("CUmemAccessDesc")
+    assert consts["ALLOC_LOCATION_AT"] == union + ffi.offsetof("CUDA_MEM_ALLOC_NODE_PARAMS_v2", "poolProps") + \
+        ffi.offsetof("CUmemPoolProps", "location")
     assert (consts["MEM_ALLOC"], consts["CONDITIONAL"]) == (ffi.integer_const("CU_GRAPH_NODE_TYPE_MEM_ALLOC"),
                                                             ffi.integer_const("CU_GRAPH_NODE_TYPE_CONDITIONAL"))
 

@@ -403,6 +403,15 @@ class Prop(ctypes.Structure):  # CUmemAllocationProp
 class Access(ctypes.Structure):  # CUmemAccessDesc
     _fields_ = [("location", Location), ("flags", ctypes.c_int)]
 
+class PoolProps(ctypes.Structure):  # CUmemPoolProps
+    _fields_ = [("allocType", ctypes.c_int), ("handleTypes", ctypes.c_int), ("location", Location),
+                ("win32SecurityAttributes", ctypes.c_void_p), ("maxSize", ctypes.c_size_t),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 54)]
+
+class AllocNode(ctypes.Structure):  # CUDA_MEM_ALLOC_NODE_PARAMS
+    _fields_ = [("poolProps", PoolProps), ("accessDescs", ctypes.POINTER(Access)),
+                ("accessDescCount", ctypes.c_size_t), ("bytesize", ctypes.c_size_t), ("dptr", ctypes.c_uint64)]
+
 check(cuda.cuInit(0), "cuInit")
 for dev in range(2):
     ctx = ctypes.c_void_p()
@@ -424,18 +433,29 @@ for dev in range(2):
     out = (ctypes.c_uint32 * 16)()
     check(cuda.cuMemcpyDtoH_v2(out, ptr, 64), "DtoH")
     print("vmm", dev, flags.value, out[0], out[15])
+    # a graph's memory allocation node on the device, its pool's and its access's location naming it
+    graph, node, run = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    check(cuda.cuGraphCreate(ctypes.byref(graph), 0), "cuGraphCreate")
+    params = AllocNode(PoolProps(allocType=1, location=Location(1, dev)), ctypes.pointer(access), 1, 1 << 20)
+    check(cuda.cuGraphAddMemAllocNode(ctypes.byref(node), graph, None, ctypes.c_size_t(0), ctypes.byref(params)),
+          "cuGraphAddMemAllocNode")
+    check(cuda.cuGraphInstantiateWithFlags(ctypes.byref(run), graph, ctypes.c_uint64(1)), "instantiate")
+    check(cuda.cuGraphLaunch(run, None), "launch")
+    check(cuda.cuCtxSynchronize(), "sync")
+    print("graph", dev, params.dptr != 0)
 """
 
 
 def test_virtual_memory_on_each_device(tmp_path, client_lib, two_servers):
     """cuMemCreate's properties and cuMemSetAccess's descriptors name the joined list's device: each goes to
     that device's server with its own ordinal (runtime.located; annotation device_location), as XLA's
-    allocator needs on the second device."""
+    allocator needs on the second device; so do a graph's memory allocation node's (client/graphs.py)."""
     script = tmp_path / "vmm.py"
     script.write_text(VMM)
     r = run(",".join(s.address for s in two_servers), sys.executable, str(script))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.splitlines() == ["vmm 0 3 7 7", "vmm 1 3 8 8"], r.stdout + r.stderr
+    assert r.stdout.splitlines() == ["vmm 0 3 7 7", "graph 0 True", "vmm 1 3 8 8", "graph 1 True"], \
+        r.stdout + r.stderr
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="a certificate needs the openssl command")

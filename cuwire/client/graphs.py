@@ -258,6 +258,7 @@ def cuGraphMemAllocNodeGetParams(hNode, params_out, params_out_len):
 NODE_PARAMS_SIZE, NODE_PARAMS_AT = 256, 16
 MEM_ALLOC, CONDITIONAL = cu.CU_GRAPH_NODE_TYPE_MEM_ALLOC, cu.CU_GRAPH_NODE_TYPE_CONDITIONAL
 ALLOC_ACCESS_AT, ALLOC_DPTR_AT = 16 + 88, 16 + 112  # CUDA_MEM_ALLOC_NODE_PARAMS_v2: accessDescs (+count), dptr
+ALLOC_LOCATION_AT = 16 + 8  # ...its poolProps' CUmemLocation
 ACCESS_DESC_SIZE = 12  # CUmemAccessDesc
 COND_SIZE_AT, COND_GRAPHS_AT = 16 + 12, 16 + 16  # CUDA_CONDITIONAL_NODE_PARAMS: size, phGraph_out
 _bodies: dict[int, object] = {}  # conditional node -> its body graphs' array, which the program's params point to
@@ -276,12 +277,17 @@ def cuGraphAddNode_v2(phGraphNode, hGraph, dependencies, dependencyData, depende
     args = pb.GraphNode_Args(graph=hGraph, dependencies=rt.read(dependencies, numDependencies * 8), params=params)
     if dependencyData != ffi.NULL:
         args.edge_data, args.dependency_data = True, rt.read(dependencyData, numDependencies * 8)
-    if kind == MEM_ALLOC:
+    located = ()
+    if kind == MEM_ALLOC:  # (its pool's and its access descriptors' devices: a device list's, its server's own)
         descs, count = struct.unpack_from("<QQ", params, ALLOC_ACCESS_AT)
         if count and not descs:
             return INVALID_VALUE
-        args.access = rt.read(ffi.cast("void *", descs), count * ACCESS_DESC_SIZE) if count else b""
-    res = rt.call(rt.GRAPH_NODE, args, pb.GraphNode_Result)
+        args.params, pool_at = rt.located(params, ALLOC_LOCATION_AT)
+        access = rt.read(ffi.cast("void *", descs), count * ACCESS_DESC_SIZE) if count else b""
+        args.access, access_at = rt.located(access, 0, ACCESS_DESC_SIZE)
+        located = (pool_at, access_at)
+    route = rt.route("cuGraphAddNode", (), (hGraph,), (), (), (), located)
+    res = rt.call(rt.GRAPH_NODE, args, pb.GraphNode_Result, route)
     if res.status != 0:
         return res.status
     rt.write_scalar(phGraphNode, "uint64_t", res.node)

@@ -777,6 +777,11 @@ class EmulatedGraphs:
         if p.type == EMPTY:
             return self.cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies)
         if p.type == MEM_ALLOC:
+            descs = p.alloc.accessDescs
+            if not self._location_ok(p.alloc.poolProps.location) or any(  # (the one device there is: 0)
+                    self._is_null(descs) or not self._location_ok(descs[i].location)
+                    for i in range(p.alloc.accessDescCount)):
+                return self.drv.CUDA_ERROR_INVALID_VALUE
             address = self._memory.allocate(p.alloc.bytesize) if p.alloc.bytesize else None
             if address is None:
                 return self.drv.CUDA_ERROR_OUT_OF_MEMORY if p.alloc.bytesize else self.drv.CUDA_ERROR_INVALID_VALUE
