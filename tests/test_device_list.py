@@ -248,8 +248,24 @@ int main() {
         int blocks = 0;
         CHECK(cudaFuncGetAttributes(&attr, vectorAdd));
         CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, vectorAdd, 256, 0));
-        printf("device %d sum %.0f, %d threads a block at most, %d blocks of 256 a multiprocessor\n", dev, sum,
-               attr.maxThreadsPerBlock, blocks);
+        // the same sum by a graph's kernel node on this device (its graph, and the kernel, its server's)
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        cudaGraphNode_t node;
+        int count_n = n;
+        void *args[] = {&da, &db, &dc, &count_n};
+        cudaKernelNodeParams p = {};
+        p.func = (void *)vectorAdd, p.gridDim = dim3(n / 256), p.blockDim = dim3(256), p.kernelParams = args;
+        CHECK(cudaMemset(dc, 0, n * 4));
+        CHECK(cudaGraphCreate(&graph, 0));
+        CHECK(cudaGraphAddKernelNode(&node, graph, nullptr, 0, &p));
+        CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        CHECK(cudaGraphLaunch(exec, 0));
+        CHECK(cudaMemcpy(c, dc, n * 4, cudaMemcpyDeviceToHost));
+        double again = 0;
+        for (int i = 0; i < n; i++) again += c[i];
+        printf("device %d sum %.0f, %d threads a block at most, %d blocks of 256 a multiprocessor, graph %s\n", dev,
+               sum, attr.maxThreadsPerBlock, blocks, again == sum ? "OK" : "DIFF");
     }
     return 0;
 }
@@ -258,7 +274,8 @@ int main() {
 
 def test_a_kernel_runs_on_each_server_of_the_list(tmp_path, client_lib, two_servers):
     """The runtime's one CUkernel launched on a device of each server: each server ran it, on its own
-    memory, and the sums are each device's; a one-server run gives the first device's sum."""
+    memory, and the sums are each device's, by a launch and by a graph's kernel node; a one-server run gives
+    the first device's sum."""
     if shutil.which("nvcc") is None:
         pytest.skip("no nvcc")
     (tmp_path / "kernels.cu").write_text(KERNELS)
@@ -270,7 +287,7 @@ def test_a_kernel_runs_on_each_server_of_the_list(tmp_path, client_lib, two_serv
     logs = [s.text() for s in servers]
     n = 1024
     sums = [n * (n - 1) // 2 + n * 100 * (d + 1) for d in range(2)]
-    each = ", 1024 threads a block at most, 8 blocks of 256 a multiprocessor"  # (the emulated device's answers)
+    each = ", 1024 threads a block at most, 8 blocks of 256 a multiprocessor, graph OK"  # (the emulated device's)
     assert runs[0].returncode == 0 and runs[0].stdout.splitlines() == ["devices 1", f"device 0 sum {sums[0]}{each}"], \
         runs[0].stdout + runs[0].stderr
     assert runs[1].returncode == 0 and runs[1].stdout.splitlines() == [
@@ -456,6 +473,56 @@ def test_virtual_memory_on_each_device(tmp_path, client_lib, two_servers):
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines() == ["vmm 0 3 7 7", "graph 0 True", "vmm 1 3 8 8", "graph 1 True"], \
         r.stdout + r.stderr
+
+
+# A library's kernel (a CUkernel: every server's once the client loaded the library on each) in a graph's
+# kernel node on each device, named by the node's `kern` as the driver API allows: the node carries the kernel
+# its graph's server loaded.
+GRAPH_KERNELS = r"""
+import ctypes, struct, sys
+cuda = ctypes.CDLL("libcuda.so.1")
+PTX = b".version 9.0\n.target sm_75\n.address_size 64\n.visible .entry _Z6addOnePj(.param .u64 p)\n{\n    ret;\n}\n"
+
+def check(status, what):
+    if status != 0:
+        sys.exit(f"{what}: CUDA error {status}")
+
+check(cuda.cuInit(0), "cuInit")
+library, kernel = ctypes.c_void_p(), ctypes.c_void_p()
+for dev in range(2):
+    ctx = ctypes.c_void_p()
+    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "retain")
+    check(cuda.cuCtxSetCurrent(ctx), "set")
+    if dev == 0:
+        check(cuda.cuLibraryLoadData(ctypes.byref(library), PTX, None, None, 0, None, None, 0), "load")
+        check(cuda.cuLibraryGetKernel(ctypes.byref(kernel), library, b"_Z6addOnePj"), "get kernel")
+    counter = ctypes.c_uint64()
+    check(cuda.cuMemAlloc_v2(ctypes.byref(counter), 4), "alloc")
+    check(cuda.cuMemsetD32_v2(counter, 40 + dev, 1), "memset")
+    arg = ctypes.c_uint64(counter.value)
+    args = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(arg), ctypes.c_void_p))
+    # CUDA_KERNEL_NODE_PARAMS_v2: func, grid, block, shared memory, kernelParams, extra, kern, ctx
+    params = struct.pack("<Q7I4xQQQQ", 0, 1, 1, 1, 1, 1, 1, 0, ctypes.addressof(args), 0, kernel.value or 0,
+                         ctx.value or 0)
+    graph, node, run = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    check(cuda.cuGraphCreate(ctypes.byref(graph), 0), "cuGraphCreate")
+    check(cuda.cuGraphAddKernelNode_v2(ctypes.byref(node), graph, None, ctypes.c_size_t(0), params), "add node")
+    check(cuda.cuGraphInstantiateWithFlags(ctypes.byref(run), graph, ctypes.c_uint64(0)), "instantiate")
+    check(cuda.cuGraphLaunch(run, None), "launch")
+    out = ctypes.c_uint32()
+    check(cuda.cuMemcpyDtoH_v2(ctypes.byref(out), counter, 4), "DtoH")
+    print("graph kernel", dev, out.value)
+"""
+
+
+def test_a_library_kernel_in_a_graph_on_each_device(tmp_path, client_lib, two_servers):
+    """A graph's kernel node naming a CUkernel goes to its graph's server with the kernel that server loaded
+    (client/graphs.py); before, the first server's handle went to the second server, which refused it."""
+    script = tmp_path / "graph_kernels.py"
+    script.write_text(GRAPH_KERNELS)
+    r = run(",".join(s.address for s in two_servers), sys.executable, str(script))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines() == ["graph kernel 0 41", "graph kernel 1 42"], r.stdout + r.stderr
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="a certificate needs the openssl command")

@@ -43,14 +43,24 @@ def _kernel_node(nodeParams, action: int, **fields) -> pb.KernelNode_Result | in
         return INVALID_HANDLE  # a function this session never looked up
     if n < 0:
         return INVALID_VALUE
-    args = pb.KernelNode_Args(action=action, kernel=handle[0], grid=[gx, gy, gz], block=[bx, by, bz],
+    route = _route("cuGraphAddKernelNode", fields)
+    kernel = rt.alias(handle[0], route)  # (a library's kernel as its graph's server loaded it: a device list's)
+    if not kernel:
+        return lib.cuwire_route_split(b"cuGraphAddKernelNode")
+    args = pb.KernelNode_Args(action=action, kernel=kernel, grid=[gx, gy, gz], block=[bx, by, bz],
                               shared_mem=shared, params=bytes(ffi.buffer(out, n)), **fields)
-    res = rt.call(rt.KERNEL_NODE, args, pb.KernelNode_Result)
+    res = rt.call(rt.KERNEL_NODE, args, pb.KernelNode_Result, route)
     if res.status == 0:  # what a later set in an executable graph is checked against (client/kernel_nodes.c)
         owner, in_exec, node = {ADD: (args.graph, 0, res.node), SET: (0, 0, args.node),
                                 EXEC_SET: (args.exec, 1, args.node)}[action]
         lib.cuwire_kernel_node_noted(owner, in_exec, node, args.kernel, list(args.block), args.shared_mem)
     return res
+
+
+def _route(function: str, fields: dict) -> int:
+    """Where a call about a graph goes: the server of its graph, executable graph or node (a device list's,
+    client/routes.c), else the current context's."""
+    return rt.route(function, (), tuple(fields.get(k, 0) for k in ("graph", "exec", "node")))
 
 
 def _node_added(phGraphNode, res) -> int:
@@ -85,7 +95,8 @@ def cuGraphDebugDotPrint(hGraph, path, flags):
     """The server's driver draws the graph; the drawing is written here, at the program's path."""
     if path == ffi.NULL:
         return INVALID_VALUE
-    res = rt.call(rt.GRAPH_DOT, pb.GraphDot_Args(graph=hGraph, flags=flags), pb.GraphDot_Result)
+    res = rt.call(rt.GRAPH_DOT, pb.GraphDot_Args(graph=hGraph, flags=flags), pb.GraphDot_Result,
+                  _route("cuGraphDebugDotPrint", {"graph": hGraph}))
     if res.status != 0:
         return res.status
     name = rt.read_string(path)
@@ -110,7 +121,7 @@ def _batch_node(nodeParams, action: int, **fields) -> pb.BatchMemOpNode_Result:
     ctx, count, array, flags = _BATCH_NODE.unpack(bytes(ffi.buffer(ffi.cast("char *", nodeParams), _BATCH_NODE.size)))
     ops = rt.read(array, count * _BATCH_OP) if count and array else b""
     args = pb.BatchMemOpNode_Args(action=action, ctx=ctx, count=count, ops=ops, flags=flags, **fields)
-    return rt.call(rt.BATCH_NODE, args, pb.BatchMemOpNode_Result)
+    return rt.call(rt.BATCH_NODE, args, pb.BatchMemOpNode_Result, _route("cuGraphAddBatchMemOpNode", fields))
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphAddBatchMemOpNode", onerror=rt.on_error)
@@ -136,7 +147,8 @@ def cuGraphBatchMemOpNodeGetParams(hNode, nodeParams_out, nodeParams_out_len):
     """The server's node; its operations in an array the client keeps for the node (CUDA keeps its own so)."""
     if nodeParams_out == ffi.NULL:
         return INVALID_VALUE
-    res = rt.call(rt.BATCH_NODE, pb.BatchMemOpNode_Args(action=GET, node=hNode), pb.BatchMemOpNode_Result)
+    res = rt.call(rt.BATCH_NODE, pb.BatchMemOpNode_Args(action=GET, node=hNode), pb.BatchMemOpNode_Result,
+                  _route("cuGraphBatchMemOpNodeGetParams", {"node": hNode}))
     if res.status != 0:
         return res.status
     if len(res.ops) != res.count * _BATCH_OP:
@@ -156,7 +168,8 @@ def cuGraphKernelNodeGetParams_v2(hNode, nodeParams, nodeParams_len):
     parameters in an array the client keeps for the node (CUDA keeps its own likewise)."""
     if nodeParams == ffi.NULL:
         return INVALID_VALUE
-    res = rt.call(rt.KERNEL_NODE_PARAMS, pb.KernelNodeParams_Args(node=hNode), pb.KernelNodeParams_Result)
+    res = rt.call(rt.KERNEL_NODE_PARAMS, pb.KernelNodeParams_Args(node=hNode), pb.KernelNodeParams_Result,
+                  _route("cuGraphKernelNodeGetParams", {"node": hNode}))
     if res.status != 0:
         return res.status
     layout = rt.Kernel(res.func, tuple(res.param_offsets), tuple(res.param_sizes))
@@ -194,7 +207,8 @@ def cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, nodeP
     if not host_id:
         return err
     res = rt.call(rt.HOST_NODE, pb.HostNode_Args(graph=hGraph, dependencies=rt.read(dependencies, numDependencies * 8),
-                                                 id=host_id), pb.HostNode_Result)
+                                                 id=host_id), pb.HostNode_Result,
+                  _route("cuGraphAddHostNode", {"graph": hGraph}))
     return _node_added(phGraphNode, res)
 
 
@@ -206,7 +220,7 @@ def _host_node_set(action: int, exec_: int, node: int, nodeParams) -> int:
     if not host_id:
         return err
     return rt.call(rt.HOST_NODE, pb.HostNode_Args(action=action, exec=exec_, node=node, id=host_id),
-                   pb.HostNode_Result).status
+                   pb.HostNode_Result, _route("cuGraphHostNodeSetParams", {"exec": exec_, "node": node})).status
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphHostNodeSetParams", onerror=rt.on_error)
@@ -224,7 +238,8 @@ def cuGraphHostNodeGetParams(hNode, nodeParams, nodeParams_len):
     """The server says which id the node posts; the function and argument kept under it are the program's."""
     if nodeParams == ffi.NULL:
         return INVALID_VALUE
-    res = rt.call(rt.HOST_NODE, pb.HostNode_Args(action=pb.GET, node=hNode), pb.HostNode_Result)
+    res = rt.call(rt.HOST_NODE, pb.HostNode_Args(action=pb.GET, node=hNode), pb.HostNode_Result,
+                  _route("cuGraphHostNodeGetParams", {"node": hNode}))
     if res.status != 0:
         return res.status
     fn, user = ffi.new("void **"), ffi.new("void **")
@@ -241,7 +256,8 @@ def cuGraphMemAllocNodeGetParams(hNode, params_out, params_out_len):
     its own likewise)."""
     if params_out == ffi.NULL:
         return INVALID_VALUE
-    res = rt.call(rt.ALLOC_NODE_PARAMS, pb.AllocNodeParams_Args(node=hNode), pb.AllocNodeParams_Result)
+    res = rt.call(rt.ALLOC_NODE_PARAMS, pb.AllocNodeParams_Args(node=hNode), pb.AllocNodeParams_Result,
+                  _route("cuGraphMemAllocNodeGetParams", {"node": hNode}))
     if res.status != 0:
         return res.status
     if len(res.params) != params_out_len:
@@ -312,7 +328,8 @@ def cuwire_py_capture_info(stream, graph, deps, edges, count):
     """A capture's graph and last nodes (client/capture.c): the arrays stay the stream's until its next
     cuStreamGetCaptureInfo, as CUDA keeps its own until the capture changes."""
     res = rt.call(rt.CAPTURE_INFO, pb.CaptureInfo_Args(stream=int(ffi.cast("uintptr_t", stream)),
-                                                       edge_data=edges != ffi.NULL), pb.CaptureInfo_Result)
+                                                       edge_data=edges != ffi.NULL), pb.CaptureInfo_Result,
+                  rt.route("cuStreamGetCaptureInfo", (stream,)))
     if res.status != 0:
         return res.status
     n = len(res.dependencies) // 8
@@ -366,7 +383,7 @@ def _graph_query(what: int, graph: int, node: int, nodes, to, edge_data, count) 
     capacity = rt.read_scalar(count, "uint64_t") if nodes != ffi.NULL else 0
     args = pb.GraphNodes_Args(graph=graph, node=node, what=what, capacity=capacity,
                               edge_data=edge_data != ffi.NULL and nodes != ffi.NULL)
-    res = rt.call(rt.GRAPH_NODES, args, pb.GraphNodes_Result)
+    res = rt.call(rt.GRAPH_NODES, args, pb.GraphNodes_Result, _route("cuGraphGetNodes", {"graph": graph, "node": node}))
     if res.status == 0:
         if nodes == ffi.NULL:
             rt.write_scalar(count, "uint64_t", res.total)
