@@ -29,8 +29,8 @@ uint64_t cuwire_current_context(void) { return current; }
 int main(int argc, char **argv)
 {
     /* argv: commands, each one word: "add:N:DEVICES:LO-HI,LO-HI" (a session), "ctx:VALUE", or an ask:
-     * "h:VALUE" (a handle; "k:..." gives one an alias), "v:VALUE" (an address), "d:ORDINAL", "c" (the
-     * current context); each ask prints its answer on a line of its own */
+     * "h:VALUE" (a handle), "f:VALUE" (a CUfunction; "k:..." gives one an alias), "v:VALUE" (an address),
+     * "d:ORDINAL", "c" (the current context); each ask prints its answer on a line of its own */
     for (int i = 1; i < argc; i++) {
         char *a = argv[i];
         if (a[0] == 'a') {
@@ -56,6 +56,8 @@ int main(int argc, char **argv)
             cuwire_route_alias_add(handle, session, strtoull(rest + 1, NULL, 0));
         } else if (a[0] == 'h') {
             printf("%d\n", cuwire_route_handle(strtoull(a + 2, NULL, 0)));
+        } else if (a[0] == 'f') {
+            printf("%d\n", cuwire_route_function(strtoull(a + 2, NULL, 0)));
         } else if (a[0] == 'v') {
             printf("%d\n", cuwire_route_value(strtoull(a + 2, NULL, 0)));
         } else if (a[0] == 'd') {
@@ -149,9 +151,10 @@ def test_refusals(routes):
 def test_a_library_kernel_names_no_server(routes):
     """A CUkernel, which the program may pass where a CUfunction goes (the occupancy questions, attribute
     sets), is every server's once the client loaded its library on each: it names none (the call goes to the
-    current context's server, carrying that server's alias), while a context's function names its own."""
+    current context's server, carrying that server's alias), while a context's function names its own. Only a
+    CUfunction argument is asked so (cuwire_route_function): other handles' routes take no lock."""
     first, second = address_space.windows(1), address_space.windows(2)
     kernel, function = first[1][0] + 4096, first[1][0] + 8192
-    asks = [add(0, 1, 1), add(1, 2, 1), f"h:{kernel}", f"k:{kernel}:1:{second[1][0] + 4096}", f"h:{kernel}",
-            f"h:{function}", f"h:{second[1][0] + 4096}"]
-    assert ask(routes, *asks) == [0, 0, 0, -1, 0, 1]
+    asks = [add(0, 1, 1), add(1, 2, 1), f"f:{kernel}", f"k:{kernel}:1:{second[1][0] + 4096}", f"f:{kernel}",
+            f"h:{kernel}", f"f:{function}", f"f:{second[1][0] + 4096}"]
+    assert ask(routes, *asks) == [0, 0, 0, -1, 0, 0, 1]  # (as another handle kind, by its window still)

@@ -28,6 +28,13 @@ ADD, SET, EXEC_SET, GET = 0, 1, 2, 3  # KernelNode_Args.action, BatchMemOpNode_A
 _read_back: dict[int, object] = {}
 
 
+# the calls of each action (what a refusal names)
+KERNEL_NODE_CALLS = {ADD: "cuGraphAddKernelNode", SET: "cuGraphKernelNodeSetParams",
+                     EXEC_SET: "cuGraphExecKernelNodeSetParams"}
+BATCH_NODE_CALLS = {ADD: "cuGraphAddBatchMemOpNode", SET: "cuGraphBatchMemOpNodeSetParams",
+                    EXEC_SET: "cuGraphExecBatchMemOpNodeSetParams"}
+
+
 def _kernel_node(nodeParams, action: int, **fields) -> pb.KernelNode_Result | int:
     """A kernel node's parameters for the server: its kernel as looked up, its parameters laid out as a
     launch's (client/launches.c keeps every looked-up kernel's layout)."""
@@ -43,10 +50,10 @@ def _kernel_node(nodeParams, action: int, **fields) -> pb.KernelNode_Result | in
         return INVALID_HANDLE  # a function this session never looked up
     if n < 0:
         return INVALID_VALUE
-    route = _route("cuGraphAddKernelNode", fields)
+    route = _route(KERNEL_NODE_CALLS[action], fields)
     kernel = rt.alias(handle[0], route)  # (a library's kernel as its graph's server loaded it: a device list's)
     if not kernel:
-        return lib.cuwire_route_split(b"cuGraphAddKernelNode")
+        return lib.cuwire_route_split(KERNEL_NODE_CALLS[action].encode())
     args = pb.KernelNode_Args(action=action, kernel=kernel, grid=[gx, gy, gz], block=[bx, by, bz],
                               shared_mem=shared, params=bytes(ffi.buffer(out, n)), **fields)
     res = rt.call(rt.KERNEL_NODE, args, pb.KernelNode_Result, route)
@@ -58,8 +65,8 @@ def _kernel_node(nodeParams, action: int, **fields) -> pb.KernelNode_Result | in
 
 
 def _route(function: str, fields: dict) -> int:
-    """Where a call about a graph goes: the server of its graph, executable graph or node (a device list's,
-    client/routes.c), else the current context's."""
+    """Where a node's call goes, its arguments as KernelNode_Args or BatchMemOpNode_Args take them: the server
+    of its graph, executable graph or node (a device list's, client/routes.c), else the current context's."""
     return rt.route(function, (), tuple(fields.get(k, 0) for k in ("graph", "exec", "node")))
 
 
@@ -96,7 +103,7 @@ def cuGraphDebugDotPrint(hGraph, path, flags):
     if path == ffi.NULL:
         return INVALID_VALUE
     res = rt.call(rt.GRAPH_DOT, pb.GraphDot_Args(graph=hGraph, flags=flags), pb.GraphDot_Result,
-                  _route("cuGraphDebugDotPrint", {"graph": hGraph}))
+                  rt.route("cuGraphDebugDotPrint", (), (hGraph,)))
     if res.status != 0:
         return res.status
     name = rt.read_string(path)
@@ -121,7 +128,7 @@ def _batch_node(nodeParams, action: int, **fields) -> pb.BatchMemOpNode_Result:
     ctx, count, array, flags = _BATCH_NODE.unpack(bytes(ffi.buffer(ffi.cast("char *", nodeParams), _BATCH_NODE.size)))
     ops = rt.read(array, count * _BATCH_OP) if count and array else b""
     args = pb.BatchMemOpNode_Args(action=action, ctx=ctx, count=count, ops=ops, flags=flags, **fields)
-    return rt.call(rt.BATCH_NODE, args, pb.BatchMemOpNode_Result, _route("cuGraphAddBatchMemOpNode", fields))
+    return rt.call(rt.BATCH_NODE, args, pb.BatchMemOpNode_Result, _route(BATCH_NODE_CALLS[action], fields))
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphAddBatchMemOpNode", onerror=rt.on_error)
@@ -148,7 +155,7 @@ def cuGraphBatchMemOpNodeGetParams(hNode, nodeParams_out, nodeParams_out_len):
     if nodeParams_out == ffi.NULL:
         return INVALID_VALUE
     res = rt.call(rt.BATCH_NODE, pb.BatchMemOpNode_Args(action=GET, node=hNode), pb.BatchMemOpNode_Result,
-                  _route("cuGraphBatchMemOpNodeGetParams", {"node": hNode}))
+                  rt.route("cuGraphBatchMemOpNodeGetParams", (), (hNode,)))
     if res.status != 0:
         return res.status
     if len(res.ops) != res.count * _BATCH_OP:
@@ -169,7 +176,7 @@ def cuGraphKernelNodeGetParams_v2(hNode, nodeParams, nodeParams_len):
     if nodeParams == ffi.NULL:
         return INVALID_VALUE
     res = rt.call(rt.KERNEL_NODE_PARAMS, pb.KernelNodeParams_Args(node=hNode), pb.KernelNodeParams_Result,
-                  _route("cuGraphKernelNodeGetParams", {"node": hNode}))
+                  rt.route("cuGraphKernelNodeGetParams", (), (hNode,)))
     if res.status != 0:
         return res.status
     layout = rt.Kernel(res.func, tuple(res.param_offsets), tuple(res.param_sizes))
@@ -208,7 +215,7 @@ def cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, nodeP
         return err
     res = rt.call(rt.HOST_NODE, pb.HostNode_Args(graph=hGraph, dependencies=rt.read(dependencies, numDependencies * 8),
                                                  id=host_id), pb.HostNode_Result,
-                  _route("cuGraphAddHostNode", {"graph": hGraph}))
+                  rt.route("cuGraphAddHostNode", (), (hGraph,)))
     return _node_added(phGraphNode, res)
 
 
@@ -220,7 +227,7 @@ def _host_node_set(action: int, exec_: int, node: int, nodeParams) -> int:
     if not host_id:
         return err
     return rt.call(rt.HOST_NODE, pb.HostNode_Args(action=action, exec=exec_, node=node, id=host_id),
-                   pb.HostNode_Result, _route("cuGraphHostNodeSetParams", {"exec": exec_, "node": node})).status
+                   pb.HostNode_Result, rt.route("cuGraphHostNodeSetParams", (), (exec_, node))).status
 
 
 @ffi.def_extern(name="cuwire_py_cuGraphHostNodeSetParams", onerror=rt.on_error)
@@ -239,7 +246,7 @@ def cuGraphHostNodeGetParams(hNode, nodeParams, nodeParams_len):
     if nodeParams == ffi.NULL:
         return INVALID_VALUE
     res = rt.call(rt.HOST_NODE, pb.HostNode_Args(action=pb.GET, node=hNode), pb.HostNode_Result,
-                  _route("cuGraphHostNodeGetParams", {"node": hNode}))
+                  rt.route("cuGraphHostNodeGetParams", (), (hNode,)))
     if res.status != 0:
         return res.status
     fn, user = ffi.new("void **"), ffi.new("void **")
@@ -257,7 +264,7 @@ def cuGraphMemAllocNodeGetParams(hNode, params_out, params_out_len):
     if params_out == ffi.NULL:
         return INVALID_VALUE
     res = rt.call(rt.ALLOC_NODE_PARAMS, pb.AllocNodeParams_Args(node=hNode), pb.AllocNodeParams_Result,
-                  _route("cuGraphMemAllocNodeGetParams", {"node": hNode}))
+                  rt.route("cuGraphMemAllocNodeGetParams", (), (hNode,)))
     if res.status != 0:
         return res.status
     if len(res.params) != params_out_len:
@@ -383,7 +390,7 @@ def _graph_query(what: int, graph: int, node: int, nodes, to, edge_data, count) 
     capacity = rt.read_scalar(count, "uint64_t") if nodes != ffi.NULL else 0
     args = pb.GraphNodes_Args(graph=graph, node=node, what=what, capacity=capacity,
                               edge_data=edge_data != ffi.NULL and nodes != ffi.NULL)
-    res = rt.call(rt.GRAPH_NODES, args, pb.GraphNodes_Result, _route("cuGraphGetNodes", {"graph": graph, "node": node}))
+    res = rt.call(rt.GRAPH_NODES, args, pb.GraphNodes_Result, rt.route("cuGraphGetNodes", (), (graph, node)))
     if res.status == 0:
         if nodes == ffi.NULL:
             rt.write_scalar(count, "uint64_t", res.total)

@@ -94,8 +94,7 @@ int cuwire_route_value(uint64_t value)
     return -1;
 }
 
-/* Whether a handle has aliases: a library's kernel, loaded on each server of the list (a CUkernel the
- * program passes where a CUfunction goes, as NVIDIA's runtime does). */
+/* Whether a handle has aliases: a library's kernel, loaded on each server of the list. */
 static int aliased(uint64_t handle, int owner)
 {
     int found = 0;
@@ -110,12 +109,15 @@ static int aliased(uint64_t handle, int owner)
 
 int cuwire_route_handle(uint64_t handle)
 {
-    if (cuwire_route_sessions() == 1)
-        return 0;
-    /* the special streams (0: the context's NULL stream, 1: the legacy stream, 2: per-thread) name none, nor
-     * does a library's kernel: it is every server's (the call carries the one of its server: the alias) */
-    int s = handle <= 2 ? -1 : cuwire_route_value(handle);
-    return s >= 0 && aliased(handle, s) ? -1 : s;
+    /* the special streams (0: the context's NULL stream, 1: the legacy stream, 2: per-thread) name none */
+    return handle <= 2 && cuwire_route_sessions() > 1 ? -1 : cuwire_route_value(handle);
+}
+
+int cuwire_route_function(uint64_t function)
+{
+    /* a library's kernel names none: it is every server's (the call carries the one of its server: the alias) */
+    int s = cuwire_route_handle(function);
+    return s >= 0 && cuwire_route_sessions() > 1 && aliased(function, s) ? -1 : s;
 }
 
 int cuwire_route_stream(uint64_t stream)

@@ -9,9 +9,11 @@
 /* the sessions a program may have: its own server's, or a device list's (address_space.MOST_SERVERS + 1,
  * which tests/test_routes.py holds this to) */
 #define CW_SESSIONS_MAX 9
-/* A handle of a context-bound kind: by its window; a library's kernel (aliased on each server, where a CUfunction
- * goes) names none. */
-CW_FROM_PYTHON int cuwire_route_handle(uint64_t handle);
+CW_FROM_PYTHON int cuwire_route_handle(uint64_t handle); /* a handle of a context-bound kind: by its window */
+/* A CUfunction: by its window, but a library's CUkernel passed as one (NVIDIA's runtime does: the occupancy
+ * questions, cuFuncSetAttribute) names none, being every server's (aliased). Asked of CUfunction arguments
+ * alone, so that a stream's or an event's route takes no lock. */
+CW_FROM_PYTHON int cuwire_route_function(uint64_t function);
 /* A stream: by its window, and a special one (the NULL, legacy and per-thread streams) by the current
  * context, whose stream it is (never -1). */
 CW_FROM_PYTHON int cuwire_route_stream(uint64_t stream);

@@ -34,7 +34,7 @@ from cuwire.settings import Settings, sends_from_a_thread, server_list
 from cuwire.wire import compression, ring
 from cuwire.wire.hello import MOST_LIST_KEPT, gpu_arch, make_hello
 from cuwire.wire.tls import ClientTls, TlsSocket, fingerprint
-from cuwire.wire.transport import BULK, MAX_MESSAGE, Dropped, SocketTransport, TransportError, open_session
+from cuwire.wire.transport import BULK, MAX_MESSAGE, PEER_PIECE, Dropped, SocketTransport, TransportError, open_session
 
 # The CUresult codes used here.
 INVALID_VALUE, OUT_OF_MEMORY, DEVICE_UNAVAILABLE = (
@@ -67,7 +67,6 @@ MAX_GRID_DIM = (cu.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, cu.CU_DEVICE_ATTRIBUTE_MA
                              "Enumerate", "MakeHandles", "FunctionAttributes", "Preload"))
 KEEP_LIST = wire_ids.OP_IDS["KeepList"]
 PEER_OFFER, PEER_FETCH = wire_ids.OP_IDS["PeerOffer"], wire_ids.OP_IDS["PeerFetch"]
-PEER_PIECE = 64 << 20  # the most bytes of one offer (server/peer_copy.py MOST): a larger copy goes in pieces
 # The session this Python side serves: a program's one server's, numbered 0 in client/routes.c (where a
 # device list will number each server's; issue 39)
 ONE_SESSION = 0
@@ -1212,18 +1211,19 @@ def wire_lock(route: int = ONE_SESSION):
 
 
 def route(function: str, streams: tuple = (), handles: tuple = (), pointers: tuple = (), devices: tuple = (),
-          nvml: tuple = (), located: tuple = ()) -> int:
+          nvml: tuple = (), located: tuple = (), functions: tuple = ()) -> int:
     """The session a call goes to (client/routes.c; the generated calls give their arguments in the
     model's order, codegen/model.py Function.routes_by_kind): the server its streams (a special one: the
-    current context's), handles, device addresses, device ordinals (or NVML indices), NVML devices and
-    the devices its structs name (`located`: the routes `located` found) name, else the calling thread's
-    current context's. Arguments of two servers: refused by name (Fail), as the C stubs refuse them."""
+    current context's), handles, device addresses, device ordinals (or NVML indices), NVML devices, the
+    devices its structs name (`located`: the routes `located` found) and its CUfunctions (a library's
+    CUkernel: none) name, else the calling thread's current context's. Arguments of two servers: refused by
+    name (Fail), as the C stubs refuse them."""
     if lib.cuwire_route_sessions() == 1:
         return ONE_SESSION
     found = -1
     for ask, values in ((lib.cuwire_route_stream, streams), (lib.cuwire_route_handle, handles),
                         (lib.cuwire_route_value, pointers), (lib.cuwire_route_device, devices),
-                        (lib.cuwire_route_nvml, nvml), (int, located)):
+                        (lib.cuwire_route_nvml, nvml), (int, located), (lib.cuwire_route_function, functions)):
         for value in values:
             more = ask(int(ffi.cast("uintptr_t", value)) if isinstance(value, ffi.CData) else value)
             if more >= 0 and found >= 0 and more != found:

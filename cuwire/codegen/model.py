@@ -292,10 +292,12 @@ class Function:
 
     @property
     def routes_by_kind(self) -> list[tuple[str, str]]:
-        """routes, with a stream told from the other handles ("stream"): a special stream (the NULL stream)
-        is the current context's, which then takes part in the route (client/routes.c)."""
-        streams = {p.name for p in self.params if p.handle_kind == "CUstream_st"}
-        return [("stream" if how == "handle" and name in streams else how, name) for how, name in self.routes]
+        """routes, with a stream and a function told from the other handles ("stream", "function"): a special
+        stream (the NULL stream) is the current context's, which then takes part in the route; a CUfunction
+        may be a library's CUkernel, which names none (client/routes.c)."""
+        kinds = {p.name: {"CUstream_st": "stream", "CUfunc_st": "function"}.get(p.handle_kind, "handle")
+                 for p in self.params}
+        return [(kinds[name] if how == "handle" else how, name) for how, name in self.routes]
 
     @property
     def in_records(self) -> bool:

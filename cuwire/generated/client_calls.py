@@ -594,7 +594,7 @@ def cuEventSynchronize(hEvent):
 @ffi.def_extern(name="cuwire_py_cuFuncGetAttribute", onerror=rt.on_error)
 def cuFuncGetAttribute(pi, attrib, hfunc):
     """cuFuncGetAttribute (cuda.h): kept by the client once answered (client/answers_cache.c)"""
-    route = rt.route("cuFuncGetAttribute", (), (hfunc,), (), (), ())
+    route = rt.route("cuFuncGetAttribute", (), (), (), (), (), functions=(hfunc,))
     args = pb.cuFuncGetAttribute_Args()
     args.attrib = attrib
     args.hfunc = rt.alias(rt.server_function(hfunc), route)
@@ -607,7 +607,7 @@ def cuFuncGetAttribute(pi, attrib, hfunc):
 @ffi.def_extern(name="cuwire_py_cuFuncGetModule", onerror=rt.on_error)
 def cuFuncGetModule(hmod, hfunc):
     """cuFuncGetModule (cuda.h)"""
-    route = rt.route("cuFuncGetModule", (), (hfunc,), (), (), ())
+    route = rt.route("cuFuncGetModule", (), (), (), (), (), functions=(hfunc,))
     args = pb.cuFuncGetModule_Args()
     args.hfunc = rt.alias(rt.server_function(hfunc), route)
     res = rt.call(4080729374, args, pb.cuFuncGetModule_Result, route)
@@ -619,7 +619,7 @@ def cuFuncGetModule(hmod, hfunc):
 @ffi.def_extern(name="cuwire_py_cuFuncGetParamInfo", onerror=rt.on_error)
 def cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize):
     """cuFuncGetParamInfo (cuda.h)"""
-    route = rt.route("cuFuncGetParamInfo", (), (func,), (), (), ())
+    route = rt.route("cuFuncGetParamInfo", (), (), (), (), (), functions=(func,))
     args = pb.cuFuncGetParamInfo_Args()
     args.func = rt.alias(rt.server_function(func), route)
     args.paramIndex = paramIndex
@@ -633,7 +633,7 @@ def cuFuncGetParamInfo(func, paramIndex, paramOffset, paramSize):
 @ffi.def_extern(name="cuwire_py_cuFuncIsLoaded", onerror=rt.on_error)
 def cuFuncIsLoaded(state, function):
     """cuFuncIsLoaded (cuda.h)"""
-    route = rt.route("cuFuncIsLoaded", (), (function,), (), (), ())
+    route = rt.route("cuFuncIsLoaded", (), (), (), (), (), functions=(function,))
     args = pb.cuFuncIsLoaded_Args()
     args.function = rt.alias(rt.server_function(function), route)
     res = rt.call(1787595107, args, pb.cuFuncIsLoaded_Result, route)
@@ -645,7 +645,7 @@ def cuFuncIsLoaded(state, function):
 @ffi.def_extern(name="cuwire_py_cuFuncLoad", onerror=rt.on_error)
 def cuFuncLoad(function):
     """cuFuncLoad (cuda.h)"""
-    route = rt.route("cuFuncLoad", (), (function,), (), (), ())
+    route = rt.route("cuFuncLoad", (), (), (), (), (), functions=(function,))
     args = pb.cuFuncLoad_Args()
     args.function = rt.alias(rt.server_function(function), route)
     res = rt.call(2060489457, args, pb.cuFuncLoad_Result, route)
@@ -655,7 +655,7 @@ def cuFuncLoad(function):
 @ffi.def_extern(name="cuwire_py_cuFuncSetAttribute", onerror=rt.on_error)
 def cuFuncSetAttribute(hfunc, attrib, value):
     """cuFuncSetAttribute (cuda.h): the largest dynamic shared memory, within what the driver allows, is queued (client/answers_cache.c)"""
-    route = rt.route("cuFuncSetAttribute", (), (hfunc,), (), (), ())
+    route = rt.route("cuFuncSetAttribute", (), (), (), (), (), functions=(hfunc,))
     args = pb.cuFuncSetAttribute_Args()
     args.hfunc = rt.alias(rt.server_function(hfunc), route)
     args.attrib = attrib
@@ -667,7 +667,7 @@ def cuFuncSetAttribute(hfunc, attrib, value):
 @ffi.def_extern(name="cuwire_py_cuFuncSetCacheConfig", onerror=rt.on_error)
 def cuFuncSetCacheConfig(hfunc, config):
     """cuFuncSetCacheConfig (cuda.h): the same preference again is answered, another of a kernel the client knows queued (client/answers_cache.c)"""
-    route = rt.route("cuFuncSetCacheConfig", (), (hfunc,), (), (), ())
+    route = rt.route("cuFuncSetCacheConfig", (), (), (), (), (), functions=(hfunc,))
     args = pb.cuFuncSetCacheConfig_Args()
     args.hfunc = rt.alias(rt.server_function(hfunc), route)
     args.config = config
@@ -678,7 +678,7 @@ def cuFuncSetCacheConfig(hfunc, config):
 @ffi.def_extern(name="cuwire_py_cuFuncSetSharedMemConfig", onerror=rt.on_error)
 def cuFuncSetSharedMemConfig(hfunc, config):
     """cuFuncSetSharedMemConfig (cuda.h)"""
-    route = rt.route("cuFuncSetSharedMemConfig", (), (hfunc,), (), (), ())
+    route = rt.route("cuFuncSetSharedMemConfig", (), (), (), (), (), functions=(hfunc,))
     args = pb.cuFuncSetSharedMemConfig_Args()
     args.hfunc = rt.alias(rt.server_function(hfunc), route)
     args.config = config
@@ -1432,7 +1432,7 @@ def cuMemAlloc_v2(dptr, bytesize):
 def cuMemCreate(handle, size, prop, prop_len, flags):
     """cuMemCreate (cuda.h): device memory only; the properties' Windows handle metadata is not forwarded (Linux ignores it)"""
     prop_bytes, prop_route = rt.located(rt.read(prop, prop_len), 8, 0)
-    route = rt.route("cuMemCreate", (), (), (), (), (), (prop_route,))
+    route = rt.route("cuMemCreate", (), (), (), (), (), located=(prop_route,))
     args = pb.cuMemCreate_Args()
     args.size = size
     args.prop = prop_bytes
@@ -1486,7 +1486,7 @@ def cuMemFree_v2(dptr):
 def cuMemGetAccess(flags, location, location_len, ptr):
     """cuMemGetAccess (cuda.h)"""
     location_bytes, location_route = rt.located(rt.read(location, location_len), 0, 0)
-    route = rt.route("cuMemGetAccess", (), (), (ptr,), (), (), (location_route,))
+    route = rt.route("cuMemGetAccess", (), (), (ptr,), (), (), located=(location_route,))
     args = pb.cuMemGetAccess_Args()
     args.location = location_bytes
     args.ptr = ptr
@@ -1500,7 +1500,7 @@ def cuMemGetAccess(flags, location, location_len, ptr):
 def cuMemGetAllocationGranularity(granularity, prop, prop_len, option):
     """cuMemGetAllocationGranularity (cuda.h)"""
     prop_bytes, prop_route = rt.located(rt.read(prop, prop_len), 8, 0)
-    route = rt.route("cuMemGetAllocationGranularity", (), (), (), (), (), (prop_route,))
+    route = rt.route("cuMemGetAllocationGranularity", (), (), (), (), (), located=(prop_route,))
     args = pb.cuMemGetAllocationGranularity_Args()
     args.prop = prop_bytes
     args.option = option
@@ -1563,7 +1563,7 @@ def cuMemMap(ptr, size, offset, handle, flags):
 def cuMemPoolCreate(pool, poolProps, poolProps_len):
     """cuMemPoolCreate (cuda.h): single-device pools (the properties' Windows security attributes are not forwarded: Linux ignores them)"""
     poolProps_bytes, poolProps_route = rt.located(rt.read(poolProps, poolProps_len), 8, 0)
-    route = rt.route("cuMemPoolCreate", (), (), (), (), (), (poolProps_route,))
+    route = rt.route("cuMemPoolCreate", (), (), (), (), (), located=(poolProps_route,))
     args = pb.cuMemPoolCreate_Args()
     args.poolProps = poolProps_bytes
     res = rt.call(2112346226, args, pb.cuMemPoolCreate_Result, route)
@@ -1616,7 +1616,7 @@ def cuMemPoolExportToShareableHandle(handle_out, handle_out_len, pool, handleTyp
 def cuMemPoolGetAccess(flags, memPool, location, location_len):
     """cuMemPoolGetAccess (cuda.h)"""
     location_bytes, location_route = rt.located(rt.read(location, location_len), 0, 0)
-    route = rt.route("cuMemPoolGetAccess", (), (memPool,), (), (), (), (location_route,))
+    route = rt.route("cuMemPoolGetAccess", (), (memPool,), (), (), (), located=(location_route,))
     args = pb.cuMemPoolGetAccess_Args()
     args.memPool = memPool
     args.location = location_bytes
@@ -1670,7 +1670,7 @@ def cuMemPoolImportPointer(ptr_out, pool, shareData, shareData_len):
 def cuMemPoolSetAccess(pool, map, map_len, count):
     """cuMemPoolSetAccess (cuda.h)"""
     map_bytes, map_route = rt.located(rt.read(map, map_len), 0, 12)
-    route = rt.route("cuMemPoolSetAccess", (), (pool,), (), (), (), (map_route,))
+    route = rt.route("cuMemPoolSetAccess", (), (pool,), (), (), (), located=(map_route,))
     args = pb.cuMemPoolSetAccess_Args()
     args.pool = pool
     args.map = map_bytes
@@ -1726,7 +1726,7 @@ def cuMemRetainAllocationHandle(handle, addr):
 def cuMemSetAccess(ptr, size, desc, desc_len, count):
     """cuMemSetAccess (cuda.h)"""
     desc_bytes, desc_route = rt.located(rt.read(desc, desc_len), 0, 12)
-    route = rt.route("cuMemSetAccess", (), (), (ptr,), (), (), (desc_route,))
+    route = rt.route("cuMemSetAccess", (), (), (ptr,), (), (), located=(desc_route,))
     args = pb.cuMemSetAccess_Args()
     args.ptr = ptr
     args.size = size
@@ -2097,7 +2097,7 @@ def cuModuleGetFunctionCount(count, mod):
 @ffi.def_extern(name="cuwire_py_cuOccupancyAvailableDynamicSMemPerBlock", onerror=rt.on_error)
 def cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize):
     """cuOccupancyAvailableDynamicSMemPerBlock (cuda.h): kept by the client once answered (client/answers_cache.c)"""
-    route = rt.route("cuOccupancyAvailableDynamicSMemPerBlock", (), (func,), (), (), ())
+    route = rt.route("cuOccupancyAvailableDynamicSMemPerBlock", (), (), (), (), (), functions=(func,))
     args = pb.cuOccupancyAvailableDynamicSMemPerBlock_Args()
     args.func = rt.alias(rt.server_function(func), route)
     args.numBlocks = numBlocks
@@ -2111,7 +2111,7 @@ def cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, bl
 @ffi.def_extern(name="cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessor", onerror=rt.on_error)
 def cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dynamicSMemSize):
     """cuOccupancyMaxActiveBlocksPerMultiprocessor (cuda.h): kept by the client once answered (client/answers_cache.c)"""
-    route = rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessor", (), (func,), (), (), ())
+    route = rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessor", (), (), (), (), (), functions=(func,))
     args = pb.cuOccupancyMaxActiveBlocksPerMultiprocessor_Args()
     args.func = rt.alias(rt.server_function(func), route)
     args.blockSize = blockSize
@@ -2125,7 +2125,7 @@ def cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize, dyna
 @ffi.def_extern(name="cuwire_py_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", onerror=rt.on_error)
 def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, flags):
     """cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags (cuda.h): kept by the client once answered (client/answers_cache.c)"""
-    route = rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", (), (func,), (), (), ())
+    route = rt.route("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", (), (), (), (), (), functions=(func,))
     args = pb.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_Args()
     args.func = rt.alias(rt.server_function(func), route)
     args.blockSize = blockSize

@@ -4867,7 +4867,7 @@ int cuwire_py_cuFuncLoad(uint64_t);
 static inline CUresult cuwire_impl_cuFuncLoad(CUfunction function)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)function);
+        int route = cuwire_route_function((uint64_t)(uintptr_t)function);
         if (route < 0)
             route = cuwire_route_current();
         struct __attribute__((packed)) {
@@ -4903,7 +4903,7 @@ int cuwire_queue_function_attribute(CUfunction hfunc, CUfunction_attribute attri
 static inline CUresult cuwire_impl_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
     if (cuwire_queue_function_attribute(hfunc, attrib, value)) { /* it cannot fail: queued */
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hfunc);
+        int route = cuwire_route_function((uint64_t)(uintptr_t)hfunc);
         if (route < 0)
             route = cuwire_route_current();
         struct __attribute__((packed)) {
@@ -4971,7 +4971,7 @@ int cuwire_queue_function_cache(CUfunction hfunc, CUfunc_cache config);
 static inline CUresult cuwire_impl_cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
 {
     if (cuwire_queue_function_cache(hfunc, config)) { /* it cannot fail: queued */
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hfunc);
+        int route = cuwire_route_function((uint64_t)(uintptr_t)hfunc);
         if (route < 0)
             route = cuwire_route_current();
         struct __attribute__((packed)) {
@@ -5016,7 +5016,7 @@ int cuwire_py_cuFuncSetSharedMemConfig(uint64_t, int64_t);
 static inline CUresult cuwire_impl_cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
 {
     { /* made in C once the session is open (client/wire.c); else, and when it cannot, by Python below */
-        int route = cuwire_route_handle((uint64_t)(uintptr_t)hfunc);
+        int route = cuwire_route_function((uint64_t)(uintptr_t)hfunc);
         if (route < 0)
             route = cuwire_route_current();
         struct __attribute__((packed)) {

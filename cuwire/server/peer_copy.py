@@ -37,11 +37,11 @@ from cuwire.generated import wire_ids
 from cuwire.server.errors import OUT_OF_MEMORY, UNKNOWN, CudaFail, WireError
 from cuwire.settings import host_port
 from cuwire.wire.tls import ClientTls, TlsError, relayed
+from cuwire.wire.transport import PEER_PIECE as MOST
 from cuwire.wire.transport import Connection, TransportError
 
 log = logging.getLogger("cuwire.server")
 
-MOST = 64 << 20  # bytes of one offer (a piece of a larger copy)
 OFFERS_MOST = 256 << 20  # bytes all offers of a server process hold at once
 OFFER_SECONDS = 30.0  # an offer not fetched by then is forgotten
 CHUNK = 8 << 20  # bytes a fetch copies to the GPU at a time, while the next ones arrive
@@ -71,13 +71,13 @@ class Offers:
             if held + size > OFFERS_MOST:
                 raise CudaFail(OUT_OF_MEMORY, f"copies between servers hold {OFFERS_MOST} bytes here already "
                                               "(fetched or expired ones free it)")
-            fits = sorted((b for b in self.free if len(b) >= size), key=len)
-            buf = fits[0] if fits else None
-            if buf is not None:
+            buf = min((b for b in self.free if len(b) >= size), key=len, default=None)
+            if buf is not None:  # (a kept one: what the offers and the kept ones hold stays as it was)
                 self.free.remove(buf)
-            while self.free and held + size + sum(map(len, self.free)) > OFFERS_MOST:  # (kept ones count too)
-                self.free.pop(0)
-            buf = buf if buf is not None else bytearray(size)
+            else:  # a new one: the kept ones count too, the oldest given up for room
+                while self.free and held + size + sum(map(len, self.free)) > OFFERS_MOST:
+                    self.free.pop(0)
+                buf = bytearray(size)
             self.held[key] = (buf, size, now + OFFER_SECONDS)
         return key, memoryview(buf)[:size]
 

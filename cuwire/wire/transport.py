@@ -51,6 +51,9 @@ HELLO_MAX = 64 << 10  # a hello's message: what a connection not yet authenticat
 BULK = 64 << 10  # buffers this large travel in the payload, both ways (client/runtime.py read, session.py take)
 # what the client accepts as a payload; the server checks every size against CUWIRE_MAX_BUFFER itself
 MAX_PAYLOAD = 1 << 40
+# the most bytes one piece of a copy between two servers of a device list moves (server/peer_copy.py takes no
+# more in an offer or a fetch; client/runtime.py copy_between cuts a larger copy into pieces of it)
+PEER_PIECE = 64 << 20
 READ_AHEAD = 64 << 10  # what a receive asks the socket for at least (Connection.fill)
 RATE_SAMPLE = 1 << 20  # a payload this large times the link (Connection.rate)...
 RATE_SKIP = 256 << 10  # ...a received one from its first bytes on
