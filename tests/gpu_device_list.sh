@@ -6,8 +6,9 @@
 #    on the machine's two GPUs;
 #  - the driver-API program (memory, copies, memsets, streams, events on each device, the peer answers,
 #    the refusals): each device's sum as the emulated device's test expects;
-#  - tests/multi_gpu_apps/torch_each_gpu.py (a model trained on each GPU): its output equal to native's.
-# Logs go to build/gpu-device-list, and as one tarball to $OUT when set. Exit 0 when both match.
+#  - tests/multi_gpu_apps/torch_each_gpu.py (a model trained on each GPU) and jax_each_gpu.py (XLA on each GPU,
+#    an array moved from one to the other): their output equal to native's.
+# Logs go to build/gpu-device-list, and as one tarball to $OUT when set. Exit 0 when all match.
 #   bash tests/gpu_device_list.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,12 +30,13 @@ subprocess.run(["nvcc", "-cudart", "shared", "-arch=sm_90", "-O2", "-o", f"{log}
                check=True)
 env = {k: v for k, v in os.environ.items() if k != "CUWIRE_SERVER"}
 native = subprocess.run([f"{log}/kernels"], capture_output=True, text=True, env=env)
-torch_native = subprocess.run([sys.executable, "tests/multi_gpu_apps/torch_each_gpu.py"], capture_output=True,
-                              text=True, env=env, timeout=300)
+apps = {name: [sys.executable, f"tests/multi_gpu_apps/{name}_each_gpu.py"] for name in ("torch", "jax")}
+app_native = {name: subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+              for name, cmd in apps.items()}
 runs = {name: subprocess.run([sys.executable, "-m", "cuwire.cli", "run", "--stats", "--server", f"{a},{b}", "--",
                               *cmd], capture_output=True, text=True, env=env, timeout=300)
         for name, cmd in (("kernels", [f"{log}/kernels"]), ("program", [sys.executable, f"{log}/program.py"]),
-                          ("torch", [sys.executable, "tests/multi_gpu_apps/torch_each_gpu.py"]))}
+                          *apps.items())}
 for name, r in runs.items():
     open(f"{log}/{name}.out", "w").write(r.stdout)
     open(f"{log}/{name}.err", "w").write(r.stderr)
@@ -44,15 +46,17 @@ got = [line.split(" memory at")[0] for line in runs["program"].stdout.splitlines
 checks = {"kernels (equal to native)": runs["kernels"].returncode == 0 and native.returncode == 0
           and runs["kernels"].stdout == native.stdout and native.stdout.startswith("devices 2"),
           "program (each device's sum)": runs["program"].returncode == 0 and got == sums,
-          "PyTorch on each device (equal to native)": runs["torch"].returncode == 0 and torch_native.returncode == 0
-          and runs["torch"].stdout == torch_native.stdout and torch_native.stdout.startswith("devices 2")}
+          **{f"{name} on each device (equal to native)": runs[name].returncode == 0
+             and app_native[name].returncode == 0 and runs[name].stdout == app_native[name].stdout and app_native[name].stdout.startswith("devices 2")
+             for name in apps}}
 for what, ok in checks.items():
     print(f"{what}: {'OK' if ok else 'DIFF'}")
 print("native:", native.stdout.strip().replace("\n", "; "))
 print("through cuwire:", runs["kernels"].stdout.strip().replace("\n", "; "), "|",
       runs["program"].stdout.strip().replace("\n", "; "))
-print("PyTorch native:", torch_native.stdout.strip().replace("\n", "; "))
-print("PyTorch through cuwire:", runs["torch"].stdout.strip().replace("\n", "; "))
+for name in apps:
+    print(f"{name} native:", app_native[name].stdout.strip().replace("\n", "; "))
+    print(f"{name} through cuwire:", runs[name].stdout.strip().replace("\n", "; "))
 sys.exit(0 if all(checks.values()) else 1)
 PYEOF
 rc=$?

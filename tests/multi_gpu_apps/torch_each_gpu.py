@@ -1,5 +1,5 @@
-"""A small model trained on each GPU in turn, nothing crossing between them: what one program on a device list
-of several servers does today (docs/several-servers.md; copies between servers are not served yet). Each
+"""A small model trained on each GPU in turn, nothing crossing between them: a program on a device list of
+several servers (docs/several-servers.md) whose model lives on each server's GPU in turn. Each
 device's loss is printed, so that a run through `cuwire run --server a,b` can be compared with a native run
 on a machine with as many GPUs (tests/gpu_device_list.sh does).
 
