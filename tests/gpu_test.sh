@@ -3,7 +3,8 @@
 # libcudart on cuwire's libcuda.so.1, as `cuwire run` runs it), with a real server on the same machine,
 # diff the outputs, one line per program; then CUDA library programs, NVML and PyTorch.
 # Logs go to build/gpu-test, and as one tarball to $OUT when set (the device tool brings it back).
-# GPU_TEST_ONLY=apps runs only the test apps and the wire tests; GPU_TEST_ONLY=torch only the PyTorch programs.
+# GPU_TEST_ONLY=apps runs only the test apps and the wire tests; GPU_TEST_ONLY=torch only the PyTorch, JAX and
+# CuPy programs; GPU_TEST_ONLY=cupy-suite only CuPy's own tests: each of the three fits a 10-minute device call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG=$PWD/build/gpu-test
@@ -47,6 +48,10 @@ compare() {  # compare NAME -- COMMAND...: natively, then through cuwire; one li
     tail -n 5 "$LOG/$name.native.err" "$LOG/$name.err"; fail=$((fail+1))
   fi
 }
+if [ "${GPU_TEST_ONLY:-}" = cupy-suite ]; then  # (tests/cupy_suite/run.sh, with this run's server)
+  if PY=$PY LOG=$LOG bash tests/cupy_suite/run.sh; then pass=1; else fail=1; fi
+  kill $SERVER; echo "gpu-test summary: $pass passed, $fail failed"; exit $fail
+fi
 if [ "${GPU_TEST_ONLY:-}" != torch ]; then
   # (a local server: the Unix socket, payloads in shared memory)
   for app in tests/test_apps/build/*; do
@@ -124,8 +129,8 @@ for script in tests/torch_apps/train.py tests/jax_apps/jax_programs.py; do
   CUWIRE_TRANSPORT=tcp torch_compare "$(basename "$(dirname "$script")" _apps)-$(basename "$script" .py)-over-tcp" "$script"
 done
 # a uniform sample of CuPy's own test suite, natively and through cuwire, compared test by test (tests/cupy_suite;
-# up to 11 minutes: CUPY_SUITE=0 leaves it out, to run it on its own with bash tests/cupy_suite/run.sh)
-if [ "${CUPY_SUITE:-1}" != 0 ]; then
+# up to 11 minutes: CUPY_SUITE=0 leaves it out; GPU_TEST_ONLY=torch too, and GPU_TEST_ONLY=cupy-suite runs it alone)
+if [ "${CUPY_SUITE:-1}" != 0 ] && [ -z "${GPU_TEST_ONLY:-}" ]; then
   if PY=$PY LOG=$LOG MAPS_OUT=$LOG/maps.txt bash tests/cupy_suite/run.sh; then pass=$((pass+1)); else fail=$((fail+1)); fi
 fi
 # one process, two GPUs (DataParallel, NCCL inside one process, peer copies), where the server has two

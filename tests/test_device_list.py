@@ -264,8 +264,9 @@ int main() {
         CHECK(cudaMemcpy(c, dc, n * 4, cudaMemcpyDeviceToHost));
         double again = 0;
         for (int i = 0; i < n; i++) again += c[i];
-        printf("device %d sum %.0f, %d threads a block at most, %d blocks of 256 a multiprocessor, graph %s\n", dev,
-               sum, attr.maxThreadsPerBlock, blocks, again == sum ? "OK" : "DIFF");
+        printf("device %d sum %.0f, %d threads a block at most, %d blocks of 256 a multiprocessor, code for %d, "
+               "graph %s\n", dev, sum, attr.maxThreadsPerBlock, blocks, attr.binaryVersion,
+               again == sum ? "OK" : "DIFF");
     }
     return 0;
 }
@@ -287,13 +288,41 @@ def test_a_kernel_runs_on_each_server_of_the_list(tmp_path, client_lib, two_serv
     logs = [s.text() for s in servers]
     n = 1024
     sums = [n * (n - 1) // 2 + n * 100 * (d + 1) for d in range(2)]
-    each = ", 1024 threads a block at most, 8 blocks of 256 a multiprocessor, graph OK"  # (the emulated device's)
+    each = ", 1024 threads a block at most, 8 blocks of 256 a multiprocessor, code for 90, graph OK"  # (emulated)
     assert runs[0].returncode == 0 and runs[0].stdout.splitlines() == ["devices 1", f"device 0 sum {sums[0]}{each}"], \
         runs[0].stdout + runs[0].stderr
     assert runs[1].returncode == 0 and runs[1].stdout.splitlines() == [
         "devices 2", f"device 0 sum {sums[0]}{each}", f"device 1 sum {sums[1]}{each}"], runs[1].stdout + runs[1].stderr
     assert logs[1].count(" opened for pid ") == 1, logs[1]  # (b served the list's run alone...)
     assert all(log.count(" uploaded (") == 1 for log in logs), logs  # (...and each server got the image once)
+
+
+def test_a_list_of_two_gpu_models(tmp_path, client_lib):
+    """Servers of two GPU models (an emulated 9.0 and 8.6): a program built for both gets each server's own
+    code (of a fatbin, the entry that server's GPU chooses: the 8.6 device refuses the 9.0 code), and a
+    kernel's answers are each server's: the client keeps them per server in such a list, since the runtime
+    asks one CUkernel's occupancy on every device (8 blocks of 256 threads a multiprocessor on 9.0, 6 on
+    8.6, whose multiprocessors hold 1536 threads)."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+    (tmp_path / "kernels.cu").write_text(KERNELS)
+    subprocess.run(["nvcc", "-cudart", "shared", "-gencode", "arch=compute_86,code=sm_86", "-gencode",
+                    "arch=compute_90,code=sm_90", "-O2", "-o", str(tmp_path / "kernels"),
+                    str(tmp_path / "kernels.cu")], check=True)
+    servers = []
+    try:
+        for name, arch in (("a", "9.0"), ("b", "8.6")):
+            (tmp_path / name).mkdir()
+            servers.append(ServerProcess(tmp_path / name, env={"CUWIRE_EMULATED_ARCH": arch}))
+        r = run(f"{servers[0].address},{servers[1].address}", str(tmp_path / "kernels"))
+    finally:
+        for server in servers:
+            server.stop()
+    n = 1024
+    sums = [n * (n - 1) // 2 + n * 100 * (d + 1) for d in range(2)]
+    line = "device {} sum {}, 1024 threads a block at most, {} blocks of 256 a multiprocessor, code for {}, graph OK"
+    assert r.returncode == 0 and r.stdout.splitlines() == [
+        "devices 2", line.format(0, sums[0], 8, 90), line.format(1, sums[1], 6, 86)], r.stdout + r.stderr
 
 
 # NVML over the list (what PyTorch counts devices with): every server's devices, each handle answered by its

@@ -330,6 +330,54 @@ def test_an_image_loaded_again_is_answered_by_the_client(client_lib, server, tmp
     assert loads(5) == loads(1) == 1
 
 
+DISTINCT_LOADS = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "cuda_api.h"
+int main(int argc, char **argv) {
+    CUdevice dev; CUcontext ctx; CUmodule m; CUfunction f;
+    int first = atoi(argv[1]), loads = atoi(argv[2]);
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) return 1;
+    for (int i = first; i < first + loads; i++) {
+        char ptx[256];  /* a distinct image each: its comment names the test (argv[3]) and the image */
+        snprintf(ptx, sizeof ptx, ".version 9.0\n.target sm_75\n.address_size 64\n// %s %d\n"
+                 ".visible .entry _Z6addOnePj(.param .u64 p)\n{\n    ret;\n}\n", argv[3], i);
+        if (cuModuleLoadData(&m, ptx) || cuModuleGetFunction(&f, m, "_Z6addOnePj")) return 2;
+    }
+    printf("loaded %d images\n", loads);
+    return 0;
+}
+"""
+
+
+def test_a_run_whose_images_the_server_lacks_uploads_each_with_its_first_request(client_lib, server, tmp_path):
+    """A program's first run on a server: its first load finds the server's cache without the image and
+    uploads it (two round trips), each later one goes with its bytes (one round trip each). Its next run
+    finds every image in the cache, and the first requests carry no bytes again (one round trip each). A
+    run that turns from images the server lacks to ones it has sends one image for nothing, then no more."""
+    exe = compile_against_client(DISTINCT_LOADS, tmp_path, client_lib)
+    env = {**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1",
+           "CUWIRE_LOAD_LISTS": ""}
+    tag = os.urandom(8).hex()  # images no earlier run gave the server
+
+    def run(first: int, loads: int) -> tuple[int, str]:
+        r = subprocess.run([str(exe), str(first), str(loads), tag], capture_output=True, text=True, timeout=120,
+                           env=env)
+        assert r.returncode == 0 and r.stdout == f"loaded {loads} images\n", r.stdout + r.stderr
+        return int(re.search(r"cuwire.LoadModule (\d+)", r.stderr)[1]), r.stderr
+
+    asked, err = run(0, 6)
+    assert asked == 7 and "modules uploaded: 6; found in the server's cache: 0" in err, err
+    assert "uploaded with the load's first request: 5 (and 0 sent so that the server had)" in err, err
+    asked, err = run(0, 6)
+    assert asked == 6 and "modules uploaded: 0; found in the server's cache: 6" in err, err
+    assert "uploaded with the load's first request" not in err, err
+    run(103, 1)
+    asked, err = run(100, 5)  # 100 lacked, 101 and 102 with their bytes, 103 too, which it had; 104 lacked
+    assert asked == 2 + 1 + 1 + 1 + 2 and "modules uploaded: 4; found in the server's cache: 1" in err, err
+    assert "uploaded with the load's first request: 2 (and 1 sent so that the server had)" in err, err
+
+
 SET_UNKNOWN = r"""
 #include <stdio.h>
 #include "cuda_api.h"

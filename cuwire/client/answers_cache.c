@@ -49,6 +49,17 @@ static unsigned long long generation;
 static unsigned long long cleared;
 /* Whether the program's occupancy questions go on its run's list (load_lists.py): set by Python. */
 static int recording;
+/* A device list of servers with GPUs of different models (runtime.py open_sessions): an answer is kept per
+ * server, that of the calling thread's current context (in the key's kind, above its low 32 bits), since one
+ * CUkernel's attributes and occupancy differ between GPU models; the answers given ahead are not used. */
+static int per_server;
+void cuwire_answers_per_server(int on) { __atomic_store_n(&per_server, on, __ATOMIC_RELEASE); }
+static uint64_t here(uint64_t kind)
+{
+    return __atomic_load_n(&per_server, __ATOMIC_ACQUIRE) ? kind | (uint64_t)(cuwire_route_current() + 1) << 32
+                                                          : kind;
+}
+#define KIND_OF(k) ((k) & 0xffffffffu)
 
 unsigned long long cuwire_answers_cleared(void) { return __atomic_load_n(&cleared, __ATOMIC_ACQUIRE); }
 void cuwire_record_questions(int on) { __atomic_store_n(&recording, on, __ATOMIC_RELEASE); }
@@ -271,7 +282,7 @@ static int forget_handle(uint64_t kind, uint64_t handle, unsigned all_of, uint64
     uint64_t kernel = kernel_of(handle);
     for (unsigned i = 0; i < answers.cap; i++) {
         struct entry *e = cw_table_at(&answers, i);
-        uint64_t k = e ? e->key[0] : 0;
+        uint64_t k = e ? KIND_OF(e->key[0]) : 0;
         if (!k || !((k == kind && e->key[1] == handle) || (all_of & (1u << k))))
             continue;
         uint64_t other = k == LIMIT || e->key[1] == handle ? 0 : kernel_of(e->key[1]);
@@ -294,8 +305,8 @@ static int forget_handle(uint64_t kind, uint64_t handle, unsigned all_of, uint64
     return -1;
 }
 
-#define KEY(...) const uint64_t key[5] = {__VA_ARGS__}
-#define KEY_AS(name, ...) const uint64_t name[5] = {__VA_ARGS__}
+#define KEY(kind, ...) const uint64_t key[5] = {here(kind), __VA_ARGS__}
+#define KEY_AS(name, kind, ...) const uint64_t name[5] = {here(kind), __VA_ARGS__}
 
 /* The attribute key of "every attribute of this handle was asked" (forgotten with the handle's attributes). */
 #define EVERY_ATTRIBUTE (UINT64_MAX - 1)
@@ -399,7 +410,7 @@ static void record(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64
 static int answer_ahead(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c, int64_t *out)
 {
     uint64_t digest;
-    if (current_sets(handle, &digest) != 0)
+    if (__atomic_load_n(&per_server, __ATOMIC_ACQUIRE) || current_sets(handle, &digest) != 0)
         return -1;
     const uint64_t key[6] = {ask_kinds[ask], handle, a, b, c, digest};
     struct ahead_entry *e = cw_table_find(&ahead, key);

@@ -108,6 +108,8 @@ class Stats:
     modules_uploaded: int = 0
     modules_cached: int = 0
     modules_preloaded: int = 0  # of modules_cached: loaded ahead from the program's last run's list
+    modules_sent_ahead: int = 0  # of modules_uploaded: sent with the load's first request (load_on)
+    modules_sent_for_nothing: int = 0  # of modules_cached: sent so, but the server had it
     list_from_server: bool = False  # ...the list the server kept (this machine had none: load_lists.Run)
     peer_bytes: int = 0  # copied between two servers of a device list, server to server (copy_between)
     wait_seconds: float = 0.0
@@ -123,6 +125,10 @@ class Stats:
 
 
 OPEN_ATTEMPTS = 4  # tries of a session's hello whose connection dropped before the welcome
+# A module image sent with its load's first request once the run found the server's cache without one (load_on):
+# at most this large (most of a framework's images are smaller), so that one sent for nothing, which happens once
+# each time the run turns from images the server lacks to one it has, costs a few round trips' time at 1 Gbit/s
+UPLOAD_AHEAD_MOST = 1 << 20
 MOST_LOADS_KEPT = 4096  # module loads whose answers the client keeps, for a load of the same image again
 
 
@@ -276,6 +282,7 @@ class Client:
         self.names: dict[int, str] = {}
         self.error_strings: dict[tuple[int, bool, bool], object] = {}  # kept alive: C holds the pointers
         self.lookups: dict[tuple, Kernel] = {}  # kernel and function lookups already answered (lookup_kernel)
+        self.cache_missed: set[int] = set()  # routes whose server lacked an image of this run's (load_on)
         self.loaded: dict[tuple, pb.LoadModule_Result] = {}  # (digest, as_module, its context) -> load_image's
         self.run: load_lists.Run | None = None  # the program's list and this run's (program_run)
         self.kernel_names: dict[int, object] = {}  # kernel or function handle -> its name (char[], kept alive)
@@ -356,6 +363,8 @@ class Client:
                                          ffi.new("uint64_t[]", [hi for _, hi in windows]), len(windows),
                                          len(session.welcome.devices))
         self.session, self.listed = opened[0], opened[1:]
+        models = {(d.name, d.major, d.minor) for session in opened for d in session.welcome.devices}
+        lib.cuwire_answers_per_server(int(len(models) > 1))  # (a kernel's answers differ between models)
 
     @property
     def sessions(self) -> list[Session]:
@@ -653,14 +662,8 @@ class Client:
         CUmodule. Of a fatbin, only the entry the server's GPU would choose travels. `logs` receives the
         JIT's error and info logs. A module of the program's last run was loaded ahead (preloaded_load)."""
         session = self.connect()
-        image = blob
-        if fatbin.image_kind(blob) == "fatbin":
-            dev = session.welcome.devices[0] if session.welcome.devices else None
-            entry = fatbin.select(fatbin.parse(blob), dev.major, dev.minor) if dev else None
-            if entry is None:
-                raise Fail(NO_BINARY_FOR_GPU, "no code in the program for the server's GPU")
-            image = fatbin.single_entry_fatbin(entry)
-        digest = hashlib.sha256(image).digest()
+        route = lib.cuwire_route_current()
+        image, digest = self.image_for(blob, route)
         again = (digest, as_module, lib.cuwire_current_context() if as_module else 0)
         res, ahead = self.loaded.get(again), None
         if res is None:
@@ -669,9 +672,9 @@ class Client:
                 self.stats.modules_preloaded += 1
                 res = ahead.load
         if res is None:
-            res = self.load_on(lib.cuwire_route_current(), digest, image, as_module)
+            res = self.load_on(route, digest, image, as_module)
             if self.listed and not as_module:  # a library belongs to no context: it is each server's
-                self.load_elsewhere(res, digest, image)
+                self.load_elsewhere(res, blob)
         else:  # (loaded before, or ahead: the server had it)
             self.stats.modules_cached += 1
         if logs is not None:
@@ -690,18 +693,43 @@ class Client:
             self.keep_answers_ahead(ahead)
         return res.library_module if as_module else res.module
 
+    def image_for(self, blob: bytes, route: int) -> tuple[bytes, bytes]:
+        """What of a module image goes to the session `route` names, and its digest: of a fatbin, only the
+        entry its server's GPU would choose (a device list's servers may have GPUs of different models)."""
+        if fatbin.image_kind(blob) != "fatbin":
+            return blob, hashlib.sha256(blob).digest()
+        devices = self.session_of(route).welcome.devices
+        entry = fatbin.select(fatbin.parse(blob), devices[0].major, devices[0].minor) if devices else None
+        if entry is None:
+            raise Fail(NO_BINARY_FOR_GPU, "no code in the program for the server's GPU")
+        image = fatbin.single_entry_fatbin(entry)
+        return image, hashlib.sha256(image).digest()
+
     def load_on(self, route: int, digest: bytes, image: bytes, as_module: bool) -> pb.LoadModule_Result:
-        """One server's load of the image: by its digest, the bytes uploaded only when its cache lacks them."""
-        res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest, as_module=as_module), pb.LoadModule_Result,
-                        route)
+        """One server's load of the image: by its digest, the bytes uploaded only when its cache lacks them.
+        Once a load of this run found the server's cache without its image, the next small one goes with its
+        bytes (a program's first run on a server: one round trip a module, not two); one that was there
+        after all, bytes sent for nothing, ends that until the next miss."""
+        args = pb.LoadModule_Args(digest=digest, as_module=as_module)
+        ahead = route in self.cache_missed and len(image) <= UPLOAD_AHEAD_MOST
+        if ahead:
+            args.image, args.image_codec = self.encode(image)
+        res = self.call(LOAD_MODULE, args, pb.LoadModule_Result, route)
         if res.need_image:
             if res.status:  # an earlier queued call's error came with the answer: the load's, uploaded or not
                 raise Fail(res.status)
+            self.cache_missed.add(route)
             body, codec = self.encode(image)
             res = self.call(LOAD_MODULE, pb.LoadModule_Args(digest=digest, image=body, image_codec=codec,
                                                             as_module=as_module), pb.LoadModule_Result, route)
             self.stats.modules_uploaded += 1
+        elif ahead and not res.cached:
+            self.stats.modules_uploaded += 1
+            self.stats.modules_sent_ahead += 1
         else:
+            if ahead:
+                self.cache_missed.discard(route)
+                self.stats.modules_sent_for_nothing += 1
             self.stats.modules_cached += 1
         return res
 
@@ -727,16 +755,18 @@ class Client:
             self.stats.peer_bytes += n
         return 0
 
-    def load_elsewhere(self, res: pb.LoadModule_Result, digest: bytes, image: bytes) -> None:
-        """A device list: the library `res` loaded on one server is loaded on each other one, its handle and
-        its kernels' there kept as the aliases of the ones the program holds (client/routes.c), so that a
-        kernel runs on every device, as NVIDIA's runtime launches one CUkernel on each."""
+    def load_elsewhere(self, res: pb.LoadModule_Result, blob: bytes) -> None:
+        """A device list: the library `res` loaded on one server is loaded on each other one (of a fatbin,
+        the entry that server's GPU chooses), its handle and its kernels' there kept as the aliases of the
+        ones the program holds (client/routes.c), so that a kernel runs on every device, as NVIDIA's runtime
+        launches one CUkernel on each."""
         if res.status != 0:
             return
         owner = lib.cuwire_route_value(res.module)
         for route in range(len(self.sessions)):
             if route == owner:
                 continue
+            image, digest = self.image_for(blob, route)
             there = self.load_on(route, digest, image, False)
             if there.status != 0:
                 raise Fail(there.status)
@@ -1181,7 +1211,9 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
         *([f"  connection dropped and resumed: {s.resumes} times"] if s.resumes else []),
         f"  modules uploaded: {s.modules_uploaded}; found in the server's cache: {s.modules_cached}"
         + (f" ({s.modules_preloaded} of them loaded ahead at the first load, from the last run's list"
-           f"{', which the server kept' if s.list_from_server else ''})" if s.modules_preloaded else ""),
+           f"{', which the server kept' if s.list_from_server else ''})" if s.modules_preloaded else "")
+        + (f"; uploaded with the load's first request: {s.modules_sent_ahead} (and {s.modules_sent_for_nothing} "
+           "sent so that the server had)" if s.modules_sent_ahead or s.modules_sent_for_nothing else ""),
         *([f"  copied between servers of the device list, server to server: {size(s.peer_bytes)}"]
           if s.peer_bytes else []),
         f"  time waiting on the server: {s.wait_seconds * 1e3:.1f} ms",

@@ -54,7 +54,13 @@ def _load(s, digest: bytes, upload: bytes, codec: int, as_module: bool) -> pb.Lo
     with cache.lock:
         handle = cache.loaded.get(digest)
         if handle is None:
-            uploaded = bool(upload)  # kept on disk once the driver loaded it: junk never reaches the disk
+            # kept on disk once the driver loaded it: junk never reaches the disk; an image the client sent
+            # with its first request (client/runtime.py load_on) that the disk has is said to be cached
+            uploaded = bool(upload) and not cache.path(digest).exists()
+            if upload and not uploaded:
+                r.cached = True
+                cache.hits += 1
+                cache.used(digest)
             if upload:
                 image = s.server.decode(upload, codec)
                 try:

@@ -1630,12 +1630,26 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
                                      (jitOptions, jitOptionsValues, numJitOptions))
             if status:
                 return status
+        elif not self._runs_here(code):
+            return self.drv.CUDA_ERROR_NO_BINARY_FOR_GPU
         handle = self._new_handle()
         status = self._drv_put((library, handle))
         if status == 0:
             self._libraries.add(handle)
             self._library_kernels[handle] = self._image_kernels(code)
         return status
+
+    def _runs_here(self, code: CData) -> bool:
+        """Whether a fatbin has code for this device's compute capability (CUWIRE_EMULATED_ARCH), as the
+        driver chooses it; any other image is taken."""
+        read = lambda offset, n: self.ffi.buffer(self.ffi.cast("char *", code) + offset, n)[:]  # noqa: E731
+        try:
+            size = fatbin.image_length(read)
+            if size is None or fatbin.image_kind(read(0, min(size, 16))) != "fatbin":
+                return True
+            return fatbin.select(fatbin.parse(read(0, size)), _prop("major"), _prop("minor")) is not None
+        except ValueError:
+            return True
 
     def _image_kernels(self, code: CData) -> tuple[str, ...]:
         """The registry's kernels whose names the image holds (in a fatbin's entries, decompressed: the
