@@ -121,6 +121,31 @@ def one_server(text: str) -> str:
     return text
 
 
+def peer_fetch(text: str) -> str:
+    """Where a server may fetch a copy between two servers of a client's device list from: "any", "none", or
+    HOST:PORT entries, comma-separated, as clients name the servers (server/peer_copy.py)."""
+    if text.strip().lower() in ("any", "none"):
+        return text.strip().lower()
+    for entry in server_list(text):
+        host_port(entry)  # (ValueError for one that is not HOST:PORT)
+    if not server_list(text):
+        raise ValueError('expected "any", "none" or HOST:PORT entries')
+    return text
+
+
+def peer_fetch_allows(setting: str, address: str) -> bool:
+    """Whether a server set so (Settings.peer_fetch) may fetch from `address`: an entry equal to it, the host's
+    case aside."""
+    if setting in ("any", "none"):
+        return setting == "any"
+    try:
+        wanted = host_port(address)
+        return any(host_port(e)[1] == wanted[1] and host_port(e)[0].lower() == wanted[0].lower()
+                   for e in server_list(setting))
+    except ValueError:
+        return False
+
+
 def _trace(text: str) -> bool | str:
     return "remote" if text.strip().lower() == "remote" else parse_bool(text)
 
@@ -144,6 +169,11 @@ class Settings:
     # apart from the module cache: a secret is no cache
     tls_dir: str = field(
         default_factory=lambda: _env("tls_dir", str(Path.home() / ".local" / "share" / "cuwire" / "tls")))
+    # server: the servers a copy between two servers of a client's device list may be fetched from
+    # (server/peer_copy.py): "any", "none", or HOST:PORT entries, comma-separated, as the clients name them. The
+    # client names the address: with "any", a client with the token can have this server connect to any
+    # address it reaches (a pool's servers: name them)
+    peer_fetch: str = _setting("peer_fetch", "any", peer_fetch)
     # server side
     backend: str = _setting("backend", "cuda", _one_of("cuda", "emulated"))  # cuda | emulated (tests only)
     devices: str = _setting("devices", "")  # e.g. "0,1"; empty: all

@@ -583,6 +583,56 @@ def test_copies_between_servers_over_tls(tmp_path, client_lib):
             s.stop()
 
 
+ONE_COPY_EACH_WAY = r"""
+import ctypes, sys
+cuda = ctypes.CDLL("libcuda.so.1")
+cuda.cuInit(0)
+contexts, memory = [], []
+for dev in range(2):
+    ctx, a = ctypes.c_void_p(), ctypes.c_uint64()
+    cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
+    cuda.cuCtxSetCurrent(ctx)
+    cuda.cuMemAlloc_v2(ctypes.byref(a), 4096)
+    contexts.append(ctx)
+    memory.append(a.value)
+print("0 to 1", cuda.cuMemcpyDtoD_v2(ctypes.c_uint64(memory[1]), ctypes.c_uint64(memory[0]), 4096))
+print("1 to 0", cuda.cuMemcpyDtoD_v2(ctypes.c_uint64(memory[0]), ctypes.c_uint64(memory[1]), 4096))
+"""
+
+
+def test_a_server_fetches_copies_only_from_where_its_setting_says(tmp_path, client_lib):
+    """CUWIRE_PEER_FETCH: a client names the address a server fetches a copy from, so a server may be told
+    where it may connect. Server b may fetch from a (named), a from nowhere: a copy to b's device works, one
+    to a's is refused with CUDA_ERROR_NOT_PERMITTED before a connects anywhere, the log naming the setting."""
+    servers = []
+    try:
+        (tmp_path / "a").mkdir()
+        servers.append(ServerProcess(tmp_path / "a", env={"CUWIRE_PEER_FETCH": "none"}))
+        (tmp_path / "b").mkdir()
+        servers.append(ServerProcess(tmp_path / "b", env={"CUWIRE_PEER_FETCH": f"LOCALHOST:1,{servers[0].address}"}))
+        script = tmp_path / "copies.py"
+        script.write_text(ONE_COPY_EACH_WAY)
+        r = run(",".join(s.address for s in servers), sys.executable, str(script))
+        logs = [s.text() for s in servers]
+    finally:
+        for s in servers:
+            s.stop()
+    assert r.returncode == 0 and r.stdout.splitlines() == ["0 to 1 0", "1 to 0 800"], r.stdout + r.stderr
+    assert "refused: CUWIRE_PEER_FETCH is 'none'" in logs[0] and "a copy between servers" not in logs[1], logs
+
+
+def test_the_peer_fetch_setting_is_read_strictly():
+    from cuwire.settings import peer_fetch, peer_fetch_allows
+
+    assert peer_fetch(" ANY ") == "any" and peer_fetch("none") == "none"
+    for bad in ("", "gpu-a", "gpu-a:port", "any,gpu-a:1"):
+        with pytest.raises(ValueError):
+            peer_fetch(bad)
+    assert peer_fetch_allows("any", "x:1") and not peer_fetch_allows("none", "x:1")
+    assert peer_fetch_allows("gpu-a:50551, GPU-B:50551", "gpu-b:50551")
+    assert not peer_fetch_allows("gpu-a:50551", "gpu-a:50552") and not peer_fetch_allows("gpu-a:50551", "gpu-ab:50551")
+
+
 def test_an_offer_serves_its_key_once(two_servers):
     """server/peer_copy.py: a fetch names an offer's one-time key; one no offer has is refused by name."""
     from cuwire.server import peer_copy

@@ -5,7 +5,8 @@ from __future__ import annotations
 from cuwire.generated import cuda_constants as cu
 
 INVALID_VALUE, OUT_OF_MEMORY, UNKNOWN = cu.CUDA_ERROR_INVALID_VALUE, cu.CUDA_ERROR_OUT_OF_MEMORY, cu.CUDA_ERROR_UNKNOWN
-INVALID_HANDLE, NOT_SUPPORTED = cu.CUDA_ERROR_INVALID_HANDLE, cu.CUDA_ERROR_NOT_SUPPORTED
+INVALID_HANDLE, NOT_SUPPORTED, NOT_PERMITTED = (cu.CUDA_ERROR_INVALID_HANDLE, cu.CUDA_ERROR_NOT_SUPPORTED,
+                                                cu.CUDA_ERROR_NOT_PERMITTED)
 
 
 class WireError(Exception):

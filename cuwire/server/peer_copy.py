@@ -34,8 +34,8 @@ from collections.abc import Callable
 import cuwire
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import wire_ids
-from cuwire.server.errors import OUT_OF_MEMORY, UNKNOWN, CudaFail, WireError
-from cuwire.settings import host_port
+from cuwire.server.errors import NOT_PERMITTED, OUT_OF_MEMORY, UNKNOWN, CudaFail, WireError
+from cuwire.settings import host_port, peer_fetch_allows
 from cuwire.wire.tls import ClientTls, TlsError, relayed
 from cuwire.wire.transport import PEER_PIECE as MOST
 from cuwire.wire.transport import Connection, TransportError
@@ -130,6 +130,11 @@ def fetch(s, a: pb.PeerFetch_Args) -> pb.PeerFetch_Result:
     if len(a.key) != 16:
         raise WireError("a copy between servers names a key of 16 bytes")
     s.device(a.dst, a.size)  # (the session's memory, or refused)
+    if not peer_fetch_allows(s.server.settings.peer_fetch, a.address):
+        log.warning("session %s: a copy from the server at %s refused: CUWIRE_PEER_FETCH is %r", s.name,
+                    a.address, s.server.settings.peer_fetch)
+        raise CudaFail(NOT_PERMITTED, f"this server may not fetch a copy from {a.address} "
+                       "(its CUWIRE_PEER_FETCH setting)")
     status = s.lib.cuCtxSynchronize()
     if status:
         return pb.PeerFetch_Result(status=status)
@@ -143,8 +148,11 @@ def fetch(s, a: pb.PeerFetch_Args) -> pb.PeerFetch_Result:
     try:
         take_offer(a.address, a.key, landing, arrived, a.fingerprint)
     except (OSError, TransportError, EOFError, ValueError, TlsError) as e:
+        # (why, in the log alone: the client names the address, and the error's kind would tell it what
+        # answers there, a scan of this server's network)
         log.warning("session %s: a copy from the server at %s failed: %s", s.name, a.address, e)
-        raise CudaFail(UNKNOWN, f"the copy from the server at {a.address} failed: {e}") from None
+        raise CudaFail(UNKNOWN, f"the copy from the server at {a.address} failed (the fetching server's log "
+                       "says why)") from None
     return pb.PeerFetch_Result(status=status)
 
 
