@@ -349,8 +349,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if server:  # an address, token or TLS setting that cannot work fails here, before the program runs
         token = token_value(args.token)
-        for each in server_list(server):  # (a device list: each of its servers)
-            for check in (check_reachable(each), check_session(each, token)):
+        servers = server_list(server)
+        for n, each in enumerate(servers, 1):  # (a device list: each of its servers)
+            for check in (check_reachable(each), check_session(each, token, place=(n, len(servers)))):
                 if not check.ok:
                     err(f"cuwire run: {check.what}\n  -> {check.fix}")
                     return EXIT_CUWIRE
@@ -410,14 +411,19 @@ def make_hello(token: str = "", **overrides: object):
     return make_hello(token, **overrides)
 
 
-def handshake(address: str, hello, timeout: float = 5.0):
-    """Open a session, send the Hello, close; the server's Reply (welcome or error). Raises TransportError."""
+def handshake(address: str, hello, timeout: float = 5.0, place: tuple[int, int] = (1, 1)):
+    """Open a session, send the Hello, close; the server's Reply (welcome or error). Raises TransportError.
+    `place`: the server's in a device list, and how many it has (its TLS pin)."""
     from cuwire.settings import Settings
-    from cuwire.wire.tls import ClientTls
-    from cuwire.wire.transport import open_session
+    from cuwire.wire.tls import ClientTls, TlsError
+    from cuwire.wire.transport import TransportError, open_session
 
     # over TLS when CUWIRE_TLS_CA or CUWIRE_TLS_FINGERPRINT says so, as the client library does
-    transport, reply = open_session(address, hello, connect_timeout=timeout, tls=ClientTls.from_settings(Settings()))
+    try:
+        tls = ClientTls.from_settings(Settings(), *place)
+    except TlsError as e:
+        raise TransportError(str(e)) from None
+    transport, reply = open_session(address, hello, connect_timeout=timeout, tls=tls)
     transport.close()
     return reply
 
@@ -528,14 +534,14 @@ def cmd_info(args: argparse.Namespace) -> int:
     first, rc = 0, 0
     for n, address in enumerate(servers, 1):
         print(f"server {n} of {len(servers)}: {address}", flush=True)
-        failed, devices = info_of(address, args, first)
+        failed, devices = info_of(address, args, first, (n, len(servers)))
         rc, first = max(rc, failed), first + devices
-    print(f"one device list of {first} GPUs across {len(servers)} servers, numbered in the order given "
-          "(a program cannot use a list yet: issue 39, docs/several-servers.md; run a process per server)")
+    print(f"one device list of {first} GPUs across {len(servers)} servers, numbered as a program given this "
+          "list sees them (docs/several-servers.md)")
     return rc
 
 
-def info_of(address: str, args: argparse.Namespace, first: int = 0) -> tuple[int, int]:
+def info_of(address: str, args: argparse.Namespace, first: int = 0, place: tuple[int, int] = (1, 1)) -> tuple[int, int]:
     """`cuwire info` of one server, its GPUs numbered from `first` (their place in a device list): the exit
     status, and how many GPUs it has."""
     from cuwire.wire.transport import TransportError
@@ -544,13 +550,13 @@ def info_of(address: str, args: argparse.Namespace, first: int = 0) -> tuple[int
     if not reachable.ok:
         err(f"cuwire info: {reachable.what}\n  -> {reachable.fix}")
         return 1, 0
-    from cuwire.wire.tls import ClientTls
+    from cuwire.wire.tls import ClientTls, TlsError
     from cuwire.wire.transport import open_session
 
     try:
         transport, reply = open_session(address, make_hello(token_value(args.token)), connect_timeout=args.timeout,
-                                        tls=ClientTls.from_settings(Settings()))
-    except TransportError as e:
+                                        tls=ClientTls.from_settings(Settings(), *place))
+    except (TransportError, TlsError) as e:
         err(f"cuwire info: {e}\n  -> is `cuwire server` running there? `cuwire doctor --server {address}` says more")
         return 1, 0
     try:
@@ -641,14 +647,14 @@ def check_reachable(address: str, timeout: float = 5.0) -> Check:
     return Check(True, f"server {address} is reachable")
 
 
-def check_session(address: str, token: str, timeout: float = 5.0) -> Check:
+def check_session(address: str, token: str, timeout: float = 5.0, place: tuple[int, int] = (1, 1)) -> Check:
     """The server would welcome this client's session: the hello the client library sends (its token,
     versions, and TLS as CUWIRE_TLS_CA or CUWIRE_TLS_FINGERPRINT say), checked by the server with no session
-    started (Hello.check)."""
+    started (Hello.check). `place`: the server's in a device list, and how many it has."""
     from cuwire.wire.transport import TransportError
 
     try:
-        reply = handshake(address, make_hello(token, check=True), timeout=timeout)
+        reply = handshake(address, make_hello(token, check=True), timeout=timeout, place=place)
     except TransportError as e:
         return Check(False, f"{address} did not take a session ({e})",
                      "check the address, and TLS: CUWIRE_TLS_FINGERPRINT or CUWIRE_TLS_CA as the server's log says")

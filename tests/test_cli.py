@@ -303,7 +303,7 @@ def test_info_lists_the_emulated_device(server, tmp_path):
 
 def test_info_shows_a_list_of_servers_as_one_device_list(server, tmp_path):
     """`cuwire info` with a list of servers (--server or CUWIRE_SERVER; issue 39): each server's GPUs,
-    numbered as one device list in the order given, and that a program cannot use the list yet."""
+    numbered as one device list in the order given, as a program given the list sees them."""
     other = ServerProcess(tmp_path)
     try:
         for how in ("flag", "env"):
@@ -315,7 +315,8 @@ def test_info_shows_a_list_of_servers_as_one_device_list(server, tmp_path):
             assert re.search(r"^GPU 0: cuwire emulated device \(compute capability 9\.0, \d+ MiB\)$", r.stdout, re.M)
             assert re.search(r"^GPU 1: cuwire emulated device \(compute capability 9\.0, \d+ MiB, its GPU 0\)$",
                              r.stdout, re.M), r.stdout
-            assert "one device list of 2 GPUs across 2 servers" in r.stdout and "issue 39" in r.stdout
+            assert "one device list of 2 GPUs across 2 servers, numbered as a program given this list sees them" \
+                in r.stdout, r.stdout
         r = cuwire("info", "--server", f"{server.address},127.0.0.1:{free_port()}", tmp=tmp_path)
         assert r.returncode == 1 and "nothing is listening" in r.stderr and "GPU 0:" in r.stdout
     finally:

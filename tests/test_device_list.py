@@ -633,6 +633,43 @@ def test_the_peer_fetch_setting_is_read_strictly():
     assert not peer_fetch_allows("gpu-a:50551", "gpu-a:50552") and not peer_fetch_allows("gpu-a:50551", "gpu-ab:50551")
 
 
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="--tls auto needs the openssl command")
+def test_each_server_of_a_list_pinned_to_its_own_certificate(tmp_path, client_lib):
+    """Servers started with `--tls auto` have certificates of their own: CUWIRE_TLS_FINGERPRINT pins each
+    server of the list with its own, in the list's order (the copy between them pinned to the one the
+    client checked); one pin for both is refused at the server whose certificate it is not, and a count
+    that fits neither way is refused by name."""
+    servers = []
+    try:
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            servers.append(ServerProcess(tmp_path / name, "--tls", "auto",
+                                         env={"CUWIRE_TLS_DIR": str(tmp_path / name)}))
+        pins = [re.search(r"CUWIRE_TLS_FINGERPRINT=(\S+)", s.text()).group(1) for s in servers]
+        assert pins[0] != pins[1]
+        script = tmp_path / "copies.py"
+        script.write_text(ONE_COPY_EACH_WAY)
+        env = {k: v for k, v in os.environ.items() if k != "CUWIRE_SERVER"}
+
+        def with_pins(given: str, *cmd: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "cuwire.cli", *cmd], capture_output=True, text=True,
+                                  env={**env, "CUWIRE_TLS_FINGERPRINT": given}, timeout=120)
+
+        listed = ",".join(s.address for s in servers)
+        r = with_pins(",".join(pins), "run", "--stats", "--server", listed, "--", sys.executable, str(script))
+        assert r.returncode == 0 and r.stdout.splitlines() == ["0 to 1 0", "1 to 0 0"], r.stdout + r.stderr
+        assert "TCP with TLS to" in r.stderr, r.stderr
+        info = with_pins(",".join(pins), "info", "--server", listed)
+        assert info.returncode == 0 and "one device list of 2 GPUs across 2 servers" in info.stdout, info.stderr
+        one = with_pins(pins[0], "run", "--server", listed, "--", sys.executable, str(script))
+        assert one.returncode != 0 and f"not the pinned {pins[0]}" in one.stderr, one.stdout + one.stderr
+        three = with_pins(",".join(pins + pins[:1]), "run", "--server", listed, "--", sys.executable, str(script))
+        assert three.returncode != 0 and "names 3 fingerprints for 2 servers" in three.stderr, three.stderr
+    finally:
+        for s in servers:
+            s.stop()
+
+
 def test_an_offer_serves_its_key_once(two_servers):
     """server/peer_copy.py: a fetch names an offer's one-time key; one no offer has is refused by name."""
     from cuwire.server import peer_copy

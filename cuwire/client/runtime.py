@@ -33,7 +33,7 @@ from cuwire.generated import wire_ids
 from cuwire.settings import Settings, sends_from_a_thread, server_list
 from cuwire.wire import compression, ring
 from cuwire.wire.hello import MOST_LIST_KEPT, gpu_arch, make_hello
-from cuwire.wire.tls import ClientTls, TlsSocket, fingerprint
+from cuwire.wire.tls import ClientTls, TlsError, TlsSocket, fingerprint
 from cuwire.wire.transport import BULK, MAX_MESSAGE, PEER_PIECE, Dropped, SocketTransport, TransportError, open_session
 
 # The CUresult codes used here.
@@ -135,10 +135,15 @@ MOST_LOADS_KEPT = 4096  # module loads whose answers the client keeps, for a loa
 class Session:
     """The client's half of one server session: connection, handshake, caches that live as long as it."""
 
-    def __init__(self, settings: Settings, address: str = "", number: int | None = None, mode: str = ""):
+    def __init__(self, settings: Settings, address: str = "", number: int | None = None, mode: str = "",
+                 servers: int = 1):
         """A session on `address` (the program's server: settings.server), its place in a device list
-        `number` (settings.server_number), over `mode` (settings.transport)."""
+        `number` (settings.server_number) of `servers`, over `mode` (settings.transport)."""
         self.settings = settings
+        try:  # (the server's TLS pin: a device list's servers may each have their own)
+            tls = ClientTls.from_settings(settings, number if servers > 1 and number else 1, servers)
+        except TlsError as e:
+            raise TransportError(str(e)) from None
         self.address = address or settings.server
         number = settings.server_number if number is None else number
         keep_free = [pb.Span(start=lo, end=hi) for lo, hi in address_space.own_spans_to_keep()]
@@ -152,7 +157,7 @@ class Session:
         for attempt in range(OPEN_ATTEMPTS):  # a connection dropped in the hello is tried again, as later ones
             try:  # resume (a refusal, a server that is not there or does not answer: at once)
                 self.transport, reply = open_session(self.address, hello, mode=mode or settings.transport, shared=self,
-                                                     tls=ClientTls.from_settings(settings))
+                                                     tls=tls)
                 break
             except Dropped:
                 if self.reserved:
@@ -351,7 +356,7 @@ class Client:
         opened: list[Session] = []
         try:
             for number, address in enumerate(addresses, 1):
-                opened.append(Session(self.settings, address, number, "tcp"))
+                opened.append(Session(self.settings, address, number, "tcp", len(addresses)))
         except BaseException:
             for session in opened:
                 session.transport.close()

@@ -157,10 +157,19 @@ class ClientTls:
     fingerprint: str = ""
 
     @classmethod
-    def from_settings(cls, settings) -> ClientTls | None:
-        if not settings.tls_ca and not settings.tls_fingerprint:
+    def from_settings(cls, settings, place: int = 1, servers: int = 1) -> ClientTls | None:
+        """How to check server `place` (from 1) of the `servers` a program names (a device list's): the CA
+        file, or the fingerprint pinned for it. CUWIRE_TLS_FINGERPRINT pins every server with one, or each
+        server of a list with its own, comma-separated in the list's order (servers started with
+        `--tls auto` have certificates of their own)."""
+        pins = [p.strip() for p in settings.tls_fingerprint.split(",") if p.strip()]
+        if not settings.tls_ca and not pins:
             return None
-        return cls(settings.tls_ca, settings.tls_fingerprint)
+        if len(pins) > 1 and len(pins) != servers:
+            raise TlsError(f"CUWIRE_TLS_FINGERPRINT names {len(pins)} fingerprints for {servers} server"
+                           f"{'s' if servers > 1 else ''}: one for every server, or one for each server of the "
+                           "device list, in its order")
+        return cls(settings.tls_ca, pins[place - 1 if len(pins) > 1 else 0] if pins else "")
 
     def context(self) -> ssl.SSLContext:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
