@@ -307,8 +307,14 @@ def single_entry_fatbin(entry: Entry) -> bytes:
 
     Sending one entry instead of the whole fatbin saves the bytes of every other arch.
     """
-    header = _FATBIN_HEADER.pack(HEADER_MAGIC, entry.fatbin_version, HEADER_SIZE, len(entry.data))
-    return header + entry.data
+    return fatbin_of([entry])
+
+
+def fatbin_of(entries: list[Entry]) -> bytes:
+    """A fatbin holding these entries of one fatbin (bytes unchanged, in this order): what a server with GPUs
+    of several models needs of a program's fatbin, each model's choice."""
+    data = b"".join(e.data for e in entries)
+    return _FATBIN_HEADER.pack(HEADER_MAGIC, entries[0].fatbin_version, HEADER_SIZE, len(data)) + data
 
 
 # ---------------------------------------------------------------------------------------------

@@ -82,10 +82,11 @@ if count.value > 1:  # across the two servers: no peer path, and what needs one 
 """
 
 
-def run(servers: str, *command: str, stats: bool = False) -> subprocess.CompletedProcess:
+def run(servers: str, *command: str, stats: bool = False, env: dict[str, str] | None = None
+        ) -> subprocess.CompletedProcess:
     """The command through `cuwire run --server SERVERS`, as a user runs it (`cuwire run` finds the client
-    library this checkout built: the client_lib fixture's)."""
-    env = dict(os.environ)
+    library this checkout built: the client_lib fixture's), with `env` added to this process's."""
+    env = {**os.environ, **(env or {})}
     env.pop("CUWIRE_SERVER", None)
     return subprocess.run([sys.executable, "-m", "cuwire.cli", "run", *(["--stats"] if stats else []), "--server",
                            servers, "--", *command], capture_output=True, text=True, env=env, timeout=120)
@@ -668,6 +669,29 @@ def test_each_server_of_a_list_pinned_to_its_own_certificate(tmp_path, client_li
     finally:
         for s in servers:
             s.stop()
+
+
+COUNT = r"""
+import ctypes
+cuda = ctypes.CDLL("libcuda.so.1")
+n = ctypes.c_int()
+print("init", cuda.cuInit(0), "count", cuda.cuDeviceGetCount(ctypes.byref(n)), n.value)
+"""
+
+
+def test_cuda_visible_devices_picks_among_the_lists_gpus(tmp_path, client_lib, two_servers):
+    """The program's CUDA_VISIBLE_DEVICES picks among the list's GPUs as among one machine's (before, each
+    server applied it to its own: 0 gave a GPU of each, 1 none): an index counts a's GPUs, then b's; only
+    the servers chosen get a session; one that names no GPU of the list leaves the program none."""
+    script = tmp_path / "count.py"
+    script.write_text(COUNT)
+    listed = ",".join(s.address for s in two_servers)
+    for value, count, sessions in (("0", 1, [1, 0]), ("1", 1, [1, 1]), ("1,0", 2, [2, 2]), ("2", 0, [2, 2])):
+        r = run(listed, sys.executable, str(script), env={"CUDA_VISIBLE_DEVICES": value})
+        want = f"init 0 count 0 {count}" if count else "init 100 count 100 0"
+        assert r.returncode == 0 and r.stdout.strip() == want, (value, r.stdout + r.stderr)
+        assert [s.text().count(" opened for pid ") for s in two_servers] == sessions, value
+    assert "CUDA_VISIBLE_DEVICES='2' names no GPU of the device list" in r.stderr, r.stderr
 
 
 def test_an_offer_serves_its_key_once(two_servers):

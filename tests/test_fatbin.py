@@ -101,6 +101,14 @@ def test_single_entry_fatbin_roundtrip() -> None:
     assert F.single_entry_fatbin(odd)[4:6] == b"\x03\x00"
 
 
+def test_a_fatbin_of_some_entries() -> None:
+    """Each model's choice of a fatbin for a server with GPUs of two models: the entries, bytes unchanged."""
+    entries = F.parse(make_fatbin(make_entry(arch=80), make_entry(arch=86), make_entry(arch=90), version=1))
+    two = F.fatbin_of([entries[2], entries[0]])
+    assert F.fatbin_size(two) == len(two) and F.parse(two) == [entries[2], entries[0]]
+    assert F.select(F.parse(two), 9, 0) == entries[2] and F.select(F.parse(two), 8, 0) == entries[0]
+
+
 @pytest.mark.parametrize(
     ("cc", "want"),
     [

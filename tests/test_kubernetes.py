@@ -45,21 +45,34 @@ def test_a_container_gets_the_devices_of_one_server():
         "CUWIRE_TLS_FINGERPRINT": "sha256:bb"}
     assert pool.container_env([a[1]], tls_fingerprint="sha256:all") == {
         "CUWIRE_SERVER": "gpu-a:50551", "CUDA_VISIBLE_DEVICES": "1", "CUWIRE_TLS_FINGERPRINT": "sha256:all"}
-    with pytest.raises(PoolError, match="one server, not 2"):
-        pool.container_env([a[0], b[0]])
     with pytest.raises(PoolError, match="not in the pool"):
         pool.container_env(["elsewhere-gpu0"])
 
 
-def test_the_preferred_allocation_keeps_a_container_on_one_server():
+def test_a_container_across_servers_gets_them_as_one_device_list():
+    """Devices of two servers: the device list of both, in the pool's order, CUDA_VISIBLE_DEVICES counted over
+    the list's GPUs (gpu-a's 2, then gpu-b's), each server pinned with its own; a server without a pin among
+    pinned ones is refused by name."""
+    pool = Pool.from_config(json.dumps(CONFIG))
+    a, b = ids(pool, "gpu-a:50551"), ids(pool, "gpu-b.pool.svc:50551")
+    assert pool.container_env([b[1], a[1]], token="t", tls_fingerprint="sha256:aa") == {
+        "CUWIRE_SERVER": "gpu-a:50551,gpu-b.pool.svc:50551", "CUDA_VISIBLE_DEVICES": "1,3", "CUWIRE_TOKEN": "t",
+        "CUWIRE_TLS_FINGERPRINT": "sha256:aa,sha256:bb"}
+    with pytest.raises(PoolError, match="gpu-a:50551 has no TLS fingerprint"):
+        pool.container_env([a[0], b[0]])
+    plain = Pool.from_config('{"servers": [{"address": "x:1", "gpus": 1}, {"address": "y:1", "gpus": 2}]}')
+    assert plain.container_env(["x-1-gpu0", "y-1-gpu1"]) == {"CUWIRE_SERVER": "x:1,y:1", "CUDA_VISIBLE_DEVICES": "0,2"}
+
+
+def test_the_preferred_allocation_keeps_a_container_on_one_server_where_it_can():
     pool = Pool.from_config(json.dumps(CONFIG))
     a, b = ids(pool, "gpu-a:50551"), ids(pool, "gpu-b.pool.svc:50551")
     assert pool.preferred(a + b, [], 2) == b[:2]  # the server with the most free
     assert pool.preferred(a + b[:1], [], 2) == a  # ...now gpu-a
     assert pool.preferred(a + b, [b[2]], 2) == [b[2], b[0]]  # where the must-include device is
     assert pool.preferred(a[:1] + b[:1], [], 1) == a[:1]  # a tie: the pool's order
-    with pytest.raises(PoolError, match="more than one server"):
-        pool.preferred(a + b, [a[0], b[0]], 2)
+    assert pool.preferred(a + b, [], 4) == b + a[:1]  # more than one server has: the next one for the rest
+    assert pool.preferred(a + b, [a[0], b[0]], 2) == [a[0], b[0]]  # must-include devices of two servers
 
 
 class FakeKubelet(rpc.RegistrationServicer):
@@ -113,11 +126,16 @@ def test_the_plugin_against_a_fake_kubelet(tmp_path, server, client_lib, apps):
                 pb.ContainerAllocateRequest(devices_ids=[live])]), timeout=5)
             env = dict(given.container_responses[0].envs)
             assert env == {"CUWIRE_SERVER": server.address, "CUDA_VISIBLE_DEVICES": "0", "CUWIRE_TOKEN": "secret"}
+            across = stub.Allocate(pb.AllocateRequest(container_requests=[
+                pb.ContainerAllocateRequest(devices_ids=[live, dead[1]])]), timeout=5)
+            assert dict(across.container_responses[0].envs) == {
+                "CUWIRE_SERVER": f"{server.address},127.0.0.1:1", "CUDA_VISIBLE_DEVICES": "0,2",
+                "CUWIRE_TOKEN": "secret"}  # (a device list: the second server's GPU 1 is the list's 2)
             with pytest.raises(grpc.RpcError) as refused:
                 stub.Allocate(pb.AllocateRequest(container_requests=[
-                    pb.ContainerAllocateRequest(devices_ids=[live, dead[0]])]), timeout=5)
+                    pb.ContainerAllocateRequest(devices_ids=[live, "elsewhere-gpu0"])]), timeout=5)
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-            assert "one server" in refused.value.details()
+            assert "not in the pool" in refused.value.details()
         # the container, as the kubelet starts it with those settings (the emulated server wants no token)
         env.pop("CUWIRE_TOKEN")
         r = run_remote(APPS_BUILD / "vector_add", client_lib, env.pop("CUWIRE_SERVER"), env=env)

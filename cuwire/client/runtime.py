@@ -25,7 +25,7 @@ from _cuwire import ffi, lib
 from google.protobuf.message import DecodeError
 
 from cuwire import address_space, fatbin
-from cuwire.client import clusters_ahead, load_lists
+from cuwire.client import clusters_ahead, device_choice, load_lists
 from cuwire.client.shared_host import SharedHost
 from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
@@ -136,18 +136,22 @@ class Session:
     """The client's half of one server session: connection, handshake, caches that live as long as it."""
 
     def __init__(self, settings: Settings, address: str = "", number: int | None = None, mode: str = "",
-                 servers: int = 1):
+                 pin: tuple[int, int] = (1, 1), visible: str | None = None):
         """A session on `address` (the program's server: settings.server), its place in a device list
-        `number` (settings.server_number) of `servers`, over `mode` (settings.transport)."""
+        `number` (settings.server_number), over `mode` (settings.transport); `pin`: the server's place among
+        the servers the program names, and how many (its TLS pin); `visible`: the GPUs of the server the
+        program sees (of a device list: device_choice.py), else the program's CUDA_VISIBLE_DEVICES."""
         self.settings = settings
         try:  # (the server's TLS pin: a device list's servers may each have their own)
-            tls = ClientTls.from_settings(settings, number if servers > 1 and number else 1, servers)
+            tls = ClientTls.from_settings(settings, *pin)
         except TlsError as e:
             raise TransportError(str(e)) from None
         self.address = address or settings.server
         number = settings.server_number if number is None else number
         keep_free = [pb.Span(start=lo, end=hi) for lo, hi in address_space.own_spans_to_keep()]
         hello = make_hello(settings.token, keep_free=keep_free, server_number=number)
+        if visible is not None:
+            hello.visible_devices = visible
         if settings.load_lists:  # (the list the server keeps for this program comes with the welcome)
             hello.program = load_lists.program_name(load_lists.own_command_line())
         hello.resumes = True  # (SocketTransport.resumable)
@@ -353,10 +357,14 @@ class Client:
             self.session = Session(self.settings)
             give_devices_to_c([self.session.welcome])
             return
+        chosen = [(place, None) for place in range(len(addresses))]
+        if "CUDA_VISIBLE_DEVICES" in os.environ:  # (it picks among the list's GPUs, as among one machine's)
+            chosen = self.choose_devices(addresses, os.environ["CUDA_VISIBLE_DEVICES"])
         opened: list[Session] = []
         try:
-            for number, address in enumerate(addresses, 1):
-                opened.append(Session(self.settings, address, number, "tcp", len(addresses)))
+            for number, (place, visible) in enumerate(chosen, 1):
+                opened.append(Session(self.settings, addresses[place], number, "tcp", (place + 1, len(addresses)),
+                                      visible))
         except BaseException:
             for session in opened:
                 session.transport.close()
@@ -370,6 +378,30 @@ class Client:
         self.session, self.listed = opened[0], opened[1:]
         models = {(d.name, d.major, d.minor) for session in opened for d in session.welcome.devices}
         lib.cuwire_answers_per_server(int(len(models) > 1))  # (a kernel's answers differ between models)
+
+    def choose_devices(self, addresses: list[str], value: str) -> list[tuple[int, str | None]]:
+        """The servers of the device list whose GPUs the program's CUDA_VISIBLE_DEVICES picks, each with the
+        UUIDs of those GPUs, in the order the program numbers them (device_choice.py): each server asked
+        which GPUs it exposes, by a check of the hello (no session)."""
+        exposed = []
+        for place, address in enumerate(addresses, 1):
+            try:
+                tls = ClientTls.from_settings(self.settings, place, len(addresses))
+            except TlsError as e:
+                raise TransportError(str(e)) from None
+            transport, reply = open_session(address, make_hello(self.settings.token, check=True), mode="tcp", tls=tls)
+            transport.close()
+            if reply.error:
+                raise TransportError(f"{address}: {reply.error}", reply.refusal)
+            exposed.append(list(reply.devices))
+        try:
+            chosen = device_choice.choose(value, exposed)
+        except device_choice.ChoiceError as e:
+            raise TransportError(str(e), pb.NO_DEVICE) from None
+        if not chosen:
+            raise TransportError(f"the program's CUDA_VISIBLE_DEVICES={value!r} names no GPU of the device list "
+                                 f"{','.join(addresses)}", pb.NO_DEVICE)
+        return [(place, ",".join(uuids)) for place, uuids in chosen]
 
     @property
     def sessions(self) -> list[Session]:

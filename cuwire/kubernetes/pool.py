@@ -5,10 +5,13 @@ The pool is configuration (a ConfigMap in deploy/kubernetes/), a JSON object:
     {"servers": [{"address": "gpu-node-1:50551", "gpus": 2, "tls_fingerprint": "sha256:..."}, ...]}
 
 Each GPU of each server is one device of the resource (cuwire.dev/gpu), its ID naming both. A container
-gets devices of one server only (a program reaches one server: CUWIRE_SERVER), as CUDA_VISIBLE_DEVICES
-over that server's GPUs; the scheduler's choice among a node's devices is steered there by the preferred
-allocation (the server with the most of them free). No placement is decided here beyond that: the kubelet
-and the scheduler decide.
+given devices of one server gets that server (CUWIRE_SERVER) and CUDA_VISIBLE_DEVICES over its GPUs; one
+given devices of several gets them as a device list (docs/several-servers.md): CUWIRE_SERVER names its
+servers in the pool's order, CUDA_VISIBLE_DEVICES counts over all their GPUs (so a server's `gpus` must be
+how many it exposes), and CUWIRE_TLS_FINGERPRINT pins each server with its own. The scheduler's choice
+among a node's devices is steered by the preferred allocation: one server where it can (the one with the
+most of them free), the next ones only for what it lacks. No placement is decided here beyond that: the
+kubelet and the scheduler decide.
 """
 
 from __future__ import annotations
@@ -74,38 +77,42 @@ class Pool:
         return sorted({g.server for g in self.gpus})
 
     def preferred(self, available: list[str], must_include: list[str], size: int) -> list[str]:
-        """`size` of the available devices for one container, all of one server: the server of those it
-        must include, else the one with the most available (ties: the first in the pool's order); as
-        many as that server has when it has fewer (the kubelet then allocates what it chooses)."""
+        """`size` of the available devices for one container: those it must include, then the free ones of
+        their server (else of the server with the most available; ties: the first in the pool's order), then,
+        where that server lacks some, of the next servers with the most available."""
         gpus = self.by_id(available)
         must = self.by_id(must_include)
-        if len({g.server for g in must}) > 1:
-            raise PoolError("the devices a container must include are on more than one server")
         order = {s: i for i, s in enumerate(dict.fromkeys(g.server for g in self.gpus))}
-        if must:
-            server = must[0].server
-        elif gpus:
-            counts = {s: sum(1 for g in gpus if g.server == s) for s in order if any(g.server == s for g in gpus)}
-            server = max(counts, key=lambda s: (counts[s], -order[s]))
-        else:
-            return []
+        counts = {s: sum(1 for g in gpus if g.server == s) for s in order}
+        first = [must[0].server] if must else []
+        servers = first + sorted((s for s in order if s not in first and counts[s]),
+                                 key=lambda s: (-counts[s], order[s]))
         chosen = [g.id for g in must]
-        chosen += [g.id for g in gpus if g.server == server and g.id not in chosen]
+        for server in servers:
+            chosen += [g.id for g in gpus if g.server == server and g.id not in chosen]
         return chosen[:max(size, len(must))]
 
     def container_env(self, ids: list[str], token: str = "", tls_fingerprint: str = "") -> dict[str, str]:
-        """What a container given these devices is told: its server, which of the server's GPUs it sees
-        (in the order of the server's own numbering), and the token and the server's TLS fingerprint."""
+        """What a container given these devices is told: its server, or the device list of its servers in the
+        pool's order (docs/several-servers.md), which of their GPUs it sees (CUDA_VISIBLE_DEVICES, counted
+        over the list's GPUs as the pool numbers each server's), the token, and each server's TLS pin."""
         gpus = self.by_id(ids)
-        servers = {g.server for g in gpus}
-        if len(servers) != 1:
-            raise PoolError(f"a container's devices must be on one server, not {len(servers)}: "
-                            f"{', '.join(sorted(servers)) or 'none'}")
-        env = {"CUWIRE_SERVER": gpus[0].server,
-               "CUDA_VISIBLE_DEVICES": ",".join(str(g.index) for g in sorted(gpus, key=lambda g: g.index))}
+        if not gpus:
+            raise PoolError("a container's devices: none given")
+        order = list(dict.fromkeys(g.server for g in self.gpus))
+        servers = [s for s in order if any(g.server == s for g in gpus)]
+        first, at = {}, 0  # each server's first GPU in the list's numbering
+        for s in servers:
+            first[s], at = at, at + sum(1 for g in self.gpus if g.server == s)
+        env = {"CUWIRE_SERVER": ",".join(servers),
+               "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in sorted(first[g.server] + g.index for g in gpus))}
         if token:
             env["CUWIRE_TOKEN"] = token
-        pin = gpus[0].tls_fingerprint or tls_fingerprint
-        if pin:
-            env["CUWIRE_TLS_FINGERPRINT"] = pin
+        pins = [next(g.tls_fingerprint for g in self.gpus if g.server == s) or tls_fingerprint for s in servers]
+        if any(pins) and not all(pins):
+            missing = ", ".join(s for s, pin in zip(servers, pins, strict=True) if not pin)
+            raise PoolError(f"a container's devices are on servers pinned and not: {missing} has no TLS "
+                            "fingerprint in the pool, and the plugin none for all")
+        if any(pins):
+            env["CUWIRE_TLS_FINGERPRINT"] = pins[0] if len(set(pins)) == 1 else ",".join(pins)
         return env

@@ -74,6 +74,7 @@ class Listener:
         self.figures = metrics.Figures()  # what GET /metrics shows (metrics.py)
         self.socket_server = None  # the accepting SocketServer, for its refusals (run_listener sets it)
         self.nvml_uuids: list[str] = []  # the GPUs a server given some of its machine's exposes (probe)
+        self.exposed: list[str] = []  # the UUIDs of the GPUs the server exposes, in its numbering (probe)
         self.heard: dict[str, tuple[float, subprocess.Popen]] = {}  # session -> (its last report, its process)
         self.joins: dict[bytes, socket.socket] = {}  # a session's join key -> the channel to its process
         self.offers: dict[bytes, socket.socket] = {}  # an offer's key -> its session's channel (peer_copy.py)
@@ -130,8 +131,9 @@ class Listener:
         if r.returncode != 0:
             raise RuntimeError(r.stderr.strip().removeprefix("cuwire server: ") or "the backend did not start")
         lines = r.stdout.splitlines()
+        self.exposed = [line.split("\t")[1] for line in lines if "\t" in line]  # (a check's answer)
         if server_exposes(self.settings) is not None:  # some of the machine's GPUs:
-            self.nvml_uuids = [line.split("\t")[1] for line in lines if "\t" in line]  # NVML shows those only
+            self.nvml_uuids = self.exposed  # NVML shows those only
         return lines
 
     def handle(self, sock: socket.socket, peer: str) -> None:
@@ -162,8 +164,8 @@ class Listener:
                 self.figures.refuse("token" if refusal.refusal == pb.TOKEN else "version")
                 conn.send(refusal.SerializeToString())
                 return
-            if hello.hello.check:  # only checked: no session
-                conn.send(pb.Reply().SerializeToString())
+            if hello.hello.check:  # only checked: no session (its GPUs, for a device list's client)
+                conn.send(pb.Reply(devices=self.exposed).SerializeToString())
                 return
             sock.settimeout(None)
             if hello.hello.join:

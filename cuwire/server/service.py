@@ -177,8 +177,8 @@ class CuWireServer:
         if refusal is not None:
             conn.send(refusal.SerializeToString())
             return None
-        if hello.check:  # only checked: no session
-            conn.send(pb.Reply().SerializeToString())
+        if hello.check:  # only checked: no session (its GPUs, for a device list's client)
+            conn.send(pb.Reply(devices=[nvml_view.uuid_text(d.uuid) for d in self.devices]).SerializeToString())
             return None
         if (hello.HasField("visible_devices") and not self.settings.session_name  # (sessions share this process)
                 and not visible_devices.shared_process_allows(len(self.devices), hello.visible_devices,
