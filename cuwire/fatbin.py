@@ -310,6 +310,14 @@ def single_entry_fatbin(entry: Entry) -> bytes:
     return fatbin_of([entry])
 
 
+def for_models(blob: bytes, models: list[tuple[int, int]]) -> bytes | None:
+    """Of a fatbin, what a server with GPUs of these models (compute capabilities) needs: the entry each model
+    chooses (select), once each, in the models' order; None when no model has one."""
+    entries = parse(blob)
+    chosen = dict.fromkeys(e for e in (select(entries, *m) for m in dict.fromkeys(models)) if e is not None)
+    return fatbin_of(list(chosen)) if chosen else None
+
+
 def fatbin_of(entries: list[Entry]) -> bytes:
     """A fatbin holding these entries of one fatbin (bytes unchanged, in this order): what a server with GPUs
     of several models needs of a program's fatbin, each model's choice."""

@@ -107,6 +107,10 @@ def test_a_fatbin_of_some_entries() -> None:
     two = F.fatbin_of([entries[2], entries[0]])
     assert F.fatbin_size(two) == len(two) and F.parse(two) == [entries[2], entries[0]]
     assert F.select(F.parse(two), 9, 0) == entries[2] and F.select(F.parse(two), 8, 0) == entries[0]
+    blob = make_fatbin(*(make_entry(arch=a) for a in (80, 86, 90)), version=1)
+    assert F.for_models(blob, [(9, 0), (8, 6), (9, 0)]) == F.fatbin_of([entries[2], entries[1]])
+    assert F.for_models(blob, [(9, 0)]) == F.single_entry_fatbin(entries[2])  # (one model: as before)
+    assert F.for_models(blob, [(7, 0)]) is None
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@
 
 #include "cuda_api.h"
 #include "runtime.h"
+#include "session.h"
 #include "table.h"
 
 /* (SET_STATUS: whether a set succeeds, only ever answered ahead) */
@@ -49,15 +50,17 @@ static unsigned long long generation;
 static unsigned long long cleared;
 /* Whether the program's occupancy questions go on its run's list (load_lists.py): set by Python. */
 static int recording;
-/* A device list of servers with GPUs of different models (runtime.py open_sessions): an answer is kept per
- * server, that of the calling thread's current context (in the key's kind, above its low 32 bits), since one
- * CUkernel's attributes and occupancy differ between GPU models; the answers given ahead are not used. */
-static int per_server;
-void cuwire_answers_per_server(int on) { __atomic_store_n(&per_server, on, __ATOMIC_RELEASE); }
+/* GPUs of different models (a device list's servers, or one server's: runtime.py open_sessions): an answer is
+ * kept per device, that of the calling thread's current context (in the key's kind, above its low 32 bits),
+ * since one CUkernel's attributes and occupancy differ between GPU models; answers given ahead are not used. */
+static int per_device;
+void cuwire_answers_per_device(int on) { __atomic_store_n(&per_device, on, __ATOMIC_RELEASE); }
 static uint64_t here(uint64_t kind)
 {
-    return __atomic_load_n(&per_server, __ATOMIC_ACQUIRE) ? kind | (uint64_t)(cuwire_route_current() + 1) << 32
-                                                          : kind;
+    CUdevice dev = 0;
+    if (!__atomic_load_n(&per_device, __ATOMIC_ACQUIRE) || cuwire_local_cuCtxGetDevice_v2(&dev, NULL) != CUDA_SUCCESS)
+        return kind;
+    return kind | (uint64_t)(uint32_t)(dev + 1) << 32;
 }
 #define KIND_OF(k) ((k) & 0xffffffffu)
 
@@ -410,7 +413,7 @@ static void record(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64
 static int answer_ahead(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c, int64_t *out)
 {
     uint64_t digest;
-    if (__atomic_load_n(&per_server, __ATOMIC_ACQUIRE) || current_sets(handle, &digest) != 0)
+    if (__atomic_load_n(&per_device, __ATOMIC_ACQUIRE) || current_sets(handle, &digest) != 0)
         return -1;
     const uint64_t key[6] = {ask_kinds[ask], handle, a, b, c, digest};
     struct ahead_entry *e = cw_table_find(&ahead, key);

@@ -168,8 +168,8 @@ CW_FROM_PYTHON unsigned long long cuwire_answers_generation_of(uint64_t handle);
  * answered it, go to its run's list while recording is on; the Preload's answers are kept as the program's. */
 CW_IN_PYTHON void cuwire_py_asked(uint32_t ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c);
 CW_FROM_PYTHON void cuwire_record_questions(int on);
-/* A device list of GPUs of different models: each answer kept per server (answers_cache.c). */
-CW_FROM_PYTHON void cuwire_answers_per_server(int on);
+/* GPUs of different models (a device list's, or one server's): each answer kept per device (answers_cache.c). */
+CW_FROM_PYTHON void cuwire_answers_per_device(int on);
 CW_FROM_PYTHON unsigned long long cuwire_answers_cleared(void); /* moves when every kept answer is forgotten */
 /* `handle` (a CUkernel or CUfunction given out) is kernel number `kernel` (its image and name: load_lists.py). */
 CW_FROM_PYTHON void cuwire_note_kernel(uint64_t handle, uint64_t kernel);

@@ -251,6 +251,13 @@ def give_layout_to_c(key, k: Kernel) -> None:
                             ffi.new("uint32_t[]", list(k.offsets) or [0]), ffi.new("uint32_t[]", list(k.sizes) or [0]))
 
 
+def answers_per_model(sessions: list[Session]) -> None:
+    """GPUs of more than one model among the sessions' (a device list's servers, or one server's): the C
+    answers cache keeps a kernel's answers per device (answers_cache.c), since they differ between models."""
+    models = {(d.name, d.major, d.minor) for session in sessions for d in session.welcome.devices}
+    lib.cuwire_answers_per_device(int(len(models) > 1))
+
+
 def give_devices_to_c(welcomes: list[pb.Welcome]) -> None:
     """The driver's answers about devices (client/driver_local.c) come from this snapshot: each session's
     devices, in the order of the sessions (a device list's, docs/several-servers.md)."""
@@ -356,6 +363,7 @@ class Client:
         if len(addresses) < 2:
             self.session = Session(self.settings)
             give_devices_to_c([self.session.welcome])
+            answers_per_model([self.session])
             return
         chosen = [(place, None) for place in range(len(addresses))]
         if "CUDA_VISIBLE_DEVICES" in os.environ:  # (it picks among the list's GPUs, as among one machine's)
@@ -376,8 +384,7 @@ class Client:
                                          ffi.new("uint64_t[]", [hi for _, hi in windows]), len(windows),
                                          len(session.welcome.devices))
         self.session, self.listed = opened[0], opened[1:]
-        models = {(d.name, d.major, d.minor) for session in opened for d in session.welcome.devices}
-        lib.cuwire_answers_per_server(int(len(models) > 1))  # (a kernel's answers differ between models)
+        answers_per_model(opened)
 
     def choose_devices(self, addresses: list[str], value: str) -> list[tuple[int, str | None]]:
         """The servers of the device list whose GPUs the program's CUDA_VISIBLE_DEVICES picks, each with the
@@ -732,14 +739,14 @@ class Client:
 
     def image_for(self, blob: bytes, route: int) -> tuple[bytes, bytes]:
         """What of a module image goes to the session `route` names, and its digest: of a fatbin, only the
-        entry its server's GPU would choose (a device list's servers may have GPUs of different models)."""
+        entry its server's GPUs choose, each model's where they are of several (a device list's servers may be
+        of different models too)."""
         if fatbin.image_kind(blob) != "fatbin":
             return blob, hashlib.sha256(blob).digest()
-        devices = self.session_of(route).welcome.devices
-        entry = fatbin.select(fatbin.parse(blob), devices[0].major, devices[0].minor) if devices else None
-        if entry is None:
+        # (a server with GPUs of several models: each model's choice)
+        image = fatbin.for_models(blob, [(d.major, d.minor) for d in self.session_of(route).welcome.devices])
+        if image is None:
             raise Fail(NO_BINARY_FOR_GPU, "no code in the program for the server's GPU")
-        image = fatbin.single_entry_fatbin(entry)
         return image, hashlib.sha256(image).digest()
 
     def load_on(self, route: int, digest: bytes, image: bytes, as_module: bool) -> pb.LoadModule_Result:

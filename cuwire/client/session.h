@@ -20,5 +20,7 @@ CW_FROM_PYTHON uint64_t cuwire_current_context(void);
  * context now, the previous one pushed; one it destroyed: forgotten, popped if it was current. */
 void cuwire_context_made(CUcontext ctx, CUdevice dev);
 void cuwire_context_gone(CUcontext ctx);
+/* The device of a context (NULL: the calling thread's current one), as cuCtxGetDevice_v2 answers it. */
+CUresult cuwire_local_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
 
 #endif
