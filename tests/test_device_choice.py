@@ -4,8 +4,11 @@ over one machine's GPUs."""
 from __future__ import annotations
 
 import pytest
+from conftest import ServerProcess
 
 from cuwire.client.device_choice import ChoiceError, choose
+from cuwire.wire.hello import make_hello
+from cuwire.wire.transport import open_session
 
 A, B = ["GPU-aa01", "GPU-aa02"], ["GPU-bb01", "GPU-bb02"]
 
@@ -31,3 +34,16 @@ def test_the_variable_picks_over_the_joined_list(value, want):
 def test_one_servers_gpus_apart_from_one_another_are_refused_by_name():
     with pytest.raises(ChoiceError, match="server 1 of the device list apart from one another"):
         choose("0,2,1", [A, B])
+
+
+@pytest.mark.parametrize("isolation", ["process", "thread"])
+def test_a_check_of_the_hello_answers_the_servers_gpus(isolation, tmp_path):
+    """What a device list's client chooses by: a check of the hello (no session) answers the UUIDs of the GPUs
+    the server exposes, from the listener's probe or from the devices of a server whose sessions are threads."""
+    server = ServerProcess(tmp_path, "--isolation", isolation)
+    try:
+        transport, reply = open_session(server.address, make_hello("", check=True), mode="tcp")
+        transport.close()
+    finally:
+        server.stop()
+    assert not reply.error and len(reply.devices) == 1 and reply.devices[0].startswith("GPU-"), reply

@@ -15,7 +15,7 @@ from conftest import APPS_BUILD, ROOT, run_remote, wait_for
 
 from cuwire.generated import deviceplugin_pb2 as pb
 from cuwire.generated import deviceplugin_pb2_grpc as rpc
-from cuwire.kubernetes.plugin import DevicePlugin, Served, answers_health
+from cuwire.kubernetes.plugin import DevicePlugin, Served, answers_health, exposed_gpus
 from cuwire.kubernetes.pool import Pool, PoolError
 
 CONFIG = {"servers": [{"address": "gpu-a:50551", "gpus": 2},
@@ -147,6 +147,22 @@ def test_the_plugin_against_a_fake_kubelet(tmp_path, server, client_lib, apps):
         stop.set()
         runner.join(10)
         kubelet_server.stop(grace=None)
+
+
+def test_a_server_exposing_fewer_gpus_than_the_pool_says_has_the_others_unhealthy(server):
+    """The plugin counts each server's GPUs by a check of the hello (the emulated server: 1); where the pool says
+    more, the GPUs past them are unhealthy (a container across servers counts its GPUs by the pool's numbers),
+    and a server that cannot be counted keeps its devices as /healthz says."""
+    assert exposed_gpus(server.address, "", "") == 1 and exposed_gpus("127.0.0.1:1", "", "", timeout=1) is None
+    pool = Pool.from_config(json.dumps({"servers": [{"address": "gpu-a:1", "gpus": 3}, {"address": "gpu-b:1",
+                                                                                        "gpus": 2}]}))
+    counts = {"gpu-a:1": 2, "gpu-b:1": None}
+    plugin = DevicePlugin(pool, probe=lambda s, tls: True, count=lambda s, token, pin: counts[s])
+    plugin.check_health()
+    assert [d.health for d in plugin.devices()] == ["Healthy", "Healthy", "Unhealthy", "Healthy", "Healthy"]
+    counts["gpu-a:1"] = 3  # (the server comes back with all of them)
+    plugin.check_health()
+    assert all(d.health == "Healthy" for d in plugin.devices())
 
 
 def test_health_is_the_servers_own_answer(server):

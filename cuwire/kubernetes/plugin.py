@@ -3,10 +3,12 @@
 It runs on each node whose pods may use remote GPUs (a DaemonSet: deploy/kubernetes/), serves the kubelet's
 device plugin API (v1beta1) on a Unix socket in the kubelet's device-plugins folder, and registers the
 resource (cuwire.dev/gpu) with the kubelet. The devices are the pool's (pool.py); each is healthy while
-its server answers GET /healthz. A container that asks for N of them gets, through the kubelet, the
-settings that make its CUDA programs use them: CUWIRE_SERVER, CUDA_VISIBLE_DEVICES, and the token and TLS
-fingerprint. The container's image brings cuwire itself (the client image, or `pip install cuwire`): the
-client library runs Python inside the program, so a library alone mounted in would not do.
+its server answers GET /healthz and exposes that GPU (a check of the hello: as many GPUs as the pool says;
+a container across servers counts its GPUs by the pool's numbers). A container that asks for N of them
+gets, through the kubelet, the settings that make its CUDA programs use them: CUWIRE_SERVER,
+CUDA_VISIBLE_DEVICES, and the token and TLS fingerprint. The container's image brings cuwire itself (the
+client image, or `pip install cuwire`): the client library runs Python inside the program, so a library
+alone mounted in would not do.
 
 Why a device plugin and not a DRA driver: it works on every cluster the NVIDIA device plugin works on,
 needs no API-server access (no ResourceSlices to publish) and no feature gate, and a remote GPU is a
@@ -38,6 +40,26 @@ KUBELET_SOCKET = "kubelet.sock"
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 
 
+def exposed_gpus(server: str, token: str, pin: str, timeout: float = 5.0) -> int | None:
+    """How many GPUs the server at HOST:PORT exposes, by a check of a client's hello (no session: the
+    server's answer names their UUIDs); None when it cannot be asked (refused, not answering), said in the log."""
+    from cuwire.wire.hello import make_hello
+    from cuwire.wire.tls import ClientTls, TlsError
+    from cuwire.wire.transport import TransportError, open_session
+
+    try:
+        transport, reply = open_session(server, make_hello(token, check=True), connect_timeout=timeout, mode="tcp",
+                                        tls=ClientTls(fingerprint=pin) if pin else None)
+        transport.close()
+    except (TransportError, TlsError, OSError) as e:
+        log.warning("server %s: its GPUs could not be counted (%s)", server, e)
+        return None
+    if reply.error:
+        log.warning("server %s: its GPUs could not be counted (%s)", server, reply.error)
+        return None
+    return len(reply.devices)
+
+
 def answers_health(server: str, tls: bool, timeout: float = 5.0) -> bool:
     """Whether the server at HOST:PORT answers GET /healthz with 200 (over TLS where its sessions are;
     liveness only: no session, no CUDA context, its certificate not checked)."""
@@ -61,24 +83,38 @@ class DevicePlugin(rpc.DevicePluginServicer):
     """The kubelet's calls, answered from the pool and the servers' health."""
 
     def __init__(self, pool: Pool, token: str = "", tls_fingerprint: str = "",
-                 probe: Callable[[str, bool], bool] = answers_health):
-        self.pool, self.token, self.tls_fingerprint, self.probe = pool, token, tls_fingerprint, probe
+                 probe: Callable[[str, bool], bool] = answers_health,
+                 count: Callable[[str, str, str], int | None] = exposed_gpus):
+        self.pool, self.token, self.tls_fingerprint, self.probe, self.count = pool, token, tls_fingerprint, probe, count
         self.healthy = dict.fromkeys(pool.servers(), True)
+        self.exposed: dict[str, int | None] = dict.fromkeys(pool.servers())  # GPUs each exposes (None: not known)
         self.changed = threading.Condition()
         self.stopping = False
 
     def devices(self) -> list[pb.Device]:
-        return [pb.Device(ID=g.id, health=HEALTHY if self.healthy[g.server] else UNHEALTHY) for g in self.pool.gpus]
+        return [pb.Device(ID=g.id, health=HEALTHY if self.healthy[g.server] and (
+            self.exposed[g.server] is None or g.index < self.exposed[g.server]) else UNHEALTHY)
+            for g in self.pool.gpus]
 
     def check_health(self) -> None:
-        """Ask each server; a change wakes ListAndWatch, which sends the kubelet the new list."""
+        """Ask each server, and how many GPUs it exposes; a change wakes ListAndWatch, which sends the kubelet
+        the new list. A server that exposes fewer GPUs than the pool says has the others unhealthy (a
+        container's CUDA_VISIBLE_DEVICES counts by the pool's numbers), said in the log."""
         for server in self.pool.servers():
-            tls = any(g.tls_fingerprint for g in self.pool.gpus if g.server == server) or bool(self.tls_fingerprint)
-            ok = self.probe(server, tls)
+            pin = next(g.tls_fingerprint for g in self.pool.gpus if g.server == server) or self.tls_fingerprint
+            ok = self.probe(server, bool(pin))
+            exposed = self.count(server, self.token, pin) if ok else self.exposed[server]
             with self.changed:
                 if self.healthy[server] != ok:
                     log.info("server %s: %s", server, "healthy" if ok else "not answering: its devices unhealthy")
                     self.healthy[server] = ok
+                    self.changed.notify_all()
+                said = sum(1 for g in self.pool.gpus if g.server == server)
+                if exposed != self.exposed[server]:
+                    if exposed is not None and exposed < said:
+                        log.warning("server %s exposes %d GPUs, the pool says %d: its GPUs from %d on are "
+                                    "unhealthy (correct the pool)", server, exposed, said, exposed)
+                    self.exposed[server] = exposed
                     self.changed.notify_all()
 
     def stop(self) -> None:
