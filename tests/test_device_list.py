@@ -545,6 +545,52 @@ for dev in range(2):
 """
 
 
+ENUMERATED = r"""
+import ctypes, sys
+cuda = ctypes.CDLL("libcuda.so.1")
+PTX = b".version 9.0\n.target sm_75\n.address_size 64\n.visible .entry _Z6addOnePj(.param .u64 p)\n{\n    ret;\n}\n"
+
+def check(status, what):
+    if status != 0:
+        sys.exit(f"{what}: CUDA error {status}")
+
+check(cuda.cuInit(0), "cuInit")
+contexts = []
+for dev in range(2):
+    ctx = ctypes.c_void_p()
+    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "retain")
+    contexts.append(ctx)
+library, count = ctypes.c_void_p(), ctypes.c_uint()
+check(cuda.cuCtxSetCurrent(contexts[1]), "set")  # (loaded on device 1's server first: the handle is its)
+check(cuda.cuLibraryLoadData(ctypes.byref(library), PTX, None, None, 0, None, None, 0), "load")
+for dev in (0, 1):
+    check(cuda.cuCtxSetCurrent(contexts[dev]), "set")
+    check(cuda.cuLibraryGetKernelCount(ctypes.byref(count), library), "count")
+    kernels = (ctypes.c_void_p * count.value)()
+    check(cuda.cuLibraryEnumerateKernels(kernels, count.value, library), "enumerate")
+    counter = ctypes.c_uint64()
+    check(cuda.cuMemAlloc_v2(ctypes.byref(counter), 4), "alloc")
+    check(cuda.cuMemsetD32_v2(counter, 40 + dev, 1), "memset")
+    arg = ctypes.c_uint64(counter.value)
+    args = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(arg), ctypes.c_void_p))
+    check(cuda.cuLaunchKernel(ctypes.c_void_p(kernels[0]), 1, 1, 1, 1, 1, 1, 0, None, args, None), "launch")
+    out = ctypes.c_uint32()
+    check(cuda.cuMemcpyDtoH_v2(ctypes.byref(out), counter, 4), "DtoH")
+    print("enumerated kernel", dev, count.value, out.value)
+"""
+
+
+def test_a_librarys_enumerated_kernels_launch_on_each_device(tmp_path, client_lib, two_servers):
+    """cuLibraryEnumerateKernels of a device list's library goes to the server whose handle the program holds
+    (before: the current context's, which refused another server's handle), and each kernel it gives launches
+    on every device (its aliases: those its load said, else each looked up by name on the other servers)."""
+    script = tmp_path / "enumerated.py"
+    script.write_text(ENUMERATED)
+    r = run(",".join(s.address for s in two_servers), sys.executable, str(script))
+    assert r.returncode == 0 and r.stdout.splitlines() == ["enumerated kernel 0 1 41", "enumerated kernel 1 1 42"], \
+        r.stdout + r.stderr
+
+
 def test_a_library_kernel_in_a_graph_on_each_device(tmp_path, client_lib, two_servers):
     """A graph's kernel node naming a CUkernel goes to its graph's server with the kernel that server loaded
     (client/graphs.py); before, the first server's handle went to the second server, which refused it."""

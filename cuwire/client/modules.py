@@ -289,11 +289,14 @@ def cuModuleGetFunction(hfunc, hmod, name):
 
 def _enumerate(out, count: int, module: int, from_module: bool) -> int:
     """A library's kernels or a module's functions into the program's array, each known to the client from
-    now on as a lookup's would be (its layout for queued launches, its name)."""
+    now on as a lookup's would be (its layout for queued launches, its name). Asked of the library's or
+    module's server; a device list's library: each kernel looked up on the other servers too, as a lookup by
+    name is, so that it launches on every device (its aliases, runtime.look_up_elsewhere)."""
     if out == ffi.NULL:
         return INVALID_VALUE
+    route = rt.client.lookup_route(pb.GetKernel_Args(module=module, from_module=from_module))
     res = rt.call(rt.ENUMERATE, pb.Enumerate_Args(module=module, from_module=from_module, count=count),
-                  pb.Enumerate_Result)
+                  pb.Enumerate_Result, route)
     if res.status != 0:
         return res.status
     if len(res.kernels) != count:
@@ -304,6 +307,8 @@ def _enumerate(out, count: int, module: int, from_module: bool) -> int:
             rt.client.lookups[rt.lookup_key(pb.GetKernel_Args(module=module, name=e.name, from_module=from_module))] = k
             _named(k, e.name.encode())
         rt.give_layout_to_c(e.kernel, k)
+        if rt.client.listed and not from_module and e.name:
+            rt.client.look_up_elsewhere(pb.GetKernel_Args(module=module, name=e.name), e.kernel, route)
     ffi.memmove(ffi.cast("char *", out), struct.pack(f"<{count}Q", *(e.kernel for e in res.kernels)), 8 * count)
     return 0
 

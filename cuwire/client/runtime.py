@@ -978,8 +978,8 @@ class Client:
         its alias of the library, that server's kept as the kernel's alias (load_elsewhere)."""
         for route in range(len(self.sessions)):
             library = lib.cuwire_route_alias(args.module, route) if route != owner else 0
-            if not library:
-                continue
+            if not library or lib.cuwire_route_alias(kernel, route) not in (0, kernel):
+                continue  # (no alias of the library there, or the kernel's is known: its load said it)
             there = self.call(GET_KERNEL, pb.GetKernel_Args(module=library, name=args.name), pb.GetKernel_Result,
                               route)
             if there.status == 0:
