@@ -415,15 +415,10 @@ def handshake(address: str, hello, timeout: float = 5.0, place: tuple[int, int] 
     """Open a session, send the Hello, close; the server's Reply (welcome or error). Raises TransportError.
     `place`: the server's in a device list, and how many it has (its TLS pin)."""
     from cuwire.settings import Settings
-    from cuwire.wire.tls import ClientTls, TlsError
-    from cuwire.wire.transport import TransportError, open_session
+    from cuwire.wire.transport import client_tls, open_session
 
     # over TLS when CUWIRE_TLS_CA or CUWIRE_TLS_FINGERPRINT says so, as the client library does
-    try:
-        tls = ClientTls.from_settings(Settings(), *place)
-    except TlsError as e:
-        raise TransportError(str(e)) from None
-    transport, reply = open_session(address, hello, connect_timeout=timeout, tls=tls)
+    transport, reply = open_session(address, hello, connect_timeout=timeout, tls=client_tls(Settings(), *place))
     transport.close()
     return reply
 
@@ -550,13 +545,12 @@ def info_of(address: str, args: argparse.Namespace, first: int = 0, place: tuple
     if not reachable.ok:
         err(f"cuwire info: {reachable.what}\n  -> {reachable.fix}")
         return 1, 0
-    from cuwire.wire.tls import ClientTls, TlsError
-    from cuwire.wire.transport import open_session
+    from cuwire.wire.transport import client_tls, open_session
 
     try:
         transport, reply = open_session(address, make_hello(token_value(args.token)), connect_timeout=args.timeout,
-                                        tls=ClientTls.from_settings(Settings(), *place))
-    except (TransportError, TlsError) as e:
+                                        tls=client_tls(Settings(), *place))
+    except TransportError as e:
         err(f"cuwire info: {e}\n  -> is `cuwire server` running there? `cuwire doctor --server {address}` says more")
         return 1, 0
     try:

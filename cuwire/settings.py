@@ -126,10 +126,11 @@ def peer_fetch(text: str) -> str:
     HOST:PORT entries, comma-separated, as clients name the servers (server/peer_copy.py)."""
     if text.strip().lower() in ("any", "none"):
         return text.strip().lower()
-    for entry in server_list(text):
-        host_port(entry)  # (ValueError for one that is not HOST:PORT)
-    if not server_list(text):
+    entries = server_list(text)
+    if not entries:
         raise ValueError('expected "any", "none" or HOST:PORT entries')
+    for entry in entries:
+        host_port(entry)  # (ValueError for one that is not HOST:PORT)
     return text
 
 

@@ -505,10 +505,8 @@ def test_virtual_memory_on_each_device(tmp_path, client_lib, two_servers):
         r.stdout + r.stderr
 
 
-# A library's kernel (a CUkernel: every server's once the client loaded the library on each) in a graph's
-# kernel node on each device, named by the node's `kern` as the driver API allows: the node carries the kernel
-# its graph's server loaded.
-GRAPH_KERNELS = r"""
+# The start of a program through ctypes with one library kernel's PTX (_Z6addOnePj: *p += 1), the driver started
+ADD_ONE_PROGRAM = r"""
 import ctypes, struct, sys
 cuda = ctypes.CDLL("libcuda.so.1")
 PTX = b".version 9.0\n.target sm_75\n.address_size 64\n.visible .entry _Z6addOnePj(.param .u64 p)\n{\n    ret;\n}\n"
@@ -518,6 +516,11 @@ def check(status, what):
         sys.exit(f"{what}: CUDA error {status}")
 
 check(cuda.cuInit(0), "cuInit")
+"""
+# A library's kernel (a CUkernel: every server's once the client loaded the library on each) in a graph's
+# kernel node on each device, named by the node's `kern` as the driver API allows: the node carries the kernel
+# its graph's server loaded.
+GRAPH_KERNELS = ADD_ONE_PROGRAM + r"""
 library, kernel = ctypes.c_void_p(), ctypes.c_void_p()
 for dev in range(2):
     ctx = ctypes.c_void_p()
@@ -545,16 +548,7 @@ for dev in range(2):
 """
 
 
-ENUMERATED = r"""
-import ctypes, sys
-cuda = ctypes.CDLL("libcuda.so.1")
-PTX = b".version 9.0\n.target sm_75\n.address_size 64\n.visible .entry _Z6addOnePj(.param .u64 p)\n{\n    ret;\n}\n"
-
-def check(status, what):
-    if status != 0:
-        sys.exit(f"{what}: CUDA error {status}")
-
-check(cuda.cuInit(0), "cuInit")
+ENUMERATED = ADD_ONE_PROGRAM + r"""
 contexts = []
 for dev in range(2):
     ctx = ctypes.c_void_p()

@@ -33,8 +33,17 @@ from cuwire.generated import wire_ids
 from cuwire.settings import Settings, sends_from_a_thread, server_list
 from cuwire.wire import compression, ring
 from cuwire.wire.hello import MOST_LIST_KEPT, gpu_arch, make_hello
-from cuwire.wire.tls import ClientTls, TlsError, TlsSocket, fingerprint
-from cuwire.wire.transport import BULK, MAX_MESSAGE, PEER_PIECE, Dropped, SocketTransport, TransportError, open_session
+from cuwire.wire.tls import TlsSocket, fingerprint
+from cuwire.wire.transport import (
+    BULK,
+    MAX_MESSAGE,
+    PEER_PIECE,
+    Dropped,
+    SocketTransport,
+    TransportError,
+    client_tls,
+    open_session,
+)
 
 # The CUresult codes used here.
 INVALID_VALUE, OUT_OF_MEMORY, DEVICE_UNAVAILABLE = (
@@ -142,10 +151,7 @@ class Session:
         the servers the program names, and how many (its TLS pin); `visible`: the GPUs of the server the
         program sees (of a device list: device_choice.py), else the program's CUDA_VISIBLE_DEVICES."""
         self.settings = settings
-        try:  # (the server's TLS pin: a device list's servers may each have their own)
-            tls = ClientTls.from_settings(settings, *pin)
-        except TlsError as e:
-            raise TransportError(str(e)) from None
+        tls = client_tls(settings, *pin)  # (a device list's servers may each have their own pin)
         self.address = address or settings.server
         number = settings.server_number if number is None else number
         keep_free = [pb.Span(start=lo, end=hi) for lo, hi in address_space.own_spans_to_keep()]
@@ -392,11 +398,8 @@ class Client:
         which GPUs it exposes, by a check of the hello (no session)."""
         exposed = []
         for place, address in enumerate(addresses, 1):
-            try:
-                tls = ClientTls.from_settings(self.settings, place, len(addresses))
-            except TlsError as e:
-                raise TransportError(str(e)) from None
-            transport, reply = open_session(address, make_hello(self.settings.token, check=True), mode="tcp", tls=tls)
+            transport, reply = open_session(address, make_hello(self.settings.token, check=True), mode="tcp",
+                                            tls=client_tls(self.settings, place, len(addresses)))
             transport.close()
             if reply.error:
                 raise TransportError(f"{address}: {reply.error}", reply.refusal)

@@ -818,6 +818,16 @@ def token_in_the_clear(hello: pb.Hello, sock: socket.socket, tls: ClientTls | No
             "CUWIRE_TLS_FINGERPRINT (the server's log prints it) or CUWIRE_TLS_CA")
 
 
+def client_tls(settings, place: int = 1, servers: int = 1) -> ClientTls | None:
+    """How the client checks server `place` of the `servers` it names (ClientTls.from_settings); a setting
+    that cannot fit them (a pin count neither one nor one a server) as the TransportError a session's opening
+    raises, so that every caller says it where it says a server it cannot reach."""
+    try:
+        return ClientTls.from_settings(settings, place, servers)
+    except TlsError as e:
+        raise TransportError(str(e)) from None
+
+
 def open_session(address: str, hello: pb.Hello, connect_timeout: float = 10.0, mode: str = "tcp",
                  shared: SharedMemory | None = None, tls: ClientTls | None = None) -> tuple[SocketTransport, pb.Reply]:
     """Connect and say hello. Returns the transport of the session and the server's first reply (a

@@ -1625,42 +1625,52 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         log in the program's error log buffer, as the JIT does."""
         if self._is_null(code):
             return self.drv.CUDA_ERROR_INVALID_VALUE
+        image = self._image(code)
         if fatbin.image_kind(self.ffi.buffer(self.ffi.cast("char *", code), 4)[:]) == "ptx":
             status = self._check_ptx(self.ffi.string(self.ffi.cast("char *", code)),
                                      (jitOptions, jitOptionsValues, numJitOptions))
             if status:
                 return status
-        elif not self._runs_here(code):
+        elif not self._runs_here(image):
             return self.drv.CUDA_ERROR_NO_BINARY_FOR_GPU
         handle = self._new_handle()
         status = self._drv_put((library, handle))
         if status == 0:
             self._libraries.add(handle)
-            self._library_kernels[handle] = self._image_kernels(code)
+            self._library_kernels[handle] = self._image_kernels(image)
         return status
 
-    def _runs_here(self, code: CData) -> bool:
-        """Whether a fatbin has code for this device's compute capability (CUWIRE_EMULATED_ARCH), as the
-        driver chooses it; any other image is taken."""
+    def _image(self, code: CData) -> bytes | None:
+        """The image at `code`, as long as its headers say (PTX: its text); None where the stand-in cannot read
+        its length."""
         read = lambda offset, n: self.ffi.buffer(self.ffi.cast("char *", code) + offset, n)[:]  # noqa: E731
         try:
             size = fatbin.image_length(read)
-            if size is None or fatbin.image_kind(read(0, min(size, 16))) != "fatbin":
-                return True
-            return fatbin.select(fatbin.parse(read(0, size)), _prop("major"), _prop("minor")) is not None
+        except ValueError:
+            return None
+        return read(0, size) if size is not None else self.ffi.string(self.ffi.cast("char *", code))
+
+    @staticmethod
+    def _runs_here(image: bytes | None) -> bool:
+        """Whether a fatbin has code for this device's compute capability (CUWIRE_EMULATED_ARCH), as the
+        driver chooses it; any other image is taken."""
+        if image is None or fatbin.image_kind(image) != "fatbin":
+            return True
+        try:
+            return fatbin.select(fatbin.parse(image), _prop("major"), _prop("minor")) is not None
         except ValueError:
             return True
 
-    def _image_kernels(self, code: CData) -> tuple[str, ...]:
+    @staticmethod
+    def _image_kernels(image: bytes | None) -> tuple[str, ...]:
         """The registry's kernels whose names the image holds (in a fatbin's entries, decompressed: the
         stand-in for the kernels the driver finds in a module)."""
-        read = lambda offset, n: self.ffi.buffer(self.ffi.cast("char *", code) + offset, n)[:]  # noqa: E731
+        if image is None:  # (not an image the stand-in can read: it names no kernels)
+            return ()
         try:
-            size = fatbin.image_length(read)
-            image = read(0, size) if size is not None else self.ffi.string(self.ffi.cast("char *", code))
             if fatbin.image_kind(image) == "fatbin":
                 image = b"".join(fatbin.decompress(e) if e.compressed else e.payload for e in fatbin.parse(image))
-        except ValueError:  # not an image the stand-in can read: it names no kernels
+        except ValueError:
             return ()
         names = set(re.findall(rb"[\w$]+", image))  # each name standing alone, found once for all kernels
         return tuple(n for n in registry.KERNELS if n.encode() in names)
