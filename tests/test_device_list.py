@@ -734,6 +734,26 @@ def test_cuda_visible_devices_picks_among_the_lists_gpus(tmp_path, client_lib, t
     assert "CUDA_VISIBLE_DEVICES='2' names no GPU of the device list" in r.stderr, r.stderr
 
 
+def test_cuda_visible_devices_over_servers_given_their_gpus_by_number(tmp_path, client_lib):
+    """Servers started with `--devices 0` (as one per GPU of a machine is): the client names the GPUs it
+    chose by UUID, which each server matches to the device it exposes by number (before, refused: 'names
+    none of the server's devices', found on two H200s)."""
+    script = tmp_path / "count.py"
+    script.write_text(COUNT)
+    servers = []
+    try:
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            servers.append(ServerProcess(tmp_path / name, "--devices", "0"))
+        listed = ",".join(s.address for s in servers)
+        for value, count in (("1", 1), ("1,0", 2)):
+            r = run(listed, sys.executable, str(script), env={"CUDA_VISIBLE_DEVICES": value})
+            assert r.returncode == 0 and r.stdout.strip() == f"init 0 count 0 {count}", (value, r.stdout + r.stderr)
+    finally:
+        for s in servers:
+            s.stop()
+
+
 def test_an_offer_serves_its_key_once(two_servers):
     """server/peer_copy.py: a fetch names an offer's one-time key; one no offer has is refused by name."""
     from cuwire.server import peer_copy

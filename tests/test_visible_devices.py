@@ -21,6 +21,17 @@ def test_the_programs_value_in_the_servers_terms(exposed, asked, chosen):
     assert session_devices(exposed, asked) == chosen
 
 
+def test_a_uuid_names_a_device_the_server_exposes_by_number():
+    """A device list's client names the GPUs it chose by UUID (the check hello's answer), where the server
+    was given numbers (`--devices 1`): the UUID of a device it exposes counts, another's does not."""
+    assert session_devices("1", "GPU-b", ["GPU-b"]) == "1"
+    assert session_devices("2,3", "GPU-d,GPU-c", ["GPU-c", "GPU-d"]) == "3,2"
+    assert session_devices("1", "GPU-a", ["GPU-b"]) == ""
+    assert session_devices("1", "GPU-b") == ""  # (UUIDs unknown: as before)
+    assert shared_process_allows(2, "GPU-c,GPU-d", None, ["GPU-c", "GPU-d"])
+    assert not shared_process_allows(2, "GPU-d,GPU-c", None, ["GPU-c", "GPU-d"])
+
+
 def test_a_shared_process_serves_only_all_of_its_devices():
     assert shared_process_allows(1, "0") and shared_process_allows(2, "0,1")
     assert not shared_process_allows(1, "") and not shared_process_allows(2, "1,0")

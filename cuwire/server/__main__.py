@@ -226,7 +226,7 @@ def run_one_session(settings: Settings, handoff_fd: int | None, log: logging.Log
     if asked.HasField("visible_devices"):  # the program's CUDA_VISIBLE_DEVICES, applied by this process's driver
         from cuwire.server.visible_devices import server_exposes, session_devices
 
-        chosen = session_devices(server_exposes(settings), asked.visible_devices)
+        chosen = session_devices(server_exposes(settings), asked.visible_devices, nvml_uuids)
         if not chosen:
             why = (f"the program's CUDA_VISIBLE_DEVICES={asked.visible_devices!r} names none of the server's "
                    "devices (an index counts among those the server exposes)")

@@ -182,7 +182,8 @@ class CuWireServer:
             return None
         if (hello.HasField("visible_devices") and not self.settings.session_name  # (sessions share this process)
                 and not visible_devices.shared_process_allows(len(self.devices), hello.visible_devices,
-                                                              visible_devices.server_exposes(self.settings))):
+                                                              visible_devices.server_exposes(self.settings),
+                                                              [nvml_view.uuid_text(d.uuid) for d in self.devices])):
             why = (f"the program's CUDA_VISIBLE_DEVICES={hello.visible_devices!r} asks for some of this server's "
                    f"{len(self.devices)} devices, and this server runs every session in one process "
                    "(--isolation thread), which sees them all: unset it, or use a server with --isolation process")
