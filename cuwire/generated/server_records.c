@@ -2,9 +2,10 @@
  *
  * The server's half of each queued function (mode "async" in the annotations, or sync with `queued_when`)
  * and of each call the client's C makes itself (Function.c_call: scalars and handles only): the record the client's stub
- * packed (generated/client_stubs.c), unpacked, its handles checked against the session's, and the real
- * function called through the session's table. Included by server/records.c, which runs the loop;
- * the functions' table is generated/server_records.h.
+ * packed (generated/client_stubs.c), unpacked, its handles checked against the session's (a kernel the
+ * client named taken for the driver's: cw_real), and the real function called through the session's
+ * table. Included by server/records.c, which runs the loop; the functions' table is
+ * generated/server_records.h.
  */
 
 /* Runs one generated record: 1 if `fn` is one (its CUDA result in *err), 0 if it is not, -1 when the
@@ -231,6 +232,7 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         if (size != sizeof r)
             return cw_refuse(s, "queued cuFuncLoad: record of %u bytes, expected %zu", size, sizeof r);
         memcpy(&r, p, sizeof r);
+        r.function = cw_real(s, r.function); /* (a kernel the client named: the driver's) */
         if (!cw_owns(s, CW_KIND_CUfunc_st, r.function)) {
             *err = CW_INVALID_HANDLE;
             return 1;
@@ -247,6 +249,7 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         if (size != sizeof r)
             return cw_refuse(s, "queued cuFuncSetAttribute: record of %u bytes, expected %zu", size, sizeof r);
         memcpy(&r, p, sizeof r);
+        r.hfunc = cw_real(s, r.hfunc); /* (a kernel the client named: the driver's) */
         if (!cw_owns(s, CW_KIND_CUfunc_st, r.hfunc)) {
             *err = CW_INVALID_HANDLE;
             return 1;
@@ -262,6 +265,7 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         if (size != sizeof r)
             return cw_refuse(s, "queued cuFuncSetCacheConfig: record of %u bytes, expected %zu", size, sizeof r);
         memcpy(&r, p, sizeof r);
+        r.hfunc = cw_real(s, r.hfunc); /* (a kernel the client named: the driver's) */
         if (!cw_owns(s, CW_KIND_CUfunc_st, r.hfunc)) {
             *err = CW_INVALID_HANDLE;
             return 1;
@@ -277,6 +281,7 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         if (size != sizeof r)
             return cw_refuse(s, "queued cuFuncSetSharedMemConfig: record of %u bytes, expected %zu", size, sizeof r);
         memcpy(&r, p, sizeof r);
+        r.hfunc = cw_real(s, r.hfunc); /* (a kernel the client named: the driver's) */
         if (!cw_owns(s, CW_KIND_CUfunc_st, r.hfunc)) {
             *err = CW_INVALID_HANDLE;
             return 1;
@@ -457,6 +462,7 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         if (size != sizeof r)
             return cw_refuse(s, "queued cuKernelSetAttribute: record of %u bytes, expected %zu", size, sizeof r);
         memcpy(&r, p, sizeof r);
+        r.kernel = cw_real(s, r.kernel); /* (a kernel the client named: the driver's) */
         if (!cw_owns(s, CW_KIND_CUkern_st, r.kernel)) {
             *err = CW_INVALID_HANDLE;
             return 1;
@@ -473,6 +479,7 @@ static int cw_run_generated(cw_records *s, uint32_t fn, const char *p, uint32_t 
         if (size != sizeof r)
             return cw_refuse(s, "queued cuKernelSetCacheConfig: record of %u bytes, expected %zu", size, sizeof r);
         memcpy(&r, p, sizeof r);
+        r.kernel = cw_real(s, r.kernel); /* (a kernel the client named: the driver's) */
         if (!cw_owns(s, CW_KIND_CUkern_st, r.kernel)) {
             *err = CW_INVALID_HANDLE;
             return 1;

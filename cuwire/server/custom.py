@@ -29,6 +29,7 @@ LIBRARY, MODULE = "CUlib_st", "CUmod_st"
 
 
 def _module(s, handle: int):
+    handle = s.real(handle)
     if handle not in s.modules:
         raise WireError(f"module {handle:#x} was not loaded by this session")
     return s.ffi.cast("CUlibrary", handle)
@@ -42,7 +43,14 @@ def _cu_module(s, handle: int):
 def load_module(s, a: pb.LoadModule_Args) -> pb.LoadModule_Result:
     if len(a.digest) != 32:
         raise WireError("module digest must be 32 bytes (sha256)")
-    return _load(s, a.digest, a.image, a.image_codec, a.as_module)
+    r = _load(s, a.digest, a.image, a.image_codec, a.as_module)
+    if a.name and r.status == 0 and r.module:
+        s.give_name(a.name, r.module)
+    elif a.name and r.need_image:  # (a named load went unanswered: the client sends the bytes it may lack)
+        log.warning("session %s: the image of the library named %#x is not in the module cache, and the "
+                    "load did not bring it", s.name, a.name)
+        r.status = cu.CUDA_ERROR_FILE_NOT_FOUND
+    return r
 
 
 def _load(s, digest: bytes, upload: bytes, codec: int, as_module: bool) -> pb.LoadModule_Result:
@@ -433,10 +441,13 @@ def get_kernel(s, a: pb.GetKernel_Args) -> pb.GetKernel_Result:
     lib, ffi = s.lib, s.ffi
     r = pb.GetKernel_Result()
     func = ffi.new("CUfunction *")
+    if a.name_as and (a.kernel or a.from_module):
+        raise WireError("only a library's kernel looked up by name may be named (GetKernel_Args.name_as)")
     if a.kernel:
-        if a.kernel not in s.kernels or s.kernel_kind.get(a.kernel) != "kernel":
+        kernel = s.real(a.kernel)
+        if kernel not in s.kernels or s.kernel_kind.get(kernel) != "kernel":
             raise CudaFail(INVALID_HANDLE, f"CUkernel {a.kernel:#x} was not looked up by this session")
-        r.status = lib.cuKernelGetFunction(func, ffi.cast("CUkernel", a.kernel))
+        r.status = lib.cuKernelGetFunction(func, ffi.cast("CUkernel", kernel))
         handle, kind = func[0], "function"
     elif a.from_module:
         r.status = lib.cuModuleGetFunction(func, _cu_module(s, a.module), s.string(a.name))
@@ -451,6 +462,8 @@ def get_kernel(s, a: pb.GetKernel_Args) -> pb.GetKernel_Result:
         return r
     r.kernel = int(ffi.cast("uintptr_t", handle))
     _describe(s, r.kernel, func[0], kind, r.param_offsets, r.param_sizes)
+    if a.name_as:
+        _name_kernel(s, a, r.kernel, r.param_offsets, r.param_sizes)
     device = None  # (as _describe_all: a CUkernel's attributes are the current device's)
     if kind == "kernel":
         current = ffi.new("CUdevice *")
@@ -459,6 +472,20 @@ def get_kernel(s, a: pb.GetKernel_Args) -> pb.GetKernel_Result:
         device = r.attribute_device = current[0]
     _every_attribute(s, handle, device, r.attribute_statuses, r.attribute_values)
     return r
+
+
+def _name_kernel(s, a: pb.GetKernel_Args, kernel: int, offsets, sizes) -> None:
+    """A kernel the client named (GetKernel_Args.name_as): launches name it as their key, other calls
+    have the driver's kernel for it; refused where the layout the client packs its launches by is not the
+    driver's (its launches would reach the kernel with their parameters misplaced)."""
+    if (list(a.expect_offsets), list(a.expect_sizes)) != (list(offsets), list(sizes)):
+        why = (f"kernel {a.name!r} named {a.name_as:#x}: the client's parameter layout "
+               f"{list(zip(a.expect_offsets, a.expect_sizes, strict=False))} is not the driver's "
+               f"{list(zip(offsets, sizes, strict=True))}")
+        log.warning("session %s: %s", s.name, why)
+        raise CudaFail(cu.CUDA_ERROR_INVALID_IMAGE, why)
+    s.give_name(a.name_as, kernel)
+    s.records.kernel(a.name_as, int(s.ffi.cast("uintptr_t", kernel)), offsets, sizes, is_kernel=True)
 
 
 def _describe(s, handle: int, func, kind: str, offsets, sizes, param_info=None) -> None:

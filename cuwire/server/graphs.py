@@ -461,7 +461,8 @@ def batch_node(s, a: pb.BatchMemOpNode_Args) -> pb.BatchMemOpNode_Result:
 
 def kernel_node(s, a: pb.KernelNode_Args) -> pb.KernelNode_Result:
     """cuwire.KernelNode: add a kernel node, or set one's parameters in its graph or an executable graph."""
-    layout = s.layouts.get(a.kernel)
+    kernel = s.real(a.kernel)  # (one the client named: the driver's)
+    layout = s.layouts.get(kernel)
     if layout is None:
         raise CudaFail(INVALID_HANDLE, f"kernel {a.kernel:#x} was not looked up by this session")
     if len(a.grid) != 3 or len(a.block) != 3:
@@ -473,10 +474,10 @@ def kernel_node(s, a: pb.KernelNode_Args) -> pb.KernelNode_Result:
     buffer = ffi.new("char[]", a.params or b"\0")
     pointers = ffi.new("void *[]", [buffer + o for o in offsets] or [ffi.NULL])
     p = ffi.new("CUDA_KERNEL_NODE_PARAMS *")
-    if s.kernel_kind.get(a.kernel) == "kernel":  # a node takes a CUkernel as `kern` only (launches take it as func)
-        p.kern = ffi.cast("CUkernel", a.kernel)
+    if s.kernel_kind.get(kernel) == "kernel":  # a node takes a CUkernel as `kern` only (launches take it as func)
+        p.kern = ffi.cast("CUkernel", kernel)
     else:
-        p.func = s.kernels[a.kernel]
+        p.func = s.kernels[kernel]
     p.gridDimX, p.gridDimY, p.gridDimZ = a.grid
     p.blockDimX, p.blockDimY, p.blockDimZ = a.block
     p.sharedMemBytes = a.shared_mem

@@ -235,6 +235,16 @@ static cw_kernel *cw_kernel_find(const cw_records *s, uint64_t key)
     }
 }
 
+/* The driver's handle for `v`: itself, or, for a kernel the client named (CW_NAME_TAG: Session.give_name),
+ * the kernel its key stands for. An unknown name stays itself, which the session owns no handle of. */
+static uint64_t cw_real(const cw_records *s, uint64_t v)
+{
+    if (!(v & CW_NAME_TAG))
+        return v;
+    cw_kernel *k = cw_kernel_find(s, v);
+    return k ? (uint64_t)(uintptr_t)k->func : v;
+}
+
 static int cw_kernels_grow(cw_records *s)
 {
     size_t cap = s->kernels_cap ? s->kernels_cap * 2 : 64;

@@ -42,7 +42,7 @@ from cuwire.server.errors import (
     WireError,
 )
 from cuwire.server.records import CALL_REPLY, RecordLoop
-from cuwire.wire import compression
+from cuwire.wire import compression, layouts
 from cuwire.wire.stripes import shut
 from cuwire.wire.transport import BULK, MAX_MESSAGE, TransportError
 
@@ -65,6 +65,7 @@ DESTROY = {"CUgraphExec_st": "cuGraphExecDestroy", "CUgraph_st": "cuGraphDestroy
            "CUevent_st": "cuEventDestroy_v2", "CUmemPoolHandle_st": "cuMemPoolDestroy", "CUarray_st": "cuArrayDestroy",
            "CUmipmappedArray_st": "cuMipmappedArrayDestroy"}
 MAX_CASTS = 1 << 16  # typed handles kept (Session.handle) before the memo starts over
+NAME_TAG = layouts.constant("CW_NAME_TAG")  # (a handle the client named: Session.give_name)
 
 
 
@@ -81,6 +82,9 @@ def _handlers() -> dict:
 
 
 HANDLERS = _handlers()
+# the calls a batch sent without waiting may carry, where they name the handle they make (Session.give_name)
+UNANSWERED = {generated.OP_IDS["LoadModule"]: (pb.LoadModule_Args, "name"),
+              generated.OP_IDS["GetKernel"]: (pb.GetKernel_Args, "name_as")}
 
 
 class Session:
@@ -108,6 +112,7 @@ class Session:
         self.kernels: dict[int, object] = {}  # CUkernel or CUfunction -> its CUfunction
         self.kernel_kind: dict[int, str] = {}  # the same handles -> "kernel" or "function"
         self.layouts: dict[int, tuple[list[int], list[int]]] = {}  # the same -> parameter offsets and sizes
+        self.names: dict[int, int] = {}  # a handle the client named (CW_NAME_TAG) -> the driver's (give_name)
         self.calls = 0
         self.started = time.monotonic()
         self.payload = bulk.IncomingPayload()  # the running batch's payload, as it arrives (run)
@@ -168,8 +173,9 @@ class Session:
         if self.deferred_error:
             (reply.queued_error, reply.queued_error_fn), self.deferred_error = self.deferred_error, None
         try:
-            if batch.no_reply and batch.fn:
-                raise WireError("a batch sent without waiting for a reply carries queued calls only")
+            if batch.no_reply and batch.fn and not self.names_its_handle(batch):
+                raise WireError("a batch sent without waiting for a reply carries queued calls only (or a load or "
+                                "lookup that names its handle)")
             if batch.records:
                 err, fn = self.run_records(self.server.decode(batch.records, batch.records_codec, MAX_MESSAGE))
                 if err and not reply.queued_error:
@@ -189,6 +195,8 @@ class Session:
                     if e.code == NOT_SUPPORTED:  # (the program's own errors are CUDA's to tell)
                         reply.refused = f"{name}: {e}"
                 reply.result = result.SerializeToString()
+                if batch.no_reply and getattr(result, "status", 0) and not reply.queued_error:
+                    reply.queued_error, reply.queued_error_fn = result.status, name  # (a named load's, lookup's)
         except (TransportError, OSError):
             raise  # the connection broke mid-payload: the session ends
         except WireError as e:
@@ -211,6 +219,19 @@ class Session:
             if reply.queued_error and not self.deferred_error:
                 self.deferred_error = (reply.queued_error, reply.queued_error_fn)
         return reply
+
+    def names_its_handle(self, batch: pb.Batch) -> bool:
+        """Whether the batch's call is a load or lookup that names its handle (LoadModule_Args.name,
+        GetKernel_Args.name_as): the client gave the program the handle already, and need not wait."""
+        named = UNANSWERED.get(batch.fn)
+        if named is None:
+            return False
+        args_cls, field = named
+        try:
+            args = args_cls.FromString(self.server.decode(batch.args, batch.args_codec, MAX_MESSAGE))
+        except DecodeError as e:
+            raise WireError(f"malformed arguments for an unanswered call: {e}") from e
+        return bool(getattr(args, field))
 
     def compress_payload(self, reply: pb.Reply, batch: pb.Batch) -> None:
         """The reply's payload, compressed (the client asked: its link is slow, compression.py): gathered
@@ -421,7 +442,10 @@ class Session:
         return self.ffi.new("char[]", text.encode())
 
     def handle(self, kind: str, ctype: str, value: int):
-        """A handle from the wire, if this session made it (NULL and the special streams always pass)."""
+        """A handle from the wire, if this session made it (NULL and the special streams always pass); one
+        the client named stands for the driver's it was given (give_name)."""
+        if value & NAME_TAG:
+            value = self.real(value)
         if value and not self.owned(kind, value) and not (kind == STREAM_KIND and value in SPECIAL_STREAMS):
             code = HANDLE_ERRORS.get(kind, INVALID_HANDLE)
             raise CudaFail(code, f"{ctype} {value:#x} was not created by this session")
@@ -430,6 +454,21 @@ class Session:
         if cast is None:
             cast = casts[ctype] = self.ffi.cast(ctype, value)
         return cast
+
+    def real(self, value: int) -> int:
+        """The driver's handle for `value`: itself, or the one a name stands for (a name the client gave no
+        load or lookup stays itself, which no session owns: refused as any unknown handle)."""
+        return self.names.get(value, value) if value & NAME_TAG else value
+
+    def give_name(self, name: int, real: int) -> None:
+        """The client gave the program `name` for what the driver gave as `real` (a library or a kernel it
+        loaded or looked up without waiting): the session takes the one for the other from then on, here
+        and in its record loop (a kernel's name launches as its key: records.kernel)."""
+        if not name & NAME_TAG:
+            raise WireError(f"a name must have the bit CW_NAME_TAG set: {name:#x}")
+        if self.names.get(name, real) != real:
+            raise WireError(f"the name {name:#x} stands for another handle already")
+        self.names[name] = real
 
     def at_most(self, value: int, most: int, what: str) -> None:
         """A value that sizes an output buffer (annotation at_most): the client passes at most what the call

@@ -44,6 +44,10 @@
 #define CW_FOUND_KERNEL 0
 #define CW_FOUND_FUNCTION 1
 #define CW_FOUND_KERNEL_FUNCTION 2
+/* A handle the client names (a library or kernel it gives the program before the server answers its load
+ * or lookup: LoadModule_Args.name, GetKernel_Args.name_as) has this bit set, which no address of a
+ * process, and so no driver's handle, has; the session takes the driver's for it. */
+#define CW_NAME_TAG 0x8000000000000000
 
 struct CW_PACKED cw_frame_header {
     uint32_t magic;

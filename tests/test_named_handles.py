@@ -1,0 +1,135 @@
+"""Handles the client names (issue 35, docs/speed.md "The client names the handles"): a library load and a
+kernel lookup that carry the handle the client gave the program (LoadModule_Args.name, GetKernel_Args.name_as)
+may go without waiting for an answer, and the session takes each name for the driver's handle from then on:
+in its Python handlers (Session.handle), in its record loop (records.c cw_real, launches keyed by the name)
+and in the hand-written paths. Driven here on a session of the emulated device, in this process."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from typing import Any
+
+import pytest
+
+from cuwire.generated import cuda_constants as cu
+from cuwire.generated import cuwire_pb2 as pb
+from cuwire.generated import server_handlers as generated
+from cuwire.generated.wire_ids import OP_IDS
+from cuwire.server.records import RECORD_HEADER
+from cuwire.server.service import CuWireServer
+from cuwire.server.session import RECORD_IDS, Session
+from cuwire.settings import Settings
+from cuwire.wire import layouts
+
+NAME_TAG = layouts.constant("CW_NAME_TAG")
+LIBRARY, KERNEL = NAME_TAG | 1, NAME_TAG | 2
+PTX = b".version 9.0\n.target sm_75\n.address_size 64\n.visible .entry _Z6addOnePj(.param .u64 p)\n{\n    ret;\n}\n"
+DIGEST = hashlib.sha256(PTX).digest()
+LAUNCH = RECORD_IDS[0]
+LAUNCH_HEAD = layouts.layout("cw_launch_head")
+IDS = {name: i for i, (name, _, _) in generated.HANDLERS.items()}
+
+
+@pytest.fixture
+def session(tmp_path) -> Any:
+    server = CuWireServer(Settings(backend="emulated", cache_dir=tmp_path))
+    s = Session(server, "test", pb.Hello(), "named")
+    yield s
+    s.close()
+
+
+def call(s: Session, function: str, records: bytes = b"", no_reply: bool = False, **fields) -> tuple[pb.Reply, Any]:
+    """One batch: `records` queued, then the call `function` (a CUDA function's name, or cuwire's own)."""
+    short = function
+    args = getattr(pb, f"{short}_Args")(**fields).SerializeToString()
+    reply = s.run(pb.Batch(fn=IDS.get(short) or OP_IDS[short], args=args, records=records, no_reply=no_reply))
+    result = getattr(pb, f"{short}_Result").FromString(reply.result) if reply.result else None
+    return reply, result
+
+
+def record(name: str, *values) -> bytes:
+    fn, layout = next((i, layout) for i, (n, layout) in generated.RECORDS.items() if n == name)
+    return RECORD_HEADER.pack(fn, layout.size) + layout.pack(*values)
+
+
+def launch(kernel: int, pointer: int) -> bytes:
+    body = LAUNCH_HEAD.pack(kernel, 1, 1, 1, 1, 1, 1, 0, 0) + struct.pack("<Q", pointer)
+    return RECORD_HEADER.pack(LAUNCH, len(body)) + body
+
+
+def load_and_look_up(s: Session) -> None:
+    """The library and its kernel, each named and unanswered (as the client sends them, without waiting)."""
+    reply, _ = call(s, "LoadModule", no_reply=True, digest=DIGEST, image=PTX, name=LIBRARY)
+    assert not reply.error and not reply.queued_error, reply
+    reply, _ = call(s, "GetKernel", no_reply=True, module=LIBRARY, name="_Z6addOnePj", name_as=KERNEL,
+                    expect_offsets=[0], expect_sizes=[8])
+    assert not reply.error and not reply.queued_error, reply
+
+
+def test_a_named_kernel_launches_and_answers_as_the_drivers(session):
+    """A launch keyed by the kernel's name runs it; attribute questions, a queued attribute set and the
+    kernel's function take the name for the driver's kernel; the library's name serves a lookup too."""
+    load_and_look_up(session)
+    _, res = call(session, "cuMemAlloc_v2", bytesize=4)
+    pointer = res.dptr
+    _, res = call(session, "cuMemcpyHtoD_v2", dstDevice=pointer, srcHost=struct.pack("<I", 41), ByteCount=4)
+    set_shared = record("cuKernelSetAttribute", cu.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024, KERNEL, 0)
+    reply, res = call(session, "cuMemcpyDtoH_v2", records=launch(KERNEL, pointer) + set_shared,
+                      srcDevice=pointer, ByteCount=4)
+    assert not reply.error and not reply.queued_error and res.status == 0, reply
+    assert struct.unpack("<I", res.dstHost)[0] == 42  # (_Z6addOnePj: *p += 1)
+    _, res = call(session, "FunctionAttributes", kernel=KERNEL, device=0)
+    assert res.status == 0 and res.statuses[cu.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES] == 0
+    assert res.values[cu.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES] == 1024  # (the queued set took)
+    _, res = call(session, "GetKernel", kernel=KERNEL)
+    assert res.status == 0 and res.kernel
+    _, res = call(session, "GetKernel", module=LIBRARY, name="_Z6addOnePj")
+    assert res.status == 0 and res.kernel == session.real(KERNEL)
+
+
+def test_a_name_no_load_gave_is_refused_as_an_unknown_handle(session):
+    load_and_look_up(session)
+    stranger = NAME_TAG | 99
+    reply, _ = call(session, "cuCtxSynchronize", records=record("cuKernelSetAttribute", 8, 0, stranger, 0))
+    assert reply.queued_error == cu.CUDA_ERROR_INVALID_HANDLE, reply
+    _, res = call(session, "FunctionAttributes", kernel=stranger, device=0)
+    assert res.status == cu.CUDA_ERROR_INVALID_HANDLE
+    reply, _ = call(session, "GetKernel", module=NAME_TAG | 98, name="_Z6addOnePj")
+    assert "was not loaded by this session" in reply.error  # (as a library handle no load gave)
+
+
+def test_an_unanswered_lookup_whose_layout_is_not_the_drivers_fails_at_the_next_answer(session):
+    """The client packs a named kernel's launches by the layout it read; one the driver does not share is
+    refused, and the error comes with the next answer, as a queued call's does."""
+    call(session, "LoadModule", no_reply=True, digest=DIGEST, image=PTX, name=LIBRARY)
+    reply, _ = call(session, "GetKernel", no_reply=True, module=LIBRARY, name="_Z6addOnePj", name_as=KERNEL,
+                    expect_offsets=[0], expect_sizes=[4])
+    assert not reply.error
+    reply, _ = call(session, "cuCtxSynchronize")
+    assert reply.queued_error == cu.CUDA_ERROR_INVALID_IMAGE and "GetKernel" in reply.queued_error_fn, reply
+    assert KERNEL not in session.names
+
+
+def test_an_unanswered_load_of_an_image_the_cache_lacks_fails_at_the_next_answer(session):
+    reply, _ = call(session, "LoadModule", no_reply=True, digest=hashlib.sha256(b"another").digest(), name=LIBRARY)
+    assert not reply.error
+    reply, _ = call(session, "cuCtxSynchronize")
+    assert reply.queued_error == cu.CUDA_ERROR_FILE_NOT_FOUND and "LoadModule" in reply.queued_error_fn, reply
+
+
+def test_what_a_batch_without_an_answer_may_carry(session):
+    """Only a load or lookup that names its handle; a name stands for one handle only."""
+    reply, _ = call(session, "cuCtxSynchronize", no_reply=True)
+    assert "carries queued calls only" in reply.error
+    reply, _ = call(session, "LoadModule", no_reply=True, digest=DIGEST, image=PTX)
+    assert "carries queued calls only" in reply.error
+    reply, _ = call(session, "cuCtxSynchronize")  # (a refusal nobody waited for comes with the next answer)
+    assert "queued calls refused" in reply.queued_error_fn
+    load_and_look_up(session)
+    reply, _ = call(session, "GetKernel", module=LIBRARY, name="_Z6addOnePj", name_as=LIBRARY,
+                    expect_offsets=[0], expect_sizes=[8])
+    assert "stands for another handle" in reply.error
+    reply, _ = call(session, "GetKernel", module=LIBRARY, name="_Z6addOnePj", name_as=5, expect_offsets=[0],
+                    expect_sizes=[8])
+    assert "CW_NAME_TAG" in reply.error
