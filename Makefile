@@ -4,7 +4,7 @@ VENV      := .venv
 VPY       := $(VENV)/bin/python
 export CUWIRE_HEADER_CACHE ?= $(CURDIR)/.cache/headers
 
-.PHONY: venv codegen check-generated client server wheel apps demo test lint gpu-test gpu-programs gpu-stress gpu-device-list bench bench-distance bench-cpu-distance bench-overflow bench-peer-copy docker clean
+.PHONY: venv codegen check-generated client server wheel apps demo test lint gpu-test gpu-programs gpu-stress gpu-device-list gpu-kernel-attributes bench bench-distance bench-cpu-distance bench-overflow bench-peer-copy docker clean
 
 $(VENV)/.installed: pyproject.toml setup.py emulator/pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -83,6 +83,11 @@ gpu-stress:
 ## On a machine with two GPUs: one program, a server each, as one device list (CUWIRE_SERVER=a,b)
 gpu-device-list:
 	bash tests/gpu_device_list.sh
+
+## On a GPU machine, natively: cuwire/kernel_facts.py's model of each kernel's attributes against the driver's
+gpu-kernel-attributes:
+	bash -c 'PY=$${PYTHON:-python3} LOG=build/gpu-kernel-attributes; mkdir -p $$LOG; source tests/gpu_env.sh; \
+	  make -s -C tests/test_apps >$$LOG/apps.log 2>&1; $$PY tests/gpu_kernel_attributes.py'
 
 bench:
 	bash bench/run.sh

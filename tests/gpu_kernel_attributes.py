@@ -1,0 +1,149 @@
+"""On a GPU machine, natively (no cuwire): does cuwire/kernel_facts.py's model of the function attributes
+give the driver's answers? Every kernel of the machine code the GPU would load from PyTorch's CUDA
+libraries, the NVIDIA libraries beside them and the test apps is loaded with the real driver, its 16
+attributes asked, and each compared with the model; per attribute, how many kernels agree, and the first
+disagreements with the facts read. An attribute that agrees for every kernel may join kernel_facts.CHECKED.
+
+    python3 tests/gpu_kernel_attributes.py [--seconds 240] [--out DIR] [LIBRARY_OR_BINARY...]
+
+Exit 0 when it ran (the agreement is what it reports, not a pass or fail); the summary goes to stdout and
+the details, as JSON, to DIR/kernel_attributes.json ($OUT by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from cuwire import fatbin, kernel_facts  # noqa: E402
+
+NAMES = ["MAX_THREADS_PER_BLOCK", "SHARED_SIZE_BYTES", "CONST_SIZE_BYTES", "LOCAL_SIZE_BYTES", "NUM_REGS",
+         "PTX_VERSION", "BINARY_VERSION", "CACHE_MODE_CA", "MAX_DYNAMIC_SHARED_SIZE_BYTES",
+         "PREFERRED_SHARED_MEMORY_CARVEOUT", "CLUSTER_SIZE_MUST_BE_SET", "REQUIRED_CLUSTER_WIDTH",
+         "REQUIRED_CLUSTER_HEIGHT", "REQUIRED_CLUSTER_DEPTH", "NON_PORTABLE_CLUSTER_SIZE_ALLOWED",
+         "CLUSTER_SCHEDULING_POLICY_PREFERENCE"]
+# CUdevice_attribute numbers (cuda.h)
+MAX_THREADS_PER_BLOCK, MAX_SHARED_PER_BLOCK, MAX_REGISTERS_PER_MULTIPROCESSOR = 1, 8, 82
+MAJOR, MINOR = 75, 76
+
+
+def default_images() -> list[str]:
+    """The test apps, PyTorch's CUDA libraries and the NVIDIA libraries installed beside it (in that order:
+    the time limit cuts the last)."""
+    apps = Path(__file__).resolve().parent / "test_apps" / "build"
+    found = sorted(str(p) for p in apps.iterdir() if p.is_file() and os.access(p, os.X_OK)) if apps.is_dir() else []
+    try:
+        import torch
+        base = Path(torch.__file__).parent
+        found += glob.glob(str(base / "lib" / "lib*cuda*.so*")) + glob.glob(str(base / "lib" / "libtorch*.so*"))
+        nvidia = base.parent / "nvidia"
+        found += [p for p in glob.glob(str(nvidia / "**" / "lib*.so*"), recursive=True)
+                  if any(n in p for n in ("cublas", "cudnn_engines", "cusparse", "cufft", "curand", "nccl"))]
+    except ImportError:
+        pass
+    return list(dict.fromkeys(found))
+
+
+def cubins_of(path: str, major: int, minor: int):
+    """The machine code (cubins) a device of major.minor would load from each fatbin of a host ELF file."""
+    data = Path(path).read_bytes()
+    try:
+        section = fatbin.elf_sections(data).get(".nv_fatbin", b"")
+    except ValueError:
+        return
+    for blob in fatbin.split(section):
+        try:
+            entry = fatbin.select(fatbin.parse(blob), major, minor)
+        except ValueError:
+            continue
+        if entry is not None and entry.kind == "elf":
+            yield fatbin.single_entry_fatbin(entry), fatbin.decompress(entry)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("images", nargs="*")
+    ap.add_argument("--seconds", type=float, default=240)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    cuda = ctypes.CDLL("libcuda.so.1")
+
+    def check(status: int, what: str) -> None:
+        if status:
+            raise RuntimeError(f"{what}: CUDA error {status}")
+
+    check(cuda.cuInit(0), "cuInit")
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    check(cuda.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
+    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "retain")
+    check(cuda.cuCtxSetCurrent(ctx), "set current")
+
+    def device_attribute(n: int) -> int:
+        v = ctypes.c_int()
+        check(cuda.cuDeviceGetAttribute(ctypes.byref(v), n, dev), f"device attribute {n}")
+        return v.value
+
+    major, minor = device_attribute(MAJOR), device_attribute(MINOR)
+    device = kernel_facts.Device(device_attribute(MAX_THREADS_PER_BLOCK),
+                                 device_attribute(MAX_REGISTERS_PER_MULTIPROCESSOR),
+                                 device_attribute(MAX_SHARED_PER_BLOCK))
+    agree, disagree = Counter(), Counter()
+    examples: dict[str, list] = {n: [] for n in NAMES}
+    ptx_versions: Counter = Counter()
+    kernels = modules = 0
+    started = time.monotonic()
+    for path in args.images or default_images():
+        for image, cubin in cubins_of(path, major, minor):
+            if time.monotonic() - started > args.seconds:
+                break
+            facts = kernel_facts.read(cubin)
+            module = ctypes.c_void_p()
+            if cuda.cuModuleLoadData(ctypes.byref(module), image) != 0:
+                continue
+            modules += 1
+            for k in facts.kernels.values():
+                fn = ctypes.c_void_p()
+                if cuda.cuModuleGetFunction(ctypes.byref(fn), module, k.name.encode()) != 0:
+                    continue
+                kernels += 1
+                model = kernel_facts.model(facts, k, device)
+                for a, name in enumerate(NAMES):
+                    v = ctypes.c_int()
+                    if cuda.cuFuncGetAttribute(ctypes.byref(v), a, fn) != 0:
+                        continue
+                    if a == 5:
+                        ptx_versions[(v.value, hex(facts.flags))] += 1
+                    if a not in model:
+                        continue
+                    if model[a] == v.value:
+                        agree[name] += 1
+                    else:
+                        disagree[name] += 1
+                        if len(examples[name]) < 6:
+                            examples[name].append({"library": Path(path).name, "kernel": k.name[:120],
+                                                   "driver": v.value, "model": model[a],
+                                                   "facts": {**k.__dict__, "params": len(k.params)},
+                                                   "constant": facts.constant, "flags": hex(facts.flags)})
+            cuda.cuModuleUnload(module)
+    print(f"kernel attributes: {kernels} kernels of {modules} modules on sm_{major}{minor}, "
+          f"{time.monotonic() - started:.0f} s")
+    for name in NAMES:
+        print(f"  {name}: {agree[name]} agree, {disagree[name]} disagree")
+    print(f"  PTX_VERSION by e_flags: {dict(ptx_versions.most_common(8))}")
+    out = Path(args.out) / "kernel_attributes.json"
+    out.write_text(json.dumps({"agree": agree, "disagree": disagree, "examples": examples,
+                               "ptx_versions": {str(k): n for k, n in ptx_versions.items()}}, indent=1))
+    print(f"details: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
