@@ -123,6 +123,15 @@ def read(cubin: bytes) -> CubinFacts:
     return CubinFacts((flags >> 8) & 0xFF, flags, sizes.get(".nv.constant3", 0), reserved, kernels)
 
 
+def launch_layout(k: KernelFacts) -> list[tuple[int, int]]:
+    """The parameters' (offset, size) from the first's: the ELF counts them from where the constant bank's
+    parameter area begins, which a parameter aligned past 16 bytes (a __grid_constant__ CUtensorMap, 64)
+    moves up, where cuFuncGetParamInfo counts from the first parameter. (tests/gpu_kernel_attributes.py
+    compares it with the driver's.)"""
+    first = k.params[0][0] if k.params else 0
+    return [(offset - first, size) for offset, size in k.params]
+
+
 @dataclass(frozen=True)
 class Device:
     """What of a GPU the attributes depend on (its CUdevice attributes, from the device snapshot)."""

@@ -263,6 +263,11 @@ class Settings:
     # run loads them all at its first load, in one round trip; empty: each module loads as it is asked
     load_lists: str = _setting("load_lists", lambda: os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cuwire", "loads"))
+    # client: a library load of machine code, and its kernels' lookups, get handles the client names and go
+    # without waiting for the server (issue 35; kernel_facts.py describes the kernels). Off until each
+    # kernel's attributes are modelled on a GPU (make gpu-kernel-attributes): until then the first attribute
+    # question of each kernel waits instead, which a load's answer brought
+    named_loads: bool = _setting("named_loads", "0", parse_bool)
     stats: bool = _setting("stats", "0", parse_bool)
     strict: bool = _setting("strict", "0", parse_bool)
     # 1: every CUDA call named on stderr; remote: only the calls the server serves (read by the client's C)

@@ -68,6 +68,14 @@ def cubins_of(path: str, major: int, minor: int):
             yield fatbin.single_entry_fatbin(entry), fatbin.decompress(entry)
 
 
+def param_layout(cuda, fn) -> list[tuple[int, int]]:
+    """The driver's (offset, size) of each parameter (cuFuncGetParamInfo, as the server asks it)."""
+    out, offset, size = [], ctypes.c_size_t(), ctypes.c_size_t()
+    while cuda.cuFuncGetParamInfo(fn, len(out), ctypes.byref(offset), ctypes.byref(size)) == 0:
+        out.append((offset.value, size.value))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("images", nargs="*")
@@ -114,6 +122,16 @@ def main() -> int:
                 if cuda.cuModuleGetFunction(ctypes.byref(fn), module, k.name.encode()) != 0:
                     continue
                 kernels += 1
+                driver_layout = param_layout(cuda, fn)
+                for way, layout in (("LAYOUT (from the first parameter)", kernel_facts.launch_layout(k)),
+                                    ("LAYOUT (as the ELF counts)", k.params)):
+                    if layout == driver_layout:
+                        agree[way] += 1
+                    else:
+                        disagree[way] += 1
+                        if len(examples.setdefault(way, [])) < 6:
+                            examples[way].append({"library": Path(path).name, "kernel": k.name[:120],
+                                                  "driver": driver_layout, "model": layout})
                 model = kernel_facts.model(facts, k, device)
                 for a, name in enumerate(NAMES):
                     v = ctypes.c_int()
@@ -135,7 +153,7 @@ def main() -> int:
             cuda.cuModuleUnload(module)
     print(f"kernel attributes: {kernels} kernels of {modules} modules on sm_{major}{minor}, "
           f"{time.monotonic() - started:.0f} s")
-    for name in NAMES:
+    for name in [*NAMES, "LAYOUT (from the first parameter)", "LAYOUT (as the ELF counts)"]:
         print(f"  {name}: {agree[name]} agree, {disagree[name]} disagree")
     print(f"  PTX_VERSION by e_flags: {dict(ptx_versions.most_common(8))}")
     out = Path(args.out) / "kernel_attributes.json"

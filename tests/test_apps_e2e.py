@@ -35,6 +35,23 @@ def test_app_output_matches(name, apps: Path, client_lib, server):
     assert "unimplemented" not in r.stderr, r.stderr
 
 
+# apps whose kernels come from libraries in many ways: by the runtime, many of them, templated, two
+# translation units, device globals, graphs and kernel nodes read back, a __grid_constant__ tensor map
+NAMED_LOAD_APPS = ["vector_add", "templated", "two_units", "device_symbols", "many_kernels", "launch_api",
+                   "graph_nodes", "kernel_node_params", "tensor_map", "struct_arg", "cooperative", "clusters"]
+
+
+@pytest.mark.parametrize("name", NAMED_LOAD_APPS)
+def test_app_output_matches_with_named_loads(name, apps: Path, client_lib, server):
+    """CUWIRE_NAMED_LOADS=1 (the client names libraries and kernels and does not wait for their loads and
+    lookups): the same output."""
+    r = run_remote(apps / name, client_lib, server.address, env={"CUWIRE_NAMED_LOADS": "1", "CUWIRE_STATS": "1",
+                                                                 "CUWIRE_LOAD_LISTS": ""})
+    assert r.returncode == 0, f"{name} failed:\n{r.stdout}\n{r.stderr}"
+    assert r.stdout == (EXPECTED / f"{name}.out").read_text(), r.stderr
+    assert "loaded without waiting, under handles the client named" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("transport", sorted(TRANSPORTS))
 @pytest.mark.parametrize("name", ["large_copies", "vector_add"])
 def test_every_transport_gives_the_same_output(name, transport, apps: Path, client_lib, server):

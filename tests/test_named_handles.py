@@ -133,3 +133,70 @@ def test_what_a_batch_without_an_answer_may_carry(session):
     reply, _ = call(session, "GetKernel", module=LIBRARY, name="_Z6addOnePj", name_as=5, expect_offsets=[0],
                     expect_sizes=[8])
     assert "CW_NAME_TAG" in reply.error
+
+
+# ---------------------------------------------------------------- the client's side (CUWIRE_NAMED_LOADS)
+
+KERNEL_SOURCE = "__global__ void addOne(unsigned *p) { *p += 1; }\n"  # (_Z6addOnePj, which the emulator runs)
+NAMED_PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "cuda_api.h"
+int main(int argc, char **argv) {
+    static char image[1 << 20];
+    FILE *f = fopen(argv[1], "rb");
+    size_t n = fread(image, 1, sizeof image, f);
+    fclose(f);
+    CUdevice dev; CUcontext ctx; CUlibrary lib; CUkernel k, missing; CUdeviceptr p; unsigned v = 41;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) return 1;
+    if (n == 0 || cuLibraryLoadData(&lib, image, NULL, NULL, 0, NULL, NULL, 0)) return 2;
+    if (cuLibraryGetKernel(&k, lib, "_Z6addOnePj")) return 3;
+    int status = cuLibraryGetKernel(&missing, lib, "noSuchKernel");
+    if (cuMemAlloc_v2(&p, 4) || cuMemcpyHtoD_v2(p, &v, 4)) return 4;
+    void *params[] = {&p};
+    if (cuLaunchKernel((CUfunction)k, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL)) return 5;
+    if (cuMemcpyDtoH_v2(&v, p, 4)) return 6;
+    CUfunction fn; CUlibrary owner;
+    int got = cuKernelGetFunction(&fn, k), of = cuKernelGetLibrary(&owner, k);
+    printf("value %u, a missing kernel: %d, its function: %d, its library the one loaded: %s\n", v, status, got,
+           of == 0 && owner == lib ? "yes" : "no");
+    return 0;
+}
+"""
+
+
+def test_a_program_loads_and_launches_under_names(client_lib, server, tmp_path):
+    """CUWIRE_NAMED_LOADS=1: a library of machine code and its kernel are named by the client and sent
+    without waiting (no cuwire.LoadModule waited for, nor a lookup by name); the kernel launches, a name the image
+    lacks is CUDA_ERROR_NOT_FOUND at once, and what the server gives back about the kernel names it as the
+    program knows it. Without the setting, the same program waits for both, with the same output."""
+    import os
+    import re
+    import shutil
+    import subprocess
+
+    from conftest import compile_against_client
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+    (tmp_path / "k.cu").write_text(KERNEL_SOURCE)
+    subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.cubin"), str(tmp_path / "k.cu")],
+                   check=True, timeout=300)
+    exe = compile_against_client(NAMED_PROGRAM, tmp_path, client_lib)
+    outputs = {}
+    for named in ("1", "0"):
+        env = {**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1",
+               "CUWIRE_LOAD_LISTS": "", "CUWIRE_NAMED_LOADS": named}
+        r = subprocess.run([str(exe), str(tmp_path / "k.cubin")], capture_output=True, text=True, timeout=120,
+                           env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        outputs[named] = r.stdout
+        waited = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
+        if named == "1":
+            assert "loaded without waiting, under handles the client named: 1 modules, 1 kernels" in r.stderr
+            # (the one lookup waited for is cuKernelGetFunction's, a function the driver makes)
+            assert "cuwire.LoadModule" not in waited and "cuwire.GetKernel 1," in waited, waited
+        else:
+            assert "cuwire.LoadModule" in waited, waited
+    assert outputs["1"] == outputs["0"] == ("value 42, a missing kernel: 500, its function: 0, "
+                                            "its library the one loaded: yes\n"), outputs

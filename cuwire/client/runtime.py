@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import os
 import socket
 import struct
@@ -24,14 +25,14 @@ from dataclasses import dataclass, field
 from _cuwire import ffi, lib
 from google.protobuf.message import DecodeError
 
-from cuwire import address_space, fatbin
+from cuwire import address_space, fatbin, kernel_facts
 from cuwire.client import clusters_ahead, device_choice, load_lists
 from cuwire.client.shared_host import SharedHost
 from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import wire_ids
 from cuwire.settings import Settings, sends_from_a_thread, server_list
-from cuwire.wire import compression, ring
+from cuwire.wire import compression, layouts, ring
 from cuwire.wire.hello import MOST_LIST_KEPT, gpu_arch, make_hello
 from cuwire.wire.tls import TlsSocket, fingerprint
 from cuwire.wire.transport import (
@@ -48,8 +49,10 @@ from cuwire.wire.transport import (
 # The CUresult codes used here.
 INVALID_VALUE, OUT_OF_MEMORY, DEVICE_UNAVAILABLE = (
     cu.CUDA_ERROR_INVALID_VALUE, cu.CUDA_ERROR_OUT_OF_MEMORY, cu.CUDA_ERROR_DEVICE_UNAVAILABLE)
-NOT_SUPPORTED, NO_BINARY_FOR_GPU, UNKNOWN, NO_DEVICE = (
-    cu.CUDA_ERROR_NOT_SUPPORTED, cu.CUDA_ERROR_NO_BINARY_FOR_GPU, cu.CUDA_ERROR_UNKNOWN, cu.CUDA_ERROR_NO_DEVICE)
+NOT_SUPPORTED, NO_BINARY_FOR_GPU, UNKNOWN, NO_DEVICE, NOT_FOUND = (
+    cu.CUDA_ERROR_NOT_SUPPORTED, cu.CUDA_ERROR_NO_BINARY_FOR_GPU, cu.CUDA_ERROR_UNKNOWN, cu.CUDA_ERROR_NO_DEVICE,
+    cu.CUDA_ERROR_NOT_FOUND)
+NAME_TAG = layouts.constant("CW_NAME_TAG")  # a handle the client names (name_load, name_kernel)
 COPY_FROM_DEVICE = wire_ids.OP_IDS["CopyFromDevice"]  # a program's copy, made in C (client/calls.c)
 # Sync functions whose C `fast` path queues the call (client/calls.c, launches.c) rather than answers it: --stats counts
 # those calls as queued.
@@ -119,6 +122,8 @@ class Stats:
     modules_preloaded: int = 0  # of modules_cached: loaded ahead from the program's last run's list
     modules_sent_ahead: int = 0  # of modules_uploaded: sent with the load's first request (load_on)
     modules_sent_for_nothing: int = 0  # of modules_cached: sent so, but the server had it
+    modules_named: int = 0  # loaded without waiting, under a handle the client named (name_load)
+    kernels_named: int = 0  # looked up so (name_kernel)
     list_from_server: bool = False  # ...the list the server kept (this machine had none: load_lists.Run)
     peer_bytes: int = 0  # copied between two servers of a device list, server to server (copy_between)
     wait_seconds: float = 0.0
@@ -224,6 +229,21 @@ class Session:
         return shared
 
 
+def machine_code(image: bytes) -> bytes | None:
+    """The cubin an image (what image_for sends: one fatbin entry, or an ELF) holds, else None (PTX, a fatbin
+    of several entries)."""
+    kind = fatbin.image_kind(image)
+    if kind == "elf":
+        return image
+    if kind != "fatbin":
+        return None
+    try:
+        entries = fatbin.parse(image)
+        return fatbin.decompress(entries[0]) if len(entries) == 1 and entries[0].kind == "elf" else None
+    except ValueError:
+        return None
+
+
 def lookup_key(args: pb.GetKernel_Args) -> tuple:
     """Where Client.lookups keeps a lookup's answer. The same lookup gives the same handle (modules stay
     loaded on the server for the session); a kernel's function is the current context's, so that one is
@@ -304,6 +324,8 @@ class Client:
         self.names: dict[int, str] = {}
         self.error_strings: dict[tuple[int, bool, bool], object] = {}  # kept alive: C holds the pointers
         self.lookups: dict[tuple, Kernel] = {}  # kernel and function lookups already answered (lookup_kernel)
+        self.next_name = itertools.count(1)  # the handles the client names (name_load, name_kernel)
+        self.named_libraries: dict[int, kernel_facts.CubinFacts] = {}  # a named library -> its kernels
         self.cache_missed: set[int] = set()  # routes whose server lacked an image of this run's (load_on)
         self.loaded: dict[tuple, pb.LoadModule_Result] = {}  # (digest, as_module, its context) -> load_image's
         self.run: load_lists.Run | None = None  # the program's list and this run's (program_run)
@@ -718,7 +740,10 @@ class Client:
             if ahead is not None:
                 self.stats.modules_preloaded += 1
                 res = ahead.load
-        if res is None:
+        named = self.name_load(route, digest, image, as_module) if res is None else None
+        if named is not None:
+            res = pb.LoadModule_Result(module=named)
+        elif res is None:
             res = self.load_on(route, digest, image, as_module)
             if self.listed and not as_module:  # a library belongs to no context: it is each server's
                 self.load_elsewhere(res, blob)
@@ -779,6 +804,61 @@ class Client:
                 self.stats.modules_sent_for_nothing += 1
             self.stats.modules_cached += 1
         return res
+
+    def name_load(self, route: int, digest: bytes, image: bytes, as_module: bool) -> int | None:
+        """With CUWIRE_NAMED_LOADS: a library of machine code the client can describe (kernel_facts.py) loaded
+        under a handle the client names, sent with its bytes and without waiting (the server takes the name
+        for its library: Session.give_name); the name, or None where the load goes as asked (a module, PTX,
+        a large image, a device list)."""
+        if not self.settings.named_loads or as_module or self.listed or len(image) > UPLOAD_AHEAD_MOST:
+            return None
+        cubin = machine_code(image)
+        if cubin is None:
+            return None
+        try:
+            facts = kernel_facts.read(cubin)
+        except ValueError:
+            return None
+        name = NAME_TAG | next(self.next_name)
+        body, codec = self.encode(image)
+        self.send_unanswered(LOAD_MODULE, pb.LoadModule_Args(digest=digest, image=body, image_codec=codec, name=name),
+                             route)
+        self.named_libraries[name] = facts
+        self.stats.modules_named += 1
+        return name
+
+    def name_kernel(self, route: int, args: pb.GetKernel_Args, facts: kernel_facts.CubinFacts) -> Kernel:
+        """A kernel of a library loaded under a name (name_load), looked up under a name too, without
+        waiting: its layout from the image; a name the image has no kernel of is CUDA_ERROR_NOT_FOUND, as
+        the driver says."""
+        found = facts.kernels.get(args.name)
+        if found is None:
+            raise Fail(NOT_FOUND)
+        name = NAME_TAG | next(self.next_name)
+        layout = kernel_facts.launch_layout(found)
+        offsets, sizes = [o for o, _ in layout], [n for _, n in layout]
+        self.send_unanswered(GET_KERNEL, pb.GetKernel_Args(module=args.module, name=args.name, name_as=name,
+                                                           expect_offsets=offsets, expect_sizes=sizes), route)
+        self.stats.kernels_named += 1
+        return Kernel(name, tuple(offsets), tuple(sizes))
+
+    def send_unanswered(self, fn: int, args, route: int) -> None:
+        """A call nobody waits for (a load or lookup that names its handle), sent after the calls queued
+        before it; its error, if any, comes with the next answer, as a queued call's does."""
+        raw = args.SerializeToString()
+        with self.lock:
+            session = self.session_of(route)
+            with wire_lock(route):
+                batch = pb.Batch(fn=fn, no_reply=True)
+                self.take_queued(batch, route)
+                batch.args, batch.args_codec = self.encode(raw)
+                try:
+                    session.transport.send_only(batch)
+                except TransportError as e:
+                    self.lose(e, route)
+                self.stats.sends += 1
+                self.stats.bytes_sent_raw += len(raw)
+                self.stats.bytes_sent += session.transport.connection.sent
 
     def copy_between(self, dst: int, src: int, size: int) -> int:
         """A copy between the memory of two servers of the device list (server/peer_copy.py): each piece
@@ -941,6 +1021,11 @@ class Client:
         route = self.lookup_route(args)
         cache_key = lookup_key(args)
         k = self.lookups.get(cache_key)
+        named = self.named_libraries.get(args.module) if not args.from_module and not args.kernel else None
+        if k is None and named is not None:
+            k = self.lookups[cache_key] = self.name_kernel(route, args, named)
+            if self.run is not None:
+                self.run.named.add(cache_key)
         if k is None:
             asked = pb.GetKernel_Args(module=args.module, name=args.name, from_module=args.from_module,
                                       kernel=lib.cuwire_route_alias(args.kernel, route) if args.kernel else 0)
@@ -1261,6 +1346,8 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
            f"{', which the server kept' if s.list_from_server else ''})" if s.modules_preloaded else "")
         + (f"; uploaded with the load's first request: {s.modules_sent_ahead} (and {s.modules_sent_for_nothing} "
            "sent so that the server had)" if s.modules_sent_ahead or s.modules_sent_for_nothing else ""),
+        *([f"  loaded without waiting, under handles the client named: {s.modules_named} modules, "
+           f"{s.kernels_named} kernels looked up"] if s.modules_named else []),
         *([f"  copied between servers of the device list, server to server: {size(s.peer_bytes)}"]
           if s.peer_bytes else []),
         f"  time waiting on the server: {s.wait_seconds * 1e3:.1f} ms",

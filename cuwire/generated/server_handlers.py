@@ -803,6 +803,7 @@ def cuKernelGetLibrary(s, a: pb.cuKernelGetLibrary_Args) -> pb.cuKernelGetLibrar
     if r.status == 0:
         r.pLib = s.scalar(pLib[0])
         s.owns_handle("CUlib_st", r.pLib)
+        r.pLib = s.as_named(r.pLib)  # (a library or kernel the client named: its name)
     return r
 
 

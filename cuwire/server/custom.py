@@ -412,6 +412,8 @@ def enumerate_kernels(s, a: pb.Enumerate_Args) -> pb.Enumerate_Result:
         r.status = lib.cuLibraryEnumerateKernels(handles, a.count, _module(s, a.module))
     if r.status == 0:
         _describe_all(s, list(handles)[:a.count], "function" if a.from_module else "kernel", r.kernels)
+        for k in r.kernels:  # (a kernel the client named: the program holds its name)
+            k.kernel = s.as_named(k.kernel)
     return r
 
 
@@ -538,6 +540,7 @@ def kernel_node_params(s, a: pb.KernelNodeParams_Args) -> pb.KernelNodeParams_Re
     r.block[:] = (p.blockDimX, p.blockDimY, p.blockDimZ)
     r.shared_mem, r.params = p.sharedMemBytes, bytes(params)
     r.param_offsets[:], r.param_sizes[:] = offsets, sizes
+    r.kern = s.as_named(r.kern)  # (a kernel the client named: the program holds its name)
     name = ffi.new("const char **")
     if s.lib.cuFuncGetName(name, p.func) == 0 and name[0] != ffi.NULL:
         r.func_name = ffi.string(name[0]).decode(errors="replace")

@@ -113,6 +113,7 @@ class Session:
         self.kernel_kind: dict[int, str] = {}  # the same handles -> "kernel" or "function"
         self.layouts: dict[int, tuple[list[int], list[int]]] = {}  # the same -> parameter offsets and sizes
         self.names: dict[int, int] = {}  # a handle the client named (CW_NAME_TAG) -> the driver's (give_name)
+        self.named_as: dict[int, int] = {}  # ...and back: what the client knows the driver's handle as
         self.calls = 0
         self.started = time.monotonic()
         self.payload = bulk.IncomingPayload()  # the running batch's payload, as it arrives (run)
@@ -469,6 +470,12 @@ class Session:
         if self.names.get(name, real) != real:
             raise WireError(f"the name {name:#x} stands for another handle already")
         self.names[name] = real
+        self.named_as.setdefault(real, name)
+
+    def as_named(self, real: int) -> int:
+        """A driver's handle going to the client: the name the client gave it, if it named one (the program
+        holds that: NVIDIA's runtime finds its kernels by it), else itself."""
+        return self.named_as.get(real, real)
 
     def at_most(self, value: int, most: int, what: str) -> None:
         """A value that sizes an output buffer (annotation at_most): the client passes at most what the call
