@@ -118,6 +118,22 @@ def test_an_unanswered_load_of_an_image_the_cache_lacks_fails_at_the_next_answer
     assert reply.queued_error == cu.CUDA_ERROR_FILE_NOT_FOUND and "LoadModule" in reply.queued_error_fn, reply
 
 
+def test_names_are_bounded(tmp_path):
+    """A client that names the same kernel over and over is held to CUWIRE_MAX_HANDLES names, as to handles."""
+    server = CuWireServer(Settings(backend="emulated", cache_dir=tmp_path, max_handles=3))
+    s = Session(server, "test", pb.Hello(), "bounded")
+    try:
+        load_and_look_up(s)  # (two names)
+        statuses = []
+        for n in range(3, 5):
+            reply, res = call(s, "GetKernel", module=LIBRARY, name="_Z6addOnePj", name_as=NAME_TAG | n,
+                              expect_offsets=[0], expect_sizes=[8])
+            statuses.append(res.status)
+        assert statuses == [0, cu.CUDA_ERROR_OUT_OF_MEMORY] and len(s.names) == 3
+    finally:
+        s.close()
+
+
 def test_what_a_batch_without_an_answer_may_carry(session):
     """Only a load or lookup that names its handle; a name stands for one handle only."""
     reply, _ = call(session, "cuCtxSynchronize", no_reply=True)

@@ -469,6 +469,9 @@ class Session:
             raise WireError(f"a name must have the bit CW_NAME_TAG set: {name:#x}")
         if self.names.get(name, real) != real:
             raise WireError(f"the name {name:#x} stands for another handle already")
+        most = self.server.settings.max_handles
+        if most and name not in self.names and len(self.names) >= most:  # (a client naming in a loop is bounded)
+            raise CudaFail(OUT_OF_MEMORY, f"the session holds {most} names of handles (CUWIRE_MAX_HANDLES)")
         self.names[name] = real
         self.named_as.setdefault(real, name)
 
