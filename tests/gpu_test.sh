@@ -4,7 +4,9 @@
 # diff the outputs, one line per program; then CUDA library programs, NVML and PyTorch.
 # Logs go to build/gpu-test, and as one tarball to $OUT when set (the device tool brings it back).
 # GPU_TEST_ONLY=apps runs only the test apps and the wire tests; GPU_TEST_ONLY=torch only the PyTorch, JAX and
-# CuPy programs; GPU_TEST_ONLY=cupy-suite only CuPy's own tests: each of the three fits a 10-minute device call.
+# CuPy programs (about 9 minutes on two H200s), in two halves with torch-frameworks (NVML, the programs, their
+# next runs and over TCP) and torch-more (multi-GPU, a cut link, expandable segments, a step's cost);
+# GPU_TEST_ONLY=cupy-suite only CuPy's own tests: each fits a 10-minute device call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG=$PWD/build/gpu-test
@@ -52,7 +54,8 @@ if [ "${GPU_TEST_ONLY:-}" = cupy-suite ]; then  # (tests/cupy_suite/run.sh, with
   if PY=$PY LOG=$LOG bash tests/cupy_suite/run.sh; then pass=1; else fail=1; fi
   kill $SERVER; echo "gpu-test summary: $pass passed, $fail failed"; exit $fail
 fi
-if [ "${GPU_TEST_ONLY:-}" != torch ]; then
+TORCH_ONLY=; case "${GPU_TEST_ONLY:-}" in torch|torch-frameworks|torch-more) TORCH_ONLY=1;; esac
+if [ -z "$TORCH_ONLY" ]; then
   # (a local server: the Unix socket, payloads in shared memory)
   for app in tests/test_apps/build/*; do
     [ -f "$app" ] && [ -x "$app" ] && compare "$(basename "$app")" -- "$app"
@@ -85,14 +88,6 @@ if [ "${GPU_TEST_ONLY:-}" != torch ]; then
 fi
 
 if [ "${GPU_TEST_ONLY:-}" != apps ]; then  # (GPU_TEST_ONLY=apps: the test apps and the wire tests only)
-# NVML: cuwire's libnvidia-ml.so.1 answers from the server's NVML (through ctypes, and through pynvml)
-compare nvml-ctypes -- $PY tests/tools/nvml_probe.py
-compare nvml-pynvml -- $PY tests/tools/nvml_probe.py --pynvml
-# nvidia-smi -L through cuwire (told, not counted: nvidia-smi is the driver's tool, not a user program)
-CUWIRE_TRACE=1 timeout 60 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote nvidia-smi -L" \
-  >"$LOG/nvidia-smi.out" 2>"$LOG/nvidia-smi.err"; echo "nvidia-smi -L through cuwire (rc=$?, $(grep -c '^cuwire trace' \
-  "$LOG/nvidia-smi.err") calls reached cuwire): $(head -3 "$LOG/nvidia-smi.out" | tr '\n' ' ')$(grep -m3 unimplemented "$LOG/nvidia-smi.err" | tr '\n' ' ')"
-
 # PyTorch (stock, as installed on this host) natively and through cuwire
 torch_compare() {  # torch_compare NAME SCRIPT ARGS...: natively, then through cuwire; one line, and the --stats
   local name=$1; shift
@@ -109,6 +104,15 @@ torch_compare() {  # torch_compare NAME SCRIPT ARGS...: natively, then through c
     grep -v "^cuwire trace" "$LOG/$name.err" | sort | uniq -c | sort -rn | head -15; fail=$((fail+1))
   fi
 }
+if [ "${GPU_TEST_ONLY:-}" != torch-more ]; then
+# NVML: cuwire's libnvidia-ml.so.1 answers from the server's NVML (through ctypes, and through pynvml)
+compare nvml-ctypes -- $PY tests/tools/nvml_probe.py
+compare nvml-pynvml -- $PY tests/tools/nvml_probe.py --pynvml
+# nvidia-smi -L through cuwire (told, not counted: nvidia-smi is the driver's tool, not a user program)
+CUWIRE_TRACE=1 timeout 60 bash -c "$(declare -f remote); LOG=$LOG RUNTIME_DIR=$RUNTIME_DIR remote nvidia-smi -L" \
+  >"$LOG/nvidia-smi.out" 2>"$LOG/nvidia-smi.err"; echo "nvidia-smi -L through cuwire (rc=$?, $(grep -c '^cuwire trace' \
+  "$LOG/nvidia-smi.err") calls reached cuwire): $(head -3 "$LOG/nvidia-smi.out" | tr '\n' ' ')$(grep -m3 unimplemented "$LOG/nvidia-smi.err" | tr '\n' ' ')"
+
 for script in tests/torch_apps/*.py; do torch_compare "torch-$(basename "$script" .py)" "$script"; done
 # JAX (XLA's default flags: CUDA graphs) and CuPy's linear algebra at real sizes, natively and through cuwire
 for script in tests/jax_apps/*.py tests/cupy_apps/*.py; do
@@ -133,6 +137,8 @@ done
 if [ "${CUPY_SUITE:-1}" != 0 ] && [ -z "${GPU_TEST_ONLY:-}" ]; then
   if PY=$PY LOG=$LOG MAPS_OUT=$LOG/maps.txt bash tests/cupy_suite/run.sh; then pass=$((pass+1)); else fail=$((fail+1)); fi
 fi
+fi  # (torch-more)
+if [ "${GPU_TEST_ONLY:-}" != torch-frameworks ]; then
 # one process, two GPUs (DataParallel, NCCL inside one process, peer copies), where the server has two
 if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   for script in tests/multi_gpu_apps/*.py; do torch_compare "multi-gpu-$(basename "$script" .py)" "$script"; done
@@ -161,8 +167,9 @@ awk '/API calls:/ { w[FILENAME] = $5; q[FILENAME] = $14; l[FILENAME] = $20 } /ro
            "%.1f calls waited for, %.1f queued, %.1f answered locally\n", (r[b] - r[a]) / 10, (w[b] - w[a]) / 10, \
            (q[b] - q[a]) / 10, (l[b] - l[a]) / 10 }' "$LOG/step-stats-1.err" "$LOG/step-stats-11.err"
 grep "top calls sent" "$LOG/step-stats-11.err" | sed "s/^ */  11 steps: /"
+fi  # (torch-frameworks)
 
-[ "${GPU_TEST_ONLY:-}" = torch ] && { kill $SERVER; echo "gpu-test summary: $pass passed, $fail failed"; exit $fail; }
+[ -n "$TORCH_ONLY" ] && { kill $SERVER; echo "gpu-test summary: $pass passed, $fail failed"; exit $fail; }
 fi
 
 # inside a running Python process (the interpreter that has torch): the driver API through ctypes
