@@ -61,6 +61,9 @@ QUEUED_BY_C = ("cuMemcpyHtoD_v2", "cuMemcpyHtoDAsync_v2")
 WAITED_BY_C = ("cuMemcpyDtoH_v2", "cuMemcpyDtoHAsync_v2")
 # Where the device snapshot's attribute list (Device.attributes) holds the launch limits: the
 MAX_THREADS_PER_BLOCK = cu.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+# ...and what a kernel's modelled attributes depend on (kernel_facts.Device)
+MAX_REGISTERS_PER_MULTIPROCESSOR = cu.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR
+MAX_SHARED_PER_BLOCK = cu.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK
 MAX_BLOCK_DIM = (cu.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, cu.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
                  cu.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)
 MAX_GRID_DIM = (cu.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, cu.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
@@ -840,7 +843,26 @@ class Client:
         self.send_unanswered(GET_KERNEL, pb.GetKernel_Args(module=args.module, name=args.name, name_as=name,
                                                            expect_offsets=offsets, expect_sizes=sizes), route)
         self.stats.kernels_named += 1
+        self.keep_modelled_attributes(route, name, facts, found)
         return Kernel(name, tuple(offsets), tuple(sizes))
+
+    def keep_modelled_attributes(self, route: int, name: int, facts: kernel_facts.CubinFacts,
+                                 found: kernel_facts.KernelFacts) -> None:
+        """A named kernel's attributes that kernel_facts models as the driver answers them (CHECKED), kept on
+        each device of the session as a lookup's answer's would be; the runtime's questions of the others go
+        to the server, as without a name."""
+        if not kernel_facts.CHECKED:
+            return
+        for ordinal, d in enumerate(self.session_of(route).welcome.devices):
+            a = d.attributes
+            if len(a) <= max(MAX_THREADS_PER_BLOCK, MAX_REGISTERS_PER_MULTIPROCESSOR, MAX_SHARED_PER_BLOCK):
+                return
+            device = kernel_facts.Device(a[MAX_THREADS_PER_BLOCK], a[MAX_REGISTERS_PER_MULTIPROCESSOR],
+                                         a[MAX_SHARED_PER_BLOCK])
+            values = kernel_facts.attributes(facts, found, device)
+            count = cu.CU_FUNC_ATTRIBUTE_MAX
+            lib.cuwire_keep_every_attribute(1, name, ordinal, [0 if i in values else -1 for i in range(count)],
+                                            [values.get(i, 0) for i in range(count)], count)
 
     def send_unanswered(self, fn: int, args, route: int) -> None:
         """A call nobody waits for (a load or lookup that names its handle), sent after the calls queued
