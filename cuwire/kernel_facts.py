@@ -64,8 +64,7 @@ class CubinFacts:
 
 def _sections(elf: bytes) -> list[tuple[str, int, int, int, int]]:
     """(name, type, offset, size, link) of each section: NOBITS ones keep their size, which
-    fatbin.elf_sections leaves out."""
-    fatbin.elf_sections(elf)  # (checks the header and the table's bounds)
+    fatbin.elf_sections leaves out. The header and the table's bounds checked by fatbin.elf_sections first."""
     shoff, = struct.unpack_from("<Q", elf, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
     raw = [struct.unpack_from("<IIQQQQI", elf, shoff + i * shentsize) for i in range(shnum)]
@@ -80,8 +79,8 @@ def _sections(elf: bytes) -> list[tuple[str, int, int, int, int]]:
 
 def read(cubin: bytes) -> CubinFacts:
     """The facts of a cubin (a 64-bit little-endian CUDA ELF). ValueError if it is not one."""
+    contents = fatbin.elf_sections(cubin)  # (first: it checks the header and the section table's bounds)
     sections = _sections(cubin)
-    contents = fatbin.elf_sections(cubin)
     flags, = struct.unpack_from("<I", cubin, 0x30)
     symbols: dict[int, str] = {}
     entries: set[str] = set()

@@ -11,14 +11,14 @@ import struct
 from typing import Any
 
 import pytest
+from test_records import launch, record  # (queued calls as the client's C packs them)
 
 from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.generated.wire_ids import OP_IDS
-from cuwire.server.records import RECORD_HEADER
 from cuwire.server.service import CuWireServer
-from cuwire.server.session import RECORD_IDS, Session
+from cuwire.server.session import Session
 from cuwire.settings import Settings
 from cuwire.wire import layouts
 
@@ -26,8 +26,6 @@ NAME_TAG = layouts.constant("CW_NAME_TAG")
 LIBRARY, KERNEL = NAME_TAG | 1, NAME_TAG | 2
 PTX = b".version 9.0\n.target sm_75\n.address_size 64\n.visible .entry _Z6addOnePj(.param .u64 p)\n{\n    ret;\n}\n"
 DIGEST = hashlib.sha256(PTX).digest()
-LAUNCH = RECORD_IDS[0]
-LAUNCH_HEAD = layouts.layout("cw_launch_head")
 IDS = {name: i for i, (name, _, _) in generated.HANDLERS.items()}
 
 
@@ -48,16 +46,6 @@ def call(s: Session, function: str, records: bytes = b"", no_reply: bool = False
     return reply, result
 
 
-def record(name: str, *values) -> bytes:
-    fn, layout = next((i, layout) for i, (n, layout) in generated.RECORDS.items() if n == name)
-    return RECORD_HEADER.pack(fn, layout.size) + layout.pack(*values)
-
-
-def launch(kernel: int, pointer: int) -> bytes:
-    body = LAUNCH_HEAD.pack(kernel, 1, 1, 1, 1, 1, 1, 0, 0) + struct.pack("<Q", pointer)
-    return RECORD_HEADER.pack(LAUNCH, len(body)) + body
-
-
 def load_and_look_up(s: Session) -> None:
     """The library and its kernel, each named and unanswered (as the client sends them, without waiting)."""
     reply, _ = call(s, "LoadModule", no_reply=True, digest=DIGEST, image=PTX, name=LIBRARY)
@@ -75,7 +63,7 @@ def test_a_named_kernel_launches_and_answers_as_the_drivers(session):
     pointer = res.dptr
     _, res = call(session, "cuMemcpyHtoD_v2", dstDevice=pointer, srcHost=struct.pack("<I", 41), ByteCount=4)
     set_shared = record("cuKernelSetAttribute", cu.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024, KERNEL, 0)
-    reply, res = call(session, "cuMemcpyDtoH_v2", records=launch(KERNEL, pointer) + set_shared,
+    reply, res = call(session, "cuMemcpyDtoH_v2", records=launch(KERNEL, struct.pack("<Q", pointer)) + set_shared,
                       srcDevice=pointer, ByteCount=4)
     assert not reply.error and not reply.queued_error and res.status == 0, reply
     assert struct.unpack("<I", res.dstHost)[0] == 42  # (_Z6addOnePj: *p += 1)

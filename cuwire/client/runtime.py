@@ -674,13 +674,18 @@ class Client:
                 batch = pb.Batch(no_reply=True)
                 if not self.take_queued(batch, route):
                     return 0  # (its records were counted as queued: client/completion.c)
-                try:
-                    session.transport.send_only(batch)
-                except TransportError as e:
-                    self.lose(e, route)
-                self.stats.sends += 1
-                self.stats.bytes_sent += session.transport.connection.sent
+                self._send_only(session, batch, route)
                 return 0
+
+    def _send_only(self, session: Session, batch: pb.Batch, route: int) -> None:
+        """Send a batch nobody waits for on the route's session (send_queued, send_unanswered); the lock and
+        the route's wire lock held."""
+        try:
+            session.transport.send_only(batch)
+        except TransportError as e:
+            self.lose(e, route)
+        self.stats.sends += 1
+        self.stats.bytes_sent += session.transport.connection.sent
 
     def encode(self, data: bytes) -> tuple[bytes, int]:
         if self.policy.wants(len(data)):
@@ -874,13 +879,8 @@ class Client:
                 batch = pb.Batch(fn=fn, no_reply=True)
                 self.take_queued(batch, route)
                 batch.args, batch.args_codec = self.encode(raw)
-                try:
-                    session.transport.send_only(batch)
-                except TransportError as e:
-                    self.lose(e, route)
-                self.stats.sends += 1
                 self.stats.bytes_sent_raw += len(raw)
-                self.stats.bytes_sent += session.transport.connection.sent
+                self._send_only(session, batch, route)
 
     def copy_between(self, dst: int, src: int, size: int) -> int:
         """A copy between the memory of two servers of the device list (server/peer_copy.py): each piece

@@ -174,7 +174,8 @@ class Session:
         if self.deferred_error:
             (reply.queued_error, reply.queued_error_fn), self.deferred_error = self.deferred_error, None
         try:
-            if batch.no_reply and batch.fn and not self.names_its_handle(batch):
+            unanswered = self.unanswered_args(batch) if batch.no_reply and batch.fn else None
+            if batch.no_reply and batch.fn and unanswered is None:
                 raise WireError("a batch sent without waiting for a reply carries queued calls only (or a load or "
                                 "lookup that names its handle)")
             if batch.records:
@@ -183,8 +184,9 @@ class Session:
                     reply.queued_error, reply.queued_error_fn = err, fn
             if batch.fn:
                 name, args_cls, handler = self.lookup(batch.fn)
-                try:
-                    args = args_cls.FromString(self.server.decode(batch.args, batch.args_codec, MAX_MESSAGE))
+                try:  # (an unanswered call's were read already, to see that it names its handle)
+                    args = unanswered if unanswered is not None else args_cls.FromString(
+                        self.server.decode(batch.args, batch.args_codec, MAX_MESSAGE))
                 except DecodeError as e:
                     raise WireError(f"malformed arguments for {name}: {e}") from e
                 self.calls += 1
@@ -221,18 +223,19 @@ class Session:
                 self.deferred_error = (reply.queued_error, reply.queued_error_fn)
         return reply
 
-    def names_its_handle(self, batch: pb.Batch) -> bool:
-        """Whether the batch's call is a load or lookup that names its handle (LoadModule_Args.name,
-        GetKernel_Args.name_as): the client gave the program the handle already, and need not wait."""
+    def unanswered_args(self, batch: pb.Batch):
+        """The arguments of the batch's call where it is a load or lookup that names its handle
+        (LoadModule_Args.name, GetKernel_Args.name_as: the client gave the program the handle already, and
+        need not wait), else None."""
         named = UNANSWERED.get(batch.fn)
         if named is None:
-            return False
+            return None
         args_cls, field = named
         try:
             args = args_cls.FromString(self.server.decode(batch.args, batch.args_codec, MAX_MESSAGE))
         except DecodeError as e:
             raise WireError(f"malformed arguments for an unanswered call: {e}") from e
-        return bool(getattr(args, field))
+        return args if getattr(args, field) else None
 
     def compress_payload(self, reply: pb.Reply, batch: pb.Batch) -> None:
         """The reply's payload, compressed (the client asked: its link is slow, compression.py): gathered
