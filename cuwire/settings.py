@@ -264,9 +264,8 @@ class Settings:
     load_lists: str = _setting("load_lists", lambda: os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cuwire", "loads"))
     # client: a library load of machine code, and its kernels' lookups, get handles the client names and go
-    # without waiting for the server (issue 35; kernel_facts.py describes the kernels). Off until each
-    # kernel's attributes are modelled on a GPU (make gpu-kernel-attributes): until then the first attribute
-    # question of each kernel waits instead, which a load's answer brought
+    # without waiting for the server (issue 35; kernel_facts.py describes the kernels and answers their
+    # attributes, as the driver did for every kernel make gpu-kernel-attributes read)
     named_loads: bool = _setting("named_loads", "0", parse_bool)
     stats: bool = _setting("stats", "0", parse_bool)
     strict: bool = _setting("strict", "0", parse_bool)

@@ -17,7 +17,11 @@ import ctypes
 import glob
 import json
 import os
+import shutil
+import struct
+import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -30,6 +34,7 @@ NAMES = ["MAX_THREADS_PER_BLOCK", "SHARED_SIZE_BYTES", "CONST_SIZE_BYTES", "LOCA
          "PREFERRED_SHARED_MEMORY_CARVEOUT", "CLUSTER_SIZE_MUST_BE_SET", "REQUIRED_CLUSTER_WIDTH",
          "REQUIRED_CLUSTER_HEIGHT", "REQUIRED_CLUSTER_DEPTH", "NON_PORTABLE_CLUSTER_SIZE_ALLOWED",
          "CLUSTER_SCHEDULING_POLICY_PREFERENCE"]
+EM_CUDA = 190
 # CUdevice_attribute numbers (cuda.h)
 MAX_THREADS_PER_BLOCK, MAX_SHARED_PER_BLOCK, MAX_REGISTERS_PER_MULTIPROCESSOR = 1, 8, 82
 MAJOR, MINOR = 75, 76
@@ -52,9 +57,40 @@ def default_images() -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def probes(major: int, minor: int) -> list[str]:
+    """Cubins built here (where nvcc is) for what the libraries may lack: tests/test_kernel_facts.py's
+    kernels, one compiled from an older PTX version than the code's, and kernels whose stack their callees
+    decide (another unit's function, linked by nvlink; recursion, which leaves it unknown)."""
+    if not shutil.which("nvcc"):
+        return []
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_kernel_facts import CALLS, DEEPER, OLDER, SOURCE
+    folder, sm = Path(tempfile.mkdtemp()), f"sm_{major}{minor}"
+    (folder / "k.cu").write_text(SOURCE)
+    (folder / "calls.cu").write_text(CALLS)
+    (folder / "deeper.cu").write_text(DEEPER)
+    (folder / "older.cu").write_text(OLDER)
+    steps = [["nvcc", "-cubin", f"-arch={sm}", "-o", f"{folder}/k.cubin", f"{folder}/k.cu"],
+             ["nvcc", "-cubin", f"-gencode=arch=compute_80,code={sm}", "-o", f"{folder}/older.cubin",
+              f"{folder}/older.cu"]]
+    steps += [["nvcc", "-cubin", "-rdc=true", f"-arch={sm}", "-o", f"{folder}/{n}.o", f"{folder}/{n}.cu"]
+              for n in ("calls", "deeper")]
+    steps += [["nvlink", f"-arch={sm}", f"{folder}/calls.o", f"{folder}/deeper.o", "-o", f"{folder}/linked.cubin"]]
+    for step in steps:
+        r = subprocess.run(step, capture_output=True, text=True, timeout=300)
+        if r.returncode:
+            print(f"probe not built: {' '.join(step)}: {r.stderr.strip()[-300:]}")
+            return []
+    return [str(folder / n) for n in ("k.cubin", "older.cubin", "linked.cubin")]
+
+
 def cubins_of(path: str, major: int, minor: int):
-    """The machine code (cubins) a device of major.minor would load from each fatbin of a host ELF file."""
+    """The machine code (cubins) a device of major.minor would load from each fatbin of a host ELF file
+    (or the file itself, a cubin)."""
     data = Path(path).read_bytes()
+    if data[:4] == b"\x7fELF" and struct.unpack_from("<H", data, 0x12)[0] == EM_CUDA:
+        yield data, data
+        return
     try:
         section = fatbin.elf_sections(data).get(".nv_fatbin", b"")
     except ValueError:
@@ -103,12 +139,12 @@ def main() -> int:
     device = kernel_facts.Device(device_attribute(MAX_THREADS_PER_BLOCK),
                                  device_attribute(MAX_REGISTERS_PER_MULTIPROCESSOR),
                                  device_attribute(MAX_SHARED_PER_BLOCK))
-    agree, disagree = Counter(), Counter()
+    agree, disagree, unmodelled = Counter(), Counter(), Counter()
     examples: dict[str, list] = {n: [] for n in NAMES}
     ptx_versions: Counter = Counter()
     kernels = modules = 0
     started = time.monotonic()
-    for path in args.images or default_images():
+    for path in args.images or probes(major, minor) + default_images():
         for image, cubin in cubins_of(path, major, minor):
             if time.monotonic() - started > args.seconds:
                 break
@@ -117,21 +153,26 @@ def main() -> int:
             if cuda.cuModuleLoadData(ctypes.byref(module), image) != 0:
                 continue
             modules += 1
+            count = ctypes.c_uint()
+            if cuda.cuModuleGetFunctionCount(ctypes.byref(count), module) == 0:
+                same = count.value == len(facts.kernels)
+                (agree if same else disagree)["KERNELS (how many)"] += 1
+                if not same and len(examples.setdefault("KERNELS (how many)", [])) < 6:
+                    examples["KERNELS (how many)"].append({"library": Path(path).name, "driver": count.value,
+                                                           "model": len(facts.kernels)})
             for k in facts.kernels.values():
                 fn = ctypes.c_void_p()
                 if cuda.cuModuleGetFunction(ctypes.byref(fn), module, k.name.encode()) != 0:
                     continue
                 kernels += 1
                 driver_layout = param_layout(cuda, fn)
-                for way, layout in (("LAYOUT (from the first parameter)", kernel_facts.launch_layout(k)),
-                                    ("LAYOUT (as the ELF counts)", k.params)):
-                    if layout == driver_layout:
-                        agree[way] += 1
-                    else:
-                        disagree[way] += 1
-                        if len(examples.setdefault(way, [])) < 6:
-                            examples[way].append({"library": Path(path).name, "kernel": k.name[:120],
-                                                  "driver": driver_layout, "model": layout})
+                if k.params == driver_layout:
+                    agree["LAYOUT"] += 1
+                else:
+                    disagree["LAYOUT"] += 1
+                    if len(examples.setdefault("LAYOUT", [])) < 6:
+                        examples["LAYOUT"].append({"library": Path(path).name, "kernel": k.name[:120],
+                                                   "driver": driver_layout, "model": k.params})
                 model = kernel_facts.model(facts, k, device)
                 for a, name in enumerate(NAMES):
                     v = ctypes.c_int()
@@ -140,6 +181,7 @@ def main() -> int:
                     if a == 5:
                         ptx_versions[(v.value, hex(facts.flags))] += 1
                     if a not in model:
+                        unmodelled[name] += 1
                         continue
                     if model[a] == v.value:
                         agree[name] += 1
@@ -153,11 +195,12 @@ def main() -> int:
             cuda.cuModuleUnload(module)
     print(f"kernel attributes: {kernels} kernels of {modules} modules on sm_{major}{minor}, "
           f"{time.monotonic() - started:.0f} s")
-    for name in [*NAMES, "LAYOUT (from the first parameter)", "LAYOUT (as the ELF counts)"]:
-        print(f"  {name}: {agree[name]} agree, {disagree[name]} disagree")
+    for name in [*NAMES, "LAYOUT", "KERNELS (how many)"]:
+        left = f", {unmodelled[name]} not modelled" if unmodelled[name] else ""
+        print(f"  {name}: {agree[name]} agree, {disagree[name]} disagree{left}")
     print(f"  PTX_VERSION by e_flags: {dict(ptx_versions.most_common(8))}")
     out = Path(args.out) / "kernel_attributes.json"
-    out.write_text(json.dumps({"agree": agree, "disagree": disagree, "examples": examples,
+    out.write_text(json.dumps({"agree": agree, "disagree": disagree, "not_modelled": unmodelled, "examples": examples,
                                "ptx_versions": {str(k): n for k, n in ptx_versions.items()}}, indent=1))
     print(f"details: {out}")
     return 0

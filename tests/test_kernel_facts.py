@@ -43,7 +43,31 @@ __global__ void many_registers(double *p, int n) {
     p[threadIdx.x] = sum;
 }
 template <typename T> __global__ void templated(T *p, T v, char c) { p[0] = v + c; }
+namespace { __global__ void unnamed_namespace(float *p) { p[0] = 1; } }
+static __global__ void file_static(float *p) { p[0] = 2; }
+void launch_local(float *p) { unnamed_namespace<<<1, 1>>>(p); file_static<<<1, 1>>>(p); }
 template __global__ void templated<float>(float *, float, char);
+"""
+# kernels whose stack their callees decide (CALLS and DEEPER, two units nvlink joins), and one compiled for
+# an older PTX version than its machine code's (OLDER, from compute_80)
+CALLS = r"""
+__device__ float deeper(float *p, int n);
+__device__ float recursive(float *p, int n) {
+    float a[32]; for (int i = 0; i < 32; i++) a[i] = p[i] * n;
+    return n ? recursive(p, n - 1) + a[n & 31] : a[0];
+}
+__global__ void calls_itself(float *p, int n) { p[0] = recursive(p, n); }
+__global__ void calls_another_unit(float *p, int n) {
+    float c[8]; for (int i = 0; i < 8; i++) c[i] = deeper(p + i, n); p[0] = c[n & 7];
+}
+"""
+DEEPER = r"""
+__device__ float deeper(float *p, int n) {
+    float a[100]; for (int i = 0; i < 100; i++) a[i] = p[i] * n; return a[n % 100];
+}
+"""
+OLDER = r"""
+__global__ void older(float *p, int n) { double a[40]; for (int i = 0; i < 40; i++) a[i] = p[i * n]; p[0] = a[n % 40]; }
 """
 
 
@@ -76,6 +100,7 @@ def test_each_entry_function_as_ptxas_built_it(built):
     facts = kernel_facts.read(cubin)
     assert facts.sm == 90
     assert set(facts.kernels) == set(said)  # entry functions only: not the __noinline__ helper
+    assert "_Z11file_staticPf" in facts.kernels  # (local symbols, as a static kernel's)
     for name, k in facts.kernels.items():
         assert (k.registers, k.shared, k.frame) == (said[name]["registers"], said[name]["smem"],
                                                    said[name]["stack"]), name
@@ -92,6 +117,35 @@ def test_launch_bounds_clusters_and_parameters(built):
     assert k["_Z5plainPii"].cluster == (0, 0, 0) and not k["_Z5plainPii"].explicit_cluster
     assert k["_Z9templatedIfEvPT_S0_c"].params == [(0, 8), (8, 4), (12, 1)]
     assert k["_Z5emptyv"].params == []
+
+
+def _build(folder, *steps: list[str]) -> None:
+    for step in steps:
+        r = subprocess.run(step, capture_output=True, text=True, timeout=300, cwd=folder)
+        assert r.returncode == 0, r.stderr
+
+
+def test_stack_with_callees_and_the_ptx_version(tmp_path):
+    """A linked kernel's stack is its frame and its callees' deepest (LOCAL_SIZE_BYTES), unknown for a
+    recursive one; the PTX version is the one compiled from, not the machine code's."""
+    if shutil.which("nvcc") is None or shutil.which("nvlink") is None:
+        pytest.skip("no nvcc")
+    for name, text in (("calls.cu", CALLS), ("deeper.cu", DEEPER), ("older.cu", OLDER)):
+        (tmp_path / name).write_text(text)
+    _build(tmp_path, ["nvcc", "-cubin", "-rdc=true", "-arch=sm_90", "-o", "calls.o", "calls.cu"],
+           ["nvcc", "-cubin", "-rdc=true", "-arch=sm_90", "-o", "deeper.o", "deeper.cu"],
+           ["nvlink", "-arch=sm_90", "calls.o", "deeper.o", "-o", "linked.cubin"],
+           ["nvcc", "-cubin", "-gencode=arch=compute_80,code=sm_90", "-o", "older.cubin", "older.cu"])
+    linked = kernel_facts.read((tmp_path / "linked.cubin").read_bytes())
+    another, itself = linked.kernels["_Z18calls_another_unitPfi"], linked.kernels["_Z12calls_itselfPfi"]
+    assert another.frame == 0 and another.stack >= 400  # (deeper's float a[100])
+    assert itself.stack is None
+    device = kernel_facts.Device()
+    assert kernel_facts.model(linked, another, device)[3] == another.stack
+    assert 3 not in kernel_facts.model(linked, itself, device)
+    assert kernel_facts.read((tmp_path / "calls.o").read_bytes()).kernels["_Z18calls_another_unitPfi"].stack is None
+    older = kernel_facts.read((tmp_path / "older.cubin").read_bytes())
+    assert (older.sm, older.ptx) == (90, 80) and linked.ptx == 90
 
 
 def test_the_modelled_block_limit(built):

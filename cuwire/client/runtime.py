@@ -843,8 +843,7 @@ class Client:
         if found is None:
             raise Fail(NOT_FOUND)
         name = NAME_TAG | next(self.next_name)
-        layout = kernel_facts.launch_layout(found)
-        offsets, sizes = [o for o, _ in layout], [n for _, n in layout]
+        offsets, sizes = [o for o, _ in found.params], [n for _, n in found.params]
         self.send_unanswered(GET_KERNEL, pb.GetKernel_Args(module=args.module, name=args.name, name_as=name,
                                                            expect_offsets=offsets, expect_sizes=sizes), route)
         self.stats.kernels_named += 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import dataclasses
 import functools
 import mmap
 import os
@@ -485,7 +486,7 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         self._memory = EmulatedMemory(int(_prop("totalGlobalMem")))
         # Libraries are context-independent in CUDA: they and their kernels outlive cuDevicePrimaryCtxReset.
         self._libraries: set[int] = set()
-        self._library_kernels: dict[int, tuple[str, ...]] = {}  # library -> names of the kernels it holds
+        self._library_kernels: dict[int, dict[str, registry.Kernel]] = {}  # library -> the kernels it holds
         self._names: dict[str, CData] = {}  # kernel name -> a C string kept for cuKernelGetName
         self._kernel_handles: dict[int, _Function] = {}
         self._function_handles: dict[int, _Function] = {}
@@ -1662,18 +1663,32 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
             return True
 
     @staticmethod
-    def _image_kernels(image: bytes | None) -> tuple[str, ...]:
+    def _image_kernels(image: bytes | None) -> dict[str, registry.Kernel]:
         """The registry's kernels whose names the image holds (in a fatbin's entries, decompressed: the
-        stand-in for the kernels the driver finds in a module)."""
+        stand-in for the kernels the driver finds in a module), each with the parameter offsets the image's
+        machine code gives, as the driver answers them (cuFuncGetParamInfo), where its sizes are the
+        registry's."""
         if image is None:  # (not an image the stand-in can read: it names no kernels)
-            return ()
+            return {}
+        layouts: dict[str, list[tuple[int, int]]] = {}
         try:
-            if fatbin.image_kind(image) == "fatbin":
-                image = b"".join(fatbin.decompress(e) if e.compressed else e.payload for e in fatbin.parse(image))
+            entries = fatbin.parse(image) if fatbin.image_kind(image) == "fatbin" else []
+            contents = [fatbin.decompress(e) if e.compressed else e.payload for e in entries] or [image]
+            for cubin in contents:
+                if cubin[:4] == b"\x7fELF":
+                    layouts.update(fatbin.elf_kernel_params(cubin))
         except ValueError:
-            return ()
-        names = set(re.findall(rb"[\w$]+", image))  # each name standing alone, found once for all kernels
-        return tuple(n for n in registry.KERNELS if n.encode() in names)
+            return {}
+        names = set(re.findall(rb"[\w$]+", b"".join(contents)))  # each name standing alone, found once
+        out = {}
+        for name, kernel in registry.KERNELS.items():
+            if name.encode() not in names:
+                continue
+            params = layouts.get(name, [])
+            if params and tuple(size for _, size in params) == kernel.param_sizes:
+                kernel = dataclasses.replace(kernel, layout=tuple(offset for offset, _ in params))
+            out[name] = kernel
+        return out
 
     def cuLibraryGetKernelCount(self, count: CData, lib: CData) -> int:
         kernels = self._library_kernels.get(self._addr(lib))
@@ -1703,8 +1718,8 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
             return self.drv.CUDA_ERROR_INVALID_HANDLE
         if self._is_null(kernels) or numKernels != len(names):
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        for i, name in enumerate(names):
-            kernels[i] = self.ffi.cast("CUkernel", self._kernel_handle(handle, registry.KERNELS[name]))
+        for i, kernel in enumerate(names.values()):
+            kernels[i] = self.ffi.cast("CUkernel", self._kernel_handle(handle, kernel))
         return 0
 
     def cuModuleEnumerateFunctions(self, functions: CData, numFunctions: int, mod: CData) -> int:
@@ -1811,7 +1826,7 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
         kernel_name = self._string(name)
         if kernel_name is None or self._is_null(pKernel):
             return self.drv.CUDA_ERROR_INVALID_VALUE
-        kernel = registry.KERNELS.get(kernel_name)
+        kernel = self._library_kernels.get(handle, {}).get(kernel_name) or registry.KERNELS.get(kernel_name)
         if kernel is None:
             return self.drv.CUDA_ERROR_NOT_FOUND
         return self._drv_put((pKernel, self._kernel_handle(handle, kernel)))
