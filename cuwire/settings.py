@@ -266,7 +266,7 @@ class Settings:
     # client: a library load of machine code, and its kernels' lookups, get handles the client names and go
     # without waiting for the server (issue 35; kernel_facts.py describes the kernels and answers their
     # attributes, as the driver did for every kernel make gpu-kernel-attributes read)
-    named_loads: bool = _setting("named_loads", "0", parse_bool)
+    named_loads: bool = _setting("named_loads", "1", parse_bool)
     stats: bool = _setting("stats", "0", parse_bool)
     strict: bool = _setting("strict", "0", parse_bool)
     # 1: every CUDA call named on stderr; remote: only the calls the server serves (read by the client's C)

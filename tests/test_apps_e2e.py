@@ -41,15 +41,17 @@ NAMED_LOAD_APPS = ["vector_add", "templated", "two_units", "device_symbols", "ma
                    "graph_nodes", "kernel_node_params", "tensor_map", "struct_arg", "cooperative", "clusters"]
 
 
+@pytest.mark.parametrize("named", ["1", "0"])
 @pytest.mark.parametrize("name", NAMED_LOAD_APPS)
-def test_app_output_matches_with_named_loads(name, apps: Path, client_lib, server):
-    """CUWIRE_NAMED_LOADS=1 (the client names libraries and kernels and does not wait for their loads and
-    lookups): the same output."""
-    r = run_remote(apps / name, client_lib, server.address, env={"CUWIRE_NAMED_LOADS": "1", "CUWIRE_STATS": "1",
+def test_app_output_matches_with_named_loads(name, named, apps: Path, client_lib, server):
+    """CUWIRE_NAMED_LOADS=1, the default (the client names libraries and kernels and does not wait for their
+    loads and lookups), and 0 (each load and lookup asked of the server), with no list of a last run: the
+    same output."""
+    r = run_remote(apps / name, client_lib, server.address, env={"CUWIRE_NAMED_LOADS": named, "CUWIRE_STATS": "1",
                                                                  "CUWIRE_LOAD_LISTS": ""})
     assert r.returncode == 0, f"{name} failed:\n{r.stdout}\n{r.stderr}"
     assert r.stdout == (EXPECTED / f"{name}.out").read_text(), r.stderr
-    assert "loaded without waiting, under handles the client named" in r.stderr, r.stderr
+    assert ("loaded without waiting, under handles the client named" in r.stderr) == (named == "1"), r.stderr
 
 
 @pytest.mark.parametrize("transport", sorted(TRANSPORTS))

@@ -197,7 +197,7 @@ def test_a_program_loads_and_launches_under_names(client_lib, server, tmp_path):
         outputs[named] = r.stdout
         waited = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
         if named == "1":
-            assert "loaded without waiting, under handles the client named: 1 modules, 1 kernels" in r.stderr
+            assert "loaded without waiting, under handles the client named: 1 modules (uploaded), 1 kernels" in r.stderr
             # (the one lookup waited for is cuKernelGetFunction's, a function the driver makes)
             assert "cuwire.LoadModule" not in waited and "cuwire.GetKernel 1," in waited, waited
         else:

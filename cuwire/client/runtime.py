@@ -125,7 +125,7 @@ class Stats:
     modules_preloaded: int = 0  # of modules_cached: loaded ahead from the program's last run's list
     modules_sent_ahead: int = 0  # of modules_uploaded: sent with the load's first request (load_on)
     modules_sent_for_nothing: int = 0  # of modules_cached: sent so, but the server had it
-    modules_named: int = 0  # loaded without waiting, under a handle the client named (name_load)
+    modules_named: int = 0  # of modules_uploaded: loaded without waiting, under a name the client gave (name_load)
     kernels_named: int = 0  # looked up so (name_kernel)
     list_from_server: bool = False  # ...the list the server kept (this machine had none: load_lists.Run)
     peer_bytes: int = 0  # copied between two servers of a device list, server to server (copy_between)
@@ -833,6 +833,7 @@ class Client:
                              route)
         self.named_libraries[name] = facts
         self.stats.modules_named += 1
+        self.stats.modules_uploaded += 1  # (its bytes go with it, whether the server's cache has it or not)
         return name
 
     def name_kernel(self, route: int, args: pb.GetKernel_Args, facts: kernel_facts.CubinFacts) -> Kernel:
@@ -1024,8 +1025,8 @@ class Client:
         send (the caller flushes)."""
         run = self.run
         text = run.recorder.text() if run is not None and run.recorder is not None else b""
-        if not text or text == run.given:
-            return False
+        if not text or sorted(text.splitlines()) == sorted((run.given or b"").splitlines()):
+            return False  # (the same loads, perhaps in another order: threads and named loads reorder them)
         data = self.policy.compressor.compress(text)
         if len(data) > MOST_LIST_KEPT:
             return False
@@ -1367,7 +1368,7 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
            f"{', which the server kept' if s.list_from_server else ''})" if s.modules_preloaded else "")
         + (f"; uploaded with the load's first request: {s.modules_sent_ahead} (and {s.modules_sent_for_nothing} "
            "sent so that the server had)" if s.modules_sent_ahead or s.modules_sent_for_nothing else ""),
-        *([f"  loaded without waiting, under handles the client named: {s.modules_named} modules, "
+        *([f"  loaded without waiting, under handles the client named: {s.modules_named} modules (uploaded), "
            f"{s.kernels_named} kernels looked up"] if s.modules_named else []),
         *([f"  copied between servers of the device list, server to server: {size(s.peer_bytes)}"]
           if s.peer_bytes else []),
