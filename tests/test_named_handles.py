@@ -160,9 +160,12 @@ int main(int argc, char **argv) {
     void *params[] = {&p};
     if (cuLaunchKernel((CUfunction)k, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL)) return 5;
     if (cuMemcpyDtoH_v2(&v, p, 4)) return 6;
-    CUfunction fn; CUlibrary owner;
+    CUfunction fn; CUlibrary owner; unsigned again = 0;
     int got = cuKernelGetFunction(&fn, k), of = cuKernelGetLibrary(&owner, k);
-    printf("value %u, a missing kernel: %d, its function: %d, its library the one loaded: %s\n", v, status, got,
+    int regs = -1, with = cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
+    if (got || cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL) || cuMemcpyDtoH_v2(&again, p, 4)) return 7;
+    printf("value %u, a missing kernel: %d, its function: %d, launched: %u, uses registers: %s, its library the "
+           "one loaded: %s\n", v, status, got, again, with == 0 && regs > 0 ? "yes" : "no",
            of == 0 && owner == lib ? "yes" : "no");
     return 0;
 }
@@ -170,9 +173,10 @@ int main(int argc, char **argv) {
 
 
 def test_a_program_loads_and_launches_under_names(client_lib, server, tmp_path):
-    """CUWIRE_NAMED_LOADS=1: a library of machine code and its kernel are named by the client and sent
-    without waiting (no cuwire.LoadModule waited for, nor a lookup by name); the kernel launches, a name the image
-    lacks is CUDA_ERROR_NOT_FOUND at once, and what the server gives back about the kernel names it as the
+    """CUWIRE_NAMED_LOADS=1: a library of machine code, its kernel and the kernel's function are named by the
+    client and sent without waiting (no cuwire.LoadModule waited for, nor a lookup); the kernel launches, and
+    through its function, whose attributes the client answers; a name the image lacks is
+    CUDA_ERROR_NOT_FOUND at once, and what the server gives back about the kernel names it as the
     program knows it. Without the setting, the same program waits for both, with the same output."""
     import os
     import re
@@ -197,10 +201,11 @@ def test_a_program_loads_and_launches_under_names(client_lib, server, tmp_path):
         outputs[named] = r.stdout
         waited = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
         if named == "1":
-            assert "loaded without waiting, under handles the client named: 1 modules (uploaded), 1 kernels" in r.stderr
-            # (the one lookup waited for is cuKernelGetFunction's, a function the driver makes)
-            assert "cuwire.LoadModule" not in waited and "cuwire.GetKernel 1," in waited, waited
+            # (the kernel, and its function: cuKernelGetFunction's, named too, its attributes the image's)
+            assert "loaded without waiting, under handles the client named: 1 modules (uploaded), 2 kernels" in r.stderr
+            assert "cuwire.LoadModule" not in waited and "GetKernel" not in waited, waited
+            assert "FunctionAttributes" not in waited and "cuFuncGetAttribute" not in waited, waited
         else:
             assert "cuwire.LoadModule" in waited, waited
-    assert outputs["1"] == outputs["0"] == ("value 42, a missing kernel: 500, its function: 0, "
-                                            "its library the one loaded: yes\n"), outputs
+    assert outputs["1"] == outputs["0"] == ("value 42, a missing kernel: 500, its function: 0, launched: 43, "
+                                            "uses registers: yes, its library the one loaded: yes\n"), outputs

@@ -160,7 +160,8 @@ def test_cluster_widths_asked_in_turn_cost_one_round_trip(apps, client_lib, serv
     assert re.search(r"cuwire.MaxActiveClusters (\d+)", listed)[1] == "4", listed
 
 
-def test_kernel_attributes_asked_again_cost_nothing(apps, client_lib, server):
+@pytest.mark.parametrize("named", ["1", "0"])
+def test_kernel_attributes_asked_again_cost_nothing(apps, client_lib, server, named):
     """tests/test_apps/many_kernels.cu --attributes: the attributes of 300 kernels, read once, then three
     times. The runtime looks each kernel up by name, then its function (cuwire.GetKernel), and each lookup's
     answer brings every attribute of what it found (server/custom.py get_kernel; a kernel the client named:
@@ -169,15 +170,16 @@ def test_kernel_attributes_asked_again_cost_nothing(apps, client_lib, server):
     trips a question): no read asks anything more."""
     def sent(passes: int) -> dict[str, int]:
         r = run_remote(apps / "many_kernels", client_lib, server.address, "--attributes", str(passes),
-                       env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1"})
+                       env={"CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1", "CUWIRE_NAMED_LOADS": named,
+                            "CUWIRE_LOAD_LISTS": ""})
         assert r.returncode == 0, r.stderr
         assert f"the attributes of 300 kernels read {passes} times: the same each time: yes" in r.stdout, r.stdout
         return sent_to_server(r.stderr)
 
     once, thrice = sent(1), sent(3)
-    # the lookups by name wait for nothing (CUWIRE_NAMED_LOADS: their attributes are read from the image);
-    # each kernel's function is asked once
-    assert once.get("cuwire.GetKernel") == thrice.get("cuwire.GetKernel") == 300, (once, thrice)
+    # named (CUWIRE_NAMED_LOADS), the lookups wait for nothing, their attributes read from the image
+    lookups = 0 if named == "1" else 2 * 300
+    assert once.get("cuwire.GetKernel", 0) == thrice.get("cuwire.GetKernel", 0) == lookups, (once, thrice)
     for asked in ("cuwire.FunctionAttributes", "cuFuncGetAttribute", "cuKernelGetAttribute"):
         assert asked not in once and asked not in thrice, (once, thrice)
 

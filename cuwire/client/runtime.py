@@ -329,6 +329,8 @@ class Client:
         self.lookups: dict[tuple, Kernel] = {}  # kernel and function lookups already answered (lookup_kernel)
         self.next_name = itertools.count(1)  # the handles the client names (name_load, name_kernel)
         self.named_libraries: dict[int, kernel_facts.CubinFacts] = {}  # a named library -> its kernels
+        # a named kernel -> its library's facts and its own (its function is named too: name_kernel)
+        self.named_kernels: dict[int, tuple[kernel_facts.CubinFacts, kernel_facts.KernelFacts]] = {}
         self.cache_missed: set[int] = set()  # routes whose server lacked an image of this run's (load_on)
         self.loaded: dict[tuple, pb.LoadModule_Result] = {}  # (digest, as_module, its context) -> load_image's
         self.run: load_lists.Run | None = None  # the program's list and this run's (program_run)
@@ -836,37 +838,48 @@ class Client:
         self.stats.modules_uploaded += 1  # (its bytes go with it, whether the server's cache has it or not)
         return name
 
-    def name_kernel(self, route: int, args: pb.GetKernel_Args, facts: kernel_facts.CubinFacts) -> Kernel:
+    def name_kernel(self, route: int, args: pb.GetKernel_Args, facts: kernel_facts.CubinFacts,
+                    found: kernel_facts.KernelFacts | None = None) -> Kernel:
         """A kernel of a library loaded under a name (name_load), looked up under a name too, without
         waiting: its layout from the image; a name the image has no kernel of is CUDA_ERROR_NOT_FOUND, as
-        the driver says."""
-        found = facts.kernels.get(args.name)
+        the driver says. With `found`, the function of such a kernel (args.kernel, cuKernelGetFunction),
+        named the same way."""
         if found is None:
-            raise Fail(NOT_FOUND)
+            found = facts.kernels.get(args.name)
+            if found is None:
+                raise Fail(NOT_FOUND)
         name = NAME_TAG | next(self.next_name)
         offsets, sizes = [o for o, _ in found.params], [n for _, n in found.params]
-        self.send_unanswered(GET_KERNEL, pb.GetKernel_Args(module=args.module, name=args.name, name_as=name,
-                                                           expect_offsets=offsets, expect_sizes=sizes), route)
+        self.send_unanswered(GET_KERNEL, pb.GetKernel_Args(module=args.module, name=args.name, kernel=args.kernel,
+                                                           name_as=name, expect_offsets=offsets,
+                                                           expect_sizes=sizes), route)
         self.stats.kernels_named += 1
-        self.keep_modelled_attributes(route, name, facts, found)
+        self.named_kernels[name] = (facts, found)
+        self.keep_modelled_attributes(route, name, facts, found, kernel=not args.kernel)
         return Kernel(name, tuple(offsets), tuple(sizes))
 
     def keep_modelled_attributes(self, route: int, name: int, facts: kernel_facts.CubinFacts,
-                                 found: kernel_facts.KernelFacts) -> None:
+                                 found: kernel_facts.KernelFacts, kernel: bool = True) -> None:
         """A named kernel's attributes that kernel_facts models as the driver answers them (CHECKED), kept on
         each device of the session as a lookup's answer's would be; the runtime's questions of the others go
-        to the server, as without a name."""
+        to the server, as without a name. A named function's are its context's device's: kept where every
+        device of the session gives the same."""
         if not kernel_facts.CHECKED:
             return
-        for ordinal, d in enumerate(self.session_of(route).welcome.devices):
+        per_device = []
+        for d in self.session_of(route).welcome.devices:
             a = d.attributes
             if len(a) <= max(MAX_THREADS_PER_BLOCK, MAX_REGISTERS_PER_MULTIPROCESSOR, MAX_SHARED_PER_BLOCK):
                 return
             device = kernel_facts.Device(a[MAX_THREADS_PER_BLOCK], a[MAX_REGISTERS_PER_MULTIPROCESSOR],
                                          a[MAX_SHARED_PER_BLOCK])
-            values = kernel_facts.attributes(facts, found, device)
-            count = cu.CU_FUNC_ATTRIBUTE_MAX
-            lib.cuwire_keep_every_attribute(1, name, ordinal, [0 if i in values else -1 for i in range(count)],
+            per_device.append(kernel_facts.attributes(facts, found, device))
+        if not kernel and any(values != per_device[0] for values in per_device):
+            return
+        count = cu.CU_FUNC_ATTRIBUTE_MAX
+        for ordinal, values in enumerate(per_device if kernel else per_device[:1]):
+            statuses = [0 if i in values else -1 for i in range(count)]
+            lib.cuwire_keep_every_attribute(int(kernel), name, ordinal, statuses,
                                             [values.get(i, 0) for i in range(count)], count)
 
     def send_unanswered(self, fn: int, args, route: int) -> None:
@@ -1044,8 +1057,10 @@ class Client:
         cache_key = lookup_key(args)
         k = self.lookups.get(cache_key)
         named = self.named_libraries.get(args.module) if not args.from_module and not args.kernel else None
-        if k is None and named is not None:
-            k = self.lookups[cache_key] = self.name_kernel(route, args, named)
+        of_kernel = self.named_kernels.get(args.kernel) if args.kernel else None  # (a named kernel's function)
+        if k is None and (named is not None or of_kernel is not None):
+            k = self.lookups[cache_key] = (self.name_kernel(route, args, *of_kernel) if of_kernel is not None
+                                           else self.name_kernel(route, args, named))
             if self.run is not None:
                 self.run.named.add(cache_key)
         if k is None:

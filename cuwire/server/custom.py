@@ -443,8 +443,8 @@ def get_kernel(s, a: pb.GetKernel_Args) -> pb.GetKernel_Result:
     lib, ffi = s.lib, s.ffi
     r = pb.GetKernel_Result()
     func = ffi.new("CUfunction *")
-    if a.name_as and (a.kernel or a.from_module):
-        raise WireError("only a library's kernel looked up by name may be named (GetKernel_Args.name_as)")
+    if a.name_as and a.from_module:
+        raise WireError("only a library's kernel, or a kernel's function, may be named (GetKernel_Args.name_as)")
     if a.kernel:
         kernel = s.real(a.kernel)
         if kernel not in s.kernels or s.kernel_kind.get(kernel) != "kernel":
@@ -465,7 +465,7 @@ def get_kernel(s, a: pb.GetKernel_Args) -> pb.GetKernel_Result:
     r.kernel = int(ffi.cast("uintptr_t", handle))
     _describe(s, r.kernel, func[0], kind, r.param_offsets, r.param_sizes)
     if a.name_as:
-        _name_kernel(s, a, r.kernel, r.param_offsets, r.param_sizes)
+        _name_kernel(s, a, r.kernel, r.param_offsets, r.param_sizes, kind)
     device = None  # (as _describe_all: a CUkernel's attributes are the current device's)
     if kind == "kernel":
         current = ffi.new("CUdevice *")
@@ -476,10 +476,10 @@ def get_kernel(s, a: pb.GetKernel_Args) -> pb.GetKernel_Result:
     return r
 
 
-def _name_kernel(s, a: pb.GetKernel_Args, kernel: int, offsets, sizes) -> None:
-    """A kernel the client named (GetKernel_Args.name_as): launches name it as their key, other calls
-    have the driver's kernel for it; refused where the layout the client packs its launches by is not the
-    driver's (its launches would reach the kernel with their parameters misplaced)."""
+def _name_kernel(s, a: pb.GetKernel_Args, kernel: int, offsets, sizes, kind: str) -> None:
+    """A kernel or a kernel's function the client named (GetKernel_Args.name_as): launches name it as their
+    key, other calls have the driver's handle for it; refused where the layout the client packs its
+    launches by is not the driver's (its launches would reach the kernel with their parameters misplaced)."""
     if (list(a.expect_offsets), list(a.expect_sizes)) != (list(offsets), list(sizes)):
         why = (f"kernel {a.name!r} named {a.name_as:#x}: the client's parameter layout "
                f"{list(zip(a.expect_offsets, a.expect_sizes, strict=False))} is not the driver's "
@@ -487,7 +487,8 @@ def _name_kernel(s, a: pb.GetKernel_Args, kernel: int, offsets, sizes) -> None:
         log.warning("session %s: %s", s.name, why)
         raise CudaFail(cu.CUDA_ERROR_INVALID_IMAGE, why)
     s.give_name(a.name_as, kernel)
-    s.records.kernel(a.name_as, int(s.ffi.cast("uintptr_t", kernel)), offsets, sizes, is_kernel=True)
+    s.records.kernel(a.name_as, int(s.ffi.cast("uintptr_t", s.kernels[kernel])), offsets, sizes,
+                     is_kernel=kind == "kernel")
 
 
 def _describe(s, handle: int, func, kind: str, offsets, sizes, param_info=None) -> None:
