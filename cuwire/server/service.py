@@ -91,7 +91,7 @@ class CuWireServer:
         # a new offer's key told to the listener, in a session process of its own (run_one_session sets it)
         self.announce_offer: Callable[[bytes], None] = lambda key: None
         if nvml_uuids is None and not settings.session_name and visible_devices.server_exposes(settings) is not None:
-            nvml_uuids = [nvml_view.uuid_text(d.uuid) for d in self.devices]  # (some of the machine's GPUs)
+            nvml_uuids = self.device_uuids()  # (some of the machine's GPUs)
         if nvml_uuids:  # last: the record loop's table (above) takes the library's own functions
             self.lib = nvml_view.NvmlView(self.lib, self.ffi, nvml_uuids)
 
@@ -141,6 +141,10 @@ class CuWireServer:
         return [value[0] if lib.cuDeviceGetAttribute(value, attr, device) == 0 else ATTRIBUTE_UNSUPPORTED
                 for attr in range(count)]
 
+    def device_uuids(self) -> list[str]:
+        """The exposed GPUs' UUIDs as NVML writes them ("GPU-..."), in the order the client numbers them."""
+        return [nvml_view.uuid_text(d.uuid) for d in self.devices]
+
     def device_uuid(self, device: int) -> bytes:
         uuid = self.ffi.new("CUuuid *")
         return bytes(self.ffi.buffer(uuid)) if self.lib.cuDeviceGetUuid_v2(uuid, device) == 0 else b""
@@ -178,12 +182,12 @@ class CuWireServer:
             conn.send(refusal.SerializeToString())
             return None
         if hello.check:  # only checked: no session (its GPUs, for a device list's client)
-            conn.send(pb.Reply(devices=[nvml_view.uuid_text(d.uuid) for d in self.devices]).SerializeToString())
+            conn.send(pb.Reply(devices=self.device_uuids()).SerializeToString())
             return None
         if (hello.HasField("visible_devices") and not self.settings.session_name  # (sessions share this process)
                 and not visible_devices.shared_process_allows(len(self.devices), hello.visible_devices,
                                                               visible_devices.server_exposes(self.settings),
-                                                              [nvml_view.uuid_text(d.uuid) for d in self.devices])):
+                                                              self.device_uuids())):
             why = (f"the program's CUDA_VISIBLE_DEVICES={hello.visible_devices!r} asks for some of this server's "
                    f"{len(self.devices)} devices, and this server runs every session in one process "
                    "(--isolation thread), which sees them all: unset it, or use a server with --isolation process")
