@@ -209,3 +209,25 @@ def test_a_program_loads_and_launches_under_names(client_lib, server, tmp_path):
             assert "cuwire.LoadModule" in waited, waited
     assert outputs["1"] == outputs["0"] == ("value 42, a missing kernel: 500, its function: 0, launched: 43, "
                                             "uses registers: yes, its library the one loaded: yes\n"), outputs
+
+
+def test_machine_code_for_another_gpu_is_loaded_as_asked(client_lib, server, tmp_path):
+    """A cubin for another GPU than the session's (sm_80 on the emulated sm_90) is not named: the driver
+    refuses such code at the load, and only a load that waits can say so there."""
+    import os
+    import shutil
+    import subprocess
+
+    from conftest import compile_against_client
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+    (tmp_path / "k.cu").write_text(KERNEL_SOURCE)
+    subprocess.run(["nvcc", "-cubin", "-arch=sm_80", "-o", str(tmp_path / "k.cubin"), str(tmp_path / "k.cu")],
+                   check=True, timeout=300)
+    exe = compile_against_client(NAMED_PROGRAM, tmp_path, client_lib)
+    env = {**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_STATS": "1", "CUWIRE_LOAD_LISTS": "",
+           "CUWIRE_NAMED_LOADS": "1"}
+    r = subprocess.run([str(exe), str(tmp_path / "k.cubin")], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0 and r.stdout.startswith("value 42,"), r.stdout + r.stderr
+    assert "under handles the client named" not in r.stderr and "cuwire.LoadModule" in r.stderr, r.stderr

@@ -64,6 +64,8 @@ MAX_THREADS_PER_BLOCK = cu.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK
 # ...and what a kernel's modelled attributes depend on (kernel_facts.Device)
 MAX_REGISTERS_PER_MULTIPROCESSOR = cu.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR
 MAX_SHARED_PER_BLOCK = cu.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK
+# ...and which machine code it runs (a named load's cubin is for it exactly: name_load)
+CAPABILITY = (cu.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, cu.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
 MAX_BLOCK_DIM = (cu.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, cu.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
                  cu.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)
 MAX_GRID_DIM = (cu.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, cu.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
@@ -829,6 +831,8 @@ class Client:
             facts = kernel_facts.read(cubin)
         except ValueError:
             return None
+        if not self.runs_on_every_device(route, facts.sm):
+            return None  # (the driver refuses code for another GPU at the load: asked, it says so there)
         name = NAME_TAG | next(self.next_name)
         body, codec = self.encode(image)
         self.send_unanswered(LOAD_MODULE, pb.LoadModule_Args(digest=digest, image=body, image_codec=codec, name=name),
@@ -837,6 +841,14 @@ class Client:
         self.stats.modules_named += 1
         self.stats.modules_uploaded += 1  # (its bytes go with it, whether the server's cache has it or not)
         return name
+
+    def runs_on_every_device(self, route: int, sm: int) -> bool:
+        """Whether machine code for SM `sm` is for each device of the session exactly (its compute capability,
+        from the device snapshot)."""
+        devices = self.session_of(route).welcome.devices
+        return bool(devices) and all(len(d.attributes) > max(CAPABILITY)
+                                     and d.attributes[CAPABILITY[0]] * 10 + d.attributes[CAPABILITY[1]] == sm
+                                     for d in devices)
 
     def name_kernel(self, route: int, args: pb.GetKernel_Args, facts: kernel_facts.CubinFacts,
                     found: kernel_facts.KernelFacts | None = None) -> Kernel:
