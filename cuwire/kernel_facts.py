@@ -90,7 +90,15 @@ def _sections(elf: bytes) -> list[tuple[str, int, int, int, int]]:
 
 
 def read(cubin: bytes) -> CubinFacts:
-    """The facts of a cubin (a 64-bit little-endian CUDA ELF). ValueError if it is not one."""
+    """The facts of a cubin (a 64-bit little-endian CUDA ELF). ValueError if it is not one, or not one as
+    read here (a client then loads it as asked, and the driver judges it)."""
+    try:
+        return _read(cubin)
+    except (struct.error, IndexError) as e:
+        raise ValueError(f"a cubin not as kernel_facts reads one: {e}") from e
+
+
+def _read(cubin: bytes) -> CubinFacts:
     contents = fatbin.elf_sections(cubin)  # (first: it checks the header and the section table's bounds)
     sections = _sections(cubin)
     flags, = struct.unpack_from("<I", cubin, 0x30)

@@ -159,3 +159,19 @@ def test_the_modelled_block_limit(built):
     assert kernel_facts.max_threads_per_block(facts.kernels["_Z7boundedPf"], device) == 256
     assert kernel_facts.max_threads_per_block(facts.kernels["_Z5emptyv"], device) == 1024
     assert kernel_facts.attributes(facts, heavy, device).keys() <= kernel_facts.CHECKED
+
+
+def test_a_cubin_not_as_read_here_is_a_value_error(built):
+    """A damaged cubin (a symbol table whose string table index points past the sections, a truncated
+    file) is ValueError, which the client takes as "load it as asked", never another exception."""
+    import struct
+
+    cubin = bytearray(built[0])
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, _ = struct.unpack_from("<HHH", cubin, 0x3A)
+    for i in range(shnum):
+        if struct.unpack_from("<I", cubin, shoff + i * shentsize + 4)[0] == 2:  # SHT_SYMTAB: its sh_link
+            struct.pack_into("<I", cubin, shoff + i * shentsize + 40, shnum + 5)
+    for damaged in (bytes(cubin), built[0][:100], b"\x7fELF" + bytes(60)):
+        with pytest.raises(ValueError):
+            kernel_facts.read(damaged)
