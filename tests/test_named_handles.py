@@ -7,7 +7,12 @@ and in the hand-written paths. Driven here on a session of the emulated device, 
 from __future__ import annotations
 
 import hashlib
+import os
+import re
+import shutil
 import struct
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -172,31 +177,30 @@ int main(int argc, char **argv) {
 """
 
 
+def named_program(folder: Path, client_lib, arch: str) -> tuple[Path, Path]:
+    """NAMED_PROGRAM built against the client, and KERNEL_SOURCE's cubin for `arch` (its argument)."""
+    from conftest import compile_against_client
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc")
+    (folder / "k.cu").write_text(KERNEL_SOURCE)
+    subprocess.run(["nvcc", "-cubin", f"-arch={arch}", "-o", str(folder / "k.cubin"), str(folder / "k.cu")],
+                   check=True, timeout=300)
+    return compile_against_client(NAMED_PROGRAM, folder, client_lib), folder / "k.cubin"
+
+
 def test_a_program_loads_and_launches_under_names(client_lib, server, tmp_path):
     """CUWIRE_NAMED_LOADS=1: a library of machine code, its kernel and the kernel's function are named by the
     client and sent without waiting (no cuwire.LoadModule waited for, nor a lookup); the kernel launches, and
     through its function, whose attributes the client answers; a name the image lacks is
     CUDA_ERROR_NOT_FOUND at once, and what the server gives back about the kernel names it as the
     program knows it. Without the setting, the same program waits for both, with the same output."""
-    import os
-    import re
-    import shutil
-    import subprocess
-
-    from conftest import compile_against_client
-
-    if shutil.which("nvcc") is None:
-        pytest.skip("no nvcc")
-    (tmp_path / "k.cu").write_text(KERNEL_SOURCE)
-    subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.cubin"), str(tmp_path / "k.cu")],
-                   check=True, timeout=300)
-    exe = compile_against_client(NAMED_PROGRAM, tmp_path, client_lib)
+    exe, cubin = named_program(tmp_path, client_lib, "sm_90")
     outputs = {}
     for named in ("1", "0"):
         env = {**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1",
                "CUWIRE_LOAD_LISTS": "", "CUWIRE_NAMED_LOADS": named}
-        r = subprocess.run([str(exe), str(tmp_path / "k.cubin")], capture_output=True, text=True, timeout=120,
-                           env=env)
+        r = subprocess.run([str(exe), str(cubin)], capture_output=True, text=True, timeout=120, env=env)
         assert r.returncode == 0, r.stdout + r.stderr
         outputs[named] = r.stdout
         waited = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
@@ -214,20 +218,9 @@ def test_a_program_loads_and_launches_under_names(client_lib, server, tmp_path):
 def test_machine_code_for_another_gpu_is_loaded_as_asked(client_lib, server, tmp_path):
     """A cubin for another GPU than the session's (sm_80 on the emulated sm_90) is not named: the driver
     refuses such code at the load, and only a load that waits can say so there."""
-    import os
-    import shutil
-    import subprocess
-
-    from conftest import compile_against_client
-
-    if shutil.which("nvcc") is None:
-        pytest.skip("no nvcc")
-    (tmp_path / "k.cu").write_text(KERNEL_SOURCE)
-    subprocess.run(["nvcc", "-cubin", "-arch=sm_80", "-o", str(tmp_path / "k.cubin"), str(tmp_path / "k.cu")],
-                   check=True, timeout=300)
-    exe = compile_against_client(NAMED_PROGRAM, tmp_path, client_lib)
+    exe, cubin = named_program(tmp_path, client_lib, "sm_80")
     env = {**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_STATS": "1", "CUWIRE_LOAD_LISTS": "",
            "CUWIRE_NAMED_LOADS": "1"}
-    r = subprocess.run([str(exe), str(tmp_path / "k.cubin")], capture_output=True, text=True, timeout=120, env=env)
+    r = subprocess.run([str(exe), str(cubin)], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0 and r.stdout.startswith("value 42,"), r.stdout + r.stderr
     assert "under handles the client named" not in r.stderr and "cuwire.LoadModule" in r.stderr, r.stderr
