@@ -15,7 +15,9 @@ ELF facts (nvcc 13, sm_90; .nv.info records as fatbin.nv_info_attributes reads t
   the kernel's frame and its callees' deepest, 0xffffffff where recursion or an indirect call leaves it
   unknown), each (u32 symbol, u32 value);
 - .nv.info.<kernel> holds the kernel's: EIATTR_MAX_THREADS (0x05, u32 x, y, z: __launch_bounds__'s
-  maximum), EIATTR_CTA_PER_CLUSTER (0x3d, u32 x, y, z: __cluster_dims__), EIATTR_EXPLICIT_CLUSTER (0x3e);
+  maximum), EIATTR_CTA_PER_CLUSTER (0x3d, u32 x, y, z: __cluster_dims__), EIATTR_EXPLICIT_CLUSTER (0x3e),
+  EIATTR_NUM_BARRIERS (0x4c, its 2-byte value: the highest barrier a block uses, plus one; no record
+  where it uses none);
 - .nv.shared.<kernel> (NOBITS) is its static shared memory, after the 1 KiB the driver reserves a block
   where the cubin names .nv.reservedSmem.offset0 (ptxas -v counts the rest); .nv.constant3 is the module's
   __constant__ data;
@@ -40,6 +42,7 @@ UNKNOWN_STACK = 0xFFFFFFFF
 EIATTR_REGCOUNT = 0x2F
 EIATTR_CTA_PER_CLUSTER = 0x3D
 EIATTR_EXPLICIT_CLUSTER = 0x3E
+EIATTR_NUM_BARRIERS = 0x4C
 _SYMBOL = struct.Struct("<IBBHQQ")  # Elf64_Sym: name, info, other, shndx, value, size
 SHT_SYMTAB, SHT_NOBITS, ET_REL = 2, 8, 1
 RESERVED_SYMBOL, RESERVED_SHARED = ".nv.reservedSmem", 1024
@@ -60,6 +63,7 @@ class KernelFacts:
     max_threads: int = 0  # __launch_bounds__'s maximum threads a block (0: none given)
     cluster: tuple[int, int, int] = (0, 0, 0)  # __cluster_dims__ (0: none given)
     explicit_cluster: bool = False
+    barriers: int = 0  # named barriers a block uses (__syncthreads is barrier 0): occupancy.py
 
 
 @dataclass
@@ -146,6 +150,8 @@ def _read(cubin: bytes) -> CubinFacts:
                 k.cluster = struct.unpack_from("<III", value)
             elif attribute == EIATTR_EXPLICIT_CLUSTER:
                 k.explicit_cluster = True
+            elif fmt != fatbin.EIFMT_SVAL and attribute == EIATTR_NUM_BARRIERS and len(value) >= 2:
+                k.barriers, = struct.unpack_from("<H", value)
     if cubin[8] >= ABI_V2:
         sm, ptx = (flags >> 8) & 0xFF, _noted_ptx(contents.get(CUINFO_NOTE, b""))
     else:

@@ -3,6 +3,10 @@ give the driver's answers? Every kernel of the machine code the GPU would load f
 libraries, the NVIDIA libraries beside them and the test apps is loaded with the real driver, its 16
 attributes asked, and each compared with the model; per attribute, how many kernels agree, and the first
 disagreements with the facts read. An attribute that agrees for every kernel may join kernel_facts.CHECKED.
+Then cuwire/occupancy.py's answers against the driver's for each kernel, on its attributes as the driver gives
+them (and the barriers the cubin names), over block sizes, dynamic shared memory and, of every eighth kernel,
+a larger dynamic shared memory and a carveout set: a question that agrees everywhere may join
+occupancy.CHECKED.
 
     python3 tests/gpu_kernel_attributes.py [--seconds 240] [--out DIR] [LIBRARY_OR_BINARY...]
 
@@ -27,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from cuwire import fatbin, kernel_facts  # noqa: E402
+from cuwire import fatbin, kernel_facts, occupancy  # noqa: E402
 
 NAMES = ["MAX_THREADS_PER_BLOCK", "SHARED_SIZE_BYTES", "CONST_SIZE_BYTES", "LOCAL_SIZE_BYTES", "NUM_REGS",
          "PTX_VERSION", "BINARY_VERSION", "CACHE_MODE_CA", "MAX_DYNAMIC_SHARED_SIZE_BYTES",
@@ -112,6 +116,56 @@ def param_layout(cuda, fn) -> list[tuple[int, int]]:
     return out
 
 
+OCCUPANCY_NAMES = ["OCCUPANCY", "OCCUPANCY_FLAGS", "AVAILABLE_SHARED"]
+BLOCKS = (32, 96, 128, 256, 640, 1024)
+DYNAMIC = (0, 1000, 40000)
+MAX_DYNAMIC, CARVEOUT = 8, 9  # CU_FUNC_ATTRIBUTE_*
+
+
+def occupancy_check(cuda, fn, k: kernel_facts.KernelFacts, device: occupancy.Device, with_sets: bool,
+                    agree: Counter, disagree: Counter, unmodelled: Counter, examples: dict) -> None:
+    """occupancy.py's answers against the driver's for one kernel (Counters by OCCUPANCY_NAMES)."""
+    def attribute(a: int) -> int:
+        v = ctypes.c_int()
+        return v.value if cuda.cuFuncGetAttribute(ctypes.byref(v), a, fn) == 0 else -(1 << 40)
+
+    def compare(name: str, model, status: int, driver: int, case) -> None:
+        if model is None:
+            unmodelled[name] += 1
+        elif status == 0 and model == driver:
+            agree[name] += 1
+        else:
+            disagree[name] += 1
+            if len(examples.setdefault(name, [])) < 8:
+                examples[name].append({"kernel": k.name[:100], "case": case, "driver": driver, "status": status,
+                                       "model": model, "function": fn_facts.__dict__})
+
+    settings = [None]
+    if with_sets:
+        settings += [(MAX_DYNAMIC, device.shared_per_block_optin - attribute(1)), (CARVEOUT, 50), (CARVEOUT, 0)]
+    for setting in settings:
+        if setting is not None and cuda.cuFuncSetAttribute(fn, setting[0], setting[1]) != 0:
+            continue
+        fn_facts = occupancy.Function(attribute(4), attribute(1), attribute(0), attribute(MAX_DYNAMIC),
+                                      attribute(CARVEOUT), k.barriers)
+        for block in BLOCKS:
+            for dynamic in DYNAMIC:
+                blocks = ctypes.c_int()
+                status = cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(blocks), fn, block,
+                                                                          ctypes.c_size_t(dynamic))
+                model = occupancy.active_blocks(device, fn_facts, block, dynamic)
+                compare("OCCUPANCY", model, status, blocks.value, (setting, block, dynamic))
+                status = cuda.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+                    ctypes.byref(blocks), fn, block, ctypes.c_size_t(dynamic), 1)
+                compare("OCCUPANCY_FLAGS", model, status, blocks.value, (setting, block, dynamic, 1))
+        for block in (64, 128, 256, 512):
+            for n in (1, 2, 3, 4, 8):
+                room = ctypes.c_size_t()
+                status = cuda.cuOccupancyAvailableDynamicSMemPerBlock(ctypes.byref(room), fn, n, block)
+                compare("AVAILABLE_SHARED", occupancy.available_dynamic_shared(device, fn_facts, n, block), status,
+                        room.value, (setting, n, block))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("images", nargs="*")
@@ -136,6 +190,12 @@ def main() -> int:
         return v.value
 
     major, minor = device_attribute(MAJOR), device_attribute(MINOR)
+    def any_attribute(n: int) -> int:
+        v = ctypes.c_int()
+        return v.value if cuda.cuDeviceGetAttribute(ctypes.byref(v), n, dev) == 0 else 0
+
+    occ_device = occupancy.Device.from_attributes([any_attribute(n) for n in range(140)])
+    print(f"occupancy model's device: {occ_device}")
     device = kernel_facts.Device(device_attribute(MAX_THREADS_PER_BLOCK),
                                  device_attribute(MAX_REGISTERS_PER_MULTIPROCESSOR),
                                  device_attribute(MAX_SHARED_PER_BLOCK))
@@ -192,10 +252,11 @@ def main() -> int:
                                                    "driver": v.value, "model": model[a],
                                                    "facts": {**k.__dict__, "params": len(k.params)},
                                                    "constant": facts.constant, "flags": hex(facts.flags)})
+                occupancy_check(cuda, fn, k, occ_device, kernels % 8 == 0, agree, disagree, unmodelled, examples)
             cuda.cuModuleUnload(module)
     print(f"kernel attributes: {kernels} kernels of {modules} modules on sm_{major}{minor}, "
           f"{time.monotonic() - started:.0f} s")
-    for name in [*NAMES, "LAYOUT", "KERNELS (how many)"]:
+    for name in [*NAMES, "LAYOUT", "KERNELS (how many)", *OCCUPANCY_NAMES]:
         left = f", {unmodelled[name]} not modelled" if unmodelled[name] else ""
         print(f"  {name}: {agree[name]} agree, {disagree[name]} disagree{left}")
     print(f"  PTX_VERSION by e_flags: {dict(ptx_versions.most_common(8))}")

@@ -47,6 +47,9 @@ namespace { __global__ void unnamed_namespace(float *p) { p[0] = 1; } }
 static __global__ void file_static(float *p) { p[0] = 2; }
 void launch_local(float *p) { unnamed_namespace<<<1, 1>>>(p); file_static<<<1, 1>>>(p); }
 template __global__ void templated<float>(float *, float, char);
+__global__ void five_barriers(int *p) {
+    asm volatile("bar.sync 4, 64;"); p[threadIdx.x] = 2; asm volatile("bar.sync 1, 64;");
+}
 """
 # kernels whose stack their callees decide (CALLS and DEEPER, two units nvlink joins), and one compiled for
 # an older PTX version than its machine code's (OLDER, from compute_80)
@@ -117,6 +120,8 @@ def test_launch_bounds_clusters_and_parameters(built):
     assert k["_Z5plainPii"].cluster == (0, 0, 0) and not k["_Z5plainPii"].explicit_cluster
     assert k["_Z9templatedIfEvPT_S0_c"].params == [(0, 8), (8, 4), (12, 1)]
     assert k["_Z5emptyv"].params == []
+    # barriers (occupancy.py): __syncthreads is barrier 0; bar.sync 4 makes five; none, none
+    assert (k["_Z7boundedPf"].barriers, k["_Z13five_barriersPi"].barriers, k["_Z5plainPii"].barriers) == (1, 5, 0)
 
 
 def _build(folder, *steps: list[str]) -> None:

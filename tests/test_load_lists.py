@@ -76,11 +76,18 @@ def many_kernels_runs(apps: Path, client_lib, server, tmp_path: Path, named: str
         assert before["cuwire.LoadModule"] >= 1 and before["cuwire.GetKernel"] == 4, before
     assert after.get("cuwire.Preload") == 1 and "cuwire.LoadModule" not in after, after
     assert "cuwire.GetKernel" not in after, after
-    assert [before.get(n) for n in OCCUPANCY] == [2, 1] and not any(n in after for n in OCCUPANCY), (before, after)
+    if named == "1":  # ...and the questions of named kernels are the client's (cuwire/occupancy.py)
+        assert "3 occupancy questions answered here" in first.stderr, first.stderr
+        assert not any(n in before for n in OCCUPANCY), before
+    else:
+        assert [before.get(n) for n in OCCUPANCY] == [2, 1], before
+    assert not any(n in after for n in OCCUPANCY), after
     assert "(1 of them loaded ahead at the first load, from the last run's list)" in second.stderr
     trips = [int(re.search(r"round trips: (\d+)", r.stderr)[1]) for r in (first, second)]
-    # one load, four lookups and three questions (named: the three questions), for one preload
-    assert trips[1] <= trips[0] - (2 if named == "1" else 7), trips
+    # one load, four lookups and three questions for one preload; named, the first run waited for none of
+    # them, and the preload is a round trip more (a program of one library's kernels: PyTorch's next run
+    # saves dozens, docs/speed.md)
+    assert trips[1] <= (trips[0] + 1 if named == "1" else trips[0] - 7), trips
     third = run_remote(apps / "many_kernels", client_lib, server.address, env=env)
     assert third.stdout == EXPECTED and not any(n in sent(third.stderr) for n in OCCUPANCY), third.stderr
 
@@ -111,9 +118,9 @@ def test_a_fresh_client_machine_gets_the_list_the_server_kept(apps: Path, client
         assert "cuwire.KeepList" not in calls, calls  # (its list is the one the server has: not sent again)
         assert "loaded ahead at the first load, from the last run's list, which the server kept" in fresh.stderr
         trips = [int(re.search(r"round trips: (\d+)", r.stderr)[1]) for r in (first, fresh)]
-        # three questions for one preload (the first run's load and its four lookups waited for nothing
-        # either: CUWIRE_NAMED_LOADS)
-        assert trips[1] <= trips[0] - 2, trips
+        # at most one round trip more, the preload's: the first run's load, its four lookups and its three
+        # questions waited for nothing either (CUWIRE_NAMED_LOADS, cuwire/occupancy.py)
+        assert trips[1] <= trips[0] + 1, trips
         assert list((s.cache / "lists").iterdir()) == [kept]
     finally:
         s.stop()

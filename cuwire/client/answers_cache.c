@@ -422,8 +422,23 @@ static int answer_ahead(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, u
     return e ? 0 : -1;
 }
 
-/* A kept answer to a question, or one given ahead under the kernel's sets now: that one is kept from now
- * on, and goes on the run's list (the program asked it). */
+/* Whether a context's cache configuration was ever set (cuCtxSetCacheConfig): occupancy depends on it, and
+ * the client's model (below) does not know what the driver makes of it. */
+static int context_cache_set;
+
+/* The client's own answer to an occupancy question of a kernel it named (cuwire/occupancy.py, through
+ * client/launches.py): 0 and the answer, or -1 where the server must be asked (a kernel not named, sets not
+ * known, one GPU's answer not every device's, a case the model leaves to the driver). */
+static int modelled(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c, int64_t *out)
+{
+    if (ask == CW_ASK_SET || __atomic_load_n(&per_device, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&context_cache_set, __ATOMIC_ACQUIRE) || cuwire_forked || !CUWIRE_READY())
+        return -1;
+    return cuwire_py_model_occupancy(ask, handle, a, b, c, out);
+}
+
+/* A kept answer to a question, or one given ahead under the kernel's sets now, or the client's model's: that
+ * one is kept from now on, and goes on the run's list (the program asked it). */
 static int answered(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c, int64_t *out)
 {
     KEY(ask_kinds[ask], handle, a, b, c);
@@ -435,6 +450,10 @@ static int answered(unsigned ask, uint64_t handle, uint64_t a, uint64_t b, uint6
     else if ((given = answer_ahead(ask, handle, a, b, c, out)) == 0 && (e = cw_table_put(&answers, key)))
         e->value = *out;
     pthread_mutex_unlock(&lock);
+    if (!e && given != 0 && modelled(ask, handle, a, b, c, out) == 0) {
+        store(key, *out);
+        given = 0;
+    }
     if (given == 0)
         record(ask, handle, a, b, c);
     return e || given == 0 ? 0 : -1;
@@ -720,7 +739,12 @@ void cuwire_keep_kernel_cache(CUkernel kernel, CUfunc_cache config, CUdevice dev
     store(key, config);
 }
 
-int cuwire_forget_answers_context_cache(CUfunc_cache config) { return forget_all(); }
+int cuwire_forget_answers_context_cache(CUfunc_cache config)
+{
+    (void)config;
+    __atomic_store_n(&context_cache_set, 1, __ATOMIC_RELEASE);
+    return forget_all();
+}
 
 /* A context's limits (cuCtxGetLimit), but for its stack size, which the driver raises by itself for a
  * kernel that needs more: kept per context once asked (libraries ask before launches, GPT-2's generation

@@ -205,3 +205,25 @@ def _record(ask: int, handle: int, a: int, b: int, c: int = 0, config: bytes = b
 def asked(ask, handle, a, b, c):
     """An occupancy question the server answered (client/answers_cache.c), for this run's list."""
     _record(ask, handle, a, b, c)
+
+
+def _ask_the_server(exc_type, exc, tb) -> int:
+    """A model that failed (a bug, never the program's error) leaves the question to the server."""
+    rt.on_error(exc_type, exc, tb)  # (said on stderr)
+    return -1
+
+
+@ffi.def_extern(name="cuwire_py_model_occupancy", onerror=_ask_the_server)
+def model_occupancy(ask, handle, a, b, c, value):
+    """An occupancy question of a kernel the client named, answered by cuwire/occupancy.py (client/answers_cache.c
+    keeps it): 0, else -1 to ask the server."""
+    attributes, values = ffi.new("int32_t[]", load_lists.MAX_SETS), ffi.new("int32_t[]", load_lists.MAX_SETS)
+    n = lib.cuwire_sets_of(handle, attributes, values, load_lists.MAX_SETS)
+    if n < 0:
+        return -1  # (a cache preference was set: the driver's to reckon)
+    answer = rt.client.model_occupancy(ask, handle, a, b, c, {attributes[i]: values[i] for i in range(n)})
+    if answer is None:
+        return -1
+    value[0] = answer
+    rt.client.stats.occupancy_modelled += 1
+    return 0

@@ -167,6 +167,9 @@ CW_FROM_PYTHON unsigned long long cuwire_answers_generation_of(uint64_t handle);
 /* Occupancy questions asked ahead (answers_cache.c; frames.h's CW_ASK_*): the program's, each as the server
  * answered it, go to its run's list while recording is on; the Preload's answers are kept as the program's. */
 CW_IN_PYTHON void cuwire_py_asked(uint32_t ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c);
+/* ...and the client's own answer to one, of a kernel it named (cuwire/occupancy.py): 0 and *value, else -1. */
+CW_IN_PYTHON int cuwire_py_model_occupancy(uint32_t ask, uint64_t handle, uint64_t a, uint64_t b, uint64_t c,
+                                           int64_t *value);
 CW_FROM_PYTHON void cuwire_record_questions(int on);
 /* GPUs of different models (a device list's, or one server's): each answer kept per device (answers_cache.c). */
 CW_FROM_PYTHON void cuwire_answers_per_device(int on);

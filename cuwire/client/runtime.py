@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from _cuwire import ffi, lib
 from google.protobuf.message import DecodeError
 
-from cuwire import address_space, fatbin, kernel_facts
+from cuwire import address_space, fatbin, kernel_facts, occupancy
 from cuwire.client import clusters_ahead, device_choice, load_lists
 from cuwire.client.shared_host import SharedHost
 from cuwire.generated import cuda_constants as cu
@@ -129,6 +129,7 @@ class Stats:
     modules_sent_for_nothing: int = 0  # of modules_cached: sent so, but the server had it
     modules_named: int = 0  # of modules_uploaded: loaded without waiting, under a name the client gave (name_load)
     kernels_named: int = 0  # looked up so (name_kernel)
+    occupancy_modelled: int = 0  # occupancy questions of named kernels the client answered (occupancy.py)
     list_from_server: bool = False  # ...the list the server kept (this machine had none: load_lists.Run)
     peer_bytes: int = 0  # copied between two servers of a device list, server to server (copy_between)
     wait_seconds: float = 0.0
@@ -148,6 +149,12 @@ OPEN_ATTEMPTS = 4  # tries of a session's hello whose connection dropped before 
 # at most this large (most of a framework's images are smaller), so that one sent for nothing, which happens once
 # each time the run turns from images the server lacks to one it has, costs a few round trips' time at 1 Gbit/s
 UPLOAD_AHEAD_MOST = 1 << 20
+# what occupancy.py reckons with, of a kernel's attributes (model_occupancy), and the sets it knows of
+MAX_DYNAMIC_SHARED = cu.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+CARVEOUT = cu.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+MODELLED_FOR_OCCUPANCY = {cu.CU_FUNC_ATTRIBUTE_NUM_REGS, cu.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                          cu.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, MAX_DYNAMIC_SHARED, CARVEOUT}
+SETS_MODELLED = {MAX_DYNAMIC_SHARED, CARVEOUT}
 MOST_LOADS_KEPT = 4096  # module loads whose answers the client keeps, for a load of the same image again
 
 
@@ -821,18 +828,14 @@ class Client:
         """With CUWIRE_NAMED_LOADS: a library of machine code the client can describe (kernel_facts.py) loaded
         under a handle the client names, sent with its bytes and without waiting (the server takes the name
         for its library: Session.give_name); the name, or None where the load goes as asked (a module, PTX,
-        a large image, a device list)."""
-        if not self.settings.named_loads or as_module or self.listed or len(image) > UPLOAD_AHEAD_MOST:
+        a large image, a device list, code for another GPU: CUWIRE_TRACE says which)."""
+        if not self.settings.named_loads:
             return None
-        cubin = machine_code(image)
-        if cubin is None:
+        facts, why = self.describe_load(route, image, as_module)
+        if facts is None:
+            if self.settings.trace:
+                print(f"cuwire trace: load of {len(image)} bytes asked (not named): {why}", file=sys.stderr)
             return None
-        try:
-            facts = kernel_facts.read(cubin)
-        except ValueError:
-            return None
-        if not self.runs_on_every_device(route, facts.sm):
-            return None  # (the driver refuses code for another GPU at the load: asked, it says so there)
         name = NAME_TAG | next(self.next_name)
         body, codec = self.encode(image)
         self.send_unanswered(LOAD_MODULE, pb.LoadModule_Args(digest=digest, image=body, image_codec=codec, name=name),
@@ -841,6 +844,25 @@ class Client:
         self.stats.modules_named += 1
         self.stats.modules_uploaded += 1  # (its bytes go with it, whether the server's cache has it or not)
         return name
+
+    def describe_load(self, route: int, image: bytes, as_module: bool) -> tuple[kernel_facts.CubinFacts | None, str]:
+        """The kernels of an image a load may name (name_load), or None and why it may not."""
+        if as_module:
+            return None, "a module (cuModuleLoad*), not a library"
+        if self.listed:
+            return None, "a device list (each server loads it)"
+        if len(image) > UPLOAD_AHEAD_MOST:
+            return None, f"larger than {UPLOAD_AHEAD_MOST} bytes (its bytes would go at every first run)"
+        cubin = machine_code(image)
+        if cubin is None:
+            return None, f"no single cubin ({fatbin.image_kind(image)}: PTX, or several entries)"
+        try:
+            facts = kernel_facts.read(cubin)
+        except ValueError as e:
+            return None, f"a cubin kernel_facts cannot read ({e})"
+        if not self.runs_on_every_device(route, facts.sm):
+            return None, f"machine code for sm_{facts.sm}, not the session's GPUs' (the driver says so at the load)"
+        return facts, ""
 
     def runs_on_every_device(self, route: int, sm: int) -> bool:
         """Whether machine code for SM `sm` is for each device of the session exactly (its compute capability,
@@ -893,6 +915,32 @@ class Client:
             statuses = [0 if i in values else -1 for i in range(count)]
             lib.cuwire_keep_every_attribute(int(kernel), name, ordinal, statuses,
                                             [values.get(i, 0) for i in range(count)], count)
+
+    def model_occupancy(self, ask: int, handle: int, a: int, b: int, c: int, sets: dict[int, int]) -> int | None:
+        """An occupancy question (frames.h CW_ASK_*) of a kernel or function the client named, answered by
+        cuwire/occupancy.py from the kernel's modelled attributes and the sets the program made of it
+        (attribute -> value), where every device of the session gives the same answer; None: ask the server
+        (a kernel not named, a set the model does not know of, a case it leaves to the driver)."""
+        named = self.named_kernels.get(handle)
+        if named is None or not occupancy.CHECKED or self.listed or set(sets) - SETS_MODELLED:
+            return None
+        facts, found = named
+        answers = set()
+        for d in self.session.welcome.devices:
+            device = occupancy.Device.from_attributes(d.attributes)
+            if device is None:
+                return None
+            values = kernel_facts.attributes(facts, found, kernel_facts.Device(
+                device.max_threads_per_block, device.registers_per_sm, device.shared_per_block))
+            if not MODELLED_FOR_OCCUPANCY <= set(values):
+                return None
+            fn = occupancy.Function(values[cu.CU_FUNC_ATTRIBUTE_NUM_REGS],
+                                    values[cu.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES],
+                                    values[cu.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK],
+                                    sets.get(MAX_DYNAMIC_SHARED, values[MAX_DYNAMIC_SHARED]),
+                                    sets.get(CARVEOUT, values[CARVEOUT]), found.barriers)
+            answers.add(occupancy.answer(ask, device, fn, a, b, c))
+        return answers.pop() if len(answers) == 1 else None
 
     def send_unanswered(self, fn: int, args, route: int) -> None:
         """A call nobody waits for (a load or lookup that names its handle), sent after the calls queued
@@ -1396,7 +1444,8 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
         + (f"; uploaded with the load's first request: {s.modules_sent_ahead} (and {s.modules_sent_for_nothing} "
            "sent so that the server had)" if s.modules_sent_ahead or s.modules_sent_for_nothing else ""),
         *([f"  loaded without waiting, under handles the client named: {s.modules_named} modules (uploaded), "
-           f"{s.kernels_named} kernels looked up"] if s.modules_named else []),
+           f"{s.kernels_named} kernels looked up; {s.occupancy_modelled} occupancy questions answered here"]
+          if s.modules_named else []),
         *([f"  copied between servers of the device list, server to server: {size(s.peer_bytes)}"]
           if s.peer_bytes else []),
         f"  time waiting on the server: {s.wait_seconds * 1e3:.1f} ms",
