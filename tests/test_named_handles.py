@@ -12,6 +12,7 @@ import re
 import shutil
 import struct
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
 from cuwire.generated import server_handlers as generated
 from cuwire.generated.wire_ids import OP_IDS
+from cuwire.server.module_cache import ModuleCache
 from cuwire.server.service import CuWireServer
 from cuwire.server.session import Session
 from cuwire.settings import Settings
@@ -152,7 +154,7 @@ NAMED_PROGRAM = r"""
 #include <stdlib.h>
 #include "cuda_api.h"
 int main(int argc, char **argv) {
-    static char image[1 << 20];
+    static char image[8 << 20];
     FILE *f = fopen(argv[1], "rb");
     size_t n = fread(image, 1, sizeof image, f);
     fclose(f);
@@ -177,13 +179,13 @@ int main(int argc, char **argv) {
 """
 
 
-def named_program(folder: Path, client_lib, arch: str) -> tuple[Path, Path]:
-    """NAMED_PROGRAM built against the client, and KERNEL_SOURCE's cubin for `arch` (its argument)."""
+def named_program(folder: Path, client_lib, arch: str, source: str = KERNEL_SOURCE) -> tuple[Path, Path]:
+    """NAMED_PROGRAM built against the client, and `source`'s cubin for `arch` (its argument)."""
     from conftest import compile_against_client
 
     if shutil.which("nvcc") is None:
         pytest.skip("no nvcc")
-    (folder / "k.cu").write_text(KERNEL_SOURCE)
+    (folder / "k.cu").write_text(source)
     subprocess.run(["nvcc", "-cubin", f"-arch={arch}", "-o", str(folder / "k.cubin"), str(folder / "k.cu")],
                    check=True, timeout=300)
     return compile_against_client(NAMED_PROGRAM, folder, client_lib), folder / "k.cubin"
@@ -206,7 +208,8 @@ def test_a_program_loads_and_launches_under_names(client_lib, server, tmp_path):
         waited = re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1]
         if named == "1":
             # (the kernel, and its function: cuKernelGetFunction's, named too, its attributes the image's)
-            assert "loaded without waiting, under handles the client named: 1 modules (uploaded), 2 kernels" in r.stderr
+            assert ("loaded without waiting, under handles the client named: 1 modules (1 uploaded, 0 by digest "
+                    "alone), 2 kernels") in r.stderr
             assert "cuwire.LoadModule" not in waited and "GetKernel" not in waited, waited
             assert "FunctionAttributes" not in waited and "cuFuncGetAttribute" not in waited, waited
         else:
@@ -224,3 +227,83 @@ def test_machine_code_for_another_gpu_is_loaded_as_asked(client_lib, server, tmp
     r = subprocess.run([str(exe), str(cubin)], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0 and r.stdout.startswith("value 42,"), r.stdout + r.stderr
     assert "under handles the client named" not in r.stderr and "cuwire.LoadModule" in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- large images, by digest alone
+
+LARGE = 1 << 20  # (CW_IMAGE_WITH_LOAD_MOST: a larger image goes with no named load)
+assert layouts.constant("CW_IMAGE_WITH_LOAD_MOST") == LARGE
+
+
+def test_a_pinned_image_loads_by_its_digest_after_an_eviction(tmp_path):
+    """The welcome lists the module cache's large images and pins them for the session (hard links no
+    eviction removes): a named load by digest alone, which nobody waits for, finds its image even after
+    the cache evicted it; the pins go with the session, and those of a dead process at the next start."""
+    server = CuWireServer(Settings(backend="emulated", cache_dir=tmp_path))
+    cache = server.modules
+    big = PTX + b"// " + b"x" * LARGE + b"\n"
+    small = PTX + b"// small\n"
+    for image in (big, small):
+        cache.store(hashlib.sha256(image).digest(), image)
+    digest = hashlib.sha256(big).digest()
+    assert cache.large_images(LARGE, 256) == [digest]  # (the small one goes with its load)
+    s = Session(server, "test", pb.Hello(), "pins")
+    s.pinned, pinned = cache.pin(cache.large_images(LARGE, 256), s.name)
+    assert pinned == [digest]
+    cache.path(digest).unlink()  # (another session's upload made room)
+    reply, _ = call(s, "LoadModule", no_reply=True, digest=digest, name=LIBRARY)
+    assert not reply.error and not reply.queued_error, reply
+    reply, _ = call(s, "cuCtxSynchronize")
+    assert not reply.queued_error and LIBRARY in s.names, reply
+    folder = s.pinned
+    s.close()
+    assert not folder.exists()
+    dead = cache.pins / "999999999-gone"
+    dead.mkdir(parents=True)
+    ours = cache.pins / f"{os.getpid()}-alive"
+    ours.mkdir()
+    ModuleCache(tmp_path)
+    assert not dead.exists() and ours.exists()
+
+
+def test_an_unpinned_large_image_is_not_found_by_digest(session):
+    """A load by digest alone of an image neither cached nor pinned fails by name with the next answer (a
+    client names only what the welcome listed)."""
+    reply, _ = call(session, "LoadModule", no_reply=True, digest=hashlib.sha256(b"large").digest(), name=LIBRARY)
+    assert not reply.error
+    reply, _ = call(session, "cuCtxSynchronize")
+    assert reply.queued_error == cu.CUDA_ERROR_FILE_NOT_FOUND, reply
+
+
+def test_a_large_library_the_cache_has_is_named_by_its_digest(client_lib, tmp_path):
+    """A program's library of more than 1 MiB: its first run on a server whose cache lacks it loads it as
+    asked (its bytes uploaded once); the next run's welcome lists it among the cache's large images, and
+    the load goes named, by its digest alone, without waiting; the same output, and the session's pins are
+    gone once it ends."""
+    from conftest import ServerProcess
+
+    exe, cubin = named_program(tmp_path, client_lib, "sm_90",
+                               KERNEL_SOURCE + "__device__ unsigned char big[3 << 20] = {1, 2, 3};\n")
+    assert cubin.stat().st_size > LARGE
+    server = ServerProcess(tmp_path)
+    try:
+        env = {**os.environ, "CUWIRE_SERVER": server.address, "CUWIRE_TRANSPORT": "tcp", "CUWIRE_STATS": "1",
+               "CUWIRE_LOAD_LISTS": "", "CUWIRE_NAMED_LOADS": "1", "CUWIRE_TRACE": "1"}
+        runs = [subprocess.run([str(exe), str(cubin)], capture_output=True, text=True, timeout=120, env=env)
+                for _ in range(2)]
+        for r in runs:
+            assert r.returncode == 0 and r.stdout.startswith("value 42,"), r.stdout + r.stderr
+        waited = [re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1] for r in runs]
+        assert "not among the large images the server's cache listed" in runs[0].stderr
+        assert "cuwire.LoadModule" in waited[0] and "under handles the client named" not in runs[0].stderr
+        assert "named: 1 modules (0 uploaded, 1 by digest alone)" in runs[1].stderr, runs[1].stderr
+        assert "cuwire.LoadModule" not in waited[1] and "GetKernel" not in waited[1], waited[1]
+        assert runs[0].stdout == runs[1].stdout
+        pins = server.cache / "pins"
+        for _ in range(100):  # (the session ends as its client goes)
+            if not any(pins.iterdir()):
+                break
+            time.sleep(0.05)
+        assert not any(pins.iterdir()), list(pins.iterdir())
+    finally:
+        server.stop()

@@ -127,8 +127,9 @@ class Stats:
     modules_preloaded: int = 0  # of modules_cached: loaded ahead from the program's last run's list
     modules_sent_ahead: int = 0  # of modules_uploaded: sent with the load's first request (load_on)
     modules_sent_for_nothing: int = 0  # of modules_cached: sent so, but the server had it
-    modules_named: int = 0  # of modules_uploaded: loaded without waiting, under a name the client gave (name_load)
+    modules_named: int = 0  # loaded without waiting, under a name the client gave (name_load)
     kernels_named: int = 0  # looked up so (name_kernel)
+    modules_by_digest: int = 0  # of modules_named: large ones the server's cache had (Welcome.large_images)
     occupancy_modelled: int = 0  # occupancy questions of named kernels the client answered (occupancy.py)
     list_from_server: bool = False  # ...the list the server kept (this machine had none: load_lists.Run)
     peer_bytes: int = 0  # copied between two servers of a device list, server to server (copy_between)
@@ -148,7 +149,9 @@ OPEN_ATTEMPTS = 4  # tries of a session's hello whose connection dropped before 
 # A module image sent with its load's first request once the run found the server's cache without one (load_on):
 # at most this large (most of a framework's images are smaller), so that one sent for nothing, which happens once
 # each time the run turns from images the server lacks to one it has, costs a few round trips' time at 1 Gbit/s
-UPLOAD_AHEAD_MOST = 1 << 20
+# an image this large at most goes with its load's first request (load_on) and with a named load (name_load);
+# a larger one a load names goes by its digest alone, where the server's cache has it (Welcome.large_images)
+UPLOAD_AHEAD_MOST = layouts.constant("CW_IMAGE_WITH_LOAD_MOST")
 # what occupancy.py reckons with, of a kernel's attributes (model_occupancy), and the sets it knows of
 MAX_DYNAMIC_SHARED = cu.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 CARVEOUT = cu.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
@@ -177,6 +180,7 @@ class Session:
             hello.visible_devices = visible
         if settings.load_lists:  # (the list the server keeps for this program comes with the welcome)
             hello.program = load_lists.program_name(load_lists.own_command_line())
+        hello.names_large_loads = bool(settings.named_loads)  # (the welcome lists the cache's large images)
         hello.resumes = True  # (SocketTransport.resumable)
         self.transport: SocketTransport
         self.host: SharedHost | None = None  # host memory shared with the server (page-locked allocations)
@@ -200,6 +204,7 @@ class Session:
             self.transport.close()
             raise TransportError(reply.error, reply.refusal)
         self.welcome = reply.welcome
+        self.large_images = frozenset(self.welcome.large_images)  # (pinned there for the session: name_load)
         self.transport.may_join(hello, self.welcome, settings.stripes)
         self.transport.resumable(hello, self.welcome, ffi, lib, settings.resume_window)
         if self.welcome.backend == "emulated":
@@ -826,33 +831,41 @@ class Client:
 
     def name_load(self, route: int, digest: bytes, image: bytes, as_module: bool) -> int | None:
         """With CUWIRE_NAMED_LOADS: a library of machine code the client can describe (kernel_facts.py) loaded
-        under a handle the client names, sent with its bytes and without waiting (the server takes the name
-        for its library: Session.give_name); the name, or None where the load goes as asked (a module, PTX,
-        a large image, a device list, code for another GPU: CUWIRE_TRACE says which)."""
+        under a handle the client names, sent without waiting (the server takes the name for its library:
+        Session.give_name), with its bytes, or a large one by its digest alone where the server's cache has it
+        (Welcome.large_images, pinned there for the session); the name, or None where the load goes as asked
+        (a module, PTX, a large image the cache lacks, a device list, code for another GPU: CUWIRE_TRACE says
+        which)."""
         if not self.settings.named_loads:
             return None
-        facts, why = self.describe_load(route, image, as_module)
+        facts, why = self.describe_load(route, digest, image, as_module)
         if facts is None:
             if self.settings.trace:
                 print(f"cuwire trace: load of {len(image)} bytes asked (not named): {why}", file=sys.stderr)
             return None
         name = NAME_TAG | next(self.next_name)
-        body, codec = self.encode(image)
-        self.send_unanswered(LOAD_MODULE, pb.LoadModule_Args(digest=digest, image=body, image_codec=codec, name=name),
-                             route)
+        args = pb.LoadModule_Args(digest=digest, name=name)
+        if len(image) <= UPLOAD_AHEAD_MOST:
+            args.image, args.image_codec = self.encode(image)
+            self.stats.modules_uploaded += 1  # (its bytes go with it, whether the server's cache has it or not)
+        else:
+            self.stats.modules_cached += 1
+            self.stats.modules_by_digest += 1
+        self.send_unanswered(LOAD_MODULE, args, route)
         self.named_libraries[name] = facts
         self.stats.modules_named += 1
-        self.stats.modules_uploaded += 1  # (its bytes go with it, whether the server's cache has it or not)
         return name
 
-    def describe_load(self, route: int, image: bytes, as_module: bool) -> tuple[kernel_facts.CubinFacts | None, str]:
+    def describe_load(self, route: int, digest: bytes, image: bytes,
+                      as_module: bool) -> tuple[kernel_facts.CubinFacts | None, str]:
         """The kernels of an image a load may name (name_load), or None and why it may not."""
         if as_module:
             return None, "a module (cuModuleLoad*), not a library"
         if self.listed:
             return None, "a device list (each server loads it)"
-        if len(image) > UPLOAD_AHEAD_MOST:
-            return None, f"larger than {UPLOAD_AHEAD_MOST} bytes (its bytes would go at every first run)"
+        if len(image) > UPLOAD_AHEAD_MOST and digest not in self.session_of(route).large_images:
+            return None, (f"larger than {UPLOAD_AHEAD_MOST} bytes, and not among the large images the server's "
+                          "cache listed")
         cubin = machine_code(image)
         if cubin is None:
             return None, f"no single cubin ({fatbin.image_kind(image)}: PTX, or several entries)"
@@ -1443,7 +1456,8 @@ def print_stats(s: Stats, names: dict[int, str], calls: dict[str, Counter]) -> N
            f"{', which the server kept' if s.list_from_server else ''})" if s.modules_preloaded else "")
         + (f"; uploaded with the load's first request: {s.modules_sent_ahead} (and {s.modules_sent_for_nothing} "
            "sent so that the server had)" if s.modules_sent_ahead or s.modules_sent_for_nothing else ""),
-        *([f"  loaded without waiting, under handles the client named: {s.modules_named} modules (uploaded), "
+        *([f"  loaded without waiting, under handles the client named: {s.modules_named} modules "
+           f"({s.modules_named - s.modules_by_digest} uploaded, {s.modules_by_digest} by digest alone), "
            f"{s.kernels_named} kernels looked up; {s.occupancy_modelled} occupancy questions answered here"]
           if s.modules_named else []),
         *([f"  copied between servers of the device list, server to server: {size(s.peer_bytes)}"]

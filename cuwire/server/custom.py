@@ -76,7 +76,7 @@ def _load(s, digest: bytes, upload: bytes, codec: int, as_module: bool) -> pb.Lo
                 except ValueError as e:
                     raise WireError(str(e)) from e
             else:
-                image = cache.read(digest)
+                image = cache.read(digest, s.pinned)
                 if image is None:
                     r.need_image = True
                     return r

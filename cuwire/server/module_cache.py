@@ -2,13 +2,16 @@
 nothing, and loaded once per server process. The folder holds at most `limit` bytes (CUWIRE_MODULE_CACHE_SIZE):
 past it, the modules used least recently go (a file's modification time is its last use), so a client that
 uploads image after image can cost others an upload again, never the server's disk. Session processes share
-the folder: a module another one removed is asked of the client again."""
+the folder: a module another one removed is asked of the client again. A session may pin images (`pin`: hard
+links in pins/<pid>-<session>/, which an eviction leaves; gone with the session, or at the next start after a
+crash): those the welcome listed for loads the client names by digest alone, which nobody waits for."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -36,6 +39,8 @@ class ModuleCache:
         self.lock = threading.Lock()
         self.uploads = 0
         self.hits = 0
+        self.pins = directory / "pins"
+        self._drop_dead_pins()
 
     def path(self, digest: bytes) -> Path:
         return self.directory / f"{digest.hex()}.fatbin"
@@ -63,14 +68,66 @@ class ModuleCache:
         log.info("module %s uploaded (%d bytes), cached in %s", digest.hex()[:12], len(image), self.directory)
         self.make_room(keep=self.path(digest))
 
-    def read(self, digest: bytes) -> bytes | None:
-        """The image, noted as used now; None when the folder has it no more (or never had it)."""
+    def read(self, digest: bytes, pinned: Path | None = None) -> bytes | None:
+        """The image, noted as used now; None when the folder has it no more (or never had it), but for one
+        pinned in `pinned` (a session's, `pin`)."""
         try:
             image = self.path(digest).read_bytes()
         except FileNotFoundError:
-            return None
+            try:
+                return (pinned / f"{digest.hex()}.fatbin").read_bytes() if pinned else None
+            except FileNotFoundError:
+                return None
         self.used(digest)
         return image
+
+    def large_images(self, least: int, most: int) -> list[bytes]:
+        """Digests of the cached images larger than `least` bytes, the most recently used first, `most` at most."""
+        found = []
+        with os.scandir(self.directory) as entries:
+            for e in entries:
+                if not e.name.endswith(".fatbin") or len(e.name) != 64 + len(".fatbin"):
+                    continue
+                try:
+                    st = e.stat()
+                except FileNotFoundError:  # (another session's eviction)
+                    continue
+                if st.st_size > least:
+                    found.append((st.st_mtime, e.name[:64]))
+        found.sort(reverse=True)
+        return [bytes.fromhex(name) for _, name in found[:most]]
+
+    def pin(self, digests: list[bytes], session: str) -> tuple[Path, list[bytes]]:
+        """Hard links to these images in a folder of the session's, which no eviction removes (an image a
+        load names by digest alone must be there when the load comes): the folder, and the digests pinned
+        (one evicted meanwhile is not)."""
+        folder = self.pins / f"{os.getpid()}-{session}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pinned = []
+        for d in digests:
+            try:
+                os.link(self.path(d), folder / f"{d.hex()}.fatbin")
+            except FileExistsError:
+                pass
+            except FileNotFoundError:
+                continue
+            pinned.append(d)
+        return folder, pinned
+
+    @staticmethod
+    def unpin(folder: Path) -> None:
+        """The session's pins, gone (the images stay where the cache keeps them)."""
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def _drop_dead_pins(self) -> None:
+        """Pins of sessions whose process is gone (a crash left them)."""
+        if not self.pins.is_dir():
+            return
+        for folder in self.pins.iterdir():
+            pid = folder.name.split("-", 1)[0]
+            if not pid.isdigit() or _alive(int(pid)):
+                continue
+            self.unpin(folder)
 
     def used(self, digest: bytes) -> None:
         """A module loaded already was asked for again: it is in use (the eviction goes by last use)."""
@@ -83,6 +140,16 @@ class ModuleCache:
         """Remove the least recently used modules until the folder holds at most `limit` bytes."""
         for p in least_used(self.directory, "*.fatbin", self.limit, keep):
             log.info("module %s removed from the cache (least recently used; CUWIRE_MODULE_CACHE_SIZE)", p.stem[:12])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def least_used(directory: Path, pattern: str, limit: int, keep: Path) -> list[Path]:

@@ -34,7 +34,7 @@ from cuwire.server.records import function_table
 from cuwire.server.resume import SessionStream, unknown_key
 from cuwire.server.session import Session
 from cuwire.settings import Settings, host_port
-from cuwire.wire import compression, ring
+from cuwire.wire import compression, layouts, ring
 from cuwire.wire.hello import gpu_arch, same_api, this_api
 from cuwire.wire.tls import ServerTls, peer_uid, relayed, server_tls
 from cuwire.wire.transport import (
@@ -50,6 +50,9 @@ from cuwire.wire.transport import (
 
 LOCAL_PEER = "this host (Unix socket)"  # how a client on the Unix socket is named (logs, caps)
 log = logging.getLogger("cuwire.server")
+# images a named load may come without (cuwire/wire/frames.h): the module cache's larger ones, this many at most
+IMAGE_WITH_LOAD_MOST, LARGE_IMAGES_MOST = (layouts.constant(n) for n in ("CW_IMAGE_WITH_LOAD_MOST",
+                                                                          "CW_LARGE_IMAGES_MOST"))
 
 
 ATTRIBUTE_UNSUPPORTED = -(2**31)  # in Device.attributes: the driver refused this attribute number
@@ -207,6 +210,10 @@ class CuWireServer:
         list_name = self.program_list_name(hello)
         if list_name:
             reply.welcome.program_list = self.lists.get(list_name)
+        if hello.names_large_loads:  # (a load may name one of these by its digest alone: pinned till the end)
+            large = self.modules.large_images(IMAGE_WITH_LOAD_MOST, LARGE_IMAGES_MOST)
+            session.pinned, pinned = self.modules.pin(large, name)
+            reply.welcome.large_images.extend(pinned)
         shared, fds = None, []
         from_relay = conn.sock.family == socket.AF_UNIX and relayed(conn.sock)  # TLS from another host
         joined: list[Connection] = []

@@ -10,6 +10,7 @@ import logging
 import os
 import time
 from collections.abc import Collection
+from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
@@ -114,6 +115,7 @@ class Session:
         self.layouts: dict[int, tuple[list[int], list[int]]] = {}  # the same -> parameter offsets and sizes
         self.names: dict[int, int] = {}  # a handle the client named (CW_NAME_TAG) -> the driver's (give_name)
         self.named_as: dict[int, int] = {}  # ...and back: what the client knows the driver's handle as
+        self.pinned: Path | None = None  # the module cache's images the welcome listed, pinned (module_cache.py)
         self.calls = 0
         self.started = time.monotonic()
         self.payload = bulk.IncomingPayload()  # the running batch's payload, as it arrives (run)
@@ -956,6 +958,9 @@ class Session:
         self.free_chunks()
         self.memory_files.close()
         self.drop_ring()
+        if self.pinned is not None:
+            self.server.modules.unpin(self.pinned)
+            self.pinned = None
         if self.callbacks is not None:
             self.in_primary_context(self.lib.cuCtxSynchronize)  # no host function uses the connection now
             self.records.callbacks(HOST_FUNC, -1)

@@ -20,6 +20,11 @@
 #define CW_MESSAGE_MAX 67108864     /* the largest message (64 MiB): bulk bytes go in the payload */
 #define CW_CALL_RESULT_MAX 65536    /* the largest result a records frame's call brings back (64 KiB) */
 #define CW_MAKE_AT_ONCE 64          /* streams or events one cuwire.MakeHandles makes at most */
+/* A library load the client names goes without waiting (LoadModule_Args.name): with its bytes up to this
+ * many, and past it by its digest alone, where the welcome listed the image as in the server's module
+ * cache (Welcome.large_images: at most this many, pinned there for the session) */
+#define CW_IMAGE_WITH_LOAD_MOST 1048576
+#define CW_LARGE_IMAGES_MOST 256
 /* The questions a run's list keeps and the next run's cuwire.Preload asks ahead (PreloadModule.questions,
  * client/answers_cache.c): cuOccupancyMaxActiveBlocksPerMultiprocessor, its WithFlags,
  * cuOccupancyAvailableDynamicSMemPerBlock, whether an attribute set succeeds, and every attribute of a
