@@ -275,11 +275,29 @@ def test_an_unpinned_large_image_is_not_found_by_digest(session):
     assert reply.queued_error == cu.CUDA_ERROR_FILE_NOT_FOUND, reply
 
 
+def test_how_a_named_load_sends_its_image():
+    """client/named_loads.py: a small image with its bytes; a large one by digest where the welcome listed it,
+    with its bytes where the whole list lacked it (the cache lacks it), as asked where the list was full (the
+    cache may have it: its bytes could go for nothing) or the image is larger than a message takes."""
+    from cuwire.client import named_loads as n
+
+    d, other = b"d" * 32, b"o" * 32
+    assert n.how_sent(LARGE, d, frozenset())[0] == n.BYTES
+    assert n.how_sent(LARGE + 1, d, frozenset({d}))[0] == n.DIGEST
+    assert n.how_sent(LARGE + 1, d, frozenset({other}))[0] == n.BYTES
+    full = frozenset(i.to_bytes(32, "little") for i in range(n.LISTED_MOST))
+    how, why = n.how_sent(LARGE + 1, d, full)
+    assert how is None and "the list was full" in why
+    assert n.how_sent(LARGE + 1, next(iter(full)), full)[0] == n.DIGEST
+    how, why = n.how_sent(n.BYTES_MOST + 1, d, frozenset())
+    assert how is None and "more than a named load's message takes" in why
+
+
 def test_a_large_library_the_cache_has_is_named_by_its_digest(client_lib, tmp_path):
-    """A program's library of more than 1 MiB: its first run on a server whose cache lacks it loads it as
-    asked (its bytes uploaded once); the next run's welcome lists it among the cache's large images, and
-    the load goes named, by its digest alone, without waiting; the same output, and the session's pins are
-    gone once it ends."""
+    """A program's library of more than 1 MiB: its first run on a server whose cache lacks it (the welcome's
+    whole list of large images does not name it) sends it named, with its bytes, without waiting; the next
+    run's welcome lists it, and the load goes named by its digest alone; the same output, and the session's
+    pins are gone once it ends."""
     from conftest import ServerProcess
 
     exe, cubin = named_program(tmp_path, client_lib, "sm_90",
@@ -294,10 +312,11 @@ def test_a_large_library_the_cache_has_is_named_by_its_digest(client_lib, tmp_pa
         for r in runs:
             assert r.returncode == 0 and r.stdout.startswith("value 42,"), r.stdout + r.stderr
         waited = [re.search(r"top calls sent to the server, by count: (.*)", r.stderr)[1] for r in runs]
-        assert "not among the large images the server's cache listed" in runs[0].stderr
-        assert "cuwire.LoadModule" in waited[0] and "under handles the client named" not in runs[0].stderr
+        assert "named: 1 modules (1 uploaded, 0 by digest alone)" in runs[0].stderr, runs[0].stderr
         assert "named: 1 modules (0 uploaded, 1 by digest alone)" in runs[1].stderr, runs[1].stderr
-        assert "cuwire.LoadModule" not in waited[1] and "GetKernel" not in waited[1], waited[1]
+        for w in waited:
+            assert "cuwire.LoadModule" not in w and "GetKernel" not in w, w
+        assert "asked (not named)" not in runs[0].stderr + runs[1].stderr
         assert runs[0].stdout == runs[1].stdout
         pins = server.cache / "pins"
         for _ in range(100):  # (the session ends as its client goes)

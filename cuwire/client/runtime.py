@@ -26,7 +26,7 @@ from _cuwire import ffi, lib
 from google.protobuf.message import DecodeError
 
 from cuwire import address_space, fatbin, kernel_facts, occupancy
-from cuwire.client import clusters_ahead, device_choice, load_lists
+from cuwire.client import clusters_ahead, device_choice, load_lists, named_loads
 from cuwire.client.shared_host import SharedHost
 from cuwire.generated import cuda_constants as cu
 from cuwire.generated import cuwire_pb2 as pb
@@ -149,9 +149,7 @@ OPEN_ATTEMPTS = 4  # tries of a session's hello whose connection dropped before 
 # A module image sent with its load's first request once the run found the server's cache without one (load_on):
 # at most this large (most of a framework's images are smaller), so that one sent for nothing, which happens once
 # each time the run turns from images the server lacks to one it has, costs a few round trips' time at 1 Gbit/s
-# an image this large at most goes with its load's first request (load_on) and with a named load (name_load);
-# a larger one a load names goes by its digest alone, where the server's cache has it (Welcome.large_images)
-UPLOAD_AHEAD_MOST = layouts.constant("CW_IMAGE_WITH_LOAD_MOST")
+UPLOAD_AHEAD_MOST = named_loads.WITH_LOAD_MOST  # an image this large at most goes with its load's first request
 # what occupancy.py reckons with, of a kernel's attributes (model_occupancy), and the sets it knows of
 MAX_DYNAMIC_SHARED = cu.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 CARVEOUT = cu.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
@@ -832,10 +830,9 @@ class Client:
     def name_load(self, route: int, digest: bytes, image: bytes, as_module: bool) -> int | None:
         """With CUWIRE_NAMED_LOADS: a library of machine code the client can describe (kernel_facts.py) loaded
         under a handle the client names, sent without waiting (the server takes the name for its library:
-        Session.give_name), with its bytes, or a large one by its digest alone where the server's cache has it
-        (Welcome.large_images, pinned there for the session); the name, or None where the load goes as asked
-        (a module, PTX, a large image the cache lacks, a device list, code for another GPU: CUWIRE_TRACE says
-        which)."""
+        Session.give_name), with its bytes or by its digest alone (client/named_loads.py); the name, or None
+        where the load goes as asked (a module, PTX, a device list, code for another GPU, a large image the
+        server's list could not say it lacks: CUWIRE_TRACE says which)."""
         if not self.settings.named_loads:
             return None
         facts, why = self.describe_load(route, digest, image, as_module)
@@ -845,7 +842,7 @@ class Client:
             return None
         name = NAME_TAG | next(self.next_name)
         args = pb.LoadModule_Args(digest=digest, name=name)
-        if len(image) <= UPLOAD_AHEAD_MOST:
+        if named_loads.how_sent(len(image), digest, self.session_of(route).large_images)[0] == named_loads.BYTES:
             args.image, args.image_codec = self.encode(image)
             self.stats.modules_uploaded += 1  # (its bytes go with it, whether the server's cache has it or not)
         else:
@@ -863,9 +860,9 @@ class Client:
             return None, "a module (cuModuleLoad*), not a library"
         if self.listed:
             return None, "a device list (each server loads it)"
-        if len(image) > UPLOAD_AHEAD_MOST and digest not in self.session_of(route).large_images:
-            return None, (f"larger than {UPLOAD_AHEAD_MOST} bytes, and not among the large images the server's "
-                          "cache listed")
+        how, why = named_loads.how_sent(len(image), digest, self.session_of(route).large_images)
+        if how is None:
+            return None, why
         cubin = machine_code(image)
         if cubin is None:
             return None, f"no single cubin ({fatbin.image_kind(image)}: PTX, or several entries)"
