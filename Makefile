@@ -49,7 +49,7 @@ server: build/.server
 
 ## Build the CUDA test apps with nvcc -cudart shared into tests/test_apps/build
 apps:
-	$(MAKE) -C tests/test_apps
+	$(MAKE) -j$$(nproc) -C tests/test_apps
 
 ## Run a bundled CUDA test app through cuwire: on this machine's GPU if it has one, else emulated
 demo: venv client server
@@ -65,9 +65,11 @@ lint: venv
 	$(VPY) -m ruff check .
 	$(VENV)/bin/hadolint docker/Dockerfile
 
-## Everything CI checks: lint, generated/ up to date, client and apps built, the test suite
+## Everything CI checks: lint, generated/ up to date, client and apps built, the test suite (on
+## PYTEST_WORKERS processes at once, pytest-xdist: 2 by default, CI's cores; 0 runs them in this one)
+PYTEST_WORKERS ?= 2
 test: venv lint check-generated client server apps
-	$(VPY) -m pytest -q -m 'not gpu'
+	$(VPY) -m pytest -q -m 'not gpu' -n $(PYTEST_WORKERS)
 
 ## On a machine with an NVIDIA GPU: every test app natively and through cuwire, one line per app
 gpu-test:

