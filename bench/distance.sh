@@ -10,7 +10,8 @@
 # trips beside the program's synchronizations, and seconds beside native; three times: as a program's first
 # run, as its next (which loads the modules of its last run at its first load: client/load_lists.py), and
 # as its first run on another client machine (no list of its own: it gets the one the server kept,
-# server/program_lists.py); and what each of those starts waited for, the calls most asked first.
+# server/program_lists.py), and as its first run on a new server (a module cache of its own, empty: every
+# image goes up); and what each of those starts waited for, the calls most asked first.
 #   bash bench/distance.sh [DELAYS_US (default "direct 0 100 1000"; direct: no forwarder)] [STEPS (default 200: with 20, one run in three showed
 # steps slower by milliseconds at any delay that a long run of the same steps did not, docs/speed.md)]
 # VARIANTS="SETTING=VALUE ...": at each delay the cuwire rows again with each setting in the environment,
@@ -54,7 +55,7 @@ if [ "$FIRST" = 1 ]; then
     AT=$(grep -oP 'listening on \K[0-9]+' "$OUTDIR/link-first.log")
   fi
   : >"$OUTDIR/native-first.txt"; : >"$OUTDIR/cuwire-first.txt"; : >"$OUTDIR/cuwire-again.txt"
-  : >"$OUTDIR/cuwire-fresh.txt"; rm -rf "$OUTDIR/loads" "${CACHE:-/nonexistent}/lists"  # (none from an earlier bench)
+  : >"$OUTDIR/cuwire-fresh.txt"; : >"$OUTDIR/cuwire-new.txt"; rm -rf "$OUTDIR/loads" "${CACHE:-/nonexistent}/lists"  # (none from an earlier bench)
   for w in "pytorch_minimal iteration" "small CNN training step" "small transformer training step" \
            "GPT-2 decoding, one token"; do
     (cd bench && $PY distance_steps.py --first $w) >>"$OUTDIR/native-first.txt" 2>>"$OUTDIR/native-first.err"
@@ -66,10 +67,23 @@ if [ "$FIRST" = 1 ]; then
         $PY -m cuwire.cli run --server "127.0.0.1:$AT" -- $PY distance_steps.py --first $w) \
         >>"$OUTDIR/cuwire-$run.txt" 2>>"$OUTDIR/cuwire-$run.err"
     done
+    # and its first run on a new server: a module cache of its own, empty (each image goes up), no list
+    main=("$SERVER" "$PORT" "$CACHE"); CACHE=$(mktemp -d); start_server "$OUTDIR/server-new.log"; NEW_AT=$PORT
+    NEW_LINK=
+    if [ "$delay" != direct ]; then
+      "$OUTDIR/delay_link" 0 "$PORT" "$delay" >"$OUTDIR/link-new.log" 2>&1 & NEW_LINK=$!
+      for _ in $(seq 50); do grep -q "listening on" "$OUTDIR/link-new.log" && break; sleep 0.1; done
+      NEW_AT=$(grep -oP 'listening on \K[0-9]+' "$OUTDIR/link-new.log")
+    fi
+    (cd bench && CUWIRE_TRANSPORT=tcp CUWIRE_LOAD_LISTS= \
+      $PY -m cuwire.cli run --server "127.0.0.1:$NEW_AT" -- $PY distance_steps.py --first $w) \
+      >>"$OUTDIR/cuwire-new.txt" 2>>"$OUTDIR/cuwire-new.err"
+    [ -n "$NEW_LINK" ] && kill $NEW_LINK
+    kill $SERVER; wait $SERVER 2>/dev/null; rm -rf "$CACHE"; SERVER=${main[0]}; PORT=${main[1]}; CACHE=${main[2]}
   done
   [ -n "$LINK" ] && kill $LINK
   # what each start still waited for, besides its synchronizations (the first and the next run)
-  grep -h ": waited for " "$OUTDIR"/cuwire-{first,again,fresh}.err >"$OUTDIR/waited.txt"
+  grep -h ": waited for " "$OUTDIR"/cuwire-{first,again,fresh,new}.err >"$OUTDIR/waited.txt"
 fi
 kill $SERVER
 nvidia-smi -L 2>/dev/null | head -1
@@ -106,27 +120,28 @@ def first(path):
         return {m[1]: (m[2], int(m[3]), float(m[4])) for m in FIRST_LINE.finditer(open(path).read())}
     except FileNotFoundError:
         return {}
-n_first, r_first, r_again, r_fresh = (first(f"{out}/{n}.txt")
-                                      for n in ("native-first", "cuwire-first", "cuwire-again", "cuwire-fresh"))
+n_first, r_first, r_again, r_fresh, r_new = (
+    first(f"{out}/{n}.txt") for n in ("native-first", "cuwire-first", "cuwire-again", "cuwire-fresh", "cuwire-new"))
 if r_first:
     last = delays[-1]
     link = "direct" if last == "direct" else f"{2 * int(last) / 1000:.1f}ms RTT"
     print(f"\nstart-up to the end of the first step ({link}; the server's module cache warm; a program's first "
           "run, then its next, which loads its last run's modules at once, then its first on a machine with no "
-          "list, which gets the server's):")
+          "list, which gets the server's; last, its first on a new server, whose module cache is empty):")
     print(f"{'workload':34} {'native':>9} {'cuwire':>9} {'round trips':>12} {'next run':>9} {'round trips':>12} "
-          f"{'fresh machine':>14} {'round trips':>12} {'synchronizations':>17}")
+          f"{'fresh machine':>14} {'round trips':>12} {'new server':>11} {'round trips':>12} {'synchronizations':>17}")
     for name, (trips, syncs, secs) in r_first.items():
         native_s = f"{n_first[name][2]:.2f}s" if name in n_first else "-"
         again_s, again_trips = (f"{r_again[name][2]:.2f}s", r_again[name][0]) if name in r_again else ("-", "-")
         fresh_s, fresh_trips = (f"{r_fresh[name][2]:.2f}s", r_fresh[name][0]) if name in r_fresh else ("-", "-")
+        new_s, new_trips = (f"{r_new[name][2]:.2f}s", r_new[name][0]) if name in r_new else ("-", "-")
         print(f"{name:34} {native_s:>9} {secs:>8.2f}s {trips:>12} {again_s:>9} {again_trips:>12} {fresh_s:>14} "
-              f"{fresh_trips:>12} {syncs:>17}")
+              f"{fresh_trips:>12} {new_s:>11} {new_trips:>12} {syncs:>17}")
     try:
         waited = open(f"{out}/waited.txt").read().splitlines()
     except FileNotFoundError:
         waited = []
     if waited:
-        print("\nwhat each start waited for (the first run, the next, the fresh machine's), the most asked first:")
+        print("\nwhat each start waited for (the first run, the next, the fresh machine's, the new server's), the most asked first:")
         print("\n".join(waited))
 PYEOF
