@@ -835,14 +835,17 @@ class Client:
         server's list could not say it lacks: CUWIRE_TRACE says which)."""
         if not self.settings.named_loads:
             return None
-        facts, why = self.describe_load(route, digest, image, as_module)
+        facts = None
+        how, why = named_loads.how_sent(len(image), digest, self.session_of(route).large_images)
+        if how is not None:
+            facts, why = self.describe_load(route, image, as_module)
         if facts is None:
             if self.settings.trace:
                 print(f"cuwire trace: load of {len(image)} bytes asked (not named): {why}", file=sys.stderr)
             return None
         name = NAME_TAG | next(self.next_name)
         args = pb.LoadModule_Args(digest=digest, name=name)
-        if named_loads.how_sent(len(image), digest, self.session_of(route).large_images)[0] == named_loads.BYTES:
+        if how == named_loads.BYTES:
             args.image, args.image_codec = self.encode(image)
             self.stats.modules_uploaded += 1  # (its bytes go with it, whether the server's cache has it or not)
         else:
@@ -853,16 +856,12 @@ class Client:
         self.stats.modules_named += 1
         return name
 
-    def describe_load(self, route: int, digest: bytes, image: bytes,
-                      as_module: bool) -> tuple[kernel_facts.CubinFacts | None, str]:
+    def describe_load(self, route: int, image: bytes, as_module: bool) -> tuple[kernel_facts.CubinFacts | None, str]:
         """The kernels of an image a load may name (name_load), or None and why it may not."""
         if as_module:
             return None, "a module (cuModuleLoad*), not a library"
         if self.listed:
             return None, "a device list (each server loads it)"
-        how, why = named_loads.how_sent(len(image), digest, self.session_of(route).large_images)
-        if how is None:
-            return None, why
         cubin = machine_code(image)
         if cubin is None:
             return None, f"no single cubin ({fatbin.image_kind(image)}: PTX, or several entries)"

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from cuwire import fatbin
+from cuwire.server.resume import alive
 
 log = logging.getLogger("cuwire.server")
 
@@ -125,7 +126,7 @@ class ModuleCache:
             return
         for folder in self.pins.iterdir():
             pid = folder.name.split("-", 1)[0]
-            if not pid.isdigit() or _alive(int(pid)):
+            if not pid.isdigit() or alive(int(pid)):
                 continue
             self.unpin(folder)
 
@@ -140,16 +141,6 @@ class ModuleCache:
         """Remove the least recently used modules until the folder holds at most `limit` bytes."""
         for p in least_used(self.directory, "*.fatbin", self.limit, keep):
             log.info("module %s removed from the cache (least recently used; CUWIRE_MODULE_CACHE_SIZE)", p.stem[:12])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def least_used(directory: Path, pattern: str, limit: int, keep: Path) -> list[Path]:
