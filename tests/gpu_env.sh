@@ -9,8 +9,10 @@ $PY -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$LOG/inst
 $PY -m cuwire.client.build --out build/client >"$LOG/client-build.log" 2>&1 || { tail -30 "$LOG/client-build.log"; exit 1; }
 
 start_server() {  # start_server LOG ARGS...: a server on a free port (module cache: $CACHE, else a new
-  # folder); sets SERVER (its pid) and PORT
-  $PY -m cuwire.server --listen 127.0.0.1:0 --cache-dir "${CACHE:=$(mktemp -d)}" "${@:2}" >"$1" 2>&1 &
+  # folder, set here: in the background command below the assignment would not reach the caller); sets SERVER
+  # (its pid) and PORT
+  : "${CACHE:=$(mktemp -d)}"
+  $PY -m cuwire.server --listen 127.0.0.1:0 --cache-dir "$CACHE" "${@:2}" >"$1" 2>&1 &
   SERVER=$!; PORT=
   for _ in $(seq 1 300); do
     PORT=$(grep -oP 'listening on [^:]+:\K[0-9]+' "$1" | head -1)
