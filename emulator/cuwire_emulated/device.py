@@ -383,7 +383,7 @@ class EmulatedMemory:
         if found is None:
             return False
         block, offset = found
-        block[offset:offset + len(data)] = data
+        memoryview(block)[offset:offset + len(data)] = data  # (a bytearray's slice assignment copies data first)
         return True
 
     def global_variable(self, name: str) -> int | None:
@@ -627,8 +627,8 @@ class EmulatedLib(EmulatedNvml, EmulatedVmm, EmulatedArrays, EmulatedGraphs, Emu
                 found and found[0], (bytearray, mmap.mmap)):  # host <-> device memory: one copy, not two
             block, offset = cast(tuple, found)
             host = self.ffi.buffer(self.ffi.cast("char *", host_end), count)
-            if to_device:
-                block[offset:offset + count] = host
+            if to_device:  # through a memoryview: a bytearray's slice assignment copies a non-bytearray first
+                memoryview(block)[offset:offset + count] = host
             else:
                 host[:] = memoryview(block)[offset:offset + count]
             return 0
