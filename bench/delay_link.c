@@ -1,12 +1,17 @@
 // delay_link: a TCP forwarder that delays every byte by a fixed time each way, so that a client and a server
-// on one host talk as across a network with that latency (the GPU hosts have no tc). bench/distance.py runs
-// it between cuwire's client and server.
+// on one host talk as across a network with that latency (the GPU hosts have no tc), and with RATE_MBIT,
+// through a link of that rate. bench/distance.sh runs it between cuwire's client and server for latency,
+// bench/link_rate.sh for bandwidth.
 //
-//   delay_link LISTEN_PORT TARGET_PORT DELAY_US      (both on 127.0.0.1; prints "listening on PORT")
+//   delay_link LISTEN_PORT TARGET_PORT DELAY_US [RATE_MBIT]   (both on 127.0.0.1; prints "listening on PORT")
 //
 // Each accepted connection gets its own connection to the target and two directions, each a reader thread
 // that stamps what it reads with the time it is due (now + DELAY_US) and a writer thread that sends it then,
-// in order. Bandwidth is not limited: this models latency only.
+// in order. Without RATE_MBIT bandwidth is not limited: this models latency only. With it, every
+// connection's bytes in one direction share one link of that rate, as a router's outgoing port: what a
+// reader reads is put on the link when the link is free (its clock, wire_free), crosses it at the rate,
+// and is due DELAY_US after its last byte left; a direction holds at most the link's bytes in flight and
+// QUEUE_MOST more, so a sender faster than the link waits (TCP's own back-pressure), as at a real link.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -24,6 +29,12 @@
 
 static long delay_ns;
 #define CHUNK (1u << 20) /* the most one read takes: a large copy crosses in few chunks */
+#define QUEUE_MOST (4u << 20) /* the link's buffer, past the bytes in flight (RATE_MBIT given) */
+
+static double ns_per_byte;     /* 0: no rate limit */
+static size_t direction_most;  /* with a rate: the bytes one direction may hold, in flight and queued */
+static pthread_mutex_t wire_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t wire_free[2];  /* per way (0: towards the target, 1: back): when the link is next free */
 
 struct chunk {
     struct chunk *next;
@@ -34,9 +45,10 @@ struct chunk {
 
 struct link;
 struct direction {
-    int from, to;
+    int from, to, way;
     pthread_mutex_t lock;
-    pthread_cond_t ready;
+    pthread_cond_t ready, room;
+    size_t held; /* bytes read and not yet sent */
     struct chunk *head, *tail;
     int ended;
     struct link *link;
@@ -58,7 +70,8 @@ static void thread_ends(struct link *l)
         close(l->way[0].from);
         close(l->way[0].to);
         for (int i = 0; i < 2; i++) /* (ended: every chunk was sent or freed) */
-            pthread_mutex_destroy(&l->way[i].lock), pthread_cond_destroy(&l->way[i].ready);
+            pthread_mutex_destroy(&l->way[i].lock), pthread_cond_destroy(&l->way[i].ready),
+                pthread_cond_destroy(&l->way[i].room);
         pthread_mutex_destroy(&l->lock);
         free(l);
     }
@@ -71,10 +84,31 @@ static uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+/* When bytes read now are due at the other end: after the delay, and with a rate, once the link carried
+ * them behind everything read before them in this direction, of any connection. */
+static uint64_t due_at(int way, size_t len)
+{
+    uint64_t now = now_ns();
+    if (ns_per_byte <= 0)
+        return now + (uint64_t)delay_ns;
+    pthread_mutex_lock(&wire_lock);
+    uint64_t start = wire_free[way] > now ? wire_free[way] : now;
+    wire_free[way] = start + (uint64_t)((double)len * ns_per_byte);
+    uint64_t left = wire_free[way];
+    pthread_mutex_unlock(&wire_lock);
+    return left + (uint64_t)delay_ns;
+}
+
 static void *reader(void *arg)
 {
     struct direction *d = arg;
     for (;;) {
+        if (direction_most) { /* the link and its buffer are full: wait, so that the sender does */
+            pthread_mutex_lock(&d->lock);
+            while (d->held >= direction_most)
+                pthread_cond_wait(&d->room, &d->lock);
+            pthread_mutex_unlock(&d->lock);
+        }
         struct chunk *c = malloc(sizeof *c + CHUNK);
         if (!c)
             break;
@@ -91,9 +125,10 @@ static void *reader(void *arg)
         if (smaller)
             c = smaller;
         c->len = (size_t)n;
-        c->due = now_ns() + (uint64_t)delay_ns;
+        c->due = due_at(d->way, c->len);
         c->next = NULL;
         pthread_mutex_lock(&d->lock);
+        d->held += c->len;
         if (d->tail)
             d->tail->next = c;
         else
@@ -122,6 +157,8 @@ static void *writer(void *arg)
             d->head = c->next;
             if (!d->head)
                 d->tail = NULL;
+            d->held -= c->len;
+            pthread_cond_signal(&d->room);
         }
         pthread_mutex_unlock(&d->lock);
         if (!c)
@@ -138,12 +175,18 @@ static void *writer(void *arg)
             if (n <= 0) {
                 free(c);
                 shutdown(d->from, SHUT_RDWR); /* the other side is gone: end this direction */
-                pthread_mutex_lock(&d->lock); /* (what its reader queued until it ends) */
-                while (!d->ended)
+                pthread_mutex_lock(&d->lock); /* (what its reader queued until it ends; a reader waiting */
+                for (;;) {                    /* for room gets it, and finds its socket shut) */
+                    while ((c = d->head)) {
+                        d->head = c->next;
+                        free(c);
+                    }
+                    d->tail = NULL;
+                    d->held = 0;
+                    pthread_cond_signal(&d->room);
+                    if (d->ended)
+                        break;
                     pthread_cond_wait(&d->ready, &d->lock);
-                while ((c = d->head)) {
-                    d->head = c->next;
-                    free(c);
                 }
                 pthread_mutex_unlock(&d->lock);
                 thread_ends(d->link);
@@ -158,13 +201,16 @@ static void *writer(void *arg)
     return NULL;
 }
 
-static void start(struct link *l, struct direction *d, int from, int to)
+static void start(struct link *l, int way, int from, int to)
 {
+    struct direction *d = &l->way[way];
     d->link = l;
+    d->way = way;
     d->from = from;
     d->to = to;
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->ready, NULL);
+    pthread_cond_init(&d->room, NULL);
     pthread_t t;
     pthread_create(&t, NULL, reader, d);
     pthread_detach(t);
@@ -180,11 +226,16 @@ static int nodelay(int fd)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: delay_link LISTEN_PORT TARGET_PORT DELAY_US\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: delay_link LISTEN_PORT TARGET_PORT DELAY_US [RATE_MBIT]\n");
         return 2;
     }
     delay_ns = atol(argv[3]) * 1000;
+    double mbit = argc == 5 ? atof(argv[4]) : 0;
+    if (mbit > 0) {
+        ns_per_byte = 8e3 / mbit; /* 8 bits a byte, 1e9 ns / (mbit * 1e6 bit/s) */
+        direction_most = (size_t)((double)delay_ns / ns_per_byte) + QUEUE_MOST;
+    }
     prctl(PR_SET_TIMERSLACK, 1UL); /* sleeps end when due, not up to 50 us later */
     struct sockaddr_in at = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(argv[1]))};
     struct sockaddr_in target = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(argv[2]))};
@@ -198,7 +249,10 @@ int main(int argc, char **argv)
     }
     socklen_t len = sizeof at;
     getsockname(listener, (struct sockaddr *)&at, &len);
-    printf("listening on %d, delaying by %ld us each way\n", ntohs(at.sin_port), delay_ns / 1000);
+    printf("listening on %d, delaying by %ld us each way", ntohs(at.sin_port), delay_ns / 1000);
+    if (mbit > 0)
+        printf(", %g Mbit/s each way", mbit);
+    printf("\n");
     fflush(stdout);
     for (;;) {
         int client = accept(listener, NULL, NULL);
@@ -225,7 +279,7 @@ int main(int argc, char **argv)
         }
         pthread_mutex_init(&l->lock, NULL);
         l->threads = 4;
-        start(l, &l->way[0], client, server);
-        start(l, &l->way[1], server, client);
+        start(l, 0, client, server);
+        start(l, 1, server, client);
     }
 }

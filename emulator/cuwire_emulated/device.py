@@ -383,7 +383,10 @@ class EmulatedMemory:
         if found is None:
             return False
         block, offset = found
-        memoryview(block)[offset:offset + len(data)] = data  # (a bytearray's slice assignment copies data first)
+        if isinstance(block, (bytearray, mmap.mmap)):  # (a bytearray's slice assignment copies data first)
+            memoryview(block)[offset:offset + len(data)] = data
+        else:  # (a virtual memory reservation's mapped pieces)
+            block[offset:offset + len(data)] = data
         return True
 
     def global_variable(self, name: str) -> int | None:
