@@ -174,7 +174,12 @@ static void *writer(void *arg)
                 continue;
             if (n <= 0) {
                 free(c);
-                shutdown(d->from, SHUT_RDWR); /* the other side is gone: end this direction */
+                /* the other side is gone: end this direction, and the connection with a reset once both
+                 * directions ended (a plain close of a socket whose window a full link closed leaves its
+                 * sender probing that window for a minute) */
+                struct linger reset = {.l_onoff = 1, .l_linger = 0};
+                setsockopt(d->from, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+                shutdown(d->from, SHUT_RDWR);
                 pthread_mutex_lock(&d->lock); /* (what its reader queued until it ends; a reader waiting */
                 for (;;) {                    /* for room gets it, and finds its socket shut) */
                     while ((c = d->head)) {
