@@ -16,6 +16,7 @@ PY=${PYTHON:-$PWD/.venv/bin/python}
 OUT=$PWD/build/cpu_distance; mkdir -p "$OUT"
 make -s -C tests/test_apps >/dev/null
 gcc -O2 -pthread -o "$OUT/delay_link" bench/delay_link.c
+source bench/links.sh
 PIDS=()
 trap 'kill "${PIDS[@]}" 2>/dev/null || true' EXIT
 "$PY" -m cuwire.server --listen 127.0.0.1:0 --emulated >"$OUT/server.log" 2>&1 & PIDS+=($!)
@@ -33,9 +34,7 @@ run() {  # run AT STEPS: "seconds round-trips" of one step_loop run through cuwi
 }
 echo "emulated device on loopback behind bench/delay_link; tests/test_apps/step_loop, $STEPS and $((4 * STEPS)) steps a loop"
 for delay in $DELAYS; do
-  "$OUT/delay_link" 0 "$PORT" "$delay" >"$OUT/link-$delay.log" 2>&1 & LINK=$!; PIDS+=($LINK)
-  for _ in $(seq 50); do grep -q "listening on" "$OUT/link-$delay.log" && break; sleep 0.1; done
-  AT=$(grep -oP 'listening on \K[0-9]+' "$OUT/link-$delay.log")
+  start_link "$OUT/delay_link" "$PORT" "$delay" 0 "$OUT/link-$delay.log"; PIDS+=($LINK)
   first=$(run "$AT" "$STEPS") && second=$(run "$AT" $((4 * STEPS))) || exit 1
   read -r t1 r1 <<<"$first"; read -r t2 r2 <<<"$second"
   "$PY" - "$delay" "$STEPS" "$t1" "$r1" "$t2" "$r2" <<'PYEOF'

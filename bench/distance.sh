@@ -24,6 +24,7 @@ PY=${PYTHON:-python3}
 DELAYS=${1:-direct 0 100 1000}; STEPS=${2:-200}; FIRST=${FIRST:-1}  # FIRST=0: no start-up rows
 OUTDIR=$PWD/build/distance; mkdir -p "$OUTDIR"; LOG=$OUTDIR; rm -f "$OUTDIR"/*-first.txt
 source tests/gpu_env.sh
+source bench/links.sh
 gcc -O2 -pthread -o "$OUTDIR/delay_link" bench/delay_link.c || exit 1
 (cd bench && $PY distance_steps.py "$STEPS") >"$OUTDIR/native.txt" 2>"$OUTDIR/native.err" || { cat "$OUTDIR/native.err"; exit 1; }
 JAX=1  # JAX's row (bench/distance_jax.py), where JAX is installed
@@ -31,9 +32,7 @@ JAX=1  # JAX's row (bench/distance_jax.py), where JAX is installed
 start_server "$OUTDIR/server.log"
 for delay in $DELAYS; do
   if [ "$delay" = direct ]; then AT=$PORT; LINK=; else  # direct: loopback TCP, no forwarder (its own cost)
-    "$OUTDIR/delay_link" 0 "$PORT" "$delay" >"$OUTDIR/link-$delay.log" 2>&1 & LINK=$!
-    for _ in $(seq 50); do grep -q "listening on" "$OUTDIR/link-$delay.log" && break; sleep 0.1; done
-    AT=$(grep -oP 'listening on \K[0-9]+' "$OUTDIR/link-$delay.log")
+    start_link "$OUTDIR/delay_link" "$PORT" "$delay" 0 "$OUTDIR/link-$delay.log"
   fi
   for variant in plain ${VARIANTS:-}; do
     out=$OUTDIR/cuwire-$delay; setting=()
@@ -50,9 +49,7 @@ done
 if [ "$FIRST" = 1 ]; then
   delay=${DELAYS##* }; LINK=; AT=$PORT
   if [ "$delay" != direct ]; then
-    "$OUTDIR/delay_link" 0 "$PORT" "$delay" >"$OUTDIR/link-first.log" 2>&1 & LINK=$!
-    for _ in $(seq 50); do grep -q "listening on" "$OUTDIR/link-first.log" && break; sleep 0.1; done
-    AT=$(grep -oP 'listening on \K[0-9]+' "$OUTDIR/link-first.log")
+    start_link "$OUTDIR/delay_link" "$PORT" "$delay" 0 "$OUTDIR/link-first.log"
   fi
   : >"$OUTDIR/native-first.txt"; : >"$OUTDIR/cuwire-first.txt"; : >"$OUTDIR/cuwire-again.txt"
   : >"$OUTDIR/cuwire-fresh.txt"; : >"$OUTDIR/cuwire-new.txt"; rm -rf "$OUTDIR/loads" "${CACHE:-/nonexistent}/lists"  # (none from an earlier bench)
@@ -71,9 +68,8 @@ if [ "$FIRST" = 1 ]; then
     main=("$SERVER" "$PORT" "$CACHE"); CACHE=$(mktemp -d); start_server "$OUTDIR/server-new.log"; NEW_AT=$PORT
     NEW_LINK=
     if [ "$delay" != direct ]; then
-      "$OUTDIR/delay_link" 0 "$PORT" "$delay" >"$OUTDIR/link-new.log" 2>&1 & NEW_LINK=$!
-      for _ in $(seq 50); do grep -q "listening on" "$OUTDIR/link-new.log" && break; sleep 0.1; done
-      NEW_AT=$(grep -oP 'listening on \K[0-9]+' "$OUTDIR/link-new.log")
+      keep=("$LINK" "$AT"); start_link "$OUTDIR/delay_link" "$PORT" "$delay" 0 "$OUTDIR/link-new.log"
+      NEW_LINK=$LINK; NEW_AT=$AT; LINK=${keep[0]}; AT=${keep[1]}
     fi
     (cd bench && CUWIRE_TRANSPORT=tcp CUWIRE_LOAD_LISTS= \
       $PY -m cuwire.cli run --server "127.0.0.1:$NEW_AT" -- $PY distance_steps.py --first $w) \

@@ -12,15 +12,11 @@ PY=${PYTHON:-python3}
 RATES=${1:-1000 10000}; MIB=${2:-256}; DELAY=${3:-50}
 OUTDIR=$PWD/build/link_rate; mkdir -p "$OUTDIR"; LOG=$OUTDIR
 source tests/gpu_env.sh
+source bench/links.sh
 gcc -O2 -pthread -o "$OUTDIR/delay_link" bench/delay_link.c || exit 1
 nvcc -cudart shared -O2 -o "$OUTDIR/link_app" bench/link_app.cu || exit 1
 start_server "$OUTDIR/server.log" ${SERVER_ARGS:-}  # (SERVER_ARGS=--emulated: tried without a GPU)
 free_port() { $PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-forwarder() {  # forwarder TARGET_PORT RATE LOG: sets LINK (its pid) and AT (its port)
-  "$OUTDIR/delay_link" 0 "$1" "$DELAY" "$2" >"$3" 2>&1 & LINK=$!
-  for _ in $(seq 50); do grep -q "listening on" "$3" && break; sleep 0.1; done
-  AT=$(grep -oP 'listening on \K[0-9]+' "$3")
-}
 nvidia-smi -L 2>/dev/null | head -1
 echo "$MIB MiB copies, link delay $DELAY us each way; MB/s, and as a share of the link's rate"
 for rate in $RATES; do
@@ -28,11 +24,11 @@ for rate in $RATES; do
   raw_port=$(free_port)
   $PY bench/raw_link.py serve "127.0.0.1:$raw_port" "$MIB" & RAW=$!
   sleep 1  # (the serving end listening before the forwarder connects to it)
-  forwarder "$raw_port" "$rate" "$OUTDIR/link-raw-$rate.log"
+  start_link "$OUTDIR/delay_link" "$raw_port" "$DELAY" "$rate" "$OUTDIR/link-raw-$rate.log"
   raw=$($PY bench/raw_link.py send "127.0.0.1:$AT" "$MIB")
   wait $RAW; kill $LINK
   echo "link $rate Mbit/s ($link_mb MB/s): $raw"
-  forwarder "$PORT" "$rate" "$OUTDIR/link-$rate.log"
+  start_link "$OUTDIR/delay_link" "$PORT" "$DELAY" "$rate" "$OUTDIR/link-$rate.log"
   for mode in off auto; do
     CUWIRE_TRANSPORT=tcp CUWIRE_COMPRESS=$mode CUWIRE_STATS=1 $PY -m cuwire.cli run --server "127.0.0.1:$AT" -- \
       "$OUTDIR/link_app" "$MIB" >"$OUTDIR/$mode-$rate.txt" 2>"$OUTDIR/$mode-$rate.err" \
