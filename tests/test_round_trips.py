@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import QUEUED_ONLY, SEVENTEEN_ENTRIES, compile_against_client, run_remote
+from conftest import QUEUED_ONLY, ROOT, SEVENTEEN_ENTRIES, compile_against_client, run_remote
 
 
 def sent_to_server(stderr: str) -> dict[str, int]:
@@ -495,3 +496,73 @@ def test_a_kernels_function_asked_again_is_answered_by_the_client(client_lib, se
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout == "the same function: yes; _Z6addOnePj added 3 times; in another context: 1\n", r.stderr
+
+
+# XLA's teardown as JAX ends: C++ destructors that run once Python has finalized, before the process's exit
+# handler (registered after cuInit, so run before cuwire's), synchronize streams, then the context, then
+# synchronize, query and destroy each stream and its event
+LATE_TEARDOWN = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "cuda_api.h"
+#define N 3
+static CUstream s[N];
+static CUevent e[N];
+static unsigned long long answered(void)  /* the client's count of waits it answered (--stats) */
+{
+    unsigned long long *n = dlsym(RTLD_DEFAULT, "cuwire_answered_done");
+    return n ? *n : 0;
+}
+static void teardown(void)
+{
+    int bad = 0;
+    bad |= cuStreamSynchronize(s[0]) | cuCtxSynchronize();
+    unsigned long long before = answered();
+    for (int i = 0; i < N; i++)
+        bad |= cuStreamSynchronize(s[i]) | cuStreamQuery(s[i]) | cuStreamDestroy_v2(s[i]) | cuEventDestroy_v2(e[i]);
+    bad |= cuCtxSynchronize();
+    fprintf(stderr, "late teardown: %s; waits answered by the client: %llu\n", bad ? "FAILED" : "all succeeded",
+            answered() - before);
+}
+int arm(void **streams, void **events)
+{
+    for (int i = 0; i < N; i++) s[i] = streams[i], e[i] = events[i];
+    return atexit(teardown);
+}
+"""
+
+LATE_PROGRAM = """
+import ctypes, sys
+cu = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)  # (the helper calls it)
+late = ctypes.CDLL(sys.argv[1])
+S, E = (ctypes.c_void_p * 3)(), (ctypes.c_void_p * 3)()
+dev, ctx, p = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cu.cuCtxSetCurrent(ctx) == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(p), 1 << 20) == 0
+for i in range(3):
+    assert cu.cuStreamCreateWithPriority(ctypes.c_void_p(ctypes.addressof(S) + 8 * i), 1, -(i % 2)) == 0
+    assert cu.cuEventCreate(ctypes.c_void_p(ctypes.addressof(E) + 8 * i), 2) == 0
+    assert cu.cuMemsetD8Async(p, i, 1 << 20, ctypes.c_void_p(S[i])) == 0
+    assert cu.cuEventRecord(ctypes.c_void_p(E[i]), ctypes.c_void_p(S[i])) == 0
+assert late.arm(S, E) == 0
+print("armed", flush=True)
+"""
+
+
+def test_a_teardown_after_python_finalized_is_answered_as_before(client_lib, server, tmp_path):
+    """From Python's atexit to the process's exit handler calls go on in C (client/wire.c keeps the
+    socket): the context synchronization finished every stream the client made ahead (each knows its
+    context: client/handle_pools.c), so each later synchronization and query, and the last context
+    synchronization, are answered by the client, and the destroys of streams and events it gave out are
+    queued without ending what it knows (7 answered; before, at most what came before the first destroy)."""
+    (tmp_path / "late.c").write_text(LATE_TEARDOWN)
+    helper = tmp_path / "liblate.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(helper), str(tmp_path / "late.c"),
+                    f"-I{ROOT / 'cuwire' / 'generated'}", "-ldl"], check=True)
+    (tmp_path / "late.py").write_text(LATE_PROGRAM)
+    r = run_remote(Path(sys.executable), client_lib, server.address, str(tmp_path / "late.py"), str(helper),
+                   env={"CUWIRE_TRANSPORT": "tcp"})
+    assert r.returncode == 0 and r.stdout == "armed\n", r.stdout + r.stderr
+    assert "late teardown: all succeeded; waits answered by the client: 7" in r.stderr, r.stderr

@@ -24,6 +24,10 @@
  * session's records in order, makes every later call after the stream finished. Not once the program has
  * shared memory with another process (IPC, shareable handles): that process's calls come on another
  * connection, and would not wait for the barrier.
+ *
+ * What is known holds to the process's exit handler (start.c), not only while Python runs: from Python's
+ * atexit on, calls go on in C (wire.c keeps the session's socket), and XLA's teardown, after the
+ * interpreter finalized, synchronizes and queries its streams one by one as JAX ends.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -37,6 +41,8 @@ static __thread uint64_t my_sent;     /* the count at this thread's last send */
 static __thread uint64_t my_waited;   /* ...and at its last send whose answer it waited for */
 static __thread uint64_t my_sends;    /* how many sends this thread made */
 unsigned long long cuwire_answered_done; /* calls answered here (--stats) */
+
+static __thread uint64_t releasing; /* a handle whose destroy this thread is queueing (cuwire_note_releasing) */
 
 void cuwire_note_sent(int waits)
 {
@@ -83,7 +89,7 @@ static uint64_t stream_key(uint64_t stream) { return stream == STREAM_LEGACY ? 0
 /* The null stream and the per-thread stream are the caller's context's; other handles are unique. */
 static int special(uint64_t stream) { return stream == 0 || stream == STREAM_PER_THREAD; }
 
-static size_t event_slot(uint64_t event) { return (size_t)((event >> 4) * 0x9E3779B97F4A7C15ull >> 54) % EVENT_SLOTS; }
+static size_t slot_of(uint64_t handle) { return (size_t)((handle >> 4) * 0x9E3779B97F4A7C15ull >> 54) % EVENT_SLOTS; }
 
 static int has(const uint64_t *list, int n, uint64_t value)
 {
@@ -113,12 +119,32 @@ int cuwire_note_stream_flags(CUstream *stream, unsigned int flags)
     return -1; /* created by the server, as usual */
 }
 
-/* Lock held; `known` is valid. */
+/* Streams handle_pools.c gave out and the program has not destroyed, with their context (direct-mapped:
+ * a stream whose slot another took is simply not known). */
+static struct {
+    uint64_t stream, context;
+} given[EVENT_SLOTS];
+
+/* handle_pools.c gave out `stream`, made in `context`. */
+void cuwire_note_stream_given(uint64_t stream, uint64_t context)
+{
+    size_t slot = slot_of(stream);
+    pthread_mutex_lock(&lock);
+    given[slot].stream = stream;
+    given[slot].context = context;
+    pthread_mutex_unlock(&lock);
+}
+
+/* Lock held; `known` is valid. A context synchronization finished every stream of the context: those the
+ * client gave out know theirs; of the others, those named since are known. */
 static int stream_finished(uint64_t stream, uint64_t context)
 {
-    if (special(stream) && context != known.context)
-        return 0;
-    return has(known.streams, known.n_streams, stream);
+    if (special(stream))
+        return context == known.context && has(known.streams, known.n_streams, stream);
+    if (has(known.streams, known.n_streams, stream))
+        return 1;
+    size_t slot = slot_of(stream);
+    return known.whole_context && given[slot].stream == stream && given[slot].context == known.context;
 }
 
 static int valid_locked(void) { return known.at && known.at == __atomic_load_n(&sent, __ATOMIC_ACQUIRE); }
@@ -126,8 +152,7 @@ static int valid_locked(void) { return known.at && known.at == __atomic_load_n(&
 /* A `fast` answer: 0 (CUDA_SUCCESS) when what the call waits for is known finished, else -1. */
 int cuwire_known_done(int kind, uint64_t handle)
 {
-    if (!__atomic_load_n(&known.at, __ATOMIC_ACQUIRE) || cuwire_forked ||
-        __atomic_load_n(&cuwire_finished, __ATOMIC_ACQUIRE))
+    if (!__atomic_load_n(&known.at, __ATOMIC_ACQUIRE) || cuwire_forked || cuwire_exit_hook_ran())
         return -1; /* the usual path says what is wrong */
     uint64_t context = cuwire_current_context();
     int done = 0;
@@ -140,7 +165,7 @@ int cuwire_known_done(int kind, uint64_t handle)
         else if (has(known.events, known.n_events, handle))
             done = 1;
         else {
-            size_t slot = event_slot(handle);
+            size_t slot = slot_of(handle);
             done = recorded[slot].event == handle && stream_finished(recorded[slot].stream, recorded[slot].context);
         }
     }
@@ -218,12 +243,53 @@ void cuwire_note_copy_queued(uint64_t stream, uint64_t all)
     pthread_mutex_unlock(&lock);
 }
 
+/* handle_pools.c queues the destroy of a stream or event it gave out and knows alive: it adds no work and
+ * cannot fail, so when its record is the next this thread queues (cuwire_note_queued), what was known
+ * finished still is, but for the handle itself. A record between them (a context switch put first) ends
+ * what is known, as any other does. */
+void cuwire_note_releasing(uint64_t handle)
+{
+    releasing = handle;
+    cuwire_note_stream_gone(handle);
+}
+
+/* A stream handle_pools.c gave out is destroyed, or went with its context. */
+void cuwire_note_stream_gone(uint64_t stream)
+{
+    size_t slot = slot_of(stream);
+    pthread_mutex_lock(&lock);
+    if (given[slot].stream == stream)
+        given[slot].stream = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+/* queue.c appended a record (its bytes, or size UINT32_MAX for one of two parts): counted as sent. */
+void cuwire_note_queued(const void *record, uint32_t size)
+{
+    uint64_t handle = releasing;
+    releasing = 0;
+    cuwire_note_sent(0);
+    if (!handle || size != sizeof handle || memcmp(record, &handle, sizeof handle))
+        return;
+    pthread_mutex_lock(&lock);
+    if (known.at && known.at + 1 == my_sent) { /* nothing else was sent since it was known */
+        known.at = my_sent;
+        drop(known.streams, &known.n_streams, handle);
+        drop(known.events, &known.n_events, handle);
+        drop(known.copying, &known.n_copying, handle);
+        size_t slot = slot_of(handle);
+        if (recorded[slot].event == handle)
+            recorded[slot].event = 0;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 /* cuStreamSynchronize's `queued_when`: 1 when `stream` is finished but for copies queued since (see the
  * top), so that the synchronization is queued as a barrier and answered CUDA_SUCCESS at once. */
 int cuwire_sync_after_copies(CUstream stream)
 {
-    if (!__atomic_load_n(&known.at, __ATOMIC_ACQUIRE) || cuwire_forked ||
-        __atomic_load_n(&cuwire_finished, __ATOMIC_ACQUIRE) || __atomic_load_n(&shares_memory, __ATOMIC_ACQUIRE))
+    if (!__atomic_load_n(&known.at, __ATOMIC_ACQUIRE) || cuwire_forked || cuwire_exit_hook_ran() ||
+        __atomic_load_n(&shares_memory, __ATOMIC_ACQUIRE))
         return 0;
     uint64_t key = stream_key((uint64_t)(uintptr_t)stream), context = cuwire_current_context();
     pthread_mutex_lock(&lock);
@@ -243,7 +309,7 @@ void cuwire_note_memory_shared(void) { __atomic_store_n(&shares_memory, 1, __ATO
 void cuwire_note_event_record(uint64_t e, uint64_t stream, int captured)
 {
     uint64_t s = stream_key(stream);
-    size_t slot = event_slot(e);
+    size_t slot = slot_of(e);
     pthread_mutex_lock(&lock);
     if (captured) {
         if (recorded[slot].event == e)
@@ -262,5 +328,6 @@ void cuwire_forget_done(void)
     pthread_mutex_lock(&lock);
     memset(&known, 0, sizeof known);
     memset(recorded, 0, sizeof recorded);
+    memset(given, 0, sizeof given);
     pthread_mutex_unlock(&lock);
 }

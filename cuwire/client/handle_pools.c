@@ -12,8 +12,10 @@
  *
  * The client also keeps which of them it gave out and the program has not destroyed: a destroy of one of
  * those cannot fail, so it is queued instead of waited for (annotation queued_when; JAX destroys an event
- * after most transfers). A destroy of anything else (a handle made otherwise, destroyed already, of a
- * context gone) waits for the server, which says what is wrong.
+ * after most transfers, and XLA destroys them all as JAX ends, after Python finalized: can_queue), and
+ * what the client knew finished holds over it (completion.c). A destroy of anything else (a handle made
+ * otherwise, destroyed already, of a context gone) waits for the server, which says what is wrong. Each
+ * stream given out, with its context, is told to completion.c: a context synchronization finished it.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -55,13 +57,27 @@ static void keep_given(uint64_t handle, uint64_t context, uint32_t kind)
     struct given *g = cw_table_put(&given, key);
     if (g)
         g->context = context;
+    if (kind == STREAMS)
+        cuwire_note_stream_given(handle, context); /* (which streams a context synchronization finished) */
+}
+
+/* Whether a destroy can be queued now: while Python runs, and at the program's end while calls go on in C
+ * (from Python's atexit to the process's exit handler wire.c keeps the session's socket: XLA destroys its
+ * streams and events after the interpreter finalized, as JAX ends). */
+static int can_queue(uint64_t handle)
+{
+    if (cuwire_forked || cuwire_exit_hook_ran())
+        return 0;
+    int route = cuwire_route_handle(handle); /* (the destroy's, as its stub routes it) */
+    if (route < 0)
+        route = cuwire_route_current();
+    return cuwire_wire_without_python(route) || CUWIRE_READY();
 }
 
 /* Whether `handle` was given out as `kind` and is alive: then it is taken out (it is being destroyed). */
 static int take_given(uint64_t handle, uint32_t kind)
 {
-    if (!handle || handle == CW_GONE || cuwire_forked || __atomic_load_n(&cuwire_finished, __ATOMIC_ACQUIRE) ||
-        !CUWIRE_READY())
+    if (!handle || handle == CW_GONE || !can_queue(handle))
         return 0;
     uint64_t key[2] = {handle, kind};
     pthread_mutex_lock(&lock);
@@ -69,8 +85,11 @@ static int take_given(uint64_t handle, uint32_t kind)
     if (g)
         cw_table_remove(g);
     pthread_mutex_unlock(&lock);
+    if (g)
+        cuwire_note_releasing(handle); /* (what the client knew finished holds over it: completion.c) */
     return g != NULL;
 }
+
 
 /* The pool of these, made if there is room, or NULL. Lock held. */
 static struct pool *pool_of(uint64_t context, uint32_t kind, uint32_t flags, int32_t priority)
@@ -166,8 +185,11 @@ void cuwire_forget_pools(uint64_t context)
             pools[i].context = 0;
     for (unsigned i = 0; i < given.cap; i++) {
         struct given *g = cw_table_at(&given, i);
-        if (g && (!context || g->context == context))
+        if (g && (!context || g->context == context)) {
+            if (g->kind == STREAMS)
+                cuwire_note_stream_gone(g->handle);
             cw_table_remove(g);
+        }
     }
     pthread_mutex_unlock(&lock);
 }

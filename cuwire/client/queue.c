@@ -80,7 +80,7 @@ static int append2_locked(struct queue *q, uint32_t id, const void *a, uint32_t 
         memcpy(q->data + q->len + 8 + na, b, nb);
     q->len = need;
     q->count++;
-    cuwire_note_sent(0);
+    cuwire_note_queued(a, nb ? UINT32_MAX : na);
     return 0;
 }
 

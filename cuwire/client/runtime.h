@@ -67,6 +67,10 @@ void cuwire_note_done(int kind, uint64_t handle, uint64_t all, uint64_t mine);
 void cuwire_forget_done(void);
 void cuwire_note_event_record(uint64_t event, uint64_t stream, int captured);
 void cuwire_note_copy_queued(uint64_t stream, uint64_t all); /* a copy to the device, with its bytes (calls.c) */
+void cuwire_note_queued(const void *record, uint32_t size); /* queue.c appended a record */
+void cuwire_note_releasing(uint64_t handle); /* handle_pools.c queues a destroy that cannot fail */
+void cuwire_note_stream_given(uint64_t stream, uint64_t context); /* handle_pools.c gave out a stream */
+void cuwire_note_stream_gone(uint64_t stream); /* ...destroyed it, or it went with its context */
 void cuwire_note_memory_shared(void); /* IPC or shareable handles: synchronizations are never barriers */
 CW_FROM_PYTHON extern unsigned long long cuwire_answered_done;
 /* The session's device allocations (device_memory.c). */
