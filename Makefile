@@ -4,7 +4,7 @@ VENV      := .venv
 VPY       := $(VENV)/bin/python
 export CUWIRE_HEADER_CACHE ?= $(CURDIR)/.cache/headers
 
-.PHONY: venv codegen check-generated client server wheel apps demo test lint gpu-test gpu-programs gpu-stress gpu-device-list gpu-kernel-attributes bench bench-distance bench-link-rate bench-cpu-distance bench-overflow bench-peer-copy docker clean
+.PHONY: venv codegen check-generated client server wheel apps demo test lint gpu-test gpu-programs gpu-stress gpu-device-list gpu-kernel-attributes bench bench-distance bench-jax-end bench-link-rate bench-cpu-distance bench-overflow bench-peer-copy docker clean
 
 $(VENV)/.installed: pyproject.toml setup.py emulator/pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -97,6 +97,10 @@ bench:
 ## On a GPU machine: PyTorch steps with the server behind a link delayed 0.1 and 1 ms each way
 bench-distance:
 	bash bench/distance.sh
+
+## On a GPU machine: what a JAX program's end (XLA's teardown) waits for, 1 ms each way, traced
+bench-jax-end:
+	bash bench/jax_end.sh
 
 ## On a GPU machine: large copies through cuwire over a link of 1 and 10 Gbit/s (bench/delay_link's rate), beside plain TCP
 bench-link-rate:
