@@ -76,10 +76,10 @@ static __thread uint64_t barrier_at; /* this thread queued a barrier when this m
 
 /* Events the program recorded outside a capture: on which stream, in which context (for the null stream).
  * Direct-mapped: an event whose slot another took is simply not known. */
-#define EVENT_SLOTS 1024
+#define HANDLE_SLOTS 1024
 static struct {
     uint64_t event, stream, context;
-} recorded[EVENT_SLOTS];
+} recorded[HANDLE_SLOTS];
 
 #define STREAM_LEGACY 0x1     /* CU_STREAM_LEGACY: the null stream, as 0 is */
 #define STREAM_PER_THREAD 0x2 /* CU_STREAM_PER_THREAD */
@@ -89,7 +89,7 @@ static uint64_t stream_key(uint64_t stream) { return stream == STREAM_LEGACY ? 0
 /* The null stream and the per-thread stream are the caller's context's; other handles are unique. */
 static int special(uint64_t stream) { return stream == 0 || stream == STREAM_PER_THREAD; }
 
-static size_t slot_of(uint64_t handle) { return (size_t)((handle >> 4) * 0x9E3779B97F4A7C15ull >> 54) % EVENT_SLOTS; }
+static size_t slot_of(uint64_t handle) { return (size_t)((handle >> 4) * 0x9E3779B97F4A7C15ull >> 54) % HANDLE_SLOTS; }
 
 static int has(const uint64_t *list, int n, uint64_t value)
 {
@@ -123,7 +123,7 @@ int cuwire_note_stream_flags(CUstream *stream, unsigned int flags)
  * a stream whose slot another took is simply not known). */
 static struct {
     uint64_t stream, context;
-} given[EVENT_SLOTS];
+} given[HANDLE_SLOTS];
 
 /* handle_pools.c gave out `stream`, made in `context`. */
 void cuwire_note_stream_given(uint64_t stream, uint64_t context)

@@ -90,7 +90,6 @@ static int take_given(uint64_t handle, uint32_t kind)
     return g != NULL;
 }
 
-
 /* The pool of these, made if there is room, or NULL. Lock held. */
 static struct pool *pool_of(uint64_t context, uint32_t kind, uint32_t flags, int32_t priority)
 {
